@@ -1,0 +1,1 @@
+"""The process and its supervision tree: supervisor, company tree, `companyd run`."""

@@ -1,0 +1,95 @@
+"""companyd's error taxonomy.
+
+Three families, kept apart on purpose:
+
+* :class:`ConfigError` — the operator's mistake in company.yaml (or on the command line).
+  It carries every problem found, each with file, line, column and dotted path, and maps to
+  exit code 78 (``EX_CONFIG``) so systemd does not restart-loop on it.
+* :class:`CompanydError` subclasses raised at run time — a failure of the world (the API is
+  down, the budget is spent, a file is unreadable). Supervisors and agents handle these.
+* Control flow that goes back to a model (a tool error) is not an exception type here; it
+  is a tool result with ``is_error`` set.
+
+Every message follows one rule: quote the offending value with ``!r``, name what was
+expected or the valid choices, and say what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "EX_CONFIG",
+    "EX_SOFTWARE",
+    "EX_TEMPFAIL",
+    "EX_UNAVAILABLE",
+    "CompanydError",
+    "ConfigError",
+    "ConfigIssue",
+    "DaemonNotRunning",
+    "StateLocked",
+]
+
+#: sysexits.h codes used by the CLI and the daemon (docs/daemon.md lists them all).
+EX_CONFIG = 78
+EX_SOFTWARE = 70
+EX_TEMPFAIL = 75
+EX_UNAVAILABLE = 69
+
+
+class CompanydError(Exception):
+    """Base of every error companyd raises on purpose."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigIssue:
+    """One problem in a configuration file.
+
+    Attributes:
+        file: path of the file as the user gave it.
+        line: 1-based line of the offending node, or 0 when the problem has no position
+            (an empty file, an unreadable file).
+        column: 1-based column, or 0.
+        path: dotted path of the field, e.g. ``agents.cfo.budget.monthly_usd``; empty for
+            document-level problems.
+        message: what was expected, what was found and what to do.
+        severity: ``"error"`` or ``"warning"``; warnings never fail validation.
+    """
+
+    file: str
+    line: int
+    column: int
+    path: str
+    message: str
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line:
+            where += f":{self.line}:{self.column}" if self.column else f":{self.line}"
+        prefix = "warning: " if self.severity == "warning" else ""
+        if self.path:
+            return f"{where}: {prefix}{self.path}: {self.message}"
+        return f"{where}: {prefix}{self.message}"
+
+
+class ConfigError(CompanydError):
+    """company.yaml (or another operator-written input) is invalid.
+
+    ``issues`` holds every error found, in file order; ``str()`` is one line per issue.
+    """
+
+    exit_code = EX_CONFIG
+
+    def __init__(self, issues: Iterable[ConfigIssue]) -> None:
+        self.issues: Sequence[ConfigIssue] = tuple(issues)
+        super().__init__("\n".join(str(i) for i in self.issues))
+
+
+class StateLocked(CompanydError):
+    """Another companyd daemon holds the lock on this state directory."""
+
+
+class DaemonNotRunning(CompanydError):
+    """No daemon answers on the control socket."""

@@ -1,0 +1,1 @@
+"""The company memory: an MCP-compatible JSONL knowledge graph that never loses a write."""

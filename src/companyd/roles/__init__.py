@@ -1,0 +1,1 @@
+"""The role agents: model boundary, tool-use runtime, tools, checkpoints."""

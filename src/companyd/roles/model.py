@@ -1,0 +1,228 @@
+"""The model boundary: what an agent sends to a language model and what comes back.
+
+Agents never see SDK objects. They build a :class:`ModelRequest`, hand it to a
+:class:`ModelBackend` and get a :class:`ModelResponse` — or one of the errors below. Two
+backends implement the protocol:
+
+* ``companyd.roles.claude.ClaudeBackend`` — the official ``anthropic`` SDK (the only module
+  that imports it), with its errors mapped to these;
+* ``companyd.roles.offline.OfflineModel`` — a deterministic built-in stand-in used with
+  ``--offline``.
+
+Content blocks are plain dicts in the Messages API's own JSON shapes (``{"type": "text",
+"text": ...}``, ``{"type": "tool_use", "id": ..., "name": ..., "input": {...}}``,
+``{"type": "tool_result", ...}``), so they can be journaled as JSON and replayed verbatim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from companyd.errors import CompanydError
+
+__all__ = [
+    "ModelBackend",
+    "ModelBadRequest",
+    "ModelError",
+    "ModelOverloaded",
+    "ModelRateLimited",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelServerError",
+    "ModelTimeout",
+    "ModelUnavailable",
+    "SpendLimitReached",
+    "ToolDef",
+    "Usage",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """Token counts of one model call, as the Messages API reports them.
+
+    ``input_tokens`` excludes cached tokens; cache writes are split by TTL.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    cache_read_tokens: int = 0
+
+    @property
+    def cache_write_tokens(self) -> int:
+        return self.cache_write_5m_tokens + self.cache_write_1h_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_write_5m_tokens
+            + self.cache_write_1h_tokens
+            + self.cache_read_tokens
+        )
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_write_5m_tokens=self.cache_write_5m_tokens + other.cache_write_5m_tokens,
+            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_write_5m_tokens": self.cache_write_5m_tokens,
+            "cache_write_1h_tokens": self.cache_write_1h_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolDef:
+    """A tool as the model sees it (name, description, JSON Schema of its input)."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": dict(self.input_schema),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequest:
+    """One Messages API call.
+
+    Attributes:
+        model: model id, e.g. ``"claude-sonnet-5-5"``.
+        system: the system prompt (the stable, cacheable prefix together with ``tools``).
+        messages: the conversation, in the API's JSON shape.
+        tools: the tools offered.
+        max_tokens: output cap for this call (also the worst case reserved against budgets).
+        cache: mark the stable prefix (system + tools) for prompt caching.
+        metadata: companyd's own labels (agent, run id, step) — not sent to the model.
+    """
+
+    model: str
+    system: str
+    messages: Sequence[Mapping[str, Any]]
+    tools: Sequence[ToolDef] = ()
+    max_tokens: int = 4096
+    cache: bool = True
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponse:
+    """What came back from one call.
+
+    Attributes:
+        model: the model that actually served the call.
+        content: the assistant's content blocks, as API JSON dicts, to echo back verbatim.
+        stop_reason: ``end_turn``, ``tool_use``, ``max_tokens``, ``refusal``, …
+        usage: token counts to price.
+        request_id: the provider's request id (for support tickets), if any.
+        offline: True when the offline stand-in produced it.
+    """
+
+    model: str
+    content: Sequence[Mapping[str, Any]]
+    stop_reason: str
+    usage: Usage
+    request_id: str | None = None
+    offline: bool = False
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined."""
+        return "".join(str(b.get("text", "")) for b in self.content if b.get("type") == "text")
+
+    @property
+    def tool_uses(self) -> list[Mapping[str, Any]]:
+        return [b for b in self.content if b.get("type") == "tool_use"]
+
+
+class ModelBackend(Protocol):
+    """Something that answers Messages API requests."""
+
+    async def create(self, request: ModelRequest) -> ModelResponse:
+        """Send one request (after the backend's own retries) or raise a ModelError."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...
+
+
+class ModelError(CompanydError):
+    """A model call failed. ``retryable`` says whether another model may be tried."""
+
+    retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str | None = None,
+        status: int | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.model = model
+        self.status = status
+        self.request_id = request_id
+
+
+class ModelOverloaded(ModelError):
+    """HTTP 529: the API is overloaded. Fall back to the next model."""
+
+    retryable = True
+
+
+class ModelRateLimited(ModelError):
+    """HTTP 429 (not a spend limit): the organisation's rate limit. Fall back."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.retry_after = retry_after
+
+
+class ModelServerError(ModelError):
+    """HTTP 5xx. Fall back."""
+
+    retryable = True
+
+
+class ModelTimeout(ModelError):
+    """No response within the deadline, or the connection failed. Fall back."""
+
+    retryable = True
+
+
+class ModelUnavailable(ModelError):
+    """The model cannot be reached at all (no API key, every fallback failed)."""
+
+
+class ModelBadRequest(ModelError):
+    """HTTP 4xx other than 429: our request is wrong. Do not retry it as it is."""
+
+
+class SpendLimitReached(ModelError):
+    """HTTP 429 with ``enforced_spend_limit_reached``: the organisation's API spend limit.
+
+    Not retried: every agent is paused and a critical event is published.
+    """

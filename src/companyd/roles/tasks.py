@@ -1,0 +1,133 @@
+"""Tasks sent to agents, and the outcome of running one.
+
+A :class:`Task` is the unit of work in an agent's mailbox: from a routine, a colleague
+(delegation), or the operator (``companyd ask``, Telegram ``/ask``). Running it produces one
+:class:`RunOutcome`, whose ``status`` is what routine history, alerts and ``companyd runs``
+report.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["RunOutcome", "RunStatus", "Task", "new_id"]
+
+
+def new_id(prefix: str) -> str:
+    """A short unique id such as ``run-3f9c2a1b7d4e``."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+class RunStatus(StrEnum):
+    """How a run ended."""
+
+    OK = "ok"
+    FAILED = "failed"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    CIRCUIT_BREAKER = "circuit_breaker"
+    QUARANTINED = "quarantined"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    """Work for one agent.
+
+    Attributes:
+        id: stable id; a task keeps it across retries, crashes and restarts.
+        agent: the assignee's slug.
+        prompt: what to do.
+        source: who asked: ``"routine:<slug>"``, ``"operator"``, ``"agent:<slug>"``.
+        routine: the routine slug when a routine fired it.
+        expected_output: what a good result looks like (reviewers check against it).
+        reviewer: agent slug that checks the result, if any.
+        created: wall-clock time it was created.
+        consult_chain: agents already waiting on this one (cycle and depth checks).
+    """
+
+    id: str
+    agent: str
+    prompt: str
+    source: str
+    created: float
+    routine: str | None = None
+    expected_output: str | None = None
+    reviewer: str | None = None
+    consult_chain: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "agent": self.agent,
+            "prompt": self.prompt,
+            "source": self.source,
+            "created": self.created,
+            "routine": self.routine,
+            "expected_output": self.expected_output,
+            "reviewer": self.reviewer,
+            "consult_chain": list(self.consult_chain),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Task:
+        return cls(
+            id=d["id"],
+            agent=d["agent"],
+            prompt=d["prompt"],
+            source=d["source"],
+            created=float(d["created"]),
+            routine=d.get("routine"),
+            expected_output=d.get("expected_output"),
+            reviewer=d.get("reviewer"),
+            consult_chain=tuple(d.get("consult_chain", ())),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOutcome:
+    """The result of running one task once.
+
+    Attributes:
+        status: how it ended.
+        reason: why, for anything but ``ok`` (e.g. ``"max_steps 20 reached"``).
+        answer: the agent's final text (may be empty on failure).
+        cost_usd: settled spend of the run.
+        steps: completed model calls.
+        models: the models that served the run's calls, in order of first use.
+    """
+
+    task_id: str
+    run_id: str
+    agent: str
+    status: RunStatus
+    started: float
+    ended: float
+    reason: str | None = None
+    answer: str = ""
+    cost_usd: float = 0.0
+    steps: int = 0
+    models: tuple[str, ...] = field(default=())
+    offline: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status is RunStatus.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "run_id": self.run_id,
+            "agent": self.agent,
+            "status": str(self.status),
+            "reason": self.reason,
+            "answer": self.answer,
+            "cost_usd": self.cost_usd,
+            "steps": self.steps,
+            "models": list(self.models),
+            "started": self.started,
+            "ended": self.ended,
+            "offline": self.offline,
+        }

@@ -1,0 +1,1 @@
+"""Money: dated prices, the spend ledger, and budgets enforced before each call."""

@@ -1,0 +1,151 @@
+"""Dated prices of Claude models, and what one call costs.
+
+The built-in table holds USD per million tokens for each current model, with the date the
+figure was taken from (docs/spend.md gives the sources). company.yaml's ``pricing`` block
+overrides or extends it. A model id that is in neither is priced at the **most expensive
+known rate** for every token kind and reported once as ``unknown_model_price`` — never at
+$0 (several public tools priced new models at zero and users paid unnoticed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+
+from companyd.roles.model import Usage
+
+__all__ = ["BUILTIN_PRICES", "Price", "PriceTable", "is_known_model"]
+
+_MTOK = Decimal(1_000_000)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Price:
+    """USD per million tokens. ``long_*`` rates apply to the whole request when its prompt
+    (input + cache write + cache read) exceeds ``long_context_threshold`` tokens."""
+
+    input: Decimal
+    cache_write_5m: Decimal
+    cache_write_1h: Decimal
+    cache_read: Decimal
+    output: Decimal
+    effective_from: date | None = None
+    source: str = ""
+    long_context_threshold: int | None = None
+    long: Price | None = None
+
+    def cost(self, usage: Usage) -> Decimal:
+        """Exact USD cost of ``usage`` at this price."""
+        prompt = usage.input_tokens + usage.cache_write_tokens + usage.cache_read_tokens
+        p = self
+        threshold = self.long_context_threshold
+        if self.long is not None and threshold is not None and prompt > threshold:
+            p = self.long
+        return (
+            usage.input_tokens * p.input
+            + usage.cache_write_5m_tokens * p.cache_write_5m
+            + usage.cache_write_1h_tokens * p.cache_write_1h
+            + usage.cache_read_tokens * p.cache_read
+            + usage.output_tokens * p.output
+        ) / _MTOK
+
+    def worst_case(self, input_tokens: int, max_output_tokens: int) -> Decimal:
+        """Upper bound of a call's cost: every input token at the dearest input-side rate
+        (a cache write can cost more than plain input), every output token at the output
+        rate, using the long-context rates if they are higher."""
+        rates = [self] + ([self.long] if self.long is not None else [])
+        in_rate = max(max(r.input, r.cache_write_5m, r.cache_write_1h) for r in rates)
+        out_rate = max(r.output for r in rates)
+        return (input_tokens * in_rate + max_output_tokens * out_rate) / _MTOK
+
+
+def _p(
+    inp: str,
+    cw5: str,
+    cw1: str,
+    cr: str,
+    out: str,
+    when: str,
+    source: str,
+    **kw: object,
+) -> Price:
+    return Price(
+        input=Decimal(inp),
+        cache_write_5m=Decimal(cw5),
+        cache_write_1h=Decimal(cw1),
+        cache_read=Decimal(cr),
+        output=Decimal(out),
+        effective_from=date.fromisoformat(when),
+        source=source,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+_OFFICIAL = "platform.claude.com models overview / pricing (docs snapshot, 2026-11)"
+
+#: Built-in prices (USD / MTok). Dates are the release or price-change date the source gave.
+BUILTIN_PRICES: Mapping[str, Price] = {
+    "claude-fable-5-1": _p("10", "12.50", "20", "0.25", "50", "2026-09-01", _OFFICIAL),
+    "claude-opus-5-5": _p("4", "5", "8", "0.20", "20", "2026-09-23", _OFFICIAL),
+    # The official page says cache read $0.20; trackers report $0.10 from 2026-10-07. We keep
+    # the higher figure: over-estimating spend is safe, under-estimating is not.
+    "claude-sonnet-5-5": _p("2", "2.50", "4", "0.20", "10", "2026-09-28", _OFFICIAL),
+    "claude-haiku-5-5": _p(
+        "0.10",
+        "0.125",
+        "0.20",
+        "0.01",
+        "0.50",
+        "2026-10-07",
+        _OFFICIAL,
+        long_context_threshold=100_000,
+        long=_p("0.50", "0.625", "1.00", "0.05", "2.50", "2026-10-07", _OFFICIAL),
+    ),
+    "claude-opus-5": _p("5", "6.25", "10", "0.50", "25", "2026-07-24", _OFFICIAL),
+    "claude-sonnet-5": _p("2", "2.50", "4", "0.20", "10", "2026-06-30", _OFFICIAL),
+    "claude-fable-5": _p("10", "12.50", "20", "1", "50", "2026-06-09", _OFFICIAL),
+    "claude-haiku-4-5": _p("1", "1.25", "2", "0.10", "5", "2025-10-15", _OFFICIAL),
+}
+
+# Dated model ids the API also accepts for the same model.
+_ALIASES = {"claude-haiku-4-5-20251001": "claude-haiku-4-5"}
+
+
+def is_known_model(model: str) -> bool:
+    """Whether the built-in table prices ``model``."""
+    return _ALIASES.get(model, model) in BUILTIN_PRICES
+
+
+class PriceTable:
+    """Built-in prices plus company.yaml overrides.
+
+    Args:
+        overrides: model id → Price, replacing or extending the built-in table.
+    """
+
+    def __init__(self, overrides: Mapping[str, Price] | None = None) -> None:
+        self._prices: dict[str, Price] = dict(BUILTIN_PRICES)
+        self._prices.update(overrides or {})
+        rates = list(self._prices.values())
+        self.most_expensive = Price(
+            input=max(r.input for r in rates),
+            cache_write_5m=max(r.cache_write_5m for r in rates),
+            cache_write_1h=max(r.cache_write_1h for r in rates),
+            cache_read=max(r.cache_read for r in rates),
+            output=max(r.output for r in rates),
+            source="most expensive known rate (model not in the price table)",
+        )
+
+    def lookup(self, model: str) -> tuple[Price, bool]:
+        """``(price, known)``; unknown models get :attr:`most_expensive` and ``False``."""
+        p = self._prices.get(_ALIASES.get(model, model))
+        return (p, True) if p is not None else (self.most_expensive, False)
+
+    def cost(self, model: str, usage: Usage) -> Decimal:
+        """USD cost of one call."""
+        return self.lookup(model)[0].cost(usage)
+
+    def models(self) -> Mapping[str, Price]:
+        return dict(self._prices)

@@ -1,0 +1,98 @@
+"""Test conventions shared by the whole suite.
+
+* No test touches the network: an audit hook fails any connection to a non-loopback
+  address, in this process and in any thread (subprocesses inherit ``COMPANYD_TEST_NO_NET``
+  and companyd checks it the same way).
+* Environment variables that would point companyd or the SDKs at real services are cleared.
+* Async tests use anyio's pytest plugin on asyncio only: mark them ``@pytest.mark.anyio``.
+* Every wait has a deadline: use ``asyncio.timeout`` / ``anyio.fail_after`` in tests.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+_SCRUB = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_PROFILE",
+    "ANTHROPIC_CONFIG_DIR",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "TELEGRAM_BOT_TOKEN",
+    "TELEGRAM_CHAT_ID",
+    "STATE_DIRECTORY",
+    "RUNTIME_DIRECTORY",
+    "CONFIGURATION_DIRECTORY",
+    "CREDENTIALS_DIRECTORY",
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "MEMORY_FILE_PATH",
+    "COMPANYD_CONFIG",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
+for _name in _SCRUB:
+    os.environ.pop(_name, None)
+os.environ["COMPANYD_TEST_NO_NET"] = "1"
+os.environ["NO_PROXY"] = "*"
+
+
+class NonLoopbackConnection(AssertionError):
+    """A test tried to reach the outside world."""
+
+
+def _is_loopback(address: Any) -> bool:
+    if not isinstance(address, tuple) or not address:
+        return True  # AF_UNIX paths, abstract sockets
+    host = address[0]
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False  # an unresolved host name: not loopback
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event == "socket.connect":
+        sock, address = args[0], args[1]
+        if getattr(sock, "family", None) in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(
+            address
+        ):
+            raise NonLoopbackConnection(
+                f"test tried to connect to {address!r}: tests are loopback only"
+            )
+    elif event == "socket.getaddrinfo":
+        host = args[0]
+        if host is not None and not _is_loopback(
+            (host if isinstance(host, str) else host.decode(),)
+        ):
+            raise NonLoopbackConnection(f"test tried to resolve {host!r}: tests are loopback only")
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def no_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in _SCRUB:
+        monkeypatch.delenv(name, raising=False)
+    yield
