@@ -1,0 +1,71 @@
+"""The contract between a supervisor and the children it runs.
+
+Every long-lived part of companyd (the memory owner, the spend ledger, the alerter, each
+agent, the scheduler, the control socket) is a supervised child. A child is an async
+callable taking a :class:`ChildContext`::
+
+    async def run(ctx: ChildContext) -> None:
+        resource = await open_things()      # setup
+        ctx.started()                       # ready: the supervisor starts the next sibling
+        try:
+            while not ctx.stopping.is_set():
+                await do_one_step()          # a stop request is honoured between steps
+        finally:
+            await resource.close()           # runs on return, on error and on cancellation
+
+Exit reasons follow OTP (docs/supervision.md):
+
+* returning → ``normal``;
+* raising :class:`Shutdown` (optionally with info) → ``shutdown`` / ``{shutdown, info}``;
+* cancellation by the supervisor → ``shutdown``;
+* any other exception → ``error`` (the exception is kept);
+* not finishing within ``shutdown`` seconds plus the kill grace → ``killed``.
+
+Stopping is a two-step protocol: the supervisor sets ``ctx.stopping`` (finish the current
+step and return), waits the child's ``shutdown`` seconds, then cancels it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+__all__ = ["ChildContext", "ChildFn", "Shutdown"]
+
+
+class ChildContext(Protocol):
+    """What a running child can see of its supervisor."""
+
+    @property
+    def id(self) -> str:
+        """The child's id within its supervisor."""
+        ...
+
+    @property
+    def path(self) -> str:
+        """Full path in the tree, e.g. ``companyd/agents/finance/cfo``."""
+        ...
+
+    @property
+    def stopping(self) -> asyncio.Event:
+        """Set when the supervisor asks the child to stop."""
+        ...
+
+    def started(self, info: Any = None) -> None:
+        """Signal readiness (once). ``info`` is passed back to whoever started the child."""
+        ...
+
+
+ChildFn = Callable[[ChildContext], Awaitable[None]]
+
+
+class Shutdown(Exception):  # named after OTP's exit reason, not an error
+    """Raise to exit with reason ``shutdown`` (or ``{shutdown, info}``): a normal-class exit.
+
+    A transient child raising it is not restarted.
+    """
+
+    def __init__(self, info: Any = None) -> None:
+        super().__init__(info)
+        self.info = info
