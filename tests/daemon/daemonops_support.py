@@ -1,0 +1,117 @@
+"""Shared test helpers for the daemon's operational parts (systemd, control, metrics).
+
+A minimal :class:`ChildContext` so a child's ``run(ctx)`` can be driven without the
+supervisor, datagram receivers standing in for systemd's notify socket, and short socket
+directories (``sun_path`` holds 107 bytes, pytest's tmp_path is often longer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+class Ctx:
+    """A ChildContext for running one child on its own."""
+
+    def __init__(self, id: str = "child", path: str = "companyd/child") -> None:
+        self.id = id
+        self.path = path
+        self.stopping = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.info: Any = None
+
+    def started(self, info: Any = None) -> None:
+        self.info = info
+        self.ready.set()
+
+
+@contextlib.asynccontextmanager
+async def running(
+    run: Callable[[Ctx], Awaitable[None]], ctx: Ctx | None = None, *, timeout: float = 10.0
+) -> AsyncIterator[Ctx]:
+    """Start ``run(ctx)`` as a task, wait until it reports started, stop it on exit."""
+    ctx = ctx or Ctx()
+    task = asyncio.ensure_future(run(ctx))
+    async with asyncio.timeout(timeout):
+        ready = asyncio.ensure_future(ctx.ready.wait())
+        await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            ready.cancel()
+            task.result()  # raises the child's start error
+            raise AssertionError("child returned before reporting started")
+    try:
+        yield ctx
+    finally:
+        ctx.stopping.set()
+        async with asyncio.timeout(timeout):
+            await task
+
+
+@contextlib.contextmanager
+def short_dir() -> Iterator[Path]:
+    """A fresh directory with a short path under /tmp, removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="cd-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Receiver:
+    """A datagram socket standing in for systemd's notify socket."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address  # as it goes in $NOTIFY_SOCKET
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        if address.startswith("@"):
+            self.sock.bind(b"\0" + address[1:].encode())
+        else:
+            self.sock.bind(address)
+        self.sock.settimeout(10.0)
+
+    def get(self) -> str:
+        return self.sock.recv(65536).decode("utf-8")
+
+    def drain(self) -> list[str]:
+        out = []
+        self.sock.setblocking(False)
+        try:
+            while True:
+                out.append(self.sock.recv(65536).decode("utf-8"))
+        except BlockingIOError:
+            pass
+        finally:
+            self.sock.settimeout(10.0)
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+        if not self.address.startswith("@"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.address)
+
+
+@contextlib.contextmanager
+def receiver(kind: str = "path") -> Iterator[Receiver]:
+    if kind == "abstract":
+        r = Receiver(f"@companyd-test-{uuid.uuid4().hex[:12]}")
+        try:
+            yield r
+        finally:
+            r.close()
+        return
+    with short_dir() as d:
+        r = Receiver(str(d / "notify"))
+        try:
+            yield r
+        finally:
+            r.close()
