@@ -115,3 +115,30 @@ def receiver(kind: str = "path") -> Iterator[Receiver]:
             yield r
         finally:
             r.close()
+
+
+def as_unprivileged(fn: Callable[[], str]) -> str:
+    """Run ``fn`` in a forked child that became ``nobody`` (uid/gid 65534) and return what
+    it returned (or the exception it raised, as text). Only for tests running as root,
+    where permission checks cannot be provoked otherwise."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child never returns into pytest
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                text = fn()
+            except BaseException as exc:
+                text = f"{type(exc).__name__}: {exc}"
+            os.write(w, text.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as pipe:
+        text = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, f"child exited with status {status}"
+    return text
