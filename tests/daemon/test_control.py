@@ -33,6 +33,7 @@ from companyd.daemon.control import (
     ControlClient,
     ControlError,
     ControlServer,
+    ControlTimeout,
     RequestFailed,
     candidate_sockets,
     find_daemon,
@@ -440,6 +441,35 @@ async def test_the_socket_of_a_killed_daemon_is_replaced(sock_dir: Path) -> None
     srv = ControlServer(Company(), path)  # type: ignore[arg-type]
     async with running(srv.run):
         assert (await ControlClient(path).acall("pause", agent="cfo"))["paused"] is True
+
+
+@pytest.mark.anyio
+async def test_a_daemon_that_never_answers_is_a_timeout_after_its_deadline(sock_dir: Path) -> None:
+    # A stuck daemon: it accepts the connection and never writes an answer.
+    path = sock_dir / "companyd.sock"
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def stuck(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        accepted.append(w)
+
+    stuck_server = await asyncio.start_unix_server(stuck, path)
+    clock = ManualClock()
+    try:
+        call = asyncio.ensure_future(ControlClient(path).acall("reload", clock=clock))
+        async with asyncio.timeout(10):
+            while clock.sleepers == 0 or not accepted:
+                await asyncio.sleep(0.01)
+            clock.advance(134)  # the daemon's reload deadline is 120 s; we wait 15 s more
+            await asyncio.sleep(0.05)
+            assert not call.done()
+            clock.advance(1)
+            with pytest.raises(ControlTimeout, match=r"did not answer 'reload' within 135 s"):
+                await call
+    finally:
+        for w in accepted:
+            w.close()
+        stuck_server.close()
+        await stuck_server.wait_closed()
 
 
 def test_a_file_that_is_not_a_socket_is_never_replaced(sock_dir: Path) -> None:

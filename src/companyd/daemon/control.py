@@ -90,6 +90,8 @@ ADMIN_OPS: frozenset[str] = frozenset(
 )
 BUILTIN_OPS = frozenset({"ping"})
 
+#: Deadline (seconds) of an operation without its own entry in DEFAULT_DEADLINES.
+DEFAULT_REQUEST_TIMEOUT = 30.0
 #: Deadlines (seconds) for operations that legitimately take longer than a status read.
 DEFAULT_DEADLINES: Mapping[str, float] = {
     "reload": 120.0,
@@ -157,7 +159,7 @@ class ControlServer:
         clock: Clock | None = None,
         group: str | int | None = None,
         state_dir: str | os.PathLike[str] | None = None,
-        request_timeout: float = 30.0,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         deadlines: Mapping[str, float] | None = None,
         idle_timeout: float = 300.0,
         drain_timeout: float = 5.0,
@@ -574,7 +576,8 @@ class ControlClient:
     """Talks to a daemon's control socket; one connection per call.
 
     ``call`` blocks (for the CLI); ``acall`` is the asyncio version. Both return the
-    ``result`` dict.
+    ``result`` dict. Each call waits for the answer 15 s longer than the daemon's own
+    deadline for that operation (see :class:`ControlServer`), and at least ``timeout``.
 
     Raises (from both):
         DaemonNotRunning: nothing listens on the socket (no file, or a stale one).
@@ -583,24 +586,28 @@ class ControlClient:
         ControlError: permission denied, or the connection broke before an answer.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
         self.path = Path(path)
         self.timeout = timeout
 
     def __repr__(self) -> str:
         return f"ControlClient({str(self.path)!r})"
 
-    def _deadline(self, args: Mapping[str, Any]) -> float:
+    def _deadline(self, op: str, args: Mapping[str, Any]) -> float:
+        # Wait longer than the server's own deadline for this op (default ones assumed),
+        # so a slow operation is reported by the daemon ("timeout") rather than cut off.
+        server = DEFAULT_DEADLINES.get(op, DEFAULT_REQUEST_TIMEOUT)
         timeout = args.get("timeout")
-        extra = float(timeout) + 30.0 if isinstance(timeout, int | float) else 0.0
-        return max(self.timeout, extra)
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool):
+            server = max(server, float(timeout) + 10.0)
+        return max(self.timeout, server + 15.0)
 
     def _encode(self, op: str, args: Mapping[str, Any]) -> bytes:
         return json.dumps({"op": op, "args": dict(args)}, ensure_ascii=False).encode() + b"\n"
 
     def call(self, op: str, /, **args: Any) -> dict[str, Any]:
         """Run ``op`` with keyword ``args`` on the daemon and return its result."""
-        deadline = self._deadline(args)
+        deadline = self._deadline(op, args)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(deadline)
         try:
@@ -632,7 +639,7 @@ class ControlClient:
 
     async def acall(self, op: str, /, clock: Clock | None = None, **args: Any) -> dict[str, Any]:
         """Like :meth:`call`, without blocking the event loop (deadline on ``clock``)."""
-        deadline = self._deadline(args)
+        deadline = self._deadline(op, args)
 
         async def exchange() -> bytes:
             try:
@@ -769,7 +776,7 @@ def find_daemon(
     state_dir: str | os.PathLike[str] | None = None,
     config: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
-    timeout: float = 30.0,
+    timeout: float = 10.0,
 ) -> ControlClient:
     """A client for the running daemon, found as :func:`candidate_sockets` says.
 
