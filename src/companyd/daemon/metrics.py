@@ -184,6 +184,7 @@ class Metrics:
         if lag is not None:
             r.register(_LagCollector(lag))
         self._remove: Callable[[], None] | None = None
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def attach(self, bus: EventBus) -> Callable[[], None]:
         """Count every later event on ``bus``; returns the function that stops it."""
@@ -196,32 +197,39 @@ class Metrics:
             self._remove()
             self._remove = None
 
+    def _inc(self, counter: Counter, *labels: str, amount: float = 1.0) -> None:
+        # Counter.labels() validates and locks on every call (~8 µs); the children are
+        # cached here so a listener on a busy bus stays cheap.
+        key = (id(counter), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = counter.labels(*labels)
+        child.inc(amount)
+
     def observe(self, event: Event) -> None:
         """Count one event (a bus listener: quick, never raises into the publisher)."""
         data = event.data
         kind = event.kind
-        self.events.labels(kind=_label(kind), severity=_label(event.severity)).inc()
+        self._inc(self.events, _label(kind), _label(event.severity))
         if kind == "restart":
-            self.restarts.labels(
-                supervisor=_label(event.source), child=_label(data.get("child"))
-            ).inc()
+            self._inc(self.restarts, _label(event.source), _label(data.get("child")))
         elif kind == "max_intensity":
-            self.max_intensity.labels(supervisor=_label(event.source)).inc()
+            self._inc(self.max_intensity, _label(event.source))
         elif kind in ("run_finished", "run_failed"):
             agent = _label(data.get("agent") or _last_segment(event.source))
             default = "ok" if kind == "run_finished" else "failed"
-            self.runs.labels(agent=agent, outcome=_label(data.get("status") or default)).inc()
+            self._inc(self.runs, agent, _label(data.get("status") or default))
             cost = data.get("cost_usd")
             if isinstance(cost, int | float) and not isinstance(cost, bool) and cost > 0:
-                self.spend.labels(agent=agent).inc(float(cost))
+                self._inc(self.spend, agent, amount=float(cost))
         elif kind.startswith("routine_"):
             routine = _label(data.get("routine") or _last_segment(event.source))
-            self.routines.labels(routine=routine, outcome=_label(kind[len("routine_") :])).inc()
+            self._inc(self.routines, routine, _label(kind[len("routine_") :]))
         elif kind.startswith("memory_"):
-            self.memory.labels(op=_label(data.get("op") or kind[len("memory_") :])).inc()
+            self._inc(self.memory, _label(data.get("op") or kind[len("memory_") :]))
         elif kind.startswith("budget_") or kind in ("spend_runaway", "api_spend_limit"):
             scope = data.get("agent") or data.get("scope") or "company"
-            self.budget.labels(kind=_label(kind), scope=_label(scope)).inc()
+            self._inc(self.budget, _label(kind), _label(scope))
 
     def render(self) -> bytes:
         """The registry in Prometheus text format."""
