@@ -56,9 +56,11 @@ def scrub_environment(env: MutableMapping[str, str]) -> None:
 class Notifier:
     """Sends sd_notify messages; every method is a no-op returning False without a socket.
 
-    Sending never raises and never blocks: the socket is non-blocking, and a message that
-    cannot be sent (systemd gone, its queue full) is dropped with one warning in the log —
-    the daemon must not die because its supervisor is momentarily deaf.
+    Sending never blocks and never raises on a delivery failure: the socket is
+    non-blocking, and a message that cannot be sent (systemd gone, its queue full) is
+    dropped with one warning in the log — the daemon must not die because its supervisor
+    is momentarily deaf. (A malformed line passed to :meth:`notify` is a programming error
+    and raises ValueError.)
 
     Args:
         address: the ``$NOTIFY_SOCKET`` value (a path, or ``@name`` for an abstract socket),
