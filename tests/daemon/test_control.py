@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemonops_support import Ctx, as_unprivileged, running, short_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,6 +39,7 @@ from companyd.daemon.control import (
     socket_path,
 )
 from companyd.errors import CompanydError, DaemonNotRunning
+from companyd.testing.daemon import Ctx, as_unprivileged, running, short_dir
 
 NOW = 1_800_000_000.0
 

@@ -7,7 +7,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-from daemonops_support import running
 from prometheus_client.parser import text_string_to_metric_families
 
 from companyd.clock import ManualClock
@@ -15,6 +14,7 @@ from companyd.daemon.metrics import Metrics, MetricsServer, parse_listen
 from companyd.daemon.systemd import LagStats, LoopLagMonitor
 from companyd.errors import ConfigError
 from companyd.events import EventBus
+from companyd.testing.daemon import running
 
 
 def samples(text: str | bytes) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

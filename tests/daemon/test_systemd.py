@@ -12,7 +12,6 @@ import textwrap
 import time
 
 import pytest
-from daemonops_support import Ctx, receiver, running
 
 from companyd.clock import ManualClock
 from companyd.daemon.systemd import (
@@ -23,6 +22,7 @@ from companyd.daemon.systemd import (
     scrub_environment,
 )
 from companyd.events import EventBus
+from companyd.testing.daemon import Ctx, receiver, running
 
 
 @pytest.mark.parametrize("kind", ["path", "abstract"])

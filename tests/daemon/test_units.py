@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from daemonops_support import as_unprivileged, short_dir
 
 from companyd.cli import main
 from companyd.daemon.cli import UNIT_NAMES, UNIT_PREFIX_PLACEHOLDER, unit_text
+from companyd.testing.daemon import as_unprivileged, short_dir
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"

@@ -1,8 +1,13 @@
-"""Shared test helpers for the daemon's operational parts (systemd, control, metrics).
+"""Loopback stand-ins for the daemon's operational parts (systemd, control, metrics).
 
-A minimal :class:`ChildContext` so a child's ``run(ctx)`` can be driven without the
-supervisor, datagram receivers standing in for systemd's notify socket, and short socket
-directories (``sun_path`` holds 107 bytes, pytest's tmp_path is often longer).
+* :class:`Ctx` / :func:`running`: a minimal :class:`~companyd.daemon.child.ChildContext`,
+  so one child's ``run(ctx)`` can be driven without a supervisor;
+* :class:`Receiver` / :func:`receiver`: a datagram socket standing in for systemd's notify
+  socket (path or abstract), for sd_notify tests and start-to-READY benchmarks;
+* :func:`short_dir`: a directory with a short path (``sun_path`` holds 107 bytes and
+  pytest's ``tmp_path`` is often longer);
+* :func:`as_unprivileged`: run a function as ``nobody`` in a forked child, so permission
+  checks can be tested when the suite runs as root.
 """
 
 from __future__ import annotations
@@ -18,16 +23,31 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+__all__ = ["Ctx", "Receiver", "as_unprivileged", "receiver", "running", "short_dir"]
+
 
 class Ctx:
-    """A ChildContext for running one child on its own."""
+    """A ChildContext for running one child on its own: ``ready`` is set by ``started()``,
+    whose argument is kept in ``info``; set ``stopping`` to ask the child to stop."""
 
     def __init__(self, id: str = "child", path: str = "companyd/child") -> None:
-        self.id = id
-        self.path = path
-        self.stopping = asyncio.Event()
+        self._id = id
+        self._path = path
+        self._stopping = asyncio.Event()
         self.ready = asyncio.Event()
         self.info: Any = None
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def stopping(self) -> asyncio.Event:
+        return self._stopping
 
     def started(self, info: Any = None) -> None:
         self.info = info
@@ -79,9 +99,11 @@ class Receiver:
         self.sock.settimeout(10.0)
 
     def get(self) -> str:
+        """The next datagram (waits up to 10 s, then raises TimeoutError)."""
         return self.sock.recv(65536).decode("utf-8")
 
     def drain(self) -> list[str]:
+        """Every datagram already received, without waiting."""
         out = []
         self.sock.setblocking(False)
         try:
@@ -102,6 +124,8 @@ class Receiver:
 
 @contextlib.contextmanager
 def receiver(kind: str = "path") -> Iterator[Receiver]:
+    """A :class:`Receiver` on a fresh path (``kind="path"``) or abstract name
+    (``kind="abstract"``), closed afterwards."""
     if kind == "abstract":
         r = Receiver(f"@companyd-test-{uuid.uuid4().hex[:12]}")
         try:
