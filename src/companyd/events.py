@@ -72,6 +72,7 @@ KINDS: Mapping[str, Severity] = {
     "daemon_stopping": Severity.INFO,
     "daemon_reloaded": Severity.INFO,
     "config_rejected": Severity.WARNING,
+    "loop_lag": Severity.WARNING,
     # agents (companyd.roles)
     "run_started": Severity.DEBUG,
     "run_finished": Severity.DEBUG,

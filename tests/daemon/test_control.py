@@ -1,0 +1,734 @@
+"""The control socket (server, clients, discovery) and the CLI commands built on it.
+
+Everything runs over real Unix sockets; the CLI runs as a real subprocess against a server
+in the test's event loop. The Admin behind the server is a small in-memory company.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from companyd.clock import ManualClock
+from companyd.daemon.admin import AdminError
+from companyd.daemon.cli import render_status, status_line
+from companyd.daemon.control import (
+    ADMIN_OPS,
+    ControlClient,
+    ControlError,
+    ControlServer,
+    ControlTimeout,
+    RequestFailed,
+    candidate_sockets,
+    find_daemon,
+    socket_path,
+)
+from companyd.errors import CompanydError, DaemonNotRunning
+from companyd.testing.daemon import Ctx, as_unprivileged, running, short_dir
+
+NOW = 1_800_000_000.0
+
+STATUS: dict[str, Any] = {
+    "now": NOW,
+    "daemon": {
+        "pid": 4242,
+        "version": "0.1.0",
+        "state": "running",
+        "started_at": NOW - 7380,
+        "uptime_s": 7380.0,
+        "config": "/etc/companyd/company.yaml",
+        "state_dir": "/var/lib/companyd",
+        "offline": True,
+        "loop_lag": {"current_ms": 1.2, "max_ms": 48.0},
+    },
+    "company": {"name": "Northwind Solo", "timezone": "UTC"},
+    "agents": {"total": 3, "running": 2, "paused": 1, "failed": 0},
+    "tree": {
+        "id": "companyd",
+        "kind": "supervisor",
+        "state": "running",
+        "restarts": 0,
+        "uptime_s": 7380.0,
+        "children": [
+            {"id": "memory", "kind": "worker", "state": "running", "restarts": 0, "uptime_s": 7380},
+            {
+                "id": "agents",
+                "kind": "supervisor",
+                "state": "running",
+                "restarts": 1,
+                "uptime_s": 7380,
+                "children": [
+                    {"id": "ceo", "kind": "worker", "state": "running", "restarts": 0},
+                    {
+                        "id": "finance",
+                        "kind": "supervisor",
+                        "state": "running",
+                        "restarts": 2,
+                        "uptime_s": 724,
+                        "children": [
+                            {
+                                "id": "cfo",
+                                "kind": "worker",
+                                "state": "paused",
+                                "pause_reason": "operator",
+                                "restarts": 0,
+                                "uptime_s": 724,
+                            },
+                            {
+                                "id": "accountant",
+                                "kind": "worker",
+                                "state": "restarting",
+                                "restarts": 3,
+                                "last_exit": "error:RuntimeError('boom')",
+                            },
+                        ],
+                    },
+                ],
+            },
+        ],
+    },
+    "runs_in_flight": [
+        {
+            "run_id": "run-3f9c2a1b7d4e",
+            "agent": "ceo",
+            "routine": "weekly-priorities",
+            "started_at": NOW - 72,
+            "cost_usd": 0.02,
+        }
+    ],
+    "spend": {
+        "currency": "USD",
+        "today": {"used_usd": 1.23, "reserved_usd": 0.1, "limit_usd": 10.0},
+        "month": {"used_usd": 12.34, "limit_usd": 200.0},
+        "agents": [
+            {"agent": "ceo", "today_usd": 0.9, "daily_limit_usd": 3.0},
+            {"agent": "cfo", "today_usd": 0.0, "daily_limit_usd": 2.0, "paused": True},
+        ],
+    },
+    "routines": [
+        {"routine": "month-close", "agent": "cfo", "next_fire": NOW + 86400 * 3},
+        {
+            "routine": "weekly-priorities",
+            "agent": "ceo",
+            "next_fire": NOW + 3 * 3600 + 12 * 60,
+            "last_outcome": "ok",
+        },
+    ],
+    "alerts": {"telegram": "degraded", "queued": 2},
+}
+
+
+class Company:
+    """An in-memory Admin: three agents, pause/resume, a budget, a reload."""
+
+    def __init__(self) -> None:
+        self.paused: set[str] = set()
+        self.agents = ["ceo", "cfo", "accountant"]
+        self.raised: list[tuple[str | None, float]] = []
+        self.slow_started = asyncio.Event()
+        self.slow_release = asyncio.Event()
+        self.slow_cancelled = False
+        self.reload_result: dict[str, Any] = {"applied": True, "added": ["cto"], "unchanged": 3}
+
+    def _agent(self, agent: str) -> str:
+        if agent not in self.agents:
+            raise AdminError(f"unknown agent {agent!r}; agents: {', '.join(self.agents)}")
+        return agent
+
+    async def status(self) -> dict[str, Any]:
+        return STATUS
+
+    async def pause(self, agent: str) -> dict[str, Any]:
+        self.paused.add(self._agent(agent))
+        return {"agent": agent, "paused": True}
+
+    async def resume(self, agent: str) -> dict[str, Any]:
+        self.paused.discard(self._agent(agent))
+        return {"agent": agent, "paused": False}
+
+    async def reload(self) -> dict[str, Any]:
+        return self.reload_result
+
+    async def raise_budget(self, agent: str | None, usd: float) -> dict[str, Any]:
+        if agent is not None:
+            self._agent(agent)
+        self.raised.append((agent, usd))
+        return {"agent": agent, "raised_by_usd": usd, "daily_limit_usd": 10.0 + usd}
+
+    async def jobs(self) -> dict[str, Any]:
+        raise RuntimeError("scheduler exploded")  # a bug, not a refusal
+
+    async def budget(self) -> dict[str, Any]:
+        raise CompanydError("the ledger is unavailable; see `journalctl -u companyd`")
+
+    async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
+        return {"by": by, "period": period, "when": NOW}
+
+    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> dict[str, Any]:
+        self.slow_started.set()
+        try:
+            await self.slow_release.wait()
+        except asyncio.CancelledError:
+            self.slow_cancelled = True
+            raise
+        return {"answer": f"{agent}: {question}"}
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+@pytest.fixture
+async def server(sock_dir: Path) -> AsyncIterator[tuple[ControlServer, Company]]:
+    company = Company()
+    srv = ControlServer(company, sock_dir / "companyd.sock", state_dir=sock_dir)  # type: ignore[arg-type]
+    async with running(srv.run, Ctx(path="companyd/control")):
+        yield srv, company
+
+
+async def _raw(path: Path, *lines: bytes) -> list[dict[str, Any]]:
+    """Send raw request lines on one connection and read one answer per line."""
+    async with asyncio.timeout(10):
+        reader, writer = await asyncio.open_unix_connection(path)
+        try:
+            out = []
+            for line in lines:
+                writer.write(line)
+                await writer.drain()
+                out.append(json.loads(await reader.readline()))
+            return out
+        finally:
+            writer.close()
+            await writer.wait_closed()
+
+
+# ---------------------------------------------------------------------------------------
+# server and clients
+
+
+@pytest.mark.anyio
+async def test_sync_and_async_clients_get_the_result(server: tuple[ControlServer, Company]) -> None:
+    srv, company = server
+    client = ControlClient(srv.path)
+    assert await asyncio.to_thread(client.call, "status") == json.loads(json.dumps(STATUS))
+    assert await client.acall("pause", agent="cfo") == {"agent": "cfo", "paused": True}
+    assert company.paused == {"cfo"}
+    ping = await asyncio.to_thread(client.ping)
+    assert ping["pid"] == os.getpid() and ping["state_dir"] == str(srv.state_dir)
+    assert set(ping["ops"]) == ADMIN_OPS | {"ping"}
+
+
+@pytest.mark.anyio
+async def test_many_requests_on_one_connection_with_ids(
+    server: tuple[ControlServer, Company],
+) -> None:
+    srv, _ = server
+    answers = await _raw(
+        srv.path,
+        b'{"op": "resume", "args": {"agent": "ceo"}, "id": 1}\n',
+        b'{"op": "spend", "args": {"period": "month"}, "id": "two"}\n',
+        b'{"op": "raise_budget", "args": {"agent": null, "usd": 5}}\n',
+    )
+    assert answers[0] == {"ok": True, "result": {"agent": "ceo", "paused": False}, "id": 1}
+    assert answers[1]["result"]["period"] == "month" and answers[1]["id"] == "two"
+    assert answers[2]["result"]["raised_by_usd"] == 5.0  # int converted to float
+
+
+@pytest.mark.anyio
+async def test_an_admin_error_is_the_answer_and_the_server_keeps_serving(
+    server: tuple[ControlServer, Company],
+) -> None:
+    srv, _ = server
+    client = ControlClient(srv.path)
+    with pytest.raises(RequestFailed) as info:
+        await client.acall("pause", agent="cfoo")
+    assert str(info.value) == "unknown agent 'cfoo'; agents: ceo, cfo, accountant"
+    assert info.value.code == "admin" and isinstance(info.value, AdminError)
+    with pytest.raises(RequestFailed, match="the ledger is unavailable") as info:
+        await client.acall("budget")  # a deliberate CompanydError: shown as it is
+    assert info.value.code == "admin"
+    assert (await client.acall("resume", agent="cfo"))["paused"] is False
+
+
+@pytest.mark.anyio
+async def test_an_unexpected_exception_is_an_internal_error_logged_with_its_traceback(
+    server: tuple[ControlServer, Company], caplog: pytest.LogCaptureFixture
+) -> None:
+    srv, _ = server
+    client = ControlClient(srv.path)
+    with (
+        caplog.at_level(logging.ERROR, logger="companyd.daemon.control"),
+        pytest.raises(RequestFailed) as info,
+    ):
+        await client.acall("jobs")
+    assert str(info.value).startswith("internal error: RuntimeError: scheduler exploded")
+    assert info.value.code == "internal"
+    record = next(r for r in caplog.records if "'jobs' failed" in r.getMessage())
+    assert record.exc_info is not None and record.exc_info[0] is RuntimeError
+    assert (await client.acall("pause", agent="ceo"))["paused"] is True  # still serving
+    assert srv.failures == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"not json\n", "request is not valid JSON"),
+        (b"[1, 2]\n", "request must be a JSON object"),
+        (b'{"op": "launch"}\n', "unknown op 'launch'; valid ops: approve, ask, budget"),
+        (b'{"op": "pause", "args": []}\n', "'args' of 'pause' must be a JSON object"),
+        (b'{"op": "pause", "args": {}}\n', "missing a required argument: 'agent'"),
+        (
+            b'{"op": "pause", "args": {"agent": 7}}\n',
+            "bad argument agent=7 for 'pause': expected a string",
+        ),
+        (
+            b'{"op": "pause", "args": {"agent": "cfo", "now": 1}}\n',
+            "unexpected keyword argument 'now'",
+        ),
+        (b'{"op": "raise_budget", "args": {"agent": "cfo", "usd": "lots"}}\n', "expected a number"),
+        (b'{"op": "raise_budget", "args": {"agent": "cfo", "usd": true}}\n', "expected a number"),
+    ],
+)
+async def test_bad_requests_are_answered_and_the_connection_stays_usable(
+    server: tuple[ControlServer, Company], line: bytes, message: str
+) -> None:
+    srv, company = server
+    bad, good = await _raw(srv.path, line, b'{"op": "pause", "args": {"agent": "ceo"}}\n')
+    assert bad["ok"] is False and bad["code"] == "bad_request"
+    assert message in bad["error"]
+    assert good["ok"] is True and company.paused == {"ceo"}
+
+
+@pytest.mark.anyio
+async def test_an_oversized_request_is_refused_and_the_connection_closed(sock_dir: Path) -> None:
+    srv = ControlServer(Company(), sock_dir / "c.sock", max_request_bytes=1024)  # type: ignore[arg-type]
+    async with running(srv.run):
+        async with asyncio.timeout(10):
+            reader, writer = await asyncio.open_unix_connection(srv.path)
+            writer.write(b'{"op": "status", "args": {"pad": "' + b"x" * 5000 + b'"}}\n')
+            await writer.drain()
+            answer = json.loads(await reader.readline())
+            assert answer["code"] == "bad_request" and "longer than 1024 bytes" in answer["error"]
+            assert await reader.read() == b""  # closed
+            writer.close()
+
+
+@pytest.mark.anyio
+async def test_an_operation_past_its_deadline_is_cancelled_and_answered(sock_dir: Path) -> None:
+    clock = ManualClock()
+    company = Company()
+    srv = ControlServer(company, sock_dir / "c.sock", clock=clock, request_timeout=5)  # type: ignore[arg-type]
+    async with running(srv.run):
+        pending = asyncio.ensure_future(
+            _raw(
+                srv.path,
+                b'{"op": "ask", "args": {"agent": "cfo", "question": "q", "timeout": 20}}\n',
+            )
+        )
+        async with asyncio.timeout(10):
+            await company.slow_started.wait()
+            clock.advance(29)  # ask's deadline is its timeout + 10 s = 30 s
+            await asyncio.sleep(0.05)
+            assert not pending.done() and not company.slow_cancelled
+            clock.advance(1)
+            (answer,) = await pending
+    assert answer["code"] == "timeout"
+    assert "'ask' did not finish within 30 s and was cancelled" in answer["error"]
+    assert company.slow_cancelled
+
+
+@pytest.mark.anyio
+async def test_stopping_lets_a_running_operation_finish_then_removes_the_socket(
+    sock_dir: Path,
+) -> None:
+    clock = ManualClock()
+    company = Company()
+    srv = ControlServer(company, sock_dir / "c.sock", clock=clock)  # type: ignore[arg-type]
+    ctx = Ctx()
+    task = asyncio.ensure_future(srv.run(ctx))
+    async with asyncio.timeout(10):
+        await ctx.ready.wait()
+        idle_reader, idle_writer = await asyncio.open_unix_connection(srv.path)
+        pending = asyncio.ensure_future(
+            _raw(srv.path, b'{"op": "ask", "args": {"agent": "cfo", "question": "q"}}\n')
+        )
+        await company.slow_started.wait()
+        ctx.stopping.set()
+        await asyncio.sleep(0.05)
+        assert await idle_reader.read() == b""  # idle connections are closed at once
+        idle_writer.close()
+        with pytest.raises(DaemonNotRunning):  # and no new ones are accepted
+            await ControlClient(srv.path).acall("status")
+        company.slow_release.set()  # the running operation finishes within drain_timeout
+        (answer,) = await pending
+        await task
+    assert answer == {"ok": True, "result": {"answer": "cfo: q"}}
+    assert not srv.path.exists()
+
+
+@pytest.mark.anyio
+async def test_socket_mode_is_0600_or_0660_for_a_group(sock_dir: Path) -> None:
+    srv = ControlServer(Company(), sock_dir / "a.sock")  # type: ignore[arg-type]
+    async with running(srv.run):
+        assert stat.S_IMODE(os.stat(srv.path).st_mode) == 0o600
+    gid = os.getgid()
+    srv = ControlServer(Company(), sock_dir / "b.sock", group=gid)  # type: ignore[arg-type]
+    async with running(srv.run):
+        st_ = os.stat(srv.path)
+        assert stat.S_IMODE(st_.st_mode) == 0o660 and st_.st_gid == gid
+    with pytest.raises(CompanydError, match=r"unknown group 'no-such-group-xyz'.*groupadd"):
+        ControlServer(Company(), sock_dir / "c.sock", group="no-such-group-xyz").bind()  # type: ignore[arg-type]
+
+
+_KILLED_DAEMON = textwrap.dedent(
+    """
+    import asyncio, sys
+    from companyd.daemon.control import ControlServer
+
+    class Admin:
+        async def status(self):
+            return {"who": "first"}
+
+    class Ctx:
+        id = path = "companyd/control"
+        def __init__(self):
+            self.stopping = asyncio.Event()
+        def started(self, info=None):
+            print("listening", flush=True)
+
+    asyncio.run(ControlServer(Admin(), sys.argv[1]).run(Ctx()))
+    """
+)
+
+
+@pytest.mark.anyio
+async def test_the_socket_of_a_killed_daemon_is_replaced(sock_dir: Path) -> None:
+    path = sock_dir / "companyd.sock"
+    with subprocess.Popen(
+        [sys.executable, "-c", _KILLED_DAEMON, str(path)], stdout=subprocess.PIPE, text=True
+    ) as first:
+        try:
+            assert first.stdout is not None
+            assert await asyncio.to_thread(first.stdout.readline) == "listening\n"
+            assert (await ControlClient(path).acall("status")) == {"who": "first"}
+            # A live daemon is never displaced.
+            with pytest.raises(CompanydError, match="another process is already listening"):
+                ControlServer(Company(), path).bind()  # type: ignore[arg-type]
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)  # left behind by SIGKILL
+    with pytest.raises(DaemonNotRunning, match="stale socket"):
+        await ControlClient(path).acall("status")
+    srv = ControlServer(Company(), path)  # type: ignore[arg-type]
+    async with running(srv.run):
+        assert (await ControlClient(path).acall("pause", agent="cfo"))["paused"] is True
+
+
+@pytest.mark.anyio
+async def test_a_daemon_that_never_answers_is_a_timeout_after_its_deadline(sock_dir: Path) -> None:
+    # A stuck daemon: it accepts the connection and never writes an answer.
+    path = sock_dir / "companyd.sock"
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def stuck(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        accepted.append(w)
+
+    stuck_server = await asyncio.start_unix_server(stuck, path)
+    clock = ManualClock()
+    try:
+        call = asyncio.ensure_future(ControlClient(path).acall("reload", clock=clock))
+        async with asyncio.timeout(10):
+            while clock.sleepers == 0 or not accepted:
+                await asyncio.sleep(0.01)
+            clock.advance(134)  # the daemon's reload deadline is 120 s; we wait 15 s more
+            await asyncio.sleep(0.05)
+            assert not call.done()
+            clock.advance(1)
+            with pytest.raises(ControlTimeout, match=r"did not answer 'reload' within 135 s"):
+                await call
+    finally:
+        for w in accepted:
+            w.close()
+        stuck_server.close()
+        await stuck_server.wait_closed()
+
+
+def test_a_file_that_is_not_a_socket_is_never_replaced(sock_dir: Path) -> None:
+    path = sock_dir / "companyd.sock"
+    path.write_text("precious")
+    with pytest.raises(CompanydError, match="exists and is not a socket"):
+        ControlServer(Company(), path).bind()  # type: ignore[arg-type]
+    assert path.read_text() == "precious"
+
+
+def test_a_socket_path_over_the_kernel_limit_is_refused_clearly(sock_dir: Path) -> None:
+    path = sock_dir / ("d" * 120) / "companyd.sock"
+    with pytest.raises(CompanydError, match=r"Unix sockets allow at most 107.*shorter --state-dir"):
+        ControlServer(Company(), path).bind()  # type: ignore[arg-type]
+
+
+def test_a_missing_socket_means_not_running(sock_dir: Path) -> None:
+    with pytest.raises(DaemonNotRunning, match="does not exist"):
+        ControlClient(sock_dir / "companyd.sock").call("status")
+
+
+def test_permission_denied_says_how_to_get_access(sock_dir: Path) -> None:
+    path = sock_dir / "companyd.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.listen(1)
+
+    def attempt() -> str:
+        try:
+            ControlClient(path).call("status")
+        except ControlError as exc:
+            return f"ControlError: {exc}"
+        return "connected"
+
+    try:
+        if os.geteuid() == 0:
+            # The daemon's 0600 socket; the operator is another user.
+            os.chmod(path, 0o600)
+            os.chmod(sock_dir, 0o755)
+            message = as_unprivileged(attempt)
+        else:
+            os.chmod(path, 0)  # even the owner may not connect without write permission
+            message = attempt()
+    finally:
+        sock.close()
+    assert message.startswith("ControlError: permission denied on the control socket"), message
+    assert "sudo" in message and "--control-group" in message
+
+
+# ---------------------------------------------------------------------------------------
+# discovery
+
+
+def test_socket_path_prefers_the_runtime_directory(tmp_path: Path) -> None:
+    assert socket_path(tmp_path, {}) == tmp_path / "companyd.sock"
+    assert socket_path(tmp_path, {"RUNTIME_DIRECTORY": "/run/companyd"}) == Path(
+        "/run/companyd/companyd.sock"
+    )
+
+
+def test_candidates_follow_the_daemons_own_order(tmp_path: Path) -> None:
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text("state_dir: data\nagents: {broken: [\n")  # invalid YAML: still no crash
+    assert candidate_sockets(config=cfg, env={})[0] == Path("state").absolute() / "companyd.sock"
+    cfg.write_text("state_dir: data\nagents: 3  # schema-invalid, but state_dir is readable\n")
+    assert candidate_sockets(config=cfg, env={}) == [
+        tmp_path / "data" / "companyd.sock",
+        Path("/run/companyd/companyd.sock"),
+    ]
+    assert candidate_sockets(
+        state_dir=tmp_path / "s", env={"RUNTIME_DIRECTORY": "/r", "STATE_DIRECTORY": "/x"}
+    ) == [
+        Path("/r/companyd.sock"),
+        tmp_path / "s" / "companyd.sock",
+        Path("/run/companyd/companyd.sock"),
+    ]
+    assert candidate_sockets(env={"STATE_DIRECTORY": "/var/lib/companyd"})[0] == Path(
+        "/var/lib/companyd/companyd.sock"
+    )
+
+
+@pytest.mark.anyio
+async def test_find_daemon_by_state_dir_and_never_another_companys(sock_dir: Path) -> None:
+    a, b = sock_dir / "a", sock_dir / "b"
+    srv = ControlServer(Company(), a / "companyd.sock", state_dir=a)  # type: ignore[arg-type]
+    async with running(srv.run):
+        client = await asyncio.to_thread(find_daemon, state_dir=a, env={})
+        assert client.path == a / "companyd.sock"
+        # The daemon of `a` answers at $RUNTIME_DIRECTORY, but we asked for `b`'s.
+        with pytest.raises(DaemonNotRunning, match="no companyd daemon is running"):
+            await asyncio.to_thread(find_daemon, state_dir=b, env={"RUNTIME_DIRECTORY": str(a)})
+        # Without --state-dir, the runtime directory's daemon is the one.
+        client = await asyncio.to_thread(
+            find_daemon, env={"RUNTIME_DIRECTORY": str(a)}, config=sock_dir / "none.yaml"
+        )
+        assert client.path == a / "companyd.sock"
+        client = await asyncio.to_thread(find_daemon, socket=a / "companyd.sock")
+        assert client.path == a / "companyd.sock"
+    with pytest.raises(DaemonNotRunning) as info:
+        find_daemon(state_dir=a, env={})
+    assert repr(str(a / "companyd.sock")) in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------
+# the CLI, as a real subprocess against the server in this loop
+
+
+async def _cli(*argv: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "companyd",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd="/",
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.anyio
+async def test_cli_commands_against_a_running_daemon(
+    server: tuple[ControlServer, Company], sock_dir: Path
+) -> None:
+    srv, company = server
+    sd = ["--state-dir", str(sock_dir)]
+    code, out, err = await _cli("status", *sd)
+    assert code == 0, err
+    assert out == render_status(json.loads(json.dumps(STATUS)))
+
+    code, out, _ = await _cli("status", "--json", *sd)
+    assert (code, json.loads(out)) == (0, json.loads(json.dumps(STATUS)))
+
+    code, out, _ = await _cli("pause", "cfo", *sd)
+    assert code == 0 and "paused cfo" in out and company.paused == {"cfo"}
+    code, out, _ = await _cli("resume", "cfo", "--socket", str(srv.path))
+    assert (code, out.strip(), company.paused) == (0, "resumed cfo", set())
+
+    code, out, err = await _cli("pause", "cfoo", *sd)
+    assert code == 1 and out == ""
+    assert err.strip() == "companyd: unknown agent 'cfoo'; agents: ceo, cfo, accountant"
+
+    code, out, _ = await _cli("raise-budget", "cfo", "2.50", *sd)
+    assert code == 0 and "raised today's budget of cfo by $2.50" in out
+    code, out, _ = await _cli("raise-budget", "5", "--json", *sd)
+    assert code == 0 and json.loads(out)["agent"] is None
+    assert company.raised == [("cfo", 2.5), (None, 5.0)]
+
+    code, out, _ = await _cli("reload", *sd)
+    assert (code, out.strip()) == (0, "reloaded company.yaml: started cto; 3 unchanged")
+    company.reload_result = {
+        "applied": False,
+        "errors": ["company.yaml:12:3: agents.cfo.budget: expected daily_usd"],
+    }
+    code, out, err = await _cli("reload", *sd)
+    assert code == 1 and "rejected; the daemon keeps running the previous version" in err
+    assert "company.yaml:12:3: agents.cfo.budget" in err
+
+
+@pytest.mark.anyio
+async def test_cli_exit_codes_for_no_daemon_and_bad_arguments(sock_dir: Path) -> None:
+    code, out, err = await _cli("status", "--state-dir", str(sock_dir / "none"))
+    assert code == 69 and out == ""
+    assert "no companyd daemon is running" in err and str(sock_dir / "none") in err
+    code, out, _ = await _cli("status", "--json", "--state-dir", str(sock_dir / "none"))
+    assert code == 69 and json.loads(out)["code"] == "not_running"
+    code, _, err = await _cli("raise-budget", "cfo", "-3", "--state-dir", str(sock_dir))
+    assert code == 2 and "USD must be a positive number" in err and "'-3'" in err
+    code, _, err = await _cli("raise-budget", "a", "b", "5", "--state-dir", str(sock_dir))
+    assert code == 2 and "expected [AGENT] USD" in err
+
+
+@pytest.mark.anyio
+async def test_cli_internal_error_exits_70(sock_dir: Path) -> None:
+    class Broken(Company):
+        async def status(self) -> dict[str, Any]:
+            raise KeyError("tree")
+
+    srv = ControlServer(Broken(), sock_dir / "companyd.sock", state_dir=sock_dir)  # type: ignore[arg-type]
+    async with running(srv.run):
+        code, _, err = await _cli("status", "--state-dir", str(sock_dir))
+    assert code == 70 and "internal error: KeyError" in err
+
+
+# ---------------------------------------------------------------------------------------
+# the status printer
+
+
+def test_status_rendering_shows_every_part() -> None:
+    text = render_status(STATUS)
+    lines = text.splitlines()
+    assert lines[0] == (
+        "companyd 0.1.0 · Northwind Solo · running · pid 4242 · up 2h 03m · OFFLINE model"
+    )
+    assert "loop lag 1 ms (max 48 ms)" in lines[1]
+    assert any(line.startswith("companyd ") and "running" in line for line in lines[2:])
+    tree = "\n".join(lines)
+    assert "└─ agents" in tree and "      ├─ cfo" in tree and "      └─ accountant" in tree
+    assert "paused (operator)" in tree
+    assert "restarting" in tree and "last exit: error:RuntimeError('boom')" in tree
+    assert "Runs in flight (1)" in tree
+    assert "ceo  run-3f9c2a1b7d4e  routine weekly-priorities  1m 12s  $0.02" in tree
+    today = next(line for line in lines if line.strip().startswith("today"))
+    assert "$1.23" in today and "$10.00" in today and "12%" in today
+    month = next(line for line in lines if "this month" in line)
+    assert "$12.34" in month and "$200.00" in month and "6%" in month
+    routines = [line.strip() for line in lines[lines.index("Next routines") + 1 :]]
+    assert routines[0].startswith("in 3h 12m")  # soonest first
+    assert "weekly-priorities → ceo  last: ok" in routines[0]
+    assert "month-close → cfo" in routines[1]
+    assert "Alerts: telegram degraded, 2 queued" in text
+
+
+def test_status_line_for_systemd_and_chat() -> None:
+    assert (
+        status_line(STATUS) == "2/3 agents up, 1 paused · 1 run in flight · $1.23 of $10.00 today"
+    )
+    assert status_line({}) == "running"
+    assert status_line({"daemon": {"state": "reloading"}}).startswith("reloading")
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {},
+        {"tree": "x", "spend": [], "routines": {}, "runs_in_flight": None, "daemon": 3},
+        {
+            "tree": {"children": [1, None, {"children": "no"}]},
+            "spend": {"today": {"used_usd": "a"}},
+        },
+        {"routines": [{"next_fire": 1e300}, {"next_fire": float("nan")}], "now": "yesterday"},
+    ],
+)
+def test_status_rendering_survives_missing_and_wrong_keys(status: dict[str, Any]) -> None:
+    assert render_status(status, now=NOW).endswith("\n")
+    status_line(status)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=30,
+)
+_keys = st.sampled_from(
+    ["daemon", "company", "tree", "runs_in_flight", "spend", "routines", "alerts", "agents", "now"]
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(_keys, _json, max_size=9))
+def test_status_rendering_never_raises_on_any_json(status: dict[str, Any]) -> None:
+    render_status(status, now=NOW)
+    status_line(status)
+
+
+def test_control_error_is_a_companyd_error() -> None:
+    assert issubclass(ControlError, CompanydError)

@@ -1,0 +1,281 @@
+"""The shipped systemd units, their packaged copies, install-service and the CI check."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from companyd.cli import main
+from companyd.daemon.cli import UNIT_NAMES, UNIT_PREFIX_PLACEHOLDER, unit_text
+from companyd.testing.daemon import as_unprivileged, short_dir
+
+REPO = Path(__file__).resolve().parents[2]
+UNITS = REPO / "systemd"
+PACKAGED = REPO / "src" / "companyd" / "daemon" / "unit_files"
+CHECK = REPO / ".ci" / "checks" / "systemd"
+
+
+def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
+    """section → key → every value in order (systemd keys may repeat)."""
+    out: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    section = ""
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            continue
+        key, sep, val = line.partition("=")
+        assert sep, f"{path.name}: not KEY=VALUE: {raw!r}"
+        out[section][key.strip()].append(val.strip())
+    return out
+
+
+@pytest.fixture(scope="module")
+def service() -> dict[str, dict[str, list[str]]]:
+    return parse_unit(UNITS / "companyd.service")
+
+
+@pytest.fixture(scope="module")
+def alert() -> dict[str, dict[str, list[str]]]:
+    return parse_unit(UNITS / "companyd-alert@.service")
+
+
+def one(unit: dict[str, dict[str, list[str]]], section: str, key: str) -> str:
+    values = unit[section].get(key, [])
+    assert len(values) == 1, f"[{section}] {key}= appears {len(values)} times: {values}"
+    return values[0]
+
+
+def test_service_lifecycle_settings(service: dict[str, dict[str, list[str]]]) -> None:
+    s = "Service"
+    assert one(service, s, "Type") == "notify"  # systemd 252 (Debian 12): not notify-reload
+    assert "ReloadSignal" not in service[s]
+    assert one(service, s, "NotifyAccess") == "main"
+    assert one(service, s, "ExecStart") == (
+        f"{UNIT_PREFIX_PLACEHOLDER}/bin/companyd run --config /etc/companyd/company.yaml"
+    )
+    assert one(service, s, "ExecReload") == "/bin/kill -HUP $MAINPID"
+    assert one(service, s, "WatchdogSec") == "60s"
+    assert one(service, s, "Restart") == "on-failure"
+    assert one(service, s, "RestartPreventExitStatus") == "78"
+    assert one(service, s, "KillMode") == "mixed"
+    assert one(service, "Unit", "OnFailure") == "companyd-alert@%n.service"
+    assert one(service, "Install", "WantedBy") == "multi-user.target"
+
+
+def test_service_directories_and_secrets(service: dict[str, dict[str, list[str]]]) -> None:
+    s = "Service"
+    for key in ("StateDirectory", "RuntimeDirectory", "ConfigurationDirectory"):
+        assert one(service, s, key) == "companyd"
+    assert one(service, s, "StateDirectoryMode") == "0700"
+    assert service[s]["LoadCredential"] == [
+        "anthropic_api_key:/etc/companyd/anthropic_api_key",
+        "telegram_bot_token:/etc/companyd/telegram_bot_token",
+    ]
+    for env in service[s].get("Environment", []):
+        assert not any(word in env.upper() for word in ("KEY", "TOKEN", "SECRET")), env
+    assert one(service, s, "UMask") == "0077"
+
+
+def test_service_hardening(service: dict[str, dict[str, list[str]]]) -> None:
+    s = service["Service"]
+    expected = {
+        "DynamicUser": "yes",
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "PrivateDevices": "yes",
+        "ProtectKernelTunables": "yes",
+        "ProtectControlGroups": "yes",
+        "RestrictNamespaces": "yes",
+        "MemoryDenyWriteExecute": "yes",
+        "LockPersonality": "yes",
+        "SystemCallArchitectures": "native",
+        "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+        "CapabilityBoundingSet": "",
+    }
+    for key, val in expected.items():
+        assert s.get(key) == [val], f"{key}={s.get(key)}"
+    assert s["SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
+
+
+def test_alert_unit(alert: dict[str, dict[str, list[str]]]) -> None:
+    s = "Service"
+    assert one(alert, s, "Type") == "oneshot"
+    assert one(alert, s, "ExecStart") == f"{UNIT_PREFIX_PLACEHOLDER}/bin/companyd notify-failure %i"
+    assert alert[s]["LoadCredential"] == ["telegram_bot_token:/etc/companyd/telegram_bot_token"]
+    assert one(alert, s, "ConfigurationDirectory") == "companyd"  # → $CONFIGURATION_DIRECTORY
+    assert "StateDirectory" not in alert[s]  # DynamicUser would re-own the daemon's state
+    assert one(alert, s, "DynamicUser") == "yes"
+    assert one(alert, s, "NoNewPrivileges") == "yes"
+
+
+def test_the_packaged_units_are_the_shipped_ones() -> None:
+    for name in UNIT_NAMES:
+        assert (PACKAGED / name).read_bytes() == (UNITS / name).read_bytes(), (
+            f"src/companyd/daemon/unit_files/{name} differs from systemd/{name}; "
+            "copy systemd/ over it"
+        )
+        assert unit_text(name, Path(UNIT_PREFIX_PLACEHOLDER)) == (UNITS / name).read_text()
+
+
+def _run(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _fake_prefix(tmp_path: Path) -> Path:
+    prefix = tmp_path / "venv"
+    (prefix / "bin").mkdir(parents=True)
+    exe = prefix / "bin" / "companyd"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    return prefix
+
+
+def test_install_service_writes_units_config_and_credentials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix, root = _fake_prefix(tmp_path), tmp_path / "root"
+    yaml = tmp_path / "company.yaml"
+    yaml.write_text("schema: companyd/v1\n")
+    code, out, err = _run(
+        "install-service", "--prefix", str(prefix), "--root", str(root), "--config", str(yaml),
+        capsys=capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    unit = root / "etc/systemd/system/companyd.service"
+    text = unit.read_text()
+    assert f"ExecStart={prefix}/bin/companyd run --config /etc/companyd/company.yaml" in text
+    assert UNIT_PREFIX_PLACEHOLDER not in text
+    assert stat.S_IMODE(unit.stat().st_mode) == 0o644
+    alert = (root / "etc/systemd/system/companyd-alert@.service").read_text()
+    assert f"ExecStart={prefix}/bin/companyd notify-failure %i" in alert
+    conf = root / "etc/companyd"
+    assert (conf / "company.yaml").read_text() == "schema: companyd/v1\n"
+    for cred in ("anthropic_api_key", "telegram_bot_token"):
+        assert (conf / cred).read_bytes() == b""
+        assert stat.S_IMODE((conf / cred).stat().st_mode) == 0o600
+    assert "systemctl daemon-reload && sudo systemctl enable --now companyd" in out
+
+    # Again: secrets and company.yaml already there are never touched.
+    (conf / "anthropic_api_key").write_text("sk-real")
+    (conf / "company.yaml").write_text("mine\n")
+    code, out, _ = _run(
+        "install-service", "--prefix", str(prefix), "--root", str(root), "--config", str(yaml),
+        capsys=capsys,
+    )  # fmt: skip
+    assert code == 0 and "keep the existing" in out
+    assert (conf / "anthropic_api_key").read_text() == "sk-real"
+    assert (conf / "company.yaml").read_text() == "mine\n"
+
+
+def test_install_service_dry_run_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "root"
+    code, out, _ = _run(
+        "install-service", "--dry-run", "--prefix", str(_fake_prefix(tmp_path)), "--root",
+        str(root), capsys=capsys,
+    )  # fmt: skip
+    assert code == 0
+    assert "would" in out and f"write {root}/etc/systemd/system/companyd.service" in out
+    assert not root.exists()
+
+
+def test_install_service_refuses_a_prefix_without_companyd(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run(
+        "install-service", "--prefix", str(tmp_path / "nowhere"), "--root", str(tmp_path),
+        capsys=capsys,
+    )  # fmt: skip
+    assert code == 2 and "there is no companyd executable at" in err and "--prefix" in err
+    spaced = tmp_path / "my venv"
+    code, _, err = _run("install-service", "--prefix", str(spaced), capsys=capsys)
+    assert code == 2 and "contains whitespace" in err
+
+
+def test_install_service_without_permission_says_sudo() -> None:
+    with short_dir() as base:
+        base.chmod(0o755)  # readable by everyone ...
+        prefix = _fake_prefix(base)
+        root = base / "ro"
+        root.mkdir(mode=0o555)  # ... but nobody may write here
+        argv = ["install-service", "--prefix", str(prefix), "--root", str(root)]
+        # root may write anywhere: then run it as `nobody` in a forked child
+        run = as_unprivileged if os.geteuid() == 0 else (lambda fn: fn())
+        result = run(lambda: _attempt(argv))
+        assert not any(root.iterdir())
+    code, _, err = result.partition("|")
+    assert code == "1", err
+    assert "permission denied; run it as root (`sudo companyd install-service`)" in err
+
+
+def _attempt(argv: list[str]) -> str:
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    return f"{code}|{err.getvalue()}"
+
+
+needs_systemd_analyze = pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None,
+    reason="systemd-analyze is not installed (Debian: apt-get install systemd); "
+    ".ci/checks/systemd installs it in CI",
+)
+
+
+@needs_systemd_analyze
+def test_ci_check_passes_on_the_shipped_units() -> None:
+    out = subprocess.run([str(CHECK)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "verify OK: companyd.service companyd-alert@.service" in out.stdout
+    assert "security OK: companyd.service exposure" in out.stdout
+
+
+def _weaken(text: str) -> str:
+    """The unit without its hardening block (what a careless edit could do)."""
+    head, _, rest = text.partition("# Hardening")
+    _, _, tail = rest.partition("[Install]")
+    return head + "[Install]" + tail
+
+
+@needs_systemd_analyze
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace("Type=notify", "Type=notify-reload"), "Failed to parse service type"),
+        (lambda t: t.replace("WatchdogSec=", "WatchdogSecs="), "Unknown key 'WatchdogSecs'"),
+        (
+            lambda t: t.replace("ExecStart=/", "ExecStart=relative/"),
+            "Neither a valid executable name nor an absolute path",
+        ),
+        (_weaken, "exposure"),
+    ],
+    ids=["notify-reload-on-252", "misspelt-key", "relative-exec", "hardening-removed"],
+)
+def test_ci_check_fails_on_a_broken_or_weakened_unit(
+    tmp_path: Path, edit: Callable[[str], str], message: str
+) -> None:
+    text = (UNITS / "companyd.service").read_text()
+    unit = tmp_path / "companyd.service"
+    unit.write_text(edit(text))
+    assert unit.read_text() != text
+    out = subprocess.run([str(CHECK), str(unit)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout
+    assert message in out.stderr, out.stderr
