@@ -309,6 +309,7 @@ class Agent:
             answer=state.answer,
             cost_usd=float(state.cost),
             steps=state.breaker.steps,
+            tokens=state.usage.total_tokens,
             models=tuple(dict.fromkeys(state.models)),
             offline=state.offline,
         )

@@ -38,6 +38,7 @@ from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
 from companyd.daemon.child import ChildContext, ChildFn
 from companyd.events import Event, EventBus
+from companyd.roles.improver import Proposals, improver_tools
 from companyd.roles.journal import Journal, TaskState
 from companyd.roles.model import ModelBackend
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
@@ -107,7 +108,9 @@ class Staff:
         spend: the spend book (reservations and budgets).
         backend: the model backend (Claude or the offline stand-in).
         budget_exhausted_error: the exception type ``spend.reserve`` raises on refusal.
-        state_dir: the daemon's state directory (improver proposals live there).
+        state_dir: the daemon's state directory.
+        proposals: the improver's proposal store (gives agents with ``can_modify`` their
+            tools).
     """
 
     def __init__(
@@ -122,7 +125,7 @@ class Staff:
         backend: ModelBackend,
         budget_exhausted_error: type[Exception],
         state_dir: Path,
-        extra_tools: Mapping[str, list[Tool]] | None = None,
+        proposals: Proposals | None = None,
     ) -> None:
         self.config = config
         self.bus = bus
@@ -133,7 +136,7 @@ class Staff:
         self.backend = backend
         self.budget_exhausted_error = budget_exhausted_error
         self.state_dir = state_dir
-        self.extra_tools: dict[str, list[Tool]] = dict(extra_tools or {})
+        self.proposals = proposals
         self._mailbox: dict[str, collections.deque[Task]] = {
             s: collections.deque() for s in config.agents
         }
@@ -361,7 +364,13 @@ class Staff:
         """Every tool ``agent`` may use; external MCP servers are started on ``stack``."""
         tools: list[Tool] = memory_tools(self.memory)
         tools += self._colleague_tools(agent)
-        tools += self.extra_tools.get(agent.slug, [])
+        if agent.can_modify and self.proposals is not None:
+            tools += improver_tools(
+                agent.slug,
+                agent.can_modify,
+                self.proposals,
+                lambda a: self.journal.runs(agent=a, limit=10),
+            )
         for name, spec in agent.mcp_servers.items():
             server = await stack.enter_async_context(McpToolServer(name, spec))
             tools += server.tools
