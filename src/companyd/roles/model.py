@@ -226,3 +226,19 @@ class SpendLimitReached(ModelError):
 
     Not retried: every agent is paused and a critical event is published.
     """
+
+
+def estimate_input_tokens(request: ModelRequest) -> int:
+    """A guaranteed upper bound of the input tokens ``request`` will be billed for.
+
+    A token is never shorter than one byte, so the UTF-8 length of everything sent (system
+    prompt, tool definitions, messages, as JSON) plus a per-message allowance for the API's
+    own framing bounds the real count from above. It over-reserves (real text runs about four
+    bytes per token), which only makes budgets refuse a little earlier — never overshoot.
+    """
+    import json
+
+    size = len(request.system.encode())
+    size += len(json.dumps([t.to_api() for t in request.tools], ensure_ascii=False).encode())
+    size += len(json.dumps(list(request.messages), ensure_ascii=False, default=str).encode())
+    return size + 16 * (len(request.messages) + len(request.tools)) + 64

@@ -109,6 +109,7 @@ class RunOutcome:
     answer: str = ""
     cost_usd: float = 0.0
     steps: int = 0
+    tokens: int = 0
     models: tuple[str, ...] = field(default=())
     offline: bool = False
 
@@ -126,6 +127,7 @@ class RunOutcome:
             "answer": self.answer,
             "cost_usd": self.cost_usd,
             "steps": self.steps,
+            "tokens": self.tokens,
             "models": list(self.models),
             "started": self.started,
             "ended": self.ended,

@@ -1,0 +1,591 @@
+"""One role agent: a supervised child that runs tasks from its mailbox, one at a time.
+
+An :class:`Agent` is created by its supervisor each time it starts and owns nothing that
+must outlive it: its mailbox, pause state and waiting callers live in
+:class:`~companyd.roles.staff.Staff`, its progress in the :class:`~companyd.roles.journal.Journal`.
+So a restart is cheap and safe: the new instance resumes the unfinished run from its last
+journaled step and carries on with the mailbox.
+
+A run is the tool-use loop — system prompt (instructions + company context) and tools as
+the cacheable prefix, the task as the first user message, then model call → tool calls →
+model call … until the model ends its turn — wrapped in the defences against failures that
+do not raise (seeds/001 lists them):
+
+* **runaway cost** — each call reserves its worst case against the budgets first
+  (:class:`~companyd.spend.SpendBook`); a refusal ends the run ``budget_exhausted`` and
+  pauses the agent;
+* **loops and endless runs** — the per-run :class:`~companyd.roles.breaker.Breaker`;
+* **a stuck run** — the heartbeat: no progress (a model or tool call starting or finishing)
+  for ``heartbeat_seconds`` cancels the run and crashes the agent, so its supervisor
+  restarts it;
+* **a run that did 7 of 10 steps** — the journal: resume, never re-pay, never re-run a
+  non-idempotent tool blindly;
+* **one input that crashes the agent every time** — a task that made its agent crash twice
+  is quarantined (never retried automatically);
+* **valid-but-wrong output** — an optional reviewer agent checks the result against the
+  task's ``expected_output``; a rejection is a failed attempt;
+* **provider trouble** — graduated fallback through the agent's model chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from companyd.config import AgentConfig
+from companyd.daemon.child import ChildContext
+from companyd.roles.breaker import Breaker, BreakerTripped
+from companyd.roles.journal import JournaledRun, Step, TaskState
+from companyd.roles.model import (
+    ModelBadRequest,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    SpendLimitReached,
+    Usage,
+    estimate_input_tokens,
+)
+from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
+from companyd.roles.tools import ToolBox, ToolCallContext, unknown_outcome_result
+
+if TYPE_CHECKING:
+    from companyd.roles.staff import Staff
+
+__all__ = ["QUARANTINE_AFTER", "Agent", "HeartbeatTimeout"]
+
+log = logging.getLogger(__name__)
+
+#: A task that made its agent crash this many times is quarantined.
+QUARANTINE_AFTER = 2
+#: Runs a task gets when a reviewer keeps rejecting it.
+MAX_REVIEW_ATTEMPTS = 2
+
+
+class HeartbeatTimeout(Exception):
+    """A run made no progress for ``heartbeat_seconds``: the agent crashes on purpose."""
+
+
+class _RunEnded(Exception):
+    """Ends a run early with a status other than ok."""
+
+    def __init__(self, status: RunStatus, reason: str | None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class _Stopping(Exception):
+    """The supervisor asked the agent to stop; the run stays journaled to resume later."""
+
+
+@dataclass
+class _PendingTool:
+    tool_use: Mapping[str, Any]
+    result: dict[str, Any] | None
+    started: bool
+
+
+@dataclass
+class _RunState:
+    task: Task
+    run_id: str
+    attempt: int
+    started_wall: float
+    messages: list[dict[str, Any]]
+    breaker: Breaker
+    seq: int = 0
+    cost: Decimal = Decimal(0)
+    usage: Usage = field(default_factory=Usage)
+    models: list[str] = field(default_factory=list)
+    offline: bool = False
+    answer: str = ""
+    pending: list[_PendingTool] = field(default_factory=list)
+
+
+class Agent:
+    """One agent instance (a new one per supervisor start).
+
+    Args:
+        config: the agent's resolved configuration.
+        staff: the company's agents (mailboxes, dependencies, routing).
+    """
+
+    def __init__(self, config: AgentConfig, staff: Staff) -> None:
+        self.config = config
+        self.slug = config.slug
+        self.staff = staff
+        self._last_progress = staff.clock.monotonic()
+        self._toolbox = ToolBox()
+        self._current: _RunState | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def run(self, ctx: ChildContext) -> None:
+        """The supervised child body: open tools, resume, then serve the mailbox."""
+        staff = self.staff
+        async with contextlib.AsyncExitStack() as stack:
+            self._toolbox = await staff.toolbox_for(self.config, stack)
+            ctx.started()
+            for unfinished in await staff.journal.unfinished_runs(self.slug):
+                if ctx.stopping.is_set():
+                    return
+                await self._resume(unfinished, ctx)
+            while not ctx.stopping.is_set():
+                task = await staff.next_task(self.slug, ctx.stopping)
+                if task is None:
+                    return
+                await self._serve(task, ctx)
+
+    async def _serve(self, task: Task, ctx: ChildContext) -> None:
+        """Run one task from the mailbox to an outcome (or until a stop request)."""
+        attempt = await self.staff.journal.attempts(task.id) + 1
+        state = self._new_state(task, new_id("run"), attempt)
+        await self.staff.journal.start_run(task, state.run_id, attempt, state.started_wall)
+        self.staff.bus.emit(
+            "run_started",
+            f"agent/{self.slug}",
+            agent=self.slug,
+            task_id=task.id,
+            run_id=state.run_id,
+            routine=task.routine,
+        )
+        await self._guarded(state, ctx, resumed=False)
+
+    async def _resume(self, jr: JournaledRun, ctx: ChildContext) -> None:
+        state = self._new_state(jr.task, jr.run_id, jr.attempt)
+        state.started_wall = jr.started
+        self._replay(state, jr.steps)
+        log.info(
+            "agent %s resumes run %s of task %s from step %d",
+            self.slug,
+            jr.run_id,
+            jr.task.id,
+            state.breaker.steps,
+        )
+        self.staff.bus.emit(
+            "run_started",
+            f"agent/{self.slug}",
+            agent=self.slug,
+            task_id=jr.task.id,
+            run_id=jr.run_id,
+            routine=jr.task.routine,
+            resumed_at_step=state.breaker.steps,
+        )
+        await self._guarded(state, ctx, resumed=True)
+
+    def _new_state(self, task: Task, run_id: str, attempt: int) -> _RunState:
+        return _RunState(
+            task=task,
+            run_id=run_id,
+            attempt=attempt,
+            started_wall=self.staff.clock.time(),
+            messages=[{"role": "user", "content": self._task_message(task)}],
+            breaker=Breaker(self.config.limits, self.staff.clock.monotonic()),
+        )
+
+    # -- the guarded run: heartbeat, crash accounting, outcome ------------------------------
+
+    async def _guarded(self, state: _RunState, ctx: ChildContext, *, resumed: bool) -> None:
+        staff = self.staff
+        self._current = state
+        self._progress()
+        work = asyncio.create_task(self._execute(state, ctx, resumed=resumed))
+        try:
+            await self._watch_heartbeat(work)
+            status, reason = work.result()
+        except _Stopping:
+            return  # journaled as running; resumed on the next start
+        except Exception as exc:
+            # The agent crashes: let its supervisor restart it. Count the crash against the
+            # task first, so an input that crashes the agent every time ends in quarantine.
+            error = f"{type(exc).__name__}: {exc}"
+            crashes = await staff.journal.record_crash(state.task.id, error, staff.clock.time())
+            if crashes >= QUARANTINE_AFTER:
+                await self._quarantine(state, crashes)
+            raise
+        finally:
+            self._current = None
+            if not work.done():
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+        if status is RunStatus.OK and state.task.reviewer and self.slug != state.task.reviewer:
+            verdict = await staff.review(state.task, state.answer, self.slug)
+            if verdict is not None:
+                status, reason = RunStatus.FAILED, f"rejected by {state.task.reviewer}: {verdict}"
+        await self._finish(state, status, reason)
+
+    async def _watch_heartbeat(self, work: asyncio.Task[tuple[RunStatus, str | None]]) -> None:
+        clock = self.staff.clock
+        limit = self.config.heartbeat_seconds
+        while not work.done():
+            remaining = limit - (clock.monotonic() - self._last_progress)
+            if remaining <= 0:
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+                raise HeartbeatTimeout(
+                    f"run made no progress for {limit:g} s (heartbeat_seconds); "
+                    "cancelled and the agent crashed so its supervisor restarts it"
+                )
+            sleeper = asyncio.ensure_future(clock.sleep(remaining))
+            try:
+                await asyncio.wait({work, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+
+    def _progress(self) -> None:
+        self._last_progress = self.staff.clock.monotonic()
+
+    async def _quarantine(self, state: _RunState, crashes: int) -> None:
+        staff = self.staff
+        got = await staff.journal.get_task(state.task.id)
+        errors = got[3] if got else []
+        outcome = self._outcome(
+            state,
+            RunStatus.QUARANTINED,
+            f"quarantined after {crashes} crashes: {errors[-1] if errors else 'unknown error'}",
+        )
+        await staff.journal.finish_run(outcome, TaskState.QUARANTINED)
+        staff.bus.emit(
+            "task_quarantined",
+            f"agent/{self.slug}",
+            agent=self.slug,
+            task_id=state.task.id,
+            run_id=state.run_id,
+            routine=state.task.routine,
+            crashes=crashes,
+            errors=errors[-QUARANTINE_AFTER:],
+            prompt=state.task.prompt[:200],
+        )
+        staff.finished(outcome)
+
+    async def _finish(self, state: _RunState, status: RunStatus, reason: str | None) -> None:
+        staff = self.staff
+        outcome = self._outcome(state, status, reason)
+        await staff.journal.finish_run(outcome, TaskState.DONE)
+        src = f"agent/{self.slug}"
+        common: dict[str, Any] = {
+            "agent": self.slug,
+            "task_id": state.task.id,
+            "run_id": state.run_id,
+            "routine": state.task.routine,
+            "cost_usd": outcome.cost_usd,
+            "steps": outcome.steps,
+        }
+        if status is RunStatus.OK:
+            staff.bus.emit("run_finished", src, status=str(status), **common)
+        else:
+            staff.bus.emit("run_failed", src, status=str(status), reason=reason, **common)
+        if status is RunStatus.FAILED and reason and reason.startswith("rejected by"):
+            attempts = await staff.journal.attempts(state.task.id)
+            if attempts < MAX_REVIEW_ATTEMPTS:
+                # a rejected result is a failed attempt: try once more with the feedback
+                retry = replace(
+                    state.task,
+                    prompt=f"{state.task.prompt}\n\nA previous attempt was {reason}. "
+                    "Address that feedback.",
+                )
+                staff.requeue(retry)
+                return
+        staff.finished(outcome)
+
+    def _outcome(self, state: _RunState, status: RunStatus, reason: str | None) -> RunOutcome:
+        return RunOutcome(
+            task_id=state.task.id,
+            run_id=state.run_id,
+            agent=self.slug,
+            status=status,
+            started=state.started_wall,
+            ended=self.staff.clock.time(),
+            reason=reason,
+            answer=state.answer,
+            cost_usd=float(state.cost),
+            steps=state.breaker.steps,
+            tokens=state.usage.total_tokens,
+            models=tuple(dict.fromkeys(state.models)),
+            offline=state.offline,
+        )
+
+    # -- the tool-use loop ------------------------------------------------------------------
+
+    async def _execute(
+        self, state: _RunState, ctx: ChildContext, *, resumed: bool
+    ) -> tuple[RunStatus, str | None]:
+        """Run the loop to an end. Returns (status, reason); raises _Stopping on a stop
+        request, anything else on a crash."""
+        try:
+            if resumed:
+                await self._complete_pending_tools(state)
+            while True:
+                if ctx.stopping.is_set():
+                    raise _Stopping
+                state.breaker.check(self.staff.clock.monotonic())
+                response = await self._step(state)
+                if response.stop_reason == "tool_use" and response.tool_uses:
+                    await self._run_tools(state, response.tool_uses)
+                    continue
+                if response.stop_reason == "pause_turn":
+                    continue
+                state.answer = response.text
+                if response.stop_reason == "refusal":
+                    return RunStatus.FAILED, "the model refused the task"
+                if response.stop_reason == "max_tokens":
+                    return RunStatus.OK, "answer truncated at max_output_tokens"
+                return RunStatus.OK, None
+        except BreakerTripped as exc:
+            self.staff.bus.emit(
+                "circuit_breaker",
+                f"agent/{self.slug}",
+                agent=self.slug,
+                task_id=state.task.id,
+                run_id=state.run_id,
+                routine=state.task.routine,
+                limit=exc.limit,
+                reason=str(exc),
+            )
+            return RunStatus.CIRCUIT_BREAKER, str(exc)
+        except _RunEnded as exc:
+            return exc.status, exc.reason
+
+    async def _step(self, state: _RunState) -> ModelResponse:
+        """One model call (with fallback), settled and journaled before returning."""
+        staff = self.staff
+        base = ModelRequest(
+            model=self.config.model.primary,
+            system=staff.system_prompt(self.config),
+            messages=list(state.messages),
+            tools=self._toolbox.definitions(),
+            max_tokens=self.config.model.max_output_tokens,
+            metadata={"agent": self.slug, "run_id": state.run_id, "step": state.breaker.steps},
+        )
+        response, cost = await self._call_with_fallback(state, base)
+        self._progress()
+        state.seq += 1
+        await staff.journal.append_step(
+            state.run_id,
+            state.seq,
+            "llm",
+            {
+                "model": response.model,
+                "content": list(response.content),
+                "stop_reason": response.stop_reason,
+                "usage": response.usage.to_dict(),
+                "cost": str(cost),
+                "offline": response.offline,
+                "request_id": response.request_id,
+            },
+            staff.clock.time(),
+        )
+        self._account(state, response.model, response.usage, cost, response.offline)
+        state.messages.append({"role": "assistant", "content": list(response.content)})
+        await staff.journal.update_run_totals(
+            state.run_id,
+            cost=str(state.cost),
+            steps=state.breaker.steps,
+            models=state.models,
+            offline=state.offline,
+        )
+        return response
+
+    def _account(
+        self, state: _RunState, model: str, usage: Usage, cost: Decimal, offline: bool
+    ) -> None:
+        state.breaker.add_step(usage.total_tokens, cost)
+        state.cost += cost
+        state.usage = state.usage + usage
+        state.models.append(model)
+        state.offline = state.offline or offline
+
+    async def _call_with_fallback(
+        self, state: _RunState, base: ModelRequest
+    ) -> tuple[ModelResponse, Decimal]:
+        staff = self.staff
+        chain = self.config.model.chain
+        failures: list[str] = []
+        for i, model in enumerate(chain):
+            request = replace(base, model=model)
+            try:
+                reservation = await staff.spend.reserve(
+                    agent=self.slug,
+                    run_id=state.run_id,
+                    routine=state.task.routine,
+                    model=model,
+                    input_tokens=estimate_input_tokens(request),
+                    max_output_tokens=request.max_tokens,
+                )
+            except staff.budget_exhausted_error as exc:
+                staff.pause(self.slug, f"budget: {exc}", budget=True)
+                raise _RunEnded(RunStatus.BUDGET_EXHAUSTED, str(exc)) from None
+            settled = False
+            try:
+                self._progress()
+                response = await staff.backend.create(request)
+                cost = await staff.spend.settle(
+                    reservation,
+                    model=response.model,
+                    usage=response.usage,
+                    request_id=response.request_id,
+                )
+                settled = True
+                return response, cost
+            except SpendLimitReached as exc:
+                staff.api_spend_limit(str(exc))
+                raise _RunEnded(
+                    RunStatus.BUDGET_EXHAUSTED,
+                    f"the Anthropic organisation's API spend limit is reached: {exc}",
+                ) from None
+            except ModelBadRequest:
+                raise  # our request is wrong: crash (a poison input ends in quarantine)
+            except ModelError as exc:
+                if not exc.retryable:
+                    raise
+                failures.append(f"{model}: {type(exc).__name__}: {exc}")
+                self._progress()
+                if i + 1 < len(chain):
+                    staff.bus.emit(
+                        "model_fallback",
+                        f"agent/{self.slug}",
+                        agent=self.slug,
+                        run_id=state.run_id,
+                        from_model=model,
+                        to_model=chain[i + 1],
+                        reason=f"{type(exc).__name__}: {exc}",
+                    )
+            finally:
+                if not settled:
+                    await asyncio.shield(staff.spend.release(reservation))
+        raise _RunEnded(RunStatus.FAILED, "every model in the chain failed: " + "; ".join(failures))
+
+    async def _run_tools(self, state: _RunState, tool_uses: Sequence[Mapping[str, Any]]) -> None:
+        """Run the tool calls of one response (concurrently; the model asked for them
+        together), journaling each start and result, then append the results turn."""
+        for tu in tool_uses:
+            state.breaker.note_tool_call(str(tu.get("name")), tu.get("input") or {})
+        results = await asyncio.gather(*(self._run_tool(state, tu) for tu in tool_uses))
+        state.messages.append({"role": "user", "content": list(results)})
+
+    async def _run_tool(self, state: _RunState, tool_use: Mapping[str, Any]) -> dict[str, Any]:
+        staff = self.staff
+        tool_id = str(tool_use.get("id"))
+        state.seq += 1
+        await staff.journal.append_step(
+            state.run_id,
+            state.seq,
+            "tool_start",
+            {"name": tool_use.get("name"), "input": tool_use.get("input")},
+            staff.clock.time(),
+            key=tool_id,
+        )
+        self._progress()
+        ctx = ToolCallContext(
+            agent=self.slug,
+            run_id=state.run_id,
+            task_id=state.task.id,
+            consult_chain=state.task.consult_chain,
+        )
+        result = await self._toolbox.call(tool_use, ctx)
+        self._progress()
+        state.seq += 1
+        await staff.journal.append_step(
+            state.run_id, state.seq, "tool_result", result, staff.clock.time(), key=tool_id
+        )
+        return result
+
+    # -- resume -----------------------------------------------------------------------------
+
+    def _replay(self, state: _RunState, steps: Sequence[Step]) -> None:
+        """Rebuild the conversation and the breaker's counters from journaled steps.
+
+        If the last model response asked for tools whose results are not all journaled,
+        they are left in ``state.pending`` for :meth:`_complete_pending_tools`.
+        """
+        results = {s.key: s.payload for s in steps if s.kind == "tool_result" and s.key}
+        started = {s.key for s in steps if s.kind == "tool_start" and s.key}
+        state.seq = steps[-1].seq if steps else 0
+        for s in steps:
+            if s.kind != "llm":
+                continue
+            p = s.payload
+            usage = Usage(**p["usage"])
+            self._account(state, p["model"], usage, Decimal(p["cost"]), bool(p["offline"]))
+            content = p["content"]
+            state.messages.append({"role": "assistant", "content": content})
+            uses = [b for b in content if b.get("type") == "tool_use"]
+            if not uses:
+                state.answer = "".join(
+                    b.get("text", "") for b in content if b.get("type") == "text"
+                )
+                continue
+            state.pending = [
+                _PendingTool(
+                    tool_use=u,
+                    result=results.get(str(u["id"])),
+                    started=str(u["id"]) in started,
+                )
+                for u in uses
+            ]
+            if all(p.result is not None for p in state.pending):
+                state.messages.append(
+                    {"role": "user", "content": [p.result for p in state.pending]}
+                )
+                state.pending = []
+
+    async def _complete_pending_tools(self, state: _RunState) -> None:
+        """Finish what a crash interrupted.
+
+        Tool calls with a journaled result keep it; calls that never started, or whose tool
+        is idempotent, run (again); a non-idempotent call that started without a result gets
+        an "outcome unknown" result instead — no second tweet. If the journal ends with a
+        final answer, the run had finished in all but its outcome row.
+        """
+        if not state.pending:
+            last = state.messages[-1]
+            if last["role"] == "assistant" and not any(
+                b.get("type") == "tool_use" for b in last["content"]
+            ):
+                raise _RunEnded(RunStatus.OK, None)
+            return
+        staff = self.staff
+        results: list[dict[str, Any]] = []
+        for p in state.pending:
+            tid, name = str(p.tool_use["id"]), str(p.tool_use["name"])
+            if p.result is not None:
+                results.append(p.result)
+            elif p.started and not self._toolbox.is_idempotent(name):
+                r = unknown_outcome_result(tid, name)
+                state.seq += 1
+                await staff.journal.append_step(
+                    state.run_id, state.seq, "tool_result", r, staff.clock.time(), key=tid
+                )
+                results.append(r)
+            else:
+                results.append(await self._run_tool(state, p.tool_use))
+        state.messages.append({"role": "user", "content": results})
+        state.pending = []
+
+    # -- prompts ----------------------------------------------------------------------------
+
+    def _task_message(self, task: Task) -> str:
+        tz = ZoneInfo(self.staff.config.timezone)
+        when = datetime.fromtimestamp(task.created, tz).strftime("%Y-%m-%d %H:%M %Z")
+        origin = {
+            "operator": "the founder",
+        }.get(task.source, task.source.replace("routine:", "routine ").replace("agent:", ""))
+        parts = [f"Task {task.id} from {origin}, {when}:", task.prompt]
+        if task.expected_output:
+            parts.append(f"Expected output: {task.expected_output}")
+        if task.consult_chain:
+            parts.append(
+                "You are being consulted by "
+                + " → ".join(task.consult_chain)
+                + ". Answer the question directly."
+            )
+        return "\n\n".join(parts)

@@ -1,0 +1,459 @@
+"""The improver: proposals to change other agents, applied only with the operator's approval.
+
+An agent whose company.yaml entry has ``can_modify: [...]`` gets two tools:
+
+* ``read_agent(agent)`` — that agent's instructions, model, limits and recent runs;
+* ``propose_change(agent, instructions, reason)`` — a proposal to replace its instructions.
+
+A proposal is a unified diff of the file that holds the instructions (company.yaml for
+inline ``instructions``, or the ``instructions_file``), computed against the file as it is
+now and validated as a whole company.yaml before it is stored. Nothing changes until the
+operator approves it (``companyd approve ID``, or the Telegram button); then the file is
+rewritten atomically and the daemon reloads. An applied proposal can be reverted
+(``companyd revert ID``) as long as the file still holds what the proposal wrote. A file
+edited by hand since the proposal was made is never overwritten: the proposal is refused
+as stale.
+
+Proposals live in ``proposals.sqlite`` in the state directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+import hashlib
+import os
+import sqlite3
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from companyd.clock import Clock
+from companyd.config import CompanyConfig, load_config_text
+from companyd.errors import CompanydError, ConfigError
+from companyd.events import EventBus
+from companyd.roles.tasks import new_id
+from companyd.roles.tools import Tool, ToolCallContext, ToolError, json_schema
+
+__all__ = ["Proposal", "ProposalError", "Proposals", "improver_tools", "replace_instructions"]
+
+
+class ProposalError(CompanydError):
+    """A proposal cannot be made, applied, rejected or reverted as asked."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Proposal:
+    id: str
+    agent: str
+    proposer: str
+    reason: str
+    file: str
+    diff: str
+    base_sha: str
+    new_sha: str
+    status: str  # pending | applied | rejected | reverted
+    created: float
+    decided: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "agent": self.agent,
+            "proposer": self.proposer,
+            "reason": self.reason,
+            "file": self.file,
+            "diff": self.diff,
+            "status": self.status,
+            "created": self.created,
+            "decided": self.decided,
+        }
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS proposals (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    proposer TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    file TEXT NOT NULL,
+    diff TEXT NOT NULL,
+    old_text TEXT NOT NULL,
+    new_text TEXT NOT NULL,
+    base_sha TEXT NOT NULL,
+    new_sha TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created REAL NOT NULL,
+    decided REAL
+);
+"""
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Proposals:
+    """The proposal store and its operations.
+
+    Args:
+        state_dir: where ``proposals.sqlite`` lives.
+        config: the current company (updated by :meth:`reconfigure` after reloads).
+        bus: for ``proposal_created`` / ``proposal_applied`` events.
+        clock: time source.
+        reload: called after a proposal is applied or reverted (the daemon's reload).
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        config: CompanyConfig,
+        *,
+        bus: EventBus,
+        clock: Clock,
+        reload: Callable[[], Awaitable[Any]] | None = None,
+    ) -> None:
+        self.path = state_dir / "proposals.sqlite"
+        self.config = config
+        self.bus = bus
+        self.clock = clock
+        self._reload = reload
+        self._lock = asyncio.Lock()
+
+    def reconfigure(self, config: CompanyConfig) -> None:
+        self.config = config
+
+    def _db(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(_SCHEMA)
+        return db
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        db = self._db()
+        try:
+            return db.execute(sql, args).fetchall()
+        finally:
+            db.close()
+
+    async def _q(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return await asyncio.to_thread(self._query, sql, args)
+
+    # -- creating -------------------------------------------------------------------------
+
+    async def propose(self, proposer: str, agent: str, instructions: str, reason: str) -> Proposal:
+        """Store a proposal to replace ``agent``'s instructions (validated, not applied)."""
+        cfg = self.config
+        if agent not in cfg.agents:
+            raise ProposalError(f"no agent named {agent!r}; agents: {', '.join(cfg.agents)}")
+        spec = cfg.spec.agents[agent]
+        if spec.instructions_file:
+            target = (cfg.base_dir / spec.instructions_file).absolute()
+            old = await asyncio.to_thread(target.read_text, encoding="utf-8")
+            new = instructions.rstrip("\n") + "\n"
+        else:
+            target = cfg.path
+            old = await asyncio.to_thread(target.read_text, encoding="utf-8")
+            new = replace_instructions(old, agent, instructions)
+        if old == new:
+            raise ProposalError("the proposed instructions are the same as the current ones")
+        company_text = new if target == cfg.path else cfg.text
+        try:
+            checked = load_config_text(company_text, file=cfg.path.name, base_dir=cfg.base_dir)
+        except ConfigError as exc:
+            raise ProposalError(f"the change would make company.yaml invalid: {exc}") from None
+        if (
+            target == cfg.path
+            and checked.agents[agent].instructions.strip() != instructions.strip()
+        ):
+            raise ProposalError(
+                "the instructions could not be written into company.yaml faithfully (leading "
+                "spaces on the first line?); rephrase them"
+            )
+        diff = "".join(
+            difflib.unified_diff(
+                old.splitlines(keepends=True),
+                new.splitlines(keepends=True),
+                fromfile=f"a/{target.name}",
+                tofile=f"b/{target.name}",
+            )
+        )
+        p = Proposal(
+            id=new_id("prop"),
+            agent=agent,
+            proposer=proposer,
+            reason=reason.strip() or "(no reason given)",
+            file=str(target),
+            diff=diff,
+            base_sha=_sha(old),
+            new_sha=_sha(new),
+            status="pending",
+            created=self.clock.time(),
+            decided=None,
+        )
+        await self._q(
+            "INSERT INTO proposals VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                p.id,
+                p.agent,
+                p.proposer,
+                p.reason,
+                p.file,
+                p.diff,
+                old,
+                new,
+                p.base_sha,
+                p.new_sha,
+                p.status,
+                p.created,
+                None,
+            ),
+        )
+        self.bus.emit(
+            "proposal_created",
+            "improver",
+            proposal_id=p.id,
+            agent=agent,
+            proposer=proposer,
+            reason=p.reason,
+            diff=diff[:1500],
+        )
+        return p
+
+    # -- deciding -------------------------------------------------------------------------
+
+    async def list(self, include_decided: bool = True) -> list[Proposal]:
+        sql = "SELECT id, agent, proposer, reason, file, diff, base_sha, new_sha, status, "
+        sql += "created, decided FROM proposals"
+        if not include_decided:
+            sql += " WHERE status = 'pending'"
+        sql += " ORDER BY created DESC LIMIT 100"
+        return [_row(r) for r in await self._q(sql)]
+
+    async def get(self, proposal_id: str) -> tuple[Proposal, str, str]:
+        rows = await self._q(
+            "SELECT id, agent, proposer, reason, file, diff, base_sha, new_sha, status, "
+            "created, decided, old_text, new_text FROM proposals WHERE id = ?",
+            (proposal_id,),
+        )
+        if not rows:
+            known = [p.id for p in await self.list(include_decided=False)]
+            raise ProposalError(
+                f"no proposal {proposal_id!r}; pending: {', '.join(known) or '(none)'}"
+            )
+        r = rows[0]
+        return _row(r[:11]), r[11], r[12]
+
+    async def approve(self, proposal_id: str) -> Proposal:
+        """Apply a pending proposal and reload."""
+        async with self._lock:
+            p, _, new = await self.get(proposal_id)
+            if p.status != "pending":
+                raise ProposalError(f"proposal {p.id} is {p.status}, not pending")
+            await self._swap(Path(p.file), expect_sha=p.base_sha, text=new, what=p.id)
+            await self._decide(p.id, "applied")
+        self.bus.emit("proposal_applied", "improver", proposal_id=p.id, agent=p.agent)
+        if self._reload is not None:
+            await self._reload()
+        return (await self.get(p.id))[0]
+
+    async def reject(self, proposal_id: str) -> Proposal:
+        async with self._lock:
+            p, _, _ = await self.get(proposal_id)
+            if p.status != "pending":
+                raise ProposalError(f"proposal {p.id} is {p.status}, not pending")
+            await self._decide(p.id, "rejected")
+        return (await self.get(p.id))[0]
+
+    async def revert(self, proposal_id: str) -> Proposal:
+        """Undo an applied proposal and reload."""
+        async with self._lock:
+            p, old, _ = await self.get(proposal_id)
+            if p.status != "applied":
+                raise ProposalError(f"proposal {p.id} is {p.status}; only applied ones revert")
+            await self._swap(Path(p.file), expect_sha=p.new_sha, text=old, what=p.id)
+            await self._decide(p.id, "reverted")
+        if self._reload is not None:
+            await self._reload()
+        return (await self.get(p.id))[0]
+
+    async def _decide(self, proposal_id: str, status: str) -> None:
+        await self._q(
+            "UPDATE proposals SET status = ?, decided = ? WHERE id = ?",
+            (status, self.clock.time(), proposal_id),
+        )
+
+    async def _swap(self, path: Path, *, expect_sha: str, text: str, what: str) -> None:
+        def swap() -> None:
+            current = path.read_text(encoding="utf-8")
+            if _sha(current) != expect_sha:
+                raise ProposalError(
+                    f"{path} changed since proposal {what} was made; it was not applied. "
+                    "Reject it and ask for a new proposal against the current file"
+                )
+            write_atomic(path, text)
+
+        await asyncio.to_thread(swap)
+
+
+def _row(r: tuple[Any, ...]) -> Proposal:
+    return Proposal(
+        id=r[0],
+        agent=r[1],
+        proposer=r[2],
+        reason=r[3],
+        file=r[4],
+        diff=r[5],
+        base_sha=r[6],
+        new_sha=r[7],
+        status=r[8],
+        created=r[9],
+        decided=r[10],
+    )
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``: temp file in the same directory, fsync, rename,
+    fsync the directory — a crash leaves the old file or the new one, never half."""
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def replace_instructions(text: str, agent: str, instructions: str) -> str:
+    """company.yaml ``text`` with ``agents.<agent>.instructions`` replaced by a literal block
+    holding ``instructions``; everything else (comments, order, spacing) is kept.
+
+    Raises:
+        ProposalError: if the agent or a place for its instructions cannot be found.
+    """
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    agents = _child(root, "agents")
+    entry = _child(agents, agent) if agents is not None else None
+    if not isinstance(entry, yaml.MappingNode):
+        raise ProposalError(f"agents.{agent} not found in company.yaml")
+    body = instructions.strip("\n").splitlines() or [""]
+    for knode, vnode in entry.value:
+        if isinstance(knode, yaml.ScalarNode) and knode.value == "instructions":
+            indent = " " * (knode.start_mark.column + 2)
+            block = "|\n" + "".join(f"{indent}{line}".rstrip() + "\n" for line in body)
+            start, end = vnode.start_mark.index, vnode.end_mark.index
+            rest = text[end:]
+            if vnode.style in (">", "|"):
+                # a block scalar's end mark sits at the start of the next line
+                return text[:start] + block + rest
+            # a plain or quoted scalar ends before its line break
+            return text[:start] + block + rest.removeprefix("\n")
+    # no inline instructions yet: add them after the entry's first key line
+    first_key = entry.value[0][0]
+    line_end = text.index("\n", first_key.start_mark.index) + 1
+    indent = " " * first_key.start_mark.column
+    block = f"{indent}instructions: |\n" + "".join(
+        f"{indent}  {line}".rstrip() + "\n" for line in body
+    )
+    return text[:line_end] + block + text[line_end:]
+
+
+def _child(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    for k, v in node.value:
+        if isinstance(k, yaml.ScalarNode) and k.value == key:
+            found: yaml.Node = v
+            return found
+    return None
+
+
+def improver_tools(
+    agent_slug: str,
+    can_modify: tuple[str, ...],
+    proposals: Proposals,
+    recent_runs: Callable[[str], Awaitable[list[dict[str, Any]]]],
+) -> list[Tool]:
+    """``read_agent`` and ``propose_change`` for an improver limited to ``can_modify``."""
+
+    def check(target: str) -> None:
+        if target not in can_modify:
+            raise ToolError(
+                f"{agent_slug} may only read or change {', '.join(can_modify)}; not {target!r}"
+            )
+
+    async def read_agent(args: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+        target = str(args.get("agent", ""))
+        check(target)
+        a = proposals.config.agents[target]
+        runs = await recent_runs(target)
+        return {
+            "agent": target,
+            "title": a.title,
+            "instructions": a.instructions,
+            "model": list(a.model.chain),
+            "limits": a.limits.model_dump(mode="json"),
+            "recent_runs": [
+                {k: r.get(k) for k in ("status", "reason", "cost_usd", "steps", "started")}
+                for r in runs
+            ],
+        }
+
+    async def propose(args: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+        target = str(args.get("agent", ""))
+        check(target)
+        text = str(args.get("instructions", "")).strip()
+        if not text:
+            raise ToolError("propose_change needs the full new 'instructions' text")
+        try:
+            p = await proposals.propose(agent_slug, target, text, str(args.get("reason", "")))
+        except ProposalError as exc:
+            raise ToolError(str(exc)) from None
+        return {"proposal": p.id, "status": p.status, "note": "awaits the founder's approval"}
+
+    agent_enum = {"type": "string", "enum": list(can_modify)}
+    return [
+        Tool(
+            name="read_agent",
+            description="Read a colleague's instructions, model, limits and recent runs.",
+            input_schema=json_schema({"agent": agent_enum}, ["agent"]),
+            handler=read_agent,
+            idempotent=True,
+            family="improver",
+        ),
+        Tool(
+            name="propose_change",
+            description=(
+                "Propose new instructions for a colleague. Give the complete new text and the "
+                "reason. Nothing changes until the founder approves the proposal."
+            ),
+            input_schema=json_schema(
+                {
+                    "agent": agent_enum,
+                    "instructions": {"type": "string"},
+                    "reason": {"type": "string"},
+                },
+                ["agent", "instructions", "reason"],
+            ),
+            handler=propose,
+            idempotent=False,
+            family="improver",
+        ),
+    ]

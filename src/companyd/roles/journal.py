@@ -1,0 +1,463 @@
+"""The run journal: every task, run and completed step, durable before the next step.
+
+This is what makes "checkpoint and resume" true. An agent journals each completed model
+response and each tool result *before* it takes the next step, so after an agent crash or a
+``kill -9`` of the whole daemon the unfinished run is rebuilt from the journal and continues
+from its last completed step:
+
+* a model call whose response was journaled is never made (or paid for) again;
+* a tool call journaled as started but without a result is re-run only if the tool is
+  declared idempotent; otherwise the run continues with a tool result saying the outcome is
+  unknown (no second tweet).
+
+It also keeps what the operator asks about: tasks waiting or quarantined (with the errors
+that got them quarantined), and runs with their outcome, cost and models.
+
+Storage: ``runs.sqlite`` in the state directory, WAL, ``synchronous=NORMAL`` — a commit
+survives a crash of the process (kill -9) because it is in the OS page cache when the call
+returns; a power cut may lose the last few commits (docs/agents.md). One worker thread owns
+the connection, so the event loop never waits on SQLite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from companyd.roles.tasks import RunOutcome, RunStatus, Task
+
+__all__ = ["Journal", "JournaledRun", "Step", "TaskState"]
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    state TEXT NOT NULL,          -- queued | running | done | quarantined
+    crashes INTEGER NOT NULL DEFAULT 0,
+    errors TEXT NOT NULL DEFAULT '[]',
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_by_agent_state ON tasks(agent, state);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    routine TEXT,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    state TEXT NOT NULL,          -- running | one of RunStatus
+    reason TEXT,
+    answer TEXT NOT NULL DEFAULT '',
+    started REAL NOT NULL,
+    ended REAL,
+    cost TEXT NOT NULL DEFAULT '0',
+    steps INTEGER NOT NULL DEFAULT 0,
+    models TEXT NOT NULL DEFAULT '[]',
+    offline INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS runs_by_agent ON runs(agent, started);
+CREATE INDEX IF NOT EXISTS runs_by_state ON runs(state);
+CREATE INDEX IF NOT EXISTS runs_by_task ON runs(task_id);
+CREATE TABLE IF NOT EXISTS paused (
+    agent TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    budget INTEGER NOT NULL DEFAULT 0,
+    since REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS steps (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,           -- llm | tool_start | tool_result
+    key TEXT,                     -- tool_use id for tool steps
+    payload TEXT NOT NULL,
+    ts REAL NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+"""
+
+
+class TaskState:
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    QUARANTINED = "quarantined"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One journaled step of a run."""
+
+    seq: int
+    kind: str
+    key: str | None
+    payload: dict[str, Any]
+    ts: float
+
+
+@dataclass(kw_only=True)
+class JournaledRun:
+    """An unfinished run as the journal holds it, ready to be resumed."""
+
+    task: Task
+    run_id: str
+    attempt: int
+    started: float
+    crashes: int
+    errors: list[str]
+    steps: list[Step] = field(default_factory=list)
+
+
+class Journal:
+    """The run journal of one state directory (one instance per daemon).
+
+    Args:
+        path: the SQLite file (created if missing).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
+        self._db: sqlite3.Connection | None = None
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=5000")
+            db.executescript(_SCHEMA)
+            self._db = db
+        return self._db
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(self._connect()))
+
+    def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the journal thread and wait (for CLI use outside an event loop)."""
+        return self._executor.submit(lambda: fn(self._connect())).result()
+
+    async def open(self) -> None:
+        """Create the database and schema (idempotent)."""
+        await self._run(lambda db: None)
+
+    async def close(self) -> None:
+        def close(db: sqlite3.Connection) -> None:
+            db.close()
+            self._db = None
+
+        if self._db is not None:
+            await self._run(close)
+        self._executor.shutdown(wait=True)
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    async def add_task(self, task: Task, now: float) -> None:
+        """Record a task as queued (idempotent: an existing task is left as it is)."""
+        payload = json.dumps(task.to_dict())
+
+        def add(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT OR IGNORE INTO tasks (id, agent, payload, state, created, updated) "
+                "VALUES (?, ?, ?, 'queued', ?, ?)",
+                (task.id, task.agent, payload, now, now),
+            )
+
+        await self._run(add)
+
+    async def set_task_state(self, task_id: str, state: str, now: float) -> None:
+        await self._run(
+            lambda db: db.execute(
+                "UPDATE tasks SET state = ?, updated = ? WHERE id = ?", (state, now, task_id)
+            )
+        )
+
+    async def record_crash(self, task_id: str, error: str, now: float) -> int:
+        """Count one crash of the agent while it ran ``task_id``; returns the new count."""
+
+        def rec(db: sqlite3.Connection) -> int:
+            row = db.execute("SELECT errors FROM tasks WHERE id = ?", (task_id,)).fetchone()
+            errors = json.loads(row[0]) if row else []
+            errors.append(error)
+            db.execute(
+                "UPDATE tasks SET crashes = crashes + 1, errors = ?, updated = ? WHERE id = ?",
+                (json.dumps(errors), now, task_id),
+            )
+            got = db.execute("SELECT crashes FROM tasks WHERE id = ?", (task_id,)).fetchone()
+            return int(got[0]) if got else 0
+
+        return await self._run(rec)
+
+    async def queued_tasks(self, agent: str) -> list[Task]:
+        """Tasks of ``agent`` accepted but not started, oldest first."""
+
+        def q(db: sqlite3.Connection) -> list[Task]:
+            rows = db.execute(
+                "SELECT payload FROM tasks WHERE agent = ? AND state = 'queued' "
+                "ORDER BY created, rowid",
+                (agent,),
+            ).fetchall()
+            return [Task.from_dict(json.loads(r[0])) for r in rows]
+
+        return await self._run(q)
+
+    async def get_task(self, task_id: str) -> tuple[Task, str, int, list[str]] | None:
+        """``(task, state, crashes, errors)`` or None."""
+
+        def g(db: sqlite3.Connection) -> tuple[Task, str, int, list[str]] | None:
+            row = db.execute(
+                "SELECT payload, state, crashes, errors FROM tasks WHERE id = ?", (task_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            return Task.from_dict(json.loads(row[0])), row[1], int(row[2]), json.loads(row[3])
+
+        return await self._run(g)
+
+    async def release_task(self, task_id: str, now: float) -> None:
+        """Clear a quarantined task's crash count and queue it again (``companyd retry``)."""
+        await self._run(
+            lambda db: db.execute(
+                "UPDATE tasks SET state = 'queued', crashes = 0, updated = ? WHERE id = ?",
+                (now, task_id),
+            )
+        )
+
+    def list_tasks(self, db: sqlite3.Connection, states: Sequence[str]) -> list[dict[str, Any]]:
+        """Tasks in ``states``, newest first (runs on the journal thread; see run_sync)."""
+        marks = ",".join("?" for _ in states)
+        rows = db.execute(
+            f"SELECT payload, state, crashes, errors, updated FROM tasks "
+            f"WHERE state IN ({marks}) ORDER BY updated DESC LIMIT 200",
+            tuple(states),
+        ).fetchall()
+        out = []
+        for payload, state, crashes, errors, updated in rows:
+            t = json.loads(payload)
+            out.append(
+                {
+                    **t,
+                    "state": state,
+                    "crashes": crashes,
+                    "errors": json.loads(errors),
+                    "updated": updated,
+                }
+            )
+        return out
+
+    async def tasks(self, states: Sequence[str]) -> list[dict[str, Any]]:
+        return await self._run(lambda db: self.list_tasks(db, states))
+
+    # -- runs -----------------------------------------------------------------------------
+
+    async def start_run(self, task: Task, run_id: str, attempt: int, started: float) -> None:
+        def start(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("BEGIN")
+                db.execute(
+                    "INSERT INTO runs (id, task_id, agent, routine, attempt, state, started) "
+                    "VALUES (?, ?, ?, ?, ?, 'running', ?)",
+                    (run_id, task.id, task.agent, task.routine, attempt, started),
+                )
+                db.execute(
+                    "UPDATE tasks SET state = 'running', updated = ? WHERE id = ?",
+                    (started, task.id),
+                )
+
+        await self._run(start)
+
+    async def append_step(
+        self,
+        run_id: str,
+        seq: int,
+        kind: str,
+        payload: dict[str, Any],
+        ts: float,
+        key: str | None = None,
+    ) -> None:
+        """Journal one completed step; returns once it is committed."""
+        data = json.dumps(payload, ensure_ascii=False)
+        await self._run(
+            lambda db: db.execute(
+                "INSERT INTO steps (run_id, seq, kind, key, payload, ts) VALUES (?,?,?,?,?,?)",
+                (run_id, seq, kind, key, data, ts),
+            )
+        )
+
+    async def update_run_totals(
+        self, run_id: str, *, cost: str, steps: int, models: Sequence[str], offline: bool
+    ) -> None:
+        await self._run(
+            lambda db: db.execute(
+                "UPDATE runs SET cost = ?, steps = ?, models = ?, offline = ? WHERE id = ?",
+                (cost, steps, json.dumps(list(models)), int(offline), run_id),
+            )
+        )
+
+    async def finish_run(self, outcome: RunOutcome, task_state: str) -> None:
+        """Record how a run ended and move its task to ``task_state``."""
+
+        def fin(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("BEGIN")
+                db.execute(
+                    "UPDATE runs SET state = ?, reason = ?, answer = ?, ended = ?, cost = ?, "
+                    "steps = ?, models = ?, offline = ? WHERE id = ?",
+                    (
+                        str(outcome.status),
+                        outcome.reason,
+                        outcome.answer,
+                        outcome.ended,
+                        repr(outcome.cost_usd),
+                        outcome.steps,
+                        json.dumps(list(outcome.models)),
+                        int(outcome.offline),
+                        outcome.run_id,
+                    ),
+                )
+                db.execute(
+                    "UPDATE tasks SET state = ?, updated = ? WHERE id = ?",
+                    (task_state, outcome.ended, outcome.task_id),
+                )
+
+        await self._run(fin)
+
+    async def unfinished_runs(self, agent: str) -> list[JournaledRun]:
+        """Runs of ``agent`` that started and never finished, with their steps."""
+
+        def q(db: sqlite3.Connection) -> list[JournaledRun]:
+            rows = db.execute(
+                "SELECT r.id, r.attempt, r.started, t.payload, t.crashes, t.errors "
+                "FROM runs r JOIN tasks t ON t.id = r.task_id "
+                "WHERE r.agent = ? AND r.state = 'running' ORDER BY r.started",
+                (agent,),
+            ).fetchall()
+            out = []
+            for run_id, attempt, started, payload, crashes, errors in rows:
+                steps = [
+                    Step(seq=s[0], kind=s[1], key=s[2], payload=json.loads(s[3]), ts=s[4])
+                    for s in db.execute(
+                        "SELECT seq, kind, key, payload, ts FROM steps WHERE run_id = ? "
+                        "ORDER BY seq",
+                        (run_id,),
+                    )
+                ]
+                out.append(
+                    JournaledRun(
+                        task=Task.from_dict(json.loads(payload)),
+                        run_id=run_id,
+                        attempt=int(attempt),
+                        started=float(started),
+                        crashes=int(crashes),
+                        errors=json.loads(errors),
+                        steps=steps,
+                    )
+                )
+            return out
+
+        return await self._run(q)
+
+    async def attempts(self, task_id: str) -> int:
+        """How many runs ``task_id`` has had."""
+        return await self._run(
+            lambda db: int(
+                db.execute("SELECT COUNT(*) FROM runs WHERE task_id = ?", (task_id,)).fetchone()[0]
+            )
+        )
+
+    def list_runs(
+        self,
+        db: sqlite3.Connection,
+        agent: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+    ) -> list[dict[str, Any]]:
+        """Recent runs, newest first (runs on the journal thread; see run_sync)."""
+        sql = (
+            "SELECT id, task_id, agent, routine, attempt, state, reason, answer, started, "
+            "ended, cost, steps, models, offline FROM runs"
+        )
+        where, args = [], []
+        if agent:
+            where.append("agent = ?")
+            args.append(agent)
+        if status:
+            where.append("state = ?")
+            args.append(status)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started DESC LIMIT ?"
+        args.append(str(limit))
+        keys = (
+            "run_id",
+            "task_id",
+            "agent",
+            "routine",
+            "attempt",
+            "status",
+            "reason",
+            "answer",
+            "started",
+            "ended",
+            "cost_usd",
+            "steps",
+            "models",
+            "offline",
+        )
+        out = []
+        for row in db.execute(sql, args):
+            d = dict(zip(keys, row, strict=True))
+            d["models"] = json.loads(d["models"])
+            d["cost_usd"] = float(d["cost_usd"])
+            d["offline"] = bool(d["offline"])
+            out.append(d)
+        return out
+
+    async def runs(
+        self, agent: str | None = None, status: str | None = None, limit: int = 20
+    ) -> list[dict[str, Any]]:
+        return await self._run(lambda db: self.list_runs(db, agent, status, limit))
+
+    async def abandon_running(self, agent: str, reason: str, now: float) -> None:
+        """Mark every still-running run of ``agent`` cancelled (its task stays as it is)."""
+        await self._run(
+            lambda db: db.execute(
+                "UPDATE runs SET state = ?, reason = ?, ended = ? "
+                "WHERE agent = ? AND state = 'running'",
+                (str(RunStatus.CANCELLED), reason, now, agent),
+            )
+        )
+
+    # -- pauses ---------------------------------------------------------------------------
+
+    async def set_paused(self, agent: str, reason: str, budget: bool, now: float) -> None:
+        await self._run(
+            lambda db: db.execute(
+                "INSERT OR REPLACE INTO paused (agent, reason, budget, since) VALUES (?,?,?,?)",
+                (agent, reason, int(budget), now),
+            )
+        )
+
+    async def clear_paused(self, agent: str) -> None:
+        await self._run(lambda db: db.execute("DELETE FROM paused WHERE agent = ?", (agent,)))
+
+    async def paused(self) -> dict[str, tuple[str, bool]]:
+        """agent → (reason, paused for budget)."""
+        return await self._run(
+            lambda db: {
+                a: (r, bool(b))
+                for a, r, b in db.execute("SELECT agent, reason, budget FROM paused")
+            }
+        )

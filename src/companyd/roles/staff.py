@@ -1,0 +1,571 @@
+"""The company's agents as one group: mailboxes, pauses and routing between agents.
+
+:class:`Staff` owns the state that must outlive any one agent instance — each agent's
+mailbox, its pause state, and the callers waiting for a task's outcome — and the
+dependencies every agent uses (event bus, clock, journal, memory, spend, model backend).
+Agents are supervised children created by :meth:`Staff.child`; when one crashes and is
+restarted, its mailbox and the callers waiting on it are untouched.
+
+It is also the scheduler's task sink (``submit``, ``inbox_size``, ``memory_marker``) and
+implements agent-to-agent work:
+
+* ``consult(agent, question)`` — only toward the agents in the asker's ``consult`` list,
+  at most ``max_consult_depth`` deep, refusing cycles (A asks B asks A) with a clear tool
+  error, and with a timeout;
+* ``delegate(agent, task)`` — a manager hands work to a direct report (several in
+  parallel), optionally checked by a reviewer;
+* reviews — a reviewer agent checks a result against the task's ``expected_output``.
+
+Pausing: the operator pauses and resumes agents; a budget refusal pauses the agent until
+the budget period rolls over (``budget_reset`` event), the operator resumes it or raises
+the budget; the API's organisation spend limit pauses every agent. Pauses survive a
+restart of the daemon (they are journaled). A task sent to a paused agent is not queued
+silently: it returns at once with ``budget_exhausted`` or ``cancelled`` and the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from companyd.clock import Clock
+from companyd.config import AgentConfig, CompanyConfig
+from companyd.daemon.child import ChildContext, ChildFn
+from companyd.events import Event, EventBus
+from companyd.roles.improver import Proposals, improver_tools
+from companyd.roles.journal import Journal, TaskState
+from companyd.roles.model import ModelBackend
+from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
+from companyd.roles.tools import (
+    McpToolServer,
+    MemoryPort,
+    Tool,
+    ToolBox,
+    ToolCallContext,
+    ToolError,
+    json_schema,
+    memory_tools,
+)
+
+__all__ = ["SpendPort", "Staff"]
+
+log = logging.getLogger(__name__)
+
+#: How long a consultation or delegation waits for the colleague's answer by default.
+CONSULT_TIMEOUT = 300.0
+
+
+class SpendPort(Protocol):
+    """What agents need from the spend book (companyd.spend.SpendBook)."""
+
+    async def reserve(
+        self,
+        *,
+        agent: str,
+        run_id: str,
+        routine: str | None,
+        model: str,
+        input_tokens: int,
+        max_output_tokens: int,
+    ) -> Any: ...
+
+    async def settle(
+        self, reservation: Any, *, model: str, usage: Any, request_id: str | None = None
+    ) -> Any: ...
+
+    async def release(self, reservation: Any) -> None: ...
+
+    def exhausted(self, agent: str) -> str | None: ...
+
+    def note_api_spend_limit(self, message: str) -> None: ...
+
+
+class MarkerPort(MemoryPort, Protocol):
+    async def change_marker(self) -> str: ...
+
+
+@dataclass
+class _Pause:
+    reason: str
+    budget: bool
+
+
+class Staff:
+    """All agents of one company.
+
+    Args:
+        config: the company.
+        bus: where events go.
+        clock: time source.
+        journal: the run journal.
+        memory: the memory owner (tools and change markers).
+        spend: the spend book (reservations and budgets).
+        backend: the model backend (Claude or the offline stand-in).
+        budget_exhausted_error: the exception type ``spend.reserve`` raises on refusal.
+        state_dir: the daemon's state directory.
+        proposals: the improver's proposal store (gives agents with ``can_modify`` their
+            tools).
+    """
+
+    def __init__(
+        self,
+        config: CompanyConfig,
+        *,
+        bus: EventBus,
+        clock: Clock,
+        journal: Journal,
+        memory: MarkerPort,
+        spend: SpendPort,
+        backend: ModelBackend,
+        budget_exhausted_error: type[Exception],
+        state_dir: Path,
+        proposals: Proposals | None = None,
+    ) -> None:
+        self.config = config
+        self.bus = bus
+        self.clock = clock
+        self.journal = journal
+        self.memory = memory
+        self.spend = spend
+        self.backend = backend
+        self.budget_exhausted_error = budget_exhausted_error
+        self.state_dir = state_dir
+        self.proposals = proposals
+        self._mailbox: dict[str, collections.deque[Task]] = {
+            s: collections.deque() for s in config.agents
+        }
+        self._wakeup: dict[str, asyncio.Event] = {s: asyncio.Event() for s in config.agents}
+        self._waiters: dict[str, list[asyncio.Future[RunOutcome]]] = {}
+        self._paused: dict[str, _Pause] = {}
+        self._running: dict[str, Task] = {}
+        self._prompts: dict[str, str] = {}
+        self._remove_listener = bus.add_listener(self._on_event)
+
+    # -- start-up -----------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Restore pauses and queued tasks from the journal (once, before agents start)."""
+        await self.journal.open()
+        for agent, (reason, budget) in (await self.journal.paused()).items():
+            if agent in self._mailbox:
+                self._paused[agent] = _Pause(reason, budget)
+        for slug in self.config.agents:
+            queued = {t.id for t in self._mailbox[slug]}
+            for task in await self.journal.queued_tasks(slug):
+                if task.id not in queued:
+                    self._mailbox[slug].append(task)
+            if self._mailbox[slug]:
+                self._wakeup[slug].set()
+
+    def child(self, slug: str) -> ChildFn:
+        """The supervised child body of agent ``slug`` (a fresh Agent per start)."""
+        from companyd.roles.agent import Agent
+
+        async def run(ctx: ChildContext) -> None:
+            await Agent(self.config.agents[slug], self).run(ctx)
+
+        return run
+
+    def close(self) -> None:
+        self._remove_listener()
+        for futs in self._waiters.values():
+            for f in futs:
+                if not f.done():
+                    f.cancel()
+
+    # -- the task sink ------------------------------------------------------------------
+
+    async def submit(self, task: Task) -> RunOutcome:
+        """Queue ``task`` for its agent and wait for the run's outcome.
+
+        Returns at once, without a run, when the agent is unknown, disabled or paused, or
+        its budget is spent — the outcome says why.
+        """
+        refusal = self._refusal(task)
+        if refusal is not None:
+            return refusal
+        fut: asyncio.Future[RunOutcome] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(task.id, []).append(fut)
+        await self.journal.add_task(task, self.clock.time())
+        self._enqueue(task)
+        try:
+            return await fut
+        finally:
+            waiting = self._waiters.get(task.id, [])
+            if fut in waiting:
+                waiting.remove(fut)
+            if not waiting:
+                self._waiters.pop(task.id, None)
+
+    def inbox_size(self, agent: str) -> int:
+        """Tasks waiting in ``agent``'s mailbox (not counting the one running)."""
+        return len(self._mailbox.get(agent, ()))
+
+    def is_busy(self, agent: str) -> bool:
+        return agent in self._running
+
+    async def memory_marker(self) -> str:
+        return await self.memory.change_marker()
+
+    def _refusal(self, task: Task) -> RunOutcome | None:
+        now = self.clock.time()
+
+        def refuse(status: RunStatus, reason: str) -> RunOutcome:
+            return RunOutcome(
+                task_id=task.id,
+                run_id="",
+                agent=task.agent,
+                status=status,
+                started=now,
+                ended=now,
+                reason=reason,
+            )
+
+        cfg = self.config.agents.get(task.agent)
+        if cfg is None:
+            return refuse(
+                RunStatus.FAILED,
+                f"no agent named {task.agent!r}; agents: {', '.join(self.config.agents)}",
+            )
+        if not cfg.enabled:
+            return refuse(RunStatus.CANCELLED, f"agent {task.agent!r} is disabled in company.yaml")
+        pause = self._paused.get(task.agent)
+        if pause is not None:
+            status = RunStatus.BUDGET_EXHAUSTED if pause.budget else RunStatus.CANCELLED
+            return refuse(status, f"agent {task.agent!r} is paused ({pause.reason})")
+        why = self.spend.exhausted(task.agent)
+        if why is not None:
+            return refuse(RunStatus.BUDGET_EXHAUSTED, why)
+        return None
+
+    def _enqueue(self, task: Task) -> None:
+        self._mailbox.setdefault(task.agent, collections.deque()).append(task)
+        self._wakeup.setdefault(task.agent, asyncio.Event()).set()
+
+    def requeue(self, task: Task) -> None:
+        """Queue a task again (a reviewer rejected the previous attempt); waiters keep
+        waiting for the final outcome."""
+        self._enqueue(task)
+
+    async def next_task(self, agent: str, stopping: asyncio.Event) -> Task | None:
+        """The next task for ``agent`` once it is not paused; None when ``stopping`` is set."""
+        box = self._mailbox[agent]
+        wake = self._wakeup[agent]
+        while not stopping.is_set():
+            if box and agent not in self._paused:
+                task = box.popleft()
+                self._running[agent] = task
+                return task
+            wake.clear()
+            stop = asyncio.ensure_future(stopping.wait())
+            woke = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait({stop, woke}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+                woke.cancel()
+        return None
+
+    def finished(self, outcome: RunOutcome) -> None:
+        """A task reached its final outcome: wake everyone waiting for it."""
+        if self._running.get(outcome.agent) and self._running[outcome.agent].id == outcome.task_id:
+            del self._running[outcome.agent]
+        for fut in self._waiters.get(outcome.task_id, []):
+            if not fut.done():
+                fut.set_result(outcome)
+
+    def running(self) -> dict[str, Task]:
+        """agent → the task it is running now."""
+        return dict(self._running)
+
+    # -- pauses -------------------------------------------------------------------------
+
+    def paused(self) -> dict[str, str]:
+        return {a: p.reason for a, p in self._paused.items()}
+
+    def pause(self, agent: str, reason: str, *, budget: bool = False) -> None:
+        """Stop ``agent`` taking new tasks (its current run ends on its own)."""
+        if agent not in self.config.agents:
+            raise KeyError(agent)
+        was = self._paused.get(agent)
+        self._paused[agent] = _Pause(reason, budget)
+        self._spawn(self.journal.set_paused(agent, reason, budget, self.clock.time()))
+        if was is None or was.reason != reason:
+            self.bus.emit(
+                "agent_paused", f"agent/{agent}", agent=agent, reason=reason, budget=budget
+            )
+
+    def resume(self, agent: str, reason: str = "operator") -> bool:
+        """Let ``agent`` run again; False if it was not paused."""
+        if self._paused.pop(agent, None) is None:
+            return False
+        self._spawn(self.journal.clear_paused(agent))
+        self._wakeup[agent].set()
+        self.bus.emit("agent_resumed", f"agent/{agent}", agent=agent, reason=reason)
+        return True
+
+    def api_spend_limit(self, message: str) -> None:
+        """The organisation's API spend limit was hit: pause every agent and tell once."""
+        self.spend.note_api_spend_limit(message)
+        for slug in self.config.agents:
+            if slug not in self._paused:
+                self.pause(slug, "Anthropic API spend limit reached", budget=False)
+
+    def _on_event(self, event: Event) -> None:
+        if event.kind == "budget_reset":
+            for agent, p in list(self._paused.items()):
+                if p.budget and self.spend.exhausted(agent) is None:
+                    self.resume(
+                        agent, reason=f"budget period rolled over ({event.data.get('period', '')})"
+                    )
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(_log_failure)
+
+    # -- prompts and tools ----------------------------------------------------------------
+
+    def system_prompt(self, agent: AgentConfig) -> str:
+        """The stable, cacheable system prompt of ``agent``."""
+        cached = self._prompts.get(agent.slug)
+        if cached is not None:
+            return cached
+        cfg = self.config
+        reports = [a.slug for a in cfg.agents.values() if a.reports_to == agent.slug]
+        lines = [
+            f"You are {agent.title} ({agent.slug}) at {cfg.name}.",
+        ]
+        if cfg.spec.company.context:
+            lines += ["", cfg.spec.company.context.strip()]
+        lines += ["", "Your instructions:", agent.instructions.strip(), ""]
+        if agent.reports_to:
+            boss = cfg.agents[agent.reports_to]
+            lines.append(f"You report to {boss.title} ({boss.slug}).")
+        if reports:
+            lines.append("Your direct reports (use the delegate tool): " + ", ".join(reports) + ".")
+        if agent.consult:
+            lines.append("Colleagues you may consult: " + ", ".join(agent.consult) + ".")
+        lines += [
+            "",
+            "The company memory is a shared knowledge graph; use the memory tools to read it "
+            "before you act and to record decisions, facts and results after. Be concise.",
+        ]
+        prompt = "\n".join(lines)
+        self._prompts[agent.slug] = prompt
+        return prompt
+
+    async def toolbox_for(self, agent: AgentConfig, stack: contextlib.AsyncExitStack) -> ToolBox:
+        """Every tool ``agent`` may use; external MCP servers are started on ``stack``."""
+        tools: list[Tool] = memory_tools(self.memory)
+        tools += self._colleague_tools(agent)
+        if agent.can_modify and self.proposals is not None:
+            tools += improver_tools(
+                agent.slug,
+                agent.can_modify,
+                self.proposals,
+                lambda a: self.journal.runs(agent=a, limit=10),
+            )
+        for name, spec in agent.mcp_servers.items():
+            server = await stack.enter_async_context(McpToolServer(name, spec))
+            tools += server.tools
+        return ToolBox.build(tools, agent.tools)
+
+    def _colleague_tools(self, agent: AgentConfig) -> list[Tool]:
+        tools: list[Tool] = []
+        if agent.consult:
+
+            async def consult(args: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+                return await self.consult(
+                    agent, str(args.get("agent", "")), str(args.get("question", "")), ctx
+                )
+
+            tools.append(
+                Tool(
+                    name="consult",
+                    description=(
+                        "Ask a colleague a question and get their answer. Allowed colleagues: "
+                        + ", ".join(agent.consult)
+                    ),
+                    input_schema=json_schema(
+                        {
+                            "agent": {"type": "string", "enum": list(agent.consult)},
+                            "question": {"type": "string"},
+                        },
+                        ["agent", "question"],
+                    ),
+                    handler=consult,
+                    idempotent=False,
+                    family="colleagues",
+                )
+            )
+        reports = [a.slug for a in self.config.agents.values() if a.reports_to == agent.slug]
+        if reports:
+
+            async def delegate(args: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+                return await self.delegate(agent, args, ctx)
+
+            tools.append(
+                Tool(
+                    name="delegate",
+                    description=(
+                        "Hand a task to one of your direct reports and wait for the result. "
+                        "Call it several times in one turn to delegate in parallel. "
+                        "Direct reports: " + ", ".join(reports)
+                    ),
+                    input_schema=json_schema(
+                        {
+                            "agent": {"type": "string", "enum": reports},
+                            "task": {"type": "string"},
+                            "expected_output": {"type": "string"},
+                            "reviewer": {"type": "string"},
+                        },
+                        ["agent", "task"],
+                    ),
+                    handler=delegate,
+                    idempotent=False,
+                    family="colleagues",
+                )
+            )
+        return tools
+
+    # -- agent to agent -------------------------------------------------------------------
+
+    async def consult(
+        self, asker: AgentConfig, target: str, question: str, ctx: ToolCallContext
+    ) -> str:
+        """Ask ``target`` a question on behalf of ``asker``; the answer text."""
+        if target not in asker.consult:
+            raise ToolError(
+                f"{asker.slug} may not consult {target!r}; allowed: {', '.join(asker.consult)}"
+            )
+        chain = (*ctx.consult_chain, asker.slug)
+        if target in chain:
+            path = " → ".join((*chain, target))
+            raise ToolError(
+                f"consultation cycle refused: {path}. {target} is already waiting on this "
+                "conversation; answer with what you know instead"
+            )
+        if len(chain) > asker.max_consult_depth:
+            raise ToolError(
+                f"consultation too deep: {' → '.join((*chain, target))} exceeds "
+                f"max_consult_depth {asker.max_consult_depth}; answer with what you know"
+            )
+        if not question.strip():
+            raise ToolError("consult needs a non-empty 'question'")
+        task = Task(
+            id=new_id("consult"),
+            agent=target,
+            prompt=question,
+            source=f"agent:{asker.slug}",
+            created=self.clock.time(),
+            consult_chain=chain,
+        )
+        outcome = await self._wait_colleague(task, f"{target} did not answer")
+        if not outcome.ok:
+            raise ToolError(f"{target} could not answer: {outcome.status} ({outcome.reason})")
+        return outcome.answer
+
+    async def delegate(
+        self, manager: AgentConfig, args: Mapping[str, Any], ctx: ToolCallContext
+    ) -> dict[str, Any]:
+        """Hand a task to a direct report and wait for its outcome."""
+        target = str(args.get("agent", ""))
+        report = self.config.agents.get(target)
+        if report is None or report.reports_to != manager.slug:
+            reports = [a.slug for a in self.config.agents.values() if a.reports_to == manager.slug]
+            raise ToolError(
+                f"{target!r} is not a direct report of {manager.slug}; reports: "
+                f"{', '.join(reports) or '(none)'}"
+            )
+        text = str(args.get("task", "")).strip()
+        if not text:
+            raise ToolError("delegate needs a non-empty 'task'")
+        reviewer = args.get("reviewer")
+        if reviewer is not None and reviewer not in self.config.agents:
+            raise ToolError(
+                f"reviewer {reviewer!r} is not an agent; agents: {', '.join(self.config.agents)}"
+            )
+        task = Task(
+            id=new_id("task"),
+            agent=target,
+            prompt=text,
+            source=f"agent:{manager.slug}",
+            created=self.clock.time(),
+            expected_output=(str(args["expected_output"]) if args.get("expected_output") else None),
+            reviewer=str(reviewer) if reviewer else None,
+            consult_chain=(*ctx.consult_chain, manager.slug),
+        )
+        outcome = await self._wait_colleague(task, f"{target} did not finish the task")
+        return {
+            "agent": target,
+            "status": str(outcome.status),
+            "reason": outcome.reason,
+            "result": outcome.answer,
+        }
+
+    async def review(self, task: Task, answer: str, worker: str) -> str | None:
+        """Ask ``task.reviewer`` to check ``answer``; None if approved, else the reason."""
+        assert task.reviewer is not None
+        expected = task.expected_output or "(not stated: judge whether the task was done)"
+        review = Task(
+            id=new_id("review"),
+            agent=task.reviewer,
+            prompt=(
+                f"Review the result {worker} produced for this task.\n\nTask: {task.prompt}\n\n"
+                f"Expected output: {expected}\n\nResult:\n{answer}\n\n"
+                "Reply with APPROVE or REJECT as the first word, then one sentence why."
+            ),
+            source=f"agent:{worker}",
+            created=self.clock.time(),
+            consult_chain=(*task.consult_chain, worker),
+        )
+        outcome = await self._wait_colleague(review, f"reviewer {task.reviewer} did not answer")
+        if not outcome.ok:
+            return f"the review could not be done ({outcome.status}: {outcome.reason})"
+        verdict = outcome.answer.strip()
+        if verdict.upper().startswith("APPROVE"):
+            return None
+        return verdict.removeprefix("REJECT").strip(" :—-") or "rejected without a reason"
+
+    async def _wait_colleague(self, task: Task, what: str) -> RunOutcome:
+        try:
+            async with asyncio.timeout(CONSULT_TIMEOUT):
+                return await self.submit(task)
+        except TimeoutError:
+            raise ToolError(f"{what} within {CONSULT_TIMEOUT:g} s") from None
+
+    # -- operator views -----------------------------------------------------------------
+
+    async def retry(self, task_id: str) -> Task:
+        """Release a quarantined task and queue it again."""
+        got = await self.journal.get_task(task_id)
+        if got is None:
+            raise KeyError(task_id)
+        task, state, _, _ = got
+        if state != TaskState.QUARANTINED:
+            raise ValueError(f"task {task_id!r} is {state}, not quarantined")
+        await self.journal.release_task(task_id, self.clock.time())
+        self._enqueue(task)
+        return task
+
+    def reconfigure(self, config: CompanyConfig) -> None:
+        """Adopt a reloaded company.yaml: new agents get mailboxes; prompts are rebuilt."""
+        self.config = config
+        self._prompts.clear()
+        for slug in config.agents:
+            self._mailbox.setdefault(slug, collections.deque())
+            self._wakeup.setdefault(slug, asyncio.Event())
+        for slug in list(self._paused):
+            if slug not in config.agents:
+                del self._paused[slug]
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background journal write failed: %r", task.exception())

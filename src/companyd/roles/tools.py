@@ -1,0 +1,407 @@
+"""Tools an agent can use, and how a tool call becomes a ``tool_result``.
+
+A :class:`Tool` is a name, a description and a JSON Schema (what the model sees), a
+handler (what runs), and an ``idempotent`` flag (whether it may be re-run after a crash
+left its outcome unknown). The agent's :class:`ToolBox` holds the tools it is allowed —
+after company.yaml's ``tools.allow`` / ``tools.deny`` — and turns each ``tool_use`` block
+into a ``tool_result`` block. A handler signals a failure the model should see by raising
+:class:`ToolError`; the message goes back as ``is_error: true`` and the run continues.
+
+Built-in tool families (each built where its state lives, registered here):
+
+* memory — the nine MCP memory operations and ``recall`` (companyd.memory);
+* colleagues — ``consult`` and ``delegate`` (companyd.roles.staff);
+* improver — ``read_agent`` and ``propose_change`` (companyd.roles.improver);
+* external — every tool of the MCP servers declared under the agent's ``mcp_servers``,
+  attached over stdio with the ``mcp`` client SDK (:class:`McpToolServer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from companyd.config import McpServerSpec, ToolsSpec
+from companyd.errors import CompanydError
+from companyd.roles.model import ToolDef
+
+__all__ = [
+    "McpToolServer",
+    "Tool",
+    "ToolBox",
+    "ToolCallContext",
+    "ToolError",
+    "unknown_outcome_result",
+]
+
+log = logging.getLogger(__name__)
+
+
+class ToolError(CompanydError):
+    """A tool call failed in a way the model should see (sent back as ``is_error``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallContext:
+    """Who is calling a tool, for tools that need it (consult, delegate)."""
+
+    agent: str
+    run_id: str
+    task_id: str
+    consult_chain: tuple[str, ...] = ()
+
+
+Handler = Callable[[Mapping[str, Any], ToolCallContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    """One tool.
+
+    Attributes:
+        name: the name the model calls.
+        description: what it does, for the model.
+        input_schema: JSON Schema of its input.
+        handler: ``await handler(arguments, context)`` → any JSON-serialisable result, or
+            raises :class:`ToolError`.
+        idempotent: True if running it twice has the effect of running it once (reads,
+            create-if-absent writes); decides what happens to a call whose outcome a crash
+            left unknown.
+        family: ``memory``, ``colleagues``, ``improver``, ``external:<server>``.
+    """
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    handler: Handler
+    idempotent: bool = False
+    family: str = ""
+
+    def definition(self) -> ToolDef:
+        return ToolDef(name=self.name, description=self.description, input_schema=self.input_schema)
+
+
+def unknown_outcome_result(tool_use_id: str, name: str) -> dict[str, Any]:
+    """The ``tool_result`` for a non-idempotent call a crash interrupted."""
+    return {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "is_error": True,
+        "content": (
+            f"The outcome of this {name!r} call is unknown: the agent stopped while it was in "
+            "flight, and the tool is not idempotent, so it was not called again. Check its "
+            "effect (for example in memory or the external system) before calling it again."
+        ),
+    }
+
+
+@dataclass
+class ToolBox:
+    """The tools one agent may use, filtered by its allow/deny lists."""
+
+    tools: dict[str, Tool] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, tools: Iterable[Tool], policy: ToolsSpec) -> ToolBox:
+        """Keep the tools ``policy`` allows (``allow`` absent = all; ``deny`` wins)."""
+        allow = set(policy.allow) if policy.allow is not None else None
+        deny = set(policy.deny)
+        kept: dict[str, Tool] = {}
+        for t in tools:
+            if t.name in deny or (allow is not None and t.name not in allow):
+                continue
+            if t.name in kept:
+                # an external server reusing a built-in name gets its server prefix
+                t = Tool(
+                    name=f"{t.family.removeprefix('external:')}__{t.name}",
+                    description=t.description,
+                    input_schema=t.input_schema,
+                    handler=t.handler,
+                    idempotent=t.idempotent,
+                    family=t.family,
+                )
+            kept[t.name] = t
+        return cls(kept)
+
+    def definitions(self) -> list[ToolDef]:
+        return [t.definition() for t in self.tools.values()]
+
+    def is_idempotent(self, name: str) -> bool:
+        t = self.tools.get(name)
+        return t is not None and t.idempotent
+
+    async def call(self, tool_use: Mapping[str, Any], ctx: ToolCallContext) -> dict[str, Any]:
+        """Run one ``tool_use`` block and return its ``tool_result`` block. Never raises for
+        a tool's own failure (that becomes ``is_error``); cancellation propagates."""
+        name = str(tool_use.get("name"))
+        tool_id = str(tool_use.get("id"))
+        args = tool_use.get("input") or {}
+        tool = self.tools.get(name)
+        if tool is None:
+            return {
+                "type": "tool_result",
+                "tool_use_id": tool_id,
+                "is_error": True,
+                "content": (
+                    f"there is no tool named {name!r}; available tools: "
+                    f"{', '.join(sorted(self.tools)) or '(none)'}"
+                ),
+            }
+        try:
+            result = await tool.handler(args if isinstance(args, Mapping) else {}, ctx)
+        except ToolError as exc:
+            return {
+                "type": "tool_result",
+                "tool_use_id": tool_id,
+                "is_error": True,
+                "content": str(exc),
+            }
+        text = (
+            result
+            if isinstance(result, str)
+            else json.dumps(result, indent=2, ensure_ascii=False, default=str)
+        )
+        return {"type": "tool_result", "tool_use_id": tool_id, "content": text}
+
+
+class McpToolServer:
+    """An external MCP tool server (stdio) attached to one agent.
+
+    ``async with McpToolServer(name, spec) as server: server.tools`` starts the server
+    process, initialises the session and lists its tools; leaving the block stops it.
+    A tool is idempotent if company.yaml lists it in ``idempotent_tools`` or the server
+    annotates it ``idempotentHint`` / ``readOnlyHint``.
+    """
+
+    def __init__(self, name: str, spec: McpServerSpec) -> None:
+        self.name = name
+        self.spec = spec
+        self.tools: list[Tool] = []
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._session: Any = None
+
+    async def __aenter__(self) -> McpToolServer:
+        from mcp import ClientSession
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        env = dict(self.spec.env)
+        for var, source in self.spec.env_from.items():
+            value = os.environ.get(source)
+            if value is not None:
+                env[var] = value
+        params = StdioServerParameters(
+            command=self.spec.command, args=list(self.spec.args), env=env or None
+        )
+        stack = contextlib.AsyncExitStack()
+        try:
+            async with asyncio.timeout(self.spec.timeout_seconds):
+                read, write = await stack.enter_async_context(stdio_client(params))
+                session = await stack.enter_async_context(ClientSession(read, write))
+                await session.initialize()
+                listed = await session.list_tools()
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        self._session = session
+        declared = set(self.spec.idempotent_tools)
+        for t in listed.tools:
+            ann = t.annotations
+            hinted = bool(ann is not None and (ann.idempotent_hint or ann.read_only_hint))
+            self.tools.append(
+                Tool(
+                    name=t.name,
+                    description=t.description or f"{t.name} (from MCP server {self.name!r})",
+                    input_schema=dict(t.input_schema or {"type": "object"}),
+                    handler=self._handler(t.name),
+                    idempotent=t.name in declared or hinted,
+                    family=f"external:{self.name}",
+                )
+            )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._stack is not None:
+            with contextlib.suppress(Exception):
+                await self._stack.aclose()
+            self._stack = None
+
+    def _handler(self, tool_name: str) -> Handler:
+        async def call(arguments: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+            try:
+                async with asyncio.timeout(self.spec.timeout_seconds):
+                    result = await self._session.call_tool(tool_name, dict(arguments))
+            except TimeoutError:
+                raise ToolError(
+                    f"tool {tool_name!r} of MCP server {self.name!r} did not answer within "
+                    f"{self.spec.timeout_seconds:g} s"
+                ) from None
+            texts = [
+                getattr(c, "text", "") for c in result.content if getattr(c, "type", "") == "text"
+            ]
+            body: Any = "\n".join(texts)
+            if not texts and result.structured_content is not None:
+                body = result.structured_content
+            if result.is_error:
+                raise ToolError(str(body) or f"tool {tool_name!r} failed")
+            return body
+
+        return call
+
+
+def json_schema(properties: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:
+    """A small helper for built-in tool schemas."""
+    return {"type": "object", "properties": dict(properties), "required": list(required)}
+
+
+# ---------------------------------------------------------------------------------------
+# Memory tools: the nine MCP memory operations plus recall, served by the memory owner.
+
+
+class MemoryPort(Protocol):
+    """What the memory tools need from the memory owner (companyd.memory.MemoryService)."""
+
+    async def call(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def recall(self, entity: str, depth: int = 1) -> dict[str, Any]: ...
+
+
+_STR = {"type": "string"}
+_STRS = {"type": "array", "items": _STR}
+_ENTITY = json_schema(
+    {"name": _STR, "entityType": _STR, "observations": _STRS},
+    ["name", "entityType", "observations"],
+)
+_RELATION = json_schema(
+    {"from": _STR, "to": _STR, "relationType": _STR}, ["from", "to", "relationType"]
+)
+
+#: (name, description, input schema, idempotent) of the nine MCP memory tools.
+MEMORY_TOOLS: tuple[tuple[str, str, dict[str, Any], bool], ...] = (
+    (
+        "create_entities",
+        "Create new entities in the company memory (existing names are kept).",
+        json_schema({"entities": {"type": "array", "items": _ENTITY}}, ["entities"]),
+        True,
+    ),
+    (
+        "create_relations",
+        "Create relations between entities (active voice relationType).",
+        json_schema({"relations": {"type": "array", "items": _RELATION}}, ["relations"]),
+        True,
+    ),
+    (
+        "add_observations",
+        "Add observations to existing entities.",
+        json_schema(
+            {
+                "observations": {
+                    "type": "array",
+                    "items": json_schema(
+                        {"entityName": _STR, "contents": _STRS}, ["entityName", "contents"]
+                    ),
+                }
+            },
+            ["observations"],
+        ),
+        True,
+    ),
+    (
+        "delete_entities",
+        "Delete entities and every relation touching them.",
+        json_schema({"entityNames": _STRS}, ["entityNames"]),
+        True,
+    ),
+    (
+        "delete_observations",
+        "Delete specific observations from entities.",
+        json_schema(
+            {
+                "deletions": {
+                    "type": "array",
+                    "items": json_schema(
+                        {"entityName": _STR, "observations": _STRS}, ["entityName", "observations"]
+                    ),
+                }
+            },
+            ["deletions"],
+        ),
+        True,
+    ),
+    (
+        "delete_relations",
+        "Delete specific relations.",
+        json_schema({"relations": {"type": "array", "items": _RELATION}}, ["relations"]),
+        True,
+    ),
+    (
+        "read_graph",
+        "Read the whole company memory (can be large; prefer search or recall).",
+        json_schema({}, []),
+        True,
+    ),
+    (
+        "search_nodes",
+        "Search entities by a case-insensitive substring of name, type or observations.",
+        json_schema({"query": _STR}, ["query"]),
+        True,
+    ),
+    (
+        "open_nodes",
+        "Open entities by name, with the relations touching them.",
+        json_schema({"names": _STRS}, ["names"]),
+        True,
+    ),
+)
+
+
+def memory_tools(memory: MemoryPort) -> list[Tool]:
+    """The memory tool family bound to ``memory``."""
+
+    def op(name: str) -> Handler:
+        async def call(arguments: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+            from companyd.memory import MemoryToolError
+
+            try:
+                return await memory.call(name, arguments)
+            except MemoryToolError as exc:
+                raise ToolError(str(exc)) from None
+
+        return call
+
+    async def recall(arguments: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+        entity = arguments.get("entity")
+        if not isinstance(entity, str) or not entity:
+            raise ToolError("recall needs 'entity': the name of an entity in memory")
+        depth = arguments.get("depth", 1)
+        if not isinstance(depth, int) or not 1 <= depth <= 3:
+            raise ToolError(f"'depth' must be a whole number from 1 to 3, got {depth!r}")
+        return await memory.recall(entity, depth)
+
+    tools = [
+        Tool(name=n, description=d, input_schema=s, handler=op(n), idempotent=i, family="memory")
+        for n, d, s, i in MEMORY_TOOLS
+    ]
+    tools.append(
+        Tool(
+            name="recall",
+            description=(
+                "Recall what the company memory knows around one entity: the entity, its "
+                "neighbours to the given depth and the relations between them."
+            ),
+            input_schema=json_schema(
+                {"entity": _STR, "depth": {"type": "integer", "minimum": 1, "maximum": 3}},
+                ["entity"],
+            ),
+            handler=recall,
+            idempotent=True,
+            family="memory",
+        )
+    )
+    return tools

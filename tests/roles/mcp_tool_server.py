@@ -1,0 +1,52 @@
+"""A small external MCP tool server (stdio) for the agent tests.
+
+Tools:
+* ``post_update(text)`` — NOT idempotent: appends ``started <text>`` to the file named by
+  ``$TOOL_LOG`` before doing its work and ``done <text>`` after; if ``$TOOL_BLOCK`` names an
+  existing file it waits (up to 60 s) until that file is removed, so a test can kill the
+  daemon while the call is in flight.
+* ``read_inbox()`` — read-only (annotated), returns a fixed inbox.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from mcp.server import MCPServer
+from mcp_types import ToolAnnotations
+
+server = MCPServer("test-tools")
+
+
+def _log(line: str) -> None:
+    path = os.environ.get("TOOL_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+@server.tool(description="Post a status update to the outside world (not idempotent).")
+def post_update(text: str) -> str:
+    _log(f"started {text}")
+    block = os.environ.get("TOOL_BLOCK")
+    deadline = time.monotonic() + 60
+    while block and Path(block).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _log(f"done {text}")
+    return f"posted: {text}"
+
+
+@server.tool(
+    description="Read the founder's inbox.",
+    annotations=ToolAnnotations(read_only_hint=True),
+)
+def read_inbox() -> str:
+    return "1 new message: 'Can we move the launch to Friday?'"
+
+
+if __name__ == "__main__":
+    server.run("stdio")
