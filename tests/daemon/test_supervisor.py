@@ -34,6 +34,7 @@ from companyd.daemon.supervisor import (
     NotSupported,
     StartFailed,
     Supervisor,
+    SupervisorError,
     SupervisorFlags,
     SupervisorGaveUp,
     SupervisorNotRunning,
@@ -1009,6 +1010,8 @@ async def test_a_restarted_sub_supervisor_rebuilds_only_its_static_children(
     w, extra = Probe("w"), Probe("extra")
     sub = Supervisor("sub", [w.spec()], max_restarts=0)
     async with make(bus, clock, [sub.child_spec()], max_restarts=3) as sup:
+        with pytest.raises(SupervisorError, match="terminate_child"):
+            await sub.stop()
         await sub.start_child(extra.spec())
         assert [c.id for c in sub.which_children()] == ["w", "extra"]
         w.run.crash()
@@ -1635,3 +1638,23 @@ async def test_init_callable_is_rerun_on_every_start(bus: EventBus, clock: Manua
         assert list(states(sup)) == ["a", "b"]
     with pytest.raises(InvalidSpec, match="either children or init"):
         Supervisor("s", [a.spec()], init=init)
+
+
+async def test_a_child_terminating_itself_does_not_deadlock(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    holder: list[Supervisor] = []
+
+    async def suicidal(ctx: ChildContext) -> None:
+        ctx.started()
+        await holder[0].terminate_child(ctx.id)  # waits on its own supervisor
+
+    sup = make(bus, clock, [ChildSpec(id="x", start=suicidal, shutdown=3)])
+    holder.append(sup)
+    async with sup:
+        await until(lambda: clock.sleepers == 1)  # the shutdown timer of x
+        clock.advance(3)
+        terminated = await events.wait_for("child_terminated", child="x")
+        assert terminated.data["stop"] == "cancelled"
+        assert states(sup) == {"x": "not_running"}
+        assert events.of("restart") == []

@@ -863,6 +863,11 @@ class Supervisor:
         """
         main = self._main
         if main is None:
+            if self._status != "stopped":
+                raise SupervisorError(
+                    f"supervisor {self._path!r} runs as a child of another supervisor; stop "
+                    "it with the parent's terminate_child"
+                )
             return
         self._request_stop()
         await asyncio.wait({main})
