@@ -1658,3 +1658,32 @@ async def test_a_child_terminating_itself_does_not_deadlock(
         assert terminated.data["stop"] == "cancelled"
         assert states(sup) == {"x": "not_running"}
         assert events.of("restart") == []
+
+
+async def test_a_call_in_progress_when_the_supervisor_is_cancelled_is_answered(
+    bus: EventBus, clock: ManualClock, journal: list[str]
+) -> None:
+    gate = Probe("g", journal, modes=("gate",))
+    sup = make(bus, clock, [])
+    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    class Ctx:  # the supervisor runs as a child of a test-made parent
+        id = "sup"
+        path = "top/sup"
+        stopping = asyncio.Event()
+
+        def started(self, info: Any = None) -> None:
+            ready.set_result(info)
+
+    task = asyncio.ensure_future(sup.as_child()(Ctx()))
+    async with asyncio.timeout(DEADLINE):
+        await ready
+    starting = asyncio.ensure_future(sup.start_child(gate.spec()))
+    await until(lambda: gate.starts == 1)
+    task.cancel()  # what a parent does past a finite shutdown time
+    with pytest.raises(SupervisorNotRunning, match="cancelled before it could answer"):
+        async with asyncio.timeout(DEADLINE):
+            await starting
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await until(lambda: "end:g" in journal)  # the child being started was cancelled too

@@ -1095,6 +1095,14 @@ class Supervisor:
             stopped_reason = "killed"
             self._kill_all_now()
             raise
+        except (SupervisorGaveUp, SupervisorStartError):
+            raise
+        except Exception as exc:
+            # A bug in the supervisor itself: never leave children running unsupervised.
+            stopped_reason = f"error:{_clip(repr(exc))}"
+            log.exception("supervisor %s crashed", self._path)
+            self._kill_all_now()
+            raise
         finally:
             self._status = "stopped"
             self._cancel_timers()
@@ -1139,6 +1147,14 @@ class Supervisor:
     async def _on_call(self, msg: _Call) -> None:
         try:
             result = await msg.op()
+        except asyncio.CancelledError:
+            if not msg.fut.done():
+                msg.fut.set_exception(
+                    SupervisorNotRunning(
+                        f"supervisor {self._path!r} was cancelled before it could answer"
+                    )
+                )
+            raise
         except Exception as exc:
             if not msg.fut.done():
                 msg.fut.set_exception(exc)
