@@ -1243,11 +1243,11 @@ class Supervisor:
         task.add_done_callback(functools.partial(self._on_task_done, child, ready))
         self._pending_start = ready
         self._starting = child
-        try:
-            kind, info = await ready
-        finally:
-            self._pending_start = None
-            self._starting = None
+        # Not in a finally: if the supervisor is cancelled here, _kill_all_now must still
+        # see the child being started.
+        kind, info = await ready
+        self._pending_start = None
+        self._starting = None
         if kind == "ready" and info is IGNORE:
             await self._stop_task(child)
             child.state = "not_running"
