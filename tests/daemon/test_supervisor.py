@@ -1687,3 +1687,29 @@ async def test_a_call_in_progress_when_the_supervisor_is_cancelled_is_answered(
     with pytest.raises(asyncio.CancelledError):
         await task
     await until(lambda: "end:g" in journal)  # the child being started was cancelled too
+
+
+async def test_an_init_answering_ignore_means_the_supervisor_does_not_run(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """sup_start_ignore_init: the root does not start; a nested one is kept not running."""
+    lazy = Supervisor("lazy", init=lambda: IGNORE)
+    with pytest.raises(SupervisorNotRunning, match="init answered IGNORE"):
+        await Supervisor("root", init=lambda: IGNORE, bus=bus, clock=clock).start()
+    async with make(bus, clock, [lazy.child_spec(), Probe("a").spec()]) as sup:
+        assert states(sup) == {"lazy": "not_running", "a": "running"}
+        assert events.of("child_ignored", child="lazy")[0].source == "sup"
+        assert lazy.status == "stopped"
+
+
+async def test_restart_child_is_impossible_for_a_temporary_child(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    t = Probe("t")
+    async with make(bus, clock, [t.spec(restart="temporary")]) as sup:
+        with pytest.raises(ChildRunning):
+            await sup.restart_child("t")
+        t.run.exit("normal")
+        await events.wait_for("child_exited", child="t")
+        with pytest.raises(ChildNotFound):
+            await sup.restart_child("t")  # its spec went with it

@@ -476,8 +476,9 @@ class SupervisorFlags:
             )
 
 
-#: What an ``init`` callable returns: the flags and the static children, in start order.
-InitResult = tuple[SupervisorFlags, Sequence[ChildSpec]]
+#: What an ``init`` callable returns: the flags and the static children, in start order —
+#: or :data:`IGNORE` (OTP's ``init/1`` returning ``ignore``): the supervisor does not run.
+InitResult = tuple[SupervisorFlags, Sequence[ChildSpec]] | _Ignore
 
 
 @dataclass(frozen=True, slots=True)
@@ -812,11 +813,11 @@ class Supervisor:
                 f"supervisor {self.name!r} is already {self._status}; stop it first"
             )
         loop = asyncio.get_running_loop()
-        ready: asyncio.Future[None] = loop.create_future()
+        ready: asyncio.Future[Any] = loop.create_future()
 
-        def on_ready() -> None:
+        def on_ready(info: Any) -> None:
             if not ready.done():
-                ready.set_result(None)
+                ready.set_result(info)
 
         main = loop.create_task(
             self._run(self.name, on_ready, None), name=f"supervisor:{self.name}"
@@ -826,6 +827,10 @@ class Supervisor:
         waiting: set[asyncio.Future[Any]] = {ready, main}
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if ready.done():
+            if ready.result() is IGNORE:
+                raise SupervisorNotRunning(
+                    f"supervisor {self.name!r} did not start: its init answered IGNORE"
+                )
             return
         ready.cancel()
         if main.cancelled():
@@ -895,7 +900,7 @@ class Supervisor:
             parent = ctx._supervisor if isinstance(ctx, _Ctx) else None
             watcher = asyncio.get_running_loop().create_task(self._watch_stop(ctx.stopping))
             try:
-                reason = await self._run(ctx.path, lambda: ctx.started(self), parent)
+                reason = await self._run(ctx.path, ctx.started, parent)
             finally:
                 watcher.cancel()
             if reason.info == "auto_shutdown":
@@ -1049,9 +1054,12 @@ class Supervisor:
         self._gave_up = None
 
     async def _run(
-        self, path: str, on_ready: Callable[[], None], parent: Supervisor | None
+        self, path: str, on_ready: Callable[[Any], None], parent: Supervisor | None
     ) -> ExitReason:
-        """One life of the supervisor: init, serve, terminate. Returns or raises its exit."""
+        """One life of the supervisor: init, serve, terminate. Returns or raises its exit.
+
+        ``on_ready`` gets ``self`` once every child started (or :data:`IGNORE`).
+        """
         if self._status != "stopped":
             raise SupervisorError(
                 f"supervisor {self.name!r} is already {self._status} at {self._path!r}; a "
@@ -1062,10 +1070,14 @@ class Supervisor:
         stopped_reason = "shutdown"
         try:
             try:
-                await self._init_children()
+                ignored = await self._init_children()
             except SupervisorStartError as exc:
                 stopped_reason = f"failed_to_start:{exc.child or 'init'}"
                 raise
+            if ignored:
+                stopped_reason = "ignore"
+                on_ready(IGNORE)
+                return ExitReason("normal", info="ignore")
             if self._outcome is None and not self._stop_requested:
                 self._status = "running"
                 self._emit(
@@ -1076,7 +1088,7 @@ class Supervisor:
                     auto_shutdown=self._flags.auto_shutdown,
                     children=[c.id for c in self._children.values()],
                 )
-                on_ready()
+                on_ready(self)
                 await self._serve()
             self._status = "stopping"
             self._cancel_timers()
@@ -1178,9 +1190,13 @@ class Supervisor:
 
     # -- init ----------------------------------------------------------------------------
 
-    async def _init_children(self) -> None:
+    async def _init_children(self) -> bool:
+        """Run init and start the static children. True if init answered IGNORE."""
         try:
-            flags, specs = self._init_fn()
+            answer = self._init_fn()
+            if answer is IGNORE:
+                return True
+            flags, specs = cast(tuple[SupervisorFlags, Sequence[ChildSpec]], answer)
             if not isinstance(flags, SupervisorFlags):
                 raise InvalidSpec(
                     f"init of supervisor {self.name!r} must return (SupervisorFlags, "
@@ -1200,12 +1216,12 @@ class Supervisor:
         self._flags = flags
         if flags.strategy == "simple_one_for_one":
             self._template = specs[0]
-            return
+            return False
         for spec in specs:
             self._children[spec.id] = _Child(spec)
         for child in list(self._children.values()):
             if self._stop_requested:
-                return
+                return False
             result, payload = await self._start(child, phase="init")
             if result == _FAILED:
                 reason = cast(ExitReason, payload)
@@ -1221,7 +1237,8 @@ class Supervisor:
             if result == _IGNORED and child.spec.restart == "temporary":
                 del self._children[child.id]
             elif result == _ABORTED:
-                return
+                return False
+        return False
 
     # -- starting a child ----------------------------------------------------------------
 
