@@ -486,3 +486,24 @@ async def test_an_empty_diff_does_nothing(running: Any) -> None:
     tree, agents = running
     diff = await apply(tree, cfg(company()))
     assert diff.empty and agents.starts.total() == 5
+
+
+async def test_apply_refuses_an_old_config_the_tree_does_not_run(running: Any) -> None:
+    tree, _ = running
+    other = company()
+    other["agents"]["ceo"]["instructions"] = "something else"
+    with pytest.raises(ValueError, match="not the config this tree runs"):
+        await tree.apply_agents_diff(cfg(other), cfg(company()))
+
+
+async def test_concurrent_reloads_are_applied_one_after_the_other(running: Any) -> None:
+    tree, agents = running
+    first, second = company(), company()
+    first["agents"]["cfo"]["instructions"] = "v2"
+    second["agents"]["cfo"]["instructions"] = "v3"
+    a = asyncio.ensure_future(tree.apply_config(cfg(first)))
+    b = asyncio.ensure_future(tree.apply_config(cfg(second)))
+    async with asyncio.timeout(DEADLINE):
+        results = await asyncio.gather(a, b)
+    assert [r.changed_agents for r in results] == [("cfo",), ("cfo",)]
+    assert agents.configs["cfo"].instructions == "v3" and agents.starts["cfo"] == 3

@@ -21,6 +21,7 @@ leaves every other child alone.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
@@ -216,6 +217,7 @@ class CompanyTree(Supervisor):
         self._agent_child = agent_child
         self._tree_kill_grace = kill_grace
         self._departments: dict[str, Supervisor] = {}
+        self._reload_lock = asyncio.Lock()  # one config change at a time
         self._agents = Supervisor(AGENTS, init=self._agents_init, kill_grace=kill_grace)
         super().__init__(
             name, init=self._root_init, bus=bus, clock=clock, kill_grace=kill_grace, random=random
@@ -322,7 +324,24 @@ class CompanyTree(Supervisor):
 
         Returns:
             the plan, with ``failures`` and ``deferred`` filled in.
+
+        Raises:
+            ValueError: ``old`` is not the config the tree runs (see :attr:`config`).
         """
+        async with self._reload_lock:
+            if old is not self._config and old != self._config:
+                raise ValueError(
+                    f"apply_agents_diff: 'old' ({old.path}) is not the config this tree runs "
+                    f"({self._config.path}); pass tree.config, or use apply_config(new)"
+                )
+            return await self._apply(old, new, needs_restart)
+
+    async def _apply(
+        self,
+        old: CompanyConfig,
+        new: CompanyConfig,
+        needs_restart: Callable[[AgentConfig, AgentConfig], bool],
+    ) -> TreeDiff:
         plan = plan_agents_diff(old, new, needs_restart=needs_restart)
         failures: list[str] = []
         deferred: list[str] = []
@@ -430,8 +449,9 @@ class CompanyTree(Supervisor):
         await sup.delete_child(id)
 
     async def apply_config(self, new: CompanyConfig) -> TreeDiff:
-        """:meth:`apply_agents_diff` from the config the tree runs now."""
-        return await self.apply_agents_diff(self._config, new)
+        """:meth:`apply_agents_diff` from whatever config the tree runs when its turn comes."""
+        async with self._reload_lock:
+            return await self._apply(self._config, new, _agent_changed)
 
 
 def _flags(spec: SupervisorSpec) -> SupervisorFlags:
