@@ -987,6 +987,7 @@ async def test_a_transient_sub_supervisor_giving_up_stays_down_loudly(
         assert exited.severity == Severity.WARNING
         assert "stays down" in exited.data["message"]
         assert events.of("max_intensity")[0].source == "sup/sub"
+        assert sup.snapshot()["children"][0]["state"] == "failed"  # what status shows
         # the operator can bring it back
         assert (await sup.restart_child("sub")).info is sub
         assert w.starts == 2
@@ -1019,7 +1020,8 @@ async def test_a_restarted_sub_supervisor_rebuilds_only_its_static_children(
         assert [c.id for c in sub.which_children()] == ["w"]
         assert sup.which_child("sub").restarts == 1
         snap = sup.snapshot()
-        assert snap["children"][0]["supervisor"]["path"] == "sup/sub"
+        assert snap["children"][0]["path"] == "sup/sub"
+        assert snap["children"][0]["restarts"] == 1
 
 
 async def test_nested_supervisors_stop_depth_first_in_reverse_order(
@@ -1713,3 +1715,43 @@ async def test_restart_child_is_impossible_for_a_temporary_child(
         await events.wait_for("child_exited", child="t")
         with pytest.raises(ChildNotFound):
             await sup.restart_child("t")  # its spec went with it
+
+
+async def test_snapshot_is_the_status_tree(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """The node shape `companyd status` renders (docs/daemon.md, "tree")."""
+    w, ok, bad = Probe("w"), Probe("ok"), Probe("bad")
+    sub = Supervisor("sub", [w.spec()])
+    specs = [sub.child_spec(), ok.spec(restart="transient"), bad.spec(restart="temporary")]
+    async with make(bus, clock, specs, max_restarts=5) as sup:
+        clock.advance(30)
+        ok.run.exit("normal")
+        await events.wait_for("child_exited", child="ok")
+        w.run.crash()
+        await events.wait_for("child_started", count=2, child="w")
+        clock.advance(5)
+        snap = sup.snapshot()
+    json.dumps(snap)
+    assert {k: snap[k] for k in ("id", "path", "kind", "state", "restarts", "uptime_s")} == {
+        "id": "sup",
+        "path": "sup",
+        "kind": "supervisor",
+        "state": "running",
+        "restarts": 0,
+        "uptime_s": 35.0,
+    }
+    assert snap["strategy"] == "one_for_one" and snap["restarts_in_window"] == 0
+    node_sub, node_ok, node_bad = snap["children"]
+    assert (node_sub["id"], node_sub["kind"], node_sub["state"]) == ("sub", "supervisor", "running")
+    assert node_sub["strategy"] == "one_for_one" and node_sub["restarts_in_window"] == 1
+    (node_w,) = node_sub["children"]
+    assert node_w["path"] == "sup/sub/w" and node_w["restarts"] == 1
+    assert node_w["uptime_s"] == 5.0
+    assert node_w["last_exit"] == "error:RuntimeError('w crashed')"
+    assert (node_ok["state"], node_ok["uptime_s"], node_ok["last_exit"]) == (
+        "stopped",
+        None,
+        "normal",
+    )
+    assert (node_bad["kind"], node_bad["state"], node_bad["children"]) == ("worker", "running", [])

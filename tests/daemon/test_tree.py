@@ -152,8 +152,7 @@ def paths(tree: CompanyTree) -> dict[str, str]:
     def walk(node: dict[str, Any]) -> None:
         for row in node["children"]:
             out[row["path"]] = row["state"]
-            if "supervisor" in row:
-                walk(row["supervisor"])
+            walk(row)
 
     walk(tree.snapshot())
     return out

@@ -97,12 +97,10 @@ def render_tree(snapshot: dict[str, Any]) -> list[str]:
         rows = node["children"]
         for i, row in enumerate(rows):
             last = i == len(rows) - 1
-            branch = "└─ " if last else "├─ "
-            label = f"{prefix}{branch}{row['id']}"
-            sub = row.get("supervisor")
-            if sub is not None:
-                lines.append(f"{label:<34} {_flags(sub)}")
-                walk(sub, prefix + ("   " if last else "│  "), True)
+            label = f"{prefix}{'└─ ' if last else '├─ '}{row['id']}"
+            if row["kind"] == "supervisor":
+                lines.append(f"{label:<34} {_flags(row)}")
+                walk(row, prefix + ("   " if last else "│  "), True)
             elif in_agents:
                 lines.append(f"{label:<34} agent, {row['restart']}")
             else:
@@ -113,6 +111,8 @@ def render_tree(snapshot: dict[str, Any]) -> list[str]:
 
 
 def _flags(node: dict[str, Any]) -> str:
+    if "strategy" not in node:
+        return f"supervisor ({node['state']})"
     return (
         f"supervisor: {node['strategy']}, at most {node['max_restarts']} restarts "
         f"within {node['max_seconds']:g} s"
@@ -172,8 +172,7 @@ def _uptimes(snapshot: dict[str, Any]) -> dict[str, float | None]:
     def walk(node: dict[str, Any]) -> None:
         for row in node["children"]:
             out[row["path"]] = row["started_at"]
-            if "supervisor" in row:
-                walk(row["supervisor"])
+            walk(row)
 
     walk(snapshot)
     return out

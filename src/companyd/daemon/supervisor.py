@@ -767,6 +767,7 @@ class Supervisor:
         self._outcome: Literal["shutdown", "auto_shutdown", "gave_up"] | None = None
         self._gave_up: SupervisorGaveUp | None = None
         self._main: asyncio.Task[ExitReason] | None = None
+        self._started_at: float | None = None
 
     # -- properties ---------------------------------------------------------------------
 
@@ -1015,23 +1016,67 @@ class Supervisor:
         return ChildCounts(specs=len(self._children), active=active, supervisors=sup, workers=work)
 
     def snapshot(self) -> dict[str, Any]:
-        """The subtree as JSON-serialisable data (for ``companyd status``)."""
-        children = []
-        for c in self._children.values():
-            row = self._info(c).to_dict()
-            if isinstance(c.info, Supervisor) and c.state == "running":
-                row["supervisor"] = c.info.snapshot()
-            children.append(row)
-        return {
+        """The subtree as JSON-serialisable status nodes (the ``tree`` of ``companyd status``).
+
+        Every node has ``id``, ``path``, ``kind`` (``supervisor`` | ``worker``), ``state``
+        (``starting`` | ``running`` | ``restarting`` | ``stopping`` | ``stopped`` |
+        ``failed``), ``restarts`` (by its supervisor since that one (re)started),
+        ``started_at`` / ``uptime_s`` (None when not running), ``last_exit`` and
+        ``children`` (start order); supervisors add ``strategy``, ``max_restarts``,
+        ``max_seconds``, ``auto_shutdown`` and ``restarts_in_window``. A child that is not
+        running is ``failed`` when its last exit was abnormal or a give-up, else ``stopped``.
+        """
+        now = self._clock.time()
+        node: dict[str, Any] = {
+            "id": self._path.rsplit("/", 1)[-1],
             "path": self._path,
-            "status": self._status,
+            "kind": "supervisor",
+            "state": self._status,
+            "restarts": 0,
+            "started_at": self._started_at,
+            "uptime_s": None if self._started_at is None else now - self._started_at,
+            "last_exit": None,
+        }
+        node.update(self._supervisor_fields())
+        node["children"] = [self._child_node(c, now) for c in self._children.values()]
+        return node
+
+    def _supervisor_fields(self) -> dict[str, Any]:
+        return {
             "strategy": self._flags.strategy,
             "max_restarts": self._flags.max_restarts,
             "max_seconds": self._flags.max_seconds,
             "auto_shutdown": self._flags.auto_shutdown,
             "restarts_in_window": self.restarts_in_window(),
-            "children": children,
         }
+
+    def _child_node(self, c: _Child, now: float) -> dict[str, Any]:
+        state: str = c.state
+        last = c.last_exit
+        if state == "not_running" and last is not None:
+            failed = not last.is_normal or isinstance(last.exception, SupervisorGaveUp)
+            state = "failed" if failed else "stopped"
+        elif state == "not_running":
+            state = "stopped"
+        node: dict[str, Any] = {
+            "id": c.id,
+            "path": f"{self._path}/{c.id}",
+            "kind": c.spec.type,
+            "state": state,
+            "restarts": c.restarts,
+            "started_at": c.started_at,
+            "uptime_s": None if c.started_at is None else now - c.started_at,
+            "last_exit": str(last) if last is not None else None,
+            "restart": c.spec.restart,
+            "significant": c.spec.significant,
+        }
+        sub = c.info
+        if isinstance(sub, Supervisor) and c.state == "running":
+            node.update(sub._supervisor_fields())
+            node["children"] = [sub._child_node(g, now) for g in sub._children.values()]
+        else:
+            node["children"] = []
+        return node
 
     # -- the supervisor task -------------------------------------------------------------
 
@@ -1052,6 +1097,7 @@ class Supervisor:
         self._starting = None
         self._outcome = None
         self._gave_up = None
+        self._started_at = None
 
     async def _run(
         self, path: str, on_ready: Callable[[Any], None], parent: Supervisor | None
@@ -1080,6 +1126,7 @@ class Supervisor:
                 return ExitReason("normal", info="ignore")
             if self._outcome is None and not self._stop_requested:
                 self._status = "running"
+                self._started_at = self._clock.time()
                 self._emit(
                     "sup_started",
                     strategy=self._flags.strategy,
@@ -1117,6 +1164,7 @@ class Supervisor:
             raise
         finally:
             self._status = "stopped"
+            self._started_at = None
             self._cancel_timers()
             self._fail_pending_calls()
             self._emit("sup_stopped", reason=stopped_reason)
