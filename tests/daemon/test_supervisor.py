@@ -954,6 +954,7 @@ async def test_escalation_across_three_levels_reaches_the_owner(
         async with asyncio.timeout(DEADLINE):
             await root.wait()
     assert err.value.path == "sup" and err.value.child == "mid"
+    assert err.value.exit_code == 1  # docs/daemon.md: the root gave up → exit 1, restarted
     gave_up = [(e.source, e.data["child"]) for e in events.of("max_intensity")]
     assert gave_up == [
         ("sup/mid/leaf", "w"),

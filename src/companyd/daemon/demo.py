@@ -389,7 +389,7 @@ async def crash_test(
     out.write(
         "\nIn the daemon these events go to the log, to `companyd status` and, by severity, to "
         "Telegram. Had the parent given up as well, the failure would climb one more level; "
-        "when the root gives up, the daemon exits with status 70 and systemd restarts it.\n"
+        "when the root gives up, the daemon exits with status 1 and systemd restarts it.\n"
     )
     out.write("\nResult: " + ("all as expected.\n" if ok else "NOT as expected (see ✗ above).\n"))
     return 0 if ok else 1

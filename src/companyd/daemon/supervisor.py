@@ -38,7 +38,7 @@ from typing import Any, Final, Literal, TypeVar, cast, get_args
 
 from companyd.clock import Clock, SystemClock
 from companyd.daemon.child import ChildContext, ChildFn, Shutdown
-from companyd.errors import EX_SOFTWARE, CompanydError
+from companyd.errors import CompanydError
 from companyd.events import EventBus, Severity
 
 __all__ = [
@@ -227,7 +227,8 @@ class SupervisorGaveUp(Shutdown, SupervisorError):
     """
 
     code = "reached_max_restart_intensity"
-    exit_code = EX_SOFTWARE
+    #: docs/daemon.md: 1 = the root supervisor gave up (systemd restarts the daemon).
+    exit_code = 1
 
     def __init__(
         self,

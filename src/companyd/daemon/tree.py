@@ -64,7 +64,7 @@ ROOT: Final = "companyd"
 #: The id of the agents subtree under the root.
 AGENTS: Final = "agents"
 #: Root intensity: a service (or the whole agents subtree) failing a third time within a
-#: minute is no blip; the root gives up, the daemon exits 70 and systemd restarts a fresh
+#: minute is no blip; the root gives up, the daemon exits 1 and systemd restarts a fresh
 #: process. Lower than the agents' default (3 / 60 s) because restarts multiply down the path.
 ROOT_MAX_RESTARTS: Final = 2
 ROOT_MAX_SECONDS: Final = 60.0
