@@ -42,6 +42,7 @@ Handler = Callable[[argparse.Namespace], int]
 #: Modules whose ``register(subparsers)`` adds subcommands, in help order.
 _AREAS = (
     "companyd.daemon.cli",
+    "companyd.daemon.demo",
     "companyd.roles.cli",
     "companyd.scheduler.cli",
     "companyd.spend.cli",

@@ -59,6 +59,7 @@ KINDS: Mapping[str, Severity] = {
     "sup_started": Severity.DEBUG,
     "sup_stopped": Severity.DEBUG,
     "child_started": Severity.DEBUG,
+    "child_ignored": Severity.INFO,
     "child_start_failed": Severity.WARNING,
     "child_exited": Severity.INFO,
     "child_terminated": Severity.DEBUG,
