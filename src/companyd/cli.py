@@ -41,6 +41,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 #: Modules whose ``register(subparsers)`` adds subcommands, in help order.
 _AREAS = (
+    "companyd.daemon.main",
     "companyd.daemon.cli",
     "companyd.daemon.demo",
     "companyd.roles.cli",

@@ -195,6 +195,7 @@ class Agent:
     async def _guarded(self, state: _RunState, ctx: ChildContext, *, resumed: bool) -> None:
         staff = self.staff
         self._current = state
+        staff.run_started(self.slug, state)
         self._progress()
         work = asyncio.create_task(self._execute(state, ctx, resumed=resumed))
         try:
@@ -212,6 +213,7 @@ class Agent:
             raise
         finally:
             self._current = None
+            staff.run_ended(self.slug)
             if not work.done():
                 work.cancel()
                 with contextlib.suppress(BaseException):

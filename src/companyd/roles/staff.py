@@ -144,6 +144,7 @@ class Staff:
         self._waiters: dict[str, list[asyncio.Future[RunOutcome]]] = {}
         self._paused: dict[str, _Pause] = {}
         self._running: dict[str, Task] = {}
+        self._runs: dict[str, Any] = {}
         self._prompts: dict[str, str] = {}
         self._remove_listener = bus.add_listener(self._on_event)
 
@@ -283,6 +284,32 @@ class Staff:
     def running(self) -> dict[str, Task]:
         """agent → the task it is running now."""
         return dict(self._running)
+
+    def run_started(self, agent: str, run: Any) -> None:
+        """An agent began (or resumed) ``run`` (its live state, read by :meth:`in_flight`)."""
+        self._runs[agent] = run
+
+    def run_ended(self, agent: str) -> None:
+        self._runs.pop(agent, None)
+
+    def in_flight(self) -> list[dict[str, Any]]:
+        """Runs in progress now, for ``companyd status``."""
+        out = []
+        for agent, r in self._runs.items():
+            out.append(
+                {
+                    "run_id": r.run_id,
+                    "agent": agent,
+                    "task_id": r.task.id,
+                    "routine": r.task.routine,
+                    "source": r.task.source,
+                    "started_at": r.started_wall,
+                    "cost_usd": float(r.cost),
+                    "steps": r.breaker.steps,
+                    "model": r.models[-1] if r.models else None,
+                }
+            )
+        return out
 
     # -- pauses -------------------------------------------------------------------------
 

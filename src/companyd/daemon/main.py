@@ -1,0 +1,693 @@
+"""``companyd run``: the whole company as one supervised process.
+
+The daemon assembles every service into the supervision tree, in this start order (and
+stops them in the reverse order):
+
+    memory → spend → alerts → agents (departments → agents) → scheduler → control
+
+then tells systemd it is ready, pings the watchdog from the event loop, answers the
+operator (control socket and Telegram, through :class:`Daemon`, the one implementation of
+:class:`~companyd.daemon.admin.Admin`), reloads company.yaml on SIGHUP and stops gracefully
+on SIGTERM/SIGINT. docs/daemon.md lists exit codes, signals and the state directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from companyd import __version__
+from companyd.clock import Clock, SystemClock
+from companyd.config import CompanyConfig, load_config
+from companyd.daemon.admin import AdminError
+from companyd.errors import (
+    EX_CONFIG,
+    EX_SOFTWARE,
+    EX_TEMPFAIL,
+    CompanydError,
+    ConfigError,
+    StateLocked,
+)
+from companyd.events import EventBus
+from companyd.roles.model import ModelBackend, ModelUnavailable
+from companyd.roles.tasks import RunStatus, Task, new_id
+
+__all__ = ["Daemon", "register"]
+
+log = logging.getLogger("companyd.daemon")
+
+#: How long an agent gets to bring its current step to a checkpoint when asked to stop.
+AGENT_SHUTDOWN = 20.0
+
+
+def register(sub: Any) -> None:
+    """Add ``companyd run`` to the CLI."""
+    from companyd.daemon.logs import add_logging_arguments
+
+    p = sub.add_parser(
+        "run",
+        help="run the company in the foreground (what systemd starts)",
+        description="Start the whole supervision tree — memory, spend ledger, alerts, "
+        "agents, scheduler, control socket — and run until SIGTERM/SIGINT. SIGHUP reloads "
+        "company.yaml. Logs go to stderr (journald under systemd).",
+    )
+    p.add_argument(
+        "--config", type=Path, default=None, help="company.yaml (default: ./company.yaml)"
+    )
+    p.add_argument("--state-dir", type=Path, default=None, help="state directory")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="use the built-in offline model instead of Claude (no network, no API key)",
+    )
+    p.add_argument(
+        "--control-group",
+        default=None,
+        help="make the control socket 0660 owned by this group (static User=/Group= only)",
+    )
+    add_logging_arguments(p)
+    p.set_defaults(func=_run_command)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    from companyd.cli import default_config_path
+    from companyd.daemon.lock import StateLock
+    from companyd.daemon.logs import setup_logging
+
+    handle = setup_logging(level=args.log_level, fmt=args.log_format)
+    try:
+        path = args.config or default_config_path()
+        try:
+            config = load_config(path)
+        except ConfigError as exc:
+            for issue in exc.issues:
+                print(issue, file=sys.stderr)
+            print(
+                f"companyd: {path} is invalid ({len(exc.issues)} problem(s)); fix it and start "
+                "again (exit 78: systemd will not restart-loop on it)",
+                file=sys.stderr,
+            )
+            return EX_CONFIG
+        for w in config.warnings:
+            log.warning("%s", w)
+        state_dir = config.state_dir(args.state_dir)
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            backend = _backend(config, offline=args.offline, redact=handle.redactor.add)
+        except ModelUnavailable as exc:
+            print(f"companyd: {exc}", file=sys.stderr)
+            print(
+                "companyd: to run without Claude, start it with --offline (the built-in "
+                "offline model: no network, no cost)",
+                file=sys.stderr,
+            )
+            return EX_CONFIG
+        try:
+            lock = StateLock.acquire(state_dir)
+        except StateLocked as exc:
+            print(f"companyd: {exc}", file=sys.stderr)
+            return EX_TEMPFAIL
+        with lock:
+            daemon = Daemon(
+                config,
+                state_dir,
+                backend=backend,
+                offline=args.offline,
+                control_group=args.control_group,
+                redact=handle.redactor.add,
+            )
+            return asyncio.run(daemon.main())
+    finally:
+        handle.close()
+
+
+def _backend(config: CompanyConfig, *, offline: bool, redact: Any) -> ModelBackend:
+    if offline:
+        from companyd.roles.offline import OfflineModel
+
+        return OfflineModel()
+    from companyd.roles.claude import ClaudeBackend, resolve_api_key
+
+    key = resolve_api_key(config.spec.anthropic)
+    redact(key)
+    return ClaudeBackend.from_config(config.spec.anthropic, api_key=key)
+
+
+class Daemon:
+    """The running company: builds the tree, serves the operator, reloads, stops.
+
+    Args:
+        config: the validated company.yaml.
+        state_dir: the state directory (locked by the caller).
+        backend: the model backend (Claude or offline).
+        offline: whether ``backend`` is the offline model (shown in status).
+        clock: time source.
+        control_group: group for a 0660 control socket.
+        redact: registers a secret with the log redactor.
+    """
+
+    def __init__(
+        self,
+        config: CompanyConfig,
+        state_dir: Path,
+        *,
+        backend: ModelBackend,
+        offline: bool = False,
+        clock: Clock | None = None,
+        control_group: str | None = None,
+        redact: Any = None,
+    ) -> None:
+        from companyd.alerts import AlertService
+        from companyd.daemon.control import ControlServer, socket_path
+        from companyd.daemon.systemd import LoopLagMonitor, Notifier
+        from companyd.memory import MemoryService
+        from companyd.roles.improver import Proposals
+        from companyd.roles.journal import Journal
+        from companyd.roles.staff import Staff
+        from companyd.scheduler import RoutineScheduler
+        from companyd.spend import BudgetExhausted, SpendBook
+
+        self.config = config
+        self.state_dir = state_dir
+        self.backend = backend
+        self.offline = offline
+        self.clock: Clock = clock or SystemClock()
+        self.bus = EventBus(self.clock)
+        self.started_at = self.clock.time()
+        self.config_loaded_at = self.started_at
+        self.state = "starting"
+        self.notifier = Notifier.from_env(unset_environment=True)
+        self.lag = LoopLagMonitor(self.clock, self.bus, source="daemon")
+        self.memory = MemoryService(config.memory_path(state_dir), bus=self.bus, clock=self.clock)
+        self.spend = SpendBook(config, state_dir, bus=self.bus, clock=self.clock)
+        self.journal = Journal(state_dir / "runs.sqlite")
+        self.proposals = Proposals(
+            state_dir, config, bus=self.bus, clock=self.clock, reload=self._reload_after_apply
+        )
+        self.staff = Staff(
+            config,
+            bus=self.bus,
+            clock=self.clock,
+            journal=self.journal,
+            memory=self.memory,
+            spend=self.spend,
+            backend=backend,
+            budget_exhausted_error=BudgetExhausted,
+            state_dir=state_dir,
+            proposals=self.proposals,
+        )
+        self.alerts = AlertService(config, state_dir, bus=self.bus, admin=self, clock=self.clock)
+        self.scheduler = RoutineScheduler(
+            config, self.staff, state_dir=state_dir, bus=self.bus, clock=self.clock
+        )
+        self.socket = socket_path(state_dir)
+        self.control = ControlServer(
+            self, self.socket, clock=self.clock, group=control_group, state_dir=state_dir
+        )
+        self._metrics_server: Any = None
+        self._stop = asyncio.Event()
+        self._reload_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.tree: Any = None
+
+    # -- the tree -----------------------------------------------------------------------
+
+    def _build_tree(self) -> Any:
+        from companyd.daemon.supervisor import ChildSpec
+        from companyd.daemon.tree import build_company_tree
+
+        services = [
+            ChildSpec(id="memory", start=self.memory.run, shutdown=30.0),
+            ChildSpec(id="spend", start=self.spend.run, shutdown=10.0),
+            ChildSpec(id="alerts", start=self.alerts.run, shutdown=10.0),
+            ChildSpec(id="scheduler", start=self.scheduler.run, shutdown=AGENT_SHUTDOWN + 5),
+            ChildSpec(id="control", start=self.control.run, shutdown=10.0),
+        ]
+        if self.config.spec.metrics.listen:
+            from companyd.daemon.metrics import Metrics, MetricsServer
+
+            metrics = Metrics(lag=self.lag)
+            self._metrics_server = MetricsServer(metrics, self.bus, self.config.spec.metrics.listen)
+            services.append(ChildSpec(id="metrics", start=self._metrics_server.run, shutdown=5.0))
+
+        def agent_child(agent: Any) -> ChildSpec:
+            return ChildSpec(
+                id=agent.slug,
+                start=self.staff.child(agent.slug),
+                restart=agent.restart,
+                shutdown=AGENT_SHUTDOWN,
+            )
+
+        return build_company_tree(
+            self.config, bus=self.bus, clock=self.clock, services=services, agent_child=agent_child
+        )
+
+    # -- main ---------------------------------------------------------------------------
+
+    async def main(self) -> int:
+        """Run until stopped; the process exit code."""
+        from companyd.daemon.logs import log_events
+        from companyd.daemon.supervisor import SupervisorGaveUp, SupervisorStartError
+        from companyd.daemon.systemd import StatusUpdater, Watchdog
+
+        loop = asyncio.get_running_loop()
+        remove_logger = log_events(self.bus)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self._sighup)
+        try:
+            await self.staff.load()
+            self.tree = self._build_tree()
+            try:
+                await self.tree.start()
+            except SupervisorStartError as exc:
+                log.critical("the company could not start: %s", exc)
+                return 1
+            self.state = "running"
+            self.notifier.ready(self._status_line())
+            self.bus.emit(
+                "daemon_started",
+                "daemon",
+                pid=os.getpid(),
+                version=__version__,
+                agents=len(self.config.agents),
+                routines=len(self.config.routines),
+                offline=self.offline,
+                company=self.config.name,
+            )
+            self._tasks = [
+                asyncio.create_task(self._service(self.lag.run), name="loop-lag"),
+                asyncio.create_task(
+                    self._service(Watchdog(self.notifier, self.clock, health=self._healthy).run),
+                    name="watchdog",
+                ),
+                asyncio.create_task(
+                    self._service(StatusUpdater(self.notifier, self._status_line, self.clock).run),
+                    name="status",
+                ),
+            ]
+            waiter = asyncio.create_task(self.tree.wait())
+            stopper = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if waiter.done():
+                stopper.cancel()
+                try:
+                    waiter.result()
+                except SupervisorGaveUp as exc:
+                    log.critical(
+                        "the root supervisor gave up (%s); exiting so systemd restarts the daemon",
+                        exc,
+                    )
+                    self.notifier.stopping("root supervisor gave up")
+                    return 1
+                log.error("the supervision tree stopped by itself; exiting")
+                return 1
+            waiter.cancel()
+            self.state = "stopping"
+            self.notifier.stopping("stopping: bringing runs to a checkpoint")
+            self.bus.emit("daemon_stopping", "daemon", pid=os.getpid(), reason="signal")
+            await self.tree.stop()
+            return 0
+        except CompanydError as exc:
+            log.critical("companyd stopped: %s", exc)
+            return 1
+        except Exception:
+            log.critical("internal error in the daemon", exc_info=True)
+            return EX_SOFTWARE
+        finally:
+            for t in self._tasks:
+                t.cancel()
+            for t in self._tasks:
+                with contextlib.suppress(BaseException):
+                    await t
+            remove_logger()
+            self.staff.close()
+            with contextlib.suppress(Exception):
+                await self.journal.close()
+            with contextlib.suppress(Exception):
+                await self.backend.aclose()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+
+    async def _service(self, run: Any) -> None:
+        """Run a daemon-level helper (watchdog, status, lag) with a never-set stop event."""
+        await run(_Standalone())
+
+    def _healthy(self) -> bool:
+        return self.tree is not None and self.tree.status == "running"
+
+    def _sighup(self) -> None:
+        task = asyncio.ensure_future(self.reload())
+        task.add_done_callback(_log_task_failure)
+
+    def _status_line(self) -> str:
+        from companyd.daemon.cli import status_line
+
+        return status_line(self._status_sync())
+
+    # -- reload -------------------------------------------------------------------------
+
+    async def reload(self) -> dict[str, Any]:
+        """Re-read company.yaml; apply the difference or keep the old config."""
+        async with self._reload_lock:
+            return await asyncio.shield(self._reload())
+
+    async def _reload(self) -> dict[str, Any]:
+        self.notifier.reloading("reloading company.yaml")
+        self.state = "reloading"
+        try:
+            try:
+                new = await asyncio.to_thread(load_config, self.config.path)
+            except ConfigError as exc:
+                errors = [str(i) for i in exc.issues]
+                self.bus.emit(
+                    "config_rejected",
+                    "daemon",
+                    file=str(self.config.path),
+                    errors=errors[:10],
+                    count=len(errors),
+                )
+                return {
+                    "ok": False,
+                    "reloaded": False,
+                    "errors": errors,
+                    "message": f"company.yaml rejected ({len(errors)} problem(s)); the "
+                    "previous version keeps running",
+                }
+            old = self.config
+            self.staff.reconfigure(new)
+            self.spend.reconfigure(new)
+            self.proposals.reconfigure(new)
+            self.alerts.update_config(new)
+            diff = await self.tree.apply_config(new)
+            routines = await self.scheduler.reconfigure(new)
+            self.config = new
+            self.config_loaded_at = self.clock.time()
+            result = {
+                "ok": True,
+                "reloaded": True,
+                "started": list(diff.added),
+                "stopped": list(diff.removed),
+                "restarted": list(diff.restarted),
+                "unchanged": len([a for a in new.agents if a in old.agents]) - len(diff.restarted),
+                "routines": routines,
+            }
+            self.bus.emit(
+                "daemon_reloaded",
+                "daemon",
+                **{k: v for k, v in result.items() if k not in ("ok", "reloaded")},
+            )
+            return result
+        finally:
+            self.state = "running" if not self._stop.is_set() else "stopping"
+            self.notifier.ready(self._status_line())
+
+    async def _reload_after_apply(self) -> None:
+        result = await self.reload()
+        if not result.get("ok"):
+            raise AdminError(
+                "the change was written but company.yaml was rejected on reload: "
+                + "; ".join(result.get("errors", [])[:3])
+            )
+
+    # -- Admin ----------------------------------------------------------------------------
+
+    def _status_sync(self) -> dict[str, Any]:
+        now = self.clock.time()
+        tree = self.tree.snapshot() if self.tree is not None else {}
+        paused = self.staff.paused()
+        _mark_paused(tree, paused)
+        running = self.staff.in_flight()
+        agents_total = len(self.config.agents)
+        agent_nodes = _agent_nodes(tree, set(self.config.agents))
+        return {
+            "now": now,
+            "daemon": {
+                "pid": os.getpid(),
+                "version": __version__,
+                "state": self.state,
+                "started_at": self.started_at,
+                "uptime_s": now - self.started_at,
+                "config": str(self.config.path),
+                "config_loaded_at": self.config_loaded_at,
+                "state_dir": str(self.state_dir),
+                "socket": str(self.socket),
+                "offline": self.offline,
+                "loop_lag": self.lag.stats().to_dict(),
+            },
+            "company": {"name": self.config.name, "timezone": self.config.timezone},
+            "agents": {
+                "total": agents_total,
+                "running": sum(1 for n in agent_nodes if n.get("state") == "running"),
+                "paused": len(paused),
+                "failed": sum(
+                    1 for n in agent_nodes if n.get("state") in ("restarting", "stopped")
+                ),
+                "busy": len(running),
+            },
+            "tree": tree,
+            "runs_in_flight": [{**r, "elapsed_s": now - r["started_at"]} for r in running],
+            "alerts": self.alerts.snapshot(),
+        }
+
+    async def status(self) -> dict[str, Any]:
+        status = self._status_sync()
+        status["spend"] = await self._spend_status()
+        status["routines"] = await self._routines_status()
+        return status
+
+    async def _spend_status(self) -> dict[str, Any]:
+        report = await self.spend.budget_report()
+        return _spend_for_status(report, self.staff.paused())
+
+    async def _routines_status(self) -> list[dict[str, Any]]:
+        jobs = await self.scheduler.jobs()
+        return list(jobs.get("routines", []))
+
+    async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
+        try:
+            return await self.spend.spend_report(by=by, period=period)
+        except ValueError as exc:
+            raise AdminError(str(exc)) from None
+
+    async def budget(self) -> dict[str, Any]:
+        return await self.spend.budget_report()
+
+    async def raise_budget(self, agent: str | None, usd: float) -> dict[str, Any]:
+        if agent is not None:
+            self._check_agent(agent)
+        if not usd > 0:
+            raise AdminError(f"the raise must be a positive amount of dollars, got {usd!r}")
+        await self.spend.raise_today(agent, Decimal(str(usd)))
+        resumed = []
+        for a, reason in self.staff.paused().items():
+            if reason.startswith("budget") and (agent is None or a == agent):
+                if self.spend.exhausted(a) is None and self.staff.resume(a, "budget raised"):
+                    resumed.append(a)
+        who = agent or "the company"
+        return {
+            "agent": agent,
+            "raised_usd": usd,
+            "resumed": resumed,
+            "message": f"raised today's budget of {who} by ${usd:.2f}"
+            + (f"; resumed {', '.join(resumed)}" if resumed else ""),
+        }
+
+    async def jobs(self) -> dict[str, Any]:
+        return await self.scheduler.jobs()
+
+    async def job_history(self, routine: str, limit: int = 20) -> dict[str, Any]:
+        from companyd.scheduler import RoutineNotFound
+
+        try:
+            return await self.scheduler.history(routine, limit)
+        except RoutineNotFound as exc:
+            raise AdminError(str(exc)) from None
+
+    async def run_job(self, routine: str) -> dict[str, Any]:
+        from companyd.scheduler import RoutineBusy, RoutineNotFound
+
+        try:
+            outcome = await self.scheduler.run_now(routine)
+        except (RoutineNotFound, RoutineBusy) as exc:
+            raise AdminError(str(exc)) from None
+        return {"routine": routine, **outcome.to_dict()}
+
+    async def pause(self, agent: str) -> dict[str, Any]:
+        self._check_agent(agent)
+        self.staff.pause(agent, "operator")
+        return {
+            "agent": agent,
+            "paused": True,
+            "message": f"paused {agent}: it finishes its current run, then starts no new ones "
+            f"until `companyd resume {agent}`",
+        }
+
+    async def resume(self, agent: str) -> dict[str, Any]:
+        self._check_agent(agent)
+        was = self.staff.resume(agent)
+        return {
+            "agent": agent,
+            "resumed": was,
+            "message": f"resumed {agent}" if was else f"{agent} was not paused",
+        }
+
+    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> dict[str, Any]:
+        self._check_agent(agent)
+        if not question.strip():
+            raise AdminError("the question is empty; say what you want the agent to do")
+        task = Task(
+            id=new_id("task"),
+            agent=agent,
+            prompt=question,
+            source="operator",
+            created=self.clock.time(),
+        )
+        try:
+            async with asyncio.timeout(timeout):
+                outcome = await self.staff.submit(task)
+        except TimeoutError:
+            raise AdminError(
+                f"{agent} did not finish within {timeout:g} s; the task {task.id} keeps running "
+                "— see `companyd runs`"
+            ) from None
+        return outcome.to_dict()
+
+    async def runs(
+        self, agent: str | None = None, status: str | None = None, limit: int = 20
+    ) -> dict[str, Any]:
+        if status is not None and status not in {*(str(s) for s in RunStatus), "running"}:
+            raise AdminError(
+                f"unknown status {status!r}; choose one of running, "
+                + ", ".join(str(s) for s in RunStatus)
+            )
+        return {"runs": await self.journal.runs(agent=agent, status=status, limit=limit)}
+
+    async def tasks(self, quarantined: bool = False) -> dict[str, Any]:
+        states = ["quarantined"] if quarantined else ["queued", "running"]
+        return {"tasks": await self.journal.tasks(states)}
+
+    async def retry(self, task_id: str) -> dict[str, Any]:
+        try:
+            task = await self.staff.retry(task_id)
+        except KeyError:
+            raise AdminError(f"no task {task_id!r}; see `companyd tasks --quarantined`") from None
+        except ValueError as exc:
+            raise AdminError(str(exc)) from None
+        return {
+            "task_id": task.id,
+            "agent": task.agent,
+            "queued": True,
+            "message": f"released {task.id}; {task.agent} will run it again",
+        }
+
+    async def proposals(self) -> dict[str, Any]:
+        return {"proposals": [p.to_dict() for p in await self.proposals.list()]}
+
+    async def approve(self, proposal_id: str) -> dict[str, Any]:
+        from companyd.roles.improver import ProposalError
+
+        try:
+            p = await self.proposals.approve(proposal_id)
+        except ProposalError as exc:
+            raise AdminError(str(exc)) from None
+        return {**p.to_dict(), "message": f"applied {p.id} to {p.file} and reloaded"}
+
+    async def reject(self, proposal_id: str) -> dict[str, Any]:
+        from companyd.roles.improver import ProposalError
+
+        try:
+            p = await self.proposals.reject(proposal_id)
+        except ProposalError as exc:
+            raise AdminError(str(exc)) from None
+        return {**p.to_dict(), "message": f"rejected {p.id}"}
+
+    async def revert(self, proposal_id: str) -> dict[str, Any]:
+        from companyd.roles.improver import ProposalError
+
+        try:
+            p = await self.proposals.revert(proposal_id)
+        except ProposalError as exc:
+            raise AdminError(str(exc)) from None
+        return {**p.to_dict(), "message": f"reverted {p.id} and reloaded"}
+
+    def _check_agent(self, agent: str) -> None:
+        if agent not in self.config.agents:
+            import difflib
+
+            close = difflib.get_close_matches(agent, list(self.config.agents), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise AdminError(
+                f"unknown agent {agent!r}; {hint}agents: {', '.join(self.config.agents)}"
+            )
+
+
+class _Standalone:
+    """A ChildContext for daemon-level helpers that run outside the tree."""
+
+    id = "daemon"
+    path = "daemon"
+
+    def __init__(self) -> None:
+        self.stopping = asyncio.Event()
+
+    def started(self, info: Any = None) -> None:
+        return None
+
+
+def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:
+    if node.get("kind") == "worker" and node.get("id") in paused and node.get("state") == "running":
+        node["state"] = "paused"
+        reason = paused[node["id"]]
+        node["pause_reason"] = "budget" if reason.startswith("budget") else "operator"
+    for child in node.get("children", ()):
+        _mark_paused(child, paused)
+
+
+def _agent_nodes(node: dict[str, Any], agents: set[str]) -> list[dict[str, Any]]:
+    out = [node] if node.get("kind") == "worker" and node.get("id") in agents else []
+    for child in node.get("children", ()):
+        out += _agent_nodes(child, agents)
+    return out
+
+
+def _spend_for_status(report: Mapping[str, Any], paused: Mapping[str, str]) -> dict[str, Any]:
+    """The status ``spend`` block from the spend book's budget report."""
+    out: dict[str, Any] = {"currency": "USD"}
+    company = report.get("company", {})
+    for period in ("today", "month"):
+        b = company.get(period) or {}
+        out[period] = {
+            "used_usd": b.get("used_usd", 0.0),
+            "reserved_usd": b.get("reserved_usd", 0.0),
+            "limit_usd": b.get("limit_usd"),
+            "resets_at": b.get("resets_at"),
+        }
+    agents = []
+    for a in report.get("agents", []):
+        agents.append(
+            {
+                "agent": a.get("agent"),
+                "today_usd": (a.get("today") or {}).get("used_usd", 0.0),
+                "daily_limit_usd": (a.get("today") or {}).get("limit_usd"),
+                "month_usd": (a.get("month") or {}).get("used_usd", 0.0),
+                "monthly_limit_usd": (a.get("month") or {}).get("limit_usd"),
+                "paused": a.get("agent") in paused,
+            }
+        )
+    out["agents"] = agents
+    return out
+
+
+def _log_task_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("reload failed: %r", task.exception())
