@@ -917,7 +917,7 @@ def _node_word(node: yaml.Node) -> str:
     return f"{node.value!r}"
 
 
-def _yaml_hint(problem: str) -> str:
+def _yaml_hint(problem: str, context: str) -> str:
     if "'\\t'" in problem:
         return (
             "found a tab character; YAML indentation must use spaces — replace the tab with spaces"
@@ -927,7 +927,7 @@ def _yaml_hint(problem: str) -> str:
             "YAML syntax error: a ': ' where a value was expected; put the value in quotes "
             "if it contains ': ', or fix the indentation"
         )
-    if "expected a single document" in problem:
+    if "expected a single document" in problem + context:
         return (
             "expected one YAML document, got several (a second '---'); company.yaml holds "
             "exactly one document"
@@ -937,26 +937,30 @@ def _yaml_hint(problem: str) -> str:
 
 def _compose(text: str, rep: _Report) -> Any:
     """Parse ``text`` into plain data, or return ``_Failed``/``_Empty`` markers."""
-    loader = yaml.SafeLoader(text)
+    try:
+        # The reader checks the whole text for forbidden characters right here.
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:
+        _reader_error(text, exc, rep)
+        return _Failed
     try:
         try:
             node = loader.get_single_node()
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             at = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-            message = _yaml_hint(exc.problem or "invalid YAML")
-            if exc.context and exc.context_mark and exc.context_mark is not mark:
-                message += f" ({exc.context} at line {exc.context_mark.line + 1})"
+            context = exc.context or ""
+            message = _yaml_hint(exc.problem or "invalid YAML", context)
+            if context.startswith("while parsing a flow") and exc.context_mark:
+                message += (
+                    f" (is the '{{' or '[' on line {exc.context_mark.line + 1} left unclosed?)"
+                )
+            elif context and exc.context_mark and "single document" not in context:
+                message += f" ({context} at line {exc.context_mark.line + 1})"
             rep.add((), message, at=at)
             return _Failed
         except yaml.reader.ReaderError as exc:
-            at = _offset_position(text, exc.position)
-            rep.add(
-                (),
-                f"expected printable text, got the control character {chr(exc.character)!r} "
-                f"({exc.reason}); remove it",
-                at=at,
-            )
+            _reader_error(text, exc, rep)
             return _Failed
         except yaml.YAMLError as exc:
             rep.add((), f"YAML error: {exc}", at=(1, 1))
@@ -983,6 +987,16 @@ def _compose(text: str, rep: _Report) -> Any:
             return _Failed
     finally:
         loader.dispose()
+
+
+def _reader_error(text: str, exc: yaml.reader.ReaderError, rep: _Report) -> None:
+    char = exc.character
+    shown = repr(chr(char)) if isinstance(char, int) else repr(char)
+    rep.add(
+        (),
+        f"expected printable text, got the control character {shown} ({exc.reason}); remove it",
+        at=_offset_position(text, exc.position),
+    )
 
 
 def _offset_position(text: str, offset: int) -> tuple[int, int]:
@@ -1274,8 +1288,9 @@ _MISSING_HINTS: dict[Path_, str] = {
 }
 
 
-def _found(value: Any, path: Path_, pos: _Positions) -> str:
-    """How to show a found value: quoted text, or what YAML made of the source."""
+def _found(value: Any, path: Path_, pos: _Positions, *, want_text: bool = False) -> str:
+    """How to show a found value: text quoted, anything else as written in the file, with
+    what YAML made of it when that is a surprise (``yes`` is true, ``23:00`` is 1380)."""
     if value is None:
         return "nothing (an empty value)"
     if isinstance(value, dict):
@@ -1283,12 +1298,22 @@ def _found(value: Any, path: Path_, pos: _Positions) -> str:
     if isinstance(value, list):
         return f"a list {_short(value)}" if value else "an empty list"
     raw = pos.scalar.get(path)
-    if raw is not None and not isinstance(value, str) and raw[1] is None:
-        source = raw[0]
-        if source != str(value).lower() and source != str(value):
-            return f"{source} (YAML reads it as {_short(value)}; put it in quotes if it is text)"
+    if raw is None or isinstance(value, str) or raw[1] is not None:
         return _short(value)
-    return _short(value)
+    source = raw[0]
+    if isinstance(value, bool):
+        as_yaml = "true" if value else "false"
+    elif isinstance(value, int | float):
+        as_yaml = f"the number {value!r}"
+    elif isinstance(value, date):
+        as_yaml = f"the date {value.isoformat()}"
+    else:
+        as_yaml = _short(value)
+    if want_text:
+        return f"{source} (YAML reads it as {as_yaml}; write {source!r} in quotes for text)"
+    if isinstance(value, bool) and source.lower() not in ("true", "false"):
+        return f"{source} (YAML reads it as {as_yaml})"
+    return source
 
 
 def _short(value: Any) -> str:
@@ -1310,7 +1335,7 @@ def _pydantic_issues(exc: ValidationError, data: dict[str, Any], rep: _Report) -
             continue
         kind = err["type"]
         ctx = err.get("ctx") or {}
-        found = _found(value, path, pos)
+        found = _found(value, path, pos, want_text=kind == "string_type")
         key = False
         if kind == "extra_forbidden":
             key = True
@@ -1320,7 +1345,7 @@ def _pydantic_issues(exc: ValidationError, data: dict[str, Any], rep: _Report) -
             hint = _MISSING_HINTS.get(path, "")
             msg = f"required key {str(path[-1])!r} is missing; add it{hint}"
             # point at the parent's key, where the missing entry belongs
-            rep.add(path, msg, at=pos.of(path[:-1], key=True) if path[:-1] else (1, 1))
+            rep.add(path, msg, at=pos.of(path[:-1], key=True))
             continue
         elif kind == "literal_error":
             choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
@@ -1355,6 +1380,9 @@ def _pydantic_issues(exc: ValidationError, data: dict[str, Any], rep: _Report) -
                 msg += f"; write a one-item list as [{value}]"
         elif kind == "value_error":
             msg = str(ctx.get("error", err["msg"]))
+            # validators quote the Python value (True); show it as written (yes) instead
+            if msg.endswith(f"got {value!r}"):
+                msg = msg[: -len(repr(value))] + found
         else:
             text = str(err["msg"])
             msg = f"{text[:1].lower()}{text[1:]}, got {found}"
@@ -1396,11 +1424,13 @@ def _document_path(loc: tuple[Any, ...], data: Any) -> tuple[Path_, Any]:
             key = name_to_key.get(part) or other.get(part) or (part if part in canonical else None)
             if key is None and isinstance(node, dict) and part in node:
                 key = part  # an unknown key
-            if key is None:
+            if key is None or not isinstance(node, dict):
+                # not a key, or a value a validator expanded (`catch_up: run_once` becomes
+                # {policy: run_once}): the error belongs to the value as written
                 continue
             path.append(key)
             schema = _child(schema, key)
-            node = node.get(key) if isinstance(node, dict) else None
+            node = node.get(key)
         elif isinstance(node, dict) and part in node:
             path.append(part)
             node = node[part]
@@ -1639,7 +1669,7 @@ def _cross_check(data: dict[str, Any], rep: _Report, base: Path) -> dict[str, st
     return instructions
 
 
-def _closest(name: str, choices: list[str], cutoff: float = 0.5) -> list[str]:
+def _closest(name: str, choices: list[str], cutoff: float = 0.6) -> list[str]:
     """The most similar of ``choices`` (ties go to the one sharing the longest prefix)."""
     best: list[tuple[float, int, str]] = []
     for c in choices:
