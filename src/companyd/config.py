@@ -691,7 +691,18 @@ class _Positions:
 
 
 def _dotted(path: Path_) -> str:
-    return ".".join(str(p) for p in path)
+    # A key may be any quoted text, line breaks included; the path must stay on one line.
+    return ".".join(
+        p if isinstance(p, str) and p.isprintable() else _one_line(str(p)) for p in path
+    )
+
+
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _one_line(text: str) -> str:
+    """``text`` with every character that would break the line escaped (``\\n``)."""
+    return _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class _Report:
@@ -720,7 +731,7 @@ class _Report:
                 line=line,
                 column=col,
                 path=_dotted(path),
-                message=message,
+                message=_one_line(message),  # one issue, one line: always
                 severity=severity,
             )
         )
@@ -1046,11 +1057,21 @@ def _camel(snake: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
+#: Spellings from peer tools (Paperclip, OpenClaw, CrewAI; docs/configuration.md) that are
+#: accepted, with a deprecation warning, besides each field's camelCase form.
+_PEER_SPELLINGS: dict[str, dict[str, str]] = {
+    "TriggerSpec": {"cronExpression": "cron", "intervalSec": "every", "tz": "timezone"},
+    "TelegramSpec": {"chat_id_env": "chat_ids_env"},
+    "AgentSpec": {"llm": "model"},
+    "RoutineSpec": {"agent": "assignee"},
+}
+
+
 @functools.cache
 def _keys(model: type[BaseModel]) -> tuple[dict[str, str], dict[str, str]]:
     """(canonical file key → field name, other accepted spelling → canonical file key)."""
     canonical = {_file_key(n, f): n for n, f in model.model_fields.items()}
-    other: dict[str, str] = {}
+    other: dict[str, str] = dict(_PEER_SPELLINGS.get(model.__name__, {}))
     for n, f in model.model_fields.items():
         key = _file_key(n, f)
         for spelling in (f.alias, _camel(key)):
@@ -1493,7 +1514,9 @@ def _check_secrets(data: Any, rep: _Report) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
                 kp = (*path, k)
-                if _secret_key(k) and isinstance(v, str) and v.strip():
+                # env_from maps variable names to variable names: references, not values
+                literal = not (path and path[-1] == "env_from")
+                if literal and _secret_key(k) and isinstance(v, str) and v.strip():
                     rep.add(
                         kp,
                         "expected a reference to a secret, got the secret itself; secrets "
@@ -1662,6 +1685,21 @@ def _cross_check(data: dict[str, Any], rep: _Report, base: Path) -> dict[str, st
             if problem:
                 rep.add((*rp, "trigger", "cron"), problem)
         _check_tz(trigger.get("timezone"), (*rp, "trigger", "timezone"), rep)
+
+    routes = _as_dict(_as_dict(data.get("alerts")).get("routes"))
+    if routes:
+        from companyd.events import KINDS
+
+        for kind in routes:
+            if kind not in KINDS:
+                close = _closest(kind, list(KINDS))
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                rep.warn(
+                    ("alerts", "routes", kind),
+                    f"expected a known event kind, got {kind!r}; {hint}this route applies "
+                    f"only if something publishes that kind (known: {', '.join(KINDS)})",
+                    key=True,
+                )
 
     quiet = _as_dict(_as_dict(data.get("alerts")).get("quiet_hours"))
     _check_tz(quiet.get("timezone"), ("alerts", "quiet_hours", "timezone"), rep)
