@@ -249,7 +249,7 @@ def test_alias_bomb_is_refused_quickly() -> None:
 
 
 def test_deep_nesting_is_an_error_not_a_crash() -> None:
-    lines = errors("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    lines = errors("a: " + "[" * 500 + "]" * 500 + "\n")  # deeper than PyYAML can recurse
     assert len(lines) == 1 and "levels of nesting" in lines[0]
     lines = errors("company: " + "{a: " * 60 + "1" + "}" * 60 + "\n")
     assert any("levels of nesting" in line for line in lines)

@@ -100,9 +100,7 @@ def _console_script() -> list[str]:
     [
         ("script", "many_errors_at_once"),
         ("script", "not_utf8"),
-        ("script", "control_character"),
-        ("module", "recursive_alias"),
-        ("module", "tabs"),
+        ("module", "control_character"),
     ],
 )
 def test_real_companyd_process(command: str, name: str, tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ EXAMPLE_BYTES = (ROOT / "company.yaml").read_bytes()
 EXAMPLE_DATA = yaml.safe_load(EXAMPLE_BYTES)
 
 SETTINGS = settings(
-    max_examples=120,
+    max_examples=80,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
