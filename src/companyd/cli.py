@@ -124,7 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return func(args)
+        rc = func(args)
+        sys.stdout.flush()  # a closed pipe must fail here, inside the handlers below
+        return rc
     except ConfigError as exc:
         for issue in exc.issues:
             print(issue, file=sys.stderr)
