@@ -141,6 +141,12 @@ def _model_id(value: Any) -> Any:
 ModelId = Annotated[str, BeforeValidator(_model_id), Field(min_length=1)]
 
 
+def _http_url(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"https?://[^\s/?#]+(?:[/?#]\S*)?", value):
+        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+    return value
+
+
 class Spec(BaseModel):
     """Base of every schema node: unknown keys are errors, values are immutable."""
 
@@ -390,6 +396,8 @@ class TelegramSpec(Spec):
     chat_ids_env: str | None = None
     api_url: str | None = None
 
+    _url = field_validator("api_url")(_http_url)
+
 
 class AlertsSpec(Spec):
     """Alert routing and noise control."""
@@ -436,11 +444,36 @@ class AnthropicSpec(Spec):
     timeout_seconds: Duration = 120.0
     max_retries: Annotated[int, BeforeValidator(_whole), Field(ge=0, le=10)] = 2
 
+    _url = field_validator("base_url")(_http_url)
+
 
 class MetricsSpec(Spec):
     """Optional Prometheus endpoint, loopback only."""
 
     listen: str | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _loopback(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        m = re.fullmatch(r"(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]+)):(?P<port>\d{1,5})", v)
+        host = m and (m.group("v6") or m.group("host"))
+        if not m or not host or not 0 <= int(m.group("port")) < 65536:  # 0: any free port
+            raise ValueError(f"expected host:port such as 127.0.0.1:9464 or [::1]:9464, got {v!r}")
+        import ipaddress
+
+        try:
+            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ValueError(
+                f"expected a loopback address (127.0.0.1, ::1 or localhost), got {v!r}: the "
+                "metrics endpoint has no authentication; put a reverse proxy in front to "
+                "expose it"
+            )
+        return v
 
 
 class CompanyFile(Spec):
@@ -1174,6 +1207,8 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
         ) from None
     except OSError as exc:
         raise fail(f"cannot read the file: {exc.strerror or exc}; check its permissions") from None
+    except ValueError as exc:  # e.g. a NUL byte in the path
+        raise fail(f"cannot use this path: {exc}") from None
     return load_config_text(_decode(raw, file), file=file, base_dir=p.absolute().parent)
 
 
@@ -1331,6 +1366,8 @@ def _found(value: Any, path: Path_, pos: _Positions, *, want_text: bool = False)
     else:
         as_yaml = _short(value)
     if want_text:
+        if source == str(value):
+            return f"{source} (write {source!r} in quotes for text)"
         return f"{source} (YAML reads it as {as_yaml}; write {source!r} in quotes for text)"
     if isinstance(value, bool) and source.lower() not in ("true", "false"):
         return f"{source} (YAML reads it as {as_yaml})"
