@@ -67,8 +67,9 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
-    """The parser, and one message per area whose commands could not be loaded."""
+def _build_parser(broken: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with every area's commands; an area that fails to load is skipped and
+    described in ``broken`` (when given) instead of failing the whole command line."""
     parser = argparse.ArgumentParser(
         prog="companyd",
         description="Run a supervised company of Claude-powered role agents from company.yaml.",
@@ -77,7 +78,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for internal errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _register_config_commands(sub)
-    broken: list[str] = []
+    if broken is None:
+        broken = []
     for name in _AREAS:
         try:
             module = importlib.import_module(name)
@@ -91,7 +93,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
             broken.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         module.register(sub)
-    return parser, broken
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -103,8 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
+    broken: list[str] = []
     try:
-        parser, broken = _build_parser()
+        parser = _build_parser(broken)
     except Exception as exc:
         if debug:
             raise
