@@ -11,6 +11,7 @@ Run: .venv/bin/python bench/config_load.py
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import statistics
 import time
@@ -67,10 +68,8 @@ def median_seconds(fn: Callable[[], object], repeat: int) -> float:
 
 
 def validate(text: str) -> None:
-    try:
+    with contextlib.suppress(ConfigError):  # the error path is timed too
         load_config_text(text, file="company.yaml", base_dir=ROOT)
-    except ConfigError:
-        pass
 
 
 def main() -> None:
