@@ -1424,7 +1424,7 @@ def _pydantic_issues(exc: ValidationError, data: dict[str, Any], rep: _Report) -
             }[kind]
             what = "a duration" if _is_duration(path) else "a number"
             msg = f"expected {what} {words}, got {found}"
-        elif kind == "string_too_short":
+        elif kind == "string_too_short" or (kind == "too_short" and isinstance(value, str)):
             msg = f"expected non-empty text, got {found}"
         elif kind == "int_from_float":
             msg = f"expected a whole number, got {found}"
@@ -1922,6 +1922,11 @@ def _tz_message(name: str) -> str:
         city = name.rsplit("/", 1)[1].lower()
         close = [z for z in zones if z.lower().endswith("/" + city)][:1]
     hint = f"; did you mean {close[0]!r}?" if close else ""
+    if not close and re.fullmatch(r"(UTC|GMT)?[+-]\d{1,2}(:?\d\d)?", name.strip()):
+        hint = (
+            "; a fixed offset does not follow daylight saving time — use the place's zone "
+            "(e.g. 'Europe/Berlin'), or 'UTC'"
+        )
     return f"expected an IANA time zone such as 'UTC' or 'Europe/Berlin', got {name!r}{hint}"
 
 
