@@ -58,6 +58,30 @@ def test_wheel_installs_only_the_companyd_package(wheel: Path) -> None:
     assert "companyd/py.typed" in names
 
 
+def test_no_tracked_links_leave_the_repository() -> None:
+    # A committed `.venv -> /work/venv` made `python3 -m venv .venv` fail on a fresh machine
+    # ("File exists") and point CI at someone else's environment.
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (or git is not installed): nothing to inspect")
+    proc = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-s", "-z"],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    links = [
+        entry.split(b"\t", 1)[1].decode()
+        for entry in proc.stdout.split(b"\0")
+        if entry.startswith(b"120000 ")
+    ]
+    outside = [
+        link
+        for link in links
+        if not (ROOT / link).resolve().is_relative_to(ROOT) or link in (".venv", "venv")
+    ]
+    assert outside == [], f"tracked symlinks leaving the repository: {outside}; git rm --cached"
+
+
 def run(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
