@@ -69,7 +69,9 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(broken: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with every area's commands; an area that fails to load is skipped and
+    described in ``broken`` (when given) instead of failing the whole command line."""
     parser = argparse.ArgumentParser(
         prog="companyd",
         description="Run a supervised company of Claude-powered role agents from company.yaml.",
@@ -78,27 +80,58 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for internal errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _register_config_commands(sub)
+    if broken is None:
+        broken = []
     for name in _AREAS:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue  # area not built yet
+            if exc.name == name:
+                continue  # area not built yet
+            broken.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        except Exception as exc:
+            # One broken area must not take `validate` (or any other command) down with it.
+            broken.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
         module.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``companyd`` console script."""
-    parser = _build_parser()
-    args = parser.parse_args(argv)
+    """Entry point of the ``companyd`` console script; returns the exit code.
+
+    Never lets a traceback reach the operator: configuration errors print one line per
+    problem, other expected failures one ``companyd: …`` line, and bugs one line naming
+    the bug and ``--debug`` (which re-raises for the traceback).
+    """
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list
+    broken: list[str] = []
+    try:
+        parser = _build_parser(broken)
+    except Exception as exc:
+        if debug:
+            raise
+        _internal_error(exc)
+        return EX_SOFTWARE
+    for problem in broken:
+        print(
+            f"companyd: internal error: some commands are unavailable ({problem}) — this is "
+            "a bug; run again with --debug for details and report it",
+            file=sys.stderr,
+        )
+    if broken and debug:
+        raise RuntimeError("; ".join(broken))
+    args = parser.parse_args(args_list)
     func: Handler | None = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return func(args)
+        rc = func(args)
+        sys.stdout.flush()  # a closed pipe must fail here, inside the handlers below
+        return rc
     except ConfigError as exc:
         for issue in exc.issues:
             print(issue, file=sys.stderr)
@@ -112,16 +145,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        # `companyd show-config | head`: the reader left. Point stdout at /dev/null so the
+        # interpreter's final flush does not complain about the closed pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 0
     except Exception as exc:
         if args.debug:
             raise
-        print(
-            f"companyd: internal error: {type(exc).__name__}: {exc} — this is a bug; "
-            "run again with --debug for the traceback and report it",
-            file=sys.stderr,
-        )
+        _internal_error(exc)
         return EX_SOFTWARE
+
+
+def _internal_error(exc: BaseException) -> None:
+    print(
+        f"companyd: internal error: {type(exc).__name__}: {exc} — this is a bug; "
+        "run again with --debug for the traceback and report it",
+        file=sys.stderr,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -129,19 +170,51 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _register_config_commands(sub: Any) -> None:
-    p = sub.add_parser("validate", help="check company.yaml and report every problem")
-    p.add_argument("path", nargs="?", type=Path, help="company.yaml (default: ./company.yaml)")
-    p.add_argument("--json", action="store_true", help="machine-readable result")
+    p = sub.add_parser(
+        "validate",
+        help="check company.yaml and report every problem at once",
+        description=(
+            "Check company.yaml. Exit 0 with a one-line summary when it is valid; exit 1 "
+            "with every problem on stderr, one per line as file:line:column: path: message."
+        ),
+    )
+    p.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="company.yaml (default: $COMPANYD_CONFIG, else ./company.yaml)",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=_validate)
 
-    p = sub.add_parser("init", help="write a commented starter company.yaml")
-    p.add_argument("dir", nargs="?", type=Path, default=Path("."), help="target directory")
+    p = sub.add_parser(
+        "init",
+        help="write a commented starter company.yaml",
+        description="Write a commented starter company.yaml that validates as it is.",
+    )
+    p.add_argument(
+        "dir", nargs="?", type=Path, default=Path("."), help="target directory (default: .)"
+    )
     p.add_argument("--force", action="store_true", help="overwrite an existing company.yaml")
+    p.add_argument("--json", action="store_true", help="print the written path as JSON")
     p.set_defaults(func=_init)
 
-    p = sub.add_parser("show-config", help="print company.yaml with every default filled in")
-    p.add_argument("path", nargs="?", type=Path)
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser(
+        "show-config",
+        help="print the resolved company.yaml: defaults filled in, secrets masked",
+        description=(
+            "Print company.yaml as companyd will run it: every default filled in, "
+            "instruction files loaded, paths made absolute. Secrets are never printed: "
+            "only the variables and credentials they are read from, and whether each is set."
+        ),
+    )
+    p.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="company.yaml (default: $COMPANYD_CONFIG, else ./company.yaml)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     p.set_defaults(func=_show_config)
 
 
@@ -153,16 +226,18 @@ def _validate(args: argparse.Namespace) -> int:
         cfg = load_config(path)
     except ConfigError as exc:
         if args.json:
-            print_json({"valid": False, "errors": [_issue_dict(i) for i in exc.issues]})
-        else:
-            for issue in exc.issues:
-                print(issue, file=sys.stderr)
+            print_json(
+                {"valid": False, "file": str(path), "errors": [_issue_dict(i) for i in exc.issues]}
+            )
+        for issue in exc.issues:
+            print(issue, file=sys.stderr)
         return 1
     for w in cfg.warnings:
         print(w, file=sys.stderr)
     summary = {
         "valid": True,
         "file": str(path),
+        "company": cfg.name,
         "agents": len(cfg.agents),
         "routines": len(cfg.routines),
         "departments": len(cfg.departments),
@@ -173,10 +248,17 @@ def _validate(args: argparse.Namespace) -> int:
         print_json(summary)
     else:
         print(
-            f"{path}: ok — {summary['agents']} agents, {summary['routines']} routines, "
-            f"{summary['departments']} departments, org chart depth {summary['tree_depth']}"
+            f"{path}: ok — {_count(len(cfg.agents), 'agent')}, "
+            f"{_count(len(cfg.routines), 'routine')}, "
+            f"{_count(len(cfg.departments), 'department')}, org chart depth "
+            f"{summary['tree_depth']}"
+            + (f", {_count(len(cfg.warnings), 'warning')}" if cfg.warnings else "")
         )
     return 0
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _issue_dict(issue: Any) -> dict[str, Any]:
@@ -191,33 +273,177 @@ def _issue_dict(issue: Any) -> dict[str, Any]:
 
 
 def _init(args: argparse.Namespace) -> int:
+    import tempfile
     from importlib.resources import files
 
-    target = Path(args.dir) / "company.yaml"
+    directory = Path(args.dir)
+    target = directory / "company.yaml"
+    if target.is_dir():
+        raise CompanydError(f"{target} is a directory; move it away or choose another DIR")
     if target.exists() and not args.force:
         print(
-            f"companyd: {target} already exists; use --force to overwrite it",
+            f"companyd: {target} already exists; edit it, or run `companyd init --force "
+            f"{directory}` to replace it with the starter",
             file=sys.stderr,
         )
         return 1
     text = files("companyd").joinpath("starter.yaml").read_text(encoding="utf-8")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
-    print(f"wrote {target}; check it with `companyd validate {target}`")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        # Write a temporary file next to the target and move it into place: a crash or a
+        # full disk leaves the old file (or none), never half a company.yaml.
+        fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".company.yaml.", suffix=".tmp")
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
+            if args.force:
+                os.replace(tmp, target)
+            else:
+                # link() refuses an existing name: no window in which another writer's
+                # file could be clobbered between the exists() check and the write.
+                try:
+                    os.link(tmp, target)
+                except FileExistsError:
+                    print(f"companyd: {target} already exists; nothing written", file=sys.stderr)
+                    return 1
+                except OSError:  # a file system without hard links
+                    os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise CompanydError(
+            f"cannot write {target}: {exc.strerror or exc}; check that the directory is writable"
+        ) from None
+    if args.json:
+        print_json({"written": str(target)})
+    else:
+        print(f"wrote {target}; edit it, then check it with `companyd validate {target}`")
     return 0
 
 
 def _show_config(args: argparse.Namespace) -> int:
     from companyd.config import load_config
 
-    cfg = load_config(args.path or default_config_path())
-    data = cfg.spec.model_dump(mode="json", by_alias=True)
+    path = args.path or default_config_path()
+    cfg = load_config(path)
+    for w in cfg.warnings:
+        print(w, file=sys.stderr)
+    view = resolved_view(cfg)
     if args.json:
-        print_json(data)
+        print_json(view)
     else:
-        import yaml
-
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        sys.stdout.write(
+            f"# {cfg.path} as companyd runs it: defaults filled in, instruction files "
+            "loaded,\n# paths absolute; secrets appear only as the names they are read from.\n"
+        )
+        sys.stdout.write(_yaml_dump(view))
     return 0
+
+
+def resolved_view(cfg: Any) -> dict[str, Any]:
+    """The resolved config as plain JSON-able data, for ``show-config``.
+
+    Every agent and routine appears with defaults applied; secrets appear only as
+    references (``secrets``: which variable or credential, and whether it is set).
+    """
+    from companyd.config import secret_references
+
+    def dump(model: Any) -> Any:
+        return None if model is None else model.model_dump(mode="json", by_alias=False)
+
+    spec = cfg.spec
+    state = cfg.state_dir()
+    agents: dict[str, Any] = {}
+    for slug, a in cfg.agents.items():
+        agents[slug] = {
+            "title": a.title,
+            "reports_to": a.reports_to,
+            "department": a.department,
+            "enabled": a.enabled,
+            "restart": a.restart,
+            "model": dump(a.model),
+            "budget": dump(a.budget),
+            "limits": dump(a.limits),
+            "heartbeat_seconds": a.heartbeat_seconds,
+            "tools": dump(a.tools),
+            "consult": list(a.consult),
+            "max_consult_depth": a.max_consult_depth,
+            "can_modify": list(a.can_modify),
+            "mcp_servers": {name: dump(m) for name, m in a.mcp_servers.items()},
+            "instructions": a.instructions,
+        }
+    routines: dict[str, Any] = {}
+    for slug, r in cfg.routines.items():
+        trigger: dict[str, Any] = (
+            {"cron": r.cron, "timezone": r.timezone} if r.cron is not None else {"every": r.every}
+        )
+        routines[slug] = {
+            "assignee": r.assignee,
+            "description": r.description,
+            "expected_output": r.expected_output,
+            "trigger": trigger,
+            "concurrency": r.concurrency,
+            "catch_up": dump(r.catch_up),
+            "precondition": r.precondition,
+            "reviewer": r.reviewer,
+            "enabled": r.enabled,
+        }
+    departments = {
+        slug: {
+            "title": d.title,
+            "parent": d.parent,
+            "supervisor": dump(d.supervisor),
+            "departments": list(d.departments),
+            "agents": list(d.agents),
+        }
+        for slug, d in cfg.departments.items()
+    }
+    secrets = [{"key": r.path, r.kind: r.name, "set": r.is_set} for r in secret_references(cfg)]
+    return {
+        "schema": spec.schema_,
+        "file": str(cfg.path),
+        "company": {
+            "name": spec.company.name,
+            "timezone": spec.company.timezone,
+            "context": spec.company.context,
+            "budget": dump(spec.company.budget),
+        },
+        "state_dir": str(state),
+        "memory": {"path": str(cfg.memory_path(state))},
+        "supervisor": dump(spec.supervisor),
+        "departments": departments,
+        "agents": agents,
+        "routines": routines,
+        "alerts": dump(spec.alerts),
+        "anthropic": dump(spec.anthropic),
+        "pricing": {m: dump(p) for m, p in spec.pricing.items()},
+        "spend": dump(spec.spend),
+        "metrics": dump(spec.metrics),
+        "secrets": secrets,
+    }
+
+
+def _yaml_dump(data: Any) -> str:
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        # Multi-line instructions read best as literal blocks, as they are written.
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(
+        data,
+        Dumper=Dumper,
+        sort_keys=False,
+        allow_unicode=True,
+        width=100,
+        default_flow_style=None,  # short lists of scalars inline: warn_at: [0.5, 0.8, 1.0]
+    )
