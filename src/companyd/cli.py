@@ -46,6 +46,7 @@ _AREAS = (
     "companyd.scheduler.cli",
     "companyd.spend.cli",
     "companyd.memory.cli",
+    "companyd.alerts",
 )
 
 
