@@ -206,7 +206,7 @@ class Harness:
             async with asyncio.timeout(10):
                 await ctx.ready.wait()
             if connected:
-                await self.until(lambda: svc.snapshot()["telegram"] == "up")
+                await self.until(lambda: svc.snapshot()["telegram"] == "ok")
             yield svc, ctx
         finally:
             ctx.stopping.set()
@@ -631,7 +631,8 @@ async def test_telegram_down_for_60_s_loses_no_alert(
             h.clock.advance(1.0)
             await asyncio.sleep(0.01)
         assert h.bot_messages() == []
-        assert svc.snapshot()["pending"] == len(OUTAGE_ALERTS)
+        assert svc.snapshot()["queued"] == len(OUTAGE_ALERTS)
+        assert svc.snapshot()["telegram"] == "degraded"
         await h.server.go_up()
         await h.until(lambda: len(h.bot_messages()) == len(OUTAGE_ALERTS), step=1.0)
         texts = [m.text for m in h.bot_messages()]
@@ -643,7 +644,8 @@ async def test_telegram_down_for_60_s_loses_no_alert(
         ):
             assert want in text, kind
         # The stand-in records a message before the service reads the answer.
-        await h.until(lambda: svc.snapshot()["pending"] == 0)
+        await h.until(lambda: svc.snapshot()["queued"] == 0)
+        assert svc.snapshot()["telegram"] == "ok"
         # Exactly once each, even with more time for retries.
         for _ in range(5):
             h.clock.advance(30)
@@ -700,11 +702,11 @@ async def test_ready_while_telegram_is_unreachable_then_delivers(
             for _ in range(20):
                 h.clock.advance(1.0)
                 await asyncio.sleep(0.01)
-            assert svc.snapshot()["telegram"] == "connecting"
+            assert svc.snapshot()["telegram"] == "degraded"
             await h.server.go_up()
             await h.until(lambda: len(h.bot_messages()) == 1, step=1.0)
             assert "spend limit" in h.bot_messages()[0].text
-            assert svc.snapshot()["telegram"] == "up"
+            assert svc.snapshot()["telegram"] == "ok"
 
 
 @pytest.mark.anyio

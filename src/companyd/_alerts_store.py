@@ -282,7 +282,14 @@ class AlertStore:
             (now,),
         ).fetchall()
         top = self._conn.execute("SELECT coalesce(max(id), 0) FROM alerts").fetchone()[0]
-        return [AlertRecord.from_row(r) for r in rows], int(top) + 1
+        records = []
+        for row in rows:
+            try:
+                records.append(AlertRecord.from_row(row))
+            except (ValueError, KeyError, TypeError) as exc:
+                # One damaged row must not keep the pager from starting.
+                log.warning("alerts: skipping unreadable outbox row %r: %s", row[0], exc)
+        return records, int(top) + 1
 
     def _save_sync(self, rows: list[tuple[int, str, float, int, float, str]]) -> None:
         assert self._conn is not None

@@ -264,22 +264,30 @@ class AlertService:
         self._sub.close()
 
     def snapshot(self) -> dict[str, Any]:
-        """``{"telegram": "off"|"connecting"|"up", "reason", "pending", "held", "failed"}``
-        for status displays."""
-        pending = held = failed = 0
+        """For ``companyd status``: ``{"telegram": "ok" | "degraded" | "off", "queued",
+        "held", "failed", "reason"}``. ``degraded``: connecting, or sends failing (alerts
+        wait in the outbox); ``queued`` counts alerts not yet fully delivered, held ones
+        included; ``failed`` counts deliveries Telegram refused for good."""
+        queued = held = failed = 0
         now = self._clock.time()
         for rec in self._alerts.values():
             if rec.held_until is not None and rec.held_until > now:
                 held += 1
-            elif not rec.settled:
-                pending += 1
+            if not rec.settled:
+                queued += 1
             failed += sum(1 for d in rec.deliveries.values() if d.state == "failed")
+        if self._state in ("off", "stopped"):
+            telegram = "off"
+        elif self._state == "up" and not (self._outage_logged or self._token_logged):
+            telegram = "ok"
+        else:
+            telegram = "degraded"
         return {
-            "telegram": self._state,
-            "reason": self._reason,
-            "pending": pending,
+            "telegram": telegram,
+            "queued": queued,
             "held": held,
             "failed": failed,
+            "reason": self._reason,
         }
 
     async def run(self, ctx: ChildContext) -> None:
@@ -324,6 +332,10 @@ class AlertService:
 
     async def _run_with_telegram(self, ctx: ChildContext, settings: TelegramSettings) -> None:
         self._state, self._reason = "connecting", ""
+        # A restarted run() starts from the outbox, not from what the failed run left.
+        self._flushing, self._retry_at, self._backoff = False, 0.0, 0.0
+        self._outage_logged = self._token_logged = False
+        self._wake = asyncio.Event()
         store = AlertStore(self._state_dir / "alerts.sqlite")
         self._store = store
         tasks: list[asyncio.Task[None]] = []
@@ -334,6 +346,7 @@ class AlertService:
                 log.error("%s", note)
             now = self._clock.time()
             records, self._next_id = await store.load_active(now)
+            self._forget_removed_chats(records, settings.chat_ids)
             self._alerts = {r.id: r for r in records}
             self._open = {r.key: r.id for r in records if r.status == "open" and r.window_end > now}
             await store.prune(now - RETENTION)
@@ -360,6 +373,14 @@ class AlertService:
                 await link.stop()
             await store.close()
             self._state = "stopped"
+
+    @staticmethod
+    def _forget_removed_chats(records: list[AlertRecord], chats: Sequence[int]) -> None:
+        """Alerts waiting for a chat the operator has since removed are not sent there."""
+        for rec in records:
+            for chat_id, d in rec.deliveries.items():
+                if chat_id not in chats and d.state == "pending":
+                    d.state, d.error = "failed", "chat removed from alerts.telegram"
 
     @staticmethod
     async def _until_stopping(ctx: ChildContext, tasks: list[asyncio.Task[None]]) -> None:
