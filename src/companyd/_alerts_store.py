@@ -108,6 +108,7 @@ class AlertRecord:
         edit_after: wall time before which coalescing edits wait (throttle).
         next_button: next button id (ids are never reused within an alert).
         deliveries: chat id → :class:`Delivery`.
+        persisted: False until the first write of a new alert has committed (not stored).
     """
 
     id: int
@@ -130,6 +131,8 @@ class AlertRecord:
     edit_after: float = 0.0
     next_button: int = 1
     deliveries: dict[int, Delivery] = field(default_factory=dict)
+    #: In memory only: False until the record's first write to the outbox has committed.
+    persisted: bool = field(default=True, compare=False, repr=False)
 
     @property
     def settled(self) -> bool:

@@ -49,6 +49,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -116,6 +117,8 @@ POLL_TIMEOUT = 10.0
 SEND_TIMEOUT = 60.0
 #: Bound on the final delivery attempt when the service stops (real seconds).
 FLUSH_TIMEOUT = 3.0
+#: Most events taken off the bus per outbox transaction.
+INTAKE_BATCH = 500
 #: Bound on one Admin call made from the phone (/ask has its own).
 ADMIN_TIMEOUT = 30.0
 ASK_TIMEOUT = 300.0
@@ -249,6 +252,7 @@ class AlertService:
         self._state = "starting"
         self._reason = ""
         self._strangers: set[int] = set()
+        self._store_failing = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- public -------------------------------------------------------------------------
@@ -403,8 +407,14 @@ class AlertService:
         for t in tasks[:2]:  # consumer and sender; the link stays up for the final flush
             t.cancel()
         await asyncio.gather(*tasks[:2], return_exceptions=True)
-        while (event := self._sub.get_nowait()) is not None:
-            await self._ingest_safely(event)
+        # An intake cut short by the cancellation left its alerts unsaved: save them now.
+        unsaved = [r for r in self._alerts.values() if not r.persisted]
+        if unsaved:
+            await self._save(*unsaved)
+            for rec in unsaved:
+                rec.persisted = True
+        while batch := self._drain(INTAKE_BATCH):
+            await self._intake(batch)
         if self._link is None or not self._link.ready:
             return
         self._flushing = True
@@ -419,16 +429,40 @@ class AlertService:
 
     async def _consume(self) -> None:
         while True:
-            event = await self._sub.get()
-            await self._ingest_safely(event)
+            first = await self._sub.get()
+            await self._intake([first, *self._drain(INTAKE_BATCH - 1)])
 
-    async def _ingest_safely(self, event: Event) -> None:
-        try:
-            await self._ingest(event)
-        except Exception:  # one odd event must not stop the pager
-            log.exception(
-                "alerts: could not turn event %r from %r into an alert", event.kind, event.source
-            )
+    def _drain(self, limit: int) -> list[Event]:
+        out: list[Event] = []
+        while len(out) < limit and (event := self._sub.get_nowait()) is not None:
+            out.append(event)
+        return out
+
+    async def _intake(self, events: Sequence[Event]) -> None:
+        """Turn events into alerts in memory, then write every alert they touched in one
+        transaction. The sender sees a new alert only once it is in the outbox; a burst
+        costs one commit, not one per event."""
+        touched: dict[int, AlertRecord] = {}
+        for event in events:
+            try:
+                rec = self._ingest(event)
+            except Exception:  # one odd event must not stop the pager
+                log.exception(
+                    "alerts: could not turn event %r from %r into an alert",
+                    event.kind,
+                    event.source,
+                )
+                continue
+            if rec is not None:
+                touched[rec.id] = rec
+        if not touched:
+            return
+        for rec in touched.values():
+            self._rerender(rec)
+        await self._save(*touched.values())
+        for rec in touched.values():
+            rec.persisted = True
+        self._wake.set()
 
     def _severity(self, event: Event) -> str | None:
         """The alert severity for ``event``, or None when it is not an alert."""
@@ -455,10 +489,11 @@ class AlertService:
         subject = "|".join(str(event.data.get(f, "")) for f in spec.subject)
         return f"{spec.group}|{event.source}|{subject}"
 
-    async def _ingest(self, event: Event) -> None:
+    def _ingest(self, event: Event) -> AlertRecord | None:
+        """The alert ``event`` creates or joins (not yet rendered or saved), or None."""
         severity = self._severity(event)
-        if severity is None or self._settings is None or self._store is None:
-            return
+        if severity is None or self._settings is None:
+            return None
         now = self._clock.time()
         key = self._key(event)
         rec = self._alerts.get(self._open.get(key, -1))
@@ -483,6 +518,7 @@ class AlertService:
                 window_end=now + self._policy.coalesce,
                 held_until=held,
                 deliveries={c: Delivery() for c in self._settings.chat_ids},
+                persisted=False,
             )
             self._next_id += 1
             _, buttons = render(rec.kind, rec.data, rec.source, rec.counts, self._policy.agents)
@@ -498,9 +534,7 @@ class AlertService:
             if severity == "critical":
                 rec.held_until = None
             rec.version += 1
-        self._rerender(rec)
-        await self._store.save(rec)  # in the outbox before anything is sent
-        self._wake.set()
+        return rec
 
     def _set_buttons(self, rec: AlertRecord, buttons: Sequence[Button]) -> None:
         rec.buttons = []
@@ -582,21 +616,45 @@ class AlertService:
     # -- delivery -----------------------------------------------------------------------
 
     async def _save(self, *recs: AlertRecord) -> None:
-        if self._store is not None:
+        """Write to the outbox. If that fails (disk full, file gone), alerting goes on
+        without it — delivering from memory beats stopping the pager — and says so."""
+        if self._store is None:
+            return
+        try:
             await self._store.save(*recs)
+        except (sqlite3.Error, OSError) as exc:
+            if not self._store_failing:
+                log.error(
+                    "alerts: cannot write the alert outbox %s (%s); alerts are still sent but "
+                    "would not survive a restart — check the disk and the state directory",
+                    self._store.path,
+                    exc,
+                )
+                self._store_failing = True
+            return
+        if self._store_failing:
+            log.info("alerts: the alert outbox is writable again")
+            self._store_failing = False
 
     async def _sender(self) -> None:
         while True:
             self._wake.clear()
-            delay = await self._deliver_pass()
-            await self._wait(delay)
+            due = await self._deliver_pass()
+            await self._wait(due)
 
-    async def _wait(self, delay: float | None) -> None:
+    async def _sleep_until(self, deadline: float) -> None:
+        # The remaining time is read when the sleep starts, so a clock that moved between
+        # planning and sleeping (a ManualClock jump, a busy loop) cannot stretch the wait.
+        while (remaining := deadline - self._clock.monotonic()) > 0:
+            await self._clock.sleep(remaining)
+
+    async def _wait(self, due: float | None) -> None:
+        """Until news (``_wake``) or the monotonic time ``due``."""
         if self._wake.is_set():
             return
         waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(self._wake.wait())}
-        if delay is not None:
-            waiters.add(asyncio.ensure_future(self._clock.sleep(max(0.0, delay))))
+        if due is not None:
+            waiters.add(asyncio.ensure_future(self._sleep_until(due)))
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -604,14 +662,14 @@ class AlertService:
                 w.cancel()
 
     async def _deliver_pass(self) -> float | None:
-        """Send and edit what is due, oldest first. Returns seconds until more is due (None:
-        wait for news). Stops at the first transient failure (Telegram is one link)."""
+        """Send and edit what is due, oldest first. Returns the monotonic time when more is
+        due (None: wait for news). Stops at the first transient failure (Telegram is one
+        link)."""
         link = self._link
         if link is None or not link.ready:
             return None
-        wait_backoff = self._retry_at - self._clock.monotonic()
-        if wait_backoff > 0:
-            return wait_backoff
+        if self._retry_at > self._clock.monotonic():
+            return self._retry_at
         now = self._clock.time()
         await self._release_held(now)
         next_due: float | None = None
@@ -621,6 +679,8 @@ class AlertService:
             next_due = t if next_due is None else min(next_due, t)
 
         for rec in sorted(self._alerts.values(), key=lambda r: r.id):
+            if not rec.persisted:
+                continue  # the intake wakes us once it is in the outbox
             if rec.held_until is not None and rec.held_until > now:
                 later(rec.held_until)
                 continue
@@ -638,10 +698,13 @@ class AlertService:
                 else:
                     continue
                 if not await self._attempt(link, rec, chat_id, d, op):
-                    return max(0.0, self._retry_at - self._clock.monotonic())
+                    return self._retry_at
                 now = self._clock.time()
         self._evict(now)
-        return None if next_due is None else max(0.0, next_due - now)
+        if next_due is None:
+            return None
+        # Dues are wall times (windows, quiet hours); the sleep runs on the monotonic clock.
+        return self._clock.monotonic() + (next_due - self._clock.time())
 
     def _evict(self, now: float) -> None:
         for rid in [r.id for r in self._alerts.values() if r.settled and r.window_end <= now]:
