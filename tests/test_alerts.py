@@ -773,7 +773,9 @@ async def test_commands_from_the_allowed_chat_call_admin(tmp_path: Path, token_e
         assert "pending proposals: p-7" in await _command(h, "/approve p-missing")
         assert "usage: /pause AGENT (agents: ceo, cfo)" in await _command(h, "/pause")
         assert "/status" in await _command(h, "/help")
+        h.server.inject_command(CHAT, "/status@some_other_bot")  # not for us: no answer
         assert "unknown command '/frobnicate'" in await _command(h, "/frobnicate")
+        assert not any("some_other_bot" in m.text for m in h.bot_messages())
         assert h.admin.calls == [
             ("status",),
             ("spend", "model", "month"),

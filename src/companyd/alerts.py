@@ -118,7 +118,7 @@ SEND_TIMEOUT = 60.0
 #: Bound on the final delivery attempt when the service stops (real seconds).
 FLUSH_TIMEOUT = 3.0
 #: Most events taken off the bus per outbox transaction.
-INTAKE_BATCH = 500
+INTAKE_BATCH = 100
 #: Bound on one Admin call made from the phone (/ask has its own).
 ADMIN_TIMEOUT = 30.0
 ASK_TIMEOUT = 300.0
@@ -896,6 +896,9 @@ class AlertService:
         if msg is None:
             return
         word = (msg.text or "").split()[0] if (msg.text or "").split() else ""
+        _, _, addressee = word.partition("@")
+        if addressee and addressee.lower() != (msg.get_bot().username or "").lower():
+            return  # a command for another bot in a shared group: not ours to answer
         await self._reply(msg, f"unknown command {word!r}.\n{self._help()}")
 
     def _help(self) -> str:
