@@ -45,12 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
-import shutil
-import signal
-import socket
 import sqlite3
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +54,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from companyd._alerts_notify import notify_failure, unit_facts
+from companyd._alerts_ops import COMMANDS, act, buttons_after, command_reply, help_text
 from companyd._alerts_render import (
     ICONS,
     Button,
@@ -98,7 +95,9 @@ __all__ = [
     "EDIT_INTERVAL",
     "AlertService",
     "notify_failure",
+    "quiet_until",
     "register",
+    "unit_facts",
 ]
 
 log = logging.getLogger("companyd.alerts")
@@ -119,8 +118,6 @@ SEND_TIMEOUT = 60.0
 FLUSH_TIMEOUT = 3.0
 #: Most events taken off the bus per outbox transaction.
 INTAKE_BATCH = 100
-#: Bound on one Admin call made from the phone (/ask has its own).
-ADMIN_TIMEOUT = 30.0
 ASK_TIMEOUT = 300.0
 #: Settled alerts older than this are forgotten (their buttons stop working).
 RETENTION = 30 * 86400.0
@@ -129,21 +126,6 @@ _RANK = {"debug": 0, "info": 1, "warning": 2, "critical": 3}
 #: Told whatever min_severity says (unless routed "off"): they confirm the pager works, and
 #: a proposal waits for the operator's decision.
 _ALWAYS = frozenset({"daemon_started", "daemon_stopping", "daemon_reloaded", "proposal_created"})
-
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("status", "supervision tree, runs, spend, next routines"),
-    ("spend", "spend: /spend [agent|model|routine|day] [today|month]"),
-    ("budget", "each budget: limit, used, remaining"),
-    ("jobs", "routines: next fire, last outcome"),
-    ("pause", "/pause AGENT: no new runs"),
-    ("resume", "/resume AGENT: run again"),
-    ("ask", "/ask AGENT question: one-off task"),
-    ("approve", "/approve ID: apply a proposal"),
-    ("reject", "/reject ID: discard a proposal"),
-    ("quarantine", "quarantined tasks"),
-    ("retry", "/retry ID: run a quarantined task again"),
-    ("help", "these commands"),
-)
 
 
 @dataclass(frozen=True)
@@ -888,7 +870,7 @@ class AlertService:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
-        reply = await self._command(name, args)
+        reply = await command_reply(self._admin, name, args, self._policy.agents)
         await self._reply(msg, reply)
 
     async def _on_unknown(self, update: Update, context: Any) -> None:
@@ -899,66 +881,12 @@ class AlertService:
         _, _, addressee = word.partition("@")
         if addressee and addressee.lower() != (msg.get_bot().username or "").lower():
             return  # a command for another bot in a shared group: not ours to answer
-        await self._reply(msg, f"unknown command {word!r}.\n{self._help()}")
-
-    def _help(self) -> str:
-        return "commands:\n" + "\n".join(f"/{n} — {d}" for n, d in COMMANDS)
-
-    def _agents_hint(self) -> str:
-        return ", ".join(sorted(self._policy.agents)) or "(none)"
-
-    async def _command(self, name: str, args: list[str]) -> str:
-        """The reply text for one command (Admin errors shown as they are)."""
-        a = self._admin
-        try:
-            async with asyncio.timeout(ADMIN_TIMEOUT):
-                if name in ("help", "start"):
-                    return self._help()
-                if name == "status":
-                    return format_result("📊 status", await a.status())
-                if name == "spend":
-                    by, period = "agent", "today"
-                    for w in args:
-                        if w in ("agent", "model", "routine", "day"):
-                            by = w
-                        else:
-                            period = w
-                    return format_result(f"💵 spend by {by}, {period}", await a.spend(by, period))
-                if name == "budget":
-                    return format_result("💰 budgets", await a.budget())
-                if name == "jobs":
-                    return format_result("⏰ routines", await a.jobs())
-                if name == "quarantine":
-                    return format_result("🧊 quarantined tasks", await a.tasks(quarantined=True))
-                if name in ("pause", "resume"):
-                    if len(args) != 1:
-                        return f"usage: /{name} AGENT (agents: {self._agents_hint()})"
-                    fn = a.pause if name == "pause" else a.resume
-                    return format_result(
-                        f"{'⏸ paused' if name == 'pause' else '▶ resumed'} {args[0]}",
-                        await fn(args[0]),
-                    )
-                if name in ("approve", "reject", "retry"):
-                    if len(args) != 1:
-                        what = "TASK_ID" if name == "retry" else "PROPOSAL_ID"
-                        return f"usage: /{name} {what}"
-                    if name == "approve":
-                        return format_result(f"✅ approved {args[0]}", await a.approve(args[0]))
-                    if name == "reject":
-                        return format_result(f"✖ rejected {args[0]}", await a.reject(args[0]))
-                    return format_result(f"🔁 retrying {args[0]}", await a.retry(args[0]))
-        except AdminError as exc:
-            return f"⚠️ {exc}"
-        except TimeoutError:
-            return f"⚠️ /{name} got no answer within {ADMIN_TIMEOUT:.0f} s; try again later"
-        except Exception as exc:
-            log.exception("alerts: /%s failed", name)
-            return f"⚠️ /{name} failed inside companyd ({type(exc).__name__}); see the daemon log"
-        return f"unknown command /{name}.\n{self._help()}"
+        await self._reply(msg, f"unknown command {word!r}.\n{help_text()}")
 
     async def _ask(self, msg: Message, args: list[str]) -> None:
         if len(args) < 2:
-            await self._reply(msg, f"usage: /ask AGENT question (agents: {self._agents_hint()})")
+            agents = ", ".join(sorted(self._policy.agents)) or "(none)"
+            await self._reply(msg, f"usage: /ask AGENT question (agents: {agents})")
             return
         agent, question = args[0], " ".join(args[1:])
         await self._reply(msg, f"🤔 asking {agent}…")
@@ -1012,7 +940,7 @@ class AlertService:
         if rec is None or button is None:
             await self._answer(query, "this button is no longer active")
             return
-        done, text = await self._act(button)
+        done, text = await act(self._admin, button)
         if not done:
             await self._answer(query, text, alert=True)
             return
@@ -1021,7 +949,7 @@ class AlertService:
             who += f" (@{query.from_user.username})"
         when = datetime.fromtimestamp(self._clock.time(), self._policy.tz)
         rec.footer.append(f"✔ {text} — by {who} at {when:%H:%M}")
-        self._after_action(rec, button)
+        buttons_after(rec, button)
         rec.version += 1
         rec.edit_after = 0.0  # show what was done now, not after the coalescing throttle
         self._rerender(rec)
@@ -1038,65 +966,6 @@ class AlertService:
             await query.answer(clip(redact(text), 200), show_alert=alert)
         except TelegramError as exc:
             log.warning("alerts: could not answer a button press: %s", redact(str(exc)))
-
-    async def _act(self, button: Mapping[str, Any]) -> tuple[bool, str]:
-        """Do what a button stands for. Returns (done, what to tell)."""
-        a, action, arg = self._admin, button.get("action"), str(button.get("arg") or "")
-        try:
-            async with asyncio.timeout(ADMIN_TIMEOUT):
-                if action == "pause":
-                    await a.pause(arg)
-                    return True, f"paused {arg}"
-                if action == "resume":
-                    await a.resume(arg)
-                    return True, f"resumed {arg}"
-                if action == "raise":
-                    usd = float(button.get("usd") or 0)
-                    await a.raise_budget(arg or None, usd)
-                    return True, f"raised {arg or 'the company'}'s budget for today by ${usd:.2f}"
-                if action == "approve":
-                    await a.approve(arg)
-                    return True, f"approved proposal {arg}"
-                if action == "reject":
-                    await a.reject(arg)
-                    return True, f"rejected proposal {arg}"
-                if action == "retry":
-                    await a.retry(arg)
-                    return True, f"retrying task {arg}"
-                if action == "run_job":
-                    await a.run_job(arg)
-                    return True, f"started routine {arg}"
-        except AdminError as exc:
-            return False, str(exc)
-        except TimeoutError:
-            return False, f"companyd did not answer within {ADMIN_TIMEOUT:.0f} s; try again"
-        except Exception as exc:
-            log.exception("alerts: button %r failed", action)
-            return False, f"failed inside companyd ({type(exc).__name__}); see the daemon log"
-        return False, f"unknown action {action!r}"
-
-    def _after_action(self, rec: AlertRecord, pressed: Mapping[str, Any]) -> None:
-        """Buttons after an action: a pause offers resume and vice versa; a decided proposal
-        or a retried task offers nothing more; raising and re-running stay available."""
-        action, arg = pressed.get("action"), pressed.get("arg")
-        keep = [b for b in rec.buttons if b is not pressed]
-        if action in ("approve", "reject"):
-            keep = [b for b in keep if b.get("action") not in ("approve", "reject")]
-        elif action in ("raise", "run_job"):
-            keep = rec.buttons
-        rec.buttons = list(keep)
-        if action in ("pause", "resume"):
-            rec.buttons = [
-                b
-                for b in rec.buttons
-                if not (b.get("action") in ("pause", "resume") and b.get("arg") == arg)
-            ]
-            flip = "resume" if action == "pause" else "pause"
-            label = f"▶ Resume {arg}" if flip == "resume" else f"⏸ Pause {arg}"
-            rec.buttons.append(
-                {"id": rec.next_button, "label": label, "action": flip, "arg": arg, "usd": None}
-            )
-            rec.next_button += 1
 
 
 class _Link:
@@ -1213,125 +1082,6 @@ class _Link:
 
 # ---------------------------------------------------------------------------------------
 # companyd notify-failure UNIT
-
-
-_RESULTS = {
-    "exit-code": "exited with an error",
-    "signal": "killed by a signal",
-    "core-dump": "crashed (core dump)",
-    "watchdog": "watchdog timeout — the event loop stopped answering",
-    "timeout": "timed out starting or stopping",
-    "oom-kill": "killed: out of memory",
-    "start-limit-hit": "restarted too often; systemd gave up",
-    "resources": "could not get its resources (directories, credentials, user)",
-    "protocol": "broke the sd_notify protocol",
-    "exec-condition": "start condition failed",
-}
-
-
-def unit_facts(unit: str, environ: Mapping[str, str] | None = None) -> list[str]:
-    """What is known about a failed unit: systemd's ``MONITOR_*`` variables (given to
-    ``OnFailure=`` units since systemd 251), else ``systemctl show``. Never raises."""
-    env = os.environ if environ is None else environ
-    props: dict[str, str] = {}
-    systemctl = shutil.which("systemctl", path=env.get("PATH"))
-    if systemctl:
-        try:
-            out = subprocess.run(
-                [
-                    systemctl,
-                    "show",
-                    unit,
-                    "--no-pager",
-                    "--property=Result,ExecMainCode,ExecMainStatus,NRestarts,ActiveState,SubState",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=False,
-                env=dict(env),
-            )
-            if out.returncode == 0:
-                for line in out.stdout.splitlines():
-                    k, _, v = line.partition("=")
-                    if v:
-                        props[k.strip()] = v.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    facts: list[str] = []
-    result = env.get("MONITOR_SERVICE_RESULT") or props.get("Result")
-    if result:
-        facts.append(f"result: {_RESULTS.get(result, result)}")
-    code = env.get("MONITOR_EXIT_CODE")
-    status = env.get("MONITOR_EXIT_STATUS")
-    if not code and props.get("ExecMainCode") in ("1", "2", "3"):
-        code = {"1": "exited", "2": "killed", "3": "dumped"}[props["ExecMainCode"]]
-        status = props.get("ExecMainStatus")
-    if code:
-        if code == "exited":
-            facts.append(f"main process: exit status {status}")
-        else:
-            sig = status or "?"
-            if sig.isdigit():
-                with contextlib.suppress(ValueError):
-                    sig = signal.Signals(int(sig)).name
-            facts.append(f"main process: {code} by signal {sig}")
-    if props.get("NRestarts"):
-        facts.append(f"restarts so far: {props['NRestarts']}")
-    if props.get("ActiveState"):
-        facts.append(f"now: {props['ActiveState']} ({props.get('SubState', '?')})")
-    return facts
-
-
-async def notify_failure(
-    config: CompanyConfig,
-    unit: str,
-    *,
-    environ: Mapping[str, str] | None = None,
-    timeout: float = 20.0,
-) -> tuple[bool, str]:
-    """Send "companyd (unit UNIT) died: …" to every chat, once, directly (no outbox).
-
-    Returns ``(sent, why)``: ``sent`` is False when Telegram is not configured or not
-    reachable, and ``why`` says so (token-free).
-    """
-    settings = await asyncio.to_thread(resolve_settings, config.spec.alerts, environ)
-    if isinstance(settings, str):
-        return False, settings
-    protect(settings.token)
-    quiet_library_loggers()
-    facts = await asyncio.to_thread(unit_facts, unit, environ)
-    when = datetime.now(ZoneInfo(config.timezone))
-    text = "\n".join(
-        [
-            f"{ICONS['critical']} companyd (unit {unit}) died"
-            + (f": {facts[0].removeprefix('result: ')}" if facts else ""),
-            *facts[1:],
-            f"{config.name} · host {socket.gethostname()} · {when:%H:%M %Z, %d %b}",
-        ]
-    )
-    from telegram import Bot
-    from telegram.error import TelegramError
-
-    bot = Bot(
-        settings.token,
-        base_url=f"{settings.api_url}/bot",
-        base_file_url=f"{settings.api_url}/file/bot",
-    )
-    sent, errors = 0, []
-    try:
-        async with asyncio.timeout(timeout):
-            async with bot:
-                for chat in settings.chat_ids:
-                    try:
-                        await bot.send_message(chat, clip(redact(text)))
-                        sent += 1
-                    except TelegramError as exc:
-                        errors.append(f"chat {chat}: {type(exc).__name__}: {exc}")
-    except (TelegramError, TimeoutError, OSError) as exc:
-        errors.append(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-    why = redact("; ".join(errors)) if errors else f"sent to {sent} chat(s)"
-    return sent > 0, why
 
 
 def register(sub: Any) -> None:
