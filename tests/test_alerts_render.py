@@ -139,6 +139,7 @@ def test_compose_counts_and_clips() -> None:
         ("normal", False),
         ("shutdown", False),
         ("{shutdown, reload}", False),
+        ("shutdown:auto_shutdown", False),
         ("error:RuntimeError('x')", True),
         ("killed", True),
         (None, False),
@@ -225,3 +226,165 @@ def test_format_result_is_compact_for_a_phone() -> None:
     ]
     long = format_result("t", {"rows": [{"i": i} for i in range(500)]})
     assert long.splitlines()[-1] == "… 422 more lines"
+
+
+def _text(kind: str, data: dict[str, Any], source: str = "src", **counts: int) -> str:
+    rendered, buttons = render(kind, data, source, counts or {kind: 1}, AGENTS)
+    labels = " | ".join(b.label for b in buttons)
+    text = compose(
+        severity="warning",
+        rendered=rendered,
+        count=1,
+        first_ts=1_800_000_000.0,
+        last_ts=1_800_000_000.0,
+        company="Acme",
+        tz=ZoneInfo("UTC"),
+    )
+    return f"{text}\n[{labels}]"
+
+
+def test_the_shapes_the_supervisor_sends() -> None:
+    """Field names as companyd.daemon.supervisor emits them (docs/events.md)."""
+    exited = {
+        "child": "cfo",
+        "restart_type": "permanent",
+        "action": "restart",
+        "reason": "error:RuntimeError('boom')",
+        "exception": "RuntimeError",
+        "message": "boom",
+    }
+    restart = {
+        "child": "cfo",
+        "strategy": "one_for_one",
+        "restarts": 2,
+        "max_restarts": 3,
+        "max_seconds": 60.0,
+        "group": ["cfo"],
+    }
+    merged = {**exited, **restart}
+    text = _text("child_exited", merged, "companyd/agents/finance", child_exited=1, restart=1)
+    assert "cfo crashed and was restarted" in text
+    assert "reason: error:RuntimeError('boom')" in text
+    assert "restarts in the last 60 s: 2 (the supervisor gives up above 3)" in text
+    assert "[⏸ Pause cfo]" in text
+
+    temporary = {**exited, "restart_type": "temporary", "action": "none"}
+    assert "cfo crashed and was not restarted (temporary)" in _text("child_exited", temporary)
+
+    gave_up = {
+        "child": "finance",
+        "restart_type": "transient",
+        "action": "none",
+        "reason": "error:SupervisorGaveUp(...)",
+        "gave_up": True,
+        "message": "sub-supervisor 'finance' gave up and, being transient, is not "
+        "restarted (OTP rule): its subtree stays down until restarted by hand",
+    }
+    assert "its subtree stays down" in _text("child_exited", gave_up)
+
+    mi = {
+        "child": "cfo",
+        "restarts": 4,
+        "max_restarts": 3,
+        "max_seconds": 60.0,
+        "reason": "error:RuntimeError('boom')",
+        "message": "4 restarts within 60 s exceed max_restarts=3; stopping every child",
+    }
+    text = _text("max_intensity", mi, "companyd/agents/finance")
+    assert "supervisor companyd/agents/finance gave up" in text
+    assert "4 restarts in 60 s — more than its limit of 3" in text
+
+    text = _text("child_start_failed", {"child": None, "phase": "init", "reason": "error:X"})
+    assert "a supervisor failed to start" in text
+    assert "while: init" in text
+
+
+def test_the_shapes_the_daemon_sends() -> None:
+    started = {
+        "pid": 42,
+        "version": "0.1.0",
+        "agents": 8,
+        "routines": 5,
+        "offline": True,
+        "company": "Acme",
+    }
+    text = _text("daemon_started", started, "daemon")
+    assert "companyd started" in text
+    assert "8 agents, 5 routines" in text
+    assert "offline mode" in text
+    reloaded = {
+        "started": ["cmo"],
+        "stopped": [],
+        "restarted": ["cfo"],
+        "unchanged": 6,
+        "routines": {"added": ["weekly"]},
+    }
+    text = _text("daemon_reloaded", reloaded, "daemon")
+    assert "agents started: cmo" in text
+    assert "agents restarted: cfo" in text
+    assert "agents stopped" not in text
+    assert "weekly" in text
+    rejected = {
+        "file": "/etc/companyd/company.yaml",
+        "errors": [f"e{i}" for i in range(10)],
+        "count": 12,
+    }
+    text = _text("config_rejected", rejected, "daemon")
+    assert "• e4" in text
+    assert "• e5" not in text
+    assert "… and 7 more — run `companyd validate`" in text
+    assert "companyd is stopping" in _text("daemon_stopping", {"pid": 1, "reason": "signal"})
+
+
+def test_the_shapes_the_agent_runtime_sends() -> None:
+    quarantined = {
+        "agent": "cfo",
+        "task_id": "t-9",
+        "run_id": "r-1",
+        "routine": "weekly",
+        "crashes": 3,
+        "errors": ["KeyError('a')", "KeyError('b')"],
+        "prompt": "Summarise the week",
+    }
+    text = _text("task_quarantined", quarantined, "agent/cfo")
+    assert "task t-9 quarantined after 3 crashes" in text
+    assert "last error: KeyError('b')" in text
+    assert "task: Summarise the week" in text
+    assert "[🔁 Retry task]" in text
+    breaker = {
+        "agent": "cfo",
+        "task_id": "t",
+        "run_id": "r-2",
+        "routine": None,
+        "limit": "max_steps",
+        "reason": "max_steps: 21 steps > 20",
+    }
+    text = _text("circuit_breaker", breaker, "agent/cfo")
+    assert "circuit breaker stopped a run of cfo" in text
+    assert "max_steps\n" in text
+    assert "reason: max_steps: 21 steps > 20" in text
+    proposal = {
+        "proposal_id": "p-3",
+        "agent": "accountant",
+        "proposer": "improver",
+        "reason": "cut cost",
+        "diff": "-model: a\n+model: b",
+    }
+    text = _text("proposal_created", proposal, "improver")
+    assert "proposal p-3 awaits approval" in text
+    assert "for: accountant" in text
+    assert "from: improver" in text
+    assert "why: cut cost" in text
+    assert "+model: b" in text
+    assert "[✅ Approve | ✖ Reject]" in text
+    failed = {
+        "agent": "cfo",
+        "status": "failed",
+        "reason": "API 500",
+        "task_id": "t",
+        "run_id": "r-3",
+        "routine": None,
+        "cost_usd": 0.1,
+        "steps": 2,
+    }
+    assert "a run of cfo failed" in _text("run_failed", failed, "agent/cfo")

@@ -193,32 +193,38 @@ def _who(data: Data) -> str:
 
 
 def is_abnormal_exit(reason: Any) -> bool:
-    """False for OTP's normal exits (``normal``, ``shutdown``, ``{shutdown, …}``)."""
+    """False for OTP's normal exits: ``normal``, ``shutdown``, ``shutdown:<info>`` (the
+    supervisor's spelling) or ``{shutdown, <info>}`` (Erlang's)."""
     if not isinstance(reason, str):
         return reason is not None
-    r = reason.strip().strip("{}").split(",")[0].strip().lower()
+    r = reason.strip().strip("{}").split(",")[0].split(":")[0].strip().lower()
     return r not in ("normal", "shutdown")
-
-
-# ---------------------------------------------------------------------------------------
-# Renderers
 
 
 def _crash(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     who = _who(data)
     n = max(counts.get("restart", 0), counts.get("child_exited", 0), 1)
-    restarted = counts.get("restart", 0) > 0
+    restarted = counts.get("restart", 0) > 0 or data.get("action") == "restart"
     if n > 1:
         title = f"{who} is crash-looping: {n} crashes"
     elif restarted:
         title = f"{who} crashed and was restarted"
     else:
-        title = f"{who} crashed and was not restarted"
-    lines = [
-        *_line("last reason" if n > 1 else "reason", data, "reason"),
-        *_line("restart count", data, "restarts"),
-        f"supervisor: {_txt(source, 120)}",
-    ]
+        kind = data.get("restart_type") or data.get("restart")
+        title = f"{who} crashed and was not restarted" + (f" ({_txt(kind, 20)})" if kind else "")
+    lines = _line("last reason" if n > 1 else "reason", data, "reason")
+    if _has(data, "restarts"):
+        if _has(data, "max_restarts"):
+            within = data.get("max_seconds", data.get("within_seconds"))
+            lines.append(
+                f"restarts in the last {_secs(within)}: {_txt(data.get('restarts'))} "
+                f"(the supervisor gives up above {_txt(data.get('max_restarts'))})"
+            )
+        else:
+            lines.append(f"restart count: {_txt(data.get('restarts'))}")
+    if data.get("gave_up") and _has(data, "message"):
+        lines.append(_txt(data.get("message"), 400))
+    lines.append(f"supervisor: {_txt(source, 120)}")
     return Rendered(title, tuple(lines))
 
 
@@ -230,12 +236,14 @@ def _crash_buttons(data: Data, agents: Collection[str]) -> list[Button]:
 def _max_intensity(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     restarts = data.get("restarts")
     limit = data.get("max_restarts")
-    within = data.get("within_seconds")
+    within = data.get("max_seconds", data.get("within_seconds"))
     lines: list[str] = []
     if restarts is not None or limit is not None:
         lines.append(
             f"{_txt(restarts)} restarts in {_secs(within)} — more than its limit of {_txt(limit)}"
         )
+    elif _has(data, "message"):
+        lines.append(_txt(data.get("message"), 400))
     if _has(data, "child"):
         lines.append(f"last to fail: {_txt(data.get('child'))}: {_txt(data.get('reason'))}")
     elif _has(data, "reason"):
@@ -248,9 +256,14 @@ def _max_intensity(data: Data, source: str, counts: Mapping[str, int]) -> Render
 
 
 def _start_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    who = _who(data) if _has(data, "child") or _has(data, "agent") else "a supervisor"
     return Rendered(
-        f"{_who(data)} failed to start",
-        (*_line("reason", data, "reason"), f"supervisor: {_txt(source, 120)}"),
+        f"{who} failed to start",
+        (
+            *_line("reason", data, "reason"),
+            *_line("while", data, "phase"),
+            f"supervisor: {_txt(source, 120)}",
+        ),
     )
 
 
@@ -263,6 +276,8 @@ def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rende
     if _has(data, "routines"):
         parts.append(f"{_txt(data.get('routines'))} routines")
     lines = [", ".join(parts)] if parts else []
+    if data.get("offline") is True:
+        lines.append("offline mode: no model is called")
     lines += _line("version", data, "version") + _line("config", data, "config")
     return Rendered(title, tuple(lines))
 
@@ -272,14 +287,24 @@ def _daemon_stopping(data: Data, source: str, counts: Mapping[str, int]) -> Rend
 
 
 def _daemon_reloaded(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
-    changes = data.get("changes")
     lines: list[str] = []
+    changes = data.get("changes")
     if isinstance(changes, list):
         lines += [f"• {_txt(c, 200)}" for c in changes[:10]]
         if len(changes) > 10:
             lines.append(f"… and {len(changes) - 10} more")
     elif _has(data, "changes"):
         lines.append(_txt(changes))
+    for key, label in (
+        ("started", "agents started"),
+        ("stopped", "agents stopped"),
+        ("restarted", "agents restarted"),
+        ("routines", "routines"),
+    ):
+        if _has(data, key) and data.get(key) != {}:
+            lines.append(f"{label}: {_txt(data.get(key), 300)}")
+    if not lines and _has(data, "unchanged"):
+        lines.append("no agent changed")
     return Rendered("company.yaml reloaded", tuple(lines))
 
 
@@ -287,9 +312,11 @@ def _config_rejected(data: Data, source: str, counts: Mapping[str, int]) -> Rend
     errors = data.get("errors")
     lines: list[str] = []
     if isinstance(errors, list):
+        count = data.get("count")
+        total = count if isinstance(count, int) else len(errors)
         lines += [f"• {_txt(e, 300)}" for e in errors[:5]]
-        if len(errors) > 5:
-            lines.append(f"… and {len(errors) - 5} more — run `companyd validate`")
+        if total > min(5, len(errors)):
+            lines.append(f"… and {total - min(5, len(errors))} more — run `companyd validate`")
     elif _has(data, "errors"):
         lines.append(_txt(errors, 600))
     lines += _line("file", data, "file")
@@ -424,10 +451,17 @@ def _routine_skipped(data: Data, source: str, counts: Mapping[str, int]) -> Rend
 
 def _task_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"task {_txt(data.get('task_id'), 80)} quarantined"
+    if _has(data, "crashes"):
+        title += f" after {_txt(data.get('crashes'))} crashes"
+    errors = data.get("errors")
+    last_error = errors[-1] if isinstance(errors, list) and errors else None
     lines = [
         *_line("agent", data, "agent"),
+        *_line("routine", data, "routine"),
         *_line("reason", data, "reason"),
+        *([f"last error: {_txt(last_error, 300)}"] if last_error is not None else []),
         *_line("attempts", data, "attempts"),
+        *_line("task", data, "prompt", lambda v: _txt(v, 200)),
     ]
     if _has(data, "task_id"):
         lines.append(f"retry with /retry {_txt(data.get('task_id'), 80)}")
@@ -452,12 +486,18 @@ def _memory_repaired(data: Data, source: str, counts: Mapping[str, int]) -> Rend
 def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"circuit breaker stopped a run of {_who(data)}"
     lines = []
-    if _has(data, "breaker"):
-        what = _txt(data.get("breaker"), 60)
-        if _has(data, "value") or _has(data, "limit"):
+    # Which limit: ``breaker`` (documented) or ``limit`` as a name (the agent runtime's
+    # spelling, with ``reason`` telling the numbers).
+    name = data.get("breaker")
+    if name is None and isinstance(data.get("limit"), str):
+        name = data.get("limit")
+    if name is not None:
+        what = _txt(name, 60)
+        if _has(data, "value"):
             what += f": {_txt(data.get('value'))} (limit {_txt(data.get('limit'))})"
         lines.append(what)
-    lines += _line("reason", data, "reason") + _line("run", data, "run_id")
+    lines += _line("reason", data, "reason") + _line("routine", data, "routine")
+    lines += _line("run", data, "run_id")
     return Rendered(title, tuple(lines))
 
 
@@ -466,7 +506,16 @@ def _proposal_created(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     head = f"proposal {pid} awaits approval"
     if _has(data, "title"):
         head += f": {_txt(data.get('title'), 120)}"
-    lines = [*_line("from", data, "agent"), *_line("summary", data, "summary", _summary)]
+    lines = [
+        *_line("for", data, "agent"),
+        *_line("from", data, "proposer"),
+        *_line("why", data, "reason", _summary),
+        *_line("summary", data, "summary", _summary),
+    ]
+    diff = data.get("diff")
+    if isinstance(diff, str) and diff.strip():
+        shown = diff.strip().splitlines()
+        lines += shown[:25] + ([f"… {len(shown) - 25} more diff lines"] if len(shown) > 25 else [])
     if _has(data, "proposal_id"):
         lines.append(f"/approve {pid} or /reject {pid}")
     return Rendered(head, tuple(lines))
