@@ -48,6 +48,7 @@ _AREAS = (
     "companyd.scheduler.cli",
     "companyd.spend.cli",
     "companyd.memory.cli",
+    "companyd.alerts",
 )
 
 

@@ -1,0 +1,162 @@
+"""What the operator can do from the phone: commands and button actions (private).
+
+Part of :mod:`companyd.alerts`. Each command and button calls the daemon's
+:class:`~companyd.daemon.admin.Admin` with a bounded wait and turns the result into a short
+text; :class:`~companyd.daemon.admin.AdminError` messages are shown as they are (they quote
+the value and name the choices). Nothing here touches Telegram.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from companyd._alerts_render import format_result
+from companyd._alerts_store import AlertRecord
+from companyd.daemon.admin import Admin, AdminError
+
+__all__ = ["ADMIN_TIMEOUT", "COMMANDS", "act", "buttons_after", "command_reply", "help_text"]
+
+log = logging.getLogger("companyd.alerts")
+
+#: Bound on one Admin call made from the phone (/ask has its own), real seconds: an I/O
+#: deadline, so the operator hears "no answer" instead of nothing.
+ADMIN_TIMEOUT = 30.0
+
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("status", "supervision tree, runs, spend, next routines"),
+    ("spend", "spend: /spend [agent|model|routine|day] [today|month]"),
+    ("budget", "each budget: limit, used, remaining"),
+    ("jobs", "routines: next fire, last outcome"),
+    ("pause", "/pause AGENT: no new runs"),
+    ("resume", "/resume AGENT: run again"),
+    ("ask", "/ask AGENT question: one-off task"),
+    ("approve", "/approve ID: apply a proposal"),
+    ("reject", "/reject ID: discard a proposal"),
+    ("quarantine", "quarantined tasks"),
+    ("retry", "/retry ID: run a quarantined task again"),
+    ("help", "these commands"),
+)
+
+
+def help_text() -> str:
+    return "commands:\n" + "\n".join(f"/{n} — {d}" for n, d in COMMANDS)
+
+
+def _agents_hint(agents: Collection[str]) -> str:
+    return ", ".join(sorted(agents)) or "(none)"
+
+
+async def command_reply(
+    admin: Admin, name: str, args: Sequence[str], agents: Collection[str]
+) -> str:
+    """The reply text for one command (Admin errors shown as they are)."""
+    a = admin
+    try:
+        async with asyncio.timeout(ADMIN_TIMEOUT):
+            if name in ("help", "start"):
+                return help_text()
+            if name == "status":
+                return format_result("📊 status", await a.status())
+            if name == "spend":
+                by, period = "agent", "today"
+                for w in args:
+                    if w in ("agent", "model", "routine", "day"):
+                        by = w
+                    else:
+                        period = w
+                return format_result(f"💵 spend by {by}, {period}", await a.spend(by, period))
+            if name == "budget":
+                return format_result("💰 budgets", await a.budget())
+            if name == "jobs":
+                return format_result("⏰ routines", await a.jobs())
+            if name == "quarantine":
+                return format_result("🧊 quarantined tasks", await a.tasks(quarantined=True))
+            if name in ("pause", "resume"):
+                if len(args) != 1:
+                    return f"usage: /{name} AGENT (agents: {_agents_hint(agents)})"
+                fn = a.pause if name == "pause" else a.resume
+                return format_result(
+                    f"{'⏸ paused' if name == 'pause' else '▶ resumed'} {args[0]}",
+                    await fn(args[0]),
+                )
+            if name in ("approve", "reject", "retry"):
+                if len(args) != 1:
+                    what = "TASK_ID" if name == "retry" else "PROPOSAL_ID"
+                    return f"usage: /{name} {what}"
+                if name == "approve":
+                    return format_result(f"✅ approved {args[0]}", await a.approve(args[0]))
+                if name == "reject":
+                    return format_result(f"✖ rejected {args[0]}", await a.reject(args[0]))
+                return format_result(f"🔁 retrying {args[0]}", await a.retry(args[0]))
+    except AdminError as exc:
+        return f"⚠️ {exc}"
+    except TimeoutError:
+        return f"⚠️ /{name} got no answer within {ADMIN_TIMEOUT:.0f} s; try again later"
+    except Exception as exc:
+        log.exception("alerts: /%s failed", name)
+        return f"⚠️ /{name} failed inside companyd ({type(exc).__name__}); see the daemon log"
+    return f"unknown command /{name}.\n{help_text()}"
+
+
+async def act(admin: Admin, button: Mapping[str, Any]) -> tuple[bool, str]:
+    """Do what a button stands for. Returns (done, what to tell)."""
+    a, action, arg = admin, button.get("action"), str(button.get("arg") or "")
+    try:
+        async with asyncio.timeout(ADMIN_TIMEOUT):
+            if action == "pause":
+                await a.pause(arg)
+                return True, f"paused {arg}"
+            if action == "resume":
+                await a.resume(arg)
+                return True, f"resumed {arg}"
+            if action == "raise":
+                usd = float(button.get("usd") or 0)
+                await a.raise_budget(arg or None, usd)
+                return True, f"raised {arg or 'the company'}'s budget for today by ${usd:.2f}"
+            if action == "approve":
+                await a.approve(arg)
+                return True, f"approved proposal {arg}"
+            if action == "reject":
+                await a.reject(arg)
+                return True, f"rejected proposal {arg}"
+            if action == "retry":
+                await a.retry(arg)
+                return True, f"retrying task {arg}"
+            if action == "run_job":
+                await a.run_job(arg)
+                return True, f"started routine {arg}"
+    except AdminError as exc:
+        return False, str(exc)
+    except TimeoutError:
+        return False, f"companyd did not answer within {ADMIN_TIMEOUT:.0f} s; try again"
+    except Exception as exc:
+        log.exception("alerts: button %r failed", action)
+        return False, f"failed inside companyd ({type(exc).__name__}); see the daemon log"
+    return False, f"unknown action {action!r}"
+
+
+def buttons_after(rec: AlertRecord, pressed: Mapping[str, Any]) -> None:
+    """Buttons after an action: a pause offers resume and vice versa; a decided proposal
+    or a retried task offers nothing more; raising and re-running stay available."""
+    action, arg = pressed.get("action"), pressed.get("arg")
+    keep = [b for b in rec.buttons if b is not pressed]
+    if action in ("approve", "reject"):
+        keep = [b for b in keep if b.get("action") not in ("approve", "reject")]
+    elif action in ("raise", "run_job"):
+        keep = rec.buttons
+    rec.buttons = list(keep)
+    if action in ("pause", "resume"):
+        rec.buttons = [
+            b
+            for b in rec.buttons
+            if not (b.get("action") in ("pause", "resume") and b.get("arg") == arg)
+        ]
+        flip = "resume" if action == "pause" else "pause"
+        label = f"▶ Resume {arg}" if flip == "resume" else f"⏸ Pause {arg}"
+        rec.buttons.append(
+            {"id": rec.next_button, "label": label, "action": flip, "arg": arg, "usd": None}
+        )
+        rec.next_button += 1

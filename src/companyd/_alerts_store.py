@@ -1,0 +1,359 @@
+"""The alert outbox: one SQLite file, one row per alert, one worker thread (private).
+
+Part of :mod:`companyd.alerts`. :class:`AlertService` owns the in-memory state; this store
+is its journal, written through before anything is sent, so that
+
+* an alert accepted while Telegram is down survives a restart and goes out later;
+* an alert already delivered is not sent again after a restart (its Telegram message id is
+  stored the moment Telegram answers), and a coalesced alert keeps editing the same message;
+* a button pressed on an old message still finds what it stands for.
+
+The connection lives in a single worker thread (SQLite work never runs on the event loop).
+Rows are snapshots taken on the loop thread (:meth:`AlertRecord.to_row`), so the loop can keep
+mutating a record while its previous state is being written.
+
+WAL with ``synchronous=NORMAL``: a power cut may lose the last few commits (an alert may then
+be sent twice, never silently lost before it was attempted: records are written before any
+send). Delivery is at-least-once by design; see docs/alerts.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+__all__ = ["AlertRecord", "AlertStore", "Delivery"]
+
+log = logging.getLogger("companyd.alerts")
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS alerts (
+    id          INTEGER PRIMARY KEY,
+    key         TEXT NOT NULL,
+    window_end  REAL NOT NULL,
+    settled     INTEGER NOT NULL,
+    created     REAL NOT NULL,
+    body        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alerts_active ON alerts (settled, window_end);
+"""
+_VERSION = 1
+
+
+@dataclass
+class Delivery:
+    """One alert's fate in one chat.
+
+    ``state``: ``pending`` (not yet sent), ``sent`` (``message_id`` holds it;
+    ``sent_version`` is the alert version last shown), ``failed`` (Telegram refused it for
+    good, e.g. the bot was blocked) or ``folded`` (held in quiet hours and told in a digest).
+    """
+
+    message_id: int | None = None
+    sent_version: int = 0
+    state: str = "pending"
+    attempts: int = 0
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "sent_version": self.sent_version,
+            "state": self.state,
+            "attempts": self.attempts,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Delivery:
+        return cls(
+            message_id=d.get("message_id"),
+            sent_version=int(d.get("sent_version", 0)),
+            state=str(d.get("state", "pending")),
+            attempts=int(d.get("attempts", 0)),
+            error=d.get("error"),
+        )
+
+
+@dataclass
+class AlertRecord:
+    """An alert: one message per chat, edited as coalesced events arrive.
+
+    Attributes:
+        id: stable identity (also in button callback data).
+        key: coalescing key (group | source | subject).
+        kind: the first event's kind; ``digest`` for a quiet-hours digest.
+        severity: ``critical`` | ``warning`` | ``info`` (the highest merged so far).
+        source: the first event's source.
+        data: the merged ``data`` of every event so far (later values win).
+        counts: events merged, per kind.
+        first_ts, last_ts: event times (epoch) of the first and latest event.
+        window_end: wall time after which a new event starts a new alert.
+        held_until: quiet hours: not sent before this wall time (None = not held).
+        status: ``open`` or ``folded`` (told in digest ``folded_into``).
+        text: the rendered message.
+        buttons: ``[{"id", "label", "action", "arg", "usd"}]``.
+        footer: lines telling what the operator did (who pressed which button).
+        version: bumped on every change of text or buttons; deliveries edit up to it.
+        edit_after: wall time before which coalescing edits wait (throttle).
+        next_button: next button id (ids are never reused within an alert).
+        deliveries: chat id → :class:`Delivery`.
+        persisted: False until the first write of a new alert has committed (not stored).
+    """
+
+    id: int
+    key: str
+    kind: str
+    severity: str
+    source: str
+    data: dict[str, Any]
+    counts: dict[str, int]
+    first_ts: float
+    last_ts: float
+    window_end: float
+    held_until: float | None = None
+    status: str = "open"
+    folded_into: int | None = None
+    text: str = ""
+    buttons: list[dict[str, Any]] = field(default_factory=list)
+    footer: list[str] = field(default_factory=list)
+    version: int = 1
+    edit_after: float = 0.0
+    next_button: int = 1
+    deliveries: dict[int, Delivery] = field(default_factory=dict)
+    #: In memory only: False until the record's first write to the outbox has committed.
+    persisted: bool = field(default=True, compare=False, repr=False)
+
+    @property
+    def settled(self) -> bool:
+        """Nothing left to send or edit in any chat."""
+        return all(
+            d.state in ("failed", "folded")
+            or (d.state == "sent" and d.sent_version >= self.version)
+            for d in self.deliveries.values()
+        )
+
+    def to_row(self) -> tuple[int, str, float, int, float, str]:
+        body = {
+            "kind": self.kind,
+            "severity": self.severity,
+            "source": self.source,
+            "data": self.data,
+            "counts": self.counts,
+            "first_ts": self.first_ts,
+            "last_ts": self.last_ts,
+            "held_until": self.held_until,
+            "status": self.status,
+            "folded_into": self.folded_into,
+            "text": self.text,
+            "buttons": self.buttons,
+            "footer": self.footer,
+            "version": self.version,
+            "edit_after": self.edit_after,
+            "next_button": self.next_button,
+            "deliveries": {str(c): d.to_dict() for c, d in self.deliveries.items()},
+        }
+        return (
+            self.id,
+            self.key,
+            self.window_end,
+            int(self.settled),
+            self.first_ts,
+            json.dumps(body, ensure_ascii=False, default=str),
+        )
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> AlertRecord:
+        rid, key, window_end, _settled, _created, body_text = row
+        b = json.loads(body_text)
+        return cls(
+            id=int(rid),
+            key=str(key),
+            kind=str(b["kind"]),
+            severity=str(b["severity"]),
+            source=str(b["source"]),
+            data=dict(b.get("data") or {}),
+            counts={str(k): int(v) for k, v in (b.get("counts") or {}).items()},
+            first_ts=float(b["first_ts"]),
+            last_ts=float(b["last_ts"]),
+            window_end=float(window_end),
+            held_until=b.get("held_until"),
+            status=str(b.get("status", "open")),
+            folded_into=b.get("folded_into"),
+            text=str(b.get("text", "")),
+            buttons=list(b.get("buttons") or []),
+            footer=list(b.get("footer") or []),
+            version=int(b.get("version", 1)),
+            edit_after=float(b.get("edit_after", 0.0)),
+            next_button=int(b.get("next_button", 1)),
+            deliveries={
+                int(c): Delivery.from_dict(d) for c, d in (b.get("deliveries") or {}).items()
+            },
+        )
+
+
+class AlertStore:
+    """``alerts.sqlite``: the outbox and the memory of what was delivered.
+
+    All methods are coroutines that run their SQLite work in the store's own thread.
+
+    Args:
+        path: the database file; None keeps everything in memory (used when the state
+            directory is unusable, so that alerting degrades instead of stopping).
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alerts-db")
+        self._conn: sqlite3.Connection | None = None
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    # -- thread side --------------------------------------------------------------------
+
+    def _connect(self, target: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(target, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > _VERSION:
+            conn.close()
+            raise sqlite3.DatabaseError(
+                f"alerts.sqlite has schema version {version}, newer than this companyd "
+                f"understands ({_VERSION})"
+            )
+        conn.executescript(_SCHEMA)
+        conn.execute(f"PRAGMA user_version={_VERSION}")
+        conn.execute("SELECT count(*) FROM alerts").fetchone()
+        return conn
+
+    def _open_sync(self) -> str | None:
+        """Open the file; set aside a corrupt one; fall back to memory. Returns a note for
+        the operator when the outbox is not the file it should be."""
+        if self.path is None:
+            self._conn = self._connect(":memory:")
+            return None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = self._connect(str(self.path))
+            return None
+        except sqlite3.DatabaseError as exc:
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+            try:
+                os.replace(self.path, aside)
+                for suffix in ("-wal", "-shm"):  # they belong to the old file, never the new
+                    side = self.path.with_name(self.path.name + suffix)
+                    if side.exists():
+                        os.replace(side, aside.with_name(aside.name + suffix))
+                self._conn = self._connect(str(self.path))
+            except (OSError, sqlite3.Error):
+                self._conn = self._connect(":memory:")
+                return (
+                    f"the alert outbox {str(self.path)!r} is unreadable ({exc}) and could not be "
+                    "replaced; alerts are kept in memory only until companyd restarts — check "
+                    "the state directory"
+                )
+            return (
+                f"the alert outbox {str(self.path)!r} was unreadable ({exc}); it was moved to "
+                f"{str(aside)!r} and a new one started (unsent alerts in it are not sent)"
+            )
+        except OSError as exc:
+            self._conn = self._connect(":memory:")
+            return (
+                f"cannot open the alert outbox {str(self.path)!r} ({exc}); alerts are kept in "
+                "memory only until companyd restarts — check the state directory's permissions"
+            )
+
+    def _load_sync(self, now: float) -> tuple[list[AlertRecord], int]:
+        assert self._conn is not None
+        rows = self._conn.execute(
+            "SELECT id, key, window_end, settled, created, body FROM alerts "
+            "WHERE settled = 0 OR window_end > ? ORDER BY id",
+            (now,),
+        ).fetchall()
+        top = self._conn.execute("SELECT coalesce(max(id), 0) FROM alerts").fetchone()[0]
+        records = []
+        for row in rows:
+            try:
+                records.append(AlertRecord.from_row(row))
+            except (ValueError, KeyError, TypeError) as exc:
+                # One damaged row must not keep the pager from starting.
+                log.warning("alerts: skipping unreadable outbox row %r: %s", row[0], exc)
+        return records, int(top) + 1
+
+    def _save_sync(self, rows: list[tuple[int, str, float, int, float, str]]) -> None:
+        assert self._conn is not None
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "INSERT INTO alerts (id, key, window_end, settled, created, body) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET key=excluded.key, "
+                "window_end=excluded.window_end, settled=excluded.settled, body=excluded.body",
+                rows,
+            )
+
+    def _get_sync(self, alert_id: int) -> AlertRecord | None:
+        assert self._conn is not None
+        row = self._conn.execute(
+            "SELECT id, key, window_end, settled, created, body FROM alerts WHERE id = ?",
+            (alert_id,),
+        ).fetchone()
+        return AlertRecord.from_row(row) if row else None
+
+    def _prune_sync(self, before: float) -> int:
+        assert self._conn is not None
+        with self._conn:
+            cur = self._conn.execute(
+                "DELETE FROM alerts WHERE settled = 1 AND created < ?", (before,)
+            )
+        return cur.rowcount
+
+    def _close_sync(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- loop side ----------------------------------------------------------------------
+
+    async def open(self) -> str | None:
+        """Open (creating it if needed). Returns a warning for the operator if the file had
+        to be set aside or memory is used instead, else None."""
+        note: str | None = await self._run(self._open_sync)
+        return note
+
+    async def load_active(self, now: float) -> tuple[list[AlertRecord], int]:
+        """Alerts with something left to deliver or an open coalescing window, and the next
+        free id."""
+        out: tuple[list[AlertRecord], int] = await self._run(self._load_sync, now)
+        return out
+
+    async def save(self, *records: AlertRecord) -> None:
+        """Write these records (snapshotted now) in one transaction."""
+        rows = [r.to_row() for r in records]
+        await self._run(self._save_sync, rows)
+
+    async def get(self, alert_id: int) -> AlertRecord | None:
+        rec: AlertRecord | None = await self._run(self._get_sync, alert_id)
+        return rec
+
+    async def prune(self, before: float) -> int:
+        """Forget settled alerts created before ``before``; returns how many."""
+        n: int = await self._run(self._prune_sync, before)
+        return n
+
+    async def close(self) -> None:
+        await self._run(self._close_sync)
+        self._executor.shutdown(wait=False)

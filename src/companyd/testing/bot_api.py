@@ -1,0 +1,986 @@
+"""A loopback stand-in for the Telegram Bot API that the real python-telegram-bot talks to.
+
+:class:`BotApiServer` is a small HTTP/1.1 server on ``127.0.0.1`` speaking the part of the Bot
+API companyd uses. Point python-telegram-bot at it with
+``ApplicationBuilder().base_url(f"{server.url}/bot")`` (or company.yaml's
+``alerts.telegram.api_url: <server.url>``) and it answers like Telegram does:
+
+* ``getMe``, ``sendMessage``, ``editMessageText``, ``editMessageReplyMarkup``,
+  ``answerCallbackQuery``, ``setMyCommands``, ``getMyCommands``, ``deleteWebhook``,
+  ``close`` and ``logOut``;
+* ``getUpdates`` as a long poll: it returns as soon as an update with ``update_id >= offset``
+  exists, or after ``timeout`` seconds with ``[]``; updates below ``offset`` are confirmed
+  and forgotten, as Telegram does.
+
+It records everything it was sent (:attr:`BotApiServer.messages` with each message's edits,
+:attr:`BotApiServer.calls`, :attr:`BotApiServer.callback_answers`), lets a test inject
+updates (:meth:`BotApiServer.inject_command`, :meth:`BotApiServer.press_button`) and fail on
+purpose: :meth:`BotApiServer.go_down` closes the port (``connection refused``) or answers
+``502 Bad Gateway`` until :meth:`BotApiServer.go_up`; :meth:`BotApiServer.fail_next` answers
+the next requests with an error such as ``429`` and ``retry_after``.
+
+Requests are decoded as python-telegram-bot sends them: ``application/x-www-form-urlencoded``
+with string values as they are and every other value JSON-encoded. JSON bodies are accepted
+too. File uploads (multipart) are not part of the stand-in and are answered with 400.
+
+Run it as a separate process for a daemon subprocess or the chaos benchmark::
+
+    python -m companyd.testing.bot_api --port 0 --control-port 0
+
+It prints one JSON line ``{"api_url": ..., "control_url": ..., "pid": ...}`` on stdout and
+serves until SIGTERM/SIGINT. The control API (JSON over HTTP, always up, even while the Bot
+API port is down) is driven with :class:`BotApiControl`:
+
+=========================  ==============================================================
+``GET  /state``            ``{"up", "mode", "api_url", "updates_pending"}``
+``GET  /messages``         every message sent, with ``text``, ``reply_markup``, ``edits``
+``GET  /calls``            every Bot API call: ``{"method", "params", "status"}``
+``GET  /callback_answers`` every ``answerCallbackQuery``
+``POST /command``          ``{"chat_id", "text", "user_id"?}`` → ``{"update_id"}``
+``POST /press``            ``{"chat_id", "message_id", "data", "user_id"?}``
+``POST /update``           a raw update (``update_id`` is assigned)
+``POST /down``             ``{"mode": "refuse" | "502"}``
+``POST /up``
+``POST /fail``             ``{"count", "status", "retry_after"?, "method"?, "description"?}``
+``POST /reset``            forget recorded calls and messages
+=========================  ==============================================================
+
+The stand-in never logs request paths: they carry the bot token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit
+
+__all__ = [
+    "ApiCall",
+    "BotApiControl",
+    "BotApiServer",
+    "SentMessage",
+    "main",
+]
+
+DownMode = Literal["refuse", "502"]
+
+# Parameters python-telegram-bot sends as plain strings (everything else is JSON-encoded).
+_STRING_PARAMS = frozenset(
+    {
+        "text",
+        "parse_mode",
+        "callback_query_id",
+        "inline_message_id",
+        "url",
+        "description",
+        "short_description",
+        "language_code",
+        "business_connection_id",
+        "secret_token",
+        "name",
+    }
+)
+
+_MAX_BODY = 4 * 1024 * 1024
+
+
+@dataclass
+class SentMessage:
+    """A message the bot sent, as the stand-in holds it now.
+
+    Attributes:
+        chat_id: the chat it went to (an int for numeric ids).
+        message_id: the id the stand-in gave it.
+        text: its current text (after edits).
+        reply_markup: its current inline keyboard (decoded JSON), or None.
+        date: epoch seconds when it was sent.
+        disable_notification: whether it was sent silently.
+        edits: each edit in order: ``{"method", "text"?, "reply_markup"?}``.
+    """
+
+    chat_id: int | str
+    message_id: int
+    text: str
+    reply_markup: dict[str, Any] | None
+    date: int
+    disable_notification: bool = False
+    edits: list[dict[str, Any]] = field(default_factory=list)
+
+    def buttons(self) -> list[tuple[str, str]]:
+        """The inline buttons as ``(label, callback_data)``, row by row."""
+        rows = (self.reply_markup or {}).get("inline_keyboard") or []
+        return [(b.get("text", ""), b.get("callback_data", "")) for row in rows for b in row]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chat_id": self.chat_id,
+            "message_id": self.message_id,
+            "text": self.text,
+            "reply_markup": self.reply_markup,
+            "date": self.date,
+            "disable_notification": self.disable_notification,
+            "edits": list(self.edits),
+        }
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One Bot API request: the method, its decoded parameters and the HTTP status answered."""
+
+    method: str
+    params: dict[str, Any]
+    status: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "params": self.params, "status": self.status}
+
+
+@dataclass
+class _Failure:
+    count: int
+    status: int
+    retry_after: int | None
+    method: str | None
+    description: str | None
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, description: str) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
+
+
+@dataclass
+class _Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+Handler = Callable[[_Request], Awaitable[tuple[int, str, bytes]]]
+
+
+class _HttpListener:
+    """A minimal keep-alive HTTP/1.1 server on 127.0.0.1 that can be closed and reopened."""
+
+    def __init__(self, handler: Handler, port: int, on_close: Callable[[], None]) -> None:
+        self._handler = handler
+        self._on_close = on_close
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+
+    @property
+    def listening(self) -> bool:
+        return self._server is not None
+
+    async def open(self) -> None:
+        if self._server is not None:
+            return
+        # reuse_address lets the same port be bound again right after go_down().
+        self._server = await asyncio.start_server(
+            self._serve, "127.0.0.1", self.port, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        """Stop listening and drop every open connection (clients see resets / refusals)."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        conns = dict(self._conns)
+        # Aborting the transport ends each handler on its own; cancelling the handler task
+        # instead makes asyncio 3.11 log a spurious "Exception in callback" for it.
+        for writer in conns.values():
+            writer.transport.abort()
+        self._on_close()
+        if conns:
+            _, pending = await asyncio.wait(conns.keys(), timeout=5.0)
+            for task in pending:
+                task.cancel()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns[task] = writer
+        try:
+            while True:
+                request = await _read_request(reader)
+                if request is None:
+                    return
+                status, ctype, body = await self._handler(request)
+                reason = _REASONS.get(status, "Error")
+                head = (
+                    f"HTTP/1.1 {status} {reason}\r\n"
+                    f"Content-Type: {ctype}\r\n"
+                    f"Content-Length: {len(body)}\r\n"
+                    "Connection: keep-alive\r\n\r\n"
+                ).encode("ascii")
+                writer.write(head + body)
+                await writer.drain()
+                if request.headers.get("connection", "").lower() == "close":
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, _HttpError):
+            return
+        finally:
+            self._conns.pop(task, None)
+            writer.transport.abort()
+
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    409: "Conflict",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
+
+
+async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
+    line = await reader.readline()
+    if not line:
+        return None
+    try:
+        method, target, _version = line.decode("latin-1").split()
+    except ValueError as exc:
+        raise _HttpError(400, "malformed request line") from exc
+    headers: dict[str, str] = {}
+    while True:
+        hline = await reader.readline()
+        if hline in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = hline.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        chunks: list[bytes] = []
+        while True:
+            size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                await reader.readline()
+                break
+            chunks.append(await reader.readexactly(size))
+            await reader.readline()
+        body = b"".join(chunks)
+    else:
+        length = int(headers.get("content-length", "0") or "0")
+        if length > _MAX_BODY:
+            raise _HttpError(413, "body too large")
+        body = await reader.readexactly(length) if length else b""
+    return _Request(method=method.upper(), path=target, headers=headers, body=body)
+
+
+def _decode_params(request: _Request) -> dict[str, Any]:
+    """Bot API parameters from the query string and the body, decoded as PTB encodes them."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    raw: list[tuple[str, str]] = parse_qsl(urlsplit(request.path).query, keep_blank_values=True)
+    if ctype == "application/json" and request.body:
+        try:
+            obj = json.loads(request.body)
+        except ValueError as exc:
+            raise _HttpError(400, f"Bad Request: invalid JSON body ({exc})") from exc
+        if not isinstance(obj, dict):
+            raise _HttpError(400, "Bad Request: the JSON body must be an object")
+        return {**dict(raw), **obj}
+    if ctype.startswith("multipart/"):
+        raise _HttpError(400, "Bad Request: file uploads are not supported by the stand-in")
+    if request.body:
+        raw += parse_qsl(request.body.decode("utf-8"), keep_blank_values=True)
+    params: dict[str, Any] = {}
+    for key, value in raw:
+        if key in _STRING_PARAMS:
+            params[key] = value
+            continue
+        try:
+            params[key] = json.loads(value)
+        except ValueError:
+            params[key] = value
+    return params
+
+
+def _json(status: int, obj: Any) -> tuple[int, str, bytes]:
+    return status, "application/json", json.dumps(obj).encode("utf-8")
+
+
+class BotApiServer:
+    """The Bot API stand-in. Use as ``async with BotApiServer() as server:``.
+
+    Args:
+        token: if given, requests for any other token are answered ``401 Unauthorized``
+            (as Telegram does); if None any token is accepted.
+        port: port for the Bot API (0 = any free port).
+        control_port: if not None, also serve the JSON control API on this port (0 = any).
+        bot_username: the bot's ``username`` in ``getMe``.
+        clock: wall-clock source for message dates (default :func:`time.time`).
+
+    Attributes:
+        messages: every message sent, in order, with edits applied.
+        calls: every Bot API request in order (``getUpdates`` included).
+        callback_answers: parameters of every ``answerCallbackQuery``.
+        commands: the last ``setMyCommands`` list.
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        port: int = 0,
+        control_port: int | None = None,
+        bot_username: str = "companyd_test_bot",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._token = token
+        self._clock = clock
+        self._bot_user = {
+            "id": _bot_id(token),
+            "is_bot": True,
+            "first_name": "companyd",
+            "username": bot_username,
+            "can_join_groups": False,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+        }
+        self._api = _HttpListener(self._handle_api, port, self._pulse)
+        self._control = (
+            _HttpListener(self._handle_control, control_port, self._pulse)
+            if control_port is not None
+            else None
+        )
+        self.mode: Literal["up", "refuse", "502"] = "up"
+        self.messages: list[SentMessage] = []
+        self.calls: list[ApiCall] = []
+        self.callback_answers: list[dict[str, Any]] = []
+        self.commands: list[dict[str, Any]] = []
+        self._updates: list[dict[str, Any]] = []
+        self._next_update_id = 1
+        self._next_message_id = 1
+        self._next_callback_id = 1
+        self._failures: list[_Failure] = []
+        self._changed = asyncio.Event()
+        self._started = False
+        #: Bot API requests being answered right now (a long poll counts until it returns).
+        self.in_flight = 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the Bot API port (and the control port, if any)."""
+        await self._api.open()
+        if self._control is not None:
+            await self._control.open()
+        self._started = True
+
+    async def close(self) -> None:
+        """Close every port and connection."""
+        await self._api.close()
+        if self._control is not None:
+            await self._control.close()
+        self._started = False
+
+    async def __aenter__(self) -> BotApiServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def port(self) -> int:
+        return self._api.port
+
+    @property
+    def url(self) -> str:
+        """The API root, e.g. ``http://127.0.0.1:PORT`` (company.yaml's ``api_url``)."""
+        return f"http://127.0.0.1:{self._api.port}"
+
+    @property
+    def control_url(self) -> str | None:
+        return f"http://127.0.0.1:{self._control.port}" if self._control is not None else None
+
+    # -- faults -------------------------------------------------------------------------
+
+    async def go_down(self, mode: DownMode = "refuse") -> None:
+        """Simulate an outage: ``"refuse"`` closes the port and every connection (clients see
+        connection refused), ``"502"`` answers every request ``502 Bad Gateway``."""
+        if mode not in ("refuse", "502"):
+            raise ValueError(f"unknown outage mode {mode!r}; expected 'refuse' or '502'")
+        self.mode = mode
+        if mode == "refuse":
+            await self._api.close()
+        self._pulse()
+
+    async def go_up(self) -> None:
+        """End an outage: listen again on the same port and answer normally."""
+        self.mode = "up"
+        if not self._api.listening:
+            await self._api.open()
+        self._pulse()
+
+    def fail_next(
+        self,
+        count: int = 1,
+        *,
+        status: int = 429,
+        retry_after: int | None = 1,
+        method: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """Answer the next ``count`` requests (of ``method``, or any but ``getUpdates``) with
+        an error: ``status`` with Telegram's error body, and ``parameters.retry_after`` for
+        429."""
+        self._failures.append(
+            _Failure(
+                count=count,
+                status=status,
+                retry_after=retry_after if status == 429 else None,
+                method=method,
+                description=description,
+            )
+        )
+
+    # -- injection ----------------------------------------------------------------------
+
+    def inject_update(self, update: dict[str, Any]) -> int:
+        """Queue a raw update for ``getUpdates``; its ``update_id`` is assigned here."""
+        update = dict(update)
+        update["update_id"] = self._next_update_id
+        self._next_update_id += 1
+        self._updates.append(update)
+        self._pulse()
+        return int(update["update_id"])
+
+    def inject_command(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        user_id: int | None = None,
+        first_name: str = "Op",
+        username: str | None = "operator",
+    ) -> int:
+        """Queue a text message from a private chat, marking a leading ``/command`` as a
+        ``bot_command`` entity (as Telegram does). Returns the update id."""
+        uid = user_id if user_id is not None else chat_id
+        msg: dict[str, Any] = {
+            "message_id": self._new_message_id(),
+            "date": int(self._clock()),
+            "chat": {"id": chat_id, "type": "private", "first_name": first_name},
+            "from": _user(uid, first_name, username),
+            "text": text,
+        }
+        if text.startswith("/"):
+            length = len(text.split()[0]) if text.split() else 1
+            msg["entities"] = [{"type": "bot_command", "offset": 0, "length": length}]
+        return self.inject_update({"message": msg})
+
+    def press_button(
+        self,
+        chat_id: int,
+        message_id: int,
+        data: str,
+        *,
+        user_id: int | None = None,
+        first_name: str = "Op",
+        username: str | None = "operator",
+    ) -> tuple[int, str]:
+        """Queue a ``callback_query`` pressing an inline button on a message the bot sent.
+
+        Returns ``(update_id, callback_query_id)``.
+
+        Raises:
+            KeyError: no message ``message_id`` was sent to ``chat_id``.
+        """
+        sent = self.find_message(chat_id, message_id)
+        if sent is None:
+            raise KeyError(
+                f"no message {message_id!r} was sent to chat {chat_id!r}; "
+                f"sent: {[(m.chat_id, m.message_id) for m in self.messages]}"
+            )
+        cq_id = str(self._next_callback_id)
+        self._next_callback_id += 1
+        message: dict[str, Any] = {
+            "message_id": sent.message_id,
+            "date": sent.date,
+            "chat": {"id": chat_id, "type": "private", "first_name": first_name},
+            "from": dict(self._bot_user),
+            "text": sent.text,
+        }
+        if sent.reply_markup:
+            message["reply_markup"] = sent.reply_markup
+        uid = user_id if user_id is not None else chat_id
+        update_id = self.inject_update(
+            {
+                "callback_query": {
+                    "id": cq_id,
+                    "from": _user(uid, first_name, username),
+                    "message": message,
+                    "chat_instance": f"ci-{chat_id}",
+                    "data": data,
+                }
+            }
+        )
+        return update_id, cq_id
+
+    # -- reading what was sent ----------------------------------------------------------
+
+    def find_message(self, chat_id: int | str, message_id: int) -> SentMessage | None:
+        for m in self.messages:
+            if m.message_id == message_id and str(m.chat_id) == str(chat_id):
+                return m
+        return None
+
+    def texts(self, chat_id: int | str | None = None) -> list[str]:
+        """Current texts of the messages sent (to ``chat_id``), oldest first."""
+        return [m.text for m in self.messages if chat_id is None or str(m.chat_id) == str(chat_id)]
+
+    def calls_of(self, method: str) -> list[ApiCall]:
+        return [c for c in self.calls if c.method == method]
+
+    def reset(self) -> None:
+        """Forget recorded calls, messages and callback answers (not pending updates)."""
+        self.messages.clear()
+        self.calls.clear()
+        self.callback_answers.clear()
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Return once ``predicate()`` holds; re-checked after every request and injection.
+
+        Raises:
+            TimeoutError: it did not hold within ``timeout`` seconds.
+        """
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                self._changed.clear()
+                await self._changed.wait()
+
+    def _pulse(self) -> None:
+        self._changed.set()
+
+    def _new_message_id(self) -> int:
+        mid = self._next_message_id
+        self._next_message_id += 1
+        return mid
+
+    # -- the Bot API --------------------------------------------------------------------
+
+    async def _handle_api(self, request: _Request) -> tuple[int, str, bytes]:
+        self.in_flight += 1
+        self._pulse()
+        try:
+            return await self._answer_api(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer_api(self, request: _Request) -> tuple[int, str, bytes]:
+        if self.mode == "502":
+            self._pulse()
+            return 502, "text/html", b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+        path = urlsplit(request.path).path
+        parts = path.strip("/").split("/")
+        if len(parts) != 2 or not parts[0].startswith("bot"):
+            return _json(404, {"ok": False, "error_code": 404, "description": "Not Found"})
+        token, method = parts[0][3:], parts[1]
+        if self._token is not None and token != self._token:
+            self.calls.append(ApiCall(method=method, params={}, status=401))
+            self._pulse()
+            return _json(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
+        try:
+            params = _decode_params(request)
+        except _HttpError as exc:
+            return _json(exc.status, _error_body(exc.status, exc.description))
+        failure = self._take_failure(method)
+        if failure is not None:
+            self.calls.append(ApiCall(method=method, params=params, status=failure.status))
+            self._pulse()
+            body = _error_body(failure.status, failure.description)
+            if failure.retry_after is not None:
+                body["parameters"] = {"retry_after": failure.retry_after}
+                body["description"] = (
+                    failure.description or f"Too Many Requests: retry after {failure.retry_after}"
+                )
+            return _json(failure.status, body)
+        try:
+            if method == "getUpdates":
+                result = await self._get_updates(params)
+            else:
+                result = self._call(method, params)
+        except _HttpError as exc:
+            self.calls.append(ApiCall(method=method, params=params, status=exc.status))
+            self._pulse()
+            return _json(exc.status, _error_body(exc.status, exc.description))
+        self.calls.append(ApiCall(method=method, params=params, status=200))
+        self._pulse()
+        return _json(200, {"ok": True, "result": result})
+
+    def _take_failure(self, method: str) -> _Failure | None:
+        for f in self._failures:
+            if f.method == method or (f.method is None and method != "getUpdates"):
+                f.count -= 1
+                if f.count <= 0:
+                    self._failures.remove(f)
+                return f
+        return None
+
+    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        offset = _int(params.get("offset"), 0)
+        limit = max(1, min(100, _int(params.get("limit"), 100)))
+        timeout = max(0.0, float(params.get("timeout") or 0))
+        if offset:
+            # Telegram forgets every update below the offset: it is confirmed.
+            self._updates = [u for u in self._updates if u["update_id"] >= offset]
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            ready = [u for u in self._updates if u["update_id"] >= offset][:limit]
+            if ready or self.mode != "up" or not self._api.listening:
+                return ready
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return []
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
+
+    def _call(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "getMe":
+            return dict(self._bot_user)
+        if method in ("deleteWebhook", "close", "logOut", "setWebhook"):
+            return True
+        if method == "setMyCommands":
+            commands = params.get("commands")
+            if not isinstance(commands, list):
+                raise _HttpError(400, "Bad Request: commands must be a JSON array")
+            self.commands = commands
+            return True
+        if method == "getMyCommands":
+            return list(self.commands)
+        if method == "sendMessage":
+            return self._send_message(params)
+        if method in ("editMessageText", "editMessageReplyMarkup"):
+            return self._edit(method, params)
+        if method == "answerCallbackQuery":
+            if not params.get("callback_query_id"):
+                raise _HttpError(400, "Bad Request: callback_query_id is required")
+            self.callback_answers.append(dict(params))
+            return True
+        raise _HttpError(404, "Not Found: method not found")
+
+    def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = _chat_id(params.get("chat_id"))
+        text = params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _HttpError(400, "Bad Request: message text is empty")
+        if len(text) > 4096:
+            raise _HttpError(400, "Bad Request: message is too long")
+        markup = _markup(params.get("reply_markup"))
+        msg = SentMessage(
+            chat_id=chat_id,
+            message_id=self._new_message_id(),
+            text=text,
+            reply_markup=markup,
+            date=int(self._clock()),
+            disable_notification=bool(params.get("disable_notification", False)),
+        )
+        self.messages.append(msg)
+        return self._message_json(msg)
+
+    def _edit(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = _chat_id(params.get("chat_id"))
+        message_id = _int(params.get("message_id"), -1)
+        msg = self.find_message(chat_id, message_id)
+        if msg is None:
+            raise _HttpError(400, "Bad Request: message to edit not found")
+        markup = _markup(params.get("reply_markup"))
+        if method == "editMessageText":
+            text = params.get("text")
+            if not isinstance(text, str) or not text.strip():
+                raise _HttpError(400, "Bad Request: message text is empty")
+            if len(text) > 4096:
+                raise _HttpError(400, "Bad Request: message is too long")
+            if text == msg.text and markup == msg.reply_markup:
+                raise _HttpError(
+                    400,
+                    "Bad Request: message is not modified: specified new message content and "
+                    "reply markup are exactly the same as a current content and reply markup "
+                    "of the message",
+                )
+            msg.text = text
+            msg.reply_markup = markup
+            msg.edits.append({"method": method, "text": text, "reply_markup": markup})
+        else:
+            if markup == msg.reply_markup:
+                raise _HttpError(400, "Bad Request: message is not modified")
+            msg.reply_markup = markup
+            msg.edits.append({"method": method, "reply_markup": markup})
+        return self._message_json(msg)
+
+    def _message_json(self, msg: SentMessage) -> dict[str, Any]:
+        chat: dict[str, Any] = {"id": msg.chat_id, "type": "private", "first_name": "Op"}
+        if isinstance(msg.chat_id, str):
+            chat = {"id": -1000000000001, "type": "channel", "title": msg.chat_id}
+        out: dict[str, Any] = {
+            "message_id": msg.message_id,
+            "date": msg.date,
+            "chat": chat,
+            "from": dict(self._bot_user),
+            "text": msg.text,
+        }
+        if msg.edits:
+            out["edit_date"] = int(self._clock())
+        if msg.reply_markup:
+            out["reply_markup"] = msg.reply_markup
+        return out
+
+    # -- the control API ----------------------------------------------------------------
+
+    async def _handle_control(self, request: _Request) -> tuple[int, str, bytes]:
+        path = urlsplit(request.path).path.rstrip("/") or "/"
+        try:
+            body: dict[str, Any] = json.loads(request.body) if request.body else {}
+            if not isinstance(body, dict):
+                raise ValueError("expected a JSON object")
+        except ValueError as exc:
+            return _json(400, {"error": f"invalid JSON body: {exc}"})
+        try:
+            return _json(200, await self._control_call(request.method, path, body))
+        except (KeyError, ValueError, TypeError) as exc:
+            return _json(400, {"error": f"{type(exc).__name__}: {exc}"})
+
+    async def _control_call(self, method: str, path: str, body: dict[str, Any]) -> Any:
+        if method == "GET" and path == "/state":
+            return {
+                "up": self.mode == "up",
+                "mode": self.mode,
+                "api_url": self.url,
+                "updates_pending": len(self._updates),
+            }
+        if method == "GET" and path == "/messages":
+            return [m.to_dict() for m in self.messages]
+        if method == "GET" and path == "/calls":
+            return [c.to_dict() for c in self.calls]
+        if method == "GET" and path == "/callback_answers":
+            return list(self.callback_answers)
+        if method == "POST" and path == "/command":
+            uid = body.get("user_id")
+            return {
+                "update_id": self.inject_command(
+                    int(body["chat_id"]), str(body["text"]), user_id=uid
+                )
+            }
+        if method == "POST" and path == "/press":
+            update_id, cq_id = self.press_button(
+                int(body["chat_id"]),
+                int(body["message_id"]),
+                str(body["data"]),
+                user_id=body.get("user_id"),
+            )
+            return {"update_id": update_id, "callback_query_id": cq_id}
+        if method == "POST" and path == "/update":
+            return {"update_id": self.inject_update(body)}
+        if method == "POST" and path == "/down":
+            await self.go_down(body.get("mode", "refuse"))
+            return {"mode": self.mode}
+        if method == "POST" and path == "/up":
+            await self.go_up()
+            return {"mode": self.mode}
+        if method == "POST" and path == "/fail":
+            self.fail_next(
+                int(body.get("count", 1)),
+                status=int(body.get("status", 429)),
+                retry_after=body.get("retry_after", 1),
+                method=body.get("method"),
+                description=body.get("description"),
+            )
+            return {"queued": len(self._failures)}
+        if method == "POST" and path == "/reset":
+            self.reset()
+            return {"reset": True}
+        raise KeyError(f"no control route {method} {path!r}")
+
+
+def _error_body(status: int, description: str | None) -> dict[str, Any]:
+    default = f"{_REASONS.get(status, 'Error')}"
+    return {"ok": False, "error_code": status, "description": description or default}
+
+
+def _bot_id(token: str | None) -> int:
+    if token and token.split(":")[0].isdigit():
+        return int(token.split(":")[0])
+    return 1000001
+
+
+def _user(uid: int, first_name: str, username: str | None) -> dict[str, Any]:
+    user: dict[str, Any] = {"id": uid, "is_bot": False, "first_name": first_name}
+    if username:
+        user["username"] = username
+    return user
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _chat_id(value: Any) -> int | str:
+    if value is None or value == "":
+        raise _HttpError(400, "Bad Request: chat_id is empty")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _markup(value: Any) -> dict[str, Any] | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise _HttpError(400, "Bad Request: can't parse reply keyboard markup JSON") from exc
+    if not isinstance(value, dict):
+        raise _HttpError(400, "Bad Request: reply markup must be a JSON object")
+    return value
+
+
+# ---------------------------------------------------------------------------------------
+# Driving a stand-in in another process
+
+
+class BotApiControl:
+    """Client of a stand-in's control API (``python -m companyd.testing.bot_api``).
+
+    Args:
+        control_url: the ``control_url`` the process printed.
+        timeout: seconds per request.
+    """
+
+    def __init__(self, control_url: str, timeout: float = 10.0) -> None:
+        import httpx  # python-telegram-bot's HTTP client; always installed with companyd
+
+        self._client = httpx.AsyncClient(base_url=control_url, timeout=timeout, trust_env=False)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> BotApiControl:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _get(self, path: str) -> Any:
+        resp = await self._client.get(path)
+        resp.raise_for_status()
+        return resp.json()
+
+    async def _post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        resp = await self._client.post(path, json=body or {})
+        resp.raise_for_status()
+        return resp.json()
+
+    async def state(self) -> dict[str, Any]:
+        return dict(await self._get("/state"))
+
+    async def messages(self) -> list[dict[str, Any]]:
+        return list(await self._get("/messages"))
+
+    async def calls(self) -> list[dict[str, Any]]:
+        return list(await self._get("/calls"))
+
+    async def callback_answers(self) -> list[dict[str, Any]]:
+        return list(await self._get("/callback_answers"))
+
+    async def command(self, chat_id: int, text: str, user_id: int | None = None) -> int:
+        body: dict[str, Any] = {"chat_id": chat_id, "text": text}
+        if user_id is not None:
+            body["user_id"] = user_id
+        return int((await self._post("/command", body))["update_id"])
+
+    async def press(self, chat_id: int, message_id: int, data: str) -> str:
+        body = {"chat_id": chat_id, "message_id": message_id, "data": data}
+        return str((await self._post("/press", body))["callback_query_id"])
+
+    async def update(self, update: dict[str, Any]) -> int:
+        return int((await self._post("/update", update))["update_id"])
+
+    async def down(self, mode: DownMode = "refuse") -> None:
+        await self._post("/down", {"mode": mode})
+
+    async def up(self) -> None:
+        await self._post("/up")
+
+    async def fail(
+        self,
+        count: int = 1,
+        *,
+        status: int = 429,
+        retry_after: int | None = 1,
+        method: str | None = None,
+    ) -> None:
+        body = {"count": count, "status": status, "retry_after": retry_after, "method": method}
+        await self._post("/fail", body)
+
+    async def reset(self) -> None:
+        await self._post("/reset")
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    token = os.environ.get(args.token_env) if args.token_env else None
+    server = BotApiServer(token=token, port=args.port, control_port=args.control_port)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    sys.stdout.write(
+        json.dumps({"api_url": server.url, "control_url": server.control_url, "pid": os.getpid()})
+        + "\n"
+    )
+    sys.stdout.flush()
+    try:
+        await stop.wait()
+    finally:
+        await server.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m companyd.testing.bot_api``: serve the stand-in until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="python -m companyd.testing.bot_api",
+        description="Loopback Telegram Bot API stand-in with a JSON control API.",
+    )
+    parser.add_argument("--port", type=int, default=0, help="Bot API port (0 = any free port)")
+    parser.add_argument(
+        "--control-port", type=int, default=0, help="control API port (0 = any free port)"
+    )
+    parser.add_argument(
+        "--token-env",
+        metavar="NAME",
+        help="accept only the bot token in this environment variable (default: any token)",
+    )
+    args = parser.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1024 @@
+"""AlertService against the Bot API stand-in, with the real python-telegram-bot.
+
+Time that the service measures (coalescing windows, edit throttling, quiet hours, backoff)
+runs on a ManualClock; HTTP is real, on loopback. The Admin side is a small recording
+implementation of our own protocol (companyd.daemon.admin.Admin), not an SDK mock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from companyd.alerts import EDIT_INTERVAL, AlertService
+from companyd.clock import ManualClock
+from companyd.config import CompanyConfig, load_config
+from companyd.daemon.admin import AdminError
+from companyd.events import EventBus
+from companyd.testing.bot_api import BotApiServer, SentMessage
+
+TOKEN = "123456789:AAH-alerts-test-secret-0123456789abcdef"
+SECRET_HALF = TOKEN.split(":", 1)[1]
+CHAT = 111
+CHAT2 = 222
+STRANGER = 999
+
+
+# ---------------------------------------------------------------------------------------
+# Test parts
+
+
+class RecordingAdmin:
+    """Our Admin protocol, implemented small: records calls, answers canned dicts."""
+
+    agents = ("ceo", "cfo")
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.ask_gate: asyncio.Event | None = None
+
+    def _agent(self, agent: str) -> None:
+        if agent not in self.agents:
+            raise AdminError(f"unknown agent {agent!r}; agents: {', '.join(self.agents)}")
+
+    async def status(self) -> dict[str, Any]:
+        self.calls.append(("status",))
+        return {
+            "agents": {"cfo": {"state": "running", "restarts": 2}},
+            "runs_in_flight": 1,
+            "spend_today_usd": 1.5,
+        }
+
+    async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
+        self.calls.append(("spend", by, period))
+        return {"rows": [{"name": "cfo", "usd": 1.25}], "total_usd": 1.25}
+
+    async def budget(self) -> dict[str, Any]:
+        self.calls.append(("budget",))
+        return {"company": {"limit_usd": 10.0, "used_usd": 4.0}}
+
+    async def raise_budget(self, agent: str | None, usd: float) -> dict[str, Any]:
+        self.calls.append(("raise_budget", agent, usd))
+        return {"agent": agent, "raised_usd": usd}
+
+    async def jobs(self) -> dict[str, Any]:
+        self.calls.append(("jobs",))
+        return {"routines": [{"name": "weekly-report", "next_fire_ts": 1_800_003_600.0}]}
+
+    async def job_history(self, routine: str, limit: int = 20) -> dict[str, Any]:
+        self.calls.append(("job_history", routine, limit))
+        return {"fires": []}
+
+    async def run_job(self, routine: str) -> dict[str, Any]:
+        self.calls.append(("run_job", routine))
+        return {"routine": routine, "started": True}
+
+    async def pause(self, agent: str) -> dict[str, Any]:
+        self.calls.append(("pause", agent))
+        self._agent(agent)
+        return {"agent": agent, "paused": True}
+
+    async def resume(self, agent: str) -> dict[str, Any]:
+        self.calls.append(("resume", agent))
+        self._agent(agent)
+        return {"agent": agent, "paused": False}
+
+    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> dict[str, Any]:
+        self.calls.append(("ask", agent, question))
+        if self.ask_gate is not None:
+            await self.ask_gate.wait()
+        return {"answer": f"runway is 14 months ({question})", "cost_usd": 0.0123}
+
+    async def runs(
+        self, agent: str | None = None, status: str | None = None, limit: int = 20
+    ) -> dict[str, Any]:
+        self.calls.append(("runs", agent, status, limit))
+        return {"runs": []}
+
+    async def tasks(self, quarantined: bool = False) -> dict[str, Any]:
+        self.calls.append(("tasks", quarantined))
+        return {"tasks": [{"id": "t-9", "agent": "cfo", "reason": "crashed 3 times"}]}
+
+    async def retry(self, task_id: str) -> dict[str, Any]:
+        self.calls.append(("retry", task_id))
+        return {"task": task_id, "queued": True}
+
+    async def proposals(self) -> dict[str, Any]:
+        self.calls.append(("proposals",))
+        return {"proposals": []}
+
+    async def approve(self, proposal_id: str) -> dict[str, Any]:
+        self.calls.append(("approve", proposal_id))
+        if proposal_id == "p-missing":
+            raise AdminError("no proposal 'p-missing'; pending proposals: p-7")
+        return {"proposal": proposal_id, "applied": True}
+
+    async def reject(self, proposal_id: str) -> dict[str, Any]:
+        self.calls.append(("reject", proposal_id))
+        return {"proposal": proposal_id, "rejected": True}
+
+    async def reload(self) -> dict[str, Any]:
+        self.calls.append(("reload",))
+        return {"reloaded": True}
+
+
+class Ctx:
+    """A ChildContext as a supervisor gives it."""
+
+    id = "alerts"
+    path = "companyd/alerts"
+
+    def __init__(self) -> None:
+        self.stopping = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.info: Any = None
+
+    def started(self, info: Any = None) -> None:
+        self.info = info
+        self.ready.set()
+
+
+def make_config(tmp_path: Path, api_url: str | None, **alerts: Any) -> CompanyConfig:
+    telegram: dict[str, Any] | None = {"chat_ids": [CHAT], "api_url": api_url}
+    if "telegram" in alerts:
+        telegram = alerts.pop("telegram")
+    doc: dict[str, Any] = {
+        "schema": "companyd/v1",
+        "company": {"name": "Acme", "timezone": "UTC", "budget": {"daily_usd": 10}},
+        "agents": {
+            "ceo": {"title": "CEO", "instructions": "lead"},
+            "cfo": {"title": "CFO", "reports_to": "ceo", "instructions": "money"},
+        },
+        "alerts": {"min_severity": "info", **alerts},
+    }
+    if telegram is not None:
+        doc["alerts"]["telegram"] = telegram
+    path = tmp_path / "company.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return load_config(path)
+
+
+@dataclass
+class Harness:
+    server: BotApiServer
+    clock: ManualClock
+    bus: EventBus
+    admin: RecordingAdmin
+    tmp_path: Path
+
+    async def until(
+        self, cond: Callable[[], bool], *, step: float = 0.0, timeout: float = 10.0
+    ) -> None:
+        """Wait for ``cond``; ``step`` > 0 moves the service clock on while waiting."""
+        async with asyncio.timeout(timeout):
+            while not cond():
+                if step:
+                    self.clock.advance(step)
+                await asyncio.sleep(0.01)
+
+    @contextlib.asynccontextmanager
+    async def service(
+        self,
+        config: CompanyConfig | None = None,
+        *,
+        connected: bool = True,
+        before_run: Callable[[], object] | None = None,
+    ) -> AsyncIterator[tuple[AlertService, Ctx]]:
+        cfg = config or make_config(self.tmp_path, self.server.url)
+        svc = AlertService(
+            cfg, self.tmp_path / "state", bus=self.bus, admin=self.admin, clock=self.clock
+        )
+        if before_run is not None:
+            before_run()
+        ctx = Ctx()
+        task = asyncio.create_task(svc.run(ctx))
+        try:
+            async with asyncio.timeout(10):
+                await ctx.ready.wait()
+            if connected:
+                await self.until(lambda: svc.snapshot()["telegram"] == "ok")
+            yield svc, ctx
+        finally:
+            ctx.stopping.set()
+            async with asyncio.timeout(15):
+                await task
+            svc.close()
+
+    def bot_messages(self, chat: int = CHAT) -> list[SentMessage]:
+        return [m for m in self.server.messages if m.chat_id == chat]
+
+
+@pytest.fixture
+def token_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
+
+
+@contextlib.asynccontextmanager
+async def harness(tmp_path: Path, *, start: float = 1_800_000_000.0) -> AsyncIterator[Harness]:
+    clock = ManualClock(start=start)
+    async with asyncio.timeout(60), BotApiServer(token=TOKEN) as server:
+        yield Harness(server, clock, EventBus(clock), RecordingAdmin(), tmp_path)
+
+
+def sends(server: BotApiServer) -> int:
+    return len([c for c in server.calls_of("sendMessage") if c.status == 200])
+
+
+# ---------------------------------------------------------------------------------------
+# Each alert kind arrives with its content
+
+KIND_CASES: list[tuple[str, str, dict[str, Any], list[str], list[str]]] = [
+    (
+        "restart",
+        "companyd/agents/finance",
+        {"child": "cfo", "reason": "error:RuntimeError('boom')", "restarts": 2},
+        [
+            "cfo crashed and was restarted",
+            "RuntimeError('boom')",
+            "restart count: 2",
+            "companyd/agents/finance",
+        ],
+        ["Pause cfo"],
+    ),
+    (
+        "child_exited",
+        "companyd/agents/ops",
+        {"child": "ceo", "reason": "error:ValueError('bad plan')", "restart": "temporary"},
+        ["ceo crashed and was not restarted", "ValueError('bad plan')"],
+        ["Pause ceo"],
+    ),
+    (
+        "max_intensity",
+        "companyd/agents/finance",
+        {
+            "child": "cfo",
+            "reason": "error:KeyError('x')",
+            "restarts": 4,
+            "max_restarts": 3,
+            "within_seconds": 60,
+        },
+        [
+            "supervisor companyd/agents/finance gave up",
+            "4 restarts in 60 s",
+            "limit of 3",
+            "KeyError('x')",
+        ],
+        ["Pause cfo"],
+    ),
+    (
+        "daemon_started",
+        "companyd",
+        {"version": "0.1.0", "agents": 2, "routines": 1, "pid": 4242},
+        ["companyd started", "2 agents, 1 routines", "version: 0.1.0"],
+        [],
+    ),
+    (
+        "daemon_stopping",
+        "companyd",
+        {"reason": "SIGTERM from systemd"},
+        ["companyd is stopping", "SIGTERM from systemd"],
+        [],
+    ),
+    (
+        "daemon_reloaded",
+        "companyd",
+        {"changes": ["agent cfo: model changed", "routine daily-digest added"]},
+        ["company.yaml reloaded", "agent cfo: model changed", "routine daily-digest added"],
+        [],
+    ),
+    (
+        "config_rejected",
+        "companyd",
+        {
+            "errors": ["company.yaml:7:5: agents.cfo.budget.daily_usd: expected a number"],
+            "file": "company.yaml",
+        },
+        ["change rejected", "company.yaml:7:5: agents.cfo.budget.daily_usd"],
+        [],
+    ),
+    (
+        "budget_threshold",
+        "spend",
+        {
+            "scope": "agent",
+            "agent": "cfo",
+            "period": "day",
+            "level": 0.8,
+            "used_usd": 1.6,
+            "limit_usd": 2.0,
+        },
+        ["cfo has used 80% of its daily budget", "$1.60 of $2.00"],
+        ["Pause cfo", "$5 today"],
+    ),
+    (
+        "budget_threshold",
+        "spend",
+        {"scope": "company", "period": "month", "level": 0.5, "used_usd": 100, "limit_usd": 200},
+        ["the company has used 50% of its monthly budget", "$100.00 of $200.00"],
+        ["$5 today (company)"],
+    ),
+    (
+        "budget_exhausted",
+        "spend",
+        {
+            "scope": "agent",
+            "agent": "cfo",
+            "period": "day",
+            "used_usd": 2.0,
+            "limit_usd": 2.0,
+            "paused": ["cfo"],
+        },
+        ["cfo reached its daily budget", "$2.00 of $2.00", "paused: cfo"],
+        ["$5 today", "Resume cfo"],
+    ),
+    (
+        "api_spend_limit",
+        "roles",
+        {"message": "enforced_spend_limit_reached", "paused": ["ceo", "cfo"]},
+        ["spend limit reached", "enforced_spend_limit_reached", "paused: ceo, cfo"],
+        [],
+    ),
+    (
+        "routine_failed",
+        "scheduler",
+        {
+            "routine": "weekly-report",
+            "agent": "cfo",
+            "reason": "timeout after 600 s",
+            "run_id": "r-17",
+        },
+        ["routine weekly-report failed", "timeout after 600 s", "run: r-17"],
+        ["Run again now"],
+    ),
+    (
+        "routine_missed",
+        "scheduler",
+        {"routine": "daily-digest", "scheduled_for": 1_800_000_000, "reason": "daemon was down"},
+        ["routine daily-digest missed a run", "2027-01-15 08:00 UTC", "daemon was down"],
+        ["Run again now"],
+    ),
+    (
+        "routine_skipped",
+        "scheduler",
+        {"routine": "inbox", "reason": "previous run still active"},
+        ["routine inbox skipped a run", "previous run still active"],
+        [],
+    ),
+    (
+        "task_quarantined",
+        "roles",
+        {"task_id": "t-42", "agent": "cfo", "reason": "crashed 3 times", "attempts": 3},
+        ["task t-42 quarantined", "crashed 3 times", "/retry t-42"],
+        ["Retry task"],
+    ),
+    (
+        "memory_repaired",
+        "memory",
+        {
+            "path": "/var/lib/companyd/memory.jsonl",
+            "kept": 120,
+            "dropped": 2,
+            "fixed": 1,
+            "backup": "memory.jsonl.bak-1",
+        },
+        ["memory file repaired", "kept: 120, dropped: 2, fixed: 1", "memory.jsonl.bak-1"],
+        [],
+    ),
+    (
+        "circuit_breaker",
+        "roles",
+        {"agent": "cfo", "breaker": "max_cost_usd", "value": 0.61, "limit": 0.5, "run_id": "r-9"},
+        ["circuit breaker stopped a run of cfo", "max_cost_usd: 0.61 (limit 0.5)"],
+        ["Pause cfo"],
+    ),
+    (
+        "proposal_created",
+        "improver",
+        {
+            "proposal_id": "p-7",
+            "agent": "improver",
+            "title": "cheaper model for accountant",
+            "summary": "switch accountant to claude-haiku-5-5",
+        },
+        ["proposal p-7 awaits approval: cheaper model for accountant", "/approve p-7"],
+        ["Approve", "Reject"],
+    ),
+]
+
+
+@pytest.mark.anyio
+async def test_each_alert_kind_arrives_with_its_content(tmp_path: Path, token_env: None) -> None:
+    async with harness(tmp_path) as h, h.service():
+        for kind, source, data, _, _ in KIND_CASES:
+            h.bus.emit(kind, source, **data)
+        await h.until(lambda: len(h.bot_messages()) == len(KIND_CASES))
+        messages = h.bot_messages()
+        for (kind, _, _, expected, buttons), msg in zip(KIND_CASES, messages, strict=True):
+            for fragment in expected:
+                assert fragment in msg.text, f"{kind}: {fragment!r} not in {msg.text!r}"
+            labels = [label for label, _ in msg.buttons()]
+            assert len(labels) == len(buttons), f"{kind}: buttons {labels}"
+            for want, label in zip(buttons, labels, strict=True):
+                assert want in label, f"{kind}: {want!r} not in {labels}"
+            assert "Acme" in msg.text
+        # Severity shows as an icon; info alerts arrive silently.
+        by_kind = {k: m for (k, *_), m in zip(KIND_CASES, messages, strict=True)}
+        assert by_kind["api_spend_limit"].text.startswith("🔴")
+        assert by_kind["routine_failed"].text.startswith("🟠")
+        assert by_kind["daemon_started"].text.startswith("🔵")
+        assert by_kind["daemon_started"].disable_notification
+        assert not by_kind["budget_exhausted"].disable_notification
+        # The bot announced its commands.
+        assert {c["command"] for c in h.server.commands} >= {"status", "pause", "ask", "retry"}
+
+
+@pytest.mark.anyio
+async def test_a_kind_nobody_documented_still_arrives(tmp_path: Path, token_env: None) -> None:
+    async with harness(tmp_path) as h, h.service():
+        h.bus.emit("disk_nearly_full", "daemon", path="/var/lib", free_pct=3)
+        h.bus.emit("budget_threshold", "spend")  # every field missing
+        await h.until(lambda: len(h.bot_messages()) == 2)
+        first, second = h.bot_messages()
+        assert "disk nearly full" in first.text
+        assert "free_pct: 3" in first.text
+        assert "budget" in second.text
+
+
+# ---------------------------------------------------------------------------------------
+# Noise control
+
+
+@pytest.mark.anyio
+async def test_fifty_crashes_in_a_minute_are_one_message_edited_to_the_count(
+    tmp_path: Path, token_env: None
+) -> None:
+    async with harness(tmp_path) as h, h.service():
+        for i in range(50):
+            h.bus.emit(
+                "child_exited",
+                "companyd/agents/finance",
+                child="cfo",
+                reason=f"error:RuntimeError('boom {i}')",
+            )
+            h.bus.emit(
+                "restart",
+                "companyd/agents/finance",
+                child="cfo",
+                reason=f"error:RuntimeError('boom {i}')",
+                restarts=i + 1,
+            )
+            h.clock.advance(1.2)  # 50 crashes within 60 s
+            await asyncio.sleep(0.005)
+        await h.until(lambda: "50 crashes" in h.bot_messages()[-1].text, step=EDIT_INTERVAL)
+        msgs = h.bot_messages()
+        assert len(msgs) <= 3
+        assert sends(h.server) == len(msgs)
+        last = msgs[-1].text
+        assert "cfo is crash-looping: 50 crashes" in last
+        assert "×50" in last
+        assert "restart count: 50" in last
+        assert "boom 49" in last
+        # Edits are throttled: far fewer than one per crash.
+        assert len(h.server.calls_of("editMessageText")) <= 60 / EDIT_INTERVAL + 2
+
+        # Past the coalescing window a crash is news again: a new message (which notifies).
+        h.clock.advance(601)
+        h.bus.emit(
+            "restart", "companyd/agents/finance", child="cfo", reason="error:again", restarts=1
+        )
+        await h.until(lambda: len(h.bot_messages()) == len(msgs) + 1)
+        assert "cfo crashed and was restarted" in h.bot_messages()[-1].text
+
+
+@pytest.mark.anyio
+async def test_routes_min_severity_and_normal_exits(tmp_path: Path, token_env: None) -> None:
+    async with harness(tmp_path) as h:
+        cfg = make_config(
+            tmp_path,
+            h.server.url,
+            min_severity="warning",
+            routes={"routine_skipped": "off", "run_failed": "critical", "memory_repaired": "off"},
+        )
+        async with h.service(cfg) as (svc, _):
+            h.bus.emit("agent_paused", "roles", agent="cfo", reason="operator")  # info: dropped
+            h.bus.emit("routine_skipped", "scheduler", routine="x", reason="busy")  # off
+            h.bus.emit("child_exited", "companyd/agents", child="cfo", reason="normal")
+            h.bus.emit("child_exited", "companyd/agents", child="ceo", reason="shutdown")
+            h.bus.emit("run_started", "roles", agent="cfo")  # debug
+            h.bus.emit("daemon_started", "companyd", agents=2)  # info, but always told
+            h.bus.emit("run_failed", "roles", agent="cfo", reason="API 500")  # routed critical
+            await h.until(lambda: len(h.bot_messages()) == 2)
+            started, failed = h.bot_messages()
+            assert "companyd started" in started.text
+            assert started.disable_notification
+            assert failed.text.startswith("🔴 a run of cfo failed")
+
+            # A reload changes routing at once.
+            svc.update_config(
+                make_config(
+                    tmp_path, h.server.url, min_severity="warning", routes={"run_failed": "off"}
+                )
+            )
+            h.bus.emit("run_failed", "roles", agent="ceo", reason="API 500")
+            h.bus.emit("memory_repaired", "memory", dropped=1)  # warning now: sent
+            await h.until(lambda: len(h.bot_messages()) == 3)
+            assert "memory file repaired" in h.bot_messages()[-1].text
+            assert sends(h.server) == 3
+
+
+def _utc(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+@pytest.mark.anyio
+async def test_quiet_hours_hold_non_critical_alerts_for_one_digest(
+    tmp_path: Path, token_env: None
+) -> None:
+    async with harness(tmp_path, start=_utc("2027-01-15T23:30:00")) as h:
+        cfg = make_config(tmp_path, h.server.url, quiet_hours={"start": "23:00", "end": "07:00"})
+        async with h.service(cfg) as (svc, _):
+            h.bus.emit("routine_failed", "scheduler", routine="nightly", reason="timeout")
+            h.clock.advance(3600)
+            h.bus.emit("circuit_breaker", "roles", agent="cfo", breaker="max_steps")
+            h.bus.emit("api_spend_limit", "roles", message="spend limit")  # critical: now
+            await h.until(lambda: len(h.bot_messages()) == 1)
+            assert "spend limit" in h.bot_messages()[0].text
+            assert svc.snapshot()["held"] == 2
+            # At 07:00 the held alerts come as one digest.
+            h.clock.advance(_utc("2027-01-16T07:00:00") - h.clock.time())
+            await h.until(lambda: len(h.bot_messages()) == 2)
+            digest = h.bot_messages()[1].text
+            assert "While quiet hours were on: 2 alerts" in digest
+            assert "routine nightly failed" in digest
+            assert "circuit breaker stopped a run of cfo" in digest
+            assert svc.snapshot()["held"] == 0
+            # The next night, a single held alert is simply sent, buttons and all.
+            h.clock.advance(_utc("2027-01-16T23:10:00") - h.clock.time())
+            h.bus.emit("budget_exhausted", "spend", scope="agent", agent="cfo", period="day")
+            h.bus.emit("daemon_reloaded", "companyd", changes=["x"])
+            h.bus.emit("daemon_reloaded", "companyd", changes=["y"])  # coalesced with x
+            await asyncio.sleep(0.1)
+            assert len(h.bot_messages()) == 2
+            h.clock.advance(_utc("2027-01-17T07:00:00") - h.clock.time())
+            await h.until(lambda: len(h.bot_messages()) == 3)
+            assert "2 alerts" in h.bot_messages()[2].text
+            assert "(×2)" in h.bot_messages()[2].text
+
+
+@pytest.mark.anyio
+async def test_429_is_retried_by_the_rate_limiter(tmp_path: Path, token_env: None) -> None:
+    async with harness(tmp_path) as h, h.service():
+        h.server.fail_next(status=429, retry_after=1, method="sendMessage")
+        h.bus.emit("task_quarantined", "roles", task_id="t-1", reason="x")
+        await h.until(lambda: len(h.bot_messages()) == 1)
+        assert [c.status for c in h.server.calls_of("sendMessage")] == [429, 200]
+
+
+@pytest.mark.anyio
+async def test_a_chat_that_refuses_does_not_hold_up_the_rest(
+    tmp_path: Path, token_env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with harness(tmp_path) as h, h.service() as (svc, _):
+        h.server.fail_next(
+            status=403, description="Forbidden: bot was blocked by the user", method="sendMessage"
+        )
+        h.bus.emit("task_quarantined", "roles", task_id="t-1", reason="x")
+        h.bus.emit("task_quarantined", "roles", task_id="t-2", reason="y")
+        await h.until(lambda: len(h.bot_messages()) == 1)
+        assert "t-2" in h.bot_messages()[0].text
+        assert svc.snapshot()["failed"] == 1
+        assert "blocked by the user" in caplog.text
+        assert "unblock the bot" in caplog.text
+
+
+# ---------------------------------------------------------------------------------------
+# Outages: nothing lost, nothing resent
+
+
+OUTAGE_ALERTS = [
+    ("restart", "companyd/agents/finance", {"child": "cfo", "reason": "error:X", "restarts": 1}),
+    (
+        "budget_threshold",
+        "spend",
+        {"scope": "company", "period": "day", "level": 0.8, "used_usd": 8, "limit_usd": 10},
+    ),
+    ("routine_failed", "scheduler", {"routine": "weekly-report", "reason": "timeout"}),
+    ("proposal_created", "improver", {"proposal_id": "p-3", "title": "fewer tokens"}),
+    ("memory_repaired", "memory", {"dropped": 2}),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["refuse", "502"])
+async def test_telegram_down_for_60_s_loses_no_alert(
+    tmp_path: Path, token_env: None, mode: str
+) -> None:
+    async with harness(tmp_path) as h, h.service() as (svc, _):
+        await h.server.go_down(mode)  # type: ignore[arg-type]
+        for kind, source, data in OUTAGE_ALERTS:
+            h.bus.emit(kind, source, **data)
+        for _ in range(60):  # one minute on the service clock; each try fails
+            h.clock.advance(1.0)
+            await asyncio.sleep(0.01)
+        assert h.bot_messages() == []
+        assert svc.snapshot()["queued"] == len(OUTAGE_ALERTS)
+        assert svc.snapshot()["telegram"] == "degraded"
+        await h.server.go_up()
+        await h.until(lambda: len(h.bot_messages()) == len(OUTAGE_ALERTS), step=1.0)
+        texts = [m.text for m in h.bot_messages()]
+        for (kind, _, _), text, want in zip(
+            OUTAGE_ALERTS,
+            texts,
+            ["cfo crashed", "80% of its daily", "weekly-report failed", "p-3", "repaired"],
+            strict=True,
+        ):
+            assert want in text, kind
+        # The stand-in records a message before the service reads the answer.
+        await h.until(lambda: svc.snapshot()["queued"] == 0)
+        assert svc.snapshot()["telegram"] == "ok"
+        # Exactly once each, even with more time for retries.
+        for _ in range(5):
+            h.clock.advance(30)
+            await asyncio.sleep(0.01)
+        assert sends(h.server) == len(OUTAGE_ALERTS)
+        # Commands work again once polling has recovered.
+        h.server.inject_command(CHAT, "/status")
+        await h.until(lambda: any("📊 status" in m.text for m in h.bot_messages()), step=1.0)
+
+
+@pytest.mark.anyio
+async def test_restart_sends_what_waited_and_never_resends_what_was_delivered(
+    tmp_path: Path, token_env: None
+) -> None:
+    async with harness(tmp_path) as h:
+        async with h.service():
+            h.bus.emit(
+                "restart", "companyd/agents/finance", child="cfo", reason="error:A", restarts=1
+            )
+            h.bus.emit("routine_failed", "scheduler", routine="r1", reason="x")
+            await h.until(lambda: len(h.bot_messages()) == 2)
+            await h.server.go_down("refuse")
+            h.bus.emit("routine_failed", "scheduler", routine="r2", reason="y")
+            h.bus.emit("task_quarantined", "roles", task_id="t-5", reason="z")
+            await asyncio.sleep(0.05)
+        # The daemon stopped during the outage; two alerts wait in alerts.sqlite.
+        assert (tmp_path / "state" / "alerts.sqlite").exists()
+        await h.server.go_up()
+        h.clock.advance(60)
+        # Published after the service was built but before run() started: not missed.
+        async with h.service(before_run=lambda: h.bus.emit("daemon_started", "companyd")):
+            await h.until(lambda: len(h.bot_messages()) == 5, step=1.0)
+            texts = [m.text for m in h.bot_messages()]
+            assert "r2 failed" in texts[2]
+            assert "t-5" in texts[3]
+            assert "companyd started" in texts[4]
+            # Still inside the first crash's window: the same message is edited.
+            h.bus.emit(
+                "restart", "companyd/agents/finance", child="cfo", reason="error:B", restarts=2
+            )
+            await h.until(lambda: "2 crashes" in h.bot_messages()[0].text, step=EDIT_INTERVAL)
+            assert sends(h.server) == 5
+
+
+@pytest.mark.anyio
+async def test_ready_while_telegram_is_unreachable_then_delivers(
+    tmp_path: Path, token_env: None
+) -> None:
+    async with harness(tmp_path) as h:
+        await h.server.go_down("refuse")
+        async with h.service(connected=False) as (svc, ctx):
+            assert ctx.info["telegram"] == "connecting"
+            h.bus.emit("api_spend_limit", "roles", message="limit")
+            for _ in range(20):
+                h.clock.advance(1.0)
+                await asyncio.sleep(0.01)
+            assert svc.snapshot()["telegram"] == "degraded"
+            await h.server.go_up()
+            await h.until(lambda: len(h.bot_messages()) == 1, step=1.0)
+            assert "spend limit" in h.bot_messages()[0].text
+            assert svc.snapshot()["telegram"] == "ok"
+
+
+@pytest.mark.anyio
+async def test_stopping_flushes_the_pending_edit(tmp_path: Path, token_env: None) -> None:
+    async with harness(tmp_path) as h:
+        async with h.service():
+            h.bus.emit("routine_failed", "scheduler", routine="r", reason="x")
+            await h.until(lambda: len(h.bot_messages()) == 1)
+            h.bus.emit("routine_failed", "scheduler", routine="r", reason="x again")
+            h.bus.emit("daemon_stopping", "companyd", reason="SIGTERM")
+            # Stop immediately: no clock movement, the edit throttle has not expired.
+        texts = [m.text for m in h.bot_messages()]
+        assert "failed 2 times" in texts[0]
+        assert "companyd is stopping" in texts[1]
+
+
+@pytest.mark.anyio
+async def test_a_corrupt_outbox_is_set_aside(
+    tmp_path: Path, token_env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "alerts.sqlite").write_bytes(b"this is not a database" * 100)
+    async with harness(tmp_path) as h, h.service():
+        h.bus.emit("routine_failed", "scheduler", routine="r", reason="x")
+        await h.until(lambda: len(h.bot_messages()) == 1)
+    assert "was unreadable" in caplog.text
+    assert list(state.glob("alerts.sqlite.corrupt-*"))
+    with sqlite3.connect(state / "alerts.sqlite") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT count(*) FROM alerts").fetchone()[0] == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Commands and buttons
+
+
+async def _command(h: Harness, text: str, chat: int = CHAT) -> str:
+    before = len(h.bot_messages(chat))
+    h.server.inject_command(chat, text)
+    await h.until(lambda: len(h.bot_messages(chat)) > before)
+    return h.bot_messages(chat)[-1].text
+
+
+@pytest.mark.anyio
+async def test_commands_from_the_allowed_chat_call_admin(tmp_path: Path, token_env: None) -> None:
+    async with harness(tmp_path) as h, h.service():
+        status = await _command(h, "/status")
+        assert "📊 status" in status
+        assert "cfo:" in status
+        assert "restarts: 2" in status
+        assert "spend_today_usd: $1.50" in status
+        assert "$1.25" in await _command(h, "/spend model month")
+        assert "limit_usd: $10.00" in await _command(h, "/budget")
+        assert "weekly-report" in await _command(h, "/jobs")
+        assert "⏸ paused cfo" in await _command(h, "/pause cfo")
+        assert "▶ resumed cfo" in await _command(h, "/resume@companyd_test_bot cfo")
+        assert "approved p-7" in await _command(h, "/approve p-7")
+        assert "rejected p-8" in await _command(h, "/reject p-8")
+        assert "t-9" in await _command(h, "/quarantine")
+        assert "retrying t-9" in await _command(h, "/retry t-9")
+        # Admin refusals are shown as they are; usage errors name the choices.
+        assert await _command(h, "/pause cmo") == "⚠️ unknown agent 'cmo'; agents: ceo, cfo"
+        assert "pending proposals: p-7" in await _command(h, "/approve p-missing")
+        assert "usage: /pause AGENT (agents: ceo, cfo)" in await _command(h, "/pause")
+        assert "/status" in await _command(h, "/help")
+        h.server.inject_command(CHAT, "/status@some_other_bot")  # not for us: no answer
+        assert "unknown command '/frobnicate'" in await _command(h, "/frobnicate")
+        assert not any("some_other_bot" in m.text for m in h.bot_messages())
+        assert h.admin.calls == [
+            ("status",),
+            ("spend", "model", "month"),
+            ("budget",),
+            ("jobs",),
+            ("pause", "cfo"),
+            ("resume", "cfo"),
+            ("approve", "p-7"),
+            ("reject", "p-8"),
+            ("tasks", True),
+            ("retry", "t-9"),
+            ("pause", "cmo"),
+            ("approve", "p-missing"),
+        ]
+
+
+@pytest.mark.anyio
+async def test_commands_from_another_chat_do_nothing(
+    tmp_path: Path, token_env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with harness(tmp_path) as h, h.service():
+        h.server.inject_command(STRANGER, "/pause cfo")
+        h.server.inject_command(STRANGER, "/status")
+        h.server.inject_command(STRANGER, "hello bot")
+        # A command from the operator afterwards proves the strangers' updates were handled.
+        await _command(h, "/help")
+        assert h.admin.calls == []
+        assert h.bot_messages(STRANGER) == []
+        assert f"ignored a message from chat {STRANGER}" in caplog.text
+        assert "only chats in alerts.telegram.chat_ids" in caplog.text
+
+
+@pytest.mark.anyio
+async def test_ask_runs_alongside_other_commands(tmp_path: Path, token_env: None) -> None:
+    async with harness(tmp_path) as h, h.service():
+        h.admin.ask_gate = asyncio.Event()
+        assert "asking cfo" in await _command(h, "/ask cfo what is our runway?")
+        # The model is still thinking; /status is answered meanwhile.
+        assert "📊 status" in await _command(h, "/status")
+        h.admin.ask_gate.set()
+        await h.until(lambda: "runway is 14 months" in h.bot_messages()[-1].text)
+        answer = h.bot_messages()[-1].text
+        assert "(what is our runway?)" in answer
+        assert "cost_usd: $0.01" in answer
+        assert ("ask", "cfo", "what is our runway?") in h.admin.calls
+        assert "usage: /ask AGENT question" in await _command(h, "/ask cfo")
+
+
+@pytest.mark.anyio
+async def test_buttons_act_through_admin_and_edit_the_alert(
+    tmp_path: Path, token_env: None
+) -> None:
+    async with harness(tmp_path) as h:
+        cfg = make_config(
+            tmp_path, h.server.url, telegram={"chat_ids": [CHAT, CHAT2], "api_url": h.server.url}
+        )
+        async with h.service(cfg):
+            h.bus.emit(
+                "budget_exhausted",
+                "spend",
+                scope="agent",
+                agent="cfo",
+                period="day",
+                used_usd=2.0,
+                limit_usd=2.0,
+                paused=["cfo"],
+            )
+            h.bus.emit("proposal_created", "improver", proposal_id="p-7", title="cheaper")
+            await h.until(lambda: len(h.server.messages) == 4)
+            budget, proposal = h.bot_messages(CHAT)
+            budget2, _ = h.bot_messages(CHAT2)
+            assert [label for label, _ in budget.buttons()] == ["➕ $5 today", "▶ Resume cfo"]
+
+            # Raise the budget from the second chat: both copies show who did it.
+            raise_data = budget2.buttons()[0][1]
+            h.server.press_button(
+                CHAT2, budget2.message_id, raise_data, user_id=7, first_name="Dana", username="dana"
+            )
+            await h.until(
+                lambda: "by Dana (@dana)" in budget.text and "by Dana (@dana)" in budget2.text
+            )
+            assert ("raise_budget", "cfo", 5.0) in h.admin.calls
+            assert "raised cfo's budget for today by $5.00" in budget.text
+            assert h.server.callback_answers[-1]["text"].startswith("raised cfo's budget")
+            # Resume flips to Pause.
+            h.server.press_button(CHAT, budget.message_id, budget.buttons()[1][1])
+            await h.until(lambda: "resumed cfo" in budget.text)
+            assert [label for label, _ in budget.buttons()] == ["➕ $5 today", "⏸ Pause cfo"]
+            assert ("resume", "cfo") in h.admin.calls
+
+            # Approve: the decision buttons go away; a stale press does nothing.
+            approve = proposal.buttons()[0][1]
+            h.server.press_button(CHAT, proposal.message_id, approve)
+            await h.until(lambda: "approved proposal p-7" in proposal.text)
+            assert proposal.buttons() == []
+            calls = len(h.admin.calls)
+            h.server.press_button(CHAT, proposal.message_id, approve)
+            await h.until(
+                lambda: h.server.callback_answers[-1]["text"] == "this button is no longer active"
+            )
+            assert len(h.admin.calls) == calls
+
+
+@pytest.mark.anyio
+async def test_a_refused_button_tells_why_and_changes_nothing(
+    tmp_path: Path, token_env: None
+) -> None:
+    async with harness(tmp_path) as h, h.service():
+        h.bus.emit("proposal_created", "improver", proposal_id="p-missing", title="gone")
+        await h.until(lambda: len(h.bot_messages()) == 1)
+        msg = h.bot_messages()[0]
+        h.server.press_button(CHAT, msg.message_id, msg.buttons()[0][1])
+        await h.until(lambda: len(h.server.callback_answers) == 1)
+        answer = h.server.callback_answers[0]
+        assert answer["text"] == "no proposal 'p-missing'; pending proposals: p-7"
+        assert answer["show_alert"] is True
+        assert msg.edits == []
+        assert len(msg.buttons()) == 2
+
+
+@pytest.mark.anyio
+async def test_buttons_pressed_in_another_chat_are_ignored(
+    tmp_path: Path, token_env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with harness(tmp_path) as h, h.service():
+        h.bus.emit("proposal_created", "improver", proposal_id="p-7", title="x")
+        await h.until(lambda: len(h.bot_messages()) == 1)
+        msg = h.bot_messages()[0]
+        # The stranger forwards the message and presses its button (same callback data).
+        h.server.messages.append(
+            SentMessage(
+                chat_id=STRANGER,
+                message_id=msg.message_id,
+                text=msg.text,
+                reply_markup=msg.reply_markup,
+                date=msg.date,
+            )
+        )
+        h.server.press_button(STRANGER, msg.message_id, msg.buttons()[0][1])
+        await _command(h, "/help")
+        assert h.admin.calls == []
+        assert h.server.callback_answers == []
+        assert "ignored a button press" in caplog.text
+
+
+# ---------------------------------------------------------------------------------------
+# Secrets and degraded modes
+
+
+@pytest.mark.anyio
+async def test_the_token_never_appears_in_logs_alerts_or_errors(
+    tmp_path: Path,
+    token_env: None,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    # httpx logs each request URL (token included) at INFO; make sure it really logs here.
+    caplog.set_level(logging.DEBUG, logger="httpx")
+    async with harness(tmp_path) as h:
+        async with h.service():
+            h.bus.emit("routine_failed", "scheduler", routine="r", reason=f"leak {TOKEN}")
+            await _command(h, "/status")
+            await h.until(lambda: len(h.bot_messages()) == 2)
+            await h.server.go_down("502")
+            h.bus.emit("task_quarantined", "roles", task_id="t", reason="x")
+            for _ in range(5):
+                h.clock.advance(2)
+                await asyncio.sleep(0.01)
+            await h.server.go_up()
+            await h.until(lambda: len(h.bot_messages()) == 3, step=1.0)
+            try:
+                raise RuntimeError("wrapped") from ValueError(f"token {TOKEN} in a cause")
+            except RuntimeError:
+                logging.getLogger("some.library").exception("failed calling %s", TOKEN)
+        # A token Telegram rejects: python-telegram-bot puts it into InvalidToken's message.
+        rejecting = BotApiServer(token="1:some-other-token-that-is-right")
+        async with rejecting:
+            cfg = make_config(tmp_path, rejecting.url)
+            svc = AlertService(cfg, tmp_path / "state2", bus=h.bus, admin=h.admin, clock=h.clock)
+            ctx = Ctx()
+            task = asyncio.create_task(svc.run(ctx))
+            await h.until(lambda: any(c.status == 401 for c in rejecting.calls))
+            await h.until(lambda: "rejected the bot token" in caplog.text)
+            ctx.stopping.set()
+            async with asyncio.timeout(10):
+                await task
+    out, err = capfd.readouterr()
+    everything = caplog.text + out + err + "\n".join(m.text for m in h.server.messages)
+    everything += "\n".join(str(c.params) for c in h.server.calls)
+    assert TOKEN not in everything
+    assert SECRET_HALF not in everything
+    for record in caplog.records:
+        assert SECRET_HALF not in record.getMessage()
+    # The redaction was exercised, not vacuous: httpx URLs and the alert text had it.
+    assert "bot<telegram-bot-token>/getUpdates" in caplog.text
+    assert "leak <telegram-bot-token>" in h.bot_messages()[0].text
+    assert "token <telegram-bot-token> in a cause" in caplog.text
+
+
+@pytest.mark.anyio
+async def test_without_telegram_settings_the_service_is_a_quiet_sink(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
+    async with harness(tmp_path) as h:
+        cases = [
+            (make_config(tmp_path, None, telegram=None), "no 'alerts.telegram' section"),
+            (make_config(tmp_path, h.server.url), "$TELEGRAM_BOT_TOKEN is unset"),
+        ]
+        for cfg, reason in cases:
+            caplog.clear()
+            async with h.service(cfg, connected=False) as (svc, ctx):
+                assert ctx.info["telegram"] == "off"
+                assert reason in ctx.info["reason"]
+                h.bus.emit("api_spend_limit", "roles", message="limit")
+                h.bus.emit("restart", "companyd/agents", child="cfo", reason="error:x")
+                await asyncio.sleep(0.05)
+                assert svc.snapshot()["telegram"] == "off"
+            warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+            assert len(warnings) == 1
+            assert reason in warnings[0].getMessage()
+        assert h.server.calls == []
+        assert not (tmp_path / "state" / "alerts.sqlite").exists()
+
+
+@pytest.mark.anyio
+async def test_token_from_a_systemd_credential_and_chats_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "telegram_bot_token").write_text(TOKEN + "\n", encoding="utf-8")
+    monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    monkeypatch.setenv("OPS_CHATS", f"{CHAT}, {CHAT2}")
+    async with harness(tmp_path) as h:
+        cfg = make_config(
+            tmp_path,
+            h.server.url,
+            telegram={"chat_ids_env": "OPS_CHATS", "api_url": h.server.url},
+        )
+        async with h.service(cfg):
+            h.bus.emit("api_spend_limit", "roles", message="limit")
+            await h.until(lambda: len(h.server.messages) == 2)
+        assert {m.chat_id for m in h.server.messages} == {CHAT, CHAT2}

@@ -1,0 +1,390 @@
+"""How alerts read: every kind renders from any data, quiet hours, admin results."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from companyd._alerts_render import (
+    KINDS,
+    MAX_TEXT,
+    agent_of,
+    compose,
+    format_result,
+    is_abnormal_exit,
+    render,
+)
+from companyd.alerts import quiet_until
+from companyd.config import QuietHoursSpec
+
+AGENTS = frozenset({"ceo", "cfo"})
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=50)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+field_names = st.sampled_from(
+    [
+        "agent",
+        "child",
+        "reason",
+        "restarts",
+        "scope",
+        "period",
+        "level",
+        "used_usd",
+        "limit_usd",
+        "errors",
+        "changes",
+        "paused",
+        "routine",
+        "task_id",
+        "proposal_id",
+        "breaker",
+        "value",
+        "limit",
+        "max_restarts",
+        "within_seconds",
+        "scheduled_for",
+        "kept",
+        "dropped",
+        "fixed",
+        "title",
+        "summary",
+        "factor",
+        "message",
+    ]
+) | st.text(max_size=10)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    kind=st.sampled_from([*KINDS, "something_new"]),
+    data=st.dictionaries(field_names, json_values, max_size=8),
+    counts=st.dictionaries(
+        st.sampled_from(["restart", "child_exited", "x"]), st.integers(0, 10_000), max_size=3
+    ),
+    source=st.text(max_size=200),
+)
+def test_every_kind_renders_from_any_data(
+    kind: str, data: dict[str, Any], counts: dict[str, int], source: str
+) -> None:
+    rendered, buttons = render(kind, data, source, counts, AGENTS)
+    text = compose(
+        severity="warning",
+        rendered=rendered,
+        count=max(1, sum(counts.values())),
+        first_ts=1_800_000_000.0,
+        last_ts=1_800_000_060.0,
+        company="Acme",
+        tz=ZoneInfo("UTC"),
+        footer=["✔ done"],
+    )
+    assert text.startswith("🟠 ")
+    assert 0 < len(text) <= MAX_TEXT
+    for b in buttons:
+        assert b.label
+        assert b.action in ("pause", "resume", "raise", "approve", "reject", "retry", "run_job")
+        if b.action in ("pause", "resume"):
+            assert b.arg in AGENTS
+
+
+def test_compose_counts_and_clips() -> None:
+    rendered, _ = render(
+        "routine_failed",
+        {"routine": "r", "reason": "x" * 10_000},
+        "s",
+        {"routine_failed": 3},
+        AGENTS,
+    )
+    text = compose(
+        severity="critical",
+        rendered=rendered,
+        count=3,
+        first_ts=1_800_000_000.0,
+        last_ts=1_800_000_000.0 + 125,
+        company="Acme",
+        tz=ZoneInfo("UTC"),
+    )
+    assert text.startswith("🔴 routine r failed 3 times")
+    assert "×3 in 2 min (first 08:00, last 08:02)" in text
+    assert "Acme · 08:00 UTC, 15 Jan" in text
+    huge, _ = render("config_rejected", {"errors": ["e" * 300] * 5}, "", {}, AGENTS)
+    long_text = compose(
+        severity="warning",
+        rendered=huge,
+        count=1,
+        first_ts=0.0,
+        last_ts=0.0,
+        company="A",
+        tz=ZoneInfo("UTC"),
+        footer=["f" * 5000],
+    )
+    assert len(long_text) == MAX_TEXT
+    assert long_text.endswith("\n…")
+
+
+@pytest.mark.parametrize(
+    ("reason", "abnormal"),
+    [
+        ("normal", False),
+        ("shutdown", False),
+        ("{shutdown, reload}", False),
+        ("shutdown:auto_shutdown", False),
+        ("error:RuntimeError('x')", True),
+        ("killed", True),
+        (None, False),
+        (3, True),
+    ],
+)
+def test_normal_exits_are_not_crashes(reason: Any, abnormal: bool) -> None:
+    assert is_abnormal_exit(reason) is abnormal
+
+
+def test_agent_of_reads_supervisor_child_ids() -> None:
+    assert agent_of({"agent": "cfo"}, AGENTS) == "cfo"
+    assert agent_of({"child": "cfo"}, AGENTS) == "cfo"
+    assert agent_of({"child": "agent:cfo"}, AGENTS) == "cfo"
+    assert agent_of({"child": "agents/finance/cfo"}, AGENTS) == "cfo"
+    assert agent_of({"child": "memory"}, AGENTS) is None
+    assert agent_of({}, AGENTS) is None
+
+
+def _ts(iso: str, tz: str = "UTC") -> float:
+    return datetime.fromisoformat(iso).replace(tzinfo=ZoneInfo(tz)).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "now", "tz", "until"),
+    [
+        ("23:00", "07:00", "2027-01-15T23:30", "UTC", "2027-01-16T07:00"),
+        ("23:00", "07:00", "2027-01-16T03:00", "UTC", "2027-01-16T07:00"),
+        ("23:00", "07:00", "2027-01-16T07:00", "UTC", None),
+        ("23:00", "07:00", "2027-01-16T12:00", "UTC", None),
+        ("09:00", "17:00", "2027-01-16T09:00", "UTC", "2027-01-16T17:00"),
+        ("09:00", "17:00", "2027-01-16T17:30", "UTC", None),
+        ("08:00", "08:00", "2027-01-16T08:00", "UTC", None),
+        # The night the clocks go forward in Berlin: the window still ends at 07:00 local.
+        ("22:00", "07:00", "2027-03-27T23:30", "Europe/Berlin", "2027-03-28T07:00"),
+    ],
+)
+def test_quiet_until(start: str, end: str, now: str, tz: str, until: str | None) -> None:
+    spec = QuietHoursSpec(start=start, end=end)
+    got = quiet_until(_ts(now, tz), spec, ZoneInfo(tz))
+    assert got == (None if until is None else _ts(until, tz))
+
+
+def test_berlin_window_end_is_the_local_morning() -> None:
+    spec = QuietHoursSpec(start="22:00", end="07:00")
+    got = quiet_until(_ts("2027-03-27T23:30", "Europe/Berlin"), spec, ZoneInfo("Europe/Berlin"))
+    assert got is not None
+    assert datetime.fromtimestamp(got, UTC).isoformat() == "2027-03-28T05:00:00+00:00"
+    assert quiet_until(0.0, None, ZoneInfo("UTC")) is None
+
+
+def test_format_result_is_compact_for_a_phone() -> None:
+    text = format_result(
+        "📊 status",
+        {
+            "agents": {"cfo": {"state": "running", "restarts": 2}, "ceo": {"state": "paused"}},
+            "spend_today_usd": 1.5,
+            "next_fire_ts": 1_800_000_000,
+            "success_rate": 0.857,
+            "models": ["claude-sonnet-5-5", "claude-haiku-5-5"],
+            "runs": [{"id": "r-1", "agent": "cfo", "cost_usd": 0.1}],
+            "empty": [],
+            "ok": True,
+            "nothing": None,
+        },
+    )
+    assert text.splitlines() == [
+        "📊 status",
+        "agents:",
+        "  cfo:",
+        "    state: running",
+        "    restarts: 2",
+        "  ceo:",
+        "    state: paused",
+        "spend_today_usd: $1.50",
+        "next_fire_ts: 2027-01-15 08:00 UTC",
+        "success_rate: 86%",
+        "models: claude-sonnet-5-5, claude-haiku-5-5",
+        "runs:",
+        "  • id=r-1, agent=cfo, cost_usd=$0.10",
+        "empty: (none)",
+        "ok: yes",
+        "nothing: –",
+    ]
+    long = format_result("t", {"rows": [{"i": i} for i in range(500)]})
+    assert long.splitlines()[-1] == "… 422 more lines"
+
+
+def _text(kind: str, data: dict[str, Any], source: str = "src", **counts: int) -> str:
+    rendered, buttons = render(kind, data, source, counts or {kind: 1}, AGENTS)
+    labels = " | ".join(b.label for b in buttons)
+    text = compose(
+        severity="warning",
+        rendered=rendered,
+        count=1,
+        first_ts=1_800_000_000.0,
+        last_ts=1_800_000_000.0,
+        company="Acme",
+        tz=ZoneInfo("UTC"),
+    )
+    return f"{text}\n[{labels}]"
+
+
+def test_the_shapes_the_supervisor_sends() -> None:
+    """Field names as companyd.daemon.supervisor emits them (docs/events.md)."""
+    exited = {
+        "child": "cfo",
+        "restart_type": "permanent",
+        "action": "restart",
+        "reason": "error:RuntimeError('boom')",
+        "exception": "RuntimeError",
+        "message": "boom",
+    }
+    restart = {
+        "child": "cfo",
+        "strategy": "one_for_one",
+        "restarts": 2,
+        "max_restarts": 3,
+        "max_seconds": 60.0,
+        "group": ["cfo"],
+    }
+    merged = {**exited, **restart}
+    text = _text("child_exited", merged, "companyd/agents/finance", child_exited=1, restart=1)
+    assert "cfo crashed and was restarted" in text
+    assert "reason: error:RuntimeError('boom')" in text
+    assert "restarts in the last 60 s: 2 (the supervisor gives up above 3)" in text
+    assert "[⏸ Pause cfo]" in text
+
+    temporary = {**exited, "restart_type": "temporary", "action": "none"}
+    assert "cfo crashed and was not restarted (temporary)" in _text("child_exited", temporary)
+
+    gave_up = {
+        "child": "finance",
+        "restart_type": "transient",
+        "action": "none",
+        "reason": "error:SupervisorGaveUp(...)",
+        "gave_up": True,
+        "message": "sub-supervisor 'finance' gave up and, being transient, is not "
+        "restarted (OTP rule): its subtree stays down until restarted by hand",
+    }
+    assert "its subtree stays down" in _text("child_exited", gave_up)
+
+    mi = {
+        "child": "cfo",
+        "restarts": 4,
+        "max_restarts": 3,
+        "max_seconds": 60.0,
+        "reason": "error:RuntimeError('boom')",
+        "message": "4 restarts within 60 s exceed max_restarts=3; stopping every child",
+    }
+    text = _text("max_intensity", mi, "companyd/agents/finance")
+    assert "supervisor companyd/agents/finance gave up" in text
+    assert "4 restarts in 60 s — more than its limit of 3" in text
+
+    text = _text("child_start_failed", {"child": None, "phase": "init", "reason": "error:X"})
+    assert "a supervisor failed to start" in text
+    assert "while: init" in text
+
+
+def test_the_shapes_the_daemon_sends() -> None:
+    started = {
+        "pid": 42,
+        "version": "0.1.0",
+        "agents": 8,
+        "routines": 5,
+        "offline": True,
+        "company": "Acme",
+    }
+    text = _text("daemon_started", started, "daemon")
+    assert "companyd started" in text
+    assert "8 agents, 5 routines" in text
+    assert "offline mode" in text
+    reloaded = {
+        "started": ["cmo"],
+        "stopped": [],
+        "restarted": ["cfo"],
+        "unchanged": 6,
+        "routines": {"added": ["weekly"]},
+    }
+    text = _text("daemon_reloaded", reloaded, "daemon")
+    assert "agents started: cmo" in text
+    assert "agents restarted: cfo" in text
+    assert "agents stopped" not in text
+    assert "weekly" in text
+    rejected = {
+        "file": "/etc/companyd/company.yaml",
+        "errors": [f"e{i}" for i in range(10)],
+        "count": 12,
+    }
+    text = _text("config_rejected", rejected, "daemon")
+    assert "• e4" in text
+    assert "• e5" not in text
+    assert "… and 7 more — run `companyd validate`" in text
+    assert "companyd is stopping" in _text("daemon_stopping", {"pid": 1, "reason": "signal"})
+
+
+def test_the_shapes_the_agent_runtime_sends() -> None:
+    quarantined = {
+        "agent": "cfo",
+        "task_id": "t-9",
+        "run_id": "r-1",
+        "routine": "weekly",
+        "crashes": 3,
+        "errors": ["KeyError('a')", "KeyError('b')"],
+        "prompt": "Summarise the week",
+    }
+    text = _text("task_quarantined", quarantined, "agent/cfo")
+    assert "task t-9 quarantined after 3 crashes" in text
+    assert "last error: KeyError('b')" in text
+    assert "task: Summarise the week" in text
+    assert "[🔁 Retry task]" in text
+    breaker = {
+        "agent": "cfo",
+        "task_id": "t",
+        "run_id": "r-2",
+        "routine": None,
+        "limit": "max_steps",
+        "reason": "max_steps: 21 steps > 20",
+    }
+    text = _text("circuit_breaker", breaker, "agent/cfo")
+    assert "circuit breaker stopped a run of cfo" in text
+    assert "max_steps\n" in text
+    assert "reason: max_steps: 21 steps > 20" in text
+    proposal = {
+        "proposal_id": "p-3",
+        "agent": "accountant",
+        "proposer": "improver",
+        "reason": "cut cost",
+        "diff": "-model: a\n+model: b",
+    }
+    text = _text("proposal_created", proposal, "improver")
+    assert "proposal p-3 awaits approval" in text
+    assert "for: accountant" in text
+    assert "from: improver" in text
+    assert "why: cut cost" in text
+    assert "+model: b" in text
+    assert "[✅ Approve | ✖ Reject]" in text
+    failed = {
+        "agent": "cfo",
+        "status": "failed",
+        "reason": "API 500",
+        "task_id": "t",
+        "run_id": "r-3",
+        "routine": None,
+        "cost_usd": 0.1,
+        "steps": 2,
+    }
+    assert "a run of cfo failed" in _text("run_failed", failed, "agent/cfo")
