@@ -436,6 +436,8 @@ class RecordedRequest:
             written), ``"abandoned"`` (the client left before the answer) or ``"control"``.
         status: HTTP status written (0 if none).
         response: the JSON body written, if any.
+
+    Control requests (``/_standin/*``) are not recorded and have ``index`` -1.
     """
 
     index: int
@@ -1030,18 +1032,18 @@ class MessagesAPIServer:
             "stop_sequence": None,
             "usage": _usage_to_api(item.usage, item.usage_breakdown),
         }
-        if self._write(h, rec, 200, message, {"request-id": f"req_standin_{n:08d}"}):
-            with self._lock:
-                self._served += 1
-                self._responses.append(message)
+        self._write(h, rec, 200, message, {"request-id": f"req_standin_{n:08d}"})
 
     def _hold(self, h: _Handler, seconds: float | None, *, until_released: bool = False) -> bool:
         """Wait; False if the client hung up or the server is stopping."""
         deadline = None if seconds is None else time.monotonic() + seconds
         while True:
+            # Read "released" before "stopping": stop() sets stopping first, so a release
+            # caused by stop() is always seen together with it.
+            released = until_released and self._release.is_set()
             if self._stopping.is_set() or _client_gone(h.connection):
                 return False
-            if until_released and self._release.is_set():
+            if released:
                 return True
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -1070,11 +1072,9 @@ class MessagesAPIServer:
             headers["retry-after-ms"] = str(item.retry_after_ms)
         if item.should_retry is not None:
             headers["x-should-retry"] = "true" if item.should_retry else "false"
-        if self._write(
+        self._write(
             h, rec, item.status, {"type": "error", "error": error, "request_id": rid}, headers
-        ):
-            with self._lock:
-                self._errors += 1
+        )
 
     def _write(
         self,
@@ -1084,12 +1084,29 @@ class MessagesAPIServer:
         payload: dict[str, Any],
         headers: Mapping[str, str],
     ) -> bool:
+        """Write one response; True if it reached a connected client.
+
+        The counters are updated *before* the bytes go out (and reverted if the write
+        fails), so a client never sees its response while ``served`` still lags behind.
+        """
         data = json.dumps(payload).encode()
         # A client that gave up (timeout, kill) must not count as served: check just before
         # writing, since a write into a half-closed socket can still "succeed".
         if _client_gone(h.connection):
             self._abandon(h, rec)
             return False
+        control = rec.index < 0
+        ok = status == 200
+        with self._lock:
+            rec.outcome = "control" if control else ("served" if ok else "error")
+            rec.status = status
+            rec.response = payload
+            if not control:
+                if ok:
+                    self._served += 1
+                    self._responses.append(payload)
+                else:
+                    self._errors += 1
         try:
             h.send_response(status)
             h.send_header("content-type", "application/json")
@@ -1100,12 +1117,15 @@ class MessagesAPIServer:
             h.wfile.write(data)
             h.wfile.flush()
         except OSError:
+            with self._lock:
+                if not control:
+                    if ok:
+                        self._served -= 1
+                        self._responses.remove(payload)
+                    else:
+                        self._errors -= 1
             self._abandon(h, rec)
             return False
-        with self._lock:
-            rec.outcome = "served" if status == 200 else "error"
-            rec.status = status
-            rec.response = payload
         return True
 
     # -- control endpoints (for other processes) ------------------------------------------
@@ -1135,12 +1155,7 @@ class MessagesAPIServer:
         except (ValueError, KeyError, TypeError) as exc:
             self._write(h, rec, 400, {"error": str(exc)}, {})
             return
-        data = json.dumps(out).encode()
-        h.send_response(200)
-        h.send_header("content-type", "application/json")
-        h.send_header("content-length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
+        self._write(h, rec, 200, out, {})
 
 
 def _client_gone(conn: socket.socket) -> bool:
