@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -82,7 +83,7 @@ from companyd.spend.ledger import (
     from_pusd,
     to_pusd,
 )
-from companyd.spend.periods import next_day_start, period_keys
+from companyd.spend.periods import next_day_start, parse_period, period_keys
 from companyd.spend.prices import Price, PriceTable
 
 __all__ = ["BudgetExhausted", "Reservation", "SpendBook", "SpendError"]
@@ -643,9 +644,20 @@ class SpendBook:
         await self._ensure_period()
         today = date.fromisoformat(self._day)
         try:
-            return await self._run_db(lambda led: reports.spend_report(led, by, period, today))
+            if by not in reports.GROUPINGS:
+                raise ValueError(
+                    f"cannot group spend by {by!r}; expected one of {', '.join(reports.GROUPINGS)}"
+                )
+            parse_period(period, today)
         except ValueError as exc:
             raise SpendError(str(exc)) from None
+        return await self._run_db(lambda led: reports.spend_report(led, by, period, today))
+
+    async def flush(self) -> None:
+        """Wait until every ledger write queued so far is done and the events that follow
+        them (``budget_exhausted`` is published once its marker is stored) are published."""
+        self._require_open()
+        await self._run_db(lambda led: None)
 
     async def ledger_rows(self) -> list[dict[str, Any]]:
         """Every ledger row, oldest first (audits, tests)."""
@@ -946,9 +958,7 @@ class SpendBook:
                 raise LedgerError(f"the spend ledger {str(path)!r} is closed")
             try:
                 return fn(led)
-            except LedgerError:
-                raise
-            except Exception as exc:  # sqlite3.Error, OSError: the disk, not our logic
+            except (sqlite3.Error, OSError) as exc:  # the disk, not our logic
                 raise LedgerError(
                     f"the spend ledger {str(path)!r} could not be written or read: "
                     f"{type(exc).__name__}: {exc}; check free disk space and permissions"
@@ -961,7 +971,8 @@ class SpendBook:
                 return
             exc = f.exception()
             if exc is not None:
-                log.error("%s", exc)
+                if isinstance(exc, LedgerError):
+                    log.error("%s", exc)
                 return
             if then is not None:
                 then()

@@ -242,7 +242,7 @@ class Ledger:
                 self._db.executescript(_SCHEMA)
                 self._init_meta()
             self._db.execute("PRAGMA busy_timeout=10000")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise LedgerError(
                 f"cannot open the spend ledger {str(path)!r}: {exc}; check the file's "
                 "permissions and free disk space (or move a damaged file aside to start a "
