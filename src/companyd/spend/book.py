@@ -48,7 +48,6 @@ import logging
 import os
 import sqlite3
 import uuid
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -85,6 +84,7 @@ from companyd.spend.ledger import (
 )
 from companyd.spend.periods import next_day_start, parse_period, period_keys
 from companyd.spend.prices import Price, PriceTable
+from companyd.spend.runaway import HISTORY_SECONDS, RunawayDetector
 
 __all__ = ["BudgetExhausted", "Reservation", "SpendBook", "SpendError"]
 
@@ -94,16 +94,6 @@ T = TypeVar("T")
 
 SOURCE = "spend"
 
-#: Runaway detection: how far back an agent's "usual" spend is measured.
-RUNAWAY_HISTORY_SECONDS = 7 * 86400
-#: Fewer active windows than this in the history means "no usual rate yet".
-RUNAWAY_MIN_WINDOWS = 3
-#: The usual spend per window assumed without history, when the agent has no per-run
-#: max_cost_usd: one modest run.
-RUNAWAY_DEFAULT_USD = Decimal("0.50")
-#: The usual spend per window is never taken as less than this (cheap agents would
-#: otherwise alarm on any slightly longer run).
-RUNAWAY_FLOOR_USD = Decimal("0.02")
 #: Repeated API spend-limit reports within this many seconds publish one event.
 API_LIMIT_REPEAT_SECONDS = 3600.0
 
@@ -204,6 +194,10 @@ class SpendBook:
         self._reserve_wait = reserve_wait
         self._boot = uuid.uuid4().hex
         self._set_config(config)
+        self._runaway = RunawayDetector(
+            float(config.spec.spend.runaway_window),
+            Decimal(str(config.spec.spend.runaway_factor)),
+        )
         self._executor: ThreadPoolExecutor | None = None
         self._ledger: Ledger | None = None  # touched only in the executor's thread
         self._opened = False
@@ -218,9 +212,6 @@ class SpendBook:
         self._changed = asyncio.Event()
         self._period_lock = asyncio.Lock()
         self._warned_models: set[str] = set()
-        self._recent: dict[str, deque[tuple[float, int]]] = {}
-        self._buckets: dict[str, dict[int, int]] = {}
-        self._last_runaway: dict[str, float] = {}
         self._api_limit_last: float | None = None
         self._api_limit_suppressed = 0
 
@@ -229,8 +220,6 @@ class SpendBook:
         self._tz = ZoneInfo(config.timezone)
         self._prices = PriceTable.from_config(config.spec.pricing)
         self._limits_cache: dict[str | None, list[BudgetLimit]] = {}
-        self._window = float(config.spec.spend.runaway_window)
-        self._factor = Decimal(str(config.spec.spend.runaway_factor))
 
     @property
     def path(self) -> Path:
@@ -276,7 +265,7 @@ class SpendBook:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="companyd-spend")
         now = self._clock.time()
         day, month = period_keys(now, self._tz)
-        since = now - RUNAWAY_HISTORY_SECONDS
+        since = now - HISTORY_SECONDS
 
         def _open() -> tuple[Any, ...]:
             self._ledger = Ledger(self._path)
@@ -303,7 +292,7 @@ class SpendBook:
         self._opened = True
         self._apply_period(day, month, used_d, used_m, raises, markers, publish=False)
         for agent, ts, pusd in history:
-            self._track_rate(agent, ts, pusd)
+            self._runaway.add(agent, ts, pusd)
         if stale:
             worst = sum(r.amount_pusd for r in stale)
             self._bus.emit(
@@ -357,6 +346,10 @@ class SpendBook:
         from the next reservation; settled spend and open reservations are kept. Blocks are
         cleared (a raised budget lets agents go on; an unchanged one refuses again)."""
         self._set_config(config)
+        self._runaway.reconfigure(
+            float(config.spec.spend.runaway_window),
+            Decimal(str(config.spec.spend.runaway_factor)),
+        )
         self._blocked.clear()
         self._notify()
 
@@ -488,7 +481,9 @@ class SpendBook:
             for key in (day, month):
                 self._used[(scope, key)] = self._used.get((scope, key), 0) + pusd
         crossings = self._thresholds(agent, now)
-        runaway = self._track_rate(agent, now, pusd, check=True)
+        self._runaway.add(agent, now, pusd)
+        limits = self._config.agents[agent].limits if agent in self._config.agents else None
+        runaway = self._runaway.check(agent, now, limits.max_cost_usd if limits else None)
         row = CallRow(
             ts=now,
             day=day,
@@ -582,7 +577,8 @@ class SpendBook:
         self._raises[scope] = self._raises.get(scope, 0) + pusd
         for key in (self._day, self._month):
             self._blocked.pop((scope, key), None)
-        await self._write(lambda led: led.add_raise(scope, day, pusd, self._clock.time()))
+        ts = self._clock.time()
+        await self._write(lambda led: led.add_raise(scope, day, pusd, ts))
         self._notify()
         self._bus.emit(
             "budget_raised",
@@ -786,8 +782,9 @@ class SpendBook:
                 "resets_at": when,
                 "reason": reason,
             }
+            ts = self._clock.time()
             self._submit(
-                lambda led: led.add_markers([marker], self._clock.time()),
+                lambda led: led.add_markers([marker], ts),
                 then=lambda: self._bus.emit("budget_exhausted", SOURCE, **data),
             )
         raise exc
@@ -871,64 +868,6 @@ class SpendBook:
 
     def _price(self, model: str) -> Price:
         return self._price_known(model)[0]
-
-    # -- internals: runaway detection -----------------------------------------------------
-
-    def _track_rate(
-        self, agent: str, ts: float, pusd: int, *, check: bool = False
-    ) -> dict[str, Any] | None:
-        """Record a settled cost for rate tracking; with ``check``, return the data of a
-        ``spend_runaway`` event if the agent's recent rate is far above its usual one."""
-        w = self._window
-        recent = self._recent.setdefault(agent, deque())
-        recent.append((ts, pusd))
-        while recent and recent[0][0] <= ts - w:
-            recent.popleft()
-        buckets = self._buckets.setdefault(agent, {})
-        b = int(ts // w)
-        buckets[b] = buckets.get(b, 0) + pusd
-        oldest = int((ts - RUNAWAY_HISTORY_SECONDS) // w)
-        if min(buckets) < oldest:
-            for k in [k for k in buckets if k < oldest]:
-                del buckets[k]
-        if not check:
-            return None
-        window_spend = sum(c for _, c in recent)
-        # Windows overlapping the current one are not "usual": they contain this burst.
-        cutoff = int((ts - w) // w)
-        history = [v for k, v in buckets.items() if k < cutoff and v > 0]
-        if len(history) >= RUNAWAY_MIN_WINDOWS:
-            baseline = Decimal(sum(history)) / len(history)
-            basis = "history"
-        else:
-            limits = self._config.agents[agent].limits if agent in self._config.agents else None
-            per_run = limits.max_cost_usd if limits is not None else None
-            baseline = Decimal(to_pusd(Decimal(str(per_run)) if per_run else RUNAWAY_DEFAULT_USD))
-            basis = "default"
-        baseline = max(baseline, Decimal(to_pusd(RUNAWAY_FLOOR_USD)))
-        if Decimal(window_spend) <= self._factor * baseline:
-            return None
-        last = self._last_runaway.get(agent)
-        if last is not None and ts - last < w:
-            return None
-        self._last_runaway[agent] = ts
-        minutes = Decimal(str(w)) / 60
-        rate = from_pusd(window_spend) / minutes
-        usual = from_pusd(int(baseline)) / minutes
-        return {
-            "agent": agent,
-            "window_seconds": w,
-            "window_spend_usd": usd(window_spend),
-            "rate_usd_per_min": float(round(rate, 6)),
-            "usual_usd_per_min": float(round(usual, 6)),
-            "factor": float(self._factor),
-            "basis": basis,
-            "message": (
-                f"agent {agent!r} spent ${from_pusd(window_spend):.2f} in the last "
-                f"{w / 60:g} min (${rate:.4f}/min), more than {self._factor:g}× its usual "
-                f"${usual:.4f}/min; check what it is doing (companyd runs --agent {agent})"
-            ),
-        }
 
     # -- internals: the ledger thread -----------------------------------------------------
 
