@@ -25,6 +25,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from spendkit import company_yaml, events, make_config, running
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
@@ -40,7 +41,6 @@ from companyd.testing.messages_api import (
     stall,
     usage_of,
 )
-from conftest import company_yaml, events, make_config, running
 
 MTOK = Decimal(1_000_000)
 

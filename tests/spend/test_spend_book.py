@@ -13,13 +13,13 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from spendkit import company_yaml, events, make_config, micro, reserve, running, spend
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
 from companyd.roles.model import Usage
 from companyd.spend import BudgetExhausted, LedgerError, SpendBook, SpendError
 from companyd.spend.ledger import PUSD, InflightRow, Ledger
-from conftest import company_yaml, events, make_config, micro, reserve, running, spend
 
 
 def book_for(tmp_path: Path, bus: EventBus, clock: ManualClock, **kw: object) -> SpendBook:

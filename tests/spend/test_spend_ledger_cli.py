@@ -9,6 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from spendkit import make_config, reserve, running, spend
 
 from companyd.cli import main
 from companyd.clock import ManualClock
@@ -16,7 +17,6 @@ from companyd.events import EventBus
 from companyd.roles.model import Usage
 from companyd.spend import SpendBook
 from companyd.spend.ledger import PUSD, CallRow, Ledger, LedgerError, from_pusd, to_pusd
-from conftest import make_config, reserve, running, spend
 
 
 def test_money_is_exact_picodollars_rounded_up() -> None:

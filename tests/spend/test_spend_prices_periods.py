@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from spendkit import company_yaml, make_config
 
 from companyd.roles.model import Usage
 from companyd.spend.periods import (
@@ -20,7 +21,6 @@ from companyd.spend.periods import (
     parse_period,
 )
 from companyd.spend.prices import BUILTIN_PRICES, PriceTable
-from conftest import company_yaml, make_config
 
 
 def table(tmp_path: Path, pricing: str) -> PriceTable:

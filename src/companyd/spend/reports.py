@@ -61,7 +61,14 @@ def _money(value: float | str | None) -> str:
     if value is None:
         return "-"
     d = Decimal(str(value))
+    if d == 0:
+        return "$0.00"
     return f"${d:,.4f}" if abs(d) < 1 else f"${d:,.2f}"
+
+
+def _when(iso: str) -> str:
+    """``2026-11-23T00:00:00+05:45`` → ``2026-11-23 00:00``."""
+    return str(iso).replace("T", " ")[:16]
 
 
 def _tokens(n: int) -> str:
@@ -135,10 +142,10 @@ def format_budget_report(report: dict[str, Any]) -> str:
                 f"{_money(b['used_usd'])} ({b['used_fraction']:.0%})",
                 _money(b["reserved_usd"]),
                 remaining,
-                str(b["resets_at"]).replace("T", " "),
+                _when(b["resets_at"]),
             ]
         )
-    text = f"budgets ({report['timezone']}, now {str(report['now']).replace('T', ' ')})\n"
+    text = f"budgets (times in {report['timezone']}, now {_when(report['now'])})\n"
     text += _table(header, rows) if rows else "(no budgets)"
     if notes:
         text += "\n" + "\n".join(notes)
