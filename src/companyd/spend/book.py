@@ -72,7 +72,9 @@ from companyd.spend.budgets import (
     limits_for,
     resets_at,
     scope_label,
-    usd,
+)
+from companyd.spend.budgets import (
+    usd as as_usd,
 )
 from companyd.spend.ledger import (
     CallRow,
@@ -299,7 +301,7 @@ class SpendBook:
                 "spend_unsettled",
                 SOURCE,
                 calls=len(stale),
-                worst_case_usd=usd(worst),
+                worst_case_usd=as_usd(worst),
                 agents=sorted({r.agent for r in stale}),
                 runs=sorted({r.run_id for r in stale if r.run_id}),
                 message=(
@@ -547,8 +549,8 @@ class SpendBook:
                 )
         return None
 
-    async def raise_today(self, agent: str | None, usd_amount: Decimal | float) -> None:
-        """Add ``usd_amount`` to today's budget of ``agent`` (None: the company). It adds
+    async def raise_today(self, agent: str | None, usd: Decimal | float) -> None:
+        """Add ``usd`` to today's budget of ``agent`` (None: the company). It adds
         to both today's daily and this month's limit, for today only.
 
         Raises:
@@ -557,9 +559,9 @@ class SpendBook:
         self._require_open()
         if agent is not None and agent not in self._config.agents:
             raise SpendError(f"unknown agent {agent!r}; agents: {', '.join(self._config.agents)}")
-        amount = usd_amount if isinstance(usd_amount, Decimal) else Decimal(str(usd_amount))
+        amount = usd if isinstance(usd, Decimal) else Decimal(str(usd))
         if not amount.is_finite() or amount <= 0:
-            raise SpendError(f"a budget raise must be a positive amount of USD, got {usd_amount!r}")
+            raise SpendError(f"a budget raise must be a positive amount of USD, got {usd!r}")
         scope = COMPANY if agent is None else agent_scope(agent)
         own = [lim for lim in self._limits(agent) if lim.scope == scope]
         if not own:
@@ -586,8 +588,8 @@ class SpendBook:
             scope="company" if agent is None else "agent",
             agent=agent,
             day=day,
-            usd=usd(amount),
-            raised_today_usd=usd(self._raises[scope]),
+            usd=as_usd(amount),
+            raised_today_usd=as_usd(self._raises[scope]),
         )
 
     def note_api_spend_limit(self, message: str) -> None:
@@ -775,10 +777,10 @@ class SpendBook:
                 "asked_by": agent,
                 "period": lim.period,
                 "key": key,
-                "limit_usd": usd(limit),
-                "used_usd": usd(used),
-                "needed_usd": usd(need),
-                "remaining_usd": usd(remaining),
+                "limit_usd": as_usd(limit),
+                "used_usd": as_usd(used),
+                "needed_usd": as_usd(need),
+                "remaining_usd": as_usd(remaining),
                 "resets_at": when,
                 "reason": reason,
             }
@@ -827,8 +829,8 @@ class SpendBook:
                             "period": lim.period,
                             "key": key,
                             "level": level,
-                            "used_usd": usd(used),
-                            "limit_usd": usd(limit),
+                            "used_usd": as_usd(used),
+                            "limit_usd": as_usd(limit),
                             "resets_at": resets_at(lim.period, now, self._tz).isoformat(),
                             "message": (
                                 f"{scope_label(lim.scope)} has used {used / limit:.0%} of its "
