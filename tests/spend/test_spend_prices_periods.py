@@ -181,3 +181,23 @@ def test_periods_parse(spec: str, first: str, last: str) -> None:
 def test_bad_periods_say_what_is_accepted(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_period(spec, date(2026, 11, 20))
+
+
+# -- runaway detector ---------------------------------------------------------------------
+
+
+def test_runaway_history_older_than_a_week_is_forgotten() -> None:
+    from companyd.spend.ledger import to_pusd
+    from companyd.spend.runaway import RunawayDetector
+
+    det = RunawayDetector(600, Decimal(5))
+    now = 1_800_000_000.0
+    for i in range(3):  # three cheap windows eight days ago
+        det.add("cfo", now - 8 * 86400 + i * 600, to_pusd(Decimal("0.01")))
+    det.add("cfo", now, to_pusd(Decimal("0.20")))
+    # With the old windows as "usual" ($0.02 floor) $0.20 would be a runaway; without
+    # them the usual spend is one run ($0.10 per-run limit) and it is not.
+    assert det.check("cfo", now, 0.10) is None
+    det.add("cfo", now + 1, to_pusd(Decimal("0.31")))
+    alert = det.check("cfo", now + 1, 0.10)
+    assert alert is not None and alert["basis"] == "default"

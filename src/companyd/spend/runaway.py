@@ -51,6 +51,7 @@ class RunawayDetector:
         self._recent: dict[str, deque[tuple[float, int]]] = {}
         self._buckets: dict[str, dict[int, int]] = {}
         self._last_alert: dict[str, float] = {}
+        self._pruned: dict[str, int] = {}
 
     def reconfigure(self, window: float, factor: Decimal) -> None:
         """New settings; a new window length restarts the history (buckets of the old
@@ -59,6 +60,7 @@ class RunawayDetector:
             self._recent.clear()
             self._buckets.clear()
             self._last_alert.clear()
+            self._pruned.clear()
         self.window = float(window)
         self.factor = factor
 
@@ -73,8 +75,10 @@ class RunawayDetector:
         buckets = self._buckets.setdefault(agent, {})
         b = int(ts // w)
         buckets[b] = buckets.get(b, 0) + pusd
+        # Prune once per new window, not on every call (a scan of up to a week of windows).
         oldest = int((ts - HISTORY_SECONDS) // w)
-        if min(buckets) < oldest:
+        if self._pruned.get(agent, oldest - 1) < oldest:
+            self._pruned[agent] = oldest
             for k in [k for k in buckets if k < oldest]:
                 del buckets[k]
 
