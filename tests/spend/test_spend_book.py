@@ -521,3 +521,31 @@ async def test_an_unwritable_state_dir_fails_to_start_with_a_clear_message(
     with pytest.raises(LedgerError, match="cannot open the spend ledger"):
         async with running(book):
             pass
+
+
+@pytest.mark.anyio
+async def test_a_settle_whose_caller_is_cancelled_still_records_the_call(
+    tmp_path: Path, bus: EventBus
+) -> None:
+    clock = ManualClock(start=local_ts("UTC", 2026, 11, 20, 23, 59))
+    book = book_for(tmp_path, bus, clock)
+    async with running(book):
+        res = await reserve(book, "ceo", 100_000)
+        clock.advance(120)  # past midnight: settle first has to load the new day
+        caller = asyncio.ensure_future(
+            book.settle(res, model="unit-model", usage=Usage(input_tokens=50_000))
+        )
+        for _ in range(3):
+            await asyncio.sleep(0)
+        caller.cancel()  # e.g. the run's heartbeat expired right now
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        async with asyncio.timeout(5):
+            while res.state != "settled":
+                await asyncio.sleep(0.01)
+        await book.flush()
+        (row,) = await book.ledger_rows()
+        assert row["day"] == "2026-11-21" and row["input_tokens"] == 50_000
+        report = await book.budget_report()
+        assert report["in_flight"] == 0
+        assert report["budgets"][0]["used_usd"] == 0.05

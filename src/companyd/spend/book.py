@@ -44,6 +44,7 @@ level, scope and period, and remembered in the ledger so a restart does not repe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
@@ -270,20 +271,28 @@ class SpendBook:
         since = now - HISTORY_SECONDS
 
         def _open() -> tuple[Any, ...]:
-            self._ledger = Ledger(self._path)
-            led = self._ledger
-            stale = led.take_inflight()
-            last = (led.get_meta("day"), led.get_meta("month"))
-            led.set_meta({"timezone": self._config.timezone, "day": day, "month": month})
-            return (
-                stale,
-                last,
-                led.used(day),
-                led.used(month),
-                led.raises(day),
-                led.markers([day, month]),
-                led.spend_since(since),
-            )
+            led = Ledger(self._path)
+            try:
+                stale = led.take_inflight()
+                last = (led.get_meta("day"), led.get_meta("month"))
+                led.set_meta({"timezone": self._config.timezone, "day": day, "month": month})
+                state = (
+                    stale,
+                    last,
+                    led.used(day),
+                    led.used(month),
+                    led.raises(day),
+                    led.markers([day, month]),
+                    led.spend_since(since),
+                )
+            except (sqlite3.Error, OSError) as exc:
+                led.close()
+                raise LedgerError(
+                    f"cannot read the spend ledger {str(self._path)!r}: {exc}; check the "
+                    "file (move a damaged one aside to start a new ledger)"
+                ) from exc
+            self._ledger = led
+            return state
 
         try:
             stale, last, used_d, used_m, raises, markers, history = await self._run_raw(_open)
@@ -430,7 +439,8 @@ class SpendBook:
         except BaseException:
             # Cancelled or failed before the caller got the reservation: undo it.
             self._drop(res, "released")
-            self._submit(lambda led: led.delete_inflight(res.id))
+            with contextlib.suppress(LedgerError):  # closed meanwhile: the row goes on start
+                self._submit(lambda led: led.delete_inflight(res.id))
             raise
         return res
 
@@ -455,7 +465,21 @@ class SpendBook:
                 f"reservation {reservation.id!r} (agent {reservation.agent!r}, run "
                 f"{reservation.run_id!r}) is already settled; settle each call once"
             )
+        # Money was spent: recording it must not depend on the caller staying alive. A
+        # caller cancelled mid-settle (a heartbeat timeout, a shutdown) leaves the task to
+        # finish; it never leaves the reservation open or the cost unrecorded.
+        task = asyncio.ensure_future(self._settle(reservation, model, usage, request_id))
+        task.add_done_callback(_log_failure)
+        return await asyncio.shield(task)
+
+    async def _settle(
+        self, reservation: Reservation, model: str, usage: Usage, request_id: str | None
+    ) -> Decimal:
         await self._ensure_period()
+        if reservation.state == "settled":  # a concurrent settle of the same reservation won
+            raise SpendError(
+                f"reservation {reservation.id!r} is already settled; settle each call once"
+            )
         price, known = self._price_known(model)
         cost = price.cost(usage)
         pusd = to_pusd(cost)
@@ -937,6 +961,13 @@ class SpendBook:
         if self._executor is None:
             raise LedgerError(f"the spend ledger {str(self._path)!r} is closed")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    # Read the outcome so a settle whose caller was cancelled does not end in "exception
+    # never retrieved"; the ledger error itself is logged where it happens.
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("settle failed: %s", task.exception())
 
 
 def _which(period: str) -> str:
