@@ -712,8 +712,9 @@ class MessagesAPIServer:
     """The loopback Messages API stand-in. Use as a context manager (or start/stop).
 
     Args:
-        responder: answers when the script is empty; None answers with a 400 saying the
-            script is exhausted (for tests that must not make unplanned calls).
+        responder: answers when the script is empty; if None, an
+            :class:`AgentLikeResponder` — or, with ``default_responder=False``, a 400 saying
+            the script is exhausted (for tests that must not make unplanned calls).
         api_key: if set, requests with another credential get a 401.
         latency: seconds added before every answer.
         fault_rate: share of ``/v1/messages`` requests (0–1) that fail with a random status
@@ -722,6 +723,8 @@ class MessagesAPIServer:
         seed: seeds fault injection, so a benchmark run is reproducible.
         validate: reject malformed requests with a 400 like the real API.
         host / port: where to listen (loopback only; port 0 picks a free one).
+        script: items to start with (as :meth:`enqueue`).
+        default_responder: see ``responder``.
     """
 
     def __init__(
