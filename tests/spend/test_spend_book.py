@@ -143,6 +143,12 @@ async def test_an_agent_budget_stops_only_that_agent(tmp_path: Path, bus: EventB
         await book.flush()
         (ev,) = events(bus, "budget_exhausted")
         assert ev.data["scope"] == "agent" and ev.data["agent"] == "cfo"
+        agent_levels = [
+            (e.data["agent"], e.data["level"])
+            for e in events(bus, "budget_threshold")
+            if e.data["scope"] == "agent"
+        ]
+        assert agent_levels == [("cfo", 0.5), ("cfo", 0.8)]  # $0.25 of $0.30
 
 
 @pytest.mark.anyio
