@@ -91,6 +91,9 @@ KINDS: Mapping[str, Severity] = {
     "api_spend_limit": Severity.CRITICAL,
     "spend_runaway": Severity.WARNING,
     "unknown_model_price": Severity.WARNING,
+    "budget_reset": Severity.INFO,
+    "budget_raised": Severity.INFO,
+    "spend_unsettled": Severity.WARNING,
     # routines (companyd.scheduler)
     "routine_failed": Severity.WARNING,
     "routine_missed": Severity.WARNING,

@@ -1,1 +1,19 @@
-"""Money: dated prices, the spend ledger, and budgets enforced before each call."""
+"""Money: dated prices, the spend ledger, and budgets enforced before each call.
+
+The agent runtime and the daemon use :class:`SpendBook` (reserve → call → settle/release);
+``companyd spend`` and ``companyd budget`` read the ledger directly (docs/spend.md).
+"""
+
+from companyd.spend.book import BudgetExhausted, Reservation, SpendBook, SpendError
+from companyd.spend.ledger import LedgerError
+from companyd.spend.prices import Price, PriceTable
+
+__all__ = [
+    "BudgetExhausted",
+    "LedgerError",
+    "Price",
+    "PriceTable",
+    "Reservation",
+    "SpendBook",
+    "SpendError",
+]

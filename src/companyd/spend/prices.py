@@ -13,8 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from companyd.roles.model import Usage
+
+if TYPE_CHECKING:
+    from companyd.config import PriceSpec
 
 __all__ = ["BUILTIN_PRICES", "Price", "PriceTable", "is_known_model"]
 
@@ -119,16 +123,31 @@ def is_known_model(model: str) -> bool:
 
 
 class PriceTable:
-    """Built-in prices plus company.yaml overrides.
+    """Built-in prices plus company.yaml overrides, dated.
+
+    Each model has a history of prices, each valid from its ``effective_from`` date (a price
+    without a date is valid from the beginning). :meth:`lookup` with ``on=`` picks the price
+    in force on that date, so a scheduled price change in company.yaml (``effective_from``
+    in the future) applies from that day on; without ``on``, the newest price applies.
 
     Args:
-        overrides: model id → Price, replacing or extending the built-in table.
+        overrides: model id → Price. An override applies from its ``effective_from`` date
+            (or always, without one); the built-in price still applies to dates before it.
     """
 
     def __init__(self, overrides: Mapping[str, Price] | None = None) -> None:
-        self._prices: dict[str, Price] = dict(BUILTIN_PRICES)
-        self._prices.update(overrides or {})
-        rates = list(self._prices.values())
+        self._history: dict[str, list[Price]] = {m: [p] for m, p in BUILTIN_PRICES.items()}
+        for model, price in (overrides or {}).items():
+            model = _ALIASES.get(model, model)
+            history = self._history.setdefault(model, [])
+            if price.effective_from is not None:
+                # Built-in prices from before the override's date still price older calls.
+                history[:] = [*(p for p in history if _before(p, price)), price]
+            else:
+                history[:] = [price]
+        self._prices: dict[str, Price] = {m: h[-1] for m, h in self._history.items()}
+        rates = [p for h in self._history.values() for p in h]
+        rates += [p.long for p in rates if p.long is not None]
         self.most_expensive = Price(
             input=max(r.input for r in rates),
             cache_write_5m=max(r.cache_write_5m for r in rates),
@@ -138,14 +157,75 @@ class PriceTable:
             source="most expensive known rate (model not in the price table)",
         )
 
-    def lookup(self, model: str) -> tuple[Price, bool]:
-        """``(price, known)``; unknown models get :attr:`most_expensive` and ``False``."""
-        p = self._prices.get(_ALIASES.get(model, model))
-        return (p, True) if p is not None else (self.most_expensive, False)
+    @classmethod
+    def from_config(cls, pricing: Mapping[str, PriceSpec]) -> PriceTable:
+        """The table for company.yaml's ``pricing`` block.
 
-    def cost(self, model: str, usage: Usage) -> Decimal:
+        A missing cache rate is derived from the input rate with Anthropic's published
+        multipliers for older models (5-minute write 1.25×, 1-hour write 2×, read 0.1×);
+        newer models are cheaper than that, so the derived figure errs high, which is the
+        safe side. An override of a built-in model with a long-context tier keeps that tier.
+        """
+        overrides: dict[str, Price] = {}
+        for model, spec in pricing.items():
+            inp = _dec(spec.input)
+            base = BUILTIN_PRICES.get(_ALIASES.get(model, model))
+            overrides[model] = Price(
+                input=inp,
+                output=_dec(spec.output),
+                cache_write_5m=(
+                    _dec(spec.cache_write_5m)
+                    if spec.cache_write_5m is not None
+                    else inp * Decimal("1.25")
+                ),
+                cache_write_1h=(
+                    _dec(spec.cache_write_1h) if spec.cache_write_1h is not None else inp * 2
+                ),
+                cache_read=(
+                    _dec(spec.cache_read) if spec.cache_read is not None else inp * Decimal("0.1")
+                ),
+                effective_from=spec.effective_from,
+                source="company.yaml pricing",
+                long_context_threshold=base.long_context_threshold if base else None,
+                long=base.long if base else None,
+            )
+        return cls(overrides)
+
+    def lookup(self, model: str, on: date | None = None) -> tuple[Price, bool]:
+        """``(price, known)``; unknown models get :attr:`most_expensive` and ``False``.
+
+        ``on``: the date whose price applies (None: the newest price).
+        """
+        history = self._history.get(_ALIASES.get(model, model))
+        if not history:
+            return self.most_expensive, False
+        if on is None:
+            return history[-1], True
+        current = history[0]
+        for p in history:
+            if p.effective_from is None or p.effective_from <= on:
+                current = p
+        return current, True
+
+    def cost(self, model: str, usage: Usage, on: date | None = None) -> Decimal:
         """USD cost of one call."""
-        return self.lookup(model)[0].cost(usage)
+        return self.lookup(model, on)[0].cost(usage)
 
     def models(self) -> Mapping[str, Price]:
+        """The newest price of every known model."""
         return dict(self._prices)
+
+
+def _before(p: Price, new: Price) -> bool:
+    # Keep a price in the history only if it took effect strictly before ``new``.
+    return (
+        p.effective_from is not None
+        and new.effective_from is not None
+        and p.effective_from < new.effective_from
+    )
+
+
+def _dec(value: float) -> Decimal:
+    # str() of a float is its shortest round-trip form: 0.1 -> Decimal("0.1"), not the
+    # binary expansion, so yaml's `cache_read: 0.1` is exactly ten cents per MTok.
+    return Decimal(str(value))

@@ -1,0 +1,147 @@
+"""``companyd spend`` and ``companyd budget``: read the ledger in the state directory.
+
+Both open ``spend.sqlite`` read-only, so they are safe while a daemon writes to it (SQLite
+WAL readers never block the writer). ``budget`` shows as *reserved* the calls a running
+daemon has in flight; raising a budget or resuming an agent goes through the daemon
+(``companyd resume``, the control socket).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from companyd.errors import CompanydError, ConfigError
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add ``spend`` and ``budget`` to the ``companyd`` command line."""
+    p = sub.add_parser("spend", help="LLM spend from the ledger, grouped and totalled")
+    p.add_argument(
+        "--by",
+        choices=("agent", "model", "routine", "day"),
+        default="agent",
+        help="group rows by (default: agent)",
+    )
+    p.add_argument(
+        "--period",
+        default="today",
+        metavar="PERIOD",
+        help="today (default), yesterday, month, YYYY-MM, YYYY-MM-DD or DATE..DATE",
+    )
+    _common(p)
+    p.set_defaults(func=_spend)
+
+    p = sub.add_parser("budget", help="each budget: limit, used, reserved, remaining, reset time")
+    _common(p)
+    p.set_defaults(func=_budget)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--config", type=Path, help="company.yaml (default: $COMPANYD_CONFIG, …)")
+    p.add_argument("--state-dir", type=Path, help="state directory holding spend.sqlite")
+
+
+def _load(args: argparse.Namespace, *, need_config: bool) -> tuple[Any, Path]:
+    from companyd.cli import default_config_path
+    from companyd.config import load_config
+
+    try:
+        cfg = load_config(args.config or default_config_path())
+    except ConfigError:
+        if need_config or args.state_dir is None:
+            raise
+        return None, Path(args.state_dir)
+    return cfg, cfg.state_dir(args.state_dir)
+
+
+def _open_ledger(state_dir: Path) -> Any:
+    from companyd.spend.ledger import Ledger
+
+    path = state_dir / "spend.sqlite"
+    if not path.exists():
+        return None
+    return Ledger(path, readonly=True)
+
+
+def _spend(args: argparse.Namespace) -> int:
+    from companyd.cli import print_json
+    from companyd.spend.periods import day_key
+    from companyd.spend.reports import format_spend_report, spend_report
+
+    cfg, state_dir = _load(args, need_config=False)
+    ledger = _open_ledger(state_dir)
+    tzname = cfg.timezone if cfg is not None else None
+    try:
+        if ledger is not None and tzname is None:
+            tzname = ledger.get_meta("timezone")
+        today = date.fromisoformat(day_key(time.time(), ZoneInfo(tzname or "UTC")))
+        if ledger is None:
+            from companyd.spend.periods import parse_period
+
+            try:
+                first, last, label = parse_period(args.period, today)
+            except ValueError as exc:
+                raise CompanydError(str(exc)) from None
+            report: dict[str, Any] = {
+                "by": args.by,
+                "period": {"label": label, "from": first.isoformat(), "to": last.isoformat()},
+                "rows": [],
+                "total": None,
+                "note": f"no ledger at {str(state_dir / 'spend.sqlite')!r}: nothing spent yet",
+            }
+        else:
+            try:
+                report = spend_report(ledger, args.by, args.period, today)
+            except ValueError as exc:
+                raise CompanydError(str(exc)) from None
+    finally:
+        if ledger is not None:
+            ledger.close()
+    if args.json:
+        print_json(report)
+    elif ledger is None:
+        print(f"{report['note']} (state directory {str(state_dir)!r})")
+    else:
+        print(format_spend_report(report))
+    return 0
+
+
+def _budget(args: argparse.Namespace) -> int:
+    from companyd.cli import print_json
+    from companyd.spend.budgets import agent_scope, budget_report
+    from companyd.spend.periods import period_keys
+    from companyd.spend.reports import format_budget_report
+
+    cfg, state_dir = _load(args, need_config=True)
+    now = time.time()
+    day, month = period_keys(now, ZoneInfo(cfg.timezone))
+    used: dict[tuple[str, str], int] = {}
+    reserved: dict[str, int] = {}
+    raises: dict[str, int] = {}
+    ledger = _open_ledger(state_dir)
+    if ledger is not None:
+        try:
+            for key in (day, month):
+                used.update({(s, key): v for s, v in ledger.used(key).items()})
+            raises = ledger.raises(day)
+            # Rows of a running daemon are calls in flight; a dead process's rows are
+            # dropped by the daemon on its next start.
+            for r in ledger.inflight(alive_only=True):
+                for scope in ("company", agent_scope(r.agent)):
+                    reserved[scope] = reserved.get(scope, 0) + r.amount_pusd
+        finally:
+            ledger.close()
+    report = budget_report(cfg, now=now, used=used, reserved=reserved, raises=raises)
+    if args.json:
+        print_json(report)
+    else:
+        print(format_budget_report(report))
+    return 0

@@ -1,0 +1,152 @@
+"""Spend reports from the ledger's running totals, and their text rendering.
+
+Shared by :meth:`companyd.spend.book.SpendBook.spend_report` (in the daemon) and the
+``companyd spend`` / ``companyd budget`` commands (reading the ledger directly).
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+from companyd.spend.ledger import Ledger, Totals
+from companyd.spend.periods import parse_period
+
+__all__ = ["GROUPINGS", "format_budget_report", "format_spend_report", "spend_report"]
+
+#: Valid ``by`` values.
+GROUPINGS = ("agent", "model", "routine", "day")
+
+
+def spend_report(ledger: Ledger, by: str, period: str, today: date) -> dict[str, Any]:
+    """Spend grouped ``by`` over ``period`` (see :func:`~companyd.spend.periods.parse_period`).
+
+    Raises:
+        ValueError: an unknown grouping or period, naming the valid ones.
+    """
+    if by not in GROUPINGS:
+        raise ValueError(f"cannot group spend by {by!r}; expected one of {', '.join(GROUPINGS)}")
+    first, last, label = parse_period(period, today)
+    if by == "day":
+        rows = ledger.days_between(first.isoformat(), last.isoformat())
+    else:
+        keys = ledger.day_keys_between(first.isoformat(), last.isoformat())
+        rows = ledger.totals(by, keys)
+    total = Totals(
+        key="total",
+        calls=sum(r.calls for r in rows),
+        input_tokens=sum(r.input_tokens for r in rows),
+        cache_write_5m_tokens=sum(r.cache_write_5m_tokens for r in rows),
+        cache_write_1h_tokens=sum(r.cache_write_1h_tokens for r in rows),
+        cache_read_tokens=sum(r.cache_read_tokens for r in rows),
+        output_tokens=sum(r.output_tokens for r in rows),
+        cost_pusd=sum(r.cost_pusd for r in rows),
+    )
+    out_rows = []
+    for r in rows:
+        d = r.to_dict()
+        if by == "routine" and d["key"] == "":
+            d["key"] = None  # calls outside any routine (operator questions, consultations)
+        out_rows.append(d)
+    return {
+        "by": by,
+        "period": {"label": label, "from": first.isoformat(), "to": last.isoformat()},
+        "rows": out_rows,
+        "total": total.to_dict() | {"key": None},
+    }
+
+
+def _money(value: float | str | None) -> str:
+    if value is None:
+        return "-"
+    d = Decimal(str(value))
+    if d == 0:
+        return "$0.00"
+    return f"${d:,.4f}" if abs(d) < 1 else f"${d:,.2f}"
+
+
+def _when(iso: str) -> str:
+    """``2026-11-23T00:00:00+05:45`` → ``2026-11-23 00:00``."""
+    return str(iso).replace("T", " ")[:16]
+
+
+def _tokens(n: int) -> str:
+    if n >= 10_000_000:
+        return f"{n / 1_000_000:.0f}M"
+    if n >= 10_000:
+        return f"{n / 1_000:.0f}k"
+    return str(n)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
+    lines = []
+    for i, row in enumerate([header, *rows]):
+        cells = [
+            c.ljust(w) if j == 0 else c.rjust(w)
+            for j, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_spend_report(report: dict[str, Any]) -> str:
+    """The report as a text table, with a total line."""
+    p = report["period"]
+    span = p["from"] if p["from"] == p["to"] else f"{p['from']} .. {p['to']}"
+    title = f"spend by {report['by']}, {p['label']} ({span})"
+    if not report["rows"]:
+        return f"{title}: no LLM calls recorded"
+    header = [report["by"], "calls", "input", "cache write", "cache read", "output", "cost"]
+
+    def line(r: dict[str, Any], key: str) -> list[str]:
+        return [
+            key,
+            str(r["calls"]),
+            _tokens(r["input_tokens"]),
+            _tokens(r["cache_write_5m_tokens"] + r["cache_write_1h_tokens"]),
+            _tokens(r["cache_read_tokens"]),
+            _tokens(r["output_tokens"]),
+            _money(r["cost_usd_exact"]),
+        ]
+
+    rows = [line(r, "(none)" if r["key"] is None else str(r["key"])) for r in report["rows"]]
+    rows.append(line(report["total"], "total"))
+    return f"{title}\n{_table(header, rows)}"
+
+
+def format_budget_report(report: dict[str, Any]) -> str:
+    """Each budget as one line of a text table."""
+    header = ["budget", "period", "limit", "used", "reserved", "remaining", "resets"]
+    rows = []
+    notes = []
+    for b in report["budgets"]:
+        who = "company" if b["agent"] is None else str(b["agent"])
+        if b["period"] is None:
+            notes.append(f"{who}: {b['note']} (today {_money(b['used_today_usd'])})")
+            continue
+        limit = _money(b["limit_usd"])
+        if b.get("raised_today_usd"):
+            limit += f" (+{_money(b['raised_today_usd'])} today)"
+        remaining = _money(b["remaining_usd"])
+        if b.get("blocked"):
+            remaining += " BLOCKED"
+        rows.append(
+            [
+                who,
+                f"{b['period']} {b['key']}",
+                limit,
+                f"{_money(b['used_usd'])} ({b['used_fraction']:.0%})",
+                _money(b["reserved_usd"]),
+                remaining,
+                _when(b["resets_at"]),
+            ]
+        )
+    text = f"budgets (times in {report['timezone']}, now {_when(report['now'])})\n"
+    text += _table(header, rows) if rows else "(no budgets)"
+    if notes:
+        text += "\n" + "\n".join(notes)
+    return text

@@ -1,0 +1,1258 @@
+"""A loopback stand-in for the Anthropic Messages API, for tests and benchmarks.
+
+It is a real HTTP server on ``127.0.0.1`` (thread-based, so it serves sync tests, async
+tests and other processes alike). The real ``anthropic`` SDK is pointed at it with
+``base_url=srv.base_url`` (or ``ANTHROPIC_BASE_URL`` for a daemon subprocess); nothing in
+companyd's tests mocks an SDK object.
+
+What it speaks (the shapes captured from the real SDK 2.12, ops-notes §3.2–3.4):
+
+* ``POST /v1/messages`` → a ``message`` object (text / tool_use blocks, ``stop_reason``,
+  ``usage`` with ``cache_creation_input_tokens``, ``cache_read_input_tokens`` and the
+  ``cache_creation.ephemeral_5m/1h_input_tokens`` breakdown) and a ``request-id`` header;
+* errors as ``{"type": "error", "error": {"type", "message", "details"?}, "request_id"}``
+  with optional ``retry-after`` / ``retry-after-ms`` / ``x-should-retry`` headers;
+* authentication by ``Authorization: Bearer KEY`` (what SDK 2.12 sends) or ``x-api-key``;
+* request validation the real API also does (a ``tool_use`` must be answered by a
+  ``tool_result`` in the next user turn), so a broken tool-use loop fails here too.
+
+Scripting::
+
+    with MessagesAPIServer() as srv:
+        srv.enqueue(reply_tool_use("remember", {"fact": "x"}), overloaded(), reply_text("done"))
+        client = AsyncAnthropic(api_key="test", base_url=srv.base_url, max_retries=0)
+        ...
+        assert srv.served == 2 and srv.errors == 1
+
+Each request takes the next scripted item (:class:`Reply`, :class:`Fault` or
+:class:`Stall`); when the script is empty the *responder* answers (by default
+:class:`AgentLikeResponder`: calls one offered tool, then ends the turn, with realistic,
+deterministic token usage and simulated prompt caching). Seeded random fault injection
+(``fault_rate=0.2``) makes a share of requests fail with 529/500 without consuming the
+script. Every request is recorded (:attr:`MessagesAPIServer.requests`); :attr:`served`
+counts successful responses actually written to a client that was still there, separately
+from :attr:`errors` and :attr:`abandoned` (client gone before the answer, e.g. it timed out).
+
+From another process: ``python -m companyd.testing.messages_api --port 0 --script s.json``
+prints ``MESSAGES_API_URL=http://127.0.0.1:PORT``; the ``/_standin/*`` control endpoints
+(``enqueue``, ``stats``, ``requests``, ``release``, ``reset``) script and inspect it over HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import random
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from companyd.roles.model import Usage
+
+__all__ = [
+    "AgentLikeResponder",
+    "Fault",
+    "MessagesAPIServer",
+    "RecordedRequest",
+    "Reply",
+    "Responder",
+    "ScriptItem",
+    "Stall",
+    "bad_request",
+    "fault",
+    "item_from_json",
+    "overloaded",
+    "rate_limited",
+    "reply_text",
+    "reply_tool_use",
+    "server_error",
+    "spend_limit",
+    "stall",
+    "usage_of",
+]
+
+# ---------------------------------------------------------------------------------------
+# Script items
+
+
+def _usage_to_api(usage: Usage, breakdown: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_write_tokens,
+        "cache_read_input_tokens": usage.cache_read_tokens,
+        "service_tier": "standard",
+    }
+    if breakdown:
+        body["cache_creation"] = {
+            "ephemeral_5m_input_tokens": usage.cache_write_5m_tokens,
+            "ephemeral_1h_input_tokens": usage.cache_write_1h_tokens,
+        }
+    return body
+
+
+def _usage_from_json(d: Mapping[str, Any] | None) -> Usage:
+    if not d:
+        return Usage(input_tokens=10, output_tokens=5)
+    return Usage(
+        input_tokens=int(d.get("input_tokens", 0)),
+        output_tokens=int(d.get("output_tokens", 0)),
+        cache_write_5m_tokens=int(d.get("cache_write_5m_tokens", 0)),
+        cache_write_1h_tokens=int(d.get("cache_write_1h_tokens", 0)),
+        cache_read_tokens=int(d.get("cache_read_tokens", 0)),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    """A successful ``message`` response.
+
+    Attributes:
+        content: content blocks in the API's JSON shape.
+        stop_reason: ``end_turn``, ``tool_use``, ``max_tokens``, …
+        usage: token counts to report.
+        usage_breakdown: include ``usage.cache_creation`` (5m/1h split); False mimics
+            responses that only carry ``cache_creation_input_tokens``.
+        model: model id to report; None echoes the request's model.
+        latency: seconds to wait before answering.
+    """
+
+    content: tuple[Mapping[str, Any], ...]
+    stop_reason: str = "end_turn"
+    usage: Usage = field(default_factory=lambda: Usage(input_tokens=10, output_tokens=5))
+    usage_breakdown: bool = True
+    model: str | None = None
+    latency: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "content": [dict(b) for b in self.content],
+            "stop_reason": self.stop_reason,
+            "usage": self.usage.to_dict(),
+            "usage_breakdown": self.usage_breakdown,
+            "model": self.model,
+            "latency": self.latency,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    """An error response.
+
+    Attributes:
+        status: HTTP status (400, 401, 429, 500, 529, …).
+        error_type: ``error.type`` (``overloaded_error``, ``rate_limit_error``, …).
+        message: ``error.message``.
+        error_code: ``error.details.error_code`` (e.g. ``enforced_spend_limit_reached``).
+        retry_after: ``retry-after`` header value (seconds, or an HTTP date string).
+        retry_after_ms: ``retry-after-ms`` header value.
+        should_retry: ``x-should-retry`` header (True/False), or absent.
+        latency: seconds to wait before answering.
+    """
+
+    status: int
+    error_type: str
+    message: str
+    error_code: str | None = None
+    retry_after: float | str | None = None
+    retry_after_ms: float | None = None
+    should_retry: bool | None = None
+    latency: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "error",
+            "status": self.status,
+            "error_type": self.error_type,
+            "message": self.message,
+            "error_code": self.error_code,
+            "retry_after": self.retry_after,
+            "retry_after_ms": self.retry_after_ms,
+            "should_retry": self.should_retry,
+            "latency": self.latency,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stall:
+    """Hold the request open, then answer with ``then`` (or just close the connection).
+
+    Attributes:
+        seconds: how long to hold it; None holds it until
+            :meth:`MessagesAPIServer.release_stalls` or the server stops.
+        then: what to answer afterwards if the client is still connected; None closes the
+            connection without an answer.
+
+    Used for client timeouts (hold longer than the client's deadline) and for "the call was
+    in flight when the process was killed" tests.
+    """
+
+    seconds: float | None = None
+    then: Reply | Fault | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "stall",
+            "seconds": self.seconds,
+            "then": self.then.to_json() if self.then is not None else None,
+        }
+
+
+ScriptItem = Reply | Fault | Stall
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def reply_text(
+    text: str,
+    *,
+    usage: Usage | None = None,
+    stop_reason: str = "end_turn",
+    usage_breakdown: bool = True,
+    model: str | None = None,
+    latency: float = 0.0,
+) -> Reply:
+    """A reply with one text block."""
+    return Reply(
+        content=({"type": "text", "text": text},),
+        stop_reason=stop_reason,
+        usage=usage or Usage(input_tokens=10, output_tokens=max(1, len(text) // 4)),
+        usage_breakdown=usage_breakdown,
+        model=model,
+        latency=latency,
+    )
+
+
+_TOOL_IDS = itertools.count(1)
+
+
+def reply_tool_use(
+    name: str,
+    input: Mapping[str, Any],
+    *,
+    id: str | None = None,
+    text: str | None = None,
+    usage: Usage | None = None,
+    usage_breakdown: bool = True,
+    model: str | None = None,
+    latency: float = 0.0,
+) -> Reply:
+    """A reply calling tool ``name`` with ``input`` (optionally after a text block)."""
+    blocks: list[Mapping[str, Any]] = []
+    if text:
+        blocks.append({"type": "text", "text": text})
+    blocks.append(
+        {
+            "type": "tool_use",
+            "id": id or f"toolu_script_{next(_TOOL_IDS):06d}",
+            "name": name,
+            "input": dict(input),
+        }
+    )
+    return Reply(
+        content=tuple(blocks),
+        stop_reason="tool_use",
+        usage=usage or Usage(input_tokens=10, output_tokens=20),
+        usage_breakdown=usage_breakdown,
+        model=model,
+        latency=latency,
+    )
+
+
+def fault(
+    status: int,
+    message: str | None = None,
+    *,
+    error_type: str | None = None,
+    error_code: str | None = None,
+    retry_after: float | str | None = None,
+    retry_after_ms: float | None = None,
+    should_retry: bool | None = None,
+    latency: float = 0.0,
+) -> Fault:
+    """An error response with the API's error type for ``status`` unless given."""
+    etype = error_type or _ERROR_TYPES.get(status, "api_error")
+    return Fault(
+        status=status,
+        error_type=etype,
+        message=message or f"stand-in {etype} (HTTP {status})",
+        error_code=error_code,
+        retry_after=retry_after,
+        retry_after_ms=retry_after_ms,
+        should_retry=should_retry,
+        latency=latency,
+    )
+
+
+def overloaded(**kw: Any) -> Fault:
+    """HTTP 529 ``overloaded_error``."""
+    return fault(529, "Overloaded", **kw)
+
+
+def rate_limited(
+    retry_after: float | str | None = None, retry_after_ms: float | None = None, **kw: Any
+) -> Fault:
+    """HTTP 429 ``rate_limit_error`` (the organisation's rate limit)."""
+    return fault(
+        429,
+        "Number of request tokens has exceeded your per-minute rate limit",
+        retry_after=retry_after,
+        retry_after_ms=retry_after_ms,
+        **kw,
+    )
+
+
+def server_error(status: int = 500, **kw: Any) -> Fault:
+    """HTTP 5xx ``api_error``."""
+    return fault(status, "Internal server error", **kw)
+
+
+def bad_request(message: str = "invalid request", **kw: Any) -> Fault:
+    """HTTP 400 ``invalid_request_error``."""
+    return fault(400, message, **kw)
+
+
+def spend_limit(**kw: Any) -> Fault:
+    """HTTP 429 with ``error.details.error_code = "enforced_spend_limit_reached"``: the
+    organisation's monthly spend limit. Like the real API it carries no ``retry-after``."""
+    return fault(
+        429,
+        "You have reached your specified API usage limits. You will regain access on "
+        "2026-12-01 at 00:00 UTC.",
+        error_code="enforced_spend_limit_reached",
+        **kw,
+    )
+
+
+def stall(seconds: float | None = None, then: Reply | Fault | None = None) -> Stall:
+    """Hold the request ``seconds`` (None: until released), then answer ``then``."""
+    return Stall(seconds=seconds, then=then)
+
+
+def item_from_json(d: Mapping[str, Any]) -> ScriptItem:
+    """A script item from its JSON form (``to_json()`` output, or the short forms
+    ``{"type": "text", "text": …}`` and ``{"type": "tool_use", "name": …, "input": …}``).
+
+    Raises:
+        ValueError: naming the accepted ``type`` values.
+    """
+    kind = d.get("type")
+    latency = float(d.get("latency") or 0.0)
+    if kind == "text":
+        return reply_text(
+            str(d["text"]),
+            usage=_usage_from_json(d.get("usage")),
+            stop_reason=str(d.get("stop_reason", "end_turn")),
+            usage_breakdown=bool(d.get("usage_breakdown", True)),
+            model=d.get("model"),
+            latency=latency,
+        )
+    if kind == "tool_use":
+        return reply_tool_use(
+            str(d["name"]),
+            d.get("input") or {},
+            id=d.get("id"),
+            text=d.get("text"),
+            usage=_usage_from_json(d.get("usage")),
+            usage_breakdown=bool(d.get("usage_breakdown", True)),
+            model=d.get("model"),
+            latency=latency,
+        )
+    if kind == "message":
+        return Reply(
+            content=tuple(d["content"]),
+            stop_reason=str(d.get("stop_reason", "end_turn")),
+            usage=_usage_from_json(d.get("usage")),
+            usage_breakdown=bool(d.get("usage_breakdown", True)),
+            model=d.get("model"),
+            latency=latency,
+        )
+    if kind == "error":
+        return fault(
+            int(d["status"]),
+            d.get("message"),
+            error_type=d.get("error_type"),
+            error_code=d.get("error_code"),
+            retry_after=d.get("retry_after"),
+            retry_after_ms=d.get("retry_after_ms"),
+            should_retry=d.get("should_retry"),
+            latency=latency,
+        )
+    if kind == "stall":
+        then = d.get("then")
+        then_item = item_from_json(then) if then else None
+        if isinstance(then_item, Stall):
+            raise ValueError("a stall's 'then' must be a reply or an error, not another stall")
+        seconds = d.get("seconds")
+        return Stall(seconds=None if seconds is None else float(seconds), then=then_item)
+    raise ValueError(
+        f"unknown script item type {kind!r}; expected one of 'text', 'tool_use', 'message', "
+        "'error', 'stall'"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Requests and responders
+
+
+@dataclass(kw_only=True)
+class RecordedRequest:
+    """One request as the stand-in received it.
+
+    Attributes:
+        index: 0-based arrival order.
+        method / path: the HTTP request line.
+        headers: header names lower-cased.
+        body: the parsed JSON body (None if absent or not JSON).
+        received: wall-clock arrival time.
+        outcome: ``"pending"``, then ``"served"`` (200 written), ``"error"`` (error response
+            written), ``"abandoned"`` (the client left before the answer) or ``"control"``.
+        status: HTTP status written (0 if none).
+        response: the JSON body written, if any.
+
+    Control requests (``/_standin/*``) are not recorded and have ``index`` -1.
+    """
+
+    index: int
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    received: float
+    outcome: str = "pending"
+    status: int = 0
+    response: dict[str, Any] | None = None
+
+    @property
+    def api_key(self) -> str | None:
+        """The credential sent (Bearer token or x-api-key), if any."""
+        auth = self.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            return auth[7:].strip()
+        return self.headers.get("x-api-key")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "method": self.method,
+            "path": self.path,
+            "headers": self.headers,
+            "body": self.body,
+            "received": self.received,
+            "outcome": self.outcome,
+            "status": self.status,
+            "response": self.response,
+        }
+
+
+Responder = Callable[[RecordedRequest], ScriptItem]
+
+
+def _ceil_div(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _cache_ttl(blocks: Any) -> str | None:
+    """The TTL of the first ``cache_control`` marker in a list of blocks/tools, if any."""
+    if not isinstance(blocks, list):
+        return None
+    for b in blocks:
+        if isinstance(b, dict) and isinstance(b.get("cache_control"), dict):
+            return str(b["cache_control"].get("ttl", "5m"))
+    return None
+
+
+def _example_input(schema: Any) -> dict[str, Any]:
+    """A deterministic input satisfying the required properties of a JSON Schema."""
+    if not isinstance(schema, dict):
+        return {}
+    props = schema.get("properties") or {}
+    out: dict[str, Any] = {}
+    for name in schema.get("required") or []:
+        t = (props.get(name) or {}).get("type", "string")
+        if isinstance(t, list):
+            t = t[0] if t else "string"
+        out[name] = {
+            "string": f"example {name}",
+            "integer": 1,
+            "number": 1.0,
+            "boolean": True,
+            "array": [],
+            "object": {},
+            "null": None,
+        }.get(t, f"example {name}")
+    return out
+
+
+class AgentLikeResponder:
+    """A deterministic stand-in for a model doing agent work.
+
+    Behaviour: if tools are offered and the conversation's last user turn is not a tool
+    result, call one offered tool (``prefer`` if offered, else the first) with an input
+    built from the schema's required properties; otherwise end the turn with a short text.
+
+    Usage is derived from the request so it is realistic and reproducible: about one token
+    per four bytes of JSON (never more tokens than bytes, so companyd's byte-based upper
+    bound always holds). When the request marks its stable prefix (tools and system) with
+    ``cache_control``, the first request with that prefix reports it as a cache write (5m or
+    1h, per the marker's ``ttl``) and later ones as a cache read — as the real API would.
+
+    Args:
+        prefer: name of the tool to call when it is offered.
+        text: the final answer's text.
+        bytes_per_token: bytes of JSON per reported input token (≥ 1).
+    """
+
+    def __init__(
+        self, *, prefer: str | None = None, text: str = "Done.", bytes_per_token: int = 4
+    ) -> None:
+        if bytes_per_token < 1:
+            raise ValueError(f"bytes_per_token must be >= 1, got {bytes_per_token!r}")
+        self.prefer = prefer
+        self.text = text
+        self.bytes_per_token = bytes_per_token
+        self._seen_prefixes: set[str] = set()
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def __call__(self, request: RecordedRequest) -> ScriptItem:
+        body = request.body if isinstance(request.body, dict) else {}
+        tools = body.get("tools") or []
+        system = body.get("system")
+        messages = body.get("messages") or []
+        max_tokens = int(body.get("max_tokens") or 1)
+        bpt = self.bytes_per_token
+
+        prefix = _canonical([tools, system]) if (tools or system) else ""
+        rest = _canonical(messages)
+        prefix_tokens = _ceil_div(len(prefix.encode()), bpt)
+        rest_tokens = max(1, _ceil_div(len(rest.encode()), bpt))
+        ttl = _cache_ttl(system) or _cache_ttl(tools)
+        write5 = write1 = read = 0
+        if ttl is not None and prefix_tokens:
+            key = hashlib.sha256(prefix.encode()).hexdigest()
+            with self._lock:
+                seen = key in self._seen_prefixes
+                self._seen_prefixes.add(key)
+            if seen:
+                read = prefix_tokens
+            elif ttl == "1h":
+                write1 = prefix_tokens
+            else:
+                write5 = prefix_tokens
+            input_tokens = rest_tokens
+        else:
+            input_tokens = rest_tokens + prefix_tokens
+
+        last = messages[-1] if messages else {}
+        last_content = last.get("content") if isinstance(last, dict) else None
+        answered_tool = isinstance(last_content, list) and any(
+            isinstance(b, dict) and b.get("type") == "tool_result" for b in last_content
+        )
+        names = [t.get("name") for t in tools if isinstance(t, dict)]
+        content: list[Mapping[str, Any]]
+        if names and not answered_tool:
+            chosen = self.prefer if self.prefer in names else names[0]
+            schema = next(t.get("input_schema") for t in tools if t.get("name") == chosen)
+            with self._lock:
+                n = next(self._ids)
+            content = [
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_agent_{n:06d}",
+                    "name": chosen,
+                    "input": _example_input(schema),
+                }
+            ]
+            stop = "tool_use"
+        else:
+            content = [{"type": "text", "text": self.text}]
+            stop = "end_turn"
+        output = min(max_tokens, max(1, _ceil_div(len(_canonical(content).encode()), bpt)))
+        return Reply(
+            content=tuple(content),
+            stop_reason=stop,
+            usage=Usage(
+                input_tokens=input_tokens,
+                output_tokens=output,
+                cache_write_5m_tokens=write5,
+                cache_write_1h_tokens=write1,
+                cache_read_tokens=read,
+            ),
+        )
+
+
+def _validate_messages_request(body: Any) -> str | None:
+    """Why the real API would reject this request body with a 400, or None."""
+    if not isinstance(body, dict):
+        return "request body must be a JSON object"
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "model: Field required"
+    mt = body.get("max_tokens")
+    if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
+        return "max_tokens: Field required (an integer >= 1)"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    pending: set[str] = set()
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        content = m.get("content")
+        blocks = content if isinstance(content, list) else []
+        if not isinstance(content, str | list):
+            return f"messages.{i}.content: Input should be a string or a list of blocks"
+        if pending:
+            answered = {
+                b.get("tool_use_id")
+                for b in blocks
+                if isinstance(b, dict) and b.get("type") == "tool_result"
+            }
+            if m["role"] != "user" or not pending <= answered:
+                missing = sorted(pending - answered)
+                return (
+                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {', '.join(missing)}. Each `tool_use` block must have "
+                    "a corresponding `tool_result` block in the next message."
+                )
+        elif m["role"] == "user" and any(
+            isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks
+        ):
+            return (
+                f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` "
+                "blocks: each `tool_result` block must have a corresponding `tool_use` block "
+                "in the previous message."
+            )
+        pending = (
+            {
+                str(b.get("id"))
+                for b in blocks
+                if isinstance(b, dict) and b.get("type") == "tool_use"
+            }
+            if m["role"] == "assistant"
+            else set()
+        )
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# The server
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    standin: MessagesAPIServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-exchange (a timeout, a killed process) is routine here.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+    # Idle keep-alive connections end on their own; the server also closes them on stop.
+    timeout = 60
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.standin._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        with contextlib.suppress(OSError):
+            super().finish()
+        self.server.standin._track(self.connection, add=False)
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read records
+        pass
+
+    def do_POST(self) -> None:
+        self.server.standin._handle(self)
+
+    def do_GET(self) -> None:
+        self.server.standin._handle(self)
+
+
+class MessagesAPIServer:
+    """The loopback Messages API stand-in. Use as a context manager (or start/stop).
+
+    Args:
+        responder: answers when the script is empty; if None, an
+            :class:`AgentLikeResponder` — or, with ``default_responder=False``, a 400 saying
+            the script is exhausted (for tests that must not make unplanned calls).
+        api_key: if set, requests with another credential get a 401.
+        latency: seconds added before every answer.
+        fault_rate: share of ``/v1/messages`` requests (0–1) that fail with a random status
+            from ``fault_statuses`` instead of being answered (the script is not consumed).
+        fault_statuses: statuses for injected faults.
+        seed: seeds fault injection, so a benchmark run is reproducible.
+        validate: reject malformed requests with a 400 like the real API.
+        host / port: where to listen (loopback only; port 0 picks a free one).
+        script: items to start with (as :meth:`enqueue`).
+        default_responder: see ``responder``.
+    """
+
+    def __init__(
+        self,
+        *,
+        responder: Responder | None = None,
+        api_key: str | None = None,
+        latency: float = 0.0,
+        fault_rate: float = 0.0,
+        fault_statuses: Sequence[int] = (529, 500),
+        seed: int = 0,
+        validate: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        script: Iterable[ScriptItem] = (),
+        default_responder: bool = True,
+    ) -> None:
+        if not 0.0 <= fault_rate <= 1.0:
+            raise ValueError(f"fault_rate must be between 0 and 1, got {fault_rate!r}")
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            raise ValueError(f"the stand-in listens on loopback only, not {host!r}")
+        if responder is None and default_responder:
+            responder = AgentLikeResponder()
+        self.responder = responder
+        self.api_key = api_key
+        self.latency = latency
+        self.fault_rate = fault_rate
+        self.fault_statuses = tuple(fault_statuses)
+        self.validate = validate
+        self._host = host
+        self._port = port
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._script: deque[ScriptItem] = deque(script)
+        self._requests: list[RecordedRequest] = []
+        self._responses: list[dict[str, Any]] = []
+        self._served = 0
+        self._errors = 0
+        self._abandoned = 0
+        self._injected = 0
+        self._ids = itertools.count(1)
+        self._stopping = threading.Event()
+        self._release = threading.Event()
+        self._conns: set[socket.socket] = set()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> MessagesAPIServer:
+        """Bind and serve in a background thread; returns self."""
+        if self._httpd is not None:
+            return self
+        httpd = _HTTPServer((self._host, self._port), _Handler)
+        httpd.standin = self
+        self._httpd = httpd
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"messages-api-standin:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, abort stalls and close every connection."""
+        httpd = self._httpd
+        if httpd is None:
+            return
+        self._stopping.set()
+        self._release.set()
+        httpd.shutdown()
+        httpd.server_close()
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = None
+        self._thread = None
+
+    def __enter__(self) -> MessagesAPIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- addresses ------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the stand-in is not started; call start() or use `with`")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` — pass as ``base_url`` / ``ANTHROPIC_BASE_URL``."""
+        host = self._host if self._host != "::1" else "[::1]"
+        return f"http://{host}:{self.port}"
+
+    # -- scripting ------------------------------------------------------------------------
+
+    def enqueue(self, *items: ScriptItem) -> None:
+        """Append replies / faults / stalls; each ``/v1/messages`` request takes the next."""
+        for item in items:
+            if not isinstance(item, Reply | Fault | Stall):
+                raise TypeError(
+                    f"expected a Reply, Fault or Stall (see reply_text, fault, stall), got {item!r}"
+                )
+        with self._lock:
+            self._script.extend(items)
+
+    def release_stalls(self) -> None:
+        """Let every held :class:`Stall` with ``seconds=None`` proceed (now and later)."""
+        self._release.set()
+
+    def reset(self) -> None:
+        """Forget the script, the records and the counters."""
+        with self._lock:
+            self._script.clear()
+            self._requests.clear()
+            self._responses.clear()
+            self._served = self._errors = self._abandoned = self._injected = 0
+            self._release.clear()
+
+    # -- inspection -----------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Script items not yet used."""
+        with self._lock:
+            return len(self._script)
+
+    @property
+    def served(self) -> int:
+        """Successful ``/v1/messages`` responses written to a client that was still there."""
+        with self._lock:
+            return self._served
+
+    @property
+    def errors(self) -> int:
+        """Error responses written (scripted, injected, validation, auth)."""
+        with self._lock:
+            return self._errors
+
+    @property
+    def abandoned(self) -> int:
+        """Requests whose client left before the answer (no response counted)."""
+        with self._lock:
+            return self._abandoned
+
+    @property
+    def injected_faults(self) -> int:
+        """Errors produced by random fault injection."""
+        with self._lock:
+            return self._injected
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every ``/v1/messages`` request received, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def responses(self) -> list[dict[str, Any]]:
+        """The message bodies of every served response, in order."""
+        with self._lock:
+            return list(self._responses)
+
+    def served_usage(self) -> Usage:
+        """The sum of the usage reported in every served response."""
+        total = Usage()
+        for r in self.responses:
+            total = total + usage_of(r)
+        return total
+
+    def wait_for_requests(self, n: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        """Block until at least ``n`` ``/v1/messages`` requests arrived (from sync code; use
+        ``asyncio.to_thread`` from async code).
+
+        Raises:
+            TimeoutError: if they do not arrive within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._requests) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"the stand-in received {len(self._requests)} requests, expected "
+                        f"at least {n} within {timeout} s"
+                    )
+                self._cond.wait(left)
+            return list(self._requests)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and the total served usage, as JSON."""
+        with self._lock:
+            out: dict[str, Any] = {
+                "requests": len(self._requests),
+                "served": self._served,
+                "errors": self._errors,
+                "abandoned": self._abandoned,
+                "injected_faults": self._injected,
+                "pending_script": len(self._script),
+            }
+        out["usage"] = self.served_usage().to_dict()
+        return out
+
+    # -- serving (handler threads) --------------------------------------------------------
+
+    def _track(self, conn: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._conns.add(conn)
+            else:
+                self._conns.discard(conn)
+
+    def _handle(self, h: _Handler) -> None:
+        path = urlsplit(h.path).path
+        length = int(h.headers.get("content-length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        headers = {k.lower(): v for k, v in h.headers.items()}
+        if path.startswith("/_standin/"):
+            self._control(h, path, body)
+            return
+        with self._cond:
+            rec = RecordedRequest(
+                index=len(self._requests),
+                method=h.command,
+                path=path,
+                headers=headers,
+                body=body,
+                received=time.time(),
+            )
+            self._requests.append(rec)
+            self._cond.notify_all()
+        if h.command != "POST" or path.rstrip("/") != "/v1/messages":
+            self._write_fault(h, rec, fault(404, f"no route for {h.command} {path}"))
+            return
+        key = rec.api_key
+        if not key or (self.api_key is not None and key != self.api_key):
+            self._write_fault(h, rec, fault(401, "invalid x-api-key"))
+            return
+        if raw and body is None:
+            self._write_fault(h, rec, bad_request("request body is not valid JSON"))
+            return
+        if self.validate:
+            problem = _validate_messages_request(body)
+            if problem:
+                self._write_fault(h, rec, bad_request(problem))
+                return
+        item = self._next_item(rec)
+        if item is None:
+            return
+        self._answer(h, rec, item)
+
+    def _next_item(self, rec: RecordedRequest) -> ScriptItem | None:
+        with self._lock:
+            if self.fault_rate and self._rng.random() < self.fault_rate:
+                self._injected += 1
+                status = self._rng.choice(self.fault_statuses)
+                return fault(status, f"injected fault (HTTP {status})")
+            if self._script:
+                return self._script.popleft()
+        if self.responder is not None:
+            return self.responder(rec)
+        return bad_request(
+            f"stand-in script exhausted at request #{rec.index} and no default responder "
+            "is set; enqueue more replies"
+        )
+
+    def _answer(self, h: _Handler, rec: RecordedRequest, item: ScriptItem) -> None:
+        if isinstance(item, Stall):
+            if not self._hold(h, item.seconds, until_released=item.seconds is None):
+                self._abandon(h, rec)
+                return
+            if item.then is None:
+                self._abandon(h, rec)
+                return
+            item = item.then
+        delay = self.latency + item.latency
+        if delay > 0 and not self._hold(h, delay):
+            self._abandon(h, rec)
+            return
+        if isinstance(item, Fault):
+            self._write_fault(h, rec, item)
+            return
+        body = rec.body if isinstance(rec.body, dict) else {}
+        n = next(self._ids)
+        message = {
+            "id": f"msg_standin_{n:08d}",
+            "type": "message",
+            "role": "assistant",
+            "model": item.model or body.get("model", "claude-sonnet-5-5"),
+            "content": [dict(b) for b in item.content],
+            "stop_reason": item.stop_reason,
+            "stop_sequence": None,
+            "usage": _usage_to_api(item.usage, item.usage_breakdown),
+        }
+        self._write(h, rec, 200, message, {"request-id": f"req_standin_{n:08d}"})
+
+    def _hold(self, h: _Handler, seconds: float | None, *, until_released: bool = False) -> bool:
+        """Wait; False if the client hung up or the server is stopping."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while True:
+            # Read "released" before "stopping": stop() sets stopping first, so a release
+            # caused by stop() is always seen together with it.
+            released = until_released and self._release.is_set()
+            if self._stopping.is_set() or _client_gone(h.connection):
+                return False
+            if released:
+                return True
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return True
+                self._stopping.wait(min(left, 0.02))
+            else:
+                self._release.wait(0.02)
+
+    def _abandon(self, h: _Handler, rec: RecordedRequest) -> None:
+        with self._lock:
+            rec.outcome = "abandoned"
+            self._abandoned += 1
+        h.close_connection = True
+
+    def _write_fault(self, h: _Handler, rec: RecordedRequest, item: Fault) -> None:
+        n = next(self._ids)
+        rid = f"req_standin_{n:08d}"
+        error: dict[str, Any] = {"type": item.error_type, "message": item.message}
+        if item.error_code:
+            error["details"] = {"error_code": item.error_code}
+        headers = {"request-id": rid}
+        if item.retry_after is not None:
+            headers["retry-after"] = str(item.retry_after)
+        if item.retry_after_ms is not None:
+            headers["retry-after-ms"] = str(item.retry_after_ms)
+        if item.should_retry is not None:
+            headers["x-should-retry"] = "true" if item.should_retry else "false"
+        self._write(
+            h, rec, item.status, {"type": "error", "error": error, "request_id": rid}, headers
+        )
+
+    def _write(
+        self,
+        h: _Handler,
+        rec: RecordedRequest,
+        status: int,
+        payload: dict[str, Any],
+        headers: Mapping[str, str],
+    ) -> bool:
+        """Write one response; True if it reached a connected client.
+
+        The counters are updated *before* the bytes go out (and reverted if the write
+        fails), so a client never sees its response while ``served`` still lags behind.
+        """
+        data = json.dumps(payload).encode()
+        # A client that gave up (timeout, kill) must not count as served: check just before
+        # writing, since a write into a half-closed socket can still "succeed".
+        if _client_gone(h.connection):
+            self._abandon(h, rec)
+            return False
+        control = rec.index < 0
+        ok = status == 200
+        with self._lock:
+            rec.outcome = "control" if control else ("served" if ok else "error")
+            rec.status = status
+            rec.response = payload
+            if not control:
+                if ok:
+                    self._served += 1
+                    self._responses.append(payload)
+                else:
+                    self._errors += 1
+        try:
+            h.send_response(status)
+            h.send_header("content-type", "application/json")
+            h.send_header("content-length", str(len(data)))
+            for k, v in headers.items():
+                h.send_header(k, v)
+            h.end_headers()
+            h.wfile.write(data)
+            h.wfile.flush()
+        except OSError:
+            with self._lock:
+                if not control:
+                    if ok:
+                        self._served -= 1
+                        self._responses.remove(payload)
+                    else:
+                        self._errors -= 1
+            self._abandon(h, rec)
+            return False
+        return True
+
+    # -- control endpoints (for other processes) ------------------------------------------
+
+    def _control(self, h: _Handler, path: str, body: Any) -> None:
+        rec = RecordedRequest(
+            index=-1, method=h.command, path=path, headers={}, body=body, received=time.time()
+        )
+        try:
+            if path == "/_standin/enqueue" and h.command == "POST":
+                items = body if isinstance(body, list) else [body]
+                self.enqueue(*(item_from_json(i) for i in items))
+                out: Any = {"pending": self.pending}
+            elif path == "/_standin/stats":
+                out = self.stats()
+            elif path == "/_standin/requests":
+                out = [r.to_json() for r in self.requests]
+            elif path == "/_standin/release" and h.command == "POST":
+                self.release_stalls()
+                out = {"released": True}
+            elif path == "/_standin/reset" and h.command == "POST":
+                self.reset()
+                out = {"reset": True}
+            else:
+                self._write(h, rec, 404, {"error": f"unknown control path {path!r}"}, {})
+                return
+        except (ValueError, KeyError, TypeError) as exc:
+            self._write(h, rec, 400, {"error": str(exc)}, {})
+            return
+        self._write(h, rec, 200, out, {})
+
+
+def _client_gone(conn: socket.socket) -> bool:
+    """Whether the peer closed the connection (readable with nothing to read)."""
+    try:
+        readable, _, _ = select.select([conn], [], [], 0)
+        if not readable:
+            return False
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
+
+
+def usage_of(message: Mapping[str, Any]) -> Usage:
+    """The :class:`Usage` a served message body reports (the 5m/1h split from
+    ``cache_creation`` when present, else all cache writes as 5m)."""
+    u = message.get("usage") or {}
+    cc = u.get("cache_creation")
+    if isinstance(cc, dict):
+        w5 = int(cc.get("ephemeral_5m_input_tokens") or 0)
+        w1 = int(cc.get("ephemeral_1h_input_tokens") or 0)
+    else:
+        w5, w1 = int(u.get("cache_creation_input_tokens") or 0), 0
+    return Usage(
+        input_tokens=int(u.get("input_tokens") or 0),
+        output_tokens=int(u.get("output_tokens") or 0),
+        cache_write_5m_tokens=w5,
+        cache_write_1h_tokens=w1,
+        cache_read_tokens=int(u.get("cache_read_input_tokens") or 0),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# python -m companyd.testing.messages_api
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the stand-in until SIGTERM/SIGINT; print ``MESSAGES_API_URL=…`` once listening."""
+    p = argparse.ArgumentParser(
+        prog="python -m companyd.testing.messages_api",
+        description="Loopback Anthropic Messages API stand-in for tests and benchmarks.",
+    )
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: pick a free one)")
+    p.add_argument("--script", help="JSON file: a list of script items (see item_from_json)")
+    p.add_argument(
+        "--responder",
+        choices=("agent", "none"),
+        default="agent",
+        help="who answers when the script is empty (default: agent-like)",
+    )
+    p.add_argument("--prefer-tool", help="tool the agent-like responder calls when offered")
+    p.add_argument("--api-key", help="reject other credentials with 401")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds before every answer")
+    p.add_argument("--fault-rate", type=float, default=0.0, help="share of injected faults")
+    p.add_argument("--fault-statuses", default="529,500", help="comma-separated statuses")
+    p.add_argument("--seed", type=int, default=0, help="seed of fault injection")
+    p.add_argument("--url-file", help="also write the base URL to this file once listening")
+    args = p.parse_args(argv)
+
+    script: list[ScriptItem] = []
+    if args.script:
+        with open(args.script, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, list):
+            p.error(f"--script {args.script!r}: expected a JSON list of items")
+        script = [item_from_json(d) for d in data]
+    responder: Responder | None = (
+        AgentLikeResponder(prefer=args.prefer_tool) if args.responder == "agent" else None
+    )
+    srv = MessagesAPIServer(
+        responder=responder,
+        default_responder=False,
+        api_key=args.api_key,
+        latency=args.latency,
+        fault_rate=args.fault_rate,
+        fault_statuses=[int(s) for s in args.fault_statuses.split(",") if s.strip()],
+        seed=args.seed,
+        port=args.port,
+        script=script,
+    )
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    with srv:
+        if args.url_file:
+            tmp = args.url_file + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(srv.base_url + "\n")
+            os.replace(tmp, args.url_file)
+        print(f"MESSAGES_API_URL={srv.base_url}", flush=True)
+        while not done.wait(0.5):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
