@@ -188,9 +188,9 @@ class Daemon:
         self.notifier = Notifier.from_env(unset_environment=True)
         self.lag = LoopLagMonitor(self.clock, self.bus, source="daemon")
         self.memory = MemoryService(config.memory_path(state_dir), bus=self.bus, clock=self.clock)
-        self.spend = SpendBook(config, state_dir, bus=self.bus, clock=self.clock)
+        self.spend_book = SpendBook(config, state_dir, bus=self.bus, clock=self.clock)
         self.journal = Journal(state_dir / "runs.sqlite")
-        self.proposals = Proposals(
+        self.proposal_store = Proposals(
             state_dir, config, bus=self.bus, clock=self.clock, reload=self._reload_after_apply
         )
         self.staff = Staff(
@@ -199,11 +199,11 @@ class Daemon:
             clock=self.clock,
             journal=self.journal,
             memory=self.memory,
-            spend=self.spend,
+            spend=self.spend_book,
             backend=backend,
             budget_exhausted_error=BudgetExhausted,
             state_dir=state_dir,
-            proposals=self.proposals,
+            proposals=self.proposal_store,
         )
         self.alerts = AlertService(config, state_dir, bus=self.bus, admin=self, clock=self.clock)
         self.scheduler = RoutineScheduler(
@@ -227,7 +227,7 @@ class Daemon:
 
         services = [
             ChildSpec(id="memory", start=self.memory.run, shutdown=30.0),
-            ChildSpec(id="spend", start=self.spend.run, shutdown=10.0),
+            ChildSpec(id="spend", start=self.spend_book.run, shutdown=10.0),
             ChildSpec(id="alerts", start=self.alerts.run, shutdown=10.0),
             ChildSpec(id="scheduler", start=self.scheduler.run, shutdown=AGENT_SHUTDOWN + 5),
             ChildSpec(id="control", start=self.control.run, shutdown=10.0),
@@ -235,7 +235,7 @@ class Daemon:
         if self.config.spec.metrics.listen:
             from companyd.daemon.metrics import Metrics, MetricsServer
 
-            metrics = Metrics(lag=self.lag)
+            metrics = Metrics(lag=self.lag.stats)
             self._metrics_server = MetricsServer(metrics, self.bus, self.config.spec.metrics.listen)
             services.append(ChildSpec(id="metrics", start=self._metrics_server.run, shutdown=5.0))
 
@@ -385,8 +385,8 @@ class Daemon:
                 }
             old = self.config
             self.staff.reconfigure(new)
-            self.spend.reconfigure(new)
-            self.proposals.reconfigure(new)
+            self.spend_book.reconfigure(new)
+            self.proposal_store.reconfigure(new)
             self.alerts.update_config(new)
             diff = await self.tree.apply_config(new)
             routines = await self.scheduler.reconfigure(new)
@@ -466,7 +466,7 @@ class Daemon:
         return status
 
     async def _spend_status(self) -> dict[str, Any]:
-        report = await self.spend.budget_report()
+        report = await self.spend_book.budget_report()
         return _spend_for_status(report, self.staff.paused())
 
     async def _routines_status(self) -> list[dict[str, Any]]:
@@ -475,23 +475,23 @@ class Daemon:
 
     async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
         try:
-            return await self.spend.spend_report(by=by, period=period)
+            return await self.spend_book.spend_report(by=by, period=period)
         except ValueError as exc:
             raise AdminError(str(exc)) from None
 
     async def budget(self) -> dict[str, Any]:
-        return await self.spend.budget_report()
+        return await self.spend_book.budget_report()
 
     async def raise_budget(self, agent: str | None, usd: float) -> dict[str, Any]:
         if agent is not None:
             self._check_agent(agent)
         if not usd > 0:
             raise AdminError(f"the raise must be a positive amount of dollars, got {usd!r}")
-        await self.spend.raise_today(agent, Decimal(str(usd)))
+        await self.spend_book.raise_today(agent, Decimal(str(usd)))
         resumed = []
         for a, reason in self.staff.paused().items():
             if reason.startswith("budget") and (agent is None or a == agent):
-                if self.spend.exhausted(a) is None and self.staff.resume(a, "budget raised"):
+                if self.spend_book.exhausted(a) is None and self.staff.resume(a, "budget raised"):
                     resumed.append(a)
         who = agent or "the company"
         return {
@@ -591,13 +591,13 @@ class Daemon:
         }
 
     async def proposals(self) -> dict[str, Any]:
-        return {"proposals": [p.to_dict() for p in await self.proposals.list()]}
+        return {"proposals": [p.to_dict() for p in await self.proposal_store.list()]}
 
     async def approve(self, proposal_id: str) -> dict[str, Any]:
         from companyd.roles.improver import ProposalError
 
         try:
-            p = await self.proposals.approve(proposal_id)
+            p = await self.proposal_store.approve(proposal_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
         return {**p.to_dict(), "message": f"applied {p.id} to {p.file} and reloaded"}
@@ -606,7 +606,7 @@ class Daemon:
         from companyd.roles.improver import ProposalError
 
         try:
-            p = await self.proposals.reject(proposal_id)
+            p = await self.proposal_store.reject(proposal_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
         return {**p.to_dict(), "message": f"rejected {p.id}"}
@@ -615,7 +615,7 @@ class Daemon:
         from companyd.roles.improver import ProposalError
 
         try:
-            p = await self.proposals.revert(proposal_id)
+            p = await self.proposal_store.revert(proposal_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
         return {**p.to_dict(), "message": f"reverted {p.id} and reloaded"}

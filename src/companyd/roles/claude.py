@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import ipaddress
-import json
 import logging
 import os
 import random
@@ -69,6 +68,7 @@ from companyd.roles.model import (
     ModelUnavailable,
     SpendLimitReached,
     Usage,
+    estimate_input_tokens,
 )
 
 __all__ = [
@@ -90,12 +90,6 @@ _MAX_BACKOFF = 8.0
 # Extra time an attempt gets beyond the HTTP timeout before asyncio cancels it: the HTTP
 # client's timeouts apply between bytes, so a server dripping bytes could outlast them.
 _ATTEMPT_GRACE = 5.0
-
-# Upper-bound estimate constants (see estimate_input_tokens).
-_REQUEST_OVERHEAD = 64
-_MESSAGE_OVERHEAD = 16
-_TOOLS_OVERHEAD = 1024
-_IMAGE_TOKENS = 2000
 
 
 # ---------------------------------------------------------------------------------------
@@ -191,42 +185,6 @@ def _tools_param(request: ModelRequest, ttl: str) -> list[dict[str, Any]]:
     if tools and request.cache:
         tools[-1]["cache_control"] = _cache_control(ttl)
     return tools
-
-
-def _count_images(obj: Any) -> int:
-    if isinstance(obj, dict):
-        n = 1 if obj.get("type") in ("image", "document") else 0
-        return n + sum(_count_images(v) for v in obj.values())
-    if isinstance(obj, list):
-        return sum(_count_images(v) for v in obj)
-    return 0
-
-
-def estimate_input_tokens(request: ModelRequest) -> int:
-    """A guaranteed upper bound of the prompt tokens ``request`` will be billed for.
-
-    The sum of: the UTF-8 length in bytes of the JSON-serialised system prompt, messages and
-    tools (a token always stands for at least one byte of text, and JSON adds quotes, keys
-    and escapes on top); 16 per message and 64 per request for role and turn markers; 1,024
-    when tools are offered (the API's hidden tool-use system prompt is a few hundred
-    tokens); 2,000 per image or document block (an image is billed by its pixels, at most
-    about 1,600 tokens after the API's resizing, not by its base64 size). Used to reserve
-    the worst case against budgets before the call, so it errs high on purpose.
-    """
-    payload = {
-        "system": request.system,
-        "messages": list(request.messages),
-        "tools": [t.to_api() for t in request.tools],
-    }
-    size = len(json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8"))
-    images = _count_images(payload["messages"])
-    return (
-        size
-        + _REQUEST_OVERHEAD
-        + _MESSAGE_OVERHEAD * len(request.messages)
-        + (_TOOLS_OVERHEAD if request.tools else 0)
-        + _IMAGE_TOKENS * images
-    )
 
 
 def _usage(u: Any) -> Usage:

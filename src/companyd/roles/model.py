@@ -16,6 +16,7 @@ Content blocks are plain dicts in the Messages API's own JSON shapes (``{"type":
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -36,6 +37,7 @@ __all__ = [
     "SpendLimitReached",
     "ToolDef",
     "Usage",
+    "estimate_input_tokens",
 ]
 
 
@@ -228,17 +230,44 @@ class SpendLimitReached(ModelError):
     """
 
 
+# Upper-bound estimate constants (see estimate_input_tokens).
+_REQUEST_OVERHEAD = 64
+_MESSAGE_OVERHEAD = 16
+_TOOLS_OVERHEAD = 1024
+_IMAGE_TOKENS = 2000
+
+
+def _count_images(obj: Any) -> int:
+    if isinstance(obj, dict):
+        n = 1 if obj.get("type") in ("image", "document") else 0
+        return n + sum(_count_images(v) for v in obj.values())
+    if isinstance(obj, list):
+        return sum(_count_images(v) for v in obj)
+    return 0
+
+
 def estimate_input_tokens(request: ModelRequest) -> int:
-    """A guaranteed upper bound of the input tokens ``request`` will be billed for.
+    """A guaranteed upper bound of the prompt tokens ``request`` will be billed for.
 
-    A token is never shorter than one byte, so the UTF-8 length of everything sent (system
-    prompt, tool definitions, messages, as JSON) plus a per-message allowance for the API's
-    own framing bounds the real count from above. It over-reserves (real text runs about four
-    bytes per token), which only makes budgets refuse a little earlier — never overshoot.
+    The sum of: the UTF-8 length in bytes of the JSON-serialised system prompt, messages and
+    tools (a token always stands for at least one byte of text, and JSON adds quotes, keys
+    and escapes on top); 16 per message and 64 per request for role and turn markers; 1,024
+    when tools are offered (the API's hidden tool-use system prompt is a few hundred
+    tokens); 2,000 per image or document block (an image is billed by its pixels, at most
+    about 1,600 tokens after the API's resizing, not by its base64 size). Used to reserve
+    the worst case against budgets before the call, so it errs high on purpose.
     """
-    import json
-
-    size = len(request.system.encode())
-    size += len(json.dumps([t.to_api() for t in request.tools], ensure_ascii=False).encode())
-    size += len(json.dumps(list(request.messages), ensure_ascii=False, default=str).encode())
-    return size + 16 * (len(request.messages) + len(request.tools)) + 64
+    payload = {
+        "system": request.system,
+        "messages": list(request.messages),
+        "tools": [t.to_api() for t in request.tools],
+    }
+    size = len(json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8"))
+    images = _count_images(payload["messages"])
+    return (
+        size
+        + _REQUEST_OVERHEAD
+        + _MESSAGE_OVERHEAD * len(request.messages)
+        + (_TOOLS_OVERHEAD if request.tools else 0)
+        + _IMAGE_TOKENS * images
+    )
