@@ -253,11 +253,75 @@ class Daemon:
 
     # -- main ---------------------------------------------------------------------------
 
+    async def start(self) -> None:
+        """Start the whole tree (each service confirmed ready before the next), then tell
+        systemd. Raises ``SupervisorStartError`` if a service cannot start."""
+        from companyd.daemon.systemd import StatusUpdater, Watchdog
+
+        await self.staff.load()
+        self.tree = self._build_tree()
+        await self.tree.start()
+        self.state = "running"
+        self.notifier.ready(self._status_line())
+        self.bus.emit(
+            "daemon_started",
+            "daemon",
+            pid=os.getpid(),
+            version=__version__,
+            agents=len(self.config.agents),
+            routines=len(self.config.routines),
+            offline=self.offline,
+            company=self.config.name,
+        )
+        self._tasks = [
+            asyncio.create_task(self._service(self.lag.run), name="loop-lag"),
+            asyncio.create_task(
+                self._service(Watchdog(self.notifier, self.clock, health=self._healthy).run),
+                name="watchdog",
+            ),
+            asyncio.create_task(
+                self._service(StatusUpdater(self.notifier, self._status_line, self.clock).run),
+                name="status",
+            ),
+        ]
+
+    async def stop(self, reason: str = "signal") -> None:
+        """Stop gracefully: the tree stops in reverse start order — the control socket and
+        the scheduler first, then each agent brings its current step to a checkpoint, then
+        alerts, the ledger and the memory flush."""
+        self.state = "stopping"
+        self.notifier.stopping("stopping: bringing runs to a checkpoint")
+        self.bus.emit("daemon_stopping", "daemon", pid=os.getpid(), reason=reason)
+        try:
+            if self.tree is not None and self.tree.status != "stopped":
+                await self.tree.stop()
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        self._tasks = []
+        self.staff.close()
+        with contextlib.suppress(Exception):
+            await self.journal.close()
+        with contextlib.suppress(Exception):
+            await self.backend.aclose()
+
+    async def __aenter__(self) -> Daemon:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop(reason="closed")
+
     async def main(self) -> int:
-        """Run until stopped; the process exit code."""
+        """Run until SIGTERM/SIGINT (exit 0) or until the root supervisor gives up (1)."""
         from companyd.daemon.logs import log_events
         from companyd.daemon.supervisor import SupervisorGaveUp, SupervisorStartError
-        from companyd.daemon.systemd import StatusUpdater, Watchdog
 
         loop = asyncio.get_running_loop()
         remove_logger = log_events(self.bus)
@@ -265,41 +329,18 @@ class Daemon:
             loop.add_signal_handler(sig, self._stop.set)
         loop.add_signal_handler(signal.SIGHUP, self._sighup)
         try:
-            await self.staff.load()
-            self.tree = self._build_tree()
             try:
-                await self.tree.start()
+                await self.start()
             except SupervisorStartError as exc:
                 log.critical("the company could not start: %s", exc)
+                await self._close()
                 return 1
-            self.state = "running"
-            self.notifier.ready(self._status_line())
-            self.bus.emit(
-                "daemon_started",
-                "daemon",
-                pid=os.getpid(),
-                version=__version__,
-                agents=len(self.config.agents),
-                routines=len(self.config.routines),
-                offline=self.offline,
-                company=self.config.name,
-            )
-            self._tasks = [
-                asyncio.create_task(self._service(self.lag.run), name="loop-lag"),
-                asyncio.create_task(
-                    self._service(Watchdog(self.notifier, self.clock, health=self._healthy).run),
-                    name="watchdog",
-                ),
-                asyncio.create_task(
-                    self._service(StatusUpdater(self.notifier, self._status_line, self.clock).run),
-                    name="status",
-                ),
-            ]
             waiter = asyncio.create_task(self.tree.wait())
             stopper = asyncio.create_task(self._stop.wait())
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
             if waiter.done():
                 stopper.cancel()
+                await self._close()
                 try:
                     waiter.result()
                 except SupervisorGaveUp as exc:
@@ -312,10 +353,7 @@ class Daemon:
                 log.error("the supervision tree stopped by itself; exiting")
                 return 1
             waiter.cancel()
-            self.state = "stopping"
-            self.notifier.stopping("stopping: bringing runs to a checkpoint")
-            self.bus.emit("daemon_stopping", "daemon", pid=os.getpid(), reason="signal")
-            await self.tree.stop()
+            await self.stop()
             return 0
         except CompanydError as exc:
             log.critical("companyd stopped: %s", exc)
@@ -324,17 +362,7 @@ class Daemon:
             log.critical("internal error in the daemon", exc_info=True)
             return EX_SOFTWARE
         finally:
-            for t in self._tasks:
-                t.cancel()
-            for t in self._tasks:
-                with contextlib.suppress(BaseException):
-                    await t
             remove_logger()
-            self.staff.close()
-            with contextlib.suppress(Exception):
-                await self.journal.close()
-            with contextlib.suppress(Exception):
-                await self.backend.aclose()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
 
@@ -490,9 +518,13 @@ class Daemon:
         await self.spend_book.raise_today(agent, Decimal(str(usd)))
         resumed = []
         for a, reason in self.staff.paused().items():
-            if reason.startswith("budget") and (agent is None or a == agent):
-                if self.spend_book.exhausted(a) is None and self.staff.resume(a, "budget raised"):
-                    resumed.append(a)
+            mine = reason.startswith("budget") and (agent is None or a == agent)
+            if (
+                mine
+                and self.spend_book.exhausted(a) is None
+                and self.staff.resume(a, "budget raised")
+            ):
+                resumed.append(a)
         who = agent or "the company"
         return {
             "agent": agent,
