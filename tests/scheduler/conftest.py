@@ -42,7 +42,12 @@ def iso(t: float) -> str:
 
 def company(routines: str, *, timezone: str = "UTC") -> CompanyConfig:
     """A small valid company with agents ceo, marketing, coo and the given routines YAML."""
-    text = textwrap.dedent(
+    return load_config_text(company_text(routines, timezone=timezone))
+
+
+def company_text(routines: str, *, timezone: str = "UTC") -> str:
+    """The company.yaml text behind :func:`company`."""
+    return textwrap.dedent(
         f"""\
         schema: companyd/v1
         company:
@@ -56,7 +61,6 @@ def company(routines: str, *, timezone: str = "UTC") -> CompanyConfig:
         routines:
         """
     ) + textwrap.indent(textwrap.dedent(routines), "  ")
-    return load_config_text(text)
 
 
 @dataclass

@@ -49,6 +49,7 @@ from companyd.events import EventBus
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
 from companyd.scheduler import store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss
+from companyd.scheduler.catchup import StartPlan, plan_start
 from companyd.scheduler.outcomes import Outcome, from_run_status
 from companyd.scheduler.report import SUCCESS_WINDOW, job_views
 from companyd.scheduler.sink import TaskSink
@@ -61,16 +62,13 @@ from companyd.scheduler.store import (
 )
 from companyd.scheduler.triggers import (
     build_trigger,
-    fire_times,
     format_seconds,
     next_after,
     trigger_identity,
 )
 
 __all__ = [
-    "CATCH_UP_WINDOW",
     "IDLE_RETENTION",
-    "MAX_MISSED_ROWS",
     "RoutineBusy",
     "RoutineNotFound",
     "RoutineScheduler",
@@ -78,12 +76,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Fire times missed while down are looked for at most this far back (bounded start-up work).
-CATCH_UP_WINDOW = 35 * 86400.0
 #: ``idle`` rows (a quiet heartbeat: 288 a day) are kept this long, then pruned at start.
 IDLE_RETENTION = 35 * 86400.0
-#: Missed fire times beyond this many (per routine, per start) share one history row.
-MAX_MISSED_ROWS = 100
 
 _INTERRUPTED = (
     "interrupted: the daemon stopped (crash, kill or power loss) before the run ended; the "
@@ -117,17 +111,6 @@ class _Slot:
     @property
     def limit(self) -> int:
         return 1 if self.config.concurrency == "skip_if_active" else 2
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What start-up decided for one routine."""
-
-    slot: _Slot
-    state: RoutineState
-    next_run: datetime | None
-    catch_up: datetime | None
-    missed: list[FireRecord]
 
 
 class RoutineScheduler:
@@ -229,8 +212,8 @@ class RoutineScheduler:
             states = await store.call(db.load_states)
             routines = [r for r in self._config.routines.values() if r.enabled]
             # Walking cron fire times over a long outage is CPU work: keep it off the loop.
-            plans = await asyncio.to_thread(self._plan_start, routines, states, now)
-            stale = set(states) - {p.slot.config.slug for p in plans}
+            plans = await asyncio.to_thread(plan_start, routines, states, now)
+            stale = set(states) - {p.routine.slug for p in plans}
 
             def write(c: Any) -> None:
                 db.insert_fires(c, [m for p in plans for m in p.missed])
@@ -242,10 +225,16 @@ class RoutineScheduler:
             await store.call(write)
             for p in plans:
                 self._report_missed_at_start(p)
-            self._slots = {p.slot.config.slug: p.slot for p in plans}
-            self._catch_up = {
-                p.slot.config.slug: p.catch_up for p in plans if p.catch_up is not None
+            self._slots = {
+                p.routine.slug: _Slot(
+                    config=p.routine,
+                    trigger=p.trigger,
+                    identity=p.identity,
+                    marker=p.state.memory_marker,
+                )
+                for p in plans
             }
+            self._catch_up = {p.routine.slug: p.catch_up for p in plans if p.catch_up is not None}
             await self._take_baselines(self._slots.values())
             aps = ClockedScheduler(
                 self._clock,
@@ -260,7 +249,7 @@ class RoutineScheduler:
             self._aps = aps
             for p in plans:
                 if p.next_run is not None:
-                    self._add_job(p.slot, p.next_run)
+                    self._add_job(self._slots[p.routine.slug], p.next_run)
         except BaseException:
             await self._close_store()
             raise
@@ -301,130 +290,13 @@ class RoutineScheduler:
             self._failure = exc
         self._failed.set()
 
-    # -- planning ---------------------------------------------------------------------
-
-    def _plan_start(
-        self, routines: Iterable[RoutineConfig], states: dict[str, RoutineState], now: float
-    ) -> list[_Plan]:
-        """Decide each routine's next run and its missed fire times (pure; runs in a thread)."""
-        plans = []
-        now_dt = utc_from_ts(now)
-        for r in routines:
-            trigger = build_trigger(r)
-            ident = trigger_identity(trigger)
-            slot = _Slot(config=r, trigger=trigger, identity=ident)
-            st = states.get(r.slug)
-            if st is not None:
-                slot.marker = st.memory_marker
-            if st is None or st.trigger != ident:
-                # New, or its schedule changed while down: fire times of the old schedule are
-                # not owed under the new one, so start afresh from now.
-                state = RoutineState(
-                    routine=r.slug,
-                    trigger=ident,
-                    cursor=now,
-                    last_fire=st.last_fire if st else None,
-                    memory_marker=slot.marker,
-                    updated=now,
-                )
-                plans.append(_Plan(slot, state, next_after(trigger, now_dt), None, []))
-                continue
-            plans.append(self._plan_catch_up(slot, st, now))
-        return plans
-
-    def _plan_catch_up(self, slot: _Slot, st: RoutineState, now: float) -> _Plan:
-        r = slot.config
-        now_dt = utc_from_ts(now)
-        since = max(st.cursor, now - CATCH_UP_WINDOW)
-        times = fire_times(slot.trigger, utc_from_ts(since), now_dt)
-        state = replace(st, updated=now)
-        if not times:
-            return _Plan(slot, state, next_after(slot.trigger, now_dt), None, [])
-        latest = times[-1]
-        late = now - latest.timestamp()
-        catch_up: datetime | None = None
-        if r.catch_up.policy == "run_once" and late <= r.catch_up.grace:
-            catch_up, missed = latest, times[:-1]
-            reason = (
-                "daemon was down at this fire time; catch_up run_once serves only the latest "
-                f"missed fire time ({latest.astimezone(slot.trigger.timezone):%Y-%m-%d %H:%M %Z})"
-            )
-            next_run: datetime | None = latest
-        else:
-            missed = times
-            if r.catch_up.policy == "run_once":
-                reason = (
-                    f"daemon was down at this fire time; at start the latest missed fire time "
-                    f"was {format_seconds(late)} old, beyond the catch-up grace of "
-                    f"{format_seconds(r.catch_up.grace)}"
-                )
-            else:
-                reason = "daemon was down at this fire time (catch_up: skip)"
-            next_run = next_after(slot.trigger, latest)
-        records = self._missed_records(r, missed, reason, now)
-        if since > st.cursor and records:
-            first = records[0]
-            records[0] = replace(
-                first,
-                reason=(
-                    f"{first.reason}; the daemon was down since "
-                    f"{utc_from_ts(st.cursor).isoformat()} — fire times before "
-                    f"{utc_from_ts(since).isoformat()} were not counted"
-                ),
-            )
-        if missed:
-            cursor = max(st.cursor, missed[-1].timestamp())
-            state = replace(state, cursor=cursor, last_fire=missed[-1].timestamp())
-        return _Plan(slot, state, next_run, catch_up, records)
-
-    def _missed_records(
-        self, r: RoutineConfig, times: list[datetime], reason: str, now: float
-    ) -> list[FireRecord]:
-        if not times:
-            return []
-        records = []
-        older, newest = times[:-MAX_MISSED_ROWS], times[-MAX_MISSED_ROWS:]
-        if older:
-            records.append(
-                FireRecord(
-                    fire_id=new_id("fire"),
-                    routine=r.slug,
-                    agent=r.assignee,
-                    kind="scheduled",
-                    scheduled=older[0].timestamp(),
-                    fired=now,
-                    ended=now,
-                    outcome=str(Outcome.MISSED),
-                    reason=(
-                        f"{reason}; this row stands for {len(older)} fire times from "
-                        f"{older[0].isoformat()} to {older[-1].isoformat()}"
-                    ),
-                    fires=len(older),
-                )
-            )
-        for t in newest:
-            records.append(
-                FireRecord(
-                    fire_id=new_id("fire"),
-                    routine=r.slug,
-                    agent=r.assignee,
-                    kind="scheduled",
-                    scheduled=t.timestamp(),
-                    fired=now,
-                    ended=now,
-                    outcome=str(Outcome.MISSED),
-                    reason=reason,
-                )
-            )
-        return records
-
-    def _report_missed_at_start(self, plan: _Plan) -> None:
+    def _report_missed_at_start(self, plan: StartPlan) -> None:
         # One event per routine, not per fire time: a heartbeat down for a day must not page
         # the operator 288 times. The history has every fire time.
         if not plan.missed:
             return
         latest = plan.missed[-1]
-        r = plan.slot.config
+        r = plan.routine
         self._bus.emit(
             "routine_missed",
             self._source,

@@ -430,6 +430,7 @@ class RoutineStore:
         self._thread: threading.Thread | None = None
         self._pending: set[asyncio.Future[Any]] = set()
         self._dead = False
+        self._death: StoreError | None = None  # why the worker stopped, for later callers
 
     @property
     def pending(self) -> int:
@@ -504,11 +505,13 @@ class RoutineStore:
     def _put(
         self, fn: Callable[[sqlite3.Connection], Any], fut: concurrent.futures.Future[Any]
     ) -> None:
+        if self._dead and self._death is not None:
+            raise self._death
         if self._thread is None or self._dead:
             raise StoreError(f"routines.sqlite at {str(self.path)!r} is not open")
         self._queue.put((fn, fut))
         if self._is_dead():  # the worker died between the check and the put: fail it here
-            self._fail_all(StoreError(f"routines.sqlite at {str(self.path)!r} is closed"))
+            self._fail_all(self._death or StoreError(f"{str(self.path)!r} is closed"))
 
     def _is_dead(self) -> bool:
         # A method, not the attribute: the worker thread flips it concurrently.
@@ -520,13 +523,12 @@ class RoutineStore:
         try:
             conn = self._connect()
         except Exception as exc:
-            self._dead = True
-            self._fail_all(
-                StoreError(
-                    f"cannot open {str(self.path)!r}: {exc}; check that the state directory "
-                    "is writable by the daemon's user and the disk is not full"
-                )
+            self._death = StoreError(
+                f"cannot open {str(self.path)!r}: {exc}; check that the state directory "
+                "is writable by the daemon's user and the disk is not full"
             )
+            self._dead = True
+            self._fail_all(self._death)
             return
         try:
             while True:
