@@ -565,3 +565,20 @@ async def test_every_due_fire_gets_exactly_one_row_over_a_week(make_harness: Mak
     assert datetime.fromisoformat(b[0]).astimezone(ZoneInfo("Europe/Berlin")).hour == 3
     assert all(r.outcome == "ok" for r in h.history("a"))
     assert datetime.fromisoformat(a[0]).tzinfo == UTC
+
+
+async def test_a_clock_stepped_back_does_not_run_a_fire_twice(make_harness: MakeHarness) -> None:
+    h = make_harness(company(DAILY_1400), start="2027-01-04T13:00:00")
+    await h.start()
+    await h.advance_to("2027-01-04T14:30:00")
+    await h.stop()
+    # Restart with the wall clock an hour behind (NTP step): 14:00 has already run.
+    from companyd.clock import ManualClock
+
+    h.clock = ManualClock(start=ts("2027-01-04T13:30:00"))
+    h.bus.clock = h.clock
+    sched = await h.start()
+    nxt = sched.next_fire_time("daily-post")
+    assert nxt is not None and iso(nxt.timestamp()) == "2027-01-05T14:00:00+00:00"
+    await h.advance_to("2027-01-04T15:00:00")
+    assert scheduled(h, "daily-post") == ["2027-01-04T14:00:00+00:00"]

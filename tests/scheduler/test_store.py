@@ -114,3 +114,23 @@ async def test_stats_count_due_runs_only(tmp_path: Path) -> None:
     assert stats["other"].success_rate == 1.0
     assert (later["r"].due, later["r"].ok) == (5, 0)
     assert latest["r"].fire_id == "fire-6"
+
+
+async def test_statements_are_bulk_applied_and_a_bad_one_is_isolated(tmp_path: Path) -> None:
+    errors: list[BaseException] = []
+    store = RoutineStore(tmp_path / db.DB_NAME, on_error=errors.append)
+    state = db.RoutineState(routine="r", trigger="t", cursor=0.0)
+    async with asyncio.timeout(10):
+        await store.open()
+        await store.call(lambda c: db.put_state(c, state))
+        # One loop turn: these share a batch. The cursor only moves forward whatever the order.
+        store.post_execute(db.insert_fire_stmt(fire(1)), db.advance_cursor_stmt("r", 5.0, 9.0))
+        store.post_execute(db.insert_fire_stmt(fire(2)), db.advance_cursor_stmt("r", 3.0, 9.0))
+        store.post_execute(db.insert_fire_stmt(fire(1)))  # duplicate fire id: rejected alone
+        await store.drain()
+        got = await store.call(lambda c: [r.fire_id for r in db.recent_fires(c, "r", 10)])
+        cursor = await store.call(lambda c: db.load_states(c)["r"].cursor)
+        await store.close()
+    assert got == ["fire-2", "fire-1"]
+    assert cursor == 5.0
+    assert len(errors) == 1 and isinstance(errors[0], sqlite3.IntegrityError)

@@ -228,6 +228,8 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
         now = self.now()
         next_wakeup_time: datetime | None = None
         events: list[Any] = []
+        # Nobody may listen for submissions; in a burst of a thousand, not building them counts.
+        tell_submitted = any(mask & EVENT_JOB_SUBMITTED for _cb, mask in self._listeners)
         with self._jobstores_lock:
             for alias, store in self._jobstores.items():
                 for job in store.get_due_jobs(now):
@@ -253,9 +255,10 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
                                 )
                             )
                     else:
-                        events.append(
-                            JobSubmissionEvent(EVENT_JOB_SUBMITTED, job.id, alias, run_times)
-                        )
+                        if tell_submitted:
+                            events.append(
+                                JobSubmissionEvent(EVENT_JOB_SUBMITTED, job.id, alias, run_times)
+                            )
                     job_next_run = job.trigger.get_next_fire_time(run_times[-1], now)
                     if job_next_run:
                         job._modify(next_run_time=job_next_run)

@@ -25,7 +25,7 @@ from typing import Any
 
 from companyd.clock import utc_from_ts
 from companyd.config import RoutineConfig
-from companyd.roles.tasks import new_id
+from companyd.scheduler._ids import new_id
 from companyd.scheduler.outcomes import Outcome
 from companyd.scheduler.store import FireRecord, RoutineState
 from companyd.scheduler.triggers import (
@@ -100,7 +100,10 @@ def _plan_catch_up(
     times = fire_times(trigger, utc_from_ts(since), now_dt)
     state = replace(st, updated=now)
     if not times:
-        return StartPlan(r, trigger, ident, state, next_after(trigger, now_dt), None, [])
+        # max(): after the wall clock was stepped back, fire times up to the cursor have
+        # already been dealt with and must not run a second time.
+        start_from = utc_from_ts(max(now, st.cursor))
+        return StartPlan(r, trigger, ident, state, next_after(trigger, start_from), None, [])
     latest = times[-1]
     late = now - latest.timestamp()
     catch_up: datetime | None = None

@@ -33,7 +33,7 @@ import contextlib
 import difflib
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -46,9 +46,10 @@ from companyd.config import CompanyConfig, RoutineConfig
 from companyd.daemon.admin import AdminError
 from companyd.daemon.child import ChildContext
 from companyd.events import EventBus
-from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
+from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss
+from companyd.scheduler._ids import new_id
 from companyd.scheduler.catchup import StartPlan, plan_start
 from companyd.scheduler.outcomes import Outcome, from_run_status
 from companyd.scheduler.report import SUCCESS_WINDOW, job_views
@@ -208,7 +209,7 @@ class RoutineScheduler:
             now = self._clock.time()
             interrupted = await store.call(lambda c: db.close_interrupted(c, now, _INTERRUPTED))
             for rec in interrupted:
-                self._emit(replace(rec, outcome=str(Outcome.CANCELLED), reason=_INTERRUPTED))
+                self._emit(rec, Outcome.CANCELLED, _INTERRUPTED)
             states = await store.call(db.load_states)
             routines = [r for r in self._config.routines.values() if r.enabled]
             # Walking cron fire times over a long outage is CPU work: keep it off the loop.
@@ -443,7 +444,11 @@ class RoutineScheduler:
         if self._catch_up.get(routine) == scheduled:
             del self._catch_up[routine]
             kind = "catch_up"
-        await self._execute(slot, kind, scheduled.timestamp(), check_precondition=True)
+        try:
+            await self._execute(slot, kind, scheduled.timestamp(), check_precondition=True)
+        except StoreError as exc:
+            self._store_failed(exc)  # history cannot be written: the child must fail loudly
+            raise
 
     async def run_now(self, routine: str) -> RunOutcome:
         """Fire ``routine`` now, outside its schedule, and wait for the run to end.
@@ -521,12 +526,12 @@ class RoutineScheduler:
         try:
             # The cursor is committed before anything runs: a crash from here on never makes
             # a restart run this fire time again.
-            def begin(c: Any) -> None:
-                db.insert_fires(c, [rec])
-                if kind != "manual":
-                    db.advance_cursor(c, r.slug, scheduled, now)
-
-            await store.call(begin)
+            if kind == "manual":
+                await store.execute(db.insert_fire_stmt(rec))
+            else:
+                await store.execute(
+                    db.insert_fire_stmt(rec), db.advance_cursor_stmt(r.slug, scheduled, now)
+                )
             async with slot.lock:
                 return await self._run_locked(slot, rec, check_precondition)
         finally:
@@ -563,8 +568,7 @@ class RoutineScheduler:
         )
         store = self._store
         assert store is not None
-        store.post(lambda c: db.start_fire(c, rec.fire_id, started, task.id))
-        rec = replace(rec, started=started, task_id=task.id)
+        store.post_execute(db.start_fire_stmt(rec.fire_id, started, task.id))
         try:
             outcome = await self._sink.submit(task)
         except asyncio.CancelledError:
@@ -627,9 +631,8 @@ class RoutineScheduler:
         ended = self._clock.time()
         store = self._store
         assert store is not None
-        await store.call(
-            lambda c: db.finish_fire(
-                c,
+        await store.execute(
+            db.finish_fire_stmt(
                 rec.fire_id,
                 outcome=str(outcome),
                 reason=reason,
@@ -638,46 +641,50 @@ class RoutineScheduler:
                 run_id=run_id,
             )
         )
-        self._emit(
-            replace(
-                rec,
-                outcome=str(outcome),
-                reason=reason,
-                ended=ended,
-                cost_usd=cost_usd,
-                run_id=run_id,
-            )
-        )
+        self._emit(rec, outcome, reason, run_id)
 
     def _record_cancelled(self, rec: FireRecord) -> None:
         # Called while being cancelled: post (do not await) so the row is written anyway.
         ended = self._clock.time()
-        if self._store is not None:
-            self._store.post(
-                lambda c: db.finish_fire(
-                    c, rec.fire_id, outcome=str(Outcome.CANCELLED), reason=_STOPPED, ended=ended
-                )
+        self._emit(rec, Outcome.CANCELLED, _STOPPED)
+        self._post(
+            db.finish_fire_stmt(
+                rec.fire_id, outcome=str(Outcome.CANCELLED), reason=_STOPPED, ended=ended
             )
-        self._emit(replace(rec, outcome=str(Outcome.CANCELLED), reason=_STOPPED, ended=ended))
+        )
+
+    def _post(self, *work: db.Stmt | Callable[[Any], None]) -> None:
+        """Queue history writes from a synchronous path (a listener, a cancellation)."""
+        try:
+            if self._store is None:
+                raise StoreError("routine history is closed")
+            stmts = tuple(w for w in work if isinstance(w, tuple))
+            if stmts:
+                self._store.post_execute(*stmts)
+            for w in work:
+                if not isinstance(w, tuple):
+                    self._store.post(w)
+        except StoreError as exc:
+            log.error("routine history write lost: %s", exc)
+            self._store_failed(exc)
 
     def _record_now(self, rec: FireRecord, outcome: Outcome, reason: str) -> None:
         """Record a fire that ends as soon as it happens (missed, skipped) and move the cursor."""
         now = self._clock.time()
         done = replace(rec, outcome=str(outcome), reason=reason, ended=now)
-        if self._store is not None:
+        self._emit(done, outcome, reason)
+        if rec.kind == "manual":
+            self._post(db.insert_fire_stmt(done))
+        else:
+            self._post(
+                db.insert_fire_stmt(done), db.advance_cursor_stmt(rec.routine, rec.scheduled, now)
+            )
 
-            def write(c: Any) -> None:
-                db.insert_fires(c, [done])
-                if rec.kind != "manual":
-                    db.advance_cursor(c, rec.routine, rec.scheduled, now)
-
-            self._store.post(write)
-        self._emit(done)
-
-    def _emit(self, rec: FireRecord) -> None:
-        if rec.outcome is None:
-            return
-        kind = Outcome(rec.outcome).event_kind
+    def _emit(
+        self, rec: FireRecord, outcome: Outcome, reason: str | None, run_id: str | None = None
+    ) -> None:
+        """Publish the event for a fire that ended ``outcome`` (none for ok and idle)."""
+        kind = outcome.event_kind
         if kind is None:
             return
         self._bus.emit(
@@ -686,9 +693,9 @@ class RoutineScheduler:
             routine=rec.routine,
             agent=rec.agent,
             scheduled=utc_from_ts(rec.scheduled).isoformat(),
-            reason=rec.reason,
-            run_id=rec.run_id,
-            outcome=rec.outcome,
+            reason=reason,
+            run_id=run_id,
+            outcome=str(outcome),
             fire_kind=rec.kind,
             fire_id=rec.fire_id,
         )
@@ -743,9 +750,8 @@ class RoutineScheduler:
                 "report it with the daemon log"
             )
             r = rec(event.scheduled_run_time)
-            if self._store is not None:
-                self._store.post(lambda c: _fail_open_fire(c, r, reason, now))
-            self._emit(replace(r, outcome=str(Outcome.FAILED), reason=reason, ended=now))
+            self._emit(r, Outcome.FAILED, reason)
+            self._post(lambda c: _fail_open_fire(c, r, reason, now))  # a function: it reads
 
     # -- views ------------------------------------------------------------------------
 

@@ -27,8 +27,9 @@ from typing import Any
 from companyd.clock import ManualClock, utc_from_ts
 from companyd.config import CompanyConfig
 from companyd.events import EventBus
-from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
+from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
+from companyd.scheduler._ids import new_id
 from companyd.scheduler.service import RoutineScheduler
 from companyd.scheduler.sink import TaskSink
 from companyd.scheduler.triggers import build_trigger, fire_times

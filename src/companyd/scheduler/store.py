@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import sqlite3
@@ -218,6 +219,49 @@ def _record(row: Sequence[Any]) -> FireRecord:
     )
 
 
+_INSERT_FIRE = f"INSERT INTO fires ({_FIRE_COLUMNS}) VALUES ({', '.join('?' * 14)})"
+_ADVANCE = (
+    "UPDATE routine_state SET cursor = MAX(cursor, ?), "
+    "last_fire = MAX(COALESCE(last_fire, ?), ?), updated = ? WHERE routine = ?"
+)
+_START = "UPDATE fires SET started = ?, task_id = ? WHERE fire_id = ?"
+_FINISH = (
+    "UPDATE fires SET outcome = ?, reason = ?, ended = ?, cost_usd = ?, "
+    "run_id = COALESCE(?, run_id) WHERE fire_id = ?"
+)
+
+#: One SQL statement and its parameters (see :meth:`RoutineStore.execute`).
+Stmt = tuple[str, tuple[Any, ...]]
+
+
+def insert_fire_stmt(rec: FireRecord) -> Stmt:
+    """Add ``rec`` to the history."""
+    return (_INSERT_FIRE, rec._row())
+
+
+def advance_cursor_stmt(routine: str, fire_time: float, now: float) -> Stmt:
+    """Move ``routine``'s cursor (and last fire) forward to ``fire_time``; never back."""
+    return (_ADVANCE, (fire_time, fire_time, fire_time, now, routine))
+
+
+def start_fire_stmt(fire_id: str, started: float, task_id: str) -> Stmt:
+    """Record that a fire's run started, with its task."""
+    return (_START, (started, task_id, fire_id))
+
+
+def finish_fire_stmt(
+    fire_id: str,
+    *,
+    outcome: str,
+    reason: str | None,
+    ended: float,
+    cost_usd: float = 0.0,
+    run_id: str | None = None,
+) -> Stmt:
+    """Record how a fire ended."""
+    return (_FINISH, (outcome, reason, ended, cost_usd, run_id, fire_id))
+
+
 def load_states(conn: sqlite3.Connection) -> dict[str, RoutineState]:
     """Every routine's persisted state, by routine slug."""
     rows = conn.execute(
@@ -289,10 +333,7 @@ def routine_stats(conn: sqlite3.Connection, since: float) -> dict[str, RoutineSt
 
 
 def insert_fires(conn: sqlite3.Connection, records: Iterable[FireRecord]) -> None:
-    conn.executemany(
-        f"INSERT INTO fires ({_FIRE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
-        [r._row() for r in records],
-    )
+    conn.executemany(_INSERT_FIRE, [r._row() for r in records])
 
 
 def finish_fire(
@@ -305,27 +346,15 @@ def finish_fire(
     cost_usd: float = 0.0,
     run_id: str | None = None,
 ) -> None:
-    conn.execute(
-        "UPDATE fires SET outcome = ?, reason = ?, ended = ?, cost_usd = ?, "
-        "run_id = COALESCE(?, run_id) WHERE fire_id = ?",
-        (outcome, reason, ended, cost_usd, run_id, fire_id),
+    sql, params = finish_fire_stmt(
+        fire_id, outcome=outcome, reason=reason, ended=ended, cost_usd=cost_usd, run_id=run_id
     )
-
-
-def start_fire(conn: sqlite3.Connection, fire_id: str, started: float, task_id: str) -> None:
-    conn.execute(
-        "UPDATE fires SET started = ?, task_id = ? WHERE fire_id = ?",
-        (started, task_id, fire_id),
-    )
+    conn.execute(sql, params)
 
 
 def advance_cursor(conn: sqlite3.Connection, routine: str, fire_time: float, now: float) -> None:
     """Move ``routine``'s cursor (and last fire) forward to ``fire_time``; never back."""
-    conn.execute(
-        "UPDATE routine_state SET cursor = MAX(cursor, ?), "
-        "last_fire = MAX(COALESCE(last_fire, ?), ?), updated = ? WHERE routine = ?",
-        (fire_time, fire_time, fire_time, now, routine),
-    )
+    conn.execute(*advance_cursor_stmt(routine, fire_time, now))
 
 
 def put_state(conn: sqlite3.Connection, state: RoutineState) -> None:
@@ -406,17 +435,32 @@ def _check_version(path: Path, version: int) -> None:
 # The owning writer
 
 
-_Job = tuple[Callable[[sqlite3.Connection], Any], "concurrent.futures.Future[Any]"]
+_Fn = Callable[[sqlite3.Connection], Any]
+_Item = _Fn | tuple[Stmt, ...]  # a function, or statements applied in the bulk phase
+_Batch = tuple[list[_Item], "concurrent.futures.Future[list[tuple[bool, Any]]]"]
 
 
 class RoutineStore:
     """The scheduler's handle on routines.sqlite: one worker thread, one connection.
 
-    Work is a function of the connection. :meth:`call` runs one and returns its result;
-    :meth:`post` queues one without waiting (its failure is reported to ``on_error``). The
-    thread runs queued work in batches, each batch one transaction with a savepoint per
-    function, so a burst of a thousand fires costs one commit and one failing statement does
-    not undo its neighbours. A future resolves only after its batch has committed.
+    Work is a function of the connection (:meth:`call` runs one and returns its result,
+    :meth:`post` queues one without waiting), or, for the hot path of every fire, plain
+    statements (:meth:`execute`, :meth:`post_execute`). A failed posted write is reported to
+    ``on_error``.
+
+    Group commit: everything submitted during one turn of the event loop is handed to the
+    worker as one batch and committed as one transaction, and the results come back to the
+    loop in one callback. A burst of a thousand fires therefore costs one commit and two
+    thread crossings, not a thousand of each (each crossing hands the GIL over). If a
+    function in a batch raises, the batch is rolled back and its functions are re-run one
+    transaction each, so one failure never undoes its neighbours. A future resolves only
+    after its work has committed.
+
+    Within a batch, statements come first, grouped by SQL text (one ``executemany`` each):
+    INSERTs, then the others, each in first-submission order; then functions, in submission
+    order. So statements must commute with what else may share their batch — inserts of new
+    rows and idempotent or monotonic updates (the cursor only moves forward). Anything else
+    is a function.
 
     Args:
         path: the database file (created with its directory if missing).
@@ -426,8 +470,10 @@ class RoutineStore:
     def __init__(self, path: Path, on_error: Callable[[BaseException], None] | None = None) -> None:
         self.path = path
         self._on_error = on_error
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._gathering: list[tuple[_Item, asyncio.Future[Any]]] = []
         self._pending: set[asyncio.Future[Any]] = set()
         self._dead = False
         self._death: StoreError | None = None  # why the worker stopped, for later callers
@@ -443,6 +489,7 @@ class RoutineStore:
         Raises:
             StoreError: the file cannot be opened or was written by a newer companyd.
         """
+        self._loop = asyncio.get_running_loop()
         # Not a daemon thread: at interpreter exit Python joins it, so queued history rows are
         # written even if the loop stopped before awaiting them.
         self._thread = threading.Thread(target=self._work, name="routines.sqlite", daemon=False)
@@ -471,13 +518,60 @@ class RoutineStore:
         """Queue ``fn(conn)`` without waiting; must be called on the event loop's thread."""
         self._submit(fn).add_done_callback(self._posted_done)
 
-    def _submit(self, fn: Callable[[sqlite3.Connection], Any]) -> asyncio.Future[Any]:
-        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._put(fn, fut)
-        afut = asyncio.wrap_future(fut)
-        self._pending.add(afut)
-        afut.add_done_callback(self._pending.discard)
-        return afut
+    async def execute(self, *stmts: Stmt) -> None:
+        """Apply ``stmts`` (in the bulk phase of a batch; see the class docstring)."""
+        await self._submit(stmts)
+
+    def post_execute(self, *stmts: Stmt) -> None:
+        """:meth:`execute` without waiting."""
+        self._submit(stmts).add_done_callback(self._posted_done)
+
+    def _submit(self, fn: _Item) -> asyncio.Future[Any]:
+        if self._dead:
+            raise self._death or StoreError(f"routines.sqlite at {str(self.path)!r} is closed")
+        if self._thread is None or self._loop is None:
+            raise StoreError(f"routines.sqlite at {str(self.path)!r} is not open")
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._pending.add(fut)
+        fut.add_done_callback(self._pending.discard)
+        self._gathering.append((fn, fut))
+        if len(self._gathering) == 1:
+            self._loop.call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        """Hand everything gathered this loop turn to the worker as one batch."""
+        gathered, self._gathering = self._gathering, []
+        if not gathered:
+            return
+        loop = self._loop
+        assert loop is not None
+        done: concurrent.futures.Future[list[tuple[bool, Any]]] = concurrent.futures.Future()
+
+        def back(f: concurrent.futures.Future[list[tuple[bool, Any]]]) -> None:
+            # Runs in the worker thread: hop to the loop once for the whole batch.
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                loop.call_soon_threadsafe(self._deliver, gathered, f)
+
+        done.add_done_callback(back)
+        self._queue.put(([fn for fn, _ in gathered], done))
+        if self._dead:  # the worker died between the check and the put: fail it here
+            self._fail_all(self._death or StoreError(f"{str(self.path)!r} is closed"))
+
+    @staticmethod
+    def _deliver(
+        gathered: list[tuple[_Item, asyncio.Future[Any]]],
+        done: concurrent.futures.Future[list[tuple[bool, Any]]],
+    ) -> None:
+        exc = done.exception()
+        results = [(False, exc)] * len(gathered) if exc is not None else done.result()
+        for (_fn, fut), (ok, value) in zip(gathered, results, strict=True):
+            if fut.done():
+                continue
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
 
     def _posted_done(self, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():
@@ -497,25 +591,11 @@ class RoutineStore:
         """Finish queued work, close the connection and stop the thread."""
         if self._thread is None:
             return
+        self._flush()
         self._queue.put(None)
         thread, self._thread = self._thread, None
         await asyncio.to_thread(thread.join)
-        self._pending.clear()
-
-    def _put(
-        self, fn: Callable[[sqlite3.Connection], Any], fut: concurrent.futures.Future[Any]
-    ) -> None:
-        if self._dead and self._death is not None:
-            raise self._death
-        if self._thread is None or self._dead:
-            raise StoreError(f"routines.sqlite at {str(self.path)!r} is not open")
-        self._queue.put((fn, fut))
-        if self._is_dead():  # the worker died between the check and the put: fail it here
-            self._fail_all(self._death or StoreError(f"{str(self.path)!r} is closed"))
-
-    def _is_dead(self) -> bool:
-        # A method, not the attribute: the worker thread flips it concurrently.
-        return self._dead
+        await asyncio.sleep(0)  # let the last batch's results reach their futures
 
     # -- worker thread ----------------------------------------------------------------
 
@@ -531,24 +611,19 @@ class RoutineStore:
             self._fail_all(self._death)
             return
         try:
-            while True:
-                item = self._queue.get()
-                if item is None:
-                    break
-                batch = [item]
-                stop = False
-                while len(batch) < 1000:
-                    try:
-                        nxt = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None:
-                        stop = True
-                        break
-                    batch.append(nxt)
-                self._run_batch(conn, batch)
-                if stop:
-                    break
+            while (item := self._queue.get()) is not None:
+                fns, done = item
+                try:
+                    results = self._run_batch(conn, fns)
+                except sqlite3.Error as exc:
+                    done.set_exception(
+                        StoreError(
+                            f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk "
+                            "space and the file's permissions"
+                        )
+                    )
+                else:
+                    done.set_result(results)
         finally:
             conn.close()
             self._dead = True
@@ -562,34 +637,44 @@ class RoutineStore:
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
-    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
-        results: list[tuple[concurrent.futures.Future[Any], bool, Any]] = []
+    @staticmethod
+    def _run_batch(conn: sqlite3.Connection, items: list[_Item]) -> list[tuple[bool, Any]]:
+        inserts: dict[str, list[tuple[Any, ...]]] = {}
+        others: dict[str, list[tuple[Any, ...]]] = {}
+        for item in items:
+            if isinstance(item, tuple):
+                for sql, params in item:
+                    group = inserts if sql.startswith("INSERT") else others
+                    group.setdefault(sql, []).append(params)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for fn, fut in batch:
-                conn.execute("SAVEPOINT op")
-                try:
-                    value = fn(conn)
-                except Exception as exc:
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
-                    results.append((fut, False, exc))
-                else:
-                    conn.execute("RELEASE op")
-                    results.append((fut, True, value))
+            for group in (inserts, others):
+                for sql, rows in group.items():
+                    conn.executemany(sql, rows)
+            values = [None if isinstance(item, tuple) else item(conn) for item in items]
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+            return [(True, v) for v in values]
+        except Exception:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            err = StoreError(
-                f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk space and the "
-                "file's permissions"
-            )
-            for _fn, fut in batch:
-                _settle(fut, False, err)
-            return
-        for fut, ok, value in results:
-            _settle(fut, ok, value)
+        # Something failed: run each item in its own transaction to isolate the failure.
+        results: list[tuple[bool, Any]] = []
+        for item in items:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if isinstance(item, tuple):
+                    for sql, params in item:
+                        conn.execute(sql, params)
+                    value = None
+                else:
+                    value = item(conn)
+            except Exception as exc:
+                conn.execute("ROLLBACK")
+                results.append((False, exc))
+            else:
+                conn.execute("COMMIT")
+                results.append((True, value))
+        return results
 
     def _fail_all(self, err: BaseException) -> None:
         while True:
@@ -598,15 +683,5 @@ class RoutineStore:
             except queue.Empty:
                 return
             if item is not None:
-                _settle(item[1], False, err)
-
-
-def _settle(fut: concurrent.futures.Future[Any], ok: bool, value: Any) -> None:
-    # A caller cancelled while waiting has cancelled its future; the work was done anyway.
-    try:
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
-    except concurrent.futures.InvalidStateError:
-        pass
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    item[1].set_exception(err)
