@@ -582,3 +582,64 @@ async def test_a_clock_stepped_back_does_not_run_a_fire_twice(make_harness: Make
     assert nxt is not None and iso(nxt.timestamp()) == "2027-01-05T14:00:00+00:00"
     await h.advance_to("2027-01-04T15:00:00")
     assert scheduled(h, "daily-post") == ["2027-01-04T14:00:00+00:00"]
+
+
+async def test_stopping_without_drain_records_running_and_waiting_fires(
+    make_harness: MakeHarness,
+) -> None:
+    h = make_harness(
+        company(
+            "slow: {assignee: coo, description: Slow., trigger: {every: 1m}, concurrency: queue}\n"
+        ),
+        start="2027-01-04T12:00:30",
+    )
+    h.sink.hold = True
+    sched = await h.start()
+    await h.advance_to("2027-01-04T12:02:00", runs=False)
+    async with asyncio.timeout(10):
+        await sched.stop(drain=False)
+    rows = h.history("slow")
+    assert [r.outcome for r in rows] == ["cancelled", "cancelled"]
+    assert "before the run ended" in (rows[0].reason or "")
+    assert "waited for its turn; it did not run" in (rows[1].reason or "")
+    assert len(h.sink.tasks) == 1
+    # Nothing is left open for the next start to close, and nothing runs again.
+    h.sink.hold = False
+    await h.start()
+    assert len(h.sink.tasks) == 1
+    assert [r.outcome for r in h.history("slow")] == ["cancelled", "cancelled"]
+
+
+async def test_live_jobs_and_history_views(make_harness: MakeHarness) -> None:
+    h = make_harness(
+        company(
+            DAILY_1400
+            + "paused: {assignee: coo, description: Off., trigger: {every: 1h}, enabled: false}\n"
+        ),
+        start="2027-01-04T12:00:00",
+    )
+    h.sink.script["daily-post"] = lambda t: (
+        (RunStatus.FAILED, "HTTP 500 (injected)", 0.0)
+        if len(h.sink.tasks) == 2
+        else (RunStatus.OK, None, 0.05)
+    )
+    sched = await h.start()
+    await h.advance_to("2027-01-07T15:00:00")
+    async with asyncio.timeout(5):
+        view = await sched.jobs()
+        hist = await sched.history("daily-post", limit=2)
+        with pytest.raises(RoutineNotFound, match="did you mean 'daily-post'"):
+            await sched.history("daily-psot")
+    assert view["daemon"] is True
+    by = {r["routine"]: r for r in view["routines"]}
+    assert by["daily-post"]["next_fire"] == "2027-01-08T14:00:00+00:00"
+    assert by["daily-post"]["success_7d"] == {"due": 4, "ok": 3, "rate": 0.75}
+    assert by["daily-post"]["last"]["outcome"] == "ok"
+    assert by["daily-post"]["catch_up"] == "run_once within 2h"
+    assert by["paused"]["enabled"] is False and by["paused"]["next_fire"] is None
+    assert [f["scheduled"] for f in hist["fires"]] == [
+        "2027-01-07T14:00:00+00:00",
+        "2027-01-06T14:00:00+00:00",
+    ]
+    with pytest.raises(RoutineNotFound, match=r"disabled in company\.yaml"):
+        await sched.run_now("paused")

@@ -63,3 +63,62 @@ async def test_three_days_with_failures_and_a_restart_leave_nothing_unexplained(
     assert sum(s.cost_usd for s in report.routines.values()) == pytest.approx(
         ok_runs * sink.cost_usd
     )
+
+
+class SleepySink(FlakySink):
+    """A runtime that waits on the simulated clock itself (a 90 s retry backoff per run)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(failure_rate=0.0, clock=clock)
+        self.clock = clock
+
+    async def submit(self, task):  # type: ignore[no-untyped-def]
+        await self.clock.sleep(90)
+        return await super().submit(task)
+
+
+async def test_a_runtime_sleeping_on_the_simulated_clock(tmp_path: Path) -> None:
+    from .conftest import company
+
+    config = company(
+        """\
+        hourly: {assignee: coo, description: Work., trigger: {every: 1h}}
+        often: {assignee: coo, description: Work., trigger: {every: 1m}}
+        """
+    )
+    clock = ManualClock(start=ts("2027-01-04T00:00:30"))
+    sink = SleepySink(clock)
+    async with asyncio.timeout(60):
+        # Until 06:04:00: the 06:00 run has ended, the 06:03 one is still sleeping.
+        report = await simulate(
+            config,
+            (6 * 3600 + 210) / 86400,
+            sink,
+            clock,
+            state_dir=tmp_path / "s",
+            wait_for_runs=False,
+        )
+    assert report.complete, report.to_dict()
+    hourly = report.routines["hourly"]
+    assert hourly.due == 6 and hourly.outcomes == {"ok": 6}
+    often = report.routines["often"]
+    assert often.due == 364
+    # Each run takes 90 simulated seconds, so every other minute overlaps and is skipped;
+    # the run in progress at the end is stopped and recorded.
+    assert often.outcomes == {"ok": 181, "skipped": 182, "cancelled": 1}
+
+
+async def test_manual_clock_next_deadline() -> None:
+    clock = ManualClock()
+    assert clock.next_deadline() is None
+    a = asyncio.ensure_future(clock.sleep(30))
+    b = asyncio.ensure_future(clock.sleep(10))
+    await asyncio.sleep(0)
+    assert clock.next_deadline() == 10
+    b.cancel()
+    await asyncio.sleep(0)
+    assert clock.next_deadline() == 30  # a cancelled sleep no longer counts
+    clock.advance(30)
+    async with asyncio.timeout(5):
+        await a
+    assert clock.next_deadline() is None

@@ -29,7 +29,6 @@ operator's description; this docstring is the contract:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import difflib
 import logging
 import math
@@ -87,6 +86,10 @@ _INTERRUPTED = (
 _STOPPED = (
     "interrupted: the scheduler stopped before the run ended; the fire is not run again — "
     "see `companyd runs` for what the agent did"
+)
+_STOPPED_BEFORE = (
+    "interrupted: the scheduler stopped while this fire waited for its turn; it did not run "
+    "and is not run again"
 )
 
 
@@ -252,7 +255,7 @@ class RoutineScheduler:
                 if p.next_run is not None:
                     self._add_job(self._slots[p.routine.slug], p.next_run)
         except BaseException:
-            await self._close_store()
+            await self.stop(drain=False)
             raise
 
     async def stop(self, *, drain: bool = True) -> None:
@@ -381,7 +384,7 @@ class RoutineScheduler:
         states: list[RoutineState] = []
         removed = [s for s in self._slots if s not in wanted]
         for slug in removed:
-            with contextlib.suppress(Exception):  # JobLookupError: it had no next fire time
+            if aps.get_job(slug) is not None:  # None: its schedule had ended
                 aps.remove_job(slug)
             del self._slots[slug]
             self._catch_up.pop(slug, None)
@@ -524,16 +527,23 @@ class RoutineScheduler:
             return None
         slot.pending += 1
         try:
-            # The cursor is committed before anything runs: a crash from here on never makes
-            # a restart run this fire time again.
-            if kind == "manual":
-                await store.execute(db.insert_fire_stmt(rec))
-            else:
-                await store.execute(
-                    db.insert_fire_stmt(rec), db.advance_cursor_stmt(r.slug, scheduled, now)
-                )
-            async with slot.lock:
+            try:
+                # The cursor is committed before anything runs: a crash from here on never
+                # makes a restart run this fire time again.
+                if kind == "manual":
+                    await store.execute(db.insert_fire_stmt(rec))
+                else:
+                    await store.execute(
+                        db.insert_fire_stmt(rec), db.advance_cursor_stmt(r.slug, scheduled, now)
+                    )
+                await slot.lock.acquire()
+            except asyncio.CancelledError:
+                self._record_cancelled(rec, _STOPPED_BEFORE)
+                raise
+            try:
                 return await self._run_locked(slot, rec, check_precondition)
+            finally:
+                slot.lock.release()
         finally:
             slot.pending -= 1
 
@@ -545,6 +555,9 @@ class RoutineScheduler:
         if check_precondition and r.precondition != "always":
             try:
                 go, why = await self._precondition(slot)
+            except asyncio.CancelledError:
+                self._record_cancelled(rec, _STOPPED_BEFORE)
+                raise
             except Exception as exc:
                 await self._finish(
                     rec,
@@ -572,7 +585,7 @@ class RoutineScheduler:
         try:
             outcome = await self._sink.submit(task)
         except asyncio.CancelledError:
-            self._record_cancelled(rec)
+            self._record_cancelled(rec, _STOPPED)
             raise
         except Exception as exc:
             outcome = RunOutcome(
@@ -643,13 +656,14 @@ class RoutineScheduler:
         )
         self._emit(rec, outcome, reason, run_id)
 
-    def _record_cancelled(self, rec: FireRecord) -> None:
-        # Called while being cancelled: post (do not await) so the row is written anyway.
+    def _record_cancelled(self, rec: FireRecord, reason: str) -> None:
+        # Called while being cancelled: post (do not await) so the row is written anyway. The
+        # insert of the row was submitted earlier; within a batch inserts go first.
         ended = self._clock.time()
-        self._emit(rec, Outcome.CANCELLED, _STOPPED)
+        self._emit(rec, Outcome.CANCELLED, reason)
         self._post(
             db.finish_fire_stmt(
-                rec.fire_id, outcome=str(Outcome.CANCELLED), reason=_STOPPED, ended=ended
+                rec.fire_id, outcome=str(Outcome.CANCELLED), reason=reason, ended=ended
             )
         )
 

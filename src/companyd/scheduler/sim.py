@@ -79,13 +79,17 @@ async def advance(
     max_step: float | None = None,
     runs: bool = True,
 ) -> None:
-    """Move ``clock`` forward by ``seconds``, stopping at every wakeup of ``scheduler`` and
-    letting it finish what is due there (see :meth:`RoutineScheduler.settle`; ``runs=False``
-    leaves runs blocked in the sink alone)."""
+    """Move ``clock`` forward by ``seconds``, stopping wherever something sleeping on it
+    wakes up — the scheduler, or a sink that waits on the clock — and letting the scheduler
+    finish what is due there (see :meth:`RoutineScheduler.settle`; ``runs=False`` leaves runs
+    blocked in the sink alone)."""
     end = clock.monotonic() + seconds
     await scheduler.settle(runs=runs)
     while (remaining := end - clock.monotonic()) > 0:
         step = remaining
+        deadline = clock.next_deadline()
+        if deadline is not None and deadline > clock.monotonic():
+            step = min(step, deadline - clock.monotonic())
         wake = scheduler.next_wakeup
         if wake is not None and wake > 0:
             step = min(step, wake)
@@ -291,6 +295,7 @@ async def simulate(
     state_dir: Path,
     bus: EventBus | None = None,
     downtime: Sequence[tuple[float, float]] = (),
+    wait_for_runs: bool = True,
 ) -> SimReport:
     """Run ``config``'s routines for ``days`` on ``clock`` and audit the history.
 
@@ -304,6 +309,11 @@ async def simulate(
         downtime: ``(down_at, up_at)`` offsets in seconds from the start: the scheduler is
             stopped at ``down_at`` and a new one (same state dir) started at ``up_at`` —
             a daemon restart, with catch-up.
+        wait_for_runs: True (default): simulated time stands still while a run is in
+            progress (runs take zero simulated time; the sink must not sleep on ``clock``).
+            False: time moves on from wakeup to wakeup regardless — for a runtime that
+            sleeps on ``clock`` itself (retry backoff); runs still in progress at a restart or
+            at the end are then stopped and recorded ``cancelled``.
     """
     bus = bus or EventBus(clock)
     events: Counter[str] = Counter()
@@ -322,14 +332,14 @@ async def simulate(
     await sched.start()
     try:
         for down_at, up_at in sorted(downtime):
-            await advance(sched, clock, start + down_at - clock.time())
-            await sched.stop()
+            await advance(sched, clock, start + down_at - clock.time(), runs=wait_for_runs)
+            await sched.stop(drain=wait_for_runs)
             clock.advance(up_at - down_at)
             sched = make()
             await sched.start()
-        await advance(sched, clock, end - clock.time())
+        await advance(sched, clock, end - clock.time(), runs=wait_for_runs)
     finally:
-        await sched.stop()
+        await sched.stop(drain=wait_for_runs)
         remove()
     wall = time.perf_counter() - started_wall
 
