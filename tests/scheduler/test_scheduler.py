@@ -643,3 +643,23 @@ async def test_live_jobs_and_history_views(make_harness: MakeHarness) -> None:
     ]
     with pytest.raises(RoutineNotFound, match=r"disabled in company\.yaml"):
         await sched.run_now("paused")
+
+
+async def test_the_same_instance_can_be_restarted_by_its_supervisor(
+    make_harness: MakeHarness,
+) -> None:
+    h = make_harness(company(DAILY_1400), start="2027-01-04T13:00:00")
+    sched = await h.start()
+    for stop_at, up_at in (("13:30", "13:45"), ("13:55", "14:10")):
+        await h.advance_to(f"2027-01-04T{stop_at}:00")
+        ctx = StandaloneContext()
+        await sched.stop()
+        h.clock.advance(ts(f"2027-01-04T{up_at}:00") - h.clock.time())
+        child = asyncio.ensure_future(sched.run(ctx))
+        async with asyncio.timeout(5):
+            await ctx.ready.wait()
+            await sched.settle()
+            ctx.stopping.set()
+            await child
+        await sched.start()
+    assert [(r.kind, r.outcome) for r in h.history("daily-post")] == [("catch_up", "ok")]
