@@ -643,6 +643,25 @@ async def test_live_jobs_and_history_views(make_harness: MakeHarness) -> None:
     ]
     with pytest.raises(RoutineNotFound, match=r"disabled in company\.yaml"):
         await sched.run_now("paused")
+    # A front end receiving these as JSON prints the same tables as the offline CLI.
+    import json
+
+    from companyd.scheduler.report import (
+        JobView,
+        format_history_result,
+        format_jobs_result,
+    )
+
+    wire = json.loads(json.dumps(view))
+    assert [JobView.from_dict(r).to_dict() for r in wire["routines"]] == wire["routines"]
+    table = format_jobs_result(wire, h.clock.time())
+    line = next(x for x in table.splitlines() if x.startswith("daily-post"))
+    assert "75.0% (3/4)" in line and "2027-01-08 14:00 UTC (in 23.0h)" in line
+    assert "ok " in line
+    text = format_history_result(json.loads(json.dumps(hist)), h.config)
+    assert text.splitlines()[0] == "daily-post (marketing) — cron '0 14 * * *' UTC"
+    assert "HTTP 500 (injected)" not in text  # only the two newest fires were asked for
+    assert len(text.splitlines()) == 4
 
 
 async def test_the_same_instance_can_be_restarted_by_its_supervisor(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -28,7 +29,9 @@ __all__ = [
     "SUCCESS_WINDOW",
     "JobView",
     "format_history",
+    "format_history_result",
     "format_jobs",
+    "format_jobs_result",
     "job_views",
     "offline_next_fires",
 ]
@@ -72,6 +75,31 @@ class JobView:
             "in_progress": self.in_progress,
             "success_7d": {"due": self.stats.due, "ok": self.stats.ok, "rate": rate},
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobView:
+        """The inverse of :meth:`to_dict` (for front ends that received it as JSON)."""
+        return cls(
+            routine=d["routine"],
+            agent=d["agent"],
+            schedule=d["schedule"],
+            timezone=d["timezone"],
+            enabled=d["enabled"],
+            concurrency=d["concurrency"],
+            catch_up=d["catch_up"],
+            precondition=d["precondition"],
+            next_fire=_ts(d.get("next_fire")),
+            catch_up_pending=_ts(d.get("catch_up_pending")),
+            last=FireRecord.from_dict(d["last"]) if d.get("last") else None,
+            in_progress=int(d.get("in_progress", 0)),
+            stats=RoutineStats(
+                routine=d["routine"], due=d["success_7d"]["due"], ok=d["success_7d"]["ok"]
+            ),
+        )
+
+
+def _ts(text: str | None) -> float | None:
+    return None if text is None else datetime.fromisoformat(text).timestamp()
 
 
 def _iso(ts: float | None) -> str | None:
@@ -252,3 +280,16 @@ def format_history(routine: RoutineConfig | None, slug: str, records: Sequence[F
         + "\n"
         + _table(("SCHEDULED", "KIND", "OUTCOME", "STARTED", "TOOK", "COST", "RUN", "REASON"), rows)
     )
+
+
+def format_jobs_result(result: Mapping[str, Any], now: float) -> str:
+    """:func:`format_jobs` for a ``jobs()`` result received as JSON (control socket)."""
+    views = [JobView.from_dict(r) for r in result["routines"]]
+    return format_jobs(views, now, daemon=bool(result.get("daemon", result.get("live"))))
+
+
+def format_history_result(result: Mapping[str, Any], config: CompanyConfig | None) -> str:
+    """:func:`format_history` for a ``history()`` result received as JSON."""
+    slug = result["routine"]
+    routine = config.routines.get(slug) if config is not None else None
+    return format_history(routine, slug, [FireRecord.from_dict(f) for f in result["fires"]])

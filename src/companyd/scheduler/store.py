@@ -35,8 +35,9 @@ import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.request import pathname2url
@@ -161,6 +162,32 @@ class FireRecord:
             "task_id": self.task_id,
             "fires": self.fires,
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FireRecord:
+        """The inverse of :meth:`to_dict` (for front ends that received it as JSON)."""
+
+        def ts(text: str | None) -> float | None:
+            return None if text is None else datetime.fromisoformat(text).timestamp()
+
+        scheduled = ts(d["scheduled"])
+        assert scheduled is not None
+        return cls(
+            fire_id=d["fire_id"],
+            routine=d["routine"],
+            agent=d["agent"],
+            kind=d["kind"],
+            scheduled=scheduled,
+            fired=ts(d.get("fired")),
+            started=ts(d.get("started")),
+            ended=ts(d.get("ended")),
+            outcome=d.get("outcome"),
+            reason=d.get("reason"),
+            cost_usd=float(d.get("cost_usd", 0.0)),
+            run_id=d.get("run_id"),
+            task_id=d.get("task_id"),
+            fires=int(d.get("fires", 1)),
+        )
 
     def _row(self) -> tuple[Any, ...]:
         return (
