@@ -50,13 +50,21 @@ from apscheduler.schedulers.base import STATE_PAUSED
 
 from companyd.clock import Clock
 
-__all__ = ["ClockedExecutor", "ClockedScheduler", "CoalescedMiss"]
+__all__ = ["ClockedExecutor", "ClockedScheduler", "CoalescedMiss", "JobDropped"]
 
 log = logging.getLogger(__name__)
 
 
+#: Seconds before processing is tried again after an unexpected error.
+_RETRY = 1.0
+
+
 class CoalescedMiss(JobExecutionEvent):  # type: ignore[misc]  # apscheduler is untyped
     """``EVENT_JOB_MISSED`` for a fire time that ``coalesce`` folded into a later one."""
+
+
+class JobDropped(JobExecutionEvent):  # type: ignore[misc]
+    """``EVENT_JOB_ERROR`` for a job removed because it could not be dispatched at all."""
 
 
 class ClockedExecutor(AsyncIOExecutor):  # type: ignore[misc]
@@ -176,7 +184,13 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
         if self._eventloop is None:
             return  # shut down meanwhile
         self._stop_timer()
-        self._start_timer(self._process_jobs())
+        try:
+            wait = self._process_jobs()
+        except Exception:
+            # Never let one bad round stop the timer for good: look again shortly.
+            log.exception("processing routines failed; looking again in %s s", _RETRY)
+            wait = _RETRY
+        self._start_timer(wait)
 
     def _start_timer(self, wait_seconds: float | None) -> None:
         self._stop_timer()
@@ -233,37 +247,17 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
         with self._jobstores_lock:
             for alias, store in self._jobstores.items():
                 for job in store.get_due_jobs(now):
-                    executor = self._lookup_executor(job.executor)
-                    all_times = job._get_run_times(now)
-                    run_times = all_times[-1:] if all_times and job.coalesce else all_times
-                    for folded in all_times[: len(all_times) - len(run_times)]:
-                        events.append(CoalescedMiss(EVENT_JOB_MISSED, job.id, alias, folded))
-                    if not run_times:
-                        continue
                     try:
-                        executor.submit_job(job, run_times)
-                    except MaxInstancesReachedError:
-                        events.append(
-                            JobSubmissionEvent(EVENT_JOB_MAX_INSTANCES, job.id, alias, run_times)
-                        )
+                        self._dispatch_job(job, alias, store, now, events, tell_submitted)
                     except Exception as exc:
-                        log.exception("submitting job %r failed", job.id)
-                        for run_time in run_times:
-                            events.append(
-                                JobExecutionEvent(
-                                    EVENT_JOB_ERROR, job.id, alias, run_time, exception=exc
-                                )
+                        # A job that cannot even be dispatched (a bug in a trigger) is dropped
+                        # rather than retried in a hot loop, and said so — never silently.
+                        log.exception("routine %r cannot be dispatched; dropping it", job.id)
+                        events.append(
+                            JobDropped(
+                                EVENT_JOB_ERROR, job.id, alias, job.next_run_time, exception=exc
                             )
-                    else:
-                        if tell_submitted:
-                            events.append(
-                                JobSubmissionEvent(EVENT_JOB_SUBMITTED, job.id, alias, run_times)
-                            )
-                    job_next_run = job.trigger.get_next_fire_time(run_times[-1], now)
-                    if job_next_run:
-                        job._modify(next_run_time=job_next_run)
-                        store.update_job(job)
-                    else:
+                        )
                         self.remove_job(job.id, alias)
                 store_next = store.get_next_run_time()
                 if store_next and (next_wakeup_time is None or store_next < next_wakeup_time):
@@ -274,3 +268,39 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
             return None
         wait = next_wakeup_time.timestamp() - self._clock.time()
         return float(min(max(wait, 0.0), TIMEOUT_MAX))
+
+    def _dispatch_job(
+        self,
+        job: Any,
+        alias: str,
+        store: Any,
+        now: datetime,
+        events: list[Any],
+        tell_submitted: bool,
+    ) -> None:
+        executor = self._lookup_executor(job.executor)
+        all_times = job._get_run_times(now)
+        run_times = all_times[-1:] if all_times and job.coalesce else all_times
+        for folded in all_times[: len(all_times) - len(run_times)]:
+            events.append(CoalescedMiss(EVENT_JOB_MISSED, job.id, alias, folded))
+        if not run_times:
+            return
+        try:
+            executor.submit_job(job, run_times)
+        except MaxInstancesReachedError:
+            events.append(JobSubmissionEvent(EVENT_JOB_MAX_INSTANCES, job.id, alias, run_times))
+        except Exception as exc:
+            log.exception("submitting job %r failed", job.id)
+            for run_time in run_times:
+                events.append(
+                    JobExecutionEvent(EVENT_JOB_ERROR, job.id, alias, run_time, exception=exc)
+                )
+        else:
+            if tell_submitted:
+                events.append(JobSubmissionEvent(EVENT_JOB_SUBMITTED, job.id, alias, run_times))
+        job_next_run = job.trigger.get_next_fire_time(run_times[-1], now)
+        if job_next_run:
+            job._modify(next_run_time=job_next_run)
+            store.update_job(job)
+        else:
+            self.remove_job(job.id, alias)

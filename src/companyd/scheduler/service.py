@@ -47,7 +47,7 @@ from companyd.daemon.child import ChildContext
 from companyd.events import EventBus
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
-from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss
+from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
 from companyd.scheduler._ids import new_id
 from companyd.scheduler.catchup import StartPlan, plan_start
 from companyd.scheduler.outcomes import Outcome, from_run_status
@@ -487,7 +487,7 @@ class RoutineScheduler:
         if r is not None and not r.enabled:
             return RoutineNotFound(
                 f"routine {routine!r} is disabled in company.yaml; set 'enabled: true' and "
-                "reload (`companyd reload`) to run it"
+                "reload the daemon's configuration to run it"
             )
         close = difflib.get_close_matches(routine, known, n=1, cutoff=0.5)
         hint = f"did you mean {close[0]!r}? " if close else ""
@@ -763,6 +763,8 @@ class RoutineScheduler:
                 f"internal error in the scheduler: {type(exc).__name__}: {exc}; this is a bug — "
                 "report it with the daemon log"
             )
+            if isinstance(event, JobDropped):
+                reason += "; the routine stopped firing until the next reload or restart"
             r = rec(event.scheduled_run_time)
             self._emit(r, Outcome.FAILED, reason)
             self._post(lambda c: _fail_open_fire(c, r, reason, now))  # a function: it reads
