@@ -102,6 +102,13 @@ class ManualClock:
         """How many sleeps are pending (cancelled ones included until their deadline)."""
         return sum(1 for _, _, f in self._sleepers if not f.done())
 
+    def next_deadline(self) -> float | None:
+        """The monotonic reading at which the earliest pending sleep ends, or None.
+
+        Lets a driver advance from one wake-up to the next instead of in fixed steps.
+        """
+        return min((d for d, _, f in self._sleepers if not f.done()), default=None)
+
 
 def utc_from_ts(ts: float) -> datetime:
     """An aware UTC datetime for an epoch timestamp."""

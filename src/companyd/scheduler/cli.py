@@ -1,0 +1,197 @@
+"""``companyd jobs``: routines, their history, and firing one now.
+
+* ``companyd jobs [--json]`` — each routine's schedule, next fire, last outcome and 7-day
+  success rate;
+* ``companyd jobs history ROUTINE [--limit N] [--json]`` — its latest fires with outcome,
+  reason, cost and run id;
+* ``companyd jobs run ROUTINE`` — fire it now (inside the running daemon).
+
+``jobs`` and ``history`` read ``<state_dir>/routines.sqlite`` directly (read-only; safe
+beside a running daemon thanks to WAL), so they work when no daemon runs. ``run`` needs the
+daemon, because the run happens inside it under its budgets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from companyd.cli import default_config_path, print_json
+from companyd.clock import utc_from_ts
+from companyd.errors import DaemonNotRunning
+
+# The handlers import config, SQLite and APScheduler-backed modules when they run, so
+# building the top-level parser (every `companyd` invocation) stays cheap.
+if TYPE_CHECKING:
+    from companyd.config import CompanyConfig
+    from companyd.scheduler.service import RoutineNotFound
+
+__all__ = ["register"]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+def _common(p: argparse.ArgumentParser, *, nested: bool) -> None:
+    # Nested parsers default to SUPPRESS so `companyd jobs --json history x` and
+    # `companyd jobs history x --json` both work without one overwriting the other.
+    default: Any = argparse.SUPPRESS if nested else None
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=default,
+        help="company.yaml (default: $COMPANYD_CONFIG or ./company.yaml)",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=default,
+        help="state directory (default: $STATE_DIRECTORY, company.yaml's state_dir, ./state)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if nested else False,
+        help="machine-readable output",
+    )
+
+
+def register(sub: Any) -> None:
+    """Add ``jobs`` (with ``history`` and ``run``) to the top-level subparsers."""
+    p = sub.add_parser(
+        "jobs",
+        help="routines: schedule, next fire, last outcome, 7-day success rate",
+        description="Show each routine's schedule, next fire, last outcome and 7-day success "
+        "rate (read from the state directory; no daemon needed).",
+    )
+    _common(p, nested=False)
+    p.set_defaults(func=_jobs)
+    jsub = p.add_subparsers(dest="jobs_command", metavar="ACTION")
+
+    h = jsub.add_parser("history", help="the latest fires of one routine, newest first")
+    h.add_argument("routine", help="routine name (a key under 'routines:' in company.yaml)")
+    h.add_argument("--limit", type=_positive, default=20, help="how many fires (default 20)")
+    _common(h, nested=True)
+    h.set_defaults(func=_history)
+
+    r = jsub.add_parser("run", help="fire a routine now (needs a running daemon)")
+    r.add_argument("routine", help="routine name")
+    _common(r, nested=True)
+    r.set_defaults(func=_run)
+
+
+def _load(args: argparse.Namespace) -> tuple[CompanyConfig, Path]:
+    from companyd.config import load_config
+    from companyd.scheduler import store as db
+
+    cfg = load_config(args.config or default_config_path())
+    return cfg, cfg.state_dir(args.state_dir) / db.DB_NAME
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    from companyd.scheduler import store as db
+    from companyd.scheduler.report import (
+        SUCCESS_WINDOW,
+        format_jobs,
+        job_views,
+        offline_next_fires,
+    )
+
+    cfg, path = _load(args)
+    now = time.time()
+    conn = db.open_readonly(path)
+    states: dict[str, db.RoutineState] = {}
+    stats: dict[str, db.RoutineStats] = {}
+    latest: dict[str, db.FireRecord] = {}
+    open_: list[db.FireRecord] = []
+    if conn is not None:
+        with contextlib.closing(conn):
+            states = db.load_states(conn)
+            stats = db.routine_stats(conn, now - SUCCESS_WINDOW)
+            latest = db.latest_fires(conn)
+            open_ = db.open_fires(conn)
+    nexts, pending = offline_next_fires(cfg, states, now)
+    views = job_views(
+        cfg,
+        stats=stats,
+        latest=latest,
+        open_fires=open_,
+        next_fires=nexts,
+        catch_up_pending=pending,
+    )
+    if args.json:
+        print_json(
+            {
+                "live": False,
+                "generated": utc_from_ts(now).isoformat(),
+                "history": str(path),
+                "routines": [v.to_dict() for v in views],
+            }
+        )
+        return 0
+    print(format_jobs(views, now, daemon=False))
+    if conn is None:
+        print(f"(no routine history yet: {path} does not exist — it appears on first start)")
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    from companyd.scheduler import store as db
+    from companyd.scheduler.report import format_history
+
+    cfg, path = _load(args)
+    conn = db.open_readonly(path)
+    records: list[db.FireRecord] = []
+    if conn is not None:
+        with contextlib.closing(conn):
+            records = db.recent_fires(conn, args.routine, args.limit)
+    routine = cfg.routines.get(args.routine)
+    if routine is None and not records:
+        raise _unknown(cfg, args.routine)
+    if args.json:
+        print_json({"routine": args.routine, "fires": [r.to_dict() for r in records]})
+    else:
+        print(format_history(routine, args.routine, records))
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg, _ = _load(args)
+    routine = cfg.routines.get(args.routine)
+    if routine is None:
+        raise _unknown(cfg, args.routine)
+    if not routine.enabled:
+        from companyd.scheduler.service import RoutineNotFound
+
+        raise RoutineNotFound(
+            f"routine {args.routine!r} is disabled in company.yaml; set 'enabled: true' and "
+            "reload the daemon to run it"
+        )
+    raise DaemonNotRunning(
+        f"`companyd jobs run {args.routine}` needs a running daemon: the run happens inside "
+        "it, under its budgets. Start it (`companyd run`, or `systemctl start companyd`) — "
+        "this build cannot reach a running daemon from the command line yet"
+    )
+
+
+def _unknown(cfg: CompanyConfig, name: str) -> RoutineNotFound:
+    from companyd.scheduler.service import RoutineNotFound
+
+    known = list(cfg.routines)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return RoutineNotFound(
+        f"no routine {name!r} in company.yaml or in the history; {hint}routines: "
+        f"{', '.join(known) or '(none)'}"
+    )

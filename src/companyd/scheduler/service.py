@@ -1,0 +1,867 @@
+"""The routine scheduler: company.yaml's routines on APScheduler 3, as a supervised child.
+
+A :class:`RoutineScheduler` turns each enabled routine into an APScheduler job (in memory —
+company.yaml is the only source of truth and nothing is pickled). When a routine fires it
+builds a :class:`~companyd.roles.tasks.Task` and hands it to the agent runtime through a
+:class:`~companyd.scheduler.sink.TaskSink`; the run's status becomes the fire's outcome.
+
+Every fire time ends as exactly one history row in ``<state_dir>/routines.sqlite`` — run,
+``missed``, ``skipped`` or ``idle`` — and everything but ``ok`` and ``idle`` is also an event
+(``routine_failed``, ``routine_missed``, ``routine_skipped``). docs/scheduler.md is the
+operator's description; this docstring is the contract:
+
+* **Restart-proof.** Each routine's cursor (the latest fire time dealt with) is committed
+  before its task is submitted. On start, fire times after the cursor that passed while the
+  daemon was down are missed; ``catch_up: run_once`` runs the latest of them once, at start,
+  when it is at most ``grace`` old. A changed trigger (compared by ``repr``, time zone
+  included) starts afresh without catch-up. A fire left running by a crash is closed as
+  ``cancelled`` and not run again.
+* **Concurrency.** ``skip_if_active``: a fire while a run of the same routine is active is
+  ``skipped``. ``queue``: it waits for the active run, at most one waiting; a further fire is
+  ``skipped``.
+* **Preconditions** (``memory_changed``, ``inbox_nonempty``) are checked when the run would
+  start; when false the fire is ``idle``: no task, no model call, $0, no event.
+* **Misfires.** A fire time reached more than its grace late (blocked loop, suspended host)
+  is ``missed`` with the lateness; grace is ``catch_up.grace`` for ``run_once`` routines and
+  ``skip_grace`` (60 s) for ``skip`` routines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+
+from companyd.clock import Clock, SystemClock, utc_from_ts
+from companyd.config import CompanyConfig, RoutineConfig
+from companyd.daemon.admin import AdminError
+from companyd.daemon.child import ChildContext
+from companyd.events import EventBus
+from companyd.roles.tasks import RunOutcome, RunStatus, Task
+from companyd.scheduler import store as db
+from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
+from companyd.scheduler._ids import new_id
+from companyd.scheduler.catchup import StartPlan, plan_start
+from companyd.scheduler.outcomes import Outcome, from_run_status
+from companyd.scheduler.report import SUCCESS_WINDOW, job_views
+from companyd.scheduler.sink import TaskSink
+from companyd.scheduler.store import (
+    DB_NAME,
+    FireRecord,
+    RoutineState,
+    RoutineStore,
+    StoreError,
+)
+from companyd.scheduler.triggers import (
+    build_trigger,
+    format_seconds,
+    next_after,
+    trigger_identity,
+)
+
+__all__ = [
+    "IDLE_RETENTION",
+    "RoutineBusy",
+    "RoutineNotFound",
+    "RoutineScheduler",
+]
+
+log = logging.getLogger(__name__)
+
+#: ``idle`` rows (a quiet heartbeat: 288 a day) are kept this long, then pruned at start.
+IDLE_RETENTION = 35 * 86400.0
+
+_INTERRUPTED = (
+    "interrupted: the daemon stopped (crash, kill or power loss) before the run ended; the "
+    "fire is not run again — see `companyd runs` for what the agent did"
+)
+_STOPPED = (
+    "interrupted: the scheduler stopped before the run ended; the fire is not run again — "
+    "see `companyd runs` for what the agent did"
+)
+_STOPPED_BEFORE = (
+    "interrupted: the scheduler stopped while this fire waited for its turn; it did not run "
+    "and is not run again"
+)
+
+
+class RoutineNotFound(AdminError):
+    """The operator named a routine that company.yaml does not define (or disables)."""
+
+
+class RoutineBusy(AdminError):
+    """``run_now`` refused: the routine's concurrency policy has no room for another run."""
+
+
+@dataclass
+class _Slot:
+    """A routine as the scheduler runs it."""
+
+    config: RoutineConfig
+    trigger: Any
+    identity: str
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending: int = 0  # fires holding or waiting for the lock
+    marker: str | None = None
+
+    @property
+    def limit(self) -> int:
+        return 1 if self.config.concurrency == "skip_if_active" else 2
+
+
+class RoutineScheduler:
+    """Runs company.yaml's routines; a supervised child (``await scheduler.run(ctx)``).
+
+    Args:
+        config: the validated company; only ``config.routines`` is read.
+        sink: where firing routines send their tasks (the agent runtime).
+        state_dir: the daemon's state directory; the history is ``state_dir/routines.sqlite``.
+        bus: where ``routine_failed`` / ``routine_missed`` / ``routine_skipped`` are published.
+        clock: time source (tests and benchmarks pass a ManualClock).
+        max_sleep: longest sleep before the schedule is looked at again (see
+            :class:`~companyd.scheduler._aps.ClockedScheduler`); None on a ManualClock run
+            makes compressed time cheaper.
+        skip_grace: misfire grace of ``catch_up: skip`` routines, in seconds.
+    """
+
+    def __init__(
+        self,
+        config: CompanyConfig,
+        sink: TaskSink,
+        *,
+        state_dir: Path,
+        bus: EventBus,
+        clock: Clock | None = None,
+        max_sleep: float | None = 60.0,
+        skip_grace: float = 60.0,
+    ) -> None:
+        self._config = config
+        self._sink = sink
+        self.db_path = Path(state_dir) / DB_NAME
+        self._bus = bus
+        self._clock: Clock = clock or SystemClock()
+        self._max_sleep = max_sleep
+        self._skip_grace = skip_grace
+        self._source = "scheduler"
+        self._slots: dict[str, _Slot] = {}
+        self._catch_up: dict[str, datetime] = {}
+        self._store: RoutineStore | None = None
+        self._aps: ClockedScheduler | None = None
+        self._manual: set[asyncio.Task[RunOutcome | None]] = set()
+        self._failure: BaseException | None = None
+        self._failed = asyncio.Event()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def run(self, ctx: ChildContext) -> None:
+        """The supervised child: start, signal readiness, run until asked to stop.
+
+        Raises:
+            StoreError: routines.sqlite cannot be opened or written (the supervisor restarts
+                the scheduler; history must not be lost silently).
+        """
+        self._source = ctx.path
+        await self.start()
+        ctx.started()
+        drain = True
+        try:
+            waits = {
+                asyncio.ensure_future(ctx.stopping.wait()),
+                asyncio.ensure_future(self._failed.wait()),
+            }
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            if self._failure is not None:
+                raise StoreError(f"routine history cannot be written: {self._failure}")
+        except asyncio.CancelledError:
+            drain = False  # cancelled: the supervisor wants us gone now, not after the runs
+            raise
+        finally:
+            await self.stop(drain=drain)
+
+    @property
+    def running(self) -> bool:
+        return self._aps is not None
+
+    async def start(self) -> None:
+        """Open the history, settle what happened while the daemon was down, arm every job.
+
+        Raises:
+            StoreError: routines.sqlite cannot be opened or is from a newer companyd.
+            RuntimeError: already started.
+        """
+        if self._store is not None:
+            raise RuntimeError("RoutineScheduler.start() called twice; call stop() first")
+        self._failure = None
+        self._failed.clear()
+        store = RoutineStore(self.db_path, on_error=self._store_failed)
+        self._store = store
+        try:
+            await store.open()
+            now = self._clock.time()
+            interrupted = await store.call(lambda c: db.close_interrupted(c, now, _INTERRUPTED))
+            for rec in interrupted:
+                self._emit(rec, Outcome.CANCELLED, _INTERRUPTED)
+            states = await store.call(db.load_states)
+            routines = [r for r in self._config.routines.values() if r.enabled]
+            # Walking cron fire times over a long outage is CPU work: keep it off the loop.
+            plans = await asyncio.to_thread(plan_start, routines, states, now)
+            stale = set(states) - {p.routine.slug for p in plans}
+
+            def write(c: Any) -> None:
+                db.insert_fires(c, [m for p in plans for m in p.missed])
+                for p in plans:
+                    db.put_state(c, p.state)
+                db.delete_states(c, stale)
+                db.prune_idle(c, now - IDLE_RETENTION)
+
+            await store.call(write)
+            for p in plans:
+                self._report_missed_at_start(p)
+            self._slots = {
+                p.routine.slug: _Slot(
+                    config=p.routine,
+                    trigger=p.trigger,
+                    identity=p.identity,
+                    marker=p.state.memory_marker,
+                )
+                for p in plans
+            }
+            self._catch_up = {p.routine.slug: p.catch_up for p in plans if p.catch_up is not None}
+            await self._take_baselines(self._slots.values())
+            aps = ClockedScheduler(
+                self._clock,
+                max_sleep=self._max_sleep,
+                timezone="UTC",
+                job_defaults={"coalesce": True},
+            )
+            aps.add_listener(
+                self._on_aps_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_ERROR
+            )
+            aps.start()
+            self._aps = aps
+            for p in plans:
+                if p.next_run is not None:
+                    self._add_job(self._slots[p.routine.slug], p.next_run)
+        except BaseException:
+            await self.stop(drain=False)
+            raise
+
+    async def stop(self, *, drain: bool = True) -> None:
+        """Stop firing; let runs in progress end (``drain``), then close the history.
+
+        If this coroutine is cancelled while draining (the supervisor's shutdown timeout),
+        runs still in progress are recorded as ``cancelled`` and the history is closed.
+        """
+        aps, self._aps = self._aps, None
+        if aps is not None:
+            aps.pause()
+        tasks: set[asyncio.Future[Any]] = set(self._manual)
+        if aps is not None:
+            tasks |= aps.executor.tasks
+        try:
+            if drain and tasks:
+                await asyncio.wait(tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            if aps is not None:
+                aps.shutdown(wait=False)
+                await asyncio.sleep(0)  # shutdown is dispatched with call_soon_threadsafe
+            await self._close_store()
+
+    async def _close_store(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            await store.drain()
+            await store.close()
+
+    def _store_failed(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self._failed.set()
+
+    def _report_missed_at_start(self, plan: StartPlan) -> None:
+        # One event per routine, not per fire time: a heartbeat down for a day must not page
+        # the operator 288 times. The history has every fire time.
+        if not plan.missed:
+            return
+        latest = plan.missed[-1]
+        r = plan.routine
+        self._bus.emit(
+            "routine_missed",
+            self._source,
+            routine=r.slug,
+            agent=r.assignee,
+            scheduled=utc_from_ts(latest.scheduled).isoformat(),
+            reason=latest.reason,
+            run_id=None,
+            outcome=str(Outcome.MISSED),
+            fire_kind=latest.kind,
+            fire_id=latest.fire_id,
+            count=sum(m.fires for m in plan.missed),
+            first=utc_from_ts(plan.missed[0].scheduled).isoformat(),
+        )
+
+    async def _take_baselines(self, slots: Iterable[_Slot]) -> None:
+        """Record the memory marker a ``memory_changed`` routine compares against, if none."""
+        for slot in slots:
+            if slot.config.precondition != "memory_changed" or slot.marker is not None:
+                continue
+            try:
+                marker = await self._sink.memory_marker()
+            except Exception as exc:  # the first fire will take the baseline instead
+                log.warning("memory marker unavailable for %r: %r", slot.config.slug, exc)
+                continue
+            await self._save_marker(slot, marker)
+
+    async def _save_marker(self, slot: _Slot, marker: str) -> None:
+        slot.marker = marker
+        now = self._clock.time()
+        slug = slot.config.slug
+        if self._store is not None:
+            await self._store.call(lambda c: db.set_marker(c, slug, marker, now))
+
+    def _add_job(self, slot: _Slot, next_run: datetime) -> None:
+        assert self._aps is not None
+        self._aps.add_job(
+            self._fire,
+            trigger=slot.trigger,
+            args=[slot.config.slug],
+            id=slot.config.slug,
+            name=slot.config.slug,
+            next_run_time=next_run,
+            **self._job_options(slot.config),
+        )
+
+    def _job_options(self, r: RoutineConfig) -> dict[str, Any]:
+        # Set explicitly, never left to APScheduler's defaults (misfire grace 1 s).
+        grace = r.catch_up.grace if r.catch_up.policy == "run_once" else self._skip_grace
+        return {
+            "coalesce": True,
+            "max_instances": 1 if r.concurrency == "skip_if_active" else 2,
+            "misfire_grace_time": max(1, math.ceil(grace)),  # APScheduler wants whole seconds
+        }
+
+    # -- reload -----------------------------------------------------------------------
+
+    async def reconfigure(self, config: CompanyConfig) -> dict[str, list[str]]:
+        """Apply a new company.yaml's routines without disturbing the others.
+
+        Routines whose trigger is unchanged keep their next fire time, runs in progress and
+        history (assignee, description, concurrency and precondition changes take effect at
+        the next fire). A changed trigger starts afresh at its next fire time after now. Added
+        routines fire from their next fire time; removed or disabled ones stop (a run in
+        progress ends normally) and forget their cursor, so re-enabling one later owes no
+        catch-up for the time it was off.
+
+        Returns:
+            ``{"added": [...], "removed": [...], "changed": [...], "unchanged": [...]}``.
+
+        Raises:
+            RuntimeError: the scheduler is not running.
+        """
+        aps, store = self._aps, self._store
+        if aps is None or store is None:
+            raise RuntimeError("reconfigure() needs a started RoutineScheduler")
+        now = self._clock.time()
+        now_dt = utc_from_ts(now)
+        wanted = {s: r for s, r in config.routines.items() if r.enabled}
+        result: dict[str, list[str]] = {"added": [], "removed": [], "changed": [], "unchanged": []}
+        states: list[RoutineState] = []
+        removed = [s for s in self._slots if s not in wanted]
+        for slug in removed:
+            if aps.get_job(slug) is not None:  # None: its schedule had ended
+                aps.remove_job(slug)
+            del self._slots[slug]
+            self._catch_up.pop(slug, None)
+            result["removed"].append(slug)
+        for slug, r in wanted.items():
+            trigger = build_trigger(r)
+            ident = trigger_identity(trigger)
+            slot = self._slots.get(slug)
+            if slot is not None and slot.identity == ident:
+                slot.config = r
+                if aps.get_job(slug) is not None:
+                    aps.modify_job(slug, **self._job_options(r))
+                result["unchanged"].append(slug)
+                continue
+            nxt = next_after(trigger, now_dt)
+            if slot is not None:
+                slot.config, slot.trigger, slot.identity = r, trigger, ident
+                self._catch_up.pop(slug, None)
+                if aps.get_job(slug) is not None:
+                    aps.remove_job(slug)
+                result["changed"].append(slug)
+            else:
+                slot = _Slot(config=r, trigger=trigger, identity=ident)
+                self._slots[slug] = slot
+                result["added"].append(slug)
+            if nxt is not None:
+                self._add_job(slot, nxt)
+            states.append(
+                RoutineState(
+                    routine=slug,
+                    trigger=ident,
+                    cursor=now,
+                    memory_marker=slot.marker,
+                    updated=now,
+                )
+            )
+        # Changed routines keep their last fire time; put_state would reset it, so read first.
+
+        def write(c: Any) -> None:
+            old = db.load_states(c)
+            for st in states:
+                prev = old.get(st.routine)
+                db.put_state(c, replace(st, last_fire=prev.last_fire if prev else None))
+            db.delete_states(c, removed)
+
+        await store.call(write)
+        await self._take_baselines(self._slots.values())
+        self._config = config
+        return result
+
+    # -- firing -----------------------------------------------------------------------
+
+    async def _fire(self, routine: str, *, scheduled: datetime | None = None) -> None:
+        """APScheduler's job function: one fire time of ``routine``."""
+        slot = self._slots.get(routine)
+        if slot is None or scheduled is None:
+            log.warning("fire of %r at %s ignored: routine no longer scheduled", routine, scheduled)
+            return
+        kind = "scheduled"
+        if self._catch_up.get(routine) == scheduled:
+            del self._catch_up[routine]
+            kind = "catch_up"
+        try:
+            await self._execute(slot, kind, scheduled.timestamp(), check_precondition=True)
+        except StoreError as exc:
+            self._store_failed(exc)  # history cannot be written: the child must fail loudly
+            raise
+
+    async def run_now(self, routine: str) -> RunOutcome:
+        """Fire ``routine`` now, outside its schedule, and wait for the run to end.
+
+        The precondition is not checked (the operator asked for a run); the concurrency
+        policy is: with ``queue`` the run waits for an active one. The schedule's cursor does
+        not move. The run is recorded as a ``manual`` fire, not counted in the success rate.
+        If the caller is cancelled, the run goes on and is recorded.
+
+        Raises:
+            RoutineNotFound: no enabled routine of that name.
+            RoutineBusy: the concurrency policy has no room (a run is active and the policy
+                is ``skip_if_active``, or the one queue place is taken).
+            RuntimeError: the scheduler is not running.
+        """
+        if self._aps is None:
+            raise RuntimeError("run_now() needs a started RoutineScheduler")
+        slot = self._slots.get(routine)
+        if slot is None:
+            raise self._not_found(routine)
+        task = asyncio.ensure_future(
+            self._execute(slot, "manual", self._clock.time(), check_precondition=False)
+        )
+        self._manual.add(task)
+        task.add_done_callback(self._manual.discard)
+        outcome = await asyncio.shield(task)
+        assert outcome is not None  # manual runs are never idle
+        return outcome
+
+    def _not_found(self, routine: str) -> RoutineNotFound:
+        known = list(self._config.routines)
+        r = self._config.routines.get(routine)
+        if r is not None and not r.enabled:
+            return RoutineNotFound(
+                f"routine {routine!r} is disabled in company.yaml; set 'enabled: true' and "
+                "reload the daemon's configuration to run it"
+            )
+        close = difflib.get_close_matches(routine, known, n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return RoutineNotFound(
+            f"no routine {routine!r} in company.yaml; {hint}routines: "
+            f"{', '.join(known) or '(none)'}"
+        )
+
+    def _overlap_reason(self, slot: _Slot) -> str:
+        if slot.config.concurrency == "skip_if_active":
+            return "overlap: the previous run was still active (concurrency: skip_if_active)"
+        return "queue full: one run active and one already waiting (concurrency: queue)"
+
+    async def _execute(
+        self, slot: _Slot, kind: str, scheduled: float, *, check_precondition: bool
+    ) -> RunOutcome | None:
+        r = slot.config
+        store = self._store
+        assert store is not None
+        now = self._clock.time()
+        rec = FireRecord(
+            fire_id=new_id("fire"),
+            routine=r.slug,
+            agent=r.assignee,
+            kind=kind,
+            scheduled=scheduled,
+            fired=now,
+        )
+        if slot.pending >= slot.limit:
+            if kind == "manual":
+                raise RoutineBusy(
+                    f"routine {r.slug!r} is running now and its concurrency is "
+                    f"{r.concurrency!r}; wait for the run to end (`companyd jobs history "
+                    f"{r.slug}`) and try again"
+                )
+            self._record_now(rec, Outcome.SKIPPED, self._overlap_reason(slot))
+            return None
+        slot.pending += 1
+        try:
+            try:
+                # The cursor is committed before anything runs: a crash from here on never
+                # makes a restart run this fire time again.
+                if kind == "manual":
+                    await store.execute(db.insert_fire_stmt(rec))
+                else:
+                    await store.execute(
+                        db.insert_fire_stmt(rec), db.advance_cursor_stmt(r.slug, scheduled, now)
+                    )
+                await slot.lock.acquire()
+            except asyncio.CancelledError:
+                self._record_cancelled(rec, _STOPPED_BEFORE)
+                raise
+            try:
+                return await self._run_locked(slot, rec, check_precondition)
+            finally:
+                slot.lock.release()
+        finally:
+            slot.pending -= 1
+
+    async def _run_locked(
+        self, slot: _Slot, rec: FireRecord, check_precondition: bool
+    ) -> RunOutcome | None:
+        r = slot.config
+        started = self._clock.time()
+        if check_precondition and r.precondition != "always":
+            try:
+                go, why = await self._precondition(slot)
+            except asyncio.CancelledError:
+                self._record_cancelled(rec, _STOPPED_BEFORE)
+                raise
+            except Exception as exc:
+                await self._finish(
+                    rec,
+                    Outcome.FAILED,
+                    f"precondition {r.precondition} could not be checked: "
+                    f"{type(exc).__name__}: {exc}; no task was submitted",
+                )
+                return None
+            if not go:
+                await self._finish(rec, Outcome.IDLE, why)
+                return None
+        task = Task(
+            id=new_id("task"),
+            agent=r.assignee,
+            prompt=r.description,
+            source=f"routine:{r.slug}",
+            created=started,
+            routine=r.slug,
+            expected_output=r.expected_output,
+            reviewer=r.reviewer,
+        )
+        store = self._store
+        assert store is not None
+        store.post_execute(db.start_fire_stmt(rec.fire_id, started, task.id))
+        try:
+            outcome = await self._sink.submit(task)
+        except asyncio.CancelledError:
+            self._record_cancelled(rec, _STOPPED)
+            raise
+        except Exception as exc:
+            outcome = RunOutcome(
+                task_id=task.id,
+                run_id="",
+                agent=r.assignee,
+                status=RunStatus.FAILED,
+                started=started,
+                ended=self._clock.time(),
+                reason=(
+                    f"the task could not be handed to agent {r.assignee!r}: "
+                    f"{type(exc).__name__}: {exc}"
+                ),
+            )
+        result = from_run_status(outcome.status)
+        reason = outcome.reason
+        if result is not Outcome.OK and not reason:
+            reason = f"the run ended {result} and the agent runtime gave no reason"
+        await self._finish(
+            rec, result, reason, cost_usd=outcome.cost_usd, run_id=outcome.run_id or None
+        )
+        if r.precondition == "memory_changed":
+            # Taken after the run, so the run's own memory writes do not wake it again.
+            try:
+                await self._save_marker(slot, await self._sink.memory_marker())
+            except Exception as exc:
+                log.warning("memory marker unavailable after %r ran: %r", r.slug, exc)
+        return outcome
+
+    async def _precondition(self, slot: _Slot) -> tuple[bool, str | None]:
+        r = slot.config
+        if r.precondition == "inbox_nonempty":
+            n = self._sink.inbox_size(r.assignee)
+            if n > 0:
+                return True, None
+            return False, f"no changes: the inbox of {r.assignee!r} is empty; no task submitted"
+        marker = await self._sink.memory_marker()
+        if slot.marker is None:
+            await self._save_marker(slot, marker)
+            return False, "no changes: first look, memory baseline recorded; no task submitted"
+        if marker == slot.marker:
+            return False, "no changes in company memory since the last run; no task submitted"
+        return True, None
+
+    # -- recording --------------------------------------------------------------------
+
+    async def _finish(
+        self,
+        rec: FireRecord,
+        outcome: Outcome,
+        reason: str | None,
+        *,
+        cost_usd: float = 0.0,
+        run_id: str | None = None,
+    ) -> None:
+        ended = self._clock.time()
+        store = self._store
+        assert store is not None
+        await store.execute(
+            db.finish_fire_stmt(
+                rec.fire_id,
+                outcome=str(outcome),
+                reason=reason,
+                ended=ended,
+                cost_usd=cost_usd,
+                run_id=run_id,
+            )
+        )
+        self._emit(rec, outcome, reason, run_id)
+
+    def _record_cancelled(self, rec: FireRecord, reason: str) -> None:
+        # Called while being cancelled: post (do not await) so the row is written anyway. The
+        # insert of the row was submitted earlier; within a batch inserts go first.
+        ended = self._clock.time()
+        self._emit(rec, Outcome.CANCELLED, reason)
+        self._post(
+            db.finish_fire_stmt(
+                rec.fire_id, outcome=str(Outcome.CANCELLED), reason=reason, ended=ended
+            )
+        )
+
+    def _post(self, *work: db.Stmt | Callable[[Any], None]) -> None:
+        """Queue history writes from a synchronous path (a listener, a cancellation)."""
+        try:
+            if self._store is None:
+                raise StoreError("routine history is closed")
+            stmts = tuple(w for w in work if isinstance(w, tuple))
+            if stmts:
+                self._store.post_execute(*stmts)
+            for w in work:
+                if not isinstance(w, tuple):
+                    self._store.post(w)
+        except StoreError as exc:
+            log.error("routine history write lost: %s", exc)
+            self._store_failed(exc)
+
+    def _record_now(self, rec: FireRecord, outcome: Outcome, reason: str) -> None:
+        """Record a fire that ends as soon as it happens (missed, skipped) and move the cursor."""
+        now = self._clock.time()
+        done = replace(rec, outcome=str(outcome), reason=reason, ended=now)
+        self._emit(done, outcome, reason)
+        if rec.kind == "manual":
+            self._post(db.insert_fire_stmt(done))
+        else:
+            self._post(
+                db.insert_fire_stmt(done), db.advance_cursor_stmt(rec.routine, rec.scheduled, now)
+            )
+
+    def _emit(
+        self, rec: FireRecord, outcome: Outcome, reason: str | None, run_id: str | None = None
+    ) -> None:
+        """Publish the event for a fire that ended ``outcome`` (none for ok and idle)."""
+        kind = outcome.event_kind
+        if kind is None:
+            return
+        self._bus.emit(
+            kind,
+            self._source,
+            routine=rec.routine,
+            agent=rec.agent,
+            scheduled=utc_from_ts(rec.scheduled).isoformat(),
+            reason=reason,
+            run_id=run_id,
+            outcome=str(outcome),
+            fire_kind=rec.kind,
+            fire_id=rec.fire_id,
+        )
+
+    def _on_aps_event(self, event: Any) -> None:
+        """APScheduler listener: misfires, max-instances skips and job errors — never silent."""
+        slot = self._slots.get(event.job_id)
+        agent = slot.config.assignee if slot else "?"
+        now = self._clock.time()
+
+        def rec(when: datetime) -> FireRecord:
+            return FireRecord(
+                fire_id=new_id("fire"),
+                routine=event.job_id,
+                agent=agent,
+                kind="scheduled",
+                scheduled=when.timestamp(),
+                fired=now,
+            )
+
+        if event.code == EVENT_JOB_MISSED:
+            when = event.scheduled_run_time
+            late = format_seconds(max(0.0, now - when.timestamp()))
+            if isinstance(event, CoalescedMiss):
+                reason = (
+                    f"misfire: the scheduler reached this fire time {late} late (blocked event "
+                    "loop, suspended host or a clock step) and folded it into the later one"
+                )
+            else:
+                grace = self._job_options(slot.config)["misfire_grace_time"] if slot else 0
+                reason = (
+                    f"misfire: the scheduler reached this fire time {late} late, beyond the "
+                    f"grace of {format_seconds(grace)} (blocked event loop, suspended host or "
+                    "a clock step)"
+                )
+            self._record_now(rec(when), Outcome.MISSED, reason)
+        elif event.code == EVENT_JOB_MAX_INSTANCES:
+            for when in event.scheduled_run_times:
+                reason = self._overlap_reason(slot) if slot else "overlap"
+                self._record_now(rec(when), Outcome.SKIPPED, reason)
+        elif event.code == EVENT_JOB_ERROR:
+            exc = event.exception
+            log.error(
+                "routine %r fire at %s failed inside the scheduler: %r\n%s",
+                event.job_id,
+                event.scheduled_run_time,
+                exc,
+                getattr(event, "traceback", "") or "",
+            )
+            reason = (
+                f"internal error in the scheduler: {type(exc).__name__}: {exc}; this is a bug — "
+                "report it with the daemon log"
+            )
+            if isinstance(event, JobDropped):
+                reason += "; the routine stopped firing until the next reload or restart"
+            r = rec(event.scheduled_run_time)
+            self._emit(r, Outcome.FAILED, reason)
+            self._post(lambda c: _fail_open_fire(c, r, reason, now))  # a function: it reads
+
+    # -- views ------------------------------------------------------------------------
+
+    def next_fire_time(self, routine: str) -> datetime | None:
+        """When ``routine`` fires next (None: not scheduled)."""
+        if self._aps is None:
+            return None
+        job = self._aps.get_job(routine)
+        return None if job is None else job.next_run_time
+
+    async def jobs(self) -> dict[str, Any]:
+        """Each routine: schedule, next fire, last outcome, 7-day success rate (JSON-ready;
+        the same shape as ``companyd jobs --json``)."""
+        store = self._store
+        if store is None:
+            raise RuntimeError("jobs() needs a started RoutineScheduler")
+        now = self._clock.time()
+        stats, latest, open_ = await store.call(
+            lambda c: (
+                db.routine_stats(c, now - SUCCESS_WINDOW),
+                db.latest_fires(c),
+                db.open_fires(c),
+            )
+        )
+        nexts: dict[str, float | None] = {}
+        for slug in self._slots:
+            nxt = self.next_fire_time(slug)
+            nexts[slug] = nxt.timestamp() if nxt else None
+        views = job_views(
+            self._config, stats=stats, latest=latest, open_fires=open_, next_fires=nexts
+        )
+        return {
+            "daemon": True,
+            "generated": utc_from_ts(now).isoformat(),
+            "routines": [v.to_dict() for v in views],
+        }
+
+    async def history(self, routine: str, limit: int = 20) -> dict[str, Any]:
+        """The latest ``limit`` fires of ``routine``, newest first (JSON-ready).
+
+        Raises:
+            RoutineNotFound: neither company.yaml nor the history knows the routine.
+        """
+        store = self._store
+        if store is None:
+            raise RuntimeError("history() needs a started RoutineScheduler")
+        records = await store.call(lambda c: db.recent_fires(c, routine, limit))
+        if not records and routine not in self._config.routines:
+            raise self._not_found(routine)
+        return {"routine": routine, "fires": [r.to_dict() for r in records]}
+
+    # -- compressed time --------------------------------------------------------------
+
+    @property
+    def next_wakeup(self) -> float | None:
+        """Seconds on the clock until the scheduler next looks at its jobs (None: idle)."""
+        return None if self._aps is None else self._aps.next_wakeup
+
+    async def settle(self, *, runs: bool = True) -> None:
+        """Return once nothing is due at the clock's current time: no wakeup pending, every
+        history write committed, and (``runs``) no fire in flight.
+
+        For tests and the compressed-time harness on a ManualClock. With ``runs`` it waits for
+        runs in flight to end, so the sink must not itself wait on that ManualClock; with
+        ``runs=False`` runs blocked in the sink (a test holding them open) are left alone.
+        """
+        quiet = 0
+        while quiet < 3:
+            await asyncio.sleep(0)
+            if runs:
+                busy: set[asyncio.Future[Any]] = set(self._manual)
+                if self._aps is not None:
+                    busy |= self._aps.executor.tasks
+                if busy:
+                    quiet = 0
+                    await asyncio.wait(busy)
+                    continue
+            if self._store is not None and self._store.pending:
+                quiet = 0
+                await self._store.drain()
+                continue
+            if self._aps is not None and self._aps.busy:
+                quiet = 0
+                continue
+            quiet += 1
+
+
+def _fail_open_fire(c: Any, rec: FireRecord, reason: str, now: float) -> None:
+    """Close the fire row a crashed job left open (or add one if it never got that far)."""
+    cur = c.execute(
+        "UPDATE fires SET outcome = 'failed', reason = ?, ended = ? WHERE routine = ? AND "
+        "scheduled = ? AND outcome IS NULL AND kind != 'manual'",
+        (reason, now, rec.routine, rec.scheduled),
+    )
+    if cur.rowcount == 0:
+        db.insert_fires(c, [replace(rec, outcome=str(Outcome.FAILED), reason=reason, ended=now)])
+        db.advance_cursor(c, rec.routine, rec.scheduled, now)

@@ -1,0 +1,406 @@
+"""Compressed time: run a company's routines for days of schedule in seconds.
+
+:func:`simulate` drives a real :class:`~companyd.scheduler.service.RoutineScheduler` — real
+APScheduler, real SQLite history, real events — on a :class:`~companyd.clock.ManualClock`,
+jumping from one wakeup of the scheduler to the next, optionally with the daemon down for
+some windows, and then audits the history against the schedule computed independently from
+company.yaml: every due fire time must have exactly one row, and every row that is not
+``ok`` (or ``idle``) must carry a reason.
+
+The sink is whatever runs the tasks: :class:`FlakySink` here (a stand-in runtime whose model
+calls fail transiently at a given rate), or the real agent runtime against the loopback
+Messages API server. The sink must not wait on the simulated clock (its runs take zero
+simulated time; real time spent in them is fine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from companyd.clock import ManualClock, utc_from_ts
+from companyd.config import CompanyConfig
+from companyd.events import EventBus
+from companyd.roles.tasks import RunOutcome, RunStatus, Task
+from companyd.scheduler import store as db
+from companyd.scheduler._ids import new_id
+from companyd.scheduler.service import RoutineScheduler
+from companyd.scheduler.sink import TaskSink
+from companyd.scheduler.triggers import build_trigger, fire_times
+
+__all__ = [
+    "FlakySink",
+    "RoutineSimStats",
+    "SimReport",
+    "StandaloneContext",
+    "advance",
+    "simulate",
+]
+
+
+class StandaloneContext:
+    """A :class:`~companyd.daemon.child.ChildContext` for running one child without a
+    supervisor (tests, benchmarks, the simulator)."""
+
+    def __init__(self, path: str = "companyd/scheduler") -> None:
+        self._path = path
+        self._stopping = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.info: Any = None
+
+    @property
+    def id(self) -> str:
+        return self._path.rsplit("/", 1)[-1]
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def stopping(self) -> asyncio.Event:
+        return self._stopping
+
+    def started(self, info: Any = None) -> None:
+        self.info = info
+        self.ready.set()
+
+
+async def advance(
+    scheduler: RoutineScheduler,
+    clock: ManualClock,
+    seconds: float,
+    *,
+    max_step: float | None = None,
+    runs: bool = True,
+) -> None:
+    """Move ``clock`` forward by ``seconds``, stopping wherever something sleeping on it
+    wakes up — the scheduler, or a sink that waits on the clock — and letting the scheduler
+    finish what is due there (see :meth:`RoutineScheduler.settle`; ``runs=False`` leaves runs
+    blocked in the sink alone)."""
+    end = clock.monotonic() + seconds
+    await scheduler.settle(runs=runs)
+    while (remaining := end - clock.monotonic()) > 0:
+        step = remaining
+        deadline = clock.next_deadline()
+        if deadline is not None and deadline > clock.monotonic():
+            step = min(step, deadline - clock.monotonic())
+        wake = scheduler.next_wakeup
+        if wake is not None and wake > 0:
+            step = min(step, wake)
+        if max_step is not None:
+            step = min(step, max_step)
+        clock.advance(step)
+        await scheduler.settle(runs=runs)
+
+
+class FlakySink:
+    """A stand-in agent runtime whose model calls fail transiently at ``failure_rate``.
+
+    Each run makes up to ``attempts`` model calls (``attempts=1``: no retry); a call fails with
+    HTTP 529 (overloaded) or 500 (internal error), chosen at random. A run whose calls all
+    fail ends ``failed`` with the last error as its reason; a successful run costs
+    ``cost_usd`` and, when ``writes_memory``, changes the company memory (so a
+    ``memory_changed`` heartbeat has something to look at). Runs take no simulated time.
+
+    Args:
+        failure_rate: probability that one model call fails.
+        attempts: model calls per run before giving up.
+        seed: for a reproducible run.
+    """
+
+    def __init__(
+        self,
+        *,
+        failure_rate: float = 0.2,
+        attempts: int = 1,
+        seed: int = 0,
+        cost_usd: float = 0.002,
+        writes_memory: bool = True,
+        clock: ManualClock | None = None,
+    ) -> None:
+        self.failure_rate = failure_rate
+        self.attempts = attempts
+        self.cost_usd = cost_usd
+        self.writes_memory = writes_memory
+        self._rng = random.Random(seed)
+        self._clock = clock
+        self.memory_version = 0
+        self.inboxes: Counter[str] = Counter()
+        self.tasks: list[Task] = []
+        self.calls = 0
+        self.failed_calls = 0
+
+    async def submit(self, task: Task) -> RunOutcome:
+        self.tasks.append(task)
+        now = self._clock.time() if self._clock else time.time()
+        error = None
+        for _ in range(self.attempts):
+            self.calls += 1
+            if self._rng.random() >= self.failure_rate:
+                error = None
+                break
+            self.failed_calls += 1
+            error = self._rng.choice(
+                ("HTTP 529 overloaded_error (injected)", "HTTP 500 api_error (injected)")
+            )
+        if error is not None:
+            return RunOutcome(
+                task_id=task.id,
+                run_id=new_id("run"),
+                agent=task.agent,
+                status=RunStatus.FAILED,
+                started=now,
+                ended=now,
+                reason=f"model call failed {self.attempts}× in a row; last: {error}",
+            )
+        if self.writes_memory:
+            self.memory_version += 1
+        return RunOutcome(
+            task_id=task.id,
+            run_id=new_id("run"),
+            agent=task.agent,
+            status=RunStatus.OK,
+            started=now,
+            ended=now,
+            answer="done",
+            cost_usd=self.cost_usd,
+            steps=1,
+        )
+
+    def inbox_size(self, agent: str) -> int:
+        return self.inboxes[agent]
+
+    async def memory_marker(self) -> str:
+        return str(self.memory_version)
+
+
+@dataclass
+class RoutineSimStats:
+    """One routine over a simulated run."""
+
+    routine: str
+    due: int = 0  # fire times the schedule says happened
+    recorded: int = 0  # fire times the history accounts for
+    outcomes: Counter[str] = field(default_factory=Counter)
+    cost_usd: float = 0.0
+
+    @property
+    def due_runs(self) -> int:
+        """Fire times that count for the success rate (everything but idle)."""
+        return self.recorded - self.outcomes["idle"]
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.outcomes["ok"] / self.due_runs if self.due_runs else None
+
+
+@dataclass
+class SimReport:
+    """The audit of a simulated run (see :func:`simulate`)."""
+
+    start: float
+    end: float
+    routines: dict[str, RoutineSimStats]
+    missing: list[tuple[str, str]]  # (routine, ISO fire time) with no history row
+    duplicates: list[tuple[str, str]]  # (routine, ISO fire time) with more than one row
+    unexplained: list[db.FireRecord]  # not ok/idle and no reason
+    non_success: list[db.FireRecord]
+    events: Counter[str]
+    submitted: int
+    wall_seconds: float
+
+    @property
+    def due(self) -> int:
+        return sum(s.due for s in self.routines.values())
+
+    @property
+    def due_runs(self) -> int:
+        return sum(s.due_runs for s in self.routines.values())
+
+    @property
+    def ok(self) -> int:
+        return sum(s.outcomes["ok"] for s in self.routines.values())
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.ok / self.due_runs if self.due_runs else None
+
+    @property
+    def complete(self) -> bool:
+        """Every due fire time has exactly one row and every non-success has a reason."""
+        return not (self.missing or self.duplicates or self.unexplained)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start": utc_from_ts(self.start).isoformat(),
+            "end": utc_from_ts(self.end).isoformat(),
+            "due": self.due,
+            "due_runs": self.due_runs,
+            "ok": self.ok,
+            "success_rate": self.success_rate,
+            "complete": self.complete,
+            "missing": self.missing,
+            "duplicates": self.duplicates,
+            "unexplained": [r.to_dict() for r in self.unexplained],
+            "non_success_reasons": dict(Counter(_reason_class(r) for r in self.non_success)),
+            "events": dict(self.events),
+            "submitted": self.submitted,
+            "wall_seconds": self.wall_seconds,
+            "routines": {
+                s.routine: {
+                    "due": s.due,
+                    "recorded": s.recorded,
+                    "outcomes": dict(s.outcomes),
+                    "success_rate": s.success_rate,
+                    "cost_usd": round(s.cost_usd, 6),
+                }
+                for s in self.routines.values()
+            },
+        }
+
+
+def _reason_class(rec: db.FireRecord) -> str:
+    reason = rec.reason or "(none)"
+    return f"{rec.outcome}: {reason.split(';')[0][:80]}"
+
+
+class _CountingSink:
+    def __init__(self, inner: TaskSink) -> None:
+        self.inner = inner
+        self.submitted = 0
+
+    async def submit(self, task: Task) -> RunOutcome:
+        self.submitted += 1
+        return await self.inner.submit(task)
+
+    def inbox_size(self, agent: str) -> int:
+        return self.inner.inbox_size(agent)
+
+    async def memory_marker(self) -> str:
+        return await self.inner.memory_marker()
+
+
+async def simulate(
+    config: CompanyConfig,
+    days: float,
+    sink: TaskSink,
+    clock: ManualClock,
+    *,
+    state_dir: Path,
+    bus: EventBus | None = None,
+    downtime: Sequence[tuple[float, float]] = (),
+    wait_for_runs: bool = True,
+) -> SimReport:
+    """Run ``config``'s routines for ``days`` on ``clock`` and audit the history.
+
+    Args:
+        config: the company (its enabled routines are scheduled).
+        days: simulated duration, starting at the clock's current time.
+        sink: runs the tasks; it must not wait on ``clock``.
+        clock: the simulated time; moved forward by this function.
+        state_dir: where routines.sqlite goes (use a fresh directory per run).
+        bus: event bus (default: a new one on ``clock``); events are counted per kind.
+        downtime: ``(down_at, up_at)`` offsets in seconds from the start: the scheduler is
+            stopped at ``down_at`` and a new one (same state dir) started at ``up_at`` —
+            a daemon restart, with catch-up.
+        wait_for_runs: True (default): simulated time stands still while a run is in
+            progress (runs take zero simulated time; the sink must not sleep on ``clock``).
+            False: time moves on from wakeup to wakeup regardless — for a runtime that
+            sleeps on ``clock`` itself (retry backoff); runs still in progress at a restart or
+            at the end are then stopped and recorded ``cancelled``.
+    """
+    bus = bus or EventBus(clock)
+    events: Counter[str] = Counter()
+    remove = bus.add_listener(lambda e: events.update([e.kind]))
+    counting = _CountingSink(sink)
+    started_wall = time.perf_counter()
+    start = clock.time()
+    end = start + days * 86400.0
+
+    def make() -> RoutineScheduler:
+        return RoutineScheduler(
+            config, counting, state_dir=state_dir, bus=bus, clock=clock, max_sleep=None
+        )
+
+    sched = make()
+    await sched.start()
+    try:
+        for down_at, up_at in sorted(downtime):
+            await advance(sched, clock, start + down_at - clock.time(), runs=wait_for_runs)
+            await sched.stop(drain=wait_for_runs)
+            clock.advance(up_at - down_at)
+            sched = make()
+            await sched.start()
+        await advance(sched, clock, end - clock.time(), runs=wait_for_runs)
+    finally:
+        await sched.stop(drain=wait_for_runs)
+        remove()
+    wall = time.perf_counter() - started_wall
+
+    conn = db.open_readonly(sched.db_path)
+    assert conn is not None
+    try:
+        records = db.fires_between(conn, start, end)
+    finally:
+        conn.close()
+    return _audit(config, records, start, end, events, counting.submitted, wall)
+
+
+def _audit(
+    config: CompanyConfig,
+    records: list[db.FireRecord],
+    start: float,
+    end: float,
+    events: Counter[str],
+    submitted: int,
+    wall: float,
+) -> SimReport:
+    stats = {s: RoutineSimStats(routine=s) for s, r in config.routines.items() if r.enabled}
+    triggers = {s: build_trigger(config.routines[s]) for s in stats}
+    seen: Counter[tuple[str, float]] = Counter()
+    for rec in records:
+        if rec.kind == "manual" or rec.routine not in stats:
+            continue
+        st = stats[rec.routine]
+        st.recorded += rec.fires
+        st.outcomes[rec.outcome or "open"] += rec.fires
+        st.cost_usd += rec.cost_usd
+        times: list[float] = [rec.scheduled]
+        if rec.fires > 1:  # one row standing for a long outage: expand it
+            more = fire_times(
+                triggers[rec.routine], utc_from_ts(rec.scheduled), utc_from_ts(end), rec.fires - 1
+            )
+            times += [t.timestamp() for t in more]
+        for ts in times:
+            seen[(rec.routine, round(ts, 6))] += 1
+    missing: list[tuple[str, str]] = []
+    duplicates: list[tuple[str, str]] = []
+    for slug, st in stats.items():
+        due = fire_times(triggers[slug], utc_from_ts(start), utc_from_ts(end))
+        st.due = len(due)
+        for t in due:
+            n = seen[(slug, round(t.timestamp(), 6))]
+            if n == 0:
+                missing.append((slug, t.isoformat()))
+            elif n > 1:
+                duplicates.append((slug, t.isoformat()))
+    non_success = [r for r in records if r.kind != "manual" and r.outcome not in ("ok", "idle")]
+    unexplained = [r for r in non_success if not r.reason]
+    return SimReport(
+        start=start,
+        end=end,
+        routines=stats,
+        missing=missing,
+        duplicates=duplicates,
+        unexplained=unexplained,
+        non_success=non_success,
+        events=events,
+        submitted=submitted,
+        wall_seconds=wall,
+    )

@@ -1,0 +1,36 @@
+"""Where a firing routine sends its task: the boundary to the agent runtime."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from companyd.roles.tasks import RunOutcome, Task
+
+__all__ = ["TaskSink"]
+
+
+class TaskSink(Protocol):
+    """What the scheduler needs from the agent runtime (the daemon provides it).
+
+    The scheduler never calls a model itself: a routine's run is whatever ``submit`` does.
+    Preconditions use only ``inbox_size`` and ``memory_marker``, which must not call a model
+    and should be cheap (they run on every fire of an idle heartbeat).
+    """
+
+    async def submit(self, task: Task) -> RunOutcome:
+        """Put ``task`` in its agent's mailbox and wait until the run ends.
+
+        The returned ``status`` is the fire's outcome; ``reason``, ``cost_usd`` and ``run_id``
+        go into the history. Raising means the task could not be handed over at all (recorded
+        as ``failed`` with the exception as the reason).
+        """
+        ...
+
+    def inbox_size(self, agent: str) -> int:
+        """How many tasks wait in ``agent``'s mailbox (for ``precondition: inbox_nonempty``)."""
+        ...
+
+    async def memory_marker(self) -> str:
+        """An opaque value that changes whenever the company memory changes (for
+        ``precondition: memory_changed``)."""
+        ...

@@ -1,0 +1,714 @@
+"""routines.sqlite: each routine's schedule cursor and the history of every fire.
+
+One database file in the state directory, owned by the running scheduler: a single worker
+thread holds the only writing connection and runs every statement, so the event loop never
+waits on SQLite. Readers (``companyd jobs`` with no daemon, or beside one) open their own
+read-only connection; WAL mode lets them read while the daemon writes.
+
+Tables:
+
+``routine_state`` — one row per enabled routine:
+    ``trigger`` the schedule's identity (``repr`` of the APScheduler trigger, time zone
+    included); ``cursor`` the latest fire time (epoch seconds) the scheduler has dealt with, or
+    the moment the routine was armed when it has not fired yet — on start, every fire time
+    after the cursor and not later than now was missed while the daemon was down;
+    ``last_fire`` the latest fire time; ``memory_marker`` what the ``memory_changed``
+    precondition compares against.
+
+``fires`` — one row per fire (or, for a long outage, one row standing for ``fires`` fire
+    times): routine, agent, kind (``scheduled`` | ``catch_up`` | ``manual``), scheduled fire
+    time, when the scheduler dispatched it (``fired``), when the run started and ended,
+    outcome (NULL while waiting or running), reason, cost, run id and task id.
+
+Durability: WAL with ``synchronous=NORMAL``: a committed write survives a crash of the
+process (it is in the OS's hands); the last few commits may be lost on power failure, which
+at worst re-offers one catch-up decision. The cursor of a fire is committed *before* its
+task is submitted, so a restart never runs the same fire time twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.request import pathname2url
+
+from companyd.clock import utc_from_ts
+from companyd.errors import CompanydError
+
+__all__ = [
+    "DB_NAME",
+    "SCHEMA_VERSION",
+    "FireRecord",
+    "RoutineState",
+    "RoutineStats",
+    "RoutineStore",
+    "StoreError",
+    "fires_between",
+    "latest_fires",
+    "load_states",
+    "open_readonly",
+    "recent_fires",
+    "routine_stats",
+]
+
+log = logging.getLogger(__name__)
+
+DB_NAME = "routines.sqlite"
+SCHEMA_VERSION = 1
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS routine_state (
+    routine       TEXT PRIMARY KEY,
+    trigger       TEXT NOT NULL,
+    cursor        REAL NOT NULL,
+    last_fire     REAL,
+    memory_marker TEXT,
+    updated       REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fires (
+    id        INTEGER PRIMARY KEY,
+    fire_id   TEXT NOT NULL UNIQUE,
+    routine   TEXT NOT NULL,
+    agent     TEXT NOT NULL,
+    kind      TEXT NOT NULL CHECK (kind IN ('scheduled', 'catch_up', 'manual')),
+    scheduled REAL NOT NULL,
+    fired     REAL,
+    started   REAL,
+    ended     REAL,
+    outcome   TEXT,
+    reason    TEXT,
+    cost_usd  REAL NOT NULL DEFAULT 0,
+    run_id    TEXT,
+    task_id   TEXT,
+    fires     INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX IF NOT EXISTS fires_by_routine ON fires (routine, scheduled);
+CREATE INDEX IF NOT EXISTS fires_open ON fires (outcome) WHERE outcome IS NULL;
+"""
+
+_FIRE_COLUMNS = (
+    "fire_id, routine, agent, kind, scheduled, fired, started, ended, outcome, reason, "
+    "cost_usd, run_id, task_id, fires"
+)
+
+
+class StoreError(CompanydError):
+    """routines.sqlite cannot be opened, read or written."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineState:
+    """The persisted schedule position of one routine (see the module docstring)."""
+
+    routine: str
+    trigger: str
+    cursor: float
+    last_fire: float | None = None
+    memory_marker: str | None = None
+    updated: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FireRecord:
+    """One row of the history. Times are epoch seconds; ``outcome`` is None while the fire is
+    waiting for its turn or running."""
+
+    fire_id: str
+    routine: str
+    agent: str
+    kind: str
+    scheduled: float
+    fired: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    outcome: str | None = None
+    reason: str | None = None
+    cost_usd: float = 0.0
+    run_id: str | None = None
+    task_id: str | None = None
+    fires: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: times as ISO 8601 in UTC."""
+
+        def iso(ts: float | None) -> str | None:
+            return None if ts is None else utc_from_ts(ts).isoformat()
+
+        return {
+            "fire_id": self.fire_id,
+            "routine": self.routine,
+            "agent": self.agent,
+            "kind": self.kind,
+            "scheduled": iso(self.scheduled),
+            "fired": iso(self.fired),
+            "started": iso(self.started),
+            "ended": iso(self.ended),
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "cost_usd": self.cost_usd,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "fires": self.fires,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FireRecord:
+        """The inverse of :meth:`to_dict` (for front ends that received it as JSON)."""
+
+        def ts(text: str | None) -> float | None:
+            return None if text is None else datetime.fromisoformat(text).timestamp()
+
+        scheduled = ts(d["scheduled"])
+        assert scheduled is not None
+        return cls(
+            fire_id=d["fire_id"],
+            routine=d["routine"],
+            agent=d["agent"],
+            kind=d["kind"],
+            scheduled=scheduled,
+            fired=ts(d.get("fired")),
+            started=ts(d.get("started")),
+            ended=ts(d.get("ended")),
+            outcome=d.get("outcome"),
+            reason=d.get("reason"),
+            cost_usd=float(d.get("cost_usd", 0.0)),
+            run_id=d.get("run_id"),
+            task_id=d.get("task_id"),
+            fires=int(d.get("fires", 1)),
+        )
+
+    def _row(self) -> tuple[Any, ...]:
+        return (
+            self.fire_id,
+            self.routine,
+            self.agent,
+            self.kind,
+            self.scheduled,
+            self.fired,
+            self.started,
+            self.ended,
+            self.outcome,
+            self.reason,
+            self.cost_usd,
+            self.run_id,
+            self.task_id,
+            self.fires,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineStats:
+    """Due runs and successes of one routine over a window (``idle`` and manual runs are not
+    due runs)."""
+
+    routine: str
+    due: int
+    ok: int
+
+    @property
+    def success_rate(self) -> float | None:
+        """ok / due, or None when nothing was due."""
+        return self.ok / self.due if self.due else None
+
+
+# ---------------------------------------------------------------------------------------
+# Statements (run on whichever connection owns the call: the writer thread's or a reader's)
+
+
+def _record(row: Sequence[Any]) -> FireRecord:
+    return FireRecord(
+        fire_id=row[0],
+        routine=row[1],
+        agent=row[2],
+        kind=row[3],
+        scheduled=row[4],
+        fired=row[5],
+        started=row[6],
+        ended=row[7],
+        outcome=row[8],
+        reason=row[9],
+        cost_usd=row[10],
+        run_id=row[11],
+        task_id=row[12],
+        fires=row[13],
+    )
+
+
+_INSERT_FIRE = f"INSERT INTO fires ({_FIRE_COLUMNS}) VALUES ({', '.join('?' * 14)})"
+_ADVANCE = (
+    "UPDATE routine_state SET cursor = MAX(cursor, ?), "
+    "last_fire = MAX(COALESCE(last_fire, ?), ?), updated = ? WHERE routine = ?"
+)
+_START = "UPDATE fires SET started = ?, task_id = ? WHERE fire_id = ?"
+_FINISH = (
+    "UPDATE fires SET outcome = ?, reason = ?, ended = ?, cost_usd = ?, "
+    "run_id = COALESCE(?, run_id) WHERE fire_id = ?"
+)
+
+#: One SQL statement and its parameters (see :meth:`RoutineStore.execute`).
+Stmt = tuple[str, tuple[Any, ...]]
+
+
+def insert_fire_stmt(rec: FireRecord) -> Stmt:
+    """Add ``rec`` to the history."""
+    return (_INSERT_FIRE, rec._row())
+
+
+def advance_cursor_stmt(routine: str, fire_time: float, now: float) -> Stmt:
+    """Move ``routine``'s cursor (and last fire) forward to ``fire_time``; never back."""
+    return (_ADVANCE, (fire_time, fire_time, fire_time, now, routine))
+
+
+def start_fire_stmt(fire_id: str, started: float, task_id: str) -> Stmt:
+    """Record that a fire's run started, with its task."""
+    return (_START, (started, task_id, fire_id))
+
+
+def finish_fire_stmt(
+    fire_id: str,
+    *,
+    outcome: str,
+    reason: str | None,
+    ended: float,
+    cost_usd: float = 0.0,
+    run_id: str | None = None,
+) -> Stmt:
+    """Record how a fire ended."""
+    return (_FINISH, (outcome, reason, ended, cost_usd, run_id, fire_id))
+
+
+def load_states(conn: sqlite3.Connection) -> dict[str, RoutineState]:
+    """Every routine's persisted state, by routine slug."""
+    rows = conn.execute(
+        "SELECT routine, trigger, cursor, last_fire, memory_marker, updated FROM routine_state"
+    ).fetchall()
+    return {
+        r[0]: RoutineState(
+            routine=r[0],
+            trigger=r[1],
+            cursor=r[2],
+            last_fire=r[3],
+            memory_marker=r[4],
+            updated=r[5],
+        )
+        for r in rows
+    }
+
+
+def recent_fires(conn: sqlite3.Connection, routine: str, limit: int) -> list[FireRecord]:
+    """The latest ``limit`` fires of ``routine``, newest first."""
+    rows = conn.execute(
+        f"SELECT {_FIRE_COLUMNS} FROM fires WHERE routine = ? "
+        "ORDER BY scheduled DESC, id DESC LIMIT ?",
+        (routine, limit),
+    ).fetchall()
+    return [_record(r) for r in rows]
+
+
+def latest_fires(conn: sqlite3.Connection) -> dict[str, FireRecord]:
+    """Each routine's most recently recorded *finished* fire."""
+    rows = conn.execute(
+        f"SELECT {_FIRE_COLUMNS} FROM fires WHERE id IN ("
+        "  SELECT MAX(id) FROM fires WHERE outcome IS NOT NULL GROUP BY routine)"
+    ).fetchall()
+    return {r[1]: _record(r) for r in rows}
+
+
+def open_fires(conn: sqlite3.Connection) -> list[FireRecord]:
+    """Fires that are waiting or running (outcome not yet known)."""
+    rows = conn.execute(
+        f"SELECT {_FIRE_COLUMNS} FROM fires WHERE outcome IS NULL ORDER BY id"
+    ).fetchall()
+    return [_record(r) for r in rows]
+
+
+def fires_between(
+    conn: sqlite3.Connection, start: float, end: float, routine: str | None = None
+) -> list[FireRecord]:
+    """Fires scheduled in ``[start, end]``, oldest first."""
+    sql = f"SELECT {_FIRE_COLUMNS} FROM fires WHERE scheduled >= ? AND scheduled <= ?"
+    args: list[Any] = [start, end]
+    if routine is not None:
+        sql += " AND routine = ?"
+        args.append(routine)
+    rows = conn.execute(sql + " ORDER BY scheduled, id", args).fetchall()
+    return [_record(r) for r in rows]
+
+
+def routine_stats(conn: sqlite3.Connection, since: float) -> dict[str, RoutineStats]:
+    """Per routine: due runs and ``ok`` runs among scheduled and catch-up fires at or after
+    ``since`` that have finished (manual runs and ``idle`` fires excluded)."""
+    rows = conn.execute(
+        "SELECT routine, SUM(fires), SUM(CASE WHEN outcome = 'ok' THEN fires ELSE 0 END) "
+        "FROM fires WHERE scheduled >= ? AND kind != 'manual' AND outcome IS NOT NULL "
+        "AND outcome != 'idle' GROUP BY routine",
+        (since,),
+    ).fetchall()
+    return {r[0]: RoutineStats(routine=r[0], due=int(r[1]), ok=int(r[2])) for r in rows}
+
+
+def insert_fires(conn: sqlite3.Connection, records: Iterable[FireRecord]) -> None:
+    conn.executemany(_INSERT_FIRE, [r._row() for r in records])
+
+
+def finish_fire(
+    conn: sqlite3.Connection,
+    fire_id: str,
+    *,
+    outcome: str,
+    reason: str | None,
+    ended: float,
+    cost_usd: float = 0.0,
+    run_id: str | None = None,
+) -> None:
+    sql, params = finish_fire_stmt(
+        fire_id, outcome=outcome, reason=reason, ended=ended, cost_usd=cost_usd, run_id=run_id
+    )
+    conn.execute(sql, params)
+
+
+def advance_cursor(conn: sqlite3.Connection, routine: str, fire_time: float, now: float) -> None:
+    """Move ``routine``'s cursor (and last fire) forward to ``fire_time``; never back."""
+    conn.execute(*advance_cursor_stmt(routine, fire_time, now))
+
+
+def put_state(conn: sqlite3.Connection, state: RoutineState) -> None:
+    conn.execute(
+        "INSERT INTO routine_state (routine, trigger, cursor, last_fire, memory_marker, updated) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (routine) DO UPDATE SET trigger = excluded.trigger,"
+        " cursor = excluded.cursor, last_fire = excluded.last_fire,"
+        " memory_marker = excluded.memory_marker, updated = excluded.updated",
+        (
+            state.routine,
+            state.trigger,
+            state.cursor,
+            state.last_fire,
+            state.memory_marker,
+            state.updated,
+        ),
+    )
+
+
+def set_marker(conn: sqlite3.Connection, routine: str, marker: str, now: float) -> None:
+    conn.execute(
+        "UPDATE routine_state SET memory_marker = ?, updated = ? WHERE routine = ?",
+        (marker, now, routine),
+    )
+
+
+def delete_states(conn: sqlite3.Connection, routines: Iterable[str]) -> None:
+    conn.executemany("DELETE FROM routine_state WHERE routine = ?", [(r,) for r in routines])
+
+
+def prune_idle(conn: sqlite3.Connection, before: float) -> int:
+    """Delete ``idle`` fires scheduled before ``before``; returns how many."""
+    return conn.execute(
+        "DELETE FROM fires WHERE outcome = 'idle' AND scheduled < ?", (before,)
+    ).rowcount
+
+
+def close_interrupted(conn: sqlite3.Connection, now: float, reason: str) -> list[FireRecord]:
+    """Mark every fire left waiting or running by a previous process as ``cancelled``."""
+    left = open_fires(conn)
+    conn.executemany(
+        "UPDATE fires SET outcome = 'cancelled', reason = ?, ended = ? WHERE fire_id = ?",
+        [(reason, now, r.fire_id) for r in left],
+    )
+    return left
+
+
+def open_readonly(path: Path) -> sqlite3.Connection | None:
+    """A read-only connection to ``path``, or None when the file does not exist yet.
+
+    Raises:
+        StoreError: the file exists but cannot be read as a routines database.
+    """
+    if not path.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{pathname2url(str(path))}?mode=ro", uri=True)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.Error as exc:
+        raise StoreError(
+            f"cannot read {str(path)!r}: {exc}; check the file's permissions (the CLI needs "
+            "read access to the state directory) or pass the right --state-dir"
+        ) from exc
+    _check_version(path, version)
+    return conn
+
+
+def _check_version(path: Path, version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{str(path)!r} has schema version {version}, newer than this companyd "
+            f"understands ({SCHEMA_VERSION}); upgrade companyd, or move the file away to "
+            "start a fresh routine history"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# The owning writer
+
+
+_Fn = Callable[[sqlite3.Connection], Any]
+_Item = _Fn | tuple[Stmt, ...]  # a function, or statements applied in the bulk phase
+_Batch = tuple[list[_Item], "concurrent.futures.Future[list[tuple[bool, Any]]]"]
+
+
+class RoutineStore:
+    """The scheduler's handle on routines.sqlite: one worker thread, one connection.
+
+    Work is a function of the connection (:meth:`call` runs one and returns its result,
+    :meth:`post` queues one without waiting), or, for the hot path of every fire, plain
+    statements (:meth:`execute`, :meth:`post_execute`). A failed posted write is reported to
+    ``on_error``.
+
+    Group commit: everything submitted during one turn of the event loop is handed to the
+    worker as one batch and committed as one transaction, and the results come back to the
+    loop in one callback. A burst of a thousand fires therefore costs one commit and two
+    thread crossings, not a thousand of each (each crossing hands the GIL over). If a
+    function in a batch raises, the batch is rolled back and its functions are re-run one
+    transaction each, so one failure never undoes its neighbours. A future resolves only
+    after its work has committed.
+
+    Within a batch, statements come first, grouped by SQL text (one ``executemany`` each):
+    INSERTs, then the others, each in first-submission order; then functions, in submission
+    order. So statements must commute with what else may share their batch — inserts of new
+    rows and idempotent or monotonic updates (the cursor only moves forward). Anything else
+    is a function.
+
+    Args:
+        path: the database file (created with its directory if missing).
+        on_error: called (on the event loop) with the exception of a failed :meth:`post`.
+    """
+
+    def __init__(self, path: Path, on_error: Callable[[BaseException], None] | None = None) -> None:
+        self.path = path
+        self._on_error = on_error
+        self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._gathering: list[tuple[_Item, asyncio.Future[Any]]] = []
+        self._pending: set[asyncio.Future[Any]] = set()
+        self._dead = False
+        self._death: StoreError | None = None  # why the worker stopped, for later callers
+
+    @property
+    def pending(self) -> int:
+        """Work (called or posted) not yet committed and reported back to the loop."""
+        return len(self._pending)
+
+    async def open(self) -> None:
+        """Start the worker thread and create or check the schema.
+
+        Raises:
+            StoreError: the file cannot be opened or was written by a newer companyd.
+        """
+        self._loop = asyncio.get_running_loop()
+        # Not a daemon thread: at interpreter exit Python joins it, so queued history rows are
+        # written even if the loop stopped before awaiting them.
+        self._thread = threading.Thread(target=self._work, name="routines.sqlite", daemon=False)
+        self._thread.start()
+        await self.call(self._init)
+
+    def _init(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        _check_version(self.path, version)
+        # One statement at a time: executescript() would COMMIT the batch's transaction.
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` in the worker thread; return its result once committed.
+
+        If the caller is cancelled, ``fn`` still runs (history writes are not abandoned
+        half-way); only its result is dropped.
+        """
+        result: T = await self._submit(fn)
+        return result
+
+    def post(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        """Queue ``fn(conn)`` without waiting; must be called on the event loop's thread."""
+        self._submit(fn).add_done_callback(self._posted_done)
+
+    async def execute(self, *stmts: Stmt) -> None:
+        """Apply ``stmts`` (in the bulk phase of a batch; see the class docstring)."""
+        await self._submit(stmts)
+
+    def post_execute(self, *stmts: Stmt) -> None:
+        """:meth:`execute` without waiting."""
+        self._submit(stmts).add_done_callback(self._posted_done)
+
+    def _submit(self, fn: _Item) -> asyncio.Future[Any]:
+        if self._dead:
+            raise self._death or StoreError(f"routines.sqlite at {str(self.path)!r} is closed")
+        if self._thread is None or self._loop is None:
+            raise StoreError(f"routines.sqlite at {str(self.path)!r} is not open")
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._pending.add(fut)
+        fut.add_done_callback(self._pending.discard)
+        self._gathering.append((fn, fut))
+        if len(self._gathering) == 1:
+            self._loop.call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        """Hand everything gathered this loop turn to the worker as one batch."""
+        gathered, self._gathering = self._gathering, []
+        if not gathered:
+            return
+        loop = self._loop
+        assert loop is not None
+        done: concurrent.futures.Future[list[tuple[bool, Any]]] = concurrent.futures.Future()
+
+        def back(f: concurrent.futures.Future[list[tuple[bool, Any]]]) -> None:
+            # Runs in the worker thread: hop to the loop once for the whole batch.
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                loop.call_soon_threadsafe(self._deliver, gathered, f)
+
+        done.add_done_callback(back)
+        self._queue.put(([fn for fn, _ in gathered], done))
+        if self._dead:  # the worker died between the check and the put: fail it here
+            self._fail_all(self._death or StoreError(f"{str(self.path)!r} is closed"))
+
+    @staticmethod
+    def _deliver(
+        gathered: list[tuple[_Item, asyncio.Future[Any]]],
+        done: concurrent.futures.Future[list[tuple[bool, Any]]],
+    ) -> None:
+        exc = done.exception()
+        results = [(False, exc)] * len(gathered) if exc is not None else done.result()
+        for (_fn, fut), (ok, value) in zip(gathered, results, strict=True):
+            if fut.done():
+                continue
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+
+    def _posted_done(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.error("routines.sqlite write failed: %r", exc)
+            if self._on_error is not None:
+                self._on_error(exc)
+
+    async def drain(self) -> None:
+        """Wait until every called or posted function has run."""
+        while self._pending:
+            await asyncio.wait(set(self._pending))
+
+    async def close(self) -> None:
+        """Finish queued work, close the connection and stop the thread."""
+        if self._thread is None:
+            return
+        self._flush()
+        self._queue.put(None)
+        thread, self._thread = self._thread, None
+        await asyncio.to_thread(thread.join)
+        await asyncio.sleep(0)  # let the last batch's results reach their futures
+
+    # -- worker thread ----------------------------------------------------------------
+
+    def _work(self) -> None:
+        try:
+            conn = self._connect()
+        except Exception as exc:
+            self._death = StoreError(
+                f"cannot open {str(self.path)!r}: {exc}; check that the state directory "
+                "is writable by the daemon's user and the disk is not full"
+            )
+            self._dead = True
+            self._fail_all(self._death)
+            return
+        try:
+            while (item := self._queue.get()) is not None:
+                fns, done = item
+                try:
+                    results = self._run_batch(conn, fns)
+                except sqlite3.Error as exc:
+                    done.set_exception(
+                        StoreError(
+                            f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk "
+                            "space and the file's permissions"
+                        )
+                    )
+                else:
+                    done.set_result(results)
+        finally:
+            conn.close()
+            self._dead = True
+            self._fail_all(StoreError(f"routines.sqlite at {str(self.path)!r} is closed"))
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: transactions are explicit (BEGIN/COMMIT in _run_batch).
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    @staticmethod
+    def _run_batch(conn: sqlite3.Connection, items: list[_Item]) -> list[tuple[bool, Any]]:
+        inserts: dict[str, list[tuple[Any, ...]]] = {}
+        others: dict[str, list[tuple[Any, ...]]] = {}
+        for item in items:
+            if isinstance(item, tuple):
+                for sql, params in item:
+                    group = inserts if sql.startswith("INSERT") else others
+                    group.setdefault(sql, []).append(params)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for group in (inserts, others):
+                for sql, rows in group.items():
+                    conn.executemany(sql, rows)
+            values = [None if isinstance(item, tuple) else item(conn) for item in items]
+            conn.execute("COMMIT")
+            return [(True, v) for v in values]
+        except Exception:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        # Something failed: run each item in its own transaction to isolate the failure.
+        results: list[tuple[bool, Any]] = []
+        for item in items:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if isinstance(item, tuple):
+                    for sql, params in item:
+                        conn.execute(sql, params)
+                    value = None
+                else:
+                    value = item(conn)
+            except Exception as exc:
+                conn.execute("ROLLBACK")
+                results.append((False, exc))
+            else:
+                conn.execute("COMMIT")
+                results.append((True, value))
+        return results
+
+    def _fail_all(self, err: BaseException) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    item[1].set_exception(err)

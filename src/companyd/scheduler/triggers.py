@@ -1,0 +1,164 @@
+"""company.yaml triggers as APScheduler 3 triggers, and fire-time arithmetic on them.
+
+* ``cron`` (5 fields, named weekdays) becomes a :class:`RoutineCronTrigger` in the routine's
+  time zone. It behaves like APScheduler's ``CronTrigger`` except on the day clocks go back:
+  a *fixed-time* routine (neither the minute nor the hour field starts with ``*``) fires once,
+  at the first occurrence of the repeated wall-clock time, as Vixie cron does; wildcard
+  routines (``*/15 * * * *``, ``0 * * * *``) keep firing at every real occurrence. On the day
+  clocks go forward a fire time inside the skipped hour happens once, one hour later on the
+  wall clock (02:30 → 03:30 CEST) — APScheduler's behaviour, kept. docs/scheduler.md has the
+  table.
+* ``every`` becomes an ``IntervalTrigger`` anchored at 1970-01-01 00:00 UTC, so fire times lie
+  on a fixed grid (``every: 1h`` fires on the hour) and ``repr(trigger)`` is the same in every
+  process — the identity compared on restart (APScheduler's default anchor is "now + interval",
+  which would change the identity, and the fire times, at every start).
+
+All datetimes handed to these helpers may be in any zone; they are converted to the
+trigger's zone (with the right ``fold``) before APScheduler sees them, so a fire time inside
+the repeated hour is never confused with its twin.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from companyd.config import RoutineConfig
+
+__all__ = [
+    "INTERVAL_ANCHOR",
+    "RoutineCronTrigger",
+    "build_trigger",
+    "describe_schedule",
+    "fire_times",
+    "format_seconds",
+    "next_after",
+    "trigger_identity",
+]
+
+#: The grid every ``every:`` routine fires on.
+INTERVAL_ANCHOR = datetime(1970, 1, 1, tzinfo=UTC)
+
+_TICK = timedelta(microseconds=1)
+
+
+class RoutineCronTrigger(CronTrigger):  # type: ignore[misc]  # apscheduler is untyped
+    """A ``CronTrigger`` that fires a fixed-time routine once on the fall-back day.
+
+    Args:
+        expr: a 5-field cron expression (minute hour day-of-month month day-of-week), already
+            validated by :func:`companyd.config.load_config`.
+        timezone: IANA name of the zone the fields are read in.
+    """
+
+    def __init__(self, expr: str, timezone: str) -> None:
+        minute, hour, day, month, day_of_week = expr.split()
+        super().__init__(
+            minute=minute,
+            hour=hour,
+            day=day,
+            month=month,
+            day_of_week=day_of_week,
+            timezone=ZoneInfo(timezone),
+        )
+        # Vixie cron's rule: "wildcard" jobs (minute or hour starting with '*') run at every
+        # real occurrence; jobs at fixed times are not run again in the repeated hour.
+        self.once_in_repeated_hour = not (minute.startswith("*") or hour.startswith("*"))
+
+    def get_next_fire_time(
+        self, previous_fire_time: datetime | None, now: datetime
+    ) -> datetime | None:
+        nxt: datetime | None = super().get_next_fire_time(previous_fire_time, now)
+        while nxt is not None and self.once_in_repeated_hour and _is_second_occurrence(nxt):
+            nxt = super().get_next_fire_time(nxt, nxt)
+        return nxt
+
+
+def _is_second_occurrence(dt: datetime) -> bool:
+    """Whether ``dt`` is the later of two instants sharing its wall-clock time (fall-back)."""
+    tz = dt.tzinfo
+    wall = dt.replace(tzinfo=None)
+    first = wall.replace(tzinfo=tz, fold=0)
+    second = wall.replace(tzinfo=tz, fold=1)
+    if first.utcoffset() == second.utcoffset():
+        return False  # an ordinary wall time: it happens once
+    # Both folds differ for a skipped (spring-forward) wall time too; only a repeated one
+    # survives the round trip through UTC with its wall time intact in both folds.
+    for cand in (first, second):
+        if cand.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != wall:
+            return False
+    return dt.astimezone(UTC) == second.astimezone(UTC)
+
+
+def build_trigger(routine: RoutineConfig) -> Any:
+    """The APScheduler trigger for ``routine`` (a cron or an interval trigger)."""
+    if routine.cron is not None:
+        return RoutineCronTrigger(routine.cron, routine.timezone)
+    if routine.every is None:  # the config schema forbids it; kept for a clear message
+        raise ValueError(f"routine {routine.slug!r} has neither 'cron' nor 'every'")
+    return IntervalTrigger(seconds=routine.every, start_date=INTERVAL_ANCHOR, timezone=UTC)
+
+
+def trigger_identity(trigger: Any) -> str:
+    """What identifies a schedule across restarts: ``repr(trigger)``.
+
+    ``repr`` includes the time zone (and the interval's anchor); ``str`` does not, so a routine
+    moved from UTC to Europe/Berlin would otherwise look unchanged.
+    """
+    return repr(trigger)
+
+
+def next_after(trigger: Any, t: datetime) -> datetime | None:
+    """The first fire time strictly after instant ``t`` (None when the schedule has ended)."""
+    if isinstance(trigger, IntervalTrigger):
+        # previous_fire_time would add the interval to ``t`` and leave the grid when ``t`` is
+        # not itself a fire time (e.g. the moment a routine was armed).
+        nxt: datetime | None = trigger.get_next_fire_time(None, t.astimezone(UTC) + _TICK)
+    else:
+        # In the trigger's own zone: CronTrigger compares its start with previous_fire_time,
+        # and an inter-zone == is always False for a wall time in the repeated hour (PEP 495),
+        # which would hand back ``t`` itself.
+        local = t.astimezone(trigger.timezone)
+        nxt = trigger.get_next_fire_time(local, local)
+    return nxt
+
+
+def fire_times(
+    trigger: Any, after: datetime, until: datetime, limit: int | None = None
+) -> list[datetime]:
+    """Fire times ``f`` with ``after < f <= until``, oldest first (at most ``limit``)."""
+    out: list[datetime] = []
+    cur = after
+    until_utc = until.astimezone(UTC)
+    while limit is None or len(out) < limit:
+        nxt = next_after(trigger, cur)
+        if nxt is None or nxt.astimezone(UTC) > until_utc:
+            break
+        out.append(nxt)
+        cur = nxt
+    return out
+
+
+def format_seconds(seconds: float) -> str:
+    """``300`` → ``5m``, ``5400`` → ``1h30m``, ``86400`` → ``1d``, ``1.5`` → ``1.5s``."""
+    if seconds < 60 and seconds != int(seconds):
+        return f"{seconds:g}s"
+    rest = round(seconds)
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts) or "0s"
+
+
+def describe_schedule(routine: RoutineConfig) -> str:
+    """A one-line schedule for humans: ``cron '0 14 * * *' UTC`` or ``every 5m``."""
+    if routine.cron is not None:
+        return f"cron {routine.cron!r} {routine.timezone}"
+    assert routine.every is not None
+    return f"every {format_seconds(routine.every)}"

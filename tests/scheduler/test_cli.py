@@ -1,0 +1,226 @@
+"""``companyd jobs``, ``jobs history`` and ``jobs run`` on a state dir a real scheduler wrote."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from companyd.cli import main
+from companyd.clock import ManualClock
+from companyd.config import load_config
+from companyd.events import EventBus
+from companyd.roles.tasks import RunStatus, Task
+from companyd.scheduler.service import RoutineScheduler
+from companyd.scheduler.sim import advance
+
+from .conftest import ScriptedSink, company_text
+
+ROUTINES = """\
+report:
+  assignee: coo
+  description: Write the report.
+  trigger: {every: 6h}
+  catch_up: {policy: run_once, grace: 7h}
+later:
+  assignee: marketing
+  description: Never fired yet.
+  trigger: {cron: "0 9 1 1 *"}
+dormant:
+  assignee: coo
+  description: Switched off.
+  trigger: {every: 1h}
+  enabled: false
+"""
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """company.yaml and a state dir holding three days of 'report': twelve fires, the
+    eleventh failed."""
+    root = tmp_path_factory.mktemp("cli")
+    cfg_path = root / "company.yaml"
+    cfg_path.write_text(company_text(ROUTINES))
+    state = root / "state"
+    seen: list[Task] = []
+
+    def script(task: Task) -> tuple[RunStatus, str | None, float]:
+        seen.append(task)
+        if len(seen) == 11:
+            return RunStatus.FAILED, "HTTP 529 overloaded after 3 attempts", 0.0
+        return RunStatus.OK, None, 0.25
+
+    # End the history one minute before the latest 6-hour grid point, so that this fire
+    # time is owed (run_once, grace 7h) to a daemon starting now.
+    grid = time.time() // 21600 * 21600
+
+    async def run() -> None:
+        clock = ManualClock(start=grid - 3 * 86400 - 60)
+        sink = ScriptedSink(script={"report": script})
+        sched = RoutineScheduler(
+            load_config(cfg_path),
+            sink,
+            state_dir=state,
+            bus=EventBus(clock),
+            clock=clock,
+            max_sleep=None,
+        )
+        async with asyncio.timeout(30):
+            await sched.start()
+            await advance(sched, clock, 3 * 86400)
+            await sched.stop()
+
+    asyncio.run(run())
+    assert len(seen) == 12
+    return cfg_path, state
+
+
+def jobs(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_jobs_table(written: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    cfg, state = written
+    rc, out, err = jobs(capsys, "jobs", "--config", str(cfg), "--state-dir", str(state))
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "ROUTINE",
+        "AGENT",
+        "SCHEDULE",
+        "NEXT",
+        "FIRE",
+        "LAST",
+        "7-DAY",
+        "SUCCESS",
+    ]
+    report = next(line for line in lines if line.startswith("report"))
+    assert "every 6h" in report
+    assert "91.7% (11/12)" in report
+    assert "ok " in report and " ago" in report
+    # The latest fire time (within the last 6 h, after the history ends) is owed at start.
+    assert "at start (catch-up of" in report
+    later = next(line for line in lines if line.startswith("later"))
+    assert "never fired" in later and "— (none due)" in later
+    assert "cron '0 9 1 1 *' UTC" in later
+    dormant = next(line for line in lines if line.startswith("dormant"))
+    assert "disabled" in dormant
+
+
+def test_jobs_json(written: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    cfg, state = written
+    rc, out, _ = jobs(capsys, "jobs", "--json", "--config", str(cfg), "--state-dir", str(state))
+    assert rc == 0
+    data = json.loads(out)
+    assert data["live"] is False
+    by = {r["routine"]: r for r in data["routines"]}
+    assert by["report"]["success_7d"] == {"due": 12, "ok": 11, "rate": pytest.approx(11 / 12)}
+    assert by["report"]["last"]["outcome"] == "ok"
+    assert by["report"]["catch_up_pending"] is not None
+    assert by["later"]["last"] is None and by["later"]["next_fire"].endswith("T09:00:00+00:00")
+    assert by["dormant"]["enabled"] is False and by["dormant"]["next_fire"] is None
+
+
+def test_history(written: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    cfg, state = written
+    rc, out, err = jobs(
+        capsys,
+        "jobs",
+        "history",
+        "report",
+        "--limit",
+        "3",
+        "--config",
+        str(cfg),
+        "--state-dir",
+        str(state),
+    )
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "report (coo) — every 6h"
+    assert lines[1].split()[:3] == ["SCHEDULED", "KIND", "OUTCOME"]
+    assert len(lines) == 5
+    assert " ok " in lines[2] and "$0.2500" in lines[2]
+    assert " failed " in lines[3] and "HTTP 529 overloaded after 3 attempts" in lines[3]
+    # Options may also come before the action.
+    rc, out, _ = jobs(
+        capsys,
+        "jobs",
+        "--json",
+        "--config",
+        str(cfg),
+        "--state-dir",
+        str(state),
+        "history",
+        "report",
+        "--limit",
+        "2",
+    )
+    fires = json.loads(out)["fires"]
+    assert rc == 0 and [f["outcome"] for f in fires] == ["ok", "failed"]
+    assert fires[1]["reason"] == "HTTP 529 overloaded after 3 attempts"
+    assert fires[0]["run_id"].startswith("run-") and fires[0]["cost_usd"] == 0.25
+
+
+def test_unknown_routine_and_run_without_daemon(
+    written: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg, state = written
+    base = ["--config", str(cfg), "--state-dir", str(state)]
+    rc, out, err = jobs(capsys, "jobs", "history", "reprot", *base)
+    assert rc == 1 and out == ""
+    assert "no routine 'reprot'" in err and "did you mean 'report'?" in err
+    rc, out, err = jobs(capsys, "jobs", "run", "report", *base)
+    assert rc == 69
+    assert "needs a running daemon" in err and "Traceback" not in err
+    rc, _, err = jobs(capsys, "jobs", "run", "dormant", *base)
+    assert rc == 1 and "disabled" in err
+    with pytest.raises(SystemExit) as exit_:
+        main(["jobs", "history", "report", "--limit", "0", *base])
+    assert exit_.value.code == 2
+    assert "expected a positive whole number, got '0'" in capsys.readouterr().err
+
+
+def test_no_history_yet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(company_text(ROUTINES))
+    rc, out, _ = jobs(capsys, "jobs", "--config", str(cfg), "--state-dir", str(tmp_path / "s"))
+    assert rc == 0
+    assert "no routine history yet" in out
+    assert not (tmp_path / "s").exists()  # reading never creates the state dir
+
+
+def test_the_installed_command(written: tuple[Path, Path]) -> None:
+    cfg, state = written
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "companyd",
+            "jobs",
+            "--json",
+            "--config",
+            str(cfg),
+            "--state-dir",
+            str(state),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert {r["routine"] for r in json.loads(proc.stdout)["routines"]} == {
+        "report",
+        "later",
+        "dormant",
+    }

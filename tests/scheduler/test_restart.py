@@ -1,0 +1,105 @@
+"""A daemon killed mid-run: the fire is closed as cancelled and never run twice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .conftest import Harness, company, company_text, iso, ts
+
+pytestmark = pytest.mark.anyio
+
+CHILD = r"""
+import asyncio, sys
+from pathlib import Path
+from companyd.clock import ManualClock
+from companyd.config import load_config
+from companyd.events import EventBus
+from companyd.scheduler.service import RoutineScheduler
+
+class Hang:
+    def __init__(self):
+        self.routines = []
+
+    async def submit(self, task):
+        self.routines.append(task.routine)
+        await asyncio.Event().wait()
+    def inbox_size(self, agent):
+        return 0
+    async def memory_marker(self):
+        return "m"
+
+async def main():
+    cfg = load_config(sys.argv[1])
+    clock = ManualClock(start=float(sys.argv[3]))
+    sink = Hang()
+    s = RoutineScheduler(cfg, sink, state_dir=Path(sys.argv[2]), bus=EventBus(clock),
+                         clock=clock, max_sleep=None)
+    await s.start()
+    await s.settle()
+    clock.advance(float(sys.argv[4]))
+    await s.settle(runs=False)  # the run is in the sink and every history write committed
+    print("RUNNING", *sink.routines, flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+ROUTINES = """\
+daily-post:
+  assignee: marketing
+  description: Post.
+  trigger: {cron: "0 14 * * *"}
+  catch_up: {policy: run_once, grace: 2h}
+"""
+
+
+async def test_sigkill_mid_run_closes_the_fire_and_does_not_run_it_again(
+    tmp_path: Path, make_harness: Callable[..., Harness]
+) -> None:
+    cfg_path = tmp_path / "company.yaml"
+    cfg_path.write_text(company_text(ROUTINES))
+    state = tmp_path / "state"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        CHILD,
+        str(cfg_path),
+        str(state),
+        str(ts("2027-01-04T13:59:00")),
+        "60",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        async with asyncio.timeout(30):
+            line = await proc.stdout.readline()  # type: ignore[union-attr]
+        assert line.decode().split() == ["RUNNING", "daily-post"], line
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        async with asyncio.timeout(10):
+            _, err = await proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, err.decode()
+
+    # Restart at 14:05 — within run_once's grace, but the 14:00 fire was already handed over.
+    h = make_harness(company(ROUTINES), start="2027-01-04T14:05:00")
+    assert h.state_dir == state
+    await h.start()
+    assert h.sink.tasks == []  # not run a second time
+    [row] = h.history("daily-post")
+    assert iso(row.scheduled) == "2027-01-04T14:00:00+00:00"
+    assert row.outcome == "cancelled"
+    assert row.started is not None  # it had started when the process died
+    assert "interrupted" in (row.reason or "") and "not run again" in (row.reason or "")
+    [event] = h.kinds("routine_failed")
+    assert event.data["outcome"] == "cancelled"
+    assert event.data["scheduled"] == "2027-01-04T14:00:00+00:00"
+    await h.advance_to("2027-01-05T14:00:00")
+    assert [t.routine for t in h.sink.tasks] == ["daily-post"]  # the next day's fire

@@ -1,0 +1,124 @@
+"""The compressed-time harness on the example company: every due fire is accounted for."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from companyd.clock import ManualClock
+from companyd.config import load_config
+from companyd.scheduler.sim import FlakySink, simulate
+
+from .conftest import ts
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"
+
+
+async def test_three_days_with_failures_and_a_restart_leave_nothing_unexplained(
+    tmp_path: Path,
+) -> None:
+    config = load_config(EXAMPLE)
+    clock = ManualClock(start=ts("2027-02-27T00:00:00"))  # month-close fires on 03-01
+    sink = FlakySink(failure_rate=0.2, attempts=1, seed=7, clock=clock)
+    day = 86400.0
+    async with asyncio.timeout(60):
+        report = await simulate(
+            config,
+            3,
+            sink,
+            clock,
+            state_dir=tmp_path / "state",
+            # Down on the second day from 13:55 to 14:10 (the 14:00 routine's catch-up case).
+            downtime=[(day + 13 * 3600 + 55 * 60, day + 14 * 3600 + 10 * 60)],
+        )
+    assert report.complete, report.to_dict()
+    assert report.missing == [] and report.duplicates == [] and report.unexplained == []
+    enabled = [s for s, r in config.routines.items() if r.enabled]
+    assert set(report.routines) == set(enabled)
+    for stats in report.routines.values():
+        assert stats.recorded == stats.due  # one row per due fire time, no more, no less
+    # Failures are the sink's, with its reason; misses are the restart's, with theirs.
+    failed = [r for r in report.non_success if r.outcome == "failed"]
+    assert failed and all("injected" in (r.reason or "") for r in failed)
+    missed = [r for r in report.non_success if r.outcome == "missed"]
+    assert missed and all("daemon was down" in (r.reason or "") for r in missed)
+    assert report.events["routine_failed"] == len(failed)
+    assert report.events["routine_missed"] >= 1
+    # Every task handed over is a row with a run; idle heartbeats cost nothing.
+    ran = sum(
+        n
+        for s in report.routines.values()
+        for o, n in s.outcomes.items()
+        if o not in ("idle", "missed", "skipped")
+    )
+    assert report.submitted == ran == len(sink.tasks)
+    heartbeat = report.routines.get("heartbeat")
+    if heartbeat is not None:
+        assert heartbeat.outcomes["idle"] > heartbeat.due / 2
+    ok_runs = report.ok
+    assert sum(s.cost_usd for s in report.routines.values()) == pytest.approx(
+        ok_runs * sink.cost_usd
+    )
+
+
+class SleepySink(FlakySink):
+    """A runtime that waits on the simulated clock itself (a 90 s retry backoff per run)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(failure_rate=0.0, clock=clock)
+        self.clock = clock
+
+    async def submit(self, task):  # type: ignore[no-untyped-def]
+        await self.clock.sleep(90)
+        return await super().submit(task)
+
+
+async def test_a_runtime_sleeping_on_the_simulated_clock(tmp_path: Path) -> None:
+    from .conftest import company
+
+    config = company(
+        """\
+        hourly: {assignee: coo, description: Work., trigger: {every: 1h}}
+        often: {assignee: coo, description: Work., trigger: {every: 1m}}
+        """
+    )
+    clock = ManualClock(start=ts("2027-01-04T00:00:30"))
+    sink = SleepySink(clock)
+    async with asyncio.timeout(60):
+        # Until 06:04:00: the 06:00 run has ended, the 06:03 one is still sleeping.
+        report = await simulate(
+            config,
+            (6 * 3600 + 210) / 86400,
+            sink,
+            clock,
+            state_dir=tmp_path / "s",
+            wait_for_runs=False,
+        )
+    assert report.complete, report.to_dict()
+    hourly = report.routines["hourly"]
+    assert hourly.due == 6 and hourly.outcomes == {"ok": 6}
+    often = report.routines["often"]
+    assert often.due == 364
+    # Each run takes 90 simulated seconds, so every other minute overlaps and is skipped;
+    # the run in progress at the end is stopped and recorded.
+    assert often.outcomes == {"ok": 181, "skipped": 182, "cancelled": 1}
+
+
+async def test_manual_clock_next_deadline() -> None:
+    clock = ManualClock()
+    assert clock.next_deadline() is None
+    a = asyncio.ensure_future(clock.sleep(30))
+    b = asyncio.ensure_future(clock.sleep(10))
+    await asyncio.sleep(0)
+    assert clock.next_deadline() == 10
+    b.cancel()
+    await asyncio.sleep(0)
+    assert clock.next_deadline() == 30  # a cancelled sleep no longer counts
+    clock.advance(30)
+    async with asyncio.timeout(5):
+        await a
+    assert clock.next_deadline() is None

@@ -1,0 +1,136 @@
+"""routines.sqlite: one writer thread, batches with savepoints, readers beside it."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from companyd.scheduler import store as db
+from companyd.scheduler.store import FireRecord, RoutineStore, StoreError
+
+pytestmark = pytest.mark.anyio
+
+
+def fire(n: int, outcome: str | None = "ok", **kw: object) -> FireRecord:
+    return FireRecord(
+        fire_id=f"fire-{n}",
+        routine=str(kw.get("routine", "r")),
+        agent="coo",
+        kind=str(kw.get("kind", "scheduled")),
+        scheduled=1000.0 + n,
+        outcome=outcome,
+        reason=None if outcome in ("ok", None) else "why",
+        fires=int(kw.get("fires", 1)),  # type: ignore[call-overload]
+    )
+
+
+async def test_wal_mode_and_a_reader_beside_the_writer(tmp_path: Path) -> None:
+    store = RoutineStore(tmp_path / "state" / db.DB_NAME)
+    async with asyncio.timeout(10):
+        await store.open()
+        mode = await store.call(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
+        sync = await store.call(lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
+        await store.call(lambda c: db.insert_fires(c, [fire(1), fire(2, "failed")]))
+        reader = db.open_readonly(store.path)
+        assert reader is not None
+        try:
+            assert [r.fire_id for r in db.recent_fires(reader, "r", 10)] == ["fire-2", "fire-1"]
+            with pytest.raises(sqlite3.OperationalError, match="readonly"):
+                reader.execute("DELETE FROM fires")
+        finally:
+            reader.close()
+        await store.close()
+    assert mode == "wal"
+    assert sync == 1  # NORMAL
+
+
+async def test_a_failing_write_does_not_undo_its_neighbours(tmp_path: Path) -> None:
+    errors: list[BaseException] = []
+    store = RoutineStore(tmp_path / db.DB_NAME, on_error=errors.append)
+
+    def boom(c: sqlite3.Connection) -> None:
+        db.insert_fires(c, [fire(2)])
+        raise ValueError("half-done work must be rolled back")
+
+    async with asyncio.timeout(10):
+        await store.open()
+        store.post(lambda c: db.insert_fires(c, [fire(1)]))
+        store.post(boom)
+        store.post(lambda c: db.insert_fires(c, [fire(3)]))
+        await store.drain()
+        got = await store.call(lambda c: [r.fire_id for r in db.recent_fires(c, "r", 10)])
+        await store.close()
+    assert got == ["fire-3", "fire-1"]
+    assert len(errors) == 1 and isinstance(errors[0], ValueError)
+
+
+async def test_a_newer_schema_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / db.DB_NAME
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    store = RoutineStore(path)
+    async with asyncio.timeout(10):
+        with pytest.raises(StoreError, match=r"schema version 99.*upgrade companyd"):
+            await store.open()
+        await store.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        db.open_readonly(path)
+
+
+async def test_an_unusable_state_dir_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "state").write_text("a file where the directory should be")
+    store = RoutineStore(tmp_path / "state" / db.DB_NAME)
+    async with asyncio.timeout(10):
+        with pytest.raises(StoreError, match=r"cannot open .*state directory"):
+            await store.open()
+        with pytest.raises(StoreError, match="cannot open"):  # later callers learn why too
+            await store.call(lambda c: None)
+        await store.close()
+
+
+async def test_stats_count_due_runs_only(tmp_path: Path) -> None:
+    store = RoutineStore(tmp_path / db.DB_NAME)
+    rows = [
+        fire(1),
+        fire(2, "failed"),
+        fire(3, "idle"),  # not a due run
+        fire(4, "ok", kind="manual"),  # not a due run
+        fire(5, None),  # still running: not counted yet
+        fire(6, "missed", fires=5),  # one row standing for five fire times
+        fire(7, "ok", routine="other"),
+    ]
+    async with asyncio.timeout(10):
+        await store.open()
+        await store.call(lambda c: db.insert_fires(c, rows))
+        stats = await store.call(lambda c: db.routine_stats(c, 0.0))
+        later = await store.call(lambda c: db.routine_stats(c, 1003.5))
+        latest = await store.call(db.latest_fires)
+        await store.close()
+    assert (stats["r"].due, stats["r"].ok) == (7, 1)
+    assert stats["other"].success_rate == 1.0
+    assert (later["r"].due, later["r"].ok) == (5, 0)
+    assert latest["r"].fire_id == "fire-6"
+
+
+async def test_statements_are_bulk_applied_and_a_bad_one_is_isolated(tmp_path: Path) -> None:
+    errors: list[BaseException] = []
+    store = RoutineStore(tmp_path / db.DB_NAME, on_error=errors.append)
+    state = db.RoutineState(routine="r", trigger="t", cursor=0.0)
+    async with asyncio.timeout(10):
+        await store.open()
+        await store.call(lambda c: db.put_state(c, state))
+        # One loop turn: these share a batch. The cursor only moves forward whatever the order.
+        store.post_execute(db.insert_fire_stmt(fire(1)), db.advance_cursor_stmt("r", 5.0, 9.0))
+        store.post_execute(db.insert_fire_stmt(fire(2)), db.advance_cursor_stmt("r", 3.0, 9.0))
+        store.post_execute(db.insert_fire_stmt(fire(1)))  # duplicate fire id: rejected alone
+        await store.drain()
+        got = await store.call(lambda c: [r.fire_id for r in db.recent_fires(c, "r", 10)])
+        cursor = await store.call(lambda c: db.load_states(c)["r"].cursor)
+        await store.close()
+    assert got == ["fire-2", "fire-1"]
+    assert cursor == 5.0
+    assert len(errors) == 1 and isinstance(errors[0], sqlite3.IntegrityError)
