@@ -405,8 +405,7 @@ class Daemon:
                     count=len(errors),
                 )
                 return {
-                    "ok": False,
-                    "reloaded": False,
+                    "applied": False,
                     "errors": errors,
                     "message": f"company.yaml rejected ({len(errors)} problem(s)); the "
                     "previous version keeps running",
@@ -420,19 +419,30 @@ class Daemon:
             routines = await self.scheduler.reconfigure(new)
             self.config = new
             self.config_loaded_at = self.clock.time()
-            result = {
-                "ok": True,
-                "reloaded": True,
-                "started": list(diff.added),
-                "stopped": list(diff.removed),
-                "restarted": list(diff.restarted),
-                "unchanged": len([a for a in new.agents if a in old.agents]) - len(diff.restarted),
+            unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]
+            result: dict[str, Any] = {
+                "applied": True,
+                "added": list(diff.added_agents),
+                "removed": list(diff.removed_agents),
+                "changed": list(diff.changed_agents),
+                "unchanged": len(unchanged),
+                "departments": {
+                    "added": list(diff.added_departments),
+                    "removed": list(diff.removed_departments),
+                    "changed": list(diff.changed_departments),
+                },
                 "routines": routines,
+                "failures": list(diff.failures),
             }
             self.bus.emit(
                 "daemon_reloaded",
                 "daemon",
-                **{k: v for k, v in result.items() if k not in ("ok", "reloaded")},
+                added=result["added"],
+                removed=result["removed"],
+                changed=result["changed"],
+                unchanged=result["unchanged"],
+                routines=routines,
+                failures=result["failures"],
             )
             return result
         finally:
@@ -441,7 +451,7 @@ class Daemon:
 
     async def _reload_after_apply(self) -> None:
         result = await self.reload()
-        if not result.get("ok"):
+        if not result.get("applied"):
             raise AdminError(
                 "the change was written but company.yaml was rejected on reload: "
                 + "; ".join(result.get("errors", [])[:3])
