@@ -244,6 +244,12 @@ class GraphStore:
             self._lock_fd = None
         self._graph = None
 
+    def __enter__(self) -> GraphStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def execute(self, calls: Sequence[Operation]) -> list[Outcome]:
         """Run operations in order as one group commit and return their outcomes.
 
@@ -520,7 +526,7 @@ class GraphStore:
             return graph
         if quarantine:
             self._write_quarantine(quarantine)
-        if report.needs_repair or self._journal_records:
+        if report.needs_repair:
             self._compact()  # clean, complete file and an empty journal extending it
         else:
             self._open_journal(fresh=not journal_ok)
