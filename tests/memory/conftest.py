@@ -59,8 +59,8 @@ def require_official() -> str:
         env = os.environ.get("COMPANYD_OFFICIAL_MEMORY_SERVER")
         if not env:
             why = (
-                "COMPANYD_OFFICIAL_MEMORY_SERVER is not set; run "
-                "`export COMPANYD_OFFICIAL_MEMORY_SERVER=$(bench/install_official_memory_server.sh)`"
+                "COMPANYD_OFFICIAL_MEMORY_SERVER is not set; run `export "
+                "COMPANYD_OFFICIAL_MEMORY_SERVER=$(bench/install_official_memory_server.sh)`"
             )
         elif shutil.which("node") is None:
             why = "node is not installed"

@@ -17,9 +17,8 @@ from companyd.memory.graph import Entity, KnowledgeGraph, Relation
 
 
 def test_entity_and_relation_lines_have_the_official_key_order_and_compact_form() -> None:
-    assert (
-        encode_entity(Entity("Alice", "person", ["works at Acme"]))
-        == b'{"type":"entity","name":"Alice","entityType":"person","observations":["works at Acme"]}'
+    assert encode_entity(Entity("Alice", "person", ["works at Acme"])) == (
+        b'{"type":"entity","name":"Alice","entityType":"person","observations":["works at Acme"]}'
     )
     assert (
         encode_relation(Relation("Alice", "Acme", "works_at"))

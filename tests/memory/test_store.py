@@ -343,13 +343,16 @@ def test_journal_write_failure_makes_the_store_refuse_further_use(tmp_path: Path
         from companyd.memory.errors import MemoryInconsistent
         path = Path(sys.argv[1])
         s = GraphStore(path)
-        s.call("create_entities", {"entities": [{"name": "ok", "entityType": "t", "observations": []}]})
+        def create(name, *obs):
+            e = {"name": name, "entityType": "t", "observations": list(obs)}
+            s.call("create_entities", {"entities": [e]})
+        create("ok")
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         size = path.with_name(path.name + ".journal").stat().st_size
         resource.setrlimit(resource.RLIMIT_FSIZE, (size + 10, resource.RLIM_INFINITY))
         out = {}
         try:
-            s.call("create_entities", {"entities": [{"name": "big", "entityType": "t", "observations": ["x" * 100]}]})
+            create("big", "x" * 100)
         except MemoryInconsistent as exc:
             out["first"] = str(exc)
         try:
