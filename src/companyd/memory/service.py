@@ -220,8 +220,10 @@ class MemoryService:
             idle_timer: asyncio.Task[None] | None = None
             while True:
                 if self._pending:
-                    await self._serve_batch(worker, store)
+                    # quiet is measured from when calls are taken, not from when the batch
+                    # finishes (callers may already be acting on their results by then)
                     last_write = self._clock.monotonic()
+                    await self._serve_batch(worker, store)
                     if store.should_compact():
                         await worker.submit(store.compact)
                     continue
@@ -233,7 +235,7 @@ class MemoryService:
                         await worker.submit(store.compact)
                         continue
                     if idle_timer is None or idle_timer.done():
-                        idle_timer = loop.create_task(self._poke_after(self._idle - quiet))
+                        idle_timer = loop.create_task(self._poke_at(last_write + self._idle))
                         watchers.append(idle_timer)
                 self._wake = loop.create_future()
                 await self._wake
@@ -327,8 +329,8 @@ class MemoryService:
         await event.wait()
         self._poke()
 
-    async def _poke_after(self, seconds: float) -> None:
-        await self._clock.sleep(seconds)
+    async def _poke_at(self, deadline: float) -> None:
+        await self._clock.sleep(max(0.0, deadline - self._clock.monotonic()))
         self._poke()
 
     def _repaired(self, report: LoadReport) -> None:

@@ -228,6 +228,10 @@ def export_node_link(graph: KnowledgeGraph) -> dict[str, Any]:
     """networkx node-link JSON (``{"directed": true, "multigraph": true, "nodes": [...],
     "links": [...]}``); :func:`graph_from_node_link` reads it back."""
     data: dict[str, Any] = nx.node_link_data(to_networkx(graph), edges="links")
+    # networkx lists edges by adjacency; put them back in file order so a round trip
+    # through this format keeps the graph file byte for byte.
+    order = {(r.source, r.target, r.relation_type): i for i, r in enumerate(graph.relations())}
+    data["links"].sort(key=lambda link: order[(link["source"], link["target"], link["key"])])
     return data
 
 
