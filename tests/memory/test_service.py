@@ -68,7 +68,7 @@ async def test_start_call_and_durable_result(memfile: Path) -> None:
         # durable before the call returned: another reader sees it now
         with GraphStore(memfile, readonly=True) as other:
             assert other.call("open_nodes", {"names": ["a"]})["entities"] == [ent("a", "x")]
-        with pytest.raises(MemoryToolError, match="^Entity with name b not found$"):
+        with pytest.raises(MemoryToolError, match=r"^Entity with name b not found$"):
             await service.call(
                 "add_observations", {"observations": [{"entityName": "b", "contents": ["y"]}]}
             )
@@ -130,7 +130,7 @@ async def test_a_call_times_out_unapplied_when_no_owner_takes_it(memfile: Path) 
     waiting = asyncio.create_task(service.call("create_entities", {"entities": [ent("late")]}))
     await asyncio.sleep(0.01)
     clock.advance(5)
-    with pytest.raises(MemoryUnavailable, match="not running .*was not applied"):
+    with pytest.raises(MemoryUnavailable, match=r"not running .*was not applied"):
         async with asyncio.timeout(5):
             await waiting
     async with running(service):
