@@ -79,3 +79,71 @@ async def session(params: StdioServerParameters) -> AsyncIterator[Session]:
     ):
         init = await client.initialize()
         yield Session(client, init, notes)
+
+
+class RawClient:
+    """A minimal newline-delimited JSON-RPC client over a server's stdio (for load tests:
+    pipelining and several processes at once, which the SDK client is not built for)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        import os
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
+        self._next = 0
+        self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "companyd-tests", "version": "0"},
+            },
+        )
+        self.notify("notifications/initialized")
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        import json
+
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(msg).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def notify(self, method: str) -> None:
+        self._send({"jsonrpc": "2.0", "method": method})
+
+    def send(self, method: str, params: dict[str, Any]) -> int:
+        self._next += 1
+        self._send({"jsonrpc": "2.0", "id": self._next, "method": method, "params": params})
+        return self._next
+
+    def receive(self) -> dict[str, Any]:
+        """The next response (notifications are skipped)."""
+        import json
+
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise EOFError("server closed its stdout")
+            msg = json.loads(line)
+            if "id" in msg:
+                return dict(msg)
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        rid = self.send(method, params)
+        msg = self.receive()
+        assert msg["id"] == rid, msg
+        return msg
+
+    def close(self, timeout: float = 30) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=timeout)
+        self.proc.stdout.close()
+        return code

@@ -94,11 +94,18 @@ def test_blank_lines_are_skipped_silently() -> None:
 def test_unparseable_lines_are_quarantined_with_their_line_numbers_and_bytes() -> None:
     bad = b'{"type":"entity","name":"Bob","entityType":"person","observations":["x"]}{"type"'
     data = OFFICIAL.replace(b"\n", b"\n" + bad + b"\n", 1) + b"\nnull\n[1,2]\n\xff\xfe\n"
+    data += b'{"type":"x","v":NaN}\n'  # Python's json takes NaN; JSON.parse does not
     graph, report = parse_graph(data)
     assert [e.name for e in graph.entities()] == ["Alice", "Acme"]
     assert report.needs_repair
     got = [(q.lineno, q.raw, q.dropped) for q in report.quarantined]
-    assert got == [(2, bad, True), (5, b"null", True), (6, b"[1,2]", True), (7, b"\xff\xfe", True)]
+    assert got == [
+        (2, bad, True),
+        (5, b"null", True),
+        (6, b"[1,2]", True),
+        (7, b"\xff\xfe", True),
+        (8, b'{"type":"x","v":NaN}', True),
+    ]
     assert "unparseable JSON" in report.quarantined[0].reason
     assert "not a JSON object (a null)" in report.quarantined[1].reason
     assert "not UTF-8" in report.quarantined[3].reason

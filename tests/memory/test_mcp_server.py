@@ -17,12 +17,22 @@ from mcp import MCPDeprecationWarning
 from companyd.memory.codec import parse_graph
 from companyd.memory.tools import pretty, tool_definitions
 
+from .conftest import official_server as official_index
 from .conftest import require_official
 from .mcp_helpers import Session, companyd_server, official_server, session
 
 pytestmark = pytest.mark.anyio
 
-KINDS = ["companyd", pytest.param("official", marks=pytest.mark.node)]
+# The same checks run against the official server when it is installed; when it is not,
+# test_official_server_is_available says why (one skip instead of one per check).
+KINDS = ["companyd"] + (
+    [pytest.param("official", marks=pytest.mark.node)] if official_index() else []
+)
+
+
+@pytest.mark.node
+def test_official_server_is_available() -> None:
+    require_official()
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,15 @@ __all__ = [
 ]
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_DECODE = json.JSONDecoder().decode
+
+
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON.parse (the official server) does not, so a
+    # line holding them would break every official reader if we kept it.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+_DECODE = json.JSONDecoder(parse_constant=_reject_constant).decode
 _ENTITY_KEYS = frozenset(("type", "name", "entityType", "observations"))
 _RELATION_KEYS = frozenset(("type", "from", "to", "relationType"))
 
