@@ -91,11 +91,15 @@ async def test_idle_compaction_after_a_quiet_second_and_on_stop(memfile: Path) -
         assert file_names(memfile) == []
         clock.advance(0.2)
         await eventually(lambda: file_names(memfile) == ["a", "b"])
+        # a second quiet period after the first compaction compacts again
         await service.call("create_entities", {"entities": [ent("c")]})
+        clock.advance(1.1)
+        await eventually(lambda: file_names(memfile) == ["a", "b", "c"])
+        await service.call("create_entities", {"entities": [ent("d")]})
         ctx.stopping.set()
         async with asyncio.timeout(10):
             await task
-    assert file_names(memfile) == ["a", "b", "c"]  # complete after stopping
+    assert file_names(memfile) == ["a", "b", "c", "d"]  # complete after stopping
     journal = memfile.with_name("memory.jsonl.journal").read_bytes()
     assert journal.count(b"\n") == 1  # header only: everything folded in
 

@@ -3,7 +3,8 @@
 Every part of companyd that reads or writes company memory goes through one
 :class:`MemoryService`. Its :meth:`~MemoryService.run` is the supervised child: it loads and
 repairs the file, signals readiness, then serves calls in batches on one worker thread (one
-lock, one fsync per batch), folds the journal into the MCP file after a second of quiet and
+lock, one fsync per batch: calls that arrive while a batch is being written go together in
+the next one), folds the journal into the MCP file after a second of quiet and
 when it stops. Calls queue while the owner is down and are served after the restart, or fail
 once their deadline passes.
 
@@ -19,7 +20,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +28,7 @@ from companyd.clock import Clock, SystemClock
 from companyd.daemon.child import ChildContext
 from companyd.events import EventBus
 from companyd.memory.codec import LoadReport
-from companyd.memory.errors import MemoryInconsistent, MemoryUnavailable
+from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryUnavailable
 from companyd.memory.graph import KnowledgeGraph
 from companyd.memory.store import GraphStore, Operation, Outcome
 from companyd.memory.tools import validate_arguments
@@ -49,7 +50,8 @@ class _OwnerThread:
 
     def __init__(self, name: str) -> None:
         self._jobs: collections.deque[
-            tuple[Callable[[], Any], asyncio.AbstractEventLoop, asyncio.Future[Any]] | None
+            tuple[Callable[[], Any], asyncio.AbstractEventLoop | None, asyncio.Future[Any] | None]
+            | None
         ] = collections.deque()
         self._cv = threading.Condition()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
@@ -62,6 +64,12 @@ class _OwnerThread:
             self._jobs.append((fn, loop, fut))
             self._cv.notify()
         return fut
+
+    def post(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the thread; ``fn`` reports back by itself."""
+        with self._cv:
+            self._jobs.append((fn, None, None))
+            self._cv.notify()
 
     def stop(self) -> None:
         """Finish the queued jobs, then end the thread."""
@@ -78,6 +86,12 @@ class _OwnerThread:
             if job is None:
                 return
             fn, loop, fut = job
+            if loop is None or fut is None:
+                try:
+                    fn()
+                except BaseException:  # posted jobs report their own errors
+                    log.exception("memory owner job failed")
+                continue
             try:
                 result = fn()
             except BaseException as exc:
@@ -87,11 +101,6 @@ class _OwnerThread:
             # RuntimeError: the loop is closed, nobody is waiting any more
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, fut, outcome)
-
-
-def _settle_all(batch: list[_Request], outcomes: list[Outcome]) -> None:
-    for req, outcome in zip(batch, outcomes, strict=True):
-        _settle(req.future, outcome)
 
 
 def _settle(fut: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
@@ -108,8 +117,9 @@ def _settle(fut: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
 class _Request:
     op: Callable[[GraphStore], Operation]
     future: asyncio.Future[Any]
+    deadline: float
+    limit: float
     taken: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class MemoryService:
@@ -121,7 +131,8 @@ class MemoryService:
         clock: for the idle timer and call deadlines.
         idle_compact_seconds: fold the journal into the MCP file after this long without
             writes (the file is complete whenever the owner has been idle this long).
-        call_timeout: default deadline of :meth:`call` and the other requests.
+        call_timeout: default deadline of :meth:`call` and the other requests; deadlines are
+            checked every ``min(1 s, call_timeout / 4)``.
         lock_timeout: seconds to wait for ``<file>.lock`` held by another process.
         source: the event source name.
     """
@@ -142,11 +153,26 @@ class MemoryService:
         self._clock: Clock = clock or SystemClock()
         self._idle = idle_compact_seconds
         self._call_timeout = call_timeout
+        self._tick = min(1.0, call_timeout / 4)
         self._lock_timeout = lock_timeout
         self._source = source
+        # requests not yet taken by a batch, in arrival order
         self._pending: collections.deque[_Request] = collections.deque()
-        self._wake: asyncio.Future[None] | None = None
+        # requests not yet answered (for the deadline reaper)
+        self._waiting: set[_Request] = set()
+        self._reaper: asyncio.Task[None] | None = None
+        self._last_submit = 0.0
+        # the owner (set while run() serves)
+        self._worker: _OwnerThread | None = None
+        self._store: GraphStore | None = None
         self._serving = False
+        self._busy = False  # a batch or a compaction is on the owner thread
+        self._generation = 0
+        self._crash: BaseException | None = None
+        self._last_activity = 0.0
+        self._timer: asyncio.Task[None] | None = None
+        self._stopping: asyncio.Event | None = None
+        self._wake: asyncio.Future[None] | None = None
         #: what the last load found (None until the owner has started once)
         self.last_report: LoadReport | None = None
 
@@ -172,7 +198,8 @@ class MemoryService:
 
     async def recall(self, entity: str, depth: int = 1) -> dict[str, Any]:
         """The neighbourhood of ``entity`` to ``depth`` hops, for a prompt: ``{entity,
-        depth, found, entities, relations, text}`` (see :func:`view.neighbourhood`)."""
+        depth, found, entities, others, relations, truncated, text}`` (see
+        :func:`companyd.memory.view.neighbourhood`)."""
         from companyd.memory.view import neighbourhood
 
         return await self.query(lambda g: neighbourhood(g, entity, depth).to_dict())
@@ -195,7 +222,8 @@ class MemoryService:
     async def run(self, ctx: ChildContext) -> None:
         """Supervised child: load+repair, ``ctx.started()``, serve, compact when idle;
         serve what is queued, compact and return once ``ctx.stopping`` is set (or compact
-        and re-raise when cancelled)."""
+        and re-raise when cancelled). Raises :class:`MemoryInconsistent` (a crash on
+        purpose) when a write failed; the restart reloads from disk."""
         loop = asyncio.get_running_loop()
         worker = _OwnerThread(f"memory-owner:{self.path.name}")
         store = GraphStore(self.path, lock_timeout=self._lock_timeout)
@@ -204,50 +232,52 @@ class MemoryService:
             loop.call_soon_threadsafe(self._repaired, report)
 
         store.on_repair = on_repair
-        watchers: list[asyncio.Task[None]] = []
+        self._generation += 1
+        self._crash = None
+        self._stopping = ctx.stopping
+        watch: asyncio.Task[None] | None = None
         opened = False
         try:
             await worker.submit(lambda: self.path.parent.mkdir(parents=True, exist_ok=True))
             report = await worker.submit(store.open)
             opened = True
             self.last_report = report
+            self._worker, self._store = worker, store
             self._serving = True
-            watchers.append(loop.create_task(self._poke_when(ctx.stopping)))
+            self._last_activity = self._clock.monotonic()
+            watch = loop.create_task(self._poke_when(ctx.stopping))
             ctx.started(
                 {"path": str(self.path), "entities": report.entities, "relations": report.relations}
             )
-            last_write = self._clock.monotonic()
-            idle_timer: asyncio.Task[None] | None = None
+            self._kick()  # calls that queued while the owner was down
             while True:
-                if self._pending:
-                    # quiet is measured from when calls are taken, not from when the batch
-                    # finishes (callers may already be acting on their results by then)
-                    last_write = self._clock.monotonic()
-                    await self._serve_batch(worker, store)
-                    if store.should_compact():
-                        await worker.submit(store.compact)
-                    continue
-                if ctx.stopping.is_set():
+                if self._crash is not None:
+                    raise self._crash
+                idle = not self._busy and not self._pending
+                if ctx.stopping.is_set() and idle:
                     break
-                if store.journal_records:
-                    quiet = self._clock.monotonic() - last_write
-                    if quiet >= self._idle:
-                        await worker.submit(store.compact)
+                if idle and store.journal_records:
+                    quiet = self._clock.monotonic() - self._last_activity
+                    if quiet >= self._idle or store.should_compact():
+                        await self._compact(worker, store)
                         continue
-                    if idle_timer is None or idle_timer.done():
-                        idle_timer = loop.create_task(self._poke_at(last_write + self._idle))
-                        watchers.append(idle_timer)
+                if store.journal_records and (self._timer is None or self._timer.done()):
+                    self._timer = loop.create_task(self._poke_at(self._last_activity + self._idle))
                 self._wake = loop.create_future()
                 await self._wake
         finally:
             self._serving = False
+            self._worker = self._store = None
             self._wake = None
-            for task in watchers:
-                task.cancel()
+            for task in (watch, self._timer):
+                if task is not None:
+                    task.cancel()
+            self._timer = None
             # Fold the journal into the MCP file and close, even when cancelled: the thread
-            # finishes its queue whatever happens to this task. Requests still queued wait
-            # (until their deadline) for the next start.
-            final = worker.submit(lambda: _finish(store, compact=opened))
+            # finishes its queue (a batch in flight settles its own callers) whatever happens
+            # to this task. Requests still queued wait, until their deadline, for a restart.
+            healthy = opened and self._crash is None
+            final = worker.submit(lambda: _finish(store, compact=healthy))
             worker.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(final)
@@ -256,27 +286,116 @@ class MemoryService:
 
     async def _submit(self, make: Callable[[GraphStore], Operation], timeout: float | None) -> Any:
         loop = asyncio.get_running_loop()
-        req = _Request(make, loop.create_future())
-        self._pending.append(req)
-        self._poke()
         limit = self._call_timeout if timeout is None else timeout
-        expiry = loop.create_task(self._expire(req, limit))
+        now = self._clock.monotonic()
+        req = _Request(make, loop.create_future(), now + limit, limit)
+        self._pending.append(req)
+        self._waiting.add(req)
+        self._last_submit = now
+        if self._reaper is None or self._reaper.done():
+            self._reaper = loop.create_task(self._reap())
+        self._kick()
         try:
             return await req.future
         finally:
-            expiry.cancel()
+            self._waiting.discard(req)
             if not req.taken:
                 with contextlib.suppress(ValueError):
                     self._pending.remove(req)
 
-    async def _expire(self, req: _Request, limit: float) -> None:
-        await self._clock.sleep(limit)
-        if req.future.done():
+    def _kick(self) -> None:
+        """Send every pending request to the owner thread as one batch, unless the owner is
+        down or busy (then the batch in flight kicks again when it is done)."""
+        worker, store = self._worker, self._store
+        if self._busy or not self._serving or worker is None or store is None:
             return
+        batch: list[_Request] = []
+        while self._pending:
+            req = self._pending.popleft()
+            if not req.future.done():  # not expired or cancelled while queued
+                req.taken = True
+                batch.append(req)
+        if not batch:
+            return
+        self._busy = True
+        self._last_activity = self._clock.monotonic()
+        ops = [req.op(store) for req in batch]
+        loop = asyncio.get_running_loop()
+        generation = self._generation
+
+        def job() -> None:  # on the owner thread; settles the callers from there
+            try:
+                outcomes = store.execute(ops)
+            except BaseException as exc:
+                loop.call_soon_threadsafe(self._batch_done, generation, batch, None, exc)
+            else:
+                loop.call_soon_threadsafe(self._batch_done, generation, batch, outcomes, None)
+
+        worker.post(job)
+
+    def _batch_done(
+        self,
+        generation: int,
+        batch: list[_Request],
+        outcomes: list[Outcome] | None,
+        error: BaseException | None,
+    ) -> None:
+        self._busy = False
+        if outcomes is not None:
+            for req, outcome in zip(batch, outcomes, strict=True):
+                _settle(req.future, outcome)
+        else:
+            if isinstance(error, MemoryInconsistent):
+                failed = MemoryUnavailable(f"{error}; the call was not saved — retry it")
+            else:
+                failed = MemoryUnavailable(
+                    f"memory file {str(self.path)!r}: {error}; the call was not applied"
+                )
+            for req in batch:
+                _settle(req.future, (False, failed))
+            # A lock held too long by another process fails these calls only; anything else
+            # means this owner can no longer trust its state: crash, the restart reloads.
+            if generation == self._generation and not isinstance(error, MemoryLocked):
+                self._crash = (
+                    error
+                    if isinstance(error, MemoryInconsistent)
+                    else MemoryInconsistent(f"memory owner failed: {error!r}")
+                )
+        self._kick()
+        store = self._store
+        if (
+            self._crash is not None
+            or (self._stopping is not None and self._stopping.is_set())
+            or self._timer is None
+            or self._timer.done()  # no idle timer armed for this write yet
+            or (store is not None and store.should_compact())
+        ):
+            self._poke()
+
+    async def _compact(self, worker: _OwnerThread, store: GraphStore) -> None:
+        self._busy = True
+        try:
+            await worker.submit(store.compact)
+        finally:
+            self._busy = False
+        self._kick()
+
+    async def _reap(self) -> None:
+        """Fail requests whose deadline passed; ends after a while without requests."""
+        while True:
+            await self._clock.sleep(self._tick)
+            now = self._clock.monotonic()
+            for req in list(self._waiting):
+                if req.deadline <= now and not req.future.done():
+                    self._expire(req)
+            if not self._waiting and now - self._last_submit > 10 * self._tick:
+                return
+
+    def _expire(self, req: _Request) -> None:
         if req.taken:
             req.future.set_exception(
                 MemoryUnavailable(
-                    f"memory file {str(self.path)!r}: no answer within {limit:g}s while "
+                    f"memory file {str(self.path)!r}: no answer within {req.limit:g}s while "
                     "saving; the call may or may not have been applied — read before retrying"
                 )
             )
@@ -285,40 +404,9 @@ class MemoryService:
             req.future.set_exception(
                 MemoryUnavailable(
                     f"memory file {str(self.path)!r}: the memory owner is {state} and did not "
-                    f"take the call within {limit:g}s; the call was not applied — retry later"
+                    f"take the call within {req.limit:g}s; the call was not applied — retry later"
                 )
             )
-
-    async def _serve_batch(self, worker: _OwnerThread, store: GraphStore) -> None:
-        batch: list[_Request] = []
-        while self._pending:
-            req = self._pending.popleft()
-            if req.future.done():  # expired or cancelled while queued
-                continue
-            req.taken = True
-            batch.append(req)
-        if not batch:
-            return
-        ops = [req.op(store) for req in batch]
-        loop = asyncio.get_running_loop()
-        path = str(self.path)
-
-        def job() -> None:
-            # Runs on the owner thread and settles the callers' futures from there, so they
-            # learn the true outcome even if this task is cancelled meanwhile.
-            try:
-                outcomes = store.execute(ops)
-            except MemoryInconsistent as exc:
-                failed = MemoryUnavailable(f"{exc}; the call was not saved — retry it")
-                loop.call_soon_threadsafe(_settle_all, batch, [(False, failed)] * len(batch))
-                raise
-            except Exception as exc:
-                failed = MemoryUnavailable(f"memory file {path!r}: {exc}; the call was not applied")
-                loop.call_soon_threadsafe(_settle_all, batch, [(False, failed)] * len(batch))
-                raise
-            loop.call_soon_threadsafe(_settle_all, batch, outcomes)
-
-        await worker.submit(job)
 
     def _poke(self) -> None:
         wake = self._wake
