@@ -35,6 +35,7 @@ import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.runner import serve_loop
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
@@ -44,7 +45,14 @@ from companyd.memory.errors import MemoryToolError, MemoryUnavailable
 from companyd.memory.service import MemoryService
 from companyd.memory.tools import MUTATING_TOOLS, pretty, result_text, tool_definitions
 
-__all__ = ["RESOURCE_URI", "SERVER_NAME", "SERVER_VERSION", "build_server", "serve_stdio"]
+__all__ = [
+    "RESOURCE_URI",
+    "SERVER_NAME",
+    "SERVER_VERSION",
+    "build_server",
+    "serve_connection",
+    "serve_stdio",
+]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +130,26 @@ def build_server(service: MemoryService) -> Server[Any]:
     # exporter it only costs time (measured ~8 % of a call).
     server.middleware = []
     return server
+
+
+async def serve_connection(server: Server[Any], read_stream: Any, write_stream: Any) -> None:
+    """Serve one MCP connection in the handshake protocol era (``initialize``; protocol
+    versions up to 2025-11-25), which is what the official server speaks.
+
+    ``Server.run`` would also accept the 2026-07-28 per-request era, at the price of relaying
+    every message through one more stream and task; a drop-in for the official server does
+    not need it.
+    """
+    try:
+        await serve_loop(
+            server,
+            read_stream,
+            write_stream,
+            lifespan_state={},
+            init_options=initialization_options(server),
+        )
+    finally:
+        await write_stream.aclose()
 
 
 def initialization_options(server: Server[Any]) -> Any:
@@ -221,9 +249,7 @@ async def serve_stdio(
             file=sys.stderr,
         )
         async with _stdio_streams(stdin_fd, stdout_fd) as (read_stream, write_stream):
-            serving = asyncio.create_task(
-                server.run(read_stream, write_stream, initialization_options(server))
-            )
+            serving = asyncio.create_task(serve_connection(server, read_stream, write_stream))
             await asyncio.wait({serving, owner}, return_when=asyncio.FIRST_COMPLETED)
             if owner.done():  # the owner gave up: stop serving rather than fail every call
                 serving.cancel()

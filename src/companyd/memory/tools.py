@@ -118,6 +118,41 @@ def _path_text(path: Sequence[str | int]) -> str:
     return text
 
 
+class _Invalid(Exception):
+    pass
+
+
+def _clean(schema: _Schema, value: object) -> Any:
+    """The fast path of :func:`_check`: the cleaned value, or :class:`_Invalid` at the first
+    problem (then :func:`_check` runs again to word every issue)."""
+    if isinstance(schema, _Str):
+        if type(value) is not str and not isinstance(value, str):
+            raise _Invalid
+        return value
+    if isinstance(schema, _Arr):
+        if not isinstance(value, list | tuple):
+            raise _Invalid
+        item = schema.item
+        if isinstance(item, _Str):
+            for v in value:
+                if not isinstance(v, str):
+                    raise _Invalid
+            return list(value)
+        return [_clean(item, v) for v in value]
+    if isinstance(schema, _Bool):
+        if not isinstance(value, bool):
+            raise _Invalid
+        return value
+    if not isinstance(value, Mapping):
+        raise _Invalid
+    out = {}
+    for k, sub in schema.fields:
+        if k not in value:
+            raise _Invalid
+        out[k] = _clean(sub, value[k])
+    return out
+
+
 def _check(schema: _Schema, value: object, path: list[str | int], issues: list[str]) -> Any:
     """Validate like zod v4 (every issue, in shape order) and return the value with unknown
     object keys stripped."""
@@ -375,8 +410,14 @@ def validate_arguments(tool: str, arguments: Mapping[str, Any] | None) -> dict[s
     spec = _BY_NAME.get(tool)
     if spec is None:
         raise MemoryToolError(error_text_unknown_tool(tool))
+    given = {} if arguments is None else arguments
+    try:
+        cleaned: dict[str, Any] = _clean(spec.input, given)
+        return cleaned
+    except (_Invalid, RecursionError):
+        pass
     issues: list[str] = []
-    args = _check(spec.input, {} if arguments is None else arguments, [], issues)
+    args = _check(spec.input, given, [], issues)
     if issues:
         raise MemoryToolError(
             "MCP error -32602: Input validation error: Invalid arguments for tool "
