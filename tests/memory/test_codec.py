@@ -89,6 +89,9 @@ def test_blank_lines_are_skipped_silently() -> None:
     graph, report = parse_graph(b"\n\n" + OFFICIAL.replace(b"\n", b"\n   \n") + b"\n\n")
     assert len(graph) == 2 and graph.relation_count == 1
     assert not report.needs_repair and report.lines == 3
+    # "blank" as JavaScript's trim() sees it: no-break spaces and a BOM are blank too
+    graph, report = parse_graph(OFFICIAL + "\n\u00a0\ufeff\u2028\n".encode())
+    assert len(graph) == 2 and not report.needs_repair and report.lines == 3
 
 
 def test_unparseable_lines_are_quarantined_with_their_line_numbers_and_bytes() -> None:

@@ -18,7 +18,7 @@ from companyd.memory.codec import encode_entity, encode_relation, parse_graph, r
 from companyd.memory.graph import Entity, Relation
 from companyd.memory.store import GraphStore
 
-_text = st.text(st.sampled_from('abcxyz éü東\n"\\/{}[]:,'), max_size=8)
+_text = st.text(st.sampled_from('abcxyz éü東\n"\\/{}[]:,\u00a0\ufeff'), max_size=8)
 
 
 @st.composite
@@ -63,6 +63,20 @@ def damaged(draw: st.DrawFn) -> bytes:
     return bytes(buf)
 
 
+_JS_BLANK = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def _blank(raw: bytes) -> bool:
+    """What the official reader skips: lines that JavaScript's trim() empties."""
+    try:
+        return not raw.decode("utf-8").strip(_JS_BLANK)
+    except UnicodeDecodeError:
+        return False
+
+
 def _js_rejects(name: str) -> Any:
     raise ValueError(f"JSON.parse rejects {name}")
 
@@ -91,7 +105,7 @@ def test_parse_never_raises_and_accounts_for_every_line(data: bytes) -> None:
     graph.check_invariants()
     quarantined = {(q.lineno, q.raw) for q in report.quarantined if q.dropped}
     for lineno, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
+        if _blank(raw):
             continue
         obj = _usable(raw)
         if obj is None:
@@ -119,7 +133,7 @@ def test_repair_keeps_intact_lines_and_quarantines_corrupt_ones(data: bytes) -> 
         rewritten, report = parse_graph(path.read_bytes())
         assert not report.needs_repair  # the file left behind is clean
         for lineno, raw in enumerate(data.split(b"\n"), start=1):
-            if not raw.strip():
+            if _blank(raw):
                 continue
             obj = _usable(raw)
             if obj is None:  # every corrupt line is in .corrupt, byte for byte

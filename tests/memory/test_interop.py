@@ -253,6 +253,7 @@ EDGE_FILES: dict[str, bytes] = {
     "final newline": _A + b"\n",
     "crlf and blank lines": b"\r\n" + _A + b"\r\n\r\n",
     "aim marker": b'{"type":"_aim","source":"mcp-knowledge-graph"}\n' + _A,
+    "unicode blank lines": "\u00a0\n\ufeff \n".encode() + _A + "\n\u3000".encode(),
     "duplicates": (
         b'{"type":"entity","name":"a","entityType":"t","observations":["1"]}\n'
         b'{"type":"entity","name":"a","entityType":"u","observations":["2"]}\n'

@@ -26,7 +26,7 @@ from __future__ import annotations
 import gc
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +52,16 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-_DECODE = json.JSONDecoder(parse_constant=_reject_constant).decode
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_DECODE = _DECODER.decode
+# The C scanner without decode()'s whitespace regexes: most lines are compact JSON.
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+# What JavaScript's String.prototype.trim() removes (the official reader skips lines that
+# trim to nothing).
+_JS_WHITESPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
 _ENTITY_KEYS = frozenset(("type", "name", "entityType", "observations"))
 _RELATION_KEYS = frozenset(("type", "from", "to", "relationType"))
 
@@ -234,109 +243,184 @@ def parse_graph(data: bytes, *, check_format: bool = False) -> tuple[KnowledgeGr
     """
     graph = KnowledgeGraph()
     report = LoadReport()
-    chunks = data.split(b"\n")
-    last = len(chunks) - 1
+    # Decode once when the whole file is UTF-8 (the usual case); else line by line, so one
+    # bad byte costs one line. A "\n" byte never occurs inside a UTF-8 sequence, so both
+    # split at the same places.
+    try:
+        lines: list[str] | list[bytes] = data.decode("utf-8").split("\n")
+        textual = True
+    except UnicodeDecodeError:
+        lines = data.split(b"\n")
+        textual = False
+    last = len(lines) - 1
     unterminated = not data.endswith(b"\n")
     seen_relation = False
+    scan = _SCAN
+    load_entity = graph.load_entity
     # Loading builds many small containers; the cyclic collector would rescan them all
     # repeatedly (measured: ~2x slower at 100k entities). Nothing here creates cycles.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for index, raw in enumerate(chunks):
-            if not raw.strip():
-                continue
+        for index, line in enumerate(lines):
+            if textual:
+                text = line
+                assert isinstance(text, str)
+            else:
+                assert isinstance(line, bytes)
+                try:
+                    text = line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    report.lines += 1
+                    why = f"not UTF-8 ({exc.reason} at byte {exc.start})"
+                    _quarantine(report, index + 1, line, why, unterminated and index == last)
+                    continue
+            if not text.strip(_JS_WHITESPACE):
+                continue  # blank, as JavaScript's trim() sees it
             report.lines += 1
-            lineno = index + 1
-            torn = unterminated and index == last
+            # Fast path: a line as the official server writes it.
             try:
-                obj = _DECODE(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                _quarantine(
-                    report, lineno, raw, f"not UTF-8 ({exc.reason} at byte {exc.start})", torn
-                )
-                continue
-            except ValueError as exc:
-                _quarantine(report, lineno, raw, f"unparseable JSON ({exc})", torn)
-                continue
-            if type(obj) is not dict:
-                _quarantine(report, lineno, raw, f"not a JSON object (a {_js_type(obj)})", torn)
-                continue
-            kind = obj.get("type")
-            if kind == "entity":
+                obj, end = scan(text, 0)
+            except (StopIteration, ValueError):
+                obj, end = None, -1
+            if end != len(text) or type(obj) is not dict:
+                try:
+                    obj = _DECODE(text)  # whitespace around, or the error message
+                except ValueError as exc:
+                    raw = text.encode("utf-8") if textual else line
+                    assert isinstance(raw, bytes)
+                    why = f"unparseable JSON ({exc})"
+                    _quarantine(report, index + 1, raw, why, unterminated and index == last)
+                    continue
+            if type(obj) is dict and len(obj) == 4 and obj.get("type") == "entity":
                 name = obj.get("name")
                 entity_type = obj.get("entityType")
-                if type(name) is not str or type(entity_type) is not str:
-                    what = "name" if type(name) is not str else "entityType"
-                    _quarantine(report, lineno, raw, f"entity without a string {what}", torn)
-                    continue
                 observations = obj.get("observations")
-                altered: list[str] = []
-                if observations is None:
-                    # missing or null: lossless to fix (the official reader chokes on it)
-                    report.observations_fixed += 1
-                    observations = []
-                elif type(observations) is not list:
-                    report.observations_fixed += 1
-                    altered.append(f"observations was a {_js_type(observations)}, replaced by []")
-                    observations = []
-                elif not all(type(o) is str for o in observations):
-                    report.observations_fixed += 1
-                    altered.append("non-string observations dropped")
-                    observations = [o for o in observations if type(o) is str]
-                if not obj.keys() <= _ENTITY_KEYS:
-                    report.extra_fields_dropped += 1
-                    extra = sorted(obj.keys() - _ENTITY_KEYS)
-                    altered.append(f"extra fields dropped: {', '.join(extra)}")
-                if altered:
-                    report.quarantined.append(
-                        QuarantinedLine(
-                            lineno=lineno, raw=raw, reason="; ".join(altered), dropped=False
-                        )
-                    )
-                if graph.load_entity(name, entity_type, observations):
-                    report.merged_entities += 1
-                if check_format and (
-                    seen_relation
-                    or raw.rstrip(b"\r") != encode_entity(Entity(name, entity_type, observations))
+                if (
+                    type(name) is str
+                    and type(entity_type) is str
+                    and type(observations) is list
+                    and _all_str(observations)
                 ):
-                    report.noncanonical += 1
-            elif kind == "relation":
-                source, target, rtype = obj.get("from"), obj.get("to"), obj.get("relationType")
-                if type(source) is not str or type(target) is not str or type(rtype) is not str:
-                    missing = next(
-                        k
-                        for k, v in (("from", source), ("to", target), ("relationType", rtype))
-                        if type(v) is not str
-                    )
-                    _quarantine(report, lineno, raw, f"relation without a string {missing}", torn)
+                    if load_entity(name, entity_type, observations):
+                        report.merged_entities += 1
+                    if check_format:
+                        raw = text.encode("utf-8") if textual else line
+                        assert isinstance(raw, bytes)
+                        canonical = encode_entity(Entity(name, entity_type, observations))
+                        if seen_relation or raw.rstrip(b"\r") != canonical:
+                            report.noncanonical += 1
                     continue
-                if not obj.keys() <= _RELATION_KEYS:
-                    report.extra_fields_dropped += 1
-                    extra = sorted(obj.keys() - _RELATION_KEYS)
-                    report.quarantined.append(
-                        QuarantinedLine(
-                            lineno=lineno,
-                            raw=raw,
-                            reason=f"extra fields dropped: {', '.join(extra)}",
-                            dropped=False,
-                        )
-                    )
-                rel = Relation(source, target, rtype)
-                if graph.load_relation(rel):
-                    report.duplicate_relations += 1
-                seen_relation = True
-                if check_format and raw.rstrip(b"\r") != encode_relation(rel):
-                    report.noncanonical += 1
-            else:
-                graph.preserved_lines.append(raw)
-                report.preserved += 1
+            raw = text.encode("utf-8") if textual else line
+            assert isinstance(raw, bytes)
+            seen_relation = _load_other(
+                graph,
+                report,
+                obj,
+                raw,
+                index + 1,
+                unterminated and index == last,
+                seen_relation,
+                check_format,
+            )
     finally:
         if gc_was_enabled:
             gc.enable()
     report.entities = len(graph)
     report.relations = graph.relation_count
     return graph, report
+
+
+def _all_str(items: list[Any]) -> bool:
+    # a plain loop: ~3x cheaper than all() over a generator for the usual 1-3 items
+    for item in items:  # noqa: SIM110
+        if type(item) is not str:
+            return False
+    return True
+
+
+def _load_other(
+    graph: KnowledgeGraph,
+    report: LoadReport,
+    obj: Any,
+    raw: bytes,
+    lineno: int,
+    torn: bool,
+    seen_relation: bool,
+    check_format: bool,
+) -> bool:
+    """Everything but a canonical entity line (the fast path). Returns ``seen_relation``."""
+    if type(obj) is not dict:
+        _quarantine(report, lineno, raw, f"not a JSON object (a {_js_type(obj)})", torn)
+        return seen_relation
+    kind = obj.get("type")
+    if kind == "entity":
+        name = obj.get("name")
+        entity_type = obj.get("entityType")
+        if type(name) is not str or type(entity_type) is not str:
+            what = "name" if type(name) is not str else "entityType"
+            _quarantine(report, lineno, raw, f"entity without a string {what}", torn)
+            return seen_relation
+        observations = obj.get("observations")
+        altered: list[str] = []
+        if observations is None:
+            # missing or null: lossless to fix (the official reader chokes on it)
+            report.observations_fixed += 1
+            observations = []
+        elif type(observations) is not list:
+            report.observations_fixed += 1
+            altered.append(f"observations was a {_js_type(observations)}, replaced by []")
+            observations = []
+        elif not _all_str(observations):
+            report.observations_fixed += 1
+            altered.append("non-string observations dropped")
+            observations = [o for o in observations if type(o) is str]
+        if not obj.keys() <= _ENTITY_KEYS:
+            report.extra_fields_dropped += 1
+            extra = sorted(obj.keys() - _ENTITY_KEYS)
+            altered.append(f"extra fields dropped: {', '.join(extra)}")
+        if altered:
+            report.quarantined.append(
+                QuarantinedLine(lineno=lineno, raw=raw, reason="; ".join(altered), dropped=False)
+            )
+        if graph.load_entity(name, entity_type, observations):
+            report.merged_entities += 1
+        if check_format and (
+            seen_relation
+            or raw.rstrip(b"\r") != encode_entity(Entity(name, entity_type, observations))
+        ):
+            report.noncanonical += 1
+        return seen_relation
+    if kind == "relation":
+        source, target, rtype = obj.get("from"), obj.get("to"), obj.get("relationType")
+        if type(source) is not str or type(target) is not str or type(rtype) is not str:
+            missing = next(
+                k
+                for k, v in (("from", source), ("to", target), ("relationType", rtype))
+                if type(v) is not str
+            )
+            _quarantine(report, lineno, raw, f"relation without a string {missing}", torn)
+            return seen_relation
+        if not obj.keys() <= _RELATION_KEYS:
+            report.extra_fields_dropped += 1
+            extra = sorted(obj.keys() - _RELATION_KEYS)
+            report.quarantined.append(
+                QuarantinedLine(
+                    lineno=lineno,
+                    raw=raw,
+                    reason=f"extra fields dropped: {', '.join(extra)}",
+                    dropped=False,
+                )
+            )
+        rel = Relation(source, target, rtype)
+        if graph.load_relation(rel):
+            report.duplicate_relations += 1
+        if check_format and raw.rstrip(b"\r") != encode_relation(rel):
+            report.noncanonical += 1
+        return True
+    graph.preserved_lines.append(raw)
+    report.preserved += 1
+    return seen_relation
 
 
 def _quarantine(report: LoadReport, lineno: int, raw: bytes, reason: str, torn: bool) -> None:

@@ -288,7 +288,10 @@ class KnowledgeGraph:
         the first (its observations appended, duplicates dropped). Returns True if merged."""
         existing = self._entities.get(name)
         if existing is None:
-            self._insert_entity(Entity(name, entity_type, observations))
+            # inlined _insert_entity: this runs once per line of a 100k-line file
+            self._seq += 1
+            self._entities[name] = Entity(name, entity_type, observations)
+            self._order[name] = self._seq
             return False
         have = set(existing.observations)
         merged = list(dict.fromkeys(existing.observations))
