@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -321,3 +322,32 @@ async def test_closing_stdin_compacts_the_file(tmp_path: Path) -> None:
     graph, report = parse_graph(path.read_bytes())
     assert not report.needs_repair
     assert graph.read_graph()["entities"] == [E("kept", "t", "x")]
+
+
+def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path) -> None:
+    import signal
+
+    from .mcp_helpers import ROOT, RawClient
+
+    path = tmp_path / "memory.jsonl"
+    client = RawClient(
+        [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(path)],
+        {"PYTHONPATH": str(ROOT / "src")},
+    )
+    res = client.request(
+        "tools/call",
+        {"name": "create_entities", "arguments": {"entities": [E("kept", "t", "before SIGTERM")]}},
+    )
+    assert not res["result"].get("isError")
+    client.proc.send_signal(signal.SIGTERM)
+    try:
+        assert client.proc.wait(timeout=30) == 0
+    finally:
+        if client.proc.poll() is None:
+            client.proc.kill()
+        assert client.proc.stdin is not None and client.proc.stdout is not None
+        client.proc.stdin.close()
+        client.proc.stdout.close()
+    graph, report = parse_graph(path.read_bytes())  # folded into the MCP file on the way out
+    assert not report.needs_repair
+    assert graph.read_graph()["entities"] == [E("kept", "t", "before SIGTERM")]

@@ -215,6 +215,9 @@ def _check(args: argparse.Namespace) -> int:
 
         print_json(data)
         return 1 if report.needs_repair else 0
+    if not data["exists"] and not store.journal_path.exists():
+        print(f"{store.path}: does not exist yet (an empty graph; the first write creates it)")
+        return 0
     if not report.needs_repair:
         extra = []
         if report.preserved:

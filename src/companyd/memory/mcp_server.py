@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -250,14 +251,26 @@ async def serve_stdio(
         )
         async with _stdio_streams(stdin_fd, stdout_fd) as (read_stream, write_stream):
             serving = asyncio.create_task(serve_connection(server, read_stream, write_stream))
-            await asyncio.wait({serving, owner}, return_when=asyncio.FIRST_COMPLETED)
-            if owner.done():  # the owner gave up: stop serving rather than fail every call
-                serving.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await serving
-                owner.result()
-            else:
-                serving.result()
+            # SIGTERM/SIGINT (a client shutting us down, Ctrl-C) end the connection the way
+            # closing stdin does: what is queued is answered, the journal is folded in.
+            loop = asyncio.get_running_loop()
+            handled = []
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(ValueError, NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(signum, serving.cancel)
+                    handled.append(signum)
+            try:
+                await asyncio.wait({serving, owner}, return_when=asyncio.FIRST_COMPLETED)
+                if owner.done():  # the owner gave up: stop serving rather than fail every call
+                    serving.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await serving
+                    owner.result()
+                elif not serving.cancelled():
+                    serving.result()
+            finally:
+                for signum in handled:
+                    loop.remove_signal_handler(signum)
     finally:
         ready.cancel()
         ctx.stopping.set()
