@@ -1,0 +1,367 @@
+"""``companyd memory …``: read, check, repair, export, import and serve the company memory.
+
+Every command takes ``--file F``; without it the file is ``$MEMORY_FILE_PATH`` (as the
+official server reads it; a relative path is taken from the current directory, ``~`` is
+expanded), else company.yaml's memory path (``memory.path``, else
+``<state_dir>/memory.jsonl``). Commands that report take ``--json``.
+
+Read commands never write: they open the file read-only (they still see writes a running
+daemon has journaled but not yet folded in). ``check`` exits 0 when the file is clean and 1
+when it needs repair, saying what it found; ``repair`` fixes it in place, atomically, keeping
+what it removes in ``<file>.corrupt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from companyd.errors import CompanydError
+
+__all__ = ["register", "resolve_memory_path"]
+
+
+def register(sub: Any) -> None:
+    """Add ``memory`` and its subcommands to the top-level CLI."""
+    p = sub.add_parser(
+        "memory",
+        help="the company memory (MCP knowledge graph): read, check, repair, export, serve",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    msub = p.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
+    p.set_defaults(func=lambda args: _usage(p))
+
+    def add(name: str, help: str, *, json_flag: bool = True) -> argparse.ArgumentParser:
+        c: argparse.ArgumentParser = msub.add_parser(name, help=help, description=help)
+        c.add_argument(
+            "--file",
+            type=Path,
+            help="the graph file (default: $MEMORY_FILE_PATH, else company.yaml's memory path)",
+        )
+        c.add_argument("--config", type=Path, help="company.yaml to take the memory path from")
+        if json_flag:
+            c.add_argument("--json", action="store_true", help="machine-readable output")
+        return c
+
+    c = add("read-graph", "print the whole graph")
+    c.set_defaults(func=_read_graph)
+    c = add("search", "entities whose name, type or observations contain QUERY")
+    c.add_argument("query")
+    c.set_defaults(func=_search)
+    c = add("open", "the named entities and their relations")
+    c.add_argument("names", nargs="+", metavar="NAME")
+    c.set_defaults(func=_open)
+    c = add("neighbours", "what is within --depth hops of an entity (as agents see it)")
+    c.add_argument("name")
+    c.add_argument("--depth", type=_depth, default=1, help="hops to follow (default 1)")
+    c.set_defaults(func=_neighbours)
+    c = add("check", "exit 0 if the file is clean, 1 if it needs repair (says what)")
+    c.set_defaults(func=_check)
+    c = add("repair", "repair the file in place; what is removed goes to <file>.corrupt")
+    c.set_defaults(func=_repair)
+    c = add("export", "write the graph as GraphML or node-link JSON", json_flag=False)
+    c.add_argument("--format", required=True, choices=("graphml", "json"))
+    c.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
+    c.set_defaults(func=_export)
+    c = add("import", "merge an MCP memory JSONL file or node-link JSON into the graph")
+    c.add_argument("source", type=Path, metavar="FILE")
+    c.set_defaults(func=_import)
+    c = add(
+        "serve-mcp",
+        "serve the graph over MCP stdio (a drop-in for @modelcontextprotocol/server-memory)",
+        json_flag=False,
+    )
+    c.set_defaults(func=_serve_mcp)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _depth(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of hops, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more hops, got {value!r}")
+    return value
+
+
+def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
+    """``file``, else ``$MEMORY_FILE_PATH``, else company.yaml's memory path.
+
+    Raises:
+        CompanydError: none of them is available (the message lists the three ways).
+        ConfigError: ``config`` was given and is invalid.
+    """
+    if file is not None:
+        return Path(os.path.expanduser(file)).absolute()
+    env = os.environ.get("MEMORY_FILE_PATH")
+    if env:
+        return Path(os.path.expanduser(env)).absolute()
+    from companyd.cli import default_config_path
+    from companyd.config import load_config
+
+    path = config or default_config_path()
+    if config is None and not Path(path).exists():
+        raise CompanydError(
+            f"which memory file? {str(path)!r} does not exist; pass --file FILE, set "
+            "MEMORY_FILE_PATH, or run where company.yaml is (or set COMPANYD_CONFIG)"
+        )
+    cfg = load_config(path)
+    return cfg.memory_path(cfg.state_dir())
+
+
+def _store(args: argparse.Namespace, *, readonly: bool) -> Any:
+    from companyd.memory.store import GraphStore
+
+    path = resolve_memory_path(args.file, args.config)
+    if not path.parent.is_dir():
+        raise CompanydError(
+            f"memory file {str(path)!r}: directory {str(path.parent)!r} does not exist; "
+            "create it or pass another --file"
+        )
+    return GraphStore(path, readonly=readonly)
+
+
+def _open_readonly(args: argparse.Namespace) -> Any:
+    store = _store(args, readonly=True)
+    report = store.open()
+    if report.needs_repair:
+        print(
+            f"warning: {store.path} needs repair ({report.summary()}); showing what could be "
+            f"read — run `companyd memory repair --file {store.path}`",
+            file=sys.stderr,
+        )
+    return store
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> int:
+    from companyd.cli import print_json
+
+    if args.json:
+        print_json(data)
+    else:
+        print(text)
+    return 0
+
+
+def _graph_text(graph: dict[str, Any]) -> str:
+    entities, relations = graph["entities"], graph["relations"]
+    lines = [f"{len(entities)} entities, {len(relations)} relations"]
+    for e in entities:
+        lines.append(f"{e['name']} [{e['entityType']}]")
+        lines.extend(f"  - {o}" for o in e["observations"])
+    if relations:
+        lines.append("relations:")
+        lines.extend(f"  {r['from']} --{r['relationType']}--> {r['to']}" for r in relations)
+    return "\n".join(lines)
+
+
+def _tool(args: argparse.Namespace, tool: str, arguments: dict[str, Any]) -> int:
+    store = _open_readonly(args)
+    try:
+        result = store.call(tool, arguments)
+    finally:
+        store.close()
+    return _emit(args, result, _graph_text(result))
+
+
+def _read_graph(args: argparse.Namespace) -> int:
+    return _tool(args, "read_graph", {})
+
+
+def _search(args: argparse.Namespace) -> int:
+    return _tool(args, "search_nodes", {"query": args.query})
+
+
+def _open(args: argparse.Namespace) -> int:
+    return _tool(args, "open_nodes", {"names": args.names})
+
+
+def _neighbours(args: argparse.Namespace) -> int:
+    from companyd.memory.view import neighbourhood
+
+    store = _open_readonly(args)
+    try:
+        hood = store.read(lambda g: neighbourhood(g, args.name, args.depth))
+    finally:
+        store.close()
+    _emit(args, hood.to_dict(), hood.text())
+    return 0 if hood.found else 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    from companyd.memory.codec import parse_graph
+
+    store = _store(args, readonly=True)
+    report = store.open()
+    graph_bytes = store.path.read_bytes() if store.path.exists() else b""
+    _, fmt = parse_graph(graph_bytes, check_format=True)
+    store.close()
+    data = report.to_dict()
+    data["file"] = str(store.path)
+    data["noncanonical_lines"] = fmt.noncanonical
+    data["journal_pending_records"] = store.journal_records
+    data["exists"] = bool(graph_bytes) or store.path.exists()
+    if args.json:
+        from companyd.cli import print_json
+
+        print_json(data)
+        return 1 if report.needs_repair else 0
+    if not data["exists"] and not store.journal_path.exists():
+        print(f"{store.path}: does not exist yet (an empty graph; the first write creates it)")
+        return 0
+    if not report.needs_repair:
+        extra = []
+        if report.preserved:
+            extra.append(f"{report.preserved} lines of unknown type kept")
+        if fmt.noncanonical:
+            extra.append(f"{fmt.noncanonical} lines not in canonical form (rewritten on next save)")
+        if store.journal_records:
+            extra.append(f"{store.journal_records} journaled writes not yet folded into the file")
+        tail = f" ({'; '.join(extra)})" if extra else ""
+        print(
+            f"{store.path}: clean — {report.entities} entities, {report.relations} relations{tail}"
+        )
+        return 0
+    print(f"{store.path}: needs repair — {report.summary()}")
+    for q in report.quarantined:
+        where = f"line {q.lineno}" if q.lineno else "journal"
+        action = "would be removed" if q.dropped else "would be rewritten"
+        print(f"  {where}: {q.reason} ({action}; {len(q.raw)} bytes)")
+    print(
+        f"run `companyd memory repair --file {store.path}` to fix it; removed lines are kept "
+        f"in {store.corrupt_path}"
+    )
+    return 1
+
+
+def _repair(args: argparse.Namespace) -> int:
+    store = _store(args, readonly=False)
+    try:
+        report = store.repair()
+    finally:
+        store.close()
+    data = report.to_dict()
+    data["file"] = str(store.path)
+    data["corrupt_file"] = str(store.corrupt_path) if report.quarantined else None
+    if report.needs_repair:
+        text = f"{store.path}: repaired — {report.summary()}"
+        if report.quarantined:
+            text += f"; original lines kept in {store.corrupt_path}"
+    else:
+        text = f"{store.path}: was clean; rewritten in canonical form"
+    return _emit(args, data, text)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from companyd.memory.store import write_atomic
+    from companyd.memory.view import export_graphml, export_node_link
+
+    store = _open_readonly(args)
+    try:
+        if args.format == "graphml":
+            data = store.read(export_graphml)
+        else:
+            doc = store.read(export_node_link)
+            data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode(
+                "utf-8", "backslashreplace"
+            )
+    finally:
+        store.close()
+    if args.output is None:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        write_atomic(Path(args.output), data)
+        print(f"wrote {args.output} ({len(data)} bytes, {args.format})", file=sys.stderr)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from companyd.memory.codec import parse_graph
+    from companyd.memory.view import graph_from_node_link
+
+    source: Path = args.source
+    try:
+        raw = source.read_bytes()
+    except OSError as exc:
+        raise CompanydError(f"cannot read {str(source)!r}: {exc.strerror}") from None
+    incoming = None
+    stripped = raw.lstrip()
+    if stripped.startswith(b"{") and b'"nodes"' in raw[:4096] + raw[-4096:]:
+        try:
+            incoming = graph_from_node_link(json.loads(raw))
+        except ValueError:
+            incoming = None  # not node-link after all: read it as JSONL
+    if incoming is None:
+        incoming, report = parse_graph(raw)
+        if report.needs_repair:
+            print(
+                f"warning: {source}: {report.summary()}; importing what could be read",
+                file=sys.stderr,
+            )
+    entities = [e.to_dict() for e in incoming.entities()]
+    relations = [r.to_dict() for r in incoming.relations()]
+    store = _store(args, readonly=False)
+    try:
+        store.open()
+        existing = store.read(lambda g: {e["name"] for e in entities if g.entity(e["name"])})
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("create_entities", {"entities": [e for e in entities if e["name"] not in existing]}),
+            (
+                "add_observations",
+                {
+                    "observations": [
+                        {"entityName": e["name"], "contents": e["observations"]}
+                        for e in entities
+                        if e["name"] in existing
+                    ]
+                },
+            ),
+            ("create_relations", {"relations": relations}),
+        ]
+        outcomes = store.execute(calls)
+        store.compact()
+    finally:
+        store.close()
+    for ok, value in outcomes:
+        if not ok:
+            raise CompanydError(f"import into {str(store.path)!r} failed: {value}")
+    created, observed, related = (value for _, value in outcomes)
+    added_obs = sum(len(r["addedObservations"]) for r in observed["results"])
+    data = {
+        "file": str(store.path),
+        "source": str(source),
+        "entities_added": len(created["entities"]),
+        "observations_added": added_obs,
+        "relations_added": len(related["relations"]),
+    }
+    text = (
+        f"imported {source} into {store.path}: {data['entities_added']} entities, "
+        f"{added_obs} observations, {data['relations_added']} relations added"
+    )
+    return _emit(args, data, text)
+
+
+def _serve_mcp(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from companyd.memory.mcp_server import serve_stdio
+
+    path = resolve_memory_path(args.file, args.config)
+    if not path.parent.is_dir():
+        raise CompanydError(
+            f"memory file {str(path)!r}: directory {str(path.parent)!r} does not exist; "
+            "create it or pass another --file"
+        )
+    asyncio.run(serve_stdio(path))
+    return 0

@@ -1,0 +1,71 @@
+"""Shared helpers for the memory tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+class ChildCtx:
+    """A minimal supervisor context (companyd.daemon.child.ChildContext) for tests."""
+
+    def __init__(self) -> None:
+        self._stopping = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.info: Any = None
+        self.started_calls = 0
+
+    @property
+    def id(self) -> str:
+        return "memory"
+
+    @property
+    def path(self) -> str:
+        return "test/memory"
+
+    @property
+    def stopping(self) -> asyncio.Event:
+        return self._stopping
+
+    def started(self, info: Any = None) -> None:
+        self.started_calls += 1
+        self.info = info
+        self.ready.set()
+
+
+@pytest.fixture
+def memfile(tmp_path: Path) -> Path:
+    return tmp_path / "memory.jsonl"
+
+
+def official_server() -> str | None:
+    """Path of the official server's dist/index.js, or None (with the reason printed)."""
+    path = os.environ.get("COMPANYD_OFFICIAL_MEMORY_SERVER")
+    if not path:
+        return None
+    if shutil.which("node") is None or not Path(path).is_file():
+        return None
+    return path
+
+
+def require_official() -> str:
+    path = official_server()
+    if path is None:
+        env = os.environ.get("COMPANYD_OFFICIAL_MEMORY_SERVER")
+        if not env:
+            why = (
+                "COMPANYD_OFFICIAL_MEMORY_SERVER is not set; run `export "
+                "COMPANYD_OFFICIAL_MEMORY_SERVER=$(bench/install_official_memory_server.sh)`"
+            )
+        elif shutil.which("node") is None:
+            why = "node is not installed"
+        else:
+            why = f"COMPANYD_OFFICIAL_MEMORY_SERVER={env!r} is not a file"
+        print(f"skipping official-server interop: {why}")
+        pytest.skip(f"official MCP memory server unavailable: {why}", allow_module_level=True)
+    return path

@@ -1,0 +1,146 @@
+"""``companyd memory …`` commands (in-process through the real parser, plus a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from companyd.cli import main
+from companyd.memory.codec import parse_graph, read_quarantine
+
+GOOD = (
+    b'{"type":"entity","name":"Acme","entityType":"client","observations":["pays late"]}\n'
+    b'{"type":"entity","name":"Ann","entityType":"person","observations":["founder"]}\n'
+    b'{"type":"relation","from":"Ann","to":"Acme","relationType":"sells_to"}'
+)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_read_search_open_neighbours(memfile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    memfile.write_bytes(GOOD)
+    f = str(memfile)
+    code, out, _ = run(capsys, "memory", "read-graph", "--file", f, "--json")
+    assert code == 0 and len(json.loads(out)["entities"]) == 2
+    code, out, _ = run(capsys, "memory", "read-graph", "--file", f)
+    assert out.splitlines()[0] == "2 entities, 1 relations"
+    assert "  Ann --sells_to--> Acme" in out
+    code, out, _ = run(capsys, "memory", "search", "LATE", "--file", f, "--json")
+    assert [e["name"] for e in json.loads(out)["entities"]] == ["Acme"]
+    code, out, _ = run(capsys, "memory", "open", "Ann", "Nobody", "--file", f, "--json")
+    assert json.loads(out)["relations"] == [
+        {"from": "Ann", "to": "Acme", "relationType": "sells_to"}
+    ]
+    code, out, _ = run(capsys, "memory", "neighbours", "Acme", "--depth", "1", "--file", f)
+    assert code == 0 and "- Ann --sells_to--> Acme" in out
+    code, out, _ = run(capsys, "memory", "neighbours", "Nobody", "--file", f)
+    assert code == 1 and "nothing about 'Nobody'" in out
+    assert memfile.read_bytes() == GOOD  # read commands never write
+
+
+def test_check_then_repair(memfile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    memfile.write_bytes(GOOD)
+    code, out, _ = run(capsys, "memory", "check", "--file", str(memfile))
+    assert code == 0 and "clean — 2 entities, 1 relations" in out
+    damaged = GOOD.replace(b"\n", b'\n{"type":"entity","name":\n', 1) + b"\n" + GOOD[:40]
+    memfile.write_bytes(damaged)
+    code, out, _ = run(capsys, "memory", "check", "--file", str(memfile))
+    assert code == 1
+    assert "needs repair — 2 unusable lines quarantined; torn last line" in out
+    assert "line 2: unparseable JSON" in out and "line 5: torn last line" in out
+    assert "companyd memory repair --file" in out
+    code, out, _ = run(capsys, "memory", "check", "--file", str(memfile), "--json")
+    assert code == 1 and json.loads(out)["needs_repair"] is True
+    assert memfile.read_bytes() == damaged  # check never writes
+    code, out, _ = run(capsys, "memory", "repair", "--file", str(memfile))
+    assert code == 0 and "repaired" in out and ".corrupt" in out
+    graph, report = parse_graph(memfile.read_bytes())
+    assert not report.needs_repair and len(graph) == 2
+    kept = list(read_quarantine(memfile.with_name("memory.jsonl.corrupt").read_bytes()))
+    assert [q.lineno for q in kept] == [2, 5]
+    code, out, _ = run(capsys, "memory", "check", "--file", str(memfile))
+    assert code == 0
+
+
+def test_export_and_import_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "src.jsonl"
+    src.write_bytes(GOOD)
+    out_json = tmp_path / "g.json"
+    code, _, _ = run(
+        capsys, "memory", "export", "--format", "json", "--file", str(src), "-o", str(out_json)
+    )
+    assert code == 0 and json.loads(out_json.read_bytes())["multigraph"] is True
+    code, out, _ = run(capsys, "memory", "export", "--format", "graphml", "--file", str(src))
+    assert code == 0 and out.startswith("<?xml") and "sells_to" in out
+
+    dest = tmp_path / "dest.jsonl"
+    dest.write_bytes(
+        b'{"type":"entity","name":"Acme","entityType":"client","observations":["new"]}'
+    )
+    code, out, _ = run(capsys, "memory", "import", str(out_json), "--file", str(dest), "--json")
+    assert code == 0
+    assert json.loads(out) == {
+        "file": str(dest),
+        "source": str(out_json),
+        "entities_added": 1,
+        "observations_added": 1,
+        "relations_added": 1,
+    }
+    graph, _ = parse_graph(dest.read_bytes())
+    assert graph.read_graph()["entities"] == [
+        {"name": "Acme", "entityType": "client", "observations": ["new", "pays late"]},
+        {"name": "Ann", "entityType": "person", "observations": ["founder"]},
+    ]
+    # importing a JSONL file (the official server's) works the same, and again is a no-op
+    code, out, _ = run(capsys, "memory", "import", str(src), "--file", str(dest))
+    assert code == 0 and "0 entities, 0 observations, 0 relations added" in out
+
+
+def test_path_comes_from_env_then_company_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "memory", "read-graph")
+    assert code == 1 and "pass --file FILE, set MEMORY_FILE_PATH" in err
+    (tmp_path / "company.yaml").write_text(
+        (Path(__file__).resolve().parents[2] / "company.yaml").read_text()
+    )
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "memory.jsonl").write_bytes(GOOD)
+    code, out, err = run(capsys, "memory", "search", "founder", "--json")
+    assert code == 0, err
+    assert [e["name"] for e in json.loads(out)["entities"]] == ["Ann"]
+    monkeypatch.setenv("MEMORY_FILE_PATH", "other.jsonl")  # relative: from the cwd
+    (tmp_path / "other.jsonl").write_bytes(b"")
+    code, out, _ = run(capsys, "memory", "read-graph", "--json")
+    assert json.loads(out) == {"entities": [], "relations": []}
+
+
+def test_missing_directory_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "memory", "repair", "--file", str(tmp_path / "no" / "m.jsonl"))
+    assert code == 1 and "does not exist; create it or pass another --file" in err
+
+
+def test_console_script_in_a_subprocess(memfile: Path) -> None:
+    memfile.write_bytes(GOOD + b"\n{torn")
+    env = dict(os.environ, MEMORY_FILE_PATH=str(memfile))
+    done = subprocess.run(
+        [sys.executable, "-m", "companyd", "memory", "check", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["file"] == str(memfile) and report["torn_tail"] is True
+    assert "Traceback" not in done.stderr
