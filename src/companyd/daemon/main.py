@@ -509,7 +509,7 @@ class Daemon:
 
     async def _routines_status(self) -> list[dict[str, Any]]:
         jobs = await self.scheduler.jobs()
-        return list(jobs.get("routines", []))
+        return [_routine_for_status(r) for r in jobs.get("routines", []) if isinstance(r, Mapping)]
 
     async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
         try:
@@ -702,32 +702,65 @@ def _agent_nodes(node: dict[str, Any], agents: set[str]) -> list[dict[str, Any]]
     return out
 
 
+def _epoch(value: Any) -> float | None:
+    """Epoch seconds from an ISO 8601 string (or a number); None if neither."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        from datetime import datetime
+
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
 def _spend_for_status(report: Mapping[str, Any], paused: Mapping[str, str]) -> dict[str, Any]:
-    """The status ``spend`` block from the spend book's budget report."""
+    """The status ``spend`` block (docs/daemon.md) from the spend book's budget report."""
+    rows = [r for r in report.get("budgets", []) if isinstance(r, Mapping)]
     out: dict[str, Any] = {"currency": "USD"}
-    company = report.get("company", {})
-    for period in ("today", "month"):
-        b = company.get(period) or {}
-        out[period] = {
-            "used_usd": b.get("used_usd", 0.0),
-            "reserved_usd": b.get("reserved_usd", 0.0),
-            "limit_usd": b.get("limit_usd"),
-            "resets_at": b.get("resets_at"),
-        }
-    agents = []
-    for a in report.get("agents", []):
-        agents.append(
-            {
-                "agent": a.get("agent"),
-                "today_usd": (a.get("today") or {}).get("used_usd", 0.0),
-                "daily_limit_usd": (a.get("today") or {}).get("limit_usd"),
-                "month_usd": (a.get("month") or {}).get("used_usd", 0.0),
-                "monthly_limit_usd": (a.get("month") or {}).get("limit_usd"),
-                "paused": a.get("agent") in paused,
-            }
+    for name, period in (("today", "day"), ("month", "month")):
+        row = next(
+            (r for r in rows if r.get("scope") == "company" and r.get("period") == period), None
         )
-    out["agents"] = agents
+        out[name] = {
+            "used_usd": (row or {}).get("used_usd", 0.0),
+            "reserved_usd": (row or {}).get("reserved_usd", 0.0),
+            "limit_usd": (row or {}).get("limit_usd"),
+            "resets_at": _epoch((row or {}).get("resets_at")),
+        }
+    agents: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        agent = r.get("agent")
+        if not agent:
+            continue
+        entry = agents.setdefault(
+            agent, {"agent": agent, "today_usd": 0.0, "month_usd": 0.0, "paused": agent in paused}
+        )
+        if r.get("period") == "day":
+            entry["today_usd"] = r.get("used_usd", 0.0)
+            entry["daily_limit_usd"] = r.get("limit_usd")
+        elif r.get("period") == "month":
+            entry["month_usd"] = r.get("used_usd", 0.0)
+            entry["monthly_limit_usd"] = r.get("limit_usd")
+    out["agents"] = list(agents.values())
     return out
+
+
+def _routine_for_status(r: Mapping[str, Any]) -> dict[str, Any]:
+    """One status ``routines`` row (docs/daemon.md) from the scheduler's jobs view."""
+    raw = r.get("last")
+    last: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    return {
+        "routine": r.get("routine"),
+        "agent": r.get("agent"),
+        "schedule": r.get("schedule"),
+        "next_fire": _epoch(r.get("next_fire")),
+        "last_fire": _epoch(last.get("scheduled") or last.get("started")),
+        "last_outcome": last.get("outcome"),
+        "enabled": r.get("enabled", True),
+    }
 
 
 def _log_task_failure(task: asyncio.Future[Any]) -> None:
