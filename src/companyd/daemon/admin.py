@@ -93,6 +93,10 @@ class Admin(Protocol):
         """Discard a proposal."""
         ...
 
+    async def revert(self, proposal_id: str) -> Result:
+        """Undo an applied proposal (then reload the config)."""
+        ...
+
     async def reload(self) -> Result:
         """Re-read company.yaml and apply the difference (or report why it was rejected)."""
         ...

@@ -96,6 +96,7 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 DEFAULT_DEADLINES: Mapping[str, float] = {
     "reload": 120.0,
     "approve": 120.0,
+    "revert": 120.0,
     "run_job": 60.0,
 }
 

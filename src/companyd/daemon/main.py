@@ -153,6 +153,8 @@ class Daemon:
         clock: time source.
         control_group: group for a 0660 control socket.
         redact: registers a secret with the log redactor.
+        oneoff: run only memory, spend and the agents — for ``companyd ask`` without a
+            daemon: no routines fire, no alerts go out, no control socket opens.
     """
 
     def __init__(
@@ -165,6 +167,7 @@ class Daemon:
         clock: Clock | None = None,
         control_group: str | None = None,
         redact: Any = None,
+        oneoff: bool = False,
     ) -> None:
         from companyd.alerts import AlertService
         from companyd.daemon.control import ControlServer, socket_path
@@ -178,6 +181,7 @@ class Daemon:
 
         self.config = config
         self.state_dir = state_dir
+        self.oneoff = oneoff
         self.backend = backend
         self.offline = offline
         self.clock: Clock = clock or SystemClock()
@@ -228,11 +232,14 @@ class Daemon:
         services = [
             ChildSpec(id="memory", start=self.memory.run, shutdown=30.0),
             ChildSpec(id="spend", start=self.spend_book.run, shutdown=10.0),
-            ChildSpec(id="alerts", start=self.alerts.run, shutdown=10.0),
-            ChildSpec(id="scheduler", start=self.scheduler.run, shutdown=AGENT_SHUTDOWN + 5),
-            ChildSpec(id="control", start=self.control.run, shutdown=10.0),
         ]
-        if self.config.spec.metrics.listen:
+        if not self.oneoff:
+            services += [
+                ChildSpec(id="alerts", start=self.alerts.run, shutdown=10.0),
+                ChildSpec(id="scheduler", start=self.scheduler.run, shutdown=AGENT_SHUTDOWN + 5),
+                ChildSpec(id="control", start=self.control.run, shutdown=10.0),
+            ]
+        if self.config.spec.metrics.listen and not self.oneoff:
             from companyd.daemon.metrics import Metrics, MetricsServer
 
             metrics = Metrics(lag=self.lag.stats)

@@ -94,6 +94,13 @@ class OfflineModel:
 
 
 def _first_user_text(request: ModelRequest) -> str:
+    """The task text of the first user turn (without the runtime's "Task … from …" line)."""
+    text = _first_user_turn(request)
+    head, sep, rest = text.partition("\n\n")
+    return rest if sep and head.startswith("Task ") else text
+
+
+def _first_user_turn(request: ModelRequest) -> str:
     for m in request.messages:
         if m.get("role") != "user":
             continue

@@ -273,92 +273,6 @@ class MemoryPort(Protocol):
 
 
 _STR = {"type": "string"}
-_STRS = {"type": "array", "items": _STR}
-_ENTITY = json_schema(
-    {"name": _STR, "entityType": _STR, "observations": _STRS},
-    ["name", "entityType", "observations"],
-)
-_RELATION = json_schema(
-    {"from": _STR, "to": _STR, "relationType": _STR}, ["from", "to", "relationType"]
-)
-
-#: (name, description, input schema, idempotent) of the nine MCP memory tools.
-MEMORY_TOOLS: tuple[tuple[str, str, dict[str, Any], bool], ...] = (
-    (
-        "create_entities",
-        "Create new entities in the company memory (existing names are kept).",
-        json_schema({"entities": {"type": "array", "items": _ENTITY}}, ["entities"]),
-        True,
-    ),
-    (
-        "create_relations",
-        "Create relations between entities (active voice relationType).",
-        json_schema({"relations": {"type": "array", "items": _RELATION}}, ["relations"]),
-        True,
-    ),
-    (
-        "add_observations",
-        "Add observations to existing entities.",
-        json_schema(
-            {
-                "observations": {
-                    "type": "array",
-                    "items": json_schema(
-                        {"entityName": _STR, "contents": _STRS}, ["entityName", "contents"]
-                    ),
-                }
-            },
-            ["observations"],
-        ),
-        True,
-    ),
-    (
-        "delete_entities",
-        "Delete entities and every relation touching them.",
-        json_schema({"entityNames": _STRS}, ["entityNames"]),
-        True,
-    ),
-    (
-        "delete_observations",
-        "Delete specific observations from entities.",
-        json_schema(
-            {
-                "deletions": {
-                    "type": "array",
-                    "items": json_schema(
-                        {"entityName": _STR, "observations": _STRS}, ["entityName", "observations"]
-                    ),
-                }
-            },
-            ["deletions"],
-        ),
-        True,
-    ),
-    (
-        "delete_relations",
-        "Delete specific relations.",
-        json_schema({"relations": {"type": "array", "items": _RELATION}}, ["relations"]),
-        True,
-    ),
-    (
-        "read_graph",
-        "Read the whole company memory (can be large; prefer search or recall).",
-        json_schema({}, []),
-        True,
-    ),
-    (
-        "search_nodes",
-        "Search entities by a case-insensitive substring of name, type or observations.",
-        json_schema({"query": _STR}, ["query"]),
-        True,
-    ),
-    (
-        "open_nodes",
-        "Open entities by name, with the relations touching them.",
-        json_schema({"names": _STRS}, ["names"]),
-        True,
-    ),
-)
 
 
 def memory_tools(memory: MemoryPort) -> list[Tool]:
@@ -384,9 +298,22 @@ def memory_tools(memory: MemoryPort) -> list[Tool]:
             raise ToolError(f"'depth' must be a whole number from 1 to 3, got {depth!r}")
         return await memory.recall(entity, depth)
 
+    from companyd.memory.tools import tool_definitions
+
+    # The official server's own names, descriptions and input schemas. All nine are safe to
+    # run again after a crash left a call's outcome unknown: creates skip what exists, adds
+    # skip observations already present, deletes of missing things are silent — so they
+    # count as idempotent here even where the MCP annotations are more cautious.
     tools = [
-        Tool(name=n, description=d, input_schema=s, handler=op(n), idempotent=i, family="memory")
-        for n, d, s, i in MEMORY_TOOLS
+        Tool(
+            name=d["name"],
+            description=d["description"],
+            input_schema={k: v for k, v in d["inputSchema"].items() if k != "$schema"},
+            handler=op(d["name"]),
+            idempotent=True,
+            family="memory",
+        )
+        for d in tool_definitions()
     ]
     tools.append(
         Tool(

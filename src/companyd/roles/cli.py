@@ -1,0 +1,321 @@
+"""Operator commands for agents: ask, runs, tasks, retry, proposals, approve, reject, revert.
+
+Each talks to the running daemon through the control socket when one runs. Without a
+daemon, the read commands read the state directory directly, ``ask`` starts the company
+in-process for one task (no scheduler, no alerts, no control socket) and stops it again,
+and the proposal commands work on the files (there is nothing to reload).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    from companyd.daemon.cli import add_daemon_arguments
+
+    p = sub.add_parser(
+        "ask",
+        help="give an agent a one-off task and print its answer, model, tokens and cost",
+        description="Run one task on an agent. Uses the running daemon if there is one; "
+        "otherwise starts the company in-process for this one task.",
+    )
+    p.add_argument("agent", help="agent slug, as in company.yaml")
+    p.add_argument("question", nargs="+", help="what to ask or do")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (default 300)")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="without a daemon: use the built-in offline model instead of Claude",
+    )
+    add_daemon_arguments(p)
+    p.set_defaults(func=_ask)
+
+    p = sub.add_parser("runs", help="recent runs with outcome, cost and models")
+    p.add_argument("--agent", help="only this agent's runs")
+    p.add_argument("--status", help="only runs with this outcome (ok, failed, running, …)")
+    p.add_argument("--limit", type=int, default=20)
+    add_daemon_arguments(p)
+    p.set_defaults(func=_runs)
+
+    p = sub.add_parser("tasks", help="tasks waiting or running; --quarantined for poison pills")
+    p.add_argument("--quarantined", action="store_true", help="show quarantined tasks")
+    add_daemon_arguments(p)
+    p.set_defaults(func=_tasks)
+
+    p = sub.add_parser("retry", help="release a quarantined task and run it again")
+    p.add_argument("task_id")
+    add_daemon_arguments(p)
+    p.set_defaults(func=_retry)
+
+    p = sub.add_parser("proposals", help="the improver's proposals and their status")
+    add_daemon_arguments(p)
+    p.set_defaults(func=_proposals)
+
+    for name, verb in (
+        ("approve", "apply a proposal (and reload)"),
+        ("reject", "discard a proposal"),
+        ("revert", "undo an applied proposal (and reload)"),
+    ):
+        p = sub.add_parser(name, help=verb)
+        p.add_argument("proposal_id")
+        add_daemon_arguments(p)
+        p.set_defaults(func=_decide, decision=name)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def _via_daemon_or_files(
+    args: argparse.Namespace,
+    op: str,
+    op_args: dict[str, Any],
+    offline: Callable[[], dict[str, Any]],
+    printer: Callable[[dict[str, Any]], int],
+) -> int:
+    """Ask the daemon if one runs, else compute the answer from the files."""
+    from companyd.cli import print_json
+    from companyd.daemon.cli import _call, running_daemon
+
+    if running_daemon(args) is not None:
+        return _call(args, op, printer, **op_args)
+    result = offline()
+    if args.json:
+        print_json(result)
+        return 0
+    return printer(result)
+
+
+def _config_and_state(args: argparse.Namespace) -> tuple[Any, Path]:
+    from companyd.cli import default_config_path
+    from companyd.config import load_config
+
+    cfg = load_config(args.config or default_config_path())
+    return cfg, cfg.state_dir(args.state_dir)
+
+
+def _journal_read(args: argparse.Namespace, fn: Callable[[Any, Any], Any]) -> Any:
+    from companyd.roles.journal import Journal
+
+    _, state_dir = _config_and_state(args)
+    journal = Journal(state_dir / "runs.sqlite")
+    try:
+        return journal.run_sync(lambda db: fn(journal, db))
+    finally:
+        journal.run_sync(lambda db: db.close())
+
+
+# -- ask --------------------------------------------------------------------------------
+
+
+def _ask(args: argparse.Namespace) -> int:
+    from companyd.cli import print_json
+    from companyd.daemon.cli import _call, running_daemon
+
+    question = " ".join(args.question)
+    if running_daemon(args) is not None:
+        return _call(
+            args, "ask", _print_answer, agent=args.agent, question=question, timeout=args.timeout
+        )
+    from companyd.daemon.lock import StateLock
+    from companyd.daemon.main import _backend
+
+    cfg, state_dir = _config_and_state(args)
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    backend = _backend(cfg, offline=args.offline, redact=lambda _: None)
+    with StateLock.acquire(state_dir):
+        result = asyncio.run(_ask_in_process(cfg, state_dir, backend, args, question))
+    if args.json:
+        print_json(result)
+        return 0 if result.get("status") == "ok" else 1
+    return _print_answer(result)
+
+
+async def _ask_in_process(
+    cfg: Any, state_dir: Path, backend: Any, args: argparse.Namespace, question: str
+) -> dict[str, Any]:
+    from companyd.daemon.main import Daemon
+
+    async with Daemon(cfg, state_dir, backend=backend, offline=args.offline, oneoff=True) as d:
+        return await d.ask(args.agent, question, timeout=args.timeout)
+
+
+def _print_answer(result: Mapping[str, Any]) -> int:
+    status = str(result.get("status", "?"))
+    answer = str(result.get("answer") or "").strip()
+    if answer:
+        print(answer)
+    models = ", ".join(str(m) for m in result.get("models") or []) or "no model call"
+    tokens = int(result.get("tokens") or 0)
+    cost = float(result.get("cost_usd") or 0.0)
+    line = (
+        f"— {models} · {tokens:,} tokens · ${cost:.4f} · {result.get('steps', 0)} steps · "
+        f"{result.get('run_id') or 'no run'}"
+    )
+    if result.get("offline"):
+        line += " · OFFLINE model"
+    if status != "ok":
+        line += f" · {status}: {result.get('reason')}"
+    print(line, file=sys.stderr if not answer else sys.stdout)
+    return 0 if status == "ok" else 1
+
+
+# -- runs / tasks / retry ---------------------------------------------------------------
+
+
+def _runs(args: argparse.Namespace) -> int:
+    op_args = {"agent": args.agent, "status": args.status, "limit": args.limit}
+
+    def offline() -> dict[str, Any]:
+        return {
+            "runs": _journal_read(
+                args, lambda j, db: j.list_runs(db, args.agent, args.status, args.limit)
+            )
+        }
+
+    return _via_daemon_or_files(args, "runs", op_args, offline, _print_runs)
+
+
+def _when(ts: Any) -> str:
+    if not isinstance(ts, int | float):
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _print_runs(result: Mapping[str, Any]) -> int:
+    runs = result.get("runs") or []
+    if not runs:
+        print("no runs yet")
+        return 0
+    print(f"{'started (UTC)':17} {'agent':12} {'status':17} {'cost':>8} {'steps':>5}  run / why")
+    for r in runs:
+        why = r.get("reason") or (r.get("routine") and f"routine {r['routine']}") or ""
+        print(
+            f"{_when(r.get('started')):17} {r.get('agent')!s:12} {r.get('status')!s:17} "
+            f"${float(r.get('cost_usd') or 0):7.4f} {int(r.get('steps') or 0):5}  "
+            f"{r.get('run_id')}  {why}"
+        )
+    return 0
+
+
+def _tasks(args: argparse.Namespace) -> int:
+    states = ["quarantined"] if args.quarantined else ["queued", "running"]
+
+    def offline() -> dict[str, Any]:
+        return {"tasks": _journal_read(args, lambda j, db: j.list_tasks(db, states))}
+
+    return _via_daemon_or_files(
+        args, "tasks", {"quarantined": args.quarantined}, offline, _print_tasks
+    )
+
+
+def _print_tasks(result: Mapping[str, Any]) -> int:
+    tasks = result.get("tasks") or []
+    if not tasks:
+        print("no tasks")
+        return 0
+    for t in tasks:
+        prompt = " ".join(str(t.get("prompt", "")).split())[:60]
+        print(f"{t.get('id')}  {t.get('agent'):12} {t.get('state'):11} {prompt}")
+        for err in t.get("errors") or []:
+            print(f"    crash: {err}")
+    return 0
+
+
+def _retry(args: argparse.Namespace) -> int:
+    def offline() -> dict[str, Any]:
+        import time
+
+        def release(j: Any, db: Any) -> dict[str, Any]:
+            row = db.execute("SELECT state FROM tasks WHERE id = ?", (args.task_id,)).fetchone()
+            if row is None or row[0] != "quarantined":
+                from companyd.errors import CompanydError
+
+                raise CompanydError(
+                    f"no quarantined task {args.task_id!r}; see `companyd tasks --quarantined`"
+                )
+            db.execute(
+                "UPDATE tasks SET state = 'queued', crashes = 0, updated = ? WHERE id = ?",
+                (time.time(), args.task_id),
+            )
+            return {
+                "task_id": args.task_id,
+                "queued": True,
+                "message": f"released {args.task_id}; it runs when the daemon starts",
+            }
+
+        result: dict[str, Any] = _journal_read(args, release)
+        return result
+
+    return _via_daemon_or_files(args, "retry", {"task_id": args.task_id}, offline, _print_message)
+
+
+def _print_message(result: Mapping[str, Any]) -> int:
+    print(result.get("message") or result)
+    return 0
+
+
+# -- proposals --------------------------------------------------------------------------
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from companyd.clock import SystemClock
+    from companyd.events import EventBus
+    from companyd.roles.improver import Proposals
+
+    cfg, state_dir = _config_and_state(args)
+    return Proposals(state_dir, cfg, bus=EventBus(), clock=SystemClock())
+
+
+def _proposals(args: argparse.Namespace) -> int:
+    def offline() -> dict[str, Any]:
+        async def go() -> dict[str, Any]:
+            return {"proposals": [p.to_dict() for p in await _store(args).list()]}
+
+        return asyncio.run(go())
+
+    return _via_daemon_or_files(args, "proposals", {}, offline, _print_proposals)
+
+
+def _print_proposals(result: Mapping[str, Any]) -> int:
+    items = result.get("proposals") or []
+    if not items:
+        print("no proposals")
+        return 0
+    for p in items:
+        print(f"{p.get('id')}  {p.get('status'):9} {p.get('agent')}: {p.get('reason')}")
+        if p.get("status") == "pending":
+            for line in str(p.get("diff", "")).splitlines()[:40]:
+                print(f"    {line}")
+    return 0
+
+
+def _decide(args: argparse.Namespace) -> int:
+    from companyd.roles.improver import ProposalError
+
+    def offline() -> dict[str, Any]:
+        async def go() -> dict[str, Any]:
+            store = _store(args)
+            fn = getattr(store, args.decision)
+            try:
+                p = await fn(args.proposal_id)
+            except ProposalError as exc:
+                from companyd.errors import CompanydError
+
+                raise CompanydError(str(exc)) from None
+            done = {"approve": "applied", "reject": "rejected", "revert": "reverted"}
+            return {**p.to_dict(), "message": f"{done[args.decision]} {p.id}"}
+
+        return asyncio.run(go())
+
+    return _via_daemon_or_files(
+        args, args.decision, {"proposal_id": args.proposal_id}, offline, _print_message
+    )
