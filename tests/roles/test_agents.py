@@ -1,0 +1,312 @@
+"""The agent runtime against the loopback Messages API, with the real anthropic SDK, the real
+memory owner, spend book, journal and supervision tree (issue 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from companyd.testing.messages_api import (
+    MessagesAPIServer,
+    Usage,
+    bad_request,
+    overloaded,
+    reply_text,
+    reply_tool_use,
+    spend_limit,
+    stall,
+)
+from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
+
+pytestmark = pytest.mark.anyio
+
+TOOL_SERVER = Path(__file__).with_name("mcp_tool_server.py")
+
+
+def events_of(daemon: Any, kind: str) -> list[Any]:
+    return daemon.bus.recent({kind}, limit=1000)
+
+
+async def test_tool_use_loop_records_in_memory_and_prices_every_call(tmp_path: Path) -> None:
+    cfg = write_company(tmp_path, {"ceo": {}})
+    model = PerAgent(
+        ceo=[
+            reply_tool_use(
+                "create_entities",
+                {"entities": [{"name": "Acme", "entityType": "client",
+                               "observations": ["signed in November"]}]},
+            ),
+            reply_tool_use("add_observations",
+                           {"observations": [{"entityName": "Acme", "contents": ["pays monthly"]}]}),
+            reply_text("Acme is recorded."),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Record our new client Acme.")
+            graph = await d.memory.call("open_nodes", {"names": ["Acme"]})
+            spend = await d.spend("model", "today")
+    assert out["status"] == "ok", out
+    assert out["answer"] == "Acme is recorded."
+    assert out["steps"] == 3 and srv.served == 3
+    assert graph["entities"][0]["observations"] == ["signed in November", "pays monthly"]
+    # every call was priced in the ledger, and the run's cost equals the ledger's
+    assert out["cost_usd"] > 0
+    assert spend["total"]["calls"] == 3
+    assert spend["total"]["cost_usd"] == pytest.approx(out["cost_usd"], abs=1e-9)
+    # the stable prefix is marked for prompt caching
+    body = srv.requests[0].body
+    assert body["system"][-1].get("cache_control") or body["tools"][-1].get("cache_control")
+
+
+async def test_consult_allowlist_cycle_and_depth(tmp_path: Path) -> None:
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {"consult": ["cfo"]},
+            "cfo": {"reports_to": "ceo", "consult": ["ceo", "accountant"], "max_consult_depth": 1},
+            "accountant": {"reports_to": "cfo"},
+            "lawyer": {"reports_to": "ceo"},
+        },
+    )
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("consult", {"agent": "lawyer", "question": "Is this legal?"}),
+            reply_tool_use("consult", {"agent": "cfo", "question": "What is our runway?"}),
+            reply_text("Runway noted."),
+        ],
+        cfo=[
+            reply_tool_use("consult", {"agent": "ceo", "question": "Which plan?"}),
+            reply_tool_use("consult", {"agent": "accountant", "question": "Cash?"}),
+            reply_text("About 14 months."),
+        ],
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Check the runway with the CFO.")
+    assert out["status"] == "ok", out
+    by_agent = [(agent_of(r), tool_results(r)) for r in srv.requests]
+    ceo_results = [res for a, res in by_agent if a == "ceo" and res]
+    cfo_results = [res for a, res in by_agent if a == "cfo" and res]
+    # allowlist: the CEO may not consult the lawyer
+    assert ceo_results[0][0]["is_error"] is True
+    assert "may not consult 'lawyer'" in ceo_results[0][0]["content"]
+    # cycle: the CFO (consulted by the CEO) may not consult the CEO back
+    assert cfo_results[0][0]["is_error"] is True
+    assert "cycle refused: ceo → cfo → ceo" in cfo_results[0][0]["content"]
+    # depth: ceo → cfo → accountant is deeper than the CFO's max_consult_depth of 1
+    assert "too deep" in cfo_results[1][0]["content"]
+    # the CEO got the CFO's answer
+    assert ceo_results[1][0]["content"] == "About 14 months."
+    assert "accountant" not in model.seen
+
+
+async def test_delegation_with_a_reviewer_rejecting_once(tmp_path: Path) -> None:
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {}, "cfo": {"reports_to": "ceo"}, "coo": {"reports_to": "ceo"}},
+    )
+    model = PerAgent(
+        ceo=[
+            reply_tool_use(
+                "delegate",
+                {"agent": "cfo", "task": "Forecast Q1 revenue.",
+                 "expected_output": "A number with its assumptions.", "reviewer": "coo"},
+            ),
+            reply_text("Forecast received."),
+        ],
+        cfo=[reply_text("Revenue will go up."), reply_text("$42k: 35 clinics at $1.2k.")],
+        coo=[reply_text("REJECT: no number and no assumptions."), reply_text("APPROVE")],
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
+            runs = (await d.runs(agent="cfo"))["runs"]
+    assert out["status"] == "ok", out
+    delegated = [tool_results(r) for r in srv.requests if agent_of(r) == "ceo"][1][0]
+    assert '"status": "ok"' in delegated["content"]
+    assert "$42k" in delegated["content"]
+    statuses = sorted((r["attempt"], r["status"], r["reason"] or "") for r in runs)
+    assert statuses[0][:2] == (1, "failed")
+    assert "rejected by coo: no number and no assumptions" in statuses[0][2]
+    assert statuses[1][:2] == (2, "ok")
+    # the second attempt saw the reviewer's feedback
+    second = [r for r in srv.requests if agent_of(r) == "cfo"][1]
+    assert "no number and no assumptions" in str(second.body["messages"][0]["content"])
+
+
+async def test_fallback_to_the_next_model_on_529(tmp_path: Path) -> None:
+    cfg = write_company(tmp_path, {"ceo": {}})
+    with MessagesAPIServer(default_responder=False) as srv:
+        srv.enqueue(overloaded(), reply_text("Served by the fallback."))
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Hello")
+            fallbacks = events_of(d, "model_fallback")
+    assert out["status"] == "ok"
+    assert [r.body["model"] for r in srv.requests] == ["claude-sonnet-5-5", "claude-haiku-5-5"]
+    assert out["models"] == ["claude-haiku-5-5"]
+    assert len(fallbacks) == 1
+    assert fallbacks[0].data["from_model"] == "claude-sonnet-5-5"
+    assert fallbacks[0].data["to_model"] == "claude-haiku-5-5"
+
+
+def _search(i: int) -> Any:
+    return reply_tool_use("search_nodes", {"query": f"q{i}"})
+
+
+BIG = Usage(input_tokens=40_000, output_tokens=2_000)
+
+
+@pytest.mark.parametrize(
+    ("limits", "script", "limit", "calls"),
+    [
+        ({"max_steps": 3}, [_search(i) for i in range(10)], "max_steps", 3),
+        ({"max_tokens": 50_000}, [reply_tool_use("search_nodes", {"query": f"q{i}"}, usage=BIG)
+                                  for i in range(10)], "max_tokens", 2),
+        ({"max_cost_usd": 0.2}, [reply_tool_use("search_nodes", {"query": f"q{i}"}, usage=BIG)
+                                 for i in range(10)], "max_cost_usd", 2),
+        ({"loop_threshold": 3}, [reply_tool_use("search_nodes", {"query": "same"})
+                                 for _ in range(10)], "loop", 3),
+    ],
+)
+async def test_each_breaker_trips_at_its_limit(
+    tmp_path: Path, limits: dict[str, Any], script: list[Any], limit: str, calls: int
+) -> None:
+    cfg = write_company(tmp_path, {"ceo": {"limits": {"max_steps": 30, **limits}}})
+    with MessagesAPIServer(responder=PerAgent(ceo=script)) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Search forever.")
+            tripped = events_of(d, "circuit_breaker")
+    assert out["status"] == "circuit_breaker", out
+    assert srv.served == calls
+    assert len(tripped) == 1 and tripped[0].data["limit"] == limit
+    assert limit.split("_")[0] in out["reason"]
+
+
+async def test_max_seconds_breaker(tmp_path: Path) -> None:
+    cfg = write_company(tmp_path, {"ceo": {"limits": {"max_seconds": 0.3, "max_steps": 30}}})
+    script = [reply_tool_use("search_nodes", {"query": f"q{i}"}, latency=0.2) for i in range(10)]
+    with MessagesAPIServer(responder=PerAgent(ceo=script)) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Search slowly.")
+    assert out["status"] == "circuit_breaker"
+    assert "max_seconds" in out["reason"]
+    assert 2 <= srv.served < 10
+
+
+async def test_heartbeat_timeout_crashes_the_agent_and_the_restart_resumes(tmp_path: Path) -> None:
+    cfg = write_company(tmp_path, {"ceo": {"heartbeat_seconds": 0.5}})
+    model = PerAgent(ceo=[_search(1), stall(10.0, then=reply_text("too late")),
+                          reply_text("Done after the restart.")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Do the thing.")
+            restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
+            tasks = await d.journal.get_task(out["task_id"])
+    assert out["status"] == "ok", out
+    assert out["answer"] == "Done after the restart."
+    assert len(restarts) == 1
+    assert tasks is not None and "HeartbeatTimeout" in tasks[3][0]
+    # resumed from the journal: the first (completed) call was not made again
+    assert out["steps"] == 2
+    assert [agent_of(r) for r in srv.requests].count("ceo") == 3  # 1 ok, 1 abandoned, 1 ok
+
+
+async def test_a_task_that_crashes_its_agent_twice_is_quarantined(tmp_path: Path) -> None:
+    cfg = write_company(tmp_path, {"ceo": {}})
+    with MessagesAPIServer(default_responder=False) as srv:
+        srv.enqueue(bad_request("messages: text content blocks must be non-empty"),
+                    bad_request("messages: text content blocks must be non-empty"),
+                    reply_text("fine now"))
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "A poison input.")
+            quarantined = (await d.tasks(quarantined=True))["tasks"]
+            events = events_of(d, "task_quarantined")
+            # never retried automatically: nothing more was sent
+            await asyncio.sleep(0.2)
+            assert len(srv.requests) == 2
+            released = await d.retry(out["task_id"])
+            async with asyncio.timeout(10):
+                while srv.served < 1:
+                    await asyncio.sleep(0.02)
+    assert out["status"] == "quarantined", out
+    assert "ModelBadRequest" in out["reason"]
+    assert [t["id"] for t in quarantined] == [out["task_id"]]
+    assert len(quarantined[0]["errors"]) == 2
+    assert len(events) == 1 and events[0].data["crashes"] == 2
+    assert released["queued"] is True
+
+
+async def test_an_agent_calls_a_tool_of_an_external_mcp_server(tmp_path: Path) -> None:
+    log = tmp_path / "tool.log"
+    cfg = write_company(
+        tmp_path,
+        {"marketing": {"mcp_servers": {"social": {
+            "command": sys.executable, "args": [str(TOOL_SERVER)],
+            "env": {"TOOL_LOG": str(log)}}}}},
+    )
+    model = PerAgent(marketing=[reply_tool_use("read_inbox", {}),
+                                reply_tool_use("post_update", {"text": "We launched!"}),
+                                reply_text("Posted.")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("marketing", "Post the launch news.")
+    assert out["status"] == "ok", out
+    names = {t["name"] for t in srv.requests[0].body["tools"]}
+    assert {"post_update", "read_inbox", "create_entities", "recall"} <= names
+    results = [tool_results(r) for r in srv.requests[1:]]
+    assert "move the launch to Friday" in results[0][0]["content"]
+    assert results[1][0]["content"] == "posted: We launched!"
+    assert log.read_text().splitlines() == ["started We launched!", "done We launched!"]
+
+
+async def test_tools_allow_and_deny(tmp_path: Path) -> None:
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {"tools": {"allow": ["search_nodes", "open_nodes", "delete_entities"],
+                           "deny": ["delete_entities"]}}},
+    )
+    model = PerAgent(ceo=[reply_tool_use("create_entities", {"entities": []}), reply_text("ok")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            await d.ask("ceo", "Try a forbidden tool.")
+    assert {t["name"] for t in srv.requests[0].body["tools"]} == {"search_nodes", "open_nodes"}
+    result = tool_results(srv.requests[1])[0]
+    assert result["is_error"] is True and "no tool named 'create_entities'" in result["content"]
+
+
+async def test_the_api_spend_limit_pauses_every_agent(tmp_path: Path) -> None:
+    cfg = write_company(tmp_path, {"ceo": {}, "cfo": {"reports_to": "ceo"}})
+    with MessagesAPIServer(default_responder=False) as srv:
+        srv.enqueue(spend_limit())
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Anything.")
+            after = await d.ask("cfo", "Anything else.")
+            events = events_of(d, "api_spend_limit")
+            paused = d.staff.paused()
+    assert out["status"] == "budget_exhausted" and "spend limit" in out["reason"]
+    assert len(srv.requests) == 1  # not retried, and the fallback model was not tried either
+    assert set(paused) == {"ceo", "cfo"}
+    assert after["status"] == "cancelled" and "paused" in after["reason"]
+    assert len(events) == 1 and events[0].severity == "critical"
+
+
+async def test_budget_refusal_ends_the_run_and_pauses_the_agent(tmp_path: Path) -> None:
+    cfg = write_company(tmp_path, {"ceo": {"budget": {"daily_usd": 0.02}}})
+    script = [reply_tool_use("search_nodes", {"query": f"q{i}"}) for i in range(20)]
+    with MessagesAPIServer(responder=PerAgent(ceo=script)) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Spend it all.")
+            budget = await d.budget()
+            again = await d.ask("ceo", "More.")
+            assert d.staff.paused()["ceo"].startswith("budget")
+            raised = await d.raise_budget("ceo", 5.0)
+    assert out["status"] == "budget_exhausted", out
+    ceo_day = next(b for b in budget["budgets"] if b["agent"] == "ceo" and b["period"] == "day")
+    assert ceo_day["used_usd"] <= 0.02
+    assert again["status"] == "budget_exhausted" and again["steps"] == 0
+    assert raised["resumed"] == ["ceo"]
