@@ -144,3 +144,12 @@ def test_console_script_in_a_subprocess(memfile: Path) -> None:
     report = json.loads(done.stdout)
     assert report["file"] == str(memfile) and report["torn_tail"] is True
     assert "Traceback" not in done.stderr
+
+
+def test_an_unusable_file_is_reported_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "m.jsonl").mkdir()  # a directory where the file should be
+    code, _, err = run(capsys, "memory", "read-graph", "--file", str(tmp_path / "m.jsonl"))
+    assert code == 1
+    assert "cannot use" in err and "Is a directory" in err and "internal error" not in err

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,12 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "memory",
         help="the company memory (MCP knowledge graph): read, check, repair, export, serve",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=(
+            "Every command takes --file F; without it the file is $MEMORY_FILE_PATH (a relative "
+            "path is taken from the current directory, ~ is expanded), else company.yaml's "
+            "memory path (memory.path, else <state_dir>/memory.jsonl). Commands that report "
+            "take --json."
+        ),
     )
     msub = p.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
     p.set_defaults(func=lambda args: _usage(p))
@@ -47,35 +53,50 @@ def register(sub: Any) -> None:
             c.add_argument("--json", action="store_true", help="machine-readable output")
         return c
 
+    def guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        # A file we cannot read or write is the operator's to fix: say which and why, not a
+        # traceback ("internal error") from the top-level CLI.
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return func(args)
+            except OSError as exc:
+                where = exc.filename if exc.filename is not None else args.file
+                raise CompanydError(
+                    f"memory: cannot use {str(where)!r}: {exc.strerror or exc}; check that the "
+                    "path exists and that this user may read and write it"
+                ) from None
+
+        return run
+
     c = add("read-graph", "print the whole graph")
-    c.set_defaults(func=_read_graph)
+    c.set_defaults(func=guarded(_read_graph))
     c = add("search", "entities whose name, type or observations contain QUERY")
     c.add_argument("query")
-    c.set_defaults(func=_search)
+    c.set_defaults(func=guarded(_search))
     c = add("open", "the named entities and their relations")
     c.add_argument("names", nargs="+", metavar="NAME")
-    c.set_defaults(func=_open)
+    c.set_defaults(func=guarded(_open))
     c = add("neighbours", "what is within --depth hops of an entity (as agents see it)")
     c.add_argument("name")
     c.add_argument("--depth", type=_depth, default=1, help="hops to follow (default 1)")
-    c.set_defaults(func=_neighbours)
+    c.set_defaults(func=guarded(_neighbours))
     c = add("check", "exit 0 if the file is clean, 1 if it needs repair (says what)")
-    c.set_defaults(func=_check)
+    c.set_defaults(func=guarded(_check))
     c = add("repair", "repair the file in place; what is removed goes to <file>.corrupt")
-    c.set_defaults(func=_repair)
+    c.set_defaults(func=guarded(_repair))
     c = add("export", "write the graph as GraphML or node-link JSON", json_flag=False)
     c.add_argument("--format", required=True, choices=("graphml", "json"))
     c.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
-    c.set_defaults(func=_export)
+    c.set_defaults(func=guarded(_export))
     c = add("import", "merge an MCP memory JSONL file or node-link JSON into the graph")
     c.add_argument("source", type=Path, metavar="FILE")
-    c.set_defaults(func=_import)
+    c.set_defaults(func=guarded(_import))
     c = add(
         "serve-mcp",
         "serve the graph over MCP stdio (a drop-in for @modelcontextprotocol/server-memory)",
         json_flag=False,
     )
-    c.set_defaults(func=_serve_mcp)
+    c.set_defaults(func=guarded(_serve_mcp))
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
