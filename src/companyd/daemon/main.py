@@ -137,9 +137,8 @@ def _backend(config: CompanyConfig, *, offline: bool, redact: Any) -> ModelBacke
         return OfflineModel()
     from companyd.roles.claude import ClaudeBackend, resolve_api_key
 
-    key = resolve_api_key(config.spec.anthropic)
-    redact(key)
-    return ClaudeBackend.from_config(config.spec.anthropic, api_key=key)
+    redact(resolve_api_key(config.spec.anthropic))
+    return ClaudeBackend.from_config(config.spec.anthropic)
 
 
 class Daemon:
@@ -299,6 +298,9 @@ class Daemon:
         self.state = "stopping"
         self.notifier.stopping("stopping: bringing runs to a checkpoint")
         self.bus.emit("daemon_stopping", "daemon", pid=os.getpid(), reason=reason)
+        # every agent brings its run to a checkpoint now, in parallel; the tree then stops
+        # in reverse start order and finds them idle
+        self.staff.drain()
         try:
             if self.tree is not None and self.tree.status != "stopped":
                 await self.tree.stop()

@@ -134,7 +134,7 @@ class Agent:
             self._toolbox = await staff.toolbox_for(self.config, stack)
             ctx.started()
             for unfinished in await staff.journal.unfinished_runs(self.slug):
-                if ctx.stopping.is_set():
+                if ctx.stopping.is_set() or staff.draining.is_set():
                     return
                 await self._resume(unfinished, ctx)
             while not ctx.stopping.is_set():
@@ -327,7 +327,7 @@ class Agent:
             if resumed:
                 await self._complete_pending_tools(state)
             while True:
-                if ctx.stopping.is_set():
+                if ctx.stopping.is_set() or self.staff.draining.is_set():
                     raise _Stopping
                 state.breaker.check(self.staff.clock.monotonic())
                 response = await self._step(state)

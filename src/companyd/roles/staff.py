@@ -147,6 +147,9 @@ class Staff:
         self._runs: dict[str, Any] = {}
         self._prompts: dict[str, str] = {}
         self._remove_listener = bus.add_listener(self._on_event)
+        #: Set when the daemon begins a graceful stop: every agent brings its current run to
+        #: a checkpoint now (in parallel) rather than when its supervisor reaches it.
+        self.draining = asyncio.Event()
 
     # -- start-up -----------------------------------------------------------------------
 
@@ -254,12 +257,19 @@ class Staff:
         waiting for the final outcome."""
         self._enqueue(task)
 
+    def drain(self) -> None:
+        """Begin a graceful stop: runs stop at their next checkpoint, no new task starts."""
+        self.draining.set()
+        for wake in self._wakeup.values():
+            wake.set()
+
     async def next_task(self, agent: str, stopping: asyncio.Event) -> Task | None:
-        """The next task for ``agent`` once it is not paused; None when ``stopping`` is set."""
+        """The next task for ``agent`` once it is not paused; None when ``stopping`` is set.
+        While draining, no task is handed out (it stays queued for the next start)."""
         box = self._mailbox[agent]
         wake = self._wakeup[agent]
         while not stopping.is_set():
-            if box and agent not in self._paused:
+            if box and agent not in self._paused and not self.draining.is_set():
                 task = box.popleft()
                 self._running[agent] = task
                 return task
