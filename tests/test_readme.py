@@ -53,7 +53,7 @@ def test_quick_start_is_exactly_two_one_line_commands() -> None:
     for command in (run, test):
         assert "\n" not in command
         assert command.startswith("python3 -m venv .venv && ")
-    assert run.endswith("companyd validate company.yaml")
+    assert run.endswith(".venv/bin/companyd run --offline")
     assert test.endswith(".venv/bin/python -m pytest")
     assert "pip install -e '.[test]'" in test
 

@@ -74,8 +74,10 @@ def agent_of(request: RecordedRequest) -> str:
     """Which agent sent ``request`` (from its system prompt)."""
     body = request.body if isinstance(request.body, dict) else {}
     system = body.get("system")
-    text = system if isinstance(system, str) else " ".join(
-        str(b.get("text", "")) for b in system or [] if isinstance(b, dict)
+    text = (
+        system
+        if isinstance(system, str)
+        else " ".join(str(b.get("text", "")) for b in system or [] if isinstance(b, dict))
     )
     m = _WHO.search(text)
     return m.group(1) if m else "?"
@@ -156,8 +158,16 @@ def daemon_process(
 
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "companyd", "run", "--config", str(config),
-             "--state-dir", str(state_dir)],
+            [
+                sys.executable,
+                "-m",
+                "companyd",
+                "run",
+                "--config",
+                str(config),
+                "--state-dir",
+                str(state_dir),
+            ],
             env=dict(env),
             stdout=out,
             stderr=subprocess.STDOUT,

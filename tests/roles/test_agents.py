@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
 
 from companyd.testing.messages_api import (
     MessagesAPIServer,
@@ -20,7 +21,6 @@ from companyd.testing.messages_api import (
     spend_limit,
     stall,
 )
-from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
 
 pytestmark = pytest.mark.anyio
 
@@ -37,11 +37,20 @@ async def test_tool_use_loop_records_in_memory_and_prices_every_call(tmp_path: P
         ceo=[
             reply_tool_use(
                 "create_entities",
-                {"entities": [{"name": "Acme", "entityType": "client",
-                               "observations": ["signed in November"]}]},
+                {
+                    "entities": [
+                        {
+                            "name": "Acme",
+                            "entityType": "client",
+                            "observations": ["signed in November"],
+                        }
+                    ]
+                },
             ),
-            reply_tool_use("add_observations",
-                           {"observations": [{"entityName": "Acme", "contents": ["pays monthly"]}]}),
+            reply_tool_use(
+                "add_observations",
+                {"observations": [{"entityName": "Acme", "contents": ["pays monthly"]}]},
+            ),
             reply_text("Acme is recorded."),
         ]
     )
@@ -114,8 +123,12 @@ async def test_delegation_with_a_reviewer_rejecting_once(tmp_path: Path) -> None
         ceo=[
             reply_tool_use(
                 "delegate",
-                {"agent": "cfo", "task": "Forecast Q1 revenue.",
-                 "expected_output": "A number with its assumptions.", "reviewer": "coo"},
+                {
+                    "agent": "cfo",
+                    "task": "Forecast Q1 revenue.",
+                    "expected_output": "A number with its assumptions.",
+                    "reviewer": "coo",
+                },
             ),
             reply_text("Forecast received."),
         ],
@@ -165,12 +178,24 @@ BIG = Usage(input_tokens=40_000, output_tokens=2_000)
     ("limits", "script", "limit", "calls"),
     [
         ({"max_steps": 3}, [_search(i) for i in range(10)], "max_steps", 3),
-        ({"max_tokens": 50_000}, [reply_tool_use("search_nodes", {"query": f"q{i}"}, usage=BIG)
-                                  for i in range(10)], "max_tokens", 2),
-        ({"max_cost_usd": 0.2}, [reply_tool_use("search_nodes", {"query": f"q{i}"}, usage=BIG)
-                                 for i in range(10)], "max_cost_usd", 2),
-        ({"loop_threshold": 3}, [reply_tool_use("search_nodes", {"query": "same"})
-                                 for _ in range(10)], "loop", 3),
+        (
+            {"max_tokens": 50_000},
+            [reply_tool_use("search_nodes", {"query": f"q{i}"}, usage=BIG) for i in range(10)],
+            "max_tokens",
+            2,
+        ),
+        (
+            {"max_cost_usd": 0.2},
+            [reply_tool_use("search_nodes", {"query": f"q{i}"}, usage=BIG) for i in range(10)],
+            "max_cost_usd",
+            2,
+        ),
+        (
+            {"loop_threshold": 3},
+            [reply_tool_use("search_nodes", {"query": "same"}) for _ in range(10)],
+            "loop",
+            3,
+        ),
     ],
 )
 async def test_each_breaker_trips_at_its_limit(
@@ -200,8 +225,13 @@ async def test_max_seconds_breaker(tmp_path: Path) -> None:
 
 async def test_heartbeat_timeout_crashes_the_agent_and_the_restart_resumes(tmp_path: Path) -> None:
     cfg = write_company(tmp_path, {"ceo": {"heartbeat_seconds": 0.5}})
-    model = PerAgent(ceo=[_search(1), stall(10.0, then=reply_text("too late")),
-                          reply_text("Done after the restart.")])
+    model = PerAgent(
+        ceo=[
+            _search(1),
+            stall(10.0, then=reply_text("too late")),
+            reply_text("Done after the restart."),
+        ]
+    )
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Do the thing.")
@@ -219,9 +249,11 @@ async def test_heartbeat_timeout_crashes_the_agent_and_the_restart_resumes(tmp_p
 async def test_a_task_that_crashes_its_agent_twice_is_quarantined(tmp_path: Path) -> None:
     cfg = write_company(tmp_path, {"ceo": {}})
     with MessagesAPIServer(default_responder=False) as srv:
-        srv.enqueue(bad_request("messages: text content blocks must be non-empty"),
-                    bad_request("messages: text content blocks must be non-empty"),
-                    reply_text("fine now"))
+        srv.enqueue(
+            bad_request("messages: text content blocks must be non-empty"),
+            bad_request("messages: text content blocks must be non-empty"),
+            reply_text("fine now"),
+        )
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "A poison input.")
             quarantined = (await d.tasks(quarantined=True))["tasks"]
@@ -245,13 +277,25 @@ async def test_an_agent_calls_a_tool_of_an_external_mcp_server(tmp_path: Path) -
     log = tmp_path / "tool.log"
     cfg = write_company(
         tmp_path,
-        {"marketing": {"mcp_servers": {"social": {
-            "command": sys.executable, "args": [str(TOOL_SERVER)],
-            "env": {"TOOL_LOG": str(log)}}}}},
+        {
+            "marketing": {
+                "mcp_servers": {
+                    "social": {
+                        "command": sys.executable,
+                        "args": [str(TOOL_SERVER)],
+                        "env": {"TOOL_LOG": str(log)},
+                    }
+                }
+            }
+        },
     )
-    model = PerAgent(marketing=[reply_tool_use("read_inbox", {}),
-                                reply_tool_use("post_update", {"text": "We launched!"}),
-                                reply_text("Posted.")])
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("read_inbox", {}),
+            reply_tool_use("post_update", {"text": "We launched!"}),
+            reply_text("Posted."),
+        ]
+    )
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("marketing", "Post the launch news.")
@@ -267,8 +311,14 @@ async def test_an_agent_calls_a_tool_of_an_external_mcp_server(tmp_path: Path) -
 async def test_tools_allow_and_deny(tmp_path: Path) -> None:
     cfg = write_company(
         tmp_path,
-        {"ceo": {"tools": {"allow": ["search_nodes", "open_nodes", "delete_entities"],
-                           "deny": ["delete_entities"]}}},
+        {
+            "ceo": {
+                "tools": {
+                    "allow": ["search_nodes", "open_nodes", "delete_entities"],
+                    "deny": ["delete_entities"],
+                }
+            }
+        },
     )
     model = PerAgent(ceo=[reply_tool_use("create_entities", {"entities": []}), reply_text("ok")])
     with MessagesAPIServer(responder=model) as srv:

@@ -8,6 +8,7 @@ journaled step.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -41,8 +42,9 @@ def _runs(state: Path) -> list[dict[str, object]]:
 def _ask_in_background(sock: Path, agent: str, question: str) -> threading.Thread:
     def ask() -> None:
         try:
-            ControlClient(sock, timeout=120).call("ask", agent=agent, question=question,
-                                                  timeout=100.0)
+            ControlClient(sock, timeout=120).call(
+                "ask", agent=agent, question=question, timeout=100.0
+            )
         except Exception:
             pass  # the daemon is killed under it; the run's fate is read from the journal
 
@@ -57,7 +59,9 @@ def test_a_ten_step_run_killed_after_step_six_completes_without_paying_twice(
     cfg = write_company(tmp_path, {"ceo": {}})
     state = tmp_path / "s"
     steps = [reply_tool_use("search_nodes", {"query": f"step {i}"}) for i in range(1, 10)]
-    model = PerAgent(ceo=[*steps[:6], stall(None, then=steps[6]), *steps[6:], reply_text("All ten done.")])
+    model = PerAgent(
+        ceo=[*steps[:6], stall(None, then=steps[6]), *steps[6:], reply_text("All ten done.")]
+    )
     with MessagesAPIServer(responder=model) as srv:
         env = daemon_env(srv)
         with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
@@ -70,7 +74,8 @@ def test_a_ten_step_run_killed_after_step_six_completes_without_paying_twice(
         assert [r["status"] for r in _runs(state)] == ["running"]
         with daemon_process(cfg, state, env, tmp_path / "d2.log"):
             done = wait_until(
-                lambda: [r for r in _runs(state) if r["status"] == "ok"], timeout=30,
+                lambda: [r for r in _runs(state) if r["status"] == "ok"],
+                timeout=30,
                 what="the resumed run to finish",
             )
         run = done[0]
@@ -89,25 +94,42 @@ def test_a_non_idempotent_tool_in_flight_at_the_kill_is_not_called_again(tmp_pat
     block.touch()
     cfg = write_company(
         tmp_path,
-        {"marketing": {"mcp_servers": {"social": {
-            "command": sys.executable, "args": [str(TOOL_SERVER)],
-            "env": {"TOOL_LOG": str(log), "TOOL_BLOCK": str(block)}}}}},
+        {
+            "marketing": {
+                "mcp_servers": {
+                    "social": {
+                        "command": sys.executable,
+                        "args": [str(TOOL_SERVER)],
+                        "env": {"TOOL_LOG": str(log), "TOOL_BLOCK": str(block)},
+                    }
+                }
+            }
+        },
     )
     state = tmp_path / "s"
-    model = PerAgent(marketing=[reply_tool_use("post_update", {"text": "launch day"}),
-                                reply_text("I could not confirm the post; checking first.")])
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("post_update", {"text": "launch day"}),
+            reply_text("I could not confirm the post; checking first."),
+        ]
+    )
     with MessagesAPIServer(responder=model) as srv:
         env = daemon_env(srv)
         try:
             with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
                 _ask_in_background(state / "companyd.sock", "marketing", "Post the launch.")
-                wait_until(lambda: log.exists() and "started" in log.read_text(),
-                           what="the tool call to start")
+                wait_until(
+                    lambda: log.exists() and "started" in log.read_text(),
+                    what="the tool call to start",
+                )
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=10)
             with daemon_process(cfg, state, env, tmp_path / "d2.log"):
-                wait_until(lambda: [r for r in _runs(state) if r["status"] == "ok"],
-                           timeout=30, what="the resumed run to finish")
+                wait_until(
+                    lambda: [r for r in _runs(state) if r["status"] == "ok"],
+                    timeout=30,
+                    what="the resumed run to finish",
+                )
         finally:
             block.unlink()  # let the orphaned first tool server finish and exit
     started = [line for line in log.read_text().splitlines() if line.startswith("started")]
@@ -121,9 +143,13 @@ def test_a_non_idempotent_tool_in_flight_at_the_kill_is_not_called_again(tmp_pat
 def test_sigterm_during_a_run_checkpoints_and_exits_zero(tmp_path: Path) -> None:
     cfg = write_company(tmp_path, {"ceo": {}})
     state = tmp_path / "s"
-    model = PerAgent(ceo=[reply_tool_use("search_nodes", {"query": "a"}),
-                          reply_tool_use("search_nodes", {"query": "b"}, latency=1.0),
-                          reply_text("finished after the restart")])
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("search_nodes", {"query": "a"}),
+            reply_tool_use("search_nodes", {"query": "b"}, latency=1.0),
+            reply_text("finished after the restart"),
+        ]
+    )
     with MessagesAPIServer(responder=model) as srv:
         env = daemon_env(srv)
         with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
@@ -136,8 +162,11 @@ def test_sigterm_during_a_run_checkpoints_and_exits_zero(tmp_path: Path) -> None
         runs = _runs(state)
         assert [r["status"] for r in runs] == ["running"] and runs[0]["steps"] == 2
         with daemon_process(cfg, state, env, tmp_path / "d2.log"):
-            done = wait_until(lambda: [r for r in _runs(state) if r["status"] == "ok"],
-                              timeout=30, what="the resumed run")
+            done = wait_until(
+                lambda: [r for r in _runs(state) if r["status"] == "ok"],
+                timeout=30,
+                what="the resumed run",
+            )
         assert done[0]["steps"] == 3 and srv.served == 3
 
 
@@ -146,11 +175,25 @@ def test_daemon_refuses_a_second_instance_on_the_same_state_dir(tmp_path: Path) 
 
     cfg = write_company(tmp_path, {"ceo": {}})
     state = tmp_path / "s"
-    with MessagesAPIServer() as srv, daemon_process(cfg, state, daemon_env(srv),
-                                                     tmp_path / "d.log") as proc:
+    with (
+        MessagesAPIServer() as srv,
+        daemon_process(cfg, state, daemon_env(srv), tmp_path / "d.log") as proc,
+    ):
         second = subprocess.run(
-            [sys.executable, "-m", "companyd", "run", "--config", str(cfg), "--state-dir",
-             str(state)], env=daemon_env(srv), capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "companyd",
+                "run",
+                "--config",
+                str(cfg),
+                "--state-dir",
+                str(state),
+            ],
+            env=daemon_env(srv),
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert second.returncode == 75
         assert f"(pid {proc.pid})" in second.stderr
