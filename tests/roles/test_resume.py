@@ -41,12 +41,11 @@ def _runs(state: Path) -> list[dict[str, object]]:
 
 def _ask_in_background(sock: Path, agent: str, question: str) -> threading.Thread:
     def ask() -> None:
-        try:
+        # the daemon is killed under it; the run's fate is read from the journal instead
+        with contextlib.suppress(Exception):
             ControlClient(sock, timeout=120).call(
                 "ask", agent=agent, question=question, timeout=100.0
             )
-        except Exception:
-            pass  # the daemon is killed under it; the run's fate is read from the journal
 
     t = threading.Thread(target=ask, daemon=True)
     t.start()
