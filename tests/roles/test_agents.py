@@ -360,3 +360,28 @@ async def test_budget_refusal_ends_the_run_and_pauses_the_agent(tmp_path: Path) 
     assert ceo_day["used_usd"] <= 0.02
     assert again["status"] == "budget_exhausted" and again["steps"] == 0
     assert raised["resumed"] == ["ceo"]
+
+
+async def test_an_injected_crash_restarts_the_agent_and_its_run_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COMPANYD_DEBUG", "1")
+    cfg = write_company(tmp_path, {"ceo": {}})
+    model = PerAgent(ceo=[_search(1), stall(None, then=_search(2)), _search(3), reply_text("ok")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            asking = asyncio.ensure_future(d.ask("ceo", "Three searches."))
+            async with asyncio.timeout(10):
+                while len(srv.requests) < 2:
+                    await asyncio.sleep(0.01)
+            assert (await d.debug("crash", "ceo"))["crashed"] is True
+            srv.release_stalls()
+            async with asyncio.timeout(20):
+                out = await asking
+            restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
+            exits = [e for e in events_of(d, "child_exited") if e.data.get("child") == "ceo"]
+            task = await d.journal.get_task(out["task_id"])
+    assert out["status"] == "ok" and out["steps"] == 3
+    assert len(restarts) == 1
+    assert "InjectedCrash" in exits[0].data["reason"]
+    assert task is not None and task[2] == 0  # not counted against the task

@@ -97,6 +97,13 @@ class Admin(Protocol):
         """Undo an applied proposal (then reload the config)."""
         ...
 
+    async def debug(self, action: str, target: str | None = None, seconds: float = 0.0) -> Result:
+        """Fault injection for tests and the chaos benchmark: ``crash`` an agent (its next
+        step raises), ``block`` the event loop for ``seconds`` (a synchronous sleep, as a
+        careless blocking call would). Refused unless the daemon runs with
+        ``COMPANYD_DEBUG=1`` in its environment."""
+        ...
+
     async def reload(self) -> Result:
         """Re-read company.yaml and apply the difference (or report why it was rejected)."""
         ...

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
@@ -670,6 +671,28 @@ class Daemon:
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
         return {**p.to_dict(), "message": f"reverted {p.id} and reloaded"}
+
+    async def debug(
+        self, action: str, target: str | None = None, seconds: float = 0.0
+    ) -> dict[str, Any]:
+        if os.environ.get("COMPANYD_DEBUG") != "1":
+            raise AdminError(
+                "debug operations are disabled; start the daemon with COMPANYD_DEBUG=1 in its "
+                "environment to allow fault injection (never in production)"
+            )
+        if action == "crash":
+            if target is None:
+                raise AdminError("debug crash needs a target agent")
+            self._check_agent(target)
+            crashed = await self.staff.crash(target)
+            return {"action": action, "target": target, "crashed": crashed}
+        if action == "block":
+            if not 0 < seconds <= 600:
+                raise AdminError(f"debug block needs 0 < seconds <= 600, got {seconds!r}")
+            # deliberately blocks the event loop, as a careless synchronous call would
+            time.sleep(seconds)  # noqa: ASYNC251
+            return {"action": action, "seconds": seconds}
+        raise AdminError(f"unknown debug action {action!r}; choose crash or block")
 
     def _check_agent(self, agent: str) -> None:
         if agent not in self.config.agents:

@@ -90,6 +90,10 @@ class MarkerPort(MemoryPort, Protocol):
     async def change_marker(self) -> str: ...
 
 
+class InjectedCrash(RuntimeError):
+    """A crash injected on purpose (``companyd`` debug op; tests and chaos benchmark)."""
+
+
 @dataclass
 class _Pause:
     reason: str
@@ -145,6 +149,8 @@ class Staff:
         self._paused: dict[str, _Pause] = {}
         self._running: dict[str, Task] = {}
         self._runs: dict[str, Any] = {}
+        self._agent_tasks: dict[str, asyncio.Task[Any]] = {}
+        self._injected: set[str] = set()
         self._prompts: dict[str, str] = {}
         self._remove_listener = bus.add_listener(self._on_event)
         #: Set when the daemon begins a graceful stop: every agent brings its current run to
@@ -172,7 +178,18 @@ class Staff:
         from companyd.roles.agent import Agent
 
         async def run(ctx: ChildContext) -> None:
-            await Agent(self.config.agents[slug], self).run(ctx)
+            body = asyncio.ensure_future(Agent(self.config.agents[slug], self).run(ctx))
+            self._agent_tasks[slug] = body
+            try:
+                await body
+            except asyncio.CancelledError:
+                if slug in self._injected and body.cancelled():
+                    self._injected.discard(slug)
+                    raise InjectedCrash(f"injected crash of {slug} (debug)") from None
+                raise
+            finally:
+                if self._agent_tasks.get(slug) is body:
+                    del self._agent_tasks[slug]
 
         return run
 
@@ -320,6 +337,22 @@ class Staff:
                 }
             )
         return out
+
+    # -- fault injection (tests, chaos benchmark) ----------------------------------------
+
+    async def crash(self, agent: str) -> bool:
+        """Make ``agent`` crash now, as an unexpected error would (COMPANYD_DEBUG only).
+
+        The agent's child task fails with :class:`InjectedCrash`; its supervisor restarts
+        it, and a run it had in progress resumes from its journal. The crash is not counted
+        against the task (it is not the task's fault). False if the agent is not running.
+        """
+        task = self._agent_tasks.get(agent)
+        if task is None or task.done():
+            return False
+        self._injected.add(agent)
+        task.cancel(msg="injected crash")
+        return True
 
     # -- pauses -------------------------------------------------------------------------
 
