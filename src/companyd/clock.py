@@ -22,7 +22,7 @@ import time as _time
 from datetime import UTC, datetime
 from typing import Protocol
 
-__all__ = ["Clock", "ManualClock", "SystemClock", "utc_from_ts"]
+__all__ = ["Clock", "ManualClock", "ScaledClock", "SystemClock", "utc_from_ts"]
 
 
 class Clock(Protocol):
@@ -113,3 +113,65 @@ class ManualClock:
 def utc_from_ts(ts: float) -> datetime:
     """An aware UTC datetime for an epoch timestamp."""
     return datetime.fromtimestamp(ts, tz=UTC)
+
+
+class ScaledClock:
+    """Real time running ``scale`` times faster — for compressed-time benchmarks (the chaos
+    week, the 30-day routine run) against a real daemon process.
+
+    Wall time is ``sim_anchor + (time.time() - real_anchor) * scale``, so every process
+    started with the same anchors (a daemon restarted after ``kill -9``) shares one simulated
+    timeline. ``sleep(s)`` sleeps ``s / scale`` real seconds.
+
+    Args:
+        scale: how many simulated seconds pass per real second (> 0).
+        real_anchor: a real epoch time.
+        sim_anchor: the simulated epoch time at ``real_anchor``.
+    """
+
+    def __init__(self, scale: float, real_anchor: float, sim_anchor: float) -> None:
+        if not scale > 0:
+            raise ValueError(f"scale must be > 0, got {scale!r}")
+        self.scale = float(scale)
+        self.real_anchor = float(real_anchor)
+        self.sim_anchor = float(sim_anchor)
+        self._mono0 = _time.monotonic()
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> ScaledClock | None:
+        """``COMPANYD_TIME_SCALE=N`` and ``COMPANYD_TIME_ANCHOR=REAL:SIM`` (epoch seconds), or
+        None when the scale is not set.
+
+        Raises:
+            ValueError: naming the variable and the expected form.
+        """
+        import os
+
+        env = os.environ if environ is None else environ
+        raw = env.get("COMPANYD_TIME_SCALE")
+        if not raw:
+            return None
+        try:
+            scale = float(raw)
+        except ValueError:
+            raise ValueError(f"COMPANYD_TIME_SCALE must be a number, got {raw!r}") from None
+        anchor = env.get("COMPANYD_TIME_ANCHOR", "")
+        if anchor:
+            real_s, _, sim_s = anchor.partition(":")
+            try:
+                return cls(scale, float(real_s), float(sim_s))
+            except ValueError:
+                raise ValueError(
+                    f"COMPANYD_TIME_ANCHOR must be REAL:SIM epoch seconds, got {anchor!r}"
+                ) from None
+        now = _time.time()
+        return cls(scale, now, now)
+
+    def monotonic(self) -> float:
+        return (_time.monotonic() - self._mono0) * self.scale
+
+    def time(self) -> float:
+        return self.sim_anchor + (_time.time() - self.real_anchor) * self.scale
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds) / self.scale)

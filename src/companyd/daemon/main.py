@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd import __version__
-from companyd.clock import Clock, SystemClock
+from companyd.clock import Clock, ScaledClock, SystemClock
 from companyd.config import CompanyConfig, load_config
 from companyd.daemon.admin import AdminError
 from companyd.errors import (
@@ -103,7 +103,21 @@ def _run_command(args: argparse.Namespace) -> int:
         state_dir = config.state_dir(args.state_dir)
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
-            backend = _backend(config, offline=args.offline, redact=handle.redactor.add)
+            scaled = ScaledClock.from_env()
+        except ValueError as exc:
+            print(f"companyd: {exc}", file=sys.stderr)
+            return EX_CONFIG
+        if scaled is not None:
+            log.warning(
+                "benchmark mode: time runs %g× faster than real time (COMPANYD_TIME_SCALE); "
+                "never use this in production",
+                scaled.scale,
+            )
+        clock: Clock | None = scaled
+        try:
+            backend = _backend(
+                config, offline=args.offline, redact=handle.redactor.add, clock=clock
+            )
         except ModelUnavailable as exc:
             print(f"companyd: {exc}", file=sys.stderr)
             print(
@@ -122,6 +136,7 @@ def _run_command(args: argparse.Namespace) -> int:
                 config,
                 state_dir,
                 backend=backend,
+                clock=clock,
                 offline=args.offline,
                 control_group=args.control_group,
                 redact=handle.redactor.add,
@@ -131,7 +146,9 @@ def _run_command(args: argparse.Namespace) -> int:
         handle.close()
 
 
-def _backend(config: CompanyConfig, *, offline: bool, redact: Any) -> ModelBackend:
+def _backend(
+    config: CompanyConfig, *, offline: bool, redact: Any, clock: Clock | None = None
+) -> ModelBackend:
     if offline:
         from companyd.roles.offline import OfflineModel
 
@@ -139,7 +156,7 @@ def _backend(config: CompanyConfig, *, offline: bool, redact: Any) -> ModelBacke
     from companyd.roles.claude import ClaudeBackend, resolve_api_key
 
     redact(resolve_api_key(config.spec.anthropic))
-    return ClaudeBackend.from_config(config.spec.anthropic)
+    return ClaudeBackend.from_config(config.spec.anthropic, clock=clock)
 
 
 class Daemon:
