@@ -1,0 +1,780 @@
+#!/usr/bin/env python3
+"""A week of chaos: the example company under a real ``companyd run``, everything failing.
+
+The example company (company.yaml at the repository root, adapted for compressed time —
+see ``chaos_config``) runs as a real daemon subprocess for a simulated week, with time
+compressed (``COMPANYD_TIME_SCALE``: the daemon's clock runs N× faster, so cron routines,
+budget periods, coalescing windows and backoffs all happen in minutes). Around it:
+
+* a loopback Messages API stand-in injecting transient errors (529, 500) and timeouts;
+* a loopback Telegram Bot API stand-in (the operator's phone);
+* a chaos driver that crashes random agents (the ``debug`` control op), kills the daemon
+  with SIGKILL at random moments and starts it again (running ``companyd notify-failure``
+  as systemd's ``OnFailure=`` would), corrupts random lines of the memory file while the
+  daemon is down, sends SIGHUP with a broken company.yaml and then with an added agent,
+  makes the Bot API unreachable for a while, and keeps writing to the memory file from a
+  second process through the cross-process lock.
+
+At the end every invariant is printed as one line with its figure; the exit code is 0 only
+if all hold:
+
+* no acknowledged memory write lost; the file loads (in companyd and, where node is
+  available, in the official MCP memory server);
+* no LLM call paid twice: every call the stand-in served is a journaled step, except calls
+  answered in the instant before a SIGKILL (reported separately);
+* company and agent budgets never exceeded;
+* every injected fault produced its alert exactly once (crashes coalesced where the
+  alerter coalesces them);
+* routine success rate, and every non-success with its reason;
+* the daemon ends healthy (everything running; SIGTERM exits 0).
+
+Usage::
+
+    python bench/chaos.py                  # the full week (about 4 minutes)
+    python bench/chaos.py --short          # two simulated days, fewer faults (CI)
+    python bench/chaos.py --runs 3         # three weeks in a row
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = "987654321:chaos-stand-in-token-abcdefghijklmnopqrst"
+CHAT = 4242
+SIM_START = datetime(2026, 11, 27, tzinfo=UTC).timestamp()  # a Friday: the week holds a Monday and a 1st
+
+
+@dataclass
+class Plan:
+    days: float = 7.0
+    scale: float = 2520.0  # a week in four minutes
+    seed: int = 1
+    crash_every: float = 9.0  # real seconds between injected agent crashes
+    kills: int = 3
+    outage: float = 8.0  # real seconds the Bot API is unreachable
+    fault_rate: float = 0.2
+    timeout_rate: float = 0.01
+    write_every: float = 0.4
+
+    @property
+    def real_seconds(self) -> float:
+        return self.days * 86400 / self.scale
+
+
+SHORT = Plan(days=2.0, scale=2880.0, crash_every=7.0, kills=1, outage=4.0)
+
+
+# ---------------------------------------------------------------------------------------
+# The company, adapted for compressed time
+
+
+def chaos_config(extra_agent: bool = False, broken: bool = False) -> str:
+    """The example company.yaml with the settings compressed time needs.
+
+    At 2,520× a simulated second is 0.4 ms, so limits written in simulated time must leave
+    room for real-time work: per-run ``max_seconds`` 12 h (17 real seconds) and
+    ``heartbeat_seconds`` 6 h; model calls keep real-time HTTP deadlines (3 s). Quiet hours
+    are off so every alert can be counted before the run ends.
+    """
+    doc = yaml.safe_load((REPO / "company.yaml").read_text(encoding="utf-8"))
+    doc["defaults"]["limits"]["max_seconds"] = "12h"
+    doc["defaults"]["heartbeat_seconds"] = "6h"
+    for agent in doc["agents"].values():
+        if "limits" in agent:
+            agent["limits"]["max_seconds"] = "12h"
+    doc["anthropic"] = {"api_key_env": "ANTHROPIC_API_KEY", "timeout_seconds": 3,
+                        "max_retries": 2}
+    doc["alerts"] = {
+        "min_severity": "warning",
+        "telegram": {"bot_token_env": "TELEGRAM_BOT_TOKEN", "chat_ids_env": "TELEGRAM_CHAT_ID",
+                     "api_url": "${BOT_API}"},
+    }
+    if extra_agent:
+        doc["agents"]["analyst"] = {
+            "title": "Financial Analyst",
+            "reports_to": "cfo",
+            "department": "finance",
+            "instructions": "You analyse revenue and churn for the CFO.",
+        }
+    text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+    if broken:
+        text = text.replace("daily_usd: 10", "daily_usd: fifty", 1)
+    return text
+
+
+# ---------------------------------------------------------------------------------------
+# The model: agents record notes in memory, then answer
+
+
+_WHO = re.compile(r"You are .*? \(([a-z][a-z0-9_-]*)\) at ")
+
+
+class ChaosModel:
+    """Per request: if memory tools are offered and no tool has answered yet, record a note
+    with ``create_entities``; otherwise end the turn. A small share of requests stall past
+    the client's deadline (a timeout). Usage is about one token per four bytes."""
+
+    def __init__(self, seed: int, timeout_rate: float, stall_for: float) -> None:
+        self.rng = random.Random(seed)
+        self.timeout_rate = timeout_rate
+        self.stall_for = stall_for
+        self.lock = threading.Lock()
+        self.n = 0
+        self.timeouts = 0
+
+    def __call__(self, request: Any) -> Any:
+        from companyd.testing.messages_api import Reply, Usage, stall
+
+        body = request.body if isinstance(request.body, dict) else {}
+        system = body.get("system")
+        text = system if isinstance(system, str) else " ".join(
+            str(b.get("text", "")) for b in system or [] if isinstance(b, dict))
+        m = _WHO.search(text)
+        agent = m.group(1) if m else "agent"
+        tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+        messages = body.get("messages") or []
+        answered = any(
+            isinstance(msg.get("content"), list)
+            and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in msg["content"])
+            for msg in messages if isinstance(msg, dict)
+        )
+        with self.lock:
+            self.n += 1
+            n = self.n
+            timeout = self.rng.random() < self.timeout_rate
+        size = len(json.dumps(body).encode())
+        if not answered and "create_entities" in tools:
+            content: tuple[dict[str, Any], ...] = ({
+                "type": "tool_use", "id": f"toolu_chaos_{n:07d}", "name": "create_entities",
+                "input": {"entities": [{"name": f"{agent} note {n}", "entityType": "note",
+                                        "observations": [f"written by {agent} in call {n}"]}]},
+            },)
+            stop = "tool_use"
+        else:
+            content = ({"type": "text", "text": f"{agent}: done (call {n})."},)
+            stop = "end_turn"
+        reply = Reply(content=content, stop_reason=stop,
+                      usage=Usage(input_tokens=max(1, size // 4), output_tokens=60))
+        if timeout:
+            with self.lock:
+                self.timeouts += 1
+            return stall(self.stall_for, then=reply)
+        return reply
+
+
+# ---------------------------------------------------------------------------------------
+# The driver
+
+
+@dataclass
+class Tally:
+    crashes: Counter[str] = field(default_factory=Counter)
+    kills: list[float] = field(default_factory=list)
+    notified: int = 0
+    corruptions: int = 0
+    corrupt_modes: Counter[str] = field(default_factory=Counter)
+    rejected: int = 0
+    added_agent: bool = False
+    outage_s: float = 0.0
+    acked: list[str] = field(default_factory=list)
+    incarnations: int = 0
+
+
+class Chaos:
+    def __init__(self, plan: Plan, work: Path, official: str | None, verbose: bool) -> None:
+        self.plan = plan
+        self.work = work
+        self.state = work / "state"
+        self.config = work / "company.yaml"
+        self.official = official
+        self.verbose = verbose
+        self.rng = random.Random(plan.seed)
+        self.tally = Tally()
+        self.proc: asyncio.subprocess.Process | None = None
+        self.writes_on = asyncio.Event()
+        self.write_lock = asyncio.Lock()
+        self.real_anchor = time.time()
+
+    def say(self, msg: str) -> None:
+        if self.verbose:
+            print(f"  [{time.time() - self.real_anchor:6.1f}s] {msg}", flush=True)
+
+    def sim_now(self) -> float:
+        return SIM_START + (time.time() - self.real_anchor) * self.plan.scale
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "ANTHROPIC_API_KEY": "chaos-key",
+            "ANTHROPIC_BASE_URL": self.api.base_url,
+            "TELEGRAM_BOT_TOKEN": TOKEN,
+            "TELEGRAM_CHAT_ID": str(CHAT),
+            "COMPANYD_DEBUG": "1",
+            "COMPANYD_TIME_SCALE": str(self.plan.scale),
+            "COMPANYD_TIME_ANCHOR": f"{self.real_anchor}:{SIM_START}",
+            "PYTHONUNBUFFERED": "1",
+        })
+        return env
+
+    def write_config(self, **kw: bool) -> None:
+        text = chaos_config(**kw).replace("${BOT_API}", self.bot.url)
+        tmp = self.config.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, self.config)
+
+    # -- the daemon ---------------------------------------------------------------------
+
+    async def start_daemon(self) -> None:
+        self.tally.incarnations += 1
+        log = open(self.work / f"daemon-{self.tally.incarnations}.log", "wb")  # noqa: SIM115
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "companyd", "run", "--config", str(self.config),
+            "--state-dir", str(self.state), env=self.env(), stdout=log, stderr=log,
+        )
+        log.close()
+        await self.wait_ready()
+        self.say(f"daemon #{self.tally.incarnations} ready (pid {self.proc.pid})")
+
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        from companyd.daemon.control import ControlClient
+
+        sock = self.state / "companyd.sock"
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc is not None
+            if self.proc.returncode is not None:
+                raise RuntimeError(f"daemon exited {self.proc.returncode} while starting")
+            try:
+                await asyncio.to_thread(ControlClient(sock, timeout=5).ping)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("daemon not ready within 60 s") from None
+                await asyncio.sleep(0.1)
+
+    async def call(self, op: str, **args: Any) -> Any:
+        from companyd.daemon.control import ControlClient
+
+        client = ControlClient(self.state / "companyd.sock", timeout=30)
+        return await asyncio.to_thread(client.call, op, **args)
+
+    # -- chaos actions ------------------------------------------------------------------
+
+    async def crash_agent(self) -> None:
+        status = await self.call("status")
+        agents = sorted(a for a in _agents(status["tree"]) if a["state"] == "running")
+        if not agents:
+            return
+        victim = self.rng.choice(agents)["id"]
+        result = await self.call("debug", action="crash", target=victim)
+        if result.get("crashed"):
+            self.tally.crashes[victim] += 1
+            self.say(f"crashed {victim}")
+
+    async def kill_and_restart(self) -> None:
+        assert self.proc is not None
+        self.writes_on.clear()
+        async with self.write_lock:  # no memory write in flight from the driver
+            self.proc.send_signal(signal.SIGKILL)
+            await self.proc.wait()
+            self.tally.kills.append(time.time())
+            self.say("SIGKILL")
+            # what systemd's OnFailure=companyd-alert@%n.service does
+            notify = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "companyd", "notify-failure", "companyd.service",
+                "--config", str(self.config), env={**self.env(), "MONITOR_SERVICE_RESULT": "signal"},
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )
+            if await notify.wait() == 0:
+                self.tally.notified += 1
+            await asyncio.sleep(self.rng.uniform(0.5, 2.0))  # 20–80 simulated minutes down
+            self.corrupt_memory()
+        await self.start_daemon()
+        self.writes_on.set()
+
+    def corrupt_memory(self) -> None:
+        path = self.state / "memory.jsonl"
+        if not path.exists():
+            return
+        data = path.read_bytes()
+        lines = data.split(b"\n")
+        candidates = [i for i, line in enumerate(lines) if line.strip()]
+        if not candidates:
+            return
+        mode = self.rng.choice(["flip", "garbage", "torn"])
+        if mode == "flip":
+            i = self.rng.choice(candidates)
+            line = bytearray(lines[i])
+            j = self.rng.randrange(len(line))
+            line[j] = ord("{") if line[j] != ord("{") else ord("]")
+            lines[i] = bytes(line)
+            new = b"\n".join(lines)
+        elif mode == "garbage":
+            i = self.rng.choice(candidates)
+            lines.insert(i, b'{"type":"entity","name":"half a line wri')
+            new = b"\n".join(lines)
+        else:  # a torn last line: a write cut short
+            new = data.rstrip(b"\n") + b'\n{"type":"entity","name":"torn'
+        if new != data:
+            path.write_bytes(new)
+            self.tally.corruptions += 1
+            self.tally.corrupt_modes[mode] += 1
+            self.say(f"corrupted the memory file ({mode})")
+
+    async def reload_broken_then_added(self) -> None:
+        assert self.proc is not None
+        self.write_config(broken=True)
+        self.proc.send_signal(signal.SIGHUP)
+        await asyncio.sleep(1.5)
+        self.tally.rejected += 1
+        self.say("SIGHUP with a broken company.yaml")
+        self.write_config(extra_agent=True)
+        self.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            status = await self.call("status")
+            if any(a["id"] == "analyst" and a["state"] == "running"
+                   for a in _agents(status["tree"])):
+                self.tally.added_agent = True
+                break
+            await asyncio.sleep(0.2)
+        self.say(f"SIGHUP with an added agent: analyst running = {self.tally.added_agent}")
+
+    async def telegram_outage(self) -> None:
+        await self.bot.go_down("refuse")
+        self.say("Bot API down")
+        await asyncio.sleep(self.plan.outage)
+        await self.bot.go_up()
+        self.tally.outage_s = self.plan.outage
+        self.say("Bot API back")
+
+    async def memory_writer(self) -> None:
+        """A second process's writes through the cross-process lock, acknowledged when
+        ``GraphStore.call`` returns (durable)."""
+        from companyd.memory import GraphStore
+
+        path = self.state / "memory.jsonl"
+        n = 0
+        while True:
+            await self.writes_on.wait()
+            async with self.write_lock:
+                if not self.writes_on.is_set():
+                    continue
+                n += 1
+                name = f"driver fact {n}"
+
+                def write(name: str = name) -> None:
+                    with GraphStore(path) as store:
+                        store.call("create_entities", {"entities": [
+                            {"name": name, "entityType": "fact", "observations": [f"#{n}"]}]})
+
+                await asyncio.to_thread(write)
+                self.tally.acked.append(name)
+            await asyncio.sleep(self.plan.write_every)
+
+    # -- the run ------------------------------------------------------------------------
+
+    async def run(self) -> list[tuple[bool, str]]:
+        from companyd.testing.bot_api import BotApiServer
+        from companyd.testing.messages_api import MessagesAPIServer
+
+        plan = self.plan
+        self.model = ChaosModel(plan.seed, plan.timeout_rate, stall_for=4.5)
+        self.api = MessagesAPIServer(responder=self.model, fault_rate=plan.fault_rate,
+                                     fault_statuses=(529, 500), seed=plan.seed)
+        self.api.start()
+        try:
+            async with BotApiServer(token=TOKEN) as bot:
+                self.bot = bot
+                self.state.mkdir(parents=True)
+                self.write_config()
+                await self.start_daemon()
+                self.writes_on.set()
+                writer = asyncio.create_task(self.memory_writer())
+                try:
+                    await self.drive()
+                finally:
+                    writer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await writer
+                return await self.finish()
+        finally:
+            self.api.stop()
+
+    async def drive(self) -> None:
+        plan = self.plan
+        end = self.real_anchor + plan.real_seconds
+        span = plan.real_seconds
+        kills = sorted(self.rng.uniform(0.12, 0.9) * span for _ in range(plan.kills))
+        events: list[tuple[float, str]] = [(t, "kill") for t in kills]
+        events.append((0.40 * span, "reload"))
+        events.append((0.62 * span, "outage"))
+        t = plan.crash_every
+        while t < span * 0.95:
+            events.append((t, "crash"))
+            t += plan.crash_every * self.rng.uniform(0.7, 1.3)
+        events.sort()
+        # keep kills away from the outage (notify-failure would be lost with Telegram down)
+        for when, what in events:
+            delay = self.real_anchor + when - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if what == "crash":
+                await self.crash_agent()
+            elif what == "kill":
+                await self.kill_and_restart()
+            elif what == "reload":
+                await self.reload_broken_then_added()
+            elif what == "outage":
+                await self.telegram_outage()
+        await asyncio.sleep(max(0.0, end - time.time()))
+
+    async def finish(self) -> list[tuple[bool, str]]:
+        self.writes_on.clear()
+        async with self.write_lock:
+            pass
+        # let the alert outbox drain and the last runs finish (bounded)
+        deadline = time.monotonic() + 30
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            status = await self.call("status")
+            if not status.get("runs_in_flight") and not (status.get("alerts") or {}).get("queued"):
+                break
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(2.0)
+        status = await self.call("status")
+        jobs = await self.call("jobs")
+        histories = {r["routine"]: await self.call("job_history", routine=r["routine"], limit=10_000)
+                     for r in jobs["routines"]}
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), 60)
+        except TimeoutError:
+            self.proc.kill()
+            code = -9
+        return Checks(self, status, jobs, histories, code).all()
+
+
+def _agents(node: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    if node.get("kind") == "worker" and node.get("path", "").count("/") >= 2 and \
+            node.get("path", "").split("/")[1] == "agents":
+        out.append(node)
+    for child in node.get("children", []):
+        out += _agents(child)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The invariants
+
+
+class Checks:
+    def __init__(self, chaos: Chaos, status: dict[str, Any], jobs: dict[str, Any],
+                 histories: dict[str, Any], exit_code: int) -> None:
+        self.c = chaos
+        self.status = status
+        self.jobs = jobs
+        self.histories = histories
+        self.exit_code = exit_code
+        self.state = chaos.state
+
+    def all(self) -> list[tuple[bool, str]]:
+        return [
+            self.memory(),
+            self.official_server(),
+            self.llm_calls(),
+            self.budgets(),
+            *self.alerts(),
+            self.routines(),
+            self.healthy(),
+        ]
+
+    def _db(self, name: str) -> sqlite3.Connection:
+        return sqlite3.connect(f"file:{self.state / name}?mode=ro", uri=True)
+
+    # no acknowledged memory write lost; the file loads
+    def memory(self) -> tuple[bool, str]:
+        from companyd.memory import parse_graph
+
+        path = self.state / "memory.jsonl"
+        graph, report = parse_graph(path.read_bytes())
+        names = {e.name for e in graph.entities()}
+        corrupt = (path.with_name(path.name + ".corrupt")).read_bytes().decode(
+            "utf-8", "replace") if path.with_name(path.name + ".corrupt").exists() else ""
+        agent_writes = []
+        db = self._db("runs.sqlite")
+        for (payload,) in db.execute("SELECT payload FROM steps WHERE kind = 'tool_result'"):
+            result = json.loads(payload)
+            if result.get("is_error"):
+                continue
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                for e in json.loads(result["content"]).get("entities", []):
+                    agent_writes.append(e["name"])
+        db.close()
+        acked = self.c.tally.acked + agent_writes
+        in_corrupt = [n for n in acked if n not in names and json.dumps(n)[1:-1] in corrupt]
+        lost = [n for n in acked if n not in names and n not in in_corrupt]
+        clean = not report.quarantined if hasattr(report, "quarantined") else True
+        ok = not lost
+        return ok, (
+            f"memory: {len(acked)} acknowledged writes ({len(self.c.tally.acked)} by a second "
+            f"process, {len(agent_writes)} by agents), {len(lost)} lost"
+            + (f" {lost[:3]}" if lost else "")
+            + f"; {self.c.tally.corruptions} corruptions injected "
+            f"({dict(self.c.tally.corrupt_modes)}), {len(in_corrupt)} damaged entries kept "
+            f"byte for byte in .corrupt; file {'loads cleanly' if clean else 'needed repair'} "
+            f"({len(names)} entities)"
+        )
+
+    def official_server(self) -> tuple[bool, str]:
+        if not self.c.official:
+            return True, ("official MCP memory server: not checked (node/npm or the install is "
+                          "unavailable; set COMPANYD_OFFICIAL_MEMORY_SERVER)")
+        script = (
+            "import asyncio, json, sys\n"
+            "from mcp import ClientSession\n"
+            "from mcp.client.stdio import StdioServerParameters, stdio_client\n"
+            "async def main():\n"
+            "    p = StdioServerParameters(command='node', args=[sys.argv[1]],"
+            " env={'MEMORY_FILE_PATH': sys.argv[2]})\n"
+            "    async with stdio_client(p) as (r, w), ClientSession(r, w) as s:\n"
+            "        await s.initialize()\n"
+            "        res = await s.call_tool('read_graph', {})\n"
+            "        print(json.dumps({'error': res.is_error, 'n': len((res.structured_content or {})"
+            ".get('entities', []))}))\n"
+            "asyncio.run(main())\n"
+        )
+        from companyd.memory import parse_graph
+
+        path = self.state / "memory.jsonl"
+        ours = len(parse_graph(path.read_bytes())[0])
+        proc = subprocess.run([sys.executable, "-c", script, self.c.official, str(path)],
+                              capture_output=True, text=True, timeout=120)
+        try:
+            got = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            return False, f"official MCP memory server: could not read the file: {proc.stderr[-300:]}"
+        ok = not got["error"] and got["n"] == ours
+        return ok, (f"official MCP memory server reads the file: {got['n']} entities "
+                    f"(companyd: {ours}){'' if ok else ' — MISMATCH'}")
+
+    # no LLM call paid twice
+    def llm_calls(self) -> tuple[bool, str]:
+        api = self.c.api
+        served = [r for r in api.requests if r.outcome == "served"]
+        db = self._db("runs.sqlite")
+        journaled: Counter[str] = Counter()
+        for (payload,) in db.execute("SELECT payload FROM steps WHERE kind = 'llm'"):
+            journaled[json.loads(payload).get("request_id") or ""] += 1
+        db.close()
+        twice = [rid for rid, n in journaled.items() if rid and n > 1]
+        not_journaled = [r for r in served if (_header_id(r) or "") not in journaled]
+        at_kill = [r for r in not_journaled
+                   if any(0 <= k - r.received <= 10 for k in self.c.tally.kills)]
+        other = len(not_journaled) - len(at_kill)
+        ok = not twice and other == 0
+        return ok, (
+            f"LLM calls: {len(served)} served by the stand-in, {sum(journaled.values())} "
+            f"journaled as completed steps, {len(twice)} journaled twice; "
+            f"{len(at_kill)} answered in the instant before a SIGKILL and re-issued after the "
+            f"restart (the provider bills those; nothing can journal a reply never read), "
+            f"{other} unexplained; {api.injected_faults} injected 529/500 faults and "
+            f"{self.c.model.timeouts} timeouts absorbed by retries and fallback"
+        )
+
+    # budgets never exceeded
+    def budgets(self) -> tuple[bool, str]:
+        from companyd.config import load_config
+
+        cfg = load_config(self.c.config)
+        db = self._db("spend.sqlite")
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        rows = db.execute("SELECT * FROM calls LIMIT 0") if "calls" in tables else None
+        cols = [d[0] for d in rows.description] if rows is not None else []
+        ts_col = next(c for c in ("ts", "time", "at", "created") if c in cols)
+        cost_col = next(c for c in ("cost_pusd", "cost") if c in cols)
+        per_day: Counter[str] = Counter()
+        per_agent_day: Counter[tuple[str, str]] = Counter()
+        for ts, agent, cost in db.execute(f"SELECT {ts_col}, agent, {cost_col} FROM calls"):
+            day = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+            usd = cost / 1e12 if cost_col == "cost_pusd" else float(cost)
+            per_day[day] += usd
+            per_agent_day[(agent, day)] += usd
+        db.close()
+        company_daily = cfg.spec.company.budget.daily_usd or float("inf")
+        over = [(d, v) for d, v in per_day.items() if v > company_daily + 1e-9]
+        agent_over = []
+        for (agent, day), v in per_agent_day.items():
+            a = cfg.agents.get(agent)
+            limit = a.budget.daily_usd if a is not None and a.budget and a.budget.daily_usd else None
+            if limit is not None and v > limit + 1e-9:
+                agent_over.append((agent, day, v))
+        top = max(per_day.values(), default=0.0)
+        ok = not over and not agent_over
+        return ok, (
+            f"budgets: company ≤ ${company_daily:.2f}/day every day (highest ${top:.4f}); "
+            f"{len(over)} company and {len(agent_over)} agent daily budgets exceeded; total "
+            f"${sum(per_day.values()):.4f} over {len(per_day)} days"
+        )
+
+    # every injected fault produced its alert exactly once
+    def alerts(self) -> list[tuple[bool, str]]:
+        texts = [m.text for m in self.c.bot.messages if str(m.chat_id) == str(CHAT)]
+        crash_counts: Counter[str] = Counter()
+        for t in texts:
+            first = t.splitlines()[0] if t else ""
+            m = re.search(r"(\S+) (?:crashed and was restarted|is crash-looping: (\d+) crashes)",
+                          first)
+            if m:
+                crash_counts[m.group(1).strip("*_`")] += int(m.group(2) or 1)
+        injected = self.c.tally.crashes
+        crash_ok = all(crash_counts.get(a, 0) == n for a, n in injected.items()) and \
+            sum(crash_counts.values()) == sum(injected.values())
+        repaired = sum("memory file repaired" in t for t in texts)
+        rejected = sum("company.yaml change rejected" in t for t in texts)
+        died = sum(") died" in t and "companyd (unit" in t for t in texts)
+        status_alerts = self.status.get("alerts") or {}
+        queued = int(status_alerts.get("queued") or 0) + int(status_alerts.get("held") or 0)
+        t = self.c.tally
+        return [
+            (crash_ok, f"alerts: {sum(injected.values())} injected agent crashes → "
+                       f"{sum(crash_counts.values())} counted in crash alerts "
+                       f"({sum(1 for x in texts if 'crash' in x.splitlines()[0])} messages, "
+                       "repeats coalesced into one edited message)"),
+            (repaired == t.corruptions, f"alerts: {t.corruptions} memory corruptions → "
+                                        f"{repaired} 'memory file repaired' alerts"),
+            (rejected == t.rejected, f"alerts: {t.rejected} broken company.yaml reloads → "
+                                     f"{rejected} 'change rejected' alerts (agent added on the "
+                                     f"next reload: {t.added_agent})"),
+            (died == len(t.kills) == t.notified, f"alerts: {len(t.kills)} SIGKILLs → {died} "
+                                                 "'companyd died' alerts (OnFailure= unit)"),
+            (queued == 0, f"alerts: Bot API unreachable for {t.outage_s:g} s → {queued} alerts "
+                          f"still undelivered at the end; {len(texts)} messages in all"),
+        ]
+
+    # routine success rate, every non-success with a reason
+    def routines(self) -> tuple[bool, str]:
+        due = ok = 0
+        reasons: Counter[str] = Counter()
+        unexplained = 0
+        outcomes: Counter[str] = Counter()
+        for routine, hist in self.histories.items():
+            for fire in hist.get("fires") or hist.get("history") or []:
+                outcome = fire.get("outcome")
+                outcomes[outcome] += 1
+                if outcome in ("idle", "running", None):
+                    continue
+                due += 1
+                if outcome == "ok":
+                    ok += 1
+                    continue
+                if not fire.get("reason"):
+                    unexplained += 1
+                reasons[f"{routine}: {outcome} ({_short(fire.get('reason'))})"] += 1
+        rate = ok / due if due else 1.0
+        lines = "; ".join(f"{k} ×{v}" for k, v in reasons.most_common(6))
+        return unexplained == 0 and due > 0, (
+            f"routines: {ok}/{due} due runs ok ({rate:.2%}); outcomes {dict(outcomes)}; "
+            f"{unexplained} non-successes without a reason"
+            + (f"; non-successes: {lines}" if lines else "")
+        )
+
+    def healthy(self) -> tuple[bool, str]:
+        tree = self.status.get("tree") or {}
+        agents = _agents(tree)
+        bad = [a["id"] for a in agents if a["state"] not in ("running", "paused")]
+        ok = tree.get("state") == "running" and not bad and self.exit_code == 0
+        return ok, (f"daemon ends healthy: tree {tree.get('state')}, {len(agents)} agents, "
+                    f"{len(bad)} not running {bad if bad else ''}; SIGTERM → exit "
+                    f"{self.exit_code}; {self.c.tally.incarnations} daemon incarnations")
+
+
+def _header_id(r: Any) -> str | None:
+    """The ``request-id`` the stand-in sent with a served response (it pairs with the
+    message id: ``msg_standin_N`` ↔ ``req_standin_N``), which the journal records."""
+    msg_id = (r.response or {}).get("id")
+    return f"req_standin_{msg_id.removeprefix('msg_standin_')}" if msg_id else None
+
+
+def _short(text: Any, n: int = 60) -> str:
+    s = " ".join(str(text or "").split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def official_server() -> str | None:
+    env = os.environ.get("COMPANYD_OFFICIAL_MEMORY_SERVER")
+    if env:
+        return env
+    script = REPO / "bench" / "install_official_memory_server.sh"
+    try:
+        out = subprocess.run([str(script)], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--short", action="store_true", help="two simulated days, fewer faults (CI)")
+    p.add_argument("--days", type=float)
+    p.add_argument("--scale", type=float)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--runs", type=int, default=1, help="runs in a row (seeds seed, seed+1, …)")
+    p.add_argument("--keep", action="store_true", help="keep the work directories")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--no-official", action="store_true", help="skip the official-server check")
+    args = p.parse_args(argv)
+    official = None if args.no_official else official_server()
+    failures = 0
+    for i in range(args.runs):
+        base = SHORT if args.short else Plan()
+        plan = Plan(**{**base.__dict__, "seed": args.seed + i,
+                       **({"days": args.days} if args.days else {}),
+                       **({"scale": args.scale} if args.scale else {})})
+        work = Path(tempfile.mkdtemp(prefix="companyd-chaos-"))
+        print(f"chaos run {i + 1}/{args.runs}: {plan.days:g} simulated days at {plan.scale:g}× "
+              f"(~{plan.real_seconds:.0f} s real), seed {plan.seed}, work dir {work}", flush=True)
+        started = time.monotonic()
+        results = asyncio.run(Chaos(plan, work, official, not args.quiet).run())
+        took = time.monotonic() - started
+        for ok, line in results:
+            print(f"  {'✓' if ok else '✗'} {line}")
+        bad = sum(not ok for ok, _ in results)
+        print(f"  {'all invariants hold' if not bad else f'{bad} invariant(s) FAILED'} "
+              f"({took:.0f} s)", flush=True)
+        failures += bad
+        if not args.keep and not bad:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
