@@ -207,8 +207,12 @@ class Daemon:
         self.config_loaded_at = self.started_at
         self.state = "starting"
         self.notifier = Notifier.from_env(unset_environment=True)
-        self.lag = LoopLagMonitor(self.clock, self.bus, source="daemon")
-        self.memory = MemoryService(config.memory_path(state_dir), bus=self.bus, clock=self.clock)
+        # Event-loop lag and I/O deadlines (memory calls, control requests) are real time,
+        # even when a benchmark compresses the business clock (routines, budget periods,
+        # heartbeats, backoff) with COMPANYD_TIME_SCALE.
+        real = SystemClock()
+        self.lag = LoopLagMonitor(real, self.bus, source="daemon")
+        self.memory = MemoryService(config.memory_path(state_dir), bus=self.bus, clock=real)
         self.spend_book = SpendBook(config, state_dir, bus=self.bus, clock=self.clock)
         self.journal = Journal(state_dir / "runs.sqlite")
         self.proposal_store = Proposals(
@@ -232,7 +236,7 @@ class Daemon:
         )
         self.socket = socket_path(state_dir)
         self.control = ControlServer(
-            self, self.socket, clock=self.clock, group=control_group, state_dir=state_dir
+            self, self.socket, clock=real, group=control_group, state_dir=state_dir
         )
         self._metrics_server: Any = None
         self._stop = asyncio.Event()
@@ -464,9 +468,9 @@ class Daemon:
             self.bus.emit(
                 "daemon_reloaded",
                 "daemon",
-                added=result["added"],
-                removed=result["removed"],
-                changed=result["changed"],
+                started=result["added"],
+                stopped=result["removed"],
+                restarted=result["changed"],
                 unchanged=result["unchanged"],
                 routines=routines,
                 failures=result["failures"],
