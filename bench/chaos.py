@@ -62,7 +62,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "987654321:chaos-stand-in-token-abcdefghijklmnopqrst"
 CHAT = 4242
-SIM_START = datetime(2026, 11, 27, tzinfo=UTC).timestamp()  # a Friday: the week holds a Monday and a 1st
+SIM_START = datetime(
+    2026, 11, 27, tzinfo=UTC
+).timestamp()  # a Friday: the week holds a Monday and a 1st
 
 
 @dataclass
@@ -107,12 +109,14 @@ def chaos_config(extra_agent: bool = False, broken: bool = False) -> str:
     for agent in doc["agents"].values():
         if "limits" in agent:
             agent["limits"]["max_seconds"] = "12h"
-    doc["anthropic"] = {"api_key_env": "ANTHROPIC_API_KEY", "timeout_seconds": 3,
-                        "max_retries": 2}
+    doc["anthropic"] = {"api_key_env": "ANTHROPIC_API_KEY", "timeout_seconds": 3, "max_retries": 2}
     doc["alerts"] = {
         "min_severity": "warning",
-        "telegram": {"bot_token_env": "TELEGRAM_BOT_TOKEN", "chat_ids_env": "TELEGRAM_CHAT_ID",
-                     "api_url": "${BOT_API}"},
+        "telegram": {
+            "bot_token_env": "TELEGRAM_BOT_TOKEN",
+            "chat_ids_env": "TELEGRAM_CHAT_ID",
+            "api_url": "${BOT_API}",
+        },
     }
     if extra_agent:
         doc["agents"]["analyst"] = {
@@ -152,8 +156,11 @@ class ChaosModel:
 
         body = request.body if isinstance(request.body, dict) else {}
         system = body.get("system")
-        text = system if isinstance(system, str) else " ".join(
-            str(b.get("text", "")) for b in system or [] if isinstance(b, dict))
+        text = (
+            system
+            if isinstance(system, str)
+            else " ".join(str(b.get("text", "")) for b in system or [] if isinstance(b, dict))
+        )
         m = _WHO.search(text)
         agent = m.group(1) if m else "agent"
         tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
@@ -161,7 +168,8 @@ class ChaosModel:
         answered = any(
             isinstance(msg.get("content"), list)
             and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in msg["content"])
-            for msg in messages if isinstance(msg, dict)
+            for msg in messages
+            if isinstance(msg, dict)
         )
         with self.lock:
             self.n += 1
@@ -169,17 +177,31 @@ class ChaosModel:
             timeout = self.rng.random() < self.timeout_rate
         size = len(json.dumps(body).encode())
         if not answered and "create_entities" in tools:
-            content: tuple[dict[str, Any], ...] = ({
-                "type": "tool_use", "id": f"toolu_chaos_{n:07d}", "name": "create_entities",
-                "input": {"entities": [{"name": f"{agent} note {n}", "entityType": "note",
-                                        "observations": [f"written by {agent} in call {n}"]}]},
-            },)
+            content: tuple[dict[str, Any], ...] = (
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_chaos_{n:07d}",
+                    "name": "create_entities",
+                    "input": {
+                        "entities": [
+                            {
+                                "name": f"{agent} note {n}",
+                                "entityType": "note",
+                                "observations": [f"written by {agent} in call {n}"],
+                            }
+                        ]
+                    },
+                },
+            )
             stop = "tool_use"
         else:
             content = ({"type": "text", "text": f"{agent}: done (call {n})."},)
             stop = "end_turn"
-        reply = Reply(content=content, stop_reason=stop,
-                      usage=Usage(input_tokens=max(1, size // 4), output_tokens=60))
+        reply = Reply(
+            content=content,
+            stop_reason=stop,
+            usage=Usage(input_tokens=max(1, size // 4), output_tokens=60),
+        )
         if timeout:
             with self.lock:
                 self.timeouts += 1
@@ -229,16 +251,18 @@ class Chaos:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({
-            "ANTHROPIC_API_KEY": "chaos-key",
-            "ANTHROPIC_BASE_URL": self.api.base_url,
-            "TELEGRAM_BOT_TOKEN": TOKEN,
-            "TELEGRAM_CHAT_ID": str(CHAT),
-            "COMPANYD_DEBUG": "1",
-            "COMPANYD_TIME_SCALE": str(self.plan.scale),
-            "COMPANYD_TIME_ANCHOR": f"{self.real_anchor}:{SIM_START}",
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "ANTHROPIC_API_KEY": "chaos-key",
+                "ANTHROPIC_BASE_URL": self.api.base_url,
+                "TELEGRAM_BOT_TOKEN": TOKEN,
+                "TELEGRAM_CHAT_ID": str(CHAT),
+                "COMPANYD_DEBUG": "1",
+                "COMPANYD_TIME_SCALE": str(self.plan.scale),
+                "COMPANYD_TIME_ANCHOR": f"{self.real_anchor}:{SIM_START}",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         return env
 
     def write_config(self, **kw: bool) -> None:
@@ -251,10 +275,20 @@ class Chaos:
 
     async def start_daemon(self) -> None:
         self.tally.incarnations += 1
-        log = open(self.work / f"daemon-{self.tally.incarnations}.log", "wb")  # noqa: SIM115
+        # a log file per incarnation (opening it is instant: no thread needed)
+        log = open(self.work / f"daemon-{self.tally.incarnations}.log", "wb")  # noqa: SIM115, ASYNC230
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "companyd", "run", "--config", str(self.config),
-            "--state-dir", str(self.state), env=self.env(), stdout=log, stderr=log,
+            sys.executable,
+            "-m",
+            "companyd",
+            "run",
+            "--config",
+            str(self.config),
+            "--state-dir",
+            str(self.state),
+            env=self.env(),
+            stdout=log,
+            stderr=log,
         )
         log.close()
         await self.wait_ready()
@@ -287,8 +321,9 @@ class Chaos:
 
     async def crash_agent(self) -> None:
         status = await self.call("status")
-        agents = sorted((a for a in _agents(status["tree"]) if a["state"] == "running"),
-                        key=lambda a: a["id"])
+        agents = sorted(
+            (a for a in _agents(status["tree"]) if a["state"] == "running"), key=lambda a: a["id"]
+        )
         if not agents:
             return
         victim = self.rng.choice(agents)["id"]
@@ -307,9 +342,16 @@ class Chaos:
             self.say("SIGKILL")
             # what systemd's OnFailure=companyd-alert@%n.service does
             notify = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "companyd", "notify-failure", "companyd.service",
-                "--config", str(self.config), env={**self.env(), "MONITOR_SERVICE_RESULT": "signal"},
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                sys.executable,
+                "-m",
+                "companyd",
+                "notify-failure",
+                "companyd.service",
+                "--config",
+                str(self.config),
+                env={**self.env(), "MONITOR_SERVICE_RESULT": "signal"},
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
             )
             if await notify.wait() == 0:
                 self.tally.notified += 1
@@ -329,10 +371,14 @@ class Chaos:
             return
         mode = self.rng.choice(["flip", "garbage", "torn"])
         if mode == "flip":
+            # a damaged byte where the JSON structure needs it: the line no longer parses
+            # (a flip that still parses — a changed letter in a name — is undetectable
+            # without checksums, and no JSONL reader, ours or the official one, could notice)
             i = self.rng.choice(candidates)
             line = bytearray(lines[i])
-            j = self.rng.randrange(len(line))
-            line[j] = ord("{") if line[j] != ord("{") else ord("]")
+            spots = [j for j, b in enumerate(line) if b in b'":,{}[]']
+            j = self.rng.choice(spots)
+            line[j] = ord("#")
             lines[i] = bytes(line)
             new = b"\n".join(lines)
         elif mode == "garbage":
@@ -359,8 +405,9 @@ class Chaos:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             status = await self.call("status")
-            if any(a["id"] == "analyst" and a["state"] == "running"
-                   for a in _agents(status["tree"])):
+            if any(
+                a["id"] == "analyst" and a["state"] == "running" for a in _agents(status["tree"])
+            ):
                 self.tally.added_agent = True
                 break
             await asyncio.sleep(0.2)
@@ -389,10 +436,10 @@ class Chaos:
                 n += 1
                 name = f"driver fact {n}"
 
-                def write(name: str = name) -> None:
+                def write(name: str = name, n: int = n) -> None:
+                    entity = {"name": name, "entityType": "fact", "observations": [f"#{n}"]}
                     with GraphStore(path) as store:
-                        store.call("create_entities", {"entities": [
-                            {"name": name, "entityType": "fact", "observations": [f"#{n}"]}]})
+                        store.call("create_entities", {"entities": [entity]})
 
                 await asyncio.to_thread(write)
                 self.tally.acked.append(name)
@@ -406,8 +453,12 @@ class Chaos:
 
         plan = self.plan
         self.model = ChaosModel(plan.seed, plan.timeout_rate, stall_for=4.5)
-        self.api = MessagesAPIServer(responder=self.model, fault_rate=plan.fault_rate,
-                                     fault_statuses=(529, 500), seed=plan.seed)
+        self.api = MessagesAPIServer(
+            responder=self.model,
+            fault_rate=plan.fault_rate,
+            fault_statuses=(529, 500),
+            seed=plan.seed,
+        )
         self.api.start()
         try:
             async with BotApiServer(token=TOKEN) as bot:
@@ -470,8 +521,10 @@ class Chaos:
         await asyncio.sleep(2.0)
         status = await self.call("status")
         jobs = await self.call("jobs")
-        histories = {r["routine"]: await self.call("job_history", routine=r["routine"], limit=10_000)
-                     for r in jobs["routines"]}
+        histories = {
+            r["routine"]: await self.call("job_history", routine=r["routine"], limit=10_000)
+            for r in jobs["routines"]
+        }
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -484,8 +537,11 @@ class Chaos:
 
 def _agents(node: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
-    if node.get("kind") == "worker" and node.get("path", "").count("/") >= 2 and \
-            node.get("path", "").split("/")[1] == "agents":
+    if (
+        node.get("kind") == "worker"
+        and node.get("path", "").count("/") >= 2
+        and node.get("path", "").split("/")[1] == "agents"
+    ):
         out.append(node)
     for child in node.get("children", []):
         out += _agents(child)
@@ -497,8 +553,14 @@ def _agents(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class Checks:
-    def __init__(self, chaos: Chaos, status: dict[str, Any], jobs: dict[str, Any],
-                 histories: dict[str, Any], exit_code: int) -> None:
+    def __init__(
+        self,
+        chaos: Chaos,
+        status: dict[str, Any],
+        jobs: dict[str, Any],
+        histories: dict[str, Any],
+        exit_code: int,
+    ) -> None:
         self.c = chaos
         self.status = status
         self.jobs = jobs
@@ -527,8 +589,11 @@ class Checks:
         path = self.state / "memory.jsonl"
         graph, report = parse_graph(path.read_bytes())
         names = {e.name for e in graph.entities()}
-        corrupt = (path.with_name(path.name + ".corrupt")).read_bytes().decode(
-            "utf-8", "replace") if path.with_name(path.name + ".corrupt").exists() else ""
+        corrupt = (
+            (path.with_name(path.name + ".corrupt")).read_bytes().decode("utf-8", "replace")
+            if path.with_name(path.name + ".corrupt").exists()
+            else ""
+        )
         agent_writes = []
         db = self._db("runs.sqlite")
         for (payload,) in db.execute("SELECT payload FROM steps WHERE kind = 'tool_result'"):
@@ -556,8 +621,10 @@ class Checks:
 
     def official_server(self) -> tuple[bool, str]:
         if not self.c.official:
-            return True, ("official MCP memory server: not checked (node/npm or the install is "
-                          "unavailable; set COMPANYD_OFFICIAL_MEMORY_SERVER)")
+            return True, (
+                "official MCP memory server: not checked (node/npm or the install is "
+                "unavailable; set COMPANYD_OFFICIAL_MEMORY_SERVER)"
+            )
         script = (
             "import asyncio, json, sys\n"
             "from mcp import ClientSession\n"
@@ -568,23 +635,33 @@ class Checks:
             "    async with stdio_client(p) as (r, w), ClientSession(r, w) as s:\n"
             "        await s.initialize()\n"
             "        res = await s.call_tool('read_graph', {})\n"
-            "        print(json.dumps({'error': res.is_error, 'n': len((res.structured_content or {})"
-            ".get('entities', []))}))\n"
+            "        graph = res.structured_content or {}\n"
+            "        print(json.dumps({'error': res.is_error,"
+            " 'n': len(graph.get('entities', []))}))\n"
             "asyncio.run(main())\n"
         )
         from companyd.memory import parse_graph
 
         path = self.state / "memory.jsonl"
         ours = len(parse_graph(path.read_bytes())[0])
-        proc = subprocess.run([sys.executable, "-c", script, self.c.official, str(path)],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", script, self.c.official, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         try:
             got = json.loads(proc.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
-            return False, f"official MCP memory server: could not read the file: {proc.stderr[-300:]}"
+            return (
+                False,
+                f"official MCP memory server: could not read the file: {proc.stderr[-300:]}",
+            )
         ok = not got["error"] and got["n"] == ours
-        return ok, (f"official MCP memory server reads the file: {got['n']} entities "
-                    f"(companyd: {ours}){'' if ok else ' — MISMATCH'}")
+        return ok, (
+            f"official MCP memory server reads the file: {got['n']} entities "
+            f"(companyd: {ours}){'' if ok else ' — MISMATCH'}"
+        )
 
     # no LLM call paid twice
     def llm_calls(self) -> tuple[bool, str]:
@@ -597,8 +674,9 @@ class Checks:
         db.close()
         twice = [rid for rid, n in journaled.items() if rid and n > 1]
         not_journaled = [r for r in served if (_header_id(r) or "") not in journaled]
-        at_kill = [r for r in not_journaled
-                   if any(0 <= k - r.received <= 10 for k in self.c.tally.kills)]
+        at_kill = [
+            r for r in not_journaled if any(0 <= k - r.received <= 10 for k in self.c.tally.kills)
+        ]
         other = len(not_journaled) - len(at_kill)
         ok = not twice and other == 0
         return ok, (
@@ -634,7 +712,9 @@ class Checks:
         agent_over = []
         for (agent, day), v in per_agent_day.items():
             a = cfg.agents.get(agent)
-            limit = a.budget.daily_usd if a is not None and a.budget and a.budget.daily_usd else None
+            limit = (
+                a.budget.daily_usd if a is not None and a.budget and a.budget.daily_usd else None
+            )
             if limit is not None and v > limit + 1e-9:
                 agent_over.append((agent, day, v))
         top = max(per_day.values(), default=0.0)
@@ -651,13 +731,15 @@ class Checks:
         crash_counts: Counter[str] = Counter()
         for t in texts:
             first = t.splitlines()[0] if t else ""
-            m = re.search(r"(\S+) (?:crashed and was restarted|is crash-looping: (\d+) crashes)",
-                          first)
+            m = re.search(
+                r"(\S+) (?:crashed and was restarted|is crash-looping: (\d+) crashes)", first
+            )
             if m:
                 crash_counts[m.group(1).strip("*_`")] += int(m.group(2) or 1)
         injected = self.c.tally.crashes
-        crash_ok = all(crash_counts.get(a, 0) == n for a, n in injected.items()) and \
-            sum(crash_counts.values()) == sum(injected.values())
+        crash_ok = all(crash_counts.get(a, 0) == n for a, n in injected.items()) and sum(
+            crash_counts.values()
+        ) == sum(injected.values())
         repaired = sum("memory file repaired" in t for t in texts)
         rejected = sum("company.yaml change rejected" in t for t in texts)
         died = sum(") died" in t and "companyd (unit" in t for t in texts)
@@ -665,19 +747,34 @@ class Checks:
         queued = int(status_alerts.get("queued") or 0) + int(status_alerts.get("held") or 0)
         t = self.c.tally
         return [
-            (crash_ok, f"alerts: {sum(injected.values())} injected agent crashes → "
-                       f"{sum(crash_counts.values())} counted in crash alerts "
-                       f"({sum(1 for x in texts if 'crash' in x.splitlines()[0])} messages, "
-                       "repeats coalesced into one edited message)"),
-            (repaired == t.corruptions, f"alerts: {t.corruptions} memory corruptions → "
-                                        f"{repaired} 'memory file repaired' alerts"),
-            (rejected == t.rejected, f"alerts: {t.rejected} broken company.yaml reloads → "
-                                     f"{rejected} 'change rejected' alerts (agent added on the "
-                                     f"next reload: {t.added_agent})"),
-            (died == len(t.kills) == t.notified, f"alerts: {len(t.kills)} SIGKILLs → {died} "
-                                                 "'companyd died' alerts (OnFailure= unit)"),
-            (queued == 0, f"alerts: Bot API unreachable for {t.outage_s:g} s → {queued} alerts "
-                          f"still undelivered at the end; {len(texts)} messages in all"),
+            (
+                crash_ok,
+                f"alerts: {sum(injected.values())} injected agent crashes → "
+                f"{sum(crash_counts.values())} counted in crash alerts "
+                f"({sum(1 for x in texts if 'crash' in x.splitlines()[0])} messages, "
+                "repeats coalesced into one edited message)",
+            ),
+            (
+                repaired == t.corruptions,
+                f"alerts: {t.corruptions} memory corruptions → "
+                f"{repaired} 'memory file repaired' alerts",
+            ),
+            (
+                rejected == t.rejected,
+                f"alerts: {t.rejected} broken company.yaml reloads → "
+                f"{rejected} 'change rejected' alerts (agent added on the "
+                f"next reload: {t.added_agent})",
+            ),
+            (
+                died == len(t.kills) == t.notified,
+                f"alerts: {len(t.kills)} SIGKILLs → {died} "
+                "'companyd died' alerts (OnFailure= unit)",
+            ),
+            (
+                queued == 0,
+                f"alerts: Bot API unreachable for {t.outage_s:g} s → {queued} alerts "
+                f"still undelivered at the end; {len(texts)} messages in all",
+            ),
         ]
 
     # routine success rate, every non-success with a reason
@@ -713,9 +810,11 @@ class Checks:
         agents = _agents(tree)
         bad = [a["id"] for a in agents if a["state"] not in ("running", "paused")]
         ok = tree.get("state") == "running" and not bad and self.exit_code == 0
-        return ok, (f"daemon ends healthy: tree {tree.get('state')}, {len(agents)} agents, "
-                    f"{len(bad)} not running {bad if bad else ''}; SIGTERM → exit "
-                    f"{self.exit_code}; {self.c.tally.incarnations} daemon incarnations")
+        return ok, (
+            f"daemon ends healthy: tree {tree.get('state')}, {len(agents)} agents, "
+            f"{len(bad)} not running {bad if bad else ''}; SIGTERM → exit "
+            f"{self.exit_code}; {self.c.tally.incarnations} daemon incarnations"
+        )
 
 
 def _header_id(r: Any) -> str | None:
@@ -760,20 +859,31 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     for i in range(args.runs):
         base = SHORT if args.short else Plan()
-        plan = Plan(**{**base.__dict__, "seed": args.seed + i,
-                       **({"days": args.days} if args.days else {}),
-                       **({"scale": args.scale} if args.scale else {})})
+        plan = Plan(
+            **{
+                **base.__dict__,
+                "seed": args.seed + i,
+                **({"days": args.days} if args.days else {}),
+                **({"scale": args.scale} if args.scale else {}),
+            }
+        )
         work = Path(tempfile.mkdtemp(prefix="companyd-chaos-"))
-        print(f"chaos run {i + 1}/{args.runs}: {plan.days:g} simulated days at {plan.scale:g}× "
-              f"(~{plan.real_seconds:.0f} s real), seed {plan.seed}, work dir {work}", flush=True)
+        print(
+            f"chaos run {i + 1}/{args.runs}: {plan.days:g} simulated days at {plan.scale:g}× "
+            f"(~{plan.real_seconds:.0f} s real), seed {plan.seed}, work dir {work}",
+            flush=True,
+        )
         started = time.monotonic()
         results = asyncio.run(Chaos(plan, work, official, not args.quiet).run())
         took = time.monotonic() - started
         for ok, line in results:
             print(f"  {'✓' if ok else '✗'} {line}")
         bad = sum(not ok for ok, _ in results)
-        print(f"  {'all invariants hold' if not bad else f'{bad} invariant(s) FAILED'} "
-              f"({took:.0f} s)", flush=True)
+        print(
+            f"  {'all invariants hold' if not bad else f'{bad} invariant(s) FAILED'} "
+            f"({took:.0f} s)",
+            flush=True,
+        )
         failures += bad
         if not args.keep and not bad:
             import shutil

@@ -447,7 +447,7 @@ class Daemon:
             self.proposal_store.reconfigure(new)
             self.alerts.update_config(new)
             diff = await self.tree.apply_config(new)
-            routines = await self.scheduler.reconfigure(new)
+            routines = {} if self.oneoff else await self.scheduler.reconfigure(new)
             self.config = new
             self.config_loaded_at = self.clock.time()
             unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]

@@ -52,6 +52,7 @@ from companyd.roles.model import (
     Usage,
     estimate_input_tokens,
 )
+from companyd.roles.staff import InjectedCrash
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
 from companyd.roles.tools import ToolBox, ToolCallContext, unknown_outcome_result
 
@@ -203,6 +204,8 @@ class Agent:
             status, reason = work.result()
         except _Stopping:
             return  # journaled as running; resumed on the next start
+        except InjectedCrash:
+            raise  # a test's or the chaos benchmark's crash: not the task's fault
         except Exception as exc:
             # The agent crashes: let its supervisor restart it. Count the crash against the
             # task first, so an input that crashes the agent every time ends in quarantine.
@@ -329,6 +332,7 @@ class Agent:
             while True:
                 if ctx.stopping.is_set() or self.staff.draining.is_set():
                     raise _Stopping
+                self.staff.take_injected_crash(self.slug)
                 state.breaker.check(self.staff.clock.monotonic())
                 response = await self._step(state)
                 if response.stop_reason == "tool_use" and response.tool_uses:

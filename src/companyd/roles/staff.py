@@ -151,6 +151,7 @@ class Staff:
         self._runs: dict[str, Any] = {}
         self._agent_tasks: dict[str, asyncio.Task[Any]] = {}
         self._injected: set[str] = set()
+        self._crash_pending: set[str] = set()
         self._prompts: dict[str, str] = {}
         self._remove_listener = bus.add_listener(self._on_event)
         #: Set when the daemon begins a graceful stop: every agent brings its current run to
@@ -341,18 +342,29 @@ class Staff:
     # -- fault injection (tests, chaos benchmark) ----------------------------------------
 
     async def crash(self, agent: str) -> bool:
-        """Make ``agent`` crash now, as an unexpected error would (COMPANYD_DEBUG only).
+        """Make ``agent`` crash, as an unexpected error would (COMPANYD_DEBUG only).
 
-        The agent's child task fails with :class:`InjectedCrash`; its supervisor restarts
-        it, and a run it had in progress resumes from its journal. The crash is not counted
-        against the task (it is not the task's fault). False if the agent is not running.
+        An idle agent crashes at once; a busy one at the end of its current step (once the
+        step is journaled), as a bug in the code between model calls would. Its supervisor
+        restarts it and the run resumes from its journal. The crash is not counted against
+        the task (it is not the task's fault). False if the agent is not running.
         """
         task = self._agent_tasks.get(agent)
         if task is None or task.done():
             return False
-        self._injected.add(agent)
-        task.cancel(msg="injected crash")
+        if agent in self._runs:
+            self._crash_pending.add(agent)
+        else:
+            self._injected.add(agent)
+            task.cancel(msg="injected crash")
         return True
+
+    def take_injected_crash(self, agent: str) -> None:
+        """Raise :class:`InjectedCrash` if a crash of ``agent`` was requested (called by the
+        agent between steps)."""
+        if agent in self._crash_pending:
+            self._crash_pending.discard(agent)
+            raise InjectedCrash(f"injected crash of {agent} (debug)")
 
     # -- pauses -------------------------------------------------------------------------
 

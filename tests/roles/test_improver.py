@@ -1,0 +1,98 @@
+"""The improver proposes, the operator decides; applied changes reload and can be reverted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from agentkit import PerAgent, running_company, tool_results, write_company
+
+from companyd.daemon.admin import AdminError
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
+
+pytestmark = pytest.mark.anyio
+
+NEW = "Write one post a day, under 200 characters, about a customer problem we solved."
+
+
+async def test_a_proposal_is_applied_only_on_approval_and_can_be_reverted(tmp_path: Path) -> None:
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {},
+            "marketing": {"reports_to": "ceo", "instructions": "Write posts."},
+            "improver": {"reports_to": "ceo", "can_modify": ["marketing"]},
+        },
+    )
+    original = cfg.read_text()
+    model = PerAgent(
+        improver=[
+            reply_tool_use("read_agent", {"agent": "marketing"}),
+            reply_tool_use("read_agent", {"agent": "ceo"}),
+            reply_tool_use(
+                "propose_change",
+                {"agent": "marketing", "instructions": NEW, "reason": "posts were too long"},
+            ),
+            reply_text("Proposed a change for marketing."),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("improver", "Improve marketing.")
+            assert out["status"] == "ok", out
+            results = [
+                tool_results(r) for r in srv.requests if r.body["messages"][-1]["role"] == "user"
+            ]
+            read = results[1][0]["content"]
+            assert "Write posts." in read  # it saw the current instructions
+            assert "may only read or change marketing" in results[2][0]["content"]
+            # nothing changed yet
+            assert cfg.read_text() == original
+            pending = (await d.proposals())["proposals"]
+            assert [p["status"] for p in pending] == ["pending"]
+            pid = pending[0]["id"]
+            assert f"+      {NEW}" in pending[0]["diff"]
+            created = d.bus.recent({"proposal_created"})
+            assert created and created[-1].data["proposal_id"] == pid
+
+            applied = await d.approve(pid)
+            assert applied["status"] == "applied"
+            assert NEW in cfg.read_text()
+            assert d.config.agents["marketing"].instructions.strip() == NEW
+            assert "# " not in NEW and cfg.read_text().count("instructions:") == 3
+            reloaded = d.bus.recent({"daemon_reloaded"})[-1].data
+            assert reloaded["restarted"] == ["marketing"]
+
+            with pytest.raises(AdminError, match="is applied, not pending"):
+                await d.approve(pid)
+
+            reverted = await d.revert(pid)
+            assert reverted["status"] == "reverted"
+            assert cfg.read_text() == original
+            assert d.config.agents["marketing"].instructions == "Write posts."
+
+
+async def test_a_file_edited_since_the_proposal_is_never_overwritten(tmp_path: Path) -> None:
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {}, "improver": {"reports_to": "ceo", "can_modify": ["ceo"]}},
+    )
+    model = PerAgent(
+        improver=[
+            reply_tool_use(
+                "propose_change",
+                {"agent": "ceo", "instructions": "Decide faster.", "reason": "slow decisions"},
+            ),
+            reply_text("ok"),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            await d.ask("improver", "Improve the CEO.")
+            pid = (await d.proposals())["proposals"][0]["id"]
+            edited = cfg.read_text().replace("Test Co", "Test Company")
+            cfg.write_text(edited)
+            with pytest.raises(AdminError, match="changed since proposal"):
+                await d.approve(pid)
+            assert cfg.read_text() == edited
+            assert (await d.reject(pid))["status"] == "rejected"
