@@ -176,8 +176,15 @@ class ChaosModel:
             n = self.n
             timeout = self.rng.random() < self.timeout_rate
         size = len(json.dumps(body).encode())
-        if not answered and "create_entities" in tools:
+        first = messages[0].get("content") if messages and isinstance(messages[0], dict) else ""
+        review = isinstance(first, str) and "APPROVE or REJECT" in first
+        if review:
             content: tuple[dict[str, Any], ...] = (
+                {"type": "text", "text": "APPROVE — the result answers the task."},
+            )
+            stop = "end_turn"
+        elif not answered and "create_entities" in tools:
+            content = (
                 {
                     "type": "tool_use",
                     "id": f"toolu_chaos_{n:07d}",

@@ -104,6 +104,29 @@ async def test_idle_compaction_after_a_quiet_second_and_on_stop(memfile: Path) -
     assert journal.count(b"\n") == 1  # header only: everything folded in
 
 
+async def test_the_mcp_file_lags_at_most_max_lag_behind_a_steady_stream_of_writes(
+    memfile: Path,
+) -> None:
+    clock = ManualClock()
+    service = MemoryService(memfile, bus=EventBus(clock), clock=clock, max_lag_seconds=10.0)
+    async with running(service):
+        # a write every 0.5 s: never a quiet second, so only the lag bound compacts
+        for i in range(19):
+            await service.call("create_entities", {"entities": [ent(f"e{i}")]})
+            clock.advance(0.5)
+            await asyncio.sleep(0.01)
+        assert file_names(memfile) == []  # 9.5 s of writes: still only in the journal
+        for i in range(19, 23):
+            await service.call("create_entities", {"entities": [ent(f"e{i}")]})
+            clock.advance(0.5)
+            await asyncio.sleep(0.01)
+            if file_names(memfile):
+                break
+        # folded in within the lag bound (plus the half-second tick of this test)
+        assert len(file_names(memfile)) >= 20
+        assert clock.monotonic() <= 11.0
+
+
 async def test_cancellation_still_folds_the_journal(memfile: Path) -> None:
     service = MemoryService(memfile, bus=EventBus(), clock=ManualClock())
     ctx = ChildCtx()

@@ -129,6 +129,9 @@ class MemoryService:
         path: the graph file (``company.yaml``'s ``memory_path``); its directory is created.
         bus: where ``memory_repaired`` is published.
         clock: for the idle timer and call deadlines.
+        max_lag_seconds: fold the journal into the MCP file at least this often while writes
+            keep coming (so readers of the MCP file — the official server, a backup — are
+            never more than this far behind, even on a busy day).
         idle_compact_seconds: fold the journal into the MCP file after this long without
             writes (the file is complete whenever the owner has been idle this long).
         call_timeout: default deadline of :meth:`call` and the other requests; deadlines are
@@ -144,6 +147,7 @@ class MemoryService:
         bus: EventBus,
         clock: Clock | None = None,
         idle_compact_seconds: float = 1.0,
+        max_lag_seconds: float = 10.0,
         call_timeout: float = 30.0,
         lock_timeout: float = 10.0,
         source: str = "memory",
@@ -152,6 +156,8 @@ class MemoryService:
         self._bus = bus
         self._clock: Clock = clock or SystemClock()
         self._idle = idle_compact_seconds
+        self._max_lag = max_lag_seconds
+        self._dirty_since: float | None = None
         self._call_timeout = call_timeout
         self._tick = min(1.0, call_timeout / 4)
         self._lock_timeout = lock_timeout
@@ -234,6 +240,7 @@ class MemoryService:
         store.on_repair = on_repair
         self._generation += 1
         self._crash = None
+        self._dirty_since = None
         self._stopping = ctx.stopping
         watch: asyncio.Task[None] | None = None
         opened = False
@@ -256,13 +263,23 @@ class MemoryService:
                 idle = not self._busy and not self._pending
                 if ctx.stopping.is_set() and idle:
                     break
+                now = self._clock.monotonic()
+                if store.journal_records and self._dirty_since is None:
+                    self._dirty_since = now
                 if idle and store.journal_records:
-                    quiet = self._clock.monotonic() - self._last_activity
-                    if quiet >= self._idle or store.should_compact():
+                    quiet = now - self._last_activity
+                    lagging = self._dirty_since is not None and (
+                        now - self._dirty_since >= self._max_lag
+                    )
+                    if quiet >= self._idle or lagging or store.should_compact():
                         await self._compact(worker, store)
+                        self._dirty_since = None
                         continue
                 if store.journal_records and (self._timer is None or self._timer.done()):
-                    self._timer = loop.create_task(self._poke_at(self._last_activity + self._idle))
+                    due = self._last_activity + self._idle
+                    if self._dirty_since is not None:
+                        due = min(due, self._dirty_since + self._max_lag)
+                    self._timer = loop.create_task(self._poke_at(due))
                 self._wake = loop.create_future()
                 await self._wake
         finally:
