@@ -532,6 +532,10 @@ class Chaos:
             r["routine"]: await self.call("job_history", routine=r["routine"], limit=10_000)
             for r in jobs["routines"]
         }
+        # what the operator's phone received (kept with --keep)
+        with open(self.work / "telegram.txt", "w", encoding="utf-8") as f:  # noqa: ASYNC230
+            for m in self.bot.messages:
+                f.write(f"--- message {m.message_id} ({len(m.edits)} edits)\n{m.text}\n")
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         try:
