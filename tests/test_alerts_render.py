@@ -388,3 +388,34 @@ def test_the_shapes_the_agent_runtime_sends() -> None:
         "steps": 2,
     }
     assert "a run of cfo failed" in _text("run_failed", failed, "agent/cfo")
+
+
+def test_the_shapes_memory_and_reload_send() -> None:
+    """Field names as the memory owner and the daemon emit them (docs/events.md)."""
+    repaired = _text(
+        "memory_repaired",
+        {
+            "path": "/var/lib/companyd/memory.jsonl",
+            "summary": "1 unusable line quarantined",
+            "quarantined_lines": 1,
+            "dropped_lines": 1,
+            "merged_entities": 0,
+            "corrupt_file": "/var/lib/companyd/memory.jsonl.corrupt",
+        },
+    )
+    assert "1 unusable line quarantined" in repaired
+    assert "quarantined_lines: 1" in repaired and "merged_entities" not in repaired
+    assert "kept in: /var/lib/companyd/memory.jsonl.corrupt" in repaired
+    reloaded = _text(
+        "daemon_reloaded",
+        {
+            "started": ["analyst"],
+            "stopped": [],
+            "restarted": ["cfo"],
+            "unchanged": 6,
+            "routines": {"added": ["payroll"], "removed": [], "changed": [], "unchanged": ["x"]},
+        },
+    )
+    assert "agents started: analyst" in reloaded and "agents restarted: cfo" in reloaded
+    assert "agents stopped" not in reloaded
+    assert "routines added: payroll" in reloaded and "unchanged" not in reloaded

@@ -299,10 +299,21 @@ def _daemon_reloaded(data: Data, source: str, counts: Mapping[str, int]) -> Rend
         ("started", "agents started"),
         ("stopped", "agents stopped"),
         ("restarted", "agents restarted"),
-        ("routines", "routines"),
     ):
-        if _has(data, key) and data.get(key) != {}:
-            lines.append(f"{label}: {_txt(data.get(key), 300)}")
+        value = data.get(key)
+        if isinstance(value, list):
+            if value:
+                lines.append(f"{label}: {_txt(', '.join(map(str, value)), 300)}")
+        elif _has(data, key):
+            lines.append(f"{label}: {_txt(value, 300)}")
+    routines = data.get("routines")
+    if isinstance(routines, Mapping):
+        for key in ("added", "removed", "changed"):
+            names = routines.get(key)
+            if isinstance(names, list) and names:
+                lines.append(f"routines {key}: {_txt(', '.join(map(str, names)), 300)}")
+    elif _has(data, "routines") and routines != {}:
+        lines.append(f"routines: {_txt(routines, 300)}")
     if not lines and _has(data, "unchanged"):
         lines.append("no agent changed")
     return Rendered("company.yaml reloaded", tuple(lines))
@@ -474,11 +485,18 @@ def _task_buttons(data: Data, agents: Collection[str]) -> list[Button]:
 
 
 def _memory_repaired(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines: list[str] = []
+    if _has(data, "summary"):
+        lines.append(_txt(data.get("summary"), 300))
     counts_line = [
-        f"{k}: {_txt(data.get(k))}" for k in ("kept", "dropped", "fixed") if _has(data, k)
+        f"{k}: {_txt(data.get(k))}"
+        for k in ("kept", "dropped", "fixed", "quarantined_lines", "merged_entities")
+        if _has(data, k) and data.get(k) not in (0, None)
     ]
-    lines = [", ".join(counts_line)] if counts_line else []
+    if counts_line:
+        lines.append(", ".join(counts_line))
     lines += _line("file", data, "path") + _line("backup", data, "backup")
+    lines += _line("unreadable lines kept in", data, "corrupt_file")
     lines += _line("reason", data, "reason")
     return Rendered("memory file repaired", tuple(lines))
 
