@@ -719,7 +719,7 @@ async def test_stopping_flushes_the_pending_edit(tmp_path: Path, token_env: None
             h.bus.emit("daemon_stopping", "companyd", reason="SIGTERM")
             # Stop immediately: no clock movement, the edit throttle has not expired.
         texts = [m.text for m in h.bot_messages()]
-        assert "failed 2 times" in texts[0]
+        assert "failed 2 times" in texts[0], texts
         assert "companyd is stopping" in texts[1]
 
 

@@ -231,6 +231,7 @@ class AlertService:
         self._outage_logged = False
         self._token_logged = False
         self._flushing = False
+        self._sender_stop = False
         self._state = "starting"
         self._reason = ""
         self._strangers: set[int] = set()
@@ -320,6 +321,7 @@ class AlertService:
         self._state, self._reason = "connecting", ""
         # A restarted run() starts from the outbox, not from what the failed run left.
         self._flushing, self._retry_at, self._backoff = False, 0.0, 0.0
+        self._sender_stop = False
         self._outage_logged = self._token_logged = False
         self._wake = asyncio.Event()
         store = AlertStore(self._state_dir / "alerts.sqlite")
@@ -386,9 +388,16 @@ class AlertService:
     async def _stop_gracefully(self, tasks: list[asyncio.Task[None]]) -> None:
         """Put every event already published into the outbox, then try once more (briefly)
         to deliver, coalescing edits included; what is left goes out after the restart."""
-        for t in tasks[:2]:  # consumer and sender; the link stays up for the final flush
-            t.cancel()
-        await asyncio.gather(*tasks[:2], return_exceptions=True)
+        consumer, sender = tasks[0], tasks[1]  # the link (tasks[2]) stays up for the flush
+        consumer.cancel()
+        # The sender is asked to stop after the delivery in flight, not cancelled in it: a
+        # message Telegram accepted but whose id was not yet recorded would otherwise be
+        # sent again as a new message instead of being edited.
+        self._sender_stop = True
+        self._wake.set()
+        await asyncio.wait({sender}, timeout=FLUSH_TIMEOUT)
+        sender.cancel()
+        await asyncio.gather(consumer, sender, return_exceptions=True)
         # An intake cut short by the cancellation left its alerts unsaved: save them now.
         unsaved = [r for r in self._alerts.values() if not r.persisted]
         if unsaved:
@@ -619,10 +628,16 @@ class AlertService:
             self._store_failing = False
 
     async def _sender(self) -> None:
-        while True:
+        while not self._sender_stopped():
             self._wake.clear()
             due = await self._deliver_pass()
+            if self._sender_stopped():
+                return
             await self._wait(due)
+
+    def _sender_stopped(self) -> bool:
+        """Whether a graceful stop asked the sender to finish (set across awaits)."""
+        return self._sender_stop
 
     async def _sleep_until(self, deadline: float) -> None:
         # The remaining time is read when the sleep starts, so a clock that moved between
