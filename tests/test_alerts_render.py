@@ -296,6 +296,21 @@ def test_status_for_a_phone_is_the_headline_what_is_wrong_and_what_comes_next() 
     assert format_status({"spend_today_usd": 1.5}) == "📊 status\nspend_today_usd: $1.50"
 
 
+status_nodes = st.recursive(
+    st.fixed_dictionaries(
+        {},
+        optional=dict.fromkeys(
+            ("id", "state", "restarts", "last_exit", "pause_reason"), json_values
+        ),
+    ),
+    lambda inner: st.fixed_dictionaries(
+        {"children": st.lists(inner, max_size=4) | json_values},
+        optional={"id": json_values, "state": st.sampled_from(["running", "restarting"])},
+    ),
+    max_leaves=10,
+)
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     status=st.dictionaries(
@@ -304,10 +319,10 @@ def test_status_for_a_phone_is_the_headline_what_is_wrong_and_what_comes_next() 
         json_values,
         max_size=6,
     ),
-    tree=json_values,
+    tree=status_nodes,
 )
 def test_status_for_a_phone_renders_from_any_json(status: dict[str, Any], tree: Any) -> None:
-    for candidate in (status, {**status, "tree": tree if isinstance(tree, dict) else {}}):
+    for candidate in (status, {**status, "tree": tree}):
         text = format_status(candidate)
         assert 0 < len(text) <= MAX_TEXT
 

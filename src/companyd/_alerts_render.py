@@ -718,6 +718,9 @@ def format_status(status: Any, max_routines: int = 5) -> str:
     def m(value: Any) -> Mapping[str, Any]:
         return value if isinstance(value, Mapping) else {}
 
+    def rows(value: Any) -> list[Mapping[str, Any]]:
+        return [r for r in value if isinstance(r, Mapping)] if isinstance(value, list) else []
+
     daemon, company = m(status.get("daemon")), m(status.get("company"))
     head = f"📊 {_txt(company.get('name') or 'companyd', 80)} — {_txt(daemon.get('state'), 20)}"
     if _num(daemon.get("uptime_s")) is not None:
@@ -739,16 +742,15 @@ def format_status(status: Any, max_routines: int = 5) -> str:
             if node.get("last_exit") and state != "running":
                 text += f", last exit: {_txt(node.get('last_exit'), 120)}"
             trouble.append(text)
-        for child in node.get("children") or ():
-            if isinstance(child, Mapping):
-                walk(child)
+        for child in rows(node.get("children")):
+            walk(child)
 
     walk(m(status.get("tree")))
     if trouble:
         lines += ["not plainly running:", *trouble[:15]]
         if len(trouble) > 15:
             lines.append(f"  … {len(trouble) - 15} more")
-    runs = [r for r in status.get("runs_in_flight") or () if isinstance(r, Mapping)]
+    runs = rows(status.get("runs_in_flight"))
     if runs:
         lines.append("runs in flight:")
     for r in runs[:5]:
@@ -762,7 +764,7 @@ def format_status(status: Any, max_routines: int = 5) -> str:
         limit = month.get("limit_usd")
         of = f" of {_usd(limit)}" if _num(limit) else ""
         lines.append(f"this month: {_usd(month.get('used_usd'))}{of}")
-    routines = [r for r in status.get("routines") or () if isinstance(r, Mapping)]
+    routines = rows(status.get("routines"))
     routines.sort(key=lambda r: _num(r.get("next_fire")) or math.inf)
     if routines:
         lines.append("next routines:")
