@@ -107,7 +107,7 @@ async def test_sd_notify_ready_watchdog_blocked_loop_reload_and_stop(work: Path)
         await daemon.spawn()
         ready = (await listener.wait_for("READY", timeout=30))[0]
         # READY=1 comes with the one-line summary systemctl status shows
-        assert ready.fields["STATUS"].startswith("8/8 agents up · 0 runs in flight")
+        assert ready.fields["STATUS"] == "8/8 agents up · 0 runs in flight · $0.00 of $10.00 today"
         assert any("STATUS" in m.fields for m in listener.messages)
         await daemon.wait_ready()
         # pinged every WATCHDOG_USEC/2 = 0.2 s, from the event loop
@@ -142,7 +142,9 @@ async def test_sd_notify_ready_watchdog_blocked_loop_reload_and_stop(work: Path)
         t_after = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
         assert t_before <= int(reloading.fields["MONOTONIC_USEC"]) <= t_after
         again = await listener.wait_for("READY", since=listener.messages.index(reloading))
-        assert again[0].fields["STATUS"].startswith("8/8 agents up")
+        assert (
+            again[0].fields["STATUS"] == "8/8 agents up · 0 runs in flight · $0.00 of $10.00 today"
+        )
         reloaded = await daemon.wait_event("daemon_reloaded")
         assert reloaded["data"]["unchanged"] == 8
 
