@@ -108,7 +108,11 @@ async def test_sd_notify_ready_watchdog_blocked_loop_reload_and_stop(work: Path)
         ready = (await listener.wait_for("READY", timeout=30))[0]
         # READY=1 comes with the one-line summary systemctl status shows
         assert ready.fields["STATUS"] == "8/8 agents up · 0 runs in flight · $0.00 of $10.00 today"
-        assert any("STATUS" in m.fields for m in listener.messages)
+        # ... and STATUS= on its own from the updater, which keeps it current
+        alone = await listener.wait_until(
+            lambda m: "STATUS" in m.fields and "READY" not in m.fields
+        )
+        assert alone.fields["STATUS"].startswith("8/8 agents up")
         await daemon.wait_ready()
         # pinged every WATCHDOG_USEC/2 = 0.2 s, from the event loop
         await listener.wait_for("WATCHDOG", since=listener.messages.index(ready), count=3)
@@ -121,13 +125,12 @@ async def test_sd_notify_ready_watchdog_blocked_loop_reload_and_stop(work: Path)
         first_after = len(listener.messages)
         await listener.wait_for("WATCHDOG", since=first_after, count=2)  # and they resume
         pings = [m.at for m in listener.with_key("WATCHDOG")]
-        gaps = [(b - a, a, b) for a, b in itertools.pairwise(pings)]
-        longest, before, after = max(gaps)
-        # The frozen 2 s fall inside one gap between pings (nothing else is that long: the
-        # pings are 0.2 s apart), and that gap is the one around the blocking call.
-        assert longest >= 1.5, f"pings kept coming while the loop was blocked: {gaps}"
-        assert before < answered and after > sent
-        assert sum(1 for g, _, _ in gaps if g >= 1.0) == 1
+        # the gaps between pings that overlap the blocking call (pings are 0.2 s apart)
+        around = [b - a for a, b in itertools.pairwise(pings) if a < answered and b > sent]
+        # The frozen 2 s fall inside one of them: the loop could not send a ping. (Slowness
+        # can only widen gaps, so this holds on any machine; a daemon pinging from another
+        # thread would fail it.)
+        assert max(around) >= 1.5, f"pings kept coming while the loop was blocked: {around}"
         # the daemon saw its own loop stall
         lag = await daemon.wait_event("loop_lag")
         assert lag["data"]["lag_s"] >= 1.0

@@ -92,6 +92,26 @@ class NotifyListener:
         """The datagrams from index ``since`` on holding ``KEY=value``."""
         return [m for m in self.messages[since:] if m.has(key, value)]
 
+    async def wait_until(
+        self, predicate: Callable[[Notification], bool], *, since: int = 0, timeout: float = 20.0
+    ) -> Notification:
+        """Wait for the first datagram from index ``since`` on for which ``predicate`` holds.
+
+        Raises:
+            TimeoutError: none within ``timeout`` seconds.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                while not (found := [m for m in self.messages[since:] if predicate(m)]):
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            got = [m.raw for m in self.messages[since:]][-10:]
+            raise TimeoutError(
+                f"no matching datagram within {timeout:g} s; latest datagrams: {got!r}"
+            ) from None
+        return found[0]
+
     async def wait_for(
         self,
         key: str,
