@@ -16,6 +16,7 @@ from companyd._alerts_render import (
     agent_of,
     compose,
     format_result,
+    format_status,
     is_abnormal_exit,
     render,
 )
@@ -226,6 +227,104 @@ def test_format_result_is_compact_for_a_phone() -> None:
     ]
     long = format_result("t", {"rows": [{"i": i} for i in range(500)]})
     assert long.splitlines()[-1] == "… 422 more lines"
+
+
+def test_status_for_a_phone_is_the_headline_what_is_wrong_and_what_comes_next() -> None:
+    def worker(id: str, state: str = "running", restarts: int = 0, **kw: Any) -> dict[str, Any]:
+        return {"id": id, "kind": "worker", "state": state, "restarts": restarts, **kw}
+
+    status = {
+        "now": 1_800_000_000.0,
+        "daemon": {"state": "running", "uptime_s": 7380.0, "offline": True},
+        "company": {"name": "Northwind Solo"},
+        "agents": {"total": 3, "running": 1, "paused": 1},
+        "tree": {
+            "id": "companyd",
+            "kind": "supervisor",
+            "state": "running",
+            "restarts": 0,
+            "children": [
+                worker("memory"),
+                {
+                    "id": "agents",
+                    "kind": "supervisor",
+                    "state": "running",
+                    "restarts": 1,
+                    "children": [
+                        worker("ceo"),
+                        worker("cfo", "paused", pause_reason="operator"),
+                        worker("accountant", "restarting", 3, last_exit="error:RuntimeError('x')"),
+                    ],
+                },
+            ],
+        },
+        "runs_in_flight": [
+            {
+                "agent": "ceo",
+                "run_id": "run-1",
+                "routine": "weekly",
+                "elapsed_s": 72,
+                "cost_usd": 0.02,
+            }
+        ],
+        "spend": {
+            "today": {"used_usd": 1.23, "limit_usd": 10.0},
+            "month": {"used_usd": 12.34, "limit_usd": 200.0},
+        },
+        "routines": [
+            {"routine": "later", "agent": "cfo", "next_fire": 1_800_090_000.0},
+            {"routine": "soon", "agent": "ceo", "next_fire": 1_800_003_600.0, "last_outcome": "ok"},
+            {"routine": "off", "agent": "ceo", "next_fire": None},
+        ],
+    }
+    assert format_status(status).splitlines() == [
+        "📊 Northwind Solo — running, up 2.0 h · OFFLINE model",
+        "1/3 agents up, 1 paused · 1 run in flight · $1.23 of $10.00 today",
+        "not plainly running:",
+        "  agents: running, restarted 1×",
+        "  cfo: paused (operator)",
+        "  accountant: restarting, restarted 3×, last exit: error:RuntimeError('x')",
+        "runs in flight:",
+        "  ▶ ceo run-1 weekly 72 s $0.02",
+        "this month: $12.34 of $200.00",
+        "next routines:",
+        "  2027-01-15 09:00 UTC soon → ceo (last: ok)",
+        "  2027-01-16 09:00 UTC later → cfo",
+        "  not scheduled off → ceo",
+    ]
+    # anything that is not the daemon's status shape is shown as it is
+    assert format_status({"spend_today_usd": 1.5}) == "📊 status\nspend_today_usd: $1.50"
+
+
+status_nodes = st.recursive(
+    st.fixed_dictionaries(
+        {},
+        optional=dict.fromkeys(
+            ("id", "state", "restarts", "last_exit", "pause_reason"), json_values
+        ),
+    ),
+    lambda inner: st.fixed_dictionaries(
+        {"children": st.lists(inner, max_size=4) | json_values},
+        optional={"id": json_values, "state": st.sampled_from(["running", "restarting"])},
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    status=st.dictionaries(
+        st.sampled_from(["tree", "daemon", "company", "runs_in_flight", "spend", "routines"])
+        | st.text(max_size=8),
+        json_values,
+        max_size=6,
+    ),
+    tree=status_nodes,
+)
+def test_status_for_a_phone_renders_from_any_json(status: dict[str, Any], tree: Any) -> None:
+    for candidate in (status, {**status, "tree": tree}):
+        text = format_status(candidate)
+        assert 0 < len(text) <= MAX_TEXT
 
 
 def _text(kind: str, data: dict[str, Any], source: str = "src", **counts: int) -> str:

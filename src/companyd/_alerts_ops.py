@@ -13,7 +13,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from companyd._alerts_render import format_result
+from companyd._alerts_render import format_result, format_status
 from companyd._alerts_store import AlertRecord
 from companyd.daemon.admin import Admin, AdminError
 
@@ -59,7 +59,7 @@ async def command_reply(
             if name in ("help", "start"):
                 return help_text()
             if name == "status":
-                return format_result("📊 status", await a.status())
+                return format_status(await a.status())
             if name == "spend":
                 by, period = "agent", "today"
                 for w in args:

@@ -23,6 +23,7 @@ __all__ = [
     "KindSpec",
     "compose",
     "format_result",
+    "format_status",
     "is_abnormal_exit",
     "kind_spec",
     "render",
@@ -717,6 +718,81 @@ def format_result(title: str, result: Any, max_lines: int = 80) -> str:
     lines += _compact(result, 0)
     if len(lines) > max_lines:
         lines = [*lines[:max_lines], f"… {len(lines) - max_lines} more lines"]
+    return clip("\n".join(lines))
+
+
+def format_status(status: Any, max_routines: int = 5) -> str:
+    """``/status`` for a phone: the daemon's ``status()`` dict (docs/daemon.md) in a few
+    short lines — the headline, every supervision-tree node that is not plainly running or
+    was restarted, runs in flight, this month's spend and the next routines.
+
+    Total like the rest of this module: a dict of another shape falls back to
+    :func:`format_result`, and missing or mistyped keys are left out.
+    """
+    if not isinstance(status, Mapping) or not isinstance(status.get("tree"), Mapping):
+        return format_result("📊 status", status)
+    from companyd.daemon.cli import status_line
+
+    def m(value: Any) -> Mapping[str, Any]:
+        return value if isinstance(value, Mapping) else {}
+
+    def rows(value: Any) -> list[Mapping[str, Any]]:
+        return [r for r in value if isinstance(r, Mapping)] if isinstance(value, list) else []
+
+    daemon, company = m(status.get("daemon")), m(status.get("company"))
+    head = f"📊 {_txt(company.get('name') or 'companyd', 80)} — {_txt(daemon.get('state'), 20)}"
+    if _num(daemon.get("uptime_s")) is not None:
+        head += f", up {_secs(daemon.get('uptime_s'))}"
+    if daemon.get("offline") is True:
+        head += " · OFFLINE model"
+    lines = [head, status_line(status)]
+
+    trouble: list[str] = []
+
+    def walk(node: Mapping[str, Any]) -> None:
+        state, restarts = node.get("state"), _num(node.get("restarts")) or 0
+        if state != "running" or restarts:
+            text = f"  {_txt(node.get('id'), 40)}: {_txt(state, 20)}"
+            if node.get("pause_reason"):
+                text += f" ({_txt(node.get('pause_reason'), 20)})"
+            if restarts:
+                text += f", restarted {restarts:.0f}×"
+            if node.get("last_exit") and state != "running":
+                text += f", last exit: {_txt(node.get('last_exit'), 120)}"
+            trouble.append(text)
+        for child in rows(node.get("children")):
+            walk(child)
+
+    walk(m(status.get("tree")))
+    if trouble:
+        lines += ["not plainly running:", *trouble[:15]]
+        if len(trouble) > 15:
+            lines.append(f"  … {len(trouble) - 15} more")
+    runs = rows(status.get("runs_in_flight"))
+    if runs:
+        lines.append("runs in flight:")
+    for r in runs[:5]:
+        lines.append(
+            f"  ▶ {_txt(r.get('agent'), 40)} {_txt(r.get('run_id'), 40)} "
+            f"{_txt(r.get('routine') or r.get('source'), 60)} {_secs(r.get('elapsed_s'))} "
+            f"{_usd(r.get('cost_usd'))}"
+        )
+    month = m(m(status.get("spend")).get("month"))
+    if _num(month.get("used_usd")) is not None:
+        limit = month.get("limit_usd")
+        of = f" of {_usd(limit)}" if _num(limit) else ""
+        lines.append(f"this month: {_usd(month.get('used_usd'))}{of}")
+    routines = rows(status.get("routines"))
+    routines.sort(key=lambda r: _num(r.get("next_fire")) or math.inf)
+    if routines:
+        lines.append("next routines:")
+        for r in routines[:max_routines]:
+            last = f" (last: {_txt(r.get('last_outcome'), 20)})" if r.get("last_outcome") else ""
+            lines.append(
+                f"  {_when(nxt) if (nxt := r.get('next_fire')) else 'not scheduled'} "
+                f"{_txt(r.get('routine'), 60)} → "
+                f"{_txt(r.get('agent'), 40)}{last}"
+            )
     return clip("\n".join(lines))
 
 

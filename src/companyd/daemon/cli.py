@@ -292,6 +292,15 @@ def _reload_summary(result: Mapping[str, Any]) -> str:
         unchanged = len(unchanged)
     if isinstance(unchanged, int) and not isinstance(unchanged, bool):
         parts.append(f"{unchanged} unchanged")
+    # the scheduler's part: {"added": [...], "removed": [...], "changed": [...], ...}
+    routines = _dict(result.get("routines"))
+    moves = []
+    for key, word in (("added", "added"), ("removed", "removed"), ("changed", "rescheduled")):
+        names = [str(n) for n in _list(routines.get(key))]
+        if names:
+            moves.append(f"{word} {', '.join(names)}")
+    if moves:
+        parts.append("routines " + ", ".join(moves))
     return "reloaded company.yaml" + (": " + "; ".join(parts) if parts else ": no changes")
 
 

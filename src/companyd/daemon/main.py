@@ -242,6 +242,9 @@ class Daemon:
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
+        # the spend block of STATUS= (read from the spend book, which is async)
+        self._spend_seen: dict[str, Any] | None = None
+        self._spend_refresh: asyncio.Task[None] | None = None
         self.tree: Any = None
 
     # -- the tree -----------------------------------------------------------------------
@@ -290,6 +293,8 @@ class Daemon:
         self.tree = self._build_tree()
         await self.tree.start()
         self.state = "running"
+        with contextlib.suppress(Exception):
+            self._spend_seen = await self._spend_status()
         self.notifier.ready(self._status_line())
         self.bus.emit(
             "daemon_started",
@@ -409,9 +414,24 @@ class Daemon:
         task.add_done_callback(_log_task_failure)
 
     def _status_line(self) -> str:
+        """The STATUS= line: agents, runs in flight and spend today. The spend part is the
+        latest one read (the spend book answers asynchronously); each call refreshes it for
+        the next one, so it lags by at most one StatusUpdater period (10 s)."""
         from companyd.daemon.cli import status_line
 
-        return status_line(self._status_sync())
+        status = self._status_sync()
+        if self._spend_seen is not None:
+            status["spend"] = self._spend_seen
+        if self._spend_refresh is None or self._spend_refresh.done():
+            with contextlib.suppress(RuntimeError):  # no running loop: nothing to refresh
+                self._spend_refresh = asyncio.get_running_loop().create_task(self._refresh_spend())
+        return status_line(status)
+
+    async def _refresh_spend(self) -> None:
+        try:
+            self._spend_seen = await self._spend_status()
+        except Exception:  # the spend book is stopping or restarting: keep the last one
+            log.debug("spend for STATUS= not refreshed", exc_info=True)
 
     # -- reload -------------------------------------------------------------------------
 

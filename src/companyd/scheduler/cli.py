@@ -6,9 +6,11 @@
   reason, cost and run id;
 * ``companyd jobs run ROUTINE`` — fire it now (inside the running daemon).
 
-``jobs`` and ``history`` read ``<state_dir>/routines.sqlite`` directly (read-only; safe
-beside a running daemon thanks to WAL), so they work when no daemon runs. ``run`` needs the
-daemon, because the run happens inside it under its budgets.
+``jobs`` asks the running daemon when one runs (its live schedule: what a reload added or
+removed, even while company.yaml on disk is being edited or is broken); without one, it and
+``history`` read ``<state_dir>/routines.sqlite`` directly (read-only; safe beside a running
+daemon thanks to WAL). ``run`` needs the daemon, because the run happens inside it under
+its budgets; it goes through the control socket (op ``run_job``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ def _common(p: argparse.ArgumentParser, *, nested: bool) -> None:
         help="state directory (default: $STATE_DIRECTORY, company.yaml's state_dir, ./state)",
     )
     p.add_argument(
+        "--socket",
+        type=Path,
+        default=default,
+        help="the running daemon's control socket (default: searched, as `companyd status`)",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         default=argparse.SUPPRESS if nested else False,
@@ -100,6 +108,21 @@ def _load(args: argparse.Namespace) -> tuple[CompanyConfig, Path]:
 
 
 def _jobs(args: argparse.Namespace) -> int:
+    from companyd.daemon.cli import _call, running_daemon
+
+    if running_daemon(args) is not None:
+        return _call(args, "jobs", _print_live_jobs)
+    return _jobs_from_files(args)
+
+
+def _print_live_jobs(result: dict[str, Any]) -> int:
+    from companyd.scheduler.report import format_jobs_result
+
+    print(format_jobs_result(result, time.time()))
+    return 0
+
+
+def _jobs_from_files(args: argparse.Namespace) -> int:
     from companyd.scheduler import store as db
     from companyd.scheduler.report import (
         SUCCESS_WINDOW,
@@ -167,6 +190,12 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from companyd.daemon.cli import _call, running_daemon
+    from companyd.roles.cli import _print_answer
+
+    if running_daemon(args) is not None:
+        # the daemon checks the routine against the company.yaml it runs, not the file
+        return _call(args, "run_job", _print_answer, routine=args.routine)
     cfg, _ = _load(args)
     routine = cfg.routines.get(args.routine)
     if routine is None:
@@ -180,8 +209,9 @@ def _run(args: argparse.Namespace) -> int:
         )
     raise DaemonNotRunning(
         f"`companyd jobs run {args.routine}` needs a running daemon: the run happens inside "
-        "it, under its budgets. Start it (`companyd run`, or `systemctl start companyd`) — "
-        "this build cannot reach a running daemon from the command line yet"
+        "it, under its budgets, and none answers for this state directory. Start it "
+        "(`companyd run`, or `systemctl start companyd`), or pass --state-dir of the one "
+        "that runs"
     )
 
 

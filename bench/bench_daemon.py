@@ -1,0 +1,205 @@
+"""Start-to-READY time and peak RSS of the real ``companyd run`` (issue 8).
+
+Each figure comes from a fresh process started the way systemd starts it: ``$NOTIFY_SOCKET``
+points at a datagram receiver, the clock runs from spawn until ``READY=1`` arrives, then
+SIGTERM, and the peak RSS is read from ``wait4``'s rusage (as ``bench/ready.py`` does). The
+CPU time the process used until READY=1 (``/proc/PID/stat``) is given beside the wall-clock
+time: on a shared machine the wall clock includes the time other processes held the CPU.
+Companies:
+
+* the example company (company.yaml at the top of the repository: 8 agents, 4 routines);
+* 100 and 1,000 agents: ten departments, agents reporting to a department head, one
+  routine per ten agents;
+
+all with the offline model (``--offline``: no network, no API key). The baseline, measured
+in the same run, is a bare Python process that imports the notifier and sends READY=1 — the
+floor of any Python daemon on this machine. Each figure is the median of ``--runs`` runs.
+
+Targets (issue 8): example < 80 MB and < 1.5 s; 1,000 agents < 300 MB.
+
+Usage:
+    .venv/bin/python bench/bench_daemon.py [--runs 3] [--sizes example,100,1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ready import BASELINE  # a sibling script, not a package
+
+REPO = Path(__file__).resolve().parents[1]
+
+TARGETS: dict[str, tuple[float | None, float | None]] = {
+    # size: (READY seconds, peak RSS MiB)
+    "example": (1.5, 80.0),
+    "100": (None, None),
+    "1000": (None, 300.0),
+}
+
+
+def company(agents: int) -> dict[str, Any]:
+    """A company of ``agents`` agents in ten departments, with one routine per ten agents."""
+    departments = {f"dept{d}": {"title": f"Department {d}"} for d in range(10)}
+    doc: dict[str, Any] = {
+        "schema": "companyd/v1",
+        "company": {
+            "name": f"Bench {agents}",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 100, "monthly_usd": 2000},
+        },
+        "defaults": {"budget": {"daily_usd": 1, "monthly_usd": 20}},
+        "departments": departments,
+        "agents": {"ceo": {"title": "CEO", "instructions": "You run the company."}},
+        "routines": {},
+    }
+    for i in range(1, agents):
+        dept = f"dept{i % 10}"
+        head = f"agent{i % 10}" if i >= 10 and i % 10 else "ceo"
+        doc["agents"][f"agent{i}"] = {
+            "title": f"Agent {i}",
+            "instructions": f"You are agent {i} of {dept}. Keep the memory up to date.",
+            "department": dept,
+            "reports_to": head,
+        }
+        if i % 10 == 0:
+            doc["routines"][f"routine{i}"] = {
+                "assignee": f"agent{i}",
+                "description": f"Routine work of agent {i}.",
+                "trigger": {"every": "1h"},
+                "precondition": "memory_changed",
+            }
+    return doc
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15)
+
+
+def measure(cmd: list[str], timeout: float = 120.0) -> tuple[float, float, float]:
+    """(seconds from spawn to READY=1, CPU seconds used by then, peak RSS in MB) of one run
+    of ``cmd`` under a notify socket, as systemd runs a Type=notify service."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        addr = os.path.join(d, "notify")
+        rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        rx.bind(addr)
+        rx.settimeout(timeout)
+        env = {**os.environ, "NOTIFY_SOCKET": addr}
+        env.pop("WATCHDOG_USEC", None)
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, cwd=d, stdin=subprocess.DEVNULL)
+        try:
+            while True:
+                if "READY=1" in rx.recv(65536).decode().split("\n"):
+                    ready = time.perf_counter() - t0
+                    break
+            cpu = cpu_seconds(proc.pid)
+            proc.send_signal(signal.SIGTERM)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            rx.close()
+    if proc.returncode not in (0, -signal.SIGTERM):
+        raise SystemExit(f"{cmd!r} exited with {proc.returncode}")
+    return ready, cpu, usage.ru_maxrss * 1024 / 1e6  # ru_maxrss is in KiB; MB = 10^6 bytes
+
+
+def median_of(cmd: list[str], runs: int, fresh_state: bool) -> tuple[float, float, float]:
+    results = []
+    for _ in range(runs):
+        if fresh_state:
+            with tempfile.TemporaryDirectory(dir="/tmp") as state:
+                results.append(measure([*cmd, "--state-dir", os.path.join(state, "s")]))
+        else:
+            results.append(measure(cmd))
+    return (
+        statistics.median(r[0] for r in results),
+        statistics.median(r[1] for r in results),
+        statistics.median(r[2] for r in results),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument("--sizes", default="example,100,1000", help="comma-separated")
+    args = parser.parse_args()
+    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    for s in sizes:
+        if s not in TARGETS:
+            parser.error(f"unknown size {s!r}; choose from {', '.join(TARGETS)}")
+    print(
+        f"machine: {platform.machine()} {os.cpu_count()} cpu, Python "
+        f"{platform.python_version()}, {platform.platform()}"
+    )
+    base = median_of([sys.executable, "-c", BASELINE], args.runs, fresh_state=False)
+    rows = [("baseline (python + READY=1)", base, (None, None))]
+    with tempfile.TemporaryDirectory(dir="/tmp") as work:
+        for size in sizes:
+            if size == "example":
+                cfg = REPO / "company.yaml"
+            else:
+                cfg = Path(work) / f"company-{size}.yaml"
+                cfg.write_text(yaml.safe_dump(company(int(size)), sort_keys=False))
+            cmd = [
+                sys.executable,
+                "-m",
+                "companyd",
+                "run",
+                "--offline",
+                "--log-level",
+                "error",
+                "--config",
+                str(cfg),
+            ]
+            label = "example company (8 agents)" if size == "example" else f"{size} agents"
+            rows.append((label, median_of(cmd, args.runs, fresh_state=True), TARGETS[size]))
+    print(f"load average after the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        f"\n{'':28} {'READY':>8} {'× base':>7} {'CPU':>8} {'× base':>7} "
+        f"{'peak RSS':>9} {'× base':>7}  target"
+    )
+    for label, (ready, cpu, rss), (t_ready, t_rss) in rows:
+        target = " and ".join(
+            t
+            for t in (
+                f"< {t_ready:g} s" if t_ready else "",
+                f"< {t_rss:g} MB" if t_rss else "",
+            )
+            if t
+        )
+        met = ""
+        if target:
+            ok = (t_ready is None or ready < t_ready) and (t_rss is None or rss < t_rss)
+            met = "met" if ok else "MISSED"
+        print(
+            f"{label:28} {ready * 1e3:5.0f} ms {ready / base[0]:6.1f}× {cpu * 1e3:5.0f} ms "
+            f"{cpu / base[1]:6.1f}× {rss:6.1f} MB {rss / base[2]:6.1f}×  {target} {met}".rstrip()
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,374 @@
+"""Acceptance tests of ``companyd run`` (issue 8), against the real daemon as a subprocess.
+
+The daemon runs offline (the built-in model) with a datagram socket standing in for
+systemd's notify socket; it logs every event as JSON on stderr (captured to a file), and the
+tests talk to it as an operator does: signals, the control socket and the ``companyd``
+commands. ``COMPANYD_DEBUG=1`` lets a test crash an agent or block the event loop.
+
+Covered elsewhere against the real daemon: a second daemon on the same state directory
+exits 75, SIGTERM during a run checkpoints and exits 0, kill -9 then a new start resumes
+the run (tests/roles/test_resume.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from companyd.errors import EX_CONFIG, EX_UNAVAILABLE
+from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import DaemonProcess, NotifyListener
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "company.yaml"
+
+#: The example company's agents (company.yaml at the top of the repository).
+EXAMPLE_AGENTS = {"ceo", "cfo", "accountant", "coo", "lawyer", "marketing", "cto", "improver"}
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    """A short directory: the control socket and the notify socket live in it."""
+    with short_dir() as d:
+        yield d
+
+
+def debug_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "COMPANYD_DEBUG": "1", **extra}
+
+
+def company(
+    agents: Mapping[str, Mapping[str, Any]],
+    routines: Mapping[str, Mapping[str, Any]] | None = None,
+    **top: Any,
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "schema": "companyd/v1",
+        "company": {"name": "Reload Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
+        "departments": {"finance": {"title": "Finance"}},
+        "agents": {
+            slug: {"title": slug.upper(), "instructions": f"You are the {slug}.", **spec}
+            for slug, spec in agents.items()
+        },
+    }
+    if routines:
+        doc["routines"] = dict(routines)
+    doc.update(top)
+    return doc
+
+
+def write(path: Path, doc: Mapping[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(dict(doc), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def nodes(tree: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every node of a status tree by id."""
+    out = {str(tree.get("id")): dict(tree)}
+    for child in tree.get("children", ()):
+        out.update(nodes(child))
+    return out
+
+
+def run_companyd(
+    *argv: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "companyd", *argv],
+        env=dict(os.environ if env is None else env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+# -- sd_notify ----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_sd_notify_ready_watchdog_blocked_loop_reload_and_stop(work: Path) -> None:
+    listener = NotifyListener(work / "notify")
+    listener.start()
+    env = debug_env(NOTIFY_SOCKET=listener.address, WATCHDOG_USEC="400000")
+    daemon = DaemonProcess(EXAMPLE, work / "s", log=work / "daemon.log", env=env)
+    try:
+        await daemon.spawn()
+        ready = (await listener.wait_for("READY", timeout=30))[0]
+        # READY=1 comes with the one-line summary systemctl status shows
+        assert ready.fields["STATUS"] == "8/8 agents up · 0 runs in flight · $0.00 of $10.00 today"
+        # ... and STATUS= on its own from the updater, which keeps it current
+        alone = await listener.wait_until(
+            lambda m: "STATUS" in m.fields and "READY" not in m.fields
+        )
+        assert alone.fields["STATUS"].startswith("8/8 agents up")
+        await daemon.wait_ready()
+        # pinged every WATCHDOG_USEC/2 = 0.2 s, from the event loop
+        await listener.wait_for("WATCHDOG", since=listener.messages.index(ready), count=3)
+
+        # a synchronous call freezes the event loop for 2 s: no WATCHDOG=1 can get out
+        sent = time.monotonic()
+        answer = await daemon.call("debug", action="block", seconds=2.0)
+        answered = time.monotonic()
+        assert answer == {"action": "block", "seconds": 2.0}
+        first_after = len(listener.messages)
+        await listener.wait_for("WATCHDOG", since=first_after, count=2)  # and they resume
+        pings = [m.at for m in listener.with_key("WATCHDOG")]
+        # the gaps between pings that overlap the blocking call (pings are 0.2 s apart)
+        around = [b - a for a, b in itertools.pairwise(pings) if a < answered and b > sent]
+        # The frozen 2 s fall inside one of them: the loop could not send a ping. (Slowness
+        # can only widen gaps, so this holds on any machine; a daemon pinging from another
+        # thread would fail it.)
+        assert max(around) >= 1.5, f"pings kept coming while the loop was blocked: {around}"
+        # the daemon saw its own loop stall
+        lag = await daemon.wait_event("loop_lag")
+        assert lag["data"]["lag_s"] >= 1.0
+        status = await daemon.call("status")
+        assert status["daemon"]["loop_lag"]["max_ms"] >= 1000
+
+        # SIGHUP: RELOADING=1 with the current CLOCK_MONOTONIC, then READY=1 again
+        mark = len(listener.messages)
+        t_before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        daemon.send_signal(signal.SIGHUP)
+        reloading = (await listener.wait_for("RELOADING", since=mark))[0]
+        t_after = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        assert t_before <= int(reloading.fields["MONOTONIC_USEC"]) <= t_after
+        again = await listener.wait_for("READY", since=listener.messages.index(reloading))
+        assert (
+            again[0].fields["STATUS"] == "8/8 agents up · 0 runs in flight · $0.00 of $10.00 today"
+        )
+        reloaded = await daemon.wait_event("daemon_reloaded")
+        assert reloaded["data"]["unchanged"] == 8
+
+        # SIGTERM: STOPPING=1, then a clean exit
+        mark = len(listener.messages)
+        daemon.send_signal(signal.SIGTERM)
+        await listener.wait_for("STOPPING", since=mark)
+        assert await daemon.wait(40) == 0
+        assert "Traceback" not in daemon.log_text()
+    finally:
+        if daemon.proc is not None and daemon.returncode is None:
+            await daemon.stop()
+        listener.close()
+
+
+# -- reload -------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_broken_file(
+    work: Path,
+) -> None:
+    cfg = work / "company.yaml"
+    agents: dict[str, dict[str, Any]] = {
+        "ceo": {},
+        "cfo": {"reports_to": "ceo", "department": "finance"},
+        "coo": {"reports_to": "ceo"},
+    }
+    routines = {
+        "check-in": {
+            "assignee": "coo",
+            "description": "Check what changed.",
+            "trigger": {"every": "1h"},
+        }
+    }
+    write(cfg, company(agents, routines))
+    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+        before = nodes((await daemon.call("status"))["tree"])
+        assert {"ceo", "cfo", "coo", "finance"} <= set(before)
+
+        # 1. add an agent, SIGHUP: only that agent starts, the others keep their uptime
+        agents["cto"] = {"reports_to": "ceo"}
+        write(cfg, company(agents, routines))
+        mark = len(daemon.events())
+        daemon.send_signal(signal.SIGHUP)
+        reloaded = await daemon.wait_event("daemon_reloaded", since=mark)
+        started_now = [
+            e["data"]["child"] for e in daemon.events()[mark:] if e["kind"] == "child_started"
+        ]
+        assert started_now == ["cto"]
+        assert "cto" in (reloaded["data"].get("added") or reloaded["data"].get("started"))
+        after = nodes((await daemon.call("status"))["tree"])
+        for node in ("companyd", "memory", "agents", "ceo", "finance", "cfo", "coo", "control"):
+            assert after[node]["started_at"] == before[node]["started_at"], node
+            assert after[node]["restarts"] == 0
+        assert after["cto"]["state"] == "running"
+        assert after["cto"]["started_at"] > before["ceo"]["started_at"]
+
+        # 2. break the file: the old tree keeps running, config_rejected carries the errors
+        broken = company({**agents, "cto": {"reports_to": "nobody"}}, routines)
+        broken["company"]["budget"]["daily_usd"] = -5
+        write(cfg, broken)
+        mark = len(daemon.events())
+        daemon.send_signal(signal.SIGHUP)
+        rejected = await daemon.wait_event("config_rejected", since=mark)
+        assert rejected["severity"] == "warning"
+        assert rejected["data"]["count"] == 2
+        errors = "\n".join(rejected["data"]["errors"])
+        assert "'nobody'" in errors and "daily_usd" in errors
+        # `companyd reload` says the same and exits 1
+        reload = await daemon.cli("reload")
+        assert reload.rc == 1
+        assert "rejected" in reload.err and "'nobody'" in reload.err and "daily_usd" in reload.err
+        assert "Traceback" not in reload.err
+        status = await daemon.cli("status", "--json")
+        assert status.rc == 0
+        kept = nodes(json.loads(status.out)["tree"])
+        assert {k: v["started_at"] for k, v in kept.items() if k != "cto"} == {
+            k: v["started_at"] for k, v in after.items() if k != "cto"
+        }
+        assert kept["cto"]["started_at"] == after["cto"]["started_at"]
+        assert not [e for e in daemon.events()[mark:] if e["kind"] == "child_started"]
+
+        # 3. change cfo, remove coo and its routine, add a routine for ceo
+        agents["cfo"]["instructions"] = "You are the cfo. Watch the runway weekly."
+        del agents["coo"]
+        routines = {
+            "weekly-note": {
+                "assignee": "ceo",
+                "description": "Write the weekly note.",
+                "trigger": {"cron": "0 9 * * mon"},
+            }
+        }
+        jobs_before = json.loads((await daemon.cli("jobs", "--json")).out)
+        assert [r["routine"] for r in jobs_before["routines"]] == ["check-in"]
+        write(cfg, company(agents, routines))
+        mark = len(daemon.events())
+        reload = await daemon.cli("reload")
+        assert reload.rc == 0, reload.err
+        assert reload.out == (
+            "reloaded company.yaml: stopped coo; restarted cfo; 2 unchanged; "
+            "routines added weekly-note, removed check-in\n"
+        )
+        now = nodes((await daemon.call("status"))["tree"])
+        assert "coo" not in now
+        assert now["cfo"]["started_at"] > after["cfo"]["started_at"]
+        assert now["ceo"]["started_at"] == before["ceo"]["started_at"]
+        assert now["cto"]["started_at"] == after["cto"]["started_at"]
+        restarted = [
+            e["data"]["child"] for e in daemon.events()[mark:] if e["kind"] == "child_started"
+        ]
+        assert restarted == ["cfo"]
+        # the routines follow: check-in is gone, weekly-note is scheduled — in the
+        # daemon's own view (`companyd jobs` asks the running daemon)
+        jobs = await daemon.cli("jobs", "--json")
+        assert jobs.rc == 0, jobs.err
+        live = json.loads(jobs.out)
+        assert live.get("daemon") is True
+        assert [r["routine"] for r in live["routines"]] == ["weekly-note"]
+        assert live["routines"][0]["next_fire"]
+        table = await daemon.cli("jobs")
+        assert "weekly-note" in table.out and "check-in" not in table.out
+        status_routines = (await daemon.call("status"))["routines"]
+        assert [r["routine"] for r in status_routines] == ["weekly-note"]
+
+        # `companyd jobs run` fires it now, inside the daemon, and prints the run
+        fired = await daemon.cli("jobs", "run", "weekly-note")
+        assert fired.rc == 0, fired.err
+        assert "OFFLINE model" in fired.out and "run-" in fired.out
+        history = json.loads((await daemon.cli("jobs", "history", "weekly-note", "--json")).out)
+        assert [(f["kind"], f["outcome"]) for f in history["fires"]] == [("manual", "ok")]
+        unknown = await daemon.cli("jobs", "run", "check-in")
+        assert unknown.rc == 1 and "check-in" in unknown.err and "Traceback" not in unknown.err
+        assert await daemon.stop() == 0
+
+    # without a daemon, `jobs run` says one is needed (exit 69) instead of guessing
+    offline = await daemon.cli("jobs", "run", "weekly-note")
+    assert offline.rc == EX_UNAVAILABLE
+    assert "needs a running daemon" in offline.err and "Traceback" not in offline.err
+
+
+# -- exit codes ---------------------------------------------------------------------------
+
+
+def test_an_invalid_config_at_start_exits_78_with_every_error_and_no_traceback(
+    tmp_path: Path,
+) -> None:
+    doc = company({"ceo": {}, "cfo": {"reports_to": "nobody"}})
+    doc["company"]["budget"]["daily_usd"] = "lots"
+    cfg = write(tmp_path / "company.yaml", doc)
+    done = run_companyd(
+        "run", "--offline", "--config", str(cfg), "--state-dir", str(tmp_path / "s")
+    )
+    assert done.returncode == EX_CONFIG
+    assert "'nobody'" in done.stderr and "'lots'" in done.stderr
+    assert "2 problem(s)" in done.stderr and "exit 78" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "s").exists()  # nothing was started
+
+
+def test_no_api_key_without_offline_exits_78_and_offers_offline(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "company.yaml", company({"ceo": {}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    env.pop("CREDENTIALS_DIRECTORY", None)
+    done = run_companyd("run", "--config", str(cfg), "--state-dir", str(tmp_path / "s"), env=env)
+    assert done.returncode == EX_CONFIG
+    assert "ANTHROPIC_API_KEY" in done.stderr
+    assert "--offline" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.anyio
+async def test_the_root_supervisor_giving_up_exits_1_so_systemd_restarts_it(work: Path) -> None:
+    """An agent that keeps crashing: its supervisor (max_restarts 0) gives up at once and
+    escalates; the root restarts the agents subtree twice within a minute, and on the third
+    failure gives up too (ROOT_MAX_RESTARTS = 2). The daemon exits 1, which systemd's
+    Restart=on-failure answers with a fresh process."""
+    cfg = write(
+        work / "company.yaml",
+        company(
+            {"ceo": {}, "cfo": {"reports_to": "ceo"}},
+            supervisor={"strategy": "one_for_one", "max_restarts": 0, "max_seconds": 60},
+        ),
+    )
+    listener = NotifyListener(work / "notify")
+    listener.start()
+    env = debug_env(NOTIFY_SOCKET=listener.address)
+    daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env)
+    try:
+        await daemon.start()
+        for crash in range(3):
+            # wait until the agent is running again after the previous escalation
+            deadline = time.monotonic() + 20
+            while True:
+                tree = nodes((await daemon.call("status"))["tree"])
+                if tree.get("cfo", {}).get("state") == "running":
+                    break
+                assert time.monotonic() < deadline, f"cfo not running again: {tree.get('cfo')}"
+                await asyncio.sleep(0.05)
+            assert tree["agents"]["restarts"] == crash
+            assert (await daemon.call("debug", action="crash", target="cfo"))["crashed"]
+            if crash < 2:
+                await daemon.wait_event(
+                    "child_started",
+                    lambda e, n=crash + 1: (
+                        e["data"]["child"] == "agents" and e["data"]["restarts"] == n
+                    ),
+                )
+        assert await daemon.wait(30) == 1
+        gave_up = daemon.events("max_intensity", lambda e: e["source"] == "companyd")
+        assert gave_up, "the root supervisor did not report giving up"
+        log = daemon.log_text()
+        assert "the root supervisor gave up" in log
+        assert "Traceback" not in log
+        assert listener.with_key("STOPPING"), "systemd was not told the daemon is stopping"
+    finally:
+        if daemon.proc is not None and daemon.returncode is None:
+            await daemon.stop()
+        listener.close()
+
+
+def test_example_company_agents_are_what_the_tests_assume() -> None:
+    # the sd_notify test reads "8/8 agents up" from the example company
+    assert set(yaml.safe_load(EXAMPLE.read_text())["agents"]) == EXAMPLE_AGENTS

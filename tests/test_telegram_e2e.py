@@ -1,0 +1,141 @@
+"""Telegram end to end (issue 9 acceptance): the real ``companyd run`` with the example
+company.yaml pointed at the loopback Bot API stand-in.
+
+The daemon is a subprocess; python-telegram-bot inside it talks HTTP to the stand-in that
+runs in this test's event loop, which records every message and injects the operator's
+commands as updates. The bot token and chat id reach the daemon through environment
+variables, as under systemd (``EnvironmentFile=``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from companyd.testing.bot_api import BotApiServer, SentMessage
+from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import DaemonProcess
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = "123456789:AAH-e2e-test-secret-0123456789abcdefXYZ"
+SECRET_HALF = TOKEN.split(":", 1)[1]
+OPERATOR = 111
+STRANGER = 222
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def example_company(api_url: str) -> dict[str, Any]:
+    """The example company.yaml with its Telegram section pointed at the stand-in (and no
+    quiet hours, which would hold the crash alert when the suite runs at night)."""
+    doc: dict[str, Any] = yaml.safe_load((REPO / "company.yaml").read_text(encoding="utf-8"))
+    doc["alerts"] = {
+        "min_severity": "warning",
+        "telegram": {
+            "api_url": api_url,
+            "bot_token_env": "TELEGRAM_BOT_TOKEN",
+            "chat_ids_env": "TELEGRAM_CHAT_ID",
+        },
+    }
+    return doc
+
+
+def to(server: BotApiServer, chat: int) -> list[SentMessage]:
+    return [m for m in server.messages if str(m.chat_id) == str(chat)]
+
+
+async def answer(server: BotApiServer, prefix: str, skip: int = 0) -> SentMessage:
+    """The operator's message number ``skip`` (0-based) starting with ``prefix``, once sent."""
+
+    def found() -> list[SentMessage]:
+        return [m for m in to(server, OPERATOR) if m.text.startswith(prefix)]
+
+    await server.wait_for(lambda: len(found()) > skip, timeout=30)
+    return found()[skip]
+
+
+@pytest.mark.anyio
+async def test_the_daemon_pages_the_operator_and_answers_status_only_to_them(work: Path) -> None:
+    async with BotApiServer(token=TOKEN) as server:
+        cfg = work / "company.yaml"
+        cfg.write_text(yaml.safe_dump(example_company(server.url), sort_keys=False))
+        env = {
+            **os.environ,
+            "TELEGRAM_BOT_TOKEN": TOKEN,
+            "TELEGRAM_CHAT_ID": str(OPERATOR),
+            "COMPANYD_DEBUG": "1",
+        }
+        daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env)
+        try:
+            await daemon.start()
+
+            # the startup message: the operator's proof that the pager works
+            await server.wait_for(
+                lambda: any("companyd started" in m.text for m in to(server, OPERATOR)),
+                timeout=30,
+            )
+            started = next(m for m in to(server, OPERATOR) if "companyd started" in m.text)
+            assert "Northwind Solo" in started.text
+
+            # /status from a stranger is ignored; from the operator it is answered. The
+            # operator's command is polled after the stranger's, so once it is answered the
+            # stranger's update was handled too.
+            server.inject_command(STRANGER, "/status")
+            server.inject_command(OPERATOR, "/status")
+            reply = await answer(server, "📊")
+            lines = reply.text.splitlines()
+            assert lines[0].startswith("📊 Northwind Solo — running, up ")
+            assert lines[1] == "8/8 agents up · 0 runs in flight · $0.00 of $10.00 today"
+            assert "not plainly running:" not in lines
+            assert "this month: $0.00 of $200.00" in lines
+            assert any(line.endswith(" heartbeat → coo") for line in lines)
+            assert to(server, STRANGER) == []
+            ignored = [
+                r
+                for r in daemon.records()
+                if r.get("logger") == "companyd.alerts" and f"chat {STRANGER}" in r.get("msg", "")
+            ]
+            assert ignored and ignored[0]["level"] == "warning"
+
+            # an injected agent crash becomes one crash alert with the agent and the count
+            assert (await daemon.call("debug", action="crash", target="cfo"))["crashed"]
+            await server.wait_for(
+                lambda: any("cfo crashed" in m.text for m in to(server, OPERATOR)), timeout=30
+            )
+            crash = next(m for m in to(server, OPERATOR) if "cfo crashed" in m.text)
+            assert "cfo crashed and was restarted" in crash.text
+            assert "InjectedCrash" in crash.text  # the reason
+            # ... and /status now shows it
+            server.inject_command(OPERATOR, "/status")
+            after = await answer(server, "📊", skip=1)
+            assert "  cfo: running, restarted 1×" in after.text.splitlines()
+
+            # a graceful stop tells the operator too, before the daemon exits 0
+            daemon.send_signal(signal.SIGTERM)
+            assert await daemon.wait(40) == 0
+            assert any("stopping" in m.text for m in to(server, OPERATOR))
+        finally:
+            if daemon.proc is not None and daemon.returncode is None:
+                await daemon.stop()
+
+    log = daemon.log_text()
+    assert "Traceback" not in log
+    # the token never appears in what the daemon wrote, nor in what it sent
+    assert TOKEN not in log and SECRET_HALF not in log
+    # not vacuous: at debug level python-telegram-bot logs the Bot API URL, token and all,
+    # and the daemon's redaction replaced it
+    assert "/bot<telegram-bot-token>" in log
+    assert all(SECRET_HALF not in m.text for m in server.messages)
+    # ... though python-telegram-bot did use it on every request to the stand-in, which
+    # answers 401 to any other token
+    assert server.calls_of("getMe") and all(c.status == 200 for c in server.calls_of("getMe"))
