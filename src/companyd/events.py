@@ -76,7 +76,7 @@ KINDS: Mapping[str, Severity] = {
     "loop_lag": Severity.WARNING,
     # agents (companyd.roles)
     "run_started": Severity.DEBUG,
-    "run_finished": Severity.DEBUG,
+    "run_finished": Severity.INFO,
     "run_failed": Severity.WARNING,
     "circuit_breaker": Severity.WARNING,
     "task_quarantined": Severity.WARNING,

@@ -114,6 +114,11 @@ def _run_command(args: argparse.Namespace) -> int:
                 scaled.scale,
             )
         clock: Clock | None = scaled
+        if args.offline:
+            log.warning(
+                "OFFLINE: answers come from the built-in offline model, not Claude (no network, "
+                "no cost); runs, logs and status are labelled offline"
+            )
         try:
             backend = _backend(
                 config, offline=args.offline, redact=handle.redactor.add, clock=clock

@@ -284,6 +284,8 @@ class Agent:
             "routine": state.task.routine,
             "cost_usd": outcome.cost_usd,
             "steps": outcome.steps,
+            "models": list(outcome.models),
+            "offline": outcome.offline,
         }
         if status is RunStatus.OK:
             staff.bus.emit("run_finished", src, status=str(status), **common)
