@@ -40,7 +40,7 @@ from companyd.errors import (
 )
 from companyd.events import EventBus
 from companyd.roles.model import ModelBackend, ModelUnavailable
-from companyd.roles.tasks import RunStatus, Task, new_id
+from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
 
 __all__ = ["Daemon", "register"]
 
@@ -652,13 +652,31 @@ class Daemon:
         )
         try:
             async with asyncio.timeout(timeout):
-                outcome = await self.staff.submit(task)
+                outcome = await self._unless_stopping(self.staff.submit(task), task)
         except TimeoutError:
             raise AdminError(
                 f"{agent} did not finish within {timeout:g} s; the task {task.id} keeps running "
                 "— see `companyd runs`"
             ) from None
         return outcome.to_dict()
+
+    async def _unless_stopping(self, work: Any, task: Task) -> RunOutcome:
+        """Await ``work``, or answer at once when the daemon starts to stop: the task is
+        journaled and resumes after the restart, and the operator need not wait on it."""
+        job = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(self.staff.draining.wait())
+        try:
+            await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if job.done():
+            result: RunOutcome = job.result()
+            return result
+        job.cancel()
+        raise AdminError(
+            f"the daemon is stopping; task {task.id} is journaled and {task.agent} resumes it "
+            "after the restart (see `companyd runs`)"
+        )
 
     async def runs(
         self, agent: str | None = None, status: str | None = None, limit: int = 20
