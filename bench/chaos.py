@@ -483,6 +483,10 @@ class Chaos:
                         await writer
                 return await self.finish()
         finally:
+            # never leave a daemon behind, whatever went wrong in the driver
+            if self.proc is not None and self.proc.returncode is None:
+                self.proc.kill()
+                await self.proc.wait()
             self.api.stop()
 
     async def drive(self) -> None:
