@@ -847,6 +847,14 @@ class RoutineScheduler:
         """Seconds on the clock until the scheduler next looks at its jobs (None: idle)."""
         return None if self._aps is None else self._aps.next_wakeup
 
+    @property
+    def in_flight(self) -> set[asyncio.Future[Any]]:
+        """The fires in progress now (waiting for their turn or running), manual ones too."""
+        busy: set[asyncio.Future[Any]] = {t for t in self._manual if not t.done()}
+        if self._aps is not None:
+            busy |= self._aps.executor.tasks
+        return busy
+
     async def settle(self, *, runs: bool = True) -> None:
         """Return once nothing is due at the clock's current time: no wakeup pending, every
         history write committed, and (``runs``) no fire in flight.
@@ -859,9 +867,7 @@ class RoutineScheduler:
         while quiet < 3:
             await asyncio.sleep(0)
             if runs:
-                busy: set[asyncio.Future[Any]] = set(self._manual)
-                if self._aps is not None:
-                    busy |= self._aps.executor.tasks
+                busy = self.in_flight
                 if busy:
                     quiet = 0
                     await asyncio.wait(busy)
