@@ -22,6 +22,7 @@ they wake late, when the clock passes them.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import math
@@ -247,6 +248,11 @@ async def simulate_company(
             ledger = await daemon.spend_book.spend_report("agent", f"{first}..{last}")
         finally:
             remove()
+    # The memory owner's request reaper outlives a stop by up to ten idle ticks of the clock;
+    # on a clock that no longer moves it would be left pending (and destroyed so, loudly).
+    for _ in range(12):
+        clock.advance(1.0)
+        await asyncio.sleep(0)
     journal = _journal_totals(state_dir / "runs.sqlite")
     return RuntimeSimReport(
         sim=report,
