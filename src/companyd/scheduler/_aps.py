@@ -329,7 +329,13 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
         moved: list[Any],
     ) -> None:
         executor = self._lookup_executor(job.executor)
-        all_times = job._get_run_times(now)
+        # Job._get_run_times, keeping the first fire time after now that it computes anyway:
+        # APScheduler asks the trigger for it a second time.
+        all_times: list[datetime] = []
+        job_next_run = job.next_run_time
+        while job_next_run and job_next_run <= now:
+            all_times.append(job_next_run)
+            job_next_run = job.trigger.get_next_fire_time(job_next_run, now)
         run_times = all_times[-1:] if all_times and job.coalesce else all_times
         for folded in all_times[: len(all_times) - len(run_times)]:
             events.append(CoalescedMiss(EVENT_JOB_MISSED, job.id, alias, folded))
@@ -348,7 +354,6 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
         else:
             if tell_submitted:
                 events.append(JobSubmissionEvent(EVENT_JOB_SUBMITTED, job.id, alias, run_times))
-        job_next_run = job.trigger.get_next_fire_time(run_times[-1], now)
         if job_next_run:
             # The store is updated once for the whole round (``moved``); until then it keeps
             # the job at its old place, which is consistent with the old time it holds.
