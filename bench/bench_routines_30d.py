@@ -27,7 +27,8 @@ non-success with its reason; whether every due fire time has exactly one history
 whether the calls the stand-in served equal the steps the run journal completed and the
 calls the spend ledger settled; spend; wall time.
 
-Run: ``.venv/bin/python bench/bench_routines_30d.py [--days N] [--only NAME ...] [--json]``
+Run: ``.venv/bin/python bench/bench_routines_30d.py [--days N] [--only NAME ...] [--json]
+[--json-out FILE]``
 """
 
 from __future__ import annotations
@@ -176,7 +177,8 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--days", type=float, default=30.0)
     parser.add_argument("--only", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--json-out", type=Path, help="also write the JSON to this file")
     args = parser.parse_args()
     out: dict[str, Any] = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -202,6 +204,8 @@ async def main() -> int:
         fb = 1 - (by["baseline"]["success_rate"] or 0)
         fe = 1 - (by["example"]["success_rate"] or 0)
         out["failure_rate_ratio_example_vs_baseline"] = fe / fb if fb else None
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     if args.json:
         json.dump(out, sys.stdout, indent=2)
         print()
