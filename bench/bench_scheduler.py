@@ -5,9 +5,9 @@
    history row, instant sink. Lateness = when the task reached the sink minus its fire time.
    Two loads: *spread* (intervals 20 s + i × 20 ms: fire times all over the grid, ~35 fires
    a second, a few at a time) and *burst* (every routine every 5 s: all 1,000 due at the
-   same instant, the worst case). Baseline in the same run: plain APScheduler 3
-   ``AsyncIOScheduler`` with the same 1,000 schedules as trivial coroutine jobs (no
-   persistence, no history). Target: p99 < 100 ms.
+   same instant, the worst case; 12 bursts, each also judged on its own). Baseline in the
+   same run: plain APScheduler 3 ``AsyncIOScheduler`` with the same 1,000 schedules as
+   trivial coroutine jobs (no persistence, no history). Target: p99 < 100 ms.
 
 2. **Compressed time.** ``companyd.scheduler.sim.simulate``: the example company.yaml for 30
    simulated days against a stand-in runtime whose model calls fail transiently (HTTP
@@ -148,6 +148,25 @@ async def lateness_companyd(kind: str, n: int, seconds: float) -> dict[str, Any]
         "max_ms": 1000 * max(submit),
         "dispatch_p50_ms": 1000 * quantile(dispatch, 0.5),
         "dispatch_p99_ms": 1000 * quantile(dispatch, 0.99),
+        **per_instant([(r.scheduled, (r.started or 0) - r.scheduled) for r in rows]),
+    }
+
+
+def per_instant(samples: list[tuple[float, float]]) -> dict[str, Any]:
+    """The p99 of each fire instant (a burst) on its own: on a shared machine one burst that
+    meets a preempted CPU or a full collection decides the p99 of all fires."""
+    by: dict[float, list[float]] = {}
+    for when, late in samples:
+        by.setdefault(round(when, 3), []).append(late)
+    p99s = sorted(1000 * quantile(v, 0.99) for v in by.values() if len(v) >= 100)
+    if not p99s:
+        return {}
+    return {
+        "bursts": len(p99s),
+        "burst_p99_ms_median": p99s[len(p99s) // 2],
+        "burst_p99_ms_best": p99s[0],
+        "burst_p99_ms_worst": p99s[-1],
+        "bursts_under_100ms": sum(1 for p in p99s if p < 100.0),
     }
 
 
@@ -156,13 +175,16 @@ async def lateness_apscheduler(kind: str, n: int, seconds: float) -> dict[str, A
     from apscheduler.triggers.interval import IntervalTrigger
 
     lateness: list[float] = []
+    instants: list[tuple[float, float]] = []
     anchor = datetime(1970, 1, 1, tzinfo=UTC)
     measuring = False
 
     async def job(period: float) -> None:
         now = time.time()
         if measuring:
-            lateness.append(now - math.floor(now / period) * period)
+            fire = math.floor(now / period) * period
+            lateness.append(now - fire)
+            instants.append((fire, now - fire))
 
     sched = AsyncIOScheduler(timezone="UTC")
     sched.start()
@@ -191,6 +213,7 @@ async def lateness_apscheduler(kind: str, n: int, seconds: float) -> dict[str, A
         "p50_ms": 1000 * quantile(lateness, 0.5),
         "p99_ms": 1000 * quantile(lateness, 0.99),
         "max_ms": 1000 * max(lateness),
+        **per_instant(instants),
     }
 
 
@@ -236,7 +259,7 @@ async def main() -> None:
     )
     args = parser.parse_args()
     spread_seconds = 30.0 if args.quick else 90.0
-    burst_seconds = 10.0 if args.quick else 20.0
+    burst_seconds = 10.0 if args.quick else 60.0
     days = 7.0 if args.quick else 30.0
     out: dict[str, Any] = {
         "machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''} "
@@ -310,6 +333,14 @@ async def main() -> None:
             f"{ours['p99_ratio_vs_apscheduler']:.2f}×  (dispatch p50 "
             f"{ours['dispatch_p50_ms']:.1f} / p99 {ours['dispatch_p99_ms']:.1f} ms)"
         )
+        for name, r in (("plain APScheduler", base), ("companyd", ours)):
+            if "bursts" in r:
+                print(
+                    f"  {name}: p99 of each burst on its own: median "
+                    f"{r['burst_p99_ms_median']:.1f} ms, best {r['burst_p99_ms_best']:.1f}, "
+                    f"worst {r['burst_p99_ms_worst']:.1f}; under 100 ms in "
+                    f"{r['bursts_under_100ms']} of {r['bursts']} bursts"
+                )
     if out["compressed"]:
         print(
             f"\ncompressed time, {days:g} days, 20 % transient call failures "
