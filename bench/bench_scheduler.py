@@ -5,9 +5,9 @@
    history row, instant sink. Lateness = when the task reached the sink minus its fire time.
    Two loads: *spread* (intervals 20 s + i × 20 ms: fire times all over the grid, ~35 fires
    a second, a few at a time) and *burst* (every routine every 5 s: all 1,000 due at the
-   same instant, the worst case). Baseline in the same run: plain APScheduler 3
-   ``AsyncIOScheduler`` with the same 1,000 schedules as trivial coroutine jobs (no
-   persistence, no history). Target: p99 < 100 ms.
+   same instant, the worst case; 12 bursts, each also judged on its own). Baseline in the
+   same run: plain APScheduler 3 ``AsyncIOScheduler`` with the same 1,000 schedules as
+   trivial coroutine jobs (no persistence, no history). Target: p99 < 100 ms.
 
 2. **Compressed time.** ``companyd.scheduler.sim.simulate``: the example company.yaml for 30
    simulated days against a stand-in runtime whose model calls fail transiently (HTTP
@@ -17,13 +17,15 @@
    14:00, one six hours long). Reports success rate and whether every due fire time has
    exactly one history row and every non-success a reason.
 
-Run: ``.venv/bin/python bench/bench_scheduler.py [--quick] [--json] [--only lateness|compressed]``
+Run: ``.venv/bin/python bench/bench_scheduler.py [--quick] [--json]
+[--only lateness|burst|compressed]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -66,7 +68,13 @@ def company_with(routines: str) -> CompanyConfig:
 
 
 class InstantSink:
-    """Records when each task reached it (wall clock) and answers ok at once."""
+    """Records when each task reached it (wall clock) and answers ok one loop turn later.
+
+    One turn, not zero: every real runtime suspends in ``submit`` (Staff.submit journals the
+    task in a thread first), so the scheduler's bookkeeping after a run never sits between
+    one hand-over and the next. Answering synchronously put 1,000 runs' bookkeeping inside
+    a burst's hand-overs (~10 ms at p99 here).
+    """
 
     def __init__(self) -> None:
         self.arrivals: list[float] = []
@@ -74,6 +82,7 @@ class InstantSink:
     async def submit(self, task: Task) -> RunOutcome:
         now = time.time()
         self.arrivals.append(now)
+        await asyncio.sleep(0)
         return RunOutcome(
             task_id=task.id,
             run_id=new_id("run"),
@@ -88,6 +97,13 @@ class InstantSink:
 
     async def memory_marker(self) -> str:
         return "m"
+
+
+def freeze_heap() -> None:
+    """What ``companyd run`` does once started (daemon.main._freeze_startup_heap): collect,
+    then freeze what is left, so full collections do not walk it. Done for both schedulers."""
+    gc.collect()
+    gc.freeze()
 
 
 def intervals(kind: str, n: int) -> list[float]:
@@ -111,12 +127,14 @@ async def lateness_companyd(kind: str, n: int, seconds: float) -> dict[str, Any]
             config, sink, state_dir=Path(d), bus=EventBus(), clock=SystemClock()
         )
         await sched.start()
+        freeze_heap()
         # Skip the first fires (a cold process), then measure for ``seconds``.
         first = time.time() + 6.0
         end = first + seconds
         await asyncio.sleep(end - time.time())
         await sched.settle()
         await sched.stop()
+        gc.unfreeze()
         conn = db.open_readonly(sched.db_path)
         assert conn is not None
         rows = [r for r in db.fires_between(conn, first, end) if r.outcome == "ok"]
@@ -130,6 +148,25 @@ async def lateness_companyd(kind: str, n: int, seconds: float) -> dict[str, Any]
         "max_ms": 1000 * max(submit),
         "dispatch_p50_ms": 1000 * quantile(dispatch, 0.5),
         "dispatch_p99_ms": 1000 * quantile(dispatch, 0.99),
+        **per_instant([(r.scheduled, (r.started or 0) - r.scheduled) for r in rows]),
+    }
+
+
+def per_instant(samples: list[tuple[float, float]]) -> dict[str, Any]:
+    """The p99 of each fire instant (a burst) on its own: on a shared machine one burst that
+    meets a preempted CPU or a full collection decides the p99 of all fires."""
+    by: dict[float, list[float]] = {}
+    for when, late in samples:
+        by.setdefault(round(when, 3), []).append(late)
+    p99s = sorted(1000 * quantile(v, 0.99) for v in by.values() if len(v) >= 100)
+    if not p99s:
+        return {}
+    return {
+        "bursts": len(p99s),
+        "burst_p99_ms_median": p99s[len(p99s) // 2],
+        "burst_p99_ms_best": p99s[0],
+        "burst_p99_ms_worst": p99s[-1],
+        "bursts_under_100ms": sum(1 for p in p99s if p < 100.0),
     }
 
 
@@ -138,13 +175,16 @@ async def lateness_apscheduler(kind: str, n: int, seconds: float) -> dict[str, A
     from apscheduler.triggers.interval import IntervalTrigger
 
     lateness: list[float] = []
+    instants: list[tuple[float, float]] = []
     anchor = datetime(1970, 1, 1, tzinfo=UTC)
     measuring = False
 
     async def job(period: float) -> None:
         now = time.time()
         if measuring:
-            lateness.append(now - math.floor(now / period) * period)
+            fire = math.floor(now / period) * period
+            lateness.append(now - fire)
+            instants.append((fire, now - fire))
 
     sched = AsyncIOScheduler(timezone="UTC")
     sched.start()
@@ -158,10 +198,12 @@ async def lateness_apscheduler(kind: str, n: int, seconds: float) -> dict[str, A
             coalesce=True,
             max_instances=1,
         )
+    freeze_heap()
     await asyncio.sleep(6.0)
     measuring = True
     await asyncio.sleep(seconds)
     measuring = False
+    gc.unfreeze()
     sched.pause()
     await asyncio.sleep(1.0)  # shutdown() cancels running coroutine jobs: let them end first
     sched.shutdown(wait=False)
@@ -171,6 +213,7 @@ async def lateness_apscheduler(kind: str, n: int, seconds: float) -> dict[str, A
         "p50_ms": 1000 * quantile(lateness, 0.5),
         "p99_ms": 1000 * quantile(lateness, 0.99),
         "max_ms": 1000 * max(lateness),
+        **per_instant(instants),
     }
 
 
@@ -210,22 +253,27 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer bursts, 7 days")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
-        "--only", choices=("lateness", "compressed"), help="run one half of the benchmark"
+        "--only",
+        choices=("lateness", "burst", "compressed"),
+        help="run one half of the benchmark (burst: only the burst half of lateness)",
     )
     args = parser.parse_args()
     spread_seconds = 30.0 if args.quick else 90.0
-    burst_seconds = 10.0 if args.quick else 20.0
+    burst_seconds = 10.0 if args.quick else 60.0
     days = 7.0 if args.quick else 30.0
     out: dict[str, Any] = {
         "machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''} "
         f"python {platform.python_version()} sqlite {sqlite3.sqlite_version}",
         "cpus": len(os.sched_getaffinity(0)),
+        "load_before": os.getloadavg(),
     }
 
     out["lateness"] = {}
     for kind, seconds in (("spread", spread_seconds), ("burst", burst_seconds)):
         if args.only == "compressed":
             break
+        if args.only == "burst" and kind != "burst":
+            continue
         base = await lateness_apscheduler(kind, 1000, seconds)
         ours = await lateness_companyd(kind, 1000, seconds)
         ours["p99_ratio_vs_apscheduler"] = ours["p99_ms"] / max(base["p99_ms"], 1e-9)
@@ -256,7 +304,7 @@ async def main() -> None:
         ("example company, 5 attempts/run, 3 restarts", example, 5, downtime),
         ("dense (10 × every 30m), 5 attempts/run, 3 restarts", dense, 5, downtime),
     ):
-        if args.only == "lateness":
+        if args.only in ("lateness", "burst"):
             break
         rep = await compressed(cfg, days, attempts, down)
         out["compressed"].append(summarize(name, rep, days))
@@ -265,7 +313,7 @@ async def main() -> None:
         json.dump(out, sys.stdout, indent=2)
         print()
         return
-    print(f"machine: {out['machine']} ({out['cpus']} cpus)")
+    print(f"machine: {out['machine']} ({out['cpus']} cpus), load average {out['load_before']}")
     for kind, what in (
         ("spread", "1,000 routines every 20–40 s (20 ms apart)"),
         ("burst", "1,000 routines every 5 s, all due at the same instant"),
@@ -285,10 +333,19 @@ async def main() -> None:
             f"{ours['p99_ratio_vs_apscheduler']:.2f}×  (dispatch p50 "
             f"{ours['dispatch_p50_ms']:.1f} / p99 {ours['dispatch_p99_ms']:.1f} ms)"
         )
-    print(
-        f"\ncompressed time, {days:g} days, 20 % transient call failures "
-        f"(restarts, where named: down/up offsets in s {downtime}):"
-    )
+        for name, r in (("plain APScheduler", base), ("companyd", ours)):
+            if "bursts" in r:
+                print(
+                    f"  {name}: p99 of each burst on its own: median "
+                    f"{r['burst_p99_ms_median']:.1f} ms, best {r['burst_p99_ms_best']:.1f}, "
+                    f"worst {r['burst_p99_ms_worst']:.1f}; under 100 ms in "
+                    f"{r['bursts_under_100ms']} of {r['bursts']} bursts"
+                )
+    if out["compressed"]:
+        print(
+            f"\ncompressed time, {days:g} days, 20 % transient call failures "
+            f"(restarts, where named: down/up offsets in s {downtime}):"
+        )
     for s in out["compressed"]:
         rate = s["success_rate"]
         print(

@@ -109,3 +109,49 @@ async def test_coalesced_fire_times_are_reported_not_dropped() -> None:
     assert folded == [1, 2, 3, 4]
     sched.shutdown(wait=False)
     await asyncio.sleep(0)
+
+
+async def test_batch_update_keeps_the_job_store_in_order() -> None:
+    # After a burst the store puts every moved job in place with one sort; the result must
+    # be exactly what APScheduler's one-by-one update_job gives.
+    import random
+
+    from apscheduler.jobstores.memory import MemoryJobStore
+
+    from companyd.scheduler._aps import BatchMemoryJobStore
+
+    clock = ManualClock(start=datetime(2027, 1, 4, tzinfo=UTC).timestamp())
+    now = datetime(2027, 1, 4, tzinfo=UTC)
+    rng = random.Random(5)
+    ids = [f"j{i:03d}" for i in range(100)]
+    first = {j: now + timedelta(seconds=rng.choice((0, 0, 30, 60, 90))) for j in ids}
+    moved_to = {j: now + timedelta(seconds=rng.choice((5, 60, 61, 120))) for j in ids}
+    every = IntervalTrigger(minutes=1, start_date=datetime(1970, 1, 1, tzinfo=UTC), timezone=UTC)
+
+    async def job(*, scheduled: datetime | None = None) -> None:
+        return None
+
+    orders = []
+    for store in (BatchMemoryJobStore(), MemoryJobStore()):
+        sched = ClockedScheduler(clock, max_sleep=None, timezone="UTC")
+        sched.add_jobstore(store, "default")
+        sched.start()
+        for j in ids:
+            sched.add_job(job, every, id=j, next_run_time=first[j])
+        due = store.get_due_jobs(now)
+        assert len(due) >= 32  # enough to take the sorting path
+        for j in due:
+            j._modify(next_run_time=moved_to[j.id])
+        if isinstance(store, BatchMemoryJobStore):
+            store.update_jobs(due)
+        else:
+            for j in due:
+                store.update_job(j)
+        orders.append([(j.id, j.next_run_time) for j in store.get_all_jobs()])
+        assert store.get_next_run_time() == orders[-1][0][1]
+        assert store.lookup_job("j000").next_run_time in (first["j000"], moved_to["j000"])
+        sched.shutdown(wait=False)
+        await asyncio.sleep(0)
+    batch, plain = orders
+    assert batch == plain
+    assert batch == sorted(batch, key=lambda o: (o[1], o[0]))

@@ -103,3 +103,53 @@ async def test_sigkill_mid_run_closes_the_fire_and_does_not_run_it_again(
     assert event.data["scheduled"] == "2027-01-04T14:00:00+00:00"
     await h.advance_to("2027-01-05T14:00:00")
     assert [t.routine for t in h.sink.tasks] == ["daily-post"]  # the next day's fire
+
+
+KILLED_AT_HANDOVER = CHILD.replace(
+    "        self.routines.append(task.routine)\n        await asyncio.Event().wait()",
+    "        import os, signal\n"
+    "        print('HANDOVER', task.routine, flush=True)\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)",
+)
+
+
+async def test_sigkill_at_the_hand_over_records_the_fire_at_the_next_start(
+    tmp_path: Path, make_harness: Callable[..., Harness]
+) -> None:
+    # The cursor is committed before the hand-over, the fire's row right after it. A process
+    # killed in between leaves a cursor ahead of the history: the next start records the
+    # fire (cancelled, with why) and does not run it again.
+    assert KILLED_AT_HANDOVER != CHILD
+    cfg_path = tmp_path / "company.yaml"
+    cfg_path.write_text(company_text(ROUTINES))
+    state = tmp_path / "state"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        KILLED_AT_HANDOVER,
+        str(cfg_path),
+        str(state),
+        str(ts("2027-01-04T13:59:00")),
+        "60",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    async with asyncio.timeout(30):
+        out, err = await proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, err.decode()
+    assert out.decode().split() == ["HANDOVER", "daily-post"]
+
+    h = make_harness(company(ROUTINES), start="2027-01-04T14:05:00")
+    await h.start()
+    assert h.sink.tasks == []  # within run_once's grace, but it was handed over: not again
+    [row] = h.history("daily-post")
+    assert iso(row.scheduled) == "2027-01-04T14:00:00+00:00"
+    assert row.outcome == "cancelled"
+    assert "before its history row was written" in (row.reason or "")
+    assert "not run again" in (row.reason or "")
+    [event] = h.kinds("routine_failed")
+    assert event.data["outcome"] == "cancelled" and event.data["fire_id"] == row.fire_id
+    await h.advance_to("2027-01-05T14:00:00")
+    assert [t.routine for t in h.sink.tasks] == ["daily-post"]
+    assert len(h.history("daily-post")) == 2

@@ -9,7 +9,7 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.config import load_config
-from companyd.scheduler.sim import FlakySink, simulate
+from companyd.scheduler.sim import FlakySink, ModelCallGate, simulate
 
 from .conftest import ts
 
@@ -122,3 +122,112 @@ async def test_manual_clock_next_deadline() -> None:
     async with asyncio.timeout(5):
         await a
     assert clock.next_deadline() is None
+
+
+class GatedSink(FlakySink):
+    """A runtime whose model call waits 30 simulated seconds (a retry backoff) through the
+    gate, as ClaudeBackend does; without the gate it would wait forever."""
+
+    def __init__(self, clock: ManualClock, gate: ModelCallGate) -> None:
+        super().__init__(failure_rate=0.0, clock=clock)
+        self.gate = gate
+        self.spans: list[tuple[float, float]] = []
+
+    async def submit(self, task):  # type: ignore[no-untyped-def]
+        began = self.gate.time()
+        self.gate.calls += 1  # what ModelCallGate.backend() counts
+        try:
+            await self.gate.sleep(30)
+        finally:
+            self.gate.calls -= 1
+        self.spans.append((began, self.gate.time()))
+        return await super().submit(task)
+
+
+async def test_a_gate_lets_time_move_only_while_every_call_sleeps(tmp_path: Path) -> None:
+    from .conftest import company
+
+    config = company(
+        """\
+        often: {assignee: coo, description: Work., trigger: {every: 1m}}
+        """
+    )
+    clock = ManualClock(start=ts("2027-01-04T00:00:00"))
+    gate = ModelCallGate(clock)
+    sink = GatedSink(clock, gate)
+    async with asyncio.timeout(30):
+        report = await simulate(config, 10 / 1440, sink, clock, state_dir=tmp_path / "s", gate=gate)
+    assert report.complete, report.to_dict()
+    assert report.routines["often"].outcomes == {"ok": 10}
+    assert [round(b - a) for a, b in sink.spans] == [30] * 10  # the backoff took sim time
+    assert gate.slept == 300 and gate.stalls == 0
+    assert clock.time() == ts("2027-01-04T00:10:30")  # the last run (at 00:10) finished
+
+
+async def test_runs_stuck_on_the_clock_outside_model_calls_are_moved_on_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from companyd.scheduler import sim
+
+    from .conftest import company
+
+    monkeypatch.setattr(sim, "STALL_SECONDS", 0.05)
+    config = company(
+        """\
+        hourly: {assignee: coo, description: Work., trigger: {every: 1h}}
+        """
+    )
+    clock = ManualClock(start=ts("2027-01-04T00:30:00"))
+    gate = ModelCallGate(clock)
+    async with asyncio.timeout(30):
+        report = await simulate(
+            config, 2 / 24, SleepySink(clock), clock, state_dir=tmp_path / "s", gate=gate
+        )
+    assert report.routines["hourly"].outcomes == {"ok": 2}
+    assert gate.stalls == 2  # each run's 90 s sleep was not a model call: told, not hidden
+
+
+class JitterySink(FlakySink):
+    """Each run sleeps out ten 0.1 s backoffs on the gate: not exactly representable, so the
+    clock's wall reading drifts below its monotonic one by float rounding."""
+
+    def __init__(self, clock: ManualClock, gate: ModelCallGate) -> None:
+        super().__init__(failure_rate=0.0, clock=clock)
+        self.gate = gate
+
+    async def submit(self, task):  # type: ignore[no-untyped-def]
+        self.gate.calls += 1
+        try:
+            for _ in range(10):
+                await self.gate.sleep(0.1)
+        finally:
+            self.gate.calls -= 1
+        return await super().submit(task)
+
+
+@pytest.mark.parametrize("slack", [None, 0.0])
+async def test_the_fire_time_at_the_very_end_is_served_despite_rounding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slack: float | None
+) -> None:
+    from companyd.scheduler import sim
+
+    from .conftest import company
+
+    if slack is not None:  # without the slack: the bug this guards against
+        monkeypatch.setattr(sim, "_END_SLACK", slack)
+    config = company(
+        """\
+        often: {assignee: coo, description: Work., trigger: {every: 1m}}
+        """
+    )
+    clock = ManualClock(start=ts("2027-01-04T00:00:00"))
+    gate = ModelCallGate(clock)
+    async with asyncio.timeout(30):
+        report = await simulate(
+            config, 30 / 1440, JitterySink(clock, gate), clock, state_dir=tmp_path / "s", gate=gate
+        )
+    assert clock.monotonic() - (clock.time() - ts("2027-01-04T00:00:00")) > 0  # it drifted
+    if slack is None:
+        assert report.complete and report.routines["often"].outcomes == {"ok": 30}
+    else:
+        assert report.missing == [("often", "2027-01-04T00:30:00+00:00")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,89 @@ async def test_statements_are_bulk_applied_and_a_bad_one_is_isolated(tmp_path: P
     assert got == ["fire-2", "fire-1"]
     assert cursor == 5.0
     assert len(errors) == 1 and isinstance(errors[0], sqlite3.IntegrityError)
+
+
+async def test_work_posted_behind_a_batch_waits_for_it_and_keeps_its_order(
+    tmp_path: Path,
+) -> None:
+    # The scheduler waits only for a fire's cursor; its row is posted behind that batch. The
+    # row must still be committed before anything written about it later (start, finish).
+    store = RoutineStore(tmp_path / db.DB_NAME)
+    state = db.RoutineState(routine="r", trigger="t", cursor=0.0)
+    seen: list[tuple[str, int]] = []
+
+    def count(label: str) -> Callable[[sqlite3.Connection], None]:
+        def fn(c: sqlite3.Connection) -> None:
+            seen.append((label, c.execute("SELECT COUNT(*) FROM fires").fetchone()[0]))
+
+        return fn
+
+    async with asyncio.timeout(10):
+        await store.open()
+        await store.call(lambda c: db.put_state(c, state))
+        # What the scheduler does in one step: the row behind, the cursor now.
+        store.post_execute_next(db.insert_fire_stmt(fire(1, None)))
+        store.post_execute(db.advance_cursor_stmt("r", 1001.0, 9.0))
+        store.post(count("with the cursor"))  # same batch as the cursor: no row yet
+        await asyncio.sleep(0)  # the cursor's batch is handed over; the row is held
+        assert store.pending == 3
+        store.post(count("after"))  # submitted while held: goes after the row
+        store.post_execute(db.finish_fire_stmt("fire-1", outcome="ok", reason=None, ended=5.0))
+        await store.drain()
+        cursor = await store.call(lambda c: db.load_states(c)["r"].cursor)
+        assert store.pending == 0
+        [row] = await store.call(lambda c: db.recent_fires(c, "r", 10))
+        await store.close()
+    assert seen == [("with the cursor", 0), ("after", 1)]
+    assert row.outcome == "ok" and row.ended == 5.0
+    assert cursor == 1001.0
+
+
+async def test_close_writes_work_still_held_behind_a_batch(tmp_path: Path) -> None:
+    store = RoutineStore(tmp_path / db.DB_NAME)
+    async with asyncio.timeout(10):
+        await store.open()
+        store.post_execute_next(db.insert_fire_stmt(fire(1)))
+        store.post(lambda c: None)
+        await asyncio.sleep(0)
+        await store.close()
+    conn = db.open_readonly(tmp_path / db.DB_NAME)
+    assert conn is not None
+    try:
+        assert [r.fire_id for r in db.recent_fires(conn, "r", 10)] == ["fire-1"]
+    finally:
+        conn.close()
+
+
+async def test_a_cursor_ahead_of_the_history_is_closed_and_idle_rows_it_needs_are_kept(
+    tmp_path: Path,
+) -> None:
+    store = RoutineStore(tmp_path / db.DB_NAME)
+    async with asyncio.timeout(10):
+        await store.open()
+
+        def setup(c: sqlite3.Connection) -> None:
+            for name, last in (("r", 1001.0), ("quiet", 1002.0), ("gone", 1003.0)):
+                db.put_state(
+                    c, db.RoutineState(routine=name, trigger="t", cursor=last, last_fire=last)
+                )
+            # r: its last fire has a row; quiet: its only row is an old idle one
+            db.insert_fires(c, [fire(1), fire(2, "idle", routine="quiet"), fire(0, "idle")])
+
+        await store.call(setup)
+        pruned = await store.call(lambda c: db.prune_idle(c, 5000.0))
+        added = await store.call(
+            lambda c: db.close_unrecorded(c, 6000.0, "why", {"r": "coo", "quiet": "coo"})
+        )
+        again = await store.call(lambda c: db.close_unrecorded(c, 7000.0, "why", {}))
+        await store.close()
+    assert pruned == 1  # r's old idle row went; quiet's is its last fire and stays
+    [rec] = added
+    assert (rec.routine, rec.agent, rec.scheduled, rec.outcome, rec.reason) == (
+        "gone",
+        "?",
+        1003.0,
+        "cancelled",
+        "why",
+    )
+    assert again == []

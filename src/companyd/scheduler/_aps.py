@@ -45,12 +45,21 @@ from apscheduler.events import (
 )
 from apscheduler.executors.asyncio import AsyncIOExecutor
 from apscheduler.executors.base import MaxInstancesReachedError
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.schedulers.base import STATE_PAUSED
+from apscheduler.util import datetime_to_utc_timestamp
 
 from companyd.clock import Clock
 
-__all__ = ["ClockedExecutor", "ClockedScheduler", "CoalescedMiss", "JobDropped"]
+__all__ = [
+    "BatchMemoryJobStore",
+    "ClockedExecutor",
+    "ClockedScheduler",
+    "CoalescedMiss",
+    "JobDropped",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +74,36 @@ class CoalescedMiss(JobExecutionEvent):  # type: ignore[misc]  # apscheduler is 
 
 class JobDropped(JobExecutionEvent):  # type: ignore[misc]
     """``EVENT_JOB_ERROR`` for a job removed because it could not be dispatched at all."""
+
+
+#: From this many jobs updated in one round on, the job store re-sorts once instead of
+#: moving each job with two binary searches in Python.
+_RESORT_FROM = 32
+
+
+def _store_order(entry: tuple[Any, float | None]) -> tuple[float, str]:
+    # MemoryJobStore's order: by next run time (paused jobs, None, last), then by job id.
+    job, timestamp = entry
+    return (float("inf") if timestamp is None else timestamp, job.id)
+
+
+class BatchMemoryJobStore(MemoryJobStore):  # type: ignore[misc]
+    """APScheduler's MemoryJobStore with :meth:`update_jobs`: after a burst of due jobs, their
+    new next run times are put in order with one sort rather than one ``update_job`` each
+    (two binary searches written in Python — 40 % of dispatching 1,000 simultaneous fires)."""
+
+    def update_jobs(self, jobs: list[Any]) -> None:
+        """``update_job`` for each of ``jobs`` (all in this store), in one step."""
+        if len(jobs) < _RESORT_FROM:
+            for job in jobs:
+                self.update_job(job)
+            return
+        index = self._jobs_index
+        for job in jobs:
+            if job.id not in index:
+                raise JobLookupError(job.id)
+            index[job.id] = (job, datetime_to_utc_timestamp(job.next_run_time))
+        self._jobs = sorted(index.values(), key=_store_order)
 
 
 class ClockedExecutor(AsyncIOExecutor):  # type: ignore[misc]
@@ -163,6 +202,9 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
     def _create_default_executor(self) -> ClockedExecutor:
         return ClockedExecutor(self.now)
 
+    def _create_default_jobstore(self) -> BatchMemoryJobStore:
+        return BatchMemoryJobStore()
+
     @property
     def executor(self) -> ClockedExecutor:
         ex: ClockedExecutor = self._lookup_executor("default")
@@ -235,7 +277,8 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
     def _process_jobs(self) -> float | None:
         """Start due jobs; return the seconds until the next fire time (None: no jobs).
 
-        APScheduler 3.11.3's algorithm with the clock's "now", plus CoalescedMiss events.
+        APScheduler 3.11.3's algorithm with the clock's "now", plus CoalescedMiss events, and
+        the job store updated once per round (:class:`BatchMemoryJobStore`).
         """
         if self.state == STATE_PAUSED:
             return None
@@ -246,9 +289,10 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
         tell_submitted = any(mask & EVENT_JOB_SUBMITTED for _cb, mask in self._listeners)
         with self._jobstores_lock:
             for alias, store in self._jobstores.items():
+                moved: list[Any] = []  # jobs whose next run time changed, stored at the end
                 for job in store.get_due_jobs(now):
                     try:
-                        self._dispatch_job(job, alias, store, now, events, tell_submitted)
+                        self._dispatch_job(job, alias, store, now, events, tell_submitted, moved)
                     except Exception as exc:
                         # A job that cannot even be dispatched (a bug in a trigger) is dropped
                         # rather than retried in a hot loop, and said so — never silently.
@@ -259,6 +303,11 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
                             )
                         )
                         self.remove_job(job.id, alias)
+                if isinstance(store, BatchMemoryJobStore):
+                    store.update_jobs(moved)
+                else:
+                    for job in moved:
+                        store.update_job(job)
                 store_next = store.get_next_run_time()
                 if store_next and (next_wakeup_time is None or store_next < next_wakeup_time):
                     next_wakeup_time = store_next
@@ -277,9 +326,16 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
         now: datetime,
         events: list[Any],
         tell_submitted: bool,
+        moved: list[Any],
     ) -> None:
         executor = self._lookup_executor(job.executor)
-        all_times = job._get_run_times(now)
+        # Job._get_run_times, keeping the first fire time after now that it computes anyway:
+        # APScheduler asks the trigger for it a second time.
+        all_times: list[datetime] = []
+        job_next_run = job.next_run_time
+        while job_next_run and job_next_run <= now:
+            all_times.append(job_next_run)
+            job_next_run = job.trigger.get_next_fire_time(job_next_run, now)
         run_times = all_times[-1:] if all_times and job.coalesce else all_times
         for folded in all_times[: len(all_times) - len(run_times)]:
             events.append(CoalescedMiss(EVENT_JOB_MISSED, job.id, alias, folded))
@@ -298,9 +354,10 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
         else:
             if tell_submitted:
                 events.append(JobSubmissionEvent(EVENT_JOB_SUBMITTED, job.id, alias, run_times))
-        job_next_run = job.trigger.get_next_fire_time(run_times[-1], now)
         if job_next_run:
+            # The store is updated once for the whole round (``moved``); until then it keeps
+            # the job at its old place, which is consistent with the old time it holds.
             job._modify(next_run_time=job_next_run)
-            store.update_job(job)
+            moved.append(job)
         else:
             self.remove_job(job.id, alias)

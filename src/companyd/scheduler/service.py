@@ -83,6 +83,11 @@ _INTERRUPTED = (
     "interrupted: the daemon stopped (crash, kill or power loss) before the run ended; the "
     "fire is not run again — see `companyd runs` for what the agent did"
 )
+_UNRECORDED = (
+    "interrupted: the daemon stopped (crash, kill or power loss) just after this fire was "
+    "dispatched, before its history row was written; the fire is not run again — see "
+    "`companyd runs` for what the agent did"
+)
 _STOPPED = (
     "interrupted: the scheduler stopped before the run ended; the fire is not run again — "
     "see `companyd runs` for what the agent did"
@@ -210,9 +215,17 @@ class RoutineScheduler:
         try:
             await store.open()
             now = self._clock.time()
-            interrupted = await store.call(lambda c: db.close_interrupted(c, now, _INTERRUPTED))
+            agents = {slug: r.assignee for slug, r in self._config.routines.items()}
+            interrupted, unrecorded = await store.call(
+                lambda c: (
+                    db.close_interrupted(c, now, _INTERRUPTED),
+                    db.close_unrecorded(c, now, _UNRECORDED, agents),
+                )
+            )
             for rec in interrupted:
                 self._emit(rec, Outcome.CANCELLED, _INTERRUPTED)
+            for rec in unrecorded:
+                self._emit(rec, Outcome.CANCELLED, _UNRECORDED)
             states = await store.call(db.load_states)
             routines = [r for r in self._config.routines.values() if r.enabled]
             # Walking cron fire times over a long outage is CPU work: keep it off the loop.
@@ -528,14 +541,17 @@ class RoutineScheduler:
         slot.pending += 1
         try:
             try:
-                # The cursor is committed before anything runs: a crash from here on never
-                # makes a restart run this fire time again.
                 if kind == "manual":
-                    await store.execute(db.insert_fire_stmt(rec))
+                    await store.execute(db.insert_fire_stmt(rec))  # manual: no cursor
                 else:
-                    await store.execute(
-                        db.insert_fire_stmt(rec), db.advance_cursor_stmt(r.slug, scheduled, now)
-                    )
+                    # Only the cursor is waited for: once it is committed, no restart runs
+                    # this fire time again. The row follows in the next batch (a burst of a
+                    # thousand fires then waits for a thousand small UPDATEs, not also for
+                    # a thousand INSERTs into an indexed table); if the process dies between
+                    # the two, the next start finds the cursor ahead of the history and
+                    # records the fire as cancelled (db.close_unrecorded).
+                    store.post_execute_next(db.insert_fire_stmt(rec))
+                    await store.execute(db.advance_cursor_stmt(r.slug, scheduled, now))
                 await slot.lock.acquire()
             except asyncio.CancelledError:
                 self._record_cancelled(rec, _STOPPED_BEFORE)
@@ -658,22 +674,27 @@ class RoutineScheduler:
 
     def _record_cancelled(self, rec: FireRecord, reason: str) -> None:
         # Called while being cancelled: post (do not await) so the row is written anyway. The
-        # insert of the row was submitted earlier; within a batch inserts go first.
+        # insert of the row was submitted earlier, possibly for the batch after the one being
+        # gathered: posting into that one too keeps this UPDATE after it (inserts go first).
         ended = self._clock.time()
         self._emit(rec, Outcome.CANCELLED, reason)
         self._post(
             db.finish_fire_stmt(
                 rec.fire_id, outcome=str(Outcome.CANCELLED), reason=reason, ended=ended
-            )
+            ),
+            next_batch=True,
         )
 
-    def _post(self, *work: db.Stmt | Callable[[Any], None]) -> None:
-        """Queue history writes from a synchronous path (a listener, a cancellation)."""
+    def _post(self, *work: db.Stmt | Callable[[Any], None], next_batch: bool = False) -> None:
+        """Queue history writes from a synchronous path (a listener, a cancellation);
+        ``next_batch``: statements go into the batch after the one being gathered."""
         try:
             if self._store is None:
                 raise StoreError("routine history is closed")
             stmts = tuple(w for w in work if isinstance(w, tuple))
-            if stmts:
+            if stmts and next_batch:
+                self._store.post_execute_next(*stmts)
+            elif stmts:
                 self._store.post_execute(*stmts)
             for w in work:
                 if not isinstance(w, tuple):
@@ -826,6 +847,14 @@ class RoutineScheduler:
         """Seconds on the clock until the scheduler next looks at its jobs (None: idle)."""
         return None if self._aps is None else self._aps.next_wakeup
 
+    @property
+    def in_flight(self) -> set[asyncio.Future[Any]]:
+        """The fires in progress now (waiting for their turn or running), manual ones too."""
+        busy: set[asyncio.Future[Any]] = {t for t in self._manual if not t.done()}
+        if self._aps is not None:
+            busy |= self._aps.executor.tasks
+        return busy
+
     async def settle(self, *, runs: bool = True) -> None:
         """Return once nothing is due at the clock's current time: no wakeup pending, every
         history write committed, and (``runs``) no fire in flight.
@@ -838,9 +867,7 @@ class RoutineScheduler:
         while quiet < 3:
             await asyncio.sleep(0)
             if runs:
-                busy: set[asyncio.Future[Any]] = set(self._manual)
-                if self._aps is not None:
-                    busy |= self._aps.executor.tasks
+                busy = self.in_flight
                 if busy:
                     quiet = 0
                     await asyncio.wait(busy)

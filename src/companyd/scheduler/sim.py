@@ -9,8 +9,11 @@ company.yaml: every due fire time must have exactly one row, and every row that 
 
 The sink is whatever runs the tasks: :class:`FlakySink` here (a stand-in runtime whose model
 calls fail transiently at a given rate), or the real agent runtime against the loopback
-Messages API server. The sink must not wait on the simulated clock (its runs take zero
-simulated time; real time spent in them is fine).
+Messages API server (:mod:`companyd.scheduler.sim_runtime`). By default the sink must not
+wait on the simulated clock (its runs take zero simulated time; real time spent in them is
+fine). A runtime that does wait on it between attempts — ClaudeBackend's retry backoff —
+runs with a :class:`ModelCallGate`: simulated time then still stands still while a run
+works, and moves on only while every model call in flight is sleeping on the clock.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from companyd.clock import ManualClock, utc_from_ts
 from companyd.config import CompanyConfig
 from companyd.events import EventBus
+from companyd.roles.model import ModelBackend, ModelRequest, ModelResponse
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
 from companyd.scheduler._ids import new_id
@@ -36,6 +40,7 @@ from companyd.scheduler.triggers import build_trigger, fire_times
 
 __all__ = [
     "FlakySink",
+    "ModelCallGate",
     "RoutineSimStats",
     "SimReport",
     "StandaloneContext",
@@ -71,6 +76,156 @@ class StandaloneContext:
         self.ready.set()
 
 
+#: A scheduler wakeup this close after the end of an advance is served by it: ManualClock
+#: sums its two readings separately, so after thousands of steps the wall time the
+#: scheduler fires on can trail the monotonic time the driver counts by float rounding
+#: (~1e-7 s), and a fire time at the very end would be left for the next advance.
+_END_SLACK = 1e-3
+
+#: Real seconds without any progress after which runs in flight that make no model call are
+#: taken to be waiting on the simulated clock for something else (a supervisor's restart
+#: delay after a crash): the clock is then moved to its next deadline, and it is counted.
+STALL_SECONDS = 5.0
+
+
+class ModelCallGate:
+    """Tells the compressed-time driver when runs in flight wait only for simulated time.
+
+    Two views of one :class:`~companyd.clock.ManualClock`:
+
+    * the gate itself is a :class:`~companyd.clock.Clock` (same readings; ``sleep`` is
+      counted) — give it to the model backend for its retry backoff;
+    * :meth:`backend` wraps the model backend and counts the calls in flight.
+
+    When every call in flight is sleeping on the clock (:attr:`may_advance`), nothing but
+    simulated time can move the runs on: :func:`advance` moves the clock to the earliest end
+    of those sleeps (or the scheduler's next wakeup, if sooner). Otherwise — a call waiting
+    for the HTTP server, a tool running, the journal being written — simulated time stands
+    still. ``stalls`` counts the times the driver had to move the clock with runs in flight
+    and no model call at all (see :data:`STALL_SECONDS`).
+    """
+
+    def __init__(self, clock: ManualClock) -> None:
+        self._clock = clock
+        self.calls = 0  # model calls in flight
+        self.sleeping = 0  # of them, waiting on the clock
+        self.slept = 0.0  # simulated seconds of backoff, in total
+        self.stalls = 0
+        self._deadlines: Counter[float] = Counter()
+        self.changed = asyncio.Event()
+
+    # -- Clock --------------------------------------------------------------------------
+
+    def monotonic(self) -> float:
+        return self._clock.monotonic()
+
+    def time(self) -> float:
+        return self._clock.time()
+
+    async def sleep(self, seconds: float) -> None:
+        deadline = self._clock.monotonic() + max(0.0, seconds)
+        self.sleeping += 1
+        self._deadlines[deadline] += 1
+        self.slept += max(0.0, seconds)
+        self.changed.set()
+        try:
+            await self._clock.sleep(seconds)
+        finally:
+            self.sleeping -= 1
+            self._deadlines[deadline] -= 1
+            if not self._deadlines[deadline]:
+                del self._deadlines[deadline]
+            self.changed.set()
+
+    # -- the backend --------------------------------------------------------------------
+
+    def backend(self, inner: ModelBackend) -> ModelBackend:
+        """``inner`` with its calls counted (it must sleep on this gate, not on the clock)."""
+        return _GatedBackend(inner, self)
+
+    @property
+    def may_advance(self) -> bool:
+        """Whether every model call in flight is sleeping on the clock (and there is one)."""
+        return self.calls > 0 and self.sleeping >= self.calls
+
+    def next_deadline(self) -> float | None:
+        """The monotonic reading at which the earliest of those sleeps ends."""
+        return min(self._deadlines, default=None)
+
+
+class _GatedBackend:
+    def __init__(self, inner: ModelBackend, gate: ModelCallGate) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    async def create(self, request: ModelRequest) -> ModelResponse:
+        gate = self._gate
+        gate.calls += 1
+        gate.changed.set()
+        try:
+            return await self._inner.create(request)
+        finally:
+            gate.calls -= 1
+            gate.changed.set()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def _settle_gated(
+    scheduler: RoutineScheduler, clock: ManualClock, gate: ModelCallGate
+) -> bool:
+    """Return once nothing is due now and either no fire is in flight (False) or every model
+    call in flight sleeps on the clock (True)."""
+    while True:
+        await scheduler.settle(runs=False)
+        busy = scheduler.in_flight
+        if not busy:
+            return False
+        if gate.may_advance:
+            return True
+        gate.changed.clear()
+        changed = asyncio.ensure_future(gate.changed.wait())
+        try:
+            done, _ = await asyncio.wait(
+                busy | {changed}, timeout=STALL_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            changed.cancel()
+        deadline = clock.next_deadline()
+        if not done and gate.calls == 0 and deadline is not None:
+            gate.stalls += 1
+            clock.advance(max(0.0, deadline - clock.monotonic()))
+
+
+async def _advance_gated(
+    scheduler: RoutineScheduler, clock: ManualClock, seconds: float, gate: ModelCallGate
+) -> None:
+    end = clock.monotonic() + seconds
+    waiting = await _settle_gated(scheduler, clock, gate)
+    while True:
+        now = clock.monotonic()
+        wake = scheduler.next_wakeup
+        if waiting:
+            # Runs are in flight and all of them wait for simulated time: move to the first
+            # moment one of them (or the scheduler) wakes — past the end if need be, so that
+            # every run started before the end also ends.
+            target = gate.next_deadline()
+            assert target is not None
+            if wake is not None:
+                target = min(target, now + wake)
+            if now < end:
+                target = min(target, end)
+        elif now >= end:
+            if wake is None or wake > _END_SLACK:
+                return
+            target = now + wake  # due at the end but for float rounding
+        else:
+            target = end if wake is None else min(end, now + wake)
+        clock.advance(max(0.0, target - now))
+        waiting = await _settle_gated(scheduler, clock, gate)
+
+
 async def advance(
     scheduler: RoutineScheduler,
     clock: ManualClock,
@@ -78,15 +233,27 @@ async def advance(
     *,
     max_step: float | None = None,
     runs: bool = True,
+    gate: ModelCallGate | None = None,
 ) -> None:
     """Move ``clock`` forward by ``seconds``, stopping wherever something sleeping on it
     wakes up — the scheduler, or a sink that waits on the clock — and letting the scheduler
     finish what is due there (see :meth:`RoutineScheduler.settle`; ``runs=False`` leaves runs
-    blocked in the sink alone)."""
+    blocked in the sink alone).
+
+    With a ``gate`` it stops only at the scheduler's wakeups and at the ends of the model
+    backend's sleeps (other sleepers wake late, when the clock passes them), moves the clock
+    while runs are in flight only when the gate allows it (:class:`ModelCallGate`), and
+    returns when no fire is in flight — possibly a little after ``seconds``, when a run in
+    flight at the end still had to wait out a retry backoff."""
+    if gate is not None:
+        await _advance_gated(scheduler, clock, seconds, gate)
+        return
     end = clock.monotonic() + seconds
     await scheduler.settle(runs=runs)
-    while (remaining := end - clock.monotonic()) > 0:
-        step = remaining
+    while (remaining := end - clock.monotonic()) > 0 or (
+        (wake := scheduler.next_wakeup) is not None and wake <= _END_SLACK
+    ):
+        step = max(remaining, 0.0)
         deadline = clock.next_deadline()
         if deadline is not None and deadline > clock.monotonic():
             step = min(step, deadline - clock.monotonic())
@@ -296,6 +463,7 @@ async def simulate(
     bus: EventBus | None = None,
     downtime: Sequence[tuple[float, float]] = (),
     wait_for_runs: bool = True,
+    gate: ModelCallGate | None = None,
 ) -> SimReport:
     """Run ``config``'s routines for ``days`` on ``clock`` and audit the history.
 
@@ -314,7 +482,14 @@ async def simulate(
             False: time moves on from wakeup to wakeup regardless — for a runtime that
             sleeps on ``clock`` itself (retry backoff); runs still in progress at a restart or
             at the end are then stopped and recorded ``cancelled``.
+        gate: for a runtime that sleeps on ``clock`` between model-call attempts (see
+            :class:`ModelCallGate`); runs in flight at a restart or at the end are then
+            finished first. Implies ``wait_for_runs``.
     """
+    if gate is not None and not wait_for_runs:
+        raise ValueError(
+            "a gate keeps simulated time still while runs work; it needs wait_for_runs=True"
+        )
     bus = bus or EventBus(clock)
     events: Counter[str] = Counter()
     remove = bus.add_listener(lambda e: events.update([e.kind]))
@@ -332,12 +507,14 @@ async def simulate(
     await sched.start()
     try:
         for down_at, up_at in sorted(downtime):
-            await advance(sched, clock, start + down_at - clock.time(), runs=wait_for_runs)
+            await advance(
+                sched, clock, start + down_at - clock.time(), runs=wait_for_runs, gate=gate
+            )
             await sched.stop(drain=wait_for_runs)
-            clock.advance(up_at - down_at)
+            clock.advance(max(0.0, start + up_at - clock.time()))
             sched = make()
             await sched.start()
-        await advance(sched, clock, end - clock.time(), runs=wait_for_runs)
+        await advance(sched, clock, end - clock.time(), runs=wait_for_runs, gate=gate)
     finally:
         await sched.stop(drain=wait_for_runs)
         remove()

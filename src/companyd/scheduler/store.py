@@ -23,7 +23,9 @@ Tables:
 Durability: WAL with ``synchronous=NORMAL``: a committed write survives a crash of the
 process (it is in the OS's hands); the last few commits may be lost on power failure, which
 at worst re-offers one catch-up decision. The cursor of a fire is committed *before* its
-task is submitted, so a restart never runs the same fire time twice.
+task is submitted, so a restart never runs the same fire time twice; the fire's row follows
+in the next batch, and a fire whose row a crash prevented is recorded at the next start
+(:func:`close_unrecorded`), so none goes missing either.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from urllib.request import pathname2url
 
 from companyd.clock import utc_from_ts
 from companyd.errors import CompanydError
+from companyd.scheduler import _ids
 
 __all__ = [
     "DB_NAME",
@@ -413,9 +416,16 @@ def delete_states(conn: sqlite3.Connection, routines: Iterable[str]) -> None:
 
 
 def prune_idle(conn: sqlite3.Connection, before: float) -> int:
-    """Delete ``idle`` fires scheduled before ``before``; returns how many."""
+    """Delete ``idle`` fires scheduled before ``before``; returns how many.
+
+    A routine's latest fire (its ``last_fire``) is kept however old: :func:`close_unrecorded`
+    takes a ``last_fire`` without a row for a fire whose row a crash prevented.
+    """
     return conn.execute(
-        "DELETE FROM fires WHERE outcome = 'idle' AND scheduled < ?", (before,)
+        "DELETE FROM fires WHERE outcome = 'idle' AND scheduled < ? AND NOT EXISTS ("
+        "  SELECT 1 FROM routine_state s WHERE s.routine = fires.routine"
+        "  AND s.last_fire = fires.scheduled)",
+        (before,),
     ).rowcount
 
 
@@ -427,6 +437,38 @@ def close_interrupted(conn: sqlite3.Connection, now: float, reason: str) -> list
         [(reason, now, r.fire_id) for r in left],
     )
     return left
+
+
+def close_unrecorded(
+    conn: sqlite3.Connection, now: float, reason: str, agents: Mapping[str, str]
+) -> list[FireRecord]:
+    """Add a ``cancelled`` row for each routine whose last fire has no row.
+
+    A scheduled fire commits its cursor (and ``last_fire``) first and its row in the next
+    batch, so a process that died between the two left the cursor ahead of the history: the
+    fire was dispatched — and is not run again — but not recorded. ``agents`` maps routine
+    slugs to assignees (a routine no longer in company.yaml gets ``"?"``).
+    """
+    rows = conn.execute(
+        "SELECT s.routine, s.last_fire FROM routine_state s WHERE s.last_fire IS NOT NULL "
+        "AND NOT EXISTS (SELECT 1 FROM fires f WHERE f.routine = s.routine "
+        "AND f.scheduled = s.last_fire AND f.kind != 'manual')"
+    ).fetchall()
+    added = [
+        FireRecord(
+            fire_id=_ids.new_id("fire"),
+            routine=routine,
+            agent=agents.get(routine, "?"),
+            kind="scheduled",
+            scheduled=last_fire,
+            ended=now,
+            outcome="cancelled",
+            reason=reason,
+        )
+        for routine, last_fire in rows
+    ]
+    insert_fires(conn, added)
+    return added
 
 
 def open_readonly(path: Path) -> sqlite3.Connection | None:
@@ -464,6 +506,7 @@ def _check_version(path: Path, version: int) -> None:
 
 _Fn = Callable[[sqlite3.Connection], Any]
 _Item = _Fn | tuple[Stmt, ...]  # a function, or statements applied in the bulk phase
+_Entry = tuple[_Item, "asyncio.Future[Any] | None"]
 _Batch = tuple[list[_Item], "concurrent.futures.Future[list[tuple[bool, Any]]]"]
 
 
@@ -489,6 +532,12 @@ class RoutineStore:
     rows and idempotent or monotonic updates (the cursor only moves forward). Anything else
     is a function.
 
+    :meth:`post_execute_next` queues statements behind the batch being gathered: that batch
+    is handed over without them (a caller awaiting a small write does not wait for them),
+    and they go, with everything submitted meanwhile, in the batch handed over once it has
+    been committed and reported back. Order is kept: nothing submitted after them is
+    committed before them (so an UPDATE posted later still finds the row they insert).
+
     Args:
         path: the database file (created with its directory if missing).
         on_error: called (on the event loop) with the exception of a failed :meth:`post`.
@@ -500,15 +549,22 @@ class RoutineStore:
         self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._gathering: list[tuple[_Item, asyncio.Future[Any]]] = []
-        self._pending: set[asyncio.Future[Any]] = set()
+        # Work and, for call/execute, the future its caller awaits (None: posted).
+        self._gathering: list[_Entry] = []
+        self._next: list[_Entry] = []  # for the batch after the one being gathered
+        self._flush_soon = False
+        # While set, nothing is handed over: ``_gathering`` starts with work posted behind
+        # the batch whose report this is, and waits for it.
+        self._hold: asyncio.Future[None] | None = None
+        self._in_flight = 0  # entries handed to the worker and not yet reported back
+        self._batches: set[asyncio.Future[None]] = set()  # resolved when reported back
         self._dead = False
         self._death: StoreError | None = None  # why the worker stopped, for later callers
 
     @property
     def pending(self) -> int:
         """Work (called or posted) not yet committed and reported back to the loop."""
-        return len(self._pending)
+        return len(self._gathering) + len(self._next) + self._in_flight
 
     async def open(self) -> None:
         """Start the worker thread and create or check the schema.
@@ -538,87 +594,128 @@ class RoutineStore:
         If the caller is cancelled, ``fn`` still runs (history writes are not abandoned
         half-way); only its result is dropped.
         """
-        result: T = await self._submit(fn)
+        fut = self._submit(fn, wait=True)
+        assert fut is not None
+        result: T = await fut
         return result
 
     def post(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
         """Queue ``fn(conn)`` without waiting; must be called on the event loop's thread."""
-        self._submit(fn).add_done_callback(self._posted_done)
+        self._submit(fn)
 
     async def execute(self, *stmts: Stmt) -> None:
         """Apply ``stmts`` (in the bulk phase of a batch; see the class docstring)."""
-        await self._submit(stmts)
+        fut = self._submit(stmts, wait=True)
+        assert fut is not None
+        await fut
 
     def post_execute(self, *stmts: Stmt) -> None:
         """:meth:`execute` without waiting."""
-        self._submit(stmts).add_done_callback(self._posted_done)
+        self._submit(stmts)
 
-    def _submit(self, fn: _Item) -> asyncio.Future[Any]:
+    def post_execute_next(self, *stmts: Stmt) -> None:
+        """:meth:`post_execute` into the batch after the one being gathered (see the class
+        docstring): for writes that must follow soon but that nobody should wait for."""
+        self._submit(stmts, later=True)
+
+    def _submit(
+        self, fn: _Item, *, later: bool = False, wait: bool = False
+    ) -> asyncio.Future[Any] | None:
+        # Posted work gets no future of its own (its failure goes to on_error): in a burst of
+        # a thousand fires, a future and two callbacks per history write were a third of the
+        # event loop's work.
         if self._dead:
             raise self._death or StoreError(f"routines.sqlite at {str(self.path)!r} is closed")
-        if self._thread is None or self._loop is None:
+        loop = self._loop
+        if self._thread is None or loop is None:
             raise StoreError(f"routines.sqlite at {str(self.path)!r} is not open")
-        fut: asyncio.Future[Any] = self._loop.create_future()
-        self._pending.add(fut)
-        fut.add_done_callback(self._pending.discard)
-        self._gathering.append((fn, fut))
-        if len(self._gathering) == 1:
-            self._loop.call_soon(self._flush)
+        fut: asyncio.Future[Any] | None = loop.create_future() if wait else None
+        (self._next if later else self._gathering).append((fn, fut))
+        if not self._flush_soon:
+            self._flush_soon = True
+            loop.call_soon(self._flush)
         return fut
 
     def _flush(self) -> None:
-        """Hand everything gathered this loop turn to the worker as one batch."""
-        gathered, self._gathering = self._gathering, []
-        if not gathered:
-            return
+        """Hand everything gathered this loop turn to the worker as one batch; what was
+        posted behind it starts the next one, held until this one is reported back."""
         loop = self._loop
         assert loop is not None
+        self._flush_soon = False
+        if self._hold is not None:
+            return  # _deliver flushes when the held-on batch is reported back
+        gathered, self._gathering = self._gathering, []
+        if not gathered:
+            gathered, self._next = self._next, []  # nothing to be behind
+        if not gathered:
+            return
+        reported: asyncio.Future[None] = loop.create_future()
+        self._batches.add(reported)
+        self._in_flight += len(gathered)
+        if self._next:
+            self._gathering, self._next = self._next, []
+            self._hold = reported
         done: concurrent.futures.Future[list[tuple[bool, Any]]] = concurrent.futures.Future()
 
         def back(f: concurrent.futures.Future[list[tuple[bool, Any]]]) -> None:
             # Runs in the worker thread: hop to the loop once for the whole batch.
             with contextlib.suppress(RuntimeError):  # the loop is already closed
-                loop.call_soon_threadsafe(self._deliver, gathered, f)
+                loop.call_soon_threadsafe(self._deliver, gathered, f, reported)
 
         done.add_done_callback(back)
         self._queue.put(([fn for fn, _ in gathered], done))
         if self._dead:  # the worker died between the check and the put: fail it here
             self._fail_all(self._death or StoreError(f"{str(self.path)!r} is closed"))
 
-    @staticmethod
     def _deliver(
-        gathered: list[tuple[_Item, asyncio.Future[Any]]],
+        self,
+        gathered: list[_Entry],
         done: concurrent.futures.Future[list[tuple[bool, Any]]],
+        reported: asyncio.Future[None],
     ) -> None:
         exc = done.exception()
         results = [(False, exc)] * len(gathered) if exc is not None else done.result()
-        for (_fn, fut), (ok, value) in zip(gathered, results, strict=True):
-            if fut.done():
-                continue
-            if ok:
-                fut.set_result(value)
-            else:
-                fut.set_exception(value)
-
-    def _posted_done(self, fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            log.error("routines.sqlite write failed: %r", exc)
-            if self._on_error is not None:
-                self._on_error(exc)
+        try:
+            for (_fn, fut), (ok, value) in zip(gathered, results, strict=True):
+                if fut is None:
+                    if not ok:
+                        log.error("routines.sqlite write failed: %r", value)
+                        if self._on_error is not None:
+                            self._on_error(value)
+                elif fut.done():
+                    continue
+                elif ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
+        finally:
+            self._in_flight -= len(gathered)
+            self._batches.discard(reported)
+            reported.set_result(None)
+            if self._hold is reported:
+                self._hold = None
+                # Scheduled after the wakeups of the callers just answered, so what they
+                # write next joins the held work in one batch.
+                if (self._gathering or self._next) and not self._flush_soon:
+                    self._flush_soon = True
+                    asyncio.get_running_loop().call_soon(self._flush)
 
     async def drain(self) -> None:
         """Wait until every called or posted function has run."""
-        while self._pending:
-            await asyncio.wait(set(self._pending))
+        while self.pending:
+            if self._batches:
+                await asyncio.wait(set(self._batches))
+            else:
+                await asyncio.sleep(0)  # what was gathered is handed over on this turn
 
     async def close(self) -> None:
         """Finish queued work, close the connection and stop the thread."""
         if self._thread is None:
             return
-        self._flush()
+        while self._gathering or self._next or self._hold is not None:
+            if self._hold is not None:
+                await asyncio.shield(self._hold)
+            self._flush()
         self._queue.put(None)
         thread, self._thread = self._thread, None
         await asyncio.to_thread(thread.join)

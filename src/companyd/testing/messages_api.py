@@ -691,6 +691,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # Headers and body go out in two writes: with Nagle's algorithm on, the body waits
+        # for the client's delayed ACK of the headers — 40 ms added to every call.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.standin._track(self.connection, add=True)
 
     def finish(self) -> None:
