@@ -44,6 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from companyd.daemon.child import StandaloneContext  # noqa: E402
 from companyd.events import EventBus  # noqa: E402
 from companyd.memory.service import MemoryService  # noqa: E402
 from companyd.memory.store import GraphStore  # noqa: E402
@@ -88,17 +89,6 @@ def raw_rate(directory: Path, n: int) -> float:
         path.unlink()
 
 
-class _Ctx:
-    def __init__(self) -> None:
-        self.stopping = asyncio.Event()
-        self.ready = asyncio.Event()
-        self.id = "memory"
-        self.path = "bench/memory"
-
-    def started(self, info: Any = None) -> None:
-        self.ready.set()
-
-
 def inprocess(
     store_path: Path, service_path: Path, directory: Path, rounds: int, n: int
 ) -> dict[str, list[float]]:
@@ -107,8 +97,8 @@ def inprocess(
 
     async def main() -> dict[str, list[float]]:
         service = MemoryService(service_path, bus=EventBus())
-        ctx = _Ctx()
-        task = asyncio.create_task(service.run(ctx))  # type: ignore[arg-type]
+        ctx = StandaloneContext("bench/memory")
+        task = asyncio.create_task(service.run(ctx))
         await ctx.ready.wait()
         store = GraphStore(store_path)
         store.open()

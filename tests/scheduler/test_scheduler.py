@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from companyd.daemon.child import StandaloneContext
 from companyd.roles.tasks import RunStatus
 from companyd.scheduler.service import RoutineBusy, RoutineNotFound
-from companyd.scheduler.sim import StandaloneContext
 
 from .conftest import Harness, company, iso, ts
 
@@ -521,7 +521,7 @@ async def test_run_as_a_child_and_stop_with_a_run_in_flight(make_harness: MakeHa
     sched2 = RoutineScheduler(
         h.config, h.sink, state_dir=h.state_dir, bus=h.bus, clock=h.clock, max_sleep=None
     )
-    ctx2 = StandaloneContext()
+    ctx2 = StandaloneContext("companyd/scheduler")
     child2 = asyncio.ensure_future(sched2.run(ctx2))
     async with asyncio.timeout(5):
         await ctx2.ready.wait()
@@ -671,7 +671,7 @@ async def test_the_same_instance_can_be_restarted_by_its_supervisor(
     sched = await h.start()
     for stop_at, up_at in (("13:30", "13:45"), ("13:55", "14:10")):
         await h.advance_to(f"2027-01-04T{stop_at}:00")
-        ctx = StandaloneContext()
+        ctx = StandaloneContext("companyd/scheduler")
         await sched.stop()
         h.clock.advance(ts(f"2027-01-04T{up_at}:00") - h.clock.time())
         child = asyncio.ensure_future(sched.run(ctx))

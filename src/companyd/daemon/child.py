@@ -31,7 +31,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-__all__ = ["ChildContext", "ChildFn", "Shutdown"]
+__all__ = ["ChildContext", "ChildFn", "Shutdown", "StandaloneContext"]
 
 
 class ChildContext(Protocol):
@@ -69,3 +69,35 @@ class Shutdown(Exception):  # named after OTP's exit reason, not an error
     def __init__(self, info: Any = None) -> None:
         super().__init__(info)
         self.info = info
+
+
+class StandaloneContext:
+    """A :class:`ChildContext` for running one child without a supervisor: the daemon's own
+    helpers outside the tree, ``companyd serve-mcp``, tests, benchmarks, the simulator.
+
+    ``ready`` is set by ``started()``, whose argument is kept in ``info``; set ``stopping``
+    to ask the child to stop. ``id`` defaults to the last segment of ``path``.
+    """
+
+    def __init__(self, path: str = "companyd/child", *, id: str | None = None) -> None:
+        self._path = path
+        self._id = id if id is not None else path.rsplit("/", 1)[-1]
+        self._stopping = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.info: Any = None
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def stopping(self) -> asyncio.Event:
+        return self._stopping
+
+    def started(self, info: Any = None) -> None:
+        self.info = info
+        self.ready.set()

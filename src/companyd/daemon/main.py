@@ -31,6 +31,7 @@ from companyd import __version__
 from companyd.clock import Clock, ScaledClock, SystemClock
 from companyd.config import CompanyConfig, load_config
 from companyd.daemon.admin import AdminError
+from companyd.daemon.child import StandaloneContext
 from companyd.errors import (
     EX_CONFIG,
     EX_SOFTWARE,
@@ -424,7 +425,7 @@ class Daemon:
 
     async def _service(self, run: Any) -> None:
         """Run a daemon-level helper (watchdog, status, lag) with a never-set stop event."""
-        await run(_Standalone())
+        await run(StandaloneContext("daemon"))
 
     def _healthy(self) -> bool:
         return self.tree is not None and self.tree.status == "running"
@@ -782,19 +783,6 @@ class Daemon:
             raise AdminError(
                 f"unknown agent {agent!r}; {hint}agents: {', '.join(self.config.agents)}"
             )
-
-
-class _Standalone:
-    """A ChildContext for daemon-level helpers that run outside the tree."""
-
-    id = "daemon"
-    path = "daemon"
-
-    def __init__(self) -> None:
-        self.stopping = asyncio.Event()
-
-    def started(self, info: Any = None) -> None:
-        return None
 
 
 def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:

@@ -41,6 +41,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from companyd.clock import Clock, SystemClock
+from companyd.daemon.child import StandaloneContext
 from companyd.events import Event, EventBus
 from companyd.memory.errors import MemoryToolError, MemoryUnavailable
 from companyd.memory.service import MemoryService
@@ -161,34 +162,9 @@ def initialization_options(server: Server[Any]) -> Any:
     )
 
 
-class _Ctx:
-    """A stand-in supervisor context for running the owner outside the daemon."""
-
-    def __init__(self) -> None:
-        self._stopping = asyncio.Event()
-        self.ready = asyncio.Event()
-        self.info: Any = None
-
-    @property
-    def id(self) -> str:
-        return "memory"
-
-    @property
-    def path(self) -> str:
-        return "serve-mcp/memory"
-
-    @property
-    def stopping(self) -> asyncio.Event:
-        return self._stopping
-
-    def started(self, info: Any = None) -> None:
-        self.info = info
-        self.ready.set()
-
-
 async def _supervise(
     service: MemoryService,
-    ctx: _Ctx,
+    ctx: StandaloneContext,
     clock: Clock,
     *,
     max_restarts: int = 5,
@@ -235,7 +211,7 @@ async def serve_stdio(
 
     remove = bus.add_listener(report)
     service = MemoryService(path, bus=bus, clock=clock)
-    ctx = _Ctx()
+    ctx = StandaloneContext("serve-mcp/memory")
     owner = asyncio.create_task(_supervise(service, ctx, clock))
     ready = asyncio.create_task(ctx.ready.wait())
     try:

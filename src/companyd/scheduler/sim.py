@@ -43,37 +43,9 @@ __all__ = [
     "ModelCallGate",
     "RoutineSimStats",
     "SimReport",
-    "StandaloneContext",
     "advance",
     "simulate",
 ]
-
-
-class StandaloneContext:
-    """A :class:`~companyd.daemon.child.ChildContext` for running one child without a
-    supervisor (tests, benchmarks, the simulator)."""
-
-    def __init__(self, path: str = "companyd/scheduler") -> None:
-        self._path = path
-        self._stopping = asyncio.Event()
-        self.ready = asyncio.Event()
-        self.info: Any = None
-
-    @property
-    def id(self) -> str:
-        return self._path.rsplit("/", 1)[-1]
-
-    @property
-    def path(self) -> str:
-        return self._path
-
-    @property
-    def stopping(self) -> asyncio.Event:
-        return self._stopping
-
-    def started(self, info: Any = None) -> None:
-        self.info = info
-        self.ready.set()
 
 
 #: A scheduler wakeup this close after the end of an advance is served by it: ManualClock

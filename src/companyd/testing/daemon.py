@@ -21,37 +21,11 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+
+# The short name the tests use for a child run on its own.
+from companyd.daemon.child import StandaloneContext as Ctx
 
 __all__ = ["Ctx", "Receiver", "as_unprivileged", "receiver", "running", "short_dir"]
-
-
-class Ctx:
-    """A ChildContext for running one child on its own: ``ready`` is set by ``started()``,
-    whose argument is kept in ``info``; set ``stopping`` to ask the child to stop."""
-
-    def __init__(self, id: str = "child", path: str = "companyd/child") -> None:
-        self._id = id
-        self._path = path
-        self._stopping = asyncio.Event()
-        self.ready = asyncio.Event()
-        self.info: Any = None
-
-    @property
-    def id(self) -> str:
-        return self._id
-
-    @property
-    def path(self) -> str:
-        return self._path
-
-    @property
-    def stopping(self) -> asyncio.Event:
-        return self._stopping
-
-    def started(self, info: Any = None) -> None:
-        self.info = info
-        self.ready.set()
 
 
 @contextlib.asynccontextmanager
