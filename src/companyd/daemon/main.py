@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd import __version__
+from companyd._heap import freeze_startup_heap
 from companyd.clock import Clock, ScaledClock, SystemClock
 from companyd.config import CompanyConfig, load_config
 from companyd.daemon.admin import AdminError
@@ -151,19 +151,6 @@ def _run_command(args: argparse.Namespace) -> int:
             return asyncio.run(daemon.main())
     finally:
         handle.close()
-
-
-def _freeze_startup_heap() -> None:
-    """Take what start-up loaded out of the cyclic GC's full collections.
-
-    Modules, the SDKs, the configuration and the memory graph live as long as the daemon;
-    a full collection walks all of them (~160,000 objects, ~130 ms on a 2-vCPU VM) with the
-    event loop stopped, whenever enough new objects have survived — a burst of routines or
-    a heartbeat that meets one is that much late. Garbage is collected first, so only live
-    objects are frozen; they are still freed by reference counting as usual.
-    """
-    gc.collect()
-    gc.freeze()
 
 
 def _backend(
@@ -391,7 +378,7 @@ class Daemon:
                 log.critical("the company could not start: %s", exc)
                 await self._close()
                 return 1
-            _freeze_startup_heap()
+            freeze_startup_heap()
             waiter = asyncio.create_task(self.tree.wait())
             stopper = asyncio.create_task(self._stop.wait())
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)

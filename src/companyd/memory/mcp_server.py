@@ -40,6 +40,7 @@ from mcp.server.runner import serve_loop
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
+from companyd._heap import freeze_startup_heap
 from companyd.clock import Clock, SystemClock
 from companyd.daemon.child import StandaloneContext
 from companyd.events import Event, EventBus
@@ -220,6 +221,7 @@ async def serve_stdio(
             owner.result()  # raises why the file could not be opened
             return
         server = build_server(service)
+        freeze_startup_heap()  # the loaded graph: see companyd._heap
         print(
             f"companyd memory MCP server ({SERVER_NAME} {SERVER_VERSION} compatible) "
             f"running on stdio, file {str(service.path)!r}",
