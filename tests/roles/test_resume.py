@@ -198,3 +198,61 @@ def test_daemon_refuses_a_second_instance_on_the_same_state_dir(tmp_path: Path) 
         assert f"(pid {proc.pid})" in second.stderr
         assert "Traceback" not in second.stderr
     assert os.path.exists(state / "daemon.lock")
+
+
+def _fires(state: Path, routine: str) -> list[dict[str, object]]:
+    import sqlite3
+
+    from companyd.scheduler.store import DB_NAME, recent_fires
+
+    conn = sqlite3.connect(state / DB_NAME)
+    try:
+        return [r.to_dict() for r in recent_fires(conn, routine, 10)]
+    finally:
+        conn.close()
+
+
+def test_a_routine_run_killed_mid_way_is_recorded_with_its_resumed_outcome(
+    tmp_path: Path,
+) -> None:
+    # The fire's run is journaled by the agent; after kill -9 and a restart the run resumes,
+    # and the routine's history records the fire as ok (not cancelled, no failure alert).
+    routine = {
+        "assignee": "ceo",
+        "description": "Do the three-step report.",
+        "trigger": {"cron": "0 3 1 1 *"},  # only fired by hand here
+    }
+    cfg = write_company(tmp_path, {"ceo": {}}, routines={"report": routine})
+    state = tmp_path / "s"
+    steps = [reply_tool_use("search_nodes", {"query": f"step {i}"}) for i in range(1, 3)]
+    model = PerAgent(
+        ceo=[steps[0], stall(None, then=steps[1]), steps[1], reply_text("Report done.")]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        env = daemon_env(srv)
+        with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
+
+            def fire() -> None:
+                with contextlib.suppress(Exception):  # the daemon is killed under it
+                    ControlClient(state / "companyd.sock", timeout=60).call(
+                        "run_job", routine="report"
+                    )
+
+            threading.Thread(target=fire, daemon=True).start()
+            srv.wait_for_requests(2, timeout=30)  # step 1 answered and journaled
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        [fire_row] = _fires(state, "report")
+        assert fire_row["outcome"] is None  # open: the run was in progress
+        with daemon_process(cfg, state, env, tmp_path / "d2.log"):
+            done = wait_until(
+                lambda: [f for f in _fires(state, "report") if f["outcome"] is not None],
+                timeout=30,
+                what="the resumed run's fire to be closed",
+            )
+    [row] = done
+    assert row["fire_id"] == fire_row["fire_id"]
+    assert row["outcome"] == "ok", row
+    assert "resumed from its journal" in str(row["reason"])
+    assert row["run_id"] == _runs(state)[0]["run_id"]
+    assert srv.served == 3  # step 1; after the restart step 2 and the answer (none twice)

@@ -83,6 +83,9 @@ class ScriptedSink:
     active: int = 0
     max_active: int = 0
     entered: asyncio.Event = field(default_factory=asyncio.Event)
+    restores: bool = False
+    restored: dict[str, asyncio.Future[RunOutcome]] = field(default_factory=dict)
+    asked: list[str] = field(default_factory=list)
 
     async def submit(self, task: Task) -> RunOutcome:
         self.tasks.append(task)
@@ -114,6 +117,16 @@ class ScriptedSink:
 
     async def memory_marker(self) -> str:
         return f"v{self.memory}"
+
+    def resumed(self, task_id: str) -> asyncio.Future[RunOutcome] | None:
+        """With ``restores`` set, the runtime holds every task asked about: a future the
+        test resolves (``restored[task_id]``); otherwise it holds none."""
+        self.asked.append(task_id)
+        if not self.restores:
+            return None
+        fut: asyncio.Future[RunOutcome] = asyncio.get_running_loop().create_future()
+        self.restored[task_id] = fut
+        return fut
 
 
 class Harness:

@@ -34,6 +34,8 @@ class Hang:
         return 0
     async def memory_marker(self):
         return "m"
+    def resumed(self, task_id):
+        return None
 
 async def main():
     cfg = load_config(sys.argv[1])

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companyd.daemon.child import StandaloneContext
-from companyd.roles.tasks import RunStatus
+from companyd.roles.tasks import RunOutcome, RunStatus
 from companyd.scheduler.service import RoutineBusy, RoutineNotFound
 
 from .conftest import Harness, company, iso, ts
@@ -491,12 +491,14 @@ async def test_run_now(make_harness: MakeHarness) -> None:
 
 
 async def test_run_as_a_child_and_stop_with_a_run_in_flight(make_harness: MakeHarness) -> None:
+    # The supervisor stops the scheduler while a run is with the agents: the child returns at
+    # once (the run is the runtime's), the fire stays open, and the next start closes it with
+    # the resumed run's outcome — not as a failure, and without running it again.
     h = make_harness(
         company("slow: {assignee: coo, description: Slow., trigger: {every: 1m}}\n"),
         start="2027-01-04T12:00:30",
     )
     h.sink.hold = True
-    assert h.sched is None
     from companyd.scheduler.service import RoutineScheduler
 
     sched = RoutineScheduler(
@@ -509,36 +511,91 @@ async def test_run_as_a_child_and_stop_with_a_run_in_flight(make_harness: MakeHa
         h.clock.advance(30)
         await h.sink.entered.wait()
         ctx.stopping.set()
-        await asyncio.sleep(0)
-        assert not child.done()  # waits for the run in flight
-        h.sink.gate.set()
-        await child
+        await child  # does not wait for the gate: the run is not the scheduler's to finish
     [row] = h.history("slow")
-    assert row.outcome == "ok"
-    # Stopping again while a run hangs: the supervisor cancels us; the row says so.
-    h.sink.gate.clear()
-    h.sink.entered.clear()
-    sched2 = RoutineScheduler(
-        h.config, h.sink, state_dir=h.state_dir, bus=h.bus, clock=h.clock, max_sleep=None
+    assert row.outcome is None and row.task_id == h.sink.tasks[0].id
+    assert h.kinds("routine_failed") == []
+
+    h.sink.restores = True
+    sched2 = await h.start()
+    assert h.sink.asked == [row.task_id]
+    [row] = h.history("slow")
+    assert row.outcome is None  # still running: the resumed run has not ended
+    assert len(sched2.in_flight) == 1
+    h.sink.restored[row.task_id].set_result(
+        RunOutcome(
+            task_id=row.task_id,
+            run_id="run-resumed",
+            agent="coo",
+            status=RunStatus.OK,
+            started=0.0,
+            ended=0.0,
+            cost_usd=0.03,
+        )
     )
-    ctx2 = StandaloneContext("companyd/scheduler")
-    child2 = asyncio.ensure_future(sched2.run(ctx2))
     async with asyncio.timeout(5):
-        await ctx2.ready.wait()
-        h.clock.advance(60)
+        await sched2.settle()
+    [done] = [r for r in h.history("slow") if r.fire_id == row.fire_id]
+    assert done.outcome == "ok" and done.run_id == "run-resumed"
+    assert done.cost_usd == pytest.approx(0.03)
+    assert "resumed from its journal" in (done.reason or "")
+    assert len(h.sink.tasks) == 1  # never submitted a second time
+    assert h.kinds("routine_failed") == []
+
+
+async def test_a_resumed_run_that_fails_closes_its_fire_as_failed_once(
+    make_harness: MakeHarness,
+) -> None:
+    h = make_harness(company(DAILY_1400), start="2027-01-04T13:59:30")
+    h.sink.hold = True
+    await h.start()
+    await h.advance_to("2027-01-04T14:00:00", runs=False)
+    async with asyncio.timeout(10):
         await h.sink.entered.wait()
-        ctx2.stopping.set()
-        for _ in range(5):
-            await asyncio.sleep(0)
-        child2.cancel()
-        done, _ = await asyncio.wait({child2}, timeout=5)
-    assert done and child2.cancelled()
-    rows = h.history("slow")
-    assert [r.outcome for r in rows] == ["ok", "cancelled"]
-    assert "interrupted" in (rows[1].reason or "")
-    cancelled = [e for e in h.kinds("routine_failed") if e.data["outcome"] == "cancelled"]
-    assert len(cancelled) == 1 and cancelled[0].source == "companyd/scheduler"
-    h.sink.gate.set()
+        await h.sched.stop(drain=False)  # type: ignore[union-attr]
+    h.sink.restores = True
+    sched = await h.start()
+    [row] = h.history("daily-post")
+    h.sink.restored[row.task_id].set_result(
+        RunOutcome(
+            task_id=row.task_id,
+            run_id="r",
+            agent="marketing",
+            status=RunStatus.FAILED,
+            started=0.0,
+            ended=0.0,
+            reason="every model in the chain failed",
+        )
+    )
+    async with asyncio.timeout(5):
+        await sched.settle()
+    [row] = h.history("daily-post")
+    assert row.outcome == "failed"
+    assert row.reason is not None and row.reason.startswith("every model in the chain failed")
+    assert "resumed from its journal" in row.reason
+    [event] = h.kinds("routine_failed")
+    assert event.data["fire_id"] == row.fire_id and event.data["outcome"] == "failed"
+
+
+async def test_a_fire_whose_run_was_not_resumed_is_closed_as_cancelled(
+    make_harness: MakeHarness,
+) -> None:
+    h = make_harness(company(DAILY_1400), start="2027-01-04T13:59:30")
+    h.sink.hold = True
+    await h.start()
+    await h.advance_to("2027-01-04T14:00:00", runs=False)
+    async with asyncio.timeout(10):
+        await h.sink.entered.wait()
+        await h.sched.stop(drain=False)  # type: ignore[union-attr]
+    h.sink.hold = False
+    await h.start()  # the runtime holds no such task (restores is off)
+    [row] = h.history("daily-post")
+    assert h.sink.asked == [row.task_id]
+    assert row.outcome == "cancelled"
+    assert "did not resume it" in (row.reason or "") and "not run again" in (row.reason or "")
+    [event] = h.kinds("routine_failed")
+    assert event.data["outcome"] == "cancelled"
+    assert len(h.sink.tasks) == 1
 
 
 async def test_every_due_fire_gets_exactly_one_row_over_a_week(make_harness: MakeHarness) -> None:
@@ -599,15 +656,19 @@ async def test_stopping_without_drain_records_running_and_waiting_fires(
     async with asyncio.timeout(10):
         await sched.stop(drain=False)
     rows = h.history("slow")
-    assert [r.outcome for r in rows] == ["cancelled", "cancelled"]
-    assert "before the run ended" in (rows[0].reason or "")
+    # The run handed over stays open for the next start; the one waiting did not run.
+    assert [r.outcome for r in rows] == [None, "cancelled"]
     assert "waited for its turn; it did not run" in (rows[1].reason or "")
     assert len(h.sink.tasks) == 1
-    # Nothing is left open for the next start to close, and nothing runs again.
+    # The next start asks the runtime about the open one (it does not hold it: cancelled);
+    # nothing runs again.
     h.sink.hold = False
     await h.start()
+    assert h.sink.asked == [rows[0].task_id]
     assert len(h.sink.tasks) == 1
-    assert [r.outcome for r in h.history("slow")] == ["cancelled", "cancelled"]
+    rows = h.history("slow")
+    assert [r.outcome for r in rows] == ["cancelled", "cancelled"]
+    assert "before the run ended" in (rows[0].reason or "")
 
 
 async def test_live_jobs_and_history_views(make_harness: MakeHarness) -> None:

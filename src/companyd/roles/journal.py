@@ -213,6 +213,18 @@ class Journal:
 
         return await self._run(q)
 
+    async def open_routine_tasks(self) -> set[str]:
+        """Ids of routine tasks still queued or running (what a restart resumes)."""
+
+        def q(db: sqlite3.Connection) -> set[str]:
+            rows = db.execute(
+                "SELECT id FROM tasks WHERE state IN ('queued', 'running') "
+                "AND json_extract(payload, '$.routine') IS NOT NULL"
+            ).fetchall()
+            return {r[0] for r in rows}
+
+        return await self._run(q)
+
     async def get_task(self, task_id: str) -> tuple[Task, str, int, list[str]] | None:
         """``(task, state, crashes, errors)`` or None."""
 

@@ -29,7 +29,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -153,6 +153,11 @@ class Staff:
         self._injected: set[str] = set()
         self._crash_pending: set[str] = set()
         self._prompts: dict[str, str] = {}
+        #: Routine tasks the previous process left queued or running (restored by load()),
+        #: and the outcomes of those that ended since: the scheduler asks for them once
+        #: (:meth:`resumed`) to close the fire the restart interrupted with its true outcome.
+        self._restored: set[str] = set()
+        self._restored_outcomes: dict[str, RunOutcome] = {}
         self._remove_listener = bus.add_listener(self._on_event)
         #: Set when the daemon begins a graceful stop: every agent brings its current run to
         #: a checkpoint now (in parallel) rather than when its supervisor reaches it.
@@ -173,6 +178,7 @@ class Staff:
                     self._mailbox[slug].append(task)
             if self._mailbox[slug]:
                 self._wakeup[slug].set()
+        self._restored = await self.journal.open_routine_tasks()
 
     def child(self, slug: str) -> ChildFn:
         """The supervised child body of agent ``slug`` (a fresh Agent per start)."""
@@ -224,6 +230,41 @@ class Staff:
                 waiting.remove(fut)
             if not waiting:
                 self._waiters.pop(task.id, None)
+
+    def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
+        """The outcome of task ``task_id`` for a scheduler that lost track of it — it was
+        stopped, or the whole daemon was, while the run was queued or in progress.
+
+        An awaitable that resolves when the task's run ends (at once if it ended since this
+        process restored it from the journal), or None if the runtime does not hold the task
+        (it ended before, or was never journaled).
+        """
+        done = self._restored_outcomes.pop(task_id, None)
+        if done is not None:
+            fut: asyncio.Future[RunOutcome] = asyncio.get_running_loop().create_future()
+            fut.set_result(done)
+            return fut
+        held = (
+            task_id in self._restored
+            or any(t.id == task_id for t in self._running.values())
+            or any(t.id == task_id for box in self._mailbox.values() for t in box)
+        )
+        if not held:
+            return None
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(task_id, []).append(fut)
+
+        async def wait() -> RunOutcome:
+            try:
+                return await fut
+            finally:
+                waiting = self._waiters.get(task_id, [])
+                if fut in waiting:
+                    waiting.remove(fut)
+                if not waiting:
+                    self._waiters.pop(task_id, None)
+
+        return wait()
 
     def inbox_size(self, agent: str) -> int:
         """Tasks waiting in ``agent``'s mailbox (not counting the one running)."""
@@ -305,6 +346,10 @@ class Staff:
         """A task reached its final outcome: wake everyone waiting for it."""
         if self._running.get(outcome.agent) and self._running[outcome.agent].id == outcome.task_id:
             del self._running[outcome.agent]
+        if outcome.task_id in self._restored:
+            self._restored.discard(outcome.task_id)
+            if outcome.task_id not in self._waiters:
+                self._restored_outcomes[outcome.task_id] = outcome
         for fut in self._waiters.get(outcome.task_id, []):
             if not fut.done():
                 fut.set_result(outcome)

@@ -32,7 +32,7 @@ import asyncio
 import difflib
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -80,17 +80,14 @@ log = logging.getLogger(__name__)
 IDLE_RETENTION = 35 * 86400.0
 
 _INTERRUPTED = (
-    "interrupted: the daemon stopped (crash, kill or power loss) before the run ended; the "
-    "fire is not run again — see `companyd runs` for what the agent did"
+    "interrupted: the daemon stopped before the run ended and the agent runtime did not "
+    "resume it; the fire is not run again — see `companyd runs` for what the agent did"
 )
+_RESUMED = "the run was interrupted by a stop of the daemon and resumed from its journal"
 _UNRECORDED = (
     "interrupted: the daemon stopped (crash, kill or power loss) just after this fire was "
     "dispatched, before its history row was written; the fire is not run again — see "
     "`companyd runs` for what the agent did"
-)
-_STOPPED = (
-    "interrupted: the scheduler stopped before the run ended; the fire is not run again — "
-    "see `companyd runs` for what the agent did"
 )
 _STOPPED_BEFORE = (
     "interrupted: the scheduler stopped while this fire waited for its turn; it did not run "
@@ -176,7 +173,6 @@ class RoutineScheduler:
         self._source = ctx.path
         await self.start()
         ctx.started()
-        drain = True
         try:
             waits = {
                 asyncio.ensure_future(ctx.stopping.wait()),
@@ -189,11 +185,11 @@ class RoutineScheduler:
                     w.cancel()
             if self._failure is not None:
                 raise StoreError(f"routine history cannot be written: {self._failure}")
-        except asyncio.CancelledError:
-            drain = False  # cancelled: the supervisor wants us gone now, not after the runs
-            raise
         finally:
-            await self.stop(drain=drain)
+            # Not waiting for runs in progress: they are the agents' (journaled; on a daemon
+            # stop they are brought to a checkpoint and resume after the restart), and the
+            # next start closes each fire with its run's outcome.
+            await self.stop(drain=False)
 
     @property
     def running(self) -> bool:
@@ -216,9 +212,17 @@ class RoutineScheduler:
             await store.open()
             now = self._clock.time()
             agents = {slug: r.assignee for slug, r in self._config.routines.items()}
+            # Fires whose run was handed over when the scheduler (or the daemon) stopped: the
+            # runtime resumes the run from its journal, and the fire then ends with the run.
+            following: list[tuple[FireRecord, Awaitable[RunOutcome]]] = []
+            for rec in await store.call(db.open_fires):
+                pending = self._sink.resumed(rec.task_id) if rec.task_id else None
+                if pending is not None:
+                    following.append((rec, pending))
+            keep = frozenset(rec.fire_id for rec, _ in following)
             interrupted, unrecorded = await store.call(
                 lambda c: (
-                    db.close_interrupted(c, now, _INTERRUPTED),
+                    db.close_interrupted(c, now, _INTERRUPTED, keep=keep),
                     db.close_unrecorded(c, now, _UNRECORDED, agents),
                 )
             )
@@ -267,6 +271,10 @@ class RoutineScheduler:
             for p in plans:
                 if p.next_run is not None:
                     self._add_job(self._slots[p.routine.slug], p.next_run)
+            for rec, pending in following:
+                follower = asyncio.ensure_future(self._follow_resumed(rec, pending))
+                self._manual.add(follower)
+                follower.add_done_callback(self._manual.discard)
         except BaseException:
             await self.stop(drain=False)
             raise
@@ -274,8 +282,11 @@ class RoutineScheduler:
     async def stop(self, *, drain: bool = True) -> None:
         """Stop firing; let runs in progress end (``drain``), then close the history.
 
-        If this coroutine is cancelled while draining (the supervisor's shutdown timeout),
-        runs still in progress are recorded as ``cancelled`` and the history is closed.
+        Without ``drain`` (or if this coroutine is cancelled while draining), a fire whose
+        task is already with the agent runtime is left open: the run goes on, or resumes from
+        the journal after a restart, and the next :meth:`start` closes the fire with the run's
+        outcome (or as ``cancelled`` if the runtime no longer holds the task). Fires still
+        waiting for their turn are recorded as ``cancelled``.
         """
         aps, self._aps = self._aps, None
         if aps is not None:
@@ -601,7 +612,8 @@ class RoutineScheduler:
         try:
             outcome = await self._sink.submit(task)
         except asyncio.CancelledError:
-            self._record_cancelled(rec, _STOPPED)
+            # The run is the runtime's now and is not stopped with us: the row stays open
+            # for the next start to follow (see stop()).
             raise
         except Exception as exc:
             outcome = RunOutcome(
@@ -630,6 +642,29 @@ class RoutineScheduler:
             except Exception as exc:
                 log.warning("memory marker unavailable after %r ran: %r", r.slug, exc)
         return outcome
+
+    async def _follow_resumed(self, rec: FireRecord, pending: Awaitable[RunOutcome]) -> None:
+        """Close a fire left open by a stop once its resumed run ends. Cancelled (the
+        scheduler stops again first), the row stays open for the next start."""
+        slot = self._slots.get(rec.routine)
+        if slot is not None:
+            slot.pending += 1  # the run is active: the overlap policy counts it
+        try:
+            outcome = await pending
+        finally:
+            if slot is not None:
+                slot.pending -= 1
+        result = from_run_status(outcome.status)
+        reason = outcome.reason
+        if result is not Outcome.OK and not reason:
+            reason = f"the run ended {result} and the agent runtime gave no reason"
+        await self._finish(
+            rec,
+            result,
+            f"{reason} ({_RESUMED})" if reason else _RESUMED,
+            cost_usd=outcome.cost_usd,
+            run_id=outcome.run_id or None,
+        )
 
     async def _precondition(self, slot: _Slot) -> tuple[bool, str | None]:
         r = slot.config

@@ -22,7 +22,7 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -318,6 +318,9 @@ class FlakySink:
     async def memory_marker(self) -> str:
         return str(self.memory_version)
 
+    def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
+        return None  # no journal: nothing outlives a stop
+
 
 @dataclass
 class RoutineSimStats:
@@ -424,6 +427,9 @@ class _CountingSink:
     async def memory_marker(self) -> str:
         return await self.inner.memory_marker()
 
+    def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
+        return self.inner.resumed(task_id)
+
 
 async def simulate(
     config: CompanyConfig,
@@ -490,6 +496,21 @@ async def simulate(
     finally:
         await sched.stop(drain=wait_for_runs)
         remove()
+    if not wait_for_runs:
+        # The stop left the fires of runs still in progress open (a daemon's next start
+        # closes them with the resumed run's outcome); a simulated runtime does not resume
+        # them, so they end here.
+        end_store = db.RoutineStore(sched.db_path)
+        await end_store.open()
+        try:
+            ended = clock.time()
+            await end_store.call(
+                lambda c: db.close_interrupted(
+                    c, ended, "cancelled: the simulation ended before the run did"
+                )
+            )
+        finally:
+            await end_store.close()
     wall = time.perf_counter() - started_wall
 
     conn = db.open_readonly(sched.db_path)

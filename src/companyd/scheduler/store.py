@@ -37,7 +37,7 @@ import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -429,9 +429,12 @@ def prune_idle(conn: sqlite3.Connection, before: float) -> int:
     ).rowcount
 
 
-def close_interrupted(conn: sqlite3.Connection, now: float, reason: str) -> list[FireRecord]:
-    """Mark every fire left waiting or running by a previous process as ``cancelled``."""
-    left = open_fires(conn)
+def close_interrupted(
+    conn: sqlite3.Connection, now: float, reason: str, *, keep: Collection[str] = ()
+) -> list[FireRecord]:
+    """Mark every fire left waiting or running by a previous run of the scheduler as
+    ``cancelled``, except the fire ids in ``keep`` (their runs were resumed)."""
+    left = [r for r in open_fires(conn) if r.fire_id not in keep]
     conn.executemany(
         "UPDATE fires SET outcome = 'cancelled', reason = ?, ended = ? WHERE fire_id = ?",
         [(reason, now, r.fire_id) for r in left],
