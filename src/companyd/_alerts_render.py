@@ -22,6 +22,7 @@ __all__ = [
     "Button",
     "KindSpec",
     "compose",
+    "format_jobs",
     "format_result",
     "format_status",
     "is_abnormal_exit",
@@ -755,6 +756,51 @@ def format_result(title: str, result: Any, max_lines: int = 80) -> str:
     lines += _compact(result, 0)
     if len(lines) > max_lines:
         lines = [*lines[:max_lines], f"… {len(lines) - max_lines} more lines"]
+    return clip("\n".join(lines))
+
+
+def format_jobs(result: Any) -> str:
+    """``Admin.jobs()`` for a phone: one short block per routine — who, schedule, next fire,
+    last outcome and the 7-day success rate — instead of every field of every routine (a
+    dozen routines would not fit a message). Falls back to :func:`format_result` for a
+    result without a ``routines`` list."""
+    routines = result.get("routines") if isinstance(result, Mapping) else None
+    if not isinstance(routines, list):
+        return format_result("⏰ routines", result)
+    lines = ["⏰ routines"]
+    for r in routines:
+        if not isinstance(r, Mapping):
+            continue
+        name = _txt(r.get("routine") or r.get("name"), 60)
+        head = f"• {name}"
+        if _has(r, "agent"):
+            head += f" → {_txt(r.get('agent'), 40)}"
+        if _has(r, "schedule"):
+            head += f" · {_txt(r.get('schedule'), 60)}"
+        lines.append(head)
+        if r.get("enabled") is False:
+            lines.append("  disabled")
+            continue
+        nxt = r.get("next_fire") or r.get("next_fire_ts")
+        detail = [f"next {_when(nxt)}" if nxt else "not scheduled"]
+        if _has(r, "catch_up_pending"):
+            detail.append("catch-up due at start")
+        last = r.get("last")
+        if isinstance(last, Mapping) and _has(last, "outcome"):
+            detail.append(f"last {_txt(last.get('outcome'), 30)}")
+        elif "last" in r:
+            detail.append("never fired")
+        rate = r.get("success_7d")
+        if isinstance(rate, Mapping) and _num(rate.get("due")):
+            detail.append(
+                f"7d {_pct(rate.get('rate'), rate.get('ok'), rate.get('due'))} "
+                f"({_txt(rate.get('ok'))}/{_txt(rate.get('due'))})"
+            )
+        lines.append("  " + " · ".join(detail))
+        if isinstance(last, Mapping) and last.get("outcome") not in (None, "ok", "idle"):
+            lines += ["  " + x for x in _line("why", last, "reason")]
+    if len(lines) == 1:
+        lines.append("no routines")
     return clip("\n".join(lines))
 
 

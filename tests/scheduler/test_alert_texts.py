@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from companyd._alerts_render import compose, render
+from companyd._alerts_render import compose, format_jobs, render
 from companyd.events import Event
 from companyd.roles.tasks import RunStatus
 
@@ -77,3 +78,31 @@ async def test_missed_failed_and_skipped_alerts_tell_how_many_when_and_why(
     assert "routine slow skipped a run" in text
     assert "scheduled for: 2027-01-05 14:01 UTC" in text
     assert "still active" in text
+
+
+async def test_jobs_on_a_phone_is_one_short_block_per_routine(make_harness: MakeHarness) -> None:
+    # /jobs answers with the live schedule; with every field of every routine (the old
+    # generic dump) a company of six routines ran past the message's 80-line clip.
+    routines = "".join(
+        f'r{i}: {{assignee: coo, description: R., trigger: {{cron: "0 {i} * * *"}}}}\n'
+        for i in range(12)
+    )
+    h = make_harness(
+        company(
+            routines + "off: {assignee: coo, description: O., trigger: {every: 1h}, "
+            "enabled: false}\n"
+        ),
+        start="2027-01-04T00:30:00",
+    )
+    h.sink.script["r3"] = lambda t: (RunStatus.FAILED, "HTTP 500 (injected)", 0.0)
+    sched = await h.start()
+    await h.advance_to("2027-01-05T05:30:00")
+    text = format_jobs(json.loads(json.dumps(await sched.jobs())))
+    lines = text.splitlines()
+    assert lines[0] == "⏰ routines"
+    assert "• r11 → coo · cron '0 11 * * *' UTC" in lines
+    assert "  next 2027-01-05 11:00 UTC · last ok · 7d 100% (1/1)" in lines
+    assert "  next 2027-01-06 03:00 UTC · last failed · 7d 0% (0/2)" in lines
+    assert "  why: HTTP 500 (injected)" in lines
+    assert "• off → coo · every 1h" in lines and "  disabled" in lines
+    assert len(lines) < 40
