@@ -15,6 +15,7 @@ from companyd._alerts_render import (
     MAX_TEXT,
     agent_of,
     compose,
+    format_jobs,
     format_result,
     format_status,
     is_abnormal_exit,
@@ -325,6 +326,16 @@ def test_status_for_a_phone_renders_from_any_json(status: dict[str, Any], tree: 
     for candidate in (status, {**status, "tree": tree}):
         text = format_status(candidate)
         assert 0 < len(text) <= MAX_TEXT
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    routines=st.lists(st.dictionaries(st.text(max_size=12) | field_names, json_values), max_size=5)
+    | json_values
+)
+def test_jobs_for_a_phone_renders_from_any_json(routines: Any) -> None:
+    text = format_jobs({"routines": routines})
+    assert text.startswith("⏰ routines") and len(text) <= MAX_TEXT
 
 
 def _text(kind: str, data: dict[str, Any], source: str = "src", **counts: int) -> str:

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from companyd._alerts_render import format_result, format_status
+from companyd._alerts_render import format_jobs, format_result, format_status
 from companyd._alerts_store import AlertRecord
 from companyd.daemon.admin import Admin, AdminError
 
@@ -71,7 +71,7 @@ async def command_reply(
             if name == "budget":
                 return format_result("💰 budgets", await a.budget())
             if name == "jobs":
-                return format_result("⏰ routines", await a.jobs())
+                return format_jobs(await a.jobs())
             if name == "quarantine":
                 return format_result("🧊 quarantined tasks", await a.tasks(quarantined=True))
             if name in ("pause", "resume"):

@@ -22,6 +22,7 @@ __all__ = [
     "Button",
     "KindSpec",
     "compose",
+    "format_jobs",
     "format_result",
     "format_status",
     "is_abnormal_exit",
@@ -386,7 +387,10 @@ def _budget_exhausted(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     lines = []
     if _has(data, "used_usd") or _has(data, "limit_usd"):
         lines.append(f"{_usd(data.get('used_usd'))} of {_usd(data.get('limit_usd'))}")
-    lines += _paused_list(data)
+    # The spend book's event names the agent whose call was refused (``asked_by``); the
+    # runtime pauses exactly that agent (roles.agent), so that is who the operator resumes.
+    lines += _paused_list(data) or _line("paused", data, "asked_by")
+    lines += _line("resets", data, "resets_at", _when)
     lines.append("new runs wait until the budget resets or is raised")
     return Rendered(title, tuple(lines))
 
@@ -394,15 +398,20 @@ def _budget_exhausted(data: Data, source: str, counts: Mapping[str, int]) -> Ren
 def _budget_exhausted_buttons(data: Data, agents: Collection[str]) -> list[Button]:
     out = _raise_button(data, agents)
     agent = data.get("agent")
-    if data.get("scope") != "company" and agent in agents:
-        out.append(Button(f"▶ Resume {agent}", "resume", str(agent)))
+    if data.get("scope") == "company" or not agent:
+        agent = data.get("asked_by")
+    if isinstance(agent, str) and agent in agents:
+        out.append(Button(f"▶ Resume {agent}", "resume", agent))
     return out
 
 
 def _api_spend_limit(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     lines = [*_line("API says", data, "message"), *_line("agent", data, "agent")]
     lines += _paused_list(data)
-    lines.append("raise the limit in the Anthropic console, then /resume the agents")
+    if isinstance(data.get("action"), str) and data["action"]:
+        lines.append(_txt(data["action"]))  # the spend book's: "every agent is paused; …"
+    else:
+        lines.append("raise the limit in the Anthropic console, then /resume the agents")
     return Rendered("Anthropic API spend limit reached — calls refused", tuple(lines))
 
 
@@ -428,10 +437,26 @@ def _routine_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rende
     title = f"routine {_txt(data.get('routine'), 80)} failed" + (f" {n} times" if n > 1 else "")
     lines = [
         *_line("agent", data, "agent"),
+        *_outcome_line(data),
         *_line("reason", data, "reason"),
+        *_scheduled_line(data),
         *_line("run", data, "run_id"),
     ]
     return Rendered(title, tuple(lines))
+
+
+def _outcome_line(data: Data) -> list[str]:
+    """The scheduler's outcome when it says more than the title (``budget_exhausted``, …)."""
+    outcome = data.get("outcome")
+    if not _has(data, "outcome") or outcome in ("failed", "missed", "skipped"):
+        return []
+    return [f"outcome: {_txt(outcome, 40)}"]
+
+
+def _scheduled_line(data: Data) -> list[str]:
+    """The fire time: ``scheduled`` (ISO, as the scheduler sends it) or ``scheduled_for``."""
+    key = "scheduled" if _has(data, "scheduled") else "scheduled_for"
+    return _line("scheduled for", data, key, _when)
 
 
 def _routine_buttons(data: Data, agents: Collection[str]) -> list[Button]:
@@ -441,24 +466,37 @@ def _routine_buttons(data: Data, agents: Collection[str]) -> list[Button]:
 
 def _when(value: Any) -> str:
     n = _num(value)
+    if n is None and isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed.tzinfo is not None:
+            n = parsed.timestamp()
     if n is not None and n > 1e9:
         return datetime.fromtimestamp(n, ZoneInfo("UTC")).strftime("%Y-%m-%d %H:%M UTC")
     return _txt(value, 60)
 
 
 def _routine_missed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
-    title = f"routine {_txt(data.get('routine'), 80)} missed a run"
-    lines = [
-        *_line("scheduled for", data, "scheduled_for", _when),
-        *_line("reason", data, "reason"),
-        *_line("agent", data, "agent"),
-    ]
+    n = _num(data.get("count"))
+    many = n is not None and n > 1 and n.is_integer()
+    runs = f"{n:.0f} runs" if many else "a run"
+    title = f"routine {_txt(data.get('routine'), 80)} missed {runs}"
+    # The scheduler's summary at start names the first missed fire time and the latest one.
+    when = (
+        _line("first", data, "first", _when) + _line("last", data, "scheduled", _when)
+        if many
+        else _scheduled_line(data)
+    )
+    lines = [*when, *_line("reason", data, "reason"), *_line("agent", data, "agent")]
     return Rendered(title, tuple(lines))
 
 
 def _routine_skipped(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"routine {_txt(data.get('routine'), 80)} skipped a run"
-    return Rendered(title, tuple(_line("reason", data, "reason") + _line("agent", data, "agent")))
+    lines = _line("reason", data, "reason") + _scheduled_line(data) + _line("agent", data, "agent")
+    return Rendered(title, tuple(lines))
 
 
 def _task_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -718,6 +756,51 @@ def format_result(title: str, result: Any, max_lines: int = 80) -> str:
     lines += _compact(result, 0)
     if len(lines) > max_lines:
         lines = [*lines[:max_lines], f"… {len(lines) - max_lines} more lines"]
+    return clip("\n".join(lines))
+
+
+def format_jobs(result: Any) -> str:
+    """``Admin.jobs()`` for a phone: one short block per routine — who, schedule, next fire,
+    last outcome and the 7-day success rate — instead of every field of every routine (a
+    dozen routines would not fit a message). Falls back to :func:`format_result` for a
+    result without a ``routines`` list."""
+    routines = result.get("routines") if isinstance(result, Mapping) else None
+    if not isinstance(routines, list):
+        return format_result("⏰ routines", result)
+    lines = ["⏰ routines"]
+    for r in routines:
+        if not isinstance(r, Mapping):
+            continue
+        name = _txt(r.get("routine") or r.get("name"), 60)
+        head = f"• {name}"
+        if _has(r, "agent"):
+            head += f" → {_txt(r.get('agent'), 40)}"
+        if _has(r, "schedule"):
+            head += f" · {_txt(r.get('schedule'), 60)}"
+        lines.append(head)
+        if r.get("enabled") is False:
+            lines.append("  disabled")
+            continue
+        nxt = r.get("next_fire") or r.get("next_fire_ts")
+        detail = [f"next {_when(nxt)}" if nxt else "not scheduled"]
+        if _has(r, "catch_up_pending"):
+            detail.append("catch-up due at start")
+        last = r.get("last")
+        if isinstance(last, Mapping) and _has(last, "outcome"):
+            detail.append(f"last {_txt(last.get('outcome'), 30)}")
+        elif "last" in r:
+            detail.append("never fired")
+        rate = r.get("success_7d")
+        if isinstance(rate, Mapping) and _num(rate.get("due")):
+            detail.append(
+                f"7d {_pct(rate.get('rate'), rate.get('ok'), rate.get('due'))} "
+                f"({_txt(rate.get('ok'))}/{_txt(rate.get('due'))})"
+            )
+        lines.append("  " + " · ".join(detail))
+        if isinstance(last, Mapping) and last.get("outcome") not in (None, "ok", "idle"):
+            lines += ["  " + x for x in _line("why", last, "reason")]
+    if len(lines) == 1:
+        lines.append("no routines")
     return clip("\n".join(lines))
 
 

@@ -1,0 +1,64 @@
+"""What the operator reads for the budget events the real SpendBook publishes (issue 9:
+"budget exhausted and agent paused", "the API's spend limit reached")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from spendkit import events, make_config, reserve, running, spend
+
+from companyd._alerts_render import compose, render
+from companyd.clock import ManualClock
+from companyd.events import Event, EventBus
+from companyd.spend import BudgetExhausted, SpendBook
+
+pytestmark = pytest.mark.anyio
+
+AGENTS = {"ceo", "cfo", "coo"}
+
+
+def text_of(event: Event) -> str:
+    rendered, buttons = render(event.kind, event.data, event.source, {event.kind: 1}, AGENTS)
+    body = compose(
+        severity="warning",
+        rendered=rendered,
+        count=1,
+        first_ts=event.ts,
+        last_ts=event.ts,
+        company="Acme",
+        tz=ZoneInfo("UTC"),
+    )
+    return body + "\n[" + " | ".join(b.label for b in buttons) + "]"
+
+
+async def test_budget_exhausted_says_who_is_paused_and_when_it_resets(
+    tmp_path: Path, bus: EventBus
+) -> None:
+    # 2026-11-20 12:00 UTC
+    config = make_config(tmp_path, agents={"ceo": None, "cfo": "{daily_usd: 0.3}", "coo": None})
+    book = SpendBook(config, tmp_path / "state", bus=bus, clock=ManualClock(start=1_795_176_000))
+    async with running(book):
+        await spend(book, "cfo", 250_000)
+        with pytest.raises(BudgetExhausted):
+            await reserve(book, "cfo", 100_000)
+        await spend(book, "ceo", 700_000)
+        with pytest.raises(BudgetExhausted):
+            await reserve(book, "coo", 100_000)  # the company's $1 a day
+        book.note_api_spend_limit("You have reached your specified API usage limits")
+        await book.flush()
+    agent_ev, company_ev = events(bus, "budget_exhausted")
+    text = text_of(agent_ev)
+    assert "cfo reached its daily budget" in text
+    assert "paused: cfo" in text  # the runtime pauses the agent whose call was refused
+    assert "resets: 2026-11-21 00:00 UTC" in text
+    assert "▶ Resume cfo" in text
+    text = text_of(company_ev)
+    assert "the company reached its daily budget" in text
+    assert "paused: coo" in text
+    assert "▶ Resume coo" in text
+    [limit] = events(bus, "api_spend_limit")
+    text = text_of(limit)
+    assert "API says: You have reached your specified API usage limits" in text
+    assert "every agent is paused" in text
