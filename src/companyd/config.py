@@ -1546,8 +1546,9 @@ _SECRET_VALUE_RES = (
     (re.compile(r"://[^/\s:@]+:[^/\s@]+@"), "a URL with a password in it"),
 )
 _SECRET_KEY_RE = re.compile(
-    r"(^|_)(token|api_?key|apikey|secret|secret_key|password|passwd|private_key|access_key"
+    r"(^|_)(token|api_?key|apikey|secret|secret_key|password|passwd|pwd|private_key|access_key"
     r"|auth|bearer)$"
+    r"|pass(word|wd)$"  # glued on, as in PGPASSWORD
 )
 
 
