@@ -22,7 +22,8 @@ if all hold:
   available, in the official MCP memory server);
 * no LLM call paid twice: every call the stand-in served is a journaled step, except calls
   answered in the instant before a SIGKILL (reported separately);
-* company and agent budgets never exceeded;
+* company and agent budgets never exceeded, daily and monthly (an intern with a small
+  budget must reach its ceiling, so the check has something to hold);
 * every injected fault produced its alert exactly once (crashes coalesced where the
   alerter coalesces them);
 * routine success rate, and every non-success with its reason;
@@ -84,6 +85,10 @@ class Plan:
         return self.days * 86400 / self.scale
 
 
+#: Each sonnet call reserves its worst case (~$0.05 with 4,096 output tokens) and costs
+#: ~$0.007: the intern is refused after a few runs every simulated day.
+INTERN_DAILY_USD = 0.08
+
 SHORT = Plan(days=2.0, scale=2880.0, crash_every=7.0, kills=1, outage=4.0)
 
 
@@ -109,6 +114,25 @@ def chaos_config(extra_agent: bool = False, broken: bool = False) -> str:
     for agent in doc["agents"].values():
         if "limits" in agent:
             agent["limits"]["max_seconds"] = "12h"
+    # The example's budgets are never approached here (the busiest day spends well under
+    # $1 of the $10 company ceiling), so "never exceeded" would hold even with no budget
+    # enforcement at all. An intern with a small daily budget and an every-2-hours chore
+    # runs into its ceiling every simulated day — across SIGKILLs, restarts and day
+    # rollovers — without starving the rest of the company (a tight company ceiling would
+    # refuse the daily post and the month close too).
+    doc["agents"]["intern"] = {
+        "title": "Operations Intern",
+        "reports_to": "coo",
+        "department": "operations",
+        "instructions": "You tidy the company memory: note anything that looks out of date.",
+        "budget": {"daily_usd": INTERN_DAILY_USD, "monthly_usd": 40},
+    }
+    doc["routines"]["intern-chores"] = {
+        "assignee": "intern",
+        "description": "Look through the company memory and note one thing that is out of date.",
+        "trigger": {"every": "2h"},
+        "catch_up": "skip",
+    }
     doc["anthropic"] = {"api_key_env": "ANTHROPIC_API_KEY", "timeout_seconds": 3, "max_retries": 2}
     doc["alerts"] = {
         "min_severity": "warning",
@@ -125,10 +149,9 @@ def chaos_config(extra_agent: bool = False, broken: bool = False) -> str:
             "department": "finance",
             "instructions": "You analyse revenue and churn for the CFO.",
         }
-    text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
     if broken:
-        text = text.replace("daily_usd: 10", "daily_usd: fifty", 1)
-    return text
+        doc["company"]["budget"]["daily_usd"] = "fifty"
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
 
 
 # ---------------------------------------------------------------------------------------
@@ -620,7 +643,13 @@ class Checks:
                     agent_writes.append(e["name"])
         db.close()
         acked = self.c.tally.acked + agent_writes
-        in_corrupt = [n for n in acked if n not in names and json.dumps(n)[1:-1] in corrupt]
+        # "driver fact 1" must not be excused by a damaged "driver fact 12" in .corrupt
+        in_corrupt = [
+            n
+            for n in acked
+            if n not in names
+            and re.search(re.escape(json.dumps(n)[1:-1]) + r"(?![0-9A-Za-z])", corrupt)
+        ]
         lost = [n for n in acked if n not in names and n not in in_corrupt]
         clean = not report.quarantined if hasattr(report, "quarantined") else True
         ok = not lost
@@ -714,30 +743,55 @@ class Checks:
         cols = [d[0] for d in rows.description] if rows is not None else []
         ts_col = next(c for c in ("ts", "time", "at", "created") if c in cols)
         cost_col = next(c for c in ("cost_pusd", "cost") if c in cols)
-        per_day: Counter[str] = Counter()
-        per_agent_day: Counter[tuple[str, str]] = Counter()
+        per: Counter[tuple[str, str]] = Counter()  # (scope, day or month) → USD
         for ts, agent, cost in db.execute(f"SELECT {ts_col}, agent, {cost_col} FROM calls"):
-            day = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+            when = datetime.fromtimestamp(ts, UTC)
             usd = cost / 1e12 if cost_col == "cost_pusd" else float(cost)
-            per_day[day] += usd
-            per_agent_day[(agent, day)] += usd
+            for scope in ("company", f"agent:{agent}"):
+                per[(scope, when.strftime("%Y-%m-%d"))] += usd
+                per[(scope, when.strftime("%Y-%m"))] += usd
+        # a refusal leaves one 'exhausted@LIMIT' marker per scope and period
+        refused = sorted(
+            {
+                (scope, period)
+                for scope, period, _ in db.execute(
+                    "SELECT scope, period, marker FROM markers WHERE marker LIKE 'exhausted@%'"
+                )
+            }
+        )
         db.close()
-        company_daily = cfg.spec.company.budget.daily_usd or float("inf")
-        over = [(d, v) for d, v in per_day.items() if v > company_daily + 1e-9]
-        agent_over = []
-        for (agent, day), v in per_agent_day.items():
-            a = cfg.agents.get(agent)
-            limit = (
-                a.budget.daily_usd if a is not None and a.budget and a.budget.daily_usd else None
-            )
-            if limit is not None and v > limit + 1e-9:
-                agent_over.append((agent, day, v))
-        top = max(per_day.values(), default=0.0)
-        ok = not over and not agent_over
+
+        def limit(scope: str, period: str) -> float | None:
+            daily = len(period) == 10
+            if scope == "company":
+                b = cfg.spec.company.budget
+            else:
+                a = cfg.agents.get(scope.removeprefix("agent:"))
+                b = a.budget if a is not None else None
+            if b is None:
+                return None
+            return b.daily_usd if daily else b.monthly_usd
+
+        over = [
+            (scope, period, round(v, 6))
+            for (scope, period), v in per.items()
+            if (cap := limit(scope, period)) is not None and v > cap + 1e-9
+        ]
+        intern_days = [p for s, p in refused if s == "agent:intern" and len(p) == 10]
+        days = sorted({p for s, p in per if s == "company" and len(p) == 10})
+        top = max((v for (s, p), v in per.items() if s == "company" and len(p) == 10), default=0)
+        intern_top = max(
+            (v for (s, p), v in per.items() if s == "agent:intern" and len(p) == 10), default=0
+        )
+        # the ceiling must actually have been reached, or "never exceeded" proves nothing
+        ok = not over and bool(intern_days)
         return ok, (
-            f"budgets: company ≤ ${company_daily:.2f}/day every day (highest ${top:.4f}); "
-            f"{len(over)} company and {len(agent_over)} agent daily budgets exceeded; total "
-            f"${sum(per_day.values()):.4f} over {len(per_day)} days"
+            f"budgets: {len(over)} company or agent daily/monthly budgets exceeded"
+            + (f" {over[:3]}" if over else "")
+            + f"; the intern reached its ${INTERN_DAILY_USD:g}/day ceiling on "
+            f"{len(intern_days)} of {len(days)} days (highest day ${intern_top:.4f}) and was "
+            f"refused from then on; {len(refused)} budget refusals in all; company highest "
+            f"day ${top:.4f} of ${cfg.spec.company.budget.daily_usd or 0:g}"
         )
 
     # every injected fault produced its alert exactly once

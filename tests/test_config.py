@@ -282,6 +282,24 @@ def test_unreadable_paths_have_no_position(tmp_path: Path) -> None:
         assert words in issue.message
 
 
+def test_a_file_far_larger_than_any_company_yaml_is_refused_without_reading_it_all(
+    tmp_path: Path,
+) -> None:
+    # A sparse 64 MB file (or a path such as /dev/zero) was read whole into memory first:
+    # slow at best, an "internal error: MemoryError" at worst.
+    f = tmp_path / "company.yaml"
+    with f.open("wb") as out:
+        out.write(MINIMAL.encode())
+        out.truncate(64 * 1024 * 1024)
+    with pytest.raises(ConfigError) as info:
+        load_config(f)
+    (issue,) = info.value.issues
+    assert (issue.line, issue.column) == (0, 0)
+    assert issue.message.startswith(
+        "expected a company.yaml of at most 10 MB, got a larger file"
+    ), issue.message
+
+
 # -- instruction files ------------------------------------------------------------------
 
 
@@ -303,6 +321,16 @@ def test_instructions_file_that_is_not_utf8_is_an_error(tmp_path: Path) -> None:
     assert lines == [
         "c.yaml:12:24: agents.cfo.instructions_file: expected UTF-8 text in 'cfo.md', got the "
         "byte at offset 3"
+    ]
+
+
+def test_instructions_file_far_larger_than_any_prompt_is_an_error(tmp_path: Path) -> None:
+    with (tmp_path / "cfo.md").open("wb") as out:
+        out.truncate(64 * 1024 * 1024)
+    lines = errors(MINIMAL.replace("instructions: Count.", "instructions_file: cfo.md"), tmp_path)
+    assert lines == [
+        "c.yaml:12:24: agents.cfo.instructions_file: expected instructions of at most 1 MB in "
+        "'cfo.md', got a larger file; check the path"
     ]
 
 

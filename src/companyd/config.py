@@ -1196,7 +1196,12 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
         )
 
     try:
-        raw = p.read_bytes()
+        raw = _read_at_most(p, _MAX_FILE_BYTES)
+    except _FileTooLarge:
+        raise fail(
+            f"expected a company.yaml of at most {_MAX_FILE_BYTES // _MB} MB, got a larger "
+            "file; check that the path names your company.yaml"
+        ) from None
     except FileNotFoundError:
         raise fail(
             "file not found; create one with `companyd init` or give the path to your company.yaml"
@@ -1210,6 +1215,28 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
     except ValueError as exc:  # e.g. a NUL byte in the path
         raise fail(f"cannot use this path: {exc}") from None
     return load_config_text(_decode(raw, file), file=file, base_dir=p.absolute().parent)
+
+
+_MB = 1024 * 1024
+#: Far above any real company.yaml (the example is 8 kB); refuses /dev/zero or a log file
+#: given by mistake before it is read into memory.
+_MAX_FILE_BYTES = 10 * _MB
+#: An agent's instructions travel in every request: far beyond any context window.
+_MAX_INSTRUCTIONS_BYTES = 1 * _MB
+
+
+class _FileTooLarge(Exception):
+    pass
+
+
+def _read_at_most(path: Path, limit: int) -> bytes:
+    """The bytes of ``path``, or _FileTooLarge once more than ``limit`` arrive (without reading
+    the rest: the path may be a device or a pipe that never ends)."""
+    with path.open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise _FileTooLarge
+    return data
 
 
 def _decode(raw: bytes, file: str) -> str:
@@ -1519,8 +1546,9 @@ _SECRET_VALUE_RES = (
     (re.compile(r"://[^/\s:@]+:[^/\s@]+@"), "a URL with a password in it"),
 )
 _SECRET_KEY_RE = re.compile(
-    r"(^|_)(token|api_?key|apikey|secret|secret_key|password|passwd|private_key|access_key"
+    r"(^|_)(token|api_?key|apikey|secret|secret_key|password|passwd|pwd|private_key|access_key"
     r"|auth|bearer)$"
+    r"|pass(word|wd)$"  # glued on, as in PGPASSWORD
 )
 
 
@@ -1875,7 +1903,14 @@ def _check_models(data: dict[str, Any], rep: _Report) -> None:
 def _read_instructions(ref: str, path: Path_, base: Path, rep: _Report) -> str | None:
     f = (base / Path(ref).expanduser()) if ref.strip() else base
     try:
-        return f.read_text(encoding="utf-8")
+        text = _read_at_most(f, _MAX_INSTRUCTIONS_BYTES).decode("utf-8")
+        return text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text() did
+    except _FileTooLarge:
+        rep.add(
+            path,
+            f"expected instructions of at most {_MAX_INSTRUCTIONS_BYTES // _MB} MB in {ref!r}, "
+            "got a larger file; check the path",
+        )
     except FileNotFoundError:
         rep.add(
             path,
