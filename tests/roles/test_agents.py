@@ -246,6 +246,34 @@ async def test_heartbeat_timeout_crashes_the_agent_and_the_restart_resumes(tmp_p
     assert [agent_of(r) for r in srv.requests].count("ceo") == 3  # 1 ok, 1 abandoned, 1 ok
 
 
+async def test_waiting_on_a_delegate_longer_than_the_heartbeat_is_not_a_stall(
+    tmp_path: Path,
+) -> None:
+    # The CFO works for longer than the CEO's heartbeat_seconds; the CEO, waiting on its
+    # delegate call, is not stuck (the CFO's own heartbeat watches the CFO's run).
+    cfg = write_company(tmp_path, {"ceo": {"heartbeat_seconds": 0.5}, "cfo": {"reports_to": "ceo"}})
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("delegate", {"agent": "cfo", "task": "Forecast Q1."}),
+            reply_text("Forecast received."),
+        ],
+        # five steps of 0.3 s each: well past the CEO's 0.5 s heartbeat
+        cfo=[
+            *(reply_tool_use("search_nodes", {"query": f"q{i}"}, latency=0.3) for i in range(4)),
+            reply_text("$42k", latency=0.3),
+        ],
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
+            restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
+    assert out["status"] == "ok", out
+    assert restarts == []
+    delegated = [tool_results(r) for r in srv.requests if agent_of(r) == "ceo"][1][0]
+    assert "is_error" not in delegated or delegated["is_error"] is False
+    assert "$42k" in delegated["content"]
+
+
 async def test_a_task_that_crashes_its_agent_twice_is_quarantined(tmp_path: Path) -> None:
     cfg = write_company(tmp_path, {"ceo": {}})
     with MessagesAPIServer(default_responder=False) as srv:

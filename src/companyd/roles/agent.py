@@ -125,6 +125,8 @@ class Agent:
         self._last_progress = staff.clock.monotonic()
         self._toolbox = ToolBox()
         self._current: _RunState | None = None
+        #: consult/delegate calls in flight: waiting on a colleague is not being stuck
+        self._colleague_waits = 0
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -232,6 +234,11 @@ class Agent:
         limit = self.config.heartbeat_seconds
         while not work.done():
             remaining = limit - (clock.monotonic() - self._last_progress)
+            if remaining <= 0 and self._colleague_waits:
+                # The run waits on a colleague (consult, delegate): that colleague's own
+                # heartbeat watches its run, and the wait has its own timeout.
+                self._progress()
+                continue
             if remaining <= 0:
                 work.cancel()
                 with contextlib.suppress(BaseException):
@@ -499,7 +506,12 @@ class Agent:
             task_id=state.task.id,
             consult_chain=state.task.consult_chain,
         )
-        result = await self._toolbox.call(tool_use, ctx)
+        colleague = self._toolbox.family(str(tool_use.get("name"))) == "colleagues"
+        self._colleague_waits += colleague
+        try:
+            result = await self._toolbox.call(tool_use, ctx)
+        finally:
+            self._colleague_waits -= colleague
         self._progress()
         state.seq += 1
         await staff.journal.append_step(
