@@ -390,6 +390,30 @@ async def test_budget_refusal_ends_the_run_and_pauses_the_agent(tmp_path: Path) 
     assert raised["resumed"] == ["ceo"]
 
 
+async def test_a_budget_raised_in_company_yaml_resumes_the_agent_it_paused(
+    tmp_path: Path,
+) -> None:
+    # The refusal tells the operator to "increase it in company.yaml": doing so and
+    # reloading lets the agent work again.
+    cfg = write_company(tmp_path, {"ceo": {"budget": {"daily_usd": 0.02}}})
+    script = [reply_tool_use("search_nodes", {"query": f"q{i}"}) for i in range(3)]
+    with MessagesAPIServer(responder=PerAgent(ceo=script)) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Spend it all.")
+            assert out["status"] == "budget_exhausted", out
+            assert "increase it in company.yaml" in out["reason"]
+            assert "ceo" in d.staff.paused()
+            write_company(tmp_path, {"ceo": {"budget": {"daily_usd": 5}}})
+            reloaded = await d.reload()
+            paused = d.staff.paused()
+            again = await d.ask("ceo", "Go on.")
+            resumed = events_of(d, "agent_resumed")
+    assert reloaded["applied"] is True and reloaded["resumed"] == ["ceo"]
+    assert paused == {}
+    assert again["status"] == "ok", again
+    assert [e.data["reason"] for e in resumed] == ["budget raised in company.yaml"]
+
+
 async def test_an_injected_crash_restarts_the_agent_and_its_run_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
