@@ -220,7 +220,33 @@ async def test_max_seconds_breaker(tmp_path: Path) -> None:
             out = await d.ask("ceo", "Search slowly.")
     assert out["status"] == "circuit_breaker"
     assert "max_seconds" in out["reason"]
-    assert 2 <= srv.served < 10
+    assert srv.served < 10  # cut at 0.3 s, mid-call (test_max_seconds_cuts_a_call_in_flight)
+
+
+async def test_max_seconds_cuts_a_call_in_flight(tmp_path: Path) -> None:
+    # One model call outlasts the run's max_seconds: the run ends there, not whenever the
+    # call returns (the heartbeat is longer, so it is not what ends it).
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {"heartbeat_seconds": 5, "limits": {"max_seconds": 0.5, "max_steps": 30}}},
+    )
+    model = PerAgent(ceo=[_search(1), stall(None, then=reply_text("too late"))])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            try:
+                async with asyncio.timeout(20):
+                    out = await d.ask("ceo", "Search, then think for ever.")
+            finally:
+                srv.release_stalls()
+            tripped = events_of(d, "circuit_breaker")
+            restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
+            spend = await d.budget()
+    assert out["status"] == "circuit_breaker", out
+    assert "max_seconds" in out["reason"] and "cancelled" in out["reason"]
+    assert len(tripped) == 1 and tripped[0].data["limit"] == "max_seconds"
+    assert restarts == []
+    assert out["steps"] == 1 and srv.served == 1  # the second call was never answered
+    assert spend["in_flight"] == 0  # its reservation was released
 
 
 async def test_heartbeat_timeout_crashes_the_agent_and_the_restart_resumes(tmp_path: Path) -> None:
