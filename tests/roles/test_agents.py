@@ -220,7 +220,33 @@ async def test_max_seconds_breaker(tmp_path: Path) -> None:
             out = await d.ask("ceo", "Search slowly.")
     assert out["status"] == "circuit_breaker"
     assert "max_seconds" in out["reason"]
-    assert 2 <= srv.served < 10
+    assert srv.served < 10  # cut at 0.3 s, mid-call (test_max_seconds_cuts_a_call_in_flight)
+
+
+async def test_max_seconds_cuts_a_call_in_flight(tmp_path: Path) -> None:
+    # One model call outlasts the run's max_seconds: the run ends there, not whenever the
+    # call returns (the heartbeat is longer, so it is not what ends it).
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {"heartbeat_seconds": 5, "limits": {"max_seconds": 0.5, "max_steps": 30}}},
+    )
+    model = PerAgent(ceo=[_search(1), stall(None, then=reply_text("too late"))])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            try:
+                async with asyncio.timeout(20):
+                    out = await d.ask("ceo", "Search, then think for ever.")
+            finally:
+                srv.release_stalls()
+            tripped = events_of(d, "circuit_breaker")
+            restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
+            spend = await d.budget()
+    assert out["status"] == "circuit_breaker", out
+    assert "max_seconds" in out["reason"] and "cancelled" in out["reason"]
+    assert len(tripped) == 1 and tripped[0].data["limit"] == "max_seconds"
+    assert restarts == []
+    assert out["steps"] == 1 and srv.served == 1  # the second call was never answered
+    assert spend["in_flight"] == 0  # its reservation was released
 
 
 async def test_heartbeat_timeout_crashes_the_agent_and_the_restart_resumes(tmp_path: Path) -> None:
@@ -244,6 +270,34 @@ async def test_heartbeat_timeout_crashes_the_agent_and_the_restart_resumes(tmp_p
     # resumed from the journal: the first (completed) call was not made again
     assert out["steps"] == 2
     assert [agent_of(r) for r in srv.requests].count("ceo") == 3  # 1 ok, 1 abandoned, 1 ok
+
+
+async def test_waiting_on_a_delegate_longer_than_the_heartbeat_is_not_a_stall(
+    tmp_path: Path,
+) -> None:
+    # The CFO works for longer than the CEO's heartbeat_seconds; the CEO, waiting on its
+    # delegate call, is not stuck (the CFO's own heartbeat watches the CFO's run).
+    cfg = write_company(tmp_path, {"ceo": {"heartbeat_seconds": 0.5}, "cfo": {"reports_to": "ceo"}})
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("delegate", {"agent": "cfo", "task": "Forecast Q1."}),
+            reply_text("Forecast received."),
+        ],
+        # five steps of 0.3 s each: well past the CEO's 0.5 s heartbeat
+        cfo=[
+            *(reply_tool_use("search_nodes", {"query": f"q{i}"}, latency=0.3) for i in range(4)),
+            reply_text("$42k", latency=0.3),
+        ],
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
+            restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
+    assert out["status"] == "ok", out
+    assert restarts == []
+    delegated = [tool_results(r) for r in srv.requests if agent_of(r) == "ceo"][1][0]
+    assert "is_error" not in delegated or delegated["is_error"] is False
+    assert "$42k" in delegated["content"]
 
 
 async def test_a_task_that_crashes_its_agent_twice_is_quarantined(tmp_path: Path) -> None:
@@ -360,6 +414,30 @@ async def test_budget_refusal_ends_the_run_and_pauses_the_agent(tmp_path: Path) 
     assert ceo_day["used_usd"] <= 0.02
     assert again["status"] == "budget_exhausted" and again["steps"] == 0
     assert raised["resumed"] == ["ceo"]
+
+
+async def test_a_budget_raised_in_company_yaml_resumes_the_agent_it_paused(
+    tmp_path: Path,
+) -> None:
+    # The refusal tells the operator to "increase it in company.yaml": doing so and
+    # reloading lets the agent work again.
+    cfg = write_company(tmp_path, {"ceo": {"budget": {"daily_usd": 0.02}}})
+    script = [reply_tool_use("search_nodes", {"query": f"q{i}"}) for i in range(3)]
+    with MessagesAPIServer(responder=PerAgent(ceo=script)) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Spend it all.")
+            assert out["status"] == "budget_exhausted", out
+            assert "increase it in company.yaml" in out["reason"]
+            assert "ceo" in d.staff.paused()
+            write_company(tmp_path, {"ceo": {"budget": {"daily_usd": 5}}})
+            reloaded = await d.reload()
+            paused = d.staff.paused()
+            again = await d.ask("ceo", "Go on.")
+            resumed = events_of(d, "agent_resumed")
+    assert reloaded["applied"] is True and reloaded["resumed"] == ["ceo"]
+    assert paused == {}
+    assert again["status"] == "ok", again
+    assert [e.data["reason"] for e in resumed] == ["budget raised in company.yaml"]
 
 
 async def test_an_injected_crash_restarts_the_agent_and_its_run_resumes(

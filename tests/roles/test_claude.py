@@ -282,6 +282,51 @@ async def test_spend_limit_is_never_retried_even_if_the_server_says_so() -> None
         assert len(srv.requests) == 1 and clock.sleeps == []
 
 
+@pytest.mark.parametrize(
+    "item",
+    [
+        # the organisation's limit without the error code in the body
+        fault(
+            429,
+            "You have reached your specified API usage limits. You will regain access on "
+            "2026-12-01 at 00:00 UTC.",
+        ),
+        # a workspace's spend limit is a 400 invalid_request_error (ops-notes §3.3)
+        fault(400, "You have reached your specified workspace API usage limits."),
+        fault(400, "Your credit balance is too low to access the Anthropic API."),
+    ],
+)
+@pytest.mark.anyio
+async def test_a_spend_limit_said_only_in_the_message_is_a_spend_limit(item: Any) -> None:
+    with MessagesAPIServer(default_responder=False) as srv:
+        srv.enqueue(item, reply_text("no"))
+        llm, clock = backend(srv, max_retries=2)
+        try:
+            async with asyncio.timeout(10):
+                with pytest.raises(SpendLimitReached) as ei:
+                    await llm.create(request())
+        finally:
+            await llm.aclose()
+        assert ei.value.status == item.status and ei.value.retryable is False
+        assert len(srv.requests) == 1 and clock.sleeps == []
+
+
+@pytest.mark.anyio
+async def test_an_ordinary_rate_limit_is_not_a_spend_limit() -> None:
+    with MessagesAPIServer(default_responder=False) as srv:
+        srv.enqueue(
+            fault(429, "This request would exceed the rate limit for your organization."),
+            reply_text("fine"),
+        )
+        llm, _ = backend(srv, max_retries=2)
+        try:
+            async with asyncio.timeout(10):
+                r = await llm.create(request())
+        finally:
+            await llm.aclose()
+        assert r.text == "fine" and len(srv.requests) == 2
+
+
 @pytest.mark.anyio
 async def test_a_transient_error_is_retried_then_succeeds() -> None:
     with MessagesAPIServer(default_responder=False) as srv:

@@ -472,6 +472,8 @@ class Daemon:
             old = self.config
             self.staff.reconfigure(new)
             self.spend_book.reconfigure(new)
+            # a budget raised in company.yaml lets the agents it paused work again
+            resumed = self.staff.resume_budget_paused("budget raised in company.yaml")
             self.proposal_store.reconfigure(new)
             self.alerts.update_config(new)
             diff = await self.tree.apply_config(new)
@@ -492,6 +494,7 @@ class Daemon:
                 },
                 "routines": routines,
                 "failures": list(diff.failures),
+                "resumed": resumed,
             }
             self.bus.emit(
                 "daemon_reloaded",

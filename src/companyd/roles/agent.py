@@ -125,6 +125,8 @@ class Agent:
         self._last_progress = staff.clock.monotonic()
         self._toolbox = ToolBox()
         self._current: _RunState | None = None
+        #: consult/delegate calls in flight: waiting on a colleague is not being stuck
+        self._colleague_waits = 0
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -200,8 +202,8 @@ class Agent:
         self._progress()
         work = asyncio.create_task(self._execute(state, ctx, resumed=resumed))
         try:
-            await self._watch_heartbeat(work)
-            status, reason = work.result()
+            overrun = await self._watch_heartbeat(work, state)
+            status, reason = overrun or work.result()
         except _Stopping:
             return  # journaled as running; resumed on the next start
         except InjectedCrash:
@@ -227,11 +229,37 @@ class Agent:
                 status, reason = RunStatus.FAILED, f"rejected by {state.task.reviewer}: {verdict}"
         await self._finish(state, status, reason)
 
-    async def _watch_heartbeat(self, work: asyncio.Task[tuple[RunStatus, str | None]]) -> None:
+    async def _watch_heartbeat(
+        self, work: asyncio.Task[tuple[RunStatus, str | None]], state: _RunState
+    ) -> tuple[RunStatus, str | None] | None:
+        """Wait for ``work``; raise :class:`HeartbeatTimeout` on a stall. A run still busy
+        (in a model or tool call) at ``max_seconds`` is cancelled there and ends
+        ``circuit_breaker`` (returned), rather than at the next step's check."""
         clock = self.staff.clock
         limit = self.config.heartbeat_seconds
+        max_seconds = self.config.limits.max_seconds
         while not work.done():
-            remaining = limit - (clock.monotonic() - self._last_progress)
+            now = clock.monotonic()
+            run_left = (
+                max_seconds - (now - state.breaker.started) if max_seconds is not None else None
+            )
+            if run_left is not None and run_left <= 0:
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+                tripped = BreakerTripped(
+                    "max_seconds",
+                    f"max_seconds {max_seconds:g} reached (ran {now - state.breaker.started:.1f} "
+                    "s; the call in flight was cancelled)",
+                )
+                self._breaker_event(state, tripped)
+                return RunStatus.CIRCUIT_BREAKER, str(tripped)
+            remaining = limit - (now - self._last_progress)
+            if remaining <= 0 and self._colleague_waits:
+                # The run waits on a colleague (consult, delegate): that colleague's own
+                # heartbeat watches its run, and the wait has its own timeout.
+                self._progress()
+                continue
             if remaining <= 0:
                 work.cancel()
                 with contextlib.suppress(BaseException):
@@ -240,11 +268,13 @@ class Agent:
                     f"run made no progress for {limit:g} s (heartbeat_seconds); "
                     "cancelled and the agent crashed so its supervisor restarts it"
                 )
-            sleeper = asyncio.ensure_future(clock.sleep(remaining))
+            wait = remaining if run_left is None else min(remaining, run_left)
+            sleeper = asyncio.ensure_future(clock.sleep(wait))
             try:
                 await asyncio.wait({work, sleeper}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 sleeper.cancel()
+        return None
 
     def _progress(self) -> None:
         self._last_progress = self.staff.clock.monotonic()
@@ -349,19 +379,22 @@ class Agent:
                     return RunStatus.OK, "answer truncated at max_output_tokens"
                 return RunStatus.OK, None
         except BreakerTripped as exc:
-            self.staff.bus.emit(
-                "circuit_breaker",
-                f"agent/{self.slug}",
-                agent=self.slug,
-                task_id=state.task.id,
-                run_id=state.run_id,
-                routine=state.task.routine,
-                limit=exc.limit,
-                reason=str(exc),
-            )
+            self._breaker_event(state, exc)
             return RunStatus.CIRCUIT_BREAKER, str(exc)
         except _RunEnded as exc:
             return exc.status, exc.reason
+
+    def _breaker_event(self, state: _RunState, exc: BreakerTripped) -> None:
+        self.staff.bus.emit(
+            "circuit_breaker",
+            f"agent/{self.slug}",
+            agent=self.slug,
+            task_id=state.task.id,
+            run_id=state.run_id,
+            routine=state.task.routine,
+            limit=exc.limit,
+            reason=str(exc),
+        )
 
     async def _step(self, state: _RunState) -> ModelResponse:
         """One model call (with fallback), settled and journaled before returning."""
@@ -499,7 +532,12 @@ class Agent:
             task_id=state.task.id,
             consult_chain=state.task.consult_chain,
         )
-        result = await self._toolbox.call(tool_use, ctx)
+        colleague = self._toolbox.family(str(tool_use.get("name"))) == "colleagues"
+        self._colleague_waits += colleague
+        try:
+            result = await self._toolbox.call(tool_use, ctx)
+        finally:
+            self._colleague_waits -= colleague
         self._progress()
         state.seq += 1
         await staff.journal.append_step(

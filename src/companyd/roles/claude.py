@@ -18,7 +18,9 @@ Here:
   raised at once (with ``retry_after`` set on :class:`ModelRateLimited`) so the runtime can
   fall back to another model instead of sleeping.
 * A 429 whose ``error.details.error_code`` is ``enforced_spend_limit_reached`` raises
-  :class:`SpendLimitReached` at once and is never retried.
+  :class:`SpendLimitReached` at once and is never retried; so does a 400 or 429 whose
+  message says a spend / usage limit or the credit balance is reached (a workspace's
+  spend limit is a 400, and not every answer carries the error code).
 * ``x-should-retry: false`` from the server is obeyed.
 * Every attempt runs under ``asyncio.timeout(timeout + 5 s)`` on top of the HTTP client's own
   timeout, and the whole call (attempts and waits) under ``asyncio.timeout(deadline)``: a
@@ -229,6 +231,19 @@ def _retry_after(headers: Any) -> float | None:
     return max(0.0, float(email.utils.mktime_tz(parsed) - time.time()))
 
 
+# What the API says when money, not request rate, is the limit: the organisation's spend
+# limit (429, normally with error_code enforced_spend_limit_reached), a workspace's spend
+# limit (400 invalid_request_error, ops-notes §3.3) or an empty prepaid balance (400).
+# Retrying, falling back or crashing the agent (a 400 is otherwise a poison input) would not
+# help: every agent is paused instead.
+_SPEND_LIMIT_PHRASES = ("usage limit", "spend limit", "spending limit", "credit balance")
+
+
+def _says_spend_limit(message: str) -> bool:
+    text = message.lower()
+    return any(p in text for p in _SPEND_LIMIT_PHRASES)
+
+
 def map_sdk_error(exc: BaseException, *, model: str) -> ModelError:
     """companyd's error for an SDK exception (status → class as in the module docstring)."""
     if isinstance(exc, anthropic.APIStatusError):
@@ -236,7 +251,9 @@ def map_sdk_error(exc: BaseException, *, model: str) -> ModelError:
         rid = exc.request_id
         api_msg = exc.api_message or str(exc)
         where = f"model {model!r}, HTTP {status}, request {rid or '-'}"
-        if exc.error_code == SPEND_LIMIT_CODE:
+        if exc.error_code == SPEND_LIMIT_CODE or (
+            status in (400, 429) and _says_spend_limit(api_msg)
+        ):
             return SpendLimitReached(
                 f"the Anthropic organisation's API spend limit is reached ({where}): "
                 f"{api_msg!r}; every agent is paused — raise the limit in the Anthropic "

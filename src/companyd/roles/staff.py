@@ -444,13 +444,18 @@ class Staff:
             if slug not in self._paused:
                 self.pause(slug, "Anthropic API spend limit reached", budget=False)
 
+    def resume_budget_paused(self, reason: str) -> list[str]:
+        """Resume every agent paused for its budget whose budgets now allow spending (a
+        period rolled over, or a reloaded company.yaml raised a budget)."""
+        resumed = []
+        for agent, p in list(self._paused.items()):
+            if p.budget and self.spend.exhausted(agent) is None and self.resume(agent, reason):
+                resumed.append(agent)
+        return resumed
+
     def _on_event(self, event: Event) -> None:
         if event.kind == "budget_reset":
-            for agent, p in list(self._paused.items()):
-                if p.budget and self.spend.exhausted(agent) is None:
-                    self.resume(
-                        agent, reason=f"budget period rolled over ({event.data.get('period', '')})"
-                    )
+            self.resume_budget_paused(f"budget period rolled over ({event.data.get('period', '')})")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

@@ -136,6 +136,11 @@ class ToolBox:
         t = self.tools.get(name)
         return t is not None and t.idempotent
 
+    def family(self, name: str) -> str | None:
+        """The family of tool ``name`` (``memory``, ``colleagues``, …), None if unknown."""
+        t = self.tools.get(name)
+        return t.family if t is not None else None
+
     async def call(self, tool_use: Mapping[str, Any], ctx: ToolCallContext) -> dict[str, Any]:
         """Run one ``tool_use`` block and return its ``tool_result`` block. Never raises for
         a tool's own failure (that becomes ``is_error``); cancellation propagates."""

@@ -1,0 +1,150 @@
+"""Budgets seen from the agents (issue 6 acceptance, through the real runtime): the real
+daemon's agents, the real anthropic SDK and the loopback Messages API stand-in.
+
+* 8 agents drawing on one $1.00 company budget at once, each looping on tool calls for as
+  long as it may: the settled total is ≤ $1.00, the stand-in's own record of what it billed
+  equals the ledger, and every agent's run ends ``budget_exhausted`` with the agent paused.
+* The day rolling over in the company's time zone resumes an agent paused for its budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from agentkit import PerAgent, running_company, write_company
+
+from companyd.clock import ManualClock
+from companyd.roles.model import Usage
+from companyd.testing.messages_api import (
+    MessagesAPIServer,
+    RecordedRequest,
+    Reply,
+    reply_tool_use,
+    usage_of,
+)
+
+pytestmark = pytest.mark.anyio
+
+MTOK = Decimal(1_000_000)
+# claude-sonnet-5-5 per docs/spend.md and ops-notes §3.6: in 2, write 5m 2.50, read 0.20, out 10
+SONNET = {"in": Decimal(2), "w5": Decimal("2.50"), "w1": Decimal(4), "read": Decimal("0.20")}
+SONNET_OUT = Decimal(10)
+
+
+def billed(u: Usage) -> Decimal:
+    """What the stand-in's usage costs at the published Sonnet 5.5 rates (computed here)."""
+    return (
+        u.input_tokens * SONNET["in"]
+        + u.cache_write_5m_tokens * SONNET["w5"]
+        + u.cache_write_1h_tokens * SONNET["w1"]
+        + u.cache_read_tokens * SONNET["read"]
+        + u.output_tokens * SONNET_OUT
+    ) / MTOK
+
+
+class Busy:
+    """Every agent keeps calling tools (a new query each time) and bills a realistic share
+    of its prompt as input and cache, and most of ``max_tokens`` as output."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, req: RecordedRequest) -> Reply:
+        self.n += 1
+        body = req.body
+        prompt = len(json.dumps(body)) // 4  # ~4 bytes a token; never above the estimate
+        usage = Usage(
+            input_tokens=prompt // 2,
+            cache_write_5m_tokens=prompt // 4,
+            cache_read_tokens=prompt - prompt // 2 - prompt // 4,
+            output_tokens=body["max_tokens"] * 3 // 4,
+        )
+        return reply_tool_use("search_nodes", {"query": f"q{self.n}"}, usage=usage)
+
+
+async def test_eight_agents_on_one_dollar_stop_with_budget_exhausted(tmp_path: Path) -> None:
+    slugs = ["ceo", *(f"agent{i}" for i in range(1, 8))]
+    cfg = write_company(
+        tmp_path,
+        {s: ({} if s == "ceo" else {"reports_to": "ceo"}) for s in slugs},
+        company={
+            "name": "Test Co",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 1.00, "monthly_usd": 30},
+        },
+        defaults={
+            "model": {"primary": "claude-sonnet-5-5", "max_output_tokens": 2000},
+            "limits": {"max_steps": 500, "max_cost_usd": 5, "max_seconds": "10m"},
+            "heartbeat_seconds": 120,
+        },
+    )
+    with MessagesAPIServer(responder=Busy()) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            async with asyncio.timeout(120):
+                outs = await asyncio.gather(
+                    *(d.ask(s, "Search as much as you can.") for s in slugs)
+                )
+            paused = d.staff.paused()
+            spend = await d.spend("agent", "today")
+            exhausted = d.bus.recent({"budget_exhausted"}, limit=100)
+        served = srv.responses
+
+    assert [o["status"] for o in outs] == ["budget_exhausted"] * 8, outs
+    assert all("company's daily budget" in o["reason"] for o in outs), outs
+    assert all(o["steps"] >= 1 for o in outs)  # everyone worked before the money ran out
+    assert set(paused) == set(slugs) and all(r.startswith("budget") for r in paused.values())
+    assert len(exhausted) == 1
+    # the stand-in's own record of what it billed, priced here, is the ledger's total ...
+    stand_in = sum(billed(usage_of(m)) for m in served)
+    ledger = Decimal(spend["total"]["cost_usd_exact"])
+    assert spend["total"]["calls"] == len(served) == sum(o["steps"] for o in outs)
+    assert ledger == stand_in
+    # ... which never crossed the budget, and the budget was really used
+    assert ledger <= Decimal("1.00")
+    assert ledger > Decimal("0.80")
+
+
+async def test_the_day_rolling_over_resumes_an_agent_paused_for_its_budget(
+    tmp_path: Path,
+) -> None:
+    tz = ZoneInfo("Asia/Kathmandu")  # UTC+05:45: a UTC-midnight rollover would be caught out
+    clock = ManualClock(start=datetime(2026, 11, 20, 23, 50, tzinfo=tz).timestamp())
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {"budget": {"daily_usd": 0.10}}},
+        company={
+            "name": "Test Co",
+            "timezone": "Asia/Kathmandu",
+            "budget": {"daily_usd": 50, "monthly_usd": 500},
+        },
+    )
+    # $0.021 a call; a call's worst case is about $0.064, so two calls fit in a day
+    usage = Usage(input_tokens=3000, output_tokens=1500)
+    model = PerAgent(
+        ceo=[reply_tool_use("search_nodes", {"query": f"q{i}"}, usage=usage) for i in range(9)]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            out = await d.ask("ceo", "Spend it all.")
+            assert out["status"] == "budget_exhausted" and out["steps"] == 2, out
+            assert "2026-11-21T00:00:00+05:45" in out["reason"]
+            assert "ceo" in d.staff.paused()
+            clock.advance(5 * 60)  # 23:55 local: same day, still paused
+            await asyncio.sleep(0.05)
+            assert "ceo" in d.staff.paused()
+            clock.advance(6 * 60)  # 00:01 local on the 21st (18:16 UTC on the 20th)
+            async with asyncio.timeout(10):
+                while "ceo" in d.staff.paused():
+                    await asyncio.sleep(0.01)
+            resumed = d.bus.recent({"agent_resumed"}, limit=10)
+            again = await d.ask("ceo", "A new day.")
+    assert [e.data["reason"] for e in resumed] == ["budget period rolled over (day)"]
+    # a fresh day's budget: two more calls, then the ceiling again
+    assert again["status"] == "budget_exhausted" and again["steps"] == 2, again
+    assert srv.served == 4
