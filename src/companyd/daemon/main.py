@@ -87,6 +87,10 @@ def _run_command(args: argparse.Namespace) -> int:
     from companyd.daemon.logs import setup_logging
 
     handle = setup_logging(level=args.log_level, fmt=args.log_format)
+    # Until the event loop takes SIGHUP over, its default action would end the process —
+    # a death systemd counts as clean, so Restart=on-failure would not bring it back.
+    # Remember the request instead; the daemon reloads once it is up.
+    signal.signal(signal.SIGHUP, _remember_early_sighup)
     try:
         path = args.config or default_config_path()
         try:
@@ -247,6 +251,8 @@ class Daemon:
         )
         self._metrics_server: Any = None
         self._stop = asyncio.Event()
+        # set once the tree is up and READY=1 was sent: a reload waits for it
+        self._up = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
         # the spend block of STATUS= (read from the spend book, which is async)
@@ -303,6 +309,7 @@ class Daemon:
         with contextlib.suppress(Exception):
             self._spend_seen = await self._spend_status()
         self.notifier.ready(self._status_line())
+        self._up.set()
         self.bus.emit(
             "daemon_started",
             "daemon",
@@ -371,6 +378,9 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         loop.add_signal_handler(signal.SIGHUP, self._sighup)
+        if _EARLY_SIGHUP:  # a SIGHUP that came before the loop listened: reload once up
+            _EARLY_SIGHUP.clear()
+            self._sighup()
         try:
             try:
                 await self.start()
@@ -409,6 +419,8 @@ class Daemon:
             remove_logger()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
+            # a late SIGHUP must not turn a clean exit into a death by signal
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     async def _service(self, run: Any) -> None:
         """Run a daemon-level helper (watchdog, status, lag) with a never-set stop event."""
@@ -444,9 +456,25 @@ class Daemon:
     # -- reload -------------------------------------------------------------------------
 
     async def reload(self) -> dict[str, Any]:
-        """Re-read company.yaml; apply the difference or keep the old config."""
+        """Re-read company.yaml; apply the difference or keep the old config.
+
+        A reload asked for during start-up waits until the tree is up (READY=1 is sent
+        once, when it is); one asked for while the daemon stops is refused."""
+        if not self._up.is_set() and not self._stopping():
+            log.info("reload requested during start-up: applied once the company is up")
+            await self._up.wait()
         async with self._reload_lock:
+            if self._stopping():
+                log.info("reload not applied: the daemon is stopping")
+                return {
+                    "applied": False,
+                    "errors": ["the daemon is stopping; company.yaml was not reloaded"],
+                    "message": "reload refused: the daemon is stopping",
+                }
             return await asyncio.shield(self._reload())
+
+    def _stopping(self) -> bool:
+        return self._stop.is_set() or self.state == "stopping"
 
     async def _reload(self) -> dict[str, Any]:
         self.notifier.reloading("reloading company.yaml")
@@ -505,8 +533,12 @@ class Daemon:
             )
             return result
         finally:
-            self.state = "running" if not self._stop.is_set() else "stopping"
-            self.notifier.ready(self._status_line())
+            if self._stopping():
+                # STOPPING=1 went out meanwhile: READY=1 now would contradict it
+                self.state = "stopping"
+            else:
+                self.state = "running"
+                self.notifier.ready(self._status_line())
 
     async def _reload_after_apply(self) -> None:
         result = await self.reload()
@@ -847,6 +879,14 @@ def _routine_for_status(r: Mapping[str, Any]) -> dict[str, Any]:
         "last_outcome": last.get("outcome"),
         "enabled": r.get("enabled", True),
     }
+
+
+#: Set by a SIGHUP that arrives before the daemon's event loop handles the signal.
+_EARLY_SIGHUP: list[bool] = []
+
+
+def _remember_early_sighup(signum: int, frame: Any) -> None:
+    _EARLY_SIGHUP[:] = [True]
 
 
 def _log_task_failure(task: asyncio.Future[Any]) -> None:
