@@ -107,7 +107,16 @@ def _run_command(args: argparse.Namespace) -> int:
         for w in config.warnings:
             log.warning("%s", w)
         state_dir = config.state_dir(args.state_dir)
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            print(
+                f"companyd: cannot use the state directory {str(state_dir)!r}: "
+                f"{exc.strerror or exc}; give a directory the daemon's user can create and "
+                "write with --state-dir (or company.yaml's state_dir) (exit 78)",
+                file=sys.stderr,
+            )
+            return EX_CONFIG
         try:
             scaled = ScaledClock.from_env()
         except ValueError as exc:
@@ -142,6 +151,14 @@ def _run_command(args: argparse.Namespace) -> int:
         except StateLocked as exc:
             print(f"companyd: {exc}", file=sys.stderr)
             return EX_TEMPFAIL
+        except OSError as exc:
+            print(
+                f"companyd: cannot lock the state directory {str(state_dir)!r}: "
+                f"{exc.strerror or exc} ({exc.filename}); the daemon's user must be able to "
+                "write there — fix its owner or mode, or choose another --state-dir (exit 78)",
+                file=sys.stderr,
+            )
+            return EX_CONFIG
         with lock:
             daemon = Daemon(
                 config,
