@@ -1933,3 +1933,21 @@ async def test_a_permanent_child_exiting_normally_is_restarted_and_counted(
     with pytest.raises(SupervisorGaveUp):
         async with asyncio.timeout(DEADLINE):
             await sup.wait()
+
+
+async def test_a_bystander_failing_while_stopped_by_a_group_restart_is_restarted_with_it(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """shutdown_error during a group restart: reported, the group restart goes on, and the
+    bystander's own exit is not a second (counted) restart."""
+    a, b, c = Probe("a"), Probe("b", on_stop="error"), Probe("c")
+    sup = make(bus, clock, [a.spec(), b.spec(), c.spec()], strategy="one_for_all", max_restarts=1)
+    async with sup:
+        a.run.crash()
+        await events.wait_for("child_started", count=2, child="c")
+        await settle()
+        assert (a.starts, b.starts, c.starts) == (2, 2, 2)
+        assert sup.restarts_in_window() == 1 and len(events.of("restart")) == 1
+        stopped_b = events.of("child_terminated", child="b")[0]
+        assert stopped_b.data["reason"].startswith("error:ValueError")
+        assert all(s == "running" for s in states(sup).values())
