@@ -106,6 +106,14 @@ def _run_command(args: argparse.Namespace) -> int:
             return EX_CONFIG
         for w in config.warnings:
             log.warning("%s", w)
+        if args.control_group is not None:
+            from companyd.daemon.control import _resolve_group
+
+            try:  # a typo here cannot be fixed by restarting: say so now, with 78
+                _resolve_group(args.control_group)
+            except CompanydError as exc:
+                print(f"companyd: {exc} (exit 78)", file=sys.stderr)
+                return EX_CONFIG
         state_dir = config.state_dir(args.state_dir)
         try:
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
