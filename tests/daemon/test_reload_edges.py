@@ -106,3 +106,37 @@ async def test_a_reload_asked_while_stopping_is_refused_and_sends_no_ready(
                 await daemon.stop()
         daemon.notifier.close()
         listener.close()
+
+
+async def test_a_reload_names_the_settings_that_only_a_restart_applies(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from companyd.daemon.cli import _reload_summary
+
+    listener = NotifyListener(work / "notify")
+    listener.start()
+    daemon = make_daemon(work, monkeypatch, listener)
+    cfg = work / "company.yaml"
+    try:
+        async with asyncio.timeout(DEADLINE):
+            await daemon.start()
+            same = await daemon.reload()
+        assert same["applied"] is True and "restart_required" not in same
+        doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
+        doc["memory"] = {"path": "elsewhere/memory.jsonl"}
+        doc["anthropic"] = {"timeout_seconds": 30}
+        doc["agents"]["cfo"]["instructions"] = "You are the cfo. Be brief."
+        cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        async with asyncio.timeout(DEADLINE):
+            result = await daemon.reload()
+        assert result["applied"] is True and result["changed"] == ["cfo"]
+        assert result["restart_required"] == ["memory.path", "anthropic"]
+        assert _reload_summary(result) == (
+            "reloaded company.yaml: restarted cfo; 1 unchanged; memory.path, anthropic "
+            "changed: takes effect at the next restart (`systemctl restart companyd`)"
+        )
+    finally:
+        async with asyncio.timeout(DEADLINE):
+            await daemon.stop()
+        daemon.notifier.close()
+        listener.close()

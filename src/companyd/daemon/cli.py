@@ -301,6 +301,12 @@ def _reload_summary(result: Mapping[str, Any]) -> str:
             moves.append(f"{word} {', '.join(names)}")
     if moves:
         parts.append("routines " + ", ".join(moves))
+    later = [str(n) for n in _list(result.get("restart_required"))]
+    if later:
+        parts.append(
+            f"{', '.join(later)} changed: takes effect at the next restart "
+            "(`systemctl restart companyd`)"
+        )
     return "reloaded company.yaml" + (": " + "; ".join(parts) if parts else ": no changes")
 
 

@@ -546,6 +546,14 @@ class Daemon:
                 "routines": routines,
                 "failures": list(diff.failures),
             }
+            later = _restart_only_changes(old, new, self.state_dir)
+            if later:
+                result["restart_required"] = later
+                log.warning(
+                    "company.yaml reloaded, but %s only take(s) effect when the daemon "
+                    "restarts (`systemctl restart companyd`)",
+                    ", ".join(later),
+                )
             self.bus.emit(
                 "daemon_reloaded",
                 "daemon",
@@ -904,6 +912,22 @@ def _routine_for_status(r: Mapping[str, Any]) -> dict[str, Any]:
         "last_outcome": last.get("outcome"),
         "enabled": r.get("enabled", True),
     }
+
+
+def _restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
+    """The settings read once at start that differ between ``old`` and ``new``: a reload
+    cannot apply them (the state directory, the memory file, the model client, metrics)."""
+    changed = []
+    # (when --state-dir chose the directory, company.yaml's state_dir does not matter)
+    if old.state_dir() == state_dir and new.state_dir() != state_dir:
+        changed.append("state_dir")
+    if old.memory_path(state_dir) != new.memory_path(state_dir):
+        changed.append("memory.path")
+    if old.spec.anthropic != new.spec.anthropic:
+        changed.append("anthropic")
+    if old.spec.metrics != new.spec.metrics:
+        changed.append("metrics")
+    return changed
 
 
 #: Set by a SIGHUP that arrives before the daemon's event loop handles the signal.
