@@ -308,6 +308,36 @@ def test_an_invalid_config_at_start_exits_78_with_every_error_and_no_traceback(
     assert not (tmp_path / "s").exists()  # nothing was started
 
 
+@pytest.mark.parametrize("where", ["under_a_file", "lock_is_a_directory"])
+def test_an_unusable_state_directory_exits_78_with_the_path_and_no_traceback(
+    tmp_path: Path, where: str
+) -> None:
+    cfg = write(tmp_path / "company.yaml", company({"ceo": {}}))
+    if where == "under_a_file":
+        (tmp_path / "file").write_text("", encoding="utf-8")
+        state = tmp_path / "file" / "s"
+    else:
+        state = tmp_path / "s"
+        (state / "daemon.lock").mkdir(parents=True)
+    done = run_companyd("run", "--offline", "--config", str(cfg), "--state-dir", str(state))
+    assert done.returncode == EX_CONFIG, done.stderr
+    assert str(state) in done.stderr and "--state-dir" in done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_unknown_control_group_exits_78_before_anything_starts(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "company.yaml", company({"ceo": {}}))
+    state = tmp_path / "s"
+    done = run_companyd(
+        "run", "--offline", "--config", str(cfg), "--state-dir", str(state),
+        "--control-group", "no-such-group-companyd",
+    )  # fmt: skip
+    assert done.returncode == EX_CONFIG, done.stderr
+    assert "unknown group 'no-such-group-companyd'" in done.stderr and "groupadd" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not state.exists()  # nothing was started
+
+
 def test_no_api_key_without_offline_exits_78_and_offers_offline(tmp_path: Path) -> None:
     cfg = write(tmp_path / "company.yaml", company({"ceo": {}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}

@@ -1756,3 +1756,198 @@ async def test_snapshot_is_the_status_tree(
         "normal",
     )
     assert (node_bad["kind"], node_bad["state"], node_bad["children"]) == ("worker", "running", [])
+
+
+# ---------------------------------------------------------------------------------------
+# Further OTP scenarios (audit): cases beyond the issue's list, against supervisor.erl
+
+
+@pytest.mark.parametrize("restart", ["temporary", "transient"])
+async def test_rest_for_one_later_temporary_or_stopped_siblings(
+    bus: EventBus, clock: ManualClock, events: Events, restart: str
+) -> None:
+    """rest_for_one: a temporary child after the crashed one is removed; one before it is
+    untouched; a non-temporary later child that was down is started with the group."""
+    t0, a, t1, b = Probe("t0"), Probe("a"), Probe("t1"), Probe("b")
+    specs = [t0.spec(restart="temporary"), a.spec(), t1.spec(restart=restart), b.spec()]
+    async with make(bus, clock, specs, strategy="rest_for_one") as sup:
+        if restart == "transient":
+            t1.run.exit("normal")  # down, spec kept: the group restart starts it again
+            await events.wait_for("child_exited", child="t1")
+        a.run.crash()
+        await events.wait_for("child_started", count=2, child="b")
+        await settle()
+        assert t0.starts == 1 and a.starts == 2
+        if restart == "temporary":
+            assert states(sup) == {"t0": "running", "a": "running", "b": "running"}
+            assert t1.starts == 1
+        else:
+            assert states(sup) == {"t0": "running", "a": "running", "t1": "running", "b": "running"}
+            assert t1.starts == 2
+        assert sup.restarts_in_window() == 1
+
+
+@pytest.mark.parametrize("how", ["normal", "shutdown", "shutdown_info"])
+async def test_one_for_all_transient_normal_exit_restarts_nobody(
+    bus: EventBus, clock: ManualClock, events: Events, how: str
+) -> None:
+    a, tr, c = Probe("a"), Probe("tr"), Probe("c")
+    specs = [a.spec(), tr.spec(restart="transient"), c.spec()]
+    async with make(bus, clock, specs, strategy="one_for_all", max_restarts=0) as sup:
+        tr.run.exit(*EXITS[how])
+        await events.wait_for("child_exited", child="tr")
+        await settle()
+        assert (a.starts, tr.starts, c.starts) == (1, 1, 1)
+        assert states(sup) == {"a": "running", "tr": "not_running", "c": "running"}
+        assert events.of("restart") == [] and sup.status == "running"
+
+
+@pytest.mark.parametrize("strategy", ["one_for_all", "rest_for_one"])
+async def test_a_crashing_temporary_child_is_removed_without_a_group_restart(
+    bus: EventBus, clock: ManualClock, events: Events, strategy: Any
+) -> None:
+    a, t, c = Probe("a"), Probe("t"), Probe("c")
+    specs = [a.spec(), t.spec(restart="temporary"), c.spec()]
+    async with make(bus, clock, specs, strategy=strategy, max_restarts=0) as sup:
+        t.run.crash()
+        await events.wait_for("child_exited", child="t")
+        await settle()
+        assert (a.starts, t.starts, c.starts) == (1, 1, 1)
+        assert states(sup) == {"a": "running", "c": "running"}
+        assert events.of("restart") == [] and sup.status == "running"
+
+
+async def test_terminate_then_restart_child_then_it_is_supervised_again(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    a, b = Probe("a"), Probe("b")
+    async with make(bus, clock, [a.spec(), b.spec()], max_restarts=1) as sup:
+        await sup.terminate_child("a")
+        assert states(sup) == {"a": "not_running", "b": "running"}
+        await sup.restart_child("a")
+        assert [c.id for c in sup.which_children()] == ["a", "b"]  # keeps its place
+        a.run.crash()  # an ordinary supervised child again: restarted, counted
+        await events.wait_for("child_started", count=3, child="a")
+        assert sup.restarts_in_window() == 1 and states(sup)["a"] == "running"
+
+
+async def test_restart_or_delete_of_a_running_child_is_refused_and_changes_nothing(
+    bus: EventBus, clock: ManualClock
+) -> None:
+    a = Probe("a")
+    async with make(bus, clock, [a.spec()]) as sup:
+        with pytest.raises(ChildRunning):
+            await sup.delete_child("a")
+        with pytest.raises(ChildRunning):
+            await sup.restart_child("a")
+        assert states(sup) == {"a": "running"} and a.starts == 1
+        with pytest.raises(ChildNotFound):
+            await sup.restart_child("zz")
+
+
+@pytest.mark.parametrize("how", ["normal", "shutdown", "shutdown_info"])
+async def test_any_significant_transient_normal_class_exit_shuts_down(
+    bus: EventBus, clock: ManualClock, events: Events, how: str
+) -> None:
+    """OTP: the supervisor exits `shutdown` (a normal-class reason for its parent)."""
+    lead, w = Probe("lead"), Probe("w")
+    specs = [w.spec(), lead.spec(restart="transient", significant=True)]
+    inner = Supervisor("inner", specs, auto_shutdown="any_significant")
+    outer_w = Probe("outer_w")
+    outer = make(bus, clock, [outer_w.spec(), inner.child_spec(restart="transient")])
+    async with outer:
+        lead.run.exit(*EXITS[how])
+        exited = await events.wait_for("child_exited", child="inner")
+        assert exited.data["action"] == "none"  # normal class: transient parent leaves it
+        assert exited.data["reason"].startswith("shutdown")
+        assert states(outer) == {"outer_w": "running", "inner": "not_running"}
+        assert outer.restarts_in_window() == 0
+
+
+async def test_max_restarts_zero_gives_up_at_the_first_crash(
+    bus: EventBus, clock: ManualClock, events: Events, journal: list[str]
+) -> None:
+    a, b, c = Probe("a", journal), Probe("b", journal), Probe("c", journal)
+    sup = make(bus, clock, [a.spec(), b.spec(), c.spec()], max_restarts=0)
+    await sup.start()
+    b.run.crash()
+    with pytest.raises(SupervisorGaveUp):
+        async with asyncio.timeout(DEADLINE):
+            await sup.wait()
+    assert b.starts == 1
+    assert journal[-3:] == ["end:b", "end:c", "end:a"]
+
+
+async def test_the_window_slides_continuously(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """max 2 in 10 s: crashes at 0, 6, 12, 18, 24 never have 3 within 10 s."""
+    a = Probe("a")
+    sup = make(bus, clock, [a.spec()], max_restarts=2, max_seconds=10)
+    async with sup:
+        for n, at in enumerate((0.0, 6.0, 12.0, 18.0, 24.0), start=1):
+            clock.advance(at - clock.monotonic())
+            await crash_and_wait(a, events, n)
+            await events.wait_for("child_started", count=n + 1, child="a")
+            assert sup.restarts_in_window() == min(n, 2)
+        # now restarts at 18 and 24: one at 28 makes three within 10 s (18 is 10 s old)
+        clock.advance(28.0 - clock.monotonic())
+        a.run.crash()
+        with pytest.raises(SupervisorGaveUp):
+            async with asyncio.timeout(DEADLINE):
+                await sup.wait()
+
+
+async def test_a_supervisor_child_with_infinity_shutdown_finishes_its_own_ordered_stop(
+    bus: EventBus, clock: ManualClock, events: Events, journal: list[str]
+) -> None:
+    slow, x = Probe("slow", journal, on_stop="swallow"), Probe("x", journal)
+    inner = Supervisor("inner", [x.spec(), slow.spec(shutdown=INFINITY)])
+    spec = inner.child_spec()
+    assert spec.shutdown == INFINITY
+    w = Probe("w", journal)
+    sup = make(bus, clock, [w.spec(), spec], kill_grace=0.1)
+    await sup.start()
+    stopping = asyncio.ensure_future(sup.stop())
+    await until(lambda: slow.run.stop_seen)
+    clock.advance(10_000)
+    await settle()
+    assert not stopping.done()
+    slow.release()
+    async with asyncio.timeout(DEADLINE):
+        await stopping
+    assert journal[-3:] == ["end:slow", "end:x", "end:w"]
+    assert events.of("child_kill_failed") == []
+
+
+async def test_a_permanent_child_exiting_normally_is_restarted_and_counted(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    a = Probe("a")
+    sup = make(bus, clock, [a.spec()], max_restarts=1)
+    await sup.start()
+    a.run.exit("normal")
+    await events.wait_for("child_started", count=2, child="a")
+    assert sup.restarts_in_window() == 1
+    a.run.exit("shutdown", "bye")
+    with pytest.raises(SupervisorGaveUp):
+        async with asyncio.timeout(DEADLINE):
+            await sup.wait()
+
+
+async def test_a_bystander_failing_while_stopped_by_a_group_restart_is_restarted_with_it(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """shutdown_error during a group restart: reported, the group restart goes on, and the
+    bystander's own exit is not a second (counted) restart."""
+    a, b, c = Probe("a"), Probe("b", on_stop="error"), Probe("c")
+    sup = make(bus, clock, [a.spec(), b.spec(), c.spec()], strategy="one_for_all", max_restarts=1)
+    async with sup:
+        a.run.crash()
+        await events.wait_for("child_started", count=2, child="c")
+        await settle()
+        assert (a.starts, b.starts, c.starts) == (2, 2, 2)
+        assert sup.restarts_in_window() == 1 and len(events.of("restart")) == 1
+        stopped_b = events.of("child_terminated", child="b")[0]
+        assert stopped_b.data["reason"].startswith("error:ValueError")
+        assert all(s == "running" for s in states(sup).values())

@@ -180,6 +180,14 @@ def test_install_service_writes_units_config_and_credentials(
     assert (conf / "anthropic_api_key").read_text() == "sk-real"
     assert (conf / "company.yaml").read_text() == "mine\n"
 
+    # The upgrade (docs/deploy.md): no --config; the next steps do not ask to write one.
+    code, out, _ = _run(
+        "install-service", "--prefix", str(prefix), "--root", str(root), capsys=capsys
+    )  # fmt: skip
+    assert code == 0 and "company.yaml: check /etc/companyd/company.yaml" in out
+    assert "companyd init" not in out
+    assert (conf / "company.yaml").read_text() == "mine\n"
+
 
 def test_install_service_dry_run_changes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

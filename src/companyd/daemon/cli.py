@@ -301,6 +301,12 @@ def _reload_summary(result: Mapping[str, Any]) -> str:
             moves.append(f"{word} {', '.join(names)}")
     if moves:
         parts.append("routines " + ", ".join(moves))
+    later = [str(n) for n in _list(result.get("restart_required"))]
+    if later:
+        parts.append(
+            f"{', '.join(later)} changed: takes effect at the next restart "
+            "(`systemctl restart companyd`)"
+        )
     return "reloaded company.yaml" + (": " + "; ".join(parts) if parts else ": no changes")
 
 
@@ -697,10 +703,15 @@ def _install_service(args: argparse.Namespace) -> int:
                 print(f"companyd install-service: {exc}", file=sys.stderr)
                 return 1
     config_hint = config_target if root == Path("/") else CONFIG_DIR / "company.yaml"
+    have_config = args.config is not None or config_target.exists()
+    how = (
+        f"`companyd validate {config_hint}`"
+        if have_config
+        else f"`companyd init {CONFIG_DIR}`, then `companyd validate {config_hint}`"
+    )
     print(
         "\nnext:\n"
-        f"  1. company.yaml: {'check' if args.config else 'write'} {config_hint} "
-        f"(`companyd init {CONFIG_DIR}`, then `companyd validate {config_hint}`)\n"
+        f"  1. company.yaml: {'check' if have_config else 'write'} {config_hint} ({how})\n"
         f"  2. secrets (root-only files, never in company.yaml):\n"
         f"       sudo sh -c 'umask 077; printf %s \"$KEY\" > {CONFIG_DIR}/anthropic_api_key'\n"
         f"       sudo sh -c 'umask 077; printf %s \"$TOKEN\" > {CONFIG_DIR}/telegram_bot_token'\n"

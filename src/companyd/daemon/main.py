@@ -87,6 +87,10 @@ def _run_command(args: argparse.Namespace) -> int:
     from companyd.daemon.logs import setup_logging
 
     handle = setup_logging(level=args.log_level, fmt=args.log_format)
+    # Until the event loop takes SIGHUP over, its default action would end the process —
+    # a death systemd counts as clean, so Restart=on-failure would not bring it back.
+    # Remember the request instead; the daemon reloads once it is up.
+    signal.signal(signal.SIGHUP, _remember_early_sighup)
     try:
         path = args.config or default_config_path()
         try:
@@ -102,8 +106,25 @@ def _run_command(args: argparse.Namespace) -> int:
             return EX_CONFIG
         for w in config.warnings:
             log.warning("%s", w)
+        if args.control_group is not None:
+            from companyd.daemon.control import _resolve_group
+
+            try:  # a typo here cannot be fixed by restarting: say so now, with 78
+                _resolve_group(args.control_group)
+            except CompanydError as exc:
+                print(f"companyd: {exc} (exit 78)", file=sys.stderr)
+                return EX_CONFIG
         state_dir = config.state_dir(args.state_dir)
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            print(
+                f"companyd: cannot use the state directory {str(state_dir)!r}: "
+                f"{exc.strerror or exc}; give a directory the daemon's user can create and "
+                "write with --state-dir (or company.yaml's state_dir) (exit 78)",
+                file=sys.stderr,
+            )
+            return EX_CONFIG
         try:
             scaled = ScaledClock.from_env()
         except ValueError as exc:
@@ -138,6 +159,14 @@ def _run_command(args: argparse.Namespace) -> int:
         except StateLocked as exc:
             print(f"companyd: {exc}", file=sys.stderr)
             return EX_TEMPFAIL
+        except OSError as exc:
+            print(
+                f"companyd: cannot lock the state directory {str(state_dir)!r}: "
+                f"{exc.strerror or exc} ({exc.filename}); the daemon's user must be able to "
+                "write there — fix its owner or mode, or choose another --state-dir (exit 78)",
+                file=sys.stderr,
+            )
+            return EX_CONFIG
         with lock:
             daemon = Daemon(
                 config,
@@ -247,6 +276,8 @@ class Daemon:
         )
         self._metrics_server: Any = None
         self._stop = asyncio.Event()
+        # set once the tree is up and READY=1 was sent: a reload waits for it
+        self._up = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
         # the spend block of STATUS= (read from the spend book, which is async)
@@ -303,6 +334,7 @@ class Daemon:
         with contextlib.suppress(Exception):
             self._spend_seen = await self._spend_status()
         self.notifier.ready(self._status_line())
+        self._up.set()
         self.bus.emit(
             "daemon_started",
             "daemon",
@@ -371,6 +403,9 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         loop.add_signal_handler(signal.SIGHUP, self._sighup)
+        if _EARLY_SIGHUP:  # a SIGHUP that came before the loop listened: reload once up
+            _EARLY_SIGHUP.clear()
+            self._sighup()
         try:
             try:
                 await self.start()
@@ -409,6 +444,8 @@ class Daemon:
             remove_logger()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
+            # a late SIGHUP must not turn a clean exit into a death by signal
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     async def _service(self, run: Any) -> None:
         """Run a daemon-level helper (watchdog, status, lag) with a never-set stop event."""
@@ -444,9 +481,25 @@ class Daemon:
     # -- reload -------------------------------------------------------------------------
 
     async def reload(self) -> dict[str, Any]:
-        """Re-read company.yaml; apply the difference or keep the old config."""
+        """Re-read company.yaml; apply the difference or keep the old config.
+
+        A reload asked for during start-up waits until the tree is up (READY=1 is sent
+        once, when it is); one asked for while the daemon stops is refused."""
+        if not self._up.is_set() and not self._stopping():
+            log.info("reload requested during start-up: applied once the company is up")
+            await self._up.wait()
         async with self._reload_lock:
+            if self._stopping():
+                log.info("reload not applied: the daemon is stopping")
+                return {
+                    "applied": False,
+                    "errors": ["the daemon is stopping; company.yaml was not reloaded"],
+                    "message": "reload refused: the daemon is stopping",
+                }
             return await asyncio.shield(self._reload())
+
+    def _stopping(self) -> bool:
+        return self._stop.is_set() or self.state == "stopping"
 
     async def _reload(self) -> dict[str, Any]:
         self.notifier.reloading("reloading company.yaml")
@@ -496,6 +549,14 @@ class Daemon:
                 "failures": list(diff.failures),
                 "resumed": resumed,
             }
+            later = _restart_only_changes(old, new, self.state_dir)
+            if later:
+                result["restart_required"] = later
+                log.warning(
+                    "company.yaml reloaded, but %s only take(s) effect when the daemon "
+                    "restarts (`systemctl restart companyd`)",
+                    ", ".join(later),
+                )
             self.bus.emit(
                 "daemon_reloaded",
                 "daemon",
@@ -508,8 +569,12 @@ class Daemon:
             )
             return result
         finally:
-            self.state = "running" if not self._stop.is_set() else "stopping"
-            self.notifier.ready(self._status_line())
+            if self._stopping():
+                # STOPPING=1 went out meanwhile: READY=1 now would contradict it
+                self.state = "stopping"
+            else:
+                self.state = "running"
+                self.notifier.ready(self._status_line())
 
     async def _reload_after_apply(self) -> None:
         result = await self.reload()
@@ -850,6 +915,30 @@ def _routine_for_status(r: Mapping[str, Any]) -> dict[str, Any]:
         "last_outcome": last.get("outcome"),
         "enabled": r.get("enabled", True),
     }
+
+
+def _restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
+    """The settings read once at start that differ between ``old`` and ``new``: a reload
+    cannot apply them (the state directory, the memory file, the model client, metrics)."""
+    changed = []
+    # (when --state-dir chose the directory, company.yaml's state_dir does not matter)
+    if old.state_dir() == state_dir and new.state_dir() != state_dir:
+        changed.append("state_dir")
+    if old.memory_path(state_dir) != new.memory_path(state_dir):
+        changed.append("memory.path")
+    if old.spec.anthropic != new.spec.anthropic:
+        changed.append("anthropic")
+    if old.spec.metrics != new.spec.metrics:
+        changed.append("metrics")
+    return changed
+
+
+#: Set by a SIGHUP that arrives before the daemon's event loop handles the signal.
+_EARLY_SIGHUP: list[bool] = []
+
+
+def _remember_early_sighup(signum: int, frame: Any) -> None:
+    _EARLY_SIGHUP[:] = [True]
 
 
 def _log_task_failure(task: asyncio.Future[Any]) -> None:

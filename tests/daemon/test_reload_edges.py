@@ -1,0 +1,142 @@
+"""A reload asked for while the daemon starts or stops (issue 8).
+
+systemd reads READY=1 as "the service is up" and STOPPING=1 as "it is going away"; a reload
+must not send READY=1 before the tree is up, nor after STOPPING=1. The daemon runs
+in-process (offline model) with a datagram socket standing in for the notify socket, so the
+order of the requests is exact rather than a matter of timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from companyd.config import load_config
+from companyd.daemon.main import Daemon
+from companyd.roles.offline import OfflineModel
+from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import NotifyListener
+
+pytestmark = pytest.mark.anyio
+
+DEADLINE = 30.0
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def make_daemon(work: Path, monkeypatch: pytest.MonkeyPatch, listener: NotifyListener) -> Daemon:
+    doc = {
+        "schema": "companyd/v1",
+        "company": {"name": "Edge Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
+        "agents": {
+            "ceo": {"title": "CEO", "instructions": "You are the ceo."},
+            "cfo": {"title": "CFO", "instructions": "You are the cfo.", "reports_to": "ceo"},
+        },
+    }
+    cfg = work / "company.yaml"
+    cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    monkeypatch.setenv("NOTIFY_SOCKET", listener.address)
+    return Daemon(load_config(cfg), work / "s", backend=OfflineModel(), offline=True)
+
+
+def lifecycle(listener: NotifyListener) -> list[str]:
+    """READY / RELOADING / STOPPING datagrams, in the order systemd received them."""
+    keys = ("READY", "RELOADING", "STOPPING")
+    return [k for m in listener.messages for k in keys if m.has(k)]
+
+
+async def test_a_reload_asked_during_start_up_waits_until_the_tree_is_up(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listener = NotifyListener(work / "notify")
+    listener.start()
+    daemon = make_daemon(work, monkeypatch, listener)
+    try:
+        starting = asyncio.create_task(daemon.start())
+        await asyncio.sleep(0)
+        assert daemon.state == "starting"
+        reloading = asyncio.create_task(daemon.reload())  # e.g. a SIGHUP during start-up
+        async with asyncio.timeout(DEADLINE):
+            await starting
+            result = await reloading
+        assert result["applied"] is True and result["unchanged"] == 2
+        await listener.wait_for("READY", count=2, timeout=DEADLINE)
+        # READY=1 once the tree is up (never "0/2 agents up"), then the reload
+        assert lifecycle(listener) == ["READY", "RELOADING", "READY"]
+        first = listener.with_key("READY")[0]
+        assert first.fields["STATUS"].startswith("2/2 agents up")
+    finally:
+        async with asyncio.timeout(DEADLINE):
+            await daemon.stop()
+        daemon.notifier.close()
+        listener.close()
+
+
+async def test_a_reload_asked_while_stopping_is_refused_and_sends_no_ready(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listener = NotifyListener(work / "notify")
+    listener.start()
+    daemon = make_daemon(work, monkeypatch, listener)
+    try:
+        async with asyncio.timeout(DEADLINE):
+            await daemon.start()
+        stopping = asyncio.create_task(daemon.stop())
+        await asyncio.sleep(0)  # STOPPING=1 is out
+        async with asyncio.timeout(DEADLINE):
+            result = await daemon.reload()  # e.g. a SIGHUP right after the SIGTERM
+            await stopping
+        assert result["applied"] is False
+        assert result["errors"] == ["the daemon is stopping; company.yaml was not reloaded"]
+        await listener.wait_for("STOPPING", timeout=DEADLINE)
+        await asyncio.sleep(0.05)  # let any stray datagram arrive (there must be none)
+        assert lifecycle(listener) == ["READY", "STOPPING"]
+        assert not [e for e in daemon.bus.recent() if e.kind == "daemon_reloaded"]
+    finally:
+        if daemon.state != "stopping":
+            async with asyncio.timeout(DEADLINE):
+                await daemon.stop()
+        daemon.notifier.close()
+        listener.close()
+
+
+async def test_a_reload_names_the_settings_that_only_a_restart_applies(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from companyd.daemon.cli import _reload_summary
+
+    listener = NotifyListener(work / "notify")
+    listener.start()
+    daemon = make_daemon(work, monkeypatch, listener)
+    cfg = work / "company.yaml"
+    try:
+        async with asyncio.timeout(DEADLINE):
+            await daemon.start()
+            same = await daemon.reload()
+        assert same["applied"] is True and "restart_required" not in same
+        doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
+        doc["memory"] = {"path": "elsewhere/memory.jsonl"}
+        doc["anthropic"] = {"timeout_seconds": 30}
+        doc["agents"]["cfo"]["instructions"] = "You are the cfo. Be brief."
+        cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        async with asyncio.timeout(DEADLINE):
+            result = await daemon.reload()
+        assert result["applied"] is True and result["changed"] == ["cfo"]
+        assert result["restart_required"] == ["memory.path", "anthropic"]
+        assert _reload_summary(result) == (
+            "reloaded company.yaml: restarted cfo; 1 unchanged; memory.path, anthropic "
+            "changed: takes effect at the next restart (`systemctl restart companyd`)"
+        )
+    finally:
+        async with asyncio.timeout(DEADLINE):
+            await daemon.stop()
+        daemon.notifier.close()
+        listener.close()
