@@ -71,6 +71,48 @@ def test_check_then_repair(memfile: Path, capsys: pytest.CaptureFixture[str]) ->
     assert code == 0
 
 
+@pytest.mark.parametrize(
+    ("data", "clean"),
+    [
+        (b"", True),
+        (b"\n\n", True),
+        (GOOD.replace(b"\n", b"\r\n") + b"\r\n", True),
+        (GOOD.split(b"\n", 2)[2], True),  # only a relation
+        (b'{"type":"_aim","source":"mcp-knowledge-graph"}\n' + GOOD, True),
+        (b"\xef\xbb\xbf" + GOOD, False),
+        (GOOD + b'\n{"type":"entity","name":null,"entityType":"t","observations":[]}', False),
+        (b"\x00\xff\xfe", False),
+        (
+            b'[1]\nnull\n"s"\n{"type":"entity","name":"a","entityType":"t","observations":"x"}',
+            False,
+        ),
+    ],
+)
+def test_check_repair_and_import_on_odd_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes, clean: bool
+) -> None:
+    memfile = tmp_path / "memory.jsonl"
+    memfile.write_bytes(data)
+    f = str(memfile)
+    code, out, err = run(capsys, "memory", "check", "--file", f)
+    assert code == (0 if clean else 1), out + err
+    for argv in (
+        ["read-graph"],
+        ["search", "a"],
+        ["neighbours", "Ann"],
+        ["export", "--format", "graphml"],
+    ):
+        code, out, err = run(capsys, "memory", *argv, "--file", f)
+        assert code in (0, 1) and "Traceback" not in out + err
+    code, out, err = run(capsys, "memory", "import", f, "--file", str(tmp_path / "other.jsonl"))
+    assert code == 0 and "imported" in out, out + err
+    code, out, err = run(capsys, "memory", "repair", "--file", f)
+    assert code == 0, out + err
+    code, out, err = run(capsys, "memory", "check", "--file", f)
+    assert code == 0 and "clean" in out, out + err
+    assert not memfile.read_bytes().startswith(b"\xef\xbb\xbf")
+
+
 def test_export_and_import_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "src.jsonl"
     src.write_bytes(GOOD)

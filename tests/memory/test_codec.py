@@ -127,6 +127,36 @@ def test_a_torn_last_line_is_quarantined_and_reported() -> None:
     assert not clean.torn_tail
 
 
+def test_a_complete_but_invalid_last_line_is_not_called_torn() -> None:
+    # The official writer never ends the file with a newline, so its last line is always
+    # "unterminated"; a line that parses as JSON was written whole, whatever is wrong with it.
+    data = OFFICIAL + b'\n{"type":"entity","name":null,"entityType":"t","observations":[]}'
+    graph, report = parse_graph(data)
+    assert len(graph) == 2 and report.needs_repair and not report.torn_tail
+    assert report.quarantined[-1].reason == "entity without a string name"
+
+
+def test_a_utf8_byte_order_mark_is_removed_not_the_first_line() -> None:
+    # A BOM (Notepad and friends add one) makes JSON.parse refuse line 1, and the official
+    # server then fails every call; we read the line and rewrite the file without the BOM.
+    bom = b"\xef\xbb\xbf"
+    graph, report = parse_graph(bom + OFFICIAL)
+    expected, _ = parse_graph(OFFICIAL)
+    assert graph.read_graph() == expected.read_graph()
+    assert report.needs_repair and report.dropped_lines == 0
+    first = report.quarantined[0]
+    assert (first.lineno, first.dropped) == (1, False)
+    assert first.raw == bom + OFFICIAL.split(b"\n")[0]  # the original bytes, BOM included
+    assert "byte order mark" in first.reason and "byte order mark" in report.summary()
+    assert serialize(graph).startswith(b'{"type":"entity"')
+    # the same when the file is not all UTF-8, and a bad first line keeps its BOM in .corrupt
+    _, report = parse_graph(bom + b"{oops\n\xff\n" + OFFICIAL)
+    assert [(q.lineno, q.raw) for q in report.quarantined] == [(1, bom + b"{oops"), (2, b"\xff")]
+    # a BOM alone on a line is blank to both readers (JavaScript's trim() removes it)
+    _, report = parse_graph(bom + b"\n" + OFFICIAL)
+    assert not report.needs_repair
+
+
 def test_missing_or_invalid_observations_are_repaired() -> None:
     data = (
         b'{"type":"entity","name":"a","entityType":"t"}\n'

@@ -58,6 +58,7 @@ _DECODE = _DECODER.decode
 _SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 # What JavaScript's String.prototype.trim() removes (the official reader skips lines that
 # trim to nothing).
+_UTF8_BOM = b"\xef\xbb\xbf"
 _JS_WHITESPACE = (
     "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
     "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
@@ -148,6 +149,7 @@ class LoadReport:
     relations: int = 0
     quarantined: list[QuarantinedLine] = field(default_factory=list)
     torn_tail: bool = False
+    bom_removed: bool = False
     merged_entities: int = 0
     duplicate_relations: int = 0
     observations_fixed: int = 0
@@ -182,6 +184,8 @@ class LoadReport:
             parts.append(f"{n} unusable line{'s' if n != 1 else ''} quarantined")
         if self.torn_tail:
             parts.append("torn last line")
+        if self.bom_removed:
+            parts.append("UTF-8 byte order mark removed")
         if self.merged_entities:
             parts.append(f"{self.merged_entities} duplicate entity lines merged")
         if self.duplicate_relations:
@@ -210,6 +214,7 @@ class LoadReport:
                 for q in self.quarantined
             ],
             "torn_tail": self.torn_tail,
+            "bom_removed": self.bom_removed,
             "merged_entities": self.merged_entities,
             "duplicate_relations": self.duplicate_relations,
             "observations_fixed": self.observations_fixed,
@@ -236,7 +241,10 @@ def parse_graph(data: bytes, *, check_format: bool = False) -> tuple[KnowledgeGr
       next save (the original line is quarantined);
     * entities with the same name are merged into the first (observations in order,
       without repeats); relations repeated by ``(from, to, relationType)`` are dropped;
-    * lines with another ``type`` (or none) are kept verbatim in ``preserved_lines``.
+    * lines with another ``type`` (or none) are kept verbatim in ``preserved_lines``;
+    * a UTF-8 byte order mark before the first line is removed (``JSON.parse`` refuses it,
+      so the official server fails every call on such a file); that line is read, and its
+      original bytes are quarantined as repaired.
 
     With ``check_format`` the report also counts lines not written in the exact canonical
     form or order (``noncanonical``; costs one encode per line).
@@ -252,6 +260,15 @@ def parse_graph(data: bytes, *, check_format: bool = False) -> tuple[KnowledgeGr
     except UnicodeDecodeError:
         lines = data.split(b"\n")
         textual = False
+    bom_line: bytes | None = None
+    if data.startswith(_UTF8_BOM):
+        bom_line = data.split(b"\n", 1)[0]
+        if textual:
+            assert isinstance(lines[0], str)
+            lines[0] = lines[0][1:]
+        else:
+            assert isinstance(lines[0], bytes)
+            lines[0] = lines[0][len(_UTF8_BOM) :]
     last = len(lines) - 1
     unterminated = not data.endswith(b"\n")
     seen_relation = False
@@ -313,22 +330,34 @@ def parse_graph(data: bytes, *, check_format: bool = False) -> tuple[KnowledgeGr
                     continue
             raw = text.encode("utf-8") if textual else line
             assert isinstance(raw, bytes)
+            # It parsed, so it was written whole: whatever is wrong with it, it is not torn
+            # (the official writer never ends the file with a newline).
             seen_relation = _load_other(
-                graph,
-                report,
-                obj,
-                raw,
-                index + 1,
-                unterminated and index == last,
-                seen_relation,
-                check_format,
+                graph, report, obj, raw, index + 1, False, seen_relation, check_format
             )
     finally:
         if gc_was_enabled:
             gc.enable()
+    if bom_line is not None and bom_line.decode("utf-8", "replace").strip(_JS_WHITESPACE):
+        _note_bom(report, bom_line)
     report.entities = len(graph)
     report.relations = graph.relation_count
     return graph, report
+
+
+def _note_bom(report: LoadReport, raw: bytes) -> None:
+    # Line 1 was read without its BOM; .corrupt keeps it as it was.
+    report.bom_removed = True
+    for i, q in enumerate(report.quarantined):
+        if q.lineno == 1:
+            report.quarantined[i] = QuarantinedLine(
+                lineno=1, raw=raw, reason=q.reason, dropped=q.dropped
+            )
+            return
+    report.quarantined.insert(
+        0,
+        QuarantinedLine(lineno=1, raw=raw, reason="UTF-8 byte order mark removed", dropped=False),
+    )
 
 
 def _all_str(items: list[Any]) -> bool:
