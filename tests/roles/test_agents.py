@@ -464,3 +464,42 @@ async def test_an_injected_crash_restarts_the_agent_and_its_run_resumes(
     assert len(restarts) == 1
     assert "InjectedCrash" in exits[0].data["reason"]
     assert task is not None and task[2] == 0  # not counted against the task
+
+
+async def test_cutting_a_step_short_never_swallows_a_stop_aimed_at_the_agent() -> None:
+    """A run cut at max_seconds or a heartbeat stall cancels its step and waits for it. A
+    supervisor stopping the agent during that wait must still stop it: only the step's own
+    cancellation (and its errors) are absorbed."""
+    from companyd.roles.agent import _cancel_and_reap
+
+    winding_down = asyncio.Event()
+
+    async def slow_to_wind_down() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            winding_down.set()
+            await asyncio.sleep(3600)  # cleanup that takes a while (cancelled again below)
+            raise
+
+    async with asyncio.timeout(5):
+        work = asyncio.create_task(slow_to_wind_down())
+        await asyncio.sleep(0)
+        reaper = asyncio.create_task(_cancel_and_reap(work, "cfo"))
+        await winding_down.wait()
+        reaper.cancel()  # the supervisor stops the agent while it waits for the step
+        with pytest.raises(asyncio.CancelledError):
+            await reaper
+        assert work.cancelled()
+
+        async def fails_when_cut() -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                raise RuntimeError("broke while being cut") from None
+
+        for body in (asyncio.sleep(3600), fails_when_cut()):
+            step = asyncio.create_task(body)
+            await asyncio.sleep(0)
+            await _cancel_and_reap(step, "cfo")  # absorbed: returns normally
+            assert step.done()

@@ -220,9 +220,7 @@ class Agent:
             self._current = None
             staff.run_ended(self.slug)
             if not work.done():
-                work.cancel()
-                with contextlib.suppress(BaseException):
-                    await work
+                await _cancel_and_reap(work, self.slug)
         if status is RunStatus.OK and state.task.reviewer and self.slug != state.task.reviewer:
             verdict = await staff.review(state.task, state.answer, self.slug)
             if verdict is not None:
@@ -244,9 +242,7 @@ class Agent:
                 max_seconds - (now - state.breaker.started) if max_seconds is not None else None
             )
             if run_left is not None and run_left <= 0:
-                work.cancel()
-                with contextlib.suppress(BaseException):
-                    await work
+                await _cancel_and_reap(work, self.slug)
                 tripped = BreakerTripped(
                     "max_seconds",
                     f"max_seconds {max_seconds:g} reached (ran {now - state.breaker.started:.1f} "
@@ -261,9 +257,7 @@ class Agent:
                 self._progress()
                 continue
             if remaining <= 0:
-                work.cancel()
-                with contextlib.suppress(BaseException):
-                    await work
+                await _cancel_and_reap(work, self.slug)
                 raise HeartbeatTimeout(
                     f"run made no progress for {limit:g} s (heartbeat_seconds); "
                     "cancelled and the agent crashed so its supervisor restarts it"
@@ -635,3 +629,18 @@ class Agent:
                 + ". Answer the question directly."
             )
         return "\n\n".join(parts)
+
+
+async def _cancel_and_reap(work: asyncio.Task[Any], agent: str) -> None:
+    """Cancel ``work`` and wait until it has ended, whatever it ends with. Only the work's
+    own cancellation is absorbed: a cancellation aimed at the calling task (a supervisor
+    stopping the agent) still propagates, so the caller can never swallow a stop."""
+    work.cancel()
+    try:
+        await work
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception:  # it failed while being cut short: the caller's outcome stands
+        log.debug("agent %s: the cancelled step raised", agent, exc_info=True)
