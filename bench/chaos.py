@@ -85,9 +85,11 @@ class Plan:
         return self.days * 86400 / self.scale
 
 
-#: Each sonnet call reserves its worst case (~$0.05 with 4,096 output tokens) and costs
-#: ~$0.007: the intern is refused after a few runs every simulated day.
+#: The intern's calls may write at most 512 output tokens, so each reserves a worst case
+#: (~$0.01) close to what it costs (~$0.007): it spends most of its ceiling every simulated
+#: day before a reservation no longer fits, which is what makes "never exceeded" bind.
 INTERN_DAILY_USD = 0.08
+INTERN_MAX_OUTPUT_TOKENS = 512
 
 SHORT = Plan(days=2.0, scale=2880.0, crash_every=7.0, kills=1, outage=4.0)
 
@@ -126,6 +128,11 @@ def chaos_config(extra_agent: bool = False, broken: bool = False) -> str:
         "department": "operations",
         "instructions": "You tidy the company memory: note anything that looks out of date.",
         "budget": {"daily_usd": INTERN_DAILY_USD, "monthly_usd": 40},
+        "model": {
+            "primary": "claude-sonnet-5-5",
+            "fallbacks": ["claude-haiku-5-5"],
+            "max_output_tokens": INTERN_MAX_OUTPUT_TOKENS,
+        },
     }
     doc["routines"]["intern-chores"] = {
         "assignee": "intern",

@@ -373,6 +373,7 @@ def resolved_view(cfg: Any) -> dict[str, Any]:
             "tools": dump(a.tools),
             "consult": list(a.consult),
             "max_consult_depth": a.max_consult_depth,
+            "colleague_timeout_seconds": a.colleague_timeout_seconds,
             "can_modify": list(a.can_modify),
             "mcp_servers": {name: dump(m) for name, m in a.mcp_servers.items()},
             "instructions": a.instructions,

@@ -295,6 +295,7 @@ class AgentSpec(Spec):
     tools: ToolsSpec = ToolsSpec()
     consult: tuple[str, ...] = ()
     max_consult_depth: Annotated[int, BeforeValidator(_whole), Field(ge=1, le=5)] = 2
+    colleague_timeout_seconds: Duration = 300.0
     mcp_servers: dict[str, McpServerSpec] = {}
     heartbeat_seconds: Duration | None = None
     can_modify: tuple[str, ...] = ()
@@ -378,6 +379,15 @@ class QuietHoursSpec(Spec):
     start: str
     end: str
     timezone: str | None = None
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _bare_hour(cls, v: object) -> object:
+        # `end: 7` is an hour, not text: suggest the time it means. (An unquoted 23:00 is
+        # the base-60 number 1380 to YAML; the generic type error already explains that.)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 23:
+            raise ValueError(f'expected a time as "HH:MM", got the number {v}; write "{v:02d}:00"')
+        return v
 
     @field_validator("start", "end")
     @classmethod
@@ -515,6 +525,7 @@ class AgentConfig:
     tools: ToolsSpec
     consult: tuple[str, ...]
     max_consult_depth: int
+    colleague_timeout_seconds: float = 300.0
     mcp_servers: Mapping[str, McpServerSpec]
     heartbeat_seconds: float
     can_modify: tuple[str, ...]
@@ -1829,7 +1840,9 @@ def _check_org_chart(agents: dict[str, Any], rep: _Report) -> None:
         rep.add(
             ("agents", roots[1]),
             f"expected exactly one agent without 'reports_to' (the root of the org chart), "
-            f"got {len(roots)}: {', '.join(roots)}; make all but one report to someone",
+            f"got {len(roots)}: {', '.join(roots[:8])}"
+            + (f" and {len(roots) - 8} more" if len(roots) > 8 else "")
+            + "; make all but one report to someone",
             key=True,
         )
     reported: set[str] = set()
@@ -2046,6 +2059,7 @@ def _resolve(
             tools=a.tools,
             consult=a.consult,
             max_consult_depth=a.max_consult_depth,
+            colleague_timeout_seconds=a.colleague_timeout_seconds,
             mcp_servers=dict(a.mcp_servers),
             heartbeat_seconds=a.heartbeat_seconds or d.heartbeat_seconds,
             can_modify=a.can_modify,

@@ -32,7 +32,7 @@ def test_read_search_open_neighbours(memfile: Path, capsys: pytest.CaptureFixtur
     code, out, _ = run(capsys, "memory", "read-graph", "--file", f, "--json")
     assert code == 0 and len(json.loads(out)["entities"]) == 2
     code, out, _ = run(capsys, "memory", "read-graph", "--file", f)
-    assert out.splitlines()[0] == "2 entities, 1 relations"
+    assert out.splitlines()[0] == "2 entities, 1 relation"
     assert "  Ann --sells_to--> Acme" in out
     code, out, _ = run(capsys, "memory", "search", "LATE", "--file", f, "--json")
     assert [e["name"] for e in json.loads(out)["entities"]] == ["Acme"]
@@ -50,7 +50,7 @@ def test_read_search_open_neighbours(memfile: Path, capsys: pytest.CaptureFixtur
 def test_check_then_repair(memfile: Path, capsys: pytest.CaptureFixture[str]) -> None:
     memfile.write_bytes(GOOD)
     code, out, _ = run(capsys, "memory", "check", "--file", str(memfile))
-    assert code == 0 and "clean — 2 entities, 1 relations" in out
+    assert code == 0 and "clean — 2 entities, 1 relation" in out
     damaged = GOOD.replace(b"\n", b'\n{"type":"entity","name":\n', 1) + b"\n" + GOOD[:40]
     memfile.write_bytes(damaged)
     code, out, _ = run(capsys, "memory", "check", "--file", str(memfile))
@@ -195,3 +195,36 @@ def test_an_unusable_file_is_reported_without_a_traceback(
     code, _, err = run(capsys, "memory", "read-graph", "--file", str(tmp_path / "m.jsonl"))
     assert code == 1
     assert "cannot use" in err and "Is a directory" in err and "internal error" not in err
+
+
+def test_import_says_when_a_file_holds_nothing_to_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"foo": 1}\n')
+    dest = tmp_path / "memory.jsonl"
+    code, out, err = run(capsys, "memory", "import", str(junk), "--file", str(dest))
+    assert code == 0 and "0 entities" in out
+    assert "no entities or relations found" in err and "node-link JSON" in err
+
+
+def test_import_of_broken_node_link_json_names_the_entry_and_imports_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "graph.json"
+    bad.write_text(
+        json.dumps(
+            {
+                "nodes": [
+                    {"id": "Ann", "entityType": "person", "observations": []},
+                    {"id": 3},
+                ],
+                "links": [],
+            }
+        )
+    )
+    dest = tmp_path / "memory.jsonl"
+    code, out, err = run(capsys, "memory", "import", str(bad), "--file", str(dest))
+    assert code != 0 and "Traceback" not in out + err
+    assert "node-link JSON" in err and "{'id': 3}" in err and "Nothing was imported" in err
+    assert not dest.exists() or b"Ann" not in dest.read_bytes()

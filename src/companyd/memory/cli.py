@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd.errors import CompanydError
+from companyd.memory.codec import counted
 
 __all__ = ["register", "resolve_memory_path"]
 
@@ -175,7 +176,9 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> int:
 
 def _graph_text(graph: dict[str, Any]) -> str:
     entities, relations = graph["entities"], graph["relations"]
-    lines = [f"{len(entities)} entities, {len(relations)} relations"]
+    lines = [
+        f"{counted(len(entities), 'entity', 'entities')}, {counted(len(relations), 'relation')}"
+    ]
     for e in entities:
         lines.append(f"{e['name']} [{e['entityType']}]")
         lines.extend(f"  - {o}" for o in e["observations"])
@@ -242,14 +245,20 @@ def _check(args: argparse.Namespace) -> int:
     if not report.needs_repair:
         extra = []
         if report.preserved:
-            extra.append(f"{report.preserved} lines of unknown type kept")
+            extra.append(f"{counted(report.preserved, 'line')} of unknown type kept")
         if fmt.noncanonical:
-            extra.append(f"{fmt.noncanonical} lines not in canonical form (rewritten on next save)")
+            extra.append(
+                f"{counted(fmt.noncanonical, 'line')} not in canonical form (rewritten on next "
+                "save)"
+            )
         if store.journal_records:
-            extra.append(f"{store.journal_records} journaled writes not yet folded into the file")
+            extra.append(
+                f"{counted(store.journal_records, 'journaled write')} not yet folded into the file"
+            )
         tail = f" ({'; '.join(extra)})" if extra else ""
         print(
-            f"{store.path}: clean — {report.entities} entities, {report.relations} relations{tail}"
+            f"{store.path}: clean — {counted(report.entities, 'entity', 'entities')}, "
+            f"{counted(report.relations, 'relation')}{tail}"
         )
         return 0
     print(f"{store.path}: needs repair — {report.summary()}")
@@ -320,9 +329,18 @@ def _import(args: argparse.Namespace) -> int:
     stripped = raw.lstrip()
     if stripped.startswith(b"{") and b'"nodes"' in raw[:4096] + raw[-4096:]:
         try:
-            incoming = graph_from_node_link(json.loads(raw))
+            doc = json.loads(raw)
         except ValueError:
-            incoming = None  # not node-link after all: read it as JSONL
+            doc = None  # several lines: JSONL that mentions "nodes"
+        if isinstance(doc, dict) and "nodes" in doc:
+            try:
+                incoming = graph_from_node_link(doc)
+            except ValueError as exc:
+                raise CompanydError(
+                    f"cannot import {str(source)!r}: it is node-link JSON (it has 'nodes') "
+                    f"but {exc}. Nothing was imported; fix that entry, or export the graph "
+                    "again with `companyd memory export --format json`"
+                ) from None
     if incoming is None:
         incoming, report = parse_graph(raw)
         if report.needs_repair:
@@ -332,6 +350,13 @@ def _import(args: argparse.Namespace) -> int:
             )
     entities = [e.to_dict() for e in incoming.entities()]
     relations = [r.to_dict() for r in incoming.relations()]
+    if not entities and not relations and stripped:
+        print(
+            f"warning: {source}: no entities or relations found in it; expected the MCP "
+            "memory JSONL format (one JSON object per line) or node-link JSON from "
+            "`companyd memory export --format json`",
+            file=sys.stderr,
+        )
     store = _store(args, readonly=False)
     try:
         store.open()
@@ -359,16 +384,19 @@ def _import(args: argparse.Namespace) -> int:
             raise CompanydError(f"import into {str(store.path)!r} failed: {value}")
     created, observed, related = (value for _, value in outcomes)
     added_obs = sum(len(r["addedObservations"]) for r in observed["results"])
+    added_entities, added_relations = len(created["entities"]), len(related["relations"])
     data = {
         "file": str(store.path),
         "source": str(source),
-        "entities_added": len(created["entities"]),
+        "entities_added": added_entities,
         "observations_added": added_obs,
-        "relations_added": len(related["relations"]),
+        "relations_added": added_relations,
     }
     text = (
-        f"imported {source} into {store.path}: {data['entities_added']} entities, "
-        f"{added_obs} observations, {data['relations_added']} relations added"
+        f"imported {source} into {store.path}: "
+        f"{counted(added_entities, 'entity', 'entities')}, "
+        f"{counted(added_obs, 'observation')}, "
+        f"{counted(added_relations, 'relation')} added"
     )
     return _emit(args, data, text)
 

@@ -46,6 +46,11 @@ __all__ = [
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``"1 line"``, ``"2 lines"``: a count with its noun in the right number."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def _reject_constant(name: str) -> Any:
     # Python's json accepts NaN and Infinity; JSON.parse (the official server) does not, so a
     # line holding them would break every official reader if we kept it.
@@ -181,19 +186,22 @@ class LoadReport:
         parts = []
         if self.dropped_lines:
             n = self.dropped_lines
-            parts.append(f"{n} unusable line{'s' if n != 1 else ''} quarantined")
+            parts.append(f"{counted(n, 'unusable line')} quarantined")
         if self.torn_tail:
             parts.append("torn last line")
         if self.bom_removed:
             parts.append("UTF-8 byte order mark removed")
         if self.merged_entities:
-            parts.append(f"{self.merged_entities} duplicate entity lines merged")
+            parts.append(f"{counted(self.merged_entities, 'duplicate entity line')} merged")
         if self.duplicate_relations:
-            parts.append(f"{self.duplicate_relations} duplicate relations dropped")
+            parts.append(f"{counted(self.duplicate_relations, 'duplicate relation')} dropped")
         if self.observations_fixed:
-            parts.append(f"{self.observations_fixed} entities with missing/invalid observations")
+            parts.append(
+                f"{counted(self.observations_fixed, 'entity', 'entities')} with missing/invalid "
+                "observations"
+            )
         if self.extra_fields_dropped:
-            parts.append(f"{self.extra_fields_dropped} lines with extra fields trimmed")
+            parts.append(f"{counted(self.extra_fields_dropped, 'line')} with extra fields trimmed")
         if self.journal_torn:
             parts.append("journal ended in a torn record (an unacknowledged write cut short)")
         if self.foreign_rewrite:

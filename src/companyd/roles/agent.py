@@ -108,6 +108,15 @@ class _RunState:
     offline: bool = False
     answer: str = ""
     pending: list[_PendingTool] = field(default_factory=list)
+    #: why the task was withdrawn (its asker stopped waiting), once it is
+    withdrawn: str | None = None
+    withdrawn_signal: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def withdraw(self, reason: str) -> None:
+        """Nobody waits for this run's outcome any more: its agent cancels it now."""
+        if self.withdrawn is None:
+            self.withdrawn = reason
+        self.withdrawn_signal.set()
 
 
 class Agent:
@@ -232,11 +241,16 @@ class Agent:
     ) -> tuple[RunStatus, str | None] | None:
         """Wait for ``work``; raise :class:`HeartbeatTimeout` on a stall. A run still busy
         (in a model or tool call) at ``max_seconds`` is cancelled there and ends
-        ``circuit_breaker`` (returned), rather than at the next step's check."""
+        ``circuit_breaker`` (returned), rather than at the next step's check; a run whose
+        task is withdrawn (:meth:`Staff.withdraw`) is cancelled at once and ends
+        ``cancelled``."""
         clock = self.staff.clock
         limit = self.config.heartbeat_seconds
         max_seconds = self.config.limits.max_seconds
         while not work.done():
+            if state.withdrawn is not None:
+                await _cancel_and_reap(work, self.slug)
+                return RunStatus.CANCELLED, f"withdrawn: {state.withdrawn}"
             now = clock.monotonic()
             run_left = (
                 max_seconds - (now - state.breaker.started) if max_seconds is not None else None
@@ -264,10 +278,12 @@ class Agent:
                 )
             wait = remaining if run_left is None else min(remaining, run_left)
             sleeper = asyncio.ensure_future(clock.sleep(wait))
+            withdrawn = asyncio.ensure_future(state.withdrawn_signal.wait())
             try:
-                await asyncio.wait({work, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({work, sleeper, withdrawn}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 sleeper.cancel()
+                withdrawn.cancel()
         return None
 
     def _progress(self) -> None:

@@ -452,6 +452,28 @@ class Journal:
             )
         )
 
+    async def withdraw_task(self, task_id: str, reason: str, now: float) -> None:
+        """Nobody waits for ``task_id`` any more: a queued or running task becomes done and
+        a run of it left unfinished (its agent stopped) ends ``cancelled`` with ``reason``,
+        so a restart neither starts nor resumes it. A finished or quarantined task is left
+        as it is."""
+
+        def withdraw(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("BEGIN")
+                db.execute(
+                    "UPDATE runs SET state = ?, reason = ?, ended = ? "
+                    "WHERE task_id = ? AND state = 'running'",
+                    (str(RunStatus.CANCELLED), f"withdrawn: {reason}", now, task_id),
+                )
+                db.execute(
+                    "UPDATE tasks SET state = 'done', updated = ? "
+                    "WHERE id = ? AND state IN ('queued', 'running')",
+                    (now, task_id),
+                )
+
+        await self._run(withdraw)
+
     # -- pauses ---------------------------------------------------------------------------
 
     async def set_paused(self, agent: str, reason: str, budget: bool, now: float) -> None:

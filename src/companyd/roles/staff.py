@@ -53,12 +53,13 @@ from companyd.roles.tools import (
     memory_tools,
 )
 
-__all__ = ["SpendPort", "Staff"]
+__all__ = ["DEFAULT_COLLEAGUE_TIMEOUT", "SpendPort", "Staff"]
 
 log = logging.getLogger(__name__)
 
-#: How long a consultation or delegation waits for the colleague's answer by default.
-CONSULT_TIMEOUT = 300.0
+#: How long an agent waits for a colleague's answer unless its colleague_timeout_seconds
+#: says otherwise (the schema's default).
+DEFAULT_COLLEAGUE_TIMEOUT = 300.0
 
 
 class SpendPort(Protocol):
@@ -151,6 +152,8 @@ class Staff:
         self._runs: dict[str, Any] = {}
         self._agent_tasks: dict[str, asyncio.Task[Any]] = {}
         self._injected: set[str] = set()
+        #: task id → why: withdrawn between leaving its mailbox and its run starting
+        self._withdraw_on_start: dict[str, str] = {}
         self._crash_pending: set[str] = set()
         self._prompts: dict[str, str] = {}
         #: Routine tasks the previous process left queued or running (restored by load()),
@@ -344,6 +347,7 @@ class Staff:
 
     def finished(self, outcome: RunOutcome) -> None:
         """A task reached its final outcome: wake everyone waiting for it."""
+        self._withdraw_on_start.pop(outcome.task_id, None)
         if self._running.get(outcome.agent) and self._running[outcome.agent].id == outcome.task_id:
             del self._running[outcome.agent]
         if outcome.task_id in self._restored:
@@ -361,6 +365,9 @@ class Staff:
     def run_started(self, agent: str, run: Any) -> None:
         """An agent began (or resumed) ``run`` (its live state, read by :meth:`in_flight`)."""
         self._runs[agent] = run
+        reason = self._withdraw_on_start.pop(run.task.id, None)
+        if reason is not None:
+            run.withdraw(reason)
 
     def run_ended(self, agent: str) -> None:
         self._runs.pop(agent, None)
@@ -598,7 +605,9 @@ class Staff:
             created=self.clock.time(),
             consult_chain=chain,
         )
-        outcome = await self._wait_colleague(task, f"{target} did not answer")
+        outcome = await self._wait_colleague(
+            task, f"{target} did not answer", asker.colleague_timeout_seconds
+        )
         if not outcome.ok:
             raise ToolError(f"{target} could not answer: {outcome.status} ({outcome.reason})")
         return outcome.answer
@@ -633,7 +642,9 @@ class Staff:
             reviewer=str(reviewer) if reviewer else None,
             consult_chain=(*ctx.consult_chain, manager.slug),
         )
-        outcome = await self._wait_colleague(task, f"{target} did not finish the task")
+        outcome = await self._wait_colleague(
+            task, f"{target} did not finish the task", manager.colleague_timeout_seconds
+        )
         return {
             "agent": target,
             "status": str(outcome.status),
@@ -657,7 +668,15 @@ class Staff:
             created=self.clock.time(),
             consult_chain=(*task.consult_chain, worker),
         )
-        outcome = await self._wait_colleague(review, f"reviewer {task.reviewer} did not answer")
+        asker = self.config.agents.get(worker)
+        timeout = asker.colleague_timeout_seconds if asker else DEFAULT_COLLEAGUE_TIMEOUT
+        try:
+            outcome = await self._wait_colleague(
+                review, f"reviewer {task.reviewer} did not answer", timeout
+            )
+        except ToolError as exc:
+            # no verdict is not an approval: the attempt fails and may be retried
+            return f"the review could not be done ({exc})"
         if not outcome.ok:
             return f"the review could not be done ({outcome.status}: {outcome.reason})"
         verdict = outcome.answer.strip()
@@ -665,12 +684,66 @@ class Staff:
             return None
         return verdict.removeprefix("REJECT").strip(" :—-") or "rejected without a reason"
 
-    async def _wait_colleague(self, task: Task, what: str) -> RunOutcome:
+    async def _wait_colleague(self, task: Task, what: str, timeout: float) -> RunOutcome:
+        """Submit ``task`` and wait for its outcome, at most ``timeout`` seconds of the
+        injected clock. When the asker stops waiting — the timeout, or its own run being
+        cancelled — the task is withdrawn, so no colleague works (and spends) for nobody."""
+        answer = asyncio.ensure_future(self.submit(task))
+        timer = asyncio.ensure_future(self.clock.sleep(timeout))
         try:
-            async with asyncio.timeout(CONSULT_TIMEOUT):
-                return await self.submit(task)
-        except TimeoutError:
-            raise ToolError(f"{what} within {CONSULT_TIMEOUT:g} s") from None
+            await asyncio.wait({answer, timer}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            self.withdraw(task.id, "the asking run was stopped")
+            raise
+        finally:
+            timer.cancel()
+            if not answer.done():
+                answer.cancel()
+        if answer.done() and not answer.cancelled():
+            return answer.result()
+        reason = f"{what} within {timeout:g} s"
+        self.withdraw(task.id, f"the asker stopped waiting: {reason}")
+        raise ToolError(f"{reason}; the task was withdrawn. Go on with what you know")
+
+    def withdraw(self, task_id: str, reason: str) -> None:
+        """Withdraw task ``task_id``: nobody waits for its outcome any more.
+
+        A running task has its run cancelled at once (it ends ``cancelled`` with the
+        reason); a queued one leaves its mailbox; either way the journal records it, so a
+        restart neither starts nor resumes it. Waiters still attached get a ``cancelled``
+        outcome. Idempotent; a finished task is left as it is.
+        """
+        for run in self._runs.values():
+            if run.task.id == task_id:
+                run.withdraw(reason)
+                return
+        if any(t.id == task_id for t in self._running.values()):
+            # handed to its agent, run not started yet: withdraw it as it starts
+            self._withdraw_on_start[task_id] = reason
+            return
+        now = self.clock.time()
+        for box in self._mailbox.values():
+            queued = next((t for t in box if t.id == task_id), None)
+            if queued is None:
+                continue
+            box.remove(queued)
+            outcome = RunOutcome(
+                task_id=task_id,
+                run_id="",
+                agent=queued.agent,
+                status=RunStatus.CANCELLED,
+                started=now,
+                ended=now,
+                reason=f"withdrawn before it started: {reason}",
+            )
+            for fut in self._waiters.get(task_id, []):
+                if not fut.done():
+                    fut.set_result(outcome)
+            break
+        # Also when the task is nowhere in memory: its asker stopped while it was being
+        # journaled (the single journal thread orders this after that insert), or its run
+        # stopped at a checkpoint for a restart to resume.
+        self._spawn(self.journal.withdraw_task(task_id, reason, now))
 
     # -- operator views -----------------------------------------------------------------
 

@@ -136,7 +136,7 @@ class BudgetExhausted(CompanydError):
         self.remaining_usd = remaining_usd
         self.limit_usd = limit_usd
         self.resets_at = resets_at
-        whose = "the company's" if scope == "company" else f"agent {agent!r}'s"
+        whose = "the company's" if scope == "company" else f"agent {agent}'s"
         which = "daily" if period == "day" else "monthly"
         limit = f" of ${limit_usd:.2f}" if limit_usd is not None else ""
         when = f"; it resets at {resets_at}" if resets_at else ""

@@ -1,0 +1,167 @@
+"""Colleague waits end, and when the asker stops waiting the colleague's task is withdrawn:
+taken out of the mailbox, or its run cancelled — no agent works (and spends) for nobody.
+The real daemon in-process, the real anthropic SDK against the loopback Messages API."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
+
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
+
+pytestmark = pytest.mark.anyio
+
+
+def requests_of(srv: MessagesAPIServer, agent: str) -> list[Any]:
+    return [r for r in srv.requests if agent_of(r) == agent]
+
+
+async def runs_of(d: Any, agent: str) -> list[dict[str, Any]]:
+    return list((await d.runs(agent=agent, limit=50))["runs"])
+
+
+async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {"consult": ["cfo"], "colleague_timeout_seconds": 0.5},
+            "cfo": {"reports_to": "ceo"},
+        },
+    )
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("consult", {"agent": "cfo", "question": "What is our runway?"}),
+            reply_text("I will estimate it myself."),
+        ],
+        # the CFO's model call hangs far longer than the CEO waits
+        cfo=[stall(30, then=reply_text("14 months"))],
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Check the runway with the CFO.")
+            cfo_runs = await runs_of(d, "cfo")
+            await asyncio.sleep(0.3)  # time for a run that was not cancelled to go on
+            open_tasks = (await d.tasks())["tasks"]
+    assert out["status"] == "ok", out
+    result = [tool_results(r) for r in requests_of(srv, "ceo")][1][0]
+    assert result["is_error"] is True
+    assert "cfo did not answer within 0.5 s; the task was withdrawn" in result["content"]
+    # the CFO's run was cancelled in its model call, with the reason, and not retried
+    assert [r["status"] for r in cfo_runs] == ["cancelled"]
+    assert "withdrawn: the asker stopped waiting" in cfo_runs[0]["reason"]
+    assert len(requests_of(srv, "cfo")) == 1
+    assert open_tasks == []
+
+
+async def test_a_consultation_still_queued_at_its_timeout_never_runs_even_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {"consult": ["cfo"], "colleague_timeout_seconds": 0.5},
+            "cfo": {"reports_to": "ceo"},
+        },
+    )
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("consult", {"agent": "cfo", "question": "What is our runway?"}),
+            reply_text("I will estimate it myself."),
+        ],
+        # the CFO is busy with another task while the CEO's question waits in its mailbox
+        cfo=[stall(1.5, then=reply_text("books closed"))],
+    )
+    state = tmp_path / "state"
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, state, srv) as d:
+            busy = asyncio.create_task(d.ask("cfo", "Close the books."))
+            async with asyncio.timeout(10):
+                while not requests_of(srv, "cfo"):
+                    await asyncio.sleep(0.02)
+            out = await d.ask("ceo", "Check the runway with the CFO.")
+            first = await busy
+            await asyncio.sleep(0.3)  # the CFO is free now: a queued consultation would run
+            cfo_runs = await runs_of(d, "cfo")
+            open_tasks = (await d.tasks())["tasks"]
+        # and a restart does not bring it back from the journal
+        async with running_company(cfg, state, srv) as d:
+            await asyncio.sleep(0.3)
+            open_after_restart = (await d.tasks())["tasks"]
+    assert out["status"] == "ok", out
+    assert first["status"] == "ok" and first["answer"] == "books closed"
+    result = [tool_results(r) for r in requests_of(srv, "ceo")][1][0]
+    assert result["is_error"] is True and "the task was withdrawn" in result["content"]
+    # the CFO made one model call (its own task); the consultation never started
+    assert len(requests_of(srv, "cfo")) == 1
+    assert [r["status"] for r in cfo_runs] == ["ok"]
+    assert open_tasks == [] and open_after_restart == []
+
+
+async def test_a_stopped_asker_withdraws_the_task_it_was_waiting_on(tmp_path: Path) -> None:
+    # The CEO's run hits max_seconds while it waits on the CFO: the CEO stopped waiting, so
+    # the CFO's run is cancelled too instead of finishing for nobody.
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {"consult": ["cfo"], "limits": {"max_seconds": 1}}, "cfo": {"reports_to": "ceo"}},
+    )
+    model = PerAgent(
+        ceo=[reply_tool_use("consult", {"agent": "cfo", "question": "What is our runway?"})],
+        cfo=[stall(30, then=reply_text("14 months"))],
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Check the runway with the CFO.")
+            async with asyncio.timeout(10):
+                while not await runs_of(d, "cfo") or (await runs_of(d, "cfo"))[0]["status"] == (
+                    "running"
+                ):
+                    await asyncio.sleep(0.05)
+            cfo_runs = await runs_of(d, "cfo")
+    assert out["status"] == "circuit_breaker", out
+    assert [r["status"] for r in cfo_runs] == ["cancelled"]
+    assert "withdrawn: the asking run was stopped" in cfo_runs[0]["reason"]
+    assert len(requests_of(srv, "cfo")) == 1
+
+
+async def test_a_reviewer_that_does_not_answer_in_time_fails_the_attempt_without_a_crash(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {},
+            "cfo": {"reports_to": "ceo", "colleague_timeout_seconds": 0.5},
+            "coo": {"reports_to": "ceo"},
+        },
+    )
+    model = PerAgent(
+        ceo=[
+            reply_tool_use(
+                "delegate",
+                {"agent": "cfo", "task": "Forecast Q1 revenue.", "reviewer": "coo"},
+            ),
+            reply_text("Noted."),
+        ],
+        cfo=[reply_text("$42k"), reply_text("$42k")],
+        coo=[stall(30, then=reply_text("APPROVE")), stall(30, then=reply_text("APPROVE"))],
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
+            restarts = list(d.bus.recent({"restart"}, limit=100))
+            coo_runs = await runs_of(d, "coo")
+    assert out["status"] == "ok", out
+    delegated = [tool_results(r) for r in requests_of(srv, "ceo")][1][0]
+    assert '"status": "failed"' in delegated["content"]
+    assert "the review could not be done" in delegated["content"]
+    assert "reviewer coo did not answer within 0.5 s" in delegated["content"]
+    # no verdict is a failed attempt, not a crash of the worker
+    assert restarts == []
+    # every review the worker stopped waiting for was cancelled, none left running
+    assert coo_runs and {r["status"] for r in coo_runs} == {"cancelled"}
