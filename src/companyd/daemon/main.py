@@ -446,6 +446,7 @@ class Daemon:
                 loop.remove_signal_handler(sig)
             # a late SIGHUP must not turn a clean exit into a death by signal
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            self.notifier.close()
 
     async def _service(self, run: Any) -> None:
         """Run a daemon-level helper (watchdog, status, lag) with a never-set stop event."""
