@@ -24,28 +24,40 @@ async def runs_of(d: Any, agent: str) -> list[dict[str, Any]]:
     return list((await d.runs(agent=agent, limit=50))["runs"])
 
 
-async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
-    tmp_path: Path,
-) -> None:
-    cfg = write_company(
-        tmp_path,
-        {
-            "ceo": {"consult": ["cfo"], "colleague_timeout_seconds": 0.5},
-            "cfo": {"reports_to": "ceo"},
-        },
-    )
+async def ended_runs_of(d: Any, agent: str) -> list[dict[str, Any]]:
+    """``agent``'s runs once it has one and none is still running (10 s at most)."""
+    async with asyncio.timeout(10):
+        while not (runs := await runs_of(d, agent)) or any(r["status"] == "running" for r in runs):
+            await asyncio.sleep(0.05)
+    return runs
+
+
+def ceo_consults_cfo(cfo_script: list[Any]) -> tuple[dict[str, Any], PerAgent]:
+    """A CEO that consults the CFO once, waiting 0.5 s at most, then answers itself."""
+    agents = {
+        "ceo": {"consult": ["cfo"], "colleague_timeout_seconds": 0.5},
+        "cfo": {"reports_to": "ceo"},
+    }
     model = PerAgent(
         ceo=[
             reply_tool_use("consult", {"agent": "cfo", "question": "What is our runway?"}),
             reply_text("I will estimate it myself."),
         ],
-        # the CFO's model call hangs far longer than the CEO waits
-        cfo=[stall(30, then=reply_text("14 months"))],
+        cfo=cfo_script,
     )
+    return agents, model
+
+
+async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
+    tmp_path: Path,
+) -> None:
+    # the CFO's model call hangs far longer than the CEO waits
+    agents, model = ceo_consults_cfo([stall(30, then=reply_text("14 months"))])
+    cfg = write_company(tmp_path, agents)
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Check the runway with the CFO.")
-            cfo_runs = await runs_of(d, "cfo")
+            cfo_runs = await ended_runs_of(d, "cfo")
             await asyncio.sleep(0.3)  # time for a run that was not cancelled to go on
             open_tasks = (await d.tasks())["tasks"]
     assert out["status"] == "ok", out
@@ -62,21 +74,9 @@ async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
 async def test_a_consultation_still_queued_at_its_timeout_never_runs_even_after_a_restart(
     tmp_path: Path,
 ) -> None:
-    cfg = write_company(
-        tmp_path,
-        {
-            "ceo": {"consult": ["cfo"], "colleague_timeout_seconds": 0.5},
-            "cfo": {"reports_to": "ceo"},
-        },
-    )
-    model = PerAgent(
-        ceo=[
-            reply_tool_use("consult", {"agent": "cfo", "question": "What is our runway?"}),
-            reply_text("I will estimate it myself."),
-        ],
-        # the CFO is busy with another task while the CEO's question waits in its mailbox
-        cfo=[stall(1.5, then=reply_text("books closed"))],
-    )
+    # the CFO is busy with another task while the CEO's question waits in its mailbox
+    agents, model = ceo_consults_cfo([stall(1.5, then=reply_text("books closed"))])
+    cfg = write_company(tmp_path, agents)
     state = tmp_path / "state"
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, state, srv) as d:
@@ -117,12 +117,7 @@ async def test_a_stopped_asker_withdraws_the_task_it_was_waiting_on(tmp_path: Pa
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Check the runway with the CFO.")
-            async with asyncio.timeout(10):
-                while not await runs_of(d, "cfo") or (await runs_of(d, "cfo"))[0]["status"] == (
-                    "running"
-                ):
-                    await asyncio.sleep(0.05)
-            cfo_runs = await runs_of(d, "cfo")
+            cfo_runs = await ended_runs_of(d, "cfo")
     assert out["status"] == "circuit_breaker", out
     assert [r["status"] for r in cfo_runs] == ["cancelled"]
     assert "withdrawn: the asking run was stopped" in cfo_runs[0]["reason"]
@@ -155,7 +150,7 @@ async def test_a_reviewer_that_does_not_answer_in_time_fails_the_attempt_without
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
             restarts = list(d.bus.recent({"restart"}, limit=100))
-            coo_runs = await runs_of(d, "coo")
+            coo_runs = await ended_runs_of(d, "coo")
     assert out["status"] == "ok", out
     delegated = [tool_results(r) for r in requests_of(srv, "ceo")][1][0]
     assert '"status": "failed"' in delegated["content"]
