@@ -1951,3 +1951,31 @@ async def test_a_bystander_failing_while_stopped_by_a_group_restart_is_restarted
         stopped_b = events.of("child_terminated", child="b")[0]
         assert stopped_b.data["reason"].startswith("error:ValueError")
         assert all(s == "running" for s in states(sup).values())
+
+
+# ---------------------------------------------------------------------------------------
+# OTP scenarios (checker pass): behaviour of §1 the tests above did not exercise
+
+
+async def test_one_for_all_crashed_child_is_not_left_restarting_when_a_sibling_fails(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """§1.6 one_for_all: the crashed child's record is reset (OTP del_child: pid undefined);
+    only the child that failed to start is `restarting`. Ending that loop with
+    terminate_child leaves the crashed child stopped — not stuck in a loop that no longer
+    runs — so restart_child brings it back."""
+    a, b, c = Probe("a"), Probe("b"), Probe("c")
+    slow = Backoff(min=30, max=30, jitter=0)  # holds b's loop between attempts
+    specs = [a.spec(), b.spec(backoff=slow), c.spec()]
+    async with make(bus, clock, specs, strategy="one_for_all", max_restarts=5) as sup:
+        b.default = "fail"
+        c.run.crash()
+        await events.wait_for("child_start_failed", child="b")
+        await events.wait_for("backoff", child="b")
+        assert sup.which_child("b").state == "restarting"
+        assert sup.which_child("c").state == "not_running"  # never reached: c comes after b
+        await sup.terminate_child("b")  # ends the loop
+        await settle()
+        assert states(sup) == {"a": "running", "b": "not_running", "c": "not_running"}
+        assert (await sup.restart_child("c")).running
+        assert states(sup)["c"] == "running" and c.starts == 2
