@@ -1951,3 +1951,304 @@ async def test_a_bystander_failing_while_stopped_by_a_group_restart_is_restarted
         stopped_b = events.of("child_terminated", child="b")[0]
         assert stopped_b.data["reason"].startswith("error:ValueError")
         assert all(s == "running" for s in states(sup).values())
+
+
+# ---------------------------------------------------------------------------------------
+# OTP scenarios (checker pass): behaviour of §1 the tests above did not exercise
+
+
+async def test_one_for_all_crashed_child_is_not_left_restarting_when_a_sibling_fails(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """§1.6 one_for_all: the crashed child's record is reset (OTP del_child: pid undefined);
+    only the child that failed to start is `restarting`. Ending that loop with
+    terminate_child leaves the crashed child stopped — not stuck in a loop that no longer
+    runs — so restart_child brings it back."""
+    a, b, c = Probe("a"), Probe("b"), Probe("c")
+    slow = Backoff(min=30, max=30, jitter=0)  # holds b's loop between attempts
+    specs = [a.spec(), b.spec(backoff=slow), c.spec()]
+    async with make(bus, clock, specs, strategy="one_for_all", max_restarts=5) as sup:
+        b.default = "fail"
+        c.run.crash()
+        await events.wait_for("child_start_failed", child="b")
+        await events.wait_for("backoff", child="b")
+        assert sup.which_child("b").state == "restarting"
+        assert sup.which_child("c").state == "not_running"  # never reached: c comes after b
+        await sup.terminate_child("b")  # ends the loop
+        await settle()
+        assert states(sup) == {"a": "running", "b": "not_running", "c": "not_running"}
+        assert (await sup.restart_child("c")).running
+        assert states(sup)["c"] == "running" and c.starts == 2
+
+
+@pytest.mark.parametrize("strategy", ["one_for_all", "rest_for_one"])
+async def test_a_sibling_failing_every_group_restart_gets_exactly_n_attempts(
+    bus: EventBus, clock: ManualClock, events: Events, journal: list[str], strategy: Any
+) -> None:
+    """one_for_all_escalation / rest_for_one_escalation: every group retry is counted, so
+    with intensity N the failing sibling gets N start attempts, then the supervisor gives up
+    and stops the rest in reverse start order."""
+    a, b, x = Probe("a", journal), Probe("b", journal), Probe("x", journal)
+    sup = make(bus, clock, [a.spec(), b.spec(), x.spec()], strategy=strategy, max_restarts=3)
+    await sup.start()
+    x.default = "fail"
+    b.run.crash()
+    with pytest.raises(SupervisorGaveUp, match="child 'x'"):
+        async with asyncio.timeout(DEADLINE):
+            await sup.wait()
+    assert x.starts == 1 + 3
+    assert len(events.of("child_start_failed", child="x")) == 3
+    assert [e.data["restarts"] for e in events.of("restart")] == [1, 2, 3]
+    # one_for_all retries restart a as well; rest_for_one never touches a
+    assert a.starts == (1 + 3 if strategy == "one_for_all" else 1)
+    assert journal[-2:] == ["end:b", "end:a"]
+
+
+@pytest.mark.parametrize("how", ["normal", "shutdown", "shutdown_info"])
+async def test_one_for_all_permanent_child_exiting_normal_class_restarts_all(
+    bus: EventBus, clock: ManualClock, events: Events, how: str
+) -> None:
+    """§1.3 × §1.4: a permanent child is restarted whatever the reason, with its group."""
+    a, b, c = Probe("a"), Probe("b"), Probe("c")
+    sup = make(bus, clock, [a.spec(), b.spec(), c.spec()], strategy="one_for_all")
+    async with sup:
+        b.run.exit(*EXITS[how])
+        await until(lambda: (a.starts, b.starts, c.starts) == (2, 2, 2))
+        await events.wait_for("child_started", count=2, child="c")
+        assert sup.restarts_in_window() == 1
+        assert events.of("restart")[0].data["group"] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("mode", ["any_significant", "all_significant"])
+@pytest.mark.parametrize("restart", ["transient", "temporary"])
+@pytest.mark.parametrize("how", ["normal", "shutdown_info", "error"])
+async def test_non_significant_children_never_trigger_auto_shutdown(
+    bus: EventBus, clock: ManualClock, events: Events, mode: Any, restart: str, how: str
+) -> None:
+    """nonsignificant_temporary / nonsignificant_transient."""
+    n, s = Probe("n"), Probe("s")
+    specs = [n.spec(restart=restart), s.spec(restart="transient", significant=True)]
+    async with make(bus, clock, specs, auto_shutdown=mode) as sup:
+        n.run.exit(*EXITS[how])
+        await events.wait_for("child_exited", child="n")
+        await settle()
+        assert sup.status == "running" and events.of("auto_shutdown") == []
+        assert states(sup)["s"] == "running"
+
+
+@pytest.mark.parametrize("mode", ["any_significant", "all_significant"])
+async def test_rest_for_one_significant_bystanders_never_trigger_auto_shutdown(
+    bus: EventBus, clock: ManualClock, events: Events, mode: Any
+) -> None:
+    """significant_bystander under rest_for_one: a significant temporary child stopped (and
+    removed) by a group restart, and a significant transient one stopped and restarted."""
+    a, tr, tm = Probe("a"), Probe("tr"), Probe("tm")
+    specs = [
+        a.spec(),
+        tr.spec(restart="transient", significant=True),
+        tm.spec(restart="temporary", significant=True),
+    ]
+    async with make(bus, clock, specs, strategy="rest_for_one", auto_shutdown=mode) as sup:
+        a.run.crash()
+        await events.wait_for("child_started", count=2, child="tr")
+        await settle()
+        assert sup.status == "running" and events.of("auto_shutdown") == []
+        assert states(sup) == {"a": "running", "tr": "running"}
+
+
+async def test_all_significant_a_restarting_significant_child_still_counts_as_running(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """§1.9: 'running' means a pid that is not undefined; {restarting, _} is running."""
+    s1, s2 = Probe("s1"), Probe("s2")
+    specs = [
+        s1.spec(restart="transient", significant=True, backoff=Backoff(min=30, max=30, jitter=0)),
+        s2.spec(restart="transient", significant=True),
+    ]
+    async with make(bus, clock, specs, auto_shutdown="all_significant", max_restarts=5) as sup:
+        s1.run.crash()  # abnormal: restarted (after a delay), and counted
+        await events.wait_for("backoff", child="s1")
+        s2.run.exit("normal")
+        await events.wait_for("child_exited", child="s2")
+        await settle()
+        assert sup.status == "running" and events.of("auto_shutdown") == []
+        assert states(sup) == {"s1": "restarting", "s2": "not_running"}
+        await until(lambda: clock.sleepers == 1)
+        clock.advance(30)
+        await events.wait_for("child_started", count=2, child="s1")
+        s1.run.exit("shutdown")  # now the last running significant child ends by itself
+        async with asyncio.timeout(DEADLINE):
+            assert str(await sup.wait()) == "shutdown:auto_shutdown"
+
+
+async def test_a_significant_child_crashing_past_the_intensity_gives_up_not_auto_shuts_down(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """significant_transient: abnormal exits are restarts, and restarts are counted."""
+    s = Probe("s")
+    specs = [s.spec(restart="transient", significant=True)]
+    sup = make(bus, clock, specs, auto_shutdown="any_significant", max_restarts=1)
+    await sup.start()
+    await crash_and_wait(s, events, 1)
+    await events.wait_for("child_started", count=2, child="s")
+    s.run.crash()
+    with pytest.raises(SupervisorGaveUp):
+        async with asyncio.timeout(DEADLINE):
+            await sup.wait()
+    assert events.of("auto_shutdown") == []
+
+
+async def test_a_child_added_later_is_stopped_first_and_started_last_in_a_group(
+    bus: EventBus, clock: ManualClock, events: Events, journal: list[str]
+) -> None:
+    """§1.2: start_child places the child after all existing ones, in every respect."""
+    a, b, late = Probe("a", journal), Probe("b", journal), Probe("late", journal)
+    sup = make(bus, clock, [a.spec(), b.spec()], strategy="one_for_all")
+    await sup.start()
+    await sup.start_child(late.spec())
+    journal.clear()
+    a.run.crash()
+    await events.wait_for("child_started", count=2, child="late")
+    assert journal == ["end:a", "end:late", "end:b", "start:a", "start:b", "start:late"]
+    journal.clear()
+    await sup.stop()
+    assert journal == ["end:late", "end:b", "end:a"]
+
+
+async def test_one_for_all_starts_a_child_that_answered_ignore(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """§1.4: a non-temporary child whose start returned ignore is started by the group."""
+    a, lazy = Probe("a"), Probe("lazy", modes=("ignore",))
+    async with make(bus, clock, [a.spec(), lazy.spec()], strategy="one_for_all") as sup:
+        assert states(sup) == {"a": "running", "lazy": "not_running"}
+        a.run.crash()
+        await events.wait_for("child_started", child="lazy")
+        assert states(sup) == {"a": "running", "lazy": "running"}
+
+
+async def test_static_shutdown_timers_run_one_child_after_another(
+    bus: EventBus, clock: ManualClock, events: Events, journal: list[str]
+) -> None:
+    """§1.7: static children stop one at a time, so the total time is the sum."""
+    a, b = Probe("a", journal, on_stop="ignore"), Probe("b", journal, on_stop="ignore")
+    sup = make(bus, clock, [a.spec(shutdown=3), b.spec(shutdown=5)])
+    await sup.start()
+    stopping = asyncio.ensure_future(sup.stop())
+    await until(lambda: b.run.stop_seen and clock.sleepers == 1)
+    assert not a.run.stop_seen  # a is asked only once b is gone
+    clock.advance(5)
+    await until(lambda: a.run.stop_seen and clock.sleepers == 1)
+    assert journal[-1] == "end:b"
+    clock.advance(2.9)
+    await settle()
+    assert not stopping.done()
+    clock.advance(0.1)
+    async with asyncio.timeout(DEADLINE):
+        await stopping
+    assert journal[-2:] == ["end:b", "end:a"]
+    assert [e.data["stop"] for e in events.of("child_terminated")] == ["cancelled", "cancelled"]
+
+
+async def test_terminate_child_applies_brutal_kill(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    x = Probe("x", on_stop="ignore")
+    async with make(bus, clock, [x.spec(shutdown=BRUTAL_KILL)]) as sup:
+        await sup.terminate_child("x")
+        terminated = events.of("child_terminated", child="x")[0]
+        assert (terminated.data["reason"], terminated.data["stop"]) == ("killed", "brutal_kill")
+        assert states(sup) == {"x": "not_running"} and events.of("restart") == []
+
+
+async def test_dynamic_brutal_kill_instances_are_all_killed_at_shutdown(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """sup_stop_brutal_kill_dynamic."""
+    worker = Probe("job", on_stop="ignore")
+    sup = dynamic(bus, clock, worker.spec(shutdown=BRUTAL_KILL))
+    await sup.start()
+    for _ in range(4):
+        await sup.start_instance()
+    async with asyncio.timeout(DEADLINE):
+        await sup.stop()
+    terminated = events.of("child_terminated")
+    assert len(terminated) == 4
+    assert {(e.data["reason"], e.data["stop"]) for e in terminated} == {("killed", "brutal_kill")}
+    assert not any(r.stop_seen for r in worker.runs)
+
+
+@pytest.mark.parametrize("how", ["terminate", "normal", "crash"])
+async def test_a_temporary_childs_spec_is_gone_after_any_termination(
+    bus: EventBus, clock: ManualClock, events: Events, how: str
+) -> None:
+    """do_not_save_child_specs_for_temporary_children: counts drop and the id is free;
+    permanent and transient specs stay (already_started / already_present)."""
+    t, p, tr = Probe("t"), Probe("p"), Probe("tr")
+    specs = [t.spec(restart="temporary"), p.spec(), tr.spec(restart="transient")]
+    async with make(bus, clock, specs) as sup:
+        assert sup.count_children().specs == 3
+        if how == "terminate":
+            await sup.terminate_child("t")
+        else:
+            t.run.exit("normal") if how == "normal" else t.run.crash()
+            await events.wait_for("child_exited", child="t")
+        counts = sup.count_children()
+        assert (counts.specs, counts.active, counts.workers) == (2, 2, 2)
+        with pytest.raises(ChildNotFound):
+            sup.which_child("t")
+        assert (await sup.start_child(Probe("t").spec(restart="temporary"))).running
+        with pytest.raises(AlreadyStarted):
+            await sup.start_child(Probe("p").spec())
+        await sup.terminate_child("tr")
+        with pytest.raises(AlreadyPresent):
+            await sup.start_child(Probe("tr").spec(restart="transient"))
+
+
+async def test_restart_child_of_a_transient_child_that_ended_normally(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """§1.10: restart_child starts a stopped child again; a start answering IGNORE gives
+    {ok, undefined}: not running, spec kept. Neither is counted."""
+    tr = Probe("tr", modes=("ok", "ok", "ignore"))
+    async with make(bus, clock, [tr.spec(restart="transient")], max_restarts=0) as sup:
+        tr.run.exit("normal")
+        await events.wait_for("child_exited", child="tr")
+        assert (await sup.restart_child("tr")).running
+        await sup.terminate_child("tr")
+        started = await sup.restart_child("tr")
+        assert started.running is False and states(sup) == {"tr": "not_running"}
+        assert sup.restarts_in_window() == 0 and sup.status == "running"
+
+
+@pytest.mark.parametrize("strategy", ["one_for_all", "rest_for_one"])
+async def test_a_significant_transient_normal_exit_shuts_down_without_a_group_restart(
+    bus: EventBus, clock: ManualClock, events: Events, journal: list[str], strategy: Any
+) -> None:
+    """§1.9 × §1.4: a normal exit of a transient child is no restart (no group), but a
+    significant one ends the supervisor; the others stop in reverse start order."""
+    a, s, c = Probe("a", journal), Probe("s", journal), Probe("c", journal)
+    specs = [a.spec(), s.spec(restart="transient", significant=True), c.spec()]
+    sup = make(bus, clock, specs, strategy=strategy, auto_shutdown="any_significant")
+    await sup.start()
+    s.run.exit("normal")
+    async with asyncio.timeout(DEADLINE):
+        assert str(await sup.wait()) == "shutdown:auto_shutdown"
+    assert events.of("restart") == [] and (a.starts, s.starts, c.starts) == (1, 1, 1)
+    assert journal[-3:] == ["end:s", "end:c", "end:a"]
+
+
+async def test_dynamic_exits_that_are_not_restarted_are_not_counted(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """§1.3 per instance: temporary instances (any exit) never touch intensity."""
+    worker = Probe("job")
+    async with dynamic(bus, clock, worker.spec(restart="temporary"), max_restarts=0) as sup:
+        for _ in range(3):
+            await sup.start_instance()
+        worker.runs[0].crash()
+        worker.runs[1].exit("normal")
+        await events.wait_for("child_exited", count=2)
+        await settle()
+        assert sup.status == "running" and sup.restarts_in_window() == 0
+        assert list(states(sup)) == ["job-3"]

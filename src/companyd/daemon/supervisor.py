@@ -1662,7 +1662,12 @@ class Supervisor:
                 if strategy == "simple_one_for_one" or member.spec.restart == "temporary":
                     del self._children[member.id]
                 continue
-            # _FAILED: the restart loop (§1.6). Members after it stay unstarted.
+            # _FAILED: the restart loop (§1.6). Members after it stay unstarted. Only the
+            # member that failed is restarting (OTP restart_multiple_children): a crashed
+            # child not reached yet is simply not running, or terminate_child(member)
+            # would leave it "restarting" with no retry pending.
+            if member is not child and child.state == "restarting":
+                child.state = "not_running"
             member.state = "restarting"
             self._schedule_retry(member, self._backoff_delay(member))
             return
