@@ -960,6 +960,15 @@ class _Builder:
                 "it is meant as text",
                 at=_mark(node),
             )
+        except (KeyError, AttributeError):
+            # an explicit tag the text does not fit: PyYAML fails on `!!bool ten` or
+            # `!!timestamp soon` without a message of its own
+            self.rep.add(
+                path,
+                f"expected a value the tag {node.tag!r} accepts, got {node.value!r}; remove "
+                "the tag or fix the value",
+                at=_mark(node),
+            )
         self.rep.settle(path)
         return str(node.value)
 
@@ -1736,6 +1745,18 @@ def _cross_check(data: dict[str, Any], rep: _Report, base: Path) -> dict[str, st
                 instructions[slug] = loaded
         elif isinstance(text, str) and not text.strip():
             rep.add((*ap, "instructions"), "expected instructions, got empty text")
+        elif "instructions" in a and text is None:
+            rep.add(
+                (*ap, "instructions"),
+                "expected instructions, got nothing (an empty value); write them, or remove "
+                "the key and give 'instructions_file'",
+            )
+        elif "instructions_file" in a and file_ref is None:
+            rep.add(
+                (*ap, "instructions_file"),
+                "expected a path, got nothing (an empty value); write the path of the "
+                "instructions file (relative to company.yaml)",
+            )
         elif not any(k in a for k in ("instructions", "instructions_file", "role", "goal")):
             rep.add(
                 ap,
@@ -1743,6 +1764,16 @@ def _cross_check(data: dict[str, Any], rep: _Report, base: Path) -> dict[str, st
                 "CrewAI-style 'role' and 'goal', got none of them",
                 key=True,
             )
+        elif "instructions" not in a and "instructions_file" not in a:
+            given = [k for k in ("role", "goal") if a.get(k) is not None]
+            if len(given) == 1:
+                other = "goal" if given[0] == "role" else "role"
+                rep.add(
+                    ap,
+                    f"expected CrewAI-style 'role' and 'goal' together, got only "
+                    f"{given[0]!r}; add {other!r} (or give 'instructions')",
+                    key=True,
+                )
 
     _check_org_chart(agents, rep)
 
@@ -1914,9 +1945,12 @@ def _check_models(data: dict[str, Any], rep: _Report) -> None:
 
 
 def _read_instructions(ref: str, path: Path_, base: Path, rep: _Report) -> str | None:
-    f = (base / Path(ref).expanduser()) if ref.strip() else base
     try:
+        f = (base / Path(ref).expanduser()) if ref.strip() else base
         text = _read_at_most(f, _MAX_INSTRUCTIONS_BYTES).decode("utf-8")
+        if not text.strip():
+            rep.add(path, f"expected instructions in {ref!r}, got an empty file; write them")
+            return None
         return text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text() did
     except _FileTooLarge:
         rep.add(
@@ -1936,6 +1970,11 @@ def _read_instructions(ref: str, path: Path_, base: Path, rep: _Report) -> str |
         rep.add(path, f"expected UTF-8 text in {ref!r}, got the byte at offset {exc.start}")
     except OSError as exc:
         rep.add(path, f"cannot read {ref!r} ({f}): {exc.strerror or exc}")
+    except (ValueError, RuntimeError) as exc:  # a NUL byte; `~user` with no such user
+        rep.add(
+            path,
+            f"cannot use {ref!r} as a path ({exc}); fix the path (relative to company.yaml)",
+        )
     return None
 
 
