@@ -32,7 +32,7 @@ import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -84,6 +84,7 @@ _DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*([smhd])\s*)+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION_FORMS = "a duration such as 30s, 5m, 1h30m or 1d (or a number of seconds)"
+_MAX_DURATION = 366 * 86400.0
 
 
 def parse_duration(value: Any) -> float:
@@ -99,15 +100,18 @@ def parse_duration(value: Any) -> float:
         raise ValueError(f"expected {_DURATION_FORMS}, got {value!r}")
     if isinstance(value, int | float):
         if not math.isfinite(value):
-            raise ValueError(f"expected a finite {_DURATION_FORMS}, got {value!r}")
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if re.fullmatch(r"\d+(?:\.\d+)?", text):
-            return float(text)
-        if _DURATION_RE.match(value):
-            return sum(float(n) * _UNIT[u] for n, u in _DURATION_PART.findall(value))
-    raise ValueError(f"expected {_DURATION_FORMS}, got {value!r}")
+            raise ValueError(f"expected a finite {_DURATION_FORMS[2:]}, got {value!r}")
+        seconds = float(value)
+    elif isinstance(value, str) and re.fullmatch(r"\d+(?:\.\d+)?", value.strip()):
+        seconds = float(value.strip())
+    elif isinstance(value, str) and _DURATION_RE.match(value):
+        seconds = sum(float(n) * _UNIT[u] for n, u in _DURATION_PART.findall(value))
+    else:
+        raise ValueError(f"expected {_DURATION_FORMS}, got {value!r}")
+    if seconds > _MAX_DURATION:
+        # Far beyond any sensible interval; larger values overflow the scheduler's dates.
+        raise ValueError(f"expected a duration of at most 366d, got {value!r}")
+    return seconds
 
 
 def _number(value: Any) -> Any:
@@ -1498,6 +1502,7 @@ def _is_duration(path: Path_) -> bool:
     return bool(path) and str(path[-1]) in (
         "max_seconds",
         "heartbeat_seconds",
+        "colleague_timeout_seconds",
         "every",
         "grace",
         "min",
@@ -2054,9 +2059,14 @@ def _cron_problem(expr: str) -> str | None:
         except Exception as exc:  # a third-party parser: any failure means "invalid"
             return f"expected a valid cron expression, got {expr!r}: {name} field: {exc}"
     try:
-        CronTrigger(**dict(zip(_CRON_FIELDS, fields, strict=True)), timezone="UTC")
+        trigger = CronTrigger(**dict(zip(_CRON_FIELDS, fields, strict=True)), timezone="UTC")
     except Exception as exc:
         return f"expected a valid cron expression, got {expr!r}: {exc}"
+    if trigger.get_next_fire_time(None, datetime(2000, 1, 1, tzinfo=UTC)) is None:
+        return (
+            f"expected a cron expression that fires, got {expr!r}: no month has that day "
+            "(e.g. 31 in February); fix the day or the month"
+        )
     return None
 
 
