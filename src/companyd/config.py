@@ -1790,6 +1790,17 @@ def _cross_check(data: dict[str, Any], rep: _Report, base: Path) -> dict[str, st
             who = r.get(field_name)
             if isinstance(who, str) and who not in agents:
                 unknown_agent((*rp, field_name), who, field_name)
+            elif (
+                isinstance(who, str)
+                and r.get("enabled") is not False
+                and _as_dict(agents[who]).get("enabled") is False
+            ):
+                # every fire would be cancelled (and alerted) without doing any work
+                rep.add(
+                    (*rp, field_name),
+                    f"expected an enabled agent for {field_name}, got {who!r}, which has "
+                    "`enabled: false`; enable it, or set `enabled: false` on this routine too",
+                )
         trigger = _as_dict(r.get("trigger"))
         cron = trigger.get("cron")
         if isinstance(cron, str) and not rep.is_settled((*rp, "trigger", "cron")):
