@@ -39,6 +39,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -149,6 +150,28 @@ def _http_url(value: str | None) -> str | None:
     if value is not None and not re.fullmatch(r"https?://[^\s/?#]+(?:[/?#]\S*)?", value):
         raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
     return value
+
+
+def _env_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError(
+            "expected the name of an environment variable (letters, digits and '_', not "
+            f"starting with a digit), got {value!r}; the value itself goes in that variable"
+        )
+    return value
+
+
+def _credential_name(value: str) -> str:
+    if not value or "/" in value or value in (".", "..") or not value.isprintable():
+        raise ValueError(
+            "expected the name of a systemd credential (a file name in "
+            f"$CREDENTIALS_DIRECTORY, without '/'), got {value!r}"
+        )
+    return value
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
+CredentialName = Annotated[str, AfterValidator(_credential_name)]
 
 
 class Spec(BaseModel):
@@ -276,7 +299,7 @@ class McpServerSpec(Spec):
     command: Text
     args: tuple[str, ...] = ()
     env: dict[str, str] = {}
-    env_from: dict[str, str] = {}
+    env_from: dict[str, EnvName] = {}
     idempotent_tools: tuple[str, ...] = ()
     timeout_seconds: Duration = 60.0
 
@@ -404,10 +427,10 @@ class QuietHoursSpec(Spec):
 class TelegramSpec(Spec):
     """Where alerts go. Secrets are referenced, never written here."""
 
-    bot_token_env: str | None = "TELEGRAM_BOT_TOKEN"
-    bot_token_credential: str | None = "telegram_bot_token"
+    bot_token_env: EnvName | None = "TELEGRAM_BOT_TOKEN"
+    bot_token_credential: CredentialName | None = "telegram_bot_token"
     chat_ids: tuple[Annotated[int, BeforeValidator(_whole)], ...] = ()
-    chat_ids_env: str | None = None
+    chat_ids_env: EnvName | None = None
     api_url: str | None = None
 
     _url = field_validator("api_url")(_http_url)
@@ -452,8 +475,8 @@ class SpendSpec(Spec):
 class AnthropicSpec(Spec):
     """How to reach the Messages API. The key is referenced, never written here."""
 
-    api_key_env: str = "ANTHROPIC_API_KEY"
-    api_key_credential: str = "anthropic_api_key"
+    api_key_env: EnvName = "ANTHROPIC_API_KEY"
+    api_key_credential: CredentialName = "anthropic_api_key"
     base_url: str | None = None
     timeout_seconds: Duration = 120.0
     max_retries: Annotated[int, BeforeValidator(_whole), Field(ge=0, le=10)] = 2
@@ -1606,7 +1629,9 @@ def _check_secrets(data: Any, rep: _Report) -> None:
                 kp = (*path, k)
                 # env_from maps variable names to variable names: references, not values
                 literal = not (path and path[-1] == "env_from")
-                if literal and _secret_key(k) and isinstance(v, str) and v.strip():
+                # a number is a secret too (a PIN, a numeric password)
+                number = isinstance(v, int | float) and not isinstance(v, bool)
+                if literal and _secret_key(k) and (number or (isinstance(v, str) and v.strip())):
                     rep.add(
                         kp,
                         "expected a reference to a secret, got the secret itself; secrets "
