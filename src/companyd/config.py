@@ -32,13 +32,14 @@ import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -84,6 +85,7 @@ _DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*([smhd])\s*)+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION_FORMS = "a duration such as 30s, 5m, 1h30m or 1d (or a number of seconds)"
+_MAX_DURATION = 366 * 86400.0
 
 
 def parse_duration(value: Any) -> float:
@@ -99,15 +101,18 @@ def parse_duration(value: Any) -> float:
         raise ValueError(f"expected {_DURATION_FORMS}, got {value!r}")
     if isinstance(value, int | float):
         if not math.isfinite(value):
-            raise ValueError(f"expected a finite {_DURATION_FORMS}, got {value!r}")
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if re.fullmatch(r"\d+(?:\.\d+)?", text):
-            return float(text)
-        if _DURATION_RE.match(value):
-            return sum(float(n) * _UNIT[u] for n, u in _DURATION_PART.findall(value))
-    raise ValueError(f"expected {_DURATION_FORMS}, got {value!r}")
+            raise ValueError(f"expected a finite {_DURATION_FORMS[2:]}, got {value!r}")
+        seconds = float(value)
+    elif isinstance(value, str) and re.fullmatch(r"\d+(?:\.\d+)?", value.strip()):
+        seconds = float(value.strip())
+    elif isinstance(value, str) and _DURATION_RE.match(value):
+        seconds = sum(float(n) * _UNIT[u] for n, u in _DURATION_PART.findall(value))
+    else:
+        raise ValueError(f"expected {_DURATION_FORMS}, got {value!r}")
+    if seconds > _MAX_DURATION:
+        # Far beyond any sensible interval; larger values overflow the scheduler's dates.
+        raise ValueError(f"expected a duration of at most 366d, got {value!r}")
+    return seconds
 
 
 def _number(value: Any) -> Any:
@@ -145,6 +150,28 @@ def _http_url(value: str | None) -> str | None:
     if value is not None and not re.fullmatch(r"https?://[^\s/?#]+(?:[/?#]\S*)?", value):
         raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
     return value
+
+
+def _env_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError(
+            "expected the name of an environment variable (letters, digits and '_', not "
+            f"starting with a digit), got {value!r}; the value itself goes in that variable"
+        )
+    return value
+
+
+def _credential_name(value: str) -> str:
+    if not value or "/" in value or value in (".", "..") or not value.isprintable():
+        raise ValueError(
+            "expected the name of a systemd credential (a file name in "
+            f"$CREDENTIALS_DIRECTORY, without '/'), got {value!r}"
+        )
+    return value
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
+CredentialName = Annotated[str, AfterValidator(_credential_name)]
 
 
 class Spec(BaseModel):
@@ -272,7 +299,7 @@ class McpServerSpec(Spec):
     command: Text
     args: tuple[str, ...] = ()
     env: dict[str, str] = {}
-    env_from: dict[str, str] = {}
+    env_from: dict[str, EnvName] = {}
     idempotent_tools: tuple[str, ...] = ()
     timeout_seconds: Duration = 60.0
 
@@ -400,10 +427,10 @@ class QuietHoursSpec(Spec):
 class TelegramSpec(Spec):
     """Where alerts go. Secrets are referenced, never written here."""
 
-    bot_token_env: str | None = "TELEGRAM_BOT_TOKEN"
-    bot_token_credential: str | None = "telegram_bot_token"
+    bot_token_env: EnvName | None = "TELEGRAM_BOT_TOKEN"
+    bot_token_credential: CredentialName | None = "telegram_bot_token"
     chat_ids: tuple[Annotated[int, BeforeValidator(_whole)], ...] = ()
-    chat_ids_env: str | None = None
+    chat_ids_env: EnvName | None = None
     api_url: str | None = None
 
     _url = field_validator("api_url")(_http_url)
@@ -448,8 +475,8 @@ class SpendSpec(Spec):
 class AnthropicSpec(Spec):
     """How to reach the Messages API. The key is referenced, never written here."""
 
-    api_key_env: str = "ANTHROPIC_API_KEY"
-    api_key_credential: str = "anthropic_api_key"
+    api_key_env: EnvName = "ANTHROPIC_API_KEY"
+    api_key_credential: CredentialName = "anthropic_api_key"
     base_url: str | None = None
     timeout_seconds: Duration = 120.0
     max_retries: Annotated[int, BeforeValidator(_whole), Field(ge=0, le=10)] = 2
@@ -958,6 +985,15 @@ class _Builder:
                 path,
                 f"expected a valid value, got {node.value!r} ({exc}); put it in quotes if "
                 "it is meant as text",
+                at=_mark(node),
+            )
+        except (KeyError, AttributeError):
+            # an explicit tag the text does not fit: PyYAML fails on `!!bool ten` or
+            # `!!timestamp soon` without a message of its own
+            self.rep.add(
+                path,
+                f"expected a value the tag {node.tag!r} accepts, got {node.value!r}; remove "
+                "the tag or fix the value",
                 at=_mark(node),
             )
         self.rep.settle(path)
@@ -1489,6 +1525,7 @@ def _is_duration(path: Path_) -> bool:
     return bool(path) and str(path[-1]) in (
         "max_seconds",
         "heartbeat_seconds",
+        "colleague_timeout_seconds",
         "every",
         "grace",
         "min",
@@ -1592,7 +1629,9 @@ def _check_secrets(data: Any, rep: _Report) -> None:
                 kp = (*path, k)
                 # env_from maps variable names to variable names: references, not values
                 literal = not (path and path[-1] == "env_from")
-                if literal and _secret_key(k) and isinstance(v, str) and v.strip():
+                # a number is a secret too (a PIN, a numeric password)
+                number = isinstance(v, int | float) and not isinstance(v, bool)
+                if literal and _secret_key(k) and (number or (isinstance(v, str) and v.strip())):
                     rep.add(
                         kp,
                         "expected a reference to a secret, got the secret itself; secrets "
@@ -1736,6 +1775,18 @@ def _cross_check(data: dict[str, Any], rep: _Report, base: Path) -> dict[str, st
                 instructions[slug] = loaded
         elif isinstance(text, str) and not text.strip():
             rep.add((*ap, "instructions"), "expected instructions, got empty text")
+        elif "instructions" in a and text is None:
+            rep.add(
+                (*ap, "instructions"),
+                "expected instructions, got nothing (an empty value); write them, or remove "
+                "the key and give 'instructions_file'",
+            )
+        elif "instructions_file" in a and file_ref is None:
+            rep.add(
+                (*ap, "instructions_file"),
+                "expected a path, got nothing (an empty value); write the path of the "
+                "instructions file (relative to company.yaml)",
+            )
         elif not any(k in a for k in ("instructions", "instructions_file", "role", "goal")):
             rep.add(
                 ap,
@@ -1743,6 +1794,16 @@ def _cross_check(data: dict[str, Any], rep: _Report, base: Path) -> dict[str, st
                 "CrewAI-style 'role' and 'goal', got none of them",
                 key=True,
             )
+        elif "instructions" not in a and "instructions_file" not in a:
+            given = [k for k in ("role", "goal") if a.get(k) is not None]
+            if len(given) == 1:
+                other = "goal" if given[0] == "role" else "role"
+                rep.add(
+                    ap,
+                    f"expected CrewAI-style 'role' and 'goal' together, got only "
+                    f"{given[0]!r}; add {other!r} (or give 'instructions')",
+                    key=True,
+                )
 
     _check_org_chart(agents, rep)
 
@@ -1754,6 +1815,17 @@ def _cross_check(data: dict[str, Any], rep: _Report, base: Path) -> dict[str, st
             who = r.get(field_name)
             if isinstance(who, str) and who not in agents:
                 unknown_agent((*rp, field_name), who, field_name)
+            elif (
+                isinstance(who, str)
+                and r.get("enabled") is not False
+                and _as_dict(agents[who]).get("enabled") is False
+            ):
+                # every fire would be cancelled (and alerted) without doing any work
+                rep.add(
+                    (*rp, field_name),
+                    f"expected an enabled agent for {field_name}, got {who!r}, which has "
+                    "`enabled: false`; enable it, or set `enabled: false` on this routine too",
+                )
         trigger = _as_dict(r.get("trigger"))
         cron = trigger.get("cron")
         if isinstance(cron, str) and not rep.is_settled((*rp, "trigger", "cron")):
@@ -1914,9 +1986,12 @@ def _check_models(data: dict[str, Any], rep: _Report) -> None:
 
 
 def _read_instructions(ref: str, path: Path_, base: Path, rep: _Report) -> str | None:
-    f = (base / Path(ref).expanduser()) if ref.strip() else base
     try:
+        f = (base / Path(ref).expanduser()) if ref.strip() else base
         text = _read_at_most(f, _MAX_INSTRUCTIONS_BYTES).decode("utf-8")
+        if not text.strip():
+            rep.add(path, f"expected instructions in {ref!r}, got an empty file; write them")
+            return None
         return text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text() did
     except _FileTooLarge:
         rep.add(
@@ -1936,6 +2011,11 @@ def _read_instructions(ref: str, path: Path_, base: Path, rep: _Report) -> str |
         rep.add(path, f"expected UTF-8 text in {ref!r}, got the byte at offset {exc.start}")
     except OSError as exc:
         rep.add(path, f"cannot read {ref!r} ({f}): {exc.strerror or exc}")
+    except (ValueError, RuntimeError) as exc:  # a NUL byte; `~user` with no such user
+        rep.add(
+            path,
+            f"cannot use {ref!r} as a path ({exc}); fix the path (relative to company.yaml)",
+        )
     return None
 
 
@@ -2015,9 +2095,14 @@ def _cron_problem(expr: str) -> str | None:
         except Exception as exc:  # a third-party parser: any failure means "invalid"
             return f"expected a valid cron expression, got {expr!r}: {name} field: {exc}"
     try:
-        CronTrigger(**dict(zip(_CRON_FIELDS, fields, strict=True)), timezone="UTC")
+        trigger = CronTrigger(**dict(zip(_CRON_FIELDS, fields, strict=True)), timezone="UTC")
     except Exception as exc:
         return f"expected a valid cron expression, got {expr!r}: {exc}"
+    if trigger.get_next_fire_time(None, datetime(2000, 1, 1, tzinfo=UTC)) is None:
+        return (
+            f"expected a cron expression that fires, got {expr!r}: no month has that day "
+            "(e.g. 31 in February); fix the day or the month"
+        )
     return None
 
 
