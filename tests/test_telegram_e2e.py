@@ -9,6 +9,7 @@ variables, as under systemd (``EnvironmentFile=``).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import Iterator
@@ -100,12 +101,20 @@ async def test_the_daemon_pages_the_operator_and_answers_status_only_to_them(wor
             assert "this month: $0.00 of $200.00" in lines
             assert any(line.endswith(" heartbeat → coo") for line in lines)
             assert to(server, STRANGER) == []
-            ignored = [
-                r
-                for r in daemon.records()
-                if r.get("logger") == "companyd.alerts" and f"chat {STRANGER}" in r.get("msg", "")
-            ]
-            assert ignored and ignored[0]["level"] == "warning"
+
+            def ignored() -> list[dict[str, Any]]:
+                return [
+                    r
+                    for r in daemon.records()
+                    if r.get("logger") == "companyd.alerts"
+                    and f"chat {STRANGER}" in r.get("msg", "")
+                ]
+
+            # the log line is handled by then, but written by the daemon's log thread
+            async with asyncio.timeout(10):
+                while not ignored():
+                    await asyncio.sleep(0.05)
+            assert ignored()[0]["level"] == "warning"
 
             # an injected agent crash becomes one crash alert with the agent and the count
             assert (await daemon.call("debug", action="crash", target="cfo"))["crashed"]

@@ -474,7 +474,10 @@ def _when(value: Any) -> str:
         if parsed is not None and parsed.tzinfo is not None:
             n = parsed.timestamp()
     if n is not None and n > 1e9:
-        return datetime.fromtimestamp(n, ZoneInfo("UTC")).strftime("%Y-%m-%d %H:%M UTC")
+        try:
+            return datetime.fromtimestamp(n, ZoneInfo("UTC")).strftime("%Y-%m-%d %H:%M UTC")
+        except (ValueError, OverflowError, OSError):
+            pass  # past year 9999: not a time anything here wrote; show it as it is
     return _txt(value, 60)
 
 
