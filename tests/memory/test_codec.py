@@ -115,6 +115,19 @@ def test_unparseable_lines_are_quarantined_with_their_line_numbers_and_bytes() -
     assert not report.torn_tail
 
 
+def test_a_line_nested_too_deeply_for_python_is_quarantined_not_raised() -> None:
+    # JSON.parse takes any depth (the official server ignores such an unknown-type line);
+    # Python's json raises RecursionError, which used to escape the reader and crash-loop
+    # the owner (serve-mcp exited with "internal error").
+    deep = b'{"type":"x","v":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    for data in (OFFICIAL + b"\n" + deep + b"\n", deep + b"\n" + OFFICIAL):
+        graph, report = parse_graph(data)
+        assert [e.name for e in graph.entities()] == ["Alice", "Acme"]
+        assert report.needs_repair and not report.torn_tail
+        assert [q.raw for q in report.quarantined] == [deep]
+        assert "nested too deeply" in report.quarantined[0].reason
+
+
 def test_a_torn_last_line_is_quarantined_and_reported() -> None:
     data = OFFICIAL + b'\n{"type":"entity","name":"Half","entityTy'
     graph, report = parse_graph(data)

@@ -157,6 +157,19 @@ def test_search_lowercases_like_javascript_not_casefold() -> None:
     ]
 
 
+def test_search_compares_utf16_code_units_as_javascript_does() -> None:
+    # JavaScript strings are UTF-16: a query holding a lone surrogate matches one half of a
+    # surrogate pair ("🙂" is "\ud83d\ude42"), as the official server's includes() does.
+    g = KnowledgeGraph()
+    g.create_entities([("🙂x", "t", []), ("y", "t", ["a\U00010400"]), ("\ud83d", "t", [])])
+    assert [e["name"] for e in g.search_nodes("\ud83d")["entities"]] == ["🙂x", "\ud83d"]
+    assert [e["name"] for e in g.search_nodes("\ude42X")["entities"]] == ["🙂x"]
+    # lower-cased first: "𐐀" (U+10400) lowers to U+10428 = "\ud801\udc28"
+    assert [e["name"] for e in g.search_nodes("\udc28")["entities"]] == ["y"]
+    assert g.search_nodes("\udc00")["entities"] == []
+    assert [e["name"] for e in g.search_nodes("🙂")["entities"]] == ["🙂x"]
+
+
 def test_open_nodes_returns_file_order_and_either_endpoint_relations(g: KnowledgeGraph) -> None:
     out = g.open_nodes(["Bob", "Acme", "Nobody"])
     assert [e["name"] for e in out["entities"]] == ["Acme", "Bob"]  # file order, not request

@@ -462,6 +462,7 @@ def test_lone_surrogates_round_trip_like_the_official_server(tmp_path: Path) -> 
     calls: list[Call] = [
         ("create_entities", {"entities": [E("x\ud800y", "t", "\udfff", "ok\U0001f642")]}),
         ("search_nodes", {"query": "\ud800"}),
+        ("search_nodes", {"query": "\ud83d"}),  # half of the pair of "🙂" (UTF-16 units)
         (
             "add_observations",
             {"observations": [{"entityName": "x\ud800y", "contents": ["\udc00"]}]},

@@ -67,6 +67,15 @@ PREFIX = "MCP error -32602: Input validation error: Invalid arguments for tool "
             "Invalid input: expected string, received number at names[5]",
         ),
         (
+            # 1e400 and -1e400 are valid JSON and parse to +-Infinity in both languages;
+            # zod names them by value (text taken from the official server 2026.8.31)
+            "open_nodes",
+            {"names": [float("inf"), 1e308, float("-inf")]},
+            "open_nodes: Invalid input: expected string, received Infinity at names[0]\n"
+            "Invalid input: expected string, received number at names[1]\n"
+            "Invalid input: expected string, received -Infinity at names[2]",
+        ),
+        (
             "open_nodes",
             {"names": "a"},
             "open_nodes: Invalid input: expected array, received string at names",

@@ -306,15 +306,22 @@ def parse_graph(data: bytes, *, check_format: bool = False) -> tuple[KnowledgeGr
             # Fast path: a line as the official server writes it.
             try:
                 obj, end = scan(text, 0)
-            except (StopIteration, ValueError):
+            except (StopIteration, ValueError, RecursionError):
                 obj, end = None, -1
             if end != len(text) or type(obj) is not dict:
                 try:
                     obj = _DECODE(text)  # whitespace around, or the error message
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:
+                    # RecursionError: nested deeper than Python's json can go (JSON.parse
+                    # has no such limit); the line cannot be read here, so it is kept
+                    # in .corrupt like any other line we cannot read.
                     raw = text.encode("utf-8") if textual else line
                     assert isinstance(raw, bytes)
-                    why = f"unparseable JSON ({exc})"
+                    why = (
+                        "unparseable JSON (nested too deeply for Python's json)"
+                        if isinstance(exc, RecursionError)
+                        else f"unparseable JSON ({exc})"
+                    )
                     _quarantine(report, index + 1, raw, why, unterminated and index == last)
                     continue
             if type(obj) is dict and len(obj) == 4 and obj.get("type") == "entity":

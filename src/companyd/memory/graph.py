@@ -17,12 +17,28 @@ the end, deleting keeps the order of the rest.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from companyd.memory.errors import MemoryInconsistent, MemoryToolError
 
 __all__ = ["Entity", "KnowledgeGraph", "Relation"]
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _pair(m: re.Match[str]) -> str:
+    c = ord(m.group()) - 0x10000
+    return chr(0xD800 + (c >> 10)) + chr(0xDC00 + (c & 0x3FF))
+
+
+def _utf16_units(text: str) -> str:
+    """``text`` with every character above U+FFFF split into its UTF-16 surrogate pair, one
+    code point per JavaScript code unit."""
+    return _ASTRAL.sub(_pair, text)
 
 
 class Entity:
@@ -135,16 +151,30 @@ class KnowledgeGraph:
 
     def search_nodes(self, query: str) -> dict[str, Any]:
         """Entities whose name, type or any observation contains ``query`` (case-insensitive,
-        Unicode lower-casing as JavaScript's ``toLowerCase``), in file order, with the
-        relations that have either end among them. ``""`` matches every entity."""
+        Unicode lower-casing as JavaScript's ``toLowerCase``; substrings of UTF-16 code units
+        as JavaScript's ``includes``), in file order, with the relations that have either end
+        among them. ``""`` matches every entity."""
         q = query.lower()
-        matched = [
-            e
-            for e in self._entities.values()
-            if q in e.name.lower()
-            or q in e.entity_type.lower()
-            or any(q in o.lower() for o in e.observations)
-        ]
+        if _SURROGATE.search(q) is None:
+            matched = [
+                e
+                for e in self._entities.values()
+                if q in e.name.lower()
+                or q in e.entity_type.lower()
+                or any(q in o.lower() for o in e.observations)
+            ]
+        else:
+            # A lone surrogate in the query: JavaScript compares UTF-16 code units, so it can
+            # match one half of a pair ("🙂" is "\ud83d\ude42"). Only then are the strings
+            # compared as code units; without surrogates both ways give the same answer.
+            u = _utf16_units(q)
+            matched = [
+                e
+                for e in self._entities.values()
+                if u in _utf16_units(e.name.lower())
+                or u in _utf16_units(e.entity_type.lower())
+                or any(u in _utf16_units(o.lower()) for o in e.observations)
+            ]
         return self._subgraph(matched)
 
     def open_nodes(self, names: Sequence[str]) -> dict[str, Any]:

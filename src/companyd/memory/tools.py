@@ -14,6 +14,7 @@ did), which :func:`replay` applies again on load.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,9 @@ def _js_type(value: object) -> str:
         return "null"
     if isinstance(value, bool):
         return "boolean"
+    if isinstance(value, float) and not math.isfinite(value):
+        # zod names a non-finite number by its value (1e400 is valid JSON: Infinity)
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     if isinstance(value, int | float):
         return "number"
     if isinstance(value, str):
