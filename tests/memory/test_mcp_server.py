@@ -352,3 +352,32 @@ def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path) -> None:
     graph, report = parse_graph(path.read_bytes())  # folded into the MCP file on the way out
     assert not report.needs_repair
     assert graph.read_graph()["entities"] == [E("kept", "t", "before SIGTERM")]
+
+
+def test_a_request_nested_too_deeply_is_answered_not_left_waiting(tmp_path: Path) -> None:
+    # JSON.parse reads 5,000 levels (the official server answers); Python's json cannot.
+    # The client must still get an answer for that id, and the server keeps serving.
+    from .mcp_helpers import ROOT, RawClient
+
+    client = RawClient(
+        [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(tmp_path / "m")],
+        {"PYTHONPATH": str(ROOT / "src")},
+    )
+    try:
+        assert client.proc.stdin is not None
+        deep = "[" * 5000 + "]" * 5000
+        client.proc.stdin.write(
+            b'{"jsonrpc":"2.0","id":900,"method":"tools/call","params":{"name":"search_nodes",'
+            b'"arguments":{"query":' + deep.encode() + b"}}}\n"
+        )
+        client.proc.stdin.flush()
+        # a request after it: if the deep one went unanswered, this answer would come first
+        after = client.send("tools/call", {"name": "read_graph", "arguments": {}})
+        refused = client.receive()
+        assert refused["id"] == 900, refused
+        assert refused["error"]["code"] == -32600
+        assert "nested too deeply" in refused["error"]["message"]
+        served = client.receive()
+        assert served["id"] == after and not served["result"].get("isError")
+    finally:
+        assert client.close() == 0

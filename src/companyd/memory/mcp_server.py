@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -314,7 +315,11 @@ async def _stdio_streams(
                     try:
                         message = _parse_message(line)
                     except Exception as exc:
-                        await in_send.send(exc)
+                        refusal = _refusal(line, exc)
+                        if refusal is None:
+                            await in_send.send(exc)
+                        else:
+                            writer.write(refusal)  # one short line; pump_out drains
                         continue
                     await in_send.send(SessionMessage(message))
 
@@ -348,6 +353,35 @@ def _parse_message(line: bytes) -> Any:
         # JavaScript (the official server) and Python's json accept; parse with json then.
         obj = json.loads(line)
         return types.jsonrpc_message_adapter.validate_python(obj, by_name=False)
+
+
+#: The ``"id"`` of a request line, when it comes before anything nested (as clients write
+#: it: jsonrpc, id, method, params).
+_LEADING_ID = re.compile(
+    rb'^\s*\{(?:\s*"(?:[^"\\]|\\.)*"\s*:\s*(?:"(?:[^"\\]|\\.)*"|[-\w.+]+)\s*,)*'
+    rb'\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")'
+)
+
+
+def _refusal(line: bytes, exc: Exception) -> bytes | None:
+    """The error response to a request line nested too deeply for Python's json to read
+    (``JSON.parse`` reads it, so the official server answers it): without one the client
+    would wait forever for its id. None for anything else, which the SDK session handles
+    (the official server does not answer unparseable lines either)."""
+    if not isinstance(exc, RecursionError):
+        return None
+    found = _LEADING_ID.match(line)
+    if found is None:
+        return None
+    error = {
+        "code": -32600,
+        "message": "Invalid Request: nested too deeply for this server to read (more than "
+        "about 1,000 levels); send flatter arguments",
+    }
+    return b'{"jsonrpc":"2.0","id":%s,"error":%s}\n' % (
+        found.group(1),
+        json.dumps(error).encode(),
+    )
 
 
 def _dump_message(item: SessionMessage) -> bytes:
