@@ -361,6 +361,29 @@ def test_unknown_model_is_a_warning_not_an_error() -> None:
     ]
 
 
+def test_a_routine_of_a_disabled_agent_is_a_warning_not_an_error() -> None:
+    # Switching an agent off must not make yesterday's file refuse to start or reload.
+    cfg = load(
+        MINIMAL
+        + "    enabled: false\n"
+        + "routines:\n"
+        + "  close:\n"
+        + "    assignee: cfo\n"
+        + "    description: Close the month.\n"
+        + "    trigger: {cron: '0 8 1 * *'}\n"
+        + "  paused:\n"
+        + "    assignee: cfo\n"
+        + "    description: Off with its agent.\n"
+        + "    trigger: {every: 1h}\n"
+        + "    enabled: false\n"
+    )
+    assert [str(w) for w in cfg.warnings] == [
+        "c.yaml:16:15: warning: routines.close.assignee: assignee 'cfo' has `enabled: false`: "
+        "every fire of this routine will be cancelled; enable the agent, or set "
+        "`enabled: false` on this routine too",
+    ]
+
+
 def test_a_priced_model_is_known() -> None:
     cfg = load(
         MINIMAL + "    model: claude-nova-9\npricing:\n  claude-nova-9: {input: 1, output: 2}\n"

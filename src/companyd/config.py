@@ -1820,11 +1820,14 @@ def _cross_check(data: dict[str, Any], rep: _Report, base: Path) -> dict[str, st
                 and r.get("enabled") is not False
                 and _as_dict(agents[who]).get("enabled") is False
             ):
-                # every fire would be cancelled (and alerted) without doing any work
-                rep.add(
+                # Every fire would be cancelled (and alerted) without doing any work. A
+                # warning, not an error: disabling an agent must not make a file that ran
+                # yesterday refuse to start or reload.
+                rep.warn(
                     (*rp, field_name),
-                    f"expected an enabled agent for {field_name}, got {who!r}, which has "
-                    "`enabled: false`; enable it, or set `enabled: false` on this routine too",
+                    f"{field_name} {who!r} has `enabled: false`: every fire of this routine "
+                    "will be cancelled; enable the agent, or set `enabled: false` on this "
+                    "routine too",
                 )
         trigger = _as_dict(r.get("trigger"))
         cron = trigger.get("cron")
