@@ -72,10 +72,30 @@ class RoutineCronTrigger(CronTrigger):  # type: ignore[misc]  # apscheduler is u
     def get_next_fire_time(
         self, previous_fire_time: datetime | None, now: datetime
     ) -> datetime | None:
+        """APScheduler's next fire time, as a real instant of the zone (never a skipped wall
+        time), and without the repeated wall time of a fixed-time routine.
+
+        A wall time in the spring-forward gap (02:30 Berlin on 29 Mar 2026) comes back from
+        APScheduler as the non-existent ``02:30+01:00``; it is normalised to the instant it
+        stands for (03:30 CEST). Left as it was, the next call starts from a datetime whose
+        ``==`` with the normalised start compares wall times (same tzinfo, PEP 495) and
+        misses, so ``30 2-3 * * *`` would return 03:30 CEST — the same instant — a second
+        time: a spurious ``missed`` row (coalesced) or two catch-up rows for one fire time.
+        """
+        if previous_fire_time is not None:
+            previous_fire_time = _normalised(previous_fire_time, self.timezone)
         nxt: datetime | None = super().get_next_fire_time(previous_fire_time, now)
-        while nxt is not None and self.once_in_repeated_hour and _is_second_occurrence(nxt):
+        while nxt is not None:
+            nxt = _normalised(nxt, self.timezone)
+            if not (self.once_in_repeated_hour and _is_second_occurrence(nxt)):
+                break
             nxt = super().get_next_fire_time(nxt, nxt)
         return nxt
+
+
+def _normalised(dt: datetime, tz: Any) -> datetime:
+    """``dt`` as the wall time that really exists in ``tz`` at its instant (fold set)."""
+    return dt.astimezone(UTC).astimezone(tz)
 
 
 def _is_second_occurrence(dt: datetime) -> bool:
