@@ -4,7 +4,8 @@ half-hour zones, the interval grid across restarts, and reloads."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -139,3 +140,56 @@ async def test_a_schedule_changed_by_reload_then_a_restart_owes_only_the_new_fir
     await h.advance_to("2027-01-04T11:30:00")
     got = [(iso(r.scheduled), r.kind, r.outcome) for r in h.history("post")]
     assert got == [("2027-01-04T10:00:00+00:00", "catch_up", "ok")]
+
+
+@pytest.mark.parametrize(
+    ("zone", "expr", "expected"),
+    [
+        # 02:30 Berlin does not exist on 29 Mar 2026 and runs at 03:30 CEST (01:30 UTC), also
+        # when an earlier fire time of the same night comes first (APScheduler lost it)
+        ("Europe/Berlin", "30 1,2 * * *", ["2026-03-29T00:30", "2026-03-29T01:30"]),
+        ("Europe/Berlin", "0,30 2 * * *", ["2026-03-29T01:00", "2026-03-29T01:30"]),
+        (
+            "Europe/Berlin",
+            "15 1-4 * * *",
+            ["2026-03-29T00:15", "2026-03-29T01:15", "2026-03-29T02:15"],
+        ),
+        # Lord Howe's gap is 30 minutes (02:00 → 02:30 on 4 Oct 2026): 02:15 runs at 02:45
+        (
+            "Australia/Lord_Howe",
+            "15 1-4 * * *",
+            ["2026-10-03T14:45", "2026-10-03T15:45", "2026-10-03T16:15", "2026-10-03T17:15"],
+        ),
+    ],
+)
+def test_a_gap_time_after_an_earlier_fire_time_of_the_night_still_fires(
+    zone: str, expr: str, expected: list[str]
+) -> None:
+    trigger = RoutineCronTrigger(expr, zone)
+    day = "2026-03-29" if zone == "Europe/Berlin" else "2026-10-04"
+    tz = ZoneInfo(zone)
+    start = datetime.fromisoformat(f"{day}T00:00").replace(tzinfo=tz) - timedelta(hours=1)
+    until = datetime.fromisoformat(f"{day}T05:00").replace(tzinfo=tz)
+    got = [t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M") for t in fire_times(trigger, start, until)]
+    assert got == expected
+
+
+async def test_a_gap_fire_time_after_an_earlier_one_runs_through_the_scheduler(
+    make_harness: MakeHarness,
+) -> None:
+    h = make_harness(
+        company(
+            """\
+            night: {assignee: coo, description: Nightly., trigger: {cron: "30 1,2 * * *"}}
+            """,
+            timezone="Europe/Berlin",
+        ),
+        start="2026-03-28T12:00:00",
+    )
+    await h.start()
+    await h.advance_to("2026-03-29T12:00:00")
+    assert rows(h, "night") == [
+        ("2026-03-29T00:30:00+00:00", "ok"),
+        ("2026-03-29T01:30:00+00:00", "ok"),
+    ]
+    assert h.kinds("routine_missed") == []

@@ -6,8 +6,10 @@
   at the first occurrence of the repeated wall-clock time, as Vixie cron does; wildcard
   routines (``*/15 * * * *``, ``0 * * * *``) keep firing at every real occurrence. On the day
   clocks go forward a fire time inside the skipped hour happens once, one hour later on the
-  wall clock (02:30 → 03:30 CEST) — APScheduler's behaviour, kept. docs/scheduler.md has the
-  table.
+  wall clock (02:30 → 03:30 CEST), as APScheduler does when the gap time is the first
+  candidate of its night; companyd also does it when an earlier fire time of the same night
+  comes first (``30 1,2 * * *``), where APScheduler's search steps over the gap and loses the
+  fire time. docs/scheduler.md has the table.
 * ``every`` becomes an ``IntervalTrigger`` anchored at 1970-01-01 00:00 UTC, so fire times lie
   on a fixed grid (``every: 1h`` fires on the hour) and ``repr(trigger)`` is the same in every
   process — the identity compared on restart (APScheduler's default anchor is "now + interval",
@@ -68,6 +70,11 @@ class RoutineCronTrigger(CronTrigger):  # type: ignore[misc]  # apscheduler is u
         # Vixie cron's rule: "wildcard" jobs (minute or hour starting with '*') run at every
         # real occurrence; jobs at fixed times are not run again in the repeated hour.
         self.once_in_repeated_hour = not (minute.startswith("*") or hour.startswith("*"))
+        # The same fields read on a clock without DST: which wall times in a spring-forward
+        # gap are fire times (see _gap_fire_time).
+        self._wall = CronTrigger(
+            minute=minute, hour=hour, day=day, month=month, day_of_week=day_of_week, timezone=UTC
+        )
 
     def get_next_fire_time(
         self, previous_fire_time: datetime | None, now: datetime
@@ -90,7 +97,76 @@ class RoutineCronTrigger(CronTrigger):  # type: ignore[misc]  # apscheduler is u
             if not (self.once_in_repeated_hour and _is_second_occurrence(nxt)):
                 break
             nxt = super().get_next_fire_time(nxt, nxt)
+        # from now (inclusive), or strictly after the previous fire time
+        lo = now if previous_fire_time is None else previous_fire_time + _TICK
+        gap = self._gap_fire_time(lo.astimezone(UTC), nxt)
+        if gap is not None and (nxt is None or gap < nxt):
+            return gap
         return nxt
+
+    def _gap_fire_time(self, lo: datetime, nxt: datetime | None) -> datetime | None:
+        """The first fire time at or after ``lo`` and before ``nxt`` that falls in a
+        spring-forward gap and that APScheduler skips, as the instant it moves to.
+
+        A wall time in the gap happens once, one gap later on the wall clock (02:30 → 03:30
+        CEST). APScheduler finds that only when the gap time is the first candidate of its
+        day; when an earlier fire time of the same night precedes it (``30 1,2 * * *``,
+        ``0,30 2 * * *``) its search steps over the gap and the fire time is lost without a
+        trace. Here every gap between ``lo`` (less the longest gap, 3 h: its moved instants
+        lie after the transition) and ``nxt`` is read on a DST-free clock instead.
+        """
+        hi = nxt.astimezone(UTC) if nxt is not None else lo + timedelta(days=400)
+        best: datetime | None = None
+        for at, before, after in _forward_transitions(self.timezone, lo - _LONGEST_GAP, hi):
+            wall_start = (at + before).replace(tzinfo=UTC)  # the first skipped wall time
+            wall_end = wall_start + (after - before)
+            wall = self._wall.get_next_fire_time(None, wall_start)
+            while wall is not None and wall < wall_end:
+                instant = (at + (wall - wall_start)).astimezone(self.timezone)
+                if instant >= lo and instant.astimezone(UTC) < hi:
+                    if best is None or instant < best:
+                        best = instant
+                    break  # later walls of this gap move to later instants
+                wall = self._wall.get_next_fire_time(wall, wall)
+        return best
+
+
+#: Longer than any spring-forward gap in the tz database (1 h almost everywhere; 30 min on
+#: Lord Howe; a few historical 2 h).
+_LONGEST_GAP = timedelta(hours=3)
+
+
+def _forward_transitions(
+    tz: Any, lo: datetime, hi: datetime
+) -> list[tuple[datetime, timedelta, timedelta]]:
+    """The UTC offset changes of ``tz`` that move clocks forward in ``(lo, hi]``: the
+    instant of each (in UTC), with the offsets before and after it. Found by comparing
+    offsets a week apart (no zone changes its offset twice within a week), then bisecting
+    to the second: about 50 offset lookups for a year."""
+    out: list[tuple[datetime, timedelta, timedelta]] = []
+    t = lo.astimezone(UTC).replace(microsecond=0)
+    off = t.astimezone(tz).utcoffset()
+    week = timedelta(days=7)
+    while t < hi:
+        t2 = min(t + week, hi)
+        off2 = t2.astimezone(tz).utcoffset()
+        if off2 != off:
+            a, b = t, t2
+            while b - a > timedelta(seconds=1):
+                m = a + (b - a) // 2
+                m = m.replace(microsecond=0)
+                if m <= a:
+                    break
+                if m.astimezone(tz).utcoffset() == off:
+                    a = m
+                else:
+                    b = m
+            before, after = a.astimezone(tz).utcoffset(), b.astimezone(tz).utcoffset()
+            if before is not None and after is not None and after > before:
+                out.append((b, before, after))
+            off = off2
+        t = t2
+    return out
 
 
 def _normalised(dt: datetime, tz: Any) -> datetime:
