@@ -759,9 +759,19 @@ class AlertService:
             desc = str(exc).lower()
             if "not modified" in desc:
                 d.sent_version = version
+            elif op == "edit" and "message to edit not found" in desc:
+                # The operator deleted the message, and the story went on since (more
+                # crashes, an action taken): tell it in a new message.
+                d.state, d.message_id, d.error = "pending", None, None
+                self._wake.set()
+                log.info(
+                    "alerts: alert %d was deleted in chat %d; sending its update as a new message",
+                    rec.id,
+                    chat_id,
+                )
             elif op == "edit":
-                # The message is gone (deleted by the operator) or cannot be edited: do not
-                # resend a copy, the operator saw it.
+                # The message cannot be edited (e.g. too old): do not resend a copy, the
+                # operator saw it.
                 d.sent_version, d.error = version, redact(str(exc))
                 log.info(
                     "alerts: could not edit alert %d in chat %d: %s",
