@@ -20,6 +20,7 @@ from test_alerts import (
     SECRET_HALF,
     TOKEN,
     Harness,
+    RecordingAdmin,
     _command,
     _utc,
     harness,
@@ -114,6 +115,39 @@ async def test_special_characters_arrive_verbatim(tmp_path: Path, token_env: Non
 
 # ---------------------------------------------------------------------------------------
 # Buttons
+
+
+class NotPausedAdmin(RecordingAdmin):
+    """The daemon's answer when the agent runs already (daemon/main.py)."""
+
+    async def resume(self, agent: str) -> dict[str, Any]:
+        self.calls.append(("resume", agent))
+        return {"agent": agent, "resumed": False, "message": f"{agent} was not paused"}
+
+
+@pytest.mark.anyio
+async def test_resume_after_the_agent_was_already_resumed_says_so(
+    tmp_path: Path, token_env: None
+) -> None:
+    async with harness(tmp_path) as h:
+        h.admin = NotPausedAdmin()
+        async with h.service():
+            h.bus.emit("agent_paused", "roles", agent="cfo", reason="budget")
+            await h.until(lambda: len(h.bot_messages()) == 1)
+            msg = h.bot_messages()[0]
+            resume = msg.buttons()[0][1]
+            h.server.press_button(CHAT, msg.message_id, resume)
+            await h.until(lambda: "cfo was not paused" in msg.text)
+            assert "resumed cfo" not in msg.text
+            assert h.server.callback_answers[0]["text"].startswith("cfo was not paused")
+            # The button now offers what fits a running agent; the old one is stale.
+            assert [label for label, _ in msg.buttons()] == ["⏸ Pause cfo"]
+            h.server.press_button(CHAT, msg.message_id, resume)
+            await h.until(lambda: len(h.server.callback_answers) == 2)
+            assert h.server.callback_answers[1]["text"] == "this button is no longer active"
+            assert h.admin.calls == [("resume", "cfo")]
+            reply = await _command(h, "/resume cfo")
+            assert reply.startswith("▶ cfo was not paused")
 
 
 # ---------------------------------------------------------------------------------------
