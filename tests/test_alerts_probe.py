@@ -103,6 +103,38 @@ async def test_commands_in_an_allowed_group_and_from_a_group_that_is_not(
 
 
 @pytest.mark.anyio
+async def test_ask_keeps_the_lines_of_the_question(tmp_path: Path, token_env: None) -> None:
+    async with harness(tmp_path) as h, h.service():
+        h.server.inject_command(CHAT, "/ask cfo check these:\n- runway\n- burn")
+        await h.until(lambda: any("runway is 14 months" in m.text for m in h.bot_messages()))
+        assert ("ask", "cfo", "check these:\n- runway\n- burn") in h.admin.calls
+
+
+class LongAnswerAdmin(RecordingAdmin):
+    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> dict[str, Any]:
+        self.calls.append(("ask", agent, question))
+        answer = "\n".join(f"line {i}: " + "x" * 60 for i in range(150)) + "\nTHE END"
+        return {"answer": answer, "cost_usd": 0.5}
+
+
+@pytest.mark.anyio
+async def test_a_long_answer_to_ask_is_split_not_cut(tmp_path: Path, token_env: None) -> None:
+    async with harness(tmp_path) as h:
+        h.admin = LongAnswerAdmin()
+        async with h.service():
+            h.server.inject_command(CHAT, "/ask cfo the long story please")
+            await h.until(lambda: any("cost_usd: $0.50" in m.text for m in h.bot_messages()))
+            parts = [m.text for m in h.bot_messages()[1:]]  # after "asking cfo…"
+            assert len(parts) == 3
+            assert all(len(p) <= 4096 for p in parts)
+            joined = "\n".join(parts)
+            assert "line 0: " in parts[0] and "THE END" in parts[-1]
+            # Cut at line ends: every line arrives whole.
+            for i in range(150):
+                assert f"line {i}: " + "x" * 60 + "\n" in joined + "\n"
+
+
+@pytest.mark.anyio
 async def test_special_characters_arrive_verbatim(tmp_path: Path, token_env: None) -> None:
     weird = "<b>bold</b> *star* _under_ [link](http://x) `tick` & ~tilde~ #1 |p| {c} >q"
     async with harness(tmp_path) as h, h.service():
