@@ -20,6 +20,7 @@ from companyd._alerts_render import (
     format_status,
     is_abnormal_exit,
     render,
+    split_text,
 )
 from companyd.alerts import quiet_until
 from companyd.config import QuietHoursSpec
@@ -98,6 +99,24 @@ def test_every_kind_renders_from_any_data(
         assert b.action in ("pause", "resume", "raise", "approve", "reject", "retry", "run_job")
         if b.action in ("pause", "resume"):
             assert b.arg in AGENTS
+
+
+def test_split_text_cuts_at_line_ends_then_spaces_then_anywhere() -> None:
+    assert split_text("short") == ["short"]
+    assert split_text("aaaa\nbbbb\ncc", limit=10) == ["aaaa\nbbbb", "cc"]
+    assert split_text("aaaa bbbb cc", limit=10) == ["aaaa bbbb", "cc"]
+    assert split_text("x" * 25, limit=10) == ["x" * 10, "x" * 10, "x" * 5]
+    # Beyond max_parts the last part is clipped, marked as cut.
+    parts = split_text("x" * 100, limit=10, max_parts=2)
+    assert parts[0] == "x" * 10 and parts[1].endswith("…") and len(parts[1]) == 10
+
+
+@given(st.text(alphabet="ab \n😀", max_size=400), st.integers(4, 50), st.integers(1, 5))
+@settings(max_examples=300, deadline=None)
+def test_split_text_parts_always_fit(text: str, limit: int, max_parts: int) -> None:
+    parts = split_text(text, limit=limit, max_parts=max_parts)
+    assert len(parts) <= max_parts
+    assert all(p.strip() and len(p) <= limit for p in parts)
 
 
 def test_compose_counts_and_clips() -> None:

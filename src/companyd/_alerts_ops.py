@@ -78,10 +78,11 @@ async def command_reply(
                 if len(args) != 1:
                     return f"usage: /{name} AGENT (agents: {_agents_hint(agents)})"
                 fn = a.pause if name == "pause" else a.resume
-                return format_result(
-                    f"{'⏸ paused' if name == 'pause' else '▶ resumed'} {args[0]}",
-                    await fn(args[0]),
-                )
+                result = await fn(args[0])
+                title = f"{'⏸ paused' if name == 'pause' else '▶ resumed'} {args[0]}"
+                if name == "resume" and result.get("resumed") is False:
+                    title = f"▶ {args[0]} was not paused (nothing to resume)"
+                return format_result(title, result)
             if name in ("approve", "reject", "retry"):
                 if len(args) != 1:
                     what = "TASK_ID" if name == "retry" else "PROPOSAL_ID"
@@ -110,7 +111,10 @@ async def act(admin: Admin, button: Mapping[str, Any]) -> tuple[bool, str]:
                 await a.pause(arg)
                 return True, f"paused {arg}"
             if action == "resume":
-                await a.resume(arg)
+                if (await a.resume(arg)).get("resumed") is False:
+                    # Resumed meanwhile (by /resume, another button, a budget raise): say so
+                    # rather than claim an action that did nothing.
+                    return True, f"{arg} was not paused (nothing to resume)"
                 return True, f"resumed {arg}"
             if action == "raise":
                 usd = float(button.get("usd") or 0)

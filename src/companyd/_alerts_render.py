@@ -28,6 +28,7 @@ __all__ = [
     "is_abnormal_exit",
     "kind_spec",
     "render",
+    "split_text",
 ]
 
 #: Telegram's limit on a message text, in characters.
@@ -742,6 +743,26 @@ def compose(
 def clip(text: str, limit: int = MAX_TEXT) -> str:
     """``text`` cut to ``limit`` characters, marking the cut."""
     return text if len(text) <= limit else text[: limit - 2] + "\n…"
+
+
+def split_text(text: str, limit: int = MAX_TEXT, max_parts: int = 4) -> list[str]:
+    """``text`` as up to ``max_parts`` messages of at most ``limit`` characters each, cut at
+    a line end where one is near (else at a space, else anywhere); what does not fit in
+    ``max_parts`` is clipped from the last one."""
+    parts: list[str] = []
+    rest = text
+    while len(rest) > limit and len(parts) < max_parts - 1:
+        cut = rest.rfind("\n", limit // 2, limit + 1)
+        if cut < 0:
+            cut = rest.rfind(" ", limit // 2, limit + 1)
+        if cut < 0:
+            parts.append(rest[:limit])
+            rest = rest[limit:]
+        else:
+            parts.append(rest[:cut])
+            rest = rest[cut + 1 :]
+    parts.append(clip(rest, limit))
+    return [p for p in parts if p.strip()]
 
 
 # ---------------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ from companyd._alerts_render import (
     is_abnormal_exit,
     kind_spec,
     render,
+    split_text,
 )
 from companyd._alerts_store import AlertRecord, AlertStore, Delivery
 from companyd._alerts_telegram import (
@@ -759,9 +760,19 @@ class AlertService:
             desc = str(exc).lower()
             if "not modified" in desc:
                 d.sent_version = version
+            elif op == "edit" and "message to edit not found" in desc:
+                # The operator deleted the message, and the story went on since (more
+                # crashes, an action taken): tell it in a new message.
+                d.state, d.message_id, d.error = "pending", None, None
+                self._wake.set()
+                log.info(
+                    "alerts: alert %d was deleted in chat %d; sending its update as a new message",
+                    rec.id,
+                    chat_id,
+                )
             elif op == "edit":
-                # The message is gone (deleted by the operator) or cannot be edited: do not
-                # resend a copy, the operator saw it.
+                # The message cannot be edited (e.g. too old): do not resend a copy, the
+                # operator saw it.
                 d.sent_version, d.error = version, redact(str(exc))
                 log.info(
                     "alerts: could not edit alert %d in chat %d: %s",
@@ -880,8 +891,10 @@ class AlertService:
         name = words[0].lstrip("/").split("@")[0].lower()
         args = words[1:]
         if name == "ask":
-            # /ask runs a model for minutes: answer other commands meanwhile.
-            task = asyncio.create_task(self._ask(msg, args), name="alerts:/ask")
+            # /ask runs a model for minutes: answer other commands meanwhile. The question
+            # keeps its lines (a list, a pasted error): only the agent is split off.
+            ask_args = msg.text.split(maxsplit=2)[1:]
+            task = asyncio.create_task(self._ask(msg, ask_args), name="alerts:/ask")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
@@ -917,7 +930,10 @@ class AlertService:
         answer = str(result.get("answer", "")).strip() or "(no answer)"
         meta = {k: v for k, v in result.items() if k != "answer"}
         tail = format_result("", meta, max_lines=6) if meta else ""
-        await self._reply(msg, f"💬 {agent}: {answer}" + (f"\n—\n{tail}" if tail else ""))
+        # A model's answer may be longer than one message: send it in parts, not cut.
+        text = redact(f"💬 {agent}: {answer}" + (f"\n—\n{tail}" if tail else ""))
+        for part in split_text(text):
+            await self._reply(msg, part)
 
     async def _reply(self, msg: Message, text: str) -> None:
         from telegram.error import TelegramError
