@@ -1,0 +1,65 @@
+"""The operator's commands as a founder types them at 3 a.m., against the real daemon (a
+subprocess) or with none running: what they print, their exit codes, what they leave
+behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import DaemonProcess
+
+COMPANY = {
+    "schema": "companyd/v1",
+    "company": {"name": "Night Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
+    "agents": {
+        "ceo": {"title": "CEO", "instructions": "You are the ceo."},
+        "cfo": {"title": "CFO", "instructions": "You are the cfo.", "reports_to": "ceo"},
+    },
+}
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def write_company(path: Path, **budget: object) -> Path:
+    doc = json.loads(json.dumps(COMPANY))
+    doc["company"]["budget"].update(budget)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_companyd(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "companyd", *argv],
+        env=dict(os.environ),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.anyio
+async def test_a_rejected_reload_prints_each_error_as_text(work: Path) -> None:
+    cfg = write_company(work / "company.yaml")
+    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+        write_company(cfg, daily_usd="fifty")
+        reload = await daemon.cli("reload")
+        assert reload.rc == 1
+        lines = reload.err.splitlines()
+        assert "rejected" in lines[0]
+        # the error itself, as the validator wrote it — not a Python repr in quotes
+        assert lines[1] == f"  {cfg}:6:16: company.budget.daily_usd: expected a number, got 'fifty'"
+        assert await daemon.stop() == 0
