@@ -63,3 +63,20 @@ async def test_a_rejected_reload_prints_each_error_as_text(work: Path) -> None:
         # the error itself, as the validator wrote it — not a Python repr in quotes
         assert lines[1] == f"  {cfg}:6:16: company.budget.daily_usd: expected a number, got 'fifty'"
         assert await daemon.stop() == 0
+
+
+@pytest.mark.anyio
+async def test_ask_with_a_timeout_that_is_not_a_positive_number_is_a_usage_error(
+    work: Path,
+) -> None:
+    cfg = write_company(work / "company.yaml")
+    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+        runs_before = (await daemon.call("runs"))["runs"]
+        for bad in ("inf", "nan", "0", "-5"):
+            ask = await daemon.cli("ask", "cfo", "hello", "--timeout", bad)
+            assert ask.rc == 2, (bad, ask.err)
+            assert "--timeout" in ask.err and "positive number of seconds" in ask.err
+            assert "Traceback" not in ask.err and "internal error" not in ask.err
+        # nothing was sent to the agent: no task, no run, no spend
+        assert (await daemon.call("runs"))["runs"] == runs_before
+        assert await daemon.stop() == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -17,6 +18,17 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["register"]
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (``--timeout``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def register(sub: Any) -> None:
@@ -30,7 +42,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("agent", help="agent slug, as in company.yaml")
     p.add_argument("question", nargs="+", help="what to ask or do")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (default 300)")
+    p.add_argument("--timeout", type=_seconds, default=300.0, help="seconds to wait (default 300)")
     p.add_argument(
         "--offline",
         action="store_true",
