@@ -80,3 +80,27 @@ async def test_ask_with_a_timeout_that_is_not_a_positive_number_is_a_usage_error
         # nothing was sent to the agent: no task, no run, no spend
         assert (await daemon.call("runs"))["runs"] == runs_before
         assert await daemon.stop() == 0
+
+
+def test_read_commands_without_a_daemon_do_not_create_the_state_directory(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(tmp_path / "company.yaml")
+    state = tmp_path / "typo"  # e.g. a mistyped --state-dir, or the daemon's before it ran
+    where = ("--config", str(cfg), "--state-dir", str(state))
+    expected = {
+        ("runs",): (0, "no runs yet"),
+        ("tasks",): (0, "no tasks"),
+        ("tasks", "--quarantined"): (0, "no tasks"),
+        ("proposals",): (0, "no proposals"),
+        ("retry", "task-x"): (1, "no quarantined task 'task-x'"),
+        ("approve", "prop-x"): (1, "no proposal 'prop-x'"),
+        ("reject", "prop-x"): (1, "no proposal 'prop-x'"),
+        ("revert", "prop-x"): (1, "no proposal 'prop-x'"),
+    }
+    for argv, (rc, said) in expected.items():
+        done = run_companyd(*argv, *where)
+        assert done.returncode == rc, (argv, done.stderr)
+        assert said in done.stdout + done.stderr, argv
+        assert "Traceback" not in done.stderr
+        assert not state.exists(), f"`companyd {' '.join(argv)}` created {state}"
