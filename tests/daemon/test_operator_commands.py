@@ -4,6 +4,8 @@ behind."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -14,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from companyd.testing.daemon import short_dir
+from companyd.cli import main
+from companyd.testing.daemon import as_unprivileged, short_dir
 from companyd.testing.daemon_process import DaemonProcess
 
 COMPANY = {
@@ -104,3 +107,37 @@ def test_read_commands_without_a_daemon_do_not_create_the_state_directory(
         assert said in done.stdout + done.stderr, argv
         assert "Traceback" not in done.stderr
         assert not state.exists(), f"`companyd {' '.join(argv)}` created {state}"
+
+
+@pytest.mark.anyio
+async def test_an_operator_who_may_not_enter_the_state_directory_is_told_how_to_get_in(
+    work: Path,
+) -> None:
+    # The state directory is 0700 for the daemon's user; another user's `companyd status
+    # --state-dir …` cannot even stat the socket in it.
+    cfg = write_company(work / "company.yaml")
+    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+
+        def status() -> str:
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                rc = main(["status", "--state-dir", str(daemon.state_dir)])
+            return f"{rc}\n{err.getvalue()}"
+
+        # the daemon's own user can (and imports every module the CLI needs, which
+        # nobody could not read from a Python installed under /root)
+        assert status().startswith("0\n")
+        if os.geteuid() == 0:
+            os.chmod(work, 0o755)
+            answer = as_unprivileged(status)
+        else:
+            os.chmod(daemon.state_dir, 0)
+            try:
+                answer = status()
+            finally:
+                os.chmod(daemon.state_dir, 0o700)
+        rc, err = answer.split("\n", 1)
+        assert rc == "1", err
+        assert "permission denied" in err and str(daemon.state_dir) in err and "sudo" in err
+        assert "internal error" not in err and "Traceback" not in err
+        assert await daemon.stop() == 0
