@@ -270,7 +270,7 @@ def _reload(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             for err in _list(result.get("errors")):
-                print(f"  {_text(err) or err!r}", file=sys.stderr)
+                print(f"  {_text(err) or repr(err)}", file=sys.stderr)
             return 1
         print(_reload_summary(result))
         return 0

@@ -798,9 +798,17 @@ def find_daemon(
     own = want / SOCKET_NAME if want is not None else None
     denied: ControlError | None = None
     for path in paths:
-        if not path.exists():
-            continue
         client = ControlClient(path, timeout=timeout)
+        try:
+            if not path.exists():
+                continue
+        except PermissionError:  # in a directory we may not enter (a 0700 state dir)
+            denied = denied or ControlError(
+                f"permission denied on the control socket {str(path)!r}: its directory "
+                f"{str(path.parent)!r} is only for the daemon's user. Run the command as "
+                "that user or as root (sudo)"
+            )
+            continue
         try:
             info = client.ping()
         except DaemonNotRunning:

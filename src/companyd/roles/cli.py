@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -17,6 +18,17 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["register"]
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (``--timeout``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def register(sub: Any) -> None:
@@ -30,7 +42,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("agent", help="agent slug, as in company.yaml")
     p.add_argument("question", nargs="+", help="what to ask or do")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (default 300)")
+    p.add_argument("--timeout", type=_seconds, default=300.0, help="seconds to wait (default 300)")
     p.add_argument(
         "--offline",
         action="store_true",
@@ -102,10 +114,17 @@ def _config_and_state(args: argparse.Namespace) -> tuple[Any, Path]:
     return cfg, cfg.state_dir(args.state_dir)
 
 
-def _journal_read(args: argparse.Namespace, fn: Callable[[Any, Any], Any]) -> Any:
+def _journal_read(
+    args: argparse.Namespace, fn: Callable[[Any, Any], Any], missing: Callable[[], Any]
+) -> Any:
+    """``fn(journal, db)`` on the state directory's run journal; ``missing()`` when there
+    is none yet — a query must not create the directory and an empty journal (owned by
+    whoever ran it: root under sudo) where the daemon will start, or at a mistyped path."""
     from companyd.roles.journal import Journal
 
     _, state_dir = _config_and_state(args)
+    if not (state_dir / "runs.sqlite").exists():
+        return missing()
     journal = Journal(state_dir / "runs.sqlite")
     try:
         return journal.run_sync(lambda db: fn(journal, db))
@@ -177,7 +196,7 @@ def _runs(args: argparse.Namespace) -> int:
     def offline() -> dict[str, Any]:
         return {
             "runs": _journal_read(
-                args, lambda j, db: j.list_runs(db, args.agent, args.status, args.limit)
+                args, lambda j, db: j.list_runs(db, args.agent, args.status, args.limit), list
             )
         }
 
@@ -210,7 +229,7 @@ def _tasks(args: argparse.Namespace) -> int:
     states = ["quarantined"] if args.quarantined else ["queued", "running"]
 
     def offline() -> dict[str, Any]:
-        return {"tasks": _journal_read(args, lambda j, db: j.list_tasks(db, states))}
+        return {"tasks": _journal_read(args, lambda j, db: j.list_tasks(db, states), list)}
 
     return _via_daemon_or_files(
         args, "tasks", {"quarantined": args.quarantined}, offline, _print_tasks
@@ -234,14 +253,17 @@ def _retry(args: argparse.Namespace) -> int:
     def offline() -> dict[str, Any]:
         import time
 
+        from companyd.errors import CompanydError
+
+        def unknown() -> dict[str, Any]:
+            raise CompanydError(
+                f"no quarantined task {args.task_id!r}; see `companyd tasks --quarantined`"
+            )
+
         def release(j: Any, db: Any) -> dict[str, Any]:
             row = db.execute("SELECT state FROM tasks WHERE id = ?", (args.task_id,)).fetchone()
             if row is None or row[0] != "quarantined":
-                from companyd.errors import CompanydError
-
-                raise CompanydError(
-                    f"no quarantined task {args.task_id!r}; see `companyd tasks --quarantined`"
-                )
+                unknown()
             db.execute(
                 "UPDATE tasks SET state = 'queued', crashes = 0, updated = ? WHERE id = ?",
                 (time.time(), args.task_id),
@@ -252,7 +274,7 @@ def _retry(args: argparse.Namespace) -> int:
                 "message": f"released {args.task_id}; it runs when the daemon starts",
             }
 
-        result: dict[str, Any] = _journal_read(args, release)
+        result: dict[str, Any] = _journal_read(args, release, unknown)
         return result
 
     return _via_daemon_or_files(args, "retry", {"task_id": args.task_id}, offline, _print_message)
@@ -278,7 +300,10 @@ def _store(args: argparse.Namespace) -> Any:
 def _proposals(args: argparse.Namespace) -> int:
     def offline() -> dict[str, Any]:
         async def go() -> dict[str, Any]:
-            return {"proposals": [p.to_dict() for p in await _store(args).list()]}
+            store = _store(args)
+            if not store.path.exists():  # none made yet: do not create the file to say so
+                return {"proposals": []}
+            return {"proposals": [p.to_dict() for p in await store.list()]}
 
         return asyncio.run(go())
 
@@ -304,6 +329,10 @@ def _decide(args: argparse.Namespace) -> int:
     def offline() -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             store = _store(args)
+            if not store.path.exists():
+                from companyd.errors import CompanydError
+
+                raise CompanydError(f"no proposal {args.proposal_id!r}; pending: (none)")
             fn = getattr(store, args.decision)
             try:
                 p = await fn(args.proposal_id)

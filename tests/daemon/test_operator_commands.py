@@ -1,0 +1,143 @@
+"""The operator's commands as a founder types them at 3 a.m., against the real daemon (a
+subprocess) or with none running: what they print, their exit codes, what they leave
+behind."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from companyd.cli import main
+from companyd.testing.daemon import as_unprivileged, short_dir
+from companyd.testing.daemon_process import DaemonProcess
+
+COMPANY = {
+    "schema": "companyd/v1",
+    "company": {"name": "Night Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
+    "agents": {
+        "ceo": {"title": "CEO", "instructions": "You are the ceo."},
+        "cfo": {"title": "CFO", "instructions": "You are the cfo.", "reports_to": "ceo"},
+    },
+}
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def write_company(path: Path, **budget: object) -> Path:
+    doc = json.loads(json.dumps(COMPANY))
+    doc["company"]["budget"].update(budget)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_companyd(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "companyd", *argv],
+        env=dict(os.environ),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.anyio
+async def test_a_rejected_reload_prints_each_error_as_text(work: Path) -> None:
+    cfg = write_company(work / "company.yaml")
+    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+        write_company(cfg, daily_usd="fifty")
+        reload = await daemon.cli("reload")
+        assert reload.rc == 1
+        lines = reload.err.splitlines()
+        assert "rejected" in lines[0]
+        # the error itself, as the validator wrote it — not a Python repr in quotes
+        assert lines[1] == f"  {cfg}:6:16: company.budget.daily_usd: expected a number, got 'fifty'"
+        assert await daemon.stop() == 0
+
+
+@pytest.mark.anyio
+async def test_ask_with_a_timeout_that_is_not_a_positive_number_is_a_usage_error(
+    work: Path,
+) -> None:
+    cfg = write_company(work / "company.yaml")
+    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+        runs_before = (await daemon.call("runs"))["runs"]
+        for bad in ("inf", "nan", "0", "-5"):
+            ask = await daemon.cli("ask", "cfo", "hello", "--timeout", bad)
+            assert ask.rc == 2, (bad, ask.err)
+            assert "--timeout" in ask.err and "positive number of seconds" in ask.err
+            assert "Traceback" not in ask.err and "internal error" not in ask.err
+        # nothing was sent to the agent: no task, no run, no spend
+        assert (await daemon.call("runs"))["runs"] == runs_before
+        assert await daemon.stop() == 0
+
+
+def test_read_commands_without_a_daemon_do_not_create_the_state_directory(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(tmp_path / "company.yaml")
+    state = tmp_path / "typo"  # e.g. a mistyped --state-dir, or the daemon's before it ran
+    where = ("--config", str(cfg), "--state-dir", str(state))
+    expected = {
+        ("runs",): (0, "no runs yet"),
+        ("tasks",): (0, "no tasks"),
+        ("tasks", "--quarantined"): (0, "no tasks"),
+        ("proposals",): (0, "no proposals"),
+        ("retry", "task-x"): (1, "no quarantined task 'task-x'"),
+        ("approve", "prop-x"): (1, "no proposal 'prop-x'"),
+        ("reject", "prop-x"): (1, "no proposal 'prop-x'"),
+        ("revert", "prop-x"): (1, "no proposal 'prop-x'"),
+    }
+    for argv, (rc, said) in expected.items():
+        done = run_companyd(*argv, *where)
+        assert done.returncode == rc, (argv, done.stderr)
+        assert said in done.stdout + done.stderr, argv
+        assert "Traceback" not in done.stderr
+        assert not state.exists(), f"`companyd {' '.join(argv)}` created {state}"
+
+
+@pytest.mark.anyio
+async def test_an_operator_who_may_not_enter_the_state_directory_is_told_how_to_get_in(
+    work: Path,
+) -> None:
+    # The state directory is 0700 for the daemon's user; another user's `companyd status
+    # --state-dir …` cannot even stat the socket in it.
+    cfg = write_company(work / "company.yaml")
+    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+
+        def status() -> str:
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                rc = main(["status", "--state-dir", str(daemon.state_dir)])
+            return f"{rc}\n{err.getvalue()}"
+
+        # the daemon's own user can (and imports every module the CLI needs, which
+        # nobody could not read from a Python installed under /root)
+        assert status().startswith("0\n")
+        if os.geteuid() == 0:
+            os.chmod(work, 0o755)
+            answer = as_unprivileged(status)
+        else:
+            os.chmod(daemon.state_dir, 0)
+            try:
+                answer = status()
+            finally:
+                os.chmod(daemon.state_dir, 0o700)
+        rc, err = answer.split("\n", 1)
+        assert rc == "1", err
+        assert "permission denied" in err and str(daemon.state_dir) in err and "sudo" in err
+        assert "internal error" not in err and "Traceback" not in err
+        assert await daemon.stop() == 0
