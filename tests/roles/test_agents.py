@@ -414,6 +414,11 @@ async def test_budget_refusal_ends_the_run_and_pauses_the_agent(tmp_path: Path) 
     assert ceo_day["used_usd"] <= 0.02
     assert again["status"] == "budget_exhausted" and again["steps"] == 0
     assert raised["resumed"] == ["ceo"]
+    assert raised["daily_limit_usd"] == pytest.approx(5.02)
+    assert raised["message"] == (
+        "raised today's budget of ceo by $5.00 (today's limit is now $5.02; back to "
+        "company.yaml tomorrow); resumed ceo"
+    )
 
 
 async def test_a_budget_raised_in_company_yaml_resumes_the_agent_it_paused(

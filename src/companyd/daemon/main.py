@@ -664,11 +664,26 @@ class Daemon:
             ):
                 resumed.append(a)
         who = agent or "the company"
+        report = await self.spend_book.budget_report()
+        daily = next(
+            (
+                b["limit_usd"]
+                for b in report["budgets"]
+                if b["agent"] == agent and b["period"] == "day"
+            ),
+            None,
+        )
         return {
             "agent": agent,
             "raised_usd": usd,
+            "daily_limit_usd": daily,
             "resumed": resumed,
             "message": f"raised today's budget of {who} by ${usd:.2f}"
+            + (
+                f" (today's limit is now ${daily:.2f}; back to company.yaml tomorrow)"
+                if daily is not None
+                else " (for today; back to company.yaml tomorrow)"
+            )
             + (f"; resumed {', '.join(resumed)}" if resumed else ""),
         }
 
