@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
 
+from companyd.roles.journal import Journal
+from companyd.roles.tasks import Task, new_id
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
 pytestmark = pytest.mark.anyio
@@ -160,3 +162,57 @@ async def test_a_reviewer_that_does_not_answer_in_time_fails_the_attempt_without
     assert restarts == []
     # every review the worker stopped waiting for was cancelled, none left running
     assert coo_runs and {r["status"] for r in coo_runs} == {"cancelled"}
+
+
+async def test_a_consultation_left_open_by_a_restart_is_withdrawn_not_run(
+    tmp_path: Path,
+) -> None:
+    # The previous process died while the CEO waited on the CFO: a consultation still
+    # queued and one mid-run are in the journal. The CEO's own run resumes with "outcome
+    # unknown" for that call, so nobody would read the answers: they are withdrawn at start.
+    # A task the operator queued is kept and runs.
+    cfg = write_company(tmp_path, {"ceo": {"consult": ["cfo"]}, "cfo": {"reports_to": "ceo"}})
+    state = tmp_path / "state"
+    journal = Journal(state / "runs.sqlite")
+    await journal.open()
+    queued = Task(
+        id=new_id("consult"),
+        agent="cfo",
+        prompt="What is our runway?",
+        source="agent:ceo",
+        created=1.0,
+        consult_chain=("ceo",),
+    )
+    running = Task(
+        id=new_id("consult"),
+        agent="cfo",
+        prompt="And the burn?",
+        source="agent:ceo",
+        created=2.0,
+        consult_chain=("ceo",),
+    )
+    kept = Task(
+        id=new_id("task"), agent="cfo", prompt="Close the books.", source="operator", created=3.0
+    )
+    for t in (queued, running, kept):
+        await journal.add_task(t, t.created)
+    await journal.start_run(running, new_id("run"), 1, 2.0)
+    await journal.close()
+
+    model = PerAgent(cfo=[reply_text("books closed")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, state, srv) as d:
+            async with asyncio.timeout(10):
+                while not requests_of(srv, "cfo"):
+                    await asyncio.sleep(0.02)
+            cfo_runs = await ended_runs_of(d, "cfo")
+            await asyncio.sleep(0.3)  # a consultation that was restored would run now
+            open_tasks = (await d.tasks())["tasks"]
+    prompts = [str(r.body) for r in requests_of(srv, "cfo")]
+    assert len(prompts) == 1 and "Close the books." in prompts[0]
+    by_task = {r["task_id"]: r for r in cfo_runs}
+    assert by_task[running.id]["status"] == "cancelled"
+    assert "the daemon restarted" in by_task[running.id]["reason"]
+    assert by_task[kept.id]["status"] == "ok"
+    assert queued.id not in by_task
+    assert open_tasks == []

@@ -474,6 +474,38 @@ class Journal:
 
         await self._run(withdraw)
 
+    async def withdraw_orphans(self, prefixes: Sequence[str], reason: str, now: float) -> int:
+        """Withdraw every queued or running task whose id starts with one of ``prefixes``
+        (as :meth:`withdraw_task` does); the number withdrawn. For the start of a daemon:
+        a consultation or review whose asker was waiting in the previous process has no
+        one waiting for it any more."""
+
+        def withdraw(db: sqlite3.Connection) -> int:
+            like = " OR ".join("id LIKE ?" for _ in prefixes)
+            params = tuple(f"{p}-%" for p in prefixes)
+            with db:
+                db.execute("BEGIN")
+                ids = [
+                    r[0]
+                    for r in db.execute(
+                        f"SELECT id FROM tasks WHERE state IN ('queued', 'running') AND ({like})",
+                        params,
+                    )
+                ]
+                for task_id in ids:
+                    db.execute(
+                        "UPDATE runs SET state = ?, reason = ?, ended = ? "
+                        "WHERE task_id = ? AND state = 'running'",
+                        (str(RunStatus.CANCELLED), f"withdrawn: {reason}", now, task_id),
+                    )
+                    db.execute(
+                        "UPDATE tasks SET state = 'done', updated = ? WHERE id = ?",
+                        (now, task_id),
+                    )
+            return len(ids)
+
+        return await self._run(withdraw)
+
     # -- pauses ---------------------------------------------------------------------------
 
     async def set_paused(self, agent: str, reason: str, budget: bool, now: float) -> None:

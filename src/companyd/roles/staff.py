@@ -169,8 +169,21 @@ class Staff:
     # -- start-up -----------------------------------------------------------------------
 
     async def load(self) -> None:
-        """Restore pauses and queued tasks from the journal (once, before agents start)."""
+        """Restore pauses and queued tasks from the journal (once, before agents start).
+
+        Consultations and reviews the previous process left open are withdrawn, not
+        restored: the run that asked resumes from its journal, where that tool call has no
+        recorded result (it is not idempotent: "outcome unknown"), so nobody would read the
+        answer. Delegated tasks are kept: their work may be the point (a post, a report).
+        """
         await self.journal.open()
+        orphans = await self.journal.withdraw_orphans(
+            ("consult", "review"),
+            "the daemon restarted while its asker waited; nobody waits for the answer",
+            self.clock.time(),
+        )
+        if orphans:
+            log.info("withdrew %d consultation(s)/review(s) left open by a restart", orphans)
         for agent, (reason, budget) in (await self.journal.paused()).items():
             if agent in self._mailbox:
                 self._paused[agent] = _Pause(reason, budget)
