@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from agentkit import PerAgent, running_company, tool_results, write_company
 
+from companyd.clock import SystemClock
+from companyd.config import load_config
 from companyd.daemon.admin import AdminError
+from companyd.events import EventBus
+from companyd.roles.improver import Proposals
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
 pytestmark = pytest.mark.anyio
@@ -96,3 +101,67 @@ async def test_a_file_edited_since_the_proposal_is_never_overwritten(tmp_path: P
                 await d.approve(pid)
             assert cfg.read_text() == edited
             assert (await d.reject(pid))["status"] == "rejected"
+
+
+# -- applying without the model: the store on real files ---------------------------------
+
+HAND_WRITTEN = """\
+# Test company — kept in git; comments and order matter
+schema: companyd/v1
+company:
+  name: Test Co   # the name
+  budget: unlimited
+agents:
+  ceo:
+    title: CEO
+    instructions: |-  # the CEO's brief
+      Run the company.
+
+  # marketing follows, after a blank line
+  marketing:
+    title: Marketing
+    reports_to: ceo
+    instructions: Write posts.  # short on purpose
+    # model: later
+  improver:
+    title: Improver
+    reports_to: ceo
+    instructions: Improve.
+    can_modify: [marketing, ceo]
+"""
+
+
+def _store(cfg_path: Path, state: Path) -> Proposals:
+    store: Proposals
+
+    async def reload() -> None:
+        store.reconfigure(await asyncio.to_thread(load_config, cfg_path))
+
+    store = Proposals(
+        state, load_config(cfg_path), bus=EventBus(), clock=SystemClock(), reload=reload
+    )
+    return store
+
+
+@pytest.mark.parametrize("agent", ["ceo", "marketing"])
+async def test_apply_keeps_every_comment_and_blank_line_and_revert_restores_the_bytes(
+    tmp_path: Path, agent: str
+) -> None:
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    store = _store(cfg, tmp_path / "state")
+    p = await store.propose("improver", agent, "Be brief.\nBe kind.", "clearer")
+    await store.approve(p.id)
+    text = cfg.read_text(encoding="utf-8")
+    assert store.config.agents[agent].instructions.strip() == "Be brief.\nBe kind."
+
+    def comments(t: str) -> list[str]:
+        return [line[line.index("#") :] for line in t.splitlines() if "#" in line]
+
+    assert comments(text) == comments(HAND_WRITTEN)
+    # only the instructions' lines changed: blank lines and the rest are where they were
+    kept = [line for line in HAND_WRITTEN.splitlines() if "Run the company" not in line]
+    kept = [line for line in kept if "Write posts" not in line and "instructions" not in line]
+    assert [line for line in text.splitlines() if line in kept] == kept
+    await store.revert(p.id)
+    assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN

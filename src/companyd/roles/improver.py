@@ -357,14 +357,23 @@ def replace_instructions(text: str, agent: str, instructions: str) -> str:
     for knode, vnode in entry.value:
         if isinstance(knode, yaml.ScalarNode) and knode.value == "instructions":
             indent = " " * (knode.start_mark.column + 2)
-            block = "|\n" + "".join(f"{indent}{line}".rstrip() + "\n" for line in body)
+            lines = "".join(f"{indent}{line}".rstrip() + "\n" for line in body)
             start, end = vnode.start_mark.index, vnode.end_mark.index
             rest = text[end:]
             if vnode.style in (">", "|"):
-                # a block scalar's end mark sits at the start of the next line
-                return text[:start] + block + rest
-            # a plain or quoted scalar ends before its line break
-            return text[:start] + block + rest.removeprefix("\n")
+                # a block scalar's end mark sits at the start of the next line, after its
+                # trailing blank lines; its header line may end with a comment: keep both
+                header = text[start:end].partition("\n")[0]
+                comment = header[len(header.partition("#")[0].rstrip()) :] if "#" in header else ""
+                old = text[start:end]
+                blank = "\n" * max(old[len(old.rstrip()) :].count("\n") - 1, 0)
+                return text[:start] + "|" + comment + "\n" + lines + blank + rest
+            # a plain or quoted scalar ends before its line break, and a comment after it
+            # stays on the `instructions: |` line
+            line, _, after = rest.partition("\n")
+            if not line.strip() or line.lstrip().startswith("#"):
+                return text[:start] + "|" + line.rstrip() + "\n" + lines + after
+            return text[:start] + "|\n" + lines + rest.removeprefix("\n")
     # no inline instructions yet: add them after the entry's first key line
     first_key = entry.value[0][0]
     line_end = text.index("\n", first_key.start_mark.index) + 1
