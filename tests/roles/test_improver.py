@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,30 @@ async def test_apply_keeps_every_comment_and_blank_line_and_revert_restores_the_
     assert [line for line in text.splitlines() if line in kept] == kept
     await store.revert(p.id)
     assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+
+
+async def test_apply_writes_through_a_symlink_and_keeps_owner_and_mode(tmp_path: Path) -> None:
+    # /etc/companyd/company.yaml -> the operator's git checkout
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    real = repo / "company.yaml"
+    real.write_text(HAND_WRITTEN, encoding="utf-8")
+    os.chmod(real, 0o640)
+    if os.geteuid() == 0:
+        os.chown(real, 1234, 2345)
+    owner = (real.stat().st_uid, real.stat().st_gid)
+    link = tmp_path / "etc" / "company.yaml"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    store = _store(link, tmp_path / "state")
+    p = await store.propose("improver", "marketing", "Post daily.", "cadence")
+    await store.approve(p.id)
+    assert link.is_symlink() and link.resolve() == real
+    assert "Post daily." in real.read_text(encoding="utf-8")
+    assert store.config.agents["marketing"].instructions.strip() == "Post daily."
+    st = real.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (*owner, 0o640)
+    assert sorted(x.name for x in repo.iterdir()) == ["company.yaml"]  # no temp file left
+    await store.revert(p.id)
+    assert link.is_symlink() and real.read_text(encoding="utf-8") == HAND_WRITTEN
+    assert (real.stat().st_uid, real.stat().st_gid) == owner

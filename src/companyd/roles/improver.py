@@ -320,15 +320,22 @@ def _row(r: tuple[Any, ...]) -> Proposal:
 
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text``: temp file in the same directory, fsync, rename,
-    fsync the directory — a crash leaves the old file or the new one, never half."""
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    fsync the directory — a crash leaves the old file or the new one, never half.
+
+    A symlink is written through (the link stays, its target changes); the file keeps its
+    mode, and its owner and group where the process may set them (root)."""
+    path = Path(os.path.realpath(path))
+    st = path.stat() if path.exists() else None
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
+        if st is not None:
+            with contextlib.suppress(OSError):  # not ours to give away: it stays ours
+                os.chown(tmp, st.st_uid, st.st_gid)
+        os.chmod(tmp, st.st_mode & 0o777 if st is not None else 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
