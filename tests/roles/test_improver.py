@@ -13,7 +13,7 @@ from companyd.clock import SystemClock
 from companyd.config import load_config
 from companyd.daemon.admin import AdminError
 from companyd.events import EventBus
-from companyd.roles.improver import Proposals
+from companyd.roles.improver import ProposalError, Proposals
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
 pytestmark = pytest.mark.anyio
@@ -193,3 +193,31 @@ async def test_apply_writes_through_a_symlink_and_keeps_owner_and_mode(tmp_path:
     await store.revert(p.id)
     assert link.is_symlink() and real.read_text(encoding="utf-8") == HAND_WRITTEN
     assert (real.stat().st_uid, real.stat().st_gid) == owner
+
+
+async def test_revert_after_a_hand_edit_is_refused_saying_so_and_decisions_are_final(
+    tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    store = _store(cfg, tmp_path / "state")
+    p = await store.propose("improver", "marketing", "Post daily.", "cadence")
+    q = await store.propose("improver", "ceo", "Decide faster.", "slow")
+    assert (await store.reject(q.id)).status == "rejected"
+    with pytest.raises(ProposalError, match="is rejected, not pending"):
+        await store.approve(q.id)
+    await store.approve(p.id)
+    edited = cfg.read_text(encoding="utf-8").replace("Test Co ", "Test Company ")
+    cfg.write_text(edited, encoding="utf-8")
+    with pytest.raises(ProposalError) as err:
+        await store.revert(p.id)
+    msg = str(err.value)
+    assert "not reverted" in msg and "edited" in msg and "Reject" not in msg
+    assert cfg.read_text(encoding="utf-8") == edited
+    assert (await store.get(p.id))[0].status == "applied"
+    cfg.write_text(edited.replace("Test Company ", "Test Co "), encoding="utf-8")
+    assert (await store.revert(p.id)).status == "reverted"
+    assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+    with pytest.raises(ProposalError, match="is reverted; only applied ones revert"):
+        await store.revert(p.id)
+    assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN

@@ -256,7 +256,13 @@ class Proposals:
             p, _, new = await self.get(proposal_id)
             if p.status != "pending":
                 raise ProposalError(f"proposal {p.id} is {p.status}, not pending")
-            await self._swap(Path(p.file), expect_sha=p.base_sha, text=new, what=p.id)
+            await self._swap(
+                Path(p.file),
+                expect_sha=p.base_sha,
+                text=new,
+                stale=f"{p.file} changed since proposal {p.id} was made; it was not applied. "
+                "Reject it and ask for a new proposal against the current file",
+            )
             await self._decide(p.id, "applied")
         self.bus.emit("proposal_applied", "improver", proposal_id=p.id, agent=p.agent)
         if self._reload is not None:
@@ -277,7 +283,14 @@ class Proposals:
             p, old, _ = await self.get(proposal_id)
             if p.status != "applied":
                 raise ProposalError(f"proposal {p.id} is {p.status}; only applied ones revert")
-            await self._swap(Path(p.file), expect_sha=p.new_sha, text=old, what=p.id)
+            await self._swap(
+                Path(p.file),
+                expect_sha=p.new_sha,
+                text=old,
+                stale=f"{p.file} was edited since proposal {p.id} was applied; it was not "
+                "reverted (that would undo the edit). Undo the instructions by hand, or "
+                "restore the file as the proposal left it and revert again",
+            )
             await self._decide(p.id, "reverted")
         if self._reload is not None:
             await self._reload()
@@ -289,14 +302,11 @@ class Proposals:
             (status, self.clock.time(), proposal_id),
         )
 
-    async def _swap(self, path: Path, *, expect_sha: str, text: str, what: str) -> None:
+    async def _swap(self, path: Path, *, expect_sha: str, text: str, stale: str) -> None:
         def swap() -> None:
             current = path.read_text(encoding="utf-8")
             if _sha(current) != expect_sha:
-                raise ProposalError(
-                    f"{path} changed since proposal {what} was made; it was not applied. "
-                    "Reject it and ask for a new proposal against the current file"
-                )
+                raise ProposalError(stale)
             write_atomic(path, text)
 
         await asyncio.to_thread(swap)
