@@ -221,3 +221,82 @@ async def test_revert_after_a_hand_edit_is_refused_saying_so_and_decisions_are_f
     with pytest.raises(ProposalError, match="is reverted; only applied ones revert"):
         await store.revert(p.id)
     assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+
+
+async def test_an_instructions_file_proposal_is_written_atomically_and_reloaded(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "marketing.md").write_text("Write posts.\n", encoding="utf-8")
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {},
+            "marketing": {"reports_to": "ceo", "instructions": None},
+            "improver": {"reports_to": "ceo", "can_modify": ["marketing"]},
+        },
+    )
+    cfg.write_text(
+        cfg.read_text().replace("instructions: null", "instructions_file: marketing.md"),
+        encoding="utf-8",
+    )
+    before = cfg.read_bytes()
+    with MessagesAPIServer(responder=PerAgent()) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            p = await d.proposal_store.propose("improver", "marketing", NEW, "shorter")
+            assert p.file == str(tmp_path / "marketing.md")
+            applied = await d.approve(p.id)
+            assert applied["status"] == "applied"
+            assert (tmp_path / "marketing.md").read_text() == NEW + "\n"
+            assert cfg.read_bytes() == before
+            assert d.config.agents["marketing"].instructions.strip() == NEW
+            assert d.bus.recent({"daemon_reloaded"})[-1].data["restarted"] == ["marketing"]
+            await d.revert(p.id)
+            assert (tmp_path / "marketing.md").read_text() == "Write posts.\n"
+            assert d.config.agents["marketing"].instructions.strip() == "Write posts."
+            assert sorted(x.name for x in tmp_path.iterdir()) == [
+                "company.yaml",
+                "marketing.md",
+                "state",
+            ]
+
+
+async def test_concurrent_decisions_one_wins_and_a_timed_out_approve_still_completes(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {},
+            "marketing": {"reports_to": "ceo", "instructions": "Write posts."},
+            "improver": {"reports_to": "ceo", "can_modify": ["marketing"]},
+        },
+    )
+    with MessagesAPIServer(responder=PerAgent()) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            # the CLI approves while a Telegram button rejects, and vice versa
+            for first, second in (("approve", "reject"), ("reject", "approve")):
+                p = await d.proposal_store.propose("improver", "marketing", NEW, "shorter")
+                both = await asyncio.gather(
+                    getattr(d, first)(p.id), getattr(d, second)(p.id), return_exceptions=True
+                )
+                won = [r for r in both if isinstance(r, dict)]
+                lost = [r for r in both if isinstance(r, AdminError)]
+                assert len(won) == len(lost) == 1, both
+                status = won[0]["status"]
+                assert f"is {status}, not pending" in str(lost[0])
+                assert (await d.proposal_store.get(p.id))[0].status == status
+                assert (NEW in cfg.read_text()) == (status == "applied")
+                if status == "applied":
+                    await d.revert(p.id)
+            assert d.config.agents["marketing"].instructions.strip() == "Write posts."
+            # an approve whose asker gives up (the Telegram button's 30 s) while a reload
+            # holds the way still reloads once it can: "applied" means running
+            p = await d.proposal_store.propose("improver", "marketing", NEW, "shorter")
+            async with d._reload_lock:
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await d.approve(p.id)
+            async with asyncio.timeout(20):
+                while d.config.agents["marketing"].instructions.strip() != NEW:
+                    await asyncio.sleep(0.05)
+            assert (await d.proposal_store.get(p.id))[0].status == "applied"

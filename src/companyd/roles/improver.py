@@ -251,7 +251,14 @@ class Proposals:
         return _row(r[:11]), r[11], r[12]
 
     async def approve(self, proposal_id: str) -> Proposal:
-        """Apply a pending proposal and reload."""
+        """Apply a pending proposal and reload.
+
+        Once begun it runs to the end even if the caller is cancelled (a control deadline,
+        the Telegram button's timeout): a file written but not marked applied, or applied
+        but not reloaded, would be a half-made decision."""
+        return await asyncio.shield(self._approve(proposal_id))
+
+    async def _approve(self, proposal_id: str) -> Proposal:
         async with self._lock:
             p, _, new = await self.get(proposal_id)
             if p.status != "pending":
@@ -278,7 +285,10 @@ class Proposals:
         return (await self.get(p.id))[0]
 
     async def revert(self, proposal_id: str) -> Proposal:
-        """Undo an applied proposal and reload."""
+        """Undo an applied proposal and reload (to the end, like :meth:`approve`)."""
+        return await asyncio.shield(self._revert(proposal_id))
+
+    async def _revert(self, proposal_id: str) -> Proposal:
         async with self._lock:
             p, old, _ = await self.get(proposal_id)
             if p.status != "applied":
