@@ -300,3 +300,15 @@ async def test_concurrent_decisions_one_wins_and_a_timed_out_approve_still_compl
                 while d.config.agents["marketing"].instructions.strip() != NEW:
                     await asyncio.sleep(0.05)
             assert (await d.proposal_store.get(p.id))[0].status == "applied"
+
+
+async def test_a_proposal_making_company_yaml_invalid_is_refused_when_made(tmp_path: Path) -> None:
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    store = _store(cfg, tmp_path / "state")
+    with pytest.raises(ProposalError, match=r"would make company\.yaml invalid.*secret"):
+        await store.propose("improver", "marketing", "Use sk-ant-api03-abcdefghijkl.", "key")
+    with pytest.raises(ProposalError, match="no agent named 'cfo'"):
+        await store.propose("improver", "cfo", "Count.", "")
+    assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+    assert await store.list() == []
