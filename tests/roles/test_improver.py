@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 import pytest
 from agentkit import PerAgent, running_company, tool_results, write_company
 
+from companyd.clock import SystemClock
+from companyd.config import load_config
 from companyd.daemon.admin import AdminError
+from companyd.events import EventBus
+from companyd.roles.improver import ProposalError, Proposals
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
 pytestmark = pytest.mark.anyio
@@ -96,3 +102,213 @@ async def test_a_file_edited_since_the_proposal_is_never_overwritten(tmp_path: P
                 await d.approve(pid)
             assert cfg.read_text() == edited
             assert (await d.reject(pid))["status"] == "rejected"
+
+
+# -- applying without the model: the store on real files ---------------------------------
+
+HAND_WRITTEN = """\
+# Test company — kept in git; comments and order matter
+schema: companyd/v1
+company:
+  name: Test Co   # the name
+  budget: unlimited
+agents:
+  ceo:
+    title: CEO
+    instructions: |-  # the CEO's brief
+      Run the company.
+
+  # marketing follows, after a blank line
+  marketing:
+    title: Marketing
+    reports_to: ceo
+    instructions: Write posts.  # short on purpose
+    # model: later
+  improver:
+    title: Improver
+    reports_to: ceo
+    instructions: Improve.
+    can_modify: [marketing, ceo]
+"""
+
+
+def _store(cfg_path: Path, state: Path) -> Proposals:
+    store: Proposals
+
+    async def reload() -> None:
+        store.reconfigure(await asyncio.to_thread(load_config, cfg_path))
+
+    store = Proposals(
+        state, load_config(cfg_path), bus=EventBus(), clock=SystemClock(), reload=reload
+    )
+    return store
+
+
+@pytest.mark.parametrize("agent", ["ceo", "marketing"])
+async def test_apply_keeps_every_comment_and_blank_line_and_revert_restores_the_bytes(
+    tmp_path: Path, agent: str
+) -> None:
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    store = _store(cfg, tmp_path / "state")
+    p = await store.propose("improver", agent, "Be brief.\nBe kind.", "clearer")
+    await store.approve(p.id)
+    text = cfg.read_text(encoding="utf-8")
+    assert store.config.agents[agent].instructions.strip() == "Be brief.\nBe kind."
+
+    def comments(t: str) -> list[str]:
+        return [line[line.index("#") :] for line in t.splitlines() if "#" in line]
+
+    assert comments(text) == comments(HAND_WRITTEN)
+    # only the instructions' lines changed: blank lines and the rest are where they were
+    kept = [line for line in HAND_WRITTEN.splitlines() if "Run the company" not in line]
+    kept = [line for line in kept if "Write posts" not in line and "instructions" not in line]
+    assert [line for line in text.splitlines() if line in kept] == kept
+    await store.revert(p.id)
+    assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+
+
+async def test_apply_writes_through_a_symlink_and_keeps_owner_and_mode(tmp_path: Path) -> None:
+    # /etc/companyd/company.yaml -> the operator's git checkout
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    real = repo / "company.yaml"
+    real.write_text(HAND_WRITTEN, encoding="utf-8")
+    os.chmod(real, 0o640)
+    if os.geteuid() == 0:
+        os.chown(real, 1234, 2345)
+    owner = (real.stat().st_uid, real.stat().st_gid)
+    link = tmp_path / "etc" / "company.yaml"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    store = _store(link, tmp_path / "state")
+    p = await store.propose("improver", "marketing", "Post daily.", "cadence")
+    await store.approve(p.id)
+    assert link.is_symlink() and link.resolve() == real
+    assert "Post daily." in real.read_text(encoding="utf-8")
+    assert store.config.agents["marketing"].instructions.strip() == "Post daily."
+    st = real.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (*owner, 0o640)
+    assert sorted(x.name for x in repo.iterdir()) == ["company.yaml"]  # no temp file left
+    await store.revert(p.id)
+    assert link.is_symlink() and real.read_text(encoding="utf-8") == HAND_WRITTEN
+    assert (real.stat().st_uid, real.stat().st_gid) == owner
+
+
+async def test_revert_after_a_hand_edit_is_refused_saying_so_and_decisions_are_final(
+    tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    store = _store(cfg, tmp_path / "state")
+    p = await store.propose("improver", "marketing", "Post daily.", "cadence")
+    q = await store.propose("improver", "ceo", "Decide faster.", "slow")
+    assert (await store.reject(q.id)).status == "rejected"
+    with pytest.raises(ProposalError, match="is rejected, not pending"):
+        await store.approve(q.id)
+    await store.approve(p.id)
+    edited = cfg.read_text(encoding="utf-8").replace("Test Co ", "Test Company ")
+    cfg.write_text(edited, encoding="utf-8")
+    with pytest.raises(ProposalError) as err:
+        await store.revert(p.id)
+    msg = str(err.value)
+    assert "not reverted" in msg and "edited" in msg and "Reject" not in msg
+    assert cfg.read_text(encoding="utf-8") == edited
+    assert (await store.get(p.id))[0].status == "applied"
+    cfg.write_text(edited.replace("Test Company ", "Test Co "), encoding="utf-8")
+    assert (await store.revert(p.id)).status == "reverted"
+    assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+    with pytest.raises(ProposalError, match="is reverted; only applied ones revert"):
+        await store.revert(p.id)
+    assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+
+
+async def test_an_instructions_file_proposal_is_written_atomically_and_reloaded(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "marketing.md").write_text("Write posts.\n", encoding="utf-8")
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {},
+            "marketing": {"reports_to": "ceo", "instructions": None},
+            "improver": {"reports_to": "ceo", "can_modify": ["marketing"]},
+        },
+    )
+    cfg.write_text(
+        cfg.read_text().replace("instructions: null", "instructions_file: marketing.md"),
+        encoding="utf-8",
+    )
+    before = cfg.read_bytes()
+    with MessagesAPIServer(responder=PerAgent()) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            p = await d.proposal_store.propose("improver", "marketing", NEW, "shorter")
+            assert p.file == str(tmp_path / "marketing.md")
+            applied = await d.approve(p.id)
+            assert applied["status"] == "applied"
+            assert (tmp_path / "marketing.md").read_text() == NEW + "\n"
+            assert cfg.read_bytes() == before
+            assert d.config.agents["marketing"].instructions.strip() == NEW
+            assert d.bus.recent({"daemon_reloaded"})[-1].data["restarted"] == ["marketing"]
+            await d.revert(p.id)
+            assert (tmp_path / "marketing.md").read_text() == "Write posts.\n"
+            assert d.config.agents["marketing"].instructions.strip() == "Write posts."
+            assert sorted(x.name for x in tmp_path.iterdir()) == [
+                "company.yaml",
+                "marketing.md",
+                "state",
+            ]
+
+
+async def test_concurrent_decisions_one_wins_and_a_timed_out_approve_still_completes(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {},
+            "marketing": {"reports_to": "ceo", "instructions": "Write posts."},
+            "improver": {"reports_to": "ceo", "can_modify": ["marketing"]},
+        },
+    )
+    with MessagesAPIServer(responder=PerAgent()) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            # the CLI approves while a Telegram button rejects, and vice versa
+            for first, second in (("approve", "reject"), ("reject", "approve")):
+                p = await d.proposal_store.propose("improver", "marketing", NEW, "shorter")
+                both = await asyncio.gather(
+                    getattr(d, first)(p.id), getattr(d, second)(p.id), return_exceptions=True
+                )
+                won = [r for r in both if isinstance(r, dict)]
+                lost = [r for r in both if isinstance(r, AdminError)]
+                assert len(won) == len(lost) == 1, both
+                status = won[0]["status"]
+                assert f"is {status}, not pending" in str(lost[0])
+                assert (await d.proposal_store.get(p.id))[0].status == status
+                assert (NEW in cfg.read_text()) == (status == "applied")
+                if status == "applied":
+                    await d.revert(p.id)
+            assert d.config.agents["marketing"].instructions.strip() == "Write posts."
+            # an approve whose asker gives up (the Telegram button's 30 s) while a reload
+            # holds the way still reloads once it can: "applied" means running
+            p = await d.proposal_store.propose("improver", "marketing", NEW, "shorter")
+            async with d._reload_lock:
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await d.approve(p.id)
+            async with asyncio.timeout(20):
+                while d.config.agents["marketing"].instructions.strip() != NEW:
+                    await asyncio.sleep(0.05)
+            assert (await d.proposal_store.get(p.id))[0].status == "applied"
+
+
+async def test_a_proposal_making_company_yaml_invalid_is_refused_when_made(tmp_path: Path) -> None:
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    store = _store(cfg, tmp_path / "state")
+    with pytest.raises(ProposalError, match=r"would make company\.yaml invalid.*secret"):
+        await store.propose("improver", "marketing", "Use sk-ant-api03-abcdefghijkl.", "key")
+    with pytest.raises(ProposalError, match="no agent named 'cfo'"):
+        await store.propose("improver", "cfo", "Count.", "")
+    assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+    assert await store.list() == []

@@ -251,12 +251,25 @@ class Proposals:
         return _row(r[:11]), r[11], r[12]
 
     async def approve(self, proposal_id: str) -> Proposal:
-        """Apply a pending proposal and reload."""
+        """Apply a pending proposal and reload.
+
+        Once begun it runs to the end even if the caller is cancelled (a control deadline,
+        the Telegram button's timeout): a file written but not marked applied, or applied
+        but not reloaded, would be a half-made decision."""
+        return await asyncio.shield(self._approve(proposal_id))
+
+    async def _approve(self, proposal_id: str) -> Proposal:
         async with self._lock:
             p, _, new = await self.get(proposal_id)
             if p.status != "pending":
                 raise ProposalError(f"proposal {p.id} is {p.status}, not pending")
-            await self._swap(Path(p.file), expect_sha=p.base_sha, text=new, what=p.id)
+            await self._swap(
+                Path(p.file),
+                expect_sha=p.base_sha,
+                text=new,
+                stale=f"{p.file} changed since proposal {p.id} was made; it was not applied. "
+                "Reject it and ask for a new proposal against the current file",
+            )
             await self._decide(p.id, "applied")
         self.bus.emit("proposal_applied", "improver", proposal_id=p.id, agent=p.agent)
         if self._reload is not None:
@@ -272,12 +285,22 @@ class Proposals:
         return (await self.get(p.id))[0]
 
     async def revert(self, proposal_id: str) -> Proposal:
-        """Undo an applied proposal and reload."""
+        """Undo an applied proposal and reload (to the end, like :meth:`approve`)."""
+        return await asyncio.shield(self._revert(proposal_id))
+
+    async def _revert(self, proposal_id: str) -> Proposal:
         async with self._lock:
             p, old, _ = await self.get(proposal_id)
             if p.status != "applied":
                 raise ProposalError(f"proposal {p.id} is {p.status}; only applied ones revert")
-            await self._swap(Path(p.file), expect_sha=p.new_sha, text=old, what=p.id)
+            await self._swap(
+                Path(p.file),
+                expect_sha=p.new_sha,
+                text=old,
+                stale=f"{p.file} was edited since proposal {p.id} was applied; it was not "
+                "reverted (that would undo the edit). Undo the instructions by hand, or "
+                "restore the file as the proposal left it and revert again",
+            )
             await self._decide(p.id, "reverted")
         if self._reload is not None:
             await self._reload()
@@ -289,14 +312,11 @@ class Proposals:
             (status, self.clock.time(), proposal_id),
         )
 
-    async def _swap(self, path: Path, *, expect_sha: str, text: str, what: str) -> None:
+    async def _swap(self, path: Path, *, expect_sha: str, text: str, stale: str) -> None:
         def swap() -> None:
             current = path.read_text(encoding="utf-8")
             if _sha(current) != expect_sha:
-                raise ProposalError(
-                    f"{path} changed since proposal {what} was made; it was not applied. "
-                    "Reject it and ask for a new proposal against the current file"
-                )
+                raise ProposalError(stale)
             write_atomic(path, text)
 
         await asyncio.to_thread(swap)
@@ -320,15 +340,22 @@ def _row(r: tuple[Any, ...]) -> Proposal:
 
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text``: temp file in the same directory, fsync, rename,
-    fsync the directory — a crash leaves the old file or the new one, never half."""
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    fsync the directory — a crash leaves the old file or the new one, never half.
+
+    A symlink is written through (the link stays, its target changes); the file keeps its
+    mode, and its owner and group where the process may set them (root)."""
+    path = Path(os.path.realpath(path))
+    st = path.stat() if path.exists() else None
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
+        if st is not None:
+            with contextlib.suppress(OSError):  # not ours to give away: it stays ours
+                os.chown(tmp, st.st_uid, st.st_gid)
+        os.chmod(tmp, st.st_mode & 0o777 if st is not None else 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -357,14 +384,23 @@ def replace_instructions(text: str, agent: str, instructions: str) -> str:
     for knode, vnode in entry.value:
         if isinstance(knode, yaml.ScalarNode) and knode.value == "instructions":
             indent = " " * (knode.start_mark.column + 2)
-            block = "|\n" + "".join(f"{indent}{line}".rstrip() + "\n" for line in body)
+            lines = "".join(f"{indent}{line}".rstrip() + "\n" for line in body)
             start, end = vnode.start_mark.index, vnode.end_mark.index
             rest = text[end:]
             if vnode.style in (">", "|"):
-                # a block scalar's end mark sits at the start of the next line
-                return text[:start] + block + rest
-            # a plain or quoted scalar ends before its line break
-            return text[:start] + block + rest.removeprefix("\n")
+                # a block scalar's end mark sits at the start of the next line, after its
+                # trailing blank lines; its header line may end with a comment: keep both
+                header = text[start:end].partition("\n")[0]
+                comment = header[len(header.partition("#")[0].rstrip()) :] if "#" in header else ""
+                old = text[start:end]
+                blank = "\n" * max(old[len(old.rstrip()) :].count("\n") - 1, 0)
+                return text[:start] + "|" + comment + "\n" + lines + blank + rest
+            # a plain or quoted scalar ends before its line break, and a comment after it
+            # stays on the `instructions: |` line
+            line, _, after = rest.partition("\n")
+            if not line.strip() or line.lstrip().startswith("#"):
+                return text[:start] + "|" + line.rstrip() + "\n" + lines + after
+            return text[:start] + "|\n" + lines + rest.removeprefix("\n")
     # no inline instructions yet: add them after the entry's first key line
     first_key = entry.value[0][0]
     line_end = text.index("\n", first_key.start_mark.index) + 1
