@@ -14,6 +14,7 @@ import pytest
 from companyd.clock import ManualClock
 from companyd.events import EventBus
 from companyd.memory.service import MemoryService
+from companyd.memory.store import GraphStore
 
 from .test_service import eventually, file_names, running
 
@@ -48,3 +49,26 @@ async def test_a_lock_held_during_idle_compaction_does_not_crash_the_owner(
             "relations": [],
         }
         assert not task.done()
+
+
+def test_a_symlinked_graph_file_is_written_through_not_replaced(tmp_path: Path) -> None:
+    # e.g. ~/.claude/memory.jsonl -> /var/lib/companyd/memory.jsonl: a compaction or repair
+    # must update the target; renaming over the link would leave the target stale and split
+    # the graph in two.
+    real = tmp_path / "real"
+    real.mkdir()
+    target = real / "memory.jsonl"
+    target.write_bytes(b'{"type":"entity","name":"a","entityType":"t","observations":[]}\n')
+    link = tmp_path / "memory.jsonl"
+    link.symlink_to(target)
+    with GraphStore(link) as via_link, GraphStore(target) as via_target:
+        via_link.call("create_entities", {"entities": [ent("b")]})
+        via_link.compact()
+        assert link.is_symlink()
+        assert file_names(target) == ["a", "b"]
+        # one graph, one journal and one lock, whichever name a process was given
+        via_target.call("create_entities", {"entities": [ent("c")]})
+        assert [e["name"] for e in via_link.call("read_graph", {})["entities"]] == ["a", "b", "c"]
+        via_link.repair()
+    assert link.is_symlink() and file_names(target) == ["a", "b", "c"]
+    assert sorted(os.listdir(tmp_path)) == ["memory.jsonl", "real"]
