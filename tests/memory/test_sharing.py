@@ -5,14 +5,19 @@ directory, a full disk."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
+from companyd.memory.codec import read_quarantine
 from companyd.memory.service import MemoryService
 from companyd.memory.store import GraphStore
 
@@ -72,3 +77,39 @@ def test_a_symlinked_graph_file_is_written_through_not_replaced(tmp_path: Path) 
         via_link.repair()
     assert link.is_symlink() and file_names(target) == ["a", "b", "c"]
     assert sorted(os.listdir(tmp_path)) == ["memory.jsonl", "real"]
+
+
+def test_a_failed_quarantine_write_leaves_the_corrupt_file_readable(tmp_path: Path) -> None:
+    # An existing .corrupt is appended to. When the append fails part-way (disk full; here
+    # the file size limit makes the write short, then EFBIG), the torn section must not
+    # stay: the byte counts would then frame everything appended later wrongly.
+    script = textwrap.dedent(
+        """
+        import resource, signal, sys
+        from pathlib import Path
+        from companyd.memory.store import GraphStore
+        path = Path(sys.argv[1])
+        corrupt = path.with_name(path.name + ".corrupt")
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (corrupt.stat().st_size + 1000, -1))
+        try:
+            GraphStore(path).open()
+        except OSError as exc:
+            print(exc.errno)
+        """
+    )
+    memfile = tmp_path / "memory.jsonl"
+    corrupt = tmp_path / "memory.jsonl.corrupt"
+    corrupt.write_bytes(b"# line 3 (5 bytes) [dropped]: older repair\nabcde\n")
+    broken = b"{broken" + b"x" * 5000  # the limit cuts the write inside this line
+    memfile.write_bytes(broken + b'\n{"type":"entity","name":"a","entityType":"t"}\n')
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(memfile)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == str(errno.EFBIG), done.stderr
+    assert corrupt.read_bytes().endswith(b"older repair\nabcde\n")  # the torn part is gone
+    with GraphStore(memfile) as store:  # space again: repaired, quarantine appended
+        assert store.open().dropped_lines == 1
+    kept = list(read_quarantine(corrupt.read_bytes()))
+    assert [q.raw for q in kept] == [b"abcde", broken]
+    assert file_names(memfile) == ["a"]

@@ -698,8 +698,16 @@ class GraphStore:
             self.corrupt_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
         )
         try:
-            _write_all(fd, data)
-            os.fsync(fd)
+            start = os.fstat(fd).st_size
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            except OSError:
+                # A section cut short (disk full) would misframe every section appended
+                # after it (the byte counts): take it out again.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
         finally:
             os.close(fd)
         if created:
