@@ -21,6 +21,8 @@ from companyd.memory.codec import read_quarantine
 from companyd.memory.service import MemoryService
 from companyd.memory.store import GraphStore
 
+from .conftest import official_server
+from .mcp_helpers import RawClient
 from .test_service import eventually, file_names, running
 
 pytestmark = pytest.mark.anyio
@@ -113,3 +115,79 @@ def test_a_failed_quarantine_write_leaves_the_corrupt_file_readable(tmp_path: Pa
     kept = list(read_quarantine(corrupt.read_bytes()))
     assert [q.raw for q in kept] == [b"abcde", broken]
     assert file_names(memfile) == ["a"]
+
+
+def test_the_official_server_writing_between_our_writes_is_not_clobbered(
+    memfile: Path,
+) -> None:
+    index = official_server()
+    if index is None:
+        pytest.skip("official MCP memory server unavailable (COMPANYD_OFFICIAL_MEMORY_SERVER)")
+    node = RawClient(["node", index], {"MEMORY_FILE_PATH": str(memfile)})
+
+    def official(tool: str, arguments: dict[str, object]) -> None:
+        res = node.request("tools/call", {"name": tool, "arguments": arguments})["result"]
+        assert not res.get("isError"), res
+
+    try:
+        with GraphStore(memfile) as ours:
+            ours.call("create_entities", {"entities": [ent("a", "x1")]})
+            ours.compact()
+            ours.call("create_entities", {"entities": [ent("b")]})  # journal only
+            official("create_entities", {"entities": [ent("o")]})  # rewrites: a, o (no b)
+            ours.call("create_entities", {"entities": [ent("c")]})
+            # a rewrite of the very same size right after the last one (same second)
+            ours.compact()
+            official(
+                "delete_observations", {"deletions": [{"entityName": "a", "observations": ["x1"]}]}
+            )
+            official(
+                "add_observations", {"observations": [{"entityName": "a", "contents": ["y1"]}]}
+            )
+            ours.call(
+                "add_observations", {"observations": [{"entityName": "o", "contents": ["z"]}]}
+            )
+            ours.compact()
+        with GraphStore(memfile) as check:
+            entities = check.call("read_graph", {})["entities"]
+        graph = {e["name"]: e["observations"] for e in entities}
+        assert graph == {"a": ["y1"], "o": ["z"], "b": [], "c": []}
+    finally:
+        assert node.close() == 0
+
+
+_WRITER = """
+import sys
+from pathlib import Path
+from companyd.memory.store import GraphStore
+path, tag, compact = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
+with GraphStore(path) as store:
+    for i in range(120):
+        e = {"name": f"{tag}{i}", "entityType": "t", "observations": [tag * i]}
+        store.call("create_entities", {"entities": [e]})
+        print(f"{tag}{i}", flush=True)  # acknowledged
+        if compact:
+            store.compact(force=True)
+"""
+
+
+def test_one_process_compacting_while_others_append_loses_nothing(memfile: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(memfile), tag, compact],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for tag, compact in (("c", "1"), ("j", "0"), ("k", "0"))
+    ]
+    acked: set[str] = set()
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        acked |= set(out.split())
+    assert len(acked) == 360
+    with GraphStore(memfile) as store:
+        store.compact()
+    assert set(file_names(memfile)) == acked
