@@ -176,6 +176,7 @@ class MemoryService:
         self._generation = 0
         self._crash: BaseException | None = None
         self._last_activity = 0.0
+        self._compact_not_before = float("-inf")  # after a failed compaction: when to retry
         self._timer: asyncio.Task[None] | None = None
         self._stopping: asyncio.Event | None = None
         self._wake: asyncio.Future[None] | None = None
@@ -266,7 +267,7 @@ class MemoryService:
                 now = self._clock.monotonic()
                 if store.journal_records and self._dirty_since is None:
                     self._dirty_since = now
-                if idle and store.journal_records:
+                if idle and store.journal_records and now >= self._compact_not_before:
                     quiet = now - self._last_activity
                     lagging = self._dirty_since is not None and (
                         now - self._dirty_since >= self._max_lag
@@ -279,6 +280,7 @@ class MemoryService:
                     due = self._last_activity + self._idle
                     if self._dirty_since is not None:
                         due = min(due, self._dirty_since + self._max_lag)
+                    due = max(due, self._compact_not_before)
                     self._timer = loop.create_task(self._poke_at(due))
                 self._wake = loop.create_future()
                 await self._wake
@@ -393,6 +395,12 @@ class MemoryService:
         self._busy = True
         try:
             await worker.submit(store.compact)
+        except (MemoryLocked, OSError) as exc:
+            # Nothing is lost: a compaction changes nothing on disk before its rename, and the
+            # journal keeps every write. Retry after the next quiet period rather than crash
+            # (and crash-loop) while another process holds the lock or the disk is full.
+            log.warning("compacting %s failed (%s); retrying later", self.path, exc)
+            self._compact_not_before = self._clock.monotonic() + self._idle
         finally:
             self._busy = False
         self._kick()

@@ -193,7 +193,8 @@ class GraphStore:
     """The durable, shareable owner of one MCP memory file (see the module docstring).
 
     Args:
-        path: the graph file (``memory.jsonl``); its directory must exist.
+        path: the graph file (``memory.jsonl``); its directory must exist. A symlink is
+            resolved: the store works on (and next to) its target.
         lock_timeout: seconds to wait for ``<file>.lock`` before :class:`MemoryLocked`.
         readonly: never write anything (no repair, no compaction); reads still see other
             processes' journals. For ``check`` and read commands.
@@ -203,7 +204,10 @@ class GraphStore:
     """
 
     def __init__(self, path: Path, *, lock_timeout: float = 10.0, readonly: bool = False) -> None:
-        self.path = Path(os.path.abspath(path))
+        # A symlinked graph file is written through: the temporary file, the renames and the
+        # side files go next to its target (renaming over the link would leave the target
+        # stale), and every name of the file shares one lock.
+        self.path = Path(os.path.realpath(path))
         self.journal_path = self.path.with_name(self.path.name + ".journal")
         self.next_journal_path = self.path.with_name(self.path.name + ".journal.next")
         self.lock_path = self.path.with_name(self.path.name + ".lock")
@@ -694,8 +698,16 @@ class GraphStore:
             self.corrupt_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
         )
         try:
-            _write_all(fd, data)
-            os.fsync(fd)
+            start = os.fstat(fd).st_size
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            except OSError:
+                # A section cut short (disk full) would misframe every section appended
+                # after it (the byte counts): take it out again.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
         finally:
             os.close(fd)
         if created:
