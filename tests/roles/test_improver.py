@@ -312,3 +312,31 @@ async def test_a_proposal_making_company_yaml_invalid_is_refused_when_made(tmp_p
         await store.propose("improver", "cfo", "Count.", "")
     assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
     assert await store.list() == []
+
+
+async def test_an_unwritable_company_yaml_refuses_the_approval_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under the systemd unit /etc/companyd is read-only to the daemon (ProtectSystem=strict).
+    # Root ignores permissions, so the read-only file system is simulated at the one call
+    # that writes the file; everything else is real.
+    import errno
+
+    from companyd.roles import improver
+
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    store = _store(cfg, tmp_path / "state")
+    p = await store.propose("improver", "marketing", "Post daily.", "cadence")
+
+    def read_only(path: Path, text: str) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(improver, "write_atomic", read_only)
+    with pytest.raises(ProposalError) as info:
+        await store.approve(p.id)
+    message = str(info.value)
+    assert "cannot write" in message and "Read-only file system" in message
+    assert "nothing was changed" in message and "ReadWritePaths=/etc/companyd" in message
+    assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+    assert (await store.get(p.id))[0].status == "pending"

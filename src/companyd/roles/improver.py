@@ -317,7 +317,18 @@ class Proposals:
             current = path.read_text(encoding="utf-8")
             if _sha(current) != expect_sha:
                 raise ProposalError(stale)
-            write_atomic(path, text)
+            try:
+                write_atomic(path, text)
+            except OSError as exc:
+                # Under the shipped systemd unit /etc/companyd is read-only to the daemon
+                # (ProtectSystem=strict): say so, and how to go on, not "internal error".
+                raise ProposalError(
+                    f"cannot write {path}: {exc.strerror or exc}; nothing was changed. If the "
+                    "daemon runs under the systemd unit, its configuration directory is "
+                    "read-only to it: apply the change by hand (the diff is in `companyd "
+                    "proposals --json`) and reject the proposal, or let approvals write "
+                    "there with a drop-in: ReadWritePaths=/etc/companyd"
+                ) from None
 
         await asyncio.to_thread(swap)
 
