@@ -108,6 +108,8 @@ class _RunState:
     offline: bool = False
     answer: str = ""
     pending: list[_PendingTool] = field(default_factory=list)
+    #: stop_reason of the last journaled model response (rebuilt on resume)
+    last_stop: str = ""
     #: why the task was withdrawn (its asker stopped waiting), once it is
     withdrawn: str | None = None
     withdrawn_signal: asyncio.Event = field(default_factory=asyncio.Event)
@@ -383,11 +385,7 @@ class Agent:
                 if response.stop_reason == "pause_turn":
                     continue
                 state.answer = response.text
-                if response.stop_reason == "refusal":
-                    return RunStatus.FAILED, "the model refused the task"
-                if response.stop_reason == "max_tokens":
-                    return RunStatus.OK, "answer truncated at max_output_tokens"
-                return RunStatus.OK, None
+                return _turn_ended(response.stop_reason)
         except BreakerTripped as exc:
             self._breaker_event(state, exc)
             return RunStatus.CIRCUIT_BREAKER, str(exc)
@@ -570,11 +568,18 @@ class Agent:
             if s.kind != "llm":
                 continue
             p = s.payload
+            state.last_stop = str(p.get("stop_reason") or "")
             usage = Usage(**p["usage"])
             self._account(state, p["model"], usage, Decimal(p["cost"]), bool(p["offline"]))
             content = p["content"]
             state.messages.append({"role": "assistant", "content": content})
-            uses = [b for b in content if b.get("type") == "tool_use"]
+            # tools run only after a tool_use stop, as in _execute: a tool_use block cut
+            # off by max_tokens is never run
+            uses = (
+                [b for b in content if b.get("type") == "tool_use"]
+                if state.last_stop == "tool_use"
+                else []
+            )
             if not uses:
                 state.answer = "".join(
                     b.get("text", "") for b in content if b.get("type") == "text"
@@ -600,14 +605,13 @@ class Agent:
         Tool calls with a journaled result keep it; calls that never started, or whose tool
         is idempotent, run (again); a non-idempotent call that started without a result gets
         an "outcome unknown" result instead — no second tweet. If the journal ends with a
-        final answer, the run had finished in all but its outcome row.
+        final answer, the run had finished in all but its outcome row, and ends as that
+        answer's stop reason says; a turn the model paused (``pause_turn``) is continued.
         """
         if not state.pending:
             last = state.messages[-1]
-            if last["role"] == "assistant" and not any(
-                b.get("type") == "tool_use" for b in last["content"]
-            ):
-                raise _RunEnded(RunStatus.OK, None)
+            if last["role"] == "assistant" and state.last_stop != "pause_turn":
+                raise _RunEnded(*_turn_ended(state.last_stop))
             return
         staff = self.staff
         results: list[dict[str, Any]] = []
@@ -645,6 +649,15 @@ class Agent:
                 + ". Answer the question directly."
             )
         return "\n\n".join(parts)
+
+
+def _turn_ended(stop_reason: str) -> tuple[RunStatus, str | None]:
+    """The outcome of a run whose model ended its turn with ``stop_reason``."""
+    if stop_reason == "refusal":
+        return RunStatus.FAILED, "the model refused the task"
+    if stop_reason == "max_tokens":
+        return RunStatus.OK, "answer truncated at max_output_tokens"
+    return RunStatus.OK, None
 
 
 async def _cancel_and_reap(work: asyncio.Task[Any], agent: str) -> None:
