@@ -19,6 +19,7 @@ from companyd.testing.messages_api import (
     fault,
     overloaded,
     reply_text,
+    reply_tool_use,
     stall,
 )
 
@@ -142,3 +143,32 @@ async def test_an_unauthorised_key_is_not_retried_on_another_model(tmp_path: Pat
             out = await ask(d, "ceo", "Hello")
     assert [r.body["model"] for r in srv.requests] == ["claude-sonnet-5-5"] * 2
     assert "check the API key" in out["reason"], out
+
+
+class _Boom(BaseException):
+    """Not an Exception (as a library's own BaseException subclass may be)."""
+
+
+@pytest.mark.parametrize(
+    "error",
+    [_Boom("a tool broke badly"), asyncio.CancelledError("cancel scope leaked out of a tool")],
+    ids=["base_exception", "stray_cancelled_error"],
+)
+async def test_a_tool_raising_a_base_exception_ends_in_quarantine(
+    tmp_path: Path, error: BaseException
+) -> None:
+    cfg = write_company(tmp_path, {"ceo": {}})
+    model = PerAgent(ceo=[reply_tool_use("search_nodes", {"query": "x"}) for _ in range(5)])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+
+            async def explode(name: str, arguments: Any) -> Any:
+                raise error
+
+            d.staff.memory.call = explode
+            out = await ask(d, "ceo", "Search.")
+            restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
+    assert out["status"] == "quarantined", out
+    assert type(error).__name__ in out["reason"]
+    assert len(restarts) == 1
+    assert srv.served == 1  # the completed model call was never paid twice

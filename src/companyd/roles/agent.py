@@ -219,9 +219,13 @@ class Agent:
             return  # journaled as running; resumed on the next start
         except InjectedCrash:
             raise  # a test's or the chaos benchmark's crash: not the task's fault
-        except Exception as exc:
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt | SystemExit) or _stopped_from_outside(exc):
+                raise  # the process or this agent is being stopped: not the task's fault
             # The agent crashes: let its supervisor restart it. Count the crash against the
-            # task first, so an input that crashes the agent every time ends in quarantine.
+            # task first, so an input that crashes the agent every time ends in quarantine —
+            # whatever it raised: a BaseException that is not an Exception, or a stray
+            # CancelledError out of a tool, would otherwise crash-loop the agent uncounted.
             error = f"{type(exc).__name__}: {exc}"
             crashes = await staff.journal.record_crash(state.task.id, error, staff.clock.time())
             if crashes >= QUARANTINE_AFTER:
@@ -649,6 +653,15 @@ class Agent:
                 + ". Answer the question directly."
             )
         return "\n\n".join(parts)
+
+
+def _stopped_from_outside(exc: BaseException) -> bool:
+    """True if ``exc`` is a cancellation aimed at the current task (its supervisor stopping
+    it), as opposed to a CancelledError its run raised on its own."""
+    current = asyncio.current_task()
+    return (
+        isinstance(exc, asyncio.CancelledError) and current is not None and current.cancelling() > 0
+    )
 
 
 def _turn_ended(stop_reason: str) -> tuple[RunStatus, str | None]:
