@@ -172,3 +172,35 @@ async def test_a_tool_raising_a_base_exception_ends_in_quarantine(
     assert type(error).__name__ in out["reason"]
     assert len(restarts) == 1
     assert srv.served == 1  # the completed model call was never paid twice
+
+
+async def test_a_tool_crashing_its_agent_takes_its_sibling_calls_down_with_it(
+    tmp_path: Path,
+) -> None:
+    # Two tool calls in one response; one raises a bug (not a ToolError) and crashes the
+    # agent. The other, still running, must not outlive the crashed instance: the restarted
+    # agent re-runs it (idempotent) and it completes exactly once.
+    cfg = write_company(tmp_path, {"ceo": {}})
+    model = PerAgent(
+        ceo=[tool_uses(("search_nodes", {"query": "x"}), ("open_nodes", {"names": ["x"]}))]
+    )
+    completed: list[str] = []
+    failed_once: list[bool] = []
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+
+            async def flaky(name: str, arguments: Any) -> Any:
+                if name == "search_nodes" and not failed_once:
+                    failed_once.append(True)
+                    raise RuntimeError("a bug in a tool")
+                if name == "open_nodes":
+                    await asyncio.sleep(0.5)
+                completed.append(name)
+                return {"entities": [], "relations": []}
+
+            d.staff.memory.call = flaky
+            out = await ask(d, "ceo", "Look twice.")
+            await asyncio.sleep(1.0)  # time for an orphaned call to finish, if one survived
+    assert out["status"] == "ok", out
+    assert sorted(completed) == ["open_nodes", "search_nodes"]
+    assert srv.served == 2

@@ -519,10 +519,21 @@ class Agent:
 
     async def _run_tools(self, state: _RunState, tool_uses: Sequence[Mapping[str, Any]]) -> None:
         """Run the tool calls of one response (concurrently; the model asked for them
-        together), journaling each start and result, then append the results turn."""
+        together), journaling each start and result, then append the results turn.
+
+        If one call raises (a crash), the others are cancelled and awaited before the error
+        propagates: no tool call outlives the run that started it (an orphan would finish
+        its effect after the restarted agent re-ran or wrote off the same call)."""
         for tu in tool_uses:
             state.breaker.note_tool_call(str(tu.get("name")), tu.get("input") or {})
-        results = await asyncio.gather(*(self._run_tool(state, tu) for tu in tool_uses))
+        calls = [asyncio.ensure_future(self._run_tool(state, tu)) for tu in tool_uses]
+        try:
+            results = await asyncio.gather(*calls)
+        finally:
+            # gather cancels its calls only when it is cancelled itself, not when one fails
+            for call in calls:
+                call.cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
         state.messages.append({"role": "user", "content": list(results)})
 
     async def _run_tool(self, state: _RunState, tool_use: Mapping[str, Any]) -> dict[str, Any]:
