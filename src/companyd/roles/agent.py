@@ -108,6 +108,8 @@ class _RunState:
     offline: bool = False
     answer: str = ""
     pending: list[_PendingTool] = field(default_factory=list)
+    #: stop_reason of the last journaled model response (rebuilt on resume)
+    last_stop: str = ""
     #: why the task was withdrawn (its asker stopped waiting), once it is
     withdrawn: str | None = None
     withdrawn_signal: asyncio.Event = field(default_factory=asyncio.Event)
@@ -217,9 +219,13 @@ class Agent:
             return  # journaled as running; resumed on the next start
         except InjectedCrash:
             raise  # a test's or the chaos benchmark's crash: not the task's fault
-        except Exception as exc:
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt | SystemExit) or _stopped_from_outside(exc):
+                raise  # the process or this agent is being stopped: not the task's fault
             # The agent crashes: let its supervisor restart it. Count the crash against the
-            # task first, so an input that crashes the agent every time ends in quarantine.
+            # task first, so an input that crashes the agent every time ends in quarantine —
+            # whatever it raised: a BaseException that is not an Exception, or a stray
+            # CancelledError out of a tool, would otherwise crash-loop the agent uncounted.
             error = f"{type(exc).__name__}: {exc}"
             crashes = await staff.journal.record_crash(state.task.id, error, staff.clock.time())
             if crashes >= QUARANTINE_AFTER:
@@ -383,11 +389,7 @@ class Agent:
                 if response.stop_reason == "pause_turn":
                     continue
                 state.answer = response.text
-                if response.stop_reason == "refusal":
-                    return RunStatus.FAILED, "the model refused the task"
-                if response.stop_reason == "max_tokens":
-                    return RunStatus.OK, "answer truncated at max_output_tokens"
-                return RunStatus.OK, None
+                return _turn_ended(response.stop_reason)
         except BreakerTripped as exc:
             self._breaker_event(state, exc)
             return RunStatus.CIRCUIT_BREAKER, str(exc)
@@ -517,10 +519,21 @@ class Agent:
 
     async def _run_tools(self, state: _RunState, tool_uses: Sequence[Mapping[str, Any]]) -> None:
         """Run the tool calls of one response (concurrently; the model asked for them
-        together), journaling each start and result, then append the results turn."""
+        together), journaling each start and result, then append the results turn.
+
+        If one call raises (a crash), the others are cancelled and awaited before the error
+        propagates: no tool call outlives the run that started it (an orphan would finish
+        its effect after the restarted agent re-ran or wrote off the same call)."""
         for tu in tool_uses:
             state.breaker.note_tool_call(str(tu.get("name")), tu.get("input") or {})
-        results = await asyncio.gather(*(self._run_tool(state, tu) for tu in tool_uses))
+        calls = [asyncio.ensure_future(self._run_tool(state, tu)) for tu in tool_uses]
+        try:
+            results = await asyncio.gather(*calls)
+        finally:
+            # gather cancels its calls only when it is cancelled itself, not when one fails
+            for call in calls:
+                call.cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
         state.messages.append({"role": "user", "content": list(results)})
 
     async def _run_tool(self, state: _RunState, tool_use: Mapping[str, Any]) -> dict[str, Any]:
@@ -570,11 +583,18 @@ class Agent:
             if s.kind != "llm":
                 continue
             p = s.payload
+            state.last_stop = str(p.get("stop_reason") or "")
             usage = Usage(**p["usage"])
             self._account(state, p["model"], usage, Decimal(p["cost"]), bool(p["offline"]))
             content = p["content"]
             state.messages.append({"role": "assistant", "content": content})
-            uses = [b for b in content if b.get("type") == "tool_use"]
+            # tools run only after a tool_use stop, as in _execute: a tool_use block cut
+            # off by max_tokens is never run
+            uses = (
+                [b for b in content if b.get("type") == "tool_use"]
+                if state.last_stop == "tool_use"
+                else []
+            )
             if not uses:
                 state.answer = "".join(
                     b.get("text", "") for b in content if b.get("type") == "text"
@@ -600,14 +620,13 @@ class Agent:
         Tool calls with a journaled result keep it; calls that never started, or whose tool
         is idempotent, run (again); a non-idempotent call that started without a result gets
         an "outcome unknown" result instead — no second tweet. If the journal ends with a
-        final answer, the run had finished in all but its outcome row.
+        final answer, the run had finished in all but its outcome row, and ends as that
+        answer's stop reason says; a turn the model paused (``pause_turn``) is continued.
         """
         if not state.pending:
             last = state.messages[-1]
-            if last["role"] == "assistant" and not any(
-                b.get("type") == "tool_use" for b in last["content"]
-            ):
-                raise _RunEnded(RunStatus.OK, None)
+            if last["role"] == "assistant" and state.last_stop != "pause_turn":
+                raise _RunEnded(*_turn_ended(state.last_stop))
             return
         staff = self.staff
         results: list[dict[str, Any]] = []
@@ -645,6 +664,24 @@ class Agent:
                 + ". Answer the question directly."
             )
         return "\n\n".join(parts)
+
+
+def _stopped_from_outside(exc: BaseException) -> bool:
+    """True if ``exc`` is a cancellation aimed at the current task (its supervisor stopping
+    it), as opposed to a CancelledError its run raised on its own."""
+    current = asyncio.current_task()
+    return (
+        isinstance(exc, asyncio.CancelledError) and current is not None and current.cancelling() > 0
+    )
+
+
+def _turn_ended(stop_reason: str) -> tuple[RunStatus, str | None]:
+    """The outcome of a run whose model ended its turn with ``stop_reason``."""
+    if stop_reason == "refusal":
+        return RunStatus.FAILED, "the model refused the task"
+    if stop_reason == "max_tokens":
+        return RunStatus.OK, "answer truncated at max_output_tokens"
+    return RunStatus.OK, None
 
 
 async def _cancel_and_reap(work: asyncio.Task[Any], agent: str) -> None:
