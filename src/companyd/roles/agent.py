@@ -589,10 +589,10 @@ class Agent:
             content = p["content"]
             state.messages.append({"role": "assistant", "content": content})
             # tools run only after a tool_use stop, as in _execute: a tool_use block cut
-            # off by max_tokens is never run
+            # off by max_tokens is never run ("": a step journaled without its stop reason)
             uses = (
                 [b for b in content if b.get("type") == "tool_use"]
-                if state.last_stop == "tool_use"
+                if state.last_stop in ("tool_use", "")
                 else []
             )
             if not uses:
