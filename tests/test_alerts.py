@@ -349,6 +349,13 @@ KIND_CASES: list[tuple[str, str, dict[str, Any], list[str], list[str]]] = [
         [],
     ),
     (
+        "api_key_refused",
+        "agents",
+        {"message": "HTTP 401 invalid x-api-key", "paused": ["ceo", "cfo"]},
+        ["API key refused", "invalid x-api-key", "paused: ceo, cfo", "restart companyd"],
+        [],
+    ),
+    (
         "routine_failed",
         "scheduler",
         {

@@ -416,6 +416,15 @@ def _api_spend_limit(data: Data, source: str, counts: Mapping[str, int]) -> Rend
     return Rendered("Anthropic API spend limit reached — calls refused", tuple(lines))
 
 
+def _api_key_refused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines = [*_line("API says", data, "message"), *_paused_list(data)]
+    lines.append(
+        "fix the key (anthropic.api_key_env or the anthropic_api_key credential), restart "
+        "companyd, then /resume the agents"
+    )
+    return Rendered("Anthropic API key refused — every agent is paused", tuple(lines))
+
+
 def _spend_runaway(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     factor = _num(data.get("factor"))
     title = f"{_who(data)} is spending fast" + (f": {factor:.0f}× its usual rate" if factor else "")
@@ -663,6 +672,7 @@ KINDS: Mapping[str, KindSpec] = {
         _budget_exhausted_buttons,
     ),
     "api_spend_limit": KindSpec("api_spend_limit", (), _api_spend_limit),
+    "api_key_refused": KindSpec("api_key_refused", (), _api_key_refused),
     "spend_runaway": KindSpec("spend_runaway", ("agent",), _spend_runaway, _pause_agent_button),
     "routine_failed": KindSpec("routine_failed", ("routine",), _routine_failed, _routine_buttons),
     "routine_missed": KindSpec("routine_missed", ("routine",), _routine_missed, _routine_buttons),

@@ -89,6 +89,7 @@ KINDS: Mapping[str, Severity] = {
     "budget_threshold": Severity.WARNING,
     "budget_exhausted": Severity.WARNING,
     "api_spend_limit": Severity.CRITICAL,
+    "api_key_refused": Severity.CRITICAL,
     "spend_runaway": Severity.WARNING,
     "unknown_model_price": Severity.WARNING,
     "budget_reset": Severity.INFO,

@@ -135,16 +135,6 @@ async def test_overload_on_every_model_fails_naming_each(tmp_path: Path) -> None
     assert restarts == []
 
 
-async def test_an_unauthorised_key_is_not_retried_on_another_model(tmp_path: Path) -> None:
-    cfg = write_company(tmp_path, {"ceo": {}})
-    with MessagesAPIServer(default_responder=False) as srv:
-        srv.enqueue(fault(401, "invalid x-api-key"), fault(401, "invalid x-api-key"))
-        async with running_company(cfg, tmp_path / "state", srv) as d:
-            out = await ask(d, "ceo", "Hello")
-    assert [r.body["model"] for r in srv.requests] == ["claude-sonnet-5-5"] * 2
-    assert "check the API key" in out["reason"], out
-
-
 class _Boom(BaseException):
     """Not an Exception (as a library's own BaseException subclass may be)."""
 
@@ -204,3 +194,28 @@ async def test_a_tool_crashing_its_agent_takes_its_sibling_calls_down_with_it(
     assert out["status"] == "ok", out
     assert sorted(completed) == ["open_nodes", "search_nodes"]
     assert srv.served == 2
+
+
+async def test_a_refused_key_pauses_every_agent_once_and_blames_no_task(tmp_path: Path) -> None:
+    # A bad key is not a poison input: quarantining each task in turn (two crashes each)
+    # would page the operator per task and leave them to retry every one after the fix.
+    cfg = write_company(tmp_path, {"ceo": {}, "cfo": {"reports_to": "ceo"}})
+    with MessagesAPIServer(default_responder=False) as srv:
+        srv.enqueue(fault(401, "invalid x-api-key"))
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await ask(d, "ceo", "Hello")
+            after = await ask(d, "cfo", "Anything else.")
+            refused = events_of(d, "api_key_refused")
+            restarts = events_of(d, "restart")
+            quarantined = (await d.tasks(quarantined=True))["tasks"]
+            paused = d.staff.paused()
+    assert out["status"] == "failed" and "refused the API key" in out["reason"], out
+    assert "restart companyd" in out["reason"]
+    # not retried, not sent to the fallback model, and the agent was not crashed to try again
+    assert [r.body["model"] for r in srv.requests] == ["claude-sonnet-5-5"]
+    assert "check the API key" in out["reason"]
+    assert restarts == [] and quarantined == []
+    assert set(paused) == {"ceo", "cfo"}
+    assert after["status"] == "cancelled" and "API key refused" in after["reason"]
+    assert len(refused) == 1 and refused[0].severity == "critical"
+    assert refused[0].data["paused"] == ["ceo", "cfo"]

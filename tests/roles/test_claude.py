@@ -21,6 +21,7 @@ from companyd.clock import SystemClock
 from companyd.config import AnthropicSpec
 from companyd.roles.claude import ClaudeBackend, estimate_input_tokens, resolve_api_key
 from companyd.roles.model import (
+    ModelAuthFailed,
     ModelBadRequest,
     ModelError,
     ModelOverloaded,
@@ -237,7 +238,7 @@ async def test_usage_without_breakdown_counts_cache_writes_as_5m() -> None:
         (server_error(503), ModelServerError, True),
         (fault(408), ModelTimeout, True),
         (bad_request(), ModelBadRequest, False),
-        (fault(401), ModelBadRequest, False),
+        (fault(401), ModelAuthFailed, False),
         (fault(403), ModelBadRequest, False),
         (fault(404), ModelBadRequest, False),
         (fault(413), ModelBadRequest, False),

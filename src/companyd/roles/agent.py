@@ -44,6 +44,7 @@ from companyd.daemon.child import ChildContext
 from companyd.roles.breaker import Breaker, BreakerTripped
 from companyd.roles.journal import JournaledRun, Step, TaskState
 from companyd.roles.model import (
+    ModelAuthFailed,
     ModelBadRequest,
     ModelError,
     ModelRequest,
@@ -495,6 +496,10 @@ class Agent:
                     RunStatus.BUDGET_EXHAUSTED,
                     f"the Anthropic organisation's API spend limit is reached: {exc}",
                 ) from None
+            except ModelAuthFailed as exc:
+                # Not this task's fault and not worth another model: stop every agent once.
+                staff.api_key_refused(str(exc))
+                raise _RunEnded(RunStatus.FAILED, str(exc)) from None
             except ModelBadRequest:
                 raise  # our request is wrong: crash (a poison input ends in quarantine)
             except ModelError as exc:

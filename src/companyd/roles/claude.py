@@ -21,6 +21,8 @@ Here:
   :class:`SpendLimitReached` at once and is never retried; so does a 400 or 429 whose
   message says a spend / usage limit or the credit balance is reached (a workspace's
   spend limit is a 400, and not every answer carries the error code).
+* A 401 raises :class:`ModelAuthFailed` (the key is refused: nothing can succeed until the
+  operator fixes it); other 4xx raise :class:`ModelBadRequest`. Neither is retried.
 * ``x-should-retry: false`` from the server is obeyed.
 * Every attempt runs under ``asyncio.timeout(timeout + 5 s)`` on top of the HTTP client's own
   timeout, and the whole call (attempts and waits) under ``asyncio.timeout(deadline)``: a
@@ -59,6 +61,7 @@ import anthropic
 from companyd.clock import Clock, SystemClock
 from companyd.config import AnthropicSpec
 from companyd.roles.model import (
+    ModelAuthFailed,
     ModelBadRequest,
     ModelError,
     ModelOverloaded,
@@ -291,8 +294,16 @@ def map_sdk_error(exc: BaseException, *, model: str) -> ModelError:
                 status=status,
                 request_id=rid,
             )
+        if status == 401:
+            return ModelAuthFailed(
+                f"the Anthropic API refused the API key ({where}): {api_msg!r}; check the API "
+                "key (anthropic.api_key_env / api_key_credential), restart companyd, then "
+                "resume the agents",
+                model=model,
+                status=status,
+                request_id=rid,
+            )
         hint = {
-            401: "check the API key (anthropic.api_key_env / api_key_credential)",
             403: "the key lacks permission for this model or workspace",
             404: f"check the model id {model!r} in company.yaml",
             413: "the prompt is too large; shorten the instructions or the task",

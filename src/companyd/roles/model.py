@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from companyd.errors import CompanydError
 
 __all__ = [
+    "ModelAuthFailed",
     "ModelBackend",
     "ModelBadRequest",
     "ModelError",
@@ -221,6 +222,12 @@ class ModelUnavailable(ModelError):
 
 class ModelBadRequest(ModelError):
     """HTTP 4xx other than 429: our request is wrong. Do not retry it as it is."""
+
+
+class ModelAuthFailed(ModelError):
+    """HTTP 401: the API refused the key. No call can succeed until the operator fixes it,
+    so nothing is retried and the task is not blamed: every agent is paused and a critical
+    ``api_key_refused`` event is published."""
 
 
 class SpendLimitReached(ModelError):

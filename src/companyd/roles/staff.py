@@ -464,6 +464,16 @@ class Staff:
             if slug not in self._paused:
                 self.pause(slug, "Anthropic API spend limit reached", budget=False)
 
+    def api_key_refused(self, message: str) -> None:
+        """The API refused the key (HTTP 401): no call can succeed until the operator fixes
+        it. Pause every agent not yet paused and publish one critical ``api_key_refused``
+        event (runs in flight that hit the same 401 add nothing)."""
+        newly = [slug for slug in self.config.agents if slug not in self._paused]
+        for slug in newly:
+            self.pause(slug, "Anthropic API key refused (HTTP 401)")
+        if newly:
+            self.bus.emit("api_key_refused", "agents", message=message, paused=newly)
+
     def resume_budget_paused(self, reason: str) -> list[str]:
         """Resume every agent paused for its budget whose budgets now allow spending (a
         period rolled over, or a reloaded company.yaml raised a budget)."""
