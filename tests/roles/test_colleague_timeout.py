@@ -194,7 +194,9 @@ async def test_a_consultation_left_open_by_a_restart_is_withdrawn_not_run(
     kept = Task(
         id=new_id("task"), agent="cfo", prompt="Close the books.", source="operator", created=3.0
     )
-    for t in (queued, running, kept):
+    # and a task of an agent since removed from company.yaml: closed, not left queued
+    orphan = Task(id=new_id("task"), agent="cto", prompt="Patch.", source="operator", created=4.0)
+    for t in (queued, running, kept, orphan):
         await journal.add_task(t, t.created)
     await journal.start_run(running, new_id("run"), 1, 2.0)
     await journal.close()
@@ -216,3 +218,37 @@ async def test_a_consultation_left_open_by_a_restart_is_withdrawn_not_run(
     assert by_task[kept.id]["status"] == "ok"
     assert queued.id not in by_task
     assert open_tasks == []
+
+
+async def test_removing_an_agent_withdraws_its_tasks_and_ends_every_wait(tmp_path: Path) -> None:
+    # The CFO is removed from company.yaml while it runs one task and has another queued:
+    # both askers get an answer (cancelled, with the reason) instead of waiting forever, and
+    # the journal closes both, so a CFO added again later does not inherit them.
+    cfg = write_company(tmp_path, {"ceo": {}, "cfo": {"reports_to": "ceo"}})
+    # its model call takes 2 s: the reload stops the CFO at the end of that step
+    model = PerAgent(cfo=[stall(2, then=reply_tool_use("search_nodes", {"query": "books"}))])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            running = asyncio.create_task(d.ask("cfo", "Close the books.", timeout=60))
+            async with asyncio.timeout(10):
+                while not requests_of(srv, "cfo"):
+                    await asyncio.sleep(0.02)
+            queued = asyncio.create_task(d.ask("cfo", "And the forecast.", timeout=60))
+            async with asyncio.timeout(10):
+                while d.staff.inbox_size("cfo") < 1:
+                    await asyncio.sleep(0.02)
+            write_company(tmp_path, {"ceo": {}})
+            reloaded = await d.reload()
+            async with asyncio.timeout(20):
+                outcomes = [await running, await queued]
+            await asyncio.sleep(0.2)  # the journal write is queued behind the reload
+            cfo_runs = await runs_of(d, "cfo")
+            open_tasks = (await d.tasks())["tasks"]
+    assert reloaded["removed"] == ["cfo"]
+    for out in outcomes:
+        assert out["status"] == "cancelled", out
+        assert "removed from company.yaml" in out["reason"]
+    assert [r["status"] for r in cfo_runs] == ["cancelled"]
+    assert "removed from company.yaml" in cfo_runs[0]["reason"]
+    assert open_tasks == []
+    assert len(requests_of(srv, "cfo")) == 1

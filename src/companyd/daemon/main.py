@@ -531,6 +531,7 @@ class Daemon:
             self.proposal_store.reconfigure(new)
             self.alerts.update_config(new)
             diff = await self.tree.apply_config(new)
+            self.staff.drop_removed()  # the removed agents are stopped by now
             routines = {} if self.oneoff else await self.scheduler.reconfigure(new)
             self.config = new
             self.config_loaded_at = self.clock.time()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -503,6 +503,31 @@ class Journal:
                         (now, task_id),
                     )
             return len(ids)
+
+        return await self._run(withdraw)
+
+    async def withdraw_unassigned(self, agents: Collection[str], reason: str, now: float) -> int:
+        """Withdraw every queued or running task of an agent not in ``agents`` (removed from
+        company.yaml): the task becomes done and an unfinished run of it ends ``cancelled``
+        with ``reason``, so it neither waits forever nor comes back if a later edit re-adds
+        an agent of that name. The number withdrawn."""
+
+        def withdraw(db: sqlite3.Connection) -> int:
+            known = tuple(agents)
+            marks = ",".join("?" for _ in known) or "NULL"
+            with db:
+                db.execute("BEGIN")
+                db.execute(
+                    "UPDATE runs SET state = ?, reason = ?, ended = ? WHERE state = 'running' "
+                    f"AND agent NOT IN ({marks})",
+                    (str(RunStatus.CANCELLED), f"withdrawn: {reason}", now, *known),
+                )
+                cur = db.execute(
+                    "UPDATE tasks SET state = 'done', updated = ? "
+                    f"WHERE state IN ('queued', 'running') AND agent NOT IN ({marks})",
+                    (now, *known),
+                )
+            return int(cur.rowcount)
 
         return await self._run(withdraw)
 

@@ -184,6 +184,11 @@ class Staff:
         )
         if orphans:
             log.info("withdrew %d consultation(s)/review(s) left open by a restart", orphans)
+        gone = await self.journal.withdraw_unassigned(
+            list(self.config.agents), "its agent is no longer in company.yaml", self.clock.time()
+        )
+        if gone:
+            log.warning("withdrew %d task(s) of agents no longer in company.yaml", gone)
         for agent, (reason, budget) in (await self.journal.paused()).items():
             if agent in self._mailbox:
                 self._paused[agent] = _Pause(reason, budget)
@@ -783,7 +788,8 @@ class Staff:
         return task
 
     def reconfigure(self, config: CompanyConfig) -> None:
-        """Adopt a reloaded company.yaml: new agents get mailboxes; prompts are rebuilt."""
+        """Adopt a reloaded company.yaml: new agents get mailboxes; prompts are rebuilt.
+        (Once the supervision tree has stopped removed agents, :meth:`drop_removed`.)"""
         self.config = config
         self._prompts.clear()
         for slug in config.agents:
@@ -792,6 +798,37 @@ class Staff:
         for slug in list(self._paused):
             if slug not in config.agents:
                 del self._paused[slug]
+
+    def drop_removed(self) -> None:
+        """Withdraw the tasks of agents a reload removed (call once the tree has stopped
+        them): those waiting in a mailbox end ``cancelled`` for whoever waits on them (a
+        routine's fire, an ``ask``), and the journal closes them and any run left
+        unfinished, so none waits forever or comes back with a later agent of that name."""
+        config = self.config
+        now = self.clock.time()
+        removed = [slug for slug in self._mailbox if slug not in config.agents]
+        for slug in removed:
+            stopped = self._running.pop(slug, None)  # its run stopped at a checkpoint
+            for task in [*self._mailbox.pop(slug), *([stopped] if stopped else [])]:
+                outcome = RunOutcome(
+                    task_id=task.id,
+                    run_id="",
+                    agent=slug,
+                    status=RunStatus.CANCELLED,
+                    started=now,
+                    ended=now,
+                    reason=f"withdrawn: agent {slug!r} was removed from company.yaml",
+                )
+                for fut in self._waiters.get(task.id, []):
+                    if not fut.done():
+                        fut.set_result(outcome)
+            self._wakeup.pop(slug, None)
+        if removed:
+            self._spawn(
+                self.journal.withdraw_unassigned(
+                    list(config.agents), "its agent was removed from company.yaml", now
+                )
+            )
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:
