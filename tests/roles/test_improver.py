@@ -338,5 +338,6 @@ async def test_an_unwritable_company_yaml_refuses_the_approval_clearly(
     message = str(info.value)
     assert "cannot write" in message and "Read-only file system" in message
     assert "nothing was changed" in message and "ReadWritePaths=/etc/companyd" in message
+    assert "docs/deploy.md" in message
     assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
     assert (await store.get(p.id))[0].status == "pending"

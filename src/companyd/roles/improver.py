@@ -327,7 +327,8 @@ class Proposals:
                     "daemon runs under the systemd unit, its configuration directory is "
                     "read-only to it: apply the change by hand (the diff is in `companyd "
                     "proposals --json`) and reject the proposal, or let approvals write "
-                    "there with a drop-in: ReadWritePaths=/etc/companyd"
+                    "there (a ReadWritePaths=/etc/companyd drop-in and a daemon user that "
+                    "owns the directory: docs/deploy.md, 'Improver proposals')"
                 ) from None
 
         await asyncio.to_thread(swap)
