@@ -155,3 +155,26 @@ def test_the_command_is_registered(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "OnFailure=companyd-alert@%n.service" in out
+
+
+@pytest.mark.anyio
+async def test_an_invalid_company_yaml_is_still_reported_with_its_first_error(
+    tmp_path: Path,
+) -> None:
+    # The daemon exits 78 at start on an invalid company.yaml and systemd runs this unit:
+    # the operator must hear of it, from the alert settings that can still be read.
+    async with BotApiServer(token=TOKEN) as server:
+        path = _config(tmp_path, server.url)
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc["company"]["budget"]["daily_usd"] = "fifty"
+        path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        env = _env(tmp_path, MONITOR_SERVICE_RESULT="exit-code", MONITOR_EXIT_STATUS="78")
+        code, out, err = await _notify(path, env)
+    assert code == 0, err
+    assert "sent to 1 chat(s)" in out
+    (msg,) = server.messages
+    assert msg.text.startswith("🔴 companyd (unit companyd.service) died: exited with an error")
+    assert "company.yaml is invalid:" in msg.text and "company.budget.daily_usd" in msg.text
+    assert "'fifty'" in msg.text and "systemctl restart companyd" in msg.text
+    assert "Acme · host " in msg.text
+    assert "Traceback" not in err and TOKEN not in out + err

@@ -15,14 +15,58 @@ import signal
 import socket
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
+
+import yaml
 
 from companyd._alerts_render import ICONS, clip
 from companyd._alerts_telegram import protect, quiet_library_loggers, redact, resolve_settings
-from companyd.config import CompanyConfig
+from companyd.config import AlertsSpec, CompanyConfig
 
-__all__ = ["notify_failure", "unit_facts"]
+__all__ = ["FallbackCompany", "fallback_company", "notify_failure", "unit_facts"]
+
+
+@dataclass(frozen=True)
+class _FallbackSpec:
+    alerts: AlertsSpec
+
+
+@dataclass(frozen=True)
+class FallbackCompany:
+    """What :func:`notify_failure` needs of a company.yaml that does not validate."""
+
+    spec: _FallbackSpec
+    name: str
+    timezone: str
+
+
+def fallback_company(text: str) -> FallbackCompany:
+    """The name, time zone and alert settings of a company.yaml that does not validate as a
+    whole — the daemon then exits 78 at start, which is exactly when the operator must hear
+    of it. Each part that is unreadable takes its default (no Telegram settings at worst)."""
+    try:
+        loaded: Any = yaml.safe_load(text)
+    except yaml.YAMLError:
+        loaded = None
+    raw: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
+    company: dict[str, Any] = raw["company"] if isinstance(raw.get("company"), dict) else {}
+    name = company.get("name")
+    name = name if isinstance(name, str) and name else "companyd"
+    zone = company.get("timezone")
+    zone = zone if isinstance(zone, str) else "UTC"
+    try:
+        ZoneInfo(zone)
+    except (ValueError, KeyError, OSError):
+        zone = "UTC"
+    try:
+        alerts = AlertsSpec.model_validate(raw.get("alerts") or {})
+    except ValueError:
+        alerts = AlertsSpec()
+    return FallbackCompany(spec=_FallbackSpec(alerts), name=name, timezone=zone)
+
 
 _RESULTS = {
     "exit-code": "exited with an error",
@@ -93,13 +137,15 @@ def unit_facts(unit: str, environ: Mapping[str, str] | None = None) -> list[str]
 
 
 async def notify_failure(
-    config: CompanyConfig,
+    config: CompanyConfig | FallbackCompany,
     unit: str,
     *,
     environ: Mapping[str, str] | None = None,
     timeout: float = 20.0,
+    note: str | None = None,
 ) -> tuple[bool, str]:
-    """Send "companyd (unit UNIT) died: …" to every chat, once, directly (no outbox).
+    """Send "companyd (unit UNIT) died: …" to every chat, once, directly (no outbox);
+    ``note`` is added as a line (e.g. that company.yaml is invalid).
 
     Returns ``(sent, why)``: ``sent`` is False when Telegram is not configured or not
     reachable, and ``why`` says so (token-free).
@@ -116,6 +162,7 @@ async def notify_failure(
             f"{ICONS['critical']} companyd (unit {unit}) died"
             + (f": {facts[0].removeprefix('result: ')}" if facts else ""),
             *facts[1:],
+            *([note] if note else []),
             f"{config.name} · host {socket.gethostname()} · {when:%H:%M %Z, %d %b}",
         ]
     )

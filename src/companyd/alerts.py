@@ -1141,12 +1141,29 @@ def register(sub: Any) -> None:
 
 
 def _notify_failure_cmd(args: argparse.Namespace) -> int:
+    from companyd._alerts_notify import FallbackCompany, fallback_company
     from companyd.cli import default_config_path
     from companyd.config import load_config
+    from companyd.errors import ConfigError
 
     path = args.config or default_config_path()
-    config = load_config(path)  # a ConfigError is printed by companyd.cli (exit 1)
-    sent, why = asyncio.run(notify_failure(config, args.unit))
+    config: CompanyConfig | FallbackCompany
+    note = None
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        # An invalid company.yaml is a reason the daemon died (exit 78 at start): say so,
+        # with the alert settings that can still be read, rather than stay silent.
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        config = fallback_company(text)
+        first = str(exc.issues[0]) if exc.issues else str(exc)
+        more = f" (and {len(exc.issues) - 1} more)" if len(exc.issues) > 1 else ""
+        note = f"company.yaml is invalid: {first}{more}; fix it, then `systemctl restart companyd`"
+        print(f"companyd notify-failure: {note}", file=sys.stderr)
+    sent, why = asyncio.run(notify_failure(config, args.unit, note=note))
     if sent:
         print(f"companyd notify-failure: {why}")
         return 0
