@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from zoneinfo import ZoneInfo
 
 import pytest
 
-from companyd._alerts_render import compose, format_jobs, render
+from alertkit import alert_text
+from companyd._alerts_render import format_jobs
 from companyd.events import Event
 from companyd.roles.tasks import RunStatus
 
@@ -21,17 +21,7 @@ MakeHarness = Callable[..., Harness]
 
 
 def text_of(event: Event) -> str:
-    rendered, buttons = render(event.kind, event.data, event.source, {event.kind: 1}, {"coo"})
-    body = compose(
-        severity="warning",
-        rendered=rendered,
-        count=1,
-        first_ts=event.ts,
-        last_ts=event.ts,
-        company="Test Co",
-        tz=ZoneInfo("UTC"),
-    )
-    return body + "\n[" + " | ".join(b.label for b in buttons) + "]"
+    return alert_text(event, agents={"coo"}, company="Test Co")
 
 
 async def test_missed_failed_and_skipped_alerts_tell_how_many_when_and_why(

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 import pytest
 from spendkit import events, make_config, reserve, running, spend
 
-from companyd._alerts_render import compose, render
+from alertkit import alert_text
 from companyd.clock import ManualClock
 from companyd.events import Event, EventBus
 from companyd.spend import BudgetExhausted, SpendBook
@@ -20,17 +19,7 @@ AGENTS = {"ceo", "cfo", "coo"}
 
 
 def text_of(event: Event) -> str:
-    rendered, buttons = render(event.kind, event.data, event.source, {event.kind: 1}, AGENTS)
-    body = compose(
-        severity="warning",
-        rendered=rendered,
-        count=1,
-        first_ts=event.ts,
-        last_ts=event.ts,
-        company="Acme",
-        tz=ZoneInfo("UTC"),
-    )
-    return body + "\n[" + " | ".join(b.label for b in buttons) + "]"
+    return alert_text(event, agents=AGENTS, company="Acme")
 
 
 async def test_budget_exhausted_says_who_is_paused_and_when_it_resets(
