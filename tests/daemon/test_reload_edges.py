@@ -9,7 +9,8 @@ order of the requests is exact rather than a matter of timing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,12 @@ def work() -> Iterator[Path]:
         yield d
 
 
-def make_daemon(work: Path, monkeypatch: pytest.MonkeyPatch, listener: NotifyListener) -> Daemon:
+@contextlib.asynccontextmanager
+async def edge_daemon(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Daemon, NotifyListener]]:
+    """An offline two-agent daemon (not started) sending sd_notify to a listener; stopped
+    afterwards unless the test stopped it, and closed."""
     doc = {
         "schema": "companyd/v1",
         "company": {"name": "Edge Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
@@ -43,8 +49,18 @@ def make_daemon(work: Path, monkeypatch: pytest.MonkeyPatch, listener: NotifyLis
     }
     cfg = work / "company.yaml"
     cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    listener = NotifyListener(work / "notify")
+    listener.start()
     monkeypatch.setenv("NOTIFY_SOCKET", listener.address)
-    return Daemon(load_config(cfg), work / "s", backend=OfflineModel(), offline=True)
+    daemon = Daemon(load_config(cfg), work / "s", backend=OfflineModel(), offline=True)
+    try:
+        yield daemon, listener
+    finally:
+        if daemon.state != "stopping":
+            async with asyncio.timeout(DEADLINE):
+                await daemon.stop()
+        daemon.notifier.close()
+        listener.close()
 
 
 def lifecycle(listener: NotifyListener) -> list[str]:
@@ -56,10 +72,7 @@ def lifecycle(listener: NotifyListener) -> list[str]:
 async def test_a_reload_asked_during_start_up_waits_until_the_tree_is_up(
     work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    listener = NotifyListener(work / "notify")
-    listener.start()
-    daemon = make_daemon(work, monkeypatch, listener)
-    try:
+    async with edge_daemon(work, monkeypatch) as (daemon, listener):
         starting = asyncio.create_task(daemon.start())
         await asyncio.sleep(0)
         assert daemon.state == "starting"
@@ -73,20 +86,12 @@ async def test_a_reload_asked_during_start_up_waits_until_the_tree_is_up(
         assert lifecycle(listener) == ["READY", "RELOADING", "READY"]
         first = listener.with_key("READY")[0]
         assert first.fields["STATUS"].startswith("2/2 agents up")
-    finally:
-        async with asyncio.timeout(DEADLINE):
-            await daemon.stop()
-        daemon.notifier.close()
-        listener.close()
 
 
 async def test_a_reload_asked_while_stopping_is_refused_and_sends_no_ready(
     work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    listener = NotifyListener(work / "notify")
-    listener.start()
-    daemon = make_daemon(work, monkeypatch, listener)
-    try:
+    async with edge_daemon(work, monkeypatch) as (daemon, listener):
         async with asyncio.timeout(DEADLINE):
             await daemon.start()
         stopping = asyncio.create_task(daemon.stop())
@@ -100,12 +105,6 @@ async def test_a_reload_asked_while_stopping_is_refused_and_sends_no_ready(
         await asyncio.sleep(0.05)  # let any stray datagram arrive (there must be none)
         assert lifecycle(listener) == ["READY", "STOPPING"]
         assert not [e for e in daemon.bus.recent() if e.kind == "daemon_reloaded"]
-    finally:
-        if daemon.state != "stopping":
-            async with asyncio.timeout(DEADLINE):
-                await daemon.stop()
-        daemon.notifier.close()
-        listener.close()
 
 
 async def test_a_reload_names_the_settings_that_only_a_restart_applies(
@@ -113,11 +112,8 @@ async def test_a_reload_names_the_settings_that_only_a_restart_applies(
 ) -> None:
     from companyd.daemon.cli import _reload_summary
 
-    listener = NotifyListener(work / "notify")
-    listener.start()
-    daemon = make_daemon(work, monkeypatch, listener)
     cfg = work / "company.yaml"
-    try:
+    async with edge_daemon(work, monkeypatch) as (daemon, _):
         async with asyncio.timeout(DEADLINE):
             await daemon.start()
             same = await daemon.reload()
@@ -135,8 +131,3 @@ async def test_a_reload_names_the_settings_that_only_a_restart_applies(
             "reloaded company.yaml: restarted cfo; 1 unchanged; memory.path, anthropic "
             "changed: takes effect at the next restart (`systemctl restart companyd`)"
         )
-    finally:
-        async with asyncio.timeout(DEADLINE):
-            await daemon.stop()
-        daemon.notifier.close()
-        listener.close()
