@@ -457,77 +457,59 @@ class Journal:
         a run of it left unfinished (its agent stopped) ends ``cancelled`` with ``reason``,
         so a restart neither starts nor resumes it. A finished or quarantined task is left
         as it is."""
-
-        def withdraw(db: sqlite3.Connection) -> None:
-            with db:
-                db.execute("BEGIN")
-                db.execute(
-                    "UPDATE runs SET state = ?, reason = ?, ended = ? "
-                    "WHERE task_id = ? AND state = 'running'",
-                    (str(RunStatus.CANCELLED), f"withdrawn: {reason}", now, task_id),
-                )
-                db.execute(
-                    "UPDATE tasks SET state = 'done', updated = ? "
-                    "WHERE id = ? AND state IN ('queued', 'running')",
-                    (now, task_id),
-                )
-
-        await self._run(withdraw)
+        await self._withdraw("SELECT ?", (task_id,), reason, now)
 
     async def withdraw_orphans(self, prefixes: Sequence[str], reason: str, now: float) -> int:
         """Withdraw every queued or running task whose id starts with one of ``prefixes``
         (as :meth:`withdraw_task` does); the number withdrawn. For the start of a daemon:
         a consultation or review whose asker was waiting in the previous process has no
         one waiting for it any more."""
+        like = " OR ".join("id LIKE ?" for _ in prefixes)
+        return await self._withdraw(
+            f"SELECT id FROM tasks WHERE state IN ('queued', 'running') AND ({like})",
+            tuple(f"{p}-%" for p in prefixes),
+            reason,
+            now,
+        )
+
+    async def withdraw_unassigned(self, agents: Collection[str], reason: str, now: float) -> int:
+        """Withdraw every queued or running task of an agent not in ``agents`` (removed from
+        company.yaml), and close any run of such an agent left unfinished (as
+        :meth:`withdraw_task` does), so none waits forever or comes back if a later edit
+        re-adds an agent of that name. The number of tasks withdrawn."""
+        known = tuple(agents)
+        marks = ",".join("?" for _ in known) or "NULL"
+        return await self._withdraw(
+            f"SELECT id FROM tasks WHERE agent NOT IN ({marks}) AND (state IN ('queued', "
+            "'running') OR id IN (SELECT task_id FROM runs WHERE state = 'running'))",
+            known,
+            reason,
+            now,
+        )
+
+    async def _withdraw(
+        self, select_ids: str, params: tuple[Any, ...], reason: str, now: float
+    ) -> int:
+        """In one transaction, for each task id ``select_ids`` yields: its unfinished runs
+        end ``cancelled`` with ``reason``, and the task, if queued or running, becomes done.
+        The number of tasks withdrawn."""
 
         def withdraw(db: sqlite3.Connection) -> int:
-            like = " OR ".join("id LIKE ?" for _ in prefixes)
-            params = tuple(f"{p}-%" for p in prefixes)
+            withdrawn = 0
             with db:
                 db.execute("BEGIN")
-                ids = [
-                    r[0]
-                    for r in db.execute(
-                        f"SELECT id FROM tasks WHERE state IN ('queued', 'running') AND ({like})",
-                        params,
-                    )
-                ]
-                for task_id in ids:
+                for (task_id,) in db.execute(select_ids, params).fetchall():
                     db.execute(
                         "UPDATE runs SET state = ?, reason = ?, ended = ? "
                         "WHERE task_id = ? AND state = 'running'",
                         (str(RunStatus.CANCELLED), f"withdrawn: {reason}", now, task_id),
                     )
-                    db.execute(
-                        "UPDATE tasks SET state = 'done', updated = ? WHERE id = ?",
+                    withdrawn += db.execute(
+                        "UPDATE tasks SET state = 'done', updated = ? "
+                        "WHERE id = ? AND state IN ('queued', 'running')",
                         (now, task_id),
-                    )
-            return len(ids)
-
-        return await self._run(withdraw)
-
-    async def withdraw_unassigned(self, agents: Collection[str], reason: str, now: float) -> int:
-        """Withdraw every queued or running task of an agent not in ``agents`` (removed from
-        company.yaml): the task becomes done and an unfinished run of it ends ``cancelled``
-        with ``reason``, so it neither waits forever nor comes back if a later edit re-adds
-        an agent of that name. The number withdrawn."""
-
-        def withdraw(db: sqlite3.Connection) -> int:
-            known = tuple(agents)
-            marks = ",".join("?" for _ in known) or "NULL"
-            with db:
-                db.execute("BEGIN")
-                db.execute(
-                    "UPDATE runs SET state = ?, reason = ?, ended = ? WHERE state = 'running' "
-                    f"AND agent NOT IN ({marks})",
-                    (str(RunStatus.CANCELLED), f"withdrawn: {reason}", now, *known),
-                )
-                cur = db.execute(
-                    "UPDATE tasks SET state = 'done', updated = ? "
-                    f"WHERE state IN ('queued', 'running') AND agent NOT IN ({marks})",
-                    (now, *known),
-                )
-            return int(cur.rowcount)
+                    ).rowcount
+            return withdrawn
 
         return await self._run(withdraw)
 
