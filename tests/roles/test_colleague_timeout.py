@@ -175,21 +175,16 @@ async def test_a_consultation_left_open_by_a_restart_is_withdrawn_not_run(
     state = tmp_path / "state"
     journal = Journal(state / "runs.sqlite")
     await journal.open()
-    queued = Task(
-        id=new_id("consult"),
-        agent="cfo",
-        prompt="What is our runway?",
-        source="agent:ceo",
-        created=1.0,
-        consult_chain=("ceo",),
-    )
-    running = Task(
-        id=new_id("consult"),
-        agent="cfo",
-        prompt="And the burn?",
-        source="agent:ceo",
-        created=2.0,
-        consult_chain=("ceo",),
+    queued, running = (
+        Task(
+            id=new_id("consult"),
+            agent="cfo",
+            prompt=prompt,
+            source="agent:ceo",
+            created=created,
+            consult_chain=("ceo",),
+        )
+        for prompt, created in (("What is our runway?", 1.0), ("And the burn?", 2.0))
     )
     kept = Task(
         id=new_id("task"), agent="cfo", prompt="Close the books.", source="operator", created=3.0
