@@ -44,10 +44,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from companyd.daemon.child import StandaloneContext  # noqa: E402
 from companyd.events import EventBus  # noqa: E402
 from companyd.memory.service import MemoryService  # noqa: E402
 from companyd.memory.store import GraphStore  # noqa: E402
+from companyd.supervision.child import StandaloneContext  # noqa: E402
 
 SERVE = [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file"]
 ENV = {"PYTHONPATH": str(ROOT / "src")}

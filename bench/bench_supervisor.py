@@ -33,9 +33,9 @@ import time
 from typing import Any
 
 from companyd.clock import SystemClock
-from companyd.daemon.child import ChildContext
-from companyd.daemon.supervisor import ChildSpec, Supervisor
 from companyd.events import EventBus
+from companyd.supervision.child import ChildContext
+from companyd.supervision.supervisor import ChildSpec, Supervisor
 
 
 def rss_mb() -> float:

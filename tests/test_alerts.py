@@ -2,7 +2,7 @@
 
 Time that the service measures (coalescing windows, edit throttling, quiet hours, backoff)
 runs on a ManualClock; HTTP is real, on loopback. The Admin side is a small recording
-implementation of our own protocol (companyd.daemon.admin.Admin), not an SDK mock.
+implementation of our own protocol (companyd.admin.Admin), not an SDK mock.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
+from companyd.admin import AdminError
 from companyd.alerts import EDIT_INTERVAL, AlertService
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config
-from companyd.daemon.admin import AdminError
 from companyd.events import EventBus
 from companyd.testing.bot_api import BotApiServer, SentMessage
 

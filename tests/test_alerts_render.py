@@ -373,7 +373,7 @@ def _text(kind: str, data: dict[str, Any], source: str = "src", **counts: int) -
 
 
 def test_the_shapes_the_supervisor_sends() -> None:
-    """Field names as companyd.daemon.supervisor emits them (docs/events.md)."""
+    """Field names as companyd.supervision.supervisor emits them (docs/events.md)."""
     exited = {
         "child": "cfo",
         "restart_type": "permanent",

@@ -1,8 +1,8 @@
 """What the operator can do from the phone: commands and button actions (private).
 
 Part of :mod:`companyd.alerts`. Each command and button calls the daemon's
-:class:`~companyd.daemon.admin.Admin` with a bounded wait and turns the result into a short
-text; :class:`~companyd.daemon.admin.AdminError` messages are shown as they are (they quote
+:class:`~companyd.admin.Admin` with a bounded wait and turns the result into a short
+text; :class:`~companyd.admin.AdminError` messages are shown as they are (they quote
 the value and name the choices). Nothing here touches Telegram.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from companyd._alerts_render import format_jobs, format_result, format_status
 from companyd._alerts_store import AlertRecord
-from companyd.daemon.admin import Admin, AdminError
+from companyd.admin import Admin, AdminError
 
 __all__ = ["ADMIN_TIMEOUT", "COMMANDS", "act", "buttons_after", "command_reply", "help_text"]
 

@@ -780,7 +780,7 @@ def split_text(text: str, limit: int = MAX_TEXT, max_parts: int = 4) -> list[str
 
 
 def format_result(title: str, result: Any, max_lines: int = 80) -> str:
-    """A compact, indented text of an :class:`~companyd.daemon.admin.Admin` result dict.
+    """A compact, indented text of an :class:`~companyd.admin.Admin` result dict.
 
     Keys ending in ``_usd`` show as dollars, ``*_ts``/``*_at`` epoch numbers as UTC times,
     ``*_pct``/``*_rate``/``level`` fractions as percentages; nesting is shown with two

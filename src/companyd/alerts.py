@@ -1,10 +1,10 @@
 """The operator's pager: Telegram alerts from the event stream, and commands from the phone.
 
 :class:`AlertService` is a supervised child (``run(ctx)``, see
-:mod:`companyd.daemon.child`). It subscribes to the :class:`~companyd.events.EventBus` and
+:mod:`companyd.supervision.child`). It subscribes to the :class:`~companyd.events.EventBus` and
 turns the events worth a human's attention into Telegram messages — once, with the cause,
 and with a button where an action fits — and it answers the operator's commands by calling
-the daemon's :class:`~companyd.daemon.admin.Admin`.
+the daemon's :class:`~companyd.admin.Admin`.
 
 What it guarantees:
 
@@ -77,11 +77,11 @@ from companyd._alerts_telegram import (
     resolve_settings,
     retry_after_seconds,
 )
+from companyd.admin import Admin, AdminError
 from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig, QuietHoursSpec
-from companyd.daemon.admin import Admin, AdminError
-from companyd.daemon.child import ChildContext
 from companyd.events import Event, EventBus, Subscription
+from companyd.supervision.child import ChildContext
 
 if TYPE_CHECKING:
     from telegram import CallbackQuery, InlineKeyboardMarkup, Message, Update, User

@@ -55,7 +55,7 @@ _RANK = {Severity.DEBUG: 0, Severity.INFO: 1, Severity.WARNING: 2, Severity.CRIT
 #: Known event kinds and their default severity. Publishers may use other kinds; they
 #: default to INFO. Keep this table in step with docs/events.md.
 KINDS: Mapping[str, Severity] = {
-    # supervision (companyd.daemon.supervisor)
+    # supervision (companyd.supervision.supervisor)
     "sup_started": Severity.DEBUG,
     "sup_stopped": Severity.DEBUG,
     "child_started": Severity.DEBUG,

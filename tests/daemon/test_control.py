@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from companyd.admin import AdminError
 from companyd.clock import ManualClock
-from companyd.daemon.admin import AdminError
 from companyd.daemon.cli import render_status, status_line
 from companyd.daemon.control import (
     ADMIN_OPS,

@@ -14,14 +14,7 @@ import yaml
 
 from companyd.clock import ManualClock
 from companyd.config import AgentConfig, CompanyConfig, load_config, load_config_text
-from companyd.daemon.child import ChildContext
 from companyd.daemon.demo import CrashSwitch
-from companyd.daemon.supervisor import (
-    ChildSpec,
-    InvalidSpec,
-    Supervisor,
-    SupervisorStartError,
-)
 from companyd.daemon.tree import (
     ROOT_MAX_RESTARTS,
     ROOT_MAX_SECONDS,
@@ -32,6 +25,13 @@ from companyd.daemon.tree import (
     plan_agents_diff,
 )
 from companyd.events import Event, EventBus
+from companyd.supervision.child import ChildContext
+from companyd.supervision.supervisor import (
+    ChildSpec,
+    InvalidSpec,
+    Supervisor,
+    SupervisorStartError,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from agentkit import PerAgent, running_company, tool_results, write_company
 
+from companyd.admin import AdminError
 from companyd.clock import SystemClock
 from companyd.config import load_config
-from companyd.daemon.admin import AdminError
 from companyd.events import EventBus
 from companyd.roles.improver import ProposalError, Proposals
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use

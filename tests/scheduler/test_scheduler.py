@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from companyd.daemon.child import StandaloneContext
 from companyd.roles.tasks import RunOutcome, RunStatus
 from companyd.scheduler.service import RoutineBusy, RoutineNotFound
+from companyd.supervision.child import StandaloneContext
 
 from .conftest import Harness, company, iso, ts
 

@@ -65,7 +65,7 @@ def make_config(tmp_path: Path, text: str | None = None, **kw: Any) -> CompanyCo
 
 
 class Ctx:
-    """A minimal :class:`companyd.daemon.child.ChildContext` for running a child alone."""
+    """A minimal :class:`companyd.supervision.child.ChildContext` for running a child alone."""
 
     id = "spend"
     path = "companyd/spend"

@@ -11,7 +11,7 @@ order::
     ← {"ok": true, "result": {...}, "id": 7}
     ← {"ok": false, "error": "unknown agent 'cfoo'; agents: ceo, cfo, …", "code": "admin"}
 
-``op`` is a method of :class:`~companyd.daemon.admin.Admin` (``status``, ``pause``, …) or the
+``op`` is a method of :class:`~companyd.admin.Admin` (``status``, ``pause``, …) or the
 built-in ``ping``; ``args`` are its keyword arguments, checked against the method's
 signature and types before the call; ``id`` is optional and echoed back. ``code`` says
 which kind of failure it was: ``bad_request`` (unknown op, bad JSON, wrong arguments),
@@ -49,10 +49,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from companyd import __version__
+from companyd.admin import Admin, AdminError
 from companyd.clock import Clock, SystemClock
-from companyd.daemon.admin import Admin, AdminError
-from companyd.daemon.child import ChildContext
 from companyd.errors import CompanydError, DaemonNotRunning
+from companyd.supervision.child import ChildContext
 
 __all__ = [
     "ADMIN_OPS",
@@ -133,7 +133,7 @@ def socket_path(state_dir: str | os.PathLike[str], env: Mapping[str, str] | None
 
 
 class ControlServer:
-    """Serves an :class:`~companyd.daemon.admin.Admin` on a Unix socket; a supervised child.
+    """Serves an :class:`~companyd.admin.Admin` on a Unix socket; a supervised child.
 
     Args:
         admin: the daemon's operator operations.

@@ -23,8 +23,6 @@ from typing import Any, TextIO
 
 from companyd.clock import Clock, SystemClock
 from companyd.config import AgentConfig, CompanyConfig
-from companyd.daemon.child import ChildContext
-from companyd.daemon.supervisor import ChildSpec, SupervisorGaveUp
 from companyd.daemon.tree import (
     AGENTS,
     ROOT,
@@ -33,6 +31,8 @@ from companyd.daemon.tree import (
     placeholder_service,
 )
 from companyd.events import Event, EventBus
+from companyd.supervision.child import ChildContext
+from companyd.supervision.supervisor import ChildSpec, SupervisorGaveUp
 
 __all__ = ["SERVICES", "CrashSwitch", "crash_test", "register", "render_tree"]
 

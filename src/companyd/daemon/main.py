@@ -7,7 +7,7 @@ stops them in the reverse order):
 
 then tells systemd it is ready, pings the watchdog from the event loop, answers the
 operator (control socket and Telegram, through :class:`Daemon`, the one implementation of
-:class:`~companyd.daemon.admin.Admin`), reloads company.yaml on SIGHUP and stops gracefully
+:class:`~companyd.admin.Admin`), reloads company.yaml on SIGHUP and stops gracefully
 on SIGTERM/SIGINT. docs/daemon.md lists exit codes, signals and the state directory.
 """
 
@@ -28,10 +28,9 @@ from typing import Any
 
 from companyd import __version__
 from companyd._heap import freeze_startup_heap
+from companyd.admin import AdminError
 from companyd.clock import Clock, ScaledClock, SystemClock
 from companyd.config import CompanyConfig, load_config
-from companyd.daemon.admin import AdminError
-from companyd.daemon.child import StandaloneContext
 from companyd.errors import (
     EX_CONFIG,
     EX_SOFTWARE,
@@ -43,6 +42,7 @@ from companyd.errors import (
 from companyd.events import EventBus
 from companyd.roles.model import ModelBackend, ModelUnavailable
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
+from companyd.supervision.child import StandaloneContext
 
 __all__ = ["Daemon", "register"]
 
@@ -288,8 +288,8 @@ class Daemon:
     # -- the tree -----------------------------------------------------------------------
 
     def _build_tree(self) -> Any:
-        from companyd.daemon.supervisor import ChildSpec
         from companyd.daemon.tree import build_company_tree
+        from companyd.supervision.supervisor import ChildSpec
 
         services = [
             ChildSpec(id="memory", start=self.memory.run, shutdown=30.0),
@@ -396,7 +396,7 @@ class Daemon:
     async def main(self) -> int:
         """Run until SIGTERM/SIGINT (exit 0) or until the root supervisor gives up (1)."""
         from companyd.daemon.logs import log_events
-        from companyd.daemon.supervisor import SupervisorGaveUp, SupervisorStartError
+        from companyd.supervision.supervisor import SupervisorGaveUp, SupervisorStartError
 
         loop = asyncio.get_running_loop()
         remove_logger = log_events(self.bus)

@@ -46,10 +46,10 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from companyd import __version__
-from companyd.daemon.child import ChildContext
 from companyd.daemon.systemd import LagStats
 from companyd.errors import CompanydError, ConfigError, ConfigIssue
 from companyd.events import Event, EventBus
+from companyd.supervision.child import ChildContext
 
 __all__ = ["Metrics", "MetricsServer", "parse_listen"]
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from companyd.clock import Clock, SystemClock
-from companyd.daemon.child import ChildContext
 from companyd.events import EventBus
+from companyd.supervision.child import ChildContext
 
 __all__ = [
     "LagStats",

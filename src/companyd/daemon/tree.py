@@ -30,8 +30,9 @@ from typing import Any, Final
 
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig, SupervisorSpec
-from companyd.daemon.child import ChildContext
-from companyd.daemon.supervisor import (
+from companyd.events import EventBus
+from companyd.supervision.child import ChildContext
+from companyd.supervision.supervisor import (
     DEFAULT_KILL_GRACE,
     Backoff,
     ChildNotFound,
@@ -43,7 +44,6 @@ from companyd.daemon.supervisor import (
     SupervisorFlags,
     SupervisorNotRunning,
 )
-from companyd.events import EventBus
 
 __all__ = [
     "AGENTS",

@@ -43,11 +43,11 @@ from mcp.shared.message import SessionMessage
 
 from companyd._heap import freeze_startup_heap
 from companyd.clock import Clock, SystemClock
-from companyd.daemon.child import StandaloneContext
 from companyd.events import Event, EventBus
 from companyd.memory.errors import MemoryToolError, MemoryUnavailable
 from companyd.memory.service import MemoryService
 from companyd.memory.tools import MUTATING_TOOLS, pretty, result_text, tool_definitions
+from companyd.supervision.child import StandaloneContext
 
 __all__ = [
     "RESOURCE_URI",

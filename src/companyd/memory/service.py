@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from companyd.clock import Clock, SystemClock
-from companyd.daemon.child import ChildContext
 from companyd.events import EventBus
 from companyd.memory.codec import LoadReport
 from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryUnavailable
 from companyd.memory.graph import KnowledgeGraph
 from companyd.memory.store import GraphStore, Operation, Outcome
 from companyd.memory.tools import validate_arguments
+from companyd.supervision.child import ChildContext
 
 __all__ = ["MemoryService"]
 

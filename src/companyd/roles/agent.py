@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from companyd.config import AgentConfig
-from companyd.daemon.child import ChildContext
 from companyd.roles.breaker import Breaker, BreakerTripped
 from companyd.roles.journal import JournaledRun, Step, TaskState
 from companyd.roles.model import (
@@ -56,6 +55,7 @@ from companyd.roles.model import (
 from companyd.roles.staff import InjectedCrash
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
 from companyd.roles.tools import ToolBox, ToolCallContext, unknown_outcome_result
+from companyd.supervision.child import ChildContext
 
 if TYPE_CHECKING:
     from companyd.roles.staff import Staff

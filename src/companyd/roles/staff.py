@@ -36,7 +36,6 @@ from typing import Any, Protocol
 
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
-from companyd.daemon.child import ChildContext, ChildFn
 from companyd.events import Event, EventBus
 from companyd.roles.improver import Proposals, improver_tools
 from companyd.roles.journal import Journal, TaskState
@@ -52,6 +51,7 @@ from companyd.roles.tools import (
     json_schema,
     memory_tools,
 )
+from companyd.supervision.child import ChildContext, ChildFn
 
 __all__ = ["DEFAULT_COLLEAGUE_TIMEOUT", "SpendPort", "Staff"]
 

@@ -40,10 +40,9 @@ from typing import Any
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 
+from companyd.admin import AdminError
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
-from companyd.daemon.admin import AdminError
-from companyd.daemon.child import ChildContext
 from companyd.events import EventBus
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
@@ -66,6 +65,7 @@ from companyd.scheduler.triggers import (
     next_after,
     trigger_identity,
 )
+from companyd.supervision.child import ChildContext
 
 __all__ = [
     "IDLE_RETENTION",

@@ -60,7 +60,6 @@ from zoneinfo import ZoneInfo
 
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
-from companyd.daemon.child import ChildContext
 from companyd.errors import CompanydError
 from companyd.events import EventBus
 from companyd.roles.model import Usage
@@ -88,6 +87,7 @@ from companyd.spend.ledger import (
 from companyd.spend.periods import next_day_start, parse_period, period_keys
 from companyd.spend.prices import Price, PriceTable
 from companyd.spend.runaway import HISTORY_SECONDS, RunawayDetector
+from companyd.supervision.child import ChildContext
 
 __all__ = ["BudgetExhausted", "Reservation", "SpendBook", "SpendError"]
 

@@ -1,6 +1,6 @@
 """Loopback stand-ins for the daemon's operational parts (systemd, control, metrics).
 
-* :class:`Ctx` / :func:`running`: a minimal :class:`~companyd.daemon.child.ChildContext`,
+* :class:`Ctx` / :func:`running`: a minimal :class:`~companyd.supervision.child.ChildContext`,
   so one child's ``run(ctx)`` can be driven without a supervisor;
 * :class:`Receiver` / :func:`receiver`: a datagram socket standing in for systemd's notify
   socket (path or abstract), for sd_notify tests and start-to-READY benchmarks;
@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 # The short name the tests use for a child run on its own.
-from companyd.daemon.child import StandaloneContext as Ctx
+from companyd.supervision.child import StandaloneContext as Ctx
 
 __all__ = ["Ctx", "Receiver", "as_unprivileged", "receiver", "running", "short_dir"]
 

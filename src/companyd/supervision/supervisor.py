@@ -1,7 +1,7 @@
 """Erlang/OTP supervision on asyncio.
 
 A :class:`Supervisor` runs *children* — async callables following the contract in
-:mod:`companyd.daemon.child` — as asyncio tasks it owns, and restarts them by OTP's rules
+:mod:`companyd.supervision.child` — as asyncio tasks it owns, and restarts them by OTP's rules
 (docs/supervision.md is the long form; ../shared/reference/otp-supervisor.md §1 is the spec):
 
 * Each child has a restart type: ``permanent`` (always restarted), ``transient`` (restarted
@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar, cast, get_args
 
 from companyd.clock import Clock, SystemClock
-from companyd.daemon.child import ChildContext, ChildFn, Shutdown
 from companyd.errors import CompanydError
 from companyd.events import EventBus, Severity
+from companyd.supervision.child import ChildContext, ChildFn, Shutdown
 
 __all__ = [
     "BRUTAL_KILL",
@@ -220,7 +220,7 @@ class SupervisorStartError(SupervisorError):
 class SupervisorGaveUp(Shutdown, SupervisorError):
     """A supervisor reached its maximum restart intensity and stopped.
 
-    It is a :class:`~companyd.daemon.child.Shutdown` (exit reason
+    It is a :class:`~companyd.supervision.child.Shutdown` (exit reason
     ``{shutdown, reached_max_restart_intensity}``, normal class, as in OTP), so the parent
     applies the sub-supervisor's restart type. The root raises it from :meth:`Supervisor.wait`;
     ``exit_code`` is what the daemon exits with so that systemd restarts it.

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from companyd.clock import ManualClock
-from companyd.daemon.child import ChildContext, Shutdown
-from companyd.daemon.supervisor import (
+from companyd.events import Event, EventBus, Severity
+from companyd.supervision.child import ChildContext, Shutdown
+from companyd.supervision.supervisor import (
     BRUTAL_KILL,
     IGNORE,
     INFINITY,
@@ -40,7 +41,6 @@ from companyd.daemon.supervisor import (
     SupervisorNotRunning,
     SupervisorStartError,
 )
-from companyd.events import Event, EventBus, Severity
 
 pytestmark = pytest.mark.anyio
 
