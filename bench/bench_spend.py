@@ -32,7 +32,7 @@ from pathlib import Path
 from companyd.clock import ManualClock
 from companyd.config import load_config_text
 from companyd.events import EventBus
-from companyd.roles.model import Usage
+from companyd.llm.model import Usage
 from companyd.spend import SpendBook
 from companyd.spend.ledger import Ledger
 

@@ -51,6 +51,8 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from companyd.errors import ConfigError, ConfigIssue
+from companyd.events import KINDS
+from companyd.llm.prices import is_known_model
 
 __all__ = [
     "SCHEMA",
@@ -1839,8 +1841,6 @@ def _cross_check(data: dict[str, Any], rep: _Report, base: Path) -> dict[str, st
 
     routes = _as_dict(_as_dict(data.get("alerts")).get("routes"))
     if routes:
-        from companyd.events import KINDS
-
         for kind in routes:
             if kind not in KINDS:
                 close = _closest(kind, list(KINDS))
@@ -1948,8 +1948,6 @@ def _check_org_chart(agents: dict[str, Any], rep: _Report) -> None:
 
 def _check_models(data: dict[str, Any], rep: _Report) -> None:
     """Unknown model ids are warnings: they still run, priced at the dearest known rate."""
-    from companyd.spend.prices import is_known_model  # late import: spend imports config
-
     pricing = set(_as_dict(data.get("pricing")))
 
     def check(value: Any, path: Path_) -> None:

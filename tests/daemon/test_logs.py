@@ -103,7 +103,7 @@ def test_json_lines_carry_level_logger_message_and_exception(handles: list[Loggi
 def test_registered_secrets_never_reach_the_output(handles: list[LoggingHandle], fmt: str) -> None:
     h, out = _setup(handles, fmt=fmt, secrets=[SECRET])
     h.redactor.add(TOKEN)  # registered later, e.g. after the credentials were read
-    log = logging.getLogger("companyd.roles.claude")
+    log = logging.getLogger("companyd.llm.claude")
     log.warning("calling with key %s", SECRET)
     inline = "inline " + SECRET  # already in the message, not an argument
     log.warning(inline)

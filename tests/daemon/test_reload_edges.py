@@ -18,7 +18,7 @@ import yaml
 
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
-from companyd.roles.offline import OfflineModel
+from companyd.llm.offline import OfflineModel
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import NotifyListener
 

@@ -21,7 +21,7 @@ import yaml
 from companyd.clock import Clock
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
-from companyd.roles.claude import ClaudeBackend
+from companyd.llm.claude import ClaudeBackend
 from companyd.testing.messages_api import (
     Fault,
     MessagesAPIServer,

@@ -20,7 +20,7 @@ import pytest
 from agentkit import PerAgent, running_company, write_company
 
 from companyd.clock import ManualClock
-from companyd.roles.model import Usage
+from companyd.llm.model import Usage
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,

@@ -15,7 +15,7 @@ from typing import Any
 
 from companyd.config import CompanyConfig, load_config
 from companyd.events import Event, EventBus
-from companyd.roles.model import Usage
+from companyd.llm.model import Usage
 from companyd.spend import SpendBook
 from companyd.spend.book import Reservation
 

@@ -29,11 +29,11 @@ from spendkit import company_yaml, events, make_config, running
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.roles.claude import ClaudeBackend, estimate_input_tokens
-from companyd.roles.model import ModelRequest, Usage
+from companyd.llm.claude import ClaudeBackend, estimate_input_tokens
+from companyd.llm.model import ModelRequest, Usage
+from companyd.llm.prices import Price
 from companyd.spend import BudgetExhausted, SpendBook
 from companyd.spend.ledger import PUSD, Ledger
-from companyd.spend.prices import Price
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,
@@ -296,8 +296,8 @@ CHILD = textwrap.dedent(
     from pathlib import Path
     from companyd.config import load_config
     from companyd.events import EventBus
-    from companyd.roles.claude import ClaudeBackend, estimate_input_tokens
-    from companyd.roles.model import ModelRequest
+    from companyd.llm.claude import ClaudeBackend, estimate_input_tokens
+    from companyd.llm.model import ModelRequest
     from companyd.spend import SpendBook
 
     async def main() -> None:

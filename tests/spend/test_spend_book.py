@@ -17,7 +17,7 @@ from spendkit import company_yaml, events, make_config, micro, reserve, running,
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.roles.model import Usage
+from companyd.llm.model import Usage
 from companyd.spend import BudgetExhausted, LedgerError, SpendBook, SpendError
 from companyd.spend.ledger import PUSD, InflightRow, Ledger
 

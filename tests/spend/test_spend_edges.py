@@ -14,7 +14,7 @@ from spendkit import events, make_config, micro, reserve, running, spend
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.roles.model import Usage
+from companyd.llm.model import Usage
 from companyd.spend import BudgetExhausted, SpendBook
 
 

@@ -14,7 +14,7 @@ from spendkit import make_config, reserve, running, spend
 from companyd.cli import main
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.roles.model import Usage
+from companyd.llm.model import Usage
 from companyd.spend import SpendBook
 from companyd.spend.ledger import PUSD, CallRow, Ledger, LedgerError, from_pusd, to_pusd
 

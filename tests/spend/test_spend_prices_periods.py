@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spendkit import company_yaml, make_config
 
-from companyd.roles.model import Usage
+from companyd.llm.model import Usage
+from companyd.llm.prices import BUILTIN_PRICES, PriceTable
 from companyd.spend.periods import (
     day_key,
     month_key,
@@ -20,7 +21,6 @@ from companyd.spend.periods import (
     next_month_start,
     parse_period,
 )
-from companyd.spend.prices import BUILTIN_PRICES, PriceTable
 
 
 def table(tmp_path: Path, pricing: str) -> PriceTable:

@@ -40,7 +40,7 @@ from companyd.errors import (
     StateLocked,
 )
 from companyd.events import EventBus
-from companyd.roles.model import ModelBackend, ModelUnavailable
+from companyd.llm.model import ModelBackend, ModelUnavailable
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
 from companyd.supervision.child import StandaloneContext
 
@@ -186,10 +186,10 @@ def _backend(
     config: CompanyConfig, *, offline: bool, redact: Any, clock: Clock | None = None
 ) -> ModelBackend:
     if offline:
-        from companyd.roles.offline import OfflineModel
+        from companyd.llm.offline import OfflineModel
 
         return OfflineModel()
-    from companyd.roles.claude import ClaudeBackend, resolve_api_key
+    from companyd.llm.claude import ClaudeBackend, resolve_api_key
 
     redact(resolve_api_key(config.spec.anthropic))
     return ClaudeBackend.from_config(config.spec.anthropic, clock=clock)

@@ -40,9 +40,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from companyd.config import AgentConfig
-from companyd.roles.breaker import Breaker, BreakerTripped
-from companyd.roles.journal import JournaledRun, Step, TaskState
-from companyd.roles.model import (
+from companyd.llm.model import (
     ModelAuthFailed,
     ModelBadRequest,
     ModelError,
@@ -52,6 +50,8 @@ from companyd.roles.model import (
     Usage,
     estimate_input_tokens,
 )
+from companyd.roles.breaker import Breaker, BreakerTripped
+from companyd.roles.journal import JournaledRun, Step, TaskState
 from companyd.roles.staff import InjectedCrash
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
 from companyd.roles.tools import ToolBox, ToolCallContext, unknown_outcome_result

@@ -37,9 +37,9 @@ from typing import Any, Protocol
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
 from companyd.events import Event, EventBus
+from companyd.llm.model import ModelBackend
 from companyd.roles.improver import Proposals, improver_tools
 from companyd.roles.journal import Journal, TaskState
-from companyd.roles.model import ModelBackend
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
 from companyd.roles.tools import (
     McpToolServer,

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from companyd.config import McpServerSpec, ToolsSpec
 from companyd.errors import CompanydError
-from companyd.roles.model import ToolDef
+from companyd.llm.model import ToolDef
 
 __all__ = [
     "McpToolServer",

@@ -3,7 +3,7 @@
 :func:`simulate_company` runs a company's routines for simulated days the way the daemon
 runs them — the scheduler hands each fire to :class:`~companyd.roles.staff.Staff`; the agents
 run the tool-use loop with the real memory and spend services, the run journal, breakers
-and model fallback; every model call goes through :class:`~companyd.roles.claude.ClaudeBackend`
+and model fallback; every model call goes through :class:`~companyd.llm.claude.ClaudeBackend`
 and the real ``anthropic`` SDK over loopback HTTP to the Messages API stand-in
 (:class:`~companyd.testing.messages_api.MessagesAPIServer`, which may inject transient 529 and
 500 errors) — and audits the result: the scheduler's history against the schedule
@@ -208,7 +208,7 @@ async def simulate_company(
         downtime: scheduler restarts, as :func:`~companyd.scheduler.sim.simulate` takes them.
     """
     from companyd.daemon.main import Daemon
-    from companyd.roles.claude import ClaudeBackend
+    from companyd.llm.claude import ClaudeBackend
 
     gate = ModelCallGate(clock)
     claude = ClaudeBackend.from_config(

@@ -4,9 +4,9 @@ The agent runtime and the daemon use :class:`SpendBook` (reserve → call → se
 ``companyd spend`` and ``companyd budget`` read the ledger directly (docs/spend.md).
 """
 
+from companyd.llm.prices import Price, PriceTable
 from companyd.spend.book import BudgetExhausted, Reservation, SpendBook, SpendError
 from companyd.spend.ledger import LedgerError
-from companyd.spend.prices import Price, PriceTable
 
 __all__ = [
     "BudgetExhausted",

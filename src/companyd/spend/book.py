@@ -62,7 +62,8 @@ from companyd.clock import Clock
 from companyd.config import CompanyConfig
 from companyd.errors import CompanydError
 from companyd.events import EventBus
-from companyd.roles.model import Usage
+from companyd.llm.model import Usage
+from companyd.llm.prices import Price, PriceTable
 from companyd.spend import reports
 from companyd.spend.budgets import (
     COMPANY,
@@ -85,7 +86,6 @@ from companyd.spend.ledger import (
     to_pusd,
 )
 from companyd.spend.periods import next_day_start, parse_period, period_keys
-from companyd.spend.prices import Price, PriceTable
 from companyd.spend.runaway import HISTORY_SECONDS, RunawayDetector
 from companyd.supervision.child import ChildContext
 

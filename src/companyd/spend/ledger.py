@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd.errors import CompanydError
-from companyd.roles.model import Usage
+from companyd.llm.model import Usage
 
 __all__ = [
     "DIMENSIONS",

@@ -60,7 +60,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from companyd.roles.model import Usage
+from companyd.llm.model import Usage
 
 __all__ = [
     "AgentLikeResponder",

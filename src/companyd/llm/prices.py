@@ -13,14 +13,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from companyd.roles.model import Usage
-
-if TYPE_CHECKING:
-    from companyd.config import PriceSpec
+from companyd.llm.model import Usage
 
 __all__ = ["BUILTIN_PRICES", "Price", "PriceTable", "is_known_model"]
+
+
+class PriceSpec(Protocol):
+    """What the catalog reads of one model's configured rates (config's ``PriceSpec``
+    satisfies it); a protocol so the catalog sits below the configuration layer."""
+
+    @property
+    def input(self) -> float: ...
+    @property
+    def output(self) -> float: ...
+    @property
+    def cache_write_5m(self) -> float | None: ...
+    @property
+    def cache_write_1h(self) -> float | None: ...
+    @property
+    def cache_read(self) -> float | None: ...
+    @property
+    def effective_from(self) -> date | None: ...
+
 
 _MTOK = Decimal(1_000_000)
 

@@ -4,9 +4,9 @@ Agents never see SDK objects. They build a :class:`ModelRequest`, hand it to a
 :class:`ModelBackend` and get a :class:`ModelResponse` — or one of the errors below. Two
 backends implement the protocol:
 
-* ``companyd.roles.claude.ClaudeBackend`` — the official ``anthropic`` SDK (the only module
+* ``companyd.llm.claude.ClaudeBackend`` — the official ``anthropic`` SDK (the only module
   that imports it), with its errors mapped to these;
-* ``companyd.roles.offline.OfflineModel`` — a deterministic built-in stand-in used with
+* ``companyd.llm.offline.OfflineModel`` — a deterministic built-in stand-in used with
   ``--offline``.
 
 Content blocks are plain dicts in the Messages API's own JSON shapes (``{"type": "text",

@@ -1,9 +1,9 @@
 """Claude through the official ``anthropic`` SDK — the only module that imports it.
 
-:class:`ClaudeBackend` implements :class:`companyd.roles.model.ModelBackend`: it turns a
-:class:`~companyd.roles.model.ModelRequest` into one ``AsyncAnthropic.messages.create`` call
-and the SDK's answer (or exception) into a :class:`~companyd.roles.model.ModelResponse` (or
-one of companyd's :class:`~companyd.roles.model.ModelError` subclasses). One call = one
+:class:`ClaudeBackend` implements :class:`companyd.llm.model.ModelBackend`: it turns a
+:class:`~companyd.llm.model.ModelRequest` into one ``AsyncAnthropic.messages.create`` call
+and the SDK's answer (or exception) into a :class:`~companyd.llm.model.ModelResponse` (or
+one of companyd's :class:`~companyd.llm.model.ModelError` subclasses). One call = one
 model: falling back to another model is the agent runtime's job.
 
 **Retries are ours, not the SDK's** (the client is built with ``max_retries=0``). SDK 2.12
@@ -53,14 +53,13 @@ import random
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import anthropic
 
 from companyd.clock import Clock, SystemClock
-from companyd.config import AnthropicSpec
-from companyd.roles.model import (
+from companyd.llm.model import (
     ModelAuthFailed,
     ModelBadRequest,
     ModelError,
@@ -99,6 +98,22 @@ _ATTEMPT_GRACE = 5.0
 
 # ---------------------------------------------------------------------------------------
 # Credentials and endpoint
+
+
+class AnthropicSpec(Protocol):
+    """How to reach the Messages API, as this module reads it (config's ``AnthropicSpec``
+    satisfies it); a protocol so the model layer sits below the configuration layer."""
+
+    @property
+    def api_key_env(self) -> str: ...
+    @property
+    def api_key_credential(self) -> str: ...
+    @property
+    def base_url(self) -> str | None: ...
+    @property
+    def timeout_seconds(self) -> float: ...
+    @property
+    def max_retries(self) -> int: ...
 
 
 def resolve_api_key(spec: AnthropicSpec, environ: Mapping[str, str] | None = None) -> str:
@@ -351,7 +366,7 @@ def _should_retry(exc: BaseException, err: ModelError) -> bool:
 
 
 class ClaudeBackend:
-    """A :class:`~companyd.roles.model.ModelBackend` over ``anthropic.AsyncAnthropic``.
+    """A :class:`~companyd.llm.model.ModelBackend` over ``anthropic.AsyncAnthropic``.
 
     Args:
         api_key: the key (see :func:`resolve_api_key`).

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from companyd.clock import SystemClock
 from companyd.config import AnthropicSpec
-from companyd.roles.claude import ClaudeBackend, estimate_input_tokens, resolve_api_key
-from companyd.roles.model import (
+from companyd.llm.claude import ClaudeBackend, estimate_input_tokens, resolve_api_key
+from companyd.llm.model import (
     ModelAuthFailed,
     ModelBadRequest,
     ModelError,

@@ -25,13 +25,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from companyd.roles.model import ModelRequest, ModelResponse, Usage
+from companyd.llm.model import ModelRequest, ModelResponse, Usage
 
 __all__ = ["OfflineModel"]
 
 
 class OfflineModel:
-    """The offline stand-in; implements :class:`companyd.roles.model.ModelBackend`."""
+    """The offline stand-in; implements :class:`companyd.llm.model.ModelBackend`."""
 
     def __init__(self) -> None:
         self.calls = 0
