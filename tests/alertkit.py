@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from zoneinfo import ZoneInfo
 
-from companyd._alerts_render import compose, render
+from companyd.alerts.render import compose, render
 from companyd.events import Event
 
 

@@ -48,7 +48,7 @@ _AREAS = (
     "companyd.scheduler.cli",
     "companyd.spend.cli",
     "companyd.memory.cli",
-    "companyd.alerts",
+    "companyd.alerts.service",
 )
 
 

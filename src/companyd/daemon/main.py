@@ -222,7 +222,7 @@ class Daemon:
         redact: Any = None,
         oneoff: bool = False,
     ) -> None:
-        from companyd.alerts import AlertService
+        from companyd.alerts.service import AlertService
         from companyd.daemon.control import ControlServer, socket_path
         from companyd.daemon.systemd import LoopLagMonitor, Notifier
         from companyd.memory import MemoryService

@@ -1,6 +1,6 @@
 """What the operator can do from the phone: commands and button actions (private).
 
-Part of :mod:`companyd.alerts`. Each command and button calls the daemon's
+Part of :mod:`companyd.alerts.service`. Each command and button calls the daemon's
 :class:`~companyd.admin.Admin` with a bounded wait and turns the result into a short
 text; :class:`~companyd.admin.AdminError` messages are shown as they are (they quote
 the value and name the choices). Nothing here touches Telegram.
@@ -13,13 +13,13 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from companyd._alerts_render import format_jobs, format_result, format_status
-from companyd._alerts_store import AlertRecord
 from companyd.admin import Admin, AdminError
+from companyd.alerts.outbox import AlertRecord
+from companyd.alerts.render import format_jobs, format_result, format_status
 
 __all__ = ["ADMIN_TIMEOUT", "COMMANDS", "act", "buttons_after", "command_reply", "help_text"]
 
-log = logging.getLogger("companyd.alerts")
+log = logging.getLogger("companyd.alerts.service")
 
 #: Bound on one Admin call made from the phone (/ask has its own), real seconds: an I/O
 #: deadline, so the operator hears "no answer" instead of nothing.

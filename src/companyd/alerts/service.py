@@ -33,7 +33,7 @@ What it guarantees:
   /approve /reject /quarantine /retry /help. Anything from another chat is ignored and
   logged. /ask runs as its own task so other commands are answered meanwhile.
 * **The bot token never appears** in logs, alerts or error texts (see
-  :mod:`companyd._alerts_telegram`).
+  :mod:`companyd.alerts.telegram`).
 
 ``companyd notify-failure UNIT`` (registered here) is the systemd ``OnFailure=`` side: the
 daemon cannot report its own SIGKILL, OOM kill or watchdog death.
@@ -54,9 +54,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from companyd._alerts_notify import notify_failure, unit_facts
-from companyd._alerts_ops import COMMANDS, act, buttons_after, command_reply, help_text
-from companyd._alerts_render import (
+from companyd.admin import Admin, AdminError
+from companyd.alerts.notify import notify_failure, unit_facts
+from companyd.alerts.ops import COMMANDS, act, buttons_after, command_reply, help_text
+from companyd.alerts.outbox import AlertRecord, AlertStore, Delivery
+from companyd.alerts.render import (
     ICONS,
     Button,
     clip,
@@ -67,8 +69,7 @@ from companyd._alerts_render import (
     render,
     split_text,
 )
-from companyd._alerts_store import AlertRecord, AlertStore, Delivery
-from companyd._alerts_telegram import (
+from companyd.alerts.telegram import (
     TelegramSettings,
     build_application,
     protect,
@@ -77,7 +78,6 @@ from companyd._alerts_telegram import (
     resolve_settings,
     retry_after_seconds,
 )
-from companyd.admin import Admin, AdminError
 from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig, QuietHoursSpec
 from companyd.events import Event, EventBus, Subscription
@@ -87,7 +87,7 @@ if TYPE_CHECKING:
     from telegram import CallbackQuery, InlineKeyboardMarkup, Message, Update, User
     from telegram.error import TelegramError
 
-    from companyd._alerts_telegram import TelegramApp
+    from companyd.alerts.telegram import TelegramApp
 
 # python-telegram-bot is imported where it is used, not here: every `companyd` command loads
 # this module (for `notify-failure`), and the library takes most of a second to import.
@@ -101,7 +101,7 @@ __all__ = [
     "unit_facts",
 ]
 
-log = logging.getLogger("companyd.alerts")
+log = logging.getLogger("companyd.alerts.service")
 
 #: Minimum seconds between two edits of one coalesced message (Telegram rate-limits edits,
 #: and the operator reads a counter, not a ticker).
@@ -1141,7 +1141,7 @@ def register(sub: Any) -> None:
 
 
 def _notify_failure_cmd(args: argparse.Namespace) -> int:
-    from companyd._alerts_notify import FallbackCompany, fallback_company
+    from companyd.alerts.notify import FallbackCompany, fallback_company
     from companyd.cli import default_config_path
     from companyd.config import load_config
     from companyd.errors import ConfigError

@@ -1,6 +1,6 @@
 """How alerts read on a phone: event kinds → title, detail lines and buttons (private).
 
-Part of :mod:`companyd.alerts`. Everything here is pure (no I/O, no clock reads) and total:
+Part of :mod:`companyd.alerts.service`. Everything here is pure (no I/O, no clock reads) and total:
 any ``data`` mapping, however incomplete or mistyped, renders to *some* readable text —
 a publisher that forgets a field must not cost the operator the alert. The fields each kind
 is expected to carry are listed in docs/events.md.

@@ -1,6 +1,6 @@
 """The alert outbox: one SQLite file, one row per alert, one worker thread (private).
 
-Part of :mod:`companyd.alerts`. :class:`AlertService` owns the in-memory state; this store
+Part of :mod:`companyd.alerts.service`. :class:`AlertService` owns the in-memory state; this store
 is its journal, written through before anything is sent, so that
 
 * an alert accepted while Telegram is down survives a restart and goes out later;
@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 __all__ = ["AlertRecord", "AlertStore", "Delivery"]
 
-log = logging.getLogger("companyd.alerts")
+log = logging.getLogger("companyd.alerts.service")
 
 T = TypeVar("T")
 

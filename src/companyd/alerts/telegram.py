@@ -1,6 +1,6 @@
 """python-telegram-bot at the edge: settings, the secret filter, the Application (private).
 
-Part of :mod:`companyd.alerts`, and the only place besides it that imports ``telegram``.
+Part of :mod:`companyd.alerts.service`, and the only place besides it that imports ``telegram``.
 
 The bot token is a secret that leaks easily: it is part of every Bot API URL (httpx logs each
 request URL at INFO), and python-telegram-bot puts it into ``InvalidToken`` messages. So the

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from companyd.admin import AdminError
-from companyd.alerts import EDIT_INTERVAL, AlertService
+from companyd.alerts.service import EDIT_INTERVAL, AlertService
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config
 from companyd.events import EventBus

@@ -23,7 +23,7 @@ from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOKEN = "123456789:AAH-e2e-test-secret-0123456789abcdefXYZ"
 SECRET_HALF = TOKEN.split(":", 1)[1]
 OPERATOR = 111
@@ -106,7 +106,7 @@ async def test_the_daemon_pages_the_operator_and_answers_status_only_to_them(wor
                 return [
                     r
                     for r in daemon.records()
-                    if r.get("logger") == "companyd.alerts"
+                    if r.get("logger") == "companyd.alerts.service"
                     and f"chat {STRANGER}" in r.get("msg", "")
                 ]
 

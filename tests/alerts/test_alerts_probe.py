@@ -12,8 +12,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-
-from companyd.config import CompanyConfig, load_config
 from test_alerts import (
     CHAT,
     EDIT_INTERVAL,
@@ -27,6 +25,8 @@ from test_alerts import (
     make_config,
     sends,
 )
+
+from companyd.config import CompanyConfig, load_config
 
 GROUP = -1001234567890
 

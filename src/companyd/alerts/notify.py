@@ -1,6 +1,6 @@
 """``companyd notify-failure UNIT``: the alert the daemon cannot send itself (private).
 
-Part of :mod:`companyd.alerts`. systemd starts ``companyd-alert@.service`` through
+Part of :mod:`companyd.alerts.service`. systemd starts ``companyd-alert@.service`` through
 ``OnFailure=companyd-alert@%n.service`` when the daemon died of SIGKILL, OOM, a watchdog
 timeout or a start-limit; this sends one message per chat, directly, with systemd's reason.
 """
@@ -22,8 +22,8 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from companyd._alerts_render import ICONS, clip
-from companyd._alerts_telegram import protect, quiet_library_loggers, redact, resolve_settings
+from companyd.alerts.render import ICONS, clip
+from companyd.alerts.telegram import protect, quiet_library_loggers, redact, resolve_settings
 from companyd.config import AlertsSpec, CompanyConfig
 
 __all__ = ["FallbackCompany", "fallback_company", "notify_failure", "unit_facts"]

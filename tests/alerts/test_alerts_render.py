@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from companyd._alerts_render import (
+from companyd.alerts.render import (
     KINDS,
     MAX_TEXT,
     agent_of,
@@ -22,7 +22,7 @@ from companyd._alerts_render import (
     render,
     split_text,
 )
-from companyd.alerts import quiet_until
+from companyd.alerts.service import quiet_until
 from companyd.config import QuietHoursSpec
 
 AGENTS = frozenset({"ceo", "cfo"})
