@@ -1,7 +1,7 @@
 """Issue 7's acceptance benchmark: the example company's routines for 30 simulated days
 through the real agent runtime, with 20 % of model calls failing transiently.
 
-Each scenario runs ``companyd.scheduler.sim_runtime.simulate_company``: the real scheduler
+Each scenario runs ``companyd.testing.sim_runtime.simulate_company``: the real scheduler
 (clocked APScheduler, routines.sqlite) hands every fire to the in-process daemon's agents
 (Staff, the tool-use loop, run journal, breakers, model fallback, the memory and spend
 services), whose model calls go through ClaudeBackend and the official ``anthropic`` SDK over
@@ -50,8 +50,8 @@ import yaml
 
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config_text
-from companyd.scheduler.sim_runtime import RoutineResponder, RuntimeSimReport, simulate_company
 from companyd.testing.messages_api import MessagesAPIServer
+from companyd.testing.sim_runtime import RoutineResponder, RuntimeSimReport, simulate_company
 
 ROOT = Path(__file__).resolve().parents[1]
 START = datetime(2027, 3, 1, tzinfo=UTC)  # a Monday and the 1st: every routine is due

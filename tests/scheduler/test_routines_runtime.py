@@ -15,8 +15,8 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.config import load_config, load_config_text
-from companyd.scheduler.sim_runtime import RoutineResponder, simulate_company
 from companyd.testing.messages_api import MessagesAPIServer
+from companyd.testing.sim_runtime import RoutineResponder, simulate_company
 
 from .conftest import company_text, ts
 

@@ -9,7 +9,7 @@ company.yaml: every due fire time must have exactly one row, and every row that 
 
 The sink is whatever runs the tasks: :class:`FlakySink` here (a stand-in runtime whose model
 calls fail transiently at a given rate), or the real agent runtime against the loopback
-Messages API server (:mod:`companyd.scheduler.sim_runtime`). By default the sink must not
+Messages API server (:mod:`companyd.testing.sim_runtime`). By default the sink must not
 wait on the simulated clock (its runs take zero simulated time; real time spent in them is
 fine). A runtime that does wait on it between attempts — ClaudeBackend's retry backoff —
 runs with a :class:`ModelCallGate`: simulated time then still stands still while a run

@@ -37,7 +37,9 @@ from zoneinfo import ZoneInfo
 
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig
+from companyd.daemon.main import Daemon
 from companyd.events import Event
+from companyd.llm.claude import ClaudeBackend
 from companyd.scheduler.sim import ModelCallGate, SimReport, simulate
 from companyd.testing.messages_api import (
     AgentLikeResponder,
@@ -207,9 +209,6 @@ async def simulate_company(
         state_dir: a fresh state directory.
         downtime: scheduler restarts, as :func:`~companyd.scheduler.sim.simulate` takes them.
     """
-    from companyd.daemon.main import Daemon
-    from companyd.llm.claude import ClaudeBackend
-
     gate = ModelCallGate(clock)
     claude = ClaudeBackend.from_config(
         config.spec.anthropic,
