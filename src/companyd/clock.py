@@ -11,6 +11,8 @@ A clock has two readings and one wait:
 * ``time()`` — wall-clock seconds since the Unix epoch; used for timestamps that are stored
   or shown (events, ledger rows, routine fire times).
 * ``await sleep(seconds)`` — returns once ``seconds`` have passed *on this clock*.
+
+Deadlines on a clock: :func:`within` awaits something for at most ``seconds`` of that clock.
 """
 
 from __future__ import annotations
@@ -19,10 +21,15 @@ import asyncio
 import heapq
 import itertools
 import time as _time
+from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-__all__ = ["Clock", "ManualClock", "ScaledClock", "SystemClock", "utc_from_ts"]
+from companyd._aio import race
+
+__all__ = ["Clock", "ManualClock", "ScaledClock", "SystemClock", "utc_from_ts", "within"]
+
+T = TypeVar("T")
 
 
 class Clock(Protocol):
@@ -108,6 +115,24 @@ class ManualClock:
         Lets a driver advance from one wake-up to the next instead of in fixed steps.
         """
         return min((d for d, _, f in self._sleepers if not f.done()), default=None)
+
+
+async def within(clock: Clock, seconds: float, aw: Awaitable[T]) -> T:
+    """``await aw``, for at most ``seconds`` on ``clock`` (``asyncio.timeout`` on any clock).
+
+    A coroutine is cancelled (and awaited) when the time runs out; a future or task passed in
+    is the caller's and keeps running. ``seconds`` of ``inf`` waits for ever.
+
+    Raises:
+        TimeoutError: the time ran out first.
+    """
+    if seconds == float("inf"):
+        return await aw
+    won = await race(aw, clock.sleep(seconds))
+    if won.index == 1:
+        raise TimeoutError(f"not done within {seconds:g} s")
+    result: T = won.result()
+    return result
 
 
 def utc_from_ts(ts: float) -> datetime:
