@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli import main
+from companyd.cli.main import main
 
 CORPUS = Path(__file__).parent / "config" / "broken"
 FILES = sorted(CORPUS.glob("*.yaml"))

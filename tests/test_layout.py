@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli import main
+from companyd.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from companyd import cli
 from companyd import config as C
+from companyd.cli import main as cli
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -2192,3 +2192,15 @@ def _resolve(
         warnings=warnings,
         text=text,
     )
+
+
+def default_config_path() -> Path:
+    """company.yaml to use when none is given: ``$COMPANYD_CONFIG``, then
+    ``$CONFIGURATION_DIRECTORY/company.yaml`` (systemd), then ``./company.yaml``."""
+    env = os.environ.get("COMPANYD_CONFIG")
+    if env:
+        return Path(env)
+    conf_dir = os.environ.get("CONFIGURATION_DIRECTORY")
+    if conf_dir:
+        return Path(conf_dir.split(":")[0]) / "company.yaml"
+    return Path("company.yaml")

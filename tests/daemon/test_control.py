@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companyd.admin import AdminError
+from companyd.cli.daemon import render_status, status_line
 from companyd.clock import ManualClock
-from companyd.daemon.cli import render_status, status_line
 from companyd.daemon.control import (
     ADMIN_OPS,
     ControlClient,

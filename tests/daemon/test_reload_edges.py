@@ -110,7 +110,7 @@ async def test_a_reload_asked_while_stopping_is_refused_and_sends_no_ready(
 async def test_a_reload_names_the_settings_that_only_a_restart_applies(
     work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from companyd.daemon.cli import _reload_summary
+    from companyd.cli.daemon import _reload_summary
 
     cfg = work / "company.yaml"
     async with edge_daemon(work, monkeypatch) as (daemon, _):

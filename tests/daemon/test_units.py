@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli import main
-from companyd.daemon.cli import UNIT_NAMES, UNIT_PREFIX_PLACEHOLDER, unit_text
+from companyd.cli.daemon import UNIT_NAMES, UNIT_PREFIX_PLACEHOLDER, unit_text
+from companyd.cli.main import main
 from companyd.testing.daemon import as_unprivileged, short_dir
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli import main
+from companyd.cli.main import main
 from companyd.memory.codec import parse_graph, read_quarantine
 
 GOOD = (

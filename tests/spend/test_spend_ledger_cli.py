@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from spendkit import make_config, reserve, running, spend
 
-from companyd.cli import main
+from companyd.cli.main import main
 from companyd.clock import ManualClock
 from companyd.events import EventBus
 from companyd.llm.model import Usage

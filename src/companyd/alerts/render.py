@@ -848,7 +848,7 @@ def format_status(status: Any, max_routines: int = 5) -> str:
     """
     if not isinstance(status, Mapping) or not isinstance(status.get("tree"), Mapping):
         return format_result("📊 status", status)
-    from companyd.daemon.cli import status_line
+    from companyd.cli.daemon import status_line
 
     def m(value: Any) -> Mapping[str, Any]:
         return value if isinstance(value, Mapping) else {}

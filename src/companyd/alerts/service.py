@@ -1142,8 +1142,7 @@ def register(sub: Any) -> None:
 
 def _notify_failure_cmd(args: argparse.Namespace) -> int:
     from companyd.alerts.notify import FallbackCompany, fallback_company
-    from companyd.cli import default_config_path
-    from companyd.config import load_config
+    from companyd.config import default_config_path, load_config
     from companyd.errors import ConfigError
 
     path = args.config or default_config_path()

@@ -452,8 +452,7 @@ def register(subparsers: Any) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from companyd.cli import default_config_path
-    from companyd.config import load_config
+    from companyd.config import default_config_path, load_config
 
     config = load_config(args.path or default_config_path())
     if args.crash_test:

@@ -82,7 +82,7 @@ def register(sub: Any) -> None:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    from companyd.cli import default_config_path
+    from companyd.config import default_config_path
     from companyd.daemon.lock import StateLock
     from companyd.daemon.logs import setup_logging
 
@@ -463,7 +463,7 @@ class Daemon:
         """The STATUS= line: agents, runs in flight and spend today. The spend part is the
         latest one read (the spend book answers asynchronously); each call refreshes it for
         the next one, so it lags by at most one StatusUpdater period (10 s)."""
-        from companyd.daemon.cli import status_line
+        from companyd.cli.daemon import status_line
 
         status = self._status_sync()
         if self._spend_seen is not None:

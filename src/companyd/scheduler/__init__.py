@@ -6,7 +6,7 @@ The daemon runs one :class:`RoutineScheduler` as a supervised child and hands it
 published on the EventBus. docs/scheduler.md describes the behaviour for operators.
 
 The names below are imported on first use, so ``companyd --help`` (which imports
-``companyd.scheduler.cli``) does not pay for APScheduler.
+``companyd.cli.scheduler``) does not pay for APScheduler.
 """
 
 from __future__ import annotations

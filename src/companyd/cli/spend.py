@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from companyd.cli.main import print_json
+from companyd.config import default_config_path, load_config
 from companyd.errors import CompanydError, ConfigError
+from companyd.spend.budgets import agent_scope, budget_report
+from companyd.spend.ledger import Ledger
+from companyd.spend.periods import day_key, parse_period, period_keys
+from companyd.spend.reports import format_budget_report, format_spend_report, spend_report
 
 __all__ = ["register"]
 
@@ -50,9 +56,6 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args: argparse.Namespace, *, need_config: bool) -> tuple[Any, Path]:
-    from companyd.cli import default_config_path
-    from companyd.config import load_config
-
     try:
         cfg = load_config(args.config or default_config_path())
     except ConfigError:
@@ -63,8 +66,6 @@ def _load(args: argparse.Namespace, *, need_config: bool) -> tuple[Any, Path]:
 
 
 def _open_ledger(state_dir: Path) -> Any:
-    from companyd.spend.ledger import Ledger
-
     path = state_dir / "spend.sqlite"
     if not path.exists():
         return None
@@ -72,10 +73,6 @@ def _open_ledger(state_dir: Path) -> Any:
 
 
 def _spend(args: argparse.Namespace) -> int:
-    from companyd.cli import print_json
-    from companyd.spend.periods import day_key
-    from companyd.spend.reports import format_spend_report, spend_report
-
     cfg, state_dir = _load(args, need_config=False)
     ledger = _open_ledger(state_dir)
     tzname = cfg.timezone if cfg is not None else None
@@ -84,8 +81,6 @@ def _spend(args: argparse.Namespace) -> int:
             tzname = ledger.get_meta("timezone")
         today = date.fromisoformat(day_key(time.time(), ZoneInfo(tzname or "UTC")))
         if ledger is None:
-            from companyd.spend.periods import parse_period
-
             try:
                 first, last, label = parse_period(args.period, today)
             except ValueError as exc:
@@ -115,11 +110,6 @@ def _spend(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from companyd.cli import print_json
-    from companyd.spend.budgets import agent_scope, budget_report
-    from companyd.spend.periods import period_keys
-    from companyd.spend.reports import format_budget_report
-
     cfg, state_dir = _load(args, need_config=True)
     now = time.time()
     day, month = period_keys(now, ZoneInfo(cfg.timezone))

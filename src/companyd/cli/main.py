@@ -2,7 +2,7 @@
 
 This module owns the top-level parser, exit codes and error presentation. Each area adds
 its own subcommands through a ``register(subparsers)`` function in its ``cli`` module
-(``companyd.memory.cli``, ``companyd.spend.cli``, …); handlers take the parsed arguments
+(``companyd.cli.memory``, ``companyd.cli.spend``, …); handlers take the parsed arguments
 and return an exit code.
 
 Error presentation is one rule: the operator never sees a traceback. A
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd import __version__
+from companyd.config import default_config_path, load_config, secret_references
 from companyd.errors import (
     EX_SOFTWARE,
     EX_UNAVAILABLE,
@@ -35,33 +36,21 @@ from companyd.errors import (
     DaemonNotRunning,
 )
 
-__all__ = ["default_config_path", "main", "print_json"]
+__all__ = ["main", "print_json"]
 
 Handler = Callable[[argparse.Namespace], int]
 
 #: Modules whose ``register(subparsers)`` adds subcommands, in help order.
 _AREAS = (
     "companyd.daemon.main",
-    "companyd.daemon.cli",
+    "companyd.cli.daemon",
     "companyd.daemon.demo",
-    "companyd.roles.cli",
-    "companyd.scheduler.cli",
-    "companyd.spend.cli",
-    "companyd.memory.cli",
+    "companyd.cli.roles",
+    "companyd.cli.scheduler",
+    "companyd.cli.spend",
+    "companyd.cli.memory",
     "companyd.alerts.service",
 )
-
-
-def default_config_path() -> Path:
-    """company.yaml to use when none is given: ``$COMPANYD_CONFIG``, then
-    ``$CONFIGURATION_DIRECTORY/company.yaml`` (systemd), then ``./company.yaml``."""
-    env = os.environ.get("COMPANYD_CONFIG")
-    if env:
-        return Path(env)
-    conf_dir = os.environ.get("CONFIGURATION_DIRECTORY")
-    if conf_dir:
-        return Path(conf_dir.split(":")[0]) / "company.yaml"
-    return Path("company.yaml")
 
 
 def print_json(obj: Any) -> None:
@@ -220,8 +209,6 @@ def _register_config_commands(sub: Any) -> None:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from companyd.config import load_config
-
     path = args.path or default_config_path()
     try:
         cfg = load_config(path)
@@ -327,8 +314,6 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _show_config(args: argparse.Namespace) -> int:
-    from companyd.config import load_config
-
     path = args.path or default_config_path()
     cfg = load_config(path)
     for w in cfg.warnings:
@@ -351,7 +336,6 @@ def resolved_view(cfg: Any) -> dict[str, Any]:
     Every agent and routine appears with defaults applied; secrets appear only as
     references (``secrets``: which variable or credential, and whether it is set).
     """
-    from companyd.config import secret_references
 
     def dump(model: Any) -> Any:
         return None if model is None else model.model_dump(mode="json", by_alias=False)

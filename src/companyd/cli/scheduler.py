@@ -22,9 +22,22 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from companyd.cli import default_config_path, print_json
+from companyd.cli.daemon import _call, running_daemon
+from companyd.cli.main import print_json
+from companyd.cli.roles import _print_answer
 from companyd.clock import utc_from_ts
+from companyd.config import default_config_path, load_config
 from companyd.errors import DaemonNotRunning
+from companyd.scheduler import store as db
+from companyd.scheduler.report import (
+    SUCCESS_WINDOW,
+    format_history,
+    format_jobs,
+    format_jobs_result,
+    job_views,
+    offline_next_fires,
+)
+from companyd.scheduler.service import RoutineNotFound
 
 # The handlers import config, SQLite and APScheduler-backed modules when they run, so
 # building the top-level parser (every `companyd` invocation) stays cheap.
@@ -100,37 +113,22 @@ def register(sub: Any) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[CompanyConfig, Path]:
-    from companyd.config import load_config
-    from companyd.scheduler import store as db
-
     cfg = load_config(args.config or default_config_path())
     return cfg, cfg.state_dir(args.state_dir) / db.DB_NAME
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    from companyd.daemon.cli import _call, running_daemon
-
     if running_daemon(args) is not None:
         return _call(args, "jobs", _print_live_jobs)
     return _jobs_from_files(args)
 
 
 def _print_live_jobs(result: dict[str, Any]) -> int:
-    from companyd.scheduler.report import format_jobs_result
-
     print(format_jobs_result(result, time.time()))
     return 0
 
 
 def _jobs_from_files(args: argparse.Namespace) -> int:
-    from companyd.scheduler import store as db
-    from companyd.scheduler.report import (
-        SUCCESS_WINDOW,
-        format_jobs,
-        job_views,
-        offline_next_fires,
-    )
-
     cfg, path = _load(args)
     now = time.time()
     conn = db.open_readonly(path)
@@ -170,9 +168,6 @@ def _jobs_from_files(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from companyd.scheduler import store as db
-    from companyd.scheduler.report import format_history
-
     cfg, path = _load(args)
     conn = db.open_readonly(path)
     records: list[db.FireRecord] = []
@@ -190,9 +185,6 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from companyd.daemon.cli import _call, running_daemon
-    from companyd.roles.cli import _print_answer
-
     if running_daemon(args) is not None:
         # the daemon checks the routine against the company.yaml it runs, not the file
         return _call(args, "run_job", _print_answer, routine=args.routine)
@@ -201,8 +193,6 @@ def _run(args: argparse.Namespace) -> int:
     if routine is None:
         raise _unknown(cfg, args.routine)
     if not routine.enabled:
-        from companyd.scheduler.service import RoutineNotFound
-
         raise RoutineNotFound(
             f"routine {args.routine!r} is disabled in company.yaml; set 'enabled: true' and "
             "reload the daemon to run it"
@@ -216,8 +206,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _unknown(cfg: CompanyConfig, name: str) -> RoutineNotFound:
-    from companyd.scheduler.service import RoutineNotFound
-
     known = list(cfg.routines)
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f"did you mean {close[0]!r}? " if close else ""

@@ -17,6 +17,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from companyd.cli.daemon import _call, add_daemon_arguments, running_daemon
+from companyd.cli.main import print_json
+from companyd.clock import SystemClock
+from companyd.config import default_config_path, load_config
+from companyd.daemon.lock import StateLock
+from companyd.daemon.main import Daemon, _backend
+from companyd.errors import CompanydError
+from companyd.events import EventBus
+from companyd.roles.improver import ProposalError, Proposals
+from companyd.roles.journal import Journal
+
 __all__ = ["register"]
 
 
@@ -32,8 +43,6 @@ def _seconds(text: str) -> float:
 
 
 def register(sub: Any) -> None:
-    from companyd.daemon.cli import add_daemon_arguments
-
     p = sub.add_parser(
         "ask",
         help="give an agent a one-off task and print its answer, model, tokens and cost",
@@ -94,8 +103,6 @@ def _via_daemon_or_files(
     printer: Callable[[dict[str, Any]], int],
 ) -> int:
     """Ask the daemon if one runs, else compute the answer from the files."""
-    from companyd.cli import print_json
-    from companyd.daemon.cli import _call, running_daemon
 
     if running_daemon(args) is not None:
         return _call(args, op, printer, **op_args)
@@ -107,9 +114,6 @@ def _via_daemon_or_files(
 
 
 def _config_and_state(args: argparse.Namespace) -> tuple[Any, Path]:
-    from companyd.cli import default_config_path
-    from companyd.config import load_config
-
     cfg = load_config(args.config or default_config_path())
     return cfg, cfg.state_dir(args.state_dir)
 
@@ -120,7 +124,6 @@ def _journal_read(
     """``fn(journal, db)`` on the state directory's run journal; ``missing()`` when there
     is none yet — a query must not create the directory and an empty journal (owned by
     whoever ran it: root under sudo) where the daemon will start, or at a mistyped path."""
-    from companyd.roles.journal import Journal
 
     _, state_dir = _config_and_state(args)
     if not (state_dir / "runs.sqlite").exists():
@@ -136,16 +139,11 @@ def _journal_read(
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from companyd.cli import print_json
-    from companyd.daemon.cli import _call, running_daemon
-
     question = " ".join(args.question)
     if running_daemon(args) is not None:
         return _call(
             args, "ask", _print_answer, agent=args.agent, question=question, timeout=args.timeout
         )
-    from companyd.daemon.lock import StateLock
-    from companyd.daemon.main import _backend
 
     cfg, state_dir = _config_and_state(args)
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -161,8 +159,6 @@ def _ask(args: argparse.Namespace) -> int:
 async def _ask_in_process(
     cfg: Any, state_dir: Path, backend: Any, args: argparse.Namespace, question: str
 ) -> dict[str, Any]:
-    from companyd.daemon.main import Daemon
-
     async with Daemon(cfg, state_dir, backend=backend, offline=args.offline, oneoff=True) as d:
         return await d.ask(args.agent, question, timeout=args.timeout)
 
@@ -253,8 +249,6 @@ def _retry(args: argparse.Namespace) -> int:
     def offline() -> dict[str, Any]:
         import time
 
-        from companyd.errors import CompanydError
-
         def unknown() -> dict[str, Any]:
             raise CompanydError(
                 f"no quarantined task {args.task_id!r}; see `companyd tasks --quarantined`"
@@ -289,10 +283,6 @@ def _print_message(result: Mapping[str, Any]) -> int:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from companyd.clock import SystemClock
-    from companyd.events import EventBus
-    from companyd.roles.improver import Proposals
-
     cfg, state_dir = _config_and_state(args)
     return Proposals(state_dir, cfg, bus=EventBus(), clock=SystemClock())
 
@@ -324,21 +314,15 @@ def _print_proposals(result: Mapping[str, Any]) -> int:
 
 
 def _decide(args: argparse.Namespace) -> int:
-    from companyd.roles.improver import ProposalError
-
     def offline() -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             store = _store(args)
             if not store.path.exists():
-                from companyd.errors import CompanydError
-
                 raise CompanydError(f"no proposal {args.proposal_id!r}; pending: (none)")
             fn = getattr(store, args.decision)
             try:
                 p = await fn(args.proposal_id)
             except ProposalError as exc:
-                from companyd.errors import CompanydError
-
                 raise CompanydError(str(exc)) from None
             done = {"approve": "applied", "reject": "rejected", "revert": "reverted"}
             return {**p.to_dict(), "message": f"{done[args.decision]} {p.id}"}

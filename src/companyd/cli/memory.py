@@ -21,8 +21,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from companyd.cli.main import print_json
+from companyd.config import default_config_path, load_config
 from companyd.errors import CompanydError
-from companyd.memory.codec import counted
+from companyd.memory.codec import counted, parse_graph
+from companyd.memory.mcp_server import serve_stdio
+from companyd.memory.store import GraphStore, write_atomic
+from companyd.memory.view import (
+    export_graphml,
+    export_node_link,
+    graph_from_node_link,
+    neighbourhood,
+)
 
 __all__ = ["register", "resolve_memory_path"]
 
@@ -127,8 +137,6 @@ def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
     env = os.environ.get("MEMORY_FILE_PATH")
     if env:
         return Path(os.path.expanduser(env)).absolute()
-    from companyd.cli import default_config_path
-    from companyd.config import load_config
 
     path = config or default_config_path()
     if config is None and not Path(path).exists():
@@ -141,8 +149,6 @@ def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
 
 
 def _store(args: argparse.Namespace, *, readonly: bool) -> Any:
-    from companyd.memory.store import GraphStore
-
     path = resolve_memory_path(args.file, args.config)
     if not path.parent.is_dir():
         raise CompanydError(
@@ -165,8 +171,6 @@ def _open_readonly(args: argparse.Namespace) -> Any:
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> int:
-    from companyd.cli import print_json
-
     if args.json:
         print_json(data)
     else:
@@ -210,8 +214,6 @@ def _open(args: argparse.Namespace) -> int:
 
 
 def _neighbours(args: argparse.Namespace) -> int:
-    from companyd.memory.view import neighbourhood
-
     store = _open_readonly(args)
     try:
         hood = store.read(lambda g: neighbourhood(g, args.name, args.depth))
@@ -222,8 +224,6 @@ def _neighbours(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from companyd.memory.codec import parse_graph
-
     store = _store(args, readonly=True)
     report = store.open()
     graph_bytes = store.path.read_bytes() if store.path.exists() else b""
@@ -235,8 +235,6 @@ def _check(args: argparse.Namespace) -> int:
     data["journal_pending_records"] = store.journal_records
     data["exists"] = bool(graph_bytes) or store.path.exists()
     if args.json:
-        from companyd.cli import print_json
-
         print_json(data)
         return 1 if report.needs_repair else 0
     if not data["exists"] and not store.journal_path.exists():
@@ -292,9 +290,6 @@ def _repair(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from companyd.memory.store import write_atomic
-    from companyd.memory.view import export_graphml, export_node_link
-
     store = _open_readonly(args)
     try:
         if args.format == "graphml":
@@ -317,9 +312,6 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from companyd.memory.codec import parse_graph
-    from companyd.memory.view import graph_from_node_link
-
     source: Path = args.source
     try:
         raw = source.read_bytes()
@@ -403,8 +395,6 @@ def _import(args: argparse.Namespace) -> int:
 
 def _serve_mcp(args: argparse.Namespace) -> int:
     import asyncio
-
-    from companyd.memory.mcp_server import serve_stdio
 
     path = resolve_memory_path(args.file, args.config)
     if not path.parent.is_dir():

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from companyd.cli.main import print_json
+from companyd.config import default_config_path
 from companyd.daemon.control import (
     ControlClient,
     ControlTimeout,
@@ -96,7 +98,6 @@ def daemon_client(args: argparse.Namespace) -> ControlClient:
     Raises:
         DaemonNotRunning: none answers (the message lists where it looked).
     """
-    from companyd.cli import default_config_path
 
     config = getattr(args, "config", None) or default_config_path()
     return find_daemon(
@@ -123,7 +124,6 @@ def _call(
 ) -> int:
     """Send one request; print the result (JSON or via ``printer``); map failures to exit
     codes with one line on stderr (and a JSON error object on stdout with ``--json``)."""
-    from companyd.cli import print_json
 
     as_json = bool(getattr(args, "json", False))
 
