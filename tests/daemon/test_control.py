@@ -25,7 +25,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companyd.admin import AdminError
-from companyd.cli.daemon import render_status, status_line
 from companyd.clock import ManualClock
 from companyd.daemon.control import (
     ADMIN_OPS,
@@ -39,6 +38,7 @@ from companyd.daemon.control import (
     socket_path,
 )
 from companyd.errors import CompanydError, DaemonNotRunning
+from companyd.status_text import render_status, status_line
 from companyd.testing.daemon import Ctx, as_unprivileged, running, short_dir
 
 NOW = 1_800_000_000.0

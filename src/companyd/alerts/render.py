@@ -16,6 +16,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from companyd.status_text import status_line
+
 __all__ = [
     "MAX_TEXT",
     "RAISE_STEP_USD",
@@ -848,7 +850,6 @@ def format_status(status: Any, max_routines: int = 5) -> str:
     """
     if not isinstance(status, Mapping) or not isinstance(status.get("tree"), Mapping):
         return format_result("📊 status", status)
-    from companyd.cli.daemon import status_line
 
     def m(value: Any) -> Mapping[str, Any]:
         return value if isinstance(value, Mapping) else {}

@@ -23,13 +23,10 @@ import argparse
 import math
 import os
 import sys
-import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, tzinfo
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from companyd.cli.main import print_json
 from companyd.config import default_config_path
@@ -46,14 +43,20 @@ from companyd.errors import (
     CompanydError,
     DaemonNotRunning,
 )
+from companyd.status_text import (
+    as_list,
+    as_mapping,
+    as_number,
+    as_text,
+    format_usd,
+    render_status,
+)
 
 __all__ = [
     "add_daemon_arguments",
     "daemon_client",
     "register",
-    "render_status",
     "running_daemon",
-    "status_line",
 ]
 
 UNIT_NAMES = ("companyd.service", "companyd-alert@.service")
@@ -116,7 +119,7 @@ def running_daemon(args: argparse.Namespace) -> ControlClient | None:
         return None
 
 
-def _call(
+def call_daemon(
     args: argparse.Namespace,
     op: str,
     printer: Callable[[dict[str, Any]], int],
@@ -239,27 +242,27 @@ def _status(args: argparse.Namespace) -> int:
         sys.stdout.write(render_status(result))
         return 0
 
-    return _call(args, "status", show)
+    return call_daemon(args, "status", show)
 
 
 def _pause(args: argparse.Namespace) -> int:
     def show(result: dict[str, Any]) -> int:
         print(
-            _text(result.get("message"))
+            as_text(result.get("message"))
             or f"paused {args.agent}: it finishes its current run, then starts no new ones "
             f"until `companyd resume {args.agent}`"
         )
         return 0
 
-    return _call(args, "pause", show, agent=args.agent)
+    return call_daemon(args, "pause", show, agent=args.agent)
 
 
 def _resume(args: argparse.Namespace) -> int:
     def show(result: dict[str, Any]) -> int:
-        print(_text(result.get("message")) or f"resumed {args.agent}")
+        print(as_text(result.get("message")) or f"resumed {args.agent}")
         return 0
 
-    return _call(args, "resume", show, agent=args.agent)
+    return call_daemon(args, "resume", show, agent=args.agent)
 
 
 def _reload(args: argparse.Namespace) -> int:
@@ -269,22 +272,22 @@ def _reload(args: argparse.Namespace) -> int:
                 "company.yaml was rejected; the daemon keeps running the previous version:",
                 file=sys.stderr,
             )
-            for err in _list(result.get("errors")):
-                print(f"  {_text(err) or repr(err)}", file=sys.stderr)
+            for err in as_list(result.get("errors")):
+                print(f"  {as_text(err) or repr(err)}", file=sys.stderr)
             return 1
         print(_reload_summary(result))
         return 0
 
-    return _call(args, "reload", show)
+    return call_daemon(args, "reload", show)
 
 
 def _reload_summary(result: Mapping[str, Any]) -> str:
-    message = _text(result.get("message"))
+    message = as_text(result.get("message"))
     if message:
         return message
     parts = []
     for key, word in (("added", "started"), ("removed", "stopped"), ("changed", "restarted")):
-        names = [str(n) for n in _list(result.get(key))]
+        names = [str(n) for n in as_list(result.get(key))]
         if names:
             parts.append(f"{word} {', '.join(names)}")
     unchanged = result.get("unchanged")
@@ -293,15 +296,15 @@ def _reload_summary(result: Mapping[str, Any]) -> str:
     if isinstance(unchanged, int) and not isinstance(unchanged, bool):
         parts.append(f"{unchanged} unchanged")
     # the scheduler's part: {"added": [...], "removed": [...], "changed": [...], ...}
-    routines = _dict(result.get("routines"))
+    routines = as_mapping(result.get("routines"))
     moves = []
     for key, word in (("added", "added"), ("removed", "removed"), ("changed", "rescheduled")):
-        names = [str(n) for n in _list(routines.get(key))]
+        names = [str(n) for n in as_list(routines.get(key))]
         if names:
             moves.append(f"{word} {', '.join(names)}")
     if moves:
         parts.append("routines " + ", ".join(moves))
-    later = [str(n) for n in _list(result.get("restart_required"))]
+    later = [str(n) for n in as_list(result.get("restart_required"))]
     if later:
         parts.append(
             f"{', '.join(later)} changed: takes effect at the next restart "
@@ -333,287 +336,23 @@ def _raise_budget(args: argparse.Namespace) -> int:
         return 2
 
     def show(result: dict[str, Any]) -> int:
-        message = _text(result.get("message"))
+        message = as_text(result.get("message"))
         if message:
             print(message)
             return 0
         who = agent if agent else "the company"
-        line = f"raised today's budget of {who} by {_usd(usd)}"
-        limit = _number(result.get("daily_limit_usd"))
+        line = f"raised today's budget of {who} by {format_usd(usd)}"
+        limit = as_number(result.get("daily_limit_usd"))
         if limit is not None:
-            line += f" (today's limit is now {_usd(limit)}; back to company.yaml tomorrow)"
+            line += f" (today's limit is now {format_usd(limit)}; back to company.yaml tomorrow)"
         print(line)
         return 0
 
-    return _call(args, "raise_budget", show, agent=agent, usd=usd)
+    return call_daemon(args, "raise_budget", show, agent=agent, usd=usd)
 
 
 # ---------------------------------------------------------------------------------------
 # status rendering (pure functions of the status dict; docs/daemon.md documents the shape)
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
-
-
-def _usd(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"${value:,.2f}"
-
-
-def _duration(seconds: float | None) -> str:
-    """``3d 04h``, ``2h 03m``, ``5m 12s``, ``12s``."""
-    if seconds is None:
-        return "-"
-    s = int(max(0.0, seconds))
-    days, s = divmod(s, 86400)
-    hours, s = divmod(s, 3600)
-    minutes, s = divmod(s, 60)
-    if days:
-        return f"{days}d {hours:02d}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {s:02d}s"
-    return f"{s}s"
-
-
-def _when(ts: float | None, tz_name: str) -> str:
-    if ts is None:
-        return "-"
-    tz: tzinfo
-    try:
-        tz = ZoneInfo(tz_name)
-    except (ValueError, ZoneInfoNotFoundError):
-        tz, tz_name = UTC, "UTC"
-    try:
-        return datetime.fromtimestamp(ts, tz=tz).strftime("%Y-%m-%d %H:%M ") + tz_name
-    except (OverflowError, OSError, ValueError):
-        return "-"
-
-
-def status_line(status: Mapping[str, Any]) -> str:
-    """A one-line summary of a status dict, e.g. for ``STATUS=`` or a chat message:
-    ``8/8 agents up, 1 paused · 2 runs in flight · $1.23 of $10.00 today``."""
-    parts: list[str] = []
-    agents = _dict(status.get("agents"))
-    total, up = _number(agents.get("total")), _number(agents.get("running"))
-    if total is not None and up is not None:
-        text = f"{int(up)}/{int(total)} agents up"
-        paused = _number(agents.get("paused"))
-        if paused:
-            text += f", {int(paused)} paused"
-        parts.append(text)
-    runs = status.get("runs_in_flight")
-    if isinstance(runs, list):
-        parts.append(f"{len(runs)} run{'s' if len(runs) != 1 else ''} in flight")
-    today = _dict(_dict(status.get("spend")).get("today"))
-    used, limit = _number(today.get("used_usd")), _number(today.get("limit_usd"))
-    if used is not None:
-        parts.append(f"{_usd(used)} of {_usd(limit)} today" if limit else f"{_usd(used)} today")
-    state = _text(_dict(status.get("daemon")).get("state"))
-    if state and state != "running":
-        parts.insert(0, state)
-    return " · ".join(parts) if parts else "running"
-
-
-def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str:
-    """``companyd status`` for a human. Robust to missing keys and wrong types: what is
-    absent is left out."""
-    now = _number(status.get("now")) or (time.time() if now is None else now)
-    daemon = _dict(status.get("daemon"))
-    company = _dict(status.get("company"))
-    tz = _text(company.get("timezone")) or "UTC"
-    out: list[str] = []
-
-    head = [f"companyd {_text(daemon.get('version'))}".rstrip()]
-    if _text(company.get("name")):
-        head.append(_text(company.get("name")))
-    head.append(_text(daemon.get("state")) or "running")
-    pid = _number(daemon.get("pid"))
-    if pid is not None:
-        head.append(f"pid {int(pid)}")
-    uptime = _number(daemon.get("uptime_s"))
-    if uptime is not None:
-        head.append(f"up {_duration(uptime)}")
-    if daemon.get("offline") is True:
-        head.append("OFFLINE model")
-    out.append(" · ".join(head))
-    detail = []
-    if _text(daemon.get("config")):
-        detail.append(f"config {daemon['config']}")
-    if _text(daemon.get("state_dir")):
-        detail.append(f"state {daemon['state_dir']}")
-    lag = _dict(daemon.get("loop_lag"))
-    lag_now, lag_max = _number(lag.get("current_ms")), _number(lag.get("max_ms"))
-    if lag_now is not None:
-        detail.append(
-            f"loop lag {lag_now:.0f} ms"
-            + (f" (max {lag_max:.0f} ms)" if lag_max is not None else "")
-        )
-    if detail:
-        out.append(" · ".join(detail))
-
-    tree = _dict(status.get("tree"))
-    if tree:
-        out.append("")
-        out.extend(_render_tree(tree))
-
-    runs = [r for r in _list(status.get("runs_in_flight")) if isinstance(r, Mapping)]
-    if isinstance(status.get("runs_in_flight"), list):
-        out.append("")
-        out.append(f"Runs in flight ({len(runs)})")
-        for run in runs:
-            out.append("  " + _render_run(run, now))
-        if not runs:
-            out.append("  none")
-
-    spend = _dict(status.get("spend"))
-    if spend:
-        out.append("")
-        out.extend(_render_spend(spend))
-
-    routines = [r for r in _list(status.get("routines")) if isinstance(r, Mapping)]
-    if isinstance(status.get("routines"), list):
-        out.append("")
-        out.append("Next routines")
-        routines.sort(key=lambda r: _number(r.get("next_fire")) or math.inf)
-        for r in routines[:10]:
-            out.append("  " + _render_routine(r, now, tz))
-        if len(routines) > 10:
-            out.append(f"  … and {len(routines) - 10} more (`companyd jobs`)")
-        if not routines:
-            out.append("  none")
-
-    alerts = _dict(status.get("alerts"))
-    if alerts:
-        line = f"Alerts: telegram {_text(alerts.get('telegram')) or '?'}"
-        queued = _number(alerts.get("queued"))
-        if queued:
-            line += f", {int(queued)} queued"
-        out.append("")
-        out.append(line)
-    return "\n".join(out) + "\n"
-
-
-def _tree_rows(
-    node: Mapping[str, Any], prefix: str, last: bool, root: bool
-) -> list[tuple[str, Mapping[str, Any]]]:
-    name = _text(node.get("id")) or _text(node.get("path")).rsplit("/", 1)[-1] or "?"
-    label = name if root else prefix + ("└─ " if last else "├─ ") + name
-    rows = [(label, node)]
-    children = [c for c in _list(node.get("children")) if isinstance(c, Mapping)]
-    child_prefix = "" if root else prefix + ("   " if last else "│  ")
-    for i, child in enumerate(children):
-        rows.extend(_tree_rows(child, child_prefix, i == len(children) - 1, False))
-    return rows
-
-
-def _render_tree(tree: Mapping[str, Any]) -> list[str]:
-    rows = _tree_rows(tree, "", True, True)
-    width = min(48, max(24, *(len(label) for label, _ in rows))) + 2
-    lines = [f"{'Supervision tree':<{width}}{'state':<22}{'restarts':>8}  uptime"]
-    for label, node in rows:
-        state = _text(node.get("state")) or "?"
-        reason = _text(node.get("pause_reason"))
-        if reason and "paused" in state:
-            state += f" ({reason})"
-        restarts = _number(node.get("restarts"))
-        uptime = _number(node.get("uptime_s"))
-        line = (
-            f"{label:<{width}}{state:<22}"
-            f"{(str(int(restarts)) if restarts is not None else '-'):>8}  {_duration(uptime)}"
-        )
-        last_exit = _text(node.get("last_exit"))
-        if last_exit and state not in ("running",):
-            line += f"  last exit: {last_exit}"
-        lines.append(line.rstrip())
-    return lines
-
-
-def _render_run(run: Mapping[str, Any], now: float) -> str:
-    parts = [_text(run.get("agent")) or "?", _text(run.get("run_id")) or "?"]
-    if _text(run.get("routine")):
-        parts.append(f"routine {run['routine']}")
-    elif _text(run.get("source")):
-        parts.append(_text(run.get("source")))
-    elapsed = _number(run.get("elapsed_s"))
-    started = _number(run.get("started_at"))
-    if elapsed is None and started is not None:
-        elapsed = now - started
-    parts.append(_duration(elapsed))
-    cost = _number(run.get("cost_usd"))
-    if cost is not None:
-        parts.append(_usd(cost))
-    return "  ".join(parts)
-
-
-def _render_spend(spend: Mapping[str, Any]) -> list[str]:
-    lines = [f"{'Spend':<14}{'used':>11}{'reserved':>11}{'budget':>11}{'used %':>9}"]
-    for key, label in (("today", "today"), ("month", "this month")):
-        period = _dict(spend.get(key))
-        if not period:
-            continue
-        used = _number(period.get("used_usd"))
-        reserved = _number(period.get("reserved_usd"))
-        limit = _number(period.get("limit_usd"))
-        pct = f"{used / limit:.0%}" if used is not None and limit else "-"
-        lines.append(
-            f"  {label:<12}{_usd(used):>11}{(_usd(reserved) if reserved else ''):>11}"
-            f"{(_usd(limit) if limit is not None else 'none'):>11}{pct:>9}"
-        )
-    agents = [a for a in _list(spend.get("agents")) if isinstance(a, Mapping)]
-    agents.sort(key=lambda a: -(_number(a.get("today_usd")) or 0.0))
-    shown = [a for a in agents if (_number(a.get("today_usd")) or 0) > 0 or a.get("paused")][:8]
-    if shown:
-        lines.append("  by agent today:")
-        for a in shown:
-            used = _number(a.get("today_usd"))
-            limit = _number(a.get("daily_limit_usd"))
-            text = f"    {_text(a.get('agent')) or '?':<16}{_usd(used):>10}"
-            if limit is not None:
-                text += f" of {_usd(limit)}"
-            if a.get("paused"):
-                text += "  (paused)"
-            lines.append(text)
-    return lines
-
-
-def _render_routine(r: Mapping[str, Any], now: float, tz: str) -> str:
-    nxt = _number(r.get("next_fire"))
-    when = (
-        f"in {_duration(nxt - now)}"
-        if nxt is not None and nxt >= now
-        else ("due now" if nxt is not None else "not scheduled")
-    )
-    text = f"{when:<12}{_when(nxt, tz):<24}{_text(r.get('routine')) or '?'}"
-    if _text(r.get("agent")):
-        text += f" → {r['agent']}"
-    if r.get("enabled") is False:
-        text += "  (disabled)"
-    last = _text(r.get("last_outcome"))
-    if last:
-        text += f"  last: {last}"
-    return text
-
-
-# ---------------------------------------------------------------------------------------
-# install-service
 
 
 def unit_text(name: str, prefix: Path) -> str:

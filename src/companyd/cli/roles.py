@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from companyd.cli.daemon import _call, add_daemon_arguments, running_daemon
+from companyd.cli.daemon import add_daemon_arguments, call_daemon, running_daemon
 from companyd.cli.main import print_json
 from companyd.clock import SystemClock
 from companyd.config import default_config_path, load_config
@@ -105,7 +105,7 @@ def _via_daemon_or_files(
     """Ask the daemon if one runs, else compute the answer from the files."""
 
     if running_daemon(args) is not None:
-        return _call(args, op, printer, **op_args)
+        return call_daemon(args, op, printer, **op_args)
     result = offline()
     if args.json:
         print_json(result)
@@ -141,7 +141,7 @@ def _journal_read(
 def _ask(args: argparse.Namespace) -> int:
     question = " ".join(args.question)
     if running_daemon(args) is not None:
-        return _call(
+        return call_daemon(
             args, "ask", _print_answer, agent=args.agent, question=question, timeout=args.timeout
         )
 

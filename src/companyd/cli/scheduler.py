@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from companyd.cli.daemon import _call, running_daemon
+from companyd.cli.daemon import call_daemon, running_daemon
 from companyd.cli.main import print_json
 from companyd.cli.roles import _print_answer
 from companyd.clock import utc_from_ts
@@ -119,7 +119,7 @@ def _load(args: argparse.Namespace) -> tuple[CompanyConfig, Path]:
 
 def _jobs(args: argparse.Namespace) -> int:
     if running_daemon(args) is not None:
-        return _call(args, "jobs", _print_live_jobs)
+        return call_daemon(args, "jobs", _print_live_jobs)
     return _jobs_from_files(args)
 
 
@@ -187,7 +187,7 @@ def _history(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if running_daemon(args) is not None:
         # the daemon checks the routine against the company.yaml it runs, not the file
-        return _call(args, "run_job", _print_answer, routine=args.routine)
+        return call_daemon(args, "run_job", _print_answer, routine=args.routine)
     cfg, _ = _load(args)
     routine = cfg.routines.get(args.routine)
     if routine is None:

@@ -42,6 +42,7 @@ from companyd.errors import (
 from companyd.events import EventBus
 from companyd.llm.model import ModelBackend, ModelUnavailable
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
+from companyd.status_text import status_line
 from companyd.supervision.child import StandaloneContext
 
 __all__ = ["Daemon", "register"]
@@ -463,8 +464,6 @@ class Daemon:
         """The STATUS= line: agents, runs in flight and spend today. The spend part is the
         latest one read (the spend book answers asynchronously); each call refreshes it for
         the next one, so it lags by at most one StatusUpdater period (10 s)."""
-        from companyd.cli.daemon import status_line
-
         status = self._status_sync()
         if self._spend_seen is not None:
             status["spend"] = self._spend_seen

@@ -1,0 +1,297 @@
+"""``companyd status`` as text: the renderers shared by the CLI, the daemon's STATUS= line and
+Telegram's /status.
+
+They take the status mapping the daemon's ``Admin.status`` returns (docs/daemon.md, "status()
+result") and are total: a key the daemon did not send is left out, a mistyped one is shown as
+missing, never a crash (an older daemon may answer a newer CLI). Layer 1: imports nothing
+from the package.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+__all__ = [
+    "as_list",
+    "as_mapping",
+    "as_number",
+    "as_text",
+    "format_duration",
+    "format_usd",
+    "format_when",
+    "render_status",
+    "status_line",
+]
+
+
+def as_text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def as_number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def format_usd(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"${value:,.2f}"
+
+
+def format_duration(seconds: float | None) -> str:
+    """``3d 04h``, ``2h 03m``, ``5m 12s``, ``12s``."""
+    if seconds is None:
+        return "-"
+    s = int(max(0.0, seconds))
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}d {hours:02d}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {s:02d}s"
+    return f"{s}s"
+
+
+def format_when(ts: float | None, tz_name: str) -> str:
+    if ts is None:
+        return "-"
+    tz: tzinfo
+    try:
+        tz = ZoneInfo(tz_name)
+    except (ValueError, ZoneInfoNotFoundError):
+        tz, tz_name = UTC, "UTC"
+    try:
+        return datetime.fromtimestamp(ts, tz=tz).strftime("%Y-%m-%d %H:%M ") + tz_name
+    except (OverflowError, OSError, ValueError):
+        return "-"
+
+
+def status_line(status: Mapping[str, Any]) -> str:
+    """A one-line summary of a status dict, e.g. for ``STATUS=`` or a chat message:
+    ``8/8 agents up, 1 paused · 2 runs in flight · $1.23 of $10.00 today``."""
+    parts: list[str] = []
+    agents = as_mapping(status.get("agents"))
+    total, up = as_number(agents.get("total")), as_number(agents.get("running"))
+    if total is not None and up is not None:
+        text = f"{int(up)}/{int(total)} agents up"
+        paused = as_number(agents.get("paused"))
+        if paused:
+            text += f", {int(paused)} paused"
+        parts.append(text)
+    runs = status.get("runs_in_flight")
+    if isinstance(runs, list):
+        parts.append(f"{len(runs)} run{'s' if len(runs) != 1 else ''} in flight")
+    today = as_mapping(as_mapping(status.get("spend")).get("today"))
+    used, limit = as_number(today.get("used_usd")), as_number(today.get("limit_usd"))
+    if used is not None:
+        parts.append(
+            f"{format_usd(used)} of {format_usd(limit)} today"
+            if limit
+            else f"{format_usd(used)} today"
+        )
+    state = as_text(as_mapping(status.get("daemon")).get("state"))
+    if state and state != "running":
+        parts.insert(0, state)
+    return " · ".join(parts) if parts else "running"
+
+
+def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str:
+    """``companyd status`` for a human. Robust to missing keys and wrong types: what is
+    absent is left out."""
+    now = as_number(status.get("now")) or (time.time() if now is None else now)
+    daemon = as_mapping(status.get("daemon"))
+    company = as_mapping(status.get("company"))
+    tz = as_text(company.get("timezone")) or "UTC"
+    out: list[str] = []
+
+    head = [f"companyd {as_text(daemon.get('version'))}".rstrip()]
+    if as_text(company.get("name")):
+        head.append(as_text(company.get("name")))
+    head.append(as_text(daemon.get("state")) or "running")
+    pid = as_number(daemon.get("pid"))
+    if pid is not None:
+        head.append(f"pid {int(pid)}")
+    uptime = as_number(daemon.get("uptime_s"))
+    if uptime is not None:
+        head.append(f"up {format_duration(uptime)}")
+    if daemon.get("offline") is True:
+        head.append("OFFLINE model")
+    out.append(" · ".join(head))
+    detail = []
+    if as_text(daemon.get("config")):
+        detail.append(f"config {daemon['config']}")
+    if as_text(daemon.get("state_dir")):
+        detail.append(f"state {daemon['state_dir']}")
+    lag = as_mapping(daemon.get("loop_lag"))
+    lag_now, lag_max = as_number(lag.get("current_ms")), as_number(lag.get("max_ms"))
+    if lag_now is not None:
+        detail.append(
+            f"loop lag {lag_now:.0f} ms"
+            + (f" (max {lag_max:.0f} ms)" if lag_max is not None else "")
+        )
+    if detail:
+        out.append(" · ".join(detail))
+
+    tree = as_mapping(status.get("tree"))
+    if tree:
+        out.append("")
+        out.extend(_render_tree(tree))
+
+    runs = [r for r in as_list(status.get("runs_in_flight")) if isinstance(r, Mapping)]
+    if isinstance(status.get("runs_in_flight"), list):
+        out.append("")
+        out.append(f"Runs in flight ({len(runs)})")
+        for run in runs:
+            out.append("  " + _render_run(run, now))
+        if not runs:
+            out.append("  none")
+
+    spend = as_mapping(status.get("spend"))
+    if spend:
+        out.append("")
+        out.extend(_render_spend(spend))
+
+    routines = [r for r in as_list(status.get("routines")) if isinstance(r, Mapping)]
+    if isinstance(status.get("routines"), list):
+        out.append("")
+        out.append("Next routines")
+        routines.sort(key=lambda r: as_number(r.get("next_fire")) or math.inf)
+        for r in routines[:10]:
+            out.append("  " + _render_routine(r, now, tz))
+        if len(routines) > 10:
+            out.append(f"  … and {len(routines) - 10} more (`companyd jobs`)")
+        if not routines:
+            out.append("  none")
+
+    alerts = as_mapping(status.get("alerts"))
+    if alerts:
+        line = f"Alerts: telegram {as_text(alerts.get('telegram')) or '?'}"
+        queued = as_number(alerts.get("queued"))
+        if queued:
+            line += f", {int(queued)} queued"
+        out.append("")
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _tree_rows(
+    node: Mapping[str, Any], prefix: str, last: bool, root: bool
+) -> list[tuple[str, Mapping[str, Any]]]:
+    name = as_text(node.get("id")) or as_text(node.get("path")).rsplit("/", 1)[-1] or "?"
+    label = name if root else prefix + ("└─ " if last else "├─ ") + name
+    rows = [(label, node)]
+    children = [c for c in as_list(node.get("children")) if isinstance(c, Mapping)]
+    child_prefix = "" if root else prefix + ("   " if last else "│  ")
+    for i, child in enumerate(children):
+        rows.extend(_tree_rows(child, child_prefix, i == len(children) - 1, False))
+    return rows
+
+
+def _render_tree(tree: Mapping[str, Any]) -> list[str]:
+    rows = _tree_rows(tree, "", True, True)
+    width = min(48, max(24, *(len(label) for label, _ in rows))) + 2
+    lines = [f"{'Supervision tree':<{width}}{'state':<22}{'restarts':>8}  uptime"]
+    for label, node in rows:
+        state = as_text(node.get("state")) or "?"
+        reason = as_text(node.get("pause_reason"))
+        if reason and "paused" in state:
+            state += f" ({reason})"
+        restarts = as_number(node.get("restarts"))
+        uptime = as_number(node.get("uptime_s"))
+        line = (
+            f"{label:<{width}}{state:<22}"
+            f"{(str(int(restarts)) if restarts is not None else '-'):>8}  {format_duration(uptime)}"
+        )
+        last_exit = as_text(node.get("last_exit"))
+        if last_exit and state not in ("running",):
+            line += f"  last exit: {last_exit}"
+        lines.append(line.rstrip())
+    return lines
+
+
+def _render_run(run: Mapping[str, Any], now: float) -> str:
+    parts = [as_text(run.get("agent")) or "?", as_text(run.get("run_id")) or "?"]
+    if as_text(run.get("routine")):
+        parts.append(f"routine {run['routine']}")
+    elif as_text(run.get("source")):
+        parts.append(as_text(run.get("source")))
+    elapsed = as_number(run.get("elapsed_s"))
+    started = as_number(run.get("started_at"))
+    if elapsed is None and started is not None:
+        elapsed = now - started
+    parts.append(format_duration(elapsed))
+    cost = as_number(run.get("cost_usd"))
+    if cost is not None:
+        parts.append(format_usd(cost))
+    return "  ".join(parts)
+
+
+def _render_spend(spend: Mapping[str, Any]) -> list[str]:
+    lines = [f"{'Spend':<14}{'used':>11}{'reserved':>11}{'budget':>11}{'used %':>9}"]
+    for key, label in (("today", "today"), ("month", "this month")):
+        period = as_mapping(spend.get(key))
+        if not period:
+            continue
+        used = as_number(period.get("used_usd"))
+        reserved = as_number(period.get("reserved_usd"))
+        limit = as_number(period.get("limit_usd"))
+        pct = f"{used / limit:.0%}" if used is not None and limit else "-"
+        lines.append(
+            f"  {label:<12}{format_usd(used):>11}{(format_usd(reserved) if reserved else ''):>11}"
+            f"{(format_usd(limit) if limit is not None else 'none'):>11}{pct:>9}"
+        )
+    agents = [a for a in as_list(spend.get("agents")) if isinstance(a, Mapping)]
+    agents.sort(key=lambda a: -(as_number(a.get("today_usd")) or 0.0))
+    shown = [a for a in agents if (as_number(a.get("today_usd")) or 0) > 0 or a.get("paused")][:8]
+    if shown:
+        lines.append("  by agent today:")
+        for a in shown:
+            used = as_number(a.get("today_usd"))
+            limit = as_number(a.get("daily_limit_usd"))
+            text = f"    {as_text(a.get('agent')) or '?':<16}{format_usd(used):>10}"
+            if limit is not None:
+                text += f" of {format_usd(limit)}"
+            if a.get("paused"):
+                text += "  (paused)"
+            lines.append(text)
+    return lines
+
+
+def _render_routine(r: Mapping[str, Any], now: float, tz: str) -> str:
+    nxt = as_number(r.get("next_fire"))
+    when = (
+        f"in {format_duration(nxt - now)}"
+        if nxt is not None and nxt >= now
+        else ("due now" if nxt is not None else "not scheduled")
+    )
+    text = f"{when:<12}{format_when(nxt, tz):<24}{as_text(r.get('routine')) or '?'}"
+    if as_text(r.get("agent")):
+        text += f" → {r['agent']}"
+    if r.get("enabled") is False:
+        text += "  (disabled)"
+    last = as_text(r.get("last_outcome"))
+    if last:
+        text += f"  last: {last}"
+    return text
+
+
+# ---------------------------------------------------------------------------------------
+# install-service
