@@ -131,3 +131,31 @@ async def test_a_reload_names_the_settings_that_only_a_restart_applies(
             "reloaded company.yaml: restarted cfo; 1 unchanged; memory.path, anthropic "
             "changed: takes effect at the next restart (`systemctl restart companyd`)"
         )
+
+
+async def test_a_graceful_stop_is_healthy_for_the_watchdog(
+    work: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While the tree stops (runs brought to a checkpoint, services stopped in reverse) the
+    daemon is doing what it was asked: the watchdog keeps pinging and logs no false "health
+    check fails" (issue 15 item 20). systemd's TimeoutStopSec bounds the stop itself."""
+    from companyd.daemon.systemd import Watchdog
+
+    monkeypatch.setenv("WATCHDOG_USEC", "10000000")
+    async with edge_daemon(work, monkeypatch) as (daemon, listener):
+        async with asyncio.timeout(DEADLINE):
+            await daemon.start()
+        watchdog = Watchdog(daemon.notifier, health=daemon._healthy)
+        assert watchdog.tick()
+        stopping = asyncio.create_task(daemon.stop())
+        during = 0
+        async with asyncio.timeout(DEADLINE):
+            while not stopping.done():
+                if daemon.tree.status != "running":
+                    during += 1
+                    watchdog.tick()
+                await asyncio.sleep(0)
+            await stopping
+        assert during > 0, "the stop finished before the tree left 'running'"
+        assert watchdog.skipped == 0, "a graceful stop withheld WATCHDOG=1"
+        assert "health check fails" not in caplog.text

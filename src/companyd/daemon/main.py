@@ -453,6 +453,12 @@ class Daemon:
         await run(StandaloneContext("daemon"))
 
     def _healthy(self) -> bool:
+        """The watchdog's gate: the tree runs, or a graceful stop is under way. A stop takes
+        the tree out of "running" on purpose while runs reach a checkpoint; withholding
+        WATCHDOG=1 then would log a false alarm and could make systemd kill a stop that is
+        going well (systemd's TimeoutStopSec bounds the stop itself)."""
+        if self.state == "stopping":
+            return True
         return self.tree is not None and self.tree.status == "running"
 
     def _sighup(self) -> None:
