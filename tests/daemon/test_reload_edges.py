@@ -142,7 +142,7 @@ async def test_a_graceful_stop_is_healthy_for_the_watchdog(
     from companyd.daemon.systemd import Watchdog
 
     monkeypatch.setenv("WATCHDOG_USEC", "10000000")
-    async with edge_daemon(work, monkeypatch) as (daemon, listener):
+    async with edge_daemon(work, monkeypatch) as (daemon, _):
         async with asyncio.timeout(DEADLINE):
             await daemon.start()
         watchdog = Watchdog(daemon.notifier, health=daemon._healthy)
