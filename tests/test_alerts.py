@@ -1030,3 +1030,57 @@ async def test_token_from_a_systemd_credential_and_chats_from_the_environment(
             h.bus.emit("api_spend_limit", "roles", message="limit")
             await h.until(lambda: len(h.server.messages) == 2)
         assert {m.chat_id for m in h.server.messages} == {CHAT, CHAT2}
+
+
+# ---------------------------------------------------------------------------------------
+# Command polling (issue 15 item 7)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("status", "shown"),
+    [(401, "401 Unauthorized"), (404, "404 Not Found"), (0, "network error")],
+)
+async def test_command_polling_survives_getupdates_errors_and_says_so(
+    tmp_path: Path, token_env: None, status: int, shown: str
+) -> None:
+    """getUpdates failing (a refused token, a wrong URL, a broken connection) while
+    sendMessage works: polling is retried with backoff for as long as the service runs,
+    the snapshot tells which half works, one alert says commands stopped, and commands work
+    again once getUpdates does. python-telegram-bot's own polling gives up on a 401/404."""
+    async with harness(tmp_path) as h, h.service() as (svc, _):
+        await h.until(lambda: svc.snapshot()["commands"] == "ok")
+        failing_from = h.clock.time()
+        h.server.fail_next(10**6, status=status, method="getUpdates")
+        await h.until(lambda: svc.snapshot()["commands"] == "failing")
+        snap = svc.snapshot()
+        assert snap["telegram"] == "ok"  # sending still works
+        assert shown in snap["commands_error"], snap
+        assert snap["commands_since"] == pytest.approx(failing_from, abs=5)
+        # Retried with backoff long after a library would have given up: ten minutes.
+        for _ in range(600):
+            h.clock.advance(1.0)
+            await asyncio.sleep(0.005)
+        await h.until(
+            lambda: len([c for c in h.server.calls_of("getUpdates") if c.status == status]) >= 8,
+            step=1.0,
+        )
+        await h.until(lambda: any("commands" in m.text for m in h.bot_messages()), step=1.0)
+        stopped = [m.text for m in h.bot_messages() if "Telegram commands" in m.text]
+        assert len(stopped) == 1, stopped
+        assert "not reaching companyd" in stopped[0] and shown in stopped[0]
+        assert svc.snapshot()["commands"] == "failing"
+        # getUpdates works again: commands are answered, the snapshot and one alert say so.
+        h.server.clear_failures()
+        await h.until(lambda: svc.snapshot()["commands"] == "ok", step=1.0)
+        assert svc.snapshot()["commands_since"] is None
+        h.server.inject_command(CHAT, "/status")
+        await h.until(lambda: any("📊 status" in m.text for m in h.bot_messages()))
+        await h.until(
+            lambda: any("commands work again" in m.text for m in h.bot_messages()), step=1.0
+        )
+        for _ in range(5):
+            h.clock.advance(30)
+            await asyncio.sleep(0.01)
+        texts = [m.text for m in h.bot_messages()]
+        assert len([t for t in texts if "Telegram commands" in t]) == 2, texts

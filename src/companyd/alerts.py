@@ -50,6 +50,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -85,7 +86,6 @@ from companyd.events import Event, EventBus, Subscription
 
 if TYPE_CHECKING:
     from telegram import CallbackQuery, InlineKeyboardMarkup, Message, Update, User
-    from telegram.error import TelegramError
 
     from companyd._alerts_telegram import TelegramApp
 
@@ -113,6 +113,13 @@ BACKOFF_MAX = 30.0
 TOKEN_RETRY = 300.0
 #: Long-poll timeout for getUpdates, seconds.
 POLL_TIMEOUT = 10.0
+#: Backoff between getUpdates attempts while polling fails (doubling from BACKOFF_MIN).
+POLL_BACKOFF_MAX = 60.0
+#: Commands failing this long (service clock) while sending works raise one alert: a
+#: passing blip of the network is not worth a message.
+COMMANDS_ALERT_AFTER = 60.0
+#: The updates companyd acts on.
+ALLOWED_UPDATES = ("message", "callback_query")
 #: Bound on one send or edit, rate-limiter waits included (real seconds).
 SEND_TIMEOUT = 60.0
 #: Bound on the final delivery attempt when the service stops (real seconds).
@@ -253,9 +260,15 @@ class AlertService:
 
     def snapshot(self) -> dict[str, Any]:
         """For ``companyd status``: ``{"telegram": "ok" | "degraded" | "off", "queued",
-        "held", "failed", "reason"}``. ``degraded``: connecting, or sends failing (alerts
+        "held", "failed", "reason", "commands", "commands_since", "commands_error"}``.
+
+        ``telegram`` is the sending half. ``degraded``: connecting, or sends failing (alerts
         wait in the outbox); ``queued`` counts alerts not yet fully delivered, held ones
-        included; ``failed`` counts deliveries Telegram refused for good."""
+        included; ``failed`` counts deliveries Telegram refused for good.
+
+        ``commands`` is the receiving half (getUpdates): ``"ok"``, ``"failing"`` (since the
+        epoch time ``commands_since``, last error ``commands_error``), ``"starting"`` (not
+        polling yet) or ``"off"``."""
         queued = held = failed = 0
         now = self._clock.time()
         for rec in self._alerts.values():
@@ -270,13 +283,24 @@ class AlertService:
             telegram = "ok"
         else:
             telegram = "degraded"
+        link = self._link
+        if telegram == "off" or link is None:
+            commands, since, error = ("off" if telegram == "off" else "starting"), None, ""
+        else:
+            commands, since, error = link.commands, link.commands_since, link.commands_error
         return {
             "telegram": telegram,
             "queued": queued,
             "held": held,
             "failed": failed,
             "reason": self._reason,
+            "commands": commands,
+            "commands_since": since,
+            "commands_error": error,
         }
+
+    def _sending_ok(self) -> bool:
+        return self._state == "up" and not (self._outage_logged or self._token_logged)
 
     async def run(self, ctx: ChildContext) -> None:
         """Serve until ``ctx.stopping`` is set: ready as soon as the outbox is open,
@@ -1011,6 +1035,12 @@ class _Link:
         self.app: TelegramApp = build_application(settings, poll_timeout=POLL_TIMEOUT)
         self.ready = False
         self._poll_logged_at: float | None = None
+        #: The receiving half, for status: "starting" | "ok" | "failing".
+        self.commands = "starting"
+        self.commands_since: float | None = None
+        self.commands_error = ""
+        self._commands_alerted = False
+        self._offset: int | None = None
         allowed = filters.Chat(chat_id=list(settings.chat_ids))
         app = self.app
         app.add_handler(CallbackQueryHandler(service._on_button))
@@ -1060,48 +1090,115 @@ class _Link:
         except TelegramError as exc:
             log.warning("alerts: could not set the bot's command list: %s", redact(str(exc)))
         await self.app.start()
-        delay = BACKOFF_MIN
-        while True:
-            try:
-                updater = self.app.updater
-                assert updater is not None
-                await updater.start_polling(
-                    poll_interval=0.0,
-                    timeout=timedelta(seconds=POLL_TIMEOUT),
-                    bootstrap_retries=0,
-                    allowed_updates=["message", "callback_query"],
-                    error_callback=self._poll_error,
-                )
-                return
-            except TelegramError as exc:
-                log.debug("alerts: could not start polling: %s", redact(str(exc)))
-                await self._clock.sleep(delay)
-                delay = min(BACKOFF_MAX, delay * 2)
+        try:
+            await self.app.bot.delete_webhook()  # getUpdates answers 409 while one is set
+        except TelegramError as exc:
+            log.debug("alerts: could not delete a webhook: %s", redact(str(exc)))
+        await self._poll()
 
-    def _poll_error(self, exc: TelegramError) -> None:
+    async def _poll(self) -> None:
+        """Long-poll getUpdates for as long as the service runs.
+
+        Our own loop rather than python-telegram-bot's ``Updater``: that one stops for good
+        on the first 401/404 (``InvalidToken``), and commands would then be lost silently
+        until a restart. Here every failure — a refused token, a wrong URL, a broken
+        network, a 409 from another poller — is retried with backoff (doubling, at most
+        :data:`POLL_BACKOFF_MAX`), and the receiving half's state is kept for status.
+        """
+        from telegram.error import RetryAfter, TelegramError
+
+        delay = 0.0
+        while True:
+            # A short poll while the state is unknown or failing, so status learns at once
+            # whether commands get through; long polls once they do.
+            wait_s = POLL_TIMEOUT if self.commands == "ok" else 0.0
+            try:
+                # A real-time bound above the long poll's own, for a hung connection.
+                async with asyncio.timeout(POLL_TIMEOUT + 30.0):
+                    updates = await self.app.bot.get_updates(
+                        offset=self._offset,
+                        timeout=timedelta(seconds=wait_s),
+                        allowed_updates=list(ALLOWED_UPDATES),
+                    )
+            except RetryAfter as exc:
+                wait = max(retry_after_seconds(exc), BACKOFF_MIN)
+                self._poll_failed(exc)
+            except (TelegramError, TimeoutError, OSError) as exc:
+                delay = min(POLL_BACKOFF_MAX, max(BACKOFF_MIN, delay * 2))
+                wait = delay
+                self._poll_failed(exc)
+            except Exception as exc:  # e.g. an answer we cannot parse: never stop polling
+                log.exception("alerts: unexpected error polling Telegram for commands")
+                delay = min(POLL_BACKOFF_MAX, max(BACKOFF_MIN, delay * 2))
+                wait = delay
+                self._poll_failed(exc)
+            else:
+                delay = 0.0
+                self._poll_ok()
+                for update in updates:
+                    await self.app.update_queue.put(update)
+                if updates:
+                    self._offset = updates[-1].update_id + 1  # confirms them to Telegram
+                continue
+            await self._clock.sleep(wait)
+
+    def _poll_ok(self) -> None:
+        if self.commands == "failing":
+            log.info("alerts: Telegram commands reach companyd again")
+            if self._commands_alerted:
+                self._service._bus.emit(
+                    "telegram_commands_recovered",
+                    "alerts",
+                    since=self.commands_since,
+                    error=self.commands_error,
+                )
+        self.commands, self.commands_since, self.commands_error = "ok", None, ""
+        self._commands_alerted = False
+        self._poll_logged_at = None
+
+    def _poll_failed(self, exc: BaseException) -> None:
         from telegram.error import Conflict
 
+        reason = poll_error_text(exc)
+        now = self._clock.time()
+        if self.commands != "failing":
+            self.commands, self.commands_since = "failing", now
+        self.commands_error = reason
         if isinstance(exc, Conflict):
             log.error(
                 "alerts: another program is polling this bot (409 Conflict); commands may go "
                 "to it — only one companyd may use a bot token"
             )
-            return
-        now = self._clock.monotonic()
-        if self._poll_logged_at is None or now - self._poll_logged_at > 600:
-            log.warning(
-                "alerts: polling Telegram for commands failed (%s); retrying", redact(str(exc))
-            )
-            self._poll_logged_at = now
         else:
-            log.debug("alerts: polling failed again: %s", redact(str(exc)))
+            mono = self._clock.monotonic()
+            if self._poll_logged_at is None or mono - self._poll_logged_at > 600:
+                log.warning(
+                    "alerts: polling Telegram for commands failed (%s); retrying with backoff",
+                    reason,
+                )
+                self._poll_logged_at = mono
+            else:
+                log.debug("alerts: polling failed again: %s", reason)
+        since = self.commands_since
+        if (
+            not self._commands_alerted
+            and since is not None
+            and now - since >= COMMANDS_ALERT_AFTER
+            and self._service._sending_ok()
+        ):
+            self._commands_alerted = True
+            self._service._bus.emit(
+                "telegram_commands_failing", "alerts", since=since, error=reason
+            )
 
     async def stop(self) -> None:
-        """updater.stop → stop → shutdown; safe at any stage of startup."""
+        """Confirm the updates handled → stop → shutdown; safe at any stage of startup."""
         app = self.app
-        with contextlib.suppress(Exception):
-            if app.updater is not None and app.updater.running:
-                await app.updater.stop()
+        if self._offset is not None and self.commands == "ok":
+            # Confirm what was handled, so a restart does not run those commands again.
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(FLUSH_TIMEOUT):
+                    await app.bot.get_updates(offset=self._offset, timeout=0)
         with contextlib.suppress(Exception):
             if app.running:
                 await app.stop()
@@ -1113,6 +1210,31 @@ class _Link:
 
 # ---------------------------------------------------------------------------------------
 # companyd notify-failure UNIT
+
+
+def poll_error_text(exc: BaseException) -> str:
+    """A short, redacted reason for a failed getUpdates, e.g. ``401 Unauthorized``.
+
+    python-telegram-bot folds 401 and 404 into ``InvalidToken`` with Telegram's description
+    as the message; the status code is put back when the description is the standard one.
+    """
+    from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TimedOut
+
+    text = redact(str(exc)).strip()
+    if isinstance(exc, InvalidToken):
+        for code in (HTTPStatus.UNAUTHORIZED, HTTPStatus.NOT_FOUND):
+            if text.lower().startswith(code.phrase.lower()):
+                return f"{code.value} {text}"
+        return f"token or URL refused: {text}"
+    if isinstance(exc, Conflict):
+        return f"409 Conflict: {text}"
+    if isinstance(exc, RetryAfter):
+        return f"429 flood control: retry after {retry_after_seconds(exc):.0f} s"
+    if isinstance(exc, TimedOut | TimeoutError):
+        return "network error: timed out"
+    if isinstance(exc, NetworkError | OSError):
+        return f"network error: {text or type(exc).__name__}"
+    return f"{type(exc).__name__}: {text}"
 
 
 def register(sub: Any) -> None:

@@ -432,6 +432,44 @@ def status_line(status: Mapping[str, Any]) -> str:
     return " · ".join(parts) if parts else "running"
 
 
+def _clock_time(ts: float, now: float, tz_name: str) -> str:
+    """``10:02`` on the day of ``now`` (in ``tz_name``), else ``2026-11-24 10:02``."""
+    tz: tzinfo
+    try:
+        tz = ZoneInfo(tz_name)
+    except (ValueError, ZoneInfoNotFoundError):
+        tz = UTC
+    try:
+        at, today = datetime.fromtimestamp(ts, tz=tz), datetime.fromtimestamp(now, tz=tz)
+    except (OverflowError, OSError, ValueError):
+        return "?"
+    return at.strftime("%H:%M") if at.date() == today.date() else at.strftime("%Y-%m-%d %H:%M")
+
+
+def telegram_health(alerts: Mapping[str, Any], now: float, tz_name: str) -> str:
+    """Which half of Telegram works, e.g. ``sending ok · commands failing since 10:02 (401
+    Unauthorized)``; just ``ok`` when both do. Shared by ``companyd status`` and /status."""
+    sending = _text(alerts.get("telegram")) or "?"
+    commands = _text(alerts.get("commands"))
+    if sending == "off":
+        reason = _text(alerts.get("reason"))
+        return "off" + (f" ({reason})" if reason else "")
+    if not commands or (sending == "ok" and commands == "ok"):
+        return sending
+    send = "sending ok" if sending == "ok" else f"sending {sending}"
+    if commands == "failing":
+        since = _number(alerts.get("commands_since"))
+        cmd = "commands failing"
+        if since is not None:
+            cmd += f" since {_clock_time(since, now, tz_name)}"
+        error = _text(alerts.get("commands_error"))
+        if error:
+            cmd += f" ({error})"
+    else:
+        cmd = f"commands {commands}"
+    return f"{send} · {cmd}"
+
+
 def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str:
     """``companyd status`` for a human. Robust to missing keys and wrong types: what is
     absent is left out."""
@@ -502,7 +540,7 @@ def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str
 
     alerts = _dict(status.get("alerts"))
     if alerts:
-        line = f"Alerts: telegram {_text(alerts.get('telegram')) or '?'}"
+        line = f"Alerts: telegram {telegram_health(alerts, now, tz)}"
         queued = _number(alerts.get("queued"))
         if queued:
             line += f", {int(queued)} queued"
