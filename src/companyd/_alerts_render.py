@@ -865,7 +865,7 @@ def format_status(status: Any, max_routines: int = 5) -> str:
     """
     if not isinstance(status, Mapping) or not isinstance(status.get("tree"), Mapping):
         return format_result("📊 status", status)
-    from companyd.daemon.cli import status_line, telegram_health
+    from companyd.daemon.cli import reload_lines, status_line, telegram_health
 
     def m(value: Any) -> Mapping[str, Any]:
         return value if isinstance(value, Mapping) else {}
@@ -880,10 +880,11 @@ def format_status(status: Any, max_routines: int = 5) -> str:
     if daemon.get("offline") is True:
         head += " · OFFLINE model"
     lines = [head, status_line(status)]
+    now = _num(status.get("now")) or time.time()
+    tz = _txt(m(status.get("company")).get("timezone") or "UTC", 60)
+    lines += [_txt(x, 400) for x in reload_lines(daemon, now, tz)]
     alerts = m(status.get("alerts"))
     if alerts:
-        now = _num(status.get("now")) or time.time()
-        tz = _txt(m(status.get("company")).get("timezone") or "UTC", 60)
         health = telegram_health(alerts, now, tz)
         if health != "ok":
             lines.append(f"telegram: {_txt(health, 300)}")

@@ -159,3 +159,63 @@ async def test_a_graceful_stop_is_healthy_for_the_watchdog(
         assert during > 0, "the stop finished before the tree left 'running'"
         assert watchdog.skipped == 0, "a graceful stop withheld WATCHDOG=1"
         assert "health check fails" not in caplog.text
+
+
+async def test_status_shows_the_running_file_and_the_last_rejected_reload(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``status`` (JSON, text and Telegram's /status) tells since when the running file
+    runs and the last rejected reload: when, how many errors, the first one — with what
+    looks like a secret masked (issue 15 item 17)."""
+    import json
+
+    from companyd._alerts_render import format_status
+    from companyd.daemon.cli import render_status
+
+    token = "123456789:AAH" + "x" * 32
+    cfg = work / "company.yaml"
+    async with edge_daemon(work, monkeypatch) as (daemon, _):
+        async with asyncio.timeout(DEADLINE):
+            await daemon.start()
+            applied = await daemon.reload()
+        assert applied["applied"] is True
+        loaded_at = daemon.config_loaded_at
+        first = await daemon.status()
+        assert first["daemon"]["reload"] == {
+            "last_at": loaded_at,
+            "last_result": "applied",
+            "rejected": None,
+        }
+        good = cfg.read_text(encoding="utf-8")
+        doc = yaml.safe_load(good)
+        doc["agents"]["ceo"]["department"] = f"ops {token}"  # a token pasted by mistake
+        doc["agents"]["cfo"]["budget"] = {"daily_usd": "lots"}
+        cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        async with asyncio.timeout(DEADLINE):
+            rejected = await daemon.reload()
+            status = await daemon.status()
+        assert rejected["applied"] is False
+        reload = status["daemon"]["reload"]
+        assert reload["last_result"] == "rejected"
+        assert reload["rejected"]["errors"] == len(rejected["errors"]) >= 2
+        assert reload["rejected"]["at"] >= loaded_at
+        first_error = reload["rejected"]["first_error"]
+        assert "company.yaml:" in first_error and "agents.ceo.department" in first_error
+        assert status["daemon"]["config_loaded_at"] == loaded_at  # the old file still runs
+        assert token not in json.dumps(status) and token[10:] not in json.dumps(status)
+        text = render_status(status)
+        assert "config running since" in text
+        line = next(x for x in text.splitlines() if "last reload rejected" in x)
+        assert f"{reload['rejected']['errors']} errors" in line
+        assert reload["rejected"]["first_error"][:40] in line
+        phone = format_status(status)
+        assert "last reload rejected" in phone and token[10:] not in phone
+        # A good file again: the rejection is history, no longer shown as current.
+        cfg.write_text(good, encoding="utf-8")
+        async with asyncio.timeout(DEADLINE):
+            assert (await daemon.reload())["applied"] is True
+            after = await daemon.status()
+        assert after["daemon"]["reload"]["last_result"] == "applied"
+        assert after["daemon"]["reload"]["rejected"] == reload["rejected"]
+        assert "last reload rejected" not in render_status(after)
+        assert "last reload rejected" not in format_status(after)

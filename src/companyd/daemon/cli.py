@@ -470,6 +470,29 @@ def telegram_health(alerts: Mapping[str, Any], now: float, tz_name: str) -> str:
     return f"{send} · {cmd}"
 
 
+def reload_lines(daemon: Mapping[str, Any], now: float, tz_name: str) -> list[str]:
+    """Since when the running company.yaml runs, and the last rejected reload when it came
+    after that (the file on disk is then not the one running). Shared by ``companyd
+    status`` and /status."""
+    out: list[str] = []
+    loaded = _number(daemon.get("config_loaded_at"))
+    if loaded is not None:
+        out.append(f"config running since {_clock_time(loaded, now, tz_name)}")
+    rejected = _dict(_dict(daemon.get("reload")).get("rejected"))
+    at = _number(rejected.get("at"))
+    if at is not None and (loaded is None or at >= loaded):
+        count = _number(rejected.get("errors"))
+        n = int(count) if count is not None else 0
+        line = f"last reload rejected at {_clock_time(at, now, tz_name)}"
+        if n:
+            line += f": {n} error{'s' if n != 1 else ''}"
+        first = _text(rejected.get("first_error"))
+        if first:
+            line += f", first: {first}"
+        out.append(line + " — the previous file keeps running; `companyd validate` lists all")
+    return out
+
+
 def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str:
     """``companyd status`` for a human. Robust to missing keys and wrong types: what is
     absent is left out."""
@@ -506,6 +529,7 @@ def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str
         )
     if detail:
         out.append(" · ".join(detail))
+    out.extend(reload_lines(daemon, now, tz))
 
     tree = _dict(status.get("tree"))
     if tree:
