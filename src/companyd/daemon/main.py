@@ -370,6 +370,8 @@ class Daemon:
         self.state = "stopping"
         self.notifier.stopping("stopping: bringing runs to a checkpoint")
         self.bus.emit("daemon_stopping", "daemon", pid=os.getpid(), reason=reason)
+        # fire times while we are down are a planned stop's, not misses (unlike a crash's)
+        self.scheduler.planned_stop(f"daemon stopped: {reason}")
         # every agent brings its run to a checkpoint now, in parallel; the tree then stops
         # in reverse start order and finds them idle
         self.staff.drain()
