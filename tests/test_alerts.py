@@ -1039,10 +1039,21 @@ async def test_token_from_a_systemd_credential_and_chats_from_the_environment(
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("status", "shown"),
-    [(401, "401 Unauthorized"), (404, "404 Not Found"), (0, "network error")],
+    [
+        (401, "401 Unauthorized"),
+        (404, "404 Not Found"),
+        (0, "network error"),
+        (502, "network error: Bad Gateway"),
+        (409, "409 Conflict"),
+        (429, "429 flood control"),
+    ],
 )
 async def test_command_polling_survives_getupdates_errors_and_says_so(
-    tmp_path: Path, token_env: None, status: int, shown: str
+    tmp_path: Path,
+    token_env: None,
+    status: int,
+    shown: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """getUpdates failing (a refused token, a wrong URL, a broken connection) while
     sendMessage works: polling is retried with backoff for as long as the service runs,
@@ -1070,6 +1081,13 @@ async def test_command_polling_survives_getupdates_errors_and_says_so(
         assert len(stopped) == 1, stopped
         assert "not reaching companyd" in stopped[0] and shown in stopped[0]
         assert svc.snapshot()["commands"] == "failing"
+        # Ten minutes of failing polls are one or two log lines, not one per poll.
+        polling = [
+            r
+            for r in caplog.records
+            if r.levelno >= logging.WARNING and "polling" in r.getMessage()
+        ]
+        assert 1 <= len(polling) <= 2, [r.getMessage() for r in polling]
         # getUpdates works again: commands are answered, the snapshot and one alert say so.
         h.server.clear_failures()
         await h.until(lambda: svc.snapshot()["commands"] == "ok", step=1.0)

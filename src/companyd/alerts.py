@@ -1128,10 +1128,9 @@ class _Link:
                 wait = delay
                 self._poll_failed(exc)
             except Exception as exc:  # e.g. an answer we cannot parse: never stop polling
-                log.exception("alerts: unexpected error polling Telegram for commands")
                 delay = min(POLL_BACKOFF_MAX, max(BACKOFF_MIN, delay * 2))
                 wait = delay
-                self._poll_failed(exc)
+                self._poll_failed(exc, unexpected=True)
             else:
                 delay = 0.0
                 self._poll_ok()
@@ -1156,7 +1155,9 @@ class _Link:
         self._commands_alerted = False
         self._poll_logged_at = None
 
-    def _poll_failed(self, exc: BaseException) -> None:
+    def _poll_failed(self, exc: BaseException, *, unexpected: bool = False) -> None:
+        """Record a failed poll; logged once per outage and then every 10 minutes at most
+        (a poll fails up to once a second), the rest at debug."""
         from telegram.error import Conflict
 
         reason = poll_error_text(exc)
@@ -1164,21 +1165,28 @@ class _Link:
         if self.commands != "failing":
             self.commands, self.commands_since = "failing", now
         self.commands_error = reason
-        if isinstance(exc, Conflict):
-            log.error(
-                "alerts: another program is polling this bot (409 Conflict); commands may go "
-                "to it — only one companyd may use a bot token"
-            )
-        else:
-            mono = self._clock.monotonic()
-            if self._poll_logged_at is None or mono - self._poll_logged_at > 600:
+        mono = self._clock.monotonic()
+        if self._poll_logged_at is None or mono - self._poll_logged_at > 600:
+            self._poll_logged_at = mono
+            if isinstance(exc, Conflict):
+                log.error(
+                    "alerts: another program is polling this bot (409 Conflict); commands "
+                    "may go to it — only one companyd may use a bot token"
+                )
+            elif unexpected:
+                log.error(
+                    "alerts: unexpected error polling Telegram for commands (%s); retrying "
+                    "with backoff",
+                    reason,
+                    exc_info=exc,
+                )
+            else:
                 log.warning(
                     "alerts: polling Telegram for commands failed (%s); retrying with backoff",
                     reason,
                 )
-                self._poll_logged_at = mono
-            else:
-                log.debug("alerts: polling failed again: %s", reason)
+        else:
+            log.debug("alerts: polling failed again: %s", reason)
         since = self.commands_since
         if (
             not self._commands_alerted

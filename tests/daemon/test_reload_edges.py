@@ -219,3 +219,15 @@ async def test_status_shows_the_running_file_and_the_last_rejected_reload(
         assert after["daemon"]["reload"]["rejected"] == reload["rejected"]
         assert "last reload rejected" not in render_status(after)
         assert "last reload rejected" not in format_status(after)
+
+
+def test_a_shown_config_error_is_one_line_with_secrets_masked() -> None:
+    from companyd.daemon.main import _shown_error
+
+    shown = _shown_error(
+        "company.yaml:3:1: agents.ceo.instructions_file: cannot read\n  'x'\n"
+        "got 'sk-ant-api03-" + "A" * 30 + "' and 'boss 123456789:AAH" + "b" * 32 + "'"
+    )
+    assert "\n" not in shown and "  " not in shown
+    assert "sk-ant-api03-AAA" not in shown and "AAHbbbb" not in shown
+    assert shown.startswith("company.yaml:3:1: agents.ceo.instructions_file: cannot read 'x'")

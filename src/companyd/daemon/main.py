@@ -975,7 +975,7 @@ def _shown_error(text: str) -> str:
     text = redact(text)
     for pattern, what in (*_SECRET_VALUE_RES, (_BOT_TOKEN_IN_TEXT, "a Telegram bot token")):
         text = pattern.sub(f"<{what} masked>", text)
-    return text[:500]
+    return " ".join(text.split())[:500]  # one line: status prints it in a line
 
 
 _BOT_TOKEN_IN_TEXT = re.compile(r"\b\d{6,12}:[A-Za-z0-9_\-]{30,}")
