@@ -1102,3 +1102,27 @@ async def test_command_polling_survives_getupdates_errors_and_says_so(
             await asyncio.sleep(0.01)
         texts = [m.text for m in h.bot_messages()]
         assert len([t for t in texts if "Telegram commands" in t]) == 2, texts
+
+
+@pytest.mark.anyio
+async def test_a_refused_token_at_start_shows_both_halves_failing_with_the_reason(
+    tmp_path: Path, token_env: None
+) -> None:
+    """getMe refused (401) at start: neither half can work. The snapshot says so with the
+    reason, instead of 'degraded' and 'starting' with no why."""
+    from companyd.daemon.cli import telegram_health
+
+    async with harness(tmp_path) as h:
+        rejecting = BotApiServer(token="1:some-other-token-that-is-right")
+        async with rejecting:
+            cfg = make_config(tmp_path, rejecting.url)
+            async with h.service(cfg, connected=False) as (svc, _):
+                await h.until(lambda: svc.snapshot()["commands"] == "failing")
+                snap = svc.snapshot()
+                assert snap["telegram"] == "degraded"
+                assert snap["reason"] == "bot token rejected by Telegram"
+                assert snap["commands_error"] == "bot token rejected by Telegram"
+                line = telegram_health(snap, h.clock.time(), "UTC")
+                assert line.startswith(
+                    "sending degraded (bot token rejected by Telegram) · commands failing since"
+                )

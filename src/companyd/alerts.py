@@ -847,6 +847,7 @@ class AlertService:
             self._backoff = min(BACKOFF_MAX, max(BACKOFF_MIN, self._backoff * 2))
             wait = self._backoff
         self._retry_at = self._clock.monotonic() + wait
+        self._reason = telegram_error_text(exc)
         pending = sum(1 for r in self._alerts.values() if not r.settled)
         if isinstance(exc, InvalidToken):
             if not self._token_logged:
@@ -876,7 +877,7 @@ class AlertService:
         self._outage_logged = self._token_logged = False
         self._backoff = 0.0
         self._retry_at = 0.0
-        self._state = "up"
+        self._state, self._reason = "up", ""
 
     # -- commands -----------------------------------------------------------------------
 
@@ -1062,7 +1063,9 @@ class _Link:
             try:
                 await self.app.initialize()
                 break
-            except InvalidToken:
+            except InvalidToken as exc:
+                # Neither half works: say why in status, for sending and for commands.
+                self._service._reason = self._mark_failing(exc)
                 log.error(
                     "alerts: Telegram rejected the bot token (from %s); alerts wait in the "
                     "outbox — fix the token and restart companyd; retrying every %.0f s",
@@ -1071,6 +1074,7 @@ class _Link:
                 )
                 await self._clock.sleep(TOKEN_RETRY)
             except TelegramError as exc:
+                self._service._reason = self._mark_failing(exc)
                 if not told:
                     log.warning(
                         "alerts: Telegram is unreachable at %s (%s); alerts wait in the outbox, "
@@ -1082,7 +1086,7 @@ class _Link:
                 await self._clock.sleep(delay)
                 delay = min(BACKOFF_MAX, delay * 2)
         self.ready = True
-        self._service._state = "up"
+        self._service._state, self._service._reason = "up", ""
         self._service._wake.set()
         log.info("alerts: connected to Telegram as @%s", self.app.bot.username)
         try:
@@ -1155,16 +1159,21 @@ class _Link:
         self._commands_alerted = False
         self._poll_logged_at = None
 
+    def _mark_failing(self, exc: BaseException) -> str:
+        """Commands are failing (from now, unless already): the reason, for status."""
+        reason = telegram_error_text(exc)
+        if self.commands != "failing":
+            self.commands, self.commands_since = "failing", self._clock.time()
+        self.commands_error = reason
+        return reason
+
     def _poll_failed(self, exc: BaseException, *, unexpected: bool = False) -> None:
         """Record a failed poll; logged once per outage and then every 10 minutes at most
         (a poll fails up to once a second), the rest at debug."""
         from telegram.error import Conflict
 
-        reason = poll_error_text(exc)
+        reason = self._mark_failing(exc)
         now = self._clock.time()
-        if self.commands != "failing":
-            self.commands, self.commands_since = "failing", now
-        self.commands_error = reason
         mono = self._clock.monotonic()
         if self._poll_logged_at is None or mono - self._poll_logged_at > 600:
             self._poll_logged_at = mono
@@ -1220,11 +1229,12 @@ class _Link:
 # companyd notify-failure UNIT
 
 
-def poll_error_text(exc: BaseException) -> str:
-    """A short, redacted reason for a failed getUpdates, e.g. ``401 Unauthorized``.
+def telegram_error_text(exc: BaseException) -> str:
+    """A short, redacted reason for a failed Bot API call, e.g. ``401 Unauthorized``.
 
     python-telegram-bot folds 401 and 404 into ``InvalidToken`` with Telegram's description
     as the message; the status code is put back when the description is the standard one.
+    ``initialize()`` (getMe) words its own ``InvalidToken`` and quotes the token (redacted).
     """
     from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TimedOut
 
@@ -1233,6 +1243,8 @@ def poll_error_text(exc: BaseException) -> str:
         for code in (HTTPStatus.UNAUTHORIZED, HTTPStatus.NOT_FOUND):
             if text.lower().startswith(code.phrase.lower()):
                 return f"{code.value} {text}"
+        if "rejected by the server" in text:
+            return "bot token rejected by Telegram"
         return f"token or URL refused: {text}"
     if isinstance(exc, Conflict):
         return f"409 Conflict: {text}"

@@ -457,6 +457,9 @@ def telegram_health(alerts: Mapping[str, Any], now: float, tz_name: str) -> str:
     if not commands or (sending == "ok" and commands == "ok"):
         return sending
     send = "sending ok" if sending == "ok" else f"sending {sending}"
+    reason = _text(alerts.get("reason"))
+    if sending != "ok" and reason:
+        send += f" ({reason})"
     if commands == "failing":
         since = _number(alerts.get("commands_since"))
         cmd = "commands failing"
