@@ -1126,3 +1126,21 @@ async def test_a_refused_token_at_start_shows_both_halves_failing_with_the_reaso
                 assert line.startswith(
                     "sending degraded (bot token rejected by Telegram) · commands failing since"
                 )
+
+
+@pytest.mark.anyio
+async def test_an_update_that_cannot_be_read_is_skipped_not_retried_forever(
+    tmp_path: Path, token_env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An update python-telegram-bot cannot decode made every getUpdates fail on the same
+    offset: commands were stuck for good. It is skipped (confirmed) with one warning, and
+    the commands behind it are answered."""
+    async with harness(tmp_path) as h, h.service() as (svc, _):
+        await h.until(lambda: svc.snapshot()["commands"] == "ok")
+        h.server.inject_update({"message": "not a message"})
+        h.server.inject_update({"callback_query": {"id": "1"}})
+        h.server.inject_command(CHAT, "/status")
+        await h.until(lambda: any("📊 status" in m.text for m in h.bot_messages()), step=1.0)
+        assert svc.snapshot()["commands"] == "ok"
+        skipped = [r for r in caplog.records if "could not read" in r.getMessage()]
+        assert len(skipped) == 2, [r.getMessage() for r in skipped]
