@@ -1249,7 +1249,7 @@ class _Link:
             # Confirm what was handled, so a restart does not run those commands again.
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(FLUSH_TIMEOUT):
-                    await app.bot.get_updates(offset=self._offset, timeout=0)
+                    await self._get_updates(0.0)
         with contextlib.suppress(Exception):
             if app.running:
                 await app.stop()

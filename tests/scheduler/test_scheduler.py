@@ -222,6 +222,30 @@ async def test_a_planned_stop_is_not_a_miss_but_an_unplanned_one_is(
     assert missed.data["scheduled"] == "2027-01-05T14:00:00+00:00"
 
 
+async def test_after_a_planned_stop_run_once_serves_the_latest_and_the_rest_are_stopped(
+    make_harness: MakeHarness,
+) -> None:
+    h = make_harness(
+        company(
+            "tick: {assignee: coo, description: Tick., trigger: {every: 1h}, "
+            "catch_up: {policy: run_once, grace: 2h}}\n"
+        ),
+        start="2027-01-04T11:30:00",
+    )
+    sched = await h.start()
+    sched.planned_stop("SIGTERM")
+    await h.stop()
+    h.clock.advance(3 * 3600)  # 12:00, 13:00 and 14:00 pass while stopped
+    await h.start()
+    rows = h.history("tick")
+    assert [(iso(r.scheduled), r.outcome, r.kind) for r in rows] == [
+        ("2027-01-04T12:00:00+00:00", "stopped", "scheduled"),
+        ("2027-01-04T13:00:00+00:00", "stopped", "scheduled"),
+        ("2027-01-04T14:00:00+00:00", "ok", "catch_up"),
+    ]
+    assert h.kinds("routine_missed") == []
+
+
 async def test_catch_up_run_once_beyond_grace_is_missed_with_the_reason(
     make_harness: MakeHarness,
 ) -> None:
