@@ -1160,7 +1160,9 @@ class _Link:
             },
             read_timeout=POLL_TIMEOUT + 10.0 + wait_s,
         )
-        return result if isinstance(result, list) else []
+        if not isinstance(result, list):  # not Telegram's answer: a failure, not "no news"
+            raise TypeError(f"getUpdates answered {type(result).__name__}, expected a list")
+        return result
 
     def _decode(self, item: Any) -> Update | None:
         from telegram import Update
