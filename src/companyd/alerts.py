@@ -1261,10 +1261,6 @@ class _Link:
             await app.bot.shutdown()  # releases the HTTP clients if initialize never finished
 
 
-# ---------------------------------------------------------------------------------------
-# companyd notify-failure UNIT
-
-
 def telegram_error_text(exc: BaseException) -> str:
     """A short, redacted reason for a failed Bot API call, e.g. ``401 Unauthorized``.
 
@@ -1283,7 +1279,7 @@ def telegram_error_text(exc: BaseException) -> str:
             return "bot token rejected by Telegram"
         return f"token or URL refused: {text}"
     if isinstance(exc, Conflict):
-        return f"409 Conflict: {text}"
+        return f"409 {text}" if text.lower().startswith("conflict") else f"409 Conflict: {text}"
     if isinstance(exc, RetryAfter):
         return f"429 flood control: retry after {retry_after_seconds(exc):.0f} s"
     if isinstance(exc, TimedOut | TimeoutError):
@@ -1291,6 +1287,10 @@ def telegram_error_text(exc: BaseException) -> str:
     if isinstance(exc, NetworkError | OSError):
         return f"network error: {text or type(exc).__name__}"
     return f"{type(exc).__name__}: {text}"
+
+
+# ---------------------------------------------------------------------------------------
+# companyd notify-failure UNIT
 
 
 def register(sub: Any) -> None:
