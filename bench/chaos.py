@@ -868,7 +868,7 @@ class Checks:
                     ok += 1
                     attempted += 1
                     continue
-                if outcome not in ("missed", "skipped"):
+                if outcome not in ("missed", "skipped", "stopped"):
                     attempted += 1
                 if not fire.get("reason"):
                     unexplained += 1

@@ -101,6 +101,9 @@ KINDS: Mapping[str, Severity] = {
     "routine_skipped": Severity.INFO,
     # memory (companyd.memory)
     "memory_repaired": Severity.WARNING,
+    # the pager itself (companyd.alerts)
+    "telegram_commands_failing": Severity.WARNING,
+    "telegram_commands_recovered": Severity.INFO,
 }
 
 

@@ -24,8 +24,10 @@ __all__ = [
     "format_duration",
     "format_usd",
     "format_when",
+    "reload_lines",
     "render_status",
     "status_line",
+    "telegram_health",
 ]
 
 
@@ -113,6 +115,70 @@ def status_line(status: Mapping[str, Any]) -> str:
     return " · ".join(parts) if parts else "running"
 
 
+def _clock_time(ts: float, now: float, tz_name: str) -> str:
+    """``10:02`` on the day of ``now`` (in ``tz_name``), else ``2026-11-24 10:02``."""
+    tz: tzinfo
+    try:
+        tz = ZoneInfo(tz_name)
+    except (ValueError, ZoneInfoNotFoundError):
+        tz = UTC
+    try:
+        at, today = datetime.fromtimestamp(ts, tz=tz), datetime.fromtimestamp(now, tz=tz)
+    except (OverflowError, OSError, ValueError):
+        return "?"
+    return at.strftime("%H:%M") if at.date() == today.date() else at.strftime("%Y-%m-%d %H:%M")
+
+
+def telegram_health(alerts: Mapping[str, Any], now: float, tz_name: str) -> str:
+    """Which half of Telegram works, e.g. ``sending ok · commands failing since 10:02 (401
+    Unauthorized)``; just ``ok`` when both do. Shared by ``companyd status`` and /status."""
+    sending = as_text(alerts.get("telegram")) or "?"
+    commands = as_text(alerts.get("commands"))
+    if sending == "off":
+        reason = as_text(alerts.get("reason"))
+        return "off" + (f" ({reason})" if reason else "")
+    if not commands or (sending == "ok" and commands == "ok"):
+        return sending
+    send = "sending ok" if sending == "ok" else f"sending {sending}"
+    reason = as_text(alerts.get("reason"))
+    if sending != "ok" and reason:
+        send += f" ({reason})"
+    if commands == "failing":
+        since = as_number(alerts.get("commands_since"))
+        cmd = "commands failing"
+        if since is not None:
+            cmd += f" since {_clock_time(since, now, tz_name)}"
+        error = as_text(alerts.get("commands_error"))
+        if error:
+            cmd += f" ({error})"
+    else:
+        cmd = f"commands {commands}"
+    return f"{send} · {cmd}"
+
+
+def reload_lines(daemon: Mapping[str, Any], now: float, tz_name: str) -> list[str]:
+    """Since when the running company.yaml runs, and the last rejected reload when it came
+    after that (the file on disk is then not the one running). Shared by ``companyd
+    status`` and /status."""
+    out: list[str] = []
+    loaded = as_number(daemon.get("config_loaded_at"))
+    if loaded is not None:
+        out.append(f"config running since {_clock_time(loaded, now, tz_name)}")
+    rejected = as_mapping(as_mapping(daemon.get("reload")).get("rejected"))
+    at = as_number(rejected.get("at"))
+    if at is not None and (loaded is None or at >= loaded):
+        count = as_number(rejected.get("errors"))
+        n = int(count) if count is not None else 0
+        line = f"last reload rejected at {_clock_time(at, now, tz_name)}"
+        if n:
+            line += f": {n} error{'s' if n != 1 else ''}"
+        first = as_text(rejected.get("first_error"))
+        if first:
+            line += f", first: {first}"
+        out.append(line + " — the previous file keeps running; `companyd validate` lists all")
+    return out
+
+
 def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str:
     """``companyd status`` for a human. Robust to missing keys and wrong types: what is
     absent is left out."""
@@ -149,6 +215,7 @@ def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str
         )
     if detail:
         out.append(" · ".join(detail))
+    out.extend(reload_lines(daemon, now, tz))
 
     tree = as_mapping(status.get("tree"))
     if tree:
@@ -183,7 +250,7 @@ def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str
 
     alerts = as_mapping(status.get("alerts"))
     if alerts:
-        line = f"Alerts: telegram {as_text(alerts.get('telegram')) or '?'}"
+        line = f"Alerts: telegram {telegram_health(alerts, now, tz)}"
         queued = as_number(alerts.get("queued"))
         if queued:
             line += f", {int(queued)} queued"

@@ -1030,3 +1030,117 @@ async def test_token_from_a_systemd_credential_and_chats_from_the_environment(
             h.bus.emit("api_spend_limit", "roles", message="limit")
             await h.until(lambda: len(h.server.messages) == 2)
         assert {m.chat_id for m in h.server.messages} == {CHAT, CHAT2}
+
+
+# ---------------------------------------------------------------------------------------
+# Command polling (issue 15 item 7)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("status", "shown"),
+    [
+        (401, "401 Unauthorized"),
+        (404, "404 Not Found"),
+        (0, "network error"),
+        (502, "network error: Bad Gateway"),
+        (409, "409 Conflict"),
+        (429, "429 flood control"),
+    ],
+)
+async def test_command_polling_survives_getupdates_errors_and_says_so(
+    tmp_path: Path,
+    token_env: None,
+    status: int,
+    shown: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """getUpdates failing (a refused token, a wrong URL, a broken connection) while
+    sendMessage works: polling is retried with backoff for as long as the service runs,
+    the snapshot tells which half works, one alert says commands stopped, and commands work
+    again once getUpdates does. python-telegram-bot's own polling gives up on a 401/404."""
+    async with harness(tmp_path) as h, h.service() as (svc, _):
+        await h.until(lambda: svc.snapshot()["commands"] == "ok")
+        failing_from = h.clock.time()
+        h.server.fail_next(10**6, status=status, method="getUpdates")
+        await h.until(lambda: svc.snapshot()["commands"] == "failing")
+        snap = svc.snapshot()
+        assert snap["telegram"] == "ok"  # sending still works
+        assert shown in snap["commands_error"], snap
+        assert snap["commands_since"] == pytest.approx(failing_from, abs=5)
+        # Retried with backoff long after a library would have given up: ten minutes.
+        for _ in range(600):
+            h.clock.advance(1.0)
+            await asyncio.sleep(0.005)
+        await h.until(
+            lambda: len([c for c in h.server.calls_of("getUpdates") if c.status == status]) >= 8,
+            step=1.0,
+        )
+        await h.until(lambda: any("commands" in m.text for m in h.bot_messages()), step=1.0)
+        stopped = [m.text for m in h.bot_messages() if "Telegram commands" in m.text]
+        assert len(stopped) == 1, stopped
+        assert "not reaching companyd" in stopped[0] and shown in stopped[0]
+        assert svc.snapshot()["commands"] == "failing"
+        # Ten minutes of failing polls are one or two log lines, not one per poll.
+        polling = [
+            r
+            for r in caplog.records
+            if r.levelno >= logging.WARNING and "polling" in r.getMessage()
+        ]
+        assert 1 <= len(polling) <= 2, [r.getMessage() for r in polling]
+        # getUpdates works again: commands are answered, the snapshot and one alert say so.
+        h.server.clear_failures()
+        await h.until(lambda: svc.snapshot()["commands"] == "ok", step=1.0)
+        assert svc.snapshot()["commands_since"] is None
+        h.server.inject_command(CHAT, "/status")
+        await h.until(lambda: any("📊 status" in m.text for m in h.bot_messages()))
+        await h.until(
+            lambda: any("commands work again" in m.text for m in h.bot_messages()), step=1.0
+        )
+        for _ in range(5):
+            h.clock.advance(30)
+            await asyncio.sleep(0.01)
+        texts = [m.text for m in h.bot_messages()]
+        assert len([t for t in texts if "Telegram commands" in t]) == 2, texts
+
+
+@pytest.mark.anyio
+async def test_a_refused_token_at_start_shows_both_halves_failing_with_the_reason(
+    tmp_path: Path, token_env: None
+) -> None:
+    """getMe refused (401) at start: neither half can work. The snapshot says so with the
+    reason, instead of 'degraded' and 'starting' with no why."""
+    from companyd.status_text import telegram_health
+
+    async with harness(tmp_path) as h:
+        rejecting = BotApiServer(token="1:some-other-token-that-is-right")
+        async with rejecting:
+            cfg = make_config(tmp_path, rejecting.url)
+            async with h.service(cfg, connected=False) as (svc, _):
+                await h.until(lambda: svc.snapshot()["commands"] == "failing")
+                snap = svc.snapshot()
+                assert snap["telegram"] == "degraded"
+                assert snap["reason"] == "bot token rejected by Telegram"
+                assert snap["commands_error"] == "bot token rejected by Telegram"
+                line = telegram_health(snap, h.clock.time(), "UTC")
+                assert line.startswith(
+                    "sending degraded (bot token rejected by Telegram) · commands failing since"
+                )
+
+
+@pytest.mark.anyio
+async def test_an_update_that_cannot_be_read_is_skipped_not_retried_forever(
+    tmp_path: Path, token_env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An update python-telegram-bot cannot decode made every getUpdates fail on the same
+    offset: commands were stuck for good. It is skipped (confirmed) with one warning, and
+    the commands behind it are answered."""
+    async with harness(tmp_path) as h, h.service() as (svc, _):
+        await h.until(lambda: svc.snapshot()["commands"] == "ok")
+        h.server.inject_update({"message": "not a message"})
+        h.server.inject_update({"callback_query": {"id": "1"}})
+        h.server.inject_command(CHAT, "/status")
+        await h.until(lambda: any("📊 status" in m.text for m in h.bot_messages()), step=1.0)
+        assert svc.snapshot()["commands"] == "ok"
+        skipped = [r for r in caplog.records if "could not read" in r.getMessage()]
+        assert len(skipped) == 2, [r.getMessage() for r in skipped]

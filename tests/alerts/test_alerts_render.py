@@ -312,6 +312,20 @@ def test_status_for_a_phone_is_the_headline_what_is_wrong_and_what_comes_next() 
         "  2027-01-16 09:00 UTC later → cfo",
         "  not scheduled off → ceo",
     ]
+    # Telegram's two halves, when one of them is not fine (issue 15 item 7)
+    status["now"] = 1_800_000_000.0
+    status["alerts"] = {
+        "telegram": "ok",
+        "commands": "failing",
+        "commands_since": 1_800_000_000.0 - 600,
+        "commands_error": "404 Not Found",
+    }
+    assert (
+        "telegram: sending ok · commands failing since 07:50 (404 Not Found)"
+        in format_status(status).splitlines()
+    )
+    status["alerts"] = {"telegram": "ok", "commands": "ok"}
+    assert not any(line.startswith("telegram") for line in format_status(status).splitlines())
     # anything that is not the daemon's status shape is shown as it is
     assert format_status({"spend_today_usd": 1.5}) == "📊 status\nspend_today_usd: $1.50"
 

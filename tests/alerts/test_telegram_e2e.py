@@ -148,3 +148,48 @@ async def test_the_daemon_pages_the_operator_and_answers_status_only_to_them(wor
     # ... though python-telegram-bot did use it on every request to the stand-in, which
     # answers 401 to any other token
     assert server.calls_of("getMe") and all(c.status == 200 for c in server.calls_of("getMe"))
+
+
+@pytest.mark.anyio
+async def test_status_tells_when_commands_fail_while_sending_works(work: Path) -> None:
+    """Issue 15 item 7 against the real daemon: getUpdates answered 401 while sending
+    works. ``companyd status`` (text and --json) says which half works; polling keeps
+    going, and once getUpdates works again commands are answered."""
+    import json
+
+    async with BotApiServer(token=TOKEN) as server:
+        cfg = work / "company.yaml"
+        cfg.write_text(yaml.safe_dump(example_company(server.url), sort_keys=False))
+        env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_CHAT_ID": str(OPERATOR)}
+        daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env)
+        try:
+            await daemon.start()
+            await server.wait_for(
+                lambda: any("companyd started" in m.text for m in to(server, OPERATOR)),
+                timeout=30,
+            )
+            server.fail_next(10**6, status=401, method="getUpdates")
+
+            def refused() -> int:
+                return len([c for c in server.calls_of("getUpdates") if c.status == 401])
+
+            # retried with backoff (python-telegram-bot's Updater stops after the first)
+            await server.wait_for(lambda: refused() >= 3, timeout=30)
+            result = await daemon.cli("status", "--json")
+            assert result.rc == 0, result.err
+            alerts = json.loads(result.out)["alerts"]
+            assert alerts["telegram"] == "ok"
+            assert alerts["commands"] == "failing"
+            assert alerts["commands_error"] == "401 Unauthorized"
+            text = await daemon.cli("status")
+            line = next(x for x in text.out.splitlines() if x.startswith("Alerts:"))
+            assert line.startswith("Alerts: telegram sending ok · commands failing since ")
+            assert line.endswith("(401 Unauthorized)")
+            server.clear_failures()
+            server.inject_command(OPERATOR, "/status")
+            reply = await answer(server, "📊")
+            assert "commands failing" not in reply.text
+        finally:
+            if daemon.proc is not None and daemon.returncode is None:
+                await daemon.stop()
+    assert "Traceback" not in daemon.log_text()

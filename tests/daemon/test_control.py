@@ -732,3 +732,26 @@ def test_status_rendering_never_raises_on_any_json(status: dict[str, Any]) -> No
 
 def test_control_error_is_a_companyd_error() -> None:
     assert issubclass(ControlError, CompanydError)
+
+
+def test_status_says_which_half_of_telegram_works() -> None:
+    """Sending and receiving are told apart (issue 15 item 7): commands failing since when,
+    and why; both halves fine stays the short 'telegram ok'."""
+    failing = {
+        **STATUS,
+        "now": NOW,
+        "company": {"name": "N", "timezone": "UTC"},
+        "alerts": {
+            "telegram": "ok",
+            "queued": 0,
+            "commands": "failing",
+            "commands_since": NOW - 600,  # 07:50 UTC the same day
+            "commands_error": "401 Unauthorized",
+        },
+    }
+    text = render_status(failing)
+    assert "Alerts: telegram sending ok · commands failing since 07:50 (401 Unauthorized)" in text
+    older = {**failing, "alerts": {**failing["alerts"], "commands_since": NOW - 2 * 86400}}
+    assert "commands failing since 2027-01-13 08:00 (401 Unauthorized)" in render_status(older)
+    fine = {**failing, "alerts": {"telegram": "ok", "queued": 0, "commands": "ok"}}
+    assert "Alerts: telegram ok\n" in render_status(fine)

@@ -131,3 +131,103 @@ async def test_a_reload_names_the_settings_that_only_a_restart_applies(
             "reloaded company.yaml: restarted cfo; 1 unchanged; memory.path, anthropic "
             "changed: takes effect at the next restart (`systemctl restart companyd`)"
         )
+
+
+async def test_a_graceful_stop_is_healthy_for_the_watchdog(
+    work: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While the tree stops (runs brought to a checkpoint, services stopped in reverse) the
+    daemon is doing what it was asked: the watchdog keeps pinging and logs no false "health
+    check fails" (issue 15 item 20). systemd's TimeoutStopSec bounds the stop itself."""
+    from companyd.daemon.systemd import Watchdog
+
+    monkeypatch.setenv("WATCHDOG_USEC", "10000000")
+    async with edge_daemon(work, monkeypatch) as (daemon, _):
+        async with asyncio.timeout(DEADLINE):
+            await daemon.start()
+        watchdog = Watchdog(daemon.notifier, health=daemon._healthy)
+        assert watchdog.tick()
+        stopping = asyncio.create_task(daemon.stop())
+        during = 0
+        async with asyncio.timeout(DEADLINE):
+            while not stopping.done():
+                if daemon.tree.status != "running":
+                    during += 1
+                    watchdog.tick()
+                await asyncio.sleep(0)
+            await stopping
+        assert during > 0, "the stop finished before the tree left 'running'"
+        assert watchdog.skipped == 0, "a graceful stop withheld WATCHDOG=1"
+        assert "health check fails" not in caplog.text
+
+
+async def test_status_shows_the_running_file_and_the_last_rejected_reload(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``status`` (JSON, text and Telegram's /status) tells since when the running file
+    runs and the last rejected reload: when, how many errors, the first one — with what
+    looks like a secret masked (issue 15 item 17)."""
+    import json
+
+    from companyd._alerts_render import format_status
+    from companyd.status_text import render_status
+
+    token = "123456789:AAH" + "x" * 32
+    cfg = work / "company.yaml"
+    async with edge_daemon(work, monkeypatch) as (daemon, _):
+        async with asyncio.timeout(DEADLINE):
+            await daemon.start()
+            applied = await daemon.reload()
+        assert applied["applied"] is True
+        loaded_at = daemon.config_loaded_at
+        first = await daemon.status()
+        assert first["daemon"]["reload"] == {
+            "last_at": loaded_at,
+            "last_result": "applied",
+            "rejected": None,
+        }
+        good = cfg.read_text(encoding="utf-8")
+        doc = yaml.safe_load(good)
+        doc["agents"]["ceo"]["department"] = f"ops {token}"  # a token pasted by mistake
+        doc["agents"]["cfo"]["budget"] = {"daily_usd": "lots"}
+        cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        async with asyncio.timeout(DEADLINE):
+            rejected = await daemon.reload()
+            status = await daemon.status()
+        assert rejected["applied"] is False
+        reload = status["daemon"]["reload"]
+        assert reload["last_result"] == "rejected"
+        assert reload["rejected"]["errors"] == len(rejected["errors"]) >= 2
+        assert reload["rejected"]["at"] >= loaded_at
+        first_error = reload["rejected"]["first_error"]
+        assert "company.yaml:" in first_error and "agents.ceo.department" in first_error
+        assert status["daemon"]["config_loaded_at"] == loaded_at  # the old file still runs
+        assert token not in json.dumps(status) and token[10:] not in json.dumps(status)
+        text = render_status(status)
+        assert "config running since" in text
+        line = next(x for x in text.splitlines() if "last reload rejected" in x)
+        assert f"{reload['rejected']['errors']} errors" in line
+        assert reload["rejected"]["first_error"][:40] in line
+        phone = format_status(status)
+        assert "last reload rejected" in phone and token[10:] not in phone
+        # A good file again: the rejection is history, no longer shown as current.
+        cfg.write_text(good, encoding="utf-8")
+        async with asyncio.timeout(DEADLINE):
+            assert (await daemon.reload())["applied"] is True
+            after = await daemon.status()
+        assert after["daemon"]["reload"]["last_result"] == "applied"
+        assert after["daemon"]["reload"]["rejected"] == reload["rejected"]
+        assert "last reload rejected" not in render_status(after)
+        assert "last reload rejected" not in format_status(after)
+
+
+def test_a_shown_config_error_is_one_line_with_secrets_masked() -> None:
+    from companyd.daemon.main import _shown_error
+
+    shown = _shown_error(
+        "company.yaml:3:1: agents.ceo.instructions_file: cannot read\n  'x'\n"
+        "got 'sk-ant-api03-" + "A" * 30 + "' and 'boss 123456789:AAH" + "b" * 32 + "'"
+    )
+    assert "\n" not in shown and "  " not in shown
+    assert "sk-ant-api03-AAA" not in shown and "AAHbbbb" not in shown
+    assert shown.startswith("company.yaml:3:1: agents.ceo.instructions_file: cannot read 'x'")

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -155,3 +156,72 @@ async def test_sigkill_at_the_hand_over_records_the_fire_at_the_next_start(
     await h.advance_to("2027-01-05T14:00:00")
     assert [t.routine for t in h.sink.tasks] == ["daily-post"]
     assert len(h.history("daily-post")) == 2
+
+
+STOP_CO = """\
+schema: companyd/v1
+company: {name: Stop Co, timezone: UTC, budget: {daily_usd: 10}}
+agents:
+  ceo: {title: CEO, instructions: "You are the ceo."}
+routines:
+  tick: {assignee: ceo, description: Tick., trigger: {every: 1s}, catch_up: skip}
+"""
+
+
+async def test_a_sigterm_restart_is_a_planned_stop_and_a_kill_9_is_a_miss() -> None:
+    """Issue 15 item 16 against the real ``companyd run``: the fire times that fall while
+    the daemon is down after a SIGTERM are ``stopped`` (not due runs, no routine_missed);
+    after a kill -9 they are ``missed``."""
+    import sqlite3
+
+    from companyd.scheduler.store import DB_NAME
+    from companyd.testing.daemon import short_dir
+    from companyd.testing.daemon_process import DaemonProcess
+
+    def outcomes(state: Path, after: float) -> list[str]:
+        """Outcomes of the fire times the start after ``after`` found passed while down
+        (a late wake-up while running is a ``missed`` of another reason: not counted)."""
+        conn = sqlite3.connect(state / DB_NAME)
+        try:
+            rows = conn.execute(
+                "SELECT outcome FROM fires WHERE routine = 'tick' AND fired >= ? "
+                "AND (outcome = 'stopped' OR reason LIKE 'daemon was down%') "
+                "ORDER BY scheduled",
+                (after,),
+            ).fetchall()
+        finally:
+            conn.close()
+        return [r[0] for r in rows]
+
+    with short_dir() as work:
+        cfg = work / "company.yaml"
+        cfg.write_text(STOP_CO, encoding="utf-8")
+        state = work / "s"
+        daemon = DaemonProcess(cfg, state, log=work / "d.log")
+        try:
+            await daemon.start()
+            await daemon.wait_event("run_finished", timeout=30)  # the routine fires
+            assert await daemon.stop() == 0  # SIGTERM
+            await asyncio.sleep(3)  # fire times pass while it is down on purpose
+            restarted = time.time()
+            await daemon.start()
+            stopped = outcomes(state, restarted - 1)
+            assert stopped and set(stopped) == {"stopped"}, stopped
+            assert not daemon.events(
+                "routine_missed",
+                lambda e: (
+                    e["ts"] >= restarted - 1
+                    and str(e["data"].get("reason", "")).startswith("daemon was down")
+                ),
+            )
+            daemon.send_signal(signal.SIGKILL)  # a crash
+            await daemon.wait(30)
+            await asyncio.sleep(3)
+            restarted = time.time()
+            await daemon.start()
+            missed = outcomes(state, restarted - 1)
+            assert missed and set(missed) == {"missed"}, missed
+            assert await daemon.stop() == 0
+        finally:
+            if daemon.proc is not None and daemon.returncode is None:
+                await daemon.stop()

@@ -171,6 +171,81 @@ async def test_catch_up_skip_records_the_1400_fire_as_missed(make_harness: MakeH
     assert nxt is not None and iso(nxt.timestamp()) == "2027-01-05T14:00:00+00:00"
 
 
+async def test_a_planned_stop_is_not_a_miss_but_an_unplanned_one_is(
+    make_harness: MakeHarness,
+) -> None:
+    """Issue 15 item 16: a fire time that falls while the daemon was stopped on purpose
+    (SIGTERM, ``systemctl restart``) with ``catch_up: skip`` is ``stopped`` — skipped
+    because the daemon was stopped: no warning, not a due run. Without the clean-stop
+    marker (a crash, kill -9) it stays ``missed``."""
+    import sqlite3
+
+    from companyd.events import Severity
+    from companyd.scheduler.store import DB_NAME, routine_stats
+
+    h = make_harness(
+        company(DAILY_1400.replace("{policy: run_once, grace: 2h}", "skip")),
+        start="2027-01-04T12:00:00",
+    )
+    sched = await h.start()
+    await h.advance_to("2027-01-04T13:55:00")
+    sched.planned_stop("SIGTERM")
+    await h.stop()
+    h.clock.advance(15 * 60)
+    await h.start()
+    assert h.sink.tasks == []
+    rows = h.history("daily-post")
+    assert [(iso(r.scheduled), r.outcome) for r in rows] == [
+        ("2027-01-04T14:00:00+00:00", "stopped")
+    ]
+    assert "daemon was stopped" in (rows[0].reason or "")
+    assert h.kinds("routine_missed") == []
+    warnings = [e for e in h.events if e.source.endswith("scheduler") or "routine" in e.kind]
+    assert [e for e in warnings if e.severity.rank >= Severity.WARNING.rank] == []
+    conn = sqlite3.connect(h.state_dir / DB_NAME)
+    try:
+        assert "daily-post" not in routine_stats(conn, 0.0)  # not a due run
+    finally:
+        conn.close()
+
+    # The next day the process dies without a planned stop: the fire time is missed.
+    await h.advance_to("2027-01-05T13:55:00")
+    await h.stop()
+    h.clock.advance(15 * 60)
+    await h.start()
+    rows = h.history("daily-post")
+    assert [(iso(r.scheduled), r.outcome) for r in rows] == [
+        ("2027-01-04T14:00:00+00:00", "stopped"),
+        ("2027-01-05T14:00:00+00:00", "missed"),
+    ]
+    [missed] = h.kinds("routine_missed")
+    assert missed.data["scheduled"] == "2027-01-05T14:00:00+00:00"
+
+
+async def test_after_a_planned_stop_run_once_serves_the_latest_and_the_rest_are_stopped(
+    make_harness: MakeHarness,
+) -> None:
+    h = make_harness(
+        company(
+            "tick: {assignee: coo, description: Tick., trigger: {every: 1h}, "
+            "catch_up: {policy: run_once, grace: 2h}}\n"
+        ),
+        start="2027-01-04T11:30:00",
+    )
+    sched = await h.start()
+    sched.planned_stop("SIGTERM")
+    await h.stop()
+    h.clock.advance(3 * 3600)  # 12:00, 13:00 and 14:00 pass while stopped
+    await h.start()
+    rows = h.history("tick")
+    assert [(iso(r.scheduled), r.outcome, r.kind) for r in rows] == [
+        ("2027-01-04T12:00:00+00:00", "stopped", "scheduled"),
+        ("2027-01-04T13:00:00+00:00", "stopped", "scheduled"),
+        ("2027-01-04T14:00:00+00:00", "ok", "catch_up"),
+    ]
+    assert h.kinds("routine_missed") == []
+
+
 async def test_catch_up_run_once_beyond_grace_is_missed_with_the_reason(
     make_harness: MakeHarness,
 ) -> None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from companyd.status_text import status_line
+from companyd.status_text import reload_lines, status_line, telegram_health
 
 __all__ = [
     "MAX_TEXT",
@@ -555,6 +556,20 @@ def _memory_repaired(data: Data, source: str, counts: Mapping[str, int]) -> Rend
     return Rendered("memory file repaired", tuple(lines))
 
 
+def _commands_failing(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines = [*_line("since", data, "since", _when), *_line("error", data, "error")]
+    lines.append(
+        "alerts still go out; companyd keeps polling with backoff. Check the bot token "
+        "and alerts.telegram.api_url; `companyd status` shows the state"
+    )
+    return Rendered("Telegram commands are not reaching companyd", tuple(lines))
+
+
+def _commands_recovered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines = [*_line("failing since", data, "since", _when), *_line("last error", data, "error")]
+    return Rendered("Telegram commands work again", tuple(lines))
+
+
 def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"circuit breaker stopped a run of {_who(data)}"
     lines = []
@@ -683,6 +698,8 @@ KINDS: Mapping[str, KindSpec] = {
         "task_quarantined", ("task_id",), _task_quarantined, _task_buttons
     ),
     "memory_repaired": KindSpec("memory_repaired", (), _memory_repaired),
+    "telegram_commands_failing": KindSpec("telegram_commands_failing", (), _commands_failing),
+    "telegram_commands_recovered": KindSpec("telegram_commands_recovered", (), _commands_recovered),
     "circuit_breaker": KindSpec(
         "circuit_breaker", ("agent", "breaker"), _circuit_breaker, _pause_agent_button
     ),
@@ -864,6 +881,14 @@ def format_status(status: Any, max_routines: int = 5) -> str:
     if daemon.get("offline") is True:
         head += " · OFFLINE model"
     lines = [head, status_line(status)]
+    now = _num(status.get("now")) or time.time()
+    tz = _txt(m(status.get("company")).get("timezone") or "UTC", 60)
+    lines += [_txt(x, 400) for x in reload_lines(daemon, now, tz)]
+    alerts = m(status.get("alerts"))
+    if alerts:
+        health = telegram_health(alerts, now, tz)
+        if health != "ok":
+            lines.append(f"telegram: {_txt(health, 300)}")
 
     trouble: list[str] = []
 

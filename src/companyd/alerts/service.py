@@ -50,6 +50,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -85,7 +86,6 @@ from companyd.supervision.child import ChildContext
 
 if TYPE_CHECKING:
     from telegram import CallbackQuery, InlineKeyboardMarkup, Message, Update, User
-    from telegram.error import TelegramError
 
     from companyd.alerts.telegram import TelegramApp
 
@@ -113,6 +113,13 @@ BACKOFF_MAX = 30.0
 TOKEN_RETRY = 300.0
 #: Long-poll timeout for getUpdates, seconds.
 POLL_TIMEOUT = 10.0
+#: Backoff between getUpdates attempts while polling fails (doubling from BACKOFF_MIN).
+POLL_BACKOFF_MAX = 60.0
+#: Commands failing this long (service clock) while sending works raise one alert: a
+#: passing blip of the network is not worth a message.
+COMMANDS_ALERT_AFTER = 60.0
+#: The updates companyd acts on.
+ALLOWED_UPDATES = ("message", "callback_query")
 #: Bound on one send or edit, rate-limiter waits included (real seconds).
 SEND_TIMEOUT = 60.0
 #: Bound on the final delivery attempt when the service stops (real seconds).
@@ -253,9 +260,15 @@ class AlertService:
 
     def snapshot(self) -> dict[str, Any]:
         """For ``companyd status``: ``{"telegram": "ok" | "degraded" | "off", "queued",
-        "held", "failed", "reason"}``. ``degraded``: connecting, or sends failing (alerts
+        "held", "failed", "reason", "commands", "commands_since", "commands_error"}``.
+
+        ``telegram`` is the sending half. ``degraded``: connecting, or sends failing (alerts
         wait in the outbox); ``queued`` counts alerts not yet fully delivered, held ones
-        included; ``failed`` counts deliveries Telegram refused for good."""
+        included; ``failed`` counts deliveries Telegram refused for good.
+
+        ``commands`` is the receiving half (getUpdates): ``"ok"``, ``"failing"`` (since the
+        epoch time ``commands_since``, last error ``commands_error``), ``"starting"`` (not
+        polling yet) or ``"off"``."""
         queued = held = failed = 0
         now = self._clock.time()
         for rec in self._alerts.values():
@@ -270,13 +283,24 @@ class AlertService:
             telegram = "ok"
         else:
             telegram = "degraded"
+        link = self._link
+        if telegram == "off" or link is None:
+            commands, since, error = ("off" if telegram == "off" else "starting"), None, ""
+        else:
+            commands, since, error = link.commands, link.commands_since, link.commands_error
         return {
             "telegram": telegram,
             "queued": queued,
             "held": held,
             "failed": failed,
             "reason": self._reason,
+            "commands": commands,
+            "commands_since": since,
+            "commands_error": error,
         }
+
+    def _sending_ok(self) -> bool:
+        return self._state == "up" and not (self._outage_logged or self._token_logged)
 
     async def run(self, ctx: ChildContext) -> None:
         """Serve until ``ctx.stopping`` is set: ready as soon as the outbox is open,
@@ -823,6 +847,7 @@ class AlertService:
             self._backoff = min(BACKOFF_MAX, max(BACKOFF_MIN, self._backoff * 2))
             wait = self._backoff
         self._retry_at = self._clock.monotonic() + wait
+        self._reason = telegram_error_text(exc)
         pending = sum(1 for r in self._alerts.values() if not r.settled)
         if isinstance(exc, InvalidToken):
             if not self._token_logged:
@@ -852,7 +877,7 @@ class AlertService:
         self._outage_logged = self._token_logged = False
         self._backoff = 0.0
         self._retry_at = 0.0
-        self._state = "up"
+        self._state, self._reason = "up", ""
 
     # -- commands -----------------------------------------------------------------------
 
@@ -1011,6 +1036,12 @@ class _Link:
         self.app: TelegramApp = build_application(settings, poll_timeout=POLL_TIMEOUT)
         self.ready = False
         self._poll_logged_at: float | None = None
+        #: The receiving half, for status: "starting" | "ok" | "failing".
+        self.commands = "starting"
+        self.commands_since: float | None = None
+        self.commands_error = ""
+        self._commands_alerted = False
+        self._offset: int | None = None
         allowed = filters.Chat(chat_id=list(settings.chat_ids))
         app = self.app
         app.add_handler(CallbackQueryHandler(service._on_button))
@@ -1032,7 +1063,9 @@ class _Link:
             try:
                 await self.app.initialize()
                 break
-            except InvalidToken:
+            except InvalidToken as exc:
+                # Neither half works: say why in status, for sending and for commands.
+                self._service._reason = self._mark_failing(exc)
                 log.error(
                     "alerts: Telegram rejected the bot token (from %s); alerts wait in the "
                     "outbox — fix the token and restart companyd; retrying every %.0f s",
@@ -1041,6 +1074,7 @@ class _Link:
                 )
                 await self._clock.sleep(TOKEN_RETRY)
             except TelegramError as exc:
+                self._service._reason = self._mark_failing(exc)
                 if not told:
                     log.warning(
                         "alerts: Telegram is unreachable at %s (%s); alerts wait in the outbox, "
@@ -1052,7 +1086,7 @@ class _Link:
                 await self._clock.sleep(delay)
                 delay = min(BACKOFF_MAX, delay * 2)
         self.ready = True
-        self._service._state = "up"
+        self._service._state, self._service._reason = "up", ""
         self._service._wake.set()
         log.info("alerts: connected to Telegram as @%s", self.app.bot.username)
         try:
@@ -1060,48 +1094,164 @@ class _Link:
         except TelegramError as exc:
             log.warning("alerts: could not set the bot's command list: %s", redact(str(exc)))
         await self.app.start()
-        delay = BACKOFF_MIN
-        while True:
-            try:
-                updater = self.app.updater
-                assert updater is not None
-                await updater.start_polling(
-                    poll_interval=0.0,
-                    timeout=timedelta(seconds=POLL_TIMEOUT),
-                    bootstrap_retries=0,
-                    allowed_updates=["message", "callback_query"],
-                    error_callback=self._poll_error,
-                )
-                return
-            except TelegramError as exc:
-                log.debug("alerts: could not start polling: %s", redact(str(exc)))
-                await self._clock.sleep(delay)
-                delay = min(BACKOFF_MAX, delay * 2)
+        try:
+            await self.app.bot.delete_webhook()  # getUpdates answers 409 while one is set
+        except TelegramError as exc:
+            log.debug("alerts: could not delete a webhook: %s", redact(str(exc)))
+        await self._poll()
 
-    def _poll_error(self, exc: TelegramError) -> None:
+    async def _poll(self) -> None:
+        """Long-poll getUpdates for as long as the service runs.
+
+        Our own loop rather than python-telegram-bot's ``Updater``: that one stops for good
+        on the first 401/404 (``InvalidToken``), and commands would then be lost silently
+        until a restart. Here every failure — a refused token, a wrong URL, a broken
+        network, a 409 from another poller — is retried with backoff (doubling, at most
+        :data:`POLL_BACKOFF_MAX`), and the receiving half's state is kept for status.
+        """
+        from telegram.error import RetryAfter, TelegramError
+
+        delay = 0.0
+        while True:
+            # A short poll while the state is unknown or failing, so status learns at once
+            # whether commands get through; long polls once they do.
+            wait_s = POLL_TIMEOUT if self.commands == "ok" else 0.0
+            try:
+                # A real-time bound above the long poll's own, for a hung connection.
+                async with asyncio.timeout(POLL_TIMEOUT + 30.0):
+                    raw = await self._get_updates(wait_s)
+            except RetryAfter as exc:
+                wait = max(retry_after_seconds(exc), BACKOFF_MIN)
+                self._poll_failed(exc)
+            except (TelegramError, TimeoutError, OSError) as exc:
+                delay = min(POLL_BACKOFF_MAX, max(BACKOFF_MIN, delay * 2))
+                wait = delay
+                self._poll_failed(exc)
+            except Exception as exc:  # e.g. an answer we cannot parse: never stop polling
+                delay = min(POLL_BACKOFF_MAX, max(BACKOFF_MIN, delay * 2))
+                wait = delay
+                self._poll_failed(exc, unexpected=True)
+            else:
+                delay = 0.0
+                self._poll_ok()
+                for item in raw:
+                    update = self._decode(item)
+                    if update is not None:
+                        await self.app.update_queue.put(update)
+                    if isinstance(item, dict) and isinstance(item.get("update_id"), int):
+                        # confirms it to Telegram with the next poll, readable or not
+                        self._offset = max(self._offset or 0, item["update_id"] + 1)
+                continue
+            await self._clock.sleep(wait)
+
+    async def _get_updates(self, wait_s: float) -> list[Any]:
+        """One getUpdates, undecoded: ``Bot.get_updates`` decodes the whole batch at once,
+        so one update it cannot read failed every poll on the same offset, for good. The
+        raw list lets :meth:`_decode` skip that one. ``_post`` is python-telegram-bot's own
+        request path (same timeouts, connection pool and error mapping as get_updates);
+        tests/test_alerts.py pins its behaviour."""
+        bot = self.app.bot
+        result = await bot._post(
+            "getUpdates",
+            {
+                "timeout": wait_s,
+                "offset": self._offset,
+                "allowed_updates": list(ALLOWED_UPDATES),
+            },
+            read_timeout=POLL_TIMEOUT + 10.0 + wait_s,
+        )
+        if not isinstance(result, list):  # not Telegram's answer: a failure, not "no news"
+            raise TypeError(f"getUpdates answered {type(result).__name__}, expected a list")
+        return result
+
+    def _decode(self, item: Any) -> Update | None:
+        from telegram import Update
+
+        try:
+            if not isinstance(item, dict):
+                raise TypeError(f"expected an object, got {type(item).__name__}")
+            return Update.de_json(item, self.app.bot)
+        except Exception as exc:
+            uid = item.get("update_id") if isinstance(item, dict) else None
+            log.warning(
+                "alerts: skipped Telegram update %s: companyd could not read it (%s: %s)",
+                uid,
+                type(exc).__name__,
+                redact(str(exc))[:200],
+            )
+            return None
+
+    def _poll_ok(self) -> None:
+        if self.commands == "failing":
+            log.info("alerts: Telegram commands reach companyd again")
+            if self._commands_alerted:
+                self._service._bus.emit(
+                    "telegram_commands_recovered",
+                    "alerts",
+                    since=self.commands_since,
+                    error=self.commands_error,
+                )
+        self.commands, self.commands_since, self.commands_error = "ok", None, ""
+        self._commands_alerted = False
+        self._poll_logged_at = None
+
+    def _mark_failing(self, exc: BaseException) -> str:
+        """Commands are failing (from now, unless already): the reason, for status."""
+        reason = telegram_error_text(exc)
+        if self.commands != "failing":
+            self.commands, self.commands_since = "failing", self._clock.time()
+        self.commands_error = reason
+        return reason
+
+    def _poll_failed(self, exc: BaseException, *, unexpected: bool = False) -> None:
+        """Record a failed poll; logged once per outage and then every 10 minutes at most
+        (a poll fails up to once a second), the rest at debug."""
         from telegram.error import Conflict
 
-        if isinstance(exc, Conflict):
-            log.error(
-                "alerts: another program is polling this bot (409 Conflict); commands may go "
-                "to it — only one companyd may use a bot token"
-            )
-            return
-        now = self._clock.monotonic()
-        if self._poll_logged_at is None or now - self._poll_logged_at > 600:
-            log.warning(
-                "alerts: polling Telegram for commands failed (%s); retrying", redact(str(exc))
-            )
-            self._poll_logged_at = now
+        reason = self._mark_failing(exc)
+        now = self._clock.time()
+        mono = self._clock.monotonic()
+        if self._poll_logged_at is None or mono - self._poll_logged_at > 600:
+            self._poll_logged_at = mono
+            if isinstance(exc, Conflict):
+                log.error(
+                    "alerts: another program is polling this bot (409 Conflict); commands "
+                    "may go to it — only one companyd may use a bot token"
+                )
+            elif unexpected:
+                log.error(
+                    "alerts: unexpected error polling Telegram for commands (%s); retrying "
+                    "with backoff",
+                    reason,
+                    exc_info=exc,
+                )
+            else:
+                log.warning(
+                    "alerts: polling Telegram for commands failed (%s); retrying with backoff",
+                    reason,
+                )
         else:
-            log.debug("alerts: polling failed again: %s", redact(str(exc)))
+            log.debug("alerts: polling failed again: %s", reason)
+        since = self.commands_since
+        if (
+            not self._commands_alerted
+            and since is not None
+            and now - since >= COMMANDS_ALERT_AFTER
+            and self._service._sending_ok()
+        ):
+            self._commands_alerted = True
+            self._service._bus.emit(
+                "telegram_commands_failing", "alerts", since=since, error=reason
+            )
 
     async def stop(self) -> None:
-        """updater.stop → stop → shutdown; safe at any stage of startup."""
+        """Confirm the updates handled → stop → shutdown; safe at any stage of startup."""
         app = self.app
-        with contextlib.suppress(Exception):
-            if app.updater is not None and app.updater.running:
-                await app.updater.stop()
+        if self._offset is not None and self.commands == "ok":
+            # Confirm what was handled, so a restart does not run those commands again.
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(FLUSH_TIMEOUT):
+                    await self._get_updates(0.0)
         with contextlib.suppress(Exception):
             if app.running:
                 await app.stop()
@@ -1109,6 +1259,34 @@ class _Link:
             await app.shutdown()
         with contextlib.suppress(Exception):
             await app.bot.shutdown()  # releases the HTTP clients if initialize never finished
+
+
+def telegram_error_text(exc: BaseException) -> str:
+    """A short, redacted reason for a failed Bot API call, e.g. ``401 Unauthorized``.
+
+    python-telegram-bot folds 401 and 404 into ``InvalidToken`` with Telegram's description
+    as the message; the status code is put back when the description is the standard one.
+    ``initialize()`` (getMe) words its own ``InvalidToken`` and quotes the token (redacted).
+    """
+    from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TimedOut
+
+    text = redact(str(exc)).strip()
+    if isinstance(exc, InvalidToken):
+        for code in (HTTPStatus.UNAUTHORIZED, HTTPStatus.NOT_FOUND):
+            if text.lower().startswith(code.phrase.lower()):
+                return f"{code.value} {text}"
+        if "rejected by the server" in text:
+            return "bot token rejected by Telegram"
+        return f"token or URL refused: {text}"
+    if isinstance(exc, Conflict):
+        return f"409 {text}" if text.lower().startswith("conflict") else f"409 Conflict: {text}"
+    if isinstance(exc, RetryAfter):
+        return f"429 flood control: retry after {retry_after_seconds(exc):.0f} s"
+    if isinstance(exc, TimedOut | TimeoutError):
+        return "network error: timed out"
+    if isinstance(exc, NetworkError | OSError):
+        return f"network error: {text or type(exc).__name__}"
+    return f"{type(exc).__name__}: {text}"
 
 
 # ---------------------------------------------------------------------------------------

@@ -201,7 +201,8 @@ def build_application(settings: TelegramSettings, *, poll_timeout: float) -> Tel
     """A python-telegram-bot Application for our own event loop (never ``run_polling``).
 
     AIORateLimiter retries a 429 twice (its default is not at all); no JobQueue (companyd
-    has one scheduler, and it is not this one); timeouts are short so a dead network shows
+    has one scheduler, and it is not this one); no Updater (its polling stops for good on a
+    401/404, so companyd runs its own getUpdates loop); timeouts are short so a dead network shows
     up as an error the outbox handles, not as a hang.
     """
     from telegram.ext import AIORateLimiter, ApplicationBuilder
@@ -214,6 +215,7 @@ def build_application(settings: TelegramSettings, *, poll_timeout: float) -> Tel
         .base_file_url(f"{settings.api_url}/file/bot")
         .rate_limiter(AIORateLimiter(max_retries=2))
         .job_queue(None)
+        .updater(None)  # companyd polls getUpdates itself (alerts._Link._poll)
         .connect_timeout(10.0)
         .read_timeout(15.0)
         .write_timeout(15.0)

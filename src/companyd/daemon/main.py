@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -242,6 +243,11 @@ class Daemon:
         self.bus = EventBus(self.clock)
         self.started_at = self.clock.time()
         self.config_loaded_at = self.started_at
+        # The last reload's outcome, for status: when, "applied" | "rejected", and the last
+        # rejected one (when, how many errors, the first one, secrets masked).
+        self._last_reload_at: float | None = None
+        self._last_reload_result: str | None = None
+        self._last_rejected: dict[str, Any] | None = None
         self.state = "starting"
         self.notifier = Notifier.from_env(unset_environment=True)
         # Event-loop lag and I/O deadlines (memory calls, control requests) are real time,
@@ -365,6 +371,8 @@ class Daemon:
         self.state = "stopping"
         self.notifier.stopping("stopping: bringing runs to a checkpoint")
         self.bus.emit("daemon_stopping", "daemon", pid=os.getpid(), reason=reason)
+        # fire times while we are down are a planned stop's, not misses (unlike a crash's)
+        self.scheduler.planned_stop(f"daemon stopped: {reason}")
         # every agent brings its run to a checkpoint now, in parallel; the tree then stops
         # in reverse start order and finds them idle
         self.staff.drain()
@@ -454,6 +462,12 @@ class Daemon:
         await run(StandaloneContext("daemon"))
 
     def _healthy(self) -> bool:
+        """The watchdog's gate: the tree runs, or a graceful stop is under way. A stop takes
+        the tree out of "running" on purpose while runs reach a checkpoint; withholding
+        WATCHDOG=1 then would log a false alarm and could make systemd kill a stop that is
+        going well (systemd's TimeoutStopSec bounds the stop itself)."""
+        if self.state == "stopping":
+            return True
         return self.tree is not None and self.tree.status == "running"
 
     def _sighup(self) -> None:
@@ -509,6 +523,13 @@ class Daemon:
                 new = await asyncio.to_thread(load_config, self.config.path)
             except ConfigError as exc:
                 errors = [str(i) for i in exc.issues]
+                now = self.clock.time()
+                self._last_reload_at, self._last_reload_result = now, "rejected"
+                self._last_rejected = {
+                    "at": now,
+                    "errors": len(errors),
+                    "first_error": _shown_error(errors[0]) if errors else "",
+                }
                 self.bus.emit(
                     "config_rejected",
                     "daemon",
@@ -534,6 +555,7 @@ class Daemon:
             routines = {} if self.oneoff else await self.scheduler.reconfigure(new)
             self.config = new
             self.config_loaded_at = self.clock.time()
+            self._last_reload_at, self._last_reload_result = self.config_loaded_at, "applied"
             unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]
             result: dict[str, Any] = {
                 "applied": True,
@@ -605,6 +627,11 @@ class Daemon:
                 "uptime_s": now - self.started_at,
                 "config": str(self.config.path),
                 "config_loaded_at": self.config_loaded_at,
+                "reload": {
+                    "last_at": self._last_reload_at,
+                    "last_result": self._last_reload_result,
+                    "rejected": dict(self._last_rejected) if self._last_rejected else None,
+                },
                 "state_dir": str(self.state_dir),
                 "socket": str(self.socket),
                 "offline": self.offline,
@@ -931,6 +958,26 @@ def _routine_for_status(r: Mapping[str, Any]) -> dict[str, Any]:
         "last_outcome": last.get("outcome"),
         "enabled": r.get("enabled", True),
     }
+
+
+def _shown_error(text: str) -> str:
+    """A config error as status shows it, with anything that looks like a secret masked.
+
+    The one place status text from a rejected reload is cleaned. Until the single redactor
+    (``companyd._secrets``, issue 15 item 5) exists, it uses what exists: the secrets the
+    Telegram side protects (the bot token) and the patterns of the config's secret scan,
+    plus a bot token inside longer text.
+    """
+    from companyd.alerts.telegram import redact
+    from companyd.config import _SECRET_VALUE_RES
+
+    text = redact(text)
+    for pattern, what in (*_SECRET_VALUE_RES, (_BOT_TOKEN_IN_TEXT, "a Telegram bot token")):
+        text = pattern.sub(f"<{what} masked>", text)
+    return " ".join(text.split())[:500]  # one line: status prints it in a line
+
+
+_BOT_TOKEN_IN_TEXT = re.compile(r"\b\d{6,12}:[A-Za-z0-9_\-]{30,}")
 
 
 def _restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:

@@ -14,6 +14,11 @@ For each enabled routine:
   of them runs once, at start, if it is at most ``grace`` old; every other one is ``missed``
   with the reason. The newest :data:`MAX_MISSED_ROWS` get a row each; older ones share one
   row whose ``fires`` says how many it stands for.
+
+A fire time the catch-up does not serve is ``stopped`` instead of ``missed`` when it fell
+after a planned stop (the clean-stop marker the previous run left in routines.sqlite): the
+operator chose that downtime, so it is neither a miss nor a due run. Without the marker (a
+crash, kill -9, power loss) it is ``missed``.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ class StartPlan:
         next_run: the job's first ``next_run_time`` (the catch-up fire time, when there is
             one, else the next fire time after now; None if the schedule has ended).
         catch_up: the fire time to run once at start, if any.
-        missed: history rows for fire times missed while the daemon was down.
+        missed: history rows for fire times not served while the daemon was down, oldest
+            first: ``missed``, then ``stopped`` for those after a planned stop.
     """
 
     routine: RoutineConfig
@@ -68,9 +74,14 @@ class StartPlan:
 
 
 def plan_start(
-    routines: Iterable[RoutineConfig], states: Mapping[str, RoutineState], now: float
+    routines: Iterable[RoutineConfig],
+    states: Mapping[str, RoutineState],
+    now: float,
+    stopped: tuple[float, str] | None = None,
 ) -> list[StartPlan]:
-    """Decide each routine's first run and its missed fire times at a start at ``now``."""
+    """Decide each routine's first run and its missed fire times at a start at ``now``.
+
+    ``stopped`` is the planned stop the previous run recorded, ``(at, why)``, if any."""
     plans = []
     now_dt = utc_from_ts(now)
     for r in routines:
@@ -88,12 +99,17 @@ def plan_start(
             )
             plans.append(StartPlan(r, trigger, ident, state, next_after(trigger, now_dt), None, []))
             continue
-        plans.append(_plan_catch_up(r, trigger, ident, st, now))
+        plans.append(_plan_catch_up(r, trigger, ident, st, now, stopped))
     return plans
 
 
 def _plan_catch_up(
-    r: RoutineConfig, trigger: Any, ident: str, st: RoutineState, now: float
+    r: RoutineConfig,
+    trigger: Any,
+    ident: str,
+    st: RoutineState,
+    now: float,
+    stopped: tuple[float, str] | None = None,
 ) -> StartPlan:
     now_dt = utc_from_ts(now)
     since = max(st.cursor, now - CATCH_UP_WINDOW)
@@ -125,7 +141,20 @@ def _plan_catch_up(
         else:
             reason = "daemon was down at this fire time (catch_up: skip)"
         next_run = next_after(trigger, latest)
-    records = missed_records(r, missed, reason, now)
+    if stopped is None:
+        records = missed_records(r, missed, reason, now)
+    else:
+        stop_at, stop_why = stopped
+        down = [t for t in missed if t.timestamp() <= stop_at]
+        planned = [t for t in missed if t.timestamp() > stop_at]
+        stop_reason = (
+            f"skipped because the daemon was stopped on purpose ({stop_why}, at "
+            f"{utc_from_ts(stop_at).isoformat()}); catch_up {r.catch_up.policy} did not serve "
+            "this fire time — a planned stop is not a miss"
+        )
+        records = missed_records(r, down, reason, now) + missed_records(
+            r, planned, stop_reason, now, outcome=Outcome.STOPPED
+        )
     if since > st.cursor and records:
         records[0] = replace(
             records[0],
@@ -142,9 +171,14 @@ def _plan_catch_up(
 
 
 def missed_records(
-    r: RoutineConfig, times: list[datetime], reason: str, now: float
+    r: RoutineConfig,
+    times: list[datetime],
+    reason: str,
+    now: float,
+    outcome: Outcome = Outcome.MISSED,
 ) -> list[FireRecord]:
-    """History rows (outcome ``missed``) for ``times``, oldest first; see the module doc."""
+    """History rows (outcome ``missed``, or ``stopped``) for ``times``, oldest first; see the
+    module doc."""
     older, newest = times[:-MAX_MISSED_ROWS], times[-MAX_MISSED_ROWS:]
 
     def row(t: datetime, why: str, fires: int = 1) -> FireRecord:
@@ -156,7 +190,7 @@ def missed_records(
             scheduled=t.timestamp(),
             fired=now,
             ended=now,
-            outcome=str(Outcome.MISSED),
+            outcome=str(outcome),
             reason=why,
             fires=fires,
         )

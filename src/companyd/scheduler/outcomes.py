@@ -12,6 +12,9 @@ Every fire time of a routine ends in exactly one :class:`Outcome`, stored in the
 * ``idle`` — the precondition found nothing to do; no task was submitted, no model was
   called, $0 was spent. Idle fires are not *due runs*: they do not count for or against the
   success rate.
+* ``stopped`` — skipped because the daemon was stopped on purpose (SIGTERM, ``systemctl
+  restart``) at this fire time and the routine's catch-up did not serve it. Not a due run,
+  not an alert: the operator chose the downtime. A fire time lost to a crash is ``missed``.
 """
 
 from __future__ import annotations
@@ -35,15 +38,17 @@ class Outcome(StrEnum):
     MISSED = "missed"
     SKIPPED = "skipped"
     IDLE = "idle"
+    STOPPED = "stopped"
 
     @property
     def is_due_run(self) -> bool:
-        """Whether this outcome counts in the success rate (everything but ``idle``)."""
-        return self is not Outcome.IDLE
+        """Whether this outcome counts in the success rate (all but ``idle`` and ``stopped``)."""
+        return self not in (Outcome.IDLE, Outcome.STOPPED)
 
     @property
     def event_kind(self) -> str | None:
-        """The EventBus kind published for this outcome, or None for ``ok`` and ``idle``."""
+        """The EventBus kind published for this outcome, or None for ``ok``, ``idle`` and
+        ``stopped`` (the scheduler tells those at debug level only)."""
         if self is Outcome.MISSED:
             return "routine_missed"
         if self is Outcome.SKIPPED:

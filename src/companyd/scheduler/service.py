@@ -43,7 +43,7 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_J
 from companyd.admin import AdminError
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
-from companyd.events import EventBus
+from companyd.events import EventBus, Severity
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
@@ -160,6 +160,7 @@ class RoutineScheduler:
         self._manual: set[asyncio.Task[RunOutcome | None]] = set()
         self._failure: BaseException | None = None
         self._failed = asyncio.Event()
+        self._planned_stop: str | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -195,6 +196,13 @@ class RoutineScheduler:
     def running(self) -> bool:
         return self._aps is not None
 
+    def planned_stop(self, why: str) -> None:
+        """Say that the coming stop is deliberate (SIGTERM, ``systemctl restart``): the
+        stop then leaves a clean-stop marker in routines.sqlite, and the next start records
+        the fire times that fell meanwhile as ``stopped``, not ``missed``. A stop without
+        it (a crash never calls anything) leaves no marker."""
+        self._planned_stop = why or "planned stop"
+
     async def start(self) -> None:
         """Open the history, settle what happened while the daemon was down, arm every job.
 
@@ -206,6 +214,7 @@ class RoutineScheduler:
             raise RuntimeError("RoutineScheduler.start() called twice; call stop() first")
         self._failure = None
         self._failed.clear()
+        self._planned_stop = None
         store = RoutineStore(self.db_path, on_error=self._store_failed)
         self._store = store
         try:
@@ -230,13 +239,16 @@ class RoutineScheduler:
                 self._emit(rec, Outcome.CANCELLED, _INTERRUPTED)
             for rec in unrecorded:
                 self._emit(rec, Outcome.CANCELLED, _UNRECORDED)
-            states = await store.call(db.load_states)
+            states, stopped = await store.call(lambda c: (db.load_states(c), db.clean_stop(c)))
             routines = [r for r in self._config.routines.values() if r.enabled]
             # Walking cron fire times over a long outage is CPU work: keep it off the loop.
-            plans = await asyncio.to_thread(plan_start, routines, states, now)
+            plans = await asyncio.to_thread(plan_start, routines, states, now, stopped)
             stale = set(states) - {p.routine.slug for p in plans}
 
             def write(c: Any) -> None:
+                # The marker goes in the same transaction as the rows it decided: a crash
+                # before this commit leaves it for the next start, after it nothing.
+                db.clear_clean_stop(c)
                 db.insert_fires(c, [m for p in plans for m in p.missed])
                 for p in plans:
                     db.put_state(c, p.state)
@@ -291,6 +303,18 @@ class RoutineScheduler:
         aps, self._aps = self._aps, None
         if aps is not None:
             aps.pause()
+        if self._planned_stop is not None and self._store is not None:
+            why, self._planned_stop = self._planned_stop, None
+            at = self._clock.time()
+            try:
+                await self._store.call(lambda c: db.mark_clean_stop(c, at, why))
+            except Exception as exc:  # e.g. a full disk: the next start counts misses
+                log.warning(
+                    "could not record the planned stop in %s (%s); fire times until the "
+                    "next start will be recorded as missed",
+                    self.db_path,
+                    exc,
+                )
         tasks: set[asyncio.Future[Any]] = set(self._manual)
         if aps is not None:
             tasks |= aps.executor.tasks
@@ -321,10 +345,29 @@ class RoutineScheduler:
     def _report_missed_at_start(self, plan: StartPlan) -> None:
         # One event per routine, not per fire time: a heartbeat down for a day must not page
         # the operator 288 times. The history has every fire time.
-        if not plan.missed:
-            return
-        latest = plan.missed[-1]
         r = plan.routine
+        stopped = [m for m in plan.missed if m.outcome == Outcome.STOPPED]
+        if stopped:
+            # Not an alert: the operator chose the downtime (debug: logged, never paged).
+            self._bus.emit(
+                "routine_skipped",
+                self._source,
+                severity=Severity.DEBUG,
+                routine=r.slug,
+                agent=r.assignee,
+                scheduled=utc_from_ts(stopped[-1].scheduled).isoformat(),
+                reason=stopped[-1].reason,
+                run_id=None,
+                outcome=str(Outcome.STOPPED),
+                fire_kind=stopped[-1].kind,
+                fire_id=stopped[-1].fire_id,
+                count=sum(m.fires for m in stopped),
+                first=utc_from_ts(stopped[0].scheduled).isoformat(),
+            )
+        missed = [m for m in plan.missed if m.outcome == Outcome.MISSED]
+        if not missed:
+            return
+        latest = missed[-1]
         self._bus.emit(
             "routine_missed",
             self._source,
@@ -336,8 +379,8 @@ class RoutineScheduler:
             outcome=str(Outcome.MISSED),
             fire_kind=latest.kind,
             fire_id=latest.fire_id,
-            count=sum(m.fires for m in plan.missed),
-            first=utc_from_ts(plan.missed[0].scheduled).isoformat(),
+            count=sum(m.fires for m in missed),
+            first=utc_from_ts(missed[0].scheduled).isoformat(),
         )
 
     async def _take_baselines(self, slots: Iterable[_Slot]) -> None:

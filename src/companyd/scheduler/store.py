@@ -15,6 +15,10 @@ Tables:
     ``last_fire`` the latest fire time; ``memory_marker`` what the ``memory_changed``
     precondition compares against.
 
+``clean_stop`` — at most one row, written when the daemon stops on purpose (SIGTERM,
+    ``systemctl restart``) and removed by the next start, which thereby knows that the fire
+    times since ``at`` fell in a planned stop, not in a crash.
+
 ``fires`` — one row per fire (or, for a long outage, one row standing for ``fires`` fire
     times): routine, agent, kind (``scheduled`` | ``catch_up`` | ``manual``), scheduled fire
     time, when the scheduler dispatched it (``fired``), when the run started and ended,
@@ -96,6 +100,11 @@ CREATE TABLE IF NOT EXISTS fires (
     run_id    TEXT,
     task_id   TEXT,
     fires     INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS clean_stop (
+    id     INTEGER PRIMARY KEY CHECK (id = 1),
+    at     REAL NOT NULL,
+    reason TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS fires_by_routine ON fires (routine, scheduled);
 CREATE INDEX IF NOT EXISTS fires_open ON fires (outcome) WHERE outcome IS NULL;
@@ -352,11 +361,12 @@ def fires_between(
 
 def routine_stats(conn: sqlite3.Connection, since: float) -> dict[str, RoutineStats]:
     """Per routine: due runs and ``ok`` runs among scheduled and catch-up fires at or after
-    ``since`` that have finished (manual runs and ``idle`` fires excluded)."""
+    ``since`` that have finished (manual runs, ``idle`` fires and fire times that fell in a
+    planned stop excluded)."""
     rows = conn.execute(
         "SELECT routine, SUM(fires), SUM(CASE WHEN outcome = 'ok' THEN fires ELSE 0 END) "
         "FROM fires WHERE scheduled >= ? AND kind != 'manual' AND outcome IS NOT NULL "
-        "AND outcome != 'idle' GROUP BY routine",
+        "AND outcome NOT IN ('idle', 'stopped') GROUP BY routine",
         (since,),
     ).fetchall()
     return {r[0]: RoutineStats(routine=r[0], due=int(r[1]), ok=int(r[2])) for r in rows}
@@ -409,6 +419,24 @@ def set_marker(conn: sqlite3.Connection, routine: str, marker: str, now: float) 
         "UPDATE routine_state SET memory_marker = ?, updated = ? WHERE routine = ?",
         (marker, now, routine),
     )
+
+
+def mark_clean_stop(conn: sqlite3.Connection, at: float, reason: str) -> None:
+    """Record that the daemon stops on purpose at ``at`` (see ``clean_stop`` above)."""
+    conn.execute(
+        "INSERT OR REPLACE INTO clean_stop (id, at, reason) VALUES (1, ?, ?)", (at, reason)
+    )
+
+
+def clean_stop(conn: sqlite3.Connection) -> tuple[float, str] | None:
+    """The planned stop recorded by the last run, ``(at, reason)``, or None (a crash, a
+    kill -9, or a first start)."""
+    row = conn.execute("SELECT at, reason FROM clean_stop WHERE id = 1").fetchone()
+    return (float(row[0]), str(row[1])) if row else None
+
+
+def clear_clean_stop(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM clean_stop")
 
 
 def delete_states(conn: sqlite3.Connection, routines: Iterable[str]) -> None:

@@ -17,7 +17,10 @@ It records everything it was sent (:attr:`BotApiServer.messages` with each messa
 updates (:meth:`BotApiServer.inject_command`, :meth:`BotApiServer.press_button`) and fail on
 purpose: :meth:`BotApiServer.go_down` closes the port (``connection refused``) or answers
 ``502 Bad Gateway`` until :meth:`BotApiServer.go_up`; :meth:`BotApiServer.fail_next` answers
-the next requests with an error such as ``429`` and ``retry_after``.
+the next requests with an error such as ``429`` and ``retry_after``, or (``status=0``) drops
+the connection without an answer, as a broken network does. Failures can target one method:
+``fail_next(10**6, status=401, method="getUpdates")`` breaks command polling while sending
+keeps working, until :meth:`BotApiServer.clear_failures`.
 
 Requests are decoded as python-telegram-bot sends them: ``application/x-www-form-urlencoded``
 with string values as they are and every other value JSON-encoded. JSON bodies are accepted
@@ -42,6 +45,7 @@ API port is down) is driven with :class:`BotApiControl`:
 ``POST /down``             ``{"mode": "refuse" | "502"}``
 ``POST /up``
 ``POST /fail``             ``{"count", "status", "retry_after"?, "method"?, "description"?}``
+``POST /fail/clear``       forget the failures still queued
 ``POST /reset``            forget recorded calls and messages
 =========================  ==============================================================
 
@@ -153,6 +157,10 @@ class _Failure:
     description: str | None
 
 
+class _Dropped(Exception):
+    """Close the connection without answering (a network error for the client)."""
+
+
 class _HttpError(Exception):
     def __init__(self, status: int, description: str) -> None:
         super().__init__(description)
@@ -231,7 +239,7 @@ class _HttpListener:
                 await writer.drain()
                 if request.headers.get("connection", "").lower() == "close":
                     return
-        except (ConnectionError, asyncio.IncompleteReadError, _HttpError):
+        except (ConnectionError, asyncio.IncompleteReadError, _HttpError, _Dropped):
             return
         finally:
             self._conns.pop(task, None)
@@ -442,7 +450,11 @@ class BotApiServer:
     ) -> None:
         """Answer the next ``count`` requests (of ``method``, or any but ``getUpdates``) with
         an error: ``status`` with Telegram's error body, and ``parameters.retry_after`` for
-        429."""
+        429; ``status=0`` closes the connection without an answer (a network error).
+
+        A failure queued for ``getUpdates`` ends the long poll in flight (with no updates),
+        so the next poll meets it.
+        """
         self._failures.append(
             _Failure(
                 count=count,
@@ -452,6 +464,12 @@ class BotApiServer:
                 description=description,
             )
         )
+        self._pulse()
+
+    def clear_failures(self) -> None:
+        """Forget the failures still queued by :meth:`fail_next`."""
+        self._failures.clear()
+        self._pulse()
 
     # -- injection ----------------------------------------------------------------------
 
@@ -607,6 +625,8 @@ class BotApiServer:
         if failure is not None:
             self.calls.append(ApiCall(method=method, params=params, status=failure.status))
             self._pulse()
+            if failure.status == 0:
+                raise _Dropped
             body = _error_body(failure.status, failure.description)
             if failure.retry_after is not None:
                 body["parameters"] = {"retry_after": failure.retry_after}
@@ -648,6 +668,8 @@ class BotApiServer:
             ready = [u for u in self._updates if u["update_id"] >= offset][:limit]
             if ready or self.mode != "up" or not self._api.listening:
                 return ready
+            if any(f.method == "getUpdates" for f in self._failures):
+                return []  # the next poll meets the failure
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 return []
@@ -807,6 +829,9 @@ class BotApiServer:
                 description=body.get("description"),
             )
             return {"queued": len(self._failures)}
+        if method == "POST" and path == "/fail/clear":
+            self.clear_failures()
+            return {"queued": 0}
         if method == "POST" and path == "/reset":
             self.reset()
             return {"reset": True}
@@ -937,6 +962,9 @@ class BotApiControl:
     ) -> None:
         body = {"count": count, "status": status, "retry_after": retry_after, "method": method}
         await self._post("/fail", body)
+
+    async def clear_failures(self) -> None:
+        await self._post("/fail/clear")
 
     async def reset(self) -> None:
         await self._post("/reset")
