@@ -67,6 +67,7 @@ __all__ = [
     "ApiCall",
     "BotApiControl",
     "BotApiServer",
+    "DownMode",
     "SentMessage",
     "main",
 ]
