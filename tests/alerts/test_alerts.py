@@ -25,7 +25,7 @@ from companyd.alerts.service import EDIT_INTERVAL, AlertService
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config
 from companyd.events import EventBus
-from companyd.testing.bot_api import BotApiServer, SentMessage
+from companyd.testing.bot_api import BotApiServer, DownMode, SentMessage
 
 TOKEN = "123456789:AAH-alerts-test-secret-0123456789abcdef"
 SECRET_HALF = TOKEN.split(":", 1)[1]
@@ -126,6 +126,16 @@ class RecordingAdmin:
     async def reject(self, proposal_id: str) -> dict[str, Any]:
         self.calls.append(("reject", proposal_id))
         return {"proposal": proposal_id, "rejected": True}
+
+    async def revert(self, proposal_id: str) -> dict[str, Any]:
+        self.calls.append(("revert", proposal_id))
+        return {"proposal": proposal_id, "reverted": True}
+
+    async def debug(
+        self, action: str, target: str | None = None, seconds: float = 0.0
+    ) -> dict[str, Any]:
+        self.calls.append(("debug", action, target, seconds))
+        return {"action": action, "target": target}
 
     async def reload(self) -> dict[str, Any]:
         self.calls.append(("reload",))
@@ -612,7 +622,7 @@ async def test_a_chat_that_refuses_does_not_hold_up_the_rest(
 # Outages: nothing lost, nothing resent
 
 
-OUTAGE_ALERTS = [
+OUTAGE_ALERTS: list[tuple[str, str, dict[str, Any]]] = [
     ("restart", "companyd/agents/finance", {"child": "cfo", "reason": "error:X", "restarts": 1}),
     (
         "budget_threshold",
@@ -628,10 +638,10 @@ OUTAGE_ALERTS = [
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["refuse", "502"])
 async def test_telegram_down_for_60_s_loses_no_alert(
-    tmp_path: Path, token_env: None, mode: str
+    tmp_path: Path, token_env: None, mode: DownMode
 ) -> None:
     async with harness(tmp_path) as h, h.service() as (svc, _):
-        await h.server.go_down(mode)  # type: ignore[arg-type]
+        await h.server.go_down(mode)
         for kind, source, data in OUTAGE_ALERTS:
             h.bus.emit(kind, source, **data)
         for _ in range(60):  # one minute on the service clock; each try fails

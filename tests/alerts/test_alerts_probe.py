@@ -12,9 +12,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from test_alerts import (
+
+from companyd.alerts.service import EDIT_INTERVAL
+from companyd.config import CompanyConfig, load_config
+
+from .test_alerts import (
     CHAT,
-    EDIT_INTERVAL,
     SECRET_HALF,
     TOKEN,
     Harness,
@@ -25,8 +28,6 @@ from test_alerts import (
     make_config,
     sends,
 )
-
-from companyd.config import CompanyConfig, load_config
 
 GROUP = -1001234567890
 

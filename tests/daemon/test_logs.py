@@ -10,6 +10,7 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,10 +39,10 @@ def handles() -> Iterator[list[LoggingHandle]]:
     root.setLevel(level)
 
 
-def _setup(handles: list[LoggingHandle], **kwargs: object) -> tuple[LoggingHandle, io.StringIO]:
+def _setup(handles: list[LoggingHandle], **kwargs: Any) -> tuple[LoggingHandle, io.StringIO]:
     stream = io.StringIO()
     kwargs.setdefault("threaded", False)
-    h = setup_logging(stream=stream, **kwargs)  # type: ignore[arg-type]
+    h = setup_logging(stream=stream, **kwargs)
     handles.append(h)
     return h, stream
 

@@ -380,12 +380,11 @@ async def test_the_root_supervisor_giving_up_exits_1_so_systemd_restarts_it(work
             assert tree["agents"]["restarts"] == crash
             assert (await daemon.call("debug", action="crash", target="cfo"))["crashed"]
             if crash < 2:
-                await daemon.wait_event(
-                    "child_started",
-                    lambda e, n=crash + 1: (
-                        e["data"]["child"] == "agents" and e["data"]["restarts"] == n
-                    ),
-                )
+
+                def agents_restarted(e: dict[str, Any], n: int = crash + 1) -> bool:
+                    return bool(e["data"]["child"] == "agents" and e["data"]["restarts"] == n)
+
+                await daemon.wait_event("child_started", agents_restarted)
         assert await daemon.wait(30) == 1
         gave_up = daemon.events("max_intensity", lambda e: e["source"] == "companyd")
         assert gave_up, "the root supervisor did not report giving up"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -134,7 +135,7 @@ async def test_watchdog_withholds_pings_while_the_health_check_fails(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = ManualClock()
-    healthy = {"ok": False}
+    healthy: dict[str, bool | None] = {"ok": False}
 
     def health() -> bool:
         if healthy["ok"] is None:
@@ -146,7 +147,7 @@ async def test_watchdog_withholds_pings_while_the_health_check_fails(
         async with running(wd.run):
             for state in (False, False, True, None, True):
                 await _until(lambda: clock.sleepers == 1)
-                healthy["ok"] = state  # type: ignore[assignment]
+                healthy["ok"] = state
                 clock.advance(0.5)
             await _until(lambda: wd.pings + wd.skipped == 6)
         # ticks: initial(unhealthy) F F T None(raises → unhealthy) T
@@ -188,7 +189,11 @@ async def test_loop_lag_is_measured_and_an_excursion_is_told_once() -> None:
             await _until(lambda: clock.sleepers == 1)
             n = mon.samples
             clock.advance(0.5 + late)
-            await _until(lambda n=n: mon.samples == n + 1)  # type: ignore[misc]
+
+            def sampled(n: int = n) -> bool:
+                return mon.samples == n + 1
+
+            await _until(sampled)
             assert mon.current == pytest.approx(late)
     assert mon.max == pytest.approx(3.0)
     events = bus.recent({"loop_lag"})
@@ -255,7 +260,7 @@ def test_a_blocked_event_loop_stops_the_watchdog_pings() -> None:
     assert float(lag_line.split()[1]) >= 0.5  # the monitor saw the freeze
 
 
-async def _until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+async def _until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(0)

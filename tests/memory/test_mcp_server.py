@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from mcp import MCPDeprecationWarning
+from mcp_types import TextResourceContents
 
 from companyd.memory.codec import parse_graph
 from companyd.memory.tools import pretty, tool_definitions
@@ -279,7 +280,8 @@ async def test_resource_read_and_subscription(s: Session) -> None:
     assert s.notifications == []  # not subscribed yet
     read = await s.client.read_resource("memory://knowledge-graph")
     (content,) = read.contents
-    assert json.loads(content.text) == await s.ok("read_graph", {})  # type: ignore[union-attr]
+    assert isinstance(content, TextResourceContents)
+    assert json.loads(content.text) == await s.ok("read_graph", {})
     # subscribe/unsubscribe are what the official server (protocol 2025-11-25) speaks; the
     # SDK marks them deprecated for the 2026-07-28 protocol
     with warnings.catch_warnings():

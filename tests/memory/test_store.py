@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from companyd.memory.codec import parse_graph, read_quarantine, serialize
+from companyd.memory.codec import LoadReport, parse_graph, read_quarantine, serialize
 from companyd.memory.errors import MemoryLocked, MemoryToolError
 from companyd.memory.store import GraphStore, write_atomic
 
@@ -169,7 +169,7 @@ def test_a_foreign_rewrite_gets_our_journaled_writes_merged_back(memfile: Path) 
     tmp = memfile.with_name("memory.jsonl.aaaa.tmp")
     tmp.write_bytes(official)
     os.replace(tmp, memfile)
-    seen = []
+    seen: list[LoadReport] = []
     s.on_repair = seen.append
     assert s.call("read_graph", {})["entities"] == [
         ent("ours", "1", "2"),
@@ -184,7 +184,7 @@ def test_a_foreign_rewrite_with_nothing_pending_is_simply_followed(memfile: Path
     s = GraphStore(memfile)
     create(s, ent("a"))
     s.compact()
-    seen = []
+    seen: list[LoadReport] = []
     s.on_repair = seen.append
     memfile.write_bytes(b'{"type":"entity","name":"edited","entityType":"t","observations":[]}')
     assert names(s) == ["edited"]

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ def agent_of(request: RecordedRequest) -> str:
 class PerAgent:
     """A responder with one script per agent; an agent with no script left ends its turn."""
 
-    def __init__(self, **scripts: list[ScriptItem]) -> None:
+    def __init__(self, **scripts: Sequence[ScriptItem]) -> None:
         self.scripts = {a: collections.deque(s) for a, s in scripts.items()}
         self.seen: list[str] = []
 

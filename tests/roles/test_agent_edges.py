@@ -6,16 +6,18 @@ Real daemon in-process, real anthropic SDK against the loopback Messages API sta
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agentkit import PerAgent, running_company, tool_results, write_company
 
+from companyd.daemon.main import Daemon
+from companyd.events import Event
+from companyd.llm.model import Usage
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     Reply,
-    Usage,
     fault,
     overloaded,
     reply_text,
@@ -23,10 +25,12 @@ from companyd.testing.messages_api import (
     stall,
 )
 
+from .agentkit import PerAgent, running_company, tool_results, write_company
+
 pytestmark = pytest.mark.anyio
 
 
-def events_of(daemon: Any, kind: str) -> list[Any]:
+def events_of(daemon: Daemon, kind: str) -> list[Event]:
     return daemon.bus.recent({kind}, limit=1000)
 
 
@@ -145,17 +149,17 @@ class _Boom(BaseException):
     ids=["base_exception", "stray_cancelled_error"],
 )
 async def test_a_tool_raising_a_base_exception_ends_in_quarantine(
-    tmp_path: Path, error: BaseException
+    tmp_path: Path, error: BaseException, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = write_company(tmp_path, {"ceo": {}})
     model = PerAgent(ceo=[reply_tool_use("search_nodes", {"query": "x"}) for _ in range(5)])
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
 
-            async def explode(name: str, arguments: Any) -> Any:
+            async def explode(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
                 raise error
 
-            d.staff.memory.call = explode
+            monkeypatch.setattr(d.staff.memory, "call", explode)
             out = await ask(d, "ceo", "Search.")
             restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
     assert out["status"] == "quarantined", out
@@ -165,7 +169,7 @@ async def test_a_tool_raising_a_base_exception_ends_in_quarantine(
 
 
 async def test_a_tool_crashing_its_agent_takes_its_sibling_calls_down_with_it(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Two tool calls in one response; one raises a bug (not a ToolError) and crashes the
     # agent. The other, still running, must not outlive the crashed instance: the restarted
@@ -179,7 +183,7 @@ async def test_a_tool_crashing_its_agent_takes_its_sibling_calls_down_with_it(
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
 
-            async def flaky(name: str, arguments: Any) -> Any:
+            async def flaky(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
                 if name == "search_nodes" and not failed_once:
                     failed_once.append(True)
                     raise RuntimeError("a bug in a tool")
@@ -188,7 +192,7 @@ async def test_a_tool_crashing_its_agent_takes_its_sibling_calls_down_with_it(
                 completed.append(name)
                 return {"entities": [], "relations": []}
 
-            d.staff.memory.call = flaky
+            monkeypatch.setattr(d.staff.memory, "call", flaky)
             out = await ask(d, "ceo", "Look twice.")
             await asyncio.sleep(1.0)  # time for an orphaned call to finish, if one survived
     assert out["status"] == "ok", out

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
 
+from companyd.daemon.main import Daemon
+from companyd.events import Event
+from companyd.llm.model import Usage
 from companyd.testing.messages_api import (
     MessagesAPIServer,
-    Usage,
     bad_request,
     overloaded,
     reply_text,
@@ -22,12 +23,14 @@ from companyd.testing.messages_api import (
     stall,
 )
 
+from .agentkit import PerAgent, agent_of, running_company, tool_results, write_company
+
 pytestmark = pytest.mark.anyio
 
 TOOL_SERVER = Path(__file__).with_name("mcp_tool_server.py")
 
 
-def events_of(daemon: Any, kind: str) -> list[Any]:
+def events_of(daemon: Daemon, kind: str) -> list[Event]:
     return daemon.bus.recent({kind}, limit=1000)
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from agentkit import PerAgent, running_company, write_company
 
 from companyd.clock import ManualClock
 from companyd.llm.model import Usage
@@ -28,6 +27,8 @@ from companyd.testing.messages_api import (
     reply_tool_use,
     usage_of,
 )
+
+from .agentkit import PerAgent, running_company, write_company
 
 pytestmark = pytest.mark.anyio
 

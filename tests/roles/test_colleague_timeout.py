@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
 
 from companyd.roles.journal import Journal
 from companyd.roles.tasks import Task, new_id
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
+
+from .agentkit import PerAgent, agent_of, running_company, tool_results, write_company
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-from agentkit import PerAgent, running_company, tool_results, write_company
 
 from companyd.admin import AdminError
 from companyd.clock import SystemClock
@@ -15,6 +14,8 @@ from companyd.config import load_config
 from companyd.events import EventBus
 from companyd.roles.improver import ProposalError, Proposals
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
+
+from .agentkit import PerAgent, running_company, tool_results, write_company
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,11 @@ import sys
 import threading
 from pathlib import Path
 
-from agentkit import (
+from companyd.daemon.control import ControlClient
+from companyd.roles.journal import Journal
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
+
+from .agentkit import (
     PerAgent,
     daemon_env,
     daemon_process,
@@ -23,10 +27,6 @@ from agentkit import (
     wait_until,
     write_company,
 )
-
-from companyd.daemon.control import ControlClient
-from companyd.roles.journal import Journal
-from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
 TOOL_SERVER = Path(__file__).with_name("mcp_tool_server.py")
 

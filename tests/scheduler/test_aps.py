@@ -17,7 +17,7 @@ from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
 pytestmark = pytest.mark.anyio
 
 
-class BreaksAfterFirst(BaseTrigger):  # type: ignore[misc]
+class BreaksAfterFirst(BaseTrigger):  # type: ignore[misc]  # apscheduler 3 ships no types
     """Fires once a minute, then cannot compute its next fire time."""
 
     def __init__(self) -> None:

@@ -22,7 +22,7 @@ def utc(text: str) -> datetime:
     return datetime.fromtimestamp(ts(text), tz=UTC)
 
 
-def rows(h: Harness, routine: str) -> list[tuple[str, str]]:
+def rows(h: Harness, routine: str) -> list[tuple[str, str | None]]:
     return [(iso(r.scheduled), r.outcome) for r in h.history(routine)]
 
 

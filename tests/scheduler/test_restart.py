@@ -82,8 +82,9 @@ async def test_sigkill_mid_run_closes_the_fire_and_does_not_run_it_again(
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     try:
+        assert proc.stdout is not None
         async with asyncio.timeout(30):
-            line = await proc.stdout.readline()  # type: ignore[union-attr]
+            line = await proc.stdout.readline()
         assert line.decode().split() == ["RUNNING", "daily-post"], line
     finally:
         proc.send_signal(signal.SIGKILL)

@@ -521,7 +521,9 @@ async def test_reconfigure_leaves_untouched_routines_alone(make_harness: MakeHar
         "unchanged": ["keep"],
     }
     assert sched.next_fire_time("keep") == keep_next
-    assert iso(sched.next_fire_time("move").timestamp()) == "2027-01-04T15:00:00+00:00"  # type: ignore[union-attr]
+    moved = sched.next_fire_time("move")
+    assert moved is not None
+    assert iso(moved.timestamp()) == "2027-01-04T15:00:00+00:00"
     assert sched.next_fire_time("drop") is None
     await h.advance_to("2027-01-04T17:00:00")
     assert scheduled(h, "drop") == []
@@ -596,6 +598,7 @@ async def test_run_as_a_child_and_stop_with_a_run_in_flight(make_harness: MakeHa
     assert h.sink.asked == [row.task_id]
     [row] = h.history("slow")
     assert row.outcome is None  # still running: the resumed run has not ended
+    assert row.task_id is not None
     assert len(sched2.in_flight) == 1
     h.sink.restored[row.task_id].set_result(
         RunOutcome(
@@ -627,10 +630,12 @@ async def test_a_resumed_run_that_fails_closes_its_fire_as_failed_once(
     await h.advance_to("2027-01-04T14:00:00", runs=False)
     async with asyncio.timeout(10):
         await h.sink.entered.wait()
-        await h.sched.stop(drain=False)  # type: ignore[union-attr]
+        assert h.sched is not None
+        await h.sched.stop(drain=False)
     h.sink.restores = True
     sched = await h.start()
     [row] = h.history("daily-post")
+    assert row.task_id is not None
     h.sink.restored[row.task_id].set_result(
         RunOutcome(
             task_id=row.task_id,
@@ -661,7 +666,8 @@ async def test_a_fire_whose_run_was_not_resumed_is_closed_as_cancelled(
     await h.advance_to("2027-01-04T14:00:00", runs=False)
     async with asyncio.timeout(10):
         await h.sink.entered.wait()
-        await h.sched.stop(drain=False)  # type: ignore[union-attr]
+        assert h.sched is not None
+        await h.sched.stop(drain=False)
     h.sink.hold = False
     await h.start()  # the runtime holds no such task (restores is off)
     [row] = h.history("daily-post")

@@ -9,6 +9,7 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.config import load_config
+from companyd.roles.tasks import RunOutcome, Task
 from companyd.scheduler.sim import FlakySink, ModelCallGate, simulate
 
 from .conftest import ts
@@ -72,7 +73,7 @@ class SleepySink(FlakySink):
         super().__init__(failure_rate=0.0, clock=clock)
         self.clock = clock
 
-    async def submit(self, task):  # type: ignore[no-untyped-def]
+    async def submit(self, task: Task) -> RunOutcome:
         await self.clock.sleep(90)
         return await super().submit(task)
 
@@ -133,7 +134,7 @@ class GatedSink(FlakySink):
         self.gate = gate
         self.spans: list[tuple[float, float]] = []
 
-    async def submit(self, task):  # type: ignore[no-untyped-def]
+    async def submit(self, task: Task) -> RunOutcome:
         began = self.gate.time()
         self.gate.calls += 1  # what ModelCallGate.backend() counts
         try:
@@ -195,7 +196,7 @@ class JitterySink(FlakySink):
         super().__init__(failure_rate=0.0, clock=clock)
         self.gate = gate
 
-    async def submit(self, task):  # type: ignore[no-untyped-def]
+    async def submit(self, task: Task) -> RunOutcome:
         self.gate.calls += 1
         try:
             for _ in range(10):

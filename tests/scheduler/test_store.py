@@ -15,16 +15,23 @@ from companyd.scheduler.store import FireRecord, RoutineStore, StoreError
 pytestmark = pytest.mark.anyio
 
 
-def fire(n: int, outcome: str | None = "ok", **kw: object) -> FireRecord:
+def fire(
+    n: int,
+    outcome: str | None = "ok",
+    *,
+    routine: str = "r",
+    kind: str = "scheduled",
+    fires: int = 1,
+) -> FireRecord:
     return FireRecord(
         fire_id=f"fire-{n}",
-        routine=str(kw.get("routine", "r")),
+        routine=routine,
         agent="coo",
-        kind=str(kw.get("kind", "scheduled")),
+        kind=kind,
         scheduled=1000.0 + n,
         outcome=outcome,
         reason=None if outcome in ("ok", None) else "why",
-        fires=int(kw.get("fires", 1)),  # type: ignore[call-overload]
+        fires=fires,
     )
 
 

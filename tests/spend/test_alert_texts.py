@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from spendkit import events, make_config, reserve, running, spend
 
 from alertkit import alert_text
 from companyd.clock import ManualClock
 from companyd.events import Event, EventBus
 from companyd.spend import BudgetExhausted, SpendBook
+
+from .spendkit import events, make_config, reserve, running, spend
 
 pytestmark = pytest.mark.anyio
 

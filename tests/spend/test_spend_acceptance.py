@@ -25,7 +25,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from spendkit import company_yaml, events, make_config, running
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
@@ -41,6 +40,8 @@ from companyd.testing.messages_api import (
     stall,
     usage_of,
 )
+
+from .spendkit import company_yaml, events, make_config, running
 
 MTOK = Decimal(1_000_000)
 
@@ -145,7 +146,7 @@ async def test_eight_agents_on_one_dollar_never_overshoot(tmp_path: Path) -> Non
             await llm.aclose()
         served = srv.responses
 
-    total = sum(Decimal(r["cost_pusd"]) for r in rows) / PUSD
+    total = sum((Decimal(r["cost_pusd"]) for r in rows), Decimal(0)) / PUSD
     assert total <= Decimal("1.00")
     # The budget was really used, not refused early: what is left is less than one
     # call's worst case (about $0.12 here).

@@ -10,10 +10,10 @@ import os
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from spendkit import company_yaml, events, make_config, micro, reserve, running, spend
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
@@ -21,13 +21,15 @@ from companyd.llm.model import Usage
 from companyd.spend import BudgetExhausted, LedgerError, SpendBook, SpendError
 from companyd.spend.ledger import PUSD, InflightRow, Ledger
 
-
-def book_for(tmp_path: Path, bus: EventBus, clock: ManualClock, **kw: object) -> SpendBook:
-    return SpendBook(make_config(tmp_path, **kw), tmp_path / "state", bus=bus, clock=clock)  # type: ignore[arg-type]
+from .spendkit import company_yaml, events, make_config, micro, reserve, running, spend
 
 
-def local_ts(tz: str, *args: int) -> float:
-    return datetime(*args, tzinfo=ZoneInfo(tz)).timestamp()  # type: ignore[misc]
+def book_for(tmp_path: Path, bus: EventBus, clock: ManualClock, **kw: Any) -> SpendBook:
+    return SpendBook(make_config(tmp_path, **kw), tmp_path / "state", bus=bus, clock=clock)
+
+
+def local_ts(tz: str, year: int, month: int, day: int, hour: int, minute: int) -> float:
+    return datetime(year, month, day, hour, minute, tzinfo=ZoneInfo(tz)).timestamp()
 
 
 @pytest.mark.anyio

@@ -10,16 +10,17 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from spendkit import events, make_config, micro, reserve, running, spend
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
 from companyd.llm.model import Usage
 from companyd.spend import BudgetExhausted, SpendBook
 
+from .spendkit import events, make_config, micro, reserve, running, spend
 
-def local_ts(tz: str, *args: int) -> float:
-    return datetime(*args, tzinfo=ZoneInfo(tz)).timestamp()  # type: ignore[misc]
+
+def local_ts(tz: str, year: int, month: int, day: int, hour: int, minute: int) -> float:
+    return datetime(year, month, day, hour, minute, tzinfo=ZoneInfo(tz)).timestamp()
 
 
 @pytest.mark.anyio

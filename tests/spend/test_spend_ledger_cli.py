@@ -9,7 +9,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from spendkit import make_config, reserve, running, spend
 
 from companyd.cli.main import main
 from companyd.clock import ManualClock
@@ -17,6 +16,8 @@ from companyd.events import EventBus
 from companyd.llm.model import Usage
 from companyd.spend import SpendBook
 from companyd.spend.ledger import PUSD, CallRow, Ledger, LedgerError, from_pusd, to_pusd
+
+from .spendkit import make_config, reserve, running, spend
 
 
 def test_money_is_exact_picodollars_rounded_up() -> None:

@@ -10,7 +10,6 @@ from zoneinfo import ZoneInfo
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spendkit import company_yaml, make_config
 
 from companyd.llm.model import Usage
 from companyd.llm.prices import BUILTIN_PRICES, PriceTable
@@ -21,6 +20,8 @@ from companyd.spend.periods import (
     next_month_start,
     parse_period,
 )
+
+from .spendkit import company_yaml, make_config
 
 
 def table(tmp_path: Path, pricing: str) -> PriceTable:

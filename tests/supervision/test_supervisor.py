@@ -136,8 +136,9 @@ class Probe:
             await run.gate.wait()
         ctx.started(self.info)
         stop = asyncio.ensure_future(ctx.stopping.wait())
+        either: set[asyncio.Future[Any]] = {run.command, stop}
         try:
-            await asyncio.wait({run.command, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
         if run.command.done():
@@ -1348,7 +1349,11 @@ async def test_dynamic_children_added_and_removed_while_others_crash(
             current = {r.ctx.id: r for r in worker.runs}[target]
             current.crash()
             await events.wait_for("restart", count=round_ + 1)
-            await until(lambda t=target, c=current: {r.ctx.id: r for r in worker.runs}[t] is not c)
+
+            def replaced(t: str = target, c: Run = current) -> bool:
+                return {r.ctx.id: r for r in worker.runs}[t] is not c
+
+            await until(replaced)
             if terminating is not None:
                 async with asyncio.timeout(DEADLINE):
                     await terminating
@@ -1406,7 +1411,7 @@ def test_backoff_formula_caps_after_jitter_and_never_overflows() -> None:
     assert b.delay(10_000, 0.5) == 60
     for bad in ({"min": -1}, {"max": 0.5}, {"factor": 0.5}, {"jitter": 2}, {"reset_after": 0}):
         with pytest.raises(InvalidSpec):
-            Backoff(**bad)  # type: ignore[arg-type]
+            Backoff(**bad)
 
 
 async def test_backoff_delays_with_a_seeded_random_source(

@@ -11,7 +11,7 @@ import pytest
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter
 
-from companyd.testing.bot_api import BotApiControl, BotApiServer
+from companyd.testing.bot_api import BotApiControl, BotApiServer, DownMode
 
 TOKEN = "123456789:AAH-stand-in-test-token-0123456789abc"
 
@@ -165,11 +165,11 @@ async def test_429_with_retry_after_and_other_injected_errors() -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["refuse", "502"])
-async def test_outage_and_recovery(mode: str) -> None:
+async def test_outage_and_recovery(mode: DownMode) -> None:
     async with asyncio.timeout(10), BotApiServer() as server, _bot(server) as bot:
         port = server.port
         await bot.send_message(111, "before")
-        await server.go_down(mode)  # type: ignore[arg-type]
+        await server.go_down(mode)
         with pytest.raises(NetworkError):
             await bot.send_message(111, "during")
         await server.go_up()

@@ -23,6 +23,7 @@ from companyd.llm.model import Usage
 from companyd.testing.messages_api import (
     AgentLikeResponder,
     MessagesAPIServer,
+    ScriptItem,
     bad_request,
     fault,
     item_from_json,
@@ -36,7 +37,7 @@ from companyd.testing.messages_api import (
     usage_of,
 )
 
-HELLO = {
+HELLO: dict[str, Any] = {
     "model": "claude-haiku-5-5",
     "max_tokens": 50,
     "messages": [{"role": "user", "content": "hi"}],
@@ -176,19 +177,19 @@ async def test_the_real_sdk_parses_replies_and_errors() -> None:
             )
             client = anthropic.AsyncAnthropic(api_key="k", base_url=srv.base_url, max_retries=0)
             try:
-                msg = await client.messages.create(**HELLO)  # type: ignore[call-overload]
+                msg = await client.messages.create(**HELLO)
                 assert msg.stop_reason == "tool_use"
                 assert [b.type for b in msg.content] == ["text", "tool_use"]
-                assert msg.content[1].input == {"period": "today"}  # type: ignore[union-attr]
+                assert msg.content[1].input == {"period": "today"}
                 with pytest.raises(anthropic.RateLimitError) as ei:
-                    await client.messages.create(**HELLO)  # type: ignore[call-overload]
+                    await client.messages.create(**HELLO)
                 assert ei.value.error_code == "enforced_spend_limit_reached"
             finally:
                 await client.close()
 
 
 def test_validation_rejects_an_unanswered_tool_use_like_the_real_api() -> None:
-    body = {
+    body: dict[str, Any] = {
         "model": "m",
         "max_tokens": 5,
         "messages": [
@@ -293,9 +294,9 @@ async def test_a_client_that_times_out_is_not_counted_as_served() -> None:
             )
             try:
                 with pytest.raises(anthropic.APITimeoutError):
-                    await client.messages.create(**HELLO)  # type: ignore[call-overload]
-                msg = await client.messages.create(**HELLO)  # type: ignore[call-overload]
-                assert msg.content[0].text == "on time"  # type: ignore[union-attr]
+                    await client.messages.create(**HELLO)
+                msg = await client.messages.create(**HELLO)
+                assert msg.content[0].text == "on time"
             finally:
                 await client.close()
             deadline = time.monotonic() + 5
@@ -313,7 +314,7 @@ async def test_held_stall_is_released_on_demand() -> None:
             srv.enqueue(stall(None, then=reply_text("released")))
             client = anthropic.AsyncAnthropic(api_key="k", base_url=srv.base_url, max_retries=0)
             try:
-                call = asyncio.ensure_future(client.messages.create(**HELLO))  # type: ignore[call-overload]
+                call = asyncio.ensure_future(client.messages.create(**HELLO))
                 await asyncio.to_thread(srv.wait_for_requests, 1, 5.0)
                 await asyncio.sleep(0.05)
                 assert not call.done() and srv.served == 0
@@ -348,7 +349,7 @@ def test_wait_for_requests_has_a_deadline() -> None:
 
 
 def test_items_round_trip_through_json() -> None:
-    items = [
+    items: list[ScriptItem] = [
         reply_text("a", usage=Usage(input_tokens=3, output_tokens=4, cache_read_tokens=5)),
         reply_tool_use("t", {"x": 1}, id="toolu_x"),
         spend_limit(),
@@ -408,10 +409,10 @@ async def test_module_entry_point_serves_a_script_from_another_process(tmp_path:
                 assert url_file.read_text().strip() == url
                 client = anthropic.AsyncAnthropic(api_key="k", base_url=url, max_retries=0)
                 try:
-                    msg = await client.messages.create(**HELLO)  # type: ignore[call-overload]
+                    msg = await client.messages.create(**HELLO)
                     assert msg.content[0].text == "subprocess says hi"
                     with pytest.raises(anthropic.BadRequestError, match="script exhausted"):
-                        await client.messages.create(**HELLO)  # type: ignore[call-overload]
+                        await client.messages.create(**HELLO)
                 finally:
                     await client.close()
         finally:

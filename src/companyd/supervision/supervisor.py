@@ -34,7 +34,7 @@ import math
 import random as _random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeVar, cast, get_args
+from typing import Any, Final, Literal, Self, TypeVar, cast, get_args
 
 from companyd.clock import Clock, SystemClock
 from companyd.errors import CompanydError
@@ -879,7 +879,7 @@ class Supervisor:
         self._request_stop()
         await asyncio.wait({main})
 
-    async def __aenter__(self) -> Supervisor:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

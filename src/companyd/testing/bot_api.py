@@ -71,6 +71,7 @@ __all__ = [
     "ApiCall",
     "BotApiControl",
     "BotApiServer",
+    "DownMode",
     "SentMessage",
     "main",
 ]
