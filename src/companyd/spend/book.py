@@ -97,6 +97,11 @@ T = TypeVar("T")
 
 SOURCE = "spend"
 
+#: The most today's budget of one scope can be raised by in a day, in total. It keeps every
+#: sum the ledger stores far inside SQLite's 64-bit integers (picodollars: 2⁶³ ≈ $9.2 million)
+#: and turns a typo (an extra zero or three) into a refusal instead of a blank cheque.
+MAX_RAISE_USD = Decimal(1_000_000)
+
 #: Repeated API spend-limit reports within this many seconds publish one event.
 API_LIMIT_REPEAT_SECONDS = 3600.0
 
@@ -583,9 +588,14 @@ class SpendBook:
         self._require_open()
         if agent is not None and agent not in self._config.agents:
             raise SpendError(f"unknown agent {agent!r}; agents: {', '.join(self._config.agents)}")
-        amount = usd if isinstance(usd, Decimal) else Decimal(str(usd))
+        try:
+            amount = usd if isinstance(usd, Decimal) else Decimal(str(usd))
+        except ArithmeticError:
+            amount = Decimal("NaN")
         if not amount.is_finite() or amount <= 0:
-            raise SpendError(f"a budget raise must be a positive amount of USD, got {usd!r}")
+            raise SpendError(
+                f"a budget raise must be a positive amount of USD such as 5 or 2.50, got {usd!r}"
+            )
         scope = COMPANY if agent is None else agent_scope(agent)
         own = [lim for lim in self._limits(agent) if lim.scope == scope]
         if not own:
@@ -598,13 +608,24 @@ class SpendBook:
                 )
             )
         await self._ensure_period()
-        pusd = to_pusd(amount)
         day = self._day
-        self._raises[scope] = self._raises.get(scope, 0) + pusd
-        for key in (self._day, self._month):
-            self._blocked.pop((scope, key), None)
+        already = self._raises.get(scope, 0)
+        if amount > MAX_RAISE_USD or to_pusd(amount) + already > to_pusd(MAX_RAISE_USD):
+            raise SpendError(
+                f"a budget raise of ${amount:,.2f} is refused: {scope_label(scope)} may be "
+                f"raised by at most ${MAX_RAISE_USD:,} a day in total (already raised today: "
+                f"${from_pusd(already):,.2f}); for a lasting change edit the budget in "
+                "company.yaml and reload"
+            )
+        pusd = to_pusd(amount)
         ts = self._clock.time()
+        # All or nothing: the ledger first (a failed write changes nothing), then memory with
+        # no await in between, so memory and ledger always agree.
         await self._write(lambda led: led.add_raise(scope, day, pusd, ts))
+        if self._day == day:  # a period rolled over meanwhile: the raise was for that day
+            self._raises[scope] = self._raises.get(scope, 0) + pusd
+            for key in (self._day, self._month):
+                self._blocked.pop((scope, key), None)
         self._notify()
         self._bus.emit(
             "budget_raised",
