@@ -222,6 +222,8 @@ class SpendBook:
         self._warned_models: set[str] = set()
         self._api_limit_last: float | None = None
         self._api_limit_suppressed = 0
+        #: calls that got no answer today (count, worst case in pusd, day), for the alert
+        self._unanswered: tuple[int, int, str] = (0, 0, "")
 
     def _set_config(self, config: CompanyConfig) -> None:
         self._config = config
@@ -477,8 +479,34 @@ class SpendBook:
         task.add_done_callback(_log_failure)
         return await asyncio.shield(task)
 
+    async def forfeit(self, reservation: Reservation, *, reason: str) -> Decimal:
+        """The call got no answer but may have been billed (it timed out, its connection
+        broke after the request was sent, or it was cancelled in flight): record its
+        reservation as spent at its worst case, for the budget period, and publish a
+        ``spend_unanswered`` event (the alert coalesces them: "N calls timed out; up to $X
+        may have been billed"). A reservation no longer open is left alone. Returns the
+        amount counted.
+
+        Raises:
+            LedgerError: the ledger cannot be written (the spend still counts in memory).
+        """
+        self._require_open()
+        if reservation.state != "open":
+            return Decimal(0)
+        task = asyncio.ensure_future(
+            self._settle(reservation, reservation.model, Usage(), None, unanswered=reason)
+        )
+        task.add_done_callback(_log_failure)
+        return await asyncio.shield(task)
+
     async def _settle(
-        self, reservation: Reservation, model: str, usage: Usage, request_id: str | None
+        self,
+        reservation: Reservation,
+        model: str,
+        usage: Usage,
+        request_id: str | None,
+        *,
+        unanswered: str | None = None,
     ) -> Decimal:
         await self._ensure_period()
         if reservation.state == "settled":  # a concurrent settle of the same reservation won
@@ -486,10 +514,26 @@ class SpendBook:
                 f"reservation {reservation.id!r} is already settled; settle each call once"
             )
         price, known = self._price_known(model)
-        cost = price.cost(usage)
-        pusd = to_pusd(cost)
+        if unanswered is not None:
+            # No usage to price: the worst case that was reserved is what may have been
+            # billed. The row has no tokens and this cost (docs/spend.md).
+            if reservation.state != "open":
+                return Decimal(0)
+            pusd = reservation.amount_pusd
+            cost = from_pusd(pusd)
+        else:
+            cost = price.cost(usage)
+            pusd = to_pusd(cost)
         was_open = self._drop(reservation, "settled")
-        if not was_open:
+        if unanswered is not None:
+            log.warning(
+                "call of agent %r on %r got no answer (%s): its worst case $%s counts as spent",
+                reservation.agent,
+                model,
+                unanswered,
+                reservation.amount_usd,
+            )
+        elif not was_open:
             log.warning(
                 "settling reservation %s of agent %r after it was released; the cost is "
                 "recorded anyway",
@@ -532,7 +576,32 @@ class SpendBook:
         markers = [m for m, _ in crossings]
         self._notify()
 
+        unanswered_data: dict[str, Any] | None = None
+        if unanswered is not None:
+            n, total, seen = self._unanswered
+            if seen != day:
+                n, total = 0, 0
+            n, total = n + 1, total + pusd
+            self._unanswered = (n, total, day)
+            unanswered_data = {
+                "agent": agent,
+                "model": model,
+                "run_id": reservation.run_id,
+                "routine": reservation.routine,
+                "worst_case_usd": as_usd(pusd),
+                "reason": unanswered,
+                "calls": n,
+                "total_worst_case_usd": as_usd(total),
+                "day": day,
+                "message": (
+                    f"{n} call{'s' if n != 1 else ''} timed out; up to ${from_pusd(total):.4f} "
+                    "may have been billed"
+                ),
+            }
+
         def publish() -> None:
+            if unanswered_data is not None:
+                self._bus.emit("spend_unanswered", SOURCE, **unanswered_data)
             for _, data in crossings:
                 self._bus.emit("budget_threshold", SOURCE, **data)
             if runaway is not None:
