@@ -24,6 +24,7 @@ from companyd._alerts_render import kind_spec, render
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
+from companyd.roles.agent import STOP_CALL_GRACE
 from companyd.roles.claude import ClaudeBackend
 from companyd.roles.model import Usage
 from companyd.testing.messages_api import (
@@ -255,7 +256,7 @@ async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(
     cfg = load_config(write_company(tmp_path, {"ceo": {}}))
     with MessagesAPIServer(responder=Busy(), latency=60, bill_abandoned=True) as srv:
         backend = ClaudeBackend(
-            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=5.0
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0
         )
         d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True)
         await d.start()
@@ -263,7 +264,8 @@ async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(
         try:
             async with asyncio.timeout(10):
                 await asyncio.to_thread(srv.wait_for_requests, 1)
-            async with asyncio.timeout(4):  # a deadline far below timeout × attempts
+            # a deadline far below timeout × attempts (30 s), above STOP_CALL_GRACE (3 s)
+            async with asyncio.timeout(STOP_CALL_GRACE + 4):
                 await d.stop()
         finally:
             asker.cancel()

@@ -60,7 +60,7 @@ from companyd.roles.tools import ToolBox, ToolCallContext, unknown_outcome_resul
 if TYPE_CHECKING:
     from companyd.roles.staff import Staff
 
-__all__ = ["QUARANTINE_AFTER", "Agent", "HeartbeatTimeout"]
+__all__ = ["QUARANTINE_AFTER", "STOP_CALL_GRACE", "Agent", "HeartbeatTimeout"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,11 @@ class _RunEnded(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
+
+
+#: Seconds a model call in flight when a stop begins may still take to answer; after that it
+#: is cancelled (and its worst case kept as spent: it may have been billed).
+STOP_CALL_GRACE = 3.0
 
 
 class _Stopping(Exception):
@@ -739,8 +744,16 @@ class _BudgetedCall:
             finally:
                 stop.cancel()
             if not call.done():
-                # A stop began while the request was in flight: do not wait out a slow API
-                # (timeouts and retries could hold the stop for many seconds).
+                # A stop began while the request was in flight. An answer that comes within
+                # STOP_CALL_GRACE is kept (settled and journaled: the run resumes after it);
+                # a slow API is not waited out (its timeout times the attempts could hold
+                # the stop for many seconds): the call is cancelled, and forfeited.
+                grace = asyncio.ensure_future(staff.clock.sleep(STOP_CALL_GRACE))
+                try:
+                    await asyncio.wait({call, grace}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    grace.cancel()
+            if not call.done():
                 await _cancel_and_reap(call, self._agent.slug)
                 raise _Stopping
             return call.result()

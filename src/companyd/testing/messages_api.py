@@ -449,6 +449,8 @@ class RecordedRequest:
     outcome: str = "pending"
     status: int = 0
     response: dict[str, Any] | None = None
+    #: the reply billed although the client gave up (``bill_abandoned``), if any
+    billed: dict[str, Any] | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -1101,6 +1103,7 @@ class MessagesAPIServer:
             self._abandoned += 1
             if message is not None and self.bill_abandoned and not self._stopping.is_set():
                 self._billed_abandoned.append(message)
+                rec.billed = message
         h.close_connection = True
 
     def _write_fault(self, h: _Handler, rec: RecordedRequest, item: Fault) -> None:
