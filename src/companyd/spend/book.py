@@ -663,7 +663,8 @@ class SpendBook:
             amount = Decimal("NaN")
         if not amount.is_finite() or amount <= 0:
             raise SpendError(
-                f"a budget raise must be a positive amount of USD such as 5 or 2.50, got {usd!r}"
+                "a budget raise must be a positive amount of USD such as 5 or 2.50, got "
+                f"{str(usd)!r}"
             )
         scope = COMPANY if agent is None else agent_scope(agent)
         own = [lim for lim in self._limits(agent) if lim.scope == scope]
@@ -680,8 +681,9 @@ class SpendBook:
         day = self._day
         already = self._raises.get(scope, 0)
         if amount > MAX_RAISE_USD or to_pusd(amount) + already > to_pusd(MAX_RAISE_USD):
+            shown = f"${amount:,.2f}" if amount <= MAX_RAISE_USD else f"${usd}"
             raise SpendError(
-                f"a budget raise of ${amount:,.2f} is refused: {scope_label(scope)} may be "
+                f"a budget raise of {shown:.40} is refused: {scope_label(scope)} may be "
                 f"raised by at most ${MAX_RAISE_USD:,} a day in total (already raised today: "
                 f"${from_pusd(already):,.2f}); for a lasting change edit the budget in "
                 "company.yaml and reload"
