@@ -837,7 +837,7 @@ class Checks:
         who = re.compile(r"You are .*? \(([a-z][a-z0-9_-]*)\) at ")
         per: Counter[tuple[str, str]] = Counter()
         worst: dict[str, float] = {}
-        unanswered = 0
+        unanswered = unknown = 0
         for r in self.c.api.requests:
             message = r.response if r.outcome == "served" else r.billed
             body = r.body if isinstance(r.body, dict) else {}
@@ -845,6 +845,7 @@ class Checks:
             text = system if isinstance(system, str) else json.dumps(system)
             m = who.search(text or "")
             agent = m.group(1) if m else "?"
+            unknown += agent == "?"
             model = str(body.get("model", ""))
             day = datetime.fromtimestamp(
                 SIM_START + (r.received - self.c.real_anchor) * self.c.plan.scale, UTC
@@ -881,12 +882,13 @@ class Checks:
         intern = max(
             (v for (s, p), v in per.items() if s == "agent:intern" and len(p) == 10), default=0.0
         )
-        return not over and self.c.tally.slowdowns > 0, (
+        # every request must be attributed to its agent, or its scope would go unchecked
+        return not over and not unknown and self.c.tally.slowdowns > 0, (
             f"billed: {len(over)} caps passed by what the stand-in billed (beyond one call's "
             f"worst case)" + (f" {over[:3]}" if over else "") + f"; {unanswered} timed-out "
             f"calls billed anyway, {self.c.tally.slowdowns} API slowdown(s); intern's highest "
             f"billed day ${intern:.4f} of ${INTERN_DAILY_USD:g} + "
-            f"${worst.get('agent:intern', 0.0):.4f}"
+            f"${worst.get('agent:intern', 0.0):.4f}; {unknown} requests of no known agent"
         )
 
     # every injected fault produced its alert exactly once

@@ -274,3 +274,50 @@ async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(
         unanswered = d.bus.recent({"spend_unanswered"}, limit=10)
         assert len(srv.requests) == 1  # no retry, no new call after the stop began
     assert [e.data["reason"] for e in unanswered] == ["cancelled while the request was in flight"]
+
+
+async def test_a_stop_ends_a_wait_for_room_in_the_budget_without_pausing_anyone(
+    tmp_path: Path,
+) -> None:
+    # issue 15, item 2's neighbour: while the API is slow, one agent's call holds the
+    # company's only room and another agent waits in reserve() for it. A stop ends that wait
+    # at once: the waiting run stays journaled to resume, and nobody is paused for a budget
+    # that only the stop's forfeited call used up.
+    cfg_path = write_company(
+        tmp_path,
+        {"ceo": {}, "cfo": {"reports_to": "ceo"}},
+        company={
+            "name": "Test Co",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 0.05, "monthly_usd": 30},
+        },
+        defaults={
+            "model": {"primary": "claude-sonnet-5-5", "max_output_tokens": 1000},
+            "limits": {"max_steps": 30, "max_cost_usd": 5, "max_seconds": "10m"},
+            "heartbeat_seconds": 120,
+        },
+    )
+    cfg = load_config(cfg_path)
+    with MessagesAPIServer(responder=Busy(), latency=60, bill_abandoned=True) as srv:
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0
+        )
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True)
+        await d.start()
+        askers = [asyncio.ensure_future(d.ask(a, "Search.")) for a in ("ceo", "cfo")]
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.to_thread(srv.wait_for_requests, 1)
+                while len(d.staff.in_flight()) < 2:  # the other run waits for room
+                    await asyncio.sleep(0.01)
+            assert len(srv.requests) == 1
+            async with asyncio.timeout(STOP_CALL_GRACE + 4):
+                await d.stop()
+        finally:
+            for asker in askers:
+                asker.cancel()
+                with contextlib.suppress(BaseException):
+                    await asker
+        paused = d.staff.paused()
+        assert len(srv.requests) == 1
+    assert paused == {}

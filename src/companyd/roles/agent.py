@@ -699,17 +699,35 @@ class _BudgetedCall:
         self._open: Any = None  # the open attempt's reservation (SpendPort's type)
 
     async def reserve(self) -> None:
-        if self._agent._stop_requested():
-            raise _Stopping
+        """Reserve the next attempt. A stop that begins meanwhile ends the wait for room in
+        the budget (it can last minutes while other calls hold reservations) and the call."""
         a, state, request = self._agent, self._state, self._request
-        self._open = await a.staff.spend.reserve(
-            agent=a.slug,
-            run_id=state.run_id,
-            routine=state.task.routine,
-            model=request.model,
-            input_tokens=estimate_input_tokens(request),
-            max_output_tokens=request.max_tokens,
+        if a._stop_requested():
+            raise _Stopping
+        reserving = asyncio.ensure_future(
+            a.staff.spend.reserve(
+                agent=a.slug,
+                run_id=state.run_id,
+                routine=state.task.routine,
+                model=request.model,
+                input_tokens=estimate_input_tokens(request),
+                max_output_tokens=request.max_tokens,
+            )
         )
+        stop = asyncio.ensure_future(a._stop_signal())
+        try:
+            await asyncio.wait({reserving, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not reserving.done():
+                await _cancel_and_reap(reserving, a.slug)  # the book undoes a cut reserve
+        if reserving.cancelled():
+            raise _Stopping
+        self._open = reserving.result()
+        if a._stop_requested():  # nothing was sent: give the money back
+            res, self._open = self._open, None
+            await asyncio.shield(a.staff.spend.release(res))
+            raise _Stopping
 
     async def _close(self, exc: BaseException) -> None:
         """Settle the open attempt's reservation after ``exc`` ended it."""

@@ -337,6 +337,7 @@ def map_sdk_error(exc: BaseException, *, model: str) -> ModelError:
         return ModelServerError(
             f"the Anthropic API returned an invalid response (model {model!r}): {exc}",
             model=model,
+            maybe_billed=True,  # a 200 we could not read was processed, and billed
         )
     return ModelUnavailable(
         f"the Anthropic SDK failed (model {model!r}): {type(exc).__name__}: {exc}", model=model
