@@ -4,6 +4,7 @@ memory and in the ledger alike."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from datetime import datetime
 from decimal import Decimal
@@ -101,3 +102,22 @@ async def test_a_raise_the_ledger_cannot_store_is_not_applied_in_memory(
             await book.raise_today("cfo", Decimal(1))
         assert await _cfo_limit(book) == 0.2
         assert book.exhausted("cfo") is None
+
+
+@pytest.mark.anyio
+async def test_concurrent_raises_cannot_pass_the_bound_together(
+    tmp_path: Path, bus: EventBus
+) -> None:
+    cfg = make_config(tmp_path, agents={"ceo": None, "cfo": "{daily_usd: 0.2}"})
+    state = tmp_path / "state"
+    book = SpendBook(cfg, state, bus=bus, clock=ManualClock(start=_ts()))
+    async with running(book):
+        results = await asyncio.gather(
+            book.raise_today("cfo", Decimal(600_000)),
+            book.raise_today("cfo", Decimal(600_000)),
+            return_exceptions=True,
+        )
+        assert sum(isinstance(r, SpendError) for r in results) == 1, results
+        assert await _cfo_limit(book) == 600_000.2
+        await book.flush()
+        assert len(_ledger_raises(state)) == 1

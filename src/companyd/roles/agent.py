@@ -750,7 +750,8 @@ class _BudgetedCall:
         await self.reserve()
 
     async def send(self) -> ModelResponse:
-        """The backend's answer; a stop cancels the call in flight (and raises _Stopping)."""
+        """The backend's answer. A stop that begins while the call is in flight gives it
+        STOP_CALL_GRACE to answer, then cancels it (forfeited) and raises _Stopping."""
         staff = self._agent.staff
         call = asyncio.ensure_future(
             staff.backend.create(self._request, before_retry=self._before_retry)

@@ -7,11 +7,17 @@ Every model call goes through three steps::
                              max_output_tokens=req.max_tokens)   # may raise BudgetExhausted
     try:
         resp = await backend.create(req)
-    except BaseException:
-        await book.release(res)                                   # nothing was spent
+    except ModelError as exc:
+        if exc.maybe_billed:                                      # sent, no answer
+            await book.forfeit(res, reason=str(exc))              # worst case stays spent
+        else:
+            await book.release(res)                               # nothing was billed
         raise
     cost = await book.settle(res, model=resp.model, usage=resp.usage,
                              request_id=resp.request_id)
+
+(The agent runtime reserves each retry on its own the same way: ``roles/agent.py``,
+``_BudgetedCall``.)
 
 ``reserve`` sets aside the call's worst case (every input token at the dearest input-side
 rate, ``max_output_tokens`` at the output rate) against the company's and the agent's
@@ -215,6 +221,7 @@ class SpendBook:
         self._reserved: dict[str, int] = {}
         self._open_res: dict[str, Reservation] = {}
         self._raises: dict[str, int] = {}
+        self._raising: dict[str, int] = {}  # raises being written to the ledger
         self._sent: set[tuple[str, str, str]] = set()
         self._blocked: dict[tuple[str, str], str] = {}
         self._changed = asyncio.Event()
@@ -679,7 +686,8 @@ class SpendBook:
             )
         await self._ensure_period()
         day = self._day
-        already = self._raises.get(scope, 0)
+        # raises still being written count too: two at once cannot pass the bound together
+        already = self._raises.get(scope, 0) + self._raising.get(scope, 0)
         if amount > MAX_RAISE_USD or to_pusd(amount) + already > to_pusd(MAX_RAISE_USD):
             shown = f"${amount:,.2f}" if amount <= MAX_RAISE_USD else f"${usd}"
             raise SpendError(
@@ -692,7 +700,11 @@ class SpendBook:
         ts = self._clock.time()
         # All or nothing: the ledger first (a failed write changes nothing), then memory with
         # no await in between, so memory and ledger always agree.
-        await self._write(lambda led: led.add_raise(scope, day, pusd, ts))
+        self._raising[scope] = self._raising.get(scope, 0) + pusd
+        try:
+            await self._write(lambda led: led.add_raise(scope, day, pusd, ts))
+        finally:
+            self._raising[scope] -= pusd
         if self._day == day:  # a period rolled over meanwhile: the raise was for that day
             self._raises[scope] = self._raises.get(scope, 0) + pusd
             for key in (self._day, self._month):
@@ -705,7 +717,7 @@ class SpendBook:
             agent=agent,
             day=day,
             usd=as_usd(amount),
-            raised_today_usd=as_usd(self._raises[scope]),
+            raised_today_usd=as_usd(self._raises.get(scope, 0)),
         )
 
     def note_api_spend_limit(self, message: str) -> None:
