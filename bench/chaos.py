@@ -27,7 +27,8 @@ if all hold:
   budget must reach its ceiling, so the check has something to hold);
 * what the stand-in billed — timed-out calls included: it bills a request it processed even
   when the client gave up, and the API is slower than the client's timeout for a while —
-  stays within every cap plus at most one call's worst case;
+  stays within every cap plus at most one call's worst case, and in all is at most what the
+  ledger recorded (unanswered calls at their worst case) plus what SIGKILLs left unsettled;
 * every injected fault produced its alert exactly once (crashes coalesced where the
   alerter coalesces them);
 * routine success rate, and every non-success with its reason;
@@ -266,6 +267,7 @@ class Tally:
     added_agent: bool = False
     outage_s: float = 0.0
     slowdowns: int = 0
+    unsettled_usd: float = 0.0
     acked: list[str] = field(default_factory=list)
     incarnations: int = 0
 
@@ -383,6 +385,15 @@ class Chaos:
             await self.proc.wait()
             self.tally.kills.append(time.time())
             self.say("SIGKILL")
+            # the reservations of the calls it had in flight (the next start reports them as
+            # spend_unsettled): money the provider may have billed that the ledger never will
+            db = sqlite3.connect(self.state / "spend.sqlite")
+            try:
+                sql = "SELECT COALESCE(SUM(amount_pusd), 0) FROM inflight"
+                (pusd,) = db.execute(sql).fetchone()
+            finally:
+                db.close()
+            self.tally.unsettled_usd += int(pusd) / 1e12
             # what systemd's OnFailure=companyd-alert@%n.service does
             notify = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -879,16 +890,26 @@ class Checks:
             for (scope, period), v in per.items()
             if (c := cap(scope, period)) is not None and v > c + worst.get(scope, 0.0) + 1e-9
         ]
+        # Exact, with no day to attribute: every billed request was settled at its usage,
+        # kept at its worst case (no answer), or left unsettled by a SIGKILL.
+        total_billed = sum(v for (s, p), v in per.items() if s == "company" and len(p) == 7)
+        db = self._db("spend.sqlite")
+        (ledger_pusd,) = db.execute("SELECT COALESCE(SUM(cost_pusd), 0) FROM calls").fetchone()
+        db.close()
+        accounted = int(ledger_pusd) / 1e12 + self.c.tally.unsettled_usd
+        under = total_billed > accounted + 1e-9
         intern = max(
             (v for (s, p), v in per.items() if s == "agent:intern" and len(p) == 10), default=0.0
         )
         # every request must be attributed to its agent, or its scope would go unchecked
-        return not over and not unknown and self.c.tally.slowdowns > 0, (
+        return not over and not under and not unknown and self.c.tally.slowdowns > 0, (
             f"billed: {len(over)} caps passed by what the stand-in billed (beyond one call's "
             f"worst case)" + (f" {over[:3]}" if over else "") + f"; {unanswered} timed-out "
             f"calls billed anyway, {self.c.tally.slowdowns} API slowdown(s); intern's highest "
             f"billed day ${intern:.4f} of ${INTERN_DAILY_USD:g} + "
-            f"${worst.get('agent:intern', 0.0):.4f}; {unknown} requests of no known agent"
+            f"${worst.get('agent:intern', 0.0):.4f}; {unknown} requests of no known agent; "
+            f"billed in all ${total_billed:.4f} ≤ ledger + unsettled at kills ${accounted:.4f}"
+            + (" — NOT ACCOUNTED FOR" if under else "")
         )
 
     # every injected fault produced its alert exactly once
