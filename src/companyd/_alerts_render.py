@@ -426,6 +426,20 @@ def _api_key_refused(data: Data, source: str, counts: Mapping[str, int]) -> Rend
     return Rendered("Anthropic API key refused — every agent is paused", tuple(lines))
 
 
+def _spend_unanswered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = _num(data.get("calls")) or counts.get("spend_unanswered", 1)
+    total = _num(data.get("total_worst_case_usd"))
+    # small sums matter here (a call's worst case is often cents): show four decimals
+    amount = f"${total:.4f}" if total is not None and total < 1 else _usd(total)
+    title = f"{n:.0f} call{'s' if n != 1 else ''} timed out; up to {amount} may have been billed"
+    lines = [
+        "today, company-wide; counted against the budgets at their worst case",
+        *_line("last", data, "agent"),
+        *_line("reason", data, "reason"),
+    ]
+    return Rendered(title, tuple(lines))
+
+
 def _spend_runaway(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     factor = _num(data.get("factor"))
     title = f"{_who(data)} is spending fast" + (f": {factor:.0f}× its usual rate" if factor else "")
@@ -689,6 +703,7 @@ KINDS: Mapping[str, KindSpec] = {
     "api_spend_limit": KindSpec("api_spend_limit", (), _api_spend_limit),
     "api_key_refused": KindSpec("api_key_refused", (), _api_key_refused),
     "spend_runaway": KindSpec("spend_runaway", ("agent",), _spend_runaway, _pause_agent_button),
+    "spend_unanswered": KindSpec("spend_unanswered", (), _spend_unanswered),
     "routine_failed": KindSpec("routine_failed", ("routine",), _routine_failed, _routine_buttons),
     "routine_missed": KindSpec("routine_missed", ("routine",), _routine_missed, _routine_buttons),
     "routine_skipped": KindSpec("routine_skipped", ("routine",), _routine_skipped),

@@ -95,6 +95,7 @@ KINDS: Mapping[str, Severity] = {
     "budget_reset": Severity.INFO,
     "budget_raised": Severity.INFO,
     "spend_unsettled": Severity.WARNING,
+    "spend_unanswered": Severity.WARNING,
     # routines (companyd.scheduler)
     "routine_failed": Severity.WARNING,
     "routine_missed": Severity.WARNING,

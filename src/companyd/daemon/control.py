@@ -527,7 +527,10 @@ def _conforms(value: Any, hint: Any) -> tuple[bool, Any]:
         return isinstance(value, int) and not isinstance(value, bool), value
     if hint is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return True, float(value)
+            try:
+                return True, float(value)
+            except OverflowError:  # an integer beyond any float (1 followed by 400 zeros)
+                return False, value
         return False, value
     if hint is str:
         return isinstance(value, str), value

@@ -82,6 +82,8 @@ class SpendPort(Protocol):
 
     async def release(self, reservation: Any) -> None: ...
 
+    async def forfeit(self, reservation: Any, *, reason: str) -> Any: ...
+
     def exhausted(self, agent: str) -> str | None: ...
 
     def note_api_spend_limit(self, message: str) -> None: ...
@@ -325,6 +327,10 @@ class Staff:
             return refuse(status, f"agent {task.agent!r} is paused ({pause.reason})")
         why = self.spend.exhausted(task.agent)
         if why is not None:
+            # Paused like an agent whose own call was refused (issue 15): it then resumes
+            # with the others when the period rolls over or the budget is raised, instead of
+            # being refused afresh at every fire of its routines.
+            self.pause(task.agent, f"budget: {why}", budget=True)
             return refuse(RunStatus.BUDGET_EXHAUSTED, why)
         return None
 
