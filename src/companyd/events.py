@@ -101,6 +101,9 @@ KINDS: Mapping[str, Severity] = {
     "routine_skipped": Severity.INFO,
     # memory (companyd.memory)
     "memory_repaired": Severity.WARNING,
+    # external tool servers (companyd.roles)
+    "mcp_server_failed": Severity.WARNING,
+    "mcp_server_recovered": Severity.INFO,
 }
 
 

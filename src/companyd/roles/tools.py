@@ -32,6 +32,9 @@ from companyd.errors import CompanydError
 from companyd.roles.model import ToolDef
 
 __all__ = [
+    "MCP_RETRY_MAX_SECONDS",
+    "MCP_RETRY_MIN_SECONDS",
+    "McpServerFailed",
     "McpToolServer",
     "Tool",
     "ToolBox",
@@ -45,6 +48,21 @@ log = logging.getLogger(__name__)
 
 class ToolError(CompanydError):
     """A tool call failed in a way the model should see (sent back as ``is_error``)."""
+
+
+class McpServerFailed(CompanydError):
+    """An external MCP server could not be started: ``reason`` says why, for an alert."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(f"MCP server {server!r} {reason}")
+        self.server = server
+        self.reason = reason
+
+
+#: First wait before an MCP server that failed to start is tried again; it doubles after
+#: each failure, up to MCP_RETRY_MAX_SECONDS.
+MCP_RETRY_MIN_SECONDS = 5.0
+MCP_RETRY_MAX_SECONDS = 300.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,9 +128,17 @@ class ToolBox:
     @classmethod
     def build(cls, tools: Iterable[Tool], policy: ToolsSpec) -> ToolBox:
         """Keep the tools ``policy`` allows (``allow`` absent = all; ``deny`` wins)."""
+        box = cls()
+        box.add(tools, policy)
+        return box
+
+    def add(self, tools: Iterable[Tool], policy: ToolsSpec) -> list[str]:
+        """Add the tools ``policy`` allows (an MCP server that came up late); the names
+        they got."""
         allow = set(policy.allow) if policy.allow is not None else None
         deny = set(policy.deny)
-        kept: dict[str, Tool] = {}
+        kept = self.tools
+        added: list[str] = []
         for t in tools:
             if t.name in deny or (allow is not None and t.name not in allow):
                 continue
@@ -127,7 +153,13 @@ class ToolBox:
                     family=t.family,
                 )
             kept[t.name] = t
-        return cls(kept)
+            added.append(t.name)
+        return added
+
+    def remove(self, names: Iterable[str]) -> None:
+        """Drop tools (those of an MCP server that went away)."""
+        for name in names:
+            self.tools.pop(name, None)
 
     def definitions(self) -> list[ToolDef]:
         return [t.definition() for t in self.tools.values()]
@@ -182,6 +214,11 @@ class McpToolServer:
     process, initialises the session and lists its tools; leaving the block stops it.
     A tool is idempotent if company.yaml lists it in ``idempotent_tools`` or the server
     annotates it ``idempotentHint`` / ``readOnlyHint``.
+
+    Starting raises :class:`McpServerFailed` (never another exception, except
+    cancellation) if the command cannot be run, the server closes the connection (it
+    exited), answers nonsense, or does not finish the handshake (``initialize`` and
+    ``tools/list``) within ``handshake_timeout_seconds``; the process is stopped first.
     """
 
     def __init__(self, name: str, spec: McpServerSpec) -> None:
@@ -204,15 +241,22 @@ class McpToolServer:
             command=self.spec.command, args=list(self.spec.args), env=env or None
         )
         stack = contextlib.AsyncExitStack()
+        limit = self.spec.handshake_timeout_seconds
         try:
-            async with asyncio.timeout(self.spec.timeout_seconds):
+            # Loop time, not the injected clock: anyio's cancel scopes inside the mcp SDK
+            # must be left in this task, which asyncio.timeout guarantees.
+            async with asyncio.timeout(limit):
                 read, write = await stack.enter_async_context(stdio_client(params))
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 listed = await session.list_tools()
-        except BaseException:
+        except asyncio.CancelledError:
             await stack.aclose()
             raise
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await stack.aclose()
+            raise McpServerFailed(self.name, self._why(exc, limit)) from None
         self._stack = stack
         self._session = session
         declared = set(self.spec.idempotent_tools)
@@ -231,6 +275,33 @@ class McpToolServer:
             )
         return self
 
+    def _why(self, exc: BaseException, limit: float) -> str:
+        """One line for an operator: what went wrong starting the server, and what to do."""
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]  # anyio wraps the task group's failure
+        command = self.spec.command
+        if isinstance(exc, TimeoutError):
+            return (
+                f"did not answer the MCP handshake within {limit:g} s (command {command!r}); "
+                "check that it speaks MCP over stdio, or raise its handshake_timeout_seconds"
+            )
+        if isinstance(exc, OSError):
+            return (
+                f"could not be started: {exc.strerror or exc} (command {command!r}); check "
+                "the command and that the daemon's user may run it"
+            )
+        from mcp.shared.exceptions import MCPError
+
+        if isinstance(exc, MCPError):
+            return (
+                f"closed the connection during the MCP handshake ({exc}); it probably exited "
+                f"at once — run {command!r} by hand, as the daemon's user, to see its error"
+            )
+        return (
+            f"failed during the MCP handshake: {type(exc).__name__}: {str(exc)[:200]} "
+            f"(command {command!r})"
+        )
+
     async def __aexit__(self, *exc: object) -> None:
         if self._stack is not None:
             with contextlib.suppress(Exception):
@@ -246,6 +317,17 @@ class McpToolServer:
                 raise ToolError(
                     f"tool {tool_name!r} of MCP server {self.name!r} did not answer within "
                     f"{self.spec.timeout_seconds:g} s"
+                ) from None
+            except Exception as exc:
+                # A server that died (or broke the protocol) is the tool's failure, which
+                # the model sees, not the agent's: it must not crash the run.
+                while isinstance(exc, ExceptionGroup) and exc.exceptions:
+                    exc = exc.exceptions[0]
+                log.warning("MCP server %r failed during %r: %r", self.name, tool_name, exc)
+                raise ToolError(
+                    f"MCP server {self.name!r} failed during {tool_name!r}: "
+                    f"{type(exc).__name__}: {str(exc)[:200] or 'no detail'}; it may have "
+                    "exited — do not rely on its tools in this run"
                 ) from None
             texts = [
                 getattr(c, "text", "") for c in result.content if getattr(c, "type", "") == "text"
