@@ -398,6 +398,31 @@ async def test_when_every_connection_is_running_an_operation_a_new_client_is_tol
 
 
 @pytest.mark.anyio
+async def test_clients_that_never_read_their_answers_do_not_lock_the_cli_out(
+    sock_dir: Path,
+) -> None:
+    # Answers waiting on a client that does not read are not operations running: such a
+    # connection is as idle as one that sends nothing.
+    srv = ControlServer(Company(), sock_dir / "c.sock", max_connections=2)  # type: ignore[arg-type]
+    async with running(srv.run):
+        hogs = [await _connect(srv.path) for _ in range(2)]
+        for _, w in hogs:
+            w.write(b'{"op": "status", "args": {}}\n' * 2000)
+        # Stuck for good: both wait on a full socket buffer and no request is served.
+        async with asyncio.timeout(10):
+            steady = 0
+            while steady < 20:
+                before = srv.requests
+                await asyncio.sleep(0.01)
+                stuck = srv.writing_connections == 2 and srv.requests == before
+                steady = steady + 1 if stuck else 0
+        (answer,) = await _raw(srv.path, b'{"op": "pause", "args": {"agent": "ceo"}}\n')
+        assert answer["ok"] is True, answer
+        for _, w in hogs:
+            w.transport.abort()
+
+
+@pytest.mark.anyio
 async def test_bytes_buffered_over_all_connections_are_capped_the_biggest_buffer_goes(
     sock_dir: Path,
 ) -> None:

@@ -228,8 +228,13 @@ class ControlServer:
 
     @property
     def busy_connections(self) -> int:
-        """Connections running an operation (or writing its answer) now."""
+        """Connections running an operation now."""
         return sum(1 for c in self._conns if c.busy)
+
+    @property
+    def writing_connections(self) -> int:
+        """Connections whose answer waits for the client to read it."""
+        return sum(1 for c in self._conns if c.writing)
 
     @property
     def buffered_bytes(self) -> int:
@@ -361,7 +366,7 @@ class ControlServer:
 
     async def _drain(self) -> None:
         for conn in list(self._conns):
-            if not conn.busy and conn.task is not None:
+            if not conn.busy and not conn.writing and conn.task is not None:
                 conn.task.cancel()  # idle: waiting for a request that will not be served
         busy_tasks = [c.task for c in self._conns if c.task is not None and not c.task.done()]
         if busy_tasks:
@@ -541,20 +546,16 @@ class ControlServer:
                 )
                 self.requests += 1
                 self.failures += 1
-                conn.busy = True
-                try:
-                    await self._send(conn, response)
-                finally:
-                    conn.busy = False
+                await self._send(conn, response)
                 continue
             if not line.strip():
                 continue
             conn.busy = True
             try:
                 response = await self.handle_line(line)
-                await self._send(conn, response)
             finally:
                 conn.busy = False
+            await self._send(conn, response)
             if conn in self._conns:  # most recently active last: evicted last
                 del self._conns[conn]
                 self._conns[conn] = None
@@ -621,9 +622,15 @@ class ControlServer:
         except UnicodeEncodeError:  # a lone surrogate somewhere: escape it
             data = json.dumps(response, default=str).encode()
         loop = asyncio.get_running_loop()
-        await _with_deadline(
-            loop.sock_sendall(conn.sock, data + b"\n"), self.idle_timeout, self.clock
-        )
+        # Not busy meanwhile: an answer waiting on a client that does not read is no
+        # operation running, and such a connection may be evicted like an idle one.
+        conn.writing = True
+        try:
+            await _with_deadline(
+                loop.sock_sendall(conn.sock, data + b"\n"), self.idle_timeout, self.clock
+            )
+        finally:
+            conn.writing = False
 
     # -- one request ------------------------------------------------------------------------
 
@@ -743,8 +750,10 @@ class _Conn:
 
     sock: socket.socket
     task: asyncio.Task[None] | None = None
-    #: running an operation or writing its answer (never evicted)
+    #: running an operation (never evicted)
     busy: bool = False
+    #: writing an answer (evicted like an idle connection if the client does not read)
+    writing: bool = False
     buf: bytearray = field(default_factory=bytearray)
 
 
