@@ -8,6 +8,9 @@ Tools:
 * ``read_inbox()`` — read-only (annotated), returns a fixed inbox.
 * ``crash()`` — the server process exits at once, mid-call.
 
+With ``$TOOL_BAD_NAMES`` set it also offers ``post update!`` and a 200-character name,
+which the Messages API would refuse (tool names are ``[a-zA-Z0-9_-]{1,64}``).
+
 If ``$TOOL_START_GATE`` names a file that does not exist, the server exits at once with
 status 2 (a server that fails to start until the test opens the gate).
 """
@@ -55,6 +58,17 @@ def read_inbox() -> str:
 @server.tool(description="Crash the tool server (for tests).")
 def crash() -> str:
     os._exit(1)
+
+
+if os.environ.get("TOOL_BAD_NAMES"):
+
+    @server.tool(name="post update!", description="A tool with an invalid name.")
+    def bad_name() -> str:
+        return "never offered"
+
+    @server.tool(name="x" * 200, description="A tool with an over-long name.")
+    def long_name() -> str:
+        return "never offered"
 
 
 if __name__ == "__main__":

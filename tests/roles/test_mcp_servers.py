@@ -4,6 +4,8 @@ item 14). Real subprocess MCP servers over stdio, the real daemon in-process."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -177,3 +179,21 @@ async def test_a_server_that_dies_during_a_call_is_a_tool_error_not_a_crashed_ag
     assert first["is_error"] and "MCP server 'social' failed during 'crash'" in first["content"]
     assert second["is_error"] and "MCP server 'social'" in second["content"]
     assert not [e for e in restarts if e.data.get("child") == "marketing"]
+
+
+async def test_tools_the_api_would_refuse_are_left_out_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One tool with a name the Messages API refuses would fail every model call of the
+    # agent (HTTP 400): such tools are left out, the server's other tools stay.
+    social = {"command": sys.executable, "args": [str(TOOL_SERVER)], "env": {"TOOL_BAD_NAMES": "1"}}
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"social": social}}})
+    model = PerAgent(marketing=[reply_text("Fine.")])
+    with caplog.at_level(logging.WARNING), MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            assert (await d.ask("marketing", "Hi."))["status"] == "ok"
+    names = {t["name"] for t in srv.requests[0].body["tools"]}
+    assert "post_update" in names
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names), names
+    warned = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(warned) == 1 and "'post update!'" in warned[0], warned

@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -48,6 +49,11 @@ log = logging.getLogger(__name__)
 
 class ToolError(CompanydError):
     """A tool call failed in a way the model should see (sent back as ``is_error``)."""
+
+
+#: Tool names the Messages API accepts.
+_API_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_API_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 class McpServerFailed(CompanydError):
@@ -145,7 +151,9 @@ class ToolBox:
             if t.name in kept:
                 # an external server reusing a built-in name gets its server prefix
                 t = Tool(
-                    name=f"{t.family.removeprefix('external:')}__{t.name}",
+                    name=_API_BAD_CHARS.sub("_", f"{t.family.removeprefix('external:')}__{t.name}")[
+                        :64
+                    ],
                     description=t.description,
                     input_schema=t.input_schema,
                     handler=t.handler,
@@ -260,18 +268,34 @@ class McpToolServer:
         self._stack = stack
         self._session = session
         declared = set(self.spec.idempotent_tools)
+        refused: list[str] = []
         for t in listed.tools:
+            schema = dict(t.input_schema or {"type": "object"})
+            # The Messages API refuses the whole request for one bad tool (HTTP 400), so
+            # one such tool would fail every run of the agent: leave it out instead.
+            if not _API_TOOL_NAME.fullmatch(t.name) or schema.get("type") != "object":
+                refused.append(t.name)
+                continue
             ann = t.annotations
             hinted = bool(ann is not None and (ann.idempotent_hint or ann.read_only_hint))
             self.tools.append(
                 Tool(
                     name=t.name,
                     description=t.description or f"{t.name} (from MCP server {self.name!r})",
-                    input_schema=dict(t.input_schema or {"type": "object"}),
+                    input_schema=schema,
                     handler=self._handler(t.name),
                     idempotent=t.name in declared or hinted,
                     family=f"external:{self.name}",
                 )
+            )
+        if refused:
+            log.warning(
+                "MCP server %r: %d tool(s) left out because the Messages API would refuse "
+                "them (a name must be 1-64 letters, digits, '_' or '-', and the input schema "
+                "an object): %s",
+                self.name,
+                len(refused),
+                ", ".join(repr(n[:80]) for n in refused),
             )
         return self
 
