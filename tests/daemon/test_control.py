@@ -359,6 +359,21 @@ async def _until(predicate: Any, what: str) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_last_request_without_a_newline_is_answered_at_eof(
+    server: tuple[ControlServer, Company],
+) -> None:
+    srv, company = server
+    reader, writer = await _connect(srv.path)
+    writer.write(b'{"op": "pause", "args": {"agent": "cfo"}}')  # `echo -n … | nc -U`
+    writer.write_eof()
+    async with asyncio.timeout(10):
+        answer = json.loads(await reader.readline())
+        assert await reader.read() == b""
+    writer.close()
+    assert answer["ok"] is True and company.paused == {"cfo"}
+
+
+@pytest.mark.anyio
 async def test_over_the_connection_cap_the_oldest_idle_client_makes_room(sock_dir: Path) -> None:
     srv = ControlServer(Company(), sock_dir / "c.sock", max_connections=3)  # type: ignore[arg-type]
     async with running(srv.run):

@@ -562,8 +562,9 @@ class ControlServer:
 
     async def _next_line(self, conn: _Conn) -> bytes | None:
         """The next request line, ``_TOO_LONG`` for one over the limit (its bytes were
-        skipped, not kept), or None at EOF. The whole line must arrive within
-        ``idle_timeout``: trickling bytes does not extend it."""
+        skipped, not kept), or None at EOF (unfinished bytes before it are a last line).
+        The whole line must arrive within ``idle_timeout``: trickling bytes does not
+        extend it."""
         loop = asyncio.get_running_loop()
         deadline = self.clock.monotonic() + self.idle_timeout
         skipping = False
@@ -584,7 +585,13 @@ class ControlServer:
             chunk = await _with_deadline(
                 loop.sock_recv(conn.sock, _RECV_CHUNK), remaining, self.clock
             )
-            if not chunk:
+            if not chunk:  # EOF: a last request without its newline is still one
+                if skipping:
+                    return _TOO_LONG
+                if conn.buf.strip():
+                    line = bytes(conn.buf)
+                    conn.buf.clear()
+                    return line
                 return None
             if skipping:
                 nl = chunk.find(b"\n")
