@@ -699,6 +699,91 @@ async def test_out_of_file_descriptors_the_cli_still_gets_through_and_the_log_st
     assert "Traceback" not in err
 
 
+_FD_STARVED_BUSY_DAEMON = textwrap.dedent(
+    """
+    import asyncio, logging, resource, sys
+    from companyd.daemon.control import ControlServer
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    class Admin:
+        async def ask(self, agent, question, timeout=300.0):
+            print("started", flush=True)
+            await asyncio.Event().wait()
+
+    class Ctx:
+        id = path = "companyd/control"
+        def __init__(self):
+            self.stopping = asyncio.Event()
+        def started(self, info=None):
+            print("listening", flush=True)
+
+    asyncio.run(ControlServer(Admin(), sys.argv[1], max_connections=10_000).run(Ctx()))
+    """
+)
+
+
+def _fill_with_running_asks(path: Path, lines: Any) -> tuple[list[socket.socket], bytes]:
+    """Open connections that each start an ask that never ends, until one is refused;
+    returns the connections and the refusal."""
+    held: list[socket.socket] = []
+    for _ in range(200):
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(os.fsencode(path))
+        held.append(s)
+        s.sendall(b'{"op": "ask", "args": {"agent": "a", "question": "q"}}\n')
+        s.settimeout(0.05)
+        while True:  # either the daemon started the ask, or it answered (refused)
+            try:
+                data = s.recv(65536)
+            except TimeoutError:
+                line = lines.readline()
+                if line == "started\n":
+                    break
+                if not line:
+                    raise AssertionError("the daemon exited") from None
+                continue
+            return held, data
+    raise AssertionError("never refused")
+
+
+@pytest.mark.anyio
+async def test_out_of_file_descriptors_with_every_client_busy_the_new_one_is_told_busy(
+    sock_dir: Path,
+) -> None:
+    path = sock_dir / "companyd.sock"
+    with subprocess.Popen(
+        [sys.executable, "-c", _FD_STARVED_BUSY_DAEMON, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as daemon:
+        held: list[socket.socket] = []
+        try:
+            assert daemon.stdout is not None
+            assert await asyncio.to_thread(daemon.stdout.readline) == "listening\n"
+            pid = daemon.pid
+            async with asyncio.timeout(60):
+                held, refusal = await asyncio.to_thread(
+                    _fill_with_running_asks, path, daemon.stdout
+                )
+                answer = await asyncio.to_thread(_ping_raw, path)  # no hang, no reset
+        finally:
+            daemon.send_signal(signal.SIGKILL)
+            _, err = await asyncio.to_thread(daemon.communicate, timeout=10)
+            for s in held:
+                s.close()
+    assert len(held) > 20
+    notice = json.loads(refusal)
+    busy = "out of file descriptors and every control connection is running an operation"
+    assert notice["code"] == "busy" and busy in notice["error"], notice
+    # The CLI gets an answer, never a hang or a reset: busy, or served.
+    assert busy in answer.get("error", "") or answer["result"]["pid"] == pid, answer
+    assert len([line for line in err.splitlines() if "open files" in line]) == 1, err[-3000:]
+
+
 @pytest.mark.anyio
 async def test_a_daemon_that_never_answers_is_a_timeout_after_its_deadline(sock_dir: Path) -> None:
     # A stuck daemon: it accepts the connection and never writes an answer.

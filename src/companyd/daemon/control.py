@@ -53,6 +53,7 @@ import json
 import logging
 import math
 import os
+import select
 import socket
 import stat
 import types
@@ -417,6 +418,12 @@ class ControlServer:
             action,
         )
         if exc.errno in _OUT_OF_RESOURCES:
+            if not _pending(listener):
+                # Linux allocates the new descriptor before it looks for a client, so
+                # accept() fails with EMFILE when nobody is waiting: wait for one, and
+                # never evict a connection for a client that is not there.
+                await _readable(listener)
+                return
             victim = self._oldest_idle()
             if victim is not None:
                 self._evict(
@@ -762,6 +769,29 @@ class _Conn:
     #: writing an answer (evicted like an idle connection if the client does not read)
     writing: bool = False
     buf: bytearray = field(default_factory=bytearray)
+
+
+def _pending(listener: socket.socket) -> bool:
+    """Whether a client waits to be accepted (poll(2) needs no descriptor of its own)."""
+    poller = select.poll()
+    poller.register(listener.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
+async def _readable(listener: socket.socket) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    fd = listener.fileno()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
 
 
 def _reserve_fd() -> int | None:
