@@ -998,6 +998,24 @@ async def test_cli_internal_error_exits_70(sock_dir: Path) -> None:
     assert code == 70 and "internal error: KeyError" in err
 
 
+@pytest.mark.anyio
+async def test_cli_told_busy_exits_75_with_the_reason(sock_dir: Path) -> None:
+    company = Company()
+    srv = ControlServer(company, sock_dir / "companyd.sock", state_dir=sock_dir, max_connections=1)  # type: ignore[arg-type]
+    async with running(srv.run):
+        ask = asyncio.ensure_future(
+            _raw(srv.path, b'{"op": "ask", "args": {"agent": "cfo", "question": "q"}}\n')
+        )
+        await _until(lambda: srv.busy_connections == 1, "the running ask")
+        code, _, err = await _cli("status", "--state-dir", str(sock_dir))
+        company.slow_release.set()
+        async with asyncio.timeout(10):
+            await ask
+    assert code == 75, err
+    assert "busy: the control socket serves at most 1 connections" in err
+    assert "Traceback" not in err
+
+
 # ---------------------------------------------------------------------------------------
 # the status printer
 
