@@ -7,6 +7,7 @@ in the test's event loop. The Admin behind the server is a small in-memory compa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -30,6 +31,8 @@ from companyd.daemon.admin import AdminError
 from companyd.daemon.cli import render_status, status_line
 from companyd.daemon.control import (
     ADMIN_OPS,
+    MAX_BUFFERED_BYTES,
+    MAX_CONNECTIONS,
     ControlClient,
     ControlError,
     ControlServer,
@@ -410,6 +413,31 @@ async def test_when_every_connection_is_running_an_operation_a_new_client_is_tol
             for a in asks:
                 assert (await a)[0]["ok"] is True
         assert (await ControlClient(srv.path).acall("pause", agent="cfo"))["paused"] is True
+
+
+@pytest.mark.anyio
+async def test_the_attack_run_with_default_limits_1100_idle_and_400_hoarding_clients(
+    sock_dir: Path,
+) -> None:
+    srv = ControlServer(Company(), sock_dir / "c.sock")  # type: ignore[arg-type]
+    async with running(srv.run):
+        idle = await asyncio.to_thread(_open_idle, srv.path, 1100)
+        assert len(idle) == 1100
+        await _until(lambda: srv.refused >= 1100 - MAX_CONNECTIONS, "the cap enforced")
+        assert (await asyncio.to_thread(_ping_raw, srv.path))["result"]["pid"] == os.getpid()
+        for s in idle:
+            s.close()
+        hoarders = await asyncio.to_thread(_open_idle, srv.path, 400)
+        part = b'{"op": "status", "id": "' + b"x" * 100_000
+        for s in hoarders:
+            with contextlib.suppress(OSError):
+                s.send(part)  # up to 100 KB each, 40 MB in all; never finished
+        await _until(lambda: srv.refused >= 1100 - MAX_CONNECTIONS + 400 - MAX_CONNECTIONS, "cap")
+        assert srv.connections <= MAX_CONNECTIONS
+        assert srv.buffered_bytes <= MAX_BUFFERED_BYTES
+        assert (await asyncio.to_thread(_ping_raw, srv.path))["result"]["pid"] == os.getpid()
+        for s in hoarders:
+            s.close()
 
 
 @pytest.mark.anyio
