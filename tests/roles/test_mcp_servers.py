@@ -197,3 +197,23 @@ async def test_tools_the_api_would_refuse_are_left_out_with_a_warning(
     assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names), names
     warned = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert len(warned) == 1 and "'post update!'" in warned[0], warned
+
+
+async def test_a_mute_server_does_not_hold_up_the_company_start(tmp_path: Path) -> None:
+    # Agents start one after another; if each waited for its tool servers' handshakes,
+    # a few mute servers would hold READY=1 past systemd's start timeout. The agent
+    # reports started first and waits for its tools before serving tasks.
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {"mcp_servers": {"mute": NEVER_ANSWERS}}, "cfo": {"reports_to": "ceo"}},
+    )
+    model = PerAgent()
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            assert (await d.ask("ceo", "Hi."))["status"] == "ok"
+            history = d.bus.recent({"child_started", "mcp_server_failed"}, limit=100)
+    order = [
+        e.kind if e.kind == "mcp_server_failed" else f"started:{e.data.get('child')}"
+        for e in history
+    ]
+    assert order.index("started:cfo") < order.index("mcp_server_failed"), order
