@@ -582,6 +582,25 @@ def _commands_recovered(data: Data, source: str, counts: Mapping[str, int]) -> R
     return Rendered("Telegram commands work again", tuple(lines))
 
 
+def _mcp_server_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"MCP server {_txt(data.get('server'), 80)!r} of {_who(data)} failed; running "
+        "without its tools"
+    )
+    lines = _line("reason", data, "reason")
+    retry = data.get("retry_in_s")
+    if isinstance(retry, int | float) and not isinstance(retry, bool):
+        lines.append(f"retrying in {retry:g} s, then with growing waits (up to 5 min)")
+    return Rendered(title, tuple(lines))
+
+
+def _mcp_server_recovered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"MCP server {_txt(data.get('server'), 80)!r} of {_who(data)} is up again"
+    tools = data.get("tools")
+    lines = [f"tools: {_txt(', '.join(map(str, tools)), 300)}"] if isinstance(tools, list) else []
+    return Rendered(title, tuple(lines))
+
+
 def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"circuit breaker stopped a run of {_who(data)}"
     lines = []
@@ -713,6 +732,10 @@ KINDS: Mapping[str, KindSpec] = {
     "memory_repaired": KindSpec("memory_repaired", (), _memory_repaired),
     "telegram_commands_failing": KindSpec("telegram_commands_failing", (), _commands_failing),
     "telegram_commands_recovered": KindSpec("telegram_commands_recovered", (), _commands_recovered),
+    "mcp_server_failed": KindSpec("mcp_server_failed", ("agent", "server"), _mcp_server_failed),
+    "mcp_server_recovered": KindSpec(
+        "mcp_server_recovered", ("agent", "server"), _mcp_server_recovered
+    ),
     "circuit_breaker": KindSpec(
         "circuit_breaker", ("agent", "breaker"), _circuit_breaker, _pause_agent_button
     ),

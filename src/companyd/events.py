@@ -105,6 +105,9 @@ KINDS: Mapping[str, Severity] = {
     # the pager itself (companyd.alerts)
     "telegram_commands_failing": Severity.WARNING,
     "telegram_commands_recovered": Severity.INFO,
+    # external tool servers (companyd.roles)
+    "mcp_server_failed": Severity.WARNING,
+    "mcp_server_recovered": Severity.INFO,
 }
 
 

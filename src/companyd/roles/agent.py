@@ -149,12 +149,16 @@ class Agent:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def run(self, ctx: ChildContext) -> None:
-        """The supervised child body: open tools, resume, then serve the mailbox."""
+        """The supervised child body: report started, open tools, resume, then serve the
+        mailbox."""
         staff = self.staff
         self._ctx = ctx
         async with contextlib.AsyncExitStack() as stack:
-            self._toolbox = await staff.toolbox_for(self.config, stack)
+            # Started before the tool servers' handshakes: agents start one after another,
+            # and a few slow or mute servers must not hold up the company (READY=1 and
+            # systemd's start timeout). Tasks wait in the mailbox until the tools are in.
             ctx.started()
+            self._toolbox = await staff.toolbox_for(self.config, stack)
             for unfinished in await staff.journal.unfinished_runs(self.slug):
                 if ctx.stopping.is_set() or staff.draining.is_set():
                     return
