@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -217,3 +218,33 @@ async def test_a_mute_server_does_not_hold_up_the_company_start(tmp_path: Path) 
         for e in history
     ]
     assert order.index("started:cfo") < order.index("mcp_server_failed"), order
+
+
+def test_a_tool_server_starts_whatever_stderr_was_when_the_mcp_sdk_was_imported(
+    tmp_path: Path,
+) -> None:
+    # mcp's stdio_client binds its default errlog (sys.stderr) when mcp.client.stdio is
+    # imported. Imported while sys.stderr was a stream without a file descriptor (a test's
+    # capsys, an embedding app), every later server start failed with "fileno" and crashed
+    # the agent at start. A fresh interpreter shows it whatever the suite imported before.
+    script = f"""
+import asyncio, io, sys
+real, sys.stderr = sys.stderr, io.StringIO()
+import mcp.client.stdio  # default errlog bound to the StringIO
+sys.stderr = real
+from companyd.config import McpServerSpec
+from companyd.roles.tools import McpToolServer
+
+async def main():
+    spec = McpServerSpec(command=sys.executable, args=[{str(TOOL_SERVER)!r}])
+    async with asyncio.timeout(60):
+        async with McpToolServer("t", spec) as server:
+            print(sorted(t.name for t in server.tools))
+
+asyncio.run(main())
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("[")

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import re
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -254,7 +255,11 @@ class McpToolServer:
             # Loop time, not the injected clock: anyio's cancel scopes inside the mcp SDK
             # must be left in this task, which asyncio.timeout guarantees.
             async with asyncio.timeout(limit):
-                read, write = await stack.enter_async_context(stdio_client(params))
+                # errlog given each time: the SDK's default is the sys.stderr of the moment
+                # mcp.client.stdio was imported, which may be a stream without a descriptor.
+                read, write = await stack.enter_async_context(
+                    stdio_client(params, errlog=sys.stderr)
+                )
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 listed = await session.list_tools()
