@@ -6,7 +6,8 @@ see ``chaos_config``) runs as a real daemon subprocess for a simulated week, wit
 compressed (``COMPANYD_TIME_SCALE``: the daemon's clock runs N× faster, so cron routines,
 budget periods, coalescing windows and backoffs all happen in minutes). Around it:
 
-* a loopback Messages API stand-in injecting transient errors (529, 500) and timeouts;
+* a loopback Messages API stand-in injecting transient errors (529, 500) and timeouts, and
+  a slowdown (every answer later than the client's timeout, billed anyway);
 * a loopback Telegram Bot API stand-in (the operator's phone);
 * a chaos driver that crashes random agents (the ``debug`` control op), kills the daemon
   with SIGKILL at random moments and starts it again (running ``companyd notify-failure``
@@ -24,6 +25,10 @@ if all hold:
   answered in the instant before a SIGKILL (reported separately);
 * company and agent budgets never exceeded, daily and monthly (an intern with a small
   budget must reach its ceiling, so the check has something to hold);
+* what the stand-in billed — timed-out calls included: it bills a request it processed even
+  when the client gave up, and the API is slower than the client's timeout for a while —
+  stays within every cap plus at most one call's worst case, and in all is at most what the
+  ledger recorded (unanswered calls at their worst case) plus what SIGKILLs left unsettled;
 * every injected fault produced its alert exactly once (crashes coalesced where the
   alerter coalesces them);
 * routine success rate, and every non-success with its reason;
@@ -79,6 +84,7 @@ class Plan:
     fault_rate: float = 0.2
     timeout_rate: float = 0.01
     write_every: float = 0.4
+    slowdown: float = 20.0  # real seconds the Messages API answers slower than the timeout
 
     @property
     def real_seconds(self) -> float:
@@ -91,7 +97,7 @@ class Plan:
 INTERN_DAILY_USD = 0.08
 INTERN_MAX_OUTPUT_TOKENS = 512
 
-SHORT = Plan(days=2.0, scale=2880.0, crash_every=7.0, kills=1, outage=4.0)
+SHORT = Plan(days=2.0, scale=2880.0, crash_every=7.0, kills=1, outage=4.0, slowdown=10.0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -260,6 +266,8 @@ class Tally:
     rejected: int = 0
     added_agent: bool = False
     outage_s: float = 0.0
+    slowdowns: int = 0
+    unsettled_usd: float = 0.0
     acked: list[str] = field(default_factory=list)
     incarnations: int = 0
 
@@ -377,6 +385,15 @@ class Chaos:
             await self.proc.wait()
             self.tally.kills.append(time.time())
             self.say("SIGKILL")
+            # the reservations of the calls it had in flight (the next start reports them as
+            # spend_unsettled): money the provider may have billed that the ledger never will
+            db = sqlite3.connect(self.state / "spend.sqlite")
+            try:
+                sql = "SELECT COALESCE(SUM(amount_pusd), 0) FROM inflight"
+                (pusd,) = db.execute(sql).fetchone()
+            finally:
+                db.close()
+            self.tally.unsettled_usd += int(pusd) / 1e12
             # what systemd's OnFailure=companyd-alert@%n.service does
             notify = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -450,6 +467,17 @@ class Chaos:
             await asyncio.sleep(0.2)
         self.say(f"SIGHUP with an added agent: analyst running = {self.tally.added_agent}")
 
+    async def api_slowdown(self) -> None:
+        """The Messages API answers later than the client's timeout (3 s) for a while; it
+        still bills every request it processed (bill_abandoned)."""
+        self.say(f"Messages API slowdown for {self.plan.slowdown:g} s")
+        self.tally.slowdowns += 1
+        self.api.latency = 4.5
+        try:
+            await asyncio.sleep(self.plan.slowdown)
+        finally:
+            self.api.latency = 0.0
+
     async def telegram_outage(self) -> None:
         await self.bot.go_down("refuse")
         self.say("Bot API down")
@@ -495,6 +523,9 @@ class Chaos:
             fault_rate=plan.fault_rate,
             fault_statuses=(529, 500),
             seed=plan.seed,
+            # the provider bills what it processed even when the client gave up: timeouts
+            # (the model's stalls and the slowdown) are billed, as the real API does
+            bill_abandoned=True,
         )
         self.api.start()
         try:
@@ -527,6 +558,7 @@ class Chaos:
         events: list[tuple[float, str]] = [(t, "kill") for t in kills]
         events.append((0.40 * span, "reload"))
         events.append((0.62 * span, "outage"))
+        events.append((0.30 * span, "slowdown"))
         t = plan.crash_every
         while t < span * 0.95:
             events.append((t, "crash"))
@@ -545,6 +577,8 @@ class Chaos:
                 await self.reload_broken_then_added()
             elif what == "outage":
                 await self.telegram_outage()
+            elif what == "slowdown":
+                await self.api_slowdown()
         await asyncio.sleep(max(0.0, end - time.time()))
 
     async def finish(self) -> list[tuple[bool, str]]:
@@ -619,6 +653,7 @@ class Checks:
             self.official_server(),
             self.llm_calls(),
             self.budgets(),
+            self.billed(),
             *self.alerts(),
             self.routines(),
             self.healthy(),
@@ -799,6 +834,82 @@ class Checks:
             f"{len(intern_days)} of {len(days)} days (highest day ${intern_top:.4f}) and was "
             f"refused from then on; {len(refused)} budget refusals in all; company highest "
             f"day ${top:.4f} of ${cfg.spec.company.budget.daily_usd or 0:g}"
+        )
+
+    # what the provider billed (timed-out calls included) stays within every cap plus at
+    # most one call's worst case (issue 15)
+    def billed(self) -> tuple[bool, str]:
+        from companyd.config import load_config
+        from companyd.llm.prices import PriceTable
+        from companyd.testing.messages_api import usage_of
+
+        cfg = load_config(self.c.config)
+        prices = PriceTable.from_config(cfg.spec.pricing)
+        who = re.compile(r"You are .*? \(([a-z][a-z0-9_-]*)\) at ")
+        per: Counter[tuple[str, str]] = Counter()
+        worst: dict[str, float] = {}
+        unanswered = unknown = 0
+        for r in self.c.api.requests:
+            message = r.response if r.outcome == "served" else r.billed
+            body = r.body if isinstance(r.body, dict) else {}
+            system = body.get("system")
+            text = system if isinstance(system, str) else json.dumps(system)
+            m = who.search(text or "")
+            agent = m.group(1) if m else "?"
+            unknown += agent == "?"
+            model = str(body.get("model", ""))
+            day = datetime.fromtimestamp(
+                SIM_START + (r.received - self.c.real_anchor) * self.c.plan.scale, UTC
+            )
+            price, _ = prices.lookup(model, day.date())
+            # an upper bound of the input the daemon estimates (bytes + overheads)
+            est = len(json.dumps(body).encode()) + 64 + 16 * len(body.get("messages") or [])
+            w = float(price.worst_case(est + 1024, int(body.get("max_tokens") or 0)))
+            for scope in ("company", f"agent:{agent}"):
+                worst[scope] = max(worst.get(scope, 0.0), w)
+            if message is None or r.outcome not in ("served", "abandoned"):
+                continue
+            unanswered += r.outcome == "abandoned"
+            usd = float(price.cost(usage_of(message)))
+            for scope in ("company", f"agent:{agent}"):
+                per[(scope, day.strftime("%Y-%m-%d"))] += usd
+                per[(scope, day.strftime("%Y-%m"))] += usd
+
+        def cap(scope: str, period: str) -> float | None:
+            if scope == "company":
+                b = cfg.spec.company.budget
+            else:
+                a = cfg.agents.get(scope.removeprefix("agent:"))
+                b = a.budget if a is not None else None
+            if b is None:
+                return None
+            return b.daily_usd if len(period) == 10 else b.monthly_usd
+
+        over = [
+            (scope, period, round(v, 6))
+            for (scope, period), v in per.items()
+            if (c := cap(scope, period)) is not None and v > c + worst.get(scope, 0.0) + 1e-9
+        ]
+        # Exact, with no day to attribute: every billed request was settled at its usage,
+        # kept at its worst case (no answer), or left unsettled by a SIGKILL.
+        total_billed = sum(v for (s, p), v in per.items() if s == "company" and len(p) == 7)
+        db = self._db("spend.sqlite")
+        (ledger_pusd,) = db.execute("SELECT COALESCE(SUM(cost_pusd), 0) FROM calls").fetchone()
+        db.close()
+        accounted = int(ledger_pusd) / 1e12 + self.c.tally.unsettled_usd
+        under = total_billed > accounted + 1e-9
+        intern = max(
+            (v for (s, p), v in per.items() if s == "agent:intern" and len(p) == 10), default=0.0
+        )
+        # every request must be attributed to its agent, or its scope would go unchecked
+        return not over and not under and not unknown and self.c.tally.slowdowns > 0, (
+            f"billed: {len(over)} caps passed by what the stand-in billed (beyond one call's "
+            f"worst case)" + (f" {over[:3]}" if over else "") + f"; {unanswered} timed-out "
+            f"calls billed anyway, {self.c.tally.slowdowns} API slowdown(s); intern's highest "
+            f"billed day ${intern:.4f} of ${INTERN_DAILY_USD:g} + "
+            f"${worst.get('agent:intern', 0.0):.4f}; {unknown} requests of no known agent; "
+            f"billed in all ${total_billed:.4f} ≤ ledger + unsettled at kills ${accounted:.4f}"
+            + (" — NOT ACCOUNTED FOR" if under else "")
         )
 
     # every injected fault produced its alert exactly once

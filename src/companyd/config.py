@@ -296,7 +296,9 @@ class McpServerSpec(Spec):
 
     ``env`` sets literal (non-secret) variables for the server; ``env_from`` maps a
     variable of the server to a variable of the daemon's own environment, which is how
-    tokens reach it."""
+    tokens reach it. ``timeout_seconds`` bounds one tool call; ``handshake_timeout_seconds``
+    bounds starting the server (process start, MCP ``initialize``, ``tools/list``): a server
+    that misses it is left out and retried, the agent runs without its tools."""
 
     command: Text
     args: tuple[str, ...] = ()
@@ -304,6 +306,7 @@ class McpServerSpec(Spec):
     env_from: dict[str, EnvName] = {}
     idempotent_tools: tuple[str, ...] = ()
     timeout_seconds: Duration = 60.0
+    handshake_timeout_seconds: Duration = 30.0
 
 
 class AgentSpec(Spec):

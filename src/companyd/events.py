@@ -95,6 +95,7 @@ KINDS: Mapping[str, Severity] = {
     "budget_reset": Severity.INFO,
     "budget_raised": Severity.INFO,
     "spend_unsettled": Severity.WARNING,
+    "spend_unanswered": Severity.WARNING,
     # routines (companyd.scheduler)
     "routine_failed": Severity.WARNING,
     "routine_missed": Severity.WARNING,
@@ -104,6 +105,9 @@ KINDS: Mapping[str, Severity] = {
     # the pager itself (companyd.alerts)
     "telegram_commands_failing": Severity.WARNING,
     "telegram_commands_recovered": Severity.INFO,
+    # external tool servers (companyd.roles)
+    "mcp_server_failed": Severity.WARNING,
+    "mcp_server_recovered": Severity.INFO,
 }
 
 

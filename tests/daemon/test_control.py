@@ -7,6 +7,7 @@ in the test's event loop. The Admin behind the server is a small in-memory compa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ from companyd.admin import AdminError
 from companyd.clock import ManualClock
 from companyd.daemon.control import (
     ADMIN_OPS,
+    MAX_BUFFERED_BYTES,
+    MAX_CONNECTIONS,
     ControlClient,
     ControlError,
     ControlServer,
@@ -343,6 +347,20 @@ async def test_an_unexpected_exception_is_an_internal_error_logged_with_its_trac
         ),
         (b'{"op": "raise_budget", "args": {"agent": "cfo", "usd": "lots"}}\n', "expected a number"),
         (b'{"op": "raise_budget", "args": {"agent": "cfo", "usd": true}}\n', "expected a number"),
+        # issue 15 item 13: the malformed requests an attack run sent
+        (b"[" * 100_000 + b"]" * 100_000 + b"\n", "request is not valid JSON (nested deeper"),
+        (b'{"op": "pause", "args": {"agent": [' * 20_000 + b"\n", "request is not valid JSON"),
+        (b'{"op": "pause", "args": {"agent": "\xff\xfe"}}\n', "request is not valid UTF-8"),
+        (b'{"op": "ping", "id": ' + b"9" * 5000 + b"}\n", "request is not valid JSON"),
+        (b'{"op": "pause", "args": {"agent": "\\ud800"}}\n', "unpaired surrogate"),
+        (b'"status"\n', "request must be a JSON object"),
+        (b"null\n", "request must be a JSON object"),
+        (b'{"op": ["status"]}\n', "unknown op ['status']"),
+        (b'{"op": "pause", "args": {"agent": {"a": 1}}}\n', "expected a string"),
+        (b'{"op": "raise_budget", "args": {"agent": "cfo", "usd": NaN}}\n', "a finite number"),
+        (b'{"op": "raise_budget", "args": {"agent": "cfo", "usd": 1e999}}\n', "a finite number"),
+        (b'{"op": "raise_budget", "args": {"agent": "cfo", "usd": -Infinity}}\n', "finite"),
+        (b'{"op": "pause", "args": {"agent": "cfo", "self": 1}}\n', "bad arguments for 'pause'"),
     ],
 )
 async def test_bad_requests_are_answered_and_the_connection_stays_usable(
@@ -356,17 +374,192 @@ async def test_bad_requests_are_answered_and_the_connection_stays_usable(
 
 
 @pytest.mark.anyio
-async def test_an_oversized_request_is_refused_and_the_connection_closed(sock_dir: Path) -> None:
+async def test_an_oversized_request_is_refused_and_the_connection_stays_usable(
+    sock_dir: Path,
+) -> None:
+    # Until issue 15 an over-long line closed the connection; now it is one more
+    # bad_request, its bytes are skipped (never buffered) up to the newline.
     srv = ControlServer(Company(), sock_dir / "c.sock", max_request_bytes=1024)
     async with running(srv.run):
+        long = b'{"op": "status", "args": {"pad": "' + b"x" * 500_000 + b'"}}\n'
+        bad, good = await _raw(srv.path, long, b'{"op": "pause", "args": {"agent": "ceo"}}\n')
+        assert bad["code"] == "bad_request" and "longer than 1024 bytes" in bad["error"]
+        assert good == {"ok": True, "result": {"agent": "ceo", "paused": True}}
+        assert srv.buffered_bytes == 0
+
+
+async def _connect(path: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async with asyncio.timeout(10):
+        return await asyncio.open_unix_connection(path)
+
+
+async def _until(predicate: Any, what: str) -> None:
+    async with asyncio.timeout(10):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.anyio
+async def test_a_last_request_without_a_newline_is_answered_at_eof(
+    server: tuple[ControlServer, Company],
+) -> None:
+    srv, company = server
+    reader, writer = await _connect(srv.path)
+    writer.write(b'{"op": "pause", "args": {"agent": "cfo"}}')  # `echo -n … | nc -U`
+    writer.write_eof()
+    async with asyncio.timeout(10):
+        answer = json.loads(await reader.readline())
+        assert await reader.read() == b""
+    writer.close()
+    assert answer["ok"] is True and company.paused == {"cfo"}
+
+
+@pytest.mark.anyio
+async def test_over_the_connection_cap_the_oldest_idle_client_makes_room(sock_dir: Path) -> None:
+    srv = ControlServer(Company(), sock_dir / "c.sock", max_connections=3)
+    async with running(srv.run):
+        idle = [await _connect(srv.path) for _ in range(3)]
+        await _until(lambda: srv.connections == 3, "three connections")
+        # The CLI still gets through: the oldest idle connection is told and closed.
+        client = ControlClient(srv.path)
+        assert (await asyncio.to_thread(client.ping))["pid"] == os.getpid()
         async with asyncio.timeout(10):
-            reader, writer = await asyncio.open_unix_connection(srv.path)
-            writer.write(b'{"op": "status", "args": {"pad": "' + b"x" * 5000 + b'"}}\n')
-            await writer.drain()
-            answer = json.loads(await reader.readline())
-            assert answer["code"] == "bad_request" and "longer than 1024 bytes" in answer["error"]
-            assert await reader.read() == b""  # closed
-            writer.close()
+            notice = json.loads(await idle[0][0].readline())
+            assert await idle[0][0].read() == b""
+        assert notice["ok"] is False and notice["code"] == "busy"
+        assert "at most 3 connections" in notice["error"]
+        assert srv.connections <= 3
+        for _, w in idle:
+            w.close()
+
+
+@pytest.mark.anyio
+async def test_when_every_connection_is_running_an_operation_a_new_client_is_told_busy(
+    sock_dir: Path,
+) -> None:
+    company = Company()
+    srv = ControlServer(company, sock_dir / "c.sock", max_connections=2)
+    async with running(srv.run):
+        ask = b'{"op": "ask", "args": {"agent": "cfo", "question": "q"}}\n'
+        asks = [asyncio.ensure_future(_raw(srv.path, ask)) for _ in range(2)]
+        await _until(lambda: srv.busy_connections == 2, "two running asks")
+        with pytest.raises(RequestFailed, match="busy: the control socket serves at most 2") as e:
+            await ControlClient(srv.path).acall("status")
+        assert e.value.code == "busy"
+        company.slow_release.set()
+        async with asyncio.timeout(10):
+            for a in asks:
+                assert (await a)[0]["ok"] is True
+        assert (await ControlClient(srv.path).acall("pause", agent="cfo"))["paused"] is True
+
+
+@pytest.mark.anyio
+async def test_the_attack_run_with_default_limits_1100_idle_and_400_hoarding_clients(
+    sock_dir: Path,
+) -> None:
+    srv = ControlServer(Company(), sock_dir / "c.sock")
+    async with running(srv.run):
+        idle = await asyncio.to_thread(_open_idle, srv.path, 1100)
+        assert len(idle) == 1100
+        await _until(lambda: srv.refused >= 1100 - MAX_CONNECTIONS, "the cap enforced")
+        assert (await asyncio.to_thread(_ping_raw, srv.path))["result"]["pid"] == os.getpid()
+        for s in idle:
+            s.close()
+        hoarders = await asyncio.to_thread(_open_idle, srv.path, 400)
+        part = b'{"op": "status", "id": "' + b"x" * 100_000
+        for s in hoarders:
+            with contextlib.suppress(OSError):
+                s.send(part)  # up to 100 KB each, 40 MB in all; never finished
+        await _until(lambda: srv.refused >= 1100 - MAX_CONNECTIONS + 400 - MAX_CONNECTIONS, "cap")
+        assert srv.connections <= MAX_CONNECTIONS
+        assert srv.buffered_bytes <= MAX_BUFFERED_BYTES
+        assert (await asyncio.to_thread(_ping_raw, srv.path))["result"]["pid"] == os.getpid()
+        for s in hoarders:
+            s.close()
+
+
+@pytest.mark.anyio
+async def test_clients_that_never_read_their_answers_do_not_lock_the_cli_out(
+    sock_dir: Path,
+) -> None:
+    # Answers waiting on a client that does not read are not operations running: such a
+    # connection is as idle as one that sends nothing.
+    srv = ControlServer(Company(), sock_dir / "c.sock", max_connections=2)
+    async with running(srv.run):
+        hogs = [await _connect(srv.path) for _ in range(2)]
+        for _, w in hogs:
+            w.write(b'{"op": "status", "args": {}}\n' * 2000)
+        # Stuck for good: both wait on a full socket buffer and no request is served.
+        async with asyncio.timeout(10):
+            steady = 0
+            while steady < 20:
+                before = srv.requests
+                await asyncio.sleep(0.01)
+                stuck = srv.writing_connections == 2 and srv.requests == before
+                steady = steady + 1 if stuck else 0
+        (answer,) = await _raw(srv.path, b'{"op": "pause", "args": {"agent": "ceo"}}\n')
+        assert answer["ok"] is True, answer
+        for _, w in hogs:
+            w.transport.abort()
+
+
+@pytest.mark.anyio
+async def test_bytes_buffered_over_all_connections_are_capped_the_biggest_buffer_goes(
+    sock_dir: Path,
+) -> None:
+    srv = ControlServer(
+        Company(),
+        sock_dir / "c.sock",
+        max_request_bytes=4096,
+        max_buffered_bytes=6000,
+    )
+    async with running(srv.run):
+        a_r, a_w = await _connect(srv.path)
+        b_r, b_w = await _connect(srv.path)
+        a_w.write(b'{"op": "status", "id": "' + b"a" * 3000)
+        b_w.write(b'{"op": "status", "id": "' + b"b" * 2500)
+        await a_w.drain()
+        await b_w.drain()
+        await _until(lambda: srv.buffered_bytes > 5500, "both partial lines buffered")
+        # A third client's request does not fit: the biggest buffer (a's) is dropped.
+        (answer,) = await _raw(
+            srv.path, b'{"op": "pause", "args": {"agent": "ceo"}, "id": "' + b"c" * 800 + b'"}\n'
+        )
+        assert answer["ok"] is True
+        async with asyncio.timeout(10):
+            notice = json.loads(await a_r.readline())
+            assert await a_r.read() == b""
+        assert notice["code"] == "busy" and "buffered the most" in notice["error"], notice
+        assert srv.buffered_bytes <= 6000
+        b_w.write(b'"}\n')  # b finishes its request and is served
+        async with asyncio.timeout(10):
+            assert json.loads(await b_r.readline())["ok"] is True
+        for w in (a_w, b_w):
+            w.close()
+
+
+@pytest.mark.anyio
+async def test_an_idle_or_trickling_connection_times_out(sock_dir: Path) -> None:
+    clock = ManualClock()
+    srv = ControlServer(Company(), sock_dir / "c.sock", clock=clock, idle_timeout=60)
+    async with running(srv.run):
+        idle_r, idle_w = await _connect(srv.path)
+        slow_r, slow_w = await _connect(srv.path)
+        await _until(lambda: srv.connections == 2 and clock.sleepers >= 2, "two readers")
+        slow_w.write(b'{"op": ')
+        await slow_w.drain()
+        await _until(lambda: srv.buffered_bytes == 7, "the first bytes")
+        clock.advance(30)
+        slow_w.write(b'"status", ')  # a byte now and then does not extend the deadline
+        await slow_w.drain()
+        await _until(lambda: srv.buffered_bytes == 17, "more bytes")
+        clock.advance(30)
+        async with asyncio.timeout(10):
+            assert await idle_r.read() == b""
+            assert await slow_r.read() == b""
+        await _until(lambda: srv.connections == 0, "both closed")
+        for w in (idle_w, slow_w):
+            w.close()
 
 
 @pytest.mark.anyio
@@ -479,6 +672,182 @@ async def test_the_socket_of_a_killed_daemon_is_replaced(sock_dir: Path) -> None
     srv = ControlServer(Company(), path)
     async with running(srv.run):
         assert (await ControlClient(path).acall("pause", agent="cfo"))["paused"] is True
+
+
+_FD_STARVED_DAEMON = textwrap.dedent(
+    """
+    import asyncio, logging, resource, sys
+    from companyd.daemon.control import ControlServer
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    class Ctx:
+        id = path = "companyd/control"
+        def __init__(self):
+            self.stopping = asyncio.Event()
+        def started(self, info=None):
+            print("listening", flush=True)
+
+    # A connection cap above the file limit: the process runs out of descriptors first.
+    asyncio.run(ControlServer(object(), sys.argv[1], max_connections=10_000).run(Ctx()))
+    """
+)
+
+
+def _ping_raw(path: Path) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(os.fsencode(path))
+        s.sendall(b'{"op": "ping"}\n')
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return dict(json.loads(data))
+
+
+def _open_idle(path: Path, n: int) -> list[socket.socket]:
+    """Open up to ``n`` idle connections; a full listen backlog is waited out (10 s)."""
+    opened: list[socket.socket] = []
+    deadline = time.monotonic() + 10
+    while len(opened) < n and time.monotonic() < deadline:
+        s = socket.socket(socket.AF_UNIX)
+        s.setblocking(False)
+        try:
+            s.connect(os.fsencode(path))
+        except BlockingIOError:  # the backlog is full: the daemon is not accepting
+            s.close()
+            time.sleep(0.01)
+            continue
+        opened.append(s)
+    return opened
+
+
+@pytest.mark.anyio
+async def test_out_of_file_descriptors_the_cli_still_gets_through_and_the_log_stays_quiet(
+    sock_dir: Path,
+) -> None:
+    # The attack: more idle connections than the daemon may open files. Before issue 15
+    # the accept loop logged a traceback every second and the CLI was locked out.
+    path = sock_dir / "companyd.sock"
+    with subprocess.Popen(
+        [sys.executable, "-c", _FD_STARVED_DAEMON, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as daemon:
+        idle: list[socket.socket] = []
+        try:
+            assert daemon.stdout is not None
+            assert await asyncio.to_thread(daemon.stdout.readline) == "listening\n"
+            idle = await asyncio.to_thread(_open_idle, path, 150)
+            assert len(idle) == 150
+            for _ in range(3):
+                answer = await asyncio.to_thread(_ping_raw, path)
+                assert answer.get("result", {}).get("pid") == daemon.pid, answer
+            idle += await asyncio.to_thread(_open_idle, path, 100)
+            answer = await asyncio.to_thread(_ping_raw, path)
+            assert answer.get("result", {}).get("pid") == daemon.pid, answer
+        finally:
+            daemon.send_signal(signal.SIGKILL)
+            _, err = await asyncio.to_thread(daemon.communicate, timeout=10)
+            for s in idle:
+                s.close()
+    accept_lines = [line for line in err.splitlines() if "open files" in line or "accept" in line]
+    assert len(accept_lines) == 1, err[-3000:]
+    assert (
+        "Too many open files" in accept_lines[0]
+        and "logged at most once a minute" in accept_lines[0]
+    )
+    assert "Traceback" not in err
+
+
+_FD_STARVED_BUSY_DAEMON = textwrap.dedent(
+    """
+    import asyncio, logging, resource, sys
+    from companyd.daemon.control import ControlServer
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    class Admin:
+        async def ask(self, agent, question, timeout=300.0):
+            print("started", flush=True)
+            await asyncio.Event().wait()
+
+    class Ctx:
+        id = path = "companyd/control"
+        def __init__(self):
+            self.stopping = asyncio.Event()
+        def started(self, info=None):
+            print("listening", flush=True)
+
+    asyncio.run(ControlServer(Admin(), sys.argv[1], max_connections=10_000).run(Ctx()))
+    """
+)
+
+
+def _fill_with_running_asks(path: Path, lines: Any) -> tuple[list[socket.socket], bytes]:
+    """Open connections that each start an ask that never ends, until one is refused;
+    returns the connections and the refusal."""
+    held: list[socket.socket] = []
+    for _ in range(200):
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(os.fsencode(path))
+        held.append(s)
+        s.sendall(b'{"op": "ask", "args": {"agent": "a", "question": "q"}}\n')
+        s.settimeout(0.05)
+        while True:  # either the daemon started the ask, or it answered (refused)
+            try:
+                data = s.recv(65536)
+            except TimeoutError:
+                line = lines.readline()
+                if line == "started\n":
+                    break
+                if not line:
+                    raise AssertionError("the daemon exited") from None
+                continue
+            return held, data
+    raise AssertionError("never refused")
+
+
+@pytest.mark.anyio
+async def test_out_of_file_descriptors_with_every_client_busy_the_new_one_is_told_busy(
+    sock_dir: Path,
+) -> None:
+    path = sock_dir / "companyd.sock"
+    with subprocess.Popen(
+        [sys.executable, "-c", _FD_STARVED_BUSY_DAEMON, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as daemon:
+        held: list[socket.socket] = []
+        try:
+            assert daemon.stdout is not None
+            assert await asyncio.to_thread(daemon.stdout.readline) == "listening\n"
+            pid = daemon.pid
+            async with asyncio.timeout(60):
+                held, refusal = await asyncio.to_thread(
+                    _fill_with_running_asks, path, daemon.stdout
+                )
+                answer = await asyncio.to_thread(_ping_raw, path)  # no hang, no reset
+        finally:
+            daemon.send_signal(signal.SIGKILL)
+            _, err = await asyncio.to_thread(daemon.communicate, timeout=10)
+            for s in held:
+                s.close()
+    assert len(held) > 20
+    notice = json.loads(refusal)
+    busy = "out of file descriptors and every control connection is running an operation"
+    assert notice["code"] == "busy" and busy in notice["error"], notice
+    # The CLI gets an answer, never a hang or a reset: busy, or served.
+    assert busy in answer.get("error", "") or answer["result"]["pid"] == pid, answer
+    assert len([line for line in err.splitlines() if "open files" in line]) == 1, err[-3000:]
 
 
 @pytest.mark.anyio
@@ -693,6 +1062,24 @@ async def test_cli_internal_error_exits_70(sock_dir: Path) -> None:
     async with running(srv.run):
         code, _, err = await _cli("status", "--state-dir", str(sock_dir))
     assert code == 70 and "internal error: KeyError" in err
+
+
+@pytest.mark.anyio
+async def test_cli_told_busy_exits_75_with_the_reason(sock_dir: Path) -> None:
+    company = Company()
+    srv = ControlServer(company, sock_dir / "companyd.sock", state_dir=sock_dir, max_connections=1)
+    async with running(srv.run):
+        ask = asyncio.ensure_future(
+            _raw(srv.path, b'{"op": "ask", "args": {"agent": "cfo", "question": "q"}}\n')
+        )
+        await _until(lambda: srv.busy_connections == 1, "the running ask")
+        code, _, err = await _cli("status", "--state-dir", str(sock_dir))
+        company.slow_release.set()
+        async with asyncio.timeout(10):
+            await ask
+    assert code == 75, err
+    assert "busy: the control socket serves at most 1 connections" in err
+    assert "Traceback" not in err
 
 
 # ---------------------------------------------------------------------------------------

@@ -546,3 +546,74 @@ def test_the_estimate_counts_images_by_their_size_not_their_base64() -> None:
     tiny = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}
     req = ModelRequest(model="m", system="", messages=[{"role": "user", "content": [tiny, tiny]}])
     assert estimate_input_tokens(req) >= 2 * 1600
+
+
+@pytest.mark.anyio
+async def test_each_retry_goes_through_the_hook_with_the_failed_attempts_error() -> None:
+    # issue 15: each attempt is budgeted on its own; the hook sees why the last one failed
+    # and whether it may have been billed (a timeout: yes; an error answer: no).
+    with MessagesAPIServer(default_responder=False) as srv:
+        srv.enqueue(stall(5.0, then=reply_text("late")), overloaded(), reply_text("third"))
+        llm, _ = backend(srv, max_retries=2, timeout=0.3)
+        seen: list[tuple[str, bool]] = []
+
+        async def hook(err: ModelError) -> None:
+            seen.append((type(err).__name__, err.maybe_billed))
+
+        try:
+            async with asyncio.timeout(10):
+                r = await llm.create(request(), before_retry=hook)
+        finally:
+            await llm.aclose()
+    assert r.text == "third"
+    assert seen == [("ModelTimeout", True), ("ModelOverloaded", False)]
+
+
+@pytest.mark.anyio
+async def test_a_hook_that_refuses_ends_the_call_without_the_retry() -> None:
+    class Refused(Exception):
+        pass
+
+    with MessagesAPIServer(default_responder=False) as srv:
+        srv.enqueue(overloaded(), reply_text("never sent"))
+        llm, _ = backend(srv, max_retries=2)
+
+        async def hook(err: ModelError) -> None:
+            raise Refused("the budget does not fit another attempt")
+
+        try:
+            async with asyncio.timeout(10):
+                with pytest.raises(Refused):
+                    await llm.create(request(), before_retry=hook)
+        finally:
+            await llm.aclose()
+        assert len(srv.requests) == 1
+
+
+@pytest.mark.anyio
+async def test_a_timeout_may_have_been_billed_but_a_refused_connection_was_not() -> None:
+    with MessagesAPIServer(default_responder=False) as srv:
+        srv.enqueue(stall(None))
+        llm, _ = backend(srv, max_retries=0, timeout=0.3)
+        try:
+            async with asyncio.timeout(10):
+                with pytest.raises(ModelTimeout) as slow:
+                    await llm.create(request())
+        finally:
+            await llm.aclose()
+            srv.release_stalls()
+    assert slow.value.maybe_billed
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens here now
+    llm = ClaudeBackend(
+        api_key="k", base_url=f"http://127.0.0.1:{port}", max_retries=0, timeout=2.0
+    )
+    try:
+        async with asyncio.timeout(10):
+            with pytest.raises(ModelTimeout, match="cannot reach") as refused:
+                await llm.create(request())
+    finally:
+        await llm.aclose()
+    assert not refused.value.maybe_billed

@@ -6,6 +6,13 @@ Tools:
   existing file it waits (up to 60 s) until that file is removed, so a test can kill the
   daemon while the call is in flight.
 * ``read_inbox()`` — read-only (annotated), returns a fixed inbox.
+* ``crash()`` — the server process exits at once, mid-call.
+
+With ``$TOOL_BAD_NAMES`` set it also offers ``post update!`` and a 200-character name,
+which the Messages API would refuse (tool names are ``[a-zA-Z0-9_-]{1,64}``).
+
+If ``$TOOL_START_GATE`` names a file that does not exist, the server exits at once with
+status 2 (a server that fails to start until the test opens the gate).
 """
 
 from __future__ import annotations
@@ -48,5 +55,24 @@ def read_inbox() -> str:
     return "1 new message: 'Can we move the launch to Friday?'"
 
 
+@server.tool(description="Crash the tool server (for tests).")
+def crash() -> str:
+    os._exit(1)
+
+
+if os.environ.get("TOOL_BAD_NAMES"):
+
+    @server.tool(name="post update!", description="A tool with an invalid name.")
+    def bad_name() -> str:
+        return "never offered"
+
+    @server.tool(name="x" * 200, description="A tool with an over-long name.")
+    def long_name() -> str:
+        return "never offered"
+
+
 if __name__ == "__main__":
+    gate = os.environ.get("TOOL_START_GATE")
+    if gate and not Path(gate).exists():
+        raise SystemExit(2)
     server.run("stdio")

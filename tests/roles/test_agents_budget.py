@@ -10,6 +10,7 @@ daemon's agents, the real anthropic SDK and the loopback Messages API stand-in.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from datetime import datetime
 from decimal import Decimal
@@ -18,8 +19,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from companyd.alerts.render import kind_spec, render
 from companyd.clock import ManualClock
+from companyd.config import load_config
+from companyd.daemon.main import Daemon
+from companyd.llm.claude import ClaudeBackend
 from companyd.llm.model import Usage
+from companyd.roles.agent import STOP_CALL_GRACE
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,
@@ -149,3 +155,170 @@ async def test_the_day_rolling_over_resumes_an_agent_paused_for_its_budget(
     # a fresh day's budget: two more calls, then the ceiling again
     assert again["status"] == "budget_exhausted" and again["steps"] == 2, again
     assert srv.served == 4
+
+
+async def test_an_agent_refused_by_the_spent_company_budget_is_paused_too(
+    tmp_path: Path,
+) -> None:
+    # issue 15, item 3: once the company's budget is spent, an agent that has not yet made a
+    # call of its own is paused (and resumed with the others), not left to fail its routine
+    # at every fire.
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {}, "cfo": {"reports_to": "ceo"}},
+        company={
+            "name": "Test Co",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 0.10, "monthly_usd": 30},
+        },
+    )
+    usage = Usage(input_tokens=3000, output_tokens=1500)  # $0.021 a call
+    model = PerAgent(
+        ceo=[reply_tool_use("search_nodes", {"query": f"q{i}"}, usage=usage) for i in range(9)]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Spend it all.")
+            assert out["status"] == "budget_exhausted", out
+            assert "ceo" in d.staff.paused()
+            refused = await d.ask("cfo", "Anything.")
+            assert refused["status"] == "budget_exhausted", refused
+            paused = d.staff.paused()
+            assert "cfo" in paused and paused["cfo"].startswith("budget"), paused
+            events = [e.data["agent"] for e in d.bus.recent({"agent_paused"}, limit=10)]
+            assert events == ["ceo", "cfo"]
+            await d.raise_budget(None, 1.0)
+            assert d.staff.paused() == {}
+
+
+async def test_calls_the_client_gave_up_on_count_as_billed(tmp_path: Path) -> None:
+    # issue 15, item 1: the API is slower than the client's timeout and bills every request
+    # it processed anyway. Each attempt (retries included) is reserved on its own and kept
+    # as spent at its worst case, so what the provider billed stays within the cap (plus at
+    # most one call's worst case), and one coalescing alert says how many calls timed out.
+    cfg_path = write_company(
+        tmp_path,
+        {"ceo": {}},
+        company={
+            "name": "Test Co",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 0.10, "monthly_usd": 30},
+        },
+        defaults={
+            "model": {"primary": "claude-sonnet-5-5", "max_output_tokens": 500},
+            "limits": {"max_steps": 30, "max_cost_usd": 5, "max_seconds": "10m"},
+            "heartbeat_seconds": 120,
+        },
+    )
+    cfg = load_config(cfg_path)
+    with MessagesAPIServer(responder=Busy(), latency=0.6, bill_abandoned=True) as srv:
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=0.15
+        )
+        async with Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True) as d:
+            outs = []
+            async with asyncio.timeout(60):
+                for _ in range(12):  # a routine firing again and again
+                    outs.append(await d.ask("ceo", "Search."))
+                    if outs[-1]["status"] == "budget_exhausted":
+                        break
+            spend = await d.spend("agent", "today")
+            unanswered = d.bus.recent({"spend_unanswered"}, limit=100)
+            budget = await d.budget()
+        await asyncio.sleep(0.8)  # let the stand-in finish (and bill) what it was given
+        provider = sum(billed(usage_of(m)) for m in [*srv.responses, *srv.billed_abandoned])
+
+    assert outs[-1]["status"] == "budget_exhausted", outs
+    attempts = len(srv.requests)
+    assert attempts >= 2 and len(unanswered) == attempts
+    worst = max(Decimal(str(e.data["worst_case_usd"])) for e in unanswered)
+    ledger = Decimal(spend["total"]["cost_usd_exact"])
+    assert provider <= Decimal("0.10") + worst, (provider, ledger)
+    assert ledger >= provider and ledger <= Decimal("0.10")
+    company = next(b for b in budget["budgets"] if b["agent"] is None and b["period"] == "day")
+    assert company["used_usd"] == float(ledger)
+    last = unanswered[-1].data
+    assert last["calls"] == attempts
+    assert last["message"] == (
+        f"{attempts} calls timed out; up to ${Decimal(str(last['total_worst_case_usd'])):.4f} "
+        "may have been billed"
+    )
+    rendered, _ = render("spend_unanswered", last, "spend", {}, ["ceo"])
+    assert rendered.title.startswith(f"{attempts} calls timed out; up to $0.0")
+    assert kind_spec("spend_unanswered").subject == ()  # one coalescing key: one alert
+
+
+async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(
+    tmp_path: Path,
+) -> None:
+    # issue 15, item 2: once the stop has begun (STOPPING=1), the call in flight is given up
+    # (its worst case kept as spent: it may have been billed) and nothing is retried, rather
+    # than the stop waiting out the timeout and the retries (18 s before the fix).
+    cfg = load_config(write_company(tmp_path, {"ceo": {}}))
+    with MessagesAPIServer(responder=Busy(), latency=60, bill_abandoned=True) as srv:
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0
+        )
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True)
+        await d.start()
+        asker = asyncio.ensure_future(d.ask("ceo", "Search."))
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.to_thread(srv.wait_for_requests, 1)
+            # a deadline far below timeout × attempts (30 s), above STOP_CALL_GRACE (3 s)
+            async with asyncio.timeout(STOP_CALL_GRACE + 4):
+                await d.stop()
+        finally:
+            asker.cancel()
+            with contextlib.suppress(BaseException):
+                await asker
+        unanswered = d.bus.recent({"spend_unanswered"}, limit=10)
+        assert len(srv.requests) == 1  # no retry, no new call after the stop began
+    assert [e.data["reason"] for e in unanswered] == ["cancelled while the request was in flight"]
+
+
+async def test_a_stop_ends_a_wait_for_room_in_the_budget_without_pausing_anyone(
+    tmp_path: Path,
+) -> None:
+    # issue 15, item 2's neighbour: while the API is slow, one agent's call holds the
+    # company's only room and another agent waits in reserve() for it. A stop ends that wait
+    # at once: the waiting run stays journaled to resume, and nobody is paused for a budget
+    # that only the stop's forfeited call used up.
+    cfg_path = write_company(
+        tmp_path,
+        {"ceo": {}, "cfo": {"reports_to": "ceo"}},
+        company={
+            "name": "Test Co",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 0.05, "monthly_usd": 30},
+        },
+        defaults={
+            "model": {"primary": "claude-sonnet-5-5", "max_output_tokens": 1000},
+            "limits": {"max_steps": 30, "max_cost_usd": 5, "max_seconds": "10m"},
+            "heartbeat_seconds": 120,
+        },
+    )
+    cfg = load_config(cfg_path)
+    with MessagesAPIServer(responder=Busy(), latency=60, bill_abandoned=True) as srv:
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0
+        )
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True)
+        await d.start()
+        askers = [asyncio.ensure_future(d.ask(a, "Search.")) for a in ("ceo", "cfo")]
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.to_thread(srv.wait_for_requests, 1)
+                while len(d.staff.in_flight()) < 2:  # the other run waits for room
+                    await asyncio.sleep(0.01)
+            assert len(srv.requests) == 1
+            async with asyncio.timeout(STOP_CALL_GRACE + 4):
+                await d.stop()
+        finally:
+            for asker in askers:
+                asker.cancel()
+                with contextlib.suppress(BaseException):
+                    await asker
+        paused = d.staff.paused()
+        assert len(srv.requests) == 1
+    assert paused == {}

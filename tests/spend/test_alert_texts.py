@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from alertkit import alert_text
+from companyd.alerts.render import kind_spec
 from companyd.clock import ManualClock
 from companyd.events import Event, EventBus
 from companyd.spend import BudgetExhausted, SpendBook
@@ -52,3 +53,22 @@ async def test_budget_exhausted_says_who_is_paused_and_when_it_resets(
     text = text_of(limit)
     assert "API says: You have reached your specified API usage limits" in text
     assert "every agent is paused" in text
+
+
+async def test_calls_with_no_answer_read_as_one_running_total(
+    tmp_path: Path, bus: EventBus
+) -> None:
+    # issue 15: "N calls timed out; up to $X may have been billed", the latest event
+    # carrying today's count and total, all under one coalescing key (one message)
+    config = make_config(tmp_path, agents={"ceo": None, "cfo": None, "coo": None})
+    book = SpendBook(config, tmp_path / "state", bus=bus, clock=ManualClock(start=1_795_176_000))
+    async with running(book):
+        for agent in ("cfo", "coo", "cfo"):
+            res = await reserve(book, agent, 20_000, out=5_000)  # worst case $0.025
+            await book.forfeit(res, reason="ModelTimeout: no answer from the Anthropic API")
+        await book.flush()
+    unanswered = events(bus, "spend_unanswered")
+    assert len({kind_spec(e.kind).subject for e in unanswered}) == 1
+    text = text_of(unanswered[-1])
+    assert text.splitlines()[0] == "🟠 3 calls timed out; up to $0.0750 may have been billed"
+    assert "counted against the budgets at their worst case" in text

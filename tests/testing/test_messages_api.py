@@ -308,6 +308,29 @@ async def test_a_client_that_times_out_is_not_counted_as_served() -> None:
 
 
 @pytest.mark.anyio
+async def test_the_slow_api_mode_bills_a_reply_whose_client_gave_up() -> None:
+    # issue 15: the real API bills what it processed, whatever became of the connection
+    async with asyncio.timeout(10):
+        with MessagesAPIServer(latency=1.0, bill_abandoned=True) as srv:
+            srv.enqueue(reply_text("too late", usage=Usage(input_tokens=7, output_tokens=3)))
+            client = anthropic.AsyncAnthropic(
+                api_key="k", base_url=srv.base_url, max_retries=0, timeout=0.2
+            )
+            try:
+                with pytest.raises(anthropic.APITimeoutError):
+                    await client.messages.create(**HELLO)
+            finally:
+                await client.close()
+            deadline = time.monotonic() + 5
+            while srv.abandoned < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert srv.served == 0 and srv.abandoned == 1
+            assert srv.billed_usage() == Usage(input_tokens=7, output_tokens=3)
+            assert srv.requests[0].billed is not None
+            assert srv.stats()["billed_abandoned"] == 1
+
+
+@pytest.mark.anyio
 async def test_held_stall_is_released_on_demand() -> None:
     async with asyncio.timeout(10):
         with MessagesAPIServer() as srv:

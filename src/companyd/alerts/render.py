@@ -428,6 +428,20 @@ def _api_key_refused(data: Data, source: str, counts: Mapping[str, int]) -> Rend
     return Rendered("Anthropic API key refused — every agent is paused", tuple(lines))
 
 
+def _spend_unanswered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = _num(data.get("calls")) or counts.get("spend_unanswered", 1)
+    total = _num(data.get("total_worst_case_usd"))
+    # small sums matter here (a call's worst case is often cents): show four decimals
+    amount = f"${total:.4f}" if total is not None and total < 1 else _usd(total)
+    title = f"{n:.0f} call{'s' if n != 1 else ''} timed out; up to {amount} may have been billed"
+    lines = [
+        "today, company-wide; counted against the budgets at their worst case",
+        *_line("last", data, "agent"),
+        *_line("reason", data, "reason"),
+    ]
+    return Rendered(title, tuple(lines))
+
+
 def _spend_runaway(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     factor = _num(data.get("factor"))
     title = f"{_who(data)} is spending fast" + (f": {factor:.0f}× its usual rate" if factor else "")
@@ -570,6 +584,25 @@ def _commands_recovered(data: Data, source: str, counts: Mapping[str, int]) -> R
     return Rendered("Telegram commands work again", tuple(lines))
 
 
+def _mcp_server_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"MCP server {_txt(data.get('server'), 80)!r} of {_who(data)} failed; running "
+        "without its tools"
+    )
+    lines = _line("reason", data, "reason")
+    retry = data.get("retry_in_s")
+    if isinstance(retry, int | float) and not isinstance(retry, bool):
+        lines.append(f"retrying in {retry:g} s, then with growing waits (up to 5 min)")
+    return Rendered(title, tuple(lines))
+
+
+def _mcp_server_recovered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"MCP server {_txt(data.get('server'), 80)!r} of {_who(data)} is up again"
+    tools = data.get("tools")
+    lines = [f"tools: {_txt(', '.join(map(str, tools)), 300)}"] if isinstance(tools, list) else []
+    return Rendered(title, tuple(lines))
+
+
 def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"circuit breaker stopped a run of {_who(data)}"
     lines = []
@@ -691,6 +724,7 @@ KINDS: Mapping[str, KindSpec] = {
     "api_spend_limit": KindSpec("api_spend_limit", (), _api_spend_limit),
     "api_key_refused": KindSpec("api_key_refused", (), _api_key_refused),
     "spend_runaway": KindSpec("spend_runaway", ("agent",), _spend_runaway, _pause_agent_button),
+    "spend_unanswered": KindSpec("spend_unanswered", (), _spend_unanswered),
     "routine_failed": KindSpec("routine_failed", ("routine",), _routine_failed, _routine_buttons),
     "routine_missed": KindSpec("routine_missed", ("routine",), _routine_missed, _routine_buttons),
     "routine_skipped": KindSpec("routine_skipped", ("routine",), _routine_skipped),
@@ -700,6 +734,10 @@ KINDS: Mapping[str, KindSpec] = {
     "memory_repaired": KindSpec("memory_repaired", (), _memory_repaired),
     "telegram_commands_failing": KindSpec("telegram_commands_failing", (), _commands_failing),
     "telegram_commands_recovered": KindSpec("telegram_commands_recovered", (), _commands_recovered),
+    "mcp_server_failed": KindSpec("mcp_server_failed", ("agent", "server"), _mcp_server_failed),
+    "mcp_server_recovered": KindSpec(
+        "mcp_server_recovered", ("agent", "server"), _mcp_server_recovered
+    ),
     "circuit_breaker": KindSpec(
         "circuit_breaker", ("agent", "breaker"), _circuit_breaker, _pause_agent_button
     ),

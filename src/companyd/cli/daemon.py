@@ -143,9 +143,12 @@ def call_daemon(
     except ControlTimeout as exc:
         return fail(str(exc), "timeout", EX_TEMPFAIL)
     except RequestFailed as exc:
-        exit_code = {"bad_request": 2, "internal": EX_SOFTWARE, "timeout": EX_TEMPFAIL}.get(
-            exc.code, 1
-        )
+        exit_code = {
+            "bad_request": 2,
+            "internal": EX_SOFTWARE,
+            "timeout": EX_TEMPFAIL,
+            "busy": EX_TEMPFAIL,  # at a control-socket limit: try again shortly
+        }.get(exc.code, 1)
         return fail(str(exc), exc.code, exit_code)
     except CompanydError as exc:
         return fail(str(exc), "error", 1)

@@ -14,10 +14,22 @@ order::
 ``op`` is a method of :class:`~companyd.admin.Admin` (``status``, ``pause``, …) or the
 built-in ``ping``; ``args`` are its keyword arguments, checked against the method's
 signature and types before the call; ``id`` is optional and echoed back. ``code`` says
-which kind of failure it was: ``bad_request`` (unknown op, bad JSON, wrong arguments),
+which kind of failure it was: ``bad_request`` (unknown op, bad JSON, wrong arguments,
+a line over ``MAX_REQUEST_BYTES``; the connection stays usable),
 ``admin`` (the daemon refused: :class:`AdminError` or another deliberate companyd error,
 whose message is shown as it is), ``timeout`` (the operation missed its deadline) or
-``internal`` (a bug: logged with its traceback in the daemon, never crashing the server).
+``internal`` (a bug: logged with its traceback in the daemon, never crashing the server)
+or ``busy`` (the server is at one of its limits; the connection is closed).
+
+**Limits.** At most ``max_connections`` clients at once: over the cap the oldest idle
+connection (no operation running) is told ``busy`` and closed to make room, so the CLI
+gets through however many idle clients there are; if every connection is running an
+operation the new client is told ``busy``. Unfinished request bytes are capped per
+connection (``max_request_bytes``) and over all connections (``max_buffered_bytes``; over
+it the connection buffering the most is told ``busy`` and closed). When the process runs
+out of file descriptors the oldest idle connection is closed to free one, else the new
+client is told ``busy`` through a descriptor kept in reserve; such failures are logged at
+most once a minute.
 
 **Deadlines.** Reading a request, running it and writing the answer each have one. An
 operation that misses its deadline is cancelled, so Admin implementations must make
@@ -39,12 +51,15 @@ import grp
 import inspect
 import json
 import logging
+import math
 import os
+import select
 import socket
 import stat
 import types
 import typing
 from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -75,8 +90,20 @@ T = TypeVar("T")
 SOCKET_NAME = "companyd.sock"
 #: Where the shipped unit's daemon listens (``RuntimeDirectory=companyd``).
 SYSTEMD_SOCKET = Path("/run/companyd") / SOCKET_NAME
-#: Longest request line the server reads; longer ones are refused and the connection closed.
+#: Longest request line the server reads; longer ones are answered ``bad_request`` and
+#: skipped (never buffered) up to their newline.
 MAX_REQUEST_BYTES = 1 << 20
+#: Most client connections served at once. The CLI uses one per command, so this is far
+#: above what operators need and far below the default 1,024-file limit.
+MAX_CONNECTIONS = 64
+#: Most bytes of unfinished request lines held over all connections together.
+MAX_BUFFERED_BYTES = 8 << 20
+#: Accept failures (EMFILE …) and connection-cap hits are logged at most this often.
+LOG_INTERVAL = 60.0
+_RECV_CHUNK = 65536
+#: Deepest nesting of arrays and objects in a request (real requests need three).
+MAX_REQUEST_DEPTH = 32
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 #: Longest answer line a client reads (a 1,000-agent status is a few hundred KB).
 MAX_RESPONSE_BYTES = 64 << 20
 #: ``sun_path`` holds 108 bytes including the terminating NUL.
@@ -111,7 +138,7 @@ class ControlTimeout(ControlError):
 
 class RequestFailed(AdminError):
     """The daemon answered ``ok: false``; ``str()`` is its message, ``code`` its kind
-    (``bad_request``, ``admin``, ``timeout`` or ``internal``)."""
+    (``bad_request``, ``admin``, ``timeout``, ``internal`` or ``busy``)."""
 
     def __init__(self, message: str, code: str = "admin") -> None:
         super().__init__(message)
@@ -145,11 +172,14 @@ class ControlServer:
         request_timeout: default deadline of one operation, in seconds.
         deadlines: per-operation deadlines overriding ``request_timeout``; an operation
             with a ``timeout`` argument (``ask``) gets that plus ten seconds if longer.
-        idle_timeout: a connection with no request for this long is closed; also the
-            deadline for writing an answer to a client that does not read.
+        idle_timeout: a connection that has not sent a whole request line within this long
+            is closed (trickling bytes does not extend it); also the deadline for writing
+            an answer to a client that does not read.
         drain_timeout: on stop, how long running operations may finish before they are
             cancelled.
         max_request_bytes: longest request line accepted.
+        max_connections: most clients served at once (see the module docstring).
+        max_buffered_bytes: most unfinished request bytes held over all connections.
     """
 
     def __init__(
@@ -162,9 +192,11 @@ class ControlServer:
         state_dir: str | os.PathLike[str] | None = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         deadlines: Mapping[str, float] | None = None,
-        idle_timeout: float = 300.0,
+        idle_timeout: float = 60.0,
         drain_timeout: float = 5.0,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        max_connections: int = MAX_CONNECTIONS,
+        max_buffered_bytes: int = MAX_BUFFERED_BYTES,
     ) -> None:
         self.admin = admin
         self.path = Path(path).absolute()
@@ -177,11 +209,38 @@ class ControlServer:
         self.idle_timeout = idle_timeout
         self.drain_timeout = drain_timeout
         self.max_request_bytes = max_request_bytes
+        self.max_connections = max(1, max_connections)
+        self.max_buffered_bytes = max(max_request_bytes, max_buffered_bytes)
         self.requests = 0
         self.failures = 0
+        #: clients refused or closed for a limit (``busy``) since start
+        self.refused = 0
         self._identity: tuple[int, int] | None = None
-        self._connections: dict[asyncio.Task[Any], bool] = {}  # task → busy with a request
+        # The open connections, least recently active first (the eviction order).
+        self._conns: dict[_Conn, None] = {}
         self._closing = False
+        self._spare: int | None = None
+        self._logged: dict[str, tuple[float, int]] = {}  # what → (last logged, suppressed)
+
+    @property
+    def connections(self) -> int:
+        """Client connections open now."""
+        return len(self._conns)
+
+    @property
+    def busy_connections(self) -> int:
+        """Connections running an operation now."""
+        return sum(1 for c in self._conns if c.busy)
+
+    @property
+    def writing_connections(self) -> int:
+        """Connections whose answer waits for the client to read it."""
+        return sum(1 for c in self._conns if c.writing)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of unfinished request lines held now, over all connections."""
+        return sum(len(c.buf) for c in self._conns)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -191,20 +250,26 @@ class ControlServer:
         socket file if it is still ours."""
         # Binding is a few non-blocking syscalls on a local directory: done inline.
         sock = self.bind()
-        server: asyncio.AbstractServer | None = None
+        self._spare = _reserve_fd()
+        accept = asyncio.ensure_future(self._accept_loop(sock))
         try:
-            server = await asyncio.start_unix_server(
-                self._on_client, sock=sock, limit=self.max_request_bytes
-            )
             log.info("control socket listening on %s (mode %o)", self.path, self.mode)
             ctx.started({"path": str(self.path)})
-            await ctx.stopping.wait()
+            stopping = asyncio.ensure_future(ctx.stopping.wait())
+            try:
+                await asyncio.wait({accept, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+            if accept.done():
+                accept.result()  # the accept loop failed: let the supervisor restart us
         finally:
             self._closing = True
-            if server is not None:
-                server.close()
-            else:
-                sock.close()
+            accept.cancel()
+            await asyncio.gather(accept, return_exceptions=True)
+            sock.close()
+            if self._spare is not None:
+                os.close(self._spare)
+                self._spare = None
             try:
                 await self._drain()
             finally:
@@ -301,10 +366,10 @@ class ControlServer:
         self._identity = None
 
     async def _drain(self) -> None:
-        for task, busy in list(self._connections.items()):
-            if not busy:
-                task.cancel()  # idle: waiting for a request that will not be served
-        busy_tasks = [t for t in self._connections if not t.done()]
+        for conn in list(self._conns):
+            if not conn.busy and not conn.writing and conn.task is not None:
+                conn.task.cancel()  # idle: waiting for a request that will not be served
+        busy_tasks = [c.task for c in self._conns if c.task is not None and not c.task.done()]
         if busy_tasks:
             try:
                 await _with_deadline(
@@ -318,75 +383,292 @@ class ControlServer:
                     len([t for t in busy_tasks if not t.done()]),
                     self.drain_timeout,
                 )
-        for task in list(self._connections):
+        tasks = [c.task for c in self._conns if c.task is not None]
+        for task in tasks:
             task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- accepting ------------------------------------------------------------------------
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except (ConnectionAbortedError, InterruptedError):
+                continue  # the client gave up before we accepted it
+            except OSError as exc:
+                await self._accept_failed(listener, exc)
+                continue
+            sock.setblocking(False)
+            self._admit(sock)
+
+    async def _accept_failed(self, listener: socket.socket, exc: OSError) -> None:
+        """Out of descriptors (or another accept error): free one, or refuse, or wait."""
+        if exc.errno in _OUT_OF_RESOURCES:
+            action = "closing the oldest idle control connection or refusing new ones"
+        else:
+            action = "retrying in a second"
+        self._log_limited(
+            "accept",
+            logging.WARNING,
+            "control: cannot accept a connection: %s; %s",
+            exc,
+            action,
+        )
+        if exc.errno in _OUT_OF_RESOURCES:
+            if not _pending(listener):
+                # Linux allocates the new descriptor before it looks for a client, so
+                # accept() fails with EMFILE when nobody is waiting: wait for one, and
+                # never evict a connection for a client that is not there.
+                await _readable(listener)
+                return
+            victim = self._oldest_idle()
+            if victim is not None:
+                self._evict(
+                    victim,
+                    "busy: the daemon is out of file descriptors; this idle connection was "
+                    "closed to make room. Reconnect when you have a request",
+                )
+                return
+            if self._refuse_with_spare(listener):
+                return
+        await self.clock.sleep(1.0)
+
+    def _refuse_with_spare(self, listener: socket.socket) -> bool:
+        """Accept one client on the reserved descriptor, tell it ``busy``, close it."""
+        if self._spare is None:
+            return False
+        os.close(self._spare)
+        self._spare = None
+        try:
+            sock, _ = listener.accept()
+        except OSError:
+            return False
+        finally:
+            self._spare = _reserve_fd()
+        sock.setblocking(False)
+        self.refused += 1
+        _tell_and_close(
+            sock,
+            "busy: the daemon is out of file descriptors and every control connection is "
+            "running an operation; try again in a few seconds, and check `ulimit -n` / "
+            "LimitNOFILE= of the daemon",
+        )
+        return True
+
+    def _admit(self, sock: socket.socket) -> None:
+        if self._closing:
+            sock.close()
+            return
+        if len(self._conns) >= self.max_connections:
+            self._log_limited(
+                "cap",
+                logging.WARNING,
+                "control: %d connections at once (the cap); closing the oldest idle ones",
+                self.max_connections,
+            )
+            victim = self._oldest_idle()
+            if victim is None:
+                self.refused += 1
+                _tell_and_close(
+                    sock,
+                    f"busy: the control socket serves at most {self.max_connections} "
+                    "connections at once and all are running operations; try again in a few "
+                    "seconds",
+                )
+                return
+            self._evict(
+                victim,
+                f"busy: the control socket serves at most {self.max_connections} connections "
+                "at once; this idle one was closed to make room. Reconnect when you have a "
+                "request",
+            )
+        conn = _Conn(sock)
+        self._conns[conn] = None
+        conn.task = asyncio.create_task(self._on_client(conn))
+
+    def _oldest_idle(self) -> _Conn | None:
+        return next((c for c in self._conns if not c.busy), None)
+
+    def _evict(self, conn: _Conn, message: str) -> None:
+        """Close an idle connection now (its descriptor is free when this returns)."""
+        self.refused += 1
+        self._conns.pop(conn, None)
+        conn.buf.clear()
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(OSError, ValueError):
+            # Unregister first: the descriptor number may be reused by the next accept.
+            fd = conn.sock.fileno()
+            if fd >= 0:
+                loop.remove_reader(fd)
+                loop.remove_writer(fd)
+        _tell_and_close(conn.sock, message)
+        if conn.task is not None:
+            conn.task.cancel()
+
+    def _log_limited(self, what: str, level: int, msg: str, *args: Any) -> None:
+        """Log ``msg`` at most once per LOG_INTERVAL for ``what``, counting the rest."""
+        now = self.clock.monotonic()
+        last, suppressed = self._logged.get(what, (None, 0))
+        if last is not None and now - last < LOG_INTERVAL:
+            self._logged[what] = (last, suppressed + 1)
+            return
+        self._logged[what] = (now, 0)
+        more = f" ({suppressed} more since)" if suppressed else ""
+        log.log(level, "%s (logged at most once a minute%s)", msg % args, more)
 
     # -- one connection -------------------------------------------------------------------
 
-    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[task] = False
+    async def _on_client(self, conn: _Conn) -> None:
         try:
-            await self._serve_connection(reader, writer)
+            await self._serve_connection(conn)
         except asyncio.CancelledError:
-            pass  # server shutdown; the connection is closed below
+            pass  # server shutdown or eviction; the connection is closed below
         except (ConnectionError, TimeoutError):
-            pass  # the client went away or stopped reading
+            pass  # the client went away, stopped reading, or sent nothing in time
+        except _Refused as exc:
+            self.refused += 1
+            self._conns.pop(conn, None)
+            conn.buf.clear()
+            _tell_and_close(conn.sock, str(exc))
+        except OSError as exc:
+            log.debug("control: connection failed: %s", exc)
         finally:
-            self._connections.pop(task, None)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            self._conns.pop(conn, None)
+            conn.buf.clear()
+            conn.sock.close()
 
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+    async def _serve_connection(self, conn: _Conn) -> None:
         while not self._closing:
-            try:
-                line = await _with_deadline(reader.readline(), self.idle_timeout, self.clock)
-            except ValueError:  # longer than the stream limit
-                await self._send(
-                    writer,
-                    _error(
-                        f"request longer than {self.max_request_bytes} bytes; "
-                        "send one JSON object per line",
-                        "bad_request",
-                    ),
-                )
-                return
-            if not line:
+            line = await self._next_line(conn)
+            if line is None:
                 return  # EOF
+            if line is _TOO_LONG:
+                response = _error(
+                    f"request longer than {self.max_request_bytes} bytes; it was skipped. "
+                    "Send one JSON object per line",
+                    "bad_request",
+                )
+                self.requests += 1
+                self.failures += 1
+                await self._send(conn, response)
+                continue
             if not line.strip():
                 continue
-            self._connections[task] = True
+            conn.busy = True
             try:
                 response = await self.handle_line(line)
             finally:
-                self._connections[task] = False
-            await self._send(writer, response)
+                conn.busy = False
+            await self._send(conn, response)
+            if conn in self._conns:  # most recently active last: evicted last
+                del self._conns[conn]
+                self._conns[conn] = None
 
-    async def _send(self, writer: asyncio.StreamWriter, response: Mapping[str, Any]) -> None:
-        data = json.dumps(response, ensure_ascii=False, default=str).encode() + b"\n"
-        writer.write(data)
-        await _with_deadline(writer.drain(), self.idle_timeout, self.clock)
+    async def _next_line(self, conn: _Conn) -> bytes | None:
+        """The next request line, ``_TOO_LONG`` for one over the limit (its bytes were
+        skipped, not kept), or None at EOF (unfinished bytes before it are a last line).
+        The whole line must arrive within ``idle_timeout``: trickling bytes does not
+        extend it."""
+        loop = asyncio.get_running_loop()
+        deadline = self.clock.monotonic() + self.idle_timeout
+        skipping = False
+        while True:
+            nl = conn.buf.find(b"\n")
+            if nl >= 0:
+                line = bytes(conn.buf[: nl + 1])
+                del conn.buf[: nl + 1]
+                if skipping or len(line) > self.max_request_bytes:
+                    return _TOO_LONG
+                return line
+            if len(conn.buf) > self.max_request_bytes:
+                skipping = True
+                conn.buf.clear()
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            chunk = await _with_deadline(
+                loop.sock_recv(conn.sock, _RECV_CHUNK), remaining, self.clock
+            )
+            if not chunk:  # EOF: a last request without its newline is still one
+                if skipping:
+                    return _TOO_LONG
+                if conn.buf.strip():
+                    line = bytes(conn.buf)
+                    conn.buf.clear()
+                    return line
+                return None
+            if skipping:
+                nl = chunk.find(b"\n")
+                if nl < 0:
+                    continue
+                chunk = chunk[nl:]
+            self._make_room(conn, len(chunk))
+            conn.buf += chunk
+
+    def _make_room(self, conn: _Conn, need: int) -> None:
+        """Keep the bytes buffered over all connections under ``max_buffered_bytes``: the
+        connection that would hold the most is closed (``busy``) until ``need`` fits."""
+        while self.buffered_bytes + need > self.max_buffered_bytes:
+            candidates = [c for c in self._conns if not c.busy and c is not conn and c.buf]
+            victim = max(candidates, key=lambda c: len(c.buf), default=None)
+            if victim is None or len(conn.buf) + need >= len(victim.buf):
+                raise _Refused(
+                    f"busy: the control socket holds at most {self.max_buffered_bytes} bytes "
+                    "of unfinished requests over all connections, and this connection "
+                    f"buffered the most ({len(conn.buf) + need} bytes); it was closed. "
+                    "Send each request as one short line"
+                )
+            self._evict(
+                victim,
+                f"busy: the control socket holds at most {self.max_buffered_bytes} bytes of "
+                f"unfinished requests over all connections, and this connection buffered the "
+                f"most ({len(victim.buf)} bytes); it was closed. Send each request as one "
+                "short line",
+            )
+
+    async def _send(self, conn: _Conn, response: Mapping[str, Any]) -> None:
+        try:
+            text = json.dumps(response, ensure_ascii=False, default=str)
+            data = text.encode()
+        except UnicodeEncodeError:  # a lone surrogate somewhere: escape it
+            data = json.dumps(response, default=str).encode()
+        loop = asyncio.get_running_loop()
+        # Not busy meanwhile: an answer waiting on a client that does not read is no
+        # operation running, and such a connection may be evicted like an idle one.
+        conn.writing = True
+        try:
+            await _with_deadline(
+                loop.sock_sendall(conn.sock, data + b"\n"), self.idle_timeout, self.clock
+            )
+        finally:
+            conn.writing = False
 
     # -- one request ------------------------------------------------------------------------
 
     async def handle_line(self, line: bytes) -> dict[str, Any]:
         """Parse one request line and answer it (never raises except on cancellation)."""
+        example = 'send one JSON object per line, e.g. {"op": "status", "args": {}}'
         try:
-            request = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return _error(
-                f"request is not valid JSON ({exc}); send one object per line, e.g. "
-                '{"op": "status", "args": {}}',
-                "bad_request",
-            )
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self.requests += 1
+            self.failures += 1
+            return _error(f"request is not valid UTF-8 ({exc}); {example}", "bad_request")
+        try:
+            request = json.loads(text)
+        except RecursionError:
+            problem: str | None = f"nested deeper than {MAX_REQUEST_DEPTH} levels"
+        except ValueError as exc:  # JSONDecodeError, or an integer of over 4,300 digits
+            problem = str(exc)
+        else:
+            problem = _check_shape(request)
+        if problem is not None:
+            self.requests += 1
+            self.failures += 1
+            return _error(f"request is not valid JSON ({problem}); {example}", "bad_request")
         return await self.handle_request(request)
 
     async def handle_request(self, request: Any) -> dict[str, Any]:
@@ -412,7 +694,7 @@ class ControlServer:
         if args is None:
             args = {}
         if not isinstance(op, str) or op not in ADMIN_OPS | BUILTIN_OPS:
-            return _error(f"unknown op {op!r}; valid ops: {valid}", "bad_request")
+            return _error(f"unknown op {op!r:.80}; valid ops: {valid}", "bad_request")
         if not isinstance(args, dict):
             return _error(
                 f"'args' of {op!r} must be a JSON object of keyword arguments, got {args!r:.80}",
@@ -469,6 +751,71 @@ def _error(message: str, code: str) -> dict[str, Any]:
     return {"ok": False, "error": message, "code": code}
 
 
+class _Refused(Exception):
+    """This connection is over a limit: tell it (``busy``) and close it."""
+
+
+_TOO_LONG = b"<too long>"  # a sentinel, compared by identity
+
+
+@dataclass(eq=False)
+class _Conn:
+    """One client connection: its socket, the task serving it and its unfinished bytes."""
+
+    sock: socket.socket
+    task: asyncio.Task[None] | None = None
+    #: running an operation (never evicted)
+    busy: bool = False
+    #: writing an answer (evicted like an idle connection if the client does not read)
+    writing: bool = False
+    buf: bytearray = field(default_factory=bytearray)
+
+
+def _pending(listener: socket.socket) -> bool:
+    """Whether a client waits to be accepted (poll(2) needs no descriptor of its own)."""
+    poller = select.poll()
+    poller.register(listener.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
+async def _readable(listener: socket.socket) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    fd = listener.fileno()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
+def _reserve_fd() -> int | None:
+    """A descriptor kept in reserve, closed to accept (and refuse) a client under EMFILE."""
+    try:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _tell_and_close(sock: socket.socket, message: str) -> None:
+    """Best effort, never blocking: send one ``busy`` answer, then close.
+
+    What the client already sent is read and dropped first, so the kernel does not turn
+    the close into a reset that would hide the answer from it."""
+    with contextlib.suppress(OSError):
+        sock.setblocking(False)
+        sock.send(json.dumps(_error(message, "busy")).encode() + b"\n")
+        for _ in range(16):
+            if not sock.recv(_RECV_CHUNK):
+                break
+    sock.close()
+
+
 def _resolve_group(group: str | int) -> int:
     if isinstance(group, int):
         return group
@@ -500,6 +847,11 @@ def _check_arguments(op: str, args: Mapping[str, Any]) -> dict[str, Any]:
             continue
         hint = hints.get(name, Any)
         ok, converted = _conforms(value, hint)
+        if ok and isinstance(converted, float) and not math.isfinite(converted):
+            raise ValueError(
+                f"bad argument {name}={value!r} for {op!r}: expected a finite number "
+                f"(not NaN or infinity); signature: {op}({shown})"
+            )
         if not ok:
             raise ValueError(
                 f"bad argument {name}={value!r} for {op!r}: expected {_describe(hint)}; "
@@ -507,6 +859,26 @@ def _check_arguments(op: str, args: Mapping[str, Any]) -> dict[str, Any]:
             )
         out[name] = converted
     return out
+
+
+def _check_shape(request: Any) -> str | None:
+    """What is wrong with a decoded request that JSON itself allows: nesting deeper than
+    MAX_REQUEST_DEPTH, or a string with an unpaired surrogate (``"\\ud800"``), which is
+    not Unicode and could not be echoed back as UTF-8. Iterative: no recursion limit."""
+    stack: list[tuple[Any, int]] = [(request, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"a string holds an unpaired surrogate: {value!r:.60}"
+        elif isinstance(value, dict | list):
+            if depth >= MAX_REQUEST_DEPTH:
+                return f"nested deeper than {MAX_REQUEST_DEPTH} levels"
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            stack.extend((v, depth + 1) for v in items)
+    return None
 
 
 def _conforms(value: Any, hint: Any) -> tuple[bool, Any]:
@@ -527,7 +899,10 @@ def _conforms(value: Any, hint: Any) -> tuple[bool, Any]:
         return isinstance(value, int) and not isinstance(value, bool), value
     if hint is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return True, float(value)
+            try:
+                return True, float(value)
+            except OverflowError:  # an integer beyond any float (1 followed by 400 zeros)
+                return False, value
         return False, value
     if hint is str:
         return isinstance(value, str), value
@@ -617,7 +992,9 @@ class ControlClient:
             except OSError as exc:
                 raise self._connect_error(exc) from None
             try:
-                sock.sendall(self._encode(op, args))
+                # Refused at once (busy)? Its answer may still be waiting to be read.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    sock.sendall(self._encode(op, args))
                 data = bytearray()
                 while b"\n" not in data:
                     chunk = sock.recv(65536)
@@ -643,20 +1020,30 @@ class ControlClient:
         deadline = self._deadline(op, args)
 
         async def exchange() -> bytes:
+            loop = asyncio.get_running_loop()
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            sock.setblocking(False)
             try:
-                reader, writer = await asyncio.open_unix_connection(
-                    self.path, limit=MAX_RESPONSE_BYTES
-                )
-            except OSError as exc:
-                raise self._connect_error(exc) from None
-            try:
-                writer.write(self._encode(op, args))
-                await writer.drain()
-                return await reader.readline()
+                try:
+                    await loop.sock_connect(sock, os.fsencode(self.path))
+                except OSError as exc:
+                    raise self._connect_error(exc) from None
+                # Refused at once (busy)? Its answer may still be waiting to be read.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    await loop.sock_sendall(sock, self._encode(op, args))
+                data = bytearray()
+                while b"\n" not in data:
+                    chunk = await loop.sock_recv(sock, 65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                    if len(data) > MAX_RESPONSE_BYTES:
+                        raise ControlError(
+                            f"the answer to {op!r} is larger than {MAX_RESPONSE_BYTES} bytes"
+                        )
+                return bytes(data)
             finally:
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
+                sock.close()
 
         try:
             data = await _with_deadline(exchange(), deadline, clock or SystemClock())

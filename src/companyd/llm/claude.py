@@ -24,6 +24,11 @@ Here:
 * A 401 raises :class:`ModelAuthFailed` (the key is refused: nothing can succeed until the
   operator fixes it); other 4xx raise :class:`ModelBadRequest`. Neither is retried.
 * ``x-should-retry: false`` from the server is obeyed.
+* **Each attempt is budgeted on its own**: ``create(request, before_retry=hook)`` awaits
+  ``hook(error)`` before every retry, so the caller settles the failed attempt's
+  reservation and reserves the next (a refused budget or a stop ends the call there). A
+  timeout, or a connection broken after the request was sent, raises with
+  ``maybe_billed=True``: the provider may have processed and billed it.
 * Every attempt runs under ``asyncio.timeout(timeout + 5 s)`` on top of the HTTP client's own
   timeout, and the whole call (attempts and waits) under ``asyncio.timeout(deadline)``: a
   call can never hang longer than ``deadline`` seconds, whatever the server does.
@@ -70,6 +75,7 @@ from companyd.llm.model import (
     ModelServerError,
     ModelTimeout,
     ModelUnavailable,
+    RetryHook,
     SpendLimitReached,
     Usage,
     estimate_input_tokens,
@@ -331,22 +337,40 @@ def map_sdk_error(exc: BaseException, *, model: str) -> ModelError:
         )
     if isinstance(exc, anthropic.APITimeoutError | TimeoutError):
         return ModelTimeout(
-            f"no answer from the Anthropic API in time (model {model!r})", model=model
+            f"no answer from the Anthropic API in time (model {model!r})",
+            model=model,
+            maybe_billed=_was_sent(exc),
         )
     if isinstance(exc, anthropic.APIConnectionError):
         return ModelTimeout(
             f"cannot reach the Anthropic API (model {model!r}): {exc}; check the network "
             "and anthropic.base_url",
             model=model,
+            maybe_billed=_was_sent(exc),
         )
     if isinstance(exc, anthropic.APIResponseValidationError):
         return ModelServerError(
             f"the Anthropic API returned an invalid response (model {model!r}): {exc}",
             model=model,
+            maybe_billed=True,  # a 200 we could not read was processed, and billed
         )
     return ModelUnavailable(
         f"the Anthropic SDK failed (model {model!r}): {type(exc).__name__}: {exc}", model=model
     )
+
+
+# httpx failures that happen before a single byte of the request left this machine: the
+# provider cannot have processed (or billed) the request.
+_NOT_SENT = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", "UnsupportedProtocol"})
+
+
+def _was_sent(exc: BaseException) -> bool:
+    """Whether a timeout / connection failure may have come after the request was sent (so
+    the provider may have processed and billed it). Only a failure to connect proves it
+    was not; anything else (a read timeout, a connection reset mid-answer, our own attempt
+    timer) counts as sent."""
+    cause = exc.__cause__ or exc.__context__
+    return not (cause is not None and type(cause).__name__ in _NOT_SENT)
 
 
 def _should_retry(exc: BaseException, err: ModelError) -> bool:
@@ -448,7 +472,9 @@ class ClaudeBackend:
             **kw,
         )
 
-    async def create(self, request: ModelRequest) -> ModelResponse:
+    async def create(
+        self, request: ModelRequest, *, before_retry: RetryHook | None = None
+    ) -> ModelResponse:
         """Send ``request`` (retrying as described in the module docstring).
 
         Raises:
@@ -457,18 +483,26 @@ class ClaudeBackend:
             SpendLimitReached: the organisation's API spend limit; not retried.
             ModelBadRequest: the request itself is wrong; not retried.
             ModelUnavailable: the SDK failed in an unexpected way.
+
+        A timeout, or a connection that broke after the request was sent, raises with
+        ``maybe_billed`` set. ``before_retry(error)`` is awaited before each retry; what it
+        raises ends the call.
         """
+        in_flight = [False]
         try:
             async with asyncio.timeout(self.deadline):
-                return await self._create_with_retries(request)
+                return await self._create_with_retries(request, before_retry, in_flight)
         except TimeoutError:
             raise ModelTimeout(
                 f"no answer for model {request.model!r} within the {self.deadline:g} s "
                 "deadline (all attempts and waits included)",
                 model=request.model,
+                maybe_billed=in_flight[0],
             ) from None
 
-    async def _create_with_retries(self, request: ModelRequest) -> ModelResponse:
+    async def _create_with_retries(
+        self, request: ModelRequest, before_retry: RetryHook | None, in_flight: list[bool]
+    ) -> ModelResponse:
         params: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,
@@ -483,9 +517,11 @@ class ClaudeBackend:
         attempt = 0
         while True:
             try:
+                in_flight[0] = True
                 async with asyncio.timeout(self.timeout + _ATTEMPT_GRACE):
                     message = await self._client.messages.create(**params)
             except (anthropic.AnthropicError, TimeoutError) as exc:
+                in_flight[0] = False
                 err = map_sdk_error(exc, model=request.model)
                 if not _should_retry(exc, err) or attempt >= self.max_retries:
                     raise err from exc
@@ -503,6 +539,10 @@ class ClaudeBackend:
                     self.max_retries,
                     err,
                 )
+                if before_retry is not None:
+                    # settles this attempt's reservation and reserves the next one (each
+                    # attempt is budgeted on its own); a refusal or a stop ends the call here
+                    await before_retry(err)
                 await self._clock.sleep(wait)
                 attempt += 1
                 continue

@@ -17,7 +17,7 @@ Content blocks are plain dicts in the Messages API's own JSON shapes (``{"type":
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,6 +35,7 @@ __all__ = [
     "ModelServerError",
     "ModelTimeout",
     "ModelUnavailable",
+    "RetryHook",
     "SpendLimitReached",
     "ToolDef",
     "Usage",
@@ -157,11 +158,23 @@ class ModelResponse:
         return [b for b in self.content if b.get("type") == "tool_use"]
 
 
+#: Called by a backend before it retries a failed attempt, with that attempt's error. The
+#: caller settles the failed attempt's reservation (kept as spent when the error says it
+#: ``maybe_billed``) and reserves the next attempt; whatever it raises (a refused budget, a
+#: stop) ends the call without the retry.
+RetryHook = Callable[["ModelError"], Awaitable[None]]
+
+
 class ModelBackend(Protocol):
     """Something that answers Messages API requests."""
 
-    async def create(self, request: ModelRequest) -> ModelResponse:
-        """Send one request (after the backend's own retries) or raise a ModelError."""
+    async def create(
+        self, request: ModelRequest, *, before_retry: RetryHook | None = None
+    ) -> ModelResponse:
+        """Send one request (after the backend's own retries) or raise a ModelError.
+
+        ``before_retry`` is awaited before every retry (not before the first attempt), so
+        each attempt can be budgeted on its own."""
         ...
 
     async def aclose(self) -> None:
@@ -170,7 +183,11 @@ class ModelBackend(Protocol):
 
 
 class ModelError(CompanydError):
-    """A model call failed. ``retryable`` says whether another model may be tried."""
+    """A model call failed. ``retryable`` says whether another model may be tried.
+
+    ``maybe_billed`` is True when the request was sent and no answer came back (a timeout,
+    a connection broken after sending): the provider may have processed and billed it, so
+    its reservation is kept as spent at its worst case (docs/spend.md)."""
 
     retryable = False
 
@@ -181,11 +198,13 @@ class ModelError(CompanydError):
         model: str | None = None,
         status: int | None = None,
         request_id: str | None = None,
+        maybe_billed: bool = False,
     ) -> None:
         super().__init__(message)
         self.model = model
         self.status = status
         self.request_id = request_id
+        self.maybe_billed = maybe_billed
 
 
 class ModelOverloaded(ModelError):

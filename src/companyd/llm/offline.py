@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from companyd.llm.model import ModelRequest, ModelResponse, Usage
+from companyd.llm.model import ModelRequest, ModelResponse, RetryHook, Usage
 
 __all__ = ["OfflineModel"]
 
@@ -36,8 +36,10 @@ class OfflineModel:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def create(self, request: ModelRequest) -> ModelResponse:
-        self.calls += 1
+    async def create(
+        self, request: ModelRequest, *, before_retry: RetryHook | None = None
+    ) -> ModelResponse:
+        self.calls += 1  # never fails, so never retries: before_retry is not called
         tool_names = {t.name for t in request.tools}
         results = _tool_results(request)
         prompt = _first_user_text(request)

@@ -60,7 +60,7 @@ from companyd.supervision.child import ChildContext
 if TYPE_CHECKING:
     from companyd.roles.staff import Staff
 
-__all__ = ["QUARANTINE_AFTER", "Agent", "HeartbeatTimeout"]
+__all__ = ["QUARANTINE_AFTER", "STOP_CALL_GRACE", "Agent", "HeartbeatTimeout"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,11 @@ class _RunEnded(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
+
+
+#: Seconds a model call in flight when a stop begins may still take to answer; after that it
+#: is cancelled (and its worst case kept as spent: it may have been billed).
+STOP_CALL_GRACE = 3.0
 
 
 class _Stopping(Exception):
@@ -137,17 +142,23 @@ class Agent:
         self._last_progress = staff.clock.monotonic()
         self._toolbox = ToolBox()
         self._current: _RunState | None = None
+        self._ctx: ChildContext | None = None
         #: consult/delegate calls in flight: waiting on a colleague is not being stuck
         self._colleague_waits = 0
 
     # -- lifecycle --------------------------------------------------------------------------
 
     async def run(self, ctx: ChildContext) -> None:
-        """The supervised child body: open tools, resume, then serve the mailbox."""
+        """The supervised child body: report started, open tools, resume, then serve the
+        mailbox."""
         staff = self.staff
+        self._ctx = ctx
         async with contextlib.AsyncExitStack() as stack:
-            self._toolbox = await staff.toolbox_for(self.config, stack)
+            # Started before the tool servers' handshakes: agents start one after another,
+            # and a few slow or mute servers must not hold up the company (READY=1 and
+            # systemd's start timeout). Tasks wait in the mailbox until the tools are in.
             ctx.started()
+            self._toolbox = await staff.toolbox_for(self.config, stack)
             for unfinished in await staff.journal.unfinished_runs(self.slug):
                 if ctx.stopping.is_set() or staff.draining.is_set():
                     return
@@ -466,30 +477,17 @@ class Agent:
         failures: list[str] = []
         for i, model in enumerate(chain):
             request = replace(base, model=model)
+            call = _BudgetedCall(self, state, request)
             try:
-                reservation = await staff.spend.reserve(
-                    agent=self.slug,
-                    run_id=state.run_id,
-                    routine=state.task.routine,
-                    model=model,
-                    input_tokens=estimate_input_tokens(request),
-                    max_output_tokens=request.max_tokens,
-                )
+                await call.reserve()
+                self._progress()
+                response = await call.send()
+                cost = await call.settle(response)
+                return response, cost
             except staff.budget_exhausted_error as exc:
+                # the first attempt or a retry was refused: paused like any budget refusal
                 staff.pause(self.slug, f"budget: {exc}", budget=True)
                 raise _RunEnded(RunStatus.BUDGET_EXHAUSTED, str(exc)) from None
-            settled = False
-            try:
-                self._progress()
-                response = await staff.backend.create(request)
-                cost = await staff.spend.settle(
-                    reservation,
-                    model=response.model,
-                    usage=response.usage,
-                    request_id=response.request_id,
-                )
-                settled = True
-                return response, cost
             except SpendLimitReached as exc:
                 staff.api_spend_limit(str(exc))
                 raise _RunEnded(
@@ -505,6 +503,8 @@ class Agent:
             except ModelError as exc:
                 if not exc.retryable:
                     raise
+                if self._stop_requested():
+                    raise _Stopping from None  # no fallback either once a stop has begun
                 failures.append(f"{model}: {type(exc).__name__}: {exc}")
                 self._progress()
                 if i + 1 < len(chain):
@@ -517,10 +517,22 @@ class Agent:
                         to_model=chain[i + 1],
                         reason=f"{type(exc).__name__}: {exc}",
                     )
-            finally:
-                if not settled:
-                    await asyncio.shield(staff.spend.release(reservation))
         raise _RunEnded(RunStatus.FAILED, "every model in the chain failed: " + "; ".join(failures))
+
+    def _stop_requested(self) -> bool:
+        ctx = self._ctx
+        return self.staff.draining.is_set() or (ctx is not None and ctx.stopping.is_set())
+
+    async def _stop_signal(self) -> None:
+        """Return once a stop of this agent or of the daemon has begun."""
+        waits = [asyncio.ensure_future(self.staff.draining.wait())]
+        if self._ctx is not None:
+            waits.append(asyncio.ensure_future(self._ctx.stopping.wait()))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     async def _run_tools(self, state: _RunState, tool_uses: Sequence[Mapping[str, Any]]) -> None:
         """Run the tool calls of one response (concurrently; the model asked for them
@@ -669,6 +681,123 @@ class Agent:
                 + ". Answer the question directly."
             )
         return "\n\n".join(parts)
+
+
+class _BudgetedCall:
+    """One model call of one agent on one model, each attempt (first try and every retry)
+    budgeted on its own (issue 15, docs/spend.md):
+
+    * an attempt is reserved at its worst case before it is sent; no attempt starts once a
+      stop has begun (``STOPPING=1``);
+    * an attempt that ends with an answer is settled at its real usage; one the provider
+      answered with an error (529, 5xx, 429 …) is released: nothing was billed;
+    * one that got no answer after it was sent — a timeout, a connection broken mid-call,
+      a call cancelled in flight by a stop — is **forfeited**: its worst case stays spent
+      for the budget period, since the provider may have processed and billed it.
+    """
+
+    def __init__(self, agent: Agent, state: _RunState, request: ModelRequest) -> None:
+        self._agent = agent
+        self._state = state
+        self._request = request
+        self._open: Any = None  # the open attempt's reservation (SpendPort's type)
+
+    async def reserve(self) -> None:
+        """Reserve the next attempt. A stop that begins meanwhile ends the wait for room in
+        the budget (it can last minutes while other calls hold reservations) and the call."""
+        a, state, request = self._agent, self._state, self._request
+        if a._stop_requested():
+            raise _Stopping
+        reserving = asyncio.ensure_future(
+            a.staff.spend.reserve(
+                agent=a.slug,
+                run_id=state.run_id,
+                routine=state.task.routine,
+                model=request.model,
+                input_tokens=estimate_input_tokens(request),
+                max_output_tokens=request.max_tokens,
+            )
+        )
+        stop = asyncio.ensure_future(a._stop_signal())
+        try:
+            await asyncio.wait({reserving, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not reserving.done():
+                await _cancel_and_reap(reserving, a.slug)  # the book undoes a cut reserve
+        if reserving.cancelled():
+            raise _Stopping
+        self._open = reserving.result()
+        if a._stop_requested():  # nothing was sent: give the money back
+            res, self._open = self._open, None
+            await asyncio.shield(a.staff.spend.release(res))
+            raise _Stopping
+
+    async def _close(self, exc: BaseException) -> None:
+        """Settle the open attempt's reservation after ``exc`` ended it."""
+        res, self._open = self._open, None
+        if res is None:
+            return
+        spend = self._agent.staff.spend
+        if isinstance(exc, ModelError) and exc.maybe_billed:
+            await asyncio.shield(spend.forfeit(res, reason=f"{type(exc).__name__}: {exc}"))
+        elif isinstance(exc, asyncio.CancelledError | _Stopping):
+            await asyncio.shield(
+                spend.forfeit(res, reason="cancelled while the request was in flight")
+            )
+        else:
+            await asyncio.shield(spend.release(res))
+
+    async def _before_retry(self, err: ModelError) -> None:
+        await self._close(err)
+        self._agent._progress()
+        await self.reserve()
+
+    async def send(self) -> ModelResponse:
+        """The backend's answer. A stop that begins while the call is in flight gives it
+        STOP_CALL_GRACE to answer, then cancels it (forfeited) and raises _Stopping."""
+        staff = self._agent.staff
+        call = asyncio.ensure_future(
+            staff.backend.create(self._request, before_retry=self._before_retry)
+        )
+        stop = asyncio.ensure_future(self._agent._stop_signal())
+        try:
+            try:
+                await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+            if not call.done():
+                # A stop began while the request was in flight. An answer that comes within
+                # STOP_CALL_GRACE is kept (settled and journaled: the run resumes after it);
+                # a slow API is not waited out (its timeout times the attempts could hold
+                # the stop for many seconds): the call is cancelled, and forfeited.
+                grace = asyncio.ensure_future(staff.clock.sleep(STOP_CALL_GRACE))
+                try:
+                    await asyncio.wait({call, grace}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    grace.cancel()
+            if not call.done():
+                await _cancel_and_reap(call, self._agent.slug)
+                raise _Stopping
+            return call.result()
+        except BaseException as exc:
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(BaseException):
+                    await call
+            await self._close(exc)
+            raise
+
+    async def settle(self, response: ModelResponse) -> Decimal:
+        res, self._open = self._open, None
+        assert res is not None
+        cost: Decimal = await self._agent.staff.spend.settle(
+            res,
+            model=response.model,
+            usage=response.usage,
+            request_id=response.request_id,
+        )
+        return cost
 
 
 def _stopped_from_outside(exc: BaseException) -> bool:

@@ -36,12 +36,15 @@ from typing import Any, Protocol
 
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
-from companyd.events import Event, EventBus
+from companyd.events import Event, EventBus, Severity
 from companyd.llm.model import ModelBackend
 from companyd.roles.improver import Proposals, improver_tools
 from companyd.roles.journal import Journal, TaskState
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
 from companyd.roles.tools import (
+    MCP_RETRY_MAX_SECONDS,
+    MCP_RETRY_MIN_SECONDS,
+    McpServerFailed,
     McpToolServer,
     MemoryPort,
     Tool,
@@ -81,6 +84,8 @@ class SpendPort(Protocol):
     ) -> Any: ...
 
     async def release(self, reservation: Any) -> None: ...
+
+    async def forfeit(self, reservation: Any, *, reason: str) -> Any: ...
 
     def exhausted(self, agent: str) -> str | None: ...
 
@@ -325,6 +330,10 @@ class Staff:
             return refuse(status, f"agent {task.agent!r} is paused ({pause.reason})")
         why = self.spend.exhausted(task.agent)
         if why is not None:
+            # Paused like an agent whose own call was refused (issue 15): it then resumes
+            # with the others when the period rolls over or the budget is raised, instead of
+            # being refused afresh at every fire of its routines.
+            self.pause(task.agent, f"budget: {why}", budget=True)
             return refuse(RunStatus.BUDGET_EXHAUSTED, why)
         return None
 
@@ -538,10 +547,79 @@ class Staff:
                 self.proposals,
                 lambda a: self.journal.runs(agent=a, limit=10),
             )
+        box = ToolBox.build(tools, agent.tools)
         for name, spec in agent.mcp_servers.items():
-            server = await stack.enter_async_context(McpToolServer(name, spec))
-            tools += server.tools
-        return ToolBox.build(tools, agent.tools)
+            # One bad server never stops the agent: it runs without that server's tools,
+            # an alert says why, and the server is tried again with backoff.
+            try:
+                server = await stack.enter_async_context(McpToolServer(name, spec))
+            except McpServerFailed as exc:
+                self._mcp_failed(agent.slug, name, exc.reason, 1, MCP_RETRY_MIN_SECONDS)
+                retry = asyncio.create_task(
+                    self._retry_mcp(agent, name, box), name=f"mcp-retry:{agent.slug}:{name}"
+                )
+                stack.push_async_callback(_cancel_and_wait, retry)
+                continue
+            box.add(server.tools, agent.tools)
+        return box
+
+    def _mcp_failed(
+        self, agent: str, server: str, reason: str, attempt: int, retry_in: float
+    ) -> None:
+        # The first failure is a warning (an alert); later ones only count attempts.
+        first = attempt == 1
+        log.log(
+            logging.WARNING if first else logging.INFO,
+            "agent %s: MCP server %r %s; running without its tools, retry %d in %g s",
+            agent,
+            server,
+            reason,
+            attempt + 1,
+            retry_in,
+        )
+        self.bus.emit(
+            "mcp_server_failed",
+            f"agent/{agent}",
+            severity=Severity.WARNING if first else Severity.DEBUG,
+            agent=agent,
+            server=server,
+            reason=reason,
+            attempt=attempt,
+            retry_in_s=retry_in,
+        )
+
+    async def _retry_mcp(self, agent: AgentConfig, name: str, box: ToolBox) -> None:
+        """Start ``name`` again after a growing wait until it comes up, then keep it (and
+        its tools in ``box``) until the agent stops and cancels this task."""
+        spec = agent.mcp_servers[name]
+        delay = MCP_RETRY_MIN_SECONDS
+        attempt = 1
+        while True:
+            await self.clock.sleep(delay)
+            attempt += 1
+            try:
+                server = McpToolServer(name, spec)
+                await server.__aenter__()
+            except McpServerFailed as exc:
+                delay = min(delay * 2, MCP_RETRY_MAX_SECONDS)
+                self._mcp_failed(agent.slug, name, exc.reason, attempt, delay)
+                continue
+            added: list[str] = []
+            try:
+                added = box.add(server.tools, agent.tools)
+                log.info("agent %s: MCP server %r is up at attempt %d", agent.slug, name, attempt)
+                self.bus.emit(
+                    "mcp_server_recovered",
+                    f"agent/{agent.slug}",
+                    agent=agent.slug,
+                    server=name,
+                    attempt=attempt,
+                    tools=sorted(added),
+                )
+                await asyncio.Event().wait()  # until the agent stops
+            finally:
+                box.remove(added)
+                await server.__aexit__(None, None, None)
 
     def _colleague_tools(self, agent: AgentConfig) -> list[Tool]:
         tools: list[Tool] = []
@@ -829,6 +907,11 @@ class Staff:
                     list(config.agents), "its agent was removed from company.yaml", now
                 )
             )
+
+
+async def _cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:

@@ -23,6 +23,8 @@ import contextlib
 import json
 import logging
 import os
+import re
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,6 +34,9 @@ from companyd.errors import CompanydError
 from companyd.llm.model import ToolDef
 
 __all__ = [
+    "MCP_RETRY_MAX_SECONDS",
+    "MCP_RETRY_MIN_SECONDS",
+    "McpServerFailed",
     "McpToolServer",
     "Tool",
     "ToolBox",
@@ -45,6 +50,26 @@ log = logging.getLogger(__name__)
 
 class ToolError(CompanydError):
     """A tool call failed in a way the model should see (sent back as ``is_error``)."""
+
+
+#: Tool names the Messages API accepts.
+_API_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_API_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+class McpServerFailed(CompanydError):
+    """An external MCP server could not be started: ``reason`` says why, for an alert."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(f"MCP server {server!r} {reason}")
+        self.server = server
+        self.reason = reason
+
+
+#: First wait before an MCP server that failed to start is tried again; it doubles after
+#: each failure, up to MCP_RETRY_MAX_SECONDS.
+MCP_RETRY_MIN_SECONDS = 5.0
+MCP_RETRY_MAX_SECONDS = 300.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,16 +135,26 @@ class ToolBox:
     @classmethod
     def build(cls, tools: Iterable[Tool], policy: ToolsSpec) -> ToolBox:
         """Keep the tools ``policy`` allows (``allow`` absent = all; ``deny`` wins)."""
+        box = cls()
+        box.add(tools, policy)
+        return box
+
+    def add(self, tools: Iterable[Tool], policy: ToolsSpec) -> list[str]:
+        """Add the tools ``policy`` allows (an MCP server that came up late); the names
+        they got."""
         allow = set(policy.allow) if policy.allow is not None else None
         deny = set(policy.deny)
-        kept: dict[str, Tool] = {}
+        kept = self.tools
+        added: list[str] = []
         for t in tools:
             if t.name in deny or (allow is not None and t.name not in allow):
                 continue
             if t.name in kept:
                 # an external server reusing a built-in name gets its server prefix
                 t = Tool(
-                    name=f"{t.family.removeprefix('external:')}__{t.name}",
+                    name=_API_BAD_CHARS.sub("_", f"{t.family.removeprefix('external:')}__{t.name}")[
+                        :64
+                    ],
                     description=t.description,
                     input_schema=t.input_schema,
                     handler=t.handler,
@@ -127,7 +162,13 @@ class ToolBox:
                     family=t.family,
                 )
             kept[t.name] = t
-        return cls(kept)
+            added.append(t.name)
+        return added
+
+    def remove(self, names: Iterable[str]) -> None:
+        """Drop tools (those of an MCP server that went away)."""
+        for name in names:
+            self.tools.pop(name, None)
 
     def definitions(self) -> list[ToolDef]:
         return [t.definition() for t in self.tools.values()]
@@ -182,6 +223,11 @@ class McpToolServer:
     process, initialises the session and lists its tools; leaving the block stops it.
     A tool is idempotent if company.yaml lists it in ``idempotent_tools`` or the server
     annotates it ``idempotentHint`` / ``readOnlyHint``.
+
+    Starting raises :class:`McpServerFailed` (never another exception, except
+    cancellation) if the command cannot be run, the server closes the connection (it
+    exited), answers nonsense, or does not finish the handshake (``initialize`` and
+    ``tools/list``) within ``handshake_timeout_seconds``; the process is stopped first.
     """
 
     def __init__(self, name: str, spec: McpServerSpec) -> None:
@@ -204,32 +250,86 @@ class McpToolServer:
             command=self.spec.command, args=list(self.spec.args), env=env or None
         )
         stack = contextlib.AsyncExitStack()
+        limit = self.spec.handshake_timeout_seconds
         try:
-            async with asyncio.timeout(self.spec.timeout_seconds):
-                read, write = await stack.enter_async_context(stdio_client(params))
+            # Loop time, not the injected clock: anyio's cancel scopes inside the mcp SDK
+            # must be left in this task, which asyncio.timeout guarantees.
+            async with asyncio.timeout(limit):
+                # errlog given each time: the SDK's default is the sys.stderr of the moment
+                # mcp.client.stdio was imported, which may be a stream without a descriptor.
+                read, write = await stack.enter_async_context(
+                    stdio_client(params, errlog=sys.stderr)
+                )
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 listed = await session.list_tools()
-        except BaseException:
+        except asyncio.CancelledError:
             await stack.aclose()
             raise
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await stack.aclose()
+            raise McpServerFailed(self.name, self._why(exc, limit)) from None
         self._stack = stack
         self._session = session
         declared = set(self.spec.idempotent_tools)
+        refused: list[str] = []
         for t in listed.tools:
+            schema = dict(t.input_schema or {"type": "object"})
+            # The Messages API refuses the whole request for one bad tool (HTTP 400), so
+            # one such tool would fail every run of the agent: leave it out instead.
+            if not _API_TOOL_NAME.fullmatch(t.name) or schema.get("type") != "object":
+                refused.append(t.name)
+                continue
             ann = t.annotations
             hinted = bool(ann is not None and (ann.idempotent_hint or ann.read_only_hint))
             self.tools.append(
                 Tool(
                     name=t.name,
                     description=t.description or f"{t.name} (from MCP server {self.name!r})",
-                    input_schema=dict(t.input_schema or {"type": "object"}),
+                    input_schema=schema,
                     handler=self._handler(t.name),
                     idempotent=t.name in declared or hinted,
                     family=f"external:{self.name}",
                 )
             )
+        if refused:
+            log.warning(
+                "MCP server %r: %d tool(s) left out because the Messages API would refuse "
+                "them (a name must be 1-64 letters, digits, '_' or '-', and the input schema "
+                "an object): %s",
+                self.name,
+                len(refused),
+                ", ".join(repr(n[:80]) for n in refused),
+            )
         return self
+
+    def _why(self, exc: BaseException, limit: float) -> str:
+        """One line for an operator: what went wrong starting the server, and what to do."""
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]  # anyio wraps the task group's failure
+        command = self.spec.command
+        if isinstance(exc, TimeoutError):
+            return (
+                f"did not answer the MCP handshake within {limit:g} s (command {command!r}); "
+                "check that it speaks MCP over stdio, or raise its handshake_timeout_seconds"
+            )
+        if isinstance(exc, OSError):
+            return (
+                f"could not be started: {exc.strerror or exc} (command {command!r}); check "
+                "the command and that the daemon's user may run it"
+            )
+        from mcp.shared.exceptions import MCPError
+
+        if isinstance(exc, MCPError):
+            return (
+                f"closed the connection during the MCP handshake ({exc}); it probably exited "
+                f"at once — run {command!r} by hand, as the daemon's user, to see its error"
+            )
+        return (
+            f"failed during the MCP handshake: {type(exc).__name__}: {str(exc)[:200]} "
+            f"(command {command!r})"
+        )
 
     async def __aexit__(self, *exc: object) -> None:
         if self._stack is not None:
@@ -246,6 +346,17 @@ class McpToolServer:
                 raise ToolError(
                     f"tool {tool_name!r} of MCP server {self.name!r} did not answer within "
                     f"{self.spec.timeout_seconds:g} s"
+                ) from None
+            except Exception as exc:
+                # A server that died (or broke the protocol) is the tool's failure, which
+                # the model sees, not the agent's: it must not crash the run.
+                while isinstance(exc, ExceptionGroup) and exc.exceptions:
+                    exc = exc.exceptions[0]
+                log.warning("MCP server %r failed during %r: %r", self.name, tool_name, exc)
+                raise ToolError(
+                    f"MCP server {self.name!r} failed during {tool_name!r}: "
+                    f"{type(exc).__name__}: {str(exc)[:200] or 'no detail'}; it may have "
+                    "exited — do not rely on its tools in this run"
                 ) from None
             texts = [
                 getattr(c, "text", "") for c in result.content if getattr(c, "type", "") == "text"

@@ -30,7 +30,7 @@ from typing import Any
 from companyd.clock import ManualClock, utc_from_ts
 from companyd.config import CompanyConfig
 from companyd.events import EventBus
-from companyd.llm.model import ModelBackend, ModelRequest, ModelResponse
+from companyd.llm.model import ModelBackend, ModelRequest, ModelResponse, RetryHook
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
 from companyd.scheduler._ids import new_id
@@ -130,12 +130,14 @@ class _GatedBackend:
         self._inner = inner
         self._gate = gate
 
-    async def create(self, request: ModelRequest) -> ModelResponse:
+    async def create(
+        self, request: ModelRequest, *, before_retry: RetryHook | None = None
+    ) -> ModelResponse:
         gate = self._gate
         gate.calls += 1
         gate.changed.set()
         try:
-            return await self._inner.create(request)
+            return await self._inner.create(request, before_retry=before_retry)
         finally:
             gate.calls -= 1
             gate.changed.set()

@@ -7,11 +7,17 @@ Every model call goes through three steps::
                              max_output_tokens=req.max_tokens)   # may raise BudgetExhausted
     try:
         resp = await backend.create(req)
-    except BaseException:
-        await book.release(res)                                   # nothing was spent
+    except ModelError as exc:
+        if exc.maybe_billed:                                      # sent, no answer
+            await book.forfeit(res, reason=str(exc))              # worst case stays spent
+        else:
+            await book.release(res)                               # nothing was billed
         raise
     cost = await book.settle(res, model=resp.model, usage=resp.usage,
                              request_id=resp.request_id)
+
+(The agent runtime reserves each retry on its own the same way: ``roles/agent.py``,
+``_BudgetedCall``.)
 
 ``reserve`` sets aside the call's worst case (every input token at the dearest input-side
 rate, ``max_output_tokens`` at the output rate) against the company's and the agent's
@@ -96,6 +102,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SOURCE = "spend"
+
+#: The most today's budget of one scope can be raised by in a day, in total. It keeps every
+#: sum the ledger stores far inside SQLite's 64-bit integers (picodollars: 2⁶³ ≈ $9.2 million)
+#: and turns a typo (an extra zero or three) into a refusal instead of a blank cheque.
+MAX_RAISE_USD = Decimal(1_000_000)
 
 #: Repeated API spend-limit reports within this many seconds publish one event.
 API_LIMIT_REPEAT_SECONDS = 3600.0
@@ -210,6 +221,7 @@ class SpendBook:
         self._reserved: dict[str, int] = {}
         self._open_res: dict[str, Reservation] = {}
         self._raises: dict[str, int] = {}
+        self._raising: dict[str, int] = {}  # raises being written to the ledger
         self._sent: set[tuple[str, str, str]] = set()
         self._blocked: dict[tuple[str, str], str] = {}
         self._changed = asyncio.Event()
@@ -217,6 +229,8 @@ class SpendBook:
         self._warned_models: set[str] = set()
         self._api_limit_last: float | None = None
         self._api_limit_suppressed = 0
+        #: calls that got no answer today (count, worst case in pusd, day), for the alert
+        self._unanswered: tuple[int, int, str] = (0, 0, "")
 
     def _set_config(self, config: CompanyConfig) -> None:
         self._config = config
@@ -472,8 +486,34 @@ class SpendBook:
         task.add_done_callback(_log_failure)
         return await asyncio.shield(task)
 
+    async def forfeit(self, reservation: Reservation, *, reason: str) -> Decimal:
+        """The call got no answer but may have been billed (it timed out, its connection
+        broke after the request was sent, or it was cancelled in flight): record its
+        reservation as spent at its worst case, for the budget period, and publish a
+        ``spend_unanswered`` event (the alert coalesces them: "N calls timed out; up to $X
+        may have been billed"). A reservation no longer open is left alone. Returns the
+        amount counted.
+
+        Raises:
+            LedgerError: the ledger cannot be written (the spend still counts in memory).
+        """
+        self._require_open()
+        if reservation.state != "open":
+            return Decimal(0)
+        task = asyncio.ensure_future(
+            self._settle(reservation, reservation.model, Usage(), None, unanswered=reason)
+        )
+        task.add_done_callback(_log_failure)
+        return await asyncio.shield(task)
+
     async def _settle(
-        self, reservation: Reservation, model: str, usage: Usage, request_id: str | None
+        self,
+        reservation: Reservation,
+        model: str,
+        usage: Usage,
+        request_id: str | None,
+        *,
+        unanswered: str | None = None,
     ) -> Decimal:
         await self._ensure_period()
         if reservation.state == "settled":  # a concurrent settle of the same reservation won
@@ -481,10 +521,26 @@ class SpendBook:
                 f"reservation {reservation.id!r} is already settled; settle each call once"
             )
         price, known = self._price_known(model)
-        cost = price.cost(usage)
-        pusd = to_pusd(cost)
+        if unanswered is not None:
+            # No usage to price: the worst case that was reserved is what may have been
+            # billed. The row has no tokens and this cost (docs/spend.md).
+            if reservation.state != "open":
+                return Decimal(0)
+            pusd = reservation.amount_pusd
+            cost = from_pusd(pusd)
+        else:
+            cost = price.cost(usage)
+            pusd = to_pusd(cost)
         was_open = self._drop(reservation, "settled")
-        if not was_open:
+        if unanswered is not None:
+            log.warning(
+                "call of agent %r on %r got no answer (%s): its worst case $%s counts as spent",
+                reservation.agent,
+                model,
+                unanswered,
+                reservation.amount_usd,
+            )
+        elif not was_open:
             log.warning(
                 "settling reservation %s of agent %r after it was released; the cost is "
                 "recorded anyway",
@@ -527,7 +583,32 @@ class SpendBook:
         markers = [m for m, _ in crossings]
         self._notify()
 
+        unanswered_data: dict[str, Any] | None = None
+        if unanswered is not None:
+            n, total, seen = self._unanswered
+            if seen != day:
+                n, total = 0, 0
+            n, total = n + 1, total + pusd
+            self._unanswered = (n, total, day)
+            unanswered_data = {
+                "agent": agent,
+                "model": model,
+                "run_id": reservation.run_id,
+                "routine": reservation.routine,
+                "worst_case_usd": as_usd(pusd),
+                "reason": unanswered,
+                "calls": n,
+                "total_worst_case_usd": as_usd(total),
+                "day": day,
+                "message": (
+                    f"{n} call{'s' if n != 1 else ''} timed out; up to ${from_pusd(total):.4f} "
+                    "may have been billed"
+                ),
+            }
+
         def publish() -> None:
+            if unanswered_data is not None:
+                self._bus.emit("spend_unanswered", SOURCE, **unanswered_data)
             for _, data in crossings:
                 self._bus.emit("budget_threshold", SOURCE, **data)
             if runaway is not None:
@@ -583,9 +664,15 @@ class SpendBook:
         self._require_open()
         if agent is not None and agent not in self._config.agents:
             raise SpendError(f"unknown agent {agent!r}; agents: {', '.join(self._config.agents)}")
-        amount = usd if isinstance(usd, Decimal) else Decimal(str(usd))
+        try:
+            amount = usd if isinstance(usd, Decimal) else Decimal(str(usd))
+        except ArithmeticError:
+            amount = Decimal("NaN")
         if not amount.is_finite() or amount <= 0:
-            raise SpendError(f"a budget raise must be a positive amount of USD, got {usd!r}")
+            raise SpendError(
+                "a budget raise must be a positive amount of USD such as 5 or 2.50, got "
+                f"{str(usd)!r}"
+            )
         scope = COMPANY if agent is None else agent_scope(agent)
         own = [lim for lim in self._limits(agent) if lim.scope == scope]
         if not own:
@@ -598,13 +685,30 @@ class SpendBook:
                 )
             )
         await self._ensure_period()
-        pusd = to_pusd(amount)
         day = self._day
-        self._raises[scope] = self._raises.get(scope, 0) + pusd
-        for key in (self._day, self._month):
-            self._blocked.pop((scope, key), None)
+        # raises still being written count too: two at once cannot pass the bound together
+        already = self._raises.get(scope, 0) + self._raising.get(scope, 0)
+        if amount > MAX_RAISE_USD or to_pusd(amount) + already > to_pusd(MAX_RAISE_USD):
+            shown = f"${amount:,.2f}" if amount <= MAX_RAISE_USD else f"${usd}"
+            raise SpendError(
+                f"a budget raise of {shown:.40} is refused: {scope_label(scope)} may be "
+                f"raised by at most ${MAX_RAISE_USD:,} a day in total (already raised today: "
+                f"${from_pusd(already):,.2f}); for a lasting change edit the budget in "
+                "company.yaml and reload"
+            )
+        pusd = to_pusd(amount)
         ts = self._clock.time()
-        await self._write(lambda led: led.add_raise(scope, day, pusd, ts))
+        # All or nothing: the ledger first (a failed write changes nothing), then memory with
+        # no await in between, so memory and ledger always agree.
+        self._raising[scope] = self._raising.get(scope, 0) + pusd
+        try:
+            await self._write(lambda led: led.add_raise(scope, day, pusd, ts))
+        finally:
+            self._raising[scope] -= pusd
+        if self._day == day:  # a period rolled over meanwhile: the raise was for that day
+            self._raises[scope] = self._raises.get(scope, 0) + pusd
+            for key in (self._day, self._month):
+                self._blocked.pop((scope, key), None)
         self._notify()
         self._bus.emit(
             "budget_raised",
@@ -613,7 +717,7 @@ class SpendBook:
             agent=agent,
             day=day,
             usd=as_usd(amount),
-            raised_today_usd=as_usd(self._raises[scope]),
+            raised_today_usd=as_usd(self._raises.get(scope, 0)),
         )
 
     def note_api_spend_limit(self, message: str) -> None:

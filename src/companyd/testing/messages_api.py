@@ -449,6 +449,8 @@ class RecordedRequest:
     outcome: str = "pending"
     status: int = 0
     response: dict[str, Any] | None = None
+    #: the reply billed although the client gave up (``bill_abandoned``), if any
+    billed: dict[str, Any] | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -728,6 +730,11 @@ class MessagesAPIServer:
         host / port: where to listen (loopback only; port 0 picks a free one).
         script: items to start with (as :meth:`enqueue`).
         default_responder: see ``responder``.
+        bill_abandoned: the "slow API" mode: a reply whose client gave up before it was
+            written (a timeout, a connection broken mid-call) is billed anyway, as the
+            real API bills a request it processed whatever became of the connection
+            (:meth:`billed_usage`, ``stats()["billed_abandoned"]``). Combine with
+            ``latency`` longer than the client's timeout.
     """
 
     def __init__(
@@ -744,6 +751,7 @@ class MessagesAPIServer:
         port: int = 0,
         script: Iterable[ScriptItem] = (),
         default_responder: bool = True,
+        bill_abandoned: bool = False,
     ) -> None:
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError(f"fault_rate must be between 0 and 1, got {fault_rate!r}")
@@ -757,6 +765,8 @@ class MessagesAPIServer:
         self.fault_rate = fault_rate
         self.fault_statuses = tuple(fault_statuses)
         self.validate = validate
+        self.bill_abandoned = bill_abandoned
+        self._billed_abandoned: list[dict[str, Any]] = []
         self._host = host
         self._port = port
         self._rng = random.Random(seed)
@@ -857,6 +867,7 @@ class MessagesAPIServer:
             self._requests.clear()
             self._responses.clear()
             self._served = self._errors = self._abandoned = self._injected = 0
+            self._billed_abandoned.clear()
             self._release.clear()
 
     # -- inspection -----------------------------------------------------------------------
@@ -910,6 +921,20 @@ class MessagesAPIServer:
             total = total + usage_of(r)
         return total
 
+    @property
+    def billed_abandoned(self) -> list[dict[str, Any]]:
+        """The message bodies billed although their client had gone (``bill_abandoned``)."""
+        with self._lock:
+            return list(self._billed_abandoned)
+
+    def billed_usage(self) -> Usage:
+        """What the provider billed: every served response plus, with ``bill_abandoned``,
+        every reply whose client gave up before it was written."""
+        total = self.served_usage()
+        for r in self.billed_abandoned:
+            total = total + usage_of(r)
+        return total
+
     def wait_for_requests(self, n: int, timeout: float = 5.0) -> list[RecordedRequest]:
         """Block until at least ``n`` ``/v1/messages`` requests arrived (from sync code; use
         ``asyncio.to_thread`` from async code).
@@ -939,8 +964,10 @@ class MessagesAPIServer:
                 "abandoned": self._abandoned,
                 "injected_faults": self._injected,
                 "pending_script": len(self._script),
+                "billed_abandoned": len(self._billed_abandoned),
             }
         out["usage"] = self.served_usage().to_dict()
+        out["billed_usage"] = self.billed_usage().to_dict()
         return out
 
     # -- serving (handler threads) --------------------------------------------------------
@@ -1013,7 +1040,7 @@ class MessagesAPIServer:
     def _answer(self, h: _Handler, rec: RecordedRequest, item: ScriptItem) -> None:
         if isinstance(item, Stall):
             if not self._hold(h, item.seconds, until_released=item.seconds is None):
-                self._abandon(h, rec)
+                self._abandon(h, rec, self._message(rec, item.then))
                 return
             if item.then is None:
                 self._abandon(h, rec)
@@ -1021,14 +1048,23 @@ class MessagesAPIServer:
             item = item.then
         delay = self.latency + item.latency
         if delay > 0 and not self._hold(h, delay):
-            self._abandon(h, rec)
+            self._abandon(h, rec, self._message(rec, item))
             return
         if isinstance(item, Fault):
             self._write_fault(h, rec, item)
             return
+        message = self._message(rec, item)
+        assert message is not None
+        n = int(str(message["id"]).rsplit("_", 1)[-1])
+        self._write(h, rec, 200, message, {"request-id": f"req_standin_{n:08d}"})
+
+    def _message(self, rec: RecordedRequest, item: ScriptItem | None) -> dict[str, Any] | None:
+        """The message body answering ``rec`` with ``item`` (None unless it is a Reply)."""
+        if not isinstance(item, Reply):
+            return None
         body = rec.body if isinstance(rec.body, dict) else {}
         n = next(self._ids)
-        message = {
+        return {
             "id": f"msg_standin_{n:08d}",
             "type": "message",
             "role": "assistant",
@@ -1038,7 +1074,6 @@ class MessagesAPIServer:
             "stop_sequence": None,
             "usage": _usage_to_api(item.usage, item.usage_breakdown),
         }
-        self._write(h, rec, 200, message, {"request-id": f"req_standin_{n:08d}"})
 
     def _hold(self, h: _Handler, seconds: float | None, *, until_released: bool = False) -> bool:
         """Wait; False if the client hung up or the server is stopping."""
@@ -1059,10 +1094,16 @@ class MessagesAPIServer:
             else:
                 self._release.wait(0.02)
 
-    def _abandon(self, h: _Handler, rec: RecordedRequest) -> None:
+    def _abandon(
+        self, h: _Handler, rec: RecordedRequest, message: dict[str, Any] | None = None
+    ) -> None:
+        """The client left before its answer; with ``bill_abandoned`` a reply is billed."""
         with self._lock:
             rec.outcome = "abandoned"
             self._abandoned += 1
+            if message is not None and self.bill_abandoned and not self._stopping.is_set():
+                self._billed_abandoned.append(message)
+                rec.billed = message
         h.close_connection = True
 
     def _write_fault(self, h: _Handler, rec: RecordedRequest, item: Fault) -> None:
@@ -1099,7 +1140,7 @@ class MessagesAPIServer:
         # A client that gave up (timeout, kill) must not count as served: check just before
         # writing, since a write into a half-closed socket can still "succeed".
         if _client_gone(h.connection):
-            self._abandon(h, rec)
+            self._abandon(h, rec, payload if status == 200 and rec.index >= 0 else None)
             return False
         control = rec.index < 0
         ok = status == 200
@@ -1130,7 +1171,7 @@ class MessagesAPIServer:
                         self._responses.remove(payload)
                     else:
                         self._errors -= 1
-            self._abandon(h, rec)
+            self._abandon(h, rec, payload if ok and not control else None)
             return False
         return True
 
@@ -1219,6 +1260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--fault-statuses", default="529,500", help="comma-separated statuses")
     p.add_argument("--seed", type=int, default=0, help="seed of fault injection")
     p.add_argument("--url-file", help="also write the base URL to this file once listening")
+    p.add_argument(
+        "--bill-abandoned",
+        action="store_true",
+        help="slow-API mode: bill a reply even when its client gave up (see stats)",
+    )
     args = p.parse_args(argv)
 
     script: list[ScriptItem] = []
@@ -1241,6 +1287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         port=args.port,
         script=script,
+        bill_abandoned=args.bill_abandoned,
     )
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
