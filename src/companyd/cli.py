@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd import __version__
+from companyd._secrets import SECRETS, redact
 from companyd.errors import (
     EX_SOFTWARE,
     EX_UNAVAILABLE,
@@ -65,8 +66,9 @@ def default_config_path() -> Path:
 
 
 def print_json(obj: Any) -> None:
-    """Write ``obj`` as indented JSON on stdout."""
-    json.dump(obj, sys.stdout, indent=2, ensure_ascii=False, default=str)
+    """Write ``obj`` as indented JSON on stdout, every secret in it masked."""
+    plain = json.loads(json.dumps(obj, default=str))
+    json.dump(SECRETS.redact_data(plain), sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
 
 
@@ -138,10 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(issue, file=sys.stderr)
         return exc.exit_code if getattr(args, "config_exit_78", False) else 1
     except DaemonNotRunning as exc:
-        print(f"companyd: {exc}", file=sys.stderr)
+        print(f"companyd: {redact(str(exc))}", file=sys.stderr)
         return EX_UNAVAILABLE
     except CompanydError as exc:
-        print(f"companyd: {exc}", file=sys.stderr)
+        print(f"companyd: {redact(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -160,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _internal_error(exc: BaseException) -> None:
     print(
-        f"companyd: internal error: {type(exc).__name__}: {exc} — this is a bug; "
+        f"companyd: internal error: {type(exc).__name__}: {redact(str(exc))} — this is a bug; "
         "run again with --debug for the traceback and report it",
         file=sys.stderr,
     )

@@ -50,6 +50,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from companyd._secrets import SECRET_PATTERNS, protect
 from companyd.errors import ConfigError, ConfigIssue
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "load_config_text",
     "parse_duration",
     "secret_references",
+    "secret_values",
 ]
 
 SCHEMA = "companyd/v1"
@@ -720,6 +722,45 @@ def secret_references(
     return refs
 
 
+#: Variables whose values are secrets even before company.yaml names them (the defaults of
+#: ``anthropic.api_key_env`` and ``alerts.telegram.bot_token_env``): an error in a file
+#: that does not load must not echo them either.
+_DEFAULT_SECRET_ENV = ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN")
+
+
+def secret_values(config: CompanyConfig, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of every secret ``config`` names that can be found right now: the API
+    key, the bot token, every credential and every ``env_from`` variable (not the chat ids,
+    which are not secret). For registering with the redactor; never print them."""
+    env = os.environ if environ is None else environ
+    cred_dir = env.get("CREDENTIALS_DIRECTORY", "").split(":")[0]
+    values: list[str] = []
+    for ref in secret_references(config, env):
+        if ref.path == "alerts.telegram.chat_ids_env" or not ref.is_set:
+            continue
+        if ref.kind == "env":
+            values.append(env.get(ref.name, ""))
+        elif cred_dir:
+            try:
+                raw = _read_at_most(Path(cred_dir) / ref.name, _MAX_SECRET_BYTES)
+            except (OSError, _FileTooLarge, ValueError):
+                continue  # the consumer of this credential reports what is wrong with it
+            values.append(raw.decode("utf-8", errors="replace"))
+    return [v.strip() for v in values if v.strip()]
+
+
+def _register_secrets(config: CompanyConfig | None) -> None:
+    """Register the secrets ``config`` names (or, without one, those of the default
+    variables) with the process's redactor."""
+    values = (
+        [os.environ.get(name, "") for name in _DEFAULT_SECRET_ENV]
+        if config is None
+        else secret_values(config)
+    )
+    for value in values:
+        protect(value)
+
+
 # ---------------------------------------------------------------------------------------
 # Loading: positions
 
@@ -1236,6 +1277,7 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
     """
     p = Path(path)
     file = str(path)
+    _register_secrets(None)
 
     def fail(message: str, line: int = 0, column: int = 0) -> ConfigError:
         return ConfigError(
@@ -1261,7 +1303,11 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
         raise fail(f"cannot read the file: {exc.strerror or exc}; check its permissions") from None
     except ValueError as exc:  # e.g. a NUL byte in the path
         raise fail(f"cannot use this path: {exc}") from None
-    return load_config_text(_decode(raw, file), file=file, base_dir=p.absolute().parent)
+    config = load_config_text(_decode(raw, file), file=file, base_dir=p.absolute().parent)
+    # Every secret the file names is known to the redactor from here on, whichever command
+    # loaded it (the daemon at start and on reload, the CLI, notify-failure).
+    _register_secrets(config)
+    return config
 
 
 _MB = 1024 * 1024
@@ -1270,6 +1316,8 @@ _MB = 1024 * 1024
 _MAX_FILE_BYTES = 10 * _MB
 #: An agent's instructions travel in every request: far beyond any context window.
 _MAX_INSTRUCTIONS_BYTES = 1 * _MB
+#: A credential is a key or a token: far below this.
+_MAX_SECRET_BYTES = 64 * 1024
 
 
 class _FileTooLarge(Exception):
@@ -1584,15 +1632,9 @@ def _did_you_mean(key: str, parent_path: Path_) -> str:
 # ---------------------------------------------------------------------------------------
 # Loading: secrets written into the file
 
-_SECRET_VALUE_RES = (
-    (re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"), "an Anthropic API key"),
-    (re.compile(r"^\s*\d{6,12}:[A-Za-z0-9_\-]{30,}\s*$"), "a Telegram bot token"),
-    (re.compile(r"\bsk-(?:proj-)?[A-Za-z0-9_\-]{20,}"), "an API key"),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), "a GitHub token"),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), "a Slack token"),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "an AWS access key"),
-    (re.compile(r"://[^/\s:@]+:[^/\s@]+@"), "a URL with a password in it"),
-)
+#: The values the scan refuses are the ones every redactor masks (companyd._secrets); none
+#: is anchored, so a token inside longer text (instructions, context) is found too.
+_SECRET_VALUE_RES = tuple((rx, what) for rx, what, _ in SECRET_PATTERNS)
 _SECRET_KEY_RE = re.compile(
     r"(^|_)(token|api_?key|apikey|secret|secret_key|password|passwd|pwd|private_key|access_key"
     r"|auth|bearer)$"

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from companyd._secrets import redact
+
 __all__ = [
     "EX_CONFIG",
     "EX_SOFTWARE",
@@ -63,6 +65,16 @@ class ConfigIssue:
     path: str
     message: str
     severity: str = "error"
+
+    def __post_init__(self) -> None:
+        # A config error quotes the value it rejects; when that value is (or holds) a
+        # secret, the quote is masked here, once, for every path the issue travels
+        # (stderr, --json, the reload reply, the "change rejected" alert, notify-failure).
+        for name in ("path", "message"):
+            value = getattr(self, name)
+            clean = redact(value)
+            if clean != value:
+                object.__setattr__(self, name, clean)
 
     def __str__(self) -> str:
         where = self.file

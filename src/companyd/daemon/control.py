@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from companyd import __version__
+from companyd._secrets import SECRETS
 from companyd.clock import Clock, SystemClock
 from companyd.daemon.admin import Admin, AdminError
 from companyd.daemon.child import ChildContext
@@ -371,7 +372,10 @@ class ControlServer:
             await self._send(writer, response)
 
     async def _send(self, writer: asyncio.StreamWriter, response: Mapping[str, Any]) -> None:
-        data = json.dumps(response, ensure_ascii=False, default=str).encode() + b"\n"
+        # Every answer passes the one redactor: an agent's answer, an error or a log excerpt
+        # that holds a secret (or something that looks like one) never leaves the daemon.
+        plain = json.loads(json.dumps(response, default=str))
+        data = json.dumps(SECRETS.redact_data(plain), ensure_ascii=False).encode() + b"\n"
         writer.write(data)
         await _with_deadline(writer.drain(), self.idle_timeout, self.clock)
 
