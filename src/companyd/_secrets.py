@@ -26,7 +26,7 @@ import re
 import threading
 import traceback
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
@@ -62,8 +62,26 @@ SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "an AWS access key", "<aws-access-key>"),
     (re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"), "a URL with a password in it", "user:***"),
 )
-#: One search decides whether any pattern needs applying (the common case: none does).
-_ANY_PATTERN = re.compile("|".join(f"(?:{rx.pattern})" for rx, _, _ in SECRET_PATTERNS))
+#: A cheap test per pattern, in the same order: the pattern itself runs only where its
+#: trigger is present (a regex scan of a 170 kB status answer costs ~60 ms; these ~2 ms).
+_TRIGGERS: tuple[Callable[[str], object], ...] = (
+    lambda t: "sk-" in t,
+    re.compile(r":[A-Za-z0-9_\-]{30}").search,
+    lambda t: "sk-" in t,
+    re.compile(r"gh[pousr]_").search,
+    lambda t: "xox" in t,
+    lambda t: "AKIA" in t,
+    lambda t: "://" in t,
+)
+
+
+def _suspects(text: str) -> list[tuple[re.Pattern[str], str]]:
+    """The patterns (with their labels) that match somewhere in ``text``."""
+    return [
+        (rx, label)
+        for trigger, (rx, _, label) in zip(_TRIGGERS, SECRET_PATTERNS, strict=True)
+        if trigger(text) and rx.search(text)
+    ]
 
 
 class Redactor(logging.Filter):
@@ -109,7 +127,7 @@ class Redactor(logging.Filter):
 
     def known(self, text: str) -> bool:
         """Whether ``text`` holds a registered secret or something that looks like one."""
-        return any(s in text for s, _ in self._order) or bool(_ANY_PATTERN.search(text))
+        return any(s in text for s, _ in self._order) or bool(_suspects(text))
 
     def redact(self, text: str) -> str:
         """``text`` with every registered secret and every value that looks like one
@@ -117,9 +135,8 @@ class Redactor(logging.Filter):
         for secret, label in self._order:
             if secret in text:
                 text = text.replace(secret, label)
-        if _ANY_PATTERN.search(text):
-            for rx, _, label in SECRET_PATTERNS:
-                text = rx.sub(label, text)
+        for rx, label in _suspects(text):
+            text = rx.sub(label, text)
         return text
 
     def redact_data(self, value: Any) -> Any:

@@ -67,8 +67,10 @@ def default_config_path() -> Path:
 
 def print_json(obj: Any) -> None:
     """Write ``obj`` as indented JSON on stdout, every secret in it masked."""
-    plain = json.loads(json.dumps(obj, default=str))
-    json.dump(SECRETS.redact_data(plain), sys.stdout, indent=2, ensure_ascii=False)
+    text = json.dumps(obj, indent=2, ensure_ascii=False, default=str)
+    if SECRETS.known(text):  # mask string by string, so the JSON stays valid
+        text = json.dumps(SECRETS.redact_data(json.loads(text)), indent=2, ensure_ascii=False)
+    sys.stdout.write(text)
     sys.stdout.write("\n")
 
 

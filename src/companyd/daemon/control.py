@@ -374,8 +374,10 @@ class ControlServer:
     async def _send(self, writer: asyncio.StreamWriter, response: Mapping[str, Any]) -> None:
         # Every answer passes the one redactor: an agent's answer, an error or a log excerpt
         # that holds a secret (or something that looks like one) never leaves the daemon.
-        plain = json.loads(json.dumps(response, default=str))
-        data = json.dumps(SECRETS.redact_data(plain), ensure_ascii=False).encode() + b"\n"
+        text = json.dumps(response, ensure_ascii=False, default=str)
+        if SECRETS.known(text):  # rare: mask string by string, so the JSON stays valid
+            text = json.dumps(SECRETS.redact_data(json.loads(text)), ensure_ascii=False)
+        data = text.encode() + b"\n"
         writer.write(data)
         await _with_deadline(writer.drain(), self.idle_timeout, self.clock)
 
