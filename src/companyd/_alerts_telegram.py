@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from companyd._secrets import protect, redact
-from companyd.config import AlertsSpec
+from companyd.config import AlertsSpec, NotRegularFile, read_regular_file
 
 if TYPE_CHECKING:  # imported where used: the library is slow to import and the CLI is not
     from telegram.error import RetryAfter
@@ -80,9 +80,15 @@ def resolve_settings(
     elif tg.bot_token_credential and env.get("CREDENTIALS_DIRECTORY"):
         path = Path(env["CREDENTIALS_DIRECTORY"]) / tg.bot_token_credential
         try:
-            token = path.read_text(encoding="utf-8").strip()
+            # never a plain read: a FIFO there would block forever
+            token = read_regular_file(path, 64 * 1024).decode("utf-8", errors="replace").strip()
             source = f"credential {tg.bot_token_credential!r}"
-        except OSError:
+        except NotRegularFile as exc:
+            return (
+                f"no Telegram bot token: {str(path)!r} is not a regular file ({exc.kind}); "
+                "point LoadCredential= at the file that holds the token"
+            )
+        except (OSError, ValueError):
             token = ""
     if not token:
         where = []

@@ -25,10 +25,12 @@ run it in a thread (``await asyncio.to_thread(load_config, path)``).
 from __future__ import annotations
 
 import difflib
+import errno
 import functools
 import math
 import os
 import re
+import stat
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,14 +64,17 @@ __all__ = [
     "CompanyConfig",
     "CompanyFile",
     "DepartmentConfig",
+    "FileTooLarge",
     "LimitsSpec",
     "ModelSpec",
+    "NotRegularFile",
     "RoutineConfig",
     "SecretReference",
     "SupervisorSpec",
     "load_config",
     "load_config_text",
     "parse_duration",
+    "read_regular_file",
     "secret_references",
     "secret_values",
 ]
@@ -1299,6 +1304,11 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
         raise fail(
             "expected a file, got a directory; give the path to company.yaml inside it"
         ) from None
+    except NotRegularFile as exc:
+        raise fail(
+            f"expected a regular file, got {exc.kind}; give the path to your company.yaml "
+            "(companyd never reads a pipe or a device as its configuration)"
+        ) from None
     except OSError as exc:
         raise fail(f"cannot read the file: {exc.strerror or exc}; check its permissions") from None
     except ValueError as exc:  # e.g. a NUL byte in the path
@@ -1320,18 +1330,74 @@ _MAX_INSTRUCTIONS_BYTES = 1 * _MB
 _MAX_SECRET_BYTES = 64 * 1024
 
 
-class _FileTooLarge(Exception):
-    pass
+class FileTooLarge(OSError):
+    """A file is larger than its reader's limit (the rest was not read)."""
 
 
-def _read_at_most(path: Path, limit: int) -> bytes:
-    """The bytes of ``path``, or _FileTooLarge once more than ``limit`` arrive (without reading
-    the rest: the path may be a device or a pipe that never ends)."""
-    with path.open("rb") as f:
-        data = f.read(limit + 1)
+_FileTooLarge = FileTooLarge
+
+
+class NotRegularFile(OSError):
+    """A path names a FIFO, a device or a socket where a file was expected.
+
+    ``kind`` says which (``"a FIFO (named pipe)"``, ``"a character device"``, …).
+    """
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({kind})", str(path))
+        self.kind = kind
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``; refused at once, before any read, when it is
+    anything else, so that no caller can hang on it.
+
+    A FIFO with no writer blocks a plain ``open()`` forever and a device may never end, so
+    the file is opened with ``O_NONBLOCK`` (which makes ``open`` of a FIFO return at once)
+    and checked with ``fstat`` on the descriptor actually opened (no stat-then-open race).
+
+    Raises:
+        IsADirectoryError: ``path`` is a directory.
+        NotRegularFile: a FIFO, a device or a socket (``kind`` says which).
+        FileTooLarge: more than ``limit`` bytes (the rest is not read).
+        OSError: whatever else ``open`` or ``read`` raise.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = 0  # let open() report it, with its own errno
+    if mode and stat.S_ISSOCK(mode):
+        raise NotRegularFile(path, _file_kind(mode))  # open() would fail with ENXIO
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(path, _file_kind(mode))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
     if len(data) > limit:
-        raise _FileTooLarge
+        raise FileTooLarge(errno.EFBIG, f"larger than {limit} bytes", str(path))
     return data
+
+
+_read_at_most = read_regular_file
 
 
 def _decode(raw: bytes, file: str) -> str:
@@ -2052,6 +2118,12 @@ def _read_instructions(ref: str, path: Path_, base: Path, rep: _Report) -> str |
         )
     except IsADirectoryError:
         rep.add(path, f"expected a file, got the directory {ref!r} ({f})")
+    except NotRegularFile as exc:
+        rep.add(
+            path,
+            f"expected a regular file of instructions, got {exc.kind}: {ref!r} ({f}); point "
+            "instructions_file at a text file (relative to company.yaml)",
+        )
     except UnicodeDecodeError as exc:
         rep.add(path, f"expected UTF-8 text in {ref!r}, got the byte at offset {exc.start}")
     except OSError as exc:

@@ -738,7 +738,10 @@ def _state_dir_from_config(config: Path) -> Path | None:
     try:
         import yaml
 
-        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+        from companyd.config import read_regular_file
+
+        # never a plain read: a FIFO given as --config must not hang `status`
+        data = yaml.safe_load(read_regular_file(config, 10 * 1024 * 1024).decode())
     except Exception:
         return None
     value = data.get("state_dir") if isinstance(data, dict) else None
