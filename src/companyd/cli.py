@@ -10,9 +10,10 @@ Error presentation is one rule: the operator never sees a traceback. A
 :class:`~companyd.errors.CompanydError` prints its message; anything unexpected prints one
 line naming the bug and how to get the traceback (``--debug``).
 
-Exit codes: 0 success, 1 the command's answer is "no" (invalid config, check found
-problems), 2 usage error, 78 invalid config for a command that needed one (``run``),
-69 daemon not running, 70 internal error, 130 interrupted.
+Exit codes (the same in every command; :mod:`companyd.errors` holds them, docs/daemon.md
+lists them): 0 success, 1 the command's answer is "no" (invalid config, unknown agent,
+check found problems), 2 usage error, 78 invalid config for a command that needed one
+(``run``), 69 daemon not running, 70 internal error, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -29,14 +30,18 @@ from typing import Any
 from companyd import __version__
 from companyd._secrets import SECRETS, redact
 from companyd.errors import (
+    EX_REFUSED,
     EX_SOFTWARE,
     EX_UNAVAILABLE,
+    EX_USAGE,
     CompanydError,
     ConfigError,
     DaemonNotRunning,
+    UnknownName,
+    UsageError,
 )
 
-__all__ = ["default_config_path", "main", "print_json"]
+__all__ = ["add_config_argument", "config_path", "default_config_path", "main", "print_json"]
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -63,6 +68,35 @@ def default_config_path() -> Path:
     if conf_dir:
         return Path(conf_dir.split(":")[0]) / "company.yaml"
     return Path("company.yaml")
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    """The positional ``path`` (kept: ``companyd validate company.yaml``) and ``--config``,
+    as every other command takes it; :func:`config_path` picks one."""
+    parser.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="company.yaml (default: $COMPANYD_CONFIG, $CONFIGURATION_DIRECTORY/company.yaml, "
+        "./company.yaml)",
+    )
+    parser.add_argument("--config", type=Path, help="company.yaml (the same as PATH)")
+
+
+def config_path(args: argparse.Namespace) -> Path:
+    """The company.yaml a command was given (positional or ``--config``), else the default.
+
+    Raises:
+        UsageError: both were given and name different files.
+    """
+    positional: Path | None = getattr(args, "path", None)
+    flag: Path | None = getattr(args, "config", None)
+    if positional is not None and flag is not None and positional != flag:
+        raise UsageError(
+            f"the config is named twice: {str(positional)!r} and --config {str(flag)!r}; "
+            "give one of them"
+        )
+    return positional or flag or default_config_path()
 
 
 def print_json(obj: Any) -> None:
@@ -144,9 +178,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DaemonNotRunning as exc:
         print(f"companyd: {redact(str(exc))}", file=sys.stderr)
         return EX_UNAVAILABLE
+    except UsageError as exc:
+        print(f"companyd: {redact(str(exc))}", file=sys.stderr)
+        return EX_USAGE
+    except UnknownName as exc:
+        # the same answer as the daemon's refusals: one line, and with --json an object
+        print(f"companyd: {redact(str(exc))}", file=sys.stderr)
+        if getattr(args, "json", False):
+            print_json({"ok": False, "error": str(exc), "code": exc.code})
+        return EX_REFUSED
     except CompanydError as exc:
         print(f"companyd: {redact(str(exc))}", file=sys.stderr)
-        return 1
+        return EX_REFUSED
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -183,12 +226,7 @@ def _register_config_commands(sub: Any) -> None:
             "with every problem on stderr, one per line as file:line:column: path: message."
         ),
     )
-    p.add_argument(
-        "path",
-        nargs="?",
-        type=Path,
-        help="company.yaml (default: $COMPANYD_CONFIG, else ./company.yaml)",
-    )
+    add_config_argument(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=_validate)
 
@@ -213,12 +251,7 @@ def _register_config_commands(sub: Any) -> None:
             "only the variables and credentials they are read from, and whether each is set."
         ),
     )
-    p.add_argument(
-        "path",
-        nargs="?",
-        type=Path,
-        help="company.yaml (default: $COMPANYD_CONFIG, else ./company.yaml)",
-    )
+    add_config_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     p.set_defaults(func=_show_config)
 
@@ -226,7 +259,7 @@ def _register_config_commands(sub: Any) -> None:
 def _validate(args: argparse.Namespace) -> int:
     from companyd.config import load_config
 
-    path = args.path or default_config_path()
+    path = config_path(args)
     try:
         cfg = load_config(path)
     except ConfigError as exc:
@@ -333,8 +366,7 @@ def _init(args: argparse.Namespace) -> int:
 def _show_config(args: argparse.Namespace) -> int:
     from companyd.config import load_config
 
-    path = args.path or default_config_path()
-    cfg = load_config(path)
+    cfg = load_config(config_path(args))
     for w in cfg.warnings:
         print(w, file=sys.stderr)
     view = resolved_view(cfg)
