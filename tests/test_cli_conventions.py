@@ -65,3 +65,100 @@ def test_an_unknown_agent_exits_1_in_every_command(tmp_path: Path) -> None:
     # an agent that exists but has no runs yet is not an error
     p = cli("runs", "--agent", "cfo", *base)
     assert (p.returncode, p.stdout.strip()) == (0, "no runs yet")
+
+
+PIPED = [
+    ["--help"],
+    ["--version"],
+    ["help"],
+    ["help", "status"],
+    ["validate", "--config", str(EXAMPLE)],
+    ["validate", "--json", "--config", str(EXAMPLE)],
+    ["show-config", "--config", str(EXAMPLE)],
+    ["show-config", "--json", "--config", str(EXAMPLE)],
+    ["demo", "--config", str(EXAMPLE)],
+    ["demo", "--crash-test", "--config", str(EXAMPLE)],
+    ["status", "--config", str(EXAMPLE)],
+    ["status", "--json", "--config", str(EXAMPLE)],
+    ["runs", "--config", str(EXAMPLE)],
+    ["jobs", "--config", str(EXAMPLE)],
+    ["spend", "--config", str(EXAMPLE)],
+    ["budget", "--config", str(EXAMPLE)],
+    ["memory", "--help"],
+]
+
+
+def _quiet(err: str) -> bool:
+    return not any(s in err for s in ("Broken pipe", "BrokenPipeError", "Traceback", "Exception"))
+
+
+@pytest.mark.parametrize("args", PIPED, ids=" ".join)
+def test_piped_into_head_every_command_exits_quietly(tmp_path: Path, args: list[str]) -> None:
+    """`companyd … | head -1`, a real shell pipeline: no 'Broken pipe', and companyd's own
+    exit status is its answer (0; 69 for status with no daemon), never 1 for the pipe."""
+    import shlex
+
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "companyd", *args])
+    script = f"{cmd} 2>{tmp_path / 'err'} | head -1 >/dev/null; echo ${{PIPESTATUS[0]}}"
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPANYD_CONFIG", "STATE_DIRECTORY")}
+    p = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
+    err = (tmp_path / "err").read_text()
+    expected = 69 if args[0] == "status" else 0
+    assert int(p.stdout.strip()) == expected, err
+    assert _quiet(err), err
+
+
+@pytest.mark.parametrize("args", PIPED, ids=" ".join)
+def test_with_both_outputs_already_closed_every_command_exits_quietly(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """The deterministic form of `… 2>&1 | head -1`: the reader is gone before companyd
+    writes a byte, so every write to stdout and stderr fails with EPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPANYD_CONFIG", "STATE_DIRECTORY")}
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "companyd", *args],
+            stdout=write_end,
+            stderr=write_end,
+            timeout=120,
+            env=env,
+            cwd=tmp_path,
+        )
+    finally:
+        os.close(write_end)
+    # the command's own answer, as if nobody had left: 0, or 69 for status with no daemon
+    assert p.returncode == (69 if args[0] == "status" else 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["validate", "--config", "missing.yaml"], 1),
+        (["runs", "--agent", "nobody", "--config", str(EXAMPLE)], 1),
+        (["help", "nope"], 2),
+    ],
+)
+def test_a_closed_pipe_does_not_turn_a_no_into_a_yes(
+    tmp_path: Path, args: list[str], code: int
+) -> None:
+    """`companyd validate bad.yaml 2>&1 | head -1`: the reader leaving must not hide the
+    answer (a failed check exited 0 when its error line met the closed pipe)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPANYD_CONFIG", "STATE_DIRECTORY")}
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "companyd", *args],
+            stdout=write_end,
+            stderr=write_end,
+            timeout=120,
+            env=env,
+            cwd=tmp_path,
+        )
+    finally:
+        os.close(write_end)
+    assert p.returncode == code

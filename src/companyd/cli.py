@@ -134,7 +134,82 @@ def _build_parser(broken: list[str] | None = None) -> argparse.ArgumentParser:
             broken.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         module.register(sub)
+    _register_help(parser, sub)
     return parser
+
+
+def _register_help(parser: argparse.ArgumentParser, sub: Any) -> None:
+    """``companyd help [COMMAND]``: the same text as ``companyd [COMMAND] --help``."""
+    p = sub.add_parser(
+        "help",
+        help="show the help of companyd or of one command",
+        description="Show the help of companyd, or of COMMAND (the same as COMMAND --help).",
+    )
+    p.add_argument("topic", nargs="?", metavar="COMMAND", help="a command, e.g. status")
+
+    def show(args: argparse.Namespace) -> int:
+        if args.topic is None:
+            parser.print_help()
+            return 0
+        command = sub.choices.get(args.topic)
+        if command is None:
+            raise UsageError(
+                f"no command {args.topic!r}; commands: "
+                + ", ".join(c for c in sub.choices if c != "help")
+            )
+        command.print_help()
+        return 0
+
+    p.set_defaults(func=show)
+
+
+class _PipeSafe:
+    """A text stream that turns into /dev/null once its reader has gone (EPIPE).
+
+    ``companyd … | head -1``: head exits after one line and every later write fails. The
+    command goes on to its end and exits with its own answer (``validate`` of a bad file
+    still exits 1, ``status`` with no daemon 69), printing no "Broken pipe" on the way. The
+    stream's descriptor is pointed at /dev/null too, so the interpreter's final flush of
+    what is still buffered has nowhere to fail.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._reader_left()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_left()
+
+    def _reader_left(self) -> None:
+        self._gone = True
+        _to_devnull(self._stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _to_devnull(stream: Any) -> None:
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's StringIO): nothing to flush at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -142,8 +217,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Never lets a traceback reach the operator: configuration errors print one line per
     problem, other expected failures one ``companyd: …`` line, and bugs one line naming
-    the bug and ``--debug`` (which re-raises for the traceback).
+    the bug and ``--debug`` (which re-raises for the traceback). A reader that leaves
+    (``| head -1``) changes nothing but where the rest of the output goes.
     """
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _PipeSafe(stdout), _PipeSafe(stderr)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # a stream captured before main() (a default argument) met the closed pipe
+        _to_devnull(stdout)
+        return 0
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
     broken: list[str] = []
@@ -193,10 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # `companyd show-config | head`: the reader left. Point stdout at /dev/null so the
-        # interpreter's final flush does not complain about the closed pipe.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        # a stream the command captured before main() met the closed pipe (the streams
+        # main() installed never raise it): its output is over, and so is the command
+        _to_devnull(sys.__stdout__)
         return 0
     except Exception as exc:
         if args.debug:
