@@ -134,3 +134,10 @@ def test_daemon_commands_given_a_fifo_as_config_do_not_hang(tmp_path: Path) -> N
     p = cli("install-service", "--dry-run", "--config", str(path), "--root", str(tmp_path))
     assert p.returncode == 2 and "is not a file" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_memory_import_of_a_fifo_is_refused(tmp_path: Path) -> None:
+    source = fifo(tmp_path / "graph.jsonl")
+    p = cli("memory", "import", str(source), "--file", str(tmp_path / "memory.jsonl"))
+    assert p.returncode == 1
+    assert "not a regular file (a FIFO (named pipe))" in p.stderr and "Traceback" not in p.stderr

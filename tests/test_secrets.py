@@ -181,3 +181,29 @@ def test_load_config_registers_every_secret_the_config_names(
     assert "cred-token-value-for-the-bot" not in text
     assert "token-for-the-tool-server" not in text
     assert json.dumps(SECRETS.redact_data({"k": ["custom-env-api-key-value"]})) == '{"k": ["***"]}'
+
+
+def test_show_config_never_prints_a_known_secret(tmp_path: Path) -> None:
+    """The value of the API key variable, written into instructions in a shape no pattern
+    knows, is masked in show-config's YAML as in its JSON."""
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(
+        MINIMAL.replace("instructions: Count.", "instructions: 'Use key opaque-value-4c1d9e.'")
+    )
+    env = {**os.environ, "ANTHROPIC_API_KEY": "opaque-value-4c1d9e", "COMPANYD_CONFIG": ""}
+    for extra in ([], ["--json"]):
+        p = subprocess.run(
+            [sys.executable, "-m", "companyd", "show-config", *extra, "--config", str(cfg)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert p.returncode == 0, p.stderr
+        assert "Use key ***." in p.stdout and "opaque-value-4c1d9e" not in p.stdout
+
+
+def test_a_secret_pasted_as_a_key_is_named_as_a_secret() -> None:
+    lines = _errors(MINIMAL.replace("    title: CFO\n", f"    title: CFO\n    {KEY}: 1\n"))
+    assert any("looks like an Anthropic API key" in line for line in lines), lines
+    assert KEY not in "\n".join(lines)

@@ -164,7 +164,11 @@ def _register_help(parser: argparse.ArgumentParser, sub: Any) -> None:
 
 
 class _PipeSafe:
-    """A text stream that turns into /dev/null once its reader has gone (EPIPE).
+    """A text stream that masks secrets and turns into /dev/null once its reader has gone.
+
+    Every text a command prints passes the one redactor (:mod:`companyd._secrets`): what
+    company.yaml names and what looks like a key never reaches the terminal, whichever
+    printer wrote it.
 
     ``companyd … | head -1``: head exits after one line and every later write fails. The
     command goes on to its end and exits with its own answer (``validate`` of a bad file
@@ -180,7 +184,8 @@ class _PipeSafe:
     def write(self, text: str) -> int:
         if not self._gone:
             try:
-                return int(self._stream.write(text))
+                self._stream.write(redact(text))
+                return len(text)
             except BrokenPipeError:
                 self._reader_left()
         return len(text)

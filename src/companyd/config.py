@@ -1735,6 +1735,8 @@ def _check_secrets(data: Any, rep: _Report) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
                 kp = (*path, k)
+                if isinstance(k, str) and looks_secret(kp, k, key=True):
+                    continue
                 # env_from maps variable names to variable names: references, not values
                 literal = not (path and path[-1] == "env_from")
                 # a number is a secret too (a PIN, a numeric password)
@@ -1754,17 +1756,23 @@ def _check_secrets(data: Any, rep: _Report) -> None:
             for i, v in enumerate(node):
                 walk(v, (*path, i))
         elif isinstance(node, str):
-            for rx, what in _SECRET_VALUE_RES:
-                if rx.search(node):
-                    rep.add(
-                        path,
-                        f"expected no secrets in company.yaml, got what looks like {what}; "
-                        "move it to an environment variable or a systemd credential "
-                        "(LoadCredential=) and reference it by name, then rotate it — it "
-                        "may already be in git history",
-                    )
-                    rep.settle(path)
-                    break
+            looks_secret(path, node)
+
+    def looks_secret(path: Path_, text: str, *, key: bool = False) -> bool:
+        for rx, what in _SECRET_VALUE_RES:
+            if rx.search(text):
+                rep.add(
+                    path,
+                    f"expected no secrets in company.yaml, got what looks like {what}"
+                    + (" as a key" if key else "")
+                    + "; move it to an environment variable or a systemd credential "
+                    "(LoadCredential=) and reference it by name, then rotate it — it "
+                    "may already be in git history",
+                    key=key,
+                )
+                rep.settle(path)
+                return True
+        return False
 
     walk(data, ())
 
