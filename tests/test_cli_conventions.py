@@ -54,6 +54,7 @@ def test_an_unknown_agent_exits_1_in_every_command(tmp_path: Path) -> None:
     runs = {
         "demo": cli("demo", "--crash-test", "--agent", "nobody", "--config", str(EXAMPLE)),
         "ask": cli("ask", "nobody", "hi", "--offline", *base),
+        "ask --json": cli("ask", "nobody", "hi", "--offline", "--json", *base),
         "runs": cli("runs", "--agent", "nobody", *base),
         "runs --json": cli("runs", "--agent", "nobody", "--json", *base),
     }
@@ -62,6 +63,7 @@ def test_an_unknown_agent_exits_1_in_every_command(tmp_path: Path) -> None:
         assert "'nobody'" in p.stderr and "ceo" in p.stderr, (name, p.stderr)
         assert "Traceback" not in p.stderr
     assert json.loads(runs["runs --json"].stdout)["ok"] is False
+    assert json.loads(runs["ask --json"].stdout)["ok"] is False
     # an agent that exists but has no runs yet is not an error
     p = cli("runs", "--agent", "cfo", *base)
     assert (p.returncode, p.stdout.strip()) == (0, "no runs yet")

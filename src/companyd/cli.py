@@ -37,7 +37,6 @@ from companyd.errors import (
     CompanydError,
     ConfigError,
     DaemonNotRunning,
-    UnknownName,
     UsageError,
 )
 
@@ -275,14 +274,13 @@ def _main(argv: Sequence[str] | None) -> int:
     except UsageError as exc:
         print(f"companyd: {redact(str(exc))}", file=sys.stderr)
         return EX_USAGE
-    except UnknownName as exc:
-        # the same answer as the daemon's refusals: one line, and with --json an object
+    except CompanydError as exc:
+        # the same answer as the daemon's refusals: one line on stderr, and with --json an
+        # object on stdout, whether the daemon or the command itself refused
         print(f"companyd: {redact(str(exc))}", file=sys.stderr)
         if getattr(args, "json", False):
-            print_json({"ok": False, "error": str(exc), "code": exc.code})
-        return EX_REFUSED
-    except CompanydError as exc:
-        print(f"companyd: {redact(str(exc))}", file=sys.stderr)
+            code = getattr(exc, "code", None)
+            print_json({"ok": False, "error": str(exc), "code": code or "error"})
         return EX_REFUSED
     except KeyboardInterrupt:
         return 130
