@@ -25,10 +25,12 @@ run it in a thread (``await asyncio.to_thread(load_config, path)``).
 from __future__ import annotations
 
 import difflib
+import errno
 import functools
 import math
 import os
 import re
+import stat
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from companyd._secrets import SECRET_PATTERNS, protect
 from companyd.errors import ConfigError, ConfigIssue
 
 __all__ = [
@@ -61,15 +64,19 @@ __all__ = [
     "CompanyConfig",
     "CompanyFile",
     "DepartmentConfig",
+    "FileTooLarge",
     "LimitsSpec",
     "ModelSpec",
+    "NotRegularFile",
     "RoutineConfig",
     "SecretReference",
     "SupervisorSpec",
     "load_config",
     "load_config_text",
     "parse_duration",
+    "read_regular_file",
     "secret_references",
+    "secret_values",
 ]
 
 SCHEMA = "companyd/v1"
@@ -723,6 +730,45 @@ def secret_references(
     return refs
 
 
+#: Variables whose values are secrets even before company.yaml names them (the defaults of
+#: ``anthropic.api_key_env`` and ``alerts.telegram.bot_token_env``): an error in a file
+#: that does not load must not echo them either.
+_DEFAULT_SECRET_ENV = ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN")
+
+
+def secret_values(config: CompanyConfig, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of every secret ``config`` names that can be found right now: the API
+    key, the bot token, every credential and every ``env_from`` variable (not the chat ids,
+    which are not secret). For registering with the redactor; never print them."""
+    env = os.environ if environ is None else environ
+    cred_dir = env.get("CREDENTIALS_DIRECTORY", "").split(":")[0]
+    values: list[str] = []
+    for ref in secret_references(config, env):
+        if ref.path == "alerts.telegram.chat_ids_env" or not ref.is_set:
+            continue
+        if ref.kind == "env":
+            values.append(env.get(ref.name, ""))
+        elif cred_dir:
+            try:
+                raw = _read_at_most(Path(cred_dir) / ref.name, _MAX_SECRET_BYTES)
+            except (OSError, _FileTooLarge, ValueError):
+                continue  # the consumer of this credential reports what is wrong with it
+            values.append(raw.decode("utf-8", errors="replace"))
+    return [v.strip() for v in values if v.strip()]
+
+
+def _register_secrets(config: CompanyConfig | None) -> None:
+    """Register the secrets ``config`` names (or, without one, those of the default
+    variables) with the process's redactor."""
+    values = (
+        [os.environ.get(name, "") for name in _DEFAULT_SECRET_ENV]
+        if config is None
+        else secret_values(config)
+    )
+    for value in values:
+        protect(value)
+
+
 # ---------------------------------------------------------------------------------------
 # Loading: positions
 
@@ -1239,6 +1285,7 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
     """
     p = Path(path)
     file = str(path)
+    _register_secrets(None)
 
     def fail(message: str, line: int = 0, column: int = 0) -> ConfigError:
         return ConfigError(
@@ -1260,11 +1307,20 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
         raise fail(
             "expected a file, got a directory; give the path to company.yaml inside it"
         ) from None
+    except NotRegularFile as exc:
+        raise fail(
+            f"expected a regular file, got {exc.kind}; give the path to your company.yaml "
+            "(companyd never reads a pipe or a device as its configuration)"
+        ) from None
     except OSError as exc:
         raise fail(f"cannot read the file: {exc.strerror or exc}; check its permissions") from None
     except ValueError as exc:  # e.g. a NUL byte in the path
         raise fail(f"cannot use this path: {exc}") from None
-    return load_config_text(_decode(raw, file), file=file, base_dir=p.absolute().parent)
+    config = load_config_text(_decode(raw, file), file=file, base_dir=p.absolute().parent)
+    # Every secret the file names is known to the redactor from here on, whichever command
+    # loaded it (the daemon at start and on reload, the CLI, notify-failure).
+    _register_secrets(config)
+    return config
 
 
 _MB = 1024 * 1024
@@ -1273,20 +1329,78 @@ _MB = 1024 * 1024
 _MAX_FILE_BYTES = 10 * _MB
 #: An agent's instructions travel in every request: far beyond any context window.
 _MAX_INSTRUCTIONS_BYTES = 1 * _MB
+#: A credential is a key or a token: far below this.
+_MAX_SECRET_BYTES = 64 * 1024
 
 
-class _FileTooLarge(Exception):
-    pass
+class FileTooLarge(OSError):
+    """A file is larger than its reader's limit (the rest was not read)."""
 
 
-def _read_at_most(path: Path, limit: int) -> bytes:
-    """The bytes of ``path``, or _FileTooLarge once more than ``limit`` arrive (without reading
-    the rest: the path may be a device or a pipe that never ends)."""
-    with path.open("rb") as f:
-        data = f.read(limit + 1)
+_FileTooLarge = FileTooLarge
+
+
+class NotRegularFile(OSError):
+    """A path names a FIFO, a device or a socket where a file was expected.
+
+    ``kind`` says which (``"a FIFO (named pipe)"``, ``"a character device"``, …).
+    """
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({kind})", str(path))
+        self.kind = kind
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``; refused at once, before any read, when it is
+    anything else, so that no caller can hang on it.
+
+    A FIFO with no writer blocks a plain ``open()`` forever and a device may never end, so
+    the file is opened with ``O_NONBLOCK`` (which makes ``open`` of a FIFO return at once)
+    and checked with ``fstat`` on the descriptor actually opened (no stat-then-open race).
+
+    Raises:
+        IsADirectoryError: ``path`` is a directory.
+        NotRegularFile: a FIFO, a device or a socket (``kind`` says which).
+        FileTooLarge: more than ``limit`` bytes (the rest is not read).
+        OSError: whatever else ``open`` or ``read`` raise.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = 0  # let open() report it, with its own errno
+    if mode and stat.S_ISSOCK(mode):
+        raise NotRegularFile(path, _file_kind(mode))  # open() would fail with ENXIO
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(path, _file_kind(mode))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
     if len(data) > limit:
-        raise _FileTooLarge
+        raise FileTooLarge(errno.EFBIG, f"larger than {limit} bytes", str(path))
     return data
+
+
+_read_at_most = read_regular_file
 
 
 def _decode(raw: bytes, file: str) -> str:
@@ -1587,15 +1701,9 @@ def _did_you_mean(key: str, parent_path: Path_) -> str:
 # ---------------------------------------------------------------------------------------
 # Loading: secrets written into the file
 
-_SECRET_VALUE_RES = (
-    (re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"), "an Anthropic API key"),
-    (re.compile(r"^\s*\d{6,12}:[A-Za-z0-9_\-]{30,}\s*$"), "a Telegram bot token"),
-    (re.compile(r"\bsk-(?:proj-)?[A-Za-z0-9_\-]{20,}"), "an API key"),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), "a GitHub token"),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), "a Slack token"),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "an AWS access key"),
-    (re.compile(r"://[^/\s:@]+:[^/\s@]+@"), "a URL with a password in it"),
-)
+#: The values the scan refuses are the ones every redactor masks (companyd._secrets); none
+#: is anchored, so a token inside longer text (instructions, context) is found too.
+_SECRET_VALUE_RES = tuple((rx, what) for rx, what, _ in SECRET_PATTERNS)
 _SECRET_KEY_RE = re.compile(
     r"(^|_)(token|api_?key|apikey|secret|secret_key|password|passwd|pwd|private_key|access_key"
     r"|auth|bearer)$"
@@ -1630,6 +1738,8 @@ def _check_secrets(data: Any, rep: _Report) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
                 kp = (*path, k)
+                if isinstance(k, str) and looks_secret(kp, k, key=True):
+                    continue
                 # env_from maps variable names to variable names: references, not values
                 literal = not (path and path[-1] == "env_from")
                 # a number is a secret too (a PIN, a numeric password)
@@ -1649,17 +1759,23 @@ def _check_secrets(data: Any, rep: _Report) -> None:
             for i, v in enumerate(node):
                 walk(v, (*path, i))
         elif isinstance(node, str):
-            for rx, what in _SECRET_VALUE_RES:
-                if rx.search(node):
-                    rep.add(
-                        path,
-                        f"expected no secrets in company.yaml, got what looks like {what}; "
-                        "move it to an environment variable or a systemd credential "
-                        "(LoadCredential=) and reference it by name, then rotate it — it "
-                        "may already be in git history",
-                    )
-                    rep.settle(path)
-                    break
+            looks_secret(path, node)
+
+    def looks_secret(path: Path_, text: str, *, key: bool = False) -> bool:
+        for rx, what in _SECRET_VALUE_RES:
+            if rx.search(text):
+                rep.add(
+                    path,
+                    f"expected no secrets in company.yaml, got what looks like {what}"
+                    + (" as a key" if key else "")
+                    + "; move it to an environment variable or a systemd credential "
+                    "(LoadCredential=) and reference it by name, then rotate it — it "
+                    "may already be in git history",
+                    key=key,
+                )
+                rep.settle(path)
+                return True
+        return False
 
     walk(data, ())
 
@@ -2013,6 +2129,12 @@ def _read_instructions(ref: str, path: Path_, base: Path, rep: _Report) -> str |
         )
     except IsADirectoryError:
         rep.add(path, f"expected a file, got the directory {ref!r} ({f})")
+    except NotRegularFile as exc:
+        rep.add(
+            path,
+            f"expected a regular file of instructions, got {exc.kind}: {ref!r} ({f}); point "
+            "instructions_file at a text file (relative to company.yaml)",
+        )
     except UnicodeDecodeError as exc:
         rep.add(path, f"expected UTF-8 text in {ref!r}, got the byte at offset {exc.start}")
     except OSError as exc:

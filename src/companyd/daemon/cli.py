@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from companyd.config import read_regular_file
 from companyd.daemon.control import (
     ControlClient,
     ControlTimeout,
@@ -736,7 +737,15 @@ def _install_service(args: argparse.Namespace) -> int:
         if config_target.exists():
             steps.append((f"keep the existing {config_target} (not overwritten)", lambda: None))
         else:
-            data = args.config.read_bytes()
+            try:
+                # never a plain read: a FIFO or a device given by mistake must not hang
+                data = read_regular_file(args.config, 10 * 1024 * 1024)
+            except (OSError, ValueError) as exc:
+                raise CompanydError(
+                    f"cannot copy {str(args.config)!r}: "
+                    f"{getattr(exc, 'strerror', None) or exc}; give the path to your "
+                    "company.yaml (a regular file)"
+                ) from None
             steps.append(
                 (
                     f"copy {args.config} to {config_target} (mode 0644)",

@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from companyd import __version__
+from companyd._secrets import SECRETS
 from companyd.clock import Clock, SystemClock
 from companyd.daemon.admin import Admin, AdminError
 from companyd.daemon.child import ChildContext
@@ -630,11 +631,15 @@ class ControlServer:
             )
 
     async def _send(self, conn: _Conn, response: Mapping[str, Any]) -> None:
+        # Every answer passes the one redactor: an agent's answer, an error or a log excerpt
+        # that holds a secret (or something that looks like one) never leaves the daemon.
+        text = json.dumps(response, ensure_ascii=False, default=str)
+        if SECRETS.known(text):  # rare: mask string by string, so the JSON stays valid
+            text = json.dumps(SECRETS.redact_data(json.loads(text)), ensure_ascii=False)
         try:
-            text = json.dumps(response, ensure_ascii=False, default=str)
             data = text.encode()
         except UnicodeEncodeError:  # a lone surrogate somewhere: escape it
-            data = json.dumps(response, default=str).encode()
+            data = json.dumps(json.loads(text)).encode()
         loop = asyncio.get_running_loop()
         # Not busy meanwhile: an answer waiting on a client that does not read is no
         # operation running, and such a connection may be evicted like an idle one.
@@ -1119,7 +1124,10 @@ def _state_dir_from_config(config: Path) -> Path | None:
     try:
         import yaml
 
-        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+        from companyd.config import read_regular_file
+
+        # never a plain read: a FIFO given as --config must not hang `status`
+        data = yaml.safe_load(read_regular_file(config, 10 * 1024 * 1024).decode())
     except Exception:
         return None
     value = data.get("state_dir") if isinstance(data, dict) else None

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 from companyd.clock import Clock, SystemClock
@@ -32,6 +31,7 @@ from companyd.daemon.tree import (
     build_company_tree,
     placeholder_service,
 )
+from companyd.errors import CompanydError, UnknownName
 from companyd.events import Event, EventBus
 
 __all__ = ["SERVICES", "CrashSwitch", "crash_test", "register", "render_tree"]
@@ -227,7 +227,12 @@ async def crash_test(
     out: TextIO = sys.stdout,
     clock: Clock | None = None,
 ) -> int:
-    """Run the crash test on ``config`` and narrate it on ``out``. Returns the exit code."""
+    """Run the crash test on ``config`` and narrate it on ``out``. Returns the exit code.
+
+    Raises:
+        UnknownName: ``agent`` is not in company.yaml (exit 1, as in every command).
+        CompanydError: ``agent`` is temporary or disabled: there is nothing to watch.
+    """
     clock = clock or SystemClock()
     bus = EventBus(clock)
     rec = _Recorder(bus)
@@ -235,19 +240,17 @@ async def crash_test(
     if agent is None:
         victim = _pick_victim(config)
     elif agent not in config.agents:
-        out.write(
-            f"companyd: no agent {agent!r} in {config.path}; agents: {', '.join(config.agents)}\n"
+        raise UnknownName(
+            f"unknown agent {agent!r} in {config.path}; agents: {', '.join(config.agents)}"
         )
-        return 2
     else:
         victim = config.agents[agent]
     if victim.restart == "temporary" or not victim.enabled:
         what = "disabled" if not victim.enabled else "temporary"
-        out.write(
-            f"companyd: agent {victim.slug!r} is {what}; a supervisor never restarts it, so "
-            "there is nothing to watch — pick another with --agent\n"
+        raise CompanydError(
+            f"agent {victim.slug!r} is {what}; a supervisor never restarts it, so "
+            "there is nothing to watch — pick another with --agent"
         )
-        return 2
     tree = build_company_tree(
         config,
         bus=bus,
@@ -428,6 +431,8 @@ async def _show_tree(config: CompanyConfig, out: TextIO) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``companyd demo``."""
+    from companyd.cli import add_config_argument  # the top-level CLI imports this module
+
     p = subparsers.add_parser(
         "demo",
         help="run the company offline with placeholder agents and watch supervision work",
@@ -437,7 +442,7 @@ def register(subparsers: Any) -> None:
             "the tree recovers."
         ),
     )
-    p.add_argument("path", nargs="?", type=Path, help="company.yaml (default: ./company.yaml)")
+    add_config_argument(p)
     p.add_argument(
         "--crash-test",
         action="store_true",
@@ -452,10 +457,10 @@ def register(subparsers: Any) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from companyd.cli import default_config_path
+    from companyd.cli import config_path
     from companyd.config import load_config
 
-    config = load_config(args.path or default_config_path())
+    config = load_config(config_path(args))
     if args.crash_test:
         return asyncio.run(crash_test(config, agent=args.agent))
     return asyncio.run(_show_tree(config, sys.stdout))

@@ -316,15 +316,24 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Far above any knowledge graph a company builds; refuses a device given by mistake.
+_MAX_IMPORT_BYTES = 1024 * 1024 * 1024
+
+
 def _import(args: argparse.Namespace) -> int:
+    from companyd.config import read_regular_file
     from companyd.memory.codec import parse_graph
     from companyd.memory.view import graph_from_node_link
 
     source: Path = args.source
     try:
-        raw = source.read_bytes()
+        # never a plain read: a FIFO with no writer would hang the command
+        raw = read_regular_file(source, _MAX_IMPORT_BYTES)
     except OSError as exc:
-        raise CompanydError(f"cannot read {str(source)!r}: {exc.strerror}") from None
+        raise CompanydError(
+            f"cannot read {str(source)!r}: {exc.strerror or exc}; give a graph file "
+            "(MCP memory JSONL or node-link JSON)"
+        ) from None
     incoming = None
     stripped = raw.lstrip()
     if stripped.startswith(b"{") and b'"nodes"' in raw[:4096] + raw[-4096:]:

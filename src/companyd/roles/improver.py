@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from companyd.clock import Clock
-from companyd.config import CompanyConfig, load_config_text
+from companyd.config import CompanyConfig, load_config_text, read_regular_file
 from companyd.errors import CompanydError, ConfigError
 from companyd.events import EventBus
 from companyd.roles.tasks import new_id
@@ -92,6 +92,12 @@ CREATE TABLE IF NOT EXISTS proposals (
     decided REAL
 );
 """
+
+
+def _read_text(path: Path) -> str:
+    """``path`` as text; never a plain read: a FIFO put there after the config loaded would
+    block the reading thread, and with it the daemon's stop, forever."""
+    return read_regular_file(path, 10 * 1024 * 1024).decode("utf-8")
 
 
 def _sha(text: str) -> str:
@@ -153,13 +159,21 @@ class Proposals:
         if agent not in cfg.agents:
             raise ProposalError(f"no agent named {agent!r}; agents: {', '.join(cfg.agents)}")
         spec = cfg.spec.agents[agent]
+        target = (
+            (cfg.base_dir / spec.instructions_file).absolute()
+            if spec.instructions_file
+            else cfg.path
+        )
+        try:
+            old = await asyncio.to_thread(_read_text, target)
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise ProposalError(
+                f"cannot read {str(target)!r}: {why}; fix the file, then propose again"
+            ) from None
         if spec.instructions_file:
-            target = (cfg.base_dir / spec.instructions_file).absolute()
-            old = await asyncio.to_thread(target.read_text, encoding="utf-8")
             new = instructions.rstrip("\n") + "\n"
         else:
-            target = cfg.path
-            old = await asyncio.to_thread(target.read_text, encoding="utf-8")
             new = replace_instructions(old, agent, instructions)
         if old == new:
             raise ProposalError("the proposed instructions are the same as the current ones")
@@ -314,7 +328,7 @@ class Proposals:
 
     async def _swap(self, path: Path, *, expect_sha: str, text: str, stale: str) -> None:
         def swap() -> None:
-            current = path.read_text(encoding="utf-8")
+            current = _read_text(path)
             if _sha(current) != expect_sha:
                 raise ProposalError(stale)
             try:
