@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import signal
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Any
 
 from companyd import __version__
 from companyd._heap import freeze_startup_heap
+from companyd._secrets import redact
 from companyd.clock import Clock, ScaledClock, SystemClock
 from companyd.config import CompanyConfig, load_config
 from companyd.daemon.admin import AdminError
@@ -962,23 +962,9 @@ def _routine_for_status(r: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _shown_error(text: str) -> str:
-    """A config error as status shows it, with anything that looks like a secret masked.
-
-    The one place status text from a rejected reload is cleaned. Until the single redactor
-    (``companyd._secrets``, issue 15 item 5) exists, it uses what exists: the secrets the
-    Telegram side protects (the bot token) and the patterns of the config's secret scan,
-    plus a bot token inside longer text.
-    """
-    from companyd._alerts_telegram import redact
-    from companyd.config import _SECRET_VALUE_RES
-
-    text = redact(text)
-    for pattern, what in (*_SECRET_VALUE_RES, (_BOT_TOKEN_IN_TEXT, "a Telegram bot token")):
-        text = pattern.sub(f"<{what} masked>", text)
-    return " ".join(text.split())[:500]  # one line: status prints it in a line
-
-
-_BOT_TOKEN_IN_TEXT = re.compile(r"\b\d{6,12}:[A-Za-z0-9_\-]{30,}")
+    """A config error as status shows it: through the one redactor (known secrets and
+    values that look like one), on one line."""
+    return " ".join(redact(text).split())[:500]  # one line: status prints it in a line
 
 
 def _restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
