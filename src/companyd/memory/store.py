@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import secrets
+import stat
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -45,10 +46,16 @@ from companyd.memory.codec import (
     LoadReport,
     QuarantinedLine,
     format_quarantine,
+    not_a_graph,
     parse_graph,
     serialize,
 )
-from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryToolError
+from companyd.memory.errors import (
+    MemoryInconsistent,
+    MemoryLocked,
+    MemoryNotAGraph,
+    MemoryToolError,
+)
 from companyd.memory.graph import KnowledgeGraph
 from companyd.memory.tools import replay as replay_effect
 from companyd.memory.tools import run_tool, validate_arguments
@@ -232,7 +239,13 @@ class GraphStore:
     # -- public ------------------------------------------------------------------------------
 
     def open(self) -> LoadReport:
-        """Load (and, unless read-only, repair and compact) the graph; return the report."""
+        """Load (and, unless read-only, repair and compact) the graph; return the report.
+
+        Raises :class:`MemoryNotAGraph` (and writes nothing, not even the lock file) when the
+        path is not a regular file or holds no line of a memory graph."""
+        # Checked before the lock is taken, so a path pointing at some other file gets no
+        # side files next to it; checked again under the lock in _reload.
+        self._refuse_foreign(self._read_graph_file()[0])
         with self._locked():
             self._reload()
         assert self.report is not None
@@ -439,18 +452,11 @@ class GraphStore:
             self._journal_fd = None
         if not self.readonly:
             self._remove_stray_temporaries()
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            data, sig = b"", None
-        else:
-            try:
-                sig = _Sig.of(os.fstat(fd))
-                data = _read_all(fd)
-            finally:
-                os.close(fd)
+        data, sig = self._read_graph_file()
         base = (len(data), hashlib.sha256(data).hexdigest())
         graph, report = parse_graph(data)
+        if report.lines and report.dropped_lines == report.lines:
+            self._refuse_foreign(data)
         quarantine = list(report.quarantined)
         self._base = base
         self._graph_sig = sig
@@ -539,6 +545,42 @@ class GraphStore:
             if self.on_repair is not None:
                 self.on_repair(report)
         return graph
+
+    def _read_graph_file(self) -> tuple[bytes, _Sig | None]:
+        """The graph file's bytes and stat (``b""``, None when missing); refuses anything but
+        a regular file. O_NONBLOCK: opening a FIFO must not wait for a writer."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return b"", None
+        except IsADirectoryError:
+            raise self._not_regular(f"a directory ({os.strerror(errno.EISDIR)})") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise self._not_regular(_file_kind(st.st_mode))
+            return _read_all(fd), _Sig.of(st)
+        finally:
+            os.close(fd)
+
+    def _not_regular(self, kind: str) -> MemoryNotAGraph:
+        return MemoryNotAGraph(
+            f"cannot use memory file {str(self.path)!r}: it is {kind}, not a regular file; "
+            "set memory.path in company.yaml (or the symlink) to a regular file, or remove "
+            "it to start an empty graph there"
+        )
+
+    def _refuse_foreign(self, data: bytes) -> None:
+        """Raise :class:`MemoryNotAGraph` when ``data`` has lines but none of a graph."""
+        if not not_a_graph(data):
+            return
+        raise MemoryNotAGraph(
+            f"memory file {str(self.path)!r} is not a memory graph: none of its lines is an "
+            "entity, a relation or any other JSON object, so companyd left it untouched instead "
+            "of repairing it into an empty graph. If memory.path in company.yaml (or a "
+            "symlink) names the wrong file, point it at the graph file or a new path; if this "
+            "is your damaged graph, move it aside, restore what you need by hand and restart"
+        )
 
     def _read_file(self, path: Path) -> bytes:
         try:
@@ -743,6 +785,18 @@ _READERS = frozenset({"read_graph", "search_nodes", "open_nodes"})
 
 def _marker_from_sha(sha: str) -> str:
     return f"g1-{sha[:32]}"
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return f"a directory ({os.strerror(errno.EISDIR)})"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
 
 
 def _read_all(fd: int) -> bytes:
