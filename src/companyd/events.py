@@ -72,6 +72,7 @@ KINDS: Mapping[str, Severity] = {
     "daemon_started": Severity.INFO,
     "daemon_stopping": Severity.INFO,
     "daemon_reloaded": Severity.INFO,
+    "state_dir_tightened": Severity.WARNING,
     "config_rejected": Severity.WARNING,
     "loop_lag": Severity.WARNING,
     # agents (companyd.roles)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd import __version__
+from companyd._fs import make_dirs, private_dir
 from companyd._heap import freeze_startup_heap
 from companyd.clock import Clock, ScaledClock, SystemClock
 from companyd.config import CompanyConfig, load_config
@@ -115,8 +116,11 @@ def _run_command(args: argparse.Namespace) -> int:
                 print(f"companyd: {exc} (exit 78)", file=sys.stderr)
                 return EX_CONFIG
         state_dir = config.state_dir(args.state_dir)
+        # Everything the daemon creates holds prompts, answers, memory or spend: private
+        # whatever umask it was started with (each store also sets its modes explicitly).
+        os.umask(os.umask(0o077) | 0o077)
         try:
-            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_dirs(state_dir)
         except OSError as exc:
             print(
                 f"companyd: cannot use the state directory {str(state_dir)!r}: "
@@ -234,6 +238,8 @@ class Daemon:
 
         self.config = config
         self.state_dir = state_dir
+        #: the state directory's mode if it was open to the group or others (now 0700)
+        self.tightened_from = private_dir(state_dir)
         self.oneoff = oneoff
         self.backend = backend
         self.offline = offline
@@ -400,6 +406,15 @@ class Daemon:
 
         loop = asyncio.get_running_loop()
         remove_logger = log_events(self.bus)
+        if self.tightened_from is not None:
+            was = f"{self.tightened_from:04o}"
+            log.warning(
+                "state directory %s had mode %s (open to the group or others); tightened to "
+                "0700: it holds prompts, answers, memory and spend",
+                self.state_dir,
+                was,
+            )
+            self.bus.emit("state_dir_tightened", "companyd", path=str(self.state_dir), was=was)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         loop.add_signal_handler(signal.SIGHUP, self._sighup)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from companyd._fs import make_dirs
 from companyd.clock import Clock, SystemClock
 from companyd.daemon.child import ChildContext
 from companyd.events import EventBus
@@ -246,7 +247,7 @@ class MemoryService:
         watch: asyncio.Task[None] | None = None
         opened = False
         try:
-            await worker.submit(lambda: self.path.parent.mkdir(parents=True, exist_ok=True))
+            await worker.submit(lambda: make_dirs(self.path.parent))
             report = await worker.submit(store.open)
             opened = True
             self.last_report = report

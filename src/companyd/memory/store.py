@@ -30,7 +30,6 @@ import hashlib
 import json
 import logging
 import os
-import secrets
 import stat
 import time
 import zlib
@@ -42,6 +41,7 @@ from typing import Any, TypeVar
 
 from filelock import lock_descriptor, unlock_descriptor
 
+from companyd._fs import PRIVATE_FILE, fsync_directory, tmp_name, write_all, write_atomic
 from companyd.memory.codec import (
     LoadReport,
     QuarantinedLine,
@@ -79,46 +79,6 @@ COMPACT_MIN_JOURNAL_BYTES = 1 << 20
 Operation = tuple[str, Mapping[str, Any]] | Callable[[KnowledgeGraph], Any]
 #: ``(True, result)`` or ``(False, exception)``.
 Outcome = tuple[bool, Any]
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or file creation in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _tmp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.companyd-{secrets.token_hex(8)}.tmp")
-
-
-def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
-    """Replace ``path`` with ``data``: temporary file in the same directory, fsync,
-    ``os.replace``, then fsync the directory. A crash leaves the old file or the new one."""
-    tmp = _tmp_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if sync_dir:
-        fsync_directory(path.parent)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def _sync_data(fd: int) -> None:
@@ -399,7 +359,9 @@ class GraphStore:
             fd = self._lock_fd
             if fd is None:
                 try:
-                    fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                    fd = os.open(
+                        self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE
+                    )
                 except OSError as exc:
                     if self.readonly and exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
                         return None  # cannot lock a read-only place; nobody can write there either
@@ -650,7 +612,7 @@ class GraphStore:
         try:
             if fd is None:
                 raise OSError(errno.EBADF, "journal is not open")
-            _write_all(fd, data)
+            write_all(fd, data)
             _sync_data(fd)
         except OSError as exc:
             # The graph in memory now holds changes that may not be on disk. Never retry an
@@ -675,11 +637,11 @@ class GraphStore:
         assert graph is not None
         data = serialize(graph)
         sha = hashlib.sha256(data).hexdigest()
-        tmp = _tmp_name(self.path)
+        tmp = tmp_name(self.path)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -701,9 +663,9 @@ class GraphStore:
         self._open_journal(fresh=False)
 
     def _write_journal_file(self, path: Path, content: bytes) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
         try:
-            _write_all(fd, content)
+            write_all(fd, content)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -716,7 +678,7 @@ class GraphStore:
             self._journal_fd = None
         if fresh or not self.journal_path.exists():
             header = _header(*self._base)
-            tmp = _tmp_name(self.journal_path)
+            tmp = tmp_name(self.journal_path)
             self._write_journal_file(tmp, header)
             os.replace(tmp, self.journal_path)
             fsync_directory(self.path.parent)
@@ -742,7 +704,7 @@ class GraphStore:
         try:
             start = os.fstat(fd).st_size
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
                 os.fsync(fd)
             except OSError:
                 # A section cut short (disk full) would misframe every section appended

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.request import pathname2url
 
+from companyd._fs import private_sqlite
 from companyd.clock import utc_from_ts
 from companyd.errors import CompanydError
 from companyd.scheduler import _ids
@@ -757,7 +758,7 @@ class RoutineStore:
             self._fail_all(StoreError(f"routines.sqlite at {str(self.path)!r} is closed"))
 
     def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(self.path)
         # isolation_level=None: transactions are explicit (BEGIN/COMMIT in _run_batch).
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
         conn.execute("PRAGMA journal_mode=WAL")
