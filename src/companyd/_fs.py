@@ -16,15 +16,22 @@ them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
+import weakref
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ClassVar
 
 __all__ = [
+    "DISK_ERRNOS",
     "PRIVATE_DIR",
     "PRIVATE_FILE",
+    "DiskAlarm",
     "fsync_directory",
+    "is_disk_failure",
     "make_dirs",
     "private_dir",
     "private_file",
@@ -134,3 +141,86 @@ def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
         raise
     if sync_dir:
         fsync_directory(path.parent)
+
+
+#: errno values that mean "the state disk cannot take writes": full, over quota, a file
+#: over its size limit, or an I/O error.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
+#: SQLite's result codes for the same (SQLITE_FULL, SQLITE_IOERR and its extended codes,
+#: SQLITE_READONLY): Python 3.11 sets ``sqlite_errorname`` on its exceptions.
+_SQLITE_DISK = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY")
+
+
+def is_disk_failure(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is the state disk refusing a
+    write: ENOSPC/EIO/EDQUOT/EFBIG/EROFS, or SQLite's SQLITE_FULL/SQLITE_IOERR*. Such a
+    failure is the environment's, not the run's: it pauses work instead of crashing."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
+            return True
+        name = getattr(exc, "sqlite_errorname", None)
+        if isinstance(name, str) and name.startswith(_SQLITE_DISK):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class DiskAlarm:
+    """One critical alert per outage of the state disk, shared by every store of a daemon.
+
+    :meth:`failed` publishes ``state_disk_full`` ("state disk full: writes failing") the
+    first time a write fails; later failures are only counted until :meth:`recovered`
+    publishes ``state_disk_recovered``. One alarm per event bus (:meth:`of`), so the
+    ledger, the run journal and the agents raise one alert between them.
+    """
+
+    _by_bus: ClassVar[weakref.WeakKeyDictionary[Any, DiskAlarm]] = weakref.WeakKeyDictionary()
+
+    def __init__(self, emit: Callable[..., Any]) -> None:
+        self._emit = emit
+        self.failing = False
+        self.failures = 0
+
+    @classmethod
+    def of(cls, bus: Any) -> DiskAlarm:
+        """The alarm of ``bus`` (an :class:`companyd.events.EventBus`)."""
+        alarm = cls._by_bus.get(bus)
+        if alarm is None:
+            alarm = cls._by_bus[bus] = cls(bus.emit)
+        return alarm
+
+    def failed(self, what: str, path: Path | str, exc: BaseException) -> None:
+        """A write of ``what`` (e.g. "spend ledger") to ``path`` failed on the disk."""
+        self.failures += 1
+        if self.failing:
+            return
+        self.failing = True
+        self._emit(
+            "state_disk_full",
+            "companyd",
+            what=what,
+            path=str(path),
+            error=f"{type(exc).__name__}: {exc}",
+            message=(
+                f"state disk full: writes failing ({what} {str(path)!r}: {exc}); runs fail "
+                "and their agents are paused, the daemon stays up and records what was "
+                "already paid for once writes succeed again. Free space on that disk, then "
+                "resume the paused agents (`companyd resume <agent>`)"
+            ),
+        )
+
+    def recovered(self, what: str) -> None:
+        """A write of ``what`` succeeded again."""
+        if not self.failing:
+            return
+        failures, self.failures = self.failures, 0
+        self.failing = False
+        self._emit(
+            "state_disk_recovered",
+            "companyd",
+            what=what,
+            failures=failures,
+            message=f"state disk writes succeed again ({failures} failed meanwhile)",
+        )

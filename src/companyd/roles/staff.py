@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
 from companyd.daemon.child import ChildContext, ChildFn
@@ -241,7 +242,13 @@ class Staff:
             return refusal
         fut: asyncio.Future[RunOutcome] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(task.id, []).append(fut)
-        await self.journal.add_task(task, self.clock.time())
+        try:
+            await self.journal.add_task(task, self.clock.time())
+        except Exception as exc:
+            self._waiters.pop(task.id, None)
+            if not is_disk_failure(exc):
+                raise
+            return self.state_disk_failed(task, exc)
         self._enqueue(task)
         try:
             return await fut
@@ -296,6 +303,28 @@ class Staff:
 
     async def memory_marker(self) -> str:
         return await self.memory.change_marker()
+
+    def state_disk_failed(self, task: Task, exc: BaseException) -> RunOutcome:
+        """The journal could not take ``task`` (the state disk refuses writes): pause its
+        agent, raise the one disk alert, and answer with a failed outcome and the reason."""
+        reason = (
+            f"state disk full: writes failing ({type(exc).__name__}: {exc}); the task was not "
+            f"queued; free space on the state disk, then `companyd resume {task.agent}`"
+        )
+        log.error("task %s for %s not queued: %s", task.id, task.agent, reason)
+        DiskAlarm.of(self.bus).failed("run journal", self.journal.path, exc)
+        if task.agent in self.config.agents:
+            self.pause(task.agent, reason)
+        now = self.clock.time()
+        return RunOutcome(
+            task_id=task.id,
+            run_id="",
+            agent=task.agent,
+            status=RunStatus.FAILED,
+            started=now,
+            ended=now,
+            reason=reason,
+        )
 
     def _refusal(self, task: Task) -> RunOutcome | None:
         now = self.clock.time()
