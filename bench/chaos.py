@@ -79,6 +79,7 @@ class Plan:
     fault_rate: float = 0.2
     timeout_rate: float = 0.01
     write_every: float = 0.4
+    disk_full: float = 6.0  # real seconds the state disk stays full (0: no such fault)
 
     @property
     def real_seconds(self) -> float:
@@ -278,6 +279,8 @@ class Chaos:
         self.writes_on = asyncio.Event()
         self.write_lock = asyncio.Lock()
         self.real_anchor = time.time()
+        self.disk: Path | None = None  # the small tmpfs holding the state (full-disk fault)
+        self.disk_faults: list[dict[str, Any]] = []
 
     def say(self, msg: str) -> None:
         if self.verbose:
@@ -478,7 +481,14 @@ class Chaos:
                     with GraphStore(path) as store:
                         store.call("create_entities", {"entities": [entity]})
 
-                await asyncio.to_thread(write)
+                try:
+                    await asyncio.to_thread(write)
+                except Exception as exc:  # the full-disk fault: not acknowledged, not owed
+                    from companyd._fs import is_disk_failure
+
+                    if not is_disk_failure(exc):
+                        raise
+                    continue
                 self.tally.acked.append(name)
             await asyncio.sleep(self.plan.write_every)
 
@@ -498,7 +508,7 @@ class Chaos:
         )
         self.api.start()
         try:
-            async with BotApiServer(token=TOKEN) as bot:
+            async with BotApiServer(token=TOKEN) as bot, state_disk(self):
                 self.bot = bot
                 self.state.mkdir(parents=True)
                 self.write_config()
@@ -527,6 +537,8 @@ class Chaos:
         events: list[tuple[float, str]] = [(t, "kill") for t in kills]
         events.append((0.40 * span, "reload"))
         events.append((0.62 * span, "outage"))
+        if self.disk is not None:
+            events.append((0.78 * span, "full_disk"))
         t = plan.crash_every
         while t < span * 0.95:
             events.append((t, "crash"))
@@ -545,6 +557,8 @@ class Chaos:
                 await self.reload_broken_then_added()
             elif what == "outage":
                 await self.telegram_outage()
+            elif what == "full_disk":
+                await full_disk_fault(self)
         await asyncio.sleep(max(0.0, end - time.time()))
 
     async def finish(self) -> list[tuple[bool, str]]:
@@ -578,6 +592,78 @@ class Chaos:
             self.proc.kill()
             code = -9
         return Checks(self, status, jobs, histories, code).all()
+
+
+# ---------------------------------------------------------------------------------------
+# The full-disk fault (issue 15 item 8): the state directory lives on a small tmpfs; for
+# ``Plan.disk_full`` real seconds a filler file takes every free byte. The daemon must stay
+# up (same process), raise ONE "state disk full" alert, fail runs and pause their agents
+# (resumed here afterwards, as the operator the alert tells would), and lose no paid call.
+
+
+@contextlib.asynccontextmanager
+async def state_disk(chaos: Chaos) -> Any:
+    """Put ``chaos.state`` on a small tmpfs for the run, if one can be mounted here."""
+    from companyd.testing.disk import DiskUnavailable, small_disk
+
+    if chaos.plan.disk_full <= 0:
+        yield None
+        return
+    try:
+        with small_disk(chaos.work / "disk", "256m") as disk:
+            chaos.disk = disk
+            chaos.state = disk / "state"
+            yield disk
+            # keep the state for the checks and --keep: copy it off before unmounting
+            import shutil
+
+            kept = chaos.work / "state"
+            shutil.copytree(disk / "state", kept, ignore=shutil.ignore_patterns("*.sock"))
+            chaos.state = kept
+    except DiskUnavailable as exc:
+        chaos.say(f"no full-disk fault: {exc}")
+        yield None
+
+
+async def full_disk_fault(chaos: Chaos) -> None:
+    from companyd.testing.disk import fill
+
+    assert chaos.disk is not None and chaos.proc is not None
+    pid = chaos.proc.pid
+    filler = await asyncio.to_thread(fill, chaos.disk)
+    fault: dict[str, Any] = {"pid": pid, "start": time.time()}
+    chaos.disk_faults.append(fault)
+    chaos.say("state disk full")
+    await asyncio.sleep(chaos.plan.disk_full)
+    # the control socket answers throughout
+    status = await chaos.call("status")
+    fault["status_ok"] = status["daemon"]["state"] == "running"
+    fault["paused"] = sorted(a["id"] for a in _agents(status["tree"]) if a.get("state") == "paused")
+    filler.unlink()
+    fault["end"] = time.time()
+    chaos.say(f"state disk has space again; paused meanwhile: {fault['paused']}")
+    await asyncio.sleep(1.0)
+    for agent in fault["paused"]:
+        with contextlib.suppress(Exception):
+            await chaos.call("resume", agent=agent)
+    fault["same_process"] = chaos.proc.returncode is None and chaos.proc.pid == pid
+
+
+def full_disk_checks(chaos: Chaos) -> list[tuple[bool, str]]:
+    if chaos.disk is None:
+        return [(True, "full disk: not injected (no tmpfs could be mounted here)")]
+    texts = [m.text for m in chaos.bot.messages if str(m.chat_id) == str(CHAT)]
+    alerts = sum("state disk full" in t for t in texts)
+    faults = chaos.disk_faults
+    up = all(f.get("same_process") and f.get("status_ok") for f in faults)
+    return [
+        (
+            up and alerts == len(faults),
+            f"full disk: {len(faults)} fault(s) of {chaos.plan.disk_full:g} s; daemon stayed "
+            f"up (same pid, status answered) = {up}; {alerts} 'state disk full' alert(s); "
+            f"agents paused by it: {sum(len(f.get('paused', [])) for f in faults)}",
+        )
+    ]
 
 
 def _agents(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -622,6 +708,7 @@ class Checks:
             *self.alerts(),
             self.routines(),
             self.healthy(),
+            *full_disk_checks(self.c),
         ]
 
     def _db(self, name: str) -> sqlite3.Connection:

@@ -74,3 +74,26 @@ async def test_a_full_state_disk_fails_the_run_pauses_the_agent_and_the_daemon_s
         assert again.get("answer"), again
     finally:
         assert await daemon.stop() == 0, daemon.log_text()[-3000:]
+
+
+async def test_started_on_a_full_disk_the_daemon_comes_up_degraded(work: Path, disk: Path) -> None:
+    cfg = work / "company.yaml"
+    cfg.write_text(yaml.safe_dump(COMPANY, sort_keys=False), encoding="utf-8")
+    daemon = DaemonProcess(cfg, disk / "state", log=work / "daemon.log")
+    await daemon.start()  # once with space: the stores exist, as after an upgrade or reboot
+    assert (await daemon.call("ask", agent="cfo", question="Hello?")).get("answer")
+    assert await daemon.stop() == 0
+    filler = fill(disk)
+    daemon = DaemonProcess(cfg, disk / "state", log=work / "daemon2.log")
+    await daemon.start()  # comes up (ready, control socket answers) instead of exiting
+    try:
+        status = await daemon.call("status")
+        assert status["daemon"]["state"] == "running", status["daemon"]
+        failed = await daemon.call("ask", agent="cfo", question="Now?")
+        assert failed["status"] in ("failed", "cancelled"), failed
+        assert "state disk full" in failed["reason"], failed
+        assert len(daemon.events("state_disk_full")) == 1
+        assert "Traceback" not in daemon.log_text()
+        os.unlink(filler)
+    finally:
+        assert await daemon.stop() == 0, daemon.log_text()[-3000:]

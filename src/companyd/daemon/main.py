@@ -33,6 +33,7 @@ from companyd.clock import Clock, ScaledClock, SystemClock
 from companyd.config import CompanyConfig, load_config
 from companyd.daemon.admin import AdminError
 from companyd.daemon.child import StandaloneContext
+from companyd.daemon.supervisor import Backoff
 from companyd.errors import (
     EX_CONFIG,
     EX_SOFTWARE,
@@ -186,6 +187,14 @@ def _run_command(args: argparse.Namespace) -> int:
         handle.close()
 
 
+#: Restart delay of the built-in services. Their failures are mostly the environment's (a
+#: full or failing state disk, a held lock): restarting at once would fail the same way and
+#: trip the root's intensity (2 restarts in 60 s) within milliseconds, ending the daemon.
+#: Delays 1 s, 8 s, then 60 s: however long the cause lasts, no 60 s window holds more than
+#: two restarts, so the daemon stays up, degraded, and recovers by itself when it clears.
+SERVICE_BACKOFF = Backoff(min=1.0, max=60.0, factor=8.0, jitter=0.2, reset_after=60.0)
+
+
 def _backend(
     config: CompanyConfig, *, offline: bool, redact: Any, clock: Clock | None = None
 ) -> ModelBackend:
@@ -298,13 +307,22 @@ class Daemon:
         from companyd.daemon.tree import build_company_tree
 
         services = [
-            ChildSpec(id="memory", start=self.memory.run, shutdown=30.0),
-            ChildSpec(id="spend", start=self.spend_book.run, shutdown=10.0),
+            ChildSpec(id="memory", start=self.memory.run, shutdown=30.0, backoff=SERVICE_BACKOFF),
+            ChildSpec(
+                id="spend", start=self.spend_book.run, shutdown=10.0, backoff=SERVICE_BACKOFF
+            ),
         ]
         if not self.oneoff:
             services += [
-                ChildSpec(id="alerts", start=self.alerts.run, shutdown=10.0),
-                ChildSpec(id="scheduler", start=self.scheduler.run, shutdown=AGENT_SHUTDOWN + 5),
+                ChildSpec(
+                    id="alerts", start=self.alerts.run, shutdown=10.0, backoff=SERVICE_BACKOFF
+                ),
+                ChildSpec(
+                    id="scheduler",
+                    start=self.scheduler.run,
+                    shutdown=AGENT_SHUTDOWN + 5,
+                    backoff=SERVICE_BACKOFF,
+                ),
                 ChildSpec(id="control", start=self.control.run, shutdown=10.0),
             ]
         if self.config.spec.metrics.listen and not self.oneoff:
@@ -648,11 +666,22 @@ class Daemon:
         return status
 
     async def _spend_status(self) -> dict[str, Any]:
-        report = await self.spend_book.budget_report()
+        from companyd.spend.ledger import LedgerError
+
+        try:
+            report = await self.spend_book.budget_report()
+        except LedgerError as exc:
+            # the ledger cannot be opened (a full state disk at start): status still answers
+            out = _spend_for_status({}, self.staff.paused())
+            out["unavailable"] = str(exc)
+            return out
         return _spend_for_status(report, self.staff.paused())
 
     async def _routines_status(self) -> list[dict[str, Any]]:
-        jobs = await self.scheduler.jobs()
+        try:
+            jobs = await self.scheduler.jobs()
+        except AdminError:  # the history cannot be opened (a full state disk): none to show
+            return []
         return [_routine_for_status(r) for r in jobs.get("routines", []) if isinstance(r, Mapping)]
 
     async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from companyd._fs import make_dirs
+from companyd._fs import is_disk_failure, make_dirs
 from companyd.clock import Clock, SystemClock
 from companyd.daemon.child import ChildContext
 from companyd.events import EventBus
@@ -470,7 +470,16 @@ def _finish(store: GraphStore, *, compact: bool) -> None:
     try:
         if compact and store.broken is None:
             store.compact()
-    except Exception:
-        log.exception("final compaction of %s failed; the journal keeps every write", store.path)
+    except Exception as exc:
+        if isinstance(exc, OSError) and is_disk_failure(exc):  # the disk: no traceback
+            log.error(
+                "final compaction of %s failed (%s); the journal keeps every write",
+                store.path,
+                exc,
+            )
+        else:
+            log.exception(
+                "final compaction of %s failed; the journal keeps every write", store.path
+            )
     finally:
         store.close()

@@ -149,7 +149,16 @@ class Agent:
         async with contextlib.AsyncExitStack() as stack:
             self._toolbox = await staff.toolbox_for(self.config, stack)
             ctx.started()
-            for unfinished in await staff.journal.unfinished_runs(self.slug):
+            try:
+                unfinished_runs = await staff.journal.unfinished_runs(self.slug)
+            except Exception as exc:
+                if not is_disk_failure(exc):
+                    raise
+                # The journal cannot be opened (a full state disk at start): the runs
+                # resume at the next start; the agent waits (paused) instead of crashing.
+                log.error("agent %s: cannot read its unfinished runs: %s", self.slug, exc)
+                unfinished_runs = []
+            for unfinished in unfinished_runs:
                 if ctx.stopping.is_set() or staff.draining.is_set():
                     return
                 await self._resume(unfinished, ctx)

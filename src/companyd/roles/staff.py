@@ -177,6 +177,24 @@ class Staff:
         recorded result (it is not idempotent: "outcome unknown"), so nobody would read the
         answer. Delegated tasks are kept: their work may be the point (a post, a report).
         """
+        try:
+            await self._load()
+        except Exception as exc:
+            if not is_disk_failure(exc):
+                raise
+            # Started on a full (or failing) state disk: come up degraded — status, alerts
+            # and the control socket work; every agent is paused until space returns.
+            reason = (
+                f"state disk full: writes failing at start ({type(exc).__name__}: {exc}); "
+                "free space on the state disk, then resume the agents (`companyd resume "
+                "<agent>`) or restart companyd"
+            )
+            log.error("%s", reason)
+            DiskAlarm.of(self.bus).failed("run journal", self.journal.path, exc)
+            for slug in self.config.agents:
+                self._paused[slug] = _Pause(reason, False)
+
+    async def _load(self) -> None:
         await self.journal.open()
         orphans = await self.journal.withdraw_orphans(
             ("consult", "review"),

@@ -735,6 +735,7 @@ class RoutineStore:
                 f"cannot open {str(self.path)!r}: {exc}; check that the state directory "
                 "is writable by the daemon's user and the disk is not full"
             )
+            self._death.__cause__ = exc  # a full disk is told apart by its cause
             self._dead = True
             self._fail_all(self._death)
             return

@@ -221,6 +221,8 @@ class SpendBook:
         #: settled calls whose ledger write failed on the disk, oldest first: (write, then)
         self._unrecorded: list[tuple[Callable[[Ledger], Any], Callable[[], object]]] = []
         self._retry_wake: asyncio.Event | None = None
+        #: why the ledger could not be opened (a disk failure), while run() retries it
+        self._degraded: LedgerError | None = None
 
     def _set_config(self, config: CompanyConfig) -> None:
         self._config = config
@@ -253,7 +255,7 @@ class SpendBook:
                 # (NTP, suspend) is noticed promptly; every few seconds while settled calls
                 # wait for the disk to take writes again.
                 wake = max(0.001, min(next_day_start(now, self._tz) - now, 60.0))
-                if self._unrecorded:
+                if self._unrecorded or self._degraded is not None:
                     self._retry_wake.clear()
                     wake = min(wake, UNRECORDED_RETRY_SECONDS)
                 sleeper = asyncio.ensure_future(self._clock.sleep(wake))
@@ -263,6 +265,8 @@ class SpendBook:
                 finally:
                     sleeper.cancel()
                     kicked.cancel()
+                if self._degraded is not None:
+                    await self.open()
                 if self._unrecorded:
                     await self.flush_unrecorded()
                 try:
@@ -286,12 +290,22 @@ class SpendBook:
         day, month = period_keys(now, self._tz)
         since = now - HISTORY_SECONDS
 
+        failed: list[BaseException] = []
+
         def _open() -> tuple[Any, ...]:
             led = Ledger(self._path)
             try:
-                stale = led.take_inflight()
                 last = (led.get_meta("day"), led.get_meta("month"))
-                led.set_meta({"timezone": self._config.timezone, "day": day, "month": month})
+                try:
+                    stale = led.take_inflight()
+                    led.set_meta({"timezone": self._config.timezone, "day": day, "month": month})
+                except (sqlite3.Error, OSError) as exc:
+                    if not is_disk_failure(exc):
+                        raise
+                    # Started on a full disk: come up (degraded) on what can be read. The
+                    # stale reservations stay in the ledger and are reported next start.
+                    failed.append(exc)
+                    stale = []
                 state = (
                     stale,
                     last,
@@ -312,11 +326,28 @@ class SpendBook:
 
         try:
             stale, last, used_d, used_m, raises, markers, history = await self._run_raw(_open)
-        except BaseException:
+        except BaseException as exc:
             self._executor.shutdown(wait=False)
             self._executor = None
+            if isinstance(exc, LedgerError) and is_disk_failure(exc):
+                # Started on a full disk and the ledger cannot even be opened: come up
+                # degraded. Every reservation is refused with the reason (its run fails,
+                # its agent is paused) — never a call the budget cannot see; run()
+                # retries the open until it works.
+                if self._degraded is None:
+                    log.error("%s", exc)
+                self._degraded = exc
+                DiskAlarm.of(self._bus).failed("spend ledger", self._path, exc)
+                return
             raise
+        if self._degraded is not None:
+            self._degraded = None
+            log.warning("the spend ledger %s opened: spending is possible again", self._path)
+            DiskAlarm.of(self._bus).recovered("spend ledger")
         self._opened = True
+        if failed:
+            log.error("the spend ledger %s cannot be written at start: %s", self._path, failed[0])
+            DiskAlarm.of(self._bus).failed("spend ledger", self._path, failed[0])
         self._apply_period(day, month, used_d, used_m, raises, markers, publish=False)
         for agent, ts, pusd in history:
             self._runaway.add(agent, ts, pusd)
@@ -971,6 +1002,12 @@ class SpendBook:
     # -- internals: the ledger thread -----------------------------------------------------
 
     def _require_open(self) -> None:
+        if self._degraded is not None:
+            raise LedgerError(
+                f"state disk full: the spend ledger {str(self._path)!r} cannot be opened "
+                f"({self._degraded.__cause__ or self._degraded}); no LLM call can be budgeted "
+                "until the disk takes writes again"
+            ) from self._degraded
         if not self._opened:
             raise LedgerError(
                 f"the spend ledger {str(self._path)!r} is not open: the spend service has not "
