@@ -875,10 +875,13 @@ class RoutineScheduler:
                 exc,
                 getattr(event, "traceback", "") or "",
             )
-            reason = (
-                f"internal error in the scheduler: {type(exc).__name__}: {exc}; this is a bug — "
-                "report it with the daemon log"
-            )
+            if exc is not None and is_disk_failure(exc):
+                reason = f"the state disk refuses writes: {type(exc).__name__}: {exc}"
+            else:
+                reason = (
+                    f"internal error in the scheduler: {type(exc).__name__}: {exc}; this is a "
+                    "bug — report it with the daemon log"
+                )
             if isinstance(event, JobDropped):
                 reason += "; the routine stopped firing until the next reload or restart"
             r = rec(event.scheduled_run_time)

@@ -745,12 +745,12 @@ class RoutineStore:
                 try:
                     results = self._run_batch(conn, fns)
                 except sqlite3.Error as exc:
-                    done.set_exception(
-                        StoreError(
-                            f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk "
-                            "space and the file's permissions"
-                        )
+                    error = StoreError(
+                        f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk "
+                        "space and the file's permissions"
                     )
+                    error.__cause__ = exc  # a full disk is told apart by its cause
+                    done.set_exception(error)
                 else:
                     done.set_result(results)
         finally:
