@@ -18,7 +18,7 @@ import pytest
 from companyd.clock import ManualClock
 from companyd.events import EventBus
 from companyd.memory.codec import read_quarantine
-from companyd.memory.errors import MemoryNotAGraph
+from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
 from companyd.memory.service import MemoryService
 from companyd.memory.store import GraphStore
 
@@ -263,3 +263,18 @@ async def test_the_memory_service_fails_with_what_to_do_on_a_foreign_file(
         async with asyncio.timeout(10):
             await service.run(ChildCtx())
     assert target.read_bytes() == PASSWD_LIKE
+
+
+@pytest.mark.parametrize("side", ["corrupt", "journal", "lock"])
+def test_a_side_file_that_is_a_symlink_is_never_written_through(tmp_path: Path, side: str) -> None:
+    # docs/memory.md: side files live next to the graph; a planted symlink (e.g.
+    # memory.jsonl.corrupt -> some other file) must not redirect repair's appends or the
+    # journal's writes into another file.
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious\n")
+    memfile = tmp_path / "memory.jsonl"
+    memfile.write_bytes(b'not json\n{"type":"entity","name":"a","entityType":"t"}\n')
+    (tmp_path / f"memory.jsonl.{side}").symlink_to(victim)
+    with pytest.raises(MemoryUnsafePath, match="symlink"), GraphStore(memfile) as store:
+        store.call("create_entities", {"entities": [ent("b")]})
+    assert victim.read_bytes() == b"precious\n"

@@ -20,6 +20,7 @@ __all__ = [
     "MemoryNotAGraph",
     "MemoryToolError",
     "MemoryUnavailable",
+    "MemoryUnsafePath",
 ]
 
 
@@ -42,3 +43,8 @@ class MemoryLocked(CompanydError):
 class MemoryNotAGraph(CompanydError):
     """The graph file holds no memory graph line (or is not a regular file); it was left
     untouched rather than "repaired" into an empty graph."""
+
+
+class MemoryUnsafePath(CompanydError):
+    """A side file next to the graph (journal, lock, ``.corrupt``) is a symlink; companyd
+    writes only where docs/memory.md says, so it refuses to write through it."""

@@ -55,6 +55,7 @@ from companyd.memory.errors import (
     MemoryLocked,
     MemoryNotAGraph,
     MemoryToolError,
+    MemoryUnsafePath,
 )
 from companyd.memory.graph import KnowledgeGraph
 from companyd.memory.tools import replay as replay_effect
@@ -359,9 +360,7 @@ class GraphStore:
             fd = self._lock_fd
             if fd is None:
                 try:
-                    fd = os.open(
-                        self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE
-                    )
+                    fd = _open_side(self.lock_path, os.O_RDWR | os.O_CREAT)
                 except OSError as exc:
                     if self.readonly and exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
                         return None  # cannot lock a read-only place; nobody can write there either
@@ -546,10 +545,13 @@ class GraphStore:
 
     def _read_file(self, path: Path) -> bytes:
         try:
-            with open(path, "rb") as f:
-                return f.read()
+            fd = _open_side(path, os.O_RDONLY)
         except FileNotFoundError:
             return b""
+        try:
+            return _read_all(fd)
+        finally:
+            os.close(fd)
 
     def _parse_records(
         self, journal: bytes
@@ -578,7 +580,7 @@ class GraphStore:
         """Apply records other processes appended since we last looked (lock held)."""
         fd = self._journal_fd
         if fd is None:
-            fd = os.open(self.journal_path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = _open_side(self.journal_path, os.O_RDONLY)
             try:
                 chunk = os.pread(fd, size - self._journal_offset, self._journal_offset)
             finally:
@@ -684,7 +686,7 @@ class GraphStore:
             fsync_directory(self.path.parent)
             self._journal_offset = len(header)
             self._journal_records = 0
-        fd = os.open(self.journal_path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        fd = _open_side(self.journal_path, os.O_RDWR | os.O_APPEND)
         st = os.fstat(fd)
         self._journal_fd = fd
         self._journal_sig_ino = st.st_ino
@@ -698,9 +700,7 @@ class GraphStore:
         when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         data = format_quarantine(lines, source=str(self.path), when=when)
         created = not self.corrupt_path.exists()
-        fd = os.open(
-            self.corrupt_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
-        )
+        fd = _open_side(self.corrupt_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             start = os.fstat(fd).st_size
             try:
@@ -747,6 +747,22 @@ _READERS = frozenset({"read_graph", "search_nodes", "open_nodes"})
 
 def _marker_from_sha(sha: str) -> str:
     return f"g1-{sha[:32]}"
+
+
+def _open_side(path: Path, flags: int) -> int:
+    """Open a side file (journal, lock, ``.corrupt``) without following a symlink: side
+    files are written only next to the graph (docs/memory.md), never through a link planted
+    there. Raises :class:`MemoryUnsafePath` for a symlink."""
+    try:
+        return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise MemoryUnsafePath(
+            f"memory side file {str(path)!r} is a symlink; companyd writes its journal, lock "
+            "and .corrupt files only next to the graph file, never through a link. Remove the "
+            "symlink (move the file it points to aside if you need it) and start again"
+        ) from None
 
 
 def _file_kind(mode: int) -> str:
