@@ -87,3 +87,22 @@ async def test_every_store_creates_its_files_0600_under_umask_0(
     assert any(n.endswith("-wal") for n in found), sorted(found)
     loose = {n: oct(m) for n, m in found.items() if m != 0o600}
     assert not loose, loose
+
+
+def test_existing_loose_memory_files_are_tightened_when_opened_for_writing(
+    tmp_path: Path,
+) -> None:
+    # files an older companyd (or the umask) left 0644
+    memfile = tmp_path / "memory.jsonl"
+    memfile.write_bytes(b'{"type":"entity","name":"a","entityType":"t","observations":[]}\n')
+    lock = tmp_path / "memory.jsonl.lock"
+    lock.touch()
+    for p in (memfile, lock):
+        os.chmod(p, 0o644)
+    with GraphStore(memfile, readonly=True) as store:  # a reader changes nothing
+        store.open()
+    assert mode(memfile) == 0o644
+    with GraphStore(memfile) as store:
+        store.open()
+    assert mode(memfile) == 0o600 and mode(lock) == 0o600
+    assert mode(tmp_path / "memory.jsonl.journal") == 0o600

@@ -418,6 +418,8 @@ class GraphStore:
         graph, report = parse_graph(data)
         if report.lines and report.dropped_lines == report.lines:
             self._refuse_foreign(data)
+        if not self.readonly and sig is not None:
+            _tighten(self.path)  # left 0644 by an older companyd or an editor
         quarantine = list(report.quarantined)
         self._base = base
         self._graph_sig = sig
@@ -754,7 +756,7 @@ def _open_side(path: Path, flags: int) -> int:
     files are written only next to the graph (docs/memory.md), never through a link planted
     there. Raises :class:`MemoryUnsafePath` for a symlink."""
     try:
-        return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE)
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE)
     except OSError as exc:
         if exc.errno != errno.ELOOP:
             raise
@@ -763,6 +765,20 @@ def _open_side(path: Path, flags: int) -> int:
             "and .corrupt files only next to the graph file, never through a link. Remove the "
             "symlink (move the file it points to aside if you need it) and start again"
         ) from None
+    if flags & (os.O_WRONLY | os.O_RDWR):
+        st = os.fstat(fd)
+        if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, PRIVATE_FILE)  # left 0644 by an older companyd
+    return fd
+
+
+def _tighten(path: Path) -> None:
+    """Drop group/other bits from a file we own (others' files are left alone)."""
+    with contextlib.suppress(OSError):
+        st = os.stat(path)
+        if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+            os.chmod(path, PRIVATE_FILE)
 
 
 def _file_kind(mode: int) -> str:
