@@ -104,3 +104,24 @@ async def test_an_existing_state_directory_open_to_others_is_tightened_with_a_wa
         assert "0755" in daemon.log_text() and "0700" in daemon.log_text()
     finally:
         assert await daemon.stop() == 0, daemon.log_text()
+
+
+async def test_memory_path_naming_another_file_exits_78_and_leaves_it_byte_identical(
+    work: Path,
+) -> None:
+    # issue 15 item 9 against the real daemon: not repaired into an empty graph, and no
+    # restart loop under systemd (78 is in RestartPreventExitStatus)
+    other = work / "notes.txt"
+    other.write_bytes(b"root:x:0:0:root:/root:/bin/bash\nsome: notes\n")
+    cfg = work / "company.yaml"
+    cfg.write_text(
+        yaml.safe_dump({**COMPANY, "memory": {"path": str(other)}}, sort_keys=False),
+        encoding="utf-8",
+    )
+    daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log")
+    await daemon.spawn()
+    assert await daemon.wait(60) == 78
+    log = daemon.log_text()
+    assert "not a memory graph" in log and "memory.path" in log, log[-2000:]
+    assert other.read_bytes() == b"root:x:0:0:root:/root:/bin/bash\nsome: notes\n"
+    assert sorted(p.name for p in work.iterdir() if p.name.startswith("notes")) == ["notes.txt"]

@@ -443,6 +443,15 @@ class Daemon:
             try:
                 await self.start()
             except SupervisorStartError as exc:
+                from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
+
+                cause = exc.reason.exception
+                if isinstance(cause, MemoryNotAGraph | MemoryUnsafePath):
+                    # The operator must act (memory.path names another file): restarting
+                    # cannot help, so exit 78 and systemd does not restart-loop on it.
+                    log.critical("the company could not start: %s (exit 78)", cause)
+                    await self._close()
+                    return EX_CONFIG
                 log.critical("the company could not start: %s", exc)
                 await self._close()
                 return 1
