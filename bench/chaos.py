@@ -281,6 +281,7 @@ class Chaos:
         self.real_anchor = time.time()
         self.disk: Path | None = None  # the small tmpfs holding the state (full-disk fault)
         self.disk_faults: list[dict[str, Any]] = []
+        self.disk_task: asyncio.Task[None] | None = None
 
     def say(self, msg: str) -> None:
         if self.verbose:
@@ -538,7 +539,7 @@ class Chaos:
         events.append((0.40 * span, "reload"))
         events.append((0.62 * span, "outage"))
         if self.disk is not None:
-            events.append((0.78 * span, "full_disk"))
+            events.append((full_disk_at(self, kills, span), "full_disk"))
         t = plan.crash_every
         while t < span * 0.95:
             events.append((t, "crash"))
@@ -557,9 +558,11 @@ class Chaos:
                 await self.reload_broken_then_added()
             elif what == "outage":
                 await self.telegram_outage()
-            elif what == "full_disk":
-                await full_disk_fault(self)
+            elif what == "full_disk":  # in the background: the other faults keep their times
+                self.disk_task = asyncio.create_task(full_disk_fault(self))
         await asyncio.sleep(max(0.0, end - time.time()))
+        if self.disk_task is not None:
+            await self.disk_task
 
     async def finish(self) -> list[tuple[bool, str]]:
         self.writes_on.clear()
@@ -623,6 +626,18 @@ async def state_disk(chaos: Chaos) -> Any:
     except DiskUnavailable as exc:
         chaos.say(f"no full-disk fault: {exc}")
         yield None
+
+
+def full_disk_at(chaos: Chaos, kills: list[float], span: float) -> float:
+    """When to fill the disk: late in the run (60–85 %), away from every SIGKILL (a kill
+    during the fault would restart the daemon on a full disk, a different fault), and
+    ending before the run does."""
+    hold = chaos.plan.disk_full + 3.0
+    candidates = [span * (0.60 + 0.25 * i / 50) for i in range(51)]
+    clear = [
+        t for t in candidates if all(not (t - 3.0 <= k <= t + hold) for k in kills)
+    ] or candidates
+    return chaos.rng.choice(clear)
 
 
 async def full_disk_fault(chaos: Chaos) -> None:
