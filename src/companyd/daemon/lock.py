@@ -20,11 +20,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 from pathlib import Path
 from types import TracebackType
 
+from companyd._fs import is_disk_failure
 from companyd.errors import StateLocked
+
+log = logging.getLogger(__name__)
 
 __all__ = ["LOCK_NAME", "StateLock", "read_holder"]
 
@@ -81,8 +85,16 @@ class StateLock:
                 "with a different --state-dir"
             ) from None
         # We own it now: replace whatever an earlier holder wrote with our pid.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:
+            if not is_disk_failure(exc):
+                os.close(fd)
+                raise
+            # The lock is the flock, not the pid: a full disk must not keep the daemon from
+            # coming up (degraded); only a second daemon's message lacks our pid.
+            log.warning("cannot write the pid into %s (%s); the lock is held anyway", path, exc)
         return cls(path, fd)
 
     @property

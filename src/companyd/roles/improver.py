@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from companyd._fs import private_sqlite
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config_text, read_regular_file
 from companyd.errors import CompanydError, ConfigError
@@ -135,7 +136,7 @@ class Proposals:
         self.config = config
 
     def _db(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(self.path)
         db = sqlite3.connect(self.path, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.executescript(_SCHEMA)
