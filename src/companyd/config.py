@@ -24,6 +24,7 @@ run it in a thread (``await asyncio.to_thread(load_config, path)``).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import math
@@ -53,6 +54,7 @@ from pydantic.fields import FieldInfo
 from companyd.errors import ConfigError, ConfigIssue
 
 __all__ = [
+    "DEFAULT_STATE_DIR",
     "SCHEMA",
     "AgentConfig",
     "AgentSpec",
@@ -73,6 +75,8 @@ __all__ = [
 ]
 
 SCHEMA = "companyd/v1"
+#: The state directory when nothing else names one: ``state`` next to company.yaml.
+DEFAULT_STATE_DIR = "state"
 
 SLUG_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 
@@ -621,11 +625,14 @@ class CompanyConfig:
 
     @property
     def base_dir(self) -> Path:
-        return self.path.parent
+        """The directory that holds company.yaml, symlinks resolved: relative paths in the
+        file (``state_dir``, ``memory.path``, ``instructions_file``) resolve against it."""
+        return Path(os.path.realpath(self.path)).parent
 
     def state_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
         """State directory: ``override`` (CLI), then ``$STATE_DIRECTORY``, then company.yaml's
-        ``state_dir`` (relative to the file), then ``./state``."""
+        ``state_dir``, then ``state``; the last two relative to :attr:`base_dir`, never to
+        the working directory, so one company.yaml always means one state directory."""
         if override is not None:
             return Path(override).absolute()
         env = os.environ.get("STATE_DIRECTORY")
@@ -633,7 +640,7 @@ class CompanyConfig:
             return Path(env.split(":")[0]).absolute()
         if self.spec.state_dir:
             return (self.base_dir / self.spec.state_dir).absolute()
-        return Path("state").absolute()
+        return self.base_dir / DEFAULT_STATE_DIR
 
     def memory_path(self, state_dir: Path) -> Path:
         """The knowledge-graph file: ``memory.path`` relative to company.yaml, else
@@ -1261,7 +1268,12 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
         raise fail(f"cannot read the file: {exc.strerror or exc}; check its permissions") from None
     except ValueError as exc:  # e.g. a NUL byte in the path
         raise fail(f"cannot use this path: {exc}") from None
-    return load_config_text(_decode(raw, file), file=file, base_dir=p.absolute().parent)
+    # Relative paths resolve against the directory that really holds the file: a symlinked
+    # company.yaml (or a symlinked directory) names the same company, state and prompts as
+    # the file itself. ``path`` stays the path given (a reload reads it again).
+    real_dir = Path(os.path.realpath(p)).parent
+    loaded = load_config_text(_decode(raw, file), file=file, base_dir=real_dir)
+    return dataclasses.replace(loaded, path=p.absolute())
 
 
 _MB = 1024 * 1024

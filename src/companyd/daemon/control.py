@@ -727,18 +727,26 @@ class ControlClient:
 
 
 def _state_dir_from_config(config: Path) -> Path | None:
-    """``state_dir`` from company.yaml, read leniently: the daemon may be running an older,
-    valid version of a file that is currently broken, and status must still work."""
+    """The state directory company.yaml names, read leniently: the daemon may be running an
+    older, valid version of a file that is currently broken, and status must still work.
+
+    ``state_dir`` relative to the directory really holding the file (symlinks resolved),
+    else ``state`` there — as :meth:`companyd.config.CompanyConfig.state_dir` does. None
+    when the file cannot be read at all.
+    """
+    from companyd.config import DEFAULT_STATE_DIR
+
     try:
         import yaml
 
         data = yaml.safe_load(config.read_text(encoding="utf-8"))
     except Exception:
         return None
+    base = Path(os.path.realpath(config)).parent
     value = data.get("state_dir") if isinstance(data, dict) else None
-    if isinstance(value, str):
-        return (config.absolute().parent / value).absolute()
-    return None
+    if isinstance(value, str) and value:
+        return (base / value).absolute()
+    return base / DEFAULT_STATE_DIR
 
 
 def candidate_sockets(
@@ -751,7 +759,8 @@ def candidate_sockets(
 
     ``$RUNTIME_DIRECTORY``; the state directory's socket, the state directory being
     ``state_dir``, else ``$STATE_DIRECTORY``, else company.yaml's ``state_dir``, else
-    ``./state`` (the same order the daemon uses); then the systemd unit's
+    ``state`` next to company.yaml (the same order the daemon uses; ``./state`` only when
+    the file cannot be read); then the systemd unit's
     ``/run/companyd/companyd.sock``.
     """
     env = os.environ if env is None else env

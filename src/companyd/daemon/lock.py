@@ -69,13 +69,9 @@ class StateLock:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
             holder = read_holder(directory)
-            who = (
-                f"pid {holder}"
-                if holder is not None
-                else "a process that has not yet written its pid"
-            )
+            who = f"pid {holder}" if holder is not None else "pid not yet written (it is starting)"
             raise StateLocked(
-                f"another companyd daemon ({who}) is already running on state directory "
+                f"companyd is already running, {who}, on state directory "
                 f"{str(directory)!r}; stop it first (`systemctl stop companyd` or "
                 f"`kill {holder if holder is not None else '<pid>'}`), or start this one "
                 "with a different --state-dir"
