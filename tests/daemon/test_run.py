@@ -482,3 +482,29 @@ def test_one_company_one_daemon_whatever_the_path_and_working_directory(work: Pa
     finally:
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=30) == 0, log.read_text()[-4000:]
+
+
+def test_a_second_daemon_of_the_same_company_yaml_is_refused_even_on_another_state_dir(
+    work: Path,
+) -> None:
+    """--state-dir (or $STATE_DIRECTORY) chooses where the state lives, not a second copy of
+    the company: two daemons of one company.yaml would poll the same Telegram bot and spend
+    the same budget twice. The second one exits 75 naming the first one's pid."""
+    cfg = write(work / "company.yaml", company({"ceo": {}}))
+    log = work / "daemon.log"
+    with open(log, "ab") as out:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "companyd", "run", "--offline", "--config", str(cfg),
+             "--state-dir", str(work / "a")],
+            env=_plain_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        )  # fmt: skip
+    try:
+        _wait_answering(work / "a" / "companyd.sock", first, log)
+        for extra in (["--state-dir", str(work / "b")], []):
+            second = _companyd_in(work, "run", "--offline", "--config", str(cfg), *extra)
+            assert second.returncode == 75, (extra, second.stderr)
+            assert f"already running, pid {first.pid}" in second.stderr, second.stderr
+            assert str(cfg) in second.stderr and "Traceback" not in second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0, log.read_text()[-4000:]
