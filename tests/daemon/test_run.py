@@ -505,6 +505,12 @@ def test_a_second_daemon_of_the_same_company_yaml_is_refused_even_on_another_sta
             assert second.returncode == 75, (extra, second.stderr)
             assert f"already running, pid {first.pid}" in second.stderr, second.stderr
             assert str(cfg) in second.stderr and "Traceback" not in second.stderr
+        # and --config alone finds it, though its state is not where company.yaml says
+        elsewhere = work / "elsewhere"
+        elsewhere.mkdir()
+        done = _companyd_in(elsewhere, "status", "--json", "--config", str(cfg))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["daemon"]["pid"] == first.pid
     finally:
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=30) == 0, log.read_text()[-4000:]

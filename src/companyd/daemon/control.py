@@ -790,9 +790,12 @@ def find_daemon(
 ) -> ControlClient:
     """A client for the running daemon, found as :func:`candidate_sockets` says.
 
-    With an explicit ``socket`` only that path is tried. With an explicit ``state_dir``, a
-    daemon found at a generic location (``$RUNTIME_DIRECTORY``, ``/run/companyd``) must
-    report that state directory, so ``--state-dir`` never reaches another company's daemon.
+    With an explicit ``socket`` only that path is tried. With ``config``, the daemon
+    running that very file (same user or root) is asked for its socket first, so
+    ``--config`` finds it whatever state directory it runs on. With an explicit
+    ``state_dir``, a daemon found elsewhere (``$RUNTIME_DIRECTORY``, ``/run/companyd``,
+    through ``config``) must report that state directory, so ``--state-dir`` never reaches
+    another company's daemon.
 
     Raises:
         DaemonNotRunning: no candidate answered; the message lists the paths tried.
@@ -803,6 +806,14 @@ def find_daemon(
         client.ping()
         return client
     paths = candidate_sockets(state_dir=state_dir, config=config, env=env)
+    if config is not None:
+        # The daemon running this very file says where its socket is, whatever state
+        # directory it was started with (daemon/lock.py CompanyLock).
+        from companyd.daemon.lock import locate
+
+        found = locate(config)
+        if found is not None and found[1] not in paths:
+            paths.insert(0, found[1])
     want = Path(state_dir).absolute() if state_dir is not None else None
     own = want / SOCKET_NAME if want is not None else None
     denied: ControlError | None = None

@@ -31,6 +31,7 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import socket
@@ -41,7 +42,7 @@ from types import TracebackType
 
 from companyd.errors import StateLocked
 
-__all__ = ["LOCK_NAME", "CompanyLock", "StateLock", "read_holder"]
+__all__ = ["LOCK_NAME", "CompanyLock", "StateLock", "locate", "read_holder"]
 
 LOCK_NAME = "daemon.lock"
 
@@ -159,8 +160,14 @@ class CompanyLock:
         return b"\0companyd/company/" + digest.encode()
 
     @classmethod
-    def acquire(cls, config: str | os.PathLike[str]) -> CompanyLock:
+    def acquire(
+        cls, config: str | os.PathLike[str], *, control_socket: Path | None = None
+    ) -> CompanyLock:
         """Claim ``config`` for this process.
+
+        ``control_socket`` is told to whoever connects (one JSON line), so that a CLI
+        command given only ``--config`` finds this daemon whatever its state directory
+        (:func:`locate`).
 
         Raises:
             StateLocked: a daemon of the same user (or root) already runs this file; the
@@ -168,8 +175,8 @@ class CompanyLock:
         """
         real = Path(os.path.realpath(config))
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        # listen() only so that a second daemon can connect and learn our pid (SO_PEERCRED);
-        # a thread accepts and closes at once, so the backlog never fills up.
+        # A second daemon connects to learn our pid (SO_PEERCRED), a CLI command to learn our
+        # control socket; a thread answers and closes at once, so the backlog never fills.
         try:
             sock.bind(cls.address(real))
             sock.listen(16)
@@ -197,8 +204,12 @@ class CompanyLock:
                 f"companyd` or `kill {pid if pid is not None else '<pid>'}`), or run a copy "
                 "of the file"
             ) from None
+        line = json.dumps({"pid": os.getpid(), "socket": str(control_socket or "")}) + "\n"
         threading.Thread(
-            target=_close_every_connection, args=(sock,), name="companyd-claim", daemon=True
+            target=_answer_every_connection,
+            args=(sock, line.encode()),
+            name="companyd-claim",
+            daemon=True,
         ).start()
         return cls(real, sock)
 
@@ -226,15 +237,49 @@ class CompanyLock:
         self.release()
 
 
-def _close_every_connection(sock: socket.socket) -> None:
-    """Accept and close connections until ``sock`` is shut down (a plain thread: blocking
+def _answer_every_connection(sock: socket.socket, line: bytes) -> None:
+    """Accept, send ``line``, close — until ``sock`` is shut down (a plain thread: blocking
     accept() off the event loop, ended by :meth:`CompanyLock.release`)."""
     while True:
         try:
             conn, _ = sock.accept()
         except OSError:
             return
+        with contextlib.suppress(OSError):
+            conn.setblocking(False)  # one small line; a client that does not read loses it
+            conn.send(line)
         conn.close()
+
+
+def locate(config: str | os.PathLike[str], timeout: float = 2.0) -> tuple[int, Path] | None:
+    """(pid, control socket) of the daemon running ``config``, or None.
+
+    Only a daemon of the same user or root is believed (another user could squat the name
+    and point the CLI at a socket of its own).
+    """
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout)
+    try:
+        probe.connect(CompanyLock.address(config))
+        creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        if uid not in (os.getuid(), 0):
+            return None
+        data = b""
+        while not data.endswith(b"\n") and len(data) < 4096:
+            chunk = probe.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        answer = json.loads(data)
+        pid, path = answer.get("pid"), answer.get("socket")
+        if not isinstance(pid, int) or not isinstance(path, str) or not path:
+            return None
+        return pid, Path(path)
+    except (OSError, ValueError, AttributeError):
+        return None
+    finally:
+        probe.close()
 
 
 def _peer(address: bytes) -> tuple[int | None, int | None]:

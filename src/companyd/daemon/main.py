@@ -155,7 +155,9 @@ def _run_command(args: argparse.Namespace) -> int:
             )
             return EX_CONFIG
         try:  # one daemon per company.yaml, whatever its state directory
-            claim = CompanyLock.acquire(config.path)
+            from companyd.daemon.control import socket_path
+
+            claim = CompanyLock.acquire(config.path, control_socket=socket_path(state_dir))
         except StateLocked as exc:
             print(f"companyd: {exc}", file=sys.stderr)
             return EX_TEMPFAIL
