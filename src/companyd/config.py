@@ -24,6 +24,7 @@ run it in a thread (``await asyncio.to_thread(load_config, path)``).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import errno
 import functools
@@ -56,6 +57,7 @@ from companyd._secrets import SECRET_PATTERNS, protect
 from companyd.errors import ConfigError, ConfigIssue
 
 __all__ = [
+    "DEFAULT_STATE_DIR",
     "SCHEMA",
     "AgentConfig",
     "AgentSpec",
@@ -80,6 +82,8 @@ __all__ = [
 ]
 
 SCHEMA = "companyd/v1"
+#: The state directory when nothing else names one: ``state`` next to company.yaml.
+DEFAULT_STATE_DIR = "state"
 
 SLUG_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 
@@ -631,11 +635,14 @@ class CompanyConfig:
 
     @property
     def base_dir(self) -> Path:
-        return self.path.parent
+        """The directory that holds company.yaml, symlinks resolved: relative paths in the
+        file (``state_dir``, ``memory.path``, ``instructions_file``) resolve against it."""
+        return Path(os.path.realpath(self.path)).parent
 
     def state_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
         """State directory: ``override`` (CLI), then ``$STATE_DIRECTORY``, then company.yaml's
-        ``state_dir`` (relative to the file), then ``./state``."""
+        ``state_dir``, then ``state``; the last two relative to :attr:`base_dir`, never to
+        the working directory, so one company.yaml always means one state directory."""
         if override is not None:
             return Path(override).absolute()
         env = os.environ.get("STATE_DIRECTORY")
@@ -643,7 +650,7 @@ class CompanyConfig:
             return Path(env.split(":")[0]).absolute()
         if self.spec.state_dir:
             return (self.base_dir / self.spec.state_dir).absolute()
-        return Path("state").absolute()
+        return self.base_dir / DEFAULT_STATE_DIR
 
     def memory_path(self, state_dir: Path) -> Path:
         """The knowledge-graph file: ``memory.path`` relative to company.yaml, else
@@ -1316,7 +1323,12 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
         raise fail(f"cannot read the file: {exc.strerror or exc}; check its permissions") from None
     except ValueError as exc:  # e.g. a NUL byte in the path
         raise fail(f"cannot use this path: {exc}") from None
-    config = load_config_text(_decode(raw, file), file=file, base_dir=p.absolute().parent)
+    # Relative paths resolve against the directory that really holds the file: a symlinked
+    # company.yaml (or a symlinked directory) names the same company, state and prompts as
+    # the file itself. ``path`` stays the path given (a reload reads it again).
+    real_dir = Path(os.path.realpath(p)).parent
+    loaded = load_config_text(_decode(raw, file), file=file, base_dir=real_dir)
+    config = dataclasses.replace(loaded, path=p.absolute())
     # Every secret the file names is known to the redactor from here on, whichever command
     # loaded it (the daemon at start and on reload, the CLI, notify-failure).
     _register_secrets(config)

@@ -79,7 +79,7 @@ def add_daemon_arguments(parser: argparse.ArgumentParser, *, json_flag: bool = T
         "--state-dir",
         type=Path,
         help="the daemon's state directory (default: $STATE_DIRECTORY, company.yaml's "
-        "state_dir, ./state)",
+        "state_dir, else state next to company.yaml)",
     )
     parser.add_argument(
         "--socket",

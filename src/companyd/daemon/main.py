@@ -86,7 +86,7 @@ def register(sub: Any) -> None:
 
 def _run_command(args: argparse.Namespace) -> int:
     from companyd.cli import default_config_path
-    from companyd.daemon.lock import StateLock
+    from companyd.daemon.lock import CompanyLock, StateLock
     from companyd.daemon.logs import setup_logging
 
     handle = setup_logging(level=args.log_level, fmt=args.log_format)
@@ -160,12 +160,21 @@ def _run_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EX_CONFIG
-        try:
-            lock = StateLock.acquire(state_dir)
+        try:  # one daemon per company.yaml, whatever its state directory
+            from companyd.daemon.control import socket_path
+
+            claim = CompanyLock.acquire(config.path, control_socket=socket_path(state_dir))
         except StateLocked as exc:
             print(f"companyd: {exc}", file=sys.stderr)
             return EX_TEMPFAIL
+        try:
+            lock = StateLock.acquire(state_dir)
+        except StateLocked as exc:
+            claim.release()
+            print(f"companyd: {exc}", file=sys.stderr)
+            return EX_TEMPFAIL
         except OSError as exc:
+            claim.release()
             print(
                 f"companyd: cannot lock the state directory {str(state_dir)!r}: "
                 f"{exc.strerror or exc} ({exc.filename}); the daemon's user must be able to "
@@ -173,7 +182,7 @@ def _run_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EX_CONFIG
-        with lock:
+        with claim, lock:
             daemon = Daemon(
                 config,
                 state_dir,
