@@ -85,6 +85,7 @@ class Plan:
     timeout_rate: float = 0.01
     write_every: float = 0.4
     slowdown: float = 20.0  # real seconds the Messages API answers slower than the timeout
+    disk_full: float = 6.0  # real seconds the state disk stays full (0: no such fault)
 
     @property
     def real_seconds(self) -> float:
@@ -286,6 +287,9 @@ class Chaos:
         self.writes_on = asyncio.Event()
         self.write_lock = asyncio.Lock()
         self.real_anchor = time.time()
+        self.disk: Path | None = None  # the small tmpfs holding the state (full-disk fault)
+        self.disk_faults: list[dict[str, Any]] = []
+        self.disk_task: asyncio.Task[None] | None = None
 
     def say(self, msg: str) -> None:
         if self.verbose:
@@ -506,7 +510,14 @@ class Chaos:
                     with GraphStore(path) as store:
                         store.call("create_entities", {"entities": [entity]})
 
-                await asyncio.to_thread(write)
+                try:
+                    await asyncio.to_thread(write)
+                except Exception as exc:  # the full-disk fault: not acknowledged, not owed
+                    from companyd._fs import is_disk_failure
+
+                    if not is_disk_failure(exc):
+                        raise
+                    continue
                 self.tally.acked.append(name)
             await asyncio.sleep(self.plan.write_every)
 
@@ -529,7 +540,7 @@ class Chaos:
         )
         self.api.start()
         try:
-            async with BotApiServer(token=TOKEN) as bot:
+            async with BotApiServer(token=TOKEN) as bot, state_disk(self):
                 self.bot = bot
                 self.state.mkdir(parents=True)
                 self.write_config()
@@ -559,6 +570,8 @@ class Chaos:
         events.append((0.40 * span, "reload"))
         events.append((0.62 * span, "outage"))
         events.append((0.30 * span, "slowdown"))
+        if self.disk is not None:
+            events.append((full_disk_at(self, kills, span), "full_disk"))
         t = plan.crash_every
         while t < span * 0.95:
             events.append((t, "crash"))
@@ -579,7 +592,11 @@ class Chaos:
                 await self.telegram_outage()
             elif what == "slowdown":
                 await self.api_slowdown()
+            elif what == "full_disk":  # in the background: the other faults keep their times
+                self.disk_task = asyncio.create_task(full_disk_fault(self))
         await asyncio.sleep(max(0.0, end - time.time()))
+        if self.disk_task is not None:
+            await self.disk_task
 
     async def finish(self) -> list[tuple[bool, str]]:
         self.writes_on.clear()
@@ -612,6 +629,90 @@ class Chaos:
             self.proc.kill()
             code = -9
         return Checks(self, status, jobs, histories, code).all()
+
+
+# ---------------------------------------------------------------------------------------
+# The full-disk fault (issue 15 item 8): the state directory lives on a small tmpfs; for
+# ``Plan.disk_full`` real seconds a filler file takes every free byte. The daemon must stay
+# up (same process), raise ONE "state disk full" alert, fail runs and pause their agents
+# (resumed here afterwards, as the operator the alert tells would), and lose no paid call.
+
+
+@contextlib.asynccontextmanager
+async def state_disk(chaos: Chaos) -> Any:
+    """Put ``chaos.state`` on a small tmpfs for the run, if one can be mounted here."""
+    from companyd.testing.disk import DiskUnavailable, small_disk
+
+    if chaos.plan.disk_full <= 0:
+        yield None
+        return
+    try:
+        with small_disk(chaos.work / "disk", "256m") as disk:
+            chaos.disk = disk
+            chaos.state = disk / "state"
+            yield disk
+            # keep the state for the checks and --keep: copy it off before unmounting
+            import shutil
+
+            kept = chaos.work / "state"
+            shutil.copytree(disk / "state", kept, ignore=shutil.ignore_patterns("*.sock"))
+            chaos.state = kept
+    except DiskUnavailable as exc:
+        chaos.say(f"no full-disk fault: {exc}")
+        yield None
+
+
+def full_disk_at(chaos: Chaos, kills: list[float], span: float) -> float:
+    """When to fill the disk: late in the run (60–85 %), away from every SIGKILL (a kill
+    during the fault would restart the daemon on a full disk, a different fault), and
+    ending before the run does."""
+    hold = chaos.plan.disk_full + 3.0
+    candidates = [span * (0.60 + 0.25 * i / 50) for i in range(51)]
+    clear = [
+        t for t in candidates if all(not (t - 3.0 <= k <= t + hold) for k in kills)
+    ] or candidates
+    return chaos.rng.choice(clear)
+
+
+async def full_disk_fault(chaos: Chaos) -> None:
+    from companyd.testing.disk import fill
+
+    assert chaos.disk is not None and chaos.proc is not None
+    pid = chaos.proc.pid
+    filler = await asyncio.to_thread(fill, chaos.disk)
+    fault: dict[str, Any] = {"pid": pid, "start": time.time()}
+    chaos.disk_faults.append(fault)
+    chaos.say("state disk full")
+    await asyncio.sleep(chaos.plan.disk_full)
+    # the control socket answers throughout
+    status = await chaos.call("status")
+    fault["status_ok"] = status["daemon"]["state"] == "running"
+    fault["paused"] = sorted(a["id"] for a in _agents(status["tree"]) if a.get("state") == "paused")
+    filler.unlink()
+    fault["end"] = time.time()
+    chaos.say(f"state disk has space again; paused meanwhile: {fault['paused']}")
+    await asyncio.sleep(1.0)
+    for agent in fault["paused"]:
+        with contextlib.suppress(Exception):
+            await chaos.call("resume", agent=agent)
+    fault["same_process"] = chaos.proc.returncode is None and chaos.proc.pid == pid
+
+
+def full_disk_checks(chaos: Chaos) -> list[tuple[bool, str]]:
+    if chaos.disk is None:
+        return [(True, "full disk: not injected (no tmpfs could be mounted here)")]
+    texts = [m.text for m in chaos.bot.messages if str(m.chat_id) == str(CHAT)]
+    alerts = sum("state disk full" in t for t in texts)
+    faults = chaos.disk_faults
+    up = all(f.get("same_process") and f.get("status_ok") for f in faults)
+    return [
+        (
+            up and alerts == len(faults),
+            f"full disk: {len(faults)} fault(s) of {chaos.plan.disk_full:g} s; daemon stayed "
+            f"up (same pid, status answered) = {up}; {alerts} 'state disk full' alert(s); "
+            f"agents paused by it: {sum(len(f.get('paused', [])) for f in faults)}",
+        )
+    ]
 
 
 def _agents(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -657,6 +758,7 @@ class Checks:
             *self.alerts(),
             self.routines(),
             self.healthy(),
+            *full_disk_checks(self.c),
         ]
 
     def _db(self, name: str) -> sqlite3.Connection:

@@ -24,6 +24,7 @@ run it in a thread (``await asyncio.to_thread(load_config, path)``).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import math
@@ -50,11 +51,14 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
+from companyd._secrets import SECRET_PATTERNS, protect
 from companyd.errors import ConfigError, ConfigIssue
 from companyd.events import KINDS
 from companyd.llm.prices import is_known_model
 
 __all__ = [
+    "DEFAULT_STATE_DIR",
     "SCHEMA",
     "AgentConfig",
     "AgentSpec",
@@ -63,18 +67,24 @@ __all__ = [
     "CompanyConfig",
     "CompanyFile",
     "DepartmentConfig",
+    "FileTooLarge",
     "LimitsSpec",
     "ModelSpec",
+    "NotRegularFile",
     "RoutineConfig",
     "SecretReference",
     "SupervisorSpec",
     "load_config",
     "load_config_text",
     "parse_duration",
+    "read_regular_file",
     "secret_references",
+    "secret_values",
 ]
 
 SCHEMA = "companyd/v1"
+#: The state directory when nothing else names one: ``state`` next to company.yaml.
+DEFAULT_STATE_DIR = "state"
 
 SLUG_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 
@@ -626,11 +636,14 @@ class CompanyConfig:
 
     @property
     def base_dir(self) -> Path:
-        return self.path.parent
+        """The directory that holds company.yaml, symlinks resolved: relative paths in the
+        file (``state_dir``, ``memory.path``, ``instructions_file``) resolve against it."""
+        return Path(os.path.realpath(self.path)).parent
 
     def state_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
         """State directory: ``override`` (CLI), then ``$STATE_DIRECTORY``, then company.yaml's
-        ``state_dir`` (relative to the file), then ``./state``."""
+        ``state_dir``, then ``state``; the last two relative to :attr:`base_dir`, never to
+        the working directory, so one company.yaml always means one state directory."""
         if override is not None:
             return Path(override).absolute()
         env = os.environ.get("STATE_DIRECTORY")
@@ -638,7 +651,7 @@ class CompanyConfig:
             return Path(env.split(":")[0]).absolute()
         if self.spec.state_dir:
             return (self.base_dir / self.spec.state_dir).absolute()
-        return Path("state").absolute()
+        return self.base_dir / DEFAULT_STATE_DIR
 
     def memory_path(self, state_dir: Path) -> Path:
         """The knowledge-graph file: ``memory.path`` relative to company.yaml, else
@@ -723,6 +736,45 @@ def secret_references(
                     ref(f"agents.{slug}.mcp_servers.{server}.env_from.{var}", "env", source)
                 )
     return refs
+
+
+#: Variables whose values are secrets even before company.yaml names them (the defaults of
+#: ``anthropic.api_key_env`` and ``alerts.telegram.bot_token_env``): an error in a file
+#: that does not load must not echo them either.
+_DEFAULT_SECRET_ENV = ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN")
+
+
+def secret_values(config: CompanyConfig, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of every secret ``config`` names that can be found right now: the API
+    key, the bot token, every credential and every ``env_from`` variable (not the chat ids,
+    which are not secret). For registering with the redactor; never print them."""
+    env = os.environ if environ is None else environ
+    cred_dir = env.get("CREDENTIALS_DIRECTORY", "").split(":")[0]
+    values: list[str] = []
+    for ref in secret_references(config, env):
+        if ref.path == "alerts.telegram.chat_ids_env" or not ref.is_set:
+            continue
+        if ref.kind == "env":
+            values.append(env.get(ref.name, ""))
+        elif cred_dir:
+            try:
+                raw = _read_at_most(Path(cred_dir) / ref.name, _MAX_SECRET_BYTES)
+            except (OSError, FileTooLarge, ValueError):
+                continue  # the consumer of this credential reports what is wrong with it
+            values.append(raw.decode("utf-8", errors="replace"))
+    return [v.strip() for v in values if v.strip()]
+
+
+def _register_secrets(config: CompanyConfig | None) -> None:
+    """Register the secrets ``config`` names (or, without one, those of the default
+    variables) with the process's redactor."""
+    values = (
+        [os.environ.get(name, "") for name in _DEFAULT_SECRET_ENV]
+        if config is None
+        else secret_values(config)
+    )
+    for value in values:
+        protect(value)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1241,6 +1293,7 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
     """
     p = Path(path)
     file = str(path)
+    _register_secrets(None)
 
     def fail(message: str, line: int = 0, column: int = 0) -> ConfigError:
         return ConfigError(
@@ -1249,7 +1302,7 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
 
     try:
         raw = _read_at_most(p, _MAX_FILE_BYTES)
-    except _FileTooLarge:
+    except FileTooLarge:
         raise fail(
             f"expected a company.yaml of at most {_MAX_FILE_BYTES // _MB} MB, got a larger "
             "file; check that the path names your company.yaml"
@@ -1262,11 +1315,25 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
         raise fail(
             "expected a file, got a directory; give the path to company.yaml inside it"
         ) from None
+    except NotRegularFile as exc:
+        raise fail(
+            f"expected a regular file, got {exc.kind}; give the path to your company.yaml "
+            "(companyd never reads a pipe or a device as its configuration)"
+        ) from None
     except OSError as exc:
         raise fail(f"cannot read the file: {exc.strerror or exc}; check its permissions") from None
     except ValueError as exc:  # e.g. a NUL byte in the path
         raise fail(f"cannot use this path: {exc}") from None
-    return load_config_text(_decode(raw, file), file=file, base_dir=p.absolute().parent)
+    # Relative paths resolve against the directory that really holds the file: a symlinked
+    # company.yaml (or a symlinked directory) names the same company, state and prompts as
+    # the file itself. ``path`` stays the path given (a reload reads it again).
+    real_dir = Path(os.path.realpath(p)).parent
+    loaded = load_config_text(_decode(raw, file), file=file, base_dir=real_dir)
+    config = dataclasses.replace(loaded, path=p.absolute())
+    # Every secret the file names is known to the redactor from here on, whichever command
+    # loaded it (the daemon at start and on reload, the CLI, notify-failure).
+    _register_secrets(config)
+    return config
 
 
 _MB = 1024 * 1024
@@ -1275,20 +1342,11 @@ _MB = 1024 * 1024
 _MAX_FILE_BYTES = 10 * _MB
 #: An agent's instructions travel in every request: far beyond any context window.
 _MAX_INSTRUCTIONS_BYTES = 1 * _MB
+#: A credential is a key or a token: far below this.
+_MAX_SECRET_BYTES = 64 * 1024
 
 
-class _FileTooLarge(Exception):
-    pass
-
-
-def _read_at_most(path: Path, limit: int) -> bytes:
-    """The bytes of ``path``, or _FileTooLarge once more than ``limit`` arrive (without reading
-    the rest: the path may be a device or a pipe that never ends)."""
-    with path.open("rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise _FileTooLarge
-    return data
+_read_at_most = read_regular_file
 
 
 def _decode(raw: bytes, file: str) -> str:
@@ -1589,15 +1647,9 @@ def _did_you_mean(key: str, parent_path: Path_) -> str:
 # ---------------------------------------------------------------------------------------
 # Loading: secrets written into the file
 
-_SECRET_VALUE_RES = (
-    (re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"), "an Anthropic API key"),
-    (re.compile(r"^\s*\d{6,12}:[A-Za-z0-9_\-]{30,}\s*$"), "a Telegram bot token"),
-    (re.compile(r"\bsk-(?:proj-)?[A-Za-z0-9_\-]{20,}"), "an API key"),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), "a GitHub token"),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), "a Slack token"),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "an AWS access key"),
-    (re.compile(r"://[^/\s:@]+:[^/\s@]+@"), "a URL with a password in it"),
-)
+#: The values the scan refuses are the ones every redactor masks (companyd._secrets); none
+#: is anchored, so a token inside longer text (instructions, context) is found too.
+_SECRET_VALUE_RES = tuple((rx, what) for rx, what, _ in SECRET_PATTERNS)
 _SECRET_KEY_RE = re.compile(
     r"(^|_)(token|api_?key|apikey|secret|secret_key|password|passwd|pwd|private_key|access_key"
     r"|auth|bearer)$"
@@ -1632,6 +1684,8 @@ def _check_secrets(data: Any, rep: _Report) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
                 kp = (*path, k)
+                if isinstance(k, str) and looks_secret(kp, k, key=True):
+                    continue
                 # env_from maps variable names to variable names: references, not values
                 literal = not (path and path[-1] == "env_from")
                 # a number is a secret too (a PIN, a numeric password)
@@ -1651,17 +1705,23 @@ def _check_secrets(data: Any, rep: _Report) -> None:
             for i, v in enumerate(node):
                 walk(v, (*path, i))
         elif isinstance(node, str):
-            for rx, what in _SECRET_VALUE_RES:
-                if rx.search(node):
-                    rep.add(
-                        path,
-                        f"expected no secrets in company.yaml, got what looks like {what}; "
-                        "move it to an environment variable or a systemd credential "
-                        "(LoadCredential=) and reference it by name, then rotate it — it "
-                        "may already be in git history",
-                    )
-                    rep.settle(path)
-                    break
+            looks_secret(path, node)
+
+    def looks_secret(path: Path_, text: str, *, key: bool = False) -> bool:
+        for rx, what in _SECRET_VALUE_RES:
+            if rx.search(text):
+                rep.add(
+                    path,
+                    f"expected no secrets in company.yaml, got what looks like {what}"
+                    + (" as a key" if key else "")
+                    + "; move it to an environment variable or a systemd credential "
+                    "(LoadCredential=) and reference it by name, then rotate it — it "
+                    "may already be in git history",
+                    key=key,
+                )
+                rep.settle(path)
+                return True
+        return False
 
     walk(data, ())
 
@@ -1997,7 +2057,7 @@ def _read_instructions(ref: str, path: Path_, base: Path, rep: _Report) -> str |
             rep.add(path, f"expected instructions in {ref!r}, got an empty file; write them")
             return None
         return text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text() did
-    except _FileTooLarge:
+    except FileTooLarge:
         rep.add(
             path,
             f"expected instructions of at most {_MAX_INSTRUCTIONS_BYTES // _MB} MB in {ref!r}, "
@@ -2011,6 +2071,12 @@ def _read_instructions(ref: str, path: Path_, base: Path, rep: _Report) -> str |
         )
     except IsADirectoryError:
         rep.add(path, f"expected a file, got the directory {ref!r} ({f})")
+    except NotRegularFile as exc:
+        rep.add(
+            path,
+            f"expected a regular file of instructions, got {exc.kind}: {ref!r} ({f}); point "
+            "instructions_file at a text file (relative to company.yaml)",
+        )
     except UnicodeDecodeError as exc:
         rep.add(path, f"expected UTF-8 text in {ref!r}, got the byte at offset {exc.start}")
     except OSError as exc:

@@ -19,19 +19,33 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from companyd._secrets import redact
+
 __all__ = [
     "EX_CONFIG",
+    "EX_REFUSED",
     "EX_SOFTWARE",
     "EX_TEMPFAIL",
     "EX_UNAVAILABLE",
+    "EX_USAGE",
     "CompanydError",
     "ConfigError",
     "ConfigIssue",
     "DaemonNotRunning",
     "StateLocked",
+    "UnknownName",
+    "UsageError",
 ]
 
-#: sysexits.h codes used by the CLI and the daemon (docs/daemon.md lists them all).
+#: Exit codes of every command (docs/daemon.md lists them all, with when each is used).
+#: 1: the answer is "no" — an unknown agent, routine, task or proposal, a rejected reload,
+#: an invalid company.yaml for a command that only checks it; the same in every command,
+#: whether the daemon or the command itself found it.
+EX_REFUSED = 1
+#: 2: the command line is wrong (argparse's code): an unknown option, a bad value, the
+#: config named twice differently.
+EX_USAGE = 2
+#: sysexits.h codes.
 EX_CONFIG = 78
 EX_SOFTWARE = 70
 EX_TEMPFAIL = 75
@@ -64,6 +78,16 @@ class ConfigIssue:
     message: str
     severity: str = "error"
 
+    def __post_init__(self) -> None:
+        # A config error quotes the value it rejects; when that value is (or holds) a
+        # secret, the quote is masked here, once, for every path the issue travels
+        # (stderr, --json, the reload reply, the "change rejected" alert, notify-failure).
+        for name in ("path", "message"):
+            value = getattr(self, name)
+            clean = redact(value)
+            if clean != value:
+                object.__setattr__(self, name, clean)
+
     def __str__(self) -> str:
         where = self.file
         if self.line:
@@ -85,6 +109,24 @@ class ConfigError(CompanydError):
     def __init__(self, issues: Iterable[ConfigIssue]) -> None:
         self.issues: Sequence[ConfigIssue] = tuple(issues)
         super().__init__("\n".join(str(i) for i in self.issues))
+
+
+class UsageError(CompanydError):
+    """The command line is wrong in a way argparse cannot see; exit 2 (:data:`EX_USAGE`)."""
+
+    exit_code = EX_USAGE
+
+
+class UnknownName(CompanydError):
+    """A command names an agent (routine, …) that does not exist; exit 1 (:data:`EX_REFUSED`).
+
+    ``code`` is what ``--json`` reports (``"unknown_agent"``)."""
+
+    exit_code = EX_REFUSED
+
+    def __init__(self, message: str, code: str = "unknown_agent") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class StateLocked(CompanydError):

@@ -72,6 +72,9 @@ KINDS: Mapping[str, Severity] = {
     "daemon_started": Severity.INFO,
     "daemon_stopping": Severity.INFO,
     "daemon_reloaded": Severity.INFO,
+    "state_dir_tightened": Severity.WARNING,
+    "state_disk_full": Severity.CRITICAL,
+    "state_disk_recovered": Severity.INFO,
     "config_rejected": Severity.WARNING,
     "loop_lag": Severity.WARNING,
     # agents (companyd.roles)

@@ -178,3 +178,22 @@ async def test_an_invalid_company_yaml_is_still_reported_with_its_first_error(
     assert "'fifty'" in msg.text and "systemctl restart companyd" in msg.text
     assert "Acme · host " in msg.text
     assert "Traceback" not in err and TOKEN not in out + err
+
+
+@pytest.mark.anyio
+async def test_an_invalid_company_yaml_never_sends_a_secret_it_quotes(tmp_path: Path) -> None:
+    """An API key pasted where a key belongs (its first error quotes it) is never repeated,
+    neither on Telegram nor on stderr."""
+    key = "sk-ant-api03-" + "N" * 40
+    async with BotApiServer(token=TOKEN) as server:
+        path = _config(tmp_path, server.url)
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc["agents"]["ceo"][key] = 1
+        path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        env = _env(tmp_path, MONITOR_SERVICE_RESULT="exit-code", MONITOR_EXIT_STATUS="78")
+        code, out, err = await _notify(path, env)
+    assert code == 0, err
+    (msg,) = server.messages
+    assert "company.yaml is invalid:" in msg.text
+    for text in (msg.text, out, err):
+        assert key not in text and TOKEN not in text and TOKEN.split(":")[1] not in text

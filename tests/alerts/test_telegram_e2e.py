@@ -193,3 +193,40 @@ async def test_status_tells_when_commands_fail_while_sending_works(work: Path) -
             if daemon.proc is not None and daemon.returncode is None:
                 await daemon.stop()
     assert "Traceback" not in daemon.log_text()
+
+
+@pytest.mark.anyio
+async def test_a_rejected_reload_never_pages_the_secret_it_quotes(work: Path) -> None:
+    """The attack that found it: an API key pasted into `department:` came back in the
+    "change rejected" alert on Telegram. Now the alert, the reload reply and the log name
+    the problem without the key, and the running key (registered by value) never shows."""
+    pasted = "sk-ant-api03-" + "P" * 40
+    running_key = "the-running-api-key-value-0123"
+    async with BotApiServer(token=TOKEN) as server:
+        doc = example_company(server.url)
+        cfg = work / "company.yaml"
+        cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+        env = {
+            **os.environ,
+            "TELEGRAM_BOT_TOKEN": TOKEN,
+            "TELEGRAM_CHAT_ID": str(OPERATOR),
+            "ANTHROPIC_API_KEY": running_key,
+        }
+        async with DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env) as daemon:
+            await server.wait_for(
+                lambda: any("companyd started" in m.text for m in to(server, OPERATOR)),
+                timeout=30,
+            )
+            first = next(iter(doc["agents"]))
+            doc["agents"][first]["department"] = pasted
+            doc["company"]["context"] = f"key {running_key} and {TOKEN}"
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            reload = await daemon.cli("reload")
+            assert reload.rc == 1 and "rejected" in reload.err
+            await server.wait_for(
+                lambda: any("rejected" in m.text for m in to(server, OPERATOR)), timeout=30
+            )
+            rejected = next(m for m in to(server, OPERATOR) if "rejected" in m.text)
+            assert "department" in rejected.text
+    for text in (rejected.text, reload.out + reload.err, daemon.log_text()):
+        assert pasted not in text and running_key not in text and SECRET_HALF not in text

@@ -1180,3 +1180,27 @@ def test_status_says_which_half_of_telegram_works() -> None:
     assert "commands failing since 2027-01-13 08:00 (401 Unauthorized)" in render_status(older)
     fine = {**failing, "alerts": {"telegram": "ok", "queued": 0, "commands": "ok"}}
     assert "Alerts: telegram ok\n" in render_status(fine)
+
+
+@pytest.mark.anyio
+async def test_no_answer_carries_a_secret(server: tuple[ControlServer, Company]) -> None:
+    """Answers pass the one redactor: registered secrets and values that look like one."""
+    from companyd._secrets import SECRETS
+
+    srv, company = server
+    SECRETS.add("registered-control-secret-value")
+    key = "sk-ant-api03-" + "C" * 40
+    company.reload_result = {
+        "applied": False,
+        "errors": [f"x: got {key!r}", "registered-control-secret-value"],
+    }
+    company.agents.append(key)  # an unknown-agent error quotes the agent list
+    answers = await _raw(
+        srv.path,
+        b'{"op": "reload"}\n',
+        b'{"op": "pause", "args": {"agent": "nobody"}}\n',
+    )
+    text = json.dumps(answers)
+    assert key not in text and "registered-control-secret-value" not in text
+    assert answers[0]["result"]["errors"][0] == "x: got '<anthropic-api-key>'"
+    assert answers[1]["ok"] is False and "<anthropic-api-key>" in answers[1]["error"]

@@ -141,3 +141,23 @@ def test_read_holder_tolerates_garbage(tmp_path: Path, content: str) -> None:
     (tmp_path / LOCK_NAME).write_text(content)
     assert read_holder(tmp_path) is None
     assert read_holder(tmp_path / "missing") is None
+
+
+def test_one_claim_per_company_yaml_whatever_path_names_it(tmp_path: Path) -> None:
+    from companyd.daemon.lock import CompanyLock
+
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text("x: 1\n", encoding="utf-8")
+    (tmp_path / "alias.yaml").symlink_to(cfg)
+    with CompanyLock.acquire(cfg) as claim:
+        assert claim.held
+        with pytest.raises(StateLocked) as info:
+            CompanyLock.acquire(tmp_path / "alias.yaml")
+        assert f"already running, pid {os.getpid()}," in str(info.value)
+        assert repr(str(cfg)) in str(info.value)
+        other = tmp_path / "other.yaml"
+        other.write_text("x: 2\n", encoding="utf-8")
+        with CompanyLock.acquire(other):  # another company: its own claim
+            pass
+    with CompanyLock.acquire(tmp_path / "alias.yaml"):  # released: free again
+        pass

@@ -401,3 +401,115 @@ async def test_the_root_supervisor_giving_up_exits_1_so_systemd_restarts_it(work
 def test_example_company_agents_are_what_the_tests_assume() -> None:
     # the sd_notify test reads "8/8 agents up" from the example company
     assert set(yaml.safe_load(EXAMPLE.read_text())["agents"]) == EXAMPLE_AGENTS
+
+
+# -- one company, one daemon ----------------------------------------------------------------
+
+
+def _plain_env() -> dict[str, str]:
+    """This environment without anything that would choose the config or state for us."""
+    drop = ("STATE_DIRECTORY", "RUNTIME_DIRECTORY", "COMPANYD_CONFIG", "CONFIGURATION_DIRECTORY")
+    return {k: v for k, v in os.environ.items() if k not in drop and k != "NOTIFY_SOCKET"}
+
+
+def _companyd_in(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "companyd", *argv],
+        cwd=cwd,
+        env=_plain_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _wait_answering(socket_path: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
+    from companyd.daemon.control import ControlClient
+
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, "the daemon exited:\n" + log.read_text()[-4000:]
+        try:
+            ControlClient(socket_path, timeout=5.0).ping()
+            return
+        except Exception:
+            assert time.monotonic() < deadline, "no answer:\n" + log.read_text()[-4000:]
+            time.sleep(0.05)
+
+
+def test_one_company_one_daemon_whatever_the_path_and_working_directory(work: Path) -> None:
+    """The default state directory is next to company.yaml (not in the working directory):
+    a second `companyd run` of the same file — by a relative, absolute or symlinked path,
+    from any directory — exits 75 with "already running, pid N", and every command given
+    that --config reaches the running daemon."""
+    home = work / "co"
+    home.mkdir()
+    cfg = write(home / "company.yaml", company({"ceo": {}}))
+    (work / "alias.yaml").symlink_to(cfg)
+    (work / "link").symlink_to(home, target_is_directory=True)
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir()
+    log = work / "daemon.log"
+    with open(log, "ab") as out:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "companyd", "run", "--offline", "--config", "company.yaml"],
+            cwd=home,
+            env=_plain_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+    try:
+        _wait_answering(home / "state" / "companyd.sock", first, log)
+        ways = [
+            (elsewhere, str(cfg)),  # absolute, from another directory
+            (work, "co/company.yaml"),  # relative, from the parent
+            (elsewhere, str(work / "alias.yaml")),  # a symlink to the file
+            (work / "link", "company.yaml"),  # through a symlinked directory
+        ]
+        for cwd, path in ways:
+            second = _companyd_in(cwd, "run", "--offline", "--config", path)
+            assert second.returncode == 75, (cwd, path, second.stderr)
+            assert f"already running, pid {first.pid}" in second.stderr, second.stderr
+            assert "Traceback" not in second.stderr
+            for argv in (["status", "--json"], ["runs", "--json"], ["budget", "--json"]):
+                done = _companyd_in(cwd, *argv, "--config", path)
+                assert done.returncode == 0, (cwd, path, argv, done.stderr)
+            status = json.loads(_companyd_in(cwd, "status", "--json", "--config", path).stdout)
+            assert status["daemon"]["pid"] == first.pid
+        assert not (elsewhere / "state").exists() and not (work / "state").exists()
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0, log.read_text()[-4000:]
+
+
+def test_a_second_daemon_of_the_same_company_yaml_is_refused_even_on_another_state_dir(
+    work: Path,
+) -> None:
+    """--state-dir (or $STATE_DIRECTORY) chooses where the state lives, not a second copy of
+    the company: two daemons of one company.yaml would poll the same Telegram bot and spend
+    the same budget twice. The second one exits 75 naming the first one's pid."""
+    cfg = write(work / "company.yaml", company({"ceo": {}}))
+    log = work / "daemon.log"
+    with open(log, "ab") as out:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "companyd", "run", "--offline", "--config", str(cfg),
+             "--state-dir", str(work / "a")],
+            env=_plain_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        )  # fmt: skip
+    try:
+        _wait_answering(work / "a" / "companyd.sock", first, log)
+        for extra in (["--state-dir", str(work / "b")], []):
+            second = _companyd_in(work, "run", "--offline", "--config", str(cfg), *extra)
+            assert second.returncode == 75, (extra, second.stderr)
+            assert f"already running, pid {first.pid}" in second.stderr, second.stderr
+            assert str(cfg) in second.stderr and "Traceback" not in second.stderr
+        # and --config alone finds it, though its state is not where company.yaml says
+        elsewhere = work / "elsewhere"
+        elsewhere.mkdir()
+        done = _companyd_in(elsewhere, "status", "--json", "--config", str(cfg))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["daemon"]["pid"] == first.pid
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0, log.read_text()[-4000:]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from companyd.cli.main import main
-from companyd.memory.codec import parse_graph, read_quarantine
+from companyd.memory.codec import not_a_graph, parse_graph, read_quarantine
 
 GOOD = (
     b'{"type":"entity","name":"Acme","entityType":"client","observations":["pays late"]}\n'
@@ -107,6 +107,10 @@ def test_check_repair_and_import_on_odd_files(
     code, out, err = run(capsys, "memory", "import", f, "--file", str(tmp_path / "other.jsonl"))
     assert code == 0 and "imported" in out, out + err
     code, out, err = run(capsys, "memory", "repair", "--file", f)
+    if not_a_graph(data):  # nothing to repair from: refused, the file left as it is
+        assert code == 1 and "not a memory graph" in err and "Traceback" not in err, out + err
+        assert memfile.read_bytes() == data
+        return
     assert code == 0, out + err
     code, out, err = run(capsys, "memory", "check", "--file", f)
     assert code == 0 and "clean" in out, out + err

@@ -7,14 +7,17 @@ its line number and exact bytes; the rewritten file is clean.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companyd.memory.codec import encode_entity, encode_relation, parse_graph, read_quarantine
+from companyd.memory.errors import MemoryNotAGraph
 from companyd.memory.graph import Entity, Relation
 from companyd.memory.store import GraphStore
 
@@ -122,6 +125,13 @@ def test_repair_keeps_intact_lines_and_quarantines_corrupt_ones(data: bytes) -> 
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "memory.jsonl"
         path.write_bytes(data)
+        lines = [raw for raw in data.split(b"\n") if not _blank(raw)]
+        if lines and all(_usable(raw) is None for raw in lines):
+            # nothing in it is a graph line: not a memory graph, left as it is (issue 15)
+            with pytest.raises(MemoryNotAGraph):
+                GraphStore(path).open()
+            assert path.read_bytes() == data and os.listdir(d) == ["memory.jsonl"]
+            return
         with GraphStore(path) as store:
             store.open()  # load + repair: must not raise
             graph = store.call("read_graph", {})

@@ -18,10 +18,11 @@ import pytest
 from companyd.clock import ManualClock
 from companyd.events import EventBus
 from companyd.memory.codec import read_quarantine
+from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
 from companyd.memory.service import MemoryService
 from companyd.memory.store import GraphStore
 
-from .conftest import official_server
+from .conftest import ChildCtx, official_server
 from .mcp_helpers import RawClient
 from .test_service import eventually, file_names, running
 
@@ -191,3 +192,89 @@ def test_one_process_compacting_while_others_append_loses_nothing(memfile: Path)
     with GraphStore(memfile) as store:
         store.compact()
     assert set(file_names(memfile)) == acked
+
+
+PASSWD_LIKE = (
+    b"root:x:0:0:root:/root:/bin/bash\n"
+    b"daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+    b"founder:x:1000:1000:Founder,,,:/home/founder:/bin/bash\n"
+)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [PASSWD_LIKE, b"# notes\nnot json at all\n", b"[1, 2]\nnull\n", b"\xff\xfe garbage"],
+    ids=["passwd", "text", "json-not-objects", "binary"],
+)
+def test_a_file_that_is_not_a_memory_graph_is_left_byte_identical(
+    tmp_path: Path, content: bytes
+) -> None:
+    # e.g. memory.path (or a symlink) pointing at some other text file: "repairing" it would
+    # quarantine every line and replace the file with an empty graph.
+    other = tmp_path / "etc"
+    other.mkdir()
+    target = other / "passwd"
+    target.write_bytes(content)
+    state = tmp_path / "state"
+    state.mkdir()
+    link = state / "memory.jsonl"
+    link.symlink_to(target)
+    for path in (link, target):
+        with pytest.raises(MemoryNotAGraph) as caught:
+            GraphStore(path).open()
+        message = str(caught.value)
+        assert str(target) in message and "memory.path" in message, message
+        assert "not a memory graph" in message, message
+    assert target.read_bytes() == content
+    assert sorted(os.listdir(other)) == ["passwd"]  # no lock, journal, .corrupt, temp file
+    assert os.listdir(state) == ["memory.jsonl"]
+
+
+def test_a_graph_with_one_good_line_among_bad_ones_is_still_repaired(memfile: Path) -> None:
+    memfile.write_bytes(b'root:x:0:0\n{"type":"entity","name":"a","entityType":"t"}\n')
+    with GraphStore(memfile) as store:
+        assert store.open().dropped_lines == 1
+    assert file_names(memfile) == ["a"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_graph_path_that_is_not_a_regular_file_is_refused_at_once(
+    tmp_path: Path, kind: str
+) -> None:
+    path = tmp_path / "memory.jsonl"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero")
+    with pytest.raises(MemoryNotAGraph, match="not a regular file"):
+        GraphStore(path).open()  # a FIFO without a writer must not hang the open
+
+
+async def test_the_memory_service_fails_with_what_to_do_on_a_foreign_file(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "passwd"
+    target.write_bytes(PASSWD_LIKE)
+    clock = ManualClock()
+    service = MemoryService(target, bus=EventBus(clock), clock=clock)
+    with pytest.raises(MemoryNotAGraph, match=r"memory\.path"):
+        async with asyncio.timeout(10):
+            await service.run(ChildCtx())
+    assert target.read_bytes() == PASSWD_LIKE
+
+
+@pytest.mark.parametrize("side", ["corrupt", "journal", "lock"])
+def test_a_side_file_that_is_a_symlink_is_never_written_through(tmp_path: Path, side: str) -> None:
+    # docs/memory.md: side files live next to the graph; a planted symlink (e.g.
+    # memory.jsonl.corrupt -> some other file) must not redirect repair's appends or the
+    # journal's writes into another file.
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious\n")
+    memfile = tmp_path / "memory.jsonl"
+    memfile.write_bytes(b'not json\n{"type":"entity","name":"a","entityType":"t"}\n')
+    (tmp_path / f"memory.jsonl.{side}").symlink_to(victim)
+    with pytest.raises(MemoryUnsafePath, match="symlink"), GraphStore(memfile) as store:
+        store.call("create_entities", {"entities": [ent("b")]})
+    assert victim.read_bytes() == b"precious\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 
@@ -342,3 +343,32 @@ async def test_an_unwritable_company_yaml_refuses_the_approval_clearly(
     assert "docs/deploy.md" in message
     assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
     assert (await store.get(p.id))[0].status == "pending"
+
+
+async def test_an_instructions_file_replaced_by_a_fifo_is_refused_not_read(tmp_path: Path) -> None:
+    """A read that blocks in a thread would hold the daemon's stop forever (asyncio waits for
+    its executor's threads): the FIFO is refused at once."""
+    (tmp_path / "marketing.md").write_text("Write posts.\n", encoding="utf-8")
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {},
+            "marketing": {"reports_to": "ceo", "instructions": None},
+            "improver": {"reports_to": "ceo", "can_modify": ["marketing"]},
+        },
+    )
+    cfg.write_text(
+        cfg.read_text().replace("instructions: null", "instructions_file: marketing.md"),
+        encoding="utf-8",
+    )
+    store = _store(cfg, tmp_path / "state")
+    (tmp_path / "marketing.md").unlink()
+    os.mkfifo(tmp_path / "marketing.md")
+    try:
+        async with asyncio.timeout(10):
+            with pytest.raises(ProposalError, match=r"not a regular file \(a FIFO"):
+                await store.propose("improver", "marketing", NEW, "shorter")
+    finally:
+        # release a reader stuck on the FIFO, if the refusal did not happen
+        with contextlib.suppress(OSError):  # ENXIO: no reader left, as it should be
+            os.close(os.open(tmp_path / "marketing.md", os.O_WRONLY | os.O_NONBLOCK))

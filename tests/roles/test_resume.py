@@ -195,7 +195,7 @@ def test_daemon_refuses_a_second_instance_on_the_same_state_dir(tmp_path: Path) 
             timeout=60,
         )
         assert second.returncode == 75
-        assert f"(pid {proc.pid})" in second.stderr
+        assert f"already running, pid {proc.pid}," in second.stderr
         assert "Traceback" not in second.stderr
     assert os.path.exists(state / "daemon.lock")
 

@@ -425,7 +425,8 @@ REASON = {
     "shutdown": "shutdown",
     "shutdown_info": "shutdown:done",
     "error": "error:RuntimeError('x crashed')",
-    "foreign_cancel": "error:CancelledError",
+    # issue 15 #21: cancelled by code other than its supervisor is OTP's brutal kill
+    "foreign_cancel": "killed",
 }
 
 
@@ -456,8 +457,10 @@ async def test_restart_type_against_exit_reason(
                 assert states(sup)["x"] == "not_running"  # spec kept
                 assert sup.which_child("x").last_exit == REASON[exit_kind]
         assert other.starts == 1
-        if abnormal:
-            assert exited.data["exception"] in ("RuntimeError", "CancelledError")
+        if exit_kind == "error":
+            assert exited.data["exception"] == "RuntimeError"
+        if exit_kind == "foreign_cancel":
+            assert "exception" not in exited.data
 
 
 async def test_a_temporary_id_can_be_added_again_after_it_ended(
@@ -806,7 +809,8 @@ async def test_a_child_ignoring_the_stop_request_is_cancelled_after_its_shutdown
     async with asyncio.timeout(DEADLINE):
         await stopping
     terminated = events.of("child_terminated", child="x")[0]
-    assert (terminated.data["reason"], terminated.data["stop"]) == ("shutdown", "cancelled")
+    # issue 15 #21: cancelled once its shutdown time ran out is a kill, as in OTP
+    assert (terminated.data["reason"], terminated.data["stop"]) == ("killed", "cancelled")
 
 
 async def test_a_child_swallowing_cancellation_is_abandoned_after_shutdown_plus_grace(
@@ -1280,6 +1284,13 @@ async def test_dynamic_instances_start_restart_and_terminate_by_id(
         for call in (sup.restart_child, sup.delete_child):
             with pytest.raises(NotSupported, match="simple_one_for_one"):
                 await call("job-2")
+        # the template id names no child: OTP's {error, simple_one_for_one}
+        for call in (sup.terminate_child, sup.kill_child):
+            with pytest.raises(NotSupported, match="simple_one_for_one"):
+                await call("job")
+        await sup.kill_child("job-3")  # an instance: killed, then restarted (permanent)
+        await events.wait_for("child_started", count=2, child="job-3")
+        assert events.of("child_exited", child="job-3")[0].data["reason"] == "killed"
         with pytest.raises(NotSupported):
             await sup.start_child(Probe("x").spec())
 
@@ -2153,6 +2164,83 @@ async def test_static_shutdown_timers_run_one_child_after_another(
         await stopping
     assert journal[-2:] == ["end:b", "end:a"]
     assert [e.data["stop"] for e in events.of("child_terminated")] == ["cancelled", "cancelled"]
+
+
+async def test_a_child_returning_when_cancelled_after_its_shutdown_time_is_still_killed(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    """OTP's ``exit(Child, kill)`` after the timeout cannot be answered: whatever the child
+    does with the cancellation (here: swallows it and returns), its reason is ``killed``."""
+    x = Probe("x", on_stop="swallow")
+    async with make(bus, clock, [x.spec(shutdown=2, restart="transient")]) as sup:
+        terminating = asyncio.ensure_future(sup.terminate_child("x"))
+        await until(lambda: x.run.stop_seen and clock.sleepers == 1)
+        clock.advance(2)  # shutdown time over: cancelled
+        await until(lambda: x.run.cancels == 1)
+        x.release()  # it caught the cancellation and now returns normally
+        async with asyncio.timeout(DEADLINE):
+            await terminating
+        terminated = events.of("child_terminated", child="x")[0]
+        assert (terminated.data["reason"], terminated.data["stop"]) == ("killed", "cancelled")
+        assert sup.which_child("x").last_exit == "killed"
+
+
+@pytest.mark.parametrize(
+    ("restart", "restarted", "kept"),
+    [("permanent", True, True), ("transient", True, True), ("temporary", False, False)],
+)
+async def test_kill_child_cancels_at_once_with_reason_killed_then_applies_the_restart_type(
+    bus: EventBus, clock: ManualClock, events: Events, restart: str, restarted: bool, kept: bool
+) -> None:
+    """OTP's ``exit(Pid, kill)``: no stop request, no shutdown time; reason ``killed`` (an
+    abnormal exit), then the child's restart type decides, counted like any crash."""
+    x, other = Probe("x"), Probe("other")
+    async with make(bus, clock, [x.spec(restart=restart, shutdown=30), other.spec()]) as sup:
+        async with asyncio.timeout(DEADLINE):
+            await sup.kill_child("x")
+        assert not x.runs[0].stop_seen  # never asked to stop (it would have returned at once)
+        exited = events.of("child_exited", child="x")[0]
+        assert exited.data["reason"] == "killed"
+        assert exited.data["action"] == ("restart" if restarted else "none")
+        if restarted:
+            await events.wait_for("child_started", count=2, child="x")
+            assert states(sup) == {"x": "running", "other": "running"}
+            assert sup.restarts_in_window() == 1
+        else:
+            assert ("x" in states(sup)) is kept and sup.restarts_in_window() == 0
+        assert other.starts == 1
+        assert events.of("child_terminated", child="x") == []  # not a terminate_child
+
+
+async def test_kill_child_of_a_child_swallowing_cancellation_abandons_it_after_the_grace(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    x = Probe("x", on_stop="swallow")
+    async with make(bus, clock, [x.spec(restart="transient")], kill_grace=1.0) as sup:
+        x.runs[0].ctx.stopping.set()  # make the body reach its cancellation-swallowing loop
+        await until(lambda: x.run.stop_seen)
+        killing = asyncio.ensure_future(sup.kill_child("x"))
+        await until(lambda: x.runs[0].cancels == 1 and clock.sleepers == 2)
+        clock.advance(1.0)
+        async with asyncio.timeout(DEADLINE):
+            await killing
+        assert events.of("child_kill_failed", child="x")
+        exited = events.of("child_exited", child="x")[0]
+        assert (exited.data["reason"], exited.data["action"]) == ("killed", "restart")
+        x.release()
+
+
+async def test_kill_child_errors_and_no_ops_follow_terminate_child(
+    bus: EventBus, clock: ManualClock, events: Events
+) -> None:
+    x = Probe("x")
+    async with make(bus, clock, [x.spec(restart="transient")]) as sup:
+        with pytest.raises(ChildNotFound):
+            await sup.kill_child("nope")
+        await sup.terminate_child("x")
+        await sup.kill_child("x")  # not running: nothing to kill, nothing restarted
+        assert states(sup) == {"x": "not_running"} and x.starts == 1
+        assert events.of("child_exited", child="x") == []
 
 
 async def test_terminate_child_applies_brutal_kill(

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from companyd._fs import private_sqlite
+
 __all__ = ["AlertRecord", "AlertStore", "Delivery"]
 
 log = logging.getLogger("companyd.alerts.service")
@@ -247,7 +249,7 @@ class AlertStore:
             self._conn = self._connect(":memory:")
             return None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_sqlite(self.path)
             self._conn = self._connect(str(self.path))
             return None
         except sqlite3.DatabaseError as exc:

@@ -1319,6 +1319,7 @@ def register(sub: Any) -> None:
 
 
 def _notify_failure_cmd(args: argparse.Namespace) -> int:
+    from companyd._fs import read_regular_file
     from companyd.alerts.notify import FallbackCompany, fallback_company
     from companyd.config import default_config_path, load_config
     from companyd.errors import ConfigError
@@ -1332,8 +1333,9 @@ def _notify_failure_cmd(args: argparse.Namespace) -> int:
         # An invalid company.yaml is a reason the daemon died (exit 78 at start): say so,
         # with the alert settings that can still be read, rather than stay silent.
         try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            # never a plain read: the path may be a FIFO that has no writer
+            text = read_regular_file(Path(path), 10 * 1024 * 1024).decode(errors="replace")
+        except (OSError, ValueError):
             text = ""
         config = fallback_company(text)
         first = str(exc.issues[0]) if exc.issues else str(exc)

@@ -4,16 +4,15 @@ Part of :mod:`companyd.alerts.service`, and the only place besides it that impor
 
 The bot token is a secret that leaks easily: it is part of every Bot API URL (httpx logs each
 request URL at INFO), and python-telegram-bot puts it into ``InvalidToken`` messages. So the
-token is registered with :func:`protect` before the first request, and from then on a log
-record factory replaces it in every record's message and exception text, whichever logger
-(or library) produced it, and :func:`redact` cleans any text we show or store ourselves.
+token is registered with :func:`protect` before the first request; the one redactor of
+:mod:`companyd._secrets` then replaces it in every log record, whichever logger (or library)
+produced it, and :func:`redact` cleans any text we show or store ourselves.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import traceback
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from companyd._fs import NotRegularFile, read_regular_file
+from companyd._secrets import protect, redact
 from companyd.config import AlertsSpec
 
 if TYPE_CHECKING:  # imported where used: the library is slow to import and the CLI is not
@@ -39,69 +40,6 @@ __all__ = [
 ]
 
 DEFAULT_API_URL = "https://api.telegram.org"
-REDACTED = "<telegram-bot-token>"
-
-# ---------------------------------------------------------------------------------------
-# Secrets
-
-_secrets: list[str] = []
-_factory_installed = False
-
-
-def protect(secret: str) -> None:
-    """Never let ``secret`` reach a log record or a text we produce.
-
-    Registers the whole token and its secret half (after ``:``), and installs, once per
-    process, a log record factory that redacts every record created from then on.
-    """
-    global _factory_installed
-    for s in (secret, secret.partition(":")[2]):
-        if len(s) >= 8 and s not in _secrets:
-            _secrets.append(s)
-    _secrets.sort(key=len, reverse=True)  # the whole token before its half
-    if not _factory_installed:
-        previous = logging.getLogRecordFactory()
-
-        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-            record = previous(*args, **kwargs)
-            if _secrets:
-                _scrub(record)
-            return record
-
-        logging.setLogRecordFactory(factory)
-        _factory_installed = True
-
-
-def redact(text: str) -> str:
-    """``text`` with every protected secret replaced."""
-    for s in _secrets:
-        if s in text:
-            text = text.replace(s, REDACTED)
-    return text
-
-
-def _contains_secret(text: str) -> bool:
-    return any(s in text for s in _secrets)
-
-
-def _scrub(record: logging.LogRecord) -> None:
-    try:
-        message = record.getMessage()
-    except Exception:  # a malformed record is the logging module's to report, not ours
-        message = str(record.msg)
-    if _contains_secret(message):
-        record.msg = redact(message)
-        record.args = None
-    if record.exc_info and record.exc_info[1] is not None:
-        text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
-        if _contains_secret(text):
-            # The formatted text replaces the exception object, which would print the
-            # secret again in any handler that formats it itself.
-            record.exc_text = redact(text)
-            record.exc_info = None
-    if record.stack_info and _contains_secret(record.stack_info):
-        record.stack_info = redact(record.stack_info)
-
 
 # ---------------------------------------------------------------------------------------
 # Settings
@@ -143,9 +81,15 @@ def resolve_settings(
     elif tg.bot_token_credential and env.get("CREDENTIALS_DIRECTORY"):
         path = Path(env["CREDENTIALS_DIRECTORY"]) / tg.bot_token_credential
         try:
-            token = path.read_text(encoding="utf-8").strip()
+            # never a plain read: a FIFO there would block forever
+            token = read_regular_file(path, 64 * 1024).decode("utf-8", errors="replace").strip()
             source = f"credential {tg.bot_token_credential!r}"
-        except OSError:
+        except NotRegularFile as exc:
+            return (
+                f"no Telegram bot token: {str(path)!r} is not a regular file ({exc.kind}); "
+                "point LoadCredential= at the file that holds the token"
+            )
+        except (OSError, ValueError):
             token = ""
     if not token:
         where = []

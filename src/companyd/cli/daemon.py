@@ -28,6 +28,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from companyd._fs import read_regular_file
 from companyd.cli.main import print_json
 from companyd.config import default_config_path
 from companyd.daemon.control import (
@@ -83,7 +84,7 @@ def add_daemon_arguments(parser: argparse.ArgumentParser, *, json_flag: bool = T
         "--state-dir",
         type=Path,
         help="the daemon's state directory (default: $STATE_DIRECTORY, company.yaml's "
-        "state_dir, ./state)",
+        "state_dir, else state next to company.yaml)",
     )
     parser.add_argument(
         "--socket",
@@ -410,7 +411,15 @@ def _install_service(args: argparse.Namespace) -> int:
         if config_target.exists():
             steps.append((f"keep the existing {config_target} (not overwritten)", lambda: None))
         else:
-            data = args.config.read_bytes()
+            try:
+                # never a plain read: a FIFO or a device given by mistake must not hang
+                data = read_regular_file(args.config, 10 * 1024 * 1024)
+            except (OSError, ValueError) as exc:
+                raise CompanydError(
+                    f"cannot copy {str(args.config)!r}: "
+                    f"{getattr(exc, 'strerror', None) or exc}; give the path to your "
+                    "company.yaml (a regular file)"
+                ) from None
             steps.append(
                 (
                     f"copy {args.config} to {config_target} (mode 0644)",

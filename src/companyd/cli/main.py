@@ -10,9 +10,10 @@ Error presentation is one rule: the operator never sees a traceback. A
 :class:`~companyd.errors.CompanydError` prints its message; anything unexpected prints one
 line naming the bug and how to get the traceback (``--debug``).
 
-Exit codes: 0 success, 1 the command's answer is "no" (invalid config, check found
-problems), 2 usage error, 78 invalid config for a command that needed one (``run``),
-69 daemon not running, 70 internal error, 130 interrupted.
+Exit codes (the same in every command; :mod:`companyd.errors` holds them, docs/daemon.md
+lists them): 0 success, 1 the command's answer is "no" (invalid config, unknown agent,
+check found problems), 2 usage error, 78 invalid config for a command that needed one
+(``run``), 69 daemon not running, 70 internal error, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -27,16 +28,20 @@ from pathlib import Path
 from typing import Any
 
 from companyd import __version__
+from companyd._secrets import SECRETS, redact
 from companyd.config import default_config_path, load_config, secret_references
 from companyd.errors import (
+    EX_REFUSED,
     EX_SOFTWARE,
     EX_UNAVAILABLE,
+    EX_USAGE,
     CompanydError,
     ConfigError,
     DaemonNotRunning,
+    UsageError,
 )
 
-__all__ = ["main", "print_json"]
+__all__ = ["add_config_argument", "config_path", "main", "print_json"]
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -44,7 +49,7 @@ Handler = Callable[[argparse.Namespace], int]
 _AREAS = (
     "companyd.daemon.main",
     "companyd.cli.daemon",
-    "companyd.daemon.demo",
+    "companyd.cli.demo",
     "companyd.cli.roles",
     "companyd.cli.scheduler",
     "companyd.cli.spend",
@@ -53,9 +58,41 @@ _AREAS = (
 )
 
 
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    """The positional ``path`` (kept: ``companyd validate company.yaml``) and ``--config``,
+    as every other command takes it; :func:`config_path` picks one."""
+    parser.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="company.yaml (default: $COMPANYD_CONFIG, $CONFIGURATION_DIRECTORY/company.yaml, "
+        "./company.yaml)",
+    )
+    parser.add_argument("--config", type=Path, help="company.yaml (the same as PATH)")
+
+
+def config_path(args: argparse.Namespace) -> Path:
+    """The company.yaml a command was given (positional or ``--config``), else the default.
+
+    Raises:
+        UsageError: both were given and name different files.
+    """
+    positional: Path | None = getattr(args, "path", None)
+    flag: Path | None = getattr(args, "config", None)
+    if positional is not None and flag is not None and positional != flag:
+        raise UsageError(
+            f"the config is named twice: {str(positional)!r} and --config {str(flag)!r}; "
+            "give one of them"
+        )
+    return positional or flag or default_config_path()
+
+
 def print_json(obj: Any) -> None:
-    """Write ``obj`` as indented JSON on stdout."""
-    json.dump(obj, sys.stdout, indent=2, ensure_ascii=False, default=str)
+    """Write ``obj`` as indented JSON on stdout, every secret in it masked."""
+    text = json.dumps(obj, indent=2, ensure_ascii=False, default=str)
+    if SECRETS.known(text):  # mask string by string, so the JSON stays valid
+        text = json.dumps(SECRETS.redact_data(json.loads(text)), indent=2, ensure_ascii=False)
+    sys.stdout.write(text)
     sys.stdout.write("\n")
 
 
@@ -85,7 +122,87 @@ def _build_parser(broken: list[str] | None = None) -> argparse.ArgumentParser:
             broken.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         module.register(sub)
+    _register_help(parser, sub)
     return parser
+
+
+def _register_help(parser: argparse.ArgumentParser, sub: Any) -> None:
+    """``companyd help [COMMAND]``: the same text as ``companyd [COMMAND] --help``."""
+    p = sub.add_parser(
+        "help",
+        help="show the help of companyd or of one command",
+        description="Show the help of companyd, or of COMMAND (the same as COMMAND --help).",
+    )
+    p.add_argument("topic", nargs="?", metavar="COMMAND", help="a command, e.g. status")
+
+    def show(args: argparse.Namespace) -> int:
+        if args.topic is None:
+            parser.print_help()
+            return 0
+        command = sub.choices.get(args.topic)
+        if command is None:
+            raise UsageError(
+                f"no command {args.topic!r}; commands: "
+                + ", ".join(c for c in sub.choices if c != "help")
+            )
+        command.print_help()
+        return 0
+
+    p.set_defaults(func=show)
+
+
+class _PipeSafe:
+    """A text stream that masks secrets and turns into /dev/null once its reader has gone.
+
+    Every text a command prints passes the one redactor (:mod:`companyd._secrets`): what
+    company.yaml names and what looks like a key never reaches the terminal, whichever
+    printer wrote it.
+
+    ``companyd … | head -1``: head exits after one line and every later write fails. The
+    command goes on to its end and exits with its own answer (``validate`` of a bad file
+    still exits 1, ``status`` with no daemon 69), printing no "Broken pipe" on the way. The
+    stream's descriptor is pointed at /dev/null too, so the interpreter's final flush of
+    what is still buffered has nowhere to fail.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                self._stream.write(redact(text))
+                return len(text)
+            except BrokenPipeError:
+                self._reader_left()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_left()
+
+    def _reader_left(self) -> None:
+        self._gone = True
+        _to_devnull(self._stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _to_devnull(stream: Any) -> None:
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's StringIO): nothing to flush at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,8 +210,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Never lets a traceback reach the operator: configuration errors print one line per
     problem, other expected failures one ``companyd: …`` line, and bugs one line naming
-    the bug and ``--debug`` (which re-raises for the traceback).
+    the bug and ``--debug`` (which re-raises for the traceback). A reader that leaves
+    (``| head -1``) changes nothing but where the rest of the output goes.
     """
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _PipeSafe(stdout), _PipeSafe(stderr)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # a stream captured before main() (a default argument) met the closed pipe
+        _to_devnull(stdout)
+        return 0
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
     broken: list[str] = []
@@ -127,18 +258,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(issue, file=sys.stderr)
         return exc.exit_code if getattr(args, "config_exit_78", False) else 1
     except DaemonNotRunning as exc:
-        print(f"companyd: {exc}", file=sys.stderr)
+        print(f"companyd: {redact(str(exc))}", file=sys.stderr)
         return EX_UNAVAILABLE
+    except UsageError as exc:
+        print(f"companyd: {redact(str(exc))}", file=sys.stderr)
+        return EX_USAGE
     except CompanydError as exc:
-        print(f"companyd: {exc}", file=sys.stderr)
-        return 1
+        # the same answer as the daemon's refusals: one line on stderr, and with --json an
+        # object on stdout, whether the daemon or the command itself refused
+        print(f"companyd: {redact(str(exc))}", file=sys.stderr)
+        if getattr(args, "json", False):
+            code = getattr(exc, "code", None)
+            print_json({"ok": False, "error": str(exc), "code": code or "error"})
+        return EX_REFUSED
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # `companyd show-config | head`: the reader left. Point stdout at /dev/null so the
-        # interpreter's final flush does not complain about the closed pipe.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        # a stream the command captured before main() met the closed pipe (the streams
+        # main() installed never raise it): its output is over, and so is the command
+        _to_devnull(sys.__stdout__)
         return 0
     except Exception as exc:
         if args.debug:
@@ -149,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _internal_error(exc: BaseException) -> None:
     print(
-        f"companyd: internal error: {type(exc).__name__}: {exc} — this is a bug; "
+        f"companyd: internal error: {type(exc).__name__}: {redact(str(exc))} — this is a bug; "
         "run again with --debug for the traceback and report it",
         file=sys.stderr,
     )
@@ -168,12 +306,7 @@ def _register_config_commands(sub: Any) -> None:
             "with every problem on stderr, one per line as file:line:column: path: message."
         ),
     )
-    p.add_argument(
-        "path",
-        nargs="?",
-        type=Path,
-        help="company.yaml (default: $COMPANYD_CONFIG, else ./company.yaml)",
-    )
+    add_config_argument(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=_validate)
 
@@ -198,18 +331,13 @@ def _register_config_commands(sub: Any) -> None:
             "only the variables and credentials they are read from, and whether each is set."
         ),
     )
-    p.add_argument(
-        "path",
-        nargs="?",
-        type=Path,
-        help="company.yaml (default: $COMPANYD_CONFIG, else ./company.yaml)",
-    )
+    add_config_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     p.set_defaults(func=_show_config)
 
 
 def _validate(args: argparse.Namespace) -> int:
-    path = args.path or default_config_path()
+    path = config_path(args)
     try:
         cfg = load_config(path)
     except ConfigError as exc:
@@ -314,8 +442,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _show_config(args: argparse.Namespace) -> int:
-    path = args.path or default_config_path()
-    cfg = load_config(path)
+    cfg = load_config(config_path(args))
     for w in cfg.warnings:
         print(w, file=sys.stderr)
     view = resolved_view(cfg)

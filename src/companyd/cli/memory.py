@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from companyd._fs import read_regular_file
 from companyd.cli.main import print_json
 from companyd.config import default_config_path, load_config
 from companyd.errors import CompanydError
@@ -311,12 +312,20 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Far above any knowledge graph a company builds; refuses a device given by mistake.
+_MAX_IMPORT_BYTES = 1024 * 1024 * 1024
+
+
 def _import(args: argparse.Namespace) -> int:
     source: Path = args.source
     try:
-        raw = source.read_bytes()
+        # never a plain read: a FIFO with no writer would hang the command
+        raw = read_regular_file(source, _MAX_IMPORT_BYTES)
     except OSError as exc:
-        raise CompanydError(f"cannot read {str(source)!r}: {exc.strerror}") from None
+        raise CompanydError(
+            f"cannot read {str(source)!r}: {exc.strerror or exc}; give a graph file "
+            "(MCP memory JSONL or node-link JSON)"
+        ) from None
     incoming = None
     stripped = raw.lstrip()
     if stripped.startswith(b"{") and b'"nodes"' in raw[:4096] + raw[-4096:]:

@@ -188,6 +188,8 @@ def _print_answer(result: Mapping[str, Any]) -> int:
 
 def _runs(args: argparse.Namespace) -> int:
     op_args = {"agent": args.agent, "status": args.status, "limit": args.limit}
+    if args.agent:
+        _check_agent(args, args.agent)
 
     def offline() -> dict[str, Any]:
         return {
@@ -197,6 +199,26 @@ def _runs(args: argparse.Namespace) -> int:
         }
 
     return _via_daemon_or_files(args, "runs", op_args, offline, _print_runs)
+
+
+def _check_agent(args: argparse.Namespace, agent: str) -> None:
+    """``agent`` is in company.yaml, or has runs in the journal (an agent since removed);
+    otherwise UnknownName — exit 1, as an unknown agent is in every command."""
+    from companyd.cli.daemon import daemon_client, running_daemon
+    from companyd.errors import UnknownName
+
+    cfg, _ = _config_and_state(args)
+    if agent in cfg.agents:
+        return
+    if running_daemon(args) is not None:
+        past = daemon_client(args).call("runs", agent=agent, status=None, limit=1).get("runs")
+    else:
+        past = _journal_read(args, lambda j, db: j.list_runs(db, agent, None, 1), list)
+    if not past:
+        raise UnknownName(
+            f"unknown agent {agent!r} (not in {cfg.path} and no runs in the journal); "
+            f"agents: {', '.join(cfg.agents)}"
+        )
 
 
 def _when(ts: Any) -> str:

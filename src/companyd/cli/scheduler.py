@@ -72,7 +72,8 @@ def _common(p: argparse.ArgumentParser, *, nested: bool) -> None:
         "--state-dir",
         type=Path,
         default=default,
-        help="state directory (default: $STATE_DIRECTORY, company.yaml's state_dir, ./state)",
+        help="state directory (default: $STATE_DIRECTORY, company.yaml's state_dir, else "
+        "state next to company.yaml)",
     )
     p.add_argument(
         "--socket",

@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from companyd import __version__
+from companyd._secrets import SECRETS
 from companyd.admin import Admin, AdminError
 from companyd.clock import Clock, SystemClock
 from companyd.errors import CompanydError, DaemonNotRunning
@@ -630,11 +631,15 @@ class ControlServer:
             )
 
     async def _send(self, conn: _Conn, response: Mapping[str, Any]) -> None:
+        # Every answer passes the one redactor: an agent's answer, an error or a log excerpt
+        # that holds a secret (or something that looks like one) never leaves the daemon.
+        text = json.dumps(response, ensure_ascii=False, default=str)
+        if SECRETS.known(text):  # rare: mask string by string, so the JSON stays valid
+            text = json.dumps(SECRETS.redact_data(json.loads(text)), ensure_ascii=False)
         try:
-            text = json.dumps(response, ensure_ascii=False, default=str)
             data = text.encode()
         except UnicodeEncodeError:  # a lone surrogate somewhere: escape it
-            data = json.dumps(response, default=str).encode()
+            data = json.dumps(json.loads(text)).encode()
         loop = asyncio.get_running_loop()
         # Not busy meanwhile: an answer waiting on a client that does not read is no
         # operation running, and such a connection may be evicted like an idle one.
@@ -1114,18 +1119,29 @@ class ControlClient:
 
 
 def _state_dir_from_config(config: Path) -> Path | None:
-    """``state_dir`` from company.yaml, read leniently: the daemon may be running an older,
-    valid version of a file that is currently broken, and status must still work."""
+    """The state directory company.yaml names, read leniently: the daemon may be running an
+    older, valid version of a file that is currently broken, and status must still work.
+
+    ``state_dir`` relative to the directory really holding the file (symlinks resolved),
+    else ``state`` there — as :meth:`companyd.config.CompanyConfig.state_dir` does. None
+    when the file cannot be read at all.
+    """
+    from companyd.config import DEFAULT_STATE_DIR
+
     try:
         import yaml
 
-        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+        from companyd._fs import read_regular_file
+
+        # never a plain read: a FIFO given as --config must not hang `status`
+        data = yaml.safe_load(read_regular_file(config, 10 * 1024 * 1024).decode())
     except Exception:
         return None
+    base = Path(os.path.realpath(config)).parent
     value = data.get("state_dir") if isinstance(data, dict) else None
-    if isinstance(value, str):
-        return (config.absolute().parent / value).absolute()
-    return None
+    if isinstance(value, str) and value:
+        return (base / value).absolute()
+    return base / DEFAULT_STATE_DIR
 
 
 def candidate_sockets(
@@ -1138,7 +1154,8 @@ def candidate_sockets(
 
     ``$RUNTIME_DIRECTORY``; the state directory's socket, the state directory being
     ``state_dir``, else ``$STATE_DIRECTORY``, else company.yaml's ``state_dir``, else
-    ``./state`` (the same order the daemon uses); then the systemd unit's
+    ``state`` next to company.yaml (the same order the daemon uses; ``./state`` only when
+    the file cannot be read); then the systemd unit's
     ``/run/companyd/companyd.sock``.
     """
     env = os.environ if env is None else env
@@ -1168,9 +1185,12 @@ def find_daemon(
 ) -> ControlClient:
     """A client for the running daemon, found as :func:`candidate_sockets` says.
 
-    With an explicit ``socket`` only that path is tried. With an explicit ``state_dir``, a
-    daemon found at a generic location (``$RUNTIME_DIRECTORY``, ``/run/companyd``) must
-    report that state directory, so ``--state-dir`` never reaches another company's daemon.
+    With an explicit ``socket`` only that path is tried. With ``config``, the daemon
+    running that very file (same user or root) is asked for its socket first, so
+    ``--config`` finds it whatever state directory it runs on. With an explicit
+    ``state_dir``, a daemon found elsewhere (``$RUNTIME_DIRECTORY``, ``/run/companyd``,
+    through ``config``) must report that state directory, so ``--state-dir`` never reaches
+    another company's daemon.
 
     Raises:
         DaemonNotRunning: no candidate answered; the message lists the paths tried.
@@ -1181,6 +1201,14 @@ def find_daemon(
         client.ping()
         return client
     paths = candidate_sockets(state_dir=state_dir, config=config, env=env)
+    if config is not None:
+        # The daemon running this very file says where its socket is, whatever state
+        # directory it was started with (daemon/lock.py CompanyLock).
+        from companyd.daemon.lock import locate
+
+        found = locate(config)
+        if found is not None and found[1] not in paths:
+            paths.insert(0, found[1])
     want = Path(state_dir).absolute() if state_dir is not None else None
     own = want / SOCKET_NAME if want is not None else None
     denied: ControlError | None = None

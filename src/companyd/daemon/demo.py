@@ -14,11 +14,9 @@ It exits 0 when everything behaved as described, 1 otherwise (so it doubles as a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 from companyd.clock import Clock, SystemClock
@@ -30,11 +28,12 @@ from companyd.daemon.tree import (
     build_company_tree,
     placeholder_service,
 )
+from companyd.errors import CompanydError, UnknownName
 from companyd.events import Event, EventBus
 from companyd.supervision.child import ChildContext
 from companyd.supervision.supervisor import ChildSpec, SupervisorGaveUp
 
-__all__ = ["SERVICES", "CrashSwitch", "crash_test", "register", "render_tree"]
+__all__ = ["SERVICES", "CrashSwitch", "crash_test", "render_tree", "show_tree"]
 
 #: The built-in services, as placeholders, in the daemon's start order.
 SERVICES = ("memory", "spend", "alerts", "scheduler", "control")
@@ -227,7 +226,12 @@ async def crash_test(
     out: TextIO = sys.stdout,
     clock: Clock | None = None,
 ) -> int:
-    """Run the crash test on ``config`` and narrate it on ``out``. Returns the exit code."""
+    """Run the crash test on ``config`` and narrate it on ``out``. Returns the exit code.
+
+    Raises:
+        UnknownName: ``agent`` is not in company.yaml (exit 1, as in every command).
+        CompanydError: ``agent`` is temporary or disabled: there is nothing to watch.
+    """
     clock = clock or SystemClock()
     bus = EventBus(clock)
     rec = _Recorder(bus)
@@ -235,19 +239,17 @@ async def crash_test(
     if agent is None:
         victim = _pick_victim(config)
     elif agent not in config.agents:
-        out.write(
-            f"companyd: no agent {agent!r} in {config.path}; agents: {', '.join(config.agents)}\n"
+        raise UnknownName(
+            f"unknown agent {agent!r} in {config.path}; agents: {', '.join(config.agents)}"
         )
-        return 2
     else:
         victim = config.agents[agent]
     if victim.restart == "temporary" or not victim.enabled:
         what = "disabled" if not victim.enabled else "temporary"
-        out.write(
-            f"companyd: agent {victim.slug!r} is {what}; a supervisor never restarts it, so "
-            "there is nothing to watch — pick another with --agent\n"
+        raise CompanydError(
+            f"agent {victim.slug!r} is {what}; a supervisor never restarts it, so "
+            "there is nothing to watch — pick another with --agent"
         )
-        return 2
     tree = build_company_tree(
         config,
         bus=bus,
@@ -403,7 +405,7 @@ def _lineage(config: CompanyConfig, dept: str | None) -> list[str]:
     return list(reversed(chain))
 
 
-async def _show_tree(config: CompanyConfig, out: TextIO) -> int:
+async def show_tree(config: CompanyConfig, out: TextIO) -> int:
     switch = CrashSwitch()
     tree: CompanyTree = build_company_tree(
         config,
@@ -420,41 +422,3 @@ async def _show_tree(config: CompanyConfig, out: TextIO) -> int:
         await tree.stop()
     out.write("\nRun `companyd demo --crash-test` to crash an agent and watch the tree recover.\n")
     return 0
-
-
-# ---------------------------------------------------------------------------------------
-# CLI
-
-
-def register(subparsers: Any) -> None:
-    """Add ``companyd demo``."""
-    p = subparsers.add_parser(
-        "demo",
-        help="run the company offline with placeholder agents and watch supervision work",
-        description=(
-            "Build the supervision tree from company.yaml with placeholder agents (no LLM "
-            "calls, no network). With --crash-test, crash an agent on purpose and show how "
-            "the tree recovers."
-        ),
-    )
-    p.add_argument("path", nargs="?", type=Path, help="company.yaml (default: ./company.yaml)")
-    p.add_argument(
-        "--crash-test",
-        action="store_true",
-        help="crash one agent, then crash-loop it until its department gives up",
-    )
-    p.add_argument(
-        "--agent",
-        metavar="SLUG",
-        help="the agent to crash (default: the first one in a department without backoff)",
-    )
-    p.set_defaults(func=_demo)
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from companyd.config import default_config_path, load_config
-
-    config = load_config(args.path or default_config_path())
-    if args.crash_test:
-        return asyncio.run(crash_test(config, agent=args.agent))
-    return asyncio.run(_show_tree(config, sys.stdout))

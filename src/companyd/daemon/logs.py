@@ -8,9 +8,10 @@
   ``<4>`` so that ``journalctl -p warning`` filters by severity (sd-daemon(3)).
 * **JSON** (``--log-format json``): one object per line with ``ts``, ``level``,
   ``logger``, ``msg``, and ``exc`` / ``event`` when present.
-* **Redaction**: every secret registered with :class:`Redactor` (the API key and bot token
-  are registered at start) is replaced by ``***`` in the message, its arguments, the
-  exception text and the stack — in every record, whichever logger wrote it.
+* **Redaction**: the one redactor of :mod:`companyd._secrets` (:data:`~companyd._secrets.SECRETS`:
+  every secret company.yaml names is registered when it is read, and values that look like
+  secrets are masked by pattern) cleans the message, its arguments, the exception text,
+  the stack and the attached event — in every record, whichever logger wrote it.
 * **Never blocking the loop**: records are formatted and redacted on the calling thread
   (cheap), then handed over a bounded queue to one writer thread, so a slow or stalled
   journald pipe cannot freeze the event loop. When the queue is full, records are dropped
@@ -33,11 +34,11 @@ import queue
 import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
+from companyd._secrets import SECRETS, Redactor
 from companyd.events import Event, EventBus, Severity
 
 __all__ = [
@@ -52,12 +53,6 @@ __all__ = [
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
-MASK = "***"
-
-#: Shorter values are not treated as secrets: masking "abc" everywhere would mangle logs
-#: and no real API key or bot token is that short.
-MIN_SECRET_LENGTH = 6
-
 #: syslog priorities journald understands as line prefixes (sd-daemon(3)).
 _SYSLOG_PRIORITY = {
     logging.CRITICAL: 2,
@@ -76,70 +71,6 @@ _SEVERITY_LEVEL = {
 
 #: Libraries whose INFO lines are per-request noise (httpx logs every Telegram long poll).
 _NOISY = {"httpx": logging.WARNING, "httpcore": logging.WARNING, "telegram": logging.WARNING}
-
-
-class Redactor(logging.Filter):
-    """Replaces registered secrets by ``***`` in log records (a :class:`logging.Filter`).
-
-    As a filter it rewrites the record in place: the message is rendered with its
-    arguments, then redacted; exception and stack text are rendered and redacted too.
-    Install it on handlers (not loggers: logger filters do not see records propagated
-    from child loggers). :func:`setup_logging` does this for its own handler.
-    """
-
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        super().__init__()
-        self._secrets: list[str] = []
-        self._lock = threading.Lock()
-        for s in secrets:
-            self.add(s)
-
-    def add(self, secret: str | None) -> None:
-        """Register a secret (and its URL-encoded form). Empty, None and values shorter than
-        6 characters are ignored."""
-        if not secret or len(secret) < MIN_SECRET_LENGTH:
-            return
-        with self._lock:
-            forms = {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret)}
-            # Longest first, so a secret containing another is masked whole.
-            self._secrets = sorted(set(self._secrets) | forms, key=len, reverse=True)
-
-    @property
-    def count(self) -> int:
-        return len(self._secrets)
-
-    def redact(self, text: str) -> str:
-        """``text`` with every registered secret replaced by ``***``."""
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, MASK)
-        return text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self._secrets:
-            return True
-        try:
-            message = record.getMessage()
-        except Exception:  # a bad %-format: let the handler report it as usual
-            return True
-        record.msg = self.redact(message)
-        record.args = None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = _EXC_FORMATTER.formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = self.redact(record.exc_text)
-            # The formatted (redacted) text is what gets printed; dropping the live
-            # traceback keeps a later formatter from rendering it again, unredacted.
-            record.exc_info = None
-        if record.stack_info:
-            record.stack_info = self.redact(record.stack_info)
-        event = getattr(record, "event", None)
-        if isinstance(event, dict):
-            record.event = json.loads(self.redact(json.dumps(event, default=str)))
-        return True
-
-
-_EXC_FORMATTER = logging.Formatter()
 
 
 def under_journald(stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> bool:
@@ -361,7 +292,8 @@ def setup_logging(
         stream: where lines go (default: ``sys.stderr``).
         journald: force journald style on/off; default: :func:`under_journald`.
         syslog_prefix: prefix ``<N>`` priorities in journald style.
-        secrets: values to mask from the start (more via ``handle.redactor.add``).
+        secrets: values to register with the process's redactor (more via
+            ``handle.redactor.add``; :data:`~companyd._secrets.SECRETS` is that redactor).
         threaded: write from a background thread (True for the daemon; tests may pass
             False to write synchronously).
         queue_size: lines that may wait for the writer before new ones are dropped.
@@ -380,7 +312,8 @@ def setup_logging(
         if fmt == "json"
         else TextFormatter(journald=use_journald, syslog_prefix=syslog_prefix)
     )
-    redactor = Redactor(secrets)
+    redactor = SECRETS
+    redactor.add_all(secrets)
     if _installed is not None:
         _installed.close()
     handler: logging.Handler

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import signal
 import sys
 import time
@@ -28,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from companyd import __version__
+from companyd._fs import make_dirs, private_dir
 from companyd._heap import freeze_startup_heap
+from companyd._secrets import redact
 from companyd.admin import AdminError
 from companyd.clock import Clock, ScaledClock, SystemClock
 from companyd.config import CompanyConfig, load_config
@@ -45,6 +46,7 @@ from companyd.llm.model import ModelBackend, ModelUnavailable
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
 from companyd.status_text import status_line
 from companyd.supervision.child import StandaloneContext
+from companyd.supervision.supervisor import Backoff
 
 __all__ = ["Daemon", "register"]
 
@@ -85,7 +87,7 @@ def register(sub: Any) -> None:
 
 def _run_command(args: argparse.Namespace) -> int:
     from companyd.config import default_config_path
-    from companyd.daemon.lock import StateLock
+    from companyd.daemon.lock import CompanyLock, StateLock
     from companyd.daemon.logs import setup_logging
 
     handle = setup_logging(level=args.log_level, fmt=args.log_format)
@@ -117,8 +119,11 @@ def _run_command(args: argparse.Namespace) -> int:
                 print(f"companyd: {exc} (exit 78)", file=sys.stderr)
                 return EX_CONFIG
         state_dir = config.state_dir(args.state_dir)
+        # Everything the daemon creates holds prompts, answers, memory or spend: private
+        # whatever umask it was started with (each store also sets its modes explicitly).
+        os.umask(os.umask(0o077) | 0o077)
         try:
-            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_dirs(state_dir)
         except OSError as exc:
             print(
                 f"companyd: cannot use the state directory {str(state_dir)!r}: "
@@ -156,12 +161,21 @@ def _run_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EX_CONFIG
-        try:
-            lock = StateLock.acquire(state_dir)
+        try:  # one daemon per company.yaml, whatever its state directory
+            from companyd.daemon.control import socket_path
+
+            claim = CompanyLock.acquire(config.path, control_socket=socket_path(state_dir))
         except StateLocked as exc:
             print(f"companyd: {exc}", file=sys.stderr)
             return EX_TEMPFAIL
+        try:
+            lock = StateLock.acquire(state_dir)
+        except StateLocked as exc:
+            claim.release()
+            print(f"companyd: {exc}", file=sys.stderr)
+            return EX_TEMPFAIL
         except OSError as exc:
+            claim.release()
             print(
                 f"companyd: cannot lock the state directory {str(state_dir)!r}: "
                 f"{exc.strerror or exc} ({exc.filename}); the daemon's user must be able to "
@@ -169,7 +183,7 @@ def _run_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EX_CONFIG
-        with lock:
+        with claim, lock:
             daemon = Daemon(
                 config,
                 state_dir,
@@ -182,6 +196,14 @@ def _run_command(args: argparse.Namespace) -> int:
             return asyncio.run(daemon.main())
     finally:
         handle.close()
+
+
+#: Restart delay of the built-in services. Their failures are mostly the environment's (a
+#: full or failing state disk, a held lock): restarting at once would fail the same way and
+#: trip the root's intensity (2 restarts in 60 s) within milliseconds, ending the daemon.
+#: Delays 1 s, 8 s, then 60 s: however long the cause lasts, no 60 s window holds more than
+#: two restarts, so the daemon stays up, degraded, and recovers by itself when it clears.
+SERVICE_BACKOFF = Backoff(min=1.0, max=60.0, factor=8.0, jitter=0.2, reset_after=60.0)
 
 
 def _backend(
@@ -236,6 +258,8 @@ class Daemon:
 
         self.config = config
         self.state_dir = state_dir
+        #: the state directory's mode if it was open to the group or others (now 0700)
+        self.tightened_from = private_dir(state_dir)
         self.oneoff = oneoff
         self.backend = backend
         self.offline = offline
@@ -299,13 +323,22 @@ class Daemon:
         from companyd.supervision.supervisor import ChildSpec
 
         services = [
-            ChildSpec(id="memory", start=self.memory.run, shutdown=30.0),
-            ChildSpec(id="spend", start=self.spend_book.run, shutdown=10.0),
+            ChildSpec(id="memory", start=self.memory.run, shutdown=30.0, backoff=SERVICE_BACKOFF),
+            ChildSpec(
+                id="spend", start=self.spend_book.run, shutdown=10.0, backoff=SERVICE_BACKOFF
+            ),
         ]
         if not self.oneoff:
             services += [
-                ChildSpec(id="alerts", start=self.alerts.run, shutdown=10.0),
-                ChildSpec(id="scheduler", start=self.scheduler.run, shutdown=AGENT_SHUTDOWN + 5),
+                ChildSpec(
+                    id="alerts", start=self.alerts.run, shutdown=10.0, backoff=SERVICE_BACKOFF
+                ),
+                ChildSpec(
+                    id="scheduler",
+                    start=self.scheduler.run,
+                    shutdown=AGENT_SHUTDOWN + 5,
+                    backoff=SERVICE_BACKOFF,
+                ),
                 ChildSpec(id="control", start=self.control.run, shutdown=10.0),
             ]
         if self.config.spec.metrics.listen and not self.oneoff:
@@ -409,6 +442,15 @@ class Daemon:
 
         loop = asyncio.get_running_loop()
         remove_logger = log_events(self.bus)
+        if self.tightened_from is not None:
+            was = f"{self.tightened_from:04o}"
+            log.warning(
+                "state directory %s had mode %s (open to the group or others); tightened to "
+                "0700: it holds prompts, answers, memory and spend",
+                self.state_dir,
+                was,
+            )
+            self.bus.emit("state_dir_tightened", "companyd", path=str(self.state_dir), was=was)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         loop.add_signal_handler(signal.SIGHUP, self._sighup)
@@ -419,6 +461,15 @@ class Daemon:
             try:
                 await self.start()
             except SupervisorStartError as exc:
+                from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
+
+                cause = exc.reason.exception
+                if isinstance(cause, MemoryNotAGraph | MemoryUnsafePath):
+                    # The operator must act (memory.path names another file): restarting
+                    # cannot help, so exit 78 and systemd does not restart-loop on it.
+                    log.critical("the company could not start: %s (exit 78)", cause)
+                    await self._close()
+                    return EX_CONFIG
                 log.critical("the company could not start: %s", exc)
                 await self._close()
                 return 1
@@ -659,11 +710,22 @@ class Daemon:
         return status
 
     async def _spend_status(self) -> dict[str, Any]:
-        report = await self.spend_book.budget_report()
+        from companyd.spend.ledger import LedgerError
+
+        try:
+            report = await self.spend_book.budget_report()
+        except LedgerError as exc:
+            # the ledger cannot be opened (a full state disk at start): status still answers
+            out = _spend_for_status({}, self.staff.paused())
+            out["unavailable"] = str(exc)
+            return out
         return _spend_for_status(report, self.staff.paused())
 
     async def _routines_status(self) -> list[dict[str, Any]]:
-        jobs = await self.scheduler.jobs()
+        try:
+            jobs = await self.scheduler.jobs()
+        except AdminError:  # the history cannot be opened (a full state disk): none to show
+            return []
         return [_routine_for_status(r) for r in jobs.get("routines", []) if isinstance(r, Mapping)]
 
     async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
@@ -961,23 +1023,9 @@ def _routine_for_status(r: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _shown_error(text: str) -> str:
-    """A config error as status shows it, with anything that looks like a secret masked.
-
-    The one place status text from a rejected reload is cleaned. Until the single redactor
-    (``companyd._secrets``, issue 15 item 5) exists, it uses what exists: the secrets the
-    Telegram side protects (the bot token) and the patterns of the config's secret scan,
-    plus a bot token inside longer text.
-    """
-    from companyd.alerts.telegram import redact
-    from companyd.config import _SECRET_VALUE_RES
-
-    text = redact(text)
-    for pattern, what in (*_SECRET_VALUE_RES, (_BOT_TOKEN_IN_TEXT, "a Telegram bot token")):
-        text = pattern.sub(f"<{what} masked>", text)
-    return " ".join(text.split())[:500]  # one line: status prints it in a line
-
-
-_BOT_TOKEN_IN_TEXT = re.compile(r"\b\d{6,12}:[A-Za-z0-9_\-]{30,}")
+    """A config error as status shows it: through the one redactor (known secrets and
+    values that look like one), on one line."""
+    return " ".join(redact(text).split())[:500]  # one line: status prints it in a line
 
 
 def _restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:

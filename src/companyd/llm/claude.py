@@ -63,6 +63,7 @@ from urllib.parse import urlsplit
 
 import anthropic
 
+from companyd._fs import read_regular_file
 from companyd.clock import Clock, SystemClock
 from companyd.llm.model import (
     ModelAuthFailed,
@@ -137,12 +138,15 @@ def resolve_api_key(spec: AnthropicSpec, environ: Mapping[str, str] | None = Non
     if cred_dir:
         path = Path(cred_dir.split(":")[0]) / spec.api_key_credential
         try:
-            # A few bytes read once at start-up: too small to need a thread.
-            value = path.read_text(encoding="utf-8").strip()
+            # A few bytes read once at start-up: too small to need a thread. Never a plain
+            # read: a FIFO there would block the start (and a stop) forever.
+            value = read_regular_file(path, 64 * 1024).decode("utf-8", errors="replace").strip()
         except FileNotFoundError:
             tried.append(f"no credential file {str(path)!r}")
         except OSError as exc:
             tried.append(f"cannot read {str(path)!r}: {exc.strerror}")
+        except ValueError as exc:  # a NUL byte in the directory name
+            tried.append(f"cannot use {str(path)!r}: {exc}")
         else:
             if value:
                 return value

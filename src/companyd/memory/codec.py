@@ -38,6 +38,7 @@ __all__ = [
     "encode_entity",
     "encode_relation",
     "format_quarantine",
+    "not_a_graph",
     "parse_graph",
     "read_quarantine",
     "serialize",
@@ -358,6 +359,21 @@ def parse_graph(data: bytes, *, check_format: bool = False) -> tuple[KnowledgeGr
     report.entities = len(graph)
     report.relations = graph.relation_count
     return graph, report
+
+
+def not_a_graph(data: bytes) -> bool:
+    """Whether ``data`` has lines but none that :func:`parse_graph` keeps (an entity, a
+    relation or another JSON object, kept verbatim). Such a file is not a memory graph at
+    all (e.g. a path pointing at some other text file): repairing it would empty it. Stops at
+    the first kept line, so a real graph costs one line; blank lines do not count."""
+    seen = False
+    for line in data.split(b"\n"):
+        _, report = parse_graph(line)
+        if report.lines:
+            if not report.dropped_lines:
+                return False
+            seen = True
+    return seen
 
 
 def _note_bom(report: LoadReport, raw: bytes) -> None:

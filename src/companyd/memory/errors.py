@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from companyd.errors import CompanydError
 
-__all__ = ["MemoryInconsistent", "MemoryLocked", "MemoryToolError", "MemoryUnavailable"]
+__all__ = [
+    "MemoryInconsistent",
+    "MemoryLocked",
+    "MemoryNotAGraph",
+    "MemoryToolError",
+    "MemoryUnavailable",
+    "MemoryUnsafePath",
+]
 
 
 class MemoryToolError(CompanydError):
@@ -31,3 +38,13 @@ class MemoryInconsistent(CompanydError):
 
 class MemoryLocked(CompanydError):
     """The cross-process lock ``<file>.lock`` could not be taken before the deadline."""
+
+
+class MemoryNotAGraph(CompanydError):
+    """The graph file holds no memory graph line (or is not a regular file); it was left
+    untouched rather than "repaired" into an empty graph."""
+
+
+class MemoryUnsafePath(CompanydError):
+    """A side file next to the graph (journal, lock, ``.corrupt``) is a symlink; companyd
+    writes only where docs/memory.md says, so it refuses to write through it."""

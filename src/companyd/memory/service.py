@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from companyd._fs import is_disk_failure, make_dirs
 from companyd.clock import Clock, SystemClock
 from companyd.events import EventBus
 from companyd.memory.codec import LoadReport
@@ -246,7 +247,7 @@ class MemoryService:
         watch: asyncio.Task[None] | None = None
         opened = False
         try:
-            await worker.submit(lambda: self.path.parent.mkdir(parents=True, exist_ok=True))
+            await worker.submit(lambda: make_dirs(self.path.parent))
             report = await worker.submit(store.open)
             opened = True
             self.last_report = report
@@ -469,7 +470,16 @@ def _finish(store: GraphStore, *, compact: bool) -> None:
     try:
         if compact and store.broken is None:
             store.compact()
-    except Exception:
-        log.exception("final compaction of %s failed; the journal keeps every write", store.path)
+    except Exception as exc:
+        if isinstance(exc, OSError) and is_disk_failure(exc):  # the disk: no traceback
+            log.error(
+                "final compaction of %s failed (%s); the journal keeps every write",
+                store.path,
+                exc,
+            )
+        else:
+            log.exception(
+                "final compaction of %s failed; the journal keeps every write", store.path
+            )
     finally:
         store.close()

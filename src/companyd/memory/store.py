@@ -30,7 +30,7 @@ import hashlib
 import json
 import logging
 import os
-import secrets
+import stat
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,14 +41,22 @@ from typing import Any, TypeVar
 
 from filelock import lock_descriptor, unlock_descriptor
 
+from companyd._fs import PRIVATE_FILE, fsync_directory, tmp_name, write_all, write_atomic
 from companyd.memory.codec import (
     LoadReport,
     QuarantinedLine,
     format_quarantine,
+    not_a_graph,
     parse_graph,
     serialize,
 )
-from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryToolError
+from companyd.memory.errors import (
+    MemoryInconsistent,
+    MemoryLocked,
+    MemoryNotAGraph,
+    MemoryToolError,
+    MemoryUnsafePath,
+)
 from companyd.memory.graph import KnowledgeGraph
 from companyd.memory.tools import replay as replay_effect
 from companyd.memory.tools import run_tool, validate_arguments
@@ -72,46 +80,6 @@ COMPACT_MIN_JOURNAL_BYTES = 1 << 20
 Operation = tuple[str, Mapping[str, Any]] | Callable[[KnowledgeGraph], Any]
 #: ``(True, result)`` or ``(False, exception)``.
 Outcome = tuple[bool, Any]
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or file creation in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _tmp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.companyd-{secrets.token_hex(8)}.tmp")
-
-
-def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
-    """Replace ``path`` with ``data``: temporary file in the same directory, fsync,
-    ``os.replace``, then fsync the directory. A crash leaves the old file or the new one."""
-    tmp = _tmp_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if sync_dir:
-        fsync_directory(path.parent)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def _sync_data(fd: int) -> None:
@@ -232,7 +200,13 @@ class GraphStore:
     # -- public ------------------------------------------------------------------------------
 
     def open(self) -> LoadReport:
-        """Load (and, unless read-only, repair and compact) the graph; return the report."""
+        """Load (and, unless read-only, repair and compact) the graph; return the report.
+
+        Raises :class:`MemoryNotAGraph` (and writes nothing, not even the lock file) when the
+        path is not a regular file or holds no line of a memory graph."""
+        # Checked before the lock is taken, so a path pointing at some other file gets no
+        # side files next to it; checked again under the lock in _reload.
+        self._refuse_foreign(self._read_graph_file()[0])
         with self._locked():
             self._reload()
         assert self.report is not None
@@ -386,7 +360,7 @@ class GraphStore:
             fd = self._lock_fd
             if fd is None:
                 try:
-                    fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                    fd = _open_side(self.lock_path, os.O_RDWR | os.O_CREAT)
                 except OSError as exc:
                     if self.readonly and exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
                         return None  # cannot lock a read-only place; nobody can write there either
@@ -439,18 +413,13 @@ class GraphStore:
             self._journal_fd = None
         if not self.readonly:
             self._remove_stray_temporaries()
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            data, sig = b"", None
-        else:
-            try:
-                sig = _Sig.of(os.fstat(fd))
-                data = _read_all(fd)
-            finally:
-                os.close(fd)
+        data, sig = self._read_graph_file()
         base = (len(data), hashlib.sha256(data).hexdigest())
         graph, report = parse_graph(data)
+        if report.lines and report.dropped_lines == report.lines:
+            self._refuse_foreign(data)
+        if not self.readonly and sig is not None:
+            _tighten(self.path)  # left 0644 by an older companyd or an editor
         quarantine = list(report.quarantined)
         self._base = base
         self._graph_sig = sig
@@ -540,12 +509,51 @@ class GraphStore:
                 self.on_repair(report)
         return graph
 
+    def _read_graph_file(self) -> tuple[bytes, _Sig | None]:
+        """The graph file's bytes and stat (``b""``, None when missing); refuses anything but
+        a regular file. O_NONBLOCK: opening a FIFO must not wait for a writer."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return b"", None
+        except IsADirectoryError:
+            raise self._not_regular(f"a directory ({os.strerror(errno.EISDIR)})") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise self._not_regular(_file_kind(st.st_mode))
+            return _read_all(fd), _Sig.of(st)
+        finally:
+            os.close(fd)
+
+    def _not_regular(self, kind: str) -> MemoryNotAGraph:
+        return MemoryNotAGraph(
+            f"cannot use memory file {str(self.path)!r}: it is {kind}, not a regular file; "
+            "set memory.path in company.yaml (or the symlink) to a regular file, or remove "
+            "it to start an empty graph there"
+        )
+
+    def _refuse_foreign(self, data: bytes) -> None:
+        """Raise :class:`MemoryNotAGraph` when ``data`` has lines but none of a graph."""
+        if not not_a_graph(data):
+            return
+        raise MemoryNotAGraph(
+            f"memory file {str(self.path)!r} is not a memory graph: none of its lines is an "
+            "entity, a relation or any other JSON object, so companyd left it untouched instead "
+            "of repairing it into an empty graph. If memory.path in company.yaml (or a "
+            "symlink) names the wrong file, point it at the graph file or a new path; if this "
+            "is your damaged graph, move it aside, restore what you need by hand and restart"
+        )
+
     def _read_file(self, path: Path) -> bytes:
         try:
-            with open(path, "rb") as f:
-                return f.read()
+            fd = _open_side(path, os.O_RDONLY)
         except FileNotFoundError:
             return b""
+        try:
+            return _read_all(fd)
+        finally:
+            os.close(fd)
 
     def _parse_records(
         self, journal: bytes
@@ -574,7 +582,7 @@ class GraphStore:
         """Apply records other processes appended since we last looked (lock held)."""
         fd = self._journal_fd
         if fd is None:
-            fd = os.open(self.journal_path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = _open_side(self.journal_path, os.O_RDONLY)
             try:
                 chunk = os.pread(fd, size - self._journal_offset, self._journal_offset)
             finally:
@@ -608,7 +616,7 @@ class GraphStore:
         try:
             if fd is None:
                 raise OSError(errno.EBADF, "journal is not open")
-            _write_all(fd, data)
+            write_all(fd, data)
             _sync_data(fd)
         except OSError as exc:
             # The graph in memory now holds changes that may not be on disk. Never retry an
@@ -633,11 +641,11 @@ class GraphStore:
         assert graph is not None
         data = serialize(graph)
         sha = hashlib.sha256(data).hexdigest()
-        tmp = _tmp_name(self.path)
+        tmp = tmp_name(self.path)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -659,9 +667,9 @@ class GraphStore:
         self._open_journal(fresh=False)
 
     def _write_journal_file(self, path: Path, content: bytes) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
         try:
-            _write_all(fd, content)
+            write_all(fd, content)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -674,13 +682,13 @@ class GraphStore:
             self._journal_fd = None
         if fresh or not self.journal_path.exists():
             header = _header(*self._base)
-            tmp = _tmp_name(self.journal_path)
+            tmp = tmp_name(self.journal_path)
             self._write_journal_file(tmp, header)
             os.replace(tmp, self.journal_path)
             fsync_directory(self.path.parent)
             self._journal_offset = len(header)
             self._journal_records = 0
-        fd = os.open(self.journal_path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        fd = _open_side(self.journal_path, os.O_RDWR | os.O_APPEND)
         st = os.fstat(fd)
         self._journal_fd = fd
         self._journal_sig_ino = st.st_ino
@@ -694,13 +702,11 @@ class GraphStore:
         when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         data = format_quarantine(lines, source=str(self.path), when=when)
         created = not self.corrupt_path.exists()
-        fd = os.open(
-            self.corrupt_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
-        )
+        fd = _open_side(self.corrupt_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             start = os.fstat(fd).st_size
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
                 os.fsync(fd)
             except OSError:
                 # A section cut short (disk full) would misframe every section appended
@@ -743,6 +749,48 @@ _READERS = frozenset({"read_graph", "search_nodes", "open_nodes"})
 
 def _marker_from_sha(sha: str) -> str:
     return f"g1-{sha[:32]}"
+
+
+def _open_side(path: Path, flags: int) -> int:
+    """Open a side file (journal, lock, ``.corrupt``) without following a symlink: side
+    files are written only next to the graph (docs/memory.md), never through a link planted
+    there. Raises :class:`MemoryUnsafePath` for a symlink."""
+    try:
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise MemoryUnsafePath(
+            f"memory side file {str(path)!r} is a symlink; companyd writes its journal, lock "
+            "and .corrupt files only next to the graph file, never through a link. Remove the "
+            "symlink (move the file it points to aside if you need it) and start again"
+        ) from None
+    if flags & (os.O_WRONLY | os.O_RDWR):
+        st = os.fstat(fd)
+        if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, PRIVATE_FILE)  # left 0644 by an older companyd
+    return fd
+
+
+def _tighten(path: Path) -> None:
+    """Drop group/other bits from a file we own (others' files are left alone)."""
+    with contextlib.suppress(OSError):
+        st = os.stat(path)
+        if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+            os.chmod(path, PRIVATE_FILE)
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return f"a directory ({os.strerror(errno.EISDIR)})"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
 
 
 def _read_all(fd: int) -> bytes:

@@ -39,6 +39,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.config import AgentConfig
 from companyd.llm.model import (
     ModelAuthFailed,
@@ -159,7 +160,16 @@ class Agent:
             # systemd's start timeout). Tasks wait in the mailbox until the tools are in.
             ctx.started()
             self._toolbox = await staff.toolbox_for(self.config, stack)
-            for unfinished in await staff.journal.unfinished_runs(self.slug):
+            try:
+                unfinished_runs = await staff.journal.unfinished_runs(self.slug)
+            except Exception as exc:
+                if not is_disk_failure(exc):
+                    raise
+                # The journal cannot be opened (a full state disk at start): the runs
+                # resume at the next start; the agent waits (paused) instead of crashing.
+                log.error("agent %s: cannot read its unfinished runs: %s", self.slug, exc)
+                unfinished_runs = []
+            for unfinished in unfinished_runs:
                 if ctx.stopping.is_set() or staff.draining.is_set():
                     return
                 await self._resume(unfinished, ctx)
@@ -173,7 +183,13 @@ class Agent:
         """Run one task from the mailbox to an outcome (or until a stop request)."""
         attempt = await self.staff.journal.attempts(task.id) + 1
         state = self._new_state(task, new_id("run"), attempt)
-        await self.staff.journal.start_run(task, state.run_id, attempt, state.started_wall)
+        try:
+            await self.staff.journal.start_run(task, state.run_id, attempt, state.started_wall)
+        except Exception as exc:
+            if not is_disk_failure(exc):
+                raise
+            await self._state_disk_failed(state, exc)
+            return
         self.staff.bus.emit(
             "run_started",
             f"agent/{self.slug}",
@@ -238,6 +254,11 @@ class Agent:
             # task first, so an input that crashes the agent every time ends in quarantine —
             # whatever it raised: a BaseException that is not an Exception, or a stray
             # CancelledError out of a tool, would otherwise crash-loop the agent uncounted.
+            if is_disk_failure(exc):
+                # The state disk refuses writes (full, I/O error): not the task's fault, and
+                # a restart would only fail the same way. Fail the run, pause the agent, stay up.
+                await self._state_disk_failed(state, exc)
+                return
             error = f"{type(exc).__name__}: {exc}"
             crashes = await staff.journal.record_crash(state.task.id, error, staff.clock.time())
             if crashes >= QUARANTINE_AFTER:
@@ -330,10 +351,33 @@ class Agent:
         )
         staff.finished(outcome)
 
+    async def _state_disk_failed(self, state: _RunState, exc: BaseException) -> None:
+        """A ledger or journal write failed on the disk: the run fails with the reason, the
+        agent is paused, one ``state_disk_full`` alert is raised (shared by every writer)."""
+        staff = self.staff
+        reason = (
+            f"state disk full: writes failing ({type(exc).__name__}: {exc}); free space on "
+            f"the state disk, then `companyd resume {self.slug}`"
+        )
+        log.error("agent %s: run %s failed: %s", self.slug, state.run_id, reason)
+        DiskAlarm.of(staff.bus).failed("run journal or ledger", staff.state_dir, exc)
+        staff.pause(self.slug, reason)
+        await self._finish(state, RunStatus.FAILED, reason)
+
     async def _finish(self, state: _RunState, status: RunStatus, reason: str | None) -> None:
         staff = self.staff
         outcome = self._outcome(state, status, reason)
-        await staff.journal.finish_run(outcome, TaskState.DONE)
+        try:
+            await staff.journal.finish_run(outcome, TaskState.DONE)
+        except Exception as exc:
+            if not is_disk_failure(exc):
+                raise
+            # The run stays open in the journal and is resumed at the next start; its
+            # outcome still reaches the events and whoever waits for it.
+            log.error("agent %s: run %s not journaled: %s", self.slug, state.run_id, exc)
+            DiskAlarm.of(staff.bus).failed("run journal", staff.journal.path, exc)
+            if "writes failing" not in (reason or ""):
+                staff.pause(self.slug, f"state disk full: writes failing ({exc})")
         src = f"agent/{self.slug}"
         common: dict[str, Any] = {
             "agent": self.slug,

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from companyd._fs import private_sqlite, read_regular_file
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config_text
 from companyd.errors import CompanydError, ConfigError
@@ -94,6 +95,12 @@ CREATE TABLE IF NOT EXISTS proposals (
 """
 
 
+def _read_text(path: Path) -> str:
+    """``path`` as text; never a plain read: a FIFO put there after the config loaded would
+    block the reading thread, and with it the daemon's stop, forever."""
+    return read_regular_file(path, 10 * 1024 * 1024).decode("utf-8")
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -129,7 +136,7 @@ class Proposals:
         self.config = config
 
     def _db(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(self.path)
         db = sqlite3.connect(self.path, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.executescript(_SCHEMA)
@@ -153,13 +160,21 @@ class Proposals:
         if agent not in cfg.agents:
             raise ProposalError(f"no agent named {agent!r}; agents: {', '.join(cfg.agents)}")
         spec = cfg.spec.agents[agent]
+        target = (
+            (cfg.base_dir / spec.instructions_file).absolute()
+            if spec.instructions_file
+            else cfg.path
+        )
+        try:
+            old = await asyncio.to_thread(_read_text, target)
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise ProposalError(
+                f"cannot read {str(target)!r}: {why}; fix the file, then propose again"
+            ) from None
         if spec.instructions_file:
-            target = (cfg.base_dir / spec.instructions_file).absolute()
-            old = await asyncio.to_thread(target.read_text, encoding="utf-8")
             new = instructions.rstrip("\n") + "\n"
         else:
-            target = cfg.path
-            old = await asyncio.to_thread(target.read_text, encoding="utf-8")
             new = replace_instructions(old, agent, instructions)
         if old == new:
             raise ProposalError("the proposed instructions are the same as the current ones")
@@ -314,7 +329,7 @@ class Proposals:
 
     async def _swap(self, path: Path, *, expect_sha: str, text: str, stale: str) -> None:
         def swap() -> None:
-            current = path.read_text(encoding="utf-8")
+            current = _read_text(path)
             if _sha(current) != expect_sha:
                 raise ProposalError(stale)
             try:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from companyd._fs import private_sqlite
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 
 __all__ = ["Journal", "JournaledRun", "Step", "TaskState"]
@@ -132,7 +133,7 @@ class Journal:
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_sqlite(self.path)
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
 from companyd.events import Event, EventBus, Severity
@@ -181,6 +182,24 @@ class Staff:
         recorded result (it is not idempotent: "outcome unknown"), so nobody would read the
         answer. Delegated tasks are kept: their work may be the point (a post, a report).
         """
+        try:
+            await self._load()
+        except Exception as exc:
+            if not is_disk_failure(exc):
+                raise
+            # Started on a full (or failing) state disk: come up degraded — status, alerts
+            # and the control socket work; every agent is paused until space returns.
+            reason = (
+                f"state disk full: writes failing at start ({type(exc).__name__}: {exc}); "
+                "free space on the state disk, then resume the agents (`companyd resume "
+                "<agent>`) or restart companyd"
+            )
+            log.error("%s", reason)
+            DiskAlarm.of(self.bus).failed("run journal", self.journal.path, exc)
+            for slug in self.config.agents:
+                self._paused[slug] = _Pause(reason, False)
+
+    async def _load(self) -> None:
         await self.journal.open()
         orphans = await self.journal.withdraw_orphans(
             ("consult", "review"),
@@ -246,7 +265,13 @@ class Staff:
             return refusal
         fut: asyncio.Future[RunOutcome] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(task.id, []).append(fut)
-        await self.journal.add_task(task, self.clock.time())
+        try:
+            await self.journal.add_task(task, self.clock.time())
+        except Exception as exc:
+            self._waiters.pop(task.id, None)
+            if not is_disk_failure(exc):
+                raise
+            return self.state_disk_failed(task, exc)
         self._enqueue(task)
         try:
             return await fut
@@ -301,6 +326,28 @@ class Staff:
 
     async def memory_marker(self) -> str:
         return await self.memory.change_marker()
+
+    def state_disk_failed(self, task: Task, exc: BaseException) -> RunOutcome:
+        """The journal could not take ``task`` (the state disk refuses writes): pause its
+        agent, raise the one disk alert, and answer with a failed outcome and the reason."""
+        reason = (
+            f"state disk full: writes failing ({type(exc).__name__}: {exc}); the task was not "
+            f"queued; free space on the state disk, then `companyd resume {task.agent}`"
+        )
+        log.error("task %s for %s not queued: %s", task.id, task.agent, reason)
+        DiskAlarm.of(self.bus).failed("run journal", self.journal.path, exc)
+        if task.agent in self.config.agents:
+            self.pause(task.agent, reason)
+        now = self.clock.time()
+        return RunOutcome(
+            task_id=task.id,
+            run_id="",
+            agent=task.agent,
+            status=RunStatus.FAILED,
+            started=now,
+            ended=now,
+            reason=reason,
+        )
 
     def _refusal(self, task: Task) -> RunOutcome | None:
         now = self.clock.time()

@@ -40,6 +40,7 @@ from typing import Any
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 
+from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.admin import AdminError
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
@@ -78,6 +79,8 @@ log = logging.getLogger(__name__)
 
 #: ``idle`` rows (a quiet heartbeat: 288 a day) are kept this long, then pruned at start.
 IDLE_RETENTION = 35 * 86400.0
+#: How often a scheduler that could not open its history on a full disk tries again.
+DISK_RETRY_SECONDS = 30.0
 
 _INTERRUPTED = (
     "interrupted: the daemon stopped before the run ended and the agent runtime did not "
@@ -150,6 +153,8 @@ class RoutineScheduler:
         self.db_path = Path(state_dir) / DB_NAME
         self._bus = bus
         self._clock: Clock = clock or SystemClock()
+        #: why the history could not be opened (a full state disk), while it is retried
+        self._disk_failure: StoreError | None = None
         self._max_sleep = max_sleep
         self._skip_grace = skip_grace
         self._source = "scheduler"
@@ -172,25 +177,78 @@ class RoutineScheduler:
                 the scheduler; history must not be lost silently).
         """
         self._source = ctx.path
-        await self.start()
-        ctx.started()
-        try:
-            waits = {
-                asyncio.ensure_future(ctx.stopping.wait()),
-                asyncio.ensure_future(self._failed.wait()),
-            }
+        ready = False
+        while True:
+            if not await self._start_or_wait_for_disk(ctx, ready=ready):
+                return
+            ready = True
             try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                waits = {
+                    asyncio.ensure_future(ctx.stopping.wait()),
+                    asyncio.ensure_future(self._failed.wait()),
+                }
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waits:
+                        w.cancel()
+                failure = self._failure
+                if failure is None:
+                    return
+                error = StoreError(f"routine history cannot be written: {failure}")
+                error.__cause__ = failure
+                if not is_disk_failure(failure):
+                    raise error
+                # The state disk refuses writes: stay up without firing (a restart would fail
+                # the same way) and start again once the history opens and takes writes.
+                log.error("%s; routines stop firing until the state disk takes writes", error)
+                DiskAlarm.of(self._bus).failed("routine history", self.db_path, failure)
+                self._disk_failure = error
             finally:
-                for w in waits:
-                    w.cancel()
-            if self._failure is not None:
-                raise StoreError(f"routine history cannot be written: {self._failure}")
+                # Not waiting for runs in progress: they are the agents' (journaled; on a
+                # daemon stop they are brought to a checkpoint and resume after the restart),
+                # and the next start closes each fire with its run's outcome.
+                await self.stop(drain=False)
+            if not await self._wait_retry(ctx):
+                return
+
+    async def _wait_retry(self, ctx: ChildContext) -> bool:
+        """Sleep ``DISK_RETRY_SECONDS`` (False: a stop was requested meanwhile)."""
+        sleeper = asyncio.ensure_future(self._clock.sleep(DISK_RETRY_SECONDS))
+        stop = asyncio.ensure_future(ctx.stopping.wait())
+        try:
+            await asyncio.wait({sleeper, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            # Not waiting for runs in progress: they are the agents' (journaled; on a daemon
-            # stop they are brought to a checkpoint and resume after the restart), and the
-            # next start closes each fire with its run's outcome.
-            await self.stop(drain=False)
+            sleeper.cancel()
+            stop.cancel()
+        return not ctx.stopping.is_set()
+
+    async def _start_or_wait_for_disk(self, ctx: ChildContext, *, ready: bool) -> bool:
+        """:meth:`start`, reporting ready; on a full or failing state disk, report ready
+        anyway (degraded: no routine fires) and retry every ``DISK_RETRY_SECONDS`` until it
+        starts (True) or a stop is requested (False). Other failures raise."""
+        while True:
+            try:
+                await self.start()
+            except StoreError as exc:
+                await self._close_store()
+                if not is_disk_failure(exc):
+                    raise
+                self._disk_failure = exc
+                if not ready:
+                    log.error("routines do not fire until the state disk takes writes: %s", exc)
+                    DiskAlarm.of(self._bus).failed("routine history", self.db_path, exc)
+                    ctx.started()
+                    ready = True
+                if not await self._wait_retry(ctx):
+                    return False
+                continue
+            self._disk_failure = None
+            if ready:
+                log.warning("the routine history opened: routines fire again")
+            else:
+                ctx.started()
+            return True
 
     @property
     def running(self) -> bool:
@@ -534,6 +592,8 @@ class RoutineScheduler:
                 is ``skip_if_active``, or the one queue place is taken).
             RuntimeError: the scheduler is not running.
         """
+        if self._aps is None and self._disk_failure is not None:
+            raise AdminError(f"routines are unavailable: {self._disk_failure}")
         if self._aps is None:
             raise RuntimeError("run_now() needs a started RoutineScheduler")
         slot = self._slots.get(routine)
@@ -858,10 +918,13 @@ class RoutineScheduler:
                 exc,
                 getattr(event, "traceback", "") or "",
             )
-            reason = (
-                f"internal error in the scheduler: {type(exc).__name__}: {exc}; this is a bug — "
-                "report it with the daemon log"
-            )
+            if exc is not None and is_disk_failure(exc):
+                reason = f"the state disk refuses writes: {type(exc).__name__}: {exc}"
+            else:
+                reason = (
+                    f"internal error in the scheduler: {type(exc).__name__}: {exc}; this is a "
+                    "bug — report it with the daemon log"
+                )
             if isinstance(event, JobDropped):
                 reason += "; the routine stopped firing until the next reload or restart"
             r = rec(event.scheduled_run_time)
@@ -881,6 +944,8 @@ class RoutineScheduler:
         """Each routine: schedule, next fire, last outcome, 7-day success rate (JSON-ready;
         the same shape as ``companyd jobs --json``)."""
         store = self._store
+        if store is None and self._disk_failure is not None:
+            raise AdminError(f"routines are unavailable: {self._disk_failure}")
         if store is None:
             raise RuntimeError("jobs() needs a started RoutineScheduler")
         now = self._clock.time()

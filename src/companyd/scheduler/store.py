@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.request import pathname2url
 
+from companyd._fs import private_sqlite
 from companyd.clock import utc_from_ts
 from companyd.errors import CompanydError
 from companyd.scheduler import _ids
@@ -762,6 +763,7 @@ class RoutineStore:
                 f"cannot open {str(self.path)!r}: {exc}; check that the state directory "
                 "is writable by the daemon's user and the disk is not full"
             )
+            self._death.__cause__ = exc  # a full disk is told apart by its cause
             self._dead = True
             self._fail_all(self._death)
             return
@@ -771,12 +773,12 @@ class RoutineStore:
                 try:
                     results = self._run_batch(conn, fns)
                 except sqlite3.Error as exc:
-                    done.set_exception(
-                        StoreError(
-                            f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk "
-                            "space and the file's permissions"
-                        )
+                    error = StoreError(
+                        f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk "
+                        "space and the file's permissions"
                     )
+                    error.__cause__ = exc  # a full disk is told apart by its cause
+                    done.set_exception(error)
                 else:
                     done.set_result(results)
         finally:
@@ -785,7 +787,7 @@ class RoutineStore:
             self._fail_all(StoreError(f"routines.sqlite at {str(self.path)!r} is closed"))
 
     def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(self.path)
         # isolation_level=None: transactions are explicit (BEGIN/COMMIT in _run_batch).
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
         conn.execute("PRAGMA journal_mode=WAL")

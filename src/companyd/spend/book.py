@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
+from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
 from companyd.errors import CompanydError
@@ -231,6 +232,11 @@ class SpendBook:
         self._api_limit_suppressed = 0
         #: calls that got no answer today (count, worst case in pusd, day), for the alert
         self._unanswered: tuple[int, int, str] = (0, 0, "")
+        #: settled calls whose ledger write failed on the disk, oldest first: (write, then)
+        self._unrecorded: list[tuple[Callable[[Ledger], Any], Callable[[], object]]] = []
+        self._retry_wake: asyncio.Event | None = None
+        #: why the ledger could not be opened (a disk failure), while run() retries it
+        self._degraded: LedgerError | None = None
 
     def _set_config(self, config: CompanyConfig) -> None:
         self._config = config
@@ -255,18 +261,32 @@ class SpendBook:
         await self.open()
         ctx.started({"ledger": str(self._path)})
         stop = asyncio.ensure_future(ctx.stopping.wait())
+        self._retry_wake = asyncio.Event()
         try:
             while not stop.done():
                 now = self._clock.time()
                 # Wake at local midnight, and at least every minute so a wall-clock jump
-                # (NTP, suspend) is noticed promptly.
+                # (NTP, suspend) is noticed promptly; every few seconds while settled calls
+                # wait for the disk to take writes again.
                 wake = max(0.001, min(next_day_start(now, self._tz) - now, 60.0))
+                if self._unrecorded or self._degraded is not None:
+                    self._retry_wake.clear()
+                    wake = min(wake, UNRECORDED_RETRY_SECONDS)
                 sleeper = asyncio.ensure_future(self._clock.sleep(wake))
                 try:
-                    await asyncio.wait({stop, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+                    kicked = asyncio.ensure_future(self._retry_wake.wait())
+                    await asyncio.wait({stop, sleeper, kicked}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     sleeper.cancel()
-                await self._ensure_period()
+                    kicked.cancel()
+                if self._degraded is not None:
+                    await self.open()
+                if self._unrecorded:
+                    await self.flush_unrecorded()
+                try:
+                    await self._ensure_period()
+                except LedgerError as exc:  # the disk: retried at the next wake, no crash
+                    log.warning("%s", exc)
         finally:
             stop.cancel()
             await self.close()
@@ -284,12 +304,22 @@ class SpendBook:
         day, month = period_keys(now, self._tz)
         since = now - HISTORY_SECONDS
 
+        failed: list[BaseException] = []
+
         def _open() -> tuple[Any, ...]:
             led = Ledger(self._path)
             try:
-                stale = led.take_inflight()
                 last = (led.get_meta("day"), led.get_meta("month"))
-                led.set_meta({"timezone": self._config.timezone, "day": day, "month": month})
+                try:
+                    stale = led.take_inflight()
+                    led.set_meta({"timezone": self._config.timezone, "day": day, "month": month})
+                except (sqlite3.Error, OSError) as exc:
+                    if not is_disk_failure(exc):
+                        raise
+                    # Started on a full disk: come up (degraded) on what can be read. The
+                    # stale reservations stay in the ledger and are reported next start.
+                    failed.append(exc)
+                    stale = []
                 state = (
                     stale,
                     last,
@@ -310,11 +340,28 @@ class SpendBook:
 
         try:
             stale, last, used_d, used_m, raises, markers, history = await self._run_raw(_open)
-        except BaseException:
+        except BaseException as exc:
             self._executor.shutdown(wait=False)
             self._executor = None
+            if isinstance(exc, LedgerError) and is_disk_failure(exc):
+                # Started on a full disk and the ledger cannot even be opened: come up
+                # degraded. Every reservation is refused with the reason (its run fails,
+                # its agent is paused) — never a call the budget cannot see; run()
+                # retries the open until it works.
+                if self._degraded is None:
+                    log.error("%s", exc)
+                self._degraded = exc
+                DiskAlarm.of(self._bus).failed("spend ledger", self._path, exc)
+                return
             raise
+        if self._degraded is not None:
+            self._degraded = None
+            log.warning("the spend ledger %s opened: spending is possible again", self._path)
+            DiskAlarm.of(self._bus).recovered("spend ledger")
         self._opened = True
+        if failed:
+            log.error("the spend ledger %s cannot be written at start: %s", self._path, failed[0])
+            DiskAlarm.of(self._bus).failed("spend ledger", self._path, failed[0])
         self._apply_period(day, month, used_d, used_m, raises, markers, publish=False)
         for agent, ts, pusd in history:
             self._runaway.add(agent, ts, pusd)
@@ -345,6 +392,15 @@ class SpendBook:
         as unsettled at the next start."""
         if not self._opened or self._executor is None:
             return
+        if self._unrecorded and not await self.flush_unrecorded():
+            # Their reservations stay in `inflight`: the next start reports them as
+            # unsettled at their worst case (spend_unsettled), so the money is not lost.
+            log.error(
+                "closing the spend ledger %s with %d settled call(s) it could not record "
+                "(the state disk is failing); the next start reports them as unsettled",
+                self._path,
+                len(self._unrecorded),
+            )
         self._opened = False
 
         def _close() -> None:
@@ -614,11 +670,59 @@ class SpendBook:
             if runaway is not None:
                 self._bus.emit("spend_runaway", SOURCE, **runaway)
 
-        await self._write(
-            lambda led: led.record_call(row, inflight_id=inflight_id, markers=markers),
-            then=publish,
-        )
+        def record(led: Ledger) -> None:
+            led.record_call(row, inflight_id=inflight_id, markers=markers)
+
+        if self._unrecorded:  # keep the ledger in order: this one waits behind the others
+            self._unrecorded.append((record, publish))
+            await self.flush_unrecorded()
+            if self._unrecorded:
+                raise LedgerError(
+                    f"the spend ledger {str(self._path)!r} cannot be written (the state disk "
+                    f"is failing); this call's ${cost} is counted and held in memory with "
+                    f"{len(self._unrecorded) - 1} other(s) until it can be recorded"
+                )
+            return cost
+        try:
+            await self._write(record, then=publish)
+        except LedgerError as exc:
+            if not is_disk_failure(exc):
+                raise
+            # The call was paid for: hold its row and record it once the disk takes writes
+            # again (retried by run(), and on close); its cost already counts in memory.
+            self._unrecorded.append((record, publish))
+            DiskAlarm.of(self._bus).failed("spend ledger", self._path, exc)
+            self._kick_retry()
+            raise
         return cost
+
+    @property
+    def unrecorded(self) -> int:
+        """Settled calls held in memory because the ledger could not be written."""
+        return len(self._unrecorded)
+
+    async def flush_unrecorded(self) -> bool:
+        """Write the settled calls held in memory, in order; True when none is left."""
+        while self._unrecorded and self._executor is not None:
+            record, publish = self._unrecorded[0]
+            try:
+                await self._write(record, then=publish)
+            except LedgerError as exc:
+                if is_disk_failure(exc):
+                    DiskAlarm.of(self._bus).failed("spend ledger", self._path, exc)
+                return False
+            self._unrecorded.pop(0)
+            if not self._unrecorded:
+                log.warning(
+                    "the spend ledger %s takes writes again; held calls recorded", self._path
+                )
+                DiskAlarm.of(self._bus).recovered("spend ledger")
+        return not self._unrecorded
+
+    def _kick_retry(self) -> None:
+        wake = self._retry_wake
+        if wake is not None and not wake.is_set():
+            wake.set()
 
     async def release(self, reservation: Reservation) -> None:
         """Give back a reservation whose call failed before anything was billed. Idempotent;
@@ -1002,6 +1106,12 @@ class SpendBook:
     # -- internals: the ledger thread -----------------------------------------------------
 
     def _require_open(self) -> None:
+        if self._degraded is not None:
+            raise LedgerError(
+                f"state disk full: the spend ledger {str(self._path)!r} cannot be opened "
+                f"({self._degraded.__cause__ or self._degraded}); no LLM call can be budgeted "
+                "until the disk takes writes again"
+            ) from self._degraded
         if not self._opened:
             raise LedgerError(
                 f"the spend ledger {str(self._path)!r} is not open: the spend service has not "
@@ -1065,6 +1175,10 @@ class SpendBook:
         if self._executor is None:
             raise LedgerError(f"the spend ledger {str(self._path)!r} is closed")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+
+#: How often settled calls held in memory are retried while the ledger cannot be written.
+UNRECORDED_RETRY_SECONDS = 5.0
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:

@@ -36,6 +36,7 @@ from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Any
 
+from companyd._fs import private_sqlite
 from companyd.errors import CompanydError
 from companyd.llm.model import Usage
 
@@ -235,7 +236,7 @@ class Ledger:
                     f"file:{path}?mode=ro", uri=True, isolation_level=None, timeout=10
                 )
             else:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                private_sqlite(path)
                 self._db = sqlite3.connect(path, isolation_level=None, timeout=10)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")

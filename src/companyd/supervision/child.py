@@ -15,11 +15,13 @@ callable taking a :class:`ChildContext`::
 
 Exit reasons follow OTP (docs/supervision.md):
 
-* returning → ``normal``;
+* returning → ``normal`` (after the stop request: ``shutdown``);
 * raising :class:`Shutdown` (optionally with info) → ``shutdown`` / ``{shutdown, info}``;
-* cancellation by the supervisor → ``shutdown``;
 * any other exception → ``error`` (the exception is kept);
-* not finishing within ``shutdown`` seconds plus the kill grace → ``killed``.
+* cancellation → ``killed``, OTP's brutal kill: by the supervisor once the ``shutdown``
+  seconds ran out, by ``brutal_kill`` or ``Supervisor.kill_child``, or by code other than
+  the supervisor; ``killed`` is abnormal, so a permanent or transient child is restarted;
+* not finishing within ``shutdown`` seconds plus the kill grace → ``killed`` (abandoned).
 
 Stopping is a two-step protocol: the supervisor sets ``ctx.stopping`` (finish the current
 step and return), waits the child's ``shutdown`` seconds, then cancels it.

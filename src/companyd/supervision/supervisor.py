@@ -264,10 +264,11 @@ class SupervisorGaveUp(Shutdown, SupervisorError):
 class ExitReason:
     """Why a child ended, in OTP's vocabulary.
 
-    ``normal``: the child returned. ``shutdown``: it stopped because its supervisor asked
-    (cooperatively or by cancellation) or it raised :class:`Shutdown` (``info`` then holds
-    the info). ``error``: any other exception (kept in ``exception``). ``killed``: forced
-    (``brutal_kill``) or abandoned after ``shutdown`` + kill grace.
+    ``normal``: the child returned. ``shutdown``: it returned after its supervisor's stop
+    request, or it raised :class:`Shutdown` (``info`` then holds the info). ``error``: any
+    other exception (kept in ``exception``). ``killed``: its task was cancelled — by
+    ``brutal_kill``, by :meth:`Supervisor.kill_child`, after its shutdown time ran out, or by
+    code other than its supervisor — or it was abandoned after the kill grace.
     """
 
     kind: Literal["normal", "shutdown", "error", "killed"]
@@ -969,9 +970,27 @@ class Supervisor:
         Not counted, never restarted, never triggers an automatic shutdown.
 
         Raises:
-            ChildNotFound: no such id.
+            ChildNotFound: no such id. NotSupported: the template id of a
+            simple_one_for_one supervisor (terminate an instance by its id).
         """
         await self._call(functools.partial(self._do_terminate_child, id))
+
+    async def kill_child(self, id: str) -> None:
+        """Kill a running child at once: OTP's ``exit(Pid, kill)``.
+
+        The child's task is cancelled with no stop request and no shutdown time (it gets
+        ``kill_grace`` to unwind, then it is abandoned, as for ``brutal_kill``). It exits
+        with reason ``killed`` — an abnormal exit — and the normal rules apply: a permanent
+        or transient child is restarted and the restart is counted in intensity, a
+        temporary one is dropped; ``one_for_all`` / ``rest_for_one`` restart their group.
+        A child that is not running (stopped, or in its restart loop) is left as it is, as
+        OTP's kill of a dead pid does nothing.
+
+        Raises:
+            ChildNotFound: no such id. NotSupported: the template id of a
+            simple_one_for_one supervisor (kill an instance by its id).
+        """
+        await self._call(functools.partial(self._do_kill_child, id))
 
     async def restart_child(self, id: str) -> Started:
         """Start a stopped child again (not counted; a failure starts no restart loop).
@@ -1366,16 +1385,11 @@ class Supervisor:
 
     def _reason_of(self, child: _Child, task: asyncio.Task[ExitReason]) -> ExitReason:
         if task.cancelled():
-            if child.cancel_requested:
-                return _SHUTDOWN
-            # Cancelled by something other than its supervisor (e.g. CancelledError from an
-            # awaited task it did not own): an abnormal exit, so it is restarted.
-            return ExitReason(
-                "error",
-                exception=asyncio.CancelledError(
-                    "cancelled by something other than its supervisor"
-                ),
-            )
+            # A cancelled task is a killed process: cancelled by its supervisor once the
+            # shutdown time ran out (OTP's exit(Child, kill) after the timeout), or by code
+            # other than its supervisor (OTP: exit(Pid, kill) from another process). Either
+            # way the reason is ``killed``, an abnormal exit: restarted unless temporary.
+            return _KILLED
         exc = task.exception()
         if exc is not None:  # a BaseException escaped _child_main
             return ExitReason("error", exception=exc)
@@ -1407,7 +1421,9 @@ class Supervisor:
         child.cancel_requested = True
         task.cancel()
         if await self._wait_task(task, self._kill_grace, recancel=True):
-            return self._reason_of(child, task), "cancelled"
+            # Killed, whatever the child did with the cancellation (caught it and returned,
+            # raised something else): OTP's kill after the timeout cannot be answered.
+            return _KILLED, "cancelled"
         self._abandon(child, task)
         return _KILLED, "abandoned"
 
@@ -1520,8 +1536,12 @@ class Supervisor:
         if self._children.get(child.id) is not child or child.task is not task:
             return  # stale: the supervisor already stopped or replaced this run
         child.task = None
+        await self._handle_exit(child, self._reason_of(child, task))
+
+    async def _handle_exit(self, child: _Child, reason: ExitReason) -> None:
+        """A running child ended with ``reason``: report it, then restart or forget it by
+        its restart type (the child's task is already detached)."""
         child.started_at = None
-        reason = self._reason_of(child, task)
         child.last_exit = reason
         restart_type = child.spec.restart
         restart = restart_type == "permanent" or (
@@ -1797,6 +1817,7 @@ class Supervisor:
         )
 
     async def _do_terminate_child(self, id: str) -> None:
+        self._refuse_template_id(id, "terminate_child")
         child = self._children.get(id)
         if child is None:
             if self._template is not None and self._ended_instance(id):
@@ -1808,6 +1829,31 @@ class Supervisor:
         child.state = "not_running"
         if child.spec.restart == "temporary" or self._template is not None:
             del self._children[id]
+
+    async def _do_kill_child(self, id: str) -> None:
+        self._refuse_template_id(id, "kill_child")
+        child = self._children.get(id)
+        if child is None:
+            if self._template is not None and self._ended_instance(id):
+                return  # an instance that already ended: killing a dead pid does nothing
+            raise self._not_found(id)
+        task = child.task
+        if task is None or task.done():
+            return  # not running, or its own exit is already queued and will be handled
+        child.task = None  # its done callback's exit is stale now: the kill is handled here
+        child.cancel_requested = True
+        task.cancel()
+        if not await self._wait_task(task, self._kill_grace, recancel=True):
+            self._abandon(child, task)
+        await self._handle_exit(child, _KILLED)
+
+    def _refuse_template_id(self, id: str, what: str) -> None:
+        if self._template is not None and id == self._template.id:
+            raise NotSupported(
+                f"{what}({id!r}): {id!r} is the template of the simple_one_for_one "
+                f"supervisor {self._path!r}, not a child; give an instance id such as "
+                f"{f'{id}-1'!r} (see which_children())"
+            )
 
     def _ended_instance(self, id: str) -> bool:
         assert self._template is not None

@@ -1,0 +1,166 @@
+"""One way to name the config and one exit code per kind of failure, across commands
+(issue 15 items 18 and 19). Every command runs as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "company.yaml"
+
+
+def cli(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPANYD_CONFIG", "STATE_DIRECTORY")}
+    return subprocess.run(
+        [sys.executable, "-m", "companyd", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=cwd,
+    )
+
+
+@pytest.mark.parametrize(
+    "command", [["validate"], ["validate", "--json"], ["show-config", "--json"], ["demo"]]
+)
+def test_config_commands_accept_config_as_every_other_command_does(
+    tmp_path: Path, command: list[str]
+) -> None:
+    by_flag = cli(*command, "--config", str(EXAMPLE), cwd=tmp_path)
+    positional = cli(*command, str(EXAMPLE), cwd=tmp_path)
+    assert by_flag.returncode == 0, by_flag.stderr
+    assert (by_flag.stdout, by_flag.stderr) == (positional.stdout, positional.stderr)
+
+
+def test_the_config_named_twice_differently_is_a_usage_error(tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    p = cli("validate", str(EXAMPLE), "--config", str(other))
+    assert p.returncode == 2
+    assert "named twice" in p.stderr and str(other) in p.stderr and "Traceback" not in p.stderr
+    same = cli("validate", str(EXAMPLE), "--config", str(EXAMPLE))
+    assert same.returncode == 0
+
+
+def test_an_unknown_agent_exits_1_in_every_command(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    base = ["--config", str(EXAMPLE), "--state-dir", str(state)]
+    runs = {
+        "demo": cli("demo", "--crash-test", "--agent", "nobody", "--config", str(EXAMPLE)),
+        "ask": cli("ask", "nobody", "hi", "--offline", *base),
+        "ask --json": cli("ask", "nobody", "hi", "--offline", "--json", *base),
+        "runs": cli("runs", "--agent", "nobody", *base),
+        "runs --json": cli("runs", "--agent", "nobody", "--json", *base),
+    }
+    for name, p in runs.items():
+        assert p.returncode == 1, (name, p.returncode, p.stderr)
+        assert "'nobody'" in p.stderr and "ceo" in p.stderr, (name, p.stderr)
+        assert "Traceback" not in p.stderr
+    assert json.loads(runs["runs --json"].stdout)["ok"] is False
+    assert json.loads(runs["ask --json"].stdout)["ok"] is False
+    # an agent that exists but has no runs yet is not an error
+    p = cli("runs", "--agent", "cfo", *base)
+    assert (p.returncode, p.stdout.strip()) == (0, "no runs yet")
+
+
+PIPED = [
+    ["--help"],
+    ["--version"],
+    ["help"],
+    ["help", "status"],
+    ["validate", "--config", str(EXAMPLE)],
+    ["validate", "--json", "--config", str(EXAMPLE)],
+    ["show-config", "--config", str(EXAMPLE)],
+    ["show-config", "--json", "--config", str(EXAMPLE)],
+    ["demo", "--config", str(EXAMPLE)],
+    ["demo", "--crash-test", "--config", str(EXAMPLE)],
+    ["status", "--config", str(EXAMPLE)],
+    ["status", "--json", "--config", str(EXAMPLE)],
+    ["runs", "--config", str(EXAMPLE)],
+    ["jobs", "--config", str(EXAMPLE)],
+    ["spend", "--config", str(EXAMPLE)],
+    ["budget", "--config", str(EXAMPLE)],
+    ["memory", "--help"],
+]
+
+
+def _quiet(err: str) -> bool:
+    return not any(s in err for s in ("Broken pipe", "BrokenPipeError", "Traceback", "Exception"))
+
+
+@pytest.mark.parametrize("args", PIPED, ids=" ".join)
+def test_piped_into_head_every_command_exits_quietly(tmp_path: Path, args: list[str]) -> None:
+    """`companyd … | head -1`, a real shell pipeline: no 'Broken pipe', and companyd's own
+    exit status is its answer (0; 69 for status with no daemon), never 1 for the pipe."""
+    import shlex
+
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "companyd", *args])
+    script = f"{cmd} 2>{tmp_path / 'err'} | head -1 >/dev/null; echo ${{PIPESTATUS[0]}}"
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPANYD_CONFIG", "STATE_DIRECTORY")}
+    p = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
+    err = (tmp_path / "err").read_text()
+    expected = 69 if args[0] == "status" else 0
+    assert int(p.stdout.strip()) == expected, err
+    assert _quiet(err), err
+
+
+@pytest.mark.parametrize("args", PIPED, ids=" ".join)
+def test_with_both_outputs_already_closed_every_command_exits_quietly(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """The deterministic form of `… 2>&1 | head -1`: the reader is gone before companyd
+    writes a byte, so every write to stdout and stderr fails with EPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPANYD_CONFIG", "STATE_DIRECTORY")}
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "companyd", *args],
+            stdout=write_end,
+            stderr=write_end,
+            timeout=120,
+            env=env,
+            cwd=tmp_path,
+        )
+    finally:
+        os.close(write_end)
+    # the command's own answer, as if nobody had left: 0, or 69 for status with no daemon
+    assert p.returncode == (69 if args[0] == "status" else 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["validate", "--config", "missing.yaml"], 1),
+        (["runs", "--agent", "nobody", "--config", str(EXAMPLE)], 1),
+        (["help", "nope"], 2),
+    ],
+)
+def test_a_closed_pipe_does_not_turn_a_no_into_a_yes(
+    tmp_path: Path, args: list[str], code: int
+) -> None:
+    """`companyd validate bad.yaml 2>&1 | head -1`: the reader leaving must not hide the
+    answer (a failed check exited 0 when its error line met the closed pipe)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPANYD_CONFIG", "STATE_DIRECTORY")}
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "companyd", *args],
+            stdout=write_end,
+            stderr=write_end,
+            timeout=120,
+            env=env,
+            cwd=tmp_path,
+        )
+    finally:
+        os.close(write_end)
+    assert p.returncode == code

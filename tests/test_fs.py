@@ -1,0 +1,108 @@
+"""The one atomic writer and the private-mode helpers (src/companyd/_fs.py), and every
+store creating its files private whatever the umask (issue 15 item 10). The daemon-level
+check is tests/daemon/test_state_privacy.py."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from companyd._fs import private_dir, private_file, private_sqlite, write_atomic
+from companyd.alerts.outbox import AlertStore
+from companyd.memory.store import GraphStore
+from companyd.roles.journal import Journal
+from companyd.scheduler.store import RoutineStore
+from companyd.spend.ledger import Ledger
+
+
+@pytest.fixture
+def open_umask() -> Iterator[None]:
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_helpers_create_private_and_tighten(tmp_path: Path, open_umask: None) -> None:
+    d = tmp_path / "a" / "b"
+    assert private_dir(d) is None and mode(d) == 0o700
+    os.chmod(d, 0o755)
+    assert private_dir(d) == 0o755 and mode(d) == 0o700
+    f = d / "f"
+    private_file(f)
+    assert mode(f) == 0o600 and f.read_bytes() == b""
+    os.chmod(f, 0o644)
+    f.write_bytes(b"kept")
+    private_file(f)
+    assert mode(f) == 0o600 and f.read_bytes() == b"kept"
+    write_atomic(d / "g", b"x")
+    assert mode(d / "g") == 0o600
+    assert sorted(os.listdir(d)) == ["f", "g"]
+    db = d / "x.sqlite"
+    db.touch(mode=0o644)
+    (d / "x.sqlite-wal").touch(mode=0o666)
+    private_sqlite(db)
+    assert mode(db) == 0o600 and mode(d / "x.sqlite-wal") == 0o600
+
+
+@pytest.mark.anyio
+async def test_every_store_creates_its_files_0600_under_umask_0(
+    tmp_path: Path, open_umask: None
+) -> None:
+    state = tmp_path / "state" / "deep"
+    ledger = Ledger(state / "spend.sqlite")
+    ledger.close()
+    journal = Journal(state / "runs.sqlite")
+    await journal.open()
+    routines = RoutineStore(state / "routines.sqlite")
+    await routines.open()
+    alerts = AlertStore(state / "alerts.sqlite")
+    await alerts.open()
+    with GraphStore(state / "memory.jsonl") as memory:
+        memory.call(
+            "create_entities", {"entities": [{"name": "a", "entityType": "t", "observations": []}]}
+        )
+        memory.compact(force=True)
+        memory.call(
+            "create_entities", {"entities": [{"name": "b", "entityType": "t", "observations": []}]}
+        )
+        found = {p.name: mode(p) for p in state.iterdir()}
+    await journal.close()
+    await routines.close()
+    await alerts.close()
+    assert mode(state) == 0o700 and mode(state.parent) == 0o700
+    for name in ("spend.sqlite", "runs.sqlite", "routines.sqlite", "alerts.sqlite"):
+        assert name in found, sorted(found)
+    for name in ("memory.jsonl", "memory.jsonl.journal", "memory.jsonl.lock"):
+        assert name in found, sorted(found)
+    assert any(n.endswith("-wal") for n in found), sorted(found)
+    loose = {n: oct(m) for n, m in found.items() if m != 0o600}
+    assert not loose, loose
+
+
+def test_existing_loose_memory_files_are_tightened_when_opened_for_writing(
+    tmp_path: Path,
+) -> None:
+    # files an older companyd (or the umask) left 0644
+    memfile = tmp_path / "memory.jsonl"
+    memfile.write_bytes(b'{"type":"entity","name":"a","entityType":"t","observations":[]}\n')
+    lock = tmp_path / "memory.jsonl.lock"
+    lock.touch()
+    for p in (memfile, lock):
+        os.chmod(p, 0o644)
+    with GraphStore(memfile, readonly=True) as store:  # a reader changes nothing
+        store.open()
+    assert mode(memfile) == 0o644
+    with GraphStore(memfile) as store:
+        store.open()
+    assert mode(memfile) == 0o600 and mode(lock) == 0o600
+    assert mode(tmp_path / "memory.jsonl.journal") == 0o600
