@@ -20,6 +20,7 @@ __all__ = ["check_tz", "cron_problem"]
 
 
 def check_tz(value: Any, path: Path_, rep: Report) -> None:
+    """Report ``value`` at ``path`` unless it is a known IANA time zone (or not text)."""
     if isinstance(value, str) and not rep.is_settled(path) and not _valid_tz(value):
         rep.add(path, _tz_message(value))
 

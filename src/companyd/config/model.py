@@ -165,6 +165,8 @@ def resolve(
     warnings: tuple[ConfigIssue, ...],
     instruction_files: Mapping[str, str],
 ) -> CompanyConfig:
+    """The resolved view of ``spec``, which passed every check; ``instruction_files``
+    holds the text of each agent's ``instructions_file``."""
     d = spec.defaults
     agents: dict[str, AgentConfig] = {}
     for slug, a in spec.agents.items():

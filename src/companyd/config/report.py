@@ -54,6 +54,7 @@ class Positions:
 
 
 def dotted(path: Path_) -> str:
+    """``path`` as the operator reads it: ``agents.ceo.model``, on one line."""
     # A key may be any quoted text, line breaks included; the path must stay on one line.
     return ".".join(
         p if isinstance(p, str) and p.isprintable() else _one_line(str(p)) for p in path

@@ -65,6 +65,7 @@ def parse_duration(value: Any) -> float:
 
 
 def number(value: Any) -> Any:
+    """Before-validator of numbers: a boolean is refused, anything else passes on."""
     # YAML 1.1 reads yes/no/on/off as booleans and Python counts True as 1: refuse them so
     # `daily_usd: yes` is an error rather than a one-dollar budget.
     if isinstance(value, bool):
@@ -73,6 +74,7 @@ def number(value: Any) -> Any:
 
 
 def whole(value: Any) -> Any:
+    """Before-validator of whole numbers: a boolean is refused, anything else passes on."""
     if isinstance(value, bool):
         raise ValueError(f"expected a whole number, got {value!r}")
     return value
@@ -86,6 +88,7 @@ Text = Annotated[str, Field(min_length=1)]
 
 
 def bare_model_id(value: Any) -> Any:
+    """A model id without the ``anthropic/`` provider prefix."""
     # "anthropic/claude-x" is the provider/model spelling peers use; only Anthropic is served.
     if isinstance(value, str) and value.startswith("anthropic/"):
         return value.removeprefix("anthropic/")
@@ -96,6 +99,7 @@ ModelId = Annotated[str, BeforeValidator(bare_model_id), Field(min_length=1)]
 
 
 def http_url(value: str | None) -> str | None:
+    """Field validator: ``value`` unchanged if it is an http(s) URL (or None)."""
     if value is not None and not re.fullmatch(r"https?://[^\s/?#]+(?:[/?#]\S*)?", value):
         raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
     return value

@@ -93,6 +93,7 @@ def schema_keys(model: type[BaseModel]) -> tuple[dict[str, str], dict[str, str]]
 
 
 def child_schema(schema: SchemaNode, key: str | int) -> SchemaNode:
+    """The schema node under ``key`` (any accepted spelling) of ``schema``, if known."""
     if isinstance(schema, MapOf):
         return schema_of(schema.inner)
     if isinstance(schema, type) and isinstance(key, str):
@@ -106,6 +107,7 @@ def child_schema(schema: SchemaNode, key: str | int) -> SchemaNode:
 
 
 def schema_at(path: Path_) -> SchemaNode:
+    """The schema node at ``path`` of the document, if the schema knows that path."""
     schema: SchemaNode = CompanyFile
     for part in path:
         schema = child_schema(schema, part)
