@@ -12,8 +12,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from companyd import config as C
 from companyd.cli import main as cli
+from companyd.config import CompanyFile
+from companyd.config.tree import PEER_SPELLINGS, MapOf, file_key, schema_keys, schema_of
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -80,11 +81,11 @@ def schema_nodes() -> dict[str, type[BaseModel]]:
     def walk(model: type[BaseModel], path: str, seen: frozenset[type[BaseModel]]) -> None:
         found[path] = model
         for name, info in model.model_fields.items():
-            key = C._file_key(name, info)
-            inner = C._schema_of(info.annotation)
+            key = file_key(name, info)
+            inner = schema_of(info.annotation)
             child_path = f"{path}.{key}" if path else key
-            if isinstance(inner, C._MapOf):
-                inner = C._schema_of(inner.inner)
+            if isinstance(inner, MapOf):
+                inner = schema_of(inner.inner)
                 if inner is None:
                     continue  # a map of plain values (env, routes): a leaf
                 child_path += f".{PLACEHOLDERS[key]}"
@@ -92,7 +93,7 @@ def schema_nodes() -> dict[str, type[BaseModel]]:
             if isinstance(inner, type) and inner not in seen:
                 walk(inner, child_path, seen | {inner})
 
-    walk(C.CompanyFile, "", frozenset({C.CompanyFile}))
+    walk(CompanyFile, "", frozenset({CompanyFile}))
     return found
 
 
@@ -122,7 +123,7 @@ def test_every_schema_key_is_documented_and_nothing_else() -> None:
     assert sorted(set(nodes) - set(tables)) == [], "schema nodes missing from the README"
     assert sorted(set(tables) - set(nodes)) == [], "README documents nodes the schema lacks"
     for path, model in nodes.items():
-        canonical = C._keys(model)[0]
+        canonical = schema_keys(model)[0]
         documented = [key for key, _ in tables[path]]
         where = path or "the top level"
         assert sorted(documented) == sorted(canonical), f"keys of {where} differ from the schema"
@@ -136,7 +137,7 @@ def test_every_schema_key_is_documented_and_nothing_else() -> None:
 
 def test_accepted_alternative_spellings_are_listed() -> None:
     body = section(README, "Configuration reference")
-    for spellings in C._PEER_SPELLINGS.values():
+    for spellings in PEER_SPELLINGS.values():
         for spelling in spellings:
             assert f"`{spelling}`" in body, spelling
 

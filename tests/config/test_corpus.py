@@ -22,7 +22,7 @@ import pytest
 
 from companyd.cli.main import main
 
-CORPUS = Path(__file__).parent / "config" / "broken"
+CORPUS = Path(__file__).parent / "broken"
 FILES = sorted(CORPUS.glob("*.yaml"))
 
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from companyd.cli.main import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 EXAMPLE_BYTES = (ROOT / "company.yaml").read_bytes()
 EXAMPLE_DATA = yaml.safe_load(EXAMPLE_BYTES)
 

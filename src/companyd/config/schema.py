@@ -1,0 +1,388 @@
+"""The schema ``companyd/v1``: pydantic models that mirror company.yaml one-to-one.
+
+Every ``*Spec`` forbids unknown keys and is immutable; :class:`CompanyFile` is the top level.
+The README's configuration reference is kept in step with these models by a test
+(tests/test_readme.py); docs/configuration.md records why the schema looks as it does.
+They validate values one at a time: checks that span several values live in
+:mod:`companyd.config.checks`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from datetime import date
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from companyd.config.scalars import (
+    CredentialName,
+    Duration,
+    EnvName,
+    ModelId,
+    PositiveInt,
+    PositiveUSD,
+    Rate,
+    Text,
+    http_url,
+    number,
+    whole,
+)
+
+SCHEMA = "companyd/v1"
+
+
+class Spec(BaseModel):
+    """Base of every schema node: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class BudgetSpec(Spec):
+    """A spending ceiling. At least one of daily_usd / monthly_usd, or ``unlimited``."""
+
+    daily_usd: PositiveUSD | None = None
+    monthly_usd: PositiveUSD | None = None
+    warn_at: tuple[
+        Annotated[float, BeforeValidator(number), Field(gt=0, le=1, allow_inf_nan=False)], ...
+    ] = (0.5, 0.8, 1.0)
+    unlimited: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unlimited_word(cls, value: Any) -> Any:
+        if value == "unlimited":
+            return {"unlimited": True}
+        return value
+
+    @field_validator("warn_at")
+    @classmethod
+    def _sorted_levels(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        return tuple(sorted(set(v)))
+
+    @model_validator(mode="after")
+    def _some_ceiling(self) -> BudgetSpec:
+        if self.unlimited and (self.daily_usd or self.monthly_usd):
+            raise ValueError(
+                "expected either `unlimited: true` or daily_usd/monthly_usd, got both; remove one"
+            )
+        if not self.unlimited and self.daily_usd is None and self.monthly_usd is None:
+            raise ValueError(
+                "expected daily_usd and/or monthly_usd, got neither; set at least one "
+                "(or write `budget: unlimited` to opt out explicitly)"
+            )
+        return self
+
+
+class ModelSpec(Spec):
+    """Which Claude model serves an agent, and what to fall back to."""
+
+    primary: ModelId
+    fallbacks: tuple[ModelId, ...] = ()
+    max_output_tokens: Annotated[int, BeforeValidator(whole), Field(gt=0, le=64_000)] = 4096
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"primary": value}
+        return value
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        """Primary first, then each fallback, without repeats."""
+        return tuple(dict.fromkeys((self.primary, *self.fallbacks)))
+
+
+class LimitsSpec(Spec):
+    """Per-run circuit-breaker limits; ``None`` means no limit of that kind."""
+
+    max_cost_usd: PositiveUSD | None = None
+    max_tokens: PositiveInt | None = None
+    max_seconds: Duration | None = None
+    max_steps: PositiveInt | None = None
+    loop_threshold: Annotated[int, BeforeValidator(whole), Field(ge=2)] = 3
+
+
+class BackoffSpec(Spec):
+    """Opt-in restart backoff (an extension beyond OTP; docs/supervision.md)."""
+
+    min: Duration = 1.0
+    max: Duration = 60.0
+    factor: Annotated[float, BeforeValidator(number), Field(ge=1, allow_inf_nan=False)] = 2.0
+    jitter: Annotated[float, BeforeValidator(number), Field(ge=0, le=1)] = 0.2
+    reset_after: Duration = 60.0
+
+
+Strategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
+RestartType = Literal["permanent", "transient", "temporary"]
+
+
+class SupervisorSpec(Spec):
+    """How a supervisor reacts to its children's exits."""
+
+    strategy: Strategy = "one_for_one"
+    max_restarts: Annotated[int, BeforeValidator(whole), Field(ge=0)] = 3
+    max_seconds: Duration = Field(default=60.0, alias="within_seconds")
+    backoff: BackoffSpec | None = None
+
+
+class DepartmentSpec(Spec):
+    """A group of agents (and sub-departments): one supervisor in the tree."""
+
+    title: str | None = None
+    description: str | None = None
+    supervisor: SupervisorSpec = SupervisorSpec()
+    departments: dict[str, DepartmentSpec] = {}
+
+
+class ToolsSpec(Spec):
+    """Which tools an agent may use. ``allow`` absent = every tool it is given."""
+
+    allow: tuple[str, ...] | None = None
+    deny: tuple[str, ...] = ()
+
+
+class McpServerSpec(Spec):
+    """An external tool server an agent talks to over MCP stdio.
+
+    ``env`` sets literal (non-secret) variables for the server; ``env_from`` maps a
+    variable of the server to a variable of the daemon's own environment, which is how
+    tokens reach it. ``timeout_seconds`` bounds one tool call; ``handshake_timeout_seconds``
+    bounds starting the server (process start, MCP ``initialize``, ``tools/list``): a server
+    that misses it is left out and retried, the agent runs without its tools."""
+
+    command: Text
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+    env_from: dict[str, EnvName] = {}
+    idempotent_tools: tuple[str, ...] = ()
+    timeout_seconds: Duration = 60.0
+    handshake_timeout_seconds: Duration = 30.0
+
+
+class AgentSpec(Spec):
+    """One role agent. Unset fields take their value from ``defaults``."""
+
+    title: Text
+    reports_to: str | None = Field(default=None, alias="reportsTo")
+    department: str | None = None
+    instructions: str | None = None
+    instructions_file: str | None = None
+    role: str | None = None
+    goal: str | None = None
+    backstory: str | None = None
+    model: ModelSpec | None = None
+    budget: BudgetSpec | None = None
+    limits: LimitsSpec | None = None
+    restart: RestartType | None = None
+    tools: ToolsSpec = ToolsSpec()
+    consult: tuple[str, ...] = ()
+    max_consult_depth: Annotated[int, BeforeValidator(whole), Field(ge=1, le=5)] = 2
+    colleague_timeout_seconds: Duration = 300.0
+    mcp_servers: dict[str, McpServerSpec] = {}
+    heartbeat_seconds: Duration | None = None
+    can_modify: tuple[str, ...] = ()
+    enabled: bool = True
+
+
+class TriggerSpec(Spec):
+    """When a routine fires: a 5-field ``cron`` (with ``timezone``) or ``every``."""
+
+    cron: str | None = None
+    every: Duration | None = None
+    timezone: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TriggerSpec:
+        if self.cron is not None and self.every is not None:
+            raise ValueError("expected exactly one of 'cron' or 'every', got both; remove one")
+        if self.cron is None and self.every is None:
+            raise ValueError(
+                "expected exactly one of 'cron' (e.g. \"0 14 * * *\") or 'every' (e.g. 5m), "
+                "got neither"
+            )
+        if self.every is not None and self.timezone is not None:
+            raise ValueError("'timezone' applies to 'cron' only; remove it or use cron")
+        return self
+
+
+class CatchUpSpec(Spec):
+    """What to do on start about fire times missed while the daemon was down."""
+
+    policy: Literal["skip", "run_once"] = "skip"
+    grace: Duration = 3600.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_word(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"policy": value}
+        return value
+
+
+class RoutineSpec(Spec):
+    """A recurring task for one agent."""
+
+    assignee: str
+    description: Text
+    expected_output: str | None = None
+    trigger: TriggerSpec
+    concurrency: Literal["skip_if_active", "queue"] = "skip_if_active"
+    catch_up: CatchUpSpec = CatchUpSpec()
+    precondition: Literal["always", "memory_changed", "inbox_nonempty"] = "always"
+    reviewer: str | None = None
+    enabled: bool = True
+
+
+class CompanySpec(Spec):
+    """The company itself."""
+
+    name: Text
+    timezone: str = "UTC"
+    context: str | None = None
+    budget: BudgetSpec
+
+
+class DefaultsSpec(Spec):
+    """Values every agent inherits unless it sets its own."""
+
+    model: ModelSpec = ModelSpec(primary="claude-sonnet-5-5", fallbacks=("claude-haiku-5-5",))
+    budget: BudgetSpec | None = None
+    restart: RestartType = "permanent"
+    limits: LimitsSpec = LimitsSpec(max_cost_usd=1.0, max_steps=20, max_seconds=600.0)
+    heartbeat_seconds: Duration = 300.0
+
+
+Severity = Literal["critical", "warning", "info", "off"]
+
+
+class QuietHoursSpec(Spec):
+    """A daily window in which non-critical alerts are held back."""
+
+    start: str
+    end: str
+    timezone: str | None = None
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _bare_hour(cls, v: object) -> object:
+        # `end: 7` is an hour, not text: suggest the time it means. (An unquoted 23:00 is
+        # the base-60 number 1380 to YAML; the generic type error already explains that.)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 23:
+            raise ValueError(f'expected a time as "HH:MM", got the number {v}; write "{v:02d}:00"')
+        return v
+
+    @field_validator("start", "end")
+    @classmethod
+    def _hhmm(cls, v: str) -> str:
+        if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", v):
+            raise ValueError(f"expected a time as HH:MM (24-hour), got {v!r}")
+        return v
+
+
+class TelegramSpec(Spec):
+    """Where alerts go. Secrets are referenced, never written here."""
+
+    bot_token_env: EnvName | None = "TELEGRAM_BOT_TOKEN"
+    bot_token_credential: CredentialName | None = "telegram_bot_token"
+    chat_ids: tuple[Annotated[int, BeforeValidator(whole)], ...] = ()
+    chat_ids_env: EnvName | None = None
+    api_url: str | None = None
+
+    _url = field_validator("api_url")(http_url)
+
+
+class AlertsSpec(Spec):
+    """Alert routing and noise control."""
+
+    telegram: TelegramSpec | None = None
+    min_severity: Literal["critical", "warning", "info"] = "warning"
+    routes: dict[str, Severity] = {}
+    quiet_hours: QuietHoursSpec | None = None
+    coalesce_seconds: Duration = 600.0
+
+
+class MemorySpec(Spec):
+    """The shared knowledge graph file (MCP memory server JSONL format)."""
+
+    path: str | None = None
+
+
+class PriceSpec(Spec):
+    """USD per million tokens for one model."""
+
+    input: Rate
+    output: Rate
+    cache_write_5m: Rate | None = None
+    cache_write_1h: Rate | None = None
+    cache_read: Rate | None = None
+    effective_from: date | None = None
+
+
+class SpendSpec(Spec):
+    """Runaway detection: spend rate above ``runaway_factor`` × an agent's usual rate."""
+
+    runaway_factor: Annotated[float, BeforeValidator(number), Field(gt=1, allow_inf_nan=False)] = (
+        5.0
+    )
+    runaway_window: Duration = 600.0
+
+
+class AnthropicSpec(Spec):
+    """How to reach the Messages API. The key is referenced, never written here."""
+
+    api_key_env: EnvName = "ANTHROPIC_API_KEY"
+    api_key_credential: CredentialName = "anthropic_api_key"
+    base_url: str | None = None
+    timeout_seconds: Duration = 120.0
+    max_retries: Annotated[int, BeforeValidator(whole), Field(ge=0, le=10)] = 2
+
+    _url = field_validator("base_url")(http_url)
+
+
+class MetricsSpec(Spec):
+    """Optional Prometheus endpoint, loopback only."""
+
+    listen: str | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _loopback(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        m = re.fullmatch(r"(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]+)):(?P<port>\d{1,5})", v)
+        host = m and (m.group("v6") or m.group("host"))
+        if not m or not host or not 0 <= int(m.group("port")) < 65536:  # 0: any free port
+            raise ValueError(f"expected host:port such as 127.0.0.1:9464 or [::1]:9464, got {v!r}")
+        try:
+            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ValueError(
+                f"expected a loopback address (127.0.0.1, ::1 or localhost), got {v!r}: the "
+                "metrics endpoint has no authentication; put a reverse proxy in front to "
+                "expose it"
+            )
+        return v
+
+
+class CompanyFile(Spec):
+    """The top level of company.yaml."""
+
+    schema_: Literal["companyd/v1"] = Field(default="companyd/v1", alias="schema")
+    company: CompanySpec
+    defaults: DefaultsSpec = DefaultsSpec()
+    supervisor: SupervisorSpec = SupervisorSpec()
+    departments: dict[str, DepartmentSpec] = {}
+    agents: dict[str, AgentSpec]
+    routines: dict[str, RoutineSpec] = {}
+    alerts: AlertsSpec = AlertsSpec()
+    memory: MemorySpec = MemorySpec()
+    state_dir: str | None = None
+    pricing: dict[str, PriceSpec] = {}
+    spend: SpendSpec = SpendSpec()
+    anthropic: AnthropicSpec = AnthropicSpec()
+    metrics: MetricsSpec = MetricsSpec()

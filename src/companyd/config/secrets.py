@@ -1,0 +1,215 @@
+"""Secrets and company.yaml: the file refers to them by name and never holds them.
+
+:func:`secret_references` lists every secret a config names (environment variables,
+systemd credentials) with whether it is available, never its value; :func:`secret_values`
+and :func:`register_secrets` hand the values to the process's one redactor
+(:mod:`companyd._secrets`). :func:`check_secrets` is the load pass that refuses a secret
+written into the file itself, by key name or by the look of the value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from companyd._fs import FileTooLarge, read_regular_file
+from companyd._secrets import SECRET_PATTERNS, protect
+from companyd.config.model import CompanyConfig
+from companyd.config.report import Path_, Report
+from companyd.config.tree import schema_at, schema_keys
+
+__all__ = [
+    "SecretReference",
+    "check_secrets",
+    "register_secrets",
+    "secret_references",
+    "secret_values",
+]
+
+#: A credential is a key or a token: far below this.
+_MAX_SECRET_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecretReference:
+    """A secret company.yaml refers to by name, and whether it is available right now.
+
+    Attributes:
+        path: dotted path of the referring key, e.g. ``anthropic.api_key_env``.
+        kind: ``"env"`` (an environment variable) or ``"credential"`` (a systemd
+            credential, read from ``$CREDENTIALS_DIRECTORY/<name>``).
+        name: the variable or credential name.
+        is_set: whether the variable is set and non-empty / the credential file exists.
+    """
+
+    path: str
+    kind: Literal["env", "credential"]
+    name: str
+    is_set: bool
+
+
+def secret_references(
+    config: CompanyConfig, environ: Mapping[str, str] | None = None
+) -> list[SecretReference]:
+    """Every secret ``config`` refers to, with whether it can be found — never its value.
+
+    ``environ`` defaults to ``os.environ``; credentials are looked up in
+    ``$CREDENTIALS_DIRECTORY`` (set by systemd's ``LoadCredential=``).
+    """
+    env = os.environ if environ is None else environ
+    cred_dir = env.get("CREDENTIALS_DIRECTORY")
+
+    def ref(path: str, kind: Literal["env", "credential"], name: str) -> SecretReference:
+        if kind == "env":
+            present = bool(env.get(name))
+        else:
+            # A stat of one file in a tmpfs systemd prepared: tiny, fine on the loop.
+            present = bool(cred_dir) and (Path(str(cred_dir)) / name).is_file()
+        return SecretReference(path=path, kind=kind, name=name, is_set=present)
+
+    spec = config.spec
+    refs = [
+        ref("anthropic.api_key_env", "env", spec.anthropic.api_key_env),
+        ref("anthropic.api_key_credential", "credential", spec.anthropic.api_key_credential),
+    ]
+    tg = spec.alerts.telegram
+    if tg is not None:
+        if tg.bot_token_env:
+            refs.append(ref("alerts.telegram.bot_token_env", "env", tg.bot_token_env))
+        if tg.bot_token_credential:
+            refs.append(
+                ref("alerts.telegram.bot_token_credential", "credential", tg.bot_token_credential)
+            )
+        if tg.chat_ids_env:
+            refs.append(ref("alerts.telegram.chat_ids_env", "env", tg.chat_ids_env))
+    for slug, agent in config.agents.items():
+        for server, mcp in agent.mcp_servers.items():
+            for var, source in mcp.env_from.items():
+                refs.append(
+                    ref(f"agents.{slug}.mcp_servers.{server}.env_from.{var}", "env", source)
+                )
+    return refs
+
+
+#: Variables whose values are secrets even before company.yaml names them (the defaults of
+#: ``anthropic.api_key_env`` and ``alerts.telegram.bot_token_env``): an error in a file
+#: that does not load must not echo them either.
+_DEFAULT_SECRET_ENV = ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN")
+
+
+def secret_values(config: CompanyConfig, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of every secret ``config`` names that can be found right now: the API
+    key, the bot token, every credential and every ``env_from`` variable (not the chat ids,
+    which are not secret). For registering with the redactor; never print them."""
+    env = os.environ if environ is None else environ
+    cred_dir = env.get("CREDENTIALS_DIRECTORY", "").split(":")[0]
+    values: list[str] = []
+    for ref in secret_references(config, env):
+        if ref.path == "alerts.telegram.chat_ids_env" or not ref.is_set:
+            continue
+        if ref.kind == "env":
+            values.append(env.get(ref.name, ""))
+        elif cred_dir:
+            try:
+                raw = read_regular_file(Path(cred_dir) / ref.name, _MAX_SECRET_BYTES)
+            except (OSError, FileTooLarge, ValueError):
+                continue  # the consumer of this credential reports what is wrong with it
+            values.append(raw.decode("utf-8", errors="replace"))
+    return [v.strip() for v in values if v.strip()]
+
+
+def register_secrets(config: CompanyConfig | None) -> None:
+    """Register the secrets ``config`` names (or, without one, those of the default
+    variables) with the process's redactor."""
+    values = (
+        [os.environ.get(name, "") for name in _DEFAULT_SECRET_ENV]
+        if config is None
+        else secret_values(config)
+    )
+    for value in values:
+        protect(value)
+
+
+#: The values the scan refuses are the ones every redactor masks (companyd._secrets); none
+#: is anchored, so a token inside longer text (instructions, context) is found too.
+_SECRET_VALUE_RES = tuple((rx, what) for rx, what, _ in SECRET_PATTERNS)
+_SECRET_KEY_RE = re.compile(
+    r"(^|_)(token|api_?key|apikey|secret|secret_key|password|passwd|pwd|private_key|access_key"
+    r"|auth|bearer)$"
+    r"|pass(word|wd)$"  # glued on, as in PGPASSWORD
+)
+
+
+def _secret_key(key: str) -> bool:
+    k = key.lower().replace("-", "_")
+    return bool(_SECRET_KEY_RE.search(k)) and not k.endswith(("_env", "_credential"))
+
+
+def check_secrets(data: Any, rep: Report) -> None:
+    """A secret written into company.yaml is one error (not also an 'unknown key'): the
+    file is kept in git, so the value must move out and be rotated."""
+
+    def advice(path: Path_, key: str) -> str:
+        if len(path) >= 2 and path[-2] == "env" and "mcp_servers" in path:
+            return (
+                f"pass it from the daemon's environment instead: `env_from: {{{key}: "
+                f"{key}}}` (server variable: daemon variable), and remove it from 'env'"
+            )
+        schema = schema_at(path[:-1])
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            canonical = schema_keys(schema)[0]
+            refs = [k for k in (f"{key}_env", f"{key}_credential") if k in canonical]
+            if refs:
+                return "reference it by name with " + " or ".join(f"'{r}: NAME'" for r in refs)
+        return "reference it by environment variable or systemd credential name"
+
+    def walk(node: Any, path: Path_) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                kp = (*path, k)
+                if isinstance(k, str) and looks_secret(kp, k, key=True):
+                    continue
+                # env_from maps variable names to variable names: references, not values
+                literal = not (path and path[-1] == "env_from")
+                # a number is a secret too (a PIN, a numeric password)
+                number = isinstance(v, int | float) and not isinstance(v, bool)
+                if literal and _secret_key(k) and (number or (isinstance(v, str) and v.strip())):
+                    rep.add(
+                        kp,
+                        "expected a reference to a secret, got the secret itself; secrets "
+                        "are never written in company.yaml — put the value in an "
+                        "environment variable or a systemd credential (LoadCredential=) and "
+                        f"{advice(kp, k)}; rotate it if the file was ever committed",
+                    )
+                    rep.settle(kp)
+                    continue
+                walk(v, kp)
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, (*path, i))
+        elif isinstance(node, str):
+            looks_secret(path, node)
+
+    def looks_secret(path: Path_, text: str, *, key: bool = False) -> bool:
+        for rx, what in _SECRET_VALUE_RES:
+            if rx.search(text):
+                rep.add(
+                    path,
+                    f"expected no secrets in company.yaml, got what looks like {what}"
+                    + (" as a key" if key else "")
+                    + "; move it to an environment variable or a systemd credential "
+                    "(LoadCredential=) and reference it by name, then rotate it — it "
+                    "may already be in git history",
+                    key=key,
+                )
+                rep.settle(path)
+                return True
+        return False
+
+    walk(data, ())

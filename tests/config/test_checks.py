@@ -1,0 +1,100 @@
+"""Cross-checks (config/checks.py): instruction files, CrewAI role and goal, and the
+findings that are warnings rather than errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from companyd.config import load_config
+
+from .configkit import MINIMAL, errors, load
+
+# -- instruction files -----------------------------------------------------------------
+
+
+def test_instructions_file_is_loaded_relative_to_the_company_file(tmp_path: Path) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "cfo.md").write_text("You own the cash.\n", encoding="utf-8")
+    f = tmp_path / "company.yaml"
+    f.write_text(
+        MINIMAL.replace("instructions: Count.", "instructions_file: agents/cfo.md"),
+        encoding="utf-8",
+    )
+    cfg = load_config(f)
+    assert cfg.agents["cfo"].instructions == "You own the cash.\n"
+
+
+def test_instructions_file_that_is_not_utf8_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "cfo.md").write_bytes(b"caf\xe9")
+    lines = errors(MINIMAL.replace("instructions: Count.", "instructions_file: cfo.md"), tmp_path)
+    assert lines == [
+        "c.yaml:12:24: agents.cfo.instructions_file: expected UTF-8 text in 'cfo.md', got the "
+        "byte at offset 3"
+    ]
+
+
+def test_instructions_file_far_larger_than_any_prompt_is_an_error(tmp_path: Path) -> None:
+    with (tmp_path / "cfo.md").open("wb") as out:
+        out.truncate(64 * 1024 * 1024)
+    lines = errors(MINIMAL.replace("instructions: Count.", "instructions_file: cfo.md"), tmp_path)
+    assert lines == [
+        "c.yaml:12:24: agents.cfo.instructions_file: expected instructions of at most 1 MB in "
+        "'cfo.md', got a larger file; check the path"
+    ]
+
+
+def test_crewai_role_and_goal_become_instructions() -> None:
+    cfg = load(
+        MINIMAL.replace(
+            "instructions: Count.",
+            "role: Finance lead\n    goal: Keep runway above 12 months\n    backstory: Ex-banker.",
+        )
+    )
+    assert cfg.agents["cfo"].instructions == (
+        "Role: Finance lead\nGoal: Keep runway above 12 months\nEx-banker."
+    )
+
+
+# -- warnings --------------------------------------------------------------------------
+
+
+def test_unknown_model_is_a_warning_not_an_error() -> None:
+    cfg = load(MINIMAL + "    model: {primary: claude-nova-9, fallbacks: [openai/gpt-4o]}\n")
+    assert [str(w) for w in cfg.warnings] == [
+        "c.yaml:13:22: warning: agents.cfo.model.primary: unknown model id 'claude-nova-9': it "
+        "will be priced at the most expensive known rate; check the spelling, or add its "
+        "price under 'pricing'",
+        "c.yaml:13:49: warning: agents.cfo.model.fallbacks.0: model 'openai/gpt-4o' names the "
+        "provider 'openai', but companyd calls only Anthropic's Messages API: this model will "
+        "fail at run time; use a Claude model id",
+    ]
+
+
+def test_a_routine_of_a_disabled_agent_is_a_warning_not_an_error() -> None:
+    # Switching an agent off must not make yesterday's file refuse to start or reload.
+    cfg = load(
+        MINIMAL
+        + "    enabled: false\n"
+        + "routines:\n"
+        + "  close:\n"
+        + "    assignee: cfo\n"
+        + "    description: Close the month.\n"
+        + "    trigger: {cron: '0 8 1 * *'}\n"
+        + "  paused:\n"
+        + "    assignee: cfo\n"
+        + "    description: Off with its agent.\n"
+        + "    trigger: {every: 1h}\n"
+        + "    enabled: false\n"
+    )
+    assert [str(w) for w in cfg.warnings] == [
+        "c.yaml:16:15: warning: routines.close.assignee: assignee 'cfo' has `enabled: false`: "
+        "every fire of this routine will be cancelled; enable the agent, or set "
+        "`enabled: false` on this routine too",
+    ]
+
+
+def test_a_priced_model_is_known() -> None:
+    cfg = load(
+        MINIMAL + "    model: claude-nova-9\npricing:\n  claude-nova-9: {input: 1, output: 2}\n"
+    )
+    assert cfg.warnings == ()
