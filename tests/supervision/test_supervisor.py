@@ -19,8 +19,7 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.events import Event, EventBus, Severity
-from companyd.supervision.child import ChildContext, Shutdown
-from companyd.supervision.supervisor import (
+from companyd.supervision import (
     BRUTAL_KILL,
     IGNORE,
     INFINITY,
@@ -41,6 +40,7 @@ from companyd.supervision.supervisor import (
     SupervisorNotRunning,
     SupervisorStartError,
 )
+from companyd.supervision.child import ChildContext, Shutdown
 
 pytestmark = pytest.mark.anyio
 
