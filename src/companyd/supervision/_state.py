@@ -2,9 +2,10 @@
 
 :class:`SupervisorState` is what :class:`~companyd.supervision.supervisor.Supervisor` keeps —
 its flags, its child records in start order, its intensity window, its command queue — and
-the few operations its parts call on one another: the restart logic (``_restart``), the
-shutdown protocol (``_shutdown``) and the dynamic children (``_dynamic``) are mixins that
-subclass it, and ``Supervisor`` composes them. Only the supervisor task changes any of it;
+the few operations its parts call on one another: start-up (``_startup``), the restart logic
+(``_restart``), the shutdown protocol (``_shutdown``), the dynamic children (``_dynamic``)
+and the read-only views (``_views``) are mixins that subclass it, and ``Supervisor``
+composes them. Only the supervisor task changes any of it;
 read-only calls read it synchronously (D7).
 
 Also here: :class:`Child` (one child record), :class:`ChildCtx` (the context a child gets),
@@ -23,8 +24,8 @@ from typing import Any, Literal, Protocol, TypeVar
 from companyd.clock import Clock
 from companyd.events import EventBus, Severity
 from companyd.supervision.child import ChildFn, ExitReason, Shutdown
-from companyd.supervision.errors import SupervisorGaveUp
-from companyd.supervision.spec import ChildSpec, ChildState, SupervisorFlags
+from companyd.supervision.errors import ChildNotFound, SupervisorGaveUp
+from companyd.supervision.spec import ChildSpec, ChildState, InitResult, SupervisorFlags
 
 T = TypeVar("T")
 
@@ -40,6 +41,8 @@ ABORTED = "aborted"
 
 #: Why a supervisor's serve loop ended.
 Outcome = Literal["shutdown", "auto_shutdown", "gave_up"]
+#: Lifecycle of a supervisor's current (or last) run.
+Status = Literal["stopped", "starting", "running", "stopping"]
 
 
 class ChildCtx:
@@ -190,6 +193,11 @@ class SupervisorState(Protocol):
 
     name: str
     _path: str
+    _status: Status
+    #: Wall-clock time the current run started serving, or None.
+    _started_at: float | None = None
+    #: OTP's init/1: run on every (re)start.
+    _init_fn: Callable[[], InitResult]
     _bus: EventBus
     _clock: Clock
     _random: Callable[[], float]
@@ -205,6 +213,9 @@ class SupervisorState(Protocol):
     #: Monotonic times of the restarts in the intensity window, oldest first.
     _restarts: collections.deque[float]
     _queue: asyncio.Queue[Msg]
+    _stop_requested: bool
+    #: The readiness future of the child being started (a stop request resolves it).
+    _pending_start: asyncio.Future[tuple[str, Any]] | None = None
     #: The child being started, if any (a cancelled supervisor must kill it too).
     _starting: Child | None = None
     _outcome: Outcome | None = None
@@ -215,16 +226,21 @@ class SupervisorState(Protocol):
         """Publish an event with this supervisor's path as its source."""
         ...
 
+    async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run ``op`` in the supervisor task, between messages, and return its answer."""
+        ...
+
+    # _startup.py
     async def _start(self, child: Child, *, phase: str) -> tuple[str, Any]:
         """Run ``child`` until ready: ``(OK, info)``, ``(IGNORED, None)``,
         ``(FAILED, ExitReason)`` or ``(ABORTED, None)``."""
         ...
 
-    async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
-        """Run ``op`` in the supervisor task, between messages, and return its answer."""
+    # _shutdown.py
+    async def _stop_task(self, child: Child) -> tuple[ExitReason, str]:
+        """Stop ``child``'s running task by its shutdown spec: (reason, how it ended)."""
         ...
 
-    # _shutdown.py
     async def _terminate(self, child: Child, *, cause: str) -> ExitReason | None:
         """Stop ``child`` by its shutdown spec if it runs; leave it not running."""
         ...
@@ -239,6 +255,10 @@ class SupervisorState(Protocol):
         """Give up on a task that ignored its cancellation (D2)."""
         ...
 
+    async def _terminate_all(self, *, cause: str) -> None:
+        """Stop every child (reverse start order; simple_one_for_one: all at once)."""
+        ...
+
     # _restart.py
     def _cancel_retry(self, child: Child) -> None:
         """Drop ``child``'s pending restart attempt, if any."""
@@ -246,4 +266,9 @@ class SupervisorState(Protocol):
 
     async def _handle_exit(self, child: Child, reason: ExitReason) -> None:
         """A running child ended: report it, then restart or forget it."""
+        ...
+
+    # _dynamic.py
+    def _not_found(self, id: str) -> ChildNotFound:
+        """The error for an id this supervisor does not have."""
         ...

@@ -21,25 +21,25 @@ reach into a supervisor's internals. Restarts, child exits and admin calls are s
 through one command queue per supervisor; read-only calls (:meth:`Supervisor.which_children`,
 :meth:`Supervisor.count_children`) answer at any time.
 
-This module is the supervisor process itself: its life as a root or as a child, the command
-queue, init and starting a child. The rest is composed in: restart logic
-(:mod:`~companyd.supervision._restart`), the shutdown protocol
-(:mod:`~companyd.supervision._shutdown`) and the admin calls on dynamic children
-(:mod:`~companyd.supervision._dynamic`), each a mixin over the state in
-:mod:`~companyd.supervision._state`.
+This module is the supervisor process itself: its life as a root or as a child, and the
+command queue it serves. The rest is composed in, each a mixin over the state in
+:mod:`~companyd.supervision._state`: start-up (:mod:`~companyd.supervision._startup`), restart
+logic (:mod:`~companyd.supervision._restart`), the shutdown protocol
+(:mod:`~companyd.supervision._shutdown`), the admin calls on dynamic children
+(:mod:`~companyd.supervision._dynamic`) and the read-only views
+(:mod:`~companyd.supervision._views`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import itertools
 import logging
 import math
 import random as _random
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, Self, TypeVar, cast
+from typing import Any, Self, TypeVar
 
 from companyd._aio import race
 from companyd.clock import Clock, SystemClock
@@ -47,11 +47,8 @@ from companyd.events import EventBus, Severity
 from companyd.supervision._dynamic import DynamicMixin
 from companyd.supervision._restart import RestartMixin
 from companyd.supervision._shutdown import ShutdownMixin
+from companyd.supervision._startup import StartupMixin
 from companyd.supervision._state import (
-    ABORTED,
-    FAILED,
-    IGNORED,
-    OK,
     SHUTDOWN,
     Call,
     Child,
@@ -59,14 +56,14 @@ from companyd.supervision._state import (
     Exit,
     Msg,
     Outcome,
+    Status,
     Stop,
     SupervisorState,
     TryAgain,
-    child_main,
-    exit_reason,
     retrieve,
 )
 from companyd.supervision._text import clip
+from companyd.supervision._views import ViewsMixin
 from companyd.supervision.child import IGNORE, ChildContext, ChildFn, ExitReason, Shutdown
 from companyd.supervision.errors import (
     InvalidSpec,
@@ -79,8 +76,6 @@ from companyd.supervision.spec import (
     DEFAULT_KILL_GRACE,
     INFINITY,
     AutoShutdown,
-    ChildCounts,
-    ChildInfo,
     ChildSpec,
     InitResult,
     Restart,
@@ -97,7 +92,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class Supervisor(DynamicMixin, RestartMixin, ShutdownMixin):
+class Supervisor(ViewsMixin, DynamicMixin, RestartMixin, StartupMixin, ShutdownMixin):
     """An OTP supervisor on asyncio.
 
     Use it as the root of a tree (``await sup.start()`` … ``await sup.wait()`` /
@@ -169,7 +164,7 @@ class Supervisor(DynamicMixin, RestartMixin, ShutdownMixin):
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._random: Callable[[], float] = random if random is not None else _random.random
         self._kill_grace = float(kill_grace)
-        self._status: Literal["stopped", "starting", "running", "stopping"] = "stopped"
+        self._status: Status = "stopped"
         self._flags = SupervisorFlags()
         self._children: dict[str, Child] = {}
         self._template: ChildSpec | None = None
@@ -193,7 +188,7 @@ class Supervisor(DynamicMixin, RestartMixin, ShutdownMixin):
         return self._path
 
     @property
-    def status(self) -> Literal["stopped", "starting", "running", "stopping"]:
+    def status(self) -> Status:
         """Lifecycle of the current (or last) run."""
         return self._status
 
@@ -209,11 +204,6 @@ class Supervisor(DynamicMixin, RestartMixin, ShutdownMixin):
     @property
     def clock(self) -> Clock:
         return self._clock
-
-    def restarts_in_window(self) -> int:
-        """Restarts counted in the current intensity window (read-only, any time)."""
-        threshold = self._clock.monotonic() - self._flags.max_seconds
-        return sum(1 for t in self._restarts if t >= threshold)
 
     # -- running as the root -------------------------------------------------------------
 
@@ -345,96 +335,6 @@ class Supervisor(DynamicMixin, RestartMixin, ShutdownMixin):
     async def _watch_stop(self, stopping: asyncio.Event) -> None:
         await stopping.wait()
         self._request_stop()
-
-    # -- read-only API (answers at any time; D7) -----------------------------------------
-
-    def which_children(self) -> list[ChildInfo]:
-        """Every child in **start order** (OTP lists newest first; D5)."""
-        return [self._info(c) for c in self._children.values()]
-
-    def which_child(self, id: str) -> ChildInfo:
-        """One child. Raises :class:`ChildNotFound`."""
-        child = self._children.get(id)
-        if child is None:
-            raise self._not_found(id)
-        return self._info(child)
-
-    def count_children(self) -> ChildCounts:
-        """OTP's counts; a child in its restart loop is counted but not active."""
-        active = sup = work = 0
-        for c in self._children.values():
-            if c.state == "running":
-                active += 1
-            if c.spec.type == "supervisor":
-                sup += 1
-            else:
-                work += 1
-        if self._flags.strategy == "simple_one_for_one":
-            return ChildCounts(specs=1, active=active, supervisors=sup, workers=work)
-        return ChildCounts(specs=len(self._children), active=active, supervisors=sup, workers=work)
-
-    def snapshot(self) -> dict[str, Any]:
-        """The subtree as JSON-serialisable status nodes (the ``tree`` of ``companyd status``).
-
-        Every node has ``id``, ``path``, ``kind`` (``supervisor`` | ``worker``), ``state``
-        (``starting`` | ``running`` | ``restarting`` | ``stopping`` | ``stopped`` |
-        ``failed``), ``restarts`` (by its supervisor since that one (re)started),
-        ``started_at`` / ``uptime_s`` (None when not running), ``last_exit`` and
-        ``children`` (start order); supervisors add ``strategy``, ``max_restarts``,
-        ``max_seconds``, ``auto_shutdown`` and ``restarts_in_window``. A child that is not
-        running is ``failed`` when its last exit was abnormal or a give-up, else ``stopped``.
-        """
-        now = self._clock.time()
-        node: dict[str, Any] = {
-            "id": self._path.rsplit("/", 1)[-1],
-            "path": self._path,
-            "kind": "supervisor",
-            "state": self._status,
-            "restarts": 0,
-            "started_at": self._started_at,
-            "uptime_s": None if self._started_at is None else now - self._started_at,
-            "last_exit": None,
-        }
-        node.update(self._supervisor_fields())
-        node["children"] = [self._child_node(c, now) for c in self._children.values()]
-        return node
-
-    def _supervisor_fields(self) -> dict[str, Any]:
-        return {
-            "strategy": self._flags.strategy,
-            "max_restarts": self._flags.max_restarts,
-            "max_seconds": self._flags.max_seconds,
-            "auto_shutdown": self._flags.auto_shutdown,
-            "restarts_in_window": self.restarts_in_window(),
-        }
-
-    def _child_node(self, c: Child, now: float) -> dict[str, Any]:
-        state: str = c.state
-        last = c.last_exit
-        if state == "not_running" and last is not None:
-            failed = not last.is_normal or isinstance(last.exception, SupervisorGaveUp)
-            state = "failed" if failed else "stopped"
-        elif state == "not_running":
-            state = "stopped"
-        node: dict[str, Any] = {
-            "id": c.id,
-            "path": f"{self._path}/{c.id}",
-            "kind": c.spec.type,
-            "state": state,
-            "restarts": c.restarts,
-            "started_at": c.started_at,
-            "uptime_s": None if c.started_at is None else now - c.started_at,
-            "last_exit": str(last) if last is not None else None,
-            "restart": c.spec.restart,
-            "significant": c.spec.significant,
-        }
-        sub = c.info
-        if isinstance(sub, Supervisor) and c.state == "running":
-            node.update(sub._supervisor_fields())
-            node["children"] = [sub._child_node(g, now) for g in sub._children.values()]
-        else:
-            node["children"] = []
-        return node
 
     # -- the supervisor task -------------------------------------------------------------
 
@@ -594,147 +494,7 @@ class Supervisor(DynamicMixin, RestartMixin, ShutdownMixin):
                     )
                 )
 
-    # -- init ----------------------------------------------------------------------------
-
-    async def _init_children(self) -> bool:
-        """Run init and start the static children. True if init answered IGNORE."""
-        try:
-            answer = self._init_fn()
-            if answer is IGNORE:
-                return True
-            flags, specs = cast(tuple[SupervisorFlags, Sequence[ChildSpec]], answer)
-            if not isinstance(flags, SupervisorFlags):
-                raise InvalidSpec(
-                    f"init of supervisor {self.name!r} must return (SupervisorFlags, "
-                    f"children), got flags {flags!r}"
-                )
-            specs = tuple(specs)
-            check_specs(self.name, flags, specs)
-        except Exception as exc:
-            reason = ExitReason("error", exception=exc)
-            self._emit("child_start_failed", child=None, phase="init", **reason.data())
-            raise SupervisorStartError(
-                f"supervisor {self._path!r} failed to initialise: {exc}",
-                path=self._path,
-                child=None,
-                reason=reason,
-            ) from exc
-        self._flags = flags
-        if flags.strategy == "simple_one_for_one":
-            self._template = specs[0]
-            return False
-        for spec in specs:
-            self._children[spec.id] = Child(spec)
-        for child in list(self._children.values()):
-            if self._stop_requested:
-                return False
-            result, payload = await self._start(child, phase="init")
-            if result == FAILED:
-                reason = cast(ExitReason, payload)
-                self._children.pop(child.id, None)
-                await self._terminate_all(cause="init_failed")
-                raise SupervisorStartError(
-                    f"supervisor {self._path!r} failed to start: child {child.id!r} failed "
-                    f"to start ({reason}); children started before it were stopped",
-                    path=self._path,
-                    child=child.id,
-                    reason=reason,
-                ) from reason.exception
-            if result == IGNORED and child.spec.restart == "temporary":
-                del self._children[child.id]
-            elif result == ABORTED:
-                return False
-        return False
-
-    # -- starting a child ----------------------------------------------------------------
-
-    async def _start(self, child: Child, *, phase: str) -> tuple[str, Any]:
-        """Run ``child`` and wait until it is ready, fails, or the supervisor is asked to stop.
-
-        Returns ``(OK, info)``, ``(IGNORED, None)``, ``(FAILED, ExitReason)`` or
-        ``(ABORTED, None)``. Emits child_started / child_ignored / child_start_failed.
-        """
-        if self._stop_requested:
-            return ABORTED, None
-        loop = asyncio.get_running_loop()
-        ready: asyncio.Future[tuple[str, Any]] = loop.create_future()
-        ctx = ChildCtx(child.id, f"{self._path}/{child.id}", self, ready)
-        child.ctx = ctx
-        child.cancel_requested = False
-        task = loop.create_task(child_main(child.spec.start, ctx), name=ctx.path)
-        child.task = task
-        task.add_done_callback(functools.partial(self._on_task_done, child, ready))
-        self._pending_start = ready
-        self._starting = child
-        # Not in a finally: if the supervisor is cancelled here, _kill_all_now must still
-        # see the child being started.
-        kind, info = await ready
-        self._pending_start = None
-        self._starting = None
-        if kind == "ready" and info is IGNORE:
-            await self._stop_task(child)
-            child.state = "not_running"
-            self._emit("child_ignored", child=child.id, phase=phase)
-            return IGNORED, None
-        if kind == "ready":
-            child.state = "running"
-            child.info = info
-            child.started_at = self._clock.time()
-            child.started_mono = self._clock.monotonic()
-            self._emit(
-                "child_started",
-                child=child.id,
-                type=child.spec.type,
-                phase=phase,
-                restarts=child.restarts,
-            )
-            return OK, info
-        if kind == "exited":
-            child.task = None
-            reason = exit_reason(task)
-            if reason.kind == "normal" or (reason.kind == "shutdown" and reason.info is None):
-                # OTP: any start result but {ok, Pid} is an error; returning before
-                # ctx.started() is that here.
-                reason = ExitReason(
-                    "error",
-                    exception=RuntimeError(
-                        f"child {child.id!r} ended ({reason}) before calling ctx.started()"
-                    ),
-                )
-            child.state = "not_running"
-            child.last_exit = reason
-            self._emit("child_start_failed", child=child.id, phase=phase, **reason.data())
-            return FAILED, reason
-        # kind == "stop": the supervisor was asked to stop while this child was starting.
-        await self._terminate(child, cause="shutdown")
-        return ABORTED, None
-
-    def _on_task_done(
-        self,
-        child: Child,
-        ready: asyncio.Future[tuple[str, Any]],
-        task: asyncio.Task[ExitReason],
-    ) -> None:
-        retrieve(task)
-        if not ready.done():
-            ready.set_result(("exited", None))
-        elif child.task is task:
-            self._queue.put_nowait(Exit(child, task))
-
     # -- helpers -------------------------------------------------------------------------
-
-    def _info(self, c: Child) -> ChildInfo:
-        return ChildInfo(
-            id=c.id,
-            path=f"{self._path}/{c.id}",
-            state=c.state,
-            type=c.spec.type,
-            restart=c.spec.restart,
-            significant=c.spec.significant,
-            restarts=c.restarts,
-            started_at=c.started_at,
-            last_exit=str(c.last_exit) if c.last_exit is not None else None,
-        )
 
     def _emit(self, kind: str, severity: Severity | None = None, **data: Any) -> None:
         self._bus.emit(kind, self._path, severity, **data)
