@@ -6,9 +6,11 @@ application. See docs/supervision.md for the contract and docs/architecture.md f
 Modules: :mod:`~companyd.supervision.child` (the contract a child follows, exit reasons,
 ``IGNORE``), :mod:`~companyd.supervision.spec` (child specs, supervisor flags, backoff, call
 results), :mod:`~companyd.supervision.errors` (what a supervisor raises) and
-:mod:`~companyd.supervision.supervisor` (the supervisor, composed of its restart logic
-``_restart``, shutdown protocol ``_shutdown`` and dynamic children ``_dynamic`` over the
-state in ``_state``). Import the names from here.
+:mod:`~companyd.supervision.supervisor` (the supervisor process). ``Supervisor`` composes
+mixins over the state in ``_state``: ``_startup`` (init, starting a child), ``_restart``
+(restart types, strategies, intensity, backoff, auto_shutdown), ``_shutdown`` (the stop
+protocol), ``_dynamic`` (the admin calls) and ``_views`` (the read-only calls). Import the
+public names from here.
 """
 
 from companyd.supervision.child import (

@@ -22,6 +22,7 @@ from companyd.supervision._state import KILLED, Child, SupervisorState, exit_rea
 from companyd.supervision.child import ExitReason
 from companyd.supervision.spec import BRUTAL_KILL, INFINITY
 
+# The supervisor's logger: its records keep the name they had before the split.
 log = logging.getLogger("companyd.supervision.supervisor")
 
 # Tasks the supervisor gave up on (D2). asyncio keeps only weak references to tasks, so an
