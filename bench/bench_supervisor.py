@@ -34,8 +34,8 @@ from typing import Any
 
 from companyd.clock import SystemClock
 from companyd.events import EventBus
+from companyd.supervision import ChildSpec, Supervisor
 from companyd.supervision.child import ChildContext
-from companyd.supervision.supervisor import ChildSpec, Supervisor
 
 
 def rss_mb() -> float:

@@ -25,13 +25,13 @@ from companyd.daemon.tree import (
     plan_agents_diff,
 )
 from companyd.events import Event, EventBus
-from companyd.supervision.child import ChildContext
-from companyd.supervision.supervisor import (
+from companyd.supervision import (
     ChildSpec,
     InvalidSpec,
     Supervisor,
     SupervisorStartError,
 )
+from companyd.supervision.child import ChildContext
 
 pytestmark = pytest.mark.anyio
 

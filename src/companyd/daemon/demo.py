@@ -30,8 +30,8 @@ from companyd.daemon.tree import (
 )
 from companyd.errors import CompanydError, UnknownName
 from companyd.events import Event, EventBus
+from companyd.supervision import ChildSpec, SupervisorGaveUp
 from companyd.supervision.child import ChildContext
-from companyd.supervision.supervisor import ChildSpec, SupervisorGaveUp
 
 __all__ = ["SERVICES", "CrashSwitch", "crash_test", "render_tree", "show_tree"]
 

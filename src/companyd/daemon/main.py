@@ -45,8 +45,8 @@ from companyd.events import EventBus
 from companyd.llm.model import ModelBackend, ModelUnavailable
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
 from companyd.status_text import status_line
+from companyd.supervision import Backoff
 from companyd.supervision.child import StandaloneContext
-from companyd.supervision.supervisor import Backoff
 
 __all__ = ["Daemon", "register"]
 
@@ -320,7 +320,7 @@ class Daemon:
 
     def _build_tree(self) -> Any:
         from companyd.daemon.tree import build_company_tree
-        from companyd.supervision.supervisor import ChildSpec
+        from companyd.supervision import ChildSpec
 
         services = [
             ChildSpec(id="memory", start=self.memory.run, shutdown=30.0, backoff=SERVICE_BACKOFF),
@@ -438,7 +438,7 @@ class Daemon:
     async def main(self) -> int:
         """Run until SIGTERM/SIGINT (exit 0) or until the root supervisor gives up (1)."""
         from companyd.daemon.logs import log_events
-        from companyd.supervision.supervisor import SupervisorGaveUp, SupervisorStartError
+        from companyd.supervision import SupervisorGaveUp, SupervisorStartError
 
         loop = asyncio.get_running_loop()
         remove_logger = log_events(self.bus)

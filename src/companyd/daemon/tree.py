@@ -31,8 +31,7 @@ from typing import Any, Final
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig, SupervisorSpec
 from companyd.events import EventBus
-from companyd.supervision.child import ChildContext
-from companyd.supervision.supervisor import (
+from companyd.supervision import (
     DEFAULT_KILL_GRACE,
     Backoff,
     ChildNotFound,
@@ -44,6 +43,7 @@ from companyd.supervision.supervisor import (
     SupervisorFlags,
     SupervisorNotRunning,
 )
+from companyd.supervision.child import ChildContext
 
 __all__ = [
     "AGENTS",

@@ -23,6 +23,9 @@ Exit reasons follow OTP (docs/supervision.md):
   the supervisor; ``killed`` is abnormal, so a permanent or transient child is restarted;
 * not finishing within ``shutdown`` seconds plus the kill grace → ``killed`` (abandoned).
 
+:class:`ExitReason` is that classification as a value. A child that should not run now
+calls ``ctx.started(IGNORE)`` and returns (OTP's ``ignore``, :data:`IGNORE`).
+
 Stopping is a two-step protocol: the supervisor sets ``ctx.stopping`` (finish the current
 step and return), waits the child's ``shutdown`` seconds, then cancels it.
 """
@@ -31,9 +34,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Protocol
 
-__all__ = ["ChildContext", "ChildFn", "Shutdown", "StandaloneContext"]
+from companyd.supervision._text import clip
+
+__all__ = ["IGNORE", "ChildContext", "ChildFn", "ExitReason", "Shutdown", "StandaloneContext"]
 
 
 class ChildContext(Protocol):
@@ -71,6 +77,66 @@ class Shutdown(Exception):  # named after OTP's exit reason, not an error
     def __init__(self, info: Any = None) -> None:
         super().__init__(info)
         self.info = info
+
+
+class _Ignore:
+    """The type of :data:`IGNORE`."""
+
+    _instance: _Ignore | None = None
+
+    def __new__(cls) -> _Ignore:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "IGNORE"
+
+    def __reduce__(self) -> str:
+        return "IGNORE"
+
+
+#: OTP's ``ignore``: a child calls ``ctx.started(IGNORE)`` and returns to say "do not run me
+#: now". The spec is kept with the child not running (a temporary spec is dropped), nothing
+#: is counted and nothing is retried.
+IGNORE: Final = _Ignore()
+
+
+@dataclass(frozen=True, slots=True)
+class ExitReason:
+    """Why a child ended, in OTP's vocabulary.
+
+    ``normal``: the child returned. ``shutdown``: it returned after its supervisor's stop
+    request, or it raised :class:`Shutdown` (``info`` then holds the info). ``error``: any
+    other exception (kept in ``exception``). ``killed``: its task was cancelled — by
+    ``brutal_kill``, by ``Supervisor.kill_child``, after its shutdown time ran out, or by
+    code other than its supervisor — or it was abandoned after the kill grace.
+    """
+
+    kind: Literal["normal", "shutdown", "error", "killed"]
+    info: Any = None
+    exception: BaseException | None = None
+
+    @property
+    def is_normal(self) -> bool:
+        """True for the normal class (``normal``, ``shutdown``, ``{shutdown, info}``)."""
+        return self.kind in ("normal", "shutdown")
+
+    def __str__(self) -> str:
+        if self.kind == "shutdown" and self.info is not None:
+            info = self.info if isinstance(self.info, str) else repr(self.info)
+            return f"shutdown:{clip(info)}"
+        if self.kind == "error":
+            return f"error:{clip(repr(self.exception))}"
+        return self.kind
+
+    def data(self) -> dict[str, Any]:
+        """JSON-serialisable event fields: ``reason`` and, for errors, the exception."""
+        out: dict[str, Any] = {"reason": str(self)}
+        if self.kind == "error" and self.exception is not None:
+            out["exception"] = type(self.exception).__name__
+            out["message"] = clip(str(self.exception))
+        return out
 
 
 class StandaloneContext:
