@@ -478,7 +478,7 @@ async def test_cutting_a_step_short_never_swallows_a_stop_aimed_at_the_agent() -
     """A run cut at max_seconds or a heartbeat stall cancels its step and waits for it. A
     supervisor stopping the agent during that wait must still stop it: only the step's own
     cancellation (and its errors) are absorbed."""
-    from companyd.roles.agent import _cancel_and_reap
+    from companyd.roles.run import cancel_and_reap
 
     winding_down = asyncio.Event()
 
@@ -493,7 +493,7 @@ async def test_cutting_a_step_short_never_swallows_a_stop_aimed_at_the_agent() -
     async with asyncio.timeout(5):
         work = asyncio.create_task(slow_to_wind_down())
         await asyncio.sleep(0)
-        reaper = asyncio.create_task(_cancel_and_reap(work, "cfo"))
+        reaper = asyncio.create_task(cancel_and_reap(work, "cfo"))
         await winding_down.wait()
         reaper.cancel()  # the supervisor stops the agent while it waits for the step
         with pytest.raises(asyncio.CancelledError):
@@ -509,5 +509,5 @@ async def test_cutting_a_step_short_never_swallows_a_stop_aimed_at_the_agent() -
         for body in (asyncio.sleep(3600), fails_when_cut()):
             step = asyncio.create_task(body)
             await asyncio.sleep(0)
-            await _cancel_and_reap(step, "cfo")  # absorbed: returns normally
+            await cancel_and_reap(step, "cfo")  # absorbed: returns normally
             assert step.done()

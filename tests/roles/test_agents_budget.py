@@ -25,7 +25,7 @@ from companyd.config import load_config
 from companyd.daemon.main import Daemon
 from companyd.llm.claude import ClaudeBackend
 from companyd.llm.model import Usage
-from companyd.roles.agent import STOP_CALL_GRACE
+from companyd.roles.calls import STOP_CALL_GRACE
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,

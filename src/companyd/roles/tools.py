@@ -10,7 +10,7 @@ into a ``tool_result`` block. A handler signals a failure the model should see b
 Built-in tool families (each built where its state lives, registered here):
 
 * memory — the nine MCP memory operations and ``recall`` (companyd.memory);
-* colleagues — ``consult`` and ``delegate`` (companyd.roles.staff);
+* colleagues — ``consult`` and ``delegate`` (companyd.roles.colleagues);
 * improver — ``read_agent`` and ``propose_change`` (companyd.roles.improver);
 * external — every tool of the MCP servers declared under the agent's ``mcp_servers``,
   attached over stdio with the ``mcp`` client SDK (:class:`McpToolServer`).
