@@ -111,10 +111,10 @@ def _run_command(args: argparse.Namespace) -> int:
         for w in config.warnings:
             log.warning("%s", w)
         if args.control_group is not None:
-            from companyd.daemon.control import _resolve_group
+            from companyd.daemon.control import resolve_group
 
             try:  # a typo here cannot be fixed by restarting: say so now, with 78
-                _resolve_group(args.control_group)
+                resolve_group(args.control_group)
             except CompanydError as exc:
                 print(f"companyd: {exc} (exit 78)", file=sys.stderr)
                 return EX_CONFIG
@@ -162,7 +162,7 @@ def _run_command(args: argparse.Namespace) -> int:
             )
             return EX_CONFIG
         try:  # one daemon per company.yaml, whatever its state directory
-            from companyd.daemon.control import socket_path
+            from companyd.daemon.protocol import socket_path
 
             claim = CompanyLock.acquire(config.path, control_socket=socket_path(state_dir))
         except StateLocked as exc:
@@ -247,7 +247,8 @@ class Daemon:
         oneoff: bool = False,
     ) -> None:
         from companyd.alerts.service import AlertService
-        from companyd.daemon.control import ControlServer, socket_path
+        from companyd.daemon.control import ControlServer
+        from companyd.daemon.protocol import socket_path
         from companyd.daemon.systemd import LoopLagMonitor, Notifier
         from companyd.memory import MemoryService
         from companyd.roles.improver import Proposals
