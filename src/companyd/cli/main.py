@@ -47,7 +47,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 #: Modules whose ``register(subparsers)`` adds subcommands, in help order.
 _AREAS = (
-    "companyd.daemon.main",
+    "companyd.cli.run",
     "companyd.cli.daemon",
     "companyd.cli.demo",
     "companyd.cli.roles",
