@@ -54,7 +54,7 @@ _AREAS = (
     "companyd.cli.scheduler",
     "companyd.cli.spend",
     "companyd.cli.memory",
-    "companyd.alerts.service",
+    "companyd.cli.alerts",
 )
 
 
