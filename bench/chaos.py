@@ -344,7 +344,7 @@ class Chaos:
         self.say(f"daemon #{self.tally.incarnations} ready (pid {self.proc.pid})")
 
     async def wait_ready(self, timeout: float = 60.0) -> None:
-        from companyd.daemon.control import ControlClient
+        from companyd.daemon.control_client import ControlClient
 
         sock = self.state / "companyd.sock"
         deadline = time.monotonic() + timeout
@@ -361,7 +361,7 @@ class Chaos:
                 await asyncio.sleep(0.1)
 
     async def call(self, op: str, **args: Any) -> Any:
-        from companyd.daemon.control import ControlClient
+        from companyd.daemon.control_client import ControlClient
 
         client = ControlClient(self.state / "companyd.sock", timeout=30)
         return await asyncio.to_thread(client.call, op, **args)

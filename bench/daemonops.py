@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from companyd.daemon.control import ControlClient, ControlServer
+from companyd.daemon.control import ControlServer
+from companyd.daemon.control_client import ControlClient
 from companyd.daemon.logs import setup_logging
 from companyd.daemon.metrics import Metrics
 from companyd.events import EventBus

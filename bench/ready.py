@@ -48,7 +48,8 @@ from companyd.events import EventBus
 from companyd.daemon.lock import StateLock
 from companyd.daemon.logs import setup_logging, log_events
 from companyd.daemon.systemd import Notifier, Watchdog, LoopLagMonitor
-from companyd.daemon.control import ControlServer, socket_path
+from companyd.daemon.control import ControlServer
+from companyd.daemon.protocol import socket_path
 from companyd.daemon.metrics import Metrics, MetricsServer
 
 class Admin:

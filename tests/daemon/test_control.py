@@ -28,17 +28,13 @@ from hypothesis import strategies as st
 
 from companyd.admin import AdminError
 from companyd.clock import ManualClock
-from companyd.daemon.control import (
+from companyd.daemon.control import MAX_BUFFERED_BYTES, MAX_CONNECTIONS, ControlServer
+from companyd.daemon.control_client import ControlClient, candidate_sockets, find_daemon
+from companyd.daemon.protocol import (
     ADMIN_OPS,
-    MAX_BUFFERED_BYTES,
-    MAX_CONNECTIONS,
-    ControlClient,
     ControlError,
-    ControlServer,
     ControlTimeout,
     RequestFailed,
-    candidate_sockets,
-    find_daemon,
     socket_path,
 )
 from companyd.errors import CompanydError, DaemonNotRunning

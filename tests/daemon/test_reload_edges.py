@@ -18,6 +18,7 @@ import yaml
 
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
+from companyd.daemon.reload import shown_error
 from companyd.llm.offline import OfflineModel
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import NotifyListener
@@ -222,9 +223,7 @@ async def test_status_shows_the_running_file_and_the_last_rejected_reload(
 
 
 def test_a_shown_config_error_is_one_line_with_secrets_masked() -> None:
-    from companyd.daemon.main import _shown_error
-
-    shown = _shown_error(
+    shown = shown_error(
         "company.yaml:3:1: agents.ceo.instructions_file: cannot read\n  'x'\n"
         "got 'sk-ant-api03-" + "A" * 30 + "' and 'boss 123456789:AAH" + "b" * 32 + "'"
     )

@@ -424,7 +424,7 @@ def _companyd_in(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def _wait_answering(socket_path: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
-    from companyd.daemon.control import ControlClient
+    from companyd.daemon.control_client import ControlClient
 
     deadline = time.monotonic() + 30
     while True:

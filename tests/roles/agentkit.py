@@ -154,7 +154,7 @@ def daemon_process(
     config: Path, state_dir: Path, env: Mapping[str, str], log: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``companyd run`` as a subprocess; waits (≤ 30 s) until its control socket answers."""
-    from companyd.daemon.control import ControlClient
+    from companyd.daemon.control_client import ControlClient
 
     with open(log, "ab") as out:
         proc = subprocess.Popen(

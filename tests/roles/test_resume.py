@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from companyd.daemon.control import ControlClient
+from companyd.daemon.control_client import ControlClient
 from companyd.roles.journal import Journal
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 

@@ -41,12 +41,10 @@ daemon cannot report its own SIGKILL, OOM kill or watchdog death.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
 import sqlite3
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -97,7 +95,6 @@ __all__ = [
     "AlertService",
     "notify_failure",
     "quiet_until",
-    "register",
     "unit_facts",
 ]
 
@@ -1287,66 +1284,3 @@ def telegram_error_text(exc: BaseException) -> str:
     if isinstance(exc, NetworkError | OSError):
         return f"network error: {text or type(exc).__name__}"
     return f"{type(exc).__name__}: {text}"
-
-
-# ---------------------------------------------------------------------------------------
-# companyd notify-failure UNIT
-
-
-def register(sub: Any) -> None:
-    """Add ``companyd notify-failure`` to the command line."""
-    p = sub.add_parser(
-        "notify-failure",
-        help="tell the operator on Telegram that a systemd unit failed (for OnFailure=)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
-            "Send one Telegram message saying that UNIT died, with systemd's reason when\n"
-            "available (MONITOR_* variables, else `systemctl show`). Meant for\n"
-            "companyd-alert@.service, started by OnFailure=companyd-alert@%n.service.\n"
-            "Exits 0 when sent or when Telegram is unreachable (the reason is printed),\n"
-            "1 when company.yaml has no usable Telegram settings."
-        ),
-    )
-    p.add_argument("unit", help="the unit that failed, e.g. companyd.service")
-    p.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        help="company.yaml (default: $COMPANYD_CONFIG, "
-        "$CONFIGURATION_DIRECTORY/company.yaml, ./company.yaml)",
-    )
-    p.set_defaults(func=_notify_failure_cmd)
-
-
-def _notify_failure_cmd(args: argparse.Namespace) -> int:
-    from companyd._fs import read_regular_file
-    from companyd.alerts.notify import FallbackCompany, fallback_company
-    from companyd.config import default_config_path, load_config
-    from companyd.errors import ConfigError
-
-    path = args.config or default_config_path()
-    config: CompanyConfig | FallbackCompany
-    note = None
-    try:
-        config = load_config(path)
-    except ConfigError as exc:
-        # An invalid company.yaml is a reason the daemon died (exit 78 at start): say so,
-        # with the alert settings that can still be read, rather than stay silent.
-        try:
-            # never a plain read: the path may be a FIFO that has no writer
-            text = read_regular_file(Path(path), 10 * 1024 * 1024).decode(errors="replace")
-        except (OSError, ValueError):
-            text = ""
-        config = fallback_company(text)
-        first = str(exc.issues[0]) if exc.issues else str(exc)
-        more = f" (and {len(exc.issues) - 1} more)" if len(exc.issues) > 1 else ""
-        note = f"company.yaml is invalid: {first}{more}; fix it, then `systemctl restart companyd`"
-        print(f"companyd notify-failure: {note}", file=sys.stderr)
-    sent, why = asyncio.run(notify_failure(config, args.unit, note=note))
-    if sent:
-        print(f"companyd notify-failure: {why}")
-        return 0
-    print(f"companyd notify-failure: alert about {args.unit} not sent: {why}", file=sys.stderr)
-    if isinstance(resolve_settings(config.spec.alerts), str):
-        return 1
-    return 0

@@ -1,7 +1,7 @@
 """Operator commands that talk to the running daemon, and ``install-service``.
 
 ``companyd status | pause AGENT | resume AGENT | reload | raise-budget [AGENT] USD`` find
-the daemon's control socket (:func:`companyd.daemon.control.find_daemon`), send one
+the daemon's control socket (:func:`companyd.daemon.control_client.find_daemon`), send one
 request and print the answer for a human, or as JSON with ``--json``. The printers accept
 any dict: a key the daemon did not send is left out, never a crash.
 
@@ -31,12 +31,8 @@ from typing import Any
 from companyd._fs import read_regular_file
 from companyd.cli.main import print_json
 from companyd.config import default_config_path
-from companyd.daemon.control import (
-    ControlClient,
-    ControlTimeout,
-    RequestFailed,
-    find_daemon,
-)
+from companyd.daemon.control_client import ControlClient, find_daemon
+from companyd.daemon.protocol import ControlTimeout, RequestFailed
 from companyd.errors import (
     EX_SOFTWARE,
     EX_TEMPFAIL,

@@ -23,9 +23,13 @@ import importlib
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from companyd import __version__
 from companyd._secrets import SECRETS, redact
@@ -47,14 +51,14 @@ Handler = Callable[[argparse.Namespace], int]
 
 #: Modules whose ``register(subparsers)`` adds subcommands, in help order.
 _AREAS = (
-    "companyd.daemon.main",
+    "companyd.cli.run",
     "companyd.cli.daemon",
     "companyd.cli.demo",
     "companyd.cli.roles",
     "companyd.cli.scheduler",
     "companyd.cli.spend",
     "companyd.cli.memory",
-    "companyd.alerts.service",
+    "companyd.cli.alerts",
 )
 
 
@@ -389,9 +393,6 @@ def _issue_dict(issue: Any) -> dict[str, Any]:
 
 
 def _init(args: argparse.Namespace) -> int:
-    import tempfile
-    from importlib.resources import files
-
     directory = Path(args.dir)
     target = directory / "company.yaml"
     if target.is_dir():
@@ -541,8 +542,6 @@ def resolved_view(cfg: Any) -> dict[str, Any]:
 
 
 def _yaml_dump(data: Any) -> str:
-    import yaml
-
     class Dumper(yaml.SafeDumper):
         pass
 

@@ -14,6 +14,7 @@ what it removes in ``<file>.corrupt``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -403,8 +404,6 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _serve_mcp(args: argparse.Namespace) -> int:
-    import asyncio
-
     path = resolve_memory_path(args.file, args.config)
     if not path.parent.is_dir():
         raise CompanydError(

@@ -12,18 +12,19 @@ import argparse
 import asyncio
 import math
 import sys
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from companyd.cli.daemon import add_daemon_arguments, call_daemon, running_daemon
+from companyd.cli.daemon import add_daemon_arguments, call_daemon, daemon_client, running_daemon
 from companyd.cli.main import print_json
 from companyd.clock import SystemClock
 from companyd.config import default_config_path, load_config
 from companyd.daemon.lock import StateLock
-from companyd.daemon.main import Daemon, _backend
-from companyd.errors import CompanydError
+from companyd.daemon.main import Daemon, make_backend
+from companyd.errors import CompanydError, UnknownName
 from companyd.events import EventBus
 from companyd.roles.improver import ProposalError, Proposals
 from companyd.roles.journal import Journal
@@ -147,7 +148,7 @@ def _ask(args: argparse.Namespace) -> int:
 
     cfg, state_dir = _config_and_state(args)
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    backend = _backend(cfg, offline=args.offline, redact=lambda _: None)
+    backend = make_backend(cfg, offline=args.offline, redact=lambda _: None)
     with StateLock.acquire(state_dir):
         result = asyncio.run(_ask_in_process(cfg, state_dir, backend, args, question))
     if args.json:
@@ -204,9 +205,6 @@ def _runs(args: argparse.Namespace) -> int:
 def _check_agent(args: argparse.Namespace, agent: str) -> None:
     """``agent`` is in company.yaml, or has runs in the journal (an agent since removed);
     otherwise UnknownName — exit 1, as an unknown agent is in every command."""
-    from companyd.cli.daemon import daemon_client, running_daemon
-    from companyd.errors import UnknownName
-
     cfg, _ = _config_and_state(args)
     if agent in cfg.agents:
         return
@@ -269,8 +267,6 @@ def _print_tasks(result: Mapping[str, Any]) -> int:
 
 def _retry(args: argparse.Namespace) -> int:
     def offline() -> dict[str, Any]:
-        import time
-
         def unknown() -> dict[str, Any]:
             raise CompanydError(
                 f"no quarantined task {args.task_id!r}; see `companyd tasks --quarantined`"

@@ -1,25 +1,12 @@
 """The control socket: how ``companyd status`` and friends talk to the running daemon.
 
-**Where.** A Unix stream socket named ``companyd.sock`` in ``$RUNTIME_DIRECTORY`` under
-systemd (``/run/companyd/companyd.sock``), else in the state directory. Mode 0600 (only the
-daemon's user, and root, may connect), or 0660 with a ``group`` for operators in that group.
+**Where.** :func:`~companyd.daemon.protocol.socket_path`. Mode 0600 (only the daemon's
+user, and root, may connect), or 0660 with a ``group`` for operators in that group.
 
-**Protocol.** Newline-delimited JSON, any number of requests per connection, answered in
-order::
-
-    → {"op": "pause", "args": {"agent": "cfo"}, "id": 7}
-    ← {"ok": true, "result": {...}, "id": 7}
-    ← {"ok": false, "error": "unknown agent 'cfoo'; agents: ceo, cfo, …", "code": "admin"}
-
-``op`` is a method of :class:`~companyd.admin.Admin` (``status``, ``pause``, …) or the
-built-in ``ping``; ``args`` are its keyword arguments, checked against the method's
-signature and types before the call; ``id`` is optional and echoed back. ``code`` says
-which kind of failure it was: ``bad_request`` (unknown op, bad JSON, wrong arguments,
-a line over ``MAX_REQUEST_BYTES``; the connection stays usable),
-``admin`` (the daemon refused: :class:`AdminError` or another deliberate companyd error,
-whose message is shown as it is), ``timeout`` (the operation missed its deadline) or
-``internal`` (a bug: logged with its traceback in the daemon, never crashing the server)
-or ``busy`` (the server is at one of its limits; the connection is closed).
+**Protocol.** :mod:`companyd.daemon.protocol` frames requests and answers and says which
+are ``bad_request``; an operation that raises a deliberate companyd error is answered
+``admin`` with its message, a bug ``internal`` (logged with its traceback in the daemon,
+never crashing the server). The client is :mod:`companyd.daemon.control_client`.
 
 **Limits.** At most ``max_connections`` clients at once: over the cap the oldest idle
 connection (no operation running) is told ``busy`` and closed to make room, so the CLI
@@ -48,52 +35,42 @@ import asyncio
 import contextlib
 import errno
 import grp
-import inspect
 import json
 import logging
-import math
 import os
 import select
 import socket
 import stat
-import types
-import typing
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from companyd import __version__
-from companyd._secrets import SECRETS
+from companyd._aio import race
 from companyd.admin import Admin, AdminError
 from companyd.clock import Clock, SystemClock
-from companyd.errors import CompanydError, DaemonNotRunning
+from companyd.daemon.protocol import (
+    ADMIN_OPS,
+    BUILTIN_OPS,
+    DEFAULT_DEADLINES,
+    DEFAULT_REQUEST_TIMEOUT,
+    MAX_REQUEST_BYTES,
+    BadRequest,
+    encode_answer,
+    error,
+    operation_deadline,
+    parse_line,
+    validate,
+    with_deadline,
+)
+from companyd.errors import CompanydError
 from companyd.supervision.child import ChildContext
 
-__all__ = [
-    "ADMIN_OPS",
-    "SOCKET_NAME",
-    "SYSTEMD_SOCKET",
-    "ControlClient",
-    "ControlError",
-    "ControlServer",
-    "ControlTimeout",
-    "RequestFailed",
-    "candidate_sockets",
-    "find_daemon",
-    "socket_path",
-]
+__all__ = ["MAX_BUFFERED_BYTES", "MAX_CONNECTIONS", "ControlServer", "resolve_group"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
-SOCKET_NAME = "companyd.sock"
-#: Where the shipped unit's daemon listens (``RuntimeDirectory=companyd``).
-SYSTEMD_SOCKET = Path("/run/companyd") / SOCKET_NAME
-#: Longest request line the server reads; longer ones are answered ``bad_request`` and
-#: skipped (never buffered) up to their newline.
-MAX_REQUEST_BYTES = 1 << 20
 #: Most client connections served at once. The CLI uses one per command, so this is far
 #: above what operators need and far below the default 1,024-file limit.
 MAX_CONNECTIONS = 64
@@ -102,62 +79,9 @@ MAX_BUFFERED_BYTES = 8 << 20
 #: Accept failures (EMFILE …) and connection-cap hits are logged at most this often.
 LOG_INTERVAL = 60.0
 _RECV_CHUNK = 65536
-#: Deepest nesting of arrays and objects in a request (real requests need three).
-MAX_REQUEST_DEPTH = 32
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-#: Longest answer line a client reads (a 1,000-agent status is a few hundred KB).
-MAX_RESPONSE_BYTES = 64 << 20
 #: ``sun_path`` holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH = 107
-
-#: The operations a client may ask for: the public methods of the Admin protocol.
-ADMIN_OPS: frozenset[str] = frozenset(
-    name
-    for name, member in vars(Admin).items()
-    if not name.startswith("_") and inspect.iscoroutinefunction(member)
-)
-BUILTIN_OPS = frozenset({"ping"})
-
-#: Deadline (seconds) of an operation without its own entry in DEFAULT_DEADLINES.
-DEFAULT_REQUEST_TIMEOUT = 30.0
-#: Deadlines (seconds) for operations that legitimately take longer than a status read.
-DEFAULT_DEADLINES: Mapping[str, float] = {
-    "reload": 120.0,
-    "approve": 120.0,
-    "revert": 120.0,
-    "run_job": 60.0,
-}
-
-
-class ControlError(CompanydError):
-    """The control connection failed (not the operation): permissions, protocol, EOF."""
-
-
-class ControlTimeout(ControlError):
-    """The daemon did not answer within the client's deadline."""
-
-
-class RequestFailed(AdminError):
-    """The daemon answered ``ok: false``; ``str()`` is its message, ``code`` its kind
-    (``bad_request``, ``admin``, ``timeout``, ``internal`` or ``busy``)."""
-
-    def __init__(self, message: str, code: str = "admin") -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def socket_path(state_dir: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
-    """Where the daemon listens: ``$RUNTIME_DIRECTORY/companyd.sock`` under systemd, else
-    ``<state_dir>/companyd.sock``."""
-    env = os.environ if env is None else env
-    runtime = env.get("RUNTIME_DIRECTORY")
-    if runtime:
-        return Path(runtime.split(":")[0]) / SOCKET_NAME
-    return Path(state_dir).absolute() / SOCKET_NAME
-
-
-# ---------------------------------------------------------------------------------------
-# server
 
 
 class ControlServer:
@@ -256,11 +180,7 @@ class ControlServer:
         try:
             log.info("control socket listening on %s (mode %o)", self.path, self.mode)
             ctx.started({"path": str(self.path)})
-            stopping = asyncio.ensure_future(ctx.stopping.wait())
-            try:
-                await asyncio.wait({accept, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stopping.cancel()
+            await race(accept, ctx.stopping.wait())
             if accept.done():
                 accept.result()  # the accept loop failed: let the supervisor restart us
         finally:
@@ -291,7 +211,7 @@ class ControlServer:
                 f"at most {MAX_SOCKET_PATH}. Use a shorter --state-dir or set "
                 "RUNTIME_DIRECTORY to a short directory such as /run/companyd"
             )
-        gid = _resolve_group(self.group) if self.group is not None else None
+        gid = resolve_group(self.group) if self.group is not None else None
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._check_existing(path)
         tmp = path.parent / f".ctl{os.getpid()}"
@@ -373,7 +293,7 @@ class ControlServer:
         busy_tasks = [c.task for c in self._conns if c.task is not None and not c.task.done()]
         if busy_tasks:
             try:
-                await _with_deadline(
+                await with_deadline(
                     asyncio.gather(*busy_tasks, return_exceptions=True),
                     self.drain_timeout,
                     self.clock,
@@ -547,7 +467,7 @@ class ControlServer:
             if line is None:
                 return  # EOF
             if line is _TOO_LONG:
-                response = _error(
+                response = error(
                     f"request longer than {self.max_request_bytes} bytes; it was skipped. "
                     "Send one JSON object per line",
                     "bad_request",
@@ -590,7 +510,7 @@ class ControlServer:
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 raise TimeoutError
-            chunk = await _with_deadline(
+            chunk = await with_deadline(
                 loop.sock_recv(conn.sock, _RECV_CHUNK), remaining, self.clock
             )
             if not chunk:  # EOF: a last request without its newline is still one
@@ -631,21 +551,13 @@ class ControlServer:
             )
 
     async def _send(self, conn: _Conn, response: Mapping[str, Any]) -> None:
-        # Every answer passes the one redactor: an agent's answer, an error or a log excerpt
-        # that holds a secret (or something that looks like one) never leaves the daemon.
-        text = json.dumps(response, ensure_ascii=False, default=str)
-        if SECRETS.known(text):  # rare: mask string by string, so the JSON stays valid
-            text = json.dumps(SECRETS.redact_data(json.loads(text)), ensure_ascii=False)
-        try:
-            data = text.encode()
-        except UnicodeEncodeError:  # a lone surrogate somewhere: escape it
-            data = json.dumps(json.loads(text)).encode()
+        data = encode_answer(response)
         loop = asyncio.get_running_loop()
         # Not busy meanwhile: an answer waiting on a client that does not read is no
         # operation running, and such a connection may be evicted like an idle one.
         conn.writing = True
         try:
-            await _with_deadline(
+            await with_deadline(
                 loop.sock_sendall(conn.sock, data + b"\n"), self.idle_timeout, self.clock
             )
         finally:
@@ -655,25 +567,12 @@ class ControlServer:
 
     async def handle_line(self, line: bytes) -> dict[str, Any]:
         """Parse one request line and answer it (never raises except on cancellation)."""
-        example = 'send one JSON object per line, e.g. {"op": "status", "args": {}}'
         try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as exc:
+            request = parse_line(line)
+        except BadRequest as exc:
             self.requests += 1
             self.failures += 1
-            return _error(f"request is not valid UTF-8 ({exc}); {example}", "bad_request")
-        try:
-            request = json.loads(text)
-        except RecursionError:
-            problem: str | None = f"nested deeper than {MAX_REQUEST_DEPTH} levels"
-        except ValueError as exc:  # JSONDecodeError, or an integer of over 4,300 digits
-            problem = str(exc)
-        else:
-            problem = _check_shape(request)
-        if problem is not None:
-            self.requests += 1
-            self.failures += 1
-            return _error(f"request is not valid JSON ({problem}); {example}", "bad_request")
+            return error(str(exc), "bad_request")
         return await self.handle_request(request)
 
     async def handle_request(self, request: Any) -> dict[str, Any]:
@@ -688,59 +587,38 @@ class ControlServer:
         return response
 
     async def _dispatch(self, request: Any) -> dict[str, Any]:
-        valid = ", ".join(sorted(ADMIN_OPS | BUILTIN_OPS))
-        if not isinstance(request, dict):
-            return _error(
-                f"request must be a JSON object with 'op' and 'args', got {request!r:.80}",
-                "bad_request",
-            )
-        op = request.get("op")
-        args = request.get("args", {})
-        if args is None:
-            args = {}
-        if not isinstance(op, str) or op not in ADMIN_OPS | BUILTIN_OPS:
-            return _error(f"unknown op {op!r:.80}; valid ops: {valid}", "bad_request")
-        if not isinstance(args, dict):
-            return _error(
-                f"'args' of {op!r} must be a JSON object of keyword arguments, got {args!r:.80}",
-                "bad_request",
-            )
+        try:
+            op, call_args = validate(request)
+        except BadRequest as exc:
+            return error(str(exc), "bad_request")
         if op == "ping":
             return {"ok": True, "result": self._ping()}
-        try:
-            call_args = _check_arguments(op, args)
-        except ValueError as exc:
-            return _error(str(exc), "bad_request")
         deadline = self._deadline(op, call_args)
         log.debug("control: %s %s", op, call_args)
         method = getattr(self.admin, op)
         try:
-            result = await _with_deadline(method(**call_args), deadline, self.clock)
+            result = await with_deadline(method(**call_args), deadline, self.clock)
         except TimeoutError:
             log.warning("control: %r did not finish within %.0f s; cancelled", op, deadline)
-            return _error(
+            return error(
                 f"{op!r} did not finish within {deadline:.0f} s and was cancelled; the daemon "
                 "may be overloaded — see `journalctl -u companyd`",
                 "timeout",
             )
         except AdminError as exc:
-            return _error(str(exc), "admin")
+            return error(str(exc), "admin")
         except CompanydError as exc:  # deliberate, operator-facing (e.g. ConfigError)
-            return _error(str(exc), "admin")
+            return error(str(exc), "admin")
         except Exception as exc:
             log.exception("control: %r failed with an unexpected error", op)
-            return _error(
+            return error(
                 f"internal error: {type(exc).__name__}: {exc} (details in the daemon log)",
                 "internal",
             )
         return {"ok": True, "result": result}
 
     def _deadline(self, op: str, args: Mapping[str, Any]) -> float:
-        deadline = self.deadlines.get(op, self.request_timeout)
-        timeout = args.get("timeout")
-        if isinstance(timeout, int | float) and not isinstance(timeout, bool):
-            deadline = max(deadline, float(timeout) + 10.0)
-        return deadline
+        return operation_deadline(op, args, self.deadlines, self.request_timeout)
 
     def _ping(self) -> dict[str, Any]:
         return {
@@ -750,10 +628,6 @@ class ControlServer:
             "state_dir": self.state_dir,
             "ops": sorted(ADMIN_OPS | BUILTIN_OPS),
         }
-
-
-def _error(message: str, code: str) -> dict[str, Any]:
-    return {"ok": False, "error": message, "code": code}
 
 
 class _Refused(Exception):
@@ -814,14 +688,19 @@ def _tell_and_close(sock: socket.socket, message: str) -> None:
     the close into a reset that would hide the answer from it."""
     with contextlib.suppress(OSError):
         sock.setblocking(False)
-        sock.send(json.dumps(_error(message, "busy")).encode() + b"\n")
+        sock.send(json.dumps(error(message, "busy")).encode() + b"\n")
         for _ in range(16):
             if not sock.recv(_RECV_CHUNK):
                 break
     sock.close()
 
 
-def _resolve_group(group: str | int) -> int:
+def resolve_group(group: str | int) -> int:
+    """The gid of ``group`` (a name, or a gid as a number or digits).
+
+    Raises:
+        CompanydError: no such group (the message says how to create it).
+    """
     if isinstance(group, int):
         return group
     if group.isdigit():
@@ -833,420 +712,3 @@ def _resolve_group(group: str | int) -> int:
             f"unknown group {group!r} for the control socket; create it (`groupadd {group}`) "
             "or leave the group unset for a root-only 0600 socket"
         ) from None
-
-
-def _check_arguments(op: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Bind ``args`` to ``Admin.<op>`` and check simple types; ValueError says what's wrong."""
-    method = getattr(Admin, op)
-    sig = inspect.signature(method, eval_str=True)
-    params = [p for name, p in sig.parameters.items() if name != "self"]
-    shown = ", ".join(str(p) for p in params)
-    try:
-        bound = sig.bind(None, **args)
-    except TypeError as exc:
-        raise ValueError(f"bad arguments for {op!r}: {exc}; expected {op}({shown})") from None
-    hints = typing.get_type_hints(method)
-    out: dict[str, Any] = {}
-    for name, value in bound.arguments.items():
-        if name == "self":
-            continue
-        hint = hints.get(name, Any)
-        ok, converted = _conforms(value, hint)
-        if ok and isinstance(converted, float) and not math.isfinite(converted):
-            raise ValueError(
-                f"bad argument {name}={value!r} for {op!r}: expected a finite number "
-                f"(not NaN or infinity); signature: {op}({shown})"
-            )
-        if not ok:
-            raise ValueError(
-                f"bad argument {name}={value!r} for {op!r}: expected {_describe(hint)}; "
-                f"signature: {op}({shown})"
-            )
-        out[name] = converted
-    return out
-
-
-def _check_shape(request: Any) -> str | None:
-    """What is wrong with a decoded request that JSON itself allows: nesting deeper than
-    MAX_REQUEST_DEPTH, or a string with an unpaired surrogate (``"\\ud800"``), which is
-    not Unicode and could not be echoed back as UTF-8. Iterative: no recursion limit."""
-    stack: list[tuple[Any, int]] = [(request, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                return f"a string holds an unpaired surrogate: {value!r:.60}"
-        elif isinstance(value, dict | list):
-            if depth >= MAX_REQUEST_DEPTH:
-                return f"nested deeper than {MAX_REQUEST_DEPTH} levels"
-            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
-            stack.extend((v, depth + 1) for v in items)
-    return None
-
-
-def _conforms(value: Any, hint: Any) -> tuple[bool, Any]:
-    if hint is Any:
-        return True, value
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        for member in typing.get_args(hint):
-            ok, converted = _conforms(value, member)
-            if ok:
-                return True, converted
-        return False, value
-    if hint is type(None):
-        return value is None, value
-    if hint is bool:
-        return isinstance(value, bool), value
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            try:
-                return True, float(value)
-            except OverflowError:  # an integer beyond any float (1 followed by 400 zeros)
-                return False, value
-        return False, value
-    if hint is str:
-        return isinstance(value, str), value
-    return True, value  # containers and the rest: the Admin implementation checks them
-
-
-def _describe(hint: Any) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(
-            "null" if m is type(None) else names.get(m, str(m)) for m in typing.get_args(hint)
-        )
-    return names.get(hint, str(hint))
-
-
-async def _with_deadline(aw: Awaitable[T], seconds: float | None, clock: Clock) -> T:
-    """Await ``aw``, or cancel it and raise TimeoutError after ``seconds`` on ``clock``."""
-    if seconds is None:
-        return await aw
-    task = asyncio.ensure_future(aw)
-    timer = asyncio.ensure_future(clock.sleep(seconds))
-    try:
-        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        task.cancel()
-        timer.cancel()
-        raise
-    if task.done():
-        timer.cancel()
-        return task.result()
-    task.cancel()
-    # Do not wait for it: an operation that ignores cancellation must not hold us.
-    task.add_done_callback(_consume)
-    raise TimeoutError
-
-
-def _consume(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("control: a timed-out operation later failed: %r", task.exception())
-
-
-# ---------------------------------------------------------------------------------------
-# client
-
-
-class ControlClient:
-    """Talks to a daemon's control socket; one connection per call.
-
-    ``call`` blocks (for the CLI); ``acall`` is the asyncio version. Both return the
-    ``result`` dict. Each call waits for the answer 15 s longer than the daemon's own
-    deadline for that operation (see :class:`ControlServer`), and at least ``timeout``.
-
-    Raises (from both):
-        DaemonNotRunning: nothing listens on the socket (no file, or a stale one).
-        RequestFailed: the daemon answered ``ok: false`` (an :class:`AdminError`).
-        ControlTimeout: no answer within the deadline.
-        ControlError: permission denied, or the connection broke before an answer.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
-        self.path = Path(path)
-        self.timeout = timeout
-
-    def __repr__(self) -> str:
-        return f"ControlClient({str(self.path)!r})"
-
-    def _deadline(self, op: str, args: Mapping[str, Any]) -> float:
-        # Wait longer than the server's own deadline for this op (default ones assumed),
-        # so a slow operation is reported by the daemon ("timeout") rather than cut off.
-        server = DEFAULT_DEADLINES.get(op, DEFAULT_REQUEST_TIMEOUT)
-        timeout = args.get("timeout")
-        if isinstance(timeout, int | float) and not isinstance(timeout, bool):
-            server = max(server, float(timeout) + 10.0)
-        return max(self.timeout, server + 15.0)
-
-    def _encode(self, op: str, args: Mapping[str, Any]) -> bytes:
-        return json.dumps({"op": op, "args": dict(args)}, ensure_ascii=False).encode() + b"\n"
-
-    def call(self, op: str, /, **args: Any) -> dict[str, Any]:
-        """Run ``op`` with keyword ``args`` on the daemon and return its result."""
-        deadline = self._deadline(op, args)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        sock.settimeout(deadline)
-        try:
-            try:
-                sock.connect(os.fsencode(self.path))
-            except OSError as exc:
-                raise self._connect_error(exc) from None
-            try:
-                # Refused at once (busy)? Its answer may still be waiting to be read.
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    sock.sendall(self._encode(op, args))
-                data = bytearray()
-                while b"\n" not in data:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                    if len(data) > MAX_RESPONSE_BYTES:
-                        raise ControlError(
-                            f"the answer to {op!r} is larger than {MAX_RESPONSE_BYTES} bytes"
-                        )
-            except TimeoutError:
-                raise self._timeout(op, deadline) from None
-            except ConnectionError as exc:
-                raise ControlError(
-                    f"the connection to {str(self.path)!r} broke during {op!r}: {exc}"
-                ) from None
-        finally:
-            sock.close()
-        return self._decode(op, bytes(data))
-
-    async def acall(self, op: str, /, clock: Clock | None = None, **args: Any) -> dict[str, Any]:
-        """Like :meth:`call`, without blocking the event loop (deadline on ``clock``)."""
-        deadline = self._deadline(op, args)
-
-        async def exchange() -> bytes:
-            loop = asyncio.get_running_loop()
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-            sock.setblocking(False)
-            try:
-                try:
-                    await loop.sock_connect(sock, os.fsencode(self.path))
-                except OSError as exc:
-                    raise self._connect_error(exc) from None
-                # Refused at once (busy)? Its answer may still be waiting to be read.
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    await loop.sock_sendall(sock, self._encode(op, args))
-                data = bytearray()
-                while b"\n" not in data:
-                    chunk = await loop.sock_recv(sock, 65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                    if len(data) > MAX_RESPONSE_BYTES:
-                        raise ControlError(
-                            f"the answer to {op!r} is larger than {MAX_RESPONSE_BYTES} bytes"
-                        )
-                return bytes(data)
-            finally:
-                sock.close()
-
-        try:
-            data = await _with_deadline(exchange(), deadline, clock or SystemClock())
-        except TimeoutError:
-            raise self._timeout(op, deadline) from None
-        except ConnectionError as exc:
-            raise ControlError(
-                f"the connection to {str(self.path)!r} broke during {op!r}: {exc}"
-            ) from None
-        return self._decode(op, data)
-
-    def ping(self) -> dict[str, Any]:
-        """The daemon's pid, version, socket and state directory."""
-        return self.call("ping")
-
-    def _connect_error(self, exc: OSError) -> CompanydError:
-        where = str(self.path)
-        if isinstance(exc, FileNotFoundError):
-            return DaemonNotRunning(
-                f"no companyd daemon is running: the control socket {where!r} does not exist. "
-                "Start it with `systemctl start companyd` (or `companyd run`), or point at "
-                "it with --state-dir / --socket"
-            )
-        if isinstance(exc, ConnectionRefusedError):
-            return DaemonNotRunning(
-                f"no companyd daemon is running: nothing listens on {where!r} (a stale socket "
-                "from a daemon that was killed). Start it with `systemctl start companyd` "
-                "(or `companyd run`)"
-            )
-        if isinstance(exc, PermissionError):
-            return ControlError(
-                f"permission denied on the control socket {where!r}: it is mode 0600 for the "
-                "daemon's user. Run the command as root (sudo), or give operators a group "
-                "with the daemon's --control-group option"
-            )
-        if exc.errno == errno.ENOTSOCK or exc.errno == errno.ECONNREFUSED:
-            return DaemonNotRunning(f"no companyd daemon is listening on {where!r}: {exc}")
-        return ControlError(f"cannot connect to the control socket {where!r}: {exc}")
-
-    def _timeout(self, op: str, deadline: float) -> ControlTimeout:
-        return ControlTimeout(
-            f"the daemon at {str(self.path)!r} did not answer {op!r} within {deadline:.0f} s; "
-            "it may be stuck or overloaded — check `journalctl -u companyd` and "
-            "`systemctl status companyd`"
-        )
-
-    def _decode(self, op: str, data: bytes) -> dict[str, Any]:
-        if not data.endswith(b"\n"):
-            raise ControlError(
-                f"the daemon closed the connection without answering {op!r} (is it stopping?)"
-            )
-        try:
-            response = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ControlError(f"the daemon sent an answer that is not JSON: {exc}") from None
-        if not isinstance(response, dict) or "ok" not in response:
-            raise ControlError(f"the daemon sent an unexpected answer: {response!r:.200}")
-        if not response["ok"]:
-            raise RequestFailed(
-                str(response.get("error", "request failed")), str(response.get("code", "admin"))
-            )
-        result = response.get("result")
-        return result if isinstance(result, dict) else {"value": result}
-
-
-# ---------------------------------------------------------------------------------------
-# discovery (for the CLI commands of every area)
-
-
-def _state_dir_from_config(config: Path) -> Path | None:
-    """The state directory company.yaml names, read leniently: the daemon may be running an
-    older, valid version of a file that is currently broken, and status must still work.
-
-    ``state_dir`` relative to the directory really holding the file (symlinks resolved),
-    else ``state`` there — as :meth:`companyd.config.CompanyConfig.state_dir` does. None
-    when the file cannot be read at all.
-    """
-    from companyd.config import DEFAULT_STATE_DIR
-
-    try:
-        import yaml
-
-        from companyd._fs import read_regular_file
-
-        # never a plain read: a FIFO given as --config must not hang `status`
-        data = yaml.safe_load(read_regular_file(config, 10 * 1024 * 1024).decode())
-    except Exception:
-        return None
-    base = Path(os.path.realpath(config)).parent
-    value = data.get("state_dir") if isinstance(data, dict) else None
-    if isinstance(value, str) and value:
-        return (base / value).absolute()
-    return base / DEFAULT_STATE_DIR
-
-
-def candidate_sockets(
-    *,
-    state_dir: str | os.PathLike[str] | None = None,
-    config: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> list[Path]:
-    """Where a running daemon's socket may be, most specific first (no duplicates).
-
-    ``$RUNTIME_DIRECTORY``; the state directory's socket, the state directory being
-    ``state_dir``, else ``$STATE_DIRECTORY``, else company.yaml's ``state_dir``, else
-    ``state`` next to company.yaml (the same order the daemon uses; ``./state`` only when
-    the file cannot be read); then the systemd unit's
-    ``/run/companyd/companyd.sock``.
-    """
-    env = os.environ if env is None else env
-    found: list[Path] = []
-    runtime = env.get("RUNTIME_DIRECTORY")
-    if runtime:
-        found.append(Path(runtime.split(":")[0]) / SOCKET_NAME)
-    if state_dir is not None:
-        sd = Path(state_dir).absolute()
-    elif env.get("STATE_DIRECTORY"):
-        sd = Path(env["STATE_DIRECTORY"].split(":")[0]).absolute()
-    else:
-        from_config = _state_dir_from_config(Path(config)) if config is not None else None
-        sd = from_config if from_config is not None else Path("state").absolute()
-    found.append(sd / SOCKET_NAME)
-    found.append(SYSTEMD_SOCKET)
-    return list(dict.fromkeys(found))
-
-
-def find_daemon(
-    *,
-    socket: str | os.PathLike[str] | None = None,
-    state_dir: str | os.PathLike[str] | None = None,
-    config: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 10.0,
-) -> ControlClient:
-    """A client for the running daemon, found as :func:`candidate_sockets` says.
-
-    With an explicit ``socket`` only that path is tried. With ``config``, the daemon
-    running that very file (same user or root) is asked for its socket first, so
-    ``--config`` finds it whatever state directory it runs on. With an explicit
-    ``state_dir``, a daemon found elsewhere (``$RUNTIME_DIRECTORY``, ``/run/companyd``,
-    through ``config``) must report that state directory, so ``--state-dir`` never reaches
-    another company's daemon.
-
-    Raises:
-        DaemonNotRunning: no candidate answered; the message lists the paths tried.
-        ControlError: a socket exists but may not be used (permissions).
-    """
-    if socket is not None:
-        client = ControlClient(socket, timeout=timeout)
-        client.ping()
-        return client
-    paths = candidate_sockets(state_dir=state_dir, config=config, env=env)
-    if config is not None:
-        # The daemon running this very file says where its socket is, whatever state
-        # directory it was started with (daemon/lock.py CompanyLock).
-        from companyd.daemon.lock import locate
-
-        found = locate(config)
-        if found is not None and found[1] not in paths:
-            paths.insert(0, found[1])
-    want = Path(state_dir).absolute() if state_dir is not None else None
-    own = want / SOCKET_NAME if want is not None else None
-    denied: ControlError | None = None
-    for path in paths:
-        client = ControlClient(path, timeout=timeout)
-        try:
-            if not path.exists():
-                continue
-        except PermissionError:  # in a directory we may not enter (a 0700 state dir)
-            denied = denied or ControlError(
-                f"permission denied on the control socket {str(path)!r}: its directory "
-                f"{str(path.parent)!r} is only for the daemon's user. Run the command as "
-                "that user or as root (sudo)"
-            )
-            continue
-        try:
-            info = client.ping()
-        except DaemonNotRunning:
-            continue
-        except ControlTimeout:
-            raise
-        except ControlError as exc:
-            denied = denied or exc
-            continue
-        if want is not None and path != own and not _same_dir(info.get("state_dir"), want):
-            continue
-        return client
-    if denied is not None:
-        raise denied
-    tried = ", ".join(repr(str(p)) for p in paths)
-    raise DaemonNotRunning(
-        f"no companyd daemon is running (tried {tried}). Start it with "
-        "`systemctl start companyd` or `companyd run`, or point at it with --state-dir or "
-        "--socket"
-    )
-
-
-def _same_dir(reported: Any, want: Path) -> bool:
-    if not isinstance(reported, str):
-        return False
-    return Path(reported) == want or os.path.realpath(reported) == os.path.realpath(want)

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from companyd._aio import race
 from companyd.clock import Clock, SystemClock
 from companyd.config import AgentConfig, CompanyConfig
 from companyd.daemon.tree import (
@@ -64,13 +65,7 @@ class CrashSwitch:
             if slug in self.looping:
                 await asyncio.sleep(0)
                 raise RuntimeError(f"crash test: {slug} crashed again right after starting")
-            stop = asyncio.ensure_future(ctx.stopping.wait())
-            crash = asyncio.ensure_future(trigger.wait())
-            try:
-                await asyncio.wait({stop, crash}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stop.cancel()
-                crash.cancel()
+            await race(ctx.stopping.wait(), trigger.wait())
             if trigger.is_set() and not ctx.stopping.is_set():
                 raise RuntimeError(f"crash test: {slug} crashed on purpose")
 

@@ -17,7 +17,6 @@ loop runs a periodic callback, for ``companyd status``, metrics and a ``loop_lag
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -26,6 +25,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from companyd._aio import race
 from companyd.clock import Clock, SystemClock
 from companyd.events import EventBus
 from companyd.supervision.child import ChildContext
@@ -407,11 +407,4 @@ class LoopLagMonitor:
 
 async def _sleep_or_stop(clock: Clock, seconds: float, ctx: ChildContext) -> None:
     """Sleep ``seconds`` on ``clock``, returning early when the child is asked to stop."""
-    sleeper = asyncio.ensure_future(clock.sleep(seconds))
-    stopper = asyncio.ensure_future(ctx.stopping.wait())
-    try:
-        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (sleeper, stopper):
-            if not task.done():
-                task.cancel()
+    await race(clock.sleep(seconds), ctx.stopping.wait())

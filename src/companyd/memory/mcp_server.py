@@ -206,9 +206,8 @@ async def serve_stdio(
 
     def report(event: Event) -> None:
         if event.kind == "memory_repaired":
-            print(
-                f"companyd memory: repaired {event.data.get('path')}: {event.data.get('summary')}",
-                file=sys.stderr,
+            sys.stderr.write(
+                f"companyd memory: repaired {event.data.get('path')}: {event.data.get('summary')}\n"
             )
 
     remove = bus.add_listener(report)
@@ -223,10 +222,9 @@ async def serve_stdio(
             return
         server = build_server(service)
         freeze_startup_heap()  # the loaded graph: see companyd._heap
-        print(
+        sys.stderr.write(
             f"companyd memory MCP server ({SERVER_NAME} {SERVER_VERSION} compatible) "
-            f"running on stdio, file {str(service.path)!r}",
-            file=sys.stderr,
+            f"running on stdio, file {str(service.path)!r}\n"
         )
         async with _stdio_streams(stdin_fd, stdout_fd) as (read_stream, write_stream):
             serving = asyncio.create_task(serve_connection(server, read_stream, write_stream))

@@ -1,0 +1,402 @@
+"""The operator's side of the daemon: the one implementation of :class:`~companyd.admin.Admin`
+that the control socket, Telegram commands and ``companyd ask`` without a daemon call —
+status, spend and budgets, routines, pause and resume, ask, runs and tasks, proposals, and
+the fault injection of ``companyd debug``.
+
+:class:`Operator` is a part of :class:`~companyd.daemon.main.Daemon` (a mixin: it asks the
+daemon's services and owns no state of its own); the ``reload`` operation is
+:class:`~companyd.daemon.reload.Reloader`'s. Refusals are :class:`~companyd.admin.AdminError`
+with a message for the operator; results are the dicts docs/daemon.md describes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import os
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from companyd import __version__
+from companyd._aio import race
+from companyd.admin import AdminError
+from companyd.alerts.service import AlertService
+from companyd.clock import Clock
+from companyd.config import CompanyConfig
+from companyd.daemon.reload import ReloadRecord
+from companyd.daemon.systemd import LoopLagMonitor
+from companyd.roles.improver import ProposalError, Proposals
+from companyd.roles.journal import Journal
+from companyd.roles.staff import Staff
+from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
+from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
+from companyd.spend import SpendBook
+from companyd.spend.ledger import LedgerError
+
+__all__ = ["Operator"]
+
+
+class Operator:
+    """The Admin operations over the daemon's services.
+
+    The attributes below are the daemon's; :class:`~companyd.daemon.main.Daemon` sets them.
+    """
+
+    config: CompanyConfig
+    state_dir: Path
+    clock: Clock
+    state: str
+    started_at: float
+    config_loaded_at: float
+    reloads: ReloadRecord
+    socket: Path
+    offline: bool
+    lag: LoopLagMonitor
+    tree: Any
+    staff: Staff
+    alerts: AlertService
+    spend_book: SpendBook
+    scheduler: RoutineScheduler
+    journal: Journal
+    proposal_store: Proposals
+
+    def _status_sync(self) -> dict[str, Any]:
+        now = self.clock.time()
+        tree = self.tree.snapshot() if self.tree is not None else {}
+        paused = self.staff.paused()
+        _mark_paused(tree, paused)
+        running = self.staff.in_flight()
+        agents_total = len(self.config.agents)
+        agent_nodes = _agent_nodes(tree, set(self.config.agents))
+        return {
+            "now": now,
+            "daemon": {
+                "pid": os.getpid(),
+                "version": __version__,
+                "state": self.state,
+                "started_at": self.started_at,
+                "uptime_s": now - self.started_at,
+                "config": str(self.config.path),
+                "config_loaded_at": self.config_loaded_at,
+                "reload": self.reloads.to_dict(),
+                "state_dir": str(self.state_dir),
+                "socket": str(self.socket),
+                "offline": self.offline,
+                "loop_lag": self.lag.stats().to_dict(),
+            },
+            "company": {"name": self.config.name, "timezone": self.config.timezone},
+            "agents": {
+                "total": agents_total,
+                "running": sum(1 for n in agent_nodes if n.get("state") == "running"),
+                "paused": len(paused),
+                "failed": sum(
+                    1 for n in agent_nodes if n.get("state") in ("restarting", "stopped")
+                ),
+                "busy": len(running),
+            },
+            "tree": tree,
+            "runs_in_flight": [{**r, "elapsed_s": now - r["started_at"]} for r in running],
+            "alerts": self.alerts.snapshot(),
+        }
+
+    async def status(self) -> dict[str, Any]:
+        status = self._status_sync()
+        status["spend"] = await self._spend_status()
+        status["routines"] = await self._routines_status()
+        return status
+
+    async def _spend_status(self) -> dict[str, Any]:
+        try:
+            report = await self.spend_book.budget_report()
+        except LedgerError as exc:
+            # the ledger cannot be opened (a full state disk at start): status still answers
+            out = _spend_for_status({}, self.staff.paused())
+            out["unavailable"] = str(exc)
+            return out
+        return _spend_for_status(report, self.staff.paused())
+
+    async def _routines_status(self) -> list[dict[str, Any]]:
+        try:
+            jobs = await self.scheduler.jobs()
+        except AdminError:  # the history cannot be opened (a full state disk): none to show
+            return []
+        return [_routine_for_status(r) for r in jobs.get("routines", []) if isinstance(r, Mapping)]
+
+    async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
+        try:
+            return await self.spend_book.spend_report(by=by, period=period)
+        except ValueError as exc:
+            raise AdminError(str(exc)) from None
+
+    async def budget(self) -> dict[str, Any]:
+        return await self.spend_book.budget_report()
+
+    async def raise_budget(self, agent: str | None, usd: float) -> dict[str, Any]:
+        if agent is not None:
+            self._check_agent(agent)
+        if not usd > 0:
+            raise AdminError(f"the raise must be a positive amount of dollars, got {usd!r}")
+        await self.spend_book.raise_today(agent, Decimal(str(usd)))
+        resumed = []
+        for a, reason in self.staff.paused().items():
+            mine = reason.startswith("budget") and (agent is None or a == agent)
+            if (
+                mine
+                and self.spend_book.exhausted(a) is None
+                and self.staff.resume(a, "budget raised")
+            ):
+                resumed.append(a)
+        who = agent or "the company"
+        report = await self.spend_book.budget_report()
+        daily = next(
+            (
+                b["limit_usd"]
+                for b in report["budgets"]
+                if b["agent"] == agent and b["period"] == "day"
+            ),
+            None,
+        )
+        return {
+            "agent": agent,
+            "raised_usd": usd,
+            "daily_limit_usd": daily,
+            "resumed": resumed,
+            "message": f"raised today's budget of {who} by ${usd:.2f}"
+            + (
+                f" (today's limit is now ${daily:.2f}; back to company.yaml tomorrow)"
+                if daily is not None
+                else " (for today; back to company.yaml tomorrow)"
+            )
+            + (f"; resumed {', '.join(resumed)}" if resumed else ""),
+        }
+
+    async def jobs(self) -> dict[str, Any]:
+        return await self.scheduler.jobs()
+
+    async def job_history(self, routine: str, limit: int = 20) -> dict[str, Any]:
+        try:
+            return await self.scheduler.history(routine, limit)
+        except RoutineNotFound as exc:
+            raise AdminError(str(exc)) from None
+
+    async def run_job(self, routine: str) -> dict[str, Any]:
+        try:
+            outcome = await self.scheduler.run_now(routine)
+        except (RoutineNotFound, RoutineBusy) as exc:
+            raise AdminError(str(exc)) from None
+        return {"routine": routine, **outcome.to_dict()}
+
+    async def pause(self, agent: str) -> dict[str, Any]:
+        self._check_agent(agent)
+        self.staff.pause(agent, "operator")
+        return {
+            "agent": agent,
+            "paused": True,
+            "message": f"paused {agent}: it finishes its current run, then starts no new ones "
+            f"until `companyd resume {agent}`",
+        }
+
+    async def resume(self, agent: str) -> dict[str, Any]:
+        self._check_agent(agent)
+        was = self.staff.resume(agent)
+        return {
+            "agent": agent,
+            "resumed": was,
+            "message": f"resumed {agent}" if was else f"{agent} was not paused",
+        }
+
+    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> dict[str, Any]:
+        self._check_agent(agent)
+        if not question.strip():
+            raise AdminError("the question is empty; say what you want the agent to do")
+        task = Task(
+            id=new_id("task"),
+            agent=agent,
+            prompt=question,
+            source="operator",
+            created=self.clock.time(),
+        )
+        try:
+            async with asyncio.timeout(timeout):
+                outcome = await self._unless_stopping(self.staff.submit(task), task)
+        except TimeoutError:
+            raise AdminError(
+                f"{agent} did not finish within {timeout:g} s; the task {task.id} keeps running "
+                "— see `companyd runs`"
+            ) from None
+        return outcome.to_dict()
+
+    async def _unless_stopping(self, work: Any, task: Task) -> RunOutcome:
+        """Await ``work``, or answer at once when the daemon starts to stop: the task is
+        journaled and resumes after the restart, and the operator need not wait on it."""
+        job = asyncio.ensure_future(work)  # not the race's: ask's timeout leaves it running
+        await race(job, self.staff.draining.wait())
+        if job.done():
+            result: RunOutcome = job.result()
+            return result
+        job.cancel()
+        raise AdminError(
+            f"the daemon is stopping; task {task.id} is journaled and {task.agent} resumes it "
+            "after the restart (see `companyd runs`)"
+        )
+
+    async def runs(
+        self, agent: str | None = None, status: str | None = None, limit: int = 20
+    ) -> dict[str, Any]:
+        if status is not None and status not in {*(str(s) for s in RunStatus), "running"}:
+            raise AdminError(
+                f"unknown status {status!r}; choose one of running, "
+                + ", ".join(str(s) for s in RunStatus)
+            )
+        return {"runs": await self.journal.runs(agent=agent, status=status, limit=limit)}
+
+    async def tasks(self, quarantined: bool = False) -> dict[str, Any]:
+        states = ["quarantined"] if quarantined else ["queued", "running"]
+        return {"tasks": await self.journal.tasks(states)}
+
+    async def retry(self, task_id: str) -> dict[str, Any]:
+        try:
+            task = await self.staff.retry(task_id)
+        except KeyError:
+            raise AdminError(f"no task {task_id!r}; see `companyd tasks --quarantined`") from None
+        except ValueError as exc:
+            raise AdminError(str(exc)) from None
+        return {
+            "task_id": task.id,
+            "agent": task.agent,
+            "queued": True,
+            "message": f"released {task.id}; {task.agent} will run it again",
+        }
+
+    async def proposals(self) -> dict[str, Any]:
+        return {"proposals": [p.to_dict() for p in await self.proposal_store.list()]}
+
+    async def approve(self, proposal_id: str) -> dict[str, Any]:
+        try:
+            p = await self.proposal_store.approve(proposal_id)
+        except ProposalError as exc:
+            raise AdminError(str(exc)) from None
+        return {**p.to_dict(), "message": f"applied {p.id} to {p.file} and reloaded"}
+
+    async def reject(self, proposal_id: str) -> dict[str, Any]:
+        try:
+            p = await self.proposal_store.reject(proposal_id)
+        except ProposalError as exc:
+            raise AdminError(str(exc)) from None
+        return {**p.to_dict(), "message": f"rejected {p.id}"}
+
+    async def revert(self, proposal_id: str) -> dict[str, Any]:
+        try:
+            p = await self.proposal_store.revert(proposal_id)
+        except ProposalError as exc:
+            raise AdminError(str(exc)) from None
+        return {**p.to_dict(), "message": f"reverted {p.id} and reloaded"}
+
+    async def debug(
+        self, action: str, target: str | None = None, seconds: float = 0.0
+    ) -> dict[str, Any]:
+        if os.environ.get("COMPANYD_DEBUG") != "1":
+            raise AdminError(
+                "debug operations are disabled; start the daemon with COMPANYD_DEBUG=1 in its "
+                "environment to allow fault injection (never in production)"
+            )
+        if action == "crash":
+            if target is None:
+                raise AdminError("debug crash needs a target agent")
+            self._check_agent(target)
+            crashed = await self.staff.crash(target)
+            return {"action": action, "target": target, "crashed": crashed}
+        if action == "block":
+            if not 0 < seconds <= 600:
+                raise AdminError(f"debug block needs 0 < seconds <= 600, got {seconds!r}")
+            # deliberately blocks the event loop, as a careless synchronous call would
+            time.sleep(seconds)  # noqa: ASYNC251
+            return {"action": action, "seconds": seconds}
+        raise AdminError(f"unknown debug action {action!r}; choose crash or block")
+
+    def _check_agent(self, agent: str) -> None:
+        if agent not in self.config.agents:
+            close = difflib.get_close_matches(agent, list(self.config.agents), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise AdminError(
+                f"unknown agent {agent!r}; {hint}agents: {', '.join(self.config.agents)}"
+            )
+
+
+def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:
+    if node.get("kind") == "worker" and node.get("id") in paused and node.get("state") == "running":
+        node["state"] = "paused"
+        reason = paused[node["id"]]
+        node["pause_reason"] = "budget" if reason.startswith("budget") else "operator"
+    for child in node.get("children", ()):
+        _mark_paused(child, paused)
+
+
+def _agent_nodes(node: dict[str, Any], agents: set[str]) -> list[dict[str, Any]]:
+    out = [node] if node.get("kind") == "worker" and node.get("id") in agents else []
+    for child in node.get("children", ()):
+        out += _agent_nodes(child, agents)
+    return out
+
+
+def _epoch(value: Any) -> float | None:
+    """Epoch seconds from an ISO 8601 string (or a number); None if neither."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _spend_for_status(report: Mapping[str, Any], paused: Mapping[str, str]) -> dict[str, Any]:
+    """The status ``spend`` block (docs/daemon.md) from the spend book's budget report."""
+    rows = [r for r in report.get("budgets", []) if isinstance(r, Mapping)]
+    out: dict[str, Any] = {"currency": "USD"}
+    for name, period in (("today", "day"), ("month", "month")):
+        row = next(
+            (r for r in rows if r.get("scope") == "company" and r.get("period") == period), None
+        )
+        out[name] = {
+            "used_usd": (row or {}).get("used_usd", 0.0),
+            "reserved_usd": (row or {}).get("reserved_usd", 0.0),
+            "limit_usd": (row or {}).get("limit_usd"),
+            "resets_at": _epoch((row or {}).get("resets_at")),
+        }
+    agents: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        agent = r.get("agent")
+        if not agent:
+            continue
+        entry = agents.setdefault(
+            agent, {"agent": agent, "today_usd": 0.0, "month_usd": 0.0, "paused": agent in paused}
+        )
+        if r.get("period") == "day":
+            entry["today_usd"] = r.get("used_usd", 0.0)
+            entry["daily_limit_usd"] = r.get("limit_usd")
+        elif r.get("period") == "month":
+            entry["month_usd"] = r.get("used_usd", 0.0)
+            entry["monthly_limit_usd"] = r.get("limit_usd")
+    out["agents"] = list(agents.values())
+    return out
+
+
+def _routine_for_status(r: Mapping[str, Any]) -> dict[str, Any]:
+    """One status ``routines`` row (docs/daemon.md) from the scheduler's jobs view."""
+    raw = r.get("last")
+    last: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    return {
+        "routine": r.get("routine"),
+        "agent": r.get("agent"),
+        "schedule": r.get("schedule"),
+        "next_fire": _epoch(r.get("next_fire")),
+        "last_fire": _epoch(last.get("scheduled") or last.get("started")),
+        "last_outcome": last.get("outcome"),
+        "enabled": r.get("enabled", True),
+    }
