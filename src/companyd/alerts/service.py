@@ -59,17 +59,9 @@ from companyd.admin import Admin, AdminError
 from companyd.alerts.notify import notify_failure, unit_facts
 from companyd.alerts.ops import COMMANDS, act, buttons_after, command_reply, help_text
 from companyd.alerts.outbox import AlertRecord, AlertStore, Delivery
-from companyd.alerts.render import (
-    ICONS,
-    Button,
-    clip,
-    compose,
-    format_result,
-    is_abnormal_exit,
-    kind_spec,
-    render,
-    split_text,
-)
+from companyd.alerts.render import ICONS, Button, clip, compose, split_text
+from companyd.alerts.render_kinds import is_abnormal_exit, kind_spec, render
+from companyd.alerts.render_status import format_result
 from companyd.alerts.telegram import (
     TelegramSettings,
     build_application,
