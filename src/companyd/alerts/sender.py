@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from companyd._aio import race
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.link import (
     BACKOFF_MAX,
@@ -112,14 +113,10 @@ class Sender:
         """Until news (the book's ``wake``) or the monotonic time ``due``."""
         if self._book.wake.is_set():
             return
-        waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(self._book.wake.wait())}
-        if due is not None:
-            waiters.add(asyncio.ensure_future(self._sleep_until(due)))
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
+        if due is None:
+            await self._book.wake.wait()
+        else:
+            await race(self._book.wake.wait(), self._sleep_until(due))
 
     async def deliver_pass(self) -> float | None:
         """Send and edit what is due, oldest first. Returns the monotonic time when more is

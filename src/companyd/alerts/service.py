@@ -57,6 +57,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from companyd._aio import race
 from companyd.admin import Admin
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.commands import Commands
@@ -207,13 +208,10 @@ class AlertService:
         stop = asyncio.ensure_future(ctx.stopping.wait())
         try:
             while not stop.done():
-                get = asyncio.ensure_future(self._sub.get())
-                await asyncio.wait({get, stop}, return_when=asyncio.FIRST_COMPLETED)
-                if get.done():
-                    event = get.result()
+                won = await race(self._sub.get(), stop)  # an event wins a tie with the stop
+                if won.index == 0:
+                    event = won.result()
                     log.debug("alert not sent (no Telegram): %s from %s", event.kind, event.source)
-                else:
-                    get.cancel()
         finally:
             stop.cancel()
 
@@ -269,13 +267,17 @@ class AlertService:
         """Wait for the stop request; a task that fails meanwhile is a bug: its exception
         ends the service and the supervisor restarts it."""
         stop = asyncio.create_task(ctx.stopping.wait(), name="alerts:stopping")
-        pending: set[asyncio.Task[Any]] = {stop, *tasks}
+        running = list(tasks)
         try:
-            while stop in pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for t in done:
-                    if t is not stop and not t.cancelled() and t.exception() is not None:
-                        raise t.exception() from None  # type: ignore[misc]
+            while True:
+                # The tasks first: one that failed wins a tie with the stop request.
+                won = await race(*running, stop)
+                if won.future is stop:
+                    return
+                task = running.pop(won.index)
+                exc = None if task.cancelled() else task.exception()
+                if exc is not None:
+                    raise exc from None
         finally:
             stop.cancel()
 
@@ -289,7 +291,8 @@ class AlertService:
         # sent again as a new message instead of being edited.
         self._sender.stop_requested = True
         self._book.wake.set()
-        await asyncio.wait({sender}, timeout=FLUSH_TIMEOUT)
+        # A real-time bound, like the flush below; the sender's outcome is left to gather.
+        await race(sender, asyncio.sleep(FLUSH_TIMEOUT))
         sender.cancel()
         await asyncio.gather(consumer, sender, return_exceptions=True)
         # An intake cut short by the cancellation left its alerts unsaved: save them now.
