@@ -252,7 +252,7 @@ class Link:
         so one update it cannot read failed every poll on the same offset, for good. The
         raw list lets :meth:`_decode` skip that one. ``_post`` is python-telegram-bot's own
         request path (same timeouts, connection pool and error mapping as get_updates);
-        tests/test_alerts.py pins its behaviour."""
+        tests/alerts/test_alerts.py pins its behaviour."""
         bot = self.app.bot
         result = await bot._post(
             "getUpdates",
