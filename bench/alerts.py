@@ -188,7 +188,7 @@ async def intake(tmp: Path, n: int, distinct: bool) -> tuple[float, float, float
                     if i % 100 == 0:
                         await asyncio.sleep(0)
                 want = n if distinct else 1
-                await until(lambda: len(svc._alerts) >= want and svc._sub.get_nowait() is None)
+                await until(lambda: len(svc._book.alerts) >= want and svc._sub.get_nowait() is None)
                 result["rate"] = n / (time.perf_counter() - t0)
                 result["lag"] = lag.worst
                 result["gc2"] = lag.gc2

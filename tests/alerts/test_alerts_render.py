@@ -10,18 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from companyd.alerts.render import (
-    KINDS,
-    MAX_TEXT,
-    agent_of,
-    compose,
-    format_jobs,
-    format_result,
-    format_status,
-    is_abnormal_exit,
-    render,
-    split_text,
-)
+from companyd.alerts.render import MAX_TEXT, compose, split_text
+from companyd.alerts.render_kinds import KINDS, agent_of, is_abnormal_exit, render
+from companyd.alerts.render_status import format_jobs, format_result, format_status
 from companyd.alerts.service import quiet_until
 from companyd.config import QuietHoursSpec
 

@@ -170,7 +170,7 @@ async def test_status_shows_the_running_file_and_the_last_rejected_reload(
     looks like a secret masked (issue 15 item 17)."""
     import json
 
-    from companyd.alerts.render import format_status
+    from companyd.alerts.render_status import format_status
     from companyd.status_text import render_status
 
     token = "123456789:AAH" + "x" * 32

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from companyd.alerts.render import kind_spec, render
+from companyd.alerts.render_kinds import kind_spec, render
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.daemon.main import Daemon

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from companyd.alerts.render import render
+from companyd.alerts.render_kinds import render
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.errors import ConfigError

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from alertkit import alert_text
-from companyd.alerts.render import format_jobs
+from companyd.alerts.render_status import format_jobs
 from companyd.events import Event
 from companyd.roles.tasks import RunStatus
 

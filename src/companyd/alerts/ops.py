@@ -15,7 +15,7 @@ from typing import Any
 
 from companyd.admin import Admin, AdminError
 from companyd.alerts.outbox import AlertRecord
-from companyd.alerts.render import format_jobs, format_result, format_status
+from companyd.alerts.render_status import format_jobs, format_result, format_status
 
 __all__ = ["ADMIN_TIMEOUT", "COMMANDS", "act", "buttons_after", "command_reply", "help_text"]
 

@@ -159,7 +159,7 @@ def build_application(settings: TelegramSettings, *, poll_timeout: float) -> Tel
         .base_file_url(f"{settings.api_url}/file/bot")
         .rate_limiter(AIORateLimiter(max_retries=2))
         .job_queue(None)
-        .updater(None)  # companyd polls getUpdates itself (alerts._Link._poll)
+        .updater(None)  # companyd polls getUpdates itself (alerts.link.Link._poll)
         .connect_timeout(10.0)
         .read_timeout(15.0)
         .write_timeout(15.0)

@@ -1,0 +1,199 @@
+"""The operator's commands and buttons from Telegram, answered through :class:`Admin`.
+
+:class:`Commands` handles what the :class:`~companyd.alerts.link.Link` receives: /status
+/spend /budget /jobs /pause /resume /ask /approve /reject /quarantine /retry /help from the
+allowed chats (the texts and Admin calls are :mod:`companyd.alerts.ops`), and the buttons on
+alerts, whose outcome is added to the alert's message. Anything from another chat is
+ignored and logged (once per chat at warning level). /ask runs as its own task (kept in
+``tasks``) so other commands are answered meanwhile. Replies never show the bot token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from companyd.admin import Admin, AdminError
+from companyd.alerts.coalesce import AlertBook
+from companyd.alerts.link import SEND_TIMEOUT
+from companyd.alerts.ops import act, buttons_after, command_reply, help_text
+from companyd.alerts.outbox import AlertRecord
+from companyd.alerts.render import clip, split_text
+from companyd.alerts.render_status import format_result
+from companyd.alerts.telegram import redact
+from companyd.clock import Clock
+
+if TYPE_CHECKING:
+    from telegram import CallbackQuery, Message, Update, User
+
+# python-telegram-bot is imported where it is used, not here: every `companyd` command loads
+# the pager's modules (for `notify-failure`), and the library takes most of a second to import.
+
+__all__ = ["ASK_TIMEOUT", "Commands"]
+
+# One logger for the whole pager, as before the split into modules: operators (and the
+# end-to-end test) filter the daemon's log on its name.
+log = logging.getLogger("companyd.alerts.service")
+
+#: How long /ask waits for the agent's answer, seconds.
+ASK_TIMEOUT = 300.0
+
+
+class Commands:
+    """Answers commands and button presses from the allowed chats.
+
+    Args:
+        book: the alerts (buttons act on them; allowed chats and agents come from it).
+        admin: the daemon's operator operations.
+        clock: time for the "done by … at …" footer.
+    """
+
+    def __init__(self, book: AlertBook, admin: Admin, clock: Clock) -> None:
+        self._book = book
+        self._admin = admin
+        self._clock = clock
+        self._strangers: set[int] = set()
+        #: running /ask tasks (cancelled when the pager stops)
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def _allowed(self, chat_id: int | None) -> bool:
+        return self._book.settings is not None and chat_id in self._book.settings.chat_ids
+
+    def _stranger(self, chat_id: int | None, user: User | None, what: str) -> None:
+        who = "unknown user"
+        if user is not None:
+            who = f"user {user.id}" + (f" (@{user.username})" if user.username else "")
+        level = logging.WARNING if chat_id not in self._strangers else logging.DEBUG
+        if chat_id is not None:
+            self._strangers.add(chat_id)
+        log.log(
+            level,
+            "alerts: ignored %s from chat %s (%s): only chats in alerts.telegram.chat_ids may "
+            "command companyd",
+            what,
+            chat_id,
+            who,
+        )
+
+    async def on_stranger(self, update: Update, context: Any) -> None:
+        chat = update.effective_chat
+        self._stranger(chat.id if chat else None, update.effective_user, "a message")
+
+    async def on_command(self, update: Update, context: Any) -> None:
+        msg = update.effective_message
+        chat = update.effective_chat
+        if msg is None or chat is None or not msg.text:
+            return
+        if not self._allowed(chat.id):  # the handler filter already checks; belt and braces
+            self._stranger(chat.id, update.effective_user, "a command")
+            return
+        words = msg.text.split()
+        name = words[0].lstrip("/").split("@")[0].lower()
+        args = words[1:]
+        if name == "ask":
+            # /ask runs a model for minutes: answer other commands meanwhile. The question
+            # keeps its lines (a list, a pasted error): only the agent is split off.
+            ask_args = msg.text.split(maxsplit=2)[1:]
+            task = asyncio.create_task(self._ask(msg, ask_args), name="alerts:/ask")
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            return
+        reply = await command_reply(self._admin, name, args, self._book.policy.agents)
+        await self._reply(msg, reply)
+
+    async def on_unknown(self, update: Update, context: Any) -> None:
+        msg = update.effective_message
+        if msg is None:
+            return
+        word = (msg.text or "").split()[0] if (msg.text or "").split() else ""
+        _, _, addressee = word.partition("@")
+        if addressee and addressee.lower() != (msg.get_bot().username or "").lower():
+            return  # a command for another bot in a shared group: not ours to answer
+        await self._reply(msg, f"unknown command {word!r}.\n{help_text()}")
+
+    async def _ask(self, msg: Message, args: list[str]) -> None:
+        if len(args) < 2:
+            agents = ", ".join(sorted(self._book.policy.agents)) or "(none)"
+            await self._reply(msg, f"usage: /ask AGENT question (agents: {agents})")
+            return
+        agent, question = args[0], " ".join(args[1:])
+        await self._reply(msg, f"🤔 asking {agent}…")
+        try:
+            result = await self._admin.ask(agent, question, timeout=ASK_TIMEOUT)
+        except AdminError as exc:
+            await self._reply(msg, f"⚠️ {exc}")
+            return
+        except Exception as exc:
+            log.exception("alerts: /ask %s failed", agent)
+            await self._reply(msg, f"⚠️ /ask failed inside companyd ({type(exc).__name__})")
+            return
+        answer = str(result.get("answer", "")).strip() or "(no answer)"
+        meta = {k: v for k, v in result.items() if k != "answer"}
+        tail = format_result("", meta, max_lines=6) if meta else ""
+        # A model's answer may be longer than one message: send it in parts, not cut.
+        text = redact(f"💬 {agent}: {answer}" + (f"\n—\n{tail}" if tail else ""))
+        for part in split_text(text):
+            await self._reply(msg, part)
+
+    async def _reply(self, msg: Message, text: str) -> None:
+        from telegram.error import TelegramError
+
+        try:
+            async with asyncio.timeout(SEND_TIMEOUT):
+                await msg.reply_text(clip(redact(text)))
+        except (TelegramError, TimeoutError) as exc:
+            log.warning("alerts: could not answer a command: %s", redact(str(exc)))
+
+    async def on_error(self, update: object, context: Any) -> None:
+        err = getattr(context, "error", None)
+        log.error("alerts: a Telegram handler failed: %s", redact(f"{type(err).__name__}: {err}"))
+
+    async def on_button(self, update: Update, context: Any) -> None:
+        query = update.callback_query
+        if query is None:
+            return
+        message = query.message
+        chat_id = message.chat.id if message is not None else None
+        if not self._allowed(chat_id):
+            self._stranger(chat_id, query.from_user, "a button press")
+            return
+        alert_id, _, button_id = (query.data or "").partition(":")
+        rec: AlertRecord | None = None
+        if alert_id.isdigit():
+            rec = self._book.alerts.get(int(alert_id))
+            if rec is None and self._book.store is not None:
+                rec = await self._book.store.get(int(alert_id))
+        button = None
+        if rec is not None and button_id.isdigit():
+            button = next((b for b in rec.buttons if b.get("id") == int(button_id)), None)
+        if rec is None or button is None:
+            await self._answer(query, "this button is no longer active")
+            return
+        done, text = await act(self._admin, button)
+        if not done:
+            await self._answer(query, text, alert=True)
+            return
+        who = query.from_user.full_name if query.from_user else "someone"
+        if query.from_user and query.from_user.username:
+            who += f" (@{query.from_user.username})"
+        when = datetime.fromtimestamp(self._clock.time(), self._book.policy.tz)
+        rec.footer.append(f"✔ {text} — by {who} at {when:%H:%M}")
+        buttons_after(rec, button)
+        rec.version += 1
+        rec.edit_after = 0.0  # show what was done now, not after the coalescing throttle
+        self._book.rerender(rec)
+        if rec.id not in self._book.alerts:
+            self._book.alerts[rec.id] = rec
+        await self._book.save(rec)
+        self._book.wake.set()
+        await self._answer(query, text)
+
+    async def _answer(self, query: CallbackQuery, text: str, alert: bool = False) -> None:
+        from telegram.error import TelegramError
+
+        try:
+            await query.answer(clip(redact(text), 200), show_alert=alert)
+        except TelegramError as exc:
+            log.warning("alerts: could not answer a button press: %s", redact(str(exc)))

@@ -1,0 +1,614 @@
+"""What each event kind says: event kind → title, detail lines and buttons.
+
+One renderer (and optionally one button maker) per kind in :data:`KINDS`, plus a generic
+one for kinds it does not know; :func:`render` picks and runs them and never raises.
+Everything here is pure (no I/O, no clock reads) and total: any ``data`` mapping, however
+incomplete or mistyped, renders to *some* readable text — a publisher that forgets a field
+must not cost the operator the alert. The fields each kind is expected to carry are listed
+in docs/events.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from companyd.alerts.render import Button, KindSpec, Rendered, Renderer
+from companyd.alerts.values import Data, has, line, num, pct, secs, txt, usd, when
+
+__all__ = [
+    "KINDS",
+    "RAISE_STEP_USD",
+    "agent_of",
+    "is_abnormal_exit",
+    "kind_spec",
+    "render",
+]
+
+#: What the "raise today's budget" button adds, in USD. Fixed on purpose: one tap must never
+#: authorise an open-ended amount; the operator taps again (or uses the CLI) for more.
+RAISE_STEP_USD = 5.0
+
+
+def agent_of(data: Data, agents: Collection[str] = ()) -> str | None:
+    """The agent an event is about: ``data.agent``, else a supervisor ``child`` id that names
+    an agent (``cfo``, ``agent:cfo``, ``agents/cfo``)."""
+    agent = data.get("agent")
+    if isinstance(agent, str) and agent:
+        return agent
+    child = data.get("child")
+    if isinstance(child, str) and child:
+        if child in agents:
+            return child
+        tail = child.replace(":", "/").rsplit("/", 1)[-1]
+        if tail in agents:
+            return tail
+    return None
+
+
+def _who(data: Data) -> str:
+    return agent_of(data) or txt(data.get("child"), 80)
+
+
+def is_abnormal_exit(reason: Any) -> bool:
+    """False for OTP's normal exits: ``normal``, ``shutdown``, ``shutdown:<info>`` (the
+    supervisor's spelling) or ``{shutdown, <info>}`` (Erlang's)."""
+    if not isinstance(reason, str):
+        return reason is not None
+    r = reason.strip().strip("{}").split(",")[0].split(":")[0].strip().lower()
+    return r not in ("normal", "shutdown")
+
+
+def _crash(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    who = _who(data)
+    n = max(counts.get("restart", 0), counts.get("child_exited", 0), 1)
+    restarted = counts.get("restart", 0) > 0 or data.get("action") == "restart"
+    if n > 1:
+        title = f"{who} is crash-looping: {n} crashes"
+    elif restarted:
+        title = f"{who} crashed and was restarted"
+    else:
+        kind = data.get("restart_type") or data.get("restart")
+        title = f"{who} crashed and was not restarted" + (f" ({txt(kind, 20)})" if kind else "")
+    lines = line("last reason" if n > 1 else "reason", data, "reason")
+    if has(data, "restarts"):
+        if has(data, "max_restarts"):
+            within = data.get("max_seconds", data.get("within_seconds"))
+            lines.append(
+                f"restarts in the last {secs(within)}: {txt(data.get('restarts'))} "
+                f"(the supervisor gives up above {txt(data.get('max_restarts'))})"
+            )
+        else:
+            lines.append(f"restart count: {txt(data.get('restarts'))}")
+    if data.get("gave_up") and has(data, "message"):
+        lines.append(txt(data.get("message"), 400))
+    lines.append(f"supervisor: {txt(source, 120)}")
+    return Rendered(title, tuple(lines))
+
+
+def _crash_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    agent = agent_of(data, agents)
+    return [Button(f"⏸ Pause {agent}", "pause", agent)] if agent and agent in agents else []
+
+
+def _max_intensity(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    restarts = data.get("restarts")
+    limit = data.get("max_restarts")
+    within = data.get("max_seconds", data.get("within_seconds"))
+    lines: list[str] = []
+    if restarts is not None or limit is not None:
+        lines.append(
+            f"{txt(restarts)} restarts in {secs(within)} — more than its limit of {txt(limit)}"
+        )
+    elif has(data, "message"):
+        lines.append(txt(data.get("message"), 400))
+    if has(data, "child"):
+        lines.append(f"last to fail: {txt(data.get('child'))}: {txt(data.get('reason'))}")
+    elif has(data, "reason"):
+        lines.append(f"reason: {txt(data.get('reason'))}")
+    lines.append(
+        "it stopped its children and exited; its parent restarts it, or companyd stops "
+        "if it is the root"
+    )
+    return Rendered(f"supervisor {txt(source, 120)} gave up", tuple(lines))
+
+
+def _start_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    who = _who(data) if has(data, "child") or has(data, "agent") else "a supervisor"
+    return Rendered(
+        f"{who} failed to start",
+        (
+            *line("reason", data, "reason"),
+            *line("while", data, "phase"),
+            f"supervisor: {txt(source, 120)}",
+        ),
+    )
+
+
+def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = counts.get("daemon_started", 1)
+    title = "companyd started" if n <= 1 else f"companyd started {n} times — restart loop?"
+    parts = []
+    if has(data, "agents"):
+        parts.append(f"{txt(data.get('agents'))} agents")
+    if has(data, "routines"):
+        parts.append(f"{txt(data.get('routines'))} routines")
+    lines = [", ".join(parts)] if parts else []
+    if data.get("offline") is True:
+        lines.append("offline mode: no model is called")
+    lines += line("version", data, "version") + line("config", data, "config")
+    return Rendered(title, tuple(lines))
+
+
+def _daemon_stopping(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered("companyd is stopping", tuple(line("reason", data, "reason")))
+
+
+def _daemon_reloaded(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines: list[str] = []
+    changes = data.get("changes")
+    if isinstance(changes, list):
+        lines += [f"• {txt(c, 200)}" for c in changes[:10]]
+        if len(changes) > 10:
+            lines.append(f"… and {len(changes) - 10} more")
+    elif has(data, "changes"):
+        lines.append(txt(changes))
+    for key, label in (
+        ("started", "agents started"),
+        ("stopped", "agents stopped"),
+        ("restarted", "agents restarted"),
+    ):
+        value = data.get(key)
+        if isinstance(value, list):
+            if value:
+                lines.append(f"{label}: {txt(', '.join(map(str, value)), 300)}")
+        elif has(data, key):
+            lines.append(f"{label}: {txt(value, 300)}")
+    routines = data.get("routines")
+    if isinstance(routines, Mapping):
+        for key in ("added", "removed", "changed"):
+            names = routines.get(key)
+            if isinstance(names, list) and names:
+                lines.append(f"routines {key}: {txt(', '.join(map(str, names)), 300)}")
+    elif has(data, "routines") and routines != {}:
+        lines.append(f"routines: {txt(routines, 300)}")
+    if not lines and has(data, "unchanged"):
+        lines.append("no agent changed")
+    return Rendered("company.yaml reloaded", tuple(lines))
+
+
+def _config_rejected(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    errors = data.get("errors")
+    lines: list[str] = []
+    if isinstance(errors, list):
+        count = data.get("count")
+        total = count if isinstance(count, int) else len(errors)
+        lines += [f"• {txt(e, 300)}" for e in errors[:5]]
+        if total > min(5, len(errors)):
+            lines.append(f"… and {total - min(5, len(errors))} more — run `companyd validate`")
+    elif has(data, "errors"):
+        lines.append(txt(errors, 600))
+    lines += line("file", data, "file")
+    return Rendered("company.yaml change rejected — the running config stays", tuple(lines))
+
+
+def _budget_who(data: Data) -> str:
+    agent = data.get("agent")
+    if data.get("scope") == "company" or not agent:
+        return "the company"
+    return txt(agent, 80)
+
+
+def _period(data: Data) -> str:
+    p = data.get("period")
+    return {"day": "daily", "today": "daily", "month": "monthly"}.get(str(p), txt(p, 40))
+
+
+def _budget_threshold(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    used, limit = data.get("used_usd"), data.get("limit_usd")
+    share = pct(data.get("level"), used, limit)
+    title = f"{_budget_who(data)} has used {share} of its {_period(data)} budget"
+    lines = [f"{usd(used)} of {usd(limit)}"] if has(data, "used_usd") else []
+    return Rendered(title, tuple(lines))
+
+
+def _raise_button(data: Data, agents: Collection[str]) -> list[Button]:
+    agent = data.get("agent")
+    if data.get("scope") == "company" or not agent:
+        return [Button(f"➕ ${RAISE_STEP_USD:.0f} today (company)", "raise", "", RAISE_STEP_USD)]
+    if agent in agents:
+        return [Button(f"➕ ${RAISE_STEP_USD:.0f} today", "raise", str(agent), RAISE_STEP_USD)]
+    return []
+
+
+def _budget_threshold_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    agent = data.get("agent")
+    out = []
+    if data.get("scope") != "company" and agent in agents:
+        out.append(Button(f"⏸ Pause {agent}", "pause", str(agent)))
+    return out + _raise_button(data, agents)
+
+
+def _paused_list(data: Data) -> list[str]:
+    paused = data.get("paused")
+    if isinstance(paused, list) and paused:
+        return [f"paused: {txt(paused, 200)}"]
+    if paused is True:
+        return [f"paused: {txt(data.get('agent'))}"]
+    return []
+
+
+def _budget_exhausted(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"{_budget_who(data)} reached its {_period(data)} budget"
+    lines = []
+    if has(data, "used_usd") or has(data, "limit_usd"):
+        lines.append(f"{usd(data.get('used_usd'))} of {usd(data.get('limit_usd'))}")
+    # The spend book's event names the agent whose call was refused (``asked_by``); the
+    # runtime pauses exactly that agent (roles.agent), so that is who the operator resumes.
+    lines += _paused_list(data) or line("paused", data, "asked_by")
+    lines += line("resets", data, "resets_at", when)
+    lines.append("new runs wait until the budget resets or is raised")
+    return Rendered(title, tuple(lines))
+
+
+def _budget_exhausted_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    out = _raise_button(data, agents)
+    agent = data.get("agent")
+    if data.get("scope") == "company" or not agent:
+        agent = data.get("asked_by")
+    if isinstance(agent, str) and agent in agents:
+        out.append(Button(f"▶ Resume {agent}", "resume", agent))
+    return out
+
+
+def _api_spend_limit(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines = [*line("API says", data, "message"), *line("agent", data, "agent")]
+    lines += _paused_list(data)
+    if isinstance(data.get("action"), str) and data["action"]:
+        lines.append(txt(data["action"]))  # the spend book's: "every agent is paused; …"
+    else:
+        lines.append("raise the limit in the Anthropic console, then /resume the agents")
+    return Rendered("Anthropic API spend limit reached — calls refused", tuple(lines))
+
+
+def _api_key_refused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines = [*line("API says", data, "message"), *_paused_list(data)]
+    lines.append(
+        "fix the key (anthropic.api_key_env or the anthropic_api_key credential), restart "
+        "companyd, then /resume the agents"
+    )
+    return Rendered("Anthropic API key refused — every agent is paused", tuple(lines))
+
+
+def _spend_unanswered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = num(data.get("calls")) or counts.get("spend_unanswered", 1)
+    total = num(data.get("total_worst_case_usd"))
+    # small sums matter here (a call's worst case is often cents): show four decimals
+    amount = f"${total:.4f}" if total is not None and total < 1 else usd(total)
+    title = f"{n:.0f} call{'s' if n != 1 else ''} timed out; up to {amount} may have been billed"
+    lines = [
+        "today, company-wide; counted against the budgets at their worst case",
+        *line("last", data, "agent"),
+        *line("reason", data, "reason"),
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _spend_runaway(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    factor = num(data.get("factor"))
+    title = f"{_who(data)} is spending fast" + (f": {factor:.0f}× its usual rate" if factor else "")
+    lines = []
+    if has(data, "rate_usd_per_hour"):
+        lines.append(
+            f"{usd(data.get('rate_usd_per_hour'))}/h (usual "
+            f"{usd(data.get('usual_usd_per_hour'))}/h)"
+        )
+    return Rendered(title, tuple(lines))
+
+
+def _pause_agent_button(data: Data, agents: Collection[str]) -> list[Button]:
+    agent = agent_of(data, agents)
+    return [Button(f"⏸ Pause {agent}", "pause", agent)] if agent and agent in agents else []
+
+
+def _routine_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = counts.get("routine_failed", 1)
+    title = f"routine {txt(data.get('routine'), 80)} failed" + (f" {n} times" if n > 1 else "")
+    lines = [
+        *line("agent", data, "agent"),
+        *_outcome_line(data),
+        *line("reason", data, "reason"),
+        *_scheduled_line(data),
+        *line("run", data, "run_id"),
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _outcome_line(data: Data) -> list[str]:
+    """The scheduler's outcome when it says more than the title (``budget_exhausted``, …)."""
+    outcome = data.get("outcome")
+    if not has(data, "outcome") or outcome in ("failed", "missed", "skipped"):
+        return []
+    return [f"outcome: {txt(outcome, 40)}"]
+
+
+def _scheduled_line(data: Data) -> list[str]:
+    """The fire time: ``scheduled`` (ISO, as the scheduler sends it) or ``scheduled_for``."""
+    key = "scheduled" if has(data, "scheduled") else "scheduled_for"
+    return line("scheduled for", data, key, when)
+
+
+def _routine_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    routine = data.get("routine")
+    return [Button("🔁 Run again now", "run_job", routine)] if isinstance(routine, str) else []
+
+
+def _routine_missed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = num(data.get("count"))
+    many = n is not None and n > 1 and n.is_integer()
+    runs = f"{n:.0f} runs" if many else "a run"
+    title = f"routine {txt(data.get('routine'), 80)} missed {runs}"
+    # The scheduler's summary at start names the first missed fire time and the latest one.
+    fired = (
+        line("first", data, "first", when) + line("last", data, "scheduled", when)
+        if many
+        else _scheduled_line(data)
+    )
+    lines = [*fired, *line("reason", data, "reason"), *line("agent", data, "agent")]
+    return Rendered(title, tuple(lines))
+
+
+def _routine_skipped(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"routine {txt(data.get('routine'), 80)} skipped a run"
+    lines = line("reason", data, "reason") + _scheduled_line(data) + line("agent", data, "agent")
+    return Rendered(title, tuple(lines))
+
+
+def _task_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"task {txt(data.get('task_id'), 80)} quarantined"
+    if has(data, "crashes"):
+        title += f" after {txt(data.get('crashes'))} crashes"
+    errors = data.get("errors")
+    last_error = errors[-1] if isinstance(errors, list) and errors else None
+    lines = [
+        *line("agent", data, "agent"),
+        *line("routine", data, "routine"),
+        *line("reason", data, "reason"),
+        *([f"last error: {txt(last_error, 300)}"] if last_error is not None else []),
+        *line("attempts", data, "attempts"),
+        *line("task", data, "prompt", lambda v: txt(v, 200)),
+    ]
+    if has(data, "task_id"):
+        lines.append(f"retry with /retry {txt(data.get('task_id'), 80)}")
+    return Rendered(title, tuple(lines))
+
+
+def _task_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    task = data.get("task_id")
+    return [Button("🔁 Retry task", "retry", task)] if isinstance(task, str) and task else []
+
+
+def _memory_repaired(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines: list[str] = []
+    if has(data, "summary"):
+        lines.append(txt(data.get("summary"), 300))
+    counts_line = [
+        f"{k}: {txt(data.get(k))}"
+        for k in ("kept", "dropped", "fixed", "quarantined_lines", "merged_entities")
+        if has(data, k) and data.get(k) not in (0, None)
+    ]
+    if counts_line:
+        lines.append(", ".join(counts_line))
+    lines += line("file", data, "path") + line("backup", data, "backup")
+    lines += line("unreadable lines kept in", data, "corrupt_file")
+    lines += line("reason", data, "reason")
+    return Rendered("memory file repaired", tuple(lines))
+
+
+def _commands_failing(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines = [*line("since", data, "since", when), *line("error", data, "error")]
+    lines.append(
+        "alerts still go out; companyd keeps polling with backoff. Check the bot token "
+        "and alerts.telegram.api_url; `companyd status` shows the state"
+    )
+    return Rendered("Telegram commands are not reaching companyd", tuple(lines))
+
+
+def _commands_recovered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines = [*line("failing since", data, "since", when), *line("last error", data, "error")]
+    return Rendered("Telegram commands work again", tuple(lines))
+
+
+def _mcp_server_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"MCP server {txt(data.get('server'), 80)!r} of {_who(data)} failed; running "
+        "without its tools"
+    )
+    lines = line("reason", data, "reason")
+    retry = data.get("retry_in_s")
+    if isinstance(retry, int | float) and not isinstance(retry, bool):
+        lines.append(f"retrying in {retry:g} s, then with growing waits (up to 5 min)")
+    return Rendered(title, tuple(lines))
+
+
+def _mcp_server_recovered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"MCP server {txt(data.get('server'), 80)!r} of {_who(data)} is up again"
+    tools = data.get("tools")
+    lines = [f"tools: {txt(', '.join(map(str, tools)), 300)}"] if isinstance(tools, list) else []
+    return Rendered(title, tuple(lines))
+
+
+def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"circuit breaker stopped a run of {_who(data)}"
+    lines = []
+    # Which limit: ``breaker`` (documented) or ``limit`` as a name (the agent runtime's
+    # spelling, with ``reason`` telling the numbers).
+    name = data.get("breaker")
+    if name is None and isinstance(data.get("limit"), str):
+        name = data.get("limit")
+    if name is not None:
+        what = txt(name, 60)
+        if has(data, "value"):
+            what += f": {txt(data.get('value'))} (limit {txt(data.get('limit'))})"
+        lines.append(what)
+    lines += line("reason", data, "reason") + line("routine", data, "routine")
+    lines += line("run", data, "run_id")
+    return Rendered(title, tuple(lines))
+
+
+def _proposal_created(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    pid = txt(data.get("proposal_id"), 60)
+    head = f"proposal {pid} awaits approval"
+    if has(data, "title"):
+        head += f": {txt(data.get('title'), 120)}"
+    lines = [
+        *line("for", data, "agent"),
+        *line("from", data, "proposer"),
+        *line("why", data, "reason", _summary),
+        *line("summary", data, "summary", _summary),
+    ]
+    diff = data.get("diff")
+    if isinstance(diff, str) and diff.strip():
+        shown = diff.strip().splitlines()
+        lines += shown[:25] + ([f"… {len(shown) - 25} more diff lines"] if len(shown) > 25 else [])
+    if has(data, "proposal_id"):
+        lines.append(f"/approve {pid} or /reject {pid}")
+    return Rendered(head, tuple(lines))
+
+
+def _summary(value: Any) -> str:
+    return txt(value, 800)
+
+
+def _proposal_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    pid = data.get("proposal_id")
+    if not isinstance(pid, str | int) or isinstance(pid, bool) or pid == "":
+        return []
+    return [Button("✅ Approve", "approve", str(pid)), Button("✖ Reject", "reject", str(pid))]
+
+
+def _run_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = counts.get("run_failed", 1)
+    title = f"a run of {_who(data)} failed" + (f" ({n} runs)" if n > 1 else "")
+    return Rendered(title, tuple(line("reason", data, "reason") + line("run", data, "run_id")))
+
+
+def _agent_paused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered(
+        f"{_who(data)} paused", tuple(line("reason", data, "reason") + line("by", data, "by"))
+    )
+
+
+def _agent_resumed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered(f"{_who(data)} resumed", tuple(line("by", data, "by")))
+
+
+def _resume_button(data: Data, agents: Collection[str]) -> list[Button]:
+    agent = agent_of(data, agents)
+    return [Button(f"▶ Resume {agent}", "resume", agent)] if agent and agent in agents else []
+
+
+def _model_fallback(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"{_who(data)} fell back to {txt(data.get('to_model'), 80)}"
+    return Rendered(title, tuple(line("from", data, "from_model") + line("reason", data, "reason")))
+
+
+def _unknown_price(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered(
+        f"no price known for model {txt(data.get('model'), 80)}",
+        ("it is charged at the most expensive known rate; add it under 'pricing'",),
+    )
+
+
+def _generic(kind: str) -> Renderer:
+    def render(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+        title = kind.replace("_", " ")
+        if source:
+            title += f" ({txt(source, 80)})"
+        lines = [f"{k}: {txt(v, 200)}" for k, v in list(data.items())[:8]]
+        return Rendered(title, tuple(lines))
+
+    return render
+
+
+_CRASH = KindSpec("crash", ("child",), _crash, _crash_buttons)
+
+KINDS: Mapping[str, KindSpec] = {
+    "restart": _CRASH,
+    "child_exited": _CRASH,
+    "max_intensity": KindSpec("max_intensity", (), _max_intensity, _crash_buttons),
+    "child_start_failed": KindSpec("child_start_failed", ("child",), _start_failed),
+    "daemon_started": KindSpec("daemon_started", (), _daemon_started),
+    "daemon_stopping": KindSpec("daemon_stopping", (), _daemon_stopping),
+    "daemon_reloaded": KindSpec("daemon_reloaded", (), _daemon_reloaded),
+    "config_rejected": KindSpec("config_rejected", (), _config_rejected),
+    "budget_threshold": KindSpec(
+        "budget_threshold",
+        ("scope", "agent", "period", "level"),
+        _budget_threshold,
+        _budget_threshold_buttons,
+    ),
+    "budget_exhausted": KindSpec(
+        "budget_exhausted",
+        ("scope", "agent", "period"),
+        _budget_exhausted,
+        _budget_exhausted_buttons,
+    ),
+    "api_spend_limit": KindSpec("api_spend_limit", (), _api_spend_limit),
+    "api_key_refused": KindSpec("api_key_refused", (), _api_key_refused),
+    "spend_runaway": KindSpec("spend_runaway", ("agent",), _spend_runaway, _pause_agent_button),
+    "spend_unanswered": KindSpec("spend_unanswered", (), _spend_unanswered),
+    "routine_failed": KindSpec("routine_failed", ("routine",), _routine_failed, _routine_buttons),
+    "routine_missed": KindSpec("routine_missed", ("routine",), _routine_missed, _routine_buttons),
+    "routine_skipped": KindSpec("routine_skipped", ("routine",), _routine_skipped),
+    "task_quarantined": KindSpec(
+        "task_quarantined", ("task_id",), _task_quarantined, _task_buttons
+    ),
+    "memory_repaired": KindSpec("memory_repaired", (), _memory_repaired),
+    "telegram_commands_failing": KindSpec("telegram_commands_failing", (), _commands_failing),
+    "telegram_commands_recovered": KindSpec("telegram_commands_recovered", (), _commands_recovered),
+    "mcp_server_failed": KindSpec("mcp_server_failed", ("agent", "server"), _mcp_server_failed),
+    "mcp_server_recovered": KindSpec(
+        "mcp_server_recovered", ("agent", "server"), _mcp_server_recovered
+    ),
+    "circuit_breaker": KindSpec(
+        "circuit_breaker", ("agent", "breaker"), _circuit_breaker, _pause_agent_button
+    ),
+    "proposal_created": KindSpec(
+        "proposal_created", ("proposal_id",), _proposal_created, _proposal_buttons
+    ),
+    "run_failed": KindSpec("run_failed", ("agent",), _run_failed, _pause_agent_button),
+    "agent_paused": KindSpec("agent_paused", ("agent",), _agent_paused, _resume_button),
+    "agent_resumed": KindSpec("agent_resumed", ("agent",), _agent_resumed),
+    "model_fallback": KindSpec("model_fallback", ("agent", "to_model"), _model_fallback),
+    "unknown_model_price": KindSpec("unknown_model_price", ("model",), _unknown_price),
+}
+
+
+def kind_spec(kind: str) -> KindSpec:
+    """The spec for ``kind``; unknown kinds get a generic one keyed by the ``agent``,
+    ``child`` and ``routine`` fields."""
+    spec = KINDS.get(kind)
+    if spec is not None:
+        return spec
+    return KindSpec(kind, ("agent", "child", "routine"), _generic(kind))
+
+
+def render(
+    kind: str,
+    data: Data,
+    source: str,
+    counts: Mapping[str, int],
+    agents: Collection[str],
+) -> tuple[Rendered, list[Button]]:
+    """Title, lines and buttons for an alert; never raises (falls back to a generic text)."""
+    spec = kind_spec(kind)
+    try:
+        rendered = spec.render(data, source, counts)
+    except Exception:  # a renderer bug must not cost the alert
+        rendered = _generic(kind)(data, source, counts)
+    try:
+        buttons = spec.buttons(data, agents)
+    except Exception:
+        buttons = []
+    return rendered, buttons

@@ -1,0 +1,108 @@
+"""Total value formatting for alert texts: anything in, a short readable string out.
+
+Event data comes from many publishers and is a ``dict`` of whatever they sent, so every
+helper here accepts any value — ``None``, a wrong type, NaN, a huge string — and returns
+*some* text rather than raising. Pure: no I/O, no clock reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+__all__ = ["Data", "has", "line", "num", "pct", "secs", "txt", "usd", "when"]
+
+#: An event's data, as published (any shape).
+Data = Mapping[str, Any]
+
+
+def txt(value: Any, limit: int = 300) -> str:
+    if value is None:
+        return "?"
+    if isinstance(value, str):
+        s = value
+    elif isinstance(value, float) and value.is_integer():
+        s = str(int(value))
+    elif isinstance(value, list | tuple):
+        s = ", ".join(txt(v, 80) for v in value)
+    elif isinstance(value, dict):
+        s = json.dumps(value, ensure_ascii=False, default=str)
+    else:
+        s = str(value)
+    s = " ".join(s.split()) if "\n" not in s else s.strip()
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def num(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            f = float(value.strip().lstrip("$").rstrip("%"))
+        except ValueError:
+            return None
+        return f if math.isfinite(f) else None
+    return None
+
+
+def usd(value: Any) -> str:
+    n = num(value)
+    if n is None:
+        return "$?"
+    return f"${n:,.2f}" if abs(n) < 1000 else f"${n:,.0f}"
+
+
+def pct(level: Any, used: Any = None, limit: Any = None) -> str:
+    n = num(level)
+    if n is None:
+        u, lim = num(used), num(limit)
+        if u is not None and lim:
+            n = u / lim
+    if n is None:
+        return "?%"
+    if n > 1.5:  # a percentage given as 80 rather than 0.8
+        n /= 100
+    return f"{n * 100:.0f}%"
+
+
+def secs(value: Any) -> str:
+    n = num(value)
+    if n is None:
+        return "?"
+    if n < 120:
+        return f"{n:.0f} s"
+    if n < 7200:
+        return f"{n / 60:.0f} min"
+    return f"{n / 3600:.1f} h"
+
+
+def has(data: Data, key: str) -> bool:
+    v = data.get(key)
+    return v is not None and v != "" and v != []
+
+
+def line(label: str, data: Data, key: str, fmt: Callable[[Any], str] = txt) -> list[str]:
+    return [f"{label}: {fmt(data.get(key))}"] if has(data, key) else []
+
+
+def when(value: Any) -> str:
+    n = num(value)
+    if n is None and isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed.tzinfo is not None:
+            n = parsed.timestamp()
+    if n is not None and n > 1e9:
+        try:
+            return datetime.fromtimestamp(n, ZoneInfo("UTC")).strftime("%Y-%m-%d %H:%M UTC")
+        except (ValueError, OverflowError, OSError):
+            pass  # past year 9999: not a time anything here wrote; show it as it is
+    return txt(value, 60)
