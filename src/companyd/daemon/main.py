@@ -426,6 +426,8 @@ class Daemon:
         with contextlib.suppress(Exception):
             await self.journal.close()
         with contextlib.suppress(Exception):
+            await self.proposal_store.close()
+        with contextlib.suppress(Exception):
             await self.backend.aclose()
 
     async def __aenter__(self) -> Daemon:
