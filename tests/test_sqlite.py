@@ -215,3 +215,26 @@ def test_in_memory_and_a_fresh_start_after_a_file_was_set_aside(tmp_path: Path) 
     assert db.run_sync(lambda c: c.execute("PRAGMA database_list").fetchone()[2]) == ""
     db.close_sync()
     db.close_sync()  # idempotent
+
+
+def test_the_synchronous_path_belongs_to_the_thread_that_opened_it(tmp_path: Path) -> None:
+    db = Database(tmp_path / "x.sqlite", migrations=[V1], worker=False)
+    db.open_sync()
+    here = threading.get_ident()
+    assert db.run_sync(lambda c: threading.get_ident()) == here  # no thread crossing
+    assert db.run_sync(lambda c: c.execute("PRAGMA user_version").fetchone()[0]) == 1
+    elsewhere: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            db.run_sync(lambda c: None)
+        except RuntimeError as exc:
+            elsewhere.append(exc)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(10)
+    assert elsewhere and "no worker thread" in str(elsewhere[0])
+    db.close_sync()
+    with pytest.raises(DatabaseClosed):
+        db.run_sync(lambda c: None)

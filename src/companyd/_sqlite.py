@@ -8,7 +8,10 @@ the alert outbox, the improver's proposals) holds a :class:`Database`:
   SQLite. :meth:`Database.run` awaits ``fn(conn)`` from the loop; :meth:`Database.run_sync`
   waits for it from any other thread (and runs it at once when called *on* the worker,
   which is how the synchronous spend ledger serves the spend book); :meth:`Database.submit`
-  hands back a ``concurrent.futures.Future`` for an owner that schedules its own jobs;
+  hands back a ``concurrent.futures.Future`` for an owner that schedules its own jobs. The
+  synchronous path (``worker=False``) has no thread of its own: the connection belongs to
+  the thread that opens it, as a plain ``sqlite3.connect`` would (a one-thread script: the
+  CLI's read-only ledger), so its calls cost no thread crossing;
 * **the project's pragmas**: WAL, ``synchronous`` as the store chooses (``NORMAL`` unless a
   stronger guarantee is documented: the ledger uses ``FULL``), a busy timeout;
 * **private files**: the file (and its ``-wal``/``-shm``) is ``0600`` and missing
@@ -184,6 +187,8 @@ class Database:
             still refused).
         hint: appended to the "newer than this companyd" message (what else one can do).
         thread_name: the worker thread's name prefix.
+        worker: False for the synchronous path: no worker thread; only :meth:`run_sync`
+            (and :meth:`open_sync`, :meth:`close_sync`), from the thread that opened it.
     """
 
     def __init__(
@@ -197,6 +202,7 @@ class Database:
         readonly: bool = False,
         hint: str = "",
         thread_name: str = "companyd-sqlite",
+        worker: bool = True,
     ) -> None:
         if synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous={synchronous!r}; expected one of {SYNCHRONOUS}")
@@ -208,8 +214,12 @@ class Database:
         self.readonly = readonly
         self.hint = hint
         self._worker: int | None = None  # the worker thread's ident, once it has started
-        self._executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=thread_name, initializer=self._started
+        self._pool = (
+            ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=thread_name, initializer=self._started
+            )
+            if worker
+            else None
         )
         self._conn: sqlite3.Connection | None = None
         self._closed = False
@@ -225,6 +235,15 @@ class Database:
         ``loop.run_in_executor(db.executor, job)``, where ``job`` uses a ledger built on this
         database; the ledger's calls then run at once, on this thread)."""
         return self._executor
+
+    @property
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            raise RuntimeError(
+                f"{self.what} {self._name()!r} has no worker thread (worker=False): use "
+                "run_sync from the thread that opened it"
+            )
+        return self._pool
 
     @property
     def version(self) -> int:
@@ -255,14 +274,16 @@ class Database:
         """
         if self._closed:
             raise DatabaseClosed(f"{self.what} {self._name()!r} is closed")
+        executor = self._executor  # RuntimeError on the synchronous path
         try:
-            return self._executor.submit(self._job, fn)
+            return executor.submit(self._job, fn)
         except RuntimeError as exc:  # shut down meanwhile (or at interpreter exit)
             raise DatabaseClosed(f"{self.what} {self._name()!r} is closed: {exc}") from exc
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn(conn)`` on the worker; its result, or its exception. A cancelled caller
-        does not stop work already queued (it runs; its result is dropped)."""
+        """``fn(conn)`` on the worker; its result, or its exception. As with
+        ``loop.run_in_executor``, cancelling the caller cancels work not yet started; work
+        already running finishes (its result is dropped)."""
         return await asyncio.wrap_future(self.submit(fn))
 
     async def call(self, fn: Callable[[], T]) -> T:
@@ -277,6 +298,8 @@ class Database:
     def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(conn)`` on the worker, waiting for it: from a thread with no event loop (the
         CLI), or on the worker itself (then it runs at once, inside the current job)."""
+        if self._pool is None and self._worker is None:
+            self._worker = threading.get_ident()  # the synchronous path: the caller's thread
         if self.on_worker:
             return self._job(fn)
         return self.submit(fn).result()
@@ -311,6 +334,8 @@ class Database:
             self._drop()
             self._conn = self._connect(memory=True)
 
+        if self._pool is None and self._worker is None:
+            self._worker = threading.get_ident()
         if self.on_worker:
             to_memory()
         else:
@@ -359,10 +384,11 @@ class Database:
         (idempotent). On the worker itself the thread stops after the current job."""
         if self._closed:
             return
-        if self.on_worker:
+        if self.on_worker or self._pool is None:
             self._drop()
             self._closed = True
-            self._executor.shutdown(wait=False)
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
             return
         try:
             self._executor.submit(self._drop).result()
@@ -375,6 +401,9 @@ class Database:
     async def close(self) -> None:
         """:meth:`close_sync` from the event loop (the queued work runs first)."""
         if self._closed:
+            return
+        if self._pool is None:
+            self.close_sync()
             return
         try:
             await asyncio.wrap_future(self._executor.submit(self._drop))

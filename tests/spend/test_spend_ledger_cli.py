@@ -69,7 +69,7 @@ def test_a_reader_sees_committed_rows_while_the_writer_keeps_its_connection(
         writer.record_call(row(1.0, "ceo", PUSD))
         assert reader.used("2026-11-20") == {"company": PUSD, "agent:ceo": PUSD}
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
-            reader.database.run_sync(lambda c: c.execute("DELETE FROM calls"))
+            reader._db.execute("DELETE FROM calls")
         writer.record_call(row(2.0, "ceo", PUSD))
         assert reader.used("2026-11-20")["company"] == 2 * PUSD
     finally:

@@ -24,10 +24,11 @@ finer than that (only possible with an exotic price override) is rounded *up*.
 
 Durability: ``synchronous=FULL`` for settled calls, markers and raises (a power cut after
 the commit keeps the row: the ledger is money), ``NORMAL`` for ``inflight`` rows, which
-are dropped on start anyway. This class is synchronous: each method runs on the worker
-thread of its :class:`companyd._sqlite.Database`, at once when called there (the
-:class:`~companyd.spend.book.SpendBook` runs all its ledger work on that thread), else by
-handing the call over and waiting (the CLI, tests).
+are dropped on start anyway. This class is synchronous: each method runs on the thread
+that owns its :class:`companyd._sqlite.Database`, at once when called there. The
+:class:`~companyd.spend.book.SpendBook` runs all its ledger work on the database's worker
+thread; a ledger opened on its own (the CLI, a script) takes the synchronous path: it
+belongs to the thread that opened it, like a plain SQLite connection.
 """
 
 from __future__ import annotations
@@ -257,7 +258,8 @@ class Ledger:
     ) -> None:
         self.path = path
         self.readonly = readonly
-        self.database = database or self.open_database(path, readonly=readonly)
+        # Standalone (the CLI, a script): the synchronous path, on the caller's thread.
+        self.database = database or self.open_database(path, readonly=readonly, worker=False)
         try:
             self.database.open_sync()
             if not readonly:
@@ -277,10 +279,10 @@ class Ledger:
             raise
 
     @staticmethod
-    def open_database(path: Path, *, readonly: bool = False) -> Database:
+    def open_database(path: Path, *, readonly: bool = False, worker: bool = True) -> Database:
         """The (not yet opened) database of a ledger at ``path``: ``synchronous=FULL`` (see
         the module docstring); a 10 s busy timeout. Its thread is where a ledger built on it
-        is used (``Ledger(path, database=...)``)."""
+        is used (``Ledger(path, database=...)``); ``worker=False``: the caller's thread."""
         return Database(
             path,
             migrations=MIGRATIONS,
@@ -290,6 +292,7 @@ class Ledger:
             readonly=readonly,
             hint=", or move the file aside to start a new ledger",
             thread_name="companyd-spend",
+            worker=worker,
         )
 
     @property
