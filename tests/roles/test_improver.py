@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -372,3 +373,65 @@ async def test_an_instructions_file_replaced_by_a_fifo_is_refused_not_read(tmp_p
         # release a reader stuck on the FIFO, if the refusal did not happen
         with contextlib.suppress(OSError):  # ENXIO: no reader left, as it should be
             os.close(os.open(tmp_path / "marketing.md", os.O_WRONLY | os.O_NONBLOCK))
+
+
+# -- a proposals.sqlite written before the stores shared companyd._sqlite ---------------
+
+#: The schema as the code before companyd._sqlite created it (git show 17215ca:...).
+OLD_PROPOSALS = """
+CREATE TABLE IF NOT EXISTS proposals (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    proposer TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    file TEXT NOT NULL,
+    diff TEXT NOT NULL,
+    old_text TEXT NOT NULL,
+    new_text TEXT NOT NULL,
+    base_sha TEXT NOT NULL,
+    new_sha TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created REAL NOT NULL,
+    decided REAL
+);
+"""
+
+
+async def test_a_proposal_store_written_by_the_old_code_opens_unchanged(tmp_path: Path) -> None:
+    cfg = write_company(tmp_path, {"ceo": {}})
+    state = tmp_path / "state"
+    path = state / "proposals.sqlite"
+    state.mkdir()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.executescript(OLD_PROPOSALS)  # no user_version: 0
+    conn.execute(
+        "INSERT INTO proposals VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            "prop-1",
+            "ceo",
+            "improver",
+            "why",
+            str(cfg),
+            "diff",
+            "old",
+            "new",
+            "a",
+            "b",
+            "pending",
+            1.0,
+            None,
+        ),
+    )
+    before = conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+    conn.close()
+    store = _store(cfg, state)
+    async with asyncio.timeout(10):
+        assert [p.id for p in await store.list()] == ["prop-1"]
+        rejected = await store.reject("prop-1")
+        await store.close()
+    assert rejected.status == "rejected"
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall() == before
+    conn.close()

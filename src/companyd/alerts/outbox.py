@@ -8,7 +8,9 @@ is its journal, written through before anything is sent, so that
   stored the moment Telegram answers), and a coalesced alert keeps editing the same message;
 * a button pressed on an old message still finds what it stands for.
 
-The connection lives in a single worker thread (SQLite work never runs on the event loop).
+The connection lives in a single worker thread (a :class:`companyd._sqlite.Database`; SQLite
+work never runs on the event loop); its schema versions are ``PRAGMA user_version``
+(:data:`MIGRATIONS`).
 Rows are snapshots taken on the loop thread (:meth:`AlertRecord.to_row`), so the loop can keep
 mutating a record while its previous state is being written.
 
@@ -19,20 +21,18 @@ send). Delivery is at-least-once by design; see docs/alerts.md.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import sqlite3
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from companyd._fs import private_sqlite
+from companyd._sqlite import Database, Migration
 
-__all__ = ["AlertRecord", "AlertStore", "Delivery"]
+__all__ = ["MIGRATIONS", "AlertRecord", "AlertStore", "Delivery"]
 
 log = logging.getLogger("companyd.alerts.service")
 
@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS alerts (
 );
 CREATE INDEX IF NOT EXISTS alerts_active ON alerts (settled, window_end);
 """
-_VERSION = 1
+#: The outbox's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite).
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
 
 
 @dataclass
@@ -216,43 +217,34 @@ class AlertStore:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alerts-db")
-        self._conn: sqlite3.Connection | None = None
+        self._db = Database(
+            path, migrations=MIGRATIONS, what="alerts.sqlite", thread_name="alerts-db"
+        )
 
     async def _run(self, fn: Any, *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        return await self._db.run(lambda _conn: fn(*args))
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        return self._db.connection
 
     # -- thread side --------------------------------------------------------------------
 
-    def _connect(self, target: str) -> sqlite3.Connection:
-        conn = sqlite3.connect(target, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=5000")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > _VERSION:
-            conn.close()
-            raise sqlite3.DatabaseError(
-                f"alerts.sqlite has schema version {version}, newer than this companyd "
-                f"understands ({_VERSION})"
-            )
-        conn.executescript(_SCHEMA)
-        conn.execute(f"PRAGMA user_version={_VERSION}")
-        conn.execute("SELECT count(*) FROM alerts").fetchone()
-        return conn
+    def _connect(self) -> None:
+        self._db.open_sync()
+        self._conn.execute("SELECT count(*) FROM alerts").fetchone()
 
     def _open_sync(self) -> str | None:
         """Open the file; set aside a corrupt one; fall back to memory. Returns a note for
         the operator when the outbox is not the file it should be."""
         if self.path is None:
-            self._conn = self._connect(":memory:")
+            self._db.open_sync()  # in memory
             return None
         try:
-            private_sqlite(self.path)
-            self._conn = self._connect(str(self.path))
+            self._connect()
             return None
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.DatabaseError as exc:  # unreadable, or from a newer companyd
+            self._db.reset()
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             try:
                 os.replace(self.path, aside)
@@ -260,9 +252,9 @@ class AlertStore:
                     side = self.path.with_name(self.path.name + suffix)
                     if side.exists():
                         os.replace(side, aside.with_name(aside.name + suffix))
-                self._conn = self._connect(str(self.path))
+                self._connect()
             except (OSError, sqlite3.Error):
-                self._conn = self._connect(":memory:")
+                self._db.open_sync(memory=True)
                 return (
                     f"the alert outbox {str(self.path)!r} is unreadable ({exc}) and could not be "
                     "replaced; alerts are kept in memory only until companyd restarts — check "
@@ -273,7 +265,7 @@ class AlertStore:
                 f"{str(aside)!r} and a new one started (unsent alerts in it are not sent)"
             )
         except OSError as exc:
-            self._conn = self._connect(":memory:")
+            self._db.open_sync(memory=True)
             return (
                 f"cannot open the alert outbox {str(self.path)!r} ({exc}); alerts are kept in "
                 "memory only until companyd restarts — check the state directory's permissions"
@@ -323,17 +315,12 @@ class AlertStore:
             )
         return cur.rowcount
 
-    def _close_sync(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
     # -- loop side ----------------------------------------------------------------------
 
     async def open(self) -> str | None:
         """Open (creating it if needed). Returns a warning for the operator if the file had
         to be set aside or memory is used instead, else None."""
-        note: str | None = await self._run(self._open_sync)
+        note: str | None = await self._db.call(self._open_sync)
         return note
 
     async def load_active(self, now: float) -> tuple[list[AlertRecord], int]:
@@ -357,5 +344,4 @@ class AlertStore:
         return n
 
     async def close(self) -> None:
-        await self._run(self._close_sync)
-        self._executor.shutdown(wait=False)
+        await self._db.close()

@@ -294,6 +294,8 @@ class Daemon(Operator, Reloader):
         with contextlib.suppress(Exception):
             await self.journal.close()
         with contextlib.suppress(Exception):
+            await self.proposal_store.close()
+        with contextlib.suppress(Exception):
             await self.backend.aclose()
 
     async def __aenter__(self) -> Daemon:

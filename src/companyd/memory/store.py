@@ -8,7 +8,7 @@ One :class:`GraphStore` owns one graph file for one thread. Files next to the gr
 * ``memory.jsonl.journal`` — changes since that file was written: a header naming the exact
   file it extends (size and SHA-256), then one checksummed record per change. A write is
   acknowledged only after its record is fsynced, so its cost does not depend on the size of
-  the graph.
+  the graph (the format: :mod:`companyd.memory.journal`).
 * ``memory.jsonl.lock`` — the cross-process lock (:func:`filelock.lock_descriptor`, i.e. the
   same ``flock`` a :class:`filelock.FileLock` on that path takes). Every read and write holds
   it; before each one the store re-checks both files and folds in what other processes did.
@@ -27,12 +27,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import logging
 import os
 import stat
 import time
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,6 +56,14 @@ from companyd.memory.errors import (
     MemoryUnsafePath,
 )
 from companyd.memory.graph import KnowledgeGraph
+from companyd.memory.journal import (
+    decode_record,
+    encode_record,
+    journal_header,
+    journal_line,
+    journal_quarantined,
+    parse_header,
+)
 from companyd.memory.tools import replay as replay_effect
 from companyd.memory.tools import run_tool, validate_arguments
 
@@ -67,10 +73,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_JOURNAL_MAGIC = "companyd_memory_journal"
-_JOURNAL_VERSION = 1
 _EMPTY_SHA = hashlib.sha256(b"").hexdigest()
-_RECORD_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 #: The journal is folded into the graph file once it is at least this big and at least as
 #: big as the graph file: compaction cost O(graph) is then spread over as many bytes of
 #: writes, which keeps the cost per write constant.
@@ -110,51 +113,6 @@ def _stat(path: Path) -> _Sig | None:
         return _Sig.of(os.stat(path))
     except FileNotFoundError:
         return None
-
-
-def _header(size: int, sha: str) -> bytes:
-    return (
-        json.dumps(
-            {_JOURNAL_MAGIC: _JOURNAL_VERSION, "base_size": size, "base_sha256": sha},
-            separators=(",", ":"),
-        ).encode()
-        + b"\n"
-    )
-
-
-def _parse_header(line: bytes) -> tuple[int, str] | None:
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict) or obj.get(_JOURNAL_MAGIC) != _JOURNAL_VERSION:
-        return None
-    size, sha = obj.get("base_size"), obj.get("base_sha256")
-    if not isinstance(size, int) or not isinstance(sha, str):
-        return None
-    return size, sha
-
-
-def _encode_record(effect: Mapping[str, Any]) -> bytes:
-    text = _RECORD_ENCODER.encode(effect)
-    try:
-        payload = text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates, escaped as JSON \udxxx
-        payload = text.encode("utf-8", "backslashreplace")
-    return b"%08x %s\n" % (zlib.crc32(payload), payload)
-
-
-def _decode_record(line: bytes) -> dict[str, Any]:
-    """Raises ValueError if the record is damaged."""
-    crc, sep, payload = line.partition(b" ")
-    if not sep or len(crc) != 8:
-        raise ValueError("no checksum")
-    if int(crc, 16) != zlib.crc32(payload):
-        raise ValueError("checksum mismatch")
-    obj = json.loads(payload)
-    if not isinstance(obj, dict) or not isinstance(obj.get("op"), str):
-        raise ValueError("not a journal record")
-    return obj
 
 
 class GraphStore:
@@ -430,7 +388,7 @@ class GraphStore:
         # Which journal extends this exact file? Normally the journal; right after a
         # compaction that crashed between its two renames, the next journal.
         journal = self._read_file(self.journal_path)
-        header = _parse_header(journal.split(b"\n", 1)[0]) if journal else None
+        header = parse_header(journal.split(b"\n", 1)[0]) if journal else None
         journal_ino = -1  # which file the journal came from (-1: not the journal path)
         if header == base:
             jsig = _stat(self.journal_path)
@@ -440,7 +398,7 @@ class GraphStore:
                     os.unlink(self.next_journal_path)  # from a compaction that crashed early
         else:
             upcoming = self._read_file(self.next_journal_path)
-            next_header = _parse_header(upcoming.split(b"\n", 1)[0]) if upcoming else None
+            next_header = parse_header(upcoming.split(b"\n", 1)[0]) if upcoming else None
             if next_header == base:
                 if not self.readonly:
                     os.replace(self.next_journal_path, self.journal_path)
@@ -479,7 +437,7 @@ class GraphStore:
             journal_ok = not damaged
             self._journal_offset = end
             self._journal_records = len(records)
-        quarantine += [_journal_q(o, raw, why) for o, raw, why in damaged]
+        quarantine += [journal_quarantined(o, raw, why) for o, raw, why in damaged]
         graph.check_invariants()
         report.quarantined = quarantine
         report.entities = len(graph)
@@ -572,7 +530,7 @@ class GraphStore:
                 break  # no newline: the tail of a write that was never acknowledged
             line = journal[pos:end]
             try:
-                good.append((pos, _decode_record(line)))
+                good.append((pos, decode_record(line)))
             except ValueError as exc:
                 damaged.append((pos, line, f"damaged record ({exc})"))
             pos = end + 1
@@ -596,7 +554,7 @@ class GraphStore:
             if end < 0:
                 break
             try:
-                replay_effect(graph, _decode_record(chunk[pos:end]))
+                replay_effect(graph, decode_record(chunk[pos:end]))
                 self._journal_records += 1
             except (KeyError, TypeError, ValueError):
                 damaged = True
@@ -611,7 +569,7 @@ class GraphStore:
     # -- writing -----------------------------------------------------------------------------
 
     def _append(self, effects: Sequence[Mapping[str, Any]]) -> None:
-        data = b"".join(_encode_record(e) for e in effects)
+        data = b"".join(encode_record(e) for e in effects)
         fd = self._journal_fd
         try:
             if fd is None:
@@ -649,7 +607,7 @@ class GraphStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            self._write_journal_file(self.next_journal_path, _header(len(data), sha))
+            self._write_journal_file(self.next_journal_path, journal_header(len(data), sha))
             fsync_directory(self.path.parent)
             os.replace(tmp, self.path)
             fsync_directory(self.path.parent)
@@ -662,7 +620,7 @@ class GraphStore:
         self._base = (len(data), sha)
         self._graph_sig = _stat(self.path)
         self._marker = (graph, graph.version, _marker_from_sha(sha))
-        self._journal_offset = len(_header(len(data), sha))
+        self._journal_offset = len(journal_header(len(data), sha))
         self._journal_records = 0
         self._open_journal(fresh=False)
 
@@ -681,7 +639,7 @@ class GraphStore:
             os.close(self._journal_fd)
             self._journal_fd = None
         if fresh or not self.journal_path.exists():
-            header = _header(*self._base)
+            header = journal_header(*self._base)
             tmp = tmp_name(self.journal_path)
             self._write_journal_file(tmp, header)
             os.replace(tmp, self.journal_path)
@@ -800,13 +758,3 @@ def _read_all(fd: int) -> bytes:
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
-
-
-def journal_line(journal: bytes, offset: int) -> bytes:
-    """The journal line starting at ``offset`` (without its newline)."""
-    end = journal.find(b"\n", offset)
-    return journal[offset:] if end < 0 else journal[offset:end]
-
-
-def _journal_q(offset: int, raw: bytes, reason: str) -> QuarantinedLine:
-    return QuarantinedLine(lineno=0, raw=raw, reason=f"journal byte {offset}: {reason}")

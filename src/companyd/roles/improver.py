@@ -14,7 +14,9 @@ rewritten atomically and the daemon reloads. An applied proposal can be reverted
 edited by hand since the proposal was made is never overwritten: the proposal is refused
 as stale.
 
-Proposals live in ``proposals.sqlite`` in the state directory.
+Proposals live in ``proposals.sqlite`` in the state directory (a
+:class:`companyd._sqlite.Database`: one worker thread, ``PRAGMA user_version`` migrations,
+``synchronous=FULL`` as SQLite's default was before the stores shared one owner).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import contextlib
 import difflib
 import hashlib
 import os
-import sqlite3
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -33,7 +34,8 @@ from typing import Any
 
 import yaml
 
-from companyd._fs import private_sqlite, read_regular_file
+from companyd._fs import read_regular_file
+from companyd._sqlite import Database, Migration
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config_text
 from companyd.errors import CompanydError, ConfigError
@@ -41,7 +43,14 @@ from companyd.events import EventBus
 from companyd.roles.tasks import new_id
 from companyd.roles.tools import Tool, ToolCallContext, ToolError, json_schema
 
-__all__ = ["Proposal", "ProposalError", "Proposals", "improver_tools", "replace_instructions"]
+__all__ = [
+    "MIGRATIONS",
+    "Proposal",
+    "ProposalError",
+    "Proposals",
+    "improver_tools",
+    "replace_instructions",
+]
 
 
 class ProposalError(CompanydError):
@@ -94,6 +103,9 @@ CREATE TABLE IF NOT EXISTS proposals (
 );
 """
 
+#: The store's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite).
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+
 
 def _read_text(path: Path) -> str:
     """``path`` as text; never a plain read: a FIFO put there after the config loaded would
@@ -131,26 +143,25 @@ class Proposals:
         self.clock = clock
         self._reload = reload
         self._lock = asyncio.Lock()
+        # Opened by the first query (a listing must not create the file before it is asked
+        # for); synchronous=FULL: what these connections had before (SQLite's default).
+        self._db = Database(
+            self.path,
+            migrations=MIGRATIONS,
+            what="proposal store",
+            synchronous="FULL",
+            thread_name="proposals",
+        )
+
+    async def close(self) -> None:
+        """Close the database and stop its thread."""
+        await self._db.close()
 
     def reconfigure(self, config: CompanyConfig) -> None:
         self.config = config
 
-    def _db(self) -> sqlite3.Connection:
-        private_sqlite(self.path)
-        db = sqlite3.connect(self.path, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.executescript(_SCHEMA)
-        return db
-
-    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        db = self._db()
-        try:
-            return db.execute(sql, args).fetchall()
-        finally:
-            db.close()
-
     async def _q(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        return await asyncio.to_thread(self._query, sql, args)
+        return await self._db.run(lambda db: db.execute(sql, args).fetchall())
 
     # -- creating -------------------------------------------------------------------------
 

@@ -16,24 +16,25 @@ that got them quarantined), and runs with their outcome, cost and models.
 Storage: ``runs.sqlite`` in the state directory, WAL, ``synchronous=NORMAL`` — a commit
 survives a crash of the process (kill -9) because it is in the OS page cache when the call
 returns; a power cut may lose the last few commits (docs/agents.md). One worker thread owns
-the connection, so the event loop never waits on SQLite.
+the connection (a :class:`companyd._sqlite.Database`), so the event loop never waits on
+SQLite. Schema versions: ``PRAGMA user_version`` (:data:`MIGRATIONS`; a file from before
+versions existed is at 0 and has migration 1's tables already, which it creates only if
+missing).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from companyd._fs import private_sqlite
+from companyd._sqlite import Database, Migration
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 
-__all__ = ["Journal", "JournaledRun", "Step", "TaskState"]
+__all__ = ["MIGRATIONS", "Journal", "JournaledRun", "Step", "TaskState"]
 
 T = TypeVar("T")
 
@@ -85,6 +86,9 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 """
 
+#: The journal's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite).
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+
 
 class TaskState:
     QUEUED = "queued"
@@ -126,42 +130,23 @@ class Journal:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
-        self._db: sqlite3.Connection | None = None
+        self._db = Database(path, migrations=MIGRATIONS, what="run journal", thread_name="journal")
 
     # -- plumbing -------------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
-        if self._db is None:
-            private_sqlite(self.path)
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            db.executescript(_SCHEMA)
-            self._db = db
-        return self._db
-
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self._connect()))
+        return await self._db.run(fn)
 
     def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the journal thread and wait (for CLI use outside an event loop)."""
-        return self._executor.submit(lambda: fn(self._connect())).result()
+        return self._db.run_sync(fn)
 
     async def open(self) -> None:
         """Create the database and schema (idempotent)."""
-        await self._run(lambda db: None)
+        await self._db.open()
 
     async def close(self) -> None:
-        def close(db: sqlite3.Connection) -> None:
-            db.close()
-            self._db = None
-
-        if self._db is not None:
-            await self._run(close)
-        self._executor.shutdown(wait=True)
+        await self._db.close()
 
     # -- tasks ----------------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """routines.sqlite: each routine's schedule cursor and the history of every fire.
 
 One database file in the state directory, owned by the running scheduler: a single worker
-thread holds the only writing connection and runs every statement, so the event loop never
-waits on SQLite. Readers (``companyd jobs`` with no daemon, or beside one) open their own
-read-only connection; WAL mode lets them read while the daemon writes.
+thread (a :class:`companyd._sqlite.Database`) holds the only writing connection and runs
+every statement, so the event loop never waits on SQLite; schema versions are
+``PRAGMA user_version`` (:data:`MIGRATIONS`). Readers (``companyd jobs`` with no daemon, or
+beside one) open their own read-only connection; WAL mode lets them read while the daemon
+writes. The values stored are :mod:`companyd.scheduler.records`.
 
 Tables:
 
@@ -38,23 +40,26 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import queue
 import sqlite3
-import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.request import pathname2url
 
-from companyd._fs import private_sqlite
-from companyd.clock import utc_from_ts
+from companyd._sqlite import (
+    Database,
+    DatabaseClosed,
+    Migration,
+    SchemaTooNew,
+    check_version,
+    connect_readonly,
+)
 from companyd.errors import CompanydError
 from companyd.scheduler import _ids
+from companyd.scheduler.records import FireRecord, RoutineState, RoutineStats
 
 __all__ = [
     "DB_NAME",
+    "MIGRATIONS",
     "SCHEMA_VERSION",
     "FireRecord",
     "RoutineState",
@@ -72,7 +77,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DB_NAME = "routines.sqlite"
-SCHEMA_VERSION = 1
 
 T = TypeVar("T")
 
@@ -111,6 +115,12 @@ CREATE INDEX IF NOT EXISTS fires_by_routine ON fires (routine, scheduled);
 CREATE INDEX IF NOT EXISTS fires_open ON fires (outcome) WHERE outcome IS NULL;
 """
 
+#: The schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite).
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+SCHEMA_VERSION = len(MIGRATIONS)
+_WHAT = "routine history"
+_HINT = ", or move the file away to start a fresh routine history"
+
 _FIRE_COLUMNS = (
     "fire_id, routine, agent, kind, scheduled, fired, started, ended, outcome, reason, "
     "cost_usd, run_id, task_id, fires"
@@ -119,121 +129,6 @@ _FIRE_COLUMNS = (
 
 class StoreError(CompanydError):
     """routines.sqlite cannot be opened, read or written."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoutineState:
-    """The persisted schedule position of one routine (see the module docstring)."""
-
-    routine: str
-    trigger: str
-    cursor: float
-    last_fire: float | None = None
-    memory_marker: str | None = None
-    updated: float = 0.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class FireRecord:
-    """One row of the history. Times are epoch seconds; ``outcome`` is None while the fire is
-    waiting for its turn or running."""
-
-    fire_id: str
-    routine: str
-    agent: str
-    kind: str
-    scheduled: float
-    fired: float | None = None
-    started: float | None = None
-    ended: float | None = None
-    outcome: str | None = None
-    reason: str | None = None
-    cost_usd: float = 0.0
-    run_id: str | None = None
-    task_id: str | None = None
-    fires: int = 1
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: times as ISO 8601 in UTC."""
-
-        def iso(ts: float | None) -> str | None:
-            return None if ts is None else utc_from_ts(ts).isoformat()
-
-        return {
-            "fire_id": self.fire_id,
-            "routine": self.routine,
-            "agent": self.agent,
-            "kind": self.kind,
-            "scheduled": iso(self.scheduled),
-            "fired": iso(self.fired),
-            "started": iso(self.started),
-            "ended": iso(self.ended),
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "cost_usd": self.cost_usd,
-            "run_id": self.run_id,
-            "task_id": self.task_id,
-            "fires": self.fires,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> FireRecord:
-        """The inverse of :meth:`to_dict` (for front ends that received it as JSON)."""
-
-        def ts(text: str | None) -> float | None:
-            return None if text is None else datetime.fromisoformat(text).timestamp()
-
-        scheduled = ts(d["scheduled"])
-        assert scheduled is not None
-        return cls(
-            fire_id=d["fire_id"],
-            routine=d["routine"],
-            agent=d["agent"],
-            kind=d["kind"],
-            scheduled=scheduled,
-            fired=ts(d.get("fired")),
-            started=ts(d.get("started")),
-            ended=ts(d.get("ended")),
-            outcome=d.get("outcome"),
-            reason=d.get("reason"),
-            cost_usd=float(d.get("cost_usd", 0.0)),
-            run_id=d.get("run_id"),
-            task_id=d.get("task_id"),
-            fires=int(d.get("fires", 1)),
-        )
-
-    def _row(self) -> tuple[Any, ...]:
-        return (
-            self.fire_id,
-            self.routine,
-            self.agent,
-            self.kind,
-            self.scheduled,
-            self.fired,
-            self.started,
-            self.ended,
-            self.outcome,
-            self.reason,
-            self.cost_usd,
-            self.run_id,
-            self.task_id,
-            self.fires,
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoutineStats:
-    """Due runs and successes of one routine over a window (``idle`` and manual runs are not
-    due runs)."""
-
-    routine: str
-    due: int
-    ok: int
-
-    @property
-    def success_rate(self) -> float | None:
-        """ok / due, or None when nothing was due."""
-        return self.ok / self.due if self.due else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -512,24 +407,19 @@ def open_readonly(path: Path) -> sqlite3.Connection | None:
     if not path.exists():
         return None
     try:
-        conn = sqlite3.connect(f"file:{pathname2url(str(path))}?mode=ro", uri=True)
+        conn = connect_readonly(path)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.Error as exc:
         raise StoreError(
             f"cannot read {str(path)!r}: {exc}; check the file's permissions (the CLI needs "
             "read access to the state directory) or pass the right --state-dir"
         ) from exc
-    _check_version(path, version)
+    try:
+        check_version(path, version, SCHEMA_VERSION, what=_WHAT, hint=_HINT)
+    except SchemaTooNew as exc:
+        conn.close()
+        raise StoreError(str(exc)) from None
     return conn
-
-
-def _check_version(path: Path, version: int) -> None:
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"{str(path)!r} has schema version {version}, newer than this companyd "
-            f"understands ({SCHEMA_VERSION}); upgrade companyd, or move the file away to "
-            "start a fresh routine history"
-        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -539,7 +429,6 @@ def _check_version(path: Path, version: int) -> None:
 _Fn = Callable[[sqlite3.Connection], Any]
 _Item = _Fn | tuple[Stmt, ...]  # a function, or statements applied in the bulk phase
 _Entry = tuple[_Item, "asyncio.Future[Any] | None"]
-_Batch = tuple[list[_Item], "concurrent.futures.Future[list[tuple[bool, Any]]]"]
 
 
 class RoutineStore:
@@ -578,8 +467,17 @@ class RoutineStore:
     def __init__(self, path: Path, on_error: Callable[[BaseException], None] | None = None) -> None:
         self.path = path
         self._on_error = on_error
-        self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        # At interpreter exit Python joins the worker after the work queued on it, so queued
+        # history rows are written even if the loop stopped before awaiting them.
+        self._db = Database(
+            path,
+            migrations=MIGRATIONS,
+            what=_WHAT,
+            timeout=10.0,
+            hint=_HINT,
+            thread_name="routines.sqlite",
+        )
+        self._opened = False
         self._loop: asyncio.AbstractEventLoop | None = None
         # Work and, for call/execute, the future its caller awaits (None: posted).
         self._gathering: list[_Entry] = []
@@ -605,20 +503,24 @@ class RoutineStore:
             StoreError: the file cannot be opened or was written by a newer companyd.
         """
         self._loop = asyncio.get_running_loop()
-        # Not a daemon thread: at interpreter exit Python joins it, so queued history rows are
-        # written even if the loop stopped before awaiting them.
-        self._thread = threading.Thread(target=self._work, name="routines.sqlite", daemon=False)
-        self._thread.start()
-        await self.call(self._init)
+        self._opened = True
+        try:
+            await self._db.open()
+        except SchemaTooNew as exc:
+            self._die(StoreError(str(exc)))
+        except (sqlite3.Error, OSError) as exc:
+            death = StoreError(
+                f"cannot open {str(self.path)!r}: {exc}; check that the state directory "
+                "is writable by the daemon's user and the disk is not full"
+            )
+            death.__cause__ = exc  # a full disk is told apart by its cause
+            self._die(death)
 
-    def _init(self, conn: sqlite3.Connection) -> None:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        _check_version(self.path, version)
-        # One statement at a time: executescript() would COMMIT the batch's transaction.
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    def _die(self, death: StoreError) -> None:
+        """The file cannot be used: every caller from now on learns why."""
+        self._dead = True
+        self._death = death
+        raise death
 
     async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` in the worker thread; return its result once committed.
@@ -659,7 +561,7 @@ class RoutineStore:
         if self._dead:
             raise self._death or StoreError(f"routines.sqlite at {str(self.path)!r} is closed")
         loop = self._loop
-        if self._thread is None or loop is None:
+        if not self._opened or loop is None:
             raise StoreError(f"routines.sqlite at {str(self.path)!r} is not open")
         fut: asyncio.Future[Any] | None = loop.create_future() if wait else None
         (self._next if later else self._gathering).append((fn, fut))
@@ -687,7 +589,13 @@ class RoutineStore:
         if self._next:
             self._gathering, self._next = self._next, []
             self._hold = reported
-        done: concurrent.futures.Future[list[tuple[bool, Any]]] = concurrent.futures.Future()
+        items = [fn for fn, _ in gathered]
+        done: concurrent.futures.Future[list[tuple[bool, Any]]]
+        try:
+            done = self._db.submit(lambda conn: self._batch(conn, items))
+        except DatabaseClosed:  # closed meanwhile: fail the batch, on the loop
+            done = concurrent.futures.Future()
+            done.set_exception(self._death or StoreError(f"{str(self.path)!r} is closed"))
 
         def back(f: concurrent.futures.Future[list[tuple[bool, Any]]]) -> None:
             # Runs in the worker thread: hop to the loop once for the whole batch.
@@ -695,9 +603,6 @@ class RoutineStore:
                 loop.call_soon_threadsafe(self._deliver, gathered, f, reported)
 
         done.add_done_callback(back)
-        self._queue.put(([fn for fn, _ in gathered], done))
-        if self._dead:  # the worker died between the check and the put: fail it here
-            self._fail_all(self._death or StoreError(f"{str(self.path)!r} is closed"))
 
     def _deliver(
         self,
@@ -742,57 +647,29 @@ class RoutineStore:
 
     async def close(self) -> None:
         """Finish queued work, close the connection and stop the thread."""
-        if self._thread is None:
+        if not self._opened:
             return
         while self._gathering or self._next or self._hold is not None:
             if self._hold is not None:
                 await asyncio.shield(self._hold)
             self._flush()
-        self._queue.put(None)
-        thread, self._thread = self._thread, None
-        await asyncio.to_thread(thread.join)
+        self._opened = False
+        await self._db.close()  # after the batches queued before it
+        self._dead = True
+        self._death = self._death or StoreError(f"routines.sqlite at {str(self.path)!r} is closed")
         await asyncio.sleep(0)  # let the last batch's results reach their futures
 
     # -- worker thread ----------------------------------------------------------------
 
-    def _work(self) -> None:
+    def _batch(self, conn: sqlite3.Connection, items: list[_Item]) -> list[tuple[bool, Any]]:
         try:
-            conn = self._connect()
-        except Exception as exc:
-            self._death = StoreError(
-                f"cannot open {str(self.path)!r}: {exc}; check that the state directory "
-                "is writable by the daemon's user and the disk is not full"
+            return self._run_batch(conn, items)
+        except sqlite3.Error as exc:
+            error = StoreError(
+                f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk "
+                "space and the file's permissions"
             )
-            self._death.__cause__ = exc  # a full disk is told apart by its cause
-            self._dead = True
-            self._fail_all(self._death)
-            return
-        try:
-            while (item := self._queue.get()) is not None:
-                fns, done = item
-                try:
-                    results = self._run_batch(conn, fns)
-                except sqlite3.Error as exc:
-                    error = StoreError(
-                        f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk "
-                        "space and the file's permissions"
-                    )
-                    error.__cause__ = exc  # a full disk is told apart by its cause
-                    done.set_exception(error)
-                else:
-                    done.set_result(results)
-        finally:
-            conn.close()
-            self._dead = True
-            self._fail_all(StoreError(f"routines.sqlite at {str(self.path)!r} is closed"))
-
-    def _connect(self) -> sqlite3.Connection:
-        private_sqlite(self.path)
-        # isolation_level=None: transactions are explicit (BEGIN/COMMIT in _run_batch).
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        return conn
+            raise error from exc  # a full disk is told apart by its cause
 
     @staticmethod
     def _run_batch(conn: sqlite3.Connection, items: list[_Item]) -> list[tuple[bool, Any]]:
@@ -832,13 +709,3 @@ class RoutineStore:
                 conn.execute("COMMIT")
                 results.append((True, value))
         return results
-
-    def _fail_all(self, err: BaseException) -> None:
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if item is not None:
-                with contextlib.suppress(concurrent.futures.InvalidStateError):
-                    item[1].set_exception(err)

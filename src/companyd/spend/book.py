@@ -299,7 +299,8 @@ class SpendBook:
         """
         if self._opened:
             return
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="companyd-spend")
+        database = Ledger.open_database(self._path)  # its one thread runs all ledger work
+        self._executor = database.executor
         now = self._clock.time()
         day, month = period_keys(now, self._tz)
         since = now - HISTORY_SECONDS
@@ -307,7 +308,7 @@ class SpendBook:
         failed: list[BaseException] = []
 
         def _open() -> tuple[Any, ...]:
-            led = Ledger(self._path)
+            led = Ledger(self._path, database=database)
             try:
                 last = (led.get_meta("day"), led.get_meta("month"))
                 try:

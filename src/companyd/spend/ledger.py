@@ -14,7 +14,9 @@
 * ``markers`` — threshold / exhaustion events already published per scope and period, so a
   restart does not publish them again.
 * ``raises`` — one-off raises of today's budget.
-* ``meta`` — schema version, time zone, last period seen.
+* ``meta`` — time zone, last period seen, and the schema version of before the stores
+  shared :mod:`companyd._sqlite` (``schema``, still checked); the version now is
+  ``PRAGMA user_version`` (:data:`MIGRATIONS`).
 
 Money is stored as integer **picodollars** (10⁻¹² USD). A call's cost at prices with up to
 six decimals per million tokens is a whole number of picodollars, so sums are exact; a cost
@@ -22,26 +24,31 @@ finer than that (only possible with an exotic price override) is rounded *up*.
 
 Durability: ``synchronous=FULL`` for settled calls, markers and raises (a power cut after
 the commit keeps the row: the ledger is money), ``NORMAL`` for ``inflight`` rows, which
-are dropped on start anyway. This class is synchronous and must be used from one thread;
-:class:`~companyd.spend.book.SpendBook` owns one in a dedicated worker thread.
+are dropped on start anyway. This class is synchronous: each method runs on the thread
+that owns its :class:`companyd._sqlite.Database`, at once when called there. The
+:class:`~companyd.spend.book.SpendBook` runs all its ledger work on the database's worker
+thread; a ledger opened on its own (the CLI, a script) takes the synchronous path: it
+belongs to the thread that opened it, like a plain SQLite connection.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from companyd._fs import private_sqlite
+from companyd._sqlite import Database, Migration, SchemaTooNew
 from companyd.errors import CompanydError
 from companyd.llm.model import Usage
 
 __all__ = [
     "DIMENSIONS",
+    "MIGRATIONS",
     "PUSD",
     "CallRow",
     "InflightRow",
@@ -123,7 +130,26 @@ CREATE TABLE IF NOT EXISTS raises (
     ts REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS raises_day ON raises (day, scope);
+INSERT OR IGNORE INTO meta VALUES ('schema', '1');
 """
+
+#: The ledger's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite). A
+#: ledger from before the versions were shared is at 0 with every table of migration 1
+#: (which creates only what is missing).
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _on_worker(method: Callable[Concatenate[Ledger, P], R]) -> Callable[Concatenate[Ledger, P], R]:
+    """Run ``method`` on the ledger's database thread (at once when already there)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Ledger, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.database.run_sync(lambda _conn: method(self, *args, **kwargs))
+
+    return wrapper
 
 
 class LedgerError(CompanydError):
@@ -227,48 +253,72 @@ class Ledger:
         LedgerError: the file cannot be opened or is not a companyd ledger.
     """
 
-    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, readonly: bool = False, database: Database | None = None
+    ) -> None:
         self.path = path
         self.readonly = readonly
+        # Standalone (the CLI, a script): the synchronous path, on the caller's thread.
+        self.database = database or self.open_database(path, readonly=readonly, worker=False)
         try:
-            if readonly:
-                self._db = sqlite3.connect(
-                    f"file:{path}?mode=ro", uri=True, isolation_level=None, timeout=10
-                )
-            else:
-                private_sqlite(path)
-                self._db = sqlite3.connect(path, isolation_level=None, timeout=10)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=FULL")
-                self._db.executescript(_SCHEMA)
-                self._init_meta()
-            self._db.execute("PRAGMA busy_timeout=10000")
+            self.database.open_sync()
+            if not readonly:
+                self._check_meta()
+        except SchemaTooNew as exc:
+            self.database.close_sync()
+            raise LedgerError(str(exc)) from exc
         except (sqlite3.Error, OSError) as exc:
+            self.database.close_sync()
             raise LedgerError(
                 f"cannot open the spend ledger {str(path)!r}: {exc}; check the file's "
                 "permissions and free disk space (or move a damaged file aside to start a "
                 "new ledger)"
             ) from exc
+        except BaseException:
+            self.database.close_sync()
+            raise
 
-    def _init_meta(self) -> None:
+    @staticmethod
+    def open_database(path: Path, *, readonly: bool = False, worker: bool = True) -> Database:
+        """The (not yet opened) database of a ledger at ``path``: ``synchronous=FULL`` (see
+        the module docstring); a 10 s busy timeout. Its thread is where a ledger built on it
+        is used (``Ledger(path, database=...)``); ``worker=False``: the caller's thread."""
+        return Database(
+            path,
+            migrations=MIGRATIONS,
+            what="spend ledger",
+            synchronous="FULL",
+            timeout=10.0,
+            readonly=readonly,
+            hint=", or move the file aside to start a new ledger",
+            thread_name="companyd-spend",
+            worker=worker,
+        )
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        return self.database.connection
+
+    @_on_worker
+    def _check_meta(self) -> None:
         row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        if row is None:
-            self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) > SCHEMA_VERSION:
+        if row is not None and int(row[0]) > SCHEMA_VERSION:
             raise LedgerError(
                 f"the spend ledger {str(self.path)!r} has schema {row[0]!r}, newer than this "
                 f"companyd understands ({SCHEMA_VERSION}); upgrade companyd"
             )
 
     def close(self) -> None:
-        self._db.close()
+        self.database.close_sync()
 
     # -- meta -----------------------------------------------------------------------------
 
+    @_on_worker
     def get_meta(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
+    @_on_worker
     def set_meta(self, items: dict[str, str]) -> None:
         with self._txn(full=False):
             self._db.executemany(
@@ -282,6 +332,7 @@ class Ledger:
     def _txn(self, *, full: bool) -> _Txn:
         return _Txn(self._db, full=full)
 
+    @_on_worker
     def record_call(
         self,
         row: CallRow,
@@ -354,6 +405,7 @@ class Ledger:
             )
         return int(cur.lastrowid or 0)
 
+    @_on_worker
     def add_inflight(self, row: InflightRow) -> None:
         with self._txn(full=False):
             self._db.execute(
@@ -371,10 +423,12 @@ class Ledger:
                 ),
             )
 
+    @_on_worker
     def delete_inflight(self, reservation_id: str) -> None:
         with self._txn(full=False):
             self._db.execute("DELETE FROM inflight WHERE id=?", (reservation_id,))
 
+    @_on_worker
     def take_inflight(self) -> list[InflightRow]:
         """Remove and return every ``inflight`` row (on start: they are all stale)."""
         with self._txn(full=True):
@@ -382,6 +436,7 @@ class Ledger:
             self._db.execute("DELETE FROM inflight")
         return rows
 
+    @_on_worker
     def inflight(self, *, alive_only: bool = False) -> list[InflightRow]:
         """Reservations recorded as in flight (``alive_only``: of running processes)."""
         rows = [
@@ -405,6 +460,7 @@ class Ledger:
             rows = [r for r in rows if _pid_alive(r.pid)]
         return rows
 
+    @_on_worker
     def add_markers(self, markers: Iterable[tuple[str, str, str]], ts: float) -> None:
         with self._txn(full=True):
             self._db.executemany(
@@ -412,6 +468,7 @@ class Ledger:
                 [(s, p, m, ts) for s, p, m in markers],
             )
 
+    @_on_worker
     def add_raise(self, scope: str, day: str, amount_pusd: int, ts: float) -> None:
         with self._txn(full=True):
             self._db.execute(
@@ -421,6 +478,7 @@ class Ledger:
 
     # -- reads ----------------------------------------------------------------------------
 
+    @_on_worker
     def markers(self, periods: Sequence[str]) -> set[tuple[str, str, str]]:
         """Markers stored for any of ``periods``."""
         if not periods:
@@ -434,6 +492,7 @@ class Ledger:
             )
         }
 
+    @_on_worker
     def raises(self, day: str) -> dict[str, int]:
         """scope → picodollars of one-off raises for ``day``."""
         return {
@@ -443,6 +502,7 @@ class Ledger:
             )
         }
 
+    @_on_worker
     def used(self, period: str) -> dict[str, int]:
         """scope (``company``, ``agent:<slug>``) → picodollars spent in ``period``."""
         out: dict[str, int] = {}
@@ -453,6 +513,7 @@ class Ledger:
             out["company" if dim == "company" else f"agent:{key}"] = int(cost)
         return out
 
+    @_on_worker
     def totals(self, dim: str, periods: Sequence[str]) -> list[Totals]:
         """Aggregates of ``dim`` summed over ``periods`` (day or month keys), by key,
         most expensive first."""
@@ -481,6 +542,7 @@ class Ledger:
             )
         ]
 
+    @_on_worker
     def days_between(self, first: str, last: str) -> list[Totals]:
         """Company totals per day from ``first`` to ``last`` (inclusive), by date."""
         return [
@@ -501,6 +563,7 @@ class Ledger:
             )
         ]
 
+    @_on_worker
     def day_keys_between(self, first: str, last: str) -> list[str]:
         """Day keys with any spend from ``first`` to ``last`` (inclusive)."""
         return [
@@ -512,6 +575,7 @@ class Ledger:
             )
         ]
 
+    @_on_worker
     def spend_since(self, since_ts: float) -> list[tuple[str, float, int]]:
         """``(agent, ts, cost_pusd)`` of every call at or after ``since_ts``, oldest first."""
         return [
@@ -521,6 +585,7 @@ class Ledger:
             )
         ]
 
+    @_on_worker
     def calls(self, *, limit: int | None = None) -> list[dict[str, Any]]:
         """Rows of ``calls``, oldest first (for audits and tests)."""
         sql = (

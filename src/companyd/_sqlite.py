@@ -1,0 +1,423 @@
+"""The one SQLite owner: a database file, its pragmas, its schema versions and its thread.
+
+Every store in the state directory (the spend ledger, the run journal, the routine history,
+the alert outbox, the improver's proposals) holds a :class:`Database`:
+
+* **one worker thread** (an executor with ``max_workers=1``) opens the only connection and
+  runs all of the store's work, in submission order, so the event loop never waits on
+  SQLite. :meth:`Database.run` awaits ``fn(conn)`` from the loop; :meth:`Database.run_sync`
+  waits for it from any other thread (and runs it at once when called *on* the worker,
+  which is how the synchronous spend ledger serves the spend book); :meth:`Database.submit`
+  hands back a ``concurrent.futures.Future`` for an owner that schedules its own jobs. The
+  synchronous path (``worker=False``) has no thread of its own: the connection belongs to
+  the thread that opens it, as a plain ``sqlite3.connect`` would (a one-thread script: the
+  CLI's read-only ledger), so its calls cost no thread crossing;
+* **the project's pragmas**: WAL, ``synchronous`` as the store chooses (``NORMAL`` unless a
+  stronger guarantee is documented: the ledger uses ``FULL``), a busy timeout;
+* **private files**: the file (and its ``-wal``/``-shm``) is ``0600`` and missing
+  directories ``0700`` whatever the umask (:func:`companyd._fs.private_sqlite`);
+* **migrations**: an ordered list of SQL scripts (or functions of the connection) keyed by
+  ``PRAGMA user_version``: version N means the first N migrations have been applied. On
+  open the missing ones run, each in one ``BEGIN IMMEDIATE`` transaction that also sets the
+  new version, so a crash leaves the file at a whole version. A file whose version is
+  higher than the code knows is refused (:class:`SchemaTooNew`) and left untouched.
+
+Errors are SQLite's and the OS's own (``sqlite3.Error``, ``OSError``), raised from the
+worker with their codes intact, so :func:`companyd._fs.is_disk_failure` tells a full or
+failing disk apart in the store's own error, which keeps the original as its cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+from urllib.request import pathname2url
+
+from companyd._fs import private_sqlite
+
+__all__ = [
+    "Database",
+    "DatabaseClosed",
+    "Migration",
+    "SchemaTooNew",
+    "apply_migrations",
+    "check_version",
+    "connect_readonly",
+    "statements",
+]
+
+T = TypeVar("T")
+
+#: One schema step: an SQL script (statements separated by ``;``) or a function that
+#: changes the schema through the connection it is given (inside the step's transaction).
+Migration = str | Callable[[sqlite3.Connection], None]
+
+SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+class SchemaTooNew(sqlite3.DatabaseError):
+    """The file was written by a newer companyd (its ``user_version`` is past the code's).
+
+    A ``sqlite3.DatabaseError``: a store that sets an unreadable file aside treats this one
+    the same way it did before the versions were shared.
+    """
+
+    def __init__(self, path: Path | str, version: int, known: int, what: str, hint: str) -> None:
+        super().__init__(
+            f"{what} {str(path)!r} has schema version {version}, newer than this companyd "
+            f"understands ({known}); upgrade companyd{hint}"
+        )
+        self.path = path
+        self.version = version
+        self.known = known
+
+
+class DatabaseClosed(RuntimeError):
+    """Work was submitted to a :class:`Database` after :meth:`Database.close`."""
+
+
+def statements(script: str) -> list[str]:
+    """The complete statements of ``script``, in order (``executescript`` would commit the
+    transaction a migration runs in, so they are executed one by one)."""
+    out: list[str] = []
+    pending = ""
+    for part in script.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \t\r\n;"):
+                out.append(pending.strip())
+            pending = ""
+    if pending.strip(" \t\r\n;"):
+        out.append(pending.strip())
+    return out
+
+
+def check_version(
+    path: Path | str, version: int, known: int, *, what: str = "database", hint: str = ""
+) -> None:
+    """Refuse a file at ``version`` when this code knows ``known`` versions.
+
+    Raises:
+        SchemaTooNew: ``version > known``.
+    """
+    if version > known:
+        raise SchemaTooNew(path, version, known, what, hint)
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    """The file's ``PRAGMA user_version``."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def apply_migrations(
+    conn: sqlite3.Connection,
+    migrations: Sequence[Migration],
+    *,
+    path: Path | str = ":memory:",
+    what: str = "database",
+    hint: str = "",
+) -> int:
+    """Bring ``conn`` (autocommit: ``isolation_level=None``) to ``len(migrations)``.
+
+    Each missing migration runs in its own ``BEGIN IMMEDIATE`` transaction together with
+    the ``user_version`` it reaches; the version is read again inside the transaction, so a
+    second process opening the same file at the same moment skips what the first applied.
+    Returns the version the file had before.
+
+    Raises:
+        SchemaTooNew: the file is newer than ``migrations``.
+    """
+    known = len(migrations)
+    before = user_version(conn)
+    check_version(path, before, known, what=what, hint=hint)
+    for target in range(before + 1, known + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = user_version(conn)
+            check_version(path, current, known, what=what, hint=hint)
+            if current < target:
+                step = migrations[target - 1]
+                if isinstance(step, str):
+                    for statement in statements(step):
+                        conn.execute(statement)
+                else:
+                    step(conn)
+                conn.execute(f"PRAGMA user_version = {int(target)}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    return before
+
+
+def connect_readonly(path: Path, *, timeout: float = 5.0) -> sqlite3.Connection:
+    """A read-only connection to an existing ``path`` (for readers beside the owner: WAL
+    lets them read while it writes). The caller checks the version (:func:`check_version`)."""
+    return sqlite3.connect(
+        f"file:{pathname2url(str(path))}?mode=ro",
+        uri=True,
+        isolation_level=None,
+        timeout=timeout,
+        check_same_thread=False,
+    )
+
+
+class Database:
+    """One SQLite file and the one thread that uses it.
+
+    The connection is opened on the worker thread at :meth:`open` (or by the first piece of
+    work), with WAL, ``synchronous``, ``busy timeout`` and, unless ``readonly``, the file
+    created ``0600`` and the migrations applied. It is used only on that thread
+    (``check_same_thread`` stays on) and is autocommit (``isolation_level=None``): the
+    store writes its own ``BEGIN`` / ``COMMIT`` where a change spans statements.
+
+    Args:
+        path: the database file; None for an in-memory database.
+        migrations: the schema, in order (see the module docstring).
+        what: how errors name the file ("the spend ledger").
+        synchronous: the ``PRAGMA synchronous`` level (``NORMAL`` or ``FULL``).
+        timeout: seconds to wait for another process's lock (the busy timeout).
+        readonly: open an existing file for reading only (no migration; a newer version is
+            still refused).
+        hint: appended to the "newer than this companyd" message (what else one can do).
+        thread_name: the worker thread's name prefix.
+        worker: False for the synchronous path: no worker thread; only :meth:`run_sync`
+            (and :meth:`open_sync`, :meth:`close_sync`), from the thread that opened it.
+    """
+
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        migrations: Sequence[Migration] = (),
+        what: str = "database",
+        synchronous: str = "NORMAL",
+        timeout: float = 5.0,
+        readonly: bool = False,
+        hint: str = "",
+        thread_name: str = "companyd-sqlite",
+        worker: bool = True,
+    ) -> None:
+        if synchronous not in SYNCHRONOUS:
+            raise ValueError(f"synchronous={synchronous!r}; expected one of {SYNCHRONOUS}")
+        self.path = path
+        self.migrations = tuple(migrations)
+        self.what = what
+        self.synchronous = synchronous
+        self.timeout = timeout
+        self.readonly = readonly
+        self.hint = hint
+        self._worker: int | None = None  # the worker thread's ident, once it has started
+        self._pool = (
+            ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=thread_name, initializer=self._started
+            )
+            if worker
+            else None
+        )
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    # -- where work runs ----------------------------------------------------------------
+
+    def _started(self) -> None:
+        self._worker = threading.get_ident()
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The worker itself, for an owner that schedules plain jobs on it (the spend book:
+        ``loop.run_in_executor(db.executor, job)``, where ``job`` uses a ledger built on this
+        database; the ledger's calls then run at once, on this thread)."""
+        return self._executor
+
+    @property
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            raise RuntimeError(
+                f"{self.what} {self._name()!r} has no worker thread (worker=False): use "
+                "run_sync from the thread that opened it"
+            )
+        return self._pool
+
+    @property
+    def version(self) -> int:
+        """The schema version this code writes (the number of migrations)."""
+        return len(self.migrations)
+
+    @property
+    def on_worker(self) -> bool:
+        """Whether the calling thread is this database's worker."""
+        return self._worker == threading.get_ident()
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The open connection; only on the worker thread (inside work given to it).
+
+        Raises:
+            DatabaseClosed: not open (closed, or not opened yet).
+        """
+        if self._conn is None:
+            raise DatabaseClosed(f"{self.what} {self._name()!r} is not open")
+        return self._conn
+
+    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
+        """Queue ``fn(conn)`` on the worker (opening the connection first if needed).
+
+        Raises:
+            DatabaseClosed: after :meth:`close`.
+        """
+        if self._closed:
+            raise DatabaseClosed(f"{self.what} {self._name()!r} is closed")
+        executor = self._executor  # RuntimeError on the synchronous path
+        try:
+            return executor.submit(self._job, fn)
+        except RuntimeError as exc:  # shut down meanwhile (or at interpreter exit)
+            raise DatabaseClosed(f"{self.what} {self._name()!r} is closed: {exc}") from exc
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(conn)`` on the worker; its result, or its exception. As with
+        ``loop.run_in_executor``, cancelling the caller cancels work not yet started; work
+        already running finishes (its result is dropped)."""
+        return await asyncio.wrap_future(self.submit(fn))
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the worker *without* opening the connection first: for a store that
+        opens it itself (:meth:`open_sync`, :meth:`reset`), e.g. to set a damaged file aside
+        and start a new one."""
+        if self._closed:
+            raise DatabaseClosed(f"{self.what} {self._name()!r} is closed")
+
+        return await asyncio.wrap_future(self._executor.submit(fn))
+
+    def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(conn)`` on the worker, waiting for it: from a thread with no event loop (the
+        CLI), or on the worker itself (then it runs at once, inside the current job)."""
+        if self._pool is None and self._worker is None:
+            self._worker = threading.get_ident()  # the synchronous path: the caller's thread
+        if self.on_worker:
+            return self._job(fn)
+        return self.submit(fn).result()
+
+    def _job(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._conn is None:
+            if self._closed:
+                raise DatabaseClosed(f"{self.what} {self._name()!r} is closed")
+            self._conn = self._connect(memory=self.path is None)
+        return fn(self._conn)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the file and bring its schema up to date (idempotent).
+
+        Raises:
+            SchemaTooNew: the file was written by a newer companyd.
+            sqlite3.Error, OSError: the file cannot be opened or migrated.
+        """
+        await self.run(lambda conn: None)
+
+    def open_sync(self, *, memory: bool = False) -> None:
+        """:meth:`open`, waiting (or at once on the worker). ``memory``: open an in-memory
+        database instead of the file (for a store that degrades rather than stop), closing
+        any connection already open."""
+        if not memory:
+            self.run_sync(lambda conn: None)
+            return
+
+        def to_memory() -> None:
+            self._drop()
+            self._conn = self._connect(memory=True)
+
+        if self._pool is None and self._worker is None:
+            self._worker = threading.get_ident()
+        if self.on_worker:
+            to_memory()
+        else:
+            self._executor.submit(to_memory).result()
+
+    def reset(self) -> None:
+        """On the worker: close the connection, so that the next work opens the file anew
+        (after the store moved a damaged file aside)."""
+        self._drop()
+
+    def _connect(self, *, memory: bool) -> sqlite3.Connection:
+        if memory:
+            conn = sqlite3.connect(":memory:", isolation_level=None)
+        elif self.path is None:
+            raise DatabaseClosed(f"{self.what}: no file")
+        elif self.readonly:
+            conn = connect_readonly(self.path, timeout=self.timeout)
+        else:
+            private_sqlite(self.path)
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.timeout)
+        try:
+            # busy_timeout as a pragma too: a read-only URI connection gets it the same way
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+            if self.readonly and not memory:
+                check_version(
+                    self._name(), user_version(conn), self.version, what=self.what, hint=self.hint
+                )
+                return conn
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            apply_migrations(
+                conn, self.migrations, path=self._name(), what=self.what, hint=self.hint
+            )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def close_sync(self) -> None:
+        """Close the connection and stop the worker once the work queued before has run
+        (idempotent). On the worker itself the thread stops after the current job."""
+        if self._closed:
+            return
+        if self.on_worker or self._pool is None:
+            self._drop()
+            self._closed = True
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+            return
+        try:
+            self._executor.submit(self._drop).result()
+        except RuntimeError:
+            pass  # the executor is already shut down (interpreter exit)
+        finally:
+            self._closed = True
+            self._executor.shutdown(wait=True)
+
+    async def close(self) -> None:
+        """:meth:`close_sync` from the event loop (the queued work runs first)."""
+        if self._closed:
+            return
+        if self._pool is None:
+            self.close_sync()
+            return
+        try:
+            await asyncio.wrap_future(self._executor.submit(self._drop))
+        except RuntimeError:
+            pass  # the executor is already shut down (interpreter exit)
+        finally:
+            self._closed = True
+            # The worker is idle now (the close was the last job): this join is immediate.
+            self._executor.shutdown(wait=True)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def _name(self) -> str:
+        return ":memory:" if self.path is None else str(self.path)
