@@ -124,15 +124,36 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
+def write_atomic(
+    path: Path, data: bytes, *, sync_dir: bool = True, like_existing: bool = False
+) -> None:
     """Replace ``path`` with ``data``: temporary file in the same directory, fsync,
     ``os.replace``, then fsync the directory. A crash leaves the old file or the new one;
-    a failed write (e.g. a full disk) leaves the old file and no temporary file."""
+    a failed write (e.g. a full disk) leaves the old file and no temporary file.
+
+    The new file is private (0600), as every state file is. With ``like_existing`` — a
+    file that is the operator's, such as company.yaml — a symlink is written through (the
+    link stays, its target changes) and the file keeps its mode, and its owner and group
+    where the process may set them (root); a new file gets 0644.
+    """
+    mode = PRIVATE_FILE
+    owner: tuple[int, int] | None = None
+    if like_existing:
+        path = Path(os.path.realpath(path))
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            mode = 0o644
+        else:
+            mode, owner = stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
     tmp = tmp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
     try:
         try:
-            os.fchmod(fd, PRIVATE_FILE)  # whatever the umask
+            if owner is not None:
+                with contextlib.suppress(OSError):  # not ours to give away: it stays ours
+                    os.fchown(fd, *owner)
+            os.fchmod(fd, mode)  # whatever the umask
             write_all(fd, data)
             os.fsync(fd)
         finally:

@@ -22,11 +22,8 @@ Proposals live in ``proposals.sqlite`` in the state directory (a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import difflib
 import hashlib
-import os
-import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from companyd import _fs as fs
 from companyd._fs import read_regular_file
 from companyd._sqlite import Database, Migration
 from companyd.clock import Clock
@@ -377,33 +375,9 @@ def _row(r: tuple[Any, ...]) -> Proposal:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text``: temp file in the same directory, fsync, rename,
-    fsync the directory — a crash leaves the old file or the new one, never half.
-
-    A symlink is written through (the link stays, its target changes); the file keeps its
-    mode, and its owner and group where the process may set them (root)."""
-    path = Path(os.path.realpath(path))
-    st = path.stat() if path.exists() else None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if st is not None:
-            with contextlib.suppress(OSError):  # not ours to give away: it stays ours
-                os.chown(tmp, st.st_uid, st.st_gid)
-        os.chmod(tmp, st.st_mode & 0o777 if st is not None else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    """Replace company.yaml (``path``) with ``text`` atomically, keeping its symlink, mode
+    and owner (:func:`companyd._fs.write_atomic` with ``like_existing``)."""
+    fs.write_atomic(path, text.encode("utf-8"), like_existing=True)
 
 
 def replace_instructions(text: str, agent: str, instructions: str) -> str:
