@@ -41,6 +41,7 @@ from mcp.server.runner import serve_loop
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
+from companyd._aio import race
 from companyd._heap import freeze_startup_heap
 from companyd.clock import Clock, SystemClock
 from companyd.events import Event, EventBus
@@ -216,7 +217,7 @@ async def serve_stdio(
     owner = asyncio.create_task(_supervise(service, ctx, clock))
     ready = asyncio.create_task(ctx.ready.wait())
     try:
-        await asyncio.wait({owner, ready}, return_when=asyncio.FIRST_COMPLETED)
+        await race(owner, ready)
         if owner.done():
             owner.result()  # raises why the file could not be opened
             return
@@ -237,7 +238,7 @@ async def serve_stdio(
                     loop.add_signal_handler(signum, serving.cancel)
                     handled.append(signum)
             try:
-                await asyncio.wait({serving, owner}, return_when=asyncio.FIRST_COMPLETED)
+                await race(serving, owner)
                 if owner.done():  # the owner gave up: stop serving rather than fail every call
                     serving.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

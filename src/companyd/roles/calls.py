@@ -13,13 +13,12 @@ again. A budget refusal, the organisation's spend limit and a refused API key en
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from companyd._aio import race
+from companyd._aio import cancel_and_wait, race
 from companyd.config import AgentConfig
 from companyd.llm.model import (
     ModelAuthFailed,
@@ -243,9 +242,7 @@ class BudgetedCall:
             return call.result()
         except BaseException as exc:
             if not call.done():
-                call.cancel()
-                with contextlib.suppress(BaseException):
-                    await call
+                await cancel_and_wait(call)  # its outcome is moot: we are leaving with exc
             await self._close(exc)
             raise
 

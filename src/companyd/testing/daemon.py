@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 # The short name the tests use for a child run on its own.
+from companyd._aio import race
 from companyd.supervision.child import StandaloneContext as Ctx
 
 __all__ = ["Ctx", "Receiver", "as_unprivileged", "receiver", "running", "short_dir"]
@@ -37,7 +38,7 @@ async def running(
     task = asyncio.ensure_future(run(ctx))
     async with asyncio.timeout(timeout):
         ready = asyncio.ensure_future(ctx.ready.wait())
-        await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        await race(task, ready)
         if task.done():
             ready.cancel()
             task.result()  # raises the child's start error
