@@ -21,44 +21,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from companyd.admin import AdminError
-from companyd.clock import Clock, utc_from_ts
+from companyd.clock import Clock
 from companyd.config import RoutineConfig
-from companyd.events import EventBus
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
 from companyd.scheduler._ids import new_id
 from companyd.scheduler.outcomes import Outcome, from_run_status
+from companyd.scheduler.record import Recorder
 from companyd.scheduler.sink import TaskSink
-from companyd.scheduler.store import FireRecord, RoutineStore, StoreError
+from companyd.scheduler.store import FireRecord
 
 __all__ = [
-    "INTERRUPTED",
-    "UNRECORDED",
+    "RESUMED",
+    "STOPPED_BEFORE",
     "Fires",
     "RoutineBusy",
     "Slot",
-    "fail_open_fire",
     "overlap_reason",
 ]
 
 log = logging.getLogger(__name__)
 
-INTERRUPTED = (
-    "interrupted: the daemon stopped before the run ended and the agent runtime did not "
-    "resume it; the fire is not run again — see `companyd runs` for what the agent did"
-)
 #: appended to the reason of a fire whose run resumed after a stop
 RESUMED = "the run was interrupted by a stop of the daemon and resumed from its journal"
-UNRECORDED = (
-    "interrupted: the daemon stopped (crash, kill or power loss) just after this fire was "
-    "dispatched, before its history row was written; the fire is not run again — see "
-    "`companyd runs` for what the agent did"
-)
 #: why a fire waiting for its turn when the scheduler stopped did not run
 STOPPED_BEFORE = (
     "interrupted: the scheduler stopped while this fire waited for its turn; it did not run "
@@ -99,29 +89,14 @@ class Fires:
 
     Args:
         sink: where tasks go (the agent runtime).
-        bus: where fire events go.
         clock: time source.
-        on_store_failure: called when a history write is lost (the scheduler then fails).
-
-    Attributes:
-        store: the open history, or None while the scheduler is stopped.
-        source: the events' source (the scheduler's path in the supervision tree).
+        recorder: where fires end (the history and its events).
     """
 
-    def __init__(
-        self,
-        *,
-        sink: TaskSink,
-        bus: EventBus,
-        clock: Clock,
-        on_store_failure: Callable[[BaseException], None],
-    ) -> None:
+    def __init__(self, *, sink: TaskSink, clock: Clock, recorder: Recorder) -> None:
         self._sink = sink
-        self._bus = bus
         self._clock = clock
-        self._on_store_failure = on_store_failure
-        self.store: RoutineStore | None = None
-        self.source = "scheduler"
+        self._rec = recorder
 
     async def take_baselines(self, slots: Iterable[Slot]) -> None:
         """Record the memory marker a ``memory_changed`` routine compares against, if none."""
@@ -139,8 +114,8 @@ class Fires:
         slot.marker = marker
         now = self._clock.time()
         slug = slot.config.slug
-        if self.store is not None:
-            await self.store.call(lambda c: db.set_marker(c, slug, marker, now))
+        if self._rec.store is not None:
+            await self._rec.store.call(lambda c: db.set_marker(c, slug, marker, now))
 
     async def execute(
         self, slot: Slot, kind: str, scheduled: float, *, check_precondition: bool
@@ -153,7 +128,7 @@ class Fires:
             StoreError: the history cannot be written.
         """
         r = slot.config
-        store = self.store
+        store = self._rec.store
         assert store is not None
         now = self._clock.time()
         rec = FireRecord(
@@ -171,7 +146,7 @@ class Fires:
                     f"{r.concurrency!r}; wait for the run to end (`companyd jobs history "
                     f"{r.slug}`) and try again"
                 )
-            self.record_now(rec, Outcome.SKIPPED, overlap_reason(slot))
+            self._rec.record_now(rec, Outcome.SKIPPED, overlap_reason(slot))
             return None
         slot.pending += 1
         try:
@@ -189,7 +164,7 @@ class Fires:
                     await store.execute(db.advance_cursor_stmt(r.slug, scheduled, now))
                 await slot.lock.acquire()
             except asyncio.CancelledError:
-                self.record_cancelled(rec, STOPPED_BEFORE)
+                self._rec.record_cancelled(rec, STOPPED_BEFORE)
                 raise
             try:
                 return await self._run_locked(slot, rec, check_precondition)
@@ -207,10 +182,10 @@ class Fires:
             try:
                 go, why = await self._precondition(slot)
             except asyncio.CancelledError:
-                self.record_cancelled(rec, STOPPED_BEFORE)
+                self._rec.record_cancelled(rec, STOPPED_BEFORE)
                 raise
             except Exception as exc:
-                await self.finish(
+                await self._rec.finish(
                     rec,
                     Outcome.FAILED,
                     f"precondition {r.precondition} could not be checked: "
@@ -218,7 +193,7 @@ class Fires:
                 )
                 return None
             if not go:
-                await self.finish(rec, Outcome.IDLE, why)
+                await self._rec.finish(rec, Outcome.IDLE, why)
                 return None
         task = Task(
             id=new_id("task"),
@@ -230,7 +205,7 @@ class Fires:
             expected_output=r.expected_output,
             reviewer=r.reviewer,
         )
-        store = self.store
+        store = self._rec.store
         assert store is not None
         store.post_execute(db.start_fire_stmt(rec.fire_id, started, task.id))
         try:
@@ -256,7 +231,7 @@ class Fires:
         reason = outcome.reason
         if result is not Outcome.OK and not reason:
             reason = f"the run ended {result} and the agent runtime gave no reason"
-        await self.finish(
+        await self._rec.finish(
             rec, result, reason, cost_usd=outcome.cost_usd, run_id=outcome.run_id or None
         )
         if r.precondition == "memory_changed":
@@ -284,7 +259,7 @@ class Fires:
         reason = outcome.reason
         if result is not Outcome.OK and not reason:
             reason = f"the run ended {result} and the agent runtime gave no reason"
-        await self.finish(
+        await self._rec.finish(
             rec,
             result,
             f"{reason} ({RESUMED})" if reason else RESUMED,
@@ -306,104 +281,3 @@ class Fires:
         if marker == slot.marker:
             return False, "no changes in company memory since the last run; no task submitted"
         return True, None
-
-    async def finish(
-        self,
-        rec: FireRecord,
-        outcome: Outcome,
-        reason: str | None,
-        *,
-        cost_usd: float = 0.0,
-        run_id: str | None = None,
-    ) -> None:
-        """Close a fire that ran (or failed or idled) and publish its event."""
-        ended = self._clock.time()
-        store = self.store
-        assert store is not None
-        await store.execute(
-            db.finish_fire_stmt(
-                rec.fire_id,
-                outcome=str(outcome),
-                reason=reason,
-                ended=ended,
-                cost_usd=cost_usd,
-                run_id=run_id,
-            )
-        )
-        self.emit(rec, outcome, reason, run_id)
-
-    def record_cancelled(self, rec: FireRecord, reason: str) -> None:
-        """Record a fire cancelled before its task was handed over."""
-        # Called while being cancelled: post (do not await) so the row is written anyway. The
-        # insert of the row was submitted earlier, possibly for the batch after the one being
-        # gathered: posting into that one too keeps this UPDATE after it (inserts go first).
-        ended = self._clock.time()
-        self.emit(rec, Outcome.CANCELLED, reason)
-        self.post(
-            db.finish_fire_stmt(
-                rec.fire_id, outcome=str(Outcome.CANCELLED), reason=reason, ended=ended
-            ),
-            next_batch=True,
-        )
-
-    def post(self, *work: db.Stmt | Callable[[Any], None], next_batch: bool = False) -> None:
-        """Queue history writes from a synchronous path (a listener, a cancellation);
-        ``next_batch``: statements go into the batch after the one being gathered."""
-        try:
-            if self.store is None:
-                raise StoreError("routine history is closed")
-            stmts = tuple(w for w in work if isinstance(w, tuple))
-            if stmts and next_batch:
-                self.store.post_execute_next(*stmts)
-            elif stmts:
-                self.store.post_execute(*stmts)
-            for w in work:
-                if not isinstance(w, tuple):
-                    self.store.post(w)
-        except StoreError as exc:
-            log.error("routine history write lost: %s", exc)
-            self._on_store_failure(exc)
-
-    def record_now(self, rec: FireRecord, outcome: Outcome, reason: str) -> None:
-        """Record a fire that ends as soon as it happens (missed, skipped) and move the cursor."""
-        now = self._clock.time()
-        done = replace(rec, outcome=str(outcome), reason=reason, ended=now)
-        self.emit(done, outcome, reason)
-        if rec.kind == "manual":
-            self.post(db.insert_fire_stmt(done))
-        else:
-            self.post(
-                db.insert_fire_stmt(done), db.advance_cursor_stmt(rec.routine, rec.scheduled, now)
-            )
-
-    def emit(
-        self, rec: FireRecord, outcome: Outcome, reason: str | None, run_id: str | None = None
-    ) -> None:
-        """Publish the event for a fire that ended ``outcome`` (none for ok and idle)."""
-        kind = outcome.event_kind
-        if kind is None:
-            return
-        self._bus.emit(
-            kind,
-            self.source,
-            routine=rec.routine,
-            agent=rec.agent,
-            scheduled=utc_from_ts(rec.scheduled).isoformat(),
-            reason=reason,
-            run_id=run_id,
-            outcome=str(outcome),
-            fire_kind=rec.kind,
-            fire_id=rec.fire_id,
-        )
-
-
-def fail_open_fire(c: Any, rec: FireRecord, reason: str, now: float) -> None:
-    """Close the fire row a crashed job left open (or add one if it never got that far)."""
-    cur = c.execute(
-        "UPDATE fires SET outcome = 'failed', reason = ?, ended = ? WHERE routine = ? AND "
-        "scheduled = ? AND outcome IS NULL AND kind != 'manual'",
-        (reason, now, rec.routine, rec.scheduled),
-    )
-    if cur.rowcount == 0:
-        db.insert_fires(c, [replace(rec, outcome=str(Outcome.FAILED), reason=reason, ended=now)])
-        db.advance_cursor(c, rec.routine, rec.scheduled, now)

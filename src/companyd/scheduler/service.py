@@ -24,6 +24,10 @@ operator's description; this docstring is the contract:
 * **Misfires.** A fire time reached more than its grace late (blocked loop, suspended host)
   is ``missed`` with the lateness; grace is ``catch_up.grace`` for ``run_once`` routines and
   ``skip_grace`` (60 s) for ``skip`` routines.
+
+This module is the supervised child: APScheduler wiring (jobs, misfire listener), start and
+stop, reload, and the views. One fire (its turn, precondition and task) is
+:mod:`companyd.scheduler.fire`; its history row and event, :mod:`companyd.scheduler.record`.
 """
 
 from __future__ import annotations
@@ -45,22 +49,15 @@ from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.admin import AdminError
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
-from companyd.events import EventBus, Severity
+from companyd.events import EventBus
 from companyd.roles.tasks import RunOutcome
 from companyd.scheduler import store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
 from companyd.scheduler._ids import new_id
-from companyd.scheduler.catchup import StartPlan, plan_start
-from companyd.scheduler.fire import (
-    INTERRUPTED,
-    UNRECORDED,
-    Fires,
-    RoutineBusy,
-    Slot,
-    fail_open_fire,
-    overlap_reason,
-)
+from companyd.scheduler.catchup import plan_start
+from companyd.scheduler.fire import Fires, RoutineBusy, Slot, overlap_reason
 from companyd.scheduler.outcomes import Outcome
+from companyd.scheduler.record import INTERRUPTED, UNRECORDED, Recorder, fail_open_fire
 from companyd.scheduler.report import SUCCESS_WINDOW, job_views
 from companyd.scheduler.sink import TaskSink
 from companyd.scheduler.store import (
@@ -130,9 +127,8 @@ class RoutineScheduler:
         self._clock: Clock = clock or SystemClock()
         #: why the history could not be opened (a full state disk), while it is retried
         self._disk_failure: StoreError | None = None
-        self._fires = Fires(
-            sink=sink, bus=bus, clock=self._clock, on_store_failure=self._store_failed
-        )
+        self._rec = Recorder(bus=bus, clock=self._clock, on_store_failure=self._store_failed)
+        self._fires = Fires(sink=sink, clock=self._clock, recorder=self._rec)
         self._max_sleep = max_sleep
         self._skip_grace = skip_grace
         self._slots: dict[str, Slot] = {}
@@ -152,7 +148,7 @@ class RoutineScheduler:
             StoreError: routines.sqlite cannot be opened or written (the supervisor restarts
                 the scheduler; history must not be lost silently).
         """
-        self._fires.source = ctx.path
+        self._rec.source = ctx.path
         ready = False
         while True:
             if not await self._start_or_wait_for_disk(ctx, ready=ready):
@@ -230,13 +226,13 @@ class RoutineScheduler:
             StoreError: routines.sqlite cannot be opened or is from a newer companyd.
             RuntimeError: already started.
         """
-        if self._fires.store is not None:
+        if self._rec.store is not None:
             raise RuntimeError("RoutineScheduler.start() called twice; call stop() first")
         self._failure = None
         self._failed.clear()
         self._planned_stop = None
         store = RoutineStore(self.db_path, on_error=self._store_failed)
-        self._fires.store = store
+        self._rec.store = store
         try:
             await store.open()
             now = self._clock.time()
@@ -256,9 +252,9 @@ class RoutineScheduler:
                 )
             )
             for rec in interrupted:
-                self._fires.emit(rec, Outcome.CANCELLED, INTERRUPTED)
+                self._rec.emit(rec, Outcome.CANCELLED, INTERRUPTED)
             for rec in unrecorded:
-                self._fires.emit(rec, Outcome.CANCELLED, UNRECORDED)
+                self._rec.emit(rec, Outcome.CANCELLED, UNRECORDED)
             states, stopped = await store.call(lambda c: (db.load_states(c), db.clean_stop(c)))
             routines = [r for r in self._config.routines.values() if r.enabled]
             # Walking cron fire times over a long outage is CPU work: keep it off the loop.
@@ -277,7 +273,7 @@ class RoutineScheduler:
 
             await store.call(write)
             for p in plans:
-                self._report_missed_at_start(p)
+                self._rec.report_missed_at_start(p)
             self._slots = {
                 p.routine.slug: Slot(
                     config=p.routine,
@@ -325,11 +321,11 @@ class RoutineScheduler:
         aps, self._aps = self._aps, None
         if aps is not None:
             aps.pause()
-        if self._planned_stop is not None and self._fires.store is not None:
+        if self._planned_stop is not None and self._rec.store is not None:
             why, self._planned_stop = self._planned_stop, None
             at = self._clock.time()
             try:
-                await self._fires.store.call(lambda c: db.mark_clean_stop(c, at, why))
+                await self._rec.store.call(lambda c: db.mark_clean_stop(c, at, why))
             except Exception as exc:  # e.g. a full disk: the next start counts misses
                 log.warning(
                     "could not record the planned stop in %s (%s); fire times until the "
@@ -354,7 +350,7 @@ class RoutineScheduler:
             await self._close_store()
 
     async def _close_store(self) -> None:
-        store, self._fires.store = self._fires.store, None
+        store, self._rec.store = self._rec.store, None
         if store is not None:
             await store.drain()
             await store.close()
@@ -363,47 +359,6 @@ class RoutineScheduler:
         if self._failure is None:
             self._failure = exc
         self._failed.set()
-
-    def _report_missed_at_start(self, plan: StartPlan) -> None:
-        # One event per routine, not per fire time: a heartbeat down for a day must not page
-        # the operator 288 times. The history has every fire time.
-        r = plan.routine
-        stopped = [m for m in plan.missed if m.outcome == Outcome.STOPPED]
-        if stopped:
-            # Not an alert: the operator chose the downtime (debug: logged, never paged).
-            self._bus.emit(
-                "routine_skipped",
-                self._fires.source,
-                severity=Severity.DEBUG,
-                routine=r.slug,
-                agent=r.assignee,
-                scheduled=utc_from_ts(stopped[-1].scheduled).isoformat(),
-                reason=stopped[-1].reason,
-                run_id=None,
-                outcome=str(Outcome.STOPPED),
-                fire_kind=stopped[-1].kind,
-                fire_id=stopped[-1].fire_id,
-                count=sum(m.fires for m in stopped),
-                first=utc_from_ts(stopped[0].scheduled).isoformat(),
-            )
-        missed = [m for m in plan.missed if m.outcome == Outcome.MISSED]
-        if not missed:
-            return
-        latest = missed[-1]
-        self._bus.emit(
-            "routine_missed",
-            self._fires.source,
-            routine=r.slug,
-            agent=r.assignee,
-            scheduled=utc_from_ts(latest.scheduled).isoformat(),
-            reason=latest.reason,
-            run_id=None,
-            outcome=str(Outcome.MISSED),
-            fire_kind=latest.kind,
-            fire_id=latest.fire_id,
-            count=sum(m.fires for m in missed),
-            first=utc_from_ts(missed[0].scheduled).isoformat(),
-        )
 
     def _add_job(self, slot: Slot, next_run: datetime) -> None:
         assert self._aps is not None
@@ -444,7 +399,7 @@ class RoutineScheduler:
         Raises:
             RuntimeError: the scheduler is not running.
         """
-        aps, store = self._aps, self._fires.store
+        aps, store = self._aps, self._rec.store
         if aps is None or store is None:
             raise RuntimeError("reconfigure() needs a started RoutineScheduler")
         now = self._clock.time()
@@ -599,11 +554,11 @@ class RoutineScheduler:
                     f"grace of {format_seconds(grace)} (blocked event loop, suspended host or "
                     "a clock step)"
                 )
-            self._fires.record_now(rec(when), Outcome.MISSED, reason)
+            self._rec.record_now(rec(when), Outcome.MISSED, reason)
         elif event.code == EVENT_JOB_MAX_INSTANCES:
             for when in event.scheduled_run_times:
                 reason = overlap_reason(slot) if slot else "overlap"
-                self._fires.record_now(rec(when), Outcome.SKIPPED, reason)
+                self._rec.record_now(rec(when), Outcome.SKIPPED, reason)
         elif event.code == EVENT_JOB_ERROR:
             exc = event.exception
             log.error(
@@ -623,8 +578,8 @@ class RoutineScheduler:
             if isinstance(event, JobDropped):
                 reason += "; the routine stopped firing until the next reload or restart"
             r = rec(event.scheduled_run_time)
-            self._fires.emit(r, Outcome.FAILED, reason)
-            self._fires.post(lambda c: fail_open_fire(c, r, reason, now))  # a function: it reads
+            self._rec.emit(r, Outcome.FAILED, reason)
+            self._rec.post(lambda c: fail_open_fire(c, r, reason, now))  # a function: it reads
 
     # -- views ------------------------------------------------------------------------
 
@@ -638,7 +593,7 @@ class RoutineScheduler:
     async def jobs(self) -> dict[str, Any]:
         """Each routine: schedule, next fire, last outcome, 7-day success rate (JSON-ready;
         the same shape as ``companyd jobs --json``)."""
-        store = self._fires.store
+        store = self._rec.store
         if store is None and self._disk_failure is not None:
             raise AdminError(f"routines are unavailable: {self._disk_failure}")
         if store is None:
@@ -670,7 +625,7 @@ class RoutineScheduler:
         Raises:
             RoutineNotFound: neither company.yaml nor the history knows the routine.
         """
-        store = self._fires.store
+        store = self._rec.store
         if store is None:
             raise RuntimeError("history() needs a started RoutineScheduler")
         records = await store.call(lambda c: db.recent_fires(c, routine, limit))
@@ -710,9 +665,9 @@ class RoutineScheduler:
                     quiet = 0
                     await asyncio.wait(busy)
                     continue
-            if self._fires.store is not None and self._fires.store.pending:
+            if self._rec.store is not None and self._rec.store.pending:
                 quiet = 0
-                await self._fires.store.drain()
+                await self._rec.store.drain()
                 continue
             if self._aps is not None and self._aps.busy:
                 quiet = 0
