@@ -1,8 +1,8 @@
-"""One fire of a routine: its turn, its precondition, its task, and its history row.
+"""One fire of a routine: its turn, its precondition, its task, and how it ended.
 
 :class:`Fires` runs each fire the :class:`~companyd.scheduler.service.RoutineScheduler`
 hands it (a fire time from APScheduler, a catch-up fire or an operator's ``run_now``) and
-records how it ended:
+ends it through the :class:`~companyd.scheduler.record.Recorder`:
 
 * **Concurrency.** A :class:`Slot` counts the fires holding or waiting for its routine's
   lock: with ``skip_if_active`` one at a time, with ``queue`` one running and one waiting; a
@@ -11,7 +11,7 @@ records how it ended:
   history row follows in the next batch (see :meth:`Fires.execute`).
 * **Preconditions** (``memory_changed``, ``inbox_nonempty``) are checked when the run would
   start; when false the fire is ``idle``: no task, no model call, $0, no event.
-* **Recording.** Every fire ends as one history row and, unless ``ok`` or ``idle``, one event
+* **Ending.** Every fire ends as one history row and, unless ``ok`` or ``idle``, one event
   (``routine_failed``, ``routine_missed``, ``routine_skipped``). A fire cancelled while it
   waits for its turn is recorded as ``cancelled`` even as the cancellation unwinds; a fire
   whose task is already with the agents stays open for the next start to close.
