@@ -24,6 +24,10 @@ operator's description; this docstring is the contract:
 * **Misfires.** A fire time reached more than its grace late (blocked loop, suspended host)
   is ``missed`` with the lateness; grace is ``catch_up.grace`` for ``run_once`` routines and
   ``skip_grace`` (60 s) for ``skip`` routines.
+
+This module is the supervised child: APScheduler wiring (jobs, misfire listener), start and
+stop, reload, and the views. One fire (its turn, precondition and task) is
+:mod:`companyd.scheduler.fire`; its history row and event, :mod:`companyd.scheduler.record`.
 """
 
 from __future__ import annotations
@@ -32,25 +36,28 @@ import asyncio
 import difflib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 
+from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.admin import AdminError
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
-from companyd.events import EventBus, Severity
-from companyd.roles.tasks import RunOutcome, RunStatus, Task
+from companyd.events import EventBus
+from companyd.roles.tasks import RunOutcome
 from companyd.scheduler import store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
 from companyd.scheduler._ids import new_id
-from companyd.scheduler.catchup import StartPlan, plan_start
-from companyd.scheduler.outcomes import Outcome, from_run_status
+from companyd.scheduler.catchup import plan_start
+from companyd.scheduler.fire import Fires, RoutineBusy, Slot, overlap_reason
+from companyd.scheduler.outcomes import Outcome
+from companyd.scheduler.record import INTERRUPTED, UNRECORDED, Recorder, fail_open_fire
 from companyd.scheduler.report import SUCCESS_WINDOW, job_views
 from companyd.scheduler.sink import TaskSink
 from companyd.scheduler.store import (
@@ -82,44 +89,9 @@ IDLE_RETENTION = 35 * 86400.0
 #: How often a scheduler that could not open its history on a full disk tries again.
 DISK_RETRY_SECONDS = 30.0
 
-_INTERRUPTED = (
-    "interrupted: the daemon stopped before the run ended and the agent runtime did not "
-    "resume it; the fire is not run again — see `companyd runs` for what the agent did"
-)
-_RESUMED = "the run was interrupted by a stop of the daemon and resumed from its journal"
-_UNRECORDED = (
-    "interrupted: the daemon stopped (crash, kill or power loss) just after this fire was "
-    "dispatched, before its history row was written; the fire is not run again — see "
-    "`companyd runs` for what the agent did"
-)
-_STOPPED_BEFORE = (
-    "interrupted: the scheduler stopped while this fire waited for its turn; it did not run "
-    "and is not run again"
-)
-
 
 class RoutineNotFound(AdminError):
     """The operator named a routine that company.yaml does not define (or disables)."""
-
-
-class RoutineBusy(AdminError):
-    """``run_now`` refused: the routine's concurrency policy has no room for another run."""
-
-
-@dataclass
-class _Slot:
-    """A routine as the scheduler runs it."""
-
-    config: RoutineConfig
-    trigger: Any
-    identity: str
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    pending: int = 0  # fires holding or waiting for the lock
-    marker: str | None = None
-
-    @property
-    def limit(self) -> int:
-        return 1 if self.config.concurrency == "skip_if_active" else 2
 
 
 class RoutineScheduler:
@@ -155,12 +127,12 @@ class RoutineScheduler:
         self._clock: Clock = clock or SystemClock()
         #: why the history could not be opened (a full state disk), while it is retried
         self._disk_failure: StoreError | None = None
+        self._rec = Recorder(bus=bus, clock=self._clock, on_store_failure=self._store_failed)
+        self._fires = Fires(sink=sink, clock=self._clock, recorder=self._rec)
         self._max_sleep = max_sleep
         self._skip_grace = skip_grace
-        self._source = "scheduler"
-        self._slots: dict[str, _Slot] = {}
+        self._slots: dict[str, Slot] = {}
         self._catch_up: dict[str, datetime] = {}
-        self._store: RoutineStore | None = None
         self._aps: ClockedScheduler | None = None
         self._manual: set[asyncio.Task[RunOutcome | None]] = set()
         self._failure: BaseException | None = None
@@ -176,22 +148,14 @@ class RoutineScheduler:
             StoreError: routines.sqlite cannot be opened or written (the supervisor restarts
                 the scheduler; history must not be lost silently).
         """
-        self._source = ctx.path
+        self._rec.source = ctx.path
         ready = False
         while True:
             if not await self._start_or_wait_for_disk(ctx, ready=ready):
                 return
             ready = True
             try:
-                waits = {
-                    asyncio.ensure_future(ctx.stopping.wait()),
-                    asyncio.ensure_future(self._failed.wait()),
-                }
-                try:
-                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for w in waits:
-                        w.cancel()
+                await race(ctx.stopping.wait(), self._failed.wait())
                 failure = self._failure
                 if failure is None:
                     return
@@ -214,13 +178,7 @@ class RoutineScheduler:
 
     async def _wait_retry(self, ctx: ChildContext) -> bool:
         """Sleep ``DISK_RETRY_SECONDS`` (False: a stop was requested meanwhile)."""
-        sleeper = asyncio.ensure_future(self._clock.sleep(DISK_RETRY_SECONDS))
-        stop = asyncio.ensure_future(ctx.stopping.wait())
-        try:
-            await asyncio.wait({sleeper, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            stop.cancel()
+        await race(self._clock.sleep(DISK_RETRY_SECONDS), ctx.stopping.wait())
         return not ctx.stopping.is_set()
 
     async def _start_or_wait_for_disk(self, ctx: ChildContext, *, ready: bool) -> bool:
@@ -268,13 +226,13 @@ class RoutineScheduler:
             StoreError: routines.sqlite cannot be opened or is from a newer companyd.
             RuntimeError: already started.
         """
-        if self._store is not None:
+        if self._rec.store is not None:
             raise RuntimeError("RoutineScheduler.start() called twice; call stop() first")
         self._failure = None
         self._failed.clear()
         self._planned_stop = None
         store = RoutineStore(self.db_path, on_error=self._store_failed)
-        self._store = store
+        self._rec.store = store
         try:
             await store.open()
             now = self._clock.time()
@@ -289,14 +247,14 @@ class RoutineScheduler:
             keep = frozenset(rec.fire_id for rec, _ in following)
             interrupted, unrecorded = await store.call(
                 lambda c: (
-                    db.close_interrupted(c, now, _INTERRUPTED, keep=keep),
-                    db.close_unrecorded(c, now, _UNRECORDED, agents),
+                    db.close_interrupted(c, now, INTERRUPTED, keep=keep),
+                    db.close_unrecorded(c, now, UNRECORDED, agents),
                 )
             )
             for rec in interrupted:
-                self._emit(rec, Outcome.CANCELLED, _INTERRUPTED)
+                self._rec.emit(rec, Outcome.CANCELLED, INTERRUPTED)
             for rec in unrecorded:
-                self._emit(rec, Outcome.CANCELLED, _UNRECORDED)
+                self._rec.emit(rec, Outcome.CANCELLED, UNRECORDED)
             states, stopped = await store.call(lambda c: (db.load_states(c), db.clean_stop(c)))
             routines = [r for r in self._config.routines.values() if r.enabled]
             # Walking cron fire times over a long outage is CPU work: keep it off the loop.
@@ -315,9 +273,9 @@ class RoutineScheduler:
 
             await store.call(write)
             for p in plans:
-                self._report_missed_at_start(p)
+                self._rec.report_missed_at_start(p)
             self._slots = {
-                p.routine.slug: _Slot(
+                p.routine.slug: Slot(
                     config=p.routine,
                     trigger=p.trigger,
                     identity=p.identity,
@@ -326,7 +284,7 @@ class RoutineScheduler:
                 for p in plans
             }
             self._catch_up = {p.routine.slug: p.catch_up for p in plans if p.catch_up is not None}
-            await self._take_baselines(self._slots.values())
+            await self._fires.take_baselines(self._slots.values())
             aps = ClockedScheduler(
                 self._clock,
                 max_sleep=self._max_sleep,
@@ -342,7 +300,9 @@ class RoutineScheduler:
                 if p.next_run is not None:
                     self._add_job(self._slots[p.routine.slug], p.next_run)
             for rec, pending in following:
-                follower = asyncio.ensure_future(self._follow_resumed(rec, pending))
+                follower = asyncio.ensure_future(
+                    self._fires.follow_resumed(rec, pending, self._slots)
+                )
                 self._manual.add(follower)
                 follower.add_done_callback(self._manual.discard)
         except BaseException:
@@ -361,11 +321,11 @@ class RoutineScheduler:
         aps, self._aps = self._aps, None
         if aps is not None:
             aps.pause()
-        if self._planned_stop is not None and self._store is not None:
+        if self._planned_stop is not None and self._rec.store is not None:
             why, self._planned_stop = self._planned_stop, None
             at = self._clock.time()
             try:
-                await self._store.call(lambda c: db.mark_clean_stop(c, at, why))
+                await self._rec.store.call(lambda c: db.mark_clean_stop(c, at, why))
             except Exception as exc:  # e.g. a full disk: the next start counts misses
                 log.warning(
                     "could not record the planned stop in %s (%s); fire times until the "
@@ -390,7 +350,7 @@ class RoutineScheduler:
             await self._close_store()
 
     async def _close_store(self) -> None:
-        store, self._store = self._store, None
+        store, self._rec.store = self._rec.store, None
         if store is not None:
             await store.drain()
             await store.close()
@@ -400,67 +360,7 @@ class RoutineScheduler:
             self._failure = exc
         self._failed.set()
 
-    def _report_missed_at_start(self, plan: StartPlan) -> None:
-        # One event per routine, not per fire time: a heartbeat down for a day must not page
-        # the operator 288 times. The history has every fire time.
-        r = plan.routine
-        stopped = [m for m in plan.missed if m.outcome == Outcome.STOPPED]
-        if stopped:
-            # Not an alert: the operator chose the downtime (debug: logged, never paged).
-            self._bus.emit(
-                "routine_skipped",
-                self._source,
-                severity=Severity.DEBUG,
-                routine=r.slug,
-                agent=r.assignee,
-                scheduled=utc_from_ts(stopped[-1].scheduled).isoformat(),
-                reason=stopped[-1].reason,
-                run_id=None,
-                outcome=str(Outcome.STOPPED),
-                fire_kind=stopped[-1].kind,
-                fire_id=stopped[-1].fire_id,
-                count=sum(m.fires for m in stopped),
-                first=utc_from_ts(stopped[0].scheduled).isoformat(),
-            )
-        missed = [m for m in plan.missed if m.outcome == Outcome.MISSED]
-        if not missed:
-            return
-        latest = missed[-1]
-        self._bus.emit(
-            "routine_missed",
-            self._source,
-            routine=r.slug,
-            agent=r.assignee,
-            scheduled=utc_from_ts(latest.scheduled).isoformat(),
-            reason=latest.reason,
-            run_id=None,
-            outcome=str(Outcome.MISSED),
-            fire_kind=latest.kind,
-            fire_id=latest.fire_id,
-            count=sum(m.fires for m in missed),
-            first=utc_from_ts(missed[0].scheduled).isoformat(),
-        )
-
-    async def _take_baselines(self, slots: Iterable[_Slot]) -> None:
-        """Record the memory marker a ``memory_changed`` routine compares against, if none."""
-        for slot in slots:
-            if slot.config.precondition != "memory_changed" or slot.marker is not None:
-                continue
-            try:
-                marker = await self._sink.memory_marker()
-            except Exception as exc:  # the first fire will take the baseline instead
-                log.warning("memory marker unavailable for %r: %r", slot.config.slug, exc)
-                continue
-            await self._save_marker(slot, marker)
-
-    async def _save_marker(self, slot: _Slot, marker: str) -> None:
-        slot.marker = marker
-        now = self._clock.time()
-        slug = slot.config.slug
-        if self._store is not None:
-            await self._store.call(lambda c: db.set_marker(c, slug, marker, now))
-
-    def _add_job(self, slot: _Slot, next_run: datetime) -> None:
+    def _add_job(self, slot: Slot, next_run: datetime) -> None:
         assert self._aps is not None
         self._aps.add_job(
             self._fire,
@@ -499,7 +399,7 @@ class RoutineScheduler:
         Raises:
             RuntimeError: the scheduler is not running.
         """
-        aps, store = self._aps, self._store
+        aps, store = self._aps, self._rec.store
         if aps is None or store is None:
             raise RuntimeError("reconfigure() needs a started RoutineScheduler")
         now = self._clock.time()
@@ -532,7 +432,7 @@ class RoutineScheduler:
                     aps.remove_job(slug)
                 result["changed"].append(slug)
             else:
-                slot = _Slot(config=r, trigger=trigger, identity=ident)
+                slot = Slot(config=r, trigger=trigger, identity=ident)
                 self._slots[slug] = slot
                 result["added"].append(slug)
             if nxt is not None:
@@ -556,7 +456,7 @@ class RoutineScheduler:
             db.delete_states(c, removed)
 
         await store.call(write)
-        await self._take_baselines(self._slots.values())
+        await self._fires.take_baselines(self._slots.values())
         self._config = config
         return result
 
@@ -573,7 +473,7 @@ class RoutineScheduler:
             del self._catch_up[routine]
             kind = "catch_up"
         try:
-            await self._execute(slot, kind, scheduled.timestamp(), check_precondition=True)
+            await self._fires.execute(slot, kind, scheduled.timestamp(), check_precondition=True)
         except StoreError as exc:
             self._store_failed(exc)  # history cannot be written: the child must fail loudly
             raise
@@ -600,7 +500,7 @@ class RoutineScheduler:
         if slot is None:
             raise self._not_found(routine)
         task = asyncio.ensure_future(
-            self._execute(slot, "manual", self._clock.time(), check_precondition=False)
+            self._fires.execute(slot, "manual", self._clock.time(), check_precondition=False)
         )
         self._manual.add(task)
         task.add_done_callback(self._manual.discard)
@@ -621,256 +521,6 @@ class RoutineScheduler:
         return RoutineNotFound(
             f"no routine {routine!r} in company.yaml; {hint}routines: "
             f"{', '.join(known) or '(none)'}"
-        )
-
-    def _overlap_reason(self, slot: _Slot) -> str:
-        if slot.config.concurrency == "skip_if_active":
-            return "overlap: the previous run was still active (concurrency: skip_if_active)"
-        return "queue full: one run active and one already waiting (concurrency: queue)"
-
-    async def _execute(
-        self, slot: _Slot, kind: str, scheduled: float, *, check_precondition: bool
-    ) -> RunOutcome | None:
-        r = slot.config
-        store = self._store
-        assert store is not None
-        now = self._clock.time()
-        rec = FireRecord(
-            fire_id=new_id("fire"),
-            routine=r.slug,
-            agent=r.assignee,
-            kind=kind,
-            scheduled=scheduled,
-            fired=now,
-        )
-        if slot.pending >= slot.limit:
-            if kind == "manual":
-                raise RoutineBusy(
-                    f"routine {r.slug!r} is running now and its concurrency is "
-                    f"{r.concurrency!r}; wait for the run to end (`companyd jobs history "
-                    f"{r.slug}`) and try again"
-                )
-            self._record_now(rec, Outcome.SKIPPED, self._overlap_reason(slot))
-            return None
-        slot.pending += 1
-        try:
-            try:
-                if kind == "manual":
-                    await store.execute(db.insert_fire_stmt(rec))  # manual: no cursor
-                else:
-                    # Only the cursor is waited for: once it is committed, no restart runs
-                    # this fire time again. The row follows in the next batch (a burst of a
-                    # thousand fires then waits for a thousand small UPDATEs, not also for
-                    # a thousand INSERTs into an indexed table); if the process dies between
-                    # the two, the next start finds the cursor ahead of the history and
-                    # records the fire as cancelled (db.close_unrecorded).
-                    store.post_execute_next(db.insert_fire_stmt(rec))
-                    await store.execute(db.advance_cursor_stmt(r.slug, scheduled, now))
-                await slot.lock.acquire()
-            except asyncio.CancelledError:
-                self._record_cancelled(rec, _STOPPED_BEFORE)
-                raise
-            try:
-                return await self._run_locked(slot, rec, check_precondition)
-            finally:
-                slot.lock.release()
-        finally:
-            slot.pending -= 1
-
-    async def _run_locked(
-        self, slot: _Slot, rec: FireRecord, check_precondition: bool
-    ) -> RunOutcome | None:
-        r = slot.config
-        started = self._clock.time()
-        if check_precondition and r.precondition != "always":
-            try:
-                go, why = await self._precondition(slot)
-            except asyncio.CancelledError:
-                self._record_cancelled(rec, _STOPPED_BEFORE)
-                raise
-            except Exception as exc:
-                await self._finish(
-                    rec,
-                    Outcome.FAILED,
-                    f"precondition {r.precondition} could not be checked: "
-                    f"{type(exc).__name__}: {exc}; no task was submitted",
-                )
-                return None
-            if not go:
-                await self._finish(rec, Outcome.IDLE, why)
-                return None
-        task = Task(
-            id=new_id("task"),
-            agent=r.assignee,
-            prompt=r.description,
-            source=f"routine:{r.slug}",
-            created=started,
-            routine=r.slug,
-            expected_output=r.expected_output,
-            reviewer=r.reviewer,
-        )
-        store = self._store
-        assert store is not None
-        store.post_execute(db.start_fire_stmt(rec.fire_id, started, task.id))
-        try:
-            outcome = await self._sink.submit(task)
-        except asyncio.CancelledError:
-            # The run is the runtime's now and is not stopped with us: the row stays open
-            # for the next start to follow (see stop()).
-            raise
-        except Exception as exc:
-            outcome = RunOutcome(
-                task_id=task.id,
-                run_id="",
-                agent=r.assignee,
-                status=RunStatus.FAILED,
-                started=started,
-                ended=self._clock.time(),
-                reason=(
-                    f"the task could not be handed to agent {r.assignee!r}: "
-                    f"{type(exc).__name__}: {exc}"
-                ),
-            )
-        result = from_run_status(outcome.status)
-        reason = outcome.reason
-        if result is not Outcome.OK and not reason:
-            reason = f"the run ended {result} and the agent runtime gave no reason"
-        await self._finish(
-            rec, result, reason, cost_usd=outcome.cost_usd, run_id=outcome.run_id or None
-        )
-        if r.precondition == "memory_changed":
-            # Taken after the run, so the run's own memory writes do not wake it again.
-            try:
-                await self._save_marker(slot, await self._sink.memory_marker())
-            except Exception as exc:
-                log.warning("memory marker unavailable after %r ran: %r", r.slug, exc)
-        return outcome
-
-    async def _follow_resumed(self, rec: FireRecord, pending: Awaitable[RunOutcome]) -> None:
-        """Close a fire left open by a stop once its resumed run ends. Cancelled (the
-        scheduler stops again first), the row stays open for the next start."""
-        slot = self._slots.get(rec.routine)
-        if slot is not None:
-            slot.pending += 1  # the run is active: the overlap policy counts it
-        try:
-            outcome = await pending
-        finally:
-            if slot is not None:
-                slot.pending -= 1
-        result = from_run_status(outcome.status)
-        reason = outcome.reason
-        if result is not Outcome.OK and not reason:
-            reason = f"the run ended {result} and the agent runtime gave no reason"
-        await self._finish(
-            rec,
-            result,
-            f"{reason} ({_RESUMED})" if reason else _RESUMED,
-            cost_usd=outcome.cost_usd,
-            run_id=outcome.run_id or None,
-        )
-
-    async def _precondition(self, slot: _Slot) -> tuple[bool, str | None]:
-        r = slot.config
-        if r.precondition == "inbox_nonempty":
-            n = self._sink.inbox_size(r.assignee)
-            if n > 0:
-                return True, None
-            return False, f"no changes: the inbox of {r.assignee!r} is empty; no task submitted"
-        marker = await self._sink.memory_marker()
-        if slot.marker is None:
-            await self._save_marker(slot, marker)
-            return False, "no changes: first look, memory baseline recorded; no task submitted"
-        if marker == slot.marker:
-            return False, "no changes in company memory since the last run; no task submitted"
-        return True, None
-
-    # -- recording --------------------------------------------------------------------
-
-    async def _finish(
-        self,
-        rec: FireRecord,
-        outcome: Outcome,
-        reason: str | None,
-        *,
-        cost_usd: float = 0.0,
-        run_id: str | None = None,
-    ) -> None:
-        ended = self._clock.time()
-        store = self._store
-        assert store is not None
-        await store.execute(
-            db.finish_fire_stmt(
-                rec.fire_id,
-                outcome=str(outcome),
-                reason=reason,
-                ended=ended,
-                cost_usd=cost_usd,
-                run_id=run_id,
-            )
-        )
-        self._emit(rec, outcome, reason, run_id)
-
-    def _record_cancelled(self, rec: FireRecord, reason: str) -> None:
-        # Called while being cancelled: post (do not await) so the row is written anyway. The
-        # insert of the row was submitted earlier, possibly for the batch after the one being
-        # gathered: posting into that one too keeps this UPDATE after it (inserts go first).
-        ended = self._clock.time()
-        self._emit(rec, Outcome.CANCELLED, reason)
-        self._post(
-            db.finish_fire_stmt(
-                rec.fire_id, outcome=str(Outcome.CANCELLED), reason=reason, ended=ended
-            ),
-            next_batch=True,
-        )
-
-    def _post(self, *work: db.Stmt | Callable[[Any], None], next_batch: bool = False) -> None:
-        """Queue history writes from a synchronous path (a listener, a cancellation);
-        ``next_batch``: statements go into the batch after the one being gathered."""
-        try:
-            if self._store is None:
-                raise StoreError("routine history is closed")
-            stmts = tuple(w for w in work if isinstance(w, tuple))
-            if stmts and next_batch:
-                self._store.post_execute_next(*stmts)
-            elif stmts:
-                self._store.post_execute(*stmts)
-            for w in work:
-                if not isinstance(w, tuple):
-                    self._store.post(w)
-        except StoreError as exc:
-            log.error("routine history write lost: %s", exc)
-            self._store_failed(exc)
-
-    def _record_now(self, rec: FireRecord, outcome: Outcome, reason: str) -> None:
-        """Record a fire that ends as soon as it happens (missed, skipped) and move the cursor."""
-        now = self._clock.time()
-        done = replace(rec, outcome=str(outcome), reason=reason, ended=now)
-        self._emit(done, outcome, reason)
-        if rec.kind == "manual":
-            self._post(db.insert_fire_stmt(done))
-        else:
-            self._post(
-                db.insert_fire_stmt(done), db.advance_cursor_stmt(rec.routine, rec.scheduled, now)
-            )
-
-    def _emit(
-        self, rec: FireRecord, outcome: Outcome, reason: str | None, run_id: str | None = None
-    ) -> None:
-        """Publish the event for a fire that ended ``outcome`` (none for ok and idle)."""
-        kind = outcome.event_kind
-        if kind is None:
-            return
-        self._bus.emit(
-            kind,
-            self._source,
-            routine=rec.routine,
-            agent=rec.agent,
-            scheduled=utc_from_ts(rec.scheduled).isoformat(),
-            reason=reason,
-            run_id=run_id,
-            outcome=str(outcome),
-            fire_kind=rec.kind,
-            fire_id=rec.fire_id,
         )
 
     def _on_aps_event(self, event: Any) -> None:
@@ -904,11 +554,11 @@ class RoutineScheduler:
                     f"grace of {format_seconds(grace)} (blocked event loop, suspended host or "
                     "a clock step)"
                 )
-            self._record_now(rec(when), Outcome.MISSED, reason)
+            self._rec.record_now(rec(when), Outcome.MISSED, reason)
         elif event.code == EVENT_JOB_MAX_INSTANCES:
             for when in event.scheduled_run_times:
-                reason = self._overlap_reason(slot) if slot else "overlap"
-                self._record_now(rec(when), Outcome.SKIPPED, reason)
+                reason = overlap_reason(slot) if slot else "overlap"
+                self._rec.record_now(rec(when), Outcome.SKIPPED, reason)
         elif event.code == EVENT_JOB_ERROR:
             exc = event.exception
             log.error(
@@ -928,8 +578,8 @@ class RoutineScheduler:
             if isinstance(event, JobDropped):
                 reason += "; the routine stopped firing until the next reload or restart"
             r = rec(event.scheduled_run_time)
-            self._emit(r, Outcome.FAILED, reason)
-            self._post(lambda c: _fail_open_fire(c, r, reason, now))  # a function: it reads
+            self._rec.emit(r, Outcome.FAILED, reason)
+            self._rec.post(lambda c: fail_open_fire(c, r, reason, now))  # a function: it reads
 
     # -- views ------------------------------------------------------------------------
 
@@ -943,7 +593,7 @@ class RoutineScheduler:
     async def jobs(self) -> dict[str, Any]:
         """Each routine: schedule, next fire, last outcome, 7-day success rate (JSON-ready;
         the same shape as ``companyd jobs --json``)."""
-        store = self._store
+        store = self._rec.store
         if store is None and self._disk_failure is not None:
             raise AdminError(f"routines are unavailable: {self._disk_failure}")
         if store is None:
@@ -975,7 +625,7 @@ class RoutineScheduler:
         Raises:
             RoutineNotFound: neither company.yaml nor the history knows the routine.
         """
-        store = self._store
+        store = self._rec.store
         if store is None:
             raise RuntimeError("history() needs a started RoutineScheduler")
         records = await store.call(lambda c: db.recent_fires(c, routine, limit))
@@ -1015,23 +665,11 @@ class RoutineScheduler:
                     quiet = 0
                     await asyncio.wait(busy)
                     continue
-            if self._store is not None and self._store.pending:
+            if self._rec.store is not None and self._rec.store.pending:
                 quiet = 0
-                await self._store.drain()
+                await self._rec.store.drain()
                 continue
             if self._aps is not None and self._aps.busy:
                 quiet = 0
                 continue
             quiet += 1
-
-
-def _fail_open_fire(c: Any, rec: FireRecord, reason: str, now: float) -> None:
-    """Close the fire row a crashed job left open (or add one if it never got that far)."""
-    cur = c.execute(
-        "UPDATE fires SET outcome = 'failed', reason = ?, ended = ? WHERE routine = ? AND "
-        "scheduled = ? AND outcome IS NULL AND kind != 'manual'",
-        (reason, now, rec.routine, rec.scheduled),
-    )
-    if cur.rowcount == 0:
-        db.insert_fires(c, [replace(rec, outcome=str(Outcome.FAILED), reason=reason, ended=now)])
-        db.advance_cursor(c, rec.routine, rec.scheduled, now)

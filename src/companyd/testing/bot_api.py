@@ -50,6 +50,12 @@ API port is down) is driven with :class:`BotApiControl`:
 =========================  ==============================================================
 
 The stand-in never logs request paths: they carry the bot token.
+
+This module is the server (state, faults, injection, the Bot API methods, the control API,
+the command line). The HTTP/1.1 plumbing and the parameter decoding live in
+:mod:`companyd.testing.bot_http`, the recorded objects in :mod:`companyd.testing.bot_objects`,
+the control API's client in :mod:`companyd.testing.bot_control`; their names are re-exported
+here, where the tests and benchmarks import them.
 """
 
 from __future__ import annotations
@@ -62,10 +68,29 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
+
+# Re-exported: tests and benchmarks import the whole stand-in from this module.
+from companyd.testing.bot_control import BotApiControl as BotApiControl
+from companyd.testing.bot_http import (
+    Dropped,
+    HttpError,
+    HttpListener,
+    Request,
+    chat_id_param,
+    decode_params,
+    error_body,
+    int_param,
+    json_response,
+    markup_param,
+)
+from companyd.testing.bot_objects import ApiCall as ApiCall
+from companyd.testing.bot_objects import DownMode as DownMode
+from companyd.testing.bot_objects import SentMessage as SentMessage
+from companyd.testing.bot_objects import bot_id, user_json
 
 __all__ = [
     "ApiCall",
@@ -76,78 +101,6 @@ __all__ = [
     "main",
 ]
 
-DownMode = Literal["refuse", "502"]
-
-# Parameters python-telegram-bot sends as plain strings (everything else is JSON-encoded).
-_STRING_PARAMS = frozenset(
-    {
-        "text",
-        "parse_mode",
-        "callback_query_id",
-        "inline_message_id",
-        "url",
-        "description",
-        "short_description",
-        "language_code",
-        "business_connection_id",
-        "secret_token",
-        "name",
-    }
-)
-
-_MAX_BODY = 4 * 1024 * 1024
-
-
-@dataclass
-class SentMessage:
-    """A message the bot sent, as the stand-in holds it now.
-
-    Attributes:
-        chat_id: the chat it went to (an int for numeric ids).
-        message_id: the id the stand-in gave it.
-        text: its current text (after edits).
-        reply_markup: its current inline keyboard (decoded JSON), or None.
-        date: epoch seconds when it was sent.
-        disable_notification: whether it was sent silently.
-        edits: each edit in order: ``{"method", "text"?, "reply_markup"?}``.
-    """
-
-    chat_id: int | str
-    message_id: int
-    text: str
-    reply_markup: dict[str, Any] | None
-    date: int
-    disable_notification: bool = False
-    edits: list[dict[str, Any]] = field(default_factory=list)
-
-    def buttons(self) -> list[tuple[str, str]]:
-        """The inline buttons as ``(label, callback_data)``, row by row."""
-        rows = (self.reply_markup or {}).get("inline_keyboard") or []
-        return [(b.get("text", ""), b.get("callback_data", "")) for row in rows for b in row]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "chat_id": self.chat_id,
-            "message_id": self.message_id,
-            "text": self.text,
-            "reply_markup": self.reply_markup,
-            "date": self.date,
-            "disable_notification": self.disable_notification,
-            "edits": list(self.edits),
-        }
-
-
-@dataclass(frozen=True)
-class ApiCall:
-    """One Bot API request: the method, its decoded parameters and the HTTP status answered."""
-
-    method: str
-    params: dict[str, Any]
-    status: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "params": self.params, "status": self.status}
-
 
 @dataclass
 class _Failure:
@@ -156,174 +109,6 @@ class _Failure:
     retry_after: int | None
     method: str | None
     description: str | None
-
-
-class _Dropped(Exception):
-    """Close the connection without answering (a network error for the client)."""
-
-
-class _HttpError(Exception):
-    def __init__(self, status: int, description: str) -> None:
-        super().__init__(description)
-        self.status = status
-        self.description = description
-
-
-@dataclass
-class _Request:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-Handler = Callable[[_Request], Awaitable[tuple[int, str, bytes]]]
-
-
-class _HttpListener:
-    """A minimal keep-alive HTTP/1.1 server on 127.0.0.1 that can be closed and reopened."""
-
-    def __init__(self, handler: Handler, port: int, on_close: Callable[[], None]) -> None:
-        self._handler = handler
-        self._on_close = on_close
-        self.port = port
-        self._server: asyncio.Server | None = None
-        self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
-
-    @property
-    def listening(self) -> bool:
-        return self._server is not None
-
-    async def open(self) -> None:
-        if self._server is not None:
-            return
-        # reuse_address lets the same port be bound again right after go_down().
-        self._server = await asyncio.start_server(
-            self._serve, "127.0.0.1", self.port, reuse_address=True
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def close(self) -> None:
-        """Stop listening and drop every open connection (clients see resets / refusals)."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        conns = dict(self._conns)
-        # Aborting the transport ends each handler on its own; cancelling the handler task
-        # instead makes asyncio 3.11 log a spurious "Exception in callback" for it.
-        for writer in conns.values():
-            writer.transport.abort()
-        self._on_close()
-        if conns:
-            _, pending = await asyncio.wait(conns.keys(), timeout=5.0)
-            for task in pending:
-                task.cancel()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns[task] = writer
-        try:
-            while True:
-                request = await _read_request(reader)
-                if request is None:
-                    return
-                status, ctype, body = await self._handler(request)
-                reason = _REASONS.get(status, "Error")
-                head = (
-                    f"HTTP/1.1 {status} {reason}\r\n"
-                    f"Content-Type: {ctype}\r\n"
-                    f"Content-Length: {len(body)}\r\n"
-                    "Connection: keep-alive\r\n\r\n"
-                ).encode("ascii")
-                writer.write(head + body)
-                await writer.drain()
-                if request.headers.get("connection", "").lower() == "close":
-                    return
-        except (ConnectionError, asyncio.IncompleteReadError, _HttpError, _Dropped):
-            return
-        finally:
-            self._conns.pop(task, None)
-            writer.transport.abort()
-
-
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    409: "Conflict",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-}
-
-
-async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
-    line = await reader.readline()
-    if not line:
-        return None
-    try:
-        method, target, _version = line.decode("latin-1").split()
-    except ValueError as exc:
-        raise _HttpError(400, "malformed request line") from exc
-    headers: dict[str, str] = {}
-    while True:
-        hline = await reader.readline()
-        if hline in (b"\r\n", b"\n", b""):
-            break
-        name, _, value = hline.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        chunks: list[bytes] = []
-        while True:
-            size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                await reader.readline()
-                break
-            chunks.append(await reader.readexactly(size))
-            await reader.readline()
-        body = b"".join(chunks)
-    else:
-        length = int(headers.get("content-length", "0") or "0")
-        if length > _MAX_BODY:
-            raise _HttpError(413, "body too large")
-        body = await reader.readexactly(length) if length else b""
-    return _Request(method=method.upper(), path=target, headers=headers, body=body)
-
-
-def _decode_params(request: _Request) -> dict[str, Any]:
-    """Bot API parameters from the query string and the body, decoded as PTB encodes them."""
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    raw: list[tuple[str, str]] = parse_qsl(urlsplit(request.path).query, keep_blank_values=True)
-    if ctype == "application/json" and request.body:
-        try:
-            obj = json.loads(request.body)
-        except ValueError as exc:
-            raise _HttpError(400, f"Bad Request: invalid JSON body ({exc})") from exc
-        if not isinstance(obj, dict):
-            raise _HttpError(400, "Bad Request: the JSON body must be an object")
-        return {**dict(raw), **obj}
-    if ctype.startswith("multipart/"):
-        raise _HttpError(400, "Bad Request: file uploads are not supported by the stand-in")
-    if request.body:
-        raw += parse_qsl(request.body.decode("utf-8"), keep_blank_values=True)
-    params: dict[str, Any] = {}
-    for key, value in raw:
-        if key in _STRING_PARAMS:
-            params[key] = value
-            continue
-        try:
-            params[key] = json.loads(value)
-        except ValueError:
-            params[key] = value
-    return params
-
-
-def _json(status: int, obj: Any) -> tuple[int, str, bytes]:
-    return status, "application/json", json.dumps(obj).encode("utf-8")
 
 
 class BotApiServer:
@@ -356,7 +141,7 @@ class BotApiServer:
         self._token = token
         self._clock = clock
         self._bot_user = {
-            "id": _bot_id(token),
+            "id": bot_id(token),
             "is_bot": True,
             "first_name": "companyd",
             "username": bot_username,
@@ -364,9 +149,9 @@ class BotApiServer:
             "can_read_all_group_messages": False,
             "supports_inline_queries": False,
         }
-        self._api = _HttpListener(self._handle_api, port, self._pulse)
+        self._api = HttpListener(self._handle_api, port, self._pulse)
         self._control = (
-            _HttpListener(self._handle_control, control_port, self._pulse)
+            HttpListener(self._handle_control, control_port, self._pulse)
             if control_port is not None
             else None
         )
@@ -499,7 +284,7 @@ class BotApiServer:
             "message_id": self._new_message_id(),
             "date": int(self._clock()),
             "chat": {"id": chat_id, "type": "private", "first_name": first_name},
-            "from": _user(uid, first_name, username),
+            "from": user_json(uid, first_name, username),
             "text": text,
         }
         if text.startswith("/"):
@@ -546,7 +331,7 @@ class BotApiServer:
             {
                 "callback_query": {
                     "id": cq_id,
-                    "from": _user(uid, first_name, username),
+                    "from": user_json(uid, first_name, username),
                     "message": message,
                     "chat_instance": f"ci-{chat_id}",
                     "data": data,
@@ -597,7 +382,7 @@ class BotApiServer:
 
     # -- the Bot API --------------------------------------------------------------------
 
-    async def _handle_api(self, request: _Request) -> tuple[int, str, bytes]:
+    async def _handle_api(self, request: Request) -> tuple[int, str, bytes]:
         self.in_flight += 1
         self._pulse()
         try:
@@ -605,48 +390,50 @@ class BotApiServer:
         finally:
             self.in_flight -= 1
 
-    async def _answer_api(self, request: _Request) -> tuple[int, str, bytes]:
+    async def _answer_api(self, request: Request) -> tuple[int, str, bytes]:
         if self.mode == "502":
             self._pulse()
             return 502, "text/html", b"<html><body><h1>502 Bad Gateway</h1></body></html>"
         path = urlsplit(request.path).path
         parts = path.strip("/").split("/")
         if len(parts) != 2 or not parts[0].startswith("bot"):
-            return _json(404, {"ok": False, "error_code": 404, "description": "Not Found"})
+            return json_response(404, {"ok": False, "error_code": 404, "description": "Not Found"})
         token, method = parts[0][3:], parts[1]
         if self._token is not None and token != self._token:
             self.calls.append(ApiCall(method=method, params={}, status=401))
             self._pulse()
-            return _json(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
+            return json_response(
+                401, {"ok": False, "error_code": 401, "description": "Unauthorized"}
+            )
         try:
-            params = _decode_params(request)
-        except _HttpError as exc:
-            return _json(exc.status, _error_body(exc.status, exc.description))
+            params = decode_params(request)
+        except HttpError as exc:
+            return json_response(exc.status, error_body(exc.status, exc.description))
         failure = self._take_failure(method)
         if failure is not None:
             self.calls.append(ApiCall(method=method, params=params, status=failure.status))
             self._pulse()
             if failure.status == 0:
-                raise _Dropped
-            body = _error_body(failure.status, failure.description)
+                raise Dropped
+            body = error_body(failure.status, failure.description)
             if failure.retry_after is not None:
                 body["parameters"] = {"retry_after": failure.retry_after}
                 body["description"] = (
                     failure.description or f"Too Many Requests: retry after {failure.retry_after}"
                 )
-            return _json(failure.status, body)
+            return json_response(failure.status, body)
         try:
             if method == "getUpdates":
                 result = await self._get_updates(params)
             else:
                 result = self._call(method, params)
-        except _HttpError as exc:
+        except HttpError as exc:
             self.calls.append(ApiCall(method=method, params=params, status=exc.status))
             self._pulse()
-            return _json(exc.status, _error_body(exc.status, exc.description))
+            return json_response(exc.status, error_body(exc.status, exc.description))
         self.calls.append(ApiCall(method=method, params=params, status=200))
         self._pulse()
-        return _json(200, {"ok": True, "result": result})
+        return json_response(200, {"ok": True, "result": result})
 
     def _take_failure(self, method: str) -> _Failure | None:
         for f in self._failures:
@@ -658,8 +445,8 @@ class BotApiServer:
         return None
 
     async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        offset = _int(params.get("offset"), 0)
-        limit = max(1, min(100, _int(params.get("limit"), 100)))
+        offset = int_param(params.get("offset"), 0)
+        limit = max(1, min(100, int_param(params.get("limit"), 100)))
         timeout = max(0.0, float(params.get("timeout") or 0))
         if offset:
             # Telegram forgets every update below the offset: it is confirmed.
@@ -687,7 +474,7 @@ class BotApiServer:
         if method == "setMyCommands":
             commands = params.get("commands")
             if not isinstance(commands, list):
-                raise _HttpError(400, "Bad Request: commands must be a JSON array")
+                raise HttpError(400, "Bad Request: commands must be a JSON array")
             self.commands = commands
             return True
         if method == "getMyCommands":
@@ -698,19 +485,19 @@ class BotApiServer:
             return self._edit(method, params)
         if method == "answerCallbackQuery":
             if not params.get("callback_query_id"):
-                raise _HttpError(400, "Bad Request: callback_query_id is required")
+                raise HttpError(400, "Bad Request: callback_query_id is required")
             self.callback_answers.append(dict(params))
             return True
-        raise _HttpError(404, "Not Found: method not found")
+        raise HttpError(404, "Not Found: method not found")
 
     def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
-        chat_id = _chat_id(params.get("chat_id"))
+        chat_id = chat_id_param(params.get("chat_id"))
         text = params.get("text")
         if not isinstance(text, str) or not text.strip():
-            raise _HttpError(400, "Bad Request: message text is empty")
+            raise HttpError(400, "Bad Request: message text is empty")
         if len(text) > 4096:
-            raise _HttpError(400, "Bad Request: message is too long")
-        markup = _markup(params.get("reply_markup"))
+            raise HttpError(400, "Bad Request: message is too long")
+        markup = markup_param(params.get("reply_markup"))
         msg = SentMessage(
             chat_id=chat_id,
             message_id=self._new_message_id(),
@@ -723,20 +510,20 @@ class BotApiServer:
         return self._message_json(msg)
 
     def _edit(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        chat_id = _chat_id(params.get("chat_id"))
-        message_id = _int(params.get("message_id"), -1)
+        chat_id = chat_id_param(params.get("chat_id"))
+        message_id = int_param(params.get("message_id"), -1)
         msg = self.find_message(chat_id, message_id)
         if msg is None:
-            raise _HttpError(400, "Bad Request: message to edit not found")
-        markup = _markup(params.get("reply_markup"))
+            raise HttpError(400, "Bad Request: message to edit not found")
+        markup = markup_param(params.get("reply_markup"))
         if method == "editMessageText":
             text = params.get("text")
             if not isinstance(text, str) or not text.strip():
-                raise _HttpError(400, "Bad Request: message text is empty")
+                raise HttpError(400, "Bad Request: message text is empty")
             if len(text) > 4096:
-                raise _HttpError(400, "Bad Request: message is too long")
+                raise HttpError(400, "Bad Request: message is too long")
             if text == msg.text and markup == msg.reply_markup:
-                raise _HttpError(
+                raise HttpError(
                     400,
                     "Bad Request: message is not modified: specified new message content and "
                     "reply markup are exactly the same as a current content and reply markup "
@@ -747,7 +534,7 @@ class BotApiServer:
             msg.edits.append({"method": method, "text": text, "reply_markup": markup})
         else:
             if markup == msg.reply_markup:
-                raise _HttpError(400, "Bad Request: message is not modified")
+                raise HttpError(400, "Bad Request: message is not modified")
             msg.reply_markup = markup
             msg.edits.append({"method": method, "reply_markup": markup})
         return self._message_json(msg)
@@ -771,18 +558,18 @@ class BotApiServer:
 
     # -- the control API ----------------------------------------------------------------
 
-    async def _handle_control(self, request: _Request) -> tuple[int, str, bytes]:
+    async def _handle_control(self, request: Request) -> tuple[int, str, bytes]:
         path = urlsplit(request.path).path.rstrip("/") or "/"
         try:
             body: dict[str, Any] = json.loads(request.body) if request.body else {}
             if not isinstance(body, dict):
                 raise ValueError("expected a JSON object")
         except ValueError as exc:
-            return _json(400, {"error": f"invalid JSON body: {exc}"})
+            return json_response(400, {"error": f"invalid JSON body: {exc}"})
         try:
-            return _json(200, await self._control_call(request.method, path, body))
+            return json_response(200, await self._control_call(request.method, path, body))
         except (KeyError, ValueError, TypeError) as exc:
-            return _json(400, {"error": f"{type(exc).__name__}: {exc}"})
+            return json_response(400, {"error": f"{type(exc).__name__}: {exc}"})
 
     async def _control_call(self, method: str, path: str, body: dict[str, Any]) -> Any:
         if method == "GET" and path == "/state":
@@ -837,138 +624,6 @@ class BotApiServer:
             self.reset()
             return {"reset": True}
         raise KeyError(f"no control route {method} {path!r}")
-
-
-def _error_body(status: int, description: str | None) -> dict[str, Any]:
-    default = f"{_REASONS.get(status, 'Error')}"
-    return {"ok": False, "error_code": status, "description": description or default}
-
-
-def _bot_id(token: str | None) -> int:
-    if token and token.split(":")[0].isdigit():
-        return int(token.split(":")[0])
-    return 1000001
-
-
-def _user(uid: int, first_name: str, username: str | None) -> dict[str, Any]:
-    user: dict[str, Any] = {"id": uid, "is_bot": False, "first_name": first_name}
-    if username:
-        user["username"] = username
-    return user
-
-
-def _int(value: Any, default: int) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _chat_id(value: Any) -> int | str:
-    if value is None or value == "":
-        raise _HttpError(400, "Bad Request: chat_id is empty")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def _markup(value: Any) -> dict[str, Any] | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise _HttpError(400, "Bad Request: can't parse reply keyboard markup JSON") from exc
-    if not isinstance(value, dict):
-        raise _HttpError(400, "Bad Request: reply markup must be a JSON object")
-    return value
-
-
-# ---------------------------------------------------------------------------------------
-# Driving a stand-in in another process
-
-
-class BotApiControl:
-    """Client of a stand-in's control API (``python -m companyd.testing.bot_api``).
-
-    Args:
-        control_url: the ``control_url`` the process printed.
-        timeout: seconds per request.
-    """
-
-    def __init__(self, control_url: str, timeout: float = 10.0) -> None:
-        import httpx  # python-telegram-bot's HTTP client; always installed with companyd
-
-        self._client = httpx.AsyncClient(base_url=control_url, timeout=timeout, trust_env=False)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-    async def __aenter__(self) -> BotApiControl:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def _get(self, path: str) -> Any:
-        resp = await self._client.get(path)
-        resp.raise_for_status()
-        return resp.json()
-
-    async def _post(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        resp = await self._client.post(path, json=body or {})
-        resp.raise_for_status()
-        return resp.json()
-
-    async def state(self) -> dict[str, Any]:
-        return dict(await self._get("/state"))
-
-    async def messages(self) -> list[dict[str, Any]]:
-        return list(await self._get("/messages"))
-
-    async def calls(self) -> list[dict[str, Any]]:
-        return list(await self._get("/calls"))
-
-    async def callback_answers(self) -> list[dict[str, Any]]:
-        return list(await self._get("/callback_answers"))
-
-    async def command(self, chat_id: int, text: str, user_id: int | None = None) -> int:
-        body: dict[str, Any] = {"chat_id": chat_id, "text": text}
-        if user_id is not None:
-            body["user_id"] = user_id
-        return int((await self._post("/command", body))["update_id"])
-
-    async def press(self, chat_id: int, message_id: int, data: str) -> str:
-        body = {"chat_id": chat_id, "message_id": message_id, "data": data}
-        return str((await self._post("/press", body))["callback_query_id"])
-
-    async def update(self, update: dict[str, Any]) -> int:
-        return int((await self._post("/update", update))["update_id"])
-
-    async def down(self, mode: DownMode = "refuse") -> None:
-        await self._post("/down", {"mode": mode})
-
-    async def up(self) -> None:
-        await self._post("/up")
-
-    async def fail(
-        self,
-        count: int = 1,
-        *,
-        status: int = 429,
-        retry_after: int | None = 1,
-        method: str | None = None,
-    ) -> None:
-        body = {"count": count, "status": status, "retry_after": retry_after, "method": method}
-        await self._post("/fail", body)
-
-    async def clear_failures(self) -> None:
-        await self._post("/fail/clear")
-
-    async def reset(self) -> None:
-        await self._post("/reset")
 
 
 async def _serve(args: argparse.Namespace) -> None:

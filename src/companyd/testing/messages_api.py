@@ -36,13 +36,19 @@ from :attr:`errors` and :attr:`abandoned` (client gone before the answer, e.g. i
 From another process: ``python -m companyd.testing.messages_api --port 0 --script s.json``
 prints ``MESSAGES_API_URL=http://127.0.0.1:PORT``; the ``/_standin/*`` control endpoints
 (``enqueue``, ``stats``, ``requests``, ``release``, ``reset``) script and inspect it over HTTP.
+
+This module is the server (serving, recording, counters, the slow-API and stall faults, the
+control endpoints, the command line). The script items and their builders live in
+:mod:`companyd.testing.messages_script`, the recorded request and the real API's request
+checks in :mod:`companyd.testing.messages_requests`, the default responder in
+:mod:`companyd.testing.messages_responders`; their names are re-exported here, where the
+tests and benchmarks import them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import itertools
 import json
 import os
@@ -54,13 +60,34 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 from companyd.llm.model import Usage
+
+# Re-exported: tests and benchmarks import the whole stand-in from this module.
+from companyd.testing.messages_requests import RecordedRequest as RecordedRequest
+from companyd.testing.messages_requests import validate_request
+from companyd.testing.messages_responders import AgentLikeResponder as AgentLikeResponder
+from companyd.testing.messages_responders import Responder as Responder
+from companyd.testing.messages_script import Fault as Fault
+from companyd.testing.messages_script import Reply as Reply
+from companyd.testing.messages_script import ScriptItem as ScriptItem
+from companyd.testing.messages_script import Stall as Stall
+from companyd.testing.messages_script import bad_request as bad_request
+from companyd.testing.messages_script import fault as fault
+from companyd.testing.messages_script import item_from_json as item_from_json
+from companyd.testing.messages_script import overloaded as overloaded
+from companyd.testing.messages_script import rate_limited as rate_limited
+from companyd.testing.messages_script import reply_text as reply_text
+from companyd.testing.messages_script import reply_tool_use as reply_tool_use
+from companyd.testing.messages_script import server_error as server_error
+from companyd.testing.messages_script import spend_limit as spend_limit
+from companyd.testing.messages_script import stall as stall
+from companyd.testing.messages_script import usage_of as usage_of
+from companyd.testing.messages_script import usage_to_api
 
 __all__ = [
     "AgentLikeResponder",
@@ -83,590 +110,6 @@ __all__ = [
     "stall",
     "usage_of",
 ]
-
-# ---------------------------------------------------------------------------------------
-# Script items
-
-
-def _usage_to_api(usage: Usage, breakdown: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_creation_input_tokens": usage.cache_write_tokens,
-        "cache_read_input_tokens": usage.cache_read_tokens,
-        "service_tier": "standard",
-    }
-    if breakdown:
-        body["cache_creation"] = {
-            "ephemeral_5m_input_tokens": usage.cache_write_5m_tokens,
-            "ephemeral_1h_input_tokens": usage.cache_write_1h_tokens,
-        }
-    return body
-
-
-def _usage_from_json(d: Mapping[str, Any] | None) -> Usage:
-    if not d:
-        return Usage(input_tokens=10, output_tokens=5)
-    return Usage(
-        input_tokens=int(d.get("input_tokens", 0)),
-        output_tokens=int(d.get("output_tokens", 0)),
-        cache_write_5m_tokens=int(d.get("cache_write_5m_tokens", 0)),
-        cache_write_1h_tokens=int(d.get("cache_write_1h_tokens", 0)),
-        cache_read_tokens=int(d.get("cache_read_tokens", 0)),
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Reply:
-    """A successful ``message`` response.
-
-    Attributes:
-        content: content blocks in the API's JSON shape.
-        stop_reason: ``end_turn``, ``tool_use``, ``max_tokens``, …
-        usage: token counts to report.
-        usage_breakdown: include ``usage.cache_creation`` (5m/1h split); False mimics
-            responses that only carry ``cache_creation_input_tokens``.
-        model: model id to report; None echoes the request's model.
-        latency: seconds to wait before answering.
-    """
-
-    content: tuple[Mapping[str, Any], ...]
-    stop_reason: str = "end_turn"
-    usage: Usage = field(default_factory=lambda: Usage(input_tokens=10, output_tokens=5))
-    usage_breakdown: bool = True
-    model: str | None = None
-    latency: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "message",
-            "content": [dict(b) for b in self.content],
-            "stop_reason": self.stop_reason,
-            "usage": self.usage.to_dict(),
-            "usage_breakdown": self.usage_breakdown,
-            "model": self.model,
-            "latency": self.latency,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Fault:
-    """An error response.
-
-    Attributes:
-        status: HTTP status (400, 401, 429, 500, 529, …).
-        error_type: ``error.type`` (``overloaded_error``, ``rate_limit_error``, …).
-        message: ``error.message``.
-        error_code: ``error.details.error_code`` (e.g. ``enforced_spend_limit_reached``).
-        retry_after: ``retry-after`` header value (seconds, or an HTTP date string).
-        retry_after_ms: ``retry-after-ms`` header value.
-        should_retry: ``x-should-retry`` header (True/False), or absent.
-        latency: seconds to wait before answering.
-    """
-
-    status: int
-    error_type: str
-    message: str
-    error_code: str | None = None
-    retry_after: float | str | None = None
-    retry_after_ms: float | None = None
-    should_retry: bool | None = None
-    latency: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "error",
-            "status": self.status,
-            "error_type": self.error_type,
-            "message": self.message,
-            "error_code": self.error_code,
-            "retry_after": self.retry_after,
-            "retry_after_ms": self.retry_after_ms,
-            "should_retry": self.should_retry,
-            "latency": self.latency,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Stall:
-    """Hold the request open, then answer with ``then`` (or just close the connection).
-
-    Attributes:
-        seconds: how long to hold it; None holds it until
-            :meth:`MessagesAPIServer.release_stalls` or the server stops.
-        then: what to answer afterwards if the client is still connected; None closes the
-            connection without an answer.
-
-    Used for client timeouts (hold longer than the client's deadline) and for "the call was
-    in flight when the process was killed" tests.
-    """
-
-    seconds: float | None = None
-    then: Reply | Fault | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "stall",
-            "seconds": self.seconds,
-            "then": self.then.to_json() if self.then is not None else None,
-        }
-
-
-ScriptItem = Reply | Fault | Stall
-
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    408: "timeout_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    503: "api_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-
-
-def reply_text(
-    text: str,
-    *,
-    usage: Usage | None = None,
-    stop_reason: str = "end_turn",
-    usage_breakdown: bool = True,
-    model: str | None = None,
-    latency: float = 0.0,
-) -> Reply:
-    """A reply with one text block."""
-    return Reply(
-        content=({"type": "text", "text": text},),
-        stop_reason=stop_reason,
-        usage=usage or Usage(input_tokens=10, output_tokens=max(1, len(text) // 4)),
-        usage_breakdown=usage_breakdown,
-        model=model,
-        latency=latency,
-    )
-
-
-_TOOL_IDS = itertools.count(1)
-
-
-def reply_tool_use(
-    name: str,
-    input: Mapping[str, Any],
-    *,
-    id: str | None = None,
-    text: str | None = None,
-    usage: Usage | None = None,
-    usage_breakdown: bool = True,
-    model: str | None = None,
-    latency: float = 0.0,
-) -> Reply:
-    """A reply calling tool ``name`` with ``input`` (optionally after a text block)."""
-    blocks: list[Mapping[str, Any]] = []
-    if text:
-        blocks.append({"type": "text", "text": text})
-    blocks.append(
-        {
-            "type": "tool_use",
-            "id": id or f"toolu_script_{next(_TOOL_IDS):06d}",
-            "name": name,
-            "input": dict(input),
-        }
-    )
-    return Reply(
-        content=tuple(blocks),
-        stop_reason="tool_use",
-        usage=usage or Usage(input_tokens=10, output_tokens=20),
-        usage_breakdown=usage_breakdown,
-        model=model,
-        latency=latency,
-    )
-
-
-def fault(
-    status: int,
-    message: str | None = None,
-    *,
-    error_type: str | None = None,
-    error_code: str | None = None,
-    retry_after: float | str | None = None,
-    retry_after_ms: float | None = None,
-    should_retry: bool | None = None,
-    latency: float = 0.0,
-) -> Fault:
-    """An error response with the API's error type for ``status`` unless given."""
-    etype = error_type or _ERROR_TYPES.get(status, "api_error")
-    return Fault(
-        status=status,
-        error_type=etype,
-        message=message or f"stand-in {etype} (HTTP {status})",
-        error_code=error_code,
-        retry_after=retry_after,
-        retry_after_ms=retry_after_ms,
-        should_retry=should_retry,
-        latency=latency,
-    )
-
-
-def overloaded(**kw: Any) -> Fault:
-    """HTTP 529 ``overloaded_error``."""
-    return fault(529, "Overloaded", **kw)
-
-
-def rate_limited(
-    retry_after: float | str | None = None, retry_after_ms: float | None = None, **kw: Any
-) -> Fault:
-    """HTTP 429 ``rate_limit_error`` (the organisation's rate limit)."""
-    return fault(
-        429,
-        "Number of request tokens has exceeded your per-minute rate limit",
-        retry_after=retry_after,
-        retry_after_ms=retry_after_ms,
-        **kw,
-    )
-
-
-def server_error(status: int = 500, **kw: Any) -> Fault:
-    """HTTP 5xx ``api_error``."""
-    return fault(status, "Internal server error", **kw)
-
-
-def bad_request(message: str = "invalid request", **kw: Any) -> Fault:
-    """HTTP 400 ``invalid_request_error``."""
-    return fault(400, message, **kw)
-
-
-def spend_limit(**kw: Any) -> Fault:
-    """HTTP 429 with ``error.details.error_code = "enforced_spend_limit_reached"``: the
-    organisation's monthly spend limit. Like the real API it carries no ``retry-after``."""
-    return fault(
-        429,
-        "You have reached your specified API usage limits. You will regain access on "
-        "2026-12-01 at 00:00 UTC.",
-        error_code="enforced_spend_limit_reached",
-        **kw,
-    )
-
-
-def stall(seconds: float | None = None, then: Reply | Fault | None = None) -> Stall:
-    """Hold the request ``seconds`` (None: until released), then answer ``then``."""
-    return Stall(seconds=seconds, then=then)
-
-
-def item_from_json(d: Mapping[str, Any]) -> ScriptItem:
-    """A script item from its JSON form (``to_json()`` output, or the short forms
-    ``{"type": "text", "text": …}`` and ``{"type": "tool_use", "name": …, "input": …}``).
-
-    Raises:
-        ValueError: naming the accepted ``type`` values.
-    """
-    kind = d.get("type")
-    latency = float(d.get("latency") or 0.0)
-    if kind == "text":
-        return reply_text(
-            str(d["text"]),
-            usage=_usage_from_json(d.get("usage")),
-            stop_reason=str(d.get("stop_reason", "end_turn")),
-            usage_breakdown=bool(d.get("usage_breakdown", True)),
-            model=d.get("model"),
-            latency=latency,
-        )
-    if kind == "tool_use":
-        return reply_tool_use(
-            str(d["name"]),
-            d.get("input") or {},
-            id=d.get("id"),
-            text=d.get("text"),
-            usage=_usage_from_json(d.get("usage")),
-            usage_breakdown=bool(d.get("usage_breakdown", True)),
-            model=d.get("model"),
-            latency=latency,
-        )
-    if kind == "message":
-        return Reply(
-            content=tuple(d["content"]),
-            stop_reason=str(d.get("stop_reason", "end_turn")),
-            usage=_usage_from_json(d.get("usage")),
-            usage_breakdown=bool(d.get("usage_breakdown", True)),
-            model=d.get("model"),
-            latency=latency,
-        )
-    if kind == "error":
-        return fault(
-            int(d["status"]),
-            d.get("message"),
-            error_type=d.get("error_type"),
-            error_code=d.get("error_code"),
-            retry_after=d.get("retry_after"),
-            retry_after_ms=d.get("retry_after_ms"),
-            should_retry=d.get("should_retry"),
-            latency=latency,
-        )
-    if kind == "stall":
-        then = d.get("then")
-        then_item = item_from_json(then) if then else None
-        if isinstance(then_item, Stall):
-            raise ValueError("a stall's 'then' must be a reply or an error, not another stall")
-        seconds = d.get("seconds")
-        return Stall(seconds=None if seconds is None else float(seconds), then=then_item)
-    raise ValueError(
-        f"unknown script item type {kind!r}; expected one of 'text', 'tool_use', 'message', "
-        "'error', 'stall'"
-    )
-
-
-# ---------------------------------------------------------------------------------------
-# Requests and responders
-
-
-@dataclass(kw_only=True)
-class RecordedRequest:
-    """One request as the stand-in received it.
-
-    Attributes:
-        index: 0-based arrival order.
-        method / path: the HTTP request line.
-        headers: header names lower-cased.
-        body: the parsed JSON body (None if absent or not JSON).
-        received: wall-clock arrival time.
-        outcome: ``"pending"``, then ``"served"`` (200 written), ``"error"`` (error response
-            written), ``"abandoned"`` (the client left before the answer) or ``"control"``.
-        status: HTTP status written (0 if none).
-        response: the JSON body written, if any.
-
-    Control requests (``/_standin/*``) are not recorded and have ``index`` -1.
-    """
-
-    index: int
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-    received: float
-    outcome: str = "pending"
-    status: int = 0
-    response: dict[str, Any] | None = None
-    #: the reply billed although the client gave up (``bill_abandoned``), if any
-    billed: dict[str, Any] | None = None
-
-    @property
-    def api_key(self) -> str | None:
-        """The credential sent (Bearer token or x-api-key), if any."""
-        auth = self.headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            return auth[7:].strip()
-        return self.headers.get("x-api-key")
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "method": self.method,
-            "path": self.path,
-            "headers": self.headers,
-            "body": self.body,
-            "received": self.received,
-            "outcome": self.outcome,
-            "status": self.status,
-            "response": self.response,
-        }
-
-
-Responder = Callable[[RecordedRequest], ScriptItem]
-
-
-def _ceil_div(n: int, d: int) -> int:
-    return -(-n // d)
-
-
-def _canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _cache_ttl(blocks: Any) -> str | None:
-    """The TTL of the first ``cache_control`` marker in a list of blocks/tools, if any."""
-    if not isinstance(blocks, list):
-        return None
-    for b in blocks:
-        if isinstance(b, dict) and isinstance(b.get("cache_control"), dict):
-            return str(b["cache_control"].get("ttl", "5m"))
-    return None
-
-
-def _example_input(schema: Any) -> dict[str, Any]:
-    """A deterministic input satisfying the required properties of a JSON Schema."""
-    if not isinstance(schema, dict):
-        return {}
-    props = schema.get("properties") or {}
-    out: dict[str, Any] = {}
-    for name in schema.get("required") or []:
-        t = (props.get(name) or {}).get("type", "string")
-        if isinstance(t, list):
-            t = t[0] if t else "string"
-        out[name] = {
-            "string": f"example {name}",
-            "integer": 1,
-            "number": 1.0,
-            "boolean": True,
-            "array": [],
-            "object": {},
-            "null": None,
-        }.get(t, f"example {name}")
-    return out
-
-
-class AgentLikeResponder:
-    """A deterministic stand-in for a model doing agent work.
-
-    Behaviour: if tools are offered and the conversation's last user turn is not a tool
-    result, call one offered tool (``prefer`` if offered, else the first) with an input
-    built from the schema's required properties; otherwise end the turn with a short text.
-
-    Usage is derived from the request so it is realistic and reproducible: about one token
-    per four bytes of JSON (never more tokens than bytes, so companyd's byte-based upper
-    bound always holds). When the request marks its stable prefix (tools and system) with
-    ``cache_control``, the first request with that prefix reports it as a cache write (5m or
-    1h, per the marker's ``ttl``) and later ones as a cache read — as the real API would.
-
-    Args:
-        prefer: name of the tool to call when it is offered.
-        text: the final answer's text.
-        bytes_per_token: bytes of JSON per reported input token (≥ 1).
-    """
-
-    def __init__(
-        self, *, prefer: str | None = None, text: str = "Done.", bytes_per_token: int = 4
-    ) -> None:
-        if bytes_per_token < 1:
-            raise ValueError(f"bytes_per_token must be >= 1, got {bytes_per_token!r}")
-        self.prefer = prefer
-        self.text = text
-        self.bytes_per_token = bytes_per_token
-        self._seen_prefixes: set[str] = set()
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-
-    def __call__(self, request: RecordedRequest) -> ScriptItem:
-        body = request.body if isinstance(request.body, dict) else {}
-        tools = body.get("tools") or []
-        system = body.get("system")
-        messages = body.get("messages") or []
-        max_tokens = int(body.get("max_tokens") or 1)
-        bpt = self.bytes_per_token
-
-        prefix = _canonical([tools, system]) if (tools or system) else ""
-        rest = _canonical(messages)
-        prefix_tokens = _ceil_div(len(prefix.encode()), bpt)
-        rest_tokens = max(1, _ceil_div(len(rest.encode()), bpt))
-        ttl = _cache_ttl(system) or _cache_ttl(tools)
-        write5 = write1 = read = 0
-        if ttl is not None and prefix_tokens:
-            key = hashlib.sha256(prefix.encode()).hexdigest()
-            with self._lock:
-                seen = key in self._seen_prefixes
-                self._seen_prefixes.add(key)
-            if seen:
-                read = prefix_tokens
-            elif ttl == "1h":
-                write1 = prefix_tokens
-            else:
-                write5 = prefix_tokens
-            input_tokens = rest_tokens
-        else:
-            input_tokens = rest_tokens + prefix_tokens
-
-        last = messages[-1] if messages else {}
-        last_content = last.get("content") if isinstance(last, dict) else None
-        answered_tool = isinstance(last_content, list) and any(
-            isinstance(b, dict) and b.get("type") == "tool_result" for b in last_content
-        )
-        names = [t.get("name") for t in tools if isinstance(t, dict)]
-        content: list[Mapping[str, Any]]
-        if names and not answered_tool:
-            chosen = self.prefer if self.prefer in names else names[0]
-            schema = next(t.get("input_schema") for t in tools if t.get("name") == chosen)
-            with self._lock:
-                n = next(self._ids)
-            content = [
-                {
-                    "type": "tool_use",
-                    "id": f"toolu_agent_{n:06d}",
-                    "name": chosen,
-                    "input": _example_input(schema),
-                }
-            ]
-            stop = "tool_use"
-        else:
-            content = [{"type": "text", "text": self.text}]
-            stop = "end_turn"
-        output = min(max_tokens, max(1, _ceil_div(len(_canonical(content).encode()), bpt)))
-        return Reply(
-            content=tuple(content),
-            stop_reason=stop,
-            usage=Usage(
-                input_tokens=input_tokens,
-                output_tokens=output,
-                cache_write_5m_tokens=write5,
-                cache_write_1h_tokens=write1,
-                cache_read_tokens=read,
-            ),
-        )
-
-
-def _validate_messages_request(body: Any) -> str | None:
-    """Why the real API would reject this request body with a 400, or None."""
-    if not isinstance(body, dict):
-        return "request body must be a JSON object"
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        return "model: Field required"
-    mt = body.get("max_tokens")
-    if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
-        return "max_tokens: Field required (an integer >= 1)"
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return "messages: at least one message is required"
-    pending: set[str] = set()
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
-            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
-        content = m.get("content")
-        blocks = content if isinstance(content, list) else []
-        if not isinstance(content, str | list):
-            return f"messages.{i}.content: Input should be a string or a list of blocks"
-        if pending:
-            answered = {
-                b.get("tool_use_id")
-                for b in blocks
-                if isinstance(b, dict) and b.get("type") == "tool_result"
-            }
-            if m["role"] != "user" or not pending <= answered:
-                missing = sorted(pending - answered)
-                return (
-                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
-                    f"immediately after: {', '.join(missing)}. Each `tool_use` block must have "
-                    "a corresponding `tool_result` block in the next message."
-                )
-        elif m["role"] == "user" and any(
-            isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks
-        ):
-            return (
-                f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` "
-                "blocks: each `tool_result` block must have a corresponding `tool_use` block "
-                "in the previous message."
-            )
-        pending = (
-            {
-                str(b.get("id"))
-                for b in blocks
-                if isinstance(b, dict) and b.get("type") == "tool_use"
-            }
-            if m["role"] == "assistant"
-            else set()
-        )
-    return None
-
 
 # ---------------------------------------------------------------------------------------
 # The server
@@ -1013,7 +456,7 @@ class MessagesAPIServer:
             self._write_fault(h, rec, bad_request("request body is not valid JSON"))
             return
         if self.validate:
-            problem = _validate_messages_request(body)
+            problem = validate_request(body)
             if problem:
                 self._write_fault(h, rec, bad_request(problem))
                 return
@@ -1072,7 +515,7 @@ class MessagesAPIServer:
             "content": [dict(b) for b in item.content],
             "stop_reason": item.stop_reason,
             "stop_sequence": None,
-            "usage": _usage_to_api(item.usage, item.usage_breakdown),
+            "usage": usage_to_api(item.usage, item.usage_breakdown),
         }
 
     def _hold(self, h: _Handler, seconds: float | None, *, until_released: bool = False) -> bool:
@@ -1214,25 +657,6 @@ def _client_gone(conn: socket.socket) -> bool:
         return conn.recv(1, socket.MSG_PEEK) == b""
     except (OSError, ValueError):
         return True
-
-
-def usage_of(message: Mapping[str, Any]) -> Usage:
-    """The :class:`Usage` a served message body reports (the 5m/1h split from
-    ``cache_creation`` when present, else all cache writes as 5m)."""
-    u = message.get("usage") or {}
-    cc = u.get("cache_creation")
-    if isinstance(cc, dict):
-        w5 = int(cc.get("ephemeral_5m_input_tokens") or 0)
-        w1 = int(cc.get("ephemeral_1h_input_tokens") or 0)
-    else:
-        w5, w1 = int(u.get("cache_creation_input_tokens") or 0), 0
-    return Usage(
-        input_tokens=int(u.get("input_tokens") or 0),
-        output_tokens=int(u.get("output_tokens") or 0),
-        cache_write_5m_tokens=w5,
-        cache_write_1h_tokens=w1,
-        cache_read_tokens=int(u.get("cache_read_input_tokens") or 0),
-    )
 
 
 # ---------------------------------------------------------------------------------------

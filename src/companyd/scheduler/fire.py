@@ -1,0 +1,283 @@
+"""One fire of a routine: its turn, its precondition, its task, and how it ended.
+
+:class:`Fires` runs each fire the :class:`~companyd.scheduler.service.RoutineScheduler`
+hands it (a fire time from APScheduler, a catch-up fire or an operator's ``run_now``) and
+ends it through the :class:`~companyd.scheduler.record.Recorder`:
+
+* **Concurrency.** A :class:`Slot` counts the fires holding or waiting for its routine's
+  lock: with ``skip_if_active`` one at a time, with ``queue`` one running and one waiting; a
+  fire beyond that is ``skipped`` (a manual run is refused with :class:`RoutineBusy`).
+* **Restart-proof order.** A scheduled fire's cursor is committed before anything else; its
+  history row follows in the next batch (see :meth:`Fires.execute`).
+* **Preconditions** (``memory_changed``, ``inbox_nonempty``) are checked when the run would
+  start; when false the fire is ``idle``: no task, no model call, $0, no event.
+* **Ending.** Every fire ends as one history row and, unless ``ok`` or ``idle``, one event
+  (``routine_failed``, ``routine_missed``, ``routine_skipped``). A fire cancelled while it
+  waits for its turn is recorded as ``cancelled`` even as the cancellation unwinds; a fire
+  whose task is already with the agents stays open for the next start to close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from companyd.admin import AdminError
+from companyd.clock import Clock
+from companyd.config import RoutineConfig
+from companyd.roles.tasks import RunOutcome, RunStatus, Task
+from companyd.scheduler import store as db
+from companyd.scheduler._ids import new_id
+from companyd.scheduler.outcomes import Outcome, from_run_status
+from companyd.scheduler.record import Recorder
+from companyd.scheduler.sink import TaskSink
+from companyd.scheduler.store import FireRecord
+
+__all__ = [
+    "RESUMED",
+    "STOPPED_BEFORE",
+    "Fires",
+    "RoutineBusy",
+    "Slot",
+    "overlap_reason",
+]
+
+log = logging.getLogger(__name__)
+
+#: appended to the reason of a fire whose run resumed after a stop
+RESUMED = "the run was interrupted by a stop of the daemon and resumed from its journal"
+#: why a fire waiting for its turn when the scheduler stopped did not run
+STOPPED_BEFORE = (
+    "interrupted: the scheduler stopped while this fire waited for its turn; it did not run "
+    "and is not run again"
+)
+
+
+class RoutineBusy(AdminError):
+    """``run_now`` refused: the routine's concurrency policy has no room for another run."""
+
+
+@dataclass
+class Slot:
+    """A routine as the scheduler runs it."""
+
+    config: RoutineConfig
+    trigger: Any
+    identity: str
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending: int = 0  # fires holding or waiting for the lock
+    marker: str | None = None
+
+    @property
+    def limit(self) -> int:
+        """How many fires may hold or wait for the lock at once."""
+        return 1 if self.config.concurrency == "skip_if_active" else 2
+
+
+def overlap_reason(slot: Slot) -> str:
+    """Why a fire of ``slot``'s routine is skipped: its concurrency policy has no room."""
+    if slot.config.concurrency == "skip_if_active":
+        return "overlap: the previous run was still active (concurrency: skip_if_active)"
+    return "queue full: one run active and one already waiting (concurrency: queue)"
+
+
+class Fires:
+    """Runs and records fires (see module docstring).
+
+    Args:
+        sink: where tasks go (the agent runtime).
+        clock: time source.
+        recorder: where fires end (the history and its events).
+    """
+
+    def __init__(self, *, sink: TaskSink, clock: Clock, recorder: Recorder) -> None:
+        self._sink = sink
+        self._clock = clock
+        self._rec = recorder
+
+    async def take_baselines(self, slots: Iterable[Slot]) -> None:
+        """Record the memory marker a ``memory_changed`` routine compares against, if none."""
+        for slot in slots:
+            if slot.config.precondition != "memory_changed" or slot.marker is not None:
+                continue
+            try:
+                marker = await self._sink.memory_marker()
+            except Exception as exc:  # the first fire will take the baseline instead
+                log.warning("memory marker unavailable for %r: %r", slot.config.slug, exc)
+                continue
+            await self.save_marker(slot, marker)
+
+    async def save_marker(self, slot: Slot, marker: str) -> None:
+        slot.marker = marker
+        now = self._clock.time()
+        slug = slot.config.slug
+        if self._rec.store is not None:
+            await self._rec.store.call(lambda c: db.set_marker(c, slug, marker, now))
+
+    async def execute(
+        self, slot: Slot, kind: str, scheduled: float, *, check_precondition: bool
+    ) -> RunOutcome | None:
+        """Run one fire of ``slot``'s routine (``kind``: ``scheduled``, ``catch_up`` or
+        ``manual``) and record it; the run's outcome, or None when it did not run.
+
+        Raises:
+            RoutineBusy: a manual run found no room.
+            StoreError: the history cannot be written.
+        """
+        r = slot.config
+        store = self._rec.store
+        assert store is not None
+        now = self._clock.time()
+        rec = FireRecord(
+            fire_id=new_id("fire"),
+            routine=r.slug,
+            agent=r.assignee,
+            kind=kind,
+            scheduled=scheduled,
+            fired=now,
+        )
+        if slot.pending >= slot.limit:
+            if kind == "manual":
+                raise RoutineBusy(
+                    f"routine {r.slug!r} is running now and its concurrency is "
+                    f"{r.concurrency!r}; wait for the run to end (`companyd jobs history "
+                    f"{r.slug}`) and try again"
+                )
+            self._rec.record_now(rec, Outcome.SKIPPED, overlap_reason(slot))
+            return None
+        slot.pending += 1
+        try:
+            try:
+                if kind == "manual":
+                    await store.execute(db.insert_fire_stmt(rec))  # manual: no cursor
+                else:
+                    # Only the cursor is waited for: once it is committed, no restart runs
+                    # this fire time again. The row follows in the next batch (a burst of a
+                    # thousand fires then waits for a thousand small UPDATEs, not also for
+                    # a thousand INSERTs into an indexed table); if the process dies between
+                    # the two, the next start finds the cursor ahead of the history and
+                    # records the fire as cancelled (db.close_unrecorded).
+                    store.post_execute_next(db.insert_fire_stmt(rec))
+                    await store.execute(db.advance_cursor_stmt(r.slug, scheduled, now))
+                await slot.lock.acquire()
+            except asyncio.CancelledError:
+                self._rec.record_cancelled(rec, STOPPED_BEFORE)
+                raise
+            try:
+                return await self._run_locked(slot, rec, check_precondition)
+            finally:
+                slot.lock.release()
+        finally:
+            slot.pending -= 1
+
+    async def _run_locked(
+        self, slot: Slot, rec: FireRecord, check_precondition: bool
+    ) -> RunOutcome | None:
+        r = slot.config
+        started = self._clock.time()
+        if check_precondition and r.precondition != "always":
+            try:
+                go, why = await self._precondition(slot)
+            except asyncio.CancelledError:
+                self._rec.record_cancelled(rec, STOPPED_BEFORE)
+                raise
+            except Exception as exc:
+                await self._rec.finish(
+                    rec,
+                    Outcome.FAILED,
+                    f"precondition {r.precondition} could not be checked: "
+                    f"{type(exc).__name__}: {exc}; no task was submitted",
+                )
+                return None
+            if not go:
+                await self._rec.finish(rec, Outcome.IDLE, why)
+                return None
+        task = Task(
+            id=new_id("task"),
+            agent=r.assignee,
+            prompt=r.description,
+            source=f"routine:{r.slug}",
+            created=started,
+            routine=r.slug,
+            expected_output=r.expected_output,
+            reviewer=r.reviewer,
+        )
+        store = self._rec.store
+        assert store is not None
+        store.post_execute(db.start_fire_stmt(rec.fire_id, started, task.id))
+        try:
+            outcome = await self._sink.submit(task)
+        except asyncio.CancelledError:
+            # The run is the runtime's now and is not stopped with us: the row stays open
+            # for the next start to follow (see stop()).
+            raise
+        except Exception as exc:
+            outcome = RunOutcome(
+                task_id=task.id,
+                run_id="",
+                agent=r.assignee,
+                status=RunStatus.FAILED,
+                started=started,
+                ended=self._clock.time(),
+                reason=(
+                    f"the task could not be handed to agent {r.assignee!r}: "
+                    f"{type(exc).__name__}: {exc}"
+                ),
+            )
+        result = from_run_status(outcome.status)
+        reason = outcome.reason
+        if result is not Outcome.OK and not reason:
+            reason = f"the run ended {result} and the agent runtime gave no reason"
+        await self._rec.finish(
+            rec, result, reason, cost_usd=outcome.cost_usd, run_id=outcome.run_id or None
+        )
+        if r.precondition == "memory_changed":
+            # Taken after the run, so the run's own memory writes do not wake it again.
+            try:
+                await self.save_marker(slot, await self._sink.memory_marker())
+            except Exception as exc:
+                log.warning("memory marker unavailable after %r ran: %r", r.slug, exc)
+        return outcome
+
+    async def follow_resumed(
+        self, rec: FireRecord, pending: Awaitable[RunOutcome], slots: Mapping[str, Slot]
+    ) -> None:
+        """Close a fire left open by a stop once its resumed run ends. Cancelled (the
+        scheduler stops again first), the row stays open for the next start."""
+        slot = slots.get(rec.routine)
+        if slot is not None:
+            slot.pending += 1  # the run is active: the overlap policy counts it
+        try:
+            outcome = await pending
+        finally:
+            if slot is not None:
+                slot.pending -= 1
+        result = from_run_status(outcome.status)
+        reason = outcome.reason
+        if result is not Outcome.OK and not reason:
+            reason = f"the run ended {result} and the agent runtime gave no reason"
+        await self._rec.finish(
+            rec,
+            result,
+            f"{reason} ({RESUMED})" if reason else RESUMED,
+            cost_usd=outcome.cost_usd,
+            run_id=outcome.run_id or None,
+        )
+
+    async def _precondition(self, slot: Slot) -> tuple[bool, str | None]:
+        r = slot.config
+        if r.precondition == "inbox_nonempty":
+            n = self._sink.inbox_size(r.assignee)
+            if n > 0:
+                return True, None
+            return False, f"no changes: the inbox of {r.assignee!r} is empty; no task submitted"
+        marker = await self._sink.memory_marker()
+        if slot.marker is None:
+            await self.save_marker(slot, marker)
+            return False, "no changes: first look, memory baseline recorded; no task submitted"
+        if marker == slot.marker:
+            return False, "no changes in company memory since the last run; no task submitted"
+        return True, None

@@ -1,0 +1,80 @@
+"""What the Bot API stand-in records and hands out: messages, calls, users.
+
+:class:`SentMessage` is a message the bot sent as the stand-in holds it now (edits applied),
+:class:`ApiCall` one Bot API request with the status it was answered; :func:`user_json` and
+:func:`bot_id` build the ``User`` objects Telegram puts in updates and in ``getMe``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["ApiCall", "DownMode", "SentMessage", "bot_id", "user_json"]
+
+#: How the stand-in is down: ``"refuse"`` closes the port, ``"502"`` answers Bad Gateway.
+DownMode = Literal["refuse", "502"]
+
+
+@dataclass
+class SentMessage:
+    """A message the bot sent, as the stand-in holds it now.
+
+    Attributes:
+        chat_id: the chat it went to (an int for numeric ids).
+        message_id: the id the stand-in gave it.
+        text: its current text (after edits).
+        reply_markup: its current inline keyboard (decoded JSON), or None.
+        date: epoch seconds when it was sent.
+        disable_notification: whether it was sent silently.
+        edits: each edit in order: ``{"method", "text"?, "reply_markup"?}``.
+    """
+
+    chat_id: int | str
+    message_id: int
+    text: str
+    reply_markup: dict[str, Any] | None
+    date: int
+    disable_notification: bool = False
+    edits: list[dict[str, Any]] = field(default_factory=list)
+
+    def buttons(self) -> list[tuple[str, str]]:
+        """The inline buttons as ``(label, callback_data)``, row by row."""
+        rows = (self.reply_markup or {}).get("inline_keyboard") or []
+        return [(b.get("text", ""), b.get("callback_data", "")) for row in rows for b in row]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chat_id": self.chat_id,
+            "message_id": self.message_id,
+            "text": self.text,
+            "reply_markup": self.reply_markup,
+            "date": self.date,
+            "disable_notification": self.disable_notification,
+            "edits": list(self.edits),
+        }
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One Bot API request: the method, its decoded parameters and the HTTP status answered."""
+
+    method: str
+    params: dict[str, Any]
+    status: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "params": self.params, "status": self.status}
+
+
+def bot_id(token: str | None) -> int:
+    if token and token.split(":")[0].isdigit():
+        return int(token.split(":")[0])
+    return 1000001
+
+
+def user_json(uid: int, first_name: str, username: str | None) -> dict[str, Any]:
+    user: dict[str, Any] = {"id": uid, "is_bot": False, "first_name": first_name}
+    if username:
+        user["username"] = username
+    return user
