@@ -359,41 +359,53 @@ class RoutineScheduler:
         waiting for their turn are recorded as ``cancelled``.
         """
         aps, self._aps = self._aps, None
-        if aps is not None:
-            aps.pause()
-        if self._planned_stop is not None and self._store is not None:
-            why, self._planned_stop = self._planned_stop, None
-            at = self._clock.time()
-            try:
-                await self._store.call(lambda c: db.mark_clean_stop(c, at, why))
-            except Exception as exc:  # e.g. a full disk: the next start counts misses
-                log.warning(
-                    "could not record the planned stop in %s (%s); fire times until the "
-                    "next start will be recorded as missed",
-                    self.db_path,
-                    exc,
-                )
-        tasks: set[asyncio.Future[Any]] = set(self._manual)
-        if aps is not None:
-            tasks |= aps.executor.tasks
+        tasks: set[asyncio.Future[Any]] = set()
         try:
+            if aps is not None:
+                aps.pause()
+            if self._planned_stop is not None and self._store is not None:
+                why, self._planned_stop = self._planned_stop, None
+                at = self._clock.time()
+                try:
+                    await self._store.call(lambda c: db.mark_clean_stop(c, at, why))
+                except Exception as exc:  # e.g. a full disk: the next start counts misses
+                    log.warning(
+                        "could not record the planned stop in %s (%s); fire times until the "
+                        "next start will be recorded as missed",
+                        self.db_path,
+                        exc,
+                    )
+            tasks = set(self._manual)
+            if aps is not None:
+                tasks |= aps.executor.tasks
             if drain and tasks:
                 await asyncio.wait(tasks)
         finally:
+            # Cancelled anywhere above (the supervisor's shutdown time ran out), the rest
+            # still runs: the history's worker is not a daemon thread, and left waiting for
+            # work it would keep the process from exiting after the loop ended.
+            tasks |= set(self._manual)
             for t in tasks:
                 t.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
             if aps is not None:
                 aps.shutdown(wait=False)
+            try:
+                if tasks:
+                    await asyncio.gather(*tasks, return_exceptions=True)
                 await asyncio.sleep(0)  # shutdown is dispatched with call_soon_threadsafe
-            await self._close_store()
+            finally:
+                await self._close_store()
 
     async def _close_store(self) -> None:
         store, self._store = self._store, None
-        if store is not None:
+        if store is None:
+            return
+        try:
             await store.drain()
             await store.close()
+        finally:
+            # Cancelled while waiting: the worker still writes what it was given, then ends.
+            store.close_nowait()
 
     def _store_failed(self, exc: BaseException) -> None:
         if self._failure is None:
