@@ -482,16 +482,9 @@ class Agent:
             state.run_id,
             state.seq,
             "llm",
-            {
-                "model": response.model,
-                "content": list(response.content),
-                "stop_reason": response.stop_reason,
-                "usage": response.usage.to_dict(),
-                "cost": str(cost),
-                "offline": response.offline,
-                "request_id": response.request_id,
-            },
+            _llm_payload(response, cost),
             staff.clock.time(),
+            paid=True,
         )
         self._account(state, response.model, response.usage, cost, response.offline)
         state.messages.append({"role": "assistant", "content": list(response.content)})
@@ -503,6 +496,27 @@ class Agent:
             offline=state.offline,
         )
         return response
+
+    async def _journal_paid(
+        self, state: _RunState, response: ModelResponse, exc: BaseException
+    ) -> None:
+        """Journal the step of a paid call whose ledger row the state disk refused (its
+        cost counts in memory and is recorded when space returns)."""
+        cost = getattr(exc, "held_cost", None)
+        state.seq += 1
+        try:
+            await self.staff.journal.append_step(
+                state.run_id,
+                state.seq,
+                "llm",
+                _llm_payload(response, cost if isinstance(cost, Decimal) else Decimal(0)),
+                self.staff.clock.time(),
+                paid=True,
+            )
+        except Exception as journal_exc:
+            if not is_disk_failure(journal_exc):
+                raise
+            # held by the journal and written once the disk takes writes again
 
     def _account(
         self, state: _RunState, model: str, usage: Usage, cost: Decimal, offline: bool
@@ -526,7 +540,14 @@ class Agent:
                 await call.reserve()
                 self._progress()
                 response = await call.send()
-                cost = await call.settle(response)
+                try:
+                    cost = await call.settle(response)
+                except Exception as exc:
+                    if is_disk_failure(exc):
+                        # Paid for, but the ledger holds its row: journal the step anyway
+                        # (held too if the journal is refused), so nothing pays for it twice.
+                        await self._journal_paid(state, response, exc)
+                    raise
                 return response, cost
             except staff.budget_exhausted_error as exc:
                 # the first attempt or a retry was refused: paused like any budget refusal
@@ -842,6 +863,18 @@ class _BudgetedCall:
             request_id=response.request_id,
         )
         return cost
+
+
+def _llm_payload(response: ModelResponse, cost: Decimal) -> dict[str, Any]:
+    return {
+        "model": response.model,
+        "content": list(response.content),
+        "stop_reason": response.stop_reason,
+        "usage": response.usage.to_dict(),
+        "cost": str(cost),
+        "offline": response.offline,
+        "request_id": response.request_id,
+    }
 
 
 def _stopped_from_outside(exc: BaseException) -> bool:
