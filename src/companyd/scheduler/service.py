@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 
@@ -81,6 +81,8 @@ log = logging.getLogger(__name__)
 IDLE_RETENTION = 35 * 86400.0
 #: How often a scheduler that could not open its history on a full disk tries again.
 DISK_RETRY_SECONDS = 30.0
+
+T = TypeVar("T")
 
 _INTERRUPTED = (
     "interrupted: the daemon stopped before the run ended and the agent runtime did not "
@@ -231,10 +233,11 @@ class RoutineScheduler:
             try:
                 await self.start()
             except StoreError as exc:
+                if is_disk_failure(exc):
+                    self._disk_failure = exc  # before the await: jobs() says "unavailable"
                 await self._close_store()
                 if not is_disk_failure(exc):
                     raise
-                self._disk_failure = exc
                 if not ready:
                     log.error("routines do not fire until the state disk takes writes: %s", exc)
                     DiskAlarm.of(self._bus).failed("routine history", self.db_path, exc)
@@ -961,12 +964,13 @@ class RoutineScheduler:
         if store is None:
             raise RuntimeError("jobs() needs a started RoutineScheduler")
         now = self._clock.time()
-        stats, latest, open_ = await store.call(
+        stats, latest, open_ = await self._read(
+            store,
             lambda c: (
                 db.routine_stats(c, now - SUCCESS_WINDOW),
                 db.latest_fires(c),
                 db.open_fires(c),
-            )
+            ),
         )
         nexts: dict[str, float | None] = {}
         for slug in self._slots:
@@ -981,6 +985,15 @@ class RoutineScheduler:
             "routines": [v.to_dict() for v in views],
         }
 
+    async def _read(self, store: RoutineStore, fn: Callable[[Any], T]) -> T:
+        """``store.call(fn)`` for the operator's questions: a history that cannot be read
+        (the state disk failing while it is opened for a retry, or it is closed meanwhile)
+        answers "unavailable" instead of failing ``status`` and ``jobs``."""
+        try:
+            return await store.call(fn)
+        except StoreError as exc:
+            raise AdminError(f"routines are unavailable: {exc}") from exc
+
     async def history(self, routine: str, limit: int = 20) -> dict[str, Any]:
         """The latest ``limit`` fires of ``routine``, newest first (JSON-ready).
 
@@ -988,9 +1001,11 @@ class RoutineScheduler:
             RoutineNotFound: neither company.yaml nor the history knows the routine.
         """
         store = self._store
+        if store is None and self._disk_failure is not None:
+            raise AdminError(f"routines are unavailable: {self._disk_failure}")
         if store is None:
             raise RuntimeError("history() needs a started RoutineScheduler")
-        records = await store.call(lambda c: db.recent_fires(c, routine, limit))
+        records = await self._read(store, lambda c: db.recent_fires(c, routine, limit))
         if not records and routine not in self._config.routines:
             raise self._not_found(routine)
         return {"routine": routine, "fires": [r.to_dict() for r in records]}
