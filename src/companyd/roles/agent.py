@@ -173,11 +173,20 @@ class Agent:
                 if ctx.stopping.is_set() or staff.draining.is_set():
                     return
                 await self._resume(unfinished, ctx)
+                self._crash_if_asked(ctx)
             while not ctx.stopping.is_set():
                 task = await staff.next_task(self.slug, ctx.stopping)
                 if task is None:
                     return
                 await self._serve(task, ctx)
+                self._crash_if_asked(ctx)
+
+    def _crash_if_asked(self, ctx: ChildContext) -> None:
+        """A crash asked for while a run was busy happens before its next step, or, if the
+        run ended first (its last step was in flight), now that its outcome is recorded:
+        never left waiting for a run that may not come (``debug crash`` said it crashed)."""
+        if not (ctx.stopping.is_set() or self.staff.draining.is_set()):
+            self.staff.take_injected_crash(self.slug)
 
     async def _serve(self, task: Task, ctx: ChildContext) -> None:
         """Run one task from the mailbox to an outcome (or until a stop request)."""
@@ -482,16 +491,9 @@ class Agent:
             state.run_id,
             state.seq,
             "llm",
-            {
-                "model": response.model,
-                "content": list(response.content),
-                "stop_reason": response.stop_reason,
-                "usage": response.usage.to_dict(),
-                "cost": str(cost),
-                "offline": response.offline,
-                "request_id": response.request_id,
-            },
+            _llm_payload(response, cost),
             staff.clock.time(),
+            paid=True,
         )
         self._account(state, response.model, response.usage, cost, response.offline)
         state.messages.append({"role": "assistant", "content": list(response.content)})
@@ -503,6 +505,27 @@ class Agent:
             offline=state.offline,
         )
         return response
+
+    async def _journal_paid(
+        self, state: _RunState, response: ModelResponse, exc: BaseException
+    ) -> None:
+        """Journal the step of a paid call whose ledger row the state disk refused (its
+        cost counts in memory and is recorded when space returns)."""
+        cost = getattr(exc, "held_cost", None)
+        state.seq += 1
+        try:
+            await self.staff.journal.append_step(
+                state.run_id,
+                state.seq,
+                "llm",
+                _llm_payload(response, cost if isinstance(cost, Decimal) else Decimal(0)),
+                self.staff.clock.time(),
+                paid=True,
+            )
+        except Exception as journal_exc:
+            if not is_disk_failure(journal_exc):
+                raise
+            # held by the journal and written once the disk takes writes again
 
     def _account(
         self, state: _RunState, model: str, usage: Usage, cost: Decimal, offline: bool
@@ -526,7 +549,14 @@ class Agent:
                 await call.reserve()
                 self._progress()
                 response = await call.send()
-                cost = await call.settle(response)
+                try:
+                    cost = await call.settle(response)
+                except Exception as exc:
+                    if is_disk_failure(exc):
+                        # Paid for, but the ledger holds its row: journal the step anyway
+                        # (held too if the journal is refused), so nothing pays for it twice.
+                        await self._journal_paid(state, response, exc)
+                    raise
                 return response, cost
             except staff.budget_exhausted_error as exc:
                 # the first attempt or a retry was refused: paused like any budget refusal
@@ -842,6 +872,18 @@ class _BudgetedCall:
             request_id=response.request_id,
         )
         return cost
+
+
+def _llm_payload(response: ModelResponse, cost: Decimal) -> dict[str, Any]:
+    return {
+        "model": response.model,
+        "content": list(response.content),
+        "stop_reason": response.stop_reason,
+        "usage": response.usage.to_dict(),
+        "cost": str(cost),
+        "offline": response.offline,
+        "request_id": response.request_id,
+    }
 
 
 def _stopped_from_outside(exc: BaseException) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from companyd._fs import private_sqlite
+from companyd._fs import is_disk_failure, private_sqlite
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 
 __all__ = ["Journal", "JournaledRun", "Step", "TaskState"]
@@ -86,6 +87,9 @@ CREATE TABLE IF NOT EXISTS steps (
 """
 
 
+log = logging.getLogger(__name__)
+
+
 class TaskState:
     QUEUED = "queued"
     RUNNING = "running"
@@ -128,6 +132,9 @@ class Journal:
         self.path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
         self._db: sqlite3.Connection | None = None
+        # Paid steps the state disk refused (journal thread only): written, in order, before
+        # the next journal work once it takes writes again, and at close.
+        self._held: list[Callable[[sqlite3.Connection], Any]] = []
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -144,7 +151,27 @@ class Journal:
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self._connect()))
+        return await loop.run_in_executor(self._executor, lambda: self._call(fn))
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        db = self._connect()
+        self._write_held(db)
+        return fn(db)
+
+    def _write_held(self, db: sqlite3.Connection) -> None:
+        while self._held:
+            try:
+                self._held[0](db)
+            except sqlite3.Error:
+                return  # still refused: kept for the next try; the caller's work goes on
+            self._held.pop(0)
+            if not self._held:
+                log.warning("the run journal %s takes writes again; held steps written", self.path)
+
+    @property
+    def held(self) -> int:
+        """Paid steps held in memory because the state disk refused them."""
+        return len(self._held)
 
     def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the journal thread and wait (for CLI use outside an event loop)."""
@@ -299,15 +326,33 @@ class Journal:
         payload: dict[str, Any],
         ts: float,
         key: str | None = None,
+        *,
+        paid: bool = False,
     ) -> None:
-        """Journal one completed step; returns once it is committed."""
+        """Journal one completed step; returns once it is committed.
+
+        ``paid``: the step records a model call already paid for. If the state disk refuses
+        it, it is still raised, but the step is also held in memory and written before the
+        journal's next work once the disk takes writes again (and at close), so a resumed
+        run replays the call instead of paying for it again.
+        """
         data = json.dumps(payload, ensure_ascii=False)
-        await self._run(
-            lambda db: db.execute(
+
+        def insert(db: sqlite3.Connection) -> None:
+            db.execute(
                 "INSERT INTO steps (run_id, seq, kind, key, payload, ts) VALUES (?,?,?,?,?,?)",
                 (run_id, seq, kind, key, data, ts),
             )
-        )
+
+        def insert_or_hold(db: sqlite3.Connection) -> None:
+            try:
+                insert(db)
+            except sqlite3.Error as exc:
+                if is_disk_failure(exc):
+                    self._held.append(insert)
+                raise
+
+        await self._run(insert_or_hold if paid else insert)
 
     async def update_run_totals(
         self, run_id: str, *, cost: str, steps: int, models: Sequence[str], offline: bool

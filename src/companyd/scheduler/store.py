@@ -753,6 +753,20 @@ class RoutineStore:
         await asyncio.to_thread(thread.join)
         await asyncio.sleep(0)  # let the last batch's results reach their futures
 
+    def close_nowait(self) -> None:
+        """:meth:`close` without waiting: hand the worker everything not yet handed over
+        (in order: the queue is first in, first out, so nothing needs to wait for a held
+        batch's report), then its stop. The worker commits it and ends by itself; results
+        still reach their futures if the loop runs. A no-op once closed."""
+        if self._thread is None:
+            return
+        while self._gathering or self._next:
+            self._hold = None
+            self._flush()
+        self._hold = None
+        self._queue.put(None)
+        self._thread = None
+
     # -- worker thread ----------------------------------------------------------------
 
     def _work(self) -> None:

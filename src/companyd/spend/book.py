@@ -234,6 +234,7 @@ class SpendBook:
         self._unanswered: tuple[int, int, str] = (0, 0, "")
         #: settled calls whose ledger write failed on the disk, oldest first: (write, then)
         self._unrecorded: list[tuple[Callable[[Ledger], Any], Callable[[], object]]] = []
+        self._disk_error: BaseException | None = None  # the last disk failure of a held row
         self._retry_wake: asyncio.Event | None = None
         #: why the ledger could not be opened (a disk failure), while run() retries it
         self._degraded: LedgerError | None = None
@@ -677,11 +678,14 @@ class SpendBook:
             self._unrecorded.append((record, publish))
             await self.flush_unrecorded()
             if self._unrecorded:
-                raise LedgerError(
+                held = LedgerError(
                     f"the spend ledger {str(self._path)!r} cannot be written (the state disk "
                     f"is failing); this call's ${cost} is counted and held in memory with "
                     f"{len(self._unrecorded) - 1} other(s) until it can be recorded"
                 )
+                held.__cause__ = self._disk_error  # a full disk is told apart by its cause
+                held.held_cost = cost
+                raise held
             return cost
         try:
             await self._write(record, then=publish)
@@ -691,8 +695,10 @@ class SpendBook:
             # The call was paid for: hold its row and record it once the disk takes writes
             # again (retried by run(), and on close); its cost already counts in memory.
             self._unrecorded.append((record, publish))
+            self._disk_error = exc
             DiskAlarm.of(self._bus).failed("spend ledger", self._path, exc)
             self._kick_retry()
+            exc.held_cost = cost
             raise
         return cost
 
@@ -709,6 +715,7 @@ class SpendBook:
                 await self._write(record, then=publish)
             except LedgerError as exc:
                 if is_disk_failure(exc):
+                    self._disk_error = exc
                     DiskAlarm.of(self._bus).failed("spend ledger", self._path, exc)
                 return False
             self._unrecorded.pop(0)
