@@ -702,7 +702,10 @@ def full_disk_checks(chaos: Chaos) -> list[tuple[bool, str]]:
     if chaos.disk is None:
         return [(True, "full disk: not injected (no tmpfs could be mounted here)")]
     texts = [m.text for m in chaos.bot.messages if str(m.chat_id) == str(CHAT)]
-    alerts = sum("state disk full" in t for t in texts)
+    # The critical alert itself (its title), not the alerts that quote it as their reason:
+    # a run failed by the outage and routine fires refused while its agent is paused say
+    # "state disk full: writes failing" as the reason they report (issue 15 item 8).
+    alerts = sum("state disk full" in (t.splitlines() or [""])[0] for t in texts)
     faults = chaos.disk_faults
     up = all(f.get("same_process") and f.get("status_ok") for f in faults)
     return [

@@ -30,6 +30,7 @@ failing disk apart in the store's own error, which keeps the original as its cau
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -413,6 +414,19 @@ class Database:
             self._closed = True
             # The worker is idle now (the close was the last job): this join is immediate.
             self._executor.shutdown(wait=True)
+
+    def close_nowait(self) -> None:
+        """:meth:`close` without waiting (a caller that is being cancelled): the connection
+        is closed after the work queued before it, then the worker ends by itself."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is None:
+            self._drop()
+            return
+        with contextlib.suppress(RuntimeError):  # already shut down (interpreter exit)
+            self._executor.submit(self._drop)
+        self._executor.shutdown(wait=False)
 
     @property
     def closed(self) -> bool:

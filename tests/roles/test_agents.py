@@ -474,6 +474,35 @@ async def test_an_injected_crash_restarts_the_agent_and_its_run_resumes(
     assert task is not None and task[2] == 0  # not counted against the task
 
 
+async def test_a_crash_asked_for_during_the_last_step_happens_when_the_run_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chaos run (seed 1): 8 crashes injected (``debug crash`` answered crashed: true),
+    7 happened. A crash asked for while the run's last step was in flight waited for the
+    next step, of a run that might never come before the daemon stopped. It now happens
+    as the run ends, once its outcome is recorded."""
+    monkeypatch.setenv("COMPANYD_DEBUG", "1")
+    cfg = write_company(tmp_path, {"ceo": {}})
+    model = PerAgent(ceo=[stall(None, then=reply_text("done"))])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            asking = asyncio.ensure_future(d.ask("ceo", "One answer."))
+            async with asyncio.timeout(10):
+                while len(srv.requests) < 1:
+                    await asyncio.sleep(0.01)
+            assert (await d.debug("crash", "ceo"))["crashed"] is True
+            srv.release_stalls()
+            async with asyncio.timeout(20):
+                out = await asking
+                while not [e for e in events_of(d, "child_exited") if e.data.get("child") == "ceo"]:
+                    await asyncio.sleep(0.01)
+            exits = [e for e in events_of(d, "child_exited") if e.data.get("child") == "ceo"]
+            task = await d.journal.get_task(out["task_id"])
+    assert out["status"] == "ok" and out["answer"] == "done" and srv.served == 1
+    assert "InjectedCrash" in exits[0].data["reason"]
+    assert task is not None and task[2] == 0  # not counted against the task
+
+
 async def test_cutting_a_step_short_never_swallows_a_stop_aimed_at_the_agent() -> None:
     """A run cut at max_seconds or a heartbeat stall cancels its step and waits for it. A
     supervisor stopping the agent during that wait must still stop it: only the step's own

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
@@ -824,3 +826,46 @@ async def test_the_same_instance_can_be_restarted_by_its_supervisor(
             await child
         await sched.start()
     assert [(r.kind, r.outcome) for r in h.history("daily-post")] == [("catch_up", "ok")]
+
+
+async def test_a_stop_cut_short_by_cancellation_still_ends_the_history_thread(
+    make_harness: MakeHarness,
+) -> None:
+    """Chaos run (issue 15): the supervisor cancels a child whose stop outlives its
+    shutdown time (25 s, 9 ms at the benchmark's 2880x). A scheduler stop cancelled while
+    it recorded the planned stop left routines.sqlite's worker thread waiting for work
+    forever; it is not a daemon thread, so the interpreter never exited (SIGTERM -> -9).
+    Cancelled at any of its awaits, the stop still ends the thread, and what was already
+    submitted (the clean-stop marker) is still written."""
+    import threading
+
+    from companyd.scheduler.store import DB_NAME, clean_stop
+
+    h = make_harness(company(DAILY_1400), start="2027-01-04T12:00:00")
+    for turns in range(1, 12):  # 0: cancelled before it begins, nothing to stop
+        sched = await h.start()
+        sched.planned_stop(f"SIGTERM {turns}")
+        store = sched._rec.store
+        assert store is not None
+        stopping = asyncio.ensure_future(sched.stop())
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        stopping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            async with asyncio.timeout(10):
+                await stopping
+        workers = [t for t in threading.enumerate() if t.name.startswith("routines.sqlite")]
+        for t in workers:
+            await asyncio.to_thread(t.join, 10)
+        stuck = [t for t in workers if t.is_alive()]
+        if stuck:
+            store.close_nowait()  # let pytest exit
+        assert stuck == [], f"cancelled after {turns} turns"
+        conn = sqlite3.connect(h.state_dir / DB_NAME)
+        try:
+            marker = clean_stop(conn)
+        finally:
+            conn.close()
+        if marker is not None:  # written unless cancelled before it was submitted
+            assert marker[1] == f"SIGTERM {turns}"
+        h.sched = None

@@ -126,11 +126,20 @@ class Agent:
                 if ctx.stopping.is_set() or deps.staff.draining.is_set():
                     return
                 await self._resume(unfinished, ctx)
+                self._crash_if_asked(ctx)
             while not ctx.stopping.is_set():
                 task = await deps.staff.next_task(self.slug, ctx.stopping)
                 if task is None:
                     return
                 await self._serve(task, ctx)
+                self._crash_if_asked(ctx)
+
+    def _crash_if_asked(self, ctx: ChildContext) -> None:
+        """A crash asked for while a run was busy happens before its next step, or, if the
+        run ended first (its last step was in flight), now that its outcome is recorded:
+        never left waiting for a run that may not come (``debug crash`` said it crashed)."""
+        if not (ctx.stopping.is_set() or self.deps.staff.draining.is_set()):
+            self.deps.staff.take_injected_crash(self.slug)
 
     async def _serve(self, task: Task, ctx: ChildContext) -> None:
         """Run one task from the mailbox to an outcome (or until a stop request)."""

@@ -13,12 +13,14 @@ again. A budget refusal, the organisation's spend limit and a refused API key en
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from companyd._aio import cancel_and_wait, race
+from companyd._aio import race
+from companyd._fs import is_disk_failure
 from companyd.config import AgentConfig
 from companyd.llm.model import (
     ModelAuthFailed,
@@ -82,16 +84,9 @@ class ModelCaller:
             state.run_id,
             state.seq,
             "llm",
-            {
-                "model": response.model,
-                "content": list(response.content),
-                "stop_reason": response.stop_reason,
-                "usage": response.usage.to_dict(),
-                "cost": str(cost),
-                "offline": response.offline,
-                "request_id": response.request_id,
-            },
+            llm_payload(response, cost),
             deps.clock.time(),
+            paid=True,
         )
         state.account(response.model, response.usage, cost, response.offline)
         state.messages.append({"role": "assistant", "content": list(response.content)})
@@ -103,6 +98,27 @@ class ModelCaller:
             offline=state.offline,
         )
         return response
+
+    async def _journal_paid(
+        self, state: RunState, response: ModelResponse, exc: BaseException
+    ) -> None:
+        """Journal the step of a paid call whose ledger row the state disk refused (its
+        cost counts in memory and is recorded when space returns)."""
+        cost = getattr(exc, "held_cost", None)
+        state.seq += 1
+        try:
+            await self.deps.journal.append_step(
+                state.run_id,
+                state.seq,
+                "llm",
+                llm_payload(response, cost if isinstance(cost, Decimal) else Decimal(0)),
+                self.deps.clock.time(),
+                paid=True,
+            )
+        except Exception as journal_exc:
+            if not is_disk_failure(journal_exc):
+                raise
+            # held by the journal and written once the disk takes writes again
 
     async def _call_with_fallback(
         self, state: RunState, base: ModelRequest
@@ -118,7 +134,14 @@ class ModelCaller:
                 await call.reserve()
                 self.progress()
                 response = await call.send()
-                cost = await call.settle(response)
+                try:
+                    cost = await call.settle(response)
+                except Exception as exc:
+                    if is_disk_failure(exc):
+                        # Paid for, but the ledger holds its row: journal the step anyway
+                        # (held too if the journal is refused), so nothing pays for it twice.
+                        await self._journal_paid(state, response, exc)
+                    raise
                 return response, cost
             except deps.budget_exhausted_error as exc:
                 # the first attempt or a retry was refused: paused like any budget refusal
@@ -242,7 +265,12 @@ class BudgetedCall:
             return call.result()
         except BaseException as exc:
             if not call.done():
-                await cancel_and_wait(call)  # its outcome is moot: we are leaving with exc
+                call.cancel()
+                # Reaped whatever it ends with, our own pending cancellation included: we are
+                # leaving with ``exc`` anyway, and a second CancelledError here would change
+                # how the agent's exit is counted (tests/roles/test_agent_edges.py).
+                with contextlib.suppress(BaseException):
+                    await call
             await self._close(exc)
             raise
 
@@ -257,3 +285,16 @@ class BudgetedCall:
             request_id=response.request_id,
         )
         return cost
+
+
+def llm_payload(response: ModelResponse, cost: Decimal) -> dict[str, Any]:
+    """A model step as the journal stores it (and a resumed run replays it)."""
+    return {
+        "model": response.model,
+        "content": list(response.content),
+        "stop_reason": response.stop_reason,
+        "usage": response.usage.to_dict(),
+        "cost": str(cost),
+        "offline": response.offline,
+        "request_id": response.request_id,
+    }

@@ -24,13 +24,16 @@ missing).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from companyd._fs import is_disk_failure
 from companyd._sqlite import Database, Migration
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 
@@ -90,6 +93,9 @@ CREATE TABLE IF NOT EXISTS steps (
 MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
 
 
+log = logging.getLogger(__name__)
+
+
 class TaskState:
     QUEUED = "queued"
     RUNNING = "running"
@@ -131,11 +137,33 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db = Database(path, migrations=MIGRATIONS, what="run journal", thread_name="journal")
+        # Paid steps the state disk refused (journal thread only): written, in order, before
+        # the next journal work once it takes writes again, and at close.
+        self._held: list[Callable[[sqlite3.Connection], Any]] = []
 
     # -- plumbing -------------------------------------------------------------------------
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._db.run(fn)
+        return await self._db.run(lambda db: self._call(fn, db))
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T], db: sqlite3.Connection) -> T:
+        self._write_held(db)
+        return fn(db)
+
+    def _write_held(self, db: sqlite3.Connection) -> None:
+        while self._held:
+            try:
+                self._held[0](db)
+            except sqlite3.Error:
+                return  # still refused: kept for the next try; the caller's work goes on
+            self._held.pop(0)
+            if not self._held:
+                log.warning("the run journal %s takes writes again; held steps written", self.path)
+
+    @property
+    def held(self) -> int:
+        """Paid steps held in memory because the state disk refused them."""
+        return len(self._held)
 
     def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the journal thread and wait (for CLI use outside an event loop)."""
@@ -146,6 +174,12 @@ class Journal:
         await self._db.open()
 
     async def close(self) -> None:
+        """Write the paid steps still held (if the disk takes them now), then close."""
+        if self._held and not self._db.closed:
+            # _call writes what is held first; still refused: the run resumes from its last
+            # journaled step
+            with contextlib.suppress(sqlite3.Error):
+                await self._run(lambda db: None)
         await self._db.close()
 
     # -- tasks ----------------------------------------------------------------------------
@@ -284,15 +318,33 @@ class Journal:
         payload: dict[str, Any],
         ts: float,
         key: str | None = None,
+        *,
+        paid: bool = False,
     ) -> None:
-        """Journal one completed step; returns once it is committed."""
+        """Journal one completed step; returns once it is committed.
+
+        ``paid``: the step records a model call already paid for. If the state disk refuses
+        it, it is still raised, but the step is also held in memory and written before the
+        journal's next work once the disk takes writes again (and at close), so a resumed
+        run replays the call instead of paying for it again.
+        """
         data = json.dumps(payload, ensure_ascii=False)
-        await self._run(
-            lambda db: db.execute(
+
+        def insert(db: sqlite3.Connection) -> None:
+            db.execute(
                 "INSERT INTO steps (run_id, seq, kind, key, payload, ts) VALUES (?,?,?,?,?,?)",
                 (run_id, seq, kind, key, data, ts),
             )
-        )
+
+        def insert_or_hold(db: sqlite3.Connection) -> None:
+            try:
+                insert(db)
+            except sqlite3.Error as exc:
+                if is_disk_failure(exc):
+                    self._held.append(insert)
+                raise
+
+        await self._run(insert_or_hold if paid else insert)
 
     async def update_run_totals(
         self, run_id: str, *, cost: str, steps: int, models: Sequence[str], offline: bool

@@ -383,7 +383,8 @@ class Staff:
         """Make ``agent`` crash, as an unexpected error would (COMPANYD_DEBUG only).
 
         An idle agent crashes at once; a busy one at the end of its current step (once the
-        step is journaled), as a bug in the code between model calls would. Its supervisor
+        step is journaled), as a bug in the code between model calls would, or as its run
+        ends if that step was its last. Its supervisor
         restarts it and the run resumes from its journal. The crash is not counted against
         the task (it is not the task's fault). False if the agent is not running.
         """

@@ -36,11 +36,11 @@ import asyncio
 import difflib
 import logging
 import math
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 
@@ -88,6 +88,8 @@ log = logging.getLogger(__name__)
 IDLE_RETENTION = 35 * 86400.0
 #: How often a scheduler that could not open its history on a full disk tries again.
 DISK_RETRY_SECONDS = 30.0
+
+T = TypeVar("T")
 
 
 class RoutineNotFound(AdminError):
@@ -189,10 +191,11 @@ class RoutineScheduler:
             try:
                 await self.start()
             except StoreError as exc:
+                if is_disk_failure(exc):
+                    self._disk_failure = exc  # before the await: jobs() says "unavailable"
                 await self._close_store()
                 if not is_disk_failure(exc):
                     raise
-                self._disk_failure = exc
                 if not ready:
                     log.error("routines do not fire until the state disk takes writes: %s", exc)
                     DiskAlarm.of(self._bus).failed("routine history", self.db_path, exc)
@@ -319,41 +322,53 @@ class RoutineScheduler:
         waiting for their turn are recorded as ``cancelled``.
         """
         aps, self._aps = self._aps, None
-        if aps is not None:
-            aps.pause()
-        if self._planned_stop is not None and self._rec.store is not None:
-            why, self._planned_stop = self._planned_stop, None
-            at = self._clock.time()
-            try:
-                await self._rec.store.call(lambda c: db.mark_clean_stop(c, at, why))
-            except Exception as exc:  # e.g. a full disk: the next start counts misses
-                log.warning(
-                    "could not record the planned stop in %s (%s); fire times until the "
-                    "next start will be recorded as missed",
-                    self.db_path,
-                    exc,
-                )
-        tasks: set[asyncio.Future[Any]] = set(self._manual)
-        if aps is not None:
-            tasks |= aps.executor.tasks
+        tasks: set[asyncio.Future[Any]] = set()
         try:
+            if aps is not None:
+                aps.pause()
+            if self._planned_stop is not None and self._rec.store is not None:
+                why, self._planned_stop = self._planned_stop, None
+                at = self._clock.time()
+                try:
+                    await self._rec.store.call(lambda c: db.mark_clean_stop(c, at, why))
+                except Exception as exc:  # e.g. a full disk: the next start counts misses
+                    log.warning(
+                        "could not record the planned stop in %s (%s); fire times until the "
+                        "next start will be recorded as missed",
+                        self.db_path,
+                        exc,
+                    )
+            tasks = set(self._manual)
+            if aps is not None:
+                tasks |= aps.executor.tasks
             if drain and tasks:
                 await asyncio.wait(tasks)
         finally:
+            # Cancelled anywhere above (the supervisor's shutdown time ran out), the rest
+            # still runs: the history's worker is not a daemon thread, and left waiting for
+            # work it would keep the process from exiting after the loop ended.
+            tasks |= set(self._manual)
             for t in tasks:
                 t.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
             if aps is not None:
                 aps.shutdown(wait=False)
+            try:
+                if tasks:
+                    await asyncio.gather(*tasks, return_exceptions=True)
                 await asyncio.sleep(0)  # shutdown is dispatched with call_soon_threadsafe
-            await self._close_store()
+            finally:
+                await self._close_store()
 
     async def _close_store(self) -> None:
         store, self._rec.store = self._rec.store, None
-        if store is not None:
+        if store is None:
+            return
+        try:
             await store.drain()
             await store.close()
+        finally:
+            # Cancelled while waiting: the worker still writes what it was given, then ends.
+            store.close_nowait()
 
     def _store_failed(self, exc: BaseException) -> None:
         if self._failure is None:
@@ -599,12 +614,13 @@ class RoutineScheduler:
         if store is None:
             raise RuntimeError("jobs() needs a started RoutineScheduler")
         now = self._clock.time()
-        stats, latest, open_ = await store.call(
+        stats, latest, open_ = await self._read(
+            store,
             lambda c: (
                 db.routine_stats(c, now - SUCCESS_WINDOW),
                 db.latest_fires(c),
                 db.open_fires(c),
-            )
+            ),
         )
         nexts: dict[str, float | None] = {}
         for slug in self._slots:
@@ -619,6 +635,15 @@ class RoutineScheduler:
             "routines": [v.to_dict() for v in views],
         }
 
+    async def _read(self, store: RoutineStore, fn: Callable[[Any], T]) -> T:
+        """``store.call(fn)`` for the operator's questions: a history that cannot be read
+        (the state disk failing while it is opened for a retry, or it is closed meanwhile)
+        answers "unavailable" instead of failing ``status`` and ``jobs``."""
+        try:
+            return await store.call(fn)
+        except StoreError as exc:
+            raise AdminError(f"routines are unavailable: {exc}") from exc
+
     async def history(self, routine: str, limit: int = 20) -> dict[str, Any]:
         """The latest ``limit`` fires of ``routine``, newest first (JSON-ready).
 
@@ -626,9 +651,13 @@ class RoutineScheduler:
             RoutineNotFound: neither company.yaml nor the history knows the routine.
         """
         store = self._rec.store
+        if store is None and self._disk_failure is not None:
+            raise AdminError(f"routines are unavailable: {self._disk_failure}")
         if store is None:
             raise RuntimeError("history() needs a started RoutineScheduler")
-        records = await store.call(lambda c: db.recent_fires(c, routine, limit))
+        records: list[db.FireRecord] = await self._read(
+            store, lambda c: db.recent_fires(c, routine, limit)
+        )
         if not records and routine not in self._config.routines:
             raise self._not_found(routine)
         return {"routine": routine, "fires": [r.to_dict() for r in records]}

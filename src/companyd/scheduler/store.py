@@ -659,6 +659,22 @@ class RoutineStore:
         self._death = self._death or StoreError(f"routines.sqlite at {str(self.path)!r} is closed")
         await asyncio.sleep(0)  # let the last batch's results reach their futures
 
+    def close_nowait(self) -> None:
+        """:meth:`close` without waiting: hand the worker everything not yet handed over
+        (in order: the queue is first in, first out, so nothing needs to wait for a held
+        batch's report), then the connection's close. The worker commits it and ends by
+        itself; results still reach their futures if the loop runs. A no-op once closed."""
+        if not self._opened:
+            return
+        while self._gathering or self._next:
+            self._hold = None
+            self._flush()
+        self._hold = None
+        self._opened = False
+        self._db.close_nowait()
+        self._dead = True
+        self._death = self._death or StoreError(f"routines.sqlite at {str(self.path)!r} is closed")
+
     # -- worker thread ----------------------------------------------------------------
 
     def _batch(self, conn: sqlite3.Connection, items: list[_Item]) -> list[tuple[bool, Any]]:

@@ -525,11 +525,14 @@ class SpendBook:
             self._held.append(record, publish)
             await self._held.flush()
             if self._held:
-                raise LedgerError(
+                held = LedgerError(
                     f"the spend ledger {str(self._path)!r} cannot be written (the state disk "
                     f"is failing); this call's ${cost} is counted and held in memory with "
                     f"{len(self._held) - 1} other(s) until it can be recorded"
                 )
+                held.__cause__ = self._held.disk_error  # a full disk is told by its cause
+                held.held_cost = cost
+                raise held
             return cost
         try:
             await self._db.write(record, then=publish)
@@ -541,6 +544,7 @@ class SpendBook:
             self._held.append(record, publish)
             self._held.failed(exc)
             self._held.kick()
+            exc.held_cost = cost
             raise
         return cost
 

@@ -46,6 +46,8 @@ class HeldCalls:
         self._rows: list[Held] = []
         #: set to retry at once; created by the book's run()
         self.wake: asyncio.Event | None = None
+        #: the last disk failure of a held row (the cause a held call's error carries)
+        self.disk_error: BaseException | None = None
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -55,7 +57,8 @@ class HeldCalls:
         self._rows.append((record, publish))
 
     def failed(self, exc: BaseException) -> None:
-        """The disk refused a write: raise the disk alarm."""
+        """The disk refused a write: remember why and raise the disk alarm."""
+        self.disk_error = exc
         DiskAlarm.of(self._bus).failed("spend ledger", self._db.path, exc)
 
     async def flush(self) -> bool:

@@ -155,6 +155,10 @@ def _on_worker(method: Callable[Concatenate[Ledger, P], R]) -> Callable[Concaten
 class LedgerError(CompanydError):
     """The ledger file cannot be opened, read or written."""
 
+    #: Set when a settled call's row was held in memory (the state disk refused it): the
+    #: call's exact cost, which already counts in the budgets.
+    held_cost: Decimal | None = None
+
 
 def to_pusd(usd: Decimal | int | float | str) -> int:
     """Picodollars for a USD amount, rounded up (a charge is never under-recorded)."""

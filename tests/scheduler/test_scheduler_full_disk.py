@@ -1,0 +1,85 @@
+"""The routine history on a real full disk (a small tmpfs): ``jobs`` (and so ``status``)
+answers "unavailable" at every moment of the scheduler's retries, never the store's error."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from companyd.admin import AdminError
+from companyd.clock import ManualClock
+from companyd.events import EventBus
+from companyd.scheduler.service import DISK_RETRY_SECONDS, RoutineScheduler
+from companyd.supervision.child import StandaloneContext
+from companyd.testing.disk import DiskUnavailable, fill, small_disk
+
+from .conftest import ScriptedSink, company, ts
+
+pytestmark = pytest.mark.anyio
+
+DAILY = """\
+daily-post:
+  assignee: marketing
+  description: Draft today's post.
+  trigger: {cron: "0 14 * * *", timezone: UTC}
+"""
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Path]:
+    try:
+        with small_disk(tmp_path / "disk", "16m") as d:
+            yield d
+    except DiskUnavailable as exc:
+        pytest.skip(f"no real full disk here: {exc}")
+
+
+async def test_jobs_answers_unavailable_while_the_history_is_retried_on_a_full_disk(
+    disk: Path,
+) -> None:
+    """Chaos run (seed 4): ``status`` during the full-disk fault failed with "cannot open
+    routines.sqlite: disk I/O error": it asked the store the scheduler was opening for a
+    retry (30 s, 10 ms at 2880x, so most of the time under load) and got its error."""
+    state = disk / "state"
+    state.mkdir()
+    filler = fill(disk)
+    clock = ManualClock(start=ts("2027-01-04T12:00:00"))
+    sched = RoutineScheduler(
+        company(DAILY),
+        ScriptedSink(),
+        state_dir=state,
+        bus=EventBus(clock),
+        clock=clock,
+        max_sleep=None,
+    )
+    ctx = StandaloneContext("scheduler")
+    running = asyncio.ensure_future(sched.run(ctx))
+    answers: set[str] = set()
+    try:
+        async with asyncio.timeout(30):
+            await ctx.ready.wait()  # the control socket starts after the scheduler is up
+            for turn in range(400):
+                await asyncio.sleep(0)
+                try:
+                    await sched.jobs()
+                    answers.add("jobs")
+                except AdminError:
+                    answers.add("unavailable")
+                except RuntimeError as exc:
+                    if "needs a started" not in str(exc):
+                        raise
+                    answers.add("not started")
+                if turn % 20 == 0:
+                    clock.advance(DISK_RETRY_SECONDS)
+    finally:
+        ctx.stopping.set()
+        clock.advance(DISK_RETRY_SECONDS)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(10):
+                await running
+        filler.unlink()
+    assert answers <= {"unavailable"}, answers
