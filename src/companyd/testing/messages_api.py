@@ -57,9 +57,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
+from companyd.llm.blocks import ContentBlock
 from companyd.llm.model import Usage
 
 __all__ = [
@@ -130,7 +131,7 @@ class Reply:
         latency: seconds to wait before answering.
     """
 
-    content: tuple[Mapping[str, Any], ...]
+    content: tuple[ContentBlock, ...]
     stop_reason: str = "end_turn"
     usage: Usage = field(default_factory=lambda: Usage(input_tokens=10, output_tokens=5))
     usage_breakdown: bool = True
@@ -265,7 +266,7 @@ def reply_tool_use(
     latency: float = 0.0,
 ) -> Reply:
     """A reply calling tool ``name`` with ``input`` (optionally after a text block)."""
-    blocks: list[Mapping[str, Any]] = []
+    blocks: list[ContentBlock] = []
     if text:
         blocks.append({"type": "text", "text": text})
     blocks.append(
@@ -583,7 +584,7 @@ class AgentLikeResponder:
             isinstance(b, dict) and b.get("type") == "tool_result" for b in last_content
         )
         names = [t.get("name") for t in tools if isinstance(t, dict)]
-        content: list[Mapping[str, Any]]
+        content: list[ContentBlock]
         if names and not answered_tool:
             chosen = self.prefer if self.prefer in names else names[0]
             schema = next(t.get("input_schema") for t in tools if t.get("name") == chosen)
@@ -593,7 +594,7 @@ class AgentLikeResponder:
                 {
                     "type": "tool_use",
                     "id": f"toolu_agent_{n:06d}",
-                    "name": chosen,
+                    "name": cast(str, chosen),  # as the request's JSON has it
                     "input": _example_input(schema),
                 }
             ]
