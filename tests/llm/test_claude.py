@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from companyd.clock import SystemClock
 from companyd.config import AnthropicSpec
+from companyd.llm.blocks import ImageBlock, Message
 from companyd.llm.claude import ClaudeBackend, estimate_input_tokens, resolve_api_key
 from companyd.llm.model import (
     ModelAuthFailed,
@@ -532,7 +533,7 @@ text = st.text(max_size=300)
 def test_the_estimate_is_at_least_one_token_per_byte(
     system: str, turns: list[str], with_tools: bool
 ) -> None:
-    messages = [
+    messages: list[Message] = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)
     ]
     req = ModelRequest(
@@ -543,7 +544,10 @@ def test_the_estimate_is_at_least_one_token_per_byte(
 
 
 def test_the_estimate_counts_images_by_their_size_not_their_base64() -> None:
-    tiny = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}
+    tiny: ImageBlock = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "x"},
+    }
     req = ModelRequest(model="m", system="", messages=[{"role": "user", "content": [tiny, tiny]}])
     assert estimate_input_tokens(req) >= 2 * 1600
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from companyd._fs import is_disk_failure
-from companyd.roles.journal import Journal
+from companyd.roles.journal import Journal, LlmStep
 from companyd.roles.tasks import Task
 from companyd.testing.disk import DiskUnavailable, fill, small_disk
 from companyd.testing.messages_api import MessagesAPIServer, RecordedRequest, Reply, reply_text
@@ -61,9 +61,15 @@ async def test_a_paid_step_the_full_disk_refused_is_written_when_space_returns(
         filler = fill(disk)
         padding = "x" * 200_000  # more than SQLite can squeeze into free pages
         with pytest.raises(Exception) as refused:
-            await journal.append_step(
-                "run-1", 1, "llm", {"request_id": "req_1", "pad": padding}, 1.0, paid=True
-            )
+            payload: LlmStep = {
+                "model": "claude-x",
+                "content": [{"type": "text", "text": padding}],
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+                "cost": "0.01",
+                "offline": False,
+                "request_id": "req_1",
+            }
+            await journal.append_step("run-1", 1, "llm", payload, 1.0, paid=True)
         assert is_disk_failure(refused.value), refused.value
         assert _llm_steps(state / "runs.sqlite", "run-1") == []
         os.unlink(filler)

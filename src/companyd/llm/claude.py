@@ -58,13 +58,14 @@ import random
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import anthropic
 
 from companyd._fs import read_regular_file
 from companyd.clock import Clock, SystemClock
+from companyd.llm.blocks import CacheControl, ContentBlock, TextBlock, ToolParam
 from companyd.llm.model import (
     ModelAuthFailed,
     ModelBadRequest,
@@ -191,7 +192,7 @@ def _check_test_no_net(base_url: str | None, environ: Mapping[str, str]) -> None
 # Request building, estimates and response mapping
 
 
-def _system_param(request: ModelRequest, ttl: str) -> Any:
+def _system_param(request: ModelRequest, ttl: str) -> str | list[TextBlock] | None:
     if not request.system:
         return None
     if not request.cache:
@@ -205,16 +206,21 @@ def _system_param(request: ModelRequest, ttl: str) -> Any:
     ]
 
 
-def _cache_control(ttl: str) -> dict[str, str]:
+def _cache_control(ttl: str) -> CacheControl:
     # "5m" is the API's default TTL; send it only when it is something else.
     return {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
 
 
-def _tools_param(request: ModelRequest, ttl: str) -> list[dict[str, Any]]:
+def _tools_param(request: ModelRequest, ttl: str) -> list[ToolParam]:
     tools = [t.to_api() for t in request.tools]
     if tools and request.cache:
         tools[-1]["cache_control"] = _cache_control(ttl)
     return tools
+
+
+def _block(block: Any) -> ContentBlock:
+    """An SDK content block as the API's JSON (the SDK's models are that JSON, parsed)."""
+    return cast(ContentBlock, block.model_dump(mode="json", exclude_none=True))
 
 
 def _usage(u: Any) -> Usage:
@@ -552,7 +558,7 @@ class ClaudeBackend:
                 continue
             return ModelResponse(
                 model=message.model or request.model,
-                content=[b.model_dump(mode="json", exclude_none=True) for b in message.content],
+                content=[_block(b) for b in message.content],
                 stop_reason=str(message.stop_reason or "end_turn"),
                 usage=_usage(message.usage),
                 request_id=message._request_id,

@@ -11,7 +11,8 @@ backends implement the protocol:
 
 Content blocks are plain dicts in the Messages API's own JSON shapes (``{"type": "text",
 "text": ...}``, ``{"type": "tool_use", "id": ..., "name": ..., "input": {...}}``,
-``{"type": "tool_result", ...}``), so they can be journaled as JSON and replayed verbatim.
+``{"type": "tool_result", ...}``), so they can be journaled as JSON and replayed verbatim;
+their TypedDicts are in :mod:`companyd.llm.blocks`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from companyd.errors import CompanydError
+from companyd.llm.blocks import (
+    ContentBlock,
+    Message,
+    ToolParam,
+    ToolUseBlock,
+    text_of,
+    tool_uses_of,
+)
 
 __all__ = [
     "ModelAuthFailed",
@@ -97,7 +106,7 @@ class ToolDef:
     description: str
     input_schema: Mapping[str, Any]
 
-    def to_api(self) -> dict[str, Any]:
+    def to_api(self) -> ToolParam:
         return {
             "name": self.name,
             "description": self.description,
@@ -121,7 +130,7 @@ class ModelRequest:
 
     model: str
     system: str
-    messages: Sequence[Mapping[str, Any]]
+    messages: Sequence[Message]
     tools: Sequence[ToolDef] = ()
     max_tokens: int = 4096
     cache: bool = True
@@ -142,7 +151,7 @@ class ModelResponse:
     """
 
     model: str
-    content: Sequence[Mapping[str, Any]]
+    content: Sequence[ContentBlock]
     stop_reason: str
     usage: Usage
     request_id: str | None = None
@@ -151,11 +160,11 @@ class ModelResponse:
     @property
     def text(self) -> str:
         """All text blocks joined."""
-        return "".join(str(b.get("text", "")) for b in self.content if b.get("type") == "text")
+        return text_of(self.content)
 
     @property
-    def tool_uses(self) -> list[Mapping[str, Any]]:
-        return [b for b in self.content if b.get("type") == "tool_use"]
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return tool_uses_of(self.content)
 
 
 #: Called by a backend before it retries a failed attempt, with that attempt's error. The

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from typing import Any
 
+from companyd.llm.blocks import ContentBlock, ToolUseBlock
 from companyd.llm.model import ModelRequest, ModelResponse, RetryHook, Usage
 
 __all__ = ["OfflineModel"]
@@ -47,7 +47,7 @@ class OfflineModel:
         digest = hashlib.sha256(prompt.encode()).hexdigest()[:8]
         log_name = f"{agent} log"
         note = f"task {digest}: {' '.join(prompt.split())[:160]}"
-        content: list[dict[str, Any]]
+        content: list[ContentBlock]
         stop = "tool_use"
         if not results and "create_entities" in tool_names:
             content = [
@@ -104,19 +104,18 @@ def _first_user_text(request: ModelRequest) -> str:
 
 def _first_user_turn(request: ModelRequest) -> str:
     for m in request.messages:
-        if m.get("role") != "user":
+        if m["role"] != "user":
             continue
-        c = m.get("content")
+        c = m["content"]
         if isinstance(c, str):
             return c
-        if isinstance(c, list):
-            texts = [str(b.get("text", "")) for b in c if isinstance(b, Mapping)]
-            if any(texts):
-                return " ".join(texts)
+        texts = [b["text"] if b["type"] == "text" else "" for b in c]
+        if any(texts):
+            return " ".join(texts)
     return ""
 
 
-def _tool_use(tool_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+def _tool_use(tool_id: str, name: str, arguments: dict[str, Any]) -> ToolUseBlock:
     return {"type": "tool_use", "id": tool_id, "name": name, "input": arguments}
 
 
@@ -124,22 +123,20 @@ def _tool_results(request: ModelRequest) -> list[str]:
     """The text of every tool_result block in the conversation, in order."""
     out: list[str] = []
     for m in request.messages:
-        c = m.get("content")
-        if not isinstance(c, list):
+        c = m["content"]
+        if isinstance(c, str):
             continue
         for b in c:
-            if isinstance(b, Mapping) and b.get("type") == "tool_result":
+            if b["type"] == "tool_result":
                 inner = b.get("content")
                 if isinstance(inner, list):
-                    out.append(
-                        " ".join(str(x.get("text", "")) for x in inner if isinstance(x, Mapping))
-                    )
+                    out.append(" ".join(x["text"] for x in inner))
                 else:
                     out.append(str(inner))
     return out
 
 
-def _usage(request: ModelRequest, content: list[dict[str, Any]]) -> Usage:
+def _usage(request: ModelRequest, content: list[ContentBlock]) -> Usage:
     system = len(request.system.encode()) + len(
         json.dumps([t.to_api() for t in request.tools]).encode()
     )
@@ -147,7 +144,7 @@ def _usage(request: ModelRequest, content: list[dict[str, Any]]) -> Usage:
     out = len(json.dumps(content).encode())
     sys_tokens = max(1, system // 4)
     cached = request.cache and any(
-        m.get("role") == "assistant" for m in request.messages
+        m["role"] == "assistant" for m in request.messages
     )  # later calls in a conversation hit the prompt cache
     return Usage(
         input_tokens=max(1, convo // 4) + (0 if request.cache else sys_tokens),

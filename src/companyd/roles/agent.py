@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
@@ -45,6 +45,7 @@ from zoneinfo import ZoneInfo
 from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.config import AgentConfig
+from companyd.llm.blocks import ToolResultBlock, ToolUseBlock, text_of, tool_uses_of
 from companyd.llm.model import ModelResponse, Usage
 from companyd.roles.breaker import Breaker, BreakerTripped
 from companyd.roles.calls import ModelCaller
@@ -425,7 +426,7 @@ class Agent:
         system = self.deps.staff.system_prompt(self.config)
         return await self._calls.step(state, system, self._toolbox.definitions())
 
-    async def _run_tools(self, state: RunState, tool_uses: Sequence[Mapping[str, Any]]) -> None:
+    async def _run_tools(self, state: RunState, tool_uses: Sequence[ToolUseBlock]) -> None:
         """Run the tool calls of one response (concurrently; the model asked for them
         together), journaling each start and result, then append the results turn.
 
@@ -444,7 +445,7 @@ class Agent:
             await asyncio.gather(*calls, return_exceptions=True)
         state.messages.append({"role": "user", "content": list(results)})
 
-    async def _run_tool(self, state: RunState, tool_use: Mapping[str, Any]) -> dict[str, Any]:
+    async def _run_tool(self, state: RunState, tool_use: ToolUseBlock) -> ToolResultBlock:
         deps = self.deps
         tool_id = str(tool_use.get("id"))
         state.seq += 1
@@ -484,13 +485,13 @@ class Agent:
         If the last model response asked for tools whose results are not all journaled,
         they are left in ``state.pending`` for :meth:`_complete_pending_tools`.
         """
-        results = {s.key: s.payload for s in steps if s.kind == "tool_result" and s.key}
+        results = {s.key: s.tool_result() for s in steps if s.kind == "tool_result" and s.key}
         started = {s.key for s in steps if s.kind == "tool_start" and s.key}
         state.seq = steps[-1].seq if steps else 0
         for s in steps:
             if s.kind != "llm":
                 continue
-            p = s.payload
+            p = s.llm()
             state.last_stop = str(p.get("stop_reason") or "")
             usage = Usage(**p["usage"])
             state.account(p["model"], usage, Decimal(p["cost"]), bool(p["offline"]))
@@ -498,15 +499,9 @@ class Agent:
             state.messages.append({"role": "assistant", "content": content})
             # tools run only after a tool_use stop, as in _execute: a tool_use block cut
             # off by max_tokens is never run ("": a step journaled without its stop reason)
-            uses = (
-                [b for b in content if b.get("type") == "tool_use"]
-                if state.last_stop in ("tool_use", "")
-                else []
-            )
+            uses = tool_uses_of(content) if state.last_stop in ("tool_use", "") else []
             if not uses:
-                state.answer = "".join(
-                    b.get("text", "") for b in content if b.get("type") == "text"
-                )
+                state.answer = text_of(content)
                 continue
             state.pending = [
                 PendingTool(
@@ -516,10 +511,9 @@ class Agent:
                 )
                 for u in uses
             ]
-            if all(p.result is not None for p in state.pending):
-                state.messages.append(
-                    {"role": "user", "content": [p.result for p in state.pending]}
-                )
+            done = [p.result for p in state.pending if p.result is not None]
+            if len(done) == len(state.pending):
+                state.messages.append({"role": "user", "content": done})
                 state.pending = []
 
     async def _complete_pending_tools(self, state: RunState) -> None:
@@ -537,7 +531,7 @@ class Agent:
                 raise RunEnded(*turn_ended(state.last_stop))
             return
         deps = self.deps
-        results: list[dict[str, Any]] = []
+        results: list[ToolResultBlock] = []
         for p in state.pending:
             tid, name = str(p.tool_use["id"]), str(p.tool_use["name"])
             if p.result is not None:

@@ -33,6 +33,7 @@ from companyd.llm.model import (
     estimate_input_tokens,
 )
 from companyd.roles.deps import AgentDeps
+from companyd.roles.journal import LlmStep
 from companyd.roles.run import RunEnded, RunState, Stopping, StopSignal, cancel_and_reap
 from companyd.roles.tasks import RunStatus
 
@@ -287,7 +288,7 @@ class BudgetedCall:
         return cost
 
 
-def llm_payload(response: ModelResponse, cost: Decimal) -> dict[str, Any]:
+def llm_payload(response: ModelResponse, cost: Decimal) -> LlmStep:
     """A model step as the journal stores it (and a resumed run replays it)."""
     return {
         "model": response.model,

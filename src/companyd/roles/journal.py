@@ -31,13 +31,23 @@ import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
 from companyd._fs import is_disk_failure
 from companyd._sqlite import Database, Migration
+from companyd.llm.blocks import ContentBlock, ToolResultBlock
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 
-__all__ = ["MIGRATIONS", "Journal", "JournaledRun", "Step", "TaskState"]
+__all__ = [
+    "MIGRATIONS",
+    "Journal",
+    "JournaledRun",
+    "LlmStep",
+    "Step",
+    "StepPayload",
+    "TaskState",
+    "ToolStartStep",
+]
 
 T = TypeVar("T")
 
@@ -103,15 +113,48 @@ class TaskState:
     QUARANTINED = "quarantined"
 
 
+class LlmStep(TypedDict):
+    """The payload of an ``llm`` step: one model response (its content blocks verbatim) and
+    what it cost."""
+
+    model: str
+    content: list[ContentBlock]
+    #: absent from steps journaled before it was recorded
+    stop_reason: NotRequired[str]
+    usage: dict[str, int]
+    cost: str
+    offline: bool
+    request_id: str | None
+
+
+class ToolStartStep(TypedDict):
+    """The payload of a ``tool_start`` step: the call about to run."""
+
+    name: str
+    input: dict[str, Any]
+
+
+#: What a step journals: ``llm``, ``tool_start``, or ``tool_result`` (the block itself).
+StepPayload = LlmStep | ToolStartStep | ToolResultBlock
+
+
 @dataclass(frozen=True, kw_only=True)
 class Step:
-    """One journaled step of a run."""
+    """One journaled step of a run (``payload`` is its JSON, parsed)."""
 
     seq: int
     kind: str
     key: str | None
     payload: dict[str, Any]
     ts: float
+
+    def llm(self) -> LlmStep:
+        """The payload of an ``llm`` step."""
+        return cast(LlmStep, self.payload)
+
+    def tool_result(self) -> ToolResultBlock:
+        """The payload of a ``tool_result`` step."""
+        return cast(ToolResultBlock, self.payload)
 
 
 @dataclass(kw_only=True)
@@ -315,7 +358,7 @@ class Journal:
         run_id: str,
         seq: int,
         kind: str,
-        payload: dict[str, Any],
+        payload: StepPayload,
         ts: float,
         key: str | None = None,
         *,

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from companyd._aio import race
+from companyd.llm.blocks import Message, ToolResultBlock, ToolUseBlock
 from companyd.llm.model import Usage
 from companyd.roles.breaker import Breaker
 from companyd.roles.tasks import RunStatus, Task
@@ -58,8 +58,8 @@ class Stopping(Exception):
 class PendingTool:
     """A tool call of the last journaled model response, as a crash left it."""
 
-    tool_use: Mapping[str, Any]
-    result: dict[str, Any] | None
+    tool_use: ToolUseBlock
+    result: ToolResultBlock | None
     started: bool
 
 
@@ -71,7 +71,7 @@ class RunState:
     run_id: str
     attempt: int
     started_wall: float
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     breaker: Breaker
     seq: int = 0
     cost: Decimal = Decimal(0)

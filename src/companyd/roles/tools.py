@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from companyd.config import McpServerSpec, ToolsSpec
 from companyd.errors import CompanydError
+from companyd.llm.blocks import ToolResultBlock, ToolUseBlock
 from companyd.llm.model import ToolDef
 
 __all__ = [
@@ -112,7 +113,7 @@ class Tool:
         return ToolDef(name=self.name, description=self.description, input_schema=self.input_schema)
 
 
-def unknown_outcome_result(tool_use_id: str, name: str) -> dict[str, Any]:
+def unknown_outcome_result(tool_use_id: str, name: str) -> ToolResultBlock:
     """The ``tool_result`` for a non-idempotent call a crash interrupted."""
     return {
         "type": "tool_result",
@@ -182,7 +183,7 @@ class ToolBox:
         t = self.tools.get(name)
         return t.family if t is not None else None
 
-    async def call(self, tool_use: Mapping[str, Any], ctx: ToolCallContext) -> dict[str, Any]:
+    async def call(self, tool_use: ToolUseBlock, ctx: ToolCallContext) -> ToolResultBlock:
         """Run one ``tool_use`` block and return its ``tool_result`` block. Never raises for
         a tool's own failure (that becomes ``is_error``); cancellation propagates."""
         name = str(tool_use.get("name"))

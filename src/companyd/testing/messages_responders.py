@@ -12,9 +12,10 @@ import hashlib
 import itertools
 import json
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
+from companyd.llm.blocks import ContentBlock
 from companyd.llm.model import Usage
 from companyd.testing.messages_requests import RecordedRequest
 from companyd.testing.messages_script import Reply, ScriptItem
@@ -130,7 +131,7 @@ class AgentLikeResponder:
             isinstance(b, dict) and b.get("type") == "tool_result" for b in last_content
         )
         names = [t.get("name") for t in tools if isinstance(t, dict)]
-        content: list[Mapping[str, Any]]
+        content: list[ContentBlock]
         if names and not answered_tool:
             chosen = self.prefer if self.prefer in names else names[0]
             schema = next(t.get("input_schema") for t in tools if t.get("name") == chosen)
@@ -140,7 +141,7 @@ class AgentLikeResponder:
                 {
                     "type": "tool_use",
                     "id": f"toolu_agent_{n:06d}",
-                    "name": chosen,
+                    "name": cast(str, chosen),  # as the request's JSON has it
                     "input": _example_input(schema),
                 }
             ]

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from companyd.llm.blocks import ContentBlock
 from companyd.llm.model import Usage
 
 __all__ = [
@@ -84,7 +85,7 @@ class Reply:
         latency: seconds to wait before answering.
     """
 
-    content: tuple[Mapping[str, Any], ...]
+    content: tuple[ContentBlock, ...]
     stop_reason: str = "end_turn"
     usage: Usage = field(default_factory=lambda: Usage(input_tokens=10, output_tokens=5))
     usage_breakdown: bool = True
@@ -219,7 +220,7 @@ def reply_tool_use(
     latency: float = 0.0,
 ) -> Reply:
     """A reply calling tool ``name`` with ``input`` (optionally after a text block)."""
-    blocks: list[Mapping[str, Any]] = []
+    blocks: list[ContentBlock] = []
     if text:
         blocks.append({"type": "text", "text": text})
     blocks.append(

@@ -39,6 +39,7 @@ from companyd.clock import ManualClock
 from companyd.config import CompanyConfig
 from companyd.daemon.main import Daemon
 from companyd.events import Event
+from companyd.llm.blocks import ContentBlock, tool_uses_of
 from companyd.llm.claude import ClaudeBackend
 from companyd.scheduler.sim import ModelCallGate, SimReport, simulate
 from companyd.testing.messages_api import (
@@ -86,7 +87,7 @@ class RoutineResponder:
             return _with_content(
                 item, [{"type": "text", "text": "APPROVE — it does what the task asked."}]
             )
-        uses = [b for b in item.content if b.get("type") == "tool_use"]
+        uses = tool_uses_of(item.content)
         if len(uses) == 1 and uses[0].get("name") == "create_entities":
             m = _TASK.match(first_text)
             task = m.group(1) if m else "unknown"
@@ -112,9 +113,7 @@ def _agent(system: Any) -> str:
     return m.group(1) if m else "an agent"
 
 
-def _with_content(
-    item: Reply, content: list[dict[str, Any]], stop_reason: str = "end_turn"
-) -> Reply:
+def _with_content(item: Reply, content: list[ContentBlock], stop_reason: str = "end_turn") -> Reply:
     # Output tokens follow the content, as AgentLikeResponder counts them (4 bytes a token).
     size = len(json.dumps(content, separators=(",", ":"), sort_keys=True).encode())
     usage = dataclasses.replace(item.usage, output_tokens=max(1, math.ceil(size / 4)))
