@@ -530,7 +530,15 @@ class RoutineStore:
         """
         fut = self._submit(fn, wait=True)
         assert fut is not None
-        result: T = await fut
+        try:
+            result: T = await fut
+        except (sqlite3.Error, OSError) as exc:
+            # e.g. the connection could not be opened (a full disk): told as the store's
+            # error, with the cause kept so a full disk is told apart
+            raise StoreError(
+                f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk space and "
+                "the file's permissions"
+            ) from exc
         return result
 
     def post(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
