@@ -32,6 +32,7 @@ from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryUnava
 from companyd.memory.graph import KnowledgeGraph
 from companyd.memory.store import GraphStore, Operation, Outcome
 from companyd.memory.tools import validate_arguments
+from companyd.memory.view import neighbourhood
 from companyd.supervision.child import ChildContext
 
 __all__ = ["MemoryService"]
@@ -208,8 +209,6 @@ class MemoryService:
         """The neighbourhood of ``entity`` to ``depth`` hops, for a prompt: ``{entity,
         depth, found, entities, others, relations, truncated, text}`` (see
         :func:`companyd.memory.view.neighbourhood`)."""
-        from companyd.memory.view import neighbourhood
-
         return await self.query(lambda g: neighbourhood(g, entity, depth).to_dict())
 
     async def change_marker(self) -> str:

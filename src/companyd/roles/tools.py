@@ -33,6 +33,7 @@ from companyd.config import McpServerSpec, ToolsSpec
 from companyd.errors import CompanydError
 from companyd.llm.blocks import ToolResultBlock, ToolUseBlock
 from companyd.llm.model import ToolDef
+from companyd.memory.tools import tool_definitions
 
 __all__ = [
     "MCP_RETRY_MAX_SECONDS",
@@ -414,8 +415,6 @@ def memory_tools(memory: MemoryPort) -> list[Tool]:
         if not isinstance(depth, int) or not 1 <= depth <= 3:
             raise ToolError(f"'depth' must be a whole number from 1 to 3, got {depth!r}")
         return await memory.recall(entity, depth)
-
-    from companyd.memory.tools import tool_definitions
 
     # The official server's own names, descriptions and input schemas. All nine are safe to
     # run again after a crash left a call's outcome unknown: creates skip what exists, adds
