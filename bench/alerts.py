@@ -77,7 +77,8 @@ def config(dirpath: Path, api_url: str) -> Any:
 class LagMonitor:
     """Lateness of a periodic 5 ms ticker (how long the loop was blocked), and the longest
     full (generation 2) garbage collection meanwhile — a whole-process pause that no code
-    on the loop can avoid, reported so the lag figure can be read."""
+    on the loop can avoid, reported so the lag figure can be read.
+    """
 
     def __init__(self) -> None:
         self.worst = 0.0

@@ -97,7 +97,8 @@ def cpu_seconds(pid: int) -> float:
 
 def measure(cmd: list[str], timeout: float = 120.0) -> tuple[float, float, float]:
     """(seconds from spawn to READY=1, CPU seconds used by then, peak RSS in MB) of one run
-    of ``cmd`` under a notify socket, as systemd runs a Type=notify service."""
+    of ``cmd`` under a notify socket, as systemd runs a Type=notify service.
+    """
     with tempfile.TemporaryDirectory(dir="/tmp") as d:
         addr = os.path.join(d, "notify")
         rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -93,7 +93,8 @@ def inprocess(
     store_path: Path, service_path: Path, directory: Path, rounds: int, n: int
 ) -> dict[str, list[float]]:
     """Rates per round of: raw appends, store calls, service calls, service calls 8 at a
-    time. Interleaved in short rounds so that a noisy neighbour hits all of them alike."""
+    time. Interleaved in short rounds so that a noisy neighbour hits all of them alike.
+    """
 
     async def main() -> dict[str, list[float]]:
         service = MemoryService(service_path, bus=EventBus())

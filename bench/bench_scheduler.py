@@ -105,7 +105,8 @@ class InstantSink:
 
 def intervals(kind: str, n: int) -> list[float]:
     """``burst``: every routine every 5 s (all due at once); ``spread``: 20 s + i × 20 ms,
-    so fire times fall all over the grid, a few at a time."""
+    so fire times fall all over the grid, a few at a time.
+    """
     if kind == "burst":
         return [5.0] * n
     return [round(20.0 + i * 0.02, 3) for i in range(n)]
@@ -151,7 +152,8 @@ async def lateness_companyd(kind: str, n: int, seconds: float) -> dict[str, Any]
 
 def per_instant(samples: list[tuple[float, float]]) -> dict[str, Any]:
     """The p99 of each fire instant (a burst) on its own: on a shared machine one burst that
-    meets a preempted CPU or a full collection decides the p99 of all fires."""
+    meets a preempted CPU or a full collection decides the p99 of all fires.
+    """
     by: dict[float, list[float]] = {}
     for when, late in samples:
         by.setdefault(round(when, 3), []).append(late)

@@ -178,7 +178,8 @@ _WHO = re.compile(r"You are .*? \(([a-z][a-z0-9_-]*)\) at ")
 class ChaosModel:
     """Per request: if memory tools are offered and no tool has answered yet, record a note
     with ``create_entities``; otherwise end the turn. A small share of requests stall past
-    the client's deadline (a timeout). Usage is about one token per four bytes."""
+    the client's deadline (a timeout). Usage is about one token per four bytes.
+    """
 
     def __init__(self, seed: int, timeout_rate: float, stall_for: float) -> None:
         self.rng = random.Random(seed)
@@ -473,7 +474,8 @@ class Chaos:
 
     async def api_slowdown(self) -> None:
         """The Messages API answers later than the client's timeout (3 s) for a while; it
-        still bills every request it processed (bill_abandoned)."""
+        still bills every request it processed (bill_abandoned).
+        """
         self.say(f"Messages API slowdown for {self.plan.slowdown:g} s")
         self.tally.slowdowns += 1
         self.api.latency = 4.5
@@ -492,7 +494,8 @@ class Chaos:
 
     async def memory_writer(self) -> None:
         """A second process's writes through the cross-process lock, acknowledged when
-        ``GraphStore.call`` returns (durable)."""
+        ``GraphStore.call`` returns (durable).
+        """
         from companyd.memory import GraphStore
 
         path = self.state / "memory.jsonl"
@@ -665,7 +668,8 @@ async def state_disk(chaos: Chaos) -> Any:
 def full_disk_at(chaos: Chaos, kills: list[float], span: float) -> float:
     """When to fill the disk: late in the run (60–85 %), away from every SIGKILL (a kill
     during the fault would restart the daemon on a full disk, a different fault), and
-    ending before the run does."""
+    ending before the run does.
+    """
     hold = chaos.plan.disk_full + 3.0
     candidates = [span * (0.60 + 0.25 * i / 50) for i in range(51)]
     clear = [
@@ -1111,7 +1115,8 @@ class Checks:
 
 def _header_id(r: Any) -> str | None:
     """The ``request-id`` the stand-in sent with a served response (it pairs with the
-    message id: ``msg_standin_N`` ↔ ``req_standin_N``), which the journal records."""
+    message id: ``msg_standin_N`` ↔ ``req_standin_N``), which the journal records.
+    """
     msg_id = (r.response or {}).get("id")
     return f"req_standin_{msg_id.removeprefix('msg_standin_')}" if msg_id else None
 

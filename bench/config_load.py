@@ -60,7 +60,8 @@ def big_company(n: int, *, broken: bool = False) -> str:
 
 def paired(base: Callable[[], object], full: Callable[[], object], repeat: int) -> list[float]:
     """Median baseline time, median measured time and median of per-pair ratios. Each
-    repetition times both back to back, so load on the shared machine hits both alike."""
+    repetition times both back to back, so load on the shared machine hits both alike.
+    """
     base()
     full()  # warm caches (zone list, imports)
     bases, fulls, ratios = [], [], []

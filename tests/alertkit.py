@@ -1,5 +1,6 @@
 """The text an event becomes on the operator's phone, for tests that check alert wording
-(the renderer and composer the alert service uses, without Telegram)."""
+(the renderer and composer the alert service uses, without Telegram).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from companyd.events import Event
 
 def alert_text(event: Event, *, agents: Collection[str], company: str) -> str:
     """The message ``event`` renders to (as a warning, seen once, in UTC), then its buttons'
-    labels in brackets."""
+    labels in brackets.
+    """
     rendered, buttons = render(event.kind, event.data, event.source, {event.kind: 1}, agents)
     body = compose(
         severity="warning",

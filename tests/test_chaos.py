@@ -1,7 +1,8 @@
 """The short chaos run (issue 10): two simulated days of the example company under a real
 ``companyd run``, with agent crashes, a SIGKILL and restart, a corrupted memory file, a
 broken and then a grown company.yaml, a Telegram outage and a flaky model API — every
-invariant must hold. The full week is ``python bench/chaos.py`` (docs/benchmarks.md)."""
+invariant must hold. The full week is ``python bench/chaos.py`` (docs/benchmarks.md).
+"""
 
 from __future__ import annotations
 

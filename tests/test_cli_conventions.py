@@ -1,5 +1,6 @@
 """One way to name the config and one exit code per kind of failure, across commands
-(issue 15 items 18 and 19). Every command runs as a real subprocess."""
+(issue 15 items 18 and 19). Every command runs as a real subprocess.
+"""
 
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ def _quiet(err: str) -> bool:
 @pytest.mark.parametrize("args", PIPED, ids=" ".join)
 def test_piped_into_head_every_command_exits_quietly(tmp_path: Path, args: list[str]) -> None:
     """`companyd … | head -1`, a real shell pipeline: no 'Broken pipe', and companyd's own
-    exit status is its answer (0; 69 for status with no daemon), never 1 for the pipe."""
+    exit status is its answer (0; 69 for status with no daemon), never 1 for the pipe.
+    """
     import shlex
 
     cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "companyd", *args])
@@ -117,7 +119,8 @@ def test_with_both_outputs_already_closed_every_command_exits_quietly(
     tmp_path: Path, args: list[str]
 ) -> None:
     """The deterministic form of `… 2>&1 | head -1`: the reader is gone before companyd
-    writes a byte, so every write to stdout and stderr fails with EPIPE."""
+    writes a byte, so every write to stdout and stderr fails with EPIPE.
+    """
     read_end, write_end = os.pipe()
     os.close(read_end)
     env = {k: v for k, v in os.environ.items() if k not in ("COMPANYD_CONFIG", "STATE_DIRECTORY")}
@@ -148,7 +151,8 @@ def test_a_closed_pipe_does_not_turn_a_no_into_a_yes(
     tmp_path: Path, args: list[str], code: int
 ) -> None:
     """`companyd validate bad.yaml 2>&1 | head -1`: the reader leaving must not hide the
-    answer (a failed check exited 0 when its error line met the closed pipe)."""
+    answer (a failed check exited 0 when its error line met the closed pipe).
+    """
     read_end, write_end = os.pipe()
     os.close(read_end)
     env = {k: v for k, v in os.environ.items() if k not in ("COMPANYD_CONFIG", "STATE_DIRECTORY")}

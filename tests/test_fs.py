@@ -1,6 +1,7 @@
 """The one atomic writer and the private-mode helpers (src/companyd/_fs.py), and every
 store creating its files private whatever the umask (issue 15 item 10). The daemon-level
-check is tests/daemon/test_state_privacy.py."""
+check is tests/daemon/test_state_privacy.py.
+"""
 
 from __future__ import annotations
 

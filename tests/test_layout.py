@@ -1,5 +1,6 @@
 """Package layout: the wheel installs exactly one top-level import name, ``companyd``, and
-the repository's example company.yaml and ``companyd init``'s starter both validate."""
+the repository's example company.yaml and ``companyd init``'s starter both validate.
+"""
 
 from __future__ import annotations
 

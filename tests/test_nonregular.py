@@ -91,7 +91,8 @@ def test_notify_failure_with_a_fifo_for_company_yaml_does_not_hang(tmp_path: Pat
 
 def _returns(fn: Callable[[], Any], unblock: Path) -> Any:
     """``fn()`` run in a thread; if it is still blocked after 10 s, open ``unblock`` for
-    writing (releasing a reader stuck on the FIFO) and fail."""
+    writing (releasing a reader stuck on the FIFO) and fail.
+    """
     box: list[Any] = []
     t = threading.Thread(target=lambda: box.append(fn()), daemon=True)
     t.start()

@@ -1,6 +1,7 @@
 """The README stays true: its quick start is exactly two one-line commands, its
 configuration reference documents every key of the schema and nothing else, its CLI
-reference covers every registered subcommand, and its dependency table every dependency."""
+reference covers every registered subcommand, and its dependency table every dependency.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """companyd._secrets: one redactor for logs, alerts, CLI output, control answers and config
-errors; known values and values that only look like secrets."""
+errors; known values and values that only look like secrets.
+"""
 
 from __future__ import annotations
 
@@ -104,7 +105,8 @@ def _errors(text: str) -> list[str]:
 )
 def test_a_config_error_never_echoes_a_secret(secret: str, old: str, new: str) -> None:
     """An API key pasted into the wrong key is named as a secret, never repeated (it used to
-    come back in the 'change rejected' alert on Telegram)."""
+    come back in the 'change rejected' alert on Telegram).
+    """
     lines = _errors(MINIMAL.replace(old, new.format(s=secret), 1))
     assert lines
     text = "\n".join(lines)
@@ -185,7 +187,8 @@ def test_load_config_registers_every_secret_the_config_names(
 
 def test_show_config_never_prints_a_known_secret(tmp_path: Path) -> None:
     """The value of the API key variable, written into instructions in a shape no pattern
-    knows, is masked in show-config's YAML as in its JSON."""
+    knows, is masked in show-config's YAML as in its JSON.
+    """
     cfg = tmp_path / "company.yaml"
     cfg.write_text(
         MINIMAL.replace("instructions: Count.", "instructions: 'Use key opaque-value-4c1d9e.'")

@@ -1,6 +1,7 @@
 """The one SQLite owner (src/companyd/_sqlite.py): migrations keyed by PRAGMA user_version,
 a newer file refused, one worker thread for all the work, errors that keep their SQLite
-codes (so a full disk is told apart), private files whatever the umask."""
+codes (so a full disk is told apart), private files whatever the umask.
+"""
 
 from __future__ import annotations
 

@@ -52,7 +52,8 @@ PRIVATE_DIR = 0o700
 
 def make_dirs(path: Path) -> None:
     """``mkdir -p`` where every directory created is 0700 (``Path.mkdir(parents=True)``
-    creates the parents with the umask's mode); existing ones are left alone."""
+    creates the parents with the umask's mode); existing ones are left alone.
+    """
     missing: list[Path] = []
     for d in (path, *path.parents):
         if d.exists():
@@ -67,7 +68,8 @@ def private_dir(path: Path) -> int | None:
     """Create ``path`` (and missing parents) with mode 0700; tighten an existing ``path``
     that grants the group or others anything. Returns the old mode when it was tightened,
     else None. Parents that already exist are left as they are (they may be shared, e.g.
-    ``/var/lib``)."""
+    ``/var/lib``).
+    """
     make_dirs(path)
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & 0o077:
@@ -91,7 +93,8 @@ def private_sqlite(path: Path) -> None:
     """Before ``sqlite3.connect(path)``: create missing directories 0700 and the database
     file 0600, and tighten an existing database and its ``-wal``/``-shm`` (an older companyd
     created them with the umask's mode). SQLite creates ``-wal``/``-shm`` with the mode of
-    the database file, so they are 0600 too."""
+    the database file, so they are 0600 too.
+    """
     make_dirs(path.parent)
     private_file(path)
     for suffix in ("-wal", "-shm", "-journal"):
@@ -178,7 +181,8 @@ _SQLITE_DISK = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY")
 def is_disk_failure(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or an exception it was raised from) is the state disk refusing a
     write: ENOSPC/EIO/EDQUOT/EFBIG/EROFS, or SQLite's SQLITE_FULL/SQLITE_IOERR*. Such a
-    failure is the environment's, not the run's: it pauses work instead of crashing."""
+    failure is the environment's, not the run's: it pauses work instead of crashing.
+    """
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

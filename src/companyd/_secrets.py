@@ -104,7 +104,8 @@ class Redactor(logging.Filter):
     def add(self, secret: str | None, label: str = MASK) -> None:
         """Register a secret (and its URL-encoded forms). Empty, None and values shorter than
         :data:`MIN_SECRET_LENGTH` are ignored. ``label`` replaces it (``***``); a value
-        registered twice keeps its first label."""
+        registered twice keeps its first label.
+        """
         if not secret or len(secret.strip()) < MIN_SECRET_LENGTH:
             return
         secret = secret.strip()
@@ -131,7 +132,8 @@ class Redactor(logging.Filter):
 
     def redact(self, text: str) -> str:
         """``text`` with every registered secret and every value that looks like one
-        replaced."""
+        replaced.
+        """
         for secret, label in self._order:
             if secret in text:
                 text = text.replace(secret, label)
@@ -189,7 +191,8 @@ _factory_installed = False
 
 def _install_record_factory() -> None:
     """Once per process: clean every log record as it is created, so that no handler
-    (pytest's caplog, a library's own) ever sees a registered secret."""
+    (pytest's caplog, a library's own) ever sees a registered secret.
+    """
     global _factory_installed
     with _factory_lock:
         if _factory_installed:
@@ -212,7 +215,8 @@ def redact(text: str) -> str:
 
 def protect(secret: str, label: str = MASK) -> None:
     """Register ``secret`` with :data:`SECRETS`; a Telegram bot token (``id:secret``) is
-    registered whole and by its secret half, both shown as ``<telegram-bot-token>``."""
+    registered whole and by its secret half, both shown as ``<telegram-bot-token>``.
+    """
     if re.fullmatch(r"\s*[0-9]+:\S+\s*", secret or ""):
         label = "<telegram-bot-token>"
         SECRETS.add(secret, label)

@@ -84,7 +84,8 @@ class DatabaseClosed(RuntimeError):
 
 def statements(script: str) -> list[str]:
     """The complete statements of ``script``, in order (``executescript`` would commit the
-    transaction a migration runs in, so they are executed one by one)."""
+    transaction a migration runs in, so they are executed one by one).
+    """
     out: list[str] = []
     pending = ""
     for part in script.split(";"):
@@ -159,7 +160,8 @@ def apply_migrations(
 
 def connect_readonly(path: Path, *, timeout: float = 5.0) -> sqlite3.Connection:
     """A read-only connection to an existing ``path`` (for readers beside the owner: WAL
-    lets them read while it writes). The caller checks the version (:func:`check_version`)."""
+    lets them read while it writes). The caller checks the version (:func:`check_version`).
+    """
     return sqlite3.connect(
         f"file:{pathname2url(str(path))}?mode=ro",
         uri=True,
@@ -234,7 +236,8 @@ class Database:
     def executor(self) -> ThreadPoolExecutor:
         """The worker itself, for an owner that schedules plain jobs on it (the spend book:
         ``loop.run_in_executor(db.executor, job)``, where ``job`` uses a ledger built on this
-        database; the ledger's calls then run at once, on this thread)."""
+        database; the ledger's calls then run at once, on this thread).
+        """
         return self._executor
 
     @property
@@ -284,13 +287,15 @@ class Database:
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(conn)`` on the worker; its result, or its exception. As with
         ``loop.run_in_executor``, cancelling the caller cancels work not yet started; work
-        already running finishes (its result is dropped)."""
+        already running finishes (its result is dropped).
+        """
         return await asyncio.wrap_future(self.submit(fn))
 
     async def call(self, fn: Callable[[], T]) -> T:
         """``fn()`` on the worker *without* opening the connection first: for a store that
         opens it itself (:meth:`open_sync`, :meth:`reset`), e.g. to set a damaged file aside
-        and start a new one."""
+        and start a new one.
+        """
         if self._closed:
             raise DatabaseClosed(f"{self.what} {self._name()!r} is closed")
 
@@ -298,7 +303,8 @@ class Database:
 
     def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(conn)`` on the worker, waiting for it: from a thread with no event loop (the
-        CLI), or on the worker itself (then it runs at once, inside the current job)."""
+        CLI), or on the worker itself (then it runs at once, inside the current job).
+        """
         if self._pool is None and self._worker is None:
             self._worker = threading.get_ident()  # the synchronous path: the caller's thread
         if self.on_worker:
@@ -326,7 +332,8 @@ class Database:
     def open_sync(self, *, memory: bool = False) -> None:
         """:meth:`open`, waiting (or at once on the worker). ``memory``: open an in-memory
         database instead of the file (for a store that degrades rather than stop), closing
-        any connection already open."""
+        any connection already open.
+        """
         if not memory:
             self.run_sync(lambda conn: None)
             return
@@ -344,7 +351,8 @@ class Database:
 
     def reset(self) -> None:
         """On the worker: close the connection, so that the next work opens the file anew
-        (after the store moved a damaged file aside)."""
+        (after the store moved a damaged file aside).
+        """
         self._drop()
 
     def _connect(self, *, memory: bool) -> sqlite3.Connection:
@@ -382,7 +390,8 @@ class Database:
 
     def close_sync(self) -> None:
         """Close the connection and stop the worker once the work queued before has run
-        (idempotent). On the worker itself the thread stops after the current job."""
+        (idempotent). On the worker itself the thread stops after the current job.
+        """
         if self._closed:
             return
         if self.on_worker or self._pool is None:
@@ -417,7 +426,8 @@ class Database:
 
     def close_nowait(self) -> None:
         """:meth:`close` without waiting (a caller that is being cancelled): the connection
-        is closed after the work queued before it, then the worker ends by itself."""
+        is closed after the work queued before it, then the worker ends by itself.
+        """
         if self._closed:
             return
         self._closed = True

@@ -27,12 +27,14 @@ class Admin(Protocol):
 
     async def status(self) -> Result:
         """Supervision tree (states, restart counts, uptime), runs in flight, spend today and
-        this month against budget, next routines."""
+        this month against budget, next routines.
+        """
         ...
 
     async def spend(self, by: str = "agent", period: str = "today") -> Result:
         """Settled spend grouped ``by`` agent | model | routine | day over ``period``
-        (``today``, ``month`` or ``YYYY-MM-DD..YYYY-MM-DD``)."""
+        (``today``, ``month`` or ``YYYY-MM-DD..YYYY-MM-DD``).
+        """
         ...
 
     async def budget(self) -> Result:
@@ -101,7 +103,8 @@ class Admin(Protocol):
         """Fault injection for tests and the chaos benchmark: ``crash`` an agent (its next
         step raises), ``block`` the event loop for ``seconds`` (a synchronous sleep, as a
         careless blocking call would). Refused unless the daemon runs with
-        ``COMPANYD_DEBUG=1`` in its environment."""
+        ``COMPANYD_DEBUG=1`` in its environment.
+        """
         ...
 
     async def reload(self) -> Result:

@@ -120,7 +120,8 @@ class UsageError(CompanydError):
 class UnknownName(CompanydError):
     """A command names an agent (routine, …) that does not exist; exit 1 (:data:`EX_REFUSED`).
 
-    ``code`` is what ``--json`` reports (``"unknown_agent"``)."""
+    ``code`` is what ``--json`` reports (``"unknown_agent"``).
+    """
 
     exit_code = EX_REFUSED
 

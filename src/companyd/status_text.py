@@ -88,7 +88,8 @@ def format_when(ts: float | None, tz_name: str) -> str:
 
 def status_line(status: Mapping[str, Any]) -> str:
     """A one-line summary of a status dict, e.g. for ``STATUS=`` or a chat message:
-    ``8/8 agents up, 1 paused · 2 runs in flight · $1.23 of $10.00 today``."""
+    ``8/8 agents up, 1 paused · 2 runs in flight · $1.23 of $10.00 today``.
+    """
     parts: list[str] = []
     agents = as_mapping(status.get("agents"))
     total, up = as_number(agents.get("total")), as_number(agents.get("running"))
@@ -131,7 +132,8 @@ def _clock_time(ts: float, now: float, tz_name: str) -> str:
 
 def telegram_health(alerts: Mapping[str, Any], now: float, tz_name: str) -> str:
     """Which half of Telegram works, e.g. ``sending ok · commands failing since 10:02 (401
-    Unauthorized)``; just ``ok`` when both do. Shared by ``companyd status`` and /status."""
+    Unauthorized)``; just ``ok`` when both do. Shared by ``companyd status`` and /status.
+    """
     sending = as_text(alerts.get("telegram")) or "?"
     commands = as_text(alerts.get("commands"))
     if sending == "off":
@@ -159,7 +161,8 @@ def telegram_health(alerts: Mapping[str, Any], now: float, tz_name: str) -> str:
 def reload_lines(daemon: Mapping[str, Any], now: float, tz_name: str) -> list[str]:
     """Since when the running company.yaml runs, and the last rejected reload when it came
     after that (the file on disk is then not the one running). Shared by ``companyd
-    status`` and /status."""
+    status`` and /status.
+    """
     out: list[str] = []
     loaded = as_number(daemon.get("config_loaded_at"))
     if loaded is not None:
@@ -181,7 +184,8 @@ def reload_lines(daemon: Mapping[str, Any], now: float, tz_name: str) -> list[st
 
 def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str:
     """``companyd status`` for a human. Robust to missing keys and wrong types: what is
-    absent is left out."""
+    absent is left out.
+    """
     now = as_number(status.get("now")) or (time.time() if now is None else now)
     daemon = as_mapping(status.get("daemon"))
     company = as_mapping(status.get("company"))

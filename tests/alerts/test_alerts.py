@@ -1065,10 +1065,11 @@ async def test_command_polling_survives_getupdates_errors_and_says_so(
     shown: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """getUpdates failing (a refused token, a wrong URL, a broken connection) while
+    """``getUpdates`` failing (a refused token, a wrong URL, a broken connection) while
     sendMessage works: polling is retried with backoff for as long as the service runs,
     the snapshot tells which half works, one alert says commands stopped, and commands work
-    again once getUpdates does. python-telegram-bot's own polling gives up on a 401/404."""
+    again once getUpdates does. python-telegram-bot's own polling gives up on a 401/404.
+    """
     async with harness(tmp_path) as h, h.service() as (svc, _):
         await h.until(lambda: svc.snapshot()["commands"] == "ok")
         failing_from = h.clock.time()
@@ -1118,8 +1119,9 @@ async def test_command_polling_survives_getupdates_errors_and_says_so(
 async def test_a_refused_token_at_start_shows_both_halves_failing_with_the_reason(
     tmp_path: Path, token_env: None
 ) -> None:
-    """getMe refused (401) at start: neither half can work. The snapshot says so with the
-    reason, instead of 'degraded' and 'starting' with no why."""
+    """``getMe`` refused (401) at start: neither half can work. The snapshot says so with the
+    reason, instead of 'degraded' and 'starting' with no why.
+    """
     from companyd.status_text import telegram_health
 
     async with harness(tmp_path) as h:
@@ -1144,7 +1146,8 @@ async def test_an_update_that_cannot_be_read_is_skipped_not_retried_forever(
 ) -> None:
     """An update python-telegram-bot cannot decode made every getUpdates fail on the same
     offset: commands were stuck for good. It is skipped (confirmed) with one warning, and
-    the commands behind it are answered."""
+    the commands behind it are answered.
+    """
     async with harness(tmp_path) as h, h.service() as (svc, _):
         await h.until(lambda: svc.snapshot()["commands"] == "ok")
         h.server.inject_update({"message": "not a message"})

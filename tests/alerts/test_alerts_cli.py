@@ -183,7 +183,8 @@ async def test_an_invalid_company_yaml_is_still_reported_with_its_first_error(
 @pytest.mark.anyio
 async def test_an_invalid_company_yaml_never_sends_a_secret_it_quotes(tmp_path: Path) -> None:
     """An API key pasted where a key belongs (its first error quotes it) is never repeated,
-    neither on Telegram nor on stderr."""
+    neither on Telegram nor on stderr.
+    """
     key = "sk-ant-api03-" + "N" * 40
     async with BotApiServer(token=TOKEN) as server:
         path = _config(tmp_path, server.url)

@@ -1,6 +1,7 @@
 """The pager at its edges: odd command arguments, groups, stale buttons, long texts,
 Telegram's refusals, quiet hours in the company's zone, restarts — against the Bot API
-stand-in with the real python-telegram-bot (helpers from test_alerts)."""
+stand-in with the real python-telegram-bot (helpers from test_alerts).
+"""
 
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ def work() -> Iterator[Path]:
 
 def example_company(api_url: str) -> dict[str, Any]:
     """The example company.yaml with its Telegram section pointed at the stand-in (and no
-    quiet hours, which would hold the crash alert when the suite runs at night)."""
+    quiet hours, which would hold the crash alert when the suite runs at night).
+    """
     doc: dict[str, Any] = yaml.safe_load((REPO / "company.yaml").read_text(encoding="utf-8"))
     doc["alerts"] = {
         "min_severity": "warning",
@@ -154,7 +155,8 @@ async def test_the_daemon_pages_the_operator_and_answers_status_only_to_them(wor
 async def test_status_tells_when_commands_fail_while_sending_works(work: Path) -> None:
     """Issue 15 item 7 against the real daemon: getUpdates answered 401 while sending
     works. ``companyd status`` (text and --json) says which half works; polling keeps
-    going, and once getUpdates works again commands are answered."""
+    going, and once getUpdates works again commands are answered.
+    """
     import json
 
     async with BotApiServer(token=TOKEN) as server:
@@ -199,7 +201,8 @@ async def test_status_tells_when_commands_fail_while_sending_works(work: Path) -
 async def test_a_rejected_reload_never_pages_the_secret_it_quotes(work: Path) -> None:
     """The attack that found it: an API key pasted into `department:` came back in the
     "change rejected" alert on Telegram. Now the alert, the reload reply and the log name
-    the problem without the key, and the running key (registered by value) never shows."""
+    the problem without the key, and the running key (registered by value) never shows.
+    """
     pasted = "sk-ant-api03-" + "P" * 40
     running_key = "the-running-api-key-value-0123"
     async with BotApiServer(token=TOKEN) as server:

@@ -1,5 +1,6 @@
 """Helpers for the config tests: the example company, a minimal company.yaml, loading
-text and collecting its errors."""
+text and collecting its errors.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Cross-checks (config/checks.py): instruction files, CrewAI role and goal, and the
-findings that are warnings rather than errors."""
+findings that are warnings rather than errors.
+"""
 
 from __future__ import annotations
 

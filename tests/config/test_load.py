@@ -1,5 +1,6 @@
 """Loading company.yaml (config/load.py): the example and the starter resolve; the file is
-read as UTF-8 of bounded size; every problem is reported at once, sorted, one line each."""
+read as UTF-8 of bounded size; every problem is reported at once, sorted, one line each.
+"""
 
 from __future__ import annotations
 

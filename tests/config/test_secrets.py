@@ -1,5 +1,6 @@
 """Secrets named by company.yaml (config/secrets.py): references report presence, never
-values."""
+values.
+"""
 
 from __future__ import annotations
 

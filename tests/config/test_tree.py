@@ -1,5 +1,6 @@
 """Accepted spellings (config/tree.py): camelCase and peer spellings with a deprecation
-warning, canonical names in errors, bare words for the specs that take them."""
+warning, canonical names in errors, bare words for the specs that take them.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """YAML corner cases (config/yaml.py): merge keys and anchors, keys as written, alias
-bombs and deep nesting refused."""
+bombs and deep nesting refused.
+"""
 
 from __future__ import annotations
 

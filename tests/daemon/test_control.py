@@ -788,7 +788,8 @@ _FD_STARVED_BUSY_DAEMON = textwrap.dedent(
 
 def _fill_with_running_asks(path: Path, lines: Any) -> tuple[list[socket.socket], bytes]:
     """Open connections that each start an ask that never ends, until one is refused;
-    returns the connections and the refusal."""
+    returns the connections and the refusal.
+    """
     held: list[socket.socket] = []
     for _ in range(200):
         s = socket.socket(socket.AF_UNIX)
@@ -1157,7 +1158,8 @@ def test_control_error_is_a_companyd_error() -> None:
 
 def test_status_says_which_half_of_telegram_works() -> None:
     """Sending and receiving are told apart (issue 15 item 7): commands failing since when,
-    and why; both halves fine stays the short 'telegram ok'."""
+    and why; both halves fine stays the short 'telegram ok'.
+    """
     failing = {
         **STATUS,
         "now": NOW,

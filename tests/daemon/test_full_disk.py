@@ -1,7 +1,8 @@
 """Issue 15 item 8 against the real daemon: a full state disk (a small tmpfs, filled) is
 not a crash loop. A run whose journal or ledger write fails ends failed with the reason,
 its agent is paused, ONE critical ``state_disk_full`` alert is raised, and the daemon
-stays up with status and the control socket working; with space back, resuming works."""
+stays up with status and the control socket working; with space back, resuming works.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The operator's commands as a founder types them at 3 a.m., against the real daemon (a
 subprocess) or with none running: what they print, their exit codes, what they leave
-behind."""
+behind.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Budget raises against the real daemon (issue 15, item 4): the CLI and raw control-socket
 requests with absurd, non-finite or negative amounts are refused with a plain message and
-change nothing; never "internal error", and status and budget keep working."""
+change nothing; never "internal error", and status and budget keep working.
+"""
 
 from __future__ import annotations
 

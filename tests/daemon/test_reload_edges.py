@@ -39,7 +39,8 @@ async def edge_daemon(
     work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[Daemon, NotifyListener]]:
     """An offline two-agent daemon (not started) sending sd_notify to a listener; stopped
-    afterwards unless the test stopped it, and closed."""
+    afterwards unless the test stopped it, and closed.
+    """
     doc = {
         "schema": "companyd/v1",
         "company": {"name": "Edge Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
@@ -139,7 +140,8 @@ async def test_a_graceful_stop_is_healthy_for_the_watchdog(
 ) -> None:
     """While the tree stops (runs brought to a checkpoint, services stopped in reverse) the
     daemon is doing what it was asked: the watchdog keeps pinging and logs no false "health
-    check fails" (issue 15 item 20). systemd's TimeoutStopSec bounds the stop itself."""
+    check fails" (issue 15 item 20). systemd's TimeoutStopSec bounds the stop itself.
+    """
     from companyd.daemon.systemd import Watchdog
 
     monkeypatch.setenv("WATCHDOG_USEC", "10000000")
@@ -167,7 +169,8 @@ async def test_status_shows_the_running_file_and_the_last_rejected_reload(
 ) -> None:
     """``status`` (JSON, text and Telegram's /status) tells since when the running file
     runs and the last rejected reload: when, how many errors, the first one — with what
-    looks like a secret masked (issue 15 item 17)."""
+    looks like a secret masked (issue 15 item 17).
+    """
     import json
 
     from companyd.alerts.render_status import format_status

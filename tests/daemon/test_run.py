@@ -354,7 +354,8 @@ async def test_the_root_supervisor_giving_up_exits_1_so_systemd_restarts_it(work
     """An agent that keeps crashing: its supervisor (max_restarts 0) gives up at once and
     escalates; the root restarts the agents subtree twice within a minute, and on the third
     failure gives up too (ROOT_MAX_RESTARTS = 2). The daemon exits 1, which systemd's
-    Restart=on-failure answers with a fresh process."""
+    Restart=on-failure answers with a fresh process.
+    """
     cfg = write(
         work / "company.yaml",
         company(
@@ -441,7 +442,8 @@ def test_one_company_one_daemon_whatever_the_path_and_working_directory(work: Pa
     """The default state directory is next to company.yaml (not in the working directory):
     a second `companyd run` of the same file — by a relative, absolute or symlinked path,
     from any directory — exits 75 with "already running, pid N", and every command given
-    that --config reaches the running daemon."""
+    that --config reaches the running daemon.
+    """
     home = work / "co"
     home.mkdir()
     cfg = write(home / "company.yaml", company({"ceo": {}}))
@@ -488,7 +490,8 @@ def test_a_second_daemon_of_the_same_company_yaml_is_refused_even_on_another_sta
 ) -> None:
     """--state-dir (or $STATE_DIRECTORY) chooses where the state lives, not a second copy of
     the company: two daemons of one company.yaml would poll the same Telegram bot and spend
-    the same budget twice. The second one exits 75 naming the first one's pid."""
+    the same budget twice. The second one exits 75 naming the first one's pid.
+    """
     cfg = write(work / "company.yaml", company({"ceo": {}}))
     log = work / "daemon.log"
     with open(log, "ab") as out:

@@ -4,7 +4,8 @@ Files holding prompts, answers, memory and spend (every SQLite store with its -w
 memory.jsonl with its journal, the alert outbox, the lock) are created 0600 and directories
 0700, under umask 0022 and 0000 alike; an existing state directory open to the group or
 others is tightened, with a warning in the log and a ``state_dir_tightened`` event. Against
-the real daemon as a subprocess (offline model)."""
+the real daemon as a subprocess (offline model).
+"""
 
 from __future__ import annotations
 

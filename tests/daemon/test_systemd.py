@@ -1,5 +1,6 @@
 """sd_notify, the watchdog, STATUS= updates and the loop-lag monitor, against a real
-datagram receiver standing in for systemd's notify socket."""
+datagram receiver standing in for systemd's notify socket.
+"""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ CHECK = REPO / ".ci" / "checks" / "systemd"
 
 
 def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
-    """section → key → every value in order (systemd keys may repeat)."""
+    """Section → key → every value in order (systemd keys may repeat)."""
     out: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     section = ""
     for raw in path.read_text(encoding="utf-8").splitlines():

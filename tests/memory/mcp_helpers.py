@@ -83,7 +83,8 @@ async def session(params: StdioServerParameters) -> AsyncIterator[Session]:
 
 class RawClient:
     """A minimal newline-delimited JSON-RPC client over a server's stdio (for load tests:
-    pipelining and several processes at once, which the SDK client is not built for)."""
+    pipelining and several processes at once, which the SDK client is not built for).
+    """
 
     def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         import os

@@ -1,6 +1,7 @@
 """Concurrency: several processes on one file, and many calls in flight to one server —
 0 lost writes, 0 unparseable lines (the official server loses ~66 % and ~86 %: reference
-§8.2)."""
+§8.2).
+"""
 
 from __future__ import annotations
 

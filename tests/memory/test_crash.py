@@ -1,5 +1,6 @@
 """Crash safety: a writer SIGKILLed at random moments never loses an acknowledged write, and
-the file always loads. (bench/bench_memory_crash.py runs the same with 200+ trials.)"""
+the file always loads. bench/bench_memory_crash.py runs the same with 200+ trials.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """KnowledgeGraph: the nine operations with the official semantics (reference §3.1) and
-the documented fixes."""
+the documented fixes.
+"""
 
 from __future__ import annotations
 

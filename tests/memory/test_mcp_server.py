@@ -1,6 +1,7 @@
 """serve-mcp through the real mcp client SDK over stdio: the behavioural contract of the
 official memory server (reference §3–§5), run against ours and, when it is installed, the
-official server too (same checks, same expectations except the documented quirk fixes)."""
+official server too (same checks, same expectations except the documented quirk fixes).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Durability and cross-process probes the other tests miss: a lock holder that stops
 (SIGSTOP) while a service has writes to fold in, a symlinked graph file, an unwritable
-directory, a full disk."""
+directory, a full disk.
+"""
 
 from __future__ import annotations
 

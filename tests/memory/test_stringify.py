@@ -1,5 +1,6 @@
 """Our line writer is byte-identical to JavaScript's JSON.stringify (what the official
-server writes). Needs node only."""
+server writes). Needs node only.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Helpers for the agent runtime tests: a small company, a per-agent scripted model, and the
-real daemon (in-process or as a subprocess) pointed at the loopback Messages API stand-in."""
+real daemon (in-process or as a subprocess) pointed at the loopback Messages API stand-in.
+"""
 
 from __future__ import annotations
 
@@ -123,7 +124,8 @@ async def running_company(
     max_retries: int = 0,
 ) -> AsyncIterator[Daemon]:
     """The real daemon in-process (memory, spend, agents; with ``oneoff`` no scheduler,
-    alerts or control socket), its model calls going to ``server``."""
+    alerts or control socket), its model calls going to ``server``.
+    """
     cfg = load_config(config_path)
     backend = ClaudeBackend(
         api_key="test-key", base_url=server.base_url, max_retries=max_retries, timeout=30.0

@@ -1,7 +1,8 @@
 """Edge cases of the tool-use loop the main agent tests do not reach: several tool calls in
 one response, unusual stop reasons, provider errors, crashes in odd places (checker pass).
 
-Real daemon in-process, real anthropic SDK against the loopback Messages API stand-in."""
+Real daemon in-process, real anthropic SDK against the loopback Messages API stand-in.
+"""
 
 from __future__ import annotations
 

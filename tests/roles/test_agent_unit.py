@@ -59,7 +59,8 @@ agents:
 
 class OneDesk:
     """A StaffPort for one agent: hands out the tasks it was given, then waits for the stop;
-    records outcomes, pauses and runs. Its toolbox is one ``note`` tool (not idempotent)."""
+    records outcomes, pauses and runs. Its toolbox is one ``note`` tool (not idempotent).
+    """
 
     def __init__(self, tasks: Iterable[Task], tools: Sequence[Tool]) -> None:
         self.draining = asyncio.Event()
@@ -177,7 +178,8 @@ def note_tool(
     notes: list[str], *, entered: asyncio.Event | None = None, gate: asyncio.Event | None = None
 ) -> Tool:
     """A tool that appends its ``text`` to ``notes``; it sets ``entered`` when called and
-    waits for ``gate`` to open first, if given."""
+    waits for ``gate`` to open first, if given.
+    """
 
     async def note(args: Mapping[str, Any], ctx: ToolCallContext) -> Any:
         if entered is not None:
@@ -210,7 +212,8 @@ def tool_results(request: RecordedRequest) -> list[dict[str, Any]]:
 
 async def test_an_agent_built_from_its_deps_runs_a_task_end_to_end(tmp_path: Path) -> None:
     """Model call → tool call → model call → answer: each call priced in the spend book,
-    each step journaled, the outcome handed to the staff, the events published."""
+    each step journaled, the outcome handed to the staff, the events published.
+    """
     script = [reply_tool_use("note", {"text": "Acme signed"}), reply_text("Done: Acme is noted.")]
     notes: list[str] = []
     async with asyncio.timeout(20), services(tmp_path, script) as (s, srv):
@@ -253,7 +256,8 @@ async def test_an_agent_built_from_its_deps_runs_a_task_end_to_end(tmp_path: Pat
 async def test_a_stopped_run_resumes_in_a_new_agent_without_paying_twice(tmp_path: Path) -> None:
     """Stopped after its tool call, the run stays journaled; a new Agent from the same deps
     resumes it from the journal: the first model call is not made (or paid) again and the
-    tool, which is not idempotent, does not run again."""
+    tool, which is not idempotent, does not run again.
+    """
     script = [reply_tool_use("note", {"text": "Acme signed"}), reply_text("Done after resume.")]
     notes: list[str] = []
     entered, gate = asyncio.Event(), asyncio.Event()
@@ -285,7 +289,8 @@ async def test_a_budget_refusal_ends_the_run_and_pauses_the_agent_through_its_st
     tmp_path: Path,
 ) -> None:
     """The spend book refuses the first call's worst case: nothing is sent, the run ends
-    ``budget_exhausted`` and the agent asks its staff to pause it for its budget."""
+    ``budget_exhausted`` and the agent asks its staff to pause it for its budget.
+    """
     async with asyncio.timeout(20), services(tmp_path, [], daily_usd=0.001) as (s, srv):
         task = a_task(s.clock)
         await s.journal.add_task(task, s.clock.time())

@@ -1,5 +1,6 @@
 """The agent runtime against the loopback Messages API, with the real anthropic SDK, the real
-memory owner, spend book, journal and supervision tree (issue 5)."""
+memory owner, spend book, journal and supervision tree (issue 5).
+"""
 
 from __future__ import annotations
 
@@ -480,7 +481,8 @@ async def test_a_crash_asked_for_during_the_last_step_happens_when_the_run_ends(
     """Chaos run (seed 1): 8 crashes injected (``debug crash`` answered crashed: true),
     7 happened. A crash asked for while the run's last step was in flight waited for the
     next step, of a run that might never come before the daemon stopped. It now happens
-    as the run ends, once its outcome is recorded."""
+    as the run ends, once its outcome is recorded.
+    """
     monkeypatch.setenv("COMPANYD_DEBUG", "1")
     cfg = write_company(tmp_path, {"ceo": {}})
     model = PerAgent(ceo=[stall(None, then=reply_text("done"))])
@@ -506,7 +508,8 @@ async def test_a_crash_asked_for_during_the_last_step_happens_when_the_run_ends(
 async def test_cutting_a_step_short_never_swallows_a_stop_aimed_at_the_agent() -> None:
     """A run cut at max_seconds or a heartbeat stall cancels its step and waits for it. A
     supervisor stopping the agent during that wait must still stop it: only the step's own
-    cancellation (and its errors) are absorbed."""
+    cancellation (and its errors) are absorbed.
+    """
     from companyd.roles.run import cancel_and_reap
 
     winding_down = asyncio.Event()

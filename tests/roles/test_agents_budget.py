@@ -57,7 +57,8 @@ def billed(u: Usage) -> Decimal:
 
 class Busy:
     """Every agent keeps calling tools (a new query each time) and bills a realistic share
-    of its prompt as input and cache, and most of ``max_tokens`` as output."""
+    of its prompt as input and cache, and most of ``max_tokens`` as output.
+    """
 
     def __init__(self) -> None:
         self.n = 0

@@ -1,6 +1,7 @@
 """Colleague waits end, and when the asker stops waiting the colleague's task is withdrawn:
 taken out of the mailbox, or its run cancelled — no agent works (and spends) for nobody.
-The real daemon in-process, the real anthropic SDK against the loopback Messages API."""
+The real daemon in-process, the real anthropic SDK against the loopback Messages API.
+"""
 
 from __future__ import annotations
 

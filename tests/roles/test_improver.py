@@ -348,7 +348,8 @@ async def test_an_unwritable_company_yaml_refuses_the_approval_clearly(
 
 async def test_an_instructions_file_replaced_by_a_fifo_is_refused_not_read(tmp_path: Path) -> None:
     """A read that blocks in a thread would hold the daemon's stop forever (asyncio waits for
-    its executor's threads): the FIFO is refused at once."""
+    its executor's threads): the FIFO is refused at once.
+    """
     (tmp_path / "marketing.md").write_text("Write posts.\n", encoding="utf-8")
     cfg = write_company(
         tmp_path,

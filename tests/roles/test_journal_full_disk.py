@@ -1,6 +1,7 @@
 """Issue 15 item 8 for the run journal, on a real full disk (a small tmpfs): the step of a
 call that was already paid for is kept when the journal cannot write it, and written once
-space returns, so a resumed run replays it instead of paying for the call again."""
+space returns, so a resumed run replays it instead of paying for the call again.
+"""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ async def test_a_paid_step_the_full_disk_refused_is_written_when_space_returns(
     disk: Path,
 ) -> None:
     """Chaos run (seed 1): a call was served and paid, its ledger row was held, but its
-    journal step was lost (25 calls served, 24 journaled): a restart would pay it again."""
+    journal step was lost (25 calls served, 24 journaled): a restart would pay it again.
+    """
     state = disk / "state"
     state.mkdir()
     journal = Journal(state / "runs.sqlite")
@@ -85,7 +87,8 @@ async def test_a_call_served_as_the_disk_fills_is_journaled_once_space_returns(
 ) -> None:
     """The chaos run's shape against the real daemon: the disk fills while a model call is
     in flight; the call is served (paid), its ledger row is held and its journal step
-    refused. Once space returns every served call is a journaled step, none twice."""
+    refused. Once space returns every served call is a journaled step, none twice.
+    """
     cfg = write_company(tmp_path, {"ceo": {"title": "CEO", "instructions": "You lead."}})
     filler: list[Path] = []
 

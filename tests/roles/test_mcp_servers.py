@@ -1,5 +1,6 @@
 """External MCP tool servers that fail: one bad server never stops the company (issue 15,
-item 14). Real subprocess MCP servers over stdio, the real daemon in-process."""
+item 14). Real subprocess MCP servers over stdio, the real daemon in-process.
+"""
 
 from __future__ import annotations
 

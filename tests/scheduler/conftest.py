@@ -120,7 +120,8 @@ class ScriptedSink:
 
     def resumed(self, task_id: str) -> asyncio.Future[RunOutcome] | None:
         """With ``restores`` set, the runtime holds every task asked about: a future the
-        test resolves (``restored[task_id]``); otherwise it holds none."""
+        test resolves (``restored[task_id]``); otherwise it holds none.
+        """
         self.asked.append(task_id)
         if not self.restores:
             return None

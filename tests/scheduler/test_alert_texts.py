@@ -1,5 +1,6 @@
 """What the operator reads for the routine events the real scheduler publishes (issue 9:
-"a routine failed, was missed or skipped" arrives with its content)."""
+"a routine failed, was missed or skipped" arrives with its content).
+"""
 
 from __future__ import annotations
 

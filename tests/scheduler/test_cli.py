@@ -43,7 +43,8 @@ dormant:
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """company.yaml and a state dir holding three days of 'report': twelve fires, the
-    eleventh failed."""
+    eleventh failed.
+    """
     root = tmp_path_factory.mktemp("cli")
     cfg_path = root / "company.yaml"
     cfg_path.write_text(company_text(ROUTINES))

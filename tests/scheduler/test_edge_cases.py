@@ -1,5 +1,6 @@
 """Edge cases found by a checker pass: DST gaps whose shifted fire time is itself a fire time,
-half-hour zones, the interval grid across restarts, and reloads."""
+half-hour zones, the interval grid across restarts, and reloads.
+"""
 
 from __future__ import annotations
 

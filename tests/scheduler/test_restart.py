@@ -172,7 +172,8 @@ routines:
 async def test_a_sigterm_restart_is_a_planned_stop_and_a_kill_9_is_a_miss() -> None:
     """Issue 15 item 16 against the real ``companyd run``: the fire times that fall while
     the daemon is down after a SIGTERM are ``stopped`` (not due runs, no routine_missed);
-    after a kill -9 they are ``missed``."""
+    after a kill -9 they are ``missed``.
+    """
     import sqlite3
 
     from companyd.scheduler.store import DB_NAME
@@ -181,7 +182,8 @@ async def test_a_sigterm_restart_is_a_planned_stop_and_a_kill_9_is_a_miss() -> N
 
     def outcomes(state: Path, after: float) -> list[str]:
         """Outcomes of the fire times the start after ``after`` found passed while down
-        (a late wake-up while running is a ``missed`` of another reason: not counted)."""
+        (a late wake-up while running is a ``missed`` of another reason: not counted).
+        """
         conn = sqlite3.connect(state / DB_NAME)
         try:
             rows = conn.execute(

@@ -179,7 +179,8 @@ async def test_a_planned_stop_is_not_a_miss_but_an_unplanned_one_is(
     """Issue 15 item 16: a fire time that falls while the daemon was stopped on purpose
     (SIGTERM, ``systemctl restart``) with ``catch_up: skip`` is ``stopped`` — skipped
     because the daemon was stopped: no warning, not a due run. Without the clean-stop
-    marker (a crash, kill -9) it stays ``missed``."""
+    marker (a crash, kill -9) it stays ``missed``.
+    """
     import sqlite3
 
     from companyd.events import Severity
@@ -836,7 +837,8 @@ async def test_a_stop_cut_short_by_cancellation_still_ends_the_history_thread(
     it recorded the planned stop left routines.sqlite's worker thread waiting for work
     forever; it is not a daemon thread, so the interpreter never exited (SIGTERM -> -9).
     Cancelled at any of its awaits, the stop still ends the thread, and what was already
-    submitted (the clean-stop marker) is still written."""
+    submitted (the clean-stop marker) is still written.
+    """
     import threading
 
     from companyd.scheduler.store import DB_NAME, clean_stop

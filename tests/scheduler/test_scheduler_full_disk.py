@@ -1,5 +1,6 @@
 """The routine history on a real full disk (a small tmpfs): ``jobs`` (and so ``status``)
-answers "unavailable" at every moment of the scheduler's retries, never the store's error."""
+answers "unavailable" at every moment of the scheduler's retries, never the store's error.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ async def test_jobs_answers_unavailable_while_the_history_is_retried_on_a_full_d
 ) -> None:
     """Chaos run (seed 4): ``status`` during the full-disk fault failed with "cannot open
     routines.sqlite: disk I/O error": it asked the store the scheduler was opening for a
-    retry (30 s, 10 ms at 2880x, so most of the time under load) and got its error."""
+    retry (30 s, 10 ms at 2880x, so most of the time under load) and got its error.
+    """
     state = disk / "state"
     state.mkdir()
     filler = fill(disk)

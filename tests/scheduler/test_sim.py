@@ -127,7 +127,8 @@ async def test_manual_clock_next_deadline() -> None:
 
 class GatedSink(FlakySink):
     """A runtime whose model call waits 30 simulated seconds (a retry backoff) through the
-    gate, as ClaudeBackend does; without the gate it would wait forever."""
+    gate, as ClaudeBackend does; without the gate it would wait forever.
+    """
 
     def __init__(self, clock: ManualClock, gate: ModelCallGate) -> None:
         super().__init__(failure_rate=0.0, clock=clock)
@@ -190,7 +191,8 @@ async def test_runs_stuck_on_the_clock_outside_model_calls_are_moved_on_and_coun
 
 class JitterySink(FlakySink):
     """Each run sleeps out ten 0.1 s backoffs on the gate: not exactly representable, so the
-    clock's wall reading drifts below its monotonic one by float rounding."""
+    clock's wall reading drifts below its monotonic one by float rounding.
+    """
 
     def __init__(self, clock: ManualClock, gate: ModelCallGate) -> None:
         super().__init__(failure_rate=0.0, clock=clock)

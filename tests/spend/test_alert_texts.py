@@ -1,5 +1,6 @@
 """What the operator reads for the budget events the real SpendBook publishes (issue 9:
-"budget exhausted and agent paused", "the API's spend limit reached")."""
+"budget exhausted and agent paused", "the API's spend limit reached").
+"""
 
 from __future__ import annotations
 

@@ -66,7 +66,8 @@ class BillingResponder:
     """Answers like a busy model billing close to the worst case: usually every prompt byte
     as a one-hour cache write (the dearest input rate) and the full ``max_tokens`` of
     output, sometimes less. A token is never shorter than a byte of the prompt's text, so
-    the usage never exceeds what companyd reserved — unless reservations race."""
+    the usage never exceeds what companyd reserved — unless reservations race.
+    """
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)

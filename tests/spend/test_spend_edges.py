@@ -1,5 +1,6 @@
 """Edge cases found by a checker pass: thresholds jumped by one call, month budgets without
-a daily one in a zone far from UTC, and report totals against the rows."""
+a daily one in a zone far from UTC, and report totals against the rows.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """A call that got no answer counts as billed (issue 15, item 1): SpendBook.forfeit keeps its
 reservation as spent at its worst case for the budget period, in memory and in the ledger
 (so a restart keeps it), and each one publishes spend_unanswered with today's running count
-and total for the one coalescing alert."""
+and total for the one coalescing alert.
+"""
 
 from __future__ import annotations
 

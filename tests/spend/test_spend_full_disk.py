@@ -1,6 +1,7 @@
 """Issue 15 item 8 for the spend ledger, on a real full disk (a small tmpfs): a settled
 call whose ledger write fails is counted, held in memory and recorded once space returns;
-one ``state_disk_full`` alert; the spend service keeps running."""
+one ``state_disk_full`` alert; the spend service keeps running.
+"""
 
 from __future__ import annotations
 

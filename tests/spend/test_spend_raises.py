@@ -1,6 +1,7 @@
 """Budget raises are all-or-nothing and bounded (issue 15, item 4): an absurd, non-finite or
 negative raise is refused with a plain message and changes nothing; an accepted one is in
-memory and in the ledger alike."""
+memory and in the ledger alike.
+"""
 
 from __future__ import annotations
 

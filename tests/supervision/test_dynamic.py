@@ -288,7 +288,8 @@ async def test_kill_child_cancels_at_once_with_reason_killed_then_applies_the_re
     bus: EventBus, clock: ManualClock, events: Events, restart: str, restarted: bool, kept: bool
 ) -> None:
     """OTP's ``exit(Pid, kill)``: no stop request, no shutdown time; reason ``killed`` (an
-    abnormal exit), then the child's restart type decides, counted like any crash."""
+    abnormal exit), then the child's restart type decides, counted like any crash.
+    """
     x, other = Probe("x"), Probe("other")
     async with make(bus, clock, [x.spec(restart=restart, shutdown=30), other.spec()]) as sup:
         async with asyncio.timeout(DEADLINE):
@@ -343,7 +344,8 @@ async def test_a_temporary_childs_spec_is_gone_after_any_termination(
     bus: EventBus, clock: ManualClock, events: Events, how: str
 ) -> None:
     """do_not_save_child_specs_for_temporary_children: counts drop and the id is free;
-    permanent and transient specs stay (already_started / already_present)."""
+    permanent and transient specs stay (already_started / already_present).
+    """
     t, p, tr = Probe("t"), Probe("p"), Probe("tr")
     specs = [t.spec(restart="temporary"), p.spec(), tr.spec(restart="transient")]
     async with make(bus, clock, specs) as sup:
@@ -369,7 +371,8 @@ async def test_restart_child_of_a_transient_child_that_ended_normally(
     bus: EventBus, clock: ManualClock, events: Events
 ) -> None:
     """§1.10: restart_child starts a stopped child again; a start answering IGNORE gives
-    {ok, undefined}: not running, spec kept. Neither is counted."""
+    {ok, undefined}: not running, spec kept. Neither is counted.
+    """
     tr = Probe("tr", modes=("ok", "ok", "ignore"))
     async with make(bus, clock, [tr.spec(restart="transient")], max_restarts=0) as sup:
         tr.run.exit("normal")

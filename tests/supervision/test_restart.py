@@ -662,7 +662,8 @@ async def test_rest_for_one_later_temporary_or_stopped_siblings(
     bus: EventBus, clock: ManualClock, events: Events, restart: str
 ) -> None:
     """rest_for_one: a temporary child after the crashed one is removed; one before it is
-    untouched; a non-temporary later child that was down is started with the group."""
+    untouched; a non-temporary later child that was down is started with the group.
+    """
     t0, a, t1, b = Probe("t0"), Probe("a"), Probe("t1"), Probe("b")
     specs = [t0.spec(restart="temporary"), a.spec(), t1.spec(restart=restart), b.spec()]
     async with make(bus, clock, specs, strategy="rest_for_one") as sup:
@@ -748,7 +749,7 @@ async def test_max_restarts_zero_gives_up_at_the_first_crash(
 async def test_the_window_slides_continuously(
     bus: EventBus, clock: ManualClock, events: Events
 ) -> None:
-    """max 2 in 10 s: crashes at 0, 6, 12, 18, 24 never have 3 within 10 s."""
+    """At most 2 in 10 s: crashes at 0, 6, 12, 18, 24 never have 3 within 10 s."""
     a = Probe("a")
     sup = make(bus, clock, [a.spec()], max_restarts=2, max_seconds=10)
     async with sup:
@@ -784,7 +785,8 @@ async def test_a_bystander_failing_while_stopped_by_a_group_restart_is_restarted
     bus: EventBus, clock: ManualClock, events: Events
 ) -> None:
     """shutdown_error during a group restart: reported, the group restart goes on, and the
-    bystander's own exit is not a second (counted) restart."""
+    bystander's own exit is not a second (counted) restart.
+    """
     a, b, c = Probe("a"), Probe("b", on_stop="error"), Probe("c")
     sup = make(bus, clock, [a.spec(), b.spec(), c.spec()], strategy="one_for_all", max_restarts=1)
     async with sup:
@@ -808,7 +810,8 @@ async def test_one_for_all_crashed_child_is_not_left_restarting_when_a_sibling_f
     """§1.6 one_for_all: the crashed child's record is reset (OTP del_child: pid undefined);
     only the child that failed to start is `restarting`. Ending that loop with
     terminate_child leaves the crashed child stopped — not stuck in a loop that no longer
-    runs — so restart_child brings it back."""
+    runs — so restart_child brings it back.
+    """
     a, b, c = Probe("a"), Probe("b"), Probe("c")
     slow = Backoff(min=30, max=30, jitter=0)  # holds b's loop between attempts
     specs = [a.spec(), b.spec(backoff=slow), c.spec()]
@@ -832,7 +835,8 @@ async def test_a_sibling_failing_every_group_restart_gets_exactly_n_attempts(
 ) -> None:
     """one_for_all_escalation / rest_for_one_escalation: every group retry is counted, so
     with intensity N the failing sibling gets N start attempts, then the supervisor gives up
-    and stops the rest in reverse start order."""
+    and stops the rest in reverse start order.
+    """
     a, b, x = Probe("a", journal), Probe("b", journal), Probe("x", journal)
     sup = make(bus, clock, [a.spec(), b.spec(), x.spec()], strategy=strategy, max_restarts=3)
     await sup.start()
@@ -886,7 +890,8 @@ async def test_rest_for_one_significant_bystanders_never_trigger_auto_shutdown(
     bus: EventBus, clock: ManualClock, events: Events, mode: Any
 ) -> None:
     """significant_bystander under rest_for_one: a significant temporary child stopped (and
-    removed) by a group restart, and a significant transient one stopped and restarted."""
+    removed) by a group restart, and a significant transient one stopped and restarted.
+    """
     a, tr, tm = Probe("a"), Probe("tr"), Probe("tm")
     specs = [
         a.spec(),
@@ -977,7 +982,8 @@ async def test_a_significant_transient_normal_exit_shuts_down_without_a_group_re
     bus: EventBus, clock: ManualClock, events: Events, journal: list[str], strategy: Any
 ) -> None:
     """§1.9 × §1.4: a normal exit of a transient child is no restart (no group), but a
-    significant one ends the supervisor; the others stop in reverse start order."""
+    significant one ends the supervisor; the others stop in reverse start order.
+    """
     a, s, c = Probe("a", journal), Probe("s", journal), Probe("c", journal)
     specs = [a.spec(), s.spec(restart="transient", significant=True), c.spec()]
     sup = make(bus, clock, specs, strategy=strategy, auto_shutdown="any_significant")

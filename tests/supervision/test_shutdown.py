@@ -270,7 +270,8 @@ async def test_a_child_returning_when_cancelled_after_its_shutdown_time_is_still
     bus: EventBus, clock: ManualClock, events: Events
 ) -> None:
     """OTP's ``exit(Child, kill)`` after the timeout cannot be answered: whatever the child
-    does with the cancellation (here: swallows it and returns), its reason is ``killed``."""
+    does with the cancellation (here: swallows it and returns), its reason is ``killed``.
+    """
     x = Probe("x", on_stop="swallow")
     async with make(bus, clock, [x.spec(shutdown=2, restart="transient")]) as sup:
         terminating = asyncio.ensure_future(sup.terminate_child("x"))

@@ -206,7 +206,8 @@ class AlertBook:
 
     async def save(self, *recs: AlertRecord) -> None:
         """Write to the outbox. If that fails (disk full, file gone), alerting goes on
-        without it — delivering from memory beats stopping the pager — and says so."""
+        without it — delivering from memory beats stopping the pager — and says so.
+        """
         if self.store is None:
             return
         try:

@@ -252,7 +252,8 @@ class Link:
         so one update it cannot read failed every poll on the same offset, for good. The
         raw list lets :meth:`_decode` skip that one. ``_post`` is python-telegram-bot's own
         request path (same timeouts, connection pool and error mapping as get_updates);
-        tests/alerts/test_alerts.py pins its behaviour."""
+        tests/alerts/test_alerts.py pins its behaviour.
+        """
         bot = self.app.bot
         result = await bot._post(
             "getUpdates",
@@ -308,7 +309,8 @@ class Link:
 
     def _poll_failed(self, exc: BaseException, *, unexpected: bool = False) -> None:
         """Record a failed poll; logged once per outage and then every 10 minutes at most
-        (a poll fails up to once a second), the rest at debug."""
+        (a poll fails up to once a second), the rest at debug.
+        """
         from telegram.error import Conflict
 
         reason = self._mark_failing(exc)

@@ -46,7 +46,8 @@ class FallbackCompany:
 def fallback_company(text: str) -> FallbackCompany:
     """The name, time zone and alert settings of a company.yaml that does not validate as a
     whole — the daemon then exits 78 at start, which is exactly when the operator must hear
-    of it. Each part that is unreadable takes its default (no Telegram settings at worst)."""
+    of it. Each part that is unreadable takes its default (no Telegram settings at worst).
+    """
     try:
         loaded: Any = yaml.safe_load(text)
     except yaml.YAMLError:
@@ -84,7 +85,8 @@ _RESULTS = {
 
 def unit_facts(unit: str, environ: Mapping[str, str] | None = None) -> list[str]:
     """What is known about a failed unit: systemd's ``MONITOR_*`` variables (given to
-    ``OnFailure=`` units since systemd 251), else ``systemctl show``. Never raises."""
+    ``OnFailure=`` units since systemd 251), else ``systemctl show``. Never raises.
+    """
     env = os.environ if environ is None else environ
     props: dict[str, str] = {}
     systemctl = shutil.which("systemctl", path=env.get("PATH"))

@@ -144,7 +144,8 @@ async def act(admin: Admin, button: Mapping[str, Any]) -> tuple[bool, str]:
 
 def buttons_after(rec: AlertRecord, pressed: Mapping[str, Any]) -> None:
     """Buttons after an action: a pause offers resume and vice versa; a decided proposal
-    or a retried task offers nothing more; raising and re-running stay available."""
+    or a retried task offers nothing more; raising and re-running stay available.
+    """
     action, arg = pressed.get("action"), pressed.get("arg")
     keep = [b for b in rec.buttons if b is not pressed]
     if action in ("approve", "reject"):

@@ -236,7 +236,8 @@ class AlertStore:
 
     def _open_sync(self) -> str | None:
         """Open the file; set aside a corrupt one; fall back to memory. Returns a note for
-        the operator when the outbox is not the file it should be."""
+        the operator when the outbox is not the file it should be.
+        """
         if self.path is None:
             self._db.open_sync()  # in memory
             return None
@@ -319,13 +320,15 @@ class AlertStore:
 
     async def open(self) -> str | None:
         """Open (creating it if needed). Returns a warning for the operator if the file had
-        to be set aside or memory is used instead, else None."""
+        to be set aside or memory is used instead, else None.
+        """
         note: str | None = await self._db.call(self._open_sync)
         return note
 
     async def load_active(self, now: float) -> tuple[list[AlertRecord], int]:
         """Alerts with something left to deliver or an open coalescing window, and the next
-        free id."""
+        free id.
+        """
         out: tuple[list[AlertRecord], int] = await self._run(self._load_sync, now)
         return out
 

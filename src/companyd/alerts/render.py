@@ -107,7 +107,8 @@ def compose(
     footer: Sequence[str] = (),
 ) -> str:
     """The full message text: icon and title, details, the coalescing counter, where and
-    when, and what the operator did about it. Cut to Telegram's limit."""
+    when, and what the operator did about it. Cut to Telegram's limit.
+    """
     out = [f"{ICONS.get(severity, '•')} {rendered.title}", *rendered.lines]
     first = datetime.fromtimestamp(first_ts, tz)
     if count > 1:
@@ -129,7 +130,8 @@ def clip(text: str, limit: int = MAX_TEXT) -> str:
 def split_text(text: str, limit: int = MAX_TEXT, max_parts: int = 4) -> list[str]:
     """``text`` as up to ``max_parts`` messages of at most ``limit`` characters each, cut at
     a line end where one is near (else at a space, else anywhere); what does not fit in
-    ``max_parts`` is clipped from the last one."""
+    ``max_parts`` is clipped from the last one.
+    """
     parts: list[str] = []
     rest = text
     while len(rest) > limit and len(parts) < max_parts - 1:

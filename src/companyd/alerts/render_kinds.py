@@ -32,7 +32,8 @@ RAISE_STEP_USD = 5.0
 
 def agent_of(data: Data, agents: Collection[str] = ()) -> str | None:
     """The agent an event is about: ``data.agent``, else a supervisor ``child`` id that names
-    an agent (``cfo``, ``agent:cfo``, ``agents/cfo``)."""
+    an agent (``cfo``, ``agent:cfo``, ``agents/cfo``).
+    """
     agent = data.get("agent")
     if isinstance(agent, str) and agent:
         return agent
@@ -52,7 +53,8 @@ def _who(data: Data) -> str:
 
 def is_abnormal_exit(reason: Any) -> bool:
     """False for OTP's normal exits: ``normal``, ``shutdown``, ``shutdown:<info>`` (the
-    supervisor's spelling) or ``{shutdown, <info>}`` (Erlang's)."""
+    supervisor's spelling) or ``{shutdown, <info>}`` (Erlang's).
+    """
     if not isinstance(reason, str):
         return reason is not None
     r = reason.strip().strip("{}").split(",")[0].split(":")[0].strip().lower()
@@ -587,7 +589,8 @@ KINDS: Mapping[str, KindSpec] = {
 
 def kind_spec(kind: str) -> KindSpec:
     """The spec for ``kind``; unknown kinds get a generic one keyed by the ``agent``,
-    ``child`` and ``routine`` fields."""
+    ``child`` and ``routine`` fields.
+    """
     spec = KINDS.get(kind)
     if spec is not None:
         return spec

@@ -38,7 +38,8 @@ def format_jobs(result: Any) -> str:
     """``Admin.jobs()`` for a phone: one short block per routine — who, schedule, next fire,
     last outcome and the 7-day success rate — instead of every field of every routine (a
     dozen routines would not fit a message). Falls back to :func:`format_result` for a
-    result without a ``routines`` list."""
+    result without a ``routines`` list.
+    """
     routines = result.get("routines") if isinstance(result, Mapping) else None
     if not isinstance(routines, list):
         return format_result("⏰ routines", result)

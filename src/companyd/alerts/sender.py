@@ -77,7 +77,8 @@ class Sender:
 
     def reset(self) -> None:
         """Start a run afresh: a restarted run starts from the outbox, not from what the
-        failed run left."""
+        failed run left.
+        """
         self.flushing, self.retry_at, self._backoff = False, 0.0, 0.0
         self.stop_requested = False
         self.outage_logged = self.token_logged = False
@@ -121,7 +122,8 @@ class Sender:
     async def deliver_pass(self) -> float | None:
         """Send and edit what is due, oldest first. Returns the monotonic time when more is
         due (None: wait for news). Stops at the first transient failure (Telegram is one
-        link)."""
+        link).
+        """
         link = self.link
         if link is None or not link.ready:
             return None
@@ -178,7 +180,8 @@ class Sender:
         self, link: Link, rec: AlertRecord, chat_id: int, d: Delivery, op: str
     ) -> bool:
         """One send or edit. True when done with it (delivered, or refused for good);
-        False on a transient failure (backoff set)."""
+        False on a transient failure (backoff set).
+        """
         from telegram.error import (
             BadRequest,
             ChatMigrated,

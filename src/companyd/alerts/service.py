@@ -126,7 +126,8 @@ class AlertService:
 
     def update_config(self, config: CompanyConfig) -> None:
         """Apply a reloaded company.yaml: routes, severities, quiet hours, coalescing window,
-        agent names. Telegram settings (token, chats, api_url) apply on the next start."""
+        agent names. Telegram settings (token, chats, api_url) apply on the next start.
+        """
         self._config = config
         self._book.policy = Policy.of(config)
 
@@ -144,7 +145,8 @@ class AlertService:
 
         ``commands`` is the receiving half (getUpdates): ``"ok"``, ``"failing"`` (since the
         epoch time ``commands_since``, last error ``commands_error``), ``"starting"`` (not
-        polling yet) or ``"off"``."""
+        polling yet) or ``"off"``.
+        """
         queued = held = failed = 0
         now = self._clock.time()
         for rec in self._book.alerts.values():
@@ -177,7 +179,8 @@ class AlertService:
 
     async def run(self, ctx: ChildContext) -> None:
         """Serve until ``ctx.stopping`` is set: ready as soon as the outbox is open,
-        whether or not Telegram answers."""
+        whether or not Telegram answers.
+        """
         if self._sub.closed:
             self._sub = self._bus.subscribe(maxsize=10_000)
         settings = await asyncio.to_thread(resolve_settings, self._config.spec.alerts)
@@ -262,7 +265,8 @@ class AlertService:
     @staticmethod
     async def _until_stopping(ctx: ChildContext, tasks: list[asyncio.Task[None]]) -> None:
         """Wait for the stop request; a task that fails meanwhile is a bug: its exception
-        ends the service and the supervisor restarts it."""
+        ends the service and the supervisor restarts it.
+        """
         stop = asyncio.create_task(ctx.stopping.wait(), name="alerts:stopping")
         running = list(tasks)
         try:
@@ -280,7 +284,8 @@ class AlertService:
 
     async def _stop_gracefully(self, tasks: list[asyncio.Task[None]]) -> None:
         """Put every event already published into the outbox, then try once more (briefly)
-        to deliver, coalescing edits included; what is left goes out after the restart."""
+        to deliver, coalescing edits included; what is left goes out after the restart.
+        """
         consumer, sender = tasks[0], tasks[1]  # the link (tasks[2]) stays up for the flush
         consumer.cancel()
         # The sender is asked to stop after the delivery in flight, not cancelled in it: a
@@ -326,7 +331,8 @@ class AlertService:
     async def _intake(self, events: Sequence[Event]) -> None:
         """Turn events into alerts in memory, then write every alert they touched in one
         transaction. The sender sees a new alert only once it is in the outbox; a burst
-        costs one commit, not one per event."""
+        costs one commit, not one per event.
+        """
         touched: dict[int, AlertRecord] = {}
         for event in events:
             try:

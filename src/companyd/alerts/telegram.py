@@ -172,7 +172,8 @@ def build_application(settings: TelegramSettings, *, poll_timeout: float) -> Tel
 
 def retry_after_seconds(exc: RetryAfter) -> float:
     """The wait Telegram asked for, in seconds (PTB 22 warns when the attribute is read as an
-    int; the value is the same)."""
+    int; the value is the same).
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         value: Any = exc.retry_after
@@ -182,8 +183,9 @@ def retry_after_seconds(exc: RetryAfter) -> float:
 
 
 def quiet_library_loggers() -> None:
-    """httpx logs every request (a long poll every few seconds) at INFO, URL and token
-    included: keep it to warnings unless the operator configured that logger."""
+    """``httpx`` logs every request (a long poll every few seconds) at INFO, URL and token
+    included: keep it to warnings unless the operator configured that logger.
+    """
     lg = logging.getLogger("httpx")
     if lg.level == logging.NOTSET:
         lg.setLevel(logging.WARNING)

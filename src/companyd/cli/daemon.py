@@ -98,7 +98,6 @@ def daemon_client(args: argparse.Namespace) -> ControlClient:
     Raises:
         DaemonNotRunning: none answers (the message lists where it looked).
     """
-
     config = getattr(args, "config", None) or default_config_path()
     return find_daemon(
         socket=getattr(args, "socket", None),
@@ -109,7 +108,8 @@ def daemon_client(args: argparse.Namespace) -> ControlClient:
 
 def running_daemon(args: argparse.Namespace) -> ControlClient | None:
     """Like :func:`daemon_client`, but None when no daemon runs (for commands that can
-    also work on the files directly)."""
+    also work on the files directly).
+    """
     try:
         return daemon_client(args)
     except DaemonNotRunning:
@@ -123,8 +123,8 @@ def call_daemon(
     **op_args: Any,
 ) -> int:
     """Send one request; print the result (JSON or via ``printer``); map failures to exit
-    codes with one line on stderr (and a JSON error object on stdout with ``--json``)."""
-
+    codes with one line on stderr (and a JSON error object on stdout with ``--json``).
+    """
     as_json = bool(getattr(args, "json", False))
 
     def fail(message: str, code: str, exit_code: int) -> int:

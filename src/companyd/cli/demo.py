@@ -1,5 +1,6 @@
 """``companyd demo``: the company's supervision tree offline, with placeholder agents, and
-``--crash-test`` (the demo itself is :mod:`companyd.daemon.demo`)."""
+``--crash-test`` (the demo itself is :mod:`companyd.daemon.demo`).
+"""
 
 from __future__ import annotations
 

@@ -64,7 +64,8 @@ _AREAS = (
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
     """The positional ``path`` (kept: ``companyd validate company.yaml``) and ``--config``,
-    as every other command takes it; :func:`config_path` picks one."""
+    as every other command takes it; :func:`config_path` picks one.
+    """
     parser.add_argument(
         "path",
         nargs="?",
@@ -102,7 +103,8 @@ def print_json(obj: Any) -> None:
 
 def _build_parser(broken: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser with every area's commands; an area that fails to load is skipped and
-    described in ``broken`` (when given) instead of failing the whole command line."""
+    described in ``broken`` (when given) instead of failing the whole command line.
+    """
     parser = argparse.ArgumentParser(
         prog="companyd",
         description="Run a supervised company of Claude-powered role agents from company.yaml.",

@@ -104,7 +104,6 @@ def _via_daemon_or_files(
     printer: Callable[[dict[str, Any]], int],
 ) -> int:
     """Ask the daemon if one runs, else compute the answer from the files."""
-
     if running_daemon(args) is not None:
         return call_daemon(args, op, printer, **op_args)
     result = offline()
@@ -124,8 +123,8 @@ def _journal_read(
 ) -> Any:
     """``fn(journal, db)`` on the state directory's run journal; ``missing()`` when there
     is none yet — a query must not create the directory and an empty journal (owned by
-    whoever ran it: root under sudo) where the daemon will start, or at a mistyped path."""
-
+    whoever ran it: root under sudo) where the daemon will start, or at a mistyped path.
+    """
     _, state_dir = _config_and_state(args)
     if not (state_dir / "runs.sqlite").exists():
         return missing()
@@ -204,7 +203,8 @@ def _runs(args: argparse.Namespace) -> int:
 
 def _check_agent(args: argparse.Namespace, agent: str) -> None:
     """``agent`` is in company.yaml, or has runs in the journal (an agent since removed);
-    otherwise UnknownName — exit 1, as an unknown agent is in every command."""
+    otherwise UnknownName — exit 1, as an unknown agent is in every command.
+    """
     cfg, _ = _config_and_state(args)
     if agent in cfg.agents:
         return

@@ -37,7 +37,8 @@ def _as_dict(value: Any) -> dict[str, Any]:
 def cross_check(data: dict[str, Any], rep: Report, base: Path) -> dict[str, str]:
     """Checks that span more than one value. They read the raw data defensively (any part
     may be malformed; the schema pass reports that) and skip what is already explained,
-    so each mistake is reported once. Returns the loaded instruction files by agent."""
+    so each mistake is reported once. Returns the loaded instruction files by agent.
+    """
     agents = _as_dict(data.get("agents"))
     routines = _as_dict(data.get("routines"))
     names = list(agents)
@@ -223,7 +224,8 @@ def cross_check(data: dict[str, Any], rep: Report, base: Path) -> dict[str, str]
 
 def _departments(value: Any, path: Path_, rep: Report) -> dict[str, Path_]:
     """Every department slug in the (nested) tree → its path; a slug used twice is an error
-    (agents name departments by slug alone)."""
+    (agents name departments by slug alone).
+    """
     found: dict[str, Path_] = {}
 
     def walk(node: Any, at: Path_) -> None:
@@ -250,7 +252,8 @@ def _departments(value: Any, path: Path_, rep: Report) -> dict[str, Path_]:
 def _check_org_chart(agents: dict[str, Any], rep: Report) -> None:
     """reports_to must form one tree: exactly one root and no cycles. Skipped when an
     agent or a reports_to value is malformed (that is already reported; guessing the
-    chart from the rest would only add noise)."""
+    chart from the rest would only add noise).
+    """
     boss: dict[str, str | None] = {}
     for slug, a in agents.items():
         if not isinstance(a, dict):

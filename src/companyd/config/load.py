@@ -96,7 +96,8 @@ def load_config(path: str | os.PathLike[str]) -> CompanyConfig:
 
 def _decode(raw: bytes, file: str) -> str:
     """UTF-8 text of ``raw`` (a leading BOM is dropped), or ConfigError naming every line
-    that holds a byte that is not UTF-8, at the column of its first bad byte."""
+    that holds a byte that is not UTF-8, at the column of its first bad byte.
+    """
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     try:
@@ -189,7 +190,8 @@ def load_config_text(
 
 def default_config_path() -> Path:
     """company.yaml to use when none is given: ``$COMPANYD_CONFIG``, then
-    ``$CONFIGURATION_DIRECTORY/company.yaml`` (systemd), then ``./company.yaml``."""
+    ``$CONFIGURATION_DIRECTORY/company.yaml`` (systemd), then ``./company.yaml``.
+    """
     env = os.environ.get("COMPANYD_CONFIG")
     if env:
         return Path(env)

@@ -118,13 +118,15 @@ class CompanyConfig:
     @property
     def base_dir(self) -> Path:
         """The directory that holds company.yaml, symlinks resolved: relative paths in the
-        file (``state_dir``, ``memory.path``, ``instructions_file``) resolve against it."""
+        file (``state_dir``, ``memory.path``, ``instructions_file``) resolve against it.
+        """
         return Path(os.path.realpath(self.path)).parent
 
     def state_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
         """State directory: ``override`` (CLI), then ``$STATE_DIRECTORY``, then company.yaml's
         ``state_dir``, then ``state``; the last two relative to :attr:`base_dir`, never to
-        the working directory, so one company.yaml always means one state directory."""
+        the working directory, so one company.yaml always means one state directory.
+        """
         if override is not None:
             return Path(override).absolute()
         env = os.environ.get("STATE_DIRECTORY")
@@ -136,7 +138,8 @@ class CompanyConfig:
 
     def memory_path(self, state_dir: Path) -> Path:
         """The knowledge-graph file: ``memory.path`` relative to company.yaml, else
-        ``<state_dir>/memory.jsonl``."""
+        ``<state_dir>/memory.jsonl``.
+        """
         if self.spec.memory.path:
             return (self.base_dir / self.spec.memory.path).absolute()
         return state_dir / "memory.jsonl"
@@ -166,7 +169,8 @@ def resolve(
     instruction_files: Mapping[str, str],
 ) -> CompanyConfig:
     """The resolved view of ``spec``, which passed every check; ``instruction_files``
-    holds the text of each agent's ``instructions_file``."""
+    holds the text of each agent's ``instructions_file``.
+    """
     d = spec.defaults
     agents: dict[str, AgentConfig] = {}
     for slug, a in spec.agents.items():

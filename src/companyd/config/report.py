@@ -65,13 +65,14 @@ _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 def _one_line(text: str) -> str:
-    """``text`` with every character that would break the line escaped (``\\n``)."""
+    r"""``text`` with every character that would break the line escaped (``\n``)."""
     return _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class Report:
     """Collects issues with positions; knows which paths already have an error so later
-    passes do not pile a second, derived complaint onto the same value."""
+    passes do not pile a second, derived complaint onto the same value.
+    """
 
     def __init__(self, file: str, pos: Positions) -> None:
         self.file = file

@@ -151,7 +151,8 @@ class McpServerSpec(Spec):
     variable of the server to a variable of the daemon's own environment, which is how
     tokens reach it. ``timeout_seconds`` bounds one tool call; ``handshake_timeout_seconds``
     bounds starting the server (process start, MCP ``initialize``, ``tools/list``): a server
-    that misses it is left out and retried, the agent runs without its tools."""
+    that misses it is left out and retried, the agent runs without its tools.
+    """
 
     command: Text
     args: tuple[str, ...] = ()

@@ -106,7 +106,8 @@ _DEFAULT_SECRET_ENV = ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN")
 def secret_values(config: CompanyConfig, environ: Mapping[str, str] | None = None) -> list[str]:
     """The values of every secret ``config`` names that can be found right now: the API
     key, the bot token, every credential and every ``env_from`` variable (not the chat ids,
-    which are not secret). For registering with the redactor; never print them."""
+    which are not secret). For registering with the redactor; never print them.
+    """
     env = os.environ if environ is None else environ
     cred_dir = env.get("CREDENTIALS_DIRECTORY", "").split(":")[0]
     values: list[str] = []
@@ -126,7 +127,8 @@ def secret_values(config: CompanyConfig, environ: Mapping[str, str] | None = Non
 
 def register_secrets(config: CompanyConfig | None) -> None:
     """Register the secrets ``config`` names (or, without one, those of the default
-    variables) with the process's redactor."""
+    variables) with the process's redactor.
+    """
     values = (
         [os.environ.get(name, "") for name in _DEFAULT_SECRET_ENV]
         if config is None
@@ -153,7 +155,8 @@ def _secret_key(key: str) -> bool:
 
 def check_secrets(data: Any, rep: Report) -> None:
     """A secret written into company.yaml is one error (not also an 'unknown key'): the
-    file is kept in git, so the value must move out and be rotated."""
+    file is kept in git, so the value must move out and be rotated.
+    """
 
     def advice(path: Path_, key: str) -> str:
         if len(path) >= 2 and path[-2] == "env" and "mcp_servers" in path:

@@ -118,7 +118,8 @@ def schema_at(path: Path_) -> SchemaNode:
 
 def canonicalize(node: Any, schema: SchemaNode, path: Path_, rep: Report) -> Any:
     """Rename accepted alternative spellings (``reportsTo``) to the canonical snake_case key,
-    warning once for each; both spellings at once is an error."""
+    warning once for each; both spellings at once is an error.
+    """
     if not isinstance(node, dict):
         return node
     if isinstance(schema, MapOf):

@@ -60,7 +60,8 @@ _MISSING_HINTS: dict[Path_, str] = {
 
 def describe(value: Any, path: Path_, pos: Positions, *, want_text: bool = False) -> str:
     """How to show a found value: text quoted, anything else as written in the file, with
-    what YAML made of it when that is a surprise (``yes`` is true, ``23:00`` is 1380)."""
+    what YAML made of it when that is a surprise (``yes`` is true, ``23:00`` is 1380).
+    """
     if value is None:
         return "nothing (an empty value)"
     if isinstance(value, dict):
@@ -180,7 +181,8 @@ def _is_duration(path: Path_) -> bool:
 def _document_path(loc: tuple[Any, ...], data: Any) -> tuple[Path_, Any]:
     """The document path (canonical keys, list indices) of a pydantic error location, and
     the value found there. Pydantic adds tags such as ``function-before[...]``; they are not
-    keys of the document and are dropped."""
+    keys of the document and are dropped.
+    """
     path: list[str | int] = []
     node: Any = data
     schema: SchemaNode = CompanyFile

@@ -172,7 +172,8 @@ class ControlServer:
     async def run(self, ctx: ChildContext) -> None:
         """Bind, report started (info: ``{"path": …}``), serve until asked to stop, then
         stop accepting, let running operations finish (``drain_timeout``) and remove the
-        socket file if it is still ours."""
+        socket file if it is still ours.
+        """
         # Binding is a few non-blocking syscalls on a local directory: done inline.
         sock = self.bind()
         self._spare = _reserve_fd()
@@ -492,7 +493,8 @@ class ControlServer:
         """The next request line, ``_TOO_LONG`` for one over the limit (its bytes were
         skipped, not kept), or None at EOF (unfinished bytes before it are a last line).
         The whole line must arrive within ``idle_timeout``: trickling bytes does not
-        extend it."""
+        extend it.
+        """
         loop = asyncio.get_running_loop()
         deadline = self.clock.monotonic() + self.idle_timeout
         skipping = False
@@ -531,7 +533,8 @@ class ControlServer:
 
     def _make_room(self, conn: _Conn, need: int) -> None:
         """Keep the bytes buffered over all connections under ``max_buffered_bytes``: the
-        connection that would hold the most is closed (``busy``) until ``need`` fits."""
+        connection that would hold the most is closed (``busy``) until ``need`` fits.
+        """
         while self.buffered_bytes + need > self.max_buffered_bytes:
             candidates = [c for c in self._conns if not c.busy and c is not conn and c.buf]
             victim = max(candidates, key=lambda c: len(c.buf), default=None)
@@ -685,7 +688,8 @@ def _tell_and_close(sock: socket.socket, message: str) -> None:
     """Best effort, never blocking: send one ``busy`` answer, then close.
 
     What the client already sent is read and dropped first, so the kernel does not turn
-    the close into a reset that would hide the answer from it."""
+    the close into a reset that would hide the answer from it.
+    """
     with contextlib.suppress(OSError):
         sock.setblocking(False)
         sock.send(json.dumps(error(message, "busy")).encode() + b"\n")

@@ -160,7 +160,7 @@ def _print_events(out: TextIO, events: list[Event], t0: float) -> None:
 
 
 def _uptimes(snapshot: dict[str, Any]) -> dict[str, float | None]:
-    """path → started_at of every child in the tree."""
+    """Path → started_at of every child in the tree."""
     out: dict[str, float | None] = {}
 
     def walk(node: dict[str, Any]) -> None:

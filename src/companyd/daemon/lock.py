@@ -248,7 +248,8 @@ class CompanyLock:
 
 def _answer_every_connection(sock: socket.socket, line: bytes) -> None:
     """Accept, send ``line``, close — until ``sock`` is shut down (a plain thread: blocking
-    accept() off the event loop, ended by :meth:`CompanyLock.release`)."""
+    accept() off the event loop, ended by :meth:`CompanyLock.release`).
+    """
     while True:
         try:
             conn, _ = sock.accept()

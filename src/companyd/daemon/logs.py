@@ -253,7 +253,8 @@ class LoggingHandle:
 
     def close(self) -> None:
         """Flush, stop the writer thread and detach the handler from the root logger
-        (idempotent)."""
+        (idempotent).
+        """
         global _installed
         if self._closed:
             return

@@ -233,7 +233,8 @@ class Daemon(Operator, Reloader):
 
     async def start(self) -> None:
         """Start the whole tree (each service confirmed ready before the next), then tell
-        systemd. Raises ``SupervisorStartError`` if a service cannot start."""
+        systemd. Raises ``SupervisorStartError`` if a service cannot start.
+        """
         await self.staff.load()
         self.tree = self._build_tree()
         await self.tree.start()
@@ -267,7 +268,8 @@ class Daemon(Operator, Reloader):
     async def stop(self, reason: str = "signal") -> None:
         """Stop gracefully: the tree stops in reverse start order — the control socket and
         the scheduler first, then each agent brings its current step to a checkpoint, then
-        alerts, the ledger and the memory flush."""
+        alerts, the ledger and the memory flush.
+        """
         self.state = "stopping"
         self.notifier.stopping("stopping: bringing runs to a checkpoint")
         self.bus.emit("daemon_stopping", "daemon", pid=os.getpid(), reason=reason)
@@ -379,7 +381,8 @@ class Daemon(Operator, Reloader):
         """The watchdog's gate: the tree runs, or a graceful stop is under way. A stop takes
         the tree out of "running" on purpose while runs reach a checkpoint; withholding
         WATCHDOG=1 then would log a false alarm and could make systemd kill a stop that is
-        going well (systemd's TimeoutStopSec bounds the stop itself)."""
+        going well (systemd's TimeoutStopSec bounds the stop itself).
+        """
         if self.state == "stopping":
             return True
         return self.tree is not None and self.tree.status == "running"
@@ -391,7 +394,8 @@ class Daemon(Operator, Reloader):
     def _status_line(self) -> str:
         """The STATUS= line: agents, runs in flight and spend today. The spend part is the
         latest one read (the spend book answers asynchronously); each call refreshes it for
-        the next one, so it lags by at most one StatusUpdater period (10 s)."""
+        the next one, so it lags by at most one StatusUpdater period (10 s).
+        """
         status = self._status_sync()
         if self._spend_seen is not None:
             status["spend"] = self._spend_seen
@@ -413,7 +417,8 @@ _EARLY_SIGHUP: list[bool] = []
 
 def remember_early_sighup(signum: int, frame: Any) -> None:
     """A SIGHUP handler for before the event loop takes SIGHUP over (``companyd run``):
-    the daemon reloads once it is up."""
+    the daemon reloads once it is up.
+    """
     _EARLY_SIGHUP[:] = [True]
 
 

@@ -232,7 +232,8 @@ class Operator:
 
     async def _unless_stopping(self, work: Any, task: Task) -> RunOutcome:
         """Await ``work``, or answer at once when the daemon starts to stop: the task is
-        journaled and resumes after the restart, and the operator need not wait on it."""
+        journaled and resumes after the restart, and the operator need not wait on it.
+        """
         job = asyncio.ensure_future(work)  # not the race's: ask's timeout leaves it running
         await race(job, self.staff.draining.wait())
         if job.done():

@@ -118,7 +118,8 @@ class ControlTimeout(ControlError):
 
 class RequestFailed(AdminError):
     """The daemon answered ``ok: false``; ``str()`` is its message, ``code`` its kind
-    (``bad_request``, ``admin``, ``timeout``, ``internal`` or ``busy``)."""
+    (``bad_request``, ``admin``, ``timeout``, ``internal`` or ``busy``).
+    """
 
     def __init__(self, message: str, code: str = "admin") -> None:
         super().__init__(message)
@@ -131,7 +132,8 @@ class BadRequest(ValueError):
 
 def socket_path(state_dir: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
     """Where the daemon listens: ``$RUNTIME_DIRECTORY/companyd.sock`` under systemd, else
-    ``<state_dir>/companyd.sock``."""
+    ``<state_dir>/companyd.sock``.
+    """
     env = os.environ if env is None else env
     runtime = env.get("RUNTIME_DIRECTORY")
     if runtime:
@@ -267,7 +269,8 @@ async def with_deadline(aw: Awaitable[T], seconds: float | None, clock: Clock) -
     """Await ``aw``, or cancel it and raise TimeoutError after ``seconds`` on ``clock``.
 
     On a timeout the operation is cancelled but not waited for: one that ignores
-    cancellation must not hold the caller (a later failure of it is logged)."""
+    cancellation must not hold the caller (a later failure of it is logged).
+    """
     if seconds is None:
         return await aw
     task = asyncio.ensure_future(aw)
@@ -324,9 +327,10 @@ def _check_arguments(op: str, args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_shape(request: Any) -> str | None:
-    """What is wrong with a decoded request that JSON itself allows: nesting deeper than
-    MAX_REQUEST_DEPTH, or a string with an unpaired surrogate (``"\\ud800"``), which is
-    not Unicode and could not be echoed back as UTF-8. Iterative: no recursion limit."""
+    r"""What is wrong with a decoded request that JSON itself allows: nesting deeper than
+    MAX_REQUEST_DEPTH, or a string with an unpaired surrogate (``"\ud800"``), which is
+    not Unicode and could not be echoed back as UTF-8. Iterative: no recursion limit.
+    """
     stack: list[tuple[Any, int]] = [(request, 0)]
     while stack:
         value, depth = stack.pop()

@@ -37,7 +37,8 @@ log = logging.getLogger("companyd.daemon")  # the daemon's own log lines, whiche
 @dataclass
 class ReloadRecord:
     """The last reload's outcome, for status: when, ``"applied"`` | ``"rejected"``, and the
-    last rejected one (when, how many errors, the first one, secrets masked)."""
+    last rejected one (when, how many errors, the first one, secrets masked).
+    """
 
     last_at: float | None = None
     last_result: str | None = None
@@ -98,7 +99,8 @@ class Reloader:
         """Re-read company.yaml; apply the difference or keep the old config.
 
         A reload asked for during start-up waits until the tree is up (READY=1 is sent
-        once, when it is); one asked for while the daemon stops is refused."""
+        once, when it is); one asked for while the daemon stops is refused.
+        """
         if not self._up.is_set() and not self._stopping():
             log.info("reload requested during start-up: applied once the company is up")
             await self._up.wait()
@@ -204,13 +206,15 @@ class Reloader:
 
 def shown_error(text: str) -> str:
     """A config error as status shows it: through the one redactor (known secrets and
-    values that look like one), on one line."""
+    values that look like one), on one line.
+    """
     return " ".join(redact(text).split())[:500]  # one line: status prints it in a line
 
 
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
     """The settings read once at start that differ between ``old`` and ``new``: a reload
-    cannot apply them (the state directory, the memory file, the model client, metrics)."""
+    cannot apply them (the state directory, the memory file, the model client, metrics).
+    """
     changed = []
     # (when --state-dir chose the directory, company.yaml's state_dir does not matter)
     if old.state_dir() == state_dir and new.state_dir() != state_dir:

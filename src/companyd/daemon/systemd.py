@@ -48,7 +48,8 @@ NOTIFY_VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
 def scrub_environment(env: MutableMapping[str, str]) -> None:
     """Remove the notify/watchdog variables from ``env`` (e.g. ``os.environ`` after
-    :meth:`Notifier.from_env`, or a copy passed to a subprocess)."""
+    :meth:`Notifier.from_env`, or a copy passed to a subprocess).
+    """
     for name in NOTIFY_VARIABLES:
         env.pop(name, None)
 
@@ -166,8 +167,9 @@ class Notifier:
 
     def reloading(self, status: str | None = None) -> bool:
         """``RELOADING=1`` with ``MONOTONIC_USEC``: a reload has begun; send :meth:`ready`
-        when it is done. (``MONOTONIC_USEC`` is required by ``Type=notify-reload`` on
-        systemd ≥ 253 and ignored by older versions, so it is always sent.)"""
+        when it is done. ``MONOTONIC_USEC`` is required by ``Type=notify-reload`` on
+        systemd ≥ 253 and ignored by older versions, so it is always sent.
+        """
         usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
         return self.notify("RELOADING=1", f"MONOTONIC_USEC={usec}", *self._status_line(status))
 

@@ -474,7 +474,9 @@ def build_company_tree(
 
     Args:
         config: the validated company.yaml.
-        bus, clock: shared by every supervisor in the tree.
+        bus: the event bus every supervisor in the tree publishes to.
+        clock: the clock every supervisor in the tree measures time with (restart
+            intensity, kill grace).
         services: the built-in services in start order (memory, spend, alerts, scheduler,
             control); the agents subtree is placed before the first of ``scheduler`` /
             ``control`` (at the end if neither is given).

@@ -110,7 +110,8 @@ _ATTEMPT_GRACE = 5.0
 
 class AnthropicSpec(Protocol):
     """How to reach the Messages API, as this module reads it (config's ``AnthropicSpec``
-    satisfies it); a protocol so the model layer sits below the configuration layer."""
+    satisfies it); a protocol so the model layer sits below the configuration layer.
+    """
 
     @property
     def api_key_env(self) -> str: ...
@@ -279,7 +280,7 @@ def _says_spend_limit(message: str) -> bool:
 
 
 def map_sdk_error(exc: BaseException, *, model: str) -> ModelError:
-    """companyd's error for an SDK exception (status → class as in the module docstring)."""
+    """The companyd error for an SDK exception (status → class as in the module docstring)."""
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
         rid = exc.request_id
@@ -378,7 +379,8 @@ def _was_sent(exc: BaseException) -> bool:
     """Whether a timeout / connection failure may have come after the request was sent (so
     the provider may have processed and billed it). Only a failure to connect proves it
     was not; anything else (a read timeout, a connection reset mid-answer, our own attempt
-    timer) counts as sent."""
+    timer) counts as sent.
+    """
     cause = exc.__cause__ or exc.__context__
     return not (cause is not None and type(cause).__name__ in _NOT_SENT)
 

@@ -183,7 +183,8 @@ class ModelBackend(Protocol):
         """Send one request (after the backend's own retries) or raise a ModelError.
 
         ``before_retry`` is awaited before every retry (not before the first attempt), so
-        each attempt can be budgeted on its own."""
+        each attempt can be budgeted on its own.
+        """
         ...
 
     async def aclose(self) -> None:
@@ -196,7 +197,8 @@ class ModelError(CompanydError):
 
     ``maybe_billed`` is True when the request was sent and no answer came back (a timeout,
     a connection broken after sending): the provider may have processed and billed it, so
-    its reservation is kept as spent at its worst case (docs/spend.md)."""
+    its reservation is kept as spent at its worst case (docs/spend.md).
+    """
 
     retryable = False
 
@@ -255,7 +257,8 @@ class ModelBadRequest(ModelError):
 class ModelAuthFailed(ModelError):
     """HTTP 401: the API refused the key. No call can succeed until the operator fixes it,
     so nothing is retried and the task is not blamed: every agent is paused and a critical
-    ``api_key_refused`` event is published."""
+    ``api_key_refused`` event is published.
+    """
 
 
 class SpendLimitReached(ModelError):

@@ -22,7 +22,8 @@ __all__ = ["BUILTIN_PRICES", "Price", "PriceTable", "is_known_model"]
 
 class PriceSpec(Protocol):
     """What the catalog reads of one model's configured rates (config's ``PriceSpec``
-    satisfies it); a protocol so the catalog sits below the configuration layer."""
+    satisfies it); a protocol so the catalog sits below the configuration layer.
+    """
 
     @property
     def input(self) -> float: ...
@@ -44,7 +45,8 @@ _MTOK = Decimal(1_000_000)
 @dataclass(frozen=True, kw_only=True)
 class Price:
     """USD per million tokens. ``long_*`` rates apply to the whole request when its prompt
-    (input + cache write + cache read) exceeds ``long_context_threshold`` tokens."""
+    (input + cache write + cache read) exceeds ``long_context_threshold`` tokens.
+    """
 
     input: Decimal
     cache_write_5m: Decimal
@@ -74,7 +76,8 @@ class Price:
     def worst_case(self, input_tokens: int, max_output_tokens: int) -> Decimal:
         """Upper bound of a call's cost: every input token at the dearest input-side rate
         (a cache write can cost more than plain input), every output token at the output
-        rate, using the long-context rates if they are higher."""
+        rate, using the long-context rates if they are higher.
+        """
         rates = [self] + ([self.long] if self.long is not None else [])
         in_rate = max(max(r.input, r.cache_write_5m, r.cache_write_1h) for r in rates)
         out_rate = max(r.output for r in rates)

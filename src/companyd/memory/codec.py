@@ -1,4 +1,4 @@
-"""The MCP memory file format: writing it exactly, reading it tolerantly, repairing it.
+r"""The MCP memory file format: writing it exactly, reading it tolerantly, repairing it.
 
 The format is the official MCP memory server's JSONL (docs/memory.md "File format"):
 
@@ -9,11 +9,11 @@ The format is the official MCP memory server's JSONL (docs/memory.md "File forma
 
 * all entity lines first, then all relation lines, each group in insertion order;
 * non-ASCII written raw as UTF-8, control characters escaped as JavaScript's
-  ``JSON.stringify`` does, lone surrogates as ``\\udxxx`` escapes.
+  ``JSON.stringify`` does, lone surrogates as ``\udxxx`` escapes.
 
-Our writer ends a non-empty file with ``\\n`` (the official reader skips blank lines) and
+Our writer ends a non-empty file with ``\n`` (the official reader skips blank lines) and
 writes an empty graph as an empty file; lines of unknown ``type`` are written back
-verbatim, first. The reader accepts files with or without a final newline, ``\\r\\n``
+verbatim, first. The reader accepts files with or without a final newline, ``\r\n``
 endings and blank lines, and repairs instead of failing (see :func:`parse_graph`).
 
 ``<file>.corrupt`` keeps, byte for byte, every line the reader could not use or had to
@@ -112,8 +112,9 @@ def encode_relation(rel: Relation) -> bytes:
 
 
 def serialize(graph: KnowledgeGraph) -> bytes:
-    """The whole file: preserved unknown-type lines, entities, relations; ``\\n`` after
-    every line; an empty graph is an empty file."""
+    r"""The whole file: preserved unknown-type lines, entities, relations; ``\n`` after
+    every line; an empty graph is an empty file.
+    """
     lines = list(graph.preserved_lines)
     lines.extend(encode_entity(e) for e in graph.entities())
     lines.extend(encode_relation(r) for r in graph.relations())
@@ -183,7 +184,8 @@ class LoadReport:
 
     def summary(self) -> str:
         """One line for logs and alerts, e.g. ``2 unparseable lines quarantined; 3 duplicate
-        entities merged``; ``clean`` when there is nothing to say."""
+        entities merged``; ``clean`` when there is nothing to say.
+        """
         parts = []
         if self.dropped_lines:
             n = self.dropped_lines
@@ -365,7 +367,8 @@ def not_a_graph(data: bytes) -> bool:
     """Whether ``data`` has lines but none that :func:`parse_graph` keeps (an entity, a
     relation or another JSON object, kept verbatim). Such a file is not a memory graph at
     all (e.g. a path pointing at some other text file): repairing it would empty it. Stops at
-    the first kept line, so a real graph costs one line; blank lines do not count."""
+    the first kept line, so a real graph costs one line; blank lines do not count.
+    """
     seen = False
     for line in data.split(b"\n"):
         _, report = parse_graph(line)
@@ -513,7 +516,8 @@ _HEADER_RE = re.compile(rb"^# line (\d+) \((\d+) bytes\)(?: \[(\w+)\])?: (.*)$")
 def format_quarantine(lines: list[QuarantinedLine], *, source: str, when: str) -> bytes:
     """One section of ``<file>.corrupt``: a heading, then each line as a header
     ``# line N (B bytes) [dropped|repaired]: reason`` followed by exactly B raw bytes and a
-    newline. The byte count makes the raw bytes recoverable whatever they contain."""
+    newline. The byte count makes the raw bytes recoverable whatever they contain.
+    """
     out = [f"# companyd memory repair at {when} of {source}\n".encode()]
     for q in lines:
         reason = q.reason.replace("\n", " ").replace("\r", " ")
@@ -526,7 +530,8 @@ def format_quarantine(lines: list[QuarantinedLine], *, source: str, when: str) -
 
 def read_quarantine(data: bytes) -> Iterator[QuarantinedLine]:
     """The entries of a ``<file>.corrupt`` file, in order (inverse of
-    :func:`format_quarantine`); stops at the first malformed header."""
+    :func:`format_quarantine`); stops at the first malformed header.
+    """
     pos = 0
     n = len(data)
     while pos < n:

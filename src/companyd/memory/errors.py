@@ -42,9 +42,11 @@ class MemoryLocked(CompanydError):
 
 class MemoryNotAGraph(CompanydError):
     """The graph file holds no memory graph line (or is not a regular file); it was left
-    untouched rather than "repaired" into an empty graph."""
+    untouched rather than "repaired" into an empty graph.
+    """
 
 
 class MemoryUnsafePath(CompanydError):
     """A side file next to the graph (journal, lock, ``.corrupt``) is a symlink; companyd
-    writes only where docs/memory.md says, so it refuses to write through it."""
+    writes only where docs/memory.md says, so it refuses to write through it.
+    """

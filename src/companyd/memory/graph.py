@@ -37,7 +37,8 @@ def _pair(m: re.Match[str]) -> str:
 
 def _utf16_units(text: str) -> str:
     """``text`` with every character above U+FFFF split into its UTF-16 surrogate pair, one
-    code point per JavaScript code unit."""
+    code point per JavaScript code unit.
+    """
     return _ASTRAL.sub(_pair, text)
 
 
@@ -153,7 +154,8 @@ class KnowledgeGraph:
         """Entities whose name, type or any observation contains ``query`` (case-insensitive,
         Unicode lower-casing as JavaScript's ``toLowerCase``; substrings of UTF-16 code units
         as JavaScript's ``includes``), in file order, with the relations that have either end
-        among them. ``""`` matches every entity."""
+        among them. ``""`` matches every entity.
+        """
         q = query.lower()
         if _SURROGATE.search(q) is None:
             matched = [
@@ -179,7 +181,8 @@ class KnowledgeGraph:
 
     def open_nodes(self, names: Sequence[str]) -> dict[str, Any]:
         """Entities named in ``names`` (file order, unknown names skipped) with the relations
-        that have either end among the entities found."""
+        that have either end among the entities found.
+        """
         wanted = set(names)
         if len(wanted) * 4 < len(self._entities):
             found = [self._entities[n] for n in wanted if n in self._entities]
@@ -205,7 +208,8 @@ class KnowledgeGraph:
     def create_entities(self, items: Iterable[tuple[str, str, Sequence[str]]]) -> list[Entity]:
         """Add each ``(name, entityType, observations)`` whose name is not taken yet (in the
         graph or earlier in ``items``); existing entities are left as they are. Returns
-        copies of the entities added, in order."""
+        copies of the entities added, in order.
+        """
         added: list[Entity] = []
         for name, entity_type, observations in items:
             if name in self._entities:
@@ -219,7 +223,8 @@ class KnowledgeGraph:
 
     def create_relations(self, items: Iterable[Relation]) -> list[Relation]:
         """Add each relation not present yet (in the graph or earlier in ``items``). Endpoints
-        are not checked: relations to names that are not entities are kept."""
+        are not checked: relations to names that are not entities are kept.
+        """
         added: list[Relation] = []
         for rel in items:
             if rel in self._relations:
@@ -266,7 +271,8 @@ class KnowledgeGraph:
     def delete_entities(self, names: Iterable[str]) -> list[str]:
         """Remove the named entities and every relation with either end among ``names``
         (even when no such entity exists). Missing names are ignored. Returns the names that
-        removed something."""
+        removed something.
+        """
         removed: list[str] = []
         for name in dict.fromkeys(names):
             hit = self._entities.pop(name, None) is not None
@@ -285,7 +291,8 @@ class KnowledgeGraph:
         self, items: Iterable[tuple[str, Sequence[str]]]
     ) -> list[tuple[str, list[str]]]:
         """Remove every occurrence of the listed strings from each named entity. Missing
-        entities and strings are ignored. Returns ``(name, strings removed)`` per change."""
+        entities and strings are ignored. Returns ``(name, strings removed)`` per change.
+        """
         removed: list[tuple[str, list[str]]] = []
         for name, observations in items:
             entity = self._entities.get(name)
@@ -315,7 +322,8 @@ class KnowledgeGraph:
 
     def load_entity(self, name: str, entity_type: str, observations: list[str]) -> bool:
         """Add an entity read from a file; a second entity of the same name is merged into
-        the first (its observations appended, duplicates dropped). Returns True if merged."""
+        the first (its observations appended, duplicates dropped). Returns True if merged.
+        """
         existing = self._entities.get(name)
         if existing is None:
             # inlined _insert_entity: this runs once per line of a 100k-line file

@@ -78,7 +78,8 @@ Ctx = ServerRequestContext[Any, Any]
 
 def build_server(service: MemoryService) -> Server[Any]:
     """The MCP server object serving ``service`` (one connection's worth of state: the
-    resource subscriptions)."""
+    resource subscriptions).
+    """
     subscribed: set[str] = set()
 
     async def list_tools(ctx: Ctx, params: types.PaginatedRequestParams | None) -> Any:
@@ -159,7 +160,8 @@ async def serve_connection(server: Server[Any], read_stream: Any, write_stream: 
 
 def initialization_options(server: Server[Any]) -> Any:
     """Capabilities as the official server announces them: tools and resources with
-    ``listChanged``, resources with ``subscribe``."""
+    ``listChanged``, resources with ``subscribe``.
+    """
     return server.create_initialization_options(
         NotificationOptions(tools_changed=True, resources_changed=True)
     )
@@ -174,7 +176,8 @@ async def _supervise(
     within: float = 60.0,
 ) -> None:
     """Run the owner, restarting it after a crash (the daemon's supervisor does this there):
-    at most ``max_restarts`` within ``within`` seconds, then give up (re-raise)."""
+    at most ``max_restarts`` within ``within`` seconds, then give up (re-raise).
+    """
     crashes: list[float] = []
     while True:
         try:
@@ -366,7 +369,8 @@ def _refusal(line: bytes, exc: Exception) -> bytes | None:
     """The error response to a request line nested too deeply for Python's json to read
     (``JSON.parse`` reads it, so the official server answers it): without one the client
     would wait forever for its id. None for anything else, which the SDK session handles
-    (the official server does not answer unparseable lines either)."""
+    (the official server does not answer unparseable lines either).
+    """
     if not isinstance(exc, RecursionError):
         return None
     found = _LEADING_ID.match(line)

@@ -208,19 +208,22 @@ class MemoryService:
     async def recall(self, entity: str, depth: int = 1) -> dict[str, Any]:
         """The neighbourhood of ``entity`` to ``depth`` hops, for a prompt: ``{entity,
         depth, found, entities, others, relations, truncated, text}`` (see
-        :func:`companyd.memory.view.neighbourhood`)."""
+        :func:`companyd.memory.view.neighbourhood`).
+        """
         return await self.query(lambda g: neighbourhood(g, entity, depth).to_dict())
 
     async def change_marker(self) -> str:
         """An opaque string that changes whenever the graph changes and stays equal across
-        restarts when it did not."""
+        restarts when it did not.
+        """
         marker: str = await self._submit(lambda store: store.marker_of, None)
         return marker
 
     async def query(self, fn: Callable[[KnowledgeGraph], T], *, timeout: float | None = None) -> T:
         """Run ``fn(graph)`` on the owner thread, in order with writes, and return its result.
 
-        ``fn`` must not mutate the graph nor keep references to it (return copies)."""
+        ``fn`` must not mutate the graph nor keep references to it (return copies).
+        """
         result: T = await self._submit(lambda store: fn, timeout)
         return result
 
@@ -230,7 +233,8 @@ class MemoryService:
         """Supervised child: load+repair, ``ctx.started()``, serve, compact when idle;
         serve what is queued, compact and return once ``ctx.stopping`` is set (or compact
         and re-raise when cancelled). Raises :class:`MemoryInconsistent` (a crash on
-        purpose) when a write failed; the restart reloads from disk."""
+        purpose) when a write failed; the restart reloads from disk.
+        """
         loop = asyncio.get_running_loop()
         worker = _OwnerThread(f"memory-owner:{self.path.name}")
         store = GraphStore(self.path, lock_timeout=self._lock_timeout)
@@ -324,7 +328,8 @@ class MemoryService:
 
     def _kick(self) -> None:
         """Send every pending request to the owner thread as one batch, unless the owner is
-        down or busy (then the batch in flight kicks again when it is done)."""
+        down or busy (then the batch in flight kicks again when it is done).
+        """
         worker, store = self._worker, self._store
         if self._busy or not self._serving or worker is None or store is None:
             return

@@ -161,7 +161,8 @@ class GraphStore:
         """Load (and, unless read-only, repair and compact) the graph; return the report.
 
         Raises :class:`MemoryNotAGraph` (and writes nothing, not even the lock file) when the
-        path is not a regular file or holds no line of a memory graph."""
+        path is not a regular file or holds no line of a memory graph.
+        """
         # Checked before the lock is taken, so a path pointing at some other file gets no
         # side files next to it; checked again under the lock in _reload.
         self._refuse_foreign(self._read_graph_file()[0])
@@ -240,13 +241,15 @@ class GraphStore:
 
     def read(self, fn: Callable[[KnowledgeGraph], T]) -> T:
         """Call ``fn`` on the current graph under the lock and return its result. ``fn`` must
-        not mutate the graph nor keep references to it."""
+        not mutate the graph nor keep references to it.
+        """
         with self._locked():
             return fn(self._sync())
 
     def compact(self, *, force: bool = False) -> bool:
         """Fold the journal into the graph file (atomically) if it holds records, or always
-        with ``force``. Returns True if the file was rewritten."""
+        with ``force``. Returns True if the file was rewritten.
+        """
         if self.readonly:
             return False
         with self._locked():
@@ -258,7 +261,8 @@ class GraphStore:
 
     def change_marker(self) -> str:
         """An opaque string that changes whenever the graph's content changes and is equal
-        for equal content (also across restarts)."""
+        for equal content (also across restarts).
+        """
         return self.read(self.marker_of)
 
     @property
@@ -279,7 +283,8 @@ class GraphStore:
 
     def repair(self) -> LoadReport:
         """Reload, quarantine what is broken into ``<file>.corrupt`` and rewrite the file
-        cleanly (atomically), even if it was clean. Returns what was found."""
+        cleanly (atomically), even if it was clean. Returns what was found.
+        """
         if self.readonly:
             raise PermissionError(f"graph store for {str(self.path)!r} was opened read-only")
         with self._locked():
@@ -469,7 +474,8 @@ class GraphStore:
 
     def _read_graph_file(self) -> tuple[bytes, _Sig | None]:
         """The graph file's bytes and stat (``b""``, None when missing); refuses anything but
-        a regular file. O_NONBLOCK: opening a FIFO must not wait for a writer."""
+        a regular file. O_NONBLOCK: opening a FIFO must not wait for a writer.
+        """
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
@@ -517,7 +523,8 @@ class GraphStore:
         self, journal: bytes
     ) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, bytes, str]], int]:
         """Records after the header: ``(good [(offset, effect)], damaged [(offset, raw,
-        reason)], end of the last complete line)``."""
+        reason)], end of the last complete line)``.
+        """
         pos = journal.find(b"\n") + 1 if journal else 0
         if pos == 0:
             return [], [], 0
@@ -634,7 +641,8 @@ class GraphStore:
 
     def _open_journal(self, *, fresh: bool) -> None:
         """Open the journal for appending at ``_journal_offset``; with ``fresh`` (or when it is
-        missing) first replace it by an empty one extending the current graph file."""
+        missing) first replace it by an empty one extending the current graph file.
+        """
         if self._journal_fd is not None:
             os.close(self._journal_fd)
             self._journal_fd = None
@@ -693,7 +701,8 @@ class GraphStore:
 
     def marker_of(self, graph: KnowledgeGraph) -> str:
         """:meth:`change_marker` of ``graph`` (this store's current graph), without locking;
-        for use inside :meth:`execute` and :meth:`read`."""
+        for use inside :meth:`execute` and :meth:`read`.
+        """
         cached = self._marker
         if cached is not None and cached[0] is graph and cached[1] == graph.version:
             return cached[2]
@@ -712,7 +721,8 @@ def _marker_from_sha(sha: str) -> str:
 def _open_side(path: Path, flags: int) -> int:
     """Open a side file (journal, lock, ``.corrupt``) without following a symlink: side
     files are written only next to the graph (docs/memory.md), never through a link planted
-    there. Raises :class:`MemoryUnsafePath` for a symlink."""
+    there. Raises :class:`MemoryUnsafePath` for a symlink.
+    """
     try:
         fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE)
     except OSError as exc:

@@ -128,7 +128,8 @@ class _Invalid(Exception):
 
 def _clean(schema: _Schema, value: object) -> Any:
     """The fast path of :func:`_check`: the cleaned value, or :class:`_Invalid` at the first
-    problem (then :func:`_check` runs again to word every issue)."""
+    problem (then :func:`_check` runs again to word every issue).
+    """
     if isinstance(schema, _Str):
         if type(value) is not str and not isinstance(value, str):
             raise _Invalid
@@ -159,7 +160,8 @@ def _clean(schema: _Schema, value: object) -> Any:
 
 def _check(schema: _Schema, value: object, path: list[str | int], issues: list[str]) -> Any:
     """Validate like zod v4 (every issue, in shape order) and return the value with unknown
-    object keys stripped."""
+    object keys stripped.
+    """
 
     def issue(expected: str) -> None:
         msg = f"Invalid input: expected {expected}, received {_js_type(value)}"

@@ -63,7 +63,8 @@ class Neighbourhood:
 
     def text(self) -> str:
         """A compact rendering for a prompt: one line per entity with its observations,
-        then one line per relation."""
+        then one line per relation.
+        """
         if not self.found:
             return f"Company memory has nothing about {self.center!r}."
         hops = "hop" if self.depth == 1 else "hops"
@@ -153,7 +154,8 @@ def neighbourhood(
 def to_networkx(graph: KnowledgeGraph) -> nx.MultiDiGraph:
     """A ``MultiDiGraph``: entity nodes carry ``entityType``, ``observations`` and
     ``entity=True``; relation ends that are not entities are nodes with ``entity=False``;
-    each relation is an edge keyed by its ``relationType``."""
+    each relation is an edge keyed by its ``relationType``.
+    """
     g = nx.MultiDiGraph()
     for e in graph.entities():
         g.add_node(e.name, entity=True, entityType=e.entity_type, observations=list(e.observations))
@@ -170,7 +172,8 @@ def shortest_path(
 ) -> list[dict[str, Any]] | None:
     """The relations on a shortest path from ``source`` to ``target`` (following relations
     either way unless ``directed``), as relation dicts in path order; ``[]`` when source is
-    target; None when there is no path or either end is unknown."""
+    target; None when there is no path or either end is unknown.
+    """
     g = to_networkx(graph)
     if source not in g or target not in g:
         return None
@@ -197,7 +200,8 @@ def entities_by_type(graph: KnowledgeGraph, entity_type: str) -> list[dict[str, 
 
 def most_connected(graph: KnowledgeGraph, limit: int = 10) -> list[dict[str, Any]]:
     """Entities with the most relations (in or out), most first, ties in file order:
-    ``[{name, entityType, degree}]``."""
+    ``[{name, entityType, degree}]``.
+    """
     g = to_networkx(graph)
     order = {e.name: i for i, e in enumerate(graph.entities())}
     ranked = sorted(
@@ -214,7 +218,8 @@ def most_connected(graph: KnowledgeGraph, limit: int = 10) -> list[dict[str, Any
 
 def export_graphml(graph: KnowledgeGraph) -> bytes:
     """GraphML (UTF-8). GraphML attributes are scalars, so ``observations`` is a JSON array
-    in a string attribute."""
+    in a string attribute.
+    """
     g = to_networkx(graph)
     for _, data in g.nodes(data=True):
         data["observations"] = json.dumps(data.get("observations", []), ensure_ascii=False)
@@ -225,8 +230,9 @@ def export_graphml(graph: KnowledgeGraph) -> bytes:
 
 
 def export_node_link(graph: KnowledgeGraph) -> dict[str, Any]:
-    """networkx node-link JSON (``{"directed": true, "multigraph": true, "nodes": [...],
-    "links": [...]}``); :func:`graph_from_node_link` reads it back."""
+    """The networkx node-link JSON (``{"directed": true, "multigraph": true, "nodes": [...],
+    "links": [...]}``); :func:`graph_from_node_link` reads it back.
+    """
     data: dict[str, Any] = nx.node_link_data(to_networkx(graph), edges="links")
     # networkx lists edges by adjacency; put them back in file order so a round trip
     # through this format keeps the graph file byte for byte.

@@ -104,7 +104,8 @@ class Agent:
 
     async def run(self, ctx: ChildContext) -> None:
         """The supervised child body: report started, open tools, resume, then serve the
-        mailbox."""
+        mailbox.
+        """
         deps = self.deps
         self._stop = StopSignal(deps.staff.draining, ctx.stopping)
         self._calls = ModelCaller(self.config, deps, self._stop, self._progress)
@@ -138,7 +139,8 @@ class Agent:
     def _crash_if_asked(self, ctx: ChildContext) -> None:
         """A crash asked for while a run was busy happens before its next step, or, if the
         run ended first (its last step was in flight), now that its outcome is recorded:
-        never left waiting for a run that may not come (``debug crash`` said it crashed)."""
+        never left waiting for a run that may not come (``debug crash`` said it crashed).
+        """
         if not (ctx.stopping.is_set() or self.deps.staff.draining.is_set()):
             self.deps.staff.take_injected_crash(self.slug)
 
@@ -245,7 +247,8 @@ class Agent:
         (in a model or tool call) at ``max_seconds`` is cancelled there and ends
         ``circuit_breaker`` (returned), rather than at the next step's check; a run whose
         task is withdrawn (``Staff.withdraw``) is cancelled at once and ends
-        ``cancelled``."""
+        ``cancelled``.
+        """
         clock = self.deps.clock
         limit = self.config.heartbeat_seconds
         max_seconds = self.config.limits.max_seconds
@@ -310,7 +313,8 @@ class Agent:
 
     async def _state_disk_failed(self, state: RunState, exc: BaseException) -> None:
         """A ledger or journal write failed on the disk: the run fails with the reason, the
-        agent is paused, one ``state_disk_full`` alert is raised (shared by every writer)."""
+        agent is paused, one ``state_disk_full`` alert is raised (shared by every writer).
+        """
         deps = self.deps
         reason = (
             f"state disk full: writes failing ({type(exc).__name__}: {exc}); free space on "
@@ -386,7 +390,8 @@ class Agent:
         self, state: RunState, ctx: ChildContext, *, resumed: bool
     ) -> tuple[RunStatus, str | None]:
         """Run the loop to an end. Returns (status, reason); raises Stopping on a stop
-        request, anything else on a crash."""
+        request, anything else on a crash.
+        """
         try:
             if resumed:
                 await self._complete_pending_tools(state)
@@ -432,7 +437,8 @@ class Agent:
 
         If one call raises (a crash), the others are cancelled and awaited before the error
         propagates: no tool call outlives the run that started it (an orphan would finish
-        its effect after the restarted agent re-ran or wrote off the same call)."""
+        its effect after the restarted agent re-ran or wrote off the same call).
+        """
         for tu in tool_uses:
             state.breaker.note_tool_call(str(tu.get("name")), tu.get("input") or {})
         calls = [asyncio.ensure_future(self._run_tool(state, tu)) for tu in tool_uses]

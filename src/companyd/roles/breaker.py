@@ -86,7 +86,8 @@ class Breaker:
 
     def note_tool_call(self, name: str, arguments: Mapping[str, Any]) -> None:
         """Count a tool call; raise :class:`BreakerTripped` on the ``loop_threshold``-th
-        identical call (same tool, same input)."""
+        identical call (same tool, same input).
+        """
         key = name + ":" + json.dumps(arguments, sort_keys=True, default=str)
         self._calls[key] += 1
         n = self._calls[key]

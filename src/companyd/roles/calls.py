@@ -104,7 +104,8 @@ class ModelCaller:
         self, state: RunState, response: ModelResponse, exc: BaseException
     ) -> None:
         """Journal the step of a paid call whose ledger row the state disk refused (its
-        cost counts in memory and is recorded when space returns)."""
+        cost counts in memory and is recorded when space returns).
+        """
         cost = getattr(exc, "held_cost", None)
         state.seq += 1
         try:
@@ -182,7 +183,7 @@ class ModelCaller:
 
 class BudgetedCall:
     """One model call of one agent on one model, each attempt (first try and every retry)
-    budgeted on its own (issue 15, docs/spend.md):
+    budgeted on its own (issue 15, docs/spend.md).
 
     * an attempt is reserved at its worst case before it is sent; no attempt starts once a
       stop has begun (``STOPPING=1``);
@@ -201,7 +202,8 @@ class BudgetedCall:
 
     async def reserve(self) -> None:
         """Reserve the next attempt. A stop that begins meanwhile ends the wait for room in
-        the budget (it can last minutes while other calls hold reservations) and the call."""
+        the budget (it can last minutes while other calls hold reservations) and the call.
+        """
         c, state, request = self._caller, self._state, self._request
         if c.stop.requested():
             raise Stopping
@@ -247,7 +249,8 @@ class BudgetedCall:
 
     async def send(self) -> ModelResponse:
         """The backend's answer. A stop that begins while the call is in flight gives it
-        STOP_CALL_GRACE to answer, then cancels it (forfeited) and raises Stopping."""
+        STOP_CALL_GRACE to answer, then cancels it (forfeited) and raises Stopping.
+        """
         c = self._caller
         call = asyncio.ensure_future(
             c.deps.backend.create(self._request, before_retry=self._before_retry)

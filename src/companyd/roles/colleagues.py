@@ -231,7 +231,8 @@ class Colleagues:
     async def _wait(self, task: Task, what: str, timeout: float) -> RunOutcome:
         """Submit ``task`` and wait for its outcome, at most ``timeout`` seconds of the
         injected clock. When the asker stops waiting — the timeout, or its own run being
-        cancelled — the task is withdrawn, so no colleague works (and spends) for nobody."""
+        cancelled — the task is withdrawn, so no colleague works (and spends) for nobody.
+        """
         desk = self._desk
         try:
             won = await race(desk.submit(task), self._clock.sleep(timeout))

@@ -107,7 +107,8 @@ MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
 
 def _read_text(path: Path) -> str:
     """``path`` as text; never a plain read: a FIFO put there after the config loaded would
-    block the reading thread, and with it the daemon's stop, forever."""
+    block the reading thread, and with it the daemon's stop, forever.
+    """
     return read_regular_file(path, 10 * 1024 * 1024).decode("utf-8")
 
 
@@ -279,7 +280,8 @@ class Proposals:
 
         Once begun it runs to the end even if the caller is cancelled (a control deadline,
         the Telegram button's timeout): a file written but not marked applied, or applied
-        but not reloaded, would be a half-made decision."""
+        but not reloaded, would be a half-made decision.
+        """
         return await asyncio.shield(self._approve(proposal_id))
 
     async def _approve(self, proposal_id: str) -> Proposal:
@@ -376,7 +378,8 @@ def _row(r: tuple[Any, ...]) -> Proposal:
 
 def write_atomic(path: Path, text: str) -> None:
     """Replace company.yaml (``path``) with ``text`` atomically, keeping its symlink, mode
-    and owner (:func:`companyd._fs.write_atomic` with ``like_existing``)."""
+    and owner (:func:`companyd._fs.write_atomic` with ``like_existing``).
+    """
     fs.write_atomic(path, text.encode("utf-8"), like_existing=True)
 
 

@@ -115,7 +115,8 @@ class TaskState:
 
 class LlmStep(TypedDict):
     """The payload of an ``llm`` step: one model response (its content blocks verbatim) and
-    what it cost."""
+    what it cost.
+    """
 
     model: str
     content: list[ContentBlock]
@@ -537,14 +538,16 @@ class Journal:
         """Nobody waits for ``task_id`` any more: a queued or running task becomes done and
         a run of it left unfinished (its agent stopped) ends ``cancelled`` with ``reason``,
         so a restart neither starts nor resumes it. A finished or quarantined task is left
-        as it is."""
+        as it is.
+        """
         await self._withdraw("SELECT ?", (task_id,), reason, now)
 
     async def withdraw_orphans(self, prefixes: Sequence[str], reason: str, now: float) -> int:
         """Withdraw every queued or running task whose id starts with one of ``prefixes``
         (as :meth:`withdraw_task` does); the number withdrawn. For the start of a daemon:
         a consultation or review whose asker was waiting in the previous process has no
-        one waiting for it any more."""
+        one waiting for it any more.
+        """
         like = " OR ".join("id LIKE ?" for _ in prefixes)
         return await self._withdraw(
             f"SELECT id FROM tasks WHERE state IN ('queued', 'running') AND ({like})",
@@ -557,7 +560,8 @@ class Journal:
         """Withdraw every queued or running task of an agent not in ``agents`` (removed from
         company.yaml), and close any run of such an agent left unfinished (as
         :meth:`withdraw_task` does), so none waits forever or comes back if a later edit
-        re-adds an agent of that name. The number of tasks withdrawn."""
+        re-adds an agent of that name. The number of tasks withdrawn.
+        """
         known = tuple(agents)
         marks = ",".join("?" for _ in known) or "NULL"
         return await self._withdraw(
@@ -573,7 +577,8 @@ class Journal:
     ) -> int:
         """In one transaction, for each task id ``select_ids`` yields: its unfinished runs
         end ``cancelled`` with ``reason``, and the task, if queued or running, becomes done.
-        The number of tasks withdrawn."""
+        The number of tasks withdrawn.
+        """
 
         def withdraw(db: sqlite3.Connection) -> int:
             withdrawn = 0
@@ -608,7 +613,7 @@ class Journal:
         await self._run(lambda db: db.execute("DELETE FROM paused WHERE agent = ?", (agent,)))
 
     async def paused(self) -> dict[str, tuple[str, bool]]:
-        """agent → (reason, paused for budget)."""
+        """Agent → (reason, paused for budget)."""
         return await self._run(
             lambda db: {
                 a: (r, bool(b))

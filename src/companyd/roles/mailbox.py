@@ -86,7 +86,8 @@ class Mailboxes:
 
     def waiter(self, task_id: str) -> asyncio.Future[RunOutcome]:
         """A future resolved with the outcome of task ``task_id``; await it with
-        :meth:`wait`."""
+        :meth:`wait`.
+        """
         fut: asyncio.Future[RunOutcome] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(task_id, []).append(fut)
         return fut
@@ -111,7 +112,8 @@ class Mailboxes:
 
     def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
         """The outcome of task ``task_id`` for a scheduler that lost track of it (see
-        ``TaskSink.resumed``); None if no mailbox holds it."""
+        ``TaskSink.resumed``); None if no mailbox holds it.
+        """
         done = self._restored_outcomes.pop(task_id, None)
         if done is not None:
             fut: asyncio.Future[RunOutcome] = asyncio.get_running_loop().create_future()
@@ -138,7 +140,8 @@ class Mailboxes:
         self, agent: str, stopping: asyncio.Event, ready: Callable[[], bool]
     ) -> Task | None:
         """The next task for ``agent`` once ``ready()`` (not paused, not draining); None when
-        ``stopping`` is set. Call :meth:`wake` when ``ready()`` may have changed."""
+        ``stopping`` is set. Call :meth:`wake` when ``ready()`` may have changed.
+        """
         box = self._box[agent]
         wake = self._wakeup[agent]
         while not stopping.is_set():
@@ -176,7 +179,7 @@ class Mailboxes:
     # -- runs --------------------------------------------------------------------------
 
     def running(self) -> dict[str, Task]:
-        """agent → the task it is running now."""
+        """Agent → the task it is running now."""
         return dict(self._running)
 
     def run_started(self, agent: str, run: RunState) -> None:
@@ -191,7 +194,7 @@ class Mailboxes:
         self._runs.pop(agent, None)
 
     def runs(self) -> dict[str, RunState]:
-        """agent → its run in progress."""
+        """Agent → its run in progress."""
         return dict(self._runs)
 
     def has_run(self, agent: str) -> bool:
@@ -240,7 +243,8 @@ class Mailboxes:
     def drop_agents(self, keep: Collection[str], now: float) -> list[str]:
         """Close the mailboxes of agents not in ``keep`` (a reload removed them, and they are
         stopped): their queued task and the one they held end ``cancelled`` for whoever waits.
-        The removed agents."""
+        The removed agents.
+        """
         removed = [slug for slug in self._box if slug not in keep]
         for slug in removed:
             stopped = self._running.pop(slug, None)  # its run stopped at a checkpoint

@@ -70,7 +70,7 @@ class Pauses:
         return self._paused.get(agent)
 
     def reasons(self) -> dict[str, str]:
-        """agent → why it is paused."""
+        """Agent → why it is paused."""
         return {a: p.reason for a, p in self._paused.items()}
 
     def restore(self, agent: str, reason: str, budget: bool) -> None:
@@ -115,7 +115,8 @@ class Pauses:
     def api_key_refused(self, message: str) -> None:
         """The API refused the key (HTTP 401): no call can succeed until the operator fixes
         it. Pause every agent not yet paused and publish one critical ``api_key_refused``
-        event (runs in flight that hit the same 401 add nothing)."""
+        event (runs in flight that hit the same 401 add nothing).
+        """
         newly = [slug for slug in self._agents() if slug not in self._paused]
         for slug in newly:
             self.pause(slug, "Anthropic API key refused (HTTP 401)")
@@ -124,7 +125,8 @@ class Pauses:
 
     def resume_budget_paused(self, reason: str) -> list[str]:
         """Resume every agent paused for its budget whose budgets now allow spending (a
-        period rolled over, or a reloaded company.yaml raised a budget)."""
+        period rolled over, or a reloaded company.yaml raised a budget).
+        """
         resumed = []
         for agent, p in list(self._paused.items()):
             if p.budget and self._spend.exhausted(agent) is None and self.resume(agent, reason):

@@ -162,7 +162,8 @@ class Provisions:
 
     async def _retry_mcp(self, agent: AgentConfig, name: str, box: ToolBox) -> None:
         """Start ``name`` again after a growing wait until it comes up, then keep it (and
-        its tools in ``box``) until the agent stops and cancels this task."""
+        its tools in ``box``) until the agent stops and cancels this task.
+        """
         spec = agent.mcp_servers[name]
         delay = MCP_RETRY_MIN_SECONDS
         attempt = 1

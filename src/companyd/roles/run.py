@@ -103,7 +103,8 @@ class RunState:
 
 class StopSignal:
     """Whether a stop of this agent (its supervisor's ``stopping``) or of the whole daemon
-    (``draining``) has begun."""
+    (``draining``) has begun.
+    """
 
     def __init__(self, draining: asyncio.Event, stopping: asyncio.Event | None = None) -> None:
         self._draining = draining
@@ -133,7 +134,8 @@ def turn_ended(stop_reason: str) -> tuple[RunStatus, str | None]:
 
 def stopped_from_outside(exc: BaseException) -> bool:
     """True if ``exc`` is a cancellation aimed at the current task (its supervisor stopping
-    it), as opposed to a CancelledError its run raised on its own."""
+    it), as opposed to a CancelledError its run raised on its own.
+    """
     current = asyncio.current_task()
     return (
         isinstance(exc, asyncio.CancelledError) and current is not None and current.cancelling() > 0
@@ -143,7 +145,8 @@ def stopped_from_outside(exc: BaseException) -> bool:
 async def cancel_and_reap(work: asyncio.Future[Any], agent: str) -> None:
     """Cancel ``work`` and wait until it has ended, whatever it ends with. Only the work's
     own cancellation is absorbed: a cancellation aimed at the calling task (a supervisor
-    stopping the agent) still propagates, so the caller can never swallow a stop."""
+    stopping the agent) still propagates, so the caller can never swallow a stop.
+    """
     work.cancel()
     try:
         await work

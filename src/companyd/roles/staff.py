@@ -257,7 +257,8 @@ class Staff:
 
     def state_disk_failed(self, task: Task, exc: BaseException) -> RunOutcome:
         """The journal could not take ``task`` (the state disk refuses writes): pause its
-        agent, raise the one disk alert, and answer with a failed outcome and the reason."""
+        agent, raise the one disk alert, and answer with a failed outcome and the reason.
+        """
         reason = (
             f"state disk full: writes failing ({type(exc).__name__}: {exc}); the task was not "
             f"queued; free space on the state disk, then `companyd resume {task.agent}`"
@@ -316,7 +317,8 @@ class Staff:
 
     def requeue(self, task: Task) -> None:
         """Queue a task again (a reviewer rejected the previous attempt); waiters keep
-        waiting for the final outcome."""
+        waiting for the final outcome.
+        """
         self.mailboxes.put(task)
 
     def drain(self) -> None:
@@ -326,7 +328,8 @@ class Staff:
 
     async def next_task(self, agent: str, stopping: asyncio.Event) -> Task | None:
         """The next task for ``agent`` once it is not paused; None when ``stopping`` is set.
-        While draining, no task is handed out (it stays queued for the next start)."""
+        While draining, no task is handed out (it stays queued for the next start).
+        """
         return await self.mailboxes.take(
             agent, stopping, lambda: agent not in self.pauses and not self.draining.is_set()
         )
@@ -336,7 +339,7 @@ class Staff:
         self.mailboxes.finished(outcome)
 
     def running(self) -> dict[str, Task]:
-        """agent → the task it is running now."""
+        """Agent → the task it is running now."""
         return self.mailboxes.running()
 
     def run_started(self, agent: str, run: RunState) -> None:
@@ -400,7 +403,8 @@ class Staff:
 
     def take_injected_crash(self, agent: str) -> None:
         """Raise :class:`InjectedCrash` if a crash of ``agent`` was requested (called by the
-        agent between steps)."""
+        agent between steps).
+        """
         if agent in self._crash_pending:
             self._crash_pending.discard(agent)
             raise InjectedCrash(f"injected crash of {agent} (debug)")
@@ -408,7 +412,7 @@ class Staff:
     # -- pauses -------------------------------------------------------------------------
 
     def paused(self) -> dict[str, str]:
-        """agent → why it is paused."""
+        """Agent → why it is paused."""
         return self.pauses.reasons()
 
     def pause(self, agent: str, reason: str, *, budget: bool = False) -> None:
@@ -467,7 +471,8 @@ class Staff:
 
     def reconfigure(self, config: CompanyConfig) -> None:
         """Adopt a reloaded company.yaml: new agents get mailboxes; prompts are rebuilt.
-        (Once the supervision tree has stopped removed agents, :meth:`drop_removed`.)"""
+        Once the supervision tree has stopped removed agents, call :meth:`drop_removed`.
+        """
         self._config = config
         self.provisions.forget_prompts()
         for slug in config.agents:
@@ -478,7 +483,8 @@ class Staff:
         """Withdraw the tasks of agents a reload removed (call once the tree has stopped
         them): those waiting in a mailbox end ``cancelled`` for whoever waits on them (a
         routine's fire, an ``ask``), and the journal closes them and any run left
-        unfinished, so none waits forever or comes back with a later agent of that name."""
+        unfinished, so none waits forever or comes back with a later agent of that name.
+        """
         config = self._config
         now = self.clock.time()
         if self.mailboxes.drop_agents(config.agents, now):

@@ -143,7 +143,8 @@ class ToolBox:
 
     def add(self, tools: Iterable[Tool], policy: ToolsSpec) -> list[str]:
         """Add the tools ``policy`` allows (an MCP server that came up late); the names
-        they got."""
+        they got.
+        """
         allow = set(policy.allow) if policy.allow is not None else None
         deny = set(policy.deny)
         kept = self.tools
@@ -186,7 +187,8 @@ class ToolBox:
 
     async def call(self, tool_use: ToolUseBlock, ctx: ToolCallContext) -> ToolResultBlock:
         """Run one ``tool_use`` block and return its ``tool_result`` block. Never raises for
-        a tool's own failure (that becomes ``is_error``); cancellation propagates."""
+        a tool's own failure (that becomes ``is_error``); cancellation propagates.
+        """
         name = str(tool_use.get("name"))
         tool_id = str(tool_use.get("id"))
         args = tool_use.get("input") or {}

@@ -90,7 +90,8 @@ def _store_order(entry: tuple[Any, float | None]) -> tuple[float, str]:
 class BatchMemoryJobStore(MemoryJobStore):  # type: ignore[misc]
     """APScheduler's MemoryJobStore with :meth:`update_jobs`: after a burst of due jobs, their
     new next run times are put in order with one sort rather than one ``update_job`` each
-    (two binary searches written in Python — 40 % of dispatching 1,000 simultaneous fires)."""
+    (two binary searches written in Python — 40 % of dispatching 1,000 simultaneous fires).
+    """
 
     def update_jobs(self, jobs: list[Any]) -> None:
         """``update_job`` for each of ``jobs`` (all in this store), in one step."""
@@ -260,7 +261,8 @@ class ClockedScheduler(AsyncIOScheduler):  # type: ignore[misc]
     @property
     def next_wakeup(self) -> float | None:
         """Seconds on the clock until the scheduler next looks at its jobs (None: only when a
-        job is added or changed)."""
+        job is added or changed).
+        """
         if self._timer_deadline is None:
             return None
         return max(0.0, self._timer_deadline - self._clock.monotonic())

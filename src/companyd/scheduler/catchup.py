@@ -81,7 +81,8 @@ def plan_start(
 ) -> list[StartPlan]:
     """Decide each routine's first run and its missed fire times at a start at ``now``.
 
-    ``stopped`` is the planned stop the previous run recorded, ``(at, why)``, if any."""
+    ``stopped`` is the planned stop the previous run recorded, ``(at, why)``, if any.
+    """
     plans = []
     now_dt = utc_from_ts(now)
     for r in routines:
@@ -178,7 +179,8 @@ def missed_records(
     outcome: Outcome = Outcome.MISSED,
 ) -> list[FireRecord]:
     """History rows (outcome ``missed``, or ``stopped``) for ``times``, oldest first; see the
-    module doc."""
+    module doc.
+    """
     older, newest = times[:-MAX_MISSED_ROWS], times[-MAX_MISSED_ROWS:]
 
     def row(t: datetime, why: str, fires: int = 1) -> FireRecord:

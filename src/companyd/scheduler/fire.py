@@ -246,7 +246,8 @@ class Fires:
         self, rec: FireRecord, pending: Awaitable[RunOutcome], slots: Mapping[str, Slot]
     ) -> None:
         """Close a fire left open by a stop once its resumed run ends. Cancelled (the
-        scheduler stops again first), the row stays open for the next start."""
+        scheduler stops again first), the row stays open for the next start.
+        """
         slot = slots.get(rec.routine)
         if slot is not None:
             slot.pending += 1  # the run is active: the overlap policy counts it

@@ -48,7 +48,8 @@ class Outcome(StrEnum):
     @property
     def event_kind(self) -> str | None:
         """The EventBus kind published for this outcome, or None for ``ok``, ``idle`` and
-        ``stopped`` (the scheduler tells those at debug level only)."""
+        ``stopped`` (the scheduler tells those at debug level only).
+        """
         if self is Outcome.MISSED:
             return "routine_missed"
         if self is Outcome.SKIPPED:

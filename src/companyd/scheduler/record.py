@@ -103,7 +103,8 @@ class Recorder:
 
     def post(self, *work: db.Stmt | Callable[[Any], None], next_batch: bool = False) -> None:
         """Queue history writes from a synchronous path (a listener, a cancellation);
-        ``next_batch``: statements go into the batch after the one being gathered."""
+        ``next_batch``: statements go into the batch after the one being gathered.
+        """
         try:
             if self.store is None:
                 raise StoreError("routine history is closed")
@@ -153,7 +154,8 @@ class Recorder:
 
     def report_missed_at_start(self, plan: StartPlan) -> None:
         """Publish what :func:`~companyd.scheduler.catchup.plan_start` found missed (or
-        stopped) while the daemon was down: one event per routine and kind."""
+        stopped) while the daemon was down: one event per routine and kind.
+        """
         # One event per routine, not per fire time: a heartbeat down for a day must not page
         # the operator 288 times. The history has every fire time.
         r = plan.routine

@@ -1,6 +1,7 @@
 """What routines.sqlite holds, as values: a routine's schedule position, one fire of the
 history, a routine's success figures (see :mod:`companyd.scheduler.store` for the tables
-and their owner). Plain frozen dataclasses, also what the reports and the CLI read."""
+and their owner). Plain frozen dataclasses, also what the reports and the CLI read.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ class RoutineState:
 @dataclass(frozen=True, kw_only=True)
 class FireRecord:
     """One row of the history. Times are epoch seconds; ``outcome`` is None while the fire is
-    waiting for its turn or running."""
+    waiting for its turn or running.
+    """
 
     fire_id: str
     routine: str
@@ -117,7 +119,8 @@ class FireRecord:
 @dataclass(frozen=True, kw_only=True)
 class RoutineStats:
     """Due runs and successes of one routine over a window (``idle`` and manual runs are not
-    due runs)."""
+    due runs).
+    """
 
     routine: str
     due: int
@@ -125,5 +128,5 @@ class RoutineStats:
 
     @property
     def success_rate(self) -> float | None:
-        """ok / due, or None when nothing was due."""
+        """``ok / due``, or None when nothing was due."""
         return self.ok / self.due if self.due else None

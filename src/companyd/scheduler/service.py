@@ -186,7 +186,8 @@ class RoutineScheduler:
     async def _start_or_wait_for_disk(self, ctx: ChildContext, *, ready: bool) -> bool:
         """:meth:`start`, reporting ready; on a full or failing state disk, report ready
         anyway (degraded: no routine fires) and retry every ``DISK_RETRY_SECONDS`` until it
-        starts (True) or a stop is requested (False). Other failures raise."""
+        starts (True) or a stop is requested (False). Other failures raise.
+        """
         while True:
             try:
                 await self.start()
@@ -219,7 +220,8 @@ class RoutineScheduler:
         """Say that the coming stop is deliberate (SIGTERM, ``systemctl restart``): the
         stop then leaves a clean-stop marker in routines.sqlite, and the next start records
         the fire times that fell meanwhile as ``stopped``, not ``missed``. A stop without
-        it (a crash never calls anything) leaves no marker."""
+        it (a crash never calls anything) leaves no marker.
+        """
         self._planned_stop = why or "planned stop"
 
     async def start(self) -> None:
@@ -607,7 +609,8 @@ class RoutineScheduler:
 
     async def jobs(self) -> dict[str, Any]:
         """Each routine: schedule, next fire, last outcome, 7-day success rate (JSON-ready;
-        the same shape as ``companyd jobs --json``)."""
+        the same shape as ``companyd jobs --json``).
+        """
         store = self._rec.store
         if store is None and self._disk_failure is not None:
             raise AdminError(f"routines are unavailable: {self._disk_failure}")
@@ -638,7 +641,8 @@ class RoutineScheduler:
     async def _read(self, store: RoutineStore, fn: Callable[[Any], T]) -> T:
         """``store.call(fn)`` for the operator's questions: a history that cannot be read
         (the state disk failing while it is opened for a retry, or it is closed meanwhile)
-        answers "unavailable" instead of failing ``status`` and ``jobs``."""
+        answers "unavailable" instead of failing ``status`` and ``jobs``.
+        """
         try:
             return await store.call(fn)
         except StoreError as exc:

@@ -150,7 +150,8 @@ async def _settle_gated(
     scheduler: RoutineScheduler, clock: ManualClock, gate: ModelCallGate
 ) -> bool:
     """Return once nothing is due now and either no fire is in flight (False) or every model
-    call in flight sleeps on the clock (True)."""
+    call in flight sleeps on the clock (True).
+    """
     while True:
         await scheduler.settle(runs=False)
         busy = scheduler.in_flight
@@ -218,7 +219,8 @@ async def advance(
     backend's sleeps (other sleepers wake late, when the clock passes them), moves the clock
     while runs are in flight only when the gate allows it (:class:`ModelCallGate`), and
     returns when no fire is in flight — possibly a little after ``seconds``, when a run in
-    flight at the end still had to wait out a retry backoff."""
+    flight at the end still had to wait out a retry backoff.
+    """
     if gate is not None:
         await _advance_gated(scheduler, clock, seconds, gate)
         return

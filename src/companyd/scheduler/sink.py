@@ -33,12 +33,14 @@ class TaskSink(Protocol):
 
     async def memory_marker(self) -> str:
         """An opaque value that changes whenever the company memory changes (for
-        ``precondition: memory_changed``)."""
+        ``precondition: memory_changed``).
+        """
         ...
 
     def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
         """After a restart: if the runtime restored task ``task_id`` from its journal (the
         previous process died with the run queued or in progress), an awaitable of the run's
         outcome; None if it holds no such task. The scheduler asks for each fire the restart
-        interrupted, so the fire is closed with what actually happened to its run."""
+        interrupted, so the fire is closed with what actually happened to its run.
+        """
         ...

@@ -258,7 +258,8 @@ def fires_between(
 def routine_stats(conn: sqlite3.Connection, since: float) -> dict[str, RoutineStats]:
     """Per routine: due runs and ``ok`` runs among scheduled and catch-up fires at or after
     ``since`` that have finished (manual runs, ``idle`` fires and fire times that fell in a
-    planned stop excluded)."""
+    planned stop excluded).
+    """
     rows = conn.execute(
         "SELECT routine, SUM(fires), SUM(CASE WHEN outcome = 'ok' THEN fires ELSE 0 END) "
         "FROM fires WHERE scheduled >= ? AND kind != 'manual' AND outcome IS NOT NULL "
@@ -326,7 +327,8 @@ def mark_clean_stop(conn: sqlite3.Connection, at: float, reason: str) -> None:
 
 def clean_stop(conn: sqlite3.Connection) -> tuple[float, str] | None:
     """The planned stop recorded by the last run, ``(at, reason)``, or None (a crash, a
-    kill -9, or a first start)."""
+    kill -9, or a first start).
+    """
     row = conn.execute("SELECT at, reason FROM clean_stop WHERE id = 1").fetchone()
     return (float(row[0]), str(row[1])) if row else None
 
@@ -357,7 +359,8 @@ def close_interrupted(
     conn: sqlite3.Connection, now: float, reason: str, *, keep: Collection[str] = ()
 ) -> list[FireRecord]:
     """Mark every fire left waiting or running by a previous run of the scheduler as
-    ``cancelled``, except the fire ids in ``keep`` (their runs were resumed)."""
+    ``cancelled``, except the fire ids in ``keep`` (their runs were resumed).
+    """
     left = [r for r in open_fires(conn) if r.fire_id not in keep]
     conn.executemany(
         "UPDATE fires SET outcome = 'cancelled', reason = ?, ended = ? WHERE fire_id = ?",
@@ -557,7 +560,8 @@ class RoutineStore:
 
     def post_execute_next(self, *stmts: Stmt) -> None:
         """:meth:`post_execute` into the batch after the one being gathered (see the class
-        docstring): for writes that must follow soon but that nobody should wait for."""
+        docstring): for writes that must follow soon but that nobody should wait for.
+        """
         self._submit(stmts, later=True)
 
     def _submit(
@@ -580,7 +584,8 @@ class RoutineStore:
 
     def _flush(self) -> None:
         """Hand everything gathered this loop turn to the worker as one batch; what was
-        posted behind it starts the next one, held until this one is reported back."""
+        posted behind it starts the next one, held until this one is reported back.
+        """
         loop = self._loop
         assert loop is not None
         self._flush_soon = False
@@ -671,7 +676,8 @@ class RoutineStore:
         """:meth:`close` without waiting: hand the worker everything not yet handed over
         (in order: the queue is first in, first out, so nothing needs to wait for a held
         batch's report), then the connection's close. The worker commits it and ends by
-        itself; results still reach their futures if the loop runs. A no-op once closed."""
+        itself; results still reach their futures if the loop runs. A no-op once closed.
+        """
         if not self._opened:
             return
         while self._gathering or self._next:

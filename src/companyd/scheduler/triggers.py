@@ -142,7 +142,8 @@ def _forward_transitions(
     """The UTC offset changes of ``tz`` that move clocks forward in ``(lo, hi]``: the
     instant of each (in UTC), with the offsets before and after it. Found by comparing
     offsets a week apart (no zone changes its offset twice within a week), then bisecting
-    to the second: about 50 offset lookups for a year."""
+    to the second: about 50 offset lookups for a year.
+    """
     out: list[tuple[datetime, timedelta, timedelta]] = []
     t = lo.astimezone(UTC).replace(microsecond=0)
     off = t.astimezone(tz).utcoffset()

@@ -263,7 +263,8 @@ class SpendBook:
 
     async def close(self) -> None:
         """Close the ledger. Reservations still open stay in ``inflight`` and are reported
-        as unsettled at the next start."""
+        as unsettled at the next start.
+        """
         if not self._opened or not self._db.running:
             return
         if self._held and not await self.flush_unrecorded():
@@ -293,7 +294,8 @@ class SpendBook:
     def reconfigure(self, config: CompanyConfig) -> None:
         """Apply a reloaded company.yaml: budgets, prices and runaway settings take effect
         from the next reservation; settled spend and open reservations are kept. Blocks are
-        cleared (a raised budget lets agents go on; an unchanged one refuses again)."""
+        cleared (a raised budget lets agents go on; an unchanged one refuses again).
+        """
         self._config = config
         self._tz = ZoneInfo(config.timezone)
         self._pricing.table = PriceTable.from_config(config.spec.pricing)
@@ -559,7 +561,8 @@ class SpendBook:
 
     async def release(self, reservation: Reservation) -> None:
         """Give back a reservation whose call failed before anything was billed. Idempotent;
-        a settled reservation is left alone."""
+        a settled reservation is left alone.
+        """
         if reservation.state != "open":
             return
         self._st.drop(reservation, "released")
@@ -570,7 +573,8 @@ class SpendBook:
 
     def exhausted(self, agent: str) -> str | None:
         """Why ``agent`` cannot spend now (its own or the company's budget is used up or
-        refused a call this period), or None."""
+        refused a call this period), or None.
+        """
         if not self._opened:
             return None
         if period_keys(self._clock.time(), self._tz) != (self._st.day, self._st.month):
@@ -624,7 +628,8 @@ class SpendBook:
     def note_api_spend_limit(self, message: str) -> None:
         """Publish a critical ``api_spend_limit`` event: the Anthropic organisation's spend
         limit was hit (the runtime pauses every agent). Repeats within an hour are counted
-        into the next event instead of each paging the operator."""
+        into the next event instead of each paging the operator.
+        """
         now = self._clock.monotonic()
         if self._api_limit_last is not None and now - self._api_limit_last < (
             API_LIMIT_REPEAT_SECONDS
@@ -682,7 +687,8 @@ class SpendBook:
 
     async def flush(self) -> None:
         """Wait until every ledger write queued so far is done and the events that follow
-        them (``budget_exhausted`` is published once its marker is stored) are published."""
+        them (``budget_exhausted`` is published once its marker is stored) are published.
+        """
         self._require_open()
         await self._db.run(lambda led: None)
 

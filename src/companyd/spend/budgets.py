@@ -44,7 +44,8 @@ def scope_label(scope: str) -> str:
 
 def usd(value: Decimal | int) -> float:
     """A money figure for reports and events: picodollars (int) or USD (Decimal) → USD
-    rounded to a millionth of a dollar."""
+    rounded to a millionth of a dollar.
+    """
     d = from_pusd(value) if isinstance(value, int) else value
     return float(round(d, 6))
 
@@ -112,6 +113,7 @@ def budget_report(
     """Each budget with its limit, used, reserved and remaining money and when it resets.
 
     Args:
+        config: the company.yaml whose budgets (and timezone) are reported.
         now: the moment to report for (selects today's and this month's keys).
         used: ``(scope, period key)`` → picodollars settled.
         reserved: scope → picodollars reserved by calls in flight.

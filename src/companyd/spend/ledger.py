@@ -286,7 +286,8 @@ class Ledger:
     def open_database(path: Path, *, readonly: bool = False, worker: bool = True) -> Database:
         """The (not yet opened) database of a ledger at ``path``: ``synchronous=FULL`` (see
         the module docstring); a 10 s busy timeout. Its thread is where a ledger built on it
-        is used (``Ledger(path, database=...)``); ``worker=False``: the caller's thread."""
+        is used (``Ledger(path, database=...)``); ``worker=False``: the caller's thread.
+        """
         return Database(
             path,
             migrations=MIGRATIONS,
@@ -345,7 +346,8 @@ class Ledger:
         markers: Iterable[tuple[str, str, str]] = (),
     ) -> int:
         """Insert ``row``, update the running totals, drop its reservation and store the
-        event markers it caused — all in one transaction. Returns the row id."""
+        event markers it caused — all in one transaction. Returns the row id.
+        """
         u = row.usage
         with self._txn(full=True):
             cur = self._db.execute(
@@ -498,7 +500,7 @@ class Ledger:
 
     @_on_worker
     def raises(self, day: str) -> dict[str, int]:
-        """scope → picodollars of one-off raises for ``day``."""
+        """Scope → picodollars of one-off raises for ``day``."""
         return {
             str(s): int(a)
             for s, a in self._db.execute(
@@ -508,7 +510,7 @@ class Ledger:
 
     @_on_worker
     def used(self, period: str) -> dict[str, int]:
-        """scope (``company``, ``agent:<slug>``) → picodollars spent in ``period``."""
+        """Scope (``company``, ``agent:<slug>``) → picodollars spent in ``period``."""
         out: dict[str, int] = {}
         for dim, key, cost in self._db.execute(
             "SELECT dim, key, cost_pusd FROM totals WHERE dim IN ('company', 'agent') AND period=?",
@@ -520,7 +522,8 @@ class Ledger:
     @_on_worker
     def totals(self, dim: str, periods: Sequence[str]) -> list[Totals]:
         """Aggregates of ``dim`` summed over ``periods`` (day or month keys), by key,
-        most expensive first."""
+        most expensive first.
+        """
         if dim not in DIMENSIONS:
             raise ValueError(f"unknown dimension {dim!r}; expected one of {DIMENSIONS}")
         if not periods:

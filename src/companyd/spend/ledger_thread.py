@@ -84,7 +84,8 @@ class LedgerThread:
 
     def start(self) -> None:
         """Start the thread: the ledger database's own worker (:mod:`companyd._sqlite`), on
-        which the ledger is opened with :meth:`run_raw`."""
+        which the ledger is opened with :meth:`run_raw`.
+        """
         self._database = Ledger.open_database(self.path)
         self._executor = self._database.executor
 
@@ -104,7 +105,6 @@ class LedgerThread:
         Raises:
             LedgerError: the ledger cannot be opened or read.
         """
-
         database = self._database
         assert database is not None, "start() first"
 
@@ -158,7 +158,8 @@ class LedgerThread:
         self, fn: Callable[[Ledger], Any], *, then: Callable[[], object] | None = None
     ) -> asyncio.Future[Any]:
         """Queue ``fn(ledger)`` on the ledger thread; ``then()`` runs on the loop after it
-        succeeds, even if whoever awaited the result was cancelled meanwhile."""
+        succeeds, even if whoever awaited the result was cancelled meanwhile.
+        """
         if self._executor is None:
             raise LedgerError(f"the spend ledger {str(self.path)!r} is closed")
         path = self.path

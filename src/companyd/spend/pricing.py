@@ -33,7 +33,8 @@ class Pricing:
 
     def lookup(self, model: str, on: date | None) -> tuple[Price, bool]:
         """``model``'s price on day ``on`` and whether the table knows it (warning once per
-        model when it does not)."""
+        model when it does not).
+        """
         price, known = self.table.lookup(model, on)
         if not known and model not in self._warned:
             self._warned.add(model)

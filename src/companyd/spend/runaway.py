@@ -55,7 +55,8 @@ class RunawayDetector:
 
     def reconfigure(self, window: float, factor: Decimal) -> None:
         """New settings; a new window length restarts the history (buckets of the old
-        length cannot be re-cut)."""
+        length cannot be re-cut).
+        """
         if float(window) != self.window:
             self._recent.clear()
             self._buckets.clear()
@@ -66,7 +67,8 @@ class RunawayDetector:
 
     def add(self, agent: str, ts: float, pusd: int) -> None:
         """Record ``pusd`` picodollars settled by ``agent`` at ``ts`` (also used to load
-        history from the ledger on start)."""
+        history from the ledger on start).
+        """
         w = self.window
         recent = self._recent.setdefault(agent, deque())
         recent.append((ts, pusd))
@@ -87,6 +89,8 @@ class RunawayDetector:
         ``ts`` is a runaway not yet reported in this window, else None.
 
         Args:
+            agent: the agent slug whose recorded spend is checked.
+            ts: the end of the window, in epoch seconds.
             per_run_usd: the agent's per-run cost limit, the usual spend assumed while it
                 has no history.
         """

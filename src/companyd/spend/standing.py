@@ -192,7 +192,8 @@ class Standing:
 
     def unanswered(self, res: Reservation, model: str, reason: str, pusd: int) -> dict[str, Any]:
         """Count a call of today that got no answer; the ``spend_unanswered`` event's data
-        (with today's count and total, which the alert coalesces)."""
+        (with today's count and total, which the alert coalesces).
+        """
         day = self.day
         n, total, seen = self._unanswered
         if seen != day:

@@ -42,7 +42,8 @@ class RestartMixin(SupervisorState):
 
     async def _handle_exit(self, child: Child, reason: ExitReason) -> None:
         """A running child ended with ``reason``: report it, then restart or forget it by
-        its restart type (the child's task is already detached)."""
+        its restart type (the child's task is already detached).
+        """
         child.started_at = None
         child.last_exit = reason
         restart_type = child.spec.restart

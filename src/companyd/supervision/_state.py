@@ -233,7 +233,8 @@ class SupervisorState(Protocol):
     # _startup.py
     async def _start(self, child: Child, *, phase: str) -> tuple[str, Any]:
         """Run ``child`` until ready: ``(OK, info)``, ``(IGNORED, None)``,
-        ``(FAILED, ExitReason)`` or ``(ABORTED, None)``."""
+        ``(FAILED, ExitReason)`` or ``(ABORTED, None)``.
+        """
         ...
 
     # _shutdown.py

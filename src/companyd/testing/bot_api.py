@@ -210,7 +210,8 @@ class BotApiServer:
 
     async def go_down(self, mode: DownMode = "refuse") -> None:
         """Simulate an outage: ``"refuse"`` closes the port and every connection (clients see
-        connection refused), ``"502"`` answers every request ``502 Bad Gateway``."""
+        connection refused), ``"502"`` answers every request ``502 Bad Gateway``.
+        """
         if mode not in ("refuse", "502"):
             raise ValueError(f"unknown outage mode {mode!r}; expected 'refuse' or '502'")
         self.mode = mode
@@ -278,7 +279,8 @@ class BotApiServer:
         username: str | None = "operator",
     ) -> int:
         """Queue a text message from a private chat, marking a leading ``/command`` as a
-        ``bot_command`` entity (as Telegram does). Returns the update id."""
+        ``bot_command`` entity (as Telegram does). Returns the update id.
+        """
         uid = user_id if user_id is not None else chat_id
         msg: dict[str, Any] = {
             "message_id": self._new_message_id(),

@@ -1,5 +1,6 @@
 """Driving a Bot API stand-in that runs in another process (``python -m
-companyd.testing.bot_api``) through its JSON control API."""
+companyd.testing.bot_api``) through its JSON control API.
+"""
 
 from __future__ import annotations
 

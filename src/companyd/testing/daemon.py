@@ -100,7 +100,8 @@ class Receiver:
 @contextlib.contextmanager
 def receiver(kind: str = "path") -> Iterator[Receiver]:
     """A :class:`Receiver` on a fresh path (``kind="path"``) or abstract name
-    (``kind="abstract"``), closed afterwards."""
+    (``kind="abstract"``), closed afterwards.
+    """
     if kind == "abstract":
         r = Receiver(f"@companyd-test-{uuid.uuid4().hex[:12]}")
         try:
@@ -119,7 +120,8 @@ def receiver(kind: str = "path") -> Iterator[Receiver]:
 def as_unprivileged(fn: Callable[[], str]) -> str:
     """Run ``fn`` in a forked child that became ``nobody`` (uid/gid 65534) and return what
     it returned (or the exception it raised, as text). Only for tests running as root,
-    where permission checks cannot be provoked otherwise."""
+    where permission checks cannot be provoked otherwise.
+    """
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child never returns into pytest

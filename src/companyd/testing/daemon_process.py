@@ -380,7 +380,8 @@ class DaemonProcess:
         self, kind: str | None = None, where: Callable[[dict[str, Any]], bool] | None = None
     ) -> list[dict[str, Any]]:
         """The events the daemon logged (``Event.to_dict()``: kind, ts, source, severity,
-        data), oldest first, optionally only of ``kind`` and matching ``where(event)``."""
+        data), oldest first, optionally only of ``kind`` and matching ``where(event)``.
+        """
         out = []
         for record in self.records():
             event = record.get("event")

@@ -44,7 +44,8 @@ def small_disk(mountpoint: Path, size: str = "4m") -> Iterator[Path]:
 
 def fill(directory: Path, name: str = ".filler") -> Path:
     """Write ``directory/name`` until the disk is full (ENOSPC); return its path. Remove
-    it (or truncate it) to give the space back."""
+    it (or truncate it) to give the space back.
+    """
     path = directory / name
     chunk = b"\0" * 65536
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -372,7 +372,8 @@ class MessagesAPIServer:
 
     def billed_usage(self) -> Usage:
         """What the provider billed: every served response plus, with ``bill_abandoned``,
-        every reply whose client gave up before it was written."""
+        every reply whose client gave up before it was written.
+        """
         total = self.served_usage()
         for r in self.billed_abandoned:
             total = total + usage_of(r)

@@ -43,7 +43,8 @@ __all__ = [
 
 def usage_to_api(usage: Usage, breakdown: bool) -> dict[str, Any]:
     """``usage`` in the API's JSON shape (with the 5m/1h ``cache_creation`` split if
-    ``breakdown``)."""
+    ``breakdown``).
+    """
     body: dict[str, Any] = {
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
@@ -296,7 +297,8 @@ def bad_request(message: str = "invalid request", **kw: Any) -> Fault:
 
 def spend_limit(**kw: Any) -> Fault:
     """HTTP 429 with ``error.details.error_code = "enforced_spend_limit_reached"``: the
-    organisation's monthly spend limit. Like the real API it carries no ``retry-after``."""
+    organisation's monthly spend limit. Like the real API it carries no ``retry-after``.
+    """
     return fault(
         429,
         "You have reached your specified API usage limits. You will regain access on "
@@ -375,7 +377,8 @@ def item_from_json(d: Mapping[str, Any]) -> ScriptItem:
 
 def usage_of(message: Mapping[str, Any]) -> Usage:
     """The :class:`Usage` a served message body reports (the 5m/1h split from
-    ``cache_creation`` when present, else all cache writes as 5m)."""
+    ``cache_creation`` when present, else all cache writes as 5m).
+    """
     u = message.get("usage") or {}
     cc = u.get("cache_creation")
     if isinstance(cc, dict):

@@ -159,7 +159,8 @@ class RuntimeSimReport:
     @property
     def calls_match(self) -> bool:
         """Every model call served is one completed step in the run journal and one call
-        settled in the spend ledger, and vice versa: none paid twice, none unaccounted."""
+        settled in the spend ledger, and vice versa: none paid twice, none unaccounted.
+        """
         return self.served == self.journal_llm_steps == self.journal_run_steps == self.ledger_calls
 
     def to_dict(self) -> dict[str, Any]:
