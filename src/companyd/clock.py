@@ -52,12 +52,17 @@ class SystemClock:
     """The real clock: :func:`time.monotonic`, :func:`time.time`, :func:`asyncio.sleep`."""
 
     def monotonic(self) -> float:
+        """:func:`time.monotonic`: seconds from an arbitrary origin, never going backwards."""
         return _time.monotonic()
 
     def time(self) -> float:
+        """:func:`time.time`: wall-clock seconds since the Unix epoch."""
         return _time.time()
 
     async def sleep(self, seconds: float) -> None:
+        """:func:`asyncio.sleep` for ``seconds`` (a negative value is 0: returns at the next loop
+        turn).
+        """
         await asyncio.sleep(max(0.0, seconds))
 
 
@@ -80,12 +85,17 @@ class ManualClock:
         self._seq = itertools.count()
 
     def monotonic(self) -> float:
+        """The monotonic reading: 0 at construction, moved only by :meth:`advance`."""
         return self._mono
 
     def time(self) -> float:
+        """The wall-clock reading: ``start`` at construction, moved only by :meth:`advance`."""
         return self._wall
 
     async def sleep(self, seconds: float) -> None:
+        """Return once :meth:`advance` has moved the clock ``seconds`` forward from now; ``seconds
+        <= 0`` yields once to the loop and returns. Must be awaited on a running loop.
+        """
         if seconds <= 0:
             await asyncio.sleep(0)
             return
@@ -193,10 +203,13 @@ class ScaledClock:
         return cls(scale, now, now)
 
     def monotonic(self) -> float:
+        """Simulated seconds since this clock was made: real monotonic time times ``scale``."""
         return (_time.monotonic() - self._mono0) * self.scale
 
     def time(self) -> float:
+        """Simulated epoch seconds: ``sim_anchor + (time.time() - real_anchor) * scale``."""
         return self.sim_anchor + (_time.time() - self.real_anchor) * self.scale
 
     async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds / scale`` real seconds (a negative value is 0)."""
         await asyncio.sleep(max(0.0, seconds) / self.scale)

@@ -32,24 +32,29 @@ __all__ = [
 
 
 def as_text(value: Any) -> str:
+    """``value`` if it is a string, else ``""``: a missing or mistyped field shows as empty."""
     return value if isinstance(value, str) else ""
 
 
 def as_number(value: Any) -> float | None:
+    """``value`` as a float if it is a finite int or float (not a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
 
 
 def as_mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a mapping, else an empty one."""
     return value if isinstance(value, Mapping) else {}
 
 
 def as_list(value: Any) -> list[Any]:
+    """``value`` as a list if it is a list or tuple, else an empty list."""
     return list(value) if isinstance(value, list | tuple) else []
 
 
 def format_usd(value: float | None) -> str:
+    """Dollars with thousands separators and cents (``$1,234.50``); ``-`` for None."""
     if value is None:
         return "-"
     return f"${value:,.2f}"
@@ -73,6 +78,9 @@ def format_duration(seconds: float | None) -> str:
 
 
 def format_when(ts: float | None, tz_name: str) -> str:
+    """``ts`` as ``YYYY-MM-DD HH:MM <zone>`` in ``tz_name`` (UTC if that zone is unknown); ``-`` for
+    None or a timestamp out of range.
+    """
     if ts is None:
         return "-"
     tz: tzinfo
