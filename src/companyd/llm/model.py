@@ -67,10 +67,12 @@ class Usage:
 
     @property
     def cache_write_tokens(self) -> int:
+        """Tokens written to the prompt cache, both TTLs together."""
         return self.cache_write_5m_tokens + self.cache_write_1h_tokens
 
     @property
     def total_tokens(self) -> int:
+        """Every token of the call: input, output, cache writes and cache reads."""
         return (
             self.input_tokens
             + self.output_tokens
@@ -89,6 +91,7 @@ class Usage:
         )
 
     def to_dict(self) -> dict[str, int]:
+        """The five counts keyed by field name, JSON-ready (as the run journal stores them)."""
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
@@ -107,6 +110,7 @@ class ToolDef:
     input_schema: Mapping[str, Any]
 
     def to_api(self) -> ToolParam:
+        """The tool as a Messages API ``tools`` entry (a fresh copy of the input schema)."""
         return {
             "name": self.name,
             "description": self.description,
@@ -164,6 +168,7 @@ class ModelResponse:
 
     @property
     def tool_uses(self) -> list[ToolUseBlock]:
+        """The ``tool_use`` blocks of :attr:`content`, in order (empty when the turn ended)."""
         return tool_uses_of(self.content)
 
 

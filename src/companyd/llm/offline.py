@@ -39,6 +39,10 @@ class OfflineModel:
     async def create(
         self, request: ModelRequest, *, before_retry: RetryHook | None = None
     ) -> ModelResponse:
+        """The next step of the module's fixed script for ``request``: the same request gives the
+        same answer. Never raises and never retries, so ``before_retry`` is never called; the
+        response is marked ``offline``.
+        """
         self.calls += 1  # never fails, so never retries: before_retry is not called
         tool_names = {t.name for t in request.tools}
         results = _tool_results(request)
@@ -92,6 +96,7 @@ class OfflineModel:
         )
 
     async def aclose(self) -> None:
+        """Nothing to release: the stand-in holds no connection."""
         return None
 
 

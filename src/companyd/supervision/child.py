@@ -156,16 +156,22 @@ class StandaloneContext:
 
     @property
     def id(self) -> str:
+        """The child id (``id=``, else the last segment of :attr:`path`)."""
         return self._id
 
     @property
     def path(self) -> str:
+        """The child's path as given."""
         return self._path
 
     @property
     def stopping(self) -> asyncio.Event:
+        """The event a caller sets to ask the child to stop."""
         return self._stopping
 
     def started(self, info: Any = None) -> None:
+        """Record ``info`` in :attr:`info` and set :attr:`ready`, as a supervisor's context would
+        confirm the start.
+        """
         self.info = info
         self.ready.set()

@@ -284,6 +284,7 @@ class ChildInfo:
     last_exit: str | None
 
     def to_dict(self) -> dict[str, Any]:
+        """The row as a JSON-serialisable dict, keyed by the attribute names."""
         return {
             "id": self.id,
             "path": self.path,

@@ -199,10 +199,14 @@ class Supervisor(ViewsMixin, DynamicMixin, RestartMixin, StartupMixin, ShutdownM
 
     @property
     def bus(self) -> EventBus:
+        """The bus this supervisor publishes its events on (its parent's, unless one was given)."""
         return self._bus
 
     @property
     def clock(self) -> Clock:
+        """The clock of restart intensity, backoff and shutdown grace (its parent's, unless one was
+        given).
+        """
         return self._clock
 
     # -- running as the root -------------------------------------------------------------
