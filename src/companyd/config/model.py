@@ -109,10 +109,14 @@ class CompanyConfig:
 
     @property
     def name(self) -> str:
+        """``company.name``: the company's display name."""
         return self.spec.company.name
 
     @property
     def timezone(self) -> str:
+        """``company.timezone``: the IANA zone that days, months and cron schedules are counted
+        in.
+        """
         return self.spec.company.timezone
 
     @property

@@ -89,6 +89,10 @@ class Report:
         at: tuple[int, int] | None = None,
         severity: str = "error",
     ) -> None:
+        """Record an issue at ``path`` (its value, or its key with ``key=True``), at the position
+        in the file that ``at`` gives or, by default, :class:`Positions` finds for it. Does not
+        check :meth:`is_settled`: callers that may repeat a complaint ask first.
+        """
         line, col = at if at is not None else self.pos.of(path, key=key)
         self.issues.append(
             ConfigIssue(
@@ -102,6 +106,7 @@ class Report:
         )
 
     def warn(self, path: Path_, message: str, *, key: bool = False) -> None:
+        """:meth:`add` with severity ``warning``: reported, but the file still loads."""
         self.add(path, message, key=key, severity="warning")
 
     def settle(self, path: Path_) -> None:
@@ -109,6 +114,9 @@ class Report:
         self.settled.add(path)
 
     def is_settled(self, path: Path_) -> bool:
+        """Whether ``path`` is at or below a path already given to :meth:`settle`, so a further
+        error there would only repeat the first.
+        """
         return any(path[: len(s)] == s for s in self.settled)
 
     def _sorted(self, severity: str) -> list[ConfigIssue]:
@@ -123,7 +131,9 @@ class Report:
         return out
 
     def errors(self) -> list[ConfigIssue]:
+        """The errors, in file order, each (line, column, message) once."""
         return self._sorted("error")
 
     def warnings(self) -> list[ConfigIssue]:
+        """The warnings, in file order, each (line, column, message) once."""
         return self._sorted("warning")

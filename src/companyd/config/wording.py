@@ -101,6 +101,10 @@ def _num(bound: Any) -> str:
 
 
 def schema_issues(exc: ValidationError, data: dict[str, Any], rep: Report) -> None:
+    """Add to ``rep`` one operator-worded error per pydantic error in ``exc`` (``data`` is the
+    document that was validated): the position in the file, the key or value found, what was
+    expected, a "did you mean" for a misspelt key. Errors under a settled path are skipped.
+    """
     pos = rep.pos
     for err in exc.errors(include_url=False):
         path, value = _document_path(tuple(err["loc"]), data)

@@ -169,10 +169,14 @@ class LoadReport:
 
     @property
     def dropped_lines(self) -> int:
+        """How many quarantined lines are gone from the graph (rather than loaded repaired)."""
         return sum(1 for q in self.quarantined if q.dropped)
 
     @property
     def needs_repair(self) -> bool:
+        """Whether rewriting the file would change something that matters: a line dropped or
+        repaired, duplicates merged, observations fixed, a torn journal or a foreign rewrite.
+        """
         return bool(
             self.quarantined
             or self.merged_entities
@@ -215,6 +219,7 @@ class LoadReport:
         return "; ".join(parts) if parts else "clean"
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-serialisable dict (quarantined lines without their bytes)."""
         return {
             "lines": self.lines,
             "entities": self.entities,

@@ -61,6 +61,7 @@ class Entity:
         }
 
     def copy(self) -> Entity:
+        """An independent copy: its observation list can be changed without touching this entity."""
         return Entity(self.name, self.entity_type, list(self.observations))
 
     def __eq__(self, other: object) -> bool:
@@ -119,6 +120,7 @@ class KnowledgeGraph:
 
     @property
     def relation_count(self) -> int:
+        """The number of relations in the graph."""
         return len(self._relations)
 
     def entities(self) -> Iterator[Entity]:
@@ -134,6 +136,7 @@ class KnowledgeGraph:
         return self._entities.get(name)
 
     def has_relation(self, relation: Relation) -> bool:
+        """Whether this exact (source, target, type) relation is in the graph."""
         return relation in self._relations
 
     def relations_touching(self, names: Iterable[str]) -> list[Relation]:

@@ -32,6 +32,9 @@ _RECORD_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def journal_header(size: int, sha: str) -> bytes:
+    """The header line (newline included) of a journal extending a graph file of ``size`` bytes
+    with SHA-256 ``sha`` (hex).
+    """
     return (
         json.dumps(
             {JOURNAL_MAGIC: JOURNAL_VERSION, "base_size": size, "base_sha256": sha},
@@ -42,6 +45,9 @@ def journal_header(size: int, sha: str) -> bytes:
 
 
 def parse_header(line: bytes) -> tuple[int, str] | None:
+    """``(base_size, base_sha256)`` from a header line, or None if ``line`` is not a header of
+    this journal version.
+    """
     try:
         obj = json.loads(line)
     except ValueError:
@@ -55,6 +61,9 @@ def parse_header(line: bytes) -> tuple[int, str] | None:
 
 
 def encode_record(effect: Mapping[str, Any]) -> bytes:
+    """One record line for ``effect`` (newline included): the CRC-32 of the compact UTF-8 JSON
+    payload in eight hex digits, a space, the payload. Lone surrogates are kept, as JSON escapes.
+    """
     text = _RECORD_ENCODER.encode(effect)
     try:
         payload = text.encode("utf-8")
@@ -83,4 +92,7 @@ def journal_line(journal: bytes, offset: int) -> bytes:
 
 
 def journal_quarantined(offset: int, raw: bytes, reason: str) -> QuarantinedLine:
+    """A damaged journal record as a :class:`QuarantinedLine`: line number 0, the byte ``offset``
+    in the reason.
+    """
     return QuarantinedLine(lineno=0, raw=raw, reason=f"journal byte {offset}: {reason}")

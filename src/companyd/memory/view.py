@@ -83,6 +83,9 @@ class Neighbourhood:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
+        """The neighbourhood as a JSON-serialisable dict, with its :meth:`text` rendering under
+        ``text``.
+        """
         return {
             "entity": self.center,
             "depth": self.depth,

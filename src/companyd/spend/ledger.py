@@ -223,9 +223,13 @@ class Totals:
 
     @property
     def cost_usd(self) -> Decimal:
+        """The cost in USD, exact (a Decimal of the stored picodollars)."""
         return from_pusd(self.cost_pusd)
 
     def to_dict(self) -> dict[str, Any]:
+        """The totals as a JSON-serialisable dict: ``cost_usd`` a float rounded to 9 decimals for
+        display, ``cost_usd_exact`` the exact decimal string.
+        """
         return {
             "key": self.key,
             "calls": self.calls,
@@ -314,17 +318,22 @@ class Ledger:
             )
 
     def close(self) -> None:
+        """Close the database (idempotent); work queued before still runs."""
         self.database.close_sync()
 
     # -- meta -----------------------------------------------------------------------------
 
     @_on_worker
     def get_meta(self, key: str) -> str | None:
+        """The ``meta`` value stored under ``key``, or None."""
         row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
     @_on_worker
     def set_meta(self, items: dict[str, str]) -> None:
+        """Store every key → value of ``items`` in ``meta`` (replacing existing keys), in one
+        transaction.
+        """
         with self._txn(full=False):
             self._db.executemany(
                 "INSERT INTO meta VALUES (?, ?) "
@@ -413,6 +422,9 @@ class Ledger:
 
     @_on_worker
     def add_inflight(self, row: InflightRow) -> None:
+        """Record a reservation in flight (replacing a row with the same id);
+        ``synchronous=NORMAL``, since these rows are dropped on start anyway.
+        """
         with self._txn(full=False):
             self._db.execute(
                 "INSERT OR REPLACE INTO inflight VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -431,6 +443,7 @@ class Ledger:
 
     @_on_worker
     def delete_inflight(self, reservation_id: str) -> None:
+        """Delete the in-flight row of ``reservation_id`` (nothing if there is none)."""
         with self._txn(full=False):
             self._db.execute("DELETE FROM inflight WHERE id=?", (reservation_id,))
 
@@ -468,6 +481,9 @@ class Ledger:
 
     @_on_worker
     def add_markers(self, markers: Iterable[tuple[str, str, str]], ts: float) -> None:
+        """Record ``(scope, period, marker)`` events as published at ``ts`` so a restart does not
+        publish them again; markers already stored are kept. Durable (``synchronous=FULL``).
+        """
         with self._txn(full=True):
             self._db.executemany(
                 "INSERT OR IGNORE INTO markers VALUES (?, ?, ?, ?)",
@@ -476,6 +492,9 @@ class Ledger:
 
     @_on_worker
     def add_raise(self, scope: str, day: str, amount_pusd: int, ts: float) -> None:
+        """Record a one-off raise of ``amount_pusd`` picodollars to ``scope``'s budget for
+        ``day`` at ``ts``; raises on the same day add up. Durable (``synchronous=FULL``).
+        """
         with self._txn(full=True):
             self._db.execute(
                 "INSERT INTO raises (scope, day, amount_pusd, ts) VALUES (?, ?, ?, ?)",
