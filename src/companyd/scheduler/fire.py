@@ -111,6 +111,9 @@ class Fires:
             await self.save_marker(slot, marker)
 
     async def save_marker(self, slot: Slot, marker: str) -> None:
+        """Set ``slot``'s memory marker to ``marker`` and persist it in the routine history (when
+        a store is open), so the next ``memory_changed`` fire compares against it.
+        """
         slot.marker = marker
         now = self._clock.time()
         slug = slot.config.slug

@@ -59,6 +59,10 @@ class JobView:
     stats: RoutineStats
 
     def to_dict(self) -> dict[str, Any]:
+        """The line as the ``jobs`` result carries it over the control socket: times as ISO 8601
+        strings (None when absent), the 7-day figures under ``success_7d``; :meth:`from_dict` reads
+        it back.
+        """
         rate = self.stats.success_rate
         return {
             "routine": self.routine,

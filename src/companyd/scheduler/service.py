@@ -214,6 +214,7 @@ class RoutineScheduler:
 
     @property
     def running(self) -> bool:
+        """Whether the APScheduler is running (between a successful :meth:`start` and the stop)."""
         return self._aps is not None
 
     def planned_stop(self, why: str) -> None:

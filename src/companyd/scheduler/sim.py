@@ -89,12 +89,17 @@ class ModelCallGate:
     # -- Clock --------------------------------------------------------------------------
 
     def monotonic(self) -> float:
+        """The wrapped clock's monotonic reading."""
         return self._clock.monotonic()
 
     def time(self) -> float:
+        """The wrapped clock's wall-clock reading."""
         return self._clock.time()
 
     async def sleep(self, seconds: float) -> None:
+        """Sleep on the wrapped clock, counted in :attr:`sleeping` (with its deadline) until it
+        ends, and in :attr:`slept`; sets :attr:`changed` so the driver looks again.
+        """
         deadline = self._clock.monotonic() + max(0.0, seconds)
         self.sleeping += 1
         self._deadlines[deadline] += 1
@@ -280,6 +285,10 @@ class FlakySink:
         self.failed_calls = 0
 
     async def submit(self, task: Task) -> RunOutcome:
+        """One run of ``task``, at once: ``failed`` with the last injected error if all
+        ``attempts`` calls fail, else ``ok`` at ``cost_usd`` (and a memory change when
+        ``writes_memory``). Never raises.
+        """
         self.tasks.append(task)
         now = self._clock.time() if self._clock else time.time()
         error = None
@@ -317,12 +326,17 @@ class FlakySink:
         )
 
     def inbox_size(self, agent: str) -> int:
+        """The count recorded in :attr:`inboxes` for ``agent`` (0 unless a test set it)."""
         return self.inboxes[agent]
 
     async def memory_marker(self) -> str:
+        """:attr:`memory_version` as text: it changes with every successful run that writes
+        memory.
+        """
         return str(self.memory_version)
 
     def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
+        """Always None: the stand-in keeps no journal, so no run outlives a stop."""
         return None  # no journal: nothing outlives a stop
 
 
@@ -343,6 +357,7 @@ class RoutineSimStats:
 
     @property
     def success_rate(self) -> float | None:
+        """The share of :attr:`due_runs` that ended ``ok``, or None when there were none."""
         return self.outcomes["ok"] / self.due_runs if self.due_runs else None
 
 
@@ -363,18 +378,24 @@ class SimReport:
 
     @property
     def due(self) -> int:
+        """Fire times due over the run, every routine together."""
         return sum(s.due for s in self.routines.values())
 
     @property
     def due_runs(self) -> int:
+        """Fire times that count for the success rate (everything but idle), every routine
+        together.
+        """
         return sum(s.due_runs for s in self.routines.values())
 
     @property
     def ok(self) -> int:
+        """Fires that ended ``ok``, every routine together."""
         return sum(s.outcomes["ok"] for s in self.routines.values())
 
     @property
     def success_rate(self) -> float | None:
+        """:attr:`ok` over :attr:`due_runs`, or None when there were none."""
         return self.ok / self.due_runs if self.due_runs else None
 
     @property
@@ -383,6 +404,9 @@ class SimReport:
         return not (self.missing or self.duplicates or self.unexplained)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-serialisable dict (times as ISO 8601 UTC), as the benchmarks
+        record it.
+        """
         return {
             "start": utc_from_ts(self.start).isoformat(),
             "end": utc_from_ts(self.end).isoformat(),
