@@ -40,25 +40,42 @@ class SpendPort(Protocol):
         model: str,
         input_tokens: int,
         max_output_tokens: int,
-    ) -> Any: ...
+    ) -> Any:
+        """Set aside the worst case of one call (``input_tokens`` plus ``max_output_tokens`` at
+        ``model``'s prices) and return the reservation to settle, release or forfeit. Raises
+        ``BudgetExhausted`` when it does not fit the company's or ``agent``'s remaining budget.
+        """
 
     async def settle(
         self, reservation: Any, *, model: str, usage: Any, request_id: str | None = None
-    ) -> Any: ...
+    ) -> Any:
+        """Record the call's real ``usage`` against ``reservation``, release the rest of it, and
+        return the exact cost in USD.
+        """
 
-    async def release(self, reservation: Any) -> None: ...
+    async def release(self, reservation: Any) -> None:
+        """Give back a reservation whose call failed before anything was billed (idempotent)."""
 
-    async def forfeit(self, reservation: Any, *, reason: str) -> Any: ...
+    async def forfeit(self, reservation: Any, *, reason: str) -> Any:
+        """Count an unanswered call's reservation as spent at its worst case (it may have been
+        billed) and return the amount counted; ``reason`` goes into its ``spend_unanswered``
+        event.
+        """
 
-    def exhausted(self, agent: str) -> str | None: ...
+    def exhausted(self, agent: str) -> str | None:
+        """Why ``agent`` cannot spend now (its own or the company's budget is used up), or None."""
 
-    def note_api_spend_limit(self, message: str) -> None: ...
+    def note_api_spend_limit(self, message: str) -> None:
+        """Report that the provider's organisation spend limit was hit (``message`` is the
+        provider's); the caller pauses the agents.
+        """
 
 
 class MarkerPort(MemoryPort, Protocol):
     """The memory owner as the agents see it: tool calls and a change marker."""
 
-    async def change_marker(self) -> str: ...
+    async def change_marker(self) -> str:
+        """An opaque string that changes whenever the company memory changes."""
 
 
 class InjectedCrash(RuntimeError):

@@ -57,6 +57,22 @@ class ProposalError(CompanydError):
 
 @dataclass(frozen=True, kw_only=True)
 class Proposal:
+    """A stored proposal to replace one agent's instructions.
+
+    Attributes:
+        id: the proposal's id.
+        agent: the agent whose instructions it replaces.
+        proposer: who proposed it.
+        reason: the proposer's reason, shown to the operator.
+        file: the file it changes (the agent's ``instructions_file`` or company.yaml).
+        diff: the unified diff of that file.
+        base_sha: SHA-256 of the file it was made against; approving refuses a file changed since.
+        new_sha: SHA-256 of the file once applied.
+        status: ``pending`` | ``applied`` | ``rejected`` | ``reverted``.
+        created: wall-clock time it was made.
+        decided: wall-clock time of its last decision, None while pending.
+    """
+
     id: str
     agent: str
     proposer: str
@@ -70,6 +86,7 @@ class Proposal:
     decided: float | None
 
     def to_dict(self) -> dict[str, Any]:
+        """The proposal as a JSON-serialisable dict (without the two hashes)."""
         return {
             "id": self.id,
             "agent": self.agent,
@@ -157,6 +174,7 @@ class Proposals:
         await self._db.close()
 
     def reconfigure(self, config: CompanyConfig) -> None:
+        """Use ``config`` (a reloaded company.yaml) for the proposals made from now on."""
         self.config = config
 
     async def _q(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -254,6 +272,9 @@ class Proposals:
     # -- deciding -------------------------------------------------------------------------
 
     async def list(self, include_decided: bool = True) -> list[Proposal]:
+        """The latest 100 proposals, newest first; only the pending ones with
+        ``include_decided=False``.
+        """
         sql = "SELECT id, agent, proposer, reason, file, diff, base_sha, new_sha, status, "
         sql += "created, decided FROM proposals"
         if not include_decided:
@@ -262,6 +283,11 @@ class Proposals:
         return [_row(r) for r in await self._q(sql)]
 
     async def get(self, proposal_id: str) -> tuple[Proposal, str, str]:
+        """Proposal ``proposal_id`` with the file's text before and after it.
+
+        Raises:
+            ProposalError: there is no such proposal (the message lists the pending ones).
+        """
         rows = await self._q(
             "SELECT id, agent, proposer, reason, file, diff, base_sha, new_sha, status, "
             "created, decided, old_text, new_text FROM proposals WHERE id = ?",
@@ -303,6 +329,11 @@ class Proposals:
         return (await self.get(p.id))[0]
 
     async def reject(self, proposal_id: str) -> Proposal:
+        """Mark a pending proposal rejected (nothing is written) and return it as stored now.
+
+        Raises:
+            ProposalError: there is no such proposal, or it is not pending.
+        """
         async with self._lock:
             p, _, _ = await self.get(proposal_id)
             if p.status != "pending":

@@ -210,6 +210,9 @@ class Staff:
         return run
 
     def close(self) -> None:
+        """Stop listening to the bus and cancel every caller still waiting for a run's outcome
+        (the daemon is closing).
+        """
         self._remove_listener()
         self.mailboxes.cancel_waiters()
 
@@ -250,9 +253,11 @@ class Staff:
         return self.mailboxes.size(agent)
 
     def is_busy(self, agent: str) -> bool:
+        """True while ``agent`` holds a task it was handed."""
         return self.mailboxes.is_busy(agent)
 
     async def memory_marker(self) -> str:
+        """The company memory's change marker: it changes whenever the graph changes."""
         return await self.memory.change_marker()
 
     def state_disk_failed(self, task: Task, exc: BaseException) -> RunOutcome:
@@ -347,6 +352,7 @@ class Staff:
         self.mailboxes.run_started(agent, run)
 
     def run_ended(self, agent: str) -> None:
+        """Mark ``agent``'s run over: it no longer shows as in progress."""
         self.mailboxes.run_ended(agent)
 
     def system_prompt(self, agent: AgentConfig) -> str:

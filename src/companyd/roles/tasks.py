@@ -59,6 +59,9 @@ class Task:
     consult_chain: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The task as a JSON-serialisable dict (the run journal's form); :meth:`from_dict` reads
+        it back.
+        """
         return {
             "id": self.id,
             "agent": self.agent,
@@ -73,6 +76,7 @@ class Task:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Task:
+        """The task :meth:`to_dict` wrote; the keys of optional fields may be missing."""
         return cls(
             id=d["id"],
             agent=d["agent"],
@@ -115,9 +119,11 @@ class RunOutcome:
 
     @property
     def ok(self) -> bool:
+        """Whether the run ended ``ok``."""
         return self.status is RunStatus.OK
 
     def to_dict(self) -> dict[str, Any]:
+        """The outcome as a JSON-serialisable dict (``status`` as its string value)."""
         return {
             "task_id": self.task_id,
             "run_id": self.run_id,

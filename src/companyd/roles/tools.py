@@ -111,6 +111,7 @@ class Tool:
     family: str = ""
 
     def definition(self) -> ToolDef:
+        """The tool as the model sees it: name, description, input schema."""
         return ToolDef(name=self.name, description=self.description, input_schema=self.input_schema)
 
 
@@ -174,9 +175,13 @@ class ToolBox:
             self.tools.pop(name, None)
 
     def definitions(self) -> list[ToolDef]:
+        """Every tool's definition, in registration order, for the model request."""
         return [t.definition() for t in self.tools.values()]
 
     def is_idempotent(self, name: str) -> bool:
+        """Whether tool ``name`` may be re-run after a crash interrupted it (False for an unknown
+        tool).
+        """
         t = self.tools.get(name)
         return t is not None and t.idempotent
 
