@@ -136,6 +136,9 @@ class AlertBook:
             rec.next_button += 1
 
     def rerender(self, rec: AlertRecord) -> None:
+        """Rebuild ``rec.text`` from its merged data, counts and footer (redacted); a digest
+        keeps its text. The caller saves it and wakes the sender.
+        """
         if rec.kind == "digest":
             return
         rendered, _ = render(rec.kind, rec.data, rec.source, rec.counts, self.policy.agents)
@@ -153,6 +156,10 @@ class AlertBook:
         )
 
     async def release_held(self, now: float) -> None:
+        """Release the alerts quiet hours held until ``now`` or earlier: one alone is simply
+        sent; several are folded into one digest alert (each marked ``folded`` into it), and
+        everything changed is saved.
+        """
         due = sorted(
             (
                 r
@@ -227,6 +234,9 @@ class AlertBook:
             self._store_failing = False
 
     def evict(self, now: float) -> None:
+        """Forget the settled alerts whose coalescing window ended by ``now`` (they stay in the
+        outbox): a new event with their key starts a new alert.
+        """
         for rid in [r.id for r in self.alerts.values() if r.settled and r.window_end <= now]:
             rec = self.alerts.pop(rid)
             if self.open.get(rec.key) == rid:

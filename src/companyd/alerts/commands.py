@@ -78,10 +78,17 @@ class Commands:
         )
 
     async def on_stranger(self, update: Update, context: Any) -> None:
+        """Log a message from a chat that is not allowed (at warning level once per chat) and
+        ignore it.
+        """
         chat = update.effective_chat
         self._stranger(chat.id if chat else None, update.effective_user, "a message")
 
     async def on_command(self, update: Update, context: Any) -> None:
+        """Answer one command from an allowed chat with its reply text; /ask is started as its
+        own task (in :attr:`tasks`) and answers when the agent does. A message from another chat is
+        logged and ignored.
+        """
         msg = update.effective_message
         chat = update.effective_chat
         if msg is None or chat is None or not msg.text:
@@ -104,6 +111,9 @@ class Commands:
         await self._reply(msg, reply)
 
     async def on_unknown(self, update: Update, context: Any) -> None:
+        """Answer an unknown command with the list of commands, unless it is addressed to another
+        bot.
+        """
         msg = update.effective_message
         if msg is None:
             return
@@ -147,10 +157,15 @@ class Commands:
             log.warning("alerts: could not answer a command: %s", redact(str(exc)))
 
     async def on_error(self, update: object, context: Any) -> None:
+        """Log a handler's failure (redacted: no token in the log); the pager goes on."""
         err = getattr(context, "error", None)
         log.error("alerts: a Telegram handler failed: %s", redact(f"{type(err).__name__}: {err}"))
 
     async def on_button(self, update: Update, context: Any) -> None:
+        """Act on an alert button from an allowed chat through :class:`Admin`: the outcome is
+        added to the alert's footer, its buttons updated, the message edited at once, and the press
+        answered. A button no longer active, or an action refused, is answered with the reason only.
+        """
         query = update.callback_query
         if query is None:
             return

@@ -42,6 +42,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 
 
 def help_text() -> str:
+    """The /help text: one line per command with what it does."""
     return "commands:\n" + "\n".join(f"/{n} — {d}" for n, d in COMMANDS)
 
 

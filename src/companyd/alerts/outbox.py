@@ -69,6 +69,7 @@ class Delivery:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The delivery as a JSON-serialisable dict; :meth:`from_dict` reads it back."""
         return {
             "message_id": self.message_id,
             "sent_version": self.sent_version,
@@ -79,6 +80,7 @@ class Delivery:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Delivery:
+        """The delivery :meth:`to_dict` wrote; a missing key takes its default."""
         return cls(
             message_id=d.get("message_id"),
             sent_version=int(d.get("sent_version", 0)),
@@ -147,6 +149,9 @@ class AlertRecord:
         )
 
     def to_row(self) -> tuple[int, str, float, int, float, str]:
+        """The outbox row ``(id, key, window_end, settled, created, body)``, ``body`` the JSON of
+        everything else; :meth:`from_row` reads it back.
+        """
         body = {
             "kind": self.kind,
             "severity": self.severity,
@@ -177,6 +182,9 @@ class AlertRecord:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> AlertRecord:
+        """The record :meth:`to_row` wrote (as ``SELECT id, key, window_end, settled, created,
+        body`` returns it).
+        """
         rid, key, window_end, _settled, _created, body_text = row
         b = json.loads(body_text)
         return cls(
@@ -338,6 +346,9 @@ class AlertStore:
         await self._run(self._save_sync, rows)
 
     async def get(self, alert_id: int) -> AlertRecord | None:
+        """The stored alert ``alert_id``, or None if the outbox has none (never stored, or
+        pruned).
+        """
         rec: AlertRecord | None = await self._run(self._get_sync, alert_id)
         return rec
 
@@ -347,4 +358,5 @@ class AlertStore:
         return n
 
     async def close(self) -> None:
+        """Close the database and stop its thread."""
         await self._db.close()

@@ -43,6 +43,9 @@ class Policy:
 
     @classmethod
     def of(cls, config: CompanyConfig) -> Policy:
+        """The policy ``config`` sets: its ``alerts`` section (quiet hours in their own timezone,
+        else the company's), the company's name, timezone and agents.
+        """
         spec = config.spec.alerts
         tz = ZoneInfo(config.timezone)
         quiet_tz = tz

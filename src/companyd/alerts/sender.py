@@ -93,6 +93,10 @@ class Sender:
         self._book.wake.set()
 
     async def run(self) -> None:
+        """Deliver until a graceful stop is asked: a pass over what is due, then wait for news
+        (the book's ``wake``) or the time more is due. A stop takes effect after the delivery in
+        flight.
+        """
         while not self._stopped():
             self._book.wake.clear()
             due = await self.deliver_pass()

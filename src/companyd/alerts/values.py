@@ -21,6 +21,10 @@ Data = Mapping[str, Any]
 
 
 def txt(value: Any, limit: int = 300) -> str:
+    """``value`` as one line of at most ``limit`` characters (cut with ``…``): None is ``?``, a
+    whole float has no ``.0``, a list is joined with commas, a dict is JSON. Multi-line text keeps
+    its lines.
+    """
     if value is None:
         return "?"
     if isinstance(value, str):
@@ -38,6 +42,9 @@ def txt(value: Any, limit: int = 300) -> str:
 
 
 def num(value: Any) -> float | None:
+    """``value`` as a finite float, or None: numbers, and strings such as ``"$1.50"`` or
+    ``"80%"``; a bool is not a number.
+    """
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float) and math.isfinite(value):
@@ -52,6 +59,7 @@ def num(value: Any) -> float | None:
 
 
 def usd(value: Any) -> str:
+    """Dollars (``$1.23``, ``$1,234`` from 1000 up), or ``$?`` when ``value`` is not a number."""
     n = num(value)
     if n is None:
         return "$?"
@@ -59,6 +67,9 @@ def usd(value: Any) -> str:
 
 
 def pct(level: Any, used: Any = None, limit: Any = None) -> str:
+    """A percentage (``80%``) of ``level`` (a fraction; a value over 1.5 is taken as already in
+    percent), else of ``used / limit``; ``?%`` when neither is known.
+    """
     n = num(level)
     if n is None:
         u, lim = num(used), num(limit)
@@ -72,6 +83,7 @@ def pct(level: Any, used: Any = None, limit: Any = None) -> str:
 
 
 def secs(value: Any) -> str:
+    """A duration in seconds as ``45 s``, ``12 min`` or ``3.5 h``; ``?`` when not a number."""
     n = num(value)
     if n is None:
         return "?"
@@ -83,15 +95,22 @@ def secs(value: Any) -> str:
 
 
 def has(data: Data, key: str) -> bool:
+    """Whether ``data`` has ``key`` with a value worth showing (not None, ``""`` or ``[]``)."""
     v = data.get(key)
     return v is not None and v != "" and v != []
 
 
 def line(label: str, data: Data, key: str, fmt: Callable[[Any], str] = txt) -> list[str]:
+    """``["<label>: <value>"]`` with the value formatted by ``fmt``, or ``[]`` when ``data`` has
+    nothing under ``key``: splice it into a list of lines.
+    """
     return [f"{label}: {fmt(data.get(key))}"] if has(data, key) else []
 
 
 def when(value: Any) -> str:
+    """An epoch time (a number, or an ISO 8601 string with a zone) as ``YYYY-MM-DD HH:MM UTC``;
+    anything else as short text.
+    """
     n = num(value)
     if n is None and isinstance(value, str):
         try:
