@@ -56,6 +56,10 @@ class CrashSwitch:
         self.looping: set[str] = set()
 
     def agent_child(self, agent: AgentConfig) -> ChildSpec:
+        """The child spec of a placeholder body for ``agent``: it reports started and waits for a
+        stop or a :meth:`crash`, which makes it raise; a slug in :attr:`looping` raises right after
+        every start.
+        """
         slug = agent.slug
 
         async def run(ctx: ChildContext) -> None:
@@ -401,6 +405,9 @@ def _lineage(config: CompanyConfig, dept: str | None) -> list[str]:
 
 
 async def show_tree(config: CompanyConfig, out: TextIO) -> int:
+    """``companyd demo``: start the company's supervision tree with placeholder services and
+    agents, write it to ``out`` as an indented tree, stop it, and return exit code 0.
+    """
     switch = CrashSwitch()
     tree: CompanyTree = build_company_tree(
         config,

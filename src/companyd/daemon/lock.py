@@ -110,6 +110,7 @@ class StateLock:
 
     @property
     def held(self) -> bool:
+        """Whether this process still holds the lock (until :meth:`release`)."""
         return self._fd is not None
 
     def release(self) -> None:
@@ -224,6 +225,9 @@ class CompanyLock:
 
     @property
     def held(self) -> bool:
+        """Whether this process holds the claim: False after :meth:`release`, and when the claim
+        could not be made but the daemon goes on with the state directory's lock alone.
+        """
         return self._sock is not None
 
     def release(self) -> None:

@@ -237,6 +237,7 @@ class LoggingHandle:
 
     @property
     def dropped(self) -> int:
+        """Log records dropped because the writer's queue was full (0 without a queue)."""
         return self.handler.dropped if isinstance(self.handler, _QueueHandler) else 0
 
     def flush(self, timeout: float = 5.0) -> None:

@@ -193,6 +193,7 @@ class Metrics:
         return self.detach
 
     def detach(self) -> None:
+        """Stop counting events (idempotent)."""
         if self._remove is not None:
             self._remove()
             self._remove = None
@@ -252,6 +253,13 @@ class MetricsServer:
         self._server: Any = None
 
     async def run(self, ctx: ChildContext) -> None:
+        """Serve ``/metrics`` on the configured address, counting the bus's events, until asked
+        to stop; reports the port actually bound as started info. The server is shut down and the
+        metrics detached on the way out.
+
+        Raises:
+            CompanydError: the address cannot be bound (the message names it and what to do).
+        """
         self.metrics.attach(self.bus)
         try:
             try:

@@ -266,6 +266,9 @@ class Watchdog:
         return sent
 
     async def run(self, ctx: ChildContext) -> None:
+        """Ping every ``interval`` seconds (health permitting) until asked to stop; with no
+        interval, only wait for the stop. Reports the interval as started info.
+        """
         ctx.started({"interval": self.interval})
         if self.interval is None:
             await ctx.stopping.wait()
@@ -316,6 +319,7 @@ class StatusUpdater:
         return self.notifier.status(text)
 
     async def run(self, ctx: ChildContext) -> None:
+        """Send the summary every ``interval`` seconds when it changed, until asked to stop."""
         ctx.started()
         while not ctx.stopping.is_set():
             self.update()
@@ -331,6 +335,7 @@ class LagStats:
     samples: int
 
     def to_dict(self) -> dict[str, Any]:
+        """The readings in milliseconds (rounded to µs) and the sample count, JSON-ready."""
         return {
             "current_ms": round(self.current * 1000, 3),
             "max_ms": round(self.max * 1000, 3),
@@ -377,6 +382,7 @@ class LoopLagMonitor:
         self._in_excursion = False
 
     def stats(self) -> LagStats:
+        """The current reading: latest lag, largest lag, number of samples."""
         return LagStats(self.current, self.max, self.samples)
 
     def record(self, lag: float, source: str = "companyd") -> None:
@@ -398,6 +404,9 @@ class LoopLagMonitor:
             self._in_excursion = False
 
     async def run(self, ctx: ChildContext) -> None:
+        """Take a lag sample every ``interval`` seconds until asked to stop (a sleep cut short by
+        the stop is not a sample).
+        """
         ctx.started()
         while not ctx.stopping.is_set():
             start = self.clock.monotonic()

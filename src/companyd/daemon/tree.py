@@ -134,6 +134,7 @@ class TreeDiff:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, plus ``empty``, as a JSON-serialisable dict."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {
             "empty": self.empty
         }
