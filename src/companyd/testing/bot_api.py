@@ -195,6 +195,9 @@ class BotApiServer:
 
     @property
     def port(self) -> int:
+        """The Bot API port (bound at :meth:`start`; kept across :meth:`go_down` /
+        :meth:`go_up`).
+        """
         return self._api.port
 
     @property
@@ -204,6 +207,7 @@ class BotApiServer:
 
     @property
     def control_url(self) -> str | None:
+        """The root of the JSON control API, or None when the server runs without one."""
         return f"http://127.0.0.1:{self._control.port}" if self._control is not None else None
 
     # -- faults -------------------------------------------------------------------------
@@ -345,6 +349,7 @@ class BotApiServer:
     # -- reading what was sent ----------------------------------------------------------
 
     def find_message(self, chat_id: int | str, message_id: int) -> SentMessage | None:
+        """The message ``message_id`` sent to ``chat_id`` (as it is now, edits applied), or None."""
         for m in self.messages:
             if m.message_id == message_id and str(m.chat_id) == str(chat_id):
                 return m
@@ -355,6 +360,7 @@ class BotApiServer:
         return [m.text for m in self.messages if chat_id is None or str(m.chat_id) == str(chat_id)]
 
     def calls_of(self, method: str) -> list[ApiCall]:
+        """The recorded calls of Bot API ``method`` (e.g. ``sendMessage``), oldest first."""
         return [c for c in self.calls if c.method == method]
 
     def reset(self) -> None:

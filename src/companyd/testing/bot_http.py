@@ -59,6 +59,8 @@ class Dropped(Exception):
 
 
 class HttpError(Exception):
+    """A Bot API error answer: ``status`` with Telegram's error body carrying ``description``."""
+
     def __init__(self, status: int, description: str) -> None:
         super().__init__(description)
         self.status = status
@@ -67,6 +69,8 @@ class HttpError(Exception):
 
 @dataclass
 class Request:
+    """One HTTP request as the listener read it (header names lower-case)."""
+
     method: str
     path: str
     headers: dict[str, str]
@@ -88,9 +92,13 @@ class HttpListener:
 
     @property
     def listening(self) -> bool:
+        """Whether the port is open (between :meth:`open` and :meth:`close`)."""
         return self._server is not None
 
     async def open(self) -> None:
+        """Listen on 127.0.0.1 (idempotent); the same port again after a :meth:`close`, a free
+        one the first time when ``port`` is 0.
+        """
         if self._server is not None:
             return
         # reuse_address lets the same port be bound again right after go_down().
@@ -219,15 +227,18 @@ def decode_params(request: Request) -> dict[str, Any]:
 
 
 def json_response(status: int, obj: Any) -> tuple[int, str, bytes]:
+    """A handler's answer carrying ``obj`` as JSON."""
     return status, "application/json", json.dumps(obj).encode("utf-8")
 
 
 def error_body(status: int, description: str | None) -> dict[str, Any]:
+    """Telegram's error body for ``status``: ``description``, or the status's reason phrase."""
     default = f"{REASONS.get(status, 'Error')}"
     return {"ok": False, "error_code": status, "description": description or default}
 
 
 def int_param(value: Any, default: int) -> int:
+    """``value`` as an int, or ``default`` when it is missing or not a number."""
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -235,6 +246,11 @@ def int_param(value: Any, default: int) -> int:
 
 
 def chat_id_param(value: Any) -> int | str:
+    """A ``chat_id`` parameter: an int when it is one, else the text (an ``@channel`` name).
+
+    Raises:
+        HttpError: 400 when it is missing or empty, as Telegram answers.
+    """
     if value is None or value == "":
         raise HttpError(400, "Bad Request: chat_id is empty")
     try:
@@ -244,6 +260,12 @@ def chat_id_param(value: Any) -> int | str:
 
 
 def markup_param(value: Any) -> dict[str, Any] | None:
+    """A ``reply_markup`` parameter as a dict (given as an object or as JSON text), None when
+    absent.
+
+    Raises:
+        HttpError: 400 when it is not a JSON object, as Telegram answers.
+    """
     if value is None or value == "":
         return None
     if isinstance(value, str):

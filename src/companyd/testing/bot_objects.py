@@ -44,6 +44,7 @@ class SentMessage:
         return [(b.get("text", ""), b.get("callback_data", "")) for row in rows for b in row]
 
     def to_dict(self) -> dict[str, Any]:
+        """The message as the control API's ``/messages`` lists it."""
         return {
             "chat_id": self.chat_id,
             "message_id": self.message_id,
@@ -64,16 +65,19 @@ class ApiCall:
     status: int
 
     def to_dict(self) -> dict[str, Any]:
+        """The call as the control API's ``/calls`` lists it."""
         return {"method": self.method, "params": self.params, "status": self.status}
 
 
 def bot_id(token: str | None) -> int:
+    """The bot's user id: the digits before the ``:`` of ``token``, else a fixed id."""
     if token and token.split(":")[0].isdigit():
         return int(token.split(":")[0])
     return 1000001
 
 
 def user_json(uid: int, first_name: str, username: str | None) -> dict[str, Any]:
+    """A Telegram ``User`` object for a human (``is_bot`` false); ``username`` only when given."""
     user: dict[str, Any] = {"id": uid, "is_bot": False, "first_name": first_name}
     if username:
         user["username"] = username

@@ -91,6 +91,7 @@ class Receiver:
         return out
 
     def close(self) -> None:
+        """Close the socket and remove its file (an abstract ``@`` address has none)."""
         self.sock.close()
         if not self.address.startswith("@"):
             with contextlib.suppress(FileNotFoundError):

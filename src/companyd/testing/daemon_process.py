@@ -205,10 +205,18 @@ class DaemonProcess:
 
     @property
     def pid(self) -> int:
+        """The daemon's process id.
+
+        Raises:
+            RuntimeError: the daemon was not started.
+        """
         return self._proc().pid
 
     @property
     def returncode(self) -> int | None:
+        """The exit code once the process has exited and been waited for; None before (or if
+        never started).
+        """
         return None if self.proc is None else self.proc.returncode
 
     def command(self) -> list[str]:
@@ -313,6 +321,11 @@ class DaemonProcess:
         return CliResult(proc.returncode, out.decode(), err.decode())
 
     def send_signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the daemon process.
+
+        Raises:
+            RuntimeError: the daemon was not started.
+        """
         self._proc().send_signal(sig)
 
     async def wait(self, timeout: float = 30.0) -> int:

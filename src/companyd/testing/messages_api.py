@@ -277,6 +277,11 @@ class MessagesAPIServer:
 
     @property
     def port(self) -> int:
+        """The port the stand-in listens on.
+
+        Raises:
+            RuntimeError: it is not started.
+        """
         if self._httpd is None:
             raise RuntimeError("the stand-in is not started; call start() or use `with`")
         return int(self._httpd.server_address[1])

@@ -53,6 +53,7 @@ class RecordedRequest:
         return self.headers.get("x-api-key")
 
     def to_json(self) -> dict[str, Any]:
+        """The request as ``/_standin/requests`` lists it (every field, JSON-ready)."""
         return {
             "index": self.index,
             "method": self.method,

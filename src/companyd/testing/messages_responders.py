@@ -97,6 +97,9 @@ class AgentLikeResponder:
         self._ids = itertools.count(1)
 
     def __call__(self, request: RecordedRequest) -> ScriptItem:
+        """The reply to ``request`` by the rules in the class docstring: a call of one offered
+        tool, or a final text, with usage derived from the request's size.
+        """
         body = request.body if isinstance(request.body, dict) else {}
         tools = body.get("tools") or []
         system = body.get("system")

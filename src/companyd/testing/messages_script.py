@@ -94,6 +94,9 @@ class Reply:
     latency: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
+        """The reply in the script's JSON form (``"type": "message"``); :func:`item_from_json`
+        reads it back.
+        """
         return {
             "type": "message",
             "content": [dict(b) for b in self.content],
@@ -130,6 +133,9 @@ class Fault:
     latency: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
+        """The fault in the script's JSON form (``"type": "error"``); :func:`item_from_json`
+        reads it back.
+        """
         return {
             "type": "error",
             "status": self.status,
@@ -161,6 +167,9 @@ class Stall:
     then: Reply | Fault | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The stall in the script's JSON form (``"type": "stall"``, with the item that follows
+        it); :func:`item_from_json` reads it back.
+        """
         return {
             "type": "stall",
             "seconds": self.seconds,

@@ -76,6 +76,10 @@ class RoutineResponder:
         self._inner = AgentLikeResponder(prefer="create_entities", text="Done.")
 
     def __call__(self, request: RecordedRequest) -> ScriptItem:
+        """The reply to ``request`` by the rules in the class docstring: a task's first turn
+        records it in memory, a review is approved, anything else as :class:`AgentLikeResponder`
+        answers.
+        """
         item = self._inner(request)
         body = request.body if isinstance(request.body, dict) else {}
         messages = body.get("messages") or []
@@ -164,6 +168,9 @@ class RuntimeSimReport:
         return self.served == self.journal_llm_steps == self.journal_run_steps == self.ledger_calls
 
     def to_dict(self) -> dict[str, Any]:
+        """The scheduler's audit (:meth:`SimReport.to_dict`) plus the model-call, spend and event
+        figures, JSON-ready.
+        """
         return {
             **self.sim.to_dict(),
             "model_calls": {
