@@ -46,6 +46,7 @@ class Severity(StrEnum):
 
     @property
     def rank(self) -> int:
+        """The severity's order, DEBUG 0 to CRITICAL 3: compare ranks, not names."""
         return _RANK[self]
 
 
@@ -135,6 +136,7 @@ class Event:
     data: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The event as a JSON-serialisable dict (severity as its name; ``data`` copied)."""
         return {
             "kind": self.kind,
             "ts": self.ts,
@@ -181,6 +183,9 @@ class Subscription:
         return self._queue.popleft()
 
     def close(self) -> None:
+        """Stop receiving events (idempotent): a pending :meth:`get` wakes up, and once the queue
+        is empty :meth:`get` raises ``EOFError`` and iteration ends.
+        """
         self.closed = True
         self._bus._unsubscribe(self)
         if self._waiter is not None and not self._waiter.done():

@@ -57,6 +57,7 @@ class Button:
     usd: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The button as stored with its alert (the outbox's JSON): label, action, arg, usd."""
         return {"label": self.label, "action": self.action, "arg": self.arg, "usd": self.usd}
 
 
@@ -73,6 +74,7 @@ ButtonMaker = Callable[[Data, Collection[str]], list[Button]]
 
 
 def no_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    """The :data:`ButtonMaker` of kinds whose alerts offer no button."""
     return []
 
 

@@ -44,6 +44,9 @@ def _seconds(text: str) -> float:
 
 
 def register(sub: Any) -> None:
+    """Add the agent commands to the top-level ``companyd`` parser: ``ask``, ``runs``, ``tasks``,
+    ``retry``, ``proposals`` and the proposal decisions.
+    """
     p = sub.add_parser(
         "ask",
         help="give an agent a one-off task and print its answer, model, tokens and cost",

@@ -104,6 +104,10 @@ class Operator:
         }
 
     async def status(self) -> dict[str, Any]:
+        """:meth:`Admin.status`: the tree with paused agents marked, runs in flight, spend and
+        routines. Always answers: an unreadable ledger or routine history shows as unavailable, not
+        as an error.
+        """
         status = self._status_sync()
         status["spend"] = await self._spend_status()
         status["routines"] = await self._routines_status()
@@ -127,15 +131,27 @@ class Operator:
         return [_routine_for_status(r) for r in jobs.get("routines", []) if isinstance(r, Mapping)]
 
     async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
+        """:meth:`Admin.spend`, from the spend book.
+
+        Raises:
+            AdminError: an unknown grouping or period (the message lists the valid ones).
+        """
         try:
             return await self.spend_book.spend_report(by=by, period=period)
         except ValueError as exc:
             raise AdminError(str(exc)) from None
 
     async def budget(self) -> dict[str, Any]:
+        """:meth:`Admin.budget`: the spend book's budget report."""
         return await self.spend_book.budget_report()
 
     async def raise_budget(self, agent: str | None, usd: float) -> dict[str, Any]:
+        """:meth:`Admin.raise_budget`; the agents paused by a spent budget that the raise covers
+        are resumed, and the result names them and today's new limit.
+
+        Raises:
+            AdminError: an unknown agent, or an amount that is not positive.
+        """
         if agent is not None:
             self._check_agent(agent)
         if not usd > 0:
@@ -175,15 +191,27 @@ class Operator:
         }
 
     async def jobs(self) -> dict[str, Any]:
+        """:meth:`Admin.jobs`, from the scheduler."""
         return await self.scheduler.jobs()
 
     async def job_history(self, routine: str, limit: int = 20) -> dict[str, Any]:
+        """:meth:`Admin.job_history`.
+
+        Raises:
+            AdminError: no routine of that name.
+        """
         try:
             return await self.scheduler.history(routine, limit)
         except RoutineNotFound as exc:
             raise AdminError(str(exc)) from None
 
     async def run_job(self, routine: str) -> dict[str, Any]:
+        """:meth:`Admin.run_job`: fire ``routine`` now and wait for the run's outcome.
+
+        Raises:
+            AdminError: no routine of that name, or its concurrency policy has no room for another
+                run.
+        """
         try:
             outcome = await self.scheduler.run_now(routine)
         except (RoutineNotFound, RoutineBusy) as exc:
@@ -191,6 +219,11 @@ class Operator:
         return {"routine": routine, **outcome.to_dict()}
 
     async def pause(self, agent: str) -> dict[str, Any]:
+        """:meth:`Admin.pause`: an operator pause, held until :meth:`resume`.
+
+        Raises:
+            AdminError: an unknown agent (the message suggests the closest name).
+        """
         self._check_agent(agent)
         self.staff.pause(agent, "operator")
         return {
@@ -201,6 +234,11 @@ class Operator:
         }
 
     async def resume(self, agent: str) -> dict[str, Any]:
+        """:meth:`Admin.resume`; ``resumed`` is False when the agent was not paused.
+
+        Raises:
+            AdminError: an unknown agent.
+        """
         self._check_agent(agent)
         was = self.staff.resume(agent)
         return {
@@ -210,6 +248,13 @@ class Operator:
         }
 
     async def ask(self, agent: str, question: str, timeout: float = 300.0) -> dict[str, Any]:
+        """:meth:`Admin.ask`: queue a task from the operator and wait for its run's outcome.
+
+        Raises:
+            AdminError: an unknown agent, an empty question, no outcome within ``timeout`` seconds
+                (the task keeps running), or the daemon began to stop (the task is journaled and
+                resumes after the restart).
+        """
         self._check_agent(agent)
         if not question.strip():
             raise AdminError("the question is empty; say what you want the agent to do")
@@ -248,6 +293,11 @@ class Operator:
     async def runs(
         self, agent: str | None = None, status: str | None = None, limit: int = 20
     ) -> dict[str, Any]:
+        """:meth:`Admin.runs`, from the run journal.
+
+        Raises:
+            AdminError: an unknown ``status`` (the message lists the valid ones).
+        """
         if status is not None and status not in {*(str(s) for s in RunStatus), "running"}:
             raise AdminError(
                 f"unknown status {status!r}; choose one of running, "
@@ -256,10 +306,16 @@ class Operator:
         return {"runs": await self.journal.runs(agent=agent, status=status, limit=limit)}
 
     async def tasks(self, quarantined: bool = False) -> dict[str, Any]:
+        """:meth:`Admin.tasks`: queued and running tasks, or only the quarantined ones."""
         states = ["quarantined"] if quarantined else ["queued", "running"]
         return {"tasks": await self.journal.tasks(states)}
 
     async def retry(self, task_id: str) -> dict[str, Any]:
+        """:meth:`Admin.retry`.
+
+        Raises:
+            AdminError: no such task, or it is not quarantined.
+        """
         try:
             task = await self.staff.retry(task_id)
         except KeyError:
@@ -274,9 +330,15 @@ class Operator:
         }
 
     async def proposals(self) -> dict[str, Any]:
+        """:meth:`Admin.proposals`: the latest proposals, newest first, decided ones included."""
         return {"proposals": [p.to_dict() for p in await self.proposal_store.list()]}
 
     async def approve(self, proposal_id: str) -> dict[str, Any]:
+        """:meth:`Admin.approve`: runs to the end once begun, even if the caller goes away.
+
+        Raises:
+            AdminError: no such proposal, it is not pending, or the file changed since it was made.
+        """
         try:
             p = await self.proposal_store.approve(proposal_id)
         except ProposalError as exc:
@@ -284,6 +346,11 @@ class Operator:
         return {**p.to_dict(), "message": f"applied {p.id} to {p.file} and reloaded"}
 
     async def reject(self, proposal_id: str) -> dict[str, Any]:
+        """:meth:`Admin.reject`.
+
+        Raises:
+            AdminError: no such proposal, or it is not pending.
+        """
         try:
             p = await self.proposal_store.reject(proposal_id)
         except ProposalError as exc:
@@ -291,6 +358,12 @@ class Operator:
         return {**p.to_dict(), "message": f"rejected {p.id}"}
 
     async def revert(self, proposal_id: str) -> dict[str, Any]:
+        """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away.
+
+        Raises:
+            AdminError: no such proposal, or it is not applied, or the file was edited since it was
+                applied.
+        """
         try:
             p = await self.proposal_store.revert(proposal_id)
         except ProposalError as exc:
@@ -300,6 +373,12 @@ class Operator:
     async def debug(
         self, action: str, target: str | None = None, seconds: float = 0.0
     ) -> dict[str, Any]:
+        """:meth:`Admin.debug`.
+
+        Raises:
+            AdminError: ``COMPANYD_DEBUG=1`` is not in the daemon's environment, an unknown action
+                or agent, a ``crash`` without a target, or a ``block`` outside 0 < seconds <= 600.
+        """
         if os.environ.get("COMPANYD_DEBUG") != "1":
             raise AdminError(
                 "debug operations are disabled; start the daemon with COMPANYD_DEBUG=1 in its "

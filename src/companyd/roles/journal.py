@@ -107,6 +107,10 @@ log = logging.getLogger(__name__)
 
 
 class TaskState:
+    """The states of a journaled task (the ``tasks.state`` column): queued, running, done, or
+    quarantined (crashed too often; waits for ``companyd retry``).
+    """
+
     QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"
@@ -242,6 +246,9 @@ class Journal:
         await self._run(add)
 
     async def set_task_state(self, task_id: str, state: str, now: float) -> None:
+        """Set task ``task_id``'s state (a :class:`TaskState` value) as of ``now``; nothing if
+        there is no such task.
+        """
         await self._run(
             lambda db: db.execute(
                 "UPDATE tasks SET state = ?, updated = ? WHERE id = ?", (state, now, task_id)
@@ -334,11 +341,18 @@ class Journal:
         return out
 
     async def tasks(self, states: Sequence[str]) -> list[dict[str, Any]]:
+        """Tasks in ``states``, newest first (at most 200): each task's fields with its state,
+        crash count, errors and last update.
+        """
         return await self._run(lambda db: self.list_tasks(db, states))
 
     # -- runs -----------------------------------------------------------------------------
 
     async def start_run(self, task: Task, run_id: str, attempt: int, started: float) -> None:
+        """Journal the start of attempt ``attempt`` of ``task`` as run ``run_id``, and mark the
+        task running, in one transaction.
+        """
+
         def start(db: sqlite3.Connection) -> None:
             with db:
                 db.execute("BEGIN")
@@ -393,6 +407,9 @@ class Journal:
     async def update_run_totals(
         self, run_id: str, *, cost: str, steps: int, models: Sequence[str], offline: bool
     ) -> None:
+        """Record a run's running totals so far: cost (a decimal string, USD), steps, the models
+        used, whether it ran offline.
+        """
         await self._run(
             lambda db: db.execute(
                 "UPDATE runs SET cost = ?, steps = ?, models = ?, offline = ? WHERE id = ?",
@@ -522,6 +539,9 @@ class Journal:
     async def runs(
         self, agent: str | None = None, status: str | None = None, limit: int = 20
     ) -> list[dict[str, Any]]:
+        """Recent runs, newest first, optionally of one ``agent`` and/or ``status`` (at most
+        ``limit``).
+        """
         return await self._run(lambda db: self.list_runs(db, agent, status, limit))
 
     async def abandon_running(self, agent: str, reason: str, now: float) -> None:
@@ -602,6 +622,9 @@ class Journal:
     # -- pauses ---------------------------------------------------------------------------
 
     async def set_paused(self, agent: str, reason: str, budget: bool, now: float) -> None:
+        """Record that ``agent`` is paused (``budget``: by a spent budget) since ``now``, so it
+        stays paused across a restart; replaces an earlier pause.
+        """
         await self._run(
             lambda db: db.execute(
                 "INSERT OR REPLACE INTO paused (agent, reason, budget, since) VALUES (?,?,?,?)",
@@ -610,6 +633,7 @@ class Journal:
         )
 
     async def clear_paused(self, agent: str) -> None:
+        """Forget ``agent``'s pause (nothing if it was not paused)."""
         await self._run(lambda db: db.execute("DELETE FROM paused WHERE agent = ?", (agent,)))
 
     async def paused(self) -> dict[str, tuple[str, bool]]:
