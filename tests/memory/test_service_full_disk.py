@@ -75,6 +75,9 @@ async def test_a_full_disk_pauses_memory_writes_without_a_crash_and_recovers(
         assert not owner.done(), "the memory owner exited on a full disk"
         assert kinds(events) == ["state_disk_full"]  # one alarm for the outage
         assert events[-1].data["what"] == "memory journal"
+        # the alert names what the disk said, not the owner's internal "must restart"
+        assert events[-1].data["error"].startswith("OSError: [Errno 28]"), events[-1].data
+        assert "restart" not in events[-1].data["message"]
         # reads are served meanwhile, from what is durable
         graph = await service.call("read_graph", {})
         assert [e["name"] for e in graph["entities"]] == ["before"]

@@ -509,7 +509,7 @@ class MemoryService:
             )
         self._disk_error = error
         self._disk_back = False
-        DiskAlarm.of(self._bus).failed(_WHAT, str(self.path) + ".journal", error)
+        DiskAlarm.of(self._bus).failed(_WHAT, str(self.path) + ".journal", _disk_cause(error))
         store = await self._open_store(worker)
         if self._probe is None or self._probe.done():
             self._probe = asyncio.get_running_loop().create_task(self._probe_disk(worker))
