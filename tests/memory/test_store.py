@@ -371,9 +371,11 @@ def test_journal_write_failure_makes_the_store_refuse_further_use(tmp_path: Path
     assert "writing the journal" in out["first"] and "must restart and reload" in out["first"]
     assert out["second"] == out["first"]  # refuses every further use
     fresh = GraphStore(memfile)
-    report = fresh.open()  # the torn record is quarantined; the acknowledged write is there
-    assert names(fresh)[0] == "ok"
-    assert report.journal_torn or names(fresh) == ["ok", "big"]
+    report = fresh.open()
+    # the part of the refused record that reached the file was cut off again (issue 15): the
+    # acknowledged write is there, the refused one is not, and there is nothing to repair
+    assert names(fresh) == ["ok"]
+    assert not report.journal_torn and not report.quarantined
 
 
 def test_write_atomic_replaces_and_cleans_up(tmp_path: Path) -> None:

@@ -60,6 +60,10 @@ class AlertBook:
         #: set when something may be due for delivery
         self.wake = asyncio.Event()
         self._store_failing = False
+        # records a failed outbox write left out (a full disk), by id: the next save that
+        # succeeds writes them too, in their state then — else a delivery recorded only in
+        # memory would be sent again after a restart
+        self._unsaved: dict[int, AlertRecord] = {}
 
     def load(self, records: list[AlertRecord], next_id: int, now: float) -> None:
         """Start from the outbox's active alerts (at the start of a run)."""
@@ -213,13 +217,18 @@ class AlertBook:
 
     async def save(self, *recs: AlertRecord) -> None:
         """Write to the outbox. If that fails (disk full, file gone), alerting goes on
-        without it — delivering from memory beats stopping the pager — and says so.
+        without it — delivering from memory beats stopping the pager — and says so; the
+        records left out are written with the next save that succeeds.
         """
         if self.store is None:
             return
+        batch = {**self._unsaved, **{r.id: r for r in recs}}
+        self._unsaved = {}
         try:
-            await self.store.save(*recs)
+            await self.store.save(*batch.values())
         except (sqlite3.Error, OSError) as exc:
+            for rid, rec in batch.items():  # a save meanwhile may have left some out too
+                self._unsaved.setdefault(rid, rec)
             if not self._store_failing:
                 log.error(
                     "alerts: cannot write the alert outbox %s (%s); alerts are still sent but "

@@ -10,6 +10,15 @@ once their deadline passes.
 
 The owner crashes on purpose (:class:`MemoryInconsistent`) when its state and the disk may
 disagree, e.g. a failed fsync; the supervisor restarts it and the restart reloads from disk.
+
+A write the state disk refuses (full, over quota, an I/O error: :func:`is_disk_failure`) is
+not a crash: a restart would fail the same way. The owner reloads from disk in place, raises
+the daemon's shared :class:`DiskAlarm` ("state disk full") and serves *degraded*: reads as
+usual, writes refused at once with :class:`MemoryUnavailable` ("memory not saved: the state
+disk is full … retry later"), so nothing is acknowledged that is not durable. Every
+``disk_retry_seconds`` it probes the disk (a small file written, fsynced and removed); once
+the probe passes it reopens for writing, clears the alarm and takes writes again
+(docs/memory.md, "A full disk").
 """
 
 from __future__ import annotations
@@ -18,28 +27,44 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from companyd._fs import is_disk_failure, make_dirs
+from companyd._fs import (
+    PRIVATE_FILE,
+    DiskAlarm,
+    is_disk_failure,
+    make_dirs,
+    tmp_name,
+    write_all,
+)
 from companyd.clock import Clock, SystemClock
 from companyd.events import EventBus
 from companyd.memory.codec import LoadReport
 from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryUnavailable
 from companyd.memory.graph import KnowledgeGraph
 from companyd.memory.store import GraphStore, Operation, Outcome
-from companyd.memory.tools import validate_arguments
+from companyd.memory.tools import READ_ONLY_TOOLS, validate_arguments
 from companyd.memory.view import neighbourhood
 from companyd.supervision.child import ChildContext
 
-__all__ = ["MemoryService"]
+__all__ = ["DISK_PROBE_BYTES", "DISK_RETRY_SECONDS", "MemoryService"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: How often a degraded owner (the state disk refused a write) probes the disk.
+DISK_RETRY_SECONDS = 1.0
+#: The probe's size: more than a typical batch of journal records, so a disk that takes the
+#: probe takes the next writes too (if not, the owner is degraded again, nothing is lost).
+DISK_PROBE_BYTES = 64 * 1024
+#: The alarm's name for the memory's writes.
+_WHAT = "memory journal"
 
 
 class _OwnerThread:
@@ -139,6 +164,7 @@ class MemoryService:
         call_timeout: default deadline of :meth:`call` and the other requests; deadlines are
             checked every ``min(1 s, call_timeout / 4)``.
         lock_timeout: seconds to wait for ``<file>.lock`` held by another process.
+        disk_retry_seconds: while the state disk refuses writes, probe it this often.
         source: the event source name.
     """
 
@@ -152,6 +178,7 @@ class MemoryService:
         max_lag_seconds: float = 10.0,
         call_timeout: float = 30.0,
         lock_timeout: float = 10.0,
+        disk_retry_seconds: float = DISK_RETRY_SECONDS,
         source: str = "memory",
     ) -> None:
         self.path = Path(path).absolute()
@@ -163,6 +190,7 @@ class MemoryService:
         self._call_timeout = call_timeout
         self._tick = min(1.0, call_timeout / 4)
         self._lock_timeout = lock_timeout
+        self._disk_retry = disk_retry_seconds
         self._source = source
         # requests not yet taken by a batch, in arrival order
         self._pending: collections.deque[_Request] = collections.deque()
@@ -177,6 +205,12 @@ class MemoryService:
         self._busy = False  # a batch or a compaction is on the owner thread
         self._generation = 0
         self._crash: BaseException | None = None
+        # the state disk: a batch it refused (the store must be reloaded before the next
+        # one), why the owner is degraded (writes refused), and a passed probe to act on
+        self._disk_refused: BaseException | None = None
+        self._disk_error: BaseException | None = None
+        self._disk_back = False
+        self._probe: asyncio.Task[None] | None = None
         self._last_activity = 0.0
         self._compact_not_before = float("-inf")  # after a failed compaction: when to retry
         self._timer: asyncio.Task[None] | None = None
@@ -233,25 +267,31 @@ class MemoryService:
         """Supervised child: load+repair, ``ctx.started()``, serve, compact when idle;
         serve what is queued, compact and return once ``ctx.stopping`` is set (or compact
         and re-raise when cancelled). Raises :class:`MemoryInconsistent` (a crash on
-        purpose) when a write failed; the restart reloads from disk.
+        purpose) when a write failed other than on the disk; the restart reloads from disk.
+        A write the disk refused degrades it instead (module docstring).
         """
         loop = asyncio.get_running_loop()
         worker = _OwnerThread(f"memory-owner:{self.path.name}")
-        store = GraphStore(self.path, lock_timeout=self._lock_timeout)
-
-        def on_repair(report: LoadReport) -> None:  # on the owner thread
-            loop.call_soon_threadsafe(self._repaired, report)
-
-        store.on_repair = on_repair
+        store = self._new_store(readonly=False)
         self._generation += 1
         self._crash = None
+        self._disk_clear()
         self._dirty_since = None
         self._stopping = ctx.stopping
         watch: asyncio.Task[None] | None = None
         opened = False
         try:
             await worker.submit(lambda: make_dirs(self.path.parent))
-            report = await worker.submit(store.open)
+            try:
+                report = await worker.submit(store.open)
+            except Exception as exc:
+                if not is_disk_failure(exc):
+                    raise
+                # Started on a full disk with something to repair: serve degraded.
+                await worker.submit(store.close)
+                store = await self._degrade(worker, exc)
+                assert store.report is not None
+                report = store.report
             opened = True
             self.last_report = report
             self._worker, self._store = worker, store
@@ -265,13 +305,25 @@ class MemoryService:
             while True:
                 if self._crash is not None:
                     raise self._crash
+                if self._disk_refused is not None:
+                    store = await self._reload_degraded(worker, store, self._disk_refused)
+                    continue
+                if self._disk_back and not self._busy:
+                    store = await self._recover(worker, store)
+                    continue
+                degraded = self._disk_error is not None
                 idle = not self._busy and not self._pending
                 if ctx.stopping.is_set() and idle:
                     break
                 now = self._clock.monotonic()
                 if store.journal_records and self._dirty_since is None:
                     self._dirty_since = now
-                if idle and store.journal_records and now >= self._compact_not_before:
+                if (
+                    idle
+                    and not degraded
+                    and store.journal_records
+                    and now >= self._compact_not_before
+                ):
                     quiet = now - self._last_activity
                     lagging = self._dirty_since is not None and (
                         now - self._dirty_since >= self._max_lag
@@ -280,7 +332,11 @@ class MemoryService:
                         await self._compact(worker, store)
                         self._dirty_since = None
                         continue
-                if store.journal_records and (self._timer is None or self._timer.done()):
+                if (
+                    not degraded
+                    and store.journal_records
+                    and (self._timer is None or self._timer.done())
+                ):
                     due = self._last_activity + self._idle
                     if self._dirty_since is not None:
                         due = min(due, self._dirty_since + self._max_lag)
@@ -292,14 +348,14 @@ class MemoryService:
             self._serving = False
             self._worker = self._store = None
             self._wake = None
-            for task in (watch, self._timer):
+            for task in (watch, self._timer, self._probe):
                 if task is not None:
                     task.cancel()
-            self._timer = None
+            self._timer = self._probe = None
             # Fold the journal into the MCP file and close, even when cancelled: the thread
             # finishes its queue (a batch in flight settles its own callers) whatever happens
             # to this task. Requests still queued wait, until their deadline, for a restart.
-            healthy = opened and self._crash is None
+            healthy = opened and self._crash is None and self._disk_error is None
             final = worker.submit(lambda: _finish(store, compact=healthy))
             worker.stop()
             with contextlib.suppress(asyncio.CancelledError):
@@ -331,19 +387,31 @@ class MemoryService:
         down or busy (then the batch in flight kicks again when it is done).
         """
         worker, store = self._worker, self._store
-        if self._busy or not self._serving or worker is None or store is None:
+        if (
+            self._busy
+            or not self._serving
+            or self._disk_refused is not None
+            or worker is None
+            or store is None
+        ):
             return
         batch: list[_Request] = []
+        ops: list[Operation] = []
         while self._pending:
             req = self._pending.popleft()
-            if not req.future.done():  # not expired or cancelled while queued
-                req.taken = True
-                batch.append(req)
+            if req.future.done():  # expired or cancelled while queued
+                continue
+            req.taken = True
+            op = req.op(store)
+            if self._disk_error is not None and _writes(op):
+                _settle(req.future, (False, self._not_saved(self._disk_error)))
+                continue
+            batch.append(req)
+            ops.append(op)
         if not batch:
             return
         self._busy = True
         self._last_activity = self._clock.monotonic()
-        ops = [req.op(store) for req in batch]
         loop = asyncio.get_running_loop()
         generation = self._generation
 
@@ -368,6 +436,14 @@ class MemoryService:
         if outcomes is not None:
             for req, outcome in zip(batch, outcomes, strict=True):
                 _settle(req.future, outcome)
+        elif is_disk_failure(error):
+            # The state disk refused the journal write (cut off again by the store): not a
+            # crash, a restart would fail the same way. Reload in place and serve degraded.
+            assert error is not None
+            for req in batch:
+                _settle(req.future, (False, self._not_saved(error)))
+            if generation == self._generation:
+                self._disk_refused = error
         else:
             if isinstance(error, MemoryInconsistent):
                 failed = MemoryUnavailable(f"{error}; the call was not saved — retry it")
@@ -389,12 +465,120 @@ class MemoryService:
         store = self._store
         if (
             self._crash is not None
+            or self._disk_refused is not None
             or (self._stopping is not None and self._stopping.is_set())
             or self._timer is None
             or self._timer.done()  # no idle timer armed for this write yet
             or (store is not None and store.should_compact())
         ):
             self._poke()
+
+    # -- a full or failing state disk ---------------------------------------------------------
+
+    def _disk_clear(self) -> None:
+        """A new incarnation starts with no disk failure known."""
+        self._disk_refused = self._disk_error = None
+        self._disk_back = False
+
+    def _not_saved(self, error: BaseException) -> MemoryUnavailable:
+        cause = _disk_cause(error)
+        return MemoryUnavailable(
+            f"memory not saved: the state disk is full or failing (memory file "
+            f"{str(self.path)!r}: {cause}); the call was not applied and nothing was changed "
+            "— retry later, once the disk has room again"
+        )
+
+    async def _reload_degraded(
+        self, worker: _OwnerThread, store: GraphStore, error: BaseException
+    ) -> GraphStore:
+        """The disk refused a journal write: drop the store (its graph may hold the refused
+        change) and serve degraded from what is on disk.
+        """
+        self._busy = True
+        try:
+            await worker.submit(store.close)
+            return await self._degrade(worker, error)
+        finally:
+            self._busy = False
+            self._disk_refused = None
+            self._kick()
+
+    async def _degrade(self, worker: _OwnerThread, error: BaseException) -> GraphStore:
+        """Raise the alarm, start probing, and open a store from what is on disk: for
+        writing if that needs no write, else read-only. Returns the store (also serving).
+        """
+        if self._disk_error is None:
+            log.error(
+                "memory file %s: the state disk refuses writes (%s); memory writes are "
+                "refused, reads served, until it takes writes again",
+                self.path,
+                _disk_cause(error),
+            )
+        self._disk_error = error
+        self._disk_back = False
+        DiskAlarm.of(self._bus).failed(_WHAT, str(self.path) + ".journal", _disk_cause(error))
+        store = await self._open_store(worker)
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._probe_disk(worker))
+        return store
+
+    async def _open_store(self, worker: _OwnerThread) -> GraphStore:
+        """A freshly loaded store; read-only when the load's repair cannot be written.
+        Installed as the serving store.
+        """
+        store = self._new_store(readonly=False)
+        try:
+            await worker.submit(store.open)
+        except Exception as exc:
+            await worker.submit(store.close)
+            if not is_disk_failure(exc):
+                raise
+            store = self._new_store(readonly=True)
+            await worker.submit(store.open)
+        if self._worker is not None:  # serving (not the start, which installs it)
+            self._store = store
+        return store
+
+    def _new_store(self, *, readonly: bool) -> GraphStore:
+        loop = asyncio.get_running_loop()
+        store = GraphStore(self.path, lock_timeout=self._lock_timeout, readonly=readonly)
+
+        def on_repair(report: LoadReport) -> None:  # on the owner thread
+            loop.call_soon_threadsafe(self._repaired, report)
+
+        store.on_repair = on_repair
+        return store
+
+    async def _probe_disk(self, worker: _OwnerThread) -> None:
+        """Every ``disk_retry_seconds`` while degraded: does the disk take a write again?"""
+        while self._disk_error is not None and not self._disk_back:
+            await self._clock.sleep(self._disk_retry)
+            try:
+                await worker.submit(lambda: _probe_write(self.path))
+            except OSError as exc:
+                if not is_disk_failure(exc):
+                    log.warning("probing the state disk failed: %s", exc)
+                continue
+            self._disk_back = True
+            self._poke()
+
+    async def _recover(self, worker: _OwnerThread, store: GraphStore) -> GraphStore:
+        """The probe passed: reopen for writing (reloading from disk) and take writes."""
+        self._busy = True
+        self._disk_back = False
+        try:
+            await worker.submit(store.close)
+            fresh = await self._open_store(worker)
+            if fresh.readonly:  # the repair still cannot be written: keep probing
+                self._probe = asyncio.get_running_loop().create_task(self._probe_disk(worker))
+                return fresh
+            self._disk_error = None
+            log.warning("memory file %s: the state disk takes writes again", self.path)
+            DiskAlarm.of(self._bus).recovered(_WHAT)
+            return fresh
+        finally:
+            self._busy = False
+            self._kick()
 
     async def _compact(self, worker: _OwnerThread, store: GraphStore) -> None:
         self._busy = True
@@ -468,6 +652,40 @@ class MemoryService:
             foreign_rewrite=report.foreign_rewrite,
             corrupt_file=corrupt if report.quarantined else None,
         )
+
+
+def _writes(op: Operation) -> bool:
+    """Whether ``op`` is a tool call that may change the graph."""
+    return isinstance(op, tuple) and op[0] not in READ_ONLY_TOOLS
+
+
+def _disk_cause(error: BaseException) -> BaseException:
+    """The OSError (or SQLite error) under ``error`` that says what the disk did."""
+    seen: set[int] = set()
+    exc: BaseException | None = error
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return error
+
+
+def _probe_write(path: Path) -> None:
+    """Write, fsync and remove a small file next to ``path`` (a store temporary, so a crash
+    in between leaves nothing the next load does not remove). Raises what the disk says.
+    """
+    probe = tmp_name(path)
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
+        try:
+            write_all(fd, b"\0" * DISK_PROBE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
 
 
 def _finish(store: GraphStore, *, compact: bool) -> None:

@@ -584,9 +584,15 @@ class GraphStore:
             write_all(fd, data)
             _sync_data(fd)
         except OSError as exc:
+            # Cut off what part of the records reached the file (a full disk takes a write
+            # partly; shrinking a file needs no space), so the failed, unacknowledged write
+            # is not applied by the next load: the lock is held, nobody appended after us.
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._journal_offset)
             # The graph in memory now holds changes that may not be on disk. Never retry an
             # fsync (the page cache may have dropped the data): refuse, and let the owner
-            # restart from what the disk says.
+            # reload from what the disk says.
             self._broken = (
                 f"writing the journal {str(self.journal_path)!r} failed ({exc}); "
                 "the memory owner must restart and reload"

@@ -33,6 +33,7 @@ from companyd.config import McpServerSpec, ToolsSpec
 from companyd.errors import CompanydError
 from companyd.llm.blocks import ToolResultBlock, ToolUseBlock
 from companyd.llm.model import ToolDef
+from companyd.memory.errors import MemoryToolError, MemoryUnavailable
 from companyd.memory.tools import tool_definitions
 
 __all__ = [
@@ -405,11 +406,12 @@ def memory_tools(memory: MemoryPort) -> list[Tool]:
 
     def op(name: str) -> Handler:
         async def call(arguments: Mapping[str, Any], ctx: ToolCallContext) -> Any:
-            from companyd.memory import MemoryToolError
-
             try:
                 return await memory.call(name, arguments)
-            except MemoryToolError as exc:
+            except (MemoryToolError, MemoryUnavailable) as exc:
+                # MemoryUnavailable: a full state disk, an owner restarting. The model sees
+                # what happened (its message says whether the call was applied and to retry
+                # later) and the run goes on.
                 raise ToolError(str(exc)) from None
 
         return call
@@ -421,7 +423,10 @@ def memory_tools(memory: MemoryPort) -> list[Tool]:
         depth = arguments.get("depth", 1)
         if not isinstance(depth, int) or not 1 <= depth <= 3:
             raise ToolError(f"'depth' must be a whole number from 1 to 3, got {depth!r}")
-        return await memory.recall(entity, depth)
+        try:
+            return await memory.recall(entity, depth)
+        except MemoryUnavailable as exc:
+            raise ToolError(str(exc)) from None
 
     # The official server's own names, descriptions and input schemas. All nine are safe to
     # run again after a crash left a call's outcome unknown: creates skip what exists, adds
