@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import typing
+from typing import Any, cast
 
 import pytest
 
+from companyd._secrets import SECRETS
 from companyd.admin import Admin
 from companyd.admin.results import (
     AgentCounts,
     CompanyInfo,
     DaemonInfo,
     DepartmentChanges,
+    Paused,
     ReloadApplied,
     ReloadRejected,
     Resumed,
@@ -30,6 +34,8 @@ from companyd.admin.wire import (
     load_result,
     result_data,
 )
+from companyd.daemon.control import ControlServer
+from companyd.daemon.protocol import encode_answer
 
 
 def _members(hint: object) -> tuple[object, ...]:
@@ -185,3 +191,50 @@ def test_arguments_are_converted_only_from_an_integer_to_a_float() -> None:
         "usd": 5.0,
     }
     assert check_arguments("runs", {"agent": "ceo"}) == {"agent": "ceo"}
+
+
+class _Typed:
+    """Just enough of an Admin for the control server's request handling."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    async def pause(self, agent: str) -> Paused:
+        return Paused(agent=agent, paused=True, message=self.message)
+
+    async def resume(self, agent: str) -> Paused:  # the wrong result: a bug in the daemon
+        return Paused(agent=agent, paused=False, message=self.message)
+
+
+async def _answer(admin: _Typed, line: bytes) -> dict[str, Any]:
+    server = ControlServer(cast(Admin, admin), "/nonexistent/companyd.sock")
+    answer: dict[str, Any] = json.loads(encode_answer(await server.handle_line(line)))
+    return answer
+
+
+@pytest.mark.anyio
+async def test_the_control_server_sends_a_result_as_its_json_and_a_wrong_one_is_internal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    admin = _Typed("paused cfo")
+    ok = await _answer(admin, b'{"op": "pause", "args": {"agent": "cfo"}, "id": 3}\n')
+    assert ok == {
+        "ok": True,
+        "result": {"agent": "cfo", "paused": True, "message": "paused cfo"},
+        "id": 3,
+    }
+    with caplog.at_level(logging.ERROR, logger="companyd.daemon.control"):
+        bad = await _answer(admin, b'{"op": "resume", "args": {"agent": "cfo"}}\n')
+    assert bad["code"] == "internal"
+    assert "'resume' returned a Paused, not its result Resumed" in bad["error"]
+
+
+@pytest.mark.anyio
+async def test_a_secret_in_a_result_is_masked_at_the_control_socket() -> None:
+    secret = "typed-admin-secret-value-0123456789"
+    SECRETS.add(secret)
+    answer = await _answer(
+        _Typed(f"paused cfo with {secret}"), b'{"op": "pause", "args": {"agent": "cfo"}}\n'
+    )
+    assert answer["ok"] is True and secret not in json.dumps(answer)
+    assert answer["result"]["message"].startswith("paused cfo with ")
