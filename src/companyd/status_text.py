@@ -1,10 +1,10 @@
 """``companyd status`` as text: the renderers shared by the CLI, the daemon's STATUS= line and
 Telegram's /status.
 
-They take the status mapping the daemon's ``Admin.status`` returns (docs/daemon.md, "status()
-result") and are total: a key the daemon did not send is left out, a mistyped one is shown as
-missing, never a crash (an older daemon may answer a newer CLI). Layer 1: imports nothing
-from the package.
+They take the JSON form of the daemon's ``Admin.status`` result (docs/daemon.md, "status()
+result"; ``companyd.admin.wire.result_data`` makes it) and are total: a key the daemon did
+not send is left out, a mistyped one is shown as missing, never a crash (an older daemon may
+answer a newer CLI). Layer 1: imports nothing from the package.
 """
 
 from __future__ import annotations

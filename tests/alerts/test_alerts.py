@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from companyd.admin import AdminError
+from companyd.admin.results import AskAnswer, Resumed
 from companyd.alerts.service import EDIT_INTERVAL, AlertService
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config
@@ -38,8 +39,30 @@ STRANGER = 999
 # Test parts
 
 
+def answer(agent: str, text: str, cost_usd: float) -> AskAnswer:
+    """``ask``'s result for a run that ended well after one model call."""
+    return AskAnswer(
+        task_id="task-1",
+        run_id="run-1",
+        agent=agent,
+        status="ok",
+        reason=None,
+        answer=text,
+        cost_usd=cost_usd,
+        steps=1,
+        tokens=1200,
+        models=["claude-haiku-4-5"],
+        started=1_800_000_000.0,
+        ended=1_800_000_004.0,
+        offline=False,
+    )
+
+
 class RecordingAdmin:
-    """Our Admin protocol, implemented small: records calls, answers canned dicts."""
+    """Our Admin protocol, implemented small: records calls, answers canned dicts where
+    the pager only shows the result (it renders any shape), and the result dataclasses
+    where it reads one (``resume``, ``ask``).
+    """
 
     agents = ("ceo", "cfo")
 
@@ -51,7 +74,7 @@ class RecordingAdmin:
         if agent not in self.agents:
             raise AdminError(f"unknown agent {agent!r}; agents: {', '.join(self.agents)}")
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> Any:
         self.calls.append(("status",))
         return {
             "agents": {"cfo": {"state": "running", "restarts": 2}},
@@ -59,85 +82,83 @@ class RecordingAdmin:
             "spend_today_usd": 1.5,
         }
 
-    async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
+    async def spend(self, by: str = "agent", period: str = "today") -> Any:
         self.calls.append(("spend", by, period))
         return {"rows": [{"name": "cfo", "usd": 1.25}], "total_usd": 1.25}
 
-    async def budget(self) -> dict[str, Any]:
+    async def budget(self) -> Any:
         self.calls.append(("budget",))
         return {"company": {"limit_usd": 10.0, "used_usd": 4.0}}
 
-    async def raise_budget(self, agent: str | None, usd: float) -> dict[str, Any]:
+    async def raise_budget(self, agent: str | None, usd: float) -> Any:
         self.calls.append(("raise_budget", agent, usd))
         return {"agent": agent, "raised_usd": usd}
 
-    async def jobs(self) -> dict[str, Any]:
+    async def jobs(self) -> Any:
         self.calls.append(("jobs",))
         return {"routines": [{"name": "weekly-report", "next_fire_ts": 1_800_003_600.0}]}
 
-    async def job_history(self, routine: str, limit: int = 20) -> dict[str, Any]:
+    async def job_history(self, routine: str, limit: int = 20) -> Any:
         self.calls.append(("job_history", routine, limit))
         return {"fires": []}
 
-    async def run_job(self, routine: str) -> dict[str, Any]:
+    async def run_job(self, routine: str) -> Any:
         self.calls.append(("run_job", routine))
         return {"routine": routine, "started": True}
 
-    async def pause(self, agent: str) -> dict[str, Any]:
+    async def pause(self, agent: str) -> Any:
         self.calls.append(("pause", agent))
         self._agent(agent)
         return {"agent": agent, "paused": True}
 
-    async def resume(self, agent: str) -> dict[str, Any]:
+    async def resume(self, agent: str) -> Resumed:
         self.calls.append(("resume", agent))
         self._agent(agent)
-        return {"agent": agent, "paused": False}
+        return Resumed(agent=agent, resumed=True, message=f"resumed {agent}")
 
-    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> dict[str, Any]:
+    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> AskAnswer:
         self.calls.append(("ask", agent, question))
         if self.ask_gate is not None:
             await self.ask_gate.wait()
-        return {"answer": f"runway is 14 months ({question})", "cost_usd": 0.0123}
+        return answer(agent, f"runway is 14 months ({question})", cost_usd=0.0123)
 
     async def runs(
         self, agent: str | None = None, status: str | None = None, limit: int = 20
-    ) -> dict[str, Any]:
+    ) -> Any:
         self.calls.append(("runs", agent, status, limit))
         return {"runs": []}
 
-    async def tasks(self, quarantined: bool = False) -> dict[str, Any]:
+    async def tasks(self, quarantined: bool = False) -> Any:
         self.calls.append(("tasks", quarantined))
         return {"tasks": [{"id": "t-9", "agent": "cfo", "reason": "crashed 3 times"}]}
 
-    async def retry(self, task_id: str) -> dict[str, Any]:
+    async def retry(self, task_id: str) -> Any:
         self.calls.append(("retry", task_id))
         return {"task": task_id, "queued": True}
 
-    async def proposals(self) -> dict[str, Any]:
+    async def proposals(self) -> Any:
         self.calls.append(("proposals",))
         return {"proposals": []}
 
-    async def approve(self, proposal_id: str) -> dict[str, Any]:
+    async def approve(self, proposal_id: str) -> Any:
         self.calls.append(("approve", proposal_id))
         if proposal_id == "p-missing":
             raise AdminError("no proposal 'p-missing'; pending proposals: p-7")
         return {"proposal": proposal_id, "applied": True}
 
-    async def reject(self, proposal_id: str) -> dict[str, Any]:
+    async def reject(self, proposal_id: str) -> Any:
         self.calls.append(("reject", proposal_id))
         return {"proposal": proposal_id, "rejected": True}
 
-    async def revert(self, proposal_id: str) -> dict[str, Any]:
+    async def revert(self, proposal_id: str) -> Any:
         self.calls.append(("revert", proposal_id))
         return {"proposal": proposal_id, "reverted": True}
 
-    async def debug(
-        self, action: str, target: str | None = None, seconds: float = 0.0
-    ) -> dict[str, Any]:
+    async def debug(self, action: str, target: str | None = None, seconds: float = 0.0) -> Any:
         self.calls.append(("debug", action, target, seconds))
         return {"action": action, "target": target}
 
-    async def reload(self) -> dict[str, Any]:
+    async def reload(self) -> Any:
         self.calls.append(("reload",))
         return {"reloaded": True}
 

@@ -14,6 +14,7 @@ import httpx
 import pytest
 import yaml
 
+from companyd.admin.results import AskAnswer, Resumed
 from companyd.alerts.service import EDIT_INTERVAL
 from companyd.config import CompanyConfig, load_config
 
@@ -25,6 +26,7 @@ from .test_alerts import (
     RecordingAdmin,
     _command,
     _utc,
+    answer,
     harness,
     make_config,
     sends,
@@ -113,10 +115,10 @@ async def test_ask_keeps_the_lines_of_the_question(tmp_path: Path, token_env: No
 
 
 class LongAnswerAdmin(RecordingAdmin):
-    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> dict[str, Any]:
+    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> AskAnswer:
         self.calls.append(("ask", agent, question))
-        answer = "\n".join(f"line {i}: " + "x" * 60 for i in range(150)) + "\nTHE END"
-        return {"answer": answer, "cost_usd": 0.5}
+        text = "\n".join(f"line {i}: " + "x" * 60 for i in range(150)) + "\nTHE END"
+        return answer(agent, text, cost_usd=0.5)
 
 
 @pytest.mark.anyio
@@ -154,9 +156,9 @@ async def test_special_characters_arrive_verbatim(tmp_path: Path, token_env: Non
 class NotPausedAdmin(RecordingAdmin):
     """The daemon's answer when the agent runs already (daemon/main.py)."""
 
-    async def resume(self, agent: str) -> dict[str, Any]:
+    async def resume(self, agent: str) -> Resumed:
         self.calls.append(("resume", agent))
-        return {"agent": agent, "resumed": False, "message": f"{agent} was not paused"}
+        return Resumed(agent=agent, resumed=False, message=f"{agent} was not paused")
 
 
 @pytest.mark.anyio

@@ -134,7 +134,12 @@ STATUS: dict[str, Any] = {
 
 
 class Company:
-    """An in-memory Admin: three agents, pause/resume, a budget, a reload."""
+    """An in-memory Admin: three agents, pause/resume, a budget, a reload.
+
+    It answers plain dicts of its own shapes, not the daemon's result dataclasses: the
+    control socket passes plain JSON data through as it is, and the CLI's printers are
+    total over any shape (a daemon of another version).
+    """
 
     def __init__(self) -> None:
         self.paused: set[str] = set()
@@ -150,36 +155,36 @@ class Company:
             raise AdminError(f"unknown agent {agent!r}; agents: {', '.join(self.agents)}")
         return agent
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> Any:
         return STATUS
 
-    async def pause(self, agent: str) -> dict[str, Any]:
+    async def pause(self, agent: str) -> Any:
         self.paused.add(self._agent(agent))
         return {"agent": agent, "paused": True}
 
-    async def resume(self, agent: str) -> dict[str, Any]:
+    async def resume(self, agent: str) -> Any:
         self.paused.discard(self._agent(agent))
         return {"agent": agent, "paused": False}
 
-    async def reload(self) -> dict[str, Any]:
+    async def reload(self) -> Any:
         return self.reload_result
 
-    async def raise_budget(self, agent: str | None, usd: float) -> dict[str, Any]:
+    async def raise_budget(self, agent: str | None, usd: float) -> Any:
         if agent is not None:
             self._agent(agent)
         self.raised.append((agent, usd))
         return {"agent": agent, "raised_by_usd": usd, "daily_limit_usd": 10.0 + usd}
 
-    async def jobs(self) -> dict[str, Any]:
+    async def jobs(self) -> Any:
         raise RuntimeError("scheduler exploded")  # a bug, not a refusal
 
-    async def budget(self) -> dict[str, Any]:
+    async def budget(self) -> Any:
         raise CompanydError("the ledger is unavailable; see `journalctl -u companyd`")
 
-    async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
+    async def spend(self, by: str = "agent", period: str = "today") -> Any:
         return {"by": by, "period": period, "when": NOW}
 
-    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> dict[str, Any]:
+    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> Any:
         self.slow_started.set()
         try:
             await self.slow_release.wait()
@@ -192,38 +197,36 @@ class Company:
     def _absent(self, op: str) -> AdminError:
         return AdminError(f"{op!r} is not implemented by this test company")
 
-    async def job_history(self, routine: str, limit: int = 20) -> dict[str, Any]:
+    async def job_history(self, routine: str, limit: int = 20) -> Any:
         raise self._absent("job_history")
 
-    async def run_job(self, routine: str) -> dict[str, Any]:
+    async def run_job(self, routine: str) -> Any:
         raise self._absent("run_job")
 
     async def runs(
         self, agent: str | None = None, status: str | None = None, limit: int = 20
-    ) -> dict[str, Any]:
+    ) -> Any:
         raise self._absent("runs")
 
-    async def tasks(self, quarantined: bool = False) -> dict[str, Any]:
+    async def tasks(self, quarantined: bool = False) -> Any:
         raise self._absent("tasks")
 
-    async def retry(self, task_id: str) -> dict[str, Any]:
+    async def retry(self, task_id: str) -> Any:
         raise self._absent("retry")
 
-    async def proposals(self) -> dict[str, Any]:
+    async def proposals(self) -> Any:
         raise self._absent("proposals")
 
-    async def approve(self, proposal_id: str) -> dict[str, Any]:
+    async def approve(self, proposal_id: str) -> Any:
         raise self._absent("approve")
 
-    async def reject(self, proposal_id: str) -> dict[str, Any]:
+    async def reject(self, proposal_id: str) -> Any:
         raise self._absent("reject")
 
-    async def revert(self, proposal_id: str) -> dict[str, Any]:
+    async def revert(self, proposal_id: str) -> Any:
         raise self._absent("revert")
 
-    async def debug(
-        self, action: str, target: str | None = None, seconds: float = 0.0
-    ) -> dict[str, Any]:
+    async def debug(self, action: str, target: str | None = None, seconds: float = 0.0) -> Any:
         raise self._absent("debug")
 
 
@@ -1052,7 +1055,7 @@ async def test_cli_exit_codes_for_no_daemon_and_bad_arguments(sock_dir: Path) ->
 @pytest.mark.anyio
 async def test_cli_internal_error_exits_70(sock_dir: Path) -> None:
     class Broken(Company):
-        async def status(self) -> dict[str, Any]:
+        async def status(self) -> Any:
             raise KeyError("tree")
 
     srv = ControlServer(Broken(), sock_dir / "companyd.sock", state_dir=sock_dir)

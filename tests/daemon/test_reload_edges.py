@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from companyd.admin.results import ReloadApplied, ReloadRejected
+from companyd.admin.wire import result_data
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
 from companyd.daemon.reload import shown_error
@@ -82,7 +84,8 @@ async def test_a_reload_asked_during_start_up_waits_until_the_tree_is_up(
         async with asyncio.timeout(DEADLINE):
             await starting
             result = await reloading
-        assert result["applied"] is True and result["unchanged"] == 2
+        assert isinstance(result, ReloadApplied)
+        assert result.applied is True and result.unchanged == 2
         await listener.wait_for("READY", count=2, timeout=DEADLINE)
         # READY=1 once the tree is up (never "0/2 agents up"), then the reload
         assert lifecycle(listener) == ["READY", "RELOADING", "READY"]
@@ -101,8 +104,9 @@ async def test_a_reload_asked_while_stopping_is_refused_and_sends_no_ready(
         async with asyncio.timeout(DEADLINE):
             result = await daemon.reload()  # e.g. a SIGHUP right after the SIGTERM
             await stopping
-        assert result["applied"] is False
-        assert result["errors"] == ["the daemon is stopping; company.yaml was not reloaded"]
+        assert isinstance(result, ReloadRejected)
+        assert result.applied is False
+        assert result.errors == ["the daemon is stopping; company.yaml was not reloaded"]
         await listener.wait_for("STOPPING", timeout=DEADLINE)
         await asyncio.sleep(0.05)  # let any stray datagram arrive (there must be none)
         assert lifecycle(listener) == ["READY", "STOPPING"]
@@ -119,7 +123,7 @@ async def test_a_reload_names_the_settings_that_only_a_restart_applies(
         async with asyncio.timeout(DEADLINE):
             await daemon.start()
             same = await daemon.reload()
-        assert same["applied"] is True and "restart_required" not in same
+        assert same.applied is True and "restart_required" not in result_data("reload", same)
         doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
         doc["memory"] = {"path": "elsewhere/memory.jsonl"}
         doc["anthropic"] = {"timeout_seconds": 30}
@@ -127,9 +131,10 @@ async def test_a_reload_names_the_settings_that_only_a_restart_applies(
         cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
         async with asyncio.timeout(DEADLINE):
             result = await daemon.reload()
-        assert result["applied"] is True and result["changed"] == ["cfo"]
-        assert result["restart_required"] == ["memory.path", "anthropic"]
-        assert _reload_summary(result) == (
+        assert isinstance(result, ReloadApplied)
+        assert result.applied is True and result.changed == ["cfo"]
+        assert result.restart_required == ["memory.path", "anthropic"]
+        assert _reload_summary(result_data("reload", result)) == (
             "reloaded company.yaml: restarted cfo; 1 unchanged; memory.path, anthropic "
             "changed: takes effect at the next restart (`systemctl restart companyd`)"
         )
@@ -182,10 +187,10 @@ async def test_status_shows_the_running_file_and_the_last_rejected_reload(
         async with asyncio.timeout(DEADLINE):
             await daemon.start()
             applied = await daemon.reload()
-        assert applied["applied"] is True
+        assert applied.applied is True
         loaded_at = daemon.config_loaded_at
         first = await daemon.status()
-        assert first["daemon"]["reload"] == {
+        assert first.daemon.reload == {
             "last_at": loaded_at,
             "last_result": "applied",
             "rejected": None,
@@ -198,31 +203,33 @@ async def test_status_shows_the_running_file_and_the_last_rejected_reload(
         async with asyncio.timeout(DEADLINE):
             rejected = await daemon.reload()
             status = await daemon.status()
-        assert rejected["applied"] is False
-        reload = status["daemon"]["reload"]
+        assert isinstance(rejected, ReloadRejected)
+        assert rejected.applied is False
+        reload = status.daemon.reload
         assert reload["last_result"] == "rejected"
-        assert reload["rejected"]["errors"] == len(rejected["errors"]) >= 2
+        assert reload["rejected"]["errors"] == len(rejected.errors) >= 2
         assert reload["rejected"]["at"] >= loaded_at
         first_error = reload["rejected"]["first_error"]
         assert "company.yaml:" in first_error and "agents.ceo.department" in first_error
-        assert status["daemon"]["config_loaded_at"] == loaded_at  # the old file still runs
-        assert token not in json.dumps(status) and token[10:] not in json.dumps(status)
-        text = render_status(status)
+        assert status.daemon.config_loaded_at == loaded_at  # the old file still runs
+        shown = json.dumps(result_data("status", status))
+        assert token not in shown and token[10:] not in shown
+        text = render_status(result_data("status", status))
         assert "config running since" in text
         line = next(x for x in text.splitlines() if "last reload rejected" in x)
         assert f"{reload['rejected']['errors']} errors" in line
         assert reload["rejected"]["first_error"][:40] in line
-        phone = format_status(status)
+        phone = format_status(result_data("status", status))
         assert "last reload rejected" in phone and token[10:] not in phone
         # A good file again: the rejection is history, no longer shown as current.
         cfg.write_text(good, encoding="utf-8")
         async with asyncio.timeout(DEADLINE):
-            assert (await daemon.reload())["applied"] is True
+            assert (await daemon.reload()).applied is True
             after = await daemon.status()
-        assert after["daemon"]["reload"]["last_result"] == "applied"
-        assert after["daemon"]["reload"]["rejected"] == reload["rejected"]
-        assert "last reload rejected" not in render_status(after)
-        assert "last reload rejected" not in format_status(after)
+        assert after.daemon.reload["last_result"] == "applied"
+        assert after.daemon.reload["rejected"] == reload["rejected"]
+        assert "last reload rejected" not in render_status(result_data("status", after))
+        assert "last reload rejected" not in format_status(result_data("status", after))
 
 
 def test_a_shown_config_error_is_one_line_with_secrets_masked() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from companyd.admin.results import AskAnswer
 from companyd.daemon.main import Daemon
 from companyd.events import Event
 from companyd.llm.model import Usage
@@ -47,9 +48,9 @@ def tool_uses(*calls: tuple[str, dict[str, Any]]) -> Reply:
     )
 
 
-async def ask(d: Any, agent: str, prompt: str, limit: float = 30) -> dict[str, Any]:
+async def ask(d: Any, agent: str, prompt: str, limit: float = 30) -> AskAnswer:
     async with asyncio.timeout(limit):
-        out: dict[str, Any] = await d.ask(agent, prompt)
+        out: AskAnswer = await d.ask(agent, prompt)
         return out
 
 
@@ -70,7 +71,7 @@ async def test_several_tool_calls_in_one_response_all_answered_in_order(tmp_path
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await ask(d, "ceo", "Do four things.")
-    assert out["status"] == "ok", out
+    assert out.status == "ok", out
     results = tool_results(srv.requests[1])
     assert [r["tool_use_id"] for r in results] == [f"toolu_multi_{i}" for i in range(4)]
     assert [bool(r.get("is_error")) for r in results] == [False, True, True, True]
@@ -88,8 +89,8 @@ async def test_refusal_fails_the_run_and_an_empty_answer_is_ok(tmp_path: Path) -
         async with running_company(cfg, tmp_path / "state", srv) as d:
             refused = await ask(d, "ceo", "Something bad.")
             empty = await ask(d, "cfo", "Say nothing.")
-    assert refused["status"] == "failed" and "refused" in refused["reason"]
-    assert empty["status"] == "ok" and empty["answer"] == ""
+    assert refused.status == "failed" and "refused" in str(refused.reason)
+    assert empty.status == "ok" and empty.answer == ""
 
 
 async def test_pause_turn_then_a_crash_resumes_the_paused_turn(tmp_path: Path) -> None:
@@ -107,8 +108,8 @@ async def test_pause_turn_then_a_crash_resumes_the_paused_turn(tmp_path: Path) -
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await ask(d, "ceo", "Think hard.")
-    assert out["answer"] == "The whole answer.", out
-    assert out["status"] == "ok" and out["steps"] == 2
+    assert out.answer == "The whole answer.", out
+    assert out.status == "ok" and out.steps == 2
 
 
 async def test_max_tokens_inside_a_tool_call_ends_the_run_truncated(tmp_path: Path) -> None:
@@ -123,7 +124,7 @@ async def test_max_tokens_inside_a_tool_call_ends_the_run_truncated(tmp_path: Pa
     with MessagesAPIServer(responder=PerAgent(ceo=[truncated])) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await ask(d, "ceo", "Search.")
-    assert out["status"] == "ok" and "truncated" in out["reason"]
+    assert out.status == "ok" and "truncated" in str(out.reason)
     assert srv.served == 1
 
 
@@ -134,9 +135,9 @@ async def test_overload_on_every_model_fails_naming_each(tmp_path: Path) -> None
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await ask(d, "ceo", "Hello")
             restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
-    assert out["status"] == "failed", out
-    assert "claude-sonnet-5-5: ModelOverloaded" in out["reason"]
-    assert "claude-haiku-5-5: ModelOverloaded" in out["reason"]
+    assert out.status == "failed", out
+    assert "claude-sonnet-5-5: ModelOverloaded" in str(out.reason)
+    assert "claude-haiku-5-5: ModelOverloaded" in str(out.reason)
     assert restarts == []
 
 
@@ -174,8 +175,8 @@ async def test_a_tool_raising_a_base_exception_ends_in_quarantine(
                     await asyncio.sleep(0.01)
             await asyncio.sleep(0.2)
             count = len(restarts())
-    assert out["status"] == "quarantined", out
-    assert type(error).__name__ in out["reason"]
+    assert out.status == "quarantined", out
+    assert type(error).__name__ in str(out.reason)
     assert count == 2
     assert srv.served == 1  # the completed model call was never paid twice
 
@@ -207,7 +208,7 @@ async def test_a_tool_crashing_its_agent_takes_its_sibling_calls_down_with_it(
             monkeypatch.setattr(d.staff.memory, "call", flaky)
             out = await ask(d, "ceo", "Look twice.")
             await asyncio.sleep(1.0)  # time for an orphaned call to finish, if one survived
-    assert out["status"] == "ok", out
+    assert out.status == "ok", out
     assert sorted(completed) == ["open_nodes", "search_nodes"]
     assert srv.served == 2
 
@@ -223,15 +224,15 @@ async def test_a_refused_key_pauses_every_agent_once_and_blames_no_task(tmp_path
             after = await ask(d, "cfo", "Anything else.")
             refused = events_of(d, "api_key_refused")
             restarts = events_of(d, "restart")
-            quarantined = (await d.tasks(quarantined=True))["tasks"]
+            quarantined = (await d.tasks(quarantined=True)).tasks
             paused = d.staff.paused()
-    assert out["status"] == "failed" and "refused the API key" in out["reason"], out
-    assert "restart companyd" in out["reason"]
+    assert out.status == "failed" and "refused the API key" in str(out.reason), out
+    assert "restart companyd" in str(out.reason)
     # not retried, not sent to the fallback model, and the agent was not crashed to try again
     assert [r.body["model"] for r in srv.requests] == ["claude-sonnet-5-5"]
-    assert "check the API key" in out["reason"]
+    assert "check the API key" in str(out.reason)
     assert restarts == [] and quarantined == []
     assert set(paused) == {"ceo", "cfo"}
-    assert after["status"] == "cancelled" and "API key refused" in after["reason"]
+    assert after.status == "cancelled" and "API key refused" in str(after.reason)
     assert len(refused) == 1 and refused[0].severity == "critical"
     assert refused[0].data["paused"] == ["ceo", "cfo"]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from companyd.admin.results import DebugCrashed, ReloadApplied
 from companyd.daemon.main import Daemon
 from companyd.events import Event
 from companyd.llm.model import Usage
@@ -63,14 +64,14 @@ async def test_tool_use_loop_records_in_memory_and_prices_every_call(tmp_path: P
             out = await d.ask("ceo", "Record our new client Acme.")
             graph = await d.memory.call("open_nodes", {"names": ["Acme"]})
             spend = await d.spend("model", "today")
-    assert out["status"] == "ok", out
-    assert out["answer"] == "Acme is recorded."
-    assert out["steps"] == 3 and srv.served == 3
+    assert out.status == "ok", out
+    assert out.answer == "Acme is recorded."
+    assert out.steps == 3 and srv.served == 3
     assert graph["entities"][0]["observations"] == ["signed in November", "pays monthly"]
     # every call was priced in the ledger, and the run's cost equals the ledger's
-    assert out["cost_usd"] > 0
-    assert spend["total"]["calls"] == 3
-    assert spend["total"]["cost_usd"] == pytest.approx(out["cost_usd"], abs=1e-9)
+    assert out.cost_usd > 0
+    assert spend.total["calls"] == 3
+    assert spend.total["cost_usd"] == pytest.approx(out.cost_usd, abs=1e-9)
     # the stable prefix is marked for prompt caching
     body = srv.requests[0].body
     assert body["system"][-1].get("cache_control") or body["tools"][-1].get("cache_control")
@@ -101,7 +102,7 @@ async def test_consult_allowlist_cycle_and_depth(tmp_path: Path) -> None:
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Check the runway with the CFO.")
-    assert out["status"] == "ok", out
+    assert out.status == "ok", out
     by_agent = [(agent_of(r), tool_results(r)) for r in srv.requests]
     ceo_results = [res for a, res in by_agent if a == "ceo" and res]
     cfo_results = [res for a, res in by_agent if a == "cfo" and res]
@@ -142,8 +143,8 @@ async def test_delegation_with_a_reviewer_rejecting_once(tmp_path: Path) -> None
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
-            runs = (await d.runs(agent="cfo"))["runs"]
-    assert out["status"] == "ok", out
+            runs = (await d.runs(agent="cfo")).runs
+    assert out.status == "ok", out
     delegated = [tool_results(r) for r in srv.requests if agent_of(r) == "ceo"][1][0]
     assert '"status": "ok"' in delegated["content"]
     assert "$42k" in delegated["content"]
@@ -163,9 +164,9 @@ async def test_fallback_to_the_next_model_on_529(tmp_path: Path) -> None:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Hello")
             fallbacks = events_of(d, "model_fallback")
-    assert out["status"] == "ok"
+    assert out.status == "ok"
     assert [r.body["model"] for r in srv.requests] == ["claude-sonnet-5-5", "claude-haiku-5-5"]
-    assert out["models"] == ["claude-haiku-5-5"]
+    assert out.models == ["claude-haiku-5-5"]
     assert len(fallbacks) == 1
     assert fallbacks[0].data["from_model"] == "claude-sonnet-5-5"
     assert fallbacks[0].data["to_model"] == "claude-haiku-5-5"
@@ -210,10 +211,10 @@ async def test_each_breaker_trips_at_its_limit(
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Search forever.")
             tripped = events_of(d, "circuit_breaker")
-    assert out["status"] == "circuit_breaker", out
+    assert out.status == "circuit_breaker", out
     assert srv.served == calls
     assert len(tripped) == 1 and tripped[0].data["limit"] == limit
-    assert limit.split("_")[0] in out["reason"]
+    assert limit.split("_")[0] in str(out.reason)
 
 
 async def test_max_seconds_breaker(tmp_path: Path) -> None:
@@ -222,8 +223,8 @@ async def test_max_seconds_breaker(tmp_path: Path) -> None:
     with MessagesAPIServer(responder=PerAgent(ceo=script)) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Search slowly.")
-    assert out["status"] == "circuit_breaker"
-    assert "max_seconds" in out["reason"]
+    assert out.status == "circuit_breaker"
+    assert "max_seconds" in str(out.reason)
     assert srv.served < 10  # cut at 0.3 s, mid-call (test_max_seconds_cuts_a_call_in_flight)
 
 
@@ -245,12 +246,12 @@ async def test_max_seconds_cuts_a_call_in_flight(tmp_path: Path) -> None:
             tripped = events_of(d, "circuit_breaker")
             restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
             spend = await d.budget()
-    assert out["status"] == "circuit_breaker", out
-    assert "max_seconds" in out["reason"] and "cancelled" in out["reason"]
+    assert out.status == "circuit_breaker", out
+    assert "max_seconds" in str(out.reason) and "cancelled" in str(out.reason)
     assert len(tripped) == 1 and tripped[0].data["limit"] == "max_seconds"
     assert restarts == []
-    assert out["steps"] == 1 and srv.served == 1  # the second call was never answered
-    assert spend["in_flight"] == 0  # its reservation was released
+    assert out.steps == 1 and srv.served == 1  # the second call was never answered
+    assert spend.in_flight == 0  # its reservation was released
 
 
 async def test_heartbeat_timeout_crashes_the_agent_and_the_restart_resumes(tmp_path: Path) -> None:
@@ -266,13 +267,13 @@ async def test_heartbeat_timeout_crashes_the_agent_and_the_restart_resumes(tmp_p
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Do the thing.")
             restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
-            tasks = await d.journal.get_task(out["task_id"])
-    assert out["status"] == "ok", out
-    assert out["answer"] == "Done after the restart."
+            tasks = await d.journal.get_task(out.task_id)
+    assert out.status == "ok", out
+    assert out.answer == "Done after the restart."
     assert len(restarts) == 1
     assert tasks is not None and "HeartbeatTimeout" in tasks[3][0]
     # resumed from the journal: the first (completed) call was not made again
-    assert out["steps"] == 2
+    assert out.steps == 2
     assert [agent_of(r) for r in srv.requests].count("ceo") == 3  # 1 ok, 1 abandoned, 1 ok
 
 
@@ -297,7 +298,7 @@ async def test_waiting_on_a_delegate_longer_than_the_heartbeat_is_not_a_stall(
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
             restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
-    assert out["status"] == "ok", out
+    assert out.status == "ok", out
     assert restarts == []
     delegated = [tool_results(r) for r in srv.requests if agent_of(r) == "ceo"][1][0]
     assert "is_error" not in delegated or delegated["is_error"] is False
@@ -314,21 +315,21 @@ async def test_a_task_that_crashes_its_agent_twice_is_quarantined(tmp_path: Path
         )
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "A poison input.")
-            quarantined = (await d.tasks(quarantined=True))["tasks"]
+            quarantined = (await d.tasks(quarantined=True)).tasks
             events = events_of(d, "task_quarantined")
             # never retried automatically: nothing more was sent
             await asyncio.sleep(0.2)
             assert len(srv.requests) == 2
-            released = await d.retry(out["task_id"])
+            released = await d.retry(out.task_id)
             async with asyncio.timeout(10):
                 while srv.served < 1:
                     await asyncio.sleep(0.02)
-    assert out["status"] == "quarantined", out
-    assert "ModelBadRequest" in out["reason"]
-    assert [t["id"] for t in quarantined] == [out["task_id"]]
+    assert out.status == "quarantined", out
+    assert "ModelBadRequest" in str(out.reason)
+    assert [t["id"] for t in quarantined] == [out.task_id]
     assert len(quarantined[0]["errors"]) == 2
     assert len(events) == 1 and events[0].data["crashes"] == 2
-    assert released["queued"] is True
+    assert released.queued is True
 
 
 async def test_an_agent_calls_a_tool_of_an_external_mcp_server(tmp_path: Path) -> None:
@@ -357,7 +358,7 @@ async def test_an_agent_calls_a_tool_of_an_external_mcp_server(tmp_path: Path) -
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("marketing", "Post the launch news.")
-    assert out["status"] == "ok", out
+    assert out.status == "ok", out
     names = {t["name"] for t in srv.requests[0].body["tools"]}
     assert {"post_update", "read_inbox", "create_entities", "recall"} <= names
     results = [tool_results(r) for r in srv.requests[1:]]
@@ -396,10 +397,10 @@ async def test_the_api_spend_limit_pauses_every_agent(tmp_path: Path) -> None:
             after = await d.ask("cfo", "Anything else.")
             events = events_of(d, "api_spend_limit")
             paused = d.staff.paused()
-    assert out["status"] == "budget_exhausted" and "spend limit" in out["reason"]
+    assert out.status == "budget_exhausted" and "spend limit" in str(out.reason)
     assert len(srv.requests) == 1  # not retried, and the fallback model was not tried either
     assert set(paused) == {"ceo", "cfo"}
-    assert after["status"] == "cancelled" and "paused" in after["reason"]
+    assert after.status == "cancelled" and "paused" in str(after.reason)
     assert len(events) == 1 and events[0].severity == "critical"
 
 
@@ -413,13 +414,13 @@ async def test_budget_refusal_ends_the_run_and_pauses_the_agent(tmp_path: Path) 
             again = await d.ask("ceo", "More.")
             assert d.staff.paused()["ceo"].startswith("budget")
             raised = await d.raise_budget("ceo", 5.0)
-    assert out["status"] == "budget_exhausted", out
-    ceo_day = next(b for b in budget["budgets"] if b["agent"] == "ceo" and b["period"] == "day")
+    assert out.status == "budget_exhausted", out
+    ceo_day = next(b for b in budget.budgets if b["agent"] == "ceo" and b["period"] == "day")
     assert ceo_day["used_usd"] <= 0.02
-    assert again["status"] == "budget_exhausted" and again["steps"] == 0
-    assert raised["resumed"] == ["ceo"]
-    assert raised["daily_limit_usd"] == pytest.approx(5.02)
-    assert raised["message"] == (
+    assert again.status == "budget_exhausted" and again.steps == 0
+    assert raised.resumed == ["ceo"]
+    assert raised.daily_limit_usd == pytest.approx(5.02)
+    assert raised.message == (
         "raised today's budget of ceo by $5.00 (today's limit is now $5.02; back to "
         "company.yaml tomorrow); resumed ceo"
     )
@@ -435,17 +436,18 @@ async def test_a_budget_raised_in_company_yaml_resumes_the_agent_it_paused(
     with MessagesAPIServer(responder=PerAgent(ceo=script)) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Spend it all.")
-            assert out["status"] == "budget_exhausted", out
-            assert "increase it in company.yaml" in out["reason"]
+            assert out.status == "budget_exhausted", out
+            assert "increase it in company.yaml" in str(out.reason)
             assert "ceo" in d.staff.paused()
             write_company(tmp_path, {"ceo": {"budget": {"daily_usd": 5}}})
             reloaded = await d.reload()
             paused = d.staff.paused()
             again = await d.ask("ceo", "Go on.")
             resumed = events_of(d, "agent_resumed")
-    assert reloaded["applied"] is True and reloaded["resumed"] == ["ceo"]
+    assert isinstance(reloaded, ReloadApplied)
+    assert reloaded.applied is True and reloaded.resumed == ["ceo"]
     assert paused == {}
-    assert again["status"] == "ok", again
+    assert again.status == "ok", again
     assert [e.data["reason"] for e in resumed] == ["budget raised in company.yaml"]
 
 
@@ -461,15 +463,16 @@ async def test_an_injected_crash_restarts_the_agent_and_its_run_resumes(
             async with asyncio.timeout(10):
                 while len(srv.requests) < 2:
                     await asyncio.sleep(0.01)
-            assert (await d.debug("crash", "ceo"))["crashed"] is True
+            crashed = await d.debug("crash", "ceo")
+            assert isinstance(crashed, DebugCrashed) and crashed.crashed is True
             srv.release_stalls()
             async with asyncio.timeout(20):
                 out = await asking
             restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
             exits = [e for e in events_of(d, "child_exited") if e.data.get("child") == "ceo"]
-            task = await d.journal.get_task(out["task_id"])
+            task = await d.journal.get_task(out.task_id)
     # the busy agent crashed at the end of the step in flight, so nothing was paid twice
-    assert out["status"] == "ok" and out["steps"] == 4 and srv.served == 4
+    assert out.status == "ok" and out.steps == 4 and srv.served == 4
     assert len(restarts) == 1
     assert "InjectedCrash" in exits[0].data["reason"]
     assert task is not None and task[2] == 0  # not counted against the task
@@ -492,15 +495,16 @@ async def test_a_crash_asked_for_during_the_last_step_happens_when_the_run_ends(
             async with asyncio.timeout(10):
                 while len(srv.requests) < 1:
                     await asyncio.sleep(0.01)
-            assert (await d.debug("crash", "ceo"))["crashed"] is True
+            crashed = await d.debug("crash", "ceo")
+            assert isinstance(crashed, DebugCrashed) and crashed.crashed is True
             srv.release_stalls()
             async with asyncio.timeout(20):
                 out = await asking
                 while not [e for e in events_of(d, "child_exited") if e.data.get("child") == "ceo"]:
                     await asyncio.sleep(0.01)
             exits = [e for e in events_of(d, "child_exited") if e.data.get("child") == "ceo"]
-            task = await d.journal.get_task(out["task_id"])
-    assert out["status"] == "ok" and out["answer"] == "done" and srv.served == 1
+            task = await d.journal.get_task(out.task_id)
+    assert out.status == "ok" and out.answer == "done" and srv.served == 1
     assert "InjectedCrash" in exits[0].data["reason"]
     assert task is not None and task[2] == 0  # not counted against the task
 

@@ -103,15 +103,15 @@ async def test_eight_agents_on_one_dollar_stop_with_budget_exhausted(tmp_path: P
             exhausted = d.bus.recent({"budget_exhausted"}, limit=100)
         served = srv.responses
 
-    assert [o["status"] for o in outs] == ["budget_exhausted"] * 8, outs
-    assert all("company's daily budget" in o["reason"] for o in outs), outs
-    assert all(o["steps"] >= 1 for o in outs)  # everyone worked before the money ran out
+    assert [o.status for o in outs] == ["budget_exhausted"] * 8, outs
+    assert all("company's daily budget" in str(o.reason) for o in outs), outs
+    assert all(o.steps >= 1 for o in outs)  # everyone worked before the money ran out
     assert set(paused) == set(slugs) and all(r.startswith("budget") for r in paused.values())
     assert len(exhausted) == 1
     # the stand-in's own record of what it billed, priced here, is the ledger's total ...
     stand_in = sum(billed(usage_of(m)) for m in served)
-    ledger = Decimal(spend["total"]["cost_usd_exact"])
-    assert spend["total"]["calls"] == len(served) == sum(o["steps"] for o in outs)
+    ledger = Decimal(spend.total["cost_usd_exact"])
+    assert spend.total["calls"] == len(served) == sum(o.steps for o in outs)
     assert ledger == stand_in
     # ... which never crossed the budget, and the budget was really used
     assert ledger <= Decimal("1.00")
@@ -140,8 +140,8 @@ async def test_the_day_rolling_over_resumes_an_agent_paused_for_its_budget(
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
             out = await d.ask("ceo", "Spend it all.")
-            assert out["status"] == "budget_exhausted" and out["steps"] == 2, out
-            assert "2026-11-21T00:00:00+05:45" in out["reason"]
+            assert out.status == "budget_exhausted" and out.steps == 2, out
+            assert "2026-11-21T00:00:00+05:45" in str(out.reason)
             assert "ceo" in d.staff.paused()
             clock.advance(5 * 60)  # 23:55 local: same day, still paused
             await asyncio.sleep(0.05)
@@ -154,7 +154,7 @@ async def test_the_day_rolling_over_resumes_an_agent_paused_for_its_budget(
             again = await d.ask("ceo", "A new day.")
     assert [e.data["reason"] for e in resumed] == ["budget period rolled over (day)"]
     # a fresh day's budget: two more calls, then the ceiling again
-    assert again["status"] == "budget_exhausted" and again["steps"] == 2, again
+    assert again.status == "budget_exhausted" and again.steps == 2, again
     assert srv.served == 4
 
 
@@ -180,10 +180,10 @@ async def test_an_agent_refused_by_the_spent_company_budget_is_paused_too(
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Spend it all.")
-            assert out["status"] == "budget_exhausted", out
+            assert out.status == "budget_exhausted", out
             assert "ceo" in d.staff.paused()
             refused = await d.ask("cfo", "Anything.")
-            assert refused["status"] == "budget_exhausted", refused
+            assert refused.status == "budget_exhausted", refused
             paused = d.staff.paused()
             assert "cfo" in paused and paused["cfo"].startswith("budget"), paused
             events = [e.data["agent"] for e in d.bus.recent({"agent_paused"}, limit=10)]
@@ -221,7 +221,7 @@ async def test_calls_the_client_gave_up_on_count_as_billed(tmp_path: Path) -> No
             async with asyncio.timeout(60):
                 for _ in range(12):  # a routine firing again and again
                     outs.append(await d.ask("ceo", "Search."))
-                    if outs[-1]["status"] == "budget_exhausted":
+                    if outs[-1].status == "budget_exhausted":
                         break
             spend = await d.spend("agent", "today")
             unanswered = d.bus.recent({"spend_unanswered"}, limit=100)
@@ -229,14 +229,14 @@ async def test_calls_the_client_gave_up_on_count_as_billed(tmp_path: Path) -> No
         await asyncio.sleep(0.8)  # let the stand-in finish (and bill) what it was given
         provider = sum(billed(usage_of(m)) for m in [*srv.responses, *srv.billed_abandoned])
 
-    assert outs[-1]["status"] == "budget_exhausted", outs
+    assert outs[-1].status == "budget_exhausted", outs
     attempts = len(srv.requests)
     assert attempts >= 2 and len(unanswered) == attempts
     worst = max(Decimal(str(e.data["worst_case_usd"])) for e in unanswered)
-    ledger = Decimal(spend["total"]["cost_usd_exact"])
+    ledger = Decimal(spend.total["cost_usd_exact"])
     assert provider <= Decimal("0.10") + worst, (provider, ledger)
     assert ledger >= provider and ledger <= Decimal("0.10")
-    company = next(b for b in budget["budgets"] if b["agent"] is None and b["period"] == "day")
+    company = next(b for b in budget.budgets if b["agent"] is None and b["period"] == "day")
     assert company["used_usd"] == float(ledger)
     last = unanswered[-1].data
     assert last["calls"] == attempts

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from companyd.admin.results import ReloadApplied, Runs
 from companyd.roles.journal import Journal
 from companyd.roles.tasks import Task, new_id
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
@@ -25,7 +26,8 @@ def requests_of(srv: MessagesAPIServer, agent: str) -> list[Any]:
 
 
 async def runs_of(d: Any, agent: str) -> list[dict[str, Any]]:
-    return list((await d.runs(agent=agent, limit=50))["runs"])
+    runs: Runs = await d.runs(agent=agent, limit=50)
+    return list(runs.runs)
 
 
 async def ended_runs_of(d: Any, agent: str) -> list[dict[str, Any]]:
@@ -63,8 +65,8 @@ async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
             out = await d.ask("ceo", "Check the runway with the CFO.")
             cfo_runs = await ended_runs_of(d, "cfo")
             await asyncio.sleep(0.3)  # time for a run that was not cancelled to go on
-            open_tasks = (await d.tasks())["tasks"]
-    assert out["status"] == "ok", out
+            open_tasks = (await d.tasks()).tasks
+    assert out.status == "ok", out
     result = [tool_results(r) for r in requests_of(srv, "ceo")][1][0]
     assert result["is_error"] is True
     assert "cfo did not answer within 0.5 s; the task was withdrawn" in result["content"]
@@ -92,13 +94,13 @@ async def test_a_consultation_still_queued_at_its_timeout_never_runs_even_after_
             first = await busy
             await asyncio.sleep(0.3)  # the CFO is free now: a queued consultation would run
             cfo_runs = await runs_of(d, "cfo")
-            open_tasks = (await d.tasks())["tasks"]
+            open_tasks = (await d.tasks()).tasks
         # and a restart does not bring it back from the journal
         async with running_company(cfg, state, srv) as d:
             await asyncio.sleep(0.3)
-            open_after_restart = (await d.tasks())["tasks"]
-    assert out["status"] == "ok", out
-    assert first["status"] == "ok" and first["answer"] == "books closed"
+            open_after_restart = (await d.tasks()).tasks
+    assert out.status == "ok", out
+    assert first.status == "ok" and first.answer == "books closed"
     result = [tool_results(r) for r in requests_of(srv, "ceo")][1][0]
     assert result["is_error"] is True and "the task was withdrawn" in result["content"]
     # the CFO made one model call (its own task); the consultation never started
@@ -122,7 +124,7 @@ async def test_a_stopped_asker_withdraws_the_task_it_was_waiting_on(tmp_path: Pa
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Check the runway with the CFO.")
             cfo_runs = await ended_runs_of(d, "cfo")
-    assert out["status"] == "circuit_breaker", out
+    assert out.status == "circuit_breaker", out
     assert [r["status"] for r in cfo_runs] == ["cancelled"]
     assert "withdrawn: the asking run was stopped" in cfo_runs[0]["reason"]
     assert len(requests_of(srv, "cfo")) == 1
@@ -155,7 +157,7 @@ async def test_a_reviewer_that_does_not_answer_in_time_fails_the_attempt_without
             out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
             restarts = list(d.bus.recent({"restart"}, limit=100))
             coo_runs = await ended_runs_of(d, "coo")
-    assert out["status"] == "ok", out
+    assert out.status == "ok", out
     delegated = [tool_results(r) for r in requests_of(srv, "ceo")][1][0]
     assert '"status": "failed"' in delegated["content"]
     assert "the review could not be done" in delegated["content"]
@@ -206,7 +208,7 @@ async def test_a_consultation_left_open_by_a_restart_is_withdrawn_not_run(
                     await asyncio.sleep(0.02)
             cfo_runs = await ended_runs_of(d, "cfo")
             await asyncio.sleep(0.3)  # a consultation that was restored would run now
-            open_tasks = (await d.tasks())["tasks"]
+            open_tasks = (await d.tasks()).tasks
     prompts = [str(r.body) for r in requests_of(srv, "cfo")]
     assert len(prompts) == 1 and "Close the books." in prompts[0]
     by_task = {r["task_id"]: r for r in cfo_runs}
@@ -240,11 +242,12 @@ async def test_removing_an_agent_withdraws_its_tasks_and_ends_every_wait(tmp_pat
                 outcomes = [await running, await queued]
             await asyncio.sleep(0.2)  # the journal write is queued behind the reload
             cfo_runs = await runs_of(d, "cfo")
-            open_tasks = (await d.tasks())["tasks"]
-    assert reloaded["removed"] == ["cfo"]
+            open_tasks = (await d.tasks()).tasks
+    assert isinstance(reloaded, ReloadApplied)
+    assert reloaded.removed == ["cfo"]
     for out in outcomes:
-        assert out["status"] == "cancelled", out
-        assert "removed from company.yaml" in out["reason"]
+        assert out.status == "cancelled", out
+        assert "removed from company.yaml" in str(out.reason)
     assert [r["status"] for r in cfo_runs] == ["cancelled"]
     assert "removed from company.yaml" in cfo_runs[0]["reason"]
     assert open_tasks == []

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from companyd.admin import AdminError
+from companyd.admin.results import ProposalDecision
 from companyd.clock import SystemClock
 from companyd.config import load_config
 from companyd.events import EventBus
@@ -48,7 +49,7 @@ async def test_a_proposal_is_applied_only_on_approval_and_can_be_reverted(tmp_pa
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("improver", "Improve marketing.")
-            assert out["status"] == "ok", out
+            assert out.status == "ok", out
             results = [
                 tool_results(r) for r in srv.requests if r.body["messages"][-1]["role"] == "user"
             ]
@@ -57,7 +58,7 @@ async def test_a_proposal_is_applied_only_on_approval_and_can_be_reverted(tmp_pa
             assert "may only read or change marketing" in results[2][0]["content"]
             # nothing changed yet
             assert cfg.read_text() == original
-            pending = (await d.proposals())["proposals"]
+            pending = (await d.proposals()).proposals
             assert [p["status"] for p in pending] == ["pending"]
             pid = pending[0]["id"]
             assert f"+      {NEW}" in pending[0]["diff"]
@@ -65,7 +66,7 @@ async def test_a_proposal_is_applied_only_on_approval_and_can_be_reverted(tmp_pa
             assert created and created[-1].data["proposal_id"] == pid
 
             applied = await d.approve(pid)
-            assert applied["status"] == "applied"
+            assert applied.status == "applied"
             assert NEW in cfg.read_text()
             assert d.config.agents["marketing"].instructions.strip() == NEW
             assert "# " not in NEW and cfg.read_text().count("instructions:") == 3
@@ -76,7 +77,7 @@ async def test_a_proposal_is_applied_only_on_approval_and_can_be_reverted(tmp_pa
                 await d.approve(pid)
 
             reverted = await d.revert(pid)
-            assert reverted["status"] == "reverted"
+            assert reverted.status == "reverted"
             assert cfg.read_text() == original
             assert d.config.agents["marketing"].instructions == "Write posts."
 
@@ -98,13 +99,13 @@ async def test_a_file_edited_since_the_proposal_is_never_overwritten(tmp_path: P
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             await d.ask("improver", "Improve the CEO.")
-            pid = (await d.proposals())["proposals"][0]["id"]
+            pid = (await d.proposals()).proposals[0]["id"]
             edited = cfg.read_text().replace("Test Co", "Test Company")
             cfg.write_text(edited)
             with pytest.raises(AdminError, match="changed since proposal"):
                 await d.approve(pid)
             assert cfg.read_text() == edited
-            assert (await d.reject(pid))["status"] == "rejected"
+            assert (await d.reject(pid)).status == "rejected"
 
 
 # -- applying without the model: the store on real files ---------------------------------
@@ -248,7 +249,7 @@ async def test_an_instructions_file_proposal_is_written_atomically_and_reloaded(
             p = await d.proposal_store.propose("improver", "marketing", NEW, "shorter")
             assert p.file == str(tmp_path / "marketing.md")
             applied = await d.approve(p.id)
-            assert applied["status"] == "applied"
+            assert applied.status == "applied"
             assert (tmp_path / "marketing.md").read_text() == NEW + "\n"
             assert cfg.read_bytes() == before
             assert d.config.agents["marketing"].instructions.strip() == NEW
@@ -282,10 +283,10 @@ async def test_concurrent_decisions_one_wins_and_a_timed_out_approve_still_compl
                 both = await asyncio.gather(
                     getattr(d, first)(p.id), getattr(d, second)(p.id), return_exceptions=True
                 )
-                won = [r for r in both if isinstance(r, dict)]
+                won = [r for r in both if isinstance(r, ProposalDecision)]
                 lost = [r for r in both if isinstance(r, AdminError)]
                 assert len(won) == len(lost) == 1, both
-                status = won[0]["status"]
+                status = won[0].status
                 assert f"is {status}, not pending" in str(lost[0])
                 assert (await d.proposal_store.get(p.id))[0].status == status
                 assert (NEW in cfg.read_text()) == (status == "applied")

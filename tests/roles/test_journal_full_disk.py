@@ -100,14 +100,14 @@ async def test_a_call_served_as_the_disk_fills_is_journaled_once_space_returns(
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, disk / "state", srv) as d:
             first = await d.ask("ceo", "Before the disk fills?")
-            assert first["status"] == "ok", first
+            assert first.status == "ok", first
             failed = await d.ask("ceo", "And now?")
-            assert failed["status"] == "failed", failed
-            assert "state disk full" in (failed.get("reason") or ""), failed
+            assert failed.status == "failed", failed
+            assert "state disk full" in (failed.reason or ""), failed
             os.unlink(filler[0])
             await d.resume("ceo")
             again = await d.ask("ceo", "Space is back?")
-            assert again["status"] == "ok", again
+            assert again.status == "ok", again
         served = [
             f"req_standin_{r.response['id'].removeprefix('msg_standin_')}"
             for r in srv.requests

@@ -70,9 +70,9 @@ async def test_a_server_that_fails_or_never_answers_leaves_the_agent_running_wit
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("marketing", "Post hello.")
-            assert (await d.ask("ceo", "Anything?"))["status"] == "ok"
+            assert (await d.ask("ceo", "Anything?")).status == "ok"
             failed = d.bus.recent({"mcp_server_failed"}, limit=100)
-    assert out["status"] == "ok", out
+    assert out.status == "ok", out
     marketing = [r for r in srv.requests if "(marketing)" in str(r.body.get("system"))]
     names = {t["name"] for t in marketing[0].body["tools"]}
     assert {"post_update", "read_inbox", "recall"} <= names
@@ -112,7 +112,7 @@ async def test_a_failed_server_is_retried_with_backoff_and_its_tools_arrive(
     model = PerAgent(marketing=[reply_text("No tools yet."), reply_text("Now I have them.")])
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
-            assert (await d.ask("marketing", "First."))["status"] == "ok"
+            assert (await d.ask("marketing", "First.")).status == "ok"
             first = await _wait_for(
                 lambda: d.bus.recent({"mcp_server_failed"}, limit=10), "the first failure"
             )
@@ -140,7 +140,7 @@ async def test_a_failed_server_is_retried_with_backoff_and_its_tools_arrive(
                 "attempt": 3,
                 "tools": ["crash", "post_update", "read_inbox"],
             }
-            assert (await d.ask("marketing", "Second."))["status"] == "ok"
+            assert (await d.ask("marketing", "Second.")).status == "ok"
     names = [{t["name"] for t in r.body["tools"]} for r in srv.requests]
     assert "post_update" not in names[0] and {"post_update", "read_inbox"} <= names[1]
 
@@ -178,7 +178,7 @@ async def test_a_server_that_dies_during_a_call_is_a_tool_error_not_a_crashed_ag
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("marketing", "Crash it.")
             restarts = d.bus.recent({"restart", "child_exited"}, limit=100)
-    assert out["status"] == "ok", out
+    assert out.status == "ok", out
     first, second = tool_results(srv.requests[1])[0], tool_results(srv.requests[2])[0]
     assert first["is_error"] and "MCP server 'social' failed during 'crash'" in first["content"]
     assert second["is_error"] and "MCP server 'social'" in second["content"]
@@ -195,7 +195,7 @@ async def test_tools_the_api_would_refuse_are_left_out_with_a_warning(
     model = PerAgent(marketing=[reply_text("Fine.")])
     with caplog.at_level(logging.WARNING), MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
-            assert (await d.ask("marketing", "Hi."))["status"] == "ok"
+            assert (await d.ask("marketing", "Hi.")).status == "ok"
     names = {t["name"] for t in srv.requests[0].body["tools"]}
     assert "post_update" in names
     assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names), names
@@ -214,7 +214,7 @@ async def test_a_mute_server_does_not_hold_up_the_company_start(tmp_path: Path) 
     model = PerAgent()
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
-            assert (await d.ask("ceo", "Hi."))["status"] == "ok"
+            assert (await d.ask("ceo", "Hi.")).status == "ok"
             history = d.bus.recent({"child_started", "mcp_server_failed"}, limit=100)
     order = [
         e.kind if e.kind == "mcp_server_failed" else f"started:{e.data.get('child')}"

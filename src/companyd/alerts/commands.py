@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from companyd.admin import Admin, AdminError
+from companyd.admin.wire import result_data
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.link import SEND_TIMEOUT
 from companyd.alerts.ops import act, buttons_after, command_reply, help_text
@@ -139,8 +140,8 @@ class Commands:
             log.exception("alerts: /ask %s failed", agent)
             await self._reply(msg, f"⚠️ /ask failed inside companyd ({type(exc).__name__})")
             return
-        answer = str(result.get("answer", "")).strip() or "(no answer)"
-        meta = {k: v for k, v in result.items() if k != "answer"}
+        answer = result.answer.strip() or "(no answer)"
+        meta = {k: v for k, v in result_data("ask", result).items() if k != "answer"}
         tail = format_result("", meta, max_lines=6) if meta else ""
         # A model's answer may be longer than one message: send it in parts, not cut.
         text = redact(f"💬 {agent}: {answer}" + (f"\n—\n{tail}" if tail else ""))

@@ -3,7 +3,9 @@
 Part of :mod:`companyd.alerts.service`. Each command and button calls the daemon's
 :class:`~companyd.admin.Admin` with a bounded wait and turns the result into a short
 text; :class:`~companyd.admin.AdminError` messages are shown as they are (they quote
-the value and name the choices). Nothing here touches Telegram.
+the value and name the choices). What decides a reply reads the result's attributes
+(``Resumed.resumed``); what shows a result renders its JSON form
+(:func:`companyd.admin.wire.result_data`), as the CLI does. Nothing here touches Telegram.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from companyd.admin import Admin, AdminError
+from companyd.admin.wire import result_data
 from companyd.alerts.outbox import AlertRecord
 from companyd.alerts.render_status import format_jobs, format_result, format_status
 
@@ -60,7 +63,7 @@ async def command_reply(
             if name in ("help", "start"):
                 return help_text()
             if name == "status":
-                return format_status(await a.status())
+                return format_status(result_data("status", await a.status()))
             if name == "spend":
                 by, period = "agent", "today"
                 for w in args:
@@ -68,31 +71,38 @@ async def command_reply(
                         by = w
                     else:
                         period = w
-                return format_result(f"💵 spend by {by}, {period}", await a.spend(by, period))
+                spend = await a.spend(by, period)
+                return format_result(f"💵 spend by {by}, {period}", result_data("spend", spend))
             if name == "budget":
-                return format_result("💰 budgets", await a.budget())
+                return format_result("💰 budgets", result_data("budget", await a.budget()))
             if name == "jobs":
-                return format_jobs(await a.jobs())
+                return format_jobs(result_data("jobs", await a.jobs()))
             if name == "quarantine":
-                return format_result("🧊 quarantined tasks", await a.tasks(quarantined=True))
+                tasks = await a.tasks(quarantined=True)
+                return format_result("🧊 quarantined tasks", result_data("tasks", tasks))
             if name in ("pause", "resume"):
                 if len(args) != 1:
                     return f"usage: /{name} AGENT (agents: {_agents_hint(agents)})"
-                fn = a.pause if name == "pause" else a.resume
-                result = await fn(args[0])
-                title = f"{'⏸ paused' if name == 'pause' else '▶ resumed'} {args[0]}"
-                if name == "resume" and result.get("resumed") is False:
+                if name == "pause":
+                    paused = await a.pause(args[0])
+                    return format_result(f"⏸ paused {args[0]}", result_data("pause", paused))
+                resumed = await a.resume(args[0])
+                title = f"▶ resumed {args[0]}"
+                if not resumed.resumed:
                     title = f"▶ {args[0]} was not paused (nothing to resume)"
-                return format_result(title, result)
+                return format_result(title, result_data("resume", resumed))
             if name in ("approve", "reject", "retry"):
                 if len(args) != 1:
                     what = "TASK_ID" if name == "retry" else "PROPOSAL_ID"
                     return f"usage: /{name} {what}"
                 if name == "approve":
-                    return format_result(f"✅ approved {args[0]}", await a.approve(args[0]))
+                    approved = result_data("approve", await a.approve(args[0]))
+                    return format_result(f"✅ approved {args[0]}", approved)
                 if name == "reject":
-                    return format_result(f"✖ rejected {args[0]}", await a.reject(args[0]))
-                return format_result(f"🔁 retrying {args[0]}", await a.retry(args[0]))
+                    rejected = result_data("reject", await a.reject(args[0]))
+                    return format_result(f"✖ rejected {args[0]}", rejected)
+                retried = result_data("retry", await a.retry(args[0]))
+                return format_result(f"🔁 retrying {args[0]}", retried)
     except AdminError as exc:
         return f"⚠️ {exc}"
     except TimeoutError:
@@ -112,7 +122,7 @@ async def act(admin: Admin, button: Mapping[str, Any]) -> tuple[bool, str]:
                 await a.pause(arg)
                 return True, f"paused {arg}"
             if action == "resume":
-                if (await a.resume(arg)).get("resumed") is False:
+                if not (await a.resume(arg)).resumed:
                     # Resumed meanwhile (by /resume, another button, a budget raise): say so
                     # rather than claim an action that did nothing.
                     return True, f"{arg} was not paused (nothing to resume)"

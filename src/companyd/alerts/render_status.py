@@ -1,8 +1,9 @@
-"""Admin results for a phone screen: ``/status``, ``/jobs`` and any other result dict.
+"""Admin results for a phone screen: ``/status``, ``/jobs`` and any other result.
 
-:func:`format_status` and :func:`format_jobs` pick the few lines that matter from the
-daemon's ``status()`` and ``jobs()``; :func:`format_result` shows any other
-:class:`~companyd.admin.Admin` result as compact indented text. Total like the alert
+Each takes a result's JSON form (:func:`companyd.admin.wire.result_data`), the data the CLI
+gets over the control socket. :func:`format_status` and :func:`format_jobs` pick the few
+lines that matter from the daemon's ``status()`` and ``jobs()``; :func:`format_result`
+shows any other :class:`~companyd.admin.Admin` result as compact indented text. Total like the alert
 renderers: a result of another shape still reads, and every text fits one message.
 """
 

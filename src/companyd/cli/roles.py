@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from companyd.admin.wire import result_data
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, daemon_client, running_daemon
 from companyd.cli.main import print_json
 from companyd.clock import SystemClock
@@ -163,7 +164,11 @@ async def _ask_in_process(
     cfg: Any, state_dir: Path, backend: Any, args: argparse.Namespace, question: str
 ) -> dict[str, Any]:
     async with Daemon(cfg, state_dir, backend=backend, offline=args.offline, oneoff=True) as d:
-        return await d.ask(args.agent, question, timeout=args.timeout)
+        # the JSON form, as a daemon would answer: one printer for both
+        data: dict[str, Any] = result_data(
+            "ask", await d.ask(args.agent, question, timeout=args.timeout)
+        )
+        return data
 
 
 def _print_answer(result: Mapping[str, Any]) -> int:

@@ -4,9 +4,10 @@
 user, and root, may connect), or 0660 with a ``group`` for operators in that group.
 
 **Protocol.** :mod:`companyd.daemon.protocol` frames requests and answers and says which
-are ``bad_request``; an operation that raises a deliberate companyd error is answered
-``admin`` with its message, a bug ``internal`` (logged with its traceback in the daemon,
-never crashing the server). The client is :mod:`companyd.daemon.control_client`.
+are ``bad_request`` (:mod:`companyd.admin.wire` validates the arguments, and turns every
+result into JSON here, in one place); an operation that raises a deliberate companyd error
+is answered ``admin`` with its message, a bug ``internal`` (logged with its traceback in
+the daemon, never crashing the server). The client is :mod:`companyd.daemon.control_client`.
 
 **Limits.** At most ``max_connections`` clients at once: over the cap the oldest idle
 connection (no operation running) is told ``busy`` and closed to make room, so the CLI
@@ -49,6 +50,7 @@ from typing import Any
 from companyd import __version__
 from companyd._aio import race
 from companyd.admin import Admin, AdminError
+from companyd.admin.wire import result_data
 from companyd.clock import Clock, SystemClock
 from companyd.daemon.protocol import (
     ADMIN_OPS,
@@ -601,6 +603,8 @@ class ControlServer:
         method = getattr(self.admin, op)
         try:
             result = await with_deadline(method(**call_args), deadline, self.clock)
+            # the one place an Admin result becomes JSON (a bad result is a bug: internal)
+            data = result_data(op, result)
         except TimeoutError:
             log.warning("control: %r did not finish within %.0f s; cancelled", op, deadline)
             return error(
@@ -618,7 +622,7 @@ class ControlServer:
                 f"internal error: {type(exc).__name__}: {exc} (details in the daemon log)",
                 "internal",
             )
-        return {"ok": True, "result": result}
+        return {"ok": True, "result": data}
 
     def _deadline(self, op: str, args: Mapping[str, Any]) -> float:
         return operation_deadline(op, args, self.deadlines, self.request_timeout)

@@ -28,12 +28,14 @@ from companyd import __version__
 from companyd._aio import cancel_and_wait, race
 from companyd._fs import private_dir
 from companyd._heap import freeze_startup_heap
+from companyd.admin.results import SpendStatus
+from companyd.admin.wire import result_data
 from companyd.alerts.service import AlertService
 from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig
 from companyd.daemon.control import ControlServer
 from companyd.daemon.logs import log_events
-from companyd.daemon.operator import Operator
+from companyd.daemon.operator import NO_SPEND, Operator
 from companyd.daemon.protocol import socket_path
 from companyd.daemon.reload import Reloader, ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor, Notifier, StatusUpdater, Watchdog
@@ -182,7 +184,7 @@ class Daemon(Operator, Reloader):
         self._reload_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
         # the spend block of STATUS= (read from the spend book, which is async)
-        self._spend_seen: dict[str, Any] | None = None
+        self._spend_seen: SpendStatus | None = None
         self._spend_refresh: asyncio.Task[None] | None = None
         self.tree = None
 
@@ -396,9 +398,11 @@ class Daemon(Operator, Reloader):
         latest one read (the spend book answers asynchronously); each call refreshes it for
         the next one, so it lags by at most one StatusUpdater period (10 s).
         """
-        status = self._status_sync()
-        if self._spend_seen is not None:
-            status["spend"] = self._spend_seen
+        # status_line renders status's JSON form, as for `companyd status`
+        spend = self._spend_seen or NO_SPEND
+        status = result_data("status", self._status_sync()(spend=spend, routines=[]))
+        if self._spend_seen is None:
+            del status["spend"]  # none read yet: no spend part rather than $0.00
         if self._spend_refresh is None or self._spend_refresh.done():
             with contextlib.suppress(RuntimeError):  # no running loop: nothing to refresh
                 self._spend_refresh = asyncio.get_running_loop().create_task(self._refresh_spend())

@@ -6,7 +6,8 @@ the fault injection of ``companyd debug``.
 :class:`Operator` is a part of :class:`~companyd.daemon.main.Daemon` (a mixin: it asks the
 daemon's services and owns no state of its own); the ``reload`` operation is
 :class:`~companyd.daemon.reload.Reloader`'s. Refusals are :class:`~companyd.admin.AdminError`
-with a message for the operator; results are the dicts docs/daemon.md describes.
+with a message for the operator; results are the dataclasses of :mod:`companyd.admin.results`
+(their JSON is what docs/daemon.md describes).
 """
 
 from __future__ import annotations
@@ -18,18 +19,46 @@ import time
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from companyd import __version__
 from companyd._aio import race
 from companyd.admin import AdminError
+from companyd.admin.results import (
+    AgentCounts,
+    AskAnswer,
+    BudgetRaised,
+    BudgetReport,
+    CompanyInfo,
+    DaemonInfo,
+    DebugBlocked,
+    DebugCrashed,
+    JobHistory,
+    JobRun,
+    Jobs,
+    Paused,
+    ProposalDecision,
+    Proposals,
+    Resumed,
+    RoutineLine,
+    Runs,
+    SpendLine,
+    SpendPeriodLine,
+    SpendReport,
+    SpendStatus,
+    Status,
+    TaskRetried,
+    Tasks,
+)
 from companyd.alerts.service import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
-from companyd.roles.improver import ProposalError, Proposals
+from companyd.roles.improver import Proposal, ProposalError
+from companyd.roles.improver import Proposals as ProposalStore
 from companyd.roles.journal import Journal
 from companyd.roles.staff import Staff
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
@@ -37,7 +66,7 @@ from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
 from companyd.spend import SpendBook
 from companyd.spend.ledger import LedgerError
 
-__all__ = ["Operator"]
+__all__ = ["NO_SPEND", "Operator"]
 
 
 class Operator:
@@ -62,9 +91,10 @@ class Operator:
     spend_book: SpendBook
     scheduler: RoutineScheduler
     journal: Journal
-    proposal_store: Proposals
+    proposal_store: ProposalStore
 
-    def _status_sync(self) -> dict[str, Any]:
+    def _status_sync(self) -> partial[Status]:
+        """Status as of now, but for its spend and routines (read next, with an await)."""
         now = self.clock.time()
         tree = self.tree.snapshot() if self.tree is not None else {}
         paused = self.staff.paused()
@@ -72,80 +102,87 @@ class Operator:
         running = self.staff.in_flight()
         agents_total = len(self.config.agents)
         agent_nodes = _agent_nodes(tree, set(self.config.agents))
-        return {
-            "now": now,
-            "daemon": {
-                "pid": os.getpid(),
-                "version": __version__,
-                "state": self.state,
-                "started_at": self.started_at,
-                "uptime_s": now - self.started_at,
-                "config": str(self.config.path),
-                "config_loaded_at": self.config_loaded_at,
-                "reload": self.reloads.to_dict(),
-                "state_dir": str(self.state_dir),
-                "socket": str(self.socket),
-                "offline": self.offline,
-                "loop_lag": self.lag.stats().to_dict(),
-            },
-            "company": {"name": self.config.name, "timezone": self.config.timezone},
-            "agents": {
-                "total": agents_total,
-                "running": sum(1 for n in agent_nodes if n.get("state") == "running"),
-                "paused": len(paused),
-                "failed": sum(
-                    1 for n in agent_nodes if n.get("state") in ("restarting", "stopped")
-                ),
-                "busy": len(running),
-            },
-            "tree": tree,
-            "runs_in_flight": [{**r, "elapsed_s": now - r["started_at"]} for r in running],
-            "alerts": self.alerts.snapshot(),
-        }
+        return partial(
+            Status,
+            now=now,
+            daemon=DaemonInfo(
+                pid=os.getpid(),
+                version=__version__,
+                state=self.state,
+                started_at=self.started_at,
+                uptime_s=now - self.started_at,
+                config=str(self.config.path),
+                config_loaded_at=self.config_loaded_at,
+                reload=self.reloads.to_dict(),
+                state_dir=str(self.state_dir),
+                socket=str(self.socket),
+                offline=self.offline,
+                loop_lag=self.lag.stats().to_dict(),
+            ),
+            company=CompanyInfo(name=self.config.name, timezone=self.config.timezone),
+            agents=AgentCounts(
+                total=agents_total,
+                running=sum(1 for n in agent_nodes if n.get("state") == "running"),
+                paused=len(paused),
+                failed=sum(1 for n in agent_nodes if n.get("state") in ("restarting", "stopped")),
+                busy=len(running),
+            ),
+            tree=tree,
+            runs_in_flight=[{**r, "elapsed_s": now - r["started_at"]} for r in running],
+            alerts=self.alerts.snapshot(),
+        )
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> Status:
         """:meth:`Admin.status`: the tree with paused agents marked, runs in flight, spend and
         routines. Always answers: an unreadable ledger or routine history shows as unavailable, not
         as an error.
         """
         status = self._status_sync()
-        status["spend"] = await self._spend_status()
-        status["routines"] = await self._routines_status()
-        return status
+        spend = await self._spend_status()
+        return status(spend=spend, routines=await self._routines_status())
 
-    async def _spend_status(self) -> dict[str, Any]:
+    async def _spend_status(self) -> SpendStatus:
         try:
             report = await self.spend_book.budget_report()
         except LedgerError as exc:
             # the ledger cannot be opened (a full state disk at start): status still answers
-            out = _spend_for_status({}, self.staff.paused())
-            out["unavailable"] = str(exc)
-            return out
+            return _spend_for_status({}, self.staff.paused(), unavailable=str(exc))
         return _spend_for_status(report, self.staff.paused())
 
-    async def _routines_status(self) -> list[dict[str, Any]]:
+    async def _routines_status(self) -> list[RoutineLine]:
         try:
             jobs = await self.scheduler.jobs()
         except AdminError:  # the history cannot be opened (a full state disk): none to show
             return []
         return [_routine_for_status(r) for r in jobs.get("routines", []) if isinstance(r, Mapping)]
 
-    async def spend(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
+    async def spend(self, by: str = "agent", period: str = "today") -> SpendReport:
         """:meth:`Admin.spend`, from the spend book.
 
         Raises:
             AdminError: an unknown grouping or period (the message lists the valid ones).
         """
         try:
-            return await self.spend_book.spend_report(by=by, period=period)
+            report = await self.spend_book.spend_report(by=by, period=period)
         except ValueError as exc:
             raise AdminError(str(exc)) from None
+        return SpendReport(
+            by=report["by"], period=report["period"], rows=report["rows"], total=report["total"]
+        )
 
-    async def budget(self) -> dict[str, Any]:
+    async def budget(self) -> BudgetReport:
         """:meth:`Admin.budget`: the spend book's budget report."""
-        return await self.spend_book.budget_report()
+        report = await self.spend_book.budget_report()
+        return BudgetReport(
+            timezone=report["timezone"],
+            now=report["now"],
+            day=report["day"],
+            month=report["month"],
+            budgets=report["budgets"],
+            in_flight=report["in_flight"],
+        )
 
-    async def raise_budget(self, agent: str | None, usd: float) -> dict[str, Any]:
+    async def raise_budget(self, agent: str | None, usd: float) -> BudgetRaised:
         """:meth:`Admin.raise_budget`; the agents paused by a spent budget that the raise covers
         are resumed, and the result names them and today's new limit.
 
@@ -176,36 +213,38 @@ class Operator:
             ),
             None,
         )
-        return {
-            "agent": agent,
-            "raised_usd": usd,
-            "daily_limit_usd": daily,
-            "resumed": resumed,
-            "message": f"raised today's budget of {who} by ${usd:.2f}"
+        return BudgetRaised(
+            agent=agent,
+            raised_usd=usd,
+            daily_limit_usd=daily,
+            resumed=list(resumed),
+            message=f"raised today's budget of {who} by ${usd:.2f}"
             + (
                 f" (today's limit is now ${daily:.2f}; back to company.yaml tomorrow)"
                 if daily is not None
                 else " (for today; back to company.yaml tomorrow)"
             )
             + (f"; resumed {', '.join(resumed)}" if resumed else ""),
-        }
+        )
 
-    async def jobs(self) -> dict[str, Any]:
+    async def jobs(self) -> Jobs:
         """:meth:`Admin.jobs`, from the scheduler."""
-        return await self.scheduler.jobs()
+        view = await self.scheduler.jobs()
+        return Jobs(daemon=view["daemon"], generated=view["generated"], routines=view["routines"])
 
-    async def job_history(self, routine: str, limit: int = 20) -> dict[str, Any]:
+    async def job_history(self, routine: str, limit: int = 20) -> JobHistory:
         """:meth:`Admin.job_history`.
 
         Raises:
             AdminError: no routine of that name.
         """
         try:
-            return await self.scheduler.history(routine, limit)
+            history = await self.scheduler.history(routine, limit)
         except RoutineNotFound as exc:
             raise AdminError(str(exc)) from None
+        return JobHistory(routine=history["routine"], fires=history["fires"])
 
-    async def run_job(self, routine: str) -> dict[str, Any]:
+    async def run_job(self, routine: str) -> JobRun:
         """:meth:`Admin.run_job`: fire ``routine`` now and wait for the run's outcome.
 
         Raises:
@@ -216,9 +255,9 @@ class Operator:
             outcome = await self.scheduler.run_now(routine)
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
-        return {"routine": routine, **outcome.to_dict()}
+        return JobRun(routine=routine, **vars(_answer(outcome)))
 
-    async def pause(self, agent: str) -> dict[str, Any]:
+    async def pause(self, agent: str) -> Paused:
         """:meth:`Admin.pause`: an operator pause, held until :meth:`resume`.
 
         Raises:
@@ -226,14 +265,14 @@ class Operator:
         """
         self._check_agent(agent)
         self.staff.pause(agent, "operator")
-        return {
-            "agent": agent,
-            "paused": True,
-            "message": f"paused {agent}: it finishes its current run, then starts no new ones "
+        return Paused(
+            agent=agent,
+            paused=True,
+            message=f"paused {agent}: it finishes its current run, then starts no new ones "
             f"until `companyd resume {agent}`",
-        }
+        )
 
-    async def resume(self, agent: str) -> dict[str, Any]:
+    async def resume(self, agent: str) -> Resumed:
         """:meth:`Admin.resume`; ``resumed`` is False when the agent was not paused.
 
         Raises:
@@ -241,13 +280,13 @@ class Operator:
         """
         self._check_agent(agent)
         was = self.staff.resume(agent)
-        return {
-            "agent": agent,
-            "resumed": was,
-            "message": f"resumed {agent}" if was else f"{agent} was not paused",
-        }
+        return Resumed(
+            agent=agent,
+            resumed=was,
+            message=f"resumed {agent}" if was else f"{agent} was not paused",
+        )
 
-    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> dict[str, Any]:
+    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> AskAnswer:
         """:meth:`Admin.ask`: queue a task from the operator and wait for its run's outcome.
 
         Raises:
@@ -273,7 +312,7 @@ class Operator:
                 f"{agent} did not finish within {timeout:g} s; the task {task.id} keeps running "
                 "— see `companyd runs`"
             ) from None
-        return outcome.to_dict()
+        return _answer(outcome)
 
     async def _unless_stopping(self, work: Any, task: Task) -> RunOutcome:
         """Await ``work``, or answer at once when the daemon starts to stop: the task is
@@ -292,7 +331,7 @@ class Operator:
 
     async def runs(
         self, agent: str | None = None, status: str | None = None, limit: int = 20
-    ) -> dict[str, Any]:
+    ) -> Runs:
         """:meth:`Admin.runs`, from the run journal.
 
         Raises:
@@ -303,14 +342,14 @@ class Operator:
                 f"unknown status {status!r}; choose one of running, "
                 + ", ".join(str(s) for s in RunStatus)
             )
-        return {"runs": await self.journal.runs(agent=agent, status=status, limit=limit)}
+        return Runs(runs=await self.journal.runs(agent=agent, status=status, limit=limit))
 
-    async def tasks(self, quarantined: bool = False) -> dict[str, Any]:
+    async def tasks(self, quarantined: bool = False) -> Tasks:
         """:meth:`Admin.tasks`: queued and running tasks, or only the quarantined ones."""
         states = ["quarantined"] if quarantined else ["queued", "running"]
-        return {"tasks": await self.journal.tasks(states)}
+        return Tasks(tasks=await self.journal.tasks(states))
 
-    async def retry(self, task_id: str) -> dict[str, Any]:
+    async def retry(self, task_id: str) -> TaskRetried:
         """:meth:`Admin.retry`.
 
         Raises:
@@ -322,18 +361,18 @@ class Operator:
             raise AdminError(f"no task {task_id!r}; see `companyd tasks --quarantined`") from None
         except ValueError as exc:
             raise AdminError(str(exc)) from None
-        return {
-            "task_id": task.id,
-            "agent": task.agent,
-            "queued": True,
-            "message": f"released {task.id}; {task.agent} will run it again",
-        }
+        return TaskRetried(
+            task_id=task.id,
+            agent=task.agent,
+            queued=True,
+            message=f"released {task.id}; {task.agent} will run it again",
+        )
 
-    async def proposals(self) -> dict[str, Any]:
+    async def proposals(self) -> Proposals:
         """:meth:`Admin.proposals`: the latest proposals, newest first, decided ones included."""
-        return {"proposals": [p.to_dict() for p in await self.proposal_store.list()]}
+        return Proposals(proposals=[p.to_dict() for p in await self.proposal_store.list()])
 
-    async def approve(self, proposal_id: str) -> dict[str, Any]:
+    async def approve(self, proposal_id: str) -> ProposalDecision:
         """:meth:`Admin.approve`: runs to the end once begun, even if the caller goes away.
 
         Raises:
@@ -343,9 +382,9 @@ class Operator:
             p = await self.proposal_store.approve(proposal_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
-        return {**p.to_dict(), "message": f"applied {p.id} to {p.file} and reloaded"}
+        return _decision(p, f"applied {p.id} to {p.file} and reloaded")
 
-    async def reject(self, proposal_id: str) -> dict[str, Any]:
+    async def reject(self, proposal_id: str) -> ProposalDecision:
         """:meth:`Admin.reject`.
 
         Raises:
@@ -355,9 +394,9 @@ class Operator:
             p = await self.proposal_store.reject(proposal_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
-        return {**p.to_dict(), "message": f"rejected {p.id}"}
+        return _decision(p, f"rejected {p.id}")
 
-    async def revert(self, proposal_id: str) -> dict[str, Any]:
+    async def revert(self, proposal_id: str) -> ProposalDecision:
         """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away.
 
         Raises:
@@ -368,11 +407,11 @@ class Operator:
             p = await self.proposal_store.revert(proposal_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
-        return {**p.to_dict(), "message": f"reverted {p.id} and reloaded"}
+        return _decision(p, f"reverted {p.id} and reloaded")
 
     async def debug(
         self, action: str, target: str | None = None, seconds: float = 0.0
-    ) -> dict[str, Any]:
+    ) -> DebugCrashed | DebugBlocked:
         """:meth:`Admin.debug`.
 
         Raises:
@@ -389,13 +428,13 @@ class Operator:
                 raise AdminError("debug crash needs a target agent")
             self._check_agent(target)
             crashed = await self.staff.crash(target)
-            return {"action": action, "target": target, "crashed": crashed}
+            return DebugCrashed(action=action, target=target, crashed=crashed)
         if action == "block":
             if not 0 < seconds <= 600:
                 raise AdminError(f"debug block needs 0 < seconds <= 600, got {seconds!r}")
             # deliberately blocks the event loop, as a careless synchronous call would
             time.sleep(seconds)  # noqa: ASYNC251
-            return {"action": action, "seconds": seconds}
+            return DebugBlocked(action=action, seconds=seconds)
         raise AdminError(f"unknown debug action {action!r}; choose crash or block")
 
     def _check_agent(self, agent: str) -> None:
@@ -435,20 +474,22 @@ def _epoch(value: Any) -> float | None:
     return None
 
 
-def _spend_for_status(report: Mapping[str, Any], paused: Mapping[str, str]) -> dict[str, Any]:
+def _spend_for_status(
+    report: Mapping[str, Any], paused: Mapping[str, str], unavailable: str | None = None
+) -> SpendStatus:
     """The status ``spend`` block (docs/daemon.md) from the spend book's budget report."""
     rows = [r for r in report.get("budgets", []) if isinstance(r, Mapping)]
-    out: dict[str, Any] = {"currency": "USD"}
+    periods: dict[str, SpendPeriodLine] = {}
     for name, period in (("today", "day"), ("month", "month")):
-        row = next(
-            (r for r in rows if r.get("scope") == "company" and r.get("period") == period), None
+        row: Mapping[str, Any] = next(
+            (r for r in rows if r.get("scope") == "company" and r.get("period") == period), {}
         )
-        out[name] = {
-            "used_usd": (row or {}).get("used_usd", 0.0),
-            "reserved_usd": (row or {}).get("reserved_usd", 0.0),
-            "limit_usd": (row or {}).get("limit_usd"),
-            "resets_at": _epoch((row or {}).get("resets_at")),
-        }
+        periods[name] = SpendPeriodLine(
+            used_usd=row.get("used_usd", 0.0),
+            reserved_usd=row.get("reserved_usd", 0.0),
+            limit_usd=row.get("limit_usd"),
+            resets_at=_epoch(row.get("resets_at")),
+        )
     agents: dict[str, dict[str, Any]] = {}
     for r in rows:
         agent = r.get("agent")
@@ -463,20 +504,64 @@ def _spend_for_status(report: Mapping[str, Any], paused: Mapping[str, str]) -> d
         elif r.get("period") == "month":
             entry["month_usd"] = r.get("used_usd", 0.0)
             entry["monthly_limit_usd"] = r.get("limit_usd")
-    out["agents"] = list(agents.values())
-    return out
+    return SpendStatus(
+        currency="USD",
+        today=periods["today"],
+        month=periods["month"],
+        agents=[SpendLine(**entry) for entry in agents.values()],
+        unavailable=unavailable,
+    )
 
 
-def _routine_for_status(r: Mapping[str, Any]) -> dict[str, Any]:
+def _routine_for_status(r: Mapping[str, Any]) -> RoutineLine:
     """One status ``routines`` row (docs/daemon.md) from the scheduler's jobs view."""
     raw = r.get("last")
     last: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-    return {
-        "routine": r.get("routine"),
-        "agent": r.get("agent"),
-        "schedule": r.get("schedule"),
-        "next_fire": _epoch(r.get("next_fire")),
-        "last_fire": _epoch(last.get("scheduled") or last.get("started")),
-        "last_outcome": last.get("outcome"),
-        "enabled": r.get("enabled", True),
-    }
+    return RoutineLine(
+        routine=r.get("routine"),
+        agent=r.get("agent"),
+        schedule=r.get("schedule"),
+        next_fire=_epoch(r.get("next_fire")),
+        last_fire=_epoch(last.get("scheduled") or last.get("started")),
+        last_outcome=last.get("outcome"),
+        enabled=r.get("enabled", True),
+    )
+
+
+def _answer(outcome: RunOutcome) -> AskAnswer:
+    """``ask``'s result from the run's outcome."""
+    return AskAnswer(
+        task_id=outcome.task_id,
+        run_id=outcome.run_id,
+        agent=outcome.agent,
+        status=str(outcome.status),
+        reason=outcome.reason,
+        answer=outcome.answer,
+        cost_usd=outcome.cost_usd,
+        steps=outcome.steps,
+        tokens=outcome.tokens,
+        models=list(outcome.models),
+        started=outcome.started,
+        ended=outcome.ended,
+        offline=outcome.offline,
+    )
+
+
+def _decision(p: Proposal, message: str) -> ProposalDecision:
+    """``approve``/``reject``/``revert``'s result: the proposal after it, and what was done."""
+    return ProposalDecision(
+        id=p.id,
+        agent=p.agent,
+        proposer=p.proposer,
+        reason=p.reason,
+        file=p.file,
+        diff=p.diff,
+        status=p.status,
+        created=p.created,
+        decided=p.decided,
+        message=message,
+    )
+
+
+#: A status ``spend`` block with nothing read from the ledger (zero spend, no limits).
+NO_SPEND = _spend_for_status({}, {})

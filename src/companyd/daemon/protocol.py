@@ -31,19 +31,16 @@ seconds if longer); the client waits 15 s longer, so the daemon reports a slow o
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
-import math
 import os
-import types
-import typing
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from companyd._secrets import SECRETS
-from companyd.admin import Admin, AdminError
+from companyd.admin import AdminError
+from companyd.admin.wire import OPERATIONS, ArgumentError, check_arguments
 from companyd.clock import Clock, within
 from companyd.errors import CompanydError
 
@@ -88,11 +85,7 @@ MAX_REQUEST_DEPTH = 32
 MAX_RESPONSE_BYTES = 64 << 20
 
 #: The operations a client may ask for: the public methods of the Admin protocol.
-ADMIN_OPS: frozenset[str] = frozenset(
-    name
-    for name, member in vars(Admin).items()
-    if not name.startswith("_") and inspect.iscoroutinefunction(member)
-)
+ADMIN_OPS: frozenset[str] = OPERATIONS
 BUILTIN_OPS = frozenset({"ping"})
 
 #: Deadline (seconds) of an operation without its own entry in DEFAULT_DEADLINES.
@@ -189,8 +182,9 @@ def parse_line(line: bytes) -> Any:
 def validate(request: Any) -> tuple[str, dict[str, Any]]:
     """The operation and its keyword arguments from a decoded request.
 
-    Arguments of an Admin operation are bound to its signature and type-checked (floats
-    converted); a built-in op's are returned as sent.
+    Arguments of an Admin operation are bound to its signature and validated against its
+    annotations (:func:`companyd.admin.wire.check_arguments`; integers become floats where
+    a float is expected); a built-in op's are returned as sent.
 
     Raises:
         BadRequest: not an object, an unknown op, ``args`` not an object, bad arguments.
@@ -211,8 +205,8 @@ def validate(request: Any) -> tuple[str, dict[str, Any]]:
     if op in BUILTIN_OPS:
         return op, args
     try:
-        return op, _check_arguments(op, args)
-    except ValueError as exc:
+        return op, check_arguments(op, args)
+    except ArgumentError as exc:
         raise BadRequest(str(exc)) from None
 
 
@@ -292,38 +286,7 @@ def _consume(task: asyncio.Future[Any]) -> None:
         log.warning("control: a timed-out operation later failed: %r", task.exception())
 
 
-# -- argument checks -------------------------------------------------------------------------
-
-
-def _check_arguments(op: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Bind ``args`` to ``Admin.<op>`` and check simple types; ValueError says what's wrong."""
-    method = getattr(Admin, op)
-    sig = inspect.signature(method, eval_str=True)
-    params = [p for name, p in sig.parameters.items() if name != "self"]
-    shown = ", ".join(str(p) for p in params)
-    try:
-        bound = sig.bind(None, **args)
-    except TypeError as exc:
-        raise ValueError(f"bad arguments for {op!r}: {exc}; expected {op}({shown})") from None
-    hints = typing.get_type_hints(method)
-    out: dict[str, Any] = {}
-    for name, value in bound.arguments.items():
-        if name == "self":
-            continue
-        hint = hints.get(name, Any)
-        ok, converted = _conforms(value, hint)
-        if ok and isinstance(converted, float) and not math.isfinite(converted):
-            raise ValueError(
-                f"bad argument {name}={value!r} for {op!r}: expected a finite number "
-                f"(not NaN or infinity); signature: {op}({shown})"
-            )
-        if not ok:
-            raise ValueError(
-                f"bad argument {name}={value!r} for {op!r}: expected {_describe(hint)}; "
-                f"signature: {op}({shown})"
-            )
-        out[name] = converted
-    return out
+# -- request shape -------------------------------------------------------------------------
 
 
 def _check_shape(request: Any) -> str | None:
@@ -345,40 +308,3 @@ def _check_shape(request: Any) -> str | None:
             items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
             stack.extend((v, depth + 1) for v in items)
     return None
-
-
-def _conforms(value: Any, hint: Any) -> tuple[bool, Any]:
-    if hint is Any:
-        return True, value
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        for member in typing.get_args(hint):
-            ok, converted = _conforms(value, member)
-            if ok:
-                return True, converted
-        return False, value
-    if hint is type(None):
-        return value is None, value
-    if hint is bool:
-        return isinstance(value, bool), value
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            try:
-                return True, float(value)
-            except OverflowError:  # an integer beyond any float (1 followed by 400 zeros)
-                return False, value
-        return False, value
-    if hint is str:
-        return isinstance(value, str), value
-    return True, value  # containers and the rest: the Admin implementation checks them
-
-
-def _describe(hint: Any) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(
-            "null" if m is type(None) else names.get(m, str(m)) for m in typing.get_args(hint)
-        )
-    return names.get(hint, str(hint))

@@ -18,6 +18,7 @@ from typing import Any
 
 from companyd._secrets import redact
 from companyd.admin import AdminError
+from companyd.admin.results import DepartmentChanges, ReloadApplied, ReloadRejected
 from companyd.alerts.service import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config
@@ -95,7 +96,7 @@ class Reloader:
         """The STATUS= line sent with READY=1 after a reload (the daemon's)."""
         raise NotImplementedError
 
-    async def reload(self) -> dict[str, Any]:
+    async def reload(self) -> ReloadApplied | ReloadRejected:
         """Re-read company.yaml; apply the difference or keep the old config.
 
         A reload asked for during start-up waits until the tree is up (READY=1 is sent
@@ -107,17 +108,17 @@ class Reloader:
         async with self._reload_lock:
             if self._stopping():
                 log.info("reload not applied: the daemon is stopping")
-                return {
-                    "applied": False,
-                    "errors": ["the daemon is stopping; company.yaml was not reloaded"],
-                    "message": "reload refused: the daemon is stopping",
-                }
+                return ReloadRejected(
+                    applied=False,
+                    errors=["the daemon is stopping; company.yaml was not reloaded"],
+                    message="reload refused: the daemon is stopping",
+                )
             return await asyncio.shield(self._reload())
 
     def _stopping(self) -> bool:
         return self._stop.is_set() or self.state == "stopping"
 
-    async def _reload(self) -> dict[str, Any]:
+    async def _reload(self) -> ReloadApplied | ReloadRejected:
         self.notifier.reloading("reloading company.yaml")
         self.state = "reloading"
         try:
@@ -133,12 +134,12 @@ class Reloader:
                     errors=errors[:10],
                     count=len(errors),
                 )
-                return {
-                    "applied": False,
-                    "errors": errors,
-                    "message": f"company.yaml rejected ({len(errors)} problem(s)); the "
+                return ReloadRejected(
+                    applied=False,
+                    errors=errors,
+                    message=f"company.yaml rejected ({len(errors)} problem(s)); the "
                     "previous version keeps running",
-                }
+                )
             old = self.config
             self.staff.reconfigure(new)
             self.spend_book.reconfigure(new)
@@ -153,24 +154,24 @@ class Reloader:
             self.config_loaded_at = self.clock.time()
             self.reloads.applied(self.config_loaded_at)
             unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]
-            result: dict[str, Any] = {
-                "applied": True,
-                "added": list(diff.added_agents),
-                "removed": list(diff.removed_agents),
-                "changed": list(diff.changed_agents),
-                "unchanged": len(unchanged),
-                "departments": {
-                    "added": list(diff.added_departments),
-                    "removed": list(diff.removed_departments),
-                    "changed": list(diff.changed_departments),
-                },
-                "routines": routines,
-                "failures": list(diff.failures),
-                "resumed": resumed,
-            }
             later = restart_only_changes(old, new, self.state_dir)
+            result = ReloadApplied(
+                applied=True,
+                added=list(diff.added_agents),
+                removed=list(diff.removed_agents),
+                changed=list(diff.changed_agents),
+                unchanged=len(unchanged),
+                departments=DepartmentChanges(
+                    added=list(diff.added_departments),
+                    removed=list(diff.removed_departments),
+                    changed=list(diff.changed_departments),
+                ),
+                routines=routines,
+                failures=list(diff.failures),
+                resumed=list(resumed),
+                restart_required=later or None,
+            )
             if later:
-                result["restart_required"] = later
                 log.warning(
                     "company.yaml reloaded, but %s only take(s) effect when the daemon "
                     "restarts (`systemctl restart companyd`)",
@@ -179,12 +180,12 @@ class Reloader:
             self.bus.emit(
                 "daemon_reloaded",
                 "daemon",
-                started=result["added"],
-                stopped=result["removed"],
-                restarted=result["changed"],
-                unchanged=result["unchanged"],
+                started=list(result.added),
+                stopped=list(result.removed),
+                restarted=list(result.changed),
+                unchanged=result.unchanged,
                 routines=routines,
-                failures=result["failures"],
+                failures=list(result.failures),
             )
             return result
         finally:
@@ -197,10 +198,10 @@ class Reloader:
 
     async def _reload_after_apply(self) -> None:
         result = await self.reload()
-        if not result.get("applied"):
+        if isinstance(result, ReloadRejected):
             raise AdminError(
                 "the change was written but company.yaml was rejected on reload: "
-                + "; ".join(result.get("errors", [])[:3])
+                + "; ".join(result.errors[:3])
             )
 
 

@@ -1,21 +1,46 @@
-"""What an operator can ask of a running daemon.
+"""What an operator can ask of a running daemon: the :class:`Admin` protocol.
 
 The same operations are reachable from the CLI (through the control socket) and from the
 operator's phone (Telegram commands and buttons). Both front ends call an :class:`Admin`;
-the daemon implements it once. Every result is a JSON-serialisable dict, so front ends only
-format. A refused request raises :class:`AdminError` whose message is shown to the operator
-as it is (it quotes the value and names the valid choices).
+the daemon implements it once (``companyd.daemon.operator``). Every operation returns one of
+the frozen dataclasses of :mod:`companyd.admin.results`; the control socket validates the
+arguments against the signatures below and serialises the results
+(:mod:`companyd.admin.wire`). A refused request raises :class:`AdminError` whose message is
+shown to the operator as it is (it quotes the value and names the valid choices).
+
+The control socket offers exactly the public coroutine methods of :class:`Admin`: adding an
+operation is a method here, its result dataclass, and the daemon's implementation
+(docs/architecture.md, "Adding an Admin operation").
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
+from companyd.admin.results import (
+    AskAnswer,
+    BudgetRaised,
+    BudgetReport,
+    DebugBlocked,
+    DebugCrashed,
+    JobHistory,
+    JobRun,
+    Jobs,
+    Paused,
+    ProposalDecision,
+    Proposals,
+    ReloadApplied,
+    ReloadRejected,
+    Resumed,
+    Runs,
+    SpendReport,
+    Status,
+    TaskRetried,
+    Tasks,
+)
 from companyd.errors import CompanydError
 
 __all__ = ["Admin", "AdminError"]
-
-Result = dict[str, Any]
 
 
 class AdminError(CompanydError):
@@ -25,81 +50,83 @@ class AdminError(CompanydError):
 class Admin(Protocol):
     """Operator operations on the running company."""
 
-    async def status(self) -> Result:
+    async def status(self) -> Status:
         """Supervision tree (states, restart counts, uptime), runs in flight, spend today and
         this month against budget, next routines.
         """
         ...
 
-    async def spend(self, by: str = "agent", period: str = "today") -> Result:
+    async def spend(self, by: str = "agent", period: str = "today") -> SpendReport:
         """Settled spend grouped ``by`` agent | model | routine | day over ``period``
         (``today``, ``month`` or ``YYYY-MM-DD..YYYY-MM-DD``).
         """
         ...
 
-    async def budget(self) -> Result:
+    async def budget(self) -> BudgetReport:
         """Each budget: limit, used, reserved, remaining, when it resets."""
         ...
 
-    async def raise_budget(self, agent: str | None, usd: float) -> Result:
+    async def raise_budget(self, agent: str | None, usd: float) -> BudgetRaised:
         """Raise today's budget of ``agent`` (or the company when None) by ``usd``, once."""
         ...
 
-    async def jobs(self) -> Result:
+    async def jobs(self) -> Jobs:
         """Each routine: schedule, next fire, last outcome, 7-day success rate."""
         ...
 
-    async def job_history(self, routine: str, limit: int = 20) -> Result:
+    async def job_history(self, routine: str, limit: int = 20) -> JobHistory:
         """The latest fires of one routine with outcome, reason, cost and run id."""
         ...
 
-    async def run_job(self, routine: str) -> Result:
+    async def run_job(self, routine: str) -> JobRun:
         """Fire a routine now."""
         ...
 
-    async def pause(self, agent: str) -> Result:
+    async def pause(self, agent: str) -> Paused:
         """Stop an agent from starting new runs (the current run finishes)."""
         ...
 
-    async def resume(self, agent: str) -> Result:
+    async def resume(self, agent: str) -> Resumed:
         """Let a paused agent (operator or budget pause) run again."""
         ...
 
-    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> Result:
+    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> AskAnswer:
         """Run a one-off task; the result has answer, models, tokens and cost."""
         ...
 
     async def runs(
         self, agent: str | None = None, status: str | None = None, limit: int = 20
-    ) -> Result:
+    ) -> Runs:
         """Recent runs, newest first."""
         ...
 
-    async def tasks(self, quarantined: bool = False) -> Result:
+    async def tasks(self, quarantined: bool = False) -> Tasks:
         """Tasks waiting, running or (with ``quarantined``) quarantined."""
         ...
 
-    async def retry(self, task_id: str) -> Result:
+    async def retry(self, task_id: str) -> TaskRetried:
         """Release a quarantined task and run it again."""
         ...
 
-    async def proposals(self) -> Result:
+    async def proposals(self) -> Proposals:
         """Improver proposals awaiting approval (and recent decisions)."""
         ...
 
-    async def approve(self, proposal_id: str) -> Result:
+    async def approve(self, proposal_id: str) -> ProposalDecision:
         """Apply a proposal (then reload the config)."""
         ...
 
-    async def reject(self, proposal_id: str) -> Result:
+    async def reject(self, proposal_id: str) -> ProposalDecision:
         """Discard a proposal."""
         ...
 
-    async def revert(self, proposal_id: str) -> Result:
+    async def revert(self, proposal_id: str) -> ProposalDecision:
         """Undo an applied proposal (then reload the config)."""
         ...
 
-    async def debug(self, action: str, target: str | None = None, seconds: float = 0.0) -> Result:
+    async def debug(
+        self, action: str, target: str | None = None, seconds: float = 0.0
+    ) -> DebugCrashed | DebugBlocked:
         """Fault injection for tests and the chaos benchmark: ``crash`` an agent (its next
         step raises), ``block`` the event loop for ``seconds`` (a synchronous sleep, as a
         careless blocking call would). Refused unless the daemon runs with
@@ -107,6 +134,6 @@ class Admin(Protocol):
         """
         ...
 
-    async def reload(self) -> Result:
+    async def reload(self) -> ReloadApplied | ReloadRejected:
         """Re-read company.yaml and apply the difference (or report why it was rejected)."""
         ...

@@ -1,0 +1,395 @@
+"""The results of the operator operations: one frozen dataclass per :class:`Admin` result.
+
+A result is what the daemon answers, as data: the control socket turns it into JSON in one
+place (:mod:`companyd.admin.wire`), the field order being the order of the JSON keys, so
+``companyd … --json`` prints exactly these fields (docs/daemon.md documents each shape).
+Front ends that decide something from a result read its attributes; renderers show its
+JSON form (:func:`companyd.admin.wire.result_data`), the same data the CLI receives.
+
+Two conventions keep the JSON exactly what operators and scripts already read:
+
+- a key that is present only sometimes is a field marked :data:`Omitted` (left out of the
+  JSON when it is None);
+- a block another service reports as JSON-ready data (the supervision tree, the spend
+  book's reports, the scheduler's routines, journal rows, proposals) is a ``dict`` (or a
+  list of them) here, passed through as the service built it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+from pydantic import Field
+
+__all__ = [
+    "AgentCounts",
+    "AskAnswer",
+    "BudgetRaised",
+    "BudgetReport",
+    "CompanyInfo",
+    "DaemonInfo",
+    "DebugBlocked",
+    "DebugCrashed",
+    "DepartmentChanges",
+    "JobHistory",
+    "JobRun",
+    "Jobs",
+    "Omitted",
+    "Paused",
+    "ProposalDecision",
+    "Proposals",
+    "ReloadApplied",
+    "ReloadRejected",
+    "Resumed",
+    "RoutineLine",
+    "Runs",
+    "SpendLine",
+    "SpendPeriodLine",
+    "SpendReport",
+    "SpendStatus",
+    "Status",
+    "TaskRetried",
+    "Tasks",
+]
+
+T = TypeVar("T")
+
+#: A field whose key is left out of the JSON when its value is None (a key that is present
+#: only sometimes, e.g. reload's ``restart_required``).
+Omitted = Annotated[T | None, Field(exclude_if=lambda v: v is None)]
+
+JSON = dict[str, Any]
+
+
+# -- agents ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Paused:
+    """``pause``: the agent finishes its current run, then starts no new ones."""
+
+    agent: str
+    paused: bool
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resumed:
+    """``resume``: ``resumed`` is False when the agent was not paused (nothing done)."""
+
+    agent: str
+    resumed: bool
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AskAnswer:
+    """``ask``: how the one-off task's run ended (the run journal's outcome)."""
+
+    task_id: str
+    run_id: str
+    agent: str
+    status: str
+    reason: str | None
+    answer: str
+    cost_usd: float
+    steps: int
+    tokens: int
+    models: list[str]
+    started: float
+    ended: float
+    offline: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Runs:
+    """``runs``: recent runs, newest first (the run journal's rows)."""
+
+    runs: list[JSON]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tasks:
+    """``tasks``: tasks waiting, running or quarantined (the run journal's rows)."""
+
+    tasks: list[JSON]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskRetried:
+    """``retry``: the quarantined task is queued again."""
+
+    task_id: str
+    agent: str
+    queued: bool
+    message: str
+
+
+# -- spend -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpendReport:
+    """``spend``: settled spend grouped ``by`` over ``period`` (the spend book's report)."""
+
+    by: str
+    period: JSON
+    rows: list[JSON]
+    total: JSON
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetReport:
+    """``budget``: each budget with its limit, use, reservations and reset (the spend
+    book's report rows), and how many calls hold a reservation now.
+    """
+
+    timezone: str
+    now: str
+    day: str
+    month: str
+    budgets: list[JSON]
+    in_flight: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetRaised:
+    """``raise_budget``: today's limit after the raise (None: no daily budget) and the
+    agents the raise resumed.
+    """
+
+    agent: str | None
+    raised_usd: float
+    daily_limit_usd: float | None
+    resumed: list[str]
+    message: str
+
+
+# -- routines ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Jobs:
+    """``jobs``: each routine as the scheduler reports it (``companyd jobs --json``)."""
+
+    daemon: bool
+    generated: str
+    routines: list[JSON]
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobHistory:
+    """``job_history``: the latest fires of one routine, newest first."""
+
+    routine: str
+    fires: list[JSON]
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRun:
+    """``run_job``: the routine, and how its run ended (the fields of :class:`AskAnswer`)."""
+
+    routine: str
+    task_id: str
+    run_id: str
+    agent: str
+    status: str
+    reason: str | None
+    answer: str
+    cost_usd: float
+    steps: int
+    tokens: int
+    models: list[str]
+    started: float
+    ended: float
+    offline: bool
+
+
+# -- proposals ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Proposals:
+    """``proposals``: the improver's proposals, pending first."""
+
+    proposals: list[JSON]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProposalDecision:
+    """``approve``, ``reject``, ``revert``: the proposal after the decision."""
+
+    id: str
+    agent: str
+    proposer: str
+    reason: str
+    file: str
+    diff: str
+    status: str
+    created: float
+    decided: float | None
+    message: str
+
+
+# -- the daemon --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaemonInfo:
+    """The ``daemon`` block of status."""
+
+    pid: int
+    version: str
+    state: str
+    started_at: float
+    uptime_s: float
+    config: str
+    config_loaded_at: float
+    reload: JSON
+    state_dir: str
+    socket: str
+    offline: bool
+    loop_lag: JSON
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompanyInfo:
+    """The ``company`` block of status."""
+
+    name: str
+    timezone: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentCounts:
+    """The ``agents`` block of status: how many agents are in each state."""
+
+    total: int
+    running: int
+    paused: int
+    failed: int
+    busy: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpendPeriodLine:
+    """Company spend over today or this month, in the ``spend`` block of status."""
+
+    used_usd: float
+    reserved_usd: float
+    limit_usd: float | None
+    resets_at: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpendLine:
+    """One agent's spend in the ``spend`` block of status (limits only where set)."""
+
+    agent: str
+    today_usd: float
+    month_usd: float
+    paused: bool
+    daily_limit_usd: Omitted[float] = None
+    monthly_limit_usd: Omitted[float] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpendStatus:
+    """The ``spend`` block of status; ``unavailable`` says why the ledger could not be
+    read (a full state disk at start), and is absent otherwise.
+    """
+
+    currency: str
+    today: SpendPeriodLine
+    month: SpendPeriodLine
+    agents: list[SpendLine]
+    unavailable: Omitted[str] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineLine:
+    """One routine in status: epoch seconds for the times."""
+
+    routine: str | None
+    agent: str | None
+    schedule: str | None
+    next_fire: float | None
+    last_fire: float | None
+    last_outcome: str | None
+    enabled: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Status:
+    """``status``: the supervision tree (the supervisor's snapshot, paused agents marked),
+    runs in flight, the pager's health, spend against budget and the routines.
+    """
+
+    now: float
+    daemon: DaemonInfo
+    company: CompanyInfo
+    agents: AgentCounts
+    tree: JSON
+    runs_in_flight: list[JSON]
+    alerts: JSON
+    spend: SpendStatus
+    routines: list[RoutineLine]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DepartmentChanges:
+    """The departments a reload started, stopped and restarted."""
+
+    added: list[str]
+    removed: list[str]
+    changed: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReloadApplied:
+    """``reload`` applied: agents started, stopped, restarted; the scheduler's moves;
+    settings that take effect only at the next restart (absent when none).
+    """
+
+    applied: bool
+    added: list[str]
+    removed: list[str]
+    changed: list[str]
+    unchanged: int
+    departments: DepartmentChanges
+    routines: JSON
+    failures: list[str]
+    resumed: list[str]
+    restart_required: Omitted[list[str]] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReloadRejected:
+    """``reload`` refused: company.yaml's problems (or the daemon is stopping); the
+    previous version keeps running.
+    """
+
+    applied: bool
+    errors: list[str]
+    message: str
+
+
+# -- fault injection ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class DebugCrashed:
+    """``debug crash``: whether the agent's next step raises."""
+
+    action: str
+    target: str
+    crashed: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class DebugBlocked:
+    """``debug block``: the event loop was blocked for ``seconds``."""
+
+    action: str
+    seconds: float

@@ -1,0 +1,241 @@
+"""The operator contract (companyd.admin): every operation returns a frozen dataclass, and
+``wire`` validates arguments and turns results into JSON from the protocol's annotations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import typing
+from typing import Any, cast
+
+import pytest
+
+from companyd._secrets import SECRETS
+from companyd.admin import Admin
+from companyd.admin.results import (
+    AgentCounts,
+    CompanyInfo,
+    DaemonInfo,
+    DepartmentChanges,
+    Paused,
+    ReloadApplied,
+    ReloadRejected,
+    Resumed,
+    SpendLine,
+    SpendPeriodLine,
+    SpendStatus,
+    Status,
+)
+from companyd.admin.wire import (
+    OPERATIONS,
+    ArgumentError,
+    check_arguments,
+    load_result,
+    result_data,
+)
+from companyd.daemon.control import ControlServer
+from companyd.daemon.protocol import encode_answer
+
+
+def _members(hint: object) -> tuple[object, ...]:
+    return typing.get_args(hint) if typing.get_origin(hint) is not None else (hint,)
+
+
+@pytest.mark.parametrize("op", sorted(OPERATIONS))
+def test_every_operation_returns_frozen_dataclasses(op: str) -> None:
+    returns = typing.get_type_hints(getattr(Admin, op))["return"]
+    for member in _members(returns):
+        assert isinstance(member, type) and dataclasses.is_dataclass(member), (op, member)
+        params = member.__dataclass_params__  # type: ignore[attr-defined]
+        assert params.frozen, f"{op}: {member.__name__} must be frozen"
+
+
+@pytest.mark.parametrize("op", sorted(OPERATIONS))
+def test_every_operation_builds_its_adapters(op: str) -> None:
+    with pytest.raises(ArgumentError, match=f"for {op!r}"):
+        check_arguments(op, {"no_such_argument": 1})
+
+
+def _applied(later: list[str] | None = None) -> ReloadApplied:
+    return ReloadApplied(
+        applied=True,
+        added=["cto"],
+        removed=[],
+        changed=["cfo"],
+        unchanged=2,
+        departments=DepartmentChanges(added=[], removed=[], changed=[]),
+        routines={"added": ["weekly"]},
+        failures=[],
+        resumed=[],
+        restart_required=later,
+    )
+
+
+def test_a_result_is_its_fields_in_order_and_an_absent_key_stays_absent() -> None:
+    data = result_data("reload", _applied())
+    assert list(data) == [
+        "applied",
+        "added",
+        "removed",
+        "changed",
+        "unchanged",
+        "departments",
+        "routines",
+        "failures",
+        "resumed",
+    ]
+    later = result_data("reload", _applied(["anthropic"]))
+    assert later["restart_required"] == ["anthropic"] and list(later)[-1] == "restart_required"
+    rejected = ReloadRejected(applied=False, errors=["bad"], message="rejected")
+    assert result_data("reload", rejected) == {
+        "applied": False,
+        "errors": ["bad"],
+        "message": "rejected",
+    }
+
+
+def test_json_comes_back_as_the_same_dataclass() -> None:
+    for op, result in [
+        ("reload", _applied(["memory.path"])),
+        ("reload", ReloadRejected(applied=False, errors=["x"], message="m")),
+        ("resume", Resumed(agent="cfo", resumed=False, message="cfo was not paused")),
+        ("status", _status()),
+    ]:
+        data = json.loads(json.dumps(result_data(op, result)))
+        assert load_result(op, data) == result
+
+
+def _status() -> Status:
+    period = SpendPeriodLine(used_usd=1.5, reserved_usd=0.0, limit_usd=None, resets_at=None)
+    return Status(
+        now=1_800_000_000.0,
+        daemon=DaemonInfo(
+            pid=1,
+            version="0.1.0",
+            state="running",
+            started_at=1_799_999_000.0,
+            uptime_s=1000.0,
+            config="/etc/companyd/company.yaml",
+            config_loaded_at=1_799_999_000.0,
+            reload={"last_at": None, "last_result": None, "rejected": None},
+            state_dir="/var/lib/companyd",
+            socket="/run/companyd/companyd.sock",
+            offline=False,
+            loop_lag={"current_ms": 1.0},
+        ),
+        company=CompanyInfo(name="Northwind", timezone="UTC"),
+        agents=AgentCounts(total=2, running=2, paused=0, failed=0, busy=0),
+        tree={"id": "companyd", "children": []},
+        runs_in_flight=[],
+        alerts={},
+        spend=SpendStatus(
+            currency="USD",
+            today=period,
+            month=period,
+            agents=[
+                SpendLine(agent="ceo", today_usd=1.0, month_usd=1.0, paused=False),
+                SpendLine(
+                    agent="cfo", today_usd=0.5, month_usd=0.5, paused=True, daily_limit_usd=2.0
+                ),
+            ],
+        ),
+        routines=[],
+    )
+
+
+def test_status_leaves_out_the_limits_an_agent_does_not_have() -> None:
+    spend = result_data("status", _status())["spend"]
+    assert "unavailable" not in spend
+    assert spend["agents"][0] == {
+        "agent": "ceo",
+        "today_usd": 1.0,
+        "month_usd": 1.0,
+        "paused": False,
+    }
+    assert spend["agents"][1]["daily_limit_usd"] == 2.0
+    assert "monthly_limit_usd" not in spend["agents"][1]
+
+
+def test_a_result_of_another_operation_is_refused_and_plain_data_passes() -> None:
+    with pytest.raises(TypeError, match="'pause' returned a Resumed, not its result Paused"):
+        result_data("pause", Resumed(agent="cfo", resumed=True, message="resumed cfo"))
+    assert result_data("pause", {"agent": "cfo", "paused": True}) == {
+        "agent": "cfo",
+        "paused": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("op", "args", "message"),
+    [
+        ("pause", {"agent": 7}, "bad argument agent=7 for 'pause': expected a string"),
+        ("raise_budget", {"agent": None, "usd": "5"}, "usd='5' for 'raise_budget': expected a"),
+        ("raise_budget", {"agent": "cfo", "usd": float("inf")}, "expected a finite number"),
+        ("runs", {"limit": 2.0}, "bad argument limit=2.0 for 'runs': expected an integer"),
+        ("tasks", {"quarantined": "yes"}, "expected true or false"),
+        ("pause", {}, "missing a required argument: 'agent'"),
+    ],
+)
+def test_bad_arguments_quote_the_argument_and_its_value(
+    op: str, args: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ArgumentError) as info:
+        check_arguments(op, args)
+    assert message in str(info.value)
+
+
+def test_arguments_are_converted_only_from_an_integer_to_a_float() -> None:
+    assert check_arguments("raise_budget", {"agent": None, "usd": 5}) == {
+        "agent": None,
+        "usd": 5.0,
+    }
+    assert check_arguments("runs", {"agent": "ceo"}) == {"agent": "ceo"}
+
+
+class _Typed:
+    """Just enough of an Admin for the control server's request handling."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    async def pause(self, agent: str) -> Paused:
+        return Paused(agent=agent, paused=True, message=self.message)
+
+    async def resume(self, agent: str) -> Paused:  # the wrong result: a bug in the daemon
+        return Paused(agent=agent, paused=False, message=self.message)
+
+
+async def _answer(admin: _Typed, line: bytes) -> dict[str, Any]:
+    server = ControlServer(cast(Admin, admin), "/nonexistent/companyd.sock")
+    answer: dict[str, Any] = json.loads(encode_answer(await server.handle_line(line)))
+    return answer
+
+
+@pytest.mark.anyio
+async def test_the_control_server_sends_a_result_as_its_json_and_a_wrong_one_is_internal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    admin = _Typed("paused cfo")
+    ok = await _answer(admin, b'{"op": "pause", "args": {"agent": "cfo"}, "id": 3}\n')
+    assert ok == {
+        "ok": True,
+        "result": {"agent": "cfo", "paused": True, "message": "paused cfo"},
+        "id": 3,
+    }
+    with caplog.at_level(logging.ERROR, logger="companyd.daemon.control"):
+        bad = await _answer(admin, b'{"op": "resume", "args": {"agent": "cfo"}}\n')
+    assert bad["code"] == "internal"
+    assert "'resume' returned a Paused, not its result Resumed" in bad["error"]
+
+
+@pytest.mark.anyio
+async def test_a_secret_in_a_result_is_masked_at_the_control_socket() -> None:
+    secret = "typed-admin-secret-value-0123456789"
+    SECRETS.add(secret)
+    answer = await _answer(
+        _Typed(f"paused cfo with {secret}"), b'{"op": "pause", "args": {"agent": "cfo"}}\n'
+    )
+    assert answer["ok"] is True and secret not in json.dumps(answer)
+    assert answer["result"]["message"].startswith("paused cfo with ")
