@@ -161,3 +161,16 @@ def test_one_claim_per_company_yaml_whatever_path_names_it(tmp_path: Path) -> No
             pass
     with CompanyLock.acquire(tmp_path / "alias.yaml"):  # released: free again
         pass
+
+
+def test_a_released_claim_can_be_made_again_at_once(tmp_path: Path) -> None:
+    # release() must not return while the answering thread is still inside accept(): the
+    # kernel keeps the name bound until that call returns, and the next claim (a restart
+    # in the same process, a test) was refused as "already running, pid unknown".
+    from companyd.daemon.lock import CompanyLock
+
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text("x: 1\n", encoding="utf-8")
+    for _ in range(300):
+        with CompanyLock.acquire(cfg) as claim:
+            assert claim.held

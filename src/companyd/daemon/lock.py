@@ -161,6 +161,7 @@ class CompanyLock:
     def __init__(self, config: Path, sock: socket.socket | None) -> None:
         self.config = config
         self._sock = sock
+        self._answerer: threading.Thread | None = None
 
     @staticmethod
     def address(config: str | os.PathLike[str]) -> bytes:
@@ -215,13 +216,15 @@ class CompanyLock:
                 "of the file"
             ) from None
         line = json.dumps({"pid": os.getpid(), "socket": str(control_socket or "")}) + "\n"
-        threading.Thread(
+        claim = cls(real, sock)
+        claim._answerer = threading.Thread(
             target=_answer_every_connection,
             args=(sock, line.encode()),
             name="companyd-claim",
             daemon=True,
-        ).start()
-        return cls(real, sock)
+        )
+        claim._answerer.start()
+        return claim
 
     @property
     def held(self) -> bool:
@@ -233,9 +236,15 @@ class CompanyLock:
     def release(self) -> None:
         """Give the claim up (idempotent)."""
         sock, self._sock = self._sock, None
+        answerer, self._answerer = self._answerer, None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread up
+            if answerer is not None:
+                # The name is free only when no syscall holds the socket: close() while the
+                # thread is still inside accept() would leave it bound until that returns
+                # (seen under load: the next claim refused as "already running").
+                answerer.join(timeout=5.0)
             sock.close()
 
     def __enter__(self) -> CompanyLock:
