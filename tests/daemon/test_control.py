@@ -244,9 +244,11 @@ async def server(sock_dir: Path) -> AsyncIterator[tuple[ControlServer, Company]]
         yield srv, company
 
 
-async def _raw(path: Path, *lines: bytes) -> list[dict[str, Any]]:
-    """Send raw request lines on one connection and read one answer per line."""
-    async with asyncio.timeout(10):
+async def _raw(path: Path, *lines: bytes, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """Send raw request lines on one connection and read one answer per line, all within
+    ``timeout`` seconds.
+    """
+    async with asyncio.timeout(timeout):
         reader, writer = await asyncio.open_unix_connection(path)
         try:
             out = []
@@ -1069,8 +1071,14 @@ async def test_cli_told_busy_exits_75_with_the_reason(sock_dir: Path) -> None:
     company = Company()
     srv = ControlServer(company, sock_dir / "companyd.sock", state_dir=sock_dir, max_connections=1)
     async with running(srv.run):
+        # The ask's deadline covers the CLI subprocess below, which takes seconds to start
+        # on a loaded machine: 10 s was not enough under a parallel run.
         ask = asyncio.ensure_future(
-            _raw(srv.path, b'{"op": "ask", "args": {"agent": "cfo", "question": "q"}}\n')
+            _raw(
+                srv.path,
+                b'{"op": "ask", "args": {"agent": "cfo", "question": "q"}}\n',
+                timeout=120,
+            )
         )
         await _until(lambda: srv.busy_connections == 1, "the running ask")
         code, _, err = await _cli("status", "--state-dir", str(sock_dir))
