@@ -56,7 +56,7 @@ def test_quick_start_is_exactly_two_one_line_commands() -> None:
         assert "\n" not in command
         assert command.startswith("python3 -m venv .venv && ")
     assert run.endswith(".venv/bin/companyd run --offline")
-    assert test.endswith(".venv/bin/python -m pytest")
+    assert test.endswith(".venv/bin/python -m pytest -n auto")  # every core: see README deps
     assert "pip install -e '.[test]'" in test
 
 
