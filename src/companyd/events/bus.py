@@ -1,4 +1,4 @@
-"""The event stream: the one place where things that happened are told.
+"""The event bus: the one place where things that happened are told.
 
 Supervisors, agents, the spend ledger, the scheduler, the memory owner and the daemon
 *publish* :class:`Event` objects to one :class:`EventBus`. Alerts (Telegram), logs, metrics
@@ -11,11 +11,13 @@ Rules:
   be called from the event loop's thread (use ``publish_threadsafe`` from other threads).
 * A subscriber that falls behind loses the oldest events of *its own* queue (counted in
   ``dropped``), never the publisher's time and never other subscribers' events.
-* ``data`` holds JSON-serialisable values only (str, int, float, bool, None, lists, dicts),
-  so every event can be logged, stored and sent as it is.
+* An event published unstamped gets the bus clock's time; ``publish`` returns the event as
+  delivered.
 
-Event kinds are plain strings; :data:`KINDS` lists the known ones with their default
-severity, which company.yaml's ``alerts.routes`` may override per kind.
+Events are typed (one frozen dataclass per kind, :mod:`companyd.events.base`); publishers
+construct them: ``bus.publish(ChildExited(source=path, child="cfo", ...))``.
+:meth:`EventBus.emit` builds one from a kind name and keyword data instead, for code below
+the events layer (``companyd._fs.DiskAlarm``) that cannot import the classes.
 """
 
 from __future__ import annotations
@@ -24,124 +26,18 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from companyd.clock import Clock, SystemClock
+from companyd.events.base import Event, Severity
+from companyd.events.catalog import event_from
 
-__all__ = ["KINDS", "Event", "EventBus", "Severity", "Subscription"]
+__all__ = ["EventBus", "Subscription"]
+
+E = TypeVar("E", bound=Event)
 
 log = logging.getLogger(__name__)
-
-
-class Severity(StrEnum):
-    """How urgently a human should hear about an event."""
-
-    DEBUG = "debug"
-    INFO = "info"
-    WARNING = "warning"
-    CRITICAL = "critical"
-
-    @property
-    def rank(self) -> int:
-        return _RANK[self]
-
-
-_RANK = {Severity.DEBUG: 0, Severity.INFO: 1, Severity.WARNING: 2, Severity.CRITICAL: 3}
-
-
-#: Known event kinds and their default severity. Publishers may use other kinds; they
-#: default to INFO. Keep this table in step with docs/events.md.
-KINDS: Mapping[str, Severity] = {
-    # supervision (companyd.supervision.supervisor)
-    "sup_started": Severity.DEBUG,
-    "sup_stopped": Severity.DEBUG,
-    "child_started": Severity.DEBUG,
-    "child_ignored": Severity.INFO,
-    "child_start_failed": Severity.WARNING,
-    "child_exited": Severity.INFO,
-    "child_terminated": Severity.DEBUG,
-    "child_kill_failed": Severity.WARNING,
-    "restart": Severity.WARNING,
-    "backoff": Severity.INFO,
-    "max_intensity": Severity.CRITICAL,
-    "auto_shutdown": Severity.WARNING,
-    # daemon lifecycle (companyd.daemon)
-    "daemon_started": Severity.INFO,
-    "daemon_stopping": Severity.INFO,
-    "daemon_reloaded": Severity.INFO,
-    "state_dir_tightened": Severity.WARNING,
-    "state_disk_full": Severity.CRITICAL,
-    "state_disk_recovered": Severity.INFO,
-    "config_rejected": Severity.WARNING,
-    "loop_lag": Severity.WARNING,
-    # agents (companyd.roles)
-    "run_started": Severity.DEBUG,
-    "run_finished": Severity.INFO,
-    "run_failed": Severity.WARNING,
-    "circuit_breaker": Severity.WARNING,
-    "task_quarantined": Severity.WARNING,
-    "agent_paused": Severity.INFO,
-    "agent_resumed": Severity.INFO,
-    "model_fallback": Severity.INFO,
-    "proposal_created": Severity.INFO,
-    "proposal_applied": Severity.INFO,
-    # money (companyd.spend)
-    "budget_threshold": Severity.WARNING,
-    "budget_exhausted": Severity.WARNING,
-    "api_spend_limit": Severity.CRITICAL,
-    "api_key_refused": Severity.CRITICAL,
-    "spend_runaway": Severity.WARNING,
-    "unknown_model_price": Severity.WARNING,
-    "budget_reset": Severity.INFO,
-    "budget_raised": Severity.INFO,
-    "spend_unsettled": Severity.WARNING,
-    "spend_unanswered": Severity.WARNING,
-    # routines (companyd.scheduler)
-    "routine_failed": Severity.WARNING,
-    "routine_missed": Severity.WARNING,
-    "routine_skipped": Severity.INFO,
-    # memory (companyd.memory)
-    "memory_repaired": Severity.WARNING,
-    # the pager itself (companyd.alerts)
-    "telegram_commands_failing": Severity.WARNING,
-    "telegram_commands_recovered": Severity.INFO,
-    # external tool servers (companyd.roles)
-    "mcp_server_failed": Severity.WARNING,
-    "mcp_server_recovered": Severity.INFO,
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Event:
-    """Something that happened, told once.
-
-    Attributes:
-        kind: what happened, e.g. ``"restart"`` (see :data:`KINDS`).
-        ts: wall-clock time (epoch seconds) from the publisher's clock.
-        source: who tells it: a supervisor path such as ``"companyd/agents/finance"``, or a
-            service name such as ``"spend"``.
-        severity: default urgency; alert routing may override it per kind.
-        data: kind-specific facts (JSON-serialisable), e.g. ``{"child": "cfo",
-            "reason": "error:RuntimeError('boom')", "restarts": 2}``.
-    """
-
-    kind: str
-    ts: float
-    source: str
-    severity: Severity = Severity.INFO
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "ts": self.ts,
-            "source": self.source,
-            "severity": str(self.severity),
-            "data": dict(self.data),
-        }
 
 
 class Subscription:
@@ -209,8 +105,11 @@ class EventBus:
         self._callbacks: list[Callable[[Event], None]] = []
         self._recent: collections.deque[Event] = collections.deque(maxlen=history)
 
-    def publish(self, event: Event) -> None:
-        """Deliver ``event`` to every subscriber. Never raises, never blocks."""
+    def publish(self, event: E) -> E:
+        """Deliver ``event`` to every subscriber (stamped with the bus clock's time if it
+        has none) and return it as delivered. Never raises, never blocks."""
+        if not event.stamped:
+            event = event.at(self.clock.time())
         self._recent.append(event)
         for sub in list(self._subs):
             sub._offer(event)
@@ -219,6 +118,7 @@ class EventBus:
                 cb(event)
             except Exception:  # a broken listener must not break the publisher
                 log.exception("event listener %r failed on %s", cb, event.kind)
+        return event
 
     def emit(
         self,
@@ -227,16 +127,9 @@ class EventBus:
         severity: Severity | None = None,
         **data: Any,
     ) -> Event:
-        """Build an event stamped with the bus clock, publish it, and return it."""
-        event = Event(
-            kind=kind,
-            ts=self.clock.time(),
-            source=source,
-            severity=severity if severity is not None else KINDS.get(kind, Severity.INFO),
-            data=data,
-        )
-        self.publish(event)
-        return event
+        """Build the event of ``kind`` from ``data`` (:func:`~companyd.events.catalog.event_from`),
+        publish it and return it. Code that can import the event classes publishes them."""
+        return self.publish(event_from(kind, source=source, severity=severity, data=data))
 
     def publish_threadsafe(self, event: Event, loop: asyncio.AbstractEventLoop) -> None:
         """Publish from a thread other than the loop's."""
