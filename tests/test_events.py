@@ -124,3 +124,8 @@ def test_emit_builds_the_typed_event_when_the_data_fits() -> None:
     e = bus.emit("state_disk_recovered", "companyd", what="spend ledger", failures=2, message="ok")
     assert type(e).__name__ == "StateDiskRecovered" and e.ts == 10.0
     assert e.severity is Severity.INFO
+
+
+def test_each_class_is_named_after_its_kind() -> None:
+    for kind, cls in EVENT_TYPES.items():
+        assert cls.__name__ == kind.title().replace("_", ""), kind

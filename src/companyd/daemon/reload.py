@@ -23,7 +23,7 @@ from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config
 from companyd.daemon.systemd import Notifier
 from companyd.errors import ConfigError
-from companyd.events import EventBus
+from companyd.events import ConfigRejected, DaemonReloaded, EventBus
 from companyd.roles.improver import Proposals
 from companyd.roles.staff import Staff
 from companyd.scheduler import RoutineScheduler
@@ -124,12 +124,13 @@ class Reloader:
             except ConfigError as exc:
                 errors = [str(i) for i in exc.issues]
                 self.reloads.rejected(self.clock.time(), errors)
-                self.bus.emit(
-                    "config_rejected",
-                    "daemon",
-                    file=str(self.config.path),
-                    errors=errors[:10],
-                    count=len(errors),
+                self.bus.publish(
+                    ConfigRejected(
+                        source="daemon",
+                        file=str(self.config.path),
+                        errors=errors[:10],
+                        count=len(errors),
+                    )
                 )
                 return {
                     "applied": False,
@@ -174,15 +175,16 @@ class Reloader:
                     "restarts (`systemctl restart companyd`)",
                     ", ".join(later),
                 )
-            self.bus.emit(
-                "daemon_reloaded",
-                "daemon",
-                started=result["added"],
-                stopped=result["removed"],
-                restarted=result["changed"],
-                unchanged=result["unchanged"],
-                routines=routines,
-                failures=result["failures"],
+            self.bus.publish(
+                DaemonReloaded(
+                    source="daemon",
+                    started=result["added"],
+                    stopped=result["removed"],
+                    restarted=result["changed"],
+                    unchanged=result["unchanged"],
+                    routines=routines,
+                    failures=result["failures"],
+                )
             )
             return result
         finally:

@@ -94,13 +94,11 @@ class Event:
     def data(self) -> dict[str, Any]:
         """The kind-specific facts as JSON values (a new dict)."""
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name in _BASE_FIELDS:
+        for name, omit_none in _data_fields(type(self)):
+            value = getattr(self, name)
+            if value is None and omit_none:
                 continue
-            value = getattr(self, f.name)
-            if value is None and f.metadata.get(_OMIT_NONE):
-                continue
-            out[f.name] = value
+            out[name] = value
         return out
 
     @property
@@ -121,6 +119,22 @@ class Event:
             "severity": str(self.severity),
             "data": self.data,
         }
+
+
+#: Per class: its data fields and whether each is left out while None (``data`` is read on
+#: every publish by the log and metrics listeners; ``dataclasses.fields`` is slow).
+_FIELDS: dict[type[Event], tuple[tuple[str, bool], ...]] = {}
+
+
+def _data_fields(cls: type[Event]) -> tuple[tuple[str, bool], ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(
+            (f.name, bool(f.metadata.get(_OMIT_NONE)))
+            for f in dataclasses.fields(cls)
+            if f.name not in _BASE_FIELDS
+        )
+    return names
 
 
 @dataclass(frozen=True, kw_only=True)
