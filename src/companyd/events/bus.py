@@ -95,7 +95,7 @@ class EventBus:
     """Fan-out of events to subscribers, plus a short history for status displays.
 
     Args:
-        clock: used by :meth:`emit` to timestamp events.
+        clock: stamps the events published without a time.
         history: how many recent events :meth:`recent` keeps.
     """
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from companyd.clock import Clock
-from companyd.events import AgentPaused, AgentResumed, ApiKeyRefused, Event, EventBus
+from companyd.events import AgentPaused, AgentResumed, ApiKeyRefused, BudgetReset, Event, EventBus
 from companyd.roles.deps import SpendPort
 from companyd.roles.journal import Journal
 
@@ -150,5 +150,6 @@ class Pauses:
 
     def on_event(self, event: Event) -> None:
         """A bus listener: a rolled-over budget period resumes the agents it paused."""
-        if event.kind == "budget_reset":
-            self.resume_budget_paused(f"budget period rolled over ({event.data.get('period', '')})")
+        match event:
+            case BudgetReset(period=period):
+                self.resume_budget_paused(f"budget period rolled over ({period})")
