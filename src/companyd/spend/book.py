@@ -74,13 +74,11 @@ from companyd.events import (
     ApiSpendLimit,
     BudgetRaised,
     BudgetReset,
-    BudgetThreshold,
     EventBus,
     SpendRunaway,
     SpendUnanswered,
     SpendUnsettled,
 )
-from companyd.events import BudgetExhausted as BudgetExhaustedEvent  # the exception's name
 from companyd.llm.model import Usage
 from companyd.llm.prices import Price, PriceTable
 from companyd.spend import raises, reports
@@ -107,14 +105,12 @@ from companyd.spend.periods import next_day_start, parse_period, period_keys
 from companyd.spend.pricing import Pricing
 from companyd.spend.reservations import BudgetExhausted, Reservation, SpendError
 from companyd.spend.runaway import HISTORY_SECONDS, RunawayDetector
-from companyd.spend.standing import Standing
+from companyd.spend.standing import SOURCE, Standing
 from companyd.supervision.child import ChildContext
 
 __all__ = ["BudgetExhausted", "Reservation", "SpendBook", "SpendError"]
 
 log = logging.getLogger(__name__)
-
-SOURCE = "spend"
 
 
 #: Repeated API spend-limit reports within this many seconds publish one event.
@@ -523,15 +519,15 @@ class SpendBook:
         markers = [m for m, _ in crossings]
         self._st.notify()
 
-        unanswered_data: dict[str, Any] | None = None
+        unanswered_event: SpendUnanswered | None = None
         if unanswered is not None:
-            unanswered_data = self._st.unanswered(reservation, model, unanswered, pusd)
+            unanswered_event = self._st.unanswered(reservation, model, unanswered, pusd)
 
         def publish() -> None:
-            if unanswered_data is not None:
-                self._bus.publish(SpendUnanswered(source=SOURCE, **unanswered_data))
-            for _, data in crossings:
-                self._bus.publish(BudgetThreshold(source=SOURCE, **data))
+            if unanswered_event is not None:
+                self._bus.publish(unanswered_event)
+            for _, crossing in crossings:
+                self._bus.publish(crossing)
             if runaway is not None:
                 self._bus.publish(SpendRunaway(source=SOURCE, **runaway))
 
@@ -731,20 +727,20 @@ class SpendBook:
 
             used_d, used_m, raises, markers = await self._db.run(load)
             resets = self._st.apply_period(day, month, used_d, used_m, raises, markers)
-            for data in resets:
-                self._bus.publish(BudgetReset(source=SOURCE, **data))
+            for reset in resets:
+                self._bus.publish(reset)
 
     # -- internals: budgets ---------------------------------------------------------------
 
     def _refuse(self, agent: str, lim: BudgetLimit, need: int, *, waited: bool = False) -> NoReturn:
-        exc, marker, data = self._st.refuse(
+        exc, marker, event = self._st.refuse(
             agent, lim, need, self._clock.time(), waited=self._reserve_wait if waited else None
         )
-        if marker is not None:
-            ts = self._clock.time()
+        if marker is not None and event is not None:
+            ts, told = self._clock.time(), event
             self._db.submit(
                 lambda led: led.add_markers([marker], ts),
-                then=lambda: self._bus.publish(BudgetExhaustedEvent(source=SOURCE, **data)),
+                then=lambda: self._bus.publish(told),
             )
         raise exc
 
