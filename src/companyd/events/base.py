@@ -64,7 +64,8 @@ class Event:
         source: who tells it: a supervisor path such as ``"companyd/agents/finance"``, or a
             service name such as ``"spend"``.
         ts: wall-clock time (epoch seconds); :data:`UNSTAMPED` until the bus publishes it
-            (the bus stamps it with its clock), unless the publisher set it.
+            (the bus stamps it with its clock, the only write to an event), unless the
+            publisher set it.
         severity: urgency; defaults to the kind's (alert routing may override it per kind).
 
     Subclasses set ``KIND`` and may redeclare ``severity`` with their default.

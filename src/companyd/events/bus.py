@@ -11,8 +11,8 @@ Rules:
   be called from the event loop's thread (use ``publish_threadsafe`` from other threads).
 * A subscriber that falls behind loses the oldest events of *its own* queue (counted in
   ``dropped``), never the publisher's time and never other subscribers' events.
-* An event published unstamped gets the bus clock's time; ``publish`` returns the event as
-  delivered.
+* An event published without a time is stamped with the bus clock's time, in place, once
+  (before any subscriber sees it; events are immutable after that); ``publish`` returns it.
 
 Events are typed (one frozen dataclass per kind, :mod:`companyd.events.base`); publishers
 construct them: ``bus.publish(ChildExited(source=path, child="cfo", ...))``.
@@ -107,9 +107,11 @@ class EventBus:
 
     def publish(self, event: E) -> E:
         """Deliver ``event`` to every subscriber (stamped with the bus clock's time if it
-        has none) and return it as delivered. Never raises, never blocks."""
+        has none) and return it. Never raises, never blocks."""
         if not event.stamped:
-            event = event.at(self.clock.time())
+            # The one write to a frozen event, before anyone but its publisher holds it:
+            # ``dataclasses.replace`` would cost more than the rest of a publish.
+            object.__setattr__(event, "ts", self.clock.time())
         self._recent.append(event)
         for sub in list(self._subs):
             sub._offer(event)
