@@ -7,7 +7,7 @@ measured in the same run (the machine is shared and noisy, so ratios matter, not
 2. logging: what one log call costs the caller with setup_logging (redaction of two
    secrets + hand-off to the writer thread), vs a stdlib StreamHandler writing to the same
    /dev/null;
-3. metrics: EventBus.emit with the Metrics listener attached, vs emit with no listener;
+3. metrics: EventBus.publish with the Metrics listener attached, vs with no listener;
 4. control socket under load: 8 concurrent clients each doing 50 status calls.
 
 Usage: .venv/bin/python bench/daemonops.py [--quick]
@@ -32,7 +32,7 @@ from companyd.daemon.control import ControlServer
 from companyd.daemon.control_client import ControlClient
 from companyd.daemon.logs import setup_logging
 from companyd.daemon.metrics import Metrics
-from companyd.events import EventBus
+from companyd.events import EventBus, RunFinished
 
 
 def big_status(agents: int) -> dict[str, Any]:
@@ -179,8 +179,20 @@ def bench_metrics(events: int) -> dict[str, float]:
     def emit_all(bus: EventBus) -> float:
         t = time.perf_counter()
         for i in range(events):
-            bus.emit("run_finished", "companyd/agents/cfo", agent=f"a{i % 20}", status="ok",
-                     cost_usd=0.01)  # fmt: skip
+            bus.publish(
+                RunFinished(
+                    source="agent/cfo",
+                    status="ok",
+                    agent=f"a{i % 20}",
+                    task_id="t",
+                    run_id="r",
+                    routine=None,
+                    cost_usd=0.01,
+                    steps=1,
+                    models=["m"],
+                    offline=True,
+                )
+            )
         return (time.perf_counter() - t) / events
 
     base, ours = [], []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import warnings
 from collections.abc import AsyncIterator
@@ -384,3 +385,24 @@ def test_a_request_nested_too_deeply_is_answered_not_left_waiting(tmp_path: Path
         assert served["id"] == after and not served["result"].get("isError")
     finally:
         assert client.close() == 0
+
+
+def test_serve_mcp_tells_on_stderr_that_it_repaired_the_file(tmp_path: Path) -> None:
+    # the memory_repaired event of the owner becomes one line for whoever launched it
+    import subprocess
+
+    from .mcp_helpers import ROOT
+
+    path = tmp_path / "memory.jsonl"
+    good = json.dumps({"type": "entity", "name": "kept", "entityType": "t", "observations": []})
+    path.write_text(f"{good}\nthis line is not JSON\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(path)],
+        input=b"",
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"companyd memory: repaired {path}: ".encode() in done.stderr, done.stderr

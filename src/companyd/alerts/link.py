@@ -29,7 +29,7 @@ from companyd.alerts.telegram import (
     retry_after_seconds,
 )
 from companyd.clock import Clock
-from companyd.events import EventBus
+from companyd.events import EventBus, TelegramCommandsFailing, TelegramCommandsRecovered
 
 if TYPE_CHECKING:
     from telegram import Update
@@ -289,11 +289,12 @@ class Link:
         if self.commands == "failing":
             log.info("alerts: Telegram commands reach companyd again")
             if self._commands_alerted:
-                self._bus.emit(
-                    "telegram_commands_recovered",
-                    "alerts",
-                    since=self.commands_since,
-                    error=self.commands_error,
+                self._bus.publish(
+                    TelegramCommandsRecovered(
+                        source="alerts",
+                        since=self.commands_since,
+                        error=self.commands_error,
+                    )
                 )
         self.commands, self.commands_since, self.commands_error = "ok", None, ""
         self._commands_alerted = False
@@ -345,7 +346,13 @@ class Link:
             and self._sender.sending_ok()
         ):
             self._commands_alerted = True
-            self._bus.emit("telegram_commands_failing", "alerts", since=since, error=reason)
+            self._bus.publish(
+                TelegramCommandsFailing(
+                    source="alerts",
+                    since=since,
+                    error=reason,
+                )
+            )
 
     async def stop(self) -> None:
         """Confirm the updates handled → stop → shutdown; safe at any stage of startup."""

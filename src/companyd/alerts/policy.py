@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 
 from companyd.alerts.render_kinds import is_abnormal_exit
 from companyd.config import CompanyConfig, QuietHoursSpec
-from companyd.events import Event
+from companyd.events import ChildExited, Event
 
 __all__ = ["ALWAYS", "RANK", "Policy", "quiet_until", "severity_of"]
 
@@ -93,13 +93,16 @@ def severity_of(policy: Policy, event: Event) -> str | None:
     route = policy.routes.get(event.kind)
     if route == "off":
         return None
-    if event.kind == "child_exited" and not is_abnormal_exit(event.data.get("reason")):
+    # by kind, not class: a child_exited of another shape (``events.Other``, from
+    # ``bus.emit``) is routed the same way
+    crash = event.kind == ChildExited.KIND
+    if crash and not is_abnormal_exit(event.data.get("reason")):
         return None
     if route:
         severity = route
     else:
         severity = str(event.severity)
-        if event.kind == "child_exited":  # an abnormal exit is a crash, whatever the default
+        if crash:  # an abnormal exit is a crash, whatever the default
             severity = max(severity, "warning", key=RANK.__getitem__)
     if RANK.get(severity, 1) < policy.min_rank and event.kind not in ALWAYS:
         return None

@@ -3,9 +3,11 @@
 One renderer (and optionally one button maker) per kind in :data:`KINDS`, plus a generic
 one for kinds it does not know; :func:`render` picks and runs them and never raises.
 Everything here is pure (no I/O, no clock reads) and total: any ``data`` mapping, however
-incomplete or mistyped, renders to *some* readable text — a publisher that forgets a field
-must not cost the operator the alert. The fields each kind is expected to carry are listed
-in docs/events.md.
+incomplete or mistyped, renders to *some* readable text. Events are typed (their classes key
+:data:`KINDS`), but what is rendered is an *alert*: the merged ``data`` of every event
+coalesced into it (a ``child_exited`` and the ``restart`` after it), kept in the outbox and
+rendered again later, possibly by another version — so a missing or odd field costs detail,
+never the alert. The fields of each kind are its class's (docs/events.md).
 """
 
 from __future__ import annotations
@@ -15,6 +17,38 @@ from typing import Any
 
 from companyd.alerts.render import Button, KindSpec, Rendered, Renderer
 from companyd.alerts.values import Data, has, line, num, pct, secs, txt, usd, when
+from companyd.events import (
+    AgentPaused,
+    AgentResumed,
+    ApiKeyRefused,
+    ApiSpendLimit,
+    BudgetExhausted,
+    BudgetThreshold,
+    ChildExited,
+    ChildStartFailed,
+    CircuitBreaker,
+    ConfigRejected,
+    DaemonReloaded,
+    DaemonStarted,
+    DaemonStopping,
+    MaxIntensity,
+    McpServerFailed,
+    McpServerRecovered,
+    MemoryRepaired,
+    ModelFallback,
+    ProposalCreated,
+    Restart,
+    RoutineFailed,
+    RoutineMissed,
+    RoutineSkipped,
+    RunFailed,
+    SpendRunaway,
+    SpendUnanswered,
+    TaskQuarantined,
+    TelegramCommandsFailing,
+    TelegramCommandsRecovered,
+    UnknownModelPrice,
+)
 
 __all__ = [
     "KINDS",
@@ -536,54 +570,56 @@ def _generic(kind: str) -> Renderer:
 _CRASH = KindSpec("crash", ("child",), _crash, _crash_buttons)
 
 KINDS: Mapping[str, KindSpec] = {
-    "restart": _CRASH,
-    "child_exited": _CRASH,
-    "max_intensity": KindSpec("max_intensity", (), _max_intensity, _crash_buttons),
-    "child_start_failed": KindSpec("child_start_failed", ("child",), _start_failed),
-    "daemon_started": KindSpec("daemon_started", (), _daemon_started),
-    "daemon_stopping": KindSpec("daemon_stopping", (), _daemon_stopping),
-    "daemon_reloaded": KindSpec("daemon_reloaded", (), _daemon_reloaded),
-    "config_rejected": KindSpec("config_rejected", (), _config_rejected),
-    "budget_threshold": KindSpec(
+    Restart.KIND: _CRASH,
+    ChildExited.KIND: _CRASH,
+    MaxIntensity.KIND: KindSpec("max_intensity", (), _max_intensity, _crash_buttons),
+    ChildStartFailed.KIND: KindSpec("child_start_failed", ("child",), _start_failed),
+    DaemonStarted.KIND: KindSpec("daemon_started", (), _daemon_started),
+    DaemonStopping.KIND: KindSpec("daemon_stopping", (), _daemon_stopping),
+    DaemonReloaded.KIND: KindSpec("daemon_reloaded", (), _daemon_reloaded),
+    ConfigRejected.KIND: KindSpec("config_rejected", (), _config_rejected),
+    BudgetThreshold.KIND: KindSpec(
         "budget_threshold",
         ("scope", "agent", "period", "level"),
         _budget_threshold,
         _budget_threshold_buttons,
     ),
-    "budget_exhausted": KindSpec(
+    BudgetExhausted.KIND: KindSpec(
         "budget_exhausted",
         ("scope", "agent", "period"),
         _budget_exhausted,
         _budget_exhausted_buttons,
     ),
-    "api_spend_limit": KindSpec("api_spend_limit", (), _api_spend_limit),
-    "api_key_refused": KindSpec("api_key_refused", (), _api_key_refused),
-    "spend_runaway": KindSpec("spend_runaway", ("agent",), _spend_runaway, _pause_agent_button),
-    "spend_unanswered": KindSpec("spend_unanswered", (), _spend_unanswered),
-    "routine_failed": KindSpec("routine_failed", ("routine",), _routine_failed, _routine_buttons),
-    "routine_missed": KindSpec("routine_missed", ("routine",), _routine_missed, _routine_buttons),
-    "routine_skipped": KindSpec("routine_skipped", ("routine",), _routine_skipped),
-    "task_quarantined": KindSpec(
+    ApiSpendLimit.KIND: KindSpec("api_spend_limit", (), _api_spend_limit),
+    ApiKeyRefused.KIND: KindSpec("api_key_refused", (), _api_key_refused),
+    SpendRunaway.KIND: KindSpec("spend_runaway", ("agent",), _spend_runaway, _pause_agent_button),
+    SpendUnanswered.KIND: KindSpec("spend_unanswered", (), _spend_unanswered),
+    RoutineFailed.KIND: KindSpec("routine_failed", ("routine",), _routine_failed, _routine_buttons),
+    RoutineMissed.KIND: KindSpec("routine_missed", ("routine",), _routine_missed, _routine_buttons),
+    RoutineSkipped.KIND: KindSpec("routine_skipped", ("routine",), _routine_skipped),
+    TaskQuarantined.KIND: KindSpec(
         "task_quarantined", ("task_id",), _task_quarantined, _task_buttons
     ),
-    "memory_repaired": KindSpec("memory_repaired", (), _memory_repaired),
-    "telegram_commands_failing": KindSpec("telegram_commands_failing", (), _commands_failing),
-    "telegram_commands_recovered": KindSpec("telegram_commands_recovered", (), _commands_recovered),
-    "mcp_server_failed": KindSpec("mcp_server_failed", ("agent", "server"), _mcp_server_failed),
-    "mcp_server_recovered": KindSpec(
+    MemoryRepaired.KIND: KindSpec("memory_repaired", (), _memory_repaired),
+    TelegramCommandsFailing.KIND: KindSpec("telegram_commands_failing", (), _commands_failing),
+    TelegramCommandsRecovered.KIND: KindSpec(
+        "telegram_commands_recovered", (), _commands_recovered
+    ),
+    McpServerFailed.KIND: KindSpec("mcp_server_failed", ("agent", "server"), _mcp_server_failed),
+    McpServerRecovered.KIND: KindSpec(
         "mcp_server_recovered", ("agent", "server"), _mcp_server_recovered
     ),
-    "circuit_breaker": KindSpec(
+    CircuitBreaker.KIND: KindSpec(
         "circuit_breaker", ("agent", "breaker"), _circuit_breaker, _pause_agent_button
     ),
-    "proposal_created": KindSpec(
+    ProposalCreated.KIND: KindSpec(
         "proposal_created", ("proposal_id",), _proposal_created, _proposal_buttons
     ),
-    "run_failed": KindSpec("run_failed", ("agent",), _run_failed, _pause_agent_button),
-    "agent_paused": KindSpec("agent_paused", ("agent",), _agent_paused, _resume_button),
-    "agent_resumed": KindSpec("agent_resumed", ("agent",), _agent_resumed),
-    "model_fallback": KindSpec("model_fallback", ("agent", "to_model"), _model_fallback),
-    "unknown_model_price": KindSpec("unknown_model_price", ("model",), _unknown_price),
+    RunFailed.KIND: KindSpec("run_failed", ("agent",), _run_failed, _pause_agent_button),
+    AgentPaused.KIND: KindSpec("agent_paused", ("agent",), _agent_paused, _resume_button),
+    AgentResumed.KIND: KindSpec("agent_resumed", ("agent",), _agent_resumed),
+    ModelFallback.KIND: KindSpec("model_fallback", ("agent", "to_model"), _model_fallback),
+    UnknownModelPrice.KIND: KindSpec("unknown_model_price", ("model",), _unknown_price),
 }
 
 

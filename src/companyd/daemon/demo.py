@@ -30,7 +30,19 @@ from companyd.daemon.tree import (
     placeholder_service,
 )
 from companyd.errors import CompanydError, UnknownName
-from companyd.events import Event, EventBus
+from companyd.events import (
+    Backoff,
+    ChildExited,
+    ChildStarted,
+    ChildStartFailed,
+    ChildTerminated,
+    Event,
+    EventBus,
+    MaxIntensity,
+    Restart,
+    SupStarted,
+    SupStopped,
+)
 from companyd.supervision import ChildSpec, SupervisorGaveUp
 from companyd.supervision.child import ChildContext
 
@@ -119,41 +131,34 @@ def _flags(node: dict[str, Any]) -> str:
 
 def describe(event: Event) -> str:
     """One plain-English line for a supervision event."""
-    d = event.data
-    child = d.get("child")
-    match event.kind:
-        case "child_exited":
-            verdict = (
-                "so it is restarted" if d.get("action") == "restart" else "so it is not restarted"
-            )
-            return f"{child} exited: {d['reason']} — {d['restart_type']}, {verdict}"
-        case "restart":
-            who = ", ".join(d["group"])
+    match event:
+        case ChildExited(child=child, action=action, reason=reason, restart_type=restart_type):
+            verdict = "so it is restarted" if action == "restart" else "so it is not restarted"
+            return f"{child} exited: {reason} — {restart_type}, {verdict}"
+        case Restart(group=group, restarts=restarts, max_restarts=most, max_seconds=within):
             return (
-                f"restarting {who} (restart {d['restarts']} of at most {d['max_restarts']} "
-                f"within {d['max_seconds']:g} s)"
+                f"restarting {', '.join(group)} (restart {restarts} of at most {most} "
+                f"within {within:g} s)"
             )
-        case "child_started":
+        case ChildStarted(child=child, phase=phase):
+            return f"{child} is running again" if phase == "restart" else f"{child} started"
+        case ChildTerminated(child=child, reason=reason):
+            return f"{child} stopped ({reason})"
+        case MaxIntensity(restarts=restarts, max_restarts=most, max_seconds=within):
             return (
-                f"{child} is running again" if d.get("phase") == "restart" else f"{child} started"
+                f"GIVES UP: {restarts} restarts within {within:g} s is more "
+                f"than {most}; it stops its children and exits"
             )
-        case "child_terminated":
-            return f"{child} stopped ({d['reason']})"
-        case "max_intensity":
-            return (
-                f"GIVES UP: {d['restarts']} restarts within {d['max_seconds']:g} s is more "
-                f"than {d['max_restarts']}; it stops its children and exits"
-            )
-        case "sup_started":
-            return f"supervisor up with {len(d.get('children', []))} children"
-        case "sup_stopped":
-            return f"supervisor stopped ({d['reason']})"
-        case "backoff":
-            return f"waiting {d['delay']:.2f} s before restarting {child} (backoff)"
-        case "child_start_failed":
-            return f"{child} failed to start: {d['reason']}"
+        case SupStarted(children=children):
+            return f"supervisor up with {len(children)} children"
+        case SupStopped(reason=reason):
+            return f"supervisor stopped ({reason})"
+        case Backoff(child=child, delay=delay):
+            return f"waiting {delay:.2f} s before restarting {child} (backoff)"
+        case ChildStartFailed(child=child, reason=reason):
+            return f"{child} failed to start: {reason}"
         case _:
-            return ", ".join(f"{k}={v}" for k, v in d.items())
+            return ", ".join(f"{k}={v}" for k, v in event.data.items())
 
 
 def _print_events(out: TextIO, events: list[Event], t0: float) -> None:
@@ -284,10 +289,10 @@ async def crash_test(
         switch.crash(victim.slug)
         await rec.wait(
             lambda e: (
-                e.kind == "child_started"
+                isinstance(e, ChildStarted)
                 and e.source == home
-                and e.data.get("child") == victim.slug
-                and e.data.get("phase") == "restart"
+                and e.child == victim.slug
+                and e.phase == "restart"
             ),
             _PATIENCE + (settings.backoff.max if settings.backoff else 0),
             since=mark,
@@ -327,7 +332,7 @@ async def crash_test(
 
         def stop_looping(event: Event) -> None:
             # Once the department gave up, its restart starts the agent clean.
-            if event.kind == "max_intensity" and event.source == home:
+            if isinstance(event, MaxIntensity) and event.source == home:
                 switch.looping.discard(victim.slug)
 
         rec.hooks.append(stop_looping)
@@ -337,13 +342,11 @@ async def crash_test(
         patience = _PATIENCE + (settings.backoff.max * (limit + 1) if settings.backoff else 0)
         try:
             gave_up = await rec.wait(
-                lambda e: e.kind == "max_intensity" and e.source == home, patience, since=mark
+                lambda e: isinstance(e, MaxIntensity) and e.source == home, patience, since=mark
             )
             back = await rec.wait(
                 lambda e: (
-                    e.kind == "child_started"
-                    and e.source == parent
-                    and e.data.get("child") == parent_id
+                    isinstance(e, ChildStarted) and e.source == parent and e.child == parent_id
                 ),
                 _PATIENCE,
                 since=mark,
@@ -355,7 +358,7 @@ async def crash_test(
         else:
             _print_events(out, rec.items[mark : rec.items.index(back) + 1], t0)
             restart_above = [
-                e for e in rec.items[mark:] if e.kind == "restart" and e.source == parent
+                e for e in rec.items[mark:] if isinstance(e, Restart) and e.source == parent
             ]
             counted = restart_above[-1].data if restart_above else None
             out.write(

@@ -41,7 +41,7 @@ from companyd.daemon.reload import Reloader, ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor, Notifier, StatusUpdater, Watchdog
 from companyd.daemon.tree import build_company_tree
 from companyd.errors import EX_CONFIG, EX_SOFTWARE, CompanydError
-from companyd.events import EventBus
+from companyd.events import DaemonStarted, DaemonStopping, EventBus, StateDirTightened
 from companyd.llm.model import ModelBackend
 from companyd.llm.offline import OfflineModel
 from companyd.memory import MemoryService
@@ -245,15 +245,16 @@ class Daemon(Operator, Reloader):
             self._spend_seen = await self._spend_status()
         self.notifier.ready(self._status_line())
         self._up.set()
-        self.bus.emit(
-            "daemon_started",
-            "daemon",
-            pid=os.getpid(),
-            version=__version__,
-            agents=len(self.config.agents),
-            routines=len(self.config.routines),
-            offline=self.offline,
-            company=self.config.name,
+        self.bus.publish(
+            DaemonStarted(
+                source="daemon",
+                pid=os.getpid(),
+                version=__version__,
+                agents=len(self.config.agents),
+                routines=len(self.config.routines),
+                offline=self.offline,
+                company=self.config.name,
+            )
         )
         self._tasks = [
             asyncio.create_task(self._service(self.lag.run), name="loop-lag"),
@@ -274,7 +275,13 @@ class Daemon(Operator, Reloader):
         """
         self.state = "stopping"
         self.notifier.stopping("stopping: bringing runs to a checkpoint")
-        self.bus.emit("daemon_stopping", "daemon", pid=os.getpid(), reason=reason)
+        self.bus.publish(
+            DaemonStopping(
+                source="daemon",
+                pid=os.getpid(),
+                reason=reason,
+            )
+        )
         # fire times while we are down are a planned stop's, not misses (unlike a crash's)
         self.scheduler.planned_stop(f"daemon stopped: {reason}")
         # every agent brings its run to a checkpoint now, in parallel; the tree then stops
@@ -321,7 +328,13 @@ class Daemon(Operator, Reloader):
                 self.state_dir,
                 was,
             )
-            self.bus.emit("state_dir_tightened", "companyd", path=str(self.state_dir), was=was)
+            self.bus.publish(
+                StateDirTightened(
+                    source="companyd",
+                    path=str(self.state_dir),
+                    was=was,
+                )
+            )
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         loop.add_signal_handler(signal.SIGHUP, self._sighup)

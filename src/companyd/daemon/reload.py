@@ -24,7 +24,7 @@ from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config
 from companyd.daemon.systemd import Notifier
 from companyd.errors import ConfigError
-from companyd.events import EventBus
+from companyd.events import ConfigRejected, DaemonReloaded, EventBus
 from companyd.roles.improver import Proposals
 from companyd.roles.staff import Staff
 from companyd.scheduler import RoutineScheduler
@@ -127,12 +127,13 @@ class Reloader:
             except ConfigError as exc:
                 errors = [str(i) for i in exc.issues]
                 self.reloads.rejected(self.clock.time(), errors)
-                self.bus.emit(
-                    "config_rejected",
-                    "daemon",
-                    file=str(self.config.path),
-                    errors=errors[:10],
-                    count=len(errors),
+                self.bus.publish(
+                    ConfigRejected(
+                        source="daemon",
+                        file=str(self.config.path),
+                        errors=errors[:10],
+                        count=len(errors),
+                    )
                 )
                 return ReloadRejected(
                     applied=False,
@@ -177,15 +178,16 @@ class Reloader:
                     "restarts (`systemctl restart companyd`)",
                     ", ".join(later),
                 )
-            self.bus.emit(
-                "daemon_reloaded",
-                "daemon",
-                started=list(result.added),
-                stopped=list(result.removed),
-                restarted=list(result.changed),
-                unchanged=result.unchanged,
-                routines=routines,
-                failures=list(result.failures),
+            self.bus.publish(
+                DaemonReloaded(
+                    source="daemon",
+                    started=list(result.added),
+                    stopped=list(result.removed),
+                    restarted=list(result.changed),
+                    unchanged=result.unchanged,
+                    routines=routines,
+                    failures=list(result.failures),
+                )
             )
             return result
         finally:

@@ -27,7 +27,7 @@ from typing import Any
 
 from companyd._aio import race
 from companyd.clock import Clock, SystemClock
-from companyd.events import EventBus
+from companyd.events import EventBus, LoopLag
 from companyd.supervision.child import ChildContext
 
 __all__ = [
@@ -394,11 +394,12 @@ class LoopLagMonitor:
         if lag > self.warn_after and not self._in_excursion:
             self._in_excursion = True
             if self.bus is not None:
-                self.bus.emit(
-                    "loop_lag",
-                    self.source or source,
-                    lag_s=round(lag, 3),
-                    threshold_s=self.warn_after,
+                self.bus.publish(
+                    LoopLag(
+                        source=self.source or source,
+                        lag_s=round(lag, 3),
+                        threshold_s=self.warn_after,
+                    )
                 )
         elif lag <= self.warn_after:
             self._in_excursion = False

@@ -44,7 +44,7 @@ from mcp.shared.message import SessionMessage
 from companyd._aio import race
 from companyd._heap import freeze_startup_heap
 from companyd.clock import Clock, SystemClock
-from companyd.events import Event, EventBus
+from companyd.events import Event, EventBus, MemoryRepaired
 from companyd.memory.errors import MemoryToolError, MemoryUnavailable
 from companyd.memory.service import MemoryService
 from companyd.memory.tools import MUTATING_TOOLS, pretty, result_text, tool_definitions
@@ -209,10 +209,9 @@ async def serve_stdio(
     bus = bus or EventBus(clock)
 
     def report(event: Event) -> None:
-        if event.kind == "memory_repaired":
-            sys.stderr.write(
-                f"companyd memory: repaired {event.data.get('path')}: {event.data.get('summary')}\n"
-            )
+        match event:
+            case MemoryRepaired(path=path, summary=summary):
+                sys.stderr.write(f"companyd memory: repaired {path}: {summary}\n")
 
     remove = bus.add_listener(report)
     service = MemoryService(path, bus=bus, clock=clock)

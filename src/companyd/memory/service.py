@@ -43,7 +43,7 @@ from companyd._fs import (
     write_all,
 )
 from companyd.clock import Clock, SystemClock
-from companyd.events import EventBus
+from companyd.events import EventBus, MemoryRepaired
 from companyd.memory.codec import LoadReport
 from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryUnavailable
 from companyd.memory.graph import KnowledgeGraph
@@ -637,20 +637,21 @@ class MemoryService:
 
     def _repaired(self, report: LoadReport) -> None:
         corrupt = str(self.path) + ".corrupt"
-        self._bus.emit(
-            "memory_repaired",
-            self._source,
-            path=str(self.path),
-            summary=report.summary(),
-            quarantined_lines=len(report.quarantined),
-            dropped_lines=report.dropped_lines,
-            torn_tail=report.torn_tail,
-            merged_entities=report.merged_entities,
-            duplicate_relations=report.duplicate_relations,
-            observations_fixed=report.observations_fixed,
-            journal_torn=report.journal_torn,
-            foreign_rewrite=report.foreign_rewrite,
-            corrupt_file=corrupt if report.quarantined else None,
+        self._bus.publish(
+            MemoryRepaired(
+                source=self._source,
+                path=str(self.path),
+                summary=report.summary(),
+                quarantined_lines=len(report.quarantined),
+                dropped_lines=report.dropped_lines,
+                torn_tail=report.torn_tail,
+                merged_entities=report.merged_entities,
+                duplicate_relations=report.duplicate_relations,
+                observations_fixed=report.observations_fixed,
+                journal_torn=report.journal_torn,
+                foreign_rewrite=report.foreign_rewrite,
+                corrupt_file=corrupt if report.quarantined else None,
+            )
         )
 
 

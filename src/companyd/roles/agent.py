@@ -45,6 +45,7 @@ from zoneinfo import ZoneInfo
 from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.config import AgentConfig
+from companyd.events import CircuitBreaker, RunFailed, RunFinished, RunStarted, TaskQuarantined
 from companyd.llm.blocks import ToolResultBlock, ToolUseBlock, text_of, tool_uses_of
 from companyd.llm.model import ModelResponse, Usage
 from companyd.roles.breaker import Breaker, BreakerTripped
@@ -155,13 +156,14 @@ class Agent:
                 raise
             await self._state_disk_failed(state, exc)
             return
-        self.deps.bus.emit(
-            "run_started",
-            f"agent/{self.slug}",
-            agent=self.slug,
-            task_id=task.id,
-            run_id=state.run_id,
-            routine=task.routine,
+        self.deps.bus.publish(
+            RunStarted(
+                source=f"agent/{self.slug}",
+                agent=self.slug,
+                task_id=task.id,
+                run_id=state.run_id,
+                routine=task.routine,
+            )
         )
         await self._guarded(state, ctx, resumed=False)
 
@@ -176,14 +178,15 @@ class Agent:
             jr.task.id,
             state.breaker.steps,
         )
-        self.deps.bus.emit(
-            "run_started",
-            f"agent/{self.slug}",
-            agent=self.slug,
-            task_id=jr.task.id,
-            run_id=jr.run_id,
-            routine=jr.task.routine,
-            resumed_at_step=state.breaker.steps,
+        self.deps.bus.publish(
+            RunStarted(
+                source=f"agent/{self.slug}",
+                agent=self.slug,
+                task_id=jr.task.id,
+                run_id=jr.run_id,
+                routine=jr.task.routine,
+                resumed_at_step=state.breaker.steps,
+            )
         )
         await self._guarded(state, ctx, resumed=True)
 
@@ -298,16 +301,17 @@ class Agent:
             f"quarantined after {crashes} crashes: {errors[-1] if errors else 'unknown error'}",
         )
         await deps.journal.finish_run(outcome, TaskState.QUARANTINED)
-        deps.bus.emit(
-            "task_quarantined",
-            f"agent/{self.slug}",
-            agent=self.slug,
-            task_id=state.task.id,
-            run_id=state.run_id,
-            routine=state.task.routine,
-            crashes=crashes,
-            errors=errors[-QUARANTINE_AFTER:],
-            prompt=state.task.prompt[:200],
+        deps.bus.publish(
+            TaskQuarantined(
+                source=f"agent/{self.slug}",
+                agent=self.slug,
+                task_id=state.task.id,
+                run_id=state.run_id,
+                routine=state.task.routine,
+                crashes=crashes,
+                errors=errors[-QUARANTINE_AFTER:],
+                prompt=state.task.prompt[:200],
+            )
         )
         deps.staff.finished(outcome)
 
@@ -351,9 +355,22 @@ class Agent:
             "offline": outcome.offline,
         }
         if status is RunStatus.OK:
-            deps.bus.emit("run_finished", src, status=str(status), **common)
+            deps.bus.publish(
+                RunFinished(
+                    source=src,
+                    status=str(status),
+                    **common,
+                )
+            )
         else:
-            deps.bus.emit("run_failed", src, status=str(status), reason=reason, **common)
+            deps.bus.publish(
+                RunFailed(
+                    source=src,
+                    status=str(status),
+                    reason=reason,
+                    **common,
+                )
+            )
         if status is RunStatus.FAILED and reason and reason.startswith("rejected by"):
             attempts = await deps.journal.attempts(state.task.id)
             if attempts < MAX_REVIEW_ATTEMPTS:
@@ -415,15 +432,16 @@ class Agent:
             return exc.status, exc.reason
 
     def _breaker_event(self, state: RunState, exc: BreakerTripped) -> None:
-        self.deps.bus.emit(
-            "circuit_breaker",
-            f"agent/{self.slug}",
-            agent=self.slug,
-            task_id=state.task.id,
-            run_id=state.run_id,
-            routine=state.task.routine,
-            limit=exc.limit,
-            reason=str(exc),
+        self.deps.bus.publish(
+            CircuitBreaker(
+                source=f"agent/{self.slug}",
+                agent=self.slug,
+                task_id=state.task.id,
+                run_id=state.run_id,
+                routine=state.task.routine,
+                limit=exc.limit,
+                reason=str(exc),
+            )
         )
 
     async def _step(self, state: RunState) -> ModelResponse:

@@ -22,6 +22,7 @@ from typing import Any
 from companyd._aio import race
 from companyd._fs import is_disk_failure
 from companyd.config import AgentConfig
+from companyd.events import ModelFallback
 from companyd.llm.model import (
     ModelAuthFailed,
     ModelBadRequest,
@@ -169,14 +170,15 @@ class ModelCaller:
                 failures.append(f"{model}: {type(exc).__name__}: {exc}")
                 self.progress()
                 if i + 1 < len(chain):
-                    deps.bus.emit(
-                        "model_fallback",
-                        f"agent/{self.slug}",
-                        agent=self.slug,
-                        run_id=state.run_id,
-                        from_model=model,
-                        to_model=chain[i + 1],
-                        reason=f"{type(exc).__name__}: {exc}",
+                    deps.bus.publish(
+                        ModelFallback(
+                            source=f"agent/{self.slug}",
+                            agent=self.slug,
+                            run_id=state.run_id,
+                            from_model=model,
+                            to_model=chain[i + 1],
+                            reason=f"{type(exc).__name__}: {exc}",
+                        )
                     )
         raise RunEnded(RunStatus.FAILED, "every model in the chain failed: " + "; ".join(failures))
 

@@ -37,7 +37,7 @@ from companyd._sqlite import Database, Migration
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config_text
 from companyd.errors import CompanydError, ConfigError
-from companyd.events import EventBus
+from companyd.events import EventBus, ProposalApplied, ProposalCreated
 from companyd.roles.tasks import new_id
 from companyd.roles.tools import Tool, ToolCallContext, ToolError, json_schema
 
@@ -258,14 +258,15 @@ class Proposals:
                 None,
             ),
         )
-        self.bus.emit(
-            "proposal_created",
-            "improver",
-            proposal_id=p.id,
-            agent=agent,
-            proposer=proposer,
-            reason=p.reason,
-            diff=diff[:1500],
+        self.bus.publish(
+            ProposalCreated(
+                source="improver",
+                proposal_id=p.id,
+                agent=agent,
+                proposer=proposer,
+                reason=p.reason,
+                diff=diff[:1500],
+            )
         )
         return p
 
@@ -323,7 +324,13 @@ class Proposals:
                 "Reject it and ask for a new proposal against the current file",
             )
             await self._decide(p.id, "applied")
-        self.bus.emit("proposal_applied", "improver", proposal_id=p.id, agent=p.agent)
+        self.bus.publish(
+            ProposalApplied(
+                source="improver",
+                proposal_id=p.id,
+                agent=p.agent,
+            )
+        )
         if self._reload is not None:
             await self._reload()
         return (await self.get(p.id))[0]
@@ -354,9 +361,11 @@ class Proposals:
                 Path(p.file),
                 expect_sha=p.new_sha,
                 text=old,
-                stale=f"{p.file} was edited since proposal {p.id} was applied; it was not "
-                "reverted (that would undo the edit). Undo the instructions by hand, or "
-                "restore the file as the proposal left it and revert again",
+                stale=(
+                    f"{p.file} was edited since proposal {p.id} was applied; it was not "
+                    "reverted (that would undo the edit). Undo the instructions by hand, or "
+                    "restore the file as the proposal left it and revert again"
+                ),
             )
             await self._decide(p.id, "reverted")
         if self._reload is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from companyd.clock import Clock
-from companyd.events import Event, EventBus
+from companyd.events import AgentPaused, AgentResumed, ApiKeyRefused, BudgetReset, Event, EventBus
 from companyd.roles.deps import SpendPort
 from companyd.roles.journal import Journal
 
@@ -92,8 +92,13 @@ class Pauses:
         self._paused[agent] = Pause(reason, budget)
         self._spawn(self._journal.set_paused(agent, reason, budget, self._clock.time()))
         if was is None or was.reason != reason:
-            self._bus.emit(
-                "agent_paused", f"agent/{agent}", agent=agent, reason=reason, budget=budget
+            self._bus.publish(
+                AgentPaused(
+                    source=f"agent/{agent}",
+                    agent=agent,
+                    reason=reason,
+                    budget=budget,
+                )
             )
 
     def resume(self, agent: str, reason: str = "operator") -> bool:
@@ -102,7 +107,13 @@ class Pauses:
             return False
         self._spawn(self._journal.clear_paused(agent))
         self._wake(agent)
-        self._bus.emit("agent_resumed", f"agent/{agent}", agent=agent, reason=reason)
+        self._bus.publish(
+            AgentResumed(
+                source=f"agent/{agent}",
+                agent=agent,
+                reason=reason,
+            )
+        )
         return True
 
     def api_spend_limit(self, message: str) -> None:
@@ -121,7 +132,13 @@ class Pauses:
         for slug in newly:
             self.pause(slug, "Anthropic API key refused (HTTP 401)")
         if newly:
-            self._bus.emit("api_key_refused", "agents", message=message, paused=newly)
+            self._bus.publish(
+                ApiKeyRefused(
+                    source="agents",
+                    message=message,
+                    paused=newly,
+                )
+            )
 
     def resume_budget_paused(self, reason: str) -> list[str]:
         """Resume every agent paused for its budget whose budgets now allow spending (a
@@ -135,5 +152,6 @@ class Pauses:
 
     def on_event(self, event: Event) -> None:
         """A bus listener: a rolled-over budget period resumes the agents it paused."""
-        if event.kind == "budget_reset":
-            self.resume_budget_paused(f"budget period rolled over ({event.data.get('period', '')})")
+        match event:
+            case BudgetReset(period=period):
+                self.resume_budget_paused(f"budget period rolled over ({period})")

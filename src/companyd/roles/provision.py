@@ -22,7 +22,8 @@ from collections.abc import Callable
 from companyd._aio import cancel_and_wait
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
-from companyd.events import EventBus, Severity
+from companyd.events import EventBus, McpServerRecovered, Severity
+from companyd.events import McpServerFailed as McpServerFailedEvent  # the exception's name
 from companyd.roles.colleagues import Colleagues
 from companyd.roles.deps import MarkerPort
 from companyd.roles.improver import Proposals, improver_tools
@@ -149,15 +150,16 @@ class Provisions:
             attempt + 1,
             retry_in,
         )
-        self._bus.emit(
-            "mcp_server_failed",
-            f"agent/{agent}",
-            severity=Severity.WARNING if first else Severity.DEBUG,
-            agent=agent,
-            server=server,
-            reason=reason,
-            attempt=attempt,
-            retry_in_s=retry_in,
+        self._bus.publish(
+            McpServerFailedEvent(
+                source=f"agent/{agent}",
+                severity=Severity.WARNING if first else Severity.DEBUG,
+                agent=agent,
+                server=server,
+                reason=reason,
+                attempt=attempt,
+                retry_in_s=retry_in,
+            )
         )
 
     async def _retry_mcp(self, agent: AgentConfig, name: str, box: ToolBox) -> None:
@@ -181,13 +183,14 @@ class Provisions:
             try:
                 added = box.add(server.tools, agent.tools)
                 log.info("agent %s: MCP server %r is up at attempt %d", agent.slug, name, attempt)
-                self._bus.emit(
-                    "mcp_server_recovered",
-                    f"agent/{agent.slug}",
-                    agent=agent.slug,
-                    server=name,
-                    attempt=attempt,
-                    tools=sorted(added),
+                self._bus.publish(
+                    McpServerRecovered(
+                        source=f"agent/{agent.slug}",
+                        agent=agent.slug,
+                        server=name,
+                        attempt=attempt,
+                        tools=sorted(added),
+                    )
                 )
                 await asyncio.Event().wait()  # until the agent stops
             finally:

@@ -17,7 +17,14 @@ from dataclasses import replace
 from typing import Any
 
 from companyd.clock import Clock, utc_from_ts
-from companyd.events import EventBus, Severity
+from companyd.events import (
+    EventBus,
+    RoutineEvent,
+    RoutineFailed,
+    RoutineMissed,
+    RoutineSkipped,
+    Severity,
+)
 from companyd.scheduler import store as db
 from companyd.scheduler.catchup import StartPlan
 from companyd.scheduler.outcomes import Outcome
@@ -38,6 +45,12 @@ UNRECORDED = (
     "dispatched, before its history row was written; the fire is not run again — see "
     "`companyd runs` for what the agent did"
 )
+
+
+#: The event class of each routine kind an outcome publishes (``Outcome.event_kind``).
+_BY_KIND: dict[str, type[RoutineEvent]] = {
+    c.KIND: c for c in (RoutineFailed, RoutineMissed, RoutineSkipped)
+}
 
 
 class Recorder:
@@ -139,17 +152,19 @@ class Recorder:
         kind = outcome.event_kind
         if kind is None:
             return
-        self._bus.emit(
-            kind,
-            self.source,
-            routine=rec.routine,
-            agent=rec.agent,
-            scheduled=utc_from_ts(rec.scheduled).isoformat(),
-            reason=reason,
-            run_id=run_id,
-            outcome=str(outcome),
-            fire_kind=rec.kind,
-            fire_id=rec.fire_id,
+        event = _BY_KIND[kind]
+        self._bus.publish(
+            event(
+                source=self.source,
+                routine=rec.routine,
+                agent=rec.agent,
+                scheduled=utc_from_ts(rec.scheduled).isoformat(),
+                reason=reason,
+                run_id=run_id,
+                outcome=str(outcome),
+                fire_kind=rec.kind,
+                fire_id=rec.fire_id,
+            )
         )
 
     def report_missed_at_start(self, plan: StartPlan) -> None:
@@ -162,38 +177,40 @@ class Recorder:
         stopped = [m for m in plan.missed if m.outcome == Outcome.STOPPED]
         if stopped:
             # Not an alert: the operator chose the downtime (debug: logged, never paged).
-            self._bus.emit(
-                "routine_skipped",
-                self.source,
-                severity=Severity.DEBUG,
-                routine=r.slug,
-                agent=r.assignee,
-                scheduled=utc_from_ts(stopped[-1].scheduled).isoformat(),
-                reason=stopped[-1].reason,
-                run_id=None,
-                outcome=str(Outcome.STOPPED),
-                fire_kind=stopped[-1].kind,
-                fire_id=stopped[-1].fire_id,
-                count=sum(m.fires for m in stopped),
-                first=utc_from_ts(stopped[0].scheduled).isoformat(),
+            self._bus.publish(
+                RoutineSkipped(
+                    source=self.source,
+                    severity=Severity.DEBUG,
+                    routine=r.slug,
+                    agent=r.assignee,
+                    scheduled=utc_from_ts(stopped[-1].scheduled).isoformat(),
+                    reason=stopped[-1].reason,
+                    run_id=None,
+                    outcome=str(Outcome.STOPPED),
+                    fire_kind=stopped[-1].kind,
+                    fire_id=stopped[-1].fire_id,
+                    count=sum(m.fires for m in stopped),
+                    first=utc_from_ts(stopped[0].scheduled).isoformat(),
+                )
             )
         missed = [m for m in plan.missed if m.outcome == Outcome.MISSED]
         if not missed:
             return
         latest = missed[-1]
-        self._bus.emit(
-            "routine_missed",
-            self.source,
-            routine=r.slug,
-            agent=r.assignee,
-            scheduled=utc_from_ts(latest.scheduled).isoformat(),
-            reason=latest.reason,
-            run_id=None,
-            outcome=str(Outcome.MISSED),
-            fire_kind=latest.kind,
-            fire_id=latest.fire_id,
-            count=sum(m.fires for m in missed),
-            first=utc_from_ts(missed[0].scheduled).isoformat(),
+        self._bus.publish(
+            RoutineMissed(
+                source=self.source,
+                routine=r.slug,
+                agent=r.assignee,
+                scheduled=utc_from_ts(latest.scheduled).isoformat(),
+                reason=latest.reason,
+                run_id=None,
+                outcome=str(Outcome.MISSED),
+                fire_kind=latest.kind,
+                fire_id=latest.fire_id,
+                count=sum(m.fires for m in missed),
+                first=utc_from_ts(missed[0].scheduled).isoformat(),
+            )
         )
 
 

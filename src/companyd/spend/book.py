@@ -70,7 +70,15 @@ from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
-from companyd.events import EventBus
+from companyd.events import (
+    ApiSpendLimit,
+    BudgetRaised,
+    BudgetReset,
+    EventBus,
+    SpendRunaway,
+    SpendUnanswered,
+    SpendUnsettled,
+)
 from companyd.llm.model import Usage
 from companyd.llm.prices import Price, PriceTable
 from companyd.spend import raises, reports
@@ -97,14 +105,12 @@ from companyd.spend.periods import next_day_start, parse_period, period_keys
 from companyd.spend.pricing import Pricing
 from companyd.spend.reservations import BudgetExhausted, Reservation, SpendError
 from companyd.spend.runaway import HISTORY_SECONDS, RunawayDetector
-from companyd.spend.standing import Standing
+from companyd.spend.standing import SOURCE, Standing
 from companyd.supervision.child import ChildContext
 
 __all__ = ["BudgetExhausted", "Reservation", "SpendBook", "SpendError"]
 
 log = logging.getLogger(__name__)
-
-SOURCE = "spend"
 
 
 #: Repeated API spend-limit reports within this many seconds publish one event.
@@ -241,24 +247,31 @@ class SpendBook:
         stale = o.stale
         if stale:
             worst = sum(r.amount_pusd for r in stale)
-            self._bus.emit(
-                "spend_unsettled",
-                SOURCE,
-                calls=len(stale),
-                worst_case_usd=as_usd(worst),
-                agents=sorted({r.agent for r in stale}),
-                runs=sorted({r.run_id for r in stale if r.run_id}),
-                message=(
-                    f"{len(stale)} LLM call(s) were in flight when companyd last stopped "
-                    f"without settling; up to ${from_pusd(worst):.4f} may have been spent "
-                    "without being recorded. Their reservations were dropped."
-                ),
+            self._bus.publish(
+                SpendUnsettled(
+                    source=SOURCE,
+                    calls=len(stale),
+                    worst_case_usd=as_usd(worst),
+                    agents=sorted({r.agent for r in stale}),
+                    runs=sorted({r.run_id for r in stale if r.run_id}),
+                    message=(
+                        f"{len(stale)} LLM call(s) were in flight when companyd last stopped "
+                        f"without settling; up to ${from_pusd(worst):.4f} may have been spent "
+                        "without being recorded. Their reservations were dropped."
+                    ),
+                )
             )
         prev_day, prev_month = o.last
         for period, prev, cur in (("day", prev_day, day), ("month", prev_month, month)):
             if prev and prev != cur:
-                self._bus.emit(
-                    "budget_reset", SOURCE, period=period, previous=prev, current=cur, agents=[]
+                self._bus.publish(
+                    BudgetReset(
+                        source=SOURCE,
+                        period=period,
+                        previous=prev,
+                        current=cur,
+                        agents=[],
+                    )
                 )
 
     async def close(self) -> None:
@@ -508,17 +521,17 @@ class SpendBook:
         markers = [m for m, _ in crossings]
         self._st.notify()
 
-        unanswered_data: dict[str, Any] | None = None
+        unanswered_event: SpendUnanswered | None = None
         if unanswered is not None:
-            unanswered_data = self._st.unanswered(reservation, model, unanswered, pusd)
+            unanswered_event = self._st.unanswered(reservation, model, unanswered, pusd)
 
         def publish() -> None:
-            if unanswered_data is not None:
-                self._bus.emit("spend_unanswered", SOURCE, **unanswered_data)
-            for _, data in crossings:
-                self._bus.emit("budget_threshold", SOURCE, **data)
+            if unanswered_event is not None:
+                self._bus.publish(unanswered_event)
+            for _, crossing in crossings:
+                self._bus.publish(crossing)
             if runaway is not None:
-                self._bus.emit("spend_runaway", SOURCE, **runaway)
+                self._bus.publish(SpendRunaway(source=SOURCE, **runaway))
 
         def record(led: Ledger) -> None:
             led.record_call(row, inflight_id=inflight_id, markers=markers)
@@ -615,14 +628,15 @@ class SpendBook:
             for key in (st.day, st.month):
                 st.blocked.pop((scope, key), None)
         st.notify()
-        self._bus.emit(
-            "budget_raised",
-            SOURCE,
-            scope="company" if agent is None else "agent",
-            agent=agent,
-            day=day,
-            usd=as_usd(amount),
-            raised_today_usd=as_usd(st.raises.get(scope, 0)),
+        self._bus.publish(
+            BudgetRaised(
+                source=SOURCE,
+                scope="company" if agent is None else "agent",
+                agent=agent,
+                day=day,
+                usd=as_usd(amount),
+                raised_today_usd=as_usd(st.raises.get(scope, 0)),
+            )
         )
 
     def note_api_spend_limit(self, message: str) -> None:
@@ -639,15 +653,16 @@ class SpendBook:
             return
         self._api_limit_last = now
         repeats, self._api_limit_suppressed = self._api_limit_suppressed, 0
-        self._bus.emit(
-            "api_spend_limit",
-            SOURCE,
-            message=message,
-            repeats_suppressed=repeats,
-            action=(
-                "every agent is paused; raise the organisation's spend limit in the "
-                "Anthropic console, then resume the agents"
-            ),
+        self._bus.publish(
+            ApiSpendLimit(
+                source=SOURCE,
+                message=message,
+                repeats_suppressed=repeats,
+                action=(
+                    "every agent is paused; raise the organisation's spend limit in the "
+                    "Anthropic console, then resume the agents"
+                ),
+            )
         )
 
     async def budget_report(self) -> dict[str, Any]:
@@ -718,20 +733,20 @@ class SpendBook:
 
             used_d, used_m, raises, markers = await self._db.run(load)
             resets = self._st.apply_period(day, month, used_d, used_m, raises, markers)
-            for data in resets:
-                self._bus.emit("budget_reset", SOURCE, **data)
+            for reset in resets:
+                self._bus.publish(reset)
 
     # -- internals: budgets ---------------------------------------------------------------
 
     def _refuse(self, agent: str, lim: BudgetLimit, need: int, *, waited: bool = False) -> NoReturn:
-        exc, marker, data = self._st.refuse(
+        exc, marker, event = self._st.refuse(
             agent, lim, need, self._clock.time(), waited=self._reserve_wait if waited else None
         )
-        if marker is not None:
-            ts = self._clock.time()
+        if marker is not None and event is not None:
+            ts, told = self._clock.time(), event
             self._db.submit(
                 lambda led: led.add_markers([marker], ts),
-                then=lambda: self._bus.emit("budget_exhausted", SOURCE, **data),
+                then=lambda: self._bus.publish(told),
             )
         raise exc
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import date
 
-from companyd.events import EventBus
+from companyd.events import EventBus, UnknownModelPrice
 from companyd.llm.prices import Price, PriceTable
 
 __all__ = ["Pricing"]
@@ -39,20 +39,21 @@ class Pricing:
         if not known and model not in self._warned:
             self._warned.add(model)
             p = price
-            self._bus.emit(
-                "unknown_model_price",
-                self._source,
-                model=model,
-                priced_as={
-                    "input": float(p.input),
-                    "cache_write_5m": float(p.cache_write_5m),
-                    "cache_write_1h": float(p.cache_write_1h),
-                    "cache_read": float(p.cache_read),
-                    "output": float(p.output),
-                },
-                message=(
-                    f"model {model!r} is not in the price table; its calls are priced at the "
-                    "most expensive known rate — add it under 'pricing' in company.yaml"
-                ),
+            self._bus.publish(
+                UnknownModelPrice(
+                    source=self._source,
+                    model=model,
+                    priced_as={
+                        "input": float(p.input),
+                        "cache_write_5m": float(p.cache_write_5m),
+                        "cache_write_1h": float(p.cache_write_1h),
+                        "cache_read": float(p.cache_read),
+                        "output": float(p.output),
+                    },
+                    message=(
+                        f"model {model!r} is not in the price table; its calls are priced at "
+                        "the most expensive known rate — add it under 'pricing' in company.yaml"
+                    ),
+                )
             )
         return price, known

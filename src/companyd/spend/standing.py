@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 from decimal import Decimal
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from companyd.config import CompanyConfig
+from companyd.events import BudgetExhausted as BudgetExhaustedEvent  # the exception's name
+from companyd.events import BudgetReset, BudgetThreshold, SpendUnanswered
 from companyd.spend.budgets import (
     COMPANY,
     BudgetLimit,
@@ -41,7 +42,10 @@ from companyd.spend.budgets import (
 from companyd.spend.ledger import from_pusd
 from companyd.spend.reservations import BudgetExhausted, Reservation
 
-__all__ = ["Marker", "Standing"]
+__all__ = ["SOURCE", "Marker", "Standing"]
+
+#: The source of the spend events.
+SOURCE = "spend"
 
 #: a threshold or exhaustion already published: (scope, period key, what)
 Marker = tuple[str, str, str]
@@ -138,12 +142,12 @@ class Standing:
 
     def refuse(
         self, agent: str, lim: BudgetLimit, need: int, now: float, *, waited: float | None
-    ) -> tuple[BudgetExhausted, Marker | None, dict[str, Any]]:
+    ) -> tuple[BudgetExhausted, Marker | None, BudgetExhaustedEvent | None]:
         """Block ``lim``'s scope for the period and build the refusal of ``agent``'s call.
 
         ``waited``: how long ``reserve`` waited for room, if it did. Returns the exception,
-        and the marker and data of the ``budget_exhausted`` event when it is the first of its
-        scope, period and limit (the marker is then counted as sent).
+        and the marker and the ``budget_exhausted`` event when it is the first of its scope,
+        period and limit (the marker is then counted as sent).
         """
         key = self.key(lim)
         limit = lim.limit_pusd + self.raises.get(lim.scope, 0)
@@ -165,22 +169,23 @@ class Standing:
         self.blocked[(lim.scope, key)] = reason
         marker = (lim.scope, key, f"exhausted@{limit}")
         if marker in self.sent:
-            return exc, None, {}
+            return exc, None, None
         self.sent.add(marker)
-        data: dict[str, Any] = {
-            "scope": "company" if lim.scope == COMPANY else "agent",
-            "agent": lim.agent,
-            "asked_by": agent,
-            "period": lim.period,
-            "key": key,
-            "limit_usd": as_usd(limit),
-            "used_usd": as_usd(used),
-            "needed_usd": as_usd(need),
-            "remaining_usd": as_usd(remaining),
-            "resets_at": when,
-            "reason": reason,
-        }
-        return exc, marker, data
+        event = BudgetExhaustedEvent(
+            source=SOURCE,
+            scope="company" if lim.scope == COMPANY else "agent",
+            agent=lim.agent,
+            asked_by=agent,
+            period=lim.period,
+            key=key,
+            limit_usd=as_usd(limit),
+            used_usd=as_usd(used),
+            needed_usd=as_usd(need),
+            remaining_usd=as_usd(remaining),
+            resets_at=when,
+            reason=reason,
+        )
+        return exc, marker, event
 
     # -- settled spend --------------------------------------------------------------------
 
@@ -190,9 +195,9 @@ class Standing:
             for key in (self.day, self.month):
                 self.used[(scope, key)] = self.used.get((scope, key), 0) + pusd
 
-    def unanswered(self, res: Reservation, model: str, reason: str, pusd: int) -> dict[str, Any]:
-        """Count a call of today that got no answer; the ``spend_unanswered`` event's data
-        (with today's count and total, which the alert coalesces).
+    def unanswered(self, res: Reservation, model: str, reason: str, pusd: int) -> SpendUnanswered:
+        """Count a call of today that got no answer; the ``spend_unanswered`` event (with
+        today's count and total, which the alert coalesces).
         """
         day = self.day
         n, total, seen = self._unanswered
@@ -200,25 +205,26 @@ class Standing:
             n, total = 0, 0
         n, total = n + 1, total + pusd
         self._unanswered = (n, total, day)
-        return {
-            "agent": res.agent,
-            "model": model,
-            "run_id": res.run_id,
-            "routine": res.routine,
-            "worst_case_usd": as_usd(pusd),
-            "reason": reason,
-            "calls": n,
-            "total_worst_case_usd": as_usd(total),
-            "day": day,
-            "message": (
+        return SpendUnanswered(
+            source=SOURCE,
+            agent=res.agent,
+            model=model,
+            run_id=res.run_id,
+            routine=res.routine,
+            worst_case_usd=as_usd(pusd),
+            reason=reason,
+            calls=n,
+            total_worst_case_usd=as_usd(total),
+            day=day,
+            message=(
                 f"{n} call{'s' if n != 1 else ''} timed out; up to ${from_pusd(total):.4f} "
                 "may have been billed"
             ),
-        }
+        )
 
-    def thresholds(self, agent: str, now: float) -> list[tuple[Marker, dict[str, Any]]]:
-        """The warning levels ``agent``'s spend has newly reached: markers and event data."""
-        out: list[tuple[Marker, dict[str, Any]]] = []
+    def thresholds(self, agent: str, now: float) -> list[tuple[Marker, BudgetThreshold]]:
+        """The warning levels ``agent``'s spend has newly reached: markers and events."""
+        out: list[tuple[Marker, BudgetThreshold]] = []
         for lim in self.limits(agent):
             key = self.key(lim)
             limit = lim.limit_pusd + self.raises.get(lim.scope, 0)
@@ -233,21 +239,22 @@ class Standing:
                 out.append(
                     (
                         marker,
-                        {
-                            "scope": "company" if lim.scope == COMPANY else "agent",
-                            "agent": lim.agent,
-                            "period": lim.period,
-                            "key": key,
-                            "level": level,
-                            "used_usd": as_usd(used),
-                            "limit_usd": as_usd(limit),
-                            "resets_at": resets_at(lim.period, now, self._tz).isoformat(),
-                            "message": (
+                        BudgetThreshold(
+                            source=SOURCE,
+                            scope="company" if lim.scope == COMPANY else "agent",
+                            agent=lim.agent,
+                            period=lim.period,
+                            key=key,
+                            level=level,
+                            used_usd=as_usd(used),
+                            limit_usd=as_usd(limit),
+                            resets_at=resets_at(lim.period, now, self._tz).isoformat(),
+                            message=(
                                 f"{scope_label(lim.scope)} has used {used / limit:.0%} of its "
                                 f"{which(lim.period)} budget (${from_pusd(used):.2f} of "
                                 f"${from_pusd(limit):.2f})"
                             ),
-                        },
+                        ),
                     )
                 )
         return out
@@ -279,10 +286,10 @@ class Standing:
         used_m: dict[str, int],
         raises: dict[str, int],
         markers: set[Marker],
-    ) -> list[dict[str, Any]]:
+    ) -> list[BudgetReset]:
         """Take the ledger's figures for ``day`` and ``month`` as the current periods.
 
-        Returns the data of one ``budget_reset`` event per period that changed (the agents
+        Returns one ``budget_reset`` event per period that changed (the agents
         and whether the company it unblocked); empty at the first load.
         """
         old_day, old_month = self.day, self.month
@@ -295,18 +302,19 @@ class Standing:
         self.blocked = {k: v for k, v in self.blocked.items() if k[1] in (day, month)}
         self.day, self.month = day, month
         self.notify()
-        resets: list[dict[str, Any]] = []
+        resets: list[BudgetReset] = []
         for period, old, new in (("day", old_day, day), ("month", old_month, month)):
             if old and old != new:
                 lifted = sorted(s for (s, k) in was_blocked if k == old)
                 resets.append(
-                    {
-                        "period": period,
-                        "previous": old,
-                        "current": new,
-                        "agents": [s.removeprefix("agent:") for s in lifted if s != COMPANY],
-                        "company": COMPANY in lifted,
-                    }
+                    BudgetReset(
+                        source=SOURCE,
+                        period=period,
+                        previous=old,
+                        current=new,
+                        agents=[s.removeprefix("agent:") for s in lifted if s != COMPANY],
+                        company=COMPANY in lifted,
+                    )
                 )
         return resets
 

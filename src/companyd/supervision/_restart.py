@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 
-from companyd.events import Severity
+from companyd.events import AutoShutdown, Backoff, ChildExited, MaxIntensity, Restart, Severity
 from companyd.supervision._state import (
     ABORTED,
     IGNORED,
@@ -51,7 +51,7 @@ class RestartMixin(SupervisorState):
             restart_type == "transient" and not reason.is_normal
         )
         data = reason.data()
-        severity = None
+        severity = ChildExited.severity
         if isinstance(reason.exception, SupervisorGaveUp):
             data["gave_up"] = True
             if not restart:
@@ -62,13 +62,15 @@ class RestartMixin(SupervisorState):
                     f"sub-supervisor {child.id!r} gave up and, being {restart_type}, is not "
                     "restarted (OTP rule): its subtree stays down until restarted by hand"
                 )
-        self._emit(
-            "child_exited",
-            severity=severity,
-            child=child.id,
-            restart_type=restart_type,
-            action="restart" if restart else "none",
-            **data,
+        self._publish(
+            ChildExited(
+                source=self._path,
+                severity=severity,
+                child=child.id,
+                restart_type=restart_type,
+                action="restart" if restart else "none",
+                **data,
+            )
         )
         if restart:
             backoff = child.spec.backoff
@@ -118,7 +120,9 @@ class RestartMixin(SupervisorState):
         if delay is None:
             self._queue.put_nowait(TryAgain(child, token))
             return
-        self._emit("backoff", child=child.id, delay=round(delay, 6), attempt=child.attempt)
+        self._publish(
+            Backoff(source=self._path, child=child.id, delay=round(delay, 6), attempt=child.attempt)
+        )
         child.timer = asyncio.get_running_loop().create_task(
             self._delayed_retry(child, token, delay)
         )
@@ -162,14 +166,16 @@ class RestartMixin(SupervisorState):
         else:
             ids = list(self._children)
             group = [self._children[i] for i in ids[ids.index(child.id) :]]
-        self._emit(
-            "restart",
-            child=child.id,
-            strategy=strategy,
-            restarts=len(self._restarts),
-            max_restarts=self._flags.max_restarts,
-            max_seconds=self._flags.max_seconds,
-            group=[c.id for c in group],
+        self._publish(
+            Restart(
+                source=self._path,
+                child=child.id,
+                strategy=strategy,
+                restarts=len(self._restarts),
+                max_restarts=self._flags.max_restarts,
+                max_seconds=self._flags.max_seconds,
+                group=[c.id for c in group],
+            )
         )
         if len(group) > 1:
             await self._terminate_group(child, group)
@@ -221,17 +227,19 @@ class RestartMixin(SupervisorState):
         restarts = len(self._restarts)
         last = str(child.last_exit) if child.last_exit is not None else "unknown"
         child.state = "not_running"
-        self._emit(
-            "max_intensity",
-            child=child.id,
-            restarts=restarts,
-            max_restarts=self._flags.max_restarts,
-            max_seconds=self._flags.max_seconds,
-            reason=last,
-            message=(
-                f"{restarts} restarts within {secs(self._flags.max_seconds)} exceed "
-                f"max_restarts={self._flags.max_restarts}; stopping every child and escalating"
-            ),
+        self._publish(
+            MaxIntensity(
+                source=self._path,
+                child=child.id,
+                restarts=restarts,
+                max_restarts=self._flags.max_restarts,
+                max_seconds=self._flags.max_seconds,
+                reason=last,
+                message=(
+                    f"{restarts} restarts within {secs(self._flags.max_seconds)} exceed "
+                    f"max_restarts={self._flags.max_restarts}; stopping every child and escalating"
+                ),
+            )
         )
         self._gave_up = SupervisorGaveUp(
             path=self._path,
@@ -251,5 +259,5 @@ class RestartMixin(SupervisorState):
             c.spec.significant and c.state != "not_running" for c in self._children.values()
         ):
             return
-        self._emit("auto_shutdown", child=child.id, mode=mode)
+        self._publish(AutoShutdown(source=self._path, child=child.id, mode=mode))
         self._outcome = "auto_shutdown"

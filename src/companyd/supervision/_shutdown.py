@@ -18,6 +18,7 @@ import logging
 from typing import Any, cast
 
 from companyd._aio import race
+from companyd.events import ChildKillFailed, ChildTerminated
 from companyd.supervision._state import KILLED, Child, SupervisorState, exit_reason
 from companyd.supervision.child import ExitReason
 from companyd.supervision.spec import BRUTAL_KILL, INFINITY
@@ -104,15 +105,17 @@ class ShutdownMixin(SupervisorState):
             child.id,
             self._kill_grace,
         )
-        self._emit(
-            "child_kill_failed",
-            child=child.id,
-            shutdown=child.spec.shutdown,
-            kill_grace=self._kill_grace,
-            message=(
-                "the child ignored its stop request and cancellation; it was abandoned and "
-                "may still be running in the process — fix its cancellation handling"
-            ),
+        self._publish(
+            ChildKillFailed(
+                source=self._path,
+                child=child.id,
+                shutdown=child.spec.shutdown,
+                kill_grace=self._kill_grace,
+                message=(
+                    "the child ignored its stop request and cancellation; it was abandoned and "
+                    "may still be running in the process — fix its cancellation handling"
+                ),
+            )
         )
 
     async def _terminate(self, child: Child, *, cause: str) -> ExitReason | None:
@@ -123,7 +126,11 @@ class ShutdownMixin(SupervisorState):
         child.state = "not_running"
         child.started_at = None
         child.last_exit = reason
-        self._emit("child_terminated", child=child.id, cause=cause, stop=how, **reason.data())
+        self._publish(
+            ChildTerminated(
+                source=self._path, child=child.id, cause=cause, stop=how, **reason.data()
+            )
+        )
         return reason
 
     async def _terminate_all(self, *, cause: str) -> None:
@@ -156,10 +163,12 @@ class ShutdownMixin(SupervisorState):
             if not task.done():
                 ABANDONED.add(task)
                 task.add_done_callback(ABANDONED.discard)
-            self._emit(
-                "child_terminated",
-                child=child.id,
-                cause="supervisor_cancelled",
-                stop="cancelled",
-                reason="killed",
+            self._publish(
+                ChildTerminated(
+                    source=self._path,
+                    child=child.id,
+                    cause="supervisor_cancelled",
+                    stop="cancelled",
+                    reason="killed",
+                )
             )

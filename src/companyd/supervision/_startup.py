@@ -17,6 +17,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any, cast
 
+from companyd.events import ChildIgnored, ChildStarted, ChildStartFailed
 from companyd.supervision._state import (
     ABORTED,
     FAILED,
@@ -56,7 +57,9 @@ class StartupMixin(SupervisorState):
             check_specs(self.name, flags, specs)
         except Exception as exc:
             reason = ExitReason("error", exception=exc)
-            self._emit("child_start_failed", child=None, phase="init", **reason.data())
+            self._publish(
+                ChildStartFailed(source=self._path, child=None, phase="init", **reason.data())
+            )
             raise SupervisorStartError(
                 f"supervisor {self._path!r} failed to initialise: {exc}",
                 path=self._path,
@@ -118,19 +121,21 @@ class StartupMixin(SupervisorState):
         if kind == "ready" and info is IGNORE:
             await self._stop_task(child)
             child.state = "not_running"
-            self._emit("child_ignored", child=child.id, phase=phase)
+            self._publish(ChildIgnored(source=self._path, child=child.id, phase=phase))
             return IGNORED, None
         if kind == "ready":
             child.state = "running"
             child.info = info
             child.started_at = self._clock.time()
             child.started_mono = self._clock.monotonic()
-            self._emit(
-                "child_started",
-                child=child.id,
-                type=child.spec.type,
-                phase=phase,
-                restarts=child.restarts,
+            self._publish(
+                ChildStarted(
+                    source=self._path,
+                    child=child.id,
+                    type=child.spec.type,
+                    phase=phase,
+                    restarts=child.restarts,
+                )
             )
             return OK, info
         if kind == "exited":
@@ -147,7 +152,9 @@ class StartupMixin(SupervisorState):
                 )
             child.state = "not_running"
             child.last_exit = reason
-            self._emit("child_start_failed", child=child.id, phase=phase, **reason.data())
+            self._publish(
+                ChildStartFailed(source=self._path, child=child.id, phase=phase, **reason.data())
+            )
             return FAILED, reason
         # kind == "stop": the supervisor was asked to stop while this child was starting.
         await self._terminate(child, cause="shutdown")

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol, TypeVar
 
 from companyd.clock import Clock
-from companyd.events import EventBus, Severity
+from companyd.events import Event, EventBus
 from companyd.supervision.child import ChildFn, ExitReason, Shutdown
 from companyd.supervision.errors import ChildNotFound, SupervisorGaveUp
 from companyd.supervision.spec import ChildSpec, ChildState, InitResult, SupervisorFlags
@@ -222,8 +222,8 @@ class SupervisorState(Protocol):
     _gave_up: SupervisorGaveUp | None = None
 
     # supervisor.py
-    def _emit(self, kind: str, severity: Severity | None = None, **data: Any) -> None:
-        """Publish an event with this supervisor's path as its source."""
+    def _publish(self, event: Event) -> None:
+        """Publish ``event`` (its source: this supervisor's path)."""
         ...
 
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T:

@@ -43,7 +43,7 @@ from typing import Any, Self, TypeVar
 
 from companyd._aio import race
 from companyd.clock import Clock, SystemClock
-from companyd.events import EventBus, Severity
+from companyd.events import Event, EventBus, SupStarted, SupStopped
 from companyd.supervision._dynamic import DynamicMixin
 from companyd.supervision._restart import RestartMixin
 from companyd.supervision._shutdown import ShutdownMixin
@@ -389,13 +389,15 @@ class Supervisor(ViewsMixin, DynamicMixin, RestartMixin, StartupMixin, ShutdownM
             if self._outcome is None and not self._stop_requested:
                 self._status = "running"
                 self._started_at = self._clock.time()
-                self._emit(
-                    "sup_started",
-                    strategy=self._flags.strategy,
-                    max_restarts=self._flags.max_restarts,
-                    max_seconds=self._flags.max_seconds,
-                    auto_shutdown=self._flags.auto_shutdown,
-                    children=[c.id for c in self._children.values()],
+                self._publish(
+                    SupStarted(
+                        source=self._path,
+                        strategy=self._flags.strategy,
+                        max_restarts=self._flags.max_restarts,
+                        max_seconds=self._flags.max_seconds,
+                        auto_shutdown=self._flags.auto_shutdown,
+                        children=[c.id for c in self._children.values()],
+                    )
                 )
                 on_ready(self)
                 await self._serve()
@@ -429,7 +431,7 @@ class Supervisor(ViewsMixin, DynamicMixin, RestartMixin, StartupMixin, ShutdownM
             self._started_at = None
             self._cancel_timers()
             self._fail_pending_calls()
-            self._emit("sup_stopped", reason=stopped_reason)
+            self._publish(SupStopped(source=self._path, reason=stopped_reason))
 
     async def _serve(self) -> None:
         queue = self._queue
@@ -500,8 +502,8 @@ class Supervisor(ViewsMixin, DynamicMixin, RestartMixin, StartupMixin, ShutdownM
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _emit(self, kind: str, severity: Severity | None = None, **data: Any) -> None:
-        self._bus.emit(kind, self._path, severity, **data)
+    def _publish(self, event: Event) -> None:
+        self._bus.publish(event)
 
     def __repr__(self) -> str:
         return f"<Supervisor {self._path!r} {self._status}>"

@@ -1,0 +1,150 @@
+"""Event kinds of the role agents (:mod:`companyd.roles`, source ``agent/<slug>``; proposals:
+``improver``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from companyd.events.base import Event, Severity, optional
+
+__all__ = [
+    "AgentPaused",
+    "AgentResumed",
+    "CircuitBreaker",
+    "ModelFallback",
+    "ProposalApplied",
+    "ProposalCreated",
+    "RunFailed",
+    "RunFinished",
+    "RunStarted",
+    "TaskQuarantined",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(Event):
+    """An agent started a run (``resumed_at_step``: a run resumed from its journal)."""
+
+    KIND = "run_started"
+    severity: Severity = Severity.DEBUG
+    agent: str
+    task_id: str
+    run_id: str
+    routine: str | None
+    resumed_at_step: int | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFinished(Event):
+    """A run ended ok."""
+
+    KIND = "run_finished"
+    status: str
+    agent: str
+    task_id: str
+    run_id: str
+    routine: str | None
+    cost_usd: float
+    steps: int
+    models: list[str]
+    offline: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFailed(Event):
+    """A run ended otherwise than ok; ``reason`` says why."""
+
+    KIND = "run_failed"
+    severity: Severity = Severity.WARNING
+    status: str
+    reason: str | None
+    agent: str
+    task_id: str
+    run_id: str
+    routine: str | None
+    cost_usd: float
+    steps: int
+    models: list[str]
+    offline: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class CircuitBreaker(Event):
+    """A breaker stopped a run: ``limit`` names which, ``reason`` has the numbers."""
+
+    KIND = "circuit_breaker"
+    severity: Severity = Severity.WARNING
+    agent: str
+    task_id: str
+    run_id: str
+    routine: str | None
+    limit: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskQuarantined(Event):
+    """A task crashed its runs ``crashes`` times and is set aside."""
+
+    KIND = "task_quarantined"
+    severity: Severity = Severity.WARNING
+    agent: str
+    task_id: str
+    run_id: str
+    routine: str | None
+    crashes: int
+    errors: list[str]
+    prompt: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentPaused(Event):
+    """An agent was paused (``budget``: by its budget)."""
+
+    KIND = "agent_paused"
+    agent: str
+    reason: str
+    budget: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentResumed(Event):
+    """An agent runs again."""
+
+    KIND = "agent_resumed"
+    agent: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelFallback(Event):
+    """A model call fell back from ``from_model`` to ``to_model``."""
+
+    KIND = "model_fallback"
+    agent: str
+    run_id: str
+    from_model: str
+    to_model: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProposalCreated(Event):
+    """The improver proposes a change (``diff``: at most 1,500 characters)."""
+
+    KIND = "proposal_created"
+    proposal_id: str
+    agent: str
+    proposer: str
+    reason: str
+    diff: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProposalApplied(Event):
+    """An approved proposal was applied."""
+
+    KIND = "proposal_applied"
+    proposal_id: str
+    agent: str

@@ -1,0 +1,53 @@
+"""Event kinds of routines (:mod:`companyd.scheduler`, source ``scheduler``).
+
+``scheduled`` is the fire time as ISO 8601 (UTC); ``outcome`` the scheduler's; a summary at
+start (``routine_missed``, ``routine_skipped``) adds ``count`` and ``first`` (the first fire
+time it covers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from companyd.events.base import Event, Severity, optional
+
+__all__ = ["RoutineEvent", "RoutineFailed", "RoutineMissed", "RoutineSkipped"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineEvent(Event):
+    """The fields every routine event carries (not a kind itself)."""
+
+    routine: str
+    agent: str
+    scheduled: str
+    reason: str | None
+    run_id: str | None
+    outcome: str
+    fire_kind: str
+    fire_id: str
+    count: int | None = optional()
+    first: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineFailed(RoutineEvent):
+    """A fire of a routine did not succeed."""
+
+    KIND = "routine_failed"
+    severity: Severity = Severity.WARNING
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineMissed(RoutineEvent):
+    """A routine missed fire times (overlap, or while companyd was down)."""
+
+    KIND = "routine_missed"
+    severity: Severity = Severity.WARNING
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineSkipped(RoutineEvent):
+    """A routine skipped a fire (by its policy, or during a planned stop)."""
+
+    KIND = "routine_skipped"
