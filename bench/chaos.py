@@ -22,7 +22,11 @@ if all hold:
 * no acknowledged memory write lost; the file loads (in companyd and, where node is
   available, in the official MCP memory server);
 * no LLM call paid twice: every call the stand-in served is a journaled step, except calls
-  answered in the instant before a SIGKILL (reported separately);
+  answered in the instant before a SIGKILL, and calls cancelled or timed out in flight after
+  the stand-in answered — each of those only if the ledger holds a forfeit row of its own
+  (same agent and model, written within ``FORFEIT_WITHIN_S`` after the request, worth at
+  least what was billed: counted at its worst case, docs/spend.md "Timeouts") (reported
+  separately);
 * company and agent budgets never exceeded, daily and monthly (an intern with a small
   budget must reach its ceiling, so the check has something to hold);
 * what the stand-in billed — timed-out calls included: it bills a request it processed even
@@ -30,7 +34,10 @@ if all hold:
   stays within every cap plus at most one call's worst case, and in all is at most what the
   ledger recorded (unanswered calls at their worst case) plus what SIGKILLs left unsettled;
 * every injected fault produced its alert exactly once (crashes coalesced where the
-  alerter coalesces them);
+  alerter coalesces them); an agent crash may be missing only if the alert outbox, read
+  right after a SIGKILL, lacked it and it came at most ``CRASH_BEFORE_KILL_S`` before that
+  kill — the documented window between an event and its outbox write (docs/alerts.md
+  "Outbox first"); a crash is never counted twice;
 * routine success rate, and every non-success with its reason;
 * the daemon ends healthy (everything running; SIGTERM exits 0).
 
@@ -261,7 +268,11 @@ class ChaosModel:
 @dataclass
 class Tally:
     crashes: Counter[str] = field(default_factory=Counter)
+    #: when each agent's injected crashes were answered (real seconds since the start)
+    crash_times: dict[str, list[float]] = field(default_factory=dict)
     kills: list[float] = field(default_factory=list)
+    #: each SIGKILL and the crashes its alert outbox held right after it
+    kill_outboxes: list[KillSnapshot] = field(default_factory=list)
     notified: int = 0
     corruptions: int = 0
     corrupt_modes: Counter[str] = field(default_factory=Counter)
@@ -380,6 +391,7 @@ class Chaos:
         result = await self.call("debug", action="crash", target=victim)
         if result.get("crashed"):
             self.tally.crashes[victim] += 1
+            self.tally.crash_times.setdefault(victim, []).append(time.time() - self.real_anchor)
             self.say(f"crashed {victim}")
 
     async def kill_and_restart(self) -> None:
@@ -390,6 +402,11 @@ class Chaos:
             await self.proc.wait()
             self.tally.kills.append(time.time())
             self.say("SIGKILL")
+            # what the dead daemon's alert outbox holds: a crash it lacks was lost with it
+            outboxed = outbox_crashes(self.state / "alerts.sqlite")
+            self.tally.kill_outboxes.append(
+                KillSnapshot(at=self.tally.kills[-1] - self.real_anchor, outboxed=outboxed)
+            )
             # the reservations of the calls it had in flight (the next start reports them as
             # spend_unsettled): money the provider may have billed that the ledger never will
             db = sqlite3.connect(self.state / "spend.sqlite")
@@ -754,6 +771,7 @@ class Checks:
         self.histories = histories
         self.exit_code = exit_code
         self.state = chaos.state
+        self._prices: Any = None  # the company's price table, read once when needed
 
     def all(self) -> list[tuple[bool, str]]:
         return [
@@ -872,16 +890,61 @@ class Checks:
         at_kill = [
             r for r in not_journaled if any(0 <= k - r.received <= 10 for k in self.c.tally.kills)
         ]
-        other = len(not_journaled) - len(at_kill)
+        # a call cancelled (or timed out) in flight whose reply the stand-in had written:
+        # excused only by a forfeit row of its own in the ledger (docs/spend.md "Timeouts")
+        rest = [r for r in not_journaled if r not in at_kill]
+        excused = forfeited_calls(
+            [self._unjournaled(r) for r in rest], self._forfeit_rows(), within=self._within()
+        )
+        forfeited = sum(excused)
+        other = len(rest) - forfeited
         ok = not twice and other == 0
         return ok, (
             f"LLM calls: {len(served)} served by the stand-in, {sum(journaled.values())} "
             f"journaled as completed steps, {len(twice)} journaled twice; "
             f"{len(at_kill)} answered in the instant before a SIGKILL and re-issued after the "
             f"restart (the provider bills those; nothing can journal a reply never read), "
+            f"{forfeited} cancelled in flight after the stand-in answered, each matched to its "
+            f"own forfeit row in the ledger (counted at its worst case), "
             f"{other} unexplained; {api.injected_faults} injected 529/500 faults and "
             f"{self.c.model.timeouts} timeouts absorbed by retries and fallback"
         )
+
+    def _sim(self, real: float) -> float:
+        return SIM_START + (real - self.c.real_anchor) * self.c.plan.scale
+
+    def _within(self) -> float:
+        return FORFEIT_WITHIN_S * self.c.plan.scale
+
+    def _unjournaled(self, r: Any) -> UnjournaledCall:
+        from companyd.config import load_config
+        from companyd.llm.prices import PriceTable
+        from companyd.testing.messages_api import usage_of
+
+        if self._prices is None:
+            self._prices = PriceTable.from_config(load_config(self.c.config).spec.pricing)
+        body = r.body if isinstance(r.body, dict) else {}
+        model = str(body.get("model", ""))
+        day = datetime.fromtimestamp(self._sim(r.received), UTC).date()
+        price, _ = self._prices.lookup(model, day)
+        billed = float(price.cost(usage_of(r.response))) if r.response else 0.0
+        return UnjournaledCall(
+            at=self._sim(r.received), agent=_agent_of(body), model=model, billed_usd=billed
+        )
+
+    def _forfeit_rows(self) -> list[ForfeitRow]:
+        """The ledger's rows of calls with no answer: no tokens, no request id, the reserved
+        worst case as cost (``SpendBook.forfeit``).
+        """
+        db = self._db("spend.sqlite")
+        try:
+            rows = db.execute(
+                "SELECT ts, agent, model, cost_pusd FROM calls WHERE request_id IS NULL "
+                "AND input_tokens = 0 AND output_tokens = 0 AND cost_pusd > 0"
+            ).fetchall()
+        finally:
+            db.close()
+        return [ForfeitRow(at=t, agent=a, model=m, cost_usd=int(c) / 1e12) for t, a, m, c in rows]
 
     # budgets never exceeded
     def budgets(self) -> tuple[bool, str]:
@@ -954,17 +1017,13 @@ class Checks:
 
         cfg = load_config(self.c.config)
         prices = PriceTable.from_config(cfg.spec.pricing)
-        who = re.compile(r"You are .*? \(([a-z][a-z0-9_-]*)\) at ")
         per: Counter[tuple[str, str]] = Counter()
         worst: dict[str, float] = {}
         unanswered = unknown = 0
         for r in self.c.api.requests:
             message = r.response if r.outcome == "served" else r.billed
             body = r.body if isinstance(r.body, dict) else {}
-            system = body.get("system")
-            text = system if isinstance(system, str) else json.dumps(system)
-            m = who.search(text or "")
-            agent = m.group(1) if m else "?"
+            agent = _agent_of(body)
             unknown += agent == "?"
             model = str(body.get("model", ""))
             day = datetime.fromtimestamp(
@@ -1027,15 +1086,17 @@ class Checks:
         crash_counts: Counter[str] = Counter()
         for t in texts:
             first = t.splitlines()[0] if t else ""
-            m = re.search(
-                r"(\S+) (?:crashed and was restarted|is crash-looping: (\d+) crashes)", first
-            )
+            m = CRASH_LINE.search(first)
             if m:
                 crash_counts[m.group(1).strip("*_`")] += int(m.group(2) or 1)
         injected = self.c.tally.crashes
-        crash_ok = all(crash_counts.get(a, 0) == n for a, n in injected.items()) and sum(
-            crash_counts.values()
-        ) == sum(injected.values())
+        # exact: each crash counted at most once; one not counted only if a SIGKILL took it
+        # before its alert reached the outbox, measured at the kill, within the documented
+        # window (docs/alerts.md "Outbox first")
+        lost, late = crashes_lost_to_kills(
+            self.c.tally.crash_times, self.c.tally.kill_outboxes, window=CRASH_BEFORE_KILL_S
+        )
+        crash_ok = crash_alerts_exact(dict(injected), crash_counts, lost) and not late
         repaired = sum("memory file repaired" in t for t in texts)
         rejected = sum("company.yaml change rejected" in t for t in texts)
         died = sum(") died" in t and "companyd (unit" in t for t in texts)
@@ -1048,7 +1109,10 @@ class Checks:
                 f"alerts: {sum(injected.values())} injected agent crashes → "
                 f"{sum(crash_counts.values())} counted in crash alerts "
                 f"({sum(1 for x in texts if 'crash' in x.splitlines()[0])} messages, "
-                "repeats coalesced into one edited message)",
+                "repeats coalesced into one edited message); "
+                f"{sum(lost.values())} lost with a SIGKILL before reaching the outbox "
+                f"(≤ {CRASH_BEFORE_KILL_S:g} s before it; {dict(lost)})"
+                + (f"; OUTSIDE THE WINDOW: {late}" if late else ""),
             ),
             (
                 repaired == t.corruptions,
@@ -1111,6 +1175,144 @@ class Checks:
             f"{len(bad)} not running {bad if bad else ''}; SIGTERM → exit "
             f"{self.exit_code}; {self.c.tally.incarnations} daemon incarnations"
         )
+
+
+# -- exact excuses: what the invariants forgive, and only that ------------------------------
+
+#: How long after its request a cancelled or timed-out call's forfeit row may be written
+#: (real seconds): the client's 3 s timeout, a stop's grace, and loop lag on a loaded
+#: machine. The match itself is one row per call, of the same agent and model.
+FORFEIT_WITHIN_S = 30.0
+#: How close before a SIGKILL an agent crash may be and still not be in the alert outbox:
+#: the alert service takes events off the bus and writes them in batches (docs/alerts.md
+#: "Outbox first": durable from the outbox write on; before it, lost with the process).
+CRASH_BEFORE_KILL_S = 1.0
+#: an agent crash alert's first line, and how many crashes it counts
+CRASH_LINE = re.compile(r"(\S+) (?:crashed and was restarted|is crash-looping: (\d+) crashes)")
+
+
+@dataclass(frozen=True)
+class UnjournaledCall:
+    """A call the stand-in served (and billed) whose reply no journal step records."""
+
+    at: float  # simulated time the request arrived
+    agent: str
+    model: str
+    billed_usd: float
+
+
+@dataclass(frozen=True)
+class ForfeitRow:
+    """A ledger row of a call with no answer: no tokens, its reserved worst case as cost."""
+
+    at: float  # simulated time it was written
+    agent: str
+    model: str
+    cost_usd: float
+
+
+def forfeited_calls(
+    calls: list[UnjournaledCall], rows: list[ForfeitRow], *, within: float
+) -> list[bool]:
+    """For each call (in order), whether the ledger recorded it as forfeited: a row of its
+    own — same agent and model, written at or after the request and at most ``within``
+    simulated seconds later, worth at least what the stand-in billed — each row excusing
+    one call only. Earliest-deadline first (all windows are the same length), so no call
+    is left unmatched that a different pairing would have matched.
+    """
+    used = [False] * len(rows)
+    out = [False] * len(calls)
+    for i in sorted(range(len(calls)), key=lambda i: calls[i].at):
+        c = calls[i]
+        for j in sorted(range(len(rows)), key=lambda j: rows[j].at):
+            r = rows[j]
+            if used[j] or (r.agent, r.model) != (c.agent, c.model):
+                continue
+            if c.at <= r.at <= c.at + within and r.cost_usd >= c.billed_usd - 1e-12:
+                used[j] = out[i] = True
+                break
+    return out
+
+
+@dataclass(frozen=True)
+class KillSnapshot:
+    """A SIGKILL, and the crashes per agent its alert outbox held right after it."""
+
+    at: float  # real time of the kill
+    outboxed: Counter[str]
+
+
+def outbox_crashes(path: Path) -> Counter[str]:
+    """Agent crashes per agent counted in the alert outbox's records (read-only)."""
+    counts: Counter[str] = Counter()
+    if not path.exists():
+        return counts
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT body FROM alerts").fetchall()
+    except sqlite3.Error:
+        return counts
+    finally:
+        db.close()
+    for (body,) in rows:
+        b = json.loads(body)
+        if b.get("status") == "folded":
+            continue  # counted in its digest's own record
+        m = CRASH_LINE.search((b.get("text") or "").split("\n", 1)[0])
+        if m:
+            counts[m.group(1).strip("*_`")] += int(m.group(2) or 1)
+    return counts
+
+
+def crashes_lost_to_kills(
+    crashes: dict[str, list[float]], kills: list[KillSnapshot], *, window: float
+) -> tuple[Counter[str], list[str]]:
+    """Per agent, the injected crashes a SIGKILL took before their alert reached the outbox
+    (measured: injected before the kill minus what the outbox held right after it), and a
+    line for each such loss outside the documented window — a crash more than ``window``
+    seconds before the kill that the outbox still lacked is a broken promise, not the window.
+    """
+    lost: Counter[str] = Counter()
+    late: list[str] = []
+    for kill in sorted(kills, key=lambda k: k.at):
+        for agent, times in sorted(crashes.items()):
+            before = sorted(t for t in times if t < kill.at)
+            missing = max(0, len(before) - kill.outboxed.get(agent, 0))
+            new = missing - lost[agent]
+            if new <= 0:
+                continue
+            lost[agent] = missing
+            gap = kill.at - before[-new]  # the oldest of the crashes this kill took
+            if gap > window:
+                late.append(
+                    f"{agent}: {new} crash(es) missing from the outbox at the SIGKILL at "
+                    f"{kill.at:.1f} s, the latest injected {kill.at - before[-1]:.1f} s before "
+                    f"it (the window is {window:g} s)"
+                )
+    return lost, late
+
+
+def crash_alerts_exact(injected: dict[str, int], counted: Counter[str], lost: Counter[str]) -> bool:
+    """Every injected crash counted in the alerts at most once, and every one not counted
+    lost to a SIGKILL before its alert reached the outbox (:func:`crashes_lost_to_kills`).
+    A lost crash may still be counted: its alert can have gone out from memory.
+    """
+    agents = set(injected) | set(counted)
+    return all(
+        injected.get(a, 0) - lost.get(a, 0) <= counted.get(a, 0) <= injected.get(a, 0)
+        for a in agents
+    )
+
+
+_WHO = re.compile(r"You are .*? \(([a-z][a-z0-9_-]*)\) at ")
+
+
+def _agent_of(body: dict[str, Any]) -> str:
+    """The agent a Messages API request came from (its system prompt names it), or "?"."""
+    system = body.get("system")
+    text = system if isinstance(system, str) else json.dumps(system)
+    m = _WHO.search(text or "")
+    return m.group(1) if m else "?"
 
 
 def _header_id(r: Any) -> str | None:

@@ -6,10 +6,13 @@ invariant must hold. The full week is ``python bench/chaos.py`` (docs/benchmarks
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,3 +30,76 @@ def test_two_chaotic_days_hold_every_invariant() -> None:
     lines = [line for line in proc.stdout.splitlines() if line.strip().startswith(("✓", "✗"))]
     assert len(lines) >= 10, report  # every invariant was checked and printed
     assert proc.returncode == 0 and not any(line.strip().startswith("✗") for line in lines), report
+
+
+def _chaos() -> Any:
+    """bench/chaos.py as a module (bench/ is not a package): its invariant checks are pure
+    functions of what the run recorded, tested here on small recorded shapes.
+    """
+    spec = importlib.util.spec_from_file_location("chaos_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("chaos_bench", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- "every LLM call matched": calls cancelled in flight -----------------------------------
+
+
+def test_a_served_call_cancelled_in_flight_is_excused_only_by_its_own_forfeit_row() -> None:
+    """Chaos weeks (2026-11-25, A weeks 1 and 2): coo/cfo calls cancelled in flight during
+    the API slowdown were served by the stand-in but never journaled; the check excused only
+    replies lost to a SIGKILL. Such a call is billed and counted at its worst case
+    (docs/spend.md "Timeouts"), so it is excused — but only by a forfeit row of the ledger
+    that is its own: same agent and model, written after the request arrived and within the
+    window, worth at least what the stand-in billed, and used for one call only.
+    """
+    chaos = _chaos()
+    Call, Forfeit = chaos.UnjournaledCall, chaos.ForfeitRow
+    calls = [
+        Call(at=100.0, agent="coo", model="m", billed_usd=0.01),  # its own row below
+        Call(at=100.0, agent="cfo", model="m", billed_usd=0.01),  # row of another agent
+        Call(at=200.0, agent="coo", model="m", billed_usd=0.01),  # row before the request
+        Call(at=300.0, agent="coo", model="m", billed_usd=0.01),  # two calls, one row
+        Call(at=300.5, agent="coo", model="m", billed_usd=0.01),
+        Call(at=400.0, agent="coo", model="m", billed_usd=0.05),  # row worth less than billed
+        Call(at=500.0, agent="coo", model="m", billed_usd=0.01),  # row long after
+    ]
+    rows = [
+        Forfeit(at=103.0, agent="coo", model="m", cost_usd=0.02),
+        Forfeit(at=103.0, agent="ceo", model="m", cost_usd=0.02),
+        Forfeit(at=199.0, agent="coo", model="m", cost_usd=0.02),
+        Forfeit(at=302.0, agent="coo", model="m", cost_usd=0.02),
+        Forfeit(at=401.0, agent="coo", model="m", cost_usd=0.02),
+        Forfeit(at=900.0, agent="coo", model="m", cost_usd=0.02),
+    ]
+    excused = chaos.forfeited_calls(calls, rows, within=60.0)
+    assert excused == [True, False, False, True, False, False, False]
+
+
+# -- "crash alerts == injected crashes": crashes a kill -9 took before the outbox ---------
+
+
+def test_a_crash_is_excused_only_when_the_outbox_lacked_it_at_a_kill_just_after_it() -> None:
+    """Chaos weeks (2026-11-25): an agent crash injected 0.1 s or less before a SIGKILL died
+    with the daemon before its alert reached the outbox, and the crash-alert invariant
+    failed. That is the documented window (docs/alerts.md "Outbox first"): excused only
+    when the outbox, read right after the kill, lacks the crash, and the crash came at most
+    ``window`` seconds before the kill; any other crash missing from the alerts breaks it.
+    """
+    chaos = _chaos()
+    crashes = {"cfo": [10.0, 50.0, 99.95], "ceo": [20.0, 70.0]}
+    # at the kill (t=100): the outbox held cfo's first two crashes, and only ceo's first
+    kills = [chaos.KillSnapshot(at=100.0, outboxed=Counter({"cfo": 2, "ceo": 1}))]
+    lost, late = chaos.crashes_lost_to_kills(crashes, kills, window=1.0)
+    assert lost == Counter({"cfo": 1, "ceo": 1})
+    assert late == [
+        "ceo: 1 crash(es) missing from the outbox at the SIGKILL at 100.0 s, the "
+        "latest injected 30.0 s before it (the window is 1 s)"
+    ]
+    # exact: what was counted must be injected minus (at most) what was lost, never more
+    assert chaos.crash_alerts_exact({"cfo": 3, "ceo": 2}, Counter(cfo=2, ceo=1), lost)
+    assert chaos.crash_alerts_exact({"cfo": 3, "ceo": 2}, Counter(cfo=3, ceo=2), lost)
+    assert not chaos.crash_alerts_exact({"cfo": 3, "ceo": 2}, Counter(cfo=1, ceo=2), lost)
+    assert not chaos.crash_alerts_exact({"cfo": 3, "ceo": 2}, Counter(cfo=4, ceo=2), lost)

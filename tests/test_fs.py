@@ -5,6 +5,7 @@ check is tests/daemon/test_state_privacy.py.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd._fs import private_dir, private_file, private_sqlite, write_atomic
+from companyd._fs import DiskAlarm, private_dir, private_file, private_sqlite, write_atomic
 from companyd.alerts.outbox import AlertStore
 from companyd.memory.store import GraphStore
 from companyd.roles.journal import Journal
@@ -107,3 +108,49 @@ def test_existing_loose_memory_files_are_tightened_when_opened_for_writing(
         store.open()
     assert mode(memfile) == 0o600 and mode(lock) == 0o600
     assert mode(tmp_path / "memory.jsonl.journal") == 0o600
+
+
+# -- the disk alarm: which stores are failing -------------------------------------------
+
+
+class _Emitted:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, object]]] = []
+
+    def __call__(self, kind: str, source: str, **data: object) -> None:
+        self.events.append((kind, data))
+
+    def kinds(self) -> list[str]:
+        return [k for k, _ in self.events]
+
+
+def _enospc() -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_the_disk_alarm_clears_only_when_every_failing_store_recovered() -> None:
+    emitted = _Emitted()
+    alarm = DiskAlarm(emitted)
+    alarm.failed("run journal", "/s/runs.sqlite", _enospc())
+    alarm.failed("spend ledger", "/s/spend.sqlite", _enospc())
+    assert emitted.kinds() == ["state_disk_full"]  # one alert, naming the first store
+    assert emitted.events[0][1]["what"] == "run journal"
+    alarm.recovered("spend ledger")  # the journal still fails: the outage goes on
+    assert emitted.kinds() == ["state_disk_full"]
+    assert alarm.failing == {"run journal"}
+    alarm.recovered("memory")  # a store that never failed recovers nothing
+    assert emitted.kinds() == ["state_disk_full"]
+    alarm.recovered("run journal")
+    assert emitted.kinds() == ["state_disk_full", "state_disk_recovered"]
+    assert emitted.events[1][1]["failures"] == 2
+    assert not alarm.failing
+
+
+def test_an_outage_reported_by_one_store_clears_with_it_and_the_next_one_alerts() -> None:
+    emitted = _Emitted()
+    alarm = DiskAlarm(emitted)
+    alarm.failed("routine history", "/s/routines.sqlite", _enospc())
+    alarm.recovered("routine history")
+    alarm.failed("alert outbox", "/s/alerts.sqlite", _enospc())
+    assert emitted.kinds() == ["state_disk_full", "state_disk_recovered", "state_disk_full"]
+    assert emitted.events[2][1]["what"] == "alert outbox"

@@ -198,17 +198,24 @@ def is_disk_failure(exc: BaseException | None) -> bool:
 class DiskAlarm:
     """One critical alert per outage of the state disk, shared by every store of a daemon.
 
-    :meth:`failed` publishes ``state_disk_full`` ("state disk full: writes failing") the
-    first time a write fails; later failures are only counted until :meth:`recovered`
-    publishes ``state_disk_recovered``. One alarm per event bus (:meth:`of`), so the
-    ledger, the run journal and the agents raise one alert between them.
+    It tracks *which* stores are failing (by name: "run journal", "spend ledger", "routine
+    history", "memory", "alert outbox"), not one flag: :meth:`failed` publishes
+    ``state_disk_full`` ("state disk full: writes failing", naming that store) when the
+    first store fails; later failures, of it or of others, are only counted. :meth:`recovered`
+    takes one store off the list, and publishes ``state_disk_recovered`` only when the last
+    failing store recovered. So a store whose write succeeds mid-outage (a small row fits
+    where a large one did not) does not clear the others' failure, and an outage seen by one
+    store only clears when that store's next write succeeds. Contract for the stores: every
+    store that reports :meth:`failed` under a name reports :meth:`recovered` under the same
+    name when its next write succeeds. One alarm per event bus (:meth:`of`). Loop thread
+    only (it publishes on the bus).
     """
 
     _by_bus: ClassVar[weakref.WeakKeyDictionary[Any, DiskAlarm]] = weakref.WeakKeyDictionary()
 
     def __init__(self, emit: Callable[..., Any]) -> None:
         self._emit = emit
-        self.failing = False
+        self._failing: dict[str, None] = {}  # an ordered set: the first store first
         self.failures = 0
 
     @classmethod
@@ -219,12 +226,18 @@ class DiskAlarm:
             alarm = cls._by_bus[bus] = cls(bus.emit)
         return alarm
 
+    @property
+    def failing(self) -> frozenset[str]:
+        """The stores whose last write failed on the disk (empty: no outage)."""
+        return frozenset(self._failing)
+
     def failed(self, what: str, path: Path | str, exc: BaseException) -> None:
         """A write of ``what`` (e.g. "spend ledger") to ``path`` failed on the disk."""
         self.failures += 1
-        if self.failing:
+        first = not self._failing
+        self._failing[what] = None
+        if not first:
             return
-        self.failing = True
         self._emit(
             "state_disk_full",
             "companyd",
@@ -240,11 +253,13 @@ class DiskAlarm:
         )
 
     def recovered(self, what: str) -> None:
-        """A write of ``what`` succeeded again."""
-        if not self.failing:
+        """A write of ``what`` succeeded again (nothing happens if it was not failing)."""
+        if what not in self._failing:
+            return
+        del self._failing[what]
+        if self._failing:
             return
         failures, self.failures = self.failures, 0
-        self.failing = False
         self._emit(
             "state_disk_recovered",
             "companyd",

@@ -15,11 +15,16 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from companyd._fs import DiskAlarm
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.outbox import AlertRecord, AlertStore, Delivery
 from companyd.alerts.policy import Policy
 from companyd.clock import ManualClock
 from companyd.testing.disk import DiskUnavailable, fill, small_disk
+
+from .test_alerts import harness, token_env
+
+__all__ = ["token_env"]  # the fixture, used by name
 
 pytestmark = pytest.mark.anyio
 
@@ -91,3 +96,23 @@ async def test_a_delivery_the_full_disk_kept_out_of_the_outbox_is_written_later(
     assert stored is not None
     assert stored.deliveries[CHAT].state == "sent", "a restart would send it again"
     assert stored.settled
+
+
+async def test_a_full_disk_only_the_outbox_hit_raises_the_one_disk_alert_sent_from_memory(
+    disk: Path, token_env: None
+) -> None:
+    """Chaos week (seed 3): the full-disk fault hit only the alert outbox (no run was writing
+    at the time): the outbox logged its failure but raised no "state disk full" alert. It
+    now reports to the daemon's disk alarm; the alert cannot be stored, so it is sent from
+    memory; the outbox's next write that succeeds clears it.
+    """
+    async with harness(disk) as h, h.service() as (_svc, _ctx):
+        filler = fill(disk)
+        h.bus.emit("run_failed", "roles", agent="cfo", reason="x" * 400_000)
+        await h.until(lambda: any("state disk full" in m.text for m in h.bot_messages()))
+        assert DiskAlarm.of(h.bus).failing == {"alert outbox"}
+        assert len(h.bus.recent({"state_disk_full"})) == 1
+        os.unlink(filler)
+        h.bus.emit("run_failed", "roles", agent="ceo", reason="space is back")
+        await h.until(lambda: not DiskAlarm.of(h.bus).failing)
+        assert len(h.bus.recent({"state_disk_recovered"})) == 1

@@ -98,3 +98,30 @@ async def test_started_on_a_full_disk_the_daemon_comes_up_degraded(work: Path, d
         os.unlink(filler)
     finally:
         assert await daemon.stop() == 0, daemon.log_text()[-3000:]
+
+
+async def test_each_outage_raises_one_alert_and_clears_when_every_store_writes_again(
+    work: Path, disk: Path
+) -> None:
+    """Chaos review: the disk alarm was one flag that only the ledger and the memory cleared,
+    so an outage the run journal reported never cleared, and the next outage raised no alert.
+    """
+    cfg = work / "company.yaml"
+    cfg.write_text(yaml.safe_dump(COMPANY, sort_keys=False), encoding="utf-8")
+    daemon = DaemonProcess(cfg, disk / "state", log=work / "daemon.log")
+    await daemon.start()
+    try:
+        assert (await daemon.call("ask", agent="cfo", question="Before?")).get("answer")
+        for outage in (1, 2):
+            filler = fill(disk)
+            failed = await daemon.call("ask", agent="cfo", question=f"Outage {outage}?")
+            assert failed["status"] == "failed", failed
+            assert len(daemon.events("state_disk_full")) == outage
+            os.unlink(filler)
+            await daemon.call("resume", agent="cfo")
+            again = await daemon.call("ask", agent="cfo", question=f"After outage {outage}?")
+            assert again.get("answer"), again
+            assert len(daemon.events("state_disk_recovered")) == outage
+        assert "Traceback" not in daemon.log_text()
+    finally:
+        assert await daemon.stop() == 0, daemon.log_text()[-3000:]

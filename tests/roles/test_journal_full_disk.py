@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from companyd._fs import is_disk_failure
+from companyd._fs import DiskAlarm, is_disk_failure
+from companyd.clock import ManualClock
+from companyd.events import EventBus
 from companyd.roles.journal import Journal, LlmStep
 from companyd.roles.tasks import Task
 from companyd.testing.disk import DiskUnavailable, fill, small_disk
@@ -78,6 +80,39 @@ async def test_a_paid_step_the_full_disk_refused_is_written_when_space_returns(
         await journal.update_run_totals("run-1", cost="0.01", steps=1, models=[], offline=False)
         [step] = _llm_steps(state / "runs.sqlite", "run-1")
         assert '"req_1"' in step
+    finally:
+        await journal.close()
+
+
+async def test_the_journal_reports_its_outage_and_its_recovery_to_the_disk_alarm(
+    disk: Path,
+) -> None:
+    """Chaos review: the run journal reported ``failed`` (through staff and agents) but never
+    ``recovered``, so an outage seen by the journal alone never cleared, and no later outage
+    raised an alert.
+    """
+    state = disk / "state"
+    state.mkdir()
+    bus = EventBus(ManualClock(start=0.0))
+    journal = Journal(state / "runs.sqlite", alarm=DiskAlarm.of(bus))
+    await journal.open()
+    try:
+        task = Task(id="task-1", agent="cfo", prompt="p" * 200_000, source="operator", created=0)
+        filler = fill(disk)
+        with pytest.raises(Exception) as refused:
+            await journal.add_task(task, 0.0)
+        assert is_disk_failure(refused.value), refused.value
+        assert [e.kind for e in bus.recent({"state_disk_full", "state_disk_recovered"})] == [
+            "state_disk_full"
+        ]
+        assert DiskAlarm.of(bus).failing == {"run journal"}
+        await journal.queued_tasks("cfo")  # a read is not a write that succeeded
+        assert DiskAlarm.of(bus).failing == {"run journal"}
+        os.unlink(filler)
+        await journal.add_task(task, 1.0)
+        kinds = [e.kind for e in bus.recent({"state_disk_full", "state_disk_recovered"})]
+        assert kinds == ["state_disk_full", "state_disk_recovered"]
+        assert not DiskAlarm.of(bus).failing
     finally:
         await journal.close()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from companyd._fs import DiskAlarm
 from companyd.admin import AdminError
 from companyd.clock import ManualClock
 from companyd.events import EventBus
@@ -85,3 +86,36 @@ async def test_jobs_answers_unavailable_while_the_history_is_retried_on_a_full_d
                 await running
         filler.unlink()
     assert answers <= {"unavailable"}, answers
+
+
+async def test_the_routine_history_reports_its_recovery_to_the_disk_alarm(disk: Path) -> None:
+    """Chaos review: the routine history reported ``failed`` but never ``recovered``, so an
+    outage only the history saw never cleared and no later outage raised an alert.
+    """
+    state = disk / "state"
+    state.mkdir()
+    filler = fill(disk)
+    clock = ManualClock(start=ts("2027-01-04T12:00:00"))
+    bus = EventBus(clock)
+    sched = RoutineScheduler(
+        company(DAILY), ScriptedSink(), state_dir=state, bus=bus, clock=clock, max_sleep=None
+    )
+    ctx = StandaloneContext("scheduler")
+    running = asyncio.ensure_future(sched.run(ctx))
+    try:
+        async with asyncio.timeout(30):
+            await ctx.ready.wait()
+            assert DiskAlarm.of(bus).failing == {"routine history"}
+            filler.unlink()
+            while DiskAlarm.of(bus).failing:
+                clock.advance(DISK_RETRY_SECONDS)
+                await asyncio.sleep(0.01)
+        kinds = [e.kind for e in bus.recent({"state_disk_full", "state_disk_recovered"})]
+        assert kinds == ["state_disk_full", "state_disk_recovered"]
+    finally:
+        ctx.stopping.set()
+        clock.advance(DISK_RETRY_SECONDS)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(10):
+                await running
+        filler.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.clock import ManualClock
 from companyd.events import EventBus
 from companyd.llm.model import Usage
@@ -69,3 +70,32 @@ async def test_calls_settled_on_a_full_disk_are_held_and_recorded_when_space_ret
         assert led.inflight() == []
     finally:
         led.close()
+
+
+async def test_a_reservation_the_full_disk_refused_raises_the_alarm_and_a_later_one_clears_it(
+    tmp_path: Path, disk: Path
+) -> None:
+    """Chaos review: a reservation whose in-flight row the disk refused raised no alarm of
+    the ledger's own (the agent put it on "run journal or ledger", which nothing ever
+    cleared), and a reservation written again never reported the ledger recovered.
+    """
+    bus = EventBus()
+    state = disk / "state"
+    book = SpendBook(make_config(tmp_path), state, bus=bus, clock=ManualClock())
+    async with running(book):
+        await spend(book, "cfo", 1000)
+        filler = fill(disk)
+        refused = None
+        for _ in range(CALLS):
+            try:
+                await reserve(book, "cfo", 10)
+            except LedgerError as exc:
+                refused = exc
+                break
+        assert refused is not None and is_disk_failure(refused), refused
+        assert DiskAlarm.of(bus).failing == {"spend ledger"}
+        assert len(events(bus, "state_disk_full")) == 1
+        filler.unlink()
+        await reserve(book, "cfo", 10)
+        assert not DiskAlarm.of(bus).failing
+        assert len(events(bus, "state_disk_recovered")) == 1

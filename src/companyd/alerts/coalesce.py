@@ -6,7 +6,10 @@ the same coalescing key (kind group, source, subject) within ``alerts.coalesce_s
 one message per story, showing the count; holds non-critical alerts created in quiet hours
 and, when the window ends, folds them into one digest; and renders each alert's text.
 :meth:`AlertBook.save` writes alerts to the outbox and degrades (logs once, goes on from
-memory) when it cannot. ``wake`` tells the sender that there is something to deliver.
+memory) when it cannot; a full or failing state disk is reported to the daemon's
+:class:`~companyd._fs.DiskAlarm` as "alert outbox" (the one "state disk full" alert, sent
+from memory) and cleared by the outbox's next write that succeeds. ``wake`` tells the sender
+that there is something to deliver.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
+from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.alerts.outbox import AlertRecord, AlertStore, Delivery
 from companyd.alerts.policy import RANK, Policy, quiet_until, severity_of
 from companyd.alerts.render import ICONS, Button, clip, compose
@@ -47,9 +51,13 @@ class AlertBook:
         clock: time for coalescing windows and quiet hours.
     """
 
-    def __init__(self, policy: Policy, clock: Clock) -> None:
+    def __init__(self, policy: Policy, clock: Clock, alarm: DiskAlarm | None = None) -> None:
         self.policy = policy
         self.clock = clock
+        # the daemon's disk alarm: an outbox write the state disk refuses reports "alert
+        # outbox" failing (one "state disk full" alert, sent from memory), the next write
+        # that succeeds reports it recovered
+        self._alarm = alarm
         #: Telegram settings of the running pager; None: not sending (no alerts are made).
         self.settings: TelegramSettings | None = None
         self.store: AlertStore | None = None
@@ -237,10 +245,14 @@ class AlertBook:
                     exc,
                 )
                 self._store_failing = True
+            if self._alarm is not None and is_disk_failure(exc):
+                self._alarm.failed("alert outbox", str(self.store.path), exc)
             return
         if self._store_failing:
             log.info("alerts: the alert outbox is writable again")
             self._store_failing = False
+        if self._alarm is not None:
+            self._alarm.recovered("alert outbox")
 
     def evict(self, now: float) -> None:
         """Forget the settled alerts whose coalescing window ended by ``now`` (they stay in the

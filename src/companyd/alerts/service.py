@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd._aio import race
+from companyd._fs import DiskAlarm
 from companyd.admin import Admin
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.commands import Commands
@@ -118,7 +119,7 @@ class AlertService:
         self._bus = bus
         self._clock: Clock = clock or SystemClock()
         self._sub: Subscription = bus.subscribe(maxsize=10_000)
-        self._book = AlertBook(Policy.of(config), self._clock)
+        self._book = AlertBook(Policy.of(config), self._clock, DiskAlarm.of(bus))
         self._sender = Sender(self._book, self._clock)
         self._commands = Commands(self._book, admin, self._clock)
 

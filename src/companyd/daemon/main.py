@@ -26,7 +26,7 @@ from typing import Any
 
 from companyd import __version__
 from companyd._aio import cancel_and_wait, race
-from companyd._fs import private_dir
+from companyd._fs import DiskAlarm, private_dir
 from companyd._heap import freeze_startup_heap
 from companyd.admin.results import SpendStatus
 from companyd.admin.wire import result_data
@@ -153,7 +153,7 @@ class Daemon(Operator, Reloader):
         self.lag = LoopLagMonitor(real, self.bus, source="daemon")
         self.memory = MemoryService(config.memory_path(state_dir), bus=self.bus, clock=real)
         self.spend_book = SpendBook(config, state_dir, bus=self.bus, clock=self.clock)
-        self.journal = Journal(state_dir / "runs.sqlite")
+        self.journal = Journal(state_dir / "runs.sqlite", alarm=DiskAlarm.of(self.bus))
         self.proposal_store = Proposals(
             state_dir, config, bus=self.bus, clock=self.clock, reload=self._reload_after_apply
         )

@@ -317,7 +317,10 @@ class Agent:
 
     async def _state_disk_failed(self, state: RunState, exc: BaseException) -> None:
         """A ledger or journal write failed on the disk: the run fails with the reason, the
-        agent is paused, one ``state_disk_full`` alert is raised (shared by every writer).
+        agent is paused. The store that failed raised the disk alarm itself (one
+        ``state_disk_full`` alert, shared by every store, cleared when each failing store
+        writes again); a disk failure no store reported is put on the run journal's account,
+        which clears it with its next write.
         """
         deps = self.deps
         reason = (
@@ -325,7 +328,9 @@ class Agent:
             f"the state disk, then `companyd resume {self.slug}`"
         )
         log.error("agent %s: run %s failed: %s", self.slug, state.run_id, reason)
-        DiskAlarm.of(deps.bus).failed("run journal or ledger", deps.state_dir, exc)
+        alarm = DiskAlarm.of(deps.bus)
+        if not alarm.failing:
+            alarm.failed("run journal", deps.journal.path, exc)
         deps.staff.pause(self.slug, reason)
         await self._finish(state, RunStatus.FAILED, reason)
 
@@ -340,7 +345,6 @@ class Agent:
             # The run stays open in the journal and is resumed at the next start; its
             # outcome still reaches the events and whoever waits for it.
             log.error("agent %s: run %s not journaled: %s", self.slug, state.run_id, exc)
-            DiskAlarm.of(deps.bus).failed("run journal", deps.journal.path, exc)
             if "writes failing" not in (reason or ""):
                 deps.staff.pause(self.slug, f"state disk full: writes failing ({exc})")
         src = f"agent/{self.slug}"

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
-from companyd._fs import is_disk_failure
+from companyd._fs import DiskAlarm, is_disk_failure
 from companyd._sqlite import Database, Migration
 from companyd.llm.blocks import ContentBlock, ToolResultBlock
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
@@ -180,11 +180,17 @@ class Journal:
 
     Args:
         path: the SQLite file (created if missing).
+        alarm: the daemon's disk alarm: a write the state disk refuses reports ``failed``
+            ("run journal"), the next write that succeeds with no paid step still held
+            reports ``recovered``. None (the CLI): nothing is reported.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, alarm: DiskAlarm | None = None) -> None:
         self.path = path
         self._db = Database(path, migrations=MIGRATIONS, what="run journal", thread_name="journal")
+        # The daemon's disk alarm (None: a CLI reader): the journal reports its own disk
+        # failures ("run journal") and its recovery, when a write succeeds with nothing held.
+        self._alarm = alarm
         # Paid steps the state disk refused (journal thread only): written, in order, before
         # the next journal work once it takes writes again, and at close.
         self._held: list[Callable[[sqlite3.Connection], Any]] = []
@@ -192,7 +198,27 @@ class Journal:
     # -- plumbing -------------------------------------------------------------------------
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._db.run(lambda db: self._call(fn, db))
+        wrote = False
+
+        def call(db: sqlite3.Connection) -> T:
+            nonlocal wrote
+            before = db.total_changes
+            result = self._call(fn, db)
+            wrote = db.total_changes != before and not self._held
+            return result
+
+        try:
+            result = await self._db.run(call)
+        except Exception as exc:
+            self._disk_failed(exc)
+            raise
+        if wrote and self._alarm is not None:
+            self._alarm.recovered("run journal")
+        return result
+
+    def _disk_failed(self, exc: BaseException) -> None:
+        if self._alarm is not None and is_disk_failure(exc):
+            self._alarm.failed("run journal", self.path, exc)
 
     def _call(self, fn: Callable[[sqlite3.Connection], T], db: sqlite3.Connection) -> T:
         self._write_held(db)
@@ -219,7 +245,11 @@ class Journal:
 
     async def open(self) -> None:
         """Create the database and schema (idempotent)."""
-        await self._db.open()
+        try:
+            await self._db.open()
+        except Exception as exc:
+            self._disk_failed(exc)
+            raise
 
     async def close(self) -> None:
         """Write the paid steps still held (if the disk takes them now), then close."""

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from companyd._fs import DiskAlarm, is_disk_failure
+from companyd._fs import is_disk_failure
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
 from companyd.events import EventBus
@@ -163,8 +163,7 @@ class Staff:
                 "free space on the state disk, then resume the agents (`companyd resume "
                 "<agent>`) or restart companyd"
             )
-            log.error("%s", reason)
-            DiskAlarm.of(self.bus).failed("run journal", self.journal.path, exc)
+            log.error("%s", reason)  # the journal raised the disk alarm itself
             for slug in self._config.agents:
                 self.pauses.restore(slug, reason, False)
 
@@ -261,15 +260,15 @@ class Staff:
         return await self.memory.change_marker()
 
     def state_disk_failed(self, task: Task, exc: BaseException) -> RunOutcome:
-        """The journal could not take ``task`` (the state disk refuses writes): pause its
-        agent, raise the one disk alert, and answer with a failed outcome and the reason.
+        """The journal could not take ``task`` (the state disk refuses writes; the journal
+        raised the disk alarm itself): pause its agent and answer with a failed outcome and
+        the reason.
         """
         reason = (
             f"state disk full: writes failing ({type(exc).__name__}: {exc}); the task was not "
             f"queued; free space on the state disk, then `companyd resume {task.agent}`"
         )
         log.error("task %s for %s not queued: %s", task.id, task.agent, reason)
-        DiskAlarm.of(self.bus).failed("run journal", self.journal.path, exc)
         if task.agent in self._config.agents:
             self.pause(task.agent, reason)
         now = self.clock.time()

@@ -206,6 +206,9 @@ class RoutineScheduler:
                     return False
                 continue
             self._disk_failure = None
+            # start() wrote (it closed the fires left open): the history takes writes, so
+            # its part of a disk outage is over (the alarm clears when no store fails)
+            DiskAlarm.of(self._bus).recovered("routine history")
             if ready:
                 log.warning("the routine history opened: routines fire again")
             else:

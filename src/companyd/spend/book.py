@@ -390,13 +390,23 @@ class SpendBook:
         )
         try:
             await self._db.write(lambda led: led.add_inflight(row))
-        except BaseException:
+        except BaseException as exc:
             # Cancelled or failed before the caller got the reservation: undo it.
             self._st.drop(res, "released")
             with contextlib.suppress(LedgerError):  # closed meanwhile: the row goes on start
                 self._db.submit(lambda led: led.delete_inflight(res.id))
+            if isinstance(exc, LedgerError) and is_disk_failure(exc):
+                DiskAlarm.of(self._bus).failed("spend ledger", self._path, exc)
             raise
+        self._wrote()
         return res
+
+    def _wrote(self) -> None:
+        """A ledger write succeeded: with no settled call held and the ledger open, the
+        ledger is not failing (the disk alarm's "spend ledger" is cleared).
+        """
+        if not self._held and self._degraded is None:
+            DiskAlarm.of(self._bus).recovered("spend ledger")
 
     async def settle(
         self,
@@ -561,6 +571,7 @@ class SpendBook:
             self._held.kick()
             exc.held_cost = cost
             raise
+        self._wrote()
         return cost
 
     @property
