@@ -185,6 +185,30 @@ async def test_a_finished_run_keeps_its_long_values_cut_to_the_bound(journal: Jo
     assert size < 3 * STORED_VALUE_CHARS
 
 
+async def test_a_run_ended_by_a_withdrawal_or_an_abandon_is_bounded_too(journal: Journal) -> None:
+    huge = "z" * 30_000
+    for n, agent in enumerate(("cfo", "coo")):
+        t = task(f"t-{agent}", agent=agent)
+        await journal.add_task(t, T0)
+        await journal.start_run(t, f"run-{agent}", 1, T0)
+        await journal.append_step(
+            f"run-{agent}",
+            1,
+            "tool_result",
+            {"type": "tool_result", "tool_use_id": f"tu-{n}", "content": huge},
+            T0,
+            key=f"tu-{n}",
+        )
+    await journal.withdraw_task("t-cfo", "the asker stopped waiting", T0 + 1)
+    await journal.abandon_running("coo", "the daemon restarted", T0 + 1)
+    for agent in ("cfo", "coo"):
+        shown = await journal.transcript(f"run-{agent}")
+        assert shown is not None and shown["status"] == "cancelled"
+        (call,) = shown["steps"]
+        assert call["result"].endswith(" … [cut: 30,000 chars in all]")
+        assert len(call["result"]) < STORED_VALUE_CHARS + 40
+
+
 async def test_retention_deletes_old_finished_runs_on_the_injected_clock(
     journal: Journal,
 ) -> None:

@@ -658,14 +658,25 @@ class Journal:
                 return deleted
 
     async def abandon_running(self, agent: str, reason: str, now: float) -> None:
-        """Mark every still-running run of ``agent`` cancelled (its task stays as it is)."""
-        await self._run(
-            lambda db: db.execute(
-                "UPDATE runs SET state = ?, reason = ?, ended = ? "
-                "WHERE agent = ? AND state = 'running'",
-                (str(RunStatus.CANCELLED), reason, now, agent),
-            )
-        )
+        """Mark every still-running run of ``agent`` cancelled (its task stays as it is);
+        their steps are bounded as a finished run's are.
+        """
+
+        def abandon(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("BEGIN")
+                ids = db.execute(
+                    "SELECT id FROM runs WHERE agent = ? AND state = 'running'", (agent,)
+                ).fetchall()
+                db.execute(
+                    "UPDATE runs SET state = ?, reason = ?, ended = ? "
+                    "WHERE agent = ? AND state = 'running'",
+                    (str(RunStatus.CANCELLED), reason, now, agent),
+                )
+                for (run_id,) in ids:
+                    bound_run(db, run_id)
+
+        await self._run(abandon)
 
     async def withdraw_task(self, task_id: str, reason: str, now: float) -> None:
         """Nobody waits for ``task_id`` any more: a queued or running task becomes done and
@@ -718,11 +729,16 @@ class Journal:
             with db:
                 db.execute("BEGIN")
                 for (task_id,) in db.execute(select_ids, params).fetchall():
+                    runs = db.execute(
+                        "SELECT id FROM runs WHERE task_id = ? AND state = 'running'", (task_id,)
+                    ).fetchall()
                     db.execute(
                         "UPDATE runs SET state = ?, reason = ?, ended = ? "
                         "WHERE task_id = ? AND state = 'running'",
                         (str(RunStatus.CANCELLED), f"withdrawn: {reason}", now, task_id),
                     )
+                    for (run_id,) in runs:
+                        bound_run(db, run_id)
                     withdrawn += db.execute(
                         "UPDATE tasks SET state = 'done', updated = ? "
                         "WHERE id = ? AND state IN ('queued', 'running')",
