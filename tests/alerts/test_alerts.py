@@ -123,10 +123,20 @@ class RecordingAdmin:
         return answer(agent, f"runway is 14 months ({question})", cost_usd=0.0123)
 
     async def runs(
-        self, agent: str | None = None, status: str | None = None, limit: int = 20
+        self,
+        agent: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+        routine: str | None = None,
+        since: float | None = None,
+        finished: bool = False,
     ) -> Any:
         self.calls.append(("runs", agent, status, limit))
         return {"runs": []}
+
+    async def run_show(self, run_id: str) -> Any:
+        self.calls.append(("run_show", run_id))
+        return {"run_id": run_id}
 
     async def tasks(self, quarantined: bool = False) -> Any:
         self.calls.append(("tasks", quarantined))

@@ -204,9 +204,18 @@ class Company:
         raise self._absent("run_job")
 
     async def runs(
-        self, agent: str | None = None, status: str | None = None, limit: int = 20
+        self,
+        agent: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+        routine: str | None = None,
+        since: float | None = None,
+        finished: bool = False,
     ) -> Any:
         raise self._absent("runs")
+
+    async def run_show(self, run_id: str) -> Any:
+        raise self._absent("run_show")
 
     async def tasks(self, quarantined: bool = False) -> Any:
         raise self._absent("tasks")

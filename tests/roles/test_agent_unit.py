@@ -101,7 +101,9 @@ class OneDesk:
     def requeue(self, task: Task) -> None:
         self.queue.append(task)
 
-    async def review(self, task: Task, answer: str, worker: str) -> str | None:
+    async def review(
+        self, task: Task, answer: str, worker: str, run_id: str | None = None
+    ) -> str | None:
         return None
 
     def pause(self, agent: str, reason: str, *, budget: bool = False) -> None:

@@ -33,6 +33,7 @@ from companyd.admin.results import (
     ReloadRejected,
     Resumed,
     Runs,
+    RunTranscript,
     SpendReport,
     Status,
     TaskRetried,
@@ -95,9 +96,23 @@ class Admin(Protocol):
         ...
 
     async def runs(
-        self, agent: str | None = None, status: str | None = None, limit: int = 20
+        self,
+        agent: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+        routine: str | None = None,
+        since: float | None = None,
+        finished: bool = False,
     ) -> Runs:
-        """Recent runs, newest first."""
+        """Recent runs, newest first: of ``agent``, with outcome ``status``, fired by
+        ``routine``, started at or after ``since`` (epoch seconds), only ``finished`` ones.
+        """
+        ...
+
+    async def run_show(self, run_id: str) -> RunTranscript:
+        """The whole transcript of one run (who asked, the task, each step and tool call,
+        colleagues' runs, the reviewer's verdict, the thread, the answer, totals).
+        """
         ...
 
     async def tasks(self, quarantined: bool = False) -> Tasks:

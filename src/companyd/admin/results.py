@@ -43,6 +43,7 @@ __all__ = [
     "ReloadRejected",
     "Resumed",
     "RoutineLine",
+    "RunTranscript",
     "Runs",
     "SpendLine",
     "SpendPeriodLine",
@@ -107,6 +108,37 @@ class Runs:
     """``runs``: recent runs, newest first (the run journal's rows)."""
 
     runs: list[JSON]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunTranscript:
+    """``run_show``: one run as the journal holds it (docs/agents.md, "The transcript").
+
+    The blocks are the journal's JSON (:func:`companyd.roles.transcript.read_transcript`):
+    ``asked_by`` (kind, who, run_id, source), ``task`` (prompt, expected_output, reviewer,
+    created), ``thread`` (reply_to, replies), each of ``steps`` (a model call, a tool call
+    or the review), ``consultations`` (colleagues' runs), ``review`` and ``totals``.
+    """
+
+    run_id: str
+    task_id: str
+    agent: str
+    routine: str | None
+    attempt: int
+    status: str
+    reason: str | None
+    started: float
+    ended: float | None
+    offline: bool
+    asked_by: JSON
+    task: JSON
+    thread: JSON
+    other_attempts: list[JSON]
+    steps: list[JSON]
+    consultations: list[JSON]
+    review: JSON | None
+    answer: str
+    totals: JSON
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,5 @@
-"""Operator commands for agents: ask, runs, tasks, retry, proposals, approve, reject, revert.
+"""Operator commands for agents: ask, runs (list, show, last), tasks, retry, proposals,
+approve, reject, revert.
 
 Each talks to the running daemon through the control socket when one runs. Without a
 daemon, the read commands read the state directory directly, ``ask`` starts the company
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -21,14 +23,16 @@ from typing import Any
 from companyd.admin.wire import result_data
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, daemon_client, running_daemon
 from companyd.cli.main import print_json
+from companyd.cli.runs_text import last_lines, run_list_lines, transcript_lines
 from companyd.clock import SystemClock
 from companyd.config import default_config_path, load_config
 from companyd.daemon.lock import StateLock
 from companyd.daemon.main import Daemon, make_backend
-from companyd.errors import CompanydError, UnknownName
+from companyd.errors import CompanydError, UnknownName, UsageError
 from companyd.events import EventBus
 from companyd.roles.improver import ProposalError, Proposals
 from companyd.roles.journal import Journal
+from companyd.roles.tasks import RunStatus
 
 __all__ = ["register"]
 
@@ -41,6 +45,39 @@ def _seconds(text: str) -> float:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+_STATUSES = ("running", *(str(s) for s in RunStatus))
+_AGO = re.compile(r"(\d+(?:\.\d+)?)\s*([mhdw])")
+_UNIT = {"m": 60.0, "h": 3_600.0, "d": 86_400.0, "w": 604_800.0}
+
+
+def _since(text: str) -> float:
+    """``--since``: a duration back from now (``24h``), a UTC date or date and time."""
+    m = _AGO.fullmatch(text.strip())
+    if m:
+        return time.time() - float(m.group(1)) * _UNIT[m.group(2)]
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a date (2026-11-01), a date and time (2026-11-01T14:00) or a duration "
+            f"back from now (90m, 24h, 7d, 2w), got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _positive(text: str) -> int:
+    """A whole number of at least 1 (``--limit``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
     return value
 
 
@@ -65,10 +102,28 @@ def register(sub: Any) -> None:
     add_daemon_arguments(p)
     p.set_defaults(func=_ask)
 
-    p = sub.add_parser("runs", help="recent runs with outcome, cost and models")
+    p = sub.add_parser(
+        "runs",
+        help="recent runs with outcome, cost and answer; `runs show RUN_ID`, `runs last ROUTINE`",
+        description="Without a word: recent runs, newest first. `runs show RUN_ID`: the whole "
+        "transcript of one run. `runs last ROUTINE`: the latest result of a routine.",
+    )
+    p.add_argument(
+        "words",
+        nargs="*",
+        metavar="show RUN_ID | last ROUTINE",
+        help="show one run's transcript, or a routine's latest result",
+    )
     p.add_argument("--agent", help="only this agent's runs")
-    p.add_argument("--status", help="only runs with this outcome (ok, failed, running, …)")
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--routine", help="only the runs of this routine")
+    p.add_argument("--status", choices=_STATUSES, help="only runs with this outcome")
+    p.add_argument(
+        "--since",
+        type=_since,
+        help="only runs started since: a date (2026-11-01, UTC), a time (2026-11-01T14:00) "
+        "or a duration back from now (90m, 24h, 7d, 2w)",
+    )
+    p.add_argument("--limit", type=_positive, default=20)
     add_daemon_arguments(p)
     p.set_defaults(func=_runs)
 
@@ -195,42 +250,107 @@ def _print_answer(result: Mapping[str, Any]) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    op_args = {"agent": args.agent, "status": args.status, "limit": args.limit}
+    words = list(args.words)
+    if words and words[0] == "show" and len(words) == 2:
+        return _runs_show(args, words[1])
+    if words and words[0] == "last" and len(words) == 2:
+        return _runs_last(args, words[1])
+    if words:
+        raise UsageError(
+            f"unexpected {' '.join(words)!r} after `companyd runs`; expected nothing (the "
+            "list), `show RUN_ID` or `last ROUTINE`"
+        )
+    op_args = {
+        "agent": args.agent,
+        "status": args.status,
+        "limit": args.limit,
+        "routine": args.routine,
+        "since": args.since,
+    }
     if args.agent:
-        _check_agent(args, args.agent)
+        _check_name(args, "agent", args.agent)
+    if args.routine:
+        _check_name(args, "routine", args.routine)
 
     def offline() -> dict[str, Any]:
         return {
             "runs": _journal_read(
-                args, lambda j, db: j.list_runs(db, args.agent, args.status, args.limit), list
+                args,
+                lambda j, db: j.list_runs(
+                    db,
+                    args.agent,
+                    args.status,
+                    args.limit,
+                    routine=args.routine,
+                    since=args.since,
+                ),
+                list,
             )
         }
 
     return _via_daemon_or_files(args, "runs", op_args, offline, _print_runs)
 
 
-def _check_agent(args: argparse.Namespace, agent: str) -> None:
-    """``agent`` is in company.yaml, or has runs in the journal (an agent since removed);
-    otherwise UnknownName — exit 1, as an unknown agent is in every command.
+def _runs_show(args: argparse.Namespace, run_id: str) -> int:
+    def offline() -> dict[str, Any]:
+        shown = _journal_read(args, lambda j, db: j.show_run(db, run_id), lambda: None)
+        if shown is None:
+            cfg, _ = _config_and_state(args)
+            raise CompanydError(
+                f"no run {run_id!r} in the journal; see `companyd runs` for run ids (runs "
+                f"are kept {cfg.spec.retention.runs_days} days: retention.runs_days)"
+            )
+        result: dict[str, Any] = shown
+        return result
+
+    return _via_daemon_or_files(args, "run_show", {"run_id": run_id}, offline, _print_transcript)
+
+
+def _runs_last(args: argparse.Namespace, routine: str) -> int:
+    _check_name(args, "routine", routine)
+    op_args = {"routine": routine, "limit": 1, "finished": True}
+
+    def offline() -> dict[str, Any]:
+        runs = _journal_read(
+            args, lambda j, db: j.list_runs(db, limit=1, routine=routine, finished=True), list
+        )
+        return {"runs": runs}
+
+    def printer(result: Mapping[str, Any]) -> int:
+        runs = result.get("runs") or []
+        if not runs:
+            print(f"routine {routine} has no finished run yet")
+            return 0
+        for line in last_lines(runs[0]):
+            print(line)
+        return 0 if runs[0].get("status") == "ok" else 1
+
+    return _via_daemon_or_files(args, "runs", op_args, offline, printer)
+
+
+def _check_name(args: argparse.Namespace, kind: str, name: str) -> None:
+    """``name`` is an agent (``kind="agent"``) or routine of company.yaml, or has runs in
+    the journal (one since removed); otherwise UnknownName — exit 1, as an unknown name is
+    in every command.
     """
     cfg, _ = _config_and_state(args)
-    if agent in cfg.agents:
+    known = cfg.agents if kind == "agent" else cfg.routines
+    if name in known:
         return
+    query = {"agent": None, "routine": None, kind: name}
     if running_daemon(args) is not None:
-        past = daemon_client(args).call("runs", agent=agent, status=None, limit=1).get("runs")
+        past = daemon_client(args).call("runs", status=None, limit=1, **query).get("runs")
     else:
-        past = _journal_read(args, lambda j, db: j.list_runs(db, agent, None, 1), list)
+        past = _journal_read(
+            args,
+            lambda j, db: j.list_runs(db, query["agent"], None, 1, routine=query["routine"]),
+            list,
+        )
     if not past:
         raise UnknownName(
-            f"unknown agent {agent!r} (not in {cfg.path} and no runs in the journal); "
-            f"agents: {', '.join(cfg.agents)}"
+            f"unknown {kind} {name!r} (not in {cfg.path} and no runs in the journal); "
+            f"{kind}s: {', '.join(known) or '(none)'}"
         )
-
-
-def _when(ts: Any) -> str:
-    if not isinstance(ts, int | float):
-        return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def _print_runs(result: Mapping[str, Any]) -> int:
@@ -238,14 +358,14 @@ def _print_runs(result: Mapping[str, Any]) -> int:
     if not runs:
         print("no runs yet")
         return 0
-    print(f"{'started (UTC)':17} {'agent':12} {'status':17} {'cost':>8} {'steps':>5}  run / why")
-    for r in runs:
-        why = r.get("reason") or (r.get("routine") and f"routine {r['routine']}") or ""
-        print(
-            f"{_when(r.get('started')):17} {r.get('agent')!s:12} {r.get('status')!s:17} "
-            f"${float(r.get('cost_usd') or 0):7.4f} {int(r.get('steps') or 0):5}  "
-            f"{r.get('run_id')}  {why}"
-        )
+    for line in run_list_lines(runs):
+        print(line)
+    return 0
+
+
+def _print_transcript(result: Mapping[str, Any]) -> int:
+    for line in transcript_lines(result):
+        print(line)
     return 0
 
 

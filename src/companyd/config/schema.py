@@ -311,6 +311,12 @@ class MemorySpec(Spec):
     path: str | None = None
 
 
+class RetentionSpec(Spec):
+    """How long the state directory keeps what it records."""
+
+    runs_days: PositiveInt = 90
+
+
 class PriceSpec(Spec):
     """USD per million tokens for one model."""
 
@@ -387,3 +393,4 @@ class CompanyFile(Spec):
     spend: SpendSpec = SpendSpec()
     anthropic: AnthropicSpec = AnthropicSpec()
     metrics: MetricsSpec = MetricsSpec()
+    retention: RetentionSpec = RetentionSpec()

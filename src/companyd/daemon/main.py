@@ -48,6 +48,7 @@ from companyd.memory import MemoryService
 from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
 from companyd.roles.improver import Proposals
 from companyd.roles.journal import Journal
+from companyd.roles.retention import RunRetention
 from companyd.roles.staff import Staff
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import BudgetExhausted, SpendBook
@@ -265,6 +266,14 @@ class Daemon(Operator, Reloader):
             asyncio.create_task(
                 self._service(StatusUpdater(self.notifier, self._status_line, self.clock).run),
                 name="status",
+            ),
+            asyncio.create_task(
+                self._service(
+                    RunRetention(
+                        self.journal, self.clock, lambda: self.config.spec.retention.runs_days
+                    ).run
+                ),
+                name="run-retention",
             ),
         ]
 

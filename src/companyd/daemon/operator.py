@@ -44,6 +44,7 @@ from companyd.admin.results import (
     Resumed,
     RoutineLine,
     Runs,
+    RunTranscript,
     SpendLine,
     SpendPeriodLine,
     SpendReport,
@@ -330,19 +331,46 @@ class Operator:
         )
 
     async def runs(
-        self, agent: str | None = None, status: str | None = None, limit: int = 20
+        self,
+        agent: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+        routine: str | None = None,
+        since: float | None = None,
+        finished: bool = False,
     ) -> Runs:
         """:meth:`Admin.runs`, from the run journal.
 
         Raises:
-            AdminError: an unknown ``status`` (the message lists the valid ones).
+            AdminError: an unknown ``status`` (the message lists the valid ones), or a
+                ``limit`` under 1.
         """
         if status is not None and status not in {*(str(s) for s in RunStatus), "running"}:
             raise AdminError(
                 f"unknown status {status!r}; choose one of running, "
                 + ", ".join(str(s) for s in RunStatus)
             )
-        return Runs(runs=await self.journal.runs(agent=agent, status=status, limit=limit))
+        if limit < 1:
+            raise AdminError(f"limit must be at least 1, got {limit!r}")
+        runs = await self.journal.runs(
+            agent=agent, status=status, limit=limit, routine=routine, since=since, finished=finished
+        )
+        return Runs(runs=runs)
+
+    async def run_show(self, run_id: str) -> RunTranscript:
+        """:meth:`Admin.run_show`, from the run journal.
+
+        Raises:
+            AdminError: no such run (never made, or deleted after ``retention.runs_days``).
+        """
+        shown = await self.journal.transcript(run_id)
+        if shown is None:
+            days = self.config.spec.retention.runs_days
+            raise AdminError(
+                f"no run {run_id!r} in the journal; see `companyd runs` for run ids (runs are "
+                f"kept {days} days: retention.runs_days)"
+            )
+        return RunTranscript(**shown)
 
     async def tasks(self, quarantined: bool = False) -> Tasks:
         """:meth:`Admin.tasks`: queued and running tasks, or only the quarantined ones."""

@@ -238,10 +238,29 @@ class Agent:
             if not work.done():
                 await cancel_and_reap(work, self.slug)
         if status is RunStatus.OK and state.task.reviewer and self.slug != state.task.reviewer:
-            verdict = await deps.staff.review(state.task, state.answer, self.slug)
+            verdict = await deps.staff.review(state.task, state.answer, self.slug, state.run_id)
+            await self._journal_review(state, verdict)
             if verdict is not None:
                 status, reason = RunStatus.FAILED, f"rejected by {state.task.reviewer}: {verdict}"
         await self._finish(state, status, reason)
+
+    async def _journal_review(self, state: RunState, verdict: str | None) -> None:
+        """Journal the reviewer's verdict as a step of the run (``companyd runs show``)."""
+        reviewer = state.task.reviewer or ""
+        state.seq += 1
+        try:
+            await self.deps.journal.append_step(
+                state.run_id,
+                state.seq,
+                "review",
+                {"reviewer": reviewer, "approved": verdict is None, "verdict": verdict or ""},
+                self.deps.clock.time(),
+            )
+        except Exception as exc:
+            if not is_disk_failure(exc):
+                raise
+            # the verdict still reaches the run's outcome (its reason) and the events
+            log.error("agent %s: review of run %s not journaled: %s", self.slug, state.run_id, exc)
 
     async def _watch_heartbeat(
         self, work: asyncio.Task[tuple[RunStatus, str | None]], state: RunState
@@ -491,6 +510,7 @@ class Agent:
             run_id=state.run_id,
             task_id=state.task.id,
             consult_chain=state.task.consult_chain,
+            call_id=tool_id,
         )
         colleague = self._toolbox.family(str(tool_use.get("name"))) == "colleagues"
         self._colleague_waits += colleague

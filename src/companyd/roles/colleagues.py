@@ -149,6 +149,8 @@ class Colleagues:
             source=f"agent:{asker.slug}",
             created=self._clock.time(),
             consult_chain=chain,
+            asked_by=ctx.run_id,
+            asked_in=ctx.call_id,
         )
         outcome = await self._wait(
             task, f"{target} did not answer", asker.colleague_timeout_seconds
@@ -187,6 +189,8 @@ class Colleagues:
             expected_output=(str(args["expected_output"]) if args.get("expected_output") else None),
             reviewer=str(reviewer) if reviewer else None,
             consult_chain=(*ctx.consult_chain, manager.slug),
+            asked_by=ctx.run_id,
+            asked_in=ctx.call_id,
         )
         outcome = await self._wait(
             task, f"{target} did not finish the task", manager.colleague_timeout_seconds
@@ -198,8 +202,12 @@ class Colleagues:
             "result": outcome.answer,
         }
 
-    async def review(self, task: Task, answer: str, worker: str) -> str | None:
-        """Ask ``task.reviewer`` to check ``answer``; None if approved, else the reason."""
+    async def review(
+        self, task: Task, answer: str, worker: str, run_id: str | None = None
+    ) -> str | None:
+        """Ask ``task.reviewer`` to check ``answer`` (the result of ``worker``'s run
+        ``run_id``); None if approved, else the reason.
+        """
         assert task.reviewer is not None
         expected = task.expected_output or "(not stated: judge whether the task was done)"
         review = Task(
@@ -213,6 +221,7 @@ class Colleagues:
             source=f"agent:{worker}",
             created=self._clock.time(),
             consult_chain=(*task.consult_chain, worker),
+            asked_by=run_id,
         )
         asker = self._desk.config.agents.get(worker)
         timeout = asker.colleague_timeout_seconds if asker else DEFAULT_COLLEAGUE_TIMEOUT

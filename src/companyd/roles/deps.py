@@ -121,8 +121,12 @@ class StaffPort(Protocol):
         """Queue ``task`` again (a reviewer rejected the previous attempt)."""
         ...
 
-    async def review(self, task: Task, answer: str, worker: str) -> str | None:
-        """Have ``task.reviewer`` check ``answer``: None if approved, else why not."""
+    async def review(
+        self, task: Task, answer: str, worker: str, run_id: str | None = None
+    ) -> str | None:
+        """Have ``task.reviewer`` check ``answer`` (of ``worker``'s run ``run_id``): None if
+        approved, else why not.
+        """
         ...
 
     def pause(self, agent: str, reason: str, *, budget: bool = False) -> None:

@@ -11,7 +11,12 @@ from its last completed step:
   unknown (no second tweet).
 
 It also keeps what the operator asks about: tasks waiting or quarantined (with the errors
-that got them quarantined), and runs with their outcome, cost and models.
+that got them quarantined), and runs with their outcome, cost and models, their thread
+(``reply_to``: the run a follow-up answers) and who asked (``asked_by``: the run of the
+colleague that consulted, delegated or asked for a review) — read back as a whole
+transcript by :mod:`companyd.roles.transcript`. A finished run's steps are bounded in size
+(:func:`~companyd.roles.transcript.bound_run`), and runs are deleted after the retention
+period (:meth:`Journal.prune`, called daily by :mod:`companyd.roles.retention`).
 
 Storage: ``runs.sqlite`` in the state directory, WAL, ``synchronous=NORMAL`` — a commit
 survives a crash of the process (kill -9) because it is in the OS page cache when the call
@@ -37,12 +42,14 @@ from companyd._fs import DiskAlarm, is_disk_failure
 from companyd._sqlite import Database, Migration
 from companyd.llm.blocks import ContentBlock, ToolResultBlock
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
+from companyd.roles.transcript import bound_run, read_transcript
 
 __all__ = [
     "MIGRATIONS",
     "Journal",
     "JournaledRun",
     "LlmStep",
+    "ReviewStep",
     "Step",
     "StepPayload",
     "TaskState",
@@ -99,8 +106,24 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 """
 
+#: Version 2: the thread of runs (``reply_to``), who asked (``asked_by`` run, ``asked_in``
+#: tool call) and the indexes the transcript, the filters and the retention read by.
+_THREADS = """
+ALTER TABLE runs ADD COLUMN reply_to TEXT;
+ALTER TABLE runs ADD COLUMN asked_by TEXT;
+ALTER TABLE runs ADD COLUMN asked_in TEXT;
+CREATE INDEX runs_by_started ON runs(started);
+CREATE INDEX runs_by_routine ON runs(routine, started);
+CREATE INDEX runs_by_ended ON runs(ended);
+DROP INDEX IF EXISTS runs_by_state;
+CREATE INDEX runs_by_state_started ON runs(state, started);
+CREATE INDEX runs_by_reply ON runs(reply_to) WHERE reply_to IS NOT NULL;
+CREATE INDEX runs_by_asker ON runs(asked_by) WHERE asked_by IS NOT NULL;
+CREATE INDEX tasks_by_state_updated ON tasks(state, updated);
+"""
+
 #: The journal's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite).
-MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA, _THREADS)
 
 
 log = logging.getLogger(__name__)
@@ -139,8 +162,18 @@ class ToolStartStep(TypedDict):
     input: dict[str, Any]
 
 
-#: What a step journals: ``llm``, ``tool_start``, or ``tool_result`` (the block itself).
-StepPayload = LlmStep | ToolStartStep | ToolResultBlock
+class ReviewStep(TypedDict):
+    """The payload of a ``review`` step: the reviewer's verdict on the run's answer."""
+
+    reviewer: str
+    approved: bool
+    #: why it was rejected ("" when approved)
+    verdict: str
+
+
+#: What a step journals: ``llm``, ``tool_start``, ``tool_result`` (the block itself), or
+#: ``review``.
+StepPayload = LlmStep | ToolStartStep | ToolResultBlock | ReviewStep
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -387,9 +420,19 @@ class Journal:
             with db:
                 db.execute("BEGIN")
                 db.execute(
-                    "INSERT INTO runs (id, task_id, agent, routine, attempt, state, started) "
-                    "VALUES (?, ?, ?, ?, ?, 'running', ?)",
-                    (run_id, task.id, task.agent, task.routine, attempt, started),
+                    "INSERT INTO runs (id, task_id, agent, routine, attempt, state, started, "
+                    "reply_to, asked_by, asked_in) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        task.id,
+                        task.agent,
+                        task.routine,
+                        attempt,
+                        started,
+                        task.reply_to,
+                        task.asked_by,
+                        task.asked_in,
+                    ),
                 )
                 db.execute(
                     "UPDATE tasks SET state = 'running', updated = ? WHERE id = ?",
@@ -448,7 +491,9 @@ class Journal:
         )
 
     async def finish_run(self, outcome: RunOutcome, task_state: str) -> None:
-        """Record how a run ended and move its task to ``task_state``."""
+        """Record how a run ended and move its task to ``task_state``; the run's steps are
+        bounded in size in the same transaction (nothing resumes a finished run).
+        """
 
         def fin(db: sqlite3.Connection) -> None:
             with db:
@@ -472,6 +517,7 @@ class Journal:
                     "UPDATE tasks SET state = ?, updated = ? WHERE id = ?",
                     (task_state, outcome.ended, outcome.task_id),
                 )
+                bound_run(db, outcome.run_id)
 
         await self._run(fin)
 
@@ -524,23 +570,34 @@ class Journal:
         agent: str | None = None,
         status: str | None = None,
         limit: int = 20,
+        *,
+        routine: str | None = None,
+        since: float | None = None,
+        finished: bool = False,
     ) -> list[dict[str, Any]]:
-        """Recent runs, newest first (runs on the journal thread; see run_sync)."""
+        """Recent runs, newest first (runs on the journal thread; see run_sync): of
+        ``agent``, with outcome ``status``, fired by ``routine``, started at or after
+        ``since``, only ``finished`` ones.
+        """
         sql = (
             "SELECT id, task_id, agent, routine, attempt, state, reason, answer, started, "
-            "ended, cost, steps, models, offline FROM runs"
+            "ended, cost, steps, models, offline, reply_to, asked_by FROM runs"
         )
-        where, args = [], []
-        if agent:
-            where.append("agent = ?")
-            args.append(agent)
-        if status:
-            where.append("state = ?")
-            args.append(status)
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (("agent", agent), ("state", status), ("routine", routine)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if since is not None:
+            where.append("started >= ?")
+            args.append(since)
+        if finished:
+            where.append("state != 'running'")
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY started DESC LIMIT ?"
-        args.append(str(limit))
+        args.append(limit)
         keys = (
             "run_id",
             "task_id",
@@ -556,6 +613,8 @@ class Journal:
             "steps",
             "models",
             "offline",
+            "reply_to",
+            "asked_by",
         )
         out = []
         for row in db.execute(sql, args):
@@ -567,22 +626,87 @@ class Journal:
         return out
 
     async def runs(
-        self, agent: str | None = None, status: str | None = None, limit: int = 20
+        self,
+        agent: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+        *,
+        routine: str | None = None,
+        since: float | None = None,
+        finished: bool = False,
     ) -> list[dict[str, Any]]:
-        """Recent runs, newest first, optionally of one ``agent`` and/or ``status`` (at most
-        ``limit``).
-        """
-        return await self._run(lambda db: self.list_runs(db, agent, status, limit))
-
-    async def abandon_running(self, agent: str, reason: str, now: float) -> None:
-        """Mark every still-running run of ``agent`` cancelled (its task stays as it is)."""
-        await self._run(
-            lambda db: db.execute(
-                "UPDATE runs SET state = ?, reason = ?, ended = ? "
-                "WHERE agent = ? AND state = 'running'",
-                (str(RunStatus.CANCELLED), reason, now, agent),
+        """Recent runs, newest first, filtered as :meth:`list_runs` says (at most ``limit``)."""
+        return await self._run(
+            lambda db: self.list_runs(
+                db, agent, status, limit, routine=routine, since=since, finished=finished
             )
         )
+
+    def show_run(self, db: sqlite3.Connection, run_id: str) -> dict[str, Any] | None:
+        """The whole transcript of ``run_id``, or None (runs on the journal thread; see
+        run_sync and :func:`companyd.roles.transcript.read_transcript`).
+        """
+        return read_transcript(db, run_id)
+
+    async def transcript(self, run_id: str) -> dict[str, Any] | None:
+        """The whole transcript of ``run_id`` (see :meth:`show_run`), or None."""
+        return await self._run(lambda db: self.show_run(db, run_id))
+
+    async def prune(self, before: float, batch: int = 2_000) -> int:
+        """Delete the runs that ended before ``before`` with their steps, and the done tasks
+        left without runs that were last touched before it; the number of runs deleted. An
+        unfinished run (no end yet) is never deleted. In transactions of ``batch`` runs, so
+        other journal work interleaves.
+        """
+
+        def one_batch(db: sqlite3.Connection) -> int:
+            with db:
+                db.execute("BEGIN")
+                ids = [
+                    r[0]
+                    for r in db.execute(
+                        "SELECT id FROM runs WHERE ended < ? AND state != 'running' LIMIT ?",
+                        (before, batch),
+                    )
+                ]
+                for run_id in ids:
+                    db.execute("DELETE FROM steps WHERE run_id = ?", (run_id,))
+                    db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+                if len(ids) < batch:
+                    db.execute(
+                        "DELETE FROM tasks WHERE state = 'done' AND updated < ? AND NOT EXISTS "
+                        "(SELECT 1 FROM runs WHERE runs.task_id = tasks.id)",
+                        (before,),
+                    )
+            return len(ids)
+
+        deleted = 0
+        while True:
+            n = await self._run(one_batch)
+            deleted += n
+            if n < batch:
+                return deleted
+
+    async def abandon_running(self, agent: str, reason: str, now: float) -> None:
+        """Mark every still-running run of ``agent`` cancelled (its task stays as it is);
+        their steps are bounded as a finished run's are.
+        """
+
+        def abandon(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("BEGIN")
+                ids = db.execute(
+                    "SELECT id FROM runs WHERE agent = ? AND state = 'running'", (agent,)
+                ).fetchall()
+                db.execute(
+                    "UPDATE runs SET state = ?, reason = ?, ended = ? "
+                    "WHERE agent = ? AND state = 'running'",
+                    (str(RunStatus.CANCELLED), reason, now, agent),
+                )
+                for (run_id,) in ids:
+                    bound_run(db, run_id)
+
+        await self._run(abandon)
 
     async def withdraw_task(self, task_id: str, reason: str, now: float) -> None:
         """Nobody waits for ``task_id`` any more: a queued or running task becomes done and
@@ -635,11 +759,16 @@ class Journal:
             with db:
                 db.execute("BEGIN")
                 for (task_id,) in db.execute(select_ids, params).fetchall():
+                    runs = db.execute(
+                        "SELECT id FROM runs WHERE task_id = ? AND state = 'running'", (task_id,)
+                    ).fetchall()
                     db.execute(
                         "UPDATE runs SET state = ?, reason = ?, ended = ? "
                         "WHERE task_id = ? AND state = 'running'",
                         (str(RunStatus.CANCELLED), f"withdrawn: {reason}", now, task_id),
                     )
+                    for (run_id,) in runs:
+                        bound_run(db, run_id)
                     withdrawn += db.execute(
                         "UPDATE tasks SET state = 'done', updated = ? "
                         "WHERE id = ? AND state IN ('queued', 'running')",

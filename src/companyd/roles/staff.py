@@ -362,9 +362,11 @@ class Staff:
         """Every tool ``agent`` may use; external MCP servers are started on ``stack``."""
         return await self.provisions.toolbox_for(agent, stack)
 
-    async def review(self, task: Task, answer: str, worker: str) -> str | None:
+    async def review(
+        self, task: Task, answer: str, worker: str, run_id: str | None = None
+    ) -> str | None:
         """Ask ``task.reviewer`` to check ``answer``; None if approved, else the reason."""
-        return await self.colleagues.review(task, answer, worker)
+        return await self.colleagues.review(task, answer, worker, run_id)
 
     def in_flight(self) -> list[dict[str, Any]]:
         """Runs in progress now, for ``companyd status``."""

@@ -46,6 +46,10 @@ class Task:
         reviewer: agent slug that checks the result, if any.
         created: wall-clock time it was created.
         consult_chain: agents already waiting on this one (cycle and depth checks).
+        reply_to: the run this task follows up (an answer back to its result): the runs
+            form a thread (``companyd runs show``).
+        asked_by: the run that asked for this task (a consultation, delegation or review).
+        asked_in: the tool call of ``asked_by`` that asked (None for a review).
     """
 
     id: str
@@ -57,6 +61,9 @@ class Task:
     expected_output: str | None = None
     reviewer: str | None = None
     consult_chain: tuple[str, ...] = ()
+    reply_to: str | None = None
+    asked_by: str | None = None
+    asked_in: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The task as a JSON-serialisable dict (the run journal's form); :meth:`from_dict` reads
@@ -72,6 +79,9 @@ class Task:
             "expected_output": self.expected_output,
             "reviewer": self.reviewer,
             "consult_chain": list(self.consult_chain),
+            "reply_to": self.reply_to,
+            "asked_by": self.asked_by,
+            "asked_in": self.asked_in,
         }
 
     @classmethod
@@ -87,6 +97,9 @@ class Task:
             expected_output=d.get("expected_output"),
             reviewer=d.get("reviewer"),
             consult_chain=tuple(d.get("consult_chain", ())),
+            reply_to=d.get("reply_to"),
+            asked_by=d.get("asked_by"),
+            asked_in=d.get("asked_in"),
         )
 
 

@@ -83,6 +83,8 @@ class ToolCallContext:
     run_id: str
     task_id: str
     consult_chain: tuple[str, ...] = ()
+    #: the tool_use id of this call (a colleague's run links back to it)
+    call_id: str | None = None
 
 
 Handler = Callable[[Mapping[str, Any], ToolCallContext], Awaitable[Any]]

@@ -1,0 +1,189 @@
+"""``companyd runs`` as text: the list with its short answer column, a run's transcript
+(``runs show``) and a routine's latest result (``runs last``).
+
+Pure formatting of the JSON the daemon (or the journal, offline) answers with
+(:func:`companyd.roles.transcript.read_transcript`): long values are cut to a few hundred
+characters here, each cut saying the value's full size; ``--json`` prints them as stored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from companyd.roles.transcript import cut
+
+__all__ = ["ANSWER_COLUMN", "answer_line", "last_lines", "run_list_lines", "transcript_lines"]
+
+#: Width of the short answer in the list.
+ANSWER_COLUMN = 60
+#: How much of a tool's input or result, or a model's text, the transcript shows.
+SHOWN_CHARS = 300
+
+
+def when(ts: Any, *, seconds: bool = False) -> str:
+    """An epoch time as UTC (``-`` when absent)."""
+    if not isinstance(ts, int | float):
+        return "-"
+    fmt = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
+    return datetime.fromtimestamp(ts, UTC).strftime(fmt)
+
+
+def answer_line(run: Mapping[str, Any], width: int = ANSWER_COLUMN) -> str:
+    """One line saying what a run produced: its answer's first line, or why it did not
+    finish well, or which routine it runs for while it runs.
+    """
+    status = run.get("status")
+    answer = " ".join(str(run.get("answer") or "").split())
+    if status == "running":
+        text = f"(running{' routine ' + str(run['routine']) if run.get('routine') else ''})"
+    elif status != "ok" or not answer:
+        text = str(run.get("reason") or answer or "")
+    else:
+        text = answer
+    if len(text) > width:
+        text = text[: width - 1] + "…"
+    return text
+
+
+def run_list_lines(runs: list[Mapping[str, Any]]) -> list[str]:
+    """The table of ``companyd runs``."""
+    lines = [
+        f"{'started (UTC)':16} {'agent':12} {'status':16} {'cost':>8} {'steps':>5} "
+        f"{'run':16}  answer / why"
+    ]
+    for r in runs:
+        lines.append(
+            f"{when(r.get('started')):16} {r.get('agent')!s:12} {r.get('status')!s:16} "
+            f"{'$' + format(float(r.get('cost_usd') or 0), '.4f'):>8} {int(r.get('steps') or 0):5} "
+            f"{r.get('run_id')!s:16}  {answer_line(r)}"
+        )
+    return lines
+
+
+def last_lines(run: Mapping[str, Any]) -> list[str]:
+    """``companyd runs last ROUTINE``: a header and the whole answer (or the reason)."""
+    head = (
+        f"{run.get('routine')} · {when(run.get('started'))} UTC · {run.get('agent')} · "
+        f"{run.get('status')} · ${float(run.get('cost_usd') or 0):.4f} · {run.get('run_id')}"
+    )
+    lines = [head]
+    answer = str(run.get("answer") or "").strip()
+    if run.get("status") != "ok" and run.get("reason"):
+        lines.append(f"why: {run['reason']}")
+    if answer:
+        lines += ["", answer]
+    lines.append("")
+    lines.append(f"the whole run: companyd runs show {run.get('run_id')}")
+    return lines
+
+
+def _asker(asked: Mapping[str, Any]) -> str:
+    kind, who = asked.get("kind"), asked.get("who")
+    if kind == "founder":
+        text = "the founder"
+    elif kind == "routine":
+        text = f"routine {who}"
+    elif kind == "colleague":
+        text = f"colleague {who}"
+    else:
+        text = str(asked.get("source") or "unknown")
+    if asked.get("run_id"):
+        text += f" (run {asked['run_id']})"
+    return text
+
+
+def _link(run: Mapping[str, Any] | None) -> str:
+    if not run:
+        return "-"
+    agent = f"{run.get('agent')}'s " if run.get("agent") else ""
+    return f"{agent}run {run.get('run_id')} ({run.get('status')})"
+
+
+def _value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return cut(" ".join(text.split()), SHOWN_CHARS)
+
+
+def _tokens(step: Mapping[str, Any]) -> str:
+    return (
+        f"in {int(step.get('input_tokens') or 0):,} · out {int(step.get('output_tokens') or 0):,}"
+        f" · cached {int(step.get('cache_read_tokens') or 0):,} read / "
+        f"{int(step.get('cache_write_tokens') or 0):,} written"
+    )
+
+
+def transcript_lines(t: Mapping[str, Any]) -> list[str]:
+    """``companyd runs show RUN_ID``."""
+    head = f"run {t.get('run_id')} · {t.get('agent')} · {t.get('status')}"
+    if int(t.get("attempt") or 1) > 1:
+        head += f" · attempt {t.get('attempt')}"
+    if t.get("offline"):
+        head += " · OFFLINE model"
+    lines = [head]
+    if t.get("reason"):
+        lines.append(f"why:      {t['reason']}")
+    lines.append(f"asked by: {_asker(t.get('asked_by') or {})}")
+    took = (t.get("totals") or {}).get("duration_s")
+    lines.append(
+        f"started:  {when(t.get('started'), seconds=True)} UTC"
+        + (f" · took {took:.1f} s" if isinstance(took, int | float) else " · still running")
+    )
+    thread = t.get("thread") or {}
+    if thread.get("reply_to"):
+        lines.append(f"follows:  {_link(thread['reply_to'])}")
+    for reply in thread.get("replies") or []:
+        lines.append(f"followed: {_link(reply)}")
+    for other in t.get("other_attempts") or []:
+        lines.append(
+            f"attempt {other.get('attempt')}: run {other.get('run_id')} ({other.get('status')})"
+        )
+    task = t.get("task") or {}
+    lines += ["", "task:"]
+    lines += [f"  {line}".rstrip() for line in str(task.get("prompt") or "").splitlines()]
+    if task.get("expected_output"):
+        lines.append(f"  expected output: {task['expected_output']}")
+    if task.get("reviewer"):
+        lines.append(f"  reviewer: {task['reviewer']}")
+    lines += ["", "steps:"]
+    steps = t.get("steps") or []
+    if not steps:
+        lines.append("  (none journaled)")
+    for n, step in enumerate(steps, 1):
+        kind = step.get("kind")
+        if kind == "model":
+            lines.append(
+                f"  {n:>2}. model {step.get('model')} · {_tokens(step)} · "
+                f"${float(step.get('cost_usd') or 0):.4f} · {step.get('stop_reason') or '?'}"
+            )
+            if step.get("text"):
+                lines.append(f"      {_value(step['text'])}")
+        elif kind == "tool":
+            lines.append(f"  {n:>2}. tool {step.get('name')} {_value(step.get('input') or {})}")
+            if step.get("finished") is None:
+                lines.append("      → (no result journaled)")
+            else:
+                mark = "error: " if step.get("is_error") else ""
+                lines.append(f"      → {mark}{_value(step.get('result') or '')}")
+            if step.get("colleague_run"):
+                lines.append(
+                    f"      {step['colleague_run'].get('kind')}: {_link(step['colleague_run'])}"
+                )
+        elif kind == "review":
+            verdict = "approved" if step.get("approved") else f"rejected: {step.get('verdict')}"
+            link = f" (run {step['run_id']})" if step.get("run_id") else ""
+            lines.append(f"  {n:>2}. review by {step.get('reviewer')}: {verdict}{link}")
+    lines += ["", "answer:"]
+    answer = str(t.get("answer") or "").strip()
+    lines += [f"  {line}".rstrip() for line in answer.splitlines()] if answer else ["  (none)"]
+    totals = t.get("totals") or {}
+    models = ", ".join(str(m) for m in dict.fromkeys(totals.get("models") or [])) or "no model"
+    calls = int(totals.get("tool_calls") or 0)
+    lines += [
+        "",
+        f"totals:   {int(totals.get('steps') or 0)} model call(s) · {calls} tool call(s) · "
+        f"{_tokens(totals)} · ${float(totals.get('cost_usd') or 0):.4f} · {models}",
+    ]
+    return lines

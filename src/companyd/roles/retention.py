@@ -1,0 +1,61 @@
+"""How long the run journal keeps transcripts: ``retention.runs_days`` (default 90).
+
+:class:`RunRetention` is a daemon helper: at start and then every :data:`PRUNE_EVERY`
+seconds of the injected clock it deletes the runs (with their steps) that ended more than
+``runs_days`` days ago, through :meth:`companyd.roles.journal.Journal.prune`. The
+number of days is read at each pass, so a reload that changes it takes effect at the next
+pass. A pass that fails (a full state disk) is logged and retried at the next one: keeping
+old transcripts a day longer harms nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from companyd.clock import Clock
+from companyd.roles.journal import Journal
+from companyd.supervision.child import ChildContext
+
+__all__ = ["DAY", "PRUNE_EVERY", "RunRetention"]
+
+log = logging.getLogger(__name__)
+
+DAY = 86_400.0
+#: Seconds between two prunes.
+PRUNE_EVERY = 6 * 3_600.0
+
+
+class RunRetention:
+    """Prunes old runs from the journal.
+
+    Args:
+        journal: the run journal.
+        clock: time source (what "days ago" means, and the wait between passes).
+        days: the current ``retention.runs_days``.
+    """
+
+    def __init__(self, journal: Journal, clock: Clock, days: Callable[[], int]) -> None:
+        self.journal = journal
+        self.clock = clock
+        self.days = days
+        #: runs deleted since the helper started
+        self.pruned = 0
+
+    async def prune_once(self) -> int:
+        """One pass; the number of runs deleted."""
+        days = self.days()
+        n = await self.journal.prune(self.clock.time() - days * DAY)
+        self.pruned += n
+        if n:
+            log.info("run journal: deleted %d run(s) older than %d days (retention)", n, days)
+        return n
+
+    async def run(self, ctx: ChildContext) -> None:
+        """Prune now and every :data:`PRUNE_EVERY` seconds, until cancelled."""
+        while True:
+            try:
+                await self.prune_once()
+            except Exception as exc:  # the next pass tries again
+                log.warning("run journal: retention pass failed: %s", exc)
+            await self.clock.sleep(PRUNE_EVERY)
