@@ -220,8 +220,14 @@ class Company:
     async def approve(self, proposal_id: str) -> Any:
         raise self._absent("approve")
 
-    async def reject(self, proposal_id: str) -> Any:
+    async def reject(self, proposal_id: str, reason: str = "") -> Any:
         raise self._absent("reject")
+
+    async def answer(self, item_id: str, text: str) -> Any:
+        raise self._absent("answer")
+
+    async def inbox(self) -> Any:
+        raise self._absent("inbox")
 
     async def revert(self, proposal_id: str) -> Any:
         raise self._absent("revert")

@@ -11,6 +11,9 @@ ends it through the :class:`~companyd.scheduler.record.Recorder`:
   history row follows in the next batch (see :meth:`Fires.execute`).
 * **Preconditions** (``memory_changed``, ``inbox_nonempty``) are checked when the run would
   start; when false the fire is ``idle``: no task, no model call, $0, no event.
+* **Approval.** A routine with ``approval: required`` hands an ``ok`` result to the
+  :class:`~companyd.scheduler.sink.ResultGate` and is recorded with what it settles on:
+  the fire stays active (and counts for ``concurrency``) until the founder decides.
 * **Ending.** Every fire ends as one history row and, unless ``ok`` or ``idle``, one event
   (``routine_failed``, ``routine_missed``, ``routine_skipped``). A fire cancelled while it
   waits for its turn is recorded as ``cancelled`` even as the cancellation unwinds; a fire
@@ -33,7 +36,7 @@ from companyd.scheduler import store as db
 from companyd.scheduler._ids import new_id
 from companyd.scheduler.outcomes import Outcome, from_run_status
 from companyd.scheduler.record import Recorder
-from companyd.scheduler.sink import TaskSink
+from companyd.scheduler.sink import ResultGate, TaskSink
 from companyd.scheduler.store import FireRecord
 
 __all__ = [
@@ -91,12 +94,21 @@ class Fires:
         sink: where tasks go (the agent runtime).
         clock: time source.
         recorder: where fires end (the history and its events).
+        gate: the founder's approval of results (routines with ``approval: required``).
     """
 
-    def __init__(self, *, sink: TaskSink, clock: Clock, recorder: Recorder) -> None:
+    def __init__(
+        self,
+        *,
+        sink: TaskSink,
+        clock: Clock,
+        recorder: Recorder,
+        gate: ResultGate | None = None,
+    ) -> None:
         self._sink = sink
         self._clock = clock
         self._rec = recorder
+        self._gate = gate
 
     async def take_baselines(self, slots: Iterable[Slot]) -> None:
         """Record the memory marker a ``memory_changed`` routine compares against, if none."""
@@ -230,6 +242,9 @@ class Fires:
                     f"{type(exc).__name__}: {exc}"
                 ),
             )
+        if r.approval == "required" and outcome.status is RunStatus.OK and self._gate:
+            # the fire counts as done only once the founder approves its result
+            outcome = await self._gate.settle(task, outcome)
         result = from_run_status(outcome.status)
         reason = outcome.reason
         if result is not Outcome.OK and not reason:

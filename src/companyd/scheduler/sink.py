@@ -7,7 +7,7 @@ from typing import Protocol
 
 from companyd.roles.tasks import RunOutcome, Task
 
-__all__ = ["TaskSink"]
+__all__ = ["ResultGate", "TaskSink"]
 
 
 class TaskSink(Protocol):
@@ -42,5 +42,19 @@ class TaskSink(Protocol):
         previous process died with the run queued or in progress), an awaitable of the run's
         outcome; None if it holds no such task. The scheduler asks for each fire the restart
         interrupted, so the fire is closed with what actually happened to its run.
+        """
+        ...
+
+
+class ResultGate(Protocol):
+    """The founder's approval of a routine's result (``approval: required``; the daemon
+    wires :class:`companyd.roles.founder.ResultApprovals`).
+    """
+
+    async def settle(self, task: Task, outcome: RunOutcome) -> RunOutcome:
+        """Wait for the founder's verdict on an ``ok`` result: the outcome the fire is
+        recorded with — ``ok`` once approved (after as many "request changes" rounds,
+        each a follow-up run of the agent, as the founder asks for), ``failed`` when
+        rejected or unanswered, or a follow-up run's own failure.
         """
         ...
