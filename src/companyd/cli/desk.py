@@ -43,6 +43,7 @@ _CLI_ACTIONS = {
 
 
 def register(sub: Any) -> None:
+    """Add ``inbox`` and ``answer`` to the subcommands."""
     p = sub.add_parser(
         "inbox",
         help="what waits for you: approvals, questions, proposals, quarantined tasks",

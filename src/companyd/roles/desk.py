@@ -92,6 +92,8 @@ class DeskError(CompanydError):
 
 
 class ItemKind(StrEnum):
+    """What an item asks of the founder."""
+
     APPROVAL = "approval"
     QUESTION = "question"
     #: a routine's result under ``approval: required``
@@ -99,6 +101,8 @@ class ItemKind(StrEnum):
 
 
 class ItemState(StrEnum):
+    """Where an item stands: pending until the founder decides or its deadline passes."""
+
     PENDING = "pending"
     APPROVED = "approved"
     REJECTED = "rejected"
@@ -129,9 +133,11 @@ class DeskItem:
 
     @property
     def pending(self) -> bool:
+        """Whether the item still waits for the founder."""
         return self.state is ItemState.PENDING
 
     def to_dict(self) -> dict[str, Any]:
+        """The item as JSON (its payload's fields inline), for the operator's front ends."""
         return {
             "id": self.id,
             "kind": str(self.kind),
@@ -373,6 +379,7 @@ class Desk:
     # -- reading --------------------------------------------------------------------------
 
     async def get(self, item_id: str) -> DeskItem | None:
+        """The item ``item_id`` as stored, or None."""
         row = await self._db.run(
             lambda db: db.execute(
                 f"SELECT {_COLUMNS} FROM items WHERE id = ?", (item_id,)

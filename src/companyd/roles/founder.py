@@ -58,6 +58,7 @@ class ApprovalGate:
         self._agent = agent
 
     def needs_approval(self, tool: str) -> bool:
+        """Whether calls of ``tool`` wait for the founder."""
         return tool in self._agent.require_approval
 
     async def ask(
@@ -163,6 +164,7 @@ class ResultApprovals:
         self._timeout = timeout
 
     async def settle(self, task: Task, outcome: RunOutcome) -> RunOutcome:
+        """:meth:`ResultGate.settle <companyd.scheduler.sink.ResultGate.settle>`."""
         rounds = 1
         while True:
             item = await self._desk.request(
