@@ -320,3 +320,68 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                 assert history[0]["outcome"] == "ok"
                 assert history[0]["reason"] == "approved by the founder after 1 change request(s)"
     assert srv.served == 2  # the change request looped once through the agent
+
+
+@pytest.mark.anyio
+async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path) -> None:
+    model = PerAgent(marketing=[reply_text("Draft: We launch on Friday.")])
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, work / "tool.log")
+            doc = yaml.safe_load(cfg.read_text())
+            doc["routines"] = {
+                "daily-post": {
+                    "assignee": "marketing",
+                    "description": "Draft today's post.",
+                    "trigger": {"cron": "0 14 * * *"},
+                    "approval": "required",
+                }
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            state = work / "s"
+            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            second = DaemonProcess(cfg, state, log=work / "d2.log", offline=False, env=_env(srv))
+            try:
+                await first.start(timeout=START_TIMEOUT)
+
+                async def fire() -> None:
+                    with contextlib.suppress(Exception):  # the daemon is killed under it
+                        await ControlClient(first.socket, timeout=120).acall(
+                            "run_job", routine="daily-post"
+                        )
+
+                firing = asyncio.create_task(fire())
+                result = await _message(bot, "daily-post by marketing awaits your approval")
+                item_id = result.text.split("awaits your approval (")[1].split(")")[0]
+                # (the founder reads the inbox first: a kill within milliseconds of the send
+                # could beat the outbox's note that it was sent, and the message would be
+                # sent again after the restart — the outbox's at-least-once window, not this)
+                history = (await first.call("job_history", routine="daily-post"))["fires"]
+                assert history[0]["outcome"] is None  # not done before approval
+                assert f"{item_id}  result" in (await first.cli("inbox")).out
+                first.send_signal(signal.SIGKILL)
+                await first.wait(10)
+                await firing
+
+                await second.start(timeout=START_TIMEOUT)
+                inbox = await second.cli("inbox")
+                assert f"{item_id}  result" in inbox.out, inbox.err
+                history = (await second.call("job_history", routine="daily-post"))["fires"]
+                assert history[0]["outcome"] is None  # still open: waiting for the founder
+                done = await second.cli("approve", item_id)
+                assert done.rc == 0, done.err
+                async with asyncio.timeout(30):
+                    while True:
+                        fires = (await second.call("job_history", routine="daily-post"))["fires"]
+                        if fires[0]["outcome"] is not None:
+                            break
+                        await asyncio.sleep(0.1)
+            finally:
+                for d in (first, second):
+                    if d.proc is not None and d.returncode is None:
+                        await d.stop()
+    assert fires[0]["outcome"] == "ok"
+    assert fires[0]["reason"].startswith("approved by the founder (the daemon restarted")
+    sent = _to_founder(bot, "awaits your approval")
+    assert len(sent) == 1  # asked once, not again after the restart
+    assert srv.served == 1  # the draft was not made again

@@ -51,6 +51,7 @@ from companyd.roles.founder import ResultApprovals
 from companyd.roles.improver import Proposals
 from companyd.roles.journal import Journal
 from companyd.roles.staff import Staff
+from companyd.roles.tasks import Task
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import BudgetExhausted, SpendBook
 from companyd.status_text import status_line
@@ -181,7 +182,13 @@ class Daemon(Operator, Reloader):
             state_dir=state_dir,
             bus=self.bus,
             clock=self.clock,
-            gate=ResultApprovals(self.desk, self.staff.submit, self._approval_timeout),
+            gate=ResultApprovals(
+                self.desk,
+                self.staff.submit,
+                held=self.staff.resumed,
+                task_of=self._journaled_task,
+                timeout=self._approval_timeout,
+            ),
         )
         self.socket = socket_path(state_dir)
         self.control = ControlServer(
@@ -197,6 +204,11 @@ class Daemon(Operator, Reloader):
         self._spend_seen: SpendStatus | None = None
         self._spend_refresh: asyncio.Task[None] | None = None
         self.tree = None
+
+    async def _journaled_task(self, task_id: str) -> Task | None:
+        """Task ``task_id`` as the run journal holds it, or None."""
+        got = await self.journal.get_task(task_id)
+        return got[0] if got is not None else None
 
     def _approval_timeout(self, agent: str) -> float:
         """How long ``agent``'s results wait for the founder (the running configuration)."""

@@ -387,6 +387,18 @@ class Desk:
         )
         return None if row is None else DeskItem._of(row)
 
+    async def latest(self, key_prefix: str) -> DeskItem | None:
+        """The newest item whose key starts with ``key_prefix``, or None."""
+        like = key_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        row = await self._db.run(
+            lambda db: db.execute(
+                f"SELECT {_COLUMNS} FROM items WHERE key LIKE ? ESCAPE '\\' "
+                "ORDER BY created DESC, rowid DESC LIMIT 1",
+                (like + "%",),
+            ).fetchone()
+        )
+        return None if row is None else DeskItem._of(row)
+
     async def pending(self) -> list[DeskItem]:
         """Items still waiting for the founder, oldest first (those past their deadline are
         expired first, so the list never offers what can no longer be decided).

@@ -26,7 +26,7 @@ from typing import Any
 from companyd.config import AgentConfig
 from companyd.llm.blocks import ToolResultBlock, ToolUseBlock
 from companyd.roles.desk import DEFAULT_APPROVAL_TIMEOUT, Desk, DeskItem, ItemKind, ItemState
-from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
+from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.roles.tools import Tool, ToolCallContext, ToolError, json_schema
 
 __all__ = ["ASK_FOUNDER", "ApprovalGate", "ResultApprovals", "ask_founder_tool", "wait_text"]
@@ -146,9 +146,18 @@ class ResultApprovals:
     """The founder's verdict on routine results (``approval: required``); the scheduler's
     :class:`~companyd.scheduler.sink.ResultGate`.
 
+    A fire's rounds are named after its task (the *root*): the result of round N is the desk
+    item ``<root>/result/N`` and the follow-up task of a change request is ``<root>.N+1``,
+    so a daemon restarted mid-way (:meth:`resumed`) finds where the fire stood — a result
+    waiting, decided while it was down, or a follow-up run the journal resumes — and goes
+    on from there instead of asking again.
+
     Args:
         desk: the founder's desk.
         submit: runs a task to its outcome (``Staff.submit``): the follow-ups.
+        held: the outcome of a task the runtime restored from its journal, if it holds it
+            (``Staff.resumed``): a follow-up interrupted by a restart is not run twice.
+        task_of: a task by id from the run journal (a fire's task after a restart).
         timeout: seconds an agent's result waits for the founder (its
             ``approval_timeout``).
     """
@@ -157,24 +166,62 @@ class ResultApprovals:
         self,
         desk: Desk,
         submit: Callable[[Task], Awaitable[RunOutcome]],
+        *,
+        held: Callable[[str], Awaitable[RunOutcome] | None] = lambda task_id: None,
+        task_of: Callable[[str], Awaitable[Task | None]] | None = None,
         timeout: Callable[[str], float] = lambda agent: DEFAULT_APPROVAL_TIMEOUT,
     ) -> None:
         self._desk = desk
         self._submit = submit
+        self._held = held
+        self._task_of = task_of
         self._timeout = timeout
 
     async def settle(self, task: Task, outcome: RunOutcome) -> RunOutcome:
         """:meth:`ResultGate.settle <companyd.scheduler.sink.ResultGate.settle>`."""
-        rounds = 1
+        return await self._rounds(task.id, task, outcome, 1)
+
+    async def settle_task(self, task_id: str, outcome: RunOutcome) -> RunOutcome:
+        """:meth:`ResultGate.settle_task <companyd.scheduler.sink.ResultGate.settle_task>`."""
+        task = await self._task_of(task_id) if self._task_of is not None else None
+        if task is None:
+            return outcome  # the journal no longer knows the task: nothing to ask about
+        return await self._rounds(task.id, task, outcome, 1)
+
+    async def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
+        """:meth:`ResultGate.resumed <companyd.scheduler.sink.ResultGate.resumed>`."""
+        item = await self._desk.latest(f"{task_id}/result/")
+        if item is None:
+            return None
+        p = item.payload
+        task = Task.from_dict(dict(p["task_json"]))
+        outcome = RunOutcome(
+            task_id=task.id,
+            run_id=item.run_id or "",
+            agent=item.agent,
+            status=RunStatus.OK,
+            started=item.created,
+            ended=item.created,
+            answer=str(p.get("answer") or ""),
+            cost_usd=float(p.get("cost_usd") or 0.0),
+        )
+        return self._rounds(task_id, task, outcome, int(p.get("round") or 1))
+
+    async def _rounds(self, root: str, task: Task, outcome: RunOutcome, first: int) -> RunOutcome:
+        """From round ``first`` (``task`` and its ``outcome``) until the founder approves,
+        rejects, lets the deadline pass, or a follow-up run fails.
+        """
+        rounds = first
         while True:
             item = await self._desk.request(
-                key=f"{task.id}/result",
+                key=f"{root}/result/{rounds}",
                 kind=ItemKind.RESULT,
                 agent=task.agent,
                 run_id=outcome.run_id,
                 routine=task.routine,
                 payload={
                     "task": task.prompt,
+                    "task_json": task.to_dict(),
                     "answer": outcome.answer,
                     "cost_usd": outcome.cost_usd,
                     "round": rounds,
@@ -196,7 +243,7 @@ class ResultApprovals:
                 )
             task = replace(
                 task,
-                id=new_id("task"),
+                id=f"{root}.{rounds + 1}",
                 prompt=(
                     f"{task.prompt}\n\nYour result was:\n{outcome.answer}\n\nThe founder "
                     f"asks for changes:\n{item.text}\n\nDo the work again with these "
@@ -204,7 +251,8 @@ class ResultApprovals:
                 ),
                 created=item.decided or task.created,
             )
-            outcome = await self._submit(task)
+            held = self._held(task.id)  # a follow-up the journal resumed after a restart
+            outcome = await (held if held is not None else self._submit(task))
             rounds += 1
             if outcome.status is not RunStatus.OK:
                 return outcome

@@ -42,6 +42,7 @@ from companyd.scheduler.store import FireRecord
 __all__ = [
     "RESUMED",
     "STOPPED_BEFORE",
+    "WAITED",
     "Fires",
     "RoutineBusy",
     "Slot",
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: appended to the reason of a fire whose run resumed after a stop
 RESUMED = "the run was interrupted by a stop of the daemon and resumed from its journal"
+#: appended to the reason of a fire whose result waited for approval across a restart
+WAITED = "the daemon restarted while the result waited for the founder"
 #: why a fire waiting for its turn when the scheduler stopped did not run
 STOPPED_BEFORE = (
     "interrupted: the scheduler stopped while this fire waited for its turn; it did not run "
@@ -261,16 +264,33 @@ class Fires:
         return outcome
 
     async def follow_resumed(
-        self, rec: FireRecord, pending: Awaitable[RunOutcome], slots: Mapping[str, Slot]
+        self,
+        rec: FireRecord,
+        pending: Awaitable[RunOutcome],
+        slots: Mapping[str, Slot],
+        *,
+        needs_approval: bool = True,
     ) -> None:
-        """Close a fire left open by a stop once its resumed run ends. Cancelled (the
-        scheduler stops again first), the row stays open for the next start.
+        """Close a fire left open by a stop once its resumed run ends (and, with
+        ``approval: required``, once the founder approves it; ``needs_approval`` False:
+        ``pending`` is the gate's own, already settling). Cancelled (the scheduler stops
+        again first), the row stays open for the next start.
         """
         slot = slots.get(rec.routine)
         if slot is not None:
             slot.pending += 1  # the run is active: the overlap policy counts it
         try:
             outcome = await pending
+            if (
+                needs_approval
+                and slot is not None
+                and slot.config.approval == "required"
+                and outcome.status is RunStatus.OK
+                and self._gate is not None
+                and rec.task_id
+            ):
+                # the fire's run resumed after a restart: its result still needs approval
+                outcome = await self._gate.settle_task(rec.task_id, outcome)
         finally:
             if slot is not None:
                 slot.pending -= 1
@@ -278,10 +298,11 @@ class Fires:
         reason = outcome.reason
         if result is not Outcome.OK and not reason:
             reason = f"the run ended {result} and the agent runtime gave no reason"
+        why = RESUMED if needs_approval else WAITED
         await self._rec.finish(
             rec,
             result,
-            f"{reason} ({RESUMED})" if reason else RESUMED,
+            f"{reason} ({why})" if reason else why,
             cost_usd=outcome.cost_usd,
             run_id=outcome.run_id or None,
         )

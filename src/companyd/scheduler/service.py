@@ -132,6 +132,7 @@ class RoutineScheduler:
         #: why the history could not be opened (a full state disk), while it is retried
         self._disk_failure: StoreError | None = None
         self._rec = Recorder(bus=bus, clock=self._clock, on_store_failure=self._store_failed)
+        self._gate = gate
         self._fires = Fires(sink=sink, clock=self._clock, recorder=self._rec, gate=gate)
         self._max_sleep = max_sleep
         self._skip_grace = skip_grace
@@ -247,12 +248,17 @@ class RoutineScheduler:
             agents = {slug: r.assignee for slug, r in self._config.routines.items()}
             # Fires whose run was handed over when the scheduler (or the daemon) stopped: the
             # runtime resumes the run from its journal, and the fire then ends with the run.
-            following: list[tuple[FireRecord, Awaitable[RunOutcome]]] = []
+            following: list[tuple[FireRecord, Awaitable[RunOutcome], bool]] = []
             for rec in await store.call(db.open_fires):
                 pending = self._sink.resumed(rec.task_id) if rec.task_id else None
                 if pending is not None:
-                    following.append((rec, pending))
-            keep = frozenset(rec.fire_id for rec, _ in following)
+                    following.append((rec, pending, True))
+                elif rec.task_id and self._gate is not None:
+                    # the run had ended and its result waited for the founder's approval
+                    settling = await self._gate.resumed(rec.task_id)
+                    if settling is not None:
+                        following.append((rec, settling, False))
+            keep = frozenset(rec.fire_id for rec, _, _ in following)
             interrupted, unrecorded = await store.call(
                 lambda c: (
                     db.close_interrupted(c, now, INTERRUPTED, keep=keep),
@@ -307,9 +313,11 @@ class RoutineScheduler:
             for p in plans:
                 if p.next_run is not None:
                     self._add_job(self._slots[p.routine.slug], p.next_run)
-            for rec, pending in following:
+            for rec, pending, run_resumed in following:
                 follower = asyncio.ensure_future(
-                    self._fires.follow_resumed(rec, pending, self._slots)
+                    self._fires.follow_resumed(
+                        rec, pending, self._slots, needs_approval=run_resumed
+                    )
                 )
                 self._manual.add(follower)
                 follower.add_done_callback(self._manual.discard)

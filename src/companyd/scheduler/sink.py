@@ -58,3 +58,16 @@ class ResultGate(Protocol):
         rejected or unanswered, or a follow-up run's own failure.
         """
         ...
+
+    async def settle_task(self, task_id: str, outcome: RunOutcome) -> RunOutcome:
+        """:meth:`settle` for a fire's run resumed after a restart (only its task id is
+        known to the scheduler then).
+        """
+        ...
+
+    async def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
+        """After a restart: if the fire of task ``task_id`` was waiting for the founder (or
+        on a follow-up run the founder asked for), an awaitable of the outcome it settles
+        on; None if the founder was never asked about it.
+        """
+        ...
