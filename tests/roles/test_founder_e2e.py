@@ -232,6 +232,13 @@ async def test_a_rejected_call_never_runs_and_the_agent_reads_the_reason(work: P
                 asking = _ask(daemon, "marketing", "Announce the flash sale.")
                 approval = await _message(bot, "wants to call post_update")
                 item_id = approval.text.split("approve? (")[1].split(")")[0]
+                bot.inject_command(FOUNDER, "/inbox")
+                inbox = await _message(bot, "📥")
+                assert inbox.text.splitlines()[1:] == [
+                    f"• approval {item_id}: marketing wants to call post_update with "
+                    '{"text": "Flash sale!"} — Announcing the sale.',
+                    f"   /approve {item_id} · /reject {item_id} [REASON]",
+                ]
                 done = await daemon.cli("reject", item_id, "not", "before", "Monday")
                 assert done.rc == 0, done.err
                 assert done.out.startswith(f"rejected {item_id} (post_update call of marketing)")
