@@ -156,9 +156,17 @@ class RecordingAdmin:
             raise AdminError("no proposal 'p-missing'; pending proposals: p-7")
         return {"proposal": proposal_id, "applied": True}
 
-    async def reject(self, proposal_id: str) -> Any:
+    async def reject(self, proposal_id: str, reason: str = "") -> Any:
         self.calls.append(("reject", proposal_id))
         return {"proposal": proposal_id, "rejected": True}
+
+    async def answer(self, item_id: str, text: str) -> Any:
+        self.calls.append(("answer", item_id, text))
+        return {"id": item_id, "message": f"answered {item_id}"}
+
+    async def inbox(self) -> Any:
+        self.calls.append(("inbox",))
+        return {"items": []}
 
     async def revert(self, proposal_id: str) -> Any:
         self.calls.append(("revert", proposal_id))

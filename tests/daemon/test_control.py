@@ -229,8 +229,14 @@ class Company:
     async def approve(self, proposal_id: str) -> Any:
         raise self._absent("approve")
 
-    async def reject(self, proposal_id: str) -> Any:
+    async def reject(self, proposal_id: str, reason: str = "") -> Any:
         raise self._absent("reject")
+
+    async def answer(self, item_id: str, text: str) -> Any:
+        raise self._absent("answer")
+
+    async def inbox(self) -> Any:
+        raise self._absent("inbox")
 
     async def revert(self, proposal_id: str) -> Any:
         raise self._absent("revert")
@@ -344,7 +350,7 @@ async def test_an_unexpected_exception_is_an_internal_error_logged_with_its_trac
     [
         (b"not json\n", "request is not valid JSON"),
         (b"[1, 2]\n", "request must be a JSON object"),
-        (b'{"op": "launch"}\n', "unknown op 'launch'; valid ops: approve, ask, budget"),
+        (b'{"op": "launch"}\n', "unknown op 'launch'; valid ops: answer, approve, ask, budget"),
         (b'{"op": "pause", "args": []}\n', "'args' of 'pause' must be a JSON object"),
         (b'{"op": "pause", "args": {}}\n', "missing a required argument: 'agent'"),
         (

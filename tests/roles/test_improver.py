@@ -66,7 +66,7 @@ async def test_a_proposal_is_applied_only_on_approval_and_can_be_reverted(tmp_pa
             assert created and created[-1].data["proposal_id"] == pid
 
             applied = await d.approve(pid)
-            assert applied.status == "applied"
+            assert isinstance(applied, ProposalDecision) and applied.status == "applied"
             assert NEW in cfg.read_text()
             assert d.config.agents["marketing"].instructions.strip() == NEW
             assert "# " not in NEW and cfg.read_text().count("instructions:") == 3
@@ -105,7 +105,8 @@ async def test_a_file_edited_since_the_proposal_is_never_overwritten(tmp_path: P
             with pytest.raises(AdminError, match="changed since proposal"):
                 await d.approve(pid)
             assert cfg.read_text() == edited
-            assert (await d.reject(pid)).status == "rejected"
+            rejected = await d.reject(pid)
+            assert isinstance(rejected, ProposalDecision) and rejected.status == "rejected"
 
 
 # -- applying without the model: the store on real files ---------------------------------
@@ -249,7 +250,7 @@ async def test_an_instructions_file_proposal_is_written_atomically_and_reloaded(
             p = await d.proposal_store.propose("improver", "marketing", NEW, "shorter")
             assert p.file == str(tmp_path / "marketing.md")
             applied = await d.approve(p.id)
-            assert applied.status == "applied"
+            assert isinstance(applied, ProposalDecision) and applied.status == "applied"
             assert (tmp_path / "marketing.md").read_text() == NEW + "\n"
             assert cfg.read_bytes() == before
             assert d.config.agents["marketing"].instructions.strip() == NEW

@@ -23,6 +23,8 @@ from companyd.admin.results import (
     BudgetReport,
     DebugBlocked,
     DebugCrashed,
+    DeskDecision,
+    Inbox,
     JobHistory,
     JobRun,
     Jobs,
@@ -127,12 +129,29 @@ class Admin(Protocol):
         """Improver proposals awaiting approval (and recent decisions)."""
         ...
 
-    async def approve(self, proposal_id: str) -> ProposalDecision:
-        """Apply a proposal (then reload the config)."""
+    async def approve(self, item_id: str) -> ProposalDecision | DeskDecision:
+        """Approve what waits for the founder: a proposal (applied, then the config
+        reloaded), a tool call (``ap-…``: the waiting run calls the tool) or a routine's
+        result (``r-…``: the fire is done).
+        """
         ...
 
-    async def reject(self, proposal_id: str) -> ProposalDecision:
-        """Discard a proposal."""
+    async def reject(self, item_id: str, reason: str = "") -> ProposalDecision | DeskDecision:
+        """Reject a proposal (discarded), a tool call (``ap-…``: the run gets the tool
+        error "rejected by the founder: <reason>") or a routine's result (``r-…``).
+        """
+        ...
+
+    async def answer(self, item_id: str, text: str) -> DeskDecision:
+        """Answer an agent's question (``q-…``, from ``ask_founder``), or ask for changes
+        to a routine's result (``r-…``: the agent does the work again).
+        """
+        ...
+
+    async def inbox(self) -> Inbox:
+        """What waits for the founder, oldest first: approvals, questions, results,
+        proposals and quarantined tasks, each with its actions.
+        """
         ...
 
     async def revert(self, proposal_id: str) -> ProposalDecision:

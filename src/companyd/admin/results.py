@@ -32,6 +32,9 @@ __all__ = [
     "DebugBlocked",
     "DebugCrashed",
     "DepartmentChanges",
+    "DeskDecision",
+    "Inbox",
+    "InboxItem",
     "JobHistory",
     "JobRun",
     "Jobs",
@@ -262,6 +265,54 @@ class ProposalDecision:
     created: float
     decided: float | None
     message: str
+
+
+# -- the founder's desk ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeskDecision:
+    """``approve``, ``reject``, ``answer`` of a founder's-desk item (``ap-``, ``q-``,
+    ``r-``): the item after the decision (``details``: what it asked — tool and arguments,
+    question, or result).
+    """
+
+    id: str
+    kind: str
+    agent: str
+    run_id: str | None
+    routine: str | None
+    details: JSON
+    state: str
+    created: float
+    deadline: float
+    decided: float | None
+    text: str
+    decided_by: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class InboxItem:
+    """One thing waiting for the founder (``actions``: ``approve``, ``reject``,
+    ``answer``, ``changes``, ``retry``).
+    """
+
+    id: str
+    kind: str
+    agent: str
+    created: float
+    summary: str
+    actions: list[str]
+    deadline: Omitted[float] = None
+    run_id: Omitted[str] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inbox:
+    """``inbox``: what waits for the founder, oldest first."""
+
+    items: list[InboxItem]
 
 
 # -- the daemon --------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """The operator's commands and buttons from Telegram, answered through :class:`Admin`.
 
 :class:`Commands` handles what the :class:`~companyd.alerts.link.Link` receives: /status
-/spend /budget /jobs /pause /resume /ask /approve /reject /quarantine /retry /help from the
-allowed chats (the texts and Admin calls are :mod:`companyd.alerts.ops`), and the buttons on
-alerts, whose outcome is added to the alert's message. Anything from another chat is
-ignored and logged (once per chat at warning level). /ask runs as its own task (kept in
+/spend /budget /jobs /pause /resume /ask /inbox /approve /reject /answer /quarantine /retry
+/help from the allowed chats (the texts and Admin calls are :mod:`companyd.alerts.ops`), a
+reply to an agent's question (the founder's answer), and the buttons on alerts, whose
+outcome is added to the alert's message. Anything from another chat is ignored and logged
+(once per chat at warning level). /ask runs as its own task (kept in
 ``tasks``) so other commands are answered meanwhile. Replies never show the bot token.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +21,7 @@ from companyd.admin import Admin, AdminError
 from companyd.admin.wire import result_data
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.link import SEND_TIMEOUT
-from companyd.alerts.ops import act, buttons_after, command_reply, help_text
+from companyd.alerts.ops import ADMIN_TIMEOUT, act, buttons_after, command_reply, help_text
 from companyd.alerts.outbox import AlertRecord
 from companyd.alerts.render import clip, split_text
 from companyd.alerts.render_status import format_result
@@ -40,6 +42,10 @@ log = logging.getLogger("companyd.alerts.service")
 
 #: How long /ask waits for the agent's answer, seconds.
 ASK_TIMEOUT = 300.0
+
+#: A founder's-desk id a reply answers, as the message shows it: a question (``q-``) or a
+#: routine result (``r-``: the reply is the change asked for), + 10 hex digits.
+_QUESTION_ID = re.compile(r"\b[qr]-[0-9a-f]{10}\b")
 
 
 class Commands:
@@ -110,6 +116,30 @@ class Commands:
             return
         reply = await command_reply(self._admin, name, args, self._book.policy.agents)
         await self._reply(msg, reply)
+
+    async def on_reply(self, update: Update, context: Any) -> None:
+        """A reply to an agent's question (its message names the question's id) is the
+        founder's answer; a reply to a routine result awaiting approval is the change the
+        founder asks for; replies to other messages are left alone.
+        """
+        msg = update.effective_message
+        chat = update.effective_chat
+        if msg is None or chat is None or not msg.text or not self._allowed(chat.id):
+            return
+        original = msg.reply_to_message
+        found = _QUESTION_ID.search(original.text or "") if original is not None else None
+        if found is None:
+            return
+        try:
+            async with asyncio.timeout(ADMIN_TIMEOUT):
+                done = await self._admin.answer(found.group(0), msg.text)
+        except AdminError as exc:
+            await self._reply(msg, f"⚠️ {exc}")
+            return
+        except TimeoutError:
+            await self._reply(msg, f"⚠️ companyd did not answer within {ADMIN_TIMEOUT:.0f} s")
+            return
+        await self._reply(msg, f"💬 {done.message}")
 
     async def on_unknown(self, update: Update, context: Any) -> None:
         """Answer an unknown command with the list of commands, unless it is addressed to another

@@ -104,6 +104,9 @@ class Handlers(Protocol):
     async def on_stranger(self, update: Update, context: Any) -> None:
         """Anything from a chat that is not allowed."""
 
+    async def on_reply(self, update: Update, context: Any) -> None:
+        """A text reply (not a command) from an allowed chat to one of the bot's messages."""
+
     async def on_button(self, update: Update, context: Any) -> None:
         """A button press."""
 
@@ -153,6 +156,11 @@ class Link:
             app.add_handler(CommandHandler(name, handlers.on_command, filters=allowed))
         app.add_handler(CommandHandler("start", handlers.on_command, filters=allowed))
         app.add_handler(MessageHandler(allowed & filters.COMMAND, handlers.on_unknown))
+        app.add_handler(
+            MessageHandler(
+                allowed & filters.REPLY & filters.TEXT & ~filters.COMMAND, handlers.on_reply
+            )
+        )
         app.add_handler(MessageHandler(~allowed, handlers.on_stranger))
         app.add_error_handler(handlers.on_error)
 

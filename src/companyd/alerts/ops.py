@@ -16,11 +16,20 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from companyd.admin import Admin, AdminError
+from companyd.admin.results import DeskDecision, Inbox
 from companyd.admin.wire import result_data
 from companyd.alerts.outbox import AlertRecord
 from companyd.alerts.render_status import format_jobs, format_result, format_status
 
-__all__ = ["ADMIN_TIMEOUT", "COMMANDS", "act", "buttons_after", "command_reply", "help_text"]
+__all__ = [
+    "ADMIN_TIMEOUT",
+    "COMMANDS",
+    "act",
+    "buttons_after",
+    "command_reply",
+    "format_inbox",
+    "help_text",
+]
 
 log = logging.getLogger("companyd.alerts.service")
 
@@ -36,8 +45,10 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("pause", "/pause AGENT: no new runs"),
     ("resume", "/resume AGENT: run again"),
     ("ask", "/ask AGENT question: one-off task"),
-    ("approve", "/approve ID: apply a proposal"),
-    ("reject", "/reject ID: discard a proposal"),
+    ("inbox", "what waits for you, oldest first"),
+    ("approve", "/approve ID: a tool call, a result or a proposal"),
+    ("reject", "/reject ID [REASON]: a tool call, a result or a proposal"),
+    ("answer", "/answer ID TEXT: an agent's question, or changes to a result"),
     ("quarantine", "quarantined tasks"),
     ("retry", "/retry ID: run a quarantined task again"),
     ("help", "these commands"),
@@ -47,6 +58,32 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 def help_text() -> str:
     """The /help text: one line per command with what it does."""
     return "commands:\n" + "\n".join(f"/{n} — {d}" for n, d in COMMANDS)
+
+
+#: How each inbox action is written on the phone.
+_PHONE_ACTIONS = {
+    "approve": "/approve {id}",
+    "reject": "/reject {id} [REASON]",
+    "answer": "/answer {id} TEXT (or reply to the question)",
+    "changes": "reply to the result with the changes you want",
+    "retry": "/retry {id}",
+}
+
+
+def format_inbox(inbox: Inbox) -> str:
+    """``/inbox``: what waits for the founder, oldest first, each with its commands."""
+    items = inbox.items
+    if not items:
+        return "📥 nothing waits for you"
+    lines = [f"📥 {len(items)} waiting for you, oldest first"]
+    for i in items[:20]:
+        lines.append(f"• {i.kind} {i.id}: {i.summary}")
+        acts = [_PHONE_ACTIONS[a].format(id=i.id) for a in i.actions if a in _PHONE_ACTIONS]
+        if acts:
+            lines.append("   " + " · ".join(acts))
+    if len(items) > 20:
+        lines.append(f"… and {len(items) - 20} more: `companyd inbox`")
+    return "\n".join(lines)
 
 
 def _agents_hint(agents: Collection[str]) -> str:
@@ -91,16 +128,28 @@ async def command_reply(
                 if not resumed.resumed:
                     title = f"▶ {args[0]} was not paused (nothing to resume)"
                 return format_result(title, result_data("resume", resumed))
+            if name == "inbox":
+                return format_inbox(await a.inbox())
+            if name == "answer":
+                if len(args) < 2:
+                    return "usage: /answer ID TEXT (or reply to the question's message)"
+                return f"💬 {(await a.answer(args[0], ' '.join(args[1:]))).message}"
+            if name == "reject" and len(args) > 1:
+                return f"✖ {(await a.reject(args[0], ' '.join(args[1:]))).message}"
             if name in ("approve", "reject", "retry"):
                 if len(args) != 1:
-                    what = "TASK_ID" if name == "retry" else "PROPOSAL_ID"
-                    return f"usage: /{name} {what}"
+                    what = "TASK_ID" if name == "retry" else "ID"
+                    return f"usage: /{name} {what}" + (" [REASON]" if name == "reject" else "")
                 if name == "approve":
-                    approved = result_data("approve", await a.approve(args[0]))
-                    return format_result(f"✅ approved {args[0]}", approved)
+                    done = await a.approve(args[0])
+                    if isinstance(done, DeskDecision):
+                        return f"✅ {done.message}"
+                    return format_result(f"✅ approved {args[0]}", result_data("approve", done))
                 if name == "reject":
-                    rejected = result_data("reject", await a.reject(args[0]))
-                    return format_result(f"✖ rejected {args[0]}", rejected)
+                    done = await a.reject(args[0])
+                    if isinstance(done, DeskDecision):
+                        return f"✖ {done.message}"
+                    return format_result(f"✖ rejected {args[0]}", result_data("reject", done))
                 retried = result_data("retry", await a.retry(args[0]))
                 return format_result(f"🔁 retrying {args[0]}", retried)
     except AdminError as exc:
@@ -132,11 +181,18 @@ async def act(admin: Admin, button: Mapping[str, Any]) -> tuple[bool, str]:
                 await a.raise_budget(arg or None, usd)
                 return True, f"raised {arg or 'the company'}'s budget for today by ${usd:.2f}"
             if action == "approve":
-                await a.approve(arg)
+                done = await a.approve(arg)
+                if isinstance(done, DeskDecision):
+                    return True, done.message
                 return True, f"approved proposal {arg}"
             if action == "reject":
-                await a.reject(arg)
+                done = await a.reject(arg)
+                if isinstance(done, DeskDecision):
+                    return True, done.message
                 return True, f"rejected proposal {arg}"
+            if action == "changes":
+                # the change itself is text: the founder replies to the result's message
+                return False, "reply to this message with the changes you want"
             if action == "retry":
                 await a.retry(arg)
                 return True, f"retrying task {arg}"
@@ -160,7 +216,7 @@ def buttons_after(rec: AlertRecord, pressed: Mapping[str, Any]) -> None:
     action, arg = pressed.get("action"), pressed.get("arg")
     keep = [b for b in rec.buttons if b is not pressed]
     if action in ("approve", "reject"):
-        keep = [b for b in keep if b.get("action") not in ("approve", "reject")]
+        keep = [b for b in keep if b.get("action") not in ("approve", "reject", "changes")]
     elif action in ("raise", "run_job"):
         keep = rec.buttons
     rec.buttons = list(keep)

@@ -3,7 +3,8 @@
 :class:`Policy` is the part of company.yaml the pager reads while running (replaced on
 reload). :func:`severity_of` routes one event: ``alerts.routes[kind]`` if set (``off`` drops
 it), else the event's own; alerts below ``alerts.min_severity`` are dropped, except the
-daemon's own lifecycle and improver proposals (:data:`ALWAYS`); normal exits of children are
+daemon's own lifecycle, improver proposals and what waits on the founder's desk
+(:data:`ALWAYS`); normal exits of children are
 never alerts. :func:`quiet_until` tells whether a time falls in the daily quiet window.
 Pure: no I/O, no clock reads.
 """
@@ -24,8 +25,18 @@ __all__ = ["ALWAYS", "RANK", "Policy", "quiet_until", "severity_of"]
 #: Severities in order; an unknown one ranks as ``info``.
 RANK = {"debug": 0, "info": 1, "warning": 2, "critical": 3}
 #: Told whatever min_severity says (unless routed "off"): they confirm the pager works, and
-#: a proposal waits for the operator's decision.
-ALWAYS = frozenset({"daemon_started", "daemon_stopping", "daemon_reloaded", "proposal_created"})
+#: a proposal, an approval or a question waits for the operator's decision.
+ALWAYS = frozenset(
+    {
+        "daemon_started",
+        "daemon_stopping",
+        "daemon_reloaded",
+        "proposal_created",
+        "founder_approval_requested",
+        "founder_question",
+        "founder_result_for_approval",
+    }
+)
 
 
 @dataclass(frozen=True)

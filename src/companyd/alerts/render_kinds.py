@@ -31,6 +31,9 @@ from companyd.events import (
     DaemonReloaded,
     DaemonStarted,
     DaemonStopping,
+    FounderApprovalRequested,
+    FounderQuestion,
+    FounderResultForApproval,
     MaxIntensity,
     McpServerFailed,
     McpServerRecovered,
@@ -523,6 +526,57 @@ def _proposal_buttons(data: Data, agents: Collection[str]) -> list[Button]:
     return [Button("✅ Approve", "approve", str(pid)), Button("✖ Reject", "reject", str(pid))]
 
 
+def _founder_approval(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    item = txt(data.get("item_id"), 40)
+    title = f"{_who(data)} wants to call {txt(data.get('tool'), 80)} — approve? ({item})"
+    lines = [*line("arguments", data, "input", _summary), *line("why", data, "reason", _summary)]
+    lines += line("routine", data, "routine") + line("run", data, "run_id")
+    if has(data, "deadline"):
+        lines.append(f"unanswered by {when(data.get('deadline'))} counts as rejected")
+    lines.append(f"/approve {item} or /reject {item} REASON")
+    return Rendered(title, tuple(lines))
+
+
+def _founder_question(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    item = txt(data.get("item_id"), 40)
+    lines = [txt(data.get("question"), 1500)]
+    lines += line("routine", data, "routine") + line("run", data, "run_id")
+    if has(data, "deadline"):
+        lines.append(f"the run waits for your answer until {when(data.get('deadline'))}")
+    lines.append(f"reply to this message with your answer, or /answer {item} TEXT")
+    return Rendered(f"{_who(data)} asks you ({item})", tuple(lines))
+
+
+def _founder_result(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    item = txt(data.get("item_id"), 40)
+    title = f"{txt(data.get('routine'), 80)} by {_who(data)} awaits your approval ({item})"
+    if num(data.get("round")) and (num(data.get("round")) or 0) > 1:
+        title += f", round {txt(data.get('round'))}"
+    lines = [txt(data.get("answer"), 3000), "—"]
+    if has(data, "cost_usd"):
+        lines.append(f"cost {usd(data.get('cost_usd'))} · run {txt(data.get('run_id'), 40)}")
+    lines.append(f"reply to this message with the changes you want, or /approve {item}")
+    return Rendered(title, tuple(lines))
+
+
+def _result_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    item = data.get("item_id")
+    if not isinstance(item, str) or not item:
+        return []
+    return [
+        Button("✅ Approve", "approve", item),
+        Button("✏️ Request changes", "changes", item),
+        Button("✖ Reject", "reject", item),
+    ]
+
+
+def _founder_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    item = data.get("item_id")
+    if not isinstance(item, str) or not item:
+        return []
+    return [Button("✅ Approve", "approve", item), Button("✖ Reject", "reject", item)]
+
+
 def _run_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     n = counts.get("run_failed", 1)
     title = f"a run of {_who(data)} failed" + (f" ({n} runs)" if n > 1 else "")
@@ -614,6 +668,13 @@ KINDS: Mapping[str, KindSpec] = {
     ),
     ProposalCreated.KIND: KindSpec(
         "proposal_created", ("proposal_id",), _proposal_created, _proposal_buttons
+    ),
+    FounderApprovalRequested.KIND: KindSpec(
+        "founder_approval_requested", ("item_id",), _founder_approval, _founder_buttons
+    ),
+    FounderQuestion.KIND: KindSpec("founder_question", ("item_id",), _founder_question),
+    FounderResultForApproval.KIND: KindSpec(
+        "founder_result_for_approval", ("item_id",), _founder_result, _result_buttons
     ),
     RunFailed.KIND: KindSpec("run_failed", ("agent",), _run_failed, _pause_agent_button),
     AgentPaused.KIND: KindSpec("agent_paused", ("agent",), _agent_paused, _resume_button),

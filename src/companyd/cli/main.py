@@ -55,6 +55,7 @@ _AREAS = (
     "companyd.cli.daemon",
     "companyd.cli.demo",
     "companyd.cli.roles",
+    "companyd.cli.desk",
     "companyd.cli.scheduler",
     "companyd.cli.spend",
     "companyd.cli.memory",

@@ -1,6 +1,9 @@
 """Operator commands for agents: ask, runs (list, show, last), tasks, retry, proposals,
 approve, reject, revert.
 
+``approve`` and ``reject`` take any id ``companyd inbox`` shows with those actions: a
+proposal's (``prop-…``) or a tool call's waiting for approval (``ap-…``, :mod:`.desk`).
+
 Each talks to the running daemon through the control socket when one runs. Without a
 daemon, the read commands read the state directory directly, ``ask`` starts the company
 in-process for one task (no scheduler, no alerts, no control socket) and stops it again,
@@ -22,14 +25,17 @@ from typing import Any
 
 from companyd.admin.wire import result_data
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, daemon_client, running_daemon
+from companyd.cli.desk import decide_offline
 from companyd.cli.main import print_json
 from companyd.cli.runs_text import last_lines, run_list_lines, transcript_lines
 from companyd.clock import SystemClock
 from companyd.config import default_config_path, load_config
+from companyd.daemon.inbox import on_desk
 from companyd.daemon.lock import StateLock
 from companyd.daemon.main import Daemon, make_backend
 from companyd.errors import CompanydError, UnknownName, UsageError
 from companyd.events import EventBus
+from companyd.roles.desk import ItemState
 from companyd.roles.improver import ProposalError, Proposals
 from companyd.roles.journal import Journal
 from companyd.roles.tasks import RunStatus
@@ -142,12 +148,16 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_proposals)
 
     for name, verb in (
-        ("approve", "apply a proposal (and reload)"),
-        ("reject", "discard a proposal"),
+        ("approve", "approve a tool call (ap-…) or apply a proposal (and reload)"),
+        ("reject", "reject a tool call (ap-…, with a reason) or discard a proposal"),
         ("revert", "undo an applied proposal (and reload)"),
     ):
         p = sub.add_parser(name, help=verb)
-        p.add_argument("proposal_id")
+        p.add_argument("proposal_id", metavar="ID", help="an id from `companyd inbox`")
+        if name == "reject":
+            p.add_argument(
+                "reason", nargs="*", help="why (a tool call: the agent reads it in the error)"
+            )
         add_daemon_arguments(p)
         p.set_defaults(func=_decide, decision=name)
 
@@ -460,6 +470,20 @@ def _print_proposals(result: Mapping[str, Any]) -> int:
 
 
 def _decide(args: argparse.Namespace) -> int:
+    reason = " ".join(getattr(args, "reason", None) or [])
+    if args.decision != "revert" and on_desk(args.proposal_id):
+        op_args = {"item_id": args.proposal_id}
+        if args.decision == "reject":
+            op_args["reason"] = reason
+        state = ItemState.APPROVED if args.decision == "approve" else ItemState.REJECTED
+        return _via_daemon_or_files(
+            args,
+            args.decision,
+            op_args,
+            lambda: decide_offline(args, args.proposal_id, state, reason),
+            _print_message,
+        )
+
     def offline() -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             store = _store(args)
@@ -475,6 +499,7 @@ def _decide(args: argparse.Namespace) -> int:
 
         return asyncio.run(go())
 
+    key = "proposal_id" if args.decision == "revert" else "item_id"
     return _via_daemon_or_files(
-        args, args.decision, {"proposal_id": args.proposal_id}, offline, _print_message
+        args, args.decision, {key: args.proposal_id}, offline, _print_message
     )

@@ -46,6 +46,10 @@ class AgentConfig:
     limits: LimitsSpec
     restart: RestartType
     tools: ToolsSpec
+    #: tools whose calls wait for the founder (the agent's and the defaults')
+    require_approval: frozenset[str] = frozenset()
+    #: how long an approval or a question waits for the founder, seconds
+    approval_timeout: float = 86_400.0
     consult: tuple[str, ...]
     max_consult_depth: int
     colleague_timeout_seconds: float = 300.0
@@ -71,6 +75,8 @@ class RoutineConfig:
     precondition: Literal["always", "memory_changed", "inbox_nonempty"]
     reviewer: str | None
     enabled: bool
+    #: ``required``: the fire counts as done only once the founder approves its result
+    approval: Literal["none", "required"] = "none"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +206,8 @@ def resolve(
             limits=a.limits or d.limits,
             restart=a.restart or d.restart,
             tools=a.tools,
+            require_approval=frozenset(a.tools.require_approval + d.tools.require_approval),
+            approval_timeout=a.tools.approval_timeout or d.tools.approval_timeout,
             consult=a.consult,
             max_consult_depth=a.max_consult_depth,
             colleague_timeout_seconds=a.colleague_timeout_seconds,
@@ -222,6 +230,7 @@ def resolve(
             precondition=r.precondition,
             reviewer=r.reviewer,
             enabled=r.enabled,
+            approval=r.approval,
         )
         for slug, r in spec.routines.items()
     }

@@ -138,10 +138,27 @@ class DepartmentSpec(Spec):
 
 
 class ToolsSpec(Spec):
-    """Which tools an agent may use. ``allow`` absent = every tool it is given."""
+    """Which tools an agent may use. ``allow`` absent = every tool it is given.
+
+    ``require_approval`` names tools whose every call waits for the founder's approval
+    (added to ``defaults.tools.require_approval``); ``approval_timeout`` is how long such a
+    call (or an ``ask_founder`` question) waits before it counts as rejected (default:
+    ``defaults.tools.approval_timeout``); ``ask_founder`` gives the agent the
+    ``ask_founder`` tool (docs/desk.md).
+    """
 
     allow: tuple[str, ...] | None = None
     deny: tuple[str, ...] = ()
+    require_approval: tuple[str, ...] = ()
+    approval_timeout: Duration | None = None
+    ask_founder: bool = False
+
+
+class DefaultToolsSpec(Spec):
+    """What every agent's tool calls wait for, unless it says more (docs/desk.md)."""
+
+    require_approval: tuple[str, ...] = ()
+    approval_timeout: Duration = 86_400.0
 
 
 class McpServerSpec(Spec):
@@ -234,6 +251,7 @@ class RoutineSpec(Spec):
     catch_up: CatchUpSpec = CatchUpSpec()
     precondition: Literal["always", "memory_changed", "inbox_nonempty"] = "always"
     reviewer: str | None = None
+    approval: Literal["none", "required"] = "none"
     enabled: bool = True
 
 
@@ -254,6 +272,7 @@ class DefaultsSpec(Spec):
     restart: RestartType = "permanent"
     limits: LimitsSpec = LimitsSpec(max_cost_usd=1.0, max_steps=20, max_seconds=600.0)
     heartbeat_seconds: Duration = 300.0
+    tools: DefaultToolsSpec = DefaultToolsSpec()
 
 
 Severity = Literal["critical", "warning", "info", "off"]

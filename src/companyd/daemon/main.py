@@ -46,10 +46,13 @@ from companyd.llm.model import ModelBackend
 from companyd.llm.offline import OfflineModel
 from companyd.memory import MemoryService
 from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
+from companyd.roles.desk import DEFAULT_APPROVAL_TIMEOUT, Desk
+from companyd.roles.founder import ResultApprovals
 from companyd.roles.improver import Proposals
 from companyd.roles.journal import Journal
 from companyd.roles.retention import RunRetention
 from companyd.roles.staff import Staff
+from companyd.roles.tasks import Task
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import BudgetExhausted, SpendBook
 from companyd.status_text import status_line
@@ -158,6 +161,7 @@ class Daemon(Operator, Reloader):
         self.proposal_store = Proposals(
             state_dir, config, bus=self.bus, clock=self.clock, reload=self._reload_after_apply
         )
+        self.desk = Desk(state_dir / "desk.sqlite", bus=self.bus, clock=self.clock)
         self.staff = Staff(
             config,
             bus=self.bus,
@@ -169,10 +173,23 @@ class Daemon(Operator, Reloader):
             budget_exhausted_error=BudgetExhausted,
             state_dir=state_dir,
             proposals=self.proposal_store,
+            # one-off `companyd ask`: no socket, no Telegram, nobody to decide
+            desk=None if oneoff else self.desk,
         )
         self.alerts = AlertService(config, state_dir, bus=self.bus, admin=self, clock=self.clock)
         self.scheduler = RoutineScheduler(
-            config, self.staff, state_dir=state_dir, bus=self.bus, clock=self.clock
+            config,
+            self.staff,
+            state_dir=state_dir,
+            bus=self.bus,
+            clock=self.clock,
+            gate=ResultApprovals(
+                self.desk,
+                self.staff.submit,
+                held=self.staff.resumed,
+                task_of=self._journaled_task,
+                timeout=self._approval_timeout,
+            ),
         )
         self.socket = socket_path(state_dir)
         self.control = ControlServer(
@@ -188,6 +205,16 @@ class Daemon(Operator, Reloader):
         self._spend_seen: SpendStatus | None = None
         self._spend_refresh: asyncio.Task[None] | None = None
         self.tree = None
+
+    async def _journaled_task(self, task_id: str) -> Task | None:
+        """Task ``task_id`` as the run journal holds it, or None."""
+        got = await self.journal.get_task(task_id)
+        return got[0] if got is not None else None
+
+    def _approval_timeout(self, agent: str) -> float:
+        """How long ``agent``'s results wait for the founder (the running configuration)."""
+        cfg = self.config.agents.get(agent)
+        return cfg.approval_timeout if cfg is not None else DEFAULT_APPROVAL_TIMEOUT
 
     # -- the tree -----------------------------------------------------------------------
 
@@ -315,6 +342,8 @@ class Daemon(Operator, Reloader):
             await self.journal.close()
         with contextlib.suppress(Exception):
             await self.proposal_store.close()
+        with contextlib.suppress(Exception):
+            await self.desk.close()
         with contextlib.suppress(Exception):
             await self.backend.aclose()
 

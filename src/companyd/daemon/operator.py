@@ -35,6 +35,8 @@ from companyd.admin.results import (
     DaemonInfo,
     DebugBlocked,
     DebugCrashed,
+    DeskDecision,
+    Inbox,
     JobHistory,
     JobRun,
     Jobs,
@@ -56,8 +58,10 @@ from companyd.admin.results import (
 from companyd.alerts.service import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
+from companyd.daemon.inbox import decide, gather_inbox, on_desk
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
+from companyd.roles.desk import Desk, ItemState
 from companyd.roles.improver import Proposal, ProposalError
 from companyd.roles.improver import Proposals as ProposalStore
 from companyd.roles.journal import Journal
@@ -93,6 +97,7 @@ class Operator:
     scheduler: RoutineScheduler
     journal: Journal
     proposal_store: ProposalStore
+    desk: Desk
 
     def _status_sync(self) -> partial[Status]:
         """Status as of now, but for its spend and routines (read next, with an await)."""
@@ -400,29 +405,48 @@ class Operator:
         """:meth:`Admin.proposals`: the latest proposals, newest first, decided ones included."""
         return Proposals(proposals=[p.to_dict() for p in await self.proposal_store.list()])
 
-    async def approve(self, proposal_id: str) -> ProposalDecision:
-        """:meth:`Admin.approve`: runs to the end once begun, even if the caller goes away.
+    async def approve(self, item_id: str) -> ProposalDecision | DeskDecision:
+        """:meth:`Admin.approve`: a proposal runs to the end once begun, even if the caller
+        goes away; a desk item (``ap-``, ``r-``) is decided.
 
         Raises:
-            AdminError: no such proposal, it is not pending, or the file changed since it was made.
+            AdminError: no such proposal or item, it is not pending, or the file changed
+                since the proposal was made.
         """
+        if on_desk(item_id):
+            return await decide(self.desk, item_id, ItemState.APPROVED, "", by="founder")
         try:
-            p = await self.proposal_store.approve(proposal_id)
+            p = await self.proposal_store.approve(item_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
         return _decision(p, f"applied {p.id} to {p.file} and reloaded")
 
-    async def reject(self, proposal_id: str) -> ProposalDecision:
-        """:meth:`Admin.reject`.
+    async def reject(self, item_id: str, reason: str = "") -> ProposalDecision | DeskDecision:
+        """:meth:`Admin.reject`: a proposal is discarded; a desk item is rejected with
+        ``reason``.
 
         Raises:
-            AdminError: no such proposal, or it is not pending.
+            AdminError: no such proposal or item, or it is not pending.
         """
+        if on_desk(item_id):
+            return await decide(self.desk, item_id, ItemState.REJECTED, reason, by="founder")
         try:
-            p = await self.proposal_store.reject(proposal_id)
+            p = await self.proposal_store.reject(item_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
         return _decision(p, f"rejected {p.id}")
+
+    async def answer(self, item_id: str, text: str) -> DeskDecision:
+        """:meth:`Admin.answer`.
+
+        Raises:
+            AdminError: no such item, it is not pending, or it is not a question or result.
+        """
+        return await decide(self.desk, item_id, ItemState.ANSWERED, text, by="founder")
+
+    async def inbox(self) -> Inbox:
+        """:meth:`Admin.inbox`."""
+        return await gather_inbox(self.desk, self.proposal_store, self.journal)
 
     async def revert(self, proposal_id: str) -> ProposalDecision:
         """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away.

@@ -12,6 +12,10 @@ __all__ = [
     "AgentPaused",
     "AgentResumed",
     "CircuitBreaker",
+    "FounderApprovalRequested",
+    "FounderDecided",
+    "FounderQuestion",
+    "FounderResultForApproval",
     "ModelFallback",
     "ProposalApplied",
     "ProposalCreated",
@@ -148,3 +152,67 @@ class ProposalApplied(Event):
     KIND = "proposal_applied"
     proposal_id: str
     agent: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FounderApprovalRequested(Event):
+    """A ``require_approval`` tool call waits for the founder (docs/desk.md): ``input`` is
+    the arguments as JSON (at most 1,500 characters), ``reason`` the agent's text before
+    the call (at most 800), ``deadline`` when no answer counts as a rejection.
+    """
+
+    KIND = "founder_approval_requested"
+    item_id: str
+    agent: str
+    run_id: str | None
+    routine: str | None
+    deadline: float
+    tool: str
+    input: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FounderQuestion(Event):
+    """An agent asks the founder (``ask_founder``); the run waits until ``deadline``."""
+
+    KIND = "founder_question"
+    item_id: str
+    agent: str
+    run_id: str | None
+    routine: str | None
+    deadline: float
+    question: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FounderResultForApproval(Event):
+    """A routine's result (``approval: required``) waits for the founder: ``answer`` at
+    most 3,000 characters, ``round`` 1 and then 2… after each change request.
+    """
+
+    KIND = "founder_result_for_approval"
+    item_id: str
+    agent: str
+    run_id: str | None
+    routine: str | None
+    deadline: float
+    task: str
+    answer: str
+    cost_usd: float
+    round: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class FounderDecided(Event):
+    """An item on the founder's desk was decided (``state``: approved, rejected, answered,
+    changes_requested, expired).
+    """
+
+    KIND = "founder_decided"
+    item_id: str
+    item_kind: str
+    agent: str
+    run_id: str | None
+    state: str
+    by: str

@@ -28,6 +28,11 @@ do not raise (seeds/001 lists them):
 * **valid-but-wrong output** — an optional reviewer agent checks the result against the
   task's ``expected_output``; a rejection is a failed attempt;
 * **provider trouble** — graduated fallback through the agent's model chain.
+
+A tool in ``require_approval`` waits for the founder before it is journaled as started
+(:class:`~companyd.roles.founder.ApprovalGate`); that wait is neither a stall nor run time
+(the heartbeat and ``max_seconds`` do not count it), and a stop request ends it at once,
+leaving the run to resume — and wait again for the same approval — at the next start.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from companyd.llm.model import ModelResponse, Usage
 from companyd.roles.breaker import Breaker, BreakerTripped
 from companyd.roles.calls import ModelCaller
 from companyd.roles.deps import AgentDeps, InjectedCrash
+from companyd.roles.founder import ApprovalGate
 from companyd.roles.journal import JournaledRun, Step, TaskState
 from companyd.roles.run import (
     PendingTool,
@@ -100,6 +106,11 @@ class Agent:
         self._calls = ModelCaller(config, deps, self._stop, self._progress)
         #: consult/delegate calls in flight: waiting on a colleague is not being stuck
         self._colleague_waits = 0
+        self._gate = ApprovalGate(deps.desk, config) if deps.desk is not None else None
+        #: approvals being waited for, and since when (monotonic): the founder's time is
+        #: neither a stall nor the run's time
+        self._founder_waits = 0
+        self._founder_since = 0.0
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -278,6 +289,12 @@ class Agent:
             if state.withdrawn is not None:
                 await cancel_and_reap(work, self.slug)
                 return RunStatus.CANCELLED, f"withdrawn: {state.withdrawn}"
+            if self._founder_waits:
+                # waiting for the founder's approval: not stuck, and not the run's time
+                # (its approval_timeout bounds the wait)
+                self._progress()
+                await race(work, clock.sleep(limit), state.withdrawn_signal.wait())
+                continue
             now = clock.monotonic()
             run_left = (
                 max_seconds - (now - state.breaker.started) if max_seconds is not None else None
@@ -495,6 +512,15 @@ class Agent:
     async def _run_tool(self, state: RunState, tool_use: ToolUseBlock) -> ToolResultBlock:
         deps = self.deps
         tool_id = str(tool_use.get("id"))
+        name = str(tool_use.get("name"))
+        if name in self.config.require_approval:
+            refused = await self._founder_approval(state, tool_use)
+            if refused is not None:
+                state.seq += 1
+                await deps.journal.append_step(
+                    state.run_id, state.seq, "tool_result", refused, deps.clock.time(), key=tool_id
+                )
+                return refused
         state.seq += 1
         await deps.journal.append_step(
             state.run_id,
@@ -505,14 +531,22 @@ class Agent:
             key=tool_id,
         )
         self._progress()
+        max_seconds = self.config.limits.max_seconds
         ctx = ToolCallContext(
             agent=self.slug,
             run_id=state.run_id,
             task_id=state.task.id,
             consult_chain=state.task.consult_chain,
-            call_id=tool_id,
+            tool_use_id=tool_id,
+            routine=state.task.routine,
+            run_seconds_left=(
+                None
+                if max_seconds is None
+                else max_seconds - (deps.clock.monotonic() - state.breaker.started)
+            ),
         )
-        colleague = self._toolbox.family(str(tool_use.get("name"))) == "colleagues"
+        # waiting on a colleague or the founder's answer (ask_founder) is not being stuck
+        colleague = self._toolbox.family(name) in ("colleagues", "founder")
         self._colleague_waits += colleague
         try:
             result = await self._toolbox.call(tool_use, ctx)
@@ -524,6 +558,45 @@ class Agent:
             state.run_id, state.seq, "tool_result", result, deps.clock.time(), key=tool_id
         )
         return result
+
+    async def _founder_approval(
+        self, state: RunState, tool_use: ToolUseBlock
+    ) -> ToolResultBlock | None:
+        """Wait for the founder to approve this call: None if approved, else the tool
+        error the model sees. A stop request ends the wait (:class:`Stopping`); the item
+        stays on the desk and the resumed run finds it.
+        """
+        if self._gate is None:
+            return {
+                "type": "tool_result",
+                "tool_use_id": str(tool_use.get("id")),
+                "is_error": True,
+                "content": "rejected: this tool needs the founder's approval, and there is no "
+                "founder's desk in this process (a one-off `companyd ask` without a daemon)",
+            }
+        last = state.messages[-1] if state.messages else None
+        said = last["content"] if last and last["role"] == "assistant" else ""
+        reason = said if isinstance(said, str) else text_of(said)
+        item = await self._gate.ask(
+            tool_use, run_id=state.run_id, routine=state.task.routine, reason=reason
+        )
+        if item.pending:
+            clock = self.deps.clock
+            if self._founder_waits == 0:
+                self._founder_since = clock.monotonic()
+            self._founder_waits += 1
+            try:
+                finished = await race(self._gate.wait(item), self._stop.wait())
+                if finished.index == 1:
+                    raise Stopping
+                item = finished.future.result()
+            finally:
+                self._founder_waits -= 1
+                if self._founder_waits == 0:
+                    # the founder's time is not the run's: max_seconds counts without it
+                    state.breaker.started += clock.monotonic() - self._founder_since
+                self._progress()
+        return self._gate.refusal(tool_use, item)
 
     # -- resume -----------------------------------------------------------------------------
 

@@ -150,7 +150,7 @@ class Colleagues:
             created=self._clock.time(),
             consult_chain=chain,
             asked_by=ctx.run_id,
-            asked_in=ctx.call_id,
+            asked_in=ctx.tool_use_id or None,
         )
         outcome = await self._wait(
             task, f"{target} did not answer", asker.colleague_timeout_seconds
@@ -190,7 +190,7 @@ class Colleagues:
             reviewer=str(reviewer) if reviewer else None,
             consult_chain=(*ctx.consult_chain, manager.slug),
             asked_by=ctx.run_id,
-            asked_in=ctx.call_id,
+            asked_in=ctx.tool_use_id or None,
         )
         outcome = await self._wait(
             task, f"{target} did not finish the task", manager.colleague_timeout_seconds

@@ -20,6 +20,7 @@ from companyd.clock import Clock
 from companyd.config import AgentConfig
 from companyd.events import EventBus
 from companyd.llm.model import ModelBackend
+from companyd.roles.desk import Desk
 from companyd.roles.journal import Journal
 from companyd.roles.run import RunState
 from companyd.roles.tasks import RunOutcome, Task
@@ -159,6 +160,8 @@ class AgentDeps:
         backend: the model backend (Claude or the offline stand-in).
         budget_exhausted_error: the exception type ``spend.reserve`` raises on refusal.
         state_dir: the daemon's state directory (named in disk alerts).
+        desk: the founder's desk (approvals of ``require_approval`` tools); None: such
+            calls are refused.
     """
 
     staff: StaffPort
@@ -169,3 +172,4 @@ class AgentDeps:
     backend: ModelBackend
     budget_exhausted_error: type[Exception]
     state_dir: Path
+    desk: Desk | None = None

@@ -5,7 +5,8 @@
 * the stable, cacheable **system prompt** (who it is, the company context, its instructions,
   whom it reports to, whom it may delegate to or consult) — cached until a reload;
 * its **toolbox**: the memory tools, the colleague tools (consult, delegate), the
-  improver's tools for an agent with ``can_modify``, and the tools of every MCP server it
+  improver's tools for an agent with ``can_modify``, ``ask_founder`` for an agent with
+  ``tools.ask_founder``, and the tools of every MCP server it
   declares, after company.yaml's allow/deny lists. One bad MCP server never stops the
   agent: it runs without that server's tools, an ``mcp_server_failed`` alert says why, and
   the server is tried again with a growing wait until it comes up (its tools are added then)
@@ -26,6 +27,8 @@ from companyd.events import EventBus, McpServerRecovered, Severity
 from companyd.events import McpServerFailed as McpServerFailedEvent  # the exception's name
 from companyd.roles.colleagues import Colleagues
 from companyd.roles.deps import MarkerPort
+from companyd.roles.desk import Desk
+from companyd.roles.founder import ask_founder_tool
 from companyd.roles.improver import Proposals, improver_tools
 from companyd.roles.journal import Journal
 from companyd.roles.tools import (
@@ -54,6 +57,7 @@ class Provisions:
         memory: the memory owner (the memory tools).
         colleagues: the consult and delegate tools.
         proposals: the improver's proposal store, if any.
+        desk: the founder's desk (``ask_founder`` for agents with ``tools.ask_founder``).
     """
 
     def __init__(
@@ -66,6 +70,7 @@ class Provisions:
         memory: MarkerPort,
         colleagues: Colleagues,
         proposals: Proposals | None,
+        desk: Desk | None = None,
     ) -> None:
         self._config = config
         self._bus = bus
@@ -74,6 +79,7 @@ class Provisions:
         self._memory = memory
         self._colleagues = colleagues
         self._proposals = proposals
+        self._desk = desk
         self._prompts: dict[str, str] = {}
 
     def forget_prompts(self) -> None:
@@ -120,6 +126,8 @@ class Provisions:
                 self._proposals,
                 lambda a: self._journal.runs(agent=a, limit=10),
             )
+        if agent.tools.ask_founder and self._desk is not None:
+            tools.append(ask_founder_tool(self._desk, agent))
         box = ToolBox.build(tools, agent.tools)
         for name, spec in agent.mcp_servers.items():
             # One bad server never stops the agent: it runs without that server's tools,

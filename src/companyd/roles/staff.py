@@ -36,6 +36,7 @@ from companyd.llm.model import ModelBackend
 from companyd.roles.agent import Agent
 from companyd.roles.colleagues import Colleagues
 from companyd.roles.deps import AgentDeps, InjectedCrash, MarkerPort, SpendPort
+from companyd.roles.desk import Desk
 from companyd.roles.improver import Proposals
 from companyd.roles.journal import Journal, TaskState
 from companyd.roles.mailbox import Mailboxes
@@ -66,6 +67,7 @@ class Staff:
         state_dir: the daemon's state directory.
         proposals: the improver's proposal store (gives agents with ``can_modify`` their
             tools).
+        desk: the founder's desk (approvals and ``ask_founder``), if any.
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class Staff:
         budget_exhausted_error: type[Exception],
         state_dir: Path,
         proposals: Proposals | None = None,
+        desk: Desk | None = None,
     ) -> None:
         self._config = config
         self.bus = bus
@@ -111,6 +114,7 @@ class Staff:
             memory=memory,
             colleagues=self.colleagues,
             proposals=proposals,
+            desk=desk,
         )
         #: What each agent is built from (a fresh Agent per start of its child).
         self.agent_deps = AgentDeps(
@@ -122,6 +126,7 @@ class Staff:
             backend=backend,
             budget_exhausted_error=budget_exhausted_error,
             state_dir=state_dir,
+            desk=desk,
         )
         self._agent_tasks: dict[str, asyncio.Task[Any]] = {}
         self._injected: set[str] = set()

@@ -77,14 +77,18 @@ MCP_RETRY_MAX_SECONDS = 300.0
 
 @dataclass(frozen=True, kw_only=True)
 class ToolCallContext:
-    """Who is calling a tool, for tools that need it (consult, delegate)."""
+    """Who is calling a tool, for tools that need it (consult, delegate, ask_founder)."""
 
     agent: str
     run_id: str
     task_id: str
     consult_chain: tuple[str, ...] = ()
-    #: the tool_use id of this call (a colleague's run links back to it)
-    call_id: str | None = None
+    #: the ``tool_use`` block's id: a colleague's run links back to it (``asked_in``), and with
+    #: ``run_id`` it names this one call across restarts
+    tool_use_id: str = ""
+    routine: str | None = None
+    #: what is left of the run's ``max_seconds`` (None: no limit)
+    run_seconds_left: float | None = None
 
 
 Handler = Callable[[Mapping[str, Any], ToolCallContext], Awaitable[Any]]

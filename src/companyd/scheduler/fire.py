@@ -11,6 +11,9 @@ ends it through the :class:`~companyd.scheduler.record.Recorder`:
   history row follows in the next batch (see :meth:`Fires.execute`).
 * **Preconditions** (``memory_changed``, ``inbox_nonempty``) are checked when the run would
   start; when false the fire is ``idle``: no task, no model call, $0, no event.
+* **Approval.** A routine with ``approval: required`` hands an ``ok`` result to the
+  :class:`~companyd.scheduler.sink.ResultGate` and is recorded with what it settles on:
+  the fire stays active (and counts for ``concurrency``) until the founder decides.
 * **Ending.** Every fire ends as one history row and, unless ``ok`` or ``idle``, one event
   (``routine_failed``, ``routine_missed``, ``routine_skipped``). A fire cancelled while it
   waits for its turn is recorded as ``cancelled`` even as the cancellation unwinds; a fire
@@ -33,12 +36,13 @@ from companyd.scheduler import store as db
 from companyd.scheduler._ids import new_id
 from companyd.scheduler.outcomes import Outcome, from_run_status
 from companyd.scheduler.record import Recorder
-from companyd.scheduler.sink import TaskSink
+from companyd.scheduler.sink import ResultGate, TaskSink
 from companyd.scheduler.store import FireRecord
 
 __all__ = [
     "RESUMED",
     "STOPPED_BEFORE",
+    "WAITED",
     "Fires",
     "RoutineBusy",
     "Slot",
@@ -49,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: appended to the reason of a fire whose run resumed after a stop
 RESUMED = "the run was interrupted by a stop of the daemon and resumed from its journal"
+#: appended to the reason of a fire whose result waited for approval across a restart
+WAITED = "the daemon restarted while the result waited for the founder"
 #: why a fire waiting for its turn when the scheduler stopped did not run
 STOPPED_BEFORE = (
     "interrupted: the scheduler stopped while this fire waited for its turn; it did not run "
@@ -91,12 +97,21 @@ class Fires:
         sink: where tasks go (the agent runtime).
         clock: time source.
         recorder: where fires end (the history and its events).
+        gate: the founder's approval of results (routines with ``approval: required``).
     """
 
-    def __init__(self, *, sink: TaskSink, clock: Clock, recorder: Recorder) -> None:
+    def __init__(
+        self,
+        *,
+        sink: TaskSink,
+        clock: Clock,
+        recorder: Recorder,
+        gate: ResultGate | None = None,
+    ) -> None:
         self._sink = sink
         self._clock = clock
         self._rec = recorder
+        self._gate = gate
 
     async def take_baselines(self, slots: Iterable[Slot]) -> None:
         """Record the memory marker a ``memory_changed`` routine compares against, if none."""
@@ -230,6 +245,9 @@ class Fires:
                     f"{type(exc).__name__}: {exc}"
                 ),
             )
+        if r.approval == "required" and outcome.status is RunStatus.OK and self._gate:
+            # the fire counts as done only once the founder approves its result
+            outcome = await self._gate.settle(task, outcome)
         result = from_run_status(outcome.status)
         reason = outcome.reason
         if result is not Outcome.OK and not reason:
@@ -246,16 +264,33 @@ class Fires:
         return outcome
 
     async def follow_resumed(
-        self, rec: FireRecord, pending: Awaitable[RunOutcome], slots: Mapping[str, Slot]
+        self,
+        rec: FireRecord,
+        pending: Awaitable[RunOutcome],
+        slots: Mapping[str, Slot],
+        *,
+        needs_approval: bool = True,
     ) -> None:
-        """Close a fire left open by a stop once its resumed run ends. Cancelled (the
-        scheduler stops again first), the row stays open for the next start.
+        """Close a fire left open by a stop once its resumed run ends (and, with
+        ``approval: required``, once the founder approves it; ``needs_approval`` False:
+        ``pending`` is the gate's own, already settling). Cancelled (the scheduler stops
+        again first), the row stays open for the next start.
         """
         slot = slots.get(rec.routine)
         if slot is not None:
             slot.pending += 1  # the run is active: the overlap policy counts it
         try:
             outcome = await pending
+            if (
+                needs_approval
+                and slot is not None
+                and slot.config.approval == "required"
+                and outcome.status is RunStatus.OK
+                and self._gate is not None
+                and rec.task_id
+            ):
+                # the fire's run resumed after a restart: its result still needs approval
+                outcome = await self._gate.settle_task(rec.task_id, outcome)
         finally:
             if slot is not None:
                 slot.pending -= 1
@@ -263,10 +298,11 @@ class Fires:
         reason = outcome.reason
         if result is not Outcome.OK and not reason:
             reason = f"the run ended {result} and the agent runtime gave no reason"
+        why = RESUMED if needs_approval else WAITED
         await self._rec.finish(
             rec,
             result,
-            f"{reason} ({RESUMED})" if reason else RESUMED,
+            f"{reason} ({why})" if reason else why,
             cost_usd=outcome.cost_usd,
             run_id=outcome.run_id or None,
         )

@@ -59,7 +59,7 @@ from companyd.scheduler.fire import Fires, RoutineBusy, Slot, overlap_reason
 from companyd.scheduler.outcomes import Outcome
 from companyd.scheduler.record import INTERRUPTED, UNRECORDED, Recorder, fail_open_fire
 from companyd.scheduler.report import SUCCESS_WINDOW, job_views
-from companyd.scheduler.sink import TaskSink
+from companyd.scheduler.sink import ResultGate, TaskSink
 from companyd.scheduler.store import (
     DB_NAME,
     FireRecord,
@@ -109,6 +109,7 @@ class RoutineScheduler:
             :class:`~companyd.scheduler._aps.ClockedScheduler`); None on a ManualClock run
             makes compressed time cheaper.
         skip_grace: misfire grace of ``catch_up: skip`` routines, in seconds.
+        gate: the founder's approval of results (routines with ``approval: required``).
     """
 
     def __init__(
@@ -121,6 +122,7 @@ class RoutineScheduler:
         clock: Clock | None = None,
         max_sleep: float | None = 60.0,
         skip_grace: float = 60.0,
+        gate: ResultGate | None = None,
     ) -> None:
         self._config = config
         self._sink = sink
@@ -130,7 +132,8 @@ class RoutineScheduler:
         #: why the history could not be opened (a full state disk), while it is retried
         self._disk_failure: StoreError | None = None
         self._rec = Recorder(bus=bus, clock=self._clock, on_store_failure=self._store_failed)
-        self._fires = Fires(sink=sink, clock=self._clock, recorder=self._rec)
+        self._gate = gate
+        self._fires = Fires(sink=sink, clock=self._clock, recorder=self._rec, gate=gate)
         self._max_sleep = max_sleep
         self._skip_grace = skip_grace
         self._slots: dict[str, Slot] = {}
@@ -248,12 +251,17 @@ class RoutineScheduler:
             agents = {slug: r.assignee for slug, r in self._config.routines.items()}
             # Fires whose run was handed over when the scheduler (or the daemon) stopped: the
             # runtime resumes the run from its journal, and the fire then ends with the run.
-            following: list[tuple[FireRecord, Awaitable[RunOutcome]]] = []
+            following: list[tuple[FireRecord, Awaitable[RunOutcome], bool]] = []
             for rec in await store.call(db.open_fires):
                 pending = self._sink.resumed(rec.task_id) if rec.task_id else None
                 if pending is not None:
-                    following.append((rec, pending))
-            keep = frozenset(rec.fire_id for rec, _ in following)
+                    following.append((rec, pending, True))
+                elif rec.task_id and self._gate is not None:
+                    # the run had ended and its result waited for the founder's approval
+                    settling = await self._gate.resumed(rec.task_id)
+                    if settling is not None:
+                        following.append((rec, settling, False))
+            keep = frozenset(rec.fire_id for rec, _, _ in following)
             interrupted, unrecorded = await store.call(
                 lambda c: (
                     db.close_interrupted(c, now, INTERRUPTED, keep=keep),
@@ -308,9 +316,11 @@ class RoutineScheduler:
             for p in plans:
                 if p.next_run is not None:
                     self._add_job(self._slots[p.routine.slug], p.next_run)
-            for rec, pending in following:
+            for rec, pending, run_resumed in following:
                 follower = asyncio.ensure_future(
-                    self._fires.follow_resumed(rec, pending, self._slots)
+                    self._fires.follow_resumed(
+                        rec, pending, self._slots, needs_approval=run_resumed
+                    )
                 )
                 self._manual.add(follower)
                 follower.add_done_callback(self._manual.discard)

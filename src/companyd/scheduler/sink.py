@@ -7,7 +7,7 @@ from typing import Protocol
 
 from companyd.roles.tasks import RunOutcome, Task
 
-__all__ = ["TaskSink"]
+__all__ = ["ResultGate", "TaskSink"]
 
 
 class TaskSink(Protocol):
@@ -42,5 +42,32 @@ class TaskSink(Protocol):
         previous process died with the run queued or in progress), an awaitable of the run's
         outcome; None if it holds no such task. The scheduler asks for each fire the restart
         interrupted, so the fire is closed with what actually happened to its run.
+        """
+        ...
+
+
+class ResultGate(Protocol):
+    """The founder's approval of a routine's result (``approval: required``; the daemon
+    wires :class:`companyd.roles.founder.ResultApprovals`).
+    """
+
+    async def settle(self, task: Task, outcome: RunOutcome) -> RunOutcome:
+        """Wait for the founder's verdict on an ``ok`` result: the outcome the fire is
+        recorded with — ``ok`` once approved (after as many "request changes" rounds,
+        each a follow-up run of the agent, as the founder asks for), ``failed`` when
+        rejected or unanswered, or a follow-up run's own failure.
+        """
+        ...
+
+    async def settle_task(self, task_id: str, outcome: RunOutcome) -> RunOutcome:
+        """:meth:`settle` for a fire's run resumed after a restart (only its task id is
+        known to the scheduler then).
+        """
+        ...
+
+    async def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
+        """After a restart: if the fire of task ``task_id`` was waiting for the founder (or
+        on a follow-up run the founder asked for), an awaitable of the outcome it settles
+        on; None if the founder was never asked about it.
         """
         ...

@@ -1,0 +1,156 @@
+"""The founder's desk from the command line: ``companyd inbox`` and ``companyd answer``.
+
+``companyd inbox`` lists what waits for the founder — tool calls to approve, agents'
+questions, improver proposals, quarantined tasks — oldest first, each with the command that
+acts on it. Approvals and proposals are decided with ``companyd approve ID`` /
+``companyd reject ID [REASON]`` (:mod:`companyd.cli.roles`), questions answered with
+``companyd answer ID TEXT``. With a daemon running they go through its control socket;
+without one they read and write the state directory's stores directly, and the waiting run
+finds the decision when the daemon starts again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from companyd.admin.wire import result_data
+from companyd.cli.daemon import add_daemon_arguments, call_daemon, running_daemon
+from companyd.cli.main import print_json
+from companyd.clock import SystemClock
+from companyd.config import default_config_path, load_config
+from companyd.daemon.inbox import decide, gather_inbox
+from companyd.errors import CompanydError
+from companyd.events import EventBus
+from companyd.roles.desk import Desk, ItemState
+from companyd.roles.improver import Proposals
+from companyd.roles.journal import Journal
+
+__all__ = ["decide_offline", "register"]
+
+#: How each inbox action is written on the command line.
+_CLI_ACTIONS = {
+    "approve": "companyd approve {id}",
+    "reject": "companyd reject {id} [REASON]",
+    "answer": 'companyd answer {id} "…"',
+    "changes": 'companyd answer {id} "what to change"',
+    "retry": "companyd retry {id}",
+}
+
+
+def register(sub: Any) -> None:
+    """Add ``inbox`` and ``answer`` to the subcommands."""
+    p = sub.add_parser(
+        "inbox",
+        help="what waits for you: approvals, questions, proposals, quarantined tasks",
+        description="What waits for the founder, oldest first, each with the command that "
+        "acts on it.",
+    )
+    add_daemon_arguments(p)
+    p.set_defaults(func=_inbox)
+
+    p = sub.add_parser("answer", help="answer an agent's question (an id from `companyd inbox`)")
+    p.add_argument("item_id", help="the question's id, q-…")
+    p.add_argument("text", nargs="+", help="your answer")
+    add_daemon_arguments(p)
+    p.set_defaults(func=_answer)
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    cfg = load_config(args.config or default_config_path())
+    return cfg.state_dir(args.state_dir)
+
+
+def _inbox(args: argparse.Namespace) -> int:
+    if running_daemon(args) is not None:
+        return call_daemon(args, "inbox", _print_inbox)
+    result = asyncio.run(_inbox_offline(args))
+    if args.json:
+        print_json(result)
+        return 0
+    return _print_inbox(result)
+
+
+async def _inbox_offline(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = load_config(args.config or default_config_path())
+    state = cfg.state_dir(args.state_dir)
+    clock = SystemClock()
+    # A store whose file does not exist yet has nothing: reading must not create it.
+    desk = Desk(state / "desk.sqlite", bus=EventBus(), clock=clock)
+    proposals = Proposals(state, cfg, bus=EventBus(), clock=clock)
+    journal = Journal(state / "runs.sqlite")
+    try:
+        inbox = await gather_inbox(
+            desk if desk.path.exists() else None,
+            proposals if proposals.path.exists() else None,
+            journal if journal.path.exists() else None,
+        )
+        return dict(result_data("inbox", inbox))
+    finally:
+        await desk.close()
+        await proposals.close()
+        await journal.close()
+
+
+def _when(ts: Any) -> str:
+    try:
+        return datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+
+
+def _print_inbox(result: Mapping[str, Any]) -> int:
+    items = list(result.get("items") or [])
+    if not items:
+        print("nothing waits for you")
+        return 0
+    for i in items:
+        print(f"{i.get('id')}  {i.get('kind'):11} {_when(i.get('created'))}  {i.get('summary')}")
+        acts = [_CLI_ACTIONS[a].format(id=i.get("id")) for a in i.get("actions") or []]
+        if acts:
+            print("    " + "  ·  ".join(acts))
+    return 0
+
+
+def _answer(args: argparse.Namespace) -> int:
+    text = " ".join(args.text)
+    if running_daemon(args) is not None:
+        return call_daemon(args, "answer", _print_message, item_id=args.item_id, text=text)
+    result = decide_offline(args, args.item_id, ItemState.ANSWERED, text)
+    if args.json:
+        print_json(result)
+        return 0
+    return _print_message(result)
+
+
+def decide_offline(
+    args: argparse.Namespace, item_id: str, state: ItemState, text: str
+) -> dict[str, Any]:
+    """Decide a desk item with no daemon running: written to the desk, where the run finds
+    it when the daemon starts again.
+    """
+
+    async def go() -> dict[str, Any]:
+        desk = Desk(_state_dir(args) / "desk.sqlite", bus=EventBus(), clock=SystemClock())
+        if not desk.path.exists():
+            raise CompanydError(
+                f"nothing on the founder's desk has id {item_id!r}; pending: (none)"
+            )
+        try:
+            done = await decide(desk, item_id, state, text, by="founder (CLI)")
+        finally:
+            await desk.close()
+        result = dict(result_data("answer", done))
+        result["message"] += "; the daemon acts on it when it starts again"
+        return result
+
+    return asyncio.run(go())
+
+
+def _print_message(result: Mapping[str, Any]) -> int:
+    print(result.get("message") or result)
+    return 0

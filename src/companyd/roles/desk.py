@@ -1,0 +1,432 @@
+"""The founder's desk: what waits for the founder, durable, and the runs that wait on it.
+
+An agent's run stops at the founder in two ways (docs/desk.md):
+
+* an **approval** — a tool named in ``tools.require_approval`` is about to be called: the
+  founder sees the tool, its arguments and the agent's reason, and approves or rejects it;
+* a **question** — the agent called ``ask_founder(question)``: the founder answers it (a
+  Telegram reply to the question, ``/answer``, or ``companyd answer``).
+
+Each is an *item*: created once per asking call (its ``key`` is the run and the tool call,
+so a run resumed after a crash or a ``kill -9`` finds the same item instead of asking
+again), decided once (the first decision wins; a second one is refused with what the
+first was), and expired lazily when its deadline passes unanswered (``expired``, which the
+gate reads as a rejection). :meth:`Desk.wait` is how a run waits: it returns when the item
+is decided or its deadline passes, on the injected clock.
+
+Storage: ``desk.sqlite`` in the state directory (a :class:`companyd._sqlite.Database`: one
+worker thread, ``PRAGMA user_version`` migrations, WAL with ``synchronous=NORMAL`` — a
+decision survives a kill -9 of the daemon once :meth:`Desk.decide` returns). The desk is
+the one owner of the file and of the in-memory waiters; the agents, the operator's
+commands and the Telegram buttons all go through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from companyd._sqlite import Database, Migration
+from companyd.clock import Clock, within
+from companyd.errors import CompanydError
+from companyd.events import (
+    EventBus,
+    FounderApprovalRequested,
+    FounderDecided,
+    FounderQuestion,
+    FounderResultForApproval,
+)
+
+__all__ = [
+    "DEFAULT_APPROVAL_TIMEOUT",
+    "MIGRATIONS",
+    "Desk",
+    "DeskError",
+    "DeskItem",
+    "ItemKind",
+    "ItemState",
+]
+
+#: How long an approval waits for the founder when company.yaml does not say (24 h).
+DEFAULT_APPROVAL_TIMEOUT = 86_400.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS items (
+    id TEXT PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,       -- the asking call: '<run_id>/<tool_use_id>'
+    kind TEXT NOT NULL,             -- approval | question | result
+    agent TEXT NOT NULL,
+    run_id TEXT,
+    routine TEXT,
+    payload TEXT NOT NULL,          -- JSON: tool, input, reason | question
+    state TEXT NOT NULL,            -- pending | approved | rejected | answered |
+                                    -- changes_requested | expired
+    created REAL NOT NULL,
+    deadline REAL NOT NULL,
+    decided REAL,
+    text TEXT NOT NULL DEFAULT '',  -- the rejection's reason or the answer
+    decided_by TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS items_by_state ON items(state, created);
+"""
+
+#: The desk's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite).
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+
+_COLUMNS = (
+    "id, key, kind, agent, run_id, routine, payload, state, created, deadline, decided, text, "
+    "decided_by"
+)
+
+
+class DeskError(CompanydError):
+    """An item cannot be decided as asked (unknown id, already decided, wrong kind)."""
+
+
+class ItemKind(StrEnum):
+    """What an item asks of the founder."""
+
+    APPROVAL = "approval"
+    QUESTION = "question"
+    #: a routine's result under ``approval: required``
+    RESULT = "result"
+
+
+class ItemState(StrEnum):
+    """Where an item stands: pending until the founder decides or its deadline passes."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    ANSWERED = "answered"
+    #: a result the founder sent back with changes (``text``)
+    CHANGES = "changes_requested"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeskItem:
+    """One thing waiting for (or decided by) the founder."""
+
+    id: str
+    key: str
+    kind: ItemKind
+    agent: str
+    run_id: str | None
+    routine: str | None
+    payload: Mapping[str, Any]
+    state: ItemState
+    created: float
+    deadline: float
+    decided: float | None
+    #: a rejection's reason, or the founder's answer
+    text: str
+    decided_by: str
+
+    @property
+    def pending(self) -> bool:
+        """Whether the item still waits for the founder."""
+        return self.state is ItemState.PENDING
+
+    def to_dict(self) -> dict[str, Any]:
+        """The item as JSON (its payload's fields inline), for the operator's front ends."""
+        return {
+            "id": self.id,
+            "kind": str(self.kind),
+            "agent": self.agent,
+            "run_id": self.run_id,
+            "routine": self.routine,
+            **dict(self.payload),
+            "state": str(self.state),
+            "created": self.created,
+            "deadline": self.deadline,
+            "decided": self.decided,
+            "text": self.text,
+            "decided_by": self.decided_by,
+        }
+
+    @classmethod
+    def _of(cls, row: tuple[Any, ...]) -> DeskItem:
+        return cls(
+            id=row[0],
+            key=row[1],
+            kind=ItemKind(row[2]),
+            agent=row[3],
+            run_id=row[4],
+            routine=row[5],
+            payload=json.loads(row[6]),
+            state=ItemState(row[7]),
+            created=float(row[8]),
+            deadline=float(row[9]),
+            decided=None if row[10] is None else float(row[10]),
+            text=row[11],
+            decided_by=row[12],
+        )
+
+
+def _item_id(kind: ItemKind, key: str) -> str:
+    """A short id for the founder to type, stable for one key (``ap-…``, ``q-…``)."""
+    prefix = {ItemKind.APPROVAL: "ap", ItemKind.QUESTION: "q", ItemKind.RESULT: "r"}[kind]
+    return f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+class Desk:
+    """The founder's desk of one state directory (one instance per daemon).
+
+    Args:
+        path: the SQLite file (created on first use).
+        bus: where ``founder_approval_requested``, ``founder_question`` and
+            ``founder_decided`` go.
+        clock: time source (deadlines, waits).
+    """
+
+    def __init__(self, path: Path, *, bus: EventBus, clock: Clock) -> None:
+        self.path = path
+        self._bus = bus
+        self._clock = clock
+        self._db = Database(path, migrations=MIGRATIONS, what="founder's desk", thread_name="desk")
+        #: item id → set when the item is decided (waiters in this process)
+        self._decided: dict[str, asyncio.Event] = {}
+
+    async def close(self) -> None:
+        """Close the database and stop its thread."""
+        await self._db.close()
+
+    # -- asking ---------------------------------------------------------------------------
+
+    async def request(
+        self,
+        *,
+        key: str,
+        kind: ItemKind,
+        agent: str,
+        run_id: str | None,
+        routine: str | None,
+        payload: Mapping[str, Any],
+        timeout: float,
+    ) -> DeskItem:
+        """The item for ``key``: created (and announced) the first time, found again after
+        a restart. ``timeout``: seconds from now until an unanswered item expires.
+        """
+        now = self._clock.time()
+        item_id = _item_id(kind, key)
+        data = json.dumps(dict(payload), ensure_ascii=False, default=str)
+
+        def add(db: sqlite3.Connection) -> tuple[bool, tuple[Any, ...]]:
+            with db:
+                db.execute("BEGIN")
+                created = db.execute(
+                    "INSERT OR IGNORE INTO items (id, key, kind, agent, run_id, routine, payload, "
+                    "state, created, deadline) VALUES (?,?,?,?,?,?,?, 'pending', ?, ?)",
+                    (item_id, key, str(kind), agent, run_id, routine, data, now, now + timeout),
+                ).rowcount
+                row = db.execute(f"SELECT {_COLUMNS} FROM items WHERE key = ?", (key,)).fetchone()
+            return bool(created), row
+
+        created, row = await self._db.run(add)
+        item = DeskItem._of(row)
+        if created:
+            self._announce(item)
+        return item
+
+    def _announce(self, item: DeskItem) -> None:
+        """Tell the founder (through the alerts) that ``item`` waits for them."""
+        source = f"agent/{item.agent}"
+        p = item.payload
+        common: dict[str, Any] = {
+            "source": source,
+            "item_id": item.id,
+            "agent": item.agent,
+            "run_id": item.run_id,
+            "routine": item.routine,
+            "deadline": item.deadline,
+        }
+        if item.kind is ItemKind.RESULT:
+            self._bus.publish(
+                FounderResultForApproval(
+                    answer=_clip(str(p.get("answer") or ""), 3000),
+                    task=_clip(str(p.get("task") or ""), 300),
+                    cost_usd=float(p.get("cost_usd") or 0.0),
+                    round=int(p.get("round") or 1),
+                    **common,
+                )
+            )
+        elif item.kind is ItemKind.APPROVAL:
+            self._bus.publish(
+                FounderApprovalRequested(
+                    tool=str(p.get("tool")),
+                    input=_clip(json.dumps(p.get("input"), ensure_ascii=False), 1500),
+                    reason=_clip(str(p.get("reason") or ""), 800),
+                    **common,
+                )
+            )
+        else:
+            self._bus.publish(
+                FounderQuestion(question=_clip(str(p.get("question") or ""), 1500), **common)
+            )
+
+    async def wait(self, item: DeskItem) -> DeskItem:
+        """Wait until ``item`` is decided or its deadline passes (then it is ``expired``);
+        the item as it ended. Cancellation propagates (the run is stopping: the item stays
+        pending and a resumed run waits for it again).
+        """
+        event = self._decided.setdefault(item.id, asyncio.Event())
+        while True:
+            current = await self.get(item.id)
+            if current is None or not current.pending:
+                return current or item
+            left = current.deadline - self._clock.time()
+            if left <= 0:
+                return await self._expire(current)
+            with contextlib.suppress(TimeoutError):
+                await within(self._clock, left, event.wait())
+            event.clear()
+
+    async def _expire(self, item: DeskItem) -> DeskItem:
+        return await self._set(item.id, ItemState.EXPIRED, "", "the deadline", only_pending=True)
+
+    # -- deciding -------------------------------------------------------------------------
+
+    async def decide(
+        self, item_id: str, state: ItemState, text: str = "", by: str = ""
+    ) -> DeskItem:
+        """Decide a pending item: ``approved`` / ``rejected`` (an approval or a result,
+        ``text`` the reason), ``answered`` (a question, ``text`` the answer) or
+        ``changes_requested`` (a result, ``text`` the change; an answer to a result is one).
+
+        Raises:
+            DeskError: no such item, the wrong decision for its kind, or already decided.
+        """
+        item = await self.get(item_id)
+        if item is None:
+            pending = ", ".join(i.id for i in await self.pending()) or "(none)"
+            raise DeskError(f"nothing on the founder's desk has id {item_id!r}; pending: {pending}")
+        if item.pending and item.deadline <= self._clock.time():
+            item = await self._expire(item)
+        if not item.pending:
+            raise DeskError(
+                f"{item.kind} {item.id} was already {item.state}"
+                + (f" by {item.decided_by}" if item.decided_by else "")
+                + "; nothing changed"
+            )
+        if item.kind is ItemKind.QUESTION and state is not ItemState.ANSWERED:
+            raise DeskError(
+                f"{item.id} is a question from {item.agent}: answer it (`companyd answer "
+                f'{item.id} "…"`, or reply to it on Telegram) rather than {state} it'
+            )
+        if item.kind is ItemKind.APPROVAL and state not in (ItemState.APPROVED, ItemState.REJECTED):
+            raise DeskError(
+                f"{item.id} asks to approve a call of {item.payload.get('tool')!r}: approve "
+                "or reject it"
+            )
+        if item.kind is ItemKind.RESULT:
+            if state is ItemState.ANSWERED:
+                state = ItemState.CHANGES  # an answer to a result is the change asked for
+            if state not in (ItemState.APPROVED, ItemState.REJECTED, ItemState.CHANGES):
+                raise DeskError(f"{item.id} is a result: approve it, reject it or ask for changes")
+        if state in (ItemState.ANSWERED, ItemState.CHANGES) and not text.strip():
+            raise DeskError(f"an answer to {item.id} needs some text; nothing changed")
+        done = await self._set(item_id, state, text.strip(), by, only_pending=True)
+        if done.state is not state:  # decided meanwhile (another button, the deadline)
+            raise DeskError(f"{item.kind} {item.id} was already {done.state}; nothing changed")
+        return done
+
+    async def _set(
+        self, item_id: str, state: ItemState, text: str, by: str, *, only_pending: bool
+    ) -> DeskItem:
+        now = self._clock.time()
+
+        def upd(db: sqlite3.Connection) -> tuple[int, tuple[Any, ...]]:
+            with db:
+                db.execute("BEGIN")
+                changed = db.execute(
+                    "UPDATE items SET state = ?, text = ?, decided_by = ?, decided = ? "
+                    "WHERE id = ?" + (" AND state = 'pending'" if only_pending else ""),
+                    (str(state), text, by, now, item_id),
+                ).rowcount
+                row = db.execute(
+                    f"SELECT {_COLUMNS} FROM items WHERE id = ?", (item_id,)
+                ).fetchone()
+            return changed, row
+
+        changed, row = await self._db.run(upd)
+        item = DeskItem._of(row)
+        if changed:
+            self._bus.publish(
+                FounderDecided(
+                    source=f"agent/{item.agent}",
+                    item_id=item.id,
+                    item_kind=str(item.kind),
+                    agent=item.agent,
+                    run_id=item.run_id,
+                    state=str(item.state),
+                    by=by,
+                )
+            )
+            event = self._decided.pop(item_id, None)
+            if event is not None:
+                event.set()
+        return item
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def get(self, item_id: str) -> DeskItem | None:
+        """The item ``item_id`` as stored, or None."""
+        row = await self._db.run(
+            lambda db: db.execute(
+                f"SELECT {_COLUMNS} FROM items WHERE id = ?", (item_id,)
+            ).fetchone()
+        )
+        return None if row is None else DeskItem._of(row)
+
+    async def latest(self, key_prefix: str) -> DeskItem | None:
+        """The newest item whose key starts with ``key_prefix``, or None."""
+        like = key_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        row = await self._db.run(
+            lambda db: db.execute(
+                f"SELECT {_COLUMNS} FROM items WHERE key LIKE ? ESCAPE '\\' "
+                "ORDER BY created DESC, rowid DESC LIMIT 1",
+                (like + "%",),
+            ).fetchone()
+        )
+        return None if row is None else DeskItem._of(row)
+
+    async def pending(self) -> list[DeskItem]:
+        """Items still waiting for the founder, oldest first (those past their deadline are
+        expired first, so the list never offers what can no longer be decided).
+        """
+        now = self._clock.time()
+        rows = await self._db.run(
+            lambda db: db.execute(
+                f"SELECT {_COLUMNS} FROM items WHERE state = 'pending' ORDER BY created, rowid"
+            ).fetchall()
+        )
+        out = []
+        for row in rows:
+            item = DeskItem._of(row)
+            if item.deadline <= now:
+                await self._expire(item)
+                continue
+            out.append(item)
+        return out
+
+    async def recent(self, limit: int = 20) -> list[DeskItem]:
+        """The latest items, decided or not, newest first."""
+        rows = await self._db.run(
+            lambda db: db.execute(
+                f"SELECT {_COLUMNS} FROM items ORDER BY created DESC, rowid DESC LIMIT ?", (limit,)
+            ).fetchall()
+        )
+        return [DeskItem._of(r) for r in rows]
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

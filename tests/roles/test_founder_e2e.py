@@ -1,0 +1,394 @@
+"""The founder's desk end to end (issue 17 acceptance): a real ``companyd run`` subprocess,
+the real anthropic SDK against the Messages API stand-in, python-telegram-bot against the
+Bot API stand-in, and a real MCP tool server over stdio.
+
+* a ``require_approval`` tool call waits for the founder, survives a kill -9 of the daemon
+  while it waits, and runs exactly once after Approve is pressed on Telegram;
+* a rejected call never runs; the model reads "rejected by the founder: <reason>";
+* ``ask_founder`` posts the question, and a Telegram reply to it is the tool's result;
+* ``companyd inbox`` lists what waits, with its actions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from companyd.daemon.control_client import ControlClient
+from companyd.testing.bot_api import BotApiServer, SentMessage
+from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
+
+from .agentkit import PerAgent, daemon_env, tool_results, write_company
+
+TOOL_SERVER = Path(__file__).with_name("mcp_tool_server.py")
+TOKEN = "123456789:AAH-founder-test-secret-0123456789abcdef"
+FOUNDER = 111
+#: a daemon with an MCP server and the pager starts in seconds, but the suite shares its
+#: cores; readiness is not what these tests measure
+START_TIMEOUT = 90.0
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def _company(work: Path, bot: BotApiServer, tool_log: Path, **marketing: Any) -> Path:
+    return write_company(
+        work,
+        {
+            "marketing": {
+                "mcp_servers": {
+                    "social": {
+                        "command": sys.executable,
+                        "args": [str(TOOL_SERVER)],
+                        "env": {"TOOL_LOG": str(tool_log)},
+                    }
+                },
+                "tools": {"require_approval": ["post_update"]},
+                **marketing,
+            }
+        },
+        alerts={
+            "min_severity": "warning",
+            "telegram": {
+                "api_url": bot.url,
+                "bot_token_env": "TELEGRAM_BOT_TOKEN",
+                "chat_ids_env": "TELEGRAM_CHAT_ID",
+            },
+        },
+    )
+
+
+@contextlib.asynccontextmanager
+async def _daemon(cfg: Path, work: Path, srv: MessagesAPIServer) -> AsyncIterator[DaemonProcess]:
+    daemon = DaemonProcess(cfg, work / "s", log=work / "d.log", offline=False, env=_env(srv))
+    try:
+        await daemon.start(timeout=START_TIMEOUT)
+        yield daemon
+    finally:
+        if daemon.proc is not None and daemon.returncode is None:
+            await daemon.stop()
+
+
+def _env(model: MessagesAPIServer) -> dict[str, str]:
+    return daemon_env(model, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_CHAT_ID=str(FOUNDER))
+
+
+def _ask(daemon: DaemonProcess, agent: str, question: str) -> asyncio.Task[None]:
+    async def ask() -> None:
+        # the daemon may be killed under it; the run's fate is read from the journal
+        with contextlib.suppress(Exception):
+            await ControlClient(daemon.socket, timeout=120).acall(
+                "ask", agent=agent, question=question, timeout=100.0
+            )
+
+    return asyncio.create_task(ask())
+
+
+def _to_founder(bot: BotApiServer, needle: str) -> list[SentMessage]:
+    return [m for m in bot.messages if str(m.chat_id) == str(FOUNDER) and needle in m.text]
+
+
+async def _message(bot: BotApiServer, needle: str) -> SentMessage:
+    await bot.wait_for(lambda: bool(_to_founder(bot, needle)), timeout=30)
+    return _to_founder(bot, needle)[0]
+
+
+def _button(msg: SentMessage, label: str) -> str:
+    rows = (msg.reply_markup or {}).get("inline_keyboard") or []
+    for row in rows:
+        for b in row:
+            if label in b.get("text", ""):
+                return str(b["callback_data"])
+    raise AssertionError(f"no {label!r} button on {msg.text!r}: {rows}")
+
+
+async def _run_status(daemon: DaemonProcess, status: str) -> dict[str, Any]:
+    async with asyncio.timeout(30):
+        while True:
+            runs = (await daemon.call("runs"))["runs"]
+            done = [r for r in runs if r["status"] == status]
+            if done:
+                return dict(done[0])
+            await asyncio.sleep(0.1)
+
+
+def _started(tool_log: Path) -> list[str]:
+    if not tool_log.exists():
+        return []
+    return [x for x in tool_log.read_text().splitlines() if x.startswith("started")]
+
+
+@pytest.mark.anyio
+async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
+    work: Path,
+) -> None:
+    tool_log = work / "tool.log"
+    model = PerAgent(
+        marketing=[
+            reply_tool_use(
+                "post_update",
+                {"text": "We launch today!"},
+                text="The launch post is ready; posting it as the founder asked.",
+            ),
+            reply_text("Posted the launch update."),
+        ]
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, tool_log)
+            state = work / "s"
+            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            second = DaemonProcess(cfg, state, log=work / "d2.log", offline=False, env=_env(srv))
+            try:
+                await first.start(timeout=START_TIMEOUT)
+                asking = _ask(first, "marketing", "Post the launch update.")
+                approval = await _message(bot, "wants to call post_update")
+                assert "We launch today!" in approval.text  # the arguments
+                assert "The launch post is ready" in approval.text  # the agent's reason
+                item_id = approval.text.split("approve? (")[1].split(")")[0]
+                assert _started(tool_log) == []  # nothing runs before the founder says so
+                inbox = await first.cli("inbox")
+                assert inbox.rc == 0, inbox.err
+                assert f"{item_id}  approval" in inbox.out
+                assert f"companyd approve {item_id}" in inbox.out
+
+                first.send_signal(signal.SIGKILL)
+                await first.wait(10)
+                await asking
+
+                await second.start(timeout=START_TIMEOUT)
+                # the resumed run waits for the same approval: no second request is sent
+                await asyncio.sleep(1.0)
+                assert len(_to_founder(bot, "wants to call post_update")) == 1
+                assert (await second.call("runs"))["runs"][0]["status"] == "running"
+                # the button on the message sent before the kill still works
+                bot.press_button(FOUNDER, approval.message_id, _button(approval, "Approve"))
+                run = await _run_status(second, "ok")
+                assert run["answer"] == "Posted the launch update."
+            finally:
+                for d in (first, second):
+                    if d.proc is not None and d.returncode is None:
+                        await d.stop()
+    assert _started(tool_log) == ["started We launch today!"]  # exactly once
+    assert tool_results(srv.requests[-1])[0]["content"] == "posted: We launch today!"
+    assert srv.served == 2  # the first model call was not paid again after the kill
+    await bot.wait_for(lambda: any("approved" in f for f in _footers(bot, approval)), timeout=10)
+
+
+def _reply(bot: BotApiServer, to: SentMessage, text: str) -> None:
+    """The founder replies to the bot's message ``to`` (as Telegram sends it)."""
+    chat = {"id": FOUNDER, "type": "private", "first_name": "Op"}
+    bot.inject_update(
+        {
+            "message": {
+                "message_id": 9000 + len(bot.messages),
+                "date": int(to.date) + 5,
+                "chat": chat,
+                "from": {"id": FOUNDER, "is_bot": False, "first_name": "Op"},
+                "text": text,
+                "reply_to_message": {
+                    "message_id": to.message_id,
+                    "date": int(to.date),
+                    "chat": chat,
+                    "from": {"id": 1, "is_bot": True, "first_name": "companyd"},
+                    "text": to.text,
+                },
+            }
+        }
+    )
+
+
+def _footers(bot: BotApiServer, msg: SentMessage) -> list[str]:
+    now = bot.find_message(FOUNDER, msg.message_id)
+    return (now.text if now else "").splitlines()
+
+
+@pytest.mark.anyio
+async def test_a_rejected_call_never_runs_and_the_agent_reads_the_reason(work: Path) -> None:
+    tool_log = work / "tool.log"
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Announcing the sale."),
+            reply_text("The founder said no; I did not post."),
+        ]
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, tool_log)
+            async with _daemon(cfg, work, srv) as daemon:
+                asking = _ask(daemon, "marketing", "Announce the flash sale.")
+                approval = await _message(bot, "wants to call post_update")
+                item_id = approval.text.split("approve? (")[1].split(")")[0]
+                bot.inject_command(FOUNDER, "/inbox")
+                inbox = await _message(bot, "📥")
+                assert inbox.text.splitlines()[1:] == [
+                    f"• approval {item_id}: marketing wants to call post_update with "
+                    '{"text": "Flash sale!"} — Announcing the sale.',
+                    f"   /approve {item_id} · /reject {item_id} [REASON]",
+                ]
+                done = await daemon.cli("reject", item_id, "not", "before", "Monday")
+                assert done.rc == 0, done.err
+                assert done.out.startswith(f"rejected {item_id} (post_update call of marketing)")
+                run = await _run_status(daemon, "ok")
+                await asking
+                again = await daemon.cli("approve", item_id)
+                assert again.rc == 1
+                assert f"approval {item_id} was already rejected by founder" in again.err
+    assert run["answer"] == "The founder said no; I did not post."
+    assert _started(tool_log) == []
+    result = tool_results(srv.requests[-1])[0]
+    assert result["is_error"] is True
+    assert result["content"] == "rejected by the founder: not before Monday"
+
+
+@pytest.mark.anyio
+async def test_ask_founder_waits_for_a_telegram_reply_to_the_question(work: Path) -> None:
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("ask_founder", {"question": "Launch on Friday or Monday?"}),
+            reply_text("Launching on Friday, as the founder said."),
+        ]
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, work / "tool.log", tools={"ask_founder": True})
+            async with _daemon(cfg, work, srv) as daemon:
+                asking = _ask(daemon, "marketing", "Plan the launch.")
+                question = await _message(bot, "Launch on Friday or Monday?")
+                assert "marketing asks you (q-" in question.text
+                _reply(bot, question, "Friday, before noon")
+                run = await _run_status(daemon, "ok")
+                await asking
+                confirm = await _message(bot, "answered q-")
+                assert "question of marketing" in confirm.text
+    assert run["answer"] == "Launching on Friday, as the founder said."
+    result = tool_results(srv.requests[-1])[0]
+    assert result["content"] == "The founder answered: Friday, before noon"
+    assert not result.get("is_error")
+
+
+@pytest.mark.anyio
+async def test_a_routine_with_approval_is_done_only_once_approved_after_one_change_round(
+    work: Path,
+) -> None:
+    model = PerAgent(
+        marketing=[
+            reply_text("Draft 1: We launch on Friday."),
+            reply_text("Draft 2: We launch on Friday! 🚀"),
+        ]
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, work / "tool.log")
+            doc = yaml.safe_load(cfg.read_text())
+            doc["routines"] = {
+                "daily-post": {
+                    "assignee": "marketing",
+                    "description": "Draft today's post.",
+                    "trigger": {"cron": "0 14 * * *"},
+                    "approval": "required",
+                }
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                client = ControlClient(daemon.socket, timeout=120)
+                firing = asyncio.create_task(client.acall("run_job", routine="daily-post"))
+                first = await _message(bot, "daily-post by marketing awaits your approval")
+                assert "Draft 1: We launch on Friday." in first.text
+                history = (await daemon.call("job_history", routine="daily-post"))["fires"]
+                assert [f["outcome"] for f in history] != ["ok"]  # not done before approval
+                assert not firing.done()
+
+                _reply(bot, first, "Add a rocket emoji")
+                second = await _message(bot, "round 2")
+                assert "Draft 2: We launch on Friday! 🚀" in second.text
+                follow_up = srv.requests[-1].body["messages"][0]["content"]
+                assert "Your result was:\nDraft 1: We launch on Friday." in str(follow_up)
+                assert "The founder asks for changes:\nAdd a rocket emoji" in str(follow_up)
+
+                bot.press_button(FOUNDER, second.message_id, _button(second, "Approve"))
+                async with asyncio.timeout(30):
+                    fired = await firing
+                assert fired["status"] == "ok"
+                history = (await daemon.call("job_history", routine="daily-post"))["fires"]
+                assert history[0]["outcome"] == "ok"
+                assert history[0]["reason"] == "approved by the founder after 1 change request(s)"
+    assert srv.served == 2  # the change request looped once through the agent
+
+
+@pytest.mark.anyio
+async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path) -> None:
+    model = PerAgent(marketing=[reply_text("Draft: We launch on Friday.")])
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, work / "tool.log")
+            doc = yaml.safe_load(cfg.read_text())
+            doc["routines"] = {
+                "daily-post": {
+                    "assignee": "marketing",
+                    "description": "Draft today's post.",
+                    "trigger": {"cron": "0 14 * * *"},
+                    "approval": "required",
+                }
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            state = work / "s"
+            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            second = DaemonProcess(cfg, state, log=work / "d2.log", offline=False, env=_env(srv))
+            try:
+                await first.start(timeout=START_TIMEOUT)
+
+                async def fire() -> None:
+                    with contextlib.suppress(Exception):  # the daemon is killed under it
+                        await ControlClient(first.socket, timeout=120).acall(
+                            "run_job", routine="daily-post"
+                        )
+
+                firing = asyncio.create_task(fire())
+                result = await _message(bot, "daily-post by marketing awaits your approval")
+                item_id = result.text.split("awaits your approval (")[1].split(")")[0]
+                # (the founder reads the inbox first: a kill within milliseconds of the send
+                # could beat the outbox's note that it was sent, and the message would be
+                # sent again after the restart — the outbox's at-least-once window, not this)
+                history = (await first.call("job_history", routine="daily-post"))["fires"]
+                assert history[0]["outcome"] is None  # not done before approval
+                assert f"{item_id}  result" in (await first.cli("inbox")).out
+                first.send_signal(signal.SIGKILL)
+                await first.wait(10)
+                await firing
+
+                await second.start(timeout=START_TIMEOUT)
+                inbox = await second.cli("inbox")
+                assert f"{item_id}  result" in inbox.out, inbox.err
+                history = (await second.call("job_history", routine="daily-post"))["fires"]
+                assert history[0]["outcome"] is None  # still open: waiting for the founder
+                done = await second.cli("approve", item_id)
+                assert done.rc == 0, done.err
+                async with asyncio.timeout(30):
+                    while True:
+                        fires = (await second.call("job_history", routine="daily-post"))["fires"]
+                        if fires[0]["outcome"] is not None:
+                            break
+                        await asyncio.sleep(0.1)
+            finally:
+                for d in (first, second):
+                    if d.proc is not None and d.returncode is None:
+                        await d.stop()
+    assert fires[0]["outcome"] == "ok"
+    assert fires[0]["reason"].startswith("approved by the founder (the daemon restarted")
+    sent = _to_founder(bot, "awaits your approval")
+    assert len(sent) == 1  # asked once, not again after the restart
+    assert srv.served == 1  # the draft was not made again
