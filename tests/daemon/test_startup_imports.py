@@ -15,7 +15,16 @@ import subprocess
 import sys
 
 #: Top-level packages the offline daemon of the example company never needs at start.
-NOT_AT_START = ("mcp", "mcp_types", "networkx", "starlette", "uvicorn", "telegram", "anthropic")
+NOT_AT_START = (
+    "mcp",
+    "mcp_types",
+    "networkx",
+    "starlette",
+    "uvicorn",
+    "telegram",
+    "anthropic",
+    "httpx",
+)
 
 PROBE = """
 import contextlib, io, json, sys
