@@ -27,14 +27,14 @@ from companyd.cli.main import print_json
 from companyd.config import default_config_path, load_config
 from companyd.errors import CompanydError
 from companyd.memory.codec import counted, parse_graph
-from companyd.memory.mcp_server import serve_stdio
+from companyd.memory.neighbourhood import neighbourhood
 from companyd.memory.store import GraphStore, write_atomic
-from companyd.memory.view import (
-    export_graphml,
-    export_node_link,
-    graph_from_node_link,
-    neighbourhood,
-)
+
+# Three imports stay inside their commands (``_export``, ``_import``, ``_serve_mcp``), for a
+# written reason: every ``companyd`` command, ``companyd run`` included, builds the whole
+# parser and so imports this module; the mcp SDK (``memory.mcp_server``) and networkx
+# (``memory.view``) imported here doubled the daemon's peak RSS (48.8 -> 91 MB) and tripled
+# its CPU to READY=1 (docs/benchmarks.md, "daemon"; tests/daemon/test_startup_imports.py).
 
 __all__ = ["register", "resolve_memory_path"]
 
@@ -292,6 +292,8 @@ def _repair(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from companyd.memory.view import export_graphml, export_node_link  # networkx: see top
+
     store = _open_readonly(args)
     try:
         if args.format == "graphml":
@@ -318,6 +320,8 @@ _MAX_IMPORT_BYTES = 1024 * 1024 * 1024
 
 
 def _import(args: argparse.Namespace) -> int:
+    from companyd.memory.view import graph_from_node_link  # networkx: see the module top
+
     source: Path = args.source
     try:
         # never a plain read: a FIFO with no writer would hang the command
@@ -404,6 +408,8 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _serve_mcp(args: argparse.Namespace) -> int:
+    from companyd.memory.mcp_server import serve_stdio  # the mcp SDK: see the module top
+
     path = resolve_memory_path(args.file, args.config)
     if not path.parent.is_dir():
         raise CompanydError(

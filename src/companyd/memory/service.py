@@ -47,9 +47,9 @@ from companyd.events import EventBus, MemoryRepaired
 from companyd.memory.codec import LoadReport
 from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryUnavailable
 from companyd.memory.graph import KnowledgeGraph
+from companyd.memory.neighbourhood import neighbourhood
 from companyd.memory.store import GraphStore, Operation, Outcome
 from companyd.memory.tools import READ_ONLY_TOOLS, validate_arguments
-from companyd.memory.view import neighbourhood
 from companyd.supervision.child import ChildContext
 
 __all__ = ["DISK_PROBE_BYTES", "DISK_RETRY_SECONDS", "MemoryService"]
@@ -242,7 +242,7 @@ class MemoryService:
     async def recall(self, entity: str, depth: int = 1) -> dict[str, Any]:
         """The neighbourhood of ``entity`` to ``depth`` hops, for a prompt: ``{entity,
         depth, found, entities, others, relations, truncated, text}`` (see
-        :func:`companyd.memory.view.neighbourhood`).
+        :func:`companyd.memory.neighbourhood.neighbourhood`).
         """
         return await self.query(lambda g: neighbourhood(g, entity, depth).to_dict())
 
