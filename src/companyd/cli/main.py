@@ -60,6 +60,8 @@ _AREAS = (
     "companyd.cli.spend",
     "companyd.cli.memory",
     "companyd.cli.alerts",
+    "companyd.cli.doctor",
+    "companyd.cli.backup",
 )
 
 
