@@ -24,6 +24,7 @@ through the memory package's own loader in a scratch directory.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import io
 import json
@@ -199,9 +200,10 @@ def read_manifest(tar: tarfile.TarFile, path: Path) -> dict[str, Any]:
         BackupError: missing, damaged or of another format.
     """
     data = _member_bytes(tar, MANIFEST, path)
-    want = _member_bytes(tar, MANIFEST_SHA, path).decode("ascii", errors="replace").strip()
+    recorded = _member_bytes(tar, MANIFEST_SHA, path)
     got = hashlib.sha256(data).hexdigest()
-    if got != want:
+    want = recorded.decode("ascii", errors="replace").strip()
+    if recorded != f"{got}\n".encode():  # byte for byte: its newline counts too
         raise BackupError(
             f"backup {str(path)!r}: {MANIFEST} does not match {MANIFEST_SHA} (SHA-256 {got}, "
             f"expected {want}): the archive is damaged; use another backup"
@@ -270,6 +272,9 @@ def verify_archive(path: Path, *, extract_to: Path | None = None) -> VerifyRepor
                     report.problems.append(f"{m.name}: {problem}")
                 else:
                     report.checked.append(m.name)
+        problem = _whole_stream(path)
+        if problem:
+            report.problems.append(problem)
         for m in listed:
             if m.name not in report.checked:
                 continue
@@ -278,6 +283,23 @@ def verify_archive(path: Path, *, extract_to: Path | None = None) -> VerifyRepor
                 report.checked.remove(m.name)
                 report.problems.append(f"{m.name}: {problem}")
     return report
+
+
+def _whole_stream(path: Path) -> str | None:
+    """Read the compressed file to its end: the members may be intact while the bytes after
+    them (the tar's end blocks, the gzip trailer with its CRC) are not, and those are part
+    of the file too."""
+    with open(path, "rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    if not gzipped:
+        return None
+    try:
+        with gzip.open(path, "rb") as g:
+            while g.read(_CHUNK):
+                pass
+    except Exception as exc:  # gzip.BadGzipFile, zlib.error, EOFError: a damaged stream
+        return f"the compressed archive is damaged: {type(exc).__name__}: {exc}"
+    return None
 
 
 def _safe_target(root: Path, name: str) -> Path | None:

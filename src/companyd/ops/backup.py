@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd import __version__
-from companyd._fs import make_dirs
+from companyd._fs import is_disk_failure, make_dirs
 from companyd._sqlite import connect_readonly, user_version
 from companyd.config import CompanyConfig
 from companyd.memory.store import GraphStore
@@ -173,6 +173,11 @@ def take_backup(
             manifest = _manifest(config, state_dir, memory, listed, now)
             size = write_archive(dest, manifest, files)
     except sqlite3.Error as exc:
+        if is_disk_failure(exc):  # the stores are only read: the full disk is the staging's
+            raise BackupError(
+                f"cannot write backup {str(dest)!r}: {exc} in {str(dest.parent)!r}; free some "
+                "space or choose another --to; nothing was written"
+            ) from exc
         raise BackupError(
             f"cannot back up a store in {str(state_dir)!r}: {exc}; nothing was written"
         ) from exc
