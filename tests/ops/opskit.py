@@ -16,7 +16,8 @@ def write_company(
     tmp_path: Path, *, api_url: str | None = "http://127.0.0.1:9", **extra: Any
 ) -> Path:
     """company.yaml with two agents, Telegram via $TELEGRAM_BOT_TOKEN / $TELEGRAM_CHAT_ID at
-    ``api_url``, and ``state`` as its state directory."""
+    ``api_url``, and ``state`` as its state directory.
+    """
     doc: dict[str, Any] = {
         "schema": "companyd/v1",
         "company": {"name": "Acme Ops", "timezone": "UTC", "budget": {"daily_usd": 10}},

@@ -1,7 +1,9 @@
-"""``companyd backup``, ``backup verify`` and ``restore`` on a stopped company: the archive,
-its manifest, a flipped byte in any member caught, restores that refuse what they must and
-move instead of delete. (A backup taken while the company runs under chaos is
-test_backup_chaos.py.)"""
+"""``companyd backup``, ``backup verify`` and ``restore`` on a stopped company.
+
+The archive and its manifest, a flipped byte in any member caught, restores that refuse
+what they must and move instead of delete. (A backup taken while the company runs under chaos is
+test_backup_chaos.py.)
+"""
 
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ def rows(db: Path, sql: str) -> list[tuple[object, ...]]:
 
 def rewrite(src: Path, dst: Path, member: str, offset: int = 0) -> None:
     """Copy the archive with one byte of ``member`` flipped (recompressed: the gzip layer
-    is intact, only the member's content differs)."""
+    is intact, only the member's content differs).
+    """
     with tarfile.open(src, "r:gz") as tin, tarfile.open(dst, "w:gz") as tout:
         for info in tin.getmembers():
             f = tin.extractfile(info)

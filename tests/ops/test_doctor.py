@@ -1,6 +1,7 @@
 """``companyd doctor``: every check seen failing on a broken set-up and passing on a good one,
 against the real anthropic SDK and python-telegram-bot talking to the loopback stand-ins;
-``--fix`` repairs permissions (and a missing state directory) and nothing else."""
+``--fix`` repairs permissions (and a missing state directory) and nothing else.
+"""
 
 from __future__ import annotations
 

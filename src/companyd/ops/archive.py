@@ -65,7 +65,8 @@ _CHUNK = 1 << 20
 
 class BackupError(CompanydError):
     """A backup could not be taken, verified or restored; the message says why and what to
-    do (exit 1)."""
+    do (exit 1).
+    """
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Member:
 
     @classmethod
     def of(cls, name: str, kind: str, path: Path, schema_version: int | None = None) -> Member:
+        """The entry for the staged file ``path`` (its size and SHA-256 read from disk)."""
         size, sha = sha256_file(path)
         return cls(name=name, kind=kind, size=size, sha256=sha, schema_version=schema_version)
 
@@ -103,9 +105,11 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """No problem found."""
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as ``--json`` prints it."""
         return {
             "path": str(self.path),
             "ok": self.ok,
@@ -288,7 +292,8 @@ def verify_archive(path: Path, *, extract_to: Path | None = None) -> VerifyRepor
 def _whole_stream(path: Path) -> str | None:
     """Read the compressed file to its end: the members may be intact while the bytes after
     them (the tar's end blocks, the gzip trailer with its CRC) are not, and those are part
-    of the file too."""
+    of the file too.
+    """
     with open(path, "rb") as f:
         gzipped = f.read(2) == b"\x1f\x8b"
     if not gzipped:

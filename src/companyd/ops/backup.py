@@ -76,6 +76,7 @@ class BackupResult:
     pruned: tuple[Path, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as ``--json`` and the ``backup`` Admin operation give it."""
         return {
             "path": str(self.path),
             "size": self.size,
@@ -264,7 +265,8 @@ def _manifest(
 
 def prune_backups(directory: Path, keep: int, slug: str) -> list[Path]:
     """Remove this company's backups in ``directory`` beyond the newest ``keep`` (by the
-    time in their names); only files named as :func:`backup_name` names them are touched."""
+    time in their names); only files named as :func:`backup_name` names them are touched.
+    """
     mine = []
     for p in directory.iterdir():
         m = _NAME.match(p.name)

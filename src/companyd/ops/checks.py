@@ -31,6 +31,7 @@ class Check:
     changed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The check as ``--json`` prints it."""
         return {
             "name": self.name,
             "status": self.status,

@@ -73,13 +73,16 @@ class DoctorReport:
 
     @property
     def ok(self) -> bool:
+        """No check is a problem (the exit code is 0)."""
         return not any(c.status == "problem" for c in self.checks)
 
     @property
     def changed(self) -> list[str]:
+        """Every change ``fix`` made, in order."""
         return [change for c in self.checks for change in c.changed]
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as ``--json`` prints it."""
         return {
             "ok": self.ok,
             "checks": [c.to_dict() for c in self.checks],
@@ -291,7 +294,8 @@ async def _check_telegram(config: CompanyConfig, env: Mapping[str, str]) -> Chec
 
 def _loose(path: Path) -> list[tuple[Path, int, int]]:
     """``(path, mode, wanted)`` for the directory and every file under it that is open to
-    the group or others (symlinks are not followed)."""
+    the group or others (symlinks are not followed).
+    """
     out = []
     for root, dirs, files in os.walk(path):
         for name in (*dirs, *files):
@@ -308,7 +312,8 @@ def _loose(path: Path) -> list[tuple[Path, int, int]]:
 
 def check_state_dir(path: Path, *, fix: bool = False) -> Check:
     """The state directory exists, is this user's, is 0700 and its files 0600; with ``fix``
-    a missing directory is created and loose modes are tightened (each change listed)."""
+    a missing directory is created and loose modes are tightened (each change listed).
+    """
     changed: list[str] = []
     if not path.exists():
         if not fix:

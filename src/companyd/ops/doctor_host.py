@@ -86,7 +86,8 @@ def _no_systemd(runtime: Path, tool: str) -> str | None:
 
 def check_clock(runtime: Path = SYSTEMD_RUNTIME) -> Check:
     """Whether the clock is synchronised (``timedatectl``): routines, budget periods and
-    quiet hours follow it."""
+    quiet hours follow it.
+    """
     why = _no_systemd(runtime, "timedatectl")
     if why:
         return Check("clock", "skipped", why)

@@ -55,6 +55,7 @@ class RestoreResult:
     manifest: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as ``--json`` prints it."""
         return {
             "state_dir": str(self.state_dir),
             "restored": self.restored,

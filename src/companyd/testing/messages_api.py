@@ -480,7 +480,8 @@ class MessagesAPIServer:
     def _models(self, h: _Handler, path: str, headers: dict[str, str]) -> None:
         """``GET /v1/models``: the catalog's model ids, one page, as the real API lists
         them (the key check of ``companyd doctor``). Counted in :attr:`models_listed`, not
-        as a Messages request."""
+        as a Messages request.
+        """
         rec = RecordedRequest(
             index=-1, method="GET", path=path, headers=headers, body=None, received=time.time()
         )
