@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd import __version__
-from companyd._fs import is_disk_failure, make_dirs
+from companyd._fs import is_disk_failure
 from companyd._sqlite import connect_readonly, user_version
 from companyd.config import CompanyConfig
 from companyd.memory.store import GraphStore
@@ -139,12 +139,10 @@ def take_backup(
             n += 1
             dest = dest.with_name(name.replace(".tar.gz", f"-{n}.tar.gz"))
     elif not dest.parent.is_dir():
-        if keep is None:
-            raise BackupError(
-                f"cannot write backup {str(dest)!r}: directory {str(dest.parent)!r} does not "
-                "exist; create it or choose another --to"
-            )
-        make_dirs(dest.parent)  # a scheduled backup's `to:` directory
+        raise BackupError(
+            f"cannot write backup {str(dest)!r}: directory {str(dest.parent)!r} does not "
+            "exist; create it or choose another --to"
+        )
     memory = config.memory_path(state_dir)
     try:
         with tempfile.TemporaryDirectory(prefix=".companyd-backup-", dir=dest.parent) as tmp:
