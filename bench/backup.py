@@ -88,7 +88,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         return {
             "scenario": args.scenario,
             "days": args.days,
-            "agent_runs": sim.runs,
+            "agent_runs": sum(sim.runs.values()),
             "model_calls": sim.served,
             "simulation_wall_seconds": round(simulated, 1),
             "state_bytes": sum(state_files.values()),

@@ -249,3 +249,12 @@ def test_a_backup_onto_a_full_disk_leaves_nothing(company: Path, tmp_path: Path)
             assert [p.name for p in disk.iterdir()] == [".filler"]
     except DiskUnavailable as exc:
         pytest.skip(str(exc))
+
+
+def test_restore_of_a_missing_file_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "new-state"
+    assert main(["restore", str(tmp_path / "nope.tar.gz"), "--state-dir", str(target)]) == 1
+    assert "no backup at" in capsys.readouterr().err
+    assert not target.exists()  # seen failing first: the lock created the directory

@@ -25,7 +25,7 @@ from companyd.config import CompanyConfig, default_config_path, load_config
 from companyd.daemon.control_client import find_daemon
 from companyd.daemon.lock import StateLock
 from companyd.errors import EX_REFUSED, EX_TEMPFAIL, StateLocked
-from companyd.ops.archive import verify_archive
+from companyd.ops.archive import BackupError, verify_archive
 from companyd.ops.backup import backup_name, take_backup
 from companyd.ops.restore import restore_backup
 
@@ -36,6 +36,8 @@ def register(sub: Any) -> None:
     """Add ``backup`` (with ``backup verify``) and ``restore``."""
     p = sub.add_parser(
         "backup",
+        usage="companyd backup [-h] [--to FILE] [--config F] [--state-dir D] [--json]\n"
+        "       companyd backup verify [-h] [--json] FILE",
         help="write a verified, consistent backup of the company (also while it runs)",
         description="Snapshot every SQLite store (SQLite's online backup API), the memory "
         "graph and journal (under the memory lock) and company.yaml into one .tar.gz with "
@@ -148,6 +150,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _restore(args: argparse.Namespace) -> int:
     state_dir = args.state_dir.absolute()
+    if not args.file.is_file():  # before the lock, which would create the directory
+        raise BackupError(f"no backup at {str(args.file)!r}; check the path")
     try:
         lock = StateLock.acquire(state_dir)
     except StateLocked as exc:
