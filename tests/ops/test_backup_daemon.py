@@ -207,6 +207,7 @@ async def test_scheduled_backups_are_recorded_pruned_and_alerted_when_they_fail(
                     await asyncio.sleep(0.2)
             failed = (await daemon.call("job_history", routine="broken"))["fires"]
             jobs = await daemon.cli("jobs")
+            doctor = await daemon.cli("doctor", "--offline")
             assert await daemon.stop() == 0
     ok = [f for f in history if f.get("outcome") == "ok"]
     assert all("backup written" in (f.get("reason") or "") for f in ok), ok
@@ -219,3 +220,7 @@ async def test_scheduled_backups_are_recorded_pruned_and_alerted_when_they_fail(
     alert = next(m.text for m in bot.messages if "broken" in m.text)
     assert "backup directory" in alert or "failed" in alert
     assert jobs.rc == 0 and "nightly" in jobs.out
+    # doctor asked the running daemon which company.yaml it loaded, and when
+    config_line = doctor.out.splitlines()[0]
+    assert config_line.startswith("ok       config"), doctor.out
+    assert "the running daemon loaded this version" in config_line
