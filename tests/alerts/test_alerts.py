@@ -180,6 +180,10 @@ class RecordingAdmin:
         self.calls.append(("reload",))
         return {"reloaded": True}
 
+    async def backup(self, to: str) -> Any:
+        self.calls.append(("backup", to))
+        return {"path": to}
+
 
 class Ctx:
     """A ChildContext as a supervisor gives it."""

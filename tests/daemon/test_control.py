@@ -169,6 +169,9 @@ class Company:
     async def reload(self) -> Any:
         return self.reload_result
 
+    async def backup(self, to: str) -> Any:
+        return {"path": to}
+
     async def raise_budget(self, agent: str | None, usd: float) -> Any:
         if agent is not None:
             self._agent(agent)
@@ -350,7 +353,7 @@ async def test_an_unexpected_exception_is_an_internal_error_logged_with_its_trac
     [
         (b"not json\n", "request is not valid JSON"),
         (b"[1, 2]\n", "request must be a JSON object"),
-        (b'{"op": "launch"}\n', "unknown op 'launch'; valid ops: answer, approve, ask, budget"),
+        (b'{"op": "launch"}\n', "unknown op 'launch'; valid ops: answer, approve, ask, backup"),
         (b'{"op": "pause", "args": []}\n', "'args' of 'pause' must be a JSON object"),
         (b'{"op": "pause", "args": {}}\n', "missing a required argument: 'agent'"),
         (

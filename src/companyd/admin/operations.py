@@ -19,6 +19,7 @@ from typing import Protocol
 
 from companyd.admin.results import (
     AskAnswer,
+    BackupWritten,
     BudgetRaised,
     BudgetReport,
     DebugBlocked,
@@ -165,6 +166,12 @@ class Admin(Protocol):
         step raises), ``block`` the event loop for ``seconds`` (a synchronous sleep, as a
         careless blocking call would). Refused unless the daemon runs with
         ``COMPANYD_DEBUG=1`` in its environment.
+        """
+        ...
+
+    async def backup(self, to: str) -> BackupWritten:
+        """Write a consistent backup of the company to ``to`` (an absolute file name, or a
+        directory for a dated file in it): its path, size, members and duration.
         """
         ...
 

@@ -25,6 +25,7 @@ from pydantic import Field
 __all__ = [
     "AgentCounts",
     "AskAnswer",
+    "BackupWritten",
     "BudgetRaised",
     "BudgetReport",
     "CompanyInfo",
@@ -476,3 +477,16 @@ class DebugBlocked:
 
     action: str
     seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackupWritten:
+    """``backup``: the archive written (docs/deploy.md "Backups and disaster recovery")."""
+
+    path: str
+    size: int
+    seconds: float
+    #: each member as the manifest lists it: name, kind, size, sha256, schema_version
+    members: list[dict[str, Any]]
+    #: older backups removed by ``keep`` (scheduled backups; empty for ``companyd backup``)
+    pruned: list[str]

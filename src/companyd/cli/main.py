@@ -60,6 +60,8 @@ _AREAS = (
     "companyd.cli.spend",
     "companyd.cli.memory",
     "companyd.cli.alerts",
+    "companyd.cli.doctor",
+    "companyd.cli.backup",
 )
 
 
@@ -498,6 +500,14 @@ def resolved_view(cfg: Any) -> dict[str, Any]:
         trigger: dict[str, Any] = (
             {"cron": r.cron, "timezone": r.timezone} if r.cron is not None else {"every": r.every}
         )
+        if r.backup is not None:
+            routines[slug] = {
+                "backup": {"every": r.backup.every, "keep": r.backup.keep, "to": str(r.backup.to)},
+                "concurrency": r.concurrency,
+                "catch_up": dump(r.catch_up),
+                "enabled": r.enabled,
+            }
+            continue
         routines[slug] = {
             "assignee": r.assignee,
             "description": r.description,

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 from companyd.config.load import default_config_path, load_config, load_config_text
 from companyd.config.model import (
+    BACKUP_ASSIGNEE,
     DEFAULT_STATE_DIR,
     AgentConfig,
+    BackupConfig,
     CompanyConfig,
     DepartmentConfig,
     RoutineConfig,
@@ -42,6 +44,7 @@ from companyd.config.schema import (
     AlertsSpec,
     AnthropicSpec,
     BackoffSpec,
+    BackupSpec,
     BudgetSpec,
     CatchUpSpec,
     CompanyFile,
@@ -66,6 +69,7 @@ from companyd.config.schema import (
 from companyd.config.secrets import SecretReference, secret_references, secret_values
 
 __all__ = [
+    "BACKUP_ASSIGNEE",
     "DEFAULT_STATE_DIR",
     "SCHEMA",
     "AgentConfig",
@@ -73,6 +77,8 @@ __all__ = [
     "AlertsSpec",
     "AnthropicSpec",
     "BackoffSpec",
+    "BackupConfig",
+    "BackupSpec",
     "BudgetSpec",
     "CatchUpSpec",
     "CompanyConfig",

@@ -23,6 +23,7 @@ from companyd.config.schema import (
     McpServerSpec,
     ModelSpec,
     RestartType,
+    RoutineSpec,
     SupervisorSpec,
     ToolsSpec,
 )
@@ -59,9 +60,29 @@ class AgentConfig:
     enabled: bool
 
 
+#: The ``assignee`` of a backup routine: not a valid agent slug, so it names no agent (the
+#: routine history's agent column and ``companyd jobs`` show it).
+BACKUP_ASSIGNEE = "(backup)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackupConfig:
+    """A scheduled backup: every ``every`` seconds into ``to`` (absolute), newest ``keep``
+    kept.
+    """
+
+    every: float
+    keep: int
+    to: Path
+
+
 @dataclass(frozen=True, kw_only=True)
 class RoutineConfig:
-    """A routine with its trigger time zone resolved."""
+    """A routine with its trigger time zone resolved.
+
+    A backup routine (``backup`` set) runs no agent: its ``assignee`` is
+    :data:`BACKUP_ASSIGNEE`, its ``every`` the backup's, its ``description`` says where.
+    """
 
     slug: str
     assignee: str
@@ -77,6 +98,7 @@ class RoutineConfig:
     enabled: bool
     #: ``required``: the fire counts as done only once the founder approves its result
     approval: Literal["none", "required"] = "none"
+    backup: BackupConfig | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,24 +238,8 @@ def resolve(
             can_modify=a.can_modify,
             enabled=a.enabled,
         )
-    routines = {
-        slug: RoutineConfig(
-            slug=slug,
-            assignee=r.assignee,
-            description=r.description,
-            expected_output=r.expected_output,
-            cron=r.trigger.cron,
-            every=r.trigger.every,
-            timezone=r.trigger.timezone or spec.company.timezone,
-            concurrency=r.concurrency,
-            catch_up=r.catch_up,
-            precondition=r.precondition,
-            reviewer=r.reviewer,
-            enabled=r.enabled,
-            approval=r.approval,
-        )
-        for slug, r in spec.routines.items()
-    }
+    base_dir = Path(os.path.realpath(path)).parent  # as CompanyConfig.base_dir
+    routines = {slug: _routine(slug, r, spec, base_dir) for slug, r in spec.routines.items()}
     departments: dict[str, DepartmentConfig] = {}
 
     def add(depts: Mapping[str, DepartmentSpec], parent: str | None) -> None:
@@ -257,4 +263,41 @@ def resolve(
         departments=departments,
         warnings=warnings,
         text=text,
+    )
+
+
+def _routine(slug: str, r: RoutineSpec, spec: CompanyFile, base_dir: Path) -> RoutineConfig:
+    if r.backup is not None:
+        to = (base_dir / os.path.expanduser(r.backup.to)).absolute()
+        return RoutineConfig(
+            slug=slug,
+            assignee=BACKUP_ASSIGNEE,
+            description=f"back up the company to {str(to)!r}",
+            expected_output=None,
+            cron=None,
+            every=r.backup.every,
+            timezone=spec.company.timezone,
+            concurrency=r.concurrency,
+            catch_up=r.catch_up,
+            precondition="always",
+            reviewer=None,
+            enabled=r.enabled,
+            backup=BackupConfig(every=r.backup.every, keep=r.backup.keep, to=to),
+        )
+    # the schema's validator guarantees these for a routine without `backup`
+    assert r.assignee is not None and r.description is not None and r.trigger is not None
+    return RoutineConfig(
+        slug=slug,
+        assignee=r.assignee,
+        description=r.description,
+        expected_output=r.expected_output,
+        cron=r.trigger.cron,
+        every=r.trigger.every,
+        timezone=r.trigger.timezone or spec.company.timezone,
+        concurrency=r.concurrency,
+        catch_up=r.catch_up,
+        precondition=r.precondition,
+        reviewer=r.reviewer,
+        enabled=r.enabled,
+        approval=r.approval,
     )

@@ -240,19 +240,58 @@ class CatchUpSpec(Spec):
         return value
 
 
-class RoutineSpec(Spec):
-    """A recurring task for one agent."""
+class BackupSpec(Spec):
+    """A scheduled backup (a routine that runs no agent): how often, how many, where."""
 
-    assignee: str
-    description: Text
+    every: Duration
+    keep: PositiveInt = 14
+    to: Text
+
+
+class RoutineSpec(Spec):
+    """A recurring task for one agent — or, with ``backup``, a scheduled backup."""
+
+    assignee: str | None = None
+    description: Text | None = None
     expected_output: str | None = None
-    trigger: TriggerSpec
+    trigger: TriggerSpec | None = None
+    backup: BackupSpec | None = None
     concurrency: Literal["skip_if_active", "queue"] = "skip_if_active"
     catch_up: CatchUpSpec = CatchUpSpec()
     precondition: Literal["always", "memory_changed", "inbox_nonempty"] = "always"
     reviewer: str | None = None
     approval: Literal["none", "required"] = "none"
     enabled: bool = True
+
+    @model_validator(mode="after")
+    def _agent_or_backup(self) -> RoutineSpec:
+        task: dict[str, object] = {
+            "assignee": self.assignee,
+            "description": self.description,
+            "trigger": self.trigger,
+            "reviewer": self.reviewer,
+            "expected_output": self.expected_output,
+        }
+        if self.backup is not None:
+            given = [k for k, v in task.items() if v is not None]
+            if self.precondition != "always":
+                given.append("precondition")
+            if self.approval != "none":
+                given.append("approval")
+            if given:
+                raise ValueError(
+                    f"a backup routine runs no agent and fires every 'backup.every'; remove "
+                    f"{', '.join(repr(k) for k in given)}"
+                )
+            return self
+        missing = [k for k in ("assignee", "description", "trigger") if task[k] is None]
+        if missing:
+            raise ValueError(
+                f"required key(s) {', '.join(repr(k) for k in missing)} missing: a routine "
+                "needs 'assignee', 'description' and 'trigger' (or 'backup: {every, keep, "
+                "to}' for a scheduled backup)"
+            )
+        return self
 
 
 class CompanySpec(Spec):

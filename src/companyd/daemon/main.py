@@ -33,6 +33,7 @@ from companyd.admin.wire import result_data
 from companyd.alerts.service import AlertService
 from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig
+from companyd.daemon.backups import Backups
 from companyd.daemon.control import ControlServer
 from companyd.daemon.logs import log_events
 from companyd.daemon.operator import NO_SPEND, Operator
@@ -109,7 +110,7 @@ def make_backend(
     return ClaudeBackend.from_config(config.spec.anthropic, clock=clock)
 
 
-class Daemon(Operator, Reloader):
+class Daemon(Operator, Reloader, Backups):
     """The running company: builds the tree, serves the operator, reloads, stops.
 
     Args:
@@ -177,6 +178,7 @@ class Daemon(Operator, Reloader):
             desk=None if oneoff else self.desk,
         )
         self.alerts = AlertService(config, state_dir, bus=self.bus, admin=self, clock=self.clock)
+        self._backup_lock = asyncio.Lock()
         self.scheduler = RoutineScheduler(
             config,
             self.staff,
@@ -190,6 +192,7 @@ class Daemon(Operator, Reloader):
                 task_of=self._journaled_task,
                 timeout=self._approval_timeout,
             ),
+            backups=self,
         )
         self.socket = socket_path(state_dir)
         self.control = ControlServer(

@@ -96,6 +96,7 @@ DEFAULT_DEADLINES: Mapping[str, float] = {
     "approve": 120.0,
     "revert": 120.0,
     "run_job": 60.0,
+    "backup": 600.0,  # copies every store and the memory: minutes for a large company
 }
 
 _EXAMPLE = 'send one JSON object per line, e.g. {"op": "status", "args": {}}'

@@ -575,6 +575,21 @@ class ClaudeBackend:
         base = min(_INITIAL_BACKOFF * 2.0**attempt, _MAX_BACKOFF)
         return base * (1.0 - 0.25 * self._rng.random())
 
+    async def list_models(self, *, timeout: float = 15.0) -> list[str]:
+        """The model ids the key may use (``GET /v1/models``, one page): a call that costs
+        nothing, so ``companyd doctor`` checks the key with it. No retries.
+
+        Raises:
+            ModelError: the key is refused (``AuthenticationError``), the API cannot be
+                reached, … (mapped as for a message, see the module docstring).
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                page = await self._client.models.list(limit=100, timeout=timeout)
+        except Exception as exc:  # TimeoutError included: map_sdk_error words it
+            raise map_sdk_error(exc, model="(models list)") from exc
+        return [m.id for m in page.data]
+
     async def aclose(self) -> None:
         """Close the HTTP connections."""
         await self._client.close()

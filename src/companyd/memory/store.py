@@ -259,6 +259,17 @@ class GraphStore:
             self._compact()
             return True
 
+    def snapshot(self) -> tuple[bytes, bytes | None]:
+        """The graph file and its journal exactly as they are on disk, read together under
+        the lock, so the pair is consistent whatever other processes write (a backup).
+        ``b""`` for a missing graph file, None for a missing journal; nothing is parsed,
+        repaired or written.
+        """
+        with self._locked():
+            graph = self._read_graph_file()[0]
+            journal = self._read_file(self.journal_path) if self.journal_path.exists() else None
+        return graph, journal
+
     def change_marker(self) -> str:
         """An opaque string that changes whenever the graph's content changes and is equal
         for equal content (also across restarts).

@@ -26,6 +26,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from companyd.admin import AdminError
@@ -36,7 +37,7 @@ from companyd.scheduler import store as db
 from companyd.scheduler._ids import new_id
 from companyd.scheduler.outcomes import Outcome, from_run_status
 from companyd.scheduler.record import Recorder
-from companyd.scheduler.sink import ResultGate, TaskSink
+from companyd.scheduler.sink import BackupSink, ResultGate, TaskSink
 from companyd.scheduler.store import FireRecord
 
 __all__ = [
@@ -98,6 +99,8 @@ class Fires:
         clock: time source.
         recorder: where fires end (the history and its events).
         gate: the founder's approval of results (routines with ``approval: required``).
+        backups: who takes the backups of backup routines (None: such a fire fails,
+            saying so).
     """
 
     def __init__(
@@ -107,8 +110,10 @@ class Fires:
         clock: Clock,
         recorder: Recorder,
         gate: ResultGate | None = None,
+        backups: BackupSink | None = None,
     ) -> None:
         self._sink = sink
+        self._backups = backups
         self._clock = clock
         self._rec = recorder
         self._gate = gate
@@ -196,6 +201,9 @@ class Fires:
     ) -> RunOutcome | None:
         r = slot.config
         started = self._clock.time()
+        if r.backup is not None:
+            await self._backup(rec, r.backup.to, r.backup.keep)
+            return None
         if check_precondition and r.precondition != "always":
             try:
                 go, why = await self._precondition(slot)
@@ -262,6 +270,25 @@ class Fires:
             except Exception as exc:
                 log.warning("memory marker unavailable after %r ran: %r", r.slug, exc)
         return outcome
+
+    async def _backup(self, rec: FireRecord, directory: Path, keep: int) -> None:
+        """A backup routine's fire: no task, no model; the backup's summary or its failure
+        is the history row (a failure is a ``routine_failed`` event, so it is alerted).
+        """
+        if self._backups is None:
+            await self._rec.finish(
+                rec, Outcome.FAILED, "backups are not available in this process; nothing written"
+            )
+            return
+        try:
+            summary = await self._backups.scheduled_backup(directory, keep)
+        except asyncio.CancelledError:
+            self._rec.record_cancelled(rec, "interrupted: the daemon stopped during the backup")
+            raise
+        except Exception as exc:
+            await self._rec.finish(rec, Outcome.FAILED, f"backup failed: {exc}")
+            return
+        await self._rec.finish(rec, Outcome.OK, summary)
 
     async def follow_resumed(
         self,

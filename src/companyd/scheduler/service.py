@@ -59,7 +59,7 @@ from companyd.scheduler.fire import Fires, RoutineBusy, Slot, overlap_reason
 from companyd.scheduler.outcomes import Outcome
 from companyd.scheduler.record import INTERRUPTED, UNRECORDED, Recorder, fail_open_fire
 from companyd.scheduler.report import SUCCESS_WINDOW, job_views
-from companyd.scheduler.sink import ResultGate, TaskSink
+from companyd.scheduler.sink import BackupSink, ResultGate, TaskSink
 from companyd.scheduler.store import (
     DB_NAME,
     FireRecord,
@@ -110,6 +110,7 @@ class RoutineScheduler:
             makes compressed time cheaper.
         skip_grace: misfire grace of ``catch_up: skip`` routines, in seconds.
         gate: the founder's approval of results (routines with ``approval: required``).
+        backups: who takes the backups of backup routines (the daemon).
     """
 
     def __init__(
@@ -123,6 +124,7 @@ class RoutineScheduler:
         max_sleep: float | None = 60.0,
         skip_grace: float = 60.0,
         gate: ResultGate | None = None,
+        backups: BackupSink | None = None,
     ) -> None:
         self._config = config
         self._sink = sink
@@ -133,7 +135,9 @@ class RoutineScheduler:
         self._disk_failure: StoreError | None = None
         self._rec = Recorder(bus=bus, clock=self._clock, on_store_failure=self._store_failed)
         self._gate = gate
-        self._fires = Fires(sink=sink, clock=self._clock, recorder=self._rec, gate=gate)
+        self._fires = Fires(
+            sink=sink, clock=self._clock, recorder=self._rec, gate=gate, backups=backups
+        )
         self._max_sleep = max_sleep
         self._skip_grace = skip_grace
         self._slots: dict[str, Slot] = {}

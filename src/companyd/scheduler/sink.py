@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Protocol
 
 from companyd.roles.tasks import RunOutcome, Task
 
-__all__ = ["ResultGate", "TaskSink"]
+__all__ = ["BackupSink", "ResultGate", "TaskSink"]
 
 
 class TaskSink(Protocol):
@@ -69,5 +70,19 @@ class ResultGate(Protocol):
         """After a restart: if the fire of task ``task_id`` was waiting for the founder (or
         on a follow-up run the founder asked for), an awaitable of the outcome it settles
         on; None if the founder was never asked about it.
+        """
+        ...
+
+
+class BackupSink(Protocol):
+    """What a backup routine needs (the daemon provides it: the scheduler takes no backup
+    itself, as it runs no agent itself).
+    """
+
+    async def scheduled_backup(self, directory: Path, keep: int) -> str:
+        """Write one backup into ``directory`` and keep the newest ``keep``; return a short
+        summary for the routine history (the file, its size). Raising means the backup
+        failed: the fire is recorded ``failed`` with the exception as its reason (and
+        alerted as every failed routine is).
         """
         ...

@@ -5,9 +5,9 @@ API companyd uses. Point python-telegram-bot at it with
 ``ApplicationBuilder().base_url(f"{server.url}/bot")`` (or company.yaml's
 ``alerts.telegram.api_url: <server.url>``) and it answers like Telegram does:
 
-* ``getMe``, ``sendMessage``, ``editMessageText``, ``editMessageReplyMarkup``,
-  ``answerCallbackQuery``, ``setMyCommands``, ``getMyCommands``, ``deleteWebhook``,
-  ``close`` and ``logOut``;
+* ``getMe``, ``getChat`` (see ``chats``), ``sendMessage``, ``editMessageText``,
+  ``editMessageReplyMarkup``, ``answerCallbackQuery``, ``setMyCommands``,
+  ``getMyCommands``, ``deleteWebhook``, ``close`` and ``logOut``;
 * ``getUpdates`` as a long poll: it returns as soon as an update with ``update_id >= offset``
   exists, or after ``timeout`` seconds with ``[]``; updates below ``offset`` are confirmed
   and forgotten, as Telegram does.
@@ -68,7 +68,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -120,6 +120,8 @@ class BotApiServer:
         port: port for the Bot API (0 = any free port).
         control_port: if not None, also serve the JSON control API on this port (0 = any).
         bot_username: the bot's ``username`` in ``getMe``.
+        chats: the chats ``getChat`` finds (any other is "chat not found", as for a chat
+            that never opened the bot); None: every chat exists.
         clock: wall-clock source for message dates (default :func:`time.time`).
 
     Attributes:
@@ -136,9 +138,11 @@ class BotApiServer:
         port: int = 0,
         control_port: int | None = None,
         bot_username: str = "companyd_test_bot",
+        chats: Iterable[int | str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._token = token
+        self.chats = None if chats is None else set(chats)
         self._clock = clock
         self._bot_user = {
             "id": bot_id(token),
@@ -477,6 +481,8 @@ class BotApiServer:
     def _call(self, method: str, params: dict[str, Any]) -> Any:
         if method == "getMe":
             return dict(self._bot_user)
+        if method == "getChat":
+            return self._get_chat(params)
         if method in ("deleteWebhook", "close", "logOut", "setWebhook"):
             return True
         if method == "setMyCommands":
@@ -497,6 +503,25 @@ class BotApiServer:
             self.callback_answers.append(dict(params))
             return True
         raise HttpError(404, "Not Found: method not found")
+
+    def _get_chat(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = chat_id_param(params.get("chat_id"))
+        if self.chats is not None and chat_id not in self.chats:
+            raise HttpError(400, "Bad Request: chat not found")
+        return {
+            "id": chat_id if isinstance(chat_id, int) else -1000000000001,
+            "type": "private" if isinstance(chat_id, int) and chat_id > 0 else "channel",
+            "first_name": "Op",
+            "accent_color_id": 0,
+            "max_reaction_count": 11,
+            "accepted_gift_types": {
+                "unlimited_gifts": False,
+                "limited_gifts": False,
+                "unique_gifts": False,
+                "premium_subscription": False,
+                "gifts_from_channels": False,
+            },
+        }
 
     def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
         chat_id = chat_id_param(params.get("chat_id"))

@@ -66,6 +66,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from companyd.llm.model import Usage
+from companyd.llm.prices import BUILTIN_PRICES
 
 # Re-exported: tests and benchmarks import the whole stand-in from this module.
 from companyd.testing.messages_requests import RecordedRequest as RecordedRequest
@@ -221,6 +222,8 @@ class MessagesAPIServer:
         self._served = 0
         self._errors = 0
         self._abandoned = 0
+        #: ``GET /v1/models`` requests answered (the key check of ``companyd doctor``)
+        self.models_listed = 0
         self._injected = 0
         self._ids = itertools.count(1)
         self._stopping = threading.Event()
@@ -440,6 +443,9 @@ class MessagesAPIServer:
         if path.startswith("/_standin/"):
             self._control(h, path, body)
             return
+        if h.command == "GET" and path.rstrip("/") == "/v1/models":
+            self._models(h, path, headers)
+            return
         with self._cond:
             rec = RecordedRequest(
                 index=len(self._requests),
@@ -470,6 +476,37 @@ class MessagesAPIServer:
         if item is None:
             return
         self._answer(h, rec, item)
+
+    def _models(self, h: _Handler, path: str, headers: dict[str, str]) -> None:
+        """``GET /v1/models``: the catalog's model ids, one page, as the real API lists
+        them (the key check of ``companyd doctor``). Counted in :attr:`models_listed`, not
+        as a Messages request.
+        """
+        rec = RecordedRequest(
+            index=-1, method="GET", path=path, headers=headers, body=None, received=time.time()
+        )
+        key = rec.api_key
+        if not key or (self.api_key is not None and key != self.api_key):
+            self._write_fault(h, rec, fault(401, "invalid x-api-key"))
+            return
+        with self._lock:
+            self.models_listed += 1
+        data = [
+            {
+                "type": "model",
+                "id": model,
+                "display_name": model,
+                "created_at": "2026-09-01T00:00:00Z",
+            }
+            for model in sorted(BUILTIN_PRICES)
+        ]
+        page = {
+            "data": data,
+            "has_more": False,
+            "first_id": data[0]["id"],
+            "last_id": data[-1]["id"],
+        }
+        self._write(h, rec, 200, page, {"request-id": f"req_standin_{next(self._ids):08d}"})
 
     def _next_item(self, rec: RecordedRequest) -> ScriptItem | None:
         with self._lock:

@@ -1,0 +1,400 @@
+"""``companyd doctor``: is everything set up right? One verdict per check, and safe fixes.
+
+:func:`run_doctor` runs, in this order (each a :class:`~companyd.ops.checks.Check`):
+
+``config``     company.yaml loads and validates (its warnings are a warning); when a daemon
+               runs, the file has not changed since the daemon loaded it
+``secrets``    every secret company.yaml names can be found (the API key, the bot token,
+               the chat ids, every MCP server's ``env_from``) — never their values
+``anthropic``  the provider accepts the API key: ``GET /v1/models``, which costs nothing
+               (through :mod:`companyd.llm.claude`; skipped with ``offline``)
+``telegram``   the bot token is valid (``getMe``) and every chat id is reachable
+               (``getChat``), through :mod:`companyd.alerts.check` (skipped with ``offline``)
+``state-dir``  the state directory exists, belongs to this user and is private: 0700, and
+               every file in it 0600
+``disk``       free space where the state lives
+``memory``     the memory graph loads clean (or what ``companyd memory repair`` would do)
+``clock``      synchronised (``timedatectl``), ``systemd``: the unit installed, enabled and
+               its ``systemd-analyze security`` exposure — both ``skipped (no systemd)``
+               where systemd does not run
+``versions``   Python, SQLite, companyd and the key libraries
+
+``fix`` applies only safe, local changes — the state directory's and its files'
+permissions, and creating a missing state directory (0700) — then checks again; each
+change is listed in the check's ``changed``. Nothing else is ever written: not
+company.yaml, not the memory, not a credential. Exit 0 when no check is a ``problem``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from companyd._fs import PRIVATE_DIR, PRIVATE_FILE, private_dir
+from companyd.alerts.check import check_telegram
+from companyd.config import CompanyConfig, load_config, secret_references
+from companyd.errors import CompanydError, ConfigError
+from companyd.llm.model import ModelAuthFailed, ModelError
+from companyd.memory.store import GraphStore
+from companyd.ops.checks import Check
+from companyd.ops.doctor_host import (
+    SYSTEMD_RUNTIME,
+    check_clock,
+    check_disk,
+    check_systemd,
+    check_versions,
+)
+
+__all__ = ["DoctorReport", "RunningDaemon", "run_doctor"]
+
+#: How long each network check may take (seconds).
+NETWORK_TIMEOUT = 20.0
+
+
+@dataclass(frozen=True)
+class RunningDaemon:
+    """What the running daemon says about itself (``status``), when one runs."""
+
+    config: str
+    config_loaded_at: float
+    state_dir: str
+
+
+@dataclass
+class DoctorReport:
+    """Every check, in order."""
+
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No check is a problem (the exit code is 0)."""
+        return not any(c.status == "problem" for c in self.checks)
+
+    @property
+    def changed(self) -> list[str]:
+        """Every change ``fix`` made, in order."""
+        return [change for c in self.checks for change in c.changed]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as ``--json`` prints it."""
+        return {
+            "ok": self.ok,
+            "checks": [c.to_dict() for c in self.checks],
+            "changed": self.changed,
+        }
+
+
+async def run_doctor(
+    config_path: Path,
+    *,
+    state_dir: Path | None = None,
+    offline: bool = False,
+    fix: bool = False,
+    running: RunningDaemon | None = None,
+    environ: Mapping[str, str] | None = None,
+    systemd_runtime: Path = SYSTEMD_RUNTIME,
+) -> DoctorReport:
+    """Run every check (see the module docstring); ``state_dir`` overrides company.yaml's."""
+    env = os.environ if environ is None else environ
+    report = DoctorReport()
+    config_check, config = await asyncio.to_thread(_check_config, config_path, running)
+    report.checks.append(config_check)
+    if config is None:
+        why = "skipped: company.yaml does not load (see config)"
+        for name in ("secrets", "anthropic", "telegram"):
+            report.checks.append(Check(name, "skipped", why))
+        where = state_dir
+    else:
+        report.checks.append(_check_secrets(config, env))
+        if offline:
+            report.checks.append(Check("anthropic", "skipped", "skipped (--offline)"))
+            report.checks.append(Check("telegram", "skipped", "skipped (--offline)"))
+        else:
+            api, telegram = await asyncio.gather(
+                _check_anthropic(config, env), _check_telegram(config, env)
+            )
+            report.checks += [api, telegram]
+        where = config.state_dir(state_dir)
+    if where is None:
+        report.checks.append(
+            Check("state-dir", "skipped", "skipped: no company.yaml and no --state-dir")
+        )
+    else:
+        report.checks.append(await asyncio.to_thread(check_state_dir, where, fix=fix))
+        report.checks.append(await asyncio.to_thread(check_disk, where))
+    if config is not None and where is not None:
+        report.checks.append(await asyncio.to_thread(_check_memory, config.memory_path(where)))
+    else:
+        report.checks.append(Check("memory", "skipped", "skipped: company.yaml does not load"))
+    report.checks.append(await asyncio.to_thread(check_clock, systemd_runtime))
+    report.checks.append(await asyncio.to_thread(check_systemd, runtime=systemd_runtime))
+    report.checks.append(await asyncio.to_thread(check_versions))
+    return report
+
+
+# -- company.yaml and its secrets ------------------------------------------------------------
+
+
+def _check_config(path: Path, running: RunningDaemon | None) -> tuple[Check, CompanyConfig | None]:
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        issues = [str(i) for i in exc.issues]
+        shown = "; ".join(issues[:3]) + (f"; … {len(issues) - 3} more" if len(issues) > 3 else "")
+        return (
+            Check(
+                "config",
+                "problem",
+                f"{str(path)!r} is invalid ({len(issues)} problem(s)): {shown}",
+                f"companyd validate {path} lists every problem with its line; fix them",
+            ),
+            None,
+        )
+    summary = (
+        f"{str(config.path)!r} valid: {len(config.agents)} agents, {len(config.routines)} routines"
+    )
+    if running is not None:
+        same = os.path.realpath(running.config) == os.path.realpath(config.path)
+        changed_after = config.path.stat().st_mtime > running.config_loaded_at
+        if not same:
+            return (
+                Check(
+                    "config",
+                    "warning",
+                    f"{summary}; but the running daemon loaded {running.config!r}",
+                    "check which company.yaml the unit runs (--config), or pass that one",
+                ),
+                config,
+            )
+        if changed_after:
+            return (
+                Check(
+                    "config",
+                    "warning",
+                    f"{summary}; changed after the running daemon loaded it: the daemon runs "
+                    "an older version",
+                    "sudo companyd reload (or systemctl reload companyd) applies it",
+                ),
+                config,
+            )
+        summary += "; the running daemon loaded this version"
+    if config.warnings:
+        return (
+            Check(
+                "config",
+                "warning",
+                f"{summary}; {len(config.warnings)} warning(s): {config.warnings[0]}",
+                f"companyd validate {path} shows them all",
+            ),
+            config,
+        )
+    return Check("config", "ok", summary), config
+
+
+def _check_secrets(config: CompanyConfig, env: Mapping[str, str]) -> Check:
+    refs = secret_references(config, env)
+    groups: dict[str, list[Any]] = {}
+    for r in refs:
+        # the API key and the bot token each have two sources: one of them is enough
+        key = r.path.rsplit("_", 1)[0] if r.path.endswith(("_env", "_credential")) else r.path
+        if r.path.endswith("chat_ids_env"):
+            key = r.path
+        groups.setdefault(key, []).append(r)
+    missing = []
+    for key, alternatives in groups.items():
+        if not any(r.is_set for r in alternatives):
+            names = " or ".join(
+                f"${r.name}" if r.kind == "env" else f"credential {r.name!r}" for r in alternatives
+            )
+            missing.append(f"{key}: {names}")
+    if missing:
+        return Check(
+            "secrets",
+            "problem",
+            f"{len(missing)} of {len(groups)} secret(s) cannot be found: " + "; ".join(missing),
+            "set the variables (EnvironmentFile=) or put the credential files in place "
+            '(LoadCredential=, docs/deploy.md "Secrets"); run doctor as the service would '
+            "(sudo systemd-run -P --wait -p LoadCredential=… or with the same environment)",
+        )
+    return Check("secrets", "ok", f"all {len(groups)} secret(s) company.yaml names can be found")
+
+
+async def _check_anthropic(config: CompanyConfig, env: Mapping[str, str]) -> Check:
+    # Imported here: anthropic takes a noticeable part of a second to import, and
+    # `companyd --help` loads this module (the same reason as in daemon.main.make_backend).
+    from companyd.llm.claude import ClaudeBackend, resolve_base_url
+
+    url = resolve_base_url(config.spec.anthropic, env) or "https://api.anthropic.com"
+    try:
+        backend = ClaudeBackend.from_config(config.spec.anthropic, environ=env)
+    except ModelError as exc:
+        return Check("anthropic", "problem", str(exc), "set the API key (see secrets)")
+    try:
+        models = await backend.list_models(timeout=NETWORK_TIMEOUT)
+    except ModelAuthFailed:
+        return Check(
+            "anthropic",
+            "problem",
+            f"the API key was refused by {url!r} (401)",
+            "put a valid key in anthropic.api_key_env / api_key_credential (console.anthropic"
+            ".com → API keys), then restart companyd",
+        )
+    except ModelError as exc:
+        return Check(
+            "anthropic",
+            "problem",
+            f"cannot check the API key at {url!r}: {exc}",
+            "check the network, a proxy, and anthropic.base_url / $ANTHROPIC_BASE_URL",
+        )
+    finally:
+        await backend.aclose()
+    return Check("anthropic", "ok", f"API key accepted by {url!r} ({len(models)} models listed)")
+
+
+async def _check_telegram(config: CompanyConfig, env: Mapping[str, str]) -> Check:
+    if config.spec.alerts.telegram is None:
+        return Check(
+            "telegram",
+            "warning",
+            "no alerts.telegram in company.yaml: failures reach nobody",
+            "add alerts.telegram (docs/alerts.md)",
+        )
+    res = await check_telegram(config.spec.alerts, env, timeout=NETWORK_TIMEOUT)
+    if not res.configured:
+        return Check("telegram", "problem", f"alerts cannot be sent: {res.problem}", "see secrets")
+    if res.problem is not None:
+        return Check(
+            "telegram",
+            "problem",
+            f"the Bot API refused or did not answer: {res.problem}",
+            "check the bot token (@BotFather → /token) and alerts.telegram.api_url",
+        )
+    bad = {chat: why for chat, why in res.chats.items() if why is not None}
+    if bad:
+        listed = "; ".join(f"chat {chat}: {why}" for chat, why in bad.items())
+        return Check(
+            "telegram",
+            "problem",
+            f"bot {res.bot} is valid, but {len(bad)} of {len(res.chats)} chat(s) cannot be "
+            f"reached: {listed}",
+            "open the bot in Telegram and send it /start from each chat, and check the chat "
+            "ids (alerts.telegram.chat_ids / chat_ids_env)",
+        )
+    return Check("telegram", "ok", f"bot {res.bot} valid; {len(res.chats)} chat(s) reachable")
+
+
+# -- the state directory ---------------------------------------------------------------------
+
+
+def _loose(path: Path) -> list[tuple[Path, int, int]]:
+    """``(path, mode, wanted)`` for the directory and every file under it that is open to
+    the group or others (symlinks are not followed).
+    """
+    out = []
+    for root, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            p = Path(root) / name
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+                continue  # the control socket's mode is its own (--control-group)
+            mode = stat.S_IMODE(st.st_mode)
+            want = PRIVATE_DIR if stat.S_ISDIR(st.st_mode) else PRIVATE_FILE
+            if mode & 0o077:
+                out.append((p, mode, mode & want))
+    return out
+
+
+def check_state_dir(path: Path, *, fix: bool = False) -> Check:
+    """The state directory exists, is this user's, is 0700 and its files 0600; with ``fix``
+    a missing directory is created and loose modes are tightened (each change listed).
+    """
+    changed: list[str] = []
+    if not path.exists():
+        if not fix:
+            return Check(
+                "state-dir",
+                "problem",
+                f"state directory {str(path)!r} does not exist",
+                "companyd doctor --fix creates it (0700); `companyd run` would too, if it may",
+            )
+        private_dir(path)
+        changed.append(f"created {str(path)!r} (mode 0700)")
+    if not path.is_dir():
+        return Check(
+            "state-dir",
+            "problem",
+            f"state directory {str(path)!r} is not a directory",
+            "move that file away, or point state_dir / --state-dir elsewhere",
+        )
+    st = path.stat()
+    uid = os.geteuid()
+    owner_note = ""
+    if st.st_uid != uid:
+        if uid != 0:
+            return Check(
+                "state-dir",
+                "warning",
+                f"state directory {str(path)!r} belongs to uid {st.st_uid}, not to this user "
+                f"(uid {uid})",
+                "run doctor as the daemon's user (or with sudo)",
+                changed,
+            )
+        owner_note = f" (owned by uid {st.st_uid}, the service's user)"
+    loose = _loose(path)
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        loose.insert(0, (path, mode, mode & PRIVATE_DIR))
+    if loose and fix:
+        for p, m, want in loose:
+            os.chmod(p, want)
+            changed.append(f"chmod {want:04o} {str(p)!r} (was {m:04o})")
+        loose = []
+    if loose:
+        shown = ", ".join(f"{str(p)!r} {m:04o}" for p, m, _ in loose[:4])
+        more = f" and {len(loose) - 4} more" if len(loose) > 4 else ""
+        return Check(
+            "state-dir",
+            "problem",
+            f"state is readable by others: {shown}{more} (expected 0700 for directories, "
+            "0600 for files)",
+            f"companyd doctor --fix tightens them (or chmod -R go-rwx {path})",
+            changed,
+        )
+    files = sum(1 for _ in path.iterdir())
+    return Check(
+        "state-dir",
+        "ok",
+        f"{str(path)!r} private (0700, files 0600){owner_note}; {files} entries",
+        None,
+        changed,
+    )
+
+
+def _check_memory(path: Path) -> Check:
+    if not path.exists():
+        return Check("memory", "ok", f"no memory file yet at {str(path)!r} (an empty graph)")
+    try:
+        with GraphStore(path, readonly=True) as store:
+            rep = store.open()
+    except (CompanydError, OSError) as exc:
+        return Check("memory", "problem", str(exc), 'see docs/memory.md "Repair"')
+    if rep.quarantined or rep.needs_repair:
+        return Check(
+            "memory",
+            "warning",
+            f"{str(path)!r} loads with {len(rep.quarantined)} damaged line(s) "
+            f"({rep.entities} entities, {rep.relations} relations kept)",
+            f"companyd memory repair sets them aside into {path!s}.corrupt (byte for byte) "
+            "and rewrites the file; `companyd memory check` shows them",
+        )
+    return Check(
+        "memory",
+        "ok",
+        f"{str(path)!r} loads clean: {rep.entities} entities, {rep.relations} relations",
+    )
