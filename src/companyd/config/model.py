@@ -99,6 +99,8 @@ class RoutineConfig:
     #: ``required``: the fire counts as done only once the founder approves its result
     approval: Literal["none", "required"] = "none"
     backup: BackupConfig | None = None
+    #: where the result goes (``deliver:``; default ``telegram`` with an expected_output)
+    deliver: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,6 +193,15 @@ class CompanyConfig:
             return d
 
         return max((depth(s) for s in self.agents), default=0)
+
+
+def default_deliveries(r: RoutineSpec) -> tuple[str, ...]:
+    """A routine's ``deliver:`` list as written, else ``telegram`` when it names an
+    ``expected_output`` (a result someone waits for) and nothing otherwise (a heartbeat
+    stays quiet)."""
+    if r.deliver is not None:
+        return tuple(r.deliver)
+    return ("telegram",) if r.expected_output else ()
 
 
 def resolve(
@@ -300,4 +311,5 @@ def _routine(slug: str, r: RoutineSpec, spec: CompanyFile, base_dir: Path) -> Ro
         reviewer=r.reviewer,
         enabled=r.enabled,
         approval=r.approval,
+        deliver=default_deliveries(r),
     )

@@ -240,6 +240,10 @@ class CatchUpSpec(Spec):
         return value
 
 
+#: Where a routine's result goes (docs/alerts.md, "Results").
+Delivery = Literal["telegram", "digest", "memory", "file"]
+
+
 class BackupSpec(Spec):
     """A scheduled backup (a routine that runs no agent): how often, how many, where."""
 
@@ -262,6 +266,17 @@ class RoutineSpec(Spec):
     reviewer: str | None = None
     approval: Literal["none", "required"] = "none"
     enabled: bool = True
+    deliver: tuple[Delivery, ...] | None = None
+
+    @field_validator("deliver")
+    @classmethod
+    def _no_repeats(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if v is not None and len(set(v)) != len(v):
+            twice = sorted({d for d in v if v.count(d) > 1})
+            raise ValueError(
+                f"{', '.join(repr(d) for d in twice)} listed twice; name each delivery once"
+            )
+        return v
 
     @model_validator(mode="after")
     def _agent_or_backup(self) -> RoutineSpec:
@@ -361,6 +376,21 @@ class AlertsSpec(Spec):
     routes: dict[str, Severity] = {}
     quiet_hours: QuietHoursSpec | None = None
     coalesce_seconds: Duration = 600.0
+    digest_at: str = "08:00"
+
+    @field_validator("digest_at", mode="before")
+    @classmethod
+    def _digest_bare_hour(cls, v: object) -> object:
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 23:
+            raise ValueError(f'expected a time as "HH:MM", got the number {v}; write "{v:02d}:00"')
+        return v
+
+    @field_validator("digest_at")
+    @classmethod
+    def _digest_hhmm(cls, v: str) -> str:
+        if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", v):
+            raise ValueError(f"expected a time as HH:MM (24-hour), got {v!r}")
+        return v
 
 
 class MemorySpec(Spec):
