@@ -61,8 +61,19 @@ from companyd.events.money import (
     SpendUnsettled,
     UnknownModelPrice,
 )
-from companyd.events.pager import TelegramCommandsFailing, TelegramCommandsRecovered
-from companyd.events.routines import RoutineEvent, RoutineFailed, RoutineMissed, RoutineSkipped
+from companyd.events.pager import (
+    ResultDelivered,
+    ResultUndelivered,
+    TelegramCommandsFailing,
+    TelegramCommandsRecovered,
+)
+from companyd.events.routines import (
+    RoutineEvent,
+    RoutineFailed,
+    RoutineMissed,
+    RoutineResult,
+    RoutineSkipped,
+)
 from companyd.events.supervision import (
     AutoShutdown,
     Backoff,
@@ -120,9 +131,12 @@ __all__ = [
     "ProposalApplied",
     "ProposalCreated",
     "Restart",
+    "ResultDelivered",
+    "ResultUndelivered",
     "RoutineEvent",
     "RoutineFailed",
     "RoutineMissed",
+    "RoutineResult",
     "RoutineSkipped",
     "RunFailed",
     "RunFinished",

@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 from companyd.events.base import Event, Severity
 
-__all__ = ["TelegramCommandsFailing", "TelegramCommandsRecovered"]
+__all__ = [
+    "ResultDelivered",
+    "ResultUndelivered",
+    "TelegramCommandsFailing",
+    "TelegramCommandsRecovered",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,3 +31,28 @@ class TelegramCommandsRecovered(Event):
     KIND = "telegram_commands_recovered"
     since: float | None
     error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultDelivered(Event):
+    """A routine's result was delivered ``to`` memory or a file (``where``: the entity or
+    the path); Telegram and digest deliveries are the outbox's."""
+
+    KIND = "result_delivered"
+    severity: Severity = Severity.DEBUG
+    routine: str
+    run_id: str
+    to: str
+    where: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultUndelivered(Event):
+    """A routine's result could not be delivered ``to`` memory or a file, and why."""
+
+    KIND = "result_undelivered"
+    severity: Severity = Severity.WARNING
+    routine: str
+    run_id: str
+    to: str
+    reason: str

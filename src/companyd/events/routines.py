@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from companyd.events.base import Event, Severity, optional
 
-__all__ = ["RoutineEvent", "RoutineFailed", "RoutineMissed", "RoutineSkipped"]
+__all__ = ["RoutineEvent", "RoutineFailed", "RoutineMissed", "RoutineResult", "RoutineSkipped"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,3 +51,21 @@ class RoutineSkipped(RoutineEvent):
     """A routine skipped a fire (by its policy, or during a planned stop)."""
 
     KIND = "routine_skipped"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineResult(Event):
+    """A fire ended ok and its routine delivers its result (``deliver:``): the whole
+    answer, for the pager to deliver (docs/alerts.md, "Results"). Not an alert itself."""
+
+    KIND = "routine_result"
+    routine: str
+    agent: str
+    run_id: str
+    cost_usd: float
+    answer: str
+    task: str
+    deliver: list[str]
+    scheduled: str
+    fire_id: str
+    ended: float

@@ -15,7 +15,8 @@ ends it through the :class:`~companyd.scheduler.record.Recorder`:
   :class:`~companyd.scheduler.sink.ResultGate` and is recorded with what it settles on:
   the fire stays active (and counts for ``concurrency``) until the founder decides.
 * **Ending.** Every fire ends as one history row and, unless ``ok`` or ``idle``, one event
-  (``routine_failed``, ``routine_missed``, ``routine_skipped``). A fire cancelled while it
+  (``routine_failed``, ``routine_missed``, ``routine_skipped``); an ``ok`` one whose routine
+  delivers its result publishes ``routine_result``. A fire cancelled while it
   waits for its turn is recorded as ``cancelled`` even as the cancellation unwinds; a fire
   whose task is already with the agents stays open for the next start to close.
 """
@@ -263,6 +264,7 @@ class Fires:
         await self._rec.finish(
             rec, result, reason, cost_usd=outcome.cost_usd, run_id=outcome.run_id or None
         )
+        self._rec.result(rec, outcome, r.deliver, r.description)
         if r.precondition == "memory_changed":
             # Taken after the run, so the run's own memory writes do not wake it again.
             try:
@@ -333,6 +335,8 @@ class Fires:
             cost_usd=outcome.cost_usd,
             run_id=outcome.run_id or None,
         )
+        if slot is not None:
+            self._rec.result(rec, outcome, slot.config.deliver, slot.config.description)
 
     async def _precondition(self, slot: Slot) -> tuple[bool, str | None]:
         r = slot.config

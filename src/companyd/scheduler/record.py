@@ -3,8 +3,11 @@
 :class:`Recorder` owns the open :class:`~companyd.scheduler.store.RoutineStore` while the
 scheduler runs and is the one place that ends a fire: every fire time becomes one history
 row, and every outcome but ``ok`` and ``idle`` also one event (``routine_failed``,
-``routine_missed``, ``routine_skipped``) with the same fields. Writes from synchronous paths
-(an APScheduler listener, a cancellation unwinding) are posted, not awaited; a write that
+``routine_missed``, ``routine_skipped``) with the same fields. A fire that ended ``ok`` and
+whose routine has somewhere to deliver its result (``deliver:``) publishes
+``routine_result`` with the answer, for the pager to deliver (:meth:`Recorder.result`).
+Writes from synchronous paths (an APScheduler listener, a cancellation unwinding) are
+posted, not awaited; a write that
 cannot be queued is reported through ``on_store_failure`` so the scheduler fails loudly
 instead of losing history silently.
 """
@@ -22,9 +25,11 @@ from companyd.events import (
     RoutineEvent,
     RoutineFailed,
     RoutineMissed,
+    RoutineResult,
     RoutineSkipped,
     Severity,
 )
+from companyd.roles.tasks import RunOutcome
 from companyd.scheduler import store as db
 from companyd.scheduler.catchup import StartPlan
 from companyd.scheduler.outcomes import Outcome
@@ -164,6 +169,31 @@ class Recorder:
                 outcome=str(outcome),
                 fire_kind=rec.kind,
                 fire_id=rec.fire_id,
+            )
+        )
+
+    def result(
+        self, rec: FireRecord, outcome: RunOutcome, deliver: tuple[str, ...], task: str
+    ) -> None:
+        """Publish ``routine_result`` for a fire whose run ended ok, when its routine
+        delivers its result somewhere (``deliver``: telegram, digest, memory, file). The
+        event carries the whole answer: the pager puts it in its outbox before anything is
+        sent (docs/alerts.md, "Results")."""
+        if not deliver or not outcome.ok or not outcome.run_id:
+            return
+        self._bus.publish(
+            RoutineResult(
+                source=self.source,
+                routine=rec.routine,
+                agent=outcome.agent or rec.agent,
+                run_id=outcome.run_id,
+                cost_usd=outcome.cost_usd,
+                answer=outcome.answer,
+                task=task,
+                deliver=list(deliver),
+                scheduled=utc_from_ts(rec.scheduled).isoformat(),
+                fire_id=rec.fire_id,
+                ended=outcome.ended,
             )
         )
 
