@@ -116,7 +116,9 @@ class RecordingAdmin:
         self._agent(agent)
         return Resumed(agent=agent, resumed=True, message=f"resumed {agent}")
 
-    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> AskAnswer:
+    async def ask(
+        self, agent: str, question: str, timeout: float = 300.0, reply_to: str | None = None
+    ) -> AskAnswer:
         self.calls.append(("ask", agent, question))
         if self.ask_gate is not None:
             await self.ask_gate.wait()

@@ -187,7 +187,9 @@ class Company:
     async def spend(self, by: str = "agent", period: str = "today") -> Any:
         return {"by": by, "period": period, "when": NOW}
 
-    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> Any:
+    async def ask(
+        self, agent: str, question: str, timeout: float = 300.0, reply_to: str | None = None
+    ) -> Any:
         self.slow_started.set()
         try:
             await self.slow_release.wait()

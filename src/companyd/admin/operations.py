@@ -94,8 +94,13 @@ class Admin(Protocol):
         """Let a paused agent (operator or budget pause) run again."""
         ...
 
-    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> AskAnswer:
-        """Run a one-off task; the result has answer, models, tokens and cost."""
+    async def ask(
+        self, agent: str, question: str, timeout: float = 300.0, reply_to: str | None = None
+    ) -> AskAnswer:
+        """Run a one-off task; the result has answer, models, tokens and cost. With
+        ``reply_to`` (a run id of ``agent``) it is a follow-up in that run's thread: the
+        agent sees that run's task and result with ``question`` as the founder's reply.
+        """
         ...
 
     async def runs(

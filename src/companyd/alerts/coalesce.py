@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from companyd._fs import DiskAlarm, is_disk_failure
-from companyd.alerts.outbox import AlertRecord, AlertStore, Delivery
+from companyd.alerts import digest as results_digest
+from companyd.alerts.outbox import RESULT_KINDS, AlertRecord, AlertStore, Delivery
 from companyd.alerts.policy import RANK, Policy, quiet_until, severity_of
 from companyd.alerts.render import ICONS, Button, clip, compose
 from companyd.alerts.render_kinds import kind_spec, render
@@ -149,9 +150,9 @@ class AlertBook:
 
     def rerender(self, rec: AlertRecord) -> None:
         """Rebuild ``rec.text`` from its merged data, counts and footer (redacted); a digest
-        keeps its text. The caller saves it and wakes the sender.
+        and a result keep their text. The caller saves it and wakes the sender.
         """
-        if rec.kind == "digest":
+        if rec.kind == "digest" or rec.kind in RESULT_KINDS:
             return
         rendered, _ = render(rec.kind, rec.data, rec.source, rec.counts, self.policy.agents)
         rec.text = redact(
@@ -168,11 +169,12 @@ class AlertBook:
         )
 
     async def release_held(self, now: float) -> None:
-        """Release the alerts quiet hours held until ``now`` or earlier: one alone is simply
-        sent; several are folded into one digest alert (each marked ``folded`` into it), and
-        everything changed is saved.
+        """Release what was held and is due at ``now``: digest items (at ``alerts.digest_at``)
+        are folded into one results digest; results are released one by one (each is read
+        whole); other alerts held through quiet hours are folded into one digest alert (a
+        single one is simply sent); everything changed is saved.
         """
-        due = sorted(
+        held = sorted(
             (
                 r
                 for r in self.alerts.values()
@@ -180,6 +182,28 @@ class AlertBook:
             ),
             key=lambda r: r.id,
         )
+        if not held:
+            return
+        items = [r for r in held if r.kind == "digest_item"]
+        results = [r for r in held if r.kind in RESULT_KINDS and r.kind != "digest_item"]
+        due = [r for r in held if r.kind not in RESULT_KINDS]
+        if items:
+            assert self.settings is not None
+            digest = results_digest.fold(
+                items,
+                digest_id=self.next_id,
+                now=now,
+                tz=self.policy.tz,
+                chats=self.settings.chat_ids,
+            )
+            self.next_id += 1
+            digest.held_until = quiet_until(now, self.policy.quiet, self.policy.quiet_tz)
+            self.alerts[digest.id] = digest
+            await self.save(digest, *items)
+        for r in results:
+            r.held_until = None
+        if results:
+            await self.save(*results)
         if not due:
             return
         if len(due) == 1:

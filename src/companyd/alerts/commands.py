@@ -7,6 +7,13 @@ reply to an agent's question (the founder's answer), and the buttons on alerts, 
 outcome is added to the alert's message. Anything from another chat is ignored and logged
 (once per chat at warning level). /ask runs as its own task (kept in
 ``tasks``) so other commands are answered meanwhile. Replies never show the bot token.
+
+**Threads.** A reply (Telegram's "Reply") to a delivered result or to an /ask answer is a
+follow-up task to the same agent (:meth:`Commands.on_reply`): the outbox's ``threads``
+table names the run the message shows, :meth:`Admin.ask` with ``reply_to`` gives the agent
+that run's task and result with the reply, and the answer goes through the outbox as a
+reply to the founder's message — itself linked, so the conversation can go on. The /ask
+answers and the digest's "📄 N" buttons (the result sent whole) are linked the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from companyd.admin import Admin, AdminError
 from companyd.admin.wire import result_data
 from companyd.alerts.coalesce import AlertBook
+from companyd.alerts.deliver import result_records
 from companyd.alerts.link import SEND_TIMEOUT
 from companyd.alerts.ops import ADMIN_TIMEOUT, act, buttons_after, command_reply, help_text
 from companyd.alerts.outbox import AlertRecord
@@ -117,22 +125,12 @@ class Commands:
         reply = await command_reply(self._admin, name, args, self._book.policy.agents)
         await self._reply(msg, reply)
 
-    async def on_reply(self, update: Update, context: Any) -> None:
-        """A reply to an agent's question (its message names the question's id) is the
-        founder's answer; a reply to a routine result awaiting approval is the change the
-        founder asks for; replies to other messages are left alone.
-        """
-        msg = update.effective_message
-        chat = update.effective_chat
-        if msg is None or chat is None or not msg.text or not self._allowed(chat.id):
-            return
-        original = msg.reply_to_message
-        found = _QUESTION_ID.search(original.text or "") if original is not None else None
-        if found is None:
-            return
+    async def _desk_answer(self, msg: Message, desk_id: str) -> None:
+        """The founder's answer to an agent's question, or the change asked for a routine
+        result awaiting approval (``desk_id``: ``q-…`` or ``r-…``)."""
         try:
             async with asyncio.timeout(ADMIN_TIMEOUT):
-                done = await self._admin.answer(found.group(0), msg.text)
+                done = await self._admin.answer(desk_id, msg.text or "")
         except AdminError as exc:
             await self._reply(msg, f"⚠️ {exc}")
             return
@@ -175,17 +173,94 @@ class Commands:
         tail = format_result("", meta, max_lines=6) if meta else ""
         # A model's answer may be longer than one message: send it in parts, not cut.
         text = redact(f"💬 {agent}: {answer}" + (f"\n—\n{tail}" if tail else ""))
-        for part in split_text(text):
-            await self._reply(msg, part)
+        sent = [await self._reply(msg, part) for part in split_text(text)]
+        run_id = result.run_id
+        store = self._book.store
+        ids = [m.message_id for m in sent if m is not None]
+        if run_id and ids and store is not None:
+            try:  # a reply to the answer is then a follow-up
+                await store.link(msg.chat_id, ids, str(run_id), agent, self._clock.time())
+            except Exception as exc:
+                log.error("alerts: cannot remember the /ask answer's run %s: %s", run_id, exc)
 
-    async def _reply(self, msg: Message, text: str) -> None:
+    async def on_reply(self, update: Update, context: Any) -> None:
+        """A text reply from an allowed chat. To an agent's question (its message names the
+        question's id): the founder's answer; to a routine result awaiting approval: the
+        change asked for; to a delivered result or an answer: a follow-up to the same agent
+        in its thread. To another of the bot's messages, say what a reply can do; replies
+        to anyone else's messages are left alone.
+        """
+        msg = update.effective_message
+        chat = update.effective_chat
+        if msg is None or chat is None or not msg.text or msg.reply_to_message is None:
+            return
+        if not self._allowed(chat.id):  # the handler filter already checks; belt and braces
+            self._stranger(chat.id, update.effective_user, "a reply")
+            return
+        original = msg.reply_to_message
+        desk = _QUESTION_ID.search(original.text or "")
+        if desk is not None:
+            await self._desk_answer(msg, desk.group(0))
+            return
+        store = self._book.store
+        found = None
+        if store is not None:
+            found = await store.thread(chat.id, original.message_id)
+        if found is None:
+            if original.from_user is None or not original.from_user.is_bot:
+                return  # a conversation between people in a group: not ours
+            await self._reply(
+                msg,
+                "↩️ a reply reaches an agent only when it answers a delivered result or an "
+                "/ask answer; to start anew, use /ask AGENT question",
+            )
+            return
+        run_id, agent = found
+        task = asyncio.create_task(
+            self._follow_up(msg, chat.id, run_id, agent), name="alerts:reply"
+        )
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _follow_up(self, msg: Message, chat_id: int, run_id: str, agent: str) -> None:
+        try:
+            result = await self._admin.ask(
+                agent, msg.text or "", timeout=ASK_TIMEOUT, reply_to=run_id
+            )
+        except AdminError as exc:
+            await self._reply(msg, f"⚠️ {exc}")
+            return
+        except Exception as exc:
+            log.exception("alerts: the follow-up to %s failed", run_id)
+            await self._reply(msg, f"⚠️ the follow-up failed inside companyd ({type(exc).__name__})")
+            return
+        if result.status != "ok":
+            await self._reply(msg, f"⚠️ {agent} did not answer: {result.status}: {result.reason}")
+            return
+        recs = result_records(
+            self._book,
+            {**result_data("ask", result), "agent": agent},
+            kind="reply",
+            now=self._clock.time(),
+            chats=[chat_id],
+            reply_to={chat_id: msg.message_id},
+        )
+        for rec in recs:
+            rec.held_until = None  # the founder is there, waiting for it
+        await self._book.save(*recs)
+        for rec in recs:
+            rec.persisted = True
+        self._book.wake.set()
+
+    async def _reply(self, msg: Message, text: str) -> Message | None:
         from telegram.error import TelegramError
 
         try:
             async with asyncio.timeout(SEND_TIMEOUT):
-                await msg.reply_text(clip(redact(text)))
+                return await msg.reply_text(clip(redact(text)))
         except (TelegramError, TimeoutError) as exc:
             log.warning("alerts: could not answer a command: %s", redact(str(exc)))
+            return None
 
     async def on_error(self, update: object, context: Any) -> None:
         """Log a handler's failure (redacted: no token in the log); the pager goes on."""
@@ -217,6 +292,9 @@ class Commands:
         if rec is None or button is None:
             await self._answer(query, "this button is no longer active")
             return
+        if button.get("action") == "open_result" and message is not None:
+            await self._open_result(query, message.chat.id, message.message_id, button)
+            return
         done, text = await act(self._admin, button)
         if not done:
             await self._answer(query, text, alert=True)
@@ -235,6 +313,33 @@ class Commands:
         await self._book.save(rec)
         self._book.wake.set()
         await self._answer(query, text)
+
+    async def _open_result(
+        self, query: CallbackQuery, chat_id: int, message_id: int, button: dict[str, Any]
+    ) -> None:
+        """A digest's "📄 N": send that result whole, as a reply to the digest."""
+        item_id = button.get("arg")
+        item = self._book.alerts.get(item_id) if isinstance(item_id, int) else None
+        if item is None and isinstance(item_id, int) and self._book.store is not None:
+            item = await self._book.store.get(item_id)
+        if item is None:
+            await self._answer(query, "that result is no longer kept", alert=True)
+            return
+        recs = result_records(
+            self._book,
+            item.data,
+            kind="result",
+            now=self._clock.time(),
+            chats=[chat_id],
+            reply_to={chat_id: message_id},
+        )
+        for rec in recs:
+            rec.held_until = None  # asked for now
+        await self._book.save(*recs)
+        for rec in recs:
+            rec.persisted = True
+        self._book.wake.set()
+        await self._answer(query, f"{item.data.get('routine')}: sent below")
 
     async def _answer(self, query: CallbackQuery, text: str, alert: bool = False) -> None:
         from telegram.error import TelegramError

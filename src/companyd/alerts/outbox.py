@@ -6,7 +6,9 @@ is its journal, written through before anything is sent, so that
 * an alert accepted while Telegram is down survives a restart and goes out later;
 * an alert already delivered is not sent again after a restart (its Telegram message id is
   stored the moment Telegram answers), and a coalesced alert keeps editing the same message;
-* a button pressed on an old message still finds what it stands for.
+* a button pressed on an old message still finds what it stands for;
+* a reply to a result or an answer finds the run it continues (``threads``: chat and
+  message id → run id and agent, one row per message sent, kept as long as the file).
 
 The connection lives in a single worker thread (a :class:`companyd._sqlite.Database`; SQLite
 work never runs on the event loop); its schema versions are ``PRAGMA user_version``
@@ -32,7 +34,12 @@ from typing import Any, TypeVar
 
 from companyd._sqlite import Database, Migration
 
-__all__ = ["MIGRATIONS", "AlertRecord", "AlertStore", "Delivery"]
+__all__ = ["MIGRATIONS", "RESULT_KINDS", "AlertRecord", "AlertStore", "Delivery"]
+
+#: Records that carry a routine's result or an agent's answer (docs/alerts.md, "Results"):
+#: sent whole and never folded into the quiet-hours digest; ``digest_item`` waits for the
+#: results digest instead of being sent.
+RESULT_KINDS = frozenset({"result", "reply", "results_digest", "digest_item"})
 
 log = logging.getLogger("companyd.alerts.service")
 
@@ -49,8 +56,19 @@ CREATE TABLE IF NOT EXISTS alerts (
 );
 CREATE INDEX IF NOT EXISTS alerts_active ON alerts (settled, window_end);
 """
-#: The outbox's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite).
-MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+_THREADS = """
+CREATE TABLE IF NOT EXISTS threads (
+    chat_id     INTEGER NOT NULL,
+    message_id  INTEGER NOT NULL,
+    run_id      TEXT NOT NULL,
+    agent       TEXT NOT NULL,
+    created     REAL NOT NULL,
+    PRIMARY KEY (chat_id, message_id)
+);
+"""
+#: The outbox's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite):
+#: 1 the alerts, 2 the threads (a message sent → the run whose result or answer it shows).
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA, _THREADS)
 
 
 @dataclass
@@ -316,6 +334,23 @@ class AlertStore:
         ).fetchone()
         return AlertRecord.from_row(row) if row else None
 
+    def _link_sync(self, rows: list[tuple[int, int, str, str, float]]) -> None:
+        assert self._conn is not None
+        with self._conn:
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO threads (chat_id, message_id, run_id, agent, created) "
+                "VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def _thread_sync(self, chat_id: int, message_id: int) -> tuple[str, str] | None:
+        assert self._conn is not None
+        row = self._conn.execute(
+            "SELECT run_id, agent FROM threads WHERE chat_id = ? AND message_id = ?",
+            (chat_id, message_id),
+        ).fetchone()
+        return (str(row[0]), str(row[1])) if row else None
+
     def _prune_sync(self, before: float) -> int:
         assert self._conn is not None
         with self._conn:
@@ -351,6 +386,18 @@ class AlertStore:
         """
         rec: AlertRecord | None = await self._run(self._get_sync, alert_id)
         return rec
+
+    async def link(
+        self, chat_id: int, message_ids: list[int], run_id: str, agent: str, now: float
+    ) -> None:
+        """Remember that these messages in ``chat_id`` show run ``run_id`` of ``agent``."""
+        rows = [(chat_id, m, run_id, agent, now) for m in message_ids]
+        await self._run(self._link_sync, rows)
+
+    async def thread(self, chat_id: int, message_id: int) -> tuple[str, str] | None:
+        """``(run_id, agent)`` of the run message ``message_id`` in ``chat_id`` shows."""
+        found: tuple[str, str] | None = await self._run(self._thread_sync, chat_id, message_id)
+        return found
 
     async def prune(self, before: float) -> int:
         """Forget settled alerts created before ``before``; returns how many."""

@@ -51,6 +51,8 @@ class Policy:
     tz: ZoneInfo
     company: str
     agents: frozenset[str]
+    #: when the results digest goes out (``alerts.digest_at``, in ``tz``)
+    digest_at: str = "08:00"
 
     @classmethod
     def of(cls, config: CompanyConfig) -> Policy:
@@ -71,6 +73,7 @@ class Policy:
             tz=tz,
             company=config.name,
             agents=frozenset(config.agents),
+            digest_at=spec.digest_at,
         )
 
 

@@ -41,6 +41,7 @@ from companyd.events import (
     ModelFallback,
     ProposalCreated,
     Restart,
+    ResultUndelivered,
     RoutineFailed,
     RoutineMissed,
     RoutineSkipped,
@@ -427,6 +428,14 @@ def _task_buttons(data: Data, agents: Collection[str]) -> list[Button]:
     return [Button("🔁 Retry task", "retry", task)] if isinstance(task, str) and task else []
 
 
+def _result_undelivered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"the result of routine {txt(data.get('routine'), 80)} was not delivered to "
+        f"{txt(data.get('to'), 20)}"
+    )
+    return Rendered(title, tuple(line("reason", data, "reason") + line("run", data, "run_id")))
+
+
 def _memory_repaired(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     lines: list[str] = []
     if has(data, "summary"):
@@ -655,6 +664,7 @@ KINDS: Mapping[str, KindSpec] = {
         "task_quarantined", ("task_id",), _task_quarantined, _task_buttons
     ),
     MemoryRepaired.KIND: KindSpec("memory_repaired", (), _memory_repaired),
+    ResultUndelivered.KIND: KindSpec("result_undelivered", ("routine", "to"), _result_undelivered),
     TelegramCommandsFailing.KIND: KindSpec("telegram_commands_failing", (), _commands_failing),
     TelegramCommandsRecovered.KIND: KindSpec(
         "telegram_commands_recovered", (), _commands_recovered

@@ -30,7 +30,7 @@ from companyd.alerts.link import (
     Link,
     telegram_error_text,
 )
-from companyd.alerts.outbox import AlertRecord, Delivery
+from companyd.alerts.outbox import RESULT_KINDS, AlertRecord, Delivery
 from companyd.alerts.telegram import redact, retry_after_seconds
 from companyd.clock import Clock
 
@@ -186,6 +186,7 @@ class Sender:
         """One send or edit. True when done with it (delivered, or refused for good);
         False on a transient failure (backoff set).
         """
+        from telegram import ReplyParameters
         from telegram.error import (
             BadRequest,
             ChatMigrated,
@@ -198,6 +199,12 @@ class Sender:
         version, text, markup = rec.version, rec.text, self._markup(rec)
         bot = link.app.bot
         d.attempts += 1
+        answers = (rec.data.get("reply_to") or {}).get(str(chat_id))
+        reply = (
+            ReplyParameters(message_id=int(answers), allow_sending_without_reply=True)
+            if isinstance(answers, int)
+            else None
+        )
         try:
             # A real-time bound on one HTTP exchange, rate-limiter waits included.
             async with asyncio.timeout(SEND_TIMEOUT):
@@ -206,9 +213,13 @@ class Sender:
                         chat_id,
                         text,
                         reply_markup=markup,
-                        disable_notification=rec.severity == "info",
+                        # a result is what the founder waits for: it rings
+                        disable_notification=rec.severity == "info"
+                        and rec.kind not in RESULT_KINDS,
+                        reply_parameters=reply,
                     )
                     d.message_id, d.state = msg.message_id, "sent"
+                    await self._link(rec, chat_id, msg.message_id)
                 else:
                     await bot.edit_message_text(
                         text, chat_id=chat_id, message_id=d.message_id, reply_markup=markup
@@ -260,6 +271,23 @@ class Sender:
         finally:
             await self._book.save(rec)
         return True
+
+    async def _link(self, rec: AlertRecord, chat_id: int, message_id: int) -> None:
+        """A result or an answer sent: remember its run, so a reply to it is a follow-up."""
+        run_id, agent = rec.data.get("run_id"), rec.data.get("agent")
+        store = self._book.store
+        if rec.kind not in ("result", "reply") or not run_id or not agent or store is None:
+            return
+        try:
+            await store.link(chat_id, [message_id], str(run_id), str(agent), self._clock.time())
+        except Exception as exc:  # the message is out; only a reply to it will not thread
+            log.error(
+                "alerts: cannot remember that message %d shows run %s (%s); a reply to it will "
+                "not reach the agent — check the state directory",
+                message_id,
+                run_id,
+                exc,
+            )
 
     def _refused(self, rec: AlertRecord, chat_id: int, d: Delivery, exc: Exception) -> None:
         from telegram.error import ChatMigrated

@@ -60,6 +60,7 @@ from companyd._fs import DiskAlarm
 from companyd.admin import Admin
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.commands import Commands
+from companyd.alerts.deliver import MemoryPort, Results
 from companyd.alerts.link import FLUSH_TIMEOUT, Link
 from companyd.alerts.notify import notify_failure, unit_facts
 from companyd.alerts.outbox import AlertRecord, AlertStore
@@ -74,7 +75,7 @@ from companyd.alerts.telegram import (
 )
 from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig
-from companyd.events import Event, EventBus, Subscription
+from companyd.events import Event, EventBus, RoutineResult, Subscription
 from companyd.supervision.child import ChildContext
 
 __all__ = [
@@ -103,6 +104,7 @@ class AlertService:
             before :meth:`run` starts (or while it restarts) are not missed.
         admin: the daemon's operator operations, called by commands and buttons.
         clock: time for coalescing windows, quiet hours, edit throttling and backoff.
+        memory: the company memory, for routines that deliver their result there.
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class AlertService:
         bus: EventBus,
         admin: Admin,
         clock: Clock | None = None,
+        memory: MemoryPort | None = None,
     ) -> None:
         self._config = config
         self._state_dir = Path(state_dir)
@@ -122,6 +125,7 @@ class AlertService:
         self._book = AlertBook(Policy.of(config), self._clock, DiskAlarm.of(bus))
         self._sender = Sender(self._book, self._clock)
         self._commands = Commands(self._book, admin, self._clock)
+        self._results = Results(self._book, self._state_dir, bus=bus, memory=memory)
 
     # -- public -------------------------------------------------------------------------
 
@@ -212,6 +216,9 @@ class AlertService:
                 won = await race(self._sub.get(), stop)  # an event wins a tie with the stop
                 if won.index == 0:
                     event = won.result()
+                    if isinstance(event, RoutineResult):  # memory and file need no Telegram
+                        await self._results.take(event)
+                        continue
                     log.debug("alert not sent (no Telegram): %s from %s", event.kind, event.source)
         finally:
             stop.cancel()
@@ -336,6 +343,10 @@ class AlertService:
         """
         touched: dict[int, AlertRecord] = {}
         for event in events:
+            if isinstance(event, RoutineResult):
+                # never an alert: delivered as the routine's `deliver:` says
+                touched.update((r.id, r) for r in await self._results.take(event))
+                continue
             try:
                 rec = self._book.ingest(event)
             except Exception:  # one odd event must not stop the pager

@@ -101,6 +101,12 @@ def register(sub: Any) -> None:
     p.add_argument("question", nargs="+", help="what to ask or do")
     p.add_argument("--timeout", type=_seconds, default=300.0, help="seconds to wait (default 300)")
     p.add_argument(
+        "--reply-to",
+        metavar="RUN_ID",
+        help="a follow-up in that run's thread: the agent sees the run's task and result "
+        "with your question as the reply",
+    )
+    p.add_argument(
         "--offline",
         action="store_true",
         help="without a daemon: use the built-in offline model instead of Claude",
@@ -211,7 +217,13 @@ def _ask(args: argparse.Namespace) -> int:
     question = " ".join(args.question)
     if running_daemon(args) is not None:
         return call_daemon(
-            args, "ask", _print_answer, agent=args.agent, question=question, timeout=args.timeout
+            args,
+            "ask",
+            _print_answer,
+            agent=args.agent,
+            question=question,
+            timeout=args.timeout,
+            reply_to=args.reply_to,
         )
 
     cfg, state_dir = _config_and_state(args)
@@ -231,7 +243,8 @@ async def _ask_in_process(
     async with Daemon(cfg, state_dir, backend=backend, offline=args.offline, oneoff=True) as d:
         # the JSON form, as a daemon would answer: one printer for both
         data: dict[str, Any] = result_data(
-            "ask", await d.ask(args.agent, question, timeout=args.timeout)
+            "ask",
+            await d.ask(args.agent, question, timeout=args.timeout, reply_to=args.reply_to),
         )
         return data
 

@@ -177,7 +177,9 @@ class Daemon(Operator, Reloader, Backups):
             # one-off `companyd ask`: no socket, no Telegram, nobody to decide
             desk=None if oneoff else self.desk,
         )
-        self.alerts = AlertService(config, state_dir, bus=self.bus, admin=self, clock=self.clock)
+        self.alerts = AlertService(
+            config, state_dir, bus=self.bus, admin=self, clock=self.clock, memory=self.memory
+        )
         self._backup_lock = asyncio.Lock()
         self.scheduler = RoutineScheduler(
             config,

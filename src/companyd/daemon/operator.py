@@ -66,7 +66,7 @@ from companyd.roles.improver import Proposal, ProposalError
 from companyd.roles.improver import Proposals as ProposalStore
 from companyd.roles.journal import Journal
 from companyd.roles.staff import Staff
-from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
+from companyd.roles.tasks import RunOutcome, RunStatus, Task, follow_up_prompt, new_id
 from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
 from companyd.spend import SpendBook
 from companyd.spend.ledger import LedgerError
@@ -292,23 +292,31 @@ class Operator:
             message=f"resumed {agent}" if was else f"{agent} was not paused",
         )
 
-    async def ask(self, agent: str, question: str, timeout: float = 300.0) -> AskAnswer:
-        """:meth:`Admin.ask`: queue a task from the operator and wait for its run's outcome.
+    async def ask(
+        self, agent: str, question: str, timeout: float = 300.0, reply_to: str | None = None
+    ) -> AskAnswer:
+        """:meth:`Admin.ask`: queue a task from the operator and wait for its run's outcome;
+        with ``reply_to``, a follow-up in that run's thread.
 
         Raises:
-            AdminError: an unknown agent, an empty question, no outcome within ``timeout`` seconds
-                (the task keeps running), or the daemon began to stop (the task is journaled and
+            AdminError: an unknown agent, an empty question, an unknown run or another
+                agent's run to follow up, no outcome within ``timeout`` seconds (the task
+                keeps running), or the daemon began to stop (the task is journaled and
                 resumes after the restart).
         """
         self._check_agent(agent)
         if not question.strip():
             raise AdminError("the question is empty; say what you want the agent to do")
+        prompt = question
+        if reply_to is not None:
+            prompt = await self._follow_up(agent, question, reply_to)
         task = Task(
             id=new_id("task"),
             agent=agent,
-            prompt=question,
+            prompt=prompt,
             source="operator",
             created=self.clock.time(),
+            reply_to=reply_to,
         )
         try:
             async with asyncio.timeout(timeout):
@@ -319,6 +327,23 @@ class Operator:
                 "— see `companyd runs`"
             ) from None
         return _answer(outcome)
+
+    async def _follow_up(self, agent: str, reply: str, run_id: str) -> str:
+        """The prompt of a reply in run ``run_id``'s thread (it must be ``agent``'s)."""
+        turn = await self.journal.turn(run_id)
+        if turn is None:
+            raise AdminError(
+                f"no run {run_id!r} in the run journal; see `companyd runs` for run ids"
+            )
+        task, status, answer = turn
+        if task.agent != agent:
+            raise AdminError(
+                f"run {run_id!r} is {task.agent}'s, not {agent}'s; follow it up with "
+                f"`companyd ask {task.agent} --reply-to {run_id} …`"
+            )
+        if status == "running":
+            raise AdminError(f"run {run_id!r} is still running; reply once it has ended")
+        return follow_up_prompt(run_id, task.prompt, answer, reply)
 
     async def _unless_stopping(self, work: Any, task: Task) -> RunOutcome:
         """Await ``work``, or answer at once when the daemon starts to stop: the task is

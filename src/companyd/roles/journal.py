@@ -737,3 +737,19 @@ class Journal:
                 for a, r, b in db.execute("SELECT agent, reason, budget FROM paused")
             }
         )
+
+    async def turn(self, run_id: str) -> tuple[Task, str, str] | None:
+        """``(task, status, answer)`` of run ``run_id`` — what a follow-up in its thread
+        shows the agent — or None when the journal has no such run."""
+
+        def q(db: sqlite3.Connection) -> tuple[Task, str, str] | None:
+            row = db.execute(
+                "SELECT t.payload, r.state, r.answer FROM runs r JOIN tasks t ON t.id = r.task_id "
+                "WHERE r.id = ?",
+                (run_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            return Task.from_dict(json.loads(row[0])), str(row[1]), str(row[2])
+
+        return await self._run(q)

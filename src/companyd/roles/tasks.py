@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["RunOutcome", "RunStatus", "Task", "new_id"]
+__all__ = ["RunOutcome", "RunStatus", "Task", "follow_up_prompt", "new_id"]
 
 
 def new_id(prefix: str) -> str:
@@ -101,6 +101,19 @@ class Task:
             asked_by=d.get("asked_by"),
             asked_in=d.get("asked_in"),
         )
+
+
+def follow_up_prompt(run_id: str, task: str, answer: str, reply: str) -> str:
+    """The prompt of a follow-up in run ``run_id``'s thread: the agent sees the task it was
+    given, the result it gave and the founder's reply (an earlier follow-up's task already
+    holds the turns before it, so a long thread reads in order)."""
+    return (
+        f"This continues your earlier run {run_id}.\n\n"
+        f"The task you were given:\n{task.strip()}\n\n"
+        f"Your result:\n{answer.strip() or '(no answer)'}\n\n"
+        f"The founder replies:\n{reply.strip()}\n\n"
+        "Answer the reply; if it asks for a new version, give the whole new version."
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,7 +14,8 @@ API companyd uses. Point python-telegram-bot at it with
 
 It records everything it was sent (:attr:`BotApiServer.messages` with each message's edits,
 :attr:`BotApiServer.calls`, :attr:`BotApiServer.callback_answers`), lets a test inject
-updates (:meth:`BotApiServer.inject_command`, :meth:`BotApiServer.press_button`) and fail on
+updates (:meth:`BotApiServer.inject_command`, :meth:`BotApiServer.inject_reply`,
+:meth:`BotApiServer.press_button`) and fail on
 purpose: :meth:`BotApiServer.go_down` closes the port (``connection refused``) or answers
 ``502 Bad Gateway`` until :meth:`BotApiServer.go_up`; :meth:`BotApiServer.fail_next` answers
 the next requests with an error such as ``429`` and ``retry_after``, or (``status=0``) drops
@@ -302,6 +303,45 @@ class BotApiServer:
             msg["entities"] = [{"type": "bot_command", "offset": 0, "length": length}]
         return self.inject_update({"message": msg})
 
+    def inject_reply(
+        self,
+        chat_id: int,
+        message_id: int,
+        text: str,
+        *,
+        user_id: int | None = None,
+        first_name: str = "Op",
+        username: str | None = "operator",
+    ) -> tuple[int, int]:
+        """Queue a text message from a private chat that replies (Telegram's "Reply") to the
+        message ``message_id`` the bot sent there. Returns ``(update_id, message_id)`` of
+        the reply.
+
+        Raises:
+            KeyError: no message ``message_id`` was sent to ``chat_id``.
+        """
+        sent = self.find_message(chat_id, message_id)
+        if sent is None:
+            raise KeyError(f"no message {message_id!r} was sent to chat {chat_id!r}")
+        uid = user_id if user_id is not None else chat_id
+        chat = {"id": chat_id, "type": "private", "first_name": first_name}
+        mid = self._new_message_id()
+        msg: dict[str, Any] = {
+            "message_id": mid,
+            "date": int(self._clock()),
+            "chat": chat,
+            "from": user_json(uid, first_name, username),
+            "text": text,
+            "reply_to_message": {
+                "message_id": sent.message_id,
+                "date": sent.date,
+                "chat": chat,
+                "from": dict(self._bot_user),
+                "text": sent.text,
+            },
+        }
+        return self.inject_update({"message": msg}), mid
+
     def press_button(
         self,
         chat_id: int,
@@ -531,6 +571,10 @@ class BotApiServer:
         if len(text) > 4096:
             raise HttpError(400, "Bad Request: message is too long")
         markup = markup_param(params.get("reply_markup"))
+        reply = params.get("reply_parameters")
+        answers = reply.get("message_id") if isinstance(reply, dict) else None
+        if answers is None and params.get("reply_to_message_id") is not None:
+            answers = int_param(params.get("reply_to_message_id"), -1)
         msg = SentMessage(
             chat_id=chat_id,
             message_id=self._new_message_id(),
@@ -538,6 +582,7 @@ class BotApiServer:
             reply_markup=markup,
             date=int(self._clock()),
             disable_notification=bool(params.get("disable_notification", False)),
+            reply_to=int(answers) if isinstance(answers, int) else None,
         )
         self.messages.append(msg)
         return self._message_json(msg)

@@ -27,6 +27,8 @@ class SentMessage:
         reply_markup: its current inline keyboard (decoded JSON), or None.
         date: epoch seconds when it was sent.
         disable_notification: whether it was sent silently.
+        reply_to: the message it answers (``reply_parameters.message_id`` or
+            ``reply_to_message_id``), or None.
         edits: each edit in order: ``{"method", "text"?, "reply_markup"?}``.
     """
 
@@ -37,6 +39,7 @@ class SentMessage:
     date: int
     disable_notification: bool = False
     edits: list[dict[str, Any]] = field(default_factory=list)
+    reply_to: int | None = None
 
     def buttons(self) -> list[tuple[str, str]]:
         """The inline buttons as ``(label, callback_data)``, row by row."""
@@ -53,6 +56,7 @@ class SentMessage:
             "date": self.date,
             "disable_notification": self.disable_notification,
             "edits": list(self.edits),
+            "reply_to": self.reply_to,
         }
 
 

@@ -1,0 +1,294 @@
+"""Results to the founder: a routine's ``routine_result`` → its deliveries.
+
+A routine says where its result goes (``deliver:`` in company.yaml; default ``telegram``
+when it names an ``expected_output``, nothing otherwise). :class:`Results` takes each
+``routine_result`` event off the pager's intake and
+
+* ``telegram`` — writes the result, as one message per 4,096 characters (at most
+  :data:`MAX_PARTS`), to the alert outbox: naming the routine, the agent, the cost and the
+  run id. The sender delivers it like any alert (an outage loses none, a restart resends
+  none) and holds it through quiet hours; each message sent is linked to its run
+  (:meth:`~companyd.alerts.outbox.AlertStore.link`) so that a reply to it is a follow-up;
+* ``digest`` — writes it to the outbox as a digest item, held until the next
+  ``alerts.digest_at``, when :mod:`companyd.alerts.digest` folds the items into one message;
+* ``memory`` — adds the result as an observation on the entity ``routine:<slug>``;
+* ``file`` — writes ``<state_dir>/outputs/<routine>/<date>-<run>.md`` atomically.
+
+A delivery that cannot be made publishes ``result_undelivered`` (an alert with the reason);
+one made publishes ``result_delivered`` (logged). :func:`result_records` also makes the
+messages of a follow-up's answer (``kind`` ``reply``: sent only to the chat it answers, as
+a reply to the founder's message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo
+
+from companyd._fs import make_dirs, write_atomic
+from companyd.alerts.coalesce import AlertBook
+from companyd.alerts.digest import next_digest
+from companyd.alerts.outbox import AlertRecord, Delivery
+from companyd.alerts.policy import quiet_until
+from companyd.alerts.render import MAX_TEXT, split_text
+from companyd.alerts.telegram import redact
+from companyd.events import EventBus, ResultDelivered, ResultUndelivered, RoutineResult
+
+__all__ = [
+    "MAX_PARTS",
+    "MemoryPort",
+    "Results",
+    "file_path",
+    "result_records",
+    "result_text",
+]
+
+log = logging.getLogger("companyd.alerts.service")
+
+#: A result longer than this many messages is cut (the whole of it is in the run journal
+#: and, with ``deliver: [file]``, in its file).
+MAX_PARTS = 8
+#: Longest observation written to memory (the memory goes into prompts).
+MEMORY_LIMIT = 2000
+
+
+class MemoryPort(Protocol):
+    """The company memory as the pager writes to it (:class:`companyd.memory.MemoryService`)."""
+
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any], *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Run one MCP memory tool."""
+        ...
+
+
+def _usd(value: Any) -> str:
+    try:
+        return f"${float(value):.4f}"
+    except (TypeError, ValueError):
+        return "$?"
+
+
+def result_text(data: Mapping[str, Any]) -> str:
+    """The message for a result (``routine`` set) or a follow-up's answer (``reply_to``)."""
+    agent = str(data.get("agent") or "?")
+    answer = str(data.get("answer") or "").strip() or "(no answer)"
+    head = f"📝 {data['routine']} — {agent}" if data.get("routine") else f"💬 {agent}"
+    tail = f"{_usd(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
+    return redact(f"{head}\n\n{answer}\n\n— {tail}")
+
+
+def result_records(
+    book: AlertBook,
+    data: Mapping[str, Any],
+    *,
+    kind: str,
+    now: float,
+    chats: Sequence[int],
+    reply_to: Mapping[int, int] | None = None,
+) -> list[AlertRecord]:
+    """The outbox records of one result: one per message (a long result is split), each
+    held through quiet hours; ``reply_to`` (chat → message id) makes them replies."""
+    text = result_text(data)
+    parts = split_text(text, MAX_TEXT, MAX_PARTS)
+    if len(parts) == MAX_PARTS and len(text) > sum(len(p) for p in parts) + MAX_PARTS:
+        note = f"\n… cut: see `companyd runs show {data.get('run_id')}`"
+        parts[-1] = parts[-1][: MAX_TEXT - len(note)] + note
+    held = quiet_until(now, book.policy.quiet, book.policy.quiet_tz)
+    run_id = str(data.get("run_id") or "")
+    body = {k: data.get(k) for k in ("routine", "agent", "run_id", "cost_usd", "task") if k in data}
+    out = []
+    for i, part in enumerate(parts, 1):
+        rec = AlertRecord(
+            id=book.next_id,
+            key=f"{kind}|{run_id}|{book.next_id}",
+            kind=kind,
+            severity="info",
+            source="alerts",
+            data={
+                **body,
+                "part": i,
+                "parts": len(parts),
+                "reply_to": {str(c): m for c, m in (reply_to or {}).items()},
+            },
+            counts={kind: 1},
+            first_ts=now,
+            last_ts=now,
+            window_end=now,
+            held_until=held,
+            text=part,
+            deliveries={c: Delivery() for c in chats},
+            persisted=False,
+        )
+        book.next_id += 1
+        book.alerts[rec.id] = rec
+        out.append(rec)
+    return out
+
+
+def file_path(state_dir: Path, routine: str, run_id: str, ended: float, tz: ZoneInfo) -> Path:
+    """``<state_dir>/outputs/<routine>/<date>-<run>.md`` (the date in the company's zone)."""
+    day = datetime.fromtimestamp(ended, tz).date().isoformat()
+    return state_dir / "outputs" / routine / f"{day}-{run_id}.md"
+
+
+def _file_body(data: Mapping[str, Any], tz: ZoneInfo) -> bytes:
+    ended = float(data.get("ended") or 0.0)
+    when = datetime.fromtimestamp(ended, tz).strftime("%Y-%m-%d %H:%M %Z")
+    answer = str(data.get("answer") or "").strip()
+    head = (
+        f"# {data.get('routine')} — {when}\n\n"
+        f"{data.get('agent')} · {_usd(data.get('cost_usd'))} · {data.get('run_id')}\n\n"
+    )
+    return redact(head + answer + "\n").encode("utf-8")
+
+
+class Results:
+    """Turns ``routine_result`` events into deliveries (see module docstring).
+
+    Args:
+        book: the pager's alerts (telegram and digest deliveries go into its outbox).
+        state_dir: where ``outputs/`` is.
+        bus: where ``result_delivered`` / ``result_undelivered`` go.
+        memory: the company memory, or None (``memory`` deliveries are then refused).
+    """
+
+    def __init__(
+        self, book: AlertBook, state_dir: Path, *, bus: EventBus, memory: MemoryPort | None
+    ) -> None:
+        self._book = book
+        self._state_dir = state_dir
+        self._bus = bus
+        self._memory = memory
+
+    async def take(self, event: RoutineResult) -> list[AlertRecord]:
+        """Deliver one result: memory and file now; telegram and digest as outbox records
+        (returned, not yet saved: the caller writes them with the rest of its batch)."""
+        data = event.data
+        wanted = list(event.deliver)
+        records: list[AlertRecord] = []
+        for to in wanted:
+            try:
+                if to in ("telegram", "digest"):
+                    records += self._queue(to, data)
+                elif to == "file":
+                    path = await self._file(data)
+                    self._told(data, to, str(path))
+                elif to == "memory":
+                    entity = await self._remember(data)
+                    self._told(data, to, entity)
+                else:
+                    self._failed(data, to, f"unknown delivery {to!r}")
+            except Exception as exc:  # one failed delivery must not stop the others
+                self._failed(data, to, f"{type(exc).__name__}: {exc}")
+        return records
+
+    def _queue(self, to: str, data: Mapping[str, Any]) -> list[AlertRecord]:
+        book = self._book
+        if book.settings is None:
+            # the pager said once, at start, why nothing goes to Telegram
+            log.debug("result of %r not sent (no Telegram): %s", data.get("routine"), to)
+            return []
+        now = book.clock.time()
+        if to == "telegram":
+            return result_records(book, data, kind="result", now=now, chats=book.settings.chat_ids)
+        item = AlertRecord(
+            id=book.next_id,
+            key=f"digest_item|{data.get('run_id')}",
+            kind="digest_item",
+            severity="info",
+            source="alerts",
+            data={
+                k: data.get(k) for k in ("routine", "agent", "run_id", "cost_usd", "answer", "task")
+            },
+            counts={"digest_item": 1},
+            first_ts=now,
+            last_ts=now,
+            window_end=now,
+            held_until=next_digest(now, book.policy.digest_at, book.policy.tz),
+            text="",
+            deliveries={c: Delivery() for c in book.settings.chat_ids},
+            persisted=False,
+        )
+        book.next_id += 1
+        book.alerts[item.id] = item
+        return [item]
+
+    async def _file(self, data: Mapping[str, Any]) -> Path:
+        tz = self._book.policy.tz
+        path = file_path(
+            self._state_dir,
+            str(data.get("routine")),
+            str(data.get("run_id")),
+            float(data.get("ended") or self._book.clock.time()),
+            tz,
+        )
+        body = _file_body(data, tz)
+
+        def write() -> None:
+            make_dirs(path.parent)
+            write_atomic(path, body)
+
+        await asyncio.to_thread(write)  # fsyncs: never on the event loop
+        return path
+
+    async def _remember(self, data: Mapping[str, Any]) -> str:
+        if self._memory is None:
+            raise RuntimeError("the company memory is not available to the pager")
+        entity = f"routine:{data.get('routine')}"
+        answer = " ".join(str(data.get("answer") or "").split())
+        if len(answer) > MEMORY_LIMIT:
+            answer = answer[: MEMORY_LIMIT - 1] + "…"
+        ended = float(data.get("ended") or self._book.clock.time())
+        day = datetime.fromtimestamp(ended, self._book.policy.tz).date().isoformat()
+        await self._memory.call(
+            "create_entities",
+            {"entities": [{"name": entity, "entityType": "routine", "observations": []}]},
+        )
+        await self._memory.call(
+            "add_observations",
+            {
+                "observations": [
+                    {
+                        "entityName": entity,
+                        "contents": [f"{day} result ({data.get('run_id')}): {answer}"],
+                    }
+                ]
+            },
+        )
+        return entity
+
+    def _told(self, data: Mapping[str, Any], to: str, where: str) -> None:
+        self._bus.publish(
+            ResultDelivered(
+                source="alerts",
+                routine=str(data.get("routine")),
+                run_id=str(data.get("run_id")),
+                to=to,
+                where=where,
+            )
+        )
+
+    def _failed(self, data: Mapping[str, Any], to: str, reason: str) -> None:
+        reason = redact(reason)
+        log.error(
+            "alerts: the result of routine %r (%s) was not delivered to %s: %s",
+            data.get("routine"),
+            data.get("run_id"),
+            to,
+            reason,
+        )
+        self._bus.publish(
+            ResultUndelivered(
+                source="alerts",
+                routine=str(data.get("routine")),
+                run_id=str(data.get("run_id")),
+                to=to,
+                reason=reason,
+            )
+        )

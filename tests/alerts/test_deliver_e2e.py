@@ -1,0 +1,284 @@
+"""Results reach the founder, and the founder answers back (issue 17), end to end.
+
+A real ``companyd run`` (subprocess) with the real anthropic SDK talking to the Messages
+API stand-in and python-telegram-bot talking to the Bot API stand-in: the daily post is
+delivered as a message naming the routine, the agent, the cost and the run id; a Telegram
+reply to it is a follow-up task to the same agent that sees the task, its result and the
+reply, answered as a reply in the thread; a restart resends nothing; a 60 s Telegram
+outage loses nothing; the digest arrives at ``alerts.digest_at`` with one line per result.
+Time is the daemon's own injected clock (``COMPANYD_TIME_SCALE`` / ``COMPANYD_TIME_ANCHOR``,
+the benchmarks' compressed time), read from the test through the same anchors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from companyd.clock import ScaledClock
+from companyd.testing.bot_api import BotApiServer, SentMessage
+from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.messages_api import MessagesAPIServer, reply_text
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "123456789:AAH-e2e-test-secret-0123456789abcdefXYZ"
+OPERATOR = 111
+POST = (
+    "Invoices chase themselves now: Northwind reminds your late payers politely, "
+    "three times, then tells you who still owes."
+)
+SHORTER = "Late invoices? Northwind chases them for you — politely, three times."
+OUTAGE_POST = "Month-end close in an afternoon, not a weekend: Northwind matches the bank feed."
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def company(api_url: str, routines: dict[str, Any], digest_at: str = "08:00") -> dict[str, Any]:
+    """The example company.yaml with only ``routines`` (none fires on its own while the
+    test runs) and its Telegram section pointed at the stand-in (no quiet hours)."""
+    doc: dict[str, Any] = yaml.safe_load((REPO / "company.yaml").read_text(encoding="utf-8"))
+    doc["routines"] = routines
+    doc["alerts"] = {
+        "min_severity": "warning",
+        "digest_at": digest_at,
+        "telegram": {
+            "api_url": api_url,
+            "bot_token_env": "TELEGRAM_BOT_TOKEN",
+            "chat_ids_env": "TELEGRAM_CHAT_ID",
+        },
+    }
+    return doc
+
+
+def daily_post(**extra: Any) -> dict[str, Any]:
+    """daily-post as in the example, on a cron that does not come round during the test."""
+    return {
+        "assignee": "marketing",
+        "description": "Draft today's social post about one concrete customer problem we solve.",
+        "expected_output": "The text of the post, under 280 characters.",
+        "trigger": {"cron": "0 3 29 2 *", "timezone": "UTC"},
+        "catch_up": "skip",
+        **extra,
+    }
+
+
+def env_for(server: BotApiServer, llm: MessagesAPIServer, **more: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        "TELEGRAM_CHAT_ID": str(OPERATOR),
+        "ANTHROPIC_API_KEY": "test-key",
+        "ANTHROPIC_BASE_URL": llm.base_url,
+        **more,
+    }
+
+
+def to_operator(server: BotApiServer, needle: str) -> list[SentMessage]:
+    return [m for m in server.messages if m.chat_id == OPERATOR and needle in m.text]
+
+
+async def one(server: BotApiServer, needle: str, skip: int = 0) -> SentMessage:
+    await server.wait_for(lambda: len(to_operator(server, needle)) > skip, timeout=60)
+    return to_operator(server, needle)[skip]
+
+
+def prompt_text(body: Any) -> str:
+    """Everything the agent was shown in one Messages API request (user turns)."""
+    out = []
+    for msg in body.get("messages") or []:
+        content = msg.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        else:
+            out += [str(b.get("text", "")) for b in content or [] if isinstance(b, dict)]
+    return "\n".join(out)
+
+
+def normal(text: str) -> str:
+    """Costs and run ids vary from run to run."""
+    return re.sub(r"run-[0-9a-f]{12}", "run-…", re.sub(r"\$\d+\.\d{4}", "$…", text))
+
+
+def readme_tour_is_true(post: str, answer: str) -> None:
+    """The README tour's delivered post and reply are what the founder really gets: each
+    line of the sample (but the founder's own ↪ line) is a line of the real messages."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    start = readme.index("**The company's work, on the founder's phone.**")
+    begin = readme.index("```text\n", start) + 8
+    block = readme[begin : readme.index("\n```", begin)]
+    real = {normal(line) for line in (post + "\n" + answer).splitlines()}
+    sample = [ln for ln in block.splitlines() if ln.strip() and not ln.startswith("↪")]
+    assert len(sample) >= 6
+    assert [ln for ln in sample if normal(ln) not in real] == []
+
+
+@pytest.mark.anyio
+async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
+    work: Path,
+) -> None:
+    scale = 10.0
+    real0 = time.time()
+    clock = ScaledClock(scale, real0, real0)  # the daemon's clock, from the test's side
+    async with BotApiServer(token=TOKEN) as server:
+        with MessagesAPIServer() as llm:
+            cfg = work / "company.yaml"
+            doc = company(server.url, {"daily-post": daily_post()})
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            env = env_for(
+                server, llm, COMPANYD_TIME_SCALE=str(scale), COMPANYD_TIME_ANCHOR=f"{real0}:{real0}"
+            )
+            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
+            try:
+                await daemon.start(timeout=120)
+                await one(server, "companyd started")
+
+                # the routine runs; its result reaches the founder, naming routine, agent,
+                # cost and run
+                llm.enqueue(reply_text(POST))
+                fired = await daemon.call("run_job", routine="daily-post")
+                assert fired["status"] == "ok", fired
+                run_id = fired["run_id"]
+                post = await one(server, POST)
+                lines = post.text.splitlines()
+                assert lines[0] == "📝 daily-post — marketing"
+                assert lines[2] == POST
+                assert lines[-1] == (f"— ${fired['cost_usd']:.4f} · {run_id} · reply to follow up")
+                assert not post.disable_notification  # a result rings
+
+                # the founder replies to it: a follow-up to marketing, in the same thread
+                llm.enqueue(reply_text(SHORTER))
+                _, reply_id = server.inject_reply(
+                    OPERATOR, post.message_id, "Shorter please, and keep the invoices."
+                )
+                answer = await one(server, SHORTER)
+                assert answer.reply_to == reply_id
+                assert answer.text.splitlines()[0] == "💬 marketing"
+                shown = prompt_text(llm.requests[-1].body)
+                assert "Draft today's social post" in shown  # the original task
+                assert POST in shown  # its result
+                assert "Shorter please, and keep the invoices." in shown  # the reply
+                runs = (await daemon.call("runs", agent="marketing", limit=5))["runs"]
+                assert [r["status"] for r in runs[:2]] == ["ok", "ok"]
+
+                # a reply to the answer goes on in the thread
+                llm.enqueue(reply_text("Done: the short one goes out at 14:00."))
+                _, again = server.inject_reply(OPERATOR, answer.message_id, "Good. Ship it.")
+                last = await one(server, "Done: the short one goes out")
+                assert last.reply_to == again
+                assert SHORTER in prompt_text(llm.requests[-1].body)
+                readme_tour_is_true(post.text, answer.text)
+                print(f"\n{post.text}\n\n{answer.text}\n")  # for the README, when it changes
+
+                # a restart: the second start is told by editing the first message
+                # (one story within the coalescing window)
+                started = (await one(server, "companyd started")).message_id
+                assert await daemon.stop() == 0
+                await daemon.start(timeout=120)
+                await server.wait_for(
+                    lambda: bool(server.find_message(OPERATOR, started).edits),  # type: ignore[union-attr]
+                    timeout=60,
+                )
+
+                # a 60 s outage (on the daemon's clock) loses nothing
+                await server.go_down("refuse")
+                llm.enqueue(reply_text(OUTAGE_POST))
+                during = await daemon.call("run_job", routine="daily-post")
+                assert during["status"] == "ok", during
+                await clock.sleep(60.0)
+                assert to_operator(server, OUTAGE_POST) == []
+                await server.go_up()
+                late = await one(server, OUTAGE_POST)
+                assert during["run_id"] in late.text
+                await asyncio.sleep(1.0)  # room for a duplicate, were there one
+                assert len(to_operator(server, OUTAGE_POST)) == 1
+                # ... and nothing was sent twice across the restart: the sender goes
+                # oldest first, so anything resent would have come before this one
+                assert len(to_operator(server, POST)) == 1
+                assert len(to_operator(server, SHORTER)) == 1
+            finally:
+                if daemon.proc is not None and daemon.returncode is None:
+                    await daemon.stop()
+    assert "Traceback" not in daemon.log_text()
+
+
+@pytest.mark.anyio
+async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Path) -> None:
+    scale = 10.0
+    real0 = time.time()
+    today = datetime.fromtimestamp(real0, UTC).date()
+    # the daemon's day starts at 07:50 UTC: the digest is due 10 minutes (60 s) later, room
+    # for starting the daemon and two runs on a loaded machine
+    sim0 = datetime(today.year, today.month, today.day, 7, 50, tzinfo=UTC).timestamp()
+    clock = ScaledClock(scale, real0, sim0)
+    routines = {
+        "daily-post": daily_post(deliver=["digest"]),
+        "weekly-spend-review": {
+            "assignee": "cfo",
+            "description": "Review last week's LLM spend per agent and routine.",
+            "trigger": {"cron": "0 3 29 2 *"},
+            "deliver": ["digest", "file"],
+        },
+    }
+    async with BotApiServer(token=TOKEN) as server:
+        with MessagesAPIServer() as llm:
+            cfg = work / "company.yaml"
+            cfg.write_text(yaml.safe_dump(company(server.url, routines), sort_keys=False))
+            env = env_for(
+                server, llm, COMPANYD_TIME_SCALE=str(scale), COMPANYD_TIME_ANCHOR=f"{real0}:{sim0}"
+            )
+            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
+            try:
+                await daemon.start(timeout=120)
+                await one(server, "companyd started")
+                llm.enqueue(reply_text(POST))
+                first = await daemon.call("run_job", routine="daily-post")
+                llm.enqueue(reply_text("Spend was flat: $0.41 for the week, no outliers."))
+                second = await daemon.call("run_job", routine="weekly-spend-review")
+                assert first["status"] == second["status"] == "ok"
+                assert clock.time() < sim0 + 600, "the runs took past the digest time"
+                assert to_operator(server, POST) == []  # no message: it waits for the digest
+
+                digest = await one(server, "📰")
+                assert clock.time() >= sim0 + 600
+                lines = digest.text.splitlines()
+                total = first["cost_usd"] + second["cost_usd"]
+                assert lines[0] == f"📰 Today's work: 2 results, ${total:.2f}"
+                assert lines[2].startswith(
+                    f"1. daily-post (marketing, ${first['cost_usd']:.2f}): Invoices chase"
+                )
+                assert lines[3] == (
+                    f"2. weekly-spend-review (cfo, ${second['cost_usd']:.2f}): "
+                    "Spend was flat: $0.41 for the week, no outliers."
+                )
+                assert [label for label, _ in digest.buttons()] == ["📄 1", "📄 2"]
+
+                # a button sends that result whole, as a reply to the digest
+                _, data = digest.buttons()[0]
+                server.press_button(OPERATOR, digest.message_id, data)
+                whole = await one(server, f"📝 daily-post — marketing\n\n{POST}")
+                assert whole.reply_to == digest.message_id
+
+                # the file delivery, in the company's time zone
+                day = datetime.fromtimestamp(sim0, UTC).date().isoformat()
+                path = (
+                    work / "s" / "outputs" / "weekly-spend-review" / f"{day}-{second['run_id']}.md"
+                )
+                assert "Spend was flat" in path.read_text(encoding="utf-8")
+            finally:
+                if daemon.proc is not None and daemon.returncode is None:
+                    await daemon.stop()
+    assert "Traceback" not in daemon.log_text()

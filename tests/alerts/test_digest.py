@@ -1,0 +1,105 @@
+"""The results digest (alerts/digest.py) and how the alert book releases results: pure,
+on explicit times (no clock)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from companyd.alerts.coalesce import AlertBook
+from companyd.alerts.deliver import result_records, result_text
+from companyd.alerts.digest import fold, next_digest
+from companyd.alerts.outbox import AlertRecord, Delivery
+from companyd.alerts.policy import Policy
+from companyd.alerts.telegram import TelegramSettings
+from companyd.clock import ManualClock
+from companyd.config import QuietHoursSpec, load_config_text
+
+BERLIN = ZoneInfo("Europe/Berlin")
+UTC = ZoneInfo("UTC")
+
+
+def at(text: str, tz: ZoneInfo = UTC) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=tz).timestamp()
+
+
+def test_next_digest_is_the_next_time_of_day_in_the_company_zone() -> None:
+    assert next_digest(at("2026-11-25 07:59"), "08:00", UTC) == at("2026-11-25 08:00")
+    assert next_digest(at("2026-11-25 08:00"), "08:00", UTC) == at("2026-11-26 08:00")
+    # 08:00 in Berlin is 07:00 UTC in winter
+    assert next_digest(at("2026-11-25 07:30"), "08:00", BERLIN) == at("2026-11-26 07:00")
+
+
+def item(rid: int, day: str, routine: str, cost: float, answer: str) -> AlertRecord:
+    ts = at(day)
+    return AlertRecord(
+        id=rid,
+        key=f"digest_item|{rid}",
+        kind="digest_item",
+        severity="info",
+        source="alerts",
+        data={
+            "routine": routine,
+            "agent": "marketing",
+            "run_id": f"run-{rid}",
+            "cost_usd": cost,
+            "answer": answer,
+        },
+        counts={"digest_item": 1},
+        first_ts=ts,
+        last_ts=ts,
+        window_end=ts,
+        deliveries={1: Delivery()},
+    )
+
+
+def test_the_digest_has_one_line_per_result_and_a_button_each() -> None:
+    items = [
+        item(1, "2026-11-24 14:00", "daily-post", 0.3, "Invoices chase themselves now. " * 5),
+        item(2, "2026-11-24 09:00", "weekly-spend-review", 0.11, "Spend was flat."),
+    ]
+    d = fold(items, digest_id=9, now=at("2026-11-25 08:00"), tz=UTC, chats=[1])
+    lines = d.text.splitlines()
+    assert lines[0] == "📰 Yesterday's work: 2 results, $0.41"
+    assert lines[2].startswith("1. daily-post (marketing, $0.30): Invoices chase themselves now.")
+    assert lines[2].endswith("…") and len(lines[2]) < 130
+    assert lines[3] == "2. weekly-spend-review (marketing, $0.11): Spend was flat."
+    assert [(b["label"], b["action"], b["arg"]) for b in d.buttons] == [
+        ("📄 1", "open_result", 1),
+        ("📄 2", "open_result", 2),
+    ]
+    assert all(i.status == "folded" and i.folded_into == 9 for i in items)
+    assert all(dl.state == "folded" for i in items for dl in i.deliveries.values())
+
+
+@pytest.mark.anyio
+async def test_results_are_held_through_quiet_hours_and_released_one_by_one() -> None:
+    cfg = load_config_text(
+        "schema: companyd/v1\ncompany: {name: Acme, budget: {daily_usd: 5}}\n"
+        "agents: {ceo: {title: CEO, instructions: Lead.}}\n",
+        file="c.yaml",
+    )
+    clock = ManualClock(at("2026-11-24 23:30"))
+    quiet = QuietHoursSpec(start="23:00", end="07:00")
+    book = AlertBook(Policy.of(cfg), clock)
+    book.policy = dataclasses.replace(book.policy, quiet=quiet, quiet_tz=UTC, tz=UTC)
+    book.settings = TelegramSettings(token="t", chat_ids=(1,))
+    data = {
+        "routine": "daily-post",
+        "agent": "marketing",
+        "run_id": "run-1",
+        "cost_usd": 0.01,
+        "answer": "x\n" * 3000,
+    }
+    parts = result_records(book, data, kind="result", now=clock.time(), chats=[1])
+    assert len(parts) == 2  # a long result is split, not cut
+    assert parts[0].text.startswith("📝 daily-post — marketing")
+    assert all(p.held_until == at("2026-11-25 07:00") for p in parts)
+    await book.release_held(at("2026-11-25 07:00"))
+    # released each whole, not folded into the quiet-hours digest
+    assert [p.held_until for p in parts] == [None, None]
+    assert all(r.kind != "digest" for r in book.alerts.values())
+    assert result_text(data).endswith("— $0.0100 · run-1 · reply to follow up")
