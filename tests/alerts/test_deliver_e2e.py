@@ -230,7 +230,7 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
             "assignee": "cfo",
             "description": "Review last week's LLM spend per agent and routine.",
             "trigger": {"cron": "0 3 29 2 *"},
-            "deliver": ["digest", "file"],
+            "deliver": ["digest", "file", "memory"],
         },
     }
     async with BotApiServer(token=TOKEN) as server:
@@ -278,6 +278,10 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                     work / "s" / "outputs" / "weekly-spend-review" / f"{day}-{second['run_id']}.md"
                 )
                 assert "Spend was flat" in path.read_text(encoding="utf-8")
+                # the memory delivery: an observation on the routine's entity
+                graph = (work / "s" / "memory.jsonl").read_text(encoding="utf-8")
+                assert '"name": "routine:weekly-spend-review"' in graph.replace('":"', '": "')
+                assert f"result ({second['run_id']}): Spend was flat" in graph
             finally:
                 if daemon.proc is not None and daemon.returncode is None:
                     await daemon.stop()
