@@ -49,7 +49,8 @@ def work() -> Iterator[Path]:
 
 def company(api_url: str, routines: dict[str, Any], digest_at: str = "08:00") -> dict[str, Any]:
     """The example company.yaml with only ``routines`` (none fires on its own while the
-    test runs) and its Telegram section pointed at the stand-in (no quiet hours)."""
+    test runs) and its Telegram section pointed at the stand-in (no quiet hours).
+    """
     doc: dict[str, Any] = yaml.safe_load((REPO / "company.yaml").read_text(encoding="utf-8"))
     doc["routines"] = routines
     doc["alerts"] = {
@@ -115,7 +116,8 @@ def normal(text: str) -> str:
 
 def readme_tour_is_true(post: str, answer: str) -> None:
     """The README tour's delivered post and reply are what the founder really gets: each
-    line of the sample (but the founder's own ↪ line) is a line of the real messages."""
+    line of the sample (but the founder's own ↪ line) is a line of the real messages.
+    """
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     start = readme.index("**The company's work, on the founder's phone.**")
     begin = readme.index("```text\n", start) + 8

@@ -1,5 +1,6 @@
 """The results digest (alerts/digest.py) and how the alert book releases results: pure,
-on explicit times (no clock)."""
+on explicit times (no clock).
+"""
 
 from __future__ import annotations
 

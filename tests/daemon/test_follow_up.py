@@ -1,5 +1,6 @@
 """``Admin.ask`` with ``reply_to`` (issue 17): a follow-up in a run's thread, in process
-with the offline model — the agent is shown the run's task, its result and the reply."""
+with the offline model — the agent is shown the run's task, its result and the reply.
+"""
 
 from __future__ import annotations
 

@@ -93,7 +93,8 @@ def result_records(
     reply_to: Mapping[int, int] | None = None,
 ) -> list[AlertRecord]:
     """The outbox records of one result: one per message (a long result is split), each
-    held through quiet hours; ``reply_to`` (chat → message id) makes them replies."""
+    held through quiet hours; ``reply_to`` (chat → message id) makes them replies.
+    """
     text = result_text(data)
     parts = split_text(text, MAX_TEXT, MAX_PARTS)
     if len(parts) == MAX_PARTS and len(text) > sum(len(p) for p in parts) + MAX_PARTS:
@@ -168,7 +169,8 @@ class Results:
 
     async def take(self, event: RoutineResult) -> list[AlertRecord]:
         """Deliver one result: memory and file now; telegram and digest as outbox records
-        (returned, not yet saved: the caller writes them with the rest of its batch)."""
+        (returned, not yet saved: the caller writes them with the rest of its batch).
+        """
         data = event.data
         wanted = list(event.deliver)
         records: list[AlertRecord] = []

@@ -42,7 +42,8 @@ def next_digest(now: float, at: str, tz: ZoneInfo) -> float:
 
 def title(items: Sequence[AlertRecord], now: float, tz: ZoneInfo) -> str:
     """``Yesterday's work: 5 results, $0.41`` (``Today's``, or ``Work since 3 Nov``, when
-    the results are not all from yesterday)."""
+    the results are not all from yesterday).
+    """
     total = sum(float(r.data.get("cost_usd") or 0.0) for r in items)
     n = len(items)
     today = datetime.fromtimestamp(now, tz).date()

@@ -198,7 +198,8 @@ class CompanyConfig:
 def default_deliveries(r: RoutineSpec) -> tuple[str, ...]:
     """A routine's ``deliver:`` list as written, else ``telegram`` when it names an
     ``expected_output`` (a result someone waits for) and nothing otherwise (a heartbeat
-    stays quiet)."""
+    stays quiet).
+    """
     if r.deliver is not None:
         return tuple(r.deliver)
     return ("telegram",) if r.expected_output else ()

@@ -740,7 +740,8 @@ class Journal:
 
     async def turn(self, run_id: str) -> tuple[Task, str, str] | None:
         """``(task, status, answer)`` of run ``run_id`` — what a follow-up in its thread
-        shows the agent — or None when the journal has no such run."""
+        shows the agent — or None when the journal has no such run.
+        """
 
         def q(db: sqlite3.Connection) -> tuple[Task, str, str] | None:
             row = db.execute(

@@ -106,7 +106,8 @@ class Task:
 def follow_up_prompt(run_id: str, task: str, answer: str, reply: str) -> str:
     """The prompt of a follow-up in run ``run_id``'s thread: the agent sees the task it was
     given, the result it gave and the founder's reply (an earlier follow-up's task already
-    holds the turns before it, so a long thread reads in order)."""
+    holds the turns before it, so a long thread reads in order).
+    """
     return (
         f"This continues your earlier run {run_id}.\n\n"
         f"The task you were given:\n{task.strip()}\n\n"

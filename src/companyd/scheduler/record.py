@@ -178,7 +178,8 @@ class Recorder:
         """Publish ``routine_result`` for a fire whose run ended ok, when its routine
         delivers its result somewhere (``deliver``: telegram, digest, memory, file). The
         event carries the whole answer: the pager puts it in its outbox before anything is
-        sent (docs/alerts.md, "Results")."""
+        sent (docs/alerts.md, "Results").
+        """
         if not deliver or not outcome.ok or not outcome.run_id:
             return
         self._bus.publish(
