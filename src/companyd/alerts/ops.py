@@ -56,8 +56,12 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 
 
 def help_text() -> str:
-    """The /help text: one line per command with what it does."""
-    return "commands:\n" + "\n".join(f"/{n} — {d}" for n, d in COMMANDS)
+    """The /help text: one line per command with what it does, and what a reply does."""
+    return (
+        "commands:\n"
+        + "\n".join(f"/{n} — {d}" for n, d in COMMANDS)
+        + "\nreply to a result or an answer: a follow-up to the same agent, in its thread"
+    )
 
 
 #: How each inbox action is written on the phone.
