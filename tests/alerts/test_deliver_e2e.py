@@ -222,9 +222,9 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
     scale = 10.0
     real0 = time.time()
     today = datetime.fromtimestamp(real0, UTC).date()
-    # the daemon's day starts at 07:50 UTC: the digest is due 10 minutes (60 s) later, room
+    # the daemon's day starts at 07:45 UTC: the digest is due 15 minutes (90 s) later, room
     # for starting the daemon and two runs on a loaded machine
-    sim0 = datetime(today.year, today.month, today.day, 7, 50, tzinfo=UTC).timestamp()
+    sim0 = datetime(today.year, today.month, today.day, 7, 45, tzinfo=UTC).timestamp()
     clock = ScaledClock(scale, real0, sim0)
     routines = {
         "daily-post": daily_post(deliver=["digest"]),
@@ -251,11 +251,11 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                 llm.enqueue(reply_text("Spend was flat: $0.41 for the week, no outliers."))
                 second = await daemon.call("run_job", routine="weekly-spend-review")
                 assert first["status"] == second["status"] == "ok"
-                assert clock.time() < sim0 + 600, "the runs took past the digest time"
+                assert clock.time() < sim0 + 900, "the runs took past the digest time"
                 assert to_operator(server, POST) == []  # no message: it waits for the digest
 
                 digest = await one(server, "📰")
-                assert clock.time() >= sim0 + 600
+                assert clock.time() >= sim0 + 900
                 lines = digest.text.splitlines()
                 total = first["cost_usd"] + second["cost_usd"]
                 assert lines[0] == f"📰 Today's work: 2 results, ${total:.2f}"
