@@ -29,17 +29,17 @@ async def test_a_follow_up_sees_the_task_its_result_and_the_reply(work: Path) ->
     cfg = load_config(EXAMPLE)
     async with Daemon(cfg, work / "s", backend=OfflineModel(), offline=True, oneoff=True) as d:
         first = await d.ask("cfo", "What did we spend on LLM calls this week?")
-        assert first["status"] == "ok" and first["reply_to"] is None
-        run_id = first["run_id"]
+        assert first.status == "ok"
+        run_id = first.run_id
 
         follow = await d.ask("cfo", "And per agent?", reply_to=run_id)
-        assert follow["status"] == "ok" and follow["reply_to"] == run_id
-        turn = await d.journal.turn(follow["run_id"])
+        assert follow.status == "ok"
+        turn = await d.journal.turn(follow.run_id)
         assert turn is not None
         task, status, _ = turn
         assert status == "ok" and task.reply_to == run_id
         assert "What did we spend on LLM calls this week?" in task.prompt  # the task
-        assert first["answer"].strip() in task.prompt  # its result
+        assert first.answer.strip() in task.prompt  # its result
         assert task.prompt.index("The founder replies:\nAnd per agent?") > 0  # the reply
 
         with pytest.raises(AdminError, match=r"is cfo's, not ceo's; .*ask cfo --reply-to"):

@@ -36,7 +36,8 @@ class TelegramCommandsRecovered(Event):
 @dataclass(frozen=True, kw_only=True)
 class ResultDelivered(Event):
     """A routine's result was delivered ``to`` memory or a file (``where``: the entity or
-    the path); Telegram and digest deliveries are the outbox's."""
+    the path); Telegram and digest deliveries are the outbox's.
+    """
 
     KIND = "result_delivered"
     severity: Severity = Severity.DEBUG

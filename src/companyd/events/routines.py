@@ -56,7 +56,8 @@ class RoutineSkipped(RoutineEvent):
 @dataclass(frozen=True, kw_only=True)
 class RoutineResult(Event):
     """A fire ended ok and its routine delivers its result (``deliver:``): the whole
-    answer, for the pager to deliver (docs/alerts.md, "Results"). Not an alert itself."""
+    answer, for the pager to deliver (docs/alerts.md, "Results"). Not an alert itself.
+    """
 
     KIND = "routine_result"
     routine: str
