@@ -92,8 +92,10 @@ def to_operator(server: BotApiServer, needle: str) -> list[SentMessage]:
     return [m for m in server.messages if m.chat_id == OPERATOR and needle in m.text]
 
 
-async def one(server: BotApiServer, needle: str, skip: int = 0) -> SentMessage:
-    await server.wait_for(lambda: len(to_operator(server, needle)) > skip, timeout=60)
+async def one(
+    server: BotApiServer, needle: str, skip: int = 0, timeout: float = 60.0
+) -> SentMessage:
+    await server.wait_for(lambda: len(to_operator(server, needle)) > skip, timeout=timeout)
     return to_operator(server, needle)[skip]
 
 
@@ -257,7 +259,8 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                 assert await daemon.stop() == 0
                 await daemon.start(timeout=120)
 
-                digest = await one(server, "📰")
+                due_in = (sim0 + 900 - clock.time()) / scale  # real seconds
+                digest = await one(server, "📰", timeout=due_in + 60)
                 assert clock.time() >= sim0 + 900
                 lines = digest.text.splitlines()
                 total = first["cost_usd"] + second["cost_usd"]
