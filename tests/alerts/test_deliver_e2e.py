@@ -185,6 +185,19 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
                 assert last.reply_to == again
                 assert SHORTER in prompt_text(llm.requests[-1].body)
                 readme_tour_is_true(post.text, answer.text)
+
+                # the same thread from the shell: companyd ask --reply-to, over the socket
+                llm.enqueue(reply_text("A third take: invoices that chase themselves."))
+                shell = await daemon.cli(
+                    "ask", "marketing", "--reply-to", run_id, "One more take?", timeout=120
+                )
+                assert shell.rc == 0, shell.err
+                assert shell.out.startswith("A third take: invoices that chase themselves.")
+                assert POST in prompt_text(llm.requests[-1].body)
+                refused = await daemon.cli("ask", "cfo", "--reply-to", run_id, "Hm?", timeout=120)
+                assert refused.rc != 0
+                assert f"run {run_id!r} is marketing's, not cfo's" in refused.err
+                assert "Traceback" not in refused.err
                 print(f"\n{post.text}\n\n{answer.text}\n")  # for the README, when it changes
 
                 # a restart: the second start is told by editing the first message
