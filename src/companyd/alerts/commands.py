@@ -127,7 +127,8 @@ class Commands:
 
     async def _desk_answer(self, msg: Message, desk_id: str) -> None:
         """The founder's answer to an agent's question, or the change asked for a routine
-        result awaiting approval (``desk_id``: ``q-…`` or ``r-…``)."""
+        result awaiting approval (``desk_id``: ``q-…`` or ``r-…``).
+        """
         try:
             async with asyncio.timeout(ADMIN_TIMEOUT):
                 done = await self._admin.answer(desk_id, msg.text or "")

@@ -48,6 +48,7 @@ __all__ = [
     "Fires",
     "RoutineBusy",
     "Slot",
+    "after_approval",
     "overlap_reason",
 ]
 
@@ -90,6 +91,16 @@ def overlap_reason(slot: Slot) -> str:
     if slot.config.concurrency == "skip_if_active":
         return "overlap: the previous run was still active (concurrency: skip_if_active)"
     return "queue full: one run active and one already waiting (concurrency: queue)"
+
+
+def after_approval(r: RoutineConfig) -> tuple[str, ...]:
+    """Where a routine's result goes once its fire ended ok: its ``deliver:`` list, less
+    ``telegram`` for a routine with ``approval: required`` (the founder saw the result in
+    the approval message itself; memory, file and digest follow the approval).
+    """
+    if r.approval == "required":
+        return tuple(d for d in r.deliver if d != "telegram")
+    return r.deliver
 
 
 class Fires:
@@ -264,7 +275,7 @@ class Fires:
         await self._rec.finish(
             rec, result, reason, cost_usd=outcome.cost_usd, run_id=outcome.run_id or None
         )
-        self._rec.result(rec, outcome, r.deliver, r.description)
+        self._rec.result(rec, outcome, after_approval(r), r.description)
         if r.precondition == "memory_changed":
             # Taken after the run, so the run's own memory writes do not wake it again.
             try:
@@ -336,7 +347,7 @@ class Fires:
             run_id=outcome.run_id or None,
         )
         if slot is not None:
-            self._rec.result(rec, outcome, slot.config.deliver, slot.config.description)
+            self._rec.result(rec, outcome, after_approval(slot.config), slot.config.description)
 
     async def _precondition(self, slot: Slot) -> tuple[bool, str | None]:
         r = slot.config
