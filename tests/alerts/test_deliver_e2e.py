@@ -13,8 +13,10 @@ the benchmarks' compressed time), read from the test through the same anchors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -99,6 +101,24 @@ async def one(
     return to_operator(server, needle)[skip]
 
 
+async def linked(state: Path, message_id: int) -> None:
+    """Wait until the pager has recorded which run message ``message_id`` shows: the
+    stand-in records a message before the daemon has Telegram's answer, and a founder's
+    reply can only follow a message the daemon knows it sent.
+    """
+    db = state / "alerts.sqlite"
+    async with asyncio.timeout(30):
+        while True:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
+                row = c.execute(
+                    "SELECT run_id FROM threads WHERE chat_id = ? AND message_id = ?",
+                    (OPERATOR, message_id),
+                ).fetchone()
+            if row is not None:
+                return
+            await asyncio.sleep(0.05)
+
+
 def prompt_text(body: Any) -> str:
     """Everything the agent was shown in one Messages API request (user turns)."""
     out = []
@@ -165,6 +185,7 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
 
                 # the founder replies to it: a follow-up to marketing, in the same thread
                 llm.enqueue(reply_text(SHORTER))
+                await linked(work / "s", post.message_id)
                 _, reply_id = server.inject_reply(
                     OPERATOR, post.message_id, "Shorter please, and keep the invoices."
                 )
@@ -180,6 +201,7 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
 
                 # a reply to the answer goes on in the thread
                 llm.enqueue(reply_text("Done: the short one goes out at 14:00."))
+                await linked(work / "s", answer.message_id)
                 _, again = server.inject_reply(OPERATOR, answer.message_id, "Good. Ship it.")
                 last = await one(server, "Done: the short one goes out")
                 assert last.reply_to == again
