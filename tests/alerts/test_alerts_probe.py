@@ -75,8 +75,10 @@ async def test_missing_or_extra_arguments_get_a_usage_reply(
     async with harness(tmp_path) as h, h.service():
         assert "usage: /pause AGENT (agents: ceo, cfo)" in await _command(h, "/pause cfo ceo")
         assert "usage: /resume AGENT" in await _command(h, "/resume")
-        assert "usage: /approve PROPOSAL_ID" in await _command(h, "/approve")
-        assert "usage: /reject PROPOSAL_ID" in await _command(h, "/reject p-1 p-2")
+        # /approve and /reject take any desk id since the founder's desk (a tool call, a
+        # routine result or a proposal), so the usage names an ID, not a PROPOSAL_ID.
+        assert "usage: /approve ID" in await _command(h, "/approve")
+        assert "usage: /reject ID [REASON]" in await _command(h, "/reject")
         assert "usage: /retry TASK_ID" in await _command(h, "/retry")
         assert "usage: /ask AGENT question" in await _command(h, "/ask")
         assert "usage: /pause AGENT" in await _command(h, "/pause@companyd_test_bot")
