@@ -372,6 +372,19 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                 history = (await daemon.call("job_history", routine="daily-post"))["fires"]
                 assert history[0]["outcome"] == "ok"
                 assert history[0]["reason"] == "approved by the founder after 1 change request(s)"
+                # runs show: the changed draft's run follows the first draft's, in one thread
+                runs = (await daemon.call("runs", agent="marketing"))["runs"]
+                by_answer = {r["answer"]: r["run_id"] for r in runs}
+                draft1 = by_answer["Draft 1: We launch on Friday."]
+                draft2 = by_answer["Draft 2: We launch on Friday! 🚀"]
+                lines, shown = await _show(daemon, draft2)
+                assert shown["thread"]["reply_to"]["run_id"] == draft1
+                assert (
+                    "The founder asks for changes:\nAdd a rocket emoji" in shown["task"]["prompt"]
+                )
+                assert f"follows:  marketing's run {draft1} (ok)" in lines
+                lines, shown = await _show(daemon, draft1)
+                assert [r["run_id"] for r in shown["thread"]["replies"]] == [draft2]
     assert srv.served == 2  # the change request looped once through the agent
 
 
