@@ -318,12 +318,19 @@ async def test_ask_founder_waits_for_a_telegram_reply_to_the_question(work: Path
                 _reply(bot, question, "Friday, before noon")
                 run = await _run_status(daemon, "ok")
                 await asking
+                lines, shown = await _show(daemon, run["run_id"])
                 confirm = await _message(bot, "answered q-")
                 assert "question of marketing" in confirm.text
     assert run["answer"] == "Launching on Friday, as the founder said."
     result = tool_results(srv.requests[-1])[0]
     assert result["content"] == "The founder answered: Friday, before noon"
     assert not result.get("is_error")
+    # runs show: the question and the founder's answer, as the tool call and its result
+    [call] = _tool_steps(shown)
+    assert call["name"] == "ask_founder"
+    assert call["input"] == {"question": "Launch on Friday or Monday?"}
+    assert call["result"] == "The founder answered: Friday, before noon"
+    assert "      → The founder answered: Friday, before noon" in lines
 
 
 @pytest.mark.anyio
