@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import sqlite3
@@ -150,6 +151,50 @@ def readme_tour_is_true(post: str, answer: str) -> None:
     assert [ln for ln in sample if normal(ln) not in real] == []
 
 
+async def the_thread_shows_in_runs_show(daemon: DaemonProcess, delivered: str) -> None:
+    """``companyd runs show`` (text and --json) links the delivered run and its follow-ups:
+    the Telegram reply's run follows the delivered one, its own reply follows it, and the
+    delivered run lists the Telegram follow-up and the ``ask --reply-to`` one as next.
+    """
+    runs = (await daemon.call("runs", agent="marketing", limit=10))["runs"]
+    by_answer = {r["answer"]: r["run_id"] for r in runs}
+    reply, done = by_answer[SHORTER], by_answer["Done: the short one goes out at 14:00."]
+    shell = by_answer["A third take: invoices that chase themselves."]
+
+    async def show(run: str) -> tuple[str, dict[str, Any]]:
+        text = await daemon.cli("runs", "show", run)
+        js = await daemon.cli("runs", "show", run, "--json")
+        assert text.rc == js.rc == 0, (text.err, js.err)
+        return text.out, json.loads(js.out)
+
+    text, t = await show(reply)
+    assert t["thread"]["reply_to"]["run_id"] == delivered
+    assert [r["run_id"] for r in t["thread"]["replies"]] == [done]
+    assert "Shorter please, and keep the invoices." in t["task"]["prompt"]
+    assert t["answer"] == SHORTER
+    assert f"follows:  marketing's run {delivered} (ok)" in text.splitlines()
+    assert f"followed: marketing's run {done} (ok)" in text.splitlines()
+
+    text, t = await show(delivered)
+    assert t["thread"]["reply_to"] is None
+    assert t["routine"] == "daily-post"
+    assert t["asked_by"]["kind"] == "routine"
+    assert [r["run_id"] for r in t["thread"]["replies"]] == [reply, shell]
+    assert t["answer"] == POST
+    lines = text.splitlines()
+    assert "asked by: routine daily-post" in lines
+    assert [ln for ln in lines if ln.startswith("followed: ")] == [
+        f"followed: marketing's run {reply} (ok)",
+        f"followed: marketing's run {shell} (ok)",
+    ]
+    assert not any(ln.startswith("follows: ") for ln in lines)
+
+    text, t = await show(shell)
+    assert t["thread"]["reply_to"]["run_id"] == delivered
+    assert t["asked_by"]["kind"] == "founder"
+    assert f"follows:  marketing's run {delivered} (ok)" in text.splitlines()
+
+
 @pytest.mark.anyio
 async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
     work: Path,
@@ -221,6 +266,7 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
                 assert f"run {run_id!r} is marketing's, not cfo's" in refused.err
                 assert "Traceback" not in refused.err
                 print(f"\n{post.text}\n\n{answer.text}\n")  # for the README, when it changes
+                await the_thread_shows_in_runs_show(daemon, run_id)
 
                 # a restart: the second start is told by editing the first message
                 # (one story within the coalescing window)

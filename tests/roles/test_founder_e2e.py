@@ -6,13 +6,16 @@ Bot API stand-in, and a real MCP tool server over stdio.
   while it waits, and runs exactly once after Approve is pressed on Telegram;
 * a rejected call never runs; the model reads "rejected by the founder: <reason>";
 * ``ask_founder`` posts the question, and a Telegram reply to it is the tool's result;
-* ``companyd inbox`` lists what waits, with its actions.
+* ``companyd inbox`` lists what waits, with its actions;
+* ``companyd runs show`` (text and --json) shows the call once, with its input, its result
+  or the founder's rejection, and who decided when.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -125,6 +128,18 @@ async def _run_status(daemon: DaemonProcess, status: str) -> dict[str, Any]:
             await asyncio.sleep(0.1)
 
 
+async def _show(daemon: DaemonProcess, run_id: str) -> tuple[list[str], dict[str, Any]]:
+    """``companyd runs show RUN_ID`` as text lines and as --json."""
+    text = await daemon.cli("runs", "show", run_id)
+    js = await daemon.cli("runs", "show", run_id, "--json")
+    assert text.rc == js.rc == 0, (text.err, js.err)
+    return text.out.splitlines(), json.loads(js.out)
+
+
+def _tool_steps(transcript: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in transcript["steps"] if s["kind"] == "tool"]
+
+
 def _started(tool_log: Path) -> list[str]:
     if not tool_log.exists():
         return []
@@ -178,6 +193,7 @@ async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
                 bot.press_button(FOUNDER, approval.message_id, _button(approval, "Approve"))
                 run = await _run_status(second, "ok")
                 assert run["answer"] == "Posted the launch update."
+                lines, shown = await _show(second, run["run_id"])
             finally:
                 for d in (first, second):
                     if d.proc is not None and d.returncode is None:
@@ -186,6 +202,23 @@ async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
     assert tool_results(srv.requests[-1])[0]["content"] == "posted: We launch today!"
     assert srv.served == 2  # the first model call was not paid again after the kill
     await bot.wait_for(lambda: any("approved" in f for f in _footers(bot, approval)), timeout=10)
+    # runs show: the call once, with its input and result, and the founder's approval
+    [call] = _tool_steps(shown)
+    assert call["name"] == "post_update"
+    assert call["input"] == {"text": "We launch today!"}
+    assert call["result"] == "posted: We launch today!"
+    assert call["is_error"] is False
+    decision = call["approval"]
+    assert decision["item_id"] == item_id
+    assert (decision["decision"], decision["decided_by"]) == ("approved", "founder")
+    assert decision["asked"] <= decision["decided"] <= call["finished"]
+    assert shown["totals"]["tool_calls"] == 1
+    assert shown["answer"] == "Posted the launch update."
+    assert lines.count('   2. tool post_update {"text": "We launch today!"}') == 1
+    assert lines.count("      → posted: We launch today!") == 1
+    waited = [ln for ln in lines if "waited for the founder" in ln]
+    assert len(waited) == 1 and f"({item_id}, asked " in waited[0]
+    assert " · approved by founder " in waited[0]
 
 
 def _reply(bot: BotApiServer, to: SentMessage, text: str) -> None:
@@ -244,6 +277,7 @@ async def test_a_rejected_call_never_runs_and_the_agent_reads_the_reason(work: P
                 assert done.out.startswith(f"rejected {item_id} (post_update call of marketing)")
                 run = await _run_status(daemon, "ok")
                 await asking
+                lines, shown = await _show(daemon, run["run_id"])
                 again = await daemon.cli("approve", item_id)
                 assert again.rc == 1
                 assert f"approval {item_id} was already rejected by founder" in again.err
@@ -252,6 +286,18 @@ async def test_a_rejected_call_never_runs_and_the_agent_reads_the_reason(work: P
     result = tool_results(srv.requests[-1])[0]
     assert result["is_error"] is True
     assert result["content"] == "rejected by the founder: not before Monday"
+    # runs show: the refused call with its input, the tool error and the founder's rejection
+    [call] = _tool_steps(shown)
+    assert (call["name"], call["input"]) == ("post_update", {"text": "Flash sale!"})
+    assert call["is_error"] is True
+    assert call["result"] == "rejected by the founder: not before Monday"
+    assert call["approval"]["decision"] == "rejected"
+    assert call["approval"]["reason"] == "not before Monday"
+    assert lines.count('   2. tool post_update {"text": "Flash sale!"}') == 1
+    assert "      → error: rejected by the founder: not before Monday" in lines
+    waited = [ln for ln in lines if "waited for the founder" in ln]
+    assert len(waited) == 1
+    assert " · rejected by founder " in waited[0] and waited[0].endswith(": not before Monday")
 
 
 @pytest.mark.anyio
@@ -272,12 +318,19 @@ async def test_ask_founder_waits_for_a_telegram_reply_to_the_question(work: Path
                 _reply(bot, question, "Friday, before noon")
                 run = await _run_status(daemon, "ok")
                 await asking
+                lines, shown = await _show(daemon, run["run_id"])
                 confirm = await _message(bot, "answered q-")
                 assert "question of marketing" in confirm.text
     assert run["answer"] == "Launching on Friday, as the founder said."
     result = tool_results(srv.requests[-1])[0]
     assert result["content"] == "The founder answered: Friday, before noon"
     assert not result.get("is_error")
+    # runs show: the question and the founder's answer, as the tool call and its result
+    [call] = _tool_steps(shown)
+    assert call["name"] == "ask_founder"
+    assert call["input"] == {"question": "Launch on Friday or Monday?"}
+    assert call["result"] == "The founder answered: Friday, before noon"
+    assert "      → The founder answered: Friday, before noon" in lines
 
 
 @pytest.mark.anyio
@@ -326,6 +379,19 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                 history = (await daemon.call("job_history", routine="daily-post"))["fires"]
                 assert history[0]["outcome"] == "ok"
                 assert history[0]["reason"] == "approved by the founder after 1 change request(s)"
+                # runs show: the changed draft's run follows the first draft's, in one thread
+                runs = (await daemon.call("runs", agent="marketing"))["runs"]
+                by_answer = {r["answer"]: r["run_id"] for r in runs}
+                draft1 = by_answer["Draft 1: We launch on Friday."]
+                draft2 = by_answer["Draft 2: We launch on Friday! 🚀"]
+                lines, shown = await _show(daemon, draft2)
+                assert shown["thread"]["reply_to"]["run_id"] == draft1
+                assert (
+                    "The founder asks for changes:\nAdd a rocket emoji" in shown["task"]["prompt"]
+                )
+                assert f"follows:  marketing's run {draft1} (ok)" in lines
+                lines, shown = await _show(daemon, draft1)
+                assert [r["run_id"] for r in shown["thread"]["replies"]] == [draft2]
     assert srv.served == 2  # the change request looped once through the agent
 
 

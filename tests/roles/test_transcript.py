@@ -6,12 +6,17 @@ colleagues' runs linked both ways, the reviewer's verdict, totals.
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from companyd.cli.runs_text import transcript_lines
 from companyd.llm.model import Usage
+from companyd.roles.journal_schema import MIGRATIONS
+from companyd.roles.transcript import read_transcript
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
 from .agentkit import PerAgent, running_company, write_company
@@ -127,3 +132,78 @@ async def test_a_delegation_shows_the_reviewers_verdict_on_each_attempt(tmp_path
     assert reviewer is not None and reviewer["agent"] == "coo"
     assert reviewer["asked_by"]["run_id"] == first["run_id"]
     assert reviewer["answer"].startswith("REJECT")
+
+
+def test_a_call_that_waited_for_the_founder_shows_who_decided_when_and_why() -> None:
+    """A ``require_approval`` call refused by the founder journals no ``tool_start``: the
+    transcript still names the tool and its input, and says whose decision it was and when
+    (the ``approval`` step the agent journals once the founder decides).
+    """
+    db = sqlite3.connect(":memory:")
+    for migration in MIGRATIONS:
+        assert isinstance(migration, str)
+        db.executescript(migration)
+    task = {"source": "operator", "prompt": "Announce the sale."}
+    db.execute(
+        "INSERT INTO tasks (id, agent, payload, state, created, updated) VALUES (?,?,?,?,?,?)",
+        ("t-1", "marketing", json.dumps(task), "done", 1000.0, 1100.0),
+    )
+    db.execute(
+        "INSERT INTO runs (id, task_id, agent, state, answer, started, ended, steps) "
+        "VALUES (?,?,?,?,?,?,?,?)",
+        ("run-1", "t-1", "marketing", "ok", "I did not post.", 1000.0, 1100.0, 2),
+    )
+    use = {"type": "tool_use", "id": "toolu_1", "name": "post_update", "input": {"text": "Sale!"}}
+    steps = [
+        ("llm", None, {"model": "m", "content": [use], "stop_reason": "tool_use", "usage": {}}),
+        (
+            "approval",
+            "toolu_1",
+            {
+                "name": "post_update",
+                "input": {"text": "Sale!"},
+                "item": "ap-0123456789",
+                "state": "rejected",
+                "asked": 1000.0,
+                "decided": 1060.0,
+                "decided_by": "founder",
+                "text": "not before Monday",
+            },
+        ),
+        (
+            "tool_result",
+            "toolu_1",
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "is_error": True,
+                "content": "rejected by the founder: not before Monday",
+            },
+        ),
+    ]
+    for seq, (kind, key, payload) in enumerate(steps, 1):
+        db.execute(
+            "INSERT INTO steps (run_id, seq, kind, key, payload, ts) VALUES (?,?,?,?,?,?)",
+            ("run-1", seq, kind, key, json.dumps(payload), 1000.0 + seq),
+        )
+    t = read_transcript(db, "run-1")
+    assert t is not None
+    [call] = [s for s in t["steps"] if s["kind"] == "tool"]
+    assert (call["name"], call["input"]) == ("post_update", {"text": "Sale!"})
+    assert call["result"] == "rejected by the founder: not before Monday"
+    assert call["approval"] == {
+        "item_id": "ap-0123456789",
+        "decision": "rejected",
+        "decided_by": "founder",
+        "asked": 1000.0,
+        "decided": 1060.0,
+        "reason": "not before Monday",
+    }
+    assert t["totals"]["tool_calls"] == 1
+    lines = transcript_lines(t)
+    at = lines.index('   2. tool post_update {"text": "Sale!"}')
+    assert lines[at + 1 : at + 3] == [
+        "      waited for the founder (ap-0123456789, asked 1970-01-01 00:16:40 UTC) · "
+        "rejected by founder 1970-01-01 00:17:40 UTC: not before Monday",
+        "      → error: rejected by the founder: not before Monday",
+    ]

@@ -115,6 +115,20 @@ def _tokens(step: Mapping[str, Any]) -> str:
     )
 
 
+def _approval(a: Mapping[str, Any]) -> str:
+    """The founder's decision on a ``require_approval`` call, as one line."""
+    decision = str(a.get("decision"))
+    asked = f"asked {when(a.get('asked'), seconds=True)} UTC"
+    if decision == "expired":
+        said = "unanswered: expired (counts as rejected)"
+    else:
+        said = f"{decision} by {a.get('decided_by') or 'the founder'}"
+    said += f" {when(a.get('decided'), seconds=True)} UTC"
+    if a.get("reason"):
+        said += f": {a['reason']}"
+    return f"waited for the founder ({a.get('item_id')}, {asked}) · {said}"
+
+
 def transcript_lines(t: Mapping[str, Any]) -> list[str]:
     """``companyd runs show RUN_ID``."""
     head = f"run {t.get('run_id')} · {t.get('agent')} · {t.get('status')}"
@@ -162,6 +176,8 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
                 lines.append(f"      {_value(step['text'])}")
         elif kind == "tool":
             lines.append(f"  {n:>2}. tool {step.get('name')} {_value(step.get('input') or {})}")
+            if step.get("approval"):
+                lines.append(f"      {_approval(step['approval'])}")
             if step.get("finished") is None:
                 lines.append("      → (no result journaled)")
             else:

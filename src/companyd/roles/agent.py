@@ -596,6 +596,26 @@ class Agent:
                     # the founder's time is not the run's: max_seconds counts without it
                     state.breaker.started += clock.monotonic() - self._founder_since
                 self._progress()
+        # the decision goes into the run's transcript (who decided, when); a run resumed
+        # between this step and the call journals it again, read as one by the transcript
+        state.seq += 1
+        await self.deps.journal.append_step(
+            state.run_id,
+            state.seq,
+            "approval",
+            {
+                "name": str(tool_use.get("name")),
+                "input": dict(tool_use.get("input") or {}),
+                "item": item.id,
+                "state": str(item.state),
+                "asked": item.created,
+                "decided": item.decided,
+                "decided_by": item.decided_by,
+                "text": item.text,
+            },
+            self.deps.clock.time(),
+            key=str(tool_use.get("id")),
+        )
         return self._gate.refusal(tool_use, item)
 
     # -- resume -----------------------------------------------------------------------------

@@ -250,6 +250,7 @@ class ResultApprovals:
                     "changes and give the whole new result."
                 ),
                 created=item.decided or task.created,
+                reply_to=outcome.run_id,  # the transcript's thread: round n+1 follows n
             )
             held = self._held(task.id)  # a follow-up the journal resumed after a restart
             outcome = await (held if held is not None else self._submit(task))

@@ -47,6 +47,7 @@ from companyd.roles.transcript import bound_run, read_transcript
 
 __all__ = [
     "MIGRATIONS",
+    "ApprovalStep",
     "Journal",
     "JournaledRun",
     "LlmStep",
@@ -105,9 +106,27 @@ class ReviewStep(TypedDict):
     verdict: str
 
 
-#: What a step journals: ``llm``, ``tool_start``, ``tool_result`` (the block itself), or
-#: ``review``.
-StepPayload = LlmStep | ToolStartStep | ToolResultBlock | ReviewStep
+class ApprovalStep(TypedDict):
+    """The payload of an ``approval`` step: the founder's decision on a ``require_approval``
+    tool call (journaled once decided, before the call runs or is refused).
+    """
+
+    name: str
+    input: dict[str, Any]
+    #: the desk item's id (``ap-…``)
+    item: str
+    #: approved | rejected | expired
+    state: str
+    asked: float
+    decided: float | None
+    decided_by: str
+    #: the rejection's reason ("" when approved)
+    text: str
+
+
+#: What a step journals: ``llm``, ``tool_start``, ``tool_result`` (the block itself),
+#: ``approval`` or ``review``.
+StepPayload = LlmStep | ToolStartStep | ToolResultBlock | ApprovalStep | ReviewStep
 
 
 @dataclass(frozen=True, kw_only=True)

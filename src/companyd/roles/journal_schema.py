@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS paused (
 CREATE TABLE IF NOT EXISTS steps (
     run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
-    kind TEXT NOT NULL,           -- llm | tool_start | tool_result
+    kind TEXT NOT NULL,           -- llm | tool_start | tool_result | approval | review
     key TEXT,                     -- tool_use id for tool steps
     payload TEXT NOT NULL,
     ts REAL NOT NULL,

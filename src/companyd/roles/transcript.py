@@ -282,7 +282,7 @@ def _steps(
                     ],
                 }
             )
-        elif kind in ("tool_start", "tool_result"):
+        elif kind in ("tool_start", "tool_result", "approval"):
             call = tools.get(str(key))
             if call is None:
                 call = {
@@ -296,6 +296,7 @@ def _steps(
                     "is_error": None,
                     "finished": None,
                     "colleague_run": None,
+                    "approval": None,
                 }
                 tools[str(key)] = call
                 steps.append(call)
@@ -306,6 +307,19 @@ def _steps(
                 link = colleagues.get(str(key))
                 if link is not None:
                     call["colleague_run"] = link
+            elif kind == "approval":
+                # a refused call has no tool_start: its name and input come from here
+                call["name"] = call["name"] or p.get("name")
+                if call["input"] is None:
+                    call["input"] = p.get("input")
+                call["approval"] = {
+                    "item_id": p.get("item"),
+                    "decision": p.get("state"),
+                    "decided_by": p.get("decided_by") or None,
+                    "asked": p.get("asked"),
+                    "decided": p.get("decided"),
+                    "reason": p.get("text") or "",
+                }
             else:
                 call["result"] = _result_text(p.get("content"))
                 call["is_error"] = bool(p.get("is_error"))
