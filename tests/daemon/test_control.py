@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -29,7 +30,12 @@ from hypothesis import strategies as st
 from companyd.admin import AdminError
 from companyd.clock import ManualClock
 from companyd.daemon.control import MAX_BUFFERED_BYTES, MAX_CONNECTIONS, ControlServer
-from companyd.daemon.control_client import ControlClient, candidate_sockets, find_daemon
+from companyd.daemon.control_client import (
+    ControlClient,
+    candidate_sockets,
+    connect_unix,
+    find_daemon,
+)
 from companyd.daemon.protocol import (
     ADMIN_OPS,
     ControlError,
@@ -719,7 +725,8 @@ _FD_STARVED_DAEMON = textwrap.dedent(
 def _ping_raw(path: Path) -> dict[str, Any]:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(10)
-        s.connect(os.fsencode(path))
+        # as the CLI does: a full backlog (EAGAIN at once on a Unix socket) is waited out
+        connect_unix(s, os.fsencode(path), 10)
         s.sendall(b'{"op": "ping"}\n')
         data = b""
         while not data.endswith(b"\n"):
@@ -1233,3 +1240,33 @@ async def test_no_answer_carries_a_secret(server: tuple[ControlServer, Company])
     assert key not in text and "registered-control-secret-value" not in text
     assert answers[0]["result"]["errors"][0] == "x: got '<anthropic-api-key>'"
     assert answers[1]["ok"] is False and "<anthropic-api-key>" in answers[1]["error"]
+
+
+def test_a_full_listen_backlog_is_waited_out_not_reported_as_an_error(sock_dir: Path) -> None:
+    # A Unix socket with a timeout fails connect() at once with EAGAIN while the daemon's
+    # backlog is full (seen in CI: a flood of idle connections, the CLI's ping refused).
+    path = sock_dir / "backlog.sock"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(os.fsencode(path))
+        listener.listen(0)
+        filling: list[socket.socket] = []
+        try:
+            while True:  # fill the backlog until the kernel says EAGAIN
+                s = socket.socket(socket.AF_UNIX)
+                s.setblocking(False)
+                try:
+                    s.connect(os.fsencode(path))
+                except BlockingIOError:
+                    s.close()
+                    break
+                filling.append(s)
+                assert len(filling) < 1000, "the backlog never filled"
+            freed = threading.Timer(0.3, lambda: listener.accept()[0].close())
+            freed.start()
+            with socket.socket(socket.AF_UNIX) as client:
+                client.settimeout(10)
+                connect_unix(client, os.fsencode(path), 10)  # waits for the accept above
+            freed.join(5)
+        finally:
+            for s in filling:
+                s.close()

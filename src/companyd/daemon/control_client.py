@@ -13,6 +13,7 @@ import contextlib
 import errno
 import os
 import socket
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from companyd.daemon.protocol import (
 )
 from companyd.errors import CompanydError, DaemonNotRunning
 
-__all__ = ["ControlClient", "candidate_sockets", "find_daemon"]
+__all__ = ["ControlClient", "candidate_sockets", "connect_unix", "find_daemon"]
 
 
 class ControlClient:
@@ -72,7 +73,7 @@ class ControlClient:
         sock.settimeout(deadline)
         try:
             try:
-                sock.connect(os.fsencode(self.path))
+                connect_unix(sock, os.fsencode(self.path), deadline)
             except OSError as exc:
                 raise self._connect_error(exc) from None
             try:
@@ -302,3 +303,29 @@ def _same_dir(reported: Any, want: Path) -> bool:
     if not isinstance(reported, str):
         return False
     return Path(reported) == want or os.path.realpath(reported) == os.path.realpath(want)
+
+
+#: How long :func:`connect_unix` retries at most.
+BACKLOG_WAIT = 10.0
+
+
+def connect_unix(sock: socket.socket, path: bytes, deadline: float) -> None:
+    """Connect ``sock`` to the Unix socket ``path``, waiting out a full listen backlog.
+
+    A Unix socket with a timeout does not wait for room in the daemon's backlog: connect()
+    fails at once with EAGAIN (a daemon busy accepting a flood of connections). That is
+    transient, so it is retried every 20 ms for up to ``min(deadline, BACKLOG_WAIT)``
+    seconds; every other error is raised at once.
+
+    Raises:
+        OSError: the connection failed, or the backlog stayed full for the whole wait.
+    """
+    give_up = time.monotonic() + min(deadline, BACKLOG_WAIT)
+    while True:
+        try:
+            sock.connect(path)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= give_up:
+                raise
+            time.sleep(0.02)
