@@ -113,14 +113,20 @@ async def test_each_outage_raises_one_alert_and_clears_when_every_store_writes_a
     try:
         assert (await daemon.call("ask", agent="cfo", question="Before?")).get("answer")
         for outage in (1, 2):
+            # Events are read from the daemon's log, which a writer thread flushes a moment
+            # after the answer: wait for this outage's event, then count them all.
+            before = len(daemon.events())
             filler = fill(disk)
             failed = await daemon.call("ask", agent="cfo", question=f"Outage {outage}?")
             assert failed["status"] == "failed", failed
+            await daemon.wait_event("state_disk_full", since=before)
             assert len(daemon.events("state_disk_full")) == outage
             os.unlink(filler)
+            before = len(daemon.events())
             await daemon.call("resume", agent="cfo")
             again = await daemon.call("ask", agent="cfo", question=f"After outage {outage}?")
             assert again.get("answer"), again
+            await daemon.wait_event("state_disk_recovered", since=before)
             assert len(daemon.events("state_disk_recovered")) == outage
         assert "Traceback" not in daemon.log_text()
     finally:

@@ -36,6 +36,7 @@ import asyncio
 import difflib
 import logging
 import math
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
@@ -198,7 +199,14 @@ class RoutineScheduler:
         while True:
             try:
                 await self.start()
-            except StoreError as exc:
+            except (StoreError, sqlite3.Error, OSError) as raised:
+                # Not only the history's StoreError: start() also reads the founder's desk
+                # (results waiting for approval), whose file fails the same way on a full
+                # disk — seen in the chaos test as 62 crash-restarts in one outage.
+                if not isinstance(raised, StoreError) and not is_disk_failure(raised):
+                    raise
+                exc = raised if isinstance(raised, StoreError) else StoreError(str(raised))
+                exc.__cause__ = exc.__cause__ or (None if exc is raised else raised)
                 if is_disk_failure(exc):
                     self._disk_failure = exc  # before the await: jobs() says "unavailable"
                 await self._close_store()
