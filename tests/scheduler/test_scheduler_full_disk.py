@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from companyd._aio import race
 from companyd._fs import DiskAlarm
 from companyd.admin import AdminError
 from companyd.clock import ManualClock
 from companyd.events import EventBus
+from companyd.roles.desk import Desk
+from companyd.roles.founder import ResultApprovals
 from companyd.scheduler.service import DISK_RETRY_SECONDS, RoutineScheduler
 from companyd.supervision.child import StandaloneContext
 from companyd.testing.disk import DiskUnavailable, fill, small_disk
@@ -118,4 +121,64 @@ async def test_the_routine_history_reports_its_recovery_to_the_disk_alarm(disk: 
         with contextlib.suppress(Exception):
             async with asyncio.timeout(10):
                 await running
+        filler.unlink(missing_ok=True)
+
+
+async def test_a_start_whose_desk_read_fails_on_a_full_disk_waits_degraded(
+    tmp_path: Path, disk: Path
+) -> None:
+    """CI chaos test: the scheduler crash-restarted 62 times in one full-disk outage. Its
+    start reads the founder's desk for a fire whose result waited for approval, and the
+    desk's file failed with a raw ``sqlite3.OperationalError``, which was not taken for a
+    disk failure. The start must wait degraded (ready, no crash) and settle the fire once
+    the disk takes writes again.
+    """
+    clock = ManualClock(start=ts("2027-01-04T12:00:30"))
+    bus = EventBus(clock)
+    sink = ScriptedSink(hold=True)
+    config = company("slow: {assignee: coo, description: Slow., trigger: {every: 1m}}\n")
+    state = tmp_path / "state"
+    # A fire handed over to the agents when the scheduler stopped: it stays open.
+    first = RoutineScheduler(config, sink, state_dir=state, bus=bus, clock=clock, max_sleep=None)
+    ctx = StandaloneContext("scheduler")
+    child = asyncio.ensure_future(first.run(ctx))
+    async with asyncio.timeout(10):
+        await ctx.ready.wait()
+        clock.advance(30)
+        await sink.entered.wait()
+        ctx.stopping.set()
+        await child
+    # The desk lives on a disk that is full before its file was ever created.
+    filler = fill(disk)
+    desk = Desk(disk / "desk.sqlite", bus=bus, clock=clock)
+    gate = ResultApprovals(desk, sink.submit)
+    sched = RoutineScheduler(
+        config, sink, state_dir=state, bus=bus, clock=clock, max_sleep=None, gate=gate
+    )
+    ctx = StandaloneContext("scheduler")
+    running = asyncio.ensure_future(sched.run(ctx))
+    try:
+        async with asyncio.timeout(30):
+            await race(ctx.ready.wait(), running)  # a crash ends the child before ready
+            assert not running.done(), running.exception()
+            for _ in range(3):  # retries on the full disk: still running, never raising
+                clock.advance(DISK_RETRY_SECONDS)
+                await asyncio.sleep(0.05)
+            assert not running.done(), running.exception()
+            assert DiskAlarm.of(bus).failing == {"founder's desk"}
+            with pytest.raises(AdminError, match="routines are unavailable"):
+                await sched.jobs()
+            filler.unlink()
+            while not sched.running:
+                assert not running.done(), running.exception()
+                clock.advance(DISK_RETRY_SECONDS)
+                await asyncio.sleep(0.01)
+        assert not DiskAlarm.of(bus).failing
+    finally:
+        ctx.stopping.set()
+        clock.advance(DISK_RETRY_SECONDS)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(10):
+                await running
+        await desk.close()
         filler.unlink(missing_ok=True)

@@ -133,7 +133,7 @@ class RoutineScheduler:
         self._bus = bus
         self._clock: Clock = clock or SystemClock()
         #: why the history could not be opened (a full state disk), while it is retried
-        self._disk_failure: StoreError | None = None
+        self._disk_failure: Exception | None = None
         self._rec = Recorder(bus=bus, clock=self._clock, on_store_failure=self._store_failed)
         self._gate = gate
         self._fires = Fires(
@@ -199,22 +199,24 @@ class RoutineScheduler:
         while True:
             try:
                 await self.start()
-            except (StoreError, sqlite3.Error, OSError) as raised:
-                # Not only the history's StoreError: start() also reads the founder's desk
-                # (results waiting for approval), whose file fails the same way on a full
-                # disk — seen in the chaos test as 62 crash-restarts in one outage.
-                if not isinstance(raised, StoreError) and not is_disk_failure(raised):
-                    raise
-                exc = raised if isinstance(raised, StoreError) else StoreError(str(raised))
-                exc.__cause__ = exc.__cause__ or (None if exc is raised else raised)
+            except (StoreError, sqlite3.Error, OSError) as exc:
+                # start() opens the routine history and also reads the founder's desk
+                # (results waiting for approval): either file fails the same way on a full
+                # disk. Taking only the history's StoreError for the disk's made the
+                # desk's raw sqlite3 error a crash: 62 restarts in one chaos-test outage.
                 if is_disk_failure(exc):
                     self._disk_failure = exc  # before the await: jobs() says "unavailable"
                 await self._close_store()
                 if not is_disk_failure(exc):
                     raise
                 if not ready:
+                    what, path = (
+                        ("routine history", self.db_path)
+                        if isinstance(exc, StoreError)
+                        else ("founder's desk", self.db_path.parent)
+                    )
                     log.error("routines do not fire until the state disk takes writes: %s", exc)
-                    DiskAlarm.of(self._bus).failed("routine history", self.db_path, exc)
+                    DiskAlarm.of(self._bus).failed(what, path, exc)
                     ctx.started()
                     ready = True
                 if not await self._wait_retry(ctx):
@@ -224,6 +226,7 @@ class RoutineScheduler:
             # start() wrote (it closed the fires left open): the history takes writes, so
             # its part of a disk outage is over (the alarm clears when no store fails)
             DiskAlarm.of(self._bus).recovered("routine history")
+            DiskAlarm.of(self._bus).recovered("founder's desk")
             if ready:
                 log.warning("the routine history opened: routines fire again")
             else:
