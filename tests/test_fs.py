@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from companyd._fs import DiskAlarm, private_dir, private_file, private_sqlite, write_atomic
+from companyd._fs import (
+    DiskAlarm,
+    credential_path,
+    private_dir,
+    private_file,
+    private_sqlite,
+    read_credential,
+    write_atomic,
+)
 from companyd.alerts.outbox import AlertStore
 from companyd.memory.store import GraphStore
 from companyd.roles.journal import Journal
@@ -154,3 +162,17 @@ def test_an_outage_reported_by_one_store_clears_with_it_and_the_next_one_alerts(
     alarm.failed("alert outbox", "/s/alerts.sqlite", _enospc())
     assert emitted.kinds() == ["state_disk_full", "state_disk_recovered", "state_disk_full"]
     assert emitted.events[2][1]["what"] == "alert outbox"
+
+
+def test_credentials_are_found_and_read_in_one_way(tmp_path: Path) -> None:
+    """The API key, the bot token and the redactor's list read systemd credentials through
+    these two functions; they used to disagree on a ':' in $CREDENTIALS_DIRECTORY.
+    """
+    assert credential_path("api-key", {}) is None
+    assert credential_path("api-key", {"CREDENTIALS_DIRECTORY": ""}) is None
+    odd = tmp_path / "run:creds"
+    odd.mkdir()
+    (odd / "api-key").write_text("  sk-ant-test-123\n", encoding="utf-8")
+    path = credential_path("api-key", {"CREDENTIALS_DIRECTORY": str(odd)})
+    assert path == odd / "api-key"
+    assert read_credential(path) == "sk-ant-test-123"

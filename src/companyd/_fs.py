@@ -21,7 +21,7 @@ import os
 import secrets
 import stat
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -334,3 +334,28 @@ def read_regular_file(path: Path, limit: int) -> bytes:
     if len(data) > limit:
         raise FileTooLarge(errno.EFBIG, f"larger than {limit} bytes", str(path))
     return data
+
+
+#: The most of a systemd credential (an API key, a bot token) that is read.
+MAX_CREDENTIAL_BYTES = 64 * 1024
+
+
+def credential_path(name: str, environ: Mapping[str, str]) -> Path | None:
+    """Where systemd put the credential ``name`` (``LoadCredential=``):
+    ``$CREDENTIALS_DIRECTORY/name``, or None when that variable is unset or empty (not
+    started by systemd with credentials). systemd sets one absolute directory.
+    """
+    directory = environ.get("CREDENTIALS_DIRECTORY", "")
+    return Path(directory) / name if directory else None
+
+
+def read_credential(path: Path) -> str:
+    """The credential in ``path``, stripped, decoded as UTF-8 (bad bytes replaced). A
+    bounded read of a regular file only: a FIFO there would block a start (and a stop)
+    forever. A few bytes read once: too small to need a thread.
+
+    Raises:
+        as :func:`read_regular_file` (``ValueError`` for a NUL byte in the path).
+    """
+    raw = read_regular_file(path, MAX_CREDENTIAL_BYTES)
+    return raw.decode("utf-8", errors="replace").strip()

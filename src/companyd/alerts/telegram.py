@@ -17,10 +17,9 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from companyd._fs import NotRegularFile, read_regular_file
+from companyd._fs import NotRegularFile, credential_path, read_credential
 from companyd._secrets import protect, redact
 from companyd.config import AlertsSpec
 
@@ -78,11 +77,9 @@ def resolve_settings(
     token, source = "", ""
     if tg.bot_token_env and env.get(tg.bot_token_env, "").strip():
         token, source = env[tg.bot_token_env].strip(), f"${tg.bot_token_env}"
-    elif tg.bot_token_credential and env.get("CREDENTIALS_DIRECTORY"):
-        path = Path(env["CREDENTIALS_DIRECTORY"]) / tg.bot_token_credential
+    elif tg.bot_token_credential and (path := credential_path(tg.bot_token_credential, env)):
         try:
-            # never a plain read: a FIFO there would block forever
-            token = read_regular_file(path, 64 * 1024).decode("utf-8", errors="replace").strip()
+            token = read_credential(path)
             source = f"credential {tg.bot_token_credential!r}"
         except NotRegularFile as exc:
             return (
@@ -96,9 +93,9 @@ def resolve_settings(
         if tg.bot_token_env:
             where.append(f"${tg.bot_token_env} is unset")
         if tg.bot_token_credential:
-            cred_dir = env.get("CREDENTIALS_DIRECTORY")
-            if cred_dir:
-                where.append(f"{str(Path(cred_dir) / tg.bot_token_credential)!r} is not readable")
+            cred = credential_path(tg.bot_token_credential, env)
+            if cred is not None:
+                where.append(f"{str(cred)!r} is not readable")
             else:
                 where.append(
                     f"no systemd credential {tg.bot_token_credential!r} ($CREDENTIALS_DIRECTORY "

@@ -13,12 +13,11 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from companyd._fs import FileTooLarge, read_regular_file
+from companyd._fs import credential_path, read_credential
 from companyd._secrets import SECRET_PATTERNS, protect
 from companyd.config.model import CompanyConfig
 from companyd.config.report import Path_, Report
@@ -31,9 +30,6 @@ __all__ = [
     "secret_references",
     "secret_values",
 ]
-
-#: A credential is a key or a token: far below this.
-_MAX_SECRET_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,14 +59,14 @@ def secret_references(
     ``$CREDENTIALS_DIRECTORY`` (set by systemd's ``LoadCredential=``).
     """
     env = os.environ if environ is None else environ
-    cred_dir = env.get("CREDENTIALS_DIRECTORY")
 
     def ref(path: str, kind: Literal["env", "credential"], name: str) -> SecretReference:
         if kind == "env":
             present = bool(env.get(name))
         else:
             # A stat of one file in a tmpfs systemd prepared: tiny, fine on the loop.
-            present = bool(cred_dir) and (Path(str(cred_dir)) / name).is_file()
+            cred = credential_path(name, env)
+            present = cred is not None and cred.is_file()
         return SecretReference(path=path, kind=kind, name=name, is_set=present)
 
     spec = config.spec
@@ -109,19 +105,17 @@ def secret_values(config: CompanyConfig, environ: Mapping[str, str] | None = Non
     which are not secret). For registering with the redactor; never print them.
     """
     env = os.environ if environ is None else environ
-    cred_dir = env.get("CREDENTIALS_DIRECTORY", "").split(":")[0]
     values: list[str] = []
     for ref in secret_references(config, env):
         if ref.path == "alerts.telegram.chat_ids_env" or not ref.is_set:
             continue
         if ref.kind == "env":
             values.append(env.get(ref.name, ""))
-        elif cred_dir:
+        elif (cred := credential_path(ref.name, env)) is not None:
             try:
-                raw = read_regular_file(Path(cred_dir) / ref.name, _MAX_SECRET_BYTES)
-            except (OSError, FileTooLarge, ValueError):
+                values.append(read_credential(cred))
+            except (OSError, ValueError):
                 continue  # the consumer of this credential reports what is wrong with it
-            values.append(raw.decode("utf-8", errors="replace"))
     return [v.strip() for v in values if v.strip()]
 
 

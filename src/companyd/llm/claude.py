@@ -57,13 +57,12 @@ import os
 import random
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import anthropic
 
-from companyd._fs import read_regular_file
+from companyd._fs import credential_path, read_credential
 from companyd.clock import Clock, SystemClock
 from companyd.llm.blocks import CacheControl, ContentBlock, TextBlock, ToolParam
 from companyd.llm.model import (
@@ -135,14 +134,11 @@ def resolve_api_key(spec: AnthropicSpec, environ: Mapping[str, str] | None = Non
     value = env.get(spec.api_key_env, "").strip()
     if value:
         return value
-    cred_dir = env.get("CREDENTIALS_DIRECTORY", "")
+    path = credential_path(spec.api_key_credential, env)
     tried = [f"${spec.api_key_env} is not set"]
-    if cred_dir:
-        path = Path(cred_dir.split(":")[0]) / spec.api_key_credential
+    if path is not None:
         try:
-            # A few bytes read once at start-up: too small to need a thread. Never a plain
-            # read: a FIFO there would block the start (and a stop) forever.
-            value = read_regular_file(path, 64 * 1024).decode("utf-8", errors="replace").strip()
+            value = read_credential(path)
         except FileNotFoundError:
             tried.append(f"no credential file {str(path)!r}")
         except OSError as exc:
