@@ -43,6 +43,15 @@ def disk(tmp_path: Path) -> Iterator[Path]:
         pytest.skip(f"no real full disk here: {exc}")
 
 
+async def _stop(ctx: StandaloneContext, clock: ManualClock, running: asyncio.Future[None]) -> None:
+    """Ask the scheduler child to stop, wake its retry sleep, wait for it (10 s at most)."""
+    ctx.stopping.set()
+    clock.advance(DISK_RETRY_SECONDS)
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(10):
+            await running
+
+
 async def test_jobs_answers_unavailable_while_the_history_is_retried_on_a_full_disk(
     disk: Path,
 ) -> None:
@@ -82,11 +91,7 @@ async def test_jobs_answers_unavailable_while_the_history_is_retried_on_a_full_d
                 if turn % 20 == 0:
                     clock.advance(DISK_RETRY_SECONDS)
     finally:
-        ctx.stopping.set()
-        clock.advance(DISK_RETRY_SECONDS)
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(10):
-                await running
+        await _stop(ctx, clock, running)
         filler.unlink()
     assert answers <= {"unavailable"}, answers
 
@@ -116,11 +121,7 @@ async def test_the_routine_history_reports_its_recovery_to_the_disk_alarm(disk: 
         kinds = [e.kind for e in bus.recent({"state_disk_full", "state_disk_recovered"})]
         assert kinds == ["state_disk_full", "state_disk_recovered"]
     finally:
-        ctx.stopping.set()
-        clock.advance(DISK_RETRY_SECONDS)
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(10):
-                await running
+        await _stop(ctx, clock, running)
         filler.unlink(missing_ok=True)
 
 
@@ -175,10 +176,6 @@ async def test_a_start_whose_desk_read_fails_on_a_full_disk_waits_degraded(
                 await asyncio.sleep(0.01)
         assert not DiskAlarm.of(bus).failing
     finally:
-        ctx.stopping.set()
-        clock.advance(DISK_RETRY_SECONDS)
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(10):
-                await running
+        await _stop(ctx, clock, running)
         await desk.close()
         filler.unlink(missing_ok=True)
