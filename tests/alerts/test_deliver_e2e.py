@@ -442,8 +442,8 @@ async def test_sixty_real_seconds_of_telegram_down_with_a_restart_lose_and_repea
                 llm.enqueue(reply_text(third))
                 last = await daemon.call("run_job", routine="daily-post")
                 assert last["status"] == "ok", last
-                assert time.monotonic() - down_at < 55, "the runs took most of the outage"
-                await asyncio.sleep(60 - (time.monotonic() - down_at))
+                # at least 60 s down (longer if the runs and the restart took longer)
+                await asyncio.sleep(max(0.0, 60 - (time.monotonic() - down_at)))
                 assert [m for m in server.messages if m.text.startswith("📝")] == []
                 await server.go_up()
 
@@ -495,10 +495,11 @@ async def test_a_result_in_quiet_hours_waits_for_their_end_and_a_critical_alert_
     scale = 20.0
     real0 = time.time()
     today = datetime.fromtimestamp(real0, UTC).date()
-    # the daemon's morning starts at 06:50 UTC and quiet hours end at 07:00: 600 s of the
-    # daemon's clock (30 real seconds) to start and run twice inside them
-    sim0 = datetime(today.year, today.month, today.day, 6, 50, tzinfo=UTC).timestamp()
-    end = sim0 + 600
+    # the daemon's morning starts at 06:45 UTC and quiet hours end at 07:00: 900 s of the
+    # daemon's clock (45 real seconds; 10 were used on a busy 2-core machine) to start and
+    # run twice inside them
+    sim0 = datetime(today.year, today.month, today.day, 6, 45, tzinfo=UTC).timestamp()
+    end = sim0 + 900
     clock = ScaledClock(scale, real0, sim0)
     quiet = {"start": "23:00", "end": "07:00", "timezone": "UTC"}
     async with BotApiServer(token=TOKEN) as server:
