@@ -5,9 +5,13 @@ API stand-in and python-telegram-bot talking to the Bot API stand-in: the daily 
 delivered as a message naming the routine, the agent, the cost and the run id; a Telegram
 reply to it is a follow-up task to the same agent that sees the task, its result and the
 reply, answered as a reply in the thread; a restart resends nothing; a 60 s Telegram
-outage loses nothing; the digest arrives at ``alerts.digest_at`` with one line per result.
+outage loses nothing (on the daemon's clock, and once more as 60 real seconds of a refusing
+Bot API with a restart in the middle); a result longer than three messages arrives as one
+``.md`` document; a result in quiet hours waits for their end while a critical alert goes
+through; the digest arrives at ``alerts.digest_at`` with one line per result.
 Time is the daemon's own injected clock (``COMPANYD_TIME_SCALE`` / ``COMPANYD_TIME_ANCHOR``,
-the benchmarks' compressed time), read from the test through the same anchors.
+the benchmarks' compressed time), read from the test through the same anchors — except in
+the real outage, where the daemon runs on real time.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from companyd.clock import ScaledClock
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
-from companyd.testing.messages_api import MessagesAPIServer, reply_text
+from companyd.testing.messages_api import MessagesAPIServer, fault, reply_text
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "123456789:AAH-e2e-test-secret-0123456789abcdefXYZ"
@@ -42,6 +46,11 @@ POST = (
 )
 SHORTER = "Late invoices? Northwind chases them for you — politely, three times."
 OUTAGE_POST = "Month-end close in an afternoon, not a weekend: Northwind matches the bank feed."
+#: A month-end report of about 15,000 characters: more than three messages' worth.
+REPORT = "Month-end close, November: every invoice matched.\n\n" + "\n".join(
+    f"{i}. Invoice NW-{i:04d} from Northwind Traders matches bank line {1000 + i}."
+    for i in range(1, 220)
+)
 
 
 @pytest.fixture
@@ -50,9 +59,15 @@ def work() -> Iterator[Path]:
         yield d
 
 
-def company(api_url: str, routines: dict[str, Any], digest_at: str = "08:00") -> dict[str, Any]:
+def company(
+    api_url: str,
+    routines: dict[str, Any],
+    digest_at: str = "08:00",
+    quiet_hours: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """The example company.yaml with only ``routines`` (none fires on its own while the
-    test runs) and its Telegram section pointed at the stand-in (no quiet hours).
+    test runs) and its Telegram section pointed at the stand-in (no quiet hours unless
+    given).
     """
     doc: dict[str, Any] = yaml.safe_load((REPO / "company.yaml").read_text(encoding="utf-8"))
     doc["routines"] = routines
@@ -65,6 +80,8 @@ def company(api_url: str, routines: dict[str, Any], digest_at: str = "08:00") ->
             "chat_ids_env": "TELEGRAM_CHAT_ID",
         },
     }
+    if quiet_hours is not None:
+        doc["alerts"]["quiet_hours"] = quiet_hours
     return doc
 
 
@@ -373,6 +390,150 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                 graph = (work / "s" / "memory.jsonl").read_text(encoding="utf-8")
                 assert '"name": "routine:weekly-spend-review"' in graph.replace('":"', '": "')
                 assert f"result ({second['run_id']}): Spend was flat" in graph
+            finally:
+                if daemon.proc is not None and daemon.returncode is None:
+                    await daemon.stop()
+    assert "Traceback" not in daemon.log_text()
+
+
+def month_report() -> dict[str, Any]:
+    """A routine whose result is long (the CFO's month-end report), delivered to Telegram."""
+    return {
+        "assignee": "cfo",
+        "description": "Report on the month-end close: every invoice and its bank line.",
+        "expected_output": "The report, one line per invoice.",
+        "trigger": {"cron": "0 3 29 2 *", "timezone": "UTC"},
+        "catch_up": "skip",
+        "deliver": ["telegram"],
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_sixty_real_seconds_of_telegram_down_with_a_restart_lose_and_repeat_nothing(
+    work: Path,
+) -> None:
+    # The daemon runs on real time here: the Bot API stand-in refuses every connection for
+    # 60 wall-clock seconds while three results wait — two queued before a restart in the
+    # middle of the outage, one after — so python-telegram-bot, the sender's backoff and
+    # the outbox all meet a real outage.
+    third = "Late payers, gently chased: Northwind sends the reminders so you don't have to."
+    routines = {"daily-post": daily_post(deliver=["telegram"]), "month-report": month_report()}
+    async with BotApiServer(token=TOKEN) as server:
+        with MessagesAPIServer() as llm:
+            cfg = work / "company.yaml"
+            cfg.write_text(yaml.safe_dump(company(server.url, routines), sort_keys=False))
+            env = env_for(server, llm)
+            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
+            try:
+                await daemon.start(timeout=120)
+                await one(server, "companyd started")
+
+                await server.go_down("refuse")
+                down_at = time.monotonic()
+                llm.enqueue(reply_text(OUTAGE_POST))
+                first = await daemon.call("run_job", routine="daily-post")
+                llm.enqueue(reply_text(REPORT))
+                report = await daemon.call("run_job", routine="month-report")
+                assert first["status"] == report["status"] == "ok", (first, report)
+                # a restart in the middle of the outage: what waits is in the outbox
+                assert await daemon.stop() == 0
+                await daemon.start(timeout=120)
+                llm.enqueue(reply_text(third))
+                last = await daemon.call("run_job", routine="daily-post")
+                assert last["status"] == "ok", last
+                # at least 60 s down (longer if the runs and the restart took longer)
+                await asyncio.sleep(max(0.0, 60 - (time.monotonic() - down_at)))
+                assert [m for m in server.messages if m.text.startswith("📝")] == []
+                await server.go_up()
+
+                # everything arrives once Telegram is back (the backoff is at most 30 s) ...
+                await one(server, third, timeout=90)
+                await asyncio.sleep(2.0)  # room for a duplicate, were there one
+                results = [m for m in server.messages if m.text.startswith("📝")]
+                # ... exactly once each, in the order the routines produced them
+                assert [m.document is not None for m in results] == [False, True, False]
+                assert OUTAGE_POST in results[0].text and first["run_id"] in results[0].text
+                assert third in results[2].text and last["run_id"] in results[2].text
+                assert all(m.chat_id == OPERATOR for m in results)
+                assert len(server.calls_of("sendDocument")) == 1
+                doc = results[1]
+                assert doc.document is not None
+                assert doc.document.file_name == f"month-report-{report['run_id']}.md"
+                assert REPORT in doc.document.data.decode("utf-8")  # the whole of it
+                caption = doc.text.splitlines()
+                assert caption[0] == "📝 month-report — cfo"
+                assert caption[1] == (
+                    f"📎 the whole result ({len(REPORT):,} characters): "
+                    f"month-report-{report['run_id']}.md"
+                )
+                assert caption[3] == "Month-end close, November: every invoice matched."
+                assert caption[-1] == (
+                    f"— ${report['cost_usd']:.4f} · {report['run_id']} · reply to follow up"
+                )
+                assert len(doc.text) <= 1024
+                assert not doc.disable_notification  # a result rings
+
+                # a reply to the document is a follow-up in its thread, like one to a message
+                llm.enqueue(reply_text("Yes: NW-0007 was paid twice; I flagged it."))
+                await linked(work / "s", doc.message_id)
+                _, reply_id = server.inject_reply(OPERATOR, doc.message_id, "Any duplicates?")
+                answer = await one(server, "NW-0007 was paid twice")
+                assert answer.reply_to == reply_id
+                assert "Invoice NW-0219" in prompt_text(llm.requests[-1].body)
+                print(f"\n{doc.text}\n")  # for the docs, when it changes
+            finally:
+                if daemon.proc is not None and daemon.returncode is None:
+                    await daemon.stop()
+    assert "Traceback" not in daemon.log_text()
+
+
+@pytest.mark.anyio
+async def test_a_result_in_quiet_hours_waits_for_their_end_and_a_critical_alert_does_not(
+    work: Path,
+) -> None:
+    scale = 20.0
+    real0 = time.time()
+    today = datetime.fromtimestamp(real0, UTC).date()
+    # the daemon's morning starts at 06:45 UTC and quiet hours end at 07:00: 900 s of the
+    # daemon's clock (45 real seconds; 10 were used on a busy 2-core machine) to start and
+    # run twice inside them
+    sim0 = datetime(today.year, today.month, today.day, 6, 45, tzinfo=UTC).timestamp()
+    end = sim0 + 900
+    clock = ScaledClock(scale, real0, sim0)
+    quiet = {"start": "23:00", "end": "07:00", "timezone": "UTC"}
+    async with BotApiServer(token=TOKEN) as server:
+        with MessagesAPIServer() as llm:
+            cfg = work / "company.yaml"
+            doc = company(server.url, {"daily-post": daily_post()}, quiet_hours=quiet)
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            env = env_for(
+                server, llm, COMPANYD_TIME_SCALE=str(scale), COMPANYD_TIME_ANCHOR=f"{real0}:{sim0}"
+            )
+            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
+            try:
+                await daemon.start(timeout=120)
+                llm.enqueue(reply_text(POST))
+                fired = await daemon.call("run_job", routine="daily-post")
+                assert fired["status"] == "ok", fired
+                # the next run's key is refused: a critical alert, told in quiet hours too
+                llm.enqueue(fault(401, "invalid x-api-key"))
+                await daemon.call("run_job", routine="daily-post")
+                critical = await one(server, "Anthropic API key refused", timeout=60)
+                assert critical.text.startswith("🔴")
+                assert clock.time() < end, "the daemon took past the quiet hours to get here"
+                assert to_operator(server, POST) == []  # the result waits for 07:00
+
+                post = await one(server, POST, timeout=(end - clock.time()) / scale + 60)
+                assert clock.time() >= end
+                assert post.text.splitlines()[0] == "📝 daily-post — marketing"
+                assert fired["run_id"] in post.text
+                assert not post.disable_notification  # it rings, at 07:00
+                # the warnings held meanwhile come as one quiet-hours digest, the result apart
+                await one(server, "While quiet hours were on")
+                await asyncio.sleep(1.0)  # room for a duplicate, were there one
+                assert len(to_operator(server, POST)) == 1
+                assert len(to_operator(server, "Anthropic API key refused")) == 1
             finally:
                 if daemon.proc is not None and daemon.returncode is None:
                     await daemon.stop()

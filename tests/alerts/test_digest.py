@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companyd.alerts.coalesce import AlertBook
-from companyd.alerts.deliver import result_records, result_text
+from companyd.alerts.deliver import CAPTION_LIMIT, result_records, result_text
 from companyd.alerts.digest import fold, next_digest
 from companyd.alerts.outbox import AlertRecord, Delivery
 from companyd.alerts.policy import Policy
@@ -104,3 +104,53 @@ async def test_results_are_held_through_quiet_hours_and_released_one_by_one() ->
     assert [p.held_until for p in parts] == [None, None]
     assert all(r.kind != "digest" for r in book.alerts.values())
     assert result_text(data).endswith("— $0.0100 · run-1 · reply to follow up")
+
+
+@pytest.mark.parametrize(
+    ("routine", "run_id"),
+    [("month-report", "run-0123456789ab"), ("r" * 300, "run-" + "9" * 400)],
+)
+def test_a_result_over_three_messages_is_one_md_document_with_a_short_caption(
+    routine: str, run_id: str
+) -> None:
+    cfg = load_config_text(
+        "schema: companyd/v1\ncompany: {name: Acme, budget: {daily_usd: 5}}\n"
+        "agents: {ceo: {title: CEO, instructions: Lead.}}\n",
+        file="c.yaml",
+    )
+    clock = ManualClock(at("2026-11-24 23:30"))
+    book = AlertBook(Policy.of(cfg), clock)
+    book.policy = dataclasses.replace(
+        book.policy, quiet=QuietHoursSpec(start="23:00", end="07:00"), quiet_tz=UTC, tz=UTC
+    )
+    book.settings = TelegramSettings(token="t", chat_ids=(1, 2))
+    report = "Month-end close.\n\n" + "\n".join(
+        f"{i}. Invoice NW-{i:04d} matched." for i in range(600)
+    )
+    data = {
+        "routine": routine,
+        "agent": "cfo",
+        "run_id": run_id,
+        "cost_usd": 0.0123,
+        "answer": report,
+        "ended": at("2026-11-24 23:29"),
+    }
+    (rec,) = result_records(book, data, kind="result", now=clock.time(), chats=[1, 2])
+    name = f"{routine}-{run_id}.md"
+    assert rec.data["document"]["name"] == name
+    body = rec.data["document"]["body"]
+    assert body.startswith(f"# {routine} — 2026-11-24 23:29 UTC\n\ncfo · $0.0123 · {run_id}\n\n")
+    assert report in body  # whole, not cut
+    assert len(rec.text) <= CAPTION_LIMIT
+    lines = rec.text.splitlines()
+    assert lines[0] == f"📝 {routine} — cfo"
+    if len(routine) < 100:  # else only the limit holds: the caption is cut
+        assert lines[-1] == f"— $0.0123 · {run_id} · reply to follow up"
+        assert lines[1] == f"📎 the whole result ({len(report):,} characters): {name}"
+        assert lines[3:5] == ["Month-end close.", ""]
+    assert rec.held_until == at("2026-11-25 07:00")  # quiet hours hold it like a message
+    assert set(rec.deliveries) == {1, 2}
+    # three messages' worth is still split
+    data["answer"] = "x\n" * 5000
+    parts = result_records(book, data, kind="result", now=clock.time(), chats=[1])
+    assert len(parts) == 3 and all("document" not in p.data for p in parts)

@@ -8,7 +8,7 @@ import os
 import sys
 
 import pytest
-from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, ReplyParameters
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter
 
 from companyd.testing.bot_api import BotApiControl, BotApiServer, DownMode
@@ -244,3 +244,44 @@ async def test_separate_process_with_control_api() -> None:
             _, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     assert TOKEN not in err.decode()
+
+
+@pytest.mark.anyio
+async def test_send_document_keeps_the_uploaded_file_and_its_caption() -> None:
+    body = "# daily-report\n\nline one\r\nline two — ünïcode\n" + "x" * 20_000 + "\n"
+    async with asyncio.timeout(10), BotApiServer(token=TOKEN) as server, _bot(server) as bot:
+        first = await bot.send_message(111, "before")
+        msg = await bot.send_document(
+            111,
+            InputFile(body.encode("utf-8"), filename="daily-report-run-1.md"),
+            caption="📝 daily-report — cfo\n123",
+            reply_parameters=ReplyParameters(message_id=first.message_id),
+        )
+        assert msg.document is not None and msg.document.file_name == "daily-report-run-1.md"
+        assert msg.document.file_size == len(body.encode("utf-8"))
+        assert msg.caption == "📝 daily-report — cfo\n123" and msg.text is None
+        sent = server.find_message(111, msg.message_id)
+        assert sent is not None and sent.document is not None
+        assert sent.document.file_name == "daily-report-run-1.md"
+        assert sent.document.data.decode("utf-8") == body  # byte for byte
+        assert sent.text == "📝 daily-report — cfo\n123"  # the caption, where tests look
+        assert sent.reply_to == first.message_id
+        call = server.calls_of("sendDocument")[0]
+        assert call.params["document"] == {
+            "file_name": "daily-report-run-1.md",
+            "mime_type": sent.document.mime_type,
+            "size": len(body.encode("utf-8")),
+        }
+        json.dumps([m.to_dict() for m in server.messages])  # the control API can list it
+
+        # a reply to the document carries its caption, as Telegram's does
+        _, reply = server.inject_reply(111, msg.message_id, "shorter?")
+        updates = await bot.get_updates(timeout=0)
+        original = updates[-1].message.reply_to_message  # type: ignore[union-attr]
+        assert original is not None and original.caption == "📝 daily-report — cfo\n123"
+        assert original.document is not None and reply > msg.message_id
+
+        with pytest.raises(BadRequest, match=r"(?i)caption is too long"):
+            await bot.send_document(111, InputFile(b"x", filename="a.md"), caption="c" * 1025)
+        with pytest.raises(BadRequest, match=r"(?i)file must be non-empty"):
+            await bot.send_document(111, InputFile(b"", filename="a.md"))

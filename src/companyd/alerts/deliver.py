@@ -4,10 +4,12 @@ A routine says where its result goes (``deliver:`` in company.yaml; default ``te
 when it names an ``expected_output``, nothing otherwise). :class:`Results` takes each
 ``routine_result`` event off the pager's intake and
 
-* ``telegram`` — writes the result, as one message per 4,096 characters (at most
-  :data:`MAX_PARTS`), to the alert outbox: naming the routine, the agent, the cost and the
-  run id. The sender delivers it like any alert (an outage loses none, a restart resends
-  none) and holds it through quiet hours; each message sent is linked to its run
+* ``telegram`` — writes the result to the alert outbox, naming the routine, the agent, the
+  cost and the run id: as one message per 4,096 characters when it fits in
+  :data:`MAX_PARTS` messages, else as one ``.md`` document (the whole result, with a caption
+  naming the same and the result's first lines; :func:`document_of`). The sender delivers
+  it like any alert (an outage loses none, a restart resends none) and holds it through
+  quiet hours; each message sent is linked to its run
   (:meth:`~companyd.alerts.outbox.AlertStore.link`) so that a reply to it is a follow-up;
 * ``digest`` — writes it to the outbox as a digest item, held until the next
   ``alerts.digest_at``, when :mod:`companyd.alerts.digest` folds the items into one message;
@@ -40,9 +42,12 @@ from companyd.alerts.telegram import redact
 from companyd.events import EventBus, ResultDelivered, ResultUndelivered, RoutineResult
 
 __all__ = [
+    "CAPTION_LIMIT",
     "MAX_PARTS",
     "MemoryPort",
     "Results",
+    "document_body",
+    "document_of",
     "file_path",
     "result_records",
     "result_text",
@@ -50,9 +55,14 @@ __all__ = [
 
 log = logging.getLogger("companyd.alerts.service")
 
-#: A result longer than this many messages is cut (the whole of it is in the run journal
-#: and, with ``deliver: [file]``, in its file).
-MAX_PARTS = 8
+#: A result that needs more than this many messages is sent as one ``.md`` document instead
+#: (docs/alerts.md: three messages still read as a conversation; more is a report, and a
+#: file is one thing to read, forward or save).
+MAX_PARTS = 3
+#: Telegram's limit on a document's caption, in characters.
+CAPTION_LIMIT = 1024
+#: How much of a document's result its caption shows (lines, characters).
+PREVIEW_LINES, PREVIEW_CHARS = 8, 600
 #: Longest observation written to memory (the memory goes into prompts).
 MEMORY_LIMIT = 2000
 
@@ -83,6 +93,42 @@ def result_text(data: Mapping[str, Any]) -> str:
     return redact(f"{head}\n\n{answer}\n\n— {tail}")
 
 
+def document_body(data: Mapping[str, Any], when: float, tz: ZoneInfo) -> str:
+    """The Markdown of a result as a file (``deliver: [file]``, or a result too long for
+    messages): a heading with the routine (or the agent's answer) and the time, a line with
+    the agent, cost and run id, then the whole result; redacted.
+    """
+    at = datetime.fromtimestamp(when, tz).strftime("%Y-%m-%d %H:%M %Z")
+    title = data.get("routine") or f"{data.get('agent')}'s answer"
+    answer = str(data.get("answer") or "").strip()
+    head = (
+        f"# {title} — {at}\n\n"
+        f"{data.get('agent')} · {_usd(data.get('cost_usd'))} · {data.get('run_id')}\n\n"
+    )
+    return redact(head + answer + "\n")
+
+
+def document_of(data: Mapping[str, Any], when: float, tz: ZoneInfo) -> tuple[str, str, str]:
+    """A result too long for :data:`MAX_PARTS` messages as ``(file name, Markdown, caption)``:
+    the file ``<routine or agent>-<run id>.md`` holds it whole (:func:`document_body`); the
+    caption names the routine, the agent, the cost and the run id like a message does, with
+    the result's first lines as a preview, within Telegram's :data:`CAPTION_LIMIT`.
+    """
+    body = document_body(data, when, tz)
+    name = f"{data.get('routine') or data.get('agent') or 'result'}-{data.get('run_id')}.md"
+    answer = redact(str(data.get("answer") or "").strip())
+    preview = "\n".join(answer.splitlines()[:PREVIEW_LINES])[:PREVIEW_CHARS].rstrip()
+    agent = str(data.get("agent") or "?")
+    head = f"📝 {data['routine']} — {agent}" if data.get("routine") else f"💬 {agent}"
+    size = f"{len(answer):,} characters"
+    tail = f"— {_usd(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
+    caption = f"{head}\n📎 the whole result ({size}): {name}\n\n{preview}…\n\n{tail}"
+    if len(caption) > CAPTION_LIMIT:  # a long routine name or run id: the preview gives way
+        room = max(0, len(preview) - (len(caption) - CAPTION_LIMIT))
+        caption = caption.replace(f"{preview}…", f"{preview[:room]}…", 1)[:CAPTION_LIMIT]
+    return name, body, caption
+
+
 def result_records(
     book: AlertBook,
     data: Mapping[str, Any],
@@ -92,17 +138,25 @@ def result_records(
     chats: Sequence[int],
     reply_to: Mapping[int, int] | None = None,
 ) -> list[AlertRecord]:
-    """The outbox records of one result: one per message (a long result is split), each
-    held through quiet hours; ``reply_to`` (chat → message id) makes them replies.
+    """The outbox records of one result: one per message (a result up to :data:`MAX_PARTS`
+    messages long is split), or one record carrying a ``.md`` document (``data["document"]``:
+    ``{"name", "body"}``, its caption the record's text) for a longer one; each held through
+    quiet hours; ``reply_to`` (chat → message id) makes them replies.
     """
     text = result_text(data)
-    parts = split_text(text, MAX_TEXT, MAX_PARTS)
-    if len(parts) == MAX_PARTS and len(text) > sum(len(p) for p in parts) + MAX_PARTS:
-        note = f"\n… cut: see `companyd runs show {data.get('run_id')}`"
-        parts[-1] = parts[-1][: MAX_TEXT - len(note)] + note
+    parts = split_text(text, MAX_TEXT, MAX_PARTS + 1)
+    document: dict[str, str] | None = None
+    if len(parts) > MAX_PARTS:
+        when = float(data.get("ended") or now)
+        name, markdown, caption = document_of(data, when, book.policy.tz)
+        parts, document = [caption], {"name": name, "body": markdown}
     held = quiet_until(now, book.policy.quiet, book.policy.quiet_tz)
     run_id = str(data.get("run_id") or "")
-    body = {k: data.get(k) for k in ("routine", "agent", "run_id", "cost_usd", "task") if k in data}
+    body: dict[str, Any] = {
+        k: data.get(k) for k in ("routine", "agent", "run_id", "cost_usd", "task") if k in data
+    }
+    if document is not None:
+        body["document"] = document
     out = []
     for i, part in enumerate(parts, 1):
         rec = AlertRecord(
@@ -136,17 +190,6 @@ def file_path(state_dir: Path, routine: str, run_id: str, ended: float, tz: Zone
     """``<state_dir>/outputs/<routine>/<date>-<run>.md`` (the date in the company's zone)."""
     day = datetime.fromtimestamp(ended, tz).date().isoformat()
     return state_dir / "outputs" / routine / f"{day}-{run_id}.md"
-
-
-def _file_body(data: Mapping[str, Any], tz: ZoneInfo) -> bytes:
-    ended = float(data.get("ended") or 0.0)
-    when = datetime.fromtimestamp(ended, tz).strftime("%Y-%m-%d %H:%M %Z")
-    answer = str(data.get("answer") or "").strip()
-    head = (
-        f"# {data.get('routine')} — {when}\n\n"
-        f"{data.get('agent')} · {_usd(data.get('cost_usd'))} · {data.get('run_id')}\n\n"
-    )
-    return redact(head + answer + "\n").encode("utf-8")
 
 
 class Results:
@@ -230,7 +273,7 @@ class Results:
             float(data.get("ended") or self._book.clock.time()),
             tz,
         )
-        body = _file_body(data, tz)
+        body = document_body(data, float(data.get("ended") or 0.0), tz).encode("utf-8")
 
         def write() -> None:
             make_dirs(path.parent)

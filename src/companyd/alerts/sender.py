@@ -186,7 +186,7 @@ class Sender:
         """One send or edit. True when done with it (delivered, or refused for good);
         False on a transient failure (backoff set).
         """
-        from telegram import ReplyParameters
+        from telegram import InputFile, ReplyParameters
         from telegram.error import (
             BadRequest,
             ChatMigrated,
@@ -208,22 +208,38 @@ class Sender:
         try:
             # A real-time bound on one HTTP exchange, rate-limiter waits included.
             async with asyncio.timeout(SEND_TIMEOUT):
-                if op == "send":
-                    msg = await bot.send_message(
-                        chat_id,
-                        text,
-                        reply_markup=markup,
-                        # a result is what the founder waits for: it rings
-                        disable_notification=rec.severity == "info"
-                        and rec.kind not in RESULT_KINDS,
-                        reply_parameters=reply,
-                    )
-                    d.message_id, d.state = msg.message_id, "sent"
-                    await self._link(rec, chat_id, msg.message_id)
-                else:
+                # a result is what the founder waits for: it rings
+                quiet = rec.severity == "info" and rec.kind not in RESULT_KINDS
+                document = rec.data.get("document")
+                if op == "edit":
                     await bot.edit_message_text(
                         text, chat_id=chat_id, message_id=d.message_id, reply_markup=markup
                     )
+                else:
+                    if isinstance(document, dict):
+                        # a result too long for messages: one .md file, the record's text
+                        # its caption (alerts/deliver.py)
+                        upload = InputFile(
+                            str(document["body"]).encode("utf-8"), filename=str(document["name"])
+                        )
+                        msg = await bot.send_document(
+                            chat_id,
+                            upload,
+                            caption=text,
+                            reply_markup=markup,
+                            disable_notification=quiet,
+                            reply_parameters=reply,
+                        )
+                    else:
+                        msg = await bot.send_message(
+                            chat_id,
+                            text,
+                            reply_markup=markup,
+                            disable_notification=quiet,
+                            reply_parameters=reply,
+                        )
+                    d.message_id, d.state = msg.message_id, "sent"
+                    await self._link(rec, chat_id, msg.message_id)
             d.sent_version, d.error = version, None
             rec.edit_after = self._clock.time() + EDIT_INTERVAL
             self._recovered()

@@ -5,7 +5,8 @@ API companyd uses. Point python-telegram-bot at it with
 ``ApplicationBuilder().base_url(f"{server.url}/bot")`` (or company.yaml's
 ``alerts.telegram.api_url: <server.url>``) and it answers like Telegram does:
 
-* ``getMe``, ``getChat`` (see ``chats``), ``sendMessage``, ``editMessageText``,
+* ``getMe``, ``getChat`` (see ``chats``), ``sendMessage``, ``sendDocument`` (an uploaded
+  file, kept with its name and bytes: :attr:`SentMessage.document`), ``editMessageText``,
   ``editMessageReplyMarkup``, ``answerCallbackQuery``, ``setMyCommands``,
   ``getMyCommands``, ``deleteWebhook``, ``close`` and ``logOut``;
 * ``getUpdates`` as a long poll: it returns as soon as an update with ``update_id >= offset``
@@ -25,7 +26,8 @@ keeps working, until :meth:`BotApiServer.clear_failures`.
 
 Requests are decoded as python-telegram-bot sends them: ``application/x-www-form-urlencoded``
 with string values as they are and every other value JSON-encoded. JSON bodies are accepted
-too. File uploads (multipart) are not part of the stand-in and are answered with 400.
+too, and ``multipart/form-data`` (file uploads). A document given by ``file_id`` or URL
+instead of an upload is answered with 400.
 
 Run it as a separate process for a daemon subprocess or the chaos benchmark::
 
@@ -91,7 +93,8 @@ from companyd.testing.bot_http import (
 from companyd.testing.bot_objects import ApiCall as ApiCall
 from companyd.testing.bot_objects import DownMode as DownMode
 from companyd.testing.bot_objects import SentMessage as SentMessage
-from companyd.testing.bot_objects import bot_id, user_json
+from companyd.testing.bot_objects import Upload as Upload
+from companyd.testing.bot_objects import bot_id, chat_json, user_json
 
 __all__ = [
     "ApiCall",
@@ -99,6 +102,7 @@ __all__ = [
     "BotApiServer",
     "DownMode",
     "SentMessage",
+    "Upload",
     "main",
 ]
 
@@ -332,13 +336,7 @@ class BotApiServer:
             "chat": chat,
             "from": user_json(uid, first_name, username),
             "text": text,
-            "reply_to_message": {
-                "message_id": sent.message_id,
-                "date": sent.date,
-                "chat": chat,
-                "from": dict(self._bot_user),
-                "text": sent.text,
-            },
+            "reply_to_message": self._message_json(sent),
         }
         return self.inject_update({"message": msg}), mid
 
@@ -461,9 +459,11 @@ class BotApiServer:
             params = decode_params(request)
         except HttpError as exc:
             return json_response(exc.status, error_body(exc.status, exc.description))
+        # a call is recorded with its files' names and sizes; the bytes go with the message
+        shown = {k: v.summary() if isinstance(v, Upload) else v for k, v in params.items()}
         failure = self._take_failure(method)
         if failure is not None:
-            self.calls.append(ApiCall(method=method, params=params, status=failure.status))
+            self.calls.append(ApiCall(method=method, params=shown, status=failure.status))
             self._pulse()
             if failure.status == 0:
                 raise Dropped
@@ -480,10 +480,10 @@ class BotApiServer:
             else:
                 result = self._call(method, params)
         except HttpError as exc:
-            self.calls.append(ApiCall(method=method, params=params, status=exc.status))
+            self.calls.append(ApiCall(method=method, params=shown, status=exc.status))
             self._pulse()
             return json_response(exc.status, error_body(exc.status, exc.description))
-        self.calls.append(ApiCall(method=method, params=params, status=200))
+        self.calls.append(ApiCall(method=method, params=shown, status=200))
         self._pulse()
         return json_response(200, {"ok": True, "result": result})
 
@@ -535,6 +535,8 @@ class BotApiServer:
             return list(self.commands)
         if method == "sendMessage":
             return self._send_message(params)
+        if method == "sendDocument":
+            return self._send_document(params)
         if method in ("editMessageText", "editMessageReplyMarkup"):
             return self._edit(method, params)
         if method == "answerCallbackQuery":
@@ -548,28 +550,30 @@ class BotApiServer:
         chat_id = chat_id_param(params.get("chat_id"))
         if self.chats is not None and chat_id not in self.chats:
             raise HttpError(400, "Bad Request: chat not found")
-        return {
-            "id": chat_id if isinstance(chat_id, int) else -1000000000001,
-            "type": "private" if isinstance(chat_id, int) and chat_id > 0 else "channel",
-            "first_name": "Op",
-            "accent_color_id": 0,
-            "max_reaction_count": 11,
-            "accepted_gift_types": {
-                "unlimited_gifts": False,
-                "limited_gifts": False,
-                "unique_gifts": False,
-                "premium_subscription": False,
-                "gifts_from_channels": False,
-            },
-        }
+        return chat_json(chat_id)
 
     def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
-        chat_id = chat_id_param(params.get("chat_id"))
         text = params.get("text")
         if not isinstance(text, str) or not text.strip():
             raise HttpError(400, "Bad Request: message text is empty")
         if len(text) > 4096:
             raise HttpError(400, "Bad Request: message is too long")
+        return self._record(params, text, None)
+
+    def _send_document(self, params: dict[str, Any]) -> dict[str, Any]:
+        document = params.get("document")
+        if not isinstance(document, Upload):
+            raise HttpError(400, "Bad Request: the stand-in takes a document only as an upload")
+        if not document.data:
+            raise HttpError(400, "Bad Request: file must be non-empty")
+        caption = params.get("caption") or ""
+        if len(str(caption)) > 1024:
+            raise HttpError(400, "Bad Request: message caption is too long")
+        return self._record(params, str(caption), document)
+
+    def _record(self, params: dict[str, Any], text: str, document: Upload | None) -> dict[str, Any]:
+        """Record a message sent (``text``: its text or caption) and answer it."""
+        chat_id = chat_id_param(params.get("chat_id"))
         markup = markup_param(params.get("reply_markup"))
         reply = params.get("reply_parameters")
         answers = reply.get("message_id") if isinstance(reply, dict) else None
@@ -583,6 +587,7 @@ class BotApiServer:
             date=int(self._clock()),
             disable_notification=bool(params.get("disable_notification", False)),
             reply_to=int(answers) if isinstance(answers, int) else None,
+            document=document,
         )
         self.messages.append(msg)
         return self._message_json(msg)
@@ -626,8 +631,20 @@ class BotApiServer:
             "date": msg.date,
             "chat": chat,
             "from": dict(self._bot_user),
-            "text": msg.text,
         }
+        if msg.document is None:
+            out["text"] = msg.text
+        else:
+            doc = msg.document
+            out["document"] = {
+                "file_id": f"doc-{msg.message_id}",
+                "file_unique_id": f"u{msg.message_id}",
+                "file_name": doc.file_name,
+                "mime_type": doc.mime_type,
+                "file_size": len(doc.data),
+            }
+            if msg.text:
+                out["caption"] = msg.text
         if msg.edits:
             out["edit_date"] = int(self._clock())
         if msg.reply_markup:

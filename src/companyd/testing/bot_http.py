@@ -6,7 +6,8 @@ opened again on the same port (an outage). A handler answers each :class:`Reques
 ``(status, content type, body)``, or raises :class:`Dropped` to close the connection without
 an answer (a network error for the client). :func:`decode_params` reads a request's Bot API
 parameters as python-telegram-bot sends them (form-encoded, string values as they are, every
-other value JSON-encoded; JSON bodies too); the ``*_param`` helpers read one parameter and
+other value JSON-encoded; JSON bodies too; ``multipart/form-data`` with its files as
+:class:`~companyd.testing.bot_objects.Upload`); the ``*_param`` helpers read one parameter and
 raise :class:`HttpError` (a ``400`` with Telegram's wording) when it is unusable.
 """
 
@@ -14,10 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+from companyd.testing.bot_objects import Upload
 
 __all__ = [
     "REASONS",
@@ -48,8 +52,11 @@ _STRING_PARAMS = frozenset(
         "business_connection_id",
         "secret_token",
         "name",
+        "caption",
     }
 )
+# One ``key="value"`` (or ``key=value``) of a Content-Disposition header.
+_DISPOSITION_PARAM = re.compile(r';\s*([\w*]+)=(?:"((?:[^"\\]|\\.)*)"|([^;\s]*))')
 
 _MAX_BODY = 4 * 1024 * 1024
 
@@ -210,10 +217,16 @@ def decode_params(request: Request) -> dict[str, Any]:
         if not isinstance(obj, dict):
             raise HttpError(400, "Bad Request: the JSON body must be an object")
         return {**dict(raw), **obj}
-    if ctype.startswith("multipart/"):
-        raise HttpError(400, "Bad Request: file uploads are not supported by the stand-in")
+    if ctype == "multipart/form-data":
+        fields, files = _multipart(request)
+        return {**_values(raw + fields), **files}
     if request.body:
         raw += parse_qsl(request.body.decode("utf-8"), keep_blank_values=True)
+    return _values(raw)
+
+
+def _values(raw: list[tuple[str, str]]) -> dict[str, Any]:
+    """Form values as python-telegram-bot meant them: strings as they are, else JSON."""
     params: dict[str, Any] = {}
     for key, value in raw:
         if key in _STRING_PARAMS:
@@ -224,6 +237,45 @@ def decode_params(request: Request) -> dict[str, Any]:
         except ValueError:
             params[key] = value
     return params
+
+
+def _multipart(request: Request) -> tuple[list[tuple[str, str]], dict[str, Upload]]:
+    """A ``multipart/form-data`` body as its form fields and its files (by field name).
+
+    Raises:
+        HttpError: 400 when the body is not the multipart its Content-Type announces.
+    """
+    boundary = re.search(r'boundary="?([^";]+)"?', request.headers.get("content-type", ""))
+    if boundary is None:
+        raise HttpError(400, "Bad Request: multipart body without a boundary")
+    fields: list[tuple[str, str]] = []
+    files: dict[str, Upload] = {}
+    delimiter = b"--" + boundary.group(1).encode("latin-1")
+    chunks = request.body.split(delimiter)
+    if len(chunks) < 3 or not chunks[-1].startswith(b"--"):
+        raise HttpError(400, "Bad Request: malformed multipart body")
+    for chunk in chunks[1:-1]:
+        head, sep, data = chunk.removeprefix(b"\r\n").partition(b"\r\n\r\n")
+        if not sep:
+            raise HttpError(400, "Bad Request: malformed multipart part")
+        data = data.removesuffix(b"\r\n")  # the line break before the next delimiter
+        headers = {}
+        for line in head.decode("utf-8").split("\r\n"):
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        disposition = {
+            m.group(1).lower(): m.group(2) if m.group(2) is not None else m.group(3)
+            for m in _DISPOSITION_PARAM.finditer(headers.get("content-disposition", ""))
+        }
+        field = disposition.get("name")
+        if not field:
+            continue
+        if "filename" in disposition:
+            mime = headers.get("content-type", "application/octet-stream")
+            files[field] = Upload(file_name=disposition["filename"], mime_type=mime, data=data)
+        else:
+            fields.append((field, data.decode("utf-8")))
+    return fields, files
 
 
 def json_response(status: int, obj: Any) -> tuple[int, str, bytes]:
