@@ -47,6 +47,7 @@ __all__ = [
     "ReloadRejected",
     "Resumed",
     "RoutineLine",
+    "RunEnded",
     "RunTranscript",
     "Runs",
     "SpendLine",
@@ -89,8 +90,8 @@ class Resumed:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AskAnswer:
-    """``ask``: how the one-off task's run ended (the run journal's outcome)."""
+class RunEnded:
+    """How a run ended (the run journal's outcome): the fields ``ask`` and ``run_job`` share."""
 
     task_id: str
     run_id: str
@@ -105,6 +106,11 @@ class AskAnswer:
     started: float
     ended: float
     offline: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class AskAnswer(RunEnded):
+    """``ask``: how the one-off task's run ended."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,23 +229,17 @@ class JobHistory:
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobRun:
-    """``run_job``: the routine, and how its run ended (the fields of :class:`AskAnswer`)."""
-
+class _RoutineNamed:
     routine: str
-    task_id: str
-    run_id: str
-    agent: str
-    status: str
-    reason: str | None
-    answer: str
-    cost_usd: float
-    steps: int
-    tokens: int
-    models: list[str]
-    started: float
-    ended: float
-    offline: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRun(RunEnded, _RoutineNamed):
+    """``run_job``: the routine, and how its run ended.
+
+    ``routine`` is the first JSON key: a dataclass lists the fields of its last base first,
+    so :class:`_RoutineNamed` comes after :class:`RunEnded` among the bases.
+    """
 
 
 # -- proposals ---------------------------------------------------------------------------------
