@@ -42,6 +42,7 @@ __all__ = [
     "FireRow",
     "HistoryData",
     "JobsData",
+    "JournaledTask",
     "LoopLagBlock",
     "ModelStep",
     "OtherAttempt",
@@ -100,9 +101,9 @@ class RunRow(TypedDict):
     asked_by: str | None
 
 
-class TaskRow(TypedDict):
-    """One task in ``tasks``: the task as journaled (a task journaled by an older version
-    may lack the later keys), then its state, crash count, errors and last update.
+class JournaledTask(TypedDict):
+    """A task as the run journal keeps it (a task journaled by an older version may lack
+    the later keys).
     """
 
     id: str
@@ -117,6 +118,13 @@ class TaskRow(TypedDict):
     reply_to: NotRequired[str | None]
     asked_by: NotRequired[str | None]
     asked_in: NotRequired[str | None]
+
+
+class TaskRow(JournaledTask):
+    """One task in ``tasks``: the task as journaled, then its state, crash count, errors
+    and last update.
+    """
+
     state: str
     crashes: int
     errors: list[str]

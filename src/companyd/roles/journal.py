@@ -40,7 +40,7 @@ from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd._sqlite import Database
-from companyd.admin.blocks import RunRow, TaskRow
+from companyd.admin.blocks import JournaledTask, RunRow, TaskRow
 from companyd.llm.blocks import ContentBlock, ToolResultBlock
 from companyd.roles.journal_schema import MIGRATIONS
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
@@ -345,7 +345,7 @@ class Journal:
         ).fetchall()
         out: list[TaskRow] = []
         for payload, state, crashes, errors, updated in rows:
-            t: TaskRow = json.loads(payload)  # the journaled task's keys
+            t: JournaledTask = json.loads(payload)
             out.append(
                 {
                     **t,
