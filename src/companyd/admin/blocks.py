@@ -2,12 +2,12 @@
 mypy checks their keys where they are built and where they are read.
 
 The run journal builds the rows of ``runs`` and ``tasks`` and the blocks of a transcript
-(``run_show``: who asked, the task, the thread, the steps, the colleagues' runs, the
-review, the totals); the spend book the ``spend`` report and the ``budget`` rows; the scheduler
-the ``jobs`` lines and ``job_history`` fires; the improver the ``proposals``; the staff the
-runs in flight, the pager its health, and the daemon the ``reload`` and ``loop_lag`` blocks
-of ``status``. Each builder returns the type named here
-(this module is the operator contract's, below every builder, so each can import it).
+(``run_show``: who asked, the task, the thread, the steps, the colleagues' runs, the review,
+the totals); the spend book the ``spend`` report and the ``budget`` rows; the scheduler the
+``jobs`` lines and ``job_history`` fires; the improver the ``proposals``; the staff the runs
+in flight, the pager its health, and the daemon the ``reload`` and ``loop_lag`` blocks of
+``status``. Each builder returns the type named here (this module is the operator
+contract's, below every builder, so each can import it).
 
 They are ``TypedDict`` rather than dataclasses because the builders and their readers (the
 CLI printers, the pager's renderers, tests) already work on the JSON form, which is what a
@@ -20,10 +20,10 @@ was built. Serialising it through its type instead would change the JSON scripts
 
 Left as plain JSON (``dict[str, Any]``), on purpose: the supervision tree (a recursive
 snapshot whose nodes carry each child's own started info, any JSON its child reports), a
-reload's ``routines`` moves (the scheduler's reload report, whose keys depend on what
-changed), a desk item's ``details`` (the tool's arguments, a question or a result: each
-kind's own) and a backup's manifest members (the archive format's, read back from archives
-of any version).
+reload's ``routines`` moves (the scheduler's ``dict[str, list[str]]``, which the
+``daemon_reloaded`` event carries too; ``{}`` in a daemon without a scheduler), a desk
+item's ``details`` (the tool's arguments, a question or a result: each kind's own) and a
+backup's manifest members (the archive format's, read back from archives of any version).
 """
 
 from __future__ import annotations

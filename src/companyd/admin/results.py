@@ -10,12 +10,13 @@ Two conventions keep the JSON exactly what operators and scripts already read:
 
 - a key that is present only sometimes is a field marked :data:`Omitted` (left out of the
   JSON when it is None);
-- a block another part of the daemon builds (journal rows, the spend book's reports, the
-  scheduler's routines and fires, proposals, status's ``reload`` and ``loop_lag``) is a
-  ``TypedDict`` of :mod:`companyd.admin.blocks`, marked :data:`~companyd.admin.blocks.AsBuilt`:
-  mypy checks its keys, and the JSON is the dict as built. The blocks that stay plain JSON
-  (``dict[str, Any]``: the supervision tree, the pager's health, a desk item's details, …)
-  are listed, with why, in that module's docstring.
+- a block another part of the daemon builds (journal rows, a transcript's blocks, the
+  spend book's reports, the scheduler's routines and fires, proposals, the runs in flight,
+  the pager's health, status's ``reload`` and ``loop_lag``) is a ``TypedDict`` of
+  :mod:`companyd.admin.blocks`, marked :data:`~companyd.admin.blocks.AsBuilt`: mypy checks
+  its keys, and the JSON is the dict as built. The blocks that stay plain JSON
+  (``dict[str, Any]``: the supervision tree, a reload's routine moves, a desk item's
+  details, a backup's manifest members) are listed, with why, in that module's docstring.
 """
 
 from __future__ import annotations
