@@ -13,7 +13,17 @@ from companyd.clock import ManualClock
 from companyd.daemon.metrics import Metrics, MetricsServer, parse_listen
 from companyd.daemon.systemd import LagStats, LoopLagMonitor
 from companyd.errors import ConfigError
-from companyd.events import EventBus
+from companyd.events import (
+    BudgetRaised,
+    EventBus,
+    MaxIntensity,
+    MemoryRepaired,
+    Restart,
+    RoutineMissed,
+    RunFailed,
+    RunFinished,
+    SpendRunaway,
+)
 from companyd.testing.daemon import running
 
 
@@ -108,6 +118,127 @@ def test_counters_follow_the_events() -> None:
     assert value(text, "companyd_events_total", kind="restart", severity="warning") == 2
     assert value(text, "companyd_events_total", kind="routine_succeeded", severity="info") == 1
     assert value(text, "companyd_build_info", version="0.1.0") == 1
+
+
+def test_typed_events_are_counted_by_their_class() -> None:
+    """The events publishers construct (not ``bus.emit``'s partial data): matched on their
+    class, with the labels their fields give.
+    """
+    bus = EventBus(ManualClock())
+    m = Metrics()
+    m.attach(bus)
+    agents, when = "companyd/agents", "2026-11-25T10:00:00Z"
+    bus.publish(
+        Restart(
+            source=agents,
+            child="cfo",
+            strategy="one_for_one",
+            group=[],
+            restarts=1,
+            max_restarts=3,
+            max_seconds=5.0,
+        )
+    )
+    bus.publish(
+        MaxIntensity(
+            source=agents,
+            child="cfo",
+            reason="x",
+            message="x",
+            restarts=4,
+            max_restarts=3,
+            max_seconds=5.0,
+        )
+    )
+    bus.publish(
+        RunFinished(
+            source="companyd/agents/cfo",
+            agent="cfo",
+            status="ok",
+            cost_usd=0.25,
+            task_id="t1",
+            run_id="r1",
+            routine=None,
+            steps=1,
+            models=["m"],
+            offline=False,
+        )
+    )
+    bus.publish(
+        RunFailed(
+            source="companyd/agents/ceo",
+            agent="",
+            status="",
+            reason=None,
+            cost_usd=0.0,
+            task_id="t2",
+            run_id="r2",
+            routine=None,
+            steps=1,
+            models=["m"],
+            offline=False,
+        )
+    )
+    bus.publish(
+        RoutineMissed(
+            source="scheduler",
+            routine="weekly",
+            agent="cfo",
+            scheduled=when,
+            reason=None,
+            run_id=None,
+            outcome="missed",
+            fire_kind="cron",
+            fire_id="f",
+        )
+    )
+    bus.publish(
+        MemoryRepaired(
+            source="memory",
+            path="m.jsonl",
+            summary="torn last line",
+            quarantined_lines=0,
+            dropped_lines=0,
+            torn_tail=True,
+            merged_entities=0,
+            duplicate_relations=0,
+            observations_fixed=0,
+            journal_torn=False,
+            foreign_rewrite=False,
+            corrupt_file=None,
+        )
+    )
+    bus.publish(
+        BudgetRaised(
+            source="spend", scope="company", agent=None, day="d", usd=1.0, raised_today_usd=1.0
+        )
+    )
+    bus.publish(
+        SpendRunaway(
+            source="spend",
+            agent="cfo",
+            window_seconds=60.0,
+            window_spend_usd=1.0,
+            rate_usd_per_min=1.0,
+            usual_usd_per_min=0.1,
+            factor=10.0,
+            basis="b",
+            message="m",
+        )
+    )
+    text = m.render()
+    assert value(text, "companyd_restarts_total", supervisor=agents, child="cfo") == 1
+    assert value(text, "companyd_max_intensity_total", supervisor=agents) == 1
+    assert value(text, "companyd_runs_total", agent="cfo", outcome="ok") == 1
+    assert value(text, "companyd_spend_usd_total", agent="cfo") == pytest.approx(0.25)
+    # an empty agent and status: the source's last segment, and the kind's default outcome
+    assert value(text, "companyd_runs_total", agent="ceo", outcome="failed") == 1
+    assert value(text, "companyd_spend_usd_total", agent="ceo") is None
+    assert value(text, "companyd_routine_outcomes_total", routine="weekly", outcome="missed") == 1
+    assert value(text, "companyd_memory_operations_total", op="repaired") == 1
+    assert value(text, "companyd_budget_events_total", kind="budget_raised", scope="company") == 1
+    assert value(text, "companyd_budget_events_total", kind="spend_runaway", scope="cfo") == 1
+    assert value(text, "companyd_events_total", kind="memory_repaired", severity="warning") == 1
 
 
 def test_each_metrics_object_has_its_own_registry() -> None:

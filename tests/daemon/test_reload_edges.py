@@ -206,7 +206,7 @@ async def test_status_shows_the_running_file_and_the_last_rejected_reload(
         assert isinstance(rejected, ReloadRejected)
         assert rejected.applied is False
         reload = status.daemon.reload
-        assert reload["last_result"] == "rejected"
+        assert reload["last_result"] == "rejected" and reload["rejected"] is not None
         assert reload["rejected"]["errors"] == len(rejected.errors) >= 2
         assert reload["rejected"]["at"] >= loaded_at
         first_error = reload["rejected"]["first_error"]

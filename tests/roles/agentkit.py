@@ -30,6 +30,7 @@ from companyd.testing.messages_api import (
     Reply,
     Stall,
     reply_text,
+    reply_tool_use,
 )
 
 ScriptItem = Reply | Fault | Stall
@@ -111,6 +112,33 @@ def tool_results(request: RecordedRequest) -> list[dict[str, Any]]:
     if not isinstance(content, list):
         return []
     return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def delegation_reviewed_once(directory: Path) -> tuple[Path, PerAgent]:
+    """A company where the CEO delegates a Q1 forecast to the CFO with the COO as reviewer,
+    and its script: the COO rejects the first draft ("REJECT: no number and no
+    assumptions.") and approves the second ("$42k: 35 clinics at $1.2k.").
+    """
+    cfg = write_company(
+        directory, {"ceo": {}, "cfo": {"reports_to": "ceo"}, "coo": {"reports_to": "ceo"}}
+    )
+    model = PerAgent(
+        ceo=[
+            reply_tool_use(
+                "delegate",
+                {
+                    "agent": "cfo",
+                    "task": "Forecast Q1 revenue.",
+                    "expected_output": "A number with its assumptions.",
+                    "reviewer": "coo",
+                },
+            ),
+            reply_text("Forecast received."),
+        ],
+        cfo=[reply_text("Revenue will go up."), reply_text("$42k: 35 clinics at $1.2k.")],
+        coo=[reply_text("REJECT: no number and no assumptions."), reply_text("APPROVE")],
+    )
+    return cfg, model
 
 
 @contextlib.asynccontextmanager

@@ -25,7 +25,14 @@ from companyd.testing.messages_api import (
     stall,
 )
 
-from .agentkit import PerAgent, agent_of, running_company, tool_results, write_company
+from .agentkit import (
+    PerAgent,
+    agent_of,
+    delegation_reviewed_once,
+    running_company,
+    tool_results,
+    write_company,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -120,26 +127,7 @@ async def test_consult_allowlist_cycle_and_depth(tmp_path: Path) -> None:
 
 
 async def test_delegation_with_a_reviewer_rejecting_once(tmp_path: Path) -> None:
-    cfg = write_company(
-        tmp_path,
-        {"ceo": {}, "cfo": {"reports_to": "ceo"}, "coo": {"reports_to": "ceo"}},
-    )
-    model = PerAgent(
-        ceo=[
-            reply_tool_use(
-                "delegate",
-                {
-                    "agent": "cfo",
-                    "task": "Forecast Q1 revenue.",
-                    "expected_output": "A number with its assumptions.",
-                    "reviewer": "coo",
-                },
-            ),
-            reply_text("Forecast received."),
-        ],
-        cfo=[reply_text("Revenue will go up."), reply_text("$42k: 35 clinics at $1.2k.")],
-        coo=[reply_text("REJECT: no number and no assumptions."), reply_text("APPROVE")],
-    )
+    cfg, model = delegation_reviewed_once(tmp_path)
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from companyd.admin.blocks import RunRow
 from companyd.admin.results import ReloadApplied, Runs
 from companyd.roles.journal import Journal
 from companyd.roles.tasks import Task, new_id
@@ -25,12 +26,12 @@ def requests_of(srv: MessagesAPIServer, agent: str) -> list[Any]:
     return [r for r in srv.requests if agent_of(r) == agent]
 
 
-async def runs_of(d: Any, agent: str) -> list[dict[str, Any]]:
+async def runs_of(d: Any, agent: str) -> list[RunRow]:
     runs: Runs = await d.runs(agent=agent, limit=50)
     return list(runs.runs)
 
 
-async def ended_runs_of(d: Any, agent: str) -> list[dict[str, Any]]:
+async def ended_runs_of(d: Any, agent: str) -> list[RunRow]:
     """``agent``'s runs once it has one and none is still running (10 s at most)."""
     async with asyncio.timeout(10):
         while not (runs := await runs_of(d, agent)) or any(r["status"] == "running" for r in runs):
@@ -72,7 +73,7 @@ async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
     assert "cfo did not answer within 0.5 s; the task was withdrawn" in result["content"]
     # the CFO's run was cancelled in its model call, with the reason, and not retried
     assert [r["status"] for r in cfo_runs] == ["cancelled"]
-    assert "withdrawn: the asker stopped waiting" in cfo_runs[0]["reason"]
+    assert "withdrawn: the asker stopped waiting" in str(cfo_runs[0]["reason"])
     assert len(requests_of(srv, "cfo")) == 1
     assert open_tasks == []
 
@@ -126,7 +127,7 @@ async def test_a_stopped_asker_withdraws_the_task_it_was_waiting_on(tmp_path: Pa
             cfo_runs = await ended_runs_of(d, "cfo")
     assert out.status == "circuit_breaker", out
     assert [r["status"] for r in cfo_runs] == ["cancelled"]
-    assert "withdrawn: the asking run was stopped" in cfo_runs[0]["reason"]
+    assert "withdrawn: the asking run was stopped" in str(cfo_runs[0]["reason"])
     assert len(requests_of(srv, "cfo")) == 1
 
 
@@ -213,7 +214,7 @@ async def test_a_consultation_left_open_by_a_restart_is_withdrawn_not_run(
     assert len(prompts) == 1 and "Close the books." in prompts[0]
     by_task = {r["task_id"]: r for r in cfo_runs}
     assert by_task[running.id]["status"] == "cancelled"
-    assert "the daemon restarted" in by_task[running.id]["reason"]
+    assert "the daemon restarted" in str(by_task[running.id]["reason"])
     assert by_task[kept.id]["status"] == "ok"
     assert queued.id not in by_task
     assert open_tasks == []
@@ -249,6 +250,6 @@ async def test_removing_an_agent_withdraws_its_tasks_and_ends_every_wait(tmp_pat
         assert out.status == "cancelled", out
         assert "removed from company.yaml" in str(out.reason)
     assert [r["status"] for r in cfo_runs] == ["cancelled"]
-    assert "removed from company.yaml" in cfo_runs[0]["reason"]
+    assert "removed from company.yaml" in str(cfo_runs[0]["reason"])
     assert open_tasks == []
     assert len(requests_of(srv, "cfo")) == 1

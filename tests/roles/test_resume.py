@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from companyd.admin.blocks import FireRow, RunRow
 from companyd.daemon.control_client import ControlClient
 from companyd.roles.journal import Journal
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
@@ -31,7 +32,7 @@ from .agentkit import (
 TOOL_SERVER = Path(__file__).with_name("mcp_tool_server.py")
 
 
-def _runs(state: Path) -> list[dict[str, object]]:
+def _runs(state: Path) -> list[RunRow]:
     journal = Journal(state / "runs.sqlite")
     try:
         return journal.run_sync(lambda db: journal.list_runs(db, limit=10))
@@ -200,7 +201,7 @@ def test_daemon_refuses_a_second_instance_on_the_same_state_dir(tmp_path: Path) 
     assert os.path.exists(state / "daemon.lock")
 
 
-def _fires(state: Path, routine: str) -> list[dict[str, object]]:
+def _fires(state: Path, routine: str) -> list[FireRow]:
     import sqlite3
 
     from companyd.scheduler.store import DB_NAME, recent_fires

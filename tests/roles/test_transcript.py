@@ -19,7 +19,7 @@ from companyd.roles.journal_schema import MIGRATIONS
 from companyd.roles.transcript import read_transcript
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
-from .agentkit import PerAgent, running_company, write_company
+from .agentkit import PerAgent, delegation_reviewed_once, running_company, write_company
 
 pytestmark = pytest.mark.anyio
 
@@ -86,25 +86,7 @@ async def test_a_consultation_links_both_runs_with_each_step(tmp_path: Path) -> 
 
 
 async def test_a_delegation_shows_the_reviewers_verdict_on_each_attempt(tmp_path: Path) -> None:
-    cfg = write_company(
-        tmp_path, {"ceo": {}, "cfo": {"reports_to": "ceo"}, "coo": {"reports_to": "ceo"}}
-    )
-    model = PerAgent(
-        ceo=[
-            reply_tool_use(
-                "delegate",
-                {
-                    "agent": "cfo",
-                    "task": "Forecast Q1 revenue.",
-                    "expected_output": "A number with its assumptions.",
-                    "reviewer": "coo",
-                },
-            ),
-            reply_text("Forecast received."),
-        ],
-        cfo=[reply_text("Revenue will go up."), reply_text("$42k: 35 clinics at $1.2k.")],
-        coo=[reply_text("REJECT: no number and no assumptions."), reply_text("APPROVE")],
-    )
+    cfg, model = delegation_reviewed_once(tmp_path)
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
             out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")

@@ -779,7 +779,8 @@ async def test_live_jobs_and_history_views(make_harness: MakeHarness) -> None:
     by = {r["routine"]: r for r in view["routines"]}
     assert by["daily-post"]["next_fire"] == "2027-01-08T14:00:00+00:00"
     assert by["daily-post"]["success_7d"] == {"due": 4, "ok": 3, "rate": 0.75}
-    assert by["daily-post"]["last"]["outcome"] == "ok"
+    last = by["daily-post"]["last"]
+    assert last is not None and last["outcome"] == "ok"
     assert by["daily-post"]["catch_up"] == "run_once within 2h"
     assert by["paused"]["enabled"] is False and by["paused"]["next_fire"] is None
     assert [f["scheduled"] for f in hist["fires"]] == [

@@ -36,7 +36,9 @@ def _ledger_raises(state: Path) -> list[tuple[str, int]]:
 
 async def _cfo_limit(book: SpendBook) -> float:
     report = await book.budget_report()
-    return float(next(b for b in report["budgets"] if b["agent"] == "cfo")["limit_usd"])
+    limit = next(b for b in report["budgets"] if b["agent"] == "cfo")["limit_usd"]
+    assert limit is not None, "the CFO has a budget"
+    return float(limit)
 
 
 @pytest.mark.anyio

@@ -10,9 +10,13 @@ Two conventions keep the JSON exactly what operators and scripts already read:
 
 - a key that is present only sometimes is a field marked :data:`Omitted` (left out of the
   JSON when it is None);
-- a block another service reports as JSON-ready data (the supervision tree, the spend
-  book's reports, the scheduler's routines, journal rows, proposals) is a ``dict`` (or a
-  list of them) here, passed through as the service built it.
+- a block another part of the daemon builds (journal rows, a transcript's blocks, the
+  spend book's reports, the scheduler's routines and fires, proposals, the runs in flight,
+  the pager's health, status's ``reload`` and ``loop_lag``) is a ``TypedDict`` of
+  :mod:`companyd.admin.blocks`, marked :data:`~companyd.admin.blocks.AsBuilt`: mypy checks
+  its keys, and the JSON is the dict as built. The blocks that stay plain JSON
+  (``dict[str, Any]``: the supervision tree, a reload's routine moves, a desk item's
+  details, a backup's manifest members) are listed, with why, in that module's docstring.
 """
 
 from __future__ import annotations
@@ -21,6 +25,30 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 from pydantic import Field
+
+from companyd.admin.blocks import (
+    AsBuilt,
+    AskedBy,
+    BudgetRow,
+    ColleagueRun,
+    FireRow,
+    LoopLagBlock,
+    OtherAttempt,
+    PagerHealth,
+    ProposalRow,
+    ReloadBlock,
+    ReviewStep,
+    RoutineRow,
+    RunInFlightRow,
+    RunRow,
+    RunTotals,
+    SpendPeriod,
+    SpendTotals,
+    Step,
+    TaskAsked,
+    TaskRow,
+    Thread,
+)
 
 __all__ = [
     "AgentCounts",
@@ -47,6 +75,7 @@ __all__ = [
     "ReloadRejected",
     "Resumed",
     "RoutineLine",
+    "RunEnded",
     "RunTranscript",
     "Runs",
     "SpendLine",
@@ -89,8 +118,8 @@ class Resumed:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AskAnswer:
-    """``ask``: how the one-off task's run ended (the run journal's outcome)."""
+class RunEnded:
+    """How a run ended (the run journal's outcome): the fields ``ask`` and ``run_job`` share."""
 
     task_id: str
     run_id: str
@@ -108,20 +137,24 @@ class AskAnswer:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AskAnswer(RunEnded):
+    """``ask``: how the one-off task's run ended."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Runs:
     """``runs``: recent runs, newest first (the run journal's rows)."""
 
-    runs: list[JSON]
+    runs: AsBuilt[list[RunRow]]
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunTranscript:
     """``run_show``: one run as the journal holds it (docs/agents.md, "The transcript").
 
-    The blocks are the journal's JSON (:func:`companyd.roles.transcript.read_transcript`):
-    ``asked_by`` (kind, who, run_id, source), ``task`` (prompt, expected_output, reviewer,
-    created), ``thread`` (reply_to, replies), each of ``steps`` (a model call, a tool call
-    or the review), ``consultations`` (colleagues' runs), ``review`` and ``totals``.
+    The blocks are the journal's (:func:`companyd.roles.transcript.read_transcript`): who
+    asked, the task, the thread, each of ``steps`` (a model call, a tool call or the review),
+    ``consultations`` (colleagues' runs), ``review`` and ``totals``.
     """
 
     run_id: str
@@ -134,22 +167,22 @@ class RunTranscript:
     started: float
     ended: float | None
     offline: bool
-    asked_by: JSON
-    task: JSON
-    thread: JSON
-    other_attempts: list[JSON]
-    steps: list[JSON]
-    consultations: list[JSON]
-    review: JSON | None
+    asked_by: AsBuilt[AskedBy]
+    task: AsBuilt[TaskAsked]
+    thread: AsBuilt[Thread]
+    other_attempts: AsBuilt[list[OtherAttempt]]
+    steps: AsBuilt[list[Step]]
+    consultations: AsBuilt[list[ColleagueRun]]
+    review: AsBuilt[ReviewStep | None]
     answer: str
-    totals: JSON
+    totals: AsBuilt[RunTotals]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Tasks:
     """``tasks``: tasks waiting, running or quarantined (the run journal's rows)."""
 
-    tasks: list[JSON]
+    tasks: AsBuilt[list[TaskRow]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,9 +203,9 @@ class SpendReport:
     """``spend``: settled spend grouped ``by`` over ``period`` (the spend book's report)."""
 
     by: str
-    period: JSON
-    rows: list[JSON]
-    total: JSON
+    period: AsBuilt[SpendPeriod]
+    rows: AsBuilt[list[SpendTotals]]
+    total: AsBuilt[SpendTotals]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,7 +218,7 @@ class BudgetReport:
     now: str
     day: str
     month: str
-    budgets: list[JSON]
+    budgets: AsBuilt[list[BudgetRow]]
     in_flight: int
 
 
@@ -211,7 +244,7 @@ class Jobs:
 
     daemon: bool
     generated: str
-    routines: list[JSON]
+    routines: AsBuilt[list[RoutineRow]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,27 +252,21 @@ class JobHistory:
     """``job_history``: the latest fires of one routine, newest first."""
 
     routine: str
-    fires: list[JSON]
+    fires: AsBuilt[list[FireRow]]
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobRun:
-    """``run_job``: the routine, and how its run ended (the fields of :class:`AskAnswer`)."""
-
+class _RoutineNamed:
     routine: str
-    task_id: str
-    run_id: str
-    agent: str
-    status: str
-    reason: str | None
-    answer: str
-    cost_usd: float
-    steps: int
-    tokens: int
-    models: list[str]
-    started: float
-    ended: float
-    offline: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRun(RunEnded, _RoutineNamed):
+    """``run_job``: the routine, and how its run ended.
+
+    ``routine`` is the first JSON key: a dataclass lists the fields of its last base first,
+    so :class:`_RoutineNamed` comes after :class:`RunEnded` among the bases.
+    """
 
 
 # -- proposals ---------------------------------------------------------------------------------
@@ -249,7 +276,7 @@ class JobRun:
 class Proposals:
     """``proposals``: the improver's proposals, pending first."""
 
-    proposals: list[JSON]
+    proposals: AsBuilt[list[ProposalRow]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -330,11 +357,11 @@ class DaemonInfo:
     uptime_s: float
     config: str
     config_loaded_at: float
-    reload: JSON
+    reload: AsBuilt[ReloadBlock]
     state_dir: str
     socket: str
     offline: bool
-    loop_lag: JSON
+    loop_lag: AsBuilt[LoopLagBlock]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -415,8 +442,8 @@ class Status:
     company: CompanyInfo
     agents: AgentCounts
     tree: JSON
-    runs_in_flight: list[JSON]
-    alerts: JSON
+    runs_in_flight: AsBuilt[list[RunInFlightRow]]
+    alerts: AsBuilt[PagerHealth]
     spend: SpendStatus
     routines: list[RoutineLine]
 

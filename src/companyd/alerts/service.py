@@ -53,11 +53,11 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from companyd._aio import race
 from companyd._fs import DiskAlarm
 from companyd.admin import Admin
+from companyd.admin.blocks import PagerHealth
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.commands import Commands
 from companyd.alerts.deliver import MemoryPort, Results
@@ -140,7 +140,7 @@ class AlertService:
         """Stop listening to the bus for good (when the service is discarded)."""
         self._sub.close()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> PagerHealth:
         """For ``companyd status``: ``{"telegram": "ok" | "degraded" | "off", "queued",
         "held", "failed", "reason", "commands", "commands_since", "commands_error"}``.
 

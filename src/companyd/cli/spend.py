@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ def _spend(args: argparse.Namespace) -> int:
                 first, last, label = parse_period(args.period, today)
             except ValueError as exc:
                 raise CompanydError(str(exc)) from None
-            report: dict[str, Any] = {
+            report: Mapping[str, Any] = {
                 "by": args.by,
                 "period": {"label": label, "from": first.isoformat(), "to": last.isoformat()},
                 "rows": [],

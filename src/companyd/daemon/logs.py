@@ -365,6 +365,9 @@ def log_events(bus: EventBus, logger: logging.Logger | None = None) -> Callable[
     The level follows the event's severity (debug → DEBUG, info → INFO, warning →
     WARNING, critical → CRITICAL); the line reads ``kind source: key=value …`` and the
     whole event is attached as ``record.event`` (the JSON format prints it as ``event``).
+    It inspects no field of any kind, so it writes each event's JSON view (``kind``,
+    ``data``) rather than matching on the event classes, and an event without a class
+    (:class:`~companyd.events.Other`) logs the same way.
     """
     target = logger or logging.getLogger("companyd.events")
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -48,7 +48,24 @@ from prometheus_client.registry import Collector
 from companyd import __version__
 from companyd.daemon.systemd import LagStats
 from companyd.errors import CompanydError, ConfigError, ConfigIssue
-from companyd.events import Event, EventBus
+from companyd.events import (
+    ApiSpendLimit,
+    BudgetExhausted,
+    BudgetRaised,
+    BudgetReset,
+    BudgetThreshold,
+    Event,
+    EventBus,
+    MaxIntensity,
+    MemoryRepaired,
+    Other,
+    Restart,
+    RoutineEvent,
+    RoutineResult,
+    RunFailed,
+    RunFinished,
+    SpendRunaway,
+)
 from companyd.supervision.child import ChildContext
 
 __all__ = ["Metrics", "MetricsServer", "parse_listen"]
@@ -208,29 +225,75 @@ class Metrics:
         child.inc(amount)
 
     def observe(self, event: Event) -> None:
-        """Count one event (a bus listener: quick, never raises into the publisher)."""
-        data = event.data
+        """Count one event (a bus listener: quick, never raises into the publisher).
+
+        A typed event is matched on its class; an :class:`~companyd.events.Other` (a kind no
+        class describes, e.g. a new kind sent with ``bus.emit``, or data that does not fit its
+        class) is counted by its kind's name, with its labels read from its fields.
+        """
         kind = event.kind
         self._inc(self.events, _label(kind), _label(event.severity))
+        match event:
+            case Restart(child=child):
+                self._inc(self.restarts, _label(event.source), _label(child))
+            case MaxIntensity():
+                self._inc(self.max_intensity, _label(event.source))
+            case RunFinished(agent=agent, status=status, cost_usd=cost):
+                self._run(event.source, agent, status or "ok", cost)
+            case RunFailed(agent=agent, status=status, cost_usd=cost):
+                self._run(event.source, agent, status or "failed", cost)
+            case RoutineEvent(routine=routine) | RoutineResult(routine=routine):
+                self._routine(event.source, routine, kind)
+            case MemoryRepaired():
+                self._inc(self.memory, "repaired")
+            case (
+                BudgetThreshold(agent=agent, scope=scope)
+                | BudgetExhausted(agent=agent, scope=scope)
+                | BudgetRaised(agent=agent, scope=scope)
+            ):
+                self._budget(kind, agent or scope)
+            case SpendRunaway(agent=agent):
+                self._budget(kind, agent)
+            case BudgetReset() | ApiSpendLimit():
+                self._budget(kind, None)
+            case Other(fields=data):
+                self._observe_untyped(kind, event.source, data)
+
+    def _observe_untyped(self, kind: str, source: str, data: Mapping[str, Any]) -> None:
+        """Count an event without its class by the prefix of its kind (``routine_``,
+        ``memory_``, ``budget_``), with the labels the typed events have, where it has them.
+        """
         if kind == "restart":
-            self._inc(self.restarts, _label(event.source), _label(data.get("child")))
+            self._inc(self.restarts, _label(source), _label(data.get("child")))
         elif kind == "max_intensity":
-            self._inc(self.max_intensity, _label(event.source))
+            self._inc(self.max_intensity, _label(source))
         elif kind in ("run_finished", "run_failed"):
-            agent = _label(data.get("agent") or _last_segment(event.source))
             default = "ok" if kind == "run_finished" else "failed"
-            self._inc(self.runs, agent, _label(data.get("status") or default))
-            cost = data.get("cost_usd")
-            if isinstance(cost, int | float) and not isinstance(cost, bool) and cost > 0:
-                self._inc(self.spend, agent, amount=float(cost))
+            self._run(
+                source, data.get("agent"), data.get("status") or default, data.get("cost_usd")
+            )
         elif kind.startswith("routine_"):
-            routine = _label(data.get("routine") or _last_segment(event.source))
-            self._inc(self.routines, routine, _label(kind[len("routine_") :]))
+            self._routine(source, data.get("routine"), kind)
         elif kind.startswith("memory_"):
             self._inc(self.memory, _label(data.get("op") or kind[len("memory_") :]))
         elif kind.startswith("budget_") or kind in ("spend_runaway", "api_spend_limit"):
-            scope = data.get("agent") or data.get("scope") or "company"
-            self._inc(self.budget, _label(kind), _label(scope))
+            self._budget(kind, data.get("agent") or data.get("scope"))
+
+    def _run(self, source: str, agent: object, outcome: object, cost: object) -> None:
+        """A run ended: ``runs_total`` and, for a positive number, ``spend_usd_total``."""
+        who = _label(agent or _last_segment(source))
+        self._inc(self.runs, who, _label(outcome))
+        if isinstance(cost, int | float) and not isinstance(cost, bool) and cost > 0:
+            self._inc(self.spend, who, amount=float(cost))
+
+    def _routine(self, source: str, routine: object, kind: str) -> None:
+        """A routine's fire ended: the outcome is the kind after ``routine_``."""
+        name = _label(routine or _last_segment(source))
+        self._inc(self.routines, name, _label(kind[len("routine_") :]))
+
+    def _budget(self, kind: str, scope: object) -> None:
+        """A budget event: scoped to the agent (or the named scope), else ``company``."""
+        self._inc(self.budget, _label(kind), _label(scope or "company"))
 
     def render(self) -> bytes:
         """The registry in Prometheus text format."""

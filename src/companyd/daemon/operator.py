@@ -62,7 +62,7 @@ from companyd.daemon.inbox import decide, gather_inbox, on_desk
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
 from companyd.roles.desk import Desk, ItemState
-from companyd.roles.improver import Proposal, ProposalError
+from companyd.roles.improver import ProposalError
 from companyd.roles.improver import Proposals as ProposalStore
 from companyd.roles.journal import Journal
 from companyd.roles.staff import Staff
@@ -261,7 +261,7 @@ class Operator:
             outcome = await self.scheduler.run_now(routine)
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
-        return JobRun(routine=routine, **vars(_answer(outcome)))
+        return JobRun(routine=routine, **outcome.to_dict())
 
     async def pause(self, agent: str) -> Paused:
         """:meth:`Admin.pause`: an operator pause, held until :meth:`resume`.
@@ -326,7 +326,7 @@ class Operator:
                 f"{agent} did not finish within {timeout:g} s; the task {task.id} keeps running "
                 "— see `companyd runs`"
             ) from None
-        return _answer(outcome)
+        return AskAnswer(**outcome.to_dict())
 
     async def _follow_up(self, agent: str, reply: str, run_id: str) -> str:
         """The prompt of a reply in run ``run_id``'s thread (it must be ``agent``'s)."""
@@ -444,7 +444,7 @@ class Operator:
             p = await self.proposal_store.approve(item_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
-        return _decision(p, f"applied {p.id} to {p.file} and reloaded")
+        return ProposalDecision(**p.to_dict(), message=f"applied {p.id} to {p.file} and reloaded")
 
     async def reject(self, item_id: str, reason: str = "") -> ProposalDecision | DeskDecision:
         """:meth:`Admin.reject`: a proposal is discarded; a desk item is rejected with
@@ -459,7 +459,7 @@ class Operator:
             p = await self.proposal_store.reject(item_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
-        return _decision(p, f"rejected {p.id}")
+        return ProposalDecision(**p.to_dict(), message=f"rejected {p.id}")
 
     async def answer(self, item_id: str, text: str) -> DeskDecision:
         """:meth:`Admin.answer`.
@@ -484,7 +484,7 @@ class Operator:
             p = await self.proposal_store.revert(proposal_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
-        return _decision(p, f"reverted {p.id} and reloaded")
+        return ProposalDecision(**p.to_dict(), message=f"reverted {p.id} and reloaded")
 
     async def debug(
         self, action: str, target: str | None = None, seconds: float = 0.0
@@ -602,41 +602,6 @@ def _routine_for_status(r: Mapping[str, Any]) -> RoutineLine:
         last_fire=_epoch(last.get("scheduled") or last.get("started")),
         last_outcome=last.get("outcome"),
         enabled=r.get("enabled", True),
-    )
-
-
-def _answer(outcome: RunOutcome) -> AskAnswer:
-    """``ask``'s result from the run's outcome."""
-    return AskAnswer(
-        task_id=outcome.task_id,
-        run_id=outcome.run_id,
-        agent=outcome.agent,
-        status=str(outcome.status),
-        reason=outcome.reason,
-        answer=outcome.answer,
-        cost_usd=outcome.cost_usd,
-        steps=outcome.steps,
-        tokens=outcome.tokens,
-        models=list(outcome.models),
-        started=outcome.started,
-        ended=outcome.ended,
-        offline=outcome.offline,
-    )
-
-
-def _decision(p: Proposal, message: str) -> ProposalDecision:
-    """``approve``/``reject``/``revert``'s result: the proposal after it, and what was done."""
-    return ProposalDecision(
-        id=p.id,
-        agent=p.agent,
-        proposer=p.proposer,
-        reason=p.reason,
-        file=p.file,
-        diff=p.diff,
-        status=p.status,
-        created=p.created,
-        decided=p.decided,
-        message=message,
     )
 
 

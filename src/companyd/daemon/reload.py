@@ -18,6 +18,7 @@ from typing import Any
 
 from companyd._secrets import redact
 from companyd.admin import AdminError
+from companyd.admin.blocks import ReloadBlock, ReloadRejectedBlock
 from companyd.admin.results import DepartmentChanges, ReloadApplied, ReloadRejected
 from companyd.alerts.service import AlertService
 from companyd.clock import Clock
@@ -43,7 +44,7 @@ class ReloadRecord:
 
     last_at: float | None = None
     last_result: str | None = None
-    last_rejected: dict[str, Any] | None = None
+    last_rejected: ReloadRejectedBlock | None = None
 
     def applied(self, at: float) -> None:
         """Record an applied reload."""
@@ -58,12 +59,12 @@ class ReloadRecord:
             "first_error": shown_error(errors[0]) if errors else "",
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ReloadBlock:
         """The ``daemon.reload`` block of status (docs/daemon.md)."""
         return {
             "last_at": self.last_at,
             "last_result": self.last_result,
-            "rejected": dict(self.last_rejected) if self.last_rejected else None,
+            "rejected": self.last_rejected.copy() if self.last_rejected else None,
         }
 
 

@@ -23,9 +23,9 @@ import socket
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any
 
 from companyd._aio import race
+from companyd.admin.blocks import LoopLagBlock
 from companyd.clock import Clock, SystemClock
 from companyd.events import EventBus, LoopLag
 from companyd.supervision.child import ChildContext
@@ -334,7 +334,7 @@ class LagStats:
     max: float
     samples: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> LoopLagBlock:
         """The readings in milliseconds (rounded to µs) and the sample count, JSON-ready."""
         return {
             "current_ms": round(self.current * 1000, 3),

@@ -34,6 +34,7 @@ import yaml
 from companyd import _fs as fs
 from companyd._fs import read_regular_file
 from companyd._sqlite import Database, Migration
+from companyd.admin.blocks import ProposalRow, RunRow
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config_text
 from companyd.errors import CompanydError, ConfigError
@@ -85,7 +86,7 @@ class Proposal:
     created: float
     decided: float | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ProposalRow:
         """The proposal as a JSON-serialisable dict (without the two hashes)."""
         return {
             "id": self.id,
@@ -480,7 +481,7 @@ def improver_tools(
     agent_slug: str,
     can_modify: tuple[str, ...],
     proposals: Proposals,
-    recent_runs: Callable[[str], Awaitable[list[dict[str, Any]]]],
+    recent_runs: Callable[[str], Awaitable[list[RunRow]]],
 ) -> list[Tool]:
     """``read_agent`` and ``propose_change`` for an improver limited to ``can_modify``."""
 

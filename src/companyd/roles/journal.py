@@ -40,6 +40,7 @@ from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd._sqlite import Database
+from companyd.admin.blocks import JournaledTask, RunRow, TaskRow
 from companyd.llm.blocks import ContentBlock, ToolResultBlock
 from companyd.roles.journal_schema import MIGRATIONS
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
@@ -334,7 +335,7 @@ class Journal:
             )
         )
 
-    def list_tasks(self, db: sqlite3.Connection, states: Sequence[str]) -> list[dict[str, Any]]:
+    def list_tasks(self, db: sqlite3.Connection, states: Sequence[str]) -> list[TaskRow]:
         """Tasks in ``states``, newest first (runs on the journal thread; see run_sync)."""
         marks = ",".join("?" for _ in states)
         rows = db.execute(
@@ -342,9 +343,9 @@ class Journal:
             f"WHERE state IN ({marks}) ORDER BY updated DESC LIMIT 200",
             tuple(states),
         ).fetchall()
-        out = []
+        out: list[TaskRow] = []
         for payload, state, crashes, errors, updated in rows:
-            t = json.loads(payload)
+            t: JournaledTask = json.loads(payload)
             out.append(
                 {
                     **t,
@@ -356,7 +357,7 @@ class Journal:
             )
         return out
 
-    async def tasks(self, states: Sequence[str]) -> list[dict[str, Any]]:
+    async def tasks(self, states: Sequence[str]) -> list[TaskRow]:
         """Tasks in ``states``, newest first (at most 200): each task's fields with its state,
         crash count, errors and last update.
         """
@@ -527,7 +528,7 @@ class Journal:
         routine: str | None = None,
         since: float | None = None,
         finished: bool = False,
-    ) -> list[dict[str, Any]]:
+    ) -> list[RunRow]:
         """Recent runs, newest first (runs on the journal thread; see run_sync): of
         ``agent``, with outcome ``status``, fired by ``routine``, started at or after
         ``since``, only ``finished`` ones.
@@ -551,31 +552,30 @@ class Journal:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY started DESC LIMIT ?"
         args.append(limit)
-        keys = (
-            "run_id",
-            "task_id",
-            "agent",
-            "routine",
-            "attempt",
-            "status",
-            "reason",
-            "answer",
-            "started",
-            "ended",
-            "cost_usd",
-            "steps",
-            "models",
-            "offline",
-            "reply_to",
-            "asked_by",
-        )
-        out = []
+        out: list[RunRow] = []
         for row in db.execute(sql, args):
-            d = dict(zip(keys, row, strict=True))
-            d["models"] = json.loads(d["models"])
-            d["cost_usd"] = float(d["cost_usd"])
-            d["offline"] = bool(d["offline"])
-            out.append(d)
+            rid, task_id, agent_, routine_, attempt, state, reason, answer = row[:8]
+            started, ended, cost, steps, models, offline, reply_to, asked_by = row[8:]
+            out.append(
+                {
+                    "run_id": rid,
+                    "task_id": task_id,
+                    "agent": agent_,
+                    "routine": routine_,
+                    "attempt": attempt,
+                    "status": state,
+                    "reason": reason,
+                    "answer": answer,
+                    "started": started,
+                    "ended": ended,
+                    "cost_usd": float(cost),
+                    "steps": steps,
+                    "models": json.loads(models),
+                    "offline": bool(offline),
+                    "reply_to": reply_to,
+                    "asked_by": asked_by,
+                }
+            )
         return out
 
     async def runs(
@@ -587,7 +587,7 @@ class Journal:
         routine: str | None = None,
         since: float | None = None,
         finished: bool = False,
-    ) -> list[dict[str, Any]]:
+    ) -> list[RunRow]:
         """Recent runs, newest first, filtered as :meth:`list_runs` says (at most ``limit``)."""
         return await self._run(
             lambda db: self.list_runs(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd._fs import is_disk_failure
+from companyd.admin.blocks import RunInFlight
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
 from companyd.events import EventBus
@@ -373,9 +374,9 @@ class Staff:
         """Ask ``task.reviewer`` to check ``answer``; None if approved, else the reason."""
         return await self.colleagues.review(task, answer, worker, run_id)
 
-    def in_flight(self) -> list[dict[str, Any]]:
+    def in_flight(self) -> list[RunInFlight]:
         """Runs in progress now, for ``companyd status``."""
-        out = []
+        out: list[RunInFlight] = []
         for agent, r in self.mailboxes.runs().items():
             out.append(
                 {

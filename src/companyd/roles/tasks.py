@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from companyd.admin.blocks import JournaledTask
+
 __all__ = ["RunOutcome", "RunStatus", "Task", "follow_up_prompt", "new_id"]
 
 
@@ -65,7 +67,7 @@ class Task:
     asked_by: str | None = None
     asked_in: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JournaledTask:
         """The task as a JSON-serialisable dict (the run journal's form); :meth:`from_dict` reads
         it back.
         """

@@ -24,7 +24,21 @@ import json
 import re
 import sqlite3
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
+
+from companyd.admin.blocks import (
+    AskedBy,
+    ColleagueRun,
+    OtherAttempt,
+    ReviewStep,
+    RunTotals,
+    Step,
+    TaskAsked,
+    Thread,
+    ThreadRun,
+    Tokens,
+    ToolStep,
+)
 
 __all__ = [
     "STORED_RUN_BYTES",
@@ -43,6 +57,10 @@ STORED_VALUE_CHARS = 8_000
 #: :data:`_TIGHT_VALUE_CHARS` per string.
 STORED_RUN_BYTES = 1 << 20
 _TIGHT_VALUE_CHARS = 500
+
+_TOKEN_KEYS: tuple[
+    Literal["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"], ...
+] = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 _MARK = re.compile(r" … \[cut: ([\d,]+) chars in all\]\Z")
 
@@ -106,7 +124,7 @@ def bound_run(db: sqlite3.Connection, run_id: str) -> None:
             )
 
 
-def asked_by(source: str, asking_run: str | None) -> dict[str, Any]:
+def asked_by(source: str, asking_run: str | None) -> AskedBy:
     """Who asked for a task, from its ``source``: a routine, the founder, or a colleague."""
     kind, _, who = source.partition(":")
     if source == "operator":
@@ -153,21 +171,23 @@ def read_transcript(db: sqlite3.Connection, run_id: str) -> dict[str, Any] | Non
     ) = row
     task = json.loads(payload) if payload else {}
     colleagues = _colleague_runs(db, rid)
-    steps, review, totals = _steps(db, rid, colleagues)
-    totals.update(
-        cost_usd=float(cost),
-        steps=int(nsteps),
-        models=json.loads(models),
-        duration_s=(float(ended) - float(started)) if ended is not None else None,
-    )
-    replies = [
+    steps, review, tokens, tool_calls = _steps(db, rid, colleagues)
+    totals: RunTotals = {
+        **tokens,
+        "tool_calls": tool_calls,
+        "cost_usd": float(cost),
+        "steps": int(nsteps),
+        "models": json.loads(models),
+        "duration_s": (float(ended) - float(started)) if ended is not None else None,
+    }
+    replies: list[ThreadRun] = [
         {"run_id": r[0], "agent": r[1], "status": r[2], "started": r[3]}
         for r in db.execute(
             "SELECT id, agent, state, started FROM runs WHERE reply_to = ? ORDER BY started",
             (rid,),
         )
     ]
-    previous = None
+    previous: ThreadRun | None = None
     if reply_to:
         got = db.execute(
             "SELECT id, agent, state, started FROM runs WHERE id = ?", (reply_to,)
@@ -177,13 +197,20 @@ def read_transcript(db: sqlite3.Connection, run_id: str) -> dict[str, Any] | Non
             if got
             else {"run_id": reply_to, "agent": None, "status": "pruned", "started": None}
         )
-    attempts = [
+    attempts: list[OtherAttempt] = [
         {"run_id": r[0], "attempt": r[1], "status": r[2]}
         for r in db.execute(
             "SELECT id, attempt, state FROM runs WHERE task_id = ? AND id != ? ORDER BY started",
             (task_id, rid),
         )
     ]
+    asked: TaskAsked = {
+        "prompt": task.get("prompt", ""),
+        "expected_output": task.get("expected_output"),
+        "reviewer": task.get("reviewer"),
+        "created": task.get("created"),
+    }
+    thread: Thread = {"reply_to": previous, "replies": replies}
     return {
         "run_id": rid,
         "task_id": task_id,
@@ -196,13 +223,8 @@ def read_transcript(db: sqlite3.Connection, run_id: str) -> dict[str, Any] | Non
         "ended": ended,
         "offline": bool(offline),
         "asked_by": asked_by(str(task.get("source") or "unknown"), asker),
-        "task": {
-            "prompt": task.get("prompt", ""),
-            "expected_output": task.get("expected_output"),
-            "reviewer": task.get("reviewer"),
-            "created": task.get("created"),
-        },
-        "thread": {"reply_to": previous, "replies": replies},
+        "task": asked,
+        "thread": thread,
         "other_attempts": attempts,
         "steps": steps,
         "consultations": [c for c in colleagues.values() if c["kind"] != "review"],
@@ -212,11 +234,11 @@ def read_transcript(db: sqlite3.Connection, run_id: str) -> dict[str, Any] | Non
     }
 
 
-def _colleague_runs(db: sqlite3.Connection, run_id: str) -> dict[str, dict[str, Any]]:
+def _colleague_runs(db: sqlite3.Connection, run_id: str) -> dict[str, ColleagueRun]:
     """The latest run of each task this run asked for, by the tool call that asked (a
     review, asked by no tool call, under ``"review"``).
     """
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, ColleagueRun] = {}
     for rid, task_id, agent, state, reason, asked_in in db.execute(
         "SELECT id, task_id, agent, state, reason, asked_in FROM runs WHERE asked_by = ? "
         "ORDER BY started, rowid",
@@ -236,12 +258,13 @@ def _colleague_runs(db: sqlite3.Connection, run_id: str) -> dict[str, dict[str, 
 
 
 def _steps(
-    db: sqlite3.Connection, run_id: str, colleagues: dict[str, dict[str, Any]]
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None, dict[str, Any]]:
-    steps: list[dict[str, Any]] = []
-    tools: dict[str, dict[str, Any]] = {}
-    review: dict[str, Any] | None = None
-    tokens = {
+    db: sqlite3.Connection, run_id: str, colleagues: dict[str, ColleagueRun]
+) -> tuple[list[Step], ReviewStep | None, Tokens, int]:
+    """The steps of ``run_id`` in order, its review, and its token and tool call totals."""
+    steps: list[Step] = []
+    tools: dict[str, ToolStep] = {}
+    review: ReviewStep | None = None
+    tokens: Tokens = {
         "input_tokens": 0,
         "output_tokens": 0,
         "cache_read_tokens": 0,
@@ -254,15 +277,15 @@ def _steps(
         p = json.loads(payload)
         if kind == "llm":
             usage = p.get("usage") or {}
-            step_tokens = {
+            step_tokens: Tokens = {
                 "input_tokens": int(usage.get("input_tokens", 0)),
                 "output_tokens": int(usage.get("output_tokens", 0)),
                 "cache_read_tokens": int(usage.get("cache_read_tokens", 0)),
                 "cache_write_tokens": int(usage.get("cache_write_5m_tokens", 0))
                 + int(usage.get("cache_write_1h_tokens", 0)),
             }
-            for k, v in step_tokens.items():
-                tokens[k] += v
+            for k in _TOKEN_KEYS:
+                tokens[k] += step_tokens[k]
             content = p.get("content") or []
             steps.append(
                 {
@@ -336,7 +359,7 @@ def _steps(
                 "run_id": link["run_id"] if link else None,
             }
             steps.append(review)
-    return steps, review, {**tokens, "tool_calls": tool_calls}
+    return steps, review, tokens, tool_calls
 
 
 def _result_text(content: Any) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from companyd.admin.blocks import FireRow
 from companyd.clock import utc_from_ts
 
 __all__ = ["FireRecord", "RoutineState", "RoutineStats"]
@@ -48,7 +49,7 @@ class FireRecord:
     task_id: str | None = None
     fires: int = 1
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> FireRow:
         """JSON-ready: times as ISO 8601 in UTC."""
 
         def iso(ts: float | None) -> str | None:

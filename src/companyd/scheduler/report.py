@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from companyd.admin.blocks import RoutineRow
 from companyd.clock import utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
 from companyd.scheduler.store import FireRecord, RoutineState, RoutineStats
@@ -58,7 +59,7 @@ class JobView:
     in_progress: int
     stats: RoutineStats
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> RoutineRow:
         """The line as the ``jobs`` result carries it over the control socket: times as ISO 8601
         strings (None when absent), the 7-day figures under ``success_7d``; :meth:`from_dict` reads
         it back.

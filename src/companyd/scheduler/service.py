@@ -48,6 +48,7 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_J
 from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.admin import AdminError
+from companyd.admin.blocks import HistoryData, JobsData
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
 from companyd.events import EventBus
@@ -636,7 +637,7 @@ class RoutineScheduler:
         job = self._aps.get_job(routine)
         return None if job is None else job.next_run_time
 
-    async def jobs(self) -> dict[str, Any]:
+    async def jobs(self) -> JobsData:
         """Each routine: schedule, next fire, last outcome, 7-day success rate (JSON-ready;
         the same shape as ``companyd jobs --json``).
         """
@@ -677,7 +678,7 @@ class RoutineScheduler:
         except StoreError as exc:
             raise AdminError(f"routines are unavailable: {exc}") from exc
 
-    async def history(self, routine: str, limit: int = 20) -> dict[str, Any]:
+    async def history(self, routine: str, limit: int = 20) -> HistoryData:
         """The latest ``limit`` fires of ``routine``, newest first (JSON-ready).
 
         Raises:

@@ -68,6 +68,7 @@ from zoneinfo import ZoneInfo
 
 from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
+from companyd.admin.blocks import BudgetsData, SpendReportData
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
 from companyd.events import (
@@ -676,7 +677,7 @@ class SpendBook:
             )
         )
 
-    async def budget_report(self) -> dict[str, Any]:
+    async def budget_report(self) -> BudgetsData:
         """Each budget: limit, used, reserved, remaining, when it resets (JSON-ready)."""
         self._require_open()
         await self._ensure_period()
@@ -691,7 +692,7 @@ class SpendBook:
         report["in_flight"] = len(self._st.open)
         return report
 
-    async def spend_report(self, by: str = "agent", period: str = "today") -> dict[str, Any]:
+    async def spend_report(self, by: str = "agent", period: str = "today") -> SpendReportData:
         """Spend grouped ``by`` agent, model, routine or day over ``period`` (``today``,
         ``month``, ``YYYY-MM``, ``DATE`` or ``DATE..DATE``).
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 from zoneinfo import ZoneInfo
 
+from companyd.admin.blocks import BudgetRow, BudgetsData
 from companyd.config import BudgetSpec, CompanyConfig
 from companyd.spend.ledger import from_pusd, to_pusd
 from companyd.spend.periods import next_day_start, next_month_start, period_keys
@@ -109,7 +109,7 @@ def budget_report(
     reserved: Mapping[str, int],
     raises: Mapping[str, int],
     blocked: Mapping[tuple[str, str], str] | None = None,
-) -> dict[str, Any]:
+) -> BudgetsData:
     """Each budget with its limit, used, reserved and remaining money and when it resets.
 
     Args:
@@ -123,7 +123,7 @@ def budget_report(
     tz = ZoneInfo(config.timezone)
     day, month = period_keys(now, tz)
     blocked = blocked or {}
-    rows: list[dict[str, Any]] = []
+    rows: list[BudgetRow] = []
     for agent in (None, *config.agents):
         limits = limits_for(config, agent)
         own = [lim for lim in limits if lim.agent == agent]

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from companyd._sqlite import Database, Migration, SchemaTooNew
+from companyd.admin.blocks import SpendTotals
 from companyd.errors import CompanydError
 from companyd.llm.model import Usage
 
@@ -226,7 +227,7 @@ class Totals:
         """The cost in USD, exact (a Decimal of the stored picodollars)."""
         return from_pusd(self.cost_pusd)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SpendTotals:
         """The totals as a JSON-serialisable dict: ``cost_usd`` a float rounded to 9 decimals for
         display, ``cost_usd_exact`` the exact decimal string.
         """

@@ -6,10 +6,12 @@ Shared by :meth:`companyd.spend.book.SpendBook.spend_report` (in the daemon) and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import date
 from decimal import Decimal
 from typing import Any
 
+from companyd.admin.blocks import SpendReportData, SpendTotals
 from companyd.spend.ledger import Ledger, Totals
 from companyd.spend.periods import parse_period
 
@@ -19,7 +21,7 @@ __all__ = ["GROUPINGS", "format_budget_report", "format_spend_report", "spend_re
 GROUPINGS = ("agent", "model", "routine", "day")
 
 
-def spend_report(ledger: Ledger, by: str, period: str, today: date) -> dict[str, Any]:
+def spend_report(ledger: Ledger, by: str, period: str, today: date) -> SpendReportData:
     """Spend grouped ``by`` over ``period`` (see :func:`~companyd.spend.periods.parse_period`).
 
     Raises:
@@ -43,7 +45,7 @@ def spend_report(ledger: Ledger, by: str, period: str, today: date) -> dict[str,
         output_tokens=sum(r.output_tokens for r in rows),
         cost_pusd=sum(r.cost_pusd for r in rows),
     )
-    out_rows = []
+    out_rows: list[SpendTotals] = []
     for r in rows:
         d = r.to_dict()
         if by == "routine" and d["key"] == "":
@@ -93,7 +95,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def format_spend_report(report: dict[str, Any]) -> str:
+def format_spend_report(report: Mapping[str, Any]) -> str:
     """The report as a text table, with a total line."""
     p = report["period"]
     span = p["from"] if p["from"] == p["to"] else f"{p['from']} .. {p['to']}"
@@ -118,7 +120,7 @@ def format_spend_report(report: dict[str, Any]) -> str:
     return f"{title}\n{_table(header, rows)}"
 
 
-def format_budget_report(report: dict[str, Any]) -> str:
+def format_budget_report(report: Mapping[str, Any]) -> str:
     """Each budget as one line of a text table."""
     header = ["budget", "period", "limit", "used", "reserved", "remaining", "resets"]
     rows = []
