@@ -17,7 +17,7 @@ Two conventions keep the JSON exactly what operators and scripts already read:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
 from pydantic import Field
@@ -121,7 +121,10 @@ class RunTranscript:
     The blocks are the journal's JSON (:func:`companyd.roles.transcript.read_transcript`):
     ``asked_by`` (kind, who, run_id, source), ``task`` (prompt, expected_output, reviewer,
     created), ``thread`` (reply_to, replies), each of ``steps`` (a model call, a tool call
-    or the review), ``consultations`` (colleagues' runs), ``review`` and ``totals``.
+    or the review), ``consultations`` (colleagues' runs), ``review`` and ``totals``;
+    ``decisions`` are the founder's on the run's result (a routine with ``approval:
+    required``): item_id, round, decision (approved, rejected, changes_requested,
+    expired), by, via (telegram, cli), asked, decided, text.
     """
 
     run_id: str
@@ -143,6 +146,7 @@ class RunTranscript:
     review: JSON | None
     answer: str
     totals: JSON
+    decisions: list[JSON] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
