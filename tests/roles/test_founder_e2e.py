@@ -436,7 +436,17 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                     f" UTC ({changes['item_id']}, round 1): Add a rocket emoji" in lines
                 )
                 # for docs/desk.md and the README, when they change
-                print("", second.text, "", confirm.text, *said, *lines, sep="\n")
+                print(
+                    "",
+                    bot.find_message(FOUNDER, first.message_id).text,
+                    "",
+                    second.text,
+                    "",
+                    confirm.text,
+                    *said,
+                    *lines,
+                    sep="\n",
+                )
                 await asyncio.sleep(1.0)  # room for a second confirmation, were there one
     assert srv.served == 2  # the change request looped once through the agent
     assert len(_to_founder(bot, "approved —")) == 1

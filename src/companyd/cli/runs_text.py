@@ -168,6 +168,8 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
         lines.append(f"follows:  {_link(thread['reply_to'])}")
     for reply in thread.get("replies") or []:
         lines.append(f"followed: {_link(reply)}")
+    for d in t.get("decisions") or []:
+        lines.append(f"founder:  {_decision(d)}")
     for other in t.get("other_attempts") or []:
         lines.append(
             f"attempt {other.get('attempt')}: run {other.get('run_id')} ({other.get('status')})"
@@ -209,8 +211,6 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
             verdict = "approved" if step.get("approved") else f"rejected: {step.get('verdict')}"
             link = f" (run {step['run_id']})" if step.get("run_id") else ""
             lines.append(f"  {n:>2}. review by {step.get('reviewer')}: {verdict}{link}")
-    for d in t.get("decisions") or []:
-        lines.append(f"founder:  {_decision(d)}")
     lines += ["", "answer:"]
     answer = str(t.get("answer") or "").strip()
     lines += [f"  {line}".rstrip() for line in answer.splitlines()] if answer else ["  (none)"]
