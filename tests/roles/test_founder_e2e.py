@@ -438,7 +438,7 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                 # for docs/desk.md and the README, when they change
                 print(
                     "",
-                    bot.find_message(FOUNDER, first.message_id).text,
+                    *_footers(bot, first),
                     "",
                     second.text,
                     "",
