@@ -117,7 +117,12 @@ class RecordingAdmin:
         return Resumed(agent=agent, resumed=True, message=f"resumed {agent}")
 
     async def ask(
-        self, agent: str, question: str, timeout: float = 300.0, reply_to: str | None = None
+        self,
+        agent: str,
+        question: str,
+        timeout: float = 300.0,
+        reply_to: str | None = None,
+        task_id: str | None = None,
     ) -> AskAnswer:
         self.calls.append(("ask", agent, question))
         if self.ask_gate is not None:
@@ -152,17 +157,19 @@ class RecordingAdmin:
         self.calls.append(("proposals",))
         return {"proposals": []}
 
-    async def approve(self, proposal_id: str) -> Any:
+    async def approve(self, proposal_id: str, by: str = "", via: str = "cli") -> Any:
         self.calls.append(("approve", proposal_id))
         if proposal_id == "p-missing":
             raise AdminError("no proposal 'p-missing'; pending proposals: p-7")
         return {"proposal": proposal_id, "applied": True}
 
-    async def reject(self, proposal_id: str, reason: str = "") -> Any:
+    async def reject(
+        self, proposal_id: str, reason: str = "", by: str = "", via: str = "cli"
+    ) -> Any:
         self.calls.append(("reject", proposal_id))
         return {"proposal": proposal_id, "rejected": True}
 
-    async def answer(self, item_id: str, text: str) -> Any:
+    async def answer(self, item_id: str, text: str, by: str = "", via: str = "cli") -> Any:
         self.calls.append(("answer", item_id, text))
         return {"id": item_id, "message": f"answered {item_id}"}
 

@@ -118,7 +118,12 @@ async def test_ask_keeps_the_lines_of_the_question(tmp_path: Path, token_env: No
 
 class LongAnswerAdmin(RecordingAdmin):
     async def ask(
-        self, agent: str, question: str, timeout: float = 300.0, reply_to: str | None = None
+        self,
+        agent: str,
+        question: str,
+        timeout: float = 300.0,
+        reply_to: str | None = None,
+        task_id: str | None = None,
     ) -> AskAnswer:
         self.calls.append(("ask", agent, question))
         text = "\n".join(f"line {i}: " + "x" * 60 for i in range(150)) + "\nTHE END"

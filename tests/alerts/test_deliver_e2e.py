@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -35,7 +36,7 @@ from companyd.clock import ScaledClock
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
-from companyd.testing.messages_api import MessagesAPIServer, fault, reply_text
+from companyd.testing.messages_api import MessagesAPIServer, fault, reply_text, stall
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "123456789:AAH-e2e-test-secret-0123456789abcdefXYZ"
@@ -135,6 +136,13 @@ async def linked(state: Path, message_id: int) -> None:
             if row is not None:
                 return
             await asyncio.sleep(0.05)
+
+
+def _thread_links(state: Path) -> set[int]:
+    """The message ids the pager links to runs."""
+    db = state / "alerts.sqlite"
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
+        return {int(r[0]) for r in c.execute("SELECT message_id FROM threads")}
 
 
 def prompt_text(body: Any) -> str:
@@ -538,3 +546,81 @@ async def test_a_result_in_quiet_hours_waits_for_their_end_and_a_critical_alert_
                 if daemon.proc is not None and daemon.returncode is None:
                     await daemon.stop()
     assert "Traceback" not in daemon.log_text()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
+async def test_a_follow_up_cut_by_a_restart_is_answered_once_in_its_thread(
+    work: Path, sig: signal.Signals
+) -> None:
+    async with BotApiServer(token=TOKEN) as server:
+        with MessagesAPIServer() as llm:
+            cfg = work / "company.yaml"
+            cfg.write_text(
+                yaml.safe_dump(company(server.url, {"daily-post": daily_post()}), sort_keys=False)
+            )
+            env = env_for(server, llm)
+            state = work / "s"
+            first = DaemonProcess(cfg, state, log=work / "d1.log", env=env, offline=False)
+            second = DaemonProcess(cfg, state, log=work / "d2.log", env=env, offline=False)
+            try:
+                await first.start(timeout=120)
+                await one(server, "companyd started")
+                llm.enqueue(reply_text(POST))
+                fired = await first.call("run_job", routine="daily-post")
+                assert fired["status"] == "ok", fired
+                post = await one(server, POST)
+                await linked(state, post.message_id)
+
+                # the founder replies; the follow-up's model call is in flight when the
+                # daemon goes down (a deploy: SIGTERM; a crash: kill -9)
+                llm.enqueue(stall(None))
+                _, reply_id = server.inject_reply(OPERATOR, post.message_id, "Shorter please.")
+                await asyncio.to_thread(llm.wait_for_requests, 2, 60.0)
+                if sig is signal.SIGTERM:
+                    assert await first.stop(timeout=60) == 0
+                else:
+                    first.send_signal(sig)
+                    await first.wait(10)
+                llm.release_stalls()
+                llm.enqueue(reply_text(SHORTER))
+                # a thread link older than retention.runs_days (90): pruned with the runs
+                old = time.time() - 91 * 86400
+                with contextlib.closing(sqlite3.connect(state / "alerts.sqlite")) as c, c:
+                    c.execute(
+                        "INSERT INTO threads VALUES (?, 1, 'run-0123456789ab', 'marketing', ?)",
+                        (OPERATOR, old),
+                    )
+
+                # the journal resumes the follow-up; its answer comes back in the thread
+                await second.start(timeout=120)
+                answer = await one(server, SHORTER, timeout=90)
+                assert answer.reply_to == reply_id
+                assert answer.text.splitlines()[0] == "💬 marketing"
+                shown = prompt_text(llm.requests[-1].body)
+                assert POST in shown and "Shorter please." in shown
+                runs = (await second.call("runs", agent="marketing", limit=5))["runs"]
+                follow = next(r for r in runs if r["answer"] == SHORTER)
+                assert follow["run_id"] in answer.text
+
+                # ... and a reply to that answer goes on in the thread
+                llm.enqueue(reply_text("Done: the short one goes out at 14:00."))
+                await linked(state, answer.message_id)
+                _, again = server.inject_reply(OPERATOR, answer.message_id, "Good.")
+                last = await one(server, "Done: the short one goes out")
+                assert last.reply_to == again
+                await asyncio.sleep(1.5)  # room for a duplicate, were there one
+                async with asyncio.timeout(30):
+                    while _thread_links(state) != {
+                        post.message_id,
+                        answer.message_id,
+                        last.message_id,
+                    }:
+                        await asyncio.sleep(0.1)
+            finally:
+                for d in (first, second):
+                    if d.proc is not None and d.returncode is None:
+                        await d.stop()
+    assert len(to_operator(server, SHORTER)) == 1  # once, not again after the restart
+    assert len(to_operator(server, POST)) == 1
+    assert "Traceback" not in first.log_text() + second.log_text()

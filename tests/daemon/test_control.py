@@ -194,7 +194,12 @@ class Company:
         return {"by": by, "period": period, "when": NOW}
 
     async def ask(
-        self, agent: str, question: str, timeout: float = 300.0, reply_to: str | None = None
+        self,
+        agent: str,
+        question: str,
+        timeout: float = 300.0,
+        reply_to: str | None = None,
+        task_id: str | None = None,
     ) -> Any:
         self.slow_started.set()
         try:
@@ -237,13 +242,15 @@ class Company:
     async def proposals(self) -> Any:
         raise self._absent("proposals")
 
-    async def approve(self, proposal_id: str) -> Any:
+    async def approve(self, proposal_id: str, by: str = "", via: str = "cli") -> Any:
         raise self._absent("approve")
 
-    async def reject(self, proposal_id: str, reason: str = "") -> Any:
+    async def reject(
+        self, proposal_id: str, reason: str = "", by: str = "", via: str = "cli"
+    ) -> Any:
         raise self._absent("reject")
 
-    async def answer(self, item_id: str, text: str) -> Any:
+    async def answer(self, item_id: str, text: str, by: str = "", via: str = "cli") -> Any:
         raise self._absent("answer")
 
     async def inbox(self) -> Any:

@@ -129,3 +129,35 @@ async def test_the_file_carries_its_schema_version(tmp_path: Path) -> None:
     await desk.close()
     with sqlite3.connect(tmp_path / "desk.sqlite") as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+@pytest.mark.anyio
+async def test_a_desk_from_before_via_keeps_its_items_and_records_via_from_now_on(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "desk.sqlite"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(str(MIGRATIONS[0]))
+    conn.execute("PRAGMA user_version=1")
+    conn.execute(
+        "INSERT INTO items (id, key, kind, agent, run_id, routine, payload, state, created, "
+        "deadline, decided, text, decided_by) VALUES ('r-0000000001', 'task-1/result/1', "
+        "'result', 'marketing', 'run-1', 'daily-post', '{\"round\": 1}', 'approved', 1.0, 9.0, "
+        "2.0, '', 'founder')"
+    )
+    conn.execute(
+        "INSERT INTO items (id, key, kind, agent, run_id, routine, payload, state, created, "
+        "deadline) VALUES ('r-0000000002', 'task-2/result/1', 'result', 'marketing', 'run-2', "
+        "'daily-post', '{\"round\": 1}', 'pending', 1.0, 9e12)"
+    )
+    conn.close()
+    clock = ManualClock()
+    desk = _desk(tmp_path, clock)
+    try:
+        [old] = await desk.of_run("run-1")
+        assert (old.state, old.decided_by, old.via) == (ItemState.APPROVED, "founder", "")
+        done = await desk.decide("r-0000000002", ItemState.REJECTED, "off-brand", "root", "cli")
+        assert (done.decided_by, done.via, done.text) == ("root", "cli", "off-brand")
+        assert [i.id for i in await desk.of_run("run-2")] == ["r-0000000002"]
+    finally:
+        await desk.close()

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import json
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from companyd.daemon.control_client import ControlClient
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
-from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
 from .agentkit import PerAgent, daemon_env, tool_results, write_company
 
@@ -210,7 +212,8 @@ async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
     assert call["is_error"] is False
     decision = call["approval"]
     assert decision["item_id"] == item_id
-    assert (decision["decision"], decision["decided_by"]) == ("approved", "founder")
+    assert (decision["decision"], decision["decided_by"]) == ("approved", "Op (@operator)")
+    assert decision["via"] == "telegram"
     assert decision["asked"] <= decision["decided"] <= call["finished"]
     assert shown["totals"]["tool_calls"] == 1
     assert shown["answer"] == "Posted the launch update."
@@ -218,16 +221,19 @@ async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
     assert lines.count("      → posted: We launch today!") == 1
     waited = [ln for ln in lines if "waited for the founder" in ln]
     assert len(waited) == 1 and f"({item_id}, asked " in waited[0]
-    assert " · approved by founder " in waited[0]
+    assert " · approved by Op (@operator) via telegram " in waited[0]
 
 
-def _reply(bot: BotApiServer, to: SentMessage, text: str) -> None:
-    """The founder replies to the bot's message ``to`` (as Telegram sends it)."""
+def _reply(bot: BotApiServer, to: SentMessage, text: str) -> int:
+    """The founder replies to the bot's message ``to`` (as Telegram sends it); the reply's
+    message id.
+    """
     chat = {"id": FOUNDER, "type": "private", "first_name": "Op"}
+    message_id = 9000 + len(bot.messages)
     bot.inject_update(
         {
             "message": {
-                "message_id": 9000 + len(bot.messages),
+                "message_id": message_id,
                 "date": int(to.date) + 5,
                 "chat": chat,
                 "from": {"id": FOUNDER, "is_bot": False, "first_name": "Op"},
@@ -242,6 +248,16 @@ def _reply(bot: BotApiServer, to: SentMessage, text: str) -> None:
             }
         }
     )
+    return message_id
+
+
+def _buttons_now(bot: BotApiServer, msg: SentMessage) -> list[tuple[str, str]]:
+    now = bot.find_message(FOUNDER, msg.message_id)
+    return now.buttons() if now is not None else []
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _footers(bot: BotApiServer, msg: SentMessage) -> list[str]:
@@ -280,7 +296,9 @@ async def test_a_rejected_call_never_runs_and_the_agent_reads_the_reason(work: P
                 lines, shown = await _show(daemon, run["run_id"])
                 again = await daemon.cli("approve", item_id)
                 assert again.rc == 1
-                assert f"approval {item_id} was already rejected by founder" in again.err
+                assert (
+                    f"approval {item_id} was already rejected by {getpass.getuser()}" in again.err
+                )
     assert run["answer"] == "The founder said no; I did not post."
     assert _started(tool_log) == []
     result = tool_results(srv.requests[-1])[0]
@@ -297,7 +315,8 @@ async def test_a_rejected_call_never_runs_and_the_agent_reads_the_reason(work: P
     assert "      → error: rejected by the founder: not before Monday" in lines
     waited = [ln for ln in lines if "waited for the founder" in ln]
     assert len(waited) == 1
-    assert " · rejected by founder " in waited[0] and waited[0].endswith(": not before Monday")
+    assert f" · rejected by {getpass.getuser()} via cli " in waited[0]
+    assert waited[0].endswith(": not before Monday")
 
 
 @pytest.mark.anyio
@@ -353,6 +372,7 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                     "description": "Draft today's post.",
                     "trigger": {"cron": "0 14 * * *"},
                     "approval": "required",
+                    "deliver": ["telegram", "memory", "file"],
                 }
             }
             cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -365,9 +385,12 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                 assert [f["outcome"] for f in history] != ["ok"]  # not done before approval
                 assert not firing.done()
 
-                _reply(bot, first, "Add a rocket emoji")
+                change = _reply(bot, first, "Add a rocket emoji")
                 second = await _message(bot, "round 2")
                 assert "Draft 2: We launch on Friday! 🚀" in second.text
+                assert second.reply_to == change  # in the thread of the change asked for
+                # the first draft's buttons are gone: it was sent back
+                await bot.wait_for(lambda: not _buttons_now(bot, first), timeout=10)
                 follow_up = srv.requests[-1].body["messages"][0]["content"]
                 assert "Your result was:\nDraft 1: We launch on Friday." in str(follow_up)
                 assert "The founder asks for changes:\nAdd a rocket emoji" in str(follow_up)
@@ -376,6 +399,10 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                 async with asyncio.timeout(30):
                     fired = await firing
                 assert fired["status"] == "ok"
+                # one short confirmation in the thread, naming what was done
+                confirm = await _message(bot, "approved —")
+                assert confirm.text == "✅ daily-post approved — delivered to memory, file"
+                assert confirm.reply_to == second.message_id
                 history = (await daemon.call("job_history", routine="daily-post"))["fires"]
                 assert history[0]["outcome"] == "ok"
                 assert history[0]["reason"] == "approved by the founder after 1 change request(s)"
@@ -390,9 +417,40 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                     "The founder asks for changes:\nAdd a rocket emoji" in shown["task"]["prompt"]
                 )
                 assert f"follows:  marketing's run {draft1} (ok)" in lines
+                [approved] = shown["decisions"]
+                assert (approved["decision"], approved["round"]) == ("approved", 2)
+                assert (approved["by"], approved["via"]) == ("Op (@operator)", "telegram")
+                said = [ln for ln in lines if ln.startswith("founder:")]
+                assert said == [
+                    f"founder:  approved by Op (@operator) via telegram at "
+                    f"{_utc(approved['decided'])} UTC ({approved['item_id']}, round 2)"
+                ]
                 lines, shown = await _show(daemon, draft1)
                 assert [r["run_id"] for r in shown["thread"]["replies"]] == [draft2]
+                [changes] = shown["decisions"]
+                assert changes["decision"] == "changes_requested"
+                assert (changes["by"], changes["via"]) == ("Op", "telegram")
+                assert changes["text"] == "Add a rocket emoji"
+                assert (
+                    f"founder:  changes requested by Op via telegram at {_utc(changes['decided'])}"
+                    f" UTC ({changes['item_id']}, round 1): Add a rocket emoji" in lines
+                )
+                # for docs/desk.md and the README, when they change
+                print(
+                    "",
+                    *_footers(bot, first),
+                    "",
+                    second.text,
+                    "",
+                    confirm.text,
+                    *said,
+                    *lines,
+                    sep="\n",
+                )
+                await asyncio.sleep(1.0)  # room for a second confirmation, were there one
     assert srv.served == 2  # the change request looped once through the agent
+    assert len(_to_founder(bot, "approved —")) == 1
+    assert len(_to_founder(bot, "Draft 2: We launch on Friday! 🚀")) == 1  # not again
 
 
 @pytest.mark.anyio
@@ -449,6 +507,15 @@ async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path)
                         if fires[0]["outcome"] is not None:
                             break
                         await asyncio.sleep(0.1)
+                # decided on the command line: the message's buttons go away, and the
+                # confirmation comes in its thread
+                await bot.wait_for(lambda: not _buttons_now(bot, result), timeout=30)
+                footer = _footers(bot, result)[-1]
+                assert footer.startswith(f"✔ approved by {getpass.getuser()} via cli at ")
+                confirm = await _message(bot, "approved —")
+                assert confirm.text == "✅ daily-post approved — nothing more to deliver"
+                assert confirm.reply_to == result.message_id
+                lines, shown = await _show(second, fires[0]["run_id"])
             finally:
                 for d in (first, second):
                     if d.proc is not None and d.returncode is None:
@@ -458,3 +525,80 @@ async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path)
     sent = _to_founder(bot, "awaits your approval")
     assert len(sent) == 1  # asked once, not again after the restart
     assert srv.served == 1  # the draft was not made again
+    [decision] = shown["decisions"]
+    assert (decision["decision"], decision["by"], decision["via"]) == (
+        "approved",
+        getpass.getuser(),
+        "cli",
+    )
+    assert any(
+        ln.startswith(f"founder:  approved by {getpass.getuser()} via cli at ") for ln in lines
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
+async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
+    work: Path, sig: signal.Signals
+) -> None:
+    model = PerAgent(
+        marketing=[reply_text("Draft 1: We launch on Friday."), reply_text("Draft 2: Friday! 🚀")]
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, work / "tool.log")
+            doc = yaml.safe_load(cfg.read_text())
+            doc["routines"] = {
+                "daily-post": {
+                    "assignee": "marketing",
+                    "description": "Draft today's post.",
+                    "trigger": {"cron": "0 14 * * *"},
+                    "approval": "required",
+                }
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            state = work / "s"
+            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            second = DaemonProcess(cfg, state, log=work / "d2.log", offline=False, env=_env(srv))
+            try:
+                await first.start(timeout=START_TIMEOUT)
+
+                async def fire() -> None:
+                    with contextlib.suppress(Exception):  # the daemon goes down under it
+                        await ControlClient(first.socket, timeout=120).acall(
+                            "run_job", routine="daily-post"
+                        )
+
+                firing = asyncio.create_task(fire())
+                draft = await _message(bot, "daily-post by marketing awaits your approval")
+                # the change's run is in its model call when the daemon goes down
+                srv.enqueue(stall(None))
+                change = _reply(bot, draft, "Add a rocket emoji")
+                await asyncio.to_thread(srv.wait_for_requests, 2, 60.0)
+                if sig is signal.SIGTERM:
+                    assert await first.stop(timeout=60) == 0
+                else:
+                    first.send_signal(sig)
+                    await first.wait(10)
+                srv.release_stalls()
+                await firing
+
+                await second.start(timeout=START_TIMEOUT)
+                again = await _message(bot, "round 2")
+                assert "Draft 2: Friday! 🚀" in again.text
+                assert again.reply_to == change  # in the thread of the change asked for
+                bot.press_button(FOUNDER, again.message_id, _button(again, "Approve"))
+                async with asyncio.timeout(30):
+                    while True:
+                        fires = (await second.call("job_history", routine="daily-post"))["fires"]
+                        if fires[0]["outcome"] is not None:
+                            break
+                        await asyncio.sleep(0.1)
+                await asyncio.sleep(1.0)  # room for a duplicate, were there one
+            finally:
+                for d in (first, second):
+                    if d.proc is not None and d.returncode is None:
+                        await d.stop()
+    assert fires[0]["outcome"] == "ok"
+    assert len(_to_founder(bot, "round 2")) == 1  # once, not again after the restart
+    assert len(_to_founder(bot, "awaits your approval")) == 2

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from companyd.alerts.outbox import AlertStore
 from companyd.clock import ManualClock
 from companyd.roles.journal import MIGRATIONS, Journal
 from companyd.roles.retention import DAY, PRUNE_EVERY, RunRetention
@@ -247,6 +248,43 @@ async def test_retention_deletes_old_finished_runs_on_the_injected_clock(
         loop.cancel()
         with pytest.raises(asyncio.CancelledError):
             await loop
+
+
+async def test_retention_prunes_the_telegram_threads_with_the_runs(
+    journal: Journal, tmp_path: Path
+) -> None:
+    store = AlertStore(tmp_path / "alerts.sqlite")
+    await store.open()
+    clock = ManualClock(start=T0 + 100 * DAY)
+    await store.link(111, [1, 2], "run-old", "writer", T0)  # 100 days old
+    await store.link(111, [3], "run-recent", "writer", T0 + 95 * DAY)
+    days = {"now": 90}
+    retention = RunRetention(
+        journal, clock, lambda: days["now"], also={"Telegram thread link(s)": store.prune_threads}
+    )
+    loop = asyncio.create_task(retention.run(StandaloneContext("daemon/run-retention")))
+    try:
+        async with asyncio.timeout(5):
+            while retention.passes < 1:
+                await asyncio.sleep(0.01)
+        assert await store.thread(111, 1) is None
+        assert await store.thread(111, 2) is None
+        assert await store.thread(111, 3) == ("run-recent", "writer")
+        # the same period as the runs, read at each pass, on the same schedule
+        days["now"] = 3
+        async with asyncio.timeout(5):
+            while clock.sleepers == 0:
+                await asyncio.sleep(0.01)
+        clock.advance(PRUNE_EVERY)
+        async with asyncio.timeout(5):
+            while retention.passes < 2:
+                await asyncio.sleep(0.01)
+        assert await store.thread(111, 3) is None
+    finally:
+        loop.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await loop
+        await store.close()
 
 
 def _old_journal(path: Path, version: int) -> None:

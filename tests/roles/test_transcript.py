@@ -177,6 +177,7 @@ def test_a_call_that_waited_for_the_founder_shows_who_decided_when_and_why() -> 
         "item_id": "ap-0123456789",
         "decision": "rejected",
         "decided_by": "founder",
+        "via": None,  # a step journaled before decisions kept it
         "asked": 1000.0,
         "decided": 1060.0,
         "reason": "not before Monday",

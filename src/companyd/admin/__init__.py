@@ -6,6 +6,6 @@ where arguments are validated and results become JSON (pydantic ``TypeAdapter`` 
 by those who speak JSON: the control socket, the CLI, generic renderers).
 """
 
-from companyd.admin.operations import Admin, AdminError
+from companyd.admin.operations import Admin, AdminError, AdminStopping
 
-__all__ = ["Admin", "AdminError"]
+__all__ = ["Admin", "AdminError", "AdminStopping"]

@@ -50,6 +50,7 @@ __all__ = [
     "ProposalRow",
     "ReloadBlock",
     "ReloadRejectedBlock",
+    "ResultDecision",
     "ReviewStep",
     "RoutineRow",
     "RunInFlight",
@@ -221,9 +222,25 @@ class ToolApproval(TypedDict):
     item_id: str | None
     decision: str | None
     decided_by: str | None
+    via: str | None
     asked: float | None
     decided: float | None
     reason: str
+
+
+class ResultDecision(TypedDict):
+    """The founder's decision on a run's result (a routine with ``approval: required``):
+    one per round; ``decision`` is pending, approved, rejected, changes_requested or expired.
+    """
+
+    item_id: str
+    round: int
+    decision: str
+    by: str | None
+    via: str | None
+    asked: float
+    decided: float | None
+    text: str
 
 
 class ToolStep(TypedDict):

@@ -44,11 +44,18 @@ from companyd.admin.results import (
 )
 from companyd.errors import CompanydError
 
-__all__ = ["Admin", "AdminError"]
+__all__ = ["Admin", "AdminError", "AdminStopping"]
 
 
 class AdminError(CompanydError):
     """The request cannot be done as asked (unknown agent, no such proposal, …)."""
+
+
+class AdminStopping(AdminError):
+    """The daemon began to stop before the work asked for ended: it is journaled and goes
+    on after the restart (a caller that kept what it needs, e.g. the task id, picks it up
+    then).
+    """
 
 
 class Admin(Protocol):
@@ -95,11 +102,20 @@ class Admin(Protocol):
         ...
 
     async def ask(
-        self, agent: str, question: str, timeout: float = 300.0, reply_to: str | None = None
+        self,
+        agent: str,
+        question: str,
+        timeout: float = 300.0,
+        reply_to: str | None = None,
+        task_id: str | None = None,
     ) -> AskAnswer:
         """Run a one-off task; the result has answer, models, tokens and cost. With
         ``reply_to`` (a run id of ``agent``) it is a follow-up in that run's thread: the
         agent sees that run's task and result with ``question`` as the founder's reply.
+        With ``task_id`` (``task-`` + 12 hex digits, chosen by the caller) it is idempotent:
+        a task the journal already holds is not run again — its outcome is waited for (a
+        run resumed after a restart) or read (a run that ended) — so a caller that kept
+        the id across a restart gets the answer once.
         """
         ...
 
@@ -135,22 +151,29 @@ class Admin(Protocol):
         """Improver proposals awaiting approval (and recent decisions)."""
         ...
 
-    async def approve(self, item_id: str) -> ProposalDecision | DeskDecision:
+    async def approve(
+        self, item_id: str, by: str = "", via: str = "cli"
+    ) -> ProposalDecision | DeskDecision:
         """Approve what waits for the founder: a proposal (applied, then the config
         reloaded), a tool call (``ap-…``: the waiting run calls the tool) or a routine's
-        result (``r-…``: the fire is done).
+        result (``r-…``: the fire is done). A desk decision keeps ``by`` (who; empty:
+        "founder") and ``via`` (``telegram`` or ``cli``) for the run's transcript.
         """
         ...
 
-    async def reject(self, item_id: str, reason: str = "") -> ProposalDecision | DeskDecision:
+    async def reject(
+        self, item_id: str, reason: str = "", by: str = "", via: str = "cli"
+    ) -> ProposalDecision | DeskDecision:
         """Reject a proposal (discarded), a tool call (``ap-…``: the run gets the tool
-        error "rejected by the founder: <reason>") or a routine's result (``r-…``).
+        error "rejected by the founder: <reason>") or a routine's result (``r-…``);
+        ``by`` and ``via`` as for :meth:`approve`.
         """
         ...
 
-    async def answer(self, item_id: str, text: str) -> DeskDecision:
+    async def answer(self, item_id: str, text: str, by: str = "", via: str = "cli") -> DeskDecision:
         """Answer an agent's question (``q-…``, from ``ask_founder``), or ask for changes
-        to a routine's result (``r-…``: the agent does the work again).
+        to a routine's result (``r-…``: the agent does the work again); ``by`` and ``via``
+        as for :meth:`approve`.
         """
         ...
 

@@ -21,7 +21,7 @@ Two conventions keep the JSON exactly what operators and scripts already read:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
 from pydantic import Field
@@ -37,6 +37,7 @@ from companyd.admin.blocks import (
     PagerHealth,
     ProposalRow,
     ReloadBlock,
+    ResultDecision,
     ReviewStep,
     RoutineRow,
     RunInFlightRow,
@@ -154,7 +155,10 @@ class RunTranscript:
 
     The blocks are the journal's (:func:`companyd.roles.transcript.read_transcript`): who
     asked, the task, the thread, each of ``steps`` (a model call, a tool call or the review),
-    ``consultations`` (colleagues' runs), ``review`` and ``totals``.
+    ``consultations`` (colleagues' runs), ``review`` and ``totals``; ``decisions`` are the
+    founder's on the run's result (a routine with ``approval: required``): item_id, round,
+    decision (approved, rejected, changes_requested, expired), by, via (telegram, cli),
+    asked, decided, text.
     """
 
     run_id: str
@@ -176,6 +180,7 @@ class RunTranscript:
     review: AsBuilt[ReviewStep | None]
     answer: str
     totals: AsBuilt[RunTotals]
+    decisions: AsBuilt[list[ResultDecision]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

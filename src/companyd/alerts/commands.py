@@ -14,23 +14,30 @@ table names the run the message shows, :meth:`Admin.ask` with ``reply_to`` gives
 that run's task and result with the reply, and the answer goes through the outbox as a
 reply to the founder's message — itself linked, so the conversation can go on. The /ask
 answers and the digest's "📄 N" buttons (the result sent whole) are linked the same way.
+The answer is owed durably (the outbox's ``follow_ups``, written before the task is asked
+for, with the task id the pager chose): a stop or a crash while the agent works leaves it
+owed, and the next start waits for the task the run journal resumes (:meth:`Commands.resume`)
+and sends its answer once, in the thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import re
+from collections.abc import Coroutine
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from companyd.admin import Admin, AdminError
+from companyd.admin import Admin, AdminError, AdminStopping
 from companyd.admin.wire import result_data
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.deliver import result_records
+from companyd.alerts.desk_messages import alert_of
 from companyd.alerts.link import SEND_TIMEOUT
 from companyd.alerts.ops import ADMIN_TIMEOUT, act, buttons_after, command_reply, help_text
-from companyd.alerts.outbox import AlertRecord
+from companyd.alerts.outbox import AlertRecord, FollowUp
 from companyd.alerts.render import clip, split_text
 from companyd.alerts.render_status import format_result
 from companyd.alerts.telegram import redact
@@ -122,16 +129,23 @@ class Commands:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
             return
-        reply = await command_reply(self._admin, name, args, self._book.policy.agents)
+        reply = await command_reply(
+            self._admin, name, args, self._book.policy.agents, by=_who(update.effective_user)
+        )
         await self._reply(msg, reply)
 
     async def _desk_answer(self, msg: Message, desk_id: str) -> None:
         """The founder's answer to an agent's question, or the change asked for a routine
-        result awaiting approval (``desk_id``: ``q-…`` or ``r-…``).
+        result awaiting approval (``desk_id``: ``q-…`` or ``r-…``; the next round's result
+        comes back as a reply to this message).
         """
+        if desk_id.startswith("r-"):
+            await self._remember_change(desk_id, msg.chat_id, msg.message_id)
         try:
             async with asyncio.timeout(ADMIN_TIMEOUT):
-                done = await self._admin.answer(desk_id, msg.text or "")
+                done = await self._admin.answer(
+                    desk_id, msg.text or "", by=_who(msg.from_user), via="telegram"
+                )
         except AdminError as exc:
             await self._reply(msg, f"⚠️ {exc}")
             return
@@ -217,41 +231,117 @@ class Commands:
             )
             return
         run_id, agent = found
-        task = asyncio.create_task(
-            self._follow_up(msg, chat.id, run_id, agent), name="alerts:reply"
+        # The task id is the reply's own: kept before the task is asked for, and the same
+        # if Telegram hands the reply over again (a restart before it was confirmed).
+        key = hashlib.sha256(f"{chat.id}:{msg.message_id}".encode()).hexdigest()[:12]
+        follow = FollowUp(
+            task_id=f"task-{key}",
+            chat_id=chat.id,
+            message_id=msg.message_id,
+            agent=agent,
+            reply_to=run_id,
+            text=msg.text,
+            created=self._clock.time(),
         )
+        if store is not None:
+            try:
+                if not await store.owe(follow):
+                    return  # being answered already
+            except Exception as exc:  # answered all the same, unless companyd restarts first
+                log.error("alerts: cannot remember the follow-up to %s: %s", run_id, exc)
+        self._spawn(self._follow_up(follow, msg), "alerts:reply")
+
+    def resume(self, owed: list[FollowUp]) -> None:
+        """Answer the follow-ups a previous process owed (its task ran on, or resumed from
+        the run journal): each answer goes out once, as a reply in its thread.
+        """
+        for follow in owed:
+            log.info(
+                "alerts: the answer to the founder's reply in chat %d (task %s) is still owed; "
+                "waiting for it",
+                follow.chat_id,
+                follow.task_id,
+            )
+            self._spawn(self._follow_up(follow, None), "alerts:reply")
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _follow_up(self, msg: Message, chat_id: int, run_id: str, agent: str) -> None:
+    async def _follow_up(self, follow: FollowUp, msg: Message | None) -> None:
+        """Ask ``follow``'s agent (once per task id, however often this runs) and put the
+        answer in the outbox as a reply to the founder's message, forgetting the debt in
+        the same transaction. Stopped by a stop of the daemon, the debt is kept for the
+        next start.
+        """
+        store = self._book.store
         try:
             result = await self._admin.ask(
-                agent, msg.text or "", timeout=ASK_TIMEOUT, reply_to=run_id
+                follow.agent,
+                follow.text,
+                timeout=ASK_TIMEOUT,
+                reply_to=follow.reply_to,
+                task_id=follow.task_id,
             )
-        except AdminError as exc:
-            await self._reply(msg, f"⚠️ {exc}")
+        except AdminStopping:
+            log.info("alerts: the follow-up %s is answered after the restart", follow.task_id)
             return
         except Exception as exc:
-            log.exception("alerts: the follow-up to %s failed", run_id)
-            await self._reply(msg, f"⚠️ the follow-up failed inside companyd ({type(exc).__name__})")
+            if not isinstance(exc, AdminError):
+                log.exception("alerts: the follow-up to %s failed", follow.reply_to)
+                exc = AdminError(f"the follow-up failed inside companyd ({type(exc).__name__})")
+            await self._fail(follow, msg, f"⚠️ {exc}")
             return
         if result.status != "ok":
-            await self._reply(msg, f"⚠️ {agent} did not answer: {result.status}: {result.reason}")
+            why = f"⚠️ {follow.agent} did not answer: {result.status}: {result.reason}"
+            await self._fail(follow, msg, why)
             return
+        chat_id = follow.chat_id
         recs = result_records(
             self._book,
-            {**result_data("ask", result), "agent": agent},
+            {**result_data("ask", result), "agent": follow.agent},
             kind="reply",
             now=self._clock.time(),
             chats=[chat_id],
-            reply_to={chat_id: msg.message_id},
+            reply_to={chat_id: follow.message_id},
         )
         for rec in recs:
             rec.held_until = None  # the founder is there, waiting for it
-        await self._book.save(*recs)
+        try:
+            if store is None:
+                raise RuntimeError("no outbox")
+            await store.answered(follow.task_id, *recs)
+        except Exception as exc:  # sent from memory; owed again if companyd restarts first
+            log.error("alerts: cannot write the answer to %s: %s", follow.task_id, exc)
+            await self._book.save(*recs)
         for rec in recs:
             rec.persisted = True
         self._book.wake.set()
+
+    async def _fail(self, follow: FollowUp, msg: Message | None, text: str) -> None:
+        """A follow-up that will not be answered: said in its thread, owed no more."""
+        if msg is not None:
+            await self._reply(msg, text)
+        else:
+            log.warning("alerts: the follow-up %s was not answered: %s", follow.task_id, text)
+        store = self._book.store
+        if store is not None:
+            try:
+                await store.forget(follow.task_id)
+            except Exception as exc:
+                log.error("alerts: cannot forget the follow-up %s: %s", follow.task_id, exc)
+
+    async def _remember_change(self, item_id: str, chat_id: int, message_id: int) -> None:
+        """The founder asked for changes to result ``item_id`` with message ``message_id``:
+        kept on the result's alert (before the answer is given, so a restart cannot come
+        between), for the next round to reply to.
+        """
+        rec = await alert_of(self._book, "item_id", item_id)
+        if rec is None:
+            return
+        rec.data["changes_message"] = {str(chat_id): message_id}
+        await self._book.save(rec)
 
     async def _reply(self, msg: Message, text: str) -> Message | None:
         from telegram.error import TelegramError
@@ -296,13 +386,11 @@ class Commands:
         if button.get("action") == "open_result" and message is not None:
             await self._open_result(query, message.chat.id, message.message_id, button)
             return
-        done, text = await act(self._admin, button)
+        who = _who(query.from_user)
+        done, text = await act(self._admin, button, by=who)
         if not done:
             await self._answer(query, text, alert=True)
             return
-        who = query.from_user.full_name if query.from_user else "someone"
-        if query.from_user and query.from_user.username:
-            who += f" (@{query.from_user.username})"
         when = datetime.fromtimestamp(self._clock.time(), self._book.policy.tz)
         rec.footer.append(f"✔ {text} — by {who} at {when:%H:%M}")
         buttons_after(rec, button)
@@ -349,3 +437,10 @@ class Commands:
             await query.answer(clip(redact(text), 200), show_alert=alert)
         except TelegramError as exc:
             log.warning("alerts: could not answer a button press: %s", redact(str(exc)))
+
+
+def _who(user: User | None) -> str:
+    """A Telegram user as the founder's desk keeps them: ``Op (@operator)``."""
+    if user is None:
+        return "someone"
+    return user.full_name + (f" (@{user.username})" if user.username else "")

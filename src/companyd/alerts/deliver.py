@@ -210,18 +210,28 @@ class Results:
         self._bus = bus
         self._memory = memory
 
-    async def take(self, event: RoutineResult) -> list[AlertRecord]:
+    async def take(
+        self,
+        event: RoutineResult,
+        made: list[str] | None = None,
+        failed: list[str] | None = None,
+    ) -> list[AlertRecord]:
         """Deliver one result: memory and file now; telegram and digest as outbox records
-        (returned, not yet saved: the caller writes them with the rest of its batch).
+        (returned, not yet saved: the caller writes them with the rest of its batch). The
+        deliveries done (or queued) are appended to ``made``, the others to ``failed``.
         """
         data = event.data
-        wanted = list(event.deliver)
+        made = [] if made is None else made
+        failed = [] if failed is None else failed
         records: list[AlertRecord] = []
-        for to in wanted:
+        for to in event.deliver:
             try:
                 if to in ("telegram", "digest"):
-                    records += self._queue(to, data)
-                elif to == "file":
+                    queued = self._queue(to, data)
+                    records += queued
+                    (made if queued else failed).append(to)
+                    continue
+                if to == "file":
                     path = await self._file(data)
                     self._told(data, to, str(path))
                 elif to == "memory":
@@ -229,8 +239,12 @@ class Results:
                     self._told(data, to, entity)
                 else:
                     self._failed(data, to, f"unknown delivery {to!r}")
+                    failed.append(to)
+                    continue
+                made.append(to)
             except Exception as exc:  # one failed delivery must not stop the others
                 self._failed(data, to, f"{type(exc).__name__}: {exc}")
+                failed.append(to)
         return records
 
     def _queue(self, to: str, data: Mapping[str, Any]) -> list[AlertRecord]:

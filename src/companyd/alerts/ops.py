@@ -95,9 +95,11 @@ def _agents_hint(agents: Collection[str]) -> str:
 
 
 async def command_reply(
-    admin: Admin, name: str, args: Sequence[str], agents: Collection[str]
+    admin: Admin, name: str, args: Sequence[str], agents: Collection[str], by: str = ""
 ) -> str:
-    """The reply text for one command (Admin errors shown as they are)."""
+    """The reply text for one command (Admin errors shown as they are); ``by``: who sent
+    it, kept with a decision on the founder's desk.
+    """
     a = admin
     try:
         async with asyncio.timeout(ADMIN_TIMEOUT):
@@ -137,20 +139,22 @@ async def command_reply(
             if name == "answer":
                 if len(args) < 2:
                     return "usage: /answer ID TEXT (or reply to the question's message)"
-                return f"💬 {(await a.answer(args[0], ' '.join(args[1:]))).message}"
+                said = await a.answer(args[0], " ".join(args[1:]), by=by, via="telegram")
+                return f"💬 {said.message}"
             if name == "reject" and len(args) > 1:
-                return f"✖ {(await a.reject(args[0], ' '.join(args[1:]))).message}"
+                why = " ".join(args[1:])
+                return f"✖ {(await a.reject(args[0], why, by=by, via='telegram')).message}"
             if name in ("approve", "reject", "retry"):
                 if len(args) != 1:
                     what = "TASK_ID" if name == "retry" else "ID"
                     return f"usage: /{name} {what}" + (" [REASON]" if name == "reject" else "")
                 if name == "approve":
-                    done = await a.approve(args[0])
+                    done = await a.approve(args[0], by=by, via="telegram")
                     if isinstance(done, DeskDecision):
                         return f"✅ {done.message}"
                     return format_result(f"✅ approved {args[0]}", result_data("approve", done))
                 if name == "reject":
-                    done = await a.reject(args[0])
+                    done = await a.reject(args[0], by=by, via="telegram")
                     if isinstance(done, DeskDecision):
                         return f"✖ {done.message}"
                     return format_result(f"✖ rejected {args[0]}", result_data("reject", done))
@@ -166,8 +170,10 @@ async def command_reply(
     return f"unknown command /{name}.\n{help_text()}"
 
 
-async def act(admin: Admin, button: Mapping[str, Any]) -> tuple[bool, str]:
-    """Do what a button stands for. Returns (done, what to tell)."""
+async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bool, str]:
+    """Do what a button stands for (``by``: who pressed it, kept with a desk decision).
+    Returns (done, what to tell).
+    """
     a, action, arg = admin, button.get("action"), str(button.get("arg") or "")
     try:
         async with asyncio.timeout(ADMIN_TIMEOUT):
@@ -185,12 +191,12 @@ async def act(admin: Admin, button: Mapping[str, Any]) -> tuple[bool, str]:
                 await a.raise_budget(arg or None, usd)
                 return True, f"raised {arg or 'the company'}'s budget for today by ${usd:.2f}"
             if action == "approve":
-                done = await a.approve(arg)
+                done = await a.approve(arg, by=by, via="telegram")
                 if isinstance(done, DeskDecision):
                     return True, done.message
                 return True, f"approved proposal {arg}"
             if action == "reject":
-                done = await a.reject(arg)
+                done = await a.reject(arg, by=by, via="telegram")
                 if isinstance(done, DeskDecision):
                     return True, done.message
                 return True, f"rejected proposal {arg}"

@@ -7,8 +7,11 @@ is its journal, written through before anything is sent, so that
 * an alert already delivered is not sent again after a restart (its Telegram message id is
   stored the moment Telegram answers), and a coalesced alert keeps editing the same message;
 * a button pressed on an old message still finds what it stands for;
+* a founder's reply being answered is answered once, across restarts (``follow_ups``: the
+  reply and the task answering it, until the answer is in the outbox);
 * a reply to a result or an answer finds the run it continues (``threads``: chat and
-  message id → run id and agent, one row per message sent, kept as long as the file).
+  message id → run id and agent, one row per message sent, kept as long as the runs:
+  :meth:`AlertStore.prune_threads`, called with the run journal's ``retention.runs_days``).
 
 The connection lives in a single worker thread (a :class:`companyd._sqlite.Database`; SQLite
 work never runs on the event loop); its schema versions are ``PRAGMA user_version``
@@ -34,12 +37,13 @@ from typing import Any, TypeVar
 
 from companyd._sqlite import Database, Migration
 
-__all__ = ["MIGRATIONS", "RESULT_KINDS", "AlertRecord", "AlertStore", "Delivery"]
+__all__ = ["MIGRATIONS", "RESULT_KINDS", "AlertRecord", "AlertStore", "Delivery", "FollowUp"]
 
-#: Records that carry a routine's result or an agent's answer (docs/alerts.md, "Results"):
-#: sent whole and never folded into the quiet-hours digest; ``digest_item`` waits for the
-#: results digest instead of being sent.
-RESULT_KINDS = frozenset({"result", "reply", "results_digest", "digest_item"})
+#: Records that carry a routine's result or an agent's answer (docs/alerts.md, "Results"),
+#: or the confirmation of an approved result (``desk_note``): sent whole, as written, and
+#: never folded into the quiet-hours digest; ``digest_item`` waits for the results digest
+#: instead of being sent.
+RESULT_KINDS = frozenset({"result", "reply", "results_digest", "digest_item", "desk_note"})
 
 log = logging.getLogger("companyd.alerts.service")
 
@@ -66,9 +70,37 @@ CREATE TABLE IF NOT EXISTS threads (
     PRIMARY KEY (chat_id, message_id)
 );
 """
+_FOLLOW_UPS = """
+CREATE TABLE IF NOT EXISTS follow_ups (
+    task_id     TEXT PRIMARY KEY,
+    chat_id     INTEGER NOT NULL,
+    message_id  INTEGER NOT NULL,
+    agent       TEXT NOT NULL,
+    reply_to    TEXT NOT NULL,
+    text        TEXT NOT NULL,
+    created     REAL NOT NULL
+);
+"""
 #: The outbox's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite):
-#: 1 the alerts, 2 the threads (a message sent → the run whose result or answer it shows).
-MIGRATIONS: tuple[Migration, ...] = (_SCHEMA, _THREADS)
+#: 1 the alerts, 2 the threads (a message sent → the run whose result or answer it shows),
+#: 3 the follow-ups whose answer is still owed (a founder's reply → the task answering it).
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA, _THREADS, _FOLLOW_UPS)
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A founder's Telegram reply being answered: the task (its id chosen before it was
+    submitted) whose answer goes back as a reply to message ``message_id`` in ``chat_id``.
+    """
+
+    task_id: str
+    chat_id: int
+    message_id: int
+    agent: str
+    #: the run the reply follows up
+    reply_to: str
+    text: str
+    created: float
 
 
 @dataclass
@@ -351,6 +383,36 @@ class AlertStore:
         ).fetchone()
         return (str(row[0]), str(row[1])) if row else None
 
+    def _answered_sync(
+        self, task_id: str, rows: list[tuple[int, str, float, int, float, str]]
+    ) -> None:
+        assert self._conn is not None
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "INSERT INTO alerts (id, key, window_end, settled, created, body) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET key=excluded.key, "
+                "window_end=excluded.window_end, settled=excluded.settled, body=excluded.body",
+                rows,
+            )
+            self._conn.execute("DELETE FROM follow_ups WHERE task_id = ?", (task_id,))
+
+    def _find_sync(self, field: str, value: str, kind: str | None) -> AlertRecord | None:
+        assert self._conn is not None
+        row = self._conn.execute(
+            "SELECT id, key, window_end, settled, created, body FROM alerts "
+            "WHERE json_extract(body, ?) = ? AND (? IS NULL OR json_extract(body, '$.kind') = ?) "
+            "ORDER BY id DESC LIMIT 1",
+            (f"$.data.{field}", value, kind, kind),
+        ).fetchone()
+        return AlertRecord.from_row(row) if row else None
+
+    def _prune_threads_sync(self, before: float) -> int:
+        assert self._conn is not None
+        with self._conn:
+            cur = self._conn.execute("DELETE FROM threads WHERE created < ?", (before,))
+        return cur.rowcount
+
     def _prune_sync(self, before: float) -> int:
         assert self._conn is not None
         with self._conn:
@@ -402,6 +464,59 @@ class AlertStore:
     async def prune(self, before: float) -> int:
         """Forget settled alerts created before ``before``; returns how many."""
         n: int = await self._run(self._prune_sync, before)
+        return n
+
+    async def owe(self, follow_up: FollowUp) -> bool:
+        """Remember that ``follow_up``'s answer is owed (before its task is submitted);
+        False when it already was (the same reply handed over twice).
+        """
+        f = follow_up
+        added: int = await self._db.run(
+            lambda db: (
+                db.execute(
+                    "INSERT OR IGNORE INTO follow_ups VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (f.task_id, f.chat_id, f.message_id, f.agent, f.reply_to, f.text, f.created),
+                ).rowcount
+            )
+        )
+        return added > 0
+
+    async def owed(self) -> list[FollowUp]:
+        """The follow-ups whose answer is still owed, oldest first."""
+        rows = await self._db.run(
+            lambda db: db.execute(
+                "SELECT task_id, chat_id, message_id, agent, reply_to, text, created "
+                "FROM follow_ups ORDER BY created"
+            ).fetchall()
+        )
+        return [FollowUp(r[0], int(r[1]), int(r[2]), r[3], r[4], r[5], float(r[6])) for r in rows]
+
+    async def forget(self, task_id: str) -> None:
+        """The follow-up ``task_id`` is owed no more (it was refused, or failed)."""
+        await self._db.run(
+            lambda db: db.execute("DELETE FROM follow_ups WHERE task_id = ?", (task_id,))
+        )
+
+    async def answered(self, task_id: str, *records: AlertRecord) -> None:
+        """Write the answer's ``records`` and forget the follow-up ``task_id`` in one
+        transaction: the answer is owed until it is in the outbox, and never twice.
+        """
+        rows = [r.to_row() for r in records]
+        await self._run(self._answered_sync, task_id, rows)
+
+    async def find(self, field: str, value: str, kind: str | None = None) -> AlertRecord | None:
+        """The newest alert (of ``kind``, if given) whose data has ``field`` = ``value``
+        (e.g. the message of a founder's-desk item), or None. Reads the whole table: for
+        the rare lookups of the founder's decisions, not for each event.
+        """
+        rec: AlertRecord | None = await self._run(self._find_sync, field, value, kind)
+        return rec
+
+    async def prune_threads(self, before: float) -> int:
+        """Forget which run a message showed, for messages sent before ``before``; returns
+        how many links were deleted (a reply to such a message then gets the hint).
+        """
+        n: int = await self._run(self._prune_threads_sync, before)
         return n
 
     async def close(self) -> None:

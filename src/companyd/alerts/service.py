@@ -61,6 +61,7 @@ from companyd.admin.blocks import PagerHealth
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.commands import Commands
 from companyd.alerts.deliver import MemoryPort, Results
+from companyd.alerts.desk_messages import DeskMessages
 from companyd.alerts.link import FLUSH_TIMEOUT, Link
 from companyd.alerts.notify import notify_failure, unit_facts
 from companyd.alerts.outbox import AlertRecord, AlertStore
@@ -75,7 +76,14 @@ from companyd.alerts.telegram import (
 )
 from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig
-from companyd.events import Event, EventBus, RoutineResult, Subscription
+from companyd.events import (
+    Event,
+    EventBus,
+    FounderDecided,
+    FounderResultForApproval,
+    RoutineResult,
+    Subscription,
+)
 from companyd.supervision.child import ChildContext
 
 __all__ = [
@@ -126,6 +134,7 @@ class AlertService:
         self._sender = Sender(self._book, self._clock)
         self._commands = Commands(self._book, admin, self._clock)
         self._results = Results(self._book, self._state_dir, bus=bus, memory=memory)
+        self._desk = DeskMessages(self._book)
 
     # -- public -------------------------------------------------------------------------
 
@@ -139,6 +148,17 @@ class AlertService:
     def close(self) -> None:
         """Stop listening to the bus for good (when the service is discarded)."""
         self._sub.close()
+
+    async def prune_threads(self, before: float) -> int:
+        """Forget the Telegram thread links (message → run) older than ``before``: the run
+        journal's retention calls it with its own cutoff, so a link lives as long as the run
+        it points to. 0 while the outbox is not open (no Telegram, or the pager is
+        restarting): the next pass does it.
+        """
+        store = self._book.store
+        if store is None:
+            return 0
+        return await store.prune_threads(before)
 
     def snapshot(self) -> PagerHealth:
         """For ``companyd status``: ``{"telegram": "ok" | "degraded" | "off", "queued",
@@ -252,6 +272,8 @@ class AlertService:
             if waiting:
                 log.info("alerts: %d alert(s) from before the restart wait in the outbox", waiting)
             ctx.started({"telegram": "connecting", "outbox": waiting})
+            # answers to the founder's replies that a stop or a crash left owed
+            self._commands.resume(await store.owed())
             tasks = [
                 asyncio.create_task(self._consume(), name="alerts:consume"),
                 asyncio.create_task(self._sender.run(), name="alerts:send"),
@@ -268,6 +290,7 @@ class AlertService:
             if link is not None:
                 await link.stop()
             await store.close()
+            self._book.store = None
             self._sender.state = "stopped"
 
     @staticmethod
@@ -336,6 +359,28 @@ class AlertService:
             out.append(event)
         return out
 
+    async def _take(self, event: Event) -> list[AlertRecord]:
+        """The alerts one event creates or changes (not yet rendered or saved)."""
+        match event:
+            case RoutineResult():
+                # never an alert: delivered as the routine's `deliver:` says, and once an
+                # approved result is delivered, the founder is told so in its thread
+                made: list[str] = []
+                failed: list[str] = []
+                recs = await self._results.take(event, made, failed)
+                if event.approved:
+                    recs += await self._desk.approved(event, made, failed)
+                return recs
+            case FounderDecided():  # never an alert: the item's message says it
+                rec = await self._desk.decided(event)
+                return [] if rec is None else [rec]
+        rec = self._book.ingest(event)
+        if rec is None:
+            return []
+        if isinstance(event, FounderResultForApproval) and event.follows:
+            await self._desk.next_round(rec)
+        return [rec]
+
     async def _intake(self, events: Sequence[Event]) -> None:
         """Turn events into alerts in memory, then write every alert they touched in one
         transaction. The sender sees a new alert only once it is in the outbox; a burst
@@ -343,21 +388,15 @@ class AlertService:
         """
         touched: dict[int, AlertRecord] = {}
         for event in events:
-            if isinstance(event, RoutineResult):
-                # never an alert: delivered as the routine's `deliver:` says
-                touched.update((r.id, r) for r in await self._results.take(event))
-                continue
             try:
-                rec = self._book.ingest(event)
+                for rec in await self._take(event):
+                    touched[rec.id] = rec
             except Exception:  # one odd event must not stop the pager
                 log.exception(
                     "alerts: could not turn event %r from %r into an alert",
                     event.kind,
                     event.source,
                 )
-                continue
-            if rec is not None:
-                touched[rec.id] = rec
         if not touched:
             return
         for rec in touched.values():

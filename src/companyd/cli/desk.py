@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
+import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +32,7 @@ from companyd.roles.desk import Desk, ItemState
 from companyd.roles.improver import Proposals
 from companyd.roles.journal import Journal
 
-__all__ = ["decide_offline", "register"]
+__all__ = ["decide_offline", "login", "register"]
 
 #: How each inbox action is written on the command line.
 _CLI_ACTIONS = {
@@ -119,7 +121,15 @@ def _print_inbox(result: Mapping[str, Any]) -> int:
 def _answer(args: argparse.Namespace) -> int:
     text = " ".join(args.text)
     if running_daemon(args) is not None:
-        return call_daemon(args, "answer", _print_message, item_id=args.item_id, text=text)
+        return call_daemon(
+            args,
+            "answer",
+            _print_message,
+            item_id=args.item_id,
+            text=text,
+            by=login(),  # who decided, for the run's transcript
+            via="cli",
+        )
     result = decide_offline(args, args.item_id, ItemState.ANSWERED, text)
     if args.json:
         print_json(result)
@@ -141,7 +151,7 @@ def decide_offline(
                 f"nothing on the founder's desk has id {item_id!r}; pending: (none)"
             )
         try:
-            done = await decide(desk, item_id, state, text, by="founder (CLI)")
+            done = await decide(desk, item_id, state, text, by=login(), via="cli")
         finally:
             await desk.close()
         result = dict(result_data("answer", done))
@@ -149,6 +159,16 @@ def decide_offline(
         return result
 
     return asyncio.run(go())
+
+
+def login() -> str:
+    """Who runs this command, as a decision on the founder's desk keeps it: the login name,
+    else ``uid N`` (a container's user without a name).
+    """
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return f"uid {os.getuid()}"
 
 
 def _print_message(result: Mapping[str, Any]) -> int:

@@ -23,19 +23,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from companyd.admin.blocks import ResultDecision
 from companyd.admin.wire import result_data
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, daemon_client, running_daemon
-from companyd.cli.desk import decide_offline
+from companyd.cli.desk import decide_offline, login
 from companyd.cli.main import print_json
 from companyd.cli.runs_text import last_lines, run_list_lines, transcript_lines
 from companyd.clock import SystemClock
 from companyd.config import default_config_path, load_config
-from companyd.daemon.inbox import on_desk
+from companyd.daemon.inbox import decisions_of, on_desk
 from companyd.daemon.lock import StateLock
 from companyd.daemon.main import Daemon, make_backend
 from companyd.errors import CompanydError, UnknownName, UsageError
 from companyd.events import EventBus
-from companyd.roles.desk import ItemState
+from companyd.roles.desk import Desk, ItemState
 from companyd.roles.improver import ProposalError, Proposals
 from companyd.roles.journal import Journal
 from companyd.roles.tasks import RunStatus
@@ -324,9 +325,25 @@ def _runs_show(args: argparse.Namespace, run_id: str) -> int:
                 f"are kept {cfg.spec.retention.runs_days} days: retention.runs_days)"
             )
         result: dict[str, Any] = shown
+        result["decisions"] = asyncio.run(_decisions_offline(args, run_id))
         return result
 
     return _via_daemon_or_files(args, "run_show", {"run_id": run_id}, offline, _print_transcript)
+
+
+async def _decisions_offline(args: argparse.Namespace, run_id: str) -> list[ResultDecision]:
+    """The founder's decisions on run ``run_id``'s result, from the desk file (none when
+    there is no desk yet: reading must not create it).
+    """
+    _, state = _config_and_state(args)
+    path = state / "desk.sqlite"
+    if not path.exists():
+        return []
+    desk = Desk(path, bus=EventBus(), clock=SystemClock())
+    try:
+        return decisions_of(await desk.of_run(run_id))
+    finally:
+        await desk.close()
 
 
 def _runs_last(args: argparse.Namespace, routine: str) -> int:
@@ -485,7 +502,8 @@ def _print_proposals(result: Mapping[str, Any]) -> int:
 def _decide(args: argparse.Namespace) -> int:
     reason = " ".join(getattr(args, "reason", None) or [])
     if args.decision != "revert" and on_desk(args.proposal_id):
-        op_args = {"item_id": args.proposal_id}
+        # who decided, for the run's transcript: the login running the command
+        op_args = {"item_id": args.proposal_id, "by": login(), "via": "cli"}
         if args.decision == "reject":
             op_args["reason"] = reason
         state = ItemState.APPROVED if args.decision == "approve" else ItemState.REJECTED

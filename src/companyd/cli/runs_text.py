@@ -123,10 +123,28 @@ def _approval(a: Mapping[str, Any]) -> str:
         said = "unanswered: expired (counts as rejected)"
     else:
         said = f"{decision} by {a.get('decided_by') or 'the founder'}"
+        said += f" via {a['via']}" if a.get("via") else ""
     said += f" {when(a.get('decided'), seconds=True)} UTC"
     if a.get("reason"):
         said += f": {a['reason']}"
     return f"waited for the founder ({a.get('item_id')}, {asked}) · {said}"
+
+
+def _decision(d: Mapping[str, Any]) -> str:
+    """The founder's decision on a run's result (``approval: required``), as one line:
+    what, who, via what, when, the item and round, the reason or change asked for.
+    """
+    decision = str(d.get("decision"))
+    tail = f"({d.get('item_id')}, round {d.get('round')})"
+    if decision == "pending":
+        return f"awaits approval since {when(d.get('asked'), seconds=True)} UTC {tail}"
+    said = decision.replace("changes_requested", "changes requested").replace("_", " ")
+    if decision == "expired":
+        said = "unanswered: expired (counts as rejected)"
+    else:
+        said += f" by {d.get('by') or 'the founder'}" + (f" via {d['via']}" if d.get("via") else "")
+    said += f" at {when(d.get('decided'), seconds=True)} UTC {tail}"
+    return said + (f": {d['text']}" if d.get("text") else "")
 
 
 def transcript_lines(t: Mapping[str, Any]) -> list[str]:
@@ -150,6 +168,8 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
         lines.append(f"follows:  {_link(thread['reply_to'])}")
     for reply in thread.get("replies") or []:
         lines.append(f"followed: {_link(reply)}")
+    for d in t.get("decisions") or []:
+        lines.append(f"founder:  {_decision(d)}")
     for other in t.get("other_attempts") or []:
         lines.append(
             f"attempt {other.get('attempt')}: run {other.get('run_id')} ({other.get('status')})"

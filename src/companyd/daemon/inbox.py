@@ -14,12 +14,13 @@ import json
 from typing import Any
 
 from companyd.admin import AdminError
+from companyd.admin.blocks import ResultDecision
 from companyd.admin.results import DeskDecision, Inbox, InboxItem
 from companyd.roles.desk import Desk, DeskError, DeskItem, ItemKind, ItemState
 from companyd.roles.improver import Proposals
 from companyd.roles.journal import Journal
 
-__all__ = ["decide", "gather_inbox", "on_desk"]
+__all__ = ["decide", "decisions_of", "gather_inbox", "on_desk"]
 
 
 def on_desk(item_id: str) -> bool:
@@ -29,14 +30,17 @@ def on_desk(item_id: str) -> bool:
     return item_id.startswith(("ap-", "q-", "r-"))
 
 
-async def decide(desk: Desk, item_id: str, state: ItemState, text: str, by: str) -> DeskDecision:
-    """Decide desk item ``item_id``; the item after it, with a line saying what was done.
+async def decide(
+    desk: Desk, item_id: str, state: ItemState, text: str, by: str, via: str = "cli"
+) -> DeskDecision:
+    """Decide desk item ``item_id`` (``by`` whom, ``via`` telegram or cli); the item after
+    it, with a line saying what was done.
 
     Raises:
         AdminError: no such item, not pending, or not a decision its kind takes.
     """
     try:
-        item = await desk.decide(item_id, state, text, by=by)
+        item = await desk.decide(item_id, state, text, by=by, via=via)
     except DeskError as exc:
         raise AdminError(str(exc)) from None
     if item.kind is ItemKind.APPROVAL:
@@ -61,6 +65,26 @@ async def decide(desk: Desk, item_id: str, state: ItemState, text: str, by: str)
         decided_by=item.decided_by,
         message=f"{verb} {item.id} ({what})",
     )
+
+
+def decisions_of(items: list[DeskItem]) -> list[ResultDecision]:
+    """The founder's decisions on a run's result (``runs show``): one per result item of
+    the run (a routine with ``approval: required``), pending ones included.
+    """
+    return [
+        {
+            "item_id": i.id,
+            "round": int(i.payload.get("round") or 1),
+            "decision": str(i.state),
+            "by": i.decided_by or None,
+            "via": i.via or None,
+            "asked": i.created,
+            "decided": i.decided,
+            "text": i.text,
+        }
+        for i in items
+        if i.kind is ItemKind.RESULT
+    ]
 
 
 async def gather_inbox(

@@ -302,7 +302,11 @@ class Daemon(Operator, Reloader, Backups):
             asyncio.create_task(
                 self._service(
                     RunRetention(
-                        self.journal, self.clock, lambda: self.config.spec.retention.runs_days
+                        self.journal,
+                        self.clock,
+                        lambda: self.config.spec.retention.runs_days,
+                        # a reply to a message older than its run has no thread to go on
+                        also={"Telegram thread link(s)": self.alerts.prune_threads},
                     ).run
                 ),
                 name="run-retention",

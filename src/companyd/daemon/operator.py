@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import os
+import re
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -25,7 +26,7 @@ from typing import Any
 
 from companyd import __version__
 from companyd._aio import race
-from companyd.admin import AdminError
+from companyd.admin import AdminError, AdminStopping
 from companyd.admin.results import (
     AgentCounts,
     AskAnswer,
@@ -58,7 +59,7 @@ from companyd.admin.results import (
 from companyd.alerts.service import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
-from companyd.daemon.inbox import decide, gather_inbox, on_desk
+from companyd.daemon.inbox import decide, decisions_of, gather_inbox, on_desk
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
 from companyd.roles.desk import Desk, ItemState
@@ -293,25 +294,35 @@ class Operator:
         )
 
     async def ask(
-        self, agent: str, question: str, timeout: float = 300.0, reply_to: str | None = None
+        self,
+        agent: str,
+        question: str,
+        timeout: float = 300.0,
+        reply_to: str | None = None,
+        task_id: str | None = None,
     ) -> AskAnswer:
         """:meth:`Admin.ask`: queue a task from the operator and wait for its run's outcome;
-        with ``reply_to``, a follow-up in that run's thread.
+        with ``reply_to``, a follow-up in that run's thread; with ``task_id``, once per id.
 
         Raises:
             AdminError: an unknown agent, an empty question, an unknown run or another
-                agent's run to follow up, no outcome within ``timeout`` seconds (the task
-                keeps running), or the daemon began to stop (the task is journaled and
-                resumes after the restart).
+                agent's run to follow up, a malformed ``task_id`` or another agent's, no
+                outcome within ``timeout`` seconds (the task keeps running).
+            AdminStopping: the daemon began to stop (the task is journaled and resumes
+                after the restart).
         """
         self._check_agent(agent)
         if not question.strip():
             raise AdminError("the question is empty; say what you want the agent to do")
+        if task_id is not None:
+            known = await self._known_task(agent, task_id, timeout)
+            if known is not None:
+                return AskAnswer(**known.to_dict())
         prompt = question
         if reply_to is not None:
             prompt = await self._follow_up(agent, question, reply_to)
         task = Task(
-            id=new_id("task"),
+            id=task_id or new_id("task"),
             agent=agent,
             prompt=prompt,
             source="operator",
@@ -327,6 +338,36 @@ class Operator:
                 "— see `companyd runs`"
             ) from None
         return AskAnswer(**outcome.to_dict())
+
+    async def _known_task(self, agent: str, task_id: str, timeout: float) -> RunOutcome | None:
+        """The outcome of task ``task_id`` if the journal already holds it (waited for while
+        its run goes on, e.g. resumed after a restart); None for a task never submitted.
+        """
+        if _TASK_ID.fullmatch(task_id) is None:
+            raise AdminError(
+                f"task_id {task_id!r} is not a task id ('task-' and 12 hex digits); leave it "
+                "out to start a new task"
+            )
+        known = await self.journal.get_task(task_id)
+        if known is None:
+            return None
+        task, state = known[0], known[1]
+        if task.agent != agent:
+            raise AdminError(f"task {task_id!r} is {task.agent}'s, not {agent}'s")
+        held = self.staff.resumed(task_id)
+        if held is not None:
+            try:
+                async with asyncio.timeout(timeout):
+                    return await self._unless_stopping(held, task)
+            except TimeoutError:
+                raise AdminError(
+                    f"{agent} did not finish within {timeout:g} s; the task {task_id} keeps "
+                    "running — see `companyd runs`"
+                ) from None
+        ended = await self.journal.last_outcome(task_id)
+        if ended is None:
+            raise AdminError(f"task {task_id!r} is {state} with no run that ended")
+        return ended
 
     async def _follow_up(self, agent: str, reply: str, run_id: str) -> str:
         """The prompt of a reply in run ``run_id``'s thread (it must be ``agent``'s)."""
@@ -355,7 +396,7 @@ class Operator:
             result: RunOutcome = job.result()
             return result
         job.cancel()
-        raise AdminError(
+        raise AdminStopping(
             f"the daemon is stopping; task {task.id} is journaled and {task.agent} resumes it "
             "after the restart (see `companyd runs`)"
         )
@@ -400,7 +441,7 @@ class Operator:
                 f"no run {run_id!r} in the journal; see `companyd runs` for run ids (runs are "
                 f"kept {days} days: retention.runs_days)"
             )
-        return RunTranscript(**shown)
+        return RunTranscript(**shown, decisions=decisions_of(await self.desk.of_run(run_id)))
 
     async def tasks(self, quarantined: bool = False) -> Tasks:
         """:meth:`Admin.tasks`: queued and running tasks, or only the quarantined ones."""
@@ -430,7 +471,9 @@ class Operator:
         """:meth:`Admin.proposals`: the latest proposals, newest first, decided ones included."""
         return Proposals(proposals=[p.to_dict() for p in await self.proposal_store.list()])
 
-    async def approve(self, item_id: str) -> ProposalDecision | DeskDecision:
+    async def approve(
+        self, item_id: str, by: str = "", via: str = "cli"
+    ) -> ProposalDecision | DeskDecision:
         """:meth:`Admin.approve`: a proposal runs to the end once begun, even if the caller
         goes away; a desk item (``ap-``, ``r-``) is decided.
 
@@ -439,14 +482,18 @@ class Operator:
                 since the proposal was made.
         """
         if on_desk(item_id):
-            return await decide(self.desk, item_id, ItemState.APPROVED, "", by="founder")
+            return await decide(
+                self.desk, item_id, ItemState.APPROVED, "", by=by or "founder", via=via
+            )
         try:
             p = await self.proposal_store.approve(item_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
         return ProposalDecision(**p.to_dict(), message=f"applied {p.id} to {p.file} and reloaded")
 
-    async def reject(self, item_id: str, reason: str = "") -> ProposalDecision | DeskDecision:
+    async def reject(
+        self, item_id: str, reason: str = "", by: str = "", via: str = "cli"
+    ) -> ProposalDecision | DeskDecision:
         """:meth:`Admin.reject`: a proposal is discarded; a desk item is rejected with
         ``reason``.
 
@@ -454,20 +501,24 @@ class Operator:
             AdminError: no such proposal or item, or it is not pending.
         """
         if on_desk(item_id):
-            return await decide(self.desk, item_id, ItemState.REJECTED, reason, by="founder")
+            return await decide(
+                self.desk, item_id, ItemState.REJECTED, reason, by=by or "founder", via=via
+            )
         try:
             p = await self.proposal_store.reject(item_id)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
         return ProposalDecision(**p.to_dict(), message=f"rejected {p.id}")
 
-    async def answer(self, item_id: str, text: str) -> DeskDecision:
+    async def answer(self, item_id: str, text: str, by: str = "", via: str = "cli") -> DeskDecision:
         """:meth:`Admin.answer`.
 
         Raises:
             AdminError: no such item, it is not pending, or it is not a question or result.
         """
-        return await decide(self.desk, item_id, ItemState.ANSWERED, text, by="founder")
+        return await decide(
+            self.desk, item_id, ItemState.ANSWERED, text, by=by or "founder", via=via
+        )
 
     async def inbox(self) -> Inbox:
         """:meth:`Admin.inbox`."""
@@ -603,6 +654,10 @@ def _routine_for_status(r: Mapping[str, Any]) -> RoutineLine:
         last_outcome=last.get("outcome"),
         enabled=r.get("enabled", True),
     )
+
+
+#: A task id as :func:`~companyd.roles.tasks.new_id` makes it (``ask``'s ``task_id``).
+_TASK_ID = re.compile(r"task-[0-9a-f]{12}")
 
 
 #: A status ``spend`` block with nothing read from the ledger (zero spend, no limits).

@@ -188,7 +188,8 @@ class FounderQuestion(Event):
 @dataclass(frozen=True, kw_only=True)
 class FounderResultForApproval(Event):
     """A routine's result (``approval: required``) waits for the founder: ``answer`` at
-    most 3,000 characters, ``round`` 1 and then 2… after each change request.
+    most 3,000 characters, ``round`` 1 and then 2… after each change request (``follows``:
+    the item of the round sent back).
     """
 
     KIND = "founder_result_for_approval"
@@ -201,12 +202,14 @@ class FounderResultForApproval(Event):
     answer: str
     cost_usd: float
     round: int
+    follows: str | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)
 class FounderDecided(Event):
     """An item on the founder's desk was decided (``state``: approved, rejected, answered,
-    changes_requested, expired).
+    changes_requested, expired): ``by`` whom, ``via`` what (``telegram``, ``cli``; empty
+    when it expired).
     """
 
     KIND = "founder_decided"
@@ -216,3 +219,5 @@ class FounderDecided(Event):
     run_id: str | None
     state: str
     by: str
+    via: str = ""
+    routine: str | None = optional()

@@ -55,8 +55,10 @@ class RoutineSkipped(RoutineEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class RoutineResult(Event):
-    """A fire ended ok and its routine delivers its result (``deliver:``): the whole
-    answer, for the pager to deliver (docs/alerts.md, "Results"). Not an alert itself.
+    """A fire ended ok and its routine delivers its result (``deliver:``), or the founder
+    approved it (``approved``: a routine with ``approval: required``; ``deliver`` is then
+    what follows the approval, maybe nothing): the whole answer, for the pager to deliver
+    (docs/alerts.md, "Results"). Not an alert itself.
     """
 
     KIND = "routine_result"
@@ -70,3 +72,4 @@ class RoutineResult(Event):
     scheduled: str
     fire_id: str
     ended: float
+    approved: bool | None = optional()

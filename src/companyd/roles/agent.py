@@ -611,6 +611,7 @@ class Agent:
                 "asked": item.created,
                 "decided": item.decided,
                 "decided_by": item.decided_by,
+                "via": item.via,
                 "text": item.text,
             },
             self.deps.clock.time(),

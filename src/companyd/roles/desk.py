@@ -78,12 +78,19 @@ CREATE TABLE IF NOT EXISTS items (
 CREATE INDEX IF NOT EXISTS items_by_state ON items(state, created);
 """
 
+#: Version 2: through what the founder decided (``via``: telegram or cli), and the items of
+#: a run found by it (``runs show``).
+_VIA = """
+ALTER TABLE items ADD COLUMN via TEXT NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS items_by_run ON items(run_id);
+"""
+
 #: The desk's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite).
-MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA, _VIA)
 
 _COLUMNS = (
     "id, key, kind, agent, run_id, routine, payload, state, created, deadline, decided, text, "
-    "decided_by"
+    "decided_by, via"
 )
 
 
@@ -129,7 +136,10 @@ class DeskItem:
     decided: float | None
     #: a rejection's reason, or the founder's answer
     text: str
+    #: who decided (a Telegram user's name, the CLI user's login, ``the deadline``)
     decided_by: str
+    #: through what: ``telegram``, ``cli`` (empty: expired, or decided before it was kept)
+    via: str = ""
 
     @property
     def pending(self) -> bool:
@@ -151,6 +161,7 @@ class DeskItem:
             "decided": self.decided,
             "text": self.text,
             "decided_by": self.decided_by,
+            "via": self.via,
         }
 
     @classmethod
@@ -169,6 +180,7 @@ class DeskItem:
             decided=None if row[10] is None else float(row[10]),
             text=row[11],
             decided_by=row[12],
+            via=row[13],
         )
 
 
@@ -256,6 +268,7 @@ class Desk:
                     task=_clip(str(p.get("task") or ""), 300),
                     cost_usd=float(p.get("cost_usd") or 0.0),
                     round=int(p.get("round") or 1),
+                    follows=p.get("follows") or None,
                     **common,
                 )
             )
@@ -296,11 +309,12 @@ class Desk:
     # -- deciding -------------------------------------------------------------------------
 
     async def decide(
-        self, item_id: str, state: ItemState, text: str = "", by: str = ""
+        self, item_id: str, state: ItemState, text: str = "", by: str = "", via: str = ""
     ) -> DeskItem:
         """Decide a pending item: ``approved`` / ``rejected`` (an approval or a result,
         ``text`` the reason), ``answered`` (a question, ``text`` the answer) or
         ``changes_requested`` (a result, ``text`` the change; an answer to a result is one).
+        ``by`` and ``via`` (``telegram``, ``cli``) are kept with the decision.
 
         Raises:
             DeskError: no such item, the wrong decision for its kind, or already decided.
@@ -334,13 +348,20 @@ class Desk:
                 raise DeskError(f"{item.id} is a result: approve it, reject it or ask for changes")
         if state in (ItemState.ANSWERED, ItemState.CHANGES) and not text.strip():
             raise DeskError(f"an answer to {item.id} needs some text; nothing changed")
-        done = await self._set(item_id, state, text.strip(), by, only_pending=True)
+        done = await self._set(item_id, state, text.strip(), by, only_pending=True, via=via)
         if done.state is not state:  # decided meanwhile (another button, the deadline)
             raise DeskError(f"{item.kind} {item.id} was already {done.state}; nothing changed")
         return done
 
     async def _set(
-        self, item_id: str, state: ItemState, text: str, by: str, *, only_pending: bool
+        self,
+        item_id: str,
+        state: ItemState,
+        text: str,
+        by: str,
+        *,
+        only_pending: bool,
+        via: str = "",
     ) -> DeskItem:
         now = self._clock.time()
 
@@ -348,9 +369,9 @@ class Desk:
             with db:
                 db.execute("BEGIN")
                 changed = db.execute(
-                    "UPDATE items SET state = ?, text = ?, decided_by = ?, decided = ? "
+                    "UPDATE items SET state = ?, text = ?, decided_by = ?, decided = ?, via = ? "
                     "WHERE id = ?" + (" AND state = 'pending'" if only_pending else ""),
-                    (str(state), text, by, now, item_id),
+                    (str(state), text, by, now, via, item_id),
                 ).rowcount
                 row = db.execute(
                     f"SELECT {_COLUMNS} FROM items WHERE id = ?", (item_id,)
@@ -369,6 +390,8 @@ class Desk:
                     run_id=item.run_id,
                     state=str(item.state),
                     by=by,
+                    via=via,
+                    routine=item.routine,
                 )
             )
             event = self._decided.pop(item_id, None)
@@ -417,6 +440,18 @@ class Desk:
                 continue
             out.append(item)
         return out
+
+    async def of_run(self, run_id: str) -> list[DeskItem]:
+        """The items asked by run ``run_id`` (its approvals, questions and, for a routine's
+        run, its result awaiting approval), oldest first.
+        """
+        rows = await self._db.run(
+            lambda db: db.execute(
+                f"SELECT {_COLUMNS} FROM items WHERE run_id = ? ORDER BY created, rowid",
+                (run_id,),
+            ).fetchall()
+        )
+        return [DeskItem._of(r) for r in rows]
 
     async def recent(self, limit: int = 20) -> list[DeskItem]:
         """The latest items, decided or not, newest first."""

@@ -212,6 +212,7 @@ class ResultApprovals:
         rejects, lets the deadline pass, or a follow-up run fails.
         """
         rounds = first
+        sent_back: str | None = None  # the item of the round the founder sent back
         while True:
             item = await self._desk.request(
                 key=f"{root}/result/{rounds}",
@@ -225,6 +226,7 @@ class ResultApprovals:
                     "answer": outcome.answer,
                     "cost_usd": outcome.cost_usd,
                     "round": rounds,
+                    "follows": sent_back,
                 },
                 timeout=self._timeout(task.agent),
             )
@@ -241,6 +243,7 @@ class ResultApprovals:
                 return replace(
                     outcome, status=RunStatus.FAILED, reason=f"rejected by the founder: {why}"
                 )
+            sent_back = item.id
             task = replace(
                 task,
                 id=f"{root}.{rounds + 1}",

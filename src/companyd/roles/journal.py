@@ -121,6 +121,8 @@ class ApprovalStep(TypedDict):
     asked: float
     decided: float | None
     decided_by: str
+    #: through what: telegram | cli ("" before it was kept)
+    via: NotRequired[str]
     #: the rejection's reason ("" when approved)
     text: str
 
@@ -301,15 +303,36 @@ class Journal:
 
         return await self._run(q)
 
-    async def open_routine_tasks(self) -> set[str]:
-        """Ids of routine tasks still queued or running (what a restart resumes)."""
+    async def open_tasks(self) -> set[str]:
+        """Ids of tasks still queued or running: what a restart resumes, and whose outcome
+        a caller (the scheduler, the pager for a founder's reply) may come back for.
+        """
 
         def q(db: sqlite3.Connection) -> set[str]:
-            rows = db.execute(
-                "SELECT id FROM tasks WHERE state IN ('queued', 'running') "
-                "AND json_extract(payload, '$.routine') IS NOT NULL"
-            ).fetchall()
-            return {r[0] for r in rows}
+            rows = db.execute("SELECT id FROM tasks WHERE state IN ('queued', 'running')")
+            return {r[0] for r in rows.fetchall()}
+
+        return await self._run(q)
+
+    async def last_outcome(self, task_id: str) -> RunOutcome | None:
+        """How the latest run of ``task_id`` that ended ended, or None (no run ended)."""
+
+        def q(db: sqlite3.Connection) -> RunOutcome | None:
+            row = db.execute(
+                "SELECT id, agent, state, reason, answer, started, ended, cost, steps, models, "
+                "offline FROM runs WHERE task_id = ? AND state != 'running' "
+                "ORDER BY started DESC, rowid DESC LIMIT 1",
+                (task_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            run, agent, status, reason, answer, started, ended, cost, steps, models, off = row
+            return RunOutcome(
+                task_id=task_id, run_id=run, agent=agent, status=RunStatus(status),
+                reason=reason, answer=answer, started=float(started),
+                ended=float(ended if ended is not None else started), cost_usd=float(cost),
+                steps=int(steps), models=tuple(json.loads(models)), offline=bool(off),
+            )  # fmt: skip
 
         return await self._run(q)
 

@@ -81,7 +81,7 @@ class Mailboxes:
             self._wakeup[agent].set()
 
     def restored(self, task_ids: set[str]) -> None:
-        """Remember the routine tasks a previous process left open (for :meth:`resumed`)."""
+        """Remember the tasks a previous process left open (for :meth:`resumed`)."""
         self._restored = task_ids
 
     def waiter(self, task_id: str) -> asyncio.Future[RunOutcome]:

@@ -192,7 +192,7 @@ class Staff:
                 self.pauses.restore(agent, reason, budget)
         for slug in self._config.agents:
             self.mailboxes.restore(slug, await self.journal.queued_tasks(slug))
-        self.mailboxes.restored(await self.journal.open_routine_tasks())
+        self.mailboxes.restored(await self.journal.open_tasks())
 
     def child(self, slug: str) -> ChildFn:
         """The supervised child body of agent ``slug`` (a fresh Agent per start)."""

@@ -339,6 +339,7 @@ def _steps(
                     "item_id": p.get("item"),
                     "decision": p.get("state"),
                     "decided_by": p.get("decided_by") or None,
+                    "via": p.get("via") or None,
                     "asked": p.get("asked"),
                     "decided": p.get("decided"),
                     "reason": p.get("text") or "",

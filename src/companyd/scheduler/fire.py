@@ -275,7 +275,8 @@ class Fires:
         await self._rec.finish(
             rec, result, reason, cost_usd=outcome.cost_usd, run_id=outcome.run_id or None
         )
-        self._rec.result(rec, outcome, after_approval(r), r.description)
+        approved = r.approval == "required" and self._gate is not None
+        self._rec.result(rec, outcome, after_approval(r), r.description, approved=approved)
         if r.precondition == "memory_changed":
             # Taken after the run, so the run's own memory writes do not wake it again.
             try:
@@ -347,7 +348,9 @@ class Fires:
             run_id=outcome.run_id or None,
         )
         if slot is not None:
-            self._rec.result(rec, outcome, after_approval(slot.config), slot.config.description)
+            r = slot.config
+            approved = r.approval == "required" and self._gate is not None
+            self._rec.result(rec, outcome, after_approval(r), r.description, approved=approved)
 
     async def _precondition(self, slot: Slot) -> tuple[bool, str | None]:
         r = slot.config

@@ -173,14 +173,21 @@ class Recorder:
         )
 
     def result(
-        self, rec: FireRecord, outcome: RunOutcome, deliver: tuple[str, ...], task: str
+        self,
+        rec: FireRecord,
+        outcome: RunOutcome,
+        deliver: tuple[str, ...],
+        task: str,
+        *,
+        approved: bool = False,
     ) -> None:
         """Publish ``routine_result`` for a fire whose run ended ok, when its routine
-        delivers its result somewhere (``deliver``: telegram, digest, memory, file). The
-        event carries the whole answer: the pager puts it in its outbox before anything is
-        sent (docs/alerts.md, "Results").
+        delivers its result somewhere (``deliver``: telegram, digest, memory, file) or the
+        founder ``approved`` it (the pager confirms that in the thread). The event carries
+        the whole answer: the pager puts it in its outbox before anything is sent
+        (docs/alerts.md, "Results").
         """
-        if not deliver or not outcome.ok or not outcome.run_id:
+        if not (deliver or approved) or not outcome.ok or not outcome.run_id:
             return
         self._bus.publish(
             RoutineResult(
@@ -195,6 +202,7 @@ class Recorder:
                 scheduled=utc_from_ts(rec.scheduled).isoformat(),
                 fire_id=rec.fire_id,
                 ended=outcome.ended,
+                approved=approved or None,
             )
         )
 
