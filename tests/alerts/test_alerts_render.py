@@ -553,3 +553,24 @@ def test_the_shapes_memory_and_reload_send() -> None:
     assert "agents started: analyst" in reloaded and "agents restarted: cfo" in reloaded
     assert "agents stopped" not in reloaded
     assert "routines added: payroll" in reloaded and "unchanged" not in reloaded
+
+
+def test_a_result_too_long_for_its_approval_message_says_so_and_where_to_read_it() -> None:
+    """Review of the desk: the approval message cut a long result at 3,000 characters with
+    only an ellipsis, so the founder could approve a report whose end they never saw.
+    """
+    data = {
+        "item_id": "rs-1",
+        "routine": "month-end",
+        "agent": "cfo",
+        "run_id": "run-abc",
+        "answer": "x" * 5000,
+        "cost_usd": 0.01,
+    }
+    rendered, buttons = render("founder_result_for_approval", data, "cfo", {}, AGENTS)
+    text = "\n".join(rendered.lines)
+    assert "only the first 3,000 of 5,000 characters are shown" in text
+    assert "companyd runs show run-abc" in text
+    assert [b.label for b in buttons] == ["✅ Approve", "✏️ Request changes", "✖ Reject"]
+    short, _ = render("founder_result_for_approval", {**data, "answer": "ok"}, "cfo", {}, AGENTS)
+    assert not any("only the first" in line for line in short.lines)

@@ -556,12 +556,25 @@ def _founder_question(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     return Rendered(f"{_who(data)} asks you ({item})", tuple(lines))
 
 
+#: How much of a result waiting for approval its message shows (Telegram's 4,096 characters
+#: also hold the title, the cost line and what to do).
+APPROVAL_SHOWN = 3000
+
+
 def _founder_result(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     item = txt(data.get("item_id"), 40)
     title = f"{txt(data.get('routine'), 80)} by {_who(data)} awaits your approval ({item})"
     if num(data.get("round")) and (num(data.get("round")) or 0) > 1:
         title += f", round {txt(data.get('round'))}"
-    lines = [txt(data.get("answer"), 3000), "—"]
+    answer = data.get("answer")
+    lines = [txt(answer, APPROVAL_SHOWN), "—"]
+    if isinstance(answer, str) and len(answer) > APPROVAL_SHOWN:
+        # Never let the founder approve what they were not shown without saying so.
+        lines.append(
+            f"⚠ only the first {APPROVAL_SHOWN:,} of {len(answer):,} characters are shown: read "
+            f"the whole result with `companyd runs show {txt(data.get('run_id'), 40)}` before "
+            "you approve"
+        )
     if has(data, "cost_usd"):
         lines.append(f"cost {usd(data.get('cost_usd'))} · run {txt(data.get('run_id'), 40)}")
     lines.append(f"reply to this message with the changes you want, or /approve {item}")
