@@ -41,6 +41,7 @@ from companyd.daemon.protocol import socket_path
 from companyd.daemon.reload import Reloader, ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor, Notifier, StatusUpdater, Watchdog
 from companyd.daemon.tree import build_company_tree
+from companyd.daemon.views import Views
 from companyd.errors import EX_CONFIG, EX_SOFTWARE, CompanydError
 from companyd.events import DaemonStarted, DaemonStopping, EventBus, StateDirTightened
 from companyd.llm.model import ModelBackend
@@ -110,7 +111,7 @@ def make_backend(
     return ClaudeBackend.from_config(config.spec.anthropic, clock=clock)
 
 
-class Daemon(Operator, Reloader, Backups):
+class Daemon(Operator, Views, Reloader, Backups):
     """The running company: builds the tree, serves the operator, reloads, stops.
 
     Args:

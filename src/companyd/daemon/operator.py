@@ -68,7 +68,7 @@ from companyd.roles.journal import Journal
 from companyd.roles.staff import Staff
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, follow_up_prompt, new_id
 from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
-from companyd.spend import SpendBook
+from companyd.spend import SpendBook, SpendError
 from companyd.spend.ledger import LedgerError
 
 __all__ = ["NO_SPEND", "Operator"]
@@ -162,15 +162,17 @@ class Operator:
             return []
         return [_routine_for_status(r) for r in jobs.get("routines", []) if isinstance(r, Mapping)]
 
-    async def spend(self, by: str = "agent", period: str = "today") -> SpendReport:
+    async def spend(
+        self, by: str = "agent", period: str = "today", per_day: bool = False
+    ) -> SpendReport:
         """:meth:`Admin.spend`, from the spend book.
 
         Raises:
             AdminError: an unknown grouping or period (the message lists the valid ones).
         """
         try:
-            report = await self.spend_book.spend_report(by=by, period=period)
-        except ValueError as exc:
+            report = await self.spend_book.spend_report(by=by, period=period, per_day=per_day)
+        except (ValueError, SpendError) as exc:  # SpendError: a refusal, as AdminError says
             raise AdminError(str(exc)) from None
         return SpendReport(
             by=report["by"], period=report["period"], rows=report["rows"], total=report["total"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ class ReloadRecord:
     last_at: float | None = None
     last_result: str | None = None
     last_rejected: dict[str, Any] | None = None
+    #: every error of the last rejected reload, as :func:`shown_error` shows them
+    last_errors: list[str] = field(default_factory=list)
 
     def applied(self, at: float) -> None:
         """Record an applied reload."""
@@ -57,6 +59,7 @@ class ReloadRecord:
             "errors": len(errors),
             "first_error": shown_error(errors[0]) if errors else "",
         }
+        self.last_errors = [shown_error(e) for e in errors]
 
     def to_dict(self) -> dict[str, Any]:
         """The ``daemon.reload`` block of status (docs/daemon.md)."""
