@@ -22,6 +22,7 @@ from companyd.admin.results import (
     BackupWritten,
     BudgetRaised,
     BudgetReport,
+    DashboardLogin,
     DebugBlocked,
     DebugCrashed,
     DeskDecision,
@@ -177,6 +178,13 @@ class Admin(Protocol):
     async def backup(self, to: str) -> BackupWritten:
         """Write a consistent backup of the company to ``to`` (an absolute file name, or a
         directory for a dated file in it): its path, size, members and duration.
+        """
+        ...
+
+    async def dashboard_login(self) -> DashboardLogin:
+        """A one-time login URL of the web dashboard (``/login?token=…``: valid 5 minutes,
+        single use). Refused when the dashboard is off (``dashboard.enabled: false``) or not
+        serving yet.
         """
         ...
 
