@@ -202,6 +202,10 @@ class RecordingAdmin:
         self.calls.append(("config_view",))
         return {"path": "/etc/companyd/company.yaml"}
 
+    async def dashboard_login(self) -> Any:
+        self.calls.append(("dashboard_login",))
+        return {"url": "http://127.0.0.1:8470/login?token=t", "expires_at": 0.0}
+
 
 class Ctx:
     """A ChildContext as a supervisor gives it."""

@@ -178,6 +178,9 @@ class Company:
     async def backup(self, to: str) -> Any:
         return {"path": to}
 
+    async def dashboard_login(self) -> Any:
+        return {"url": "http://127.0.0.1:8470/login?token=t", "expires_at": 0.0}
+
     async def raise_budget(self, agent: str | None, usd: float) -> Any:
         if agent is not None:
             self._agent(agent)

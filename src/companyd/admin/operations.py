@@ -23,6 +23,7 @@ from companyd.admin.results import (
     BudgetRaised,
     BudgetReport,
     ConfigView,
+    DashboardLogin,
     DebugBlocked,
     DebugCrashed,
     DeskDecision,
@@ -206,6 +207,13 @@ class Admin(Protocol):
     async def config_view(self) -> ConfigView:
         """The running company.yaml resolved (defaults filled in, secrets redacted), the
         file's time against the running version's, and the last reload's result and errors.
+        """
+        ...
+
+    async def dashboard_login(self) -> DashboardLogin:
+        """A one-time login URL of the web dashboard (``/login?token=…``: valid 5 minutes,
+        single use). Refused when the dashboard is off (``dashboard.enabled: false``) or not
+        serving yet.
         """
         ...
 

@@ -31,6 +31,7 @@ __all__ = [
     "CompanyInfo",
     "ConfigView",
     "DaemonInfo",
+    "DashboardLogin",
     "DebugBlocked",
     "DebugCrashed",
     "DepartmentChanges",
@@ -545,6 +546,16 @@ class ReloadRejected:
 
 
 # -- fault injection ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class DashboardLogin:
+    """``dashboard_login``: a one-time login URL of the dashboard (single use, valid until
+    ``expires_at``, epoch seconds).
+    """
+
+    url: str
+    expires_at: float
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,6 +35,7 @@ from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig
 from companyd.daemon.backups import Backups
 from companyd.daemon.control import ControlServer
+from companyd.daemon.dashboard import WebDashboard
 from companyd.daemon.logs import log_events
 from companyd.daemon.operator import NO_SPEND, Operator
 from companyd.daemon.protocol import socket_path
@@ -202,6 +203,7 @@ class Daemon(Operator, Views, Reloader, Backups):
             self, self.socket, clock=real, group=control_group, state_dir=state_dir
         )
         self._metrics_server: Any = None
+        self.web = WebDashboard(self, lambda: self.config, self.bus, self.clock)
         self._stop = asyncio.Event()
         # set once the tree is up and READY=1 was sent: a reload waits for it
         self._up = asyncio.Event()
@@ -252,6 +254,9 @@ class Daemon(Operator, Views, Reloader, Backups):
             metrics = Metrics(lag=self.lag.stats)
             self._metrics_server = MetricsServer(metrics, self.bus, self.config.spec.metrics.listen)
             services.append(ChildSpec(id="metrics", start=self._metrics_server.run, shutdown=5.0))
+        web = self.web.child(self.oneoff, SERVICE_BACKOFF)
+        if web is not None:
+            services.append(web)
 
         def agent_child(agent: Any) -> ChildSpec:
             return ChildSpec(

@@ -33,6 +33,7 @@ from companyd.admin.results import (
     BudgetReport,
     CompanyInfo,
     DaemonInfo,
+    DashboardLogin,
     DebugBlocked,
     DebugCrashed,
     DeskDecision,
@@ -58,6 +59,7 @@ from companyd.admin.results import (
 from companyd.alerts.service import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
+from companyd.daemon.dashboard import WebDashboard
 from companyd.daemon.inbox import decide, gather_inbox, on_desk
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
@@ -98,6 +100,7 @@ class Operator:
     journal: Journal
     proposal_store: ProposalStore
     desk: Desk
+    web: WebDashboard
 
     def _status_sync(self) -> partial[Status]:
         """Status as of now, but for its spend and routines (read next, with an await)."""
@@ -264,6 +267,10 @@ class Operator:
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
         return JobRun(routine=routine, **vars(_answer(outcome)))
+
+    async def dashboard_login(self) -> DashboardLogin:
+        """:meth:`Admin.dashboard_login` (see :meth:`WebDashboard.login`)."""
+        return self.web.login()
 
     async def pause(self, agent: str) -> Paused:
         """:meth:`Admin.pause`: an operator pause, held until :meth:`resume`.

@@ -219,7 +219,8 @@ def shown_error(text: str) -> str:
 
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
     """The settings read once at start that differ between ``old`` and ``new``: a reload
-    cannot apply them (the state directory, the memory file, the model client, metrics).
+    cannot apply them (the state directory, the memory file, the model client, metrics,
+    the dashboard's address).
     """
     changed = []
     # (when --state-dir chose the directory, company.yaml's state_dir does not matter)
@@ -231,4 +232,6 @@ def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path
         changed.append("anthropic")
     if old.spec.metrics != new.spec.metrics:
         changed.append("metrics")
+    if old.spec.dashboard != new.spec.dashboard:
+        changed.append("dashboard")
     return changed
