@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from companyd.dashboard.pages import agent, overview
+from companyd.dashboard.pages import agent, config, inbox, memory, overview, routines, runs, spend
 
 __all__ = ["PAGES"]
 
@@ -26,4 +26,10 @@ __all__ = ["PAGES"]
 PAGES: tuple[ModuleType, ...] = (
     overview,
     agent,
+    runs,
+    routines,
+    spend,
+    memory,
+    inbox,
+    config,
 )
