@@ -17,7 +17,7 @@ __all__ = ["HEIGHT", "WIDTH", "Layout", "ring_layout"]
 
 #: The drawing's coordinate space (the SVG's viewBox); it scales to the page's width.
 WIDTH = 640
-HEIGHT = 420
+HEIGHT = 380
 _MARGIN = 50
 #: Labels longer than this are cut (the node's title has the whole name).
 _LABEL_CHARS = 18

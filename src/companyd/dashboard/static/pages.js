@@ -7,7 +7,11 @@
   "use strict";
   var COLOURS = ["#2457c5", "#1f7a3d", "#a35b00", "#7b3fb5", "#00838f", "#b3261e", "#6d4c41", "#546e7a"];
 
-  function money(v) { return v == null ? "–" : "$" + Number(v).toFixed(2); }
+  function money(v) {
+    if (v == null) { return "–"; }
+    var n = Number(v);
+    return "$" + (n > 0 && n < 0.01 ? n.toFixed(4) : n.toFixed(2));
+  }
 
   function own(values) {
     return function (u, raw, si, i) { return i == null ? "–" : money(values[i]); };
@@ -43,7 +47,7 @@
         height: 240,
         series: series,
         scales: { x: { time: true } },
-        axes: [{}, { values: function (u, vals) { return vals.map(money); } }]
+        axes: [{}, { size: 64, values: function (u, vals) { return vals.map(money); } }]
       }, data, el);
     });
   }
