@@ -12,7 +12,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from starlette.requests import Request
 
+from companyd.dashboard.pages.inbox import waiting
 from companyd.dashboard.pages.spend import CSV_COLUMNS
 from companyd.roles.desk import ItemKind
 from companyd.testing.daemon import short_dir
@@ -207,6 +209,30 @@ async def test_inbox_actions_are_admin_operations_recorded_via_dashboard(site: S
     assert "Nothing waits for you." in (await site.get("/inbox")).text
     unknown = await site.post(f"/inbox/{question.id}/shred")
     assert unknown.status_code == 400 and "choose one of approve, reject" in unknown.text
+
+
+async def test_the_inbox_count_is_live_and_offers_a_reload_when_items_arrive(site: Site) -> None:
+    page = await site.get("/inbox")
+    assert 'sse-connect="/live?f=inbox&amp;shown=0"' in page.text
+
+    def live(shown: int) -> Request:
+        query = f"f=inbox&shown={shown}".encode()
+        scope = {"type": "http", "app": site.app, "method": "GET", "path": "/live"}
+        return Request({**scope, "query_string": query, "headers": [], "state": {}})
+
+    assert (await waiting(live(0))).strip() == "Nothing waits for you."
+    await site.daemon.desk.request(
+        key="test:q3",
+        kind=ItemKind.QUESTION,
+        agent="ceo",
+        run_id=None,
+        routine=None,
+        payload={"question": "Hire a designer?"},
+        timeout=3600,
+    )
+    changed = await waiting(live(0))
+    assert "1 item waits for you" in changed and 'href="/inbox">reload the inbox' in changed
+    assert "reload" not in await waiting(live(1))
 
 
 async def test_config_shows_the_resolved_file_and_the_last_reload_never_a_secret(

@@ -17,6 +17,10 @@ request gets the decided item (its notice, or the refusal) to swap in place of t
 plain form post gets the inbox again with the notice on top (409 for a refusal: already
 decided, unknown id — the daemon's message). An unknown action is a 400 naming the valid
 ones.
+
+The live fragment ``inbox`` (``/live?f=inbox&shown=N``) says how many items wait and, when
+that differs from the ``N`` the page shows, offers to reload: the list itself is not
+swapped under the founder's hands (a half-typed answer would be lost).
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from starlette.routing import BaseRoute, Route
 
 from companyd.dashboard.actions import Outcome, perform
 from companyd.dashboard.context import ctx_of
+from companyd.dashboard.live import Live
 from companyd.dashboard.render import fragment, render
 
-__all__ = ["ACTIONS", "GROUPS", "routes"]
+__all__ = ["ACTIONS", "GROUPS", "INBOX_KINDS", "live", "routes"]
 
 #: The actions, with the form field each needs (None: none).
 ACTIONS: dict[str, str | None] = {
@@ -72,10 +77,34 @@ async def _groups(request: Request) -> list[dict[str, Any]]:
     return groups
 
 
+#: The events after which the number of waiting items may have changed.
+INBOX_KINDS = frozenset(
+    {
+        "founder_approval_requested", "founder_question", "founder_result_for_approval",
+        "founder_decided", "proposal_created", "proposal_applied", "task_quarantined",
+        "operator_action",
+    }
+)  # fmt: skip
+
+
 async def inbox_page(request: Request) -> Response:
     """Every item waiting for the founder, grouped, with its action forms."""
     groups = await _groups(request)
-    return render(request, "inbox.html", groups=groups, outcome=None)
+    return render(request, "inbox.html", groups=groups, outcome=None, **_shown(groups))
+
+
+def _shown(groups: list[dict[str, Any]]) -> dict[str, int]:
+    return {"shown": sum(len(g["entries"]) for g in groups)}
+
+
+async def waiting(request: Request) -> str:
+    """The live ``inbox`` fragment: how many items wait, against the ``shown`` query value."""
+    count = len((await ctx_of(request).admin.inbox()).items)
+    try:
+        shown = int(request.query_params.get("shown", ""))
+    except ValueError:
+        shown = -1
+    return fragment(request, "fragments/inbox_count.html", count=count, shown=shown)
 
 
 async def act(request: Request) -> Response:
@@ -101,6 +130,7 @@ async def act(request: Request) -> Response:
         status_code=200 if outcome.ok else 409,
         groups=groups,
         outcome=outcome,
+        **_shown(groups),
     )
 
 
@@ -121,3 +151,5 @@ routes: list[BaseRoute] = [
     Route("/inbox", inbox_page, methods=["GET"], name="inbox"),
     Route("/inbox/{item_id}/{action}", act, methods=["POST"], name="inbox_act"),
 ]
+
+live: list[Live] = [Live("inbox", INBOX_KINDS, waiting, 60.0)]
