@@ -17,6 +17,15 @@
     return function (u, raw, si, i) { return i == null ? "–" : money(values[i]); };
   }
 
+  var charts = [];
+
+  function fit() {
+    charts.forEach(function (c) {
+      var width = Math.max(260, c.el.clientWidth || 300);
+      if (width !== c.plot.width) { c.plot.setSize({ width: width, height: 240 }); }
+    });
+  }
+
   function drawStacked(root) {
     if (typeof uPlot === "undefined") { return; }
     root.querySelectorAll(".chart[data-stacked]").forEach(function (el) {
@@ -42,16 +51,18 @@
         series.push({ label: "daily budget", stroke: "#b3261e", dash: [6, 4], points: { show: false }, value: function () { return money(s.limit); } });
       }
       var width = Math.max(260, el.clientWidth || 300);
-      new uPlot({
+      var plot = new uPlot({
         width: width,
         height: 240,
         series: series,
         scales: { x: { time: true } },
         axes: [{}, { size: 64, values: function (u, vals) { return vals.map(money); } }]
       }, data, el);
+      charts.push({ el: el, plot: plot });
     });
   }
 
   document.addEventListener("DOMContentLoaded", function () { drawStacked(document); });
   document.addEventListener("htmx:afterSettle", function (e) { drawStacked(e.target || document); });
+  window.addEventListener("resize", fit);
 })();
