@@ -6,7 +6,8 @@ all from :class:`~companyd.admin.Admin`:
 
 * spend per day stacked by agent (``spend(by="agent", per_day=True)``), drawn by the
   vendored chart library from the element's ``data-stacked`` JSON (days as epoch seconds,
-  one series per agent, the company's daily budget as a line) with the same numbers in a
+  one series per agent, the company's daily budget as a line once some day comes within a
+  fifth of it — else the bars would be flat on the axis) with the same numbers in a
   table beside it (the chart is an image to assistive technology; the table is the data);
 * spend per model and per routine over the period (``spend(by=…)``);
 * each budget (``budget()``): limit, used, reserved, remaining, reset, as meters.
@@ -33,7 +34,7 @@ from companyd.admin import AdminError
 from companyd.dashboard.context import ctx_of
 from companyd.dashboard.render import render
 
-__all__ = ["CSV_COLUMNS", "MAX_CHART_DAYS", "PERIODS", "routes", "stacked_series"]
+__all__ = ["CSV_COLUMNS", "LIMIT_DRAWN_AT", "MAX_CHART_DAYS", "PERIODS", "routes", "stacked_series"]
 
 #: The period choices offered (any other period can be typed in the URL or the field).
 PERIODS: tuple[tuple[str, str], ...] = (
@@ -43,6 +44,8 @@ PERIODS: tuple[tuple[str, str], ...] = (
 )
 #: A period longer than this is charted on the days with spend only.
 MAX_CHART_DAYS = 400
+#: The daily budget is drawn as a line once some day's spend reaches this share of it.
+LIMIT_DRAWN_AT = 0.2
 #: The CSV's columns, in order.
 CSV_COLUMNS = (
     "day",
@@ -69,8 +72,8 @@ def _days(first: str, last: str, rows: list[dict[str, Any]]) -> list[str]:
 def stacked_series(report: Any, limit: float | None) -> dict[str, Any]:
     """The per-day report (``spend(by, per_day=True)``) as the chart's data: ``days``
     (ISO dates), ``epochs`` (UTC midnight of each), ``groups`` (the keys, most expensive
-    first), ``usd`` (one list per group, a value per day), ``totals`` (per day) and
-    ``limit``.
+    first), ``usd`` (one list per group, a value per day), ``totals`` (per day), ``limit``
+    and ``limit_drawn`` (whether some day came within :data:`LIMIT_DRAWN_AT` of it).
     """
     days = _days(report.period["from"], report.period["to"], report.rows)
     index = {d: i for i, d in enumerate(days)}
@@ -85,13 +88,18 @@ def stacked_series(report: Any, limit: float | None) -> dict[str, Any]:
         if str(r["day"]) in index:
             usd[key][index[str(r["day"])]] += float(r["cost_usd"])
     epoch0 = date(1970, 1, 1)
+    totals = [round(sum(usd[k][i] for k in keys), 9) for i in range(len(days))]
+    # a budget line far above every bar would flatten them into the axis: drawn only when
+    # some day came within LIMIT_DRAWN_AT of it (the caption says so otherwise)
+    drawn = limit is not None and max(totals, default=0.0) >= limit * LIMIT_DRAWN_AT
     return {
         "days": days,
         "epochs": [(date.fromisoformat(d) - epoch0).days * 86400 for d in days],
         "groups": keys,
         "usd": [usd[k] for k in keys],
-        "totals": [round(sum(usd[k][i] for k in keys), 9) for i in range(len(days))],
+        "totals": totals,
         "limit": limit,
+        "limit_drawn": drawn,
     }
 
 
@@ -125,7 +133,12 @@ async def spend_page(request: Request) -> Response:
             by_routine=None,
         )
     series = stacked_series(daily, _daily_limit(budget.budgets))
-    chart = json.dumps({k: series[k] for k in ("epochs", "groups", "usd", "limit")})
+    chart = json.dumps(
+        {
+            **{k: series[k] for k in ("epochs", "groups", "usd")},
+            "limit": series["limit"] if series["limit_drawn"] else None,
+        }
+    )
     return render(
         request,
         "spend.html",
