@@ -12,12 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from companyd._secrets import MASK, protect
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
 from companyd.dashboard.app import build_app
 from companyd.dashboard.auth import Sessions
 from companyd.dashboard.context import DashboardContext
+from companyd.dashboard.render import make_templates
 from companyd.dashboard.security import CSP
 from companyd.llm.offline import OfflineModel
 from companyd.testing.daemon import short_dir
@@ -172,3 +174,11 @@ async def test_an_agent_page_shows_its_model_instructions_and_actions(site: Site
     assert missing.status_code == 404 and "cfo" in missing.text
     listing = await site.client.get("/agents")
     assert all(f'href="/agents/{slug}"' in listing.text for slug in site.daemon.config.agents)
+
+
+def test_no_secret_is_rendered_whatever_the_template_prints() -> None:
+    secret = "sk-ant-api03-" + "x" * 40
+    protect(secret)
+    templates = make_templates()
+    html = templates.env.from_string("<p>{{ v }} {{ d.k }}</p>").render(v=secret, d={"k": secret})
+    assert secret not in html and html.count(MASK) == 2
