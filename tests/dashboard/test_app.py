@@ -182,3 +182,22 @@ def test_no_secret_is_rendered_whatever_the_template_prints() -> None:
     templates = make_templates()
     html = templates.env.from_string("<p>{{ v }} {{ d.k }}</p>").render(v=secret, d={"k": secret})
     assert secret not in html and html.count(MASK) == 2
+
+
+@pytest.mark.anyio
+async def test_ask_shows_the_answer_and_is_recorded_via_dashboard(site: Site) -> None:
+    csrf = await site.login()
+    sub = site.daemon.bus.subscribe(kinds={"operator_action"})
+    r = await site.client.post(
+        "/agents/cfo/ask",
+        data={"question": "What did we spend this week?"},
+        headers={"X-CSRF-Token": csrf, "HX-Request": "true"},
+        timeout=60,
+    )
+    assert r.status_code == 200 and 'class="answer"' in r.text and "/runs/run-" in r.text
+    event = sub.get_nowait()
+    assert event is not None and event.data["action"] == "ask" and event.data["ok"]
+    empty = await site.client.post(
+        "/agents/cfo/ask", data={"question": " ", "csrf_token": csrf}, timeout=60
+    )
+    assert empty.status_code == 200 and "the question is empty" in empty.text
