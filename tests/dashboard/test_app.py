@@ -12,12 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from companyd._secrets import MASK, protect
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
 from companyd.dashboard.app import build_app
 from companyd.dashboard.auth import Sessions
 from companyd.dashboard.context import DashboardContext
+from companyd.dashboard.render import make_templates
 from companyd.dashboard.security import CSP
 from companyd.llm.offline import OfflineModel
 from companyd.testing.daemon import short_dir
@@ -172,3 +174,30 @@ async def test_an_agent_page_shows_its_model_instructions_and_actions(site: Site
     assert missing.status_code == 404 and "cfo" in missing.text
     listing = await site.client.get("/agents")
     assert all(f'href="/agents/{slug}"' in listing.text for slug in site.daemon.config.agents)
+
+
+def test_no_secret_is_rendered_whatever_the_template_prints() -> None:
+    secret = "sk-ant-api03-" + "x" * 40
+    protect(secret)
+    templates = make_templates()
+    html = templates.env.from_string("<p>{{ v }} {{ d.k }}</p>").render(v=secret, d={"k": secret})
+    assert secret not in html and html.count(MASK) == 2
+
+
+@pytest.mark.anyio
+async def test_ask_shows_the_answer_and_is_recorded_via_dashboard(site: Site) -> None:
+    csrf = await site.login()
+    sub = site.daemon.bus.subscribe(kinds={"operator_action"})
+    r = await site.client.post(
+        "/agents/cfo/ask",
+        data={"question": "What did we spend this week?"},
+        headers={"X-CSRF-Token": csrf, "HX-Request": "true"},
+        timeout=60,
+    )
+    assert r.status_code == 200 and 'class="answer"' in r.text and "/runs/run-" in r.text
+    event = sub.get_nowait()
+    assert event is not None and event.data["action"] == "ask" and event.data["ok"]
+    empty = await site.client.post(
+        "/agents/cfo/ask", data={"question": " ", "csrf_token": csrf}, timeout=60
+    )
+    assert empty.status_code == 200 and "the question is empty" in empty.text

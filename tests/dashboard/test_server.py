@@ -73,6 +73,12 @@ async def test_a_crash_of_the_web_layer_is_restarted_and_never_touches_the_agent
         status, text = await asyncio.to_thread(get, login.url)
         assert status == 200 and "Logged in" in text
         assert {s: signal.getsignal(s) for s in handlers} == handlers  # uvicorn took none
+        # asyncio sets TCP_NODELAY on accepted connections only of a socket made with
+        # proto=IPPROTO_TCP; without it every keep-alive response waited ~40 ms for a
+        # delayed ACK (found by bench/dashboard.py)
+        assert server.server is not None
+        (listening,) = server.server.servers[0].sockets
+        assert listening.proto == socket.IPPROTO_TCP
 
         before = nodes((await d.status()).tree)
         agents = {slug: before[slug]["started_at"] for slug in cfg.agents}

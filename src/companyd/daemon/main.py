@@ -255,8 +255,8 @@ class Daemon(Operator, Views, Reloader, Backups):
             self._metrics_server = MetricsServer(metrics, self.bus, self.config.spec.metrics.listen)
             services.append(ChildSpec(id="metrics", start=self._metrics_server.run, shutdown=5.0))
         web = self.web.child(self.oneoff, SERVICE_BACKOFF)
-        if web is not None:
-            services.append(web)
+        if web is not None:  # before the control socket, which opens once all else is up
+            services.insert([s.id for s in services].index("control"), web)
 
         def agent_child(agent: Any) -> ChildSpec:
             return ChildSpec(

@@ -135,12 +135,13 @@ def _cost_of(rows: list[dict[str, Any]], slug: str) -> float:
     return 0.0
 
 
-def _back(request: Request, slug: str) -> bool:
+def _back(request: Request) -> bool:
+    """Whether to answer with a redirect back to the page (a plain form post, not htmx)."""
     return "hx-request" not in request.headers
 
 
 async def _state_fragment(request: Request, slug: str, notice: str, ok: bool) -> Response:
-    if _back(request, slug):
+    if _back(request):
         return RedirectResponse(f"/agents/{slug}", status_code=303)
     values = await _state(request, slug)
     html = fragment(
@@ -179,7 +180,7 @@ async def ask(request: Request) -> Response:
     )
     return render(
         request,
-        "fragments/agent_answer.html" if not _back(request, slug) else "agent_answer_page.html",
+        "fragments/agent_answer.html" if not _back(request) else "agent_answer_page.html",
         slug=slug,
         question=question,
         outcome=outcome,
