@@ -39,7 +39,9 @@ from companyd.daemon.control_client import ControlClient
 from companyd.roles.journal import Journal
 
 PAGES = ["/", "/agents", "/agents/agent1", "/agents/agent1/spend",
-         "/runs", "/routines", "/spend", "/memory", "/inbox", "/config"]  # fmt: skip
+         "/runs", "/runs?agent=agent1&status=ok&since=30d", "/runs/{run}", "/routines",
+         "/spend", "/spend.csv?period=2000-01-01..", "/memory", "/memory?q=entity",
+         "/memory/entity?name=entity-1&depth=3", "/inbox", "/config"]  # fmt: skip
 
 
 def seed_memory(path: Path, n: int) -> None:
@@ -183,7 +185,9 @@ def main() -> None:
                 assert done.returncode == 0, done.stderr
                 browser = Browser(json.loads(done.stdout)["url"])
                 timings: dict[str, list[float]] = {}
-                for page in ["/login-needed", *PAGES]:
+                newest = ControlClient(state / "companyd.sock", timeout=10).call("runs", limit=1)
+                run = newest["runs"][0]["run_id"]  # a transcript of the 100,000
+                for page in ["/login-needed", *(p.replace("{run}", run) for p in PAGES)]:
                     status, _ = browser.get(page)  # warm-up (and: is it served?)
                     if status != 200:
                         continue
