@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
 from companyd._secrets import SECRETS
@@ -24,11 +25,13 @@ from companyd.admin.results import ConfigView, MemoryChanges, MemoryEntity, Memo
 from companyd.config import CompanyConfig
 from companyd.config.secrets import secret_references
 from companyd.daemon.reload import ReloadRecord
-from companyd.memory import MemoryService
+from companyd.memory import KnowledgeGraph, MemoryService
 from companyd.memory.browse import entity_view, search_entities
 from companyd.memory.errors import MemoryUnavailable
 
 __all__ = ["MEMORY_READ_TIMEOUT", "Views"]
+
+T = TypeVar("T")
 
 #: Seconds a memory read may wait for the owner (a restart, a long batch) before the
 #: operation answers that memory is unavailable.
@@ -88,7 +91,8 @@ class Views:
         changes = [c.to_dict() for c in self.memory.changes.recent(limit)]
         return MemoryChanges(since=self.memory.changes_since, changes=SECRETS.redact_data(changes))
 
-    async def _memory_read(self, fn: Any) -> Any:
+    async def _memory_read(self, fn: Callable[[KnowledgeGraph], T]) -> T:
+        """``fn(graph)`` on the memory owner's thread, within :data:`MEMORY_READ_TIMEOUT`."""
         try:
             return await self.memory.query(fn, timeout=MEMORY_READ_TIMEOUT)
         except MemoryUnavailable as exc:
