@@ -184,7 +184,9 @@ def screenshot(browser: webdriver.Chrome, shots: Path, name: str) -> None:
 def test_no_session_leads_to_the_page_saying_to_run_companyd_dashboard(
     browser: webdriver.Chrome, company: Company
 ) -> None:
-    browser.get(company.base() + "/")
+    base = company.base()
+    assert company.status()["daemon"]["dashboard"] == base  # the address bound for port 0
+    browser.get(base + "/")
     assert browser.current_url.endswith("/login-needed")
     assert "companyd dashboard" in browser.find_element(By.TAG_NAME, "main").text
 

@@ -80,7 +80,9 @@ async def test_a_crash_of_the_web_layer_is_restarted_and_never_touches_the_agent
         (listening,) = server.server.servers[0].sockets
         assert listening.proto == socket.IPPROTO_TCP
 
-        before = nodes((await d.status()).tree)
+        status_before = await d.status()
+        assert status_before.daemon.dashboard == server.url  # the port bound for port 0
+        before = nodes(status_before.tree)
         agents = {slug: before[slug]["started_at"] for slug in cfg.agents}
         assert before["dashboard"]["restarts"] == 0
         crashed = d.bus.subscribe(kinds={"child_exited"})

@@ -421,6 +421,9 @@ class DaemonInfo:
     socket: str
     offline: bool
     loop_lag: JSON
+    #: where the web dashboard serves (``http://127.0.0.1:8470``); absent when off or not
+    #: serving (``companyd dashboard`` says why)
+    dashboard: Omitted[str] = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -89,6 +89,11 @@ class WebDashboard:
         )
         return build_app(ctx)
 
+    @property
+    def url(self) -> str | None:
+        """Where the dashboard serves now (``http://127.0.0.1:8470``), or None."""
+        return self.server.url if self.server is not None else None
+
     def login(self) -> DashboardLogin:
         """A one-time login URL.
 

@@ -127,6 +127,7 @@ class Operator:
                 socket=str(self.socket),
                 offline=self.offline,
                 loop_lag=self.lag.stats().to_dict(),
+                dashboard=self.web.url,
             ),
             company=CompanyInfo(name=self.config.name, timezone=self.config.timezone),
             agents=AgentCounts(
