@@ -6,6 +6,7 @@ the CSRF token refused, and no configured secret on any page.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +18,7 @@ from starlette.requests import Request
 from companyd.dashboard.pages.inbox import waiting
 from companyd.dashboard.pages.spend import CSV_COLUMNS
 from companyd.roles.desk import ItemKind
+from companyd.roles.tasks import Task, new_id
 from companyd.testing.daemon import short_dir
 
 from .pagekit import KEY_VAR, SECRET, Page, Site, running_site
@@ -209,6 +211,27 @@ async def test_inbox_actions_are_admin_operations_recorded_via_dashboard(site: S
     assert "Nothing waits for you." in (await site.get("/inbox")).text
     unknown = await site.post(f"/inbox/{question.id}/shred")
     assert unknown.status_code == 400 and "choose one of approve, reject" in unknown.text
+
+
+async def test_a_quarantined_task_is_retried_from_the_inbox(site: Site) -> None:
+    d = site.daemon
+    task = Task(
+        id=new_id("task"), agent="cfo", prompt="Reconcile November.", source="operator",
+        created=d.clock.time(),
+    )  # fmt: skip
+    await d.journal.add_task(task, d.clock.time())
+    for n in range(3):
+        await d.journal.record_crash(task.id, f"boom {n}", d.clock.time())
+    await d.journal.set_task_state(task.id, "quarantined", d.clock.time())
+    page = await site.get("/inbox")
+    assert "Quarantined tasks (1)" in page.text and "Reconcile November." in page.text
+    assert f"/inbox/{task.id}/retry" in page.text
+    retried = await site.post(f"/inbox/{task.id}/retry", htmx=True)
+    assert retried.status_code == 200 and f"released {task.id}" in retried.text
+    assert await d.journal.tasks(["quarantined"]) == []
+    async with asyncio.timeout(30):  # cfo runs it again
+        while not (await d.runs(agent="cfo", finished=True)).runs:
+            await asyncio.sleep(0.05)
 
 
 async def test_the_inbox_count_is_live_and_offers_a_reload_when_items_arrive(site: Site) -> None:
