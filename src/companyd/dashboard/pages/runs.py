@@ -29,6 +29,7 @@ from starlette.routing import BaseRoute, Route
 from companyd.admin import AdminError
 from companyd.dashboard.context import ctx_of
 from companyd.dashboard.render import render
+from companyd.errors import CompanydError
 from companyd.roles.tasks import RunStatus
 from companyd.roles.transcript import cut
 
@@ -94,7 +95,7 @@ async def runs_page(request: Request) -> Response:
             limit=limit,
         )
         runs = result.runs
-    except (ValueError, AdminError) as exc:
+    except (ValueError, CompanydError) as exc:  # a bad filter, or the journal unreadable
         error = str(exc)
     config = ctx.config()
     more = {**{k: v for k, v in filters.items() if v}, "limit": str(min(limit * 2, MAX_LIMIT))}

@@ -33,6 +33,7 @@ from starlette.routing import BaseRoute, Route
 from companyd.admin import AdminError
 from companyd.dashboard.context import ctx_of
 from companyd.dashboard.render import render
+from companyd.errors import CompanydError
 
 __all__ = ["CSV_COLUMNS", "LIMIT_DRAWN_AT", "MAX_CHART_DAYS", "PERIODS", "routes", "stacked_series"]
 
@@ -112,21 +113,21 @@ async def spend_page(request: Request) -> Response:
     """Spend over the period: per day by agent, per model, per routine, and the budgets."""
     admin = ctx_of(request).admin
     period = (request.query_params.get("period") or "month").strip()
-    budget = await admin.budget()
     try:
+        budget = await admin.budget()
         daily = await admin.spend(by="agent", period=period, per_day=True)
         by_model = await admin.spend(by="model", period=period)
         by_routine = await admin.spend(by="routine", period=period)
-    except AdminError as exc:
+    except CompanydError as exc:  # a refused period, or the ledger unreadable (a full disk)
         return render(
             request,
             "spend.html",
-            status_code=400,
+            status_code=400 if isinstance(exc, AdminError) else 503,
             error=str(exc),
             period=period,
             periods=PERIODS,
-            budgets=budget.budgets,
-            budget=budget,
+            budgets=[],
+            budget=None,
             series=None,
             chart="",
             by_model=None,
