@@ -47,6 +47,7 @@ pytestmark = pytest.mark.skipif(
 # selenium is imported after the skip marker is defined, but at the top: it is in the test
 # extra, so it is installed wherever the suite runs
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -173,6 +174,28 @@ def node(browser: webdriver.Chrome, agent: str) -> Any:
     return browser.find_element(By.CSS_SELECTOR, f'li.node[data-node$="/{agent}"]')
 
 
+def click(browser: webdriver.Chrome, element_id: str) -> None:
+    """Click the element ``element_id``, again if a live swap replaced it meanwhile."""
+
+    def clicked(d: webdriver.Chrome) -> bool:
+        d.find_element(By.ID, element_id).click()
+        return True
+
+    WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(clicked)
+
+
+def shown(browser: webdriver.Chrome, agent: str) -> tuple[int, str]:
+    """The org chart's restart count and classes of ``agent``'s node, read in one script (a
+    live swap may replace the node between two WebDriver calls).
+    """
+    found = browser.execute_script(
+        "const n = document.querySelector(arguments[0]);"
+        "return n ? [parseInt(n.dataset.restarts, 10), n.className] : [-1, ''];",
+        f'li.node[data-node$="/{agent}"]',
+    )
+    return int(found[0]), str(found[1])
+
+
 def screenshot(browser: webdriver.Chrome, shots: Path, name: str) -> None:
     for label, (width, height) in (("desktop", DESKTOP), ("phone", PHONE)):
         browser.set_window_size(width, height)
@@ -208,10 +231,12 @@ def test_the_overview_shows_every_agent_and_a_crash_within_one_second(
     log_in(browser, company)
     agents = {n["id"] for n in _workers(company.status()["tree"]) if n["id"] in _slugs()}
     assert agents == _slugs()
-    for slug in agents:
-        assert node(browser, slug).find_element(By.CSS_SELECTOR, "a.node-name").text == slug
+    names = browser.execute_script(
+        "return [...document.querySelectorAll('li.node a.node-name')].map(a => a.textContent)"
+    )
+    assert sorted(names) == sorted(agents)  # each agent once, linked to its page
     screenshot(browser, shots, "overview")
-    before = int(node(browser, "cfo").get_attribute("data-restarts") or 0)
+    before, _ = shown(browser, "cfo")
     marker = browser.execute_script("return window.__companyd_no_reload = 1;")
     assert marker == 1
 
@@ -219,14 +244,10 @@ def test_the_overview_shows_every_agent_and_a_crash_within_one_second(
     # the issue's window: the crash shows within 1 s (the restart count moves, or the
     # node leaves "running" while its supervisor restarts it)
     WebDriverWait(browser, 1.0, poll_frequency=0.05).until(
-        lambda d: (
-            int(node(d, "cfo").get_attribute("data-restarts") or 0) > before
-            or "state-running" not in (node(d, "cfo").get_attribute("class") or "")
-        )
+        lambda d: shown(d, "cfo")[0] > before or "state-running" not in shown(d, "cfo")[1]
     )
-    WebDriverWait(browser, 30).until(
-        lambda d: int(node(d, "cfo").get_attribute("data-restarts") or 0) == before + 1
-    )
+    WebDriverWait(browser, 30).until(lambda d: shown(d, "cfo")[0] == before + 1)
+    assert "flash" in shown(browser, "cfo")[1]  # it flashed
     assert browser.execute_script("return window.__companyd_no_reload;") == 1  # no reload
 
 
@@ -235,12 +256,12 @@ def test_pause_on_an_agent_page_pauses_it(
 ) -> None:
     base = log_in(browser, company)
     browser.get(base + "/agents/lawyer")
-    browser.find_element(By.ID, "pause").click()
+    click(browser, "pause")
     WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "resume"))
     paused = _workers(company.status()["tree"])
     assert next(n for n in paused if n["id"] == "lawyer")["state"] == "paused"
     screenshot(browser, shots, "agent")
-    browser.find_element(By.ID, "resume").click()
+    click(browser, "resume")
     WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "pause"))
     resumed = _workers(company.status()["tree"])
     assert next(n for n in resumed if n["id"] == "lawyer")["state"] == "running"
