@@ -227,9 +227,8 @@ def test_routines_run_now_in_the_browser(
     browser.get(base(browser) + "/routines/weekly-spend-review")
     before = len(company.json("jobs", "history", "weekly-spend-review")["fires"])
     browser.find_element(By.XPATH, "//button[@aria-label='Run weekly-spend-review now']").click()
-    WebDriverWait(browser, 30).until(
-        lambda d: "ran:" in d.find_element(By.ID, "run-now-outcome").text
-    )
+    outcome = "return document.getElementById('run-now-outcome').textContent"
+    WebDriverWait(browser, 30).until(lambda d: "ran:" in d.execute_script(outcome))
     assert browser.current_url.endswith("/routines/weekly-spend-review")  # htmx, no reload
     assert len(company.json("jobs", "history", "weekly-spend-review")["fires"]) == before + 1
     browser.refresh()
@@ -287,9 +286,9 @@ def test_inbox_reject_with_a_reason_from_the_keyboard(
     screenshot(browser, shots, "inbox")
     reason = browser.find_element(By.ID, f"reason-{item}")
     reason.send_keys("not yet, ask me on Monday", Keys.ENTER)  # Enter submits its form
-    WebDriverWait(browser, 30).until(
-        lambda d: "rejected" in d.find_element(By.ID, f"item-{item}").text
-    )
+    # read in one script: htmx replaces the item (outerHTML) between two WebDriver calls
+    read = f"return document.getElementById('item-{item}').textContent"
+    WebDriverWait(browser, 30).until(lambda d: "rejected" in d.execute_script(read))
     assert all(i["id"] != item for i in company.json("inbox")["items"])
 
 
