@@ -58,6 +58,12 @@ def test_wheel_installs_only_the_companyd_package(wheel: Path) -> None:
     # the data files the package needs at run time travel with it
     assert "companyd/starter.yaml" in names
     assert "companyd/py.typed" in names
+    # the dashboard's templates and vendored assets, with their licences (no CDN)
+    for name in ("templates/base.html", "templates/fragments/tree.html", "static/dashboard.js",
+                 "static/vendor/htmx.min.js", "static/vendor/htmx.LICENSE",
+                 "static/vendor/htmx-ext-sse.js", "static/vendor/htmx-ext-sse.LICENSE",
+                 "static/vendor/uPlot.iife.min.js", "static/vendor/uPlot.LICENSE"):  # fmt: skip
+        assert f"companyd/dashboard/{name}" in names, name
 
 
 def shipped_symlinks() -> list[str]:

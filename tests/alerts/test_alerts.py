@@ -82,7 +82,7 @@ class RecordingAdmin:
             "spend_today_usd": 1.5,
         }
 
-    async def spend(self, by: str = "agent", period: str = "today") -> Any:
+    async def spend(self, by: str = "agent", period: str = "today", per_day: bool = False) -> Any:
         self.calls.append(("spend", by, period))
         return {"rows": [{"name": "cfo", "usd": 1.25}], "total_usd": 1.25}
 
@@ -192,6 +192,26 @@ class RecordingAdmin:
     async def backup(self, to: str) -> Any:
         self.calls.append(("backup", to))
         return {"path": to}
+
+    async def memory_search(self, query: str, limit: int = 50) -> Any:
+        self.calls.append(("memory_search", query, limit))
+        return {"query": query, "total": 0, "truncated": False, "entities": []}
+
+    async def memory_entity(self, name: str, depth: int = 1) -> Any:
+        self.calls.append(("memory_entity", name, depth))
+        raise AdminError(f"no entity {name!r} in company memory")
+
+    async def memory_changes(self, limit: int = 50) -> Any:
+        self.calls.append(("memory_changes", limit))
+        return {"since": 0.0, "changes": []}
+
+    async def config_view(self) -> Any:
+        self.calls.append(("config_view",))
+        return {"path": "/etc/companyd/company.yaml"}
+
+    async def dashboard_login(self) -> Any:
+        self.calls.append(("dashboard_login",))
+        return {"url": "http://127.0.0.1:8470/login?token=t", "expires_at": 0.0}
 
 
 class Ctx:

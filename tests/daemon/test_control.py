@@ -178,6 +178,9 @@ class Company:
     async def backup(self, to: str) -> Any:
         return {"path": to}
 
+    async def dashboard_login(self) -> Any:
+        return {"url": "http://127.0.0.1:8470/login?token=t", "expires_at": 0.0}
+
     async def raise_budget(self, agent: str | None, usd: float) -> Any:
         if agent is not None:
             self._agent(agent)
@@ -190,7 +193,7 @@ class Company:
     async def budget(self) -> Any:
         raise CompanydError("the ledger is unavailable; see `journalctl -u companyd`")
 
-    async def spend(self, by: str = "agent", period: str = "today") -> Any:
+    async def spend(self, by: str = "agent", period: str = "today", per_day: bool = False) -> Any:
         return {"by": by, "period": period, "when": NOW}
 
     async def ask(
@@ -261,6 +264,18 @@ class Company:
 
     async def debug(self, action: str, target: str | None = None, seconds: float = 0.0) -> Any:
         raise self._absent("debug")
+
+    async def memory_search(self, query: str, limit: int = 50) -> Any:
+        raise self._absent("memory_search")
+
+    async def memory_entity(self, name: str, depth: int = 1) -> Any:
+        raise self._absent("memory_entity")
+
+    async def memory_changes(self, limit: int = 50) -> Any:
+        raise self._absent("memory_changes")
+
+    async def config_view(self) -> Any:
+        raise self._absent("config_view")
 
 
 @pytest.fixture

@@ -478,6 +478,33 @@ async def test_spend_report_groups_and_totals(tmp_path: Path, bus: EventBus) -> 
 
 
 @pytest.mark.anyio
+async def test_spend_per_day_has_one_row_per_day_and_key(tmp_path: Path, bus: EventBus) -> None:
+    clock = ManualClock(start=local_ts("UTC", 2026, 11, 20, 9, 0))
+    book = book_for(tmp_path, bus, clock, company="unlimited")
+    async with running(book):
+        await spend(book, "ceo", 100_000, routine="daily")
+        await spend(book, "cfo", 300_000)
+        clock.advance(86400)
+        await spend(book, "cfo", 50_000, routine="daily")
+        await spend(book, "cfo", 20_000, routine="daily")
+        report = await book.spend_report("agent", "2026-11-20..2026-11-21", per_day=True)
+        assert [(r["day"], r["key"], r["cost_usd"], r["calls"]) for r in report["rows"]] == [
+            ("2026-11-20", "cfo", 0.3, 1),
+            ("2026-11-20", "ceo", 0.1, 1),
+            ("2026-11-21", "cfo", 0.07, 2),
+        ]
+        assert report["total"]["cost_usd_exact"] == "0.47"
+        by_routine = await book.spend_report("routine", "2026-11-20..2026-11-21", per_day=True)
+        assert [(r["day"], r["key"]) for r in by_routine["rows"]] == [
+            ("2026-11-20", None),
+            ("2026-11-20", "daily"),
+            ("2026-11-21", "daily"),
+        ]
+        plain = await book.spend_report("agent", "2026-11-20..2026-11-21")
+        assert "day" not in plain["rows"][0]  # the usual report keeps its shape
+
+
+@pytest.mark.anyio
 async def test_stale_reservations_are_dropped_and_reported_on_start(
     tmp_path: Path, bus: EventBus
 ) -> None:

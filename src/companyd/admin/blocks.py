@@ -297,6 +297,7 @@ class SpendTotals(TypedDict):
     (None for the total, and for calls outside any routine).
     """
 
+    day: NotRequired[str]  # only in a per-day report, where it comes first
     key: str | None
     calls: int
     input_tokens: int

@@ -22,6 +22,8 @@ from companyd.admin.results import (
     BackupWritten,
     BudgetRaised,
     BudgetReport,
+    ConfigView,
+    DashboardLogin,
     DebugBlocked,
     DebugCrashed,
     DeskDecision,
@@ -29,6 +31,9 @@ from companyd.admin.results import (
     JobHistory,
     JobRun,
     Jobs,
+    MemoryChanges,
+    MemoryEntity,
+    MemorySearch,
     Paused,
     ProposalDecision,
     Proposals,
@@ -67,9 +72,12 @@ class Admin(Protocol):
         """
         ...
 
-    async def spend(self, by: str = "agent", period: str = "today") -> SpendReport:
+    async def spend(
+        self, by: str = "agent", period: str = "today", per_day: bool = False
+    ) -> SpendReport:
         """Settled spend grouped ``by`` agent | model | routine | day over ``period``
-        (``today``, ``month`` or ``YYYY-MM-DD..YYYY-MM-DD``).
+        (``today``, ``month`` or ``YYYY-MM-DD..YYYY-MM-DD``); ``per_day``: one row per day
+        and key (spend per day stacked by agent, model or routine).
         """
         ...
 
@@ -200,6 +208,35 @@ class Admin(Protocol):
     async def backup(self, to: str) -> BackupWritten:
         """Write a consistent backup of the company to ``to`` (an absolute file name, or a
         directory for a dated file in it): its path, size, members and duration.
+        """
+        ...
+
+    async def memory_search(self, query: str, limit: int = 50) -> MemorySearch:
+        """Entities of company memory whose name, type or an observation contains ``query``
+        (case-insensitive; ``""`` matches all), the first ``limit`` in file order.
+        """
+        ...
+
+    async def memory_entity(self, name: str, depth: int = 1) -> MemoryEntity:
+        """One memory entity: its type, observations and relations, and its neighbours
+        within ``depth`` (1 to 3) hops.
+        """
+        ...
+
+    async def memory_changes(self, limit: int = 50) -> MemoryChanges:
+        """The latest writes to company memory made through the daemon, newest first."""
+        ...
+
+    async def config_view(self) -> ConfigView:
+        """The running company.yaml resolved (defaults filled in, secrets redacted), the
+        file's time against the running version's, and the last reload's result and errors.
+        """
+        ...
+
+    async def dashboard_login(self) -> DashboardLogin:
+        """A one-time login URL of the web dashboard (``/login?token=…``: valid 5 minutes,
+        single use). Refused when the dashboard is off (``dashboard.enabled: false``) or not
+        serving yet.
         """
         ...
 

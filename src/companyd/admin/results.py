@@ -58,7 +58,9 @@ __all__ = [
     "BudgetRaised",
     "BudgetReport",
     "CompanyInfo",
+    "ConfigView",
     "DaemonInfo",
+    "DashboardLogin",
     "DebugBlocked",
     "DebugCrashed",
     "DepartmentChanges",
@@ -68,6 +70,9 @@ __all__ = [
     "JobHistory",
     "JobRun",
     "Jobs",
+    "MemoryChanges",
+    "MemoryEntity",
+    "MemorySearch",
     "Omitted",
     "Paused",
     "ProposalDecision",
@@ -205,7 +210,9 @@ class TaskRetried:
 
 @dataclass(frozen=True, kw_only=True)
 class SpendReport:
-    """``spend``: settled spend grouped ``by`` over ``period`` (the spend book's report)."""
+    """``spend``: settled spend grouped ``by`` over ``period`` (the spend book's report);
+    with ``per_day``, one row per day and key, each with its ``day``.
+    """
 
     by: str
     period: AsBuilt[SpendPeriod]
@@ -348,6 +355,85 @@ class Inbox:
     items: list[InboxItem]
 
 
+# -- memory ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemorySearch:
+    """``memory_search``: entities whose name, type or an observation contains ``query``
+    (the MCP ``search_nodes`` match), in file order, at most ``limit`` of them; each is
+    ``{name, entityType, observations, relations}`` (the counts) and ``match``, the first
+    observation that matched (or the first one). ``total`` counts every match.
+    """
+
+    query: str
+    total: int
+    truncated: bool
+    entities: list[JSON]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryEntity:
+    """``memory_entity``: one entity, its relations and its neighbourhood
+    (``entity_type`` None: the name is only the end of relations, no entity line).
+
+    ``relations`` are the relations with the entity at either end (MCP shape: ``from``,
+    ``to``, ``relationType``); ``neighbours`` the entities within ``depth`` hops
+    (``{name, entityType, distance}``, nearest first), ``others`` the names within reach
+    that are only relation ends, ``edges`` every relation among them, ``truncated`` whether
+    the neighbourhood was cut at its size limit.
+    """
+
+    name: str
+    entity_type: str | None
+    observations: list[str]
+    relations: list[JSON]
+    depth: int
+    neighbours: list[JSON]
+    others: list[str]
+    edges: list[JSON]
+    truncated: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryChanges:
+    """``memory_changes``: the latest writes to memory through the daemon, newest first:
+    ``{at, tool, by, entities, summary}`` each (``by``: the agent, or None). Kept in memory
+    since ``since`` (the daemon's start), at most the last few hundred.
+    """
+
+    since: float
+    changes: list[JSON]
+
+
+# -- the configuration -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigView:
+    """``config_view``: the company.yaml the daemon runs, resolved and redacted.
+
+    ``document`` is the validated file with every default filled in (the schema's JSON
+    form, every string through the one redactor); ``secrets`` the secrets it refers to by
+    name (``{path, kind, name, is_set}``, never a value); ``file_mtime`` the file's
+    modification time now (None: it cannot be read), ``loaded_at`` when the running
+    version was read, ``changed_on_disk`` whether the file's text now differs from the
+    running version's (a reload would read something else); ``reload``
+    the status's reload block and ``reload_errors`` every error of the last rejected reload
+    (redacted, one line each).
+    """
+
+    path: str
+    loaded_at: float
+    file_mtime: float | None
+    changed_on_disk: bool
+    document: JSON
+    secrets: list[JSON]
+    warnings: list[str]
+    reload: AsBuilt[ReloadBlock]
+    reload_errors: list[str]
+
+
 # -- the daemon --------------------------------------------------------------------------------
 
 
@@ -367,6 +453,9 @@ class DaemonInfo:
     socket: str
     offline: bool
     loop_lag: AsBuilt[LoopLagBlock]
+    #: where the web dashboard serves (``http://127.0.0.1:8470``); absent when off or not
+    #: serving (``companyd dashboard`` says why)
+    dashboard: Omitted[str] = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -492,6 +581,16 @@ class ReloadRejected:
 
 
 # -- fault injection ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class DashboardLogin:
+    """``dashboard_login``: a one-time login URL of the dashboard (single use, valid until
+    ``expires_at``, epoch seconds).
+    """
+
+    url: str
+    expires_at: float
 
 
 @dataclass(frozen=True, kw_only=True)

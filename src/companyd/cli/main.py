@@ -53,6 +53,7 @@ Handler = Callable[[argparse.Namespace], int]
 _AREAS = (
     "companyd.cli.run",
     "companyd.cli.daemon",
+    "companyd.cli.dashboard",
     "companyd.cli.demo",
     "companyd.cli.roles",
     "companyd.cli.desk",

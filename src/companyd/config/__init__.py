@@ -37,7 +37,7 @@ from companyd.config.model import (
     DepartmentConfig,
     RoutineConfig,
 )
-from companyd.config.scalars import parse_duration
+from companyd.config.scalars import is_loopback, listen_address, parse_duration
 from companyd.config.schema import (
     SCHEMA,
     AgentSpec,
@@ -49,6 +49,7 @@ from companyd.config.schema import (
     CatchUpSpec,
     CompanyFile,
     CompanySpec,
+    DashboardSpec,
     DefaultsSpec,
     DepartmentSpec,
     LimitsSpec,
@@ -84,6 +85,7 @@ __all__ = [
     "CompanyConfig",
     "CompanyFile",
     "CompanySpec",
+    "DashboardSpec",
     "DefaultsSpec",
     "DepartmentConfig",
     "DepartmentSpec",
@@ -104,6 +106,8 @@ __all__ = [
     "ToolsSpec",
     "TriggerSpec",
     "default_config_path",
+    "is_loopback",
+    "listen_address",
     "load_config",
     "load_config_text",
     "parse_duration",

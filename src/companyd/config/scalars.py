@@ -7,6 +7,7 @@ surprise (``yes`` as 1, ``.inf``, NaN). :mod:`companyd.config.schema` builds on 
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from typing import Annotated, Any
@@ -24,6 +25,8 @@ __all__ = [
     "Text",
     "bare_model_id",
     "http_url",
+    "is_loopback",
+    "listen_address",
     "number",
     "parse_duration",
     "whole",
@@ -125,3 +128,40 @@ def _credential_name(value: str) -> str:
 
 EnvName = Annotated[str, AfterValidator(_env_name)]
 CredentialName = Annotated[str, AfterValidator(_credential_name)]
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    """The one reading of a ``listen`` address (``metrics.listen``, ``dashboard.listen``):
+    ``"127.0.0.1:9464"``, ``"[::1]:9464"``, ``"localhost:9464"`` or ``":9464"`` (=
+    127.0.0.1) → (IP address, port). Port 0 picks a free port (tests). Whether the address
+    may face the network is the caller's rule (:func:`is_loopback`).
+
+    Raises:
+        ValueError: not ``HOST:PORT``, a port outside 0-65535, or a host that is not an IP
+            address (a name would resolve differently over time), naming the expected form.
+    """
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, port_text = text[1:].partition("]:")
+        if not sep:
+            raise ValueError(f"expected [IPV6]:PORT such as '[::1]:9464', got {value!r}")
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise ValueError(f"expected HOST:PORT such as '127.0.0.1:9464', got {value!r}")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"expected a port number 0-65535 after the colon, got {value!r}")
+    if host in ("", "localhost"):
+        host = "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(
+            f"host {host!r} is not an IP address; use an address such as 127.0.0.1 or ::1"
+        ) from None
+    return str(address), int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an IP address from :func:`listen_address`) is a loopback address."""
+    return ipaddress.ip_address(host).is_loopback

@@ -9,12 +9,19 @@ They validate values one at a time: checks that span several values live in
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from datetime import date
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from companyd.config.scalars import (
     CredentialName,
@@ -26,6 +33,8 @@ from companyd.config.scalars import (
     Rate,
     Text,
     http_url,
+    is_loopback,
+    listen_address,
     number,
     whole,
 )
@@ -447,21 +456,53 @@ class MetricsSpec(Spec):
     def _loopback(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        m = re.fullmatch(r"(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]+)):(?P<port>\d{1,5})", v)
-        host = m and (m.group("v6") or m.group("host"))
-        if not m or not host or not 0 <= int(m.group("port")) < 65536:  # 0: any free port
-            raise ValueError(f"expected host:port such as 127.0.0.1:9464 or [::1]:9464, got {v!r}")
-        try:
-            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback:
+        host, _ = listen_address(v)
+        if not is_loopback(host):
             raise ValueError(
                 f"expected a loopback address (127.0.0.1, ::1 or localhost), got {v!r}: the "
                 "metrics endpoint has no authentication; put a reverse proxy in front to "
                 "expose it"
             )
         return v
+
+
+class DashboardSpec(Spec):
+    """The web dashboard (docs/dashboard.md): on by default, on loopback.
+
+    A non-loopback ``listen`` is refused unless ``tls_cert`` and ``tls_key`` are set (the
+    daemon serves HTTPS itself) or ``behind_proxy: true`` says a reverse proxy terminates
+    TLS in front of it.
+    """
+
+    enabled: bool = True
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    behind_proxy: bool = False
+    # after the fields its check reads (a field validator sees the ones before it)
+    listen: str = "127.0.0.1:8470"
+
+    @field_validator("listen")
+    @classmethod
+    def _exposed_only_with_tls(cls, v: str, info: ValidationInfo) -> str:
+        host, _ = listen_address(v)
+        tls = info.data.get("tls_cert") and info.data.get("tls_key")
+        if not is_loopback(host) and not tls and not info.data.get("behind_proxy"):
+            raise ValueError(
+                f"refusing to serve the dashboard on {v!r}: {host} is not a loopback address "
+                "and the dashboard would travel unencrypted. Keep 127.0.0.1:8470 and use an "
+                "SSH tunnel, set tls_cert and tls_key, or set behind_proxy: true when a "
+                "reverse proxy with TLS is in front (docs/dashboard.md)"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _both_halves(self) -> DashboardSpec:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError(
+                "expected both tls_cert and tls_key (the certificate chain and its private "
+                "key, PEM files) or neither"
+            )
+        return self
 
 
 class CompanyFile(Spec):
@@ -481,4 +522,5 @@ class CompanyFile(Spec):
     spend: SpendSpec = SpendSpec()
     anthropic: AnthropicSpec = AnthropicSpec()
     metrics: MetricsSpec = MetricsSpec()
+    dashboard: DashboardSpec = DashboardSpec()
     retention: RetentionSpec = RetentionSpec()

@@ -70,7 +70,13 @@ _SEVERITY_LEVEL = {
 }
 
 #: Libraries whose INFO lines are per-request noise (httpx logs every Telegram long poll).
-_NOISY = {"httpx": logging.WARNING, "httpcore": logging.WARNING, "telegram": logging.WARNING}
+_NOISY = {
+    "httpx": logging.WARNING,
+    "httpcore": logging.WARNING,
+    "telegram": logging.WARNING,
+    "uvicorn": logging.WARNING,  # "Started server process", "Waiting for connections…"
+    "sse_starlette": logging.WARNING,
+}
 
 
 def under_journald(stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> bool:

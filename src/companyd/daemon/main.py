@@ -35,12 +35,14 @@ from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig
 from companyd.daemon.backups import Backups
 from companyd.daemon.control import ControlServer
+from companyd.daemon.dashboard import WebDashboard
 from companyd.daemon.logs import log_events
 from companyd.daemon.operator import NO_SPEND, Operator
 from companyd.daemon.protocol import socket_path
 from companyd.daemon.reload import Reloader, ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor, Notifier, StatusUpdater, Watchdog
 from companyd.daemon.tree import build_company_tree
+from companyd.daemon.views import Views
 from companyd.errors import EX_CONFIG, EX_SOFTWARE, CompanydError
 from companyd.events import DaemonStarted, DaemonStopping, EventBus, StateDirTightened
 from companyd.llm.model import ModelBackend
@@ -110,7 +112,7 @@ def make_backend(
     return ClaudeBackend.from_config(config.spec.anthropic, clock=clock)
 
 
-class Daemon(Operator, Reloader, Backups):
+class Daemon(Operator, Views, Reloader, Backups):
     """The running company: builds the tree, serves the operator, reloads, stops.
 
     Args:
@@ -201,6 +203,7 @@ class Daemon(Operator, Reloader, Backups):
             self, self.socket, clock=real, group=control_group, state_dir=state_dir
         )
         self._metrics_server: Any = None
+        self.web = WebDashboard(self, lambda: self.config, self.bus, self.clock)
         self._stop = asyncio.Event()
         # set once the tree is up and READY=1 was sent: a reload waits for it
         self._up = asyncio.Event()
@@ -251,6 +254,9 @@ class Daemon(Operator, Reloader, Backups):
             metrics = Metrics(lag=self.lag.stats)
             self._metrics_server = MetricsServer(metrics, self.bus, self.config.spec.metrics.listen)
             services.append(ChildSpec(id="metrics", start=self._metrics_server.run, shutdown=5.0))
+        web = self.web.child(self.oneoff, SERVICE_BACKOFF)
+        if web is not None:  # before the control socket, which opens once all else is up
+            services.insert([s.id for s in services].index("control"), web)
 
         def agent_child(agent: Any) -> ChildSpec:
             return ChildSpec(

@@ -35,7 +35,6 @@ non-loopback address is refused with a :class:`~companyd.errors.ConfigError`.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -46,6 +45,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from companyd import __version__
+from companyd.config import is_loopback, listen_address
 from companyd.daemon.systemd import LagStats
 from companyd.errors import CompanydError, ConfigError, ConfigIssue
 from companyd.events import (
@@ -89,33 +89,20 @@ def parse_listen(value: str, *, file: str = "company.yaml") -> tuple[str, int]:
             [ConfigIssue(file=file, line=0, column=0, path="metrics.listen", message=message)]
         )
 
-    text = value.strip()
-    if text.startswith("["):
-        host, sep, port_text = text[1:].partition("]:")
-        if not sep:
-            raise fail(f"expected [IPV6]:PORT such as '[::1]:9464', got {value!r}")
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep:
-            raise fail(f"expected HOST:PORT such as '127.0.0.1:9464', got {value!r}")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise fail(f"expected a port number 0-65535 after the colon, got {value!r}")
-    if host in ("", "localhost"):
-        host = "127.0.0.1"
     try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        raise fail(
-            f"host {host!r} is not an IP address; use a loopback address such as 127.0.0.1 "
-            "or ::1 (the endpoint has no authentication)"
-        ) from None
-    if not address.is_loopback:
+        host, port = listen_address(value)
+    except ValueError as exc:
+        message = str(exc).replace("an address such as", "a loopback address such as")
+        if "is not an IP address" in message:
+            message += " (the endpoint has no authentication)"
+        raise fail(message) from None
+    if not is_loopback(host):
         raise fail(
             f"refusing to serve metrics on {value!r}: {host} is not a loopback address and the "
             "endpoint has no authentication. Use 127.0.0.1:PORT or [::1]:PORT and let "
             "Prometheus scrape through an SSH tunnel or a local agent"
         )
-    return str(address), int(port_text)
+    return host, port
 
 
 def _label(value: Any) -> str:

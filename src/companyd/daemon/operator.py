@@ -34,6 +34,7 @@ from companyd.admin.results import (
     BudgetReport,
     CompanyInfo,
     DaemonInfo,
+    DashboardLogin,
     DebugBlocked,
     DebugCrashed,
     DeskDecision,
@@ -59,6 +60,7 @@ from companyd.admin.results import (
 from companyd.alerts.service import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
+from companyd.daemon.dashboard import WebDashboard
 from companyd.daemon.inbox import decide, decisions_of, gather_inbox, on_desk
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
@@ -69,7 +71,7 @@ from companyd.roles.journal import Journal
 from companyd.roles.staff import Staff
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, follow_up_prompt, new_id
 from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
-from companyd.spend import SpendBook
+from companyd.spend import SpendBook, SpendError
 from companyd.spend.ledger import LedgerError
 
 __all__ = ["NO_SPEND", "Operator"]
@@ -99,6 +101,7 @@ class Operator:
     journal: Journal
     proposal_store: ProposalStore
     desk: Desk
+    web: WebDashboard
 
     def _status_sync(self) -> partial[Status]:
         """Status as of now, but for its spend and routines (read next, with an await)."""
@@ -125,6 +128,7 @@ class Operator:
                 socket=str(self.socket),
                 offline=self.offline,
                 loop_lag=self.lag.stats().to_dict(),
+                dashboard=self.web.url,
             ),
             company=CompanyInfo(name=self.config.name, timezone=self.config.timezone),
             agents=AgentCounts(
@@ -163,15 +167,17 @@ class Operator:
             return []
         return [_routine_for_status(r) for r in jobs.get("routines", []) if isinstance(r, Mapping)]
 
-    async def spend(self, by: str = "agent", period: str = "today") -> SpendReport:
+    async def spend(
+        self, by: str = "agent", period: str = "today", per_day: bool = False
+    ) -> SpendReport:
         """:meth:`Admin.spend`, from the spend book.
 
         Raises:
             AdminError: an unknown grouping or period (the message lists the valid ones).
         """
         try:
-            report = await self.spend_book.spend_report(by=by, period=period)
-        except ValueError as exc:
+            report = await self.spend_book.spend_report(by=by, period=period, per_day=per_day)
+        except (ValueError, SpendError) as exc:  # SpendError: a refusal, as AdminError says
             raise AdminError(str(exc)) from None
         return SpendReport(
             by=report["by"], period=report["period"], rows=report["rows"], total=report["total"]
@@ -263,6 +269,10 @@ class Operator:
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
         return JobRun(routine=routine, **outcome.to_dict())
+
+    async def dashboard_login(self) -> DashboardLogin:
+        """:meth:`Admin.dashboard_login` (see :meth:`WebDashboard.login`)."""
+        return self.web.login()
 
     async def pause(self, agent: str) -> Paused:
         """:meth:`Admin.pause`: an operator pause, held until :meth:`resume`.

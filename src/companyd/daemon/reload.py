@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ class ReloadRecord:
     last_at: float | None = None
     last_result: str | None = None
     last_rejected: ReloadRejectedBlock | None = None
+    #: every error of the last rejected reload, as :func:`shown_error` shows them
+    last_errors: list[str] = field(default_factory=list)
 
     def applied(self, at: float) -> None:
         """Record an applied reload."""
@@ -58,6 +60,7 @@ class ReloadRecord:
             "errors": len(errors),
             "first_error": shown_error(errors[0]) if errors else "",
         }
+        self.last_errors = [shown_error(e) for e in errors]
 
     def to_dict(self) -> ReloadBlock:
         """The ``daemon.reload`` block of status (docs/daemon.md)."""
@@ -217,7 +220,8 @@ def shown_error(text: str) -> str:
 
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
     """The settings read once at start that differ between ``old`` and ``new``: a reload
-    cannot apply them (the state directory, the memory file, the model client, metrics).
+    cannot apply them (the state directory, the memory file, the model client, metrics,
+    the dashboard's address).
     """
     changed = []
     # (when --state-dir chose the directory, company.yaml's state_dir does not matter)
@@ -229,4 +233,6 @@ def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path
         changed.append("anthropic")
     if old.spec.metrics != new.spec.metrics:
         changed.append("metrics")
+    if old.spec.dashboard != new.spec.dashboard:
+        changed.append("dashboard")
     return changed

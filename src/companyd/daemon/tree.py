@@ -10,7 +10,7 @@
     │   │   ├── cfo
     │   │   └── accountant
     │   └── …
-    └── scheduler  control        services that need the agents running come after them
+    └── scheduler  dashboard  control   services that need the agents running come after them
 
 Each supervisor's children are computed by its ``init`` from the tree's *current* config,
 so a restarted department (or a restarted ``agents``) always comes back as company.yaml says

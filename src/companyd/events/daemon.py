@@ -15,6 +15,7 @@ __all__ = [
     "DaemonStarted",
     "DaemonStopping",
     "LoopLag",
+    "OperatorAction",
     "StateDirTightened",
     "StateDiskFull",
     "StateDiskRecovered",
@@ -111,3 +112,18 @@ class LoopLag(Event):
     severity: Severity = Severity.WARNING
     lag_s: float
     threshold_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorAction(Event):
+    """The founder acted through a front end other than the control socket (``via``:
+    ``dashboard``): the Admin operation ``action`` on ``target``, whether it was done
+    (``ok``) and what the operator was told (``message``).
+    """
+
+    KIND = "operator_action"
+    action: str
+    target: str
+    via: str
+    ok: bool
+    message: str

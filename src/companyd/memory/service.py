@@ -44,6 +44,7 @@ from companyd._fs import (
 )
 from companyd.clock import Clock, SystemClock
 from companyd.events import EventBus, MemoryRepaired
+from companyd.memory.changes import ChangeLog
 from companyd.memory.codec import LoadReport
 from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryUnavailable
 from companyd.memory.graph import KnowledgeGraph
@@ -218,16 +219,26 @@ class MemoryService:
         self._wake: asyncio.Future[None] | None = None
         #: what the last load found (None until the owner has started once)
         self.last_report: LoadReport | None = None
+        #: the latest durable writes made through :meth:`call` (since this object's start)
+        self.changes = ChangeLog()
+        #: when :attr:`changes` began (epoch seconds)
+        self.changes_since = self._clock.time()
 
     # -- the interface the daemon and agents call ---------------------------------------------
 
     async def call(
-        self, tool: str, arguments: Mapping[str, Any], *, timeout: float | None = None
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        by: str | None = None,
     ) -> dict[str, Any]:
         """Run one of the nine MCP memory tools and return its ``structuredContent``.
 
         ``arguments`` and the result are exactly the MCP tool's input and
-        ``structuredContent``. Returns only once the change is durable (fsynced).
+        ``structuredContent``. Returns only once the change is durable (fsynced); a write
+        is then in :attr:`changes`, made ``by`` (the agent that called it, or None).
 
         Raises:
             MemoryToolError: invalid arguments or a refused call, with the official
@@ -237,6 +248,8 @@ class MemoryService:
         """
         args = validate_arguments(tool, arguments)
         result: dict[str, Any] = await self._submit(lambda store: (tool, args), timeout)
+        if tool not in READ_ONLY_TOOLS:
+            self.changes.record(self._clock.time(), tool, args, by)
         return result
 
     async def recall(self, entity: str, depth: int = 1) -> dict[str, Any]:

@@ -399,7 +399,9 @@ def json_schema(properties: Mapping[str, Any], required: Sequence[str]) -> dict[
 class MemoryPort(Protocol):
     """What the memory tools need from the memory owner (companyd.memory.MemoryService)."""
 
-    async def call(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]: ...
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any], *, by: str | None = None
+    ) -> dict[str, Any]: ...
 
     async def recall(self, entity: str, depth: int = 1) -> dict[str, Any]: ...
 
@@ -413,7 +415,7 @@ def memory_tools(memory: MemoryPort) -> list[Tool]:
     def op(name: str) -> Handler:
         async def call(arguments: Mapping[str, Any], ctx: ToolCallContext) -> Any:
             try:
-                return await memory.call(name, arguments)
+                return await memory.call(name, arguments, by=ctx.agent)
             except (MemoryToolError, MemoryUnavailable) as exc:
                 # MemoryUnavailable: a full state disk, an owner restarting. The model sees
                 # what happened (its message says whether the call was applied and to retry

@@ -692,9 +692,11 @@ class SpendBook:
         report["in_flight"] = len(self._st.open)
         return report
 
-    async def spend_report(self, by: str = "agent", period: str = "today") -> SpendReportData:
+    async def spend_report(
+        self, by: str = "agent", period: str = "today", *, per_day: bool = False
+    ) -> SpendReportData:
         """Spend grouped ``by`` agent, model, routine or day over ``period`` (``today``,
-        ``month``, ``YYYY-MM``, ``DATE`` or ``DATE..DATE``).
+        ``month``, ``YYYY-MM``, ``DATE`` or ``DATE..DATE``); ``per_day``: per day and key.
 
         Raises:
             SpendError: an unknown grouping or period (the message lists the valid ones).
@@ -710,7 +712,9 @@ class SpendBook:
             parse_period(period, today)
         except ValueError as exc:
             raise SpendError(str(exc)) from None
-        return await self._db.run(lambda led: reports.spend_report(led, by, period, today))
+        return await self._db.run(
+            lambda led: reports.spend_report(led, by, period, today, per_day=per_day)
+        )
 
     async def flush(self) -> None:
         """Wait until every ledger write queued so far is done and the events that follow

@@ -591,6 +591,35 @@ class Ledger:
         ]
 
     @_on_worker
+    def per_day_between(self, dim: str, first: str, last: str) -> list[tuple[str, Totals]]:
+        """``(day, totals)`` of each key of ``dim`` on each day from ``first`` to ``last``
+        (inclusive) with any spend, by date, then most expensive first.
+        """
+        if dim not in DIMENSIONS:
+            raise ValueError(f"unknown dimension {dim!r}; expected one of {DIMENSIONS}")
+        return [
+            (
+                str(r[0]),
+                Totals(
+                    key=str(r[1]),
+                    calls=int(r[2]),
+                    input_tokens=int(r[3]),
+                    cache_write_5m_tokens=int(r[4]),
+                    cache_write_1h_tokens=int(r[5]),
+                    cache_read_tokens=int(r[6]),
+                    output_tokens=int(r[7]),
+                    cost_pusd=int(r[8]),
+                ),
+            )
+            for r in self._db.execute(
+                f"SELECT period, key, {_TOTAL_COLS} FROM totals WHERE dim=? "
+                "AND length(period)=10 AND period BETWEEN ? AND ? "
+                "ORDER BY period, cost_pusd DESC, key",
+                (dim, first, last),
+            )
+        ]
+
+    @_on_worker
     def day_keys_between(self, first: str, last: str) -> list[str]:
         """Day keys with any spend from ``first`` to ``last`` (inclusive)."""
         return [

@@ -21,8 +21,12 @@ __all__ = ["GROUPINGS", "format_budget_report", "format_spend_report", "spend_re
 GROUPINGS = ("agent", "model", "routine", "day")
 
 
-def spend_report(ledger: Ledger, by: str, period: str, today: date) -> SpendReportData:
-    """Spend grouped ``by`` over ``period`` (see :func:`~companyd.spend.periods.parse_period`).
+def spend_report(
+    ledger: Ledger, by: str, period: str, today: date, *, per_day: bool = False
+) -> SpendReportData:
+    """Spend grouped ``by`` over ``period`` (see :func:`~companyd.spend.periods.parse_period`);
+    ``per_day``: one row per day and key, each with its ``day`` (by date, then most
+    expensive first), for spend per day stacked by agent, model or routine.
 
     Raises:
         ValueError: an unknown grouping or period, naming the valid ones.
@@ -30,8 +34,13 @@ def spend_report(ledger: Ledger, by: str, period: str, today: date) -> SpendRepo
     if by not in GROUPINGS:
         raise ValueError(f"cannot group spend by {by!r}; expected one of {', '.join(GROUPINGS)}")
     first, last, label = parse_period(period, today)
+    days: list[str] = []
     if by == "day":
         rows = ledger.days_between(first.isoformat(), last.isoformat())
+    elif per_day:
+        pairs = ledger.per_day_between(by, first.isoformat(), last.isoformat())
+        days = [day for day, _ in pairs]
+        rows = [totals for _, totals in pairs]
     else:
         keys = ledger.day_keys_between(first.isoformat(), last.isoformat())
         rows = ledger.totals(by, keys)
@@ -46,11 +55,11 @@ def spend_report(ledger: Ledger, by: str, period: str, today: date) -> SpendRepo
         cost_pusd=sum(r.cost_pusd for r in rows),
     )
     out_rows: list[SpendTotals] = []
-    for r in rows:
+    for i, r in enumerate(rows):
         d = r.to_dict()
         if by == "routine" and d["key"] == "":
             d["key"] = None  # calls outside any routine (operator questions, consultations)
-        out_rows.append(d)
+        out_rows.append({"day": days[i], **d} if days else d)
     return {
         "by": by,
         "period": {"label": label, "from": first.isoformat(), "to": last.isoformat()},

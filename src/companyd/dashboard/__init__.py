@@ -1,0 +1,23 @@
+"""The dashboard: the company on one page, in the browser, live (docs/dashboard.md).
+
+A Starlette application with Jinja2 templates and htmx, served by uvicorn inside the
+daemon's event loop as a supervised child. It reads and acts only through
+:class:`~companyd.admin.Admin` (the same operations as the control socket) and the event
+bus, so it sits beside ``scheduler`` and ``alerts`` in the layers: it imports L0–L4 and
+``admin``, never ``daemon`` or ``cli``.
+
+* :mod:`~companyd.dashboard.context`: :class:`DashboardContext`, what handlers may use
+  (``request.app.state.ctx``);
+* :mod:`~companyd.dashboard.auth`: one-time login tokens and sessions (:class:`Sessions`);
+* :mod:`~companyd.dashboard.security`: the session, CSRF and security-header middlewares;
+* :mod:`~companyd.dashboard.render`: the templates and :func:`render`;
+* :mod:`~companyd.dashboard.actions`: :func:`perform`, an Admin operation recorded
+  "via dashboard";
+* :mod:`~companyd.dashboard.live`: server-sent events (:class:`Live` fragments);
+* :mod:`~companyd.dashboard.app`: :func:`build_app`;
+* :mod:`~companyd.dashboard.pages`: one module per page, each exposing ``routes``.
+
+The package's ``__init__`` imports nothing: ``companyd.dashboard.auth`` (the sessions, owned
+by the daemon) loads without Starlette, uvicorn and Jinja2, which the daemon imports only
+when the dashboard starts (``daemon/dashboard.py``).
+"""

@@ -1,0 +1,64 @@
+"""The dashboard's web application: :func:`build_app`.
+
+``build_app(ctx)`` returns a Starlette application serving every page of
+:data:`companyd.dashboard.pages.PAGES` (each module's ``routes``; its ``live`` fragments on
+``/live``), the login routes, and the static assets under ``/static`` (vendored htmx, its
+SSE extension, the chart library, the dashboard's own CSS and JavaScript). Middlewares,
+outermost first: security headers, then the session and CSRF guard
+(:mod:`companyd.dashboard.security`).
+
+The application's state: ``ctx`` (the :class:`~companyd.dashboard.context.DashboardContext`),
+``templates`` (the Jinja2 environment, :mod:`companyd.dashboard.render`) and ``stopping``
+(an :class:`asyncio.Event` the server sets when it stops, which ends the event streams).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from companyd.dashboard import login
+from companyd.dashboard.context import DashboardContext
+from companyd.dashboard.live import Live, live_endpoint
+from companyd.dashboard.pages import PAGES
+from companyd.dashboard.render import make_templates
+from companyd.dashboard.security import SecurityHeaders, SessionGuard
+
+__all__ = ["STATIC", "build_app"]
+
+#: The static assets (``/static/…``).
+STATIC = Path(__file__).parent / "static"
+
+
+def build_app(ctx: DashboardContext) -> Starlette:
+    """The dashboard for ``ctx``: every page's routes, ``/live``, login and static files.
+
+    Raises:
+        ValueError: two pages declare a live fragment of the same name.
+    """
+    fragments: dict[str, Live] = {}
+    routes: list[BaseRoute] = [*login.routes]
+    for page in PAGES:
+        routes.extend(page.routes)
+        for fragment in getattr(page, "live", []):
+            if fragment.name in fragments:
+                raise ValueError(f"two live fragments are named {fragment.name!r}")
+            fragments[fragment.name] = fragment
+    routes.append(Route("/live", live_endpoint(fragments), name="live"))
+    routes.append(Mount("/static", StaticFiles(directory=STATIC), name="static"))
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(SessionGuard, sessions=ctx.sessions),
+        ],
+    )
+    app.state.ctx = ctx
+    app.state.templates = make_templates()
+    app.state.stopping = asyncio.Event()
+    return app

@@ -1,0 +1,302 @@
+"""The Runs, Routines, Spend, Memory, Inbox and Config pages in a real headless Chromium
+(Debian's ``chromium`` and ``chromium-driver`` through selenium) against a real ``companyd
+run --offline`` of the example company with something on every page: memory imported
+before the start, a question asked, a routine run, and a tool call waiting for approval
+(``cto`` must ask before ``create_entities``). Each test uses its page as a founder would
+(filters, links, Run now, Reject with the keyboard) and writes its screenshots at desktop
+and phone width to ``$COMPANYD_SCREENSHOTS`` (or a temporary directory), as
+tests/dashboard/test_browser.py does.
+
+Skipped, saying what to install, only where no browser is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from companyd.testing.daemon import short_dir
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+DESKTOP = (1280, 900)
+PHONE = (390, 844)
+#: The Anthropic key's value in the daemon's environment, also pasted into the context.
+SECRET = "browser-secret-value-4411"
+
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+    reason="no browser installed: the dashboard's browser tests need Debian's chromium and "
+    "chromium-driver (apt-get install -y chromium chromium-driver; .ci/run installs them)",
+)
+
+# after the skip marker, at the top: selenium is in the test extra
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+MEMORY = [
+    {"type": "entity", "name": "Acme Clinics", "entityType": "customer",
+     "observations": ["pays 400 EUR a month", "renewal due in March", "asked for SSO twice"]},
+    {"type": "entity", "name": "Dr. Ana Ruiz", "entityType": "person",
+     "observations": ["clinic director at Acme Clinics"]},
+    {"type": "entity", "name": "Scheduling Pro", "entityType": "product",
+     "observations": ["our main plan"]},
+    {"type": "entity", "name": "SSO", "entityType": "feature",
+     "observations": ["on the Q1 roadmap"]},
+    {"type": "entity", "name": "Berlin office", "entityType": "location", "observations": []},
+    {"type": "relation", "from": "Dr. Ana Ruiz", "to": "Acme Clinics", "relationType": "works_at"},
+    {"type": "relation", "from": "Acme Clinics", "to": "Scheduling Pro",
+     "relationType": "subscribes_to"},
+    {"type": "relation", "from": "Acme Clinics", "to": "SSO", "relationType": "requested"},
+    {"type": "relation", "from": "Acme Clinics", "to": "Berlin office",
+     "relationType": "located_in"},
+    {"type": "relation", "from": "Scheduling Pro", "to": "Northwind", "relationType": "made_by"},
+]  # fmt: skip
+
+
+@dataclass
+class Company:
+    """A running ``companyd run --offline`` with the dashboard on a free port."""
+
+    config: Path
+    state: Path
+    env: dict[str, str]
+
+    def cli(self, *argv: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "companyd", *argv, "--config", str(self.config),
+             "--state-dir", str(self.state)],
+            capture_output=True, text=True, timeout=timeout, check=False, env=self.env,
+        )  # fmt: skip
+
+    def json(self, *argv: str) -> Any:
+        done = self.cli(*argv, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+
+def _company_file(path: Path) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    doc["company"]["context"] += f"\nThe staging password is {SECRET}.\n"
+    doc["agents"]["cto"]["tools"] = {"require_approval": ["create_entities"]}
+    doc["dashboard"] = {"listen": "127.0.0.1:0"}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def company() -> Iterator[Company]:
+    with short_dir() as work:
+        config, state = work / "company.yaml", work / "s"
+        _company_file(config)
+        env = {**os.environ, "ANTHROPIC_API_KEY": SECRET}
+        env.pop("NOTIFY_SOCKET", None)
+        seed = work / "seed.jsonl"
+        seed.write_text("".join(json.dumps(line) + "\n" for line in MEMORY), encoding="utf-8")
+        state.mkdir(mode=0o700)
+        imported = subprocess.run(
+            [sys.executable, "-m", "companyd", "memory", "import", str(seed),
+             "--file", str(state / "memory.jsonl")],
+            capture_output=True, text=True, timeout=60, check=False, env=env,
+        )  # fmt: skip
+        assert imported.returncode == 0, imported.stderr
+        log = work / "daemon.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "companyd", "run", "--offline", "--config", str(config),
+                 "--state-dir", str(state)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
+            )  # fmt: skip
+        c = Company(config, state, env)
+        try:
+            deadline = time.monotonic() + 60
+            while c.cli("dashboard", "--json").returncode != 0:
+                assert proc.poll() is None, log.read_text()[-4000:]
+                assert time.monotonic() < deadline, log.read_text()[-4000:]
+                time.sleep(0.1)
+            assert c.cli("ask", "cfo", "What did we spend this week?").returncode == 0
+            assert c.cli("ask", "ceo", "How are we doing?").returncode == 0
+            assert c.cli("jobs", "run", "weekly-spend-review").returncode == 0
+            # cto's first step calls create_entities, which waits for the founder
+            waiting = c.cli("ask", "cto", "Record the SSO decision.", "--timeout", "3")
+            assert waiting.returncode != 0 and "keeps running" in waiting.stderr
+            yield c
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def shots() -> Iterator[Path]:
+    chosen = os.environ.get("COMPANYD_SCREENSHOTS")
+    if chosen:
+        path = Path(chosen)
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    path = Path(tempfile.mkdtemp(prefix="companyd-shots-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def browser(company: Company) -> Iterator[webdriver.Chrome]:
+    profile = Path(tempfile.mkdtemp(prefix="companyd-chromium-"))
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in (
+        "--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--no-first-run", f"--user-data-dir={profile}",
+        f"--window-size={DESKTOP[0]},{DESKTOP[1]}",
+    ):  # fmt: skip
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+    driver.set_page_load_timeout(30)
+    try:
+        driver.get(company.json("dashboard")["url"])
+        WebDriverWait(driver, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "main h1"))
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def base(browser: webdriver.Chrome) -> str:
+    url: str = browser.current_url
+    return url.split("/", 3)[0] + "//" + url.split("/", 3)[2]
+
+
+def screenshot(browser: webdriver.Chrome, shots: Path, name: str) -> None:
+    for label, (width, height) in (("desktop", DESKTOP), ("phone", PHONE)):
+        browser.set_window_size(width, height)
+        time.sleep(0.3)  # let the layout settle at the new width (a picture, no assertion)
+        browser.save_screenshot(str(shots / f"{name}-{label}.png"))
+    browser.set_window_size(*DESKTOP)
+
+
+def main_text(browser: webdriver.Chrome) -> str:
+    text: str = browser.find_element(By.TAG_NAME, "main").text
+    return text
+
+
+def test_runs_filtered_by_agent_and_a_transcript(
+    browser: webdriver.Chrome, company: Company, shots: Path
+) -> None:
+    browser.get(base(browser) + "/runs")
+    Select(browser.find_element(By.ID, "f-agent")).select_by_value("cfo")
+    browser.find_element(By.ID, "f-since").send_keys("1h")
+    browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+    WebDriverWait(browser, 10).until(lambda d: "agent=cfo" in d.current_url)
+    agents = {
+        td.text for td in browser.find_elements(By.CSS_SELECTOR, "table.runs td:nth-child(2)")
+    }
+    assert agents == {"cfo"}
+    screenshot(browser, shots, "runs")
+    browser.find_element(By.CSS_SELECTOR, "table.runs td:first-child a").click()
+    WebDriverWait(browser, 10).until(lambda d: "/runs/run-" in d.current_url)
+    shown = main_text(browser)
+    assert "Steps" in shown and "Model" in shown and "cfo handled the task" in shown
+    screenshot(browser, shots, "run")
+
+
+def test_routines_run_now_in_the_browser(
+    browser: webdriver.Chrome, company: Company, shots: Path
+) -> None:
+    browser.get(base(browser) + "/routines/weekly-spend-review")
+    before = len(company.json("jobs", "history", "weekly-spend-review")["fires"])
+    browser.find_element(By.XPATH, "//button[@aria-label='Run weekly-spend-review now']").click()
+    outcome = "return document.getElementById('run-now-outcome').textContent"
+    WebDriverWait(browser, 30).until(lambda d: "ran:" in d.execute_script(outcome))
+    assert browser.current_url.endswith("/routines/weekly-spend-review")  # htmx, no reload
+    assert len(company.json("jobs", "history", "weekly-spend-review")["fires"]) == before + 1
+    browser.refresh()
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "ol.timeline li"))
+    screenshot(browser, shots, "routines")
+
+
+def test_spend_draws_the_stacked_chart(
+    browser: webdriver.Chrome, company: Company, shots: Path
+) -> None:
+    browser.get(base(browser) + "/spend")
+    WebDriverWait(browser, 10).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".chart.stacked canvas")
+    )
+    legend = browser.find_element(By.CSS_SELECTOR, ".chart.stacked").text
+    assert "cfo" in legend and "ceo" in legend
+    # cents against a $10 daily budget: the line would flatten the bars, so it is not drawn
+    assert "far above every day's spend" in main_text(browser)
+    link = browser.find_element(By.LINK_TEXT, "by agent").get_attribute("href") or ""
+    assert "/spend.csv?period=month" in link and "by=agent" in link
+    screenshot(browser, shots, "spend")
+
+
+def test_memory_search_then_the_neighbourhood_graph_by_keyboard(
+    browser: webdriver.Chrome, company: Company, shots: Path
+) -> None:
+    browser.get(base(browser) + "/memory")
+    box = browser.find_element(By.ID, "q")
+    box.send_keys("acme", Keys.ENTER)
+    WebDriverWait(browser, 10).until(lambda d: "q=acme" in d.current_url)
+    found = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "ul.entities a")]
+    assert found == ["Acme Clinics", "Dr. Ana Ruiz"]  # by name, by an observation
+    browser.find_element(By.LINK_TEXT, "Acme Clinics").click()
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "svg.memory-graph"))
+    nodes = browser.find_elements(By.CSS_SELECTOR, "svg.memory-graph a.node")
+    assert len(nodes) == 5  # Acme Clinics and its four neighbours
+    screenshot(browser, shots, "memory")
+    # the graph's nodes are links a keyboard reaches: focus one, press Enter
+    ana = browser.find_element(By.CSS_SELECTOR, "svg.memory-graph a[aria-label^='Dr. Ana Ruiz']")
+    browser.execute_script("arguments[0].focus();", ana)
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
+    WebDriverWait(browser, 10).until(lambda d: "Ana%20Ruiz" in d.current_url)
+    assert browser.find_element(By.CSS_SELECTOR, "main h1").text == "Dr. Ana Ruiz"
+    assert "clinic director at Acme Clinics" in main_text(browser)
+
+
+def test_inbox_reject_with_a_reason_from_the_keyboard(
+    browser: webdriver.Chrome, company: Company, shots: Path
+) -> None:
+    browser.get(base(browser) + "/inbox")
+    items = [i for i in company.json("inbox")["items"] if i["kind"] == "approval"]
+    assert [i["agent"] for i in items] == ["cto"]
+    item = items[0]["id"]
+    assert "cto wants to call create_entities" in main_text(browser)
+    screenshot(browser, shots, "inbox")
+    reason = browser.find_element(By.ID, f"reason-{item}")
+    reason.send_keys("not yet, ask me on Monday", Keys.ENTER)  # Enter submits its form
+    # read in one script: htmx replaces the item (outerHTML) between two WebDriver calls
+    read = f"return document.getElementById('item-{item}').textContent"
+    WebDriverWait(browser, 30).until(lambda d: "rejected" in d.execute_script(read))
+    assert all(i["id"] != item for i in company.json("inbox")["items"])
+
+
+def test_config_never_shows_the_secret(
+    browser: webdriver.Chrome, company: Company, shots: Path
+) -> None:
+    browser.get(base(browser) + "/config")
+    text = main_text(browser)
+    assert "The staging password is ***." in text and SECRET not in browser.page_source
+    assert "ANTHROPIC_API_KEY" in text
+    screenshot(browser, shots, "config")

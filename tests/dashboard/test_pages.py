@@ -1,0 +1,307 @@
+"""The Runs, Routines, Spend, Memory, Inbox and Config pages against a real daemon in process
+(offline model, real journal, ledger, memory file, desk and proposals): what each shows,
+its filters, the CSV export, actions through Admin recorded "via dashboard", a POST without
+the CSRF token refused, and no configured secret on any page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from starlette.requests import Request
+
+from companyd.dashboard.pages.inbox import waiting
+from companyd.dashboard.pages.spend import CSV_COLUMNS
+from companyd.roles.desk import ItemKind
+from companyd.roles.tasks import Task, new_id
+from companyd.testing.daemon import short_dir
+
+from .pagekit import KEY_VAR, SECRET, Page, Site, running_site
+
+pytestmark = pytest.mark.anyio
+
+PAGES = (
+    "/runs",
+    "/routines",
+    "/routines/weekly-review",
+    "/spend",
+    "/memory",
+    "/memory/entity?name=Acme",
+    "/inbox",
+    "/config",
+)
+
+
+@pytest.fixture
+def work(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv(KEY_VAR, SECRET)
+    with short_dir() as d:
+        yield d
+
+
+@pytest.fixture
+async def site(work: Path) -> AsyncIterator[Site]:
+    async with running_site(work) as s:
+        yield s
+
+
+async def remember_acme(site: Site) -> None:
+    await site.daemon.memory.call(
+        "create_entities",
+        {
+            "entities": [
+                {"name": "Acme", "entityType": "customer", "observations": ["pays 400 EUR"]},
+                {"name": "Bob", "entityType": "person", "observations": ["CFO of Acme"]},
+            ]
+        },
+        by="cfo",
+    )
+    await site.daemon.memory.call(
+        "create_relations",
+        {"relations": [{"from": "Bob", "to": "Acme", "relationType": "works_at"}]},
+        by="cfo",
+    )
+
+
+async def test_runs_list_filters_and_a_transcript(site: Site) -> None:
+    cfo = await site.daemon.ask("cfo", "What did we spend this week?")
+    ceo = await site.daemon.ask("ceo", "How are we doing?")
+    every = await site.get("/runs")
+    assert cfo.run_id in every.text and ceo.run_id in every.text
+    only_cfo = await site.get("/runs?agent=cfo&since=1h&status=ok")
+    assert cfo.run_id in only_cfo.text and ceo.run_id not in only_cfo.text
+    assert '<option value="cfo" selected>' in only_cfo.text  # the form keeps the filters
+    assert ceo.run_id not in (await site.get("/runs?routine=weekly-review")).text
+    bad = await site.get("/runs?status=bogus", 400)
+    assert "unknown status &#39;bogus&#39;; choose one of running, ok" in bad.text
+    since = await site.get("/runs?since=last+tuesday", 400)
+    assert "duration back from now (90m, 24h, 7d, 2w)" in since.text
+
+    shown = await site.get(f"/runs/{cfo.run_id}")
+    assert "What did we spend this week?" in shown.text  # the task
+    assert "<strong>Model</strong>" in shown.text and cfo.answer.strip()[:40] in shown.text
+    assert 'href="/agents/cfo"' in shown.text
+    missing = await site.get("/runs/run-000000000000", 404)
+    assert "no run &#39;run-000000000000&#39;" in missing.text
+
+
+async def test_routines_run_now_goes_through_admin_with_csrf(site: Site) -> None:
+    listed = await site.get("/routines")
+    assert 'href="/routines/weekly-review"' in listed.text and "Run now" in listed.text
+    refused = await site.client.post("/routines/weekly-review/run", data={})
+    assert refused.status_code == 403 and "CSRF" in refused.text
+    assert (await site.daemon.job_history("weekly-review")).fires == []
+
+    sub = site.daemon.bus.subscribe(kinds={"operator_action"})
+    ran = await site.post("/routines/weekly-review/run", htmx=True)
+    assert ran.status_code == 200 and "weekly-review ran" in ran.text
+    fires = (await site.daemon.job_history("weekly-review")).fires
+    assert len(fires) == 1
+    run_id = fires[0]["run_id"]
+    assert run_id is not None and run_id in ran.text
+    event = sub.get_nowait()
+    assert event is not None and event.data["via"] == "dashboard"
+    assert (event.data["action"], event.data["target"], event.data["ok"]) == (
+        "run_job",
+        "weekly-review",
+        True,
+    )
+
+    history = await site.get("/routines/weekly-review")
+    assert f'href="/runs/{fires[0]["run_id"]}"' in history.text
+    assert f"outcome-{fires[0]['outcome']}" in history.text
+    unknown = await site.get("/routines/no-such-routine", 404)
+    assert "no-such-routine" in unknown.text
+
+
+async def test_spend_page_and_its_csv_export(site: Site) -> None:
+    await site.daemon.ask("cfo", "What did we spend this week?")
+    await site.daemon.spend_book.flush()
+    page = await site.get("/spend")
+    assert "Per day, by agent" in page.text and 'data-stacked="' in page.text
+    assert "By model" in page.text and "By routine" in page.text
+    assert "Budgets (times in UTC)" in page.text and "$10.00" in page.text  # company/day
+    bad = await site.get("/spend?period=fortnight", 400)
+    assert "unknown period &#39;fortnight&#39;" in bad.text
+
+    export = await site.get("/spend.csv?period=month&by=agent")
+    assert export.headers["content-type"].startswith("text/csv")
+    disposition = export.headers["content-disposition"]
+    assert disposition.startswith('attachment; filename="companyd-spend-by-agent-')
+    assert disposition.endswith('.csv"')
+    rows = list(csv.reader(io.StringIO(export.text)))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    today = (await site.daemon.budget()).day
+    assert [(r[0], r[1]) for r in rows[1:]] == [(today, "cfo")]
+    assert int(rows[1][2]) >= 1  # calls
+    by_model = await site.get("/spend.csv?by=model")
+    assert len(list(csv.reader(io.StringIO(by_model.text)))) == 2
+    wrong = await site.client.get("/spend.csv?by=colour")
+    assert wrong.status_code == 400 and "choose one of agent, model, routine" in wrong.text
+
+
+async def test_memory_search_entity_graph_and_recent_changes(site: Site) -> None:
+    await remember_acme(site)
+    found = await site.get("/memory?q=acme")
+    assert 'href="/memory/entity?name=Acme"' in found.text
+    assert 'href="/memory/entity?name=Bob"' in found.text  # matched by an observation
+    assert "CFO of Acme" in found.text
+    assert "Recent changes" in found.text and "create_relations" in found.text
+    assert 'href="/agents/cfo"' in found.text  # who made the change
+    nothing = await site.get("/memory?q=zeppelin")
+    assert "Nothing in memory mentions" in nothing.text
+
+    acme = await site.get("/memory/entity?name=Acme")
+    assert "pays 400 EUR" in acme.text and "works_at" in acme.text
+    assert '<svg class="memory-graph"' in acme.text
+    assert acme.text.count('class="node node-') == 2  # Acme and its neighbour Bob
+    missing = await site.get("/memory/entity?name=Zeppelin", 404)
+    assert "no entity &#39;Zeppelin&#39; in company memory" in missing.text
+
+
+async def test_inbox_actions_are_admin_operations_recorded_via_dashboard(site: Site) -> None:
+    d = site.daemon
+    question = await d.desk.request(
+        key="test:q1",
+        kind=ItemKind.QUESTION,
+        agent="cfo",
+        run_id=None,
+        routine=None,
+        payload={"question": "May I cancel the unused SaaS seats?"},
+        timeout=3600,
+    )
+    proposal = await d.proposal_store.propose(
+        "ceo", "cfo", "You are the cfo. Be brief.", "shorter answers"
+    )
+    page = await site.get("/inbox")
+    assert "May I cancel the unused SaaS seats?" in page.text
+    assert f"/inbox/{question.id}/answer" in page.text
+    assert f"/inbox/{proposal.id}/approve" in page.text and "shorter answers" in page.text
+    assert "Be brief." in page.text  # the proposal's diff
+
+    refused = await site.client.post(f"/inbox/{question.id}/answer", data={"text": "yes"})
+    assert refused.status_code == 403
+    assert [i.id for i in (await d.inbox()).items if i.id == question.id] == [question.id]
+
+    sub = d.bus.subscribe(kinds={"operator_action"})
+    empty = await site.post(f"/inbox/{question.id}/answer", {"text": "  "})
+    assert empty.status_code == 409 and "write your answer first" in empty.text
+    answered = await site.post(f"/inbox/{question.id}/answer", {"text": "Yes, cancel them."})
+    assert answered.status_code == 200 and f"answered {question.id}" in answered.text
+    decided = await d.desk.get(question.id)
+    assert decided is not None and decided.text == "Yes, cancel them."
+    rejected = await site.post(
+        f"/inbox/{proposal.id}/reject", {"reason": "keep them detailed"}, htmx=True
+    )
+    assert rejected.status_code == 200 and f'id="item-{proposal.id}"' in rejected.text
+    assert f"rejected {proposal.id}" in rejected.text
+    assert (await d.inbox()).items == []
+    actions = []
+    while (event := sub.get_nowait()) is not None:
+        actions.append((event.data["action"], event.data["target"], event.data["via"]))
+    assert actions == [
+        ("answer", question.id, "dashboard"),
+        ("reject", proposal.id, "dashboard"),
+    ]
+    again = await site.post(f"/inbox/{question.id}/answer", {"text": "again"})
+    assert again.status_code == 409 and question.id in again.text
+    assert "Nothing waits for you." in (await site.get("/inbox")).text
+    unknown = await site.post(f"/inbox/{question.id}/shred")
+    assert unknown.status_code == 400 and "choose one of approve, reject" in unknown.text
+
+
+async def test_a_quarantined_task_is_retried_from_the_inbox(site: Site) -> None:
+    d = site.daemon
+    task = Task(
+        id=new_id("task"), agent="cfo", prompt="Reconcile November.", source="operator",
+        created=d.clock.time(),
+    )  # fmt: skip
+    await d.journal.add_task(task, d.clock.time())
+    for n in range(3):
+        await d.journal.record_crash(task.id, f"boom {n}", d.clock.time())
+    await d.journal.set_task_state(task.id, "quarantined", d.clock.time())
+    page = await site.get("/inbox")
+    assert "Quarantined tasks (1)" in page.text and "Reconcile November." in page.text
+    assert f"/inbox/{task.id}/retry" in page.text
+    retried = await site.post(f"/inbox/{task.id}/retry", htmx=True)
+    assert retried.status_code == 200 and f"released {task.id}" in retried.text
+    assert await d.journal.tasks(["quarantined"]) == []
+    async with asyncio.timeout(30):  # cfo runs it again
+        while not (await d.runs(agent="cfo", finished=True)).runs:
+            await asyncio.sleep(0.05)
+
+
+async def test_the_inbox_count_is_live_and_offers_a_reload_when_items_arrive(site: Site) -> None:
+    page = await site.get("/inbox")
+    assert 'sse-connect="/live?f=inbox&amp;shown=0"' in page.text
+
+    def live(shown: int) -> Request:
+        query = f"f=inbox&shown={shown}".encode()
+        scope = {"type": "http", "app": site.app, "method": "GET", "path": "/live"}
+        return Request({**scope, "query_string": query, "headers": [], "state": {}})
+
+    assert (await waiting(live(0))).strip() == "Nothing waits for you."
+    await site.daemon.desk.request(
+        key="test:q3",
+        kind=ItemKind.QUESTION,
+        agent="ceo",
+        run_id=None,
+        routine=None,
+        payload={"question": "Hire a designer?"},
+        timeout=3600,
+    )
+    changed = await waiting(live(0))
+    assert "1 item waits for you" in changed and 'href="/inbox">reload the inbox' in changed
+    assert "reload" not in await waiting(live(1))
+
+
+async def test_config_shows_the_resolved_file_and_the_last_reload_never_a_secret(
+    site: Site, work: Path
+) -> None:
+    page = await site.get("/config")
+    assert SECRET not in page.text
+    assert "Staging password: ***. Never repeat it." in page.text
+    assert KEY_VAR in page.text and "set</span>" in page.text  # named, never its value
+    assert "max_steps: 20" in page.text  # defaults filled in
+    assert "No reload since the daemon started." in page.text
+    assert "differs from the running version" not in page.text
+
+    text = (work / "company.yaml").read_text(encoding="utf-8")
+    (work / "company.yaml").write_text(
+        text.replace("daily_usd: 10", "daily_usd: ten"), encoding="utf-8"
+    )
+    await site.daemon.reload()
+    after = await site.get("/config")
+    assert "differs from the running version" in after.text
+    assert "rejected" in after.text and "company.budget.daily_usd" in after.text
+    assert SECRET not in after.text
+
+
+async def test_no_page_shows_a_secret_inline_script_or_style_or_an_unnamed_control(
+    site: Site,
+) -> None:
+    await remember_acme(site)
+    await site.daemon.ask("cfo", f"Remember {SECRET} for later.")
+    await site.daemon.desk.request(
+        key="test:q2",
+        kind=ItemKind.QUESTION,
+        agent="cfo",
+        run_id=None,
+        routine=None,
+        payload={"question": "Shall I pay the invoice?"},
+        timeout=3600,
+    )
+    run_id = (await site.daemon.runs(limit=1)).runs[0]["run_id"]
+    for url in (*PAGES, f"/runs/{run_id}", "/spend?period=today"):
+        r = await site.get(url)
+        assert SECRET not in r.text, url
+        page = Page(r.text)
+        assert page.inline_scripts == 0 and page.style_attributes == 0, url
+        assert page.handlers == [], url
+        assert page.post_forms == page.post_forms_with_csrf, url
+        assert page.unnamed_controls() == [], url

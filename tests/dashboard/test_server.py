@@ -1,0 +1,123 @@
+"""The dashboard's web server as a supervised child of a real daemon (in process, offline
+model): it serves on the configured address, leaves the daemon's signal handlers alone,
+and a crash of the web layer is restarted like any child without touching the agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from companyd.admin import AdminError
+from companyd.config import load_config
+from companyd.daemon.main import Daemon
+from companyd.llm.offline import OfflineModel
+from companyd.testing.daemon import short_dir
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def example_on_port_zero(work: Path) -> Path:
+    path = work / "company.yaml"
+    text = EXAMPLE.read_text(encoding="utf-8") + '\ndashboard:\n  listen: "127.0.0.1:0"\n'
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def nodes(tree: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {tree["id"]: tree}
+    for child in tree.get("children", ()):
+        out.update(nodes(child))
+    return out
+
+
+async def wait_for(check: Any, timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.02)
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.mark.anyio
+async def test_a_crash_of_the_web_layer_is_restarted_and_never_touches_the_agents(
+    work: Path,
+) -> None:
+    cfg = load_config(example_on_port_zero(work))
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    async with Daemon(cfg, work / "s", backend=OfflineModel(), offline=True) as d:
+        server = d.web.server
+        assert server is not None
+        await wait_for(lambda: server.url is not None)
+        login = await d.dashboard_login()
+        status, text = await asyncio.to_thread(get, login.url)
+        assert status == 200 and "Logged in" in text
+        assert {s: signal.getsignal(s) for s in handlers} == handlers  # uvicorn took none
+        # asyncio sets TCP_NODELAY on accepted connections only of a socket made with
+        # proto=IPPROTO_TCP; without it every keep-alive response waited ~40 ms for a
+        # delayed ACK (found by bench/dashboard.py)
+        assert server.server is not None
+        (listening,) = server.server.servers[0].sockets
+        assert listening.proto == socket.IPPROTO_TCP
+
+        status_before = await d.status()
+        assert status_before.daemon.dashboard == server.url  # the port bound for port 0
+        before = nodes(status_before.tree)
+        agents = {slug: before[slug]["started_at"] for slug in cfg.agents}
+        assert before["dashboard"]["restarts"] == 0
+        crashed = d.bus.subscribe(kinds={"child_exited"})
+        assert server.server is not None
+        server.server.should_exit = True  # the web layer stops by itself: a crash
+
+        exit_event = await asyncio.wait_for(crashed.get(), 10)
+        assert exit_event.data["child"] == "dashboard"
+        assert exit_event.data["reason"].startswith("error:")
+        await wait_for(lambda: nodes(d.tree.snapshot())["dashboard"]["restarts"] == 1)
+        await wait_for(lambda: server.url is not None)
+        after = nodes((await d.status()).tree)
+        assert after["dashboard"]["state"] == "running"
+        assert {slug: after[slug]["started_at"] for slug in cfg.agents} == agents
+        assert all(after[slug]["restarts"] == 0 for slug in cfg.agents)
+        again = await d.dashboard_login()
+        status, _ = await asyncio.to_thread(get, again.url)
+        assert status == 200  # serving again
+
+
+@pytest.mark.anyio
+async def test_an_address_in_use_leaves_the_daemon_running_and_says_so(work: Path) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    path = work / "company.yaml"
+    path.write_text(
+        EXAMPLE.read_text(encoding="utf-8") + f'\ndashboard:\n  listen: "127.0.0.1:{port}"\n',
+        encoding="utf-8",
+    )
+    try:
+        async with Daemon(load_config(path), work / "s", backend=OfflineModel(), offline=True) as d:
+            assert nodes(d.tree.snapshot())["dashboard"]["state"] == "running"
+            with pytest.raises(AdminError, match=rf"127.0.0.1:{port}.*dashboard.listen"):
+                await d.dashboard_login()
+    finally:
+        taken.close()
