@@ -6,8 +6,11 @@ and a crash of the web layer is restarted like any child without touching the ag
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 import socket
+import ssl
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -121,3 +124,34 @@ async def test_an_address_in_use_leaves_the_daemon_running_and_says_so(work: Pat
                 await d.dashboard_login()
     finally:
         taken.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl to make a certificate")
+async def test_with_tls_the_daemon_serves_https_and_the_cookie_is_secure(work: Path) -> None:
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(work / "d.key"), "-out", str(work / "d.crt")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    path = work / "company.yaml"  # relative certificate paths resolve next to company.yaml
+    path.write_text(
+        EXAMPLE.read_text(encoding="utf-8")
+        + '\ndashboard: {listen: "127.0.0.1:0", tls_cert: d.crt, tls_key: d.key}\n',
+        encoding="utf-8",
+    )
+    async with Daemon(load_config(path), work / "s", backend=OfflineModel(), offline=True) as d:
+        server = d.web.server
+        assert server is not None
+        await wait_for(lambda: server.url is not None)
+        login = await d.dashboard_login()
+        assert login.url.startswith("https://127.0.0.1:")
+        context = ssl.create_default_context(cafile=str(work / "d.crt"))
+
+        def fetch() -> tuple[int, str]:
+            with urllib.request.urlopen(login.url, timeout=10, context=context) as r:
+                return r.status, r.headers.get("set-cookie", "")
+
+        status, cookie = await asyncio.to_thread(fetch)
+        assert status == 200 and "Secure" in cookie and "HttpOnly" in cookie
