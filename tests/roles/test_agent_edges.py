@@ -158,7 +158,9 @@ async def test_a_tool_raising_a_base_exception_ends_in_quarantine(
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
 
-            async def explode(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+            async def explode(
+                name: str, arguments: Mapping[str, Any], *, by: str | None = None
+            ) -> dict[str, Any]:
                 raise error
 
             monkeypatch.setattr(d.staff.memory, "call", explode)
@@ -196,7 +198,9 @@ async def test_a_tool_crashing_its_agent_takes_its_sibling_calls_down_with_it(
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(cfg, tmp_path / "state", srv) as d:
 
-            async def flaky(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+            async def flaky(
+                name: str, arguments: Mapping[str, Any], *, by: str | None = None
+            ) -> dict[str, Any]:
                 if name == "search_nodes" and not failed_once:
                     failed_once.append(True)
                     raise RuntimeError("a bug in a tool")
