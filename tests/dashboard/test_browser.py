@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -28,29 +25,21 @@ from typing import Any
 
 import pytest
 import yaml
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from companyd.daemon.control_client import ControlClient
 from companyd.testing.daemon import short_dir
 
+from .browserkit import NEEDS_BROWSER, chromium, running_daemon, screenshots_dir
+from .browserkit import screenshot as _screenshot
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 DESKTOP = (1280, 1000)
-PHONE = (390, 844)
 
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-    reason="no browser installed: the dashboard's browser tests need Debian's chromium and "
-    "chromium-driver (apt-get install -y chromium chromium-driver; .ci/run installs them)",
-)
-
-# selenium is imported after the skip marker is defined, but at the top: it is in the test
-# extra, so it is installed wherever the suite runs
-from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+pytestmark = NEEDS_BROWSER
 
 
 @dataclass
@@ -59,7 +48,6 @@ class Company:
 
     config: Path
     state: Path
-    proc: subprocess.Popen[bytes]
     log: Path
 
     def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -100,66 +88,23 @@ def company() -> Iterator[Company]:
         log = work / "daemon.log"
         env = {**os.environ, "COMPANYD_DEBUG": "1"}
         env.pop("NOTIFY_SOCKET", None)
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "companyd", "run", "--offline", "--config", str(config),
-                 "--state-dir", str(work / "s"), "--log-format", "json"],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
-            )  # fmt: skip
-        c = Company(config, work / "s", proc, log)
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, log.read_text()[-4000:]
-                done = c.cli("dashboard", "--json")
-                if done.returncode == 0:
-                    break
-                assert time.monotonic() < deadline, done.stderr + log.read_text()[-4000:]
-                time.sleep(0.1)
+        argv = ["run", "--offline", "--config", str(config), "--state-dir", str(work / "s"),
+                "--log-format", "json"]  # fmt: skip
+        c = Company(config, work / "s", log)
+        with running_daemon(argv, log, env, lambda: c.cli("dashboard", "--json").returncode == 0):
             yield c
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 @pytest.fixture(scope="module")
 def shots() -> Iterator[Path]:
-    chosen = os.environ.get("COMPANYD_SCREENSHOTS")
-    if chosen:
-        path = Path(chosen)
-        path.mkdir(parents=True, exist_ok=True)
+    with screenshots_dir() as path:
         yield path
-        return
-    path = Path(tempfile.mkdtemp(prefix="companyd-shots-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
 def browser() -> Iterator[webdriver.Chrome]:
-    profile = Path(tempfile.mkdtemp(prefix="companyd-chromium-"))
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--no-first-run", f"--user-data-dir={profile}",
-        f"--window-size={DESKTOP[0]},{DESKTOP[1]}",
-    ):  # fmt: skip
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
-    driver.set_page_load_timeout(30)
-    try:
+    with chromium(DESKTOP) as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def log_in(browser: webdriver.Chrome, company: Company) -> str:
@@ -197,11 +142,7 @@ def shown(browser: webdriver.Chrome, agent: str) -> tuple[int, str]:
 
 
 def screenshot(browser: webdriver.Chrome, shots: Path, name: str) -> None:
-    for label, (width, height) in (("desktop", DESKTOP), ("phone", PHONE)):
-        browser.set_window_size(width, height)
-        time.sleep(0.3)  # let the layout settle at the new width (a screenshot, no assertion)
-        browser.save_screenshot(str(shots / f"{name}-{label}.png"))
-    browser.set_window_size(*DESKTOP)
+    _screenshot(browser, shots, name, DESKTOP)
 
 
 def test_no_session_leads_to_the_page_saying_to_run_companyd_dashboard(

@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,29 +23,22 @@ from typing import Any
 
 import pytest
 import yaml
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from companyd.testing.daemon import short_dir
 
+from .browserkit import NEEDS_BROWSER, chromium, running_daemon, screenshots_dir
+from .browserkit import screenshot as _screenshot
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 DESKTOP = (1280, 900)
-PHONE = (390, 844)
 #: The Anthropic key's value in the daemon's environment, also pasted into the context.
 SECRET = "browser-secret-value-4411"
 
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-    reason="no browser installed: the dashboard's browser tests need Debian's chromium and "
-    "chromium-driver (apt-get install -y chromium chromium-driver; .ci/run installs them)",
-)
-
-# after the skip marker, at the top: selenium is in the test extra
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+pytestmark = NEEDS_BROWSER
 
 MEMORY = [
     {"type": "entity", "name": "Acme Clinics", "entityType": "customer",
@@ -116,19 +106,9 @@ def company() -> Iterator[Company]:
         )  # fmt: skip
         assert imported.returncode == 0, imported.stderr
         log = work / "daemon.log"
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "companyd", "run", "--offline", "--config", str(config),
-                 "--state-dir", str(state)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
-            )  # fmt: skip
+        argv = ["run", "--offline", "--config", str(config), "--state-dir", str(state)]
         c = Company(config, state, env)
-        try:
-            deadline = time.monotonic() + 60
-            while c.cli("dashboard", "--json").returncode != 0:
-                assert proc.poll() is None, log.read_text()[-4000:]
-                assert time.monotonic() < deadline, log.read_text()[-4000:]
-                time.sleep(0.1)
+        with running_daemon(argv, log, env, lambda: c.cli("dashboard", "--json").returncode == 0):
             assert c.cli("ask", "cfo", "What did we spend this week?").returncode == 0
             assert c.cli("ask", "ceo", "How are we doing?").returncode == 0
             assert c.cli("jobs", "run", "weekly-spend-review").returncode == 0
@@ -136,51 +116,20 @@ def company() -> Iterator[Company]:
             waiting = c.cli("ask", "cto", "Record the SSO decision.", "--timeout", "3")
             assert waiting.returncode != 0 and "keeps running" in waiting.stderr
             yield c
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 @pytest.fixture(scope="module")
 def shots() -> Iterator[Path]:
-    chosen = os.environ.get("COMPANYD_SCREENSHOTS")
-    if chosen:
-        path = Path(chosen)
-        path.mkdir(parents=True, exist_ok=True)
+    with screenshots_dir() as path:
         yield path
-        return
-    path = Path(tempfile.mkdtemp(prefix="companyd-shots-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
 def browser(company: Company) -> Iterator[webdriver.Chrome]:
-    profile = Path(tempfile.mkdtemp(prefix="companyd-chromium-"))
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--no-first-run", f"--user-data-dir={profile}",
-        f"--window-size={DESKTOP[0]},{DESKTOP[1]}",
-    ):  # fmt: skip
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
-    driver.set_page_load_timeout(30)
-    try:
+    with chromium(DESKTOP) as driver:
         driver.get(company.json("dashboard")["url"])
         WebDriverWait(driver, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "main h1"))
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def base(browser: webdriver.Chrome) -> str:
@@ -189,11 +138,7 @@ def base(browser: webdriver.Chrome) -> str:
 
 
 def screenshot(browser: webdriver.Chrome, shots: Path, name: str) -> None:
-    for label, (width, height) in (("desktop", DESKTOP), ("phone", PHONE)):
-        browser.set_window_size(width, height)
-        time.sleep(0.3)  # let the layout settle at the new width (a picture, no assertion)
-        browser.save_screenshot(str(shots / f"{name}-{label}.png"))
-    browser.set_window_size(*DESKTOP)
+    _screenshot(browser, shots, name, DESKTOP)
 
 
 def main_text(browser: webdriver.Chrome) -> str:
