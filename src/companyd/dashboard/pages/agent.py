@@ -151,22 +151,23 @@ async def _state_fragment(request: Request, slug: str, notice: str, ok: bool) ->
     return Response(html, media_type="text/html")
 
 
-async def pause(request: Request) -> Response:
-    """Pause the agent (Admin ``pause``)."""
+async def _pause_or_resume(request: Request, op: str) -> Response:
+    """Pause or resume the agent (Admin ``op``) and answer with its state's fragment."""
     slug = request.path_params["slug"]
     if _agent(request, slug) is None:
         return _unknown(request, slug)
-    outcome = await perform(request, "pause", slug, agent=slug)
+    outcome = await perform(request, op, slug, agent=slug)
     return await _state_fragment(request, slug, outcome.message, outcome.ok)
+
+
+async def pause(request: Request) -> Response:
+    """Pause the agent (Admin ``pause``)."""
+    return await _pause_or_resume(request, "pause")
 
 
 async def resume(request: Request) -> Response:
     """Resume the agent (Admin ``resume``)."""
-    slug = request.path_params["slug"]
-    if _agent(request, slug) is None:
-        return _unknown(request, slug)
-    outcome = await perform(request, "resume", slug, agent=slug)
-    return await _state_fragment(request, slug, outcome.message, outcome.ok)
+    return await _pause_or_resume(request, "resume")
 
 
 async def ask(request: Request) -> Response:
