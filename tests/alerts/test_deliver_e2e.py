@@ -327,11 +327,11 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
 
 @pytest.mark.anyio
 async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Path) -> None:
-    scale = 10.0
+    scale = 20.0
     real0 = time.time()
     today = datetime.fromtimestamp(real0, UTC).date()
-    # the daemon's day starts at 07:45 UTC: the digest is due 15 minutes (90 s) later, room
-    # for starting the daemon and two runs on a loaded machine
+    # the daemon's day starts at 07:45 UTC: the digest is due 15 minutes (45 s) later, room
+    # for starting the daemon twice and two runs on a loaded machine (each takes seconds)
     sim0 = datetime(today.year, today.month, today.day, 7, 45, tzinfo=UTC).timestamp()
     clock = ScaledClock(scale, real0, sim0)
     routines = {
