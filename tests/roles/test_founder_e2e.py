@@ -87,6 +87,25 @@ async def _daemon(cfg: Path, work: Path, srv: MessagesAPIServer) -> AsyncIterato
             await daemon.stop()
 
 
+def _approval_company(work: Path, bot: BotApiServer, **routine: Any) -> Path:
+    """:func:`_company` with marketing's ``daily-post`` at 14:00 needing the founder's
+    approval (``routine``: more of its keys, e.g. ``deliver``).
+    """
+    cfg = _company(work, bot, work / "tool.log")
+    doc = yaml.safe_load(cfg.read_text())
+    doc["routines"] = {
+        "daily-post": {
+            "assignee": "marketing",
+            "description": "Draft today's post.",
+            "trigger": {"cron": "0 14 * * *"},
+            "approval": "required",
+            **routine,
+        }
+    }
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return cfg
+
+
 def _env(model: MessagesAPIServer) -> dict[str, str]:
     return daemon_env(model, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_CHAT_ID=str(FOUNDER))
 
@@ -364,18 +383,7 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _company(work, bot, work / "tool.log")
-            doc = yaml.safe_load(cfg.read_text())
-            doc["routines"] = {
-                "daily-post": {
-                    "assignee": "marketing",
-                    "description": "Draft today's post.",
-                    "trigger": {"cron": "0 14 * * *"},
-                    "approval": "required",
-                    "deliver": ["telegram", "memory", "file"],
-                }
-            }
-            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            cfg = _approval_company(work, bot, deliver=["telegram", "memory", "file"])
             async with _daemon(cfg, work, srv) as daemon:
                 client = ControlClient(daemon.socket, timeout=120)
                 firing = asyncio.create_task(client.acall("run_job", routine="daily-post"))
@@ -458,17 +466,7 @@ async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path)
     model = PerAgent(marketing=[reply_text("Draft: We launch on Friday.")])
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _company(work, bot, work / "tool.log")
-            doc = yaml.safe_load(cfg.read_text())
-            doc["routines"] = {
-                "daily-post": {
-                    "assignee": "marketing",
-                    "description": "Draft today's post.",
-                    "trigger": {"cron": "0 14 * * *"},
-                    "approval": "required",
-                }
-            }
-            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            cfg = _approval_company(work, bot)
             state = work / "s"
             first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
             second = DaemonProcess(cfg, state, log=work / "d2.log", offline=False, env=_env(srv))
@@ -546,17 +544,7 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _company(work, bot, work / "tool.log")
-            doc = yaml.safe_load(cfg.read_text())
-            doc["routines"] = {
-                "daily-post": {
-                    "assignee": "marketing",
-                    "description": "Draft today's post.",
-                    "trigger": {"cron": "0 14 * * *"},
-                    "approval": "required",
-                }
-            }
-            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            cfg = _approval_company(work, bot)
             state = work / "s"
             first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
             second = DaemonProcess(cfg, state, log=work / "d2.log", offline=False, env=_env(srv))
