@@ -497,6 +497,40 @@ async def test_a_crash_asked_for_during_the_last_step_happens_when_the_run_ends(
     assert task is not None and task[2] == 0  # not counted against the task
 
 
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+async def test_two_crashes_asked_in_the_same_instant_answer_one_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, busy: bool
+) -> None:
+    """Chaos run (week 2 on c147275): a driver catching up fired two ``debug crash`` of one
+    agent in the same instant; both answered crashed: true, one crash happened. The
+    second request adds no crash, so it answers false.
+    """
+    monkeypatch.setenv("COMPANYD_DEBUG", "1")
+    cfg = write_company(tmp_path, {"ceo": {}})
+    model = PerAgent(ceo=[stall(None, then=reply_text("done"))])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            asking = None
+            if busy:
+                asking = asyncio.ensure_future(d.ask("ceo", "One answer."))
+                async with asyncio.timeout(10):
+                    while len(srv.requests) < 1:
+                        await asyncio.sleep(0.01)
+            answers = await asyncio.gather(d.debug("crash", "ceo"), d.debug("crash", "ceo"))
+            srv.release_stalls()
+            async with asyncio.timeout(20):
+                if asking is not None:
+                    await asking
+                while not [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]:
+                    await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)  # a second crash, were there one, would show by now
+            again = await d.debug("crash", "ceo")  # the restarted agent crashes anew
+            exits = [e for e in events_of(d, "child_exited") if e.data.get("child") == "ceo"]
+    assert [a.crashed for a in answers if isinstance(a, DebugCrashed)] == [True, False]
+    assert len(exits) == 1
+    assert isinstance(again, DebugCrashed) and again.crashed is True
+
+
 async def test_cutting_a_step_short_never_swallows_a_stop_aimed_at_the_agent() -> None:
     """A run cut at max_seconds or a heartbeat stall cancels its step and waits for it. A
     supervisor stopping the agent during that wait must still stop it: only the step's own

@@ -211,6 +211,9 @@ class Staff:
             finally:
                 if self._agent_tasks.get(slug) is body:
                     del self._agent_tasks[slug]
+                    # a crash asked of this instance that it did not take is moot: it ended
+                    self._injected.discard(slug)
+                    self._crash_pending.discard(slug)
 
         return run
 
@@ -402,10 +405,14 @@ class Staff:
         step is journaled), as a bug in the code between model calls would, or as its run
         ends if that step was its last. Its supervisor
         restarts it and the run resumes from its journal. The crash is not counted against
-        the task (it is not the task's fault). False if the agent is not running.
+        the task (it is not the task's fault). False if the agent is not running, or if a
+        crash asked for earlier has not happened yet: that request adds no crash, so a
+        caller counting ``True`` answers counts the crashes that happen.
         """
         task = self._agent_tasks.get(agent)
         if task is None or task.done():
+            return False
+        if agent in self._crash_pending or agent in self._injected:
             return False
         if self.mailboxes.has_run(agent):
             self._crash_pending.add(agent)
