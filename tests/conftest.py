@@ -19,6 +19,9 @@ from typing import Any
 
 import pytest
 
+from companyd.storage import Backend
+from companyd.testing.postgres import PostgresUnavailable, ThrowawayCluster, find_bindir
+
 _SCRUB = (
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
@@ -96,3 +99,38 @@ def no_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in _SCRUB:
         monkeypatch.delenv(name, raising=False)
     yield
+
+
+# -- PostgreSQL: a throwaway cluster per test session (and xdist worker) ---------------------
+
+try:
+    find_bindir()
+    POSTGRES_MISSING = ""
+except PostgresUnavailable as _exc:
+    POSTGRES_MISSING = str(_exc)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[ThrowawayCluster]:
+    """Debian's PostgreSQL server in a temporary directory, started on first use; skipped,
+    saying what to install, only where no server is installed (.ci/run installs it).
+    """
+    if POSTGRES_MISSING:
+        pytest.skip(POSTGRES_MISSING)
+    with ThrowawayCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def pg_backend(pg_cluster: ThrowawayCluster) -> Backend:
+    """A company's PostgreSQL backend on the cluster, in a schema no other test uses."""
+    return Backend(kind="postgres", dsn=pg_cluster.dsn, schema=pg_cluster.fresh_schema())
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def state_backend(request: pytest.FixtureRequest) -> Backend:
+    """Each backend in turn: a store's tests that take this fixture run on both."""
+    if request.param == "sqlite":
+        return Backend()
+    backend: Backend = request.getfixturevalue("pg_backend")
+    return backend

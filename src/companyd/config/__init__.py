@@ -67,7 +67,13 @@ from companyd.config.schema import (
     ToolsSpec,
     TriggerSpec,
 )
-from companyd.config.secrets import SecretReference, secret_references, secret_values
+from companyd.config.secrets import (
+    SecretReference,
+    company_schema,
+    secret_references,
+    secret_values,
+    state_backend,
+)
 
 __all__ = [
     "BACKUP_ASSIGNEE",
@@ -113,4 +119,6 @@ __all__ = [
     "parse_duration",
     "secret_references",
     "secret_values",
+    "state_backend",
+    "company_schema",
 ]

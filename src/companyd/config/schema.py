@@ -505,6 +505,20 @@ class DashboardSpec(Spec):
         return self
 
 
+class StateSpec(Spec):
+    """Where the durable stores live (docs/storage.md): SQLite files in the state directory
+    (the default), or a PostgreSQL database named by a secret — a connection URL in the
+    environment variable ``dsn_env`` or the systemd credential ``dsn_credential`` — with
+    one schema per company (default: the company's name as an identifier).
+    """
+
+    backend: Literal["sqlite", "postgres"] = "sqlite"
+    dsn_env: EnvName = "COMPANYD_DATABASE_URL"
+    dsn_credential: CredentialName | None = None
+    # lower-case letters, digits and _: a PostgreSQL identifier the same quoted or not
+    schema_: str | None = Field(default=None, alias="schema", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+
+
 class CompanyFile(Spec):
     """The top level of company.yaml."""
 
@@ -524,3 +538,4 @@ class CompanyFile(Spec):
     metrics: MetricsSpec = MetricsSpec()
     dashboard: DashboardSpec = DashboardSpec()
     retention: RetentionSpec = RetentionSpec()
+    state: StateSpec = StateSpec()

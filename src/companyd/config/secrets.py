@@ -9,6 +9,7 @@ written into the file itself, by key name or by the look of the value.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -22,13 +23,17 @@ from companyd._secrets import SECRET_PATTERNS, protect
 from companyd.config.model import CompanyConfig
 from companyd.config.report import Path_, Report
 from companyd.config.tree import schema_at, schema_keys
+from companyd.errors import ConfigError, ConfigIssue
+from companyd.storage import Backend, dsn_password
 
 __all__ = [
     "SecretReference",
     "check_secrets",
+    "company_schema",
     "register_secrets",
     "secret_references",
     "secret_values",
+    "state_backend",
 ]
 
 
@@ -84,6 +89,11 @@ def secret_references(
             )
         if tg.chat_ids_env:
             refs.append(ref("alerts.telegram.chat_ids_env", "env", tg.chat_ids_env))
+    st = spec.state
+    if st.backend == "postgres":
+        refs.append(ref("state.dsn_env", "env", st.dsn_env))
+        if st.dsn_credential:
+            refs.append(ref("state.dsn_credential", "credential", st.dsn_credential))
     for slug, agent in config.agents.items():
         for server, mcp in agent.mcp_servers.items():
             for var, source in mcp.env_from.items():
@@ -96,7 +106,7 @@ def secret_references(
 #: Variables whose values are secrets even before company.yaml names them (the defaults of
 #: ``anthropic.api_key_env`` and ``alerts.telegram.bot_token_env``): an error in a file
 #: that does not load must not echo them either.
-_DEFAULT_SECRET_ENV = ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN")
+_DEFAULT_SECRET_ENV = ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN", "COMPANYD_DATABASE_URL")
 
 
 def secret_values(config: CompanyConfig, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -116,6 +126,8 @@ def secret_values(config: CompanyConfig, environ: Mapping[str, str] | None = Non
                 values.append(read_credential(cred))
             except (OSError, ValueError):
                 continue  # the consumer of this credential reports what is wrong with it
+    # a database URL's password is a secret on its own too (an error may quote it alone)
+    values += [dsn_password(v) or "" for v in values if v.startswith(("postgres", "host="))]
     return [v.strip() for v in values if v.strip()]
 
 
@@ -210,3 +222,52 @@ def check_secrets(data: Any, rep: Report) -> None:
         return False
 
     walk(data, ())
+
+
+def company_schema(config: CompanyConfig) -> str:
+    """The company's PostgreSQL schema: ``state.schema``, else its name as an identifier
+    (lower case, runs of other characters as ``_``, ``co_`` before a leading digit, at most
+    63 characters): two companies in one database never share tables by accident.
+    """
+    if config.spec.state.schema_:
+        return config.spec.state.schema_
+    name = re.sub(r"[^a-z0-9]+", "_", config.name.lower()).strip("_") or "company"
+    if name[0].isdigit():
+        name = f"co_{name}"
+    return name[:63]
+
+
+def state_backend(config: CompanyConfig, environ: Mapping[str, str] | None = None) -> Backend:
+    """Where ``config``'s stores live (``state:``), its PostgreSQL URL read from the
+    environment variable or systemd credential it names.
+
+    Raises:
+        ConfigError: ``backend: postgres`` and neither names a URL (says what to set).
+    """
+    st = config.spec.state
+    if st.backend == "sqlite":
+        return Backend()
+    env = os.environ if environ is None else environ
+    dsn = env.get(st.dsn_env, "").strip()
+    if not dsn and st.dsn_credential and (cred := credential_path(st.dsn_credential, env)):
+        with contextlib.suppress(OSError):
+            dsn = read_credential(cred).strip()
+    if not dsn:
+        where = f"${st.dsn_env}"
+        if st.dsn_credential:
+            where += f" or the systemd credential {st.dsn_credential!r}"
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    file=str(config.path),
+                    line=0,
+                    column=0,
+                    path="state.backend",
+                    message=f"is 'postgres' but {where} is not set; set it to the "
+                    "database's URL (e.g. postgresql://companyd@db.example.com:5432/companyd, "
+                    "a password after the user name and a colon), or set state.backend: "
+                    "sqlite (docs/storage.md)",
+                )
+            ]
+        )
+    return Backend(kind="postgres", dsn=dsn, schema=company_schema(config))

@@ -107,6 +107,7 @@ from companyd.spend.pricing import Pricing
 from companyd.spend.reservations import BudgetExhausted, Reservation, SpendError
 from companyd.spend.runaway import HISTORY_SECONDS, RunawayDetector
 from companyd.spend.standing import SOURCE, Standing
+from companyd.storage import SQLITE, Backend
 from companyd.supervision.child import ChildContext
 
 __all__ = ["BudgetExhausted", "Reservation", "SpendBook", "SpendError"]
@@ -128,6 +129,7 @@ class SpendBook:
         clock: time source (defaults to the bus's clock).
         reserve_wait: longest time ``reserve`` waits for other calls' reservations to free
             room before refusing.
+        backend: where the ledger lives (``spend.sqlite`` in ``state_dir`` by default).
     """
 
     def __init__(
@@ -138,6 +140,7 @@ class SpendBook:
         bus: EventBus,
         clock: Clock | None = None,
         reserve_wait: float = 900.0,
+        backend: Backend = SQLITE,
     ) -> None:
         self._bus = bus
         self._clock: Clock = clock or bus.clock
@@ -152,7 +155,7 @@ class SpendBook:
             float(config.spec.spend.runaway_window),
             Decimal(str(config.spec.spend.runaway_factor)),
         )
-        self._db = LedgerThread(self._path)
+        self._db = LedgerThread(self._path, backend)
         self._opened = False
         self._period_lock = asyncio.Lock()
         self._api_limit_last: float | None = None

@@ -9,7 +9,7 @@ The owner (:class:`~companyd.spend.book.SpendBook`) starts the thread, opens the
 
 Contract:
 
-* a job's ``sqlite3.Error`` or ``OSError`` (the disk, not our logic) becomes a
+* a job's database error (SQLite's, PostgreSQL's) or ``OSError`` (the disk, not our logic) becomes a
   :class:`~companyd.spend.ledger.LedgerError` that names the file and says what to check;
 * ``then()`` (the events that follow a write) runs on the loop once the job succeeded, even
   if whoever awaited it was cancelled meanwhile;
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,8 +28,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from companyd._fs import is_disk_failure
-from companyd._sqlite import Database
 from companyd.spend.ledger import InflightRow, Ledger, LedgerError
+from companyd.storage import DB_ERRORS, SQLITE, Backend, StoreDatabase
 
 __all__ = ["LedgerThread", "Opening"]
 
@@ -70,10 +69,11 @@ class LedgerThread:
         path: the ledger file, for messages.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, backend: Backend = SQLITE) -> None:
         self.path = path
+        self.backend = backend
         self._executor: ThreadPoolExecutor | None = None
-        self._database: Database | None = None
+        self._database: StoreDatabase | None = None
         #: the open ledger; touched only in the thread
         self.ledger: Ledger | None = None
 
@@ -86,7 +86,7 @@ class LedgerThread:
         """Start the thread: the ledger database's own worker (:mod:`companyd._sqlite`), on
         which the ledger is opened with :meth:`run_raw`.
         """
-        self._database = Ledger.open_database(self.path)
+        self._database = Ledger.open_database(self.path, backend=self.backend)
         self._executor = self._database.executor
 
     def stop(self) -> None:
@@ -116,7 +116,7 @@ class LedgerThread:
                 try:
                     stale = led.take_inflight()
                     led.set_meta({"timezone": timezone, "day": day, "month": month})
-                except (sqlite3.Error, OSError) as exc:
+                except DB_ERRORS as exc:
                     if not is_disk_failure(exc):
                         raise
                     # Started on a full disk: come up (degraded) on what can be read. The
@@ -133,7 +133,7 @@ class LedgerThread:
                     history=led.spend_since(since),
                     write_failure=failed,
                 )
-            except (sqlite3.Error, OSError) as exc:
+            except DB_ERRORS as exc:
                 led.close()
                 raise LedgerError(
                     f"cannot read the spend ledger {str(self.path)!r}: {exc}; check the "
@@ -170,7 +170,7 @@ class LedgerThread:
                 raise LedgerError(f"the spend ledger {str(path)!r} is closed")
             try:
                 return fn(led)
-            except (sqlite3.Error, OSError) as exc:  # the disk, not our logic
+            except DB_ERRORS as exc:  # the disk, not our logic
                 raise LedgerError(
                     f"the spend ledger {str(path)!r} could not be written or read: "
                     f"{type(exc).__name__}: {exc}; check free disk space and permissions"

@@ -1,0 +1,411 @@
+"""A store's database on PostgreSQL: the same contract as :class:`companyd._sqlite.Database`.
+
+A store written for :mod:`companyd._sqlite` runs here unchanged in shape: its work is
+``fn(conn)`` run on one worker thread of its own, in submission order, so the event loop
+never waits on the database; ``conn`` (:class:`PgConnection`) answers the part of
+``sqlite3.Connection`` the stores use — ``execute``/``executemany`` with ``?``
+placeholders, cursors that iterate and fetch, ``in_transaction`` — over a psycopg 3
+connection lent by a psycopg-pool pool (one connection per store: the work is serial;
+the pool replaces a connection the server or the network broke).
+
+What the translation means (docs/storage.md):
+
+* ``BEGIN`` / ``BEGIN IMMEDIATE`` starts a transaction and takes a transaction-scoped
+  advisory lock named after the store (:func:`lock_key`), so the writers of one store
+  take turns across every daemon of the company, as SQLite's file lock makes them do on
+  one host (a budget check and its reservation stay one atomic step). Reads outside a
+  transaction are autocommit statements and never wait for that lock.
+* ``PRAGMA …`` is a no-op: PostgreSQL's durability is the server's (``synchronous_commit``
+  is on by default: a commit is on the server's disk when it returns).
+* ``lastrowid`` does not exist: statements that need an id say ``RETURNING id``.
+
+Migrations: the same ordered list the SQLite file versions with ``PRAGMA user_version``;
+here the version is a row of ``companyd_migrations (store, version)`` in the company's
+schema. Each missing step runs in one transaction holding the store's lock, which also
+sets the version, so two daemons starting at once apply each step once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from companyd._sqlite import DatabaseClosed, SchemaTooNew, statements
+from companyd.storage.dialect import Dialects, to_pyformat
+
+__all__ = ["PgConnection", "PgCursor", "PgDatabase", "lock_key"]
+
+T = TypeVar("T")
+
+#: A migration step as the stores declare them (see :mod:`companyd._sqlite`): SQL both
+#: backends read, a :class:`Dialects` pair, or a function of the connection.
+PgMigration = str | Dialects | Callable[[Any], None]
+
+
+def lock_key(schema: str, store: str) -> int:
+    """The advisory-lock key of ``store`` in ``schema``: a stable signed 64-bit number
+    (``crc32`` of each part; the same in every process and every release).
+    """
+    hi = zlib.crc32(f"companyd:{schema}".encode())
+    lo = zlib.crc32(store.encode())
+    key = (hi << 32) | lo
+    return key - (1 << 64) if key >= (1 << 63) else key
+
+
+class PgCursor:
+    """The part of ``sqlite3.Cursor`` the stores use, over a psycopg cursor."""
+
+    def __init__(self, cur: psycopg.Cursor[Any] | None) -> None:
+        self._cur = cur
+
+    def fetchone(self) -> Any:
+        """The next row, or None (also for a statement that returns no rows)."""
+        return None if self._cur is None or self._cur.description is None else self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        """The remaining rows ([] for a statement that returns none)."""
+        if self._cur is None or self._cur.description is None:
+            return []
+        return self._cur.fetchall()
+
+    def __iter__(self) -> Iterator[Any]:
+        """The remaining rows, one by one."""
+        return iter(self.fetchall())
+
+    @property
+    def description(self) -> Any:
+        """Psycopg's columns (each indexes as ``(name, …)``, as sqlite3's do), or None."""
+        return None if self._cur is None else self._cur.description
+
+    @property
+    def rowcount(self) -> int:
+        """The rows the statement changed, -1 when not known."""
+        return -1 if self._cur is None else self._cur.rowcount
+
+    @property
+    def lastrowid(self) -> int:
+        """Not on PostgreSQL: the stores write ``RETURNING id`` instead."""
+        raise NotImplementedError("PostgreSQL has no lastrowid: write RETURNING id")
+
+
+class PgConnection:
+    """The part of ``sqlite3.Connection`` the stores use, over one psycopg connection in
+    autocommit mode (the store writes its own ``BEGIN`` … ``COMMIT``, as on SQLite).
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any], *, lock: int) -> None:
+        self.raw = conn
+        self._lock = lock
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open on the server side."""
+        return self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+    def execute(self, statement: str, parameters: Sequence[Any] = (), /) -> PgCursor:
+        """Run one statement of the stores' dialect (see the module docstring)."""
+        verb = statement.lstrip()[:16].upper()
+        if verb.startswith("PRAGMA"):
+            return PgCursor(None)
+        if verb.startswith("BEGIN"):
+            self.raw.execute("BEGIN")
+            self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
+            return PgCursor(None)
+        cur = self.raw.cursor()
+        cur.execute(to_pyformat(statement), tuple(parameters))
+        return PgCursor(cur)
+
+    def executemany(self, statement: str, seq: Sequence[Sequence[Any]], /) -> PgCursor:
+        """Run one statement once per row of ``seq`` (one round trip: a pipeline)."""
+        rows = [tuple(p) for p in seq]
+        cur = self.raw.cursor()
+        if rows:
+            cur.executemany(to_pyformat(statement), rows)
+        return PgCursor(cur)
+
+
+class PgDatabase:
+    """One store's tables in a company's PostgreSQL schema, and the one thread that uses
+    them. The contract is :class:`companyd._sqlite.Database`'s (``run``, ``run_sync``,
+    ``submit``, ``call``, ``open``, ``close``…); ``fn`` receives a :class:`PgConnection`.
+
+    Args:
+        dsn: the libpq connection string (a secret: it may hold a password).
+        schema: the company's schema (created if missing).
+        store: the store's name (``spend``, ``runs``…): its migration row and lock key.
+        migrations: the store's schema steps, the same list its SQLite file uses.
+        what: how errors name the store ("the spend ledger").
+        timeout: seconds to wait for a connection (and to connect).
+        readonly: no migration; a newer version is still refused.
+        hint: appended to the "newer than this companyd" message.
+        thread_name: the worker thread's name prefix.
+        worker: False: no worker thread; the caller's thread does the work (the CLI).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str,
+        store: str,
+        migrations: Sequence[PgMigration] = (),
+        what: str = "database",
+        timeout: float = 10.0,
+        readonly: bool = False,
+        hint: str = "",
+        thread_name: str = "companyd-pg",
+        worker: bool = True,
+    ) -> None:
+        self.path = f"postgres schema {schema!r} ({store})"
+        self.schema = schema
+        self.store = store
+        self.migrations = tuple(migrations)
+        self.what = what
+        self.timeout = timeout
+        self.readonly = readonly
+        self.hint = hint
+        self._dsn = dsn
+        self._lock = lock_key(schema, store)
+        self._worker: int | None = None
+        self._executor_ = (
+            ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=thread_name, initializer=self._started
+            )
+            if worker
+            else None
+        )
+        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._conn: PgConnection | None = None
+        self._closed = False
+
+    # -- where work runs (as companyd._sqlite.Database) ------------------------------------
+
+    def _started(self) -> None:
+        self._worker = threading.get_ident()
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The worker thread's executor (as :attr:`companyd._sqlite.Database.executor`)."""
+        if self._executor_ is None:
+            raise RuntimeError(f"{self.what} has no worker thread (worker=False)")
+        return self._executor_
+
+    @property
+    def version(self) -> int:
+        """The schema version this code writes (the number of migrations)."""
+        return len(self.migrations)
+
+    @property
+    def on_worker(self) -> bool:
+        """Whether the calling thread is this database's worker."""
+        return self._worker == threading.get_ident()
+
+    @property
+    def connection(self) -> PgConnection:
+        """The connection lent to the current job; only inside work given to the worker."""
+        if self._conn is None:
+            raise DatabaseClosed(f"{self.what} ({self.path}) is not open")
+        return self._conn
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def submit(self, fn: Callable[[PgConnection], T]) -> Future[T]:
+        """Queue ``fn(conn)`` on the worker; raises DatabaseClosed after :meth:`close`."""
+        if self._closed:
+            raise DatabaseClosed(f"{self.what} ({self.path}) is closed")
+        try:
+            return self.executor.submit(self._job, fn)
+        except RuntimeError as exc:
+            raise DatabaseClosed(f"{self.what} ({self.path}) is closed: {exc}") from exc
+
+    async def run(self, fn: Callable[[PgConnection], T]) -> T:
+        """``fn(conn)`` on the worker: its result or its exception."""
+        return await asyncio.wrap_future(self.submit(fn))
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the worker without lending a connection."""
+        if self._closed:
+            raise DatabaseClosed(f"{self.what} ({self.path}) is closed")
+        return await asyncio.wrap_future(self.executor.submit(fn))
+
+    def run_sync(self, fn: Callable[[PgConnection], T]) -> T:
+        """``fn(conn)`` on the worker, waiting (at once when called on the worker)."""
+        if self._executor_ is None and self._worker is None:
+            self._worker = threading.get_ident()
+        if self.on_worker:
+            return self._job(fn)
+        return self.submit(fn).result()
+
+    def _job(self, fn: Callable[[PgConnection], T]) -> T:
+        if self._closed and self._pool is None:
+            raise DatabaseClosed(f"{self.what} ({self.path}) is closed")
+        if self._conn is not None:  # nested: run_sync from inside a job
+            return fn(self._conn)
+        pool = self._open_pool()
+        with pool.connection(timeout=self.timeout) as raw:
+            self._conn = PgConnection(raw, lock=self._lock)
+            try:
+                return fn(self._conn)
+            finally:
+                self._conn = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _open_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        if self._pool is not None:
+            return self._pool
+        schema = self.schema
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+
+        pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            self._dsn,
+            min_size=1,
+            max_size=1,
+            kwargs={"autocommit": True, "connect_timeout": max(1, int(self.timeout))},
+            configure=configure,
+            timeout=self.timeout,
+            name=f"companyd-{self.store}",
+            open=False,
+        )
+        try:
+            pool.open(wait=True, timeout=self.timeout)
+            with pool.connection(timeout=self.timeout) as raw:
+                self._migrate(raw)
+        except BaseException:
+            pool.close()
+            raise
+        self._pool = pool
+        return pool
+
+    def _migrate(self, raw: psycopg.Connection[Any]) -> None:
+        ident = sql.Identifier(self.schema)
+        known = len(self.migrations)
+        if not self.readonly:
+            with raw.transaction():
+                # one lock for every store's first step in this schema: CREATE … IF NOT
+                # EXISTS is not safe against a concurrent twin
+                raw.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.schema, ""),))
+                raw.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                raw.execute(
+                    sql.SQL(
+                        "CREATE TABLE IF NOT EXISTS {}.companyd_migrations "
+                        "(store TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+                    ).format(ident)
+                )
+        conn = PgConnection(raw, lock=self._lock)
+        current = self._version(raw)
+        self._check(current, known)
+        if self.readonly:
+            return
+        for target in range(current + 1, known + 1):
+            conn.execute("BEGIN")
+            try:
+                now = self._version(raw)
+                self._check(now, known)
+                if now < target:
+                    step = self.migrations[target - 1]
+                    if isinstance(step, Dialects):
+                        step = step.postgres
+                    if isinstance(step, str):
+                        for statement in statements(step):
+                            raw.execute(statement)  # DDL: no placeholders
+                    else:
+                        step(conn)
+                    raw.execute(
+                        "INSERT INTO companyd_migrations (store, version) VALUES (%s, %s) "
+                        "ON CONFLICT (store) DO UPDATE SET version = excluded.version",
+                        (self.store, target),
+                    )
+                raw.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    raw.execute("ROLLBACK")
+                raise
+
+    def _version(self, raw: psycopg.Connection[Any]) -> int:
+        row = raw.execute(
+            "SELECT version FROM companyd_migrations WHERE store = %s", (self.store,)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _check(self, version: int, known: int) -> None:
+        if version > known:
+            raise SchemaTooNew(self.path, version, known, self.what, self.hint)
+
+    async def open(self) -> None:
+        """Connect, create the schema if missing and apply the missing migrations."""
+        await self.run(lambda conn: None)
+
+    def open_sync(self, *, memory: bool = False) -> None:
+        """:meth:`open`, waiting. There is no in-memory fallback on PostgreSQL."""
+        if memory:
+            raise NotImplementedError("a PostgreSQL store has no in-memory fallback")
+        self.run_sync(lambda conn: None)
+
+    def reset(self) -> None:
+        """On the worker: drop the pool so the next work connects anew."""
+        self._drop()
+
+    def _drop(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close(timeout=self.timeout)
+
+    def close_sync(self) -> None:
+        """Close the pool and stop the worker once the queued work has run (idempotent)."""
+        if self._closed:
+            return
+        if self.on_worker or self._executor_ is None:
+            self._drop()
+            self._closed = True
+            if self._executor_ is not None:
+                self._executor_.shutdown(wait=False)
+            return
+        try:
+            self.executor.submit(self._drop).result()
+        except RuntimeError:
+            pass
+        finally:
+            self._closed = True
+            self.executor.shutdown(wait=True)
+
+    async def close(self) -> None:
+        """:meth:`close_sync` from the event loop."""
+        if self._closed:
+            return
+        if self._executor_ is None:
+            self.close_sync()
+            return
+        try:
+            await asyncio.wrap_future(self.executor.submit(self._drop))
+        except RuntimeError:
+            pass
+        finally:
+            self._closed = True
+            self.executor.shutdown(wait=True)
+
+    def close_nowait(self) -> None:
+        """:meth:`close` without waiting: the pool closes after the queued work."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._executor_ is None:
+            self._drop()
+            return
+        with contextlib.suppress(RuntimeError):
+            self.executor.submit(self._drop)
+        self.executor.shutdown(wait=False)
