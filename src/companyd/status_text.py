@@ -218,6 +218,9 @@ def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str
         detail.append(f"config {daemon['config']}")
     if as_text(daemon.get("state_dir")):
         detail.append(f"state {daemon['state_dir']}")
+    storage = as_text(daemon.get("storage"))
+    if storage and storage != "sqlite":
+        detail.append(f"stores on {storage}")
     lag = as_mapping(daemon.get("loop_lag"))
     lag_now, lag_max = as_number(lag.get("current_ms")), as_number(lag.get("max_ms"))
     if lag_now is not None:

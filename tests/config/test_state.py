@@ -49,7 +49,12 @@ def test_the_url_and_its_password_are_secrets_for_the_redactor() -> None:
 
 @pytest.mark.parametrize(
     ("name", "schema"),
-    [("Acme", "acme"), ("Acme Corp. (EU)", "acme_corp_eu"), ("42 Labs", "co_42_labs"), ("—", "company")],
+    [
+        ("Acme", "acme"),
+        ("Acme Corp. (EU)", "acme_corp_eu"),
+        ("42 Labs", "co_42_labs"),
+        ("—", "company"),
+    ],
 )
 def test_the_default_schema_is_the_company_name_as_an_identifier(name: str, schema: str) -> None:
     assert company_schema(load(MINIMAL.replace("name: Acme", f"name: '{name}'"))) == schema

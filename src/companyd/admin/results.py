@@ -456,6 +456,9 @@ class DaemonInfo:
     #: where the web dashboard serves (``http://127.0.0.1:8470``); absent when off or not
     #: serving (``companyd dashboard`` says why)
     dashboard: Omitted[str] = None
+    #: where the stores that support it live: ``sqlite`` (files in ``state_dir``) or
+    #: ``postgres schema 'acme'`` (never the database's URL; docs/storage.md)
+    storage: str = "sqlite"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,12 +17,13 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from companyd.cli.main import print_json
-from companyd.config import default_config_path, load_config
+from companyd.config import CompanyConfig, default_config_path, load_config, state_backend
 from companyd.errors import CompanydError, ConfigError
 from companyd.spend.budgets import agent_scope, budget_report
 from companyd.spend.ledger import Ledger
 from companyd.spend.periods import day_key, parse_period, period_keys
 from companyd.spend.reports import format_budget_report, format_spend_report, spend_report
+from companyd.storage import Backend, StoreAbsent
 
 __all__ = ["register"]
 
@@ -66,8 +67,15 @@ def _load(args: argparse.Namespace, *, need_config: bool) -> tuple[Any, Path]:
     return cfg, cfg.state_dir(args.state_dir)
 
 
-def _open_ledger(state_dir: Path) -> Any:
+def _open_ledger(cfg: CompanyConfig | None, state_dir: Path) -> Any:
     path = state_dir / "spend.sqlite"
+    backend = state_backend(cfg) if cfg is not None else Backend()
+    if backend.kind == "postgres":
+        # the company's schema on its database (docs/storage.md); read-only: no migration
+        try:
+            return Ledger(path, readonly=True, backend=backend)
+        except StoreAbsent:
+            return None  # no daemon has written this company's ledger yet
     if not path.exists():
         return None
     return Ledger(path, readonly=True)
@@ -75,7 +83,7 @@ def _open_ledger(state_dir: Path) -> Any:
 
 def _spend(args: argparse.Namespace) -> int:
     cfg, state_dir = _load(args, need_config=False)
-    ledger = _open_ledger(state_dir)
+    ledger = _open_ledger(cfg, state_dir)
     tzname = cfg.timezone if cfg is not None else None
     try:
         if ledger is not None and tzname is None:
@@ -91,7 +99,11 @@ def _spend(args: argparse.Namespace) -> int:
                 "period": {"label": label, "from": first.isoformat(), "to": last.isoformat()},
                 "rows": [],
                 "total": None,
-                "note": f"no ledger at {str(state_dir / 'spend.sqlite')!r}: nothing spent yet",
+                "note": (
+                    f"no ledger in {state_backend(cfg).describe()} yet: nothing spent yet"
+                    if cfg is not None and cfg.spec.state.backend == "postgres"
+                    else f"no ledger at {str(state_dir / 'spend.sqlite')!r}: nothing spent yet"
+                ),
             }
         else:
             try:
@@ -117,7 +129,7 @@ def _budget(args: argparse.Namespace) -> int:
     used: dict[tuple[str, str], int] = {}
     reserved: dict[str, int] = {}
     raises: dict[str, int] = {}
-    ledger = _open_ledger(state_dir)
+    ledger = _open_ledger(cfg, state_dir)
     if ledger is not None:
         try:
             for key in (day, month):

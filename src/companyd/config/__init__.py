@@ -111,6 +111,7 @@ __all__ = [
     "TelegramSpec",
     "ToolsSpec",
     "TriggerSpec",
+    "company_schema",
     "default_config_path",
     "is_loopback",
     "listen_address",
@@ -120,5 +121,4 @@ __all__ = [
     "secret_references",
     "secret_values",
     "state_backend",
-    "company_schema",
 ]

@@ -32,7 +32,7 @@ from companyd.admin.results import SpendStatus
 from companyd.admin.wire import result_data
 from companyd.alerts.service import AlertService
 from companyd.clock import Clock, SystemClock
-from companyd.config import CompanyConfig
+from companyd.config import CompanyConfig, state_backend
 from companyd.daemon.backups import Backups
 from companyd.daemon.control import ControlServer
 from companyd.daemon.dashboard import WebDashboard
@@ -159,7 +159,11 @@ class Daemon(Operator, Views, Reloader, Backups):
         real = SystemClock()
         self.lag = LoopLagMonitor(real, self.bus, source="daemon")
         self.memory = MemoryService(config.memory_path(state_dir), bus=self.bus, clock=real)
-        self.spend_book = SpendBook(config, state_dir, bus=self.bus, clock=self.clock)
+        #: where the stores that support it live (state: in company.yaml; docs/storage.md)
+        self.storage = state_backend(config)
+        self.spend_book = SpendBook(
+            config, state_dir, bus=self.bus, clock=self.clock, backend=self.storage
+        )
         self.journal = Journal(state_dir / "runs.sqlite", alarm=DiskAlarm.of(self.bus))
         self.proposal_store = Proposals(
             state_dir, config, bus=self.bus, clock=self.clock, reload=self._reload_after_apply

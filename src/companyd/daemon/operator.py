@@ -73,6 +73,7 @@ from companyd.roles.tasks import RunOutcome, RunStatus, Task, follow_up_prompt, 
 from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
 from companyd.spend import SpendBook, SpendError
 from companyd.spend.ledger import LedgerError
+from companyd.storage import Backend
 
 __all__ = ["NO_SPEND", "Operator"]
 
@@ -92,6 +93,7 @@ class Operator:
     reloads: ReloadRecord
     socket: Path
     offline: bool
+    storage: Backend
     lag: LoopLagMonitor
     tree: Any
     staff: Staff
@@ -129,6 +131,7 @@ class Operator:
                 offline=self.offline,
                 loop_lag=self.lag.stats().to_dict(),
                 dashboard=self.web.url,
+                storage=self.storage.describe(),
             ),
             company=CompanyInfo(name=self.config.name, timezone=self.config.timezone),
             agents=AgentCounts(

@@ -22,7 +22,7 @@ import psycopg
 
 from companyd._sqlite import Database, Migration
 from companyd.storage.dialect import Dialects, to_pyformat
-from companyd.storage.postgres import PgConnection, PgDatabase, PgMigration
+from companyd.storage.postgres import PgConnection, PgDatabase, PgMigration, StoreAbsent
 
 __all__ = [
     "DB_ERRORS",
@@ -30,6 +30,7 @@ __all__ = [
     "Dialects",
     "PgConnection",
     "PgDatabase",
+    "StoreAbsent",
     "StoreDatabase",
     "dsn_password",
     "open_database",
@@ -61,6 +62,12 @@ class Backend:
     def __post_init__(self) -> None:
         if self.kind == "postgres" and not self.dsn:
             raise ValueError("a postgres backend needs a dsn")
+
+    def describe(self) -> str:
+        """Where the stores are, for status and logs: ``sqlite`` or ``postgres schema
+        'acme'`` (never the URL, which may hold a password).
+        """
+        return self.kind if self.kind == "sqlite" else f"postgres schema {self.schema!r}"
 
 
 def dsn_password(dsn: str) -> str | None:

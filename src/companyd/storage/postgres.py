@@ -42,7 +42,7 @@ from psycopg_pool import ConnectionPool
 from companyd._sqlite import DatabaseClosed, SchemaTooNew, statements
 from companyd.storage.dialect import Dialects, to_pyformat
 
-__all__ = ["PgConnection", "PgCursor", "PgDatabase", "lock_key"]
+__all__ = ["PgConnection", "PgCursor", "PgDatabase", "StoreAbsent", "lock_key"]
 
 T = TypeVar("T")
 
@@ -59,6 +59,12 @@ def lock_key(schema: str, store: str) -> int:
     lo = zlib.crc32(store.encode())
     key = (hi << 32) | lo
     return key - (1 << 64) if key >= (1 << 63) else key
+
+
+class StoreAbsent(LookupError):
+    """A read-only open of a store whose tables do not exist yet (no daemon has written
+    to this company's schema): the PostgreSQL twin of a state file that is not there.
+    """
 
 
 class PgCursor:
@@ -310,6 +316,8 @@ class PgDatabase:
         current = self._version(raw)
         self._check(current, known)
         if self.readonly:
+            if current == 0:
+                raise StoreAbsent(f"{self.what}: {self.path} has no tables yet")
             return
         for target in range(current + 1, known + 1):
             conn.execute("BEGIN")
@@ -337,9 +345,12 @@ class PgDatabase:
                 raise
 
     def _version(self, raw: psycopg.Connection[Any]) -> int:
-        row = raw.execute(
-            "SELECT version FROM companyd_migrations WHERE store = %s", (self.store,)
-        ).fetchone()
+        try:
+            row = raw.execute(
+                "SELECT version FROM companyd_migrations WHERE store = %s", (self.store,)
+            ).fetchone()
+        except psycopg.errors.UndefinedTable:  # a reader before any daemon made the schema
+            return 0
         return 0 if row is None else int(row[0])
 
     def _check(self, version: int, known: int) -> None:
