@@ -6,6 +6,8 @@
                runs, the file has not changed since the daemon loaded it
 ``secrets``    every secret company.yaml names can be found (the API key, the bot token,
                the chat ids, every MCP server's ``env_from``) — never their values
+``database``   with ``state.backend: postgres``: the database answers, the company's schema
+               and each store's version there (skipped on SQLite)
 ``anthropic``  the provider accepts the API key: ``GET /v1/models``, which costs nothing
                (through :mod:`companyd.llm.claude`; skipped with ``offline``)
 ``telegram``   the bot token is valid (``getMe``) and every chat id is reachable
@@ -35,9 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from companyd._fs import PRIVATE_DIR, PRIVATE_FILE, private_dir
+from companyd._secrets import redact
 from companyd.alerts.check import check_telegram
-from companyd.config import CompanyConfig, load_config, secret_references
+from companyd.config import CompanyConfig, load_config, secret_references, state_backend
 from companyd.errors import CompanydError, ConfigError
 from companyd.llm.model import ModelAuthFailed, ModelError
 from companyd.memory.store import GraphStore
@@ -49,6 +54,7 @@ from companyd.ops.doctor_host import (
     check_systemd,
     check_versions,
 )
+from companyd.storage.probe import probe
 
 __all__ = ["DoctorReport", "RunningDaemon", "run_doctor"]
 
@@ -107,11 +113,12 @@ async def run_doctor(
     report.checks.append(config_check)
     if config is None:
         why = "skipped: company.yaml does not load (see config)"
-        for name in ("secrets", "anthropic", "telegram"):
+        for name in ("secrets", "database", "anthropic", "telegram"):
             report.checks.append(Check(name, "skipped", why))
         where = state_dir
     else:
         report.checks.append(_check_secrets(config, env))
+        report.checks.append(await _check_database(config, env))
         if offline:
             report.checks.append(Check("anthropic", "skipped", "skipped (--offline)"))
             report.checks.append(Check("telegram", "skipped", "skipped (--offline)"))
@@ -223,6 +230,37 @@ def _check_secrets(config: CompanyConfig, env: Mapping[str, str]) -> Check:
             "(sudo systemd-run -P --wait -p LoadCredential=… or with the same environment)",
         )
     return Check("secrets", "ok", f"all {len(groups)} secret(s) company.yaml names can be found")
+
+
+async def _check_database(config: CompanyConfig, env: Mapping[str, str]) -> Check:
+    if config.spec.state.backend == "sqlite":
+        return Check("database", "skipped", "skipped (state.backend: sqlite: the stores are files)")
+    try:
+        backend = state_backend(config, env)
+    except ConfigError as exc:
+        return Check("database", "problem", str(exc), "set the database URL (see secrets)")
+    assert backend.dsn is not None  # a postgres Backend has one
+    try:
+        found = await probe(backend.dsn, backend.schema, timeout=NETWORK_TIMEOUT)
+    except (psycopg.Error, TimeoutError) as exc:
+        why = str(exc).strip() or f"no answer in {NETWORK_TIMEOUT:.0f} s"
+        return Check(
+            "database",
+            "problem",
+            f"cannot reach the company's PostgreSQL database: {redact(why)}",
+            "check the URL in $" + config.spec.state.dsn_env + " (host, port, user, "
+            "database, password), that the server runs and accepts this host "
+            "(pg_hba.conf), and the network in between (docs/storage.md)",
+        )
+    if not found.schema_exists:
+        return Check(
+            "database",
+            "ok",
+            f"{found.server} reachable; schema {backend.schema!r} does not exist yet (the "
+            "daemon creates it on its first start)",
+        )
+    stores = ", ".join(f"{k} v{v}" for k, v in sorted(found.stores.items())) or "none yet"
+    return Check("database", "ok", f"{found.server} reachable; schema {backend.schema!r}: {stores}")
 
 
 async def _check_anthropic(config: CompanyConfig, env: Mapping[str, str]) -> Check:

@@ -1,0 +1,62 @@
+"""``companyd doctor``'s ``database`` check, against a real PostgreSQL server (a throwaway
+cluster on loopback): skipped on SQLite, ok when the server answers (with the company
+schema's stores), a problem that names the cause and never the password when it does not.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from companyd.ops.doctor import run_doctor
+from companyd.spend.ledger import Ledger
+from companyd.storage import Backend
+
+from .opskit import write_company
+
+pytestmark = pytest.mark.anyio
+
+NO_SYSTEMD = Path("/nonexistent/run/systemd/system")
+
+
+async def _database_check(config: Path, url: str | None) -> tuple[str, str, str | None]:
+    environ = {"COMPANYD_DATABASE_URL": url} if url else {}
+    report = await run_doctor(config, offline=True, environ=environ, systemd_runtime=NO_SYSTEMD)
+    check = next(c for c in report.checks if c.name == "database")
+    return check.status, check.summary, check.fix
+
+
+async def test_skipped_on_sqlite(tmp_path: Path) -> None:
+    status, summary, _ = await _database_check(write_company(tmp_path), None)
+    assert status == "skipped" and "state.backend: sqlite" in summary
+
+
+async def test_ok_with_the_schema_and_its_stores(tmp_path: Path, pg_backend: Backend) -> None:
+    config = write_company(tmp_path, state={"backend": "postgres", "schema": pg_backend.schema})
+    status, summary, _ = await _database_check(config, pg_backend.dsn)
+    assert status == "ok" and f"schema {pg_backend.schema!r} does not exist yet" in summary
+    Ledger(tmp_path / "spend.sqlite", backend=pg_backend).close()  # a daemon's first start
+    status, summary, _ = await _database_check(config, pg_backend.dsn)
+    assert status == "ok"
+    assert summary.startswith("PostgreSQL 1") and f"{pg_backend.schema!r}: spend v1" in summary
+
+
+async def test_an_unreachable_database_is_a_problem_without_its_password(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgresql://acme:hunter2-secret@127.0.0.1:{port}/acme"
+    config = write_company(tmp_path, state={"backend": "postgres"})
+    status, summary, fix = await _database_check(config, url)
+    assert status == "problem"
+    assert "cannot reach the company's PostgreSQL database" in summary
+    assert "hunter2-secret" not in summary + (fix or "")
+    assert fix is not None and "$COMPANYD_DATABASE_URL" in fix
+
+
+async def test_a_missing_url_is_a_problem_that_says_what_to_set(tmp_path: Path) -> None:
+    config = write_company(tmp_path, state={"backend": "postgres"})
+    status, summary, _ = await _database_check(config, None)
+    assert status == "problem" and "$COMPANYD_DATABASE_URL is not set" in summary
