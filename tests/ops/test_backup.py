@@ -78,6 +78,7 @@ def test_backup_holds_every_store_memory_and_config_with_a_manifest(
         assert tar.extractfile("config/company.yaml").read() == company.read_bytes()  # type: ignore[union-attr]
     assert manifest["format"] == "companyd-backup/1" and manifest["company"] == "Acme Ops"
     assert manifest["python"] and manifest["sqlite"] and "anthropic" in manifest["libraries"]
+    assert manifest["database"] is None  # every store is a file in the archive
     runs = next(m for m in manifest["members"] if m["name"] == "state/runs.sqlite")
     assert runs["schema_version"] >= 1 and len(runs["sha256"]) == 64 and runs["size"] > 0
     # nothing left behind next to the archive (the staging directory is gone)
@@ -258,3 +259,19 @@ def test_restore_of_a_missing_file_creates_nothing(
     assert main(["restore", str(tmp_path / "nope.tar.gz"), "--state-dir", str(target)]) == 1
     assert "no backup at" in capsys.readouterr().err
     assert not target.exists()  # seen failing first: the lock created the directory
+
+
+def test_a_postgres_company_s_manifest_says_its_database_is_not_in_the_archive(
+    tmp_path: Path,
+) -> None:
+    config = load_config(write_company(tmp_path, state={"backend": "postgres", "schema": "acme"}))
+    (tmp_path / "state").mkdir(mode=0o700)  # the memory file and the unported stores live here
+    result = take_backup(config, tmp_path / "state", tmp_path / "b.tar.gz")
+    with tarfile.open(result.path, "r:gz") as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+    assert manifest["database"] == {
+        "backend": "postgres",
+        "schema": "acme",
+        "in_archive": False,
+        "back_up_with": "pg_dump --schema=acme <database URL>",
+    }

@@ -42,7 +42,7 @@ from typing import Any
 from companyd import __version__
 from companyd._fs import is_disk_failure
 from companyd._sqlite import connect_readonly, user_version
-from companyd.config import CompanyConfig
+from companyd.config import CompanyConfig, company_schema
 from companyd.memory.store import GraphStore
 from companyd.ops.archive import FORMAT, BackupError, Member, member_dict, write_archive
 
@@ -258,6 +258,17 @@ def _manifest(
         "memory_path": str(memory),
         "memory_in_state_dir": memory_rel,
         "members": [member_dict(m) for m in listed],
+        # the stores kept in PostgreSQL are not in the archive (docs/storage.md: pg_dump)
+        "database": (
+            None
+            if config.spec.state.backend == "sqlite"
+            else {
+                "backend": "postgres",
+                "schema": company_schema(config),
+                "in_archive": False,
+                "back_up_with": f"pg_dump --schema={company_schema(config)} <database URL>",
+            }
+        ),
     }
 
 
