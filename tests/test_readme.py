@@ -170,3 +170,24 @@ def test_every_dependency_has_a_reason() -> None:
     assert sorted(names - set(table)) == [], "dependencies without a row in the README"
     assert sorted(set(table) - names) == [], "README rows for packages that are not used"
     assert all(len(why) > 15 for why in table.values())
+
+
+def test_the_options_the_command_reference_names_exist() -> None:
+    # Every `--option` in a command's usage line (`companyd CMD [...]`, in backticks) is one
+    # its parser takes: e.g. install-service's --instance.
+    parser = cli._build_parser([])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    body = section(README, "Command line")
+    checked = 0
+    for m in re.finditer(r"^### companyd ([\w-]+)\n\n`companyd \1 ([^`]*)`", body, re.M):
+        name, usage = m.group(1), m.group(2)
+        command = sub.choices.get(name)
+        if command is None or any(
+            isinstance(a, argparse._SubParsersAction) for a in command._actions
+        ):
+            continue  # built in another branch (see above), or options of its subcommands
+        known = {s for a in command._actions for s in a.option_strings}
+        written = set(re.findall(r"--[a-z][\w-]*", usage))
+        assert written <= known, f"companyd {name}: README names {sorted(written - known)}"
+        checked += 1
+    assert checked > 0

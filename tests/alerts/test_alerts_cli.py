@@ -181,6 +181,24 @@ async def test_an_invalid_company_yaml_is_still_reported_with_its_first_error(
 
 
 @pytest.mark.anyio
+async def test_an_instance_s_invalid_company_yaml_says_to_restart_that_instance(
+    tmp_path: Path,
+) -> None:
+    # companyd-instance-alert@acme runs `notify-failure companyd@acme.service`
+    async with BotApiServer(token=TOKEN) as server:
+        path = _config(tmp_path, server.url)
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc["company"]["budget"]["daily_usd"] = "fifty"
+        path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        env = _env(tmp_path, MONITOR_SERVICE_RESULT="exit-code", MONITOR_EXIT_STATUS="78")
+        code, _, err = await _notify(path, env, unit="companyd@acme.service")
+    assert code == 0, err
+    (msg,) = server.messages
+    assert "(unit companyd@acme.service) died" in msg.text
+    assert "then `systemctl restart companyd@acme`" in msg.text
+
+
+@pytest.mark.anyio
 async def test_an_invalid_company_yaml_never_sends_a_secret_it_quotes(tmp_path: Path) -> None:
     """An API key pasted where a key belongs (its first error quotes it) is never repeated,
     neither on Telegram nor on stderr.

@@ -14,6 +14,7 @@ import pytest
 
 from companyd.cli.daemon import UNIT_NAMES, UNIT_PREFIX_PLACEHOLDER, unit_text
 from companyd.cli.main import main
+from companyd.daemon.layout import INSTANCE_NAME_MAX, instance_name_problem
 from companyd.testing.daemon import as_unprivileged, short_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,6 +48,16 @@ def service() -> dict[str, dict[str, list[str]]]:
 @pytest.fixture(scope="module")
 def alert() -> dict[str, dict[str, list[str]]]:
     return parse_unit(UNITS / "companyd-alert@.service")
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, dict[str, list[str]]]:
+    return parse_unit(UNITS / "companyd@.service")
+
+
+@pytest.fixture(scope="module")
+def instance_alert() -> dict[str, dict[str, list[str]]]:
+    return parse_unit(UNITS / "companyd-instance-alert@.service")
 
 
 def one(unit: dict[str, dict[str, list[str]]], section: str, key: str) -> str:
@@ -120,6 +131,79 @@ def test_alert_unit(alert: dict[str, dict[str, list[str]]]) -> None:
     assert one(alert, s, "NoNewPrivileges") == "yes"
 
 
+def test_template_is_the_single_unit_per_company(
+    service: dict[str, dict[str, list[str]]], template: dict[str, dict[str, list[str]]]
+) -> None:
+    s = "Service"
+    assert one(template, s, "ExecStart") == (
+        f"{UNIT_PREFIX_PLACEHOLDER}/bin/companyd run --config /etc/companyd/%i/company.yaml"
+    )
+    for key in ("StateDirectory", "RuntimeDirectory", "ConfigurationDirectory"):
+        assert one(template, s, key) == "companyd/%i"
+    assert one(template, s, "WorkingDirectory") == "/var/lib/companyd/%i"
+    # one dynamic user per company (the default would be "companyd" for every instance)
+    assert one(template, s, "User") == "companyd-%i"
+    assert template[s]["LoadCredential"] == [
+        "anthropic_api_key:/etc/companyd/%i/anthropic_api_key",
+        "telegram_bot_token:/etc/companyd/%i/telegram_bot_token",
+        "companyd_database_url:/etc/companyd/%i/companyd_database_url",
+    ]
+    # the database URL is optional: SetCredential= of the same id is LoadCredential='s
+    # default when the file is missing (systemd 252 has no ImportCredential=)
+    assert template[s]["SetCredential"] == ["companyd_database_url:\\n"]
+    assert one(template, "Unit", "OnFailure") == "companyd-instance-alert@%i.service"
+    # everything else, the hardening included, is the single unit's, value for value
+    differ = {
+        "ExecStart", "StateDirectory", "RuntimeDirectory", "ConfigurationDirectory",
+        "WorkingDirectory", "User", "LoadCredential", "SetCredential", "OnFailure",
+        "Description",
+    }  # fmt: skip
+    for section in ("Unit", "Service", "Install"):
+        mine = {k: v for k, v in template[section].items() if k not in differ}
+        theirs = {k: v for k, v in service[section].items() if k not in differ}
+        assert mine == theirs, section
+
+
+def test_instance_alert_unit_reads_the_company_of_its_instance(
+    alert: dict[str, dict[str, list[str]]], instance_alert: dict[str, dict[str, list[str]]]
+) -> None:
+    s = "Service"
+    assert one(instance_alert, s, "ExecStart") == (
+        f"{UNIT_PREFIX_PLACEHOLDER}/bin/companyd notify-failure companyd@%i.service"
+    )
+    assert instance_alert[s]["LoadCredential"] == [
+        "telegram_bot_token:/etc/companyd/%i/telegram_bot_token"
+    ]
+    assert one(instance_alert, s, "ConfigurationDirectory") == "companyd/%i"
+    assert one(instance_alert, s, "User") == "companyd-%i"
+    assert "StateDirectory" not in instance_alert[s]
+    differ = {"ExecStart", "ConfigurationDirectory", "LoadCredential", "User"}
+    mine = {k: v for k, v in instance_alert[s].items() if k not in differ}
+    assert mine == {k: v for k, v in alert[s].items() if k not in differ}
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("acme", None),
+        ("bakery-berlin_2", None),
+        ("a" * INSTANCE_NAME_MAX, None),
+        ("a" * (INSTANCE_NAME_MAX + 1), "at most 22 fit"),
+        ("Acme", "cannot be a systemd instance name"),
+        ("acme co", "cannot be a systemd instance name"),
+        ("-acme", "cannot be a systemd instance name"),
+        ("acme/../x", "cannot be a systemd instance name"),
+        ("", "cannot be a systemd instance name"),
+    ],
+)
+def test_instance_names(name: str, problem: str | None) -> None:
+    found = instance_name_problem(name)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found and repr(name) in found
+
+
 def test_the_packaged_units_are_the_shipped_ones() -> None:
     for name in UNIT_NAMES:
         assert (PACKAGED / name).read_bytes() == (UNITS / name).read_bytes(), (
@@ -189,6 +273,59 @@ def test_install_service_writes_units_config_and_credentials(
     assert (conf / "company.yaml").read_text() == "mine\n"
 
 
+def test_install_service_instance_installs_the_template_and_the_company_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix, root = _fake_prefix(tmp_path), tmp_path / "root"
+    yaml = tmp_path / "company.yaml"
+    yaml.write_text("schema: companyd/v1\n")
+    argv = ["install-service", "--prefix", str(prefix), "--root", str(root), "--instance", "acme"]
+    code, out, err = _run(*argv, "--config", str(yaml), capsys=capsys)
+    assert code == 0, err
+    units = root / "etc/systemd/system"
+    assert sorted(p.name for p in units.iterdir()) == [
+        "companyd-instance-alert@.service",
+        "companyd@.service",
+    ]  # not companyd.service: both on one host would share /var/lib/companyd
+    text = (units / "companyd@.service").read_text()
+    assert f"ExecStart={prefix}/bin/companyd run --config /etc/companyd/%i/company.yaml" in text
+    assert UNIT_PREFIX_PLACEHOLDER not in text
+    conf = root / "etc/companyd/acme"
+    assert (conf / "company.yaml").read_text() == "schema: companyd/v1\n"
+    for cred in ("anthropic_api_key", "telegram_bot_token"):
+        assert (conf / cred).read_bytes() == b""
+        assert stat.S_IMODE((conf / cred).stat().st_mode) == 0o600
+    assert not (conf / "companyd_database_url").exists()  # optional: SetCredential= default
+    assert "/etc/companyd/acme/anthropic_api_key" in out
+    assert "/etc/companyd/acme/companyd_database_url" in out
+    assert "sudo systemctl daemon-reload && sudo systemctl enable --now companyd@acme" in out
+    assert "sudo companyd status --config /etc/companyd/acme/company.yaml" in out
+    assert "journalctl -u companyd@acme -f" in out
+
+    # a second company next to it; the first one's files are untouched
+    (conf / "anthropic_api_key").write_text("sk-acme")
+    code, out, err = _run(*argv[:-1], "bakery", capsys=capsys)
+    assert code == 0, err
+    assert (root / "etc/companyd/bakery/anthropic_api_key").read_bytes() == b""
+    assert "company.yaml: write /etc/companyd/bakery/company.yaml" in out
+    assert "`companyd init /etc/companyd/bakery`" in out
+    assert (conf / "anthropic_api_key").read_text() == "sk-acme"
+
+
+@pytest.mark.parametrize("name", ["Acme", "acme co", "../etc", "a" * 23])
+def test_install_service_refuses_an_instance_name_systemd_cannot_take(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "root"
+    code, out, err = _run(
+        "install-service", "--prefix", str(_fake_prefix(tmp_path)), "--root", str(root),
+        "--instance", name, capsys=capsys,
+    )  # fmt: skip
+    assert code == 2 and out == ""
+    assert err.startswith("companyd install-service: --instance: ") and repr(name) in err
+    assert not root.exists()
+
+
 def test_install_service_dry_run_changes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -252,8 +389,12 @@ needs_systemd_analyze = pytest.mark.skipif(
 def test_ci_check_passes_on_the_shipped_units() -> None:
     out = subprocess.run([str(CHECK)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "verify OK: companyd.service companyd-alert@.service" in out.stdout
+    assert (
+        "verify OK: companyd.service companyd@acme.service companyd-alert@acme.service "
+        "companyd-instance-alert@acme.service" in out.stdout
+    )
     assert "security OK: companyd.service exposure" in out.stdout
+    assert "security OK: companyd@acme.service exposure" in out.stdout
 
 
 def _weaken(text: str) -> str:
@@ -277,13 +418,27 @@ def _weaken(text: str) -> str:
     ],
     ids=["notify-reload-on-252", "misspelt-key", "relative-exec", "hardening-removed"],
 )
+@pytest.mark.parametrize("name", ["companyd.service", "companyd@.service"])
 def test_ci_check_fails_on_a_broken_or_weakened_unit(
-    tmp_path: Path, edit: Callable[[str], str], message: str
+    tmp_path: Path, edit: Callable[[str], str], message: str, name: str
 ) -> None:
-    text = (UNITS / "companyd.service").read_text()
-    unit = tmp_path / "companyd.service"
+    text = (UNITS / name).read_text()
+    unit = tmp_path / name
     unit.write_text(edit(text))
     assert unit.read_text() != text
     out = subprocess.run([str(CHECK), str(unit)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1, out.stdout
     assert message in out.stderr, out.stderr
+
+
+@needs_systemd_analyze
+def test_ci_check_fails_on_a_template_whose_credential_is_not_optional(tmp_path: Path) -> None:
+    # `SetCredential=ID:` (an empty default) is invalid syntax on systemd 252: the unit
+    # would then fail to start without the database URL file
+    text = (UNITS / "companyd@.service").read_text()
+    unit = tmp_path / "companyd@.service"
+    unit.write_text(text.replace("companyd_database_url:\\n", "companyd_database_url:"))
+    assert unit.read_text() != text
+    out = subprocess.run([str(CHECK), str(unit)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout
+    assert "Invalid syntax" in out.stderr and "companyd_database_url" in out.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.ops.doctor_host import check_clock, check_systemd
+from companyd.ops.doctor_host import check_clock, check_systemd, check_systemd_units
 
 SECURITY = (
     "  NAME                         DESCRIPTION                              EXPOSURE\n"
@@ -95,3 +95,93 @@ def test_systemd_running_without_its_tools_is_skipped(
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert check_clock(runtime).summary == "skipped (no systemd): timedatectl is not installed"
     assert check_systemd(runtime=runtime).status == "skipped"
+
+
+def systemd_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, units: dict[str, str], level: str = "1.1"
+) -> Path:
+    """Stand-ins for a host with ``units`` (name → ``systemctl show`` output): ``systemctl
+    list-units`` prints the loaded instances as systemd 252 does, ``systemctl show UNIT`` that
+    unit's properties (``LoadState=not-found`` for any other), ``systemd-analyze security
+    UNIT`` an exposure of ``level`` for it.
+    """
+    runtime = stand_ins(tmp_path, monkeypatch, timedatectl="yes\n")
+    for name, props in units.items():
+        (tmp_path / f"show-{name}").write_text(props)
+    listing = "".join(
+        f"{name} loaded active running companyd {name[9:-8]}\n"
+        for name in units
+        if name.startswith("companyd@")
+    )
+    (tmp_path / "list-units.out").write_text(listing)
+    bin_dir = tmp_path / "bin"
+    (bin_dir / "systemctl").write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = list-units ]; then cat {tmp_path}/list-units.out; exit 0; fi\n'
+        f'if [ -f "{tmp_path}/show-$2" ]; then cat "{tmp_path}/show-$2";'
+        " else echo LoadState=not-found; fi\n"
+    )
+    (bin_dir / "systemd-analyze").write_text(
+        f'#!/bin/sh\necho "→ Overall exposure level for $2: {level} OK :-)"\n'
+    )
+    for script in ("systemctl", "systemd-analyze"):
+        os.chmod(bin_dir / script, 0o755)
+    return runtime
+
+
+ENABLED = "LoadState=loaded\nUnitFileState=enabled\nActiveState=active\n"
+
+
+def test_each_instance_is_checked_like_the_single_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = systemd_host(
+        tmp_path,
+        monkeypatch,
+        {
+            "companyd@acme.service": ENABLED,
+            "companyd@bakery.service": "LoadState=loaded\nUnitFileState=disabled\n"
+            "ActiveState=failed\n",
+        },
+    )
+    checks = check_systemd_units(runtime)
+    # no companyd.service on a host of instances: not a warning
+    assert [(c.name, c.status, c.summary) for c in checks] == [
+        ("systemd", "ok", "companyd@acme.service active, enabled; exposure 1.1 OK"),
+        ("systemd", "warning", "companyd@bakery.service failed, disabled; exposure 1.1 OK"),
+    ]
+    assert checks[1].fix == "sudo systemctl enable companyd@bakery.service (so it starts at boot)"
+    # a loosened instance is compared with the template it came from
+    (tmp_path / "bin" / "systemd-analyze").write_text(
+        '#!/bin/sh\necho "→ Overall exposure level for $2: 9.6 UNSAFE :-{"\n'
+    )
+    loose = check_systemd_units(runtime)[0]
+    assert loose.status == "warning" and "exposure 9.6 UNSAFE" in loose.summary
+    assert loose.fix and "systemd/companyd@.service" in loose.fix
+
+
+def test_the_single_unit_running_next_to_instances_warns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = systemd_host(
+        tmp_path,
+        monkeypatch,
+        {"companyd.service": ENABLED, "companyd@acme.service": ENABLED},
+    )
+    first, *rest = check_systemd_units(runtime)
+    assert first.status == "warning"
+    assert first.summary == (
+        "companyd.service active, enabled; exposure 1.1 OK; and 1 companyd@ instance(s) on "
+        "the same host"
+    )
+    assert first.fix and "share /var/lib/companyd and /run/companyd" in first.fix
+    assert [c.summary for c in rest] == ["companyd@acme.service active, enabled; exposure 1.1 OK"]
+
+
+def test_without_instances_only_the_single_unit_is_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = systemd_host(tmp_path, monkeypatch, {})
+    [only] = check_systemd_units(runtime)
+    assert only.status == "warning" and only.summary == "companyd.service is not installed"
+    assert check_systemd_units(tmp_path / "absent")[0].status == "skipped"

@@ -30,7 +30,8 @@ def register(sub: Any) -> None:
         description=(
             "Send one Telegram message saying that UNIT died, with systemd's reason when\n"
             "available (MONITOR_* variables, else `systemctl show`). Meant for\n"
-            "companyd-alert@.service, started by OnFailure=companyd-alert@%n.service.\n"
+            "companyd-alert@.service, started by OnFailure=companyd-alert@%n.service\n"
+            "(and companyd-instance-alert@.service, for companyd@NAME instances).\n"
             "Exits 0 when sent or when Telegram is unreachable (the reason is printed),\n"
             "1 when company.yaml has no usable Telegram settings."
         ),
@@ -63,7 +64,8 @@ def _notify_failure_cmd(args: argparse.Namespace) -> int:
         config = fallback_company(text)
         first = str(exc.issues[0]) if exc.issues else str(exc)
         more = f" (and {len(exc.issues) - 1} more)" if len(exc.issues) > 1 else ""
-        note = f"company.yaml is invalid: {first}{more}; fix it, then `systemctl restart companyd`"
+        unit = args.unit.removesuffix(".service")  # companyd, or an instance companyd@NAME
+        note = f"company.yaml is invalid: {first}{more}; fix it, then `systemctl restart {unit}`"
         print(f"companyd notify-failure: {note}", file=sys.stderr)
     sent, why = asyncio.run(notify_failure(config, args.unit, note=note))
     if sent:

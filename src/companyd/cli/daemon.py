@@ -7,7 +7,10 @@ any dict: a key the daemon did not send is left out, never a crash.
 
 ``companyd install-service`` puts ``companyd.service`` and ``companyd-alert@.service`` in
 ``/etc/systemd/system`` with the path of this installation, prepares ``/etc/companyd`` and
-prints the next commands; ``--dry-run`` only prints.
+prints the next commands; ``--dry-run`` only prints. ``--instance NAME`` installs the
+template ``companyd@.service`` (and its ``companyd-instance-alert@.service``) instead and
+prepares ``/etc/companyd/NAME`` for the company NAME (docs/deploy.md, "Many companies on
+one host").
 
 Exit codes: 0 done; 1 the daemon refused (unknown agent, rejected config, …); 2 bad
 arguments; 69 no daemon running; 70 internal error in the daemon; 75 the daemon did not
@@ -32,6 +35,7 @@ from companyd._fs import read_regular_file
 from companyd.cli.main import print_json
 from companyd.config import default_config_path
 from companyd.daemon.control_client import ControlClient, find_daemon
+from companyd.daemon.layout import SYSTEMD_LAYOUT, instance_name_problem
 from companyd.daemon.protocol import ControlTimeout, RequestFailed
 from companyd.errors import (
     EX_SOFTWARE,
@@ -56,10 +60,14 @@ __all__ = [
     "running_daemon",
 ]
 
-UNIT_NAMES = ("companyd.service", "companyd-alert@.service")
+#: The units of one company per host (``install-service``).
+SINGLE_UNITS = ("companyd.service", "companyd-alert@.service")
+#: The units of many companies per host (``install-service --instance NAME``).
+TEMPLATE_UNITS = ("companyd@.service", "companyd-instance-alert@.service")
+UNIT_NAMES = SINGLE_UNITS + TEMPLATE_UNITS
 #: The install prefix written in the shipped units; install-service replaces it.
 UNIT_PREFIX_PLACEHOLDER = "/opt/companyd/venv"
-CONFIG_DIR = Path("/etc/companyd")
+CONFIG_DIR = SYSTEMD_LAYOUT.config_root
 UNIT_DIR = Path("/etc/systemd/system")
 CREDENTIALS = ("anthropic_api_key", "telegram_bot_token")
 
@@ -207,8 +215,9 @@ def register(sub: Any) -> None:
         help="install the systemd units (companyd.service, companyd-alert@.service)",
         description="Write companyd.service and companyd-alert@.service to "
         "/etc/systemd/system for this installation, create /etc/companyd with empty "
-        "credential files, and print the commands that start the service. Needs root; "
-        "--dry-run only prints.",
+        "credential files, and print the commands that start the service. With --instance "
+        "NAME: the template companyd@.service for many companies on one host, and "
+        "/etc/companyd/NAME for the company NAME. Needs root; --dry-run only prints.",
     )
     p.add_argument(
         "--prefix",
@@ -225,7 +234,14 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--config",
         type=Path,
-        help="a company.yaml to copy to /etc/companyd/company.yaml (an existing one is kept)",
+        help="a company.yaml to copy to /etc/companyd/company.yaml, or "
+        "/etc/companyd/NAME/company.yaml with --instance (an existing one is kept)",
+    )
+    p.add_argument(
+        "--instance",
+        metavar="NAME",
+        help="install the template companyd@.service and prepare /etc/companyd/NAME for "
+        "the company NAME (lower-case letters, digits, '-', '_'), run as companyd@NAME",
     )
     p.add_argument(
         "--dry-run", action="store_true", help="print what would be done, change nothing"
@@ -384,6 +400,10 @@ def _install_service(args: argparse.Namespace) -> int:
             print(f"companyd install-service: {message}", file=sys.stderr)
             return 2
         print(f"warning: {message}", file=sys.stderr)
+    instance: str | None = args.instance
+    if instance is not None and (problem := instance_name_problem(instance)) is not None:
+        print(f"companyd install-service: --instance: {problem}", file=sys.stderr)
+        return 2
     if args.config is not None and not _is_file(args.config):
         print(
             f"companyd install-service: --config {str(args.config)!r} is not a file",
@@ -394,9 +414,11 @@ def _install_service(args: argparse.Namespace) -> int:
     def at(path: Path) -> Path:
         return root / path.relative_to("/")
 
-    unit_dir, conf_dir = at(UNIT_DIR), at(CONFIG_DIR)
+    # where the company's files go (as systemd will see them, and below --root)
+    company_dir = CONFIG_DIR / instance if instance is not None else CONFIG_DIR
+    unit_dir, conf_dir = at(UNIT_DIR), at(company_dir)
     steps: list[tuple[str, Callable[[], None]]] = []
-    for name in UNIT_NAMES:
+    for name in TEMPLATE_UNITS if instance is not None else SINGLE_UNITS:
         target = unit_dir / name
         text = unit_text(name, prefix)
         steps.append((f"write {target} (mode 0644)", _writer(target, text.encode(), 0o644)))
@@ -449,22 +471,36 @@ def _install_service(args: argparse.Namespace) -> int:
             except OSError as exc:
                 print(f"companyd install-service: {exc}", file=sys.stderr)
                 return 1
-    config_hint = config_target if root == Path("/") else CONFIG_DIR / "company.yaml"
+    config_hint = config_target if root == Path("/") else company_dir / "company.yaml"
     have_config = args.config is not None or config_target.exists()
     how = (
         f"`companyd validate {config_hint}`"
         if have_config
-        else f"`companyd init {CONFIG_DIR}`, then `companyd validate {config_hint}`"
+        else f"`companyd init {company_dir}`, then `companyd validate {config_hint}`"
     )
+    unit = f"companyd@{instance}" if instance is not None else "companyd"
+    status = "sudo companyd status" + (f" --config {company_dir}/company.yaml" if instance else "")
     print(
         "\nnext:\n"
         f"  1. company.yaml: {'check' if have_config else 'write'} {config_hint} ({how})\n"
         f"  2. secrets (root-only files, never in company.yaml):\n"
-        f"       sudo sh -c 'umask 077; printf %s \"$KEY\" > {CONFIG_DIR}/anthropic_api_key'\n"
-        f"       sudo sh -c 'umask 077; printf %s \"$TOKEN\" > {CONFIG_DIR}/telegram_bot_token'\n"
-        "  3. sudo systemctl daemon-reload && sudo systemctl enable --now companyd\n"
-        "  4. sudo companyd status     journalctl -u companyd -f\n"
-        "(docs/deploy.md explains each step)"
+        f"       sudo sh -c 'umask 077; printf %s \"$KEY\" > {company_dir}/anthropic_api_key'\n"
+        f"       sudo sh -c 'umask 077; printf %s \"$TOKEN\" > {company_dir}/telegram_bot_token'"
+    )
+    if instance is not None:
+        print(
+            "     with state: {backend: postgres, dsn_credential: companyd_database_url}:\n"
+            f'       sudo sh -c \'umask 077; printf %s "$URL" > '
+            f"{company_dir}/companyd_database_url'"
+        )
+    print(
+        f"  3. sudo systemctl daemon-reload && sudo systemctl enable --now {unit}\n"
+        f"  4. {status}     journalctl -u {unit} -f\n"
+        + (
+            '(docs/deploy.md, "Many companies on one host", explains each step)'
+            if instance is not None
+            else "(docs/deploy.md explains each step)"
+        )
     )
     return 0
 

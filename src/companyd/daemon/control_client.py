@@ -1,6 +1,8 @@
 """The control client: how the CLI (and tests, benchmarks, Telegram-less tools) reach a
 running daemon's control socket — :class:`ControlClient` for one daemon, :func:`find_daemon`
-to find the daemon of a company.yaml, a state directory or ``$RUNTIME_DIRECTORY``.
+to find the daemon of a company.yaml, a state directory or ``$RUNTIME_DIRECTORY``; a
+company.yaml of a ``companyd@NAME`` instance leads to that instance's socket only
+(:mod:`companyd.daemon.layout`).
 
 The wire format is :mod:`companyd.daemon.protocol`'s; the server is
 :mod:`companyd.daemon.control`.
@@ -23,11 +25,11 @@ import yaml
 from companyd._fs import read_regular_file
 from companyd.clock import Clock, SystemClock
 from companyd.config import DEFAULT_STATE_DIR
+from companyd.daemon.layout import SYSTEMD_LAYOUT, SystemdLayout
 from companyd.daemon.lock import locate
 from companyd.daemon.protocol import (
     MAX_RESPONSE_BYTES,
     SOCKET_NAME,
-    SYSTEMD_SOCKET,
     ControlError,
     ControlTimeout,
     decode_answer,
@@ -204,20 +206,27 @@ def candidate_sockets(
     state_dir: str | os.PathLike[str] | None = None,
     config: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
+    layout: SystemdLayout | None = None,
 ) -> list[Path]:
     """Where a running daemon's socket may be, most specific first (no duplicates).
 
-    ``$RUNTIME_DIRECTORY``; the state directory's socket, the state directory being
-    ``state_dir``, else ``$STATE_DIRECTORY``, else company.yaml's ``state_dir``, else
-    ``state`` next to company.yaml (the same order the daemon uses; ``./state`` only when
-    the file cannot be read); then the systemd unit's
-    ``/run/companyd/companyd.sock``.
+    ``$RUNTIME_DIRECTORY``; for a company.yaml at ``/etc/companyd/NAME/company.yaml``, the
+    instance's ``/run/companyd/NAME/companyd.sock``; the state directory's socket, the state
+    directory being ``state_dir``, else ``$STATE_DIRECTORY``, else company.yaml's
+    ``state_dir``, else ``state`` next to company.yaml (the same order the daemon uses;
+    ``./state`` only when the file cannot be read); then, unless company.yaml is an
+    instance's, the single unit's ``/run/companyd/companyd.sock``. ``layout`` is
+    :data:`~companyd.daemon.layout.SYSTEMD_LAYOUT` unless given.
     """
     env = os.environ if env is None else env
+    layout = layout or SYSTEMD_LAYOUT
+    instance = layout.instance_of(config) if config is not None else None
     found: list[Path] = []
     runtime = env.get("RUNTIME_DIRECTORY")
     if runtime:
         found.append(Path(runtime.split(":")[0]) / SOCKET_NAME)
+    if instance is not None:
+        found.append(layout.socket(instance))
     if state_dir is not None:
         sd = Path(state_dir).absolute()
     elif env.get("STATE_DIRECTORY"):
@@ -226,7 +235,9 @@ def candidate_sockets(
         from_config = _state_dir_from_config(Path(config)) if config is not None else None
         sd = from_config if from_config is not None else Path("state").absolute()
     found.append(sd / SOCKET_NAME)
-    found.append(SYSTEMD_SOCKET)
+    if instance is None:
+        # another company's daemon when company.yaml is an instance's: never asked then
+        found.append(layout.single_socket)
     return list(dict.fromkeys(found))
 
 
@@ -237,6 +248,7 @@ def find_daemon(
     config: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = 10.0,
+    layout: SystemdLayout | None = None,
 ) -> ControlClient:
     """A client for the running daemon, found as :func:`candidate_sockets` says.
 
@@ -245,7 +257,8 @@ def find_daemon(
     ``--config`` finds it whatever state directory it runs on. With an explicit
     ``state_dir``, a daemon found elsewhere (``$RUNTIME_DIRECTORY``, ``/run/companyd``,
     through ``config``) must report that state directory, so ``--state-dir`` never reaches
-    another company's daemon.
+    another company's daemon. With the ``config`` of a ``companyd@NAME`` instance, only
+    that instance's sockets are tried (``layout``: as in :func:`candidate_sockets`).
 
     Raises:
         DaemonNotRunning: no candidate answered; the message lists the paths tried.
@@ -255,7 +268,8 @@ def find_daemon(
         client = ControlClient(socket, timeout=timeout)
         client.ping()
         return client
-    paths = candidate_sockets(state_dir=state_dir, config=config, env=env)
+    layout = layout or SYSTEMD_LAYOUT
+    paths = candidate_sockets(state_dir=state_dir, config=config, env=env, layout=layout)
     if config is not None:
         # The daemon running this very file says where its socket is, whatever state
         # directory it was started with (daemon/lock.py CompanyLock).
@@ -292,9 +306,11 @@ def find_daemon(
     if denied is not None:
         raise denied
     tried = ", ".join(repr(str(p)) for p in paths)
+    instance = layout.instance_of(config) if config is not None else None
+    unit = f"companyd@{instance}" if instance is not None else "companyd"
     raise DaemonNotRunning(
         f"no companyd daemon is running (tried {tried}). Start it with "
-        "`systemctl start companyd` or `companyd run`, or point at it with --state-dir or "
+        f"`systemctl start {unit}` or `companyd run`, or point at it with --state-dir or "
         "--socket"
     )
 

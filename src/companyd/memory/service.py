@@ -49,8 +49,11 @@ from companyd.memory.codec import LoadReport
 from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryUnavailable
 from companyd.memory.graph import KnowledgeGraph
 from companyd.memory.neighbourhood import neighbourhood
+from companyd.memory.shared import MIGRATIONS as SHARED_MIGRATIONS
+from companyd.memory.shared import SharedGraphStore
 from companyd.memory.store import GraphStore, Operation, Outcome
 from companyd.memory.tools import READ_ONLY_TOOLS, validate_arguments
+from companyd.storage import SQLITE, Backend, PgDatabase, open_database
 from companyd.supervision.child import ChildContext
 
 __all__ = ["DISK_PROBE_BYTES", "DISK_RETRY_SECONDS", "MemoryService"]
@@ -167,6 +170,8 @@ class MemoryService:
         lock_timeout: seconds to wait for ``<file>.lock`` held by another process.
         disk_retry_seconds: while the state disk refuses writes, probe it this often.
         source: the event source name.
+        backend: ``postgres``: the change log lives in the company's schema and ``path`` is
+            its local MCP-format copy (:mod:`companyd.memory.shared`).
     """
 
     def __init__(
@@ -181,8 +186,10 @@ class MemoryService:
         lock_timeout: float = 10.0,
         disk_retry_seconds: float = DISK_RETRY_SECONDS,
         source: str = "memory",
+        backend: Backend = SQLITE,
     ) -> None:
         self.path = Path(path).absolute()
+        self._backend = backend
         self._bus = bus
         self._clock: Clock = clock or SystemClock()
         self._idle = idle_compact_seconds
@@ -554,7 +561,23 @@ class MemoryService:
 
     def _new_store(self, *, readonly: bool) -> GraphStore:
         loop = asyncio.get_running_loop()
-        store = GraphStore(self.path, lock_timeout=self._lock_timeout, readonly=readonly)
+        store: GraphStore
+        if self._backend.kind == "postgres":
+            database = open_database(
+                self._backend,
+                path=None,
+                store="memory",
+                migrations=SHARED_MIGRATIONS,
+                what="memory log",
+                readonly=readonly,
+                worker=False,  # the owner thread does the work
+            )
+            assert isinstance(database, PgDatabase)
+            store = SharedGraphStore(
+                self.path, database, lock_timeout=self._lock_timeout, readonly=readonly
+            )
+        else:
+            store = GraphStore(self.path, lock_timeout=self._lock_timeout, readonly=readonly)
 
         def on_repair(report: LoadReport) -> None:  # on the owner thread
             loop.call_soon_threadsafe(self._repaired, report)

@@ -51,7 +51,7 @@ from companyd.ops.doctor_host import (
     SYSTEMD_RUNTIME,
     check_clock,
     check_disk,
-    check_systemd,
+    check_systemd_units,
     check_versions,
 )
 from companyd.storage.probe import probe
@@ -140,7 +140,7 @@ async def run_doctor(
     else:
         report.checks.append(Check("memory", "skipped", "skipped: company.yaml does not load"))
     report.checks.append(await asyncio.to_thread(check_clock, systemd_runtime))
-    report.checks.append(await asyncio.to_thread(check_systemd, runtime=systemd_runtime))
+    report.checks += await asyncio.to_thread(check_systemd_units, runtime=systemd_runtime)
     report.checks.append(await asyncio.to_thread(check_versions))
     return report
 

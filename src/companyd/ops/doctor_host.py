@@ -1,9 +1,11 @@
-"""The host's part of ``companyd doctor``: disk space, the clock, the systemd unit, versions.
+"""The host's part of ``companyd doctor``: disk space, the clock, the systemd units, versions.
 
-Each function returns one :class:`~companyd.ops.doctor.Check`. The clock and the unit are
-asked of systemd (``timedatectl``, ``systemctl``, ``systemd-analyze security``); where
-systemd is not running (a container, macOS, a chroot) the check is ``skipped (no
-systemd)``, never a problem. Every command runs with a deadline and its failure is words.
+Each function returns one :class:`~companyd.ops.doctor.Check` (:func:`check_systemd_units`
+one per unit: ``companyd.service`` and every ``companyd@NAME`` instance systemd knows). The
+clock and the units are asked of systemd (``timedatectl``, ``systemctl``, ``systemd-analyze
+security``); where systemd is not running (a container, macOS, a chroot) the check is
+``skipped (no systemd)``, never a problem. Every command runs with a deadline and its
+failure is words.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ __all__ = [
     "check_clock",
     "check_disk",
     "check_systemd",
+    "check_systemd_units",
     "check_versions",
 ]
 
 #: The directory that exists when systemd is PID 1 (what ``sd_booted()`` tests).
 SYSTEMD_RUNTIME = Path("/run/systemd/system")
 UNIT = "companyd.service"
+#: The instances of the template ``companyd@.service`` (many companies on one host).
+INSTANCE_PATTERN = "companyd@*.service"
 #: Free space on the state's file system below which it is a problem / a warning.
 DISK_PROBLEM_BYTES = 100 * 1024 * 1024
 DISK_WARNING_BYTES = 1024 * 1024 * 1024
@@ -109,11 +114,75 @@ def check_systemd(unit: str = UNIT, runtime: Path = SYSTEMD_RUNTIME) -> Check:
     why = _no_systemd(runtime, "systemctl")
     if why:
         return Check("systemd", "skipped", why)
+    return _check_unit(unit, _unit_properties(unit))
+
+
+def check_systemd_units(runtime: Path = SYSTEMD_RUNTIME) -> list[Check]:
+    """:func:`check_systemd` for ``companyd.service`` and for every ``companyd@NAME``
+    instance systemd has loaded (enabled ones are, at boot), in name order.
+
+    With instances and no ``companyd.service``, only the instances are reported (the host
+    runs many companies; the single unit missing is no problem then). With both, and the
+    single unit enabled or running, its check warns: it would share ``/var/lib/companyd``
+    and ``/run/companyd`` with every instance.
+    """
+    why = _no_systemd(runtime, "systemctl")
+    if why:
+        return [Check("systemd", "skipped", why)]
+    instances = _loaded_instances()
+    props = _unit_properties(UNIT)
+    single = _check_unit(UNIT, props)
+    if not instances:
+        return [single]
+    checks = [_check_unit(name, _unit_properties(name)) for name in instances]
+    if props.get("UnitFileState") == "enabled" or props.get("ActiveState") == "active":
+        checks.insert(
+            0,
+            Check(
+                "systemd",
+                "warning",
+                f"{single.summary}; and {len(instances)} companyd@ instance(s) on the same host",
+                f"{UNIT} and companyd@NAME share /var/lib/companyd and /run/companyd (the "
+                "single unit's directories are the instances' parents): move this company "
+                'to an instance (docs/deploy.md, "Many companies on one host"), then '
+                f"sudo systemctl disable --now {UNIT}",
+            ),
+        )
+    return checks
+
+
+def _unit_properties(unit: str) -> dict[str, str]:
+    """LoadState, UnitFileState and ActiveState of ``unit`` (``{}`` when systemctl fails)."""
     rc, out = _run(
         ["systemctl", "show", unit, "-p", "LoadState", "-p", "UnitFileState", "-p", "ActiveState"]
     )
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    if rc != 0 or props.get("LoadState") in (None, "not-found"):
+    if rc != 0:
+        return {}
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def _loaded_instances() -> list[str]:
+    """The ``companyd@NAME.service`` units systemd has loaded, sorted (none on failure)."""
+    rc, out = _run(
+        [
+            "systemctl",
+            "list-units",
+            "--all",
+            "--plain",
+            "--no-legend",
+            "--no-pager",
+            INSTANCE_PATTERN,
+        ]
+    )
+    if rc != 0:
+        return []
+    names = {line.split()[0] for line in out.splitlines() if line.strip()}
+    return sorted(n for n in names if n.startswith("companyd@") and n.endswith(".service"))
+
+
+def _check_unit(unit: str, props: dict[str, str]) -> Check:
+    """The verdict on one unit, from its properties and its security exposure."""
+    if props.get("LoadState") in (None, "not-found"):
         return Check(
             "systemd",
             "warning",
@@ -126,16 +195,17 @@ def check_systemd(unit: str = UNIT, runtime: Path = SYSTEMD_RUNTIME) -> Check:
     if props.get("UnitFileState") != "enabled":
         status, fix = "warning", f"sudo systemctl enable {unit} (so it starts at boot)"
     if shutil.which("systemd-analyze") is not None:
-        rc, out = _run(["systemd-analyze", "security", unit, "--no-pager"], timeout=30.0)
+        _, out = _run(["systemd-analyze", "security", unit, "--no-pager"], timeout=30.0)
         m = re.search(r"Overall exposure level for \S+:\s*([\d.]+)\s*(\S+)", out)
         if m:
             level = float(m.group(1))
             parts.append(f"exposure {level:.1f} {m.group(2)}")
             if level >= 5.0:
+                shipped = "companyd@.service" if unit.startswith("companyd@") else UNIT
                 status = "warning"
                 fix = (
                     "the unit is less hardened than the shipped one: compare it with "
-                    "systemd/companyd.service and remove the drop-ins that loosen it"
+                    f"systemd/{shipped} and remove the drop-ins that loosen it"
                 )
     return Check("systemd", status, "; ".join(parts), fix)
 

@@ -267,6 +267,25 @@ class PgDatabase:
             finally:
                 self._conn = None
 
+    @contextlib.contextmanager
+    def session(self) -> Iterator[PgConnection]:
+        """The connection for a span of work that is not one function: for an owner that
+        already runs on its own thread (the memory owner) and holds a transaction across
+        several of its own steps. On the synchronous path (``worker=False``) or inside a job.
+        """
+        if self._conn is not None:  # nested in a job or a session: the same connection
+            yield self._conn
+            return
+        if self._executor_ is None and self._worker is None:
+            self._worker = threading.get_ident()
+        pool = self._open_pool()
+        with pool.connection(timeout=self.timeout) as raw:
+            self._conn = PgConnection(raw, lock=self._lock)
+            try:
+                yield self._conn
+            finally:
+                self._conn = None
+
     # -- lifecycle --------------------------------------------------------------------------
 
     def _open_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:

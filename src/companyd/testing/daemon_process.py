@@ -200,7 +200,12 @@ class DaemonProcess:
 
     @property
     def socket(self) -> Path:
-        """The control socket (in the state directory: no ``$RUNTIME_DIRECTORY`` here)."""
+        """The control socket: in ``$RUNTIME_DIRECTORY`` when ``env`` sets it (as systemd
+        does), else in the state directory.
+        """
+        runtime = self.env.get("RUNTIME_DIRECTORY")
+        if runtime:
+            return Path(runtime.split(":")[0]) / "companyd.sock"
         return self.state_dir / "companyd.sock"
 
     @property
