@@ -7,8 +7,10 @@ ends it through the :class:`~companyd.scheduler.record.Recorder`:
 * **Concurrency.** A :class:`Slot` counts the fires holding or waiting for its routine's
   lock: with ``skip_if_active`` one at a time, with ``queue`` one running and one waiting; a
   fire beyond that is ``skipped`` (a manual run is refused with :class:`RoutineBusy`).
-* **Restart-proof order.** A scheduled fire's cursor is committed before anything else; its
-  history row follows in the next batch (see :meth:`Fires.execute`).
+* **Claimed once.** A scheduled fire is claimed before anything else: its cursor moves to
+  its fire time and its history row is added in one transaction, only if the cursor was
+  still before it (:func:`companyd.scheduler.store.claim_fire`). No restart, and no second
+  scheduler on the same database, runs a claimed fire time again.
 * **Preconditions** (``memory_changed``, ``inbox_nonempty``) are checked when the run would
   start; when false the fire is ``idle``: no task, no model call, $0, no event.
 * **Approval.** A routine with ``approval: required`` hands an ``ok`` result to the
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd.admin import AdminError
-from companyd.clock import Clock
+from companyd.clock import Clock, utc_from_ts
 from companyd.config import RoutineConfig
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
@@ -188,15 +190,18 @@ class Fires:
             try:
                 if kind == "manual":
                     await store.execute(db.insert_fire_stmt(rec))  # manual: no cursor
-                else:
-                    # Only the cursor is waited for: once it is committed, no restart runs
-                    # this fire time again. The row follows in the next batch (a burst of a
-                    # thousand fires then waits for a thousand small UPDATEs, not also for
-                    # a thousand INSERTs into an indexed table); if the process dies between
-                    # the two, the next start finds the cursor ahead of the history and
-                    # records the fire as cancelled (db.close_unrecorded).
-                    store.post_execute_next(db.insert_fire_stmt(rec))
-                    await store.execute(db.advance_cursor_stmt(r.slug, scheduled, now))
+                elif not await store.call(lambda c: db.claim_fire(c, rec, now)):
+                    # The cursor is already at or past this fire time: another scheduler
+                    # on the same database (a second daemon that believes it leads) claimed
+                    # it, and runs and records it. Once claimed, no restart and no other
+                    # daemon runs this fire time again.
+                    log.warning(
+                        "fire of %r at %s not run: another scheduler of this company "
+                        "already claimed it",
+                        r.slug,
+                        utc_from_ts(scheduled).isoformat(),
+                    )
+                    return None
                 await slot.lock.acquire()
             except asyncio.CancelledError:
                 self._rec.record_cancelled(rec, STOPPED_BEFORE)
