@@ -120,11 +120,9 @@ KILLED_AT_HANDOVER = CHILD.replace(
 async def test_sigkill_at_the_hand_over_records_the_fire_at_the_next_start(
     tmp_path: Path, make_harness: Callable[..., Harness]
 ) -> None:
-    # The fire's claim (its cursor and its row, one transaction) is committed before the
-    # hand-over. A process killed right after it leaves the row open: the next start closes
-    # the fire (cancelled, with why) and does not run it again. (Before the claim, the row
-    # followed the cursor in the next batch and such a kill left the fire to
-    # close_unrecorded; tests/scheduler/test_store.py keeps that path for older histories.)
+    # The cursor is committed before the hand-over, the fire's row right after it. A process
+    # killed in between leaves a cursor ahead of the history: the next start records the
+    # fire (cancelled, with why) and does not run it again.
     assert KILLED_AT_HANDOVER != CHILD
     cfg_path = tmp_path / "company.yaml"
     cfg_path.write_text(company_text(ROUTINES))
@@ -152,7 +150,8 @@ async def test_sigkill_at_the_hand_over_records_the_fire_at_the_next_start(
     [row] = h.history("daily-post")
     assert iso(row.scheduled) == "2027-01-04T14:00:00+00:00"
     assert row.outcome == "cancelled"
-    assert "interrupted" in (row.reason or "") and "not run again" in (row.reason or "")
+    assert "before its history row was written" in (row.reason or "")
+    assert "not run again" in (row.reason or "")
     [event] = h.kinds("routine_failed")
     assert event.data["outcome"] == "cancelled" and event.data["fire_id"] == row.fire_id
     await h.advance_to("2027-01-05T14:00:00")

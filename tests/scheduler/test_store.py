@@ -261,16 +261,22 @@ async def test_a_fire_time_is_claimed_once_and_the_cursor_never_moves_back(
     async with asyncio.timeout(10):
         await store.open()
         await store.call(lambda c: db.put_state(c, state))
-        claims = [
-            await store.call(functools.partial(db.claim_fire, rec=rec, now=1.0))
-            for rec in (
-                _claim(1, 160.0),
-                _claim(2, 160.0),  # the same fire time again: taken
-                _claim(3, 150.0),  # before the cursor: dealt with already
-                _claim(4, 220.0),
-                _claim(5, 300.0, routine="gone"),  # no state: not claimed
+        claims = []
+        for rec in (
+            _claim(1, 160.0),
+            _claim(2, 160.0),  # the same fire time again: taken
+            _claim(3, 150.0),  # before the cursor: dealt with already
+            _claim(4, 220.0),
+            _claim(5, 300.0, routine="gone"),  # no state: not claimed
+        ):
+            won = await store.call(
+                functools.partial(
+                    db.claim_fire, routine=rec.routine, fire_time=rec.scheduled, now=1.0
+                )
             )
-        ]
+            if won:  # as the scheduler does: the row of a won claim follows
+                store.post_execute(db.insert_fire_stmt(rec))
+            claims.append(won)
         await store.execute(db.advance_cursor_stmt("r", 200.0, 2.0))  # never back
         after = await store.call(lambda c: db.load_states(c)["r"])
         rows = await store.call(lambda c: db.fires_between(c, 0.0, 1000.0))
@@ -314,17 +320,16 @@ async def test_two_schedulers_racing_for_the_same_fire_time_claim_it_once(
         await stores[0].call(lambda c: db.put_state(c, state))
         won: list[list[bool]] = []
         for i, at in enumerate(times):
-            recs = [_claim(2 * i + k, at) for k in range(2)]
-            won.append(
-                list(
-                    await asyncio.gather(
-                        *(
-                            s.call(functools.partial(db.claim_fire, rec=rec, now=at))
-                            for s, rec in zip(stores, recs, strict=True)
-                        )
-                    )
+            claims = await asyncio.gather(
+                *(
+                    s.call(functools.partial(db.claim_fire, routine="r", fire_time=at, now=at))
+                    for s in stores
                 )
             )
+            for k, (s, ours) in enumerate(zip(stores, claims, strict=True)):
+                if ours:  # as the scheduler does: only the winner writes the fire's row
+                    await s.execute(db.insert_fire_stmt(_claim(2 * i + k, at)))
+            won.append(list(claims))
         rows = await stores[1].call(lambda c: db.fires_between(c, 0.0, 1e9))
         cursor = await stores[1].call(lambda c: db.load_states(c)["r"].cursor)
         for store in stores:

@@ -33,19 +33,17 @@ Tables:
 Durability: WAL with ``synchronous=NORMAL``: a committed write survives a crash of the
 process (it is in the OS's hands); the last few commits may be lost on power failure, which
 at worst re-offers one catch-up decision. The cursor of a fire is committed *before* its
-task is submitted, so a restart never runs the same fire time twice; a scheduled fire's row
-is committed with its cursor (:func:`claim_fire`), and a ``missed`` or ``skipped`` one's in
-the same batch, and a fire whose row a crash prevented (a history written by an older
-companyd, which wrote the row in the next batch) is recorded at the next start
-(:func:`close_unrecorded`), so none goes missing either.
+task is submitted (:func:`claim_fire`), so a restart never runs the same fire time twice;
+the fire's row follows in the next batch, and a fire whose row a crash prevented is
+recorded at the next start (:func:`close_unrecorded`), so none goes missing either.
 
 Claiming a fire: before a scheduled or catch-up fire runs, :func:`claim_fire` moves the
-routine's cursor to its fire time only if the cursor is still before it, and writes the
-fire's row in the same transaction — under the store's ``BEGIN IMMEDIATE`` (the file's write
-lock; on PostgreSQL the store's advisory lock, taken by every daemon of the company). Two
-schedulers racing for the same fire time (a leader and one that believes it leads, on one
-database) therefore see exactly one claim succeed; the other does not run the fire and
-writes nothing about it.
+routine's cursor to its fire time only if the cursor is still before it — under the store's
+``BEGIN IMMEDIATE`` (the file's write lock; on PostgreSQL the store's advisory lock, taken
+by every daemon of the company). Two schedulers racing for the same fire time (a leader and
+one that believes it leads, on one database) therefore see exactly one claim succeed; the
+other does not run the fire and writes nothing about it. Only the winner queues the fire's
+row (in the next batch, as before).
 """
 
 from __future__ import annotations
@@ -380,19 +378,16 @@ def advance_cursor(conn: Connection, routine: str, fire_time: float, now: float)
     conn.execute(*advance_cursor_stmt(routine, fire_time, now))
 
 
-def claim_fire(conn: Connection, rec: FireRecord, now: float) -> bool:
-    """Claim scheduled fire ``rec``: move its routine's cursor to ``rec.scheduled`` and add
-    its row, only if the cursor is still before that fire time; whether it was claimed.
+def claim_fire(conn: Connection, routine: str, fire_time: float, now: float) -> bool:
+    """Claim ``routine``'s fire at ``fire_time``: move its cursor (and last fire) to it, only
+    if the cursor is still before it; whether it was claimed.
 
     Run it under the store's ``BEGIN IMMEDIATE`` (every :class:`RoutineStore` batch is):
     of two schedulers claiming the same fire time on one database, exactly one gets True.
     False also when the routine has no state row (it was removed meanwhile).
     """
-    t = rec.scheduled
-    claimed = conn.execute(_CLAIM, (t, t, t, now, rec.routine, t)).rowcount == 1
-    if claimed:
-        conn.execute(_INSERT_FIRE, rec._row())
-    return claimed
+    t = fire_time
+    return bool(conn.execute(_CLAIM, (t, t, t, now, routine, t)).rowcount == 1)
 
 
 def put_state(conn: Connection, state: RoutineState) -> None:

@@ -250,6 +250,16 @@ class RoutineStore:
             raise StoreError(f"{self._name}: {exc}; {self._advice}") from exc
         return result
 
+    def submit(self, fn: Callable[[Connection], T]) -> asyncio.Future[T]:
+        """Queue ``fn(conn)``; the future resolves once it has committed, before its batch
+        is reported done — so work posted from the future's callbacks (a caller cancelled
+        while it waited) is still written by :meth:`drain` and :meth:`close`. Cancelling
+        the future does not stop ``fn``; its errors are as :meth:`execute`'s.
+        """
+        fut = self._submit(fn, wait=True)
+        assert fut is not None
+        return fut
+
     def post(self, fn: Callable[[Connection], Any]) -> None:
         """Queue ``fn(conn)`` without waiting; must be called on the event loop's thread."""
         self._submit(fn)
