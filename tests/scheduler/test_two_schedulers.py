@@ -1,20 +1,26 @@
-"""Two schedulers of one company on one routine history (issue 19: a leader and a daemon
-that still believes it leads, on one PostgreSQL database; on SQLite, two on one file):
-each fire time is run by exactly one of them and recorded once.
+"""Claiming fires: two schedulers of one company on one routine history (issue 19: a
+leader and a daemon that still believes it leads, on one PostgreSQL database; on SQLite,
+two on one file) run each fire time once and record it once; a fire cancelled while its
+claim commits is recorded once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
 
 from companyd.clock import ManualClock
-from companyd.events import EventBus
+from companyd.events import Event, EventBus
 from companyd.scheduler import store as db
+from companyd.scheduler.fire import STOPPED_BEFORE, Fires, Slot
+from companyd.scheduler.record import Recorder
 from companyd.scheduler.service import RoutineScheduler
 from companyd.scheduler.sim import advance
+from companyd.scheduler.store import RoutineStore
+from companyd.scheduler.triggers import build_trigger, trigger_identity
 from companyd.storage import Backend
 
 from .conftest import ScriptedSink, company, ts
@@ -67,3 +73,50 @@ async def test_two_schedulers_on_one_history_run_each_fire_time_once(
     assert sorted(f.scheduled for f in fires) == expected  # and recorded once
     assert {f.outcome for f in fires} == {"ok"}
     assert (tmp_path / "state" / db.DB_NAME).exists() == (state_backend.kind == "sqlite")
+
+
+async def test_a_fire_cancelled_while_its_claim_commits_is_recorded_once_if_it_won(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """The scheduler stops while a fire's claim waits for the history's worker: the claim
+    still commits, and the fire it won is recorded ``cancelled`` — one row, one event —
+    before the store closes; the fire's task is never handed over.
+    """
+    clock = ManualClock(start=1000.0)
+    bus = EventBus(clock)
+    events: list[Event] = []
+    bus.add_listener(events.append)
+    failures: list[BaseException] = []
+    store = RoutineStore(tmp_path / db.DB_NAME, backend=state_backend)
+    recorder = Recorder(bus=bus, clock=clock, on_store_failure=failures.append)
+    sink = ScriptedSink()
+    fires = Fires(sink=sink, clock=clock, recorder=recorder)
+    routine = company(EVERY_TEN_MINUTES).routines["tick"]
+    trigger = build_trigger(routine)
+    slot = Slot(config=routine, trigger=trigger, identity=trigger_identity(trigger))
+    busy = threading.Event()
+    async with asyncio.timeout(30):
+        await store.open()
+        recorder.store = store
+        state = db.RoutineState(routine="tick", trigger=slot.identity, cursor=0.0)
+        await store.call(lambda c: db.put_state(c, state))
+        store.post(lambda c: busy.wait(20))  # the worker is busy: the claim will wait
+        fire = asyncio.ensure_future(
+            fires.execute(slot, "scheduled", 1200.0, check_precondition=False)
+        )
+        while store.pending < 2:  # the claim is queued behind the busy batch
+            await asyncio.sleep(0)
+        fire.cancel()
+        busy.set()
+        with pytest.raises(asyncio.CancelledError):
+            await fire
+        await store.drain()
+        rows = await store.call(lambda c: db.recent_fires(c, "tick", 10))
+        cursor = await store.call(lambda c: db.load_states(c)["tick"].cursor)
+        await store.close()
+    assert [(r.scheduled, r.outcome, r.reason) for r in rows] == [
+        (1200.0, "cancelled", STOPPED_BEFORE)
+    ]
+    assert cursor == 1200.0
+    assert [e.data["outcome"] for e in events if e.kind == "routine_failed"] == ["cancelled"]
+    assert sink.tasks == [] and failures == []
