@@ -554,7 +554,7 @@ def read_history(
         migrations=STEPS,
         what=WHAT,
         readonly=True,
-        hint=HINT,
+        hint="",  # HINT is about the file
         worker=False,
     )
     try:

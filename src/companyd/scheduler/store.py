@@ -170,7 +170,7 @@ class RoutineStore:
             migrations=STEPS,
             what=WHAT,
             timeout=10.0,
-            hint=HINT,
+            hint=HINT if backend.kind == "sqlite" else "",  # HINT is about the file
             thread_name="routines.sqlite",
         )
         # How errors name the history and what they advise (SQLite's texts as they were).
