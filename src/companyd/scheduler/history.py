@@ -63,6 +63,7 @@ from companyd.storage import (
     SQLITE,
     Backend,
     Dialects,
+    StoreAbsent,
     open_database,
     sqlite_migrations,
 )
@@ -559,6 +560,8 @@ def read_history(
     )
     try:
         return database.run_sync(fn)
+    except StoreAbsent:
+        return None  # no daemon has written this company's history yet
     except SchemaTooNew as exc:
         raise StoreError(str(exc)) from None
     except DB_ERRORS as exc:
