@@ -14,11 +14,12 @@ import pytest
 
 from companyd.cli.main import main
 from companyd.clock import ManualClock
-from companyd.config import load_config
+from companyd.config import load_config, state_backend
 from companyd.events import EventBus
 from companyd.roles.tasks import RunStatus, Task
 from companyd.scheduler.service import RoutineScheduler
 from companyd.scheduler.sim import advance
+from companyd.storage import Backend
 
 from .conftest import ScriptedSink, company_text
 
@@ -225,3 +226,56 @@ def test_the_installed_command(written: tuple[Path, Path]) -> None:
         "later",
         "dormant",
     }
+
+
+def test_jobs_and_history_read_a_postgres_history_without_a_daemon(
+    tmp_path: Path,
+    pg_backend: Backend,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``state.backend: postgres``: the CLI reads the company's schema (read-only), before
+    any daemon wrote (no history yet, nothing created) and after one did.
+    """
+    assert pg_backend.dsn is not None
+    monkeypatch.setenv("COMPANYD_DATABASE_URL", pg_backend.dsn)
+    cfg_path = tmp_path / "company.yaml"
+    cfg_path.write_text(
+        company_text(ROUTINES) + f"state:\n  backend: postgres\n  schema: {pg_backend.schema}\n"
+    )
+    state = tmp_path / "state"
+    base = ["--config", str(cfg_path), "--state-dir", str(state)]
+    rc, out, err = jobs(capsys, "jobs", *base)
+    assert rc == 0, err
+    assert f"no routine history yet in postgres schema {pg_backend.schema!r}" in out
+
+    grid = time.time() // 21600 * 21600
+
+    async def run() -> None:
+        clock = ManualClock(start=grid - 12 * 3600 - 60)
+        cfg = load_config(cfg_path)
+        sched = RoutineScheduler(
+            cfg,
+            ScriptedSink(),
+            state_dir=state,
+            bus=EventBus(clock),
+            clock=clock,
+            max_sleep=None,
+            backend=state_backend(cfg),
+        )
+        async with asyncio.timeout(30):
+            await sched.start()
+            await advance(sched, clock, 12 * 3600)
+            await sched.stop()
+
+    asyncio.run(run())
+    rc, out, err = jobs(capsys, "jobs", "--json", *base)
+    assert rc == 0, err
+    data = json.loads(out)
+    by = {r["routine"]: r for r in data["routines"]}
+    assert data["history"] == f"postgres schema {pg_backend.schema!r}"
+    assert by["report"]["success_7d"] == {"due": 2, "ok": 2, "rate": 1.0}
+    rc, out, err = jobs(capsys, "jobs", "history", "report", "--json", *base)
+    assert rc == 0, err
+    assert [f["outcome"] for f in json.loads(out)["fires"]] == ["ok", "ok"]
+    assert not state.exists()  # the history is in the database: no routines.sqlite

@@ -1,16 +1,24 @@
-"""routines.sqlite: one writer thread, batches with savepoints, readers beside it."""
+"""routines.sqlite: one writer thread, batches with savepoints, readers beside it.
+
+The tests that take ``state_backend`` run on both backends: the file, and the company's
+schema on a throwaway PostgreSQL cluster (docs/storage.md).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from companyd.scheduler import store as db
 from companyd.scheduler.store import FireRecord, RoutineStore, StoreError
+from companyd.storage import Backend
+from companyd.storage.dialect import Connection
 
 pytestmark = pytest.mark.anyio
 
@@ -55,11 +63,13 @@ async def test_wal_mode_and_a_reader_beside_the_writer(tmp_path: Path) -> None:
     assert sync == 1  # NORMAL
 
 
-async def test_a_failing_write_does_not_undo_its_neighbours(tmp_path: Path) -> None:
+async def test_a_failing_write_does_not_undo_its_neighbours(
+    tmp_path: Path, state_backend: Backend
+) -> None:
     errors: list[BaseException] = []
-    store = RoutineStore(tmp_path / db.DB_NAME, on_error=errors.append)
+    store = RoutineStore(tmp_path / db.DB_NAME, on_error=errors.append, backend=state_backend)
 
-    def boom(c: sqlite3.Connection) -> None:
+    def boom(c: Connection) -> None:
         db.insert_fires(c, [fire(2)])
         raise ValueError("half-done work must be rolled back")
 
@@ -100,8 +110,8 @@ async def test_an_unusable_state_dir_is_a_clear_error(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_stats_count_due_runs_only(tmp_path: Path) -> None:
-    store = RoutineStore(tmp_path / db.DB_NAME)
+async def test_stats_count_due_runs_only(tmp_path: Path, state_backend: Backend) -> None:
+    store = RoutineStore(tmp_path / db.DB_NAME, backend=state_backend)
     rows = [
         fire(1),
         fire(2, "failed"),
@@ -124,9 +134,11 @@ async def test_stats_count_due_runs_only(tmp_path: Path) -> None:
     assert latest["r"].fire_id == "fire-6"
 
 
-async def test_statements_are_bulk_applied_and_a_bad_one_is_isolated(tmp_path: Path) -> None:
+async def test_statements_are_bulk_applied_and_a_bad_one_is_isolated(
+    tmp_path: Path, state_backend: Backend
+) -> None:
     errors: list[BaseException] = []
-    store = RoutineStore(tmp_path / db.DB_NAME, on_error=errors.append)
+    store = RoutineStore(tmp_path / db.DB_NAME, on_error=errors.append, backend=state_backend)
     state = db.RoutineState(routine="r", trigger="t", cursor=0.0)
     async with asyncio.timeout(10):
         await store.open()
@@ -141,20 +153,23 @@ async def test_statements_are_bulk_applied_and_a_bad_one_is_isolated(tmp_path: P
         await store.close()
     assert got == ["fire-2", "fire-1"]
     assert cursor == 5.0
-    assert len(errors) == 1 and isinstance(errors[0], sqlite3.IntegrityError)
+    duplicate = (
+        sqlite3.IntegrityError if state_backend.kind == "sqlite" else psycopg.errors.UniqueViolation
+    )
+    assert len(errors) == 1 and isinstance(errors[0], duplicate)
 
 
 async def test_work_posted_behind_a_batch_waits_for_it_and_keeps_its_order(
-    tmp_path: Path,
+    tmp_path: Path, state_backend: Backend
 ) -> None:
-    # The scheduler waits only for a fire's cursor; its row is posted behind that batch. The
-    # row must still be committed before anything written about it later (start, finish).
-    store = RoutineStore(tmp_path / db.DB_NAME)
+    # Statements posted behind a batch (a cancelled fire's closing UPDATE) must still be
+    # committed before anything written about the same fire later (start, finish).
+    store = RoutineStore(tmp_path / db.DB_NAME, backend=state_backend)
     state = db.RoutineState(routine="r", trigger="t", cursor=0.0)
     seen: list[tuple[str, int]] = []
 
-    def count(label: str) -> Callable[[sqlite3.Connection], None]:
-        def fn(c: sqlite3.Connection) -> None:
+    def count(label: str) -> Callable[[Connection], None]:
+        def fn(c: Connection) -> None:
             seen.append((label, c.execute("SELECT COUNT(*) FROM fires").fetchone()[0]))
 
         return fn
@@ -180,30 +195,32 @@ async def test_work_posted_behind_a_batch_waits_for_it_and_keeps_its_order(
     assert cursor == 1001.0
 
 
-async def test_close_writes_work_still_held_behind_a_batch(tmp_path: Path) -> None:
-    store = RoutineStore(tmp_path / db.DB_NAME)
+async def test_close_writes_work_still_held_behind_a_batch(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    store = RoutineStore(tmp_path / db.DB_NAME, backend=state_backend)
     async with asyncio.timeout(10):
         await store.open()
         store.post_execute_next(db.insert_fire_stmt(fire(1)))
         store.post(lambda c: None)
         await asyncio.sleep(0)
         await store.close()
-    conn = db.open_readonly(tmp_path / db.DB_NAME)
-    assert conn is not None
-    try:
-        assert [r.fire_id for r in db.recent_fires(conn, "r", 10)] == ["fire-1"]
-    finally:
-        conn.close()
+    got = db.read_history(
+        tmp_path / db.DB_NAME,
+        lambda c: [r.fire_id for r in db.recent_fires(c, "r", 10)],
+        backend=state_backend,
+    )
+    assert got == ["fire-1"]
 
 
 async def test_a_cursor_ahead_of_the_history_is_closed_and_idle_rows_it_needs_are_kept(
-    tmp_path: Path,
+    tmp_path: Path, state_backend: Backend
 ) -> None:
-    store = RoutineStore(tmp_path / db.DB_NAME)
+    store = RoutineStore(tmp_path / db.DB_NAME, backend=state_backend)
     async with asyncio.timeout(10):
         await store.open()
 
-        def setup(c: sqlite3.Connection) -> None:
+        def setup(c: Connection) -> None:
             for name, last in (("r", 1001.0), ("quiet", 1002.0), ("gone", 1003.0)):
                 db.put_state(
                     c, db.RoutineState(routine=name, trigger="t", cursor=last, last_fire=last)
@@ -228,3 +245,141 @@ async def test_a_cursor_ahead_of_the_history_is_closed_and_idle_rows_it_needs_ar
         "why",
     )
     assert again == []
+
+
+def _claim(n: int, at: float, *, routine: str = "r") -> FireRecord:
+    return FireRecord(
+        fire_id=f"fire-{n}", routine=routine, agent="coo", kind="scheduled", scheduled=at, fired=at
+    )
+
+
+async def test_a_fire_time_is_claimed_once_and_the_cursor_never_moves_back(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    store = RoutineStore(tmp_path / db.DB_NAME, backend=state_backend)
+    state = db.RoutineState(routine="r", trigger="t", cursor=100.0)
+    async with asyncio.timeout(10):
+        await store.open()
+        await store.call(lambda c: db.put_state(c, state))
+        claims = []
+        for rec in (
+            _claim(1, 160.0),
+            _claim(2, 160.0),  # the same fire time again: taken
+            _claim(3, 150.0),  # before the cursor: dealt with already
+            _claim(4, 220.0),
+            _claim(5, 300.0, routine="gone"),  # no state: not claimed
+        ):
+            won = await store.call(
+                functools.partial(
+                    db.claim_fire, routine=rec.routine, fire_time=rec.scheduled, now=1.0
+                )
+            )
+            if won:  # as the scheduler does: the row of a won claim follows
+                store.post_execute(db.insert_fire_stmt(rec))
+            claims.append(won)
+        await store.execute(db.advance_cursor_stmt("r", 200.0, 2.0))  # never back
+        after = await store.call(lambda c: db.load_states(c)["r"])
+        rows = await store.call(lambda c: db.fires_between(c, 0.0, 1000.0))
+        for at, why in ((5.0, "first"), (6.0, "systemctl restart")):
+            await store.call(functools.partial(db.mark_clean_stop, at=at, reason=why))
+        stop = await store.call(db.clean_stop)
+        await store.call(db.clear_clean_stop)
+        cleared = await store.call(db.clean_stop)
+        await store.call(lambda c: db.set_marker(c, "r", "m1", 7.0))
+        closed = await store.call(lambda c: db.close_interrupted(c, 8.0, "why", keep={"fire-4"}))
+        still_open = await store.call(db.open_fires)
+        await store.call(lambda c: db.delete_states(c, ["r"]))
+        states = await store.call(db.load_states)
+        await store.close()
+    assert claims == [True, False, False, True, False]
+    assert (after.cursor, after.last_fire, after.updated) == (220.0, 220.0, 2.0)
+    assert [(r.fire_id, r.scheduled, r.outcome) for r in rows] == [
+        ("fire-1", 160.0, None),
+        ("fire-4", 220.0, None),
+    ]
+    assert stop == (6.0, "systemctl restart") and cleared is None
+    assert [r.fire_id for r in closed] == ["fire-1"]
+    assert [r.fire_id for r in still_open] == ["fire-4"]
+    assert states == {}
+
+
+async def test_two_schedulers_racing_for_the_same_fire_time_claim_it_once(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """Two daemons of one company on one database (on SQLite: two stores on one file), both
+    claiming each fire time at the same moment, each on its own worker thread and its own
+    connection: exactly one claim of each fire time succeeds, and each has one row.
+    """
+    path = tmp_path / db.DB_NAME
+    stores = [RoutineStore(path, backend=state_backend) for _ in range(2)]
+    times = [1000.0 + 60 * i for i in range(25)]
+    async with asyncio.timeout(60):
+        for store in stores:
+            await store.open()
+        state = db.RoutineState(routine="r", trigger="t", cursor=0.0)
+        await stores[0].call(lambda c: db.put_state(c, state))
+        won: list[list[bool]] = []
+        for i, at in enumerate(times):
+            claims = await asyncio.gather(
+                *(
+                    s.call(functools.partial(db.claim_fire, routine="r", fire_time=at, now=at))
+                    for s in stores
+                )
+            )
+            for k, (s, ours) in enumerate(zip(stores, claims, strict=True)):
+                if ours:  # as the scheduler does: only the winner writes the fire's row
+                    await s.execute(db.insert_fire_stmt(_claim(2 * i + k, at)))
+            won.append(list(claims))
+        rows = await stores[1].call(lambda c: db.fires_between(c, 0.0, 1e9))
+        cursor = await stores[1].call(lambda c: db.load_states(c)["r"].cursor)
+        for store in stores:
+            await store.close()
+    assert [sum(w) for w in won] == [1] * len(times)
+    assert [r.scheduled for r in rows] == times  # one row per fire time, the winner's
+    assert cursor == times[-1]
+
+
+async def test_a_reader_reads_without_creating_anything(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """``companyd jobs`` with no daemon: nothing yet is None (no file, no tables made);
+    after a daemon wrote, the reader sees its rows.
+    """
+    path = tmp_path / "state" / db.DB_NAME
+    nothing = db.read_history(path, db.load_states, backend=state_backend)
+    again = db.read_history(path, db.load_states, backend=state_backend)
+    store = RoutineStore(path, backend=state_backend)
+    async with asyncio.timeout(10):
+        await store.open()
+        await store.call(lambda c: db.insert_fires(c, [fire(1), fire(2, "failed")]))
+        await store.close()
+    got = db.read_history(
+        path, lambda c: [r.fire_id for r in db.recent_fires(c, "r", 10)], backend=state_backend
+    )
+    assert nothing is None and again is None
+    assert got == ["fire-2", "fire-1"]
+    assert path.exists() == (state_backend.kind == "sqlite")  # postgres: no file at all
+
+
+async def test_a_newer_schema_in_postgres_is_refused_with_what_to_do(
+    tmp_path: Path, pg_backend: Backend
+) -> None:
+    store = RoutineStore(tmp_path / db.DB_NAME, backend=pg_backend)
+    async with asyncio.timeout(10):
+        await store.open()
+        await store.close()
+    assert pg_backend.dsn is not None
+    with psycopg.connect(pg_backend.dsn, autocommit=True) as conn:
+        conn.execute(
+            f'UPDATE "{pg_backend.schema}".companyd_migrations SET version = 99 '
+            "WHERE store = 'routines'"
+        )
+    again = RoutineStore(tmp_path / db.DB_NAME, backend=pg_backend)
+    async with asyncio.timeout(10):
+        with pytest.raises(StoreError, match=r"schema version 99.*upgrade companyd"):
+            await again.open()
+        with pytest.raises(StoreError, match="schema version 99"):  # later callers learn why
+            await again.call(lambda c: None)
+        await again.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        db.read_history(tmp_path / db.DB_NAME, db.load_states, backend=pg_backend)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -29,6 +28,7 @@ from companyd.alerts.render_kinds import kind_spec, render
 from companyd.alerts.telegram import TelegramSettings, redact
 from companyd.clock import Clock
 from companyd.events import Event
+from companyd.storage import DB_ERRORS
 
 __all__ = ["AlertBook", "event_count"]
 
@@ -258,19 +258,19 @@ class AlertBook:
         self._unsaved = {}
         try:
             await self.store.save(*batch.values())
-        except (sqlite3.Error, OSError) as exc:
+        except DB_ERRORS as exc:
             for rid, rec in batch.items():  # a save meanwhile may have left some out too
                 self._unsaved.setdefault(rid, rec)
             if not self._store_failing:
                 log.error(
                     "alerts: cannot write the alert outbox %s (%s); alerts are still sent but "
                     "would not survive a restart — check the disk and the state directory",
-                    self.store.path,
+                    self.store.where,
                     exc,
                 )
                 self._store_failing = True
             if self._alarm is not None and is_disk_failure(exc):
-                self._alarm.failed("alert outbox", str(self.store.path), exc)
+                self._alarm.failed("alert outbox", self.store.where, exc)
             return
         if self._store_failing:
             log.info("alerts: the alert outbox is writable again")

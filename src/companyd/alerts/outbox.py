@@ -1,4 +1,4 @@
-"""The alert outbox: one SQLite file, one row per alert, one worker thread (private).
+"""The alert outbox: one row per alert, one worker thread (private).
 
 Part of :mod:`companyd.alerts.service`. :class:`AlertService` owns the in-memory state; this store
 is its journal, written through before anything is sent, so that
@@ -13,31 +13,69 @@ is its journal, written through before anything is sent, so that
   message id → run id and agent, one row per message sent, kept as long as the runs:
   :meth:`AlertStore.prune_threads`, called with the run journal's ``retention.runs_days``).
 
-The connection lives in a single worker thread (a :class:`companyd._sqlite.Database`; SQLite
-work never runs on the event loop); its schema versions are ``PRAGMA user_version``
-(:data:`MIGRATIONS`).
+Where the rows live (docs/storage.md): ``<state dir>/alerts.sqlite`` by default, or the
+``alerts`` tables of the company's PostgreSQL schema, shared by every daemon of the company.
+The work runs on the store's own worker thread (a :class:`companyd._sqlite.Database` or
+:class:`companyd.storage.PgDatabase`; database work never runs on the event loop); the
+schema versions are one list for both (:data:`STEPS`).
 Rows are snapshots taken on the loop thread (:meth:`AlertRecord.to_row`), so the loop can keep
 mutating a record while its previous state is being written.
 
-WAL with ``synchronous=NORMAL``: a power cut may lose the last few commits (an alert may then
-be sent twice, never silently lost before it was attempted: records are written before any
-send). Delivery is at-least-once by design; see docs/alerts.md.
+SQLite: WAL with ``synchronous=NORMAL``: a power cut may lose the last few commits (an alert
+may then be sent twice, never silently lost before it was attempted: records are written
+before any send). Delivery is at-least-once by design; see docs/alerts.md. The file is one
+daemon's (``daemon.lock``); an unreadable file is set aside, and an unusable state directory
+leaves the outbox in memory.
+
+PostgreSQL: several daemons share the outbox, so a first send is *claimed* before it is made
+(:meth:`AlertStore.claim`, under the store's lock: ``BEGIN IMMEDIATE``): of two daemons that
+try to send one alert to one chat, one sends and the other learns it was sent. A claim whose
+holder did not record the send within :data:`CLAIM_LEASE` seconds (it died mid-send) may be
+taken over: at-least-once, as on SQLite. An outbox the database cannot give at start is an
+error (:class:`OutboxUnavailable`), not an in-memory outbox: the pager is restarted by its
+supervisor and tries again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sqlite3
 import time
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from companyd._sqlite import Database, Migration
+from companyd._sqlite import Migration, SchemaTooNew
+from companyd.errors import CompanydError
+from companyd.storage import (
+    DB_ERRORS,
+    SQLITE,
+    Backend,
+    Dialects,
+    StoreDatabase,
+    open_database,
+    sqlite_migrations,
+)
+from companyd.storage.dialect import Connection
 
-__all__ = ["MIGRATIONS", "RESULT_KINDS", "AlertRecord", "AlertStore", "Delivery", "FollowUp"]
+__all__ = [
+    "CLAIM_LEASE",
+    "CLAIM_RETRY",
+    "MIGRATIONS",
+    "RESULT_KINDS",
+    "STEPS",
+    "AlertRecord",
+    "AlertStore",
+    "Claim",
+    "Delivery",
+    "FollowUp",
+    "OutboxUnavailable",
+]
 
 #: Records that carry a routine's result or an agent's answer (docs/alerts.md, "Results"),
 #: or the confirmation of an approved result (``desk_note``): sent whole, as written, and
@@ -81,10 +119,110 @@ CREATE TABLE IF NOT EXISTS follow_ups (
     created     REAL NOT NULL
 );
 """
-#: The outbox's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite):
-#: 1 the alerts, 2 the threads (a message sent → the run whose result or answer it shows),
-#: 3 the follow-ups whose answer is still owed (a founder's reply → the task answering it).
-MIGRATIONS: tuple[Migration, ...] = (_SCHEMA, _THREADS, _FOLLOW_UPS)
+
+# The same tables on PostgreSQL: Telegram chat ids pass 2³¹ (supergroups are -100…), so
+# chat and message ids are BIGINT; times DOUBLE PRECISION (PostgreSQL's REAL is 4 bytes).
+# Alert ids are chosen by the pager (the next after the highest), not by the database.
+# ``claims`` exists only here: a shared outbox's first sends (AlertStore.claim); a SQLite
+# outbox is one daemon's (daemon.lock) and its file stays as it was.
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS alerts (
+    id          BIGINT PRIMARY KEY,
+    key         TEXT NOT NULL,
+    window_end  DOUBLE PRECISION NOT NULL,
+    settled     INTEGER NOT NULL,
+    created     DOUBLE PRECISION NOT NULL,
+    body        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alerts_active ON alerts (settled, window_end);
+CREATE TABLE IF NOT EXISTS claims (
+    alert_id    BIGINT NOT NULL,
+    chat_id     BIGINT NOT NULL,
+    owner       TEXT NOT NULL,
+    claimed     DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (alert_id, chat_id)
+);
+"""
+_PG_THREADS = """
+CREATE TABLE IF NOT EXISTS threads (
+    chat_id     BIGINT NOT NULL,
+    message_id  BIGINT NOT NULL,
+    run_id      TEXT NOT NULL,
+    agent       TEXT NOT NULL,
+    created     DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (chat_id, message_id)
+);
+"""
+_PG_FOLLOW_UPS = """
+CREATE TABLE IF NOT EXISTS follow_ups (
+    task_id     TEXT PRIMARY KEY,
+    chat_id     BIGINT NOT NULL,
+    message_id  BIGINT NOT NULL,
+    agent       TEXT NOT NULL,
+    reply_to    TEXT NOT NULL,
+    text        TEXT NOT NULL,
+    created     DOUBLE PRECISION NOT NULL
+);
+"""
+#: The outbox's schema on both backends, one entry per version (companyd.storage):
+#: 1 the alerts (and, on PostgreSQL, the delivery claims), 2 the threads (a message sent →
+#: the run whose result or answer it shows), 3 the follow-ups whose answer is still owed (a
+#: founder's reply → the task answering it).
+STEPS: tuple[Dialects, ...] = (
+    Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),
+    Dialects(sqlite=_THREADS, postgres=_PG_THREADS),
+    Dialects(sqlite=_FOLLOW_UPS, postgres=_PG_FOLLOW_UPS),
+)
+#: The SQLite text of :data:`STEPS` (``PRAGMA user_version``; see companyd._sqlite).
+MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
+
+#: Seconds a claim on a shared outbox keeps the other daemons from sending its alert: more
+#: than one send may take (``link.SEND_TIMEOUT``, 60 s) plus recording it. A holder that
+#: died mid-send is taken over after this (the alert may then be sent twice).
+CLAIM_LEASE = 90.0
+#: Seconds before a claim the database could not take is tried again (PostgreSQL).
+CLAIM_RETRY = 5.0
+
+_ROW = "SELECT id, key, window_end, settled, created, body FROM alerts"
+_UPSERT = (
+    "INSERT INTO alerts (id, key, window_end, settled, created, body) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET key=excluded.key, "
+    "window_end=excluded.window_end, settled=excluded.settled, body=excluded.body"
+)
+
+
+class OutboxUnavailable(CompanydError):
+    """The shared (PostgreSQL) outbox cannot be opened: the pager cannot start."""
+
+
+@contextlib.contextmanager
+def _transaction(conn: Connection, begin: str = "BEGIN") -> Iterator[None]:
+    """``begin`` … ``COMMIT``, or ``ROLLBACK`` on an error (also a failed ``COMMIT``, as
+    ``with sqlite3.Connection`` does: the next transaction must be able to start).
+    """
+    conn.execute(begin)
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to :meth:`AlertStore.claim`.
+
+    ``verdict``: ``mine`` (send it), ``taken`` (another daemon is sending it: try again at
+    ``until``) or ``done`` (another daemon sent it, or Telegram refused it: ``stored`` is its
+    delivery as recorded — adopt it instead of sending).
+    """
+
+    verdict: Literal["mine", "taken", "done"]
+    holder: str | None = None
+    until: float = 0.0
+    stored: Delivery | None = None
 
 
 @dataclass(frozen=True)
@@ -264,38 +402,67 @@ class AlertRecord:
 
 
 class AlertStore:
-    """``alerts.sqlite``: the outbox and the memory of what was delivered.
+    """The outbox and the memory of what was delivered: ``alerts.sqlite``, or the ``alerts``
+    tables of the company's PostgreSQL schema.
 
-    All methods are coroutines that run their SQLite work in the store's own thread.
+    All methods are coroutines that run their database work in the store's own thread.
 
     Args:
         path: the database file; None keeps everything in memory (used when the state
-            directory is unusable, so that alerting degrades instead of stopping).
+            directory is unusable, so that alerting degrades instead of stopping). Not used
+            on PostgreSQL.
+        backend: where the rows live (docs/storage.md).
+        owner: who claims sends (:meth:`claim`): the same for every run of one daemon's
+            pager; default a new random name.
+        claim_lease: seconds another owner's claim holds (:data:`CLAIM_LEASE`); default
+            :data:`CLAIM_LEASE` where several daemons share the outbox (PostgreSQL), 0 for a
+            SQLite file, which is one daemon's: a claim found there is a previous process's.
     """
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        backend: Backend = SQLITE,
+        owner: str | None = None,
+        claim_lease: float | None = None,
+    ) -> None:
         self.path = path
-        self._db = Database(
-            path, migrations=MIGRATIONS, what="alerts.sqlite", thread_name="alerts-db"
+        self.backend = backend
+        self.owner = owner or uuid.uuid4().hex
+        self.shared = backend.kind == "postgres"
+        self.claim_lease = (
+            (CLAIM_LEASE if self.shared else 0.0) if claim_lease is None else claim_lease
         )
+        self._db: StoreDatabase = open_database(
+            backend,
+            path=path,
+            store="alerts",
+            migrations=STEPS,
+            what="alerts.sqlite" if not self.shared else "the alert outbox",
+            thread_name="alerts-db",
+        )
+        #: how logs and alarms name the outbox: the file, or the schema
+        self.where = str(path) if not self.shared else str(self._db.path)
+        self._claims_failing = False
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
-        return await self._db.run(lambda _conn: fn(*args))
-
-    @property
-    def _conn(self) -> sqlite3.Connection:
-        return self._db.connection
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._db.run(lambda conn: fn(conn, *args))
 
     # -- thread side --------------------------------------------------------------------
 
     def _connect(self) -> None:
         self._db.open_sync()
-        self._conn.execute("SELECT count(*) FROM alerts").fetchone()
+        self._db.run_sync(lambda conn: conn.execute("SELECT count(*) FROM alerts").fetchone())
 
     def _open_sync(self) -> str | None:
         """Open the file; set aside a corrupt one; fall back to memory. Returns a note for
-        the operator when the outbox is not the file it should be.
+        the operator when the outbox is not the file it should be. On PostgreSQL: open, or
+        raise :class:`OutboxUnavailable`.
         """
+        if self.shared:
+            self._open_shared()
+            return None
         if self.path is None:
             self._db.open_sync()  # in memory
             return None
@@ -330,14 +497,29 @@ class AlertStore:
                 "memory only until companyd restarts — check the state directory's permissions"
             )
 
-    def _load_sync(self, now: float) -> tuple[list[AlertRecord], int]:
-        assert self._conn is not None
-        rows = self._conn.execute(
-            "SELECT id, key, window_end, settled, created, body FROM alerts "
-            "WHERE settled = 0 OR window_end > ? ORDER BY id",
-            (now,),
+    def _open_shared(self) -> None:
+        """The PostgreSQL outbox, or :class:`OutboxUnavailable`: there is no file to set
+        aside, and an outbox in memory would be this daemon's alone (two daemons could send
+        one alert each).
+        """
+        try:
+            self._connect()
+        except SchemaTooNew as exc:
+            raise OutboxUnavailable(f"{exc}; the pager does not start") from exc
+        except DB_ERRORS as exc:
+            self._db.reset()
+            raise OutboxUnavailable(
+                f"cannot open the alert outbox in {self.where} ({type(exc).__name__}: "
+                f"{str(exc).strip()}); alerts wait until the database answers and the pager "
+                "restarts — check the PostgreSQL server and state.dsn_env"
+            ) from exc
+
+    @staticmethod
+    def _load_sync(conn: Connection, now: float) -> tuple[list[AlertRecord], int]:
+        rows = conn.execute(
+            f"{_ROW} WHERE settled = 0 OR window_end > ? ORDER BY id", (now,)
         ).fetchall()
-        top = self._conn.execute("SELECT coalesce(max(id), 0) FROM alerts").fetchone()[0]
+        top = conn.execute("SELECT coalesce(max(id), 0) FROM alerts").fetchone()[0]
         records = []
         for row in rows:
             try:
@@ -347,85 +529,97 @@ class AlertStore:
                 log.warning("alerts: skipping unreadable outbox row %r: %s", row[0], exc)
         return records, int(top) + 1
 
-    def _save_sync(self, rows: list[tuple[int, str, float, int, float, str]]) -> None:
-        assert self._conn is not None
-        with self._conn:
-            self._conn.execute("BEGIN")
-            self._conn.executemany(
-                "INSERT INTO alerts (id, key, window_end, settled, created, body) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET key=excluded.key, "
-                "window_end=excluded.window_end, settled=excluded.settled, body=excluded.body",
-                rows,
-            )
+    @staticmethod
+    def _save_sync(conn: Connection, rows: list[tuple[int, str, float, int, float, str]]) -> None:
+        with _transaction(conn):
+            conn.executemany(_UPSERT, rows)
 
-    def _get_sync(self, alert_id: int) -> AlertRecord | None:
-        assert self._conn is not None
-        row = self._conn.execute(
-            "SELECT id, key, window_end, settled, created, body FROM alerts WHERE id = ?",
-            (alert_id,),
-        ).fetchone()
+    @staticmethod
+    def _get_sync(conn: Connection, alert_id: int) -> AlertRecord | None:
+        row = conn.execute(f"{_ROW} WHERE id = ?", (alert_id,)).fetchone()
         return AlertRecord.from_row(row) if row else None
 
-    def _link_sync(self, rows: list[tuple[int, int, str, str, float]]) -> None:
-        assert self._conn is not None
-        with self._conn:
-            self._conn.executemany(
-                "INSERT OR REPLACE INTO threads (chat_id, message_id, run_id, agent, created) "
-                "VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
+    @staticmethod
+    def _link_sync(conn: Connection, rows: list[tuple[int, int, str, str, float]]) -> None:
+        conn.executemany(
+            "INSERT INTO threads (chat_id, message_id, run_id, agent, created) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(chat_id, message_id) DO UPDATE SET "
+            "run_id=excluded.run_id, agent=excluded.agent, created=excluded.created",
+            rows,
+        )
 
-    def _thread_sync(self, chat_id: int, message_id: int) -> tuple[str, str] | None:
-        assert self._conn is not None
-        row = self._conn.execute(
+    @staticmethod
+    def _thread_sync(conn: Connection, chat_id: int, message_id: int) -> tuple[str, str] | None:
+        row = conn.execute(
             "SELECT run_id, agent FROM threads WHERE chat_id = ? AND message_id = ?",
             (chat_id, message_id),
         ).fetchone()
         return (str(row[0]), str(row[1])) if row else None
 
+    @staticmethod
     def _answered_sync(
-        self, task_id: str, rows: list[tuple[int, str, float, int, float, str]]
+        conn: Connection, task_id: str, rows: list[tuple[int, str, float, int, float, str]]
     ) -> None:
-        assert self._conn is not None
-        with self._conn:
-            self._conn.execute("BEGIN")
-            self._conn.executemany(
-                "INSERT INTO alerts (id, key, window_end, settled, created, body) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET key=excluded.key, "
-                "window_end=excluded.window_end, settled=excluded.settled, body=excluded.body",
-                rows,
-            )
-            self._conn.execute("DELETE FROM follow_ups WHERE task_id = ?", (task_id,))
+        with _transaction(conn):
+            conn.executemany(_UPSERT, rows)
+            conn.execute("DELETE FROM follow_ups WHERE task_id = ?", (task_id,))
 
-    def _find_sync(self, field: str, value: str, kind: str | None) -> AlertRecord | None:
-        assert self._conn is not None
-        row = self._conn.execute(
-            "SELECT id, key, window_end, settled, created, body FROM alerts "
-            "WHERE json_extract(body, ?) = ? AND (? IS NULL OR json_extract(body, '$.kind') = ?) "
-            "ORDER BY id DESC LIMIT 1",
-            (f"$.data.{field}", value, kind, kind),
-        ).fetchone()
+    def _find_sync(
+        self, conn: Connection, field: str, value: str, kind: str | None
+    ) -> AlertRecord | None:
+        if self.shared:
+            # the same test as SQLite's json_extract: data[field] is the JSON string value
+            where = "CAST(body AS jsonb) -> 'data' -> CAST(? AS TEXT) = to_jsonb(CAST(? AS TEXT))"
+            args: tuple[Any, ...] = (field, value)
+            if kind is not None:
+                where += " AND CAST(body AS jsonb) ->> 'kind' = CAST(? AS TEXT)"
+                args += (kind,)
+        else:
+            where = "json_extract(body, ?) = ? AND (? IS NULL OR json_extract(body, '$.kind') = ?)"
+            args = (f"$.data.{field}", value, kind, kind)
+        row = conn.execute(f"{_ROW} WHERE {where} ORDER BY id DESC LIMIT 1", args).fetchone()
         return AlertRecord.from_row(row) if row else None
 
-    def _prune_threads_sync(self, before: float) -> int:
-        assert self._conn is not None
-        with self._conn:
-            cur = self._conn.execute("DELETE FROM threads WHERE created < ?", (before,))
+    def _claim_sync(self, conn: Connection, alert_id: int, chat_id: int, now: float) -> Claim:
+        with _transaction(conn, "BEGIN IMMEDIATE"):
+            held = conn.execute(
+                "SELECT owner, claimed FROM claims WHERE alert_id = ? AND chat_id = ?",
+                (alert_id, chat_id),
+            ).fetchone()
+            if held is not None and held[0] != self.owner:
+                holder, until = str(held[0]), float(held[1]) + self.claim_lease
+                row = conn.execute("SELECT body FROM alerts WHERE id = ?", (alert_id,)).fetchone()
+                stored = _delivery_in(row[0], chat_id) if row else None
+                if stored is not None and stored.state != "pending":
+                    return Claim("done", holder=holder, stored=stored)
+                if until > now:
+                    return Claim("taken", holder=holder, until=until)
+            conn.execute(
+                "INSERT INTO claims (alert_id, chat_id, owner, claimed) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(alert_id, chat_id) DO UPDATE SET owner=excluded.owner, "
+                "claimed=excluded.claimed",
+                (alert_id, chat_id, self.owner, now),
+            )
+        return Claim("mine", holder=self.owner, until=now + self.claim_lease)
+
+    def _prune_sync(self, conn: Connection, before: float) -> int:
+        cur = conn.execute("DELETE FROM alerts WHERE settled = 1 AND created < ?", (before,))
+        if self.shared:
+            conn.execute("DELETE FROM claims WHERE alert_id NOT IN (SELECT id FROM alerts)")
         return cur.rowcount
 
-    def _prune_sync(self, before: float) -> int:
-        assert self._conn is not None
-        with self._conn:
-            cur = self._conn.execute(
-                "DELETE FROM alerts WHERE settled = 1 AND created < ?", (before,)
-            )
-        return cur.rowcount
+    @staticmethod
+    def _prune_threads_sync(conn: Connection, before: float) -> int:
+        return conn.execute("DELETE FROM threads WHERE created < ?", (before,)).rowcount
 
     # -- loop side ----------------------------------------------------------------------
 
     async def open(self) -> str | None:
         """Open (creating it if needed). Returns a warning for the operator if the file had
         to be set aside or memory is used instead, else None.
+
+        Raises:
+            OutboxUnavailable: PostgreSQL: the database or the schema cannot be used.
         """
         note: str | None = await self._db.call(self._open_sync)
         return note
@@ -434,8 +628,7 @@ class AlertStore:
         """Alerts with something left to deliver or an open coalescing window, and the next
         free id.
         """
-        out: tuple[list[AlertRecord], int] = await self._run(self._load_sync, now)
-        return out
+        return await self._run(self._load_sync, now)
 
     async def save(self, *records: AlertRecord) -> None:
         """Write these records (snapshotted now) in one transaction."""
@@ -446,8 +639,37 @@ class AlertStore:
         """The stored alert ``alert_id``, or None if the outbox has none (never stored, or
         pruned).
         """
-        rec: AlertRecord | None = await self._run(self._get_sync, alert_id)
-        return rec
+        return await self._run(self._get_sync, alert_id)
+
+    async def claim(self, alert_id: int, chat_id: int, now: float) -> Claim:
+        """Claim the first send of alert ``alert_id`` to ``chat_id`` for :attr:`owner`, in one
+        ``BEGIN IMMEDIATE`` transaction (the store's lock across every daemon on PostgreSQL):
+        of several daemons that try at once, one gets ``mine``; the others get ``taken``
+        until the claim is older than the lease, or ``done`` once the holder recorded the
+        delivery (``stored``). The holder claiming again renews it.
+
+        A SQLite outbox is one daemon's: every claim is ``mine`` and nothing is written (its
+        file stays as it was). A claim PostgreSQL cannot take is ``taken`` for
+        :data:`CLAIM_RETRY` seconds: another daemon may hold it.
+        """
+        if not self.shared:
+            return Claim("mine", holder=self.owner)
+        try:
+            got = await self._run(self._claim_sync, alert_id, chat_id, now)
+        except DB_ERRORS as exc:
+            if not self._claims_failing:
+                log.warning(
+                    "alerts: cannot claim alert %d for chat %d in %s (%s); it waits until the "
+                    "database answers",
+                    alert_id,
+                    chat_id,
+                    self.where,
+                    exc,
+                )
+                self._claims_failing = True
+            return Claim("taken", until=now + CLAIM_RETRY)
+        self._claims_failing = False
+        return got
 
     async def link(
         self, chat_id: int, message_ids: list[int], run_id: str, agent: str, now: float
@@ -458,13 +680,13 @@ class AlertStore:
 
     async def thread(self, chat_id: int, message_id: int) -> tuple[str, str] | None:
         """``(run_id, agent)`` of the run message ``message_id`` in ``chat_id`` shows."""
-        found: tuple[str, str] | None = await self._run(self._thread_sync, chat_id, message_id)
-        return found
+        return await self._run(self._thread_sync, chat_id, message_id)
 
     async def prune(self, before: float) -> int:
-        """Forget settled alerts created before ``before``; returns how many."""
-        n: int = await self._run(self._prune_sync, before)
-        return n
+        """Forget settled alerts created before ``before`` (and their claims); returns how
+        many alerts.
+        """
+        return await self._run(self._prune_sync, before)
 
     async def owe(self, follow_up: FollowUp) -> bool:
         """Remember that ``follow_up``'s answer is owed (before its task is submitted);
@@ -474,7 +696,9 @@ class AlertStore:
         added: int = await self._db.run(
             lambda db: (
                 db.execute(
-                    "INSERT OR IGNORE INTO follow_ups VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO follow_ups (task_id, chat_id, message_id, agent, reply_to, "
+                    "text, created) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT(task_id) DO NOTHING",
                     (f.task_id, f.chat_id, f.message_id, f.agent, f.reply_to, f.text, f.created),
                 ).rowcount
             )
@@ -509,16 +733,23 @@ class AlertStore:
         (e.g. the message of a founder's-desk item), or None. Reads the whole table: for
         the rare lookups of the founder's decisions, not for each event.
         """
-        rec: AlertRecord | None = await self._run(self._find_sync, field, value, kind)
-        return rec
+        return await self._run(self._find_sync, field, value, kind)
 
     async def prune_threads(self, before: float) -> int:
         """Forget which run a message showed, for messages sent before ``before``; returns
         how many links were deleted (a reply to such a message then gets the hint).
         """
-        n: int = await self._run(self._prune_threads_sync, before)
-        return n
+        return await self._run(self._prune_threads_sync, before)
 
     async def close(self) -> None:
         """Close the database and stop its thread."""
         await self._db.close()
+
+
+def _delivery_in(body: str, chat_id: int) -> Delivery | None:
+    """The delivery to ``chat_id`` in a stored row's ``body`` (None: none, or unreadable)."""
+    try:
+        d = json.loads(body).get("deliveries", {}).get(str(chat_id))
+        return Delivery.from_dict(d) if isinstance(d, dict) else None
+    except (ValueError, TypeError, AttributeError):
+        return None

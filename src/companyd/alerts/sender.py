@@ -8,7 +8,8 @@ transient failure stops the pass and the next one waits, with backoff on the inj
 token every ``TOKEN_RETRY``). A chat that refuses for good is marked failed and logged with
 what to do. Every attempt is written to the outbox, with the message id, so a restart
 neither loses nor resends an alert (at-least-once: a crash between Telegram's answer and the
-write can repeat one).
+write can repeat one). In an outbox shared by several daemons (PostgreSQL) a first send is
+claimed before it is made, so that of two daemons only one sends it.
 
 The sender also keeps the sending half's state for status: ``state`` (starting / off /
 connecting / up / stopped), ``reason``, and whether an outage or a refused token is going on.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from companyd._aio import race
@@ -160,6 +162,8 @@ class Sender:
                     op = "edit"
                 else:
                     continue
+                if op == "send" and not await self._claimed(rec, chat_id, now, later):
+                    continue
                 if not await self._attempt(link, rec, chat_id, d, op):
                     return self.retry_at
                 now = self._clock.time()
@@ -168,6 +172,29 @@ class Sender:
             return None
         # Dues are wall times (windows, quiet hours); the sleep runs on the monotonic clock.
         return self._clock.monotonic() + (next_due - self._clock.time())
+
+    async def _claimed(
+        self, rec: AlertRecord, chat_id: int, now: float, later: Callable[[float], None]
+    ) -> bool:
+        """Whether this pager may send ``rec`` to ``chat_id`` now: its claim in a shared
+        outbox (:meth:`~companyd.alerts.outbox.AlertStore.claim`). Another daemon sending it:
+        not before its claim runs out (``later``); another daemon sent it: its delivery, as
+        recorded, replaces the one in memory.
+        """
+        store = self._book.store
+        if store is None:
+            return True
+        claim = await store.claim(rec.id, chat_id, now)
+        if claim.verdict == "mine":
+            return True
+        if claim.verdict == "done" and claim.stored is not None:
+            rec.deliveries[chat_id] = claim.stored
+            log.info(
+                "alerts: alert %d was delivered to chat %d by %s", rec.id, chat_id, claim.holder
+            )
+        else:
+            later(claim.until)
+        return False
 
     def _markup(self, rec: AlertRecord) -> InlineKeyboardMarkup | None:
         from telegram import InlineKeyboardButton, InlineKeyboardMarkup

@@ -51,6 +51,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -84,6 +87,7 @@ from companyd.events import (
     RoutineResult,
     Subscription,
 )
+from companyd.storage import SQLITE, Backend
 from companyd.supervision.child import ChildContext
 
 __all__ = [
@@ -107,12 +111,15 @@ class AlertService:
 
     Args:
         config: the running company.yaml (``alerts`` section, time zone, agent names).
-        state_dir: where ``alerts.sqlite`` (the outbox) lives.
+        state_dir: where ``alerts.sqlite`` (the outbox) lives on SQLite.
         bus: the event stream; the service subscribes at construction, so events published
             before :meth:`run` starts (or while it restarts) are not missed.
         admin: the daemon's operator operations, called by commands and buttons.
         clock: time for coalescing windows, quiet hours, edit throttling and backoff.
         memory: the company memory, for routines that deliver their result there.
+        backend: where the outbox lives: ``alerts.sqlite`` in ``state_dir`` (the default)
+            or the company's PostgreSQL schema, shared with the other daemons of the company
+            (docs/storage.md).
     """
 
     def __init__(
@@ -124,8 +131,13 @@ class AlertService:
         admin: Admin,
         clock: Clock | None = None,
         memory: MemoryPort | None = None,
+        backend: Backend = SQLITE,
     ) -> None:
         self._config = config
+        self._backend = backend
+        # who claims the sends of a shared outbox: the same for every run of this pager, so
+        # a restarted run keeps the claims of the one before
+        self._owner = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
         self._state_dir = Path(state_dir)
         self._bus = bus
         self._clock: Clock = clock or SystemClock()
@@ -248,7 +260,9 @@ class AlertService:
         # A restarted run() starts from the outbox, not from what the failed run left.
         self._sender.reset()
         self._book.wake = asyncio.Event()
-        store = AlertStore(self._state_dir / "alerts.sqlite")
+        store = AlertStore(
+            self._state_dir / "alerts.sqlite", backend=self._backend, owner=self._owner
+        )
         self._book.store = store
         tasks: list[asyncio.Task[None]] = []
         link: Link | None = None

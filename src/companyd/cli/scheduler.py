@@ -9,14 +9,14 @@
 ``jobs`` asks the running daemon when one runs (its live schedule: what a reload added or
 removed, even while company.yaml on disk is being edited or is broken); without one, it and
 ``history`` read ``<state_dir>/routines.sqlite`` directly (read-only; safe beside a running
-daemon thanks to WAL). ``run`` needs the daemon, because the run happens inside it under
+daemon thanks to WAL), or with ``state.backend: postgres`` the company's schema (read-only:
+nothing is created or migrated). ``run`` needs the daemon, because the run happens inside it under
 its budgets; it goes through the control socket (op ``run_job``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import time
 from pathlib import Path
@@ -26,7 +26,7 @@ from companyd.cli.daemon import call_daemon, running_daemon
 from companyd.cli.main import print_json
 from companyd.cli.roles import _print_answer
 from companyd.clock import utc_from_ts
-from companyd.config import default_config_path, load_config
+from companyd.config import default_config_path, load_config, state_backend
 from companyd.errors import DaemonNotRunning
 from companyd.scheduler import store as db
 from companyd.scheduler.report import (
@@ -38,6 +38,7 @@ from companyd.scheduler.report import (
     offline_next_fires,
 )
 from companyd.scheduler.service import RoutineNotFound
+from companyd.storage import Backend
 
 # The handlers import config, SQLite and APScheduler-backed modules when they run, so
 # building the top-level parser (every `companyd` invocation) stays cheap.
@@ -118,6 +119,11 @@ def _load(args: argparse.Namespace) -> tuple[CompanyConfig, Path]:
     return cfg, cfg.state_dir(args.state_dir) / db.DB_NAME
 
 
+def _where(path: Path, backend: Backend) -> str:
+    """Where the routine history is read from, for the operator."""
+    return str(path) if backend.kind == "sqlite" else f"postgres schema {backend.schema!r}"
+
+
 def _jobs(args: argparse.Namespace) -> int:
     if running_daemon(args) is not None:
         return call_daemon(args, "jobs", _print_live_jobs)
@@ -131,18 +137,24 @@ def _print_live_jobs(result: dict[str, Any]) -> int:
 
 def _jobs_from_files(args: argparse.Namespace) -> int:
     cfg, path = _load(args)
+    backend = state_backend(cfg)
     now = time.time()
-    conn = db.open_readonly(path)
     states: dict[str, db.RoutineState] = {}
     stats: dict[str, db.RoutineStats] = {}
     latest: dict[str, db.FireRecord] = {}
     open_: list[db.FireRecord] = []
-    if conn is not None:
-        with contextlib.closing(conn):
-            states = db.load_states(conn)
-            stats = db.routine_stats(conn, now - SUCCESS_WINDOW)
-            latest = db.latest_fires(conn)
-            open_ = db.open_fires(conn)
+    got = db.read_history(
+        path,
+        lambda conn: (
+            db.load_states(conn),
+            db.routine_stats(conn, now - SUCCESS_WINDOW),
+            db.latest_fires(conn),
+            db.open_fires(conn),
+        ),
+        backend=backend,
+    )
+    if got is not None:
+        states, stats, latest, open_ = got
     nexts, pending = offline_next_fires(cfg, states, now)
     views = job_views(
         cfg,
@@ -157,24 +169,27 @@ def _jobs_from_files(args: argparse.Namespace) -> int:
             {
                 "live": False,
                 "generated": utc_from_ts(now).isoformat(),
-                "history": str(path),
+                "history": _where(path, backend),
                 "routines": [v.to_dict() for v in views],
             }
         )
         return 0
     print(format_jobs(views, now, daemon=False))
-    if conn is None:
+    if got is None and backend.kind == "sqlite":
         print(f"(no routine history yet: {path} does not exist — it appears on first start)")
+    elif got is None:
+        print(f"(no routine history yet in {_where(path, backend)} — it appears on first start)")
     return 0
 
 
 def _history(args: argparse.Namespace) -> int:
     cfg, path = _load(args)
-    conn = db.open_readonly(path)
-    records: list[db.FireRecord] = []
-    if conn is not None:
-        with contextlib.closing(conn):
-            records = db.recent_fires(conn, args.routine, args.limit)
+    got = db.read_history(
+        path,
+        lambda conn: db.recent_fires(conn, args.routine, args.limit),
+        backend=state_backend(cfg),
+    )
+    records: list[db.FireRecord] = got or []
     routine = cfg.routines.get(args.routine)
     if routine is None and not records:
         raise _unknown(cfg, args.routine)

@@ -7,8 +7,10 @@ ends it through the :class:`~companyd.scheduler.record.Recorder`:
 * **Concurrency.** A :class:`Slot` counts the fires holding or waiting for its routine's
   lock: with ``skip_if_active`` one at a time, with ``queue`` one running and one waiting; a
   fire beyond that is ``skipped`` (a manual run is refused with :class:`RoutineBusy`).
-* **Restart-proof order.** A scheduled fire's cursor is committed before anything else; its
-  history row follows in the next batch (see :meth:`Fires.execute`).
+* **Claimed once.** A scheduled fire is claimed before anything else: its cursor moves to
+  its fire time and its history row is added in one transaction, only if the cursor was
+  still before it (:func:`companyd.scheduler.store.claim_fire`). No restart, and no second
+  scheduler on the same database, runs a claimed fire time again.
 * **Preconditions** (``memory_changed``, ``inbox_nonempty``) are checked when the run would
   start; when false the fire is ``idle``: no task, no model call, $0, no event.
 * **Approval.** A routine with ``approval: required`` hands an ``ok`` result to the
@@ -24,6 +26,7 @@ ends it through the :class:`~companyd.scheduler.record.Recorder`:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd.admin import AdminError
-from companyd.clock import Clock
+from companyd.clock import Clock, utc_from_ts
 from companyd.config import RoutineConfig
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
@@ -185,18 +188,21 @@ class Fires:
             return None
         slot.pending += 1
         try:
+            # Cancelled while claiming, _claim records the fire itself (if it was ours).
+            if kind != "manual" and not await self._claim(rec, now):
+                # The cursor is already at or past this fire time: another scheduler on the
+                # same database (a second daemon that believes it leads) claimed it, and
+                # runs and records it.
+                log.warning(
+                    "fire of %r at %s not run: another scheduler of this company already "
+                    "claimed it",
+                    r.slug,
+                    utc_from_ts(scheduled).isoformat(),
+                )
+                return None
             try:
                 if kind == "manual":
                     await store.execute(db.insert_fire_stmt(rec))  # manual: no cursor
-                else:
-                    # Only the cursor is waited for: once it is committed, no restart runs
-                    # this fire time again. The row follows in the next batch (a burst of a
-                    # thousand fires then waits for a thousand small UPDATEs, not also for
-                    # a thousand INSERTs into an indexed table); if the process dies between
-                    # the two, the next start finds the cursor ahead of the history and
-                    # records the fire as cancelled (db.close_unrecorded).
-                    store.post_execute_next(db.insert_fire_stmt(rec))
-                    await store.execute(db.advance_cursor_stmt(r.slug, scheduled, now))
                 await slot.lock.acquire()
             except asyncio.CancelledError:
                 self._rec.record_cancelled(rec, STOPPED_BEFORE)
@@ -207,6 +213,36 @@ class Fires:
                 slot.lock.release()
         finally:
             slot.pending -= 1
+
+    async def _claim(self, rec: FireRecord, now: float) -> bool:
+        """Claim scheduled fire ``rec`` (:func:`companyd.scheduler.store.claim_fire`) and, if
+        it was ours, queue its row. Only the claim is waited for: once it is committed, no
+        restart and no other scheduler runs this fire time again. The row follows in the
+        next batch (a burst of a thousand fires then waits for a thousand small UPDATEs,
+        not also for a thousand INSERTs into an indexed table); if the process dies between
+        the two, the next start finds the cursor ahead of the history and records the fire
+        as cancelled (``close_unrecorded``).
+
+        Cancelled while the claim commits (the scheduler stops): a claim that turns out won
+        is recorded ``cancelled`` then, before the store closes.
+        """
+        store = self._rec.store
+        assert store is not None
+        claim = store.submit(
+            functools.partial(db.claim_fire, routine=rec.routine, fire_time=rec.scheduled, now=now)
+        )
+        try:
+            won = await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            claim.add_done_callback(functools.partial(self._claimed_while_stopping, rec))
+            raise
+        if won:
+            store.post_execute(db.insert_fire_stmt(rec))
+        return won
+
+    def _claimed_while_stopping(self, rec: FireRecord, claim: asyncio.Future[bool]) -> None:
+        if not claim.cancelled() and claim.exception() is None and claim.result():
+            self._rec.record_now(rec, Outcome.CANCELLED, STOPPED_BEFORE)
 
     async def _run_locked(
         self, slot: Slot, rec: FireRecord, check_precondition: bool

@@ -36,7 +36,6 @@ import asyncio
 import difflib
 import logging
 import math
-import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
@@ -75,6 +74,7 @@ from companyd.scheduler.triggers import (
     next_after,
     trigger_identity,
 )
+from companyd.storage import DB_ERRORS, SQLITE, Backend
 from companyd.supervision.child import ChildContext
 
 __all__ = [
@@ -88,6 +88,8 @@ log = logging.getLogger(__name__)
 
 #: ``idle`` rows (a quiet heartbeat: 288 a day) are kept this long, then pruned at start.
 IDLE_RETENTION = 35 * 86400.0
+#: What a start that failed opening the history (or reading the desk) raises.
+_START_ERRORS: tuple[type[BaseException], ...] = (StoreError, *DB_ERRORS)
 #: How often a scheduler that could not open its history on a full disk tries again.
 DISK_RETRY_SECONDS = 30.0
 
@@ -113,6 +115,8 @@ class RoutineScheduler:
         skip_grace: misfire grace of ``catch_up: skip`` routines, in seconds.
         gate: the founder's approval of results (routines with ``approval: required``).
         backups: who takes the backups of backup routines (the daemon).
+        backend: where the routine history lives (docs/storage.md): ``routines.sqlite`` in
+            ``state_dir`` on ``sqlite``, the company's PostgreSQL schema on ``postgres``.
     """
 
     def __init__(
@@ -127,14 +131,16 @@ class RoutineScheduler:
         skip_grace: float = 60.0,
         gate: ResultGate | None = None,
         backups: BackupSink | None = None,
+        backend: Backend = SQLITE,
     ) -> None:
         self._config = config
+        self._backend = backend
         self._sink = sink
         self.db_path = Path(state_dir) / DB_NAME
         self._bus = bus
         self._clock: Clock = clock or SystemClock()
         #: why the history could not be opened (a full state disk), while it is retried
-        self._disk_failure: Exception | None = None
+        self._disk_failure: BaseException | None = None
         self._rec = Recorder(bus=bus, clock=self._clock, on_store_failure=self._store_failed)
         self._gate = gate
         self._fires = Fires(
@@ -200,7 +206,7 @@ class RoutineScheduler:
         while True:
             try:
                 await self.start()
-            except (StoreError, sqlite3.Error, OSError) as exc:
+            except _START_ERRORS as exc:
                 # start() opens the routine history and also reads the founder's desk
                 # (results waiting for approval): either file fails the same way on a full
                 # disk. Taking only the history's StoreError for the disk's made the
@@ -259,7 +265,7 @@ class RoutineScheduler:
         self._failure = None
         self._failed.clear()
         self._planned_stop = None
-        store = RoutineStore(self.db_path, on_error=self._store_failed)
+        store = RoutineStore(self.db_path, on_error=self._store_failed, backend=self._backend)
         self._rec.store = store
         try:
             await store.open()

@@ -1,37 +1,11 @@
-"""routines.sqlite: each routine's schedule cursor and the history of every fire.
+"""The scheduler's one writer of the routine history (:mod:`companyd.scheduler.history`):
+one worker thread, group commit, on either backend.
 
-One database file in the state directory, owned by the running scheduler: a single worker
-thread (a :class:`companyd._sqlite.Database`) holds the only writing connection and runs
-every statement, so the event loop never waits on SQLite; schema versions are
-``PRAGMA user_version`` (:data:`MIGRATIONS`). Readers (``companyd jobs`` with no daemon, or
-beside one) open their own read-only connection; WAL mode lets them read while the daemon
-writes. The values stored are :mod:`companyd.scheduler.records`.
-
-Tables:
-
-``routine_state`` — one row per enabled routine:
-    ``trigger`` the schedule's identity (``repr`` of the APScheduler trigger, time zone
-    included); ``cursor`` the latest fire time (epoch seconds) the scheduler has dealt with, or
-    the moment the routine was armed when it has not fired yet — on start, every fire time
-    after the cursor and not later than now was missed while the daemon was down;
-    ``last_fire`` the latest fire time; ``memory_marker`` what the ``memory_changed``
-    precondition compares against.
-
-``clean_stop`` — at most one row, written when the daemon stops on purpose (SIGTERM,
-    ``systemctl restart``) and removed by the next start, which thereby knows that the fire
-    times since ``at`` fell in a planned stop, not in a crash.
-
-``fires`` — one row per fire (or, for a long outage, one row standing for ``fires`` fire
-    times): routine, agent, kind (``scheduled`` | ``catch_up`` | ``manual``), scheduled fire
-    time, when the scheduler dispatched it (``fired``), when the run started and ended,
-    outcome (NULL while waiting or running), reason, cost, run id and task id.
-
-Durability: WAL with ``synchronous=NORMAL``: a committed write survives a crash of the
-process (it is in the OS's hands); the last few commits may be lost on power failure, which
-at worst re-offers one catch-up decision. The cursor of a fire is committed *before* its
-task is submitted, so a restart never runs the same fire time twice; the fire's row follows
-in the next batch, and a fire whose row a crash prevented is recorded at the next start
-(:func:`close_unrecorded`), so none goes missing either.
+:class:`RoutineStore` holds the history's database — ``routines.sqlite`` in the state
+directory, or the ``routines`` tables of the company's PostgreSQL schema (docs/storage.md)
+— and runs every statement on its own worker thread, so the event loop never waits on the
+database. The tables, statements and readers are :mod:`companyd.scheduler.history`'s,
+re-exported here (the scheduler reads them as ``store.<name>``).
 """
 
 from __future__ import annotations
@@ -40,396 +14,104 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import sqlite3
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from companyd._sqlite import (
-    Database,
-    DatabaseClosed,
-    Migration,
-    SchemaTooNew,
-    check_version,
-    connect_readonly,
+from companyd._sqlite import DatabaseClosed, SchemaTooNew
+from companyd.scheduler.history import (
+    DB_NAME,
+    HINT,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    STEPS,
+    STORE,
+    WHAT,
+    FireRecord,
+    RoutineState,
+    RoutineStats,
+    Stmt,
+    StoreError,
+    advance_cursor,
+    advance_cursor_stmt,
+    claim_fire,
+    clean_stop,
+    clear_clean_stop,
+    close_interrupted,
+    close_unrecorded,
+    delete_states,
+    finish_fire,
+    finish_fire_stmt,
+    fires_between,
+    insert_fire_stmt,
+    insert_fires,
+    latest_fires,
+    load_states,
+    mark_clean_stop,
+    open_fires,
+    open_readonly,
+    prune_idle,
+    put_state,
+    read_history,
+    recent_fires,
+    routine_stats,
+    set_marker,
+    start_fire_stmt,
 )
-from companyd.errors import CompanydError
-from companyd.scheduler import _ids
-from companyd.scheduler.records import FireRecord, RoutineState, RoutineStats
+from companyd.storage import DB_ERRORS, SQLITE, Backend, open_database
+from companyd.storage.dialect import Connection
 
 __all__ = [
     "DB_NAME",
+    "HINT",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "STEPS",
+    "STORE",
+    "WHAT",
     "FireRecord",
     "RoutineState",
     "RoutineStats",
     "RoutineStore",
+    "Stmt",
     "StoreError",
+    "advance_cursor",
+    "advance_cursor_stmt",
+    "claim_fire",
+    "clean_stop",
+    "clear_clean_stop",
+    "close_interrupted",
+    "close_unrecorded",
+    "delete_states",
+    "finish_fire",
+    "finish_fire_stmt",
     "fires_between",
+    "insert_fire_stmt",
+    "insert_fires",
     "latest_fires",
     "load_states",
+    "mark_clean_stop",
+    "open_fires",
     "open_readonly",
+    "prune_idle",
+    "put_state",
+    "read_history",
     "recent_fires",
     "routine_stats",
+    "set_marker",
+    "start_fire_stmt",
 ]
 
 log = logging.getLogger(__name__)
 
-DB_NAME = "routines.sqlite"
-
 T = TypeVar("T")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS routine_state (
-    routine       TEXT PRIMARY KEY,
-    trigger       TEXT NOT NULL,
-    cursor        REAL NOT NULL,
-    last_fire     REAL,
-    memory_marker TEXT,
-    updated       REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS fires (
-    id        INTEGER PRIMARY KEY,
-    fire_id   TEXT NOT NULL UNIQUE,
-    routine   TEXT NOT NULL,
-    agent     TEXT NOT NULL,
-    kind      TEXT NOT NULL CHECK (kind IN ('scheduled', 'catch_up', 'manual')),
-    scheduled REAL NOT NULL,
-    fired     REAL,
-    started   REAL,
-    ended     REAL,
-    outcome   TEXT,
-    reason    TEXT,
-    cost_usd  REAL NOT NULL DEFAULT 0,
-    run_id    TEXT,
-    task_id   TEXT,
-    fires     INTEGER NOT NULL DEFAULT 1
-);
-CREATE TABLE IF NOT EXISTS clean_stop (
-    id     INTEGER PRIMARY KEY CHECK (id = 1),
-    at     REAL NOT NULL,
-    reason TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS fires_by_routine ON fires (routine, scheduled);
-CREATE INDEX IF NOT EXISTS fires_open ON fires (outcome) WHERE outcome IS NULL;
-"""
-
-#: The schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite).
-MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
-SCHEMA_VERSION = len(MIGRATIONS)
-_WHAT = "routine history"
-_HINT = ", or move the file away to start a fresh routine history"
-
-_FIRE_COLUMNS = (
-    "fire_id, routine, agent, kind, scheduled, fired, started, ended, outcome, reason, "
-    "cost_usd, run_id, task_id, fires"
-)
-
-
-class StoreError(CompanydError):
-    """routines.sqlite cannot be opened, read or written."""
-
-
-# ---------------------------------------------------------------------------------------
-# Statements (run on whichever connection owns the call: the writer thread's or a reader's)
-
-
-def _record(row: Sequence[Any]) -> FireRecord:
-    return FireRecord(
-        fire_id=row[0],
-        routine=row[1],
-        agent=row[2],
-        kind=row[3],
-        scheduled=row[4],
-        fired=row[5],
-        started=row[6],
-        ended=row[7],
-        outcome=row[8],
-        reason=row[9],
-        cost_usd=row[10],
-        run_id=row[11],
-        task_id=row[12],
-        fires=row[13],
-    )
-
-
-_INSERT_FIRE = f"INSERT INTO fires ({_FIRE_COLUMNS}) VALUES ({', '.join('?' * 14)})"
-_ADVANCE = (
-    "UPDATE routine_state SET cursor = MAX(cursor, ?), "
-    "last_fire = MAX(COALESCE(last_fire, ?), ?), updated = ? WHERE routine = ?"
-)
-_START = "UPDATE fires SET started = ?, task_id = ? WHERE fire_id = ?"
-_FINISH = (
-    "UPDATE fires SET outcome = ?, reason = ?, ended = ?, cost_usd = ?, "
-    "run_id = COALESCE(?, run_id) WHERE fire_id = ?"
-)
-
-#: One SQL statement and its parameters (see :meth:`RoutineStore.execute`).
-Stmt = tuple[str, tuple[Any, ...]]
-
-
-def insert_fire_stmt(rec: FireRecord) -> Stmt:
-    """Add ``rec`` to the history."""
-    return (_INSERT_FIRE, rec._row())
-
-
-def advance_cursor_stmt(routine: str, fire_time: float, now: float) -> Stmt:
-    """Move ``routine``'s cursor (and last fire) forward to ``fire_time``; never back."""
-    return (_ADVANCE, (fire_time, fire_time, fire_time, now, routine))
-
-
-def start_fire_stmt(fire_id: str, started: float, task_id: str) -> Stmt:
-    """Record that a fire's run started, with its task."""
-    return (_START, (started, task_id, fire_id))
-
-
-def finish_fire_stmt(
-    fire_id: str,
-    *,
-    outcome: str,
-    reason: str | None,
-    ended: float,
-    cost_usd: float = 0.0,
-    run_id: str | None = None,
-) -> Stmt:
-    """Record how a fire ended."""
-    return (_FINISH, (outcome, reason, ended, cost_usd, run_id, fire_id))
-
-
-def load_states(conn: sqlite3.Connection) -> dict[str, RoutineState]:
-    """Every routine's persisted state, by routine slug."""
-    rows = conn.execute(
-        "SELECT routine, trigger, cursor, last_fire, memory_marker, updated FROM routine_state"
-    ).fetchall()
-    return {
-        r[0]: RoutineState(
-            routine=r[0],
-            trigger=r[1],
-            cursor=r[2],
-            last_fire=r[3],
-            memory_marker=r[4],
-            updated=r[5],
-        )
-        for r in rows
-    }
-
-
-def recent_fires(conn: sqlite3.Connection, routine: str, limit: int) -> list[FireRecord]:
-    """The latest ``limit`` fires of ``routine``, newest first."""
-    rows = conn.execute(
-        f"SELECT {_FIRE_COLUMNS} FROM fires WHERE routine = ? "
-        "ORDER BY scheduled DESC, id DESC LIMIT ?",
-        (routine, limit),
-    ).fetchall()
-    return [_record(r) for r in rows]
-
-
-def latest_fires(conn: sqlite3.Connection) -> dict[str, FireRecord]:
-    """Each routine's most recently recorded *finished* fire."""
-    rows = conn.execute(
-        f"SELECT {_FIRE_COLUMNS} FROM fires WHERE id IN ("
-        "  SELECT MAX(id) FROM fires WHERE outcome IS NOT NULL GROUP BY routine)"
-    ).fetchall()
-    return {r[1]: _record(r) for r in rows}
-
-
-def open_fires(conn: sqlite3.Connection) -> list[FireRecord]:
-    """Fires that are waiting or running (outcome not yet known)."""
-    rows = conn.execute(
-        f"SELECT {_FIRE_COLUMNS} FROM fires WHERE outcome IS NULL ORDER BY id"
-    ).fetchall()
-    return [_record(r) for r in rows]
-
-
-def fires_between(
-    conn: sqlite3.Connection, start: float, end: float, routine: str | None = None
-) -> list[FireRecord]:
-    """Fires scheduled in ``[start, end]``, oldest first."""
-    sql = f"SELECT {_FIRE_COLUMNS} FROM fires WHERE scheduled >= ? AND scheduled <= ?"
-    args: list[Any] = [start, end]
-    if routine is not None:
-        sql += " AND routine = ?"
-        args.append(routine)
-    rows = conn.execute(sql + " ORDER BY scheduled, id", args).fetchall()
-    return [_record(r) for r in rows]
-
-
-def routine_stats(conn: sqlite3.Connection, since: float) -> dict[str, RoutineStats]:
-    """Per routine: due runs and ``ok`` runs among scheduled and catch-up fires at or after
-    ``since`` that have finished (manual runs, ``idle`` fires and fire times that fell in a
-    planned stop excluded).
-    """
-    rows = conn.execute(
-        "SELECT routine, SUM(fires), SUM(CASE WHEN outcome = 'ok' THEN fires ELSE 0 END) "
-        "FROM fires WHERE scheduled >= ? AND kind != 'manual' AND outcome IS NOT NULL "
-        "AND outcome NOT IN ('idle', 'stopped') GROUP BY routine",
-        (since,),
-    ).fetchall()
-    return {r[0]: RoutineStats(routine=r[0], due=int(r[1]), ok=int(r[2])) for r in rows}
-
-
-def insert_fires(conn: sqlite3.Connection, records: Iterable[FireRecord]) -> None:
-    conn.executemany(_INSERT_FIRE, [r._row() for r in records])
-
-
-def finish_fire(
-    conn: sqlite3.Connection,
-    fire_id: str,
-    *,
-    outcome: str,
-    reason: str | None,
-    ended: float,
-    cost_usd: float = 0.0,
-    run_id: str | None = None,
-) -> None:
-    sql, params = finish_fire_stmt(
-        fire_id, outcome=outcome, reason=reason, ended=ended, cost_usd=cost_usd, run_id=run_id
-    )
-    conn.execute(sql, params)
-
-
-def advance_cursor(conn: sqlite3.Connection, routine: str, fire_time: float, now: float) -> None:
-    """Move ``routine``'s cursor (and last fire) forward to ``fire_time``; never back."""
-    conn.execute(*advance_cursor_stmt(routine, fire_time, now))
-
-
-def put_state(conn: sqlite3.Connection, state: RoutineState) -> None:
-    conn.execute(
-        "INSERT INTO routine_state (routine, trigger, cursor, last_fire, memory_marker, updated) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (routine) DO UPDATE SET trigger = excluded.trigger,"
-        " cursor = excluded.cursor, last_fire = excluded.last_fire,"
-        " memory_marker = excluded.memory_marker, updated = excluded.updated",
-        (
-            state.routine,
-            state.trigger,
-            state.cursor,
-            state.last_fire,
-            state.memory_marker,
-            state.updated,
-        ),
-    )
-
-
-def set_marker(conn: sqlite3.Connection, routine: str, marker: str, now: float) -> None:
-    conn.execute(
-        "UPDATE routine_state SET memory_marker = ?, updated = ? WHERE routine = ?",
-        (marker, now, routine),
-    )
-
-
-def mark_clean_stop(conn: sqlite3.Connection, at: float, reason: str) -> None:
-    """Record that the daemon stops on purpose at ``at`` (see ``clean_stop`` above)."""
-    conn.execute(
-        "INSERT OR REPLACE INTO clean_stop (id, at, reason) VALUES (1, ?, ?)", (at, reason)
-    )
-
-
-def clean_stop(conn: sqlite3.Connection) -> tuple[float, str] | None:
-    """The planned stop recorded by the last run, ``(at, reason)``, or None (a crash, a
-    kill -9, or a first start).
-    """
-    row = conn.execute("SELECT at, reason FROM clean_stop WHERE id = 1").fetchone()
-    return (float(row[0]), str(row[1])) if row else None
-
-
-def clear_clean_stop(conn: sqlite3.Connection) -> None:
-    conn.execute("DELETE FROM clean_stop")
-
-
-def delete_states(conn: sqlite3.Connection, routines: Iterable[str]) -> None:
-    conn.executemany("DELETE FROM routine_state WHERE routine = ?", [(r,) for r in routines])
-
-
-def prune_idle(conn: sqlite3.Connection, before: float) -> int:
-    """Delete ``idle`` fires scheduled before ``before``; returns how many.
-
-    A routine's latest fire (its ``last_fire``) is kept however old: :func:`close_unrecorded`
-    takes a ``last_fire`` without a row for a fire whose row a crash prevented.
-    """
-    return conn.execute(
-        "DELETE FROM fires WHERE outcome = 'idle' AND scheduled < ? AND NOT EXISTS ("
-        "  SELECT 1 FROM routine_state s WHERE s.routine = fires.routine"
-        "  AND s.last_fire = fires.scheduled)",
-        (before,),
-    ).rowcount
-
-
-def close_interrupted(
-    conn: sqlite3.Connection, now: float, reason: str, *, keep: Collection[str] = ()
-) -> list[FireRecord]:
-    """Mark every fire left waiting or running by a previous run of the scheduler as
-    ``cancelled``, except the fire ids in ``keep`` (their runs were resumed).
-    """
-    left = [r for r in open_fires(conn) if r.fire_id not in keep]
-    conn.executemany(
-        "UPDATE fires SET outcome = 'cancelled', reason = ?, ended = ? WHERE fire_id = ?",
-        [(reason, now, r.fire_id) for r in left],
-    )
-    return left
-
-
-def close_unrecorded(
-    conn: sqlite3.Connection, now: float, reason: str, agents: Mapping[str, str]
-) -> list[FireRecord]:
-    """Add a ``cancelled`` row for each routine whose last fire has no row.
-
-    A scheduled fire commits its cursor (and ``last_fire``) first and its row in the next
-    batch, so a process that died between the two left the cursor ahead of the history: the
-    fire was dispatched — and is not run again — but not recorded. ``agents`` maps routine
-    slugs to assignees (a routine no longer in company.yaml gets ``"?"``).
-    """
-    rows = conn.execute(
-        "SELECT s.routine, s.last_fire FROM routine_state s WHERE s.last_fire IS NOT NULL "
-        "AND NOT EXISTS (SELECT 1 FROM fires f WHERE f.routine = s.routine "
-        "AND f.scheduled = s.last_fire AND f.kind != 'manual')"
-    ).fetchall()
-    added = [
-        FireRecord(
-            fire_id=_ids.new_id("fire"),
-            routine=routine,
-            agent=agents.get(routine, "?"),
-            kind="scheduled",
-            scheduled=last_fire,
-            ended=now,
-            outcome="cancelled",
-            reason=reason,
-        )
-        for routine, last_fire in rows
-    ]
-    insert_fires(conn, added)
-    return added
-
-
-def open_readonly(path: Path) -> sqlite3.Connection | None:
-    """A read-only connection to ``path``, or None when the file does not exist yet.
-
-    Raises:
-        StoreError: the file exists but cannot be read as a routines database.
-    """
-    if not path.exists():
-        return None
-    try:
-        conn = connect_readonly(path)
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-    except sqlite3.Error as exc:
-        raise StoreError(
-            f"cannot read {str(path)!r}: {exc}; check the file's permissions (the CLI needs "
-            "read access to the state directory) or pass the right --state-dir"
-        ) from exc
-    try:
-        check_version(path, version, SCHEMA_VERSION, what=_WHAT, hint=_HINT)
-    except SchemaTooNew as exc:
-        conn.close()
-        raise StoreError(str(exc)) from None
-    return conn
 
 
 # ---------------------------------------------------------------------------------------
 # The owning writer
 
 
-_Fn = Callable[[sqlite3.Connection], Any]
+_Fn = Callable[[Connection], Any]
 _Item = _Fn | tuple[Stmt, ...]  # a function, or statements applied in the bulk phase
 _Entry = tuple[_Item, "asyncio.Future[Any] | None"]
 
@@ -463,22 +145,45 @@ class RoutineStore:
     committed before them (so an UPDATE posted later still finds the row they insert).
 
     Args:
-        path: the database file (created with its directory if missing).
+        path: the database file (created with its directory if missing); unused on
+            ``postgres``.
         on_error: called (on the event loop) with the exception of a failed :meth:`post`.
+        backend: where the history lives (docs/storage.md): ``path`` on ``sqlite``, the
+            ``routines`` tables of the company's schema on ``postgres``.
     """
 
-    def __init__(self, path: Path, on_error: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_error: Callable[[BaseException], None] | None = None,
+        *,
+        backend: Backend = SQLITE,
+    ) -> None:
         self.path = path
         self._on_error = on_error
         # At interpreter exit Python joins the worker after the work queued on it, so queued
         # history rows are written even if the loop stopped before awaiting them.
-        self._db = Database(
-            path,
-            migrations=MIGRATIONS,
-            what=_WHAT,
+        self._db = open_database(
+            backend,
+            path=path,
+            store=STORE,
+            migrations=STEPS,
+            what=WHAT,
             timeout=10.0,
-            hint=_HINT,
+            hint=HINT if backend.kind == "sqlite" else "",  # HINT is about the file
             thread_name="routines.sqlite",
+        )
+        # How errors name the history and what they advise (SQLite's texts as they were).
+        self._sqlite = backend.kind == "sqlite"
+        self._name = (
+            f"routines.sqlite at {str(path)!r}"
+            if self._sqlite
+            else f"the routine history in {self._db.path}"
+        )
+        self._advice = (
+            "check free disk space and the file's permissions"
+            if self._sqlite
+            else "check that the database server is up and reachable"
         )
         self._opened = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -511,10 +216,14 @@ class RoutineStore:
             await self._db.open()
         except SchemaTooNew as exc:
             self._die(StoreError(str(exc)))
-        except (sqlite3.Error, OSError) as exc:
+        except DB_ERRORS as exc:
             death = StoreError(
                 f"cannot open {str(self.path)!r}: {exc}; check that the state directory "
                 "is writable by the daemon's user and the disk is not full"
+                if self._sqlite
+                else f"cannot open {self._name}: {exc}; check that the database server is "
+                "up and reachable and that the company's state.dsn_env (or dsn_credential) "
+                "holds its URL"
             )
             death.__cause__ = exc  # a full disk is told apart by its cause
             self._die(death)
@@ -525,7 +234,7 @@ class RoutineStore:
         self._death = death
         raise death
 
-    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def call(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` in the worker thread; return its result once committed.
 
         If the caller is cancelled, ``fn`` still runs (history writes are not abandoned
@@ -535,16 +244,23 @@ class RoutineStore:
         assert fut is not None
         try:
             result: T = await fut
-        except (sqlite3.Error, OSError) as exc:
+        except DB_ERRORS as exc:
             # e.g. the connection could not be opened (a full disk): told as the store's
             # error, with the cause kept so a full disk is told apart
-            raise StoreError(
-                f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk space and "
-                "the file's permissions"
-            ) from exc
+            raise StoreError(f"{self._name}: {exc}; {self._advice}") from exc
         return result
 
-    def post(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+    def submit(self, fn: Callable[[Connection], T]) -> asyncio.Future[T]:
+        """Queue ``fn(conn)``; the future resolves once it has committed, before its batch
+        is reported done — so work posted from the future's callbacks (a caller cancelled
+        while it waited) is still written by :meth:`drain` and :meth:`close`. Cancelling
+        the future does not stop ``fn``; its errors are as :meth:`execute`'s.
+        """
+        fut = self._submit(fn, wait=True)
+        assert fut is not None
+        return fut
+
+    def post(self, fn: Callable[[Connection], Any]) -> None:
         """Queue ``fn(conn)`` without waiting; must be called on the event loop's thread."""
         self._submit(fn)
 
@@ -571,10 +287,10 @@ class RoutineStore:
         # a thousand fires, a future and two callbacks per history write were a third of the
         # event loop's work.
         if self._dead:
-            raise self._death or StoreError(f"routines.sqlite at {str(self.path)!r} is closed")
+            raise self._death or StoreError(f"{self._name} is closed")
         loop = self._loop
         if not self._opened or loop is None:
-            raise StoreError(f"routines.sqlite at {str(self.path)!r} is not open")
+            raise StoreError(f"{self._name} is not open")
         fut: asyncio.Future[Any] | None = loop.create_future() if wait else None
         (self._next if later else self._gathering).append((fn, fut))
         if not self._flush_soon:
@@ -608,7 +324,8 @@ class RoutineStore:
             done = self._db.submit(lambda conn: self._batch(conn, items))
         except DatabaseClosed:  # closed meanwhile: fail the batch, on the loop
             done = concurrent.futures.Future()
-            done.set_exception(self._death or StoreError(f"{str(self.path)!r} is closed"))
+            closed = f"{str(self.path)!r}" if self._sqlite else self._name
+            done.set_exception(self._death or StoreError(f"{closed} is closed"))
 
         def back(f: concurrent.futures.Future[list[tuple[bool, Any]]]) -> None:
             # Runs in the worker thread: hop to the loop once for the whole batch.
@@ -624,6 +341,12 @@ class RoutineStore:
         reported: asyncio.Future[None],
     ) -> None:
         exc = done.exception()
+        if isinstance(exc, DB_ERRORS):
+            # The batch never ran: on PostgreSQL the pool could not lend a connection (the
+            # server is down, the network cut). Told as the store's error, cause kept.
+            error = StoreError(f"{self._name}: {exc}; {self._advice}")
+            error.__cause__ = exc
+            exc = error
         results = [(False, exc)] * len(gathered) if exc is not None else done.result()
         try:
             for (_fn, fut), (ok, value) in zip(gathered, results, strict=True):
@@ -669,7 +392,7 @@ class RoutineStore:
         self._opened = False
         await self._db.close()  # after the batches queued before it
         self._dead = True
-        self._death = self._death or StoreError(f"routines.sqlite at {str(self.path)!r} is closed")
+        self._death = self._death or StoreError(f"{self._name} is closed")
         await asyncio.sleep(0)  # let the last batch's results reach their futures
 
     def close_nowait(self) -> None:
@@ -687,22 +410,19 @@ class RoutineStore:
         self._opened = False
         self._db.close_nowait()
         self._dead = True
-        self._death = self._death or StoreError(f"routines.sqlite at {str(self.path)!r} is closed")
+        self._death = self._death or StoreError(f"{self._name} is closed")
 
     # -- worker thread ----------------------------------------------------------------
 
-    def _batch(self, conn: sqlite3.Connection, items: list[_Item]) -> list[tuple[bool, Any]]:
+    def _batch(self, conn: Connection, items: list[_Item]) -> list[tuple[bool, Any]]:
         try:
             return self._run_batch(conn, items)
-        except sqlite3.Error as exc:
-            error = StoreError(
-                f"routines.sqlite at {str(self.path)!r}: {exc}; check free disk "
-                "space and the file's permissions"
-            )
+        except DB_ERRORS as exc:
+            error = StoreError(f"{self._name}: {exc}; {self._advice}")
             raise error from exc  # a full disk is told apart by its cause
 
     @staticmethod
-    def _run_batch(conn: sqlite3.Connection, items: list[_Item]) -> list[tuple[bool, Any]]:
+    def _run_batch(conn: Connection, items: list[_Item]) -> list[tuple[bool, Any]]:
         inserts: dict[str, list[tuple[Any, ...]]] = {}
         others: dict[str, list[tuple[Any, ...]]] = {}
         for item in items:
