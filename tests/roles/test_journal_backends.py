@@ -178,6 +178,34 @@ async def test_a_standby_resumes_a_killed_leaders_run_without_paying_again(
     assert not (tmp_path / "standby").exists()  # nothing went to a file
 
 
+async def test_a_paid_step_the_lost_connection_refused_is_held_and_written_after(
+    tmp_path: Path, pg_backend: Backend
+) -> None:
+    """The server drops the journal's connection (a restart, a network cut) just before a
+    paid step: the step is held, as one a full disk refuses is, and written by the next
+    journal work on a new connection — a resumed run replays the call, never pays again.
+    """
+    assert pg_backend.dsn is not None
+    journal = Journal(tmp_path / "runs.sqlite", backend=pg_backend)
+    await journal.open()
+    try:
+        t = _task("task-1")
+        await journal.add_task(t, T0)
+        await journal.start_run(t, "run-1", 1, T0)
+        pid = journal.run_sync(lambda db: db.execute("SELECT pg_backend_pid()").fetchone()[0])
+        with psycopg.connect(pg_backend.dsn, autocommit=True) as admin:
+            gone = admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone()
+        assert gone == (True,)
+        with pytest.raises(psycopg.OperationalError):
+            await journal.append_step("run-1", 1, "llm", _llm("paid"), T0 + 1, paid=True)
+        assert journal.held == 1
+        (run,) = await journal.unfinished_runs("writer")  # a new connection; held first
+        assert journal.held == 0
+        assert [s.llm() for s in run.steps] == [_llm("paid")]
+    finally:
+        await journal.close()
+
+
 _LEADER = """
 import asyncio, json, os, sys
 from pathlib import Path

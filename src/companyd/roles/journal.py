@@ -40,6 +40,10 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+# The one driver error the journal tells apart: the PostgreSQL server refused a write or
+# the connection to it was lost — for a paid step, what a refusing state disk is on SQLite.
+from psycopg import OperationalError as PgOperationalError
+
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.admin.blocks import JournaledTask, RunRow, TaskRow
 from companyd.roles.journal_records import (
@@ -80,6 +84,8 @@ log = logging.getLogger(__name__)
 _PG_EXISTS = "SELECT to_regclass('runs') IS NOT NULL"
 # PostgreSQL's SQLSTATE for a missing table: a schema where no store was ever opened.
 _UNDEFINED_TABLE = "42P01"
+
+_INSERT_STEP = "INSERT INTO steps (run_id, seq, kind, key, payload, ts) VALUES (?,?,?,?,?,?)"
 
 
 @contextlib.contextmanager
@@ -177,11 +183,16 @@ class Journal:
                 return  # still refused: kept for the next try; the caller's work goes on
             self._held.pop(0)
             if not self._held:
-                log.warning("the run journal %s takes writes again; held steps written", self.path)
+                log.warning(
+                    "the run journal %s takes writes again; held steps written",
+                    self._db.path or self.path,
+                )
 
     @property
     def held(self) -> int:
-        """Paid steps held in memory because the state disk refused them."""
+        """Paid steps held in memory because the state disk (or the PostgreSQL server)
+        refused them.
+        """
         return len(self._held)
 
     def run_sync(self, fn: Callable[[Connection], T]) -> T:
@@ -404,24 +415,26 @@ class Journal:
         """Journal one completed step; returns once it is committed.
 
         ``paid``: the step records a model call already paid for. If the state disk refuses
-        it, it is still raised, but the step is also held in memory and written before the
-        journal's next work once the disk takes writes again (and at close), so a resumed
-        run replays the call instead of paying for it again.
+        it (on PostgreSQL: the server or the connection to it fails), it is still raised,
+        but the step is also held in memory and written before the journal's next work once
+        it takes writes again (and at close), so a resumed run replays the call instead of
+        paying for it again.
         """
-        data = json.dumps(payload, ensure_ascii=False)
+        row = (run_id, seq, kind, key, json.dumps(payload, ensure_ascii=False), ts)
 
         def insert(db: Connection) -> None:
-            db.execute(
-                "INSERT INTO steps (run_id, seq, kind, key, payload, ts) VALUES (?,?,?,?,?,?)",
-                (run_id, seq, kind, key, data, ts),
-            )
+            db.execute(_INSERT_STEP, row)
+
+        def insert_held(db: Connection) -> None:
+            # a connection lost after the server committed it: the step is there already
+            db.execute(_INSERT_STEP + " ON CONFLICT DO NOTHING", row)
 
         def insert_or_hold(db: Connection) -> None:
             try:
                 insert(db)
             except DB_ERRORS as exc:
-                if is_disk_failure(exc):
-                    self._held.append(insert)
+                if is_disk_failure(exc) or isinstance(exc, PgOperationalError):
+                    self._held.append(insert_held)
                 raise
 
         await self._run(insert_or_hold if paid else insert)
