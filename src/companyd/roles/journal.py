@@ -680,6 +680,8 @@ class Journal:
         a consultation or review whose asker was waiting in the previous process has no
         one waiting for it any more.
         """
+        # task ids are made lower case by companyd: LIKE matches them alike on SQLite (which
+        # ignores ASCII case) and PostgreSQL (which does not)
         like = " OR ".join("id LIKE ?" for _ in prefixes)
         return await self._withdraw(
             f"SELECT id FROM tasks WHERE state IN ('queued', 'running') AND ({like})",
