@@ -40,10 +40,6 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-# The one driver error the journal tells apart: the PostgreSQL server refused a write or
-# the connection to it was lost — for a paid step, what a refusing state disk is on SQLite.
-from psycopg import OperationalError as PgOperationalError
-
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.admin.blocks import JournaledTask, RunRow, TaskRow
 from companyd.roles.journal_records import (
@@ -59,7 +55,14 @@ from companyd.roles.journal_records import (
 from companyd.roles.journal_schema import MIGRATIONS, STEPS
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.roles.transcript import bound_run, read_transcript
-from companyd.storage import DB_ERRORS, SQLITE, Backend, open_database
+from companyd.storage import (
+    DB_ERRORS,
+    SQLITE,
+    Backend,
+    StoreAbsent,
+    connection_lost,
+    open_database,
+)
 from companyd.storage.dialect import Connection
 
 __all__ = [
@@ -207,6 +210,8 @@ class Journal:
             return self.path.exists()
         try:
             return bool(self.run_sync(lambda db: db.execute(_PG_EXISTS).fetchone()[0]))
+        except StoreAbsent:  # a read-only open: the schema has no journal yet
+            return False
         except DB_ERRORS as exc:
             if getattr(exc, "sqlstate", None) == _UNDEFINED_TABLE:  # no store in the schema
                 return False
@@ -433,7 +438,7 @@ class Journal:
             try:
                 insert(db)
             except DB_ERRORS as exc:
-                if is_disk_failure(exc) or isinstance(exc, PgOperationalError):
+                if is_disk_failure(exc) or connection_lost(exc):
                     self._held.append(insert_held)
                 raise
 

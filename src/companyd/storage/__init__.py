@@ -32,6 +32,7 @@ __all__ = [
     "PgDatabase",
     "StoreAbsent",
     "StoreDatabase",
+    "connection_lost",
     "dsn_password",
     "open_database",
     "sqlite_migrations",
@@ -68,6 +69,14 @@ class Backend:
         'acme'`` (never the URL, which may hold a password).
         """
         return self.kind if self.kind == "sqlite" else f"postgres schema {self.schema!r}"
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is a database connection that broke or could not be made (the
+    server restarted, the network dropped, ``pg_terminate_backend``): the work may be
+    retried on a new connection, as a write a full disk refused may be retried on space.
+    """
+    return isinstance(exc, psycopg.OperationalError)
 
 
 def dsn_password(dsn: str) -> str | None:
