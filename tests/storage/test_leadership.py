@@ -432,3 +432,55 @@ def test_a_fence_takes_no_part_in_a_backends_equality_or_repr() -> None:
     plain = Backend(kind="postgres", dsn="postgresql://x@127.0.0.1/db", schema="acme")
     fenced = dataclasses.replace(plain, fence=Fence(epoch=3))
     assert plain == fenced and repr(plain) == repr(fenced)
+
+
+async def test_a_campaign_cancelled_while_taking_over_lets_the_lock_go(
+    pg_backend: Backend,
+) -> None:
+    a, b = _lead(pg_backend, "a", lease=30.0), _lead(pg_backend, "b", lease=30.0)
+    db = _items(pg_backend, a.fence)
+    began, release = threading.Event(), threading.Event()
+
+    def slow_write(conn: PgConnection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        began.set()
+        assert release.wait(30)
+        conn.execute("COMMIT")
+
+    try:
+        async with asyncio.timeout(60):
+            await a.campaign()
+            await db.open()
+            writing = db.submit(slow_write)
+            assert await asyncio.to_thread(began.wait, 30)
+            await _end_lock_session(pg_backend)
+            taking = asyncio.create_task(b.campaign())
+            b_pid = 0
+
+            async def b_holds_and_waits() -> bool:
+                nonlocal b_pid
+                rows = await _sql(
+                    pg_backend,
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = "
+                    "'companyd leader b' AND wait_event_type = 'Lock'",
+                )
+                b_pid = int(rows[0][0]) if rows else 0
+                return bool(rows)
+
+            await _until(b_holds_and_waits, "b holds the lock, its bump waits")
+            assert await _holders(pg_backend) == [b_pid]
+            taking.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await taking
+            await _until(lambda: _no_holders(pg_backend), "b let the lock go")
+            release.set()
+            await asyncio.wrap_future(writing)
+    finally:
+        release.set()
+        await db.close()
+        await a.close()
+        await b.close()
+
+
+async def _no_holders(backend: Backend) -> bool:
+    return not await _holders(backend)

@@ -30,7 +30,11 @@ standbys ready to take over. The contract (docs/ha.md, "Leadership"):
 
 Every query on the lock session has a deadline (the lease, on the injected clock); one
 that misses it closes the connection, because a query that does not answer is a dead
-link. Ownership: the :class:`Leadership` owns its connection and its :class:`Fence`.
+link. The server checks every second whether the client of a running query is still
+there (``client_connection_check_interval``, PostgreSQL 14+), so a dropped session's
+query — a takeover's bump waiting for a row lock — does not run on holding the lock.
+
+Ownership: the :class:`Leadership` owns its connection and its :class:`Fence`.
 """
 
 from __future__ import annotations
@@ -243,17 +247,22 @@ class Leadership:
             return self._epoch
         self._released = asyncio.Event()
         last = ""
-        while True:
-            try:
-                epoch = await self._attempt()
-            except (psycopg.Error, _LinkDown, OSError) as exc:
-                if str(exc) != last:
-                    log.warning("leadership of %r: %s; trying again", self.schema, exc)
-                    last = str(exc)
-                epoch = None
-            if epoch is not None:
-                return epoch
-            await self.clock.sleep(self.poll)
+        try:
+            while True:
+                try:
+                    epoch = await self._attempt()
+                except (psycopg.Error, _LinkDown, OSError) as exc:
+                    if str(exc) != last:
+                        log.warning("leadership of %r: %s; trying again", self.schema, exc)
+                        last = str(exc)
+                    epoch = None
+                if epoch is not None:
+                    return epoch
+                await self.clock.sleep(self.poll)
+        except asyncio.CancelledError:
+            if self._locked and self._epoch is None:  # the lock without an epoch: let go
+                await self._drop()
+            raise
 
     async def _attempt(self) -> int | None:
         """One try: take the lock (replacing a stale leader), then bump the epoch."""
@@ -270,7 +279,7 @@ class Leadership:
         self._renewed_at = sent
         self.fence.epoch = epoch
         self.fence.deposed = False
-        log.warning("leadership of %r: %s leads as epoch %d", self.schema, self.node, epoch)
+        log.info("leadership of %r: %s leads as epoch %d", self.schema, self.node, epoch)
         return epoch
 
     async def _ensure_table(self) -> None:
@@ -410,7 +419,7 @@ class Leadership:
         """
         self._released.set()
         if self._epoch is not None:
-            log.warning("leadership of %r: %s resigns", self.schema, self.node)
+            log.info("leadership of %r: %s resigns", self.schema, self.node)
         await self._give_up()
 
     # -- asking -------------------------------------------------------------------------
@@ -523,6 +532,14 @@ class Leadership:
                     str(int(self.lease * 1000)),
                 ),
             )
+            if conn.info.server_version >= 140000:
+                # A query of a dropped session (a takeover's bump waiting on a row lock)
+                # would otherwise run on, lock held, until it ends: the server checks
+                # for a vanished client this often while it runs (PostgreSQL 14+).
+                await conn.execute(
+                    "SELECT set_config('client_connection_check_interval', %s, false)",
+                    (str(max(100, min(1000, int(self.lease * 200)))),),
+                )
         except psycopg.Error as exc:
             await conn.close()
             raise _LinkDown(str(exc).strip() or type(exc).__name__) from exc
