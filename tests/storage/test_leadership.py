@@ -110,6 +110,20 @@ async def _end_lock_session(backend: Backend) -> None:
     await _sql(backend, "SELECT pg_terminate_backend(%s)", await _backend_pid(backend))
 
 
+async def _standbys_tried(backend: Backend, leader: str, standbys: int) -> bool:
+    """Whether every standby's lock session has asked about the lock since ``leader`` won
+    (its last query names the leadership table).
+    """
+    rows = await _sql(
+        backend,
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
+        "'companyd leader n%%' AND application_name <> %s "
+        "AND query LIKE '%%companyd_leader%%'",
+        f"companyd leader {leader}",
+    )
+    return int(rows[0][0]) >= standbys
+
+
 def _leading(lead: Leadership) -> bool:
     """``lead.leading`` read anew (mypy would narrow the property across awaits)."""
     return lead.leading
@@ -130,16 +144,10 @@ async def test_exactly_one_of_three_leads_and_each_resignation_hands_over_with_t
             winner = tasks.pop(task)
             epochs.append(task.result())
 
-            async def tried() -> bool:
-                # every loser has asked for the lock at least once since the win
-                rows = await _sql(
-                    pg_backend,
-                    "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
-                    "'companyd leader n%%' AND query LIKE '%%companyd_leader%%'",
-                )
-                return int(rows[0][0]) >= len(tasks)
-
-            await _until(tried, "the standbys tried")
+            await _until(
+                lambda: _standbys_tried(pg_backend, winner.node, len(tasks)),  # noqa: B023
+                "every standby tried",
+            )
             assert not any(t.done() for t in tasks)  # they are still standbys
             holders = await _holders(pg_backend)
             assert holders == [await _backend_pid(pg_backend)]
