@@ -22,12 +22,15 @@ import psycopg
 
 from companyd._sqlite import Database, Migration
 from companyd.storage.dialect import Dialects, to_pyformat
+from companyd.storage.fence import Fence, Fenced
 from companyd.storage.postgres import PgConnection, PgDatabase, PgMigration, StoreAbsent
 
 __all__ = [
     "DB_ERRORS",
     "Backend",
     "Dialects",
+    "Fence",
+    "Fenced",
     "PgConnection",
     "PgDatabase",
     "StoreAbsent",
@@ -54,11 +57,15 @@ class Backend:
         kind: ``sqlite`` (files in the state directory) or ``postgres``.
         dsn: the libpq connection string for ``postgres`` (a secret: never printed).
         schema: the company's schema on ``postgres`` (one schema per company).
+        fence: the leadership epoch every write must still hold on ``postgres``
+            (:class:`companyd.storage.leadership.Leadership` owns it); None: writes are not
+            fenced (a single daemon, or SQLite).
     """
 
     kind: Literal["sqlite", "postgres"] = "sqlite"
     dsn: str | None = field(default=None, repr=False)
     schema: str = "companyd"
+    fence: Fence | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind == "postgres" and not self.dsn:
@@ -130,6 +137,7 @@ def open_database(
             hint=hint,
             thread_name=thread_name,
             worker=worker,
+            fence=backend.fence,
         )
     return Database(
         path,
