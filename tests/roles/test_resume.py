@@ -37,7 +37,7 @@ def _runs(state: Path) -> list[RunRow]:
     try:
         return journal.run_sync(lambda db: journal.list_runs(db, limit=10))
     finally:
-        journal.run_sync(lambda db: db.close())
+        journal.close_sync()
 
 
 def _ask_in_background(sock: Path, agent: str, question: str) -> threading.Thread:

@@ -1,6 +1,6 @@
 """The run journal as ``companyd runs`` reads it (issue 17): the thread of runs, the filters,
-the transcript's size bound, the retention period (on an injected clock), and a journal
-file written before these existed.
+the transcript's size bound, the retention period (on an injected clock) — on both backends
+(``state_backend``) — and a journal file written before these existed (SQLite's alone).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from companyd.roles.journal import MIGRATIONS, Journal
 from companyd.roles.retention import DAY, PRUNE_EVERY, RunRetention
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.roles.transcript import STORED_VALUE_CHARS, cut, full_size
+from companyd.storage import Backend
 from companyd.supervision.child import StandaloneContext
 
 pytestmark = pytest.mark.anyio
@@ -27,8 +28,9 @@ T0 = 1_800_000_000.0
 
 
 @pytest.fixture
-async def journal(tmp_path: Path) -> AsyncIterator[Journal]:
-    j = Journal(tmp_path / "runs.sqlite")
+async def journal(tmp_path: Path, state_backend: Backend) -> AsyncIterator[Journal]:
+    """The journal on each backend in turn: runs.sqlite, then a company's PostgreSQL schema."""
+    j = Journal(tmp_path / "runs.sqlite", backend=state_backend)
     await j.open()
     try:
         yield j

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import math
 import re
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -30,7 +31,7 @@ from companyd.cli.desk import decide_offline, login
 from companyd.cli.main import print_json
 from companyd.cli.runs_text import last_lines, run_list_lines, transcript_lines
 from companyd.clock import SystemClock
-from companyd.config import default_config_path, load_config
+from companyd.config import default_config_path, load_config, state_backend
 from companyd.daemon.inbox import decisions_of, on_desk
 from companyd.daemon.lock import StateLock
 from companyd.daemon.main import Daemon, make_backend
@@ -40,6 +41,7 @@ from companyd.roles.desk import Desk, ItemState
 from companyd.roles.improver import ProposalError, Proposals
 from companyd.roles.journal import Journal
 from companyd.roles.tasks import RunStatus
+from companyd.storage import DB_ERRORS
 
 __all__ = ["register"]
 
@@ -201,14 +203,28 @@ def _journal_read(
     is none yet — a query must not create the directory and an empty journal (owned by
     whoever ran it: root under sudo) where the daemon will start, or at a mistyped path.
     """
-    _, state_dir = _config_and_state(args)
-    if not (state_dir / "runs.sqlite").exists():
-        return missing()
-    journal = Journal(state_dir / "runs.sqlite")
+    cfg, state_dir = _config_and_state(args)
+    backend = state_backend(cfg)
+    # on PostgreSQL a reader migrates nothing: the daemons of the company own the schema
+    journal = Journal(
+        state_dir / "runs.sqlite", backend=backend, readonly=backend.kind == "postgres"
+    )
     try:
+        if not journal.exists():
+            return missing()
         return journal.run_sync(lambda db: fn(journal, db))
+    except DB_ERRORS as exc:
+        if backend.kind == "sqlite":
+            raise
+        if isinstance(exc, sqlite3.DatabaseError):  # SchemaTooNew: it says what to do
+            raise CompanydError(str(exc)) from exc
+        raise CompanydError(
+            f"cannot read the run journal in the company's PostgreSQL schema "
+            f"{backend.schema!r}: {type(exc).__name__}: {exc}; check that the database is "
+            f"reachable with the URL in ${cfg.spec.state.dsn_env} (or state.dsn_credential)"
+        ) from exc
     finally:
-        journal.run_sync(lambda db: db.close())
+        journal.close_sync()
 
 
 # -- ask --------------------------------------------------------------------------------

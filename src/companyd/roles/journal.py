@@ -18,13 +18,17 @@ transcript by :mod:`companyd.roles.transcript`. A finished run's steps are bound
 (:func:`~companyd.roles.transcript.bound_run`), and runs are deleted after the retention
 period (:meth:`Journal.prune`, called daily by :mod:`companyd.roles.retention`).
 
-Storage: ``runs.sqlite`` in the state directory, WAL, ``synchronous=NORMAL`` — a commit
-survives a crash of the process (kill -9) because it is in the OS page cache when the call
-returns; a power cut may lose the last few commits (docs/agents.md). One worker thread owns
-the connection (a :class:`companyd._sqlite.Database`), so the event loop never waits on
-SQLite. Schema versions: ``PRAGMA user_version`` (:data:`MIGRATIONS`; a file from before
-versions existed is at 0 and has migration 1's tables already, which it creates only if
-missing); the schema is in :mod:`companyd.roles.journal_schema`.
+Storage (:mod:`companyd.storage`): by default ``runs.sqlite`` in the state directory, WAL,
+``synchronous=NORMAL`` — a commit survives a crash of the process (kill -9) because it is in
+the OS page cache when the call returns; a power cut may lose the last few commits
+(docs/agents.md). With ``state.backend: postgres`` the same tables are in the company's
+schema (store ``runs``), committed on the server when a call returns, so a standby that
+takes over reads every completed step of the runs the dead leader left unfinished and
+resumes them without paying for a journaled call again (docs/storage.md). One worker thread
+owns the connection, so the event loop never waits on the database. Schema versions:
+:data:`~companyd.roles.journal_schema.STEPS`, one list for both backends (a SQLite file from
+before versions existed is at 0 and has migration 1's tables already, which it creates only
+if missing).
 """
 
 from __future__ import annotations
@@ -32,19 +36,34 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import sqlite3
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict, TypeVar, cast
+from typing import Any, TypeVar
 
 from companyd._fs import DiskAlarm, is_disk_failure
-from companyd._sqlite import Database
 from companyd.admin.blocks import JournaledTask, RunRow, TaskRow
-from companyd.llm.blocks import ContentBlock, ToolResultBlock
-from companyd.roles.journal_schema import MIGRATIONS
+from companyd.roles.journal_records import (
+    ApprovalStep,
+    JournaledRun,
+    LlmStep,
+    ReviewStep,
+    Step,
+    StepPayload,
+    TaskState,
+    ToolStartStep,
+)
+from companyd.roles.journal_schema import MIGRATIONS, STEPS
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.roles.transcript import bound_run, read_transcript
+from companyd.storage import (
+    DB_ERRORS,
+    SQLITE,
+    Backend,
+    StoreAbsent,
+    connection_lost,
+    open_database,
+)
+from companyd.storage.dialect import Connection
 
 __all__ = [
     "MIGRATIONS",
@@ -64,136 +83,82 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+# Whether the journal's tables exist (PostgreSQL; its store row may be absent, version 0).
+_PG_EXISTS = "SELECT to_regclass('runs') IS NOT NULL"
+# PostgreSQL's SQLSTATE for a missing table: a schema where no store was ever opened.
+_UNDEFINED_TABLE = "42P01"
 
-class TaskState:
-    """The states of a journaled task (the ``tasks.state`` column): queued, running, done, or
-    quarantined (crashed too often; waits for ``companyd retry``).
+_INSERT_STEP = "INSERT INTO steps (run_id, seq, kind, key, payload, ts) VALUES (?,?,?,?,?,?)"
+
+
+@contextlib.contextmanager
+def _transaction(db: Connection) -> Iterator[None]:
+    """``BEGIN`` … ``COMMIT``; on an error (the commit's too) ``ROLLBACK`` and re-raise — what
+    ``with sqlite3.Connection`` does, on either backend (on PostgreSQL ``BEGIN`` also takes
+    the journal's lock: writers take turns across daemons).
     """
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    QUARANTINED = "quarantined"
-
-
-class LlmStep(TypedDict):
-    """The payload of an ``llm`` step: one model response (its content blocks verbatim) and
-    what it cost.
-    """
-
-    model: str
-    content: list[ContentBlock]
-    #: absent from steps journaled before it was recorded
-    stop_reason: NotRequired[str]
-    usage: dict[str, int]
-    cost: str
-    offline: bool
-    request_id: str | None
-
-
-class ToolStartStep(TypedDict):
-    """The payload of a ``tool_start`` step: the call about to run."""
-
-    name: str
-    input: dict[str, Any]
-
-
-class ReviewStep(TypedDict):
-    """The payload of a ``review`` step: the reviewer's verdict on the run's answer."""
-
-    reviewer: str
-    approved: bool
-    #: why it was rejected ("" when approved)
-    verdict: str
-
-
-class ApprovalStep(TypedDict):
-    """The payload of an ``approval`` step: the founder's decision on a ``require_approval``
-    tool call (journaled once decided, before the call runs or is refused).
-    """
-
-    name: str
-    input: dict[str, Any]
-    #: the desk item's id (``ap-…``)
-    item: str
-    #: approved | rejected | expired
-    state: str
-    asked: float
-    decided: float | None
-    decided_by: str
-    #: through what: telegram | cli ("" before it was kept)
-    via: NotRequired[str]
-    #: the rejection's reason ("" when approved)
-    text: str
-
-
-#: What a step journals: ``llm``, ``tool_start``, ``tool_result`` (the block itself),
-#: ``approval`` or ``review``.
-StepPayload = LlmStep | ToolStartStep | ToolResultBlock | ApprovalStep | ReviewStep
-
-
-@dataclass(frozen=True, kw_only=True)
-class Step:
-    """One journaled step of a run (``payload`` is its JSON, parsed)."""
-
-    seq: int
-    kind: str
-    key: str | None
-    payload: dict[str, Any]
-    ts: float
-
-    def llm(self) -> LlmStep:
-        """The payload of an ``llm`` step."""
-        return cast(LlmStep, self.payload)
-
-    def tool_result(self) -> ToolResultBlock:
-        """The payload of a ``tool_result`` step."""
-        return cast(ToolResultBlock, self.payload)
-
-
-@dataclass(kw_only=True)
-class JournaledRun:
-    """An unfinished run as the journal holds it, ready to be resumed."""
-
-    task: Task
-    run_id: str
-    attempt: int
-    started: float
-    crashes: int
-    errors: list[str]
-    steps: list[Step] = field(default_factory=list)
+    db.execute("BEGIN")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            with contextlib.suppress(*DB_ERRORS):  # a lost connection: the server rolls back
+                db.execute("ROLLBACK")
+        raise
 
 
 class Journal:
     """The run journal of one state directory (one instance per daemon).
 
     Args:
-        path: the SQLite file (created if missing).
+        path: the SQLite file (created if missing) on ``sqlite``; unused on ``postgres``.
         alarm: the daemon's disk alarm: a write the state disk refuses reports ``failed``
             ("run journal"), the next write that succeeds with no paid step still held
             reports ``recovered``. None (the CLI): nothing is reported.
+        backend: where the journal lives: ``path`` (the default) or the ``runs`` tables of
+            the company's PostgreSQL schema, shared by every daemon of the company.
+        readonly: a reader (the CLI on PostgreSQL): no migration, no schema created.
     """
 
-    def __init__(self, path: Path, *, alarm: DiskAlarm | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        alarm: DiskAlarm | None = None,
+        backend: Backend = SQLITE,
+        readonly: bool = False,
+    ) -> None:
         self.path = path
-        self._db = Database(path, migrations=MIGRATIONS, what="run journal", thread_name="journal")
+        self.backend = backend
+        self._db = open_database(
+            backend,
+            path=path,
+            store="runs",
+            migrations=STEPS,
+            what="run journal",
+            readonly=readonly,
+            thread_name="journal",
+        )
         # The daemon's disk alarm (None: a CLI reader): the journal reports its own disk
         # failures ("run journal") and its recovery, when a write succeeds with nothing held.
         self._alarm = alarm
         # Paid steps the state disk refused (journal thread only): written, in order, before
         # the next journal work once it takes writes again, and at close.
-        self._held: list[Callable[[sqlite3.Connection], Any]] = []
+        self._held: list[Callable[[Connection], Any]] = []
 
     # -- plumbing -------------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(self, fn: Callable[[Connection], T]) -> T:
         wrote = False
 
-        def call(db: sqlite3.Connection) -> T:
+        def call(db: Connection) -> T:
             nonlocal wrote
-            before = db.total_changes
+            # SQLite counts changes; a PostgreSQL journal never reports a disk failure
+            # (is_disk_failure knows only the disk's and SQLite's), so needs no recovery
+            before = getattr(db, "total_changes", 0)
             result = self._call(fn, db)
-            wrote = db.total_changes != before and not self._held
+            wrote = getattr(db, "total_changes", 0) != before and not self._held
             return result
 
         try:
@@ -207,30 +172,54 @@ class Journal:
 
     def _disk_failed(self, exc: BaseException) -> None:
         if self._alarm is not None and is_disk_failure(exc):
-            self._alarm.failed("run journal", self.path, exc)
+            self._alarm.failed("run journal", self._db.path or self.path, exc)
 
-    def _call(self, fn: Callable[[sqlite3.Connection], T], db: sqlite3.Connection) -> T:
+    def _call(self, fn: Callable[[Connection], T], db: Connection) -> T:
         self._write_held(db)
         return fn(db)
 
-    def _write_held(self, db: sqlite3.Connection) -> None:
+    def _write_held(self, db: Connection) -> None:
         while self._held:
             try:
                 self._held[0](db)
-            except sqlite3.Error:
+            except DB_ERRORS:
                 return  # still refused: kept for the next try; the caller's work goes on
             self._held.pop(0)
             if not self._held:
-                log.warning("the run journal %s takes writes again; held steps written", self.path)
+                log.warning(
+                    "the run journal %s takes writes again; held steps written",
+                    self._db.path or self.path,
+                )
 
     @property
     def held(self) -> int:
-        """Paid steps held in memory because the state disk refused them."""
+        """Paid steps held in memory because the state disk (or the PostgreSQL server)
+        refused them.
+        """
         return len(self._held)
 
-    def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def run_sync(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` on the journal thread and wait (for CLI use outside an event loop)."""
         return self._db.run_sync(fn)
+
+    def exists(self) -> bool:
+        """Whether the journal was ever created — its file, or its tables in the schema — so
+        a reader can tell "no runs yet" without creating it (waits: the CLI's path).
+        """
+        if self.backend.kind == "sqlite":
+            return self.path.exists()
+        try:
+            return bool(self.run_sync(lambda db: db.execute(_PG_EXISTS).fetchone()[0]))
+        except StoreAbsent:  # a read-only open: the schema has no journal yet
+            return False
+        except DB_ERRORS as exc:
+            if getattr(exc, "sqlstate", None) == _UNDEFINED_TABLE:  # no store in the schema
+                return False
+            raise
+
+    def close_sync(self) -> None:
+        """:meth:`close` from a thread with no event loop (the CLI); nothing is held there."""
+        self._db.close_sync()
 
     async def open(self) -> None:
         """Create the database and schema (idempotent)."""
@@ -245,7 +234,7 @@ class Journal:
         if self._held and not self._db.closed:
             # _call writes what is held first; still refused: the run resumes from its last
             # journaled step
-            with contextlib.suppress(sqlite3.Error):
+            with contextlib.suppress(*DB_ERRORS):
                 await self._run(lambda db: None)
         await self._db.close()
 
@@ -255,10 +244,10 @@ class Journal:
         """Record a task as queued (idempotent: an existing task is left as it is)."""
         payload = json.dumps(task.to_dict())
 
-        def add(db: sqlite3.Connection) -> None:
+        def add(db: Connection) -> None:
             db.execute(
-                "INSERT OR IGNORE INTO tasks (id, agent, payload, state, created, updated) "
-                "VALUES (?, ?, ?, 'queued', ?, ?)",
+                "INSERT INTO tasks (id, agent, payload, state, created, updated) "
+                "VALUES (?, ?, ?, 'queued', ?, ?) ON CONFLICT DO NOTHING",
                 (task.id, task.agent, payload, now, now),
             )
 
@@ -277,7 +266,7 @@ class Journal:
     async def record_crash(self, task_id: str, error: str, now: float) -> int:
         """Count one crash of the agent while it ran ``task_id``; returns the new count."""
 
-        def rec(db: sqlite3.Connection) -> int:
+        def rec(db: Connection) -> int:
             row = db.execute("SELECT errors FROM tasks WHERE id = ?", (task_id,)).fetchone()
             errors = json.loads(row[0]) if row else []
             errors.append(error)
@@ -293,7 +282,7 @@ class Journal:
     async def queued_tasks(self, agent: str) -> list[Task]:
         """Tasks of ``agent`` accepted but not started, oldest first."""
 
-        def q(db: sqlite3.Connection) -> list[Task]:
+        def q(db: Connection) -> list[Task]:
             rows = db.execute(
                 "SELECT payload FROM tasks WHERE agent = ? AND state = 'queued' "
                 "ORDER BY created, rowid",
@@ -308,7 +297,7 @@ class Journal:
         a caller (the scheduler, the pager for a founder's reply) may come back for.
         """
 
-        def q(db: sqlite3.Connection) -> set[str]:
+        def q(db: Connection) -> set[str]:
             rows = db.execute("SELECT id FROM tasks WHERE state IN ('queued', 'running')")
             return {r[0] for r in rows.fetchall()}
 
@@ -317,7 +306,7 @@ class Journal:
     async def last_outcome(self, task_id: str) -> RunOutcome | None:
         """How the latest run of ``task_id`` that ended ended, or None (no run ended)."""
 
-        def q(db: sqlite3.Connection) -> RunOutcome | None:
+        def q(db: Connection) -> RunOutcome | None:
             row = db.execute(
                 "SELECT id, agent, state, reason, answer, started, ended, cost, steps, models, "
                 "offline FROM runs WHERE task_id = ? AND state != 'running' "
@@ -339,7 +328,7 @@ class Journal:
     async def get_task(self, task_id: str) -> tuple[Task, str, int, list[str]] | None:
         """``(task, state, crashes, errors)`` or None."""
 
-        def g(db: sqlite3.Connection) -> tuple[Task, str, int, list[str]] | None:
+        def g(db: Connection) -> tuple[Task, str, int, list[str]] | None:
             row = db.execute(
                 "SELECT payload, state, crashes, errors FROM tasks WHERE id = ?", (task_id,)
             ).fetchone()
@@ -358,7 +347,7 @@ class Journal:
             )
         )
 
-    def list_tasks(self, db: sqlite3.Connection, states: Sequence[str]) -> list[TaskRow]:
+    def list_tasks(self, db: Connection, states: Sequence[str]) -> list[TaskRow]:
         """Tasks in ``states``, newest first (runs on the journal thread; see run_sync)."""
         marks = ",".join("?" for _ in states)
         rows = db.execute(
@@ -393,9 +382,8 @@ class Journal:
         task running, in one transaction.
         """
 
-        def start(db: sqlite3.Connection) -> None:
-            with db:
-                db.execute("BEGIN")
+        def start(db: Connection) -> None:
+            with _transaction(db):
                 db.execute(
                     "INSERT INTO runs (id, task_id, agent, routine, attempt, state, started, "
                     "reply_to, asked_by, asked_in) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
@@ -432,24 +420,26 @@ class Journal:
         """Journal one completed step; returns once it is committed.
 
         ``paid``: the step records a model call already paid for. If the state disk refuses
-        it, it is still raised, but the step is also held in memory and written before the
-        journal's next work once the disk takes writes again (and at close), so a resumed
-        run replays the call instead of paying for it again.
+        it (on PostgreSQL: the server or the connection to it fails), it is still raised,
+        but the step is also held in memory and written before the journal's next work once
+        it takes writes again (and at close), so a resumed run replays the call instead of
+        paying for it again.
         """
-        data = json.dumps(payload, ensure_ascii=False)
+        row = (run_id, seq, kind, key, json.dumps(payload, ensure_ascii=False), ts)
 
-        def insert(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT INTO steps (run_id, seq, kind, key, payload, ts) VALUES (?,?,?,?,?,?)",
-                (run_id, seq, kind, key, data, ts),
-            )
+        def insert(db: Connection) -> None:
+            db.execute(_INSERT_STEP, row)
 
-        def insert_or_hold(db: sqlite3.Connection) -> None:
+        def insert_held(db: Connection) -> None:
+            # a connection lost after the server committed it: the step is there already
+            db.execute(_INSERT_STEP + " ON CONFLICT DO NOTHING", row)
+
+        def insert_or_hold(db: Connection) -> None:
             try:
                 insert(db)
-            except sqlite3.Error as exc:
-                if is_disk_failure(exc):
-                    self._held.append(insert)
+            except DB_ERRORS as exc:
+                if is_disk_failure(exc) or connection_lost(exc):
+                    self._held.append(insert_held)
                 raise
 
         await self._run(insert_or_hold if paid else insert)
@@ -472,9 +462,8 @@ class Journal:
         bounded in size in the same transaction (nothing resumes a finished run).
         """
 
-        def fin(db: sqlite3.Connection) -> None:
-            with db:
-                db.execute("BEGIN")
+        def fin(db: Connection) -> None:
+            with _transaction(db):
                 db.execute(
                     "UPDATE runs SET state = ?, reason = ?, answer = ?, ended = ?, cost = ?, "
                     "steps = ?, models = ?, offline = ? WHERE id = ?",
@@ -501,7 +490,7 @@ class Journal:
     async def unfinished_runs(self, agent: str) -> list[JournaledRun]:
         """Runs of ``agent`` that started and never finished, with their steps."""
 
-        def q(db: sqlite3.Connection) -> list[JournaledRun]:
+        def q(db: Connection) -> list[JournaledRun]:
             rows = db.execute(
                 "SELECT r.id, r.attempt, r.started, t.payload, t.crashes, t.errors "
                 "FROM runs r JOIN tasks t ON t.id = r.task_id "
@@ -543,7 +532,7 @@ class Journal:
 
     def list_runs(
         self,
-        db: sqlite3.Connection,
+        db: Connection,
         agent: str | None = None,
         status: str | None = None,
         limit: int = 20,
@@ -618,7 +607,7 @@ class Journal:
             )
         )
 
-    def show_run(self, db: sqlite3.Connection, run_id: str) -> dict[str, Any] | None:
+    def show_run(self, db: Connection, run_id: str) -> dict[str, Any] | None:
         """The whole transcript of ``run_id``, or None (runs on the journal thread; see
         run_sync and :func:`companyd.roles.transcript.read_transcript`).
         """
@@ -635,9 +624,8 @@ class Journal:
         other journal work interleaves.
         """
 
-        def one_batch(db: sqlite3.Connection) -> int:
-            with db:
-                db.execute("BEGIN")
+        def one_batch(db: Connection) -> int:
+            with _transaction(db):
                 ids = [
                     r[0]
                     for r in db.execute(
@@ -668,9 +656,8 @@ class Journal:
         their steps are bounded as a finished run's are.
         """
 
-        def abandon(db: sqlite3.Connection) -> None:
-            with db:
-                db.execute("BEGIN")
+        def abandon(db: Connection) -> None:
+            with _transaction(db):
                 ids = db.execute(
                     "SELECT id FROM runs WHERE agent = ? AND state = 'running'", (agent,)
                 ).fetchall()
@@ -698,6 +685,8 @@ class Journal:
         a consultation or review whose asker was waiting in the previous process has no
         one waiting for it any more.
         """
+        # task ids are made lower case by companyd: LIKE matches them alike on SQLite (which
+        # ignores ASCII case) and PostgreSQL (which does not)
         like = " OR ".join("id LIKE ?" for _ in prefixes)
         return await self._withdraw(
             f"SELECT id FROM tasks WHERE state IN ('queued', 'running') AND ({like})",
@@ -730,10 +719,9 @@ class Journal:
         The number of tasks withdrawn.
         """
 
-        def withdraw(db: sqlite3.Connection) -> int:
+        def withdraw(db: Connection) -> int:
             withdrawn = 0
-            with db:
-                db.execute("BEGIN")
+            with _transaction(db):
                 for (task_id,) in db.execute(select_ids, params).fetchall():
                     runs = db.execute(
                         "SELECT id FROM runs WHERE task_id = ? AND state = 'running'", (task_id,)
@@ -762,7 +750,9 @@ class Journal:
         """
         await self._run(
             lambda db: db.execute(
-                "INSERT OR REPLACE INTO paused (agent, reason, budget, since) VALUES (?,?,?,?)",
+                "INSERT INTO paused (agent, reason, budget, since) VALUES (?,?,?,?) "
+                "ON CONFLICT(agent) DO UPDATE SET reason = excluded.reason, "
+                "budget = excluded.budget, since = excluded.since",
                 (agent, reason, int(budget), now),
             )
         )
@@ -785,7 +775,7 @@ class Journal:
         shows the agent — or None when the journal has no such run.
         """
 
-        def q(db: sqlite3.Connection) -> tuple[Task, str, str] | None:
+        def q(db: Connection) -> tuple[Task, str, str] | None:
             row = db.execute(
                 "SELECT t.payload, r.state, r.answer FROM runs r JOIN tasks t ON t.id = r.task_id "
                 "WHERE r.id = ?",

@@ -1,7 +1,8 @@
 """A run's transcript: what was asked, each step, each tool call, the verdict, the answer.
 
 :func:`read_transcript` builds it from the run journal's tables (on the journal's thread:
-the :class:`~companyd.roles.journal.Journal` hands it its connection) as one JSON-ready dict —
+the :class:`~companyd.roles.journal.Journal` hands it its connection, SQLite's or
+PostgreSQL's — the SQL here reads the same on both) as one JSON-ready dict —
 what ``companyd runs show`` prints and the ``run_show`` operation answers:
 
 * **who asked**: a routine, the founder, or a colleague (with a link to the asking run);
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ from companyd.admin.blocks import (
     Tokens,
     ToolStep,
 )
+from companyd.storage.dialect import Connection
 
 __all__ = [
     "STORED_RUN_BYTES",
@@ -103,7 +104,7 @@ def bound_payload(payload: str, limit: int = STORED_VALUE_CHARS) -> str | None:
     return json.dumps(bounded, ensure_ascii=False)
 
 
-def bound_run(db: sqlite3.Connection, run_id: str) -> None:
+def bound_run(db: Connection, run_id: str) -> None:
     """Bound the journaled steps of a finished run (inside the caller's transaction)."""
     limit = STORED_VALUE_CHARS
     total = db.execute(
@@ -142,7 +143,7 @@ _RUN_COLUMNS = (
 )
 
 
-def read_transcript(db: sqlite3.Connection, run_id: str) -> dict[str, Any] | None:
+def read_transcript(db: Connection, run_id: str) -> dict[str, Any] | None:
     """The transcript of run ``run_id`` (None if the journal has no such run)."""
     row = db.execute(
         f"SELECT {_RUN_COLUMNS} FROM runs r LEFT JOIN tasks t ON t.id = r.task_id WHERE r.id = ?",
@@ -234,7 +235,7 @@ def read_transcript(db: sqlite3.Connection, run_id: str) -> dict[str, Any] | Non
     }
 
 
-def _colleague_runs(db: sqlite3.Connection, run_id: str) -> dict[str, ColleagueRun]:
+def _colleague_runs(db: Connection, run_id: str) -> dict[str, ColleagueRun]:
     """The latest run of each task this run asked for, by the tool call that asked (a
     review, asked by no tool call, under ``"review"``).
     """
@@ -258,7 +259,7 @@ def _colleague_runs(db: sqlite3.Connection, run_id: str) -> dict[str, ColleagueR
 
 
 def _steps(
-    db: sqlite3.Connection, run_id: str, colleagues: dict[str, ColleagueRun]
+    db: Connection, run_id: str, colleagues: dict[str, ColleagueRun]
 ) -> tuple[list[Step], ReviewStep | None, Tokens, int]:
     """The steps of ``run_id`` in order, its review, and its token and tool call totals."""
     steps: list[Step] = []

@@ -22,16 +22,20 @@ import psycopg
 
 from companyd._sqlite import Database, Migration
 from companyd.storage.dialect import Dialects, to_pyformat
+from companyd.storage.fence import Fence, Fenced
 from companyd.storage.postgres import PgConnection, PgDatabase, PgMigration, StoreAbsent
 
 __all__ = [
     "DB_ERRORS",
     "Backend",
     "Dialects",
+    "Fence",
+    "Fenced",
     "PgConnection",
     "PgDatabase",
     "StoreAbsent",
     "StoreDatabase",
+    "connection_lost",
     "dsn_password",
     "open_database",
     "sqlite_migrations",
@@ -53,11 +57,15 @@ class Backend:
         kind: ``sqlite`` (files in the state directory) or ``postgres``.
         dsn: the libpq connection string for ``postgres`` (a secret: never printed).
         schema: the company's schema on ``postgres`` (one schema per company).
+        fence: the leadership epoch every write must still hold on ``postgres``
+            (:class:`companyd.storage.leadership.Leadership` owns it); None: writes are not
+            fenced (a single daemon, or SQLite).
     """
 
     kind: Literal["sqlite", "postgres"] = "sqlite"
     dsn: str | None = field(default=None, repr=False)
     schema: str = "companyd"
+    fence: Fence | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind == "postgres" and not self.dsn:
@@ -68,6 +76,14 @@ class Backend:
         'acme'`` (never the URL, which may hold a password).
         """
         return self.kind if self.kind == "sqlite" else f"postgres schema {self.schema!r}"
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is a database connection that broke or could not be made (the
+    server restarted, the network dropped, ``pg_terminate_backend``): the work may be
+    retried on a new connection, as a write a full disk refused may be retried on space.
+    """
+    return isinstance(exc, psycopg.OperationalError)
 
 
 def dsn_password(dsn: str) -> str | None:
@@ -121,6 +137,7 @@ def open_database(
             hint=hint,
             thread_name=thread_name,
             worker=worker,
+            fence=backend.fence,
         )
     return Database(
         path,

@@ -15,6 +15,11 @@ What the translation means (docs/storage.md):
   take turns across every daemon of the company, as SQLite's file lock makes them do on
   one host (a budget check and its reservation stay one atomic step). Reads outside a
   transaction are autocommit statements and never wait for that lock.
+* With a :class:`~companyd.storage.fence.Fence` that holds an epoch (the daemon has led),
+  that ``BEGIN`` also checks the epoch is still the current leader's (``SELECT … FROM
+  companyd_leader … FOR SHARE``) and raises :class:`~companyd.storage.fence.Fenced` if not;
+  a write statement outside a transaction is then wrapped in ``BEGIN`` … ``COMMIT`` so it
+  is checked too. Reads are never fenced.
 * ``PRAGMA …`` is a no-op: PostgreSQL's durability is the server's (``synchronous_commit``
   is on by default: a commit is on the server's disk when it returns).
 * ``lastrowid`` does not exist: statements that need an id say ``RETURNING id``.
@@ -41,6 +46,7 @@ from psycopg_pool import ConnectionPool
 
 from companyd._sqlite import DatabaseClosed, SchemaTooNew, statements
 from companyd.storage.dialect import Dialects, to_pyformat
+from companyd.storage.fence import Fence, Fenced
 
 __all__ = ["PgConnection", "PgCursor", "PgDatabase", "StoreAbsent", "lock_key"]
 
@@ -103,14 +109,24 @@ class PgCursor:
         raise NotImplementedError("PostgreSQL has no lastrowid: write RETURNING id")
 
 
+#: Statements that write (a write outside a transaction is fenced as one of its own).
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "UPSERT", "MERGE")
+
+
 class PgConnection:
     """The part of ``sqlite3.Connection`` the stores use, over one psycopg connection in
     autocommit mode (the store writes its own ``BEGIN`` … ``COMMIT``, as on SQLite).
+
+    ``fence``: the leadership epoch every write transaction must still hold (module
+    docstring); None or an epoch of None: writes are not checked.
     """
 
-    def __init__(self, conn: psycopg.Connection[Any], *, lock: int) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], *, lock: int, fence: Fence | None = None
+    ) -> None:
         self.raw = conn
         self._lock = lock
+        self._fence = fence
 
     @property
     def in_transaction(self) -> bool:
@@ -124,19 +140,75 @@ class PgConnection:
             return PgCursor(None)
         if verb.startswith("BEGIN"):
             self.raw.execute("BEGIN")
-            self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
+            try:
+                self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
+                self._check_fence()
+            except BaseException:
+                self._rollback()
+                raise
             return PgCursor(None)
-        cur = self.raw.cursor()
-        cur.execute(to_pyformat(statement), tuple(parameters))
+        with self._fenced_write(verb):
+            cur = self.raw.cursor()
+            cur.execute(to_pyformat(statement), tuple(parameters))
         return PgCursor(cur)
 
     def executemany(self, statement: str, seq: Sequence[Sequence[Any]], /) -> PgCursor:
         """Run one statement once per row of ``seq`` (one round trip: a pipeline)."""
         rows = [tuple(p) for p in seq]
-        cur = self.raw.cursor()
-        if rows:
-            cur.executemany(to_pyformat(statement), rows)
+        with self._fenced_write(statement.lstrip()[:16].upper()):
+            cur = self.raw.cursor()
+            if rows:
+                cur.executemany(to_pyformat(statement), rows)
         return PgCursor(cur)
+
+    def _check_fence(self) -> None:
+        """Inside ``BEGIN``: raise Fenced unless the fence's epoch still leads; the row
+        lock taken holds off the next epoch until this transaction ends.
+        """
+        fence = self._fence
+        if fence is None or fence.epoch is None:
+            return
+        epoch = fence.epoch
+        if fence.deposed:
+            raise Fenced(epoch)
+        held = self.raw.execute(
+            "SELECT 1 FROM companyd_leader WHERE epoch = %s FOR SHARE", (epoch,)
+        ).fetchone()
+        if held is None:
+            row = self.raw.execute("SELECT epoch, node FROM companyd_leader").fetchone()
+            if row is None:
+                raise Fenced(epoch)
+            raise Fenced(epoch, int(row[0]), str(row[1]))
+
+    @contextlib.contextmanager
+    def _fenced_write(self, verb: str) -> Iterator[None]:
+        """A write outside a transaction, under a fence with an epoch: its own checked
+        ``BEGIN`` … ``COMMIT``; anything else as it is.
+        """
+        fence = self._fence
+        if (
+            fence is None
+            or fence.epoch is None
+            or self.in_transaction
+            or not verb.startswith(_WRITES)
+        ):
+            yield
+            return
+        self.execute("BEGIN")
+        try:
+            yield
+        except BaseException:
+            self._rollback()
+            raise
+        self.raw.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        """After a failure inside a transaction this class opened: end it, keeping the
+        first error (a broken connection has nothing to roll back).
+        """
+        with contextlib.suppress(psycopg.Error):
+            if self.in_transaction:
+                self.raw.execute("ROLLBACK")
 
 
 class PgDatabase:
@@ -155,6 +227,8 @@ class PgDatabase:
         hint: appended to the "newer than this companyd" message.
         thread_name: the worker thread's name prefix.
         worker: False: no worker thread; the caller's thread does the work (the CLI).
+        fence: the leadership epoch every write transaction must still hold (see
+            :class:`PgConnection`); None: writes are not checked.
     """
 
     def __init__(
@@ -170,6 +244,7 @@ class PgDatabase:
         hint: str = "",
         thread_name: str = "companyd-pg",
         worker: bool = True,
+        fence: Fence | None = None,
     ) -> None:
         self.path = f"postgres schema {schema!r} ({store})"
         self.schema = schema
@@ -181,6 +256,7 @@ class PgDatabase:
         self.hint = hint
         self._dsn = dsn
         self._lock = lock_key(schema, store)
+        self._fence = fence
         self._worker: int | None = None
         self._executor_ = (
             ThreadPoolExecutor(
@@ -261,7 +337,7 @@ class PgDatabase:
             return fn(self._conn)
         pool = self._open_pool()
         with pool.connection(timeout=self.timeout) as raw:
-            self._conn = PgConnection(raw, lock=self._lock)
+            self._conn = PgConnection(raw, lock=self._lock, fence=self._fence)
             try:
                 return fn(self._conn)
             finally:
@@ -331,7 +407,7 @@ class PgDatabase:
                         "(store TEXT PRIMARY KEY, version INTEGER NOT NULL)"
                     ).format(ident)
                 )
-        conn = PgConnection(raw, lock=self._lock)
+        conn = PgConnection(raw, lock=self._lock, fence=self._fence)
         current = self._version(raw)
         self._check(current, known)
         if self.readonly:
