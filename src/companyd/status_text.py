@@ -221,6 +221,17 @@ def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str
     storage = as_text(daemon.get("storage"))
     if storage and storage != "sqlite":
         detail.append(f"stores on {storage}")
+    leader = as_mapping(daemon.get("leader"))
+    lpid, epoch = as_number(leader.get("pid")), as_number(leader.get("epoch"))
+    if as_text(daemon.get("role")) == "standby":
+        detail.append(
+            f"standby: {as_text(leader.get('node'))} ({as_text(leader.get('host'))}, pid "
+            f"{int(lpid or 0)}) leads, epoch {int(epoch or 0)}"
+            if leader
+            else "standby: nobody leads right now (a takeover is under way)"
+        )
+    elif as_text(daemon.get("role")) == "leader" and leader:
+        detail.append(f"leader (epoch {int(epoch or 0)})")
     lag = as_mapping(daemon.get("loop_lag"))
     lag_now, lag_max = as_number(lag.get("current_ms")), as_number(lag.get("max_ms"))
     if lag_now is not None:

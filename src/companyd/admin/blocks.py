@@ -465,6 +465,18 @@ class RunInFlightRow(RunInFlight):
     elapsed_s: float
 
 
+class LeaderBlock(TypedDict):
+    """Who leads a company of several daemons on one database (status ``daemon.leader``):
+    its node name, host and pid, since when (epoch seconds) and its fencing epoch.
+    """
+
+    node: str
+    host: str
+    pid: int
+    since: float
+    epoch: int
+
+
 class PagerHealth(TypedDict):
     """The ``alerts`` block of status: the sending half (``telegram``; alerts queued, held,
     refused for good; why it is degraded) and the receiving half (``commands``, failing

@@ -32,6 +32,7 @@ from companyd.admin.blocks import (
     BudgetRow,
     ColleagueRun,
     FireRow,
+    LeaderBlock,
     LoopLagBlock,
     OtherAttempt,
     PagerHealth,
@@ -459,6 +460,11 @@ class DaemonInfo:
     #: where the stores that support it live: ``sqlite`` (files in ``state_dir``) or
     #: ``postgres schema 'acme'`` (never the database's URL; docs/storage.md)
     storage: str = "sqlite"
+    #: with several daemons on one database (``state.backend: postgres``): ``leader`` or
+    #: ``standby`` (docs/ha.md); absent on SQLite, where a daemon is alone
+    role: Omitted[str] = None
+    #: who leads (on a standby, the other daemon; on the leader, itself)
+    leader: Omitted[AsBuilt[LeaderBlock]] = None
 
 
 @dataclass(frozen=True, kw_only=True)

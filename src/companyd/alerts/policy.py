@@ -31,6 +31,7 @@ ALWAYS = frozenset(
         "daemon_started",
         "daemon_stopping",
         "daemon_reloaded",
+        "leadership_taken",
         "proposal_created",
         "founder_approval_requested",
         "founder_question",

@@ -34,6 +34,7 @@ from companyd.events import (
     FounderApprovalRequested,
     FounderQuestion,
     FounderResultForApproval,
+    LeadershipTaken,
     MaxIntensity,
     McpServerFailed,
     McpServerRecovered,
@@ -178,6 +179,18 @@ def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rende
         lines.append("offline mode: no model is called")
     lines += line("version", data, "version") + line("config", data, "config")
     return Rendered(title, tuple(lines))
+
+
+def _leadership_taken(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered(
+        f"companyd on {txt(data.get('host'), 80)} took over the company",
+        (
+            f"previous leader: {txt(data.get('previous'), 160)} — it stopped holding the lead "
+            "(died, lost its host or its database connection)",
+            f"fencing epoch {txt(data.get('epoch'))}: the old leader can no longer write",
+            "interrupted runs resume from the shared journal; check the old host",
+        ),
+    )
 
 
 def _daemon_stopping(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -652,6 +665,7 @@ KINDS: Mapping[str, KindSpec] = {
     ChildStartFailed.KIND: KindSpec("child_start_failed", ("child",), _start_failed),
     DaemonStarted.KIND: KindSpec("daemon_started", (), _daemon_started),
     DaemonStopping.KIND: KindSpec("daemon_stopping", (), _daemon_stopping),
+    LeadershipTaken.KIND: KindSpec("leadership_taken", (), _leadership_taken),
     DaemonReloaded.KIND: KindSpec("daemon_reloaded", (), _daemon_reloaded),
     ConfigRejected.KIND: KindSpec("config_rejected", (), _config_rejected),
     BudgetThreshold.KIND: KindSpec(

@@ -19,9 +19,9 @@ from zoneinfo import ZoneInfo
 from companyd.cli.main import print_json
 from companyd.config import CompanyConfig, default_config_path, load_config, state_backend
 from companyd.errors import CompanydError, ConfigError
-from companyd.spend.budgets import agent_scope, budget_report
+from companyd.spend.budgets import read_budget_report
 from companyd.spend.ledger import Ledger
-from companyd.spend.periods import day_key, parse_period, period_keys
+from companyd.spend.periods import day_key, parse_period
 from companyd.spend.reports import format_budget_report, format_spend_report, spend_report
 from companyd.storage import Backend, StoreAbsent
 
@@ -124,25 +124,12 @@ def _spend(args: argparse.Namespace) -> int:
 
 def _budget(args: argparse.Namespace) -> int:
     cfg, state_dir = _load(args, need_config=True)
-    now = time.time()
-    day, month = period_keys(now, ZoneInfo(cfg.timezone))
-    used: dict[tuple[str, str], int] = {}
-    reserved: dict[str, int] = {}
-    raises: dict[str, int] = {}
     ledger = _open_ledger(cfg, state_dir)
-    if ledger is not None:
-        try:
-            for key in (day, month):
-                used.update({(s, key): v for s, v in ledger.used(key).items()})
-            raises = ledger.raises(day)
-            # Rows of a running daemon are calls in flight; a dead process's rows are
-            # dropped by the daemon on its next start.
-            for r in ledger.inflight(alive_only=True):
-                for scope in ("company", agent_scope(r.agent)):
-                    reserved[scope] = reserved.get(scope, 0) + r.amount_pusd
-        finally:
+    try:
+        report = read_budget_report(cfg, ledger, now=time.time())
+    finally:
+        if ledger is not None:
             ledger.close()
-    report = budget_report(cfg, now=now, used=used, reserved=reserved, raises=raises)
     if args.json:
         print_json(report)
     else:

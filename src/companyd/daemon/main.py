@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from companyd import __version__
 from companyd._aio import cancel_and_wait, race
 from companyd._fs import DiskAlarm, private_dir
 from companyd._heap import freeze_startup_heap
+from companyd.admin.blocks import LeaderBlock
 from companyd.admin.results import SpendStatus
 from companyd.admin.wire import result_data
 from companyd.alerts.service import AlertService
@@ -40,11 +43,18 @@ from companyd.daemon.logs import log_events
 from companyd.daemon.operator import NO_SPEND, Operator
 from companyd.daemon.protocol import socket_path
 from companyd.daemon.reload import Reloader, ReloadRecord
+from companyd.daemon.standby import stand_by
 from companyd.daemon.systemd import LoopLagMonitor, Notifier, StatusUpdater, Watchdog
 from companyd.daemon.tree import build_company_tree
 from companyd.daemon.views import Views
 from companyd.errors import EX_CONFIG, EX_SOFTWARE, CompanydError
-from companyd.events import DaemonStarted, DaemonStopping, EventBus, StateDirTightened
+from companyd.events import (
+    DaemonStarted,
+    DaemonStopping,
+    EventBus,
+    LeadershipTaken,
+    StateDirTightened,
+)
 from companyd.llm.model import ModelBackend
 from companyd.llm.offline import OfflineModel
 from companyd.memory import MemoryService
@@ -59,6 +69,7 @@ from companyd.roles.tasks import Task
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import BudgetExhausted, SpendBook
 from companyd.status_text import status_line
+from companyd.storage.leadership import LeaderInfo, Leadership
 from companyd.supervision import (
     Backoff,
     ChildSpec,
@@ -158,13 +169,30 @@ class Daemon(Operator, Views, Reloader, Backups):
         # heartbeats, backoff) with COMPANYD_TIME_SCALE.
         real = SystemClock()
         self.lag = LoopLagMonitor(real, self.bus, source="daemon")
-        self.memory = MemoryService(config.memory_path(state_dir), bus=self.bus, clock=real)
         #: where the stores that support it live (state: in company.yaml; docs/storage.md)
         self.storage = state_backend(config)
+        #: with several daemons on one database: which one runs the company (docs/ha.md).
+        #: Its fence goes with every store's connection, so once another daemon has taken
+        #: over, this one's writes are refused by the database itself.
+        self.leadership: Leadership | None = None
+        self.role: str | None = None
+        self.leader: LeaderBlock | None = None
+        if self.storage.kind == "postgres" and not oneoff:
+            assert self.storage.dsn is not None  # a postgres backend has one
+            self.leadership = Leadership(
+                self.storage.dsn, self.storage.schema, node=node_name(), clock=real
+            )
+            self.storage = dataclasses.replace(self.storage, fence=self.leadership.fence)
+            self.role = "standby"
+        self.memory = MemoryService(
+            config.memory_path(state_dir), bus=self.bus, clock=real, backend=self.storage
+        )
         self.spend_book = SpendBook(
             config, state_dir, bus=self.bus, clock=self.clock, backend=self.storage
         )
-        self.journal = Journal(state_dir / "runs.sqlite", alarm=DiskAlarm.of(self.bus))
+        self.journal = Journal(
+            state_dir / "runs.sqlite", alarm=DiskAlarm.of(self.bus), backend=self.storage
+        )
         self.proposal_store = Proposals(
             state_dir, config, bus=self.bus, clock=self.clock, reload=self._reload_after_apply
         )
@@ -184,13 +212,20 @@ class Daemon(Operator, Views, Reloader, Backups):
             desk=None if oneoff else self.desk,
         )
         self.alerts = AlertService(
-            config, state_dir, bus=self.bus, admin=self, clock=self.clock, memory=self.memory
+            config,
+            state_dir,
+            bus=self.bus,
+            admin=self,
+            clock=self.clock,
+            memory=self.memory,
+            backend=self.storage,
         )
         self._backup_lock = asyncio.Lock()
         self.scheduler = RoutineScheduler(
             config,
             self.staff,
             state_dir=state_dir,
+            backend=self.storage,
             bus=self.bus,
             clock=self.clock,
             gate=ResultApprovals(
@@ -203,6 +238,8 @@ class Daemon(Operator, Views, Reloader, Backups):
             backups=self,
         )
         self.socket = socket_path(state_dir)
+        self._control_group = control_group
+        self._real_clock = real
         self.control = ControlServer(
             self, self.socket, clock=real, group=control_group, state_dir=state_dir
         )
@@ -365,6 +402,11 @@ class Daemon(Operator, Views, Reloader, Backups):
             await self.desk.close()
         with contextlib.suppress(Exception):
             await self.backend.aclose()
+        if self.leadership is not None:
+            # after every store's last write: a standby takes over at once, not a lease later
+            with contextlib.suppress(Exception):
+                await self.leadership.resign()
+            await self.leadership.close()
 
     async def __aenter__(self) -> Daemon:
         await self.start()
@@ -399,6 +441,27 @@ class Daemon(Operator, Views, Reloader, Backups):
             _EARLY_SIGHUP.clear()
             self._sighup()
         try:
+            previous: LeaderInfo | None = None
+            if self.leadership is not None:
+                led, previous = await stand_by(
+                    self,
+                    self.leadership,
+                    stop=self._stop,
+                    clock=self._real_clock,
+                    ready=self.notifier.ready,
+                    control_group=self._control_group,
+                )
+                if not led:
+                    await self.leadership.close()
+                    return 0  # stopped while a standby: nothing of the company ran here
+                self.role = "leader"
+                self.leader = LeaderBlock(
+                    node=self.leadership.node,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    since=self._real_clock.time(),
+                    epoch=self.leadership.fence.epoch or 0,
+                )
             try:
                 await self.start()
             except SupervisorStartError as exc:
@@ -413,8 +476,24 @@ class Daemon(Operator, Views, Reloader, Backups):
                 await self._close()
                 return 1
             freeze_startup_heap()
+            self._announce_takeover(previous)
             waiter = asyncio.create_task(self.tree.wait())
-            await race(waiter, self._stop.wait())
+            holding = (
+                asyncio.create_task(self.leadership.hold(), name="leadership")
+                if self.leadership is not None
+                else None
+            )
+            await race(waiter, self._stop.wait(), *([holding] if holding else []))
+            if holding is not None and holding.done():
+                # Deposed (another daemon leads now; our writes are fenced off): stop at
+                # once and exit 1, so systemd restarts this daemon as a standby.
+                waiter.cancel()
+                why = holding.exception() if not holding.cancelled() else None
+                log.critical("lost the leadership of the company (%s); stopping", why)
+                await self.stop(reason=f"lost leadership: {why}")
+                return 1
+            if holding is not None:
+                holding.cancel()
             if waiter.done():
                 await self._close()
                 try:
@@ -444,6 +523,24 @@ class Daemon(Operator, Views, Reloader, Backups):
             # a late SIGHUP must not turn a clean exit into a death by signal
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
             self.notifier.close()
+
+    def _announce_takeover(self, previous: LeaderInfo | None) -> None:
+        """Alert once that this daemon took the company over from another node's daemon (a
+        restart of the same node is announced by ``daemon_started`` alone).
+        """
+        if self.leadership is None or previous is None:
+            return
+        if previous.node == self.leadership.node:
+            return
+        self.bus.publish(
+            LeadershipTaken(
+                source="daemon",
+                node=self.leadership.node,
+                host=socket.gethostname(),
+                epoch=self.leadership.fence.epoch or 0,
+                previous=f"{previous.node} ({previous.host}, pid {previous.pid})",
+            )
+        )
 
     async def _service(self, run: Any) -> None:
         """Run a daemon-level helper (watchdog, status, lag) with a never-set stop event."""
@@ -487,6 +584,13 @@ class Daemon(Operator, Views, Reloader, Backups):
 
 #: Set by a SIGHUP that arrives before the daemon's event loop handles the signal.
 _EARLY_SIGHUP: list[bool] = []
+
+
+def node_name() -> str:
+    """This daemon's name among the company's daemons (docs/ha.md): ``$COMPANYD_NODE``, else
+    the host name — one daemon per host is the usual topology.
+    """
+    return os.environ.get("COMPANYD_NODE", "").strip() or socket.gethostname()
 
 
 def remember_early_sighup(signum: int, frame: Any) -> None:

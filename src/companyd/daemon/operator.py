@@ -27,6 +27,7 @@ from typing import Any
 from companyd import __version__
 from companyd._aio import race
 from companyd.admin import AdminError, AdminStopping
+from companyd.admin.blocks import LeaderBlock
 from companyd.admin.results import (
     AgentCounts,
     AskAnswer,
@@ -75,7 +76,7 @@ from companyd.spend import SpendBook, SpendError
 from companyd.spend.ledger import LedgerError
 from companyd.storage import Backend
 
-__all__ = ["NO_SPEND", "Operator"]
+__all__ = ["NO_SPEND", "Operator", "spend_for_status"]
 
 
 class Operator:
@@ -94,6 +95,8 @@ class Operator:
     socket: Path
     offline: bool
     storage: Backend
+    role: str | None
+    leader: LeaderBlock | None
     lag: LoopLagMonitor
     tree: Any
     staff: Staff
@@ -132,6 +135,8 @@ class Operator:
                 loop_lag=self.lag.stats().to_dict(),
                 dashboard=self.web.url,
                 storage=self.storage.describe(),
+                role=self.role,
+                leader=self.leader,
             ),
             company=CompanyInfo(name=self.config.name, timezone=self.config.timezone),
             agents=AgentCounts(
@@ -160,8 +165,8 @@ class Operator:
             report = await self.spend_book.budget_report()
         except LedgerError as exc:
             # the ledger cannot be opened (a full state disk at start): status still answers
-            return _spend_for_status({}, self.staff.paused(), unavailable=str(exc))
-        return _spend_for_status(report, self.staff.paused())
+            return spend_for_status({}, self.staff.paused(), unavailable=str(exc))
+        return spend_for_status(report, self.staff.paused())
 
     async def _routines_status(self) -> list[RoutineLine]:
         try:
@@ -615,7 +620,7 @@ def _epoch(value: Any) -> float | None:
     return None
 
 
-def _spend_for_status(
+def spend_for_status(
     report: Mapping[str, Any], paused: Mapping[str, str], unavailable: str | None = None
 ) -> SpendStatus:
     """The status ``spend`` block (docs/daemon.md) from the spend book's budget report."""
@@ -674,4 +679,4 @@ _TASK_ID = re.compile(r"task-[0-9a-f]{12}")
 
 
 #: A status ``spend`` block with nothing read from the ledger (zero spend, no limits).
-NO_SPEND = _spend_for_status({}, {})
+NO_SPEND = spend_for_status({}, {})

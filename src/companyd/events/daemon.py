@@ -14,6 +14,7 @@ __all__ = [
     "DaemonReloaded",
     "DaemonStarted",
     "DaemonStopping",
+    "LeadershipTaken",
     "LoopLag",
     "OperatorAction",
     "StateDirTightened",
@@ -57,6 +58,21 @@ class DaemonReloaded(Event):
     unchanged: int
     routines: dict[str, list[str]]
     failures: list[Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeadershipTaken(Event):
+    """This daemon took over the company from another daemon on the shared database
+    (docs/ha.md): ``node`` and ``host`` are this daemon's, ``epoch`` its fencing token,
+    ``previous`` the leader it replaced (``node (host, pid N)``).
+    """
+
+    KIND = "leadership_taken"
+    severity: Severity = Severity.WARNING
+    node: str
+    host: str
+    epoch: int
+    previous: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from companyd.admin.blocks import BudgetRow, BudgetsData
 from companyd.config import BudgetSpec, CompanyConfig
-from companyd.spend.ledger import from_pusd, to_pusd
+from companyd.spend.ledger import Ledger, from_pusd, to_pusd
 from companyd.spend.periods import next_day_start, next_month_start, period_keys
 
 __all__ = [
@@ -177,3 +177,23 @@ def budget_report(
         "month": month,
         "budgets": rows,
     }
+
+
+def read_budget_report(config: CompanyConfig, ledger: Ledger | None, *, now: float) -> BudgetsData:
+    """:func:`budget_report` from a ledger opened by a reader beside the daemon (the CLI
+    without a daemon, a standby): settled spend and raises as stored, and as reserved the
+    rows of calls in flight of processes alive on this host (a dead process's rows are
+    dropped by the daemon on its next start). ``ledger`` None: nothing spent yet.
+    """
+    day, month = period_keys(now, ZoneInfo(config.timezone))
+    used: dict[tuple[str, str], int] = {}
+    reserved: dict[str, int] = {}
+    raises: dict[str, int] = {}
+    if ledger is not None:
+        for key in (day, month):
+            used.update({(s, key): v for s, v in ledger.used(key).items()})
+        raises = ledger.raises(day)
+        for r in ledger.inflight(alive_only=True):
+            for scope in ("company", agent_scope(r.agent)):
+                reserved[scope] = reserved.get(scope, 0) + r.amount_pusd
+    return budget_report(config, now=now, used=used, reserved=reserved, raises=raises)

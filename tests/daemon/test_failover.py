@@ -1,0 +1,136 @@
+"""Two real daemons of one company on one PostgreSQL database (docs/ha.md): exactly one
+leads, the other is a standby that answers ``status`` and the read operations and refuses
+the rest naming the leader; when the leader is killed with SIGKILL the standby takes over,
+and a graceful stop hands the company over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from companyd.daemon.protocol import RequestFailed
+from companyd.errors import CompanydError
+from companyd.storage import Backend
+from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import DaemonProcess
+
+pytestmark = pytest.mark.anyio
+
+
+def company(schema: str) -> dict[str, Any]:
+    return {
+        "schema": "companyd/v1",
+        "company": {"name": "Failover Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
+        "agents": {
+            "ceo": {"title": "CEO", "instructions": "You are the CEO."},
+            "cfo": {"title": "CFO", "instructions": "You are the CFO.", "reports_to": "ceo"},
+        },
+        "dashboard": {"enabled": False},
+        "state": {"backend": "postgres", "schema": schema},
+    }
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def _daemon(work: Path, cfg: Path, node: str, backend: Backend) -> DaemonProcess:
+    """Node ``node``: its own copy of company.yaml (as on its own host: one daemon per
+    company.yaml per host is the CompanyLock's rule) and its own state directory.
+    """
+    assert backend.dsn is not None
+    (work / f"{node}.d").mkdir()
+    copy = work / f"{node}.d" / "company.yaml"
+    copy.write_bytes(cfg.read_bytes())
+    env = dict(os.environ, COMPANYD_DATABASE_URL=backend.dsn, COMPANYD_NODE=node)
+    return DaemonProcess(copy, work / node, log=work / f"{node}.log", env=env)
+
+
+async def _role(d: DaemonProcess) -> tuple[str | None, dict[str, Any]]:
+    status = await d.call("status")
+    daemon = status["daemon"]
+    return daemon.get("role"), daemon.get("leader") or {}
+
+
+async def _until_role(d: DaemonProcess, role: str, timeout: float = 60.0) -> dict[str, Any]:
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                now, leader = await _role(d)
+            except (CompanydError, OSError):  # not answering yet, or mid-takeover
+                now, leader = None, {}
+            if now == role:
+                return leader
+            await asyncio.sleep(0.1)
+
+
+async def test_one_leads_the_standby_answers_reads_and_takes_over_after_a_sigkill(
+    work: Path, pg_backend: Backend
+) -> None:
+    cfg = work / "company.yaml"
+    cfg.write_text(yaml.safe_dump(company(pg_backend.schema), sort_keys=False))
+    a, b = _daemon(work, cfg, "a", pg_backend), _daemon(work, cfg, "b", pg_backend)
+    await a.start()
+    try:
+        first = await _until_role(a, "leader")
+        await b.start()
+        try:
+            seen = await _until_role(b, "standby")
+            assert seen["node"] == "a" and seen["pid"] == a.pid
+            assert seen["epoch"] == first["epoch"]
+            # a read is answered by the standby itself; anything else names the leader
+            budget = await b.call("budget")
+            assert any(row["scope"] == "company" for row in budget["budgets"])
+            with pytest.raises(RequestFailed, match=r"standby: 'pause' runs on the leader, .*a \("):
+                await b.call("pause", agent="cfo")
+            answer = await a.call("ask", agent="cfo", question="Still here?")
+            assert answer.get("answer"), answer
+
+            a.send_signal(signal.SIGKILL)
+            await a.wait(timeout=10)
+            now = await _until_role(b, "leader")
+            assert now["node"] == "b" and now["epoch"] > first["epoch"]
+            # the new leader runs the company: its agents answer
+            again = await b.call("ask", agent="cfo", question="Who leads now?")
+            assert again.get("answer"), again
+            taken = b.events("leadership_taken")
+            assert len(taken) == 1 and "a (" in taken[0]["data"]["previous"], taken
+        finally:
+            await b.stop()
+    finally:
+        if a.returncode is None:
+            await a.stop()
+
+
+async def test_a_graceful_stop_hands_the_company_over_at_once(
+    work: Path, pg_backend: Backend
+) -> None:
+    cfg = work / "company.yaml"
+    cfg.write_text(yaml.safe_dump(company(pg_backend.schema), sort_keys=False))
+    a, b = _daemon(work, cfg, "a", pg_backend), _daemon(work, cfg, "b", pg_backend)
+    await a.start()
+    await _until_role(a, "leader")
+    await b.start()
+    try:
+        await _until_role(b, "standby")
+        assert await a.stop() == 0  # SIGTERM: runs to a checkpoint, then resigns
+        now = await _until_role(b, "leader", timeout=30)
+        assert now["node"] == "b"
+        # and a standby stopped while standing by exits 0 without running anything
+        c = _daemon(work, cfg, "c", pg_backend)
+        await c.start()
+        await _until_role(c, "standby")
+        assert await c.stop() == 0
+        assert c.events("daemon_started") == []
+    finally:
+        await b.stop()
