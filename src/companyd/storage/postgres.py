@@ -356,7 +356,7 @@ class PgDatabase:
             self._worker = threading.get_ident()
         pool = self._open_pool()
         with pool.connection(timeout=self.timeout) as raw:
-            self._conn = PgConnection(raw, lock=self._lock)
+            self._conn = PgConnection(raw, lock=self._lock, fence=self._fence)
             try:
                 yield self._conn
             finally:
