@@ -86,12 +86,13 @@ async def _inbox_offline(args: argparse.Namespace) -> dict[str, Any]:
     # A store not written yet has nothing: reading must not create it.
     desk = Desk(state / "desk.sqlite", bus=EventBus(), clock=clock, backend=backend)
     proposals = Proposals(state, cfg, bus=EventBus(), clock=clock, backend=backend)
-    journal = Journal(state / "runs.sqlite")
+    # on PostgreSQL a reader migrates nothing: the daemons of the company own the schema
+    journal = Journal(state / "runs.sqlite", backend=backend, readonly=backend.kind == "postgres")
     try:
         inbox = await gather_inbox(
             desk if await desk.present() else None,
             proposals if await proposals.present() else None,
-            journal if journal.path.exists() else None,
+            journal if await asyncio.to_thread(journal.exists) else None,
         )
         return dict(result_data("inbox", inbox))
     finally:
