@@ -13,6 +13,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from companyd.admin import AdminError
@@ -20,6 +21,7 @@ from companyd.admin.results import ProposalDecision
 from companyd.clock import SystemClock
 from companyd.config import load_config
 from companyd.events import EventBus
+from companyd.roles import improver
 from companyd.roles.improver import Proposal, ProposalError, Proposals
 from companyd.storage import SQLITE, Backend
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
@@ -509,5 +511,46 @@ async def test_asking_whether_a_proposal_store_exists_creates_nothing(
         assert not (tmp_path / "state").exists()
         await store.propose("improver", "marketing", "Post daily.", "cadence")
         assert await store.present()
+    finally:
+        await store.close()
+
+
+async def test_a_file_written_before_a_failed_commit_is_put_back(
+    tmp_path: Path, pg_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database connection dies between the file's change and the commit of the new
+    status (a server restart, a network cut): the file is put back, so the proposal is
+    still pending and its file still what it was — never applied on disk but pending in the
+    store — and approving it again works.
+    """
+    assert pg_backend.dsn is not None
+    dsn = pg_backend.dsn
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    store = _store(cfg, tmp_path / "state", pg_backend)
+    real_write = improver.write_atomic
+    cuts: list[int] = []
+
+    def write_then_cut(path: Path, text: str) -> None:
+        real_write(path, text)
+        if cuts:
+            return  # only the first approval loses its connection
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            rows = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = "
+                "'idle in transaction' AND query LIKE 'UPDATE proposals%'"
+            ).fetchall()
+        cuts.append(len(rows))
+
+    monkeypatch.setattr(improver, "write_atomic", write_then_cut)
+    try:
+        p = await store.propose("improver", "marketing", "Post daily.", "cadence")
+        with pytest.raises(psycopg.OperationalError):
+            await store.approve(p.id)
+        assert cuts == [1]
+        assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+        assert (await store.get(p.id))[0].status == "pending"
+        assert (await store.approve(p.id)).status == "applied"
+        assert "Post daily." in cfg.read_text(encoding="utf-8")
     finally:
         await store.close()
