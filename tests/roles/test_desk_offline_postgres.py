@@ -137,7 +137,8 @@ def test_the_founders_commands_without_a_daemon_work_in_the_companys_schema(
     assert rc == 0
     assert [i["id"] for i in inbox["items"]] == [question.id, approval.id, result.id, proposal]
 
-    assert _cli(capsys, "answer", question.id, "Friday", *conf)[0] == 0
+    rc, out = _cli(capsys, "answer", question.id, "Friday", *conf)
+    assert rc == 0 and "a daemon of this company on another host acts on it within" in out
     assert _cli(capsys, "approve", approval.id, *conf)[0] == 0
     assert _cli(capsys, "reject", result.id, "off-brand", *conf)[0] == 0
     assert _cli(capsys, "approve", proposal, *conf)[0] == 0

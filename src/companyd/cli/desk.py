@@ -143,8 +143,9 @@ def _answer(args: argparse.Namespace) -> int:
 def decide_offline(
     args: argparse.Namespace, item_id: str, state: ItemState, text: str
 ) -> dict[str, Any]:
-    """Decide a desk item with no daemon running: written to the desk, where the run finds
-    it when the daemon starts again.
+    """Decide a desk item with no daemon running here: written to the desk, where the run
+    finds it when the daemon starts again (on PostgreSQL, a daemon of the company on another
+    host finds it within seconds).
     """
 
     async def go() -> dict[str, Any]:
@@ -158,7 +159,13 @@ def decide_offline(
         finally:
             await desk.close()
         result = dict(result_data("answer", done))
-        result["message"] += "; the daemon acts on it when it starts again"
+        result["message"] += (
+            "; the daemon acts on it when it starts again"
+            if desk.backend.kind == "sqlite"
+            # a daemon of this company on another host reads the same schema
+            else "; a daemon of this company on another host acts on it within seconds, "
+            "otherwise the daemon acts on it when it starts"
+        )
         return result
 
     return asyncio.run(go())

@@ -269,6 +269,11 @@ class Desk:
         #: item id → set when the item is decided (waiters in this process)
         self._decided: dict[str, asyncio.Event] = {}
 
+    @property
+    def backend(self) -> Backend:
+        """Where the items live."""
+        return self._backend
+
     def _database(self, *, readonly: bool) -> StoreDatabase:
         return open_database(
             self._backend,
