@@ -1,4 +1,9 @@
-"""The improver proposes, the operator decides; applied changes reload and can be reverted."""
+"""The improver proposes, the operator decides; applied changes reload and can be reverted.
+
+The store's own tests run on both backends (``state_backend``: proposals.sqlite, a
+company's PostgreSQL schema); the daemon's end-to-end tests and those about the SQLite file
+on SQLite.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from companyd.admin import AdminError
@@ -15,7 +21,9 @@ from companyd.admin.results import ProposalDecision
 from companyd.clock import SystemClock
 from companyd.config import load_config
 from companyd.events import EventBus
-from companyd.roles.improver import ProposalError, Proposals
+from companyd.roles import improver
+from companyd.roles.improver import Proposal, ProposalError, Proposals
+from companyd.storage import SQLITE, Backend
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
 from .agentkit import PerAgent, running_company, tool_results, write_company
@@ -137,27 +145,33 @@ agents:
 """
 
 
-def _store(cfg_path: Path, state: Path) -> Proposals:
+def _store(cfg_path: Path, state: Path, backend: Backend = SQLITE) -> Proposals:
     store: Proposals
 
     async def reload() -> None:
         store.reconfigure(await asyncio.to_thread(load_config, cfg_path))
 
     store = Proposals(
-        state, load_config(cfg_path), bus=EventBus(), clock=SystemClock(), reload=reload
+        state,
+        load_config(cfg_path),
+        bus=EventBus(),
+        clock=SystemClock(),
+        reload=reload,
+        backend=backend,
     )
     return store
 
 
 @pytest.mark.parametrize("agent", ["ceo", "marketing"])
 async def test_apply_keeps_every_comment_and_blank_line_and_revert_restores_the_bytes(
-    tmp_path: Path, agent: str
+    tmp_path: Path, agent: str, state_backend: Backend
 ) -> None:
     cfg = tmp_path / "company.yaml"
     cfg.write_text(HAND_WRITTEN, encoding="utf-8")
-    store = _store(cfg, tmp_path / "state")
+    store = _store(cfg, tmp_path / "state", state_backend)
     p = await store.propose("improver", agent, "Be brief.\nBe kind.", "clearer")
     await store.approve(p.id)
+    await store.close()
     text = cfg.read_text(encoding="utf-8")
     assert store.config.agents[agent].instructions.strip() == "Be brief.\nBe kind."
 
@@ -169,7 +183,12 @@ async def test_apply_keeps_every_comment_and_blank_line_and_revert_restores_the_
     kept = [line for line in HAND_WRITTEN.splitlines() if "Run the company" not in line]
     kept = [line for line in kept if "Write posts" not in line and "instructions" not in line]
     assert [line for line in text.splitlines() if line in kept] == kept
-    await store.revert(p.id)
+    # a restart (or the standby that took over) reverts what the first store applied
+    again = _store(cfg, tmp_path / "state", state_backend)
+    try:
+        await again.revert(p.id)
+    finally:
+        await again.close()
     assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
 
 
@@ -201,11 +220,11 @@ async def test_apply_writes_through_a_symlink_and_keeps_owner_and_mode(tmp_path:
 
 
 async def test_revert_after_a_hand_edit_is_refused_saying_so_and_decisions_are_final(
-    tmp_path: Path,
+    tmp_path: Path, state_backend: Backend
 ) -> None:
     cfg = tmp_path / "company.yaml"
     cfg.write_text(HAND_WRITTEN, encoding="utf-8")
-    store = _store(cfg, tmp_path / "state")
+    store = _store(cfg, tmp_path / "state", state_backend)
     p = await store.propose("improver", "marketing", "Post daily.", "cadence")
     q = await store.propose("improver", "ceo", "Decide faster.", "slow")
     assert (await store.reject(q.id)).status == "rejected"
@@ -226,6 +245,9 @@ async def test_revert_after_a_hand_edit_is_refused_saying_so_and_decisions_are_f
     with pytest.raises(ProposalError, match="is reverted; only applied ones revert"):
         await store.revert(p.id)
     assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+    assert [(x.id, x.status) for x in await store.list(include_decided=False)] == []
+    assert {x.id: x.status for x in await store.list()} == {p.id: "reverted", q.id: "rejected"}
+    await store.close()
 
 
 async def test_an_instructions_file_proposal_is_written_atomically_and_reloaded(
@@ -320,7 +342,7 @@ async def test_a_proposal_making_company_yaml_invalid_is_refused_when_made(tmp_p
 
 
 async def test_an_unwritable_company_yaml_refuses_the_approval_clearly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state_backend: Backend
 ) -> None:
     # Under the systemd unit /etc/companyd is read-only to the daemon (ProtectSystem=strict).
     # Root ignores permissions, so the read-only file system is simulated at the one call
@@ -331,7 +353,7 @@ async def test_an_unwritable_company_yaml_refuses_the_approval_clearly(
 
     cfg = tmp_path / "company.yaml"
     cfg.write_text(HAND_WRITTEN, encoding="utf-8")
-    store = _store(cfg, tmp_path / "state")
+    store = _store(cfg, tmp_path / "state", state_backend)
     p = await store.propose("improver", "marketing", "Post daily.", "cadence")
 
     def read_only(path: Path, text: str) -> None:
@@ -346,6 +368,7 @@ async def test_an_unwritable_company_yaml_refuses_the_approval_clearly(
     assert "docs/deploy.md" in message
     assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
     assert (await store.get(p.id))[0].status == "pending"
+    await store.close()
 
 
 async def test_an_instructions_file_replaced_by_a_fifo_is_refused_not_read(tmp_path: Path) -> None:
@@ -438,3 +461,96 @@ async def test_a_proposal_store_written_by_the_old_code_opens_unchanged(tmp_path
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
     assert conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall() == before
     conn.close()
+
+
+# -- several deciders on one store (two daemons on one database, the CLI beside one) -----
+
+
+async def test_two_stores_deciding_the_same_proposal_at_once_decide_it_once(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """Each store has its own thread and connection, as two daemons would: of two
+    decisions at once exactly one acts (the file is written at most once) and the other is
+    refused with the status the first left. Seen failing before the decision was one
+    transaction: two rejections both "won".
+    """
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    a = _store(cfg, tmp_path / "state", state_backend)
+    b = _store(cfg, tmp_path / "state", state_backend)
+    try:
+        for first, second in (("reject", "reject"), ("approve", "approve"), ("reject", "approve")):
+            p = await a.propose("improver", "marketing", f"Post {first} {second}.", "cadence")
+            both = await asyncio.gather(
+                getattr(a, first)(p.id), getattr(b, second)(p.id), return_exceptions=True
+            )
+            won = [r for r in both if isinstance(r, Proposal)]
+            lost = [r for r in both if isinstance(r, ProposalError)]
+            assert len(won) == len(lost) == 1, both
+            assert str(lost[0]) == f"proposal {p.id} is {won[0].status}, not pending"
+            assert (await b.get(p.id))[0].status == won[0].status
+            applied = f"Post {first} {second}." in cfg.read_text(encoding="utf-8")
+            assert applied == (won[0].status == "applied")
+            if applied:
+                await b.revert(p.id)
+        assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_asking_whether_a_proposal_store_exists_creates_nothing(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    store = _store(cfg, tmp_path / "state", state_backend)
+    try:
+        assert not await store.present()
+        assert not await store.present()
+        assert not (tmp_path / "state").exists()
+        await store.propose("improver", "marketing", "Post daily.", "cadence")
+        assert await store.present()
+    finally:
+        await store.close()
+
+
+async def test_a_file_written_before_a_failed_commit_is_put_back(
+    tmp_path: Path, pg_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database connection dies between the file's change and the commit of the new
+    status (a server restart, a network cut): the file is put back, so the proposal is
+    still pending and its file still what it was — never applied on disk but pending in the
+    store — and approving it again works.
+    """
+    assert pg_backend.dsn is not None
+    dsn = pg_backend.dsn
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    store = _store(cfg, tmp_path / "state", pg_backend)
+    real_write = improver.write_atomic
+    cuts: list[int] = []
+
+    def write_then_cut(path: Path, text: str) -> None:
+        real_write(path, text)
+        if cuts:
+            return  # only the first approval loses its connection
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            rows = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = "
+                "'idle in transaction' AND query LIKE 'UPDATE proposals%'"
+            ).fetchall()
+        cuts.append(len(rows))
+
+    monkeypatch.setattr(improver, "write_atomic", write_then_cut)
+    try:
+        p = await store.propose("improver", "marketing", "Post daily.", "cadence")
+        with pytest.raises(psycopg.OperationalError):
+            await store.approve(p.id)
+        assert cuts == [1]
+        assert cfg.read_text(encoding="utf-8") == HAND_WRITTEN
+        assert (await store.get(p.id))[0].status == "pending"
+        assert (await store.approve(p.id)).status == "applied"
+        assert "Post daily." in cfg.read_text(encoding="utf-8")
+    finally:
+        await store.close()

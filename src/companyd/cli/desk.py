@@ -17,14 +17,13 @@ import getpass
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from companyd.admin.wire import result_data
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, running_daemon
 from companyd.cli.main import print_json
 from companyd.clock import SystemClock
-from companyd.config import default_config_path, load_config
+from companyd.config import default_config_path, load_config, state_backend
 from companyd.daemon.inbox import decide, gather_inbox
 from companyd.errors import CompanydError
 from companyd.events import EventBus
@@ -62,9 +61,11 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_answer)
 
 
-def _state_dir(args: argparse.Namespace) -> Path:
+def _desk(args: argparse.Namespace) -> Desk:
+    """The company's desk, where its daemon keeps it (a file or its PostgreSQL schema)."""
     cfg = load_config(args.config or default_config_path())
-    return cfg.state_dir(args.state_dir)
+    path = cfg.state_dir(args.state_dir) / "desk.sqlite"
+    return Desk(path, bus=EventBus(), clock=SystemClock(), backend=state_backend(cfg))
 
 
 def _inbox(args: argparse.Namespace) -> int:
@@ -81,15 +82,17 @@ async def _inbox_offline(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_config(args.config or default_config_path())
     state = cfg.state_dir(args.state_dir)
     clock = SystemClock()
-    # A store whose file does not exist yet has nothing: reading must not create it.
-    desk = Desk(state / "desk.sqlite", bus=EventBus(), clock=clock)
-    proposals = Proposals(state, cfg, bus=EventBus(), clock=clock)
-    journal = Journal(state / "runs.sqlite")
+    backend = state_backend(cfg)
+    # A store not written yet has nothing: reading must not create it.
+    desk = Desk(state / "desk.sqlite", bus=EventBus(), clock=clock, backend=backend)
+    proposals = Proposals(state, cfg, bus=EventBus(), clock=clock, backend=backend)
+    # on PostgreSQL a reader migrates nothing: the daemons of the company own the schema
+    journal = Journal(state / "runs.sqlite", backend=backend, readonly=backend.kind == "postgres")
     try:
         inbox = await gather_inbox(
-            desk if desk.path.exists() else None,
-            proposals if proposals.path.exists() else None,
-            journal if journal.path.exists() else None,
+            desk if await desk.present() else None,
+            proposals if await proposals.present() else None,
+            journal if await asyncio.to_thread(journal.exists) else None,
         )
         return dict(result_data("inbox", inbox))
     finally:
@@ -140,22 +143,29 @@ def _answer(args: argparse.Namespace) -> int:
 def decide_offline(
     args: argparse.Namespace, item_id: str, state: ItemState, text: str
 ) -> dict[str, Any]:
-    """Decide a desk item with no daemon running: written to the desk, where the run finds
-    it when the daemon starts again.
+    """Decide a desk item with no daemon running here: written to the desk, where the run
+    finds it when the daemon starts again (on PostgreSQL, a daemon of the company on another
+    host finds it within seconds).
     """
 
     async def go() -> dict[str, Any]:
-        desk = Desk(_state_dir(args) / "desk.sqlite", bus=EventBus(), clock=SystemClock())
-        if not desk.path.exists():
-            raise CompanydError(
-                f"nothing on the founder's desk has id {item_id!r}; pending: (none)"
-            )
+        desk = _desk(args)
         try:
+            if not await desk.present():
+                raise CompanydError(
+                    f"nothing on the founder's desk has id {item_id!r}; pending: (none)"
+                )
             done = await decide(desk, item_id, state, text, by=login(), via="cli")
         finally:
             await desk.close()
         result = dict(result_data("answer", done))
-        result["message"] += "; the daemon acts on it when it starts again"
+        result["message"] += (
+            "; the daemon acts on it when it starts again"
+            if desk.backend.kind == "sqlite"
+            # a daemon of this company on another host reads the same schema
+            else "; a daemon of this company on another host acts on it within seconds, "
+            "otherwise the daemon acts on it when it starts"
+        )
         return result
 
     return asyncio.run(go())

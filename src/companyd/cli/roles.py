@@ -351,12 +351,13 @@ async def _decisions_offline(args: argparse.Namespace, run_id: str) -> list[Resu
     """The founder's decisions on run ``run_id``'s result, from the desk file (none when
     there is no desk yet: reading must not create it).
     """
-    _, state = _config_and_state(args)
-    path = state / "desk.sqlite"
-    if not path.exists():
-        return []
-    desk = Desk(path, bus=EventBus(), clock=SystemClock())
+    cfg, state = _config_and_state(args)
+    desk = Desk(
+        state / "desk.sqlite", bus=EventBus(), clock=SystemClock(), backend=state_backend(cfg)
+    )
     try:
+        if not await desk.present():
+            return []
         return decisions_of(await desk.of_run(run_id))
     finally:
         await desk.close()
@@ -486,16 +487,21 @@ def _print_message(result: Mapping[str, Any]) -> int:
 
 def _store(args: argparse.Namespace) -> Any:
     cfg, state_dir = _config_and_state(args)
-    return Proposals(state_dir, cfg, bus=EventBus(), clock=SystemClock())
+    return Proposals(
+        state_dir, cfg, bus=EventBus(), clock=SystemClock(), backend=state_backend(cfg)
+    )
 
 
 def _proposals(args: argparse.Namespace) -> int:
     def offline() -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             store = _store(args)
-            if not store.path.exists():  # none made yet: do not create the file to say so
-                return {"proposals": []}
-            return {"proposals": [p.to_dict() for p in await store.list()]}
+            try:
+                if not await store.present():  # none made yet: do not create it to say so
+                    return {"proposals": []}
+                return {"proposals": [p.to_dict() for p in await store.list()]}
+            finally:
+                await store.close()
 
         return asyncio.run(go())
 
@@ -534,13 +540,14 @@ def _decide(args: argparse.Namespace) -> int:
     def offline() -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             store = _store(args)
-            if not store.path.exists():
-                raise CompanydError(f"no proposal {args.proposal_id!r}; pending: (none)")
-            fn = getattr(store, args.decision)
             try:
-                p = await fn(args.proposal_id)
+                if not await store.present():
+                    raise CompanydError(f"no proposal {args.proposal_id!r}; pending: (none)")
+                p = await getattr(store, args.decision)(args.proposal_id)
             except ProposalError as exc:
                 raise CompanydError(str(exc)) from None
+            finally:
+                await store.close()
             done = {"approve": "applied", "reject": "rejected", "revert": "reverted"}
             return {**p.to_dict(), "message": f"{done[args.decision]} {p.id}"}
 

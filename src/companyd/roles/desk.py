@@ -16,9 +16,19 @@ is decided or its deadline passes, on the injected clock.
 
 Storage: ``desk.sqlite`` in the state directory (a :class:`companyd._sqlite.Database`: one
 worker thread, ``PRAGMA user_version`` migrations, WAL with ``synchronous=NORMAL`` — a
-decision survives a kill -9 of the daemon once :meth:`Desk.decide` returns). The desk is
-the one owner of the file and of the in-memory waiters; the agents, the operator's
-commands and the Telegram buttons all go through it.
+decision survives a kill -9 of the daemon once :meth:`Desk.decide` returns), or the
+``desk`` tables of the company's PostgreSQL schema (``state: backend: postgres``,
+docs/storage.md). The desk is the one owner of the store and of the in-memory waiters in
+its process; the agents, the operator's commands and the Telegram buttons all go through
+it.
+
+Several deciders: a decision is taken once. Deciding reads the item and writes the
+decision in one ``BEGIN IMMEDIATE`` transaction (SQLite's write lock on the file; the
+desk's advisory lock on PostgreSQL), so when two deciders — two daemons on one database,
+the dashboard and Telegram, the CLI beside a daemon — decide the same item at once,
+exactly one decision is kept and the other is refused with what the first was. On
+PostgreSQL a waiting run also re-reads its item every :data:`PG_POLL_SECONDS`, so a
+decision written by another daemon (or by the CLI on another host) wakes it.
 """
 
 from __future__ import annotations
@@ -27,14 +37,13 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from companyd._sqlite import Database, Migration
+from companyd._sqlite import Migration
 from companyd.clock import Clock, within
 from companyd.errors import CompanydError
 from companyd.events import (
@@ -44,10 +53,23 @@ from companyd.events import (
     FounderQuestion,
     FounderResultForApproval,
 )
+from companyd.storage import (
+    DB_ERRORS,
+    SQLITE,
+    Backend,
+    Dialects,
+    StoreAbsent,
+    StoreDatabase,
+    open_database,
+    sqlite_migrations,
+)
+from companyd.storage.dialect import Connection
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
     "MIGRATIONS",
+    "PG_POLL_SECONDS",
+    "STEPS",
     "Desk",
     "DeskError",
     "DeskItem",
@@ -55,8 +77,14 @@ __all__ = [
     "ItemState",
 ]
 
+T = TypeVar("T")
+
 #: How long an approval waits for the founder when company.yaml does not say (24 h).
 DEFAULT_APPROVAL_TIMEOUT = 86_400.0
+
+#: On PostgreSQL, how often (seconds on the desk's clock) a waiting run re-reads its item:
+#: another daemon's decision sets no event in this process.
+PG_POLL_SECONDS = 2.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -78,6 +106,29 @@ CREATE TABLE IF NOT EXISTS items (
 CREATE INDEX IF NOT EXISTS items_by_state ON items(state, created);
 """
 
+# The same table on PostgreSQL: times DOUBLE PRECISION (PostgreSQL's REAL is 4 bytes), and
+# a ``rowid`` identity standing for SQLite's implicit one, so that one statement text orders
+# ties of ``created`` by insertion on both backends (``ORDER BY created, rowid``).
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS items (
+    id TEXT PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    run_id TEXT,
+    routine TEXT,
+    payload TEXT NOT NULL,
+    state TEXT NOT NULL,
+    created DOUBLE PRECISION NOT NULL,
+    deadline DOUBLE PRECISION NOT NULL,
+    decided DOUBLE PRECISION,
+    text TEXT NOT NULL DEFAULT '',
+    decided_by TEXT NOT NULL DEFAULT '',
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE
+);
+CREATE INDEX IF NOT EXISTS items_by_state ON items(state, created);
+"""
+
 #: Version 2: through what the founder decided (``via``: telegram or cli), and the items of
 #: a run found by it (``runs show``).
 _VIA = """
@@ -85,8 +136,11 @@ ALTER TABLE items ADD COLUMN via TEXT NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS items_by_run ON items(run_id);
 """
 
-#: The desk's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite).
-MIGRATIONS: tuple[Migration, ...] = (_SCHEMA, _VIA)
+#: The desk's schema on both backends, one entry per version (companyd.storage).
+STEPS: tuple[Dialects | str, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA), _VIA)
+
+#: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version`` (companyd._sqlite).
+MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
 
 _COLUMNS = (
     "id, key, kind, agent, run_id, routine, payload, state, created, deadline, decided, text, "
@@ -194,19 +248,58 @@ class Desk:
     """The founder's desk of one state directory (one instance per daemon).
 
     Args:
-        path: the SQLite file (created on first use).
+        path: the SQLite file (created on first use; unused on PostgreSQL).
         bus: where ``founder_approval_requested``, ``founder_question`` and
             ``founder_decided`` go.
         clock: time source (deadlines, waits).
+        backend: where the items live: ``path`` (the default) or the ``desk`` tables of
+            the company's PostgreSQL schema.
     """
 
-    def __init__(self, path: Path, *, bus: EventBus, clock: Clock) -> None:
+    def __init__(
+        self, path: Path, *, bus: EventBus, clock: Clock, backend: Backend = SQLITE
+    ) -> None:
         self.path = path
         self._bus = bus
         self._clock = clock
-        self._db = Database(path, migrations=MIGRATIONS, what="founder's desk", thread_name="desk")
+        self._backend = backend
+        self._db = self._database(readonly=False)
+        #: how often a waiting run re-reads its item (None: only this process decides)
+        self._poll = None if backend.kind == "sqlite" else PG_POLL_SECONDS
         #: item id → set when the item is decided (waiters in this process)
         self._decided: dict[str, asyncio.Event] = {}
+
+    @property
+    def backend(self) -> Backend:
+        """Where the items live."""
+        return self._backend
+
+    def _database(self, *, readonly: bool) -> StoreDatabase:
+        return open_database(
+            self._backend,
+            path=self.path,
+            store="desk",
+            migrations=STEPS,
+            what="founder's desk",
+            readonly=readonly,
+            thread_name="desk",
+        )
+
+    async def present(self) -> bool:
+        """Whether anything has written this desk yet: its file exists (SQLite) or its
+        tables do (PostgreSQL). A reader asks first, so that reading never creates the
+        store (the CLI without a daemon).
+        """
+        if self._backend.kind == "sqlite":
+            return self.path.exists()
+        probe = self._database(readonly=True)
+        try:
+            await probe.open()
+        except StoreAbsent:
+            return False
+        finally:
+            await probe.close()
+        return True
 
     async def close(self) -> None:
         """Close the database and stop its thread."""
@@ -232,18 +325,17 @@ class Desk:
         item_id = _item_id(kind, key)
         data = json.dumps(dict(payload), ensure_ascii=False, default=str)
 
-        def add(db: sqlite3.Connection) -> tuple[bool, tuple[Any, ...]]:
-            with db:
-                db.execute("BEGIN")
-                created = db.execute(
-                    "INSERT OR IGNORE INTO items (id, key, kind, agent, run_id, routine, payload, "
-                    "state, created, deadline) VALUES (?,?,?,?,?,?,?, 'pending', ?, ?)",
-                    (item_id, key, str(kind), agent, run_id, routine, data, now, now + timeout),
-                ).rowcount
-                row = db.execute(f"SELECT {_COLUMNS} FROM items WHERE key = ?", (key,)).fetchone()
-            return bool(created), row
+        def add(db: Connection) -> tuple[bool, tuple[Any, ...]]:
+            created = db.execute(
+                "INSERT INTO items (id, key, kind, agent, run_id, routine, payload, state, "
+                "created, deadline) VALUES (?,?,?,?,?,?,?, 'pending', ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (item_id, key, str(kind), agent, run_id, routine, data, now, now + timeout),
+            ).rowcount
+            row = db.execute(f"SELECT {_COLUMNS} FROM items WHERE key = ?", (key,)).fetchone()
+            return created > 0, row
 
-        created, row = await self._db.run(add)
+        created, row = await self._db.run(lambda db: _transaction(db, "BEGIN", add))
         item = DeskItem._of(row)
         if created:
             self._announce(item)
@@ -299,12 +391,14 @@ class Desk:
             left = current.deadline - self._clock.time()
             if left <= 0:
                 return await self._expire(current)
+            step = left if self._poll is None else min(left, self._poll)
             with contextlib.suppress(TimeoutError):
-                await within(self._clock, left, event.wait())
+                await within(self._clock, step, event.wait())
             event.clear()
 
     async def _expire(self, item: DeskItem) -> DeskItem:
-        return await self._set(item.id, ItemState.EXPIRED, "", "the deadline", only_pending=True)
+        done, _ = await self._set(item.id, ItemState.EXPIRED, "", "the deadline")
+        return done
 
     # -- deciding -------------------------------------------------------------------------
 
@@ -314,7 +408,9 @@ class Desk:
         """Decide a pending item: ``approved`` / ``rejected`` (an approval or a result,
         ``text`` the reason), ``answered`` (a question, ``text`` the answer) or
         ``changes_requested`` (a result, ``text`` the change; an answer to a result is one).
-        ``by`` and ``via`` (``telegram``, ``cli``) are kept with the decision.
+        ``by`` and ``via`` (``telegram``, ``cli``) are kept with the decision. The first
+        decision wins, in this process or any other on the same store (see the module
+        docstring): a later one is refused.
 
         Raises:
             DeskError: no such item, the wrong decision for its kind, or already decided.
@@ -326,11 +422,7 @@ class Desk:
         if item.pending and item.deadline <= self._clock.time():
             item = await self._expire(item)
         if not item.pending:
-            raise DeskError(
-                f"{item.kind} {item.id} was already {item.state}"
-                + (f" by {item.decided_by}" if item.decided_by else "")
-                + "; nothing changed"
-            )
+            raise _already(item)
         if item.kind is ItemKind.QUESTION and state is not ItemState.ANSWERED:
             raise DeskError(
                 f"{item.id} is a question from {item.agent}: answer it (`companyd answer "
@@ -348,37 +440,39 @@ class Desk:
                 raise DeskError(f"{item.id} is a result: approve it, reject it or ask for changes")
         if state in (ItemState.ANSWERED, ItemState.CHANGES) and not text.strip():
             raise DeskError(f"an answer to {item.id} needs some text; nothing changed")
-        done = await self._set(item_id, state, text.strip(), by, only_pending=True, via=via)
-        if done.state is not state:  # decided meanwhile (another button, the deadline)
-            raise DeskError(f"{item.kind} {item.id} was already {done.state}; nothing changed")
+        done, changed = await self._set(item_id, state, text.strip(), by, via=via)
+        if not changed or done.state is not state:
+            # decided meanwhile: another button, another daemon, the deadline
+            raise _already(done)
         return done
 
     async def _set(
-        self,
-        item_id: str,
-        state: ItemState,
-        text: str,
-        by: str,
-        *,
-        only_pending: bool,
-        via: str = "",
-    ) -> DeskItem:
+        self, item_id: str, state: ItemState, text: str, by: str, *, via: str = ""
+    ) -> tuple[DeskItem, bool]:
+        """Move pending item ``item_id`` to ``state`` — or to ``expired`` when its deadline
+        has passed meanwhile — in one ``BEGIN IMMEDIATE`` transaction; the item as stored
+        after it, and whether this call changed it (False: it was no longer pending).
+        """
         now = self._clock.time()
 
-        def upd(db: sqlite3.Connection) -> tuple[int, tuple[Any, ...]]:
-            with db:
-                db.execute("BEGIN")
-                changed = db.execute(
-                    "UPDATE items SET state = ?, text = ?, decided_by = ?, decided = ?, via = ? "
-                    "WHERE id = ?" + (" AND state = 'pending'" if only_pending else ""),
-                    (str(state), text, by, now, via, item_id),
-                ).rowcount
-                row = db.execute(
-                    f"SELECT {_COLUMNS} FROM items WHERE id = ?", (item_id,)
-                ).fetchone()
-            return changed, row
+        def upd(db: Connection) -> tuple[bool, tuple[Any, ...] | None]:
+            row = db.execute(f"SELECT {_COLUMNS} FROM items WHERE id = ?", (item_id,)).fetchone()
+            if row is None or row[7] != ItemState.PENDING:
+                return False, row
+            values = (str(state), text, by, via)
+            if state is not ItemState.EXPIRED and float(row[9]) <= now:
+                values = (str(ItemState.EXPIRED), "", "the deadline", "")
+            changed = db.execute(
+                "UPDATE items SET state = ?, text = ?, decided_by = ?, decided = ?, via = ? "
+                "WHERE id = ? AND state = 'pending'",
+                (values[0], values[1], values[2], now, values[3], item_id),
+            ).rowcount
+            row = db.execute(f"SELECT {_COLUMNS} FROM items WHERE id = ?", (item_id,)).fetchone()
+            return changed > 0, row
 
-        changed, row = await self._db.run(upd)
+        changed, row = await self._db.run(lambda db: _transaction(db, "BEGIN IMMEDIATE", upd))
+        if row is None:
+            raise DeskError(f"nothing on the founder's desk has id {item_id!r}")
         item = DeskItem._of(row)
         if changed:
             self._bus.publish(
@@ -389,15 +483,15 @@ class Desk:
                     agent=item.agent,
                     run_id=item.run_id,
                     state=str(item.state),
-                    by=by,
-                    via=via,
+                    by=item.decided_by,
+                    via=item.via,
                     routine=item.routine,
                 )
             )
             event = self._decided.pop(item_id, None)
             if event is not None:
                 event.set()
-        return item
+        return item, changed
 
     # -- reading --------------------------------------------------------------------------
 
@@ -461,6 +555,32 @@ class Desk:
             ).fetchall()
         )
         return [DeskItem._of(r) for r in rows]
+
+
+def _already(item: DeskItem) -> DeskError:
+    """The refusal of a decision on ``item``, which is no longer pending."""
+    return DeskError(
+        f"{item.kind} {item.id} was already {item.state}"
+        + (f" by {item.decided_by}" if item.decided_by else "")
+        + "; nothing changed"
+    )
+
+
+def _transaction(db: Connection, begin: str, fn: Callable[[Connection], T]) -> T:
+    """``fn(db)`` in one transaction opened with ``begin``: committed when it returns,
+    rolled back when it (or the commit) raises — what ``with sqlite3.Connection`` does,
+    on either backend.
+    """
+    db.execute(begin)
+    try:
+        out = fn(db)
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            with contextlib.suppress(*DB_ERRORS):
+                db.execute("ROLLBACK")
+        raise
+    return out
 
 
 def _clip(text: str, limit: int) -> str:

@@ -16,12 +16,21 @@ as stale.
 
 Proposals live in ``proposals.sqlite`` in the state directory (a
 :class:`companyd._sqlite.Database`: one worker thread, ``PRAGMA user_version`` migrations,
-``synchronous=FULL`` as SQLite's default was before the stores shared one owner).
+``synchronous=FULL`` as SQLite's default was before the stores shared one owner), or in the
+``proposals`` tables of the company's PostgreSQL schema (``state: backend: postgres``,
+docs/storage.md).
+
+A decision is taken once: approving, rejecting or reverting checks the proposal's status,
+writes the file and records the new status in one ``BEGIN IMMEDIATE`` transaction (the
+file's write lock on SQLite, the store's advisory lock on PostgreSQL), so of two deciders
+at once — two daemons on one database, the CLI beside a daemon — exactly one acts and the
+other is refused with the status the first left.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,7 +42,7 @@ import yaml
 
 from companyd import _fs as fs
 from companyd._fs import read_regular_file
-from companyd._sqlite import Database, Migration
+from companyd._sqlite import Migration
 from companyd.admin.blocks import ProposalRow, RunRow
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config_text
@@ -41,9 +50,21 @@ from companyd.errors import CompanydError, ConfigError
 from companyd.events import EventBus, ProposalApplied, ProposalCreated
 from companyd.roles.tasks import new_id
 from companyd.roles.tools import Tool, ToolCallContext, ToolError, json_schema
+from companyd.storage import (
+    DB_ERRORS,
+    SQLITE,
+    Backend,
+    Dialects,
+    StoreAbsent,
+    StoreDatabase,
+    open_database,
+    sqlite_migrations,
+)
+from companyd.storage.dialect import Connection
 
 __all__ = [
     "MIGRATIONS",
+    "STEPS",
     "Proposal",
     "ProposalError",
     "Proposals",
@@ -119,8 +140,30 @@ CREATE TABLE IF NOT EXISTS proposals (
 );
 """
 
-#: The store's schema, one entry per ``PRAGMA user_version`` (see companyd._sqlite).
-MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+# The same table on PostgreSQL: times DOUBLE PRECISION (PostgreSQL's REAL is 4 bytes).
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS proposals (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    proposer TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    file TEXT NOT NULL,
+    diff TEXT NOT NULL,
+    old_text TEXT NOT NULL,
+    new_text TEXT NOT NULL,
+    base_sha TEXT NOT NULL,
+    new_sha TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created DOUBLE PRECISION NOT NULL,
+    decided DOUBLE PRECISION
+);
+"""
+
+#: The store's schema on both backends, one entry per version (companyd.storage).
+STEPS: tuple[Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),)
+
+#: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version`` (companyd._sqlite).
+MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
 
 
 def _read_text(path: Path) -> str:
@@ -143,6 +186,8 @@ class Proposals:
         bus: for ``proposal_created`` / ``proposal_applied`` events.
         clock: time source.
         reload: called after a proposal is applied or reverted (the daemon's reload).
+        backend: where the proposals live: ``proposals.sqlite`` in ``state_dir`` (the
+            default) or the ``proposals`` tables of the company's PostgreSQL schema.
     """
 
     def __init__(
@@ -153,6 +198,7 @@ class Proposals:
         bus: EventBus,
         clock: Clock,
         reload: Callable[[], Awaitable[Any]] | None = None,
+        backend: Backend = SQLITE,
     ) -> None:
         self.path = state_dir / "proposals.sqlite"
         self.config = config
@@ -160,15 +206,37 @@ class Proposals:
         self.clock = clock
         self._reload = reload
         self._lock = asyncio.Lock()
+        self._backend = backend
         # Opened by the first query (a listing must not create the file before it is asked
         # for); synchronous=FULL: what these connections had before (SQLite's default).
-        self._db = Database(
-            self.path,
-            migrations=MIGRATIONS,
+        self._db = self._database(readonly=False)
+
+    def _database(self, *, readonly: bool) -> StoreDatabase:
+        return open_database(
+            self._backend,
+            path=self.path,
+            store="proposals",
+            migrations=STEPS,
             what="proposal store",
             synchronous="FULL",
+            readonly=readonly,
             thread_name="proposals",
         )
+
+    async def present(self) -> bool:
+        """Whether any proposal store exists yet: its file (SQLite) or its tables
+        (PostgreSQL). A reader asks first, so that reading never creates the store.
+        """
+        if self._backend.kind == "sqlite":
+            return self.path.exists()
+        probe = self._database(readonly=True)
+        try:
+            await probe.open()
+        except StoreAbsent:
+            return False
+        finally:
+            await probe.close()
+        return True
 
     async def close(self) -> None:
         """Close the database and stop its thread."""
@@ -314,17 +382,18 @@ class Proposals:
 
     async def _approve(self, proposal_id: str) -> Proposal:
         async with self._lock:
-            p, _, new = await self.get(proposal_id)
+            p, old, new = await self.get(proposal_id)
             if p.status != "pending":
                 raise ProposalError(f"proposal {p.id} is {p.status}, not pending")
-            await self._swap(
-                Path(p.file),
+            swap = _Swap(
+                path=Path(p.file),
                 expect_sha=p.base_sha,
                 text=new,
+                undo=old,
                 stale=f"{p.file} changed since proposal {p.id} was made; it was not applied. "
                 "Reject it and ask for a new proposal against the current file",
             )
-            await self._decide(p.id, "applied")
+            await self._decide(p.id, "pending", "applied", swap)
         self.bus.publish(
             ProposalApplied(
                 source="improver",
@@ -346,7 +415,7 @@ class Proposals:
             p, _, _ = await self.get(proposal_id)
             if p.status != "pending":
                 raise ProposalError(f"proposal {p.id} is {p.status}, not pending")
-            await self._decide(p.id, "rejected")
+            await self._decide(p.id, "pending", "rejected")
         return (await self.get(p.id))[0]
 
     async def revert(self, proposal_id: str) -> Proposal:
@@ -355,50 +424,109 @@ class Proposals:
 
     async def _revert(self, proposal_id: str) -> Proposal:
         async with self._lock:
-            p, old, _ = await self.get(proposal_id)
+            p, old, new = await self.get(proposal_id)
             if p.status != "applied":
                 raise ProposalError(f"proposal {p.id} is {p.status}; only applied ones revert")
-            await self._swap(
-                Path(p.file),
+            swap = _Swap(
+                path=Path(p.file),
                 expect_sha=p.new_sha,
                 text=old,
+                undo=new,
                 stale=(
                     f"{p.file} was edited since proposal {p.id} was applied; it was not "
                     "reverted (that would undo the edit). Undo the instructions by hand, or "
                     "restore the file as the proposal left it and revert again"
                 ),
             )
-            await self._decide(p.id, "reverted")
+            await self._decide(p.id, "applied", "reverted", swap)
         if self._reload is not None:
             await self._reload()
         return (await self.get(p.id))[0]
 
-    async def _decide(self, proposal_id: str, status: str) -> None:
-        await self._q(
-            "UPDATE proposals SET status = ?, decided = ? WHERE id = ?",
-            (status, self.clock.time(), proposal_id),
-        )
+    async def _decide(
+        self, proposal_id: str, expect: str, status: str, swap: _Swap | None = None
+    ) -> None:
+        """Move ``proposal_id`` from ``expect`` to ``status`` and make ``swap`` (the file's
+        change) in one ``BEGIN IMMEDIATE`` transaction on the store's thread.
 
-    async def _swap(self, path: Path, *, expect_sha: str, text: str, stale: str) -> None:
-        def swap() -> None:
-            current = _read_text(path)
-            if _sha(current) != expect_sha:
-                raise ProposalError(stale)
+        Raises:
+            ProposalError: the proposal is no longer ``expect`` (decided meanwhile, here or
+                by another process on the same store), or the file cannot be changed;
+                nothing is changed then.
+        """
+        now = self.clock.time()
+
+        def decide(db: Connection) -> None:
+            db.execute("BEGIN IMMEDIATE")
+            swapped = False
             try:
-                write_atomic(path, text)
-            except OSError as exc:
-                # Under the shipped systemd unit /etc/companyd is read-only to the daemon
-                # (ProtectSystem=strict): say so, and how to go on, not "internal error".
-                raise ProposalError(
-                    f"cannot write {path}: {exc.strerror or exc}; nothing was changed. If the "
-                    "daemon runs under the systemd unit, its configuration directory is "
-                    "read-only to it: apply the change by hand (the diff is in `companyd "
-                    "proposals --json`) and reject the proposal, or let approvals write "
-                    "there (a ReadWritePaths=/etc/companyd drop-in and a daemon user that "
-                    "owns the directory: docs/deploy.md, 'Improver proposals')"
-                ) from None
+                row = db.execute(
+                    "SELECT status FROM proposals WHERE id = ?", (proposal_id,)
+                ).fetchone()
+                if row is None or row[0] != expect:
+                    raise ProposalError(
+                        f"proposal {proposal_id} is {row[0] if row else 'gone'}, not {expect}"
+                        if expect == "pending"
+                        else f"proposal {proposal_id} is {row[0] if row else 'gone'}; only "
+                        f"{expect} ones revert"
+                    )
+                db.execute(
+                    "UPDATE proposals SET status = ?, decided = ? WHERE id = ?",
+                    (status, now, proposal_id),
+                )
+                if swap is not None:
+                    swap.make()
+                    swapped = True
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    with contextlib.suppress(*DB_ERRORS):
+                        db.execute("ROLLBACK")
+                if swapped and swap is not None:
+                    # the status did not change: put the file back as the status says it is
+                    with contextlib.suppress(OSError, ProposalError, UnicodeDecodeError):
+                        swap.undo_made()
+                raise
 
-        await asyncio.to_thread(swap)
+        await self._db.run(decide)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Swap:
+    """A proposal's change of its file: ``path`` from the text whose SHA-256 is
+    ``expect_sha`` to ``text`` (``undo``: the text it had), refused as ``stale`` when the
+    file holds anything else.
+    """
+
+    path: Path
+    expect_sha: str
+    text: str
+    undo: str
+    stale: str
+
+    def make(self) -> None:
+        """Write ``text`` over the file, which must still be what the proposal expects."""
+        current = _read_text(self.path)
+        if _sha(current) != self.expect_sha:
+            raise ProposalError(self.stale)
+        try:
+            write_atomic(self.path, self.text)
+        except OSError as exc:
+            # Under the shipped systemd unit /etc/companyd is read-only to the daemon
+            # (ProtectSystem=strict): say so, and how to go on, not "internal error".
+            raise ProposalError(
+                f"cannot write {self.path}: {exc.strerror or exc}; nothing was changed. If "
+                "the daemon runs under the systemd unit, its configuration directory is "
+                "read-only to it: apply the change by hand (the diff is in `companyd "
+                "proposals --json`) and reject the proposal, or let approvals write "
+                "there (a ReadWritePaths=/etc/companyd drop-in and a daemon user that "
+                "owns the directory: docs/deploy.md, 'Improver proposals')"
+            ) from None
+
+    def undo_made(self) -> None:
+        """Put back the text :meth:`make` replaced, if the file still holds what it wrote."""
+        if _read_text(self.path) == self.text:
+            write_atomic(self.path, self.undo)
 
 
 def _row(r: tuple[Any, ...]) -> Proposal:
