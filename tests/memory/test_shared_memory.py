@@ -6,6 +6,7 @@ stays an MCP-format copy, and a first start imports the file it had.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from companyd.events import EventBus
 from companyd.memory.codec import parse_graph
 from companyd.memory.service import MemoryService
 from companyd.memory.shared import MIGRATIONS, SharedGraphStore
-from companyd.storage import Backend, PgDatabase, open_database
+from companyd.storage import Backend, Fence, PgDatabase, open_database
 
 from .conftest import ChildCtx
 from .test_service import running
@@ -98,6 +99,32 @@ def test_concurrent_writers_on_two_hosts_lose_nothing(tmp_path: Path, pg_backend
         assert len(fresh.call("read_graph", {})["entities"]) == 80
     finally:
         fresh.close()
+
+
+def test_a_deposed_daemons_compaction_still_brings_its_local_copy_up_to_date(
+    tmp_path: Path, pg_backend: Backend
+) -> None:
+    # A daemon's stop resigns its leadership; its memory's final compaction may come after
+    # (seen in bench/chaos.py --backend postgres: the local copy trailed the log by the last
+    # writes). The fenced transaction must not leave memory.jsonl behind: reads are not
+    # fenced, so the copy is rewritten from the database; memory_base is the leader's.
+    fence = Fence()
+    ours = store(dataclasses.replace(pg_backend, fence=fence), tmp_path / "a" / "memory.jsonl")
+    other = store(pg_backend, tmp_path / "b" / "memory.jsonl")
+    try:
+        ours.open()
+        other.open()
+        ours.call("create_entities", {"entities": [ent("ours", "x")]})
+        other.call("create_entities", {"entities": [ent("theirs", "y")]})
+        fence.epoch, fence.deposed = 1, True  # it led, and resigned before compacting
+        assert ours.compact()
+        assert names(tmp_path / "a" / "memory.jsonl") == ["ours", "theirs"]
+        # nothing was written in the database: the log still holds both rows
+        assert other.compact()
+        assert names(tmp_path / "b" / "memory.jsonl") == ["ours", "theirs"]
+    finally:
+        ours.close()
+        other.close()
 
 
 def test_the_first_start_imports_the_local_file_once(tmp_path: Path, pg_backend: Backend) -> None:

@@ -23,7 +23,10 @@ the owner restarts and reloads.
 graph at each compaction, with an empty local journal — so ``companyd memory serve-mcp`` and
 the official MCP memory server keep reading it; it may trail the log by the writes since
 the last compaction. The first start of a company moved to PostgreSQL imports that file
-as the base (once: under the lock, only if the schema holds no memory yet).
+as the base (once: under the lock, only if the schema holds no memory yet). A compaction
+the fence refuses (the daemon is no longer leader: its stop resigned first, or it was
+deposed) still rewrites the local copy from the database — reads are never fenced — and
+leaves ``memory_base`` to the leader, so a stopped daemon's copy never trails the log.
 
 The local file lock is still taken around each section: the local file is rewritten by
 compaction, and a reader on the same host must never see half of it.
@@ -43,7 +46,7 @@ from companyd.memory.errors import MemoryInconsistent
 from companyd.memory.graph import KnowledgeGraph
 from companyd.memory.store import GraphStore
 from companyd.memory.tools import replay as replay_effect
-from companyd.storage import DB_ERRORS, PgConnection, PgDatabase
+from companyd.storage import DB_ERRORS, Fenced, PgConnection, PgDatabase
 
 __all__ = ["MIGRATIONS", "SharedGraphStore"]
 
@@ -107,6 +110,23 @@ class SharedGraphStore(GraphStore):
     def should_compact(self) -> bool:
         """True once the log holds :data:`COMPACT_RECORDS` rows past the base."""
         return self._journal_records >= COMPACT_RECORDS
+
+    def compact(self, *, force: bool = False) -> bool:
+        """:meth:`GraphStore.compact`; when the fence refuses it (no longer leader), the
+        local copy is still rewritten from the database, which is only read.
+        """
+        try:
+            return super().compact(force=force)
+        except Fenced:
+            pass
+        with GraphStore._locked(self), self.database.session() as conn:
+            self._conn = conn  # no transaction: plain reads, never fenced
+            try:
+                self._sync()
+                GraphStore._compact(self)
+            finally:
+                self._conn = None
+        return True
 
     def snapshot(self) -> tuple[bytes, bytes | None]:
         """The graph as the database has it now, as an MCP-format file (a backup); no
