@@ -41,11 +41,30 @@ if all hold:
 * routine success rate, and every non-success with its reason;
 * the daemon ends healthy (everything running; SIGTERM exits 0).
 
+With ``--backend postgres`` the company's stores live in PostgreSQL (``state: {backend:
+postgres, schema: …}``, ``COMPANYD_DATABASE_URL``) on a throwaway cluster the bench starts
+itself (:class:`companyd.testing.postgres.ThrowawayCluster`). The checks read the same facts
+through each store's read-only API on either backend, never a file directly. Where the
+backend changes what a fault means, the check says so in its line:
+
+* the memory's truth is the database's change log (``memory_log``, ``memory_base``);
+  ``memory.jsonl`` is each daemon's MCP-format copy, rewritten from the database at each
+  start and compaction. A corrupted copy is therefore not *repaired* (no "memory file
+  repaired" alert, nothing in ``.corrupt``): it is replaced, clean, at the next start; the
+  second process writes through the shared log (a ``SharedGraphStore`` on the same schema);
+* the state disk holds only the memory's local copy and the stores not yet ported (the
+  founder's desk, proposals), so a full disk refuses the copy's compaction (retried later)
+  while runs go on being journaled and paid in the database: the daemon must stay up with
+  no crash loop, runs must keep being paid during the fault, and the "state disk full"
+  alert is raised at most once per fault — only if a store still on that disk was written
+  during it (the product raises no alert for a refused copy: nothing durable is at risk).
+
 Usage::
 
     python bench/chaos.py                  # the full week (about 4 minutes)
     python bench/chaos.py --short          # two simulated days, fewer faults (CI)
     python bench/chaos.py --runs 3         # three weeks in a row
+    python bench/chaos.py --short --backend postgres   # the stores in PostgreSQL
 """
 
 from __future__ import annotations
@@ -58,19 +77,22 @@ import os
 import random
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from companyd.storage import Backend
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "987654321:chaos-stand-in-token-abcdefghijklmnopqrst"
@@ -112,14 +134,15 @@ SHORT = Plan(days=2.0, scale=2880.0, crash_every=7.0, kills=1, outage=4.0, slowd
 # The company, adapted for compressed time
 
 
-def chaos_config(extra_agent: bool = False, broken: bool = False) -> str:
+def chaos_config(extra_agent: bool = False, broken: bool = False, schema: str | None = None) -> str:
     """The example company.yaml with the settings compressed time needs.
 
     At 2,520× a simulated second is 0.4 ms, so limits written in simulated time must leave
     room for real-time work: per-run ``max_seconds`` 12 h (17 real seconds),
     ``heartbeat_seconds`` 6 h, and the heartbeat routine every 30 min instead of 5; model
     calls keep real-time HTTP deadlines (3 s). Quiet hours are off so every alert can be
-    counted before the run ends.
+    counted before the run ends. ``schema``: the stores in that PostgreSQL schema (the URL in
+    ``$COMPANYD_DATABASE_URL``); None: SQLite files in the state directory (the default).
     """
     doc = yaml.safe_load((REPO / "company.yaml").read_text(encoding="utf-8"))
     doc["defaults"]["limits"]["max_seconds"] = "12h"
@@ -172,6 +195,8 @@ def chaos_config(extra_agent: bool = False, broken: bool = False) -> str:
         }
     if broken:
         doc["company"]["budget"]["daily_usd"] = "fifty"
+    if schema is not None:
+        doc["state"] = {"backend": "postgres", "schema": schema}
     return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
 
 
@@ -283,11 +308,27 @@ class Tally:
     unsettled_usd: float = 0.0
     acked: list[str] = field(default_factory=list)
     incarnations: int = 0
+    #: postgres: corruptions of the memory's local copy found replaced, clean, at the
+    #: next start (the copy is rewritten from the database)
+    copies_rewritten: int = 0
 
 
 class Chaos:
-    def __init__(self, plan: Plan, work: Path, official: str | None, verbose: bool) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        work: Path,
+        official: str | None,
+        verbose: bool,
+        store: Backend | None = None,
+    ) -> None:
+        from companyd.storage import SQLITE
+
         self.plan = plan
+        #: where the company's stores live: SQLite files in the state directory (default),
+        #: or a schema of the bench's own PostgreSQL cluster
+        self.store = store or SQLITE
+        self.postgres = self.store.kind == "postgres"
         self.work = work
         self.state = work / "state"
         self.config = work / "company.yaml"
@@ -308,7 +349,11 @@ class Chaos:
             print(f"  [{time.time() - self.real_anchor:6.1f}s] {msg}", flush=True)
 
     def sim_now(self) -> float:
-        return SIM_START + (time.time() - self.real_anchor) * self.plan.scale
+        return self.sim_at(time.time())
+
+    def sim_at(self, real: float) -> float:
+        """The daemon's (simulated) time at the real time ``real``."""
+        return SIM_START + (real - self.real_anchor) * self.plan.scale
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -324,10 +369,14 @@ class Chaos:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.postgres:
+            assert self.store.dsn is not None
+            env["COMPANYD_DATABASE_URL"] = self.store.dsn
         return env
 
     def write_config(self, **kw: bool) -> None:
-        text = chaos_config(**kw).replace("${BOT_API}", self.bot.url)
+        schema = self.store.schema if self.postgres else None
+        text = chaos_config(**kw, schema=schema).replace("${BOT_API}", self.bot.url)
         tmp = self.config.with_suffix(".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, self.config)
@@ -366,11 +415,19 @@ class Chaos:
                 raise RuntimeError(f"daemon exited {self.proc.returncode} while starting")
             try:
                 await asyncio.to_thread(ControlClient(sock, timeout=5).ping)
-                return
+                # on PostgreSQL a daemon answers as a standby until it has won the
+                # leadership (docs/ha.md): only the leader runs the company
+                if not self.postgres or await self._leads():
+                    return
             except Exception:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("daemon not ready within 60 s") from None
-                await asyncio.sleep(0.1)
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"daemon not ready (leading) within {timeout:g} s")
+            await asyncio.sleep(0.1)
+
+    async def _leads(self) -> bool:
+        status = await self.call("status")
+        return bool(status["daemon"].get("role") != "standby")
 
     async def call(self, op: str, **args: Any) -> Any:
         from companyd.daemon.control_client import ControlClient
@@ -403,19 +460,14 @@ class Chaos:
             self.tally.kills.append(time.time())
             self.say("SIGKILL")
             # what the dead daemon's alert outbox holds: a crash it lacks was lost with it
-            outboxed = outbox_crashes(self.state / "alerts.sqlite")
+            outboxed = outbox_crashes(self.state, self.store)
             self.tally.kill_outboxes.append(
                 KillSnapshot(at=self.tally.kills[-1] - self.real_anchor, outboxed=outboxed)
             )
             # the reservations of the calls it had in flight (the next start reports them as
             # spend_unsettled): money the provider may have billed that the ledger never will
-            db = sqlite3.connect(self.state / "spend.sqlite")
-            try:
-                sql = "SELECT COALESCE(SUM(amount_pusd), 0) FROM inflight"
-                (pusd,) = db.execute(sql).fetchone()
-            finally:
-                db.close()
-            self.tally.unsettled_usd += int(pusd) / 1e12
+            pusd = inflight_pusd(self.state, self.store)
+            self.tally.unsettled_usd += pusd / 1e12
             # what systemd's OnFailure=companyd-alert@%n.service does
             notify = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -432,9 +484,31 @@ class Chaos:
             if await notify.wait() == 0:
                 self.tally.notified += 1
             await asyncio.sleep(self.rng.uniform(0.5, 2.0))  # 20–80 simulated minutes down
+            corrupted = self.tally.corruptions
             self.corrupt_memory()
+            corrupted = self.tally.corruptions > corrupted
         await self.start_daemon()
+        if corrupted and self.postgres:
+            await self.local_copy_rewritten()
         self.writes_on.set()
+
+    async def local_copy_rewritten(self, timeout: float = 10.0) -> None:
+        """PostgreSQL: the damaged local copy must be replaced, clean, by the daemon's
+        start (it rewrites ``memory.jsonl`` from the database); counted when it is.
+        """
+        from companyd.memory import parse_graph
+
+        path = self.state / "memory.jsonl"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                report = parse_graph(path.read_bytes())[1]
+                if not report.dropped_lines and not report.torn_tail:
+                    self.tally.copies_rewritten += 1
+                    self.say("the memory's local copy was rewritten from the database")
+                    return
+            await asyncio.sleep(0.2)
+        self.say("the memory's local copy is still damaged after the restart")
 
     def corrupt_memory(self) -> None:
         path = self.state / "memory.jsonl"
@@ -511,11 +585,14 @@ class Chaos:
 
     async def memory_writer(self) -> None:
         """A second process's writes through the cross-process lock, acknowledged when
-        ``GraphStore.call`` returns (durable).
+        ``GraphStore.call`` returns (durable). On PostgreSQL the other process writes
+        through the shared log (a ``SharedGraphStore`` on the company's schema, serialised
+        by the database), acknowledged when its transaction has committed.
         """
         from companyd.memory import GraphStore
 
         path = self.state / "memory.jsonl"
+        store_of = shared_memory_store if self.postgres else None
         n = 0
         while True:
             await self.writes_on.wait()
@@ -527,7 +604,8 @@ class Chaos:
 
                 def write(name: str = name, n: int = n) -> None:
                     entity = {"name": name, "entityType": "fact", "observations": [f"#{n}"]}
-                    with GraphStore(path) as store:
+                    opened = GraphStore(path) if store_of is None else store_of(self, path)
+                    with opened as store:
                         store.call("create_entities", {"entities": [entity]})
 
                 try:
@@ -719,7 +797,13 @@ async def full_disk_fault(chaos: Chaos) -> None:
     fault["same_process"] = chaos.proc.returncode is None and chaos.proc.pid == pid
 
 
-def full_disk_checks(chaos: Chaos) -> list[tuple[bool, str]]:
+def full_disk_checks(
+    chaos: Chaos, calls: Callable[[], list[dict[str, Any]]]
+) -> list[tuple[bool, str]]:
+    """One line: on SQLite, ONE "state disk full" alert per fault and the daemon up; on
+    PostgreSQL (the module docstring) the daemon up, runs paid during every fault, and at
+    most one such alert per fault.
+    """
     if chaos.disk is None:
         return [(True, "full disk: not injected (no tmpfs could be mounted here)")]
     texts = [m.text for m in chaos.bot.messages if str(m.chat_id) == str(CHAT)]
@@ -729,6 +813,22 @@ def full_disk_checks(chaos: Chaos) -> list[tuple[bool, str]]:
     alerts = sum("state disk full" in (t.splitlines() or [""])[0] for t in texts)
     faults = chaos.disk_faults
     up = all(f.get("same_process") and f.get("status_ok") for f in faults)
+    if chaos.postgres:
+        sim = [(chaos.sim_at(f["start"]), chaos.sim_at(f["end"])) for f in faults if "end" in f]
+        paid = [sum(a <= r["ts"] <= b for r in calls()) for a, b in sim]
+        going = len(paid) == len(faults) and all(n > 0 for n in paid)
+        return [
+            (
+                up and going and alerts <= len(faults),
+                f"full disk (postgres: the disk holds the memory's local copy and the stores "
+                f"still files): {len(faults)} fault(s) of {chaos.plan.disk_full:g} s; daemon "
+                f"stayed up (same pid, status answered) = {up}; calls paid in the "
+                f"database's ledger during each fault: {paid}; {alerts} 'state disk full' "
+                f"alert(s) (at most one per fault: only a store on that disk raises it); "
+                f"agents paused at its end (by it or by their budget): "
+                f"{[a for f in faults for a in f.get('paused', [])]}",
+            )
+        ]
     return [
         (
             up and alerts == len(faults),
@@ -772,6 +872,7 @@ class Checks:
         self.exit_code = exit_code
         self.state = chaos.state
         self._prices: Any = None  # the company's price table, read once when needed
+        self._ledger_calls: list[dict[str, Any]] | None = None
 
     def all(self) -> list[tuple[bool, str]]:
         return [
@@ -783,34 +884,81 @@ class Checks:
             *self.alerts(),
             self.routines(),
             self.healthy(),
-            *full_disk_checks(self.c),
+            *full_disk_checks(self.c, self._calls),
         ]
 
-    def _db(self, name: str) -> sqlite3.Connection:
-        return sqlite3.connect(f"file:{self.state / name}?mode=ro", uri=True)
+    def _calls(self) -> list[dict[str, Any]]:
+        """The spend ledger's call rows, read once (the daemon has stopped)."""
+        if self._ledger_calls is None:
+            led = ledger(self.state, self.c.store)
+            try:
+                self._ledger_calls = led.calls()
+            finally:
+                led.close()
+        return self._ledger_calls
+
+    def _refusals(self) -> list[tuple[str, str]]:
+        """``(scope, period)`` of every budget refusal: the ledger's ``exhausted@LIMIT``
+        markers of each day and month the run spans (a day either side, any time zone).
+        """
+        day = 86400.0
+        first = datetime.fromtimestamp(SIM_START - 2 * day, UTC).date()
+        last = datetime.fromtimestamp(self._sim(time.time()) + 2 * day, UTC).date()
+        days = [
+            datetime.fromordinal(o).strftime("%Y-%m-%d")
+            for o in range(first.toordinal(), last.toordinal() + 1)
+        ]
+        periods = sorted(set(days) | {d[:7] for d in days})
+        led = ledger(self.state, self.c.store)
+        try:
+            markers = led.markers(periods)
+        finally:
+            led.close()
+        return [(scope, period) for scope, period, m in markers if m.startswith("exhausted@")]
+
+    def _memory_names(self) -> tuple[set[str], str]:
+        """The names of the entities the memory holds, and what holds them: the file on
+        SQLite; on PostgreSQL the database's log (read through a read-only
+        ``SharedGraphStore`` with a scratch local copy, so nothing in the state directory
+        is read or touched), which the daemon's own ``memory.jsonl`` must then equal.
+        """
+        from companyd.memory import parse_graph
+
+        path = self.state / "memory.jsonl"
+        graph, _ = parse_graph(path.read_bytes())
+        names = {e.name for e in graph.entities()}
+        if not self.c.postgres:
+            return names, "file"
+        scratch = self.c.work / "memory-db-view"
+        scratch.mkdir(exist_ok=True)
+        store = shared_memory_store(self.c, scratch / "memory.jsonl", readonly=True)
+        try:
+            held = set(store.read(lambda g: [e.name for e in g.entities()]))
+        finally:
+            store.close()
+        same = "equals it" if held == names else f"DIFFERS ({len(names)} entities)"
+        return held, f"database; the daemon's local copy after its stop {same}"
 
     # no acknowledged memory write lost; the file loads
     def memory(self) -> tuple[bool, str]:
         from companyd.memory import parse_graph
 
         path = self.state / "memory.jsonl"
-        graph, report = parse_graph(path.read_bytes())
-        names = {e.name for e in graph.entities()}
+        report = parse_graph(path.read_bytes())[1]
+        names, held_by = self._memory_names()
         corrupt = (
             (path.with_name(path.name + ".corrupt")).read_bytes().decode("utf-8", "replace")
             if path.with_name(path.name + ".corrupt").exists()
             else ""
         )
         agent_writes = []
-        db = self._db("runs.sqlite")
-        for (payload,) in db.execute("SELECT payload FROM steps WHERE kind = 'tool_result'"):
+        for payload in journal_payloads(self.state, self.c.store, "tool_result"):
             result = json.loads(payload)
             if result.get("is_error"):
                 continue
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 for e in json.loads(result["content"]).get("entities", []):
                     agent_writes.append(e["name"])
-        db.close()
         acked = self.c.tally.acked + agent_writes
         # "driver fact 1" must not be excused by a damaged "driver fact 12" in .corrupt
         in_corrupt = [
@@ -821,7 +969,8 @@ class Checks:
         ]
         lost = [n for n in acked if n not in names and n not in in_corrupt]
         clean = not report.quarantined if hasattr(report, "quarantined") else True
-        ok = not lost
+        copy_ok = held_by == "file" or "DIFFERS" not in held_by
+        ok = not lost and copy_ok
         return ok, (
             f"memory: {len(acked)} acknowledged writes ({len(self.c.tally.acked)} by a second "
             f"process, {len(agent_writes)} by agents), {len(lost)} lost"
@@ -829,7 +978,7 @@ class Checks:
             + f"; {self.c.tally.corruptions} corruptions injected "
             f"({dict(self.c.tally.corrupt_modes)}), {len(in_corrupt)} damaged entries kept "
             f"byte for byte in .corrupt; file {'loads cleanly' if clean else 'needed repair'} "
-            f"({len(names)} entities)"
+            f"({len(names)} entities" + ("" if held_by == "file" else f" in the {held_by}") + ")"
         )
 
     def official_server(self) -> tuple[bool, str]:
@@ -880,11 +1029,9 @@ class Checks:
     def llm_calls(self) -> tuple[bool, str]:
         api = self.c.api
         served = [r for r in api.requests if r.outcome == "served"]
-        db = self._db("runs.sqlite")
         journaled: Counter[str] = Counter()
-        for (payload,) in db.execute("SELECT payload FROM steps WHERE kind = 'llm'"):
+        for payload in journal_payloads(self.state, self.c.store, "llm"):
             journaled[json.loads(payload).get("request_id") or ""] += 1
-        db.close()
         twice = [rid for rid, n in journaled.items() if rid and n > 1]
         not_journaled = [r for r in served if (_header_id(r) or "") not in journaled]
         at_kill = [
@@ -936,44 +1083,32 @@ class Checks:
         """The ledger's rows of calls with no answer: no tokens, no request id, the reserved
         worst case as cost (``SpendBook.forfeit``).
         """
-        db = self._db("spend.sqlite")
-        try:
-            rows = db.execute(
-                "SELECT ts, agent, model, cost_pusd FROM calls WHERE request_id IS NULL "
-                "AND input_tokens = 0 AND output_tokens = 0 AND cost_pusd > 0"
-            ).fetchall()
-        finally:
-            db.close()
-        return [ForfeitRow(at=t, agent=a, model=m, cost_usd=int(c) / 1e12) for t, a, m, c in rows]
+        return [
+            ForfeitRow(
+                at=r["ts"], agent=r["agent"], model=r["model"], cost_usd=r["cost_pusd"] / 1e12
+            )
+            for r in self._calls()
+            if r["request_id"] is None
+            and r["input_tokens"] == 0
+            and r["output_tokens"] == 0
+            and r["cost_pusd"] > 0
+        ]
 
     # budgets never exceeded
     def budgets(self) -> tuple[bool, str]:
         from companyd.config import load_config
 
         cfg = load_config(self.c.config)
-        db = self._db("spend.sqlite")
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        rows = db.execute("SELECT * FROM calls LIMIT 0") if "calls" in tables else None
-        cols = [d[0] for d in rows.description] if rows is not None else []
-        ts_col = next(c for c in ("ts", "time", "at", "created") if c in cols)
-        cost_col = next(c for c in ("cost_pusd", "cost") if c in cols)
         per: Counter[tuple[str, str]] = Counter()  # (scope, day or month) → USD
-        for ts, agent, cost in db.execute(f"SELECT {ts_col}, agent, {cost_col} FROM calls"):
-            when = datetime.fromtimestamp(ts, UTC)
-            usd = cost / 1e12 if cost_col == "cost_pusd" else float(cost)
+        for row in self._calls():
+            when = datetime.fromtimestamp(row["ts"], UTC)
+            usd = row["cost_pusd"] / 1e12
+            agent = row["agent"]
             for scope in ("company", f"agent:{agent}"):
                 per[(scope, when.strftime("%Y-%m-%d"))] += usd
                 per[(scope, when.strftime("%Y-%m"))] += usd
         # a refusal leaves one 'exhausted@LIMIT' marker per scope and period
-        refused = sorted(
-            {
-                (scope, period)
-                for scope, period, _ in db.execute(
-                    "SELECT scope, period, marker FROM markers WHERE marker LIKE 'exhausted@%'"
-                )
-            }
-        )
-        db.close()
+        refused = sorted(set(self._refusals()))
 
         def limit(scope: str, period: str) -> float | None:
             daily = len(period) == 10
@@ -1061,9 +1196,7 @@ class Checks:
         # Exact, with no day to attribute: every billed request was settled at its usage,
         # kept at its worst case (no answer), or left unsettled by a SIGKILL.
         total_billed = sum(v for (s, p), v in per.items() if s == "company" and len(p) == 7)
-        db = self._db("spend.sqlite")
-        (ledger_pusd,) = db.execute("SELECT COALESCE(SUM(cost_pusd), 0) FROM calls").fetchone()
-        db.close()
+        ledger_pusd = sum(row["cost_pusd"] for row in self._calls())
         accounted = int(ledger_pusd) / 1e12 + self.c.tally.unsettled_usd
         under = total_billed > accounted + 1e-9
         intern = max(
@@ -1114,11 +1247,7 @@ class Checks:
                 f"(≤ {CRASH_BEFORE_KILL_S:g} s before it; {dict(lost)})"
                 + (f"; OUTSIDE THE WINDOW: {late}" if late else ""),
             ),
-            (
-                repaired == t.corruptions,
-                f"alerts: {t.corruptions} memory corruptions → "
-                f"{repaired} 'memory file repaired' alerts",
-            ),
+            self._corruptions(repaired),
             (
                 rejected == t.rejected,
                 f"alerts: {t.rejected} broken company.yaml reloads → "
@@ -1136,6 +1265,24 @@ class Checks:
                 f"still undelivered at the end; {len(texts)} messages in all",
             ),
         ]
+
+    def _corruptions(self, repaired: int) -> tuple[bool, str]:
+        t = self.c.tally
+        if not self.c.postgres:
+            return (
+                repaired == t.corruptions,
+                f"alerts: {t.corruptions} memory corruptions → "
+                f"{repaired} 'memory file repaired' alerts",
+            )
+        # PostgreSQL: the damaged file is the daemon's local copy, not the memory; the next
+        # start replaces it from the database, so there is nothing to repair or alert about
+        return (
+            repaired == 0 and t.copies_rewritten == t.corruptions,
+            f"alerts: {t.corruptions} corruptions of the memory's local copy → "
+            f"{repaired} 'memory file repaired' alerts (the memory is the database's log: "
+            f"nothing to repair); the copy replaced, clean, at the next start "
+            f"{t.copies_rewritten} of {t.corruptions} times",
+        )
 
     # routine success rate, every non-success with a reason
     def routines(self) -> tuple[bool, str]:
@@ -1242,18 +1389,10 @@ class KillSnapshot:
     outboxed: Counter[str]
 
 
-def outbox_crashes(path: Path) -> Counter[str]:
+def outbox_crashes(state: Path, store: Backend) -> Counter[str]:
     """Agent crashes per agent counted in the alert outbox's records (read-only)."""
     counts: Counter[str] = Counter()
-    if not path.exists():
-        return counts
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        rows = db.execute("SELECT body FROM alerts").fetchall()
-    except sqlite3.Error:
-        return counts
-    finally:
-        db.close()
+    rows = outbox_bodies(state, store)
     for (body,) in rows:
         b = json.loads(body)
         if b.get("status") == "folded":
@@ -1307,6 +1446,96 @@ def crash_alerts_exact(injected: dict[str, int], counted: Counter[str], lost: Co
 _WHO = re.compile(r"You are .*? \(([a-z][a-z0-9_-]*)\) at ")
 
 
+# -- reading the stores: the same facts through each store's read-only API, on either backend
+
+
+def outbox_bodies(state: Path, store: Backend) -> list[tuple[str]]:
+    """Every record of the alert outbox (``alerts.sqlite``, or the ``alerts`` tables of the
+    company's schema), read-only — opened as ``AlertStore`` opens it, without migrating or
+    creating anything; [] when there is none yet or it cannot be read.
+    """
+    from companyd.alerts.outbox import STEPS
+    from companyd.storage import DB_ERRORS, StoreAbsent, open_database
+
+    path = state / "alerts.sqlite"
+    if store.kind == "sqlite" and not path.exists():
+        return []
+    database = open_database(
+        store,
+        path=path,
+        store="alerts",
+        migrations=STEPS,
+        what="the alert outbox",
+        readonly=True,
+        worker=False,
+    )
+    try:
+        return database.run_sync(lambda conn: conn.execute("SELECT body FROM alerts").fetchall())
+    except StoreAbsent:  # no daemon has written this company's outbox yet
+        return []
+    except DB_ERRORS:
+        return []
+    finally:
+        database.close_sync()
+
+
+def ledger(state: Path, store: Backend) -> Any:
+    """The spend ledger, read-only (``Ledger.close`` when done)."""
+    from companyd.spend.ledger import Ledger
+
+    return Ledger(state / "spend.sqlite", readonly=True, backend=store)
+
+
+def inflight_pusd(state: Path, store: Backend) -> int:
+    """Picodollars of the reservations the ledger holds as in flight."""
+    led = ledger(state, store)
+    try:
+        return sum(row.amount_pusd for row in led.inflight())
+    finally:
+        led.close()
+
+
+def journal_payloads(state: Path, store: Backend, kind: str) -> list[str]:
+    """The payloads of the run journal's steps of ``kind`` (``llm``, ``tool_result``)."""
+    from companyd.roles.journal import Journal
+
+    journal = Journal(state / "runs.sqlite", backend=store, readonly=True)
+    try:
+        return journal.run_sync(
+            lambda db: [
+                str(p) for (p,) in db.execute("SELECT payload FROM steps WHERE kind = ?", (kind,))
+            ]
+        )
+    finally:
+        journal.close_sync()
+
+
+def shared_memory_store(chaos: Chaos, path: Path, *, readonly: bool = False) -> Any:
+    """A ``SharedGraphStore`` on the company's schema with ``path`` as its local copy: a
+    process other than the daemon using the memory on PostgreSQL (opened).
+    """
+    from companyd.memory.shared import MIGRATIONS, SharedGraphStore
+    from companyd.storage import PgDatabase, open_database
+
+    database = open_database(
+        chaos.store,
+        path=None,
+        store="memory",
+        migrations=MIGRATIONS,
+        what="memory log",
+        readonly=readonly,
+        worker=False,
+    )
+    assert isinstance(database, PgDatabase)
+    store = SharedGraphStore(path, database, readonly=readonly)
+    try:
+        store.open()
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
 def _agent_of(body: dict[str, Any]) -> str:
     """The agent a Messages API request came from (its system prompt names it), or "?"."""
     system = body.get("system")
@@ -1353,8 +1582,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the work directories")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--no-official", action="store_true", help="skip the official-server check")
+    p.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="where the stores live: SQLite files (default) or PostgreSQL (a throwaway "
+        "cluster started here: Debian's postgresql package)",
+    )
     args = p.parse_args(argv)
     official = None if args.no_official else official_server()
+    with contextlib.ExitStack() as stack:
+        cluster = None
+        if args.backend == "postgres":
+            from companyd.testing.postgres import ThrowawayCluster
+
+            cluster = stack.enter_context(ThrowawayCluster())
+        return _runs(args, official, cluster)
+
+
+def _runs(args: argparse.Namespace, official: str | None, cluster: Any) -> int:
     failures = 0
     for i in range(args.runs):
         base = SHORT if args.short else Plan()
@@ -1367,13 +1613,20 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         work = Path(tempfile.mkdtemp(prefix="companyd-chaos-"))
+        store = None
+        where = ""
+        if cluster is not None:
+            from companyd.storage import Backend
+
+            store = Backend(kind="postgres", dsn=cluster.dsn, schema=cluster.fresh_schema("chaos"))
+            where = f", stores in PostgreSQL {cluster.port} schema {store.schema}"
         print(
             f"chaos run {i + 1}/{args.runs}: {plan.days:g} simulated days at {plan.scale:g}× "
-            f"(~{plan.real_seconds:.0f} s real), seed {plan.seed}, work dir {work}",
+            f"(~{plan.real_seconds:.0f} s real), seed {plan.seed}, work dir {work}{where}",
             flush=True,
         )
         started = time.monotonic()
-        results = asyncio.run(Chaos(plan, work, official, not args.quiet).run())
+        results = asyncio.run(Chaos(plan, work, official, not args.quiet, store).run())
         took = time.monotonic() - started
         for ok, line in results:
             print(f"  {'✓' if ok else '✗'} {line}")

@@ -27,7 +27,6 @@ import dataclasses
 import json
 import math
 import re
-import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,7 +40,9 @@ from companyd.daemon.main import Daemon
 from companyd.events import Event
 from companyd.llm.blocks import ContentBlock, tool_uses_of
 from companyd.llm.claude import ClaudeBackend
+from companyd.roles.journal import Journal
 from companyd.scheduler.sim import ModelCallGate, SimReport, simulate
+from companyd.storage import Backend
 from companyd.testing.messages_api import (
     AgentLikeResponder,
     MessagesAPIServer,
@@ -259,7 +260,7 @@ async def simulate_company(
     for _ in range(12):
         clock.advance(1.0)
         await asyncio.sleep(0)
-    journal = _journal_totals(state_dir / "runs.sqlite")
+    journal = _journal_totals(state_dir / "runs.sqlite", daemon.storage)
     return RuntimeSimReport(
         sim=report,
         served=server.served - served_before,
@@ -278,16 +279,20 @@ async def simulate_company(
     )
 
 
-def _journal_totals(path: Path) -> dict[str, Any]:
-    # Read after the daemon stopped: its journal connection is closed, nothing writes.
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
+def _journal_totals(path: Path, backend: Backend) -> dict[str, Any]:
+    # Read after the daemon stopped: its journal connection is closed, nothing writes. Read
+    # through the journal's read-only API: the file, or the company's PostgreSQL schema.
+    def totals(conn: Any) -> dict[str, Any]:
         llm = conn.execute("SELECT COUNT(*) FROM steps WHERE kind = 'llm'").fetchone()[0]
         run_steps = conn.execute("SELECT COALESCE(SUM(steps), 0) FROM runs").fetchone()[0]
         runs = dict(conn.execute("SELECT state, COUNT(*) FROM runs GROUP BY state").fetchall())
         models: Counter[str] = Counter()
         for (payload,) in conn.execute("SELECT payload FROM steps WHERE kind = 'llm'"):
             models[json.loads(payload).get("model", "?")] += 1
+        return {"llm_steps": llm, "run_steps": run_steps, "runs": runs, "models": dict(models)}
+
+    journal = Journal(path, backend=backend, readonly=True)
+    try:
+        return journal.run_sync(totals)
     finally:
-        conn.close()
-    return {"llm_steps": llm, "run_steps": run_steps, "runs": runs, "models": dict(models)}
+        journal.close_sync()
