@@ -194,9 +194,16 @@ class Daemon(Operator, Views, Reloader, Backups):
             state_dir / "runs.sqlite", alarm=DiskAlarm.of(self.bus), backend=self.storage
         )
         self.proposal_store = Proposals(
-            state_dir, config, bus=self.bus, clock=self.clock, reload=self._reload_after_apply
+            state_dir,
+            config,
+            bus=self.bus,
+            clock=self.clock,
+            reload=self._reload_after_apply,
+            backend=self.storage,
         )
-        self.desk = Desk(state_dir / "desk.sqlite", bus=self.bus, clock=self.clock)
+        self.desk = Desk(
+            state_dir / "desk.sqlite", bus=self.bus, clock=self.clock, backend=self.storage
+        )
         self.staff = Staff(
             config,
             bus=self.bus,
@@ -443,6 +450,7 @@ class Daemon(Operator, Views, Reloader, Backups):
         try:
             previous: LeaderInfo | None = None
             if self.leadership is not None:
+                self.state = "standby"
                 led, previous = await stand_by(
                     self,
                     self.leadership,
@@ -454,6 +462,7 @@ class Daemon(Operator, Views, Reloader, Backups):
                 if not led:
                     await self.leadership.close()
                     return 0  # stopped while a standby: nothing of the company ran here
+                self.state = "starting"
                 self.role = "leader"
                 self.leader = LeaderBlock(
                     node=self.leadership.node,

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from datetime import date
 from typing import Any
 
-from companyd import __version__
 from companyd._aio import race
 from companyd.admin.blocks import LeaderBlock, PagerHealth
 from companyd.admin.operations import AdminError
@@ -32,7 +30,6 @@ from companyd.admin.results import (
     AgentCounts,
     BudgetReport,
     CompanyInfo,
-    DaemonInfo,
     SpendReport,
     Status,
 )
@@ -119,23 +116,7 @@ class StandbyAdmin:
             spend = spend_for_status({}, {}, unavailable=str(exc))
         return Status(
             now=now,
-            daemon=DaemonInfo(
-                pid=os.getpid(),
-                version=__version__,
-                state="standby",
-                started_at=d.started_at,
-                uptime_s=now - d.started_at,
-                config=str(d.config.path),
-                config_loaded_at=d.config_loaded_at,
-                reload=d.reloads.to_dict(),
-                state_dir=str(d.state_dir),
-                socket=str(d.socket),
-                offline=d.offline,
-                loop_lag=d.lag.stats().to_dict(),
-                storage=d.storage.describe(),
-                role="standby",
-                leader=leader_block(leader),
-            ),
+            daemon=d.daemon_info(now, leader=leader_block(leader), dashboard=False),
             company=CompanyInfo(name=d.config.name, timezone=d.config.timezone),
             agents=AgentCounts(total=len(d.config.agents), running=0, paused=0, failed=0, busy=0),
             tree={},
