@@ -33,6 +33,13 @@ def company(schema: str) -> dict[str, Any]:
             "ceo": {"title": "CEO", "instructions": "You are the CEO."},
             "cfo": {"title": "CFO", "instructions": "You are the CFO.", "reports_to": "ceo"},
         },
+        "routines": {
+            "report": {
+                "assignee": "cfo",
+                "description": "The weekly numbers.",
+                "trigger": {"cron": "0 9 * * mon"},
+            }
+        },
         "dashboard": {"enabled": False},
         "state": {"backend": "postgres", "schema": schema},
     }
@@ -91,6 +98,11 @@ async def test_one_leads_the_standby_answers_reads_and_takes_over_after_a_sigkil
             # a read is answered by the standby itself; anything else names the leader
             budget = await b.call("budget")
             assert any(row["scope"] == "company" for row in budget["budgets"])
+            jobs = await b.call("jobs")
+            assert jobs["daemon"] is False and [r["routine"] for r in jobs["routines"]] == [
+                "report"
+            ]
+            assert (await b.call("job_history", routine="report"))["routine"] == "report"
             with pytest.raises(RequestFailed, match=r"standby: 'pause' runs on the leader, .*a \("):
                 await b.call("pause", agent="cfo")
             answer = await a.call("ask", agent="cfo", question="Still here?")

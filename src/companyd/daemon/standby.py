@@ -7,7 +7,8 @@ company runs (no agent, no routine, no Telegram), and its control socket answers
 
 * ``status`` — ``daemon.role: standby``, who leads and since when, the company's spend as
   the shared ledger has it;
-* ``budget`` and ``spend`` — read from the shared ledger;
+* ``budget`` and ``spend`` — read from the shared ledger; ``jobs`` and ``job_history``
+  from the shared routine history;
 * anything else — refused with an answer that names the leader (``admin`` error), so a
   script on the wrong host learns where to go instead of hanging.
 
@@ -30,13 +31,16 @@ from companyd.admin.results import (
     AgentCounts,
     BudgetReport,
     CompanyInfo,
+    JobHistory,
+    Jobs,
     SpendReport,
     Status,
 )
 from companyd.admin.wire import OPERATIONS
-from companyd.clock import Clock
+from companyd.clock import Clock, utc_from_ts
 from companyd.daemon.control import ControlServer
 from companyd.daemon.operator import Operator, spend_for_status
+from companyd.scheduler.offline import read_fires, read_jobs
 from companyd.spend.budgets import read_budget_report
 from companyd.spend.ledger import Ledger, LedgerError
 from companyd.spend.reports import spend_report
@@ -49,7 +53,7 @@ __all__ = ["StandbyAdmin", "leader_block", "stand_by"]
 log = logging.getLogger(__name__)
 
 #: The read operations a standby answers itself (everything else names the leader).
-ANSWERED = frozenset({"status", "budget", "spend"})
+ANSWERED = frozenset({"status", "budget", "spend", "jobs", "job_history"})
 
 
 def leader_block(info: LeaderInfo | None) -> LeaderBlock | None:
@@ -169,6 +173,34 @@ class StandbyAdmin:
             by=data["by"], period=data["period"], rows=data["rows"], total=data["total"]
         )
 
+    async def jobs(self) -> Jobs:
+        """``jobs`` from the shared routine history (``daemon: false``: nothing fires
+        here; the next fires are the schedule's, as the leader will fire them).
+        """
+        d = self._d
+        now = d.clock.time()
+        views, _ = await asyncio.to_thread(
+            read_jobs, d.config, d.state_dir / "routines.sqlite", d.storage, now
+        )
+        return Jobs(
+            daemon=False,
+            generated=utc_from_ts(now).isoformat(),
+            routines=[v.to_dict() for v in views],
+        )
+
+    async def job_history(self, routine: str, limit: int = 20) -> JobHistory:
+        """``job_history`` from the shared routine history."""
+        d = self._d
+        records = await asyncio.to_thread(
+            read_fires, d.state_dir / "routines.sqlite", d.storage, routine, limit
+        )
+        if not records and routine not in d.config.routines:
+            raise AdminError(
+                f"no routine {routine!r} in company.yaml; routines: "
+                f"{', '.join(d.config.routines) or '(none)'}"
+            )
+        return JobHistory(routine=routine, fires=[r.to_dict() for r in records])
+
     def __getattr__(self, op: str) -> Callable[..., Awaitable[Any]]:
         if op not in OPERATIONS:
             raise AttributeError(op)
@@ -182,7 +214,8 @@ class StandbyAdmin:
             )
             raise AdminError(
                 f"this daemon is a standby: {op!r} runs on the leader, which is {where}; "
-                "run the command on the leader's host (status, budget and spend work here)"
+                "run the command on the leader's host (status, budget, spend, jobs and "
+                "jobs history work here)"
             )
 
         return refused
