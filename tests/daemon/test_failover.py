@@ -135,7 +135,11 @@ async def test_a_graceful_stop_hands_the_company_over_at_once(
     await b.start()
     try:
         await _until_role(b, "standby")
-        assert await a.stop() == 0  # SIGTERM: runs to a checkpoint, then resigns
+        # SIGTERM: runs to a checkpoint, the stores' last writes, then it resigns — its
+        # writes are not fenced off mid-stop (the lead is given up only after them)
+        await a.call("ask", agent="cfo", question="One more before the stop?")
+        assert await a.stop() == 0
+        assert "Fenced" not in a.log_text() and "final compaction" not in a.log_text()
         now = await _until_role(b, "leader", timeout=30)
         assert now["node"] == "b"
         # and a standby stopped while standing by exits 0 without running anything
