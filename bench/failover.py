@@ -16,7 +16,7 @@ a call in flight at a SIGKILL: paid, its answer never read); memory writes ackno
 the driver and missing at the end (the memory log is shared); budgets exceeded (the shared
 ledger's days against company.yaml); takeover alerts sent (one per kill).
 
-    python bench/failover.py [--kills 20] [--seed 1] [--scale 1440]
+    python bench/failover.py [--kills 20] [--seed 1] [--scale 1440] [--latency 0.3]
 """
 
 from __future__ import annotations
@@ -38,19 +38,19 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from chaos import CHAT, TOKEN, chaos_config  # noqa: E402
+from chaos import CHAT, TOKEN, chaos_config
 
-from companyd.config import load_config  # noqa: E402
-from companyd.memory.codec import parse_graph  # noqa: E402
-from companyd.memory.shared import MIGRATIONS as MEMORY_MIGRATIONS  # noqa: E402
-from companyd.memory.shared import SharedGraphStore  # noqa: E402
-from companyd.errors import CompanydError  # noqa: E402
-from companyd.spend.ledger import Ledger  # noqa: E402
-from companyd.storage import Backend, PgDatabase, open_database  # noqa: E402
-from companyd.testing.bot_api import BotApiServer  # noqa: E402
-from companyd.testing.daemon_process import DaemonProcess  # noqa: E402
-from companyd.testing.messages_api import MessagesAPIServer  # noqa: E402
-from companyd.testing.postgres import ThrowawayCluster  # noqa: E402
+from companyd.config import load_config
+from companyd.errors import CompanydError
+from companyd.memory.codec import parse_graph
+from companyd.memory.shared import MIGRATIONS as MEMORY_MIGRATIONS
+from companyd.memory.shared import SharedGraphStore
+from companyd.spend.ledger import Ledger
+from companyd.storage import Backend, PgDatabase, open_database
+from companyd.testing.bot_api import BotApiServer
+from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.messages_api import MessagesAPIServer
+from companyd.testing.postgres import ThrowawayCluster
 
 SCHEMA = "failover_co"
 
@@ -97,7 +97,8 @@ class Node:
 async def until_role(node: Node, role: str, timeout: float) -> float:
     start = time.monotonic()
     async with asyncio.timeout(timeout):
-        while await node.role() != role:
+        # polling another process: there is no event to wait on
+        while await node.role() != role:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
     return time.monotonic() - start
 
@@ -139,10 +140,14 @@ def memory_writer(dsn: str, work: Path, acked: list[str], stop: threading.Event)
         store.close()
 
 
-async def run(kills: int, seed: int, scale: float, verbose: bool) -> list[tuple[bool, str]]:
+async def run(
+    kills: int, seed: int, scale: float, latency: float, verbose: bool
+) -> list[tuple[bool, str]]:
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="companyd-failover-"))
-    with ThrowawayCluster() as pg, MessagesAPIServer() as api:
+    # every answer takes ``latency`` seconds, so kills land while calls are in flight; the
+    # stand-in bills a call whose client went away (as the provider would)
+    with ThrowawayCluster() as pg, MessagesAPIServer(latency=latency, bill_abandoned=True) as api:
         async with BotApiServer(token=TOKEN) as bot:
             doc = yaml.safe_load(chaos_config().replace("${BOT_API}", bot.url))
             doc["state"] = {"backend": "postgres", "schema": SCHEMA}
@@ -194,7 +199,7 @@ async def run(kills: int, seed: int, scale: float, verbose: bool) -> list[tuple[
             await writer
             final = leader[0]
             assert final.proc is not None
-            fires = await fires_twice(final.proc, doc)
+            fires, fired = await fires_twice(final.proc, doc)
             for node in (a, b):
                 if node.proc is not None and node.proc.returncode is None:
                     await node.proc.stop(timeout=60)
@@ -210,8 +215,10 @@ async def run(kills: int, seed: int, scale: float, verbose: bool) -> list[tuple[
             ledger = Ledger(work / "spend.sqlite", readonly=True, backend=Backend(
                 kind="postgres", dsn=pg.dsn, schema=SCHEMA))  # fmt: skip
             try:
-                settled = len(ledger.calls())
-                over = budgets_exceeded(ledger, final.config)
+                rows = ledger.calls()
+                settled = len(rows)
+                twice = settled - len({r["request_id"] for r in rows})
+                over, checked = budgets_exceeded(ledger, final.config)
             finally:
                 ledger.close()
             served = api.served
@@ -226,13 +233,21 @@ async def run(kills: int, seed: int, scale: float, verbose: bool) -> list[tuple[
             f"{sum(n not in shared for n in acked)} missing from the shared log, "
             f"{sum(n not in local for n in acked)} from the final leader's memory.jsonl",
         ),
-        (not fires, f"routine fires executed twice: {len(fires)} {fires[:5]}"),
         (
-            served >= settled,
-            f"LLM calls: {served} served by the stand-in, {settled} settled in the shared "
-            f"ledger ({served - settled} in flight at a SIGKILL: paid, never read)",
+            not fires and fired > 0,
+            f"routine fires: {fired} scheduled fires ran, {len(fires)} of them twice {fires[:5]}",
         ),
-        (not over, f"budgets exceeded: {len(over)} {over[:5]}"),
+        (
+            0 <= served - settled <= kills * len(doc["agents"]) and twice == 0,
+            f"LLM calls: {served} served (and billed) by the stand-in, {settled} settled in "
+            f"the shared ledger: {served - settled} in flight at a SIGKILL (paid, the answer "
+            f"never read; at most one per agent per kill); {twice} request ids settled twice",
+        ),
+        (
+            not over and checked > 0,
+            f"budgets: {checked} daily spends checked (company and agents), {len(over)} "
+            f"over their ceiling {over[:5]}",
+        ),
         (
             len(taken_alerts) == kills,
             f"alerts: {kills} takeovers → {len(taken_alerts)} 'took over' alerts",
@@ -241,9 +256,12 @@ async def run(kills: int, seed: int, scale: float, verbose: bool) -> list[tuple[
     ]
 
 
-async def fires_twice(proc: DaemonProcess, doc: dict[str, Any]) -> list[str]:
-    """Fire times of a routine that started a run more than once (from the shared history)."""
+async def fires_twice(proc: DaemonProcess, doc: dict[str, Any]) -> tuple[list[str], int]:
+    """Fire times of a routine that started a run more than once (from the shared
+    history), and how many scheduled fires started a run in all.
+    """
     twice: list[str] = []
+    runs = 0
     for routine in doc.get("routines", {}):
         history = await proc.call("job_history", routine=routine, limit=100000)
         started: dict[Any, int] = {}
@@ -251,21 +269,31 @@ async def fires_twice(proc: DaemonProcess, doc: dict[str, Any]) -> list[str]:
             if fire.get("kind") in ("scheduled", "catch_up") and fire.get("run_id"):
                 key = fire.get("scheduled")
                 started[key] = started.get(key, 0) + 1
+                runs += 1
         twice += [f"{routine}@{k}" for k, n in started.items() if n > 1]
-    return twice
+    return twice, runs
 
 
-def budgets_exceeded(ledger: Ledger, config_path: Path) -> list[str]:
-    """Budget periods whose settled spend passed the ceiling (the shared ledger)."""
+def budgets_exceeded(ledger: Ledger, config_path: Path) -> tuple[list[str], int]:
+    """Daily budgets (the company's and each agent's) whose settled spend passed the
+    ceiling in the shared ledger, and how many (scope, day) pairs were checked.
+    """
     config = load_config(config_path)
     over: list[str] = []
-    budget = config.spec.company.budget
-    limit = getattr(budget, "daily_usd", None)
-    if limit is not None:
-        for day in ledger.days_between("0000-00-00", "9999-99-99"):
-            if day.cost_usd > limit:
-                over.append(f"company {day.key}: ${day.cost_usd}")
-    return over
+    checked = 0
+    limit = config.spec.company.budget.daily_usd
+    for day in ledger.days_between("0000-00-00", "9999-99-99"):
+        checked += 1
+        if limit is not None and day.cost_usd > limit:
+            over.append(f"company {day.key}: ${day.cost_usd}")
+    for day_key, totals in ledger.per_day_between("agent", "0000-00-00", "9999-99-99"):
+        agent = config.agents.get(totals.key)
+        budget = agent.budget if agent is not None else None
+        daily = budget.daily_usd if budget is not None else None
+        checked += 1
+        if daily is not None and totals.cost_usd > daily:
+            over.append(f"{totals.key} {day_key}: ${totals.cost_usd} of ${daily}")
+    return over, checked
 
 
 def takeover_lines(takeovers: list[float]) -> list[tuple[bool, str]]:
@@ -286,10 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--scale", type=float, default=1440.0)
+    p.add_argument("--latency", type=float, default=0.3, help="seconds before every answer")
     p.add_argument("-q", "--quiet", action="store_true")
     args = p.parse_args(argv)
     started = time.monotonic()
-    results = asyncio.run(run(args.kills, args.seed, args.scale, not args.quiet))
+    results = asyncio.run(run(args.kills, args.seed, args.scale, args.latency, not args.quiet))
     for ok, line in results:
         print(f"  {'✓' if ok else '✗'} {line}")
     bad = sum(not ok for ok, _ in results)

@@ -29,17 +29,14 @@ failing disk apart in the store's own error, which keeps the original as its cau
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sqlite3
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 from urllib.request import pathname2url
 
 from companyd._fs import private_sqlite
+from companyd._worker import DatabaseClosed, StoreWorker
 
 __all__ = [
     "Database",
@@ -76,10 +73,6 @@ class SchemaTooNew(sqlite3.DatabaseError):
         self.path = path
         self.version = version
         self.known = known
-
-
-class DatabaseClosed(RuntimeError):
-    """Work was submitted to a :class:`Database` after :meth:`Database.close`."""
 
 
 def statements(script: str) -> list[str]:
@@ -171,14 +164,15 @@ def connect_readonly(path: Path, *, timeout: float = 5.0) -> sqlite3.Connection:
     )
 
 
-class Database:
+class Database(StoreWorker[sqlite3.Connection]):
     """One SQLite file and the one thread that uses it.
 
     The connection is opened on the worker thread at :meth:`open` (or by the first piece of
     work), with WAL, ``synchronous``, ``busy timeout`` and, unless ``readonly``, the file
     created ``0600`` and the migrations applied. It is used only on that thread
     (``check_same_thread`` stays on) and is autocommit (``isolation_level=None``): the
-    store writes its own ``BEGIN`` / ``COMMIT`` where a change spans statements.
+    store writes its own ``BEGIN`` / ``COMMIT`` where a change spans statements. Where work
+    runs and how it is closed: :class:`companyd._worker.StoreWorker`.
 
     Args:
         path: the database file; None for an in-memory database.
@@ -209,55 +203,19 @@ class Database:
     ) -> None:
         if synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous={synchronous!r}; expected one of {SYNCHRONOUS}")
+        super().__init__(what=what, thread_name=thread_name, worker=worker)
         self.path = path
         self.migrations = tuple(migrations)
-        self.what = what
         self.synchronous = synchronous
         self.timeout = timeout
         self.readonly = readonly
         self.hint = hint
-        self._worker: int | None = None  # the worker thread's ident, once it has started
-        self._pool = (
-            ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=thread_name, initializer=self._started
-            )
-            if worker
-            else None
-        )
         self._conn: sqlite3.Connection | None = None
-        self._closed = False
-
-    # -- where work runs ----------------------------------------------------------------
-
-    def _started(self) -> None:
-        self._worker = threading.get_ident()
-
-    @property
-    def executor(self) -> ThreadPoolExecutor:
-        """The worker itself, for an owner that schedules plain jobs on it (the spend book:
-        ``loop.run_in_executor(db.executor, job)``, where ``job`` uses a ledger built on this
-        database; the ledger's calls then run at once, on this thread).
-        """
-        return self._executor
-
-    @property
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            raise RuntimeError(
-                f"{self.what} {self._name()!r} has no worker thread (worker=False): use "
-                "run_sync from the thread that opened it"
-            )
-        return self._pool
 
     @property
     def version(self) -> int:
         """The schema version this code writes (the number of migrations)."""
         return len(self.migrations)
-
-    @property
-    def on_worker(self) -> bool:
-        """Whether the calling thread is this database's worker."""
-        return self._worker == threading.get_ident()
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -269,47 +227,6 @@ class Database:
         if self._conn is None:
             raise DatabaseClosed(f"{self.what} {self._name()!r} is not open")
         return self._conn
-
-    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
-        """Queue ``fn(conn)`` on the worker (opening the connection first if needed).
-
-        Raises:
-            DatabaseClosed: after :meth:`close`.
-        """
-        if self._closed:
-            raise DatabaseClosed(f"{self.what} {self._name()!r} is closed")
-        executor = self._executor  # RuntimeError on the synchronous path
-        try:
-            return executor.submit(self._job, fn)
-        except RuntimeError as exc:  # shut down meanwhile (or at interpreter exit)
-            raise DatabaseClosed(f"{self.what} {self._name()!r} is closed: {exc}") from exc
-
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn(conn)`` on the worker; its result, or its exception. As with
-        ``loop.run_in_executor``, cancelling the caller cancels work not yet started; work
-        already running finishes (its result is dropped).
-        """
-        return await asyncio.wrap_future(self.submit(fn))
-
-    async def call(self, fn: Callable[[], T]) -> T:
-        """``fn()`` on the worker *without* opening the connection first: for a store that
-        opens it itself (:meth:`open_sync`, :meth:`reset`), e.g. to set a damaged file aside
-        and start a new one.
-        """
-        if self._closed:
-            raise DatabaseClosed(f"{self.what} {self._name()!r} is closed")
-
-        return await asyncio.wrap_future(self._executor.submit(fn))
-
-    def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn(conn)`` on the worker, waiting for it: from a thread with no event loop (the
-        CLI), or on the worker itself (then it runs at once, inside the current job).
-        """
-        if self._pool is None and self._worker is None:
-            self._worker = threading.get_ident()  # the synchronous path: the caller's thread
-        if self.on_worker:
-            return self._job(fn)
-        return self.submit(fn).result()
 
     def _job(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._conn is None:
@@ -342,12 +259,11 @@ class Database:
             self._drop()
             self._conn = self._connect(memory=True)
 
-        if self._pool is None and self._worker is None:
-            self._worker = threading.get_ident()
+        self._claim_thread()
         if self.on_worker:
             to_memory()
         else:
-            self._executor.submit(to_memory).result()
+            self.executor.submit(to_memory).result()
 
     def reset(self) -> None:
         """On the worker: close the connection, so that the next work opens the file anew
@@ -387,61 +303,6 @@ class Database:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-
-    def close_sync(self) -> None:
-        """Close the connection and stop the worker once the work queued before has run
-        (idempotent). On the worker itself the thread stops after the current job.
-        """
-        if self._closed:
-            return
-        if self.on_worker or self._pool is None:
-            self._drop()
-            self._closed = True
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-            return
-        try:
-            self._executor.submit(self._drop).result()
-        except RuntimeError:
-            pass  # the executor is already shut down (interpreter exit)
-        finally:
-            self._closed = True
-            self._executor.shutdown(wait=True)
-
-    async def close(self) -> None:
-        """:meth:`close_sync` from the event loop (the queued work runs first)."""
-        if self._closed:
-            return
-        if self._pool is None:
-            self.close_sync()
-            return
-        try:
-            await asyncio.wrap_future(self._executor.submit(self._drop))
-        except RuntimeError:
-            pass  # the executor is already shut down (interpreter exit)
-        finally:
-            self._closed = True
-            # The worker is idle now (the close was the last job): this join is immediate.
-            self._executor.shutdown(wait=True)
-
-    def close_nowait(self) -> None:
-        """:meth:`close` without waiting (a caller that is being cancelled): the connection
-        is closed after the work queued before it, then the worker ends by itself.
-        """
-        if self._closed:
-            return
-        self._closed = True
-        if self._pool is None:
-            self._drop()
-            return
-        with contextlib.suppress(RuntimeError):  # already shut down (interpreter exit)
-            self._executor.submit(self._drop)
-        self._executor.shutdown(wait=False)
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._closed
 
     def _name(self) -> str:
         return ":memory:" if self.path is None else str(self.path)

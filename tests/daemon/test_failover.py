@@ -34,6 +34,13 @@ def company(schema: str) -> dict[str, Any]:
             "ceo": {"title": "CEO", "instructions": "You are the CEO."},
             "cfo": {"title": "CFO", "instructions": "You are the CFO.", "reports_to": "ceo"},
         },
+        "routines": {
+            "report": {
+                "assignee": "cfo",
+                "description": "The weekly numbers.",
+                "trigger": {"cron": "0 9 * * mon"},
+            }
+        },
         "dashboard": {"enabled": False},
         "state": {"backend": "postgres", "schema": schema},
     }
@@ -92,6 +99,11 @@ async def test_one_leads_the_standby_answers_reads_and_takes_over_after_a_sigkil
             # a read is answered by the standby itself; anything else names the leader
             budget = await b.call("budget")
             assert any(row["scope"] == "company" for row in budget["budgets"])
+            jobs = await b.call("jobs")
+            assert jobs["daemon"] is False and [r["routine"] for r in jobs["routines"]] == [
+                "report"
+            ]
+            assert (await b.call("job_history", routine="report"))["routine"] == "report"
             with pytest.raises(RequestFailed, match=r"standby: 'pause' runs on the leader, .*a \("):
                 await b.call("pause", agent="cfo")
             answer = await a.call("ask", agent="cfo", question="Still here?")
@@ -124,7 +136,11 @@ async def test_a_graceful_stop_hands_the_company_over_at_once(
     await b.start()
     try:
         await _until_role(b, "standby")
-        assert await a.stop() == 0  # SIGTERM: runs to a checkpoint, then resigns
+        # SIGTERM: runs to a checkpoint, the stores' last writes, then it resigns — its
+        # writes are not fenced off mid-stop (the lead is given up only after them)
+        await a.call("ask", agent="cfo", question="One more before the stop?")
+        assert await a.stop() == 0
+        assert "Fenced" not in a.log_text() and "final compaction" not in a.log_text()
         now = await _until_role(b, "leader", timeout=30)
         assert now["node"] == "b"
         # and a standby stopped while standing by exits 0 without running anything

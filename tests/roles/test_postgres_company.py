@@ -42,7 +42,8 @@ async def test_a_postgres_company_keeps_its_spend_in_its_schema(
             budget = await d.budget()
     assert (first.answer, second.answer) == ("Noted.", "Still noted.")
     assert status.daemon.storage == f"postgres schema {pg_backend.schema!r}"
-    assert not (tmp_path / "state" / "spend.sqlite").exists()
+    # every store is in the schema: no SQLite file in the state directory
+    assert sorted(p.name for p in (tmp_path / "state").glob("*.sqlite*")) == []
     ledger = Ledger(tmp_path / "spend.sqlite", readonly=True, backend=pg_backend)
     try:
         rows = ledger.calls()

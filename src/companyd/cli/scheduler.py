@@ -29,13 +29,11 @@ from companyd.clock import utc_from_ts
 from companyd.config import default_config_path, load_config, state_backend
 from companyd.errors import DaemonNotRunning
 from companyd.scheduler import store as db
+from companyd.scheduler.offline import read_fires, read_jobs
 from companyd.scheduler.report import (
-    SUCCESS_WINDOW,
     format_history,
     format_jobs,
     format_jobs_result,
-    job_views,
-    offline_next_fires,
 )
 from companyd.scheduler.service import RoutineNotFound
 from companyd.storage import Backend
@@ -139,31 +137,7 @@ def _jobs_from_files(args: argparse.Namespace) -> int:
     cfg, path = _load(args)
     backend = state_backend(cfg)
     now = time.time()
-    states: dict[str, db.RoutineState] = {}
-    stats: dict[str, db.RoutineStats] = {}
-    latest: dict[str, db.FireRecord] = {}
-    open_: list[db.FireRecord] = []
-    got = db.read_history(
-        path,
-        lambda conn: (
-            db.load_states(conn),
-            db.routine_stats(conn, now - SUCCESS_WINDOW),
-            db.latest_fires(conn),
-            db.open_fires(conn),
-        ),
-        backend=backend,
-    )
-    if got is not None:
-        states, stats, latest, open_ = got
-    nexts, pending = offline_next_fires(cfg, states, now)
-    views = job_views(
-        cfg,
-        stats=stats,
-        latest=latest,
-        open_fires=open_,
-        next_fires=nexts,
-        catch_up_pending=pending,
-    )
+    views, found = read_jobs(cfg, path, backend, now)
     if args.json:
         print_json(
             {
@@ -175,21 +149,16 @@ def _jobs_from_files(args: argparse.Namespace) -> int:
         )
         return 0
     print(format_jobs(views, now, daemon=False))
-    if got is None and backend.kind == "sqlite":
+    if not found and backend.kind == "sqlite":
         print(f"(no routine history yet: {path} does not exist — it appears on first start)")
-    elif got is None:
+    elif not found:
         print(f"(no routine history yet in {_where(path, backend)} — it appears on first start)")
     return 0
 
 
 def _history(args: argparse.Namespace) -> int:
     cfg, path = _load(args)
-    got = db.read_history(
-        path,
-        lambda conn: db.recent_fires(conn, args.routine, args.limit),
-        backend=state_backend(cfg),
-    )
-    records: list[db.FireRecord] = got or []
+    records = read_fires(path, state_backend(cfg), args.routine, args.limit)
     routine = cfg.routines.get(args.routine)
     if routine is None and not records:
         raise _unknown(cfg, args.routine)

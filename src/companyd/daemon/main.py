@@ -177,6 +177,7 @@ class Daemon(Operator, Views, Reloader, Backups):
         self.leadership: Leadership | None = None
         self.role: str | None = None
         self.leader: LeaderBlock | None = None
+        self._holding: asyncio.Task[None] | None = None  # the lease, renewed while leading
         if self.storage.kind == "postgres" and not oneoff:
             assert self.storage.dsn is not None  # a postgres backend has one
             self.leadership = Leadership(
@@ -194,9 +195,16 @@ class Daemon(Operator, Views, Reloader, Backups):
             state_dir / "runs.sqlite", alarm=DiskAlarm.of(self.bus), backend=self.storage
         )
         self.proposal_store = Proposals(
-            state_dir, config, bus=self.bus, clock=self.clock, reload=self._reload_after_apply
+            state_dir,
+            config,
+            bus=self.bus,
+            clock=self.clock,
+            reload=self._reload_after_apply,
+            backend=self.storage,
         )
-        self.desk = Desk(state_dir / "desk.sqlite", bus=self.bus, clock=self.clock)
+        self.desk = Desk(
+            state_dir / "desk.sqlite", bus=self.bus, clock=self.clock, backend=self.storage
+        )
         self.staff = Staff(
             config,
             bus=self.bus,
@@ -406,6 +414,14 @@ class Daemon(Operator, Views, Reloader, Backups):
             # after every store's last write: a standby takes over at once, not a lease later
             with contextlib.suppress(Exception):
                 await self.leadership.resign()
+            if self._holding is not None:
+                # resign() ends hold() (at most a renewal's deadline later); a hold that had
+                # failed has said so already
+                try:
+                    async with asyncio.timeout(self.leadership.lease + 1):
+                        await asyncio.gather(self._holding, return_exceptions=True)
+                except TimeoutError:
+                    await cancel_and_wait(self._holding)
             await self.leadership.close()
 
     async def __aenter__(self) -> Daemon:
@@ -443,6 +459,7 @@ class Daemon(Operator, Views, Reloader, Backups):
         try:
             previous: LeaderInfo | None = None
             if self.leadership is not None:
+                self.state = "standby"
                 led, previous = await stand_by(
                     self,
                     self.leadership,
@@ -454,6 +471,7 @@ class Daemon(Operator, Views, Reloader, Backups):
                 if not led:
                     await self.leadership.close()
                     return 0  # stopped while a standby: nothing of the company ran here
+                self.state = "starting"
                 self.role = "leader"
                 self.leader = LeaderBlock(
                     node=self.leadership.node,
@@ -478,7 +496,9 @@ class Daemon(Operator, Views, Reloader, Backups):
             freeze_startup_heap()
             self._announce_takeover(previous)
             waiter = asyncio.create_task(self.tree.wait())
-            holding = (
+            # Held until _close() resigns, after the stores' last writes: cancelling it
+            # earlier would give the lead up (and fence those writes off) mid-stop.
+            holding = self._holding = (
                 asyncio.create_task(self.leadership.hold(), name="leadership")
                 if self.leadership is not None
                 else None
@@ -492,8 +512,6 @@ class Daemon(Operator, Views, Reloader, Backups):
                 log.critical("lost the leadership of the company (%s); stopping", why)
                 await self.stop(reason=f"lost leadership: {why}")
                 return 1
-            if holding is not None:
-                holding.cancel()
             if waiter.done():
                 await self._close()
                 try:

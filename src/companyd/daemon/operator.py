@@ -108,6 +108,31 @@ class Operator:
     desk: Desk
     web: WebDashboard
 
+    def daemon_info(
+        self, now: float, *, leader: LeaderBlock | None = None, dashboard: bool = True
+    ) -> DaemonInfo:
+        """The status ``daemon`` block as of ``now`` (``leader``: who leads, when this
+        daemon is a standby and knows; ``dashboard``: False while it serves none).
+        """
+        return DaemonInfo(
+            pid=os.getpid(),
+            version=__version__,
+            state=self.state,
+            started_at=self.started_at,
+            uptime_s=now - self.started_at,
+            config=str(self.config.path),
+            config_loaded_at=self.config_loaded_at,
+            reload=self.reloads.to_dict(),
+            state_dir=str(self.state_dir),
+            socket=str(self.socket),
+            offline=self.offline,
+            loop_lag=self.lag.stats().to_dict(),
+            dashboard=self.web.url if dashboard else None,
+            storage=self.storage.describe(),
+            role=self.role,
+            leader=leader or self.leader,
+        )
+
     def _status_sync(self) -> partial[Status]:
         """Status as of now, but for its spend and routines (read next, with an await)."""
         now = self.clock.time()
@@ -120,24 +145,7 @@ class Operator:
         return partial(
             Status,
             now=now,
-            daemon=DaemonInfo(
-                pid=os.getpid(),
-                version=__version__,
-                state=self.state,
-                started_at=self.started_at,
-                uptime_s=now - self.started_at,
-                config=str(self.config.path),
-                config_loaded_at=self.config_loaded_at,
-                reload=self.reloads.to_dict(),
-                state_dir=str(self.state_dir),
-                socket=str(self.socket),
-                offline=self.offline,
-                loop_lag=self.lag.stats().to_dict(),
-                dashboard=self.web.url,
-                storage=self.storage.describe(),
-                role=self.role,
-                leader=self.leader,
-            ),
+            daemon=self.daemon_info(now),
             company=CompanyInfo(name=self.config.name, timezone=self.config.timezone),
             agents=AgentCounts(
                 total=agents_total,

@@ -7,7 +7,8 @@ company runs (no agent, no routine, no Telegram), and its control socket answers
 
 * ``status`` — ``daemon.role: standby``, who leads and since when, the company's spend as
   the shared ledger has it;
-* ``budget`` and ``spend`` — read from the shared ledger;
+* ``budget`` and ``spend`` — read from the shared ledger; ``jobs`` and ``job_history``
+  from the shared routine history;
 * anything else — refused with an answer that names the leader (``admin`` error), so a
   script on the wrong host learns where to go instead of hanging.
 
@@ -19,12 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from datetime import date
 from typing import Any
 
-from companyd import __version__
 from companyd._aio import race
 from companyd.admin.blocks import LeaderBlock, PagerHealth
 from companyd.admin.operations import AdminError
@@ -32,14 +31,16 @@ from companyd.admin.results import (
     AgentCounts,
     BudgetReport,
     CompanyInfo,
-    DaemonInfo,
+    JobHistory,
+    Jobs,
     SpendReport,
     Status,
 )
 from companyd.admin.wire import OPERATIONS
-from companyd.clock import Clock
+from companyd.clock import Clock, utc_from_ts
 from companyd.daemon.control import ControlServer
 from companyd.daemon.operator import Operator, spend_for_status
+from companyd.scheduler.offline import read_fires, read_jobs
 from companyd.spend.budgets import read_budget_report
 from companyd.spend.ledger import Ledger, LedgerError
 from companyd.spend.reports import spend_report
@@ -52,7 +53,7 @@ __all__ = ["StandbyAdmin", "leader_block", "stand_by"]
 log = logging.getLogger(__name__)
 
 #: The read operations a standby answers itself (everything else names the leader).
-ANSWERED = frozenset({"status", "budget", "spend"})
+ANSWERED = frozenset({"status", "budget", "spend", "jobs", "job_history"})
 
 
 def leader_block(info: LeaderInfo | None) -> LeaderBlock | None:
@@ -119,23 +120,7 @@ class StandbyAdmin:
             spend = spend_for_status({}, {}, unavailable=str(exc))
         return Status(
             now=now,
-            daemon=DaemonInfo(
-                pid=os.getpid(),
-                version=__version__,
-                state="standby",
-                started_at=d.started_at,
-                uptime_s=now - d.started_at,
-                config=str(d.config.path),
-                config_loaded_at=d.config_loaded_at,
-                reload=d.reloads.to_dict(),
-                state_dir=str(d.state_dir),
-                socket=str(d.socket),
-                offline=d.offline,
-                loop_lag=d.lag.stats().to_dict(),
-                storage=d.storage.describe(),
-                role="standby",
-                leader=leader_block(leader),
-            ),
+            daemon=d.daemon_info(now, leader=leader_block(leader), dashboard=False),
             company=CompanyInfo(name=d.config.name, timezone=d.config.timezone),
             agents=AgentCounts(total=len(d.config.agents), running=0, paused=0, failed=0, busy=0),
             tree={},
@@ -188,6 +173,34 @@ class StandbyAdmin:
             by=data["by"], period=data["period"], rows=data["rows"], total=data["total"]
         )
 
+    async def jobs(self) -> Jobs:
+        """``jobs`` from the shared routine history (``daemon: false``: nothing fires
+        here; the next fires are the schedule's, as the leader will fire them).
+        """
+        d = self._d
+        now = d.clock.time()
+        views, _ = await asyncio.to_thread(
+            read_jobs, d.config, d.state_dir / "routines.sqlite", d.storage, now
+        )
+        return Jobs(
+            daemon=False,
+            generated=utc_from_ts(now).isoformat(),
+            routines=[v.to_dict() for v in views],
+        )
+
+    async def job_history(self, routine: str, limit: int = 20) -> JobHistory:
+        """``job_history`` from the shared routine history."""
+        d = self._d
+        records = await asyncio.to_thread(
+            read_fires, d.state_dir / "routines.sqlite", d.storage, routine, limit
+        )
+        if not records and routine not in d.config.routines:
+            raise AdminError(
+                f"no routine {routine!r} in company.yaml; routines: "
+                f"{', '.join(d.config.routines) or '(none)'}"
+            )
+        return JobHistory(routine=routine, fires=[r.to_dict() for r in records])
+
     def __getattr__(self, op: str) -> Callable[..., Awaitable[Any]]:
         if op not in OPERATIONS:
             raise AttributeError(op)
@@ -201,7 +214,8 @@ class StandbyAdmin:
             )
             raise AdminError(
                 f"this daemon is a standby: {op!r} runs on the leader, which is {where}; "
-                "run the command on the leader's host (status, budget and spend work here)"
+                "run the command on the leader's host (status, budget, spend, jobs and "
+                "jobs history work here)"
             )
 
         return refused

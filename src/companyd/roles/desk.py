@@ -58,10 +58,10 @@ from companyd.storage import (
     SQLITE,
     Backend,
     Dialects,
-    StoreAbsent,
     StoreDatabase,
     open_database,
     sqlite_migrations,
+    store_present,
 )
 from companyd.storage.dialect import Connection
 
@@ -290,16 +290,7 @@ class Desk:
         tables do (PostgreSQL). A reader asks first, so that reading never creates the
         store (the CLI without a daemon).
         """
-        if self._backend.kind == "sqlite":
-            return self.path.exists()
-        probe = self._database(readonly=True)
-        try:
-            await probe.open()
-        except StoreAbsent:
-            return False
-        finally:
-            await probe.close()
-        return True
+        return await store_present(self._backend, self.path, lambda: self._database(readonly=True))
 
     async def close(self) -> None:
         """Close the database and stop its thread."""

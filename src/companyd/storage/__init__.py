@@ -12,8 +12,9 @@ docs/storage.md has the decisions and their reasons.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -39,6 +40,7 @@ __all__ = [
     "dsn_password",
     "open_database",
     "sqlite_migrations",
+    "store_present",
     "to_pyformat",
 ]
 
@@ -76,6 +78,25 @@ class Backend:
         'acme'`` (never the URL, which may hold a password).
         """
         return self.kind if self.kind == "sqlite" else f"postgres schema {self.schema!r}"
+
+
+async def store_present(
+    backend: Backend, path: Path, readonly: Callable[[], StoreDatabase]
+) -> bool:
+    """Whether anything has written a store yet — its file at ``path`` exists (SQLite), or
+    its tables do (PostgreSQL: a read-only open of ``readonly()`` succeeds) — so that a
+    reader can ask first and reading never creates the store (the CLI without a daemon).
+    """
+    if backend.kind == "sqlite":
+        return await asyncio.to_thread(path.exists)
+    probe = readonly()
+    try:
+        await probe.open()
+    except StoreAbsent:
+        return False
+    finally:
+        await probe.close()
+    return True
 
 
 def connection_lost(exc: BaseException) -> bool:

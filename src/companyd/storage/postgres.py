@@ -32,19 +32,17 @@ sets the version, so two daemons starting at once apply each step once.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from companyd._sqlite import DatabaseClosed, SchemaTooNew, statements
+from companyd._sqlite import SchemaTooNew, statements
+from companyd._worker import DatabaseClosed, StoreWorker
 from companyd.storage.dialect import Dialects, to_pyformat
 from companyd.storage.fence import Fence, Fenced
 
@@ -211,7 +209,7 @@ class PgConnection:
                 self.raw.execute("ROLLBACK")
 
 
-class PgDatabase:
+class PgDatabase(StoreWorker[PgConnection]):
     """One store's tables in a company's PostgreSQL schema, and the one thread that uses
     them. The contract is :class:`companyd._sqlite.Database`'s (``run``, ``run_sync``,
     ``submit``, ``call``, ``open``, ``close``…); ``fn`` receives a :class:`PgConnection`.
@@ -246,50 +244,24 @@ class PgDatabase:
         worker: bool = True,
         fence: Fence | None = None,
     ) -> None:
+        super().__init__(what=what, thread_name=thread_name, worker=worker)
         self.path = f"postgres schema {schema!r} ({store})"
         self.schema = schema
         self.store = store
         self.migrations = tuple(migrations)
-        self.what = what
         self.timeout = timeout
         self.readonly = readonly
         self.hint = hint
         self._dsn = dsn
         self._lock = lock_key(schema, store)
         self._fence = fence
-        self._worker: int | None = None
-        self._executor_ = (
-            ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=thread_name, initializer=self._started
-            )
-            if worker
-            else None
-        )
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._conn: PgConnection | None = None
-        self._closed = False
-
-    # -- where work runs (as companyd._sqlite.Database) ------------------------------------
-
-    def _started(self) -> None:
-        self._worker = threading.get_ident()
-
-    @property
-    def executor(self) -> ThreadPoolExecutor:
-        """The worker thread's executor (as :attr:`companyd._sqlite.Database.executor`)."""
-        if self._executor_ is None:
-            raise RuntimeError(f"{self.what} has no worker thread (worker=False)")
-        return self._executor_
 
     @property
     def version(self) -> int:
         """The schema version this code writes (the number of migrations)."""
         return len(self.migrations)
-
-    @property
-    def on_worker(self) -> bool:
-        """Whether the calling thread is this database's worker."""
-        return self._worker == threading.get_ident()
 
     @property
     def connection(self) -> PgConnection:
@@ -298,37 +270,8 @@ class PgDatabase:
             raise DatabaseClosed(f"{self.what} ({self.path}) is not open")
         return self._conn
 
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._closed
-
-    def submit(self, fn: Callable[[PgConnection], T]) -> Future[T]:
-        """Queue ``fn(conn)`` on the worker; raises DatabaseClosed after :meth:`close`."""
-        if self._closed:
-            raise DatabaseClosed(f"{self.what} ({self.path}) is closed")
-        try:
-            return self.executor.submit(self._job, fn)
-        except RuntimeError as exc:
-            raise DatabaseClosed(f"{self.what} ({self.path}) is closed: {exc}") from exc
-
-    async def run(self, fn: Callable[[PgConnection], T]) -> T:
-        """``fn(conn)`` on the worker: its result or its exception."""
-        return await asyncio.wrap_future(self.submit(fn))
-
-    async def call(self, fn: Callable[[], T]) -> T:
-        """``fn()`` on the worker without lending a connection."""
-        if self._closed:
-            raise DatabaseClosed(f"{self.what} ({self.path}) is closed")
-        return await asyncio.wrap_future(self.executor.submit(fn))
-
-    def run_sync(self, fn: Callable[[PgConnection], T]) -> T:
-        """``fn(conn)`` on the worker, waiting (at once when called on the worker)."""
-        if self._executor_ is None and self._worker is None:
-            self._worker = threading.get_ident()
-        if self.on_worker:
-            return self._job(fn)
-        return self.submit(fn).result()
+    def _name(self) -> str:
+        return self.path
 
     def _job(self, fn: Callable[[PgConnection], T]) -> T:
         if self._closed and self._pool is None:
@@ -352,8 +295,7 @@ class PgDatabase:
         if self._conn is not None:  # nested in a job or a session: the same connection
             yield self._conn
             return
-        if self._executor_ is None and self._worker is None:
-            self._worker = threading.get_ident()
+        self._claim_thread()
         pool = self._open_pool()
         with pool.connection(timeout=self.timeout) as raw:
             self._conn = PgConnection(raw, lock=self._lock, fence=self._fence)
@@ -470,48 +412,3 @@ class PgDatabase:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close(timeout=self.timeout)
-
-    def close_sync(self) -> None:
-        """Close the pool and stop the worker once the queued work has run (idempotent)."""
-        if self._closed:
-            return
-        if self.on_worker or self._executor_ is None:
-            self._drop()
-            self._closed = True
-            if self._executor_ is not None:
-                self._executor_.shutdown(wait=False)
-            return
-        try:
-            self.executor.submit(self._drop).result()
-        except RuntimeError:
-            pass
-        finally:
-            self._closed = True
-            self.executor.shutdown(wait=True)
-
-    async def close(self) -> None:
-        """:meth:`close_sync` from the event loop."""
-        if self._closed:
-            return
-        if self._executor_ is None:
-            self.close_sync()
-            return
-        try:
-            await asyncio.wrap_future(self.executor.submit(self._drop))
-        except RuntimeError:
-            pass
-        finally:
-            self._closed = True
-            self.executor.shutdown(wait=True)
-
-    def close_nowait(self) -> None:
-        """:meth:`close` without waiting: the pool closes after the queued work."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._executor_ is None:
-            self._drop()
-            return
-        with contextlib.suppress(RuntimeError):
-            self.executor.submit(self._drop)
-        self.executor.shutdown(wait=False)
