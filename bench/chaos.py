@@ -52,12 +52,13 @@ backend changes what a fault means, the check says so in its line:
   start and compaction. A corrupted copy is therefore not *repaired* (no "memory file
   repaired" alert, nothing in ``.corrupt``): it is replaced, clean, at the next start; the
   second process writes through the shared log (a ``SharedGraphStore`` on the same schema);
-* the state disk holds only the memory's local copy and the stores not yet ported (the
-  founder's desk, proposals), so a full disk refuses the copy's compaction (retried later)
-  while runs go on being journaled and paid in the database: the daemon must stay up with
-  no crash loop, runs must keep being paid during the fault, and the "state disk full"
-  alert is raised at most once per fault — only if a store still on that disk was written
-  during it (the product raises no alert for a refused copy: nothing durable is at risk).
+* every store is in the database now (docs/storage.md), so the state disk holds only the
+  memory's local copy (and its lock, the daemon's lock and socket): a full disk refuses
+  the copy's compaction (retried later) while runs go on being journaled and paid in the
+  database. The daemon must stay up with no crash loop and runs must keep being paid
+  during the fault; the "state disk full" alert is raised at most once per fault — by a
+  store still in a file, if a build has one (the product raises no alert for a refused
+  copy: nothing durable is at risk, and the check does not expect one).
 
 Usage::
 
@@ -820,8 +821,8 @@ def full_disk_checks(
         return [
             (
                 up and going and alerts <= len(faults),
-                f"full disk (postgres: the disk holds the memory's local copy and the stores "
-                f"still files): {len(faults)} fault(s) of {chaos.plan.disk_full:g} s; daemon "
+                f"full disk (postgres: the state disk holds the memory's local copy): "
+                f"{len(faults)} fault(s) of {chaos.plan.disk_full:g} s; daemon "
                 f"stayed up (same pid, status answered) = {up}; calls paid in the "
                 f"database's ledger during each fault: {paid}; {alerts} 'state disk full' "
                 f"alert(s) (at most one per fault: only a store on that disk raises it); "
