@@ -104,10 +104,19 @@ async def test_one_leads_the_standby_answers_reads_and_takes_over_after_a_sigkil
                 "report"
             ]
             assert (await b.call("job_history", routine="report"))["routine"] == "report"
-            with pytest.raises(RequestFailed, match=r"standby: 'pause' runs on the leader, .*a \("):
-                await b.call("pause", agent="cfo")
             answer = await a.call("ask", agent="cfo", question="Still here?")
             assert answer.get("answer"), answer
+            # the shared run journal, desk and proposals are read on the standby too
+            runs = (await b.call("runs"))["runs"]
+            assert [r["run_id"] for r in runs] == [answer["run_id"]]
+            shown = await b.call("run_show", run_id=answer["run_id"])
+            assert shown["run_id"] == answer["run_id"] and shown["agent"] == "cfo"
+            assert (await b.call("tasks"))["tasks"] == []
+            assert (await b.call("proposals"))["proposals"] == []
+            assert (await b.call("inbox"))["items"] == []
+            assert (await b.call("config_view"))["document"]["state"]["backend"] == "postgres"
+            with pytest.raises(RequestFailed, match=r"standby: 'pause' runs on the leader, .*a \("):
+                await b.call("pause", agent="cfo")
 
             a.send_signal(signal.SIGKILL)
             await a.wait(timeout=10)

@@ -8,7 +8,8 @@ company runs (no agent, no routine, no Telegram), and its control socket answers
 * ``status`` — ``daemon.role: standby``, who leads and since when, the company's spend as
   the shared ledger has it;
 * ``budget`` and ``spend`` — read from the shared ledger; ``jobs`` and ``job_history``
-  from the shared routine history;
+  from the shared routine history; ``runs``, ``run_show``, ``tasks``, ``proposals``,
+  ``inbox`` and ``config_view`` by the daemon's own operations over the shared stores;
 * anything else — refused with an answer that names the leader (``admin`` error), so a
   script on the wrong host learns where to go instead of hanging.
 
@@ -52,8 +53,14 @@ __all__ = ["StandbyAdmin", "leader_block", "stand_by"]
 
 log = logging.getLogger(__name__)
 
-#: The read operations a standby answers itself (everything else names the leader).
+#: The read operations a standby answers itself, from the shared ledger and routine
+#: history (everything else names the leader).
 ANSWERED = frozenset({"status", "budget", "spend", "jobs", "job_history"})
+
+#: Reads of the shared run journal, desk and proposals the daemon's own operations answer
+#: on a standby too. Not the memory's (its owner runs on the leader only) nor anything that
+#: writes or acts.
+DELEGATED = frozenset({"runs", "run_show", "tasks", "proposals", "inbox", "config_view"})
 
 
 def leader_block(info: LeaderInfo | None) -> LeaderBlock | None:
@@ -204,6 +211,11 @@ class StandbyAdmin:
     def __getattr__(self, op: str) -> Callable[..., Awaitable[Any]]:
         if op not in OPERATIONS:
             raise AttributeError(op)
+        if op in DELEGATED:
+            # a read of a shared store: the daemon's own operation answers it (its stores
+            # open on first use; a standby never writes through them)
+            method: Callable[..., Awaitable[Any]] = getattr(self._d, op)
+            return method
 
         async def refused(**_: Any) -> Any:
             leader = await self._leader()
