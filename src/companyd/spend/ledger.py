@@ -300,6 +300,22 @@ class Totals:
     output_tokens: int = 0
     cost_pusd: int = 0
 
+    @classmethod
+    def of_row(cls, r: Sequence[Any]) -> Totals:
+        """From a row ``(key, calls, the five token counts, cost)`` — ``_TOTAL_COLS`` after
+        the key (sums arrive as numerics on PostgreSQL: made ints).
+        """
+        return cls(
+            key=str(r[0]),
+            calls=int(r[1]),
+            input_tokens=int(r[2]),
+            cache_write_5m_tokens=int(r[3]),
+            cache_write_1h_tokens=int(r[4]),
+            cache_read_tokens=int(r[5]),
+            output_tokens=int(r[6]),
+            cost_pusd=int(r[7]),
+        )
+
     @property
     def cost_usd(self) -> Decimal:
         """The cost in USD, exact (a Decimal of the stored picodollars)."""
@@ -648,16 +664,7 @@ class Ledger:
             return []
         q = ",".join("?" * len(periods))
         return [
-            Totals(
-                key=str(r[0]),
-                calls=int(r[1]),
-                input_tokens=int(r[2]),
-                cache_write_5m_tokens=int(r[3]),
-                cache_write_1h_tokens=int(r[4]),
-                cache_read_tokens=int(r[5]),
-                output_tokens=int(r[6]),
-                cost_pusd=int(r[7]),
-            )
+            Totals.of_row(r)
             for r in self._db.execute(
                 "SELECT key, SUM(calls), SUM(input_tokens), SUM(cache_write_5m_tokens), "
                 "SUM(cache_write_1h_tokens), SUM(cache_read_tokens), SUM(output_tokens), "
@@ -671,16 +678,7 @@ class Ledger:
     def days_between(self, first: str, last: str) -> list[Totals]:
         """Company totals per day from ``first`` to ``last`` (inclusive), by date."""
         return [
-            Totals(
-                key=str(r[0]),
-                calls=int(r[1]),
-                input_tokens=int(r[2]),
-                cache_write_5m_tokens=int(r[3]),
-                cache_write_1h_tokens=int(r[4]),
-                cache_read_tokens=int(r[5]),
-                output_tokens=int(r[6]),
-                cost_pusd=int(r[7]),
-            )
+            Totals.of_row(r)
             for r in self._db.execute(
                 f"SELECT period, {_TOTAL_COLS} FROM totals WHERE dim='company' "
                 "AND length(period)=10 AND period BETWEEN ? AND ? ORDER BY period",
@@ -698,16 +696,7 @@ class Ledger:
         return [
             (
                 str(r[0]),
-                Totals(
-                    key=str(r[1]),
-                    calls=int(r[2]),
-                    input_tokens=int(r[3]),
-                    cache_write_5m_tokens=int(r[4]),
-                    cache_write_1h_tokens=int(r[5]),
-                    cache_read_tokens=int(r[6]),
-                    output_tokens=int(r[7]),
-                    cost_pusd=int(r[8]),
-                ),
+                Totals.of_row(r[1:]),
             )
             for r in self._db.execute(
                 f"SELECT period, key, {_TOTAL_COLS} FROM totals WHERE dim=? "
