@@ -77,6 +77,16 @@ def test_fix_never_removes_an_execute_bit(state: Path) -> None:
     assert f"{str(script)!r} 0755" in c.summary
 
 
+def test_fix_leaves_a_hard_link_to_a_file_elsewhere_alone(state: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "shared.conf"
+    elsewhere.write_text("someone else's")
+    os.chmod(elsewhere, 0o644)
+    os.link(elsewhere, state / "linked.sqlite")
+    c = check_state_dir(state, fix=True)
+    assert mode(elsewhere) == 0o644 and c.changed == []
+    assert c.status == "problem" and "2 hard links" in c.summary
+
+
 def test_a_dangling_symlink_as_the_state_dir_is_reported_and_its_target_not_made(
     tmp_path: Path,
 ) -> None:

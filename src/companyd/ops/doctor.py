@@ -26,10 +26,10 @@ permissions, and creating a missing state directory (0700) — then checks again
 change is listed in the check's ``changed``. Nothing else is ever written: not
 company.yaml, not the memory, not a credential. It touches only what is companyd's: no
 symlink inside the state directory is followed (each is listed), nothing another user owns
-is changed nor a directory of theirs entered, no execute bit is removed (companyd writes no
-executable into its state, so such a file is left alone), and a dangling symlink, a path
-under a file or a file that may not be changed is reported, never raised. Exit 0 when no
-check is a ``problem``.
+is changed nor a directory of theirs entered, no execute bit is removed and no file with
+a second hard link changed (companyd writes no such file into its state), and a dangling
+symlink, a path under a file or a file that may not be changed is reported, never raised.
+Exit 0 when no check is a ``problem``.
 """
 
 from __future__ import annotations
@@ -382,13 +382,26 @@ def _scan(top: Path, top_fd: int, owners: frozenset[int], fix: bool) -> _Scan:
     open to the group or others; with ``fix`` tighten what is companyd's.
 
     companyd's is a directory or a regular file owned by ``owners`` (this user, the state
-    directory's owner). A file with an execute bit is never companyd's (it writes none into
-    its state), nor a FIFO or device; a directory owned by another user is not entered.
+    directory's owner). A file with an execute bit or with more than one hard link is never
+    companyd's (it writes no such file into its state), nor a FIFO or device; a directory
+    owned by another user is not entered.
     Directories are tightened before their contents are read, so nobody else can swap an
     entry meanwhile.
     """
     out = _Scan()
     stack: list[tuple[int, Path]] = [(top_fd, top)]
+    try:
+        _walk(stack, top_fd, owners, fix, out)
+    finally:
+        for fd, _ in stack:  # left open only if the walk raised
+            if fd != top_fd:
+                os.close(fd)
+    return out
+
+
+def _walk(
+    stack: list[tuple[int, Path]], top_fd: int, owners: frozenset[int], fix: bool, out: _Scan
+) -> None:
     while stack:
         dir_fd, where = stack.pop()
         try:
@@ -457,6 +470,8 @@ def _scan(top: Path, top_fd: int, owners: frozenset[int], fix: bool) -> _Scan:
                 out.left.append((p, mode, "not a file companyd writes (a FIFO or a device)"))
             elif mode & 0o111:
                 out.left.append((p, mode, "executable: companyd writes no such file"))
+            elif st.st_nlink > 1:
+                out.left.append((p, mode, f"{st.st_nlink} hard links: it is elsewhere too"))
             elif fix:
                 want = mode & PRIVATE_FILE
                 try:
@@ -470,7 +485,6 @@ def _scan(top: Path, top_fd: int, owners: frozenset[int], fix: bool) -> _Scan:
                 out.loose.append((p, mode, mode & PRIVATE_FILE, False))
         if dir_fd != top_fd:
             os.close(dir_fd)
-    return out
 
 
 def _missing(path: Path) -> str | None:
