@@ -5,6 +5,8 @@ an action recorded "via dashboard".
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
 from companyd.dashboard.app import build_app
-from companyd.dashboard.auth import Sessions
+from companyd.dashboard.auth import COOKIE, SESSION_TTL_S, Sessions
 from companyd.dashboard.context import DashboardContext
 from companyd.dashboard.render import make_templates
 from companyd.dashboard.security import CSP
@@ -201,3 +203,58 @@ async def test_ask_shows_the_answer_and_is_recorded_via_dashboard(site: Site) ->
         "/agents/cfo/ask", data={"question": " ", "csrf_token": csrf}, timeout=60
     )
     assert empty.status_code == 200 and "the question is empty" in empty.text
+
+
+@pytest.mark.anyio
+async def test_a_head_on_the_login_url_does_not_spend_the_token(site: Site) -> None:
+    token, _ = site.sessions.issue_login()
+    head = await site.client.head(f"/login?token={token}")  # a link checker, a proxy
+    assert head.status_code == 200 and "set-cookie" not in head.headers
+    assert not site.client.cookies
+    browser = await site.client.get(f"/login?token={token}")  # the browser's GET redeems it
+    assert browser.status_code == 200 and COOKIE in browser.headers["set-cookie"]
+    again = await site.client.get(f"/login?token={token}")
+    assert again.status_code == 403  # and only once
+
+
+async def open_stream(client: httpx.AsyncClient) -> asyncio.Task[httpx.Response]:
+    """``GET /live`` in a task (the in-process transport answers when the stream ends)."""
+    stream = asyncio.ensure_future(client.get("/live?f=tree&f=inflight"))
+    await asyncio.sleep(0.3)
+    assert not stream.done(), stream.result().text  # open, serving the session
+    return stream
+
+
+@pytest.mark.anyio
+async def test_logout_ends_that_sessions_live_streams_and_no_other(site: Site) -> None:
+    csrf = await site.login()
+    other = Site.__new__(Site)  # a second browser, its own session, on the same app
+    other.sessions, other.app = site.sessions, site.app
+    other.client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=site.app), base_url="http://127.0.0.1:8470"
+    )
+    async with other.client:
+        await other.login()
+        mine, theirs = await open_stream(site.client), await open_stream(other.client)
+        out = await site.client.post("/logout", data={"csrf_token": csrf})
+        assert out.status_code == 303
+        ended = await asyncio.wait_for(mine, 10)
+        assert ended.status_code == 200
+        await asyncio.sleep(0.3)
+        assert not theirs.done()  # the other session's stream goes on
+        theirs.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await theirs
+
+
+@pytest.mark.anyio
+async def test_a_live_stream_ends_when_its_session_expires(site: Site) -> None:
+    await site.login()
+    stream = await open_stream(site.client)
+    site.clock.advance(SESSION_TTL_S - 60)
+    await asyncio.sleep(0.3)
+    assert not stream.done()
+    site.clock.advance(61)
+    ended = await asyncio.wait_for(stream, 10)
+    assert ended.status_code == 200
+    assert (await site.client.get("/")).status_code == 303  # and the session is over

@@ -69,7 +69,7 @@ class WebDashboard:
         if spec.tls_cert and spec.tls_key:
             tls = (base / Path(spec.tls_cert), base / Path(spec.tls_key))
         self.server = DashboardServer(
-            self._app, host, port, tls=tls, behind_proxy=spec.behind_proxy
+            self._app, host, port, tls=tls, behind_proxy=spec.behind_proxy, clock=self._clock
         )
         return ChildSpec(id="dashboard", start=self.server.run, shutdown=10.0, backoff=backoff)
 

@@ -15,6 +15,9 @@ bus, so it sits beside ``scheduler`` and ``alerts`` in the layers: it imports L0
   "via dashboard";
 * :mod:`~companyd.dashboard.live`: server-sent events (:class:`Live` fragments);
 * :mod:`~companyd.dashboard.app`: :func:`build_app`;
+* :mod:`~companyd.dashboard.connections`: the connection caps and the request-head
+  timeout (:class:`ConnectionGate`);
+* :mod:`~companyd.dashboard.server`: :class:`DashboardServer`, uvicorn as a child;
 * :mod:`~companyd.dashboard.pages`: one module per page, each exposing ``routes``.
 
 The package's ``__init__`` imports nothing: ``companyd.dashboard.auth`` (the sessions, owned

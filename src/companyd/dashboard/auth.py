@@ -9,15 +9,18 @@ its own CSRF token, which every form and POST of that session must carry. Sessio
 dictionary lookup never compares a secret byte by byte.
 
 One :class:`Sessions` per daemon, owned by it (not by the web layer, whose restart must not
-log anyone out); it is only touched from the event loop.
+log anyone out); it is only touched from the event loop. :meth:`Sessions.wait_ended`
+returns when a session is logged out or expires: the live event streams it opened end then.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 from dataclasses import dataclass
 
+from companyd._aio import race
 from companyd.clock import Clock
 
 __all__ = ["COOKIE", "LOGIN_TTL_S", "SESSION_TTL_S", "Session", "Sessions"]
@@ -56,6 +59,8 @@ class Sessions:
         self._session_ttl = session_ttl
         self._logins: dict[str, float] = {}  # digest of a token -> its expiry
         self._sessions: dict[str, Session] = {}  # digest of a session id -> the session
+        # digest of a session id -> set when it is logged out (made by wait_ended)
+        self._ended: dict[str, asyncio.Event] = {}
 
     def issue_login(self) -> tuple[str, float]:
         """A new one-time login token and when it expires (epoch seconds)."""
@@ -90,10 +95,28 @@ class Sessions:
         return session
 
     def end(self, session_id: str) -> None:
-        """Log ``session_id`` out (nothing when it is unknown)."""
-        self._sessions.pop(_digest(session_id), None)
+        """Log ``session_id`` out (nothing when it is unknown); its waiters return."""
+        key = _digest(session_id)
+        self._sessions.pop(key, None)
+        ended = self._ended.pop(key, None)
+        if ended is not None:
+            ended.set()
+
+    async def wait_ended(self, session: Session) -> None:
+        """Return when ``session`` is logged out (:meth:`end`) or expires (on the clock);
+        at once when it is already over.
+        """
+        key = _digest(session.id)
+        if self._sessions.get(key) is not session:
+            return
+        ended = self._ended.setdefault(key, asyncio.Event())
+        left = session.expires_at - self._clock.time()
+        if left <= 0:
+            return
+        await race(ended.wait(), self._clock.sleep(left))
 
     def _forget_expired(self) -> None:
         now = self._clock.time()
         self._logins = {k: t for k, t in self._logins.items() if t > now}
         self._sessions = {k: s for k, s in self._sessions.items() if s.expires_at > now}
+        self._ended = {k: e for k, e in self._ended.items() if k in self._sessions}

@@ -12,7 +12,8 @@ page subscribes to the fragments it shows with one event stream::
 reads from the request, e.g. ``agent=ceo``) answers ``text/event-stream``: one SSE event
 named after the fragment, its data the fragment's HTML, each time it is re-rendered.
 Events arriving within :data:`COALESCE_S` of each other cause one render. An unknown
-fragment name is a 404 naming the known ones.
+fragment name is a 404 naming the known ones. A stream ends when its session does (logout
+or expiry, :meth:`~companyd.dashboard.auth.Sessions.wait_ended`) and when the server stops.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
+from companyd._aio import cancel_and_wait, race
 from companyd.dashboard.context import ctx_of
 from companyd.events import Event, Subscription
 
@@ -75,15 +78,21 @@ def live_endpoint(
 async def _stream(request: Request, chosen: list[Live]) -> AsyncIterator[ServerSentEvent]:
     ctx = ctx_of(request)
     stopping: asyncio.Event = request.app.state.stopping
+    session = getattr(request.state, "session", None)
+    over = asyncio.ensure_future(
+        race(stopping.wait(), *([ctx.sessions.wait_ended(session)] if session else []))
+    )
     kinds = frozenset().union(*(f.kinds for f in chosen))
     sub = ctx.bus.subscribe(maxsize=1000, kinds=kinds)
     loop = asyncio.get_running_loop()
     due = {f.name: (loop.time() + f.every if f.every else None) for f in chosen}
     try:
-        while not stopping.is_set():
+        while not over.done():
             timeouts = [t - loop.time() for t in due.values() if t is not None]
             wait = max(0.0, min(timeouts)) if timeouts else None
-            event = await _next(sub, stopping, wait)
+            event = await _next(sub, over, wait)
+            if over.done():
+                break
             stale: set[str] = set()
             if event is not None:
                 await asyncio.sleep(COALESCE_S)  # let the burst (exit, restart, start) land
@@ -101,22 +110,23 @@ async def _stream(request: Request, chosen: list[Live]) -> AsyncIterator[ServerS
                     yield ServerSentEvent(data=html, event=fragment.name)
     finally:
         sub.close()
+        await cancel_and_wait(over)
 
 
-async def _next(sub: Subscription, stopping: asyncio.Event, wait: float | None) -> Event | None:
-    """The next event of ``sub``, or None after ``wait`` seconds or when stopping."""
+async def _next(sub: Subscription, over: asyncio.Future[Any], wait: float | None) -> Event | None:
+    """The next event of ``sub``, or None after ``wait`` seconds or once ``over`` is done
+    (``over`` is the caller's and left running).
+    """
     getter = asyncio.ensure_future(sub.get())
-    stopper = asyncio.ensure_future(stopping.wait())
     try:
         done, _ = await asyncio.wait(
-            {getter, stopper}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+            {getter, over}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
         )
     finally:
-        for task in (getter, stopper):
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, EOFError):
-                    await task
+        if not getter.done():
+            getter.cancel()
+            with contextlib.suppress(asyncio.CancelledError, EOFError):
+                await getter
     if getter in done and not getter.cancelled() and getter.exception() is None:
         return getter.result()
     return None

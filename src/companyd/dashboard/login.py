@@ -4,10 +4,11 @@
   it sets the session cookie (``HttpOnly``, ``SameSite=Strict``, ``Secure`` over TLS or
   behind a proxy) and answers a page that moves on to the overview (a same-site refresh,
   so the strict cookie is sent even when the link was opened from another site). A used,
-  expired or unknown token answers 403 with what to do.
+  expired or unknown token answers 403 with what to do. A ``HEAD`` (a link checker's, a
+  proxy's) answers 200 and spends nothing: only the browser's ``GET`` redeems the token.
 * ``GET /login-needed`` says to run ``companyd dashboard`` (where requests without a
   session are sent).
-* ``POST /logout`` ends the session.
+* ``POST /logout`` ends the session, and with it the session's open live streams.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ __all__ = ["routes"]
 
 
 async def login(request: Request) -> Response:
-    """Redeem the one-time token of the query."""
+    """Redeem the one-time token of the query (on a ``GET``; a ``HEAD`` spends nothing)."""
+    if request.method == "HEAD":
+        return Response(status_code=200, media_type="text/html")
     ctx = ctx_of(request)
     session = ctx.sessions.redeem(request.query_params.get("token", ""))
     if session is None:

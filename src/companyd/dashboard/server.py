@@ -16,6 +16,10 @@ shown by ``companyd dashboard``), logs one warning and tries again every
 — the server's task ending with an error or on its own — is an error exit of this child:
 its supervisor restarts it like any child, and the agents are not touched (they are not
 under it, and the web layer holds none of their state).
+
+Connections are admitted by a :class:`~companyd.dashboard.connections.ConnectionGate`
+(caps in total and per client address, a request-head timeout, a small backlog), so a
+flood of idle connections cannot take the descriptors the rest of the daemon needs.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import uvicorn
 from starlette.applications import Starlette
 
 from companyd._aio import race
+from companyd.clock import Clock, SystemClock
+from companyd.dashboard.connections import BACKLOG, ConnectionGate
 from companyd.errors import CompanydError
 from companyd.supervision.child import ChildContext
 
@@ -62,11 +68,13 @@ class DashboardServer:
         port: the port (0: any free one; :attr:`url` says which).
         tls: ``(certificate chain, private key)`` PEM files to serve HTTPS, or None.
         behind_proxy: trust ``X-Forwarded-*`` from the proxy (loopback) in front.
+        clock: the daemon's clock (the connection gate rate-limits its log on it).
 
     Attributes:
         url: where the dashboard is served (``http://127.0.0.1:8470``) once started; None
             before and while stopped.
         problem: why it is not serving (the address cannot be bound), or None.
+        gate: admits the connections (its counters say what the caps refused).
     """
 
     def __init__(
@@ -77,6 +85,7 @@ class DashboardServer:
         *,
         tls: tuple[Path, Path] | None = None,
         behind_proxy: bool = False,
+        clock: Clock | None = None,
     ) -> None:
         self._app = app
         self.host = host
@@ -85,6 +94,7 @@ class DashboardServer:
         self.behind_proxy = behind_proxy
         self.url: str | None = None
         self.problem: str | None = None
+        self.gate = ConnectionGate(clock or SystemClock())
         #: the running uvicorn server (tests make it fail to check the restart)
         self.server: uvicorn.Server | None = None
 
@@ -108,6 +118,8 @@ class DashboardServer:
             proxy_headers=self.behind_proxy,
             server_header=False,
             timeout_graceful_shutdown=GRACEFUL_S,
+            http=self.gate.protocol(),
+            backlog=BACKLOG,
         )
         server = _EmbeddedServer(config)
         self.server = server
@@ -163,7 +175,7 @@ class DashboardServer:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))
-            sock.listen(128)
+            sock.listen(BACKLOG)
             sock.setblocking(False)
         except OSError as exc:
             sock.close()

@@ -24,12 +24,18 @@
 ``fix`` applies only safe, local changes — the state directory's and its files'
 permissions, and creating a missing state directory (0700) — then checks again; each
 change is listed in the check's ``changed``. Nothing else is ever written: not
-company.yaml, not the memory, not a credential. Exit 0 when no check is a ``problem``.
+company.yaml, not the memory, not a credential. It touches only what is companyd's: no
+symlink inside the state directory is followed (each is listed), nothing another user owns
+is changed nor a directory of theirs entered, no execute bit is removed and no file with
+a second hard link changed (companyd writes no such file into its state), and a dangling
+symlink, a path under a file or a file that may not be changed is reported, never raised.
+Exit 0 when no check is a ``problem``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import stat
 from collections.abc import Mapping
@@ -330,30 +336,197 @@ async def _check_telegram(config: CompanyConfig, env: Mapping[str, str]) -> Chec
 # -- the state directory ---------------------------------------------------------------------
 
 
-def _loose(path: Path) -> list[tuple[Path, int, int]]:
-    """``(path, mode, wanted)`` for the directory and every file under it that is open to
-    the group or others (symlinks are not followed).
+@dataclass
+class _Scan:
+    """What a walk of the state directory found (paths as shown to the operator)."""
+
+    #: open to the group or others and companyd's to tighten: (path, mode, wanted, is_dir)
+    loose: list[tuple[Path, int, int, bool]] = field(default_factory=list)
+    #: open to the group or others but left alone, each with the reason
+    left: list[tuple[Path, int, str]] = field(default_factory=list)
+    #: symlinks (never followed): (path, where it points, dangling)
+    links: list[tuple[Path, str, bool]] = field(default_factory=list)
+    #: what could not be read or changed: (path, why)
+    errors: list[tuple[Path, str]] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+
+
+_NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _chmod_file(name: str, dir_fd: int, st: os.stat_result, mode: int) -> None:
+    """Set ``mode`` on the regular file ``name`` of ``dir_fd`` without following a symlink:
+    through an ``O_PATH`` descriptor checked to be the same file ``st`` describes (so a file
+    swapped for a symlink or another file between the look and the change is not touched).
     """
-    out = []
-    for root, dirs, files in os.walk(path):
-        for name in (*dirs, *files):
-            p = Path(root) / name
-            st = p.lstat()
-            if stat.S_ISLNK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
-                continue  # the control socket's mode is its own (--control-group)
-            mode = stat.S_IMODE(st.st_mode)
-            want = PRIVATE_DIR if stat.S_ISDIR(st.st_mode) else PRIVATE_FILE
-            if mode & 0o077:
-                out.append((p, mode, mode & want))
+    o_path = getattr(os, "O_PATH", None)
+    if o_path is None:  # not Linux: fchmodat(AT_SYMLINK_NOFOLLOW) exists there
+        os.chmod(name, mode, dir_fd=dir_fd, follow_symlinks=False)
+        return
+    fd = os.open(name, o_path | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
+            raise OSError(errno.ESTALE, "it changed while doctor looked at it")
+        os.chmod(f"/proc/self/fd/{fd}", mode)  # the file behind the descriptor, not a link
+    finally:
+        os.close(fd)
+
+
+def _scan(top: Path, top_fd: int, owners: frozenset[int], fix: bool) -> _Scan:
+    """Walk the directory open as ``top_fd`` (never following a symlink), noting what is
+    open to the group or others; with ``fix`` tighten what is companyd's.
+
+    companyd's is a directory or a regular file owned by ``owners`` (this user, the state
+    directory's owner). A file with an execute bit or with more than one hard link is never
+    companyd's (it writes no such file into its state), nor a FIFO or device; a directory
+    owned by another user is not entered.
+    Directories are tightened before their contents are read, so nobody else can swap an
+    entry meanwhile.
+    """
+    out = _Scan()
+    stack: list[tuple[int, Path]] = [(top_fd, top)]
+    try:
+        _walk(stack, top_fd, owners, fix, out)
+    finally:
+        for fd, _ in stack:  # left open only if the walk raised
+            if fd != top_fd:
+                os.close(fd)
     return out
+
+
+def _walk(
+    stack: list[tuple[int, Path]], top_fd: int, owners: frozenset[int], fix: bool, out: _Scan
+) -> None:
+    while stack:
+        dir_fd, where = stack.pop()
+        try:
+            names = sorted(os.listdir(dir_fd))
+        except OSError as exc:
+            out.errors.append((where, f"cannot be read: {_why(exc)}"))
+            names = []
+        for name in names:
+            p = where / name
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # removed meanwhile (a SQLite journal, a temporary file)
+            except OSError as exc:
+                out.errors.append((p, f"cannot be read: {_why(exc)}"))
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            kind = stat.S_IFMT(st.st_mode)
+            if kind == stat.S_IFLNK:
+                try:
+                    target = os.readlink(name, dir_fd=dir_fd)
+                except OSError:
+                    continue  # gone (or no longer a symlink) meanwhile
+                try:
+                    os.stat(name, dir_fd=dir_fd)
+                    dangling = False
+                except OSError:
+                    dangling = True
+                out.links.append((p, target, dangling))
+                continue
+            if kind == stat.S_IFSOCK:
+                continue  # the control socket's mode is its own (--control-group)
+            loose = bool(mode & 0o077)
+            if st.st_uid not in owners:
+                if loose:
+                    out.left.append((p, mode, f"owned by uid {st.st_uid}, not companyd's user"))
+                continue  # and a directory of another user's is not entered
+            if kind == stat.S_IFDIR:
+                try:
+                    fd = os.open(name, _NOFOLLOW_DIR, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    out.errors.append((p, f"cannot be opened: {_why(exc)}"))
+                    continue
+                now = os.fstat(fd)
+                if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                    os.close(fd)
+                    out.errors.append((p, "changed while doctor looked at it"))
+                    continue
+                if loose:
+                    want = mode & PRIVATE_DIR
+                    if fix:
+                        try:
+                            os.fchmod(fd, want)
+                            out.changed.append(f"chmod {want:04o} {str(p)!r} (was {mode:04o})")
+                        except OSError as exc:
+                            out.errors.append((p, f"{mode:04o} cannot be changed: {_why(exc)}"))
+                    else:
+                        out.loose.append((p, mode, want, True))
+                stack.append((fd, p))
+                continue
+            if not loose:
+                continue
+            if kind != stat.S_IFREG:
+                out.left.append((p, mode, "not a file companyd writes (a FIFO or a device)"))
+            elif mode & 0o111:
+                out.left.append((p, mode, "executable: companyd writes no such file"))
+            elif st.st_nlink > 1:
+                out.left.append((p, mode, f"{st.st_nlink} hard links: it is elsewhere too"))
+            elif fix:
+                want = mode & PRIVATE_FILE
+                try:
+                    _chmod_file(name, dir_fd, st, want)
+                    out.changed.append(f"chmod {want:04o} {str(p)!r} (was {mode:04o})")
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    out.errors.append((p, f"{mode:04o} cannot be changed: {_why(exc)}"))
+            else:
+                out.loose.append((p, mode, mode & PRIVATE_FILE, False))
+        if dir_fd != top_fd:
+            os.close(dir_fd)
+
+
+def _missing(path: Path) -> str | None:
+    """Why ``path`` cannot be created as a directory (a dangling symlink on the way, or a
+    file where a directory should be), or None when it can be.
+    """
+    for d in (path, *path.parents):
+        if d.is_symlink() and not d.exists():
+            return f"{str(d)!r} is a symlink to {os.readlink(d)!r}, which does not exist"
+        if d.exists():
+            if not d.is_dir():
+                return f"{str(d)!r} is a file, not a directory"
+            return None
+    return None
+
+
+def _listed(items: list[str]) -> str:
+    more = f" and {len(items) - 4} more" if len(items) > 4 else ""
+    return ", ".join(items[:4]) + more
 
 
 def check_state_dir(path: Path, *, fix: bool = False) -> Check:
     """The state directory exists, is this user's, is 0700 and its files 0600; with ``fix``
     a missing directory is created and loose modes are tightened (each change listed).
+
+    ``fix`` touches only what is companyd's (see :func:`_scan`): it never follows a symlink
+    inside the state directory (a symlink *as* the state directory is followed: systemd's
+    ``DynamicUser=`` makes one), never changes what another user owns, never removes an
+    execute bit, and never creates the target of a dangling symlink. What it leaves alone,
+    and what it cannot read or change, is reported, never raised.
     """
     changed: list[str] = []
     if not path.exists():
+        blocked = _missing(path)
+        if blocked is not None:
+            return Check(
+                "state-dir",
+                "problem",
+                f"state directory {str(path)!r} cannot be created: {blocked}",
+                "point state_dir / --state-dir at a directory (or remove what is in the way: "
+                "doctor --fix does not)",
+            )
         if not fix:
             return Check(
                 "state-dir",
@@ -361,7 +534,15 @@ def check_state_dir(path: Path, *, fix: bool = False) -> Check:
                 f"state directory {str(path)!r} does not exist",
                 "companyd doctor --fix creates it (0700); `companyd run` would too, if it may",
             )
-        private_dir(path)
+        try:
+            private_dir(path)
+        except OSError as exc:
+            return Check(
+                "state-dir",
+                "problem",
+                f"state directory {str(path)!r} cannot be created: {_why(exc)}",
+                "create it as the daemon's user (mode 0700), or point state_dir elsewhere",
+            )
         changed.append(f"created {str(path)!r} (mode 0700)")
     if not path.is_dir():
         return Check(
@@ -370,7 +551,24 @@ def check_state_dir(path: Path, *, fix: bool = False) -> Check:
             f"state directory {str(path)!r} is not a directory",
             "move that file away, or point state_dir / --state-dir elsewhere",
         )
-    st = path.stat()
+    try:
+        top_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        return Check(
+            "state-dir",
+            "problem",
+            f"state directory {str(path)!r} cannot be read: {_why(exc)}",
+            "run doctor as the daemon's user (or with sudo)",
+            changed,
+        )
+    try:
+        return _check_open_state_dir(path, top_fd, fix, changed)
+    finally:
+        os.close(top_fd)
+
+
+def _check_open_state_dir(path: Path, top_fd: int, fix: bool, changed: list[str]) -> Check:
+    st = os.fstat(top_fd)
     uid = os.geteuid()
     owner_note = ""
     if st.st_uid != uid:
@@ -384,34 +582,74 @@ def check_state_dir(path: Path, *, fix: bool = False) -> Check:
                 changed,
             )
         owner_note = f" (owned by uid {st.st_uid}, the service's user)"
-    loose = _loose(path)
     mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o077:
-        loose.insert(0, (path, mode, mode & PRIVATE_DIR))
-    if loose and fix:
-        for p, m, want in loose:
-            os.chmod(p, want)
-            changed.append(f"chmod {want:04o} {str(p)!r} (was {m:04o})")
-        loose = []
-    if loose:
-        shown = ", ".join(f"{str(p)!r} {m:04o}" for p, m, _ in loose[:4])
-        more = f" and {len(loose) - 4} more" if len(loose) > 4 else ""
+    top_loose = bool(mode & 0o077)
+    if top_loose and fix:
+        # first, so nobody else can add or swap an entry while the walk runs
+        try:
+            os.fchmod(top_fd, mode & PRIVATE_DIR)
+            changed.append(f"chmod {mode & PRIVATE_DIR:04o} {str(path)!r} (was {mode:04o})")
+            top_loose = False
+        except OSError as exc:
+            return Check(
+                "state-dir",
+                "problem",
+                f"state directory {str(path)!r} is {mode:04o} and cannot be changed: {_why(exc)}",
+                f"chmod 0700 {path} as its owner (or root)",
+                changed,
+            )
+    found = _scan(path, top_fd, frozenset({uid, st.st_uid}), fix)
+    changed += found.changed
+    loose = found.loose
+    if top_loose:
+        loose.insert(0, (path, mode, mode & PRIVATE_DIR, True))
+    notes: list[str] = []
+    if found.left:
+        notes.append(
+            "left alone, not companyd's: "
+            + _listed([f"{str(p)!r} {m:04o} ({why})" for p, m, why in found.left])
+        )
+    if found.errors:
+        notes.append(
+            "could not check or change: "
+            + _listed([f"{str(p)!r} {why}" for p, why in found.errors])
+        )
+    if found.links:
+        notes.append(
+            "symlinks, not followed: "
+            + _listed(
+                [f"{str(p)!r} -> {t!r}" + (" (dangling)" if d else "") for p, t, d in found.links]
+            )
+        )
+    if loose or found.left or found.errors:
+        parts = []
+        if loose:
+            shown = _listed([f"{str(p)!r} {m:04o}" for p, m, _, _ in loose])
+            parts.append(
+                f"state is readable by others: {shown} (expected 0700 for directories, 0600 "
+                "for files)"
+            )
+        parts += notes
+        fixes = []
+        if loose:
+            fixes.append(f"companyd doctor --fix tightens them (or chmod -R go-rwx {path})")
+        if found.left or found.errors:
+            fixes.append(
+                "look at what doctor left alone: move it out of the state directory, or "
+                "chmod go-rwx it yourself if it belongs there"
+            )
+        return Check("state-dir", "problem", "; ".join(parts), "; ".join(fixes), changed)
+    files = len(os.listdir(top_fd))
+    summary = f"{str(path)!r} private (0700, files 0600){owner_note}; {files} entries"
+    if found.links:
         return Check(
             "state-dir",
-            "problem",
-            f"state is readable by others: {shown}{more} (expected 0700 for directories, "
-            "0600 for files)",
-            f"companyd doctor --fix tightens them (or chmod -R go-rwx {path})",
+            "warning",
+            f"{summary}; {notes[-1]}",
+            "companyd makes no symlink in its state: remove them unless you put them there",
             changed,
         )
-    files = sum(1 for _ in path.iterdir())
-    return Check(
-        "state-dir",
-        "ok",
-        f"{str(path)!r} private (0700, files 0600){owner_note}; {files} entries",
-        None,
-        changed,
-    )
+    return Check("state-dir", "ok", summary, None, changed)
 
 
 def _check_memory(path: Path) -> Check:
