@@ -305,3 +305,59 @@ async def test_no_page_shows_a_secret_inline_script_or_style_or_an_unnamed_contr
         assert page.handlers == [], url
         assert page.post_forms == page.post_forms_with_csrf, url
         assert page.unnamed_controls() == [], url
+
+
+async def test_a_decision_records_the_front_end_it_was_made_in(site: Site) -> None:
+    """Issue 32 item 9: the dashboard's Approve/Reject/Answer are recorded "via
+    dashboard" on the desk (the record the run's transcript and ``runs show`` read), the
+    CLI's and Telegram's as theirs, and each front end's decision is an
+    ``operator_action`` event with its ``via``.
+    """
+    d = site.daemon
+
+    async def ask(key: str, kind: ItemKind) -> str:
+        payload = {"question": "May I?"} if kind is ItemKind.QUESTION else {"tool": "send"}
+        item = await d.desk.request(
+            key=key, kind=kind, agent="cfo", run_id=None, routine=None, payload=payload,
+            timeout=3600,
+        )  # fmt: skip
+        return item.id
+
+    sub = d.bus.subscribe(kinds={"operator_action"})
+    approval, rejected, question = (
+        await ask("t:a", ItemKind.APPROVAL),
+        await ask("t:r", ItemKind.APPROVAL),
+        await ask("t:q", ItemKind.QUESTION),
+    )
+    assert (await site.post(f"/inbox/{approval}/approve")).status_code == 200
+    assert (await site.post(f"/inbox/{rejected}/reject", {"reason": "no"})).status_code == 200
+    answered = await site.post(f"/inbox/{question}/answer", {"text": "Yes."})
+    assert answered.status_code == 200
+    by_telegram, by_cli = (
+        await ask("t:tg", ItemKind.APPROVAL),
+        await ask("t:cli", ItemKind.QUESTION),
+    )
+    await d.approve(by_telegram, by="ana", via="telegram")
+    await d.answer(by_cli, "Fine.", by="ana", via="cli")
+    vias = {}
+    for item_id in (approval, rejected, question, by_telegram, by_cli):
+        item = await d.desk.get(item_id)
+        assert item is not None
+        vias[item_id] = item.via
+    assert vias == {
+        approval: "dashboard",
+        rejected: "dashboard",
+        question: "dashboard",
+        by_telegram: "telegram",
+        by_cli: "cli",
+    }
+    events = []
+    while (event := sub.get_nowait()) is not None:
+        events.append((event.data["action"], event.data["target"], event.data["via"]))
+    assert events == [
+        ("approve", approval, "dashboard"),
+        ("reject", rejected, "dashboard"),
+        ("answer", question, "dashboard"),
+        ("approve", by_telegram, "telegram"),
+        ("answer", by_cli, "cli"),
+    ]

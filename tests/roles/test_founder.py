@@ -115,3 +115,73 @@ async def test_ask_founder_waits_no_longer_than_what_is_left_of_the_run(tmp_path
             assert await asking == "The founder answered: Lisbon"
     finally:
         await desk.close()
+
+
+@pytest.mark.anyio
+async def test_ask_founder_is_bounded_per_agent_and_a_burst_is_refused_to_the_agent(
+    tmp_path: Path,
+) -> None:
+    """Issue 32 item 8: 30 questions in a burst put at most ``max_open_questions`` (3 by
+    default) on the desk — 3 messages to the founder, not 30; the rest are refused to the
+    agent with the reason as the tool's result. A resumed run asking again finds its own
+    question; an answer makes room for the next.
+    """
+    clock = ManualClock()
+    bus = EventBus(clock)
+    questions = bus.subscribe(kinds={"founder_question"})
+    desk = Desk(tmp_path / "desk.sqlite", bus=bus, clock=clock)
+    marketing = _config(tmp_path).agents["marketing"]
+    assert marketing.max_open_questions == 3
+    tool = ask_founder_tool(desk, marketing)
+
+    def ctx(n: int) -> ToolCallContext:
+        return ToolCallContext(
+            agent="marketing", run_id="run-1", task_id="t-1", tool_use_id=f"tu-{n}"
+        )
+
+    try:
+        burst = [
+            asyncio.ensure_future(tool.handler({"question": f"Question {n}?"}, ctx(n)))
+            for n in range(30)
+        ]
+        async with asyncio.timeout(10):
+            while sum(t.done() for t in burst) < 27:
+                await asyncio.sleep(0.01)
+        pending = await desk.pending()
+        assert len(pending) == 3
+        refused = [t for t in burst if t.done()]
+        for t in refused:
+            with pytest.raises(ToolError) as info:
+                t.result()
+            assert "not asked: you already have 3 question(s) waiting" in str(info.value)
+            assert "at most 3 may wait at once (tools.max_open_questions)" in str(info.value)
+            assert pending[0].id in str(info.value)
+        shown = []
+        while (event := questions.get_nowait()) is not None:
+            shown.append(event.data["item_id"])
+        assert sorted(shown) == sorted(i.id for i in pending)  # 3 messages, not 30
+        # a resumed run asking the same call again finds its question, never refused
+        first = next(t for t in burst if not t.done())
+        n = burst.index(first)
+        again = asyncio.ensure_future(tool.handler({"question": f"Question {n}?"}, ctx(n)))
+        await asyncio.sleep(0.05)
+        assert not again.done()
+        # an answer makes room for one more
+        await desk.decide(pending[0].id, ItemState.ANSWERED, "Yes")
+        more = asyncio.ensure_future(tool.handler({"question": "One more?"}, ctx(99)))
+        async with asyncio.timeout(5):
+            while len(await desk.pending()) < 3 or not any(
+                i.payload.get("question") == "One more?" for i in await desk.pending()
+            ):
+                await asyncio.sleep(0.01)
+        for t in [*burst, again, more]:
+            t.cancel()
+    finally:
+        await desk.close()
+
+
+def test_max_open_questions_has_a_default_and_an_agent_may_say_more(tmp_path: Path) -> None:
+    defaults = {**_base_defaults(), "tools": {"max_open_questions": 5}}
+    assert _config(tmp_path, defaults=defaults).agents["marketing"].max_open_questions == 5
+    text = company_yaml({"marketing": {"tools": {"ask_founder": True, "max_open_questions": 1}}})
+    assert load_config_text(text, base_dir=tmp_path).agents["marketing"].max_open_questions == 1

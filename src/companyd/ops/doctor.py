@@ -46,9 +46,15 @@ from typing import Any
 import psycopg
 
 from companyd._fs import PRIVATE_DIR, PRIVATE_FILE, private_dir
-from companyd._secrets import redact
+from companyd._secrets import protect, redact
 from companyd.alerts.check import check_telegram
-from companyd.config import CompanyConfig, load_config, secret_references, state_backend
+from companyd.config import (
+    CompanyConfig,
+    load_config,
+    secret_references,
+    secret_values,
+    state_backend,
+)
 from companyd.errors import CompanydError, ConfigError
 from companyd.llm.model import ModelAuthFailed, ModelError
 from companyd.memory.store import GraphStore
@@ -123,6 +129,10 @@ async def run_doctor(
             report.checks.append(Check(name, "skipped", why))
         where = state_dir
     else:
+        # the secrets of the environment checked (not always this process's) are masked in
+        # every line the report prints, a database password however its URL is written
+        for value in secret_values(config, env):
+            protect(value)
         report.checks.append(_check_secrets(config, env))
         report.checks.append(await _check_database(config, env))
         if offline:

@@ -72,6 +72,7 @@ __all__ = [
     "STEPS",
     "Desk",
     "DeskError",
+    "DeskFull",
     "DeskItem",
     "ItemKind",
     "ItemState",
@@ -150,6 +151,19 @@ _COLUMNS = (
 
 class DeskError(CompanydError):
     """An item cannot be decided as asked (unknown id, already decided, wrong kind)."""
+
+
+class DeskFull(DeskError):
+    """An agent already has ``limit`` items of a kind waiting for the founder (``open``:
+    their ids, oldest first): :meth:`Desk.request` with ``open_limit`` refused a new one.
+    """
+
+    def __init__(self, agent: str, kind: str, open_ids: list[str], limit: int) -> None:
+        self.agent, self.kind, self.open_ids, self.limit = agent, kind, open_ids, limit
+        super().__init__(
+            f"{agent} already has {len(open_ids)} {kind}(s) waiting for the founder "
+            f"({', '.join(open_ids)}); at most {limit} may wait at once"
+        )
 
 
 class ItemKind(StrEnum):
@@ -308,15 +322,35 @@ class Desk:
         routine: str | None,
         payload: Mapping[str, Any],
         timeout: float,
+        open_limit: int | None = None,
     ) -> DeskItem:
         """The item for ``key``: created (and announced) the first time, found again after
         a restart. ``timeout``: seconds from now until an unanswered item expires.
+
+        Raises:
+            DeskFull: ``open_limit`` is set and ``agent`` already has that many items of
+                ``kind`` pending (not past their deadline) — checked and inserted in one
+                transaction, so a burst of concurrent asks cannot slip past it. An item
+                already on the desk under ``key`` (a resumed run asking again) is found,
+                never refused.
         """
         now = self._clock.time()
         item_id = _item_id(kind, key)
         data = json.dumps(dict(payload), ensure_ascii=False, default=str)
 
-        def add(db: Connection) -> tuple[bool, tuple[Any, ...]]:
+        def add(db: Connection) -> tuple[bool, tuple[Any, ...] | None, list[str]]:
+            if open_limit is not None:
+                known = db.execute("SELECT 1 FROM items WHERE key = ?", (key,)).fetchone()
+                waiting = [
+                    r[0]
+                    for r in db.execute(
+                        "SELECT id FROM items WHERE agent = ? AND kind = ? AND state = "
+                        "'pending' AND deadline > ? ORDER BY created, rowid",
+                        (agent, str(kind), now),
+                    ).fetchall()
+                ]
+                if known is None and len(waiting) >= open_limit:
+                    return False, None, waiting
             created = db.execute(
                 "INSERT INTO items (id, key, kind, agent, run_id, routine, payload, state, "
                 "created, deadline) VALUES (?,?,?,?,?,?,?, 'pending', ?, ?) "
@@ -324,9 +358,12 @@ class Desk:
                 (item_id, key, str(kind), agent, run_id, routine, data, now, now + timeout),
             ).rowcount
             row = db.execute(f"SELECT {_COLUMNS} FROM items WHERE key = ?", (key,)).fetchone()
-            return created > 0, row
+            return created > 0, row, []
 
-        created, row = await self._db.run(lambda db: _transaction(db, "BEGIN", add))
+        created, row, waiting = await self._db.run(lambda db: _transaction(db, "BEGIN", add))
+        if row is None:
+            assert open_limit is not None  # only a limit leaves no row
+            raise DeskFull(agent, str(kind), waiting, open_limit)
         item = DeskItem._of(row)
         if created:
             self._announce(item)

@@ -25,7 +25,14 @@ from typing import Any
 
 from companyd.config import AgentConfig
 from companyd.llm.blocks import ToolResultBlock, ToolUseBlock
-from companyd.roles.desk import DEFAULT_APPROVAL_TIMEOUT, Desk, DeskItem, ItemKind, ItemState
+from companyd.roles.desk import (
+    DEFAULT_APPROVAL_TIMEOUT,
+    Desk,
+    DeskFull,
+    DeskItem,
+    ItemKind,
+    ItemState,
+)
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.roles.tools import Tool, ToolCallContext, ToolError, json_schema
 
@@ -110,15 +117,27 @@ def ask_founder_tool(desk: Desk, agent: AgentConfig) -> Tool:
         timeout = agent.approval_timeout
         if ctx.run_seconds_left is not None:
             timeout = min(timeout, max(ctx.run_seconds_left, 0.0))
-        item = await desk.request(
-            key=f"{ctx.run_id}/{ctx.tool_use_id}",
-            kind=ItemKind.QUESTION,
-            agent=agent.slug,
-            run_id=ctx.run_id,
-            routine=ctx.routine,
-            payload={"question": question.strip()},
-            timeout=timeout,
-        )
+        try:
+            item = await desk.request(
+                key=f"{ctx.run_id}/{ctx.tool_use_id}",
+                kind=ItemKind.QUESTION,
+                agent=agent.slug,
+                run_id=ctx.run_id,
+                routine=ctx.routine,
+                payload={"question": question.strip()},
+                timeout=timeout,
+                open_limit=agent.max_open_questions,
+            )
+        except DeskFull as full:
+            # Refused to the agent, not posted: the founder's thread is not flooded by a
+            # loop of questions (tools.max_open_questions, docs/desk.md).
+            raise ToolError(
+                f"not asked: you already have {len(full.open_ids)} question(s) waiting for "
+                f"the founder ({', '.join(full.open_ids)}) and at most {full.limit} may wait "
+                "at once (tools.max_open_questions); wait for those answers, put what you "
+                "need into one question later, or carry on with your best judgement and say "
+                "what you assumed"
+            ) from None
         item = await desk.wait(item)
         if item.state is ItemState.ANSWERED:
             return f"The founder answered: {item.text}"
