@@ -109,7 +109,10 @@ def restore_backup(archive: Path, state_dir: Path, *, force: bool = False) -> Re
         extracted, new, old = scratch / "archive", scratch / "new", scratch / "old"
         for d in (extracted, new, old):
             d.mkdir(mode=0o700)
-        report = verify_archive(archive, extract_to=extracted)
+        try:
+            report = verify_archive(archive, extract_to=extracted)
+        except BackupError as exc:
+            raise BackupError(f"{exc}; nothing was restored") from None
         if not report.ok:
             raise BackupError(
                 f"backup {str(archive)!r} is damaged, nothing was restored: "
