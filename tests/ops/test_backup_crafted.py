@@ -123,20 +123,39 @@ def set_memory(rel: str) -> Edit:
     return edit
 
 
-def add_member(name: str, kind: str, data: bytes) -> tuple[Edit, list[tuple[tarfile.TarInfo, bytes]]]:
+def add_member(
+    name: str, kind: str, data: bytes
+) -> tuple[Edit, list[tuple[tarfile.TarInfo, bytes]]]:
+    """A member ``name`` of ``kind`` holding ``data``, listed in the manifest (in place of a
+    member of that name: the tar entry too is replaced, see :func:`craft`).
+    """
+
     def edit(m: dict[str, Any]) -> None:
+        m["members"] = [e for e in m["members"] if e["name"] != name]
         m["members"].append(entry(name, kind, data))
 
     return edit, [(_info(name, data), data)]
 
 
+def store_bytes(good: Path) -> bytes:
+    """A real store of the good backup (it opens and passes quick_check)."""
+    with tarfile.open(good, "r:gz") as tar:
+        f = tar.extractfile("state/spend.sqlite")
+        assert f is not None
+        return f.read()
+
+
 # name → (edit, extra entries, what verify must name). Each breaks out, or tries to, on the
 # code before this change (see the commit): restore wrote outside --state-dir, or verify said
 # ok, or the command died with an internal error.
-def _escapes(outside: Path) -> dict[str, tuple[Edit | None, list[Any], str]]:
+def _escapes(good: Path, outside: Path) -> dict[str, tuple[Edit | None, list[Any], str]]:
     graph = "memory.jsonl"
     routes: dict[str, tuple[Edit | None, list[Any], str]] = {
-        "memory_in_state_dir ..": (set_memory(f"../{outside.name}/{graph}"), [], "memory_in_state_dir"),
+        "memory_in_state_dir ..": (
+            set_memory(f"../{outside.name}/{graph}"),
+            [],
+            "memory_in_state_dir",
+        ),
         "memory_in_state_dir absolute": (
             set_memory(str(outside / graph)),
             [],
@@ -149,13 +168,14 @@ def _escapes(outside: Path) -> dict[str, tuple[Edit | None, list[Any], str]]:
         ),
         "memory_in_state_dir the lock": (set_memory("daemon.lock"), [], "memory_in_state_dir"),
     }
-    db = b"SQLite format 3\x00" + b"\x00" * 100
-    edit, extra = add_member(f"state/../../{outside.name}/x.sqlite", "sqlite", db)
-    routes["member state/../x"] = (edit, extra, "state/../")
+    edit, extra = add_member("state/../x.sqlite", "sqlite", store_bytes(good))
+    routes["member state/../x"] = (edit, extra, "state/../x.sqlite")
+    edit, extra = add_member(f"state/../../{outside.name}/x.sqlite", "sqlite", store_bytes(good))
+    routes["member state/../../outside"] = (edit, extra, "state/../")
     edit, extra = add_member("bin/run.sh", "script", b"#!/bin/sh\nrm -rf ~\n")
     routes["member of no known kind"] = (edit, extra, "bin/run.sh")
-    edit, extra = add_member("config/../../evil", "config", b"x")
-    routes["config member with .."] = (edit, extra, "config/../../evil")
+    edit, extra = add_member("config/../evil", "config", b"x")
+    routes["config member with .."] = (edit, extra, "config/../evil")
     journal = os.urandom(300).replace(b"\n", b"")  # arbitrary bytes, one line
     edit, extra = add_member(f"memory/{graph}.journal", "memory-journal", journal)
     routes["journal member of arbitrary bytes"] = (edit, extra, f"memory/{graph}.journal")
@@ -171,10 +191,7 @@ def _symlink_member(good: Path) -> tuple[Edit, list[Any], str]:
     """``state/alias.sqlite``: a symlink to a real store, listed with that store's digest (so
     reading through the link matches it).
     """
-    with tarfile.open(good, "r:gz") as tar:
-        f = tar.extractfile("state/spend.sqlite")
-        assert f is not None
-        data = f.read()
+    data = store_bytes(good)
     link = _info("state/alias.sqlite", kind=tarfile.SYMTYPE)
     link.linkname = "spend.sqlite"
 
@@ -200,6 +217,7 @@ ROUTES = [
     "memory_in_state_dir inside a store",
     "memory_in_state_dir the lock",
     "member state/../x",
+    "member state/../../outside",
     "member of no known kind",
     "config member with ..",
     "journal member of arbitrary bytes",
@@ -218,7 +236,7 @@ def _route(good: Path, name: str, outside: Path) -> tuple[Edit | None, list[Any]
         return _special_member(tarfile.FIFOTYPE)
     if name == "device member":
         return _special_member(tarfile.CHRTYPE)
-    return _escapes(outside)[name]
+    return _escapes(good, outside)[name]
 
 
 @pytest.mark.parametrize("route", ROUTES)
@@ -228,7 +246,8 @@ def test_a_crafted_archive_is_damage_to_verify_and_restore_writes_nothing(
     outside = tmp_path / "outside"
     outside.mkdir()
     edit, extra, named = _route(good, route, outside)
-    bad = craft(good, tmp_path / "bad.tar.gz", edit, extra=extra)
+    replaced = tuple(i.name for i, _ in extra)
+    bad = craft(good, tmp_path / "bad.tar.gz", edit, extra=extra, drop=replaced)
 
     # verify: exit 1, the damage named, never ok, never an internal error
     assert main(["backup", "verify", str(bad)]) == 1

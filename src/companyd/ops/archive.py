@@ -373,7 +373,9 @@ def _shown(value: Any) -> str:
 def _type_name(types: tuple[type, ...]) -> str:
     names = {str: "a string", int: "an integer", float: "a number", dict: "an object",
              list: "a list", bool: "true or false", type(None): "null"}  # fmt: skip
-    return " or ".join(names.get(t, t.__name__) for t in types if t is not int or float not in types)
+    return " or ".join(
+        names.get(t, t.__name__) for t in types if t is not int or float not in types
+    )
 
 
 def _is(value: Any, types: tuple[type, ...]) -> bool:
@@ -397,9 +399,7 @@ def manifest_problems(manifest: Mapping[str, Any]) -> list[str]:
             problems.append(f"no {key!r}")
     for key, types in _TOP.items():
         if key in manifest and not _is(manifest[key], types):
-            problems.append(
-                f"{key!r} is {_shown(manifest[key])}, expected {_type_name(types)}"
-            )
+            problems.append(f"{key!r} is {_shown(manifest[key])}, expected {_type_name(types)}")
     libraries = manifest.get("libraries")
     if isinstance(libraries, dict) and not all(
         isinstance(k, str) and isinstance(v, str) for k, v in libraries.items()

@@ -168,7 +168,7 @@ def _plan(manifest: dict[str, Any], scratch_name: str) -> list[tuple[str, str]]:
         elif m.kind == "memory":
             rel = memory_rel if memory_rel is not None else base
         elif m.kind == "memory-journal":
-            rel = (memory_rel if memory_rel is not None else base.removesuffix(".journal"))
+            rel = memory_rel if memory_rel is not None else base.removesuffix(".journal")
             rel += ".journal"
         else:
             continue  # the configuration stays in the archive
@@ -237,9 +237,7 @@ def _swap(state_dir: Path, new: Path, old: Path, there: list[str]) -> None:
         ) from exc
 
 
-def _move_aside(
-    state_dir: Path, real: Path, old: Path, result: RestoreResult
-) -> tuple[Path, bool]:
+def _move_aside(state_dir: Path, real: Path, old: Path, result: RestoreResult) -> tuple[Path, bool]:
     """Move the previous content (now in ``old``) to ``<dir>.before-restore-<time>`` next to
     the state directory; returns where it is and whether it stayed in the scratch directory
     (that move failed: the restore itself is done, nothing is deleted).
