@@ -24,7 +24,6 @@ import pytest
 
 from companyd.cli.main import main
 from companyd.config import load_config
-from companyd.ops import restore as restore_module
 from companyd.ops.archive import BackupError, verify_archive
 from companyd.ops.backup import take_backup
 from companyd.ops.restore import restore_backup
@@ -393,8 +392,8 @@ def failing_rename(target: Path) -> Iterator[list[str]]:
         return call
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(restore_module.os, "rename", fake(real_rename))
-        mp.setattr(restore_module.os, "replace", fake(real_replace))
+        mp.setattr(os, "rename", fake(real_rename))  # companyd.ops.restore's os
+        mp.setattr(os, "replace", fake(real_replace))
         yield calls
 
 

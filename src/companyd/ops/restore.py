@@ -130,11 +130,11 @@ def restore_backup(archive: Path, state_dir: Path, *, force: bool = False) -> Re
         moved_old = [n for n in occupied(real) if n != scratch.name]
         _swap(real, new, old, moved_old)
         if moved_old:
-            result.moved_aside, keep_scratch = _move_aside(state_dir, real, old, result)
+            result.moved_aside, keep_scratch = _move_aside(real, old, result)
     finally:
         if keep_scratch:
-            for d in ("archive", "new"):
-                shutil.rmtree(scratch / d, ignore_errors=True)
+            for part in ("archive", "new"):
+                shutil.rmtree(scratch / part, ignore_errors=True)
         else:
             shutil.rmtree(scratch, ignore_errors=True)
     if report.manifest.get("memory_in_state_dir") is None and any(
@@ -237,7 +237,7 @@ def _swap(state_dir: Path, new: Path, old: Path, there: list[str]) -> None:
         ) from exc
 
 
-def _move_aside(state_dir: Path, real: Path, old: Path, result: RestoreResult) -> tuple[Path, bool]:
+def _move_aside(state_dir: Path, old: Path, result: RestoreResult) -> tuple[Path, bool]:
     """Move the previous content (now in ``old``) to ``<dir>.before-restore-<time>`` next to
     the state directory; returns where it is and whether it stayed in the scratch directory
     (that move failed: the restore itself is done, nothing is deleted).
