@@ -250,8 +250,9 @@ def test_prune_keeps_the_newest_of_this_company_only(tmp_path: Path) -> None:
 
 
 def test_two_companies_whose_names_slug_alike_keep_their_own_backups(tmp_path: Path) -> None:
-    """"Acme" and "ACME!" slug to one name; each backup routine's keep prunes only its own
-    company's archives (seen failing first: the second company's keep deleted the first's).
+    """Companies named "Acme" and "ACME!" slug to one name; each backup routine's keep
+    prunes only its own company's archives (seen failing first: the second company's keep
+    deleted the first's).
     """
     backups = tmp_path / "backups"
     backups.mkdir()
@@ -259,7 +260,11 @@ def test_two_companies_whose_names_slug_alike_keep_their_own_backups(tmp_path: P
     for name in written:
         work = tmp_path / _slug_dir(name)
         work.mkdir()
-        config = load_config(write_company(work, company={"name": name, "timezone": "UTC", "budget": {"daily_usd": 1}}))
+        config = load_config(
+            write_company(
+                work, company={"name": name, "timezone": "UTC", "budget": {"daily_usd": 1}}
+            )
+        )
         config.state_dir().mkdir(mode=0o700)
         for i in range(2):
             result = take_backup(config, config.state_dir(), backups, keep=1, now=1e9 + i)
@@ -293,7 +298,7 @@ def test_a_backup_into_the_state_or_memory_directory_is_refused(
     (tmp_path / "link").symlink_to(state)
     (state / "sub").mkdir()
     before = sorted(str(p) for p in tmp_path.rglob("*"))
-    with pytest.raises(BackupError, match="refusing to write a backup to .* inside"):
+    with pytest.raises(BackupError, match=r"refusing to write a backup to .* inside"):
         take_backup(config, state, dest)
     rc = main(["backup", "--config", str(config_path), "--to", str(dest)])
     assert rc == 1

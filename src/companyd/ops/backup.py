@@ -329,9 +329,9 @@ def prune_backups(directory: Path, keep: int, company: str) -> list[Path]:
     named = re.compile(rf"^companyd-(?:{re.escape(tag)}|{re.escape(slug)})-{_STAMP}$")
     mine = []
     for p in directory.iterdir():
-        if named.match(p.name) and p.is_file() and not p.is_symlink():
-            if _archive_company(p) == company:
-                mine.append(p)
+        ours = named.match(p.name) and p.is_file() and not p.is_symlink()
+        if ours and _archive_company(p) == company:
+            mine.append(p)
     mine.sort(key=lambda p: _stamp_key(p.name))
     gone = mine[: max(0, len(mine) - keep)]
     for p in gone:
