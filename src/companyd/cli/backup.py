@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
         type=Path,
         metavar="FILE",
         help="the archive to write, or a directory for a dated file in it (default: "
-        "./companyd-<company>-<time>.tar.gz)",
+        "./companyd-<company>-<hash>-<time>.tar.gz); never inside the state directory",
     )
     p.add_argument("--config", type=Path, help="company.yaml (default: $COMPANYD_CONFIG, …)")
     p.add_argument("--state-dir", type=Path, help="the state directory (default: as `run`)")
