@@ -338,6 +338,7 @@ def test_a_postgres_company_s_manifest_says_its_database_is_not_in_the_archive(
     result = take_backup(config, tmp_path / "state", tmp_path / "b.tar.gz")
     with tarfile.open(result.path, "r:gz") as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+    assert verify_archive(result.path).ok  # its manifest's shape holds too
     assert manifest["database"] == {
         "backend": "postgres",
         "schema": "acme",

@@ -60,9 +60,11 @@ def craft(
     raw_manifest: bytes | None = None,
     extra: list[tuple[tarfile.TarInfo, bytes]] = (),  # type: ignore[assignment]
     drop: tuple[str, ...] = (),
+    first: list[tuple[tarfile.TarInfo, bytes]] = (),  # type: ignore[assignment]
 ) -> Path:
     """``src`` rewritten: its manifest edited by ``edit`` (or replaced by ``raw_manifest``)
-    with a matching ``manifest.sha256``, the entries ``drop`` left out, ``extra`` added.
+    with a matching ``manifest.sha256``, the entries ``drop`` left out, ``extra`` added
+    (``first`` added ahead of the rest).
     """
     with tarfile.open(src, "r:gz") as tin:
         entries = []
@@ -76,6 +78,8 @@ def craft(
     data = raw_manifest if raw_manifest is not None else json.dumps(manifest).encode()
     sha = (hashlib.sha256(data).hexdigest() + "\n").encode()
     with tarfile.open(dst, "w:gz") as tout:
+        for info, body in first:
+            tout.addfile(info, io.BytesIO(body) if info.isreg() else None)
         for info, body in entries:
             if info.name in drop:
                 continue
@@ -200,6 +204,15 @@ def _symlink_member(good: Path) -> tuple[Edit, list[Any], str]:
     return edit, [(link, b"")], "state/alias.sqlite"
 
 
+def _symlink_on_the_way(outside: Path) -> tuple[Edit | None, list[Any], str]:
+    """A symlink entry ``memory`` → a directory outside, ahead of the memory members (the
+    classic tar escape: extract the link, then write through it).
+    """
+    link = _info("memory", kind=tarfile.SYMTYPE)
+    link.linkname = str(outside)
+    return None, [(link, b"")], "memory: not in the manifest"
+
+
 def _special_member(kind: bytes) -> tuple[Edit, list[Any], str]:
     info = _info("state/dev.sqlite", kind=kind)
     info.devmajor, info.devminor = 1, 5  # /dev/zero
@@ -223,6 +236,7 @@ ROUTES = [
     "journal member with a bad record",
     "journal without its graph",
     "symlink member",
+    "symlink directory on the way",
     "FIFO member",
     "device member",
 ]
@@ -231,6 +245,8 @@ ROUTES = [
 def _route(good: Path, name: str, outside: Path) -> tuple[Edit | None, list[Any], str]:
     if name == "symlink member":
         return _symlink_member(good)
+    if name == "symlink directory on the way":
+        return _symlink_on_the_way(outside)
     if name == "FIFO member":
         return _special_member(tarfile.FIFOTYPE)
     if name == "device member":
@@ -247,6 +263,8 @@ def test_a_crafted_archive_is_damage_to_verify_and_restore_writes_nothing(
     edit, extra, named = _route(good, route, outside)
     replaced = tuple(i.name for i, _ in extra)
     bad = craft(good, tmp_path / "bad.tar.gz", edit, extra=extra, drop=replaced)
+    if route == "symlink directory on the way":  # the link first, then the members
+        bad = craft(good, tmp_path / "bad.tar.gz", first=extra)
 
     # verify: exit 1, the damage named, never ok, never an internal error
     assert main(["backup", "verify", str(bad)]) == 1
@@ -436,3 +454,13 @@ def test_a_good_backup_with_memory_in_a_subdirectory_restores_there(
     assert (target / "mem" / "graph.jsonl").read_bytes() == (
         config.state_dir() / "mem" / "graph.jsonl"
     ).read_bytes()
+
+
+def test_an_archive_of_too_many_entries_is_refused(good: Path, tmp_path: Path) -> None:
+    """Headers alone (a few bytes each compressed) must not fill the memory: past 10,000
+    entries the archive is refused.
+    """
+    extra = [(_info(f"x/{i}"), b"") for i in range(10_001)]
+    bad = craft(good, tmp_path / "many.tar.gz", extra=extra)
+    with pytest.raises(BackupError, match="more than 10000 entries"):
+        verify_archive(bad)

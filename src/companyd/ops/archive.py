@@ -261,7 +261,34 @@ def _open_tar(path: Path) -> Iterator[tarfile.TarFile]:
                 f"{exc}); expected a .tar.gz written by `companyd backup`"
             ) from None
         with tar:
+            _load_headers(tar, path)
             yield tar
+
+
+#: More entries than any companyd backup has (it has a few dozen at most).
+MAX_ENTRIES = 10_000
+
+
+def _load_headers(tar: tarfile.TarFile, path: Path) -> None:
+    """Read every entry's header once (no content is extracted), refusing an archive of
+    more than :data:`MAX_ENTRIES` entries before its headers fill the memory.
+    """
+    try:
+        n = 0
+        while tar.next() is not None:
+            n += 1
+            if n > MAX_ENTRIES:
+                raise BackupError(
+                    f"backup {str(path)!r} has more than {MAX_ENTRIES} entries; a companyd "
+                    "backup has a few dozen: it is damaged or not a companyd backup"
+                )
+    except BackupError:
+        raise
+    except Exception as exc:  # TarError, OSError, EOFError, zlib.error
+        raise BackupError(
+            f"{str(path)!r} is not a readable companyd backup ({type(exc).__name__}: {exc}); "
+            "expected a .tar.gz written by `companyd backup`"
+        ) from None
 
 
 def _file_kind(mode: int) -> str:
