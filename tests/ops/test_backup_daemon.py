@@ -22,16 +22,10 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.dashboard.pagekit import Site
 
-from companyd.clock import ManualClock
-from companyd.config import load_config
-from companyd.daemon.main import Daemon
-from companyd.llm.offline import OfflineModel
 from companyd.memory.store import GraphStore
 from companyd.ops.archive import verify_archive
 from companyd.testing.bot_api import BotApiServer
-from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
 
 from .opskit import CHAT, TOKEN
@@ -241,44 +235,3 @@ async def test_scheduled_backups_are_recorded_pruned_and_alerted_when_they_fail(
     config_line = doctor.out.splitlines()[0]
     assert config_line.startswith("ok       config"), doctor.out
     assert "the running daemon loaded this version" in config_line
-
-
-BACKUP_COMPANY = """\
-schema: companyd/v1
-company: {name: Acme Ops, timezone: UTC, budget: {daily_usd: 10}}
-dashboard: {enabled: false}
-agents:
-  ceo: {title: CEO, instructions: lead}
-routines:
-  nightly:
-    backup: {every: 24h, keep: 3, to: %s}
-"""
-
-
-@pytest.mark.anyio
-async def test_run_now_on_a_backup_routine_answers_with_the_backup(tmp_path: Path) -> None:
-    """Admin ``run_job`` (what ``companyd jobs run`` calls) and the dashboard's Run now on a
-    backup routine answer with the outcome (seen failing first: AssertionError in run_now,
-    exit 70 / HTTP 500, although the backup was written).
-    """
-    with short_dir() as work:
-        backups = work / "backups"
-        path = work / "company.yaml"
-        path.write_text(BACKUP_COMPANY % backups, encoding="utf-8")
-        cfg = load_config(path)
-        async with Daemon(cfg, work / "s", backend=OfflineModel(), offline=True) as d:
-            answer = await d.run_job("nightly")
-            assert answer.status == "ok" and answer.run_id == "", answer
-            assert answer.answer.startswith("backup written: ")
-            first = sorted(backups.iterdir())
-            assert len(first) == 1 and str(first[0]) in answer.answer
-            site = Site(d, ManualClock(start=d.clock.time()))
-            async with site.client:
-                await site.login()
-                ran = await site.post("/routines/nightly/run", htmx=True)
-                assert ran.status_code == 200, ran.text[:2000]
-                assert "nightly ran" in ran.text and "backup written: " in ran.text
-                assert 'href="/runs/"' not in ran.text
-            fires = (await d.job_history("nightly")).fires
-        assert [f["outcome"] for f in fires] == ["ok", "ok"]
-        assert len(list(backups.iterdir())) == 2
