@@ -391,9 +391,10 @@ def test_verify_refuses_a_fifo_or_a_device_at_once(tmp_path: Path, what: str) ->
 
 
 @contextlib.contextmanager
-def failing_rename(target: Path) -> Iterator[list[str]]:
-    """``os.rename`` / ``os.replace`` fail with EIO the first time they put something at
-    ``target`` (a disk error midway through the restore's renames); yields the calls seen.
+def failing_rename(target: Path, *, always: bool = False) -> Iterator[list[str]]:
+    """``os.rename`` / ``os.replace`` fail with EIO the first time (or, ``always``, every
+    time) they put something at ``target`` (a disk error midway through the restore's
+    renames); yields the calls seen.
     """
     calls: list[str] = []
     failed: list[bool] = []
@@ -402,7 +403,7 @@ def failing_rename(target: Path) -> Iterator[list[str]]:
     def fake(real: Callable[..., None]) -> Callable[..., None]:
         def call(src: Any, dst: Any, *a: Any, **k: Any) -> None:
             calls.append(f"{src} -> {dst}")
-            if Path(dst) == target and not failed:
+            if Path(dst) == target and (always or not failed):
                 failed.append(True)
                 raise OSError(5, "Input/output error (injected)", str(dst))
             real(src, dst, *a, **k)
@@ -435,6 +436,19 @@ def test_a_restore_that_fails_midway_leaves_the_previous_state_exactly(
     assert result.moved_aside is not None
     assert (result.moved_aside / "spend.sqlite").read_bytes() == b"the old ledger"
     assert (state / "spend.sqlite").read_bytes()[:16] == b"SQLite format 3\x00"
+
+
+def test_a_restore_whose_undo_fails_too_deletes_nothing_and_says_where_it_is(
+    good: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "spend.sqlite").write_bytes(b"the old ledger")
+    with failing_rename(state / "spend.sqlite", always=True), pytest.raises(BackupError) as info:
+        restore_backup(good, state, force=True)
+    assert "could not be fully undone" in str(info.value)
+    kept = [p for p in state.rglob("spend.sqlite") if p.read_bytes() == b"the old ledger"]
+    assert len(kept) == 1 and str(kept[0].parent) in str(info.value)
 
 
 def test_a_good_backup_with_memory_in_a_subdirectory_restores_there(

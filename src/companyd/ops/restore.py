@@ -132,11 +132,14 @@ def restore_backup(archive: Path, state_dir: Path, *, force: bool = False) -> Re
         if moved_old:
             result.moved_aside, keep_scratch = _move_aside(real, old, result)
     finally:
-        if keep_scratch:
-            for part in ("archive", "new"):
-                shutil.rmtree(scratch / part, ignore_errors=True)
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+        for part in ("archive", "new"):
+            shutil.rmtree(scratch / part, ignore_errors=True)
+        # the previous content is never deleted: ``old`` goes only when it is empty (moved
+        # aside, or moved back after a failure); otherwise the message or a note names it
+        with contextlib.suppress(OSError):
+            if not keep_scratch:
+                os.rmdir(scratch / "old")
+            os.rmdir(scratch)
     if report.manifest.get("memory_in_state_dir") is None and any(
         m.kind == "memory" for m in members(report.manifest)
     ):
@@ -211,24 +214,26 @@ def _swap(state_dir: Path, new: Path, old: Path, there: list[str]) -> None:
             placed.append(name)
         fsync_directory(state_dir)
     except OSError as exc:
-        stuck = []
+        new_left, old_left = [], []
         for name in reversed(placed):
             try:
                 os.rename(state_dir / name, new / name)
             except OSError:
-                stuck.append(name)
+                new_left.append(name)
         for name in reversed(moved):
             try:
                 os.rename(old / name, state_dir / name)
             except OSError:
-                stuck.append(name)
+                old_left.append(name)
         with contextlib.suppress(OSError):
             fsync_directory(state_dir)
         what = f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
-        if stuck:
+        if new_left or old_left:
             raise BackupError(
                 f"the restore into {str(state_dir)!r} failed ({what}) and could not be fully "
-                f"undone: {', '.join(stuck)} are in {str(old.parent)!r}; move them back by hand"
+                f"undone: the backup's {', '.join(new_left) or 'files'} are still in the state "
+                f"directory; the previous {', '.join(old_left) or 'files'} are in {str(old)!r}: "
+                "move them back by hand (nothing was deleted)"
             ) from exc
         raise BackupError(
             f"the restore into {str(state_dir)!r} failed ({what}); it was undone: the state "
