@@ -454,19 +454,19 @@ def test_a_restore_whose_undo_fails_too_deletes_nothing_and_says_where_it_is(
 def test_a_good_backup_with_memory_in_a_subdirectory_restores_there(
     tmp_path: Path,
 ) -> None:
-    """memory_in_state_dir with a directory in it (``memory.path: state/mem/graph.jsonl``) is
-    allowed and restored to that place.
+    """memory_in_state_dir with a directory in it, and names with spaces and accents
+    (``memory.path: state/My Data/mémoire 1.jsonl``), is allowed and restored to that place.
     """
-    config_path = write_company(tmp_path, memory={"path": "state/mem/graph.jsonl"})
+    config_path = write_company(tmp_path, memory={"path": "state/My Data/mémoire 1.jsonl"})
     assert main(["ask", "ceo", "record it", "--offline", "--config", str(config_path)]) == 0
     config = load_config(config_path)
     archive = take_backup(config, config.state_dir(), tmp_path / "b.tar.gz").path
     assert verify_archive(archive).ok
     target = tmp_path / "restored"
     result = restore_backup(archive, target)
-    assert "mem/graph.jsonl" in result.restored
-    assert (target / "mem" / "graph.jsonl").read_bytes() == (
-        config.state_dir() / "mem" / "graph.jsonl"
+    assert "My Data/mémoire 1.jsonl" in result.restored
+    assert (target / "My Data" / "mémoire 1.jsonl").read_bytes() == (
+        config.state_dir() / "My Data" / "mémoire 1.jsonl"
     ).read_bytes()
 
 

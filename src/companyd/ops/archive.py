@@ -82,9 +82,10 @@ MANIFEST_LIMIT = 1 << 20
 #: The member kinds, and the keys of a member entry.
 KINDS = ("sqlite", "memory", "memory-journal", "config", "resolved-config")
 _MEMBER_KEYS = {"name": str, "kind": str, "size": int, "sha256": str, "schema_version": int}
-#: One path component of a member or of ``memory_in_state_dir``: no ``.``/``..``, no
-#: hidden name, no separator, no control character.
-_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}")
+#: One path component of a member or of ``memory_in_state_dir``: not ``.`` or ``..``, no
+#: separator, no control character, not one of the restore's own ``.companyd-`` names
+#: (``memory.path`` is the founder's: "Acme Memory.jsonl" is a fine file name).
+_PART = re.compile(r"(?!\.\.?$)(?!\.companyd-)[^/\\\x00-\x1f\x7f]{1,255}")
 _SHA = re.compile(r"[0-9a-f]{64}")
 #: The manifest's keys and the types of their values (``None`` allowed where listed);
 #: ``members`` and ``database`` are checked further below.
@@ -532,7 +533,7 @@ def _relative_problem(rel: str) -> str | None:
         if part in ("", ".", ".."):
             return f"it has a {part or 'empty'!r} component; only plain names are allowed"
         if not _PART.fullmatch(part):
-            return f"{part!r} is not a plain file name (letters, digits, _ . + -)"
+            return f"{part!r} is not a plain file name (no / or \\, no control character)"
         if part == "daemon.lock":
             return "it names the state directory's lock"
     return None
