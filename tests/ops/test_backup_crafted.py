@@ -27,6 +27,7 @@ from companyd.config import load_config
 from companyd.ops.archive import BackupError, verify_archive
 from companyd.ops.backup import take_backup
 from companyd.ops.restore import restore_backup
+from companyd.testing.disk import DiskUnavailable, small_disk
 
 from .opskit import write_company
 
@@ -388,6 +389,15 @@ def test_verify_refuses_a_fifo_or_a_device_at_once(tmp_path: Path, what: str) ->
         pytest.fail(f"`backup verify` on a {what} did not return within 30 s")
     assert done.returncode == 1, done.stderr
     assert ("a FIFO" if what == "fifo" else "a device") in done.stderr, done.stderr
+    state = tmp_path / "state"
+    done = subprocess.run(
+        [sys.executable, "-m", "companyd", "restore", str(path), "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1 and "not a regular file" in done.stderr, done.stderr
+    assert not state.exists()
 
 
 @contextlib.contextmanager
@@ -478,3 +488,25 @@ def test_an_archive_of_too_many_entries_is_refused(good: Path, tmp_path: Path) -
     bad = craft(good, tmp_path / "many.tar.gz", extra=extra)
     with pytest.raises(BackupError, match="more than 10000 entries"):
         verify_archive(bad)
+
+
+def test_a_member_bigger_than_the_free_space_is_refused_before_writing(
+    good: Path, tmp_path: Path
+) -> None:
+    """A consistent manifest may declare a huge member (zeros compress 1000:1): it must not
+    fill the disk half-way. The scratch directory is a 1 MiB disk here.
+    """
+    big = b"\0" * (4 << 20)
+    info = _info("state/big.sqlite", big)
+
+    def edit(m: dict[str, Any]) -> None:
+        m["members"].append(entry("state/big.sqlite", "sqlite", big))
+
+    bad = craft(good, tmp_path / "bomb.tar.gz", edit, extra=[(info, big)])
+    try:
+        with small_disk(tmp_path / "disk", size="1m") as disk:
+            with pytest.raises(BackupError, match=r"need .* bytes, .* free"):
+                verify_archive(bad, extract_to=disk)
+            assert list(disk.iterdir()) == []
+    except DiskUnavailable as exc:
+        pytest.skip(str(exc))

@@ -40,6 +40,7 @@ import io
 import json
 import os
 import re
+import shutil
 import sqlite3
 import stat
 import tarfile
@@ -586,6 +587,7 @@ def verify_archive(path: Path, *, extract_to: Path | None = None) -> VerifyRepor
                     )
                     refused.add(info.name)
                 entries.setdefault(info.name, info)
+            _check_room(scratch, listed, path)
             for m in listed:
                 if m.name in refused:
                     continue
@@ -626,6 +628,20 @@ def _whole_stream(path: Path) -> str | None:
     except Exception as exc:  # gzip.BadGzipFile, zlib.error, EOFError: a damaged stream
         return f"the compressed archive is damaged: {type(exc).__name__}: {exc}"
     return None
+
+
+def _check_room(scratch: Path, listed: list[Member], path: Path) -> None:
+    """Refuse to start extracting members that cannot fit where they go (a consistent
+    manifest may still declare a huge member: it must not fill the disk half-way).
+    """
+    need = sum(m.size for m in listed)
+    free = shutil.disk_usage(scratch).free
+    if need > free:
+        raise BackupError(
+            f"backup {str(path)!r}: its members need {need} bytes, {str(scratch)!r} has "
+            f"{free} free; make room (or point TMPDIR at a bigger file system for "
+            "`backup verify`) and try again; nothing was written"
+        )
 
 
 def _extract_checked(
