@@ -126,6 +126,12 @@ def restore_backup(archive: Path, state_dir: Path, *, force: bool = False) -> Re
             staged.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(extracted / name, 0o600)
             os.rename(extracted / name, staged)
+            # after resolving, still inside: nothing on the way is a symlink
+            if not Path(os.path.realpath(staged)).is_relative_to(os.path.realpath(new)):
+                raise BackupError(
+                    f"the backup would restore {rel!r} outside the state directory; nothing "
+                    "was restored"
+                )
             result.restored.append(rel)
         moved_old = [n for n in occupied(real) if n != scratch.name]
         _swap(real, new, old, moved_old)
