@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
         type=Path,
         metavar="FILE",
         help="the archive to write, or a directory for a dated file in it (default: "
-        "./companyd-<company>-<time>.tar.gz)",
+        "./companyd-<company>-<hash>-<time>.tar.gz); never inside the state directory",
     )
     p.add_argument("--config", type=Path, help="company.yaml (default: $COMPANYD_CONFIG, …)")
     p.add_argument("--state-dir", type=Path, help="the state directory (default: as `run`)")
@@ -150,8 +150,13 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _restore(args: argparse.Namespace) -> int:
     state_dir = args.state_dir.absolute()
-    if not args.file.is_file():  # before the lock, which would create the directory
+    if not args.file.exists():  # before the lock, which would create the directory
         raise BackupError(f"no backup at {str(args.file)!r}; check the path")
+    if not args.file.is_file():  # a directory, a FIFO, a device: refused at once
+        raise BackupError(
+            f"{str(args.file)!r} is not a regular file; a backup is a .tar.gz written by "
+            "`companyd backup`"
+        )
     try:
         lock = StateLock.acquire(state_dir)
     except StateLocked as exc:
