@@ -6,7 +6,7 @@ At run time the process is one OTP-style supervision tree::
     ├── memory      the knowledge-graph owner     companyd.memory
     ├── spend       ledger and budgets            companyd.spend
     ├── alerts      Telegram pager                companyd.alerts.service
-    ├── agents      supervisor: departments → agents   companyd.roles
+    ├── agents      supervisor: departments → agents   companyd.agents
     ├── scheduler   routines on APScheduler       companyd.scheduler
     └── control     Unix control socket           companyd.daemon
 

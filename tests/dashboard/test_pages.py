@@ -17,8 +17,8 @@ from starlette.requests import Request
 
 from companyd.dashboard.pages.inbox import waiting
 from companyd.dashboard.pages.spend import CSV_COLUMNS
-from companyd.roles.desk import ItemKind
-from companyd.roles.tasks import Task, new_id
+from companyd.desk import ItemKind
+from companyd.runs import Task, new_id
 from companyd.testing.daemon import short_dir
 
 from .pagekit import KEY_VAR, SECRET, Page, Site, running_site

@@ -88,7 +88,7 @@ from companyd.events import (
     Subscription,
 )
 from companyd.storage import SQLITE, Backend
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = [
     "EDIT_INTERVAL",

@@ -26,9 +26,10 @@ from companyd._fs import read_regular_file
 from companyd.cli.main import print_json
 from companyd.config import default_config_path, load_config
 from companyd.errors import CompanydError
-from companyd.memory.codec import counted, parse_graph
+from companyd.memory import GraphStore, parse_graph
+from companyd.memory.codec import counted
 from companyd.memory.neighbourhood import neighbourhood
-from companyd.memory.store import GraphStore, write_atomic
+from companyd.memory.store import write_atomic
 
 # Three imports stay inside their commands (``_export``, ``_import``, ``_serve_mcp``), for a
 # written reason: every ``companyd`` command, ``companyd run`` included, builds the whole

@@ -32,15 +32,12 @@ from companyd.cli.main import print_json
 from companyd.cli.runs_text import last_lines, run_list_lines, transcript_lines
 from companyd.clock import SystemClock
 from companyd.config import default_config_path, load_config, state_backend
-from companyd.daemon.inbox import decisions_of, on_desk
 from companyd.daemon.lock import StateLock
 from companyd.daemon.main import Daemon, make_backend
+from companyd.desk import Desk, ItemState, ProposalError, Proposals, decisions_of, on_desk
 from companyd.errors import CompanydError, UnknownName, UsageError
 from companyd.events import EventBus
-from companyd.roles.desk import Desk, ItemState
-from companyd.roles.improver import ProposalError, Proposals
-from companyd.roles.journal import Journal
-from companyd.roles.tasks import RunStatus
+from companyd.runs import Journal, RunStatus
 from companyd.storage import DB_ERRORS
 
 __all__ = ["register"]

@@ -28,6 +28,7 @@ from companyd.cli.roles import _print_answer
 from companyd.clock import utc_from_ts
 from companyd.config import default_config_path, load_config, state_backend
 from companyd.errors import DaemonNotRunning
+from companyd.scheduler import RoutineNotFound
 from companyd.scheduler import store as db
 from companyd.scheduler.offline import read_fires, read_jobs
 from companyd.scheduler.report import (
@@ -35,14 +36,13 @@ from companyd.scheduler.report import (
     format_jobs,
     format_jobs_result,
 )
-from companyd.scheduler.service import RoutineNotFound
 from companyd.storage import Backend
 
 # The handlers import config, SQLite and APScheduler-backed modules when they run, so
 # building the top-level parser (every `companyd` invocation) stays cheap.
 if TYPE_CHECKING:
     from companyd.config import CompanyConfig
-    from companyd.scheduler.service import RoutineNotFound
+    from companyd.scheduler import RoutineNotFound
 
 __all__ = ["register"]
 

@@ -67,7 +67,7 @@ from companyd.daemon.protocol import (
     with_deadline,
 )
 from companyd.errors import CompanydError
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = ["MAX_BUFFERED_BYTES", "MAX_CONNECTIONS", "ControlServer", "resolve_group"]
 

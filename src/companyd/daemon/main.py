@@ -33,6 +33,7 @@ from companyd._heap import freeze_startup_heap
 from companyd.admin.blocks import LeaderBlock
 from companyd.admin.results import SpendStatus
 from companyd.admin.wire import result_data
+from companyd.agents import ResultApprovals, Staff
 from companyd.alerts.service import AlertService
 from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig, state_backend
@@ -47,6 +48,7 @@ from companyd.daemon.standby import stand_by
 from companyd.daemon.systemd import LoopLagMonitor, Notifier, StatusUpdater, Watchdog
 from companyd.daemon.tree import build_company_tree
 from companyd.daemon.views import Views
+from companyd.desk import DEFAULT_APPROVAL_TIMEOUT, Desk, Proposals
 from companyd.errors import EX_CONFIG, EX_SOFTWARE, CompanydError
 from companyd.events import (
     DaemonStarted,
@@ -59,13 +61,7 @@ from companyd.llm.model import ModelBackend
 from companyd.llm.offline import OfflineModel
 from companyd.memory import MemoryService
 from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
-from companyd.roles.desk import DEFAULT_APPROVAL_TIMEOUT, Desk
-from companyd.roles.founder import ResultApprovals
-from companyd.roles.improver import Proposals
-from companyd.roles.journal import Journal
-from companyd.roles.retention import RunRetention
-from companyd.roles.staff import Staff
-from companyd.roles.tasks import Task
+from companyd.runs import Journal, RunRetention, Task
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import BudgetExhausted, SpendBook
 from companyd.status_text import status_line
@@ -73,10 +69,10 @@ from companyd.storage.leadership import LeaderInfo, Leadership
 from companyd.supervision import (
     Backoff,
     ChildSpec,
+    StandaloneContext,
     SupervisorGaveUp,
     SupervisorStartError,
 )
-from companyd.supervision.child import StandaloneContext
 
 __all__ = [
     "AGENT_SHUTDOWN",

@@ -28,7 +28,7 @@ from companyd._aio import race
 from companyd.admin.blocks import LoopLagBlock
 from companyd.clock import Clock, SystemClock
 from companyd.events import EventBus, LoopLag
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = [
     "LagStats",

@@ -32,7 +32,7 @@ from starlette.applications import Starlette
 
 from companyd._aio import race
 from companyd.errors import CompanydError
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = ["DashboardServer"]
 

@@ -54,7 +54,7 @@ from companyd.memory.shared import SharedGraphStore
 from companyd.memory.store import GraphStore, Operation, Outcome
 from companyd.memory.tools import READ_ONLY_TOOLS, validate_arguments
 from companyd.storage import SQLITE, Backend, PgDatabase, open_database
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = ["DISK_PROBE_BYTES", "DISK_RETRY_SECONDS", "MemoryService"]
 

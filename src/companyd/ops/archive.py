@@ -40,7 +40,7 @@ from typing import Any
 from companyd._fs import PRIVATE_FILE, fsync_directory, tmp_name
 from companyd._sqlite import connect_readonly, user_version
 from companyd.errors import CompanydError
-from companyd.memory.store import GraphStore
+from companyd.memory import GraphStore
 
 __all__ = [
     "FORMAT",

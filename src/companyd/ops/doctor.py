@@ -45,7 +45,7 @@ from companyd.alerts.check import check_telegram
 from companyd.config import CompanyConfig, load_config, secret_references, state_backend
 from companyd.errors import CompanydError, ConfigError
 from companyd.llm.model import ModelAuthFailed, ModelError
-from companyd.memory.store import GraphStore
+from companyd.memory import GraphStore
 from companyd.ops.checks import Check
 from companyd.ops.doctor_host import (
     SYSTEMD_RUNTIME,

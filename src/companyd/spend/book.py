@@ -16,7 +16,7 @@ Every model call goes through three steps::
     cost = await book.settle(res, model=resp.model, usage=resp.usage,
                              request_id=resp.request_id)
 
-(The agent runtime reserves each retry on its own the same way: ``roles/agent.py``,
+(The agent runtime reserves each retry on its own the same way: ``agents/_agent.py``,
 ``_BudgetedCall``.)
 
 ``reserve`` sets aside the call's worst case (every input token at the dearest input-side
@@ -108,7 +108,7 @@ from companyd.spend.reservations import BudgetExhausted, Reservation, SpendError
 from companyd.spend.runaway import HISTORY_SECONDS, RunawayDetector
 from companyd.spend.standing import SOURCE, Standing
 from companyd.storage import SQLITE, Backend
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = ["BudgetExhausted", "Reservation", "SpendBook", "SpendError"]
 

@@ -1,0 +1,115 @@
+"""Where a run meets the founder, without a daemon: the approval gate's verdicts as the model
+reads them, ask_founder within the run's limits, the configuration that turns them on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from agentkit import company_yaml
+from companyd.agents import ApprovalGate, ToolCallContext, ToolError, ask_founder_tool
+from companyd.clock import ManualClock
+from companyd.config import CompanyConfig, load_config_text
+from companyd.desk import Desk, ItemState
+from companyd.events import EventBus
+from companyd.llm.blocks import ToolUseBlock
+
+CALL: ToolUseBlock = {
+    "type": "tool_use",
+    "id": "tu-1",
+    "name": "post_tweet",
+    "input": {"text": "We launch today"},
+}
+
+
+def _config(tmp_path: Path, **top: object) -> CompanyConfig:
+    text = company_yaml(
+        {"marketing": {"tools": {"require_approval": ["post_tweet"], "ask_founder": True}}},
+        **top,
+    )
+    return load_config_text(text, base_dir=tmp_path)
+
+
+def test_require_approval_adds_to_the_defaults_and_the_timeout_defaults_to_a_day(
+    tmp_path: Path,
+) -> None:
+    cfg = _config(tmp_path)
+    marketing = cfg.agents["marketing"]
+    assert marketing.require_approval == {"post_tweet"}
+    assert marketing.approval_timeout == 86_400.0
+    assert marketing.tools.ask_founder is True
+    defaults = {"tools": {"require_approval": ["send_email"], "approval_timeout": "2h"}}
+    cfg = _config(tmp_path, defaults={**_base_defaults(), **defaults})
+    assert cfg.agents["marketing"].require_approval == {"post_tweet", "send_email"}
+    assert cfg.agents["marketing"].approval_timeout == 7200.0
+
+
+def _base_defaults() -> dict[str, object]:
+    return {
+        "model": {"primary": "claude-sonnet-5-5"},
+        "limits": {"max_steps": 30, "max_cost_usd": 5, "max_seconds": "10m"},
+    }
+
+
+@pytest.mark.anyio
+async def test_an_unanswered_approval_is_a_rejection_the_model_can_read(tmp_path: Path) -> None:
+    clock = ManualClock()
+    desk = Desk(tmp_path / "desk.sqlite", bus=EventBus(clock), clock=clock)
+    gate = ApprovalGate(desk, _config(tmp_path).agents["marketing"])
+    try:
+        assert gate.needs_approval("post_tweet") and not gate.needs_approval("recall")
+        item = await gate.ask(CALL, run_id="run-1", routine=None, reason="launch")
+        waiting = asyncio.create_task(gate.wait(item))
+        async with asyncio.timeout(5):
+            while clock.sleepers == 0:
+                await asyncio.sleep(0.01)
+            clock.advance(86_400.0)
+            item = await waiting
+        refusal = gate.refusal(CALL, item)
+        assert refusal is not None and refusal["is_error"] is True
+        assert refusal["content"] == (
+            "rejected by the founder: no answer within 24 h (approval_timeout), which counts "
+            "as a rejection"
+        )
+        approved = await gate.ask(
+            {**CALL, "id": "tu-2"}, run_id="run-1", routine=None, reason="again"
+        )
+        approved = await desk.decide(approved.id, ItemState.APPROVED)
+        assert gate.refusal(CALL, approved) is None
+    finally:
+        await desk.close()
+
+
+@pytest.mark.anyio
+async def test_ask_founder_waits_no_longer_than_what_is_left_of_the_run(tmp_path: Path) -> None:
+    clock = ManualClock()
+    desk = Desk(tmp_path / "desk.sqlite", bus=EventBus(clock), clock=clock)
+    tool = ask_founder_tool(desk, _config(tmp_path).agents["marketing"])
+    ctx = ToolCallContext(
+        agent="marketing", run_id="run-1", task_id="t-1", tool_use_id="tu-1", run_seconds_left=90
+    )
+    try:
+        asking = asyncio.ensure_future(tool.handler({"question": "Friday or Monday?"}, ctx))
+        async with asyncio.timeout(5):
+            while clock.sleepers == 0:
+                await asyncio.sleep(0.01)
+            (item,) = await desk.pending()
+            assert item.deadline - item.created == 90.0  # not the 24 h approval_timeout
+            clock.advance(90.0)
+            with pytest.raises(ToolError, match=r"did not answer within 1.5 min; carry on"):
+                await asking
+        # answered in time, the answer is the result
+        again = replace(ctx, tool_use_id="tu-2", run_seconds_left=None)
+        asking = asyncio.ensure_future(tool.handler({"question": "Which city?"}, again))
+        async with asyncio.timeout(5):
+            while not await desk.pending():
+                await asyncio.sleep(0.01)
+            (item,) = await desk.pending()
+            await desk.decide(item.id, ItemState.ANSWERED, "Lisbon")
+            assert await asking == "The founder answered: Lisbon"
+    finally:
+        await desk.close()
