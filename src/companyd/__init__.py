@@ -14,3 +14,5 @@ If the root supervisor gives up, the process exits non-zero and systemd restarts
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["__version__"]

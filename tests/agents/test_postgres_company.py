@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentkit import PerAgent, running_company, write_company
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.spend.ledger import Ledger
 from companyd.storage import Backend
 from companyd.testing.messages_api import MessagesAPIServer, reply_text

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentkit import write_company
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.clock import SystemClock
 from companyd.config import load_config
 from companyd.desk import Desk, DeskItem, ItemKind, ItemState, Proposals

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from agentkit import company_yaml
-from companyd.cli.main import main as cli_main
+from companyd.cli import main as cli_main
 from companyd.runs import Journal, LlmStep, RunOutcome, RunStatus, Task, TaskState
 from companyd.spend.ledger import Ledger
 from companyd.storage import Backend

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.clock import ManualClock
 from companyd.config import load_config, state_backend
 from companyd.events import EventBus

@@ -66,8 +66,7 @@ from companyd.agents._run import (
 from companyd.agents._tools import ToolBox, ToolCallContext, unknown_outcome_result
 from companyd.config import AgentConfig
 from companyd.events import CircuitBreaker, RunFailed, RunFinished, RunStarted, TaskQuarantined
-from companyd.llm.blocks import ToolResultBlock, ToolUseBlock, text_of, tool_uses_of
-from companyd.llm.model import ModelResponse, Usage
+from companyd.llm import ModelResponse, ToolResultBlock, ToolUseBlock, Usage, text_of, tool_uses_of
 from companyd.runs import JournaledRun, RunOutcome, RunStatus, Step, Task, TaskState, new_id
 from companyd.supervision import ChildContext
 

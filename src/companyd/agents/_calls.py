@@ -25,7 +25,7 @@ from companyd.agents._deps import AgentDeps
 from companyd.agents._run import RunEnded, RunState, Stopping, StopSignal, cancel_and_reap
 from companyd.config import AgentConfig
 from companyd.events import ModelFallback
-from companyd.llm.model import (
+from companyd.llm import (
     ModelAuthFailed,
     ModelBadRequest,
     ModelError,

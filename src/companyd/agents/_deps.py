@@ -22,7 +22,7 @@ from companyd.clock import Clock
 from companyd.config import AgentConfig
 from companyd.desk import Desk
 from companyd.events import EventBus
-from companyd.llm.model import ModelBackend
+from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, Task
 
 __all__ = ["AgentDeps", "InjectedCrash", "MarkerPort", "SpendPort", "StaffPort"]

@@ -26,7 +26,7 @@ from typing import Any
 from companyd.agents._tools import Tool, ToolCallContext, ToolError, json_schema
 from companyd.config import AgentConfig
 from companyd.desk import DEFAULT_APPROVAL_TIMEOUT, Desk, DeskItem, ItemKind, ItemState
-from companyd.llm.blocks import ToolResultBlock, ToolUseBlock
+from companyd.llm import ToolResultBlock, ToolUseBlock
 from companyd.runs import RunOutcome, RunStatus, Task
 
 __all__ = ["ASK_FOUNDER", "ApprovalGate", "ResultApprovals", "ask_founder_tool", "wait_text"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from companyd.admin.blocks import RunRow
+from companyd.admin import RunRow
 from companyd.agents._tools import Tool, ToolCallContext, ToolError, json_schema
 from companyd.desk import ProposalError, Proposals
 

@@ -23,8 +23,7 @@ from typing import Any
 
 from companyd._aio import race
 from companyd.agents._breaker import Breaker
-from companyd.llm.blocks import Message, ToolResultBlock, ToolUseBlock
-from companyd.llm.model import Usage
+from companyd.llm import Message, ToolResultBlock, ToolUseBlock, Usage
 from companyd.runs import RunStatus, Task
 
 __all__ = [

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd._fs import is_disk_failure
-from companyd.admin.blocks import RunInFlight
+from companyd.admin import RunInFlight
 from companyd.agents._agent import Agent
 from companyd.agents._colleagues import Colleagues
 from companyd.agents._deps import AgentDeps, InjectedCrash, MarkerPort, SpendPort
@@ -42,7 +42,7 @@ from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
 from companyd.desk import Desk, Proposals
 from companyd.events import EventBus
-from companyd.llm.model import ModelBackend
+from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, RunStatus, Task, TaskState
 from companyd.supervision import ChildContext, ChildFn
 

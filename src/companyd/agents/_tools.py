@@ -31,10 +31,8 @@ from typing import Any, Protocol
 
 from companyd.config import McpServerSpec, ToolsSpec
 from companyd.errors import CompanydError
-from companyd.llm.blocks import ToolResultBlock, ToolUseBlock
-from companyd.llm.model import ToolDef
-from companyd.memory import MemoryToolError, MemoryUnavailable
-from companyd.memory.tools import tool_definitions
+from companyd.llm import ToolDef, ToolResultBlock, ToolUseBlock
+from companyd.memory import MemoryToolError, MemoryUnavailable, tool_definitions
 
 __all__ = [
     "MCP_RETRY_MAX_SECONDS",

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from companyd.admin.wire import result_data
+from companyd.admin import result_data
+from companyd.cli._main import print_json
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, running_daemon
-from companyd.cli.main import print_json
 from companyd.clock import SystemClock
 from companyd.config import default_config_path, load_config, state_backend
 from companyd.desk import Desk, ItemState, Proposals, decide, gather_inbox

@@ -30,11 +30,9 @@ from companyd import __version__
 from companyd._aio import cancel_and_wait, race
 from companyd._fs import DiskAlarm, private_dir
 from companyd._heap import freeze_startup_heap
-from companyd.admin.blocks import LeaderBlock
-from companyd.admin.results import SpendStatus
-from companyd.admin.wire import result_data
+from companyd.admin import LeaderBlock, SpendStatus, result_data
 from companyd.agents import ResultApprovals, Staff
-from companyd.alerts.service import AlertService
+from companyd.alerts import AlertService
 from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig, state_backend
 from companyd.daemon.backups import Backups
@@ -57,15 +55,13 @@ from companyd.events import (
     LeadershipTaken,
     StateDirTightened,
 )
-from companyd.llm.model import ModelBackend
-from companyd.llm.offline import OfflineModel
-from companyd.memory import MemoryService
-from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
+from companyd.llm import ModelBackend, OfflineModel
+from companyd.memory import MemoryNotAGraph, MemoryService, MemoryUnsafePath
 from companyd.runs import Journal, RunRetention, Task
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import BudgetExhausted, SpendBook
 from companyd.status_text import status_line
-from companyd.storage.leadership import LeaderInfo, Leadership
+from companyd.storage import LeaderInfo, Leadership
 from companyd.supervision import (
     Backoff,
     ChildSpec,
@@ -113,7 +109,7 @@ def make_backend(
         return OfflineModel()
     # Imported here for start-up time: anthropic takes a noticeable part of a second to
     # import, and `companyd --help` (which loads this module) never needs it.
-    from companyd.llm.claude import ClaudeBackend, resolve_api_key
+    from companyd.llm import ClaudeBackend, resolve_api_key
 
     redact(resolve_api_key(config.spec.anthropic))
     return ClaudeBackend.from_config(config.spec.anthropic, clock=clock)

@@ -26,9 +26,9 @@ from typing import Any
 
 from companyd import __version__
 from companyd._aio import race
-from companyd.admin import AdminError, AdminStopping
-from companyd.admin.blocks import LeaderBlock
-from companyd.admin.results import (
+from companyd.admin import (
+    AdminError,
+    AdminStopping,
     AgentCounts,
     AskAnswer,
     BudgetRaised,
@@ -43,6 +43,7 @@ from companyd.admin.results import (
     JobHistory,
     JobRun,
     Jobs,
+    LeaderBlock,
     Paused,
     ProposalDecision,
     Proposals,
@@ -59,7 +60,7 @@ from companyd.admin.results import (
     Tasks,
 )
 from companyd.agents import Staff
-from companyd.alerts.service import AlertService
+from companyd.alerts import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
 from companyd.daemon.dashboard import WebDashboard

@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from companyd.admin import AdminError
-from companyd.admin.blocks import ResultDecision
-from companyd.admin.results import DeskDecision, Inbox, InboxItem
+from companyd.admin import AdminError, DeskDecision, Inbox, InboxItem, ResultDecision
 from companyd.desk._proposals import Proposals
 from companyd.desk._store import Desk, DeskError, DeskItem, ItemKind, ItemState
 from companyd.runs import Journal

@@ -47,7 +47,7 @@ import yaml
 from companyd import _fs as fs
 from companyd._fs import read_regular_file
 from companyd._sqlite import Migration
-from companyd.admin.blocks import ProposalRow
+from companyd.admin import ProposalRow
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config_text
 from companyd.errors import CompanydError, ConfigError
@@ -57,13 +57,13 @@ from companyd.storage import (
     DB_ERRORS,
     SQLITE,
     Backend,
+    Connection,
     Dialects,
     StoreDatabase,
     open_database,
     sqlite_migrations,
     store_present,
 )
-from companyd.storage.dialect import Connection
 
 __all__ = [
     "MIGRATIONS",

@@ -57,13 +57,13 @@ from companyd.storage import (
     DB_ERRORS,
     SQLITE,
     Backend,
+    Connection,
     Dialects,
     StoreDatabase,
     open_database,
     sqlite_migrations,
     store_present,
 )
-from companyd.storage.dialect import Connection
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",

@@ -44,11 +44,11 @@ from companyd._fs import (
 )
 from companyd.clock import Clock, SystemClock
 from companyd.events import EventBus, MemoryRepaired
+from companyd.memory._neighbourhood import neighbourhood
 from companyd.memory.changes import ChangeLog
 from companyd.memory.codec import LoadReport
 from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryUnavailable
 from companyd.memory.graph import KnowledgeGraph
-from companyd.memory.neighbourhood import neighbourhood
 from companyd.memory.shared import MIGRATIONS as SHARED_MIGRATIONS
 from companyd.memory.shared import SharedGraphStore
 from companyd.memory.store import GraphStore, Operation, Outcome
@@ -262,7 +262,7 @@ class MemoryService:
     async def recall(self, entity: str, depth: int = 1) -> dict[str, Any]:
         """The neighbourhood of ``entity`` to ``depth`` hops, for a prompt: ``{entity,
         depth, found, entities, others, relations, truncated, text}`` (see
-        :func:`companyd.memory.neighbourhood.neighbourhood`).
+        :func:`companyd.memory._neighbourhood.neighbourhood`).
         """
         return await self.query(lambda g: neighbourhood(g, entity, depth).to_dict())
 

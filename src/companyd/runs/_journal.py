@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from companyd._fs import DiskAlarm, is_disk_failure
-from companyd.admin.blocks import JournaledTask, RunRow, TaskRow
+from companyd.admin import JournaledTask, RunRow, TaskRow
 from companyd.runs._records import (
     ApprovalStep,
     JournaledRun,
@@ -59,11 +59,11 @@ from companyd.storage import (
     DB_ERRORS,
     SQLITE,
     Backend,
+    Connection,
     StoreAbsent,
     connection_lost,
     open_database,
 )
-from companyd.storage.dialect import Connection
 
 __all__ = [
     "MIGRATIONS",

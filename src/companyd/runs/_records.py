@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict, cast
 
-from companyd.llm.blocks import ContentBlock, ToolResultBlock
+from companyd.llm import ContentBlock, ToolResultBlock
 from companyd.runs._tasks import Task
 
 __all__ = [

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from companyd.admin.blocks import JournaledTask
+from companyd.admin import JournaledTask
 
 __all__ = ["RunOutcome", "RunStatus", "Task", "follow_up_prompt", "new_id"]
 

@@ -26,7 +26,7 @@ import re
 from decimal import Decimal
 from typing import Any, Literal
 
-from companyd.admin.blocks import (
+from companyd.admin import (
     AskedBy,
     ColleagueRun,
     OtherAttempt,
@@ -39,7 +39,7 @@ from companyd.admin.blocks import (
     Tokens,
     ToolStep,
 )
-from companyd.storage.dialect import Connection
+from companyd.storage import Connection
 
 __all__ = [
     "STORED_RUN_BYTES",

@@ -46,8 +46,7 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_J
 
 from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
-from companyd.admin import AdminError
-from companyd.admin.blocks import HistoryData, JobsData
+from companyd.admin import AdminError, HistoryData, JobsData
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
 from companyd.events import EventBus

@@ -68,7 +68,7 @@ from zoneinfo import ZoneInfo
 
 from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
-from companyd.admin.blocks import BudgetsData, SpendReportData
+from companyd.admin import BudgetsData, SpendReportData
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
 from companyd.events import (
@@ -80,8 +80,7 @@ from companyd.events import (
     SpendUnanswered,
     SpendUnsettled,
 )
-from companyd.llm.model import Usage
-from companyd.llm.prices import Price, PriceTable
+from companyd.llm import Price, PriceTable, Usage
 from companyd.spend import raises, reports
 from companyd.spend.budgets import (
     COMPANY,

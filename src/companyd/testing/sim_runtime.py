@@ -36,12 +36,11 @@ from zoneinfo import ZoneInfo
 
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig
-from companyd.daemon.main import Daemon
+from companyd.daemon import Daemon
 from companyd.events import Event
-from companyd.llm.blocks import ContentBlock, tool_uses_of
-from companyd.llm.claude import ClaudeBackend
+from companyd.llm import ClaudeBackend, ContentBlock, tool_uses_of
 from companyd.runs import Journal
-from companyd.scheduler.sim import ModelCallGate, SimReport, simulate
+from companyd.scheduler import ModelCallGate, SimReport, simulate
 from companyd.storage import Backend
 from companyd.testing.messages_api import (
     AgentLikeResponder,
