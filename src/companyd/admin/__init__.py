@@ -14,6 +14,19 @@ from typing import TYPE_CHECKING, Any
 from companyd.admin.operations import Admin, AdminError, AdminStopping
 
 if TYPE_CHECKING:
+    from companyd.admin._status_text import (
+        as_list,
+        as_mapping,
+        as_number,
+        as_text,
+        format_duration,
+        format_usd,
+        format_when,
+        reload_lines,
+        render_status,
+        status_line,
+        telegram_health,
+    )
     from companyd.admin.blocks import (
         AskedBy,
         BudgetRow,
@@ -161,12 +174,34 @@ __all__ = [
     "ThreadRun",
     "Tokens",
     "ToolStep",
+    "as_list",
+    "as_mapping",
+    "as_number",
+    "as_text",
     "check_arguments",
+    "format_duration",
+    "format_usd",
+    "format_when",
+    "reload_lines",
+    "render_status",
     "result_data",
+    "status_line",
+    "telegram_health",
 ]
 
 
 _HOMES: dict[str, str] = {
+    "as_list": "companyd.admin._status_text",
+    "as_mapping": "companyd.admin._status_text",
+    "as_number": "companyd.admin._status_text",
+    "as_text": "companyd.admin._status_text",
+    "format_duration": "companyd.admin._status_text",
+    "format_usd": "companyd.admin._status_text",
+    "format_when": "companyd.admin._status_text",
+    "reload_lines": "companyd.admin._status_text",
+    "render_status": "companyd.admin._status_text",
+    "status_line": "companyd.admin._status_text",
+    "telegram_health": "companyd.admin._status_text",
     "AgentCounts": "companyd.admin.results",
     "ArgumentError": "companyd.admin.wire",
     "AskAnswer": "companyd.admin.results",

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd._fs import read_regular_file
+from companyd.admin import as_list, as_mapping, as_number, as_text, format_usd, render_status
 from companyd.cli._main import print_json
 from companyd.config import default_config_path
 from companyd.daemon import (
@@ -48,14 +49,6 @@ from companyd.errors import (
     EX_UNAVAILABLE,
     CompanydError,
     DaemonNotRunning,
-)
-from companyd.status_text import (
-    as_list,
-    as_mapping,
-    as_number,
-    as_text,
-    format_usd,
-    render_status,
 )
 
 __all__ = [

@@ -30,7 +30,7 @@ from companyd import __version__
 from companyd._aio import cancel_and_wait, race
 from companyd._fs import DiskAlarm, private_dir
 from companyd._heap import freeze_startup_heap
-from companyd.admin import LeaderBlock, SpendStatus, result_data
+from companyd.admin import LeaderBlock, SpendStatus, result_data, status_line
 from companyd.agents import ResultApprovals, Staff
 from companyd.alerts import AlertService
 from companyd.clock import Clock, SystemClock
@@ -60,7 +60,6 @@ from companyd.memory import MemoryNotAGraph, MemoryService, MemoryUnsafePath
 from companyd.runs import Journal, RunRetention, Task
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import BudgetExhausted, SpendBook
-from companyd.status_text import status_line
 from companyd.storage import LeaderInfo, Leadership
 from companyd.supervision import (
     Backoff,
