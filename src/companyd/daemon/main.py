@@ -11,6 +11,32 @@ operator (control socket and Telegram; the :class:`~companyd.admin.Admin` operat
 (:mod:`companyd.daemon.reload`) and stops gracefully on SIGTERM/SIGINT. ``companyd run``
 (:mod:`companyd.cli.run`) starts it; docs/daemon.md lists exit codes, signals and the
 state directory.
+
+The wiring — every runtime seam is connected in :meth:`Daemon.__init__` (and the two
+methods the table names), nowhere else; each is marked ``# seam:`` there:
+
+=====================  ==================================  =====================================
+seam                   provided by                          handed to
+=====================  ==================================  =====================================
+EventBus (publish)     ``Daemon.bus``                       every service's ``bus=``
+storage ``Backend``    :func:`state_backend` (+ the         every store's ``backend=``
+                       leadership's fence)
+TaskSink               :class:`companyd.agents.Staff`       :class:`RoutineScheduler` (``sink``)
+ResultGate             :class:`companyd.agents.             :class:`RoutineScheduler` (``gate=``)
+                       ResultApprovals` over the desk
+BackupSink             ``Daemon`` (:mod:`.backups` mixin)   :class:`RoutineScheduler`
+                                                            (``backups=``)
+Admin                  ``Daemon`` (:mod:`.operator` mixin)  alerts (``admin=``), the control
+                                                            socket, the web dashboard
+agent ports            journal, memory, spend book, model   :class:`Staff` → each agent's
+                       backend, desk, proposals             ``AgentDeps``
+reload callback        ``Daemon._reload_after_apply``       :class:`companyd.desk.Proposals`
+bus subscriptions      alerts (at construction), the        — ; the event log
+                       dashboard's live streams (per        (:func:`log_events`) in
+                       request), metrics                    :meth:`Daemon.main`, metrics in
+                                                            :meth:`Daemon._build_tree`
+supervision tree       services + ``Staff.child``           :meth:`Daemon._build_tree`
+=====================  ==================================  =====================================
 """
 
 from __future__ import annotations
@@ -149,7 +175,7 @@ class Daemon(Operator, Views, Reloader, Backups):
         self.backend = backend
         self.offline = offline
         self.clock = clock or SystemClock()
-        self.bus = EventBus(self.clock)
+        self.bus = EventBus(self.clock)  # seam: EventBus, handed to every service below
         self.started_at = self.clock.time()
         self.config_loaded_at = self.started_at
         self.reloads = ReloadRecord()  # the last reload's outcome, for status
@@ -161,7 +187,7 @@ class Daemon(Operator, Views, Reloader, Backups):
         real = SystemClock()
         self.lag = LoopLagMonitor(real, self.bus, source="daemon")
         #: where the stores that support it live (state: in company.yaml; docs/storage.md)
-        self.storage = state_backend(config)
+        self.storage = state_backend(config)  # seam: storage Backend, every store's backend=
         #: with several daemons on one database: which one runs the company (docs/ha.md).
         #: Its fence goes with every store's connection, so once another daemon has taken
         #: over, this one's writes are refused by the database itself.
@@ -190,12 +216,13 @@ class Daemon(Operator, Views, Reloader, Backups):
             config,
             bus=self.bus,
             clock=self.clock,
-            reload=self._reload_after_apply,
+            reload=self._reload_after_apply,  # seam: reload callback (an approved proposal)
             backend=self.storage,
         )
         self.desk = Desk(
             state_dir / "desk.sqlite", bus=self.bus, clock=self.clock, backend=self.storage
         )
+        # seam: agent ports — what each agent's AgentDeps is built from
         self.staff = Staff(
             config,
             bus=self.bus,
@@ -214,7 +241,7 @@ class Daemon(Operator, Views, Reloader, Backups):
             config,
             state_dir,
             bus=self.bus,
-            admin=self,
+            admin=self,  # seam: Admin (the operator mixin), for Telegram commands
             clock=self.clock,
             memory=self.memory,
             backend=self.storage,
@@ -222,23 +249,24 @@ class Daemon(Operator, Views, Reloader, Backups):
         self._backup_lock = asyncio.Lock()
         self.scheduler = RoutineScheduler(
             config,
-            self.staff,
+            self.staff,  # seam: TaskSink — a routine's task goes to the agents
             state_dir=state_dir,
             backend=self.storage,
             bus=self.bus,
             clock=self.clock,
-            gate=ResultApprovals(
+            gate=ResultApprovals(  # seam: ResultGate — results held for the founder
                 self.desk,
                 self.staff.submit,
                 held=self.staff.resumed,
                 task_of=self._journaled_task,
                 timeout=self._approval_timeout,
             ),
-            backups=self,
+            backups=self,  # seam: BackupSink (the backups mixin) for backup routines
         )
         self.socket = socket_path(state_dir)
         self._control_group = control_group
         self._real_clock = real
+        # seam: Admin over the control socket (CLI) and the web dashboard
         self.control = ControlServer(
             self, self.socket, clock=real, group=control_group, state_dir=state_dir
         )
@@ -291,6 +319,7 @@ class Daemon(Operator, Views, Reloader, Backups):
             # metrics are on, and `companyd --help` loads this module.
             from companyd.daemon.metrics import Metrics, MetricsServer
 
+            # seam: bus subscription, the metrics listener
             metrics = Metrics(lag=self.lag.stats)
             self._metrics_server = MetricsServer(metrics, self.bus, self.config.spec.metrics.listen)
             services.append(ChildSpec(id="metrics", start=self._metrics_server.run, shutdown=5.0))
@@ -306,6 +335,7 @@ class Daemon(Operator, Views, Reloader, Backups):
                 shutdown=AGENT_SHUTDOWN,
             )
 
+        # seam: the supervision tree — services, then departments of Staff.child agents
         return build_company_tree(
             self.config, bus=self.bus, clock=self.clock, services=services, agent_child=agent_child
         )
@@ -425,7 +455,7 @@ class Daemon(Operator, Views, Reloader, Backups):
     async def main(self) -> int:
         """Run until SIGTERM/SIGINT (exit 0) or until the root supervisor gives up (1)."""
         loop = asyncio.get_running_loop()
-        remove_logger = log_events(self.bus)
+        remove_logger = log_events(self.bus)  # seam: bus subscription, the event log
         if self.tightened_from is not None:
             was = f"{self.tightened_from:04o}"
             log.warning(
