@@ -19,6 +19,7 @@ tree with a bad import.
 from __future__ import annotations
 
 import ast
+import importlib
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -204,3 +205,18 @@ def test_the_checker_fails_on_an_import_past_a_face(tmp_path: Path, bad: str, sa
 def test_the_checker_finds_a_package_without_a_face(tmp_path: Path) -> None:
     src = _tree(tmp_path, {**GOOD, "alerts/__init__.py": '"""No face."""\n'})
     assert missing_faces(src) == ["companyd/alerts/__init__.py"]
+
+
+PACKAGES = sorted(
+    "companyd." + ".".join(p.parent.relative_to(SRC).parts)
+    for p in SRC.rglob("__init__.py")
+    if p.parent != SRC
+)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_face_name_resolves(package: str) -> None:
+    # A lazy face's map (PEP 562) and its __all__ must agree: every declared name imports.
+    module = importlib.import_module(package)
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
+    assert missing == []

@@ -535,7 +535,9 @@ async def test_cutting_a_step_short_never_swallows_a_stop_aimed_at_the_agent() -
     supervisor stopping the agent during that wait must still stop it: only the step's own
     cancellation (and its errors) are absorbed.
     """
-    from companyd.agents import cancel_and_reap
+    from companyd.agents._run import (
+        cancel_and_reap,
+    )
 
     winding_down = asyncio.Event()
 

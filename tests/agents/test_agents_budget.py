@@ -20,7 +20,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agentkit import PerAgent, running_company, write_company
-from companyd.agents import STOP_CALL_GRACE
+from companyd.agents._calls import (
+    STOP_CALL_GRACE,
+)
 from companyd.alerts.render_kinds import kind_spec, render
 from companyd.clock import ManualClock
 from companyd.config import load_config

@@ -16,7 +16,6 @@ import pytest
 from companyd.alerts.outbox import AlertStore
 from companyd.clock import ManualClock
 from companyd.runs import (
-    STORED_VALUE_CHARS,
     Journal,
     RunOutcome,
     RunRetention,
@@ -27,6 +26,9 @@ from companyd.runs import (
 )
 from companyd.runs._journal import MIGRATIONS
 from companyd.runs._retention import DAY, PRUNE_EVERY
+from companyd.runs._transcript import (
+    STORED_VALUE_CHARS,
+)
 from companyd.storage import Backend
 from companyd.supervision.child import StandaloneContext
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from companyd.desk._inbox import decide, decisions_of, gather_inbox, on_desk
-    from companyd.desk._proposals import Proposal, ProposalError, Proposals, replace_instructions
+    from companyd.desk._proposals import Proposal, ProposalError, Proposals
     from companyd.desk._store import (
         DEFAULT_APPROVAL_TIMEOUT,
         Desk,
@@ -42,7 +42,6 @@ __all__ = [
     "decisions_of",
     "gather_inbox",
     "on_desk",
-    "replace_instructions",
 ]
 
 _HOMES: dict[str, str] = {
@@ -59,7 +58,6 @@ _HOMES: dict[str, str] = {
     "decisions_of": "companyd.desk._inbox",
     "gather_inbox": "companyd.desk._inbox",
     "on_desk": "companyd.desk._inbox",
-    "replace_instructions": "companyd.desk._proposals",
 }
 
 

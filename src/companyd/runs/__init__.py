@@ -31,19 +31,9 @@ if TYPE_CHECKING:
     )
     from companyd.runs._retention import RunRetention
     from companyd.runs._tasks import RunOutcome, RunStatus, Task, follow_up_prompt, new_id
-    from companyd.runs._transcript import (
-        STORED_RUN_BYTES,
-        STORED_VALUE_CHARS,
-        asked_by,
-        bound_payload,
-        cut,
-        full_size,
-        read_transcript,
-    )
+    from companyd.runs._transcript import cut, full_size, read_transcript
 
 __all__ = [
-    "STORED_RUN_BYTES",
-    "STORED_VALUE_CHARS",
     "ApprovalStep",
     "Journal",
     "JournaledRun",
@@ -57,8 +47,6 @@ __all__ = [
     "Task",
     "TaskState",
     "ToolStartStep",
-    "asked_by",
-    "bound_payload",
     "cut",
     "follow_up_prompt",
     "full_size",
@@ -75,15 +63,11 @@ _HOMES: dict[str, str] = {
     "RunOutcome": "companyd.runs._tasks",
     "RunRetention": "companyd.runs._retention",
     "RunStatus": "companyd.runs._tasks",
-    "STORED_RUN_BYTES": "companyd.runs._transcript",
-    "STORED_VALUE_CHARS": "companyd.runs._transcript",
     "Step": "companyd.runs._records",
     "StepPayload": "companyd.runs._records",
     "Task": "companyd.runs._tasks",
     "TaskState": "companyd.runs._records",
     "ToolStartStep": "companyd.runs._records",
-    "asked_by": "companyd.runs._transcript",
-    "bound_payload": "companyd.runs._transcript",
     "cut": "companyd.runs._transcript",
     "follow_up_prompt": "companyd.runs._tasks",
     "full_size": "companyd.runs._transcript",
