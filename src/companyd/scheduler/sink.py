@@ -49,7 +49,7 @@ class TaskSink(Protocol):
 
 class ResultGate(Protocol):
     """The founder's approval of a routine's result (``approval: required``; the daemon
-    wires :class:`companyd.agents._founder.ResultApprovals`).
+    wires :class:`companyd.agents.ResultApprovals`).
     """
 
     async def settle(self, task: Task, outcome: RunOutcome) -> RunOutcome:
