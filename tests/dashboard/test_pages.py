@@ -20,9 +20,9 @@ from companyd.config import load_config
 from companyd.daemon.main import Daemon
 from companyd.dashboard.pages.inbox import waiting
 from companyd.dashboard.pages.spend import CSV_COLUMNS
+from companyd.desk import ItemKind
 from companyd.llm.offline import OfflineModel
-from companyd.roles.desk import ItemKind
-from companyd.roles.tasks import Task, new_id
+from companyd.runs import Task, new_id
 from companyd.testing.daemon import short_dir
 
 from .pagekit import KEY_VAR, SECRET, Page, Site, running_site

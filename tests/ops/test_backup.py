@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.config import load_config
 from companyd.daemon.lock import StateLock
 from companyd.errors import EX_TEMPFAIL

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.config import load_config
 from companyd.ops.archive import BackupError, verify_archive
 from companyd.ops.backup import take_backup

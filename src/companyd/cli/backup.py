@@ -20,14 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from companyd.cli.main import print_json
+from companyd.cli._main import print_json
 from companyd.config import CompanyConfig, default_config_path, load_config
-from companyd.daemon.control_client import find_daemon
-from companyd.daemon.lock import StateLock
+from companyd.daemon import StateLock, find_daemon
 from companyd.errors import EX_REFUSED, EX_TEMPFAIL, StateLocked
-from companyd.ops.archive import BackupError, verify_archive
-from companyd.ops.backup import backup_name, take_backup
-from companyd.ops.restore import restore_backup
+from companyd.ops import BackupError, backup_name, restore_backup, take_backup, verify_archive
 
 __all__ = ["register"]
 

@@ -17,11 +17,9 @@ import os
 from pathlib import Path
 
 from companyd._fs import make_dirs
-from companyd.admin import AdminError
-from companyd.admin.results import BackupWritten
+from companyd.admin import AdminError, BackupWritten
 from companyd.config import CompanyConfig
-from companyd.ops.archive import BackupError
-from companyd.ops.backup import BackupResult, check_destination, take_backup
+from companyd.ops import BackupError, BackupResult, check_destination, take_backup
 
 __all__ = ["Backups"]
 

@@ -53,8 +53,7 @@ from typing import Any
 from companyd._fs import PRIVATE_FILE, fsync_directory, tmp_name
 from companyd._sqlite import connect_readonly, user_version
 from companyd.errors import CompanydError
-from companyd.memory.journal import decode_record, parse_header
-from companyd.memory.store import GraphStore
+from companyd.memory import GraphStore, decode_record, parse_header
 
 __all__ = [
     "FORMAT",

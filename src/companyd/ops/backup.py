@@ -45,7 +45,7 @@ from companyd import __version__
 from companyd._fs import is_disk_failure
 from companyd._sqlite import connect_readonly, user_version
 from companyd.config import CompanyConfig, company_schema
-from companyd.memory.store import GraphStore
+from companyd.memory import GraphStore
 from companyd.ops.archive import (
     FORMAT,
     MANIFEST,

@@ -36,7 +36,7 @@ from typing import Any
 from companyd.admin import AdminError
 from companyd.clock import Clock, utc_from_ts
 from companyd.config import RoutineConfig
-from companyd.roles.tasks import RunOutcome, RunStatus, Task
+from companyd.runs import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
 from companyd.scheduler._ids import new_id
 from companyd.scheduler.outcomes import Outcome, from_run_status
