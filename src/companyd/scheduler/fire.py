@@ -278,6 +278,8 @@ class Fires:
             routine=r.slug,
             expected_output=r.expected_output,
             reviewer=r.reviewer,
+            done_when=r.done_when,
+            on_unmet=r.on_unmet,
         )
         store = self._rec.store
         assert store is not None

@@ -1,0 +1,134 @@
+"""Evidence for "done" (issue 27): a final answer is checked against the run's own journaled
+steps — a routine's ``done_when`` and, with no configuration, the claim check. The real
+daemon in-process, the real anthropic SDK against the Messages API stand-in, a real MCP
+tool server over stdio.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from companyd.roles.tasks import Task, new_id
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
+
+from .agentkit import PerAgent, running_company, write_company
+
+pytestmark = pytest.mark.anyio
+
+TOOL_SERVER = Path(__file__).with_name("mcp_tool_server.py")
+POSTED = {"tool": "post_update", "result_matches": "posted id=\\d+"}
+
+
+def _company(tmp_path: Path) -> Path:
+    return write_company(
+        tmp_path,
+        {
+            "marketing": {
+                "mcp_servers": {
+                    "social": {
+                        "command": sys.executable,
+                        "args": [str(TOOL_SERVER)],
+                        "env": {"TOOL_LOG": str(tmp_path / "tool.log"), "TOOL_POST_ID": "7"},
+                    }
+                }
+            }
+        },
+    )
+
+
+def _task(done_when: list[dict[str, Any]], on_unmet: str = "retry") -> Task:
+    return Task(
+        id=new_id("task"),
+        agent="marketing",
+        prompt="Post today's update.",
+        source="routine:daily-post",
+        created=0.0,
+        routine="daily-post",
+        done_when=tuple(done_when),
+        on_unmet=on_unmet,
+    )
+
+
+async def test_done_when_unmet_retried_once_then_unverified(tmp_path: Path) -> None:
+    model = PerAgent(marketing=[reply_text("Done — posted."), reply_text("Done — posted.")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(_company(tmp_path), tmp_path / "s", srv) as d:
+            out = await d.staff.submit(_task([POSTED]))
+            shown = await d.journal.transcript(out.run_id)
+    assert out.status == "unverified", out
+    assert out.reason == ("no successful call of post_update; the answer says 'posted'")
+    assert srv.served == 2  # one follow-up, in the same run
+    follow = srv.requests[1].body["messages"][-1]["content"]
+    assert "your answer says it was posted, but no call of post_update succeeded" in follow
+    assert "or say plainly that it could not be done" in follow
+    assert shown is not None
+    assert [s["kind"] for s in shown["steps"]] == ["model", "verification", "model", "verification"]
+    v = shown["verification"]
+    assert v["met"] is False and v["follow_up"] is None
+    [check] = v["checks"]
+    assert check["met"] is False and check["source"] == "done_when"
+
+
+async def test_done_when_met_is_ok_with_the_call_as_evidence(tmp_path: Path) -> None:
+    model = PerAgent(
+        marketing=[reply_tool_use("post_update", {"text": "We launch!"}), reply_text("Posted.")]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(_company(tmp_path), tmp_path / "s", srv) as d:
+            out = await d.staff.submit(_task([POSTED]))
+            shown = await d.journal.transcript(out.run_id)
+    assert out.status == "ok", out
+    assert shown is not None
+    [check] = shown["verification"]["checks"]
+    assert check["met"] is True
+    assert check["step"] == 2  # the transcript's tool step
+    assert "posted id=7: We launch!" in check["evidence"]
+
+
+async def test_the_retry_does_the_work_and_both_attempts_show(tmp_path: Path) -> None:
+    model = PerAgent(
+        marketing=[
+            reply_text("Done — posted."),
+            reply_tool_use("post_update", {"text": "We launch!"}),
+            reply_text("Posted it for real this time."),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(_company(tmp_path), tmp_path / "s", srv) as d:
+            out = await d.staff.submit(_task([POSTED]))
+            shown = await d.journal.transcript(out.run_id)
+    assert out.status == "ok", out
+    assert shown is not None
+    kinds = [s["kind"] for s in shown["steps"]]
+    assert kinds == ["model", "verification", "model", "tool", "model", "verification"]
+    assert shown["steps"][0]["text"] == "Done — posted."
+    assert shown["steps"][1]["follow_up"]
+    assert shown["verification"]["met"] is True
+
+
+async def test_report_does_not_retry(tmp_path: Path) -> None:
+    model = PerAgent(marketing=[reply_text("Done — posted.")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(_company(tmp_path), tmp_path / "s", srv) as d:
+            out = await d.staff.submit(_task([POSTED], on_unmet="report"))
+    assert out.status == "unverified"
+    assert srv.served == 1
+
+
+async def test_a_memory_claim_without_a_write_is_unverified_with_no_configuration(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(tmp_path, {"ceo": {}})
+    said = "Noted: I saved it in the company memory."
+    model = PerAgent(ceo=[reply_text(said), reply_text(said)])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "s", srv) as d:
+            out = await d.ask("ceo", "Remember that Acme pays late.")
+    assert out.status == "unverified", out
+    assert out.reason == (
+        "the answer says it saved to the company memory, but the run wrote nothing to it"
+    )
