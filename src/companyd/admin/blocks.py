@@ -424,6 +424,8 @@ class Success7d(TypedDict):
     due: int
     ok: int
     rate: float | None
+    #: due fires that ended ``unverified`` (neither ok nor failed; absent from older daemons)
+    unverified: NotRequired[int]
 
 
 class RoutineRow(TypedDict):

@@ -206,6 +206,8 @@ class FounderResultForApproval(Event):
     cost_usd: float
     round: int
     follows: str | None = optional()
+    #: the run ended ``unverified``: why (shown before the founder decides)
+    unverified: str | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)
