@@ -1,4 +1,4 @@
-"""Verified work end to end (issue 27 acceptance): a real ``companyd run`` subprocess, the
+r"""Verified work end to end (issue 27 acceptance): a real ``companyd run`` subprocess, the
 real anthropic SDK against the Messages API stand-in, python-telegram-bot against the Bot
 API stand-in, and a real MCP tool server (``post_update``) over stdio.
 

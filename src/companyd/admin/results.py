@@ -162,10 +162,10 @@ class RunTranscript:
 
     The blocks are the journal's (:func:`companyd.roles.transcript.read_transcript`): who
     asked, the task, the thread, each of ``steps`` (a model call, a tool call, the review, a
-    verification), ``consultations`` (colleagues' runs), ``review`` and ``totals``; ``decisions`` are the
-    founder's on the run's result (a routine with ``approval: required``): item_id, round,
-    decision (approved, rejected, changes_requested, expired), by, via (telegram, cli),
-    asked, decided, text.
+    verification), ``consultations`` (colleagues' runs), ``review``, ``verification`` and
+    ``totals``; ``decisions`` are the founder's on the run's result (a routine with
+    ``approval: required``): item_id, round, decision (approved, rejected,
+    changes_requested, expired), by, via (telegram, cli), asked, decided, text.
     """
 
     run_id: str

@@ -75,9 +75,10 @@ class RoutineUnverified(RoutineEvent):
 @dataclass(frozen=True, kw_only=True)
 class RoutineResult(Event):
     """A fire ended ok (or ``unverified``: then ``unverified`` says why) and its routine
-    delivers its result (``deliver:``), or the founder approved it (``approved``: a routine with ``approval: required``; ``deliver`` is then
-    what follows the approval, maybe nothing): the whole answer, for the pager to deliver
-    (docs/alerts.md, "Results"). Not an alert itself.
+    delivers its result (``deliver:``), or the founder approved it (``approved``: a routine
+    with ``approval: required``; ``deliver`` is then what follows the approval, maybe
+    nothing): the whole answer, for the pager to deliver (docs/alerts.md, "Results"). Not an
+    alert itself.
     """
 
     KIND = "routine_result"
