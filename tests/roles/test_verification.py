@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from companyd.daemon.metrics import Metrics
 from companyd.roles.tasks import Task, new_id
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
@@ -55,10 +56,18 @@ def _task(done_when: list[dict[str, Any]], on_unmet: str = "retry") -> Task:
 
 async def test_done_when_unmet_retried_once_then_unverified(tmp_path: Path) -> None:
     model = PerAgent(marketing=[reply_text("Done — posted."), reply_text("Done — posted.")])
+    metrics = Metrics()
     with MessagesAPIServer(responder=model) as srv:
         async with running_company(_company(tmp_path), tmp_path / "s", srv) as d:
+            metrics.attach(d.bus)
             out = await d.staff.submit(_task([POSTED]))
             shown = await d.journal.transcript(out.run_id)
+            metrics.detach()
+            [finished] = d.bus.recent({"run_finished"})
+    # the run finished (not failed): status unverified, why, and the metric by outcome
+    assert finished.data["status"] == "unverified" and finished.data["reason"] == out.reason
+    runs = [ln for ln in metrics.render().decode().splitlines() if ln.startswith("companyd_runs_")]
+    assert 'companyd_runs_total{agent="marketing",outcome="unverified"} 1.0' in runs, runs
     assert out.status == "unverified", out
     assert out.reason == ("no successful call of post_update; the answer says 'posted'")
     assert srv.served == 2  # one follow-up, in the same run
