@@ -237,7 +237,8 @@ def _check_done_when(
     agent = agents[who]
     tools = _as_dict(agent.get("tools"))
     allow = tools.get("allow")
-    deny = tools.get("deny") if isinstance(tools.get("deny"), list) else []
+    given_deny = tools.get("deny")
+    deny: list[Any] = given_deny if isinstance(given_deny, list) else []
     has_servers = bool(_as_dict(agent.get("mcp_servers")))
     raw = routine.get("done_when")
     for i, cond in enumerate(raw if isinstance(raw, list) else []):

@@ -89,8 +89,6 @@ QUARANTINE_AFTER = 2
 MAX_REVIEW_ATTEMPTS = 2
 #: Follow-ups a run gets, in the same run, when its answer does not hold (``on_unmet: retry``).
 VERIFY_RETRIES = 1
-#: What :meth:`Agent._verify` returns after sending a follow-up.
-_RETRY = object()
 
 
 class HeartbeatTimeout(Exception):
@@ -485,8 +483,8 @@ class Agent:
                 ended = None
                 if status is not RunStatus.OK:
                     return status, reason
-                unmet = await self._verify(state)
-                if unmet is _RETRY:
+                retry, unmet = await self._verify(state)
+                if retry:
                     continue  # the follow-up is the next user turn: another step
                 if unmet is not None:
                     return RunStatus.UNVERIFIED, unmet
@@ -727,19 +725,20 @@ class Agent:
 
     # -- verification -----------------------------------------------------------------------
 
-    async def _verify(self, state: RunState) -> str | object | None:
+    async def _verify(self, state: RunState) -> tuple[bool, str | None]:
         """Check the final answer against the run's journaled steps (its task's
         ``done_when`` and the claim check; docs/agents.md, "Verification").
 
-        Returns None when it holds (or there is nothing to check), :data:`_RETRY` after
-        sending the one follow-up ``on_unmet: retry`` allows (journaled: a resumed run
-        replays it), else why the run is unverified, in plain words. Each verdict is
+        Returns ``(retry, unmet)``: ``(True, None)`` after sending the one follow-up
+        ``on_unmet: retry`` allows (journaled: a resumed run replays it); else ``unmet`` is
+        why the run is unverified, in plain words, or None when the answer holds (or there
+        is nothing to check). Each verdict is
         journaled as a ``verification`` step (``companyd runs show``).
         """
         task = state.task
         claim_check = self.config.claim_check
         if not task.done_when and not claim_check:
-            return None
+            return False, None
         deps = self.deps
         steps = await deps.journal.steps(state.run_id)
         verdict = evaluate(
@@ -750,7 +749,7 @@ class Agent:
             claim_check=claim_check,
         )
         if not verdict.checks:
-            return None  # no conditions, and the answer claims nothing: no step
+            return False, None  # no conditions, and the answer claims nothing: no step
         retry = (
             not verdict.met and task.on_unmet == "retry" and state.verify_retries < VERIFY_RETRIES
         )
@@ -772,8 +771,8 @@ class Agent:
             )
             state.messages.append({"role": "user", "content": follow_up})
             state.verify_retries += 1
-            return _RETRY
-        return None if verdict.met else verdict.reason
+            return True, None
+        return False, None if verdict.met else verdict.reason
 
     # -- prompts ----------------------------------------------------------------------------
 

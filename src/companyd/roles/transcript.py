@@ -387,14 +387,23 @@ def _verification(steps: list[Step]) -> VerificationStep | None:
     """The run's last verification (its verdict), each check's evidence given the
     transcript's number of its tool call (``step``); None if the run was never verified.
     """
-    numbers = {s["tool_use_id"]: n for n, s in enumerate(steps, 1) if s["kind"] == "tool"}
-    last = next((s for s in reversed(steps) if s["kind"] == "verification"), None)
+    numbers: dict[str | None, int] = {}
+    last: VerificationStep | None = None
+    for n, s in enumerate(steps, 1):
+        if s["kind"] == "tool":
+            numbers[s["tool_use_id"]] = n
+        elif s["kind"] == "verification":
+            last = s
     if last is None:
         return None
     checks: list[VerificationCheck] = []
     for c in last["checks"]:
-        checks.append({**c, "step": numbers.get(c.get("tool_use_id"))})
-    return {**last, "checks": checks}
+        checked = VerificationCheck(**c)
+        checked["step"] = numbers.get(c.get("tool_use_id"))
+        checks.append(checked)
+    shown = VerificationStep(**last)
+    shown["checks"] = checks
+    return shown
 
 
 def _result_text(content: Any) -> str:

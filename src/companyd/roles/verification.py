@@ -29,7 +29,7 @@ from typing import Any
 
 from companyd.llm.blocks import ToolResultBlock
 from companyd.memory.tools import MUTATING_TOOLS
-from companyd.roles.journal_records import Step
+from companyd.roles.journal_records import Step, VerificationPayload
 
 __all__ = [
     "CLAIM_CHECK_RULE",
@@ -150,7 +150,7 @@ class Verdict:
             "Do what is missing now, or say plainly that it could not be done."
         )
 
-    def payload(self, *, attempt: int, follow_up: str | None) -> dict[str, Any]:
+    def payload(self, *, attempt: int, follow_up: str | None) -> VerificationPayload:
         """The ``verification`` step's payload: the checks, the outcome and the follow-up
         sent (None: none; the run ends with this verdict).
         """
@@ -227,7 +227,7 @@ def _said_done(answer: str) -> str:
     """The word of ``answer`` that says the work was done: a specific one (``posted``)
     before a generic one (``done``); "" if none.
     """
-    words = [w.lower() for w in _DONE_WORD.findall(answer)]
+    words = [str(w).lower() for w in _DONE_WORD.findall(answer)]
     specific = [w for w in words if w not in _GENERIC_DONE]
     return (specific or words or [""])[0]
 
