@@ -47,13 +47,15 @@ CLAIM_CHECK_RULE = (
     "plain word such as recall or consult) claims that tool was used, and a sentence with "
     "saved, stored, recorded, wrote, written, added, noted, logged, kept, remembered or "
     "updated and a mention of the (company) memory claims a memory write. A sentence with "
-    "a negation (not, n't, no, never, cannot, unable, failed, without, error) claims "
+    "a negation (not, n't, no, nothing, never, cannot, unable, failed, without, error) "
+    "claims "
     "nothing. A claim holds when the run has at least one successful call of that tool "
     "(for memory: of a tool that writes to the company memory)."
 )
 
 _NEGATION = re.compile(
-    r"\b(?:not|no|never|cannot|unable|failed|fails|failing|without|error|errors)\b|n't\b",
+    r"\b(?:not|no|nothing|never|cannot|unable|failed|fails|failing|without|error|errors)\b"
+    r"|n't\b",
     re.IGNORECASE,
 )
 _MEMORY_CLAIM = re.compile(
