@@ -6,15 +6,17 @@ tool server over stdio.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from companyd.admin.results import DebugCrashed
 from companyd.daemon.metrics import Metrics
 from companyd.roles.tasks import Task, new_id
-from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
 from .agentkit import PerAgent, running_company, write_company
 
@@ -141,3 +143,54 @@ async def test_a_memory_claim_without_a_write_is_unverified_with_no_configuratio
     assert out.reason == (
         "the answer says it saved to the company memory, but the run wrote nothing to it"
     )
+
+
+async def test_limits_apply_to_the_follow_up(tmp_path: Path) -> None:
+    cfg = _company(tmp_path)
+    text = cfg.read_text().replace("max_steps: 30", "max_steps: 1")
+    cfg.write_text(text)
+    model = PerAgent(marketing=[reply_text("Done — posted."), reply_text("Done — posted.")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "s", srv) as d:
+            out = await d.staff.submit(_task([POSTED]))
+    assert srv.served == 1  # the follow-up would be a second model call: max_steps refuses it
+    assert out.status == "circuit_breaker", out
+    assert out.reason == (
+        "max_steps 1 reached (1 model calls); before that, the answer was unverified: "
+        "no successful call of post_update; the answer says 'posted'"
+    )
+
+
+async def test_a_follow_up_survives_a_crash_and_is_not_sent_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COMPANYD_DEBUG", "1")
+    model = PerAgent(
+        marketing=[
+            reply_text("Done — posted."),
+            stall(None, then=reply_tool_use("post_update", {"text": "We launch!"})),
+            reply_text("Posted."),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(_company(tmp_path), tmp_path / "s", srv) as d:
+            running = asyncio.ensure_future(d.staff.submit(_task([POSTED])))
+            async with asyncio.timeout(20):
+                while len(srv.requests) < 2:  # the follow-up's model call is in flight
+                    await asyncio.sleep(0.01)
+            crashed = await d.debug("crash", "marketing")
+            assert isinstance(crashed, DebugCrashed) and crashed.crashed is True
+            srv.release_stalls()
+            async with asyncio.timeout(30):
+                out = await running
+            shown = await d.journal.transcript(out.run_id)
+    assert out.status == "ok", out
+    assert srv.served == 3  # the resumed run paid for nothing twice
+    sent = [m for m in srv.requests[2].body["messages"] if "does not hold" in str(m.get("content"))]
+    assert len(sent) == 1  # the journaled follow-up was replayed, not asked again
+    assert shown is not None
+    verifications = [s for s in shown["steps"] if s["kind"] == "verification"]
+    assert [(v["met"], bool(v["follow_up"])) for v in verifications] == [
+        (False, True),
+        (True, False),
+    ]

@@ -472,6 +472,7 @@ class Agent:
                     self.deps.staff.take_injected_crash(self.slug)
                     state.breaker.check(self.deps.clock.monotonic())
                     response = await self._step(state)
+                    state.unverified = None  # the follow-up was answered
                     if response.stop_reason == "tool_use" and response.tool_uses:
                         await self._run_tools(state, response.tool_uses)
                         continue
@@ -491,9 +492,18 @@ class Agent:
                 return status, reason
         except BreakerTripped as exc:
             self._breaker_event(state, exc)
-            return RunStatus.CIRCUIT_BREAKER, str(exc)
+            return RunStatus.CIRCUIT_BREAKER, self._unverified_before(state, str(exc))
         except RunEnded as exc:
-            return exc.status, exc.reason
+            return exc.status, self._unverified_before(state, exc.reason)
+
+    @staticmethod
+    def _unverified_before(state: RunState, reason: str | None) -> str | None:
+        """``reason``, saying that the answer before it did not hold when a limit (or a
+        budget, or every model failing) stopped the follow-up that was to fix it.
+        """
+        if state.unverified is None:
+            return reason
+        return f"{reason or 'stopped'}; before that, the answer was unverified: {state.unverified}"
 
     def _breaker_event(self, state: RunState, exc: BreakerTripped) -> None:
         self.deps.bus.publish(
@@ -661,6 +671,7 @@ class Agent:
                     # the answer did not hold and the agent was told so: that is its next turn
                     state.messages.append({"role": "user", "content": follow_up})
                     state.verify_retries += 1
+                    state.unverified = str(s.payload.get("reason") or "") or None
                 continue
             if s.kind != "llm":
                 continue
@@ -670,6 +681,7 @@ class Agent:
             state.account(p["model"], usage, Decimal(p["cost"]), bool(p["offline"]))
             content = p["content"]
             state.messages.append({"role": "assistant", "content": content})
+            state.unverified = None
             # tools run only after a tool_use stop, as in _execute: a tool_use block cut
             # off by max_tokens is never run ("": a step journaled without its stop reason)
             uses = tool_uses_of(content) if state.last_stop in ("tool_use", "") else []
@@ -771,6 +783,7 @@ class Agent:
             )
             state.messages.append({"role": "user", "content": follow_up})
             state.verify_retries += 1
+            state.unverified = verdict.reason
             return True, None
         return False, None if verdict.met else verdict.reason
 
