@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from companyd.admin.results import DebugCrashed
+from companyd.alerts.render_kinds import render
 from companyd.daemon.metrics import Metrics
 from companyd.roles.tasks import Task, new_id
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
@@ -23,6 +24,7 @@ from .agentkit import PerAgent, running_company, write_company
 pytestmark = pytest.mark.anyio
 
 TOOL_SERVER = Path(__file__).with_name("mcp_tool_server.py")
+MEMORY_WHY = "the answer says it saved to the company memory, but the run wrote nothing to it"
 POSTED = {"tool": "post_update", "result_matches": "posted id=\\d+"}
 
 
@@ -194,3 +196,40 @@ async def test_a_follow_up_survives_a_crash_and_is_not_sent_twice(
         (False, True),
         (True, False),
     ]
+
+
+async def test_an_approval_required_result_shows_unverified_before_the_founder_decides(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {}},
+        routines={
+            "notes": {
+                "assignee": "ceo",
+                "description": "Write down what the customer said.",
+                "trigger": {"cron": "0 3 * * *"},
+                "approval": "required",
+                "deliver": [],
+            }
+        },
+        dashboard={"enabled": False},
+    )
+    said = "I saved it in the company memory."
+    model = PerAgent(ceo=[reply_text(said), reply_text(said)])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "s", srv, oneoff=False) as d:
+            firing = asyncio.ensure_future(d.run_job("notes"))
+            async with asyncio.timeout(30):
+                while not (asked := d.bus.recent({"founder_result_for_approval"})):
+                    await asyncio.sleep(0.02)
+            assert not firing.done()  # the founder decides first
+            [event] = asked
+            rendered, _ = render(event.kind, event.data, event.source, {}, ["ceo"])
+            await d.approve(str(event.data["item_id"]), by="Op")
+            async with asyncio.timeout(30):
+                fired = await firing
+    assert event.data["unverified"] == MEMORY_WHY
+    assert rendered.lines[0] == f"⚠ unverified: {MEMORY_WHY}"
+    assert fired.status == "unverified"  # approved, and still said to be unverified
+    assert fired.reason == f"approved by the founder; unverified: {MEMORY_WHY}"
