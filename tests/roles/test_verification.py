@@ -19,7 +19,7 @@ from companyd.daemon.metrics import Metrics
 from companyd.roles.tasks import Task, new_id
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
-from .agentkit import PerAgent, running_company, write_company
+from .agentkit import PerAgent, agent_of, running_company, tool_results, write_company
 
 pytestmark = pytest.mark.anyio
 
@@ -233,3 +233,22 @@ async def test_an_approval_required_result_shows_unverified_before_the_founder_d
     assert rendered.lines[0] == f"⚠ unverified: {MEMORY_WHY}"
     assert fired.status == "unverified"  # approved, and still said to be unverified
     assert fired.reason == f"approved by the founder; unverified: {MEMORY_WHY}"
+
+
+async def test_a_consulted_colleagues_unverified_answer_reaches_the_asker_with_why(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(tmp_path, {"ceo": {"consult": ["cfo"]}, "cfo": {"reports_to": "ceo"}})
+    said = "I saved the numbers in the company memory."
+    model = PerAgent(
+        ceo=[reply_tool_use("consult", {"agent": "cfo", "question": "Q1?"}), reply_text("Thanks.")],
+        cfo=[reply_text(said), reply_text(said)],
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "s", srv) as d:
+            out = await d.ask("ceo", "Ask the CFO about Q1.")
+    assert out.status == "ok", out
+    ceo = [r for r in srv.requests if agent_of(r) == "ceo"]
+    [result] = tool_results(ceo[-1])
+    assert result["content"] == f"{said}\n\n(⚠ unverified: {MEMORY_WHY})"
+    assert not result.get("is_error")
