@@ -7,6 +7,8 @@ A routine with ``done_when: [{tool: post_update, result_matches: "posted id=\\d+
 * the model answers "Done — posted." without calling the tool: one follow-up in the same
   run, the same answer again, and the run ends ``unverified``; its Telegram delivery says
   "⚠ unverified: …" — and a second such fire in a row raises the warning alert;
+* the founder's reply to it gets an answer claiming a memory write with none: it comes back
+  in the thread under "⚠ unverified: …" (the claim check, no configuration);
 * the model calls the tool: ``ok``;
 * the model does the work only after the follow-up: ``ok``, and ``runs show`` has both
   attempts;
@@ -15,7 +17,10 @@ A routine with ``done_when: [{tool: post_update, result_matches: "posted id=\\d+
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +41,8 @@ FOUNDER = 111
 START_TIMEOUT = 90.0
 CLAIM = "Done — posted."
 WHY = "no successful call of post_update; the answer says 'posted'"
+SAVED = "Yes: I saved it in the company memory."
+SAVED_WHY = "the answer says it saved to the company memory, but the run wrote nothing to it"
 
 
 @pytest.fixture
@@ -82,6 +89,23 @@ def _company(work: Path, bot: BotApiServer) -> Path:
     return cfg
 
 
+async def _linked(state: Path, message_id: int) -> None:
+    """Wait until the pager has recorded which run message ``message_id`` shows (a reply
+    can only follow a message the daemon knows it sent).
+    """
+    db = state / "alerts.sqlite"
+    async with asyncio.timeout(30):
+        while True:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
+                row = c.execute(
+                    "SELECT run_id FROM threads WHERE chat_id = ? AND message_id = ?",
+                    (FOUNDER, message_id),
+                ).fetchone()
+            if row is not None:
+                return
+            await asyncio.sleep(0.05)
+
+
 def _to_founder(bot: BotApiServer, needle: str) -> list[SentMessage]:
     return [m for m in bot.messages if str(m.chat_id) == str(FOUNDER) and needle in m.text]
 
@@ -90,9 +114,13 @@ def _to_founder(bot: BotApiServer, needle: str) -> list[SentMessage]:
 async def test_done_when_unverified_ok_and_ok_after_the_follow_up(work: Path) -> None:
     model = PerAgent(
         marketing=[
-            # fire 1 and 2: claims, never calls the tool (the follow-up changes nothing)
+            # fire 1: claims, never calls the tool (the follow-up changes nothing)
             reply_text(CLAIM),
             reply_text(CLAIM),
+            # the founder's Telegram reply to it: a memory claim with no memory write
+            reply_text(SAVED),
+            reply_text(SAVED),
+            # fire 2: the same as fire 1
             reply_text(CLAIM),
             reply_text(CLAIM),
             # fire 3: does the work
@@ -126,6 +154,17 @@ async def test_done_when_unverified_ok_and_ok_after_the_follow_up(work: Path) ->
                 assert lines[0] == "📝 daily-post — marketing"
                 assert lines[1] == f"⚠ unverified: {WHY}"
 
+                # the founder replies to it: the follow-up's unverified answer comes back in
+                # the thread, with its warning (no configuration: the claim check)
+                await _linked(work / "s", delivered.message_id)
+                _, asked = bot.inject_reply(
+                    FOUNDER, delivered.message_id, "Did you keep a note of it?"
+                )
+                await bot.wait_for(lambda: bool(_to_founder(bot, SAVED)), timeout=30)
+                [answer] = _to_founder(bot, SAVED)
+                assert answer.reply_to == asked  # in the thread
+                assert answer.text.splitlines()[1] == f"⚠ unverified: {SAVED_WHY}"
+
                 second = await daemon.call("run_job", routine="daily-post")
                 assert second["status"] == "unverified", second
                 await bot.wait_for(
@@ -150,7 +189,7 @@ async def test_done_when_unverified_ok_and_ok_after_the_follow_up(work: Path) ->
             finally:
                 if daemon.proc is not None and daemon.returncode is None:
                     await daemon.stop()
-    assert srv.served == 9
+    assert srv.served == 11
     assert (work / "tool.log").read_text().splitlines() == [
         "started We launch today!",
         "done We launch today!",
@@ -176,6 +215,6 @@ async def test_done_when_unverified_ok_and_ok_after_the_follow_up(work: Path) ->
     # jobs history and the run list: unverified apart from ok and failed
     assert history.rc == 0, history.err
     assert "shown: 4 due run(s): 2 ok · 2 unverified · 0 failed, missed or skipped" in history.out
-    assert sum(" unverified " in ln for ln in listed.out.splitlines()) == 2
+    assert sum(" unverified " in ln for ln in listed.out.splitlines()) == 3  # and the reply
     [row] = json.loads(jobs.out)["routines"]
     assert row["success_7d"]["unverified"] == 0  # manual runs are not due runs
