@@ -12,7 +12,7 @@ from companyd.config import load_config_text
 from companyd.config.done_when import MEMORY_TOOLS
 from companyd.errors import ConfigError
 from companyd.memory.tools import TOOL_NAMES
-from companyd.roles.verification import CLAIM_CHECK_RULE
+from companyd.roles.verification import CLAIM_CHECK_RULE, evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,3 +93,6 @@ def test_the_built_in_tool_names_are_the_memory_servers() -> None:
 def test_the_claim_check_rule_is_documented_word_for_word() -> None:
     doc = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
     assert f"  > {CLAIM_CHECK_RULE}\n" in doc
+    # and the follow-up the agent is sent, as the docs show it
+    verdict = evaluate([{"tool": "post_update"}], "Done — posted.", [])
+    assert f"```text\n{verdict.follow_up()}\n```" in doc
