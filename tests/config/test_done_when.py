@@ -49,6 +49,19 @@ def test_a_bad_json_schema_is_an_error_at_load() -> None:
     assert "expected a valid JSON Schema" in err and "'objekt'" in err
 
 
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ("{$schema: 5}", "expected '$schema' to name a JSON Schema draft jsonschema knows"),
+        ("{$schema: 'http://nope'}", "got 'http://nope'; fix it, or leave '$schema' out"),
+        ("{$ref: '#/nope'}", "expected a JSON Schema that can be applied"),
+    ],
+)
+def test_a_schema_that_cannot_be_applied_is_an_error_too(schema: str, message: str) -> None:
+    [err] = _errors(f"      - {{output_json_schema: {schema}}}\n")
+    assert "done_when.0.output_json_schema" in err and message in err
+
+
 def test_one_kind_per_item_and_refinements_with_their_kind() -> None:
     errs = _errors(
         "      - {memory_written: true, output_max_chars: 3}\n"

@@ -64,6 +64,11 @@ def test_output_conditions() -> None:
     ]
     [why] = reasons([{"output_json_schema": schema}], "Here you go", [])
     assert why.startswith("the answer is not JSON (Expecting value")
+    # a schema that fails only when applied (a $ref deep inside) is unmet, never a crash
+    deep = {"properties": {"a": {"$ref": "#/nope"}}}
+    [why] = reasons([{"output_json_schema": deep}], '{"a": 1}', [])
+    assert why.startswith("the schema could not be applied (")
+    assert why.endswith("; fix output_json_schema in company.yaml")
 
 
 @pytest.mark.parametrize(

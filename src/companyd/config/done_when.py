@@ -68,6 +68,15 @@ def check_json_schema(value: dict[str, Any]) -> dict[str, Any]:
     from jsonschema.exceptions import SchemaError
     from jsonschema.validators import validator_for
 
+    dialect = value.get("$schema")
+    if dialect is not None and (
+        not isinstance(dialect, str) or validator_for(value, default=None) is None
+    ):
+        raise ValueError(
+            f"expected '$schema' to name a JSON Schema draft jsonschema knows (e.g. "
+            f"'https://json-schema.org/draft/2020-12/schema'), got {dialect!r}; fix it, or "
+            "leave '$schema' out for the newest draft"
+        )
     try:
         validator_for(value).check_schema(value)
     except SchemaError as exc:
@@ -77,6 +86,13 @@ def check_json_schema(value: dict[str, Any]) -> dict[str, Any]:
             f"expected a valid JSON Schema, got one that is not{where}: {exc.message}; "
             "fix the schema (e.g. {type: object, required: [title], properties: {title: "
             "{type: string}}})"
+        ) from None
+    try:  # a reference to nowhere at the top shows up as soon as anything is checked
+        list(validator_for(value)(value).iter_errors(None))
+    except Exception as exc:
+        raise ValueError(
+            f"expected a JSON Schema that can be applied, got one that fails: "
+            f"{type(exc).__name__}: {str(exc)[:200]}; fix its '$ref's"
         ) from None
     return value
 

@@ -406,7 +406,20 @@ def _json_check(schema: Mapping[str, Any], answer: str) -> Check:
             follow_up=f"{why}: answer with the JSON alone",
         )
     validator = validator_for(schema)(schema)
-    errors: list[ValidationError] = sorted(validator.iter_errors(data), key=lambda e: e.path)
+    try:
+        errors: list[ValidationError] = sorted(
+            validator.iter_errors(data), key=lambda e: list(map(str, e.path))
+        )
+    except Exception as exc:  # e.g. a $ref to nowhere: only found when it is followed
+        why = f"the schema could not be applied ({type(exc).__name__}: {str(exc)[:200]})"
+        return Check(
+            source="done_when",
+            kind="output_json_schema",
+            condition=condition,
+            met=False,
+            evidence=why + "; fix output_json_schema in company.yaml",
+            follow_up=why,
+        )
     if not errors:
         return Check(
             source="done_when",
