@@ -93,6 +93,7 @@ def test_resolved_conditions_and_defaults() -> None:
         {"output_max_chars": 280},
     )
     assert r.on_unmet == "report"
+    assert hash(r) == hash(r)  # a resolved routine stays hashable, as before
     assert cfg.agents["ceo"].claim_check is True
     off = load_config_text(HEAD.replace("routines:", "defaults: {claim_check: false}\nroutines:"))
     assert off.agents["ceo"].claim_check is False

@@ -104,7 +104,7 @@ class RoutineConfig:
     #: where the result goes (``deliver:``; default ``telegram`` with an expected_output)
     deliver: tuple[str, ...] = ()
     #: the ``done_when`` conditions as plain data (docs/agents.md, "Verification")
-    done_when: tuple[Mapping[str, Any], ...] = ()
+    done_when: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)  # keeps it hashable
     #: ``retry`` (one follow-up in the same run) or ``report``
     on_unmet: Literal["retry", "report"] = "retry"
 

@@ -73,7 +73,7 @@ class Task:
     reply_to: str | None = None
     asked_by: str | None = None
     asked_in: str | None = None
-    done_when: tuple[Mapping[str, Any], ...] = ()
+    done_when: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)  # keeps it hashable
     on_unmet: str = "retry"
 
     def to_dict(self) -> JournaledTask:
