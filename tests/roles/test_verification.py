@@ -226,11 +226,15 @@ async def test_an_approval_required_result_shows_unverified_before_the_founder_d
             assert not firing.done()  # the founder decides first
             [event] = asked
             rendered, _ = render(event.kind, event.data, event.source, {}, ["ceo"])
+            [waiting] = (await d.inbox()).items  # companyd inbox, /inbox, the dashboard
             await d.approve(str(event.data["item_id"]), by="Op")
             async with asyncio.timeout(30):
                 fired = await firing
     assert event.data["unverified"] == MEMORY_WHY
     assert rendered.lines[0] == f"⚠ unverified: {MEMORY_WHY}"
+    assert waiting.summary == (
+        f"result of notes by ceo awaits approval: ⚠ unverified: {MEMORY_WHY} — {said}"
+    )
     assert fired.status == "unverified"  # approved, and still said to be unverified
     assert fired.reason == f"approved by the founder; unverified: {MEMORY_WHY}"
 
