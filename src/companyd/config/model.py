@@ -101,6 +101,10 @@ class RoutineConfig:
     backup: BackupConfig | None = None
     #: where the result goes (``deliver:``; default ``telegram`` with an expected_output)
     deliver: tuple[str, ...] = ()
+    #: runs a day (in ``timezone``) past which a fire is skipped; None: no limit
+    max_runs_per_day: int | None = None
+    #: failed runs in a row that pause the routine; None: never paused
+    pause_after_failures: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -313,4 +317,21 @@ def _routine(slug: str, r: RoutineSpec, spec: CompanyFile, base_dir: Path) -> Ro
         enabled=r.enabled,
         approval=r.approval,
         deliver=default_deliveries(r),
+        **_routine_limits(r, spec),
     )
+
+
+def _routine_limits(r: RoutineSpec, spec: CompanyFile) -> dict[str, int | None]:
+    """A routine's runaway guards: its own, else its assignee's ``routines``, else
+    ``defaults.routines``.
+    """
+    agent = spec.agents.get(r.assignee or "")
+    out: dict[str, int | None] = {}
+    for key in ("max_runs_per_day", "pause_after_failures"):
+        value = getattr(r, key)
+        if value is None and agent is not None:
+            value = getattr(agent.routines, key)
+        if value is None:
+            value = getattr(spec.defaults.routines, key)
+        out[key] = value
+    return out

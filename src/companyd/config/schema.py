@@ -189,6 +189,16 @@ class McpServerSpec(Spec):
     handshake_timeout_seconds: Duration = 30.0
 
 
+class RoutineLimitsSpec(Spec):
+    """Runaway guards for routines (docs/scheduler.md, "Runaway routines"): at most
+    ``max_runs_per_day`` runs a day (in the routine's time zone), and a routine paused after
+    ``pause_after_failures`` failed runs in a row. Unset: no limit.
+    """
+
+    max_runs_per_day: PositiveInt | None = None
+    pause_after_failures: PositiveInt | None = None
+
+
 class AgentSpec(Spec):
     """One role agent. Unset fields take their value from ``defaults``."""
 
@@ -212,6 +222,8 @@ class AgentSpec(Spec):
     heartbeat_seconds: Duration | None = None
     can_modify: tuple[str, ...] = ()
     enabled: bool = True
+    #: runaway guards of this agent's routines (unset keys: ``defaults.routines``)
+    routines: RoutineLimitsSpec = RoutineLimitsSpec()
 
 
 class TriggerSpec(Spec):
@@ -276,6 +288,10 @@ class RoutineSpec(Spec):
     approval: Literal["none", "required"] = "none"
     enabled: bool = True
     deliver: tuple[Delivery, ...] | None = None
+    #: runaway guards (docs/scheduler.md, "Runaway routines"); unset: the assignee's
+    #: (``agents.<slug>.routines``), else ``defaults.routines``
+    max_runs_per_day: PositiveInt | None = None
+    pause_after_failures: PositiveInt | None = None
 
     @field_validator("deliver")
     @classmethod
@@ -336,6 +352,8 @@ class DefaultsSpec(Spec):
     limits: LimitsSpec = LimitsSpec(max_cost_usd=1.0, max_steps=20, max_seconds=600.0)
     heartbeat_seconds: Duration = 300.0
     tools: DefaultToolsSpec = DefaultToolsSpec()
+    #: runaway guards of every routine (docs/scheduler.md, "Runaway routines")
+    routines: RoutineLimitsSpec = RoutineLimitsSpec()
 
 
 Severity = Literal["critical", "warning", "info", "off"]
@@ -442,6 +460,9 @@ class AnthropicSpec(Spec):
     base_url: str | None = None
     timeout_seconds: Duration = 120.0
     max_retries: Annotated[int, BeforeValidator(whole), Field(ge=0, le=10)] = 2
+    #: a 429 asking to wait longer than this on every model of an agent's chain pauses the
+    #: agent until then (a quota wall, docs/agents.md) instead of failing its run
+    quota_pause_after: Duration = 60.0
 
     _url = field_validator("base_url")(http_url)
 

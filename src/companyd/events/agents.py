@@ -19,6 +19,8 @@ __all__ = [
     "ModelFallback",
     "ProposalApplied",
     "ProposalCreated",
+    "QuotaWall",
+    "QuotaWallLifted",
     "RunFailed",
     "RunFinished",
     "RunStarted",
@@ -221,3 +223,30 @@ class FounderDecided(Event):
     by: str
     via: str = ""
     routine: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaWall(Event):
+    """The API's rate limit holds back every model of these ``agents``' chains (``models``)
+    for longer than ``anthropic.quota_pause_after``: they are paused until ``until`` (epoch;
+    ``until_text``: ``HH:MM`` in the company's time zone) and resume by themselves then.
+    ``message`` is what the API said.
+    """
+
+    KIND = "quota_wall"
+    severity: Severity = Severity.WARNING
+    agents: list[str]
+    models: list[str]
+    until: float
+    until_text: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaWallLifted(Event):
+    """The quota wall's time came: ``agents`` paused by it run again."""
+
+    KIND = "quota_wall_lifted"
+    severity: Severity = Severity.WARNING
+    agents: list[str]
+    until_text: str

@@ -50,7 +50,14 @@ from zoneinfo import ZoneInfo
 from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.config import AgentConfig
-from companyd.events import CircuitBreaker, RunFailed, RunFinished, RunStarted, TaskQuarantined
+from companyd.events import (
+    CircuitBreaker,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    Severity,
+    TaskQuarantined,
+)
 from companyd.llm.blocks import ToolResultBlock, ToolUseBlock, text_of, tool_uses_of
 from companyd.llm.model import ModelResponse, Usage
 from companyd.roles.breaker import Breaker, BreakerTripped
@@ -70,6 +77,7 @@ from companyd.roles.run import (
 )
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
 from companyd.roles.tools import ToolBox, ToolCallContext, unknown_outcome_result
+from companyd.roles.walls import WALL_REASON
 from companyd.supervision.child import ChildContext
 
 __all__ = ["MAX_REVIEW_ATTEMPTS", "QUARANTINE_AFTER", "Agent", "HeartbeatTimeout"]
@@ -403,12 +411,15 @@ class Agent:
                 )
             )
         else:
+            # A run a quota wall ended is told once, by the wall's own event (roles/pauses.py).
+            walled = status is RunStatus.CANCELLED and (reason or "").startswith(WALL_REASON)
             deps.bus.publish(
                 RunFailed(
                     source=src,
                     status=str(status),
                     reason=reason,
                     **common,
+                    **({"severity": Severity.INFO} if walled else {}),
                 )
             )
         if status is RunStatus.FAILED and reason and reason.startswith("rejected by"):

@@ -1,0 +1,156 @@
+"""Quota walls through the real runtime: a 429 with a long ``retry-after`` on every model.
+
+The scheduler hands each fire to the agents (real journal, spend, memory), which call the
+Messages API stand-in through ClaudeBackend and the real SDK, all on a manual clock. The
+stand-in answers every call with 429 ``retry-after: 900`` for fifteen minutes from the first
+call, then works: each agent makes exactly one call (the one that meets the wall), its fires
+meanwhile are ``skipped: rate limited until HH:MM`` (no call), one ``quota_wall`` event
+tells it, and it resumes by itself when the time comes (docs/agents.md, "Quota walls").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from companyd.clock import ManualClock
+from companyd.config import load_config_text
+from companyd.testing.messages_api import MessagesAPIServer, RecordedRequest
+from companyd.testing.messages_script import ScriptItem, rate_limited
+from companyd.testing.sim_runtime import RoutineResponder, _agent, simulate_company
+
+from .conftest import company_text, ts
+
+pytestmark = pytest.mark.anyio
+
+WALL = 900.0
+
+
+class Wall:
+    """429 with ``retry-after`` counting down to ``first call + WALL``, then real work.
+    Records (clock time, agent) of every call.
+    """
+
+    def __init__(self, clock: ManualClock, retry_after: float = WALL) -> None:
+        self.clock = clock
+        self.retry_after = retry_after
+        self.end: float | None = None
+        self.inner = RoutineResponder()
+        self.calls: list[tuple[float, str]] = []
+
+    def __call__(self, request: RecordedRequest) -> ScriptItem:
+        now = self.clock.time()
+        body = request.body if isinstance(request.body, dict) else {}
+        self.calls.append((now, _agent(body.get("system"))))
+        if self.end is None:
+            self.end = now + self.retry_after
+        if now < self.end:
+            return rate_limited(retry_after=round(self.end - now))
+        return self.inner(request)
+
+
+def walled_company(models: str) -> str:
+    return (
+        company_text(
+            """\
+            post:
+              assignee: marketing
+              description: Post.
+              trigger: {every: 5m}
+            ops:
+              assignee: coo
+              description: Operate.
+              trigger: {every: 5m}
+            """
+        )
+        + "anthropic: {max_retries: 2}\n"
+        + models
+    )
+
+
+async def run(tmp_path: Path, config_text: str, minutes: float, wall: float = WALL) -> tuple:
+    config = load_config_text(config_text)
+    clock = ManualClock(start=ts("2027-01-04T13:00:00"))
+    responder = Wall(clock, wall)
+    with MessagesAPIServer(responder=responder) as server:
+        async with asyncio.timeout(60):
+            report = await simulate_company(
+                config, minutes / 1440, server, clock, state_dir=tmp_path / "state"
+            )
+    return report, responder
+
+
+async def test_a_long_retry_after_on_every_model_pauses_the_agents_until_then(
+    tmp_path: Path,
+) -> None:
+    # marketing on one model, coo on another: the wall is met once per agent
+    text = walled_company("")
+    text = text.replace(
+        "marketing: {title: Marketing, reportsTo: ceo, instructions: Post.}",
+        "marketing: {title: Marketing, reportsTo: ceo, instructions: Post., "
+        "model: claude-sonnet-5-5}",
+    ).replace(
+        "coo: {title: COO, reportsTo: ceo, instructions: Operate.}",
+        "coo: {title: COO, reportsTo: ceo, instructions: Operate., model: claude-haiku-5-5}",
+    )
+    report, wall = await run(tmp_path, text, 40)
+    assert wall.end is not None
+    start = ts("2027-01-04T13:00:00")
+    # the first fires (13:05) met the wall: 13:05 + 900 s = 13:20
+    assert wall.end == start + 300 + WALL
+    before = Counter(agent for t, agent in wall.calls if t < wall.end)
+    assert before == {"marketing": 1, "coo": 1}, wall.calls
+    # after the wall's time both work again
+    after = Counter(agent for t, agent in wall.calls if t >= wall.end)
+    assert after["marketing"] >= 2 and after["coo"] >= 2
+    sim = report.sim
+    assert sim.complete
+    skipped = [r for r in sim.non_success if r.outcome == "skipped"]
+    # 13:05 (met the wall), 13:10, 13:15 for each routine; 13:20 runs again
+    assert sorted((r.routine, r.scheduled - start) for r in skipped) == sorted(
+        (routine, m * 60.0) for routine in ("post", "ops") for m in (5, 10, 15)
+    )
+    assert all("rate limited until 13:20" in (r.reason or "") for r in skipped)
+    assert {r.outcome for r in sim.non_success} == {"skipped"}
+    for routine in ("post", "ops"):
+        assert sim.routines[routine].outcomes["ok"] >= 4
+    events = report.events
+    # told once per wall met (each agent's own here), lifted once each; nothing failed
+    assert events["quota_wall"] == 2 and events["quota_wall_lifted"] >= 1
+    assert events["routine_failed"] == 0 and events["model_fallback"] == 0
+
+
+async def test_agents_on_a_walled_model_are_paused_with_the_one_that_met_it(
+    tmp_path: Path,
+) -> None:
+    # Every agent on one model: the first call meets the wall; the other agent's routine is
+    # held back with it, without a call of its own; one event names both.
+    text = walled_company("defaults:\n  model: {primary: claude-sonnet-5-5}\n").replace(
+        "trigger: {every: 5m}\n  ops:", "trigger: {every: 5m}\n  ops:", 1
+    )
+    text = text.replace(
+        "description: Operate.\n    trigger: {every: 5m}",
+        'description: Operate.\n    trigger: {cron: "7-59/5 * * * *"}',
+    )
+    report, wall = await run(tmp_path, text, 40)
+    assert wall.end is not None
+    before = Counter(agent for t, agent in wall.calls if t < wall.end)
+    assert before == {"marketing": 1}, wall.calls
+    assert report.events["quota_wall"] == 1
+    skipped = [r for r in report.sim.non_success if r.routine == "ops"]
+    assert skipped and all("rate limited until 13:20" in (r.reason or "") for r in skipped)
+    assert report.events["routine_failed"] == 0
+
+
+async def test_a_short_retry_after_behaves_as_before(tmp_path: Path) -> None:
+    # 30 s is under quota_pause_after (60 s) and max_retry_after: waited for and retried
+    # within the run, which then succeeds; nobody is paused, nothing skipped
+    text = walled_company("defaults:\n  model: {primary: claude-sonnet-5-5}\n")
+    report, wall = await run(tmp_path, text, 20, wall=30.0)
+    assert wall.end is not None
+    assert len([t for t, _ in wall.calls if t < wall.end]) == 2
+    assert report.events["quota_wall"] == 0 and report.events["agent_paused"] == 0
+    assert report.sim.non_success == []
