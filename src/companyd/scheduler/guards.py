@@ -34,6 +34,7 @@ __all__ = [
     "last_reasons",
     "mark_limit_told",
     "pause_reason",
+    "paused_routines",
     "resume_routine",
     "runs_between",
     "set_routine_paused",
@@ -72,6 +73,14 @@ def guard_state(conn: Connection, routine: str) -> tuple[str | None, float | Non
     if row is None:
         return None, None, None
     return row[0], row[1], row[2]
+
+
+def paused_routines(conn: Connection) -> dict[str, str]:
+    """Routine → why it is paused, for every routine its failures paused."""
+    rows = conn.execute(
+        "SELECT routine, reason FROM routine_guard WHERE reason IS NOT NULL"
+    ).fetchall()
+    return {r[0]: r[1] for r in rows}
 
 
 def failure_streak(

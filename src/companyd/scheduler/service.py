@@ -50,8 +50,9 @@ from companyd.admin import AdminError
 from companyd.admin.blocks import HistoryData, JobsData
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
-from companyd.events import EventBus
+from companyd.events import EventBus, RoutineResumed
 from companyd.roles.tasks import RunOutcome
+from companyd.scheduler import guards
 from companyd.scheduler import store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
 from companyd.scheduler._ids import new_id
@@ -701,6 +702,36 @@ class RoutineScheduler:
         if not records and routine not in self._config.routines:
             raise self._not_found(routine)
         return {"routine": routine, "fires": [r.to_dict() for r in records]}
+
+    async def resume_routine(self, routine: str, by: str = "operator") -> bool:
+        """Resume ``routine`` after ``pause_after_failures`` paused it: its fires run again,
+        and the failures before now no longer count toward the next pause (docs/scheduler.md,
+        "Runaway routines"). False if it was not paused. One ``routine_resumed`` event.
+
+        Raises:
+            RoutineNotFound: no routine of that name in company.yaml.
+        """
+        store = self._rec.store
+        if store is None and self._disk_failure is not None:
+            raise AdminError(f"routines are unavailable: {self._disk_failure}")
+        if store is None:
+            raise RuntimeError("resume_routine() needs a started RoutineScheduler")
+        if routine not in self._config.routines:
+            raise self._not_found(routine)
+        now = self._clock.time()
+        was = await store.call(lambda c: guards.resume_routine(c, routine, now))
+        if was:
+            self._rec.publish(RoutineResumed(source=self._rec.source, routine=routine, by=by))
+        return bool(was)
+
+    async def paused_routines(self) -> dict[str, str]:
+        """Routine → why ``pause_after_failures`` paused it (empty when the scheduler is
+        stopped).
+        """
+        store = self._rec.store
+        if store is None:
+            return {}
+        return dict(await self._read(store, guards.paused_routines))
 
     # -- compressed time --------------------------------------------------------------
 
