@@ -305,6 +305,9 @@ def _render_tree(tree: Mapping[str, Any]) -> list[str]:
     for label, node in rows:
         state = as_text(node.get("state")) or "?"
         reason = as_text(node.get("pause_reason"))
+        until = as_text(node.get("paused_until"))
+        if until and "paused" in state:
+            state += f" until {until}"  # a quota wall: "paused until 14:35 (rate limit)"
         if reason and "paused" in state:
             state += f" ({reason})"
         restarts = as_number(node.get("restarts"))

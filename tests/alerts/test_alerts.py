@@ -106,6 +106,10 @@ class RecordingAdmin:
         self.calls.append(("run_job", routine))
         return {"routine": routine, "started": True}
 
+    async def resume_job(self, routine: str) -> Any:
+        self.calls.append(("resume_job", routine))
+        return {"routine": routine, "resumed": True, "message": f"resumed routine {routine}"}
+
     async def pause(self, agent: str) -> Any:
         self.calls.append(("pause", agent))
         self._agent(agent)

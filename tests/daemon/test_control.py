@@ -222,6 +222,9 @@ class Company:
     async def run_job(self, routine: str) -> Any:
         raise self._absent("run_job")
 
+    async def resume_job(self, routine: str) -> Any:
+        raise self._absent("resume_job")
+
     async def runs(
         self,
         agent: str | None = None,

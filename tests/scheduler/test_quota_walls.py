@@ -20,7 +20,12 @@ from companyd.clock import ManualClock
 from companyd.config import load_config_text
 from companyd.testing.messages_api import MessagesAPIServer, RecordedRequest
 from companyd.testing.messages_script import ScriptItem, rate_limited
-from companyd.testing.sim_runtime import RoutineResponder, _agent, simulate_company
+from companyd.testing.sim_runtime import (
+    RoutineResponder,
+    RuntimeSimReport,
+    _agent,
+    simulate_company,
+)
 
 from .conftest import company_text, ts
 
@@ -71,7 +76,9 @@ def walled_company(models: str) -> str:
     )
 
 
-async def run(tmp_path: Path, config_text: str, minutes: float, wall: float = WALL) -> tuple:
+async def run(
+    tmp_path: Path, config_text: str, minutes: float, wall: float = WALL
+) -> tuple[RuntimeSimReport, Wall]:
     config = load_config_text(config_text)
     clock = ManualClock(start=ts("2027-01-04T13:00:00"))
     responder = Wall(clock, wall)

@@ -29,6 +29,7 @@ from companyd.admin.results import (
     DeskDecision,
     Inbox,
     JobHistory,
+    JobResumed,
     JobRun,
     Jobs,
     MemoryChanges,
@@ -99,6 +100,10 @@ class Admin(Protocol):
 
     async def run_job(self, routine: str) -> JobRun:
         """Fire a routine now."""
+        ...
+
+    async def resume_job(self, routine: str) -> JobResumed:
+        """Let a routine that ``pause_after_failures`` paused fire again."""
         ...
 
     async def pause(self, agent: str) -> Paused:

@@ -69,6 +69,7 @@ __all__ = [
     "Inbox",
     "InboxItem",
     "JobHistory",
+    "JobResumed",
     "JobRun",
     "Jobs",
     "MemoryChanges",
@@ -271,6 +272,15 @@ class JobHistory:
 @dataclass(frozen=True, kw_only=True)
 class _RoutineNamed:
     routine: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobResumed:
+    """``resume_job``: ``resumed`` is False when the routine was not paused (nothing done)."""
+
+    routine: str
+    resumed: bool
+    message: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -120,6 +120,8 @@ def format_status(status: Any, max_routines: int = 5) -> str:
         state, restarts = node.get("state"), num(node.get("restarts")) or 0
         if state != "running" or restarts:
             text = f"  {txt(node.get('id'), 40)}: {txt(state, 20)}"
+            if node.get("paused_until"):  # a quota wall: "paused until 14:35 (rate limit)"
+                text += f" until {txt(node.get('paused_until'), 10)}"
             if node.get("pause_reason"):
                 text += f" ({txt(node.get('pause_reason'), 20)})"
             if restarts:

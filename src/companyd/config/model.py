@@ -317,21 +317,19 @@ def _routine(slug: str, r: RoutineSpec, spec: CompanyFile, base_dir: Path) -> Ro
         enabled=r.enabled,
         approval=r.approval,
         deliver=default_deliveries(r),
-        **_routine_limits(r, spec),
+        max_runs_per_day=_routine_limit(r, spec, "max_runs_per_day"),
+        pause_after_failures=_routine_limit(r, spec, "pause_after_failures"),
     )
 
 
-def _routine_limits(r: RoutineSpec, spec: CompanyFile) -> dict[str, int | None]:
-    """A routine's runaway guards: its own, else its assignee's ``routines``, else
-    ``defaults.routines``.
+def _routine_limit(r: RoutineSpec, spec: CompanyFile, key: str) -> int | None:
+    """A runaway guard of a routine (``key``): its own, else its assignee's ``routines``,
+    else ``defaults.routines``.
     """
+    value: int | None = getattr(r, key)
     agent = spec.agents.get(r.assignee or "")
-    out: dict[str, int | None] = {}
-    for key in ("max_runs_per_day", "pause_after_failures"):
-        value = getattr(r, key)
-        if value is None and agent is not None:
-            value = getattr(agent.routines, key)
-        if value is None:
-            value = getattr(spec.defaults.routines, key)
-        out[key] = value
-    return out
+    if value is None and agent is not None:
+        value = getattr(agent.routines, key)
+    if value is None:
+        value = getattr(spec.defaults.routines, key)
+    return value

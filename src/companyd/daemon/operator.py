@@ -41,6 +41,7 @@ from companyd.admin.results import (
     DeskDecision,
     Inbox,
     JobHistory,
+    JobResumed,
     JobRun,
     Jobs,
     Paused,
@@ -71,6 +72,7 @@ from companyd.roles.improver import Proposals as ProposalStore
 from companyd.roles.journal import Journal
 from companyd.roles.staff import Staff
 from companyd.roles.tasks import RunOutcome, RunStatus, Task, follow_up_prompt, new_id
+from companyd.roles.walls import clock_time
 from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
 from companyd.spend import SpendBook, SpendError
 from companyd.spend.ledger import LedgerError
@@ -139,6 +141,8 @@ class Operator:
         tree = self.tree.snapshot() if self.tree is not None else {}
         paused = self.staff.paused()
         _mark_paused(tree, paused)
+        ends = self.staff.pauses.ends()
+        _mark_paused_until(tree, {a: clock_time(t, self.config.timezone) for a, t in ends.items()})
         running = self.staff.in_flight()
         agents_total = len(self.config.agents)
         agent_nodes = _agent_nodes(tree, set(self.config.agents))
@@ -285,6 +289,26 @@ class Operator:
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
         return JobRun(routine=routine, **outcome.to_dict())
+
+    async def resume_job(self, routine: str) -> JobResumed:
+        """:meth:`Admin.resume_job`; ``resumed`` is False when the routine was not paused.
+
+        Raises:
+            AdminError: no routine of that name.
+        """
+        try:
+            was = await self.scheduler.resume_routine(routine)
+        except RoutineNotFound as exc:
+            raise AdminError(str(exc)) from None
+        return JobResumed(
+            routine=routine,
+            resumed=was,
+            message=(
+                f"resumed routine {routine}: its next fire runs"
+                if was
+                else f"routine {routine} was not paused"
+            ),
+        )
 
     async def dashboard_login(self) -> DashboardLogin:
         """:meth:`Admin.dashboard_login` (see :meth:`WebDashboard.login`)."""
@@ -607,6 +631,15 @@ def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:
         node["pause_reason"] = "budget" if reason.startswith("budget") else "operator"
     for child in node.get("children", ()):
         _mark_paused(child, paused)
+
+
+def _mark_paused_until(node: dict[str, Any], until: Mapping[str, str]) -> None:
+    """A quota wall's pause (roles/walls.py): shown "paused until HH:MM (rate limit)"."""
+    if node.get("state") == "paused" and node.get("id") in until:
+        node["pause_reason"] = "rate limit"
+        node["paused_until"] = until[node["id"]]
+    for child in node.get("children", ()):
+        _mark_paused_until(child, until)
 
 
 def _agent_nodes(node: dict[str, Any], agents: set[str]) -> list[dict[str, Any]]:

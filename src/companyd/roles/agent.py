@@ -418,8 +418,8 @@ class Agent:
                     source=src,
                     status=str(status),
                     reason=reason,
+                    severity=Severity.INFO if walled else Severity.WARNING,
                     **common,
-                    **({"severity": Severity.INFO} if walled else {}),
                 )
             )
         if status is RunStatus.FAILED and reason and reason.startswith("rejected by"):

@@ -654,12 +654,13 @@ class RoutineScheduler:
         if store is None:
             raise RuntimeError("jobs() needs a started RoutineScheduler")
         now = self._clock.time()
-        stats, latest, open_ = await self._read(
+        stats, latest, open_, paused = await self._read(
             store,
             lambda c: (
                 db.routine_stats(c, now - SUCCESS_WINDOW),
                 db.latest_fires(c),
                 db.open_fires(c),
+                guards.paused_routines(c),
             ),
         )
         nexts: dict[str, float | None] = {}
@@ -667,7 +668,12 @@ class RoutineScheduler:
             nxt = self.next_fire_time(slug)
             nexts[slug] = nxt.timestamp() if nxt else None
         views = job_views(
-            self._config, stats=stats, latest=latest, open_fires=open_, next_fires=nexts
+            self._config,
+            stats=stats,
+            latest=latest,
+            open_fires=open_,
+            next_fires=nexts,
+            paused=paused,
         )
         return {
             "daemon": True,
