@@ -28,6 +28,7 @@ __all__ = [
     "render_status",
     "status_line",
     "telegram_health",
+    "waiting_text",
 ]
 
 
@@ -75,6 +76,24 @@ def format_duration(seconds: float | None) -> str:
     if minutes:
         return f"{minutes}m {s:02d}s"
     return f"{s}s"
+
+
+def waiting_text(created: Any, deadline: Any, now: float) -> str:
+    """How long a desk item has waited and when it expires — "waiting 3h 12m · expires in
+    20h 48m (then denied)" — for ``inbox``, ``/inbox`` and the dashboard's inbox. An item
+    without a deadline (a proposal, a quarantined task) shows its age only.
+    """
+    made = as_number(created)
+    ends = as_number(deadline)
+    parts = []
+    if made is not None:
+        parts.append(f"waiting {format_duration(now - made)}")
+    if ends is not None:
+        if ends > now:
+            parts.append(f"expires in {format_duration(ends - now)} (then denied)")
+        else:
+            parts.append("expired: denied")
+    return " · ".join(parts)
 
 
 def format_when(ts: float | None, tz_name: str) -> str:

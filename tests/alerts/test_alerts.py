@@ -106,6 +106,10 @@ class RecordingAdmin:
         self.calls.append(("run_job", routine))
         return {"routine": routine, "started": True}
 
+    async def resume_all(self) -> Any:
+        self.calls.append(("resume_all", ""))
+        return {"resumed": [], "message": "no agent was paused"}
+
     async def resume_job(self, routine: str) -> Any:
         self.calls.append(("resume_job", routine))
         return {"routine": routine, "resumed": True, "message": f"resumed routine {routine}"}

@@ -222,6 +222,9 @@ class Company:
     async def run_job(self, routine: str) -> Any:
         raise self._absent("run_job")
 
+    async def resume_all(self) -> Any:
+        raise self._absent("resume_all")
+
     async def resume_job(self, routine: str) -> Any:
         raise self._absent("resume_job")
 

@@ -41,6 +41,7 @@ from companyd.admin.results import (
     ReloadApplied,
     ReloadRejected,
     Resumed,
+    ResumedAll,
     Runs,
     RunTranscript,
     SpendReport,
@@ -100,6 +101,10 @@ class Admin(Protocol):
 
     async def run_job(self, routine: str) -> JobRun:
         """Fire a routine now."""
+        ...
+
+    async def resume_all(self) -> ResumedAll:
+        """Let every paused agent run again (after topping up the API account)."""
         ...
 
     async def resume_job(self, routine: str) -> JobResumed:

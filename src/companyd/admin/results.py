@@ -82,6 +82,7 @@ __all__ = [
     "ReloadApplied",
     "ReloadRejected",
     "Resumed",
+    "ResumedAll",
     "RoutineLine",
     "RunEnded",
     "RunTranscript",
@@ -122,6 +123,14 @@ class Resumed:
 
     agent: str
     resumed: bool
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumedAll:
+    """``resume_all``: the agents that were paused and run again (empty: none was)."""
+
+    resumed: list[str]
     message: str
 
 

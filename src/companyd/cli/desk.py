@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import getpass
 import os
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +31,7 @@ from companyd.events import EventBus
 from companyd.roles.desk import Desk, ItemState
 from companyd.roles.improver import Proposals
 from companyd.roles.journal import Journal
+from companyd.status_text import waiting_text
 
 __all__ = ["decide_offline", "login", "register"]
 
@@ -113,8 +115,10 @@ def _print_inbox(result: Mapping[str, Any]) -> int:
     if not items:
         print("nothing waits for you")
         return 0
+    now = time.time()
     for i in items:
         print(f"{i.get('id')}  {i.get('kind'):11} {_when(i.get('created'))}  {i.get('summary')}")
+        print(f"    {waiting_text(i.get('created'), i.get('deadline'), now)}")
         acts = [_CLI_ACTIONS[a].format(id=i.get("id")) for a in i.get("actions") or []]
         if acts:
             print("    " + "  ·  ".join(acts))

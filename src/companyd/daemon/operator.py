@@ -48,6 +48,7 @@ from companyd.admin.results import (
     ProposalDecision,
     Proposals,
     Resumed,
+    ResumedAll,
     RoutineLine,
     Runs,
     RunTranscript,
@@ -289,6 +290,16 @@ class Operator:
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
         return JobRun(routine=routine, **outcome.to_dict())
+
+    async def resume_all(self) -> ResumedAll:
+        """:meth:`Admin.resume_all`: resume every paused agent, whatever paused it (the
+        one command after topping up the Anthropic account: docs/spend.md).
+        """
+        resumed = [a for a in list(self.staff.paused()) if self.staff.resume(a)]
+        return ResumedAll(
+            resumed=resumed,
+            message=(f"resumed {', '.join(resumed)}" if resumed else "no agent was paused"),
+        )
 
     async def resume_job(self, routine: str) -> JobResumed:
         """:meth:`Admin.resume_job`; ``resumed`` is False when the routine was not paused.

@@ -15,6 +15,7 @@ __all__ = [
     "FounderApprovalRequested",
     "FounderDecided",
     "FounderQuestion",
+    "FounderReminder",
     "FounderResultForApproval",
     "ModelFallback",
     "ProposalApplied",
@@ -250,3 +251,21 @@ class QuotaWallLifted(Event):
     severity: Severity = Severity.WARNING
     agents: list[str]
     until_text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FounderReminder(Event):
+    """Three quarters of a pending item's time (``approval_timeout``) have passed: the
+    founder is reminded of it, once. ``deadline``: when it expires — which denies it.
+    """
+
+    KIND = "founder_reminder"
+    severity: Severity = Severity.WARNING
+    item_id: str
+    item_kind: str
+    agent: str
+    run_id: str | None
+    created: float
+    deadline: float
+    summary: str
+    routine: str | None = optional()

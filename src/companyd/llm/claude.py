@@ -330,8 +330,8 @@ def map_sdk_error(exc: BaseException, *, model: str, now: float | None = None) -
         ):
             return SpendLimitReached(
                 f"the Anthropic organisation's API spend limit is reached ({where}): "
-                f"{api_msg!r}; every agent is paused — raise the limit in the Anthropic "
-                "console, then resume the agents",
+                f"{api_msg!r}; every agent is paused — top up or raise the limit in the "
+                "Anthropic console, then `companyd resume --all`",
                 model=model,
                 status=status,
                 request_id=rid,
