@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from companyd.admin.wire import result_data
+from companyd.alerts.render_status import format_status
 from companyd.clock import ManualClock
 from companyd.config import load_config_text
+from companyd.daemon.main import Daemon
+from companyd.events import Event
+from companyd.llm.claude import ClaudeBackend
+from companyd.roles.tasks import RunStatus, Task
+from companyd.status_text import render_status
 from companyd.testing.messages_api import MessagesAPIServer, RecordedRequest
 from companyd.testing.messages_script import ScriptItem, rate_limited
 from companyd.testing.sim_runtime import (
@@ -161,3 +171,84 @@ async def test_a_short_retry_after_behaves_as_before(tmp_path: Path) -> None:
     assert len([t for t, _ in wall.calls if t < wall.end]) == 2
     assert report.events["quota_wall"] == 0 and report.events["agent_paused"] == 0
     assert report.sim.non_success == []
+
+
+async def status_of(daemon: Daemon) -> dict[str, Any]:
+    """``status`` as the control socket answers it (a one-off daemon runs no scheduler: its
+    routines part is left empty).
+    """
+    status = daemon._status_sync()(spend=await daemon._spend_status(), routines=[])
+    return result_data("status", status)
+
+
+async def _until(predicate: Callable[[], bool], what: str) -> None:
+    async with asyncio.timeout(20):
+        while not predicate():
+            await asyncio.sleep(0.01)
+    assert predicate(), what
+
+
+async def test_status_shows_the_wall_and_a_restart_keeps_it_until_its_time(
+    tmp_path: Path,
+) -> None:
+    config = load_config_text(walled_company("defaults:\n  model: {primary: claude-sonnet-5-5}\n"))
+    clock = ManualClock(start=ts("2027-01-04T13:05:00"))
+    wall = Wall(clock)
+    state = tmp_path / "state"
+    with MessagesAPIServer(responder=wall) as server:
+        env = {config.spec.anthropic.api_key_env: "k", "ANTHROPIC_BASE_URL": server.base_url}
+
+        def daemon() -> Daemon:
+            claude = ClaudeBackend.from_config(config.spec.anthropic, environ=env, clock=clock)
+            return Daemon(config, state, backend=claude, clock=clock, oneoff=True)
+
+        events: list[Event] = []
+        first = daemon()
+        async with first:
+            first.bus.add_listener(events.append)
+            task = Task(
+                id="task-w1",
+                agent="marketing",
+                prompt="Post.",
+                source="operator",
+                created=clock.time(),
+            )
+            async with asyncio.timeout(20):
+                outcome = await first.staff.submit(task)
+            assert outcome.status is RunStatus.CANCELLED
+            assert (outcome.reason or "").startswith("rate limit until 13:20:")
+            assert len(wall.calls) == 1
+            status = await status_of(first)
+            text = render_status(status, now=clock.time())
+            assert "paused until 13:20 (rate limit)" in text
+            assert "marketing: paused until 13:20 (rate limit)" in format_status(status)
+            # a task meanwhile is refused at once, without a call
+            again = await first.staff.submit(replace(task, id="task-w2"))
+            assert again.status is RunStatus.CANCELLED and len(wall.calls) == 1
+        for _ in range(12):
+            clock.advance(1.0)
+            await asyncio.sleep(0)
+        assert [e.kind for e in events].count("quota_wall") == 1
+        # every agent is on the walled model: all are held back with the one that met it
+        [told] = [e.data["agents"] for e in events if e.kind == "quota_wall"]
+        assert told[0] == "marketing" and sorted(told) == ["ceo", "coo", "marketing"]
+        second = daemon()  # a restart during the wall: still paused, until the same time
+        async with second:
+            second.bus.add_listener(events.append)
+            assert second.staff.rate_limited_until("marketing") == wall.end
+            status = await status_of(second)
+            assert "paused until 13:20 (rate limit)" in render_status(status, now=clock.time())
+            assert wall.end is not None
+            clock.advance(wall.end - clock.time())
+            await _until(
+                lambda: "marketing" not in second.staff.paused(), "resumed at the wall's time"
+            )
+            lifted = [e for e in events if e.kind == "quota_wall_lifted"]
+            assert len(lifted) == 1
+            assert sorted(lifted[0].data["agents"]) == ["ceo", "coo", "marketing"]
+            async with asyncio.timeout(20):
+                done = await second.staff.submit(replace(task, id="task-w3"))
+            assert done.status is RunStatus.OK
+        for _ in range(12):
+            clock.advance(1.0)
+            await asyncio.sleep(0)
