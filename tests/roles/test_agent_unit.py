@@ -121,7 +121,7 @@ class OneDesk:
     def meet_quota_wall(self, model: str, retry_after: float | None) -> float | None:
         return None
 
-    def quota_walled(self, agent: str, message: str) -> str:
+    def quota_walled(self, agent: str, message: str) -> str | None:
         raise AssertionError(f"unexpected quota wall: {message}")
 
     def take_injected_crash(self, agent: str) -> None:

@@ -194,14 +194,16 @@ class ModelCaller:
                             reason=f"{type(exc).__name__}: {exc}",
                         )
                     )
-        if walled == len(chain):
+        walled_reason = (
+            staff.quota_walled(self.slug, "; ".join(failures)) if walled == len(chain) else None
+        )
+        if walled_reason is not None:
             # A quota wall on every model: not the task's fault, and calling again before
             # the wall ends only meets it again. The agent waits (paused) until then.
-            reason = staff.quota_walled(self.slug, "; ".join(failures))
             raise RunEnded(
                 RunStatus.CANCELLED,
-                f"{reason} — every model of the chain is rate limited; the agent is paused "
-                "until then and resumes by itself",
+                f"{walled_reason} — every model of the chain is rate limited; the agent is "
+                "paused until then and resumes by itself",
             )
         raise RunEnded(RunStatus.FAILED, "every model in the chain failed: " + "; ".join(failures))
 

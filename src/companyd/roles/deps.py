@@ -152,9 +152,9 @@ class StaffPort(Protocol):
         """
         ...
 
-    def quota_walled(self, agent: str, message: str) -> str:
+    def quota_walled(self, agent: str, message: str) -> str | None:
         """Every model of ``agent``'s chain is walled: pause it until the first ends; the
-        reason its run ends with.
+        reason its run ends with (None: a wall ended meanwhile, nothing paused).
         """
         ...
 

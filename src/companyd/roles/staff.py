@@ -473,16 +473,17 @@ class Staff:
         self.walls.note(model, until)
         return until
 
-    def quota_walled(self, agent: str, message: str) -> str:
+    def quota_walled(self, agent: str, message: str) -> str | None:
         """Every model of ``agent``'s chain is behind a quota wall: pause it — and every
         other agent whose whole chain is walled — until the first of its models may be
-        called again (one ``quota_wall`` event). The reason the paused agents show.
+        called again (one ``quota_wall`` event). The reason the paused agents show; None
+        when a wall ended meanwhile (nothing paused: the run fails as before).
         """
         now = self.clock.time()
         chains = {slug: a.model.chain for slug, a in self._config.agents.items()}
         until = self.walls.chain_until(chains.get(agent, ()), now)
-        if until is None:  # a wall ended meanwhile: nothing to pause
-            return "rate limited"
+        if until is None:
+            return None
         tz = self._config.timezone
         text = clock_time(until, tz)
         reason = f"{WALL_REASON}{text}: {message}"
