@@ -55,5 +55,5 @@ class _Admin:
 @pytest.mark.anyio
 async def test_resume_all_on_the_phone() -> None:
     admin = _Admin()
-    reply = await command_reply(admin, "resume", ["all"], ["ceo", "cfo"])  # type: ignore[arg-type]
+    reply = await command_reply(admin, "resume", ["all"], ["ceo", "cfo"])
     assert admin.calls == ["resume_all"] and "resumed ceo, cfo" in reply

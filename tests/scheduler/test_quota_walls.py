@@ -178,7 +178,8 @@ async def status_of(daemon: Daemon) -> dict[str, Any]:
     routines part is left empty).
     """
     status = daemon._status_sync()(spend=await daemon._spend_status(), routines=[])
-    return result_data("status", status)
+    data: dict[str, Any] = result_data("status", status)
+    return data
 
 
 async def _until(predicate: Callable[[], bool], what: str) -> None:
