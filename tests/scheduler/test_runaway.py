@@ -96,6 +96,9 @@ async def test_pause_after_failures_pauses_holds_across_a_restart_and_resumes(
     assert len(h.sink.tasks) == 3
     assert h.sched is not None
     assert await h.sched.paused_routines() == {"flaky": rows[3].reason}
+    # the operator's own run is not held back (and a fourth failure pauses nothing new)
+    await h.sched.run_now("flaky")
+    assert len(h.sink.tasks) == 4 and len(h.kinds("routine_paused")) == 1
     # resumed by the operator: runs again; the old failures do not count toward a new pause
     assert await h.sched.resume_routine("flaky") is True
     assert await h.sched.resume_routine("flaky") is False
