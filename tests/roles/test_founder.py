@@ -15,7 +15,8 @@ from companyd.config import CompanyConfig, load_config_text
 from companyd.events import EventBus
 from companyd.llm.blocks import ToolUseBlock
 from companyd.roles.desk import Desk, ItemState
-from companyd.roles.founder import ApprovalGate, ask_founder_tool
+from companyd.roles.founder import ApprovalGate, ResultApprovals, ask_founder_tool
+from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.roles.tools import ToolCallContext, ToolError
 
 from .agentkit import company_yaml
@@ -115,3 +116,54 @@ async def test_ask_founder_waits_no_longer_than_what_is_left_of_the_run(tmp_path
             assert await asking == "The founder answered: Lisbon"
     finally:
         await desk.close()
+
+
+@pytest.mark.anyio
+async def test_an_unanswered_result_is_denied_never_delivered(tmp_path: Path) -> None:
+    # approval: required and nobody answers: the fire ends failed, saying why (never ok)
+    clock = ManualClock()
+    bus = EventBus(clock)
+    desk = Desk(tmp_path / "desk.sqlite", bus=bus, clock=clock)
+    submitted: list[Task] = []
+
+    async def submit(task: Task) -> RunOutcome:
+        submitted.append(task)
+        raise AssertionError("no follow-up run without a change request")
+
+    gate = ResultApprovals(desk, submit, timeout=lambda agent: 3600.0)
+    task = Task(
+        id="task-r1",
+        agent="marketing",
+        prompt="Draft the post.",
+        source="routine:daily-post",
+        created=clock.time(),
+        routine="daily-post",
+    )
+    outcome = RunOutcome(
+        task_id=task.id,
+        run_id="run-r1",
+        agent="marketing",
+        status=RunStatus.OK,
+        started=clock.time(),
+        ended=clock.time(),
+        answer="We launch today!",
+    )
+    try:
+        settling = asyncio.create_task(gate.settle(task, outcome))
+        async with asyncio.timeout(5):
+            while clock.sleepers == 0:
+                await asyncio.sleep(0.01)
+            clock.advance(2700.0)  # three quarters: one reminder
+            while not bus.recent({"founder_reminder"}) or clock.sleepers == 0:
+                await asyncio.sleep(0.01)
+            clock.advance(900.0)
+            settled = await settling
+    finally:
+        await desk.close()
+    assert settled.status is RunStatus.FAILED and not submitted
+    assert settled.reason == (
+        "rejected by the founder: no answer within 1 h (approval_timeout), which counts as a "
+        "rejection"
+    )
+    assert [e.data["state"] for e in bus.recent({"founder_decided"})] == ["expired"]
+    assert len(bus.recent({"founder_reminder"})) == 1  # at 45 minutes, once
