@@ -20,6 +20,7 @@ from companyd.dashboard.pages.inbox import waiting
 from companyd.dashboard.pages.spend import CSV_COLUMNS
 from companyd.roles.desk import ItemKind
 from companyd.roles.tasks import Task, new_id
+from companyd.roles.walls import clock_time
 from companyd.scheduler import guards
 from companyd.testing.daemon import short_dir
 
@@ -135,6 +136,17 @@ async def test_a_routine_paused_after_failures_is_resumed_from_its_page(site: Si
     assert await sched.paused_routines() == {}
     kinds = [e.kind for e in (sub.get_nowait(), sub.get_nowait()) if e is not None]
     assert sorted(kinds) == ["operator_action", "routine_resumed"]
+
+
+async def test_an_agent_behind_a_quota_wall_shows_paused_until_its_time(site: Site) -> None:
+    d = site.daemon
+    until = d.clock.time() + 900
+    hhmm = clock_time(until, d.config.timezone)
+    d.staff.pauses.pause_until(["cfo"], until, f"rate limit until {hhmm}: test")
+    page = await site.get("/agents/cfo")
+    assert f"paused until {hhmm} (rate limit)" in page.text
+    assert 'aria-label="Resume cfo"' in page.text
+    assert d.staff.resume("cfo")
 
 
 async def test_spend_page_and_its_csv_export(site: Site) -> None:
