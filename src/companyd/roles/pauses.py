@@ -141,12 +141,20 @@ class Pauses:
                 )
             )
 
-    def pause_until(self, agents: Collection[str], until: float, reason: str, **about: Any) -> None:
+    def pause_until(
+        self,
+        agents: Collection[str],
+        until: float,
+        reason: str,
+        *,
+        models: Collection[str] = (),
+        message: str = "",
+    ) -> None:
         """A quota wall: pause ``agents`` until epoch ``until`` (``reason`` says why, e.g.
         "rate limit until 14:35: …"), then resume them by themselves. Agents already paused
         for another reason keep that pause; those already paused by a wall get the later
-        end. One ``quota_wall`` event names the agents newly held back (``about``: its
-        ``models``, ``until_text`` and ``message``); nothing when there are none.
+        end. One ``quota_wall`` event names the agents newly held back, the walled
+        ``models`` and what the API said (``message``); nothing when there are none.
         """
         newly: list[str] = []
         for slug in agents:
@@ -169,9 +177,9 @@ class Pauses:
                     source="agents",
                     agents=newly,
                     until=until,
-                    models=list(about.get("models", ())),
-                    until_text=str(about.get("until_text", "")),
-                    message=str(about.get("message", "")),
+                    models=list(models),
+                    until_text=clock_time(until, self._timezone()),
+                    message=message,
                 )
             )
 

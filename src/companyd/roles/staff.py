@@ -500,7 +500,6 @@ class Staff:
                 end,
                 f"{WALL_REASON}{clock_time(end, tz)}: {message}",
                 models=models,
-                until_text=clock_time(end, tz),
                 message=message,
             )
         return reason
