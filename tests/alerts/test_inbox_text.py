@@ -11,6 +11,7 @@ import pytest
 
 from companyd.admin.results import Inbox, InboxItem, ResumedAll
 from companyd.alerts.ops import command_reply, format_inbox
+from companyd.alerts.render_status import format_jobs
 from companyd.status_text import waiting_text
 
 T0 = 1_800_000_000.0
@@ -57,3 +58,16 @@ async def test_resume_all_on_the_phone() -> None:
     admin = _Admin()
     reply = await command_reply(admin, "resume", ["all"], ["ceo", "cfo"])
     assert admin.calls == ["resume_all"] and "resumed ceo, cfo" in reply
+
+
+def test_the_phone_jobs_list_shows_a_routine_paused_after_failures() -> None:
+    text = format_jobs(
+        {
+            "routines": [
+                {"routine": "flaky", "agent": "coo", "schedule": "every 10m", "paused": "why"},
+                {"routine": "fine", "agent": "coo", "schedule": "every 1h"},
+            ]
+        }
+    )
+    assert "⏸ paused after failed runs: `companyd jobs resume flaky`" in text
+    assert text.count("⏸") == 1

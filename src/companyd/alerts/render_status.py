@@ -58,6 +58,8 @@ def format_jobs(result: Any) -> str:
         if r.get("enabled") is False:
             lines.append("  disabled")
             continue
+        if has(r, "paused"):  # pause_after_failures
+            lines.append(f"  ⏸ paused after failed runs: `companyd jobs resume {name}`")
         nxt = r.get("next_fire") or r.get("next_fire_ts")
         detail = [f"next {when(nxt)}" if nxt else "not scheduled"]
         if has(r, "catch_up_pending"):
