@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from companyd.roles.tasks import RunStatus, Task
+from companyd.scheduler.report import JobView, format_jobs
 
 from .conftest import Harness, company
 
@@ -96,6 +97,10 @@ async def test_pause_after_failures_pauses_holds_across_a_restart_and_resumes(
     assert len(h.sink.tasks) == 3
     assert h.sched is not None
     assert await h.sched.paused_routines() == {"flaky": rows[3].reason}
+    [row] = (await h.sched.jobs())["routines"]
+    assert row.get("paused") == rows[3].reason  # `companyd jobs` (live) says so
+    table = format_jobs([JobView.from_dict(row)], h.clock.time(), daemon=True)
+    assert "paused: failed in a row (`companyd jobs resume flaky`)" in table
     # the operator's own run is not held back (and a fourth failure pauses nothing new)
     await h.sched.run_now("flaky")
     assert len(h.sink.tasks) == 4 and len(h.kinds("routine_paused")) == 1
