@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -24,8 +24,11 @@ from companyd.alerts.render_status import format_status
 from companyd.clock import ManualClock
 from companyd.config import load_config_text
 from companyd.daemon.main import Daemon
-from companyd.events import Event
+from companyd.events import Event, EventBus
 from companyd.llm.claude import ClaudeBackend
+from companyd.roles.deps import SpendPort
+from companyd.roles.journal import Journal
+from companyd.roles.pauses import Pauses
 from companyd.roles.tasks import RunStatus, Task
 from companyd.status_text import render_status
 from companyd.testing.messages_api import MessagesAPIServer, RecordedRequest
@@ -135,7 +138,8 @@ async def test_a_long_retry_after_on_every_model_pauses_the_agents_until_then(
     for routine in ("post", "ops"):
         assert sim.routines[routine].outcomes["ok"] >= 4
     events = report.events
-    # told once per wall met (each agent's own here), lifted once each; nothing failed
+    # told once per wall met (each agent's own here: one message, as the pager folds the
+    # events of one time into one, and the last names both); nothing failed
     assert events["quota_wall"] == 2 and events["quota_wall_lifted"] >= 1
     assert events["routine_failed"] == 0 and events["model_fallback"] == 0
 
@@ -253,3 +257,50 @@ async def test_status_shows_the_wall_and_a_restart_keeps_it_until_its_time(
         for _ in range(12):
             clock.advance(1.0)
             await asyncio.sleep(0)
+
+
+async def test_walls_met_at_one_time_are_told_as_one_story_and_lifted_once(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock(start=ts("2027-01-04T13:05:00"))
+    bus = EventBus(clock)
+    events: list[Event] = []
+    bus.add_listener(events.append)
+    journal = Journal(tmp_path / "runs.sqlite")
+    await journal.open()
+    writes: list[asyncio.Task[Any]] = []
+    woken: list[str] = []
+    pauses = Pauses(
+        agents=lambda: ("ceo", "coo", "marketing"),
+        bus=bus,
+        clock=clock,
+        journal=journal,
+        spend=cast(SpendPort, None),  # not asked by a wall
+        wake=woken.append,
+        spawn=lambda c: writes.append(asyncio.ensure_future(c)),
+    )
+    try:
+        end = clock.time() + 900
+        pauses.pause_until(["marketing"], end, "rate limit until 13:20: a", models=["m1"])
+        pauses.pause_until(["coo"], end + 20, "rate limit until 13:21: b", models=["m2"])
+        pauses.pause_until(["ceo"], end - 30, "rate limit until 13:20: c", models=["m3"])
+        walls = [e.data for e in events if e.kind == "quota_wall"]
+        assert [(w["agents"], w["until_text"]) for w in walls] == [
+            (["marketing"], "13:20"),
+            (["coo"], "13:21"),
+            (["ceo", "marketing"], "13:20"),  # the same minute: named together
+        ]
+        async with asyncio.timeout(5):
+            while clock.sleepers < 3:
+                await asyncio.sleep(0.01)
+            clock.advance(925.0)  # past every end at once: one recovery line for all
+            while pauses.ends():
+                await asyncio.sleep(0.01)
+        lifted = [e.data["agents"] for e in events if e.kind == "quota_wall_lifted"]
+        assert [sorted(agents) for agents in lifted] == [["ceo", "coo", "marketing"]]
+        assert sorted(woken) == ["ceo", "coo", "marketing"] and pauses.ends() == {}
+        await asyncio.gather(*writes)
+        assert await journal.paused() == {}
+    finally:
+        pauses.close()
+        await journal.close()

@@ -153,8 +153,9 @@ class Pauses:
         """A quota wall: pause ``agents`` until epoch ``until`` (``reason`` says why, e.g.
         "rate limit until 14:35: …"), then resume them by themselves. Agents already paused
         for another reason keep that pause; those already paused by a wall get the later
-        end. One ``quota_wall`` event names the agents newly held back, the walled
-        ``models`` and what the API said (``message``); nothing when there are none.
+        end. One ``quota_wall`` event when agents are newly held back: every agent paused
+        until that minute (the new ones first), the walled ``models`` and what the API said
+        (``message``); nothing when none is new.
         """
         newly: list[str] = []
         for slug in agents:
@@ -172,13 +173,25 @@ class Pauses:
             )
         self._arm(until)
         if newly:
+            text = clock_time(until, self._timezone())
+            # Walls met at the same time by separate runs (agents on different models) are
+            # one story: the event names every agent held back until that minute, the
+            # newly paused first, and the pager folds it into the same message (its
+            # coalescing key is the time).
+            also = [
+                a
+                for a, p in self._paused.items()
+                if a not in newly
+                and p.until is not None
+                and clock_time(p.until, self._timezone()) == text
+            ]
             self._bus.publish(
                 QuotaWall(
                     source="agents",
-                    agents=newly,
+                    agents=newly + also,
                     until=until,
                     models=list(models),
-                    until_text=clock_time(until, self._timezone()),
+                    until_text=text,
                     message=message,
                 )
             )
