@@ -221,6 +221,12 @@ class Company:
     async def run_job(self, routine: str) -> Any:
         raise self._absent("run_job")
 
+    async def resume_all(self) -> Any:
+        raise self._absent("resume_all")
+
+    async def resume_job(self, routine: str) -> Any:
+        raise self._absent("resume_job")
+
     async def runs(
         self,
         agent: str | None = None,

@@ -301,11 +301,15 @@ async def test_a_rejected_call_never_runs_and_the_agent_reads_the_reason(work: P
                 item_id = approval.text.split("approve? (")[1].split(")")[0]
                 bot.inject_command(FOUNDER, "/inbox")
                 inbox = await _message(bot, "📥")
-                assert inbox.text.splitlines()[1:] == [
+                head, waiting, commands = inbox.text.splitlines()[1:]
+                assert head == (
                     f"• approval {item_id}: marketing wants to call post_update with "
-                    '{"text": "Flash sale!"} — Announcing the sale.',
-                    f"   /approve {item_id} · /reject {item_id} [REASON]",
-                ]
+                    '{"text": "Flash sale!"} — Announcing the sale.'
+                )
+                # its age and expiry (issue 27: approvals keep their contract)
+                assert waiting.startswith("   waiting "), waiting
+                assert waiting.endswith(" · expires in 23h 59m (then denied)"), waiting
+                assert commands == f"   /approve {item_id} · /reject {item_id} [REASON]"
                 done = await daemon.cli("reject", item_id, "not", "before", "Monday")
                 assert done.rc == 0, done.err
                 assert done.out.startswith(f"rejected {item_id} (post_update call of marketing)")

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         render_status,
         status_line,
         telegram_health,
+        waiting_text,
     )
     from companyd.admin.blocks import (
         AskedBy,
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
         Inbox,
         InboxItem,
         JobHistory,
+        JobResumed,
         JobRun,
         Jobs,
         MemoryChanges,
@@ -89,6 +91,7 @@ if TYPE_CHECKING:
         ReloadApplied,
         ReloadRejected,
         Resumed,
+        ResumedAll,
         RoutineLine,
         Runs,
         RunTranscript,
@@ -131,6 +134,7 @@ __all__ = [
     "Inbox",
     "InboxItem",
     "JobHistory",
+    "JobResumed",
     "JobRun",
     "Jobs",
     "JobsData",
@@ -152,6 +156,7 @@ __all__ = [
     "ReloadRejectedBlock",
     "ResultDecision",
     "Resumed",
+    "ResumedAll",
     "ReviewStep",
     "RoutineLine",
     "RoutineRow",
@@ -191,10 +196,14 @@ __all__ = [
     "result_data",
     "status_line",
     "telegram_health",
+    "waiting_text",
 ]
 
 
 _HOMES: dict[str, str] = {
+    "ResumedAll": "companyd.admin.results",
+    "JobResumed": "companyd.admin.results",
+    "waiting_text": "companyd.admin._status_text",
     "VerificationStep": "companyd.admin.blocks",
     "VerificationCheck": "companyd.admin.blocks",
     "as_list": "companyd.admin._status_text",

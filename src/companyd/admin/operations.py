@@ -29,6 +29,7 @@ from companyd.admin.results import (
     DeskDecision,
     Inbox,
     JobHistory,
+    JobResumed,
     JobRun,
     Jobs,
     MemoryChanges,
@@ -40,6 +41,7 @@ from companyd.admin.results import (
     ReloadApplied,
     ReloadRejected,
     Resumed,
+    ResumedAll,
     Runs,
     RunTranscript,
     SpendReport,
@@ -99,6 +101,14 @@ class Admin(Protocol):
 
     async def run_job(self, routine: str) -> JobRun:
         """Fire a routine now."""
+        ...
+
+    async def resume_all(self) -> ResumedAll:
+        """Let every paused agent run again (after topping up the API account)."""
+        ...
+
+    async def resume_job(self, routine: str) -> JobResumed:
+        """Let a routine that ``pause_after_failures`` paused fire again."""
         ...
 
     async def pause(self, agent: str) -> Paused:

@@ -70,6 +70,7 @@ __all__ = [
     "Inbox",
     "InboxItem",
     "JobHistory",
+    "JobResumed",
     "JobRun",
     "Jobs",
     "MemoryChanges",
@@ -82,6 +83,7 @@ __all__ = [
     "ReloadApplied",
     "ReloadRejected",
     "Resumed",
+    "ResumedAll",
     "RoutineLine",
     "RunEnded",
     "RunTranscript",
@@ -122,6 +124,14 @@ class Resumed:
 
     agent: str
     resumed: bool
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumedAll:
+    """``resume_all``: the agents that were paused and run again (empty: none was)."""
+
+    resumed: list[str]
     message: str
 
 
@@ -275,6 +285,15 @@ class JobHistory:
 @dataclass(frozen=True, kw_only=True)
 class _RoutineNamed:
     routine: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobResumed:
+    """``resume_job``: ``resumed`` is False when the routine was not paused (nothing done)."""
+
+    routine: str
+    resumed: bool
+    message: str
 
 
 @dataclass(frozen=True, kw_only=True)

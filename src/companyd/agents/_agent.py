@@ -65,8 +65,16 @@ from companyd.agents._run import (
 )
 from companyd.agents._tools import ToolBox, ToolCallContext, unknown_outcome_result
 from companyd.agents._verification import calls_of, evaluate
+from companyd.agents._walls import WALL_REASON
 from companyd.config import AgentConfig
-from companyd.events import CircuitBreaker, RunFailed, RunFinished, RunStarted, TaskQuarantined
+from companyd.events import (
+    CircuitBreaker,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    Severity,
+    TaskQuarantined,
+)
 from companyd.llm import ModelResponse, ToolResultBlock, ToolUseBlock, Usage, text_of, tool_uses_of
 from companyd.runs import JournaledRun, RunOutcome, RunStatus, Step, Task, TaskState, new_id
 from companyd.supervision import ChildContext
@@ -414,11 +422,14 @@ class Agent:
             # routine_unverified)
             deps.bus.publish(RunFinished(source=src, status=str(status), reason=reason, **common))
         else:
+            # A run a quota wall ended is told once, by the wall's own event (agents/_pauses.py).
+            walled = status is RunStatus.CANCELLED and (reason or "").startswith(WALL_REASON)
             deps.bus.publish(
                 RunFailed(
                     source=src,
                     status=str(status),
                     reason=reason,
+                    severity=Severity.INFO if walled else Severity.WARNING,
                     **common,
                 )
             )

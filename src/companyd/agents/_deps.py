@@ -141,6 +141,22 @@ class StaffPort(Protocol):
         """The API refused the key."""
         ...
 
+    def quota_wall(self, model: str) -> float | None:
+        """When ``model``'s quota wall ends, or None when it may be called now."""
+        ...
+
+    def meet_quota_wall(self, model: str, retry_after: float | None) -> float | None:
+        """A call of ``model`` was rate limited for ``retry_after`` s: its wall's end, if it
+        is one (longer than ``anthropic.quota_pause_after``), else None.
+        """
+        ...
+
+    def quota_walled(self, agent: str, message: str) -> str | None:
+        """Every model of ``agent``'s chain is walled: pause it until the first ends; the
+        reason its run ends with (None: a wall ended meanwhile, nothing paused).
+        """
+        ...
+
     def take_injected_crash(self, agent: str) -> None:
         """Raise :class:`InjectedCrash` if a crash of ``agent`` was requested."""
         ...

@@ -33,6 +33,7 @@ from companyd.events import (
     DaemonStopping,
     FounderApprovalRequested,
     FounderQuestion,
+    FounderReminder,
     FounderResultForApproval,
     LeadershipTaken,
     MaxIntensity,
@@ -41,10 +42,14 @@ from companyd.events import (
     MemoryRepaired,
     ModelFallback,
     ProposalCreated,
+    QuotaWall,
+    QuotaWallLifted,
     Restart,
     ResultUndelivered,
     RoutineFailed,
+    RoutineLimitReached,
     RoutineMissed,
+    RoutinePaused,
     RoutineSkipped,
     RoutineUnverified,
     RunFailed,
@@ -321,8 +326,72 @@ def _api_spend_limit(data: Data, source: str, counts: Mapping[str, int]) -> Rend
     if isinstance(data.get("action"), str) and data["action"]:
         lines.append(txt(data["action"]))  # the spend book's: "every agent is paused; …"
     else:
-        lines.append("raise the limit in the Anthropic console, then /resume the agents")
+        lines.append(
+            "top up or raise the limit in the Anthropic console, then resume them all: "
+            "`companyd resume --all` (or /resume all)"
+        )
     return Rendered("Anthropic API spend limit reached — calls refused", tuple(lines))
+
+
+def _quota_wall(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    until = txt(data.get("until_text"), 20)
+    title = f"rate limited until {until}: {txt(data.get('agents'), 200)} paused"
+    lines = [
+        *line("models", data, "models"),
+        *line("API says", data, "message"),
+        f"every model these agents may use is rate limited past {until}: no call is made "
+        f"until then, their routine fires are skipped, and they resume by themselves at {until}",
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _quota_wall_lifted(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered(
+        f"rate limit lifted ({txt(data.get('until_text'), 20)}): "
+        f"{txt(data.get('agents'), 200)} run again",
+        (),
+    )
+
+
+def _routine_limit(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = txt(data.get("max_runs_per_day"))
+    title = f"routine {txt(data.get('routine'), 80)} reached max_runs_per_day ({n})"
+    lines = [
+        *line("agent", data, "agent"),
+        f"its further fires on {txt(data.get('day'), 20)} are skipped; it runs again tomorrow",
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _routine_paused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    routine = txt(data.get("routine"), 80)
+    title = f"routine {routine} paused after {txt(data.get('failures'))} failed runs in a row"
+    reasons = data.get("reasons")
+    lines = [*line("agent", data, "agent")]
+    if isinstance(reasons, list):
+        lines += [f"• {txt(r, 300)}" for r in reasons[-5:]]
+    lines.append(f"its fires are skipped until `companyd jobs resume {routine}`")
+    return Rendered(title, tuple(lines))
+
+
+def _reminder_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    kind = data.get("item_kind")
+    if kind == "approval":
+        return _founder_buttons(data, agents)
+    if kind == "result":
+        return _result_buttons(data, agents)
+    return []  # a question: answered by replying to it, or /answer
+
+
+def _founder_reminder(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"⏰ still waiting for you: {txt(data.get('item_id'), 40)}"
+    lines = [
+        txt(data.get("summary"), 300),
+        *line("asked", data, "created", when),
+        *line("expires", data, "deadline", when),
+        "unanswered by then, it is denied",
+    ]
+    return Rendered(title, tuple(lines))
 
 
 def _api_key_refused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -708,6 +777,13 @@ KINDS: Mapping[str, KindSpec] = {
     RoutineSkipped.KIND: KindSpec("routine_skipped", ("routine",), _routine_skipped),
     RoutineUnverified.KIND: KindSpec(
         "routine_unverified", ("routine",), _routine_unverified, _routine_buttons
+    ),
+    RoutineLimitReached.KIND: KindSpec("routine_limit_reached", ("routine", "day"), _routine_limit),
+    RoutinePaused.KIND: KindSpec("routine_paused", ("routine",), _routine_paused),
+    QuotaWall.KIND: KindSpec("quota_wall", ("until_text",), _quota_wall),
+    QuotaWallLifted.KIND: KindSpec("quota_wall_lifted", ("until_text",), _quota_wall_lifted),
+    FounderReminder.KIND: KindSpec(
+        "founder_reminder", ("item_id",), _founder_reminder, _reminder_buttons
     ),
     TaskQuarantined.KIND: KindSpec(
         "task_quarantined", ("task_id",), _task_quarantined, _task_buttons

@@ -49,6 +49,7 @@ from companyd.errors import (
     EX_UNAVAILABLE,
     CompanydError,
     DaemonNotRunning,
+    UsageError,
 )
 
 __all__ = [
@@ -182,8 +183,13 @@ def register(sub: Any) -> None:
     add_daemon_arguments(p)
     p.set_defaults(func=_pause)
 
-    p = sub.add_parser("resume", help="let a paused agent run again")
-    p.add_argument("agent", help="agent slug, as in company.yaml")
+    p = sub.add_parser("resume", help="let a paused agent (or, with --all, every one) run again")
+    p.add_argument("agent", nargs="?", help="agent slug, as in company.yaml")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="resume every paused agent (e.g. after topping up the Anthropic account)",
+    )
     add_daemon_arguments(p)
     p.set_defaults(func=_resume)
 
@@ -273,9 +279,15 @@ def _pause(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     def show(result: dict[str, Any]) -> int:
-        print(as_text(result.get("message")) or f"resumed {args.agent}")
+        print(as_text(result.get("message")) or f"resumed {args.agent or 'the agents'}")
         return 0
 
+    if args.all and args.agent:
+        raise UsageError(f"give an agent or --all, not both (got {args.agent!r} and --all)")
+    if args.all:
+        return call_daemon(args, "resume_all", show)
+    if not args.agent:
+        raise UsageError("name the agent to resume (`companyd resume AGENT`), or --all")
     return call_daemon(args, "resume", show, agent=args.agent)
 
 

@@ -194,6 +194,16 @@ class McpServerSpec(Spec):
     handshake_timeout_seconds: Duration = 30.0
 
 
+class RoutineLimitsSpec(Spec):
+    """Runaway guards for routines (docs/scheduler.md, "Runaway routines"): at most
+    ``max_runs_per_day`` runs a day (in the routine's time zone), and a routine paused after
+    ``pause_after_failures`` failed runs in a row. Unset: no limit.
+    """
+
+    max_runs_per_day: PositiveInt | None = None
+    pause_after_failures: PositiveInt | None = None
+
+
 class AgentSpec(Spec):
     """One role agent. Unset fields take their value from ``defaults``."""
 
@@ -217,6 +227,8 @@ class AgentSpec(Spec):
     heartbeat_seconds: Duration | None = None
     can_modify: tuple[str, ...] = ()
     enabled: bool = True
+    #: runaway guards of this agent's routines (unset keys: ``defaults.routines``)
+    routines: RoutineLimitsSpec = RoutineLimitsSpec()
 
 
 class TriggerSpec(Spec):
@@ -285,6 +297,10 @@ class RoutineSpec(Spec):
     done_when: tuple[DoneWhenSpec, ...] = ()
     #: what an unmet done_when does: one follow-up to the agent in the same run, or none
     on_unmet: Literal["retry", "report"] = "retry"
+    #: runaway guards (docs/scheduler.md, "Runaway routines"); unset: the assignee's
+    #: (``agents.<slug>.routines``), else ``defaults.routines``
+    max_runs_per_day: PositiveInt | None = None
+    pause_after_failures: PositiveInt | None = None
 
     @field_validator("deliver")
     @classmethod
@@ -349,6 +365,8 @@ class DefaultsSpec(Spec):
     tools: DefaultToolsSpec = DefaultToolsSpec()
     #: check every final answer's claims of tool use against the run (docs/agents.md)
     claim_check: bool = True
+    #: runaway guards of every routine (docs/scheduler.md, "Runaway routines")
+    routines: RoutineLimitsSpec = RoutineLimitsSpec()
 
 
 Severity = Literal["critical", "warning", "info", "off"]
@@ -455,6 +473,9 @@ class AnthropicSpec(Spec):
     base_url: str | None = None
     timeout_seconds: Duration = 120.0
     max_retries: Annotated[int, BeforeValidator(whole), Field(ge=0, le=10)] = 2
+    #: a 429 asking to wait longer than this on every model of an agent's chain pauses the
+    #: agent until then (a quota wall, docs/agents.md) instead of failing its run
+    quota_pause_after: Duration = 60.0
 
     _url = field_validator("base_url")(http_url)
 

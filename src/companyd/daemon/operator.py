@@ -42,6 +42,7 @@ from companyd.admin import (
     DeskDecision,
     Inbox,
     JobHistory,
+    JobResumed,
     JobRun,
     Jobs,
     LeaderBlock,
@@ -49,6 +50,7 @@ from companyd.admin import (
     ProposalDecision,
     Proposals,
     Resumed,
+    ResumedAll,
     RoutineLine,
     Runs,
     RunTranscript,
@@ -62,7 +64,7 @@ from companyd.admin import (
 )
 from companyd.agents import Staff
 from companyd.alerts import AlertService
-from companyd.clock import Clock
+from companyd.clock import Clock, clock_time
 from companyd.config import CompanyConfig
 from companyd.daemon.dashboard import WebDashboard
 from companyd.daemon.reload import ReloadRecord
@@ -150,6 +152,8 @@ class Operator:
         tree = self.tree.snapshot() if self.tree is not None else {}
         paused = self.staff.paused()
         _mark_paused(tree, paused)
+        ends = self.staff.pauses.ends()
+        _mark_paused_until(tree, {a: clock_time(t, self.config.timezone) for a, t in ends.items()})
         running = self.staff.in_flight()
         agents_total = len(self.config.agents)
         agent_nodes = _agent_nodes(tree, set(self.config.agents))
@@ -296,6 +300,36 @@ class Operator:
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
         return JobRun(routine=routine, **outcome.to_dict())
+
+    async def resume_all(self) -> ResumedAll:
+        """:meth:`Admin.resume_all`: resume every paused agent, whatever paused it (the
+        one command after topping up the Anthropic account: docs/spend.md).
+        """
+        resumed = [a for a in list(self.staff.paused()) if self.staff.resume(a)]
+        return ResumedAll(
+            resumed=resumed,
+            message=(f"resumed {', '.join(resumed)}" if resumed else "no agent was paused"),
+        )
+
+    async def resume_job(self, routine: str) -> JobResumed:
+        """:meth:`Admin.resume_job`; ``resumed`` is False when the routine was not paused.
+
+        Raises:
+            AdminError: no routine of that name.
+        """
+        try:
+            was = await self.scheduler.resume_routine(routine)
+        except RoutineNotFound as exc:
+            raise AdminError(str(exc)) from None
+        return JobResumed(
+            routine=routine,
+            resumed=was,
+            message=(
+                f"resumed routine {routine}: its next fire runs"
+                if was
+                else f"routine {routine} was not paused"
+            ),
+        )
 
     async def dashboard_login(self) -> DashboardLogin:
         """:meth:`Admin.dashboard_login` (see :meth:`WebDashboard.login`)."""
@@ -657,6 +691,15 @@ def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:
         node["pause_reason"] = "budget" if reason.startswith("budget") else "operator"
     for child in node.get("children", ()):
         _mark_paused(child, paused)
+
+
+def _mark_paused_until(node: dict[str, Any], until: Mapping[str, str]) -> None:
+    """A quota wall's pause (agents/_walls.py): shown "paused until HH:MM (rate limit)"."""
+    if node.get("state") == "paused" and node.get("id") in until:
+        node["pause_reason"] = "rate limit"
+        node["paused_until"] = until[node["id"]]
+    for child in node.get("children", ()):
+        _mark_paused_until(child, until)
 
 
 def _agent_nodes(node: dict[str, Any], agents: set[str]) -> list[dict[str, Any]]:
