@@ -10,7 +10,9 @@
   declares, after company.yaml's allow/deny lists. One bad MCP server never stops the
   agent: it runs without that server's tools, an ``mcp_server_failed`` alert says why, and
   the server is tried again with a growing wait until it comes up (its tools are added then)
-  or the agent stops.
+  or the agent stops; a server that dies later (found by a call: it exited, or a resource
+  limit killed it) is restarted the same way. Each server runs in its sandbox
+  (:mod:`companyd.roles.sandbox`, docs/tools.md).
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from companyd._aio import cancel_and_wait
 from companyd.clock import Clock
-from companyd.config import AgentConfig, CompanyConfig
+from companyd.config import AgentConfig, CompanyConfig, McpServerSpec
 from companyd.events import EventBus, McpServerRecovered, Severity
 from companyd.events import McpServerFailed as McpServerFailedEvent  # the exception's name
 from companyd.roles.colleagues import Colleagues
@@ -31,6 +33,7 @@ from companyd.roles.desk import Desk
 from companyd.roles.founder import ask_founder_tool
 from companyd.roles.improver import Proposals, improver_tools
 from companyd.roles.journal import Journal
+from companyd.roles.sandbox import Launch, ToolSandbox
 from companyd.roles.tools import (
     MCP_RETRY_MAX_SECONDS,
     MCP_RETRY_MIN_SECONDS,
@@ -58,6 +61,8 @@ class Provisions:
         colleagues: the consult and delegate tools.
         proposals: the improver's proposal store, if any.
         desk: the founder's desk (``ask_founder`` for agents with ``tools.ask_founder``).
+        sandbox: starts each MCP server in its sandbox (docs/tools.md); None: as the
+            daemon's own children (tests of the bare runtime).
     """
 
     def __init__(
@@ -71,6 +76,7 @@ class Provisions:
         colleagues: Colleagues,
         proposals: Proposals | None,
         desk: Desk | None = None,
+        sandbox: ToolSandbox | None = None,
     ) -> None:
         self._config = config
         self._bus = bus
@@ -80,6 +86,7 @@ class Provisions:
         self._colleagues = colleagues
         self._proposals = proposals
         self._desk = desk
+        self._sandbox = sandbox
         self._prompts: dict[str, str] = {}
 
     def forget_prompts(self) -> None:
@@ -131,18 +138,34 @@ class Provisions:
         box = ToolBox.build(tools, agent.tools)
         for name, spec in agent.mcp_servers.items():
             # One bad server never stops the agent: it runs without that server's tools,
-            # an alert says why, and the server is tried again with backoff.
+            # an alert says why, and the server is tried again with backoff — also when it
+            # dies later (it exited, a resource limit killed it).
+            server: McpToolServer | None
+            added: list[str] = []
             try:
-                server = await stack.enter_async_context(McpToolServer(name, spec))
+                server = await stack.enter_async_context(self._server(agent, name, spec))
             except McpServerFailed as exc:
                 self._mcp_failed(agent.slug, name, exc.reason, 1, MCP_RETRY_MIN_SECONDS)
-                retry = asyncio.create_task(
-                    self._retry_mcp(agent, name, box), name=f"mcp-retry:{agent.slug}:{name}"
-                )
-                stack.push_async_callback(cancel_and_wait, retry)
-                continue
-            box.add(server.tools, agent.tools)
+                server = None
+            else:
+                added = box.add(server.tools, agent.tools)
+            keep = asyncio.create_task(
+                self._keep_mcp(agent, name, box, server, added),
+                name=f"mcp-keeper:{agent.slug}:{name}",
+            )
+            stack.push_async_callback(cancel_and_wait, keep)
         return box
+
+    def _server(self, agent: AgentConfig, name: str, spec: McpServerSpec) -> McpToolServer:
+        """An MCP server of ``agent``, started in its sandbox (when there is one)."""
+        sandbox = self._sandbox
+        if sandbox is None:
+            return McpToolServer(name, spec)
+
+        def launch() -> Awaitable[Launch]:
+            return sandbox.launch(agent.slug, name, spec)
+
+        return McpToolServer(name, spec, launcher=launch)
 
     def _mcp_failed(
         self, agent: str, server: str, reason: str, attempt: int, retry_in: float
@@ -170,25 +193,45 @@ class Provisions:
             )
         )
 
-    async def _retry_mcp(self, agent: AgentConfig, name: str, box: ToolBox) -> None:
-        """Start ``name`` again after a growing wait until it comes up, then keep it (and
-        its tools in ``box``) until the agent stops and cancels this task.
+    async def _keep_mcp(
+        self,
+        agent: AgentConfig,
+        name: str,
+        box: ToolBox,
+        server: McpToolServer | None,
+        added: list[str],
+    ) -> None:
+        """Keep MCP server ``name`` of ``agent`` up until the agent stops and cancels this
+        task: while it is down (it failed to start, ``server`` is None, or it died — found
+        by a call), start it again after a growing wait; when it comes up its tools replace
+        the old ones in ``box``. Each failure episode is one warning alert; later attempts
+        only count.
         """
         spec = agent.mcp_servers[name]
+        owned: McpToolServer | None = None  # started here, so stopped here (anyio scopes)
         delay = MCP_RETRY_MIN_SECONDS
         attempt = 1
-        while True:
-            await self._clock.sleep(delay)
-            attempt += 1
-            try:
-                server = McpToolServer(name, spec)
-                await server.__aenter__()
-            except McpServerFailed as exc:
-                delay = min(delay * 2, MCP_RETRY_MAX_SECONDS)
-                self._mcp_failed(agent.slug, name, exc.reason, attempt, delay)
-                continue
-            added: list[str] = []
-            try:
+        try:
+            while True:
+                if server is not None:
+                    await server.dead.wait()
+                    self._mcp_failed(agent.slug, name, server.death, 1, MCP_RETRY_MIN_SECONDS)
+                    if owned is not None:
+                        owned, closing = None, owned
+                        await closing.__aexit__(None, None, None)
+                    server = None
+                    delay, attempt = MCP_RETRY_MIN_SECONDS, 1
+                await self._clock.sleep(delay)
+                attempt += 1
+                try:
+                    candidate = self._server(agent, name, spec)
+                    await candidate.__aenter__()
+                except McpServerFailed as exc:
+                    delay = min(delay * 2, MCP_RETRY_MAX_SECONDS)
+                    self._mcp_failed(agent.slug, name, exc.reason, attempt, delay)
+                    continue
+                server = owned = candidate
+                box.remove(added)
                 added = box.add(server.tools, agent.tools)
                 log.info("agent %s: MCP server %r is up at attempt %d", agent.slug, name, attempt)
                 self._bus.publish(
@@ -200,7 +243,7 @@ class Provisions:
                         tools=sorted(added),
                     )
                 )
-                await asyncio.Event().wait()  # until the agent stops
-            finally:
+        finally:
+            if owned is not None:
                 box.remove(added)
-                await server.__aexit__(None, None, None)
+                await owned.__aexit__(None, None, None)

@@ -44,6 +44,7 @@ from companyd.roles.mailbox import Mailboxes
 from companyd.roles.pauses import Pauses
 from companyd.roles.provision import Provisions
 from companyd.roles.run import RunState
+from companyd.roles.sandbox import ToolSandbox, tool_server_secrets
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.roles.tools import ToolBox
 from companyd.supervision.child import ChildContext, ChildFn
@@ -116,6 +117,10 @@ class Staff:
             colleagues=self.colleagues,
             proposals=proposals,
             desk=desk,
+            sandbox=ToolSandbox(
+                state_dir,
+                protected=tool_server_secrets(config.path),
+            ),
         )
         #: What each agent is built from (a fresh Agent per start of its child).
         self.agent_deps = AgentDeps(

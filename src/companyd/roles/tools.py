@@ -35,6 +35,7 @@ from companyd.llm.blocks import ToolResultBlock, ToolUseBlock
 from companyd.llm.model import ToolDef
 from companyd.memory.errors import MemoryToolError, MemoryUnavailable
 from companyd.memory.tools import tool_definitions
+from companyd.roles.sandbox import Launch, SandboxUnavailable
 
 __all__ = [
     "MCP_RETRY_MAX_SECONDS",
@@ -246,31 +247,62 @@ class McpToolServer:
     ``tools/list``) within ``handshake_timeout_seconds``; the process is stopped first.
     """
 
-    def __init__(self, name: str, spec: McpServerSpec) -> None:
+    def __init__(
+        self,
+        name: str,
+        spec: McpServerSpec,
+        *,
+        launcher: Callable[[], Awaitable[Launch]] | None = None,
+    ) -> None:
         self.name = name
         self.spec = spec
         self.tools: list[Tool] = []
+        #: the raw ``tools/list`` entries (name, description, input schema, annotations)
+        self.listed: list[Any] = []
+        #: set when a call found the server gone (it exited, was killed by a limit); the
+        #: reason is in :attr:`death`
+        self.dead = asyncio.Event()
+        self.death = ""
+        self._launcher = launcher
         self._stack: contextlib.AsyncExitStack | None = None
         self._session: Any = None
+        self._sandboxed = False
 
-    async def __aenter__(self) -> McpToolServer:
-        from mcp import ClientSession
-        from mcp.client.stdio import StdioServerParameters, stdio_client
-
+    async def _launch(self) -> Launch:
+        if self._launcher is not None:
+            return await self._launcher()
+        # No launcher (a bare McpToolServer): the daemon's own child, as before sandboxes.
         env = dict(self.spec.env)
         for var, source in self.spec.env_from.items():
             value = os.environ.get(source)
             if value is not None:
                 env[var] = value
-        params = StdioServerParameters(
-            command=self.spec.command, args=list(self.spec.args), env=env or None
+        return Launch(
+            command=self.spec.command,
+            args=list(self.spec.args),
+            env=env,
+            cwd=None,
+            sandboxed=False,
         )
+
+    async def __aenter__(self) -> McpToolServer:
+        from mcp import ClientSession
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
         stack = contextlib.AsyncExitStack()
         limit = self.spec.handshake_timeout_seconds
         try:
             # Loop time, not the injected clock: anyio's cancel scopes inside the mcp SDK
             # must be left in this task, which asyncio.timeout guarantees.
             async with asyncio.timeout(limit):
+                launch = await self._launch()
+                self._sandboxed = launch.sandboxed
+                params = StdioServerParameters(
+                    command=launch.command,
+                    args=launch.args,
+                    env=launch.env or None,
+                    cwd=launch.cwd,
+                )
                 # errlog given each time: the SDK's default is the sys.stderr of the moment
                 # mcp.client.stdio was imported, which may be a stream without a descriptor.
                 read, write = await stack.enter_async_context(
@@ -282,12 +314,17 @@ class McpToolServer:
         except asyncio.CancelledError:
             await stack.aclose()
             raise
+        except SandboxUnavailable as exc:
+            with contextlib.suppress(Exception):
+                await stack.aclose()
+            raise McpServerFailed(self.name, f"was not started: {exc}") from None
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await stack.aclose()
             raise McpServerFailed(self.name, self._why(exc, limit)) from None
         self._stack = stack
         self._session = session
+        self.listed = list(listed.tools)
         declared = set(self.spec.idempotent_tools)
         refused: list[str] = []
         for t in listed.tools:
@@ -338,9 +375,15 @@ class McpToolServer:
         from mcp.shared.exceptions import MCPError
 
         if isinstance(exc, MCPError):
+            where = (
+                "in its sandbox (its errors are in the daemon's log; docs/tools.md, "
+                "'Debugging a sandboxed server')"
+                if self._sandboxed
+                else "by hand, as the daemon's user, to see its error"
+            )
             return (
                 f"closed the connection during the MCP handshake ({exc}); it probably exited "
-                f"at once — run {command!r} by hand, as the daemon's user, to see its error"
+                f"at once — run {command!r} {where}"
             )
         return (
             f"failed during the MCP handshake: {type(exc).__name__}: {str(exc)[:200]} "
@@ -355,6 +398,11 @@ class McpToolServer:
 
     def _handler(self, tool_name: str) -> Handler:
         async def call(arguments: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+            if self.dead.is_set():
+                raise ToolError(
+                    f"MCP server {self.name!r} is not running (it {self.death}); it is being "
+                    "restarted — do not rely on its tools in this run"
+                )
             try:
                 async with asyncio.timeout(self.spec.timeout_seconds):
                     result = await self._session.call_tool(tool_name, dict(arguments))
@@ -369,6 +417,17 @@ class McpToolServer:
                 while isinstance(exc, ExceptionGroup) and exc.exceptions:
                     exc = exc.exceptions[0]
                 log.warning("MCP server %r failed during %r: %r", self.name, tool_name, exc)
+                if not self.dead.is_set():
+                    lim = self.spec.limits
+                    self.death = (
+                        f"failed during {tool_name!r} ({type(exc).__name__}: "
+                        f"{str(exc)[:200] or 'no detail'}); it exited or was killed — "
+                        "perhaps by one of its limits (memory_mb "
+                        f"{lim.memory_mb or 'unlimited'}, processes "
+                        f"{lim.processes or 'unlimited'}, open_files "
+                        f"{lim.open_files or 'unlimited'})"
+                    )
+                    self.dead.set()
                 raise ToolError(
                     f"MCP server {self.name!r} failed during {tool_name!r}: "
                     f"{type(exc).__name__}: {str(exc)[:200] or 'no detail'}; it may have "
