@@ -7,6 +7,7 @@ Tools:
   daemon while the call is in flight.
 * ``read_inbox()`` — read-only (annotated), returns a fixed inbox.
 * ``crash()`` — the server process exits at once, mid-call.
+* ``hog(mb)`` — allocates ``mb`` MiB; past the server's memory limit it exits (out of memory).
 
 With ``$TOOL_BAD_NAMES`` set it also offers ``post update!`` and a 200-character name,
 which the Messages API would refuse (tool names are ``[a-zA-Z0-9_-]{1,64}``).
@@ -58,6 +59,16 @@ def read_inbox() -> str:
 @server.tool(description="Crash the tool server (for tests).")
 def crash() -> str:
     os._exit(1)
+
+
+@server.tool(description="Allocate and touch `mb` MiB of memory (for the resource-limit tests).")
+def hog(mb: int) -> str:
+    try:
+        block = bytearray(mb * 2**20)  # zero-filled: every page is touched
+    except MemoryError:
+        # Out of memory, the server dies, as a Node server does; the limit is what hit it.
+        os._exit(70)
+    return f"allocated {len(block) // 2**20} MiB"
 
 
 if os.environ.get("TOOL_BAD_NAMES"):

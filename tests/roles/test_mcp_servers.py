@@ -129,7 +129,7 @@ async def test_a_failed_server_is_retried_with_backoff_and_its_tools_arrive(
                 "agent": "marketing",
                 "server": "social",
                 "attempt": 3,
-                "tools": ["crash", "post_update", "read_inbox"],
+                "tools": ["crash", "hog", "post_update", "read_inbox"],
             }
             assert (await d.ask("marketing", "Second.")).status == "ok"
     names = [{t["name"] for t in r.body["tools"]} for r in srv.requests]

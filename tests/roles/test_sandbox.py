@@ -6,6 +6,7 @@ the real daemon in-process.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -16,14 +17,23 @@ from typing import Any
 
 import pytest
 
+from companyd.clock import ManualClock
 from companyd.config import McpServerSpec, load_config
 from companyd.errors import ConfigError
+from companyd.events import Severity
 from companyd.ops.doctor import check_tool_sandbox
 from companyd.roles.sandbox import ToolSandbox, interpreter_prefixes, server_dir
 from companyd.roles.tools import McpServerFailed, McpToolServer
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
-from .agentkit import TOOL_SERVER, PerAgent, running_company, tool_results, write_company
+from .agentkit import (
+    TOOL_SERVER,
+    PerAgent,
+    running_company,
+    tool_results,
+    tool_server,
+    write_company,
+)
 
 PROBE_SERVER = Path(__file__).with_name("mcp_probe_server.py")
 AS_ROOT = os.geteuid() == 0
@@ -277,3 +287,51 @@ def test_doctor_checks_the_sandbox_and_names_each_unsandboxed_server(tmp_path: P
     assert warned.status == "warning", warned
     assert "agents.marketing.mcp_servers.b" in warned.summary
     assert "mcp_servers.a" not in warned.summary
+
+
+async def _wait_for(predicate: Any, timeout: float = 60) -> Any:
+    async with asyncio.timeout(timeout):
+        while not (value := predicate()):
+            await asyncio.sleep(0.02)
+        return value
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("memory_mb", [256, 0], ids=["limited", "unlimited"])
+async def test_a_server_killed_by_its_memory_limit_is_restarted_with_one_alert_not_a_crashed_agent(
+    tmp_path: Path, memory_mb: int
+) -> None:
+    social = tool_server()
+    social["limits"] = {"memory_mb": memory_mb}
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"social": social}}})
+    clock = ManualClock()
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("hog", {"mb": 512}),
+            reply_tool_use("read_inbox", {}),
+            reply_text("The tool server fell over; carried on."),
+            reply_tool_use("read_inbox", {}),
+            reply_text("Back."),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            assert (await d.ask("marketing", "Hog.")).status == "ok"
+            hog, inbox = tool_results(srv.requests[1])[0], tool_results(srv.requests[2])[0]
+            if not memory_mb:
+                # the control: without the limit the same call succeeds
+                assert hog["content"] == "allocated 512 MiB", hog
+                return
+            assert hog["is_error"] and "failed during 'hog'" in hog["content"], hog
+            assert inbox["is_error"] and "is not running" in inbox["content"], inbox
+            failed = d.bus.recent({"mcp_server_failed"}, limit=10)
+            assert [(e.severity, e.data["attempt"]) for e in failed] == [(Severity.WARNING, 1)]
+            assert "memory_mb 256" in failed[0].data["reason"]
+            clock.advance(5)  # the first retry wait
+            recovered = await _wait_for(lambda: d.bus.recent({"mcp_server_recovered"}, limit=10))
+            assert recovered[0].data["attempt"] == 2
+            assert (await d.ask("marketing", "Again.")).status == "ok"
+            restarts = d.bus.recent({"restart", "child_exited"}, limit=100)
+    assert "move the launch to Friday" in tool_results(srv.requests[-1])[0]["content"]
+    assert not [e for e in restarts if e.data.get("child") == "marketing"]
+    assert len(d.bus.recent({"mcp_server_failed"}, limit=10)) == 1  # alerted once
