@@ -96,10 +96,14 @@ async def main() -> None:
         state = work / "state"
         state.mkdir(mode=0o700)
         sandbox = ToolSandbox(state)
-        boxed_spec = McpServerSpec(
-            command=sys.executable, args=[str(script)], sandbox={"read": [str(work / "srv")]}
+        boxed_spec = McpServerSpec.model_validate(
+            {
+                "command": sys.executable,
+                "args": [str(script)],
+                "sandbox": {"read": [str(work / "srv")]},
+            }
         )
-        bare_spec = McpServerSpec(command=sys.executable, args=[str(script)], sandbox=False)
+        bare_spec = McpServerSpec(command=sys.executable, args=(str(script),), sandbox=False)
         await _start("warm", boxed_spec, sandbox)  # the sandbox probe, page cache
         await _start("warm", bare_spec, None)
         boxed: list[float] = []

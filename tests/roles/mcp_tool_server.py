@@ -12,6 +12,9 @@ Tools:
 With ``$TOOL_BAD_NAMES`` set it also offers ``post update!`` and a 200-character name,
 which the Messages API would refuse (tool names are ``[a-zA-Z0-9_-]{1,64}``).
 
+With ``$TOOL_VARIANT=2`` (an "updated" server) ``post_update`` has another description and
+a new tool, ``delete_post(post_id)`` (annotated destructive), is offered.
+
 If ``$TOOL_START_GATE`` names a file that does not exist, the server exits at once with
 status 2 (a server that fails to start until the test opens the gate).
 """
@@ -37,7 +40,14 @@ def _log(line: str) -> None:
             os.fsync(f.fileno())
 
 
-@server.tool(description="Post a status update to the outside world (not idempotent).")
+VARIANT = os.environ.get("TOOL_VARIANT", "1")
+
+
+@server.tool(
+    description="Post a status update to the outside world (not idempotent)."
+    if VARIANT == "1"
+    else "Post a status update, and also email it to every customer (not idempotent)."
+)
 def post_update(text: str) -> str:
     _log(f"started {text}")
     block = os.environ.get("TOOL_BLOCK")
@@ -69,6 +79,13 @@ def hog(mb: int) -> str:
         # Out of memory, the server dies, as a Node server does; the limit is what hit it.
         os._exit(70)
     return f"allocated {len(block) // 2**20} MiB"
+
+
+if VARIANT == "2":
+
+    @server.tool(description="Delete a post.", annotations=ToolAnnotations(destructive_hint=True))
+    def delete_post(post_id: str) -> str:
+        return f"deleted {post_id}"
 
 
 if os.environ.get("TOOL_BAD_NAMES"):

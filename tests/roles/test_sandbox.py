@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,21 +74,22 @@ def _probe_company(
         "credential": str(creds / "anthropic_api_key"),
         "other server": str(other / "secret.txt"),
     }
-    probe = {
+    env: dict[str, str] = {
+        "PROBE_READ": ":".join(targets.values()),
+        "PROBE_LIST": f"{Path.home()}:{creds}",
+        "PROBE_WRITE": f"{tmp_path / 'outside.txt'}:{shared / 'dropped.txt'}",
+        "PROBE_PORT": str(port),
+        "PROBE_PID": str(os.getpid()),
+    }
+    probe: dict[str, Any] = {
         "command": sys.executable,
         "args": [str(PROBE_SERVER)],
         "risk": "trusted",
         "sandbox": sandbox,
-        "env": {
-            "PROBE_READ": ":".join(targets.values()),
-            "PROBE_LIST": f"{Path.home()}:{creds}",
-            "PROBE_WRITE": f"{tmp_path / 'outside.txt'}:{shared / 'dropped.txt'}",
-            "PROBE_PORT": str(port),
-            "PROBE_PID": str(os.getpid()),
-        },
+        "env": env,
     }
     if sandbox is False:
-        probe["env"]["PROBE_OWN"] = str(shared)
+        env["PROBE_OWN"] = str(shared)
     if isinstance(sandbox, dict):
         sandbox.setdefault("read", []).append(str(PROBE_SERVER.parent))
         sandbox["read"].append(str(shared))
@@ -219,7 +221,7 @@ async def test_where_no_sandbox_can_be_made_the_server_does_not_start_and_the_re
     env = _fake_bin(tmp_path, bwrap)
     sandbox = ToolSandbox(tmp_path / "state", environ=env, as_root=False)
     (tmp_path / "state").mkdir()
-    spec = McpServerSpec(command=sys.executable, args=[str(TOOL_SERVER)])
+    spec = McpServerSpec(command=sys.executable, args=(str(TOOL_SERVER),))
 
     def launch() -> Any:
         return sandbox.launch("marketing", "social", spec)
@@ -244,19 +246,21 @@ async def test_a_declared_path_may_not_expose_the_state_directory_or_company_yam
     sandbox = ToolSandbox(state, protected=[cfg])
     for read, what in ((str(tmp_path), "state directory"), (str(state / "x"), "state")):
         (state / "x").mkdir(exist_ok=True)
-        spec = McpServerSpec(command=sys.executable, sandbox={"read": [read]})
+        spec = McpServerSpec.model_validate(
+            {"command": sys.executable, "sandbox": {"read": [read]}}
+        )
         with pytest.raises(McpServerFailed, match=what):
-            async with McpToolServer(
-                "s", spec, launcher=lambda s=spec: sandbox.launch("a", "s", s)
-            ):
+            async with McpToolServer("s", spec, launcher=partial(sandbox.launch, "a", "s", spec)):
                 pass
     beside = tmp_path / "beside"
     beside.mkdir()
     (beside / "company.yaml").write_text("")
     sandbox = ToolSandbox(state, protected=[beside / "company.yaml"])
-    spec = McpServerSpec(command=sys.executable, sandbox={"write": [str(beside)]})
+    spec = McpServerSpec.model_validate(
+        {"command": sys.executable, "sandbox": {"write": [str(beside)]}}
+    )
     with pytest.raises(McpServerFailed, match=r"would show .*company\.yaml"):
-        async with McpToolServer("s", spec, launcher=lambda: sandbox.launch("a", "s", spec)):
+        async with McpToolServer("s", spec, launcher=partial(sandbox.launch, "a", "s", spec)):
             pass
 
 

@@ -52,6 +52,8 @@ from companyd.events import (
     TaskQuarantined,
     TelegramCommandsFailing,
     TelegramCommandsRecovered,
+    ToolRateLimited,
+    ToolsQuarantined,
     UnknownModelPrice,
 )
 
@@ -499,6 +501,32 @@ def _mcp_server_recovered(data: Data, source: str, counts: Mapping[str, int]) ->
     return Rendered(title, tuple(lines))
 
 
+def _tool_rate_limited(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"{_who(data)} reached the daily limit of {txt(data.get('tool'), 80)!r}; further "
+        "calls today are refused"
+    )
+    lines = [
+        f"limit: {txt(data.get('limit'))} a day (tools.rate_limit), day {txt(data.get('day'))}"
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _tools_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"MCP server {txt(data.get('server'), 80)!r} of {_who(data)} offers new or changed "
+        "tools; they are held back"
+    )
+    tools = data.get("tools")
+    lines = (
+        [f"{txt(k, 80)}: {txt(v, 120)}" for k, v in list(tools.items())[:8]]
+        if isinstance(tools, dict)
+        else []
+    )
+    lines.append(f"approve them: companyd tools approve {txt(data.get('server'), 80)}")
+    return Rendered(title, tuple(lines))
+
+
 def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"circuit breaker stopped a run of {_who(data)}"
     lines = []
@@ -700,6 +728,8 @@ KINDS: Mapping[str, KindSpec] = {
     McpServerRecovered.KIND: KindSpec(
         "mcp_server_recovered", ("agent", "server"), _mcp_server_recovered
     ),
+    ToolRateLimited.KIND: KindSpec("tool_rate_limited", ("agent", "tool"), _tool_rate_limited),
+    ToolsQuarantined.KIND: KindSpec("tools_quarantined", ("agent", "server"), _tools_quarantined),
     CircuitBreaker.KIND: KindSpec(
         "circuit_breaker", ("agent", "breaker"), _circuit_breaker, _pause_agent_button
     ),

@@ -66,6 +66,7 @@ from companyd.roles.journal import Journal
 from companyd.roles.retention import RunRetention
 from companyd.roles.staff import Staff
 from companyd.roles.tasks import Task
+from companyd.roles.toolstore import ToolStore
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import BudgetExhausted, SpendBook
 from companyd.status_text import status_line
@@ -205,6 +206,7 @@ class Daemon(Operator, Views, Reloader, Backups):
         self.desk = Desk(
             state_dir / "desk.sqlite", bus=self.bus, clock=self.clock, backend=self.storage
         )
+        self.tool_store = ToolStore(state_dir / "tools.sqlite", backend=self.storage)
         self.staff = Staff(
             config,
             bus=self.bus,
@@ -218,6 +220,7 @@ class Daemon(Operator, Views, Reloader, Backups):
             proposals=self.proposal_store,
             # one-off `companyd ask`: no socket, no Telegram, nobody to decide
             desk=None if oneoff else self.desk,
+            tool_store=self.tool_store,
         )
         self.alerts = AlertService(
             config,
@@ -408,6 +411,8 @@ class Daemon(Operator, Views, Reloader, Backups):
             await self.proposal_store.close()
         with contextlib.suppress(Exception):
             await self.desk.close()
+        with contextlib.suppress(Exception):
+            await self.tool_store.close()
         with contextlib.suppress(Exception):
             await self.backend.aclose()
         if self.leadership is not None:

@@ -25,6 +25,7 @@ from companyd.roles.journal import Journal
 from companyd.roles.run import RunState
 from companyd.roles.tasks import RunOutcome, Task
 from companyd.roles.tools import MemoryPort, ToolBox
+from companyd.roles.toolstore import RateLimits
 
 __all__ = ["AgentDeps", "InjectedCrash", "MarkerPort", "SpendPort", "StaffPort"]
 
@@ -162,6 +163,7 @@ class AgentDeps:
         state_dir: the daemon's state directory (named in disk alerts).
         desk: the founder's desk (approvals of ``require_approval`` tools); None: such
             calls are refused.
+        rate_limits: ``tools.rate_limit`` (durable day counts); None: not applied.
     """
 
     staff: StaffPort
@@ -173,3 +175,4 @@ class AgentDeps:
     budget_exhausted_error: type[Exception]
     state_dir: Path
     desk: Desk | None = None
+    rate_limits: RateLimits | None = None

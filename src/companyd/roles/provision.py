@@ -21,11 +21,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from companyd._aio import cancel_and_wait
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig, McpServerSpec
-from companyd.events import EventBus, McpServerRecovered, Severity
+from companyd.events import EventBus, McpServerRecovered, Severity, ToolsQuarantined
 from companyd.events import McpServerFailed as McpServerFailedEvent  # the exception's name
 from companyd.roles.colleagues import Colleagues
 from companyd.roles.deps import MarkerPort
@@ -43,6 +45,8 @@ from companyd.roles.tools import (
     ToolBox,
     memory_tools,
 )
+from companyd.roles.toolstore import ToolStore
+from companyd.storage import DB_ERRORS
 
 __all__ = ["Provisions"]
 
@@ -63,6 +67,8 @@ class Provisions:
         desk: the founder's desk (``ask_founder`` for agents with ``tools.ask_founder``).
         sandbox: starts each MCP server in its sandbox (docs/tools.md); None: as the
             daemon's own children (tests of the bare runtime).
+        tool_store: the approved catalogues of the MCP servers (changed-tool quarantine);
+            None: every listed tool is offered.
     """
 
     def __init__(
@@ -77,6 +83,7 @@ class Provisions:
         proposals: Proposals | None,
         desk: Desk | None = None,
         sandbox: ToolSandbox | None = None,
+        tool_store: ToolStore | None = None,
     ) -> None:
         self._config = config
         self._bus = bus
@@ -87,6 +94,9 @@ class Provisions:
         self._proposals = proposals
         self._desk = desk
         self._sandbox = sandbox
+        self._tool_store = tool_store
+        #: (agent, server) → what a running MCP server offers in which toolbox
+        self._live: dict[tuple[str, str], _Live] = {}
         self._prompts: dict[str, str] = {}
 
     def forget_prompts(self) -> None:
@@ -148,7 +158,7 @@ class Provisions:
                 self._mcp_failed(agent.slug, name, exc.reason, 1, MCP_RETRY_MIN_SECONDS)
                 server = None
             else:
-                added = box.add(server.tools, agent.tools)
+                added = await self._offer(agent, name, box, server, [])
             keep = asyncio.create_task(
                 self._keep_mcp(agent, name, box, server, added),
                 name=f"mcp-keeper:{agent.slug}:{name}",
@@ -216,8 +226,8 @@ class Provisions:
                 if server is not None:
                     await server.dead.wait()
                     self._mcp_failed(agent.slug, name, server.death, 1, MCP_RETRY_MIN_SECONDS)
-                    if owned is not None:
-                        owned, closing = None, owned
+                    closing, owned = owned, None
+                    if closing is not None:
                         await closing.__aexit__(None, None, None)
                     server = None
                     delay, attempt = MCP_RETRY_MIN_SECONDS, 1
@@ -231,8 +241,7 @@ class Provisions:
                     self._mcp_failed(agent.slug, name, exc.reason, attempt, delay)
                     continue
                 server = owned = candidate
-                box.remove(added)
-                added = box.add(server.tools, agent.tools)
+                added = await self._offer(agent, name, box, server, added)
                 log.info("agent %s: MCP server %r is up at attempt %d", agent.slug, name, attempt)
                 self._bus.publish(
                     McpServerRecovered(
@@ -244,6 +253,105 @@ class Provisions:
                     )
                 )
         finally:
+            live = self._live.get((agent.slug, name))
+            if live is not None and live.box is box:
+                del self._live[(agent.slug, name)]
             if owned is not None:
                 box.remove(added)
                 await owned.__aexit__(None, None, None)
+
+    async def _offer(
+        self,
+        agent: AgentConfig,
+        name: str,
+        box: ToolBox,
+        server: McpToolServer,
+        before: list[str],
+    ) -> list[str]:
+        """Put the tools of ``server`` the founder approved into ``box`` (in place of
+        ``before``, its previous tools): the first catalogue of a server is approved as it
+        is; a new or changed tool is held back, and the founder told once. The names added.
+        """
+        tools = server.tools
+        if self._tool_store is not None:
+            offered = {t.name for t in tools}
+            definitions = {
+                t.name: _definition(t) for t in server.listed if getattr(t, "name", "") in offered
+            }
+            try:
+                cat = await self._tool_store.check_catalogue(agent.slug, name, definitions)
+            except DB_ERRORS as exc:
+                # fail closed: nothing unapproved is offered while the store cannot say
+                log.warning(
+                    "agent %s: MCP server %r: its approved catalogue cannot be read (%r); "
+                    "none of its tools is offered until it can",
+                    agent.slug,
+                    name,
+                    exc,
+                )
+                tools = []
+            else:
+                if cat.newly_held:
+                    log.warning(
+                        "agent %s: MCP server %r offers new or changed tools, held back until "
+                        "`companyd tools approve %s`: %s",
+                        agent.slug,
+                        name,
+                        name,
+                        ", ".join(f"{k} ({v})" for k, v in sorted(cat.newly_held.items())),
+                    )
+                    self._bus.publish(
+                        ToolsQuarantined(
+                            source=f"agent/{agent.slug}",
+                            agent=agent.slug,
+                            server=name,
+                            tools=dict(sorted(cat.newly_held.items())),
+                        )
+                    )
+                tools = [t for t in tools if t.name in cat.offered]
+        box.remove(before)
+        added = box.add(tools, agent.tools)
+        self._live[(agent.slug, name)] = _Live(agent, box, server, added)
+        return added
+
+    async def release(self, server: str, agent: str | None = None) -> list[tuple[str, str]]:
+        """The founder approves the held-back tools of MCP server ``server`` (of ``agent``,
+        or of every agent with a server of that name): they are offered at once to the
+        running agents, no restart. ``[(agent, tool)]`` approved.
+        """
+        if self._tool_store is None:
+            return []
+        approved = await self._tool_store.approve(server, agent)
+        for (slug, name), live in list(self._live.items()):
+            if name == server and (agent is None or slug == agent):
+                live.added = await self._offer(live.agent, name, live.box, live.server, live.added)
+        return approved
+
+    def offered(self) -> dict[tuple[str, str], list[str]]:
+        """What each running MCP server offers now, by (agent, server)."""
+        return {key: list(live.added) for key, live in self._live.items()}
+
+    def listed(self) -> dict[tuple[str, str], list[Tool]]:
+        """Every tool each running MCP server lists (offered or not), by (agent, server)."""
+        return {key: list(live.server.tools) for key, live in self._live.items()}
+
+
+@dataclass
+class _Live:
+    """A running MCP server of an agent and what it offers in the agent's toolbox."""
+
+    agent: AgentConfig
+    box: ToolBox
+    server: McpToolServer
+    added: list[str]
+
+
+def _definition(tool: Any) -> dict[str, Any]:
+    """What of a listed MCP tool the approved catalogue fingerprints."""
+    ann = getattr(tool, "annotations", None)
+    return {
+        "name": tool.name,
+        "description": tool.description or "",
+        "input_schema": tool.input_schema or {},
+        "annotations": ann.model_dump(exclude_none=True, mode="json") if ann is not None else {},
+    }

@@ -47,6 +47,7 @@ from companyd.roles.run import RunState
 from companyd.roles.sandbox import ToolSandbox, tool_server_secrets
 from companyd.roles.tasks import RunOutcome, RunStatus, Task
 from companyd.roles.tools import ToolBox
+from companyd.roles.toolstore import RateLimits, ToolStore
 from companyd.supervision.child import ChildContext, ChildFn
 
 __all__ = ["Staff"]
@@ -70,6 +71,7 @@ class Staff:
         proposals: the improver's proposal store (gives agents with ``can_modify`` their
             tools).
         desk: the founder's desk (approvals and ``ask_founder``), if any.
+        tool_store: the tools store (rate-limit counts, MCP catalogues), if any.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class Staff:
         state_dir: Path,
         proposals: Proposals | None = None,
         desk: Desk | None = None,
+        tool_store: ToolStore | None = None,
     ) -> None:
         self._config = config
         self.bus = bus
@@ -121,6 +124,14 @@ class Staff:
                 state_dir,
                 protected=tool_server_secrets(config.path),
             ),
+            tool_store=tool_store,
+        )
+        rate_limits = (
+            None
+            if tool_store is None
+            else RateLimits(
+                tool_store, bus=bus, clock=clock, timezone=lambda: self._config.timezone
+            )
         )
         #: What each agent is built from (a fresh Agent per start of its child).
         self.agent_deps = AgentDeps(
@@ -133,6 +144,7 @@ class Staff:
             budget_exhausted_error=budget_exhausted_error,
             state_dir=state_dir,
             desk=desk,
+            rate_limits=rate_limits,
         )
         self._agent_tasks: dict[str, asyncio.Task[Any]] = {}
         self._injected: set[str] = set()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ __all__ = [
     "ToolBox",
     "ToolCallContext",
     "ToolError",
+    "tool_risk",
     "unknown_outcome_result",
 ]
 
@@ -117,6 +119,13 @@ class Tool:
     handler: Handler
     idempotent: bool = False
     family: str = ""
+    #: whether its calls wait for the founder by what the tool itself says (an MCP tool
+    #: under ``risk: from_annotations`` not annotated read-only, or ``risk: always_ask``);
+    #: the agent's ``require_approval`` / ``allow_without_approval`` override it
+    approval: bool = False
+    #: the risk as ``companyd tools`` shows it: ``read-only``, ``destructive``,
+    #: ``unannotated``, ``trusted``… ('' for built-in tools)
+    risk: str = ""
 
     def definition(self) -> ToolDef:
         """The tool as the model sees it: name, description, input schema."""
@@ -163,15 +172,11 @@ class ToolBox:
                 continue
             if t.name in kept:
                 # an external server reusing a built-in name gets its server prefix
-                t = Tool(
+                t = dataclasses.replace(
+                    t,
                     name=_API_BAD_CHARS.sub("_", f"{t.family.removeprefix('external:')}__{t.name}")[
                         :64
                     ],
-                    description=t.description,
-                    input_schema=t.input_schema,
-                    handler=t.handler,
-                    idempotent=t.idempotent,
-                    family=t.family,
                 )
             kept[t.name] = t
             added.append(t.name)
@@ -192,6 +197,13 @@ class ToolBox:
         """
         t = self.tools.get(name)
         return t is not None and t.idempotent
+
+    def needs_approval(self, name: str) -> bool:
+        """Whether tool ``name`` asks for the founder's approval by itself (its MCP
+        annotations and its server's ``risk``); False for an unknown tool.
+        """
+        t = self.tools.get(name)
+        return t is not None and t.approval
 
     def family(self, name: str) -> str | None:
         """The family of tool ``name`` (``memory``, ``colleagues``, …), None if unknown."""
@@ -336,6 +348,7 @@ class McpToolServer:
                 continue
             ann = t.annotations
             hinted = bool(ann is not None and (ann.idempotent_hint or ann.read_only_hint))
+            risk, approval = tool_risk(self.spec.risk, ann)
             self.tools.append(
                 Tool(
                     name=t.name,
@@ -344,6 +357,8 @@ class McpToolServer:
                     handler=self._handler(t.name),
                     idempotent=t.name in declared or hinted,
                     family=f"external:{self.name}",
+                    approval=approval,
+                    risk=risk,
                 )
             )
         if refused:
@@ -444,6 +459,32 @@ class McpToolServer:
             return body
 
         return call
+
+
+def tool_risk(policy: str, annotations: Any) -> tuple[str, bool]:
+    """``(risk, asks for approval)`` of an MCP tool with ``annotations`` on a server with
+    ``risk: policy``. By the MCP spec's defaults an unannotated tool is not read-only and
+    may destroy, so under ``from_annotations`` only a tool annotated ``readOnlyHint: true``
+    (and not ``destructiveHint: true``) runs without the founder's approval. Annotations
+    are the server's word, not a security boundary: the sandbox is.
+    """
+    read_only = bool(annotations is not None and annotations.read_only_hint is True)
+    destructive_hint = None if annotations is None else annotations.destructive_hint
+    if read_only and destructive_hint is not True:
+        risk = "read-only"
+    elif destructive_hint is True:
+        risk = "destructive"
+    elif annotations is None or (
+        annotations.read_only_hint is None and annotations.destructive_hint is None
+    ):
+        risk = "unannotated (may destroy)"
+    else:
+        risk = "not read-only" if destructive_hint is None else "non-destructive write"
+    if policy == "trusted":
+        return f"{risk}; server trusted", False
+    if policy == "always_ask":
+        return f"{risk}; server always asks", True
+    return risk, risk != "read-only"
 
 
 def json_schema(properties: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:
