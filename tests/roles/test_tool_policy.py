@@ -7,12 +7,14 @@ in-process with its desk and stores.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from companyd.roles.desk import ItemState
+from companyd.testing.daemon_process import DaemonProcess
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
 from .agentkit import PerAgent, running_company, tool_results, tool_server, write_company
@@ -165,3 +167,74 @@ async def test_a_changed_tool_is_held_back_until_the_founder_approves_it(tmp_pat
     ]
     assert sorted(approved) == [("marketing", "delete_post"), ("marketing", "post_update")]
     assert told_again == []
+
+
+async def _tools_json(daemon: DaemonProcess, want: Any) -> list[dict[str, Any]]:
+    """``companyd tools --json``'s rows once ``want(rows)`` holds (the agents start their
+    servers after READY).
+    """
+    async with asyncio.timeout(90):
+        while True:
+            out = await daemon.cli("tools", "--json")
+            assert out.rc == 0, out.err
+            rows: list[dict[str, Any]] = json.loads(out.out)["tools"]
+            if want(rows):
+                return rows
+            await asyncio.sleep(0.3)
+
+
+async def test_companyd_tools_lists_every_tool_and_approve_releases_the_held_ones(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    social = _social()
+    cfg = write_company(
+        tmp_path,
+        {
+            "marketing": {
+                "mcp_servers": {"social": social},
+                "tools": {"rate_limit": {"post_update": "5/day"}},
+            }
+        },
+    )
+    first = DaemonProcess(cfg, state, log=tmp_path / "d1.log")
+    try:
+        await first.start(timeout=90)
+        await _tools_json(first, lambda rows: any(r["tool"] == "post_update" for r in rows))
+    finally:
+        await first.stop()
+    social["env"] = {"TOOL_VARIANT": "2"}  # the server after an update
+    cfg = write_company(
+        tmp_path,
+        {
+            "marketing": {
+                "mcp_servers": {"social": social},
+                "tools": {"rate_limit": {"post_update": "5/day"}},
+            }
+        },
+    )
+    second = DaemonProcess(cfg, state, log=tmp_path / "d2.log")
+    try:
+        await second.start(timeout=90)
+        rows = await _tools_json(second, lambda rows: any(r["tool"] == "delete_post" for r in rows))
+        approve = await second.cli("tools", "approve", "social")
+        after = await _tools_json(second, lambda rows: not any(r["quarantined"] for r in rows))
+        text = await second.cli("tools")
+    finally:
+        await second.stop()
+    by_tool = {r["tool"]: r for r in rows}
+    assert by_tool["delete_post"]["quarantined"] and by_tool["post_update"]["quarantined"]
+    assert by_tool["delete_post"]["risk"] == "destructive"
+    assert not by_tool["read_inbox"]["quarantined"]
+    assert (
+        by_tool["read_inbox"]["risk"] == "read-only" and by_tool["read_inbox"]["policy"] == "free"
+    )
+    assert by_tool["read_inbox"]["origin"] == "mcp server social"
+    assert by_tool["recall"]["origin"] == "memory" and by_tool["recall"]["risk"] == "built-in"
+    assert approve.rc == 0, approve.err
+    assert "approved delete_post of social for marketing" in approve.out
+    released = {r["tool"]: r for r in after}
+    assert released["post_update"]["policy"] == "approval (risk)"
+    assert released["post_update"]["rate_limit"] == 5 and released["post_update"]["used_today"] == 0
+    assert released["delete_post"]["policy"] == "approval (risk)"
+    assert "QUARANTINED" not in text.out and "0/5" in text.out

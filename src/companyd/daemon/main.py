@@ -45,6 +45,7 @@ from companyd.daemon.protocol import socket_path
 from companyd.daemon.reload import Reloader, ReloadRecord
 from companyd.daemon.standby import stand_by
 from companyd.daemon.systemd import LoopLagMonitor, Notifier, StatusUpdater, Watchdog
+from companyd.daemon.toolsops import ToolsOps
 from companyd.daemon.tree import build_company_tree
 from companyd.daemon.views import Views
 from companyd.errors import EX_CONFIG, EX_SOFTWARE, CompanydError
@@ -124,7 +125,7 @@ def make_backend(
     return ClaudeBackend.from_config(config.spec.anthropic, clock=clock)
 
 
-class Daemon(Operator, Views, Reloader, Backups):
+class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
     """The running company: builds the tree, serves the operator, reloads, stops.
 
     Args:

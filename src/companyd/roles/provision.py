@@ -97,6 +97,8 @@ class Provisions:
         self._tool_store = tool_store
         #: (agent, server) → what a running MCP server offers in which toolbox
         self._live: dict[tuple[str, str], _Live] = {}
+        #: agent → its configuration and toolbox, as last built (``companyd tools``)
+        self._boxes: dict[str, tuple[AgentConfig, ToolBox]] = {}
         self._prompts: dict[str, str] = {}
 
     def forget_prompts(self) -> None:
@@ -146,6 +148,7 @@ class Provisions:
         if agent.tools.ask_founder and self._desk is not None:
             tools.append(ask_founder_tool(self._desk, agent))
         box = ToolBox.build(tools, agent.tools)
+        self._boxes[agent.slug] = (agent, box)
         for name, spec in agent.mcp_servers.items():
             # One bad server never stops the agent: it runs without that server's tools,
             # an alert says why, and the server is tried again with backoff — also when it
@@ -327,13 +330,24 @@ class Provisions:
                 live.added = await self._offer(live.agent, name, live.box, live.server, live.added)
         return approved
 
-    def offered(self) -> dict[tuple[str, str], list[str]]:
-        """What each running MCP server offers now, by (agent, server)."""
-        return {key: list(live.added) for key, live in self._live.items()}
-
-    def listed(self) -> dict[tuple[str, str], list[Tool]]:
-        """Every tool each running MCP server lists (offered or not), by (agent, server)."""
-        return {key: list(live.server.tools) for key, live in self._live.items()}
+    def tool_rows(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """Every tool of every started agent (or of ``agent``), for ``companyd tools``:
+        ``{agent, tool, origin, risk, policy, rate_limit, quarantined}``; the held-back tools
+        of its MCP servers included (``quarantined: true``).
+        """
+        rows: list[dict[str, Any]] = []
+        for slug, (cfg, box) in sorted(self._boxes.items()):
+            if agent is not None and slug != agent:
+                continue
+            for t in box.tools.values():
+                rows.append(_row(cfg, t, box.needs_approval(t.name), False))
+            for (a, _), live in sorted(self._live.items(), key=lambda kv: kv[0]):
+                if a != slug or live.box is not box:
+                    continue
+                for t in live.server.tools:
+                    if t.name not in live.added and t.name not in box.tools:
+                        rows.append(_row(cfg, t, t.approval, True))
+        return rows
 
 
 @dataclass
@@ -344,6 +358,28 @@ class _Live:
     box: ToolBox
     server: McpToolServer
     added: list[str]
+
+
+def _row(agent: AgentConfig, tool: Tool, asks: bool, held: bool) -> dict[str, Any]:
+    name = tool.name
+    if name in agent.require_approval:
+        policy = "approval (require_approval)"
+    elif name in agent.tools.allow_without_approval:
+        policy = "free (allow_without_approval)"
+    elif asks:
+        policy = "approval (risk)"
+    else:
+        policy = "free"
+    origin = tool.family.removeprefix("external:")
+    return {
+        "agent": agent.slug,
+        "tool": name,
+        "origin": f"mcp server {origin}" if tool.family.startswith("external:") else origin,
+        "risk": tool.risk or "built-in",
+        "policy": policy,
+        "rate_limit": agent.tools.rate_limit.get(name),
+        "quarantined": held,
+    }
 
 
 def _definition(tool: Any) -> dict[str, Any]:

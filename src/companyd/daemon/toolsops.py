@@ -1,0 +1,84 @@
+"""The Admin operations over the agents' tools: ``tools`` (every tool, its origin, risk,
+policy, rate limit and today's use, quarantined or not) and ``tools_approve`` (the founder
+approves the held-back tools of an MCP server; they are offered at once). docs/tools.md.
+
+:class:`ToolsOps` is a mixin of :class:`~companyd.daemon.main.Daemon`; it owns no state:
+the running toolboxes are the agents' provisions (:class:`~companyd.roles.provision.
+Provisions`), the counts and catalogues the tools store.
+"""
+
+from __future__ import annotations
+
+from companyd.admin import AdminError
+from companyd.admin.results import ToolsApproved, ToolsReport
+from companyd.config import CompanyConfig
+from companyd.roles.staff import Staff
+from companyd.roles.toolstore import RateLimits, ToolStore
+from companyd.storage import DB_ERRORS
+
+__all__ = ["ToolsOps"]
+
+
+class ToolsOps:
+    """``tools`` and ``tools_approve``. The attributes are the daemon's."""
+
+    config: CompanyConfig
+    staff: Staff
+    tool_store: ToolStore
+
+    def _known_agent(self, agent: str | None) -> None:
+        if agent is not None and agent not in self.config.agents:
+            raise AdminError(
+                f"no agent {agent!r}; agents: {', '.join(sorted(self.config.agents)) or '(none)'}"
+            )
+
+    async def tools(self, agent: str | None = None) -> ToolsReport:
+        """:meth:`Admin.tools`.
+
+        Raises:
+            AdminError: an unknown agent, or the tools store cannot be read.
+        """
+        self._known_agent(agent)
+        limits = RateLimits(
+            self.tool_store,
+            bus=self.staff.bus,
+            clock=self.staff.clock,
+            timezone=lambda: self.config.timezone,
+        )
+        day = limits.today()
+        try:
+            used = await self.tool_store.used(day)
+        except DB_ERRORS as exc:
+            raise AdminError(f"the tools store cannot be read: {exc}") from None
+        rows = self.staff.provisions.tool_rows(agent)
+        for row in rows:
+            row["used_today"] = used.get((row["agent"], row["tool"]), 0)
+        return ToolsReport(day=day, tools=rows)
+
+    async def tools_approve(self, server: str, agent: str | None = None) -> ToolsApproved:
+        """:meth:`Admin.tools_approve`.
+
+        Raises:
+            AdminError: an unknown agent, no agent has a server ``server``, or the store
+                cannot be written.
+        """
+        self._known_agent(agent)
+        having = sorted(
+            a.slug
+            for a in self.config.agents.values()
+            if server in a.mcp_servers and (agent is None or a.slug == agent)
+        )
+        if not having:
+            names = sorted({s for a in self.config.agents.values() for s in a.mcp_servers})
+            raise AdminError(
+                f"no MCP server {server!r}"
+                + (f" for agent {agent!r}" if agent else "")
+                + f"; servers: {', '.join(names) or '(none)'}"
+            )
+        try:
+            approved = await self.staff.provisions.release(server, agent)
+        except DB_ERRORS as exc:
+            raise AdminError(f"the tools store cannot be written: {exc}") from None
+        return ToolsApproved(
+            server=server, approved=[{"agent": a, "tool": t} for a, t in sorted(approved)]
+        )
