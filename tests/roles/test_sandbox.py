@@ -293,6 +293,19 @@ def test_doctor_checks_the_sandbox_and_names_each_unsandboxed_server(tmp_path: P
     assert "mcp_servers.a" not in warned.summary
 
 
+def test_doctor_says_when_no_sandbox_can_be_made_and_how_to_fix_it(tmp_path: Path) -> None:
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"a": {"command": "x"}}}})
+    env = _fake_bin(tmp_path, None)  # no bubblewrap
+    check = check_tool_sandbox(load_config(cfg), environ=env)
+    assert check.status == "problem", check
+    assert "agents.marketing.mcp_servers.a" in check.summary
+    assert "apt-get install bubblewrap" in check.summary and check.fix
+    bare = write_company(
+        tmp_path, {"marketing": {"mcp_servers": {"a": {"command": "x", "sandbox": False}}}}
+    )
+    assert check_tool_sandbox(load_config(bare), environ=env).status == "warning"
+
+
 async def _wait_for(predicate: Any, timeout: float = 60) -> Any:
     async with asyncio.timeout(timeout):
         while not (value := predicate()):

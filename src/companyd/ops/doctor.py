@@ -132,7 +132,7 @@ async def run_doctor(
                 _check_anthropic(config, env), _check_telegram(config, env)
             )
             report.checks += [api, telegram]
-        report.checks.append(await asyncio.to_thread(check_tool_sandbox, config))
+        report.checks.append(await asyncio.to_thread(check_tool_sandbox, config, environ=env))
         where = config.state_dir(state_dir)
     if where is None:
         report.checks.append(
@@ -238,8 +238,15 @@ def _check_secrets(config: CompanyConfig, env: Mapping[str, str]) -> Check:
     return Check("secrets", "ok", f"all {len(groups)} secret(s) company.yaml names can be found")
 
 
-def check_tool_sandbox(config: CompanyConfig, *, as_root: bool | None = None) -> Check:
-    """Can the MCP servers' sandboxes be created, and which servers run without one?"""
+def check_tool_sandbox(
+    config: CompanyConfig,
+    *,
+    as_root: bool | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Check:
+    """Can the MCP servers' sandboxes be created (with ``environ``'s PATH), and which
+    servers run without one?
+    """
     as_root = os.geteuid() == 0 if as_root is None else as_root
     boxed: list[str] = []
     bare: list[str] = []
@@ -253,7 +260,7 @@ def check_tool_sandbox(config: CompanyConfig, *, as_root: bool | None = None) ->
                 boxed.append(where)
                 users.add(spec.sandbox.run_as)
     try:
-        probe_sandbox(as_root=as_root, network=False)
+        probe_sandbox(as_root=as_root, network=False, environ=environ)
         if as_root:
             for user in sorted(users):
                 pwd.getpwnam(user)
