@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from companyd.admin.results import ToolsApproved
+from companyd.alerts.ops import act
+from companyd.alerts.render_kinds import render
 from companyd.roles.desk import ItemState
 from companyd.testing.daemon_process import DaemonProcess
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
@@ -238,3 +241,28 @@ async def test_companyd_tools_lists_every_tool_and_approve_releases_the_held_one
     assert released["post_update"]["rate_limit"] == 5 and released["post_update"]["used_today"] == 0
     assert released["delete_post"]["policy"] == "approval (risk)"
     assert "QUARANTINED" not in text.out and "0/5" in text.out
+
+
+async def test_the_quarantine_alert_carries_an_approve_button_that_releases_the_tools() -> None:
+    data = {
+        "agent": "marketing",
+        "server": "social",
+        "tools": {"delete_post": "new tool", "post_update": "changed description"},
+    }
+    rendered, buttons = render("tools_quarantined", data, "agent/marketing", {}, ["marketing"])
+    assert "offers new or changed tools; they are held back" in rendered.title
+    assert "delete_post: new tool" in rendered.lines
+    assert "approve them: companyd tools approve social" in rendered.lines
+    assert [(b.action, b.arg) for b in buttons] == [("approve_tools", "marketing/social")]
+
+    calls: list[tuple[str, str | None]] = []
+
+    class Approving:
+        async def tools_approve(self, server: str, agent: str | None = None) -> ToolsApproved:
+            calls.append((server, agent))
+            return ToolsApproved(server=server, approved=[{"agent": agent, "tool": "delete_post"}])
+
+    admin = Approving()
+    done, told = await act(admin, {"action": "approve_tools", "arg": "marketing/social"})  # type: ignore[arg-type]
+    assert done and told == "approved delete_post of social for marketing; offered now"
+    assert calls == [("social", "marketing")]

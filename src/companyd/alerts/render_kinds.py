@@ -527,6 +527,13 @@ def _tools_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Re
     return Rendered(title, tuple(lines))
 
 
+def _approve_tools_button(data: Data, agents: Collection[str]) -> list[Button]:
+    agent, server = data.get("agent"), data.get("server")
+    if not isinstance(agent, str) or not isinstance(server, str) or agent not in agents:
+        return []
+    return [Button(f"✅ Approve {server}'s tools", "approve_tools", f"{agent}/{server}")]
+
+
 def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"circuit breaker stopped a run of {_who(data)}"
     lines = []
@@ -729,7 +736,9 @@ KINDS: Mapping[str, KindSpec] = {
         "mcp_server_recovered", ("agent", "server"), _mcp_server_recovered
     ),
     ToolRateLimited.KIND: KindSpec("tool_rate_limited", ("agent", "tool"), _tool_rate_limited),
-    ToolsQuarantined.KIND: KindSpec("tools_quarantined", ("agent", "server"), _tools_quarantined),
+    ToolsQuarantined.KIND: KindSpec(
+        "tools_quarantined", ("agent", "server"), _tools_quarantined, _approve_tools_button
+    ),
     CircuitBreaker.KIND: KindSpec(
         "circuit_breaker", ("agent", "breaker"), _circuit_breaker, _pause_agent_button
     ),
