@@ -67,13 +67,15 @@ async def test_the_first_catalogue_is_approved_then_changes_are_held_until_appro
         same = await store.check_catalogue("a", "s", {"t": _tool("v1"), "u": _tool("u")})
         assert same.offered == {"t", "u"} and not same.held
         changed = {"t": _tool("v1", destructiveHint=True), "u": _tool("u"), "v": _tool("v")}
-        held = await store.check_catalogue("a", "s", changed)
+        held = await store.check_catalogue("a", "s", changed, now=100.0)
         assert held.offered == {"u"}
         assert dict(held.held) == {"t": "changed annotations", "v": "new tool"}
         assert dict(held.newly_held) == dict(held.held)
         again = await store.check_catalogue("a", "s", changed)
         assert dict(again.held) == dict(held.held) and not again.newly_held  # told once
-        assert await store.held() == {("a", "s"): ["t", "v"]}
+        assert await store.held() == [
+            {"agent": "a", "server": "s", "tools": ["t", "v"], "since": 100.0}
+        ]
         assert sorted(await store.approve("s")) == [("a", "t"), ("a", "v")]
         after = await store.check_catalogue("a", "s", changed)
         assert after.offered == {"t", "u", "v"} and not after.held

@@ -32,7 +32,7 @@ from companyd.cli.main import print_json
 from companyd.cli.runs_text import last_lines, run_list_lines, transcript_lines
 from companyd.clock import SystemClock
 from companyd.config import default_config_path, load_config, state_backend
-from companyd.daemon.inbox import decisions_of, on_desk
+from companyd.daemon.inbox import TOOLS_ITEM, decisions_of, on_desk
 from companyd.daemon.lock import StateLock
 from companyd.daemon.main import Daemon, make_backend
 from companyd.errors import CompanydError, UnknownName, UsageError
@@ -41,6 +41,7 @@ from companyd.roles.desk import Desk, ItemState
 from companyd.roles.improver import ProposalError, Proposals
 from companyd.roles.journal import Journal
 from companyd.roles.tasks import RunStatus
+from companyd.roles.toolstore import ToolStore
 from companyd.storage import DB_ERRORS
 
 __all__ = ["register"]
@@ -494,6 +495,18 @@ def _store(args: argparse.Namespace) -> Any:
 
 def _proposals(args: argparse.Namespace) -> int:
     def offline() -> dict[str, Any]:
+        if args.decision == "approve" and args.proposal_id.startswith(TOOLS_ITEM):
+            # held-back MCP tools: written to the tools store, offered at the next start
+            agent, _, server = args.proposal_id.removeprefix(TOOLS_ITEM).partition("/")
+            approved = asyncio.run(_approve_tools_offline(args, server, agent))
+            names = ", ".join(t for _, t in approved)
+            return {
+                "message": f"approved {names} of {server} for {agent}; offered when the daemon "
+                "starts"
+                if approved
+                else f"nothing of {server} was held back"
+            }
+
         async def go() -> dict[str, Any]:
             store = _store(args)
             try:
@@ -538,6 +551,18 @@ def _decide(args: argparse.Namespace) -> int:
         )
 
     def offline() -> dict[str, Any]:
+        if args.decision == "approve" and args.proposal_id.startswith(TOOLS_ITEM):
+            # held-back MCP tools: written to the tools store, offered at the next start
+            agent, _, server = args.proposal_id.removeprefix(TOOLS_ITEM).partition("/")
+            approved = asyncio.run(_approve_tools_offline(args, server, agent))
+            names = ", ".join(t for _, t in approved)
+            return {
+                "message": f"approved {names} of {server} for {agent}; offered when the daemon "
+                "starts"
+                if approved
+                else f"nothing of {server} was held back"
+            }
+
         async def go() -> dict[str, Any]:
             store = _store(args)
             try:
@@ -557,3 +582,14 @@ def _decide(args: argparse.Namespace) -> int:
     return _via_daemon_or_files(
         args, args.decision, {key: args.proposal_id}, offline, _print_message
     )
+
+
+async def _approve_tools_offline(
+    args: argparse.Namespace, server: str, agent: str
+) -> list[tuple[str, str]]:
+    cfg, state_dir = _config_and_state(args)
+    store = ToolStore(state_dir / "tools.sqlite", backend=state_backend(cfg))
+    try:
+        return await store.approve(server, agent or None)
+    finally:
+        await store.close()

@@ -62,9 +62,10 @@ from companyd.alerts.service import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
 from companyd.daemon.dashboard import WebDashboard
-from companyd.daemon.inbox import decide, decisions_of, gather_inbox, on_desk
+from companyd.daemon.inbox import TOOLS_ITEM, decide, decisions_of, gather_inbox, on_desk
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
+from companyd.daemon.toolsops import approve_tools_item
 from companyd.roles.desk import Desk, ItemState
 from companyd.roles.improver import ProposalError
 from companyd.roles.improver import Proposals as ProposalStore
@@ -511,6 +512,8 @@ class Operator:
             return await decide(
                 self.desk, item_id, ItemState.APPROVED, "", by=by or "founder", via=via
             )
+        if item_id.startswith(TOOLS_ITEM):
+            return await approve_tools_item(self.staff, self.config, item_id, by or "founder")
         try:
             p = await self.proposal_store.approve(item_id)
         except ProposalError as exc:
@@ -548,7 +551,9 @@ class Operator:
 
     async def inbox(self) -> Inbox:
         """:meth:`Admin.inbox`."""
-        return await gather_inbox(self.desk, self.proposal_store, self.journal)
+        return await gather_inbox(
+            self.desk, self.proposal_store, self.journal, self.staff.provisions.tool_store
+        )
 
     async def revert(self, proposal_id: str) -> ProposalDecision:
         """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away.

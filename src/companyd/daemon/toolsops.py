@@ -10,13 +10,77 @@ Provisions`), the counts and catalogues the tools store.
 from __future__ import annotations
 
 from companyd.admin import AdminError
-from companyd.admin.results import ToolsApproved, ToolsReport
+from companyd.admin.results import DeskDecision, ToolsApproved, ToolsReport
 from companyd.config import CompanyConfig
+from companyd.daemon.inbox import TOOLS_ITEM
 from companyd.roles.staff import Staff
 from companyd.roles.toolstore import RateLimits, ToolStore
 from companyd.storage import DB_ERRORS
 
-__all__ = ["ToolsOps"]
+__all__ = ["ToolsOps", "approve_tools_item", "release"]
+
+
+async def release(
+    staff: Staff, config: CompanyConfig, server: str, agent: str | None
+) -> list[tuple[str, str]]:
+    """Approve the held-back tools of ``server`` (of ``agent``, or every agent with it);
+    offered at once. ``[(agent, tool)]``.
+
+    Raises:
+        AdminError: an unknown agent, no such server, or the store cannot be written.
+    """
+    if agent is not None and agent not in config.agents:
+        raise AdminError(
+            f"no agent {agent!r}; agents: {', '.join(sorted(config.agents)) or '(none)'}"
+        )
+    having = [
+        a.slug
+        for a in config.agents.values()
+        if server in a.mcp_servers and (agent is None or a.slug == agent)
+    ]
+    if not having:
+        names = sorted({s for a in config.agents.values() for s in a.mcp_servers})
+        raise AdminError(
+            f"no MCP server {server!r}"
+            + (f" for agent {agent!r}" if agent else "")
+            + f"; servers: {', '.join(names) or '(none)'}"
+        )
+    try:
+        return sorted(await staff.provisions.release(server, agent))
+    except DB_ERRORS as exc:
+        raise AdminError(f"the tools store cannot be written: {exc}") from None
+
+
+async def approve_tools_item(
+    staff: Staff, config: CompanyConfig, item_id: str, by: str
+) -> DeskDecision:
+    """``companyd approve tools:AGENT/SERVER`` (the inbox item of held-back tools), as a
+    desk decision so every front end (CLI, Telegram, dashboard) shows it like the others.
+    """
+    agent, _, server = item_id.removeprefix(TOOLS_ITEM).partition("/")
+    approved = await release(staff, config, server, agent or None)
+    now = staff.clock.time()
+    names = ", ".join(t for _, t in approved)
+    message = (
+        f"approved {names} of {server} for {agent}; offered now"
+        if approved
+        else f"nothing of {server} was held back any more"
+    )
+    return DeskDecision(
+        id=item_id,
+        kind="tools",
+        agent=agent,
+        run_id=None,
+        routine=None,
+        details={"server": server, "approved": [t for _, t in approved]},
+        state="approved",
+        created=now,
+        deadline=now,
+        decided=now,
+        text="",
+        decided_by=by,
+        message=message,
+    )
 
 
 class ToolsOps:
@@ -62,23 +126,7 @@ class ToolsOps:
             AdminError: an unknown agent, no agent has a server ``server``, or the store
                 cannot be written.
         """
-        self._known_agent(agent)
-        having = sorted(
-            a.slug
-            for a in self.config.agents.values()
-            if server in a.mcp_servers and (agent is None or a.slug == agent)
-        )
-        if not having:
-            names = sorted({s for a in self.config.agents.values() for s in a.mcp_servers})
-            raise AdminError(
-                f"no MCP server {server!r}"
-                + (f" for agent {agent!r}" if agent else "")
-                + f"; servers: {', '.join(names) or '(none)'}"
-            )
-        try:
-            approved = await self.staff.provisions.release(server, agent)
-        except DB_ERRORS as exc:
-            raise AdminError(f"the tools store cannot be written: {exc}") from None
+        approved = await release(self.staff, self.config, server, agent)
         return ToolsApproved(
             server=server, approved=[{"agent": a, "tool": t} for a, t in sorted(approved)]
         )

@@ -282,7 +282,9 @@ class Provisions:
                 t.name: _definition(t) for t in server.listed if getattr(t, "name", "") in offered
             }
             try:
-                cat = await self._tool_store.check_catalogue(agent.slug, name, definitions)
+                cat = await self._tool_store.check_catalogue(
+                    agent.slug, name, definitions, now=self._clock.time()
+                )
             except DB_ERRORS as exc:
                 # fail closed: nothing unapproved is offered while the store cannot say
                 log.warning(
@@ -329,6 +331,11 @@ class Provisions:
             if name == server and (agent is None or slug == agent):
                 live.added = await self._offer(live.agent, name, live.box, live.server, live.added)
         return approved
+
+    @property
+    def tool_store(self) -> ToolStore | None:
+        """The approved catalogues and daily counts (None: not kept)."""
+        return self._tool_store
 
     def tool_rows(self, agent: str | None = None) -> list[dict[str, Any]]:
         """Every tool of every started agent (or of ``agent``), for ``companyd tools``:

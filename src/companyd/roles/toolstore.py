@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS catalogue (
     definition TEXT NOT NULL,           -- JSON: the approved definition
     pending TEXT NOT NULL DEFAULT '',   -- fingerprint of a new/changed definition held back
     pending_definition TEXT NOT NULL DEFAULT '',
+    held_since DOUBLE PRECISION NOT NULL DEFAULT 0,  -- when the pending one was first seen
     PRIMARY KEY (agent, server, tool)
 );
 """
@@ -153,12 +154,17 @@ class ToolStore:
         return await self._db.run(go)
 
     async def check_catalogue(
-        self, agent: str, server: str, listed: Mapping[str, Mapping[str, Any]]
+        self,
+        agent: str,
+        server: str,
+        listed: Mapping[str, Mapping[str, Any]],
+        now: float = 0.0,
     ) -> Catalogue:
         """Compare ``listed`` (tool name → definition, this start's ``tools/list``) with the
         approved catalogue of ``server`` of ``agent``. The first catalogue of a server is
         approved as it is; later, a new tool or a changed definition is held back until
-        :meth:`approve`; a tool the server no longer lists is forgotten.
+        :meth:`approve`; a tool the server no longer lists is forgotten. ``now``: when (a
+        held tool's ``held_since``).
         """
 
         def go(db: Connection) -> Catalogue:
@@ -198,15 +204,16 @@ class ToolStore:
                 if old is None:
                     db.execute(
                         "INSERT INTO catalogue (agent, server, tool, fingerprint, definition, "
-                        "pending, pending_definition) VALUES (?, ?, ?, '', '', ?, ?)",
-                        (agent, server, name, fp, text),
+                        "pending, pending_definition, held_since) "
+                        "VALUES (?, ?, ?, '', '', ?, ?, ?)",
+                        (agent, server, name, fp, text, now),
                     )
                     newly[name] = what
                 elif old[2] != fp:
                     db.execute(
-                        "UPDATE catalogue SET pending = ?, pending_definition = ? "
+                        "UPDATE catalogue SET pending = ?, pending_definition = ?, held_since = ? "
                         "WHERE agent = ? AND server = ? AND tool = ?",
-                        (fp, text, agent, server, name),
+                        (fp, text, now, agent, server, name),
                     )
                     newly[name] = what
             for name in set(known) - set(listed):
@@ -241,18 +248,23 @@ class ToolStore:
 
         return await self._db.run(lambda db: _transaction(db, go))
 
-    async def held(self) -> dict[tuple[str, str], list[str]]:
-        """Tools held back, by (agent, server)."""
+    async def held(self) -> list[dict[str, Any]]:
+        """Tools held back, ``{agent, server, tools, since}`` per server of an agent."""
 
-        def go(db: Connection) -> dict[tuple[str, str], list[str]]:
-            out: dict[tuple[str, str], list[str]] = {}
+        def go(db: Connection) -> list[dict[str, Any]]:
+            out: dict[tuple[str, str], dict[str, Any]] = {}
             rows = db.execute(
-                "SELECT agent, server, tool FROM catalogue WHERE pending != '' "
+                "SELECT agent, server, tool, held_since FROM catalogue WHERE pending != '' "
                 "ORDER BY agent, server, tool"
             ).fetchall()
-            for a, s, t in rows:
-                out.setdefault((str(a), str(s)), []).append(str(t))
-            return out
+            for a, s, t, since in rows:
+                entry = out.setdefault(
+                    (str(a), str(s)),
+                    {"agent": str(a), "server": str(s), "tools": [], "since": float(since)},
+                )
+                entry["tools"].append(str(t))
+                entry["since"] = min(entry["since"], float(since))
+            return list(out.values())
 
         return await self._db.run(go)
 
