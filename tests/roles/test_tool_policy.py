@@ -221,7 +221,7 @@ async def test_companyd_tools_lists_every_tool_and_approve_releases_the_held_one
         await second.start(timeout=90)
         rows = await _tools_json(second, lambda rows: any(r["tool"] == "delete_post" for r in rows))
         inbox = await second.cli("inbox", "--json")
-        approve = await second.cli("approve", "tools:marketing/social")  # the inbox's action
+        approve = await second.cli("approve", "tools:marketing:social")  # the inbox's action
         after = await _tools_json(second, lambda rows: not any(r["quarantined"] for r in rows))
         text = await second.cli("tools")
         again = await second.cli("tools", "approve", "social")
@@ -238,7 +238,7 @@ async def test_companyd_tools_lists_every_tool_and_approve_releases_the_held_one
     assert by_tool["read_inbox"]["origin"] == "mcp server social"
     assert by_tool["recall"]["origin"] == "memory" and by_tool["recall"]["risk"] == "built-in"
     items = [i for i in json.loads(inbox.out)["items"] if i["kind"] == "tools"]
-    assert [(i["id"], i["actions"]) for i in items] == [("tools:marketing/social", ["approve"])]
+    assert [(i["id"], i["actions"]) for i in items] == [("tools:marketing:social", ["approve"])]
     assert "delete_post, post_update" in items[0]["summary"]
     assert approve.rc == 0, approve.err
     assert "approved delete_post, post_update of social for marketing" in approve.out

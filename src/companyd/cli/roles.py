@@ -495,18 +495,6 @@ def _store(args: argparse.Namespace) -> Any:
 
 def _proposals(args: argparse.Namespace) -> int:
     def offline() -> dict[str, Any]:
-        if args.decision == "approve" and args.proposal_id.startswith(TOOLS_ITEM):
-            # held-back MCP tools: written to the tools store, offered at the next start
-            agent, _, server = args.proposal_id.removeprefix(TOOLS_ITEM).partition("/")
-            approved = asyncio.run(_approve_tools_offline(args, server, agent))
-            names = ", ".join(t for _, t in approved)
-            return {
-                "message": f"approved {names} of {server} for {agent}; offered when the daemon "
-                "starts"
-                if approved
-                else f"nothing of {server} was held back"
-            }
-
         async def go() -> dict[str, Any]:
             store = _store(args)
             try:
@@ -553,7 +541,7 @@ def _decide(args: argparse.Namespace) -> int:
     def offline() -> dict[str, Any]:
         if args.decision == "approve" and args.proposal_id.startswith(TOOLS_ITEM):
             # held-back MCP tools: written to the tools store, offered at the next start
-            agent, _, server = args.proposal_id.removeprefix(TOOLS_ITEM).partition("/")
+            agent, _, server = args.proposal_id.removeprefix(TOOLS_ITEM).partition(":")
             approved = asyncio.run(_approve_tools_offline(args, server, agent))
             names = ", ".join(t for _, t in approved)
             return {

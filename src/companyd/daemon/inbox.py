@@ -25,7 +25,7 @@ __all__ = ["TOOLS_ITEM", "decide", "decisions_of", "gather_inbox", "on_desk"]
 
 
 #: The id prefix of an inbox item for the held-back tools of an MCP server:
-#: ``tools:AGENT/SERVER``.
+#: ``tools:AGENT:SERVER``.
 TOOLS_ITEM = "tools:"
 
 
@@ -103,7 +103,7 @@ async def gather_inbox(
 
     A store given as None has nothing (the CLI without a daemon passes None for a file that
     does not exist yet: reading must not create it). ``tools``: the MCP servers' tools held
-    back (an item ``tools:AGENT/SERVER`` per server, approved with ``companyd approve``).
+    back (an item ``tools:AGENT:SERVER`` per server, approved with ``companyd approve``).
     """
     items = [_desk_entry(i) for i in await desk.pending()] if desk is not None else []
     if proposals is not None:
@@ -133,7 +133,7 @@ async def gather_inbox(
     if tools is not None:
         items += [
             InboxItem(
-                id=f"{TOOLS_ITEM}{h['agent']}/{h['server']}",
+                id=f"{TOOLS_ITEM}{h['agent']}:{h['server']}",
                 kind="tools",
                 agent=h["agent"],
                 created=h["since"],

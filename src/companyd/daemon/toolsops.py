@@ -33,31 +33,32 @@ async def release(
         raise AdminError(
             f"no agent {agent!r}; agents: {', '.join(sorted(config.agents)) or '(none)'}"
         )
+    try:
+        approved = sorted(await staff.provisions.release(server, agent))
+    except DB_ERRORS as exc:
+        raise AdminError(f"the tools store cannot be written: {exc}") from None
     having = [
         a.slug
         for a in config.agents.values()
         if server in a.mcp_servers and (agent is None or a.slug == agent)
     ]
-    if not having:
+    if not approved and not having:
         names = sorted({s for a in config.agents.values() for s in a.mcp_servers})
         raise AdminError(
             f"no MCP server {server!r}"
             + (f" for agent {agent!r}" if agent else "")
             + f"; servers: {', '.join(names) or '(none)'}"
         )
-    try:
-        return sorted(await staff.provisions.release(server, agent))
-    except DB_ERRORS as exc:
-        raise AdminError(f"the tools store cannot be written: {exc}") from None
+    return approved
 
 
 async def approve_tools_item(
     staff: Staff, config: CompanyConfig, item_id: str, by: str
 ) -> DeskDecision:
-    """``companyd approve tools:AGENT/SERVER`` (the inbox item of held-back tools), as a
+    """``companyd approve tools:AGENT:SERVER`` (the inbox item of held-back tools), as a
     desk decision so every front end (CLI, Telegram, dashboard) shows it like the others.
     """
-    agent, _, server = item_id.removeprefix(TOOLS_ITEM).partition("/")
+    agent, _, server = item_id.removeprefix(TOOLS_ITEM).partition(":")
     approved = await release(staff, config, server, agent or None)
     now = staff.clock.time()
     names = ", ".join(t for _, t in approved)

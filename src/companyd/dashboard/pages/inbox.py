@@ -53,6 +53,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("result", "Results awaiting approval"),
     ("proposal", "Proposals"),
     ("quarantined", "Quarantined tasks"),
+    ("tools", "New or changed tools held back"),
 )
 
 
@@ -82,7 +83,7 @@ INBOX_KINDS = frozenset(
     {
         "founder_approval_requested", "founder_question", "founder_result_for_approval",
         "founder_decided", "proposal_created", "proposal_applied", "task_quarantined",
-        "operator_action",
+        "tools_quarantined", "operator_action",
     }
 )  # fmt: skip
 
