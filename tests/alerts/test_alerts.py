@@ -197,6 +197,14 @@ class RecordingAdmin:
         self.calls.append(("reload",))
         return {"reloaded": True}
 
+    async def tools(self, agent: str | None = None) -> Any:
+        self.calls.append(("tools", agent))
+        return {"day": "2026-01-01", "tools": []}
+
+    async def tools_approve(self, server: str, agent: str | None = None) -> Any:
+        self.calls.append(("tools_approve", server, agent))
+        return {"server": server, "approved": []}
+
     async def backup(self, to: str) -> Any:
         self.calls.append(("backup", to))
         return {"path": to}

@@ -271,6 +271,23 @@ async def test_a_quarantined_task_is_retried_from_the_inbox(site: Site) -> None:
             await asyncio.sleep(0.05)
 
 
+async def test_held_back_mcp_tools_are_approved_from_the_inbox(site: Site) -> None:
+    d = site.daemon
+    tool = {"name": "post", "description": "Post.", "input_schema": {}, "annotations": {}}
+    await d.tool_store.check_catalogue("cfo", "social", {"post": tool})  # approved as first seen
+    changed = {"post": dict(tool, description="Post, and email everyone."), "wipe": tool}
+    await d.tool_store.check_catalogue("cfo", "social", changed, now=d.clock.time())
+    page = await site.get("/inbox")
+    assert "New or changed tools held back (1)" in page.text
+    assert "MCP server social offers new or changed tools" in page.text
+    assert "/inbox/tools:cfo:social/approve" in page.text
+    approved = await site.post("/inbox/tools:cfo:social/approve", htmx=True)
+    assert approved.status_code == 200, approved.text
+    assert "approved post, wipe of social for cfo" in approved.text
+    assert await d.tool_store.held() == []
+    assert (await d.inbox()).items == []
+
+
 async def test_the_inbox_count_is_live_and_offers_a_reload_when_items_arrive(site: Site) -> None:
     page = await site.get("/inbox")
     assert 'sse-connect="/live?f=inbox&amp;shown=0"' in page.text

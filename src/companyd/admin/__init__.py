@@ -102,6 +102,8 @@ if TYPE_CHECKING:
         Status,
         TaskRetried,
         Tasks,
+        ToolsApproved,
+        ToolsReport,
     )
     from companyd.admin.wire import OPERATIONS, ArgumentError, check_arguments, result_data
 
@@ -181,6 +183,8 @@ __all__ = [
     "ThreadRun",
     "Tokens",
     "ToolStep",
+    "ToolsApproved",
+    "ToolsReport",
     "VerificationCheck",
     "VerificationStep",
     "as_list",
@@ -201,6 +205,8 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
+    "ToolsReport": "companyd.admin.results",
+    "ToolsApproved": "companyd.admin.results",
     "ResumedAll": "companyd.admin.results",
     "JobResumed": "companyd.admin.results",
     "waiting_text": "companyd.admin._status_text",

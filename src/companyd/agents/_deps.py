@@ -20,7 +20,7 @@ from companyd.agents._run import RunState
 from companyd.agents._tools import MemoryPort, ToolBox
 from companyd.clock import Clock
 from companyd.config import AgentConfig
-from companyd.desk import Desk
+from companyd.desk import Desk, RateLimits
 from companyd.events import EventBus
 from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, Task
@@ -177,6 +177,7 @@ class AgentDeps:
         state_dir: the daemon's state directory (named in disk alerts).
         desk: the founder's desk (approvals of ``require_approval`` tools); None: such
             calls are refused.
+        rate_limits: ``tools.rate_limit`` (durable day counts); None: not applied.
     """
 
     staff: StaffPort
@@ -188,3 +189,4 @@ class AgentDeps:
     budget_exhausted_error: type[Exception]
     state_dir: Path
     desk: Desk | None = None
+    rate_limits: RateLimits | None = None

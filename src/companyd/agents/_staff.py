@@ -41,10 +41,11 @@ from companyd.agents._tools import ToolBox
 from companyd.agents._walls import WALL_REASON, QuotaWalls
 from companyd.clock import Clock, clock_time
 from companyd.config import AgentConfig, CompanyConfig
-from companyd.desk import Desk, Proposals
+from companyd.desk import Desk, Proposals, RateLimits, ToolStore
 from companyd.events import EventBus
 from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, RunStatus, Task, TaskState
+from companyd.sandbox import ToolSandbox, tool_server_secrets
 from companyd.supervision import ChildContext, ChildFn
 
 __all__ = ["Staff"]
@@ -68,6 +69,7 @@ class Staff:
         proposals: the improver's proposal store (gives agents with ``can_modify`` their
             tools).
         desk: the founder's desk (approvals and ``ask_founder``), if any.
+        tool_store: the tools store (rate-limit counts, MCP catalogues), if any.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class Staff:
         state_dir: Path,
         proposals: Proposals | None = None,
         desk: Desk | None = None,
+        tool_store: ToolStore | None = None,
     ) -> None:
         self._config = config
         self.bus = bus
@@ -117,6 +120,18 @@ class Staff:
             colleagues=self.colleagues,
             proposals=proposals,
             desk=desk,
+            sandbox=ToolSandbox(
+                state_dir,
+                protected=tool_server_secrets(config.path),
+            ),
+            tool_store=tool_store,
+        )
+        rate_limits = (
+            None
+            if tool_store is None
+            else RateLimits(
+                tool_store, bus=bus, clock=clock, timezone=lambda: self._config.timezone
+            )
         )
         #: What each agent is built from (a fresh Agent per start of its child).
         self.agent_deps = AgentDeps(
@@ -129,6 +144,7 @@ class Staff:
             budget_exhausted_error=budget_exhausted_error,
             state_dir=state_dir,
             desk=desk,
+            rate_limits=rate_limits,
         )
         self._agent_tasks: dict[str, asyncio.Task[Any]] = {}
         self._injected: set[str] = set()

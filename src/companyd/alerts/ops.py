@@ -219,6 +219,13 @@ async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bo
             if action == "run_job":
                 await a.run_job(arg)
                 return True, f"started routine {arg}"
+            if action == "approve_tools":
+                agent, _, server = arg.partition("/")
+                approved = await a.tools_approve(server, agent or None)
+                names = ", ".join(str(t.get("tool")) for t in approved.approved)
+                if not names:
+                    return True, f"nothing of {server} was held back any more"
+                return True, f"approved {names} of {server} for {agent}; offered now"
     except AdminError as exc:
         return False, str(exc)
     except TimeoutError:

@@ -58,6 +58,8 @@ from companyd.events import (
     TaskQuarantined,
     TelegramCommandsFailing,
     TelegramCommandsRecovered,
+    ToolRateLimited,
+    ToolsQuarantined,
     UnknownModelPrice,
 )
 
@@ -584,6 +586,39 @@ def _mcp_server_recovered(data: Data, source: str, counts: Mapping[str, int]) ->
     return Rendered(title, tuple(lines))
 
 
+def _tool_rate_limited(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"{_who(data)} reached the daily limit of {txt(data.get('tool'), 80)!r}; further "
+        "calls today are refused"
+    )
+    lines = [
+        f"limit: {txt(data.get('limit'))} a day (tools.rate_limit), day {txt(data.get('day'))}"
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _tools_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"MCP server {txt(data.get('server'), 80)!r} of {_who(data)} offers new or changed "
+        "tools; they are held back"
+    )
+    tools = data.get("tools")
+    lines = (
+        [f"{txt(k, 80)}: {txt(v, 120)}" for k, v in list(tools.items())[:8]]
+        if isinstance(tools, dict)
+        else []
+    )
+    lines.append(f"approve them: companyd tools approve {txt(data.get('server'), 80)}")
+    return Rendered(title, tuple(lines))
+
+
+def _approve_tools_button(data: Data, agents: Collection[str]) -> list[Button]:
+    agent, server = data.get("agent"), data.get("server")
+    if not isinstance(agent, str) or not isinstance(server, str) or agent not in agents:
+        return []
+    return [Button(f"✅ Approve {server}'s tools", "approve_tools", f"{agent}/{server}")]
+
+
 def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"circuit breaker stopped a run of {_who(data)}"
     lines = []
@@ -797,6 +832,10 @@ KINDS: Mapping[str, KindSpec] = {
     McpServerFailed.KIND: KindSpec("mcp_server_failed", ("agent", "server"), _mcp_server_failed),
     McpServerRecovered.KIND: KindSpec(
         "mcp_server_recovered", ("agent", "server"), _mcp_server_recovered
+    ),
+    ToolRateLimited.KIND: KindSpec("tool_rate_limited", ("agent", "tool"), _tool_rate_limited),
+    ToolsQuarantined.KIND: KindSpec(
+        "tools_quarantined", ("agent", "server"), _tools_quarantined, _approve_tools_button
     ),
     CircuitBreaker.KIND: KindSpec(
         "circuit_breaker", ("agent", "breaker"), _circuit_breaker, _pause_agent_button

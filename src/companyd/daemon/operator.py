@@ -69,7 +69,9 @@ from companyd.config import CompanyConfig
 from companyd.daemon.dashboard import WebDashboard
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
+from companyd.daemon.toolsops import approve_tools_item
 from companyd.desk import (
+    TOOLS_ITEM,
     Desk,
     ItemState,
     ProposalError,
@@ -558,6 +560,8 @@ class Operator:
                 return await decide(
                     self.desk, item_id, ItemState.APPROVED, "", by=by or "founder", via=via
                 )
+            if item_id.startswith(TOOLS_ITEM):
+                return await approve_tools_item(self.staff, self.config, item_id, by or "founder")
             try:
                 p = await self.proposal_store.approve(item_id)
             except ProposalError as exc:
@@ -632,7 +636,9 @@ class Operator:
 
     async def inbox(self) -> Inbox:
         """:meth:`Admin.inbox`."""
-        return await gather_inbox(self.desk, self.proposal_store, self.journal)
+        return await gather_inbox(
+            self.desk, self.proposal_store, self.journal, self.staff.provisions.tool_store
+        )
 
     async def revert(self, proposal_id: str) -> ProposalDecision:
         """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away.

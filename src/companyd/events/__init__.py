@@ -97,7 +97,12 @@ from companyd.events.supervision import (
     SupStarted,
     SupStopped,
 )
-from companyd.events.tools import McpServerFailed, McpServerRecovered
+from companyd.events.tools import (
+    McpServerFailed,
+    McpServerRecovered,
+    ToolRateLimited,
+    ToolsQuarantined,
+)
 
 __all__ = [
     "EVENT_TYPES",
@@ -172,6 +177,8 @@ __all__ = [
     "TaskQuarantined",
     "TelegramCommandsFailing",
     "TelegramCommandsRecovered",
+    "ToolRateLimited",
+    "ToolsQuarantined",
     "UnknownModelPrice",
     "event_from",
     "event_from_dict",

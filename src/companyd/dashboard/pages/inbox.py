@@ -54,6 +54,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("result", "Results awaiting approval"),
     ("proposal", "Proposals"),
     ("quarantined", "Quarantined tasks"),
+    ("tools", "New or changed tools held back"),
 )
 
 
@@ -103,7 +104,7 @@ INBOX_KINDS = frozenset(
     {
         "founder_approval_requested", "founder_question", "founder_result_for_approval",
         "founder_decided", "proposal_created", "proposal_applied", "task_quarantined",
-        "operator_action",
+        "tools_quarantined", "operator_action",
     }
 )  # fmt: skip
 
