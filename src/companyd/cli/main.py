@@ -63,6 +63,7 @@ _AREAS = (
     "companyd.cli.alerts",
     "companyd.cli.doctor",
     "companyd.cli.backup",
+    "companyd.cli.upgrade",
 )
 
 
