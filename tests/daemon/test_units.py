@@ -442,3 +442,46 @@ def test_ci_check_fails_on_a_template_whose_credential_is_not_optional(tmp_path:
     out = subprocess.run([str(CHECK), str(unit)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1, out.stdout
     assert "Invalid syntax" in out.stderr and "companyd_database_url" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("prefix", "where"),
+    [
+        ("/home/alice/companyd/.venv", "under /home"),
+        ("/root/companyd/.venv", "under /root"),
+        ("/run/user/1000/venv", "under /run/user"),
+        ("/var/tmp/venv", "under /var/tmp"),
+    ],
+)
+def test_install_service_refuses_a_prefix_its_hardening_hides(
+    prefix: str, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run("install-service", "--dry-run", "--prefix", prefix, capsys=capsys)
+    assert code == 2, (out, err)
+    assert f"the prefix {prefix!r} is {where}" in err
+    assert "ProtectHome=yes" in err and "PrivateTmp=yes" in err
+    assert "/opt/companyd/venv" in err and "docs/deploy.md" in err  # the fix
+    assert "would" not in out  # nothing planned
+
+
+def test_install_service_refuses_a_tmp_checkout_venv_and_one_linked_into_home(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix = _fake_prefix(tmp_path)  # a checkout's venv under /tmp: PrivateTmp hides it
+    code, _, err = _run("install-service", "--prefix", str(prefix), capsys=capsys)
+    assert code == 2 and "is under /tmp" in err
+    # a prefix outside, symlinked to a hidden one, is hidden as well
+    from companyd.cli.daemon import hidden_by_hardening
+
+    assert hidden_by_hardening(Path("/opt/companyd/venv")) is None
+    with short_dir() as base:
+        if not str(base).startswith("/tmp"):
+            link = base / "venv"
+            link.symlink_to(prefix)
+            assert "through a symlink" in (hidden_by_hardening(link) or "")
+    # staging a package with --root only warns: the prefix is the target machine's
+    root = tmp_path / "root"
+    code, _, err = _run(
+        "install-service", "--prefix", str(prefix), "--root", str(root), capsys=capsys
+    )
+    assert code == 0 and err.startswith("warning: the prefix")
