@@ -152,11 +152,14 @@ def test_template_is_the_single_unit_per_company(
     # default when the file is missing (systemd 252 has no ImportCredential=)
     assert template[s]["SetCredential"] == ["companyd_database_url:\\n"]
     assert one(template, "Unit", "OnFailure") == "companyd-instance-alert@%i.service"
+    # the optional environment file (TELEGRAM_CHAT_ID: `companyd telegram setup --env-file`)
+    assert one(template, s, "EnvironmentFile") == "-/etc/companyd/%i/companyd.env"
+    assert one(service, s, "EnvironmentFile") == "-/etc/companyd/companyd.env"
     # everything else, the hardening included, is the single unit's, value for value
     differ = {
         "ExecStart", "StateDirectory", "RuntimeDirectory", "ConfigurationDirectory",
         "WorkingDirectory", "User", "LoadCredential", "SetCredential", "OnFailure",
-        "Description",
+        "Description", "EnvironmentFile",
     }  # fmt: skip
     for section in ("Unit", "Service", "Install"):
         mine = {k: v for k, v in template[section].items() if k not in differ}
@@ -177,7 +180,10 @@ def test_instance_alert_unit_reads_the_company_of_its_instance(
     assert one(instance_alert, s, "ConfigurationDirectory") == "companyd/%i"
     assert one(instance_alert, s, "User") == "companyd-%i"
     assert "StateDirectory" not in instance_alert[s]
-    differ = {"ExecStart", "ConfigurationDirectory", "LoadCredential", "User"}
+    # the chat id: the same environment file as the company's own unit
+    assert one(instance_alert, s, "EnvironmentFile") == "-/etc/companyd/%i/companyd.env"
+    assert one(alert, s, "EnvironmentFile") == "-/etc/companyd/companyd.env"
+    differ = {"ExecStart", "ConfigurationDirectory", "LoadCredential", "User", "EnvironmentFile"}
     mine = {k: v for k, v in instance_alert[s].items() if k not in differ}
     assert mine == {k: v for k, v in alert[s].items() if k not in differ}
 
