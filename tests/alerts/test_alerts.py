@@ -1194,7 +1194,7 @@ async def test_a_refused_token_at_start_shows_both_halves_failing_with_the_reaso
     """``getMe`` refused (401) at start: neither half can work. The snapshot says so with the
     reason, instead of 'degraded' and 'starting' with no why.
     """
-    from companyd.status_text import telegram_health
+    from companyd.admin import telegram_health
 
     async with harness(tmp_path) as h:
         rejecting = BotApiServer(token="1:some-other-token-that-is-right")

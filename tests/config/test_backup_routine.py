@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from companyd.cli.main import resolved_view
+from companyd.cli._main import resolved_view
 from companyd.config import BACKUP_ASSIGNEE
 
 from .configkit import MINIMAL, errors, load

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.ops.doctor import run_doctor
 from companyd.spend.ledger import Ledger
 from companyd.storage import Backend

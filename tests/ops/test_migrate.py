@@ -17,14 +17,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from companyd.cli import main
 
-from companyd.cli.main import main
 from companyd.config import load_config
+from companyd.config.migrate import STEPS, MigrationRefused, plan_migration, write_migration
 from companyd.config.schema import SCHEMA, SCHEMA_VERSION
 from companyd.errors import EX_CONFIG
 from companyd.ops.doctor import check_upgrade
-from companyd.ops.migrate import STEPS, MigrationRefused, plan_migration, write_migration
-from companyd.roles.journal_schema import MIGRATIONS as JOURNAL_STEPS
+from companyd.runs._schema import MIGRATIONS as JOURNAL_STEPS
 
 OLD = """\
 # my company — kept in git

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from companyd._sqlite import apply_migrations
 from companyd.errors import EX_CONFIG
 from companyd.ops.archive import verify_archive
 from companyd.ops.upgrade import KNOWN_STORES, StateTooNew, inspect_state, prepare_upgrade
-from companyd.roles.journal_schema import MIGRATIONS as JOURNAL_STEPS
+from companyd.runs._schema import MIGRATIONS as JOURNAL_STEPS
 from companyd.testing.daemon_process import DaemonProcess
 
 from .opskit import write_company
@@ -156,6 +157,14 @@ def test_the_way_back_names_the_newest_pre_upgrade_backup(tmp_path: Path) -> Non
     text = str(caught.value)
     assert f"companyd restore {str(first)!r}" in text
     assert [s.name for s in inspect_state(state) if s.too_new] == ["runs.sqlite"]
+    # and the way back works as written: restore the pre-upgrade backup over the state
+    words = shlex.split(text[text.index("`companyd restore") + 1 :].split("`", 1)[0])
+    proc = subprocess.run(
+        [sys.executable, "-m", *words], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert version_of(state / "runs.sqlite") == 1  # the state from before the upgrade
+    assert not [s for s in inspect_state(state) if s.too_new]
 
 
 def test_the_systemd_units_do_not_restart_on_78() -> None:

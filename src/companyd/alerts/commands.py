@@ -30,8 +30,7 @@ from collections.abc import Coroutine
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from companyd.admin import Admin, AdminError, AdminStopping
-from companyd.admin.wire import result_data
+from companyd.admin import Admin, AdminError, AdminStopping, result_data
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.deliver import result_records
 from companyd.alerts.desk_messages import alert_of

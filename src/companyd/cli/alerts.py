@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from companyd._fs import read_regular_file
-from companyd.alerts.notify import FallbackCompany, fallback_company, notify_failure
-from companyd.alerts.telegram import resolve_settings
-from companyd.cli.main import print_json
+from companyd.alerts import FallbackCompany, fallback_company, notify_failure, resolve_settings
+from companyd.cli._main import print_json
 from companyd.config import CompanyConfig, default_config_path, load_config
 from companyd.errors import ConfigError
 
@@ -122,7 +121,7 @@ def register_telegram(sub: Any) -> None:
 
 
 def _telegram_setup_cmd(args: argparse.Namespace) -> int:
-    from companyd.alerts.setup import telegram_setup
+    from companyd.alerts import telegram_setup
 
     path = args.config or default_config_path()
     config = load_config(path)

@@ -13,10 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from companyd.cli.main import print_json
-from companyd.config import default_config_path
+from companyd.cli._main import print_json
+from companyd.config import (
+    MigrationRefused,
+    default_config_path,
+    plan_migration,
+    write_migration,
+)
 from companyd.errors import EX_REFUSED
-from companyd.ops.migrate import MigrationRefused, plan_migration, write_migration
 
 __all__ = ["register"]
 

@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 from companyd import __version__
 from companyd._aio import race
 from companyd._secrets import redact
-from companyd.admin import AdminError, AdminStopping
-from companyd.admin.blocks import LeaderBlock
-from companyd.admin.results import (
+from companyd.admin import (
+    AdminError,
+    AdminStopping,
     AgentCounts,
     AskAnswer,
     BudgetRaised,
@@ -44,6 +44,7 @@ from companyd.admin.results import (
     JobHistory,
     JobRun,
     Jobs,
+    LeaderBlock,
     Paused,
     ProposalDecision,
     Proposals,
@@ -59,23 +60,27 @@ from companyd.admin.results import (
     TaskRetried,
     Tasks,
 )
-from companyd.alerts.service import AlertService
+from companyd.agents import Staff
+from companyd.alerts import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
 from companyd.daemon.dashboard import WebDashboard
-from companyd.daemon.inbox import decide, decisions_of, gather_inbox, on_desk
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
+from companyd.desk import (
+    Desk,
+    ItemState,
+    ProposalError,
+    decide,
+    decisions_of,
+    gather_inbox,
+    on_desk,
+)
+from companyd.desk import Proposals as ProposalStore
 from companyd.events import EventBus, OperatorAction
-from companyd.roles.desk import Desk, ItemState
-from companyd.roles.improver import ProposalError
-from companyd.roles.improver import Proposals as ProposalStore
-from companyd.roles.journal import Journal
-from companyd.roles.staff import Staff
-from companyd.roles.tasks import RunOutcome, RunStatus, Task, follow_up_prompt, new_id
+from companyd.runs import Journal, RunOutcome, RunStatus, Task, follow_up_prompt, new_id
 from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
-from companyd.spend import SpendBook, SpendError
-from companyd.spend.ledger import LedgerError
+from companyd.spend import LedgerError, SpendBook, SpendError
 from companyd.storage import Backend
 
 __all__ = ["NO_SPEND", "Operator", "spend_for_status"]
@@ -727,7 +732,7 @@ def _routine_for_status(r: Mapping[str, Any]) -> RoutineLine:
     )
 
 
-#: A task id as :func:`~companyd.roles.tasks.new_id` makes it (``ask``'s ``task_id``).
+#: A task id as :func:`~companyd.runs._tasks.new_id` makes it (``ask``'s ``task_id``).
 _TASK_ID = re.compile(r"task-[0-9a-f]{12}")
 
 

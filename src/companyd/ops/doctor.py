@@ -47,17 +47,19 @@ import psycopg
 
 from companyd._fs import PRIVATE_DIR, PRIVATE_FILE, private_dir
 from companyd._secrets import protect, redact
-from companyd.alerts.check import check_telegram
+from companyd.alerts import check_telegram
 from companyd.config import (
     CompanyConfig,
+    MigrationRefused,
     load_config,
+    plan_migration,
     secret_references,
     secret_values,
     state_backend,
 )
 from companyd.errors import CompanydError, ConfigError
-from companyd.llm.model import ModelAuthFailed, ModelError
-from companyd.memory.store import GraphStore
+from companyd.llm import ModelAuthFailed, ModelError
+from companyd.memory import GraphStore
 from companyd.ops.checks import Check
 from companyd.ops.doctor_host import (
     SYSTEMD_RUNTIME,
@@ -66,9 +68,8 @@ from companyd.ops.doctor_host import (
     check_systemd_units,
     check_versions,
 )
-from companyd.ops.migrate import MigrationRefused, plan_migration
 from companyd.ops.upgrade import BACKUPS_DIR, UpgradeRefused, inspect_state
-from companyd.storage.probe import probe
+from companyd.storage import probe
 
 __all__ = ["DoctorReport", "RunningDaemon", "run_doctor"]
 
@@ -345,7 +346,7 @@ async def _check_database(config: CompanyConfig, env: Mapping[str, str]) -> Chec
 async def _check_anthropic(config: CompanyConfig, env: Mapping[str, str]) -> Check:
     # Imported here: anthropic takes a noticeable part of a second to import, and
     # `companyd --help` loads this module (the same reason as in daemon.main.make_backend).
-    from companyd.llm.claude import ClaudeBackend, resolve_base_url
+    from companyd.llm import ClaudeBackend, resolve_base_url
 
     url = resolve_base_url(config.spec.anthropic, env) or "https://api.anthropic.com"
     try:

@@ -37,14 +37,16 @@ from pathlib import Path
 
 from companyd import __version__
 from companyd._sqlite import connect_readonly, user_version
-from companyd.alerts import outbox
+from companyd.alerts import STORE_STEPS as ALERT_STEPS
 from companyd.config import CompanyConfig
+from companyd.desk import PROPOSAL_STORE_STEPS
+from companyd.desk import STORE_STEPS as DESK_STEPS
 from companyd.errors import EX_CONFIG, CompanydError
 from companyd.ops.archive import BackupError, verify_archive
 from companyd.ops.backup import take_backup
-from companyd.roles import desk, improver, journal_schema
-from companyd.scheduler import history
-from companyd.spend import ledger
+from companyd.runs import STORE_STEPS as RUN_STEPS
+from companyd.scheduler import STORE_STEPS as ROUTINE_STEPS
+from companyd.spend import STORE_STEPS as SPEND_STEPS
 
 __all__ = [
     "BACKUPS_DIR",
@@ -63,13 +65,14 @@ log = logging.getLogger(__name__)
 BACKUPS_DIR = "backups"
 
 #: Every store file of the state directory → how many schema steps this code knows.
+#: (Each store's package says it: ``STORE_STEPS`` on its face.)
 KNOWN_STORES: dict[str, int] = {
-    "runs.sqlite": len(journal_schema.STEPS),
-    "desk.sqlite": len(desk.STEPS),
-    history.DB_NAME: len(history.STEPS),
-    "spend.sqlite": len(ledger.STEPS),
-    "alerts.sqlite": len(outbox.STEPS),
-    "proposals.sqlite": len(improver.STEPS),
+    **RUN_STEPS,
+    **DESK_STEPS,
+    **PROPOSAL_STORE_STEPS,
+    **ROUTINE_STEPS,
+    **SPEND_STEPS,
+    **ALERT_STEPS,
 }
 
 
@@ -199,7 +202,7 @@ def prepare_upgrade(
     dest = folder / f"pre-upgrade-{__version__}-{stamp}.tar.gz"
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
-        result = take_backup(config, state_dir, dest, now=now)
+        result = take_backup(config, state_dir, dest, now=now, pre_upgrade=True)
     except (BackupError, OSError) as exc:
         raise UpgradeRefused(
             f"companyd {__version__} must migrate {_names(pending)} but could not write the "

@@ -42,24 +42,25 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from companyd._sqlite import Migration, SchemaTooNew
-from companyd.admin.blocks import SpendTotals
+from companyd.admin import SpendTotals
 from companyd.errors import CompanydError
-from companyd.llm.model import Usage
+from companyd.llm import Usage
 from companyd.storage import (
     DB_ERRORS,
     SQLITE,
     Backend,
+    Connection,
     Dialects,
     StoreDatabase,
     open_database,
     sqlite_migrations,
 )
-from companyd.storage.dialect import Connection
 
 __all__ = [
     "DIMENSIONS",
     "MIGRATIONS",
     "PUSD",
+    "STORE_STEPS",
     "CallRow",
     "InflightRow",
     "Ledger",
@@ -213,6 +214,11 @@ INSERT INTO meta VALUES ('schema', '1') ON CONFLICT DO NOTHING;
 #: SQLite ledger from before the versions were shared is at 0 with every table of
 #: migration 1 (which creates only what is missing).
 STEPS: tuple[Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),)
+
+
+#: This store's file in the state directory → the schema steps this code knows (what
+#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+STORE_STEPS: dict[str, int] = {"spend.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS` (``PRAGMA user_version``; see companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)

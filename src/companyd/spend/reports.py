@@ -11,7 +11,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from companyd.admin.blocks import SpendReportData, SpendTotals
+from companyd.admin import SpendReportData, SpendTotals
 from companyd.spend.ledger import Ledger, Totals
 from companyd.spend.periods import parse_period
 

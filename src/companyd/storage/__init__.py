@@ -13,13 +13,14 @@ docs/storage.md has the decisions and their reasons.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import re
 import sqlite3
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
@@ -28,12 +29,22 @@ from companyd.storage.dialect import Dialects, to_pyformat
 from companyd.storage.fence import Fence, Fenced
 from companyd.storage.postgres import PgConnection, PgDatabase, PgMigration, StoreAbsent
 
+if TYPE_CHECKING:
+    from companyd.storage._probe import probe
+    from companyd.storage.dialect import Connection
+    from companyd.storage.leadership import LeaderInfo, Leadership
+
+
 __all__ = [
     "DB_ERRORS",
+    "SQLITE",
     "Backend",
+    "Connection",
     "Dialects",
     "Fence",
     "Fenced",
+    "LeaderInfo",
+    "Leadership",
     "PgConnection",
     "PgDatabase",
     "StoreAbsent",
@@ -43,6 +54,7 @@ __all__ = [
     "dsn_problem",
     "dsn_secrets",
     "open_database",
+    "probe",
     "sqlite_migrations",
     "store_present",
     "to_pyformat",
@@ -254,3 +266,25 @@ def open_database(
         thread_name=thread_name,
         worker=worker,
     )
+
+
+_HOMES: dict[str, str] = {
+    "Connection": "companyd.storage.dialect",
+    "LeaderInfo": "companyd.storage.leadership",
+    "Leadership": "companyd.storage.leadership",
+    "probe": "companyd.storage._probe",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a face name from its module on first use (keeps start-up imports cheap)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
