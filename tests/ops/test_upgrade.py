@@ -190,3 +190,22 @@ def test_the_manifest_is_json(tmp_path: Path) -> None:
         f = tar.extractfile("manifest.json")
         assert f is not None
         assert json.load(f)["companyd"]
+
+
+def test_a_store_refusing_a_newer_file_at_open_is_told_apart_from_a_crash() -> None:
+    # behind the check at start (e.g. a PostgreSQL store, which is not inspected before it
+    # opens): the daemon exits 78, not 1, when a child failed on a store from a newer
+    # companyd — restarting could not help
+    from companyd._sqlite import SchemaTooNew
+    from companyd.daemon.main import _written_by_newer
+    from companyd.spend import LedgerError
+
+    try:
+        try:
+            raise SchemaTooNew("spend.sqlite", 9, 1, "spend ledger", "")
+        except SchemaTooNew as exc:
+            raise LedgerError(str(exc)) from exc
+    except LedgerError as wrapped:
+        assert _written_by_newer(wrapped)
+    assert not _written_by_newer(RuntimeError("boom"))
+    assert not _written_by_newer(None)
