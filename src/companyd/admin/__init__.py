@@ -58,6 +58,8 @@ if TYPE_CHECKING:
         ThreadRun,
         Tokens,
         ToolStep,
+        VerificationCheck,
+        VerificationStep,
     )
     from companyd.admin.results import (
         AgentCounts,
@@ -174,6 +176,8 @@ __all__ = [
     "ThreadRun",
     "Tokens",
     "ToolStep",
+    "VerificationCheck",
+    "VerificationStep",
     "as_list",
     "as_mapping",
     "as_number",
@@ -191,6 +195,8 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
+    "VerificationStep": "companyd.admin.blocks",
+    "VerificationCheck": "companyd.admin.blocks",
     "as_list": "companyd.admin._status_text",
     "as_mapping": "companyd.admin._status_text",
     "as_number": "companyd.admin._status_text",
