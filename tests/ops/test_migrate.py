@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from companyd.cli import main
 
+from companyd.cli import main
 from companyd.config import load_config
 from companyd.config.migrate import STEPS, MigrationRefused, plan_migration, write_migration
 from companyd.config.schema import SCHEMA, SCHEMA_VERSION
