@@ -473,18 +473,30 @@ def test_install_service_refuses_a_prefix_its_hardening_hides(
 def test_install_service_refuses_a_tmp_checkout_venv_and_one_linked_into_home(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    import shutil
+    import tempfile
+
+    from companyd.cli.daemon import hidden_by_hardening
+
+    if not str(tmp_path.resolve()).startswith("/tmp/"):
+        pytest.skip(f"the test's temporary directory {tmp_path} is not under /tmp here")
     prefix = _fake_prefix(tmp_path)  # a checkout's venv under /tmp: PrivateTmp hides it
     code, _, err = _run("install-service", "--prefix", str(prefix), capsys=capsys)
     assert code == 2 and "is under /tmp" in err
-    # a prefix outside, symlinked to a hidden one, is hidden as well
-    from companyd.cli.daemon import hidden_by_hardening
-
     assert hidden_by_hardening(Path("/opt/companyd/venv")) is None
-    with short_dir() as base:
-        if not str(base).startswith("/tmp"):
+    # a prefix outside (/dev/shm: neither hidden nor private), symlinked to a hidden one,
+    # is hidden as well
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        base = Path(tempfile.mkdtemp(dir=shm))
+        try:
             link = base / "venv"
             link.symlink_to(prefix)
             assert "through a symlink" in (hidden_by_hardening(link) or "")
+            code, _, err = _run("install-service", "--prefix", str(link), capsys=capsys)
+            assert code == 2 and "through a symlink" in err
+        finally:
+            shutil.rmtree(base)
     # staging a package with --root only warns: the prefix is the target machine's
     root = tmp_path / "root"
     code, _, err = _run(
