@@ -19,7 +19,9 @@ Modules, each importing only those listed before it:
 * :mod:`.cron` — cron expressions and time zones;
 * :mod:`.checks` — cross-checks spanning several values;
 * :mod:`.load` — the entry points :func:`load_config`, :func:`load_config_text`,
-  :func:`default_config_path`.
+  :func:`default_config_path`;
+* :mod:`.migrate` — ``companyd migrate``: an older company.yaml in the current format,
+  comments kept (docs/upgrade.md).
 
 Loading is synchronous file work (one small file plus instruction files); async callers
 run it in a thread (``await asyncio.to_thread(load_config, path)``).
@@ -28,6 +30,12 @@ run it in a thread (``await asyncio.to_thread(load_config, path)``).
 from __future__ import annotations
 
 from companyd.config.load import default_config_path, load_config, load_config_text
+from companyd.config.migrate import (
+    ConfigMigration,
+    MigrationRefused,
+    plan_migration,
+    write_migration,
+)
 from companyd.config.model import (
     BACKUP_ASSIGNEE,
     DEFAULT_STATE_DIR,
@@ -93,6 +101,7 @@ __all__ = [
     "CompanyConfig",
     "CompanyFile",
     "CompanySpec",
+    "ConfigMigration",
     "DashboardSpec",
     "DefaultsSpec",
     "DepartmentConfig",
@@ -101,6 +110,7 @@ __all__ = [
     "McpServerSpec",
     "MemorySpec",
     "MetricsSpec",
+    "MigrationRefused",
     "ModelSpec",
     "PriceSpec",
     "QuietHoursSpec",
@@ -122,7 +132,9 @@ __all__ = [
     "load_config",
     "load_config_text",
     "parse_duration",
+    "plan_migration",
     "secret_references",
     "secret_values",
     "state_backend",
+    "write_migration",
 ]
