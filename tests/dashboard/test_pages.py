@@ -525,8 +525,9 @@ async def test_the_routine_page_shows_what_it_asks_where_it_goes_and_its_last_re
         )
         assert "One paragraph, under 120 words." in before.text
         # deliver resolved: the effective default (telegram, as it names an expected output)
-        assert '<dd class="deliver">telegram</dd>' in before.text
-        assert '<dd class="approval">required' in before.text
+        assert '<dd class="routine-deliver">telegram</dd>' in before.text
+        assert "Telegram is off: results, approvals and alerts reach no phone</dd>" in before.text
+        assert '<dd class="routine-approval">required' in before.text
         assert "daily-post has produced no result yet." in before.text
         assert "0 8 * * *" in before.text
         job = asyncio.create_task(site.daemon.run_job("daily-post"))
@@ -542,8 +543,8 @@ async def test_the_routine_page_shows_what_it_asks_where_it_goes_and_its_last_re
         assert f'href="/runs/{run["run_id"]}">run {run["run_id"]}</a></p>' in after.text
         assert "[offline] ceo handled the task" in after.text
         quiet = await site.get("/routines/weekly-review")
-        assert '<dd class="deliver">nowhere</dd>' in quiet.text
-        assert '<dd class="approval">none' in quiet.text
+        assert '<dd class="routine-deliver">nowhere</dd>' in quiet.text
+        assert '<dd class="routine-approval">none' in quiet.text
 
 
 async def test_reload_and_raise_budget_on_a_routine_page_are_admin_operations_via_dashboard(
