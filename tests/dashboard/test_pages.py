@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from starlette.requests import Request
 
+from companyd.admin.blocks import BudgetRow
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
@@ -557,7 +558,7 @@ async def test_reload_and_raise_budget_on_a_routine_page_are_admin_operations_vi
     assert refused.status_code == 403
     assert (await site.client.post("/routines/weekly-review/reload", data={})).status_code == 403
 
-    def cfo_limit(budgets: list[dict[str, object]]) -> object:
+    def cfo_limit(budgets: list[BudgetRow]) -> object:
         return next(b["limit_usd"] for b in budgets if b["agent"] == "cfo" and b["period"] == "day")
 
     assert cfo_limit((await site.daemon.budget()).budgets) == 2.0
