@@ -24,6 +24,7 @@ from companyd.desk import Desk
 from companyd.events import EventBus
 from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, Task
+from companyd.telemetry import NO_TRACING, Tracer
 
 __all__ = ["AgentDeps", "InjectedCrash", "MarkerPort", "SpendPort", "StaffPort"]
 
@@ -161,6 +162,7 @@ class AgentDeps:
         state_dir: the daemon's state directory (named in disk alerts).
         desk: the founder's desk (approvals of ``require_approval`` tools); None: such
             calls are refused.
+        tracer: where the run's spans go (docs/telemetry.md); by default nowhere.
     """
 
     staff: StaffPort
@@ -172,3 +174,4 @@ class AgentDeps:
     budget_exhausted_error: type[Exception]
     state_dir: Path
     desk: Desk | None = None
+    tracer: Tracer = NO_TRACING

@@ -45,6 +45,7 @@ from companyd.events import EventBus
 from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, RunStatus, Task, TaskState
 from companyd.supervision import ChildContext, ChildFn
+from companyd.telemetry import NO_TRACING, Tracer
 
 __all__ = ["Staff"]
 
@@ -83,6 +84,7 @@ class Staff:
         state_dir: Path,
         proposals: Proposals | None = None,
         desk: Desk | None = None,
+        tracer: Tracer = NO_TRACING,
     ) -> None:
         self._config = config
         self.bus = bus
@@ -126,6 +128,7 @@ class Staff:
             budget_exhausted_error=budget_exhausted_error,
             state_dir=state_dir,
             desk=desk,
+            tracer=tracer,
         )
         self._agent_tasks: dict[str, asyncio.Task[Any]] = {}
         self._injected: set[str] = set()

@@ -240,4 +240,6 @@ def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path
         changed.append("metrics")
     if old.spec.dashboard != new.spec.dashboard:
         changed.append("dashboard")
+    if old.spec.telemetry != new.spec.telemetry:
+        changed.append("telemetry")
     return changed

@@ -1,0 +1,156 @@
+"""OpenTelemetry GenAI traces (issue 30): a real ``companyd run`` with
+``telemetry.otlp_endpoint`` set exports, for one routine fire whose agent calls a tool and
+then answers (the loopback Messages API through the real anthropic SDK), the fire's span,
+``invoke_agent``, two ``chat`` spans and one ``execute_tool`` span in one trace to a loopback
+OTLP/HTTP collector, with the GenAI attributes — and no message content unless
+``capture_content: true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
+from companyd.testing.otlp import CollectedSpan, OtlpCollector
+
+pytestmark = pytest.mark.anyio
+
+CONTENT = {
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result",
+}
+
+
+#: a value that looks like an Anthropic key: the redactor masks it by its pattern
+LEAKED = "sk-ant-api03-" + "x" * 40
+
+
+def company(endpoint: str, *, capture: bool = False) -> dict[str, Any]:
+    telemetry: dict[str, Any] = {"otlp_endpoint": endpoint}
+    if capture:
+        telemetry["capture_content"] = True
+    return {
+        "schema": "companyd/v1",
+        "company": {"name": "Trace Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
+        "defaults": {"model": {"primary": "claude-sonnet-5-5"}},
+        "agents": {"writer": {"title": "Writer", "instructions": "You are the writer."}},
+        "routines": {
+            "daily-post": {
+                "assignee": "writer",
+                "description": "Draft today's post.",
+                "trigger": {"cron": "0 14 * * *"},
+            }
+        },
+        "telemetry": telemetry,
+    }
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def complete(spans: list[CollectedSpan]) -> bool:
+    names = [s.name for s in spans]
+    return "fire daily-post" in names and names.count("chat claude-sonnet-5-5") >= 2
+
+
+async def fire_once(work: Path, *, capture: bool) -> list[CollectedSpan]:
+    script = [
+        reply_tool_use("read_graph", {}, id="toolu_read_1"),
+        reply_text(f"Today's post: the phone rings out. Key: {LEAKED}"),
+    ]
+    with OtlpCollector() as collector, MessagesAPIServer(script=script) as srv:
+        cfg = work / "company.yaml"
+        cfg.write_text(
+            yaml.safe_dump(company(collector.endpoint, capture=capture), sort_keys=False),
+            encoding="utf-8",
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {
+            "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789abcdef",
+            "ANTHROPIC_BASE_URL": srv.base_url,
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        }
+        async with DaemonProcess(cfg, work / "s", log=work / "d.log", offline=False, env=env) as d:
+            await d.call("run_job", routine="daily-post")
+            await asyncio.to_thread(collector.wait_for, complete)
+            assert await d.stop() == 0
+        return list(collector.spans)
+
+
+def by_name(spans: list[CollectedSpan], name: str) -> list[CollectedSpan]:
+    return [s for s in spans if s.name == name]
+
+
+async def test_one_fire_with_a_tool_call_is_one_trace_of_genai_spans(work: Path) -> None:
+    spans = await fire_once(work, capture=False)
+    [fire] = by_name(spans, "fire daily-post")
+    [agent] = by_name(spans, "invoke_agent writer")
+    chats = by_name(spans, "chat claude-sonnet-5-5")
+    [tool] = by_name(spans, "execute_tool read_graph")
+    assert len(chats) == 2
+    # one trace: fire → invoke_agent → (chat, execute_tool, chat)
+    assert {s.trace_id for s in (fire, agent, tool, *chats)} == {fire.trace_id}
+    assert fire.parent_span_id == ""
+    assert agent.parent_span_id == fire.span_id
+    assert {c.parent_span_id for c in chats} == {agent.span_id}
+    assert tool.parent_span_id == agent.span_id
+
+    assert fire.attributes["companyd.routine"] == "daily-post"
+    assert fire.attributes["companyd.fire.outcome"] == "ok"
+    a = agent.attributes
+    assert a["gen_ai.operation.name"] == "invoke_agent"
+    assert a["gen_ai.agent.name"] == "writer"
+    assert a["gen_ai.agent.id"] == "writer"
+    assert a["gen_ai.conversation.id"].startswith("run-")
+    assert a["companyd.routine"] == "daily-post"
+    assert a["companyd.run.status"] == "ok"
+    assert a["companyd.cost.usd"] > 0
+    first, second = sorted(chats, key=lambda c: c.attributes["gen_ai.response.finish_reasons"][0])
+    for c in chats:
+        ca = c.attributes
+        assert c.kind == 3  # SPAN_KIND_CLIENT
+        assert ca["gen_ai.operation.name"] == "chat"
+        assert ca["gen_ai.provider.name"] == "anthropic"
+        assert ca["gen_ai.request.model"] == "claude-sonnet-5-5"
+        assert ca["gen_ai.response.model"]
+        assert ca["gen_ai.usage.input_tokens"] > 0
+        assert ca["gen_ai.usage.output_tokens"] > 0
+        assert "gen_ai.usage.cache_read.input_tokens" in ca
+        assert "gen_ai.usage.cache_creation.input_tokens" in ca
+        assert "error.type" not in ca
+    assert first.attributes["gen_ai.response.finish_reasons"] == ["end_turn"]
+    assert second.attributes["gen_ai.response.finish_reasons"] == ["tool_use"]
+    assert tool.attributes["gen_ai.tool.name"] == "read_graph"
+    assert tool.attributes["gen_ai.tool.call.id"] == "toolu_read_1"
+    assert fire.resource["service.name"] == "companyd"
+    # no message content unless capture_content is on
+    for s in spans:
+        assert not CONTENT & s.attributes.keys(), s
+
+
+async def test_capture_content_exports_redacted_messages(work: Path) -> None:
+    spans = await fire_once(work, capture=True)
+    chats = by_name(spans, "chat claude-sonnet-5-5")
+    answered = next(
+        c for c in chats if c.attributes["gen_ai.response.finish_reasons"] == ["end_turn"]
+    )
+    assert "the phone rings out" in answered.attributes["gen_ai.output.messages"]
+    assert all(LEAKED not in str(s.attributes) for s in spans)
+    assert "Draft today's post." in answered.attributes["gen_ai.input.messages"]
+    assert "You are the writer." in answered.attributes["gen_ai.system_instructions"]
+    [tool] = by_name(spans, "execute_tool read_graph")
+    assert "gen_ai.tool.call.result" in tool.attributes
