@@ -9,7 +9,9 @@ OTLP/HTTP collector, with the GenAI attributes — and no message content unless
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,8 @@ from companyd.testing.otlp import CollectedSpan, OtlpCollector
 
 pytestmark = pytest.mark.anyio
 
+TOOL_SERVER = Path(__file__).parent.parent / "mcp_tool_server.py"
+
 CONTENT = {
     "gen_ai.input.messages",
     "gen_ai.output.messages",
@@ -37,7 +41,9 @@ CONTENT = {
 LEAKED = "sk-ant-api03-" + "x" * 40
 
 
-def company(endpoint: str, *, capture: bool = False) -> dict[str, Any]:
+def company(
+    endpoint: str, *, capture: bool = False, writer: dict[str, Any] | None = None
+) -> dict[str, Any]:
     telemetry: dict[str, Any] = {"otlp_endpoint": endpoint}
     if capture:
         telemetry["capture_content"] = True
@@ -45,7 +51,9 @@ def company(endpoint: str, *, capture: bool = False) -> dict[str, Any]:
         "schema": "companyd/v1",
         "company": {"name": "Trace Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
         "defaults": {"model": {"primary": "claude-sonnet-5-5"}},
-        "agents": {"writer": {"title": "Writer", "instructions": "You are the writer."}},
+        "agents": {
+            "writer": {"title": "Writer", "instructions": "You are the writer.", **(writer or {})}
+        },
         "routines": {
             "daily-post": {
                 "assignee": "writer",
@@ -68,17 +76,22 @@ def complete(spans: list[CollectedSpan]) -> bool:
     return "fire daily-post" in names and names.count("chat claude-sonnet-5-5") >= 2
 
 
-async def fire_once(work: Path, *, capture: bool) -> list[CollectedSpan]:
+async def fire_once(
+    work: Path,
+    *,
+    capture: bool,
+    tool: str = "read_graph",
+    writer: dict[str, Any] | None = None,
+    requests: list[Any] | None = None,
+) -> list[CollectedSpan]:
     script = [
-        reply_tool_use("read_graph", {}, id="toolu_read_1"),
+        reply_tool_use(tool, {}, id="toolu_read_1"),
         reply_text(f"Today's post: the phone rings out. Key: {LEAKED}"),
     ]
     with OtlpCollector() as collector, MessagesAPIServer(script=script) as srv:
         cfg = work / "company.yaml"
-        cfg.write_text(
-            yaml.safe_dump(company(collector.endpoint, capture=capture), sort_keys=False),
-            encoding="utf-8",
-        )
+        spec = company(collector.endpoint, capture=capture, writer=writer)
+        cfg.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {
             "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789abcdef",
             "ANTHROPIC_BASE_URL": srv.base_url,
@@ -88,6 +101,8 @@ async def fire_once(work: Path, *, capture: bool) -> list[CollectedSpan]:
             await d.call("run_job", routine="daily-post")
             await asyncio.to_thread(collector.wait_for, complete)
             assert await d.stop() == 0
+        if requests is not None:
+            requests.extend(srv.requests)
         return list(collector.spans)
 
 
@@ -154,3 +169,25 @@ async def test_capture_content_exports_redacted_messages(work: Path) -> None:
     assert "You are the writer." in answered.attributes["gen_ai.system_instructions"]
     [tool] = by_name(spans, "execute_tool read_graph")
     assert "gen_ai.tool.call.result" in tool.attributes
+
+
+async def test_an_mcp_tool_server_gets_the_trace_context_of_its_call(work: Path) -> None:
+    server = {"command": sys.executable, "args": [str(TOOL_SERVER)], "env": {"TOOL_TRACE": "1"}}
+    requests: list[Any] = []
+    spans = await fire_once(
+        work,
+        capture=False,
+        tool="trace_context",
+        writer={"mcp_servers": {"tools": server}},
+        requests=requests,
+    )
+    [tool] = by_name(spans, "execute_tool trace_context")
+    # the tool's answer (its params._meta) went back to the model in the second request
+    second = requests[1].body["messages"][-1]["content"][0]
+    meta = json.loads(
+        second["content"] if isinstance(second["content"], str) else second["content"][0]["text"]
+    )
+    version, trace_id, parent_id, flags = meta["traceparent"].split("-")
+    assert version == "00" and int(flags, 16) & 1  # sampled
+    assert trace_id == tool.trace_id
+    assert parent_id == tool.span_id

@@ -57,15 +57,37 @@ _TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 
 _DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48]
 _KINDS = {"internal": trace_api.SpanKind.INTERNAL, "client": trace_api.SpanKind.CLIENT}
 _PROPAGATOR = TraceContextTextMapPropagator()
+#: the SDK's batch processor logs here, once per span dropped from a full queue
+_BATCH_LOGGER = "opentelemetry.sdk._shared_internal"
 
 
-class _Outage:
-    """Says once that the collector cannot be reached, and once that it can again."""
+class _Outage(logging.Filter):
+    """Says once that the collector cannot be reached, and once that it can again; and, as
+    the filter of the SDK's batch processor's logger, turns its line per dropped span
+    ("Queue full, dropping span.") into one line per outage.
+    """
 
     def __init__(self, endpoint: str) -> None:
+        super().__init__()
         self._endpoint = endpoint
         self._down = False
+        self._dropping = False
         self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Queue full"):
+            return True
+        with self._lock:
+            if self._dropping:
+                return False
+            self._dropping = True
+        record.msg = (
+            "telemetry: %d spans wait for the OTLP collector at %s; newer spans are dropped "
+            "until it takes them (runs are not affected)"
+        )
+        record.args = (MAX_QUEUE, self._endpoint)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
     def result(self, ok: bool, signal: str) -> None:
         with self._lock:
@@ -79,6 +101,7 @@ class _Outage:
                 )
             elif ok and self._down:
                 self._down = False
+                self._dropping = False
                 log.info("telemetry: the OTLP collector at %s answers again", self._endpoint)
 
 
@@ -195,6 +218,7 @@ class OtelTracer:
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource({"service.name": "companyd"}))
         self._outage = _Outage(shown)
+        logging.getLogger(_BATCH_LOGGER).addFilter(self._outage)
         base = endpoint.rstrip("/") if endpoint else None
         spans = OTLPSpanExporter(endpoint=f"{base}/v1/traces" if base else None)
         self._provider = TracerProvider(resource=resource)
@@ -285,6 +309,7 @@ class OtelTracer:
             self._meters.shutdown(timeout_millis=millis)
         except Exception as exc:  # a collector away at stop: the last spans are lost, said once
             log.warning("telemetry: the last spans and metrics were not exported: %s", exc)
+        logging.getLogger(_BATCH_LOGGER).removeFilter(self._outage)
 
 
 def otel_tracer(endpoint: str | None, *, capture_content: bool, company: str) -> OtelTracer:
