@@ -66,7 +66,8 @@ if sys.argv[1] == "on":
     spec["telemetry"] = {"otlp_endpoint": "http://127.0.0.1:9"}
 work = Path(tempfile.mkdtemp())
 (work / "company.yaml").write_text(yaml.safe_dump(spec))
-daemon = Daemon(load_config(work / "company.yaml"), work / "s", backend=OfflineModel(), offline=True)
+config = load_config(work / "company.yaml")
+daemon = Daemon(config, work / "s", backend=OfflineModel(), offline=True)
 print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 """
 
