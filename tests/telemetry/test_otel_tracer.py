@@ -54,7 +54,7 @@ def test_an_unreachable_collector_drops_spans_and_says_so_once(
         tracer.shutdown()
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     unreachable = [m for m in said if "cannot be reached" in m]
-    dropping = [m for m in said if "newer spans are dropped" in m]
+    dropping = [m for m in said if "the oldest are dropped" in m]
     assert len(unreachable) == 1, said
     assert f"127.0.0.1:{refused_port}" in unreachable[0]
     assert len(dropping) == 1, said

@@ -9,9 +9,9 @@ The SDK does what the standard variables ask: ``OTEL_EXPORTER_OTLP_HEADERS`` (an
 set) and the endpoint from company.yaml when one is written there.
 
 A collector that cannot be reached never slows a run: spans wait in the batch processor's
-bounded queue (``max_queue_size``) and are exported by its own thread; when the queue is full
-the newest are dropped. The failure is logged once per outage (and its end once), not per
-batch: the exporters' own per-batch error lines are silenced.
+bounded queue (``max_queue_size``) and are exported by its own thread; when the queue is
+full the oldest waiting spans are dropped for the new ones. The failure is logged once per
+outage (and its end once), not per batch or per span: the SDK's own lines are silenced.
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ class _Outage(logging.Filter):
                 return False
             self._dropping = True
         record.msg = (
-            "telemetry: %d spans wait for the OTLP collector at %s; newer spans are dropped "
-            "until it takes them (runs are not affected)"
+            "telemetry: %d spans wait for the OTLP collector at %s; the oldest are dropped "
+            "for new ones until it takes them (runs are not affected)"
         )
         record.args = (MAX_QUEUE, self._endpoint)
         record.levelno, record.levelname = logging.WARNING, "WARNING"
