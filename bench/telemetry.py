@@ -99,8 +99,6 @@ async def measure(rounds: int, runs: int) -> dict[str, Any]:
                         assert out.status == "ok", out
                     wall[mode].append((time.perf_counter() - w0) / runs * 1000)
                     cpu[mode].append((time.process_time() - c0) / runs * 1000)
-            for mode in MODES:
-                daemons[mode].tracer.shutdown()
         spans = len(collector.spans)
     return {"wall_ms": wall, "cpu_ms": cpu, "spans_received": spans}
 

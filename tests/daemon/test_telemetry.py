@@ -83,6 +83,7 @@ async def fire_once(
     tool: str = "read_graph",
     writer: dict[str, Any] | None = None,
     requests: list[Any] | None = None,
+    metrics: set[str] | None = None,
 ) -> list[CollectedSpan]:
     script = [
         reply_tool_use(tool, {}, id="toolu_read_1"),
@@ -103,6 +104,8 @@ async def fire_once(
             assert await d.stop() == 0
         if requests is not None:
             requests.extend(srv.requests)
+        if metrics is not None:
+            metrics.update(collector.metrics)
         return list(collector.spans)
 
 
@@ -111,7 +114,10 @@ def by_name(spans: list[CollectedSpan], name: str) -> list[CollectedSpan]:
 
 
 async def test_one_fire_with_a_tool_call_is_one_trace_of_genai_spans(work: Path) -> None:
-    spans = await fire_once(work, capture=False)
+    metrics: set[str] = set()
+    spans = await fire_once(work, capture=False, metrics=metrics)
+    # the GenAI client metrics too, flushed at the daemon's stop
+    assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration"} <= metrics
     [fire] = by_name(spans, "fire daily-post")
     [agent] = by_name(spans, "invoke_agent writer")
     chats = by_name(spans, "chat claude-sonnet-5-5")

@@ -438,6 +438,10 @@ class Daemon(Operator, Views, Reloader, Backups):
             await self.desk.close()
         with contextlib.suppress(Exception):
             await self.backend.aclose()
+        if self.tracer.enabled:
+            # the last spans, within the exporter's own deadline (OTEL_EXPORTER_OTLP_TIMEOUT),
+            # on a thread: the SDK's flush blocks
+            await asyncio.to_thread(self.tracer.shutdown)
         if self.leadership is not None:
             # after every store's last write: a standby takes over at once, not a lease later
             with contextlib.suppress(Exception):
@@ -569,9 +573,6 @@ class Daemon(Operator, Views, Reloader, Backups):
             # a late SIGHUP must not turn a clean exit into a death by signal
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
             self.notifier.close()
-            if self.tracer.enabled:
-                # the last spans, within the exporter's own deadline (OTEL_EXPORTER_OTLP_TIMEOUT)
-                await asyncio.to_thread(self.tracer.shutdown)
 
     def _announce_takeover(self, previous: LeaderInfo | None) -> None:
         """Alert once that this daemon took the company over from another node's daemon (a

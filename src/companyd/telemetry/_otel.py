@@ -244,6 +244,7 @@ class OtelTracer:
         )
         self._capture = capture_content
         self._tasks: dict[str, Span] = {}
+        self._stopped = False
 
     @property
     def enabled(self) -> bool:
@@ -302,6 +303,9 @@ class OtelTracer:
             self._tokens.record(output_tokens, {**attrs, "gen_ai.token.type": "output"})
 
     def shutdown(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         millis = int(SHUTDOWN_SECONDS * 1000)
         try:
             self._provider.force_flush(millis)
