@@ -42,7 +42,11 @@ LEAKED = "sk-ant-api03-" + "x" * 40
 
 
 def company(
-    endpoint: str, *, capture: bool = False, writer: dict[str, Any] | None = None
+    endpoint: str,
+    *,
+    capture: bool = False,
+    writer: dict[str, Any] | None = None,
+    others: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     telemetry: dict[str, Any] = {"otlp_endpoint": endpoint}
     if capture:
@@ -52,7 +56,8 @@ def company(
         "company": {"name": "Trace Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
         "defaults": {"model": {"primary": "claude-sonnet-5-5"}},
         "agents": {
-            "writer": {"title": "Writer", "instructions": "You are the writer.", **(writer or {})}
+            "writer": {"title": "Writer", "instructions": "You are the writer.", **(writer or {})},
+            **(others or {}),
         },
         "routines": {
             "daily-post": {
@@ -84,14 +89,16 @@ async def fire_once(
     writer: dict[str, Any] | None = None,
     requests: list[Any] | None = None,
     metrics: set[str] | None = None,
+    script: list[Any] | None = None,
+    others: dict[str, Any] | None = None,
 ) -> list[CollectedSpan]:
-    script = [
+    script = script or [
         reply_tool_use(tool, {}, id="toolu_read_1"),
         reply_text(f"Today's post: the phone rings out. Key: {LEAKED}"),
     ]
     with OtlpCollector() as collector, MessagesAPIServer(script=script) as srv:
         cfg = work / "company.yaml"
-        spec = company(collector.endpoint, capture=capture, writer=writer)
+        spec = company(collector.endpoint, capture=capture, writer=writer, others=others)
         cfg.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {
             "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789abcdef",
@@ -197,3 +204,24 @@ async def test_an_mcp_tool_server_gets_the_trace_context_of_its_call(work: Path)
     assert version == "00" and int(flags, 16) & 1  # sampled
     assert trace_id == tool.trace_id
     assert parent_id == tool.span_id
+
+
+async def test_a_consultation_joins_the_asking_runs_trace(work: Path) -> None:
+    editor = {"title": "Editor", "instructions": "You are the editor.", "reports_to": "writer"}
+    spans = await fire_once(
+        work,
+        capture=False,
+        tool="consult",
+        writer={"consult": ["editor"]},
+        others={"editor": editor},
+        script=[
+            reply_tool_use("consult", {"agent": "editor", "question": "Angle?"}, id="toolu_c"),
+            reply_text("Lead with the phone."),
+            reply_text("Today's post: the phone rings out."),
+        ],
+    )
+    [fire] = by_name(spans, "fire daily-post")
+    [writer] = by_name(spans, "invoke_agent writer")
+    [editor_run] = by_name(spans, "invoke_agent editor")
+    assert editor_run.trace_id == writer.trace_id == fire.trace_id
+    assert editor_run.parent_span_id == writer.span_id

@@ -219,9 +219,14 @@ class Agent:
         """
         tracer = self.deps.tracer
         task = state.task
+        # the fire's span for a routine's task; the asking run's for a consultation,
+        # delegation or review (each a task of its own, on another agent's task)
+        parent = tracer.task_parent(task.id)
+        if parent is None and task.asked_by:
+            parent = tracer.task_parent(task.asked_by)
         state.span = tracer.start(
             f"invoke_agent {self.slug}",
-            parent=tracer.task_parent(task.id),
+            parent=parent,
             attributes={
                 GenAI.OPERATION: "invoke_agent",
                 GenAI.PROVIDER: GenAI.ANTHROPIC,
@@ -236,12 +241,14 @@ class Agent:
                 "companyd.run.resumed": resumed,
             },
         )
+        tracer.bind_task(state.run_id, state.span)
         try:
             await self._guarded_run(state, ctx, resumed=resumed)
         except BaseException as exc:
             state.span.fail(type(exc).__name__, str(exc))
             raise
         finally:
+            tracer.unbind_task(state.run_id)
             state.span.end()
 
     async def _guarded_run(self, state: RunState, ctx: ChildContext, *, resumed: bool) -> None:

@@ -114,7 +114,9 @@ class Tracer(Protocol):
         ...
 
     def bind_task(self, task_id: str, span: Span) -> None:
-        """Make ``span`` the parent of the runs of task ``task_id`` (a routine's fire)."""
+        """Make ``span`` the parent of the runs of task ``task_id`` (a routine's fire), or,
+        with a run's id, of the runs that run asks for (consultations, reviews).
+        """
         ...
 
     def unbind_task(self, task_id: str) -> None:
