@@ -41,9 +41,9 @@ import yaml
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
 from companyd.llm import ClaudeBackend
+from companyd.telemetry import NO_TRACING, GenAI, Tracer, otel_tracer
 from companyd.testing.messages_api import MessagesAPIServer, RecordedRequest, Reply
 from companyd.testing.messages_script import reply_text, reply_tool_use
-from companyd.telemetry import NO_TRACING, GenAI, Tracer, otel_tracer
 from companyd.testing.otlp import OtlpCollector
 
 ROOT = Path(__file__).resolve().parents[1]
