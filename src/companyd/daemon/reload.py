@@ -226,7 +226,7 @@ def shown_error(text: str) -> str:
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
     """The settings read once at start that differ between ``old`` and ``new``: a reload
     cannot apply them (the state directory, the memory file, the model client, metrics,
-    the dashboard's address).
+    the dashboard's address, telemetry).
     """
     changed = []
     # (when --state-dir chose the directory, company.yaml's state_dir does not matter)
