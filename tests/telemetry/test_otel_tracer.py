@@ -9,10 +9,12 @@ import logging
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from companyd.config import load_config_text
+from companyd.daemon.reload import restart_only_changes
 from companyd.errors import ConfigError
 from companyd.telemetry import telemetry_endpoint
 from companyd.telemetry._otel import MAX_QUEUE, OtelTracer
@@ -116,3 +118,10 @@ def test_a_bad_telemetry_section_is_a_clear_error() -> None:
     ok = load_config_text(BASE + "telemetry: {otlp_endpoint: 'http://127.0.0.1:4318'}\n")
     assert ok.spec.telemetry.otlp_endpoint == "http://127.0.0.1:4318"
     assert ok.spec.telemetry.capture_content is False
+
+
+def test_a_reload_says_telemetry_needs_a_restart(tmp_path: Path) -> None:
+    old = load_config_text(BASE)
+    new = load_config_text(BASE + "telemetry: {otlp_endpoint: 'http://127.0.0.1:4318'}\n")
+    assert restart_only_changes(old, new, tmp_path) == ["telemetry"]
+    assert restart_only_changes(old, old, tmp_path) == []
