@@ -125,3 +125,20 @@ def test_a_reload_says_telemetry_needs_a_restart(tmp_path: Path) -> None:
     new = load_config_text(BASE + "telemetry: {otlp_endpoint: 'http://127.0.0.1:4318'}\n")
     assert restart_only_changes(old, new, tmp_path) == ["telemetry"]
     assert restart_only_changes(old, old, tmp_path) == []
+
+
+def test_the_standard_variables_name_the_service_and_add_resource_attributes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "acme-agents")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=blue")
+    with OtlpCollector() as collector:
+        tracer = OtelTracer(collector.endpoint, capture_content=False, company="Acme")
+        tracer.start("invoke_agent writer").end()
+        tracer.shutdown()
+        [span] = collector.spans
+    assert span.resource["service.name"] == "acme-agents"
+    assert span.resource["deployment.environment"] == "prod"
+    assert span.resource["companyd.company"] == "Acme"
+    assert collector.headers[-1].get("x-team") == "blue"

@@ -59,12 +59,16 @@ class OtlpCollector:
         self.spans: list[CollectedSpan] = []
         self.metrics: dict[str, list[Any]] = {}
         self.requests = 0
+        #: each request's HTTP headers (lower-case names), in arrival order
+        self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         collector = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with collector._lock:
+                    collector.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if self.path == "/v1/traces":
                     collector._traces(body)
                     answer = ExportTraceServiceResponse().SerializeToString()
