@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from companyd.config import load_config_text
+from companyd.daemon.main import telemetry_tracer
 from companyd.daemon.reload import restart_only_changes
 from companyd.errors import ConfigError
-from companyd.telemetry import telemetry_endpoint
+from companyd.telemetry import NO_TRACING, telemetry_endpoint
 from companyd.telemetry._otel import MAX_QUEUE, OtelTracer
 from companyd.testing.otlp import OtlpCollector
 
@@ -142,3 +143,17 @@ def test_the_standard_variables_name_the_service_and_add_resource_attributes(
     assert span.resource["deployment.environment"] == "prod"
     assert span.resource["companyd.company"] == "Acme"
     assert collector.headers[-1].get("x-team") == "blue"
+
+
+def test_the_environment_alone_turns_telemetry_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = load_config_text(BASE)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    assert telemetry_tracer(config) is NO_TRACING
+    with OtlpCollector() as collector:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint)
+        tracer = telemetry_tracer(config)
+        assert tracer.enabled
+        tracer.start("fire daily-post").end()
+        tracer.shutdown()
+        assert [s.name for s in collector.spans] == ["fire daily-post"]
