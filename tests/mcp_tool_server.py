@@ -9,6 +9,8 @@ Tools:
 * ``read_inbox()`` — read-only (annotated), returns a fixed inbox.
 * ``crash()`` — the server process exits at once, mid-call.
 * ``hog(mb)`` — allocates ``mb`` MiB; past the server's memory limit it exits (out of memory).
+* ``trace_context()`` (only with ``$TOOL_TRACE`` set) — the request's ``params._meta`` as
+  JSON (the W3C trace context a traced client sends).
 
 With ``$TOOL_BAD_NAMES`` set it also offers ``post update!`` and a 200-character name,
 which the Messages API would refuse (tool names are ``[a-zA-Z0-9_-]{1,64}``).
@@ -22,11 +24,13 @@ status 2 (a server that fails to start until the test opens the gate).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 
 server = MCPServer("test-tools")
@@ -66,6 +70,14 @@ def post_update(text: str) -> str:
 )
 def read_inbox() -> str:
     return "1 new message: 'Can we move the launch to Friday?'"
+
+
+def trace_context(ctx: Context) -> str:
+    return json.dumps(dict(ctx.request_context.meta or {}))
+
+
+if os.environ.get("TOOL_TRACE"):
+    server.tool(description="Show the request's _meta (for tests).")(trace_context)
 
 
 @server.tool(description="Crash the tool server (for tests).")

@@ -78,6 +78,7 @@ from companyd.events import (
 from companyd.llm import ModelResponse, ToolResultBlock, ToolUseBlock, Usage, text_of, tool_uses_of
 from companyd.runs import JournaledRun, RunOutcome, RunStatus, Step, Task, TaskState, new_id
 from companyd.supervision import ChildContext
+from companyd.telemetry import GenAI
 
 __all__ = [
     "MAX_REVIEW_ATTEMPTS",
@@ -229,6 +230,45 @@ class Agent:
     # -- the guarded run: heartbeat, crash accounting, outcome ------------------------------
 
     async def _guarded(self, state: RunState, ctx: ChildContext, *, resumed: bool) -> None:
+        """The run inside its ``invoke_agent`` span (a child of the routine fire's span
+        when a routine's fire waits for it); the outcome's attributes are set by
+        :meth:`_finish`.
+        """
+        tracer = self.deps.tracer
+        task = state.task
+        # the fire's span for a routine's task; the asking run's for a consultation,
+        # delegation or review (each a task of its own, on another agent's task)
+        parent = tracer.task_parent(task.id)
+        if parent is None and task.asked_by:
+            parent = tracer.task_parent(task.asked_by)
+        state.span = tracer.start(
+            f"invoke_agent {self.slug}",
+            parent=parent,
+            attributes={
+                GenAI.OPERATION: "invoke_agent",
+                GenAI.PROVIDER: GenAI.ANTHROPIC,
+                GenAI.AGENT_NAME: self.slug,
+                GenAI.AGENT_ID: self.slug,
+                GenAI.CONVERSATION_ID: state.run_id,
+                GenAI.REQUEST_MODEL: self.config.model.primary,
+                GenAI.RUN_ID: state.run_id,
+                GenAI.TASK_ID: task.id,
+                GenAI.ROUTINE: task.routine,
+                "companyd.run.attempt": state.attempt,
+                "companyd.run.resumed": resumed,
+            },
+        )
+        tracer.bind_task(state.run_id, state.span)
+        try:
+            await self._guarded_run(state, ctx, resumed=resumed)
+        except BaseException as exc:
+            state.span.fail(type(exc).__name__, str(exc))
+            raise
+        finally:
+            tracer.unbind_task(state.run_id)
+            state.span.end()
+
+    async def _guarded_run(self, state: RunState, ctx: ChildContext, *, resumed: bool) -> None:
         deps = self.deps
         self._current = state
         deps.staff.run_started(self.slug, state)
@@ -388,6 +428,14 @@ class Agent:
     async def _finish(self, state: RunState, status: RunStatus, reason: str | None) -> None:
         deps = self.deps
         outcome = self._outcome(state, status, reason)
+        span = state.span
+        span.set(GenAI.COST, outcome.cost_usd)
+        span.set(GenAI.RUN_STATUS, str(status))
+        span.set(GenAI.INPUT_TOKENS, state.usage.input_tokens)
+        span.set(GenAI.OUTPUT_TOKENS, state.usage.output_tokens)
+        span.set("companyd.run.steps", outcome.steps)
+        if status is not RunStatus.OK:
+            span.fail(str(status), reason or "")
         try:
             await deps.journal.finish_run(outcome, TaskState.DONE)
         except Exception as exc:
@@ -600,13 +648,33 @@ class Agent:
                 else max_seconds - (deps.clock.monotonic() - state.breaker.started)
             ),
         )
+        span = deps.tracer.start(
+            f"execute_tool {name}",
+            parent=state.span,
+            attributes={
+                GenAI.OPERATION: "execute_tool",
+                GenAI.TOOL_NAME: name,
+                GenAI.TOOL_CALL_ID: tool_id,
+                GenAI.TOOL_TYPE: "function",
+            },
+        )
+        span.set_content(GenAI.TOOL_ARGUMENTS, tool_use.get("input") or {})
+        ctx = replace(ctx, trace=span.carrier())
         # waiting on a colleague or the founder's answer (ask_founder) is not being stuck
         colleague = self._toolbox.family(name) in ("colleagues", "founder")
         self._colleague_waits += colleague
         try:
             result = await self._toolbox.call(tool_use, ctx)
+        except BaseException as exc:
+            span.fail(type(exc).__name__, str(exc))
+            raise
+        else:
+            if result.get("is_error"):
+                span.fail("tool_error")
+            span.set_content(GenAI.TOOL_RESULT, result.get("content"))
         finally:
             self._colleague_waits -= colleague
+            span.end()
         self._progress()
         state.seq += 1
         await deps.journal.append_step(

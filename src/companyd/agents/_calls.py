@@ -40,6 +40,7 @@ from companyd.llm import (
     estimate_input_tokens,
 )
 from companyd.runs import LlmStep, RunStatus
+from companyd.telemetry import GenAI
 
 __all__ = ["STOP_CALL_GRACE", "BudgetedCall", "ModelCaller"]
 
@@ -145,7 +146,7 @@ class ModelCaller:
             try:
                 await call.reserve()
                 self.progress()
-                response = await call.send()
+                response = await self._traced_send(state, call, request)
                 try:
                     cost = await call.settle(response)
                 except Exception as exc:
@@ -205,6 +206,68 @@ class ModelCaller:
                 "paused until then and resumes by itself",
             )
         raise RunEnded(RunStatus.FAILED, "every model in the chain failed: " + "; ".join(failures))
+
+    async def _traced_send(
+        self, state: RunState, call: BudgetedCall, request: ModelRequest
+    ) -> ModelResponse:
+        """``call.send()`` inside its ``chat {model}`` span (a child of the run's), recorded
+        in the GenAI metrics.
+        """
+        tracer, clock = self.deps.tracer, self.deps.clock
+        span = tracer.start(
+            f"chat {request.model}",
+            parent=state.span,
+            kind="client",
+            attributes={
+                GenAI.OPERATION: "chat",
+                GenAI.PROVIDER: GenAI.ANTHROPIC,
+                GenAI.REQUEST_MODEL: request.model,
+                GenAI.REQUEST_MAX_TOKENS: request.max_tokens,
+                GenAI.CONVERSATION_ID: state.run_id,
+            },
+        )
+        span.set_content(GenAI.SYSTEM_INSTRUCTIONS, request.system)
+        span.set_content(GenAI.INPUT_MESSAGES, request.messages)
+        began = clock.monotonic()
+        try:
+            response = await call.send()
+        except BaseException as exc:
+            error = type(exc).__name__
+            span.fail(error, str(exc))
+            span.end()
+            tracer.record_model_call(
+                request_model=request.model,
+                response_model=None,
+                input_tokens=None,
+                output_tokens=None,
+                seconds=clock.monotonic() - began,
+                error_type=error,
+            )
+            raise
+        usage = response.usage
+        # GenAI: input_tokens counts every input token, cached ones included (Anthropic's
+        # input_tokens leaves the cache reads and writes out)
+        input_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        span.set(GenAI.RESPONSE_MODEL, response.model)
+        span.set(GenAI.RESPONSE_ID, response.request_id or None)
+        span.set(GenAI.INPUT_TOKENS, input_tokens)
+        span.set(GenAI.OUTPUT_TOKENS, usage.output_tokens)
+        span.set(GenAI.CACHE_READ_TOKENS, usage.cache_read_tokens)
+        span.set(GenAI.CACHE_CREATION_TOKENS, usage.cache_write_tokens)
+        span.set(GenAI.FINISH_REASONS, [response.stop_reason or ""])
+        span.set_content(
+            GenAI.OUTPUT_MESSAGES, [{"role": "assistant", "content": list(response.content)}]
+        )
+        span.end()
+        tracer.record_model_call(
+            request_model=request.model,
+            response_model=response.model,
+            input_tokens=input_tokens,
+            output_tokens=usage.output_tokens,
+            seconds=clock.monotonic() - began,
+            error_type=None,
+        )
+        return response
 
 
 class BudgetedCall:

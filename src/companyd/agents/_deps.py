@@ -24,6 +24,7 @@ from companyd.desk import Desk, RateLimits
 from companyd.events import EventBus
 from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, Task
+from companyd.telemetry import NO_TRACING, Tracer
 
 __all__ = ["AgentDeps", "InjectedCrash", "MarkerPort", "SpendPort", "StaffPort"]
 
@@ -178,6 +179,7 @@ class AgentDeps:
         desk: the founder's desk (approvals of ``require_approval`` tools); None: such
             calls are refused.
         rate_limits: ``tools.rate_limit`` (durable day counts); None: not applied.
+        tracer: where the run's spans go (docs/telemetry.md); by default nowhere.
     """
 
     staff: StaffPort
@@ -190,3 +192,4 @@ class AgentDeps:
     state_dir: Path
     desk: Desk | None = None
     rate_limits: RateLimits | None = None
+    tracer: Tracer = NO_TRACING

@@ -25,6 +25,7 @@ from companyd._aio import race
 from companyd.agents._breaker import Breaker
 from companyd.llm import Message, ToolResultBlock, ToolUseBlock, Usage
 from companyd.runs import RunStatus, Task
+from companyd.telemetry import NO_SPAN, Span
 
 __all__ = [
     "PendingTool",
@@ -90,6 +91,8 @@ class RunState:
     #: why the task was withdrawn (its asker stopped waiting), once it is
     withdrawn: str | None = None
     withdrawn_signal: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the run's ``invoke_agent`` span: the parent of its model and tool calls' spans
+    span: Span = NO_SPAN
 
     def withdraw(self, reason: str) -> None:
         """Nobody waits for this run's outcome any more: its agent cancels it now."""

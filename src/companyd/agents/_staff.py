@@ -47,6 +47,7 @@ from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, RunStatus, Task, TaskState
 from companyd.sandbox import ToolSandbox, tool_server_secrets
 from companyd.supervision import ChildContext, ChildFn
+from companyd.telemetry import NO_TRACING, Tracer
 
 __all__ = ["Staff"]
 
@@ -87,6 +88,7 @@ class Staff:
         proposals: Proposals | None = None,
         desk: Desk | None = None,
         tool_store: ToolStore | None = None,
+        tracer: Tracer = NO_TRACING,
     ) -> None:
         self._config = config
         self.bus = bus
@@ -145,6 +147,7 @@ class Staff:
             state_dir=state_dir,
             desk=desk,
             rate_limits=rate_limits,
+            tracer=tracer,
         )
         self._agent_tasks: dict[str, asyncio.Task[Any]] = {}
         self._injected: set[str] = set()

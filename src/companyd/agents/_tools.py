@@ -28,7 +28,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from companyd.config import McpServerSpec, ToolsSpec
 from companyd.errors import CompanydError
@@ -90,6 +90,10 @@ class ToolCallContext:
     routine: str | None = None
     #: what is left of the run's ``max_seconds`` (None: no limit)
     run_seconds_left: float | None = None
+    #: the W3C trace context of the call's ``execute_tool`` span (``traceparent``), sent to
+    #: an MCP tool server in ``params._meta`` so its spans join the run's trace; empty when
+    #: not tracing
+    trace: Mapping[str, str] = field(default_factory=dict)
 
 
 Handler = Callable[[Mapping[str, Any], ToolCallContext], Awaitable[Any]]
@@ -418,7 +422,9 @@ class McpToolServer:
                 )
             try:
                 async with asyncio.timeout(self.spec.timeout_seconds):
-                    result = await self._session.call_tool(tool_name, dict(arguments))
+                    result = await self._session.call_tool(
+                        tool_name, dict(arguments), meta=cast(Any, dict(ctx.trace)) or None
+                    )
             except TimeoutError:
                 raise ToolError(
                     f"tool {tool_name!r} of MCP server {self.name!r} did not answer within "

@@ -596,6 +596,18 @@ class MetricsSpec(Spec):
         return v
 
 
+class TelemetrySpec(Spec):
+    """OpenTelemetry traces and metrics (docs/telemetry.md): on when ``otlp_endpoint`` is set
+    (or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is in the environment). Message contents are
+    exported only with ``capture_content: true``, and then redacted.
+    """
+
+    otlp_endpoint: str | None = None
+    capture_content: bool = False
+
+    _url = field_validator("otlp_endpoint")(http_url)
+
+
 class DashboardSpec(Spec):
     """The web dashboard (docs/dashboard.md): on by default, on loopback.
 
@@ -667,5 +679,6 @@ class CompanyFile(Spec):
     anthropic: AnthropicSpec = AnthropicSpec()
     metrics: MetricsSpec = MetricsSpec()
     dashboard: DashboardSpec = DashboardSpec()
+    telemetry: TelemetrySpec = TelemetrySpec()
     retention: RetentionSpec = RetentionSpec()
     state: StateSpec = StateSpec()

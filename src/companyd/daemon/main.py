@@ -30,6 +30,8 @@ Admin                  ``Daemon`` (:mod:`.operator` mixin)  alerts (``admin=``),
                                                             socket, the web dashboard
 agent ports            journal, memory, spend book, model   :class:`Staff` → each agent's
                        backend, desk, proposals             ``AgentDeps``
+Tracer                 :func:`telemetry_tracer` (no-op      :class:`Staff` (``tracer=``),
+                       unless telemetry is on)              :class:`RoutineScheduler`
 reload callback        ``Daemon._reload_after_apply``       :class:`companyd.desk.Proposals`
 bus subscriptions      alerts (at construction), the        — ; the event log
                        dashboard's live streams (per        (:func:`log_events`) in
@@ -96,6 +98,7 @@ from companyd.supervision import (
     SupervisorGaveUp,
     SupervisorStartError,
 )
+from companyd.telemetry import NO_TRACING, Tracer, telemetry_endpoint
 
 __all__ = [
     "AGENT_SHUTDOWN",
@@ -225,6 +228,8 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
             state_dir / "desk.sqlite", bus=self.bus, clock=self.clock, backend=self.storage
         )
         self.tool_store = ToolStore(state_dir / "tools.sqlite", backend=self.storage)
+        # seam: Tracer — spans of fires, runs, model and tool calls (docs/telemetry.md)
+        self.tracer = telemetry_tracer(config)
         # seam: agent ports — what each agent's AgentDeps is built from
         self.staff = Staff(
             config,
@@ -240,6 +245,7 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
             # one-off `companyd ask`: no socket, no Telegram, nobody to decide
             desk=None if oneoff else self.desk,
             tool_store=self.tool_store,
+            tracer=self.tracer,
         )
         self.alerts = AlertService(
             config,
@@ -266,6 +272,7 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
                 timeout=self._approval_timeout,
             ),
             backups=self,  # seam: BackupSink (the backups mixin) for backup routines
+            tracer=self.tracer,
         )
         self.socket = socket_path(state_dir)
         self._control_group = control_group
@@ -437,6 +444,10 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
             await self.tool_store.close()
         with contextlib.suppress(Exception):
             await self.backend.aclose()
+        if self.tracer.enabled:
+            # the last spans, within the exporter's own deadline (OTEL_EXPORTER_OTLP_TIMEOUT),
+            # on a thread: the SDK's flush blocks
+            await asyncio.to_thread(self.tracer.shutdown)
         if self.leadership is not None:
             # after every store's last write: a standby takes over at once, not a lease later
             with contextlib.suppress(Exception):
@@ -663,3 +674,21 @@ def remember_early_sighup(signum: int, frame: Any) -> None:
 def _log_task_failure(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("reload failed: %r", task.exception())
+
+
+def telemetry_tracer(config: CompanyConfig) -> Tracer:
+    """The company's tracer: OpenTelemetry when ``telemetry.otlp_endpoint`` is set or
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` is in the environment (docs/telemetry.md), else the
+    no-op one. The SDK is imported only in the first case: a daemon without telemetry
+    never loads it (tests/daemon/test_startup_imports.py).
+    """
+    spec = config.spec.telemetry
+    if telemetry_endpoint(spec.otlp_endpoint) is None:
+        return NO_TRACING
+    from companyd.telemetry import otel_tracer  # imported here: only when telemetry is on
+
+    return otel_tracer(
+        spec.otlp_endpoint,
+        capture_content=spec.capture_content,
+        company=config.spec.company.name,
+    )

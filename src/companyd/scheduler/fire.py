@@ -45,6 +45,7 @@ from companyd.scheduler.outcomes import Outcome, from_run_status
 from companyd.scheduler.record import Recorder
 from companyd.scheduler.sink import BackupSink, ResultGate, TaskSink
 from companyd.scheduler.store import FireRecord
+from companyd.telemetry import NO_TRACING, GenAI, Tracer
 
 __all__ = [
     "RESUMED",
@@ -121,6 +122,7 @@ class Fires:
         gate: the founder's approval of results (routines with ``approval: required``).
         backups: who takes the backups of backup routines (None: such a fire fails,
             saying so).
+        tracer: where a fire's span goes (the parent of its run's spans).
     """
 
     def __init__(
@@ -131,8 +133,10 @@ class Fires:
         recorder: Recorder,
         gate: ResultGate | None = None,
         backups: BackupSink | None = None,
+        tracer: Tracer = NO_TRACING,
     ) -> None:
         self._sink = sink
+        self._tracer = tracer
         self._backups = backups
         self._clock = clock
         self._rec = recorder
@@ -301,6 +305,59 @@ class Fires:
         store = self._rec.store
         assert store is not None
         store.post_execute(db.start_fire_stmt(rec.fire_id, started, task.id))
+        # the fire's span is the parent of its run's (the agent finds it by the task's id)
+        span = self._tracer.start(
+            f"fire {r.slug}",
+            attributes={
+                GenAI.ROUTINE: r.slug,
+                GenAI.FIRE_ID: rec.fire_id,
+                GenAI.FIRE_KIND: rec.kind,
+                GenAI.AGENT: r.assignee,
+                GenAI.TASK_ID: task.id,
+            },
+        )
+        self._tracer.bind_task(task.id, span)
+        try:
+            outcome = await self._fire_run(r, task, started)
+        except BaseException as exc:
+            span.fail(type(exc).__name__, str(exc))
+            raise
+        else:
+            span.set(GenAI.FIRE_OUTCOME, str(from_run_status(outcome.status)))
+            span.set(GenAI.RUN_ID, outcome.run_id or None)
+            span.set(GenAI.COST, outcome.cost_usd)
+            if outcome.status is not RunStatus.OK:
+                span.fail(str(outcome.status), outcome.reason or "")
+        finally:
+            self._tracer.unbind_task(task.id)
+            span.end()
+        result = from_run_status(outcome.status)
+        reason = outcome.reason
+        if result is not Outcome.OK and not reason:
+            reason = f"the run ended {result} and the agent runtime gave no reason"
+        if outcome.status is RunStatus.CANCELLED:
+            until = self._sink.rate_limited_until(r.assignee)
+            if until is not None:
+                # the run met a quota wall (one model call): not a failure of the routine
+                result, reason = Outcome.SKIPPED, f"{self._walled(r, until)} ({reason})"
+        await self._rec.finish(
+            rec, result, reason, cost_usd=outcome.cost_usd, run_id=outcome.run_id or None
+        )
+        await self._after_run(r, result)
+        approved = r.approval == "required" and self._gate is not None
+        self._rec.result(rec, outcome, after_approval(r), r.description, approved=approved)
+        if r.precondition == "memory_changed":
+            # Taken after the run, so the run's own memory writes do not wake it again.
+            try:
+                await self.save_marker(slot, await self._sink.memory_marker())
+            except Exception as exc:
+                log.warning("memory marker unavailable after %r ran: %r", r.slug, exc)
+        return outcome
+
+    async def _fire_run(self, r: RoutineConfig, task: Task, started: float) -> RunOutcome:
+        """Hand ``task`` to the agents and wait for its outcome (and the founder's verdict
+        on it when the routine's results need approval).
+        """
         try:
             outcome = await self._sink.submit(task)
         except asyncio.CancelledError:
@@ -323,27 +380,6 @@ class Fires:
         if r.approval == "required" and outcome.status in SETTLED_BY_FOUNDER and self._gate:
             # the fire counts as done only once the founder approves its result
             outcome = await self._gate.settle(task, outcome)
-        result = from_run_status(outcome.status)
-        reason = outcome.reason
-        if result is not Outcome.OK and not reason:
-            reason = f"the run ended {result} and the agent runtime gave no reason"
-        if outcome.status is RunStatus.CANCELLED:
-            until = self._sink.rate_limited_until(r.assignee)
-            if until is not None:
-                # the run met a quota wall (one model call): not a failure of the routine
-                result, reason = Outcome.SKIPPED, f"{self._walled(r, until)} ({reason})"
-        await self._rec.finish(
-            rec, result, reason, cost_usd=outcome.cost_usd, run_id=outcome.run_id or None
-        )
-        await self._after_run(r, result)
-        approved = r.approval == "required" and self._gate is not None
-        self._rec.result(rec, outcome, after_approval(r), r.description, approved=approved)
-        if r.precondition == "memory_changed":
-            # Taken after the run, so the run's own memory writes do not wake it again.
-            try:
-                await self.save_marker(slot, await self._sink.memory_marker())
-            except Exception as exc:
-                log.warning("memory marker unavailable after %r ran: %r", r.slug, exc)
         return outcome
 
     async def _backup(self, rec: FireRecord, directory: Path, keep: int) -> RunOutcome:

@@ -76,6 +76,7 @@ from companyd.scheduler.triggers import (
 )
 from companyd.storage import DB_ERRORS, SQLITE, Backend
 from companyd.supervision import ChildContext
+from companyd.telemetry import NO_TRACING, Tracer
 
 __all__ = [
     "IDLE_RETENTION",
@@ -132,6 +133,7 @@ class RoutineScheduler:
         gate: ResultGate | None = None,
         backups: BackupSink | None = None,
         backend: Backend = SQLITE,
+        tracer: Tracer = NO_TRACING,
     ) -> None:
         self._config = config
         self._backend = backend
@@ -144,7 +146,12 @@ class RoutineScheduler:
         self._rec = Recorder(bus=bus, clock=self._clock, on_store_failure=self._store_failed)
         self._gate = gate
         self._fires = Fires(
-            sink=sink, clock=self._clock, recorder=self._rec, gate=gate, backups=backups
+            sink=sink,
+            clock=self._clock,
+            recorder=self._rec,
+            gate=gate,
+            backups=backups,
+            tracer=tracer,
         )
         self._max_sleep = max_sleep
         self._skip_grace = skip_grace
