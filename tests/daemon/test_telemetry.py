@@ -26,7 +26,6 @@ from companyd.testing.otlp import CollectedSpan, OtlpCollector
 
 pytestmark = pytest.mark.anyio
 
-TOOL_SERVER = Path(__file__).parent.parent / "mcp_tool_server.py"
 
 CONTENT = {
     "gen_ai.input.messages",
