@@ -32,10 +32,11 @@ from typing import Any
 import pytest
 import yaml
 
-from companyd.clock import ScaledClock
+from companyd.clock import ManualClock, ScaledClock
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.messages_api import MessagesAPIServer, fault, reply_text, stall
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,6 +110,16 @@ def env_for(server: BotApiServer, llm: MessagesAPIServer, **more: str) -> dict[s
     }
 
 
+def env_vars(server: BotApiServer, llm: MessagesAPIServer) -> dict[str, str]:
+    """What an in-process daemon adds to the environment (see :func:`env_for`)."""
+    return {
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        "TELEGRAM_CHAT_ID": str(OPERATOR),
+        "ANTHROPIC_API_KEY": "test-key",
+        "ANTHROPIC_BASE_URL": llm.base_url,
+    }
+
+
 def to_operator(server: BotApiServer, needle: str) -> list[SentMessage]:
     return [m for m in server.messages if m.chat_id == OPERATOR and needle in m.text]
 
@@ -136,6 +147,16 @@ async def linked(state: Path, message_id: int) -> None:
             if row is not None:
                 return
             await asyncio.sleep(0.05)
+
+
+async def file_holding(path: Path, needle: str, timeout: float = 30.0) -> str:
+    """The text of ``path`` once it holds ``needle`` (or as it is after ``timeout`` s)."""
+    text = ""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            while needle not in (text := path.read_text(encoding="utf-8")):
+                await asyncio.sleep(0.05)
+    return text
 
 
 def _thread_links(state: Path) -> set[int]:
@@ -327,13 +348,10 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
 
 @pytest.mark.anyio
 async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Path) -> None:
-    scale = 20.0
-    real0 = time.time()
-    today = datetime.fromtimestamp(real0, UTC).date()
-    # the daemon's day starts at 07:45 UTC: the digest is due 15 minutes (45 s) later, room
-    # for starting the daemon twice and two runs on a loaded machine (each takes seconds)
-    sim0 = datetime(today.year, today.month, today.day, 7, 45, tzinfo=UTC).timestamp()
-    clock = ScaledClock(scale, real0, sim0)
+    # the daemon's day starts at 07:45 UTC; the digest is due at 08:00, 900 s later on its
+    # manual clock, which stands still while the daemon starts and runs
+    sim0 = datetime(2026, 11, 27, 7, 45, tzinfo=UTC).timestamp()
+    clock = ManualClock(sim0)
     routines = {
         "daily-post": daily_post(deliver=["digest"]),
         "weekly-spend-review": {
@@ -347,12 +365,10 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
         with MessagesAPIServer() as llm:
             cfg = work / "company.yaml"
             cfg.write_text(yaml.safe_dump(company(server.url, routines), sort_keys=False))
-            env = env_for(
-                server, llm, COMPANYD_TIME_SCALE=str(scale), COMPANYD_TIME_ANCHOR=f"{real0}:{sim0}"
-            )
-            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
-            try:
-                await daemon.start(timeout=120)
+            env = env_vars(server, llm)
+            async with InProcessDaemon(
+                cfg, work / "s", clock=clock, env=env, offline=False
+            ) as daemon:
                 await one(server, "companyd started")
                 llm.enqueue(reply_text(POST))
                 first = await daemon.call("run_job", routine="daily-post")
@@ -362,11 +378,14 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                 assert clock.time() < sim0 + 900, "the runs took past the digest time"
                 assert to_operator(server, POST) == []  # no message: it waits for the digest
                 # the items wait in the outbox: a restart before the digest keeps them
-                assert await daemon.stop() == 0
-                await daemon.start(timeout=120)
+                await daemon.restart()
 
-                due_in = (sim0 + 900 - clock.time()) / scale  # real seconds
-                digest = await one(server, "📰", timeout=due_in + 60)
+                # one second before 08:00: no digest yet
+                await daemon.advance(sim0 + 899 - clock.time())
+                await asyncio.sleep(0.5)
+                assert to_operator(server, "📰") == []
+                await daemon.advance_until(lambda: bool(to_operator(server, "📰")), limit=120)
+                digest = to_operator(server, "📰")[0]
                 assert clock.time() >= sim0 + 900
                 lines = digest.text.splitlines()
                 total = first["cost_usd"] + second["cost_usd"]
@@ -379,7 +398,8 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                     "Spend was flat: $0.41 for the week, no outliers."
                 )
                 assert [label for label, _ in digest.buttons()] == ["📄 1", "📄 2"]
-                await asyncio.sleep(1.0)  # room for a second digest, were there one
+                await daemon.advance(60)  # room for a second digest, were there one
+                await asyncio.sleep(0.5)
                 assert len(to_operator(server, "📰")) == 1
 
                 # a button sends that result whole, as a reply to the digest
@@ -394,13 +414,12 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                     work / "s" / "outputs" / "weekly-spend-review" / f"{day}-{second['run_id']}.md"
                 )
                 assert "Spend was flat" in path.read_text(encoding="utf-8")
-                # the memory delivery: an observation on the routine's entity
-                graph = (work / "s" / "memory.jsonl").read_text(encoding="utf-8")
+                # the memory delivery: an observation on the routine's entity (written
+                # by the memory service a moment after the run)
+                observed = f"result ({second['run_id']}): Spend was flat"
+                graph = await file_holding(work / "s" / "memory.jsonl", observed)
                 assert '"name": "routine:weekly-spend-review"' in graph.replace('":"', '": "')
-                assert f"result ({second['run_id']}): Spend was flat" in graph
-            finally:
-                if daemon.proc is not None and daemon.returncode is None:
-                    await daemon.stop()
+                assert observed in graph
     assert "Traceback" not in daemon.log_text()
 
 
