@@ -519,27 +519,21 @@ async def test_sixty_real_seconds_of_telegram_down_with_a_restart_lose_and_repea
 async def test_a_result_in_quiet_hours_waits_for_their_end_and_a_critical_alert_does_not(
     work: Path,
 ) -> None:
-    scale = 20.0
-    real0 = time.time()
-    today = datetime.fromtimestamp(real0, UTC).date()
-    # the daemon's morning starts at 06:45 UTC and quiet hours end at 07:00: 900 s of the
-    # daemon's clock (45 real seconds; 10 were used on a busy 2-core machine) to start and
-    # run twice inside them
-    sim0 = datetime(today.year, today.month, today.day, 6, 45, tzinfo=UTC).timestamp()
+    # the daemon's morning starts at 06:45 UTC and quiet hours end at 07:00, 900 s later on
+    # its manual clock, which stands still while the daemon starts and runs
+    sim0 = datetime(2026, 11, 27, 6, 45, tzinfo=UTC).timestamp()
     end = sim0 + 900
-    clock = ScaledClock(scale, real0, sim0)
+    clock = ManualClock(sim0)
     quiet = {"start": "23:00", "end": "07:00", "timezone": "UTC"}
     async with BotApiServer(token=TOKEN) as server:
         with MessagesAPIServer() as llm:
             cfg = work / "company.yaml"
             doc = company(server.url, {"daily-post": daily_post()}, quiet_hours=quiet)
             cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
-            env = env_for(
-                server, llm, COMPANYD_TIME_SCALE=str(scale), COMPANYD_TIME_ANCHOR=f"{real0}:{sim0}"
-            )
-            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
-            try:
-                await daemon.start(timeout=120)
+            env = env_vars(server, llm)
+            async with InProcessDaemon(
+                cfg, work / "s", clock=clock, env=env, offline=False
+            ) as daemon:
                 llm.enqueue(reply_text(POST))
                 fired = await daemon.call("run_job", routine="daily-post")
                 assert fired["status"] == "ok", fired
@@ -551,19 +545,24 @@ async def test_a_result_in_quiet_hours_waits_for_their_end_and_a_critical_alert_
                 assert clock.time() < end, "the daemon took past the quiet hours to get here"
                 assert to_operator(server, POST) == []  # the result waits for 07:00
 
-                post = await one(server, POST, timeout=(end - clock.time()) / scale + 60)
+                # one second before 07:00: still nothing
+                await daemon.advance(end - 1 - clock.time())
+                await asyncio.sleep(0.5)
+                assert to_operator(server, POST) == []
+                await daemon.advance_until(lambda: bool(to_operator(server, POST)), limit=120)
+                post = to_operator(server, POST)[0]
                 assert clock.time() >= end
                 assert post.text.splitlines()[0] == "📝 daily-post — marketing"
                 assert fired["run_id"] in post.text
                 assert not post.disable_notification  # it rings, at 07:00
                 # the warnings held meanwhile come as one quiet-hours digest, the result apart
-                await one(server, "While quiet hours were on")
-                await asyncio.sleep(1.0)  # room for a duplicate, were there one
+                await daemon.advance_until(
+                    lambda: bool(to_operator(server, "While quiet hours were on")), limit=120
+                )
+                await daemon.advance(60)  # room for a duplicate, were there one
+                await asyncio.sleep(0.5)
                 assert len(to_operator(server, POST)) == 1
                 assert len(to_operator(server, "Anthropic API key refused")) == 1
-            finally:
-                if daemon.proc is not None and daemon.returncode is None:
-                    await daemon.stop()
     assert "Traceback" not in daemon.log_text()
 
 
