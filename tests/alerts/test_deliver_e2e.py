@@ -1,17 +1,22 @@
 """Results reach the founder, and the founder answers back (issue 17), end to end.
 
-A real ``companyd run`` (subprocess) with the real anthropic SDK talking to the Messages
-API stand-in and python-telegram-bot talking to the Bot API stand-in: the daily post is
-delivered as a message naming the routine, the agent, the cost and the run id; a Telegram
-reply to it is a follow-up task to the same agent that sees the task, its result and the
-reply, answered as a reply in the thread; a restart resends nothing; a 60 s Telegram
-outage loses nothing (on the daemon's clock, and once more as 60 real seconds of a refusing
-Bot API with a restart in the middle); a result longer than three messages arrives as one
-``.md`` document; a result in quiet hours waits for their end while a critical alert goes
-through; the digest arrives at ``alerts.digest_at`` with one line per result.
-Time is the daemon's own injected clock (``COMPANYD_TIME_SCALE`` / ``COMPANYD_TIME_ANCHOR``,
-the benchmarks' compressed time), read from the test through the same anchors — except in
-the real outage, where the daemon runs on real time.
+The daemon with the real anthropic SDK talking to the Messages API stand-in and
+python-telegram-bot talking to the Bot API stand-in: the daily post is delivered as a
+message naming the routine, the agent, the cost and the run id; a Telegram reply to it is a
+follow-up task to the same agent that sees the task, its result and the reply, answered as a
+reply in the thread; a restart resends nothing; a 60 s Telegram outage loses nothing (once
+more with three results waiting and a restart in the middle); a result longer than three
+messages arrives as one ``.md`` document; a result in quiet hours waits for their end while
+a critical alert goes through; the digest arrives at ``alerts.digest_at`` with one line per
+result.
+
+Where time must pass (the digest, quiet hours, the long outage) the daemon runs in this
+process on a manual clock (:class:`~companyd.testing.inprocess.InProcessDaemon`, the same
+composition root as ``companyd run``), so the test can stand one second before the moment
+and see that nothing went yet. Where a real process matters (a kill -9, the CLI's
+``ask --reply-to`` against a running ``companyd run``) it is a real ``companyd run``
+(subprocess) on its own clock (``COMPANYD_TIME_SCALE`` / ``COMPANYD_TIME_ANCHOR``), read from
+the test through the same anchors.
 """
 
 from __future__ import annotations
@@ -435,45 +440,49 @@ def month_report() -> dict[str, Any]:
     }
 
 
-@pytest.mark.slow
 @pytest.mark.anyio
-async def test_sixty_real_seconds_of_telegram_down_with_a_restart_lose_and_repeat_nothing(
+async def test_sixty_seconds_of_telegram_down_with_a_restart_lose_and_repeat_nothing(
     work: Path,
 ) -> None:
-    # The daemon runs on real time here: the Bot API stand-in refuses every connection for
-    # 60 wall-clock seconds while three results wait — two queued before a restart in the
-    # middle of the outage, one after — so python-telegram-bot, the sender's backoff and
-    # the outbox all meet a real outage.
+    # The Bot API stand-in refuses every connection for 60 s of the daemon's clock while
+    # three results wait — two queued before a restart in the middle of the outage, one
+    # after — so python-telegram-bot (real connections, refused), the sender's backoff (on
+    # the clock) and the outbox (across the restart) all meet the outage.
     third = "Late payers, gently chased: Northwind sends the reminders so you don't have to."
     routines = {"daily-post": daily_post(deliver=["telegram"]), "month-report": month_report()}
+    clock = ManualClock()
     async with BotApiServer(token=TOKEN) as server:
         with MessagesAPIServer() as llm:
             cfg = work / "company.yaml"
             cfg.write_text(yaml.safe_dump(company(server.url, routines), sort_keys=False))
-            env = env_for(server, llm)
-            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
-            try:
-                await daemon.start(timeout=120)
+            env = env_vars(server, llm)
+            async with InProcessDaemon(
+                cfg, work / "s", clock=clock, env=env, offline=False
+            ) as daemon:
                 await one(server, "companyd started")
 
                 await server.go_down("refuse")
-                down_at = time.monotonic()
+                down_at = clock.monotonic()
                 llm.enqueue(reply_text(OUTAGE_POST))
                 first = await daemon.call("run_job", routine="daily-post")
                 llm.enqueue(reply_text(REPORT))
                 report = await daemon.call("run_job", routine="month-report")
                 assert first["status"] == report["status"] == "ok", (first, report)
                 # a restart in the middle of the outage: what waits is in the outbox
-                assert await daemon.stop() == 0
-                await daemon.start(timeout=120)
+                await daemon.advance(25)
+                await daemon.restart()
                 llm.enqueue(reply_text(third))
                 last = await daemon.call("run_job", routine="daily-post")
                 assert last["status"] == "ok", last
-                # at least 60 s down (longer if the runs and the restart took longer)
-                await asyncio.sleep(max(0.0, 60 - (time.monotonic() - down_at)))
+                # 60 s down on the daemon's clock, every retry refused
+                await daemon.advance(60 - (clock.monotonic() - down_at))
                 assert [m for m in server.messages if m.text.startswith("📝")] == []
                 await server.go_up()
 
+                # everything arrives once Telegram is back (the backoff is at most 30 s) ...
+                await daemon.advance_until(lambda: bool(to_operator(server, third)), limit=90)
+                await daemon.advance(60)  # room for a duplicate, were there one
+                await asyncio.sleep(0.5)
                 # everything arrives once Telegram is back (the backoff is at most 30 s) ...
                 await one(server, third, timeout=90)
                 await asyncio.sleep(2.0)  # room for a duplicate, were there one
@@ -509,9 +518,6 @@ async def test_sixty_real_seconds_of_telegram_down_with_a_restart_lose_and_repea
                 assert answer.reply_to == reply_id
                 assert "Invoice NW-0219" in prompt_text(llm.requests[-1].body)
                 print(f"\n{doc.text}\n")  # for the docs, when it changes
-            finally:
-                if daemon.proc is not None and daemon.returncode is None:
-                    await daemon.stop()
     assert "Traceback" not in daemon.log_text()
 
 
