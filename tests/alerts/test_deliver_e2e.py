@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
-from companyd.clock import ManualClock, ScaledClock
+from companyd.clock import ManualClock
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
@@ -202,7 +202,9 @@ def readme_tour_is_true(post: str, answer: str) -> None:
     assert [ln for ln in sample if normal(ln) not in real] == []
 
 
-async def the_thread_shows_in_runs_show(daemon: DaemonProcess, delivered: str) -> None:
+async def the_thread_shows_in_runs_show(
+    daemon: DaemonProcess | InProcessDaemon, delivered: str
+) -> None:
     """``companyd runs show`` (text and --json) links the delivered run and its follow-ups:
     the Telegram reply's run follows the delivered one, its own reply follows it, and the
     delivered run lists the Telegram follow-up and the ``ask --reply-to`` one as next.
@@ -250,20 +252,16 @@ async def the_thread_shows_in_runs_show(daemon: DaemonProcess, delivered: str) -
 async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
     work: Path,
 ) -> None:
-    scale = 10.0
-    real0 = time.time()
-    clock = ScaledClock(scale, real0, real0)  # the daemon's clock, from the test's side
+    clock = ManualClock()
     async with BotApiServer(token=TOKEN) as server:
         with MessagesAPIServer() as llm:
             cfg = work / "company.yaml"
             doc = company(server.url, {"daily-post": daily_post()})
             cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
-            env = env_for(
-                server, llm, COMPANYD_TIME_SCALE=str(scale), COMPANYD_TIME_ANCHOR=f"{real0}:{real0}"
-            )
-            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
-            try:
-                await daemon.start(timeout=120)
+            env = env_vars(server, llm)
+            async with InProcessDaemon(
+                cfg, work / "s", clock=clock, env=env, offline=False
+            ) as daemon:
                 await one(server, "companyd started")
 
                 # the routine runs; its result reaches the founder, naming routine, agent,
@@ -322,11 +320,10 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
                 # a restart: the second start is told by editing the first message
                 # (one story within the coalescing window)
                 started = (await one(server, "companyd started")).message_id
-                assert await daemon.stop() == 0
-                await daemon.start(timeout=120)
-                await server.wait_for(
+                await daemon.restart()
+                await daemon.advance_until(
                     lambda: bool(server.find_message(OPERATOR, started).edits),  # type: ignore[union-attr]
-                    timeout=60,
+                    limit=60,
                 )
 
                 # a 60 s outage (on the daemon's clock) loses nothing
@@ -334,20 +331,19 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
                 llm.enqueue(reply_text(OUTAGE_POST))
                 during = await daemon.call("run_job", routine="daily-post")
                 assert during["status"] == "ok", during
-                await clock.sleep(60.0)
+                await daemon.advance(60.0)
                 assert to_operator(server, OUTAGE_POST) == []
                 await server.go_up()
-                late = await one(server, OUTAGE_POST)
+                await daemon.advance_until(lambda: bool(to_operator(server, OUTAGE_POST)), limit=60)
+                late = to_operator(server, OUTAGE_POST)[0]
                 assert during["run_id"] in late.text
-                await asyncio.sleep(1.0)  # room for a duplicate, were there one
+                await daemon.advance(30)  # room for a duplicate, were there one
+                await asyncio.sleep(0.5)
                 assert len(to_operator(server, OUTAGE_POST)) == 1
                 # ... and nothing was sent twice across the restart: the sender goes
                 # oldest first, so anything resent would have come before this one
                 assert len(to_operator(server, POST)) == 1
                 assert len(to_operator(server, SHORTER)) == 1
-            finally:
-                if daemon.proc is not None and daemon.returncode is None:
-                    await daemon.stop()
     assert "Traceback" not in daemon.log_text()
 
 
