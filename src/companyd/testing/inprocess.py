@@ -66,7 +66,9 @@ class InProcessDaemon:
     Args:
         config: the company.yaml to run.
         state_dir: its state directory (keep the path short: the control socket is in it).
-        clock: the daemon's business clock (default: a fresh :class:`ManualClock`).
+        clock: the daemon's business clock (default: a :class:`ManualClock` starting at the
+            real time now, so that commands reading the wall clock — ``runs --since 1h`` —
+            agree with it).
         env: environment variables set while the daemon runs (API keys,
             ``ANTHROPIC_BASE_URL``, ``TELEGRAM_BOT_TOKEN``, …).
         offline: the built-in offline model instead of Claude (as ``--offline``).
@@ -83,7 +85,7 @@ class InProcessDaemon:
     ) -> None:
         self.config = config
         self.state_dir = state_dir
-        self.clock = clock or ManualClock()
+        self.clock = clock or ManualClock(time.time())
         self.env = dict(env or {})
         self.offline = offline
         #: the running daemon (None before :meth:`start` and after :meth:`stop`)
