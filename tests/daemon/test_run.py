@@ -29,7 +29,8 @@ import yaml
 
 from companyd.errors import EX_CONFIG, EX_UNAVAILABLE
 from companyd.testing.daemon import short_dir
-from companyd.testing.daemon_process import DaemonProcess, NotifyListener
+from companyd.testing.daemon_process import CliResult, DaemonProcess, NotifyListener
+from companyd.testing.inprocess import cli_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "company.yaml"
@@ -424,6 +425,18 @@ def _companyd_in(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _cli_from(cwd: Path, *argv: str) -> CliResult:
+    """``companyd ARGV`` run from directory ``cwd`` by the CLI's entry point in this process
+    (the same path resolution as the console script, without an interpreter's start-up).
+    """
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return cli_in_thread(list(argv))
+    finally:
+        os.chdir(here)
+
+
 def _wait_answering(socket_path: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
     from companyd.daemon.control_client import ControlClient
 
@@ -475,10 +488,10 @@ def test_one_company_one_daemon_whatever_the_path_and_working_directory(work: Pa
             assert f"already running, pid {first.pid}" in second.stderr, second.stderr
             assert "Traceback" not in second.stderr
             for argv in (["status", "--json"], ["runs", "--json"], ["budget", "--json"]):
-                done = _companyd_in(cwd, *argv, "--config", path)
-                assert done.returncode == 0, (cwd, path, argv, done.stderr)
-            status = json.loads(_companyd_in(cwd, "status", "--json", "--config", path).stdout)
-            assert status["daemon"]["pid"] == first.pid
+                done = _cli_from(cwd, *argv, "--config", path)
+                assert done.rc == 0, (cwd, path, argv, done.err)
+                if argv[0] == "status":
+                    assert json.loads(done.out)["daemon"]["pid"] == first.pid
         assert not (elsewhere / "state").exists() and not (work / "state").exists()
     finally:
         first.send_signal(signal.SIGTERM)
