@@ -210,11 +210,12 @@ class InProcessDaemon:
 
     # -- the operator's side -------------------------------------------------------------
 
-    async def call(self, op: str, /, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
-        """Run a control operation over the control socket; its result (raises the client's
-        errors).
+    async def call(self, op: str, /, **args: Any) -> dict[str, Any]:
+        """Run a control operation over the control socket (the client waits up to 30 s —
+        ``args`` are the operation's own, ``timeout`` included); its result (raises the
+        client's errors).
         """
-        return await ControlClient(self.socket, timeout=timeout).acall(op, **args)
+        return await ControlClient(self.socket, timeout=30.0).acall(op, **args)
 
     async def cli(self, *argv: str, timeout: float = 60.0, process: bool = False) -> CliResult:
         """Run ``companyd ARGV --config C --state-dir S`` against this daemon: its exit code
