@@ -1,4 +1,6 @@
-"""The founder's desk end to end (issue 17 acceptance): a real ``companyd run`` subprocess,
+"""The founder's desk end to end (issue 17 acceptance): the daemon — a real ``companyd run``
+subprocess where a kill -9 or SIGTERM is part of the story, else ``companyd run``'s
+composition root in this process (:class:`~companyd.testing.inprocess.InProcessDaemon`) —
 the real anthropic SDK against the Messages API stand-in, python-telegram-bot against the
 Bot API stand-in, and a real MCP tool server over stdio.
 
@@ -31,6 +33,7 @@ from companyd.daemon.control_client import ControlClient
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
 from .agentkit import PerAgent, daemon_env, tool_results, write_company
@@ -77,14 +80,19 @@ def _company(work: Path, bot: BotApiServer, tool_log: Path, **marketing: Any) ->
 
 
 @contextlib.asynccontextmanager
-async def _daemon(cfg: Path, work: Path, srv: MessagesAPIServer) -> AsyncIterator[DaemonProcess]:
-    daemon = DaemonProcess(cfg, work / "s", log=work / "d.log", offline=False, env=_env(srv))
-    try:
-        await daemon.start(timeout=START_TIMEOUT)
+async def _daemon(cfg: Path, work: Path, srv: MessagesAPIServer) -> AsyncIterator[InProcessDaemon]:
+    """The daemon in this process (``companyd run``'s composition root), for the tests that
+    need no signal: the MCP tool server, the SDKs and the stand-ins are as real as in a
+    ``companyd run`` process.
+    """
+    env = {
+        "ANTHROPIC_API_KEY": "test-key",
+        "ANTHROPIC_BASE_URL": srv.base_url,
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        "TELEGRAM_CHAT_ID": str(FOUNDER),
+    }
+    async with InProcessDaemon(cfg, work / "s", env=env, offline=False) as daemon:
         yield daemon
-    finally:
-        if daemon.proc is not None and daemon.returncode is None:
-            await daemon.stop()
 
 
 def _approval_company(work: Path, bot: BotApiServer, **routine: Any) -> Path:
@@ -110,7 +118,7 @@ def _env(model: MessagesAPIServer) -> dict[str, str]:
     return daemon_env(model, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_CHAT_ID=str(FOUNDER))
 
 
-def _ask(daemon: DaemonProcess, agent: str, question: str) -> asyncio.Task[None]:
+def _ask(daemon: DaemonProcess | InProcessDaemon, agent: str, question: str) -> asyncio.Task[None]:
     async def ask() -> None:
         # the daemon may be killed under it; the run's fate is read from the journal
         with contextlib.suppress(Exception):
@@ -139,7 +147,7 @@ def _button(msg: SentMessage, label: str) -> str:
     raise AssertionError(f"no {label!r} button on {msg.text!r}: {rows}")
 
 
-async def _run_status(daemon: DaemonProcess, status: str) -> dict[str, Any]:
+async def _run_status(daemon: DaemonProcess | InProcessDaemon, status: str) -> dict[str, Any]:
     async with asyncio.timeout(30):
         while True:
             runs = (await daemon.call("runs"))["runs"]
@@ -149,7 +157,9 @@ async def _run_status(daemon: DaemonProcess, status: str) -> dict[str, Any]:
             await asyncio.sleep(0.1)
 
 
-async def _show(daemon: DaemonProcess, run_id: str) -> tuple[list[str], dict[str, Any]]:
+async def _show(
+    daemon: DaemonProcess | InProcessDaemon, run_id: str
+) -> tuple[list[str], dict[str, Any]]:
     """``companyd runs show RUN_ID`` as text lines and as --json."""
     text = await daemon.cli("runs", "show", run_id)
     js = await daemon.cli("runs", "show", run_id, "--json")
