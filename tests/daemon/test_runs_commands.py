@@ -1,7 +1,9 @@
 """``companyd runs``, ``runs show`` and ``runs last`` as the founder types them (issue 17):
-a real ``companyd run`` whose agents call the loopback Messages API through the real
-anthropic SDK; the same commands answered by the daemon and, once it has stopped, read
-from the files.
+the daemon (``companyd run``'s composition root, in this process:
+:class:`~companyd.testing.inprocess.InProcessDaemon`) whose agents call the loopback
+Messages API through the real anthropic SDK; the same commands (the CLI's entry point)
+answered by the daemon over its control socket and, once it has stopped, read from the
+files.
 """
 
 from __future__ import annotations
@@ -10,9 +12,6 @@ import asyncio
 import contextlib
 import io
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,8 @@ import yaml
 from companyd.cli import main
 from companyd.daemon.protocol import RequestFailed
 from companyd.testing.daemon import short_dir
-from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.daemon_process import CliResult
+from companyd.testing.inprocess import InProcessDaemon, cli_in_thread
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,
@@ -87,15 +87,12 @@ def work() -> Iterator[Path]:
         yield d
 
 
-def offline_cli(cfg: Path, state: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    """``companyd ARGV`` with no daemon running: read from the state directory's files."""
-    return subprocess.run(
-        [sys.executable, "-m", "companyd", *argv, "--config", str(cfg), "--state-dir", str(state)],
-        env=dict(os.environ),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
+async def offline_cli(cfg: Path, state: Path, *argv: str) -> CliResult:
+    """``companyd ARGV`` with no daemon running: read from the state directory's files (the
+    CLI's entry point, in a thread of this process: it runs its own event loop).
+    """
+    return await asyncio.to_thread(
+        cli_in_thread, [*argv, "--config", str(cfg), "--state-dir", str(state)]
     )
 
 
@@ -116,8 +113,8 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
         editor=[reply_text("Lead with the phone."), reply_text("APPROVE: ready.")],
     )
     with MessagesAPIServer(responder=model) as srv:
-        env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": srv.base_url}
-        async with DaemonProcess(cfg, state, log=work / "d.log", offline=False, env=env) as d:
+        env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": srv.base_url}
+        async with InProcessDaemon(cfg, state, env=env, offline=False) as d:
             await d.call("run_job", routine="daily-post")
             await _wait_for_result(d)
             last = await d.cli("runs", "last", "daily-post")
@@ -165,7 +162,6 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
             filtered = {name: (await d.call("runs", **q))["runs"] for name, q in queries.items()}
             with pytest.raises(RequestFailed, match="no run 'run-nope' in the journal"):
                 await d.call("run_show", run_id="run-nope")
-            assert await d.stop() == 0
 
     # the transcript, as JSON
     consult = next(s for s in via_daemon["steps"] if s["kind"] == "tool")
@@ -183,17 +179,19 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
     assert len(filtered["since, limit"]) == 1
 
     # no daemon now: the same answers from the files
-    offline = offline_cli(cfg, state, "runs", "show", run_id, "--json")
-    assert offline.returncode == 0, offline.stderr
-    assert json.loads(offline.stdout) == via_daemon
-    assert offline_cli(cfg, state, "runs", "show", run_id).stdout == text
-    last_offline = offline_cli(cfg, state, "runs", "last", "daily-post")
-    assert last_offline.returncode == 0 and POST in last_offline.stdout
-    since = offline_cli(cfg, state, "runs", "--routine", "daily-post", "--since", "1h", "--json")
-    assert [r["run_id"] for r in json.loads(since.stdout)["runs"]] == [run_id]
+    offline = await offline_cli(cfg, state, "runs", "show", run_id, "--json")
+    assert offline.rc == 0, offline.err
+    assert json.loads(offline.out) == via_daemon
+    assert (await offline_cli(cfg, state, "runs", "show", run_id)).out == text
+    last_offline = await offline_cli(cfg, state, "runs", "last", "daily-post")
+    assert last_offline.rc == 0 and POST in last_offline.out
+    since = await offline_cli(
+        cfg, state, "runs", "--routine", "daily-post", "--since", "1h", "--json"
+    )
+    assert [r["run_id"] for r in json.loads(since.out)["runs"]] == [run_id]
 
 
-async def _wait_for_result(d: DaemonProcess) -> None:
+async def _wait_for_result(d: InProcessDaemon) -> None:
     """Until the routine's run has finished (30 s at most)."""
     async with asyncio.timeout(30):
         query = {"routine": "daily-post", "finished": True, "limit": 1}

@@ -38,7 +38,8 @@ DESKTOP = (1280, 900)
 #: The Anthropic key's value in the daemon's environment, also pasted into the context.
 SECRET = "browser-secret-value-4411"
 
-pytestmark = NEEDS_BROWSER
+# one worker runs them all (--dist loadgroup), so the shared daemon below starts once
+pytestmark = [NEEDS_BROWSER, pytest.mark.xdist_group("browser_pages")]
 
 MEMORY = [
     {"type": "entity", "name": "Acme Clinics", "entityType": "customer",
