@@ -19,6 +19,8 @@ __all__ = ["ANSWER_COLUMN", "answer_line", "last_lines", "run_list_lines", "tran
 
 #: Width of the short answer in the list.
 ANSWER_COLUMN = 60
+#: Widest the routine column of the list grows (longer names end with "…").
+ROUTINE_COLUMN = 24
 #: How much of a tool's input or result, or a model's text, the transcript shows.
 SHOWN_CHARS = 300
 
@@ -49,14 +51,22 @@ def answer_line(run: Mapping[str, Any], width: int = ANSWER_COLUMN) -> str:
 
 
 def run_list_lines(runs: list[Mapping[str, Any]]) -> list[str]:
-    """The table of ``companyd runs``."""
+    """The table of ``companyd runs``: one line per run, with the routine it ran for
+    (``-``: asked by the founder or a colleague).
+    """
+    width = max([len("routine"), *(len(str(r.get("routine") or "-")) for r in runs)])
+    width = min(width, ROUTINE_COLUMN)
     lines = [
-        f"{'started (UTC)':16} {'agent':12} {'status':16} {'cost':>8} {'steps':>5} "
-        f"{'run':16}  answer / why"
+        f"{'started (UTC)':16} {'agent':12} {'routine':{width}} {'status':16} {'cost':>8} "
+        f"{'steps':>5} {'run':16}  answer / why"
     ]
     for r in runs:
+        routine = str(r.get("routine") or "-")
+        if len(routine) > width:
+            routine = routine[: width - 1] + "…"
         lines.append(
-            f"{when(r.get('started')):16} {r.get('agent')!s:12} {r.get('status')!s:16} "
+            f"{when(r.get('started')):16} {r.get('agent')!s:12} {routine:{width}} "
+            f"{r.get('status')!s:16} "
             f"{'$' + format(float(r.get('cost_usd') or 0), '.4f'):>8} {int(r.get('steps') or 0):5} "
             f"{r.get('run_id')!s:16}  {answer_line(r)}"
         )
