@@ -179,12 +179,21 @@ def register(sub: Any) -> None:
     add_daemon_arguments(p)
     p.set_defaults(func=_status)
 
-    p = sub.add_parser("pause", help="stop an agent from starting new runs")
+    p = sub.add_parser(
+        "pause",
+        help="stop an agent from starting new runs",
+        description="Stop an agent from starting new runs (the run in flight finishes); "
+        "`companyd resume AGENT` lets it run again.",
+    )
     p.add_argument("agent", help="agent slug, as in company.yaml")
     add_daemon_arguments(p)
     p.set_defaults(func=_pause)
 
-    p = sub.add_parser("resume", help="let a paused agent run again")
+    p = sub.add_parser(
+        "resume",
+        help="let a paused agent run again",
+        description="Let a paused agent (by `pause`, or by its budget) start runs again.",
+    )
     p.add_argument("agent", help="agent slug, as in company.yaml")
     add_daemon_arguments(p)
     p.set_defaults(func=_resume)
