@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from companyd.cli.runs_text import run_list_lines
 
 
 def test_the_run_list_shows_the_routine_of_each_run() -> None:
-    runs = [
+    runs: list[Mapping[str, Any]] = [
         {
             "run_id": "run-aaaaaaaaaaaa",
             "agent": "marketing",

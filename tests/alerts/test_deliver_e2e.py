@@ -220,6 +220,22 @@ async def the_thread_shows_in_runs_show(daemon: DaemonProcess, delivered: str) -
     assert f"follows:  marketing's run {delivered} (ok)" in text.splitlines()
 
 
+async def the_delivery_shows_in_runs_show(daemon: DaemonProcess, run_id: str, message: int) -> None:
+    """The run's record says where its result went (issue 28): delivered to Telegram, when
+    and as which message — in ``runs show`` and its ``--json``.
+    """
+    text = await daemon.cli("runs", "show", run_id)
+    js = await daemon.cli("runs", "show", run_id, "--json")
+    assert text.rc == js.rc == 0, (text.err, js.err)
+    sent = [d for d in json.loads(js.out)["deliveries"] if d["outcome"] == "delivered"]
+    assert [(d["to"], d["message_id"]) for d in sent] == [("telegram", message)]
+    assert re.search(
+        rf"^delivered:\n  delivered to telegram at \d\d:\d\d \(message {message}\)$",
+        text.out,
+        re.M,
+    ), text.out
+
+
 @pytest.mark.anyio
 async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
     work: Path,
@@ -292,6 +308,7 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
                 assert "Traceback" not in refused.err
                 print(f"\n{post.text}\n\n{answer.text}\n")  # for the README, when it changes
                 await the_thread_shows_in_runs_show(daemon, run_id)
+                await the_delivery_shows_in_runs_show(daemon, run_id, post.message_id)
 
                 # a restart: the second start is told by editing the first message
                 # (one story within the coalescing window)
@@ -398,6 +415,16 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                 graph = (work / "s" / "memory.jsonl").read_text(encoding="utf-8")
                 assert '"name": "routine:weekly-spend-review"' in graph.replace('":"', '": "')
                 assert f"result ({second['run_id']}): Spend was flat" in graph
+                # the run's record says where each went (issue 28)
+                shown = await daemon.cli("runs", "show", second["run_id"], "--json")
+                assert shown.rc == 0, shown.err
+                said = [d["text"] for d in json.loads(shown.out)["deliveries"]]
+                rel = f"outputs/weekly-spend-review/{day}-{second['run_id']}.md"
+                assert said[0].startswith("queued for the digest of ")
+                assert said[1:] == [
+                    f"written to {rel}",
+                    "added to the company memory (routine:weekly-spend-review)",
+                ], said
             finally:
                 if daemon.proc is not None and daemon.returncode is None:
                     await daemon.stop()

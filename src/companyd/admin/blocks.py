@@ -51,6 +51,7 @@ __all__ = [
     "ReloadBlock",
     "ReloadRejectedBlock",
     "ResultDecision",
+    "ResultDelivery",
     "ReviewStep",
     "RoutineRow",
     "RunInFlight",
@@ -226,6 +227,26 @@ class ToolApproval(TypedDict):
     asked: float | None
     decided: float | None
     reason: str
+
+
+class ResultDelivery(TypedDict):
+    """One delivery of a routine's result (``runs show``), as the pager recorded it.
+
+    ``to``: the channel (telegram, digest, memory, file); ``outcome``: ``delivered``,
+    ``queued`` (in the outbox, waiting for Telegram or the digest) or ``not_delivered``;
+    ``at``: when (epoch seconds); ``where``: the file, the memory entity or the chat;
+    ``message_id``: Telegram's; ``reason``: why not; ``kept``: the inbox item holding an
+    undelivered result; ``text``: the whole record as one line.
+    """
+
+    to: str
+    outcome: str
+    at: float
+    where: str | None
+    message_id: int | None
+    reason: str | None
+    kept: str | None
+    text: str
 
 
 class ResultDecision(TypedDict):

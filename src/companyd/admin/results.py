@@ -39,6 +39,7 @@ from companyd.admin.blocks import (
     ProposalRow,
     ReloadBlock,
     ResultDecision,
+    ResultDelivery,
     ReviewStep,
     RoutineRow,
     RunInFlightRow,
@@ -164,7 +165,8 @@ class RunTranscript:
     ``consultations`` (colleagues' runs), ``review`` and ``totals``; ``decisions`` are the
     founder's on the run's result (a routine with ``approval: required``): item_id, round,
     decision (approved, rejected, changes_requested, expired), by, via (telegram, cli),
-    asked, decided, text.
+    asked, decided, text. ``deliveries`` are its result's, as the pager recorded them
+    (:class:`~companyd.admin.blocks.ResultDelivery`).
     """
 
     run_id: str
@@ -187,6 +189,7 @@ class RunTranscript:
     answer: str
     totals: AsBuilt[RunTotals]
     decisions: AsBuilt[list[ResultDecision]] = field(default_factory=list)
+    deliveries: AsBuilt[list[ResultDelivery]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

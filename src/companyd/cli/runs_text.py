@@ -15,7 +15,14 @@ from typing import Any
 
 from companyd.roles.transcript import cut
 
-__all__ = ["ANSWER_COLUMN", "answer_line", "last_lines", "run_list_lines", "transcript_lines"]
+__all__ = [
+    "ANSWER_COLUMN",
+    "answer_line",
+    "delivery_lines",
+    "last_lines",
+    "run_list_lines",
+    "transcript_lines",
+]
 
 #: Width of the short answer in the list.
 ANSWER_COLUMN = 60
@@ -157,6 +164,20 @@ def _decision(d: Mapping[str, Any]) -> str:
     return said + (f": {d['text']}" if d.get("text") else "")
 
 
+def delivery_lines(deliveries: list[Mapping[str, Any]]) -> list[str]:
+    """What became of a run's result, one line per delivery, in order. A "queued" line is
+    left out once a later line says the same channel delivered it (``--json`` keeps both).
+    """
+    done = {(d.get("to"), d.get("where")) for d in deliveries if d.get("outcome") == "delivered"}
+    done_to = {to for to, _ in done}
+    out = []
+    for d in deliveries:
+        if d.get("outcome") == "queued" and d.get("to") in done_to:
+            continue
+        out.append(str(d.get("text") or f"{d.get('outcome')} ({d.get('to')})"))
+    return out
+
+
 def transcript_lines(t: Mapping[str, Any]) -> list[str]:
     """``companyd runs show RUN_ID``."""
     head = f"run {t.get('run_id')} · {t.get('agent')} · {t.get('status')}"
@@ -224,6 +245,9 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
     lines += ["", "answer:"]
     answer = str(t.get("answer") or "").strip()
     lines += [f"  {line}".rstrip() for line in answer.splitlines()] if answer else ["  (none)"]
+    shown = delivery_lines(t.get("deliveries") or [])
+    if shown:
+        lines += ["", "delivered:"] + [f"  {line}" for line in shown]
     totals = t.get("totals") or {}
     models = ", ".join(str(m) for m in dict.fromkeys(totals.get("models") or [])) or "no model"
     calls = int(totals.get("tool_calls") or 0)
