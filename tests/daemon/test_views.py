@@ -13,7 +13,7 @@ import pytest
 
 from companyd.admin import AdminError
 from companyd.admin.wire import load_result, result_data
-from companyd.config import load_config
+from companyd.config import SECTIONS, load_config
 from companyd.daemon.main import Daemon
 from companyd.llm.offline import OfflineModel
 from companyd.testing.daemon import short_dir
@@ -32,6 +32,13 @@ anthropic:
 agents:
   ceo: {{title: CEO, instructions: You are the ceo.}}
   cfo: {{title: CFO, instructions: You are the cfo., reports_to: ceo}}
+routines:
+  close:
+    assignee: cfo
+    description: Close the month.
+    expected_output: The closing note.
+    approval: required
+    trigger: {{cron: "0 8 1 * *"}}
 """
 
 
@@ -98,6 +105,14 @@ async def test_the_config_view_is_resolved_redacted_and_shows_the_last_reload(
         context = view.document["company"]["context"]
         assert context == "Our staging password is ***; never repeat it."
         assert view.document["defaults"]["limits"]["max_steps"] == 20  # defaults filled in
+        # every section, every effective default — the routine's deliver as it runs, not
+        # the null the file leaves it at (issue 28)
+        assert list(view.document) == list(SECTIONS)
+        close = view.document["routines"]["close"]
+        assert close["deliver"] == ["telegram"] and close["approval"] == "required"
+        assert view.document["retention"]["runs_days"] == 90
+        assert view.document["state"]["backend"] == "sqlite"
+        assert view.document["dashboard"]["enabled"] is True
         ref = next(r for r in view.secrets if r["path"] == "anthropic.api_key_env")
         assert ref == {
             "path": "anthropic.api_key_env",

@@ -268,6 +268,10 @@ async def test_config_shows_the_resolved_file_and_the_last_reload_never_a_secret
     assert "Staging password: ***. Never repeat it." in page.text
     assert KEY_VAR in page.text and "set</span>" in page.text  # named, never its value
     assert "max_steps: 20" in page.text  # defaults filled in
+    # every effective default, as `show-config` prints it: the routine's resolved deliver
+    # (nothing, without an expected_output), never `deliver: null` (issue 28)
+    assert "deliver: null" not in page.text and "deliver: []" in page.text
+    assert "approval: none" in page.text and "runs_days: 90" in page.text
     assert "No reload since the daemon started." in page.text
     assert "differs from the running version" not in page.text
 

@@ -417,8 +417,9 @@ class MemoryChanges:
 class ConfigView:
     """``config_view``: the company.yaml the daemon runs, resolved and redacted.
 
-    ``document`` is the validated file with every default filled in (the schema's JSON
-    form, every string through the one redactor); ``secrets`` the secrets it refers to by
+    ``document`` is the resolved file, every section with every effective default filled
+    in (:func:`companyd.config.resolved_view`, as ``show-config`` prints it; every string
+    through the one redactor); ``secrets`` the secrets it refers to by
     name (``{path, kind, name, is_set}``, never a value); ``file_mtime`` the file's
     modification time now (None: it cannot be read), ``loaded_at`` when the running
     version was read, ``changed_on_disk`` whether the file's text now differs from the

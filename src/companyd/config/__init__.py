@@ -19,7 +19,9 @@ Modules, each importing only those listed before it:
 * :mod:`.cron` — cron expressions and time zones;
 * :mod:`.checks` — cross-checks spanning several values;
 * :mod:`.load` — the entry points :func:`load_config`, :func:`load_config_text`,
-  :func:`default_config_path`.
+  :func:`default_config_path`;
+* :mod:`.view` — :func:`resolved_view`, the resolved file as plain data (``show-config``,
+  the dashboard's config view).
 
 Loading is synchronous file work (one small file plus instruction files); async callers
 run it in a thread (``await asyncio.to_thread(load_config, path)``).
@@ -74,11 +76,13 @@ from companyd.config.secrets import (
     secret_values,
     state_backend,
 )
+from companyd.config.view import SECTIONS, resolved_view
 
 __all__ = [
     "BACKUP_ASSIGNEE",
     "DEFAULT_STATE_DIR",
     "SCHEMA",
+    "SECTIONS",
     "AgentConfig",
     "AgentSpec",
     "AlertsSpec",
@@ -118,6 +122,7 @@ __all__ = [
     "load_config",
     "load_config_text",
     "parse_duration",
+    "resolved_view",
     "secret_references",
     "secret_values",
     "state_backend",
