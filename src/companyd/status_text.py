@@ -314,7 +314,9 @@ def _render_tree(tree: Mapping[str, Any]) -> list[str]:
             f"{(str(int(restarts)) if restarts is not None else '-'):>8}  {format_duration(uptime)}"
         )
         last_exit = as_text(node.get("last_exit"))
-        if last_exit and state not in ("running",):
+        if node.get("serving") is False and as_text(node.get("reason")):
+            line += f"  why: {node['reason']}"
+        elif last_exit and state not in ("running",):
             line += f"  last exit: {last_exit}"
         lines.append(line.rstrip())
     return lines

@@ -139,6 +139,7 @@ class Operator:
         tree = self.tree.snapshot() if self.tree is not None else {}
         paused = self.staff.paused()
         _mark_paused(tree, paused)
+        _mark_not_serving(tree, self._not_serving())
         running = self.staff.in_flight()
         agents_total = len(self.config.agents)
         agent_nodes = _agent_nodes(tree, set(self.config.agents))
@@ -158,6 +159,14 @@ class Operator:
             runs_in_flight=[{**r, "elapsed_s": now - r["started_at"]} for r in running],
             alerts=self.alerts.snapshot(),
         )
+
+    def _not_serving(self) -> dict[str, str]:
+        """The service children that run but serve nothing, each with why: the dashboard
+        whose address cannot be bound (it retries, reporting itself started meanwhile).
+        """
+        server = self.web.server
+        problem = server.problem if server is not None else None
+        return {"dashboard": problem} if problem else {}
 
     async def status(self) -> Status:
         """:meth:`Admin.status`: the tree with paused agents marked, runs in flight, spend and
@@ -607,6 +616,23 @@ def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:
         node["pause_reason"] = "budget" if reason.startswith("budget") else "operator"
     for child in node.get("children", ()):
         _mark_paused(child, paused)
+
+
+def _mark_not_serving(node: dict[str, Any], problems: Mapping[str, str]) -> None:
+    """A running service child that serves nothing is shown so: ``state`` ``not serving``,
+    ``serving`` false and the ``reason`` (a record must not say "running" of a dashboard
+    whose port was taken).
+    """
+    if (
+        node.get("kind") == "worker"
+        and node.get("id") in problems
+        and node.get("state") == "running"
+    ):
+        node["state"] = "not serving"
+        node["serving"] = False
+        node["reason"] = problems[node["id"]]
+    for child in node.get("children", ()):
+        _mark_not_serving(child, problems)
 
 
 def _agent_nodes(node: dict[str, Any], agents: set[str]) -> list[dict[str, Any]]:
