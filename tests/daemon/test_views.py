@@ -153,3 +153,35 @@ async def test_spend_per_day_through_admin(work: Path) -> None:
         assert report.rows[0]["calls"] >= 1
         with pytest.raises(AdminError, match="cannot group spend by 'colour'"):
             await d.spend("colour", per_day=True)
+
+
+@pytest.mark.anyio
+async def test_offline_spend_is_labelled_simulated_in_status_spend_and_the_dashboard(
+    work: Path,
+) -> None:
+    """Issue 28: the offline model's spend (priced as Claude's, no money spent) is labelled
+    simulated wherever it is shown: status (and --json), `spend` (and --json), the
+    dashboard's overview and spend page.
+    """
+    from companyd.spend.reports import format_spend_report
+    from companyd.status_text import render_status
+
+    async with daemon(work) as d:
+        answer = await d.ask("cfo", "What did we spend?")
+        assert answer.status == "ok"
+        await d.spend_book.flush()
+        status = await d.status()
+        today = status.spend.today
+        assert today.used_usd > 0 and today.simulated_usd == pytest.approx(today.used_usd)
+        assert result_data("status", status)["spend"]["month"]["simulated_usd"] > 0
+        text = render_status(result_data("status", status))
+        spend_lines = text.split("Spend")[1].splitlines()
+        assert any(ln.startswith("  today") and ln.endswith("  simulated") for ln in spend_lines)
+        report = await d.spend("agent", "today")
+        (row,) = report.rows
+        assert row["simulated_usd"] == pytest.approx(row["cost_usd"])
+        assert report.total["simulated_usd"] == pytest.approx(report.total["cost_usd"])
+        shown = format_spend_report(result_data("spend", report))
+        assert shown.splitlines()[0:3][0].startswith("spend by agent")
+        assert shown.splitlines()[1].split()[-1] == "simulated"
+        assert "no money was spent" in shown

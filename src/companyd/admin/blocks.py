@@ -328,6 +328,9 @@ class SpendTotals(TypedDict):
     output_tokens: int
     cost_usd: float
     cost_usd_exact: str
+    #: the part of ``cost_usd`` the offline model's calls make (simulated: no money spent);
+    #: in reports, not in the ledger's raw totals
+    simulated_usd: NotRequired[float]
 
 
 #: The period of ``spend``: its label, first and last day (ISO); ``from`` is a Python keyword,

@@ -492,12 +492,16 @@ class AgentCounts:
 
 @dataclass(frozen=True, kw_only=True)
 class SpendPeriodLine:
-    """Company spend over today or this month, in the ``spend`` block of status."""
+    """Company spend over today or this month, in the ``spend`` block of status;
+    ``simulated_usd`` is the part of ``used_usd`` the offline model's calls make (priced as
+    Claude's would be; no money spent).
+    """
 
     used_usd: float
     reserved_usd: float
     limit_usd: float | None
     resets_at: float | None
+    simulated_usd: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -51,6 +51,7 @@ from companyd.status_text import (
     as_text,
     format_usd,
     render_status,
+    usd_places,
 )
 
 __all__ = [
@@ -366,10 +367,11 @@ def _raise_budget(args: argparse.Namespace) -> int:
             print(message)
             return 0
         who = agent if agent else "the company"
-        line = f"raised today's budget of {who} by {format_usd(usd)}"
+        line = f"raised today's budget of {who} by {format_usd(usd, usd_places([usd]))}"
         limit = as_number(result.get("daily_limit_usd"))
         if limit is not None:
-            line += f" (today's limit is now {format_usd(limit)}; back to company.yaml tomorrow)"
+            now_at = format_usd(limit, usd_places([limit]))
+            line += f" (today's limit is now {now_at}; back to company.yaml tomorrow)"
         print(line)
         return 0
 

@@ -180,10 +180,11 @@ class Operator:
     async def _spend_status(self) -> SpendStatus:
         try:
             report = await self.spend_book.budget_report()
+            simulated = await self.spend_book.simulated()
         except LedgerError as exc:
             # the ledger cannot be opened (a full state disk at start): status still answers
             return spend_for_status({}, self.staff.paused(), unavailable=str(exc))
-        return spend_for_status(report, self.staff.paused())
+        return spend_for_status(report, self.staff.paused(), simulated=simulated)
 
     async def _routines_status(self) -> list[RoutineLine]:
         try:
@@ -655,9 +656,14 @@ def _epoch(value: Any) -> float | None:
 
 
 def spend_for_status(
-    report: Mapping[str, Any], paused: Mapping[str, str], unavailable: str | None = None
+    report: Mapping[str, Any],
+    paused: Mapping[str, str],
+    unavailable: str | None = None,
+    simulated: tuple[float, float] = (0.0, 0.0),
 ) -> SpendStatus:
-    """The status ``spend`` block (docs/daemon.md) from the spend book's budget report."""
+    """The status ``spend`` block (docs/daemon.md) from the spend book's budget report;
+    ``simulated``: the offline model's part of today's and this month's spend.
+    """
     rows = [r for r in report.get("budgets", []) if isinstance(r, Mapping)]
     periods: dict[str, SpendPeriodLine] = {}
     for name, period in (("today", "day"), ("month", "month")):
@@ -669,6 +675,7 @@ def spend_for_status(
             reserved_usd=row.get("reserved_usd", 0.0),
             limit_usd=row.get("limit_usd"),
             resets_at=_epoch(row.get("resets_at")),
+            simulated_usd=simulated[0] if name == "today" else simulated[1],
         )
     agents: dict[str, dict[str, Any]] = {}
     for r in rows:
