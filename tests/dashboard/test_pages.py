@@ -126,6 +126,11 @@ async def test_spend_page_and_its_csv_export(site: Site) -> None:
     assert "Per day, by agent" in page.text and 'data-stacked="' in page.text
     assert "By model" in page.text and "By routine" in page.text
     assert "Budgets (times in UTC)" in page.text and "$10.00" in page.text  # company/day
+    # the offline model's spend is labelled simulated (issue 28): the spend page and the
+    # overview's spend block
+    assert page.text.count('<span class="badge"') >= 1 and ">simulated</span>" in page.text
+    overview = await site.get("/")
+    assert ">simulated</span>" in overview.text
     bad = await site.get("/spend?period=fortnight", 400)
     assert "unknown period &#39;fortnight&#39;" in bad.text
 
