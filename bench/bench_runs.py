@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from companyd.roles.journal import Journal
+from companyd.runs import Journal
 
 AGENTS = [f"agent{i}" for i in range(10)]
 ROUTINES = [None, *(f"routine{i}" for i in range(20))]

@@ -42,7 +42,7 @@ from companyd._heap import freeze_startup_heap
 from companyd.clock import ManualClock, SystemClock
 from companyd.config import CompanyConfig, load_config, load_config_text
 from companyd.events import EventBus
-from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
+from companyd.runs import RunOutcome, RunStatus, Task, new_id
 from companyd.scheduler import store as db
 from companyd.scheduler.service import RoutineScheduler
 from companyd.scheduler.sim import FlakySink, SimReport, simulate

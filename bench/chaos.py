@@ -1498,7 +1498,7 @@ def inflight_pusd(state: Path, store: Backend) -> int:
 
 def journal_payloads(state: Path, store: Backend, kind: str) -> list[str]:
     """The payloads of the run journal's steps of ``kind`` (``llm``, ``tool_result``)."""
-    from companyd.roles.journal import Journal
+    from companyd.runs import Journal
 
     journal = Journal(state / "runs.sqlite", backend=store, readonly=True)
     try:

@@ -36,7 +36,7 @@ from typing import Any
 from bench_runs import AGENTS, CONFIG, fill  # the run journal as bench/bench_runs.py fills it
 
 from companyd.daemon.control_client import ControlClient
-from companyd.roles.journal import Journal
+from companyd.runs import Journal
 
 PAGES = ["/", "/agents", "/agents/agent1", "/agents/agent1/spend",
          "/runs", "/runs?agent=agent1&status=ok&since=30d", "/runs/{run}", "/routines",

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 import companyd
-import companyd.cli.main
-from companyd.cli.main import main
+import companyd.cli._main
+from companyd.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "company.yaml"
@@ -233,7 +233,7 @@ def test_a_broken_area_and_a_buggy_command_never_show_a_traceback(
     for name, text in AREAS.items():
         (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(companyd.cli.main, "_AREAS", (*companyd.cli.main._AREAS, *AREAS))
+    monkeypatch.setattr(companyd.cli._main, "_AREAS", (*companyd.cli._main._AREAS, *AREAS))
 
     rc, out, err = run("validate", str(EXAMPLE))
     assert rc == 0 and "ok — 8 agents" in out
@@ -249,7 +249,9 @@ def test_a_broken_area_and_a_buggy_command_never_show_a_traceback(
         "companyd: internal error: ZeroDivisionError: integer division or modulo by zero — "
         "this is a bug; run again with --debug for the traceback and report it"
     )
-    monkeypatch.setattr(companyd.cli.main, "_AREAS", (*companyd.cli.main._AREAS[:-2], "buggy_area"))
+    monkeypatch.setattr(
+        companyd.cli._main, "_AREAS", (*companyd.cli._main._AREAS[:-2], "buggy_area")
+    )
     with pytest.raises(ZeroDivisionError):
         main(["--debug", "explode"])
 

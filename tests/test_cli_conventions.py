@@ -190,7 +190,7 @@ def test_every_command_has_a_one_line_description() -> None:
     """Issue 28: every command and subcommand says what it does in `--help` (its
     description) and in its parent's list (its help), each on one line.
     """
-    from companyd.cli.main import _build_parser
+    from companyd.cli._main import _build_parser
 
     broken: list[str] = []
     commands = _commands(_build_parser(broken))
@@ -209,7 +209,7 @@ def test_every_subcommand_help_has_a_clean_usage() -> None:
     """`backup verify --help` printed the parent's two-line usage glued to its own
     (issue 28): each command's usage starts with its own words, on one line.
     """
-    from companyd.cli.main import _build_parser
+    from companyd.cli._main import _build_parser
 
     for words, child, _ in _commands(_build_parser()):
         usage = child.format_usage()

@@ -24,7 +24,7 @@ from companyd._fs import (
 )
 from companyd.alerts.outbox import AlertStore
 from companyd.memory.store import GraphStore
-from companyd.roles.journal import Journal
+from companyd.runs import Journal
 from companyd.scheduler.store import RoutineStore
 from companyd.spend.ledger import Ledger
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli.main import main
+from companyd.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from companyd.cli import main as cli
+from companyd.cli import _main as cli
 from companyd.config import CompanyFile
 from companyd.config.tree import PEER_SPELLINGS, MapOf, file_key, schema_keys, schema_of
 

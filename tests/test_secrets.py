@@ -55,6 +55,27 @@ def test_values_that_look_like_secrets_are_masked_without_being_registered() -> 
     assert "'<anthropic-api-key>'" in text and "/bot<telegram-bot-token>/getMe" in text
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "postgresql://app:saffron@tundra@db.internal/x",  # an unencoded "@"
+        "postgresql://app:juniper/cobalt@db.internal/x",  # an unencoded "/"
+        "postgresql://app:hemlock#walrus?zephyr@db/x",  # "#" and "?"
+        "host=db user=app password='tamarind ocelot' dbname=x",  # key=value, quoted
+        "host=db user=app password=verbena dbname=x",  # key=value, bare
+        "postgresql://db/x?user=app&password=cobaltripple",  # in the query
+    ],
+)
+def test_a_database_password_looks_like_a_secret_however_it_is_written(text: str) -> None:
+    """Issue 32 item 6: masked by pattern, unregistered (an error quoting a URL that is
+    not the company's own); each shape's password words appear nowhere else.
+    """
+    masked = redact(f"cannot connect to {text}: refused")
+    for word in ("tundra", "cobalt", "walrus", "zephyr", "ocelot", "verbena", "ripple"):
+        assert word not in masked, masked
+    assert masked.startswith("cannot connect to ") and masked.endswith("refused")
+
+
 def test_known_values_are_masked_in_any_shape_they_travel() -> None:
     r = Redactor(["plainsecretvalue", "12345:tok/en+with=chars"])
     assert r.redact("a plainsecretvalue b") == "a *** b"

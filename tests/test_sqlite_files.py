@@ -5,7 +5,7 @@ Each store's file is created here exactly as the code before companyd._sqlite cr
 and the run journal had no ``user_version`` (0), the routine history and the alert outbox
 were at 1. The new code opens each one, reads what was in it, writes to it, and leaves it
 at version 1 with the same schema (migration 1 creates only what is missing). The
-proposal store's case is in tests/roles/test_improver.py.
+proposal store's case is in tests/desk/test_improver.py.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ import pytest
 
 from companyd.alerts.outbox import MIGRATIONS as OUTBOX_MIGRATIONS
 from companyd.alerts.outbox import AlertStore
-from companyd.roles.journal import MIGRATIONS as JOURNAL_MIGRATIONS
-from companyd.roles.journal import Journal
-from companyd.roles.tasks import Task
+from companyd.runs import Journal, Task
+from companyd.runs._journal import MIGRATIONS as JOURNAL_MIGRATIONS
 from companyd.scheduler import store as routines
 from companyd.scheduler.store import RoutineStore
 from companyd.spend.ledger import Ledger

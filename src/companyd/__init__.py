@@ -6,7 +6,7 @@ At run time the process is one OTP-style supervision tree::
     ├── memory      the knowledge-graph owner     companyd.memory
     ├── spend       ledger and budgets            companyd.spend
     ├── alerts      Telegram pager                companyd.alerts.service
-    ├── agents      supervisor: departments → agents   companyd.roles
+    ├── agents      supervisor: departments → agents   companyd.agents
     ├── scheduler   routines on APScheduler       companyd.scheduler
     └── control     Unix control socket           companyd.daemon
 
@@ -14,3 +14,5 @@ If the root supervisor gives up, the process exits non-zero and systemd restarts
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["__version__"]

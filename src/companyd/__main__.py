@@ -1,5 +1,5 @@
 """``python -m companyd`` runs the CLI."""
 
-from companyd.cli.main import main
+from companyd.cli import main
 
 raise SystemExit(main())

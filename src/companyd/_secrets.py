@@ -8,7 +8,8 @@ companyd knows two kinds of secret:
   with :data:`SECRETS` (``SECRETS.add(value)``) as soon as they are read, with their
   URL-encoded forms (a bot token travels in every Bot API URL).
 * **values that look like secrets** — an ``sk-ant-…`` key, a bot token ``NNNN:AA…``, a
-  GitHub, Slack or AWS key, the password in ``scheme://user:password@host`` — masked by
+  GitHub, Slack or AWS key, the password in ``scheme://user:password@host`` (up to the
+  URL's last ``@``) or in ``password=…`` (a libpq key=value string) — masked by
   pattern even when nothing registered them: an API key pasted into the wrong key of
   company.yaml must not come back in the error message that rejects it.
 
@@ -60,7 +61,14 @@ SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), "a GitHub token", "<github-token>"),
     (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), "a Slack token", "<slack-token>"),
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "an AWS access key", "<aws-access-key>"),
-    (re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"), "a URL with a password in it", "user:***"),
+    # to the last "@" of the URL: a password may hold an unencoded "@", "/", "#" or "?"
+    (re.compile(r"(?<=://)[^/\s:@]+:[^\s\"'<>`]+(?=@)"), "a URL with a password in it", "user:***"),
+    # a libpq key=value string or a URL query: password=… or password='… quoted …'
+    (
+        re.compile(r"(?<![A-Za-z0-9_])password\s*=\s*(?:'(?:[^'\\]|\\.)*'?|[^\s&'\"<>]+)"),
+        "a password= setting",
+        "password=***",
+    ),
 )
 #: A cheap test per pattern, in the same order: the pattern itself runs only where its
 #: trigger is present (a regex scan of a 170 kB status answer costs ~60 ms; these ~2 ms).
@@ -72,6 +80,7 @@ _TRIGGERS: tuple[Callable[[str], object], ...] = (
     lambda t: "xox" in t,
     lambda t: "AKIA" in t,
     lambda t: "://" in t,
+    lambda t: "password" in t,
 )
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "check_version",
     "connect_readonly",
     "statements",
+    "user_version",
 ]
 
 T = TypeVar("T")

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from companyd.admin import AdminError
-from companyd.admin.blocks import ResultDelivery
+from companyd.admin import AdminError, ResultDelivery
 from companyd.admin.results import AskAnswer, Resumed
 from companyd.alerts.deliver import DeliveryLog
 from companyd.alerts.service import EDIT_INTERVAL, AlertService
@@ -1268,7 +1267,7 @@ async def test_a_refused_token_at_start_shows_both_halves_failing_with_the_reaso
     """``getMe`` refused (401) at start: neither half can work. The snapshot says so with the
     reason, instead of 'degraded' and 'starting' with no why.
     """
-    from companyd.status_text import telegram_health
+    from companyd.admin import telegram_health
 
     async with harness(tmp_path) as h:
         rejecting = BotApiServer(token="1:some-other-token-that-is-right")

@@ -148,7 +148,7 @@ async def test_without_telegram_settings_exits_1_with_the_reason(tmp_path: Path)
 
 
 def test_the_command_is_registered(capsys: pytest.CaptureFixture[str]) -> None:
-    from companyd.cli.main import main
+    from companyd.cli import main
 
     with pytest.raises(SystemExit) as info:
         main(["notify-failure", "--help"])

@@ -344,6 +344,44 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
 
 
 @pytest.mark.anyio
+async def test_a_reply_to_a_result_naming_a_desk_id_is_a_follow_up_to_that_result(
+    work: Path,
+) -> None:
+    """Issue 32 item 7: a result whose text holds something that looks like a desk id
+    (``q-0123456789``: the agent's content, not companyd's) does not hijack the founder's
+    reply — it is a follow-up to that result; only companyd's own lines name a desk item.
+    """
+    hijack = "Reminder: answer q-0123456789 and r-abcdef0123 before Friday."
+    async with BotApiServer(token=TOKEN) as server:
+        with MessagesAPIServer() as llm:
+            cfg = work / "company.yaml"
+            doc = company(server.url, {"daily-post": daily_post()})
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            daemon = DaemonProcess(
+                cfg, work / "s", log=work / "daemon.log", env=env_for(server, llm), offline=False
+            )
+            try:
+                await daemon.start(timeout=120)
+                await one(server, "companyd started")
+                llm.enqueue(reply_text(hijack))
+                fired = await daemon.call("run_job", routine="daily-post")
+                assert fired["status"] == "ok", fired
+                post = await one(server, hijack)
+                await linked(work / "s", post.message_id)
+                llm.enqueue(reply_text(SHORTER))
+                _, reply_id = server.inject_reply(OPERATOR, post.message_id, "Shorter please.")
+                answer = await one(server, SHORTER)
+                assert answer.reply_to == reply_id
+                assert hijack in prompt_text(llm.requests[-1].body)  # the result it follows
+                assert "Shorter please." in prompt_text(llm.requests[-1].body)
+                assert to_operator(server, "0123456789")[1:] == []  # no "no such item" reply
+            finally:
+                if daemon.proc is not None and daemon.returncode is None:
+                    await daemon.stop()
+    assert "Traceback" not in daemon.log_text()
+
+
+@pytest.mark.anyio
 async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Path) -> None:
     scale = 20.0
     real0 = time.time()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli.main import main
+from companyd.cli import main
 
 CORPUS = Path(__file__).parent / "broken"
 FILES = sorted(CORPUS.glob("*.yaml"))

@@ -22,7 +22,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from companyd.cli.main import main
+from companyd.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 EXAMPLE_BYTES = (ROOT / "company.yaml").read_bytes()

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from companyd.admin import AdminError
+from companyd.admin import AdminError, render_status, status_line
 from companyd.clock import ManualClock
 from companyd.daemon.control import MAX_BUFFERED_BYTES, MAX_CONNECTIONS, ControlServer
 from companyd.daemon.control_client import (
@@ -44,7 +44,6 @@ from companyd.daemon.protocol import (
     socket_path,
 )
 from companyd.errors import CompanydError, DaemonNotRunning
-from companyd.status_text import render_status, status_line
 from companyd.testing.daemon import Ctx, as_unprivileged, running, short_dir
 
 NOW = 1_800_000_000.0

@@ -40,7 +40,7 @@ CLI = (
     "import sys; from pathlib import Path; import companyd.daemon.control_client as cc; "
     "from companyd.daemon.layout import SystemdLayout; "
     "cc.SYSTEMD_LAYOUT = SystemdLayout(*(Path(p) for p in sys.argv[1:4])); "
-    "from companyd.cli.main import main; sys.exit(main(sys.argv[4:]))"
+    "from companyd.cli._main import main; sys.exit(main(sys.argv[4:]))"
 )
 
 

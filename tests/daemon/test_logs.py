@@ -86,14 +86,14 @@ def test_journald_is_detected_from_journal_stream_naming_our_stderr(tmp_path: Pa
 
 def test_json_lines_carry_level_logger_message_and_exception(handles: list[LoggingHandle]) -> None:
     _, out = _setup(handles, fmt="json")
-    log = logging.getLogger("companyd.roles")
+    log = logging.getLogger("companyd.agents")
     log.info("run %s started", "run-1")
     try:
         raise RuntimeError("boom")
     except RuntimeError:
         log.exception("run failed")
     first, second = (json.loads(line) for line in out.getvalue().splitlines())
-    assert first["level"] == "info" and first["logger"] == "companyd.roles"
+    assert first["level"] == "info" and first["logger"] == "companyd.agents"
     assert first["msg"] == "run run-1 started"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", first["ts"])
     assert second["level"] == "error" and "RuntimeError: boom" in second["exc"]

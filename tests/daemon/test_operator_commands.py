@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.testing.daemon import as_unprivileged, short_dir
 from companyd.testing.daemon_process import DaemonProcess
 

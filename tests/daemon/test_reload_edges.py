@@ -178,8 +178,8 @@ async def test_status_shows_the_running_file_and_the_last_rejected_reload(
     """
     import json
 
+    from companyd.admin import render_status
     from companyd.alerts.render_status import format_status
-    from companyd.status_text import render_status
 
     token = "123456789:AAH" + "x" * 32
     cfg = work / "company.yaml"

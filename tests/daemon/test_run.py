@@ -7,7 +7,7 @@ commands. ``COMPANYD_DEBUG=1`` lets a test crash an agent or block the event loo
 
 Covered elsewhere against the real daemon: a second daemon on the same state directory
 exits 75, SIGTERM during a run checkpoints and exits 0, kill -9 then a new start resumes
-the run (tests/roles/test_resume.py).
+the run (tests/agents/test_resume.py).
 """
 
 from __future__ import annotations

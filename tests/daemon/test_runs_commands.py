@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.daemon.protocol import RequestFailed
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess

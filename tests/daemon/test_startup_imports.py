@@ -28,7 +28,7 @@ NOT_AT_START = (
 
 PROBE = """
 import contextlib, io, json, sys
-from companyd.cli.main import main
+from companyd.cli import main
 with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
     main(["--help"])  # builds the parser `companyd run` builds: every CLI area
 import companyd.cli.run

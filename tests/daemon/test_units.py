@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from companyd.cli import main
 from companyd.cli.daemon import UNIT_NAMES, UNIT_PREFIX_PLACEHOLDER, unit_text
-from companyd.cli.main import main
 from companyd.daemon.layout import INSTANCE_NAME_MAX, instance_name_problem
 from companyd.testing.daemon import as_unprivileged, short_dir
 

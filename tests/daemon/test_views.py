@@ -163,8 +163,8 @@ async def test_offline_spend_is_labelled_simulated_in_status_spend_and_the_dashb
     simulated wherever it is shown: status (and --json), `spend` (and --json), the
     dashboard's overview and spend page.
     """
+    from companyd.admin import render_status
     from companyd.spend.reports import format_spend_report
-    from companyd.status_text import render_status
 
     async with daemon(work) as d:
         answer = await d.ask("cfo", "What did we spend?")

@@ -15,10 +15,14 @@ from pathlib import Path
 import pytest
 from starlette.requests import Request
 
+from companyd.clock import ManualClock
+from companyd.config import load_config
+from companyd.daemon.main import Daemon
 from companyd.dashboard.pages.inbox import waiting
 from companyd.dashboard.pages.spend import CSV_COLUMNS
-from companyd.roles.desk import ItemKind
-from companyd.roles.tasks import Task, new_id
+from companyd.desk import ItemKind
+from companyd.llm.offline import OfflineModel
+from companyd.runs import Task, new_id
 from companyd.testing.daemon import short_dir
 
 from .pagekit import KEY_VAR, SECRET, Page, Site, running_site
@@ -314,3 +318,99 @@ async def test_no_page_shows_a_secret_inline_script_or_style_or_an_unnamed_contr
         assert page.handlers == [], url
         assert page.post_forms == page.post_forms_with_csrf, url
         assert page.unnamed_controls() == [], url
+
+
+async def test_a_decision_records_the_front_end_it_was_made_in(site: Site) -> None:
+    """Issue 32 item 9: the dashboard's Approve/Reject/Answer are recorded "via
+    dashboard" on the desk (the record the run's transcript and ``runs show`` read), the
+    CLI's and Telegram's as theirs, and each front end's decision is an
+    ``operator_action`` event with its ``via``.
+    """
+    d = site.daemon
+
+    async def ask(key: str, kind: ItemKind) -> str:
+        payload = {"question": "May I?"} if kind is ItemKind.QUESTION else {"tool": "send"}
+        item = await d.desk.request(
+            key=key, kind=kind, agent="cfo", run_id=None, routine=None, payload=payload,
+            timeout=3600,
+        )  # fmt: skip
+        return item.id
+
+    sub = d.bus.subscribe(kinds={"operator_action"})
+    approval, rejected, question = (
+        await ask("t:a", ItemKind.APPROVAL),
+        await ask("t:r", ItemKind.APPROVAL),
+        await ask("t:q", ItemKind.QUESTION),
+    )
+    assert (await site.post(f"/inbox/{approval}/approve")).status_code == 200
+    assert (await site.post(f"/inbox/{rejected}/reject", {"reason": "no"})).status_code == 200
+    answered = await site.post(f"/inbox/{question}/answer", {"text": "Yes."})
+    assert answered.status_code == 200
+    by_telegram, by_cli = (
+        await ask("t:tg", ItemKind.APPROVAL),
+        await ask("t:cli", ItemKind.QUESTION),
+    )
+    await d.approve(by_telegram, by="ana", via="telegram")
+    await d.answer(by_cli, "Fine.", by="ana", via="cli")
+    vias = {}
+    for item_id in (approval, rejected, question, by_telegram, by_cli):
+        item = await d.desk.get(item_id)
+        assert item is not None
+        vias[item_id] = item.via
+    assert vias == {
+        approval: "dashboard",
+        rejected: "dashboard",
+        question: "dashboard",
+        by_telegram: "telegram",
+        by_cli: "cli",
+    }
+    events = []
+    while (event := sub.get_nowait()) is not None:
+        events.append((event.data["action"], event.data["target"], event.data["via"]))
+    assert events == [
+        ("approve", approval, "dashboard"),
+        ("reject", rejected, "dashboard"),
+        ("answer", question, "dashboard"),
+        ("approve", by_telegram, "telegram"),
+        ("answer", by_cli, "cli"),
+    ]
+
+
+BACKUP_COMPANY = """\
+schema: companyd/v1
+company: {name: Acme Ops, timezone: UTC, budget: {daily_usd: 10}}
+dashboard: {enabled: false}
+agents:
+  ceo: {title: CEO, instructions: lead}
+routines:
+  nightly:
+    backup: {every: 24h, keep: 3, to: %s}
+"""
+
+
+async def test_run_now_on_a_backup_routine_answers_with_the_backup() -> None:
+    """Admin ``run_job`` (what ``companyd jobs run`` calls) and the dashboard's Run now on a
+    backup routine answer with the outcome (seen failing first: AssertionError in run_now,
+    exit 70 / HTTP 500, although the backup was written).
+    """
+    with short_dir() as work:
+        backups = work / "backups"
+        path = work / "company.yaml"
+        path.write_text(BACKUP_COMPANY % backups, encoding="utf-8")
+        cfg = load_config(path)
+        async with Daemon(cfg, work / "s", backend=OfflineModel(), offline=True) as d:
+            answer = await d.run_job("nightly")
+            assert answer.status == "ok" and answer.run_id == "", answer
+            assert answer.answer.startswith("backup written: ")
+            first = sorted(backups.iterdir())
+            assert len(first) == 1 and str(first[0]) in answer.answer
+            site = Site(d, ManualClock(start=d.clock.time()))
+            async with site.client:
+                await site.login()
+                ran = await site.post("/routines/nightly/run", htmx=True)
+                assert ran.status_code == 200, ran.text[:2000]
+                assert "nightly ran" in ran.text and "backup written: " in ran.text
+                assert 'href="/runs/"' not in ran.text
+            fires = (await d.job_history("nightly")).fires
+        assert [f["outcome"] for f in fires] == ["ok", "ok"]
+        assert len(list(backups.iterdir())) == 2

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.memory.codec import not_a_graph, parse_graph, read_quarantine
 
 GOOD = (

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from companyd.agents import ToolCallContext, ToolError
+from companyd.agents._tools import memory_tools
 from companyd.events import Event, EventBus
 from companyd.memory.codec import parse_graph
 from companyd.memory.errors import MemoryUnavailable
 from companyd.memory.service import MemoryService
 from companyd.memory.store import GraphStore
-from companyd.roles.tools import ToolCallContext, ToolError, memory_tools
 from companyd.testing.disk import DiskUnavailable, fill, small_disk
 
 from .conftest import ChildCtx

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.config import load_config
 from companyd.daemon.lock import StateLock
 from companyd.errors import EX_TEMPFAIL
-from companyd.ops.archive import BackupError, verify_archive
-from companyd.ops.backup import prune_backups, take_backup
+from companyd.ops.archive import BackupError, verify_archive, write_archive
+from companyd.ops.backup import company_tag, prune_backups, take_backup
 from companyd.ops.restore import restore_backup
 from companyd.testing.disk import DiskUnavailable, fill, small_disk
 
@@ -228,15 +228,84 @@ def test_the_backup_command_writes_where_asked_and_refuses_a_missing_directory(
     assert not (tmp_path / "nope").exists()
 
 
+def _named_backup(directory: Path, name: str, company: str) -> None:
+    """A minimal archive called ``name`` whose manifest says it is ``company``'s."""
+    write_archive(directory / name, {"format": "companyd-backup/1", "company": company}, {})
+
+
 def test_prune_keeps_the_newest_of_this_company_only(tmp_path: Path) -> None:
-    names = [f"companyd-acme-ops-2026010{d}T000000Z.tar.gz" for d in range(1, 6)]
-    for n in [*names, "companyd-other-20260101T000000Z.tar.gz", "notes.txt"]:
-        (tmp_path / n).write_bytes(gzip.compress(b""))
-    gone = prune_backups(tmp_path, 2, "acme-ops")
-    assert sorted(p.name for p in gone) == names[:3]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [*names[3:], "companyd-other-20260101T000000Z.tar.gz", "notes.txt"]
-    )
+    tag = company_tag("Acme Ops")
+    names = [f"companyd-{tag}-2026010{d}T000000Z.tar.gz" for d in range(2, 6)]
+    legacy = "companyd-acme-ops-20260101T000000Z.tar.gz"  # named before the hash was added
+    for n in [legacy, *names]:
+        _named_backup(tmp_path, n, "Acme Ops")
+    # same slug, another company; one whose manifest cannot be read; a file that is not ours
+    _named_backup(tmp_path, "companyd-acme-ops-20260101T000001Z.tar.gz", "ACME ops!")
+    (tmp_path / f"companyd-{tag}-20260101T000002Z.tar.gz").write_bytes(gzip.compress(b""))
+    (tmp_path / "notes.txt").write_text("mine")
+    others = sorted(p.name for p in tmp_path.iterdir() if p.name not in [legacy, *names])
+    gone = prune_backups(tmp_path, 2, "Acme Ops")
+    assert sorted(p.name for p in gone) == [legacy, *names[:2]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names[2:], *others])
+
+
+def test_two_companies_whose_names_slug_alike_keep_their_own_backups(tmp_path: Path) -> None:
+    """Companies named "Acme" and "ACME!" slug to one name; each backup routine's keep
+    prunes only its own company's archives (seen failing first: the second company's keep
+    deleted the first's).
+    """
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    written: dict[str, list[Path]] = {"Acme": [], "ACME!": []}
+    for name in written:
+        work = tmp_path / _slug_dir(name)
+        work.mkdir()
+        config = load_config(
+            write_company(
+                work, company={"name": name, "timezone": "UTC", "budget": {"daily_usd": 1}}
+            )
+        )
+        config.state_dir().mkdir(mode=0o700)
+        for i in range(2):
+            result = take_backup(config, config.state_dir(), backups, keep=1, now=1e9 + i)
+            written[name].append(result.path)
+    kept = sorted(backups.iterdir())
+    assert kept == sorted([written["Acme"][-1], written["ACME!"][-1]]), kept
+    assert written["Acme"][-1].name != written["ACME!"][-1].name
+    assert all(verify_archive(p).ok for p in kept)
+
+
+def _slug_dir(name: str) -> str:
+    return "upper" if name.isupper() or "!" in name else "lower"
+
+
+@pytest.mark.parametrize("where", ["state", "state/sub", "memory-dir", "state-symlink"])
+def test_a_backup_into_the_state_or_memory_directory_is_refused(
+    tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_path = write_company(tmp_path, memory={"path": "mem/memory.jsonl"})
+    config = load_config(config_path)
+    state = config.state_dir()
+    state.mkdir(mode=0o700)
+    (tmp_path / "mem").mkdir()
+    (tmp_path / "mem" / "memory.jsonl").write_text("")
+    dest = {
+        "state": state,
+        "state/sub": state / "sub" / "b.tar.gz",
+        "memory-dir": tmp_path / "mem" / "b.tar.gz",
+        "state-symlink": tmp_path / "link" / "b.tar.gz",
+    }[where]
+    (tmp_path / "link").symlink_to(state)
+    (state / "sub").mkdir()
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(BackupError, match=r"refusing to write a backup to .* inside"):
+        take_backup(config, state, dest)
+    rc = main(["backup", "--config", str(config_path), "--to", str(dest)])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "inside" in err and "Traceback" not in err
+    after = sorted(str(p) for p in tmp_path.rglob("*") if p.name != "daemon.lock")
+    assert after == before  # (the lock is the command's: it backs up a stopped company)
 
 
 def test_a_backup_onto_a_full_disk_leaves_nothing(company: Path, tmp_path: Path) -> None:
@@ -269,6 +338,7 @@ def test_a_postgres_company_s_manifest_says_its_database_is_not_in_the_archive(
     result = take_backup(config, tmp_path / "state", tmp_path / "b.tar.gz")
     with tarfile.open(result.path, "r:gz") as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+    assert verify_archive(result.path).ok  # its manifest's shape holds too
     assert manifest["database"] == {
         "backend": "postgres",
         "schema": "acme",

@@ -184,6 +184,7 @@ async def test_scheduled_backups_are_recorded_pruned_and_alerted_when_they_fail(
             {
                 "nightly": {"backup": {"every": "2s", "keep": 2, "to": str(backups)}},
                 "broken": {"backup": {"every": "3s", "to": str(blocker / "sub")}},
+                "inside": {"backup": {"every": "3s", "to": str(tmp_path / "s" / "bk")}},
             },
             alerts={
                 "min_severity": "warning",
@@ -205,7 +206,12 @@ async def test_scheduled_backups_are_recorded_pruned_and_alerted_when_they_fail(
                     await asyncio.sleep(0.2)
                 while not any("broken" in m.text for m in bot.messages):
                     await asyncio.sleep(0.2)
+            # `companyd jobs run` answers with the outcome (seen failing first: exit 70,
+            # AssertionError, though the backup was written)
+            ran = await daemon.cli("jobs", "run", "nightly")
+            ran_broken = await daemon.cli("jobs", "run", "broken")
             failed = (await daemon.call("job_history", routine="broken"))["fires"]
+            inside = await daemon.cli("jobs", "run", "inside")
             jobs = await daemon.cli("jobs")
             doctor = await daemon.cli("doctor", "--offline")
             assert await daemon.stop() == 0
@@ -220,6 +226,11 @@ async def test_scheduled_backups_are_recorded_pruned_and_alerted_when_they_fail(
     alert = next(m.text for m in bot.messages if "broken" in m.text)
     assert "backup directory" in alert or "failed" in alert
     assert jobs.rc == 0 and "nightly" in jobs.out
+    assert ran.rc == 0 and ran.out.startswith(f"backup written: {backups}/"), (ran.out, ran.err)
+    assert ran_broken.rc == 1 and "cannot create the backup directory" in ran_broken.err
+    # a routine's backup.to inside the state directory is refused before it is created
+    assert inside.rc == 1 and "inside the state directory" in inside.err, inside.err
+    assert not (tmp_path / "s" / "bk").exists()
     # doctor asked the running daemon which company.yaml it loaded, and when
     config_line = doctor.out.splitlines()[0]
     assert config_line.startswith("ok       config"), doctor.out

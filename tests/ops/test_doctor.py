@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.ops.checks import Check
 from companyd.ops.doctor import DoctorReport, RunningDaemon, run_doctor
 from companyd.testing.bot_api import BotApiServer

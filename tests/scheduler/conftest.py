@@ -22,7 +22,7 @@ import pytest
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config_text
 from companyd.events import Event, EventBus
-from companyd.roles.tasks import RunOutcome, RunStatus, Task, new_id
+from companyd.runs import RunOutcome, RunStatus, Task, new_id
 from companyd.scheduler.service import RoutineScheduler
 from companyd.scheduler.sim import advance
 from companyd.scheduler.store import DB_NAME, FireRecord, recent_fires

@@ -12,7 +12,7 @@ import pytest
 from alertkit import alert_text
 from companyd.alerts.render_status import format_jobs
 from companyd.events import Event
-from companyd.roles.tasks import RunStatus
+from companyd.runs import RunStatus
 
 from .conftest import Harness, company
 

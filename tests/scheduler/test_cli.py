@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.clock import ManualClock
 from companyd.config import load_config, state_backend
 from companyd.events import EventBus
-from companyd.roles.tasks import RunStatus, Task
+from companyd.runs import RunStatus, Task
 from companyd.scheduler.service import RoutineScheduler
 from companyd.scheduler.sim import advance
 from companyd.storage import Backend

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from companyd.roles.tasks import RunOutcome, RunStatus
+from companyd.runs import RunOutcome, RunStatus
 from companyd.scheduler.service import RoutineBusy, RoutineNotFound
 from companyd.supervision.child import StandaloneContext
 

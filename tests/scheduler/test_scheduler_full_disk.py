@@ -14,10 +14,10 @@ import pytest
 from companyd._aio import race
 from companyd._fs import DiskAlarm
 from companyd.admin import AdminError
+from companyd.agents import ResultApprovals
 from companyd.clock import ManualClock
+from companyd.desk import Desk
 from companyd.events import EventBus
-from companyd.roles.desk import Desk
-from companyd.roles.founder import ResultApprovals
 from companyd.scheduler.service import DISK_RETRY_SECONDS, RoutineScheduler
 from companyd.supervision.child import StandaloneContext
 from companyd.testing.disk import DiskUnavailable, fill, small_disk

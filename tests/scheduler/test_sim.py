@@ -9,7 +9,7 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.config import load_config
-from companyd.roles.tasks import RunOutcome, Task
+from companyd.runs import RunOutcome, Task
 from companyd.scheduler.sim import FlakySink, ModelCallGate, simulate
 
 from .conftest import ts

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.cli.main import main
+from companyd.cli import main
 from companyd.clock import ManualClock
 from companyd.events import EventBus
 from companyd.llm.model import Usage

@@ -165,7 +165,8 @@ class Admin(Protocol):
         """Approve what waits for the founder: a proposal (applied, then the config
         reloaded), a tool call (``ap-…``: the waiting run calls the tool) or a routine's
         result (``r-…``: the fire is done). A desk decision keeps ``by`` (who; empty:
-        "founder") and ``via`` (``telegram`` or ``cli``) for the run's transcript.
+        "founder") and ``via`` (``telegram``, ``cli`` or ``dashboard``) for the run's
+        transcript; a decision is also an ``operator_action`` event.
         """
         ...
 

@@ -160,7 +160,7 @@ class Runs:
 class RunTranscript:
     """``run_show``: one run as the journal holds it (docs/agents.md, "The transcript").
 
-    The blocks are the journal's (:func:`companyd.roles.transcript.read_transcript`): who
+    The blocks are the journal's (:func:`companyd.runs._transcript.read_transcript`): who
     asked, the task, the thread, each of ``steps`` (a model call, a tool call or the review),
     ``consultations`` (colleagues' runs), ``review`` and ``totals``; ``decisions`` are the
     founder's on the run's result (a routine with ``approval: required``): item_id, round,

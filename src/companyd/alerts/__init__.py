@@ -11,3 +11,48 @@ and buttons), ``ops`` (operator commands and buttons → Admin calls), ``telegra
 API connection) and ``notify`` (``companyd notify-failure`` for systemd's OnFailure=).
 Layer 5; the only package that imports ``telegram``. See docs/alerts.md.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from companyd.alerts.check import check_telegram
+    from companyd.alerts.notify import FallbackCompany, fallback_company, notify_failure
+    from companyd.alerts.service import AlertService
+    from companyd.alerts.telegram import resolve_settings
+
+
+__all__ = [
+    "AlertService",
+    "FallbackCompany",
+    "check_telegram",
+    "fallback_company",
+    "notify_failure",
+    "resolve_settings",
+]
+
+
+_HOMES: dict[str, str] = {
+    "AlertService": "companyd.alerts.service",
+    "FallbackCompany": "companyd.alerts.notify",
+    "check_telegram": "companyd.alerts.check",
+    "fallback_company": "companyd.alerts.notify",
+    "notify_failure": "companyd.alerts.notify",
+    "resolve_settings": "companyd.alerts.telegram",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a face name from its module on first use (keeps start-up imports cheap)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -30,8 +30,7 @@ from collections.abc import Coroutine
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from companyd.admin import Admin, AdminError, AdminStopping
-from companyd.admin.wire import result_data
+from companyd.admin import Admin, AdminError, AdminStopping, result_data
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.deliver import result_records
 from companyd.alerts.desk_messages import alert_of
@@ -61,6 +60,17 @@ ASK_TIMEOUT = 300.0
 #: A founder's-desk id a reply answers, as the message shows it: a question (``q-``) or a
 #: routine result (``r-``: the reply is the change asked for), + 10 hex digits.
 _QUESTION_ID = re.compile(r"\b[qr]-[0-9a-f]{10}\b")
+
+
+def _desk_id(text: str) -> str | None:
+    """The desk item a message of the bot's asks about: the id at the end of its first
+    line, the title companyd writes ("cfo asks you (q-…)", "daily-post by marketing awaits
+    your approval (r-…), round 2"). The lines below it are the agent's words (a question,
+    a result) and may quote any id: they are never read for one.
+    """
+    title = text.split("\n", 1)[0]
+    found = _QUESTION_ID.findall(title)
+    return found[-1] if found else None
 
 
 class Commands:
@@ -199,11 +209,12 @@ class Commands:
                 log.error("alerts: cannot remember the /ask answer's run %s: %s", run_id, exc)
 
     async def on_reply(self, update: Update, context: Any) -> None:
-        """A text reply from an allowed chat. To an agent's question (its message names the
-        question's id): the founder's answer; to a routine result awaiting approval: the
-        change asked for; to a delivered result or an answer: a follow-up to the same agent
-        in its thread. To another of the bot's messages, say what a reply can do; replies
-        to anyone else's messages are left alone.
+        """A text reply from an allowed chat. To a delivered result or an answer (the
+        outbox's ``threads`` know the message; looked up first, whatever its text holds): a
+        follow-up to the same agent in its thread. To an agent's question (its message's
+        title names the question's id): the founder's answer; to a routine result awaiting
+        approval: the change asked for. To another of the bot's messages, say what a reply
+        can do; replies to anyone else's messages are left alone.
         """
         msg = update.effective_message
         chat = update.effective_chat
@@ -213,15 +224,17 @@ class Commands:
             self._stranger(chat.id, update.effective_user, "a reply")
             return
         original = msg.reply_to_message
-        desk = _QUESTION_ID.search(original.text or "")
-        if desk is not None:
-            await self._desk_answer(msg, desk.group(0))
-            return
         store = self._book.store
         found = None
         if store is not None:
+            # First: a message the outbox knows it sent as a result or an answer is that
+            # run's thread, whatever its text says (an agent's result may quote "q-…").
             found = await store.thread(chat.id, original.message_id)
         if found is None:
+            desk = _desk_id(original.text or "")
+            if desk is not None:
+                await self._desk_answer(msg, desk)
+                return
             if original.from_user is None or not original.from_user.is_bot:
                 return  # a conversation between people in a group: not ours
             await self._reply(

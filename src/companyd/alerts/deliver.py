@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from companyd._fs import make_dirs, write_atomic
-from companyd.admin.blocks import ResultDelivery
+from companyd.admin import ResultDelivery
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.digest import next_digest
 from companyd.alerts.outbox import AlertRecord, Delivery

@@ -15,9 +15,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from companyd.admin import Admin, AdminError
-from companyd.admin.results import DeskDecision, Inbox
-from companyd.admin.wire import result_data
+from companyd.admin import Admin, AdminError, DeskDecision, Inbox, result_data
 from companyd.alerts.outbox import AlertRecord
 from companyd.alerts.render_status import format_jobs, format_result, format_status
 

@@ -56,12 +56,12 @@ from companyd.storage import (
     DB_ERRORS,
     SQLITE,
     Backend,
+    Connection,
     Dialects,
     StoreDatabase,
     open_database,
     sqlite_migrations,
 )
-from companyd.storage.dialect import Connection
 
 __all__ = [
     "CLAIM_LEASE",

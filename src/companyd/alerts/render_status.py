@@ -14,9 +14,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from companyd.admin import reload_lines, status_line, telegram_health
 from companyd.alerts.render import clip
 from companyd.alerts.values import has, line, num, pct, secs, txt, usd, when
-from companyd.status_text import reload_lines, status_line, telegram_health
 
 __all__ = ["format_jobs", "format_result", "format_status"]
 

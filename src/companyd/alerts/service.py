@@ -59,8 +59,7 @@ from pathlib import Path
 
 from companyd._aio import race
 from companyd._fs import DiskAlarm
-from companyd.admin import Admin
-from companyd.admin.blocks import PagerHealth
+from companyd.admin import Admin, PagerHealth
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.commands import Commands
 from companyd.alerts.deliver import DeliveryLog, MemoryPort, Results
@@ -88,7 +87,7 @@ from companyd.events import (
     Subscription,
 )
 from companyd.storage import SQLITE, Backend
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = [
     "EDIT_INTERVAL",

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd._fs import read_regular_file
-from companyd.alerts.notify import FallbackCompany, fallback_company, notify_failure
-from companyd.alerts.telegram import resolve_settings
+from companyd.alerts import FallbackCompany, fallback_company, notify_failure, resolve_settings
 from companyd.config import CompanyConfig, default_config_path, load_config
 from companyd.errors import ConfigError
 

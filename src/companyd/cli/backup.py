@@ -20,14 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from companyd.cli.main import print_json
+from companyd.cli._main import print_json
 from companyd.config import CompanyConfig, default_config_path, load_config
-from companyd.daemon.control_client import find_daemon
-from companyd.daemon.lock import StateLock
+from companyd.daemon import StateLock, find_daemon
 from companyd.errors import EX_REFUSED, EX_TEMPFAIL, StateLocked
-from companyd.ops.archive import BackupError, verify_archive
-from companyd.ops.backup import backup_name, take_backup
-from companyd.ops.restore import restore_backup
+from companyd.ops import BackupError, backup_name, restore_backup, take_backup, verify_archive
 
 __all__ = ["register"]
 
@@ -49,7 +46,7 @@ def register(sub: Any) -> None:
         type=Path,
         metavar="FILE",
         help="the archive to write, or a directory for a dated file in it (default: "
-        "./companyd-<company>-<time>.tar.gz)",
+        "./companyd-<company>-<hash>-<time>.tar.gz); never inside the state directory",
     )
     p.add_argument("--config", type=Path, help="company.yaml (default: $COMPANYD_CONFIG, …)")
     p.add_argument("--state-dir", type=Path, help="the state directory (default: as `run`)")
@@ -152,8 +149,13 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _restore(args: argparse.Namespace) -> int:
     state_dir = args.state_dir.absolute()
-    if not args.file.is_file():  # before the lock, which would create the directory
+    if not args.file.exists():  # before the lock, which would create the directory
         raise BackupError(f"no backup at {str(args.file)!r}; check the path")
+    if not args.file.is_file():  # a directory, a FIFO, a device: refused at once
+        raise BackupError(
+            f"{str(args.file)!r} is not a regular file; a backup is a .tar.gz written by "
+            "`companyd backup`"
+        )
     try:
         lock = StateLock.acquire(state_dir)
     except StateLocked as exc:

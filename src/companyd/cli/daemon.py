@@ -32,19 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd._fs import read_regular_file
-from companyd.cli.main import print_json
-from companyd.config import default_config_path
-from companyd.daemon.control_client import ControlClient, find_daemon
-from companyd.daemon.layout import SYSTEMD_LAYOUT, instance_name_problem
-from companyd.daemon.protocol import ControlTimeout, RequestFailed
-from companyd.errors import (
-    EX_SOFTWARE,
-    EX_TEMPFAIL,
-    EX_UNAVAILABLE,
-    CompanydError,
-    DaemonNotRunning,
-)
-from companyd.status_text import (
+from companyd.admin import (
     as_list,
     as_mapping,
     as_number,
@@ -52,6 +40,23 @@ from companyd.status_text import (
     format_usd,
     render_status,
     usd_places,
+)
+from companyd.cli._main import print_json
+from companyd.config import default_config_path
+from companyd.daemon import (
+    SYSTEMD_LAYOUT,
+    ControlClient,
+    ControlTimeout,
+    RequestFailed,
+    find_daemon,
+    instance_name_problem,
+)
+from companyd.errors import (
+    EX_SOFTWARE,
+    EX_TEMPFAIL,
+    EX_UNAVAILABLE,
+    CompanydError,
+    DaemonNotRunning,
 )
 
 __all__ = [

@@ -12,8 +12,8 @@ import sys
 import webbrowser
 from typing import Any
 
+from companyd.cli._main import print_json
 from companyd.cli.daemon import add_daemon_arguments, call_daemon
-from companyd.cli.main import print_json
 
 __all__ = ["register"]
 

@@ -9,9 +9,9 @@ import asyncio
 import sys
 from typing import Any
 
-from companyd.cli.main import add_config_argument, config_path
+from companyd.cli._main import add_config_argument, config_path
 from companyd.config import load_config
-from companyd.daemon.demo import crash_test, show_tree
+from companyd.daemon import crash_test, show_tree
 
 __all__ = ["register"]
 

@@ -19,17 +19,15 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from companyd.admin.wire import result_data
+from companyd.admin import result_data
+from companyd.cli._main import print_json
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, running_daemon
-from companyd.cli.main import print_json
 from companyd.clock import SystemClock
 from companyd.config import default_config_path, load_config, state_backend
-from companyd.daemon.inbox import decide, gather_inbox
+from companyd.desk import Desk, ItemState, Proposals, decide, gather_inbox
 from companyd.errors import CompanydError
 from companyd.events import EventBus
-from companyd.roles.desk import Desk, ItemState
-from companyd.roles.improver import Proposals
-from companyd.roles.journal import Journal
+from companyd.runs import Journal
 
 __all__ = ["decide_offline", "login", "register"]
 

@@ -12,11 +12,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from companyd.cli.main import print_json
+from companyd.cli._main import print_json
 from companyd.config import default_config_path
-from companyd.daemon.control_client import find_daemon
+from companyd.daemon import find_daemon
 from companyd.errors import CompanydError
-from companyd.ops.doctor import DoctorReport, RunningDaemon, run_doctor
+from companyd.ops import DoctorReport, RunningDaemon, run_doctor
 
 __all__ = ["register"]
 

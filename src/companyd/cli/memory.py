@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from companyd._fs import read_regular_file
-from companyd.cli.main import print_json
+from companyd.cli._main import print_json
 from companyd.config import default_config_path, load_config
 from companyd.errors import CompanydError
-from companyd.memory.codec import counted, parse_graph
-from companyd.memory.neighbourhood import neighbourhood
-from companyd.memory.store import GraphStore, write_atomic
+from companyd.memory import GraphStore, counted, neighbourhood, parse_graph, write_atomic
 
 # Three imports stay inside their commands (``_export``, ``_import``, ``_serve_mcp``), for a
 # written reason: every ``companyd`` command, ``companyd run`` included, builds the whole
@@ -292,7 +290,7 @@ def _repair(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from companyd.memory.view import export_graphml, export_node_link  # networkx: see top
+    from companyd.memory import export_graphml, export_node_link
 
     store = _open_readonly(args)
     try:
@@ -320,7 +318,7 @@ _MAX_IMPORT_BYTES = 1024 * 1024 * 1024
 
 
 def _import(args: argparse.Namespace) -> int:
-    from companyd.memory.view import graph_from_node_link  # networkx: see the module top
+    from companyd.memory import graph_from_node_link
 
     source: Path = args.source
     try:
@@ -408,7 +406,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _serve_mcp(args: argparse.Namespace) -> int:
-    from companyd.memory.mcp_server import serve_stdio  # the mcp SDK: see the module top
+    from companyd.memory import serve_stdio
 
     path = resolve_memory_path(args.file, args.config)
     if not path.parent.is_dir():

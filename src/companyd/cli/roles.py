@@ -24,23 +24,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from companyd.admin.blocks import ResultDecision
-from companyd.admin.wire import result_data
+from companyd.admin import ResultDecision, result_data
+from companyd.cli._main import print_json
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, daemon_client, running_daemon
 from companyd.cli.desk import decide_offline, login
-from companyd.cli.main import print_json
 from companyd.cli.runs_text import last_lines, run_list_lines, transcript_lines
 from companyd.clock import SystemClock
 from companyd.config import default_config_path, load_config, state_backend
-from companyd.daemon.inbox import decisions_of, on_desk
-from companyd.daemon.lock import StateLock
-from companyd.daemon.main import Daemon, make_backend
+from companyd.daemon import Daemon, StateLock, make_backend
+from companyd.desk import Desk, ItemState, ProposalError, Proposals, decisions_of, on_desk
 from companyd.errors import CompanydError, UnknownName, UsageError
 from companyd.events import EventBus
-from companyd.roles.desk import Desk, ItemState
-from companyd.roles.improver import ProposalError, Proposals
-from companyd.roles.journal import Journal
-from companyd.roles.tasks import RunStatus
+from companyd.runs import Journal, RunStatus
 from companyd.storage import DB_ERRORS
 
 __all__ = ["register"]

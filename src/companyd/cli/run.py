@@ -21,13 +21,19 @@ from typing import Any
 from companyd._fs import make_dirs
 from companyd.clock import Clock, ScaledClock
 from companyd.config import default_config_path, load_config
-from companyd.daemon.control import resolve_group
-from companyd.daemon.lock import CompanyLock, StateLock
-from companyd.daemon.logs import add_logging_arguments, setup_logging
-from companyd.daemon.main import Daemon, make_backend, remember_early_sighup
-from companyd.daemon.protocol import socket_path
+from companyd.daemon import (
+    CompanyLock,
+    Daemon,
+    StateLock,
+    add_logging_arguments,
+    make_backend,
+    remember_early_sighup,
+    resolve_group,
+    setup_logging,
+    socket_path,
+)
 from companyd.errors import EX_CONFIG, EX_TEMPFAIL, CompanydError, ConfigError, StateLocked
-from companyd.llm.model import ModelUnavailable
+from companyd.llm import ModelUnavailable
 
 __all__ = ["register"]
 

@@ -2,7 +2,7 @@
 (``runs show``) and a routine's latest result (``runs last``).
 
 Pure formatting of the JSON the daemon (or the journal, offline) answers with
-(:func:`companyd.roles.transcript.read_transcript`): long values are cut to a few hundred
+(:func:`companyd.runs._transcript.read_transcript`): long values are cut to a few hundred
 characters here, each cut saying the value's full size; ``--json`` prints them as stored.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from companyd.roles.transcript import cut
+from companyd.runs import cut
 
 __all__ = [
     "ANSWER_COLUMN",

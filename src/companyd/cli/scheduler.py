@@ -22,27 +22,28 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from companyd.cli._main import print_json
 from companyd.cli.daemon import call_daemon, running_daemon
-from companyd.cli.main import print_json
 from companyd.cli.roles import _print_answer
 from companyd.clock import utc_from_ts
 from companyd.config import default_config_path, load_config, state_backend
 from companyd.errors import DaemonNotRunning
-from companyd.scheduler import store as db
-from companyd.scheduler.offline import read_fires, read_jobs
-from companyd.scheduler.report import (
+from companyd.scheduler import (
+    DB_NAME,
+    RoutineNotFound,
     format_history,
     format_jobs,
     format_jobs_result,
+    read_fires,
+    read_jobs,
 )
-from companyd.scheduler.service import RoutineNotFound
 from companyd.storage import Backend
 
 # The handlers import config, SQLite and APScheduler-backed modules when they run, so
 # building the top-level parser (every `companyd` invocation) stays cheap.
 if TYPE_CHECKING:
     from companyd.config import CompanyConfig
-    from companyd.scheduler.service import RoutineNotFound
+    from companyd.scheduler import RoutineNotFound
 
 __all__ = ["register"]
 
@@ -123,7 +124,7 @@ def register(sub: Any) -> None:
 
 def _load(args: argparse.Namespace) -> tuple[CompanyConfig, Path]:
     cfg = load_config(args.config or default_config_path())
-    return cfg, cfg.state_dir(args.state_dir) / db.DB_NAME
+    return cfg, cfg.state_dir(args.state_dir) / DB_NAME
 
 
 def _where(path: Path, backend: Backend) -> str:

@@ -16,13 +16,18 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from companyd.cli.main import print_json
+from companyd.cli._main import print_json
 from companyd.config import CompanyConfig, default_config_path, load_config, state_backend
 from companyd.errors import CompanydError, ConfigError
-from companyd.spend.budgets import read_budget_report
-from companyd.spend.ledger import Ledger
-from companyd.spend.periods import day_key, parse_period
-from companyd.spend.reports import format_budget_report, format_spend_report, spend_report
+from companyd.spend import (
+    Ledger,
+    day_key,
+    format_budget_report,
+    format_spend_report,
+    parse_period,
+    read_budget_report,
+    spend_report,
+)
 from companyd.storage import Backend, StoreAbsent
 
 __all__ = ["register"]

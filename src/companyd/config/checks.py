@@ -19,7 +19,7 @@ from companyd.config.report import Path_, Report, dotted
 from companyd.config.scalars import bare_model_id
 from companyd.config.wording import closest
 from companyd.events import KINDS
-from companyd.llm.prices import is_known_model
+from companyd.llm import is_known_model
 
 __all__ = ["SLUG_RE", "cross_check"]
 

@@ -51,6 +51,8 @@ class AgentConfig:
     require_approval: frozenset[str] = frozenset()
     #: how long an approval or a question waits for the founder, seconds
     approval_timeout: float = 86_400.0
+    #: how many of its ``ask_founder`` questions may wait for the founder at once
+    max_open_questions: int = 3
     consult: tuple[str, ...]
     max_consult_depth: int
     colleague_timeout_seconds: float = 300.0
@@ -242,6 +244,7 @@ def resolve(
             tools=a.tools,
             require_approval=frozenset(a.tools.require_approval + d.tools.require_approval),
             approval_timeout=a.tools.approval_timeout or d.tools.approval_timeout,
+            max_open_questions=a.tools.max_open_questions or d.tools.max_open_questions,
             consult=a.consult,
             max_consult_depth=a.max_consult_depth,
             colleague_timeout_seconds=a.colleague_timeout_seconds,

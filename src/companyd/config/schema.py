@@ -153,7 +153,9 @@ class ToolsSpec(Spec):
     (added to ``defaults.tools.require_approval``); ``approval_timeout`` is how long such a
     call (or an ``ask_founder`` question) waits before it counts as rejected (default:
     ``defaults.tools.approval_timeout``); ``ask_founder`` gives the agent the
-    ``ask_founder`` tool (docs/desk.md).
+    ``ask_founder`` tool (docs/desk.md); ``max_open_questions`` is how many of its questions
+    may wait for the founder at once — a further ``ask_founder`` is refused to the agent
+    (default: ``defaults.tools.max_open_questions``, 3).
     """
 
     allow: tuple[str, ...] | None = None
@@ -161,6 +163,7 @@ class ToolsSpec(Spec):
     require_approval: tuple[str, ...] = ()
     approval_timeout: Duration | None = None
     ask_founder: bool = False
+    max_open_questions: Annotated[int, BeforeValidator(whole), Field(ge=1, le=100)] | None = None
 
 
 class DefaultToolsSpec(Spec):
@@ -168,6 +171,7 @@ class DefaultToolsSpec(Spec):
 
     require_approval: tuple[str, ...] = ()
     approval_timeout: Duration = 86_400.0
+    max_open_questions: Annotated[int, BeforeValidator(whole), Field(ge=1, le=100)] = 3
 
 
 class McpServerSpec(Spec):

@@ -24,7 +24,7 @@ from companyd.config.model import CompanyConfig
 from companyd.config.report import Path_, Report
 from companyd.config.tree import schema_at, schema_keys
 from companyd.errors import ConfigError, ConfigIssue
-from companyd.storage import Backend, dsn_password
+from companyd.storage import Backend, dsn_problem, dsn_secrets
 
 __all__ = [
     "SecretReference",
@@ -120,14 +120,19 @@ def secret_values(config: CompanyConfig, environ: Mapping[str, str] | None = Non
         if ref.path == "alerts.telegram.chat_ids_env" or not ref.is_set:
             continue
         if ref.kind == "env":
-            values.append(env.get(ref.name, ""))
+            value = env.get(ref.name, "")
         elif (cred := credential_path(ref.name, env)) is not None:
             try:
-                values.append(read_credential(cred))
+                value = read_credential(cred)
             except (OSError, ValueError):
                 continue  # the consumer of this credential reports what is wrong with it
-    # a database URL's password is a secret on its own too (an error may quote it alone)
-    values += [dsn_password(v) or "" for v in values if v.startswith(("postgres", "host="))]
+        else:
+            continue
+        values.append(value)
+        # a database URL's password is a secret on its own too (an error may quote it, or
+        # a piece of it, alone), however the URL or key=value string is written
+        if ref.path.startswith("state.dsn_") or value.startswith(("postgres", "host=")):
+            values += dsn_secrets(value)
     return [v.strip() for v in values if v.strip()]
 
 
@@ -135,11 +140,11 @@ def register_secrets(config: CompanyConfig | None) -> None:
     """Register the secrets ``config`` names (or, without one, those of the default
     variables) with the process's redactor.
     """
-    values = (
-        [os.environ.get(name, "") for name in _DEFAULT_SECRET_ENV]
-        if config is None
-        else secret_values(config)
-    )
+    if config is None:
+        values = [os.environ.get(name, "") for name in _DEFAULT_SECRET_ENV]
+        values += dsn_secrets(os.environ.get("COMPANYD_DATABASE_URL", ""))
+    else:
+        values = secret_values(config)
     for value in values:
         protect(value)
 
@@ -267,6 +272,22 @@ def state_backend(config: CompanyConfig, environ: Mapping[str, str] | None = Non
                     "database's URL (e.g. postgresql://companyd@db.example.com:5432/companyd, "
                     "a password after the user name and a colon), or set state.backend: "
                     "sqlite (docs/storage.md)",
+                )
+            ]
+        )
+    if (problem := dsn_problem(dsn)) is not None:
+        where = f"${st.dsn_env}" if env.get(st.dsn_env, "").strip() else "the credential"
+        if where == "the credential":
+            where += f" {st.dsn_credential!r}"
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    file=str(config.path),
+                    line=0,
+                    column=0,
+                    path="state.backend",
+                    message=f"is 'postgres' but the database URL in {where} {problem}; "
+                    "fix it there (docs/storage.md)",
                 )
             ]
         )

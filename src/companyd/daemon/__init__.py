@@ -1,1 +1,72 @@
 """The process and its supervision tree: supervisor, company tree, `companyd run`."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from companyd.daemon.control import resolve_group
+    from companyd.daemon.control_client import ControlClient, find_daemon
+    from companyd.daemon.demo import crash_test, show_tree
+    from companyd.daemon.layout import SYSTEMD_LAYOUT, instance_name_problem
+    from companyd.daemon.lock import CompanyLock, StateLock
+    from companyd.daemon.logs import add_logging_arguments, setup_logging
+    from companyd.daemon.main import Daemon, make_backend, remember_early_sighup
+    from companyd.daemon.protocol import ControlTimeout, RequestFailed, socket_path
+
+
+__all__ = [
+    "SYSTEMD_LAYOUT",
+    "CompanyLock",
+    "ControlClient",
+    "ControlTimeout",
+    "Daemon",
+    "RequestFailed",
+    "StateLock",
+    "add_logging_arguments",
+    "crash_test",
+    "find_daemon",
+    "instance_name_problem",
+    "make_backend",
+    "remember_early_sighup",
+    "resolve_group",
+    "setup_logging",
+    "show_tree",
+    "socket_path",
+]
+
+
+_HOMES: dict[str, str] = {
+    "CompanyLock": "companyd.daemon.lock",
+    "ControlClient": "companyd.daemon.control_client",
+    "ControlTimeout": "companyd.daemon.protocol",
+    "Daemon": "companyd.daemon.main",
+    "RequestFailed": "companyd.daemon.protocol",
+    "SYSTEMD_LAYOUT": "companyd.daemon.layout",
+    "StateLock": "companyd.daemon.lock",
+    "add_logging_arguments": "companyd.daemon.logs",
+    "crash_test": "companyd.daemon.demo",
+    "find_daemon": "companyd.daemon.control_client",
+    "instance_name_problem": "companyd.daemon.layout",
+    "make_backend": "companyd.daemon.main",
+    "remember_early_sighup": "companyd.daemon.main",
+    "resolve_group": "companyd.daemon.control",
+    "setup_logging": "companyd.daemon.logs",
+    "show_tree": "companyd.daemon.demo",
+    "socket_path": "companyd.daemon.protocol",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a face name from its module on first use (keeps start-up imports cheap)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

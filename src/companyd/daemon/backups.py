@@ -17,11 +17,9 @@ import os
 from pathlib import Path
 
 from companyd._fs import make_dirs
-from companyd.admin import AdminError
-from companyd.admin.results import BackupWritten
+from companyd.admin import AdminError, BackupWritten
 from companyd.config import CompanyConfig
-from companyd.ops.archive import BackupError
-from companyd.ops.backup import BackupResult, take_backup
+from companyd.ops import BackupError, BackupResult, check_destination, take_backup
 
 __all__ = ["Backups"]
 
@@ -76,8 +74,10 @@ class Backups:
         missing), newest ``keep`` kept.
 
         Raises:
-            BackupError, OSError: the backup failed (the fire is recorded ``failed``).
+            BackupError, OSError: the backup failed (the fire is recorded ``failed``); a
+                ``directory`` inside the state directory is refused before it is created.
         """
+        await asyncio.to_thread(check_destination, self.config, self.state_dir, directory)
         try:
             await asyncio.to_thread(make_dirs, directory)
         except OSError as exc:

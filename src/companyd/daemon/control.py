@@ -49,8 +49,7 @@ from typing import Any
 
 from companyd import __version__
 from companyd._aio import race
-from companyd.admin import Admin, AdminError
-from companyd.admin.wire import result_data
+from companyd.admin import Admin, AdminError, result_data
 from companyd.clock import Clock, SystemClock
 from companyd.daemon.protocol import (
     ADMIN_OPS,
@@ -67,7 +66,7 @@ from companyd.daemon.protocol import (
     with_deadline,
 )
 from companyd.errors import CompanydError
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = ["MAX_BUFFERED_BYTES", "MAX_CONNECTIONS", "ControlServer", "resolve_group"]
 

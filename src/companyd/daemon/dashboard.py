@@ -15,18 +15,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from companyd.admin import Admin, AdminError
-from companyd.admin.results import DashboardLogin
+from companyd.admin import Admin, AdminError, DashboardLogin
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, listen_address
-from companyd.dashboard.auth import Sessions
+from companyd.dashboard import Sessions
 from companyd.events import EventBus
 from companyd.supervision import Backoff, ChildSpec
 
 if TYPE_CHECKING:  # types only: the modules are imported when the dashboard starts
     from starlette.applications import Starlette
 
-    from companyd.dashboard.server import DashboardServer
+    from companyd.dashboard import DashboardServer
 
 __all__ = ["WebDashboard"]
 
@@ -61,7 +60,7 @@ class WebDashboard:
         # Imported here, not at the top: Starlette, uvicorn and Jinja2 are loaded only when
         # the dashboard is on (tests/daemon/test_startup_imports.py keeps them off the
         # import path of `companyd --help` and of a daemon with the dashboard off).
-        from companyd.dashboard.server import DashboardServer
+        from companyd.dashboard import DashboardServer
 
         host, port = listen_address(spec.listen)
         base = self._config().path.parent
@@ -75,8 +74,7 @@ class WebDashboard:
 
     def _app(self) -> Starlette:
         # Imported here for the reason given in child(); child() imported them already.
-        from companyd.dashboard.app import build_app
-        from companyd.dashboard.context import DashboardContext
+        from companyd.dashboard import DashboardContext, build_app
 
         spec = self._config().spec.dashboard
         ctx = DashboardContext(

@@ -2,7 +2,7 @@
 daemon.
 
 Each delivery the pager makes, queues or cannot make is added to the run's record in the
-run journal (``runs show``, :meth:`~companyd.roles.journal.Journal.record_delivery`); a
+run journal (``runs show``, :meth:`~companyd.runs.Journal.record_delivery`); a
 result that could not be delivered is kept in the founder's inbox as a ``kept`` desk item
 (``k-…``, one per run however many deliveries failed), which the founder marks read with
 ``companyd approve``. Nothing is lost silently (docs/alerts.md, "Results").
@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from companyd.admin.blocks import ResultDelivery
+from companyd.admin import ResultDelivery
 from companyd.clock import Clock
-from companyd.roles.desk import Desk, ItemKind
-from companyd.roles.journal import Journal
+from companyd.desk import Desk, ItemKind
+from companyd.runs import Journal
 
 __all__ = ["KEPT_DAYS", "ResultRecords"]
 

@@ -43,8 +43,7 @@ from companyd.events import (
     SupStarted,
     SupStopped,
 )
-from companyd.supervision import ChildSpec, SupervisorGaveUp
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext, ChildSpec, SupervisorGaveUp
 
 __all__ = ["SERVICES", "CrashSwitch", "crash_test", "render_tree", "show_tree"]
 

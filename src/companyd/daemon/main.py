@@ -11,6 +11,32 @@ operator (control socket and Telegram; the :class:`~companyd.admin.Admin` operat
 (:mod:`companyd.daemon.reload`) and stops gracefully on SIGTERM/SIGINT. ``companyd run``
 (:mod:`companyd.cli.run`) starts it; docs/daemon.md lists exit codes, signals and the
 state directory.
+
+The wiring — every runtime seam is connected in :meth:`Daemon.__init__` (and the two
+methods the table names), nowhere else; each is marked ``# seam:`` there:
+
+=====================  ==================================  =====================================
+seam                   provided by                          handed to
+=====================  ==================================  =====================================
+EventBus (publish)     ``Daemon.bus``                       every service's ``bus=``
+storage ``Backend``    :func:`state_backend` (+ the         every store's ``backend=``
+                       leadership's fence)
+TaskSink               :class:`companyd.agents.Staff`       :class:`RoutineScheduler` (``sink``)
+ResultGate             :class:`companyd.agents.             :class:`RoutineScheduler` (``gate=``)
+                       ResultApprovals` over the desk
+BackupSink             ``Daemon`` (:mod:`.backups` mixin)   :class:`RoutineScheduler`
+                                                            (``backups=``)
+Admin                  ``Daemon`` (:mod:`.operator` mixin)  alerts (``admin=``), the control
+                                                            socket, the web dashboard
+agent ports            journal, memory, spend book, model   :class:`Staff` → each agent's
+                       backend, desk, proposals             ``AgentDeps``
+reload callback        ``Daemon._reload_after_apply``       :class:`companyd.desk.Proposals`
+bus subscriptions      alerts (at construction), the        — ; the event log
+                       dashboard's live streams (per        (:func:`log_events`) in
+                       request), metrics                    :meth:`Daemon.main`, metrics in
+                                                            :meth:`Daemon._build_tree`
+supervision tree       services + ``Staff.child``           :meth:`Daemon._build_tree`
+=====================  ==================================  =====================================
 """
 
 from __future__ import annotations
@@ -30,10 +56,9 @@ from companyd import __version__
 from companyd._aio import cancel_and_wait, race
 from companyd._fs import DiskAlarm, private_dir
 from companyd._heap import freeze_startup_heap
-from companyd.admin.blocks import LeaderBlock
-from companyd.admin.results import SpendStatus
-from companyd.admin.wire import result_data
-from companyd.alerts.service import AlertService
+from companyd.admin import LeaderBlock, SpendStatus, result_data, status_line
+from companyd.agents import ResultApprovals, Staff
+from companyd.alerts import AlertService
 from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig, state_backend
 from companyd.daemon.backups import Backups
@@ -48,6 +73,7 @@ from companyd.daemon.standby import stand_by
 from companyd.daemon.systemd import LoopLagMonitor, Notifier, StatusUpdater, Watchdog
 from companyd.daemon.tree import build_company_tree
 from companyd.daemon.views import Views
+from companyd.desk import DEFAULT_APPROVAL_TIMEOUT, Desk, Proposals
 from companyd.errors import EX_CONFIG, EX_SOFTWARE, CompanydError
 from companyd.events import (
     DaemonStarted,
@@ -56,28 +82,19 @@ from companyd.events import (
     LeadershipTaken,
     StateDirTightened,
 )
-from companyd.llm.model import ModelBackend
-from companyd.llm.offline import OfflineModel
-from companyd.memory import MemoryService
-from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
-from companyd.roles.desk import DEFAULT_APPROVAL_TIMEOUT, Desk
-from companyd.roles.founder import ResultApprovals
-from companyd.roles.improver import Proposals
-from companyd.roles.journal import Journal
-from companyd.roles.retention import RunRetention
-from companyd.roles.staff import Staff
-from companyd.roles.tasks import Task
+from companyd.llm import ModelBackend, OfflineModel
+from companyd.memory import MemoryNotAGraph, MemoryService, MemoryUnsafePath
+from companyd.runs import Journal, RunRetention, Task
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import BudgetExhausted, SpendBook
-from companyd.status_text import status_line
-from companyd.storage.leadership import LeaderInfo, Leadership
+from companyd.storage import LeaderInfo, Leadership
 from companyd.supervision import (
     Backoff,
     ChildSpec,
+    StandaloneContext,
     SupervisorGaveUp,
     SupervisorStartError,
 )
-from companyd.supervision.child import StandaloneContext
 
 __all__ = [
     "AGENT_SHUTDOWN",
@@ -118,7 +135,7 @@ def make_backend(
         return OfflineModel()
     # Imported here for start-up time: anthropic takes a noticeable part of a second to
     # import, and `companyd --help` (which loads this module) never needs it.
-    from companyd.llm.claude import ClaudeBackend, resolve_api_key
+    from companyd.llm import ClaudeBackend, resolve_api_key
 
     redact(resolve_api_key(config.spec.anthropic))
     return ClaudeBackend.from_config(config.spec.anthropic, clock=clock)
@@ -159,7 +176,7 @@ class Daemon(Operator, Views, Reloader, Backups):
         self.backend = backend
         self.offline = offline
         self.clock = clock or SystemClock()
-        self.bus = EventBus(self.clock)
+        self.bus = EventBus(self.clock)  # seam: EventBus, handed to every service below
         self.started_at = self.clock.time()
         self.config_loaded_at = self.started_at
         self.reloads = ReloadRecord()  # the last reload's outcome, for status
@@ -171,7 +188,7 @@ class Daemon(Operator, Views, Reloader, Backups):
         real = SystemClock()
         self.lag = LoopLagMonitor(real, self.bus, source="daemon")
         #: where the stores that support it live (state: in company.yaml; docs/storage.md)
-        self.storage = state_backend(config)
+        self.storage = state_backend(config)  # seam: storage Backend, every store's backend=
         #: with several daemons on one database: which one runs the company (docs/ha.md).
         #: Its fence goes with every store's connection, so once another daemon has taken
         #: over, this one's writes are refused by the database itself.
@@ -200,12 +217,13 @@ class Daemon(Operator, Views, Reloader, Backups):
             config,
             bus=self.bus,
             clock=self.clock,
-            reload=self._reload_after_apply,
+            reload=self._reload_after_apply,  # seam: reload callback (an approved proposal)
             backend=self.storage,
         )
         self.desk = Desk(
             state_dir / "desk.sqlite", bus=self.bus, clock=self.clock, backend=self.storage
         )
+        # seam: agent ports — what each agent's AgentDeps is built from
         self.staff = Staff(
             config,
             bus=self.bus,
@@ -224,7 +242,7 @@ class Daemon(Operator, Views, Reloader, Backups):
             config,
             state_dir,
             bus=self.bus,
-            admin=self,
+            admin=self,  # seam: Admin (the operator mixin), for Telegram commands
             clock=self.clock,
             memory=self.memory,
             backend=self.storage,
@@ -238,23 +256,24 @@ class Daemon(Operator, Views, Reloader, Backups):
         self._backup_lock = asyncio.Lock()
         self.scheduler = RoutineScheduler(
             config,
-            self.staff,
+            self.staff,  # seam: TaskSink — a routine's task goes to the agents
             state_dir=state_dir,
             backend=self.storage,
             bus=self.bus,
             clock=self.clock,
-            gate=ResultApprovals(
+            gate=ResultApprovals(  # seam: ResultGate — results held for the founder
                 self.desk,
                 self.staff.submit,
                 held=self.staff.resumed,
                 task_of=self._journaled_task,
                 timeout=self._approval_timeout,
             ),
-            backups=self,
+            backups=self,  # seam: BackupSink (the backups mixin) for backup routines
         )
         self.socket = socket_path(state_dir)
         self._control_group = control_group
         self._real_clock = real
+        # seam: Admin over the control socket (CLI) and the web dashboard
         self.control = ControlServer(
             self, self.socket, clock=real, group=control_group, state_dir=state_dir
         )
@@ -307,6 +326,7 @@ class Daemon(Operator, Views, Reloader, Backups):
             # metrics are on, and `companyd --help` loads this module.
             from companyd.daemon.metrics import Metrics, MetricsServer
 
+            # seam: bus subscription, the metrics listener
             metrics = Metrics(lag=self.lag.stats)
             self._metrics_server = MetricsServer(metrics, self.bus, self.config.spec.metrics.listen)
             services.append(ChildSpec(id="metrics", start=self._metrics_server.run, shutdown=5.0))
@@ -322,6 +342,7 @@ class Daemon(Operator, Views, Reloader, Backups):
                 shutdown=AGENT_SHUTDOWN,
             )
 
+        # seam: the supervision tree — services, then departments of Staff.child agents
         return build_company_tree(
             self.config, bus=self.bus, clock=self.clock, services=services, agent_child=agent_child
         )
@@ -441,7 +462,7 @@ class Daemon(Operator, Views, Reloader, Backups):
     async def main(self) -> int:
         """Run until SIGTERM/SIGINT (exit 0) or until the root supervisor gives up (1)."""
         loop = asyncio.get_running_loop()
-        remove_logger = log_events(self.bus)
+        remove_logger = log_events(self.bus)  # seam: bus subscription, the event log
         if self.tightened_from is not None:
             was = f"{self.tightened_from:04o}"
             log.warning(

@@ -66,7 +66,7 @@ from companyd.events import (
     RunFinished,
     SpendRunaway,
 )
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = ["Metrics", "MetricsServer", "parse_listen"]
 

@@ -17,18 +17,19 @@ import difflib
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from companyd import __version__
 from companyd._aio import race
-from companyd.admin import AdminError, AdminStopping
-from companyd.admin.blocks import LeaderBlock
-from companyd.admin.results import (
+from companyd._secrets import redact
+from companyd.admin import (
+    AdminError,
+    AdminStopping,
     AgentCounts,
     AskAnswer,
     BudgetRaised,
@@ -43,6 +44,7 @@ from companyd.admin.results import (
     JobHistory,
     JobRun,
     Jobs,
+    LeaderBlock,
     Paused,
     ProposalDecision,
     Proposals,
@@ -58,25 +60,33 @@ from companyd.admin.results import (
     TaskRetried,
     Tasks,
 )
-from companyd.alerts.service import AlertService
+from companyd.agents import Staff
+from companyd.alerts import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
 from companyd.daemon.dashboard import WebDashboard
-from companyd.daemon.inbox import decide, decisions_of, gather_inbox, on_desk
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
-from companyd.roles.desk import Desk, ItemState
-from companyd.roles.improver import ProposalError
-from companyd.roles.improver import Proposals as ProposalStore
-from companyd.roles.journal import Journal
-from companyd.roles.staff import Staff
-from companyd.roles.tasks import RunOutcome, RunStatus, Task, follow_up_prompt, new_id
+from companyd.desk import (
+    Desk,
+    ItemState,
+    ProposalError,
+    decide,
+    decisions_of,
+    gather_inbox,
+    on_desk,
+)
+from companyd.desk import Proposals as ProposalStore
+from companyd.events import EventBus, OperatorAction
+from companyd.runs import Journal, RunOutcome, RunStatus, Task, follow_up_prompt, new_id
 from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
-from companyd.spend import SpendBook, SpendError
-from companyd.spend.ledger import LedgerError
+from companyd.spend import LedgerError, SpendBook, SpendError
 from companyd.storage import Backend
 
 __all__ = ["NO_SPEND", "Operator", "spend_for_status"]
+
+
+_T = TypeVar("_T")
 
 
 class Operator:
@@ -107,6 +117,7 @@ class Operator:
     proposal_store: ProposalStore
     desk: Desk
     web: WebDashboard
+    bus: EventBus
 
     def daemon_info(
         self, now: float, *, leader: LeaderBlock | None = None, dashboard: bool = True
@@ -517,15 +528,21 @@ class Operator:
             AdminError: no such proposal or item, it is not pending, or the file changed
                 since the proposal was made.
         """
-        if on_desk(item_id):
-            return await decide(
-                self.desk, item_id, ItemState.APPROVED, "", by=by or "founder", via=via
+
+        async def approve() -> ProposalDecision | DeskDecision:
+            if on_desk(item_id):
+                return await decide(
+                    self.desk, item_id, ItemState.APPROVED, "", by=by or "founder", via=via
+                )
+            try:
+                p = await self.proposal_store.approve(item_id)
+            except ProposalError as exc:
+                raise AdminError(str(exc)) from None
+            return ProposalDecision(
+                **p.to_dict(), message=f"applied {p.id} to {p.file} and reloaded"
             )
-        try:
-            p = await self.proposal_store.approve(item_id)
-        except ProposalError as exc:
-            raise AdminError(str(exc)) from None
-        return ProposalDecision(**p.to_dict(), message=f"applied {p.id} to {p.file} and reloaded")
+
+        return await self._recorded("approve", item_id, via, approve())
 
     async def reject(
         self, item_id: str, reason: str = "", by: str = "", via: str = "cli"
@@ -536,15 +553,19 @@ class Operator:
         Raises:
             AdminError: no such proposal or item, or it is not pending.
         """
-        if on_desk(item_id):
-            return await decide(
-                self.desk, item_id, ItemState.REJECTED, reason, by=by or "founder", via=via
-            )
-        try:
-            p = await self.proposal_store.reject(item_id)
-        except ProposalError as exc:
-            raise AdminError(str(exc)) from None
-        return ProposalDecision(**p.to_dict(), message=f"rejected {p.id}")
+
+        async def reject() -> ProposalDecision | DeskDecision:
+            if on_desk(item_id):
+                return await decide(
+                    self.desk, item_id, ItemState.REJECTED, reason, by=by or "founder", via=via
+                )
+            try:
+                p = await self.proposal_store.reject(item_id)
+            except ProposalError as exc:
+                raise AdminError(str(exc)) from None
+            return ProposalDecision(**p.to_dict(), message=f"rejected {p.id}")
+
+        return await self._recorded("reject", item_id, via, reject())
 
     async def answer(self, item_id: str, text: str, by: str = "", via: str = "cli") -> DeskDecision:
         """:meth:`Admin.answer`.
@@ -552,8 +573,37 @@ class Operator:
         Raises:
             AdminError: no such item, it is not pending, or it is not a question or result.
         """
-        return await decide(
-            self.desk, item_id, ItemState.ANSWERED, text, by=by or "founder", via=via
+        answered = decide(self.desk, item_id, ItemState.ANSWERED, text, by=by or "founder", via=via)
+        return await self._recorded("answer", item_id, via, answered)
+
+    async def _recorded(self, action: str, target: str, via: str, work: Awaitable[_T]) -> _T:
+        """``work``'s result, recorded as an ``operator_action`` event (done or refused) for
+        the CLI and Telegram as the dashboard records its own (``dashboard.actions``), so the
+        event stream says who decided what, where, whichever front end it came through.
+        """
+        try:
+            result = await work
+        except AdminError as exc:
+            self._publish_action(action, target, via, ok=False, message=str(exc))
+            raise
+        message = getattr(result, "message", "") or f"{action} {target}: done"
+        self._publish_action(action, target, via, ok=True, message=message)
+        return result
+
+    def _publish_action(
+        self, action: str, target: str, via: str, *, ok: bool, message: str
+    ) -> None:
+        if via == "dashboard":
+            return  # the dashboard's perform() records its own actions
+        self.bus.publish(
+            OperatorAction(
+                source=via or "cli",
+                action=action,
+                target=target,
+                via=via or "cli",
+                ok=ok,
+                message=redact(message),
+            )
         )
 
     async def inbox(self) -> Inbox:
@@ -715,7 +765,7 @@ def _routine_for_status(r: Mapping[str, Any]) -> RoutineLine:
     )
 
 
-#: A task id as :func:`~companyd.roles.tasks.new_id` makes it (``ask``'s ``task_id``).
+#: A task id as :func:`~companyd.runs._tasks.new_id` makes it (``ask``'s ``task_id``).
 _TASK_ID = re.compile(r"task-[0-9a-f]{12}")
 
 

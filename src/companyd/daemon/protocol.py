@@ -39,8 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from companyd._secrets import SECRETS
-from companyd.admin import AdminError
-from companyd.admin.wire import OPERATIONS, ArgumentError, check_arguments
+from companyd.admin import OPERATIONS, AdminError, ArgumentError, check_arguments
 from companyd.clock import Clock, within
 from companyd.errors import CompanydError
 

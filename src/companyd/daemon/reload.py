@@ -17,17 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from companyd._secrets import redact
-from companyd.admin import AdminError
-from companyd.admin.blocks import ReloadBlock, ReloadRejectedBlock
-from companyd.admin.results import DepartmentChanges, ReloadApplied, ReloadRejected
-from companyd.alerts.service import AlertService
+from companyd.admin import (
+    AdminError,
+    DepartmentChanges,
+    ReloadApplied,
+    ReloadBlock,
+    ReloadRejected,
+    ReloadRejectedBlock,
+)
+from companyd.agents import Staff
+from companyd.alerts import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config
 from companyd.daemon.systemd import Notifier
+from companyd.desk import Proposals
 from companyd.errors import ConfigError
 from companyd.events import ConfigRejected, DaemonReloaded, EventBus
-from companyd.roles.improver import Proposals
-from companyd.roles.staff import Staff
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import SpendBook
 

@@ -26,28 +26,26 @@ from datetime import date
 from typing import Any
 
 from companyd._aio import race
-from companyd.admin.blocks import LeaderBlock, PagerHealth
-from companyd.admin.operations import AdminError
-from companyd.admin.results import (
+from companyd.admin import (
+    OPERATIONS,
+    AdminError,
     AgentCounts,
     BudgetReport,
     CompanyInfo,
     JobHistory,
     Jobs,
+    LeaderBlock,
+    PagerHealth,
     SpendReport,
     Status,
 )
-from companyd.admin.wire import OPERATIONS
 from companyd.clock import Clock, utc_from_ts
 from companyd.daemon.control import ControlServer
 from companyd.daemon.operator import Operator, spend_for_status
-from companyd.scheduler.offline import read_fires, read_jobs
-from companyd.spend.budgets import read_budget_report
-from companyd.spend.ledger import Ledger, LedgerError
-from companyd.spend.reports import spend_report
-from companyd.storage import StoreAbsent
-from companyd.storage.leadership import LeaderInfo, Leadership
-from companyd.supervision.child import StandaloneContext
+from companyd.scheduler import read_fires, read_jobs
+from companyd.spend import Ledger, LedgerError, read_budget_report, spend_report
+from companyd.storage import LeaderInfo, Leadership, StoreAbsent
+from companyd.supervision import StandaloneContext
 
 __all__ = ["StandbyAdmin", "leader_block", "stand_by"]
 

@@ -25,10 +25,10 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from companyd._aio import race
-from companyd.admin.blocks import LoopLagBlock
+from companyd.admin import LoopLagBlock
 from companyd.clock import Clock, SystemClock
 from companyd.events import EventBus, LoopLag
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = [
     "LagStats",

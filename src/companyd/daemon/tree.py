@@ -34,6 +34,7 @@ from companyd.events import EventBus
 from companyd.supervision import (
     DEFAULT_KILL_GRACE,
     Backoff,
+    ChildContext,
     ChildNotFound,
     ChildSpec,
     InitResult,
@@ -43,7 +44,6 @@ from companyd.supervision import (
     SupervisorFlags,
     SupervisorNotRunning,
 )
-from companyd.supervision.child import ChildContext
 
 __all__ = [
     "AGENTS",

@@ -20,14 +20,16 @@ from typing import Any, TypeVar
 
 from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
 from companyd._secrets import SECRETS
-from companyd.admin import AdminError
-from companyd.admin.results import ConfigView, MemoryChanges, MemoryEntity, MemorySearch
-from companyd.config import CompanyConfig, resolved_view
-from companyd.config.secrets import secret_references
+from companyd.admin import AdminError, ConfigView, MemoryChanges, MemoryEntity, MemorySearch
+from companyd.config import CompanyConfig, resolved_view, secret_references
 from companyd.daemon.reload import ReloadRecord
-from companyd.memory import KnowledgeGraph, MemoryService
-from companyd.memory.browse import entity_view, search_entities
-from companyd.memory.errors import MemoryUnavailable
+from companyd.memory import (
+    KnowledgeGraph,
+    MemoryService,
+    MemoryUnavailable,
+    entity_view,
+    search_entities,
+)
 
 __all__ = ["MEMORY_READ_TIMEOUT", "Views"]
 

@@ -24,3 +24,44 @@ The package's ``__init__`` imports nothing: ``companyd.dashboard.auth`` (the ses
 by the daemon) loads without Starlette, uvicorn and Jinja2, which the daemon imports only
 when the dashboard starts (``daemon/dashboard.py``).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from companyd.dashboard.app import build_app
+    from companyd.dashboard.auth import Sessions
+    from companyd.dashboard.context import DashboardContext
+    from companyd.dashboard.server import DashboardServer
+
+
+__all__ = [
+    "DashboardContext",
+    "DashboardServer",
+    "Sessions",
+    "build_app",
+]
+
+
+_HOMES: dict[str, str] = {
+    "DashboardContext": "companyd.dashboard.context",
+    "DashboardServer": "companyd.dashboard.server",
+    "Sessions": "companyd.dashboard.auth",
+    "build_app": "companyd.dashboard.app",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a face name from its module on first use (keeps start-up imports cheap)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -27,8 +27,8 @@ from starlette.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
 
 from companyd._secrets import redact
+from companyd.admin import format_usd, usd_places
 from companyd.clock import utc_from_ts
-from companyd.status_text import format_usd, usd_places
 
 __all__ = ["NAV", "TEMPLATES", "fragment", "make_templates", "render", "section_of"]
 

@@ -38,7 +38,7 @@ from companyd._aio import race
 from companyd.clock import Clock, SystemClock
 from companyd.dashboard.connections import BACKLOG, ConnectionGate
 from companyd.errors import CompanydError
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = ["DashboardServer"]
 

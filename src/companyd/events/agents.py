@@ -1,4 +1,4 @@
-"""Event kinds of the role agents (:mod:`companyd.roles`, source ``agent/<slug>``; proposals:
+"""Event kinds of the role agents (:mod:`companyd.agents`, source ``agent/<slug>``; proposals:
 ``improver``).
 """
 

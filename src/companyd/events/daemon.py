@@ -132,9 +132,10 @@ class LoopLag(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class OperatorAction(Event):
-    """The founder acted through a front end other than the control socket (``via``:
-    ``dashboard``): the Admin operation ``action`` on ``target``, whether it was done
-    (``ok``) and what the operator was told (``message``).
+    """The founder acted through a front end (``via``: ``dashboard`` for every dashboard
+    action; ``cli`` or ``telegram`` for an ``approve``, ``reject`` or ``answer`` through the
+    daemon): the Admin operation ``action`` on ``target``, whether it was done (``ok``) and
+    what the operator was told (``message``).
     """
 
     KIND = "operator_action"

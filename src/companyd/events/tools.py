@@ -1,4 +1,4 @@
-"""Event kinds of the agents' external tool servers (:mod:`companyd.roles`, source
+"""Event kinds of the agents' external tool servers (:mod:`companyd.agents`, source
 ``agent/<slug>``).
 """
 

@@ -11,6 +11,11 @@
 Design and crash argument: docs/memory.md.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from companyd.memory.codec import LoadReport, QuarantinedLine, parse_graph, serialize
 from companyd.memory.errors import (
     MemoryInconsistent,
@@ -23,6 +28,18 @@ from companyd.memory.service import MemoryService
 from companyd.memory.store import GraphStore
 from companyd.memory.tools import TOOL_NAMES
 
+if TYPE_CHECKING:
+    from companyd.memory._neighbourhood import neighbourhood
+    from companyd.memory.browse import entity_view, search_entities
+    from companyd.memory.codec import counted
+    from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
+    from companyd.memory.journal import decode_record, parse_header
+    from companyd.memory.mcp_server import serve_stdio
+    from companyd.memory.store import write_atomic
+    from companyd.memory.tools import tool_definitions
+    from companyd.memory.view import export_graphml, export_node_link, graph_from_node_link
+
+
 __all__ = [
     "TOOL_NAMES",
     "Entity",
@@ -31,11 +48,57 @@ __all__ = [
     "LoadReport",
     "MemoryInconsistent",
     "MemoryLocked",
+    "MemoryNotAGraph",
     "MemoryService",
     "MemoryToolError",
     "MemoryUnavailable",
+    "MemoryUnsafePath",
     "QuarantinedLine",
     "Relation",
+    "counted",
+    "decode_record",
+    "entity_view",
+    "export_graphml",
+    "export_node_link",
+    "graph_from_node_link",
+    "neighbourhood",
     "parse_graph",
+    "parse_header",
+    "search_entities",
     "serialize",
+    "serve_stdio",
+    "tool_definitions",
+    "write_atomic",
 ]
+
+
+_HOMES: dict[str, str] = {
+    "parse_header": "companyd.memory.journal",
+    "decode_record": "companyd.memory.journal",
+    "MemoryNotAGraph": "companyd.memory.errors",
+    "MemoryUnsafePath": "companyd.memory.errors",
+    "counted": "companyd.memory.codec",
+    "entity_view": "companyd.memory.browse",
+    "export_graphml": "companyd.memory.view",
+    "export_node_link": "companyd.memory.view",
+    "graph_from_node_link": "companyd.memory.view",
+    "neighbourhood": "companyd.memory._neighbourhood",
+    "search_entities": "companyd.memory.browse",
+    "serve_stdio": "companyd.memory.mcp_server",
+    "tool_definitions": "companyd.memory.tools",
+    "write_atomic": "companyd.memory.store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a face name from its module on first use (keeps start-up imports cheap)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

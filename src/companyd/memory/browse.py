@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from companyd.memory._neighbourhood import neighbourhood
 from companyd.memory.graph import KnowledgeGraph
-from companyd.memory.neighbourhood import neighbourhood
 
 __all__ = ["MAX_NEIGHBOURS", "entity_view", "search_entities"]
 

@@ -48,7 +48,7 @@ from companyd.events import Event, EventBus, MemoryRepaired
 from companyd.memory.errors import MemoryToolError, MemoryUnavailable
 from companyd.memory.service import MemoryService
 from companyd.memory.tools import MUTATING_TOOLS, pretty, result_text, tool_definitions
-from companyd.supervision.child import StandaloneContext
+from companyd.supervision import StandaloneContext
 
 __all__ = [
     "RESOURCE_URI",

@@ -44,17 +44,17 @@ from companyd._fs import (
 )
 from companyd.clock import Clock, SystemClock
 from companyd.events import EventBus, MemoryRepaired
+from companyd.memory._neighbourhood import neighbourhood
 from companyd.memory.changes import ChangeLog
 from companyd.memory.codec import LoadReport
 from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryUnavailable
 from companyd.memory.graph import KnowledgeGraph
-from companyd.memory.neighbourhood import neighbourhood
 from companyd.memory.shared import MIGRATIONS as SHARED_MIGRATIONS
 from companyd.memory.shared import SharedGraphStore
 from companyd.memory.store import GraphStore, Operation, Outcome
 from companyd.memory.tools import READ_ONLY_TOOLS, validate_arguments
 from companyd.storage import SQLITE, Backend, PgDatabase, open_database
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = ["DISK_PROBE_BYTES", "DISK_RETRY_SECONDS", "MemoryService"]
 
@@ -262,7 +262,7 @@ class MemoryService:
     async def recall(self, entity: str, depth: int = 1) -> dict[str, Any]:
         """The neighbourhood of ``entity`` to ``depth`` hops, for a prompt: ``{entity,
         depth, found, entities, others, relations, truncated, text}`` (see
-        :func:`companyd.memory.neighbourhood.neighbourhood`).
+        :func:`companyd.memory._neighbourhood.neighbourhood`).
         """
         return await self.query(lambda g: neighbourhood(g, entity, depth).to_dict())
 

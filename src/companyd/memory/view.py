@@ -4,7 +4,7 @@ Functions take a :class:`KnowledgeGraph` (inside the daemon, run them through
 ``MemoryService.query`` so they see a consistent graph on the owner thread).
 
 * :func:`neighbourhood` — everything within ``depth`` hops of an entity, with a compact text
-  rendering to put in a prompt; defined in :mod:`companyd.memory.neighbourhood` (which does
+  rendering to put in a prompt; defined in :mod:`companyd.memory._neighbourhood` (which does
   not import networkx: the daemon uses it) and re-exported here.
 * :func:`to_networkx` — a ``networkx.MultiDiGraph`` (one node per entity and per dangling
   relation end, one keyed edge per relation) for everything else: :func:`shortest_path`,
@@ -21,8 +21,8 @@ from typing import Any
 
 import networkx as nx
 
+from companyd.memory._neighbourhood import Neighbourhood, neighbourhood
 from companyd.memory.graph import KnowledgeGraph, Relation
-from companyd.memory.neighbourhood import Neighbourhood, neighbourhood
 
 __all__ = [
     "Neighbourhood",

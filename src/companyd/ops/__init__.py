@@ -10,3 +10,56 @@ stores' files, and asks Telegram and the Anthropic API through ``alerts`` and ``
 the daemon, which calls it for the ``backup`` Admin operation and scheduled backups
 (docs/architecture.md).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from companyd.ops.archive import BackupError, verify_archive
+    from companyd.ops.backup import BackupResult, backup_name, check_destination, take_backup
+    from companyd.ops.doctor import DoctorReport, RunningDaemon, run_doctor
+    from companyd.ops.restore import restore_backup
+
+
+__all__ = [
+    "BackupError",
+    "BackupResult",
+    "DoctorReport",
+    "RunningDaemon",
+    "backup_name",
+    "check_destination",
+    "restore_backup",
+    "run_doctor",
+    "take_backup",
+    "verify_archive",
+]
+
+
+_HOMES: dict[str, str] = {
+    "check_destination": "companyd.ops.backup",
+    "BackupError": "companyd.ops.archive",
+    "BackupResult": "companyd.ops.backup",
+    "DoctorReport": "companyd.ops.doctor",
+    "RunningDaemon": "companyd.ops.doctor",
+    "backup_name": "companyd.ops.backup",
+    "restore_backup": "companyd.ops.restore",
+    "run_doctor": "companyd.ops.doctor",
+    "take_backup": "companyd.ops.backup",
+    "verify_archive": "companyd.ops.archive",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a face name from its module on first use (keeps start-up imports cheap)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

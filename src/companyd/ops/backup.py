@@ -25,12 +25,14 @@ same. It blocks (file and SQLite work): async callers run it in a thread.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import re
 import sqlite3
 import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
@@ -43,18 +45,28 @@ from companyd import __version__
 from companyd._fs import is_disk_failure
 from companyd._sqlite import connect_readonly, user_version
 from companyd.config import CompanyConfig, company_schema
-from companyd.memory.store import GraphStore
-from companyd.ops.archive import FORMAT, BackupError, Member, member_dict, write_archive
+from companyd.memory import GraphStore
+from companyd.ops.archive import (
+    FORMAT,
+    MANIFEST,
+    MANIFEST_LIMIT,
+    BackupError,
+    Member,
+    member_dict,
+    write_archive,
+)
 
 __all__ = [
     "BackupResult",
     "backup_name",
+    "check_destination",
+    "company_tag",
     "prune_backups",
     "state_stores",
     "take_backup",
 ]
 
-_NAME = re.compile(r"^companyd-(?P<slug>[a-z0-9-]+)-(?P<stamp>\d{8}T\d{6}Z)(-\d+)?\.tar\.gz$")
+_STAMP = r"\d{8}T\d{6}Z(?:-\d+)?\.tar\.gz"
 
 
 @dataclass(frozen=True)
@@ -90,10 +102,42 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "company"
 
 
+def company_tag(name: str) -> str:
+    """``<slug>-<8 hex digits>``: the company's name made file-safe, and the start of the
+    SHA-256 of the exact name, so "Acme" and "ACME!" (one slug) never share a prefix.
+    """
+    return f"{_slug(name)}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
 def backup_name(config: CompanyConfig, now: float) -> str:
-    """``companyd-<company>-<UTC time>.tar.gz``: sortable by time, one company per prefix."""
+    """``companyd-<slug>-<hash>-<UTC time>.tar.gz`` (:func:`company_tag`): sortable by
+    time, one company per prefix.
+    """
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"companyd-{_slug(config.name)}-{stamp}.tar.gz"
+    return f"companyd-{company_tag(config.name)}-{stamp}.tar.gz"
+
+
+def check_destination(config: CompanyConfig, state_dir: Path, dest: Path) -> None:
+    """Refuse a backup destination (the archive, or the directory for it) inside the state
+    directory or the memory file's directory: a backup there would be swept into the next
+    backup, moved aside by a restore, or clobber the state it backs up.
+
+    Raises:
+        BackupError: it is (the message names both and what to do).
+    """
+    where = Path(os.path.realpath(dest if dest.is_dir() else dest.parent))
+    memory = config.memory_path(state_dir)
+    for label, forbidden in (
+        ("the state directory", state_dir),
+        ("the memory file's directory", memory.parent),
+    ):
+        inside = Path(os.path.realpath(forbidden))
+        if where == inside or inside in where.parents:
+            raise BackupError(
+                f"refusing to write a backup to {str(dest)!r}: it is inside {label} "
+                f"{str(forbidden)!r}; choose a directory outside it (e.g. "
+                "/var/backups/companyd) with --to or the routine's backup.to"
+            )
 
 
 def state_stores(state_dir: Path) -> list[Path]:
@@ -131,6 +175,7 @@ def take_backup(
             "--state-dir, or company.yaml's state_dir)"
         )
     dest = dest.absolute()
+    check_destination(config, state_dir, dest)
     if dest.is_dir():
         name = backup_name(config, now)
         dest = dest / name
@@ -185,7 +230,7 @@ def take_backup(
             f"cannot write backup {str(dest)!r}: {exc.strerror or exc}; check that the "
             "directory exists, is writable by this user and has room; nothing was written"
         ) from exc
-    pruned = tuple(prune_backups(dest.parent, keep, _slug(config.name))) if keep else ()
+    pruned = tuple(prune_backups(dest.parent, keep, config.name)) if keep else ()
     return BackupResult(
         path=dest,
         size=size,
@@ -272,17 +317,51 @@ def _manifest(
     }
 
 
-def prune_backups(directory: Path, keep: int, slug: str) -> list[Path]:
-    """Remove this company's backups in ``directory`` beyond the newest ``keep`` (by the
-    time in their names); only files named as :func:`backup_name` names them are touched.
+def prune_backups(directory: Path, keep: int, company: str) -> list[Path]:
+    """Remove ``company``'s backups in ``directory`` beyond the newest ``keep`` (by the time
+    in their names). A file counts as the company's only when both say so: its name is
+    :func:`backup_name`'s for this company (or the name before the hash was added,
+    ``companyd-<slug>-<time>.tar.gz``), and its manifest's ``company`` is exactly
+    ``company``. Anything else (another company's backup, a file whose manifest cannot be
+    read) is never touched.
     """
+    tag, slug = company_tag(company), _slug(company)
+    named = re.compile(rf"^companyd-(?:{re.escape(tag)}|{re.escape(slug)})-{_STAMP}$")
     mine = []
     for p in directory.iterdir():
-        m = _NAME.match(p.name)
-        if m and m.group("slug") == slug and p.is_file():
+        ours = named.match(p.name) and p.is_file() and not p.is_symlink()
+        if ours and _archive_company(p) == company:
             mine.append(p)
-    mine.sort(key=lambda p: p.name)
+    mine.sort(key=lambda p: _stamp_key(p.name))
     gone = mine[: max(0, len(mine) - keep)]
     for p in gone:
         p.unlink(missing_ok=True)
     return gone
+
+
+def _stamp_key(name: str) -> tuple[str, int]:
+    """Sort by the time in the name, then the ``-<n>`` of two backups in one second."""
+    m = re.search(r"-(\d{8}T\d{6}Z)(?:-(\d+))?\.tar\.gz$", name)
+    assert m is not None  # matched by the pattern above
+    return m.group(1), int(m.group(2) or 1)
+
+
+def _archive_company(path: Path) -> str | None:
+    """The ``company`` in the manifest of the backup at ``path`` (its first entry, as
+    :func:`companyd.ops.archive.write_archive` writes it; only that entry is read), or None.
+    """
+    try:
+        with tarfile.open(path, mode="r:gz") as tar:
+            first = tar.next()
+            if first is None or first.name != MANIFEST or not first.isreg():
+                return None
+            if first.size > MANIFEST_LIMIT:
+                return None
+            f = tar.extractfile(first)
+            if f is None:
+                return None
+            manifest = json.loads(f.read(MANIFEST_LIMIT))
+    except Exception:  # not a readable backup: never ours to delete
+        return None
+    company = manifest.get("company") if isinstance(manifest, dict) else None
+    return company if isinstance(company, str) else None

@@ -46,12 +46,18 @@ from typing import Any
 import psycopg
 
 from companyd._fs import PRIVATE_DIR, PRIVATE_FILE, private_dir
-from companyd._secrets import redact
-from companyd.alerts.check import check_telegram
-from companyd.config import CompanyConfig, load_config, secret_references, state_backend
+from companyd._secrets import protect, redact
+from companyd.alerts import check_telegram
+from companyd.config import (
+    CompanyConfig,
+    load_config,
+    secret_references,
+    secret_values,
+    state_backend,
+)
 from companyd.errors import CompanydError, ConfigError
-from companyd.llm.model import ModelAuthFailed, ModelError
-from companyd.memory.store import GraphStore
+from companyd.llm import ModelAuthFailed, ModelError
+from companyd.memory import GraphStore
 from companyd.ops.checks import Check
 from companyd.ops.doctor_host import (
     SYSTEMD_RUNTIME,
@@ -60,7 +66,7 @@ from companyd.ops.doctor_host import (
     check_systemd_units,
     check_versions,
 )
-from companyd.storage.probe import probe
+from companyd.storage import probe
 
 __all__ = ["DoctorReport", "RunningDaemon", "run_doctor"]
 
@@ -123,6 +129,10 @@ async def run_doctor(
             report.checks.append(Check(name, "skipped", why))
         where = state_dir
     else:
+        # the secrets of the environment checked (not always this process's) are masked in
+        # every line the report prints, a database password however its URL is written
+        for value in secret_values(config, env):
+            protect(value)
         report.checks.append(_check_secrets(config, env, offline=offline))
         report.checks.append(await _check_database(config, env))
         if offline:
@@ -285,7 +295,7 @@ async def _check_database(config: CompanyConfig, env: Mapping[str, str]) -> Chec
 async def _check_anthropic(config: CompanyConfig, env: Mapping[str, str]) -> Check:
     # Imported here: anthropic takes a noticeable part of a second to import, and
     # `companyd --help` loads this module (the same reason as in daemon.main.make_backend).
-    from companyd.llm.claude import ClaudeBackend, resolve_base_url
+    from companyd.llm import ClaudeBackend, resolve_base_url
 
     url = resolve_base_url(config.spec.anthropic, env) or "https://api.anthropic.com"
     try:

@@ -15,35 +15,64 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from companyd.scheduler.offline import read_fires, read_jobs
     from companyd.scheduler.outcomes import Outcome
+    from companyd.scheduler.report import format_history, format_jobs, format_jobs_result
     from companyd.scheduler.service import RoutineBusy, RoutineNotFound, RoutineScheduler
+    from companyd.scheduler.sim import ModelCallGate, SimReport, simulate
     from companyd.scheduler.sink import TaskSink
-    from companyd.scheduler.store import FireRecord, RoutineStats, StoreError
+    from companyd.scheduler.store import DB_NAME, FireRecord, RoutineStats, StoreError
 
 __all__ = [
+    "DB_NAME",
     "FireRecord",
+    "ModelCallGate",
     "Outcome",
     "RoutineBusy",
     "RoutineNotFound",
     "RoutineScheduler",
     "RoutineStats",
+    "SimReport",
     "StoreError",
     "TaskSink",
+    "format_history",
+    "format_jobs",
+    "format_jobs_result",
+    "read_fires",
+    "read_jobs",
+    "simulate",
 ]
 
-_WHERE = {
-    "FireRecord": "store",
-    "Outcome": "outcomes",
-    "RoutineBusy": "service",
-    "RoutineNotFound": "service",
-    "RoutineScheduler": "service",
-    "RoutineStats": "store",
-    "StoreError": "store",
-    "TaskSink": "sink",
+_HOMES: dict[str, str] = {
+    "DB_NAME": "companyd.scheduler.store",
+    "FireRecord": "companyd.scheduler.store",
+    "ModelCallGate": "companyd.scheduler.sim",
+    "Outcome": "companyd.scheduler.outcomes",
+    "RoutineBusy": "companyd.scheduler.service",
+    "RoutineNotFound": "companyd.scheduler.service",
+    "RoutineScheduler": "companyd.scheduler.service",
+    "RoutineStats": "companyd.scheduler.store",
+    "SimReport": "companyd.scheduler.sim",
+    "StoreError": "companyd.scheduler.store",
+    "TaskSink": "companyd.scheduler.sink",
+    "format_history": "companyd.scheduler.report",
+    "format_jobs": "companyd.scheduler.report",
+    "format_jobs_result": "companyd.scheduler.report",
+    "read_fires": "companyd.scheduler.offline",
+    "read_jobs": "companyd.scheduler.offline",
+    "simulate": "companyd.scheduler.sim",
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"companyd.scheduler.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'companyd.scheduler' has no attribute {name!r}")
+    """Import a face name from its module on first use (keeps start-up imports cheap)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

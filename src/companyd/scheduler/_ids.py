@@ -1,4 +1,4 @@
-"""Cheap unique ids for fires and tasks, in :func:`companyd.roles.tasks.new_id`'s format.
+"""Cheap unique ids for fires and tasks, in :func:`companyd.runs._tasks.new_id`'s format.
 
 ``uuid.uuid4()`` reads ``os.urandom`` on every call, and that system call releases the GIL:
 in a burst of a thousand fires each id handed the GIL to the history thread for up to the

@@ -36,7 +36,7 @@ from typing import Any
 from companyd.admin import AdminError
 from companyd.clock import Clock, utc_from_ts
 from companyd.config import RoutineConfig
-from companyd.roles.tasks import RunOutcome, RunStatus, Task
+from companyd.runs import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
 from companyd.scheduler._ids import new_id
 from companyd.scheduler.outcomes import Outcome, from_run_status
@@ -250,8 +250,7 @@ class Fires:
         r = slot.config
         started = self._clock.time()
         if r.backup is not None:
-            await self._backup(rec, r.backup.to, r.backup.keep)
-            return None
+            return await self._backup(rec, r.backup.to, r.backup.keep)
         if check_precondition and r.precondition != "always":
             try:
                 go, why = await self._precondition(slot)
@@ -321,24 +320,41 @@ class Fires:
                 log.warning("memory marker unavailable after %r ran: %r", r.slug, exc)
         return outcome
 
-    async def _backup(self, rec: FireRecord, directory: Path, keep: int) -> None:
+    async def _backup(self, rec: FireRecord, directory: Path, keep: int) -> RunOutcome:
         """A backup routine's fire: no task, no model; the backup's summary or its failure
-        is the history row (a failure is a ``routine_failed`` event, so it is alerted).
+        is the history row (a failure is a ``routine_failed`` event, so it is alerted). The
+        outcome (no task, no run: ``task_id`` and ``run_id`` empty, the summary as the
+        ``answer``) is what ``run_now`` answers with.
         """
-        if self._backups is None:
-            await self._rec.finish(
-                rec, Outcome.FAILED, "backups are not available in this process; nothing written"
+        started = self._clock.time()
+
+        def ended(status: RunStatus, reason: str | None, answer: str = "") -> RunOutcome:
+            return RunOutcome(
+                task_id="",
+                run_id="",
+                agent=rec.agent or "",
+                status=status,
+                started=started,
+                ended=self._clock.time(),
+                reason=reason,
+                answer=answer,
             )
-            return
+
+        if self._backups is None:
+            why = "backups are not available in this process; nothing written"
+            await self._rec.finish(rec, Outcome.FAILED, why)
+            return ended(RunStatus.FAILED, why)
         try:
             summary = await self._backups.scheduled_backup(directory, keep)
         except asyncio.CancelledError:
             self._rec.record_cancelled(rec, "interrupted: the daemon stopped during the backup")
             raise
         except Exception as exc:
-            await self._rec.finish(rec, Outcome.FAILED, f"backup failed: {exc}")
-            return
+            why = f"backup failed: {exc}"
+            await self._rec.finish(rec, Outcome.FAILED, why)
+            return ended(RunStatus.FAILED, why)
         await self._rec.finish(rec, Outcome.OK, summary)
+        return ended(RunStatus.OK, None, summary)
 
     async def follow_resumed(
         self,

@@ -62,12 +62,12 @@ from companyd.storage import (
     DB_ERRORS,
     SQLITE,
     Backend,
+    Connection,
     Dialects,
     StoreAbsent,
     open_database,
     sqlite_migrations,
 )
-from companyd.storage.dialect import Connection
 
 __all__ = [
     "DB_NAME",

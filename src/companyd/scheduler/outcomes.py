@@ -4,7 +4,7 @@ Every fire time of a routine ends in exactly one :class:`Outcome`, stored in the
 
 * the run's own status when a task was submitted (``ok``, ``failed``, ``budget_exhausted``,
   ``quarantined``, ``circuit_breaker``, ``cancelled`` — the values of
-  :class:`companyd.roles.tasks.RunStatus`);
+  :class:`companyd.runs._tasks.RunStatus`);
 * ``missed`` — the fire time passed without a run (the daemon was down, or the scheduler woke
   too late: a blocked event loop, a suspended host);
 * ``skipped`` — the concurrency policy refused it (a run was still active, or the one queue
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from companyd.roles.tasks import RunStatus
+from companyd.runs import RunStatus
 
 __all__ = ["ALERTING", "Outcome", "from_run_status"]
 

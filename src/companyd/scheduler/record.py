@@ -29,7 +29,7 @@ from companyd.events import (
     RoutineSkipped,
     Severity,
 )
-from companyd.roles.tasks import RunOutcome
+from companyd.runs import RunOutcome
 from companyd.scheduler import store as db
 from companyd.scheduler.catchup import StartPlan
 from companyd.scheduler.outcomes import Outcome

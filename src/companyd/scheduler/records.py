@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from companyd.admin.blocks import FireRow
+from companyd.admin import FireRow
 from companyd.clock import utc_from_ts
 
 __all__ = ["FireRecord", "RoutineState", "RoutineStats"]

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from companyd.admin.blocks import RoutineRow
+from companyd.admin import RoutineRow
 from companyd.clock import utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
 from companyd.scheduler.store import FireRecord, RoutineState, RoutineStats

@@ -2,7 +2,7 @@
 
 A :class:`RoutineScheduler` turns each enabled routine into an APScheduler job (in memory —
 company.yaml is the only source of truth and nothing is pickled). When a routine fires it
-builds a :class:`~companyd.roles.tasks.Task` and hands it to the agent runtime through a
+builds a :class:`~companyd.runs._tasks.Task` and hands it to the agent runtime through a
 :class:`~companyd.scheduler.sink.TaskSink`; the run's status becomes the fire's outcome.
 
 Every fire time ends as exactly one history row in ``<state_dir>/routines.sqlite`` — run,
@@ -46,12 +46,11 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_J
 
 from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
-from companyd.admin import AdminError
-from companyd.admin.blocks import HistoryData, JobsData
+from companyd.admin import AdminError, HistoryData, JobsData
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
 from companyd.events import EventBus
-from companyd.roles.tasks import RunOutcome
+from companyd.runs import RunOutcome
 from companyd.scheduler import store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
 from companyd.scheduler._ids import new_id
@@ -75,7 +74,7 @@ from companyd.scheduler.triggers import (
     trigger_identity,
 )
 from companyd.storage import DB_ERRORS, SQLITE, Backend
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = [
     "IDLE_RETENTION",

@@ -30,8 +30,8 @@ from typing import Any
 from companyd.clock import ManualClock, utc_from_ts
 from companyd.config import CompanyConfig
 from companyd.events import EventBus
-from companyd.llm.model import ModelBackend, ModelRequest, ModelResponse, RetryHook
-from companyd.roles.tasks import RunOutcome, RunStatus, Task
+from companyd.llm import ModelBackend, ModelRequest, ModelResponse, RetryHook
+from companyd.runs import RunOutcome, RunStatus, Task
 from companyd.scheduler import store as db
 from companyd.scheduler._ids import new_id
 from companyd.scheduler.service import RoutineScheduler

@@ -6,7 +6,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Protocol
 
-from companyd.roles.tasks import RunOutcome, Task
+from companyd.runs import RunOutcome, Task
 
 __all__ = ["BackupSink", "ResultGate", "TaskSink"]
 
@@ -49,7 +49,7 @@ class TaskSink(Protocol):
 
 class ResultGate(Protocol):
     """The founder's approval of a routine's result (``approval: required``; the daemon
-    wires :class:`companyd.roles.founder.ResultApprovals`).
+    wires :class:`companyd.agents.ResultApprovals`).
     """
 
     async def settle(self, task: Task, outcome: RunOutcome) -> RunOutcome:

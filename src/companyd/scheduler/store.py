@@ -58,8 +58,7 @@ from companyd.scheduler.history import (
     set_marker,
     start_fire_stmt,
 )
-from companyd.storage import DB_ERRORS, SQLITE, Backend, open_database
-from companyd.storage.dialect import Connection
+from companyd.storage import DB_ERRORS, SQLITE, Backend, Connection, open_database
 
 __all__ = [
     "DB_NAME",

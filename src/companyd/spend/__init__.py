@@ -4,16 +4,60 @@ The agent runtime and the daemon use :class:`SpendBook` (reserve → call → se
 ``companyd spend`` and ``companyd budget`` read the ledger directly (docs/spend.md).
 """
 
-from companyd.llm.prices import Price, PriceTable
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from companyd.llm import Price, PriceTable
 from companyd.spend.book import BudgetExhausted, Reservation, SpendBook, SpendError
 from companyd.spend.ledger import LedgerError
 
+if TYPE_CHECKING:
+    from companyd.spend.budgets import read_budget_report
+    from companyd.spend.ledger import Ledger
+    from companyd.spend.periods import day_key, parse_period
+    from companyd.spend.reports import format_budget_report, format_spend_report, spend_report
+
+
 __all__ = [
     "BudgetExhausted",
+    "Ledger",
     "LedgerError",
     "Price",
     "PriceTable",
     "Reservation",
     "SpendBook",
     "SpendError",
+    "day_key",
+    "format_budget_report",
+    "format_spend_report",
+    "parse_period",
+    "read_budget_report",
+    "spend_report",
 ]
+
+
+_HOMES: dict[str, str] = {
+    "Ledger": "companyd.spend.ledger",
+    "day_key": "companyd.spend.periods",
+    "format_budget_report": "companyd.spend.reports",
+    "format_spend_report": "companyd.spend.reports",
+    "parse_period": "companyd.spend.periods",
+    "read_budget_report": "companyd.spend.budgets",
+    "spend_report": "companyd.spend.reports",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a face name from its module on first use (keeps start-up imports cheap)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -16,7 +16,7 @@ Every model call goes through three steps::
     cost = await book.settle(res, model=resp.model, usage=resp.usage,
                              request_id=resp.request_id)
 
-(The agent runtime reserves each retry on its own the same way: ``roles/agent.py``,
+(The agent runtime reserves each retry on its own the same way: ``agents/_agent.py``,
 ``_BudgetedCall``.)
 
 ``reserve`` sets aside the call's worst case (every input token at the dearest input-side
@@ -68,7 +68,7 @@ from zoneinfo import ZoneInfo
 
 from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
-from companyd.admin.blocks import BudgetsData, SpendReportData
+from companyd.admin import BudgetsData, SpendReportData
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
 from companyd.events import (
@@ -80,8 +80,7 @@ from companyd.events import (
     SpendUnanswered,
     SpendUnsettled,
 )
-from companyd.llm.model import Usage
-from companyd.llm.prices import Price, PriceTable
+from companyd.llm import Price, PriceTable, Usage
 from companyd.spend import raises, reports
 from companyd.spend.budgets import (
     COMPANY,
@@ -108,7 +107,7 @@ from companyd.spend.reservations import BudgetExhausted, Reservation, SpendError
 from companyd.spend.runaway import HISTORY_SECONDS, RunawayDetector
 from companyd.spend.standing import SOURCE, Standing
 from companyd.storage import SQLITE, Backend
-from companyd.supervision.child import ChildContext
+from companyd.supervision import ChildContext
 
 __all__ = ["BudgetExhausted", "Reservation", "SpendBook", "SpendError"]
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from companyd.admin.blocks import BudgetRow, BudgetsData
+from companyd.admin import BudgetRow, BudgetsData
 from companyd.config import BudgetSpec, CompanyConfig
 from companyd.spend.ledger import Ledger, from_pusd, to_pusd
 from companyd.spend.periods import next_day_start, next_month_start, period_keys

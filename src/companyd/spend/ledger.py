@@ -42,19 +42,19 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from companyd._sqlite import Migration, SchemaTooNew
-from companyd.admin.blocks import SpendTotals
+from companyd.admin import SpendTotals
 from companyd.errors import CompanydError
-from companyd.llm.model import Usage
+from companyd.llm import Usage
 from companyd.storage import (
     DB_ERRORS,
     SQLITE,
     Backend,
+    Connection,
     Dialects,
     StoreDatabase,
     open_database,
     sqlite_migrations,
 )
-from companyd.storage.dialect import Connection
 
 __all__ = [
     "DIMENSIONS",

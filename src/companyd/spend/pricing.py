@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import date
 
 from companyd.events import EventBus, UnknownModelPrice
-from companyd.llm.prices import Price, PriceTable
+from companyd.llm import Price, PriceTable
 
 __all__ = ["Pricing"]
 

@@ -11,10 +11,9 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from companyd.admin.blocks import SpendReportData, SpendTotals
+from companyd.admin import SpendReportData, SpendTotals, format_usd, usd_places
 from companyd.spend.ledger import Ledger, Totals, from_pusd
 from companyd.spend.periods import parse_period
-from companyd.status_text import format_usd, usd_places
 
 __all__ = [
     "GROUPINGS",

@@ -13,11 +13,14 @@ docs/storage.md has the decisions and their reasons.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import re
 import sqlite3
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
@@ -26,19 +29,32 @@ from companyd.storage.dialect import Dialects, to_pyformat
 from companyd.storage.fence import Fence, Fenced
 from companyd.storage.postgres import PgConnection, PgDatabase, PgMigration, StoreAbsent
 
+if TYPE_CHECKING:
+    from companyd.storage._probe import probe
+    from companyd.storage.dialect import Connection
+    from companyd.storage.leadership import LeaderInfo, Leadership
+
+
 __all__ = [
     "DB_ERRORS",
+    "SQLITE",
     "Backend",
+    "Connection",
     "Dialects",
     "Fence",
     "Fenced",
+    "LeaderInfo",
+    "Leadership",
     "PgConnection",
     "PgDatabase",
     "StoreAbsent",
     "StoreDatabase",
     "connection_lost",
     "dsn_password",
+    "dsn_problem",
+    "dsn_secrets",
     "open_database",
+    "probe",
     "sqlite_migrations",
     "store_present",
     "to_pyformat",
@@ -118,6 +134,85 @@ def dsn_password(dsn: str) -> str | None:
     return str(password) if password else None
 
 
+#: Where a parser may cut a password that holds them unencoded: each piece it could print
+#: (a "host" after a stray ``@``, a "port" after a stray ``:``) is a secret too.
+_CUTS = re.compile(r"[@/?#:\s]+")
+#: ``password=`` in key=value form or a URL's query: a quoted value (with ``\\`` escapes),
+#: else everything up to the next ``key=`` (an unquoted value with spaces is still all
+#: password to the one who wrote it) or ``&``.
+_KV_PASSWORD = re.compile(
+    r"(?:^|[\s?&])password\s*=\s*(?:'((?:[^'\\]|\\.)*)'?|(.*?))(?=\s+[A-Za-z_]+\s*=|&|$)",
+    re.DOTALL,
+)
+
+
+def dsn_secrets(dsn: str) -> list[str]:
+    """Every text in ``dsn`` that is or may be (a piece of) its password, however it is
+    written, for the redactor: libpq's reading; in a URL, everything between the user's
+    ``:`` and the *last* ``@`` (a password with an unencoded ``@``, ``/``, ``#``, ``?`` or
+    space, which libpq reads differently or refuses while quoting it), as written and
+    percent-decoded; a ``password=`` value (quoted, escaped or not); and each piece of
+    those up to or from a place a parser may cut it (``@ / ? # :`` or a space): libpq's
+    "failed to resolve host 'ss@word@db'" quotes a suffix, a misread port a prefix.
+    Values shorter than the redactor's minimum are dropped by the redactor, not here.
+    """
+    found: list[str] = []
+    if (libpq := dsn_password(dsn)) is not None:
+        found.append(libpq)
+    scheme, sep, rest = dsn.strip().partition("://")
+    if sep and scheme.lower() in ("postgresql", "postgres"):
+        userinfo, at, _ = rest.rpartition("@")
+        if at and ":" in userinfo:
+            written = userinfo.partition(":")[2]
+            found += [written, urllib.parse.unquote(written)]
+    for m in _KV_PASSWORD.finditer(dsn):
+        quoted, bare = m.group(1), m.group(2)
+        value = quoted if quoted is not None else (bare or "")
+        found += [value, re.sub(r"\\(.)", r"\1", value), urllib.parse.unquote(value)]
+    pieces: list[str] = []
+    for value in found:
+        cuts = [m.span() for m in _CUTS.finditer(value)]
+        pieces += [value[:a] for a, _ in cuts] + [value[b:] for _, b in cuts]
+    return list(dict.fromkeys(v for v in found + pieces if v.strip()))
+
+
+def dsn_problem(dsn: str) -> str | None:
+    """None when libpq can read ``dsn``; else what is wrong with it in words that never
+    quote it (libpq's own message quotes the part it stumbled on, often the password).
+    """
+    encode = (
+        "a password (or user) with a space, @, /, #, ? or : in it must be percent-encoded "
+        "in a URL (%20 %40 %2F %23 %3F %3A)"
+    )
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        if "://" in dsn:
+            return f"is not a URL libpq can read (not shown: it holds the password); {encode}"
+        return (
+            "is not a key=value connection string libpq can read (not shown: it holds "
+            "the password); a value with spaces or quotes in it must be written in single "
+            r"quotes, with \' and \\ inside them"
+        )
+    # libpq reads a URL's credentials up to its first "@" or "/": a password with an
+    # unencoded one is read as (part of) the host, port or database instead, and the
+    # connection goes to a host named after the password — refuse it before that
+    head = dsn.partition("://")[2].partition("?")[0]
+    host, port = str(parts.get("host") or ""), str(parts.get("port") or "")
+    if "://" in dsn and (
+        head.count("@") > 1
+        or ("@" in head and not parts.get("user"))
+        or "@" in host
+        or re.search(r"\s", host)
+        or not re.fullmatch(r"[0-9,]*", port)
+    ):
+        return (
+            "is read by libpq with part of its password as the host, port or database "
+            f"(not shown: it holds the password); {encode}"
+        )
+    return None
+
+
 #: The default: every store a file in the state directory.
 SQLITE = Backend()
 
@@ -171,3 +266,25 @@ def open_database(
         thread_name=thread_name,
         worker=worker,
     )
+
+
+_HOMES: dict[str, str] = {
+    "Connection": "companyd.storage.dialect",
+    "LeaderInfo": "companyd.storage.leadership",
+    "Leadership": "companyd.storage.leadership",
+    "probe": "companyd.storage._probe",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a face name from its module on first use (keeps start-up imports cheap)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 # The short name the tests use for a child run on its own.
 from companyd._aio import race
-from companyd.supervision.child import StandaloneContext as Ctx
+from companyd.supervision import StandaloneContext as Ctx
 
 __all__ = ["Ctx", "Receiver", "as_unprivileged", "receiver", "running", "short_dir"]
 

@@ -267,7 +267,7 @@ class DaemonProcess:
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until the control socket answers ``ping``."""
-        from companyd.daemon.control_client import ControlClient
+        from companyd.daemon import ControlClient
 
         proc = self._proc()
         deadline = time.monotonic() + timeout
@@ -291,7 +291,7 @@ class DaemonProcess:
 
     async def call(self, op: str, /, **args: Any) -> dict[str, Any]:
         """Run a control operation; returns its result (raises the client's errors)."""
-        from companyd.daemon.control_client import ControlClient
+        from companyd.daemon import ControlClient
 
         return await ControlClient(self.socket, timeout=10.0).acall(op, **args)
 

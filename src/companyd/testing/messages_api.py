@@ -65,8 +65,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from companyd.llm.model import Usage
-from companyd.llm.prices import BUILTIN_PRICES
+from companyd.llm import BUILTIN_PRICES, Usage
 
 # Re-exported: tests and benchmarks import the whole stand-in from this module.
 from companyd.testing.messages_requests import RecordedRequest as RecordedRequest

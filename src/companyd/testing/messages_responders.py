@@ -15,8 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, cast
 
-from companyd.llm.blocks import ContentBlock
-from companyd.llm.model import Usage
+from companyd.llm import ContentBlock, Usage
 from companyd.testing.messages_requests import RecordedRequest
 from companyd.testing.messages_script import Reply, ScriptItem
 

@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from companyd.llm.blocks import ContentBlock
-from companyd.llm.model import Usage
+from companyd.llm import ContentBlock, Usage
 
 __all__ = [
     "Fault",

@@ -1,7 +1,7 @@
 """Compressed time through the real agent runtime: routines → agents → Claude → stand-in.
 
 :func:`simulate_company` runs a company's routines for simulated days the way the daemon
-runs them — the scheduler hands each fire to :class:`~companyd.roles.staff.Staff`; the agents
+runs them — the scheduler hands each fire to :class:`~companyd.agents._staff.Staff`; the agents
 run the tool-use loop with the real memory and spend services, the run journal, breakers
 and model fallback; every model call goes through :class:`~companyd.llm.claude.ClaudeBackend`
 and the real ``anthropic`` SDK over loopback HTTP to the Messages API stand-in
@@ -36,12 +36,11 @@ from zoneinfo import ZoneInfo
 
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig
-from companyd.daemon.main import Daemon
+from companyd.daemon import Daemon
 from companyd.events import Event
-from companyd.llm.blocks import ContentBlock, tool_uses_of
-from companyd.llm.claude import ClaudeBackend
-from companyd.roles.journal import Journal
-from companyd.scheduler.sim import ModelCallGate, SimReport, simulate
+from companyd.llm import ClaudeBackend, ContentBlock, tool_uses_of
+from companyd.runs import Journal
+from companyd.scheduler import ModelCallGate, SimReport, simulate
 from companyd.storage import Backend
 from companyd.testing.messages_api import (
     AgentLikeResponder,

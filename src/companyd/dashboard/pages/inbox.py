@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from companyd.dashboard.actions import Outcome, perform
+from companyd.dashboard.actions import VIA, Outcome, perform
 from companyd.dashboard.context import ctx_of
 from companyd.dashboard.live import Live
 from companyd.dashboard.render import fragment, render
@@ -135,16 +135,17 @@ async def act(request: Request) -> Response:
 
 
 async def _do(request: Request, action: str, item_id: str, text: str) -> Outcome:
+    # a decision keeps where it was made: the desk's record, the run's transcript line
     if action == "approve":
-        return await perform(request, "approve", item_id, item_id=item_id)
+        return await perform(request, "approve", item_id, item_id=item_id, via=VIA)
     if action == "reject":
-        return await perform(request, "reject", item_id, item_id=item_id, reason=text)
+        return await perform(request, "reject", item_id, item_id=item_id, reason=text, via=VIA)
     if action == "retry":
         return await perform(request, "retry", item_id, task_id=item_id)
     if not text:
         what = "your answer" if action == "answer" else "the changes you want"
         return Outcome(ok=False, message=f"{item_id}: write {what} first")
-    return await perform(request, "answer", item_id, item_id=item_id, text=text)
+    return await perform(request, "answer", item_id, item_id=item_id, text=text, via=VIA)
 
 
 routes: list[BaseRoute] = [

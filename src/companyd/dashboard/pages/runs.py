@@ -31,8 +31,7 @@ from companyd.admin import AdminError
 from companyd.dashboard.context import ctx_of
 from companyd.dashboard.render import render
 from companyd.errors import CompanydError
-from companyd.roles.tasks import RunStatus
-from companyd.roles.transcript import cut
+from companyd.runs import RunStatus, cut
 
 __all__ = ["MAX_LIMIT", "PAGE", "SHOWN_CHARS", "STATUSES", "parse_since", "routes"]
 

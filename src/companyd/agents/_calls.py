@@ -1,0 +1,305 @@
+"""One model call of a run: reserve, send (with fallback), settle, journal.
+
+:class:`ModelCaller` makes the model step of an agent's tool-use loop. Each attempt on each
+model is budgeted on its own (:class:`BudgetedCall`); a retryable failure moves on to the
+next model of the agent's chain (``model_fallback``); the answer is settled with the spend
+book and journaled before the loop sees it, so a restart resumes after it without paying
+again. A budget refusal, the organisation's spend limit and a refused API key end the run
+(:class:`~companyd.agents._run.RunEnded`) and pause the agent (or every agent) through its
+:class:`~companyd.agents._deps.StaffPort`; a stop that begins during a call ends it
+(:class:`~companyd.agents._run.Stopping`) after at most :data:`STOP_CALL_GRACE`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from companyd._aio import race
+from companyd._fs import is_disk_failure
+from companyd.agents._deps import AgentDeps
+from companyd.agents._run import RunEnded, RunState, Stopping, StopSignal, cancel_and_reap
+from companyd.config import AgentConfig
+from companyd.events import ModelFallback
+from companyd.llm import (
+    ModelAuthFailed,
+    ModelBadRequest,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    SpendLimitReached,
+    ToolDef,
+    estimate_input_tokens,
+)
+from companyd.runs import LlmStep, RunStatus
+
+__all__ = ["STOP_CALL_GRACE", "BudgetedCall", "ModelCaller"]
+
+#: Seconds a model call in flight when a stop begins may still take to answer; after that it
+#: is cancelled (and its worst case kept as spent: it may have been billed).
+STOP_CALL_GRACE = 3.0
+
+
+class ModelCaller:
+    """The model calls of one agent.
+
+    Args:
+        config: the agent's configuration (model chain, output cap).
+        deps: the agent's dependencies.
+        stop: whether a stop of the agent or the daemon has begun.
+        progress: called whenever the run makes progress (the heartbeat).
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        deps: AgentDeps,
+        stop: StopSignal,
+        progress: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.slug = config.slug
+        self.deps = deps
+        self.stop = stop
+        self.progress = progress
+
+    async def step(self, state: RunState, system: str, tools: list[ToolDef]) -> ModelResponse:
+        """One model call (with fallback), settled and journaled before returning."""
+        deps = self.deps
+        base = ModelRequest(
+            model=self.config.model.primary,
+            system=system,
+            messages=list(state.messages),
+            tools=tools,
+            max_tokens=self.config.model.max_output_tokens,
+            metadata={"agent": self.slug, "run_id": state.run_id, "step": state.breaker.steps},
+        )
+        response, cost = await self._call_with_fallback(state, base)
+        self.progress()
+        state.seq += 1
+        await deps.journal.append_step(
+            state.run_id,
+            state.seq,
+            "llm",
+            llm_payload(response, cost),
+            deps.clock.time(),
+            paid=True,
+        )
+        state.account(response.model, response.usage, cost, response.offline)
+        state.messages.append({"role": "assistant", "content": list(response.content)})
+        await deps.journal.update_run_totals(
+            state.run_id,
+            cost=str(state.cost),
+            steps=state.breaker.steps,
+            models=state.models,
+            offline=state.offline,
+        )
+        return response
+
+    async def _journal_paid(
+        self, state: RunState, response: ModelResponse, exc: BaseException
+    ) -> None:
+        """Journal the step of a paid call whose ledger row the state disk refused (its
+        cost counts in memory and is recorded when space returns).
+        """
+        cost = getattr(exc, "held_cost", None)
+        state.seq += 1
+        try:
+            await self.deps.journal.append_step(
+                state.run_id,
+                state.seq,
+                "llm",
+                llm_payload(response, cost if isinstance(cost, Decimal) else Decimal(0)),
+                self.deps.clock.time(),
+                paid=True,
+            )
+        except Exception as journal_exc:
+            if not is_disk_failure(journal_exc):
+                raise
+            # held by the journal and written once the disk takes writes again
+
+    async def _call_with_fallback(
+        self, state: RunState, base: ModelRequest
+    ) -> tuple[ModelResponse, Decimal]:
+        deps = self.deps
+        staff = deps.staff
+        chain = self.config.model.chain
+        failures: list[str] = []
+        for i, model in enumerate(chain):
+            request = replace(base, model=model)
+            call = BudgetedCall(self, state, request)
+            try:
+                await call.reserve()
+                self.progress()
+                response = await call.send()
+                try:
+                    cost = await call.settle(response)
+                except Exception as exc:
+                    if is_disk_failure(exc):
+                        # Paid for, but the ledger holds its row: journal the step anyway
+                        # (held too if the journal is refused), so nothing pays for it twice.
+                        await self._journal_paid(state, response, exc)
+                    raise
+                return response, cost
+            except deps.budget_exhausted_error as exc:
+                # the first attempt or a retry was refused: paused like any budget refusal
+                staff.pause(self.slug, f"budget: {exc}", budget=True)
+                raise RunEnded(RunStatus.BUDGET_EXHAUSTED, str(exc)) from None
+            except SpendLimitReached as exc:
+                staff.api_spend_limit(str(exc))
+                raise RunEnded(
+                    RunStatus.BUDGET_EXHAUSTED,
+                    f"the Anthropic organisation's API spend limit is reached: {exc}",
+                ) from None
+            except ModelAuthFailed as exc:
+                # Not this task's fault and not worth another model: stop every agent once.
+                staff.api_key_refused(str(exc))
+                raise RunEnded(RunStatus.FAILED, str(exc)) from None
+            except ModelBadRequest:
+                raise  # our request is wrong: crash (a poison input ends in quarantine)
+            except ModelError as exc:
+                if not exc.retryable:
+                    raise
+                if self.stop.requested():
+                    raise Stopping from None  # no fallback either once a stop has begun
+                failures.append(f"{model}: {type(exc).__name__}: {exc}")
+                self.progress()
+                if i + 1 < len(chain):
+                    deps.bus.publish(
+                        ModelFallback(
+                            source=f"agent/{self.slug}",
+                            agent=self.slug,
+                            run_id=state.run_id,
+                            from_model=model,
+                            to_model=chain[i + 1],
+                            reason=f"{type(exc).__name__}: {exc}",
+                        )
+                    )
+        raise RunEnded(RunStatus.FAILED, "every model in the chain failed: " + "; ".join(failures))
+
+
+class BudgetedCall:
+    """One model call of one agent on one model, each attempt (first try and every retry)
+    budgeted on its own (issue 15, docs/spend.md).
+
+    * an attempt is reserved at its worst case before it is sent; no attempt starts once a
+      stop has begun (``STOPPING=1``);
+    * an attempt that ends with an answer is settled at its real usage; one the provider
+      answered with an error (529, 5xx, 429 …) is released: nothing was billed;
+    * one that got no answer after it was sent — a timeout, a connection broken mid-call,
+      a call cancelled in flight by a stop — is **forfeited**: its worst case stays spent
+      for the budget period, since the provider may have processed and billed it.
+    """
+
+    def __init__(self, caller: ModelCaller, state: RunState, request: ModelRequest) -> None:
+        self._caller = caller
+        self._state = state
+        self._request = request
+        self._open: Any = None  # the open attempt's reservation (SpendPort's type)
+
+    async def reserve(self) -> None:
+        """Reserve the next attempt. A stop that begins meanwhile ends the wait for room in
+        the budget (it can last minutes while other calls hold reservations) and the call.
+        """
+        c, state, request = self._caller, self._state, self._request
+        if c.stop.requested():
+            raise Stopping
+        # A reserve cut by the stop is cancelled and awaited: the book undoes it.
+        won = await race(
+            c.deps.spend.reserve(
+                agent=c.slug,
+                run_id=state.run_id,
+                routine=state.task.routine,
+                model=request.model,
+                input_tokens=estimate_input_tokens(request),
+                max_output_tokens=request.max_tokens,
+            ),
+            c.stop.wait(),
+        )
+        if won.index == 1:
+            raise Stopping
+        self._open = won.result()
+        if c.stop.requested():  # nothing was sent: give the money back
+            res, self._open = self._open, None
+            await asyncio.shield(c.deps.spend.release(res))
+            raise Stopping
+
+    async def _close(self, exc: BaseException) -> None:
+        """Settle the open attempt's reservation after ``exc`` ended it."""
+        res, self._open = self._open, None
+        if res is None:
+            return
+        spend = self._caller.deps.spend
+        if isinstance(exc, ModelError) and exc.maybe_billed:
+            await asyncio.shield(spend.forfeit(res, reason=f"{type(exc).__name__}: {exc}"))
+        elif isinstance(exc, asyncio.CancelledError | Stopping):
+            await asyncio.shield(
+                spend.forfeit(res, reason="cancelled while the request was in flight")
+            )
+        else:
+            await asyncio.shield(spend.release(res))
+
+    async def _before_retry(self, err: ModelError) -> None:
+        await self._close(err)
+        self._caller.progress()
+        await self.reserve()
+
+    async def send(self) -> ModelResponse:
+        """The backend's answer. A stop that begins while the call is in flight gives it
+        STOP_CALL_GRACE to answer, then cancels it (forfeited) and raises Stopping.
+        """
+        c = self._caller
+        call = asyncio.ensure_future(
+            c.deps.backend.create(self._request, before_retry=self._before_retry)
+        )
+        try:
+            await race(call, c.stop.wait())
+            if not call.done():
+                # A stop began while the request was in flight. An answer that comes within
+                # STOP_CALL_GRACE is kept (settled and journaled: the run resumes after it);
+                # a slow API is not waited out (its timeout times the attempts could hold
+                # the stop for many seconds): the call is cancelled, and forfeited.
+                await race(call, c.deps.clock.sleep(STOP_CALL_GRACE))
+            if not call.done():
+                await cancel_and_reap(call, c.slug)
+                raise Stopping
+            return call.result()
+        except BaseException as exc:
+            if not call.done():
+                call.cancel()
+                # Reaped whatever it ends with, our own pending cancellation included: we are
+                # leaving with ``exc`` anyway, and a second CancelledError here would change
+                # how the agent's exit is counted (tests/agents/test_agent_edges.py).
+                with contextlib.suppress(BaseException):
+                    await call
+            await self._close(exc)
+            raise
+
+    async def settle(self, response: ModelResponse) -> Decimal:
+        """Record the answered attempt at its real usage; its exact cost."""
+        res, self._open = self._open, None
+        assert res is not None
+        cost: Decimal = await self._caller.deps.spend.settle(
+            res,
+            model=response.model,
+            usage=response.usage,
+            request_id=response.request_id,
+        )
+        return cost
+
+
+def llm_payload(response: ModelResponse, cost: Decimal) -> LlmStep:
+    """A model step as the journal stores it (and a resumed run replays it)."""
+    return {
+        "model": response.model,
+        "content": list(response.content),
+        "stop_reason": response.stop_reason,
+        "usage": response.usage.to_dict(),
+        "cost": str(cost),
+        "offline": response.offline,
+        "request_id": response.request_id,
+    }

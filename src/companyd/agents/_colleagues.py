@@ -1,0 +1,256 @@
+"""Agent-to-agent work: consult, delegate, review — each with a timeout and a withdrawal.
+
+* ``consult(agent, question)`` — only toward the agents in the asker's ``consult`` list,
+  at most ``max_consult_depth`` deep, refusing cycles (A asks B asks A) with a clear tool
+  error;
+* ``delegate(agent, task)`` — a manager hands work to a direct report (several in
+  parallel), optionally checked by a reviewer;
+* reviews — a reviewer agent checks a result against the task's ``expected_output``.
+
+Each is a task put in the colleague's mailbox through a :class:`Desk` (the staff), waited
+for at most the asker's ``colleague_timeout_seconds`` of the injected clock. When the asker
+stops waiting — the timeout, or its own run being cancelled — the task is withdrawn, so no
+colleague works (and spends) for nobody.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from companyd._aio import race
+from companyd.agents._tools import Tool, ToolCallContext, ToolError, json_schema
+from companyd.clock import Clock
+from companyd.config import AgentConfig, CompanyConfig
+from companyd.runs import RunOutcome, Task, new_id
+
+__all__ = ["DEFAULT_COLLEAGUE_TIMEOUT", "Colleagues", "Desk"]
+
+#: How long an agent waits for a colleague's answer unless its colleague_timeout_seconds
+#: says otherwise (the schema's default).
+DEFAULT_COLLEAGUE_TIMEOUT = 300.0
+
+
+class Desk(Protocol):
+    """Where colleagues' tasks are handed in (the staff)."""
+
+    @property
+    def config(self) -> CompanyConfig:
+        """The running configuration (who reports to whom)."""
+        ...
+
+    async def submit(self, task: Task) -> RunOutcome:
+        """Queue ``task`` and wait for its outcome."""
+        ...
+
+    def withdraw(self, task_id: str, reason: str) -> None:
+        """Nobody waits for task ``task_id`` any more."""
+        ...
+
+
+class Colleagues:
+    """Consultations, delegations and reviews between the agents of one company.
+
+    Args:
+        desk: where the tasks go (the staff).
+        clock: time source for the timeouts.
+    """
+
+    def __init__(self, desk: Desk, clock: Clock) -> None:
+        self._desk = desk
+        self._clock = clock
+
+    def tools(self, agent: AgentConfig) -> list[Tool]:
+        """The ``consult`` and ``delegate`` tools ``agent`` gets (if it may use them)."""
+        tools: list[Tool] = []
+        if agent.consult:
+
+            async def consult(args: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+                return await self.consult(
+                    agent, str(args.get("agent", "")), str(args.get("question", "")), ctx
+                )
+
+            tools.append(
+                Tool(
+                    name="consult",
+                    description=(
+                        "Ask a colleague a question and get their answer. Allowed colleagues: "
+                        + ", ".join(agent.consult)
+                    ),
+                    input_schema=json_schema(
+                        {
+                            "agent": {"type": "string", "enum": list(agent.consult)},
+                            "question": {"type": "string"},
+                        },
+                        ["agent", "question"],
+                    ),
+                    handler=consult,
+                    idempotent=False,
+                    family="colleagues",
+                )
+            )
+        reports = [a.slug for a in self._desk.config.agents.values() if a.reports_to == agent.slug]
+        if reports:
+
+            async def delegate(args: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+                return await self.delegate(agent, args, ctx)
+
+            tools.append(
+                Tool(
+                    name="delegate",
+                    description=(
+                        "Hand a task to one of your direct reports and wait for the result. "
+                        "Call it several times in one turn to delegate in parallel. "
+                        "Direct reports: " + ", ".join(reports)
+                    ),
+                    input_schema=json_schema(
+                        {
+                            "agent": {"type": "string", "enum": reports},
+                            "task": {"type": "string"},
+                            "expected_output": {"type": "string"},
+                            "reviewer": {"type": "string"},
+                        },
+                        ["agent", "task"],
+                    ),
+                    handler=delegate,
+                    idempotent=False,
+                    family="colleagues",
+                )
+            )
+        return tools
+
+    async def consult(
+        self, asker: AgentConfig, target: str, question: str, ctx: ToolCallContext
+    ) -> str:
+        """Ask ``target`` a question on behalf of ``asker``; the answer text."""
+        if target not in asker.consult:
+            raise ToolError(
+                f"{asker.slug} may not consult {target!r}; allowed: {', '.join(asker.consult)}"
+            )
+        chain = (*ctx.consult_chain, asker.slug)
+        if target in chain:
+            path = " → ".join((*chain, target))
+            raise ToolError(
+                f"consultation cycle refused: {path}. {target} is already waiting on this "
+                "conversation; answer with what you know instead"
+            )
+        if len(chain) > asker.max_consult_depth:
+            raise ToolError(
+                f"consultation too deep: {' → '.join((*chain, target))} exceeds "
+                f"max_consult_depth {asker.max_consult_depth}; answer with what you know"
+            )
+        if not question.strip():
+            raise ToolError("consult needs a non-empty 'question'")
+        task = Task(
+            id=new_id("consult"),
+            agent=target,
+            prompt=question,
+            source=f"agent:{asker.slug}",
+            created=self._clock.time(),
+            consult_chain=chain,
+            asked_by=ctx.run_id,
+            asked_in=ctx.tool_use_id or None,
+        )
+        outcome = await self._wait(
+            task, f"{target} did not answer", asker.colleague_timeout_seconds
+        )
+        if not outcome.ok:
+            raise ToolError(f"{target} could not answer: {outcome.status} ({outcome.reason})")
+        return outcome.answer
+
+    async def delegate(
+        self, manager: AgentConfig, args: Mapping[str, Any], ctx: ToolCallContext
+    ) -> dict[str, Any]:
+        """Hand a task to a direct report and wait for its outcome."""
+        config = self._desk.config
+        target = str(args.get("agent", ""))
+        report = config.agents.get(target)
+        if report is None or report.reports_to != manager.slug:
+            reports = [a.slug for a in config.agents.values() if a.reports_to == manager.slug]
+            raise ToolError(
+                f"{target!r} is not a direct report of {manager.slug}; reports: "
+                f"{', '.join(reports) or '(none)'}"
+            )
+        text = str(args.get("task", "")).strip()
+        if not text:
+            raise ToolError("delegate needs a non-empty 'task'")
+        reviewer = args.get("reviewer")
+        if reviewer is not None and reviewer not in config.agents:
+            raise ToolError(
+                f"reviewer {reviewer!r} is not an agent; agents: {', '.join(config.agents)}"
+            )
+        task = Task(
+            id=new_id("task"),
+            agent=target,
+            prompt=text,
+            source=f"agent:{manager.slug}",
+            created=self._clock.time(),
+            expected_output=(str(args["expected_output"]) if args.get("expected_output") else None),
+            reviewer=str(reviewer) if reviewer else None,
+            consult_chain=(*ctx.consult_chain, manager.slug),
+            asked_by=ctx.run_id,
+            asked_in=ctx.tool_use_id or None,
+        )
+        outcome = await self._wait(
+            task, f"{target} did not finish the task", manager.colleague_timeout_seconds
+        )
+        return {
+            "agent": target,
+            "status": str(outcome.status),
+            "reason": outcome.reason,
+            "result": outcome.answer,
+        }
+
+    async def review(
+        self, task: Task, answer: str, worker: str, run_id: str | None = None
+    ) -> str | None:
+        """Ask ``task.reviewer`` to check ``answer`` (the result of ``worker``'s run
+        ``run_id``); None if approved, else the reason.
+        """
+        assert task.reviewer is not None
+        expected = task.expected_output or "(not stated: judge whether the task was done)"
+        review = Task(
+            id=new_id("review"),
+            agent=task.reviewer,
+            prompt=(
+                f"Review the result {worker} produced for this task.\n\nTask: {task.prompt}\n\n"
+                f"Expected output: {expected}\n\nResult:\n{answer}\n\n"
+                "Reply with APPROVE or REJECT as the first word, then one sentence why."
+            ),
+            source=f"agent:{worker}",
+            created=self._clock.time(),
+            consult_chain=(*task.consult_chain, worker),
+            asked_by=run_id,
+        )
+        asker = self._desk.config.agents.get(worker)
+        timeout = asker.colleague_timeout_seconds if asker else DEFAULT_COLLEAGUE_TIMEOUT
+        try:
+            outcome = await self._wait(review, f"reviewer {task.reviewer} did not answer", timeout)
+        except ToolError as exc:
+            # no verdict is not an approval: the attempt fails and may be retried
+            return f"the review could not be done ({exc})"
+        if not outcome.ok:
+            return f"the review could not be done ({outcome.status}: {outcome.reason})"
+        verdict = outcome.answer.strip()
+        if verdict.upper().startswith("APPROVE"):
+            return None
+        return verdict.removeprefix("REJECT").strip(" :—-") or "rejected without a reason"
+
+    async def _wait(self, task: Task, what: str, timeout: float) -> RunOutcome:
+        """Submit ``task`` and wait for its outcome, at most ``timeout`` seconds of the
+        injected clock. When the asker stops waiting — the timeout, or its own run being
+        cancelled — the task is withdrawn, so no colleague works (and spends) for nobody.
+        """
+        desk = self._desk
+        try:
+            won = await race(desk.submit(task), self._clock.sleep(timeout))
+        except asyncio.CancelledError:
+            desk.withdraw(task.id, "the asking run was stopped")
+            raise
+        if won.index == 0 and not won.future.cancelled():  # (cancelled: the daemon closes)
+            outcome: RunOutcome = won.result()
+            return outcome
+        reason = f"{what} within {timeout:g} s"
+        desk.withdraw(task.id, f"the asker stopped waiting: {reason}")
+        raise ToolError(f"{reason}; the task was withdrawn. Go on with what you know")

@@ -1,0 +1,468 @@
+"""Tools an agent can use, and how a tool call becomes a ``tool_result``.
+
+A :class:`Tool` is a name, a description and a JSON Schema (what the model sees), a
+handler (what runs), and an ``idempotent`` flag (whether it may be re-run after a crash
+left its outcome unknown). The agent's :class:`ToolBox` holds the tools it is allowed —
+after company.yaml's ``tools.allow`` / ``tools.deny`` — and turns each ``tool_use`` block
+into a ``tool_result`` block. A handler signals a failure the model should see by raising
+:class:`ToolError`; the message goes back as ``is_error: true`` and the run continues.
+
+Built-in tool families (each built where its state lives, registered here):
+
+* memory — the nine MCP memory operations and ``recall`` (companyd.memory);
+* colleagues — ``consult`` and ``delegate`` (companyd.agents._colleagues);
+* improver — ``read_agent`` and ``propose_change`` (companyd.desk._proposals);
+* external — every tool of the MCP servers declared under the agent's ``mcp_servers``,
+  attached over stdio with the ``mcp`` client SDK (:class:`McpToolServer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from companyd.config import McpServerSpec, ToolsSpec
+from companyd.errors import CompanydError
+from companyd.llm import ToolDef, ToolResultBlock, ToolUseBlock
+from companyd.memory import MemoryToolError, MemoryUnavailable, tool_definitions
+
+__all__ = [
+    "MCP_RETRY_MAX_SECONDS",
+    "MCP_RETRY_MIN_SECONDS",
+    "McpServerFailed",
+    "McpToolServer",
+    "Tool",
+    "ToolBox",
+    "ToolCallContext",
+    "ToolError",
+    "unknown_outcome_result",
+]
+
+log = logging.getLogger(__name__)
+
+
+class ToolError(CompanydError):
+    """A tool call failed in a way the model should see (sent back as ``is_error``)."""
+
+
+#: Tool names the Messages API accepts.
+_API_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_API_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+class McpServerFailed(CompanydError):
+    """An external MCP server could not be started: ``reason`` says why, for an alert."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(f"MCP server {server!r} {reason}")
+        self.server = server
+        self.reason = reason
+
+
+#: First wait before an MCP server that failed to start is tried again; it doubles after
+#: each failure, up to MCP_RETRY_MAX_SECONDS.
+MCP_RETRY_MIN_SECONDS = 5.0
+MCP_RETRY_MAX_SECONDS = 300.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallContext:
+    """Who is calling a tool, for tools that need it (consult, delegate, ask_founder)."""
+
+    agent: str
+    run_id: str
+    task_id: str
+    consult_chain: tuple[str, ...] = ()
+    #: the ``tool_use`` block's id: a colleague's run links back to it (``asked_in``), and with
+    #: ``run_id`` it names this one call across restarts
+    tool_use_id: str = ""
+    routine: str | None = None
+    #: what is left of the run's ``max_seconds`` (None: no limit)
+    run_seconds_left: float | None = None
+
+
+Handler = Callable[[Mapping[str, Any], ToolCallContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    """One tool.
+
+    Attributes:
+        name: the name the model calls.
+        description: what it does, for the model.
+        input_schema: JSON Schema of its input.
+        handler: ``await handler(arguments, context)`` → any JSON-serialisable result, or
+            raises :class:`ToolError`.
+        idempotent: True if running it twice has the effect of running it once (reads,
+            create-if-absent writes); decides what happens to a call whose outcome a crash
+            left unknown.
+        family: ``memory``, ``colleagues``, ``improver``, ``external:<server>``.
+    """
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    handler: Handler
+    idempotent: bool = False
+    family: str = ""
+
+    def definition(self) -> ToolDef:
+        """The tool as the model sees it: name, description, input schema."""
+        return ToolDef(name=self.name, description=self.description, input_schema=self.input_schema)
+
+
+def unknown_outcome_result(tool_use_id: str, name: str) -> ToolResultBlock:
+    """The ``tool_result`` for a non-idempotent call a crash interrupted."""
+    return {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "is_error": True,
+        "content": (
+            f"The outcome of this {name!r} call is unknown: the agent stopped while it was in "
+            "flight, and the tool is not idempotent, so it was not called again. Check its "
+            "effect (for example in memory or the external system) before calling it again."
+        ),
+    }
+
+
+@dataclass
+class ToolBox:
+    """The tools one agent may use, filtered by its allow/deny lists."""
+
+    tools: dict[str, Tool] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, tools: Iterable[Tool], policy: ToolsSpec) -> ToolBox:
+        """Keep the tools ``policy`` allows (``allow`` absent = all; ``deny`` wins)."""
+        box = cls()
+        box.add(tools, policy)
+        return box
+
+    def add(self, tools: Iterable[Tool], policy: ToolsSpec) -> list[str]:
+        """Add the tools ``policy`` allows (an MCP server that came up late); the names
+        they got.
+        """
+        allow = set(policy.allow) if policy.allow is not None else None
+        deny = set(policy.deny)
+        kept = self.tools
+        added: list[str] = []
+        for t in tools:
+            if t.name in deny or (allow is not None and t.name not in allow):
+                continue
+            if t.name in kept:
+                # an external server reusing a built-in name gets its server prefix
+                t = Tool(
+                    name=_API_BAD_CHARS.sub("_", f"{t.family.removeprefix('external:')}__{t.name}")[
+                        :64
+                    ],
+                    description=t.description,
+                    input_schema=t.input_schema,
+                    handler=t.handler,
+                    idempotent=t.idempotent,
+                    family=t.family,
+                )
+            kept[t.name] = t
+            added.append(t.name)
+        return added
+
+    def remove(self, names: Iterable[str]) -> None:
+        """Drop tools (those of an MCP server that went away)."""
+        for name in names:
+            self.tools.pop(name, None)
+
+    def definitions(self) -> list[ToolDef]:
+        """Every tool's definition, in registration order, for the model request."""
+        return [t.definition() for t in self.tools.values()]
+
+    def is_idempotent(self, name: str) -> bool:
+        """Whether tool ``name`` may be re-run after a crash interrupted it (False for an unknown
+        tool).
+        """
+        t = self.tools.get(name)
+        return t is not None and t.idempotent
+
+    def family(self, name: str) -> str | None:
+        """The family of tool ``name`` (``memory``, ``colleagues``, …), None if unknown."""
+        t = self.tools.get(name)
+        return t.family if t is not None else None
+
+    async def call(self, tool_use: ToolUseBlock, ctx: ToolCallContext) -> ToolResultBlock:
+        """Run one ``tool_use`` block and return its ``tool_result`` block. Never raises for
+        a tool's own failure (that becomes ``is_error``); cancellation propagates.
+        """
+        name = str(tool_use.get("name"))
+        tool_id = str(tool_use.get("id"))
+        args = tool_use.get("input") or {}
+        tool = self.tools.get(name)
+        if tool is None:
+            return {
+                "type": "tool_result",
+                "tool_use_id": tool_id,
+                "is_error": True,
+                "content": (
+                    f"there is no tool named {name!r}; available tools: "
+                    f"{', '.join(sorted(self.tools)) or '(none)'}"
+                ),
+            }
+        try:
+            result = await tool.handler(args if isinstance(args, Mapping) else {}, ctx)
+        except ToolError as exc:
+            return {
+                "type": "tool_result",
+                "tool_use_id": tool_id,
+                "is_error": True,
+                "content": str(exc),
+            }
+        text = (
+            result
+            if isinstance(result, str)
+            else json.dumps(result, indent=2, ensure_ascii=False, default=str)
+        )
+        return {"type": "tool_result", "tool_use_id": tool_id, "content": text}
+
+
+class McpToolServer:
+    """An external MCP tool server (stdio) attached to one agent.
+
+    ``async with McpToolServer(name, spec) as server: server.tools`` starts the server
+    process, initialises the session and lists its tools; leaving the block stops it.
+    A tool is idempotent if company.yaml lists it in ``idempotent_tools`` or the server
+    annotates it ``idempotentHint`` / ``readOnlyHint``.
+
+    Starting raises :class:`McpServerFailed` (never another exception, except
+    cancellation) if the command cannot be run, the server closes the connection (it
+    exited), answers nonsense, or does not finish the handshake (``initialize`` and
+    ``tools/list``) within ``handshake_timeout_seconds``; the process is stopped first.
+    """
+
+    def __init__(self, name: str, spec: McpServerSpec) -> None:
+        self.name = name
+        self.spec = spec
+        self.tools: list[Tool] = []
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._session: Any = None
+
+    async def __aenter__(self) -> McpToolServer:
+        from mcp import ClientSession
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        env = dict(self.spec.env)
+        for var, source in self.spec.env_from.items():
+            value = os.environ.get(source)
+            if value is not None:
+                env[var] = value
+        params = StdioServerParameters(
+            command=self.spec.command, args=list(self.spec.args), env=env or None
+        )
+        stack = contextlib.AsyncExitStack()
+        limit = self.spec.handshake_timeout_seconds
+        try:
+            # Loop time, not the injected clock: anyio's cancel scopes inside the mcp SDK
+            # must be left in this task, which asyncio.timeout guarantees.
+            async with asyncio.timeout(limit):
+                # errlog given each time: the SDK's default is the sys.stderr of the moment
+                # mcp.client.stdio was imported, which may be a stream without a descriptor.
+                read, write = await stack.enter_async_context(
+                    stdio_client(params, errlog=sys.stderr)
+                )
+                session = await stack.enter_async_context(ClientSession(read, write))
+                await session.initialize()
+                listed = await session.list_tools()
+        except asyncio.CancelledError:
+            await stack.aclose()
+            raise
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await stack.aclose()
+            raise McpServerFailed(self.name, self._why(exc, limit)) from None
+        self._stack = stack
+        self._session = session
+        declared = set(self.spec.idempotent_tools)
+        refused: list[str] = []
+        for t in listed.tools:
+            schema = dict(t.input_schema or {"type": "object"})
+            # The Messages API refuses the whole request for one bad tool (HTTP 400), so
+            # one such tool would fail every run of the agent: leave it out instead.
+            if not _API_TOOL_NAME.fullmatch(t.name) or schema.get("type") != "object":
+                refused.append(t.name)
+                continue
+            ann = t.annotations
+            hinted = bool(ann is not None and (ann.idempotent_hint or ann.read_only_hint))
+            self.tools.append(
+                Tool(
+                    name=t.name,
+                    description=t.description or f"{t.name} (from MCP server {self.name!r})",
+                    input_schema=schema,
+                    handler=self._handler(t.name),
+                    idempotent=t.name in declared or hinted,
+                    family=f"external:{self.name}",
+                )
+            )
+        if refused:
+            log.warning(
+                "MCP server %r: %d tool(s) left out because the Messages API would refuse "
+                "them (a name must be 1-64 letters, digits, '_' or '-', and the input schema "
+                "an object): %s",
+                self.name,
+                len(refused),
+                ", ".join(repr(n[:80]) for n in refused),
+            )
+        return self
+
+    def _why(self, exc: BaseException, limit: float) -> str:
+        """One line for an operator: what went wrong starting the server, and what to do."""
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]  # anyio wraps the task group's failure
+        command = self.spec.command
+        if isinstance(exc, TimeoutError):
+            return (
+                f"did not answer the MCP handshake within {limit:g} s (command {command!r}); "
+                "check that it speaks MCP over stdio, or raise its handshake_timeout_seconds"
+            )
+        if isinstance(exc, OSError):
+            return (
+                f"could not be started: {exc.strerror or exc} (command {command!r}); check "
+                "the command and that the daemon's user may run it"
+            )
+        from mcp.shared.exceptions import MCPError
+
+        if isinstance(exc, MCPError):
+            return (
+                f"closed the connection during the MCP handshake ({exc}); it probably exited "
+                f"at once — run {command!r} by hand, as the daemon's user, to see its error"
+            )
+        return (
+            f"failed during the MCP handshake: {type(exc).__name__}: {str(exc)[:200]} "
+            f"(command {command!r})"
+        )
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._stack is not None:
+            with contextlib.suppress(Exception):
+                await self._stack.aclose()
+            self._stack = None
+
+    def _handler(self, tool_name: str) -> Handler:
+        async def call(arguments: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+            try:
+                async with asyncio.timeout(self.spec.timeout_seconds):
+                    result = await self._session.call_tool(tool_name, dict(arguments))
+            except TimeoutError:
+                raise ToolError(
+                    f"tool {tool_name!r} of MCP server {self.name!r} did not answer within "
+                    f"{self.spec.timeout_seconds:g} s"
+                ) from None
+            except Exception as exc:
+                # A server that died (or broke the protocol) is the tool's failure, which
+                # the model sees, not the agent's: it must not crash the run.
+                while isinstance(exc, ExceptionGroup) and exc.exceptions:
+                    exc = exc.exceptions[0]
+                log.warning("MCP server %r failed during %r: %r", self.name, tool_name, exc)
+                raise ToolError(
+                    f"MCP server {self.name!r} failed during {tool_name!r}: "
+                    f"{type(exc).__name__}: {str(exc)[:200] or 'no detail'}; it may have "
+                    "exited — do not rely on its tools in this run"
+                ) from None
+            texts = [
+                getattr(c, "text", "") for c in result.content if getattr(c, "type", "") == "text"
+            ]
+            body: Any = "\n".join(texts)
+            if not texts and result.structured_content is not None:
+                body = result.structured_content
+            if result.is_error:
+                raise ToolError(str(body) or f"tool {tool_name!r} failed")
+            return body
+
+        return call
+
+
+def json_schema(properties: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:
+    """A small helper for built-in tool schemas."""
+    return {"type": "object", "properties": dict(properties), "required": list(required)}
+
+
+# ---------------------------------------------------------------------------------------
+# Memory tools: the nine MCP memory operations plus recall, served by the memory owner.
+
+
+class MemoryPort(Protocol):
+    """What the memory tools need from the memory owner (companyd.memory.MemoryService)."""
+
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any], *, by: str | None = None
+    ) -> dict[str, Any]: ...
+
+    async def recall(self, entity: str, depth: int = 1) -> dict[str, Any]: ...
+
+
+_STR = {"type": "string"}
+
+
+def memory_tools(memory: MemoryPort) -> list[Tool]:
+    """The memory tool family bound to ``memory``."""
+
+    def op(name: str) -> Handler:
+        async def call(arguments: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+            try:
+                return await memory.call(name, arguments, by=ctx.agent)
+            except (MemoryToolError, MemoryUnavailable) as exc:
+                # MemoryUnavailable: a full state disk, an owner restarting. The model sees
+                # what happened (its message says whether the call was applied and to retry
+                # later) and the run goes on.
+                raise ToolError(str(exc)) from None
+
+        return call
+
+    async def recall(arguments: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+        entity = arguments.get("entity")
+        if not isinstance(entity, str) or not entity:
+            raise ToolError("recall needs 'entity': the name of an entity in memory")
+        depth = arguments.get("depth", 1)
+        if not isinstance(depth, int) or not 1 <= depth <= 3:
+            raise ToolError(f"'depth' must be a whole number from 1 to 3, got {depth!r}")
+        try:
+            return await memory.recall(entity, depth)
+        except MemoryUnavailable as exc:
+            raise ToolError(str(exc)) from None
+
+    # The official server's own names, descriptions and input schemas. All nine are safe to
+    # run again after a crash left a call's outcome unknown: creates skip what exists, adds
+    # skip observations already present, deletes of missing things are silent — so they
+    # count as idempotent here even where the MCP annotations are more cautious.
+    tools = [
+        Tool(
+            name=d["name"],
+            description=d["description"],
+            input_schema={k: v for k, v in d["inputSchema"].items() if k != "$schema"},
+            handler=op(d["name"]),
+            idempotent=True,
+            family="memory",
+        )
+        for d in tool_definitions()
+    ]
+    tools.append(
+        Tool(
+            name="recall",
+            description=(
+                "Recall what the company memory knows around one entity: the entity, its "
+                "neighbours to the given depth and the relations between them."
+            ),
+            input_schema=json_schema(
+                {"entity": _STR, "depth": {"type": "integer", "minimum": 1, "maximum": 3}},
+                ["entity"],
+            ),
+            handler=recall,
+            idempotent=True,
+            family="memory",
+        )
+    )
+    return tools

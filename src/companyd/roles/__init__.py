@@ -1,1 +1,0 @@
-"""The role agents: model boundary, tool-use runtime, tools, checkpoints."""

@@ -1,0 +1,326 @@
+"""Budgets seen from the agents (issue 6 acceptance, through the real runtime): the real
+daemon's agents, the real anthropic SDK and the loopback Messages API stand-in.
+
+* 8 agents drawing on one $1.00 company budget at once, each looping on tool calls for as
+  long as it may: the settled total is ≤ $1.00, the stand-in's own record of what it billed
+  equals the ledger, and every agent's run ends ``budget_exhausted`` with the agent paused.
+* The day rolling over in the company's time zone resumes an agent paused for its budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from agentkit import PerAgent, running_company, write_company
+from companyd.agents._calls import (
+    STOP_CALL_GRACE,
+)
+from companyd.alerts.render_kinds import kind_spec, render
+from companyd.clock import ManualClock
+from companyd.config import load_config
+from companyd.daemon.main import Daemon
+from companyd.llm.claude import ClaudeBackend
+from companyd.llm.model import Usage
+from companyd.testing.messages_api import (
+    MessagesAPIServer,
+    RecordedRequest,
+    Reply,
+    reply_tool_use,
+    usage_of,
+)
+
+pytestmark = pytest.mark.anyio
+
+MTOK = Decimal(1_000_000)
+# claude-sonnet-5-5 per docs/spend.md and ops-notes §3.6: in 2, write 5m 2.50, read 0.20, out 10
+SONNET = {"in": Decimal(2), "w5": Decimal("2.50"), "w1": Decimal(4), "read": Decimal("0.20")}
+SONNET_OUT = Decimal(10)
+
+
+def billed(u: Usage) -> Decimal:
+    """What the stand-in's usage costs at the published Sonnet 5.5 rates (computed here)."""
+    return (
+        u.input_tokens * SONNET["in"]
+        + u.cache_write_5m_tokens * SONNET["w5"]
+        + u.cache_write_1h_tokens * SONNET["w1"]
+        + u.cache_read_tokens * SONNET["read"]
+        + u.output_tokens * SONNET_OUT
+    ) / MTOK
+
+
+class Busy:
+    """Every agent keeps calling tools (a new query each time) and bills a realistic share
+    of its prompt as input and cache, and most of ``max_tokens`` as output.
+    """
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, req: RecordedRequest) -> Reply:
+        self.n += 1
+        body = req.body
+        prompt = len(json.dumps(body)) // 4  # ~4 bytes a token; never above the estimate
+        usage = Usage(
+            input_tokens=prompt // 2,
+            cache_write_5m_tokens=prompt // 4,
+            cache_read_tokens=prompt - prompt // 2 - prompt // 4,
+            output_tokens=body["max_tokens"] * 3 // 4,
+        )
+        return reply_tool_use("search_nodes", {"query": f"q{self.n}"}, usage=usage)
+
+
+async def test_eight_agents_on_one_dollar_stop_with_budget_exhausted(tmp_path: Path) -> None:
+    slugs = ["ceo", *(f"agent{i}" for i in range(1, 8))]
+    cfg = write_company(
+        tmp_path,
+        {s: ({} if s == "ceo" else {"reports_to": "ceo"}) for s in slugs},
+        company={
+            "name": "Test Co",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 1.00, "monthly_usd": 30},
+        },
+        defaults={
+            "model": {"primary": "claude-sonnet-5-5", "max_output_tokens": 2000},
+            "limits": {"max_steps": 500, "max_cost_usd": 5, "max_seconds": "10m"},
+            "heartbeat_seconds": 120,
+        },
+    )
+    with MessagesAPIServer(responder=Busy()) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            async with asyncio.timeout(120):
+                outs = await asyncio.gather(
+                    *(d.ask(s, "Search as much as you can.") for s in slugs)
+                )
+            paused = d.staff.paused()
+            spend = await d.spend("agent", "today")
+            exhausted = d.bus.recent({"budget_exhausted"}, limit=100)
+        served = srv.responses
+
+    assert [o.status for o in outs] == ["budget_exhausted"] * 8, outs
+    assert all("company's daily budget" in str(o.reason) for o in outs), outs
+    assert all(o.steps >= 1 for o in outs)  # everyone worked before the money ran out
+    assert set(paused) == set(slugs) and all(r.startswith("budget") for r in paused.values())
+    assert len(exhausted) == 1
+    # the stand-in's own record of what it billed, priced here, is the ledger's total ...
+    stand_in = sum(billed(usage_of(m)) for m in served)
+    ledger = Decimal(spend.total["cost_usd_exact"])
+    assert spend.total["calls"] == len(served) == sum(o.steps for o in outs)
+    assert ledger == stand_in
+    # ... which never crossed the budget, and the budget was really used
+    assert ledger <= Decimal("1.00")
+    assert ledger > Decimal("0.80")
+
+
+async def test_the_day_rolling_over_resumes_an_agent_paused_for_its_budget(
+    tmp_path: Path,
+) -> None:
+    tz = ZoneInfo("Asia/Kathmandu")  # UTC+05:45: a UTC-midnight rollover would be caught out
+    clock = ManualClock(start=datetime(2026, 11, 20, 23, 50, tzinfo=tz).timestamp())
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {"budget": {"daily_usd": 0.10}}},
+        company={
+            "name": "Test Co",
+            "timezone": "Asia/Kathmandu",
+            "budget": {"daily_usd": 50, "monthly_usd": 500},
+        },
+    )
+    # $0.021 a call; a call's worst case is about $0.064, so two calls fit in a day
+    usage = Usage(input_tokens=3000, output_tokens=1500)
+    model = PerAgent(
+        ceo=[reply_tool_use("search_nodes", {"query": f"q{i}"}, usage=usage) for i in range(9)]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            out = await d.ask("ceo", "Spend it all.")
+            assert out.status == "budget_exhausted" and out.steps == 2, out
+            assert "2026-11-21T00:00:00+05:45" in str(out.reason)
+            assert "ceo" in d.staff.paused()
+            clock.advance(5 * 60)  # 23:55 local: same day, still paused
+            await asyncio.sleep(0.05)
+            assert "ceo" in d.staff.paused()
+            clock.advance(6 * 60)  # 00:01 local on the 21st (18:16 UTC on the 20th)
+            async with asyncio.timeout(10):
+                while "ceo" in d.staff.paused():
+                    await asyncio.sleep(0.01)
+            resumed = d.bus.recent({"agent_resumed"}, limit=10)
+            again = await d.ask("ceo", "A new day.")
+    assert [e.data["reason"] for e in resumed] == ["budget period rolled over (day)"]
+    # a fresh day's budget: two more calls, then the ceiling again
+    assert again.status == "budget_exhausted" and again.steps == 2, again
+    assert srv.served == 4
+
+
+async def test_an_agent_refused_by_the_spent_company_budget_is_paused_too(
+    tmp_path: Path,
+) -> None:
+    # issue 15, item 3: once the company's budget is spent, an agent that has not yet made a
+    # call of its own is paused (and resumed with the others), not left to fail its routine
+    # at every fire.
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {}, "cfo": {"reports_to": "ceo"}},
+        company={
+            "name": "Test Co",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 0.10, "monthly_usd": 30},
+        },
+    )
+    usage = Usage(input_tokens=3000, output_tokens=1500)  # $0.021 a call
+    model = PerAgent(
+        ceo=[reply_tool_use("search_nodes", {"query": f"q{i}"}, usage=usage) for i in range(9)]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Spend it all.")
+            assert out.status == "budget_exhausted", out
+            assert "ceo" in d.staff.paused()
+            refused = await d.ask("cfo", "Anything.")
+            assert refused.status == "budget_exhausted", refused
+            paused = d.staff.paused()
+            assert "cfo" in paused and paused["cfo"].startswith("budget"), paused
+            events = [e.data["agent"] for e in d.bus.recent({"agent_paused"}, limit=10)]
+            assert events == ["ceo", "cfo"]
+            await d.raise_budget(None, 1.0)
+            assert d.staff.paused() == {}
+
+
+async def test_calls_the_client_gave_up_on_count_as_billed(tmp_path: Path) -> None:
+    # issue 15, item 1: the API is slower than the client's timeout and bills every request
+    # it processed anyway. Each attempt (retries included) is reserved on its own and kept
+    # as spent at its worst case, so what the provider billed stays within the cap (plus at
+    # most one call's worst case), and one coalescing alert says how many calls timed out.
+    cfg_path = write_company(
+        tmp_path,
+        {"ceo": {}},
+        company={
+            "name": "Test Co",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 0.10, "monthly_usd": 30},
+        },
+        defaults={
+            "model": {"primary": "claude-sonnet-5-5", "max_output_tokens": 500},
+            "limits": {"max_steps": 30, "max_cost_usd": 5, "max_seconds": "10m"},
+            "heartbeat_seconds": 120,
+        },
+    )
+    cfg = load_config(cfg_path)
+    with MessagesAPIServer(responder=Busy(), latency=0.6, bill_abandoned=True) as srv:
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=0.15
+        )
+        async with Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True) as d:
+            outs = []
+            async with asyncio.timeout(60):
+                for _ in range(12):  # a routine firing again and again
+                    outs.append(await d.ask("ceo", "Search."))
+                    if outs[-1].status == "budget_exhausted":
+                        break
+            spend = await d.spend("agent", "today")
+            unanswered = d.bus.recent({"spend_unanswered"}, limit=100)
+            budget = await d.budget()
+        await asyncio.sleep(0.8)  # let the stand-in finish (and bill) what it was given
+        provider = sum(billed(usage_of(m)) for m in [*srv.responses, *srv.billed_abandoned])
+
+    assert outs[-1].status == "budget_exhausted", outs
+    attempts = len(srv.requests)
+    assert attempts >= 2 and len(unanswered) == attempts
+    worst = max(Decimal(str(e.data["worst_case_usd"])) for e in unanswered)
+    ledger = Decimal(spend.total["cost_usd_exact"])
+    assert provider <= Decimal("0.10") + worst, (provider, ledger)
+    assert ledger >= provider and ledger <= Decimal("0.10")
+    company = next(b for b in budget.budgets if b["agent"] is None and b["period"] == "day")
+    assert company["used_usd"] == float(ledger)
+    last = unanswered[-1].data
+    assert last["calls"] == attempts
+    assert last["message"] == (
+        f"{attempts} calls timed out; up to ${Decimal(str(last['total_worst_case_usd'])):.4f} "
+        "may have been billed"
+    )
+    rendered, _ = render("spend_unanswered", last, "spend", {}, ["ceo"])
+    assert rendered.title.startswith(f"{attempts} calls timed out; up to $0.0")
+    assert kind_spec("spend_unanswered").subject == ()  # one coalescing key: one alert
+
+
+async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(
+    tmp_path: Path,
+) -> None:
+    # issue 15, item 2: once the stop has begun (STOPPING=1), the call in flight is given up
+    # (its worst case kept as spent: it may have been billed) and nothing is retried, rather
+    # than the stop waiting out the timeout and the retries (18 s before the fix).
+    cfg = load_config(write_company(tmp_path, {"ceo": {}}))
+    with MessagesAPIServer(responder=Busy(), latency=60, bill_abandoned=True) as srv:
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0
+        )
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True)
+        await d.start()
+        asker = asyncio.ensure_future(d.ask("ceo", "Search."))
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.to_thread(srv.wait_for_requests, 1)
+            # a deadline far below timeout × attempts (30 s), above STOP_CALL_GRACE (3 s)
+            async with asyncio.timeout(STOP_CALL_GRACE + 4):
+                await d.stop()
+        finally:
+            asker.cancel()
+            with contextlib.suppress(BaseException):
+                await asker
+        unanswered = d.bus.recent({"spend_unanswered"}, limit=10)
+        assert len(srv.requests) == 1  # no retry, no new call after the stop began
+    assert [e.data["reason"] for e in unanswered] == ["cancelled while the request was in flight"]
+
+
+async def test_a_stop_ends_a_wait_for_room_in_the_budget_without_pausing_anyone(
+    tmp_path: Path,
+) -> None:
+    # issue 15, item 2's neighbour: while the API is slow, one agent's call holds the
+    # company's only room and another agent waits in reserve() for it. A stop ends that wait
+    # at once: the waiting run stays journaled to resume, and nobody is paused for a budget
+    # that only the stop's forfeited call used up.
+    cfg_path = write_company(
+        tmp_path,
+        {"ceo": {}, "cfo": {"reports_to": "ceo"}},
+        company={
+            "name": "Test Co",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 0.05, "monthly_usd": 30},
+        },
+        defaults={
+            "model": {"primary": "claude-sonnet-5-5", "max_output_tokens": 1000},
+            "limits": {"max_steps": 30, "max_cost_usd": 5, "max_seconds": "10m"},
+            "heartbeat_seconds": 120,
+        },
+    )
+    cfg = load_config(cfg_path)
+    with MessagesAPIServer(responder=Busy(), latency=60, bill_abandoned=True) as srv:
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0
+        )
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True)
+        await d.start()
+        askers = [asyncio.ensure_future(d.ask(a, "Search.")) for a in ("ceo", "cfo")]
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.to_thread(srv.wait_for_requests, 1)
+                while len(d.staff.in_flight()) < 2:  # the other run waits for room
+                    await asyncio.sleep(0.01)
+            assert len(srv.requests) == 1
+            async with asyncio.timeout(STOP_CALL_GRACE + 4):
+                await d.stop()
+        finally:
+            for asker in askers:
+                asker.cancel()
+                with contextlib.suppress(BaseException):
+                    await asker
+        paused = d.staff.paused()
+        assert len(srv.requests) == 1
+    assert paused == {}

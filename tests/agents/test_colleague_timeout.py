@@ -1,0 +1,253 @@
+"""Colleague waits end, and when the asker stops waiting the colleague's task is withdrawn:
+taken out of the mailbox, or its run cancelled — no agent works (and spends) for nobody.
+The real daemon in-process, the real anthropic SDK against the loopback Messages API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
+from companyd.admin.blocks import RunRow
+from companyd.admin.results import ReloadApplied, Runs
+from companyd.runs import Journal, Task, new_id
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
+
+pytestmark = pytest.mark.anyio
+
+
+def requests_of(srv: MessagesAPIServer, agent: str) -> list[Any]:
+    return [r for r in srv.requests if agent_of(r) == agent]
+
+
+async def runs_of(d: Any, agent: str) -> list[RunRow]:
+    runs: Runs = await d.runs(agent=agent, limit=50)
+    return list(runs.runs)
+
+
+async def ended_runs_of(d: Any, agent: str) -> list[RunRow]:
+    """``agent``'s runs once it has one and none is still running (10 s at most)."""
+    async with asyncio.timeout(10):
+        while not (runs := await runs_of(d, agent)) or any(r["status"] == "running" for r in runs):
+            await asyncio.sleep(0.05)
+    return runs
+
+
+def ceo_consults_cfo(cfo_script: list[Any]) -> tuple[dict[str, Any], PerAgent]:
+    """A CEO that consults the CFO once, waiting 0.5 s at most, then answers itself."""
+    agents = {
+        "ceo": {"consult": ["cfo"], "colleague_timeout_seconds": 0.5},
+        "cfo": {"reports_to": "ceo"},
+    }
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("consult", {"agent": "cfo", "question": "What is our runway?"}),
+            reply_text("I will estimate it myself."),
+        ],
+        cfo=cfo_script,
+    )
+    return agents, model
+
+
+async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
+    tmp_path: Path,
+) -> None:
+    # the CFO's model call hangs far longer than the CEO waits
+    agents, model = ceo_consults_cfo([stall(30, then=reply_text("14 months"))])
+    cfg = write_company(tmp_path, agents)
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Check the runway with the CFO.")
+            cfo_runs = await ended_runs_of(d, "cfo")
+            await asyncio.sleep(0.3)  # time for a run that was not cancelled to go on
+            open_tasks = (await d.tasks()).tasks
+    assert out.status == "ok", out
+    result = [tool_results(r) for r in requests_of(srv, "ceo")][1][0]
+    assert result["is_error"] is True
+    assert "cfo did not answer within 0.5 s; the task was withdrawn" in result["content"]
+    # the CFO's run was cancelled in its model call, with the reason, and not retried
+    assert [r["status"] for r in cfo_runs] == ["cancelled"]
+    assert "withdrawn: the asker stopped waiting" in str(cfo_runs[0]["reason"])
+    assert len(requests_of(srv, "cfo")) == 1
+    assert open_tasks == []
+
+
+async def test_a_consultation_still_queued_at_its_timeout_never_runs_even_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    # the CFO is busy with another task while the CEO's question waits in its mailbox
+    agents, model = ceo_consults_cfo([stall(1.5, then=reply_text("books closed"))])
+    cfg = write_company(tmp_path, agents)
+    state = tmp_path / "state"
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, state, srv) as d:
+            busy = asyncio.create_task(d.ask("cfo", "Close the books."))
+            async with asyncio.timeout(10):
+                while not requests_of(srv, "cfo"):
+                    await asyncio.sleep(0.02)
+            out = await d.ask("ceo", "Check the runway with the CFO.")
+            first = await busy
+            await asyncio.sleep(0.3)  # the CFO is free now: a queued consultation would run
+            cfo_runs = await runs_of(d, "cfo")
+            open_tasks = (await d.tasks()).tasks
+        # and a restart does not bring it back from the journal
+        async with running_company(cfg, state, srv) as d:
+            await asyncio.sleep(0.3)
+            open_after_restart = (await d.tasks()).tasks
+    assert out.status == "ok", out
+    assert first.status == "ok" and first.answer == "books closed"
+    result = [tool_results(r) for r in requests_of(srv, "ceo")][1][0]
+    assert result["is_error"] is True and "the task was withdrawn" in result["content"]
+    # the CFO made one model call (its own task); the consultation never started
+    assert len(requests_of(srv, "cfo")) == 1
+    assert [r["status"] for r in cfo_runs] == ["ok"]
+    assert open_tasks == [] and open_after_restart == []
+
+
+async def test_a_stopped_asker_withdraws_the_task_it_was_waiting_on(tmp_path: Path) -> None:
+    # The CEO's run hits max_seconds while it waits on the CFO: the CEO stopped waiting, so
+    # the CFO's run is cancelled too instead of finishing for nobody.
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {"consult": ["cfo"], "limits": {"max_seconds": 1}}, "cfo": {"reports_to": "ceo"}},
+    )
+    model = PerAgent(
+        ceo=[reply_tool_use("consult", {"agent": "cfo", "question": "What is our runway?"})],
+        cfo=[stall(30, then=reply_text("14 months"))],
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Check the runway with the CFO.")
+            cfo_runs = await ended_runs_of(d, "cfo")
+    assert out.status == "circuit_breaker", out
+    assert [r["status"] for r in cfo_runs] == ["cancelled"]
+    assert "withdrawn: the asking run was stopped" in str(cfo_runs[0]["reason"])
+    assert len(requests_of(srv, "cfo")) == 1
+
+
+async def test_a_reviewer_that_does_not_answer_in_time_fails_the_attempt_without_a_crash(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {},
+            "cfo": {"reports_to": "ceo", "colleague_timeout_seconds": 0.5},
+            "coo": {"reports_to": "ceo"},
+        },
+    )
+    model = PerAgent(
+        ceo=[
+            reply_tool_use(
+                "delegate",
+                {"agent": "cfo", "task": "Forecast Q1 revenue.", "reviewer": "coo"},
+            ),
+            reply_text("Noted."),
+        ],
+        cfo=[reply_text("$42k"), reply_text("$42k")],
+        coo=[stall(30, then=reply_text("APPROVE")), stall(30, then=reply_text("APPROVE"))],
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
+            restarts = list(d.bus.recent({"restart"}, limit=100))
+            coo_runs = await ended_runs_of(d, "coo")
+    assert out.status == "ok", out
+    delegated = [tool_results(r) for r in requests_of(srv, "ceo")][1][0]
+    assert '"status": "failed"' in delegated["content"]
+    assert "the review could not be done" in delegated["content"]
+    assert "reviewer coo did not answer within 0.5 s" in delegated["content"]
+    # no verdict is a failed attempt, not a crash of the worker
+    assert restarts == []
+    # every review the worker stopped waiting for was cancelled, none left running
+    assert coo_runs and {r["status"] for r in coo_runs} == {"cancelled"}
+
+
+async def test_a_consultation_left_open_by_a_restart_is_withdrawn_not_run(
+    tmp_path: Path,
+) -> None:
+    # The previous process died while the CEO waited on the CFO: a consultation still
+    # queued and one mid-run are in the journal. The CEO's own run resumes with "outcome
+    # unknown" for that call, so nobody would read the answers: they are withdrawn at start.
+    # A task the operator queued is kept and runs.
+    cfg = write_company(tmp_path, {"ceo": {"consult": ["cfo"]}, "cfo": {"reports_to": "ceo"}})
+    state = tmp_path / "state"
+    journal = Journal(state / "runs.sqlite")
+    await journal.open()
+    queued, running = (
+        Task(
+            id=new_id("consult"),
+            agent="cfo",
+            prompt=prompt,
+            source="agent:ceo",
+            created=created,
+            consult_chain=("ceo",),
+        )
+        for prompt, created in (("What is our runway?", 1.0), ("And the burn?", 2.0))
+    )
+    kept = Task(
+        id=new_id("task"), agent="cfo", prompt="Close the books.", source="operator", created=3.0
+    )
+    # and a task of an agent since removed from company.yaml: closed, not left queued
+    orphan = Task(id=new_id("task"), agent="cto", prompt="Patch.", source="operator", created=4.0)
+    for t in (queued, running, kept, orphan):
+        await journal.add_task(t, t.created)
+    await journal.start_run(running, new_id("run"), 1, 2.0)
+    await journal.close()
+
+    model = PerAgent(cfo=[reply_text("books closed")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, state, srv) as d:
+            async with asyncio.timeout(10):
+                while not requests_of(srv, "cfo"):
+                    await asyncio.sleep(0.02)
+            cfo_runs = await ended_runs_of(d, "cfo")
+            await asyncio.sleep(0.3)  # a consultation that was restored would run now
+            open_tasks = (await d.tasks()).tasks
+    prompts = [str(r.body) for r in requests_of(srv, "cfo")]
+    assert len(prompts) == 1 and "Close the books." in prompts[0]
+    by_task = {r["task_id"]: r for r in cfo_runs}
+    assert by_task[running.id]["status"] == "cancelled"
+    assert "the daemon restarted" in str(by_task[running.id]["reason"])
+    assert by_task[kept.id]["status"] == "ok"
+    assert queued.id not in by_task
+    assert open_tasks == []
+
+
+async def test_removing_an_agent_withdraws_its_tasks_and_ends_every_wait(tmp_path: Path) -> None:
+    # The CFO is removed from company.yaml while it runs one task and has another queued:
+    # both askers get an answer (cancelled, with the reason) instead of waiting forever, and
+    # the journal closes both, so a CFO added again later does not inherit them.
+    cfg = write_company(tmp_path, {"ceo": {}, "cfo": {"reports_to": "ceo"}})
+    # its model call takes 2 s: the reload stops the CFO at the end of that step
+    model = PerAgent(cfo=[stall(2, then=reply_tool_use("search_nodes", {"query": "books"}))])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            running = asyncio.create_task(d.ask("cfo", "Close the books.", timeout=60))
+            async with asyncio.timeout(10):
+                while not requests_of(srv, "cfo"):
+                    await asyncio.sleep(0.02)
+            queued = asyncio.create_task(d.ask("cfo", "And the forecast.", timeout=60))
+            async with asyncio.timeout(10):
+                while d.staff.inbox_size("cfo") < 1:
+                    await asyncio.sleep(0.02)
+            write_company(tmp_path, {"ceo": {}})
+            reloaded = await d.reload()
+            async with asyncio.timeout(20):
+                outcomes = [await running, await queued]
+            await asyncio.sleep(0.2)  # the journal write is queued behind the reload
+            cfo_runs = await runs_of(d, "cfo")
+            open_tasks = (await d.tasks()).tasks
+    assert isinstance(reloaded, ReloadApplied)
+    assert reloaded.removed == ["cfo"]
+    for out in outcomes:
+        assert out.status == "cancelled", out
+        assert "removed from company.yaml" in str(out.reason)
+    assert [r["status"] for r in cfo_runs] == ["cancelled"]
+    assert "removed from company.yaml" in str(cfo_runs[0]["reason"])
+    assert open_tasks == []
+    assert len(requests_of(srv, "cfo")) == 1

@@ -1,0 +1,185 @@
+"""Where a run meets the founder, without a daemon: the approval gate's verdicts as the model
+reads them, ask_founder within the run's limits, the configuration that turns them on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from agentkit import company_yaml
+from companyd.agents import ApprovalGate, ToolCallContext, ToolError, ask_founder_tool
+from companyd.clock import ManualClock
+from companyd.config import CompanyConfig, load_config_text
+from companyd.desk import Desk, ItemState
+from companyd.events import EventBus
+from companyd.llm.blocks import ToolUseBlock
+
+CALL: ToolUseBlock = {
+    "type": "tool_use",
+    "id": "tu-1",
+    "name": "post_tweet",
+    "input": {"text": "We launch today"},
+}
+
+
+def _config(tmp_path: Path, **top: object) -> CompanyConfig:
+    text = company_yaml(
+        {"marketing": {"tools": {"require_approval": ["post_tweet"], "ask_founder": True}}},
+        **top,
+    )
+    return load_config_text(text, base_dir=tmp_path)
+
+
+def test_require_approval_adds_to_the_defaults_and_the_timeout_defaults_to_a_day(
+    tmp_path: Path,
+) -> None:
+    cfg = _config(tmp_path)
+    marketing = cfg.agents["marketing"]
+    assert marketing.require_approval == {"post_tweet"}
+    assert marketing.approval_timeout == 86_400.0
+    assert marketing.tools.ask_founder is True
+    defaults = {"tools": {"require_approval": ["send_email"], "approval_timeout": "2h"}}
+    cfg = _config(tmp_path, defaults={**_base_defaults(), **defaults})
+    assert cfg.agents["marketing"].require_approval == {"post_tweet", "send_email"}
+    assert cfg.agents["marketing"].approval_timeout == 7200.0
+
+
+def _base_defaults() -> dict[str, object]:
+    return {
+        "model": {"primary": "claude-sonnet-5-5"},
+        "limits": {"max_steps": 30, "max_cost_usd": 5, "max_seconds": "10m"},
+    }
+
+
+@pytest.mark.anyio
+async def test_an_unanswered_approval_is_a_rejection_the_model_can_read(tmp_path: Path) -> None:
+    clock = ManualClock()
+    desk = Desk(tmp_path / "desk.sqlite", bus=EventBus(clock), clock=clock)
+    gate = ApprovalGate(desk, _config(tmp_path).agents["marketing"])
+    try:
+        assert gate.needs_approval("post_tweet") and not gate.needs_approval("recall")
+        item = await gate.ask(CALL, run_id="run-1", routine=None, reason="launch")
+        waiting = asyncio.create_task(gate.wait(item))
+        async with asyncio.timeout(5):
+            while clock.sleepers == 0:
+                await asyncio.sleep(0.01)
+            clock.advance(86_400.0)
+            item = await waiting
+        refusal = gate.refusal(CALL, item)
+        assert refusal is not None and refusal["is_error"] is True
+        assert refusal["content"] == (
+            "rejected by the founder: no answer within 24 h (approval_timeout), which counts "
+            "as a rejection"
+        )
+        approved = await gate.ask(
+            {**CALL, "id": "tu-2"}, run_id="run-1", routine=None, reason="again"
+        )
+        approved = await desk.decide(approved.id, ItemState.APPROVED)
+        assert gate.refusal(CALL, approved) is None
+    finally:
+        await desk.close()
+
+
+@pytest.mark.anyio
+async def test_ask_founder_waits_no_longer_than_what_is_left_of_the_run(tmp_path: Path) -> None:
+    clock = ManualClock()
+    desk = Desk(tmp_path / "desk.sqlite", bus=EventBus(clock), clock=clock)
+    tool = ask_founder_tool(desk, _config(tmp_path).agents["marketing"])
+    ctx = ToolCallContext(
+        agent="marketing", run_id="run-1", task_id="t-1", tool_use_id="tu-1", run_seconds_left=90
+    )
+    try:
+        asking = asyncio.ensure_future(tool.handler({"question": "Friday or Monday?"}, ctx))
+        async with asyncio.timeout(5):
+            while clock.sleepers == 0:
+                await asyncio.sleep(0.01)
+            (item,) = await desk.pending()
+            assert item.deadline - item.created == 90.0  # not the 24 h approval_timeout
+            clock.advance(90.0)
+            with pytest.raises(ToolError, match=r"did not answer within 1.5 min; carry on"):
+                await asking
+        # answered in time, the answer is the result
+        again = replace(ctx, tool_use_id="tu-2", run_seconds_left=None)
+        asking = asyncio.ensure_future(tool.handler({"question": "Which city?"}, again))
+        async with asyncio.timeout(5):
+            while not await desk.pending():
+                await asyncio.sleep(0.01)
+            (item,) = await desk.pending()
+            await desk.decide(item.id, ItemState.ANSWERED, "Lisbon")
+            assert await asking == "The founder answered: Lisbon"
+    finally:
+        await desk.close()
+
+
+@pytest.mark.anyio
+async def test_ask_founder_is_bounded_per_agent_and_a_burst_is_refused_to_the_agent(
+    tmp_path: Path,
+) -> None:
+    """Issue 32 item 8: 30 questions in a burst put at most ``max_open_questions`` (3 by
+    default) on the desk — 3 messages to the founder, not 30; the rest are refused to the
+    agent with the reason as the tool's result. A resumed run asking again finds its own
+    question; an answer makes room for the next.
+    """
+    clock = ManualClock()
+    bus = EventBus(clock)
+    questions = bus.subscribe(kinds={"founder_question"})
+    desk = Desk(tmp_path / "desk.sqlite", bus=bus, clock=clock)
+    marketing = _config(tmp_path).agents["marketing"]
+    assert marketing.max_open_questions == 3
+    tool = ask_founder_tool(desk, marketing)
+
+    def ctx(n: int) -> ToolCallContext:
+        return ToolCallContext(
+            agent="marketing", run_id="run-1", task_id="t-1", tool_use_id=f"tu-{n}"
+        )
+
+    try:
+        burst = [
+            asyncio.ensure_future(tool.handler({"question": f"Question {n}?"}, ctx(n)))
+            for n in range(30)
+        ]
+        async with asyncio.timeout(10):
+            while sum(t.done() for t in burst) < 27:
+                await asyncio.sleep(0.01)
+        pending = await desk.pending()
+        assert len(pending) == 3
+        refused = [t for t in burst if t.done()]
+        for t in refused:
+            with pytest.raises(ToolError) as info:
+                t.result()
+            assert "not asked: you already have 3 question(s) waiting" in str(info.value)
+            assert "at most 3 may wait at once (tools.max_open_questions)" in str(info.value)
+            assert pending[0].id in str(info.value)
+        shown = []
+        while (event := questions.get_nowait()) is not None:
+            shown.append(event.data["item_id"])
+        assert sorted(shown) == sorted(i.id for i in pending)  # 3 messages, not 30
+        # a resumed run asking the same call again finds its question, never refused
+        first = next(t for t in burst if not t.done())
+        n = burst.index(first)
+        again = asyncio.ensure_future(tool.handler({"question": f"Question {n}?"}, ctx(n)))
+        await asyncio.sleep(0.05)
+        assert not again.done()
+        # an answer makes room for one more
+        await desk.decide(pending[0].id, ItemState.ANSWERED, "Yes")
+        more = asyncio.ensure_future(tool.handler({"question": "One more?"}, ctx(99)))
+        async with asyncio.timeout(5):
+            while len(await desk.pending()) < 3 or not any(
+                i.payload.get("question") == "One more?" for i in await desk.pending()
+            ):
+                await asyncio.sleep(0.01)
+        for t in [*burst, again, more]:
+            t.cancel()
+    finally:
+        await desk.close()
+
+
+def test_max_open_questions_has_a_default_and_an_agent_may_say_more(tmp_path: Path) -> None:
+    defaults = {**_base_defaults(), "tools": {"max_open_questions": 5}}
+    assert _config(tmp_path, defaults=defaults).agents["marketing"].max_open_questions == 5
+    text = company_yaml({"marketing": {"tools": {"ask_founder": True, "max_open_questions": 1}}})
+    assert load_config_text(text, base_dir=tmp_path).agents["marketing"].max_open_questions == 1

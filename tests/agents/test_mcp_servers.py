@@ -1,0 +1,252 @@
+"""External MCP tool servers that fail: one bad server never stops the company (issue 15,
+item 14). Real subprocess MCP servers over stdio, the real daemon in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentkit import PerAgent, running_company, tool_results, write_company
+from companyd.alerts.render_kinds import render
+from companyd.clock import ManualClock
+from companyd.config import load_config
+from companyd.errors import ConfigError
+from companyd.events import Severity
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
+
+pytestmark = pytest.mark.anyio
+
+TOOL_SERVER = Path(__file__).parent.parent / "mcp_tool_server.py"
+EXITS_AT_ONCE = {"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"]}
+NEVER_ANSWERS = {
+    "command": sys.executable,
+    "args": ["-c", "import time; time.sleep(600)"],
+    "handshake_timeout_seconds": 2,
+}
+
+
+async def _wait_for(predicate: Any, what: str, timeout: float = 60) -> Any:
+    async with asyncio.timeout(timeout):
+        while not (value := predicate()):
+            await asyncio.sleep(0.02)
+        return value
+
+
+async def test_a_server_that_fails_or_never_answers_leaves_the_agent_running_without_it(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "tool.log"
+    cfg = write_company(
+        tmp_path,
+        {
+            "marketing": {
+                "reports_to": "ceo",
+                "mcp_servers": {
+                    "social": {
+                        "command": sys.executable,
+                        "args": [str(TOOL_SERVER)],
+                        "env": {"TOOL_LOG": str(log)},
+                    },
+                    "broken": EXITS_AT_ONCE,
+                    "mute": NEVER_ANSWERS,
+                    "missing": {"command": str(tmp_path / "no-such-mcp-server")},
+                },
+            },
+            "ceo": {},
+        },
+    )
+    model = PerAgent(
+        marketing=[reply_tool_use("post_update", {"text": "hello"}), reply_text("Posted.")]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("marketing", "Post hello.")
+            assert (await d.ask("ceo", "Anything?")).status == "ok"
+            failed = d.bus.recent({"mcp_server_failed"}, limit=100)
+    assert out.status == "ok", out
+    marketing = [r for r in srv.requests if "(marketing)" in str(r.body.get("system"))]
+    names = {t["name"] for t in marketing[0].body["tools"]}
+    assert {"post_update", "read_inbox", "recall"} <= names
+    assert tool_results(marketing[1])[0]["content"] == "posted: hello"
+    by_server = {e.data["server"]: e for e in failed}
+    assert set(by_server) == {"broken", "mute", "missing"}
+    for e in failed:
+        assert e.severity == Severity.WARNING and e.data["agent"] == "marketing"
+        assert e.data["retry_in_s"] > 0
+    assert "closed the connection during the MCP handshake" in by_server["broken"].data["reason"]
+    assert "did not answer the MCP handshake within 2 s" in by_server["mute"].data["reason"]
+    assert "could not be started: No such file" in by_server["missing"].data["reason"]
+    rendered, _ = render("mcp_server_failed", by_server["mute"].data, "agent/marketing", {}, [])
+    assert rendered.title == "MCP server 'mute' of marketing failed; running without its tools"
+    assert any("did not answer the MCP handshake" in line for line in rendered.lines)
+
+
+async def test_a_failed_server_is_retried_with_backoff_and_its_tools_arrive(
+    tmp_path: Path,
+) -> None:
+    gate = tmp_path / "gate"
+    cfg = write_company(
+        tmp_path,
+        {
+            "marketing": {
+                "mcp_servers": {
+                    "social": {
+                        "command": sys.executable,
+                        "args": [str(TOOL_SERVER)],
+                        "env": {"TOOL_START_GATE": str(gate)},
+                    }
+                }
+            }
+        },
+    )
+    clock = ManualClock()
+    model = PerAgent(marketing=[reply_text("No tools yet."), reply_text("Now I have them.")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            assert (await d.ask("marketing", "First.")).status == "ok"
+            first = await _wait_for(
+                lambda: d.bus.recent({"mcp_server_failed"}, limit=10), "the first failure"
+            )
+            assert first[0].data["retry_in_s"] == 5
+            assert "exited" in first[0].data["reason"] or "closed" in first[0].data["reason"]
+            # Still failing: the next wait doubles, and is not a second warning.
+            clock.advance(5)
+            again = await _wait_for(
+                lambda: [
+                    e
+                    for e in d.bus.recent({"mcp_server_failed"}, limit=10)
+                    if e.data["attempt"] == 2
+                ],
+                "the second failure",
+            )
+            assert again[0].data["retry_in_s"] == 10 and again[0].severity == Severity.DEBUG
+            gate.touch()
+            clock.advance(10)
+            recovered = await _wait_for(
+                lambda: d.bus.recent({"mcp_server_recovered"}, limit=10), "the recovery"
+            )
+            assert recovered[0].data == {
+                "agent": "marketing",
+                "server": "social",
+                "attempt": 3,
+                "tools": ["crash", "post_update", "read_inbox"],
+            }
+            assert (await d.ask("marketing", "Second.")).status == "ok"
+    names = [{t["name"] for t in r.body["tools"]} for r in srv.requests]
+    assert "post_update" not in names[0] and {"post_update", "read_inbox"} <= names[1]
+
+
+def test_the_handshake_timeout_is_validated(tmp_path: Path) -> None:
+    bad = dict(NEVER_ANSWERS, handshake_timeout_seconds=0)
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"mute": bad}}})
+    with pytest.raises(ConfigError, match="handshake_timeout_seconds"):
+        load_config(cfg)
+    good = dict(NEVER_ANSWERS, handshake_timeout_seconds="45s")
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"mute": good}}})
+    spec = load_config(cfg).agents["marketing"].mcp_servers["mute"]
+    assert spec.handshake_timeout_seconds == 45.0
+
+
+async def test_a_server_that_dies_during_a_call_is_a_tool_error_not_a_crashed_agent(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(
+        tmp_path,
+        {
+            "marketing": {
+                "mcp_servers": {"social": {"command": sys.executable, "args": [str(TOOL_SERVER)]}}
+            }
+        },
+    )
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("crash", {}),
+            reply_tool_use("read_inbox", {}),
+            reply_text("The tool server is gone; I carried on."),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("marketing", "Crash it.")
+            restarts = d.bus.recent({"restart", "child_exited"}, limit=100)
+    assert out.status == "ok", out
+    first, second = tool_results(srv.requests[1])[0], tool_results(srv.requests[2])[0]
+    assert first["is_error"] and "MCP server 'social' failed during 'crash'" in first["content"]
+    assert second["is_error"] and "MCP server 'social'" in second["content"]
+    assert not [e for e in restarts if e.data.get("child") == "marketing"]
+
+
+async def test_tools_the_api_would_refuse_are_left_out_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One tool with a name the Messages API refuses would fail every model call of the
+    # agent (HTTP 400): such tools are left out, the server's other tools stay.
+    social = {"command": sys.executable, "args": [str(TOOL_SERVER)], "env": {"TOOL_BAD_NAMES": "1"}}
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"social": social}}})
+    model = PerAgent(marketing=[reply_text("Fine.")])
+    with caplog.at_level(logging.WARNING), MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            assert (await d.ask("marketing", "Hi.")).status == "ok"
+    names = {t["name"] for t in srv.requests[0].body["tools"]}
+    assert "post_update" in names
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names), names
+    warned = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(warned) == 1 and "'post update!'" in warned[0], warned
+
+
+async def test_a_mute_server_does_not_hold_up_the_company_start(tmp_path: Path) -> None:
+    # Agents start one after another; if each waited for its tool servers' handshakes,
+    # a few mute servers would hold READY=1 past systemd's start timeout. The agent
+    # reports started first and waits for its tools before serving tasks.
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {"mcp_servers": {"mute": NEVER_ANSWERS}}, "cfo": {"reports_to": "ceo"}},
+    )
+    model = PerAgent()
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            assert (await d.ask("ceo", "Hi.")).status == "ok"
+            history = d.bus.recent({"child_started", "mcp_server_failed"}, limit=100)
+    order = [
+        e.kind if e.kind == "mcp_server_failed" else f"started:{e.data.get('child')}"
+        for e in history
+    ]
+    assert order.index("started:cfo") < order.index("mcp_server_failed"), order
+
+
+def test_a_tool_server_starts_whatever_stderr_was_when_the_mcp_sdk_was_imported(
+    tmp_path: Path,
+) -> None:
+    # mcp's stdio_client binds its default errlog (sys.stderr) when mcp.client.stdio is
+    # imported. Imported while sys.stderr was a stream without a file descriptor (a test's
+    # capsys, an embedding app), every later server start failed with "fileno" and crashed
+    # the agent at start. A fresh interpreter shows it whatever the suite imported before.
+    script = f"""
+import asyncio, io, sys
+real, sys.stderr = sys.stderr, io.StringIO()
+import mcp.client.stdio  # default errlog bound to the StringIO
+sys.stderr = real
+from companyd.config import McpServerSpec
+from companyd.agents import McpToolServer
+
+async def main():
+    spec = McpServerSpec(command=sys.executable, args=[{str(TOOL_SERVER)!r}])
+    async with asyncio.timeout(60):
+        async with McpToolServer("t", spec) as server:
+            print(sorted(t.name for t in server.tools))
+
+asyncio.run(main())
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("[")

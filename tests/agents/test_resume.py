@@ -1,0 +1,258 @@
+"""Checkpoint and resume across a kill -9 of the whole daemon (issue 5 acceptance).
+
+The daemon runs as a real ``companyd run`` subprocess; the loopback Messages API stand-in
+runs in this process and counts the calls it served. A run is interrupted by SIGKILL, the
+daemon is started again on the same state directory, and the run completes from its last
+journaled step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from agentkit import (
+    PerAgent,
+    daemon_env,
+    daemon_process,
+    tool_results,
+    wait_until,
+    write_company,
+)
+from companyd.admin.blocks import FireRow, RunRow
+from companyd.daemon.control_client import ControlClient
+from companyd.runs import Journal
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
+
+TOOL_SERVER = Path(__file__).parent.parent / "mcp_tool_server.py"
+
+
+def _runs(state: Path) -> list[RunRow]:
+    journal = Journal(state / "runs.sqlite")
+    try:
+        return journal.run_sync(lambda db: journal.list_runs(db, limit=10))
+    finally:
+        journal.close_sync()
+
+
+def _ask_in_background(sock: Path, agent: str, question: str) -> threading.Thread:
+    def ask() -> None:
+        # the daemon is killed under it; the run's fate is read from the journal instead
+        with contextlib.suppress(Exception):
+            ControlClient(sock, timeout=120).call(
+                "ask", agent=agent, question=question, timeout=100.0
+            )
+
+    t = threading.Thread(target=ask, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_ten_step_run_killed_after_step_six_completes_without_paying_twice(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(tmp_path, {"ceo": {}})
+    state = tmp_path / "s"
+    steps = [reply_tool_use("search_nodes", {"query": f"step {i}"}) for i in range(1, 10)]
+    model = PerAgent(
+        ceo=[*steps[:6], stall(None, then=steps[6]), *steps[6:], reply_text("All ten done.")]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        env = daemon_env(srv)
+        with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
+            _ask_in_background(state / "companyd.sock", "ceo", "Do the ten-step job.")
+            # the 7th request only leaves once steps 1–6 are answered and journaled
+            srv.wait_for_requests(7, timeout=30)
+            assert srv.served == 6
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        assert [r["status"] for r in _runs(state)] == ["running"]
+        with daemon_process(cfg, state, env, tmp_path / "d2.log"):
+            done = wait_until(
+                lambda: [r for r in _runs(state) if r["status"] == "ok"],
+                timeout=30,
+                what="the resumed run to finish",
+            )
+        run = done[0]
+        assert run["steps"] == 10
+        assert run["answer"] == "All ten done."
+        # 10 LLM calls served in total, not 16: the six completed ones were not made again
+        assert srv.served == 10
+        assert len(srv.requests) == 11  # + the one in flight at the kill, never answered
+        # the resumed conversation carried on from step 6
+        first_after = srv.requests[7].body["messages"]
+        assert len(first_after) == 1 + 2 * 6
+
+
+def test_a_non_idempotent_tool_in_flight_at_the_kill_is_not_called_again(tmp_path: Path) -> None:
+    log, block = tmp_path / "tool.log", tmp_path / "block"
+    block.touch()
+    cfg = write_company(
+        tmp_path,
+        {
+            "marketing": {
+                "mcp_servers": {
+                    "social": {
+                        "command": sys.executable,
+                        "args": [str(TOOL_SERVER)],
+                        "env": {"TOOL_LOG": str(log), "TOOL_BLOCK": str(block)},
+                    }
+                }
+            }
+        },
+    )
+    state = tmp_path / "s"
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("post_update", {"text": "launch day"}),
+            reply_text("I could not confirm the post; checking first."),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        env = daemon_env(srv)
+        try:
+            with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
+                _ask_in_background(state / "companyd.sock", "marketing", "Post the launch.")
+                wait_until(
+                    lambda: log.exists() and "started" in log.read_text(),
+                    what="the tool call to start",
+                )
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=10)
+            with daemon_process(cfg, state, env, tmp_path / "d2.log"):
+                wait_until(
+                    lambda: [r for r in _runs(state) if r["status"] == "ok"],
+                    timeout=30,
+                    what="the resumed run to finish",
+                )
+        finally:
+            block.unlink()  # let the orphaned first tool server finish and exit
+    started = [line for line in log.read_text().splitlines() if line.startswith("started")]
+    assert started == ["started launch day"]  # called once, never again
+    unknown = tool_results(srv.requests[-1])[0]
+    assert unknown["is_error"] is True
+    assert "outcome of this 'post_update' call is unknown" in unknown["content"]
+    assert srv.served == 2
+
+
+def test_sigterm_during_a_run_checkpoints_and_exits_zero(tmp_path: Path) -> None:
+    cfg = write_company(tmp_path, {"ceo": {}})
+    state = tmp_path / "s"
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("search_nodes", {"query": "a"}),
+            reply_tool_use("search_nodes", {"query": "b"}, latency=1.0),
+            reply_text("finished after the restart"),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        env = daemon_env(srv)
+        with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
+            _ask_in_background(state / "companyd.sock", "ceo", "Two searches.")
+            srv.wait_for_requests(2, timeout=30)
+            proc.send_signal(signal.SIGTERM)
+            # the call in flight is answered and journaled, then the daemon exits 0
+            assert proc.wait(timeout=40) == 0
+        assert srv.served == 2
+        runs = _runs(state)
+        assert [r["status"] for r in runs] == ["running"] and runs[0]["steps"] == 2
+        with daemon_process(cfg, state, env, tmp_path / "d2.log"):
+            done = wait_until(
+                lambda: [r for r in _runs(state) if r["status"] == "ok"],
+                timeout=30,
+                what="the resumed run",
+            )
+        assert done[0]["steps"] == 3 and srv.served == 3
+
+
+def test_daemon_refuses_a_second_instance_on_the_same_state_dir(tmp_path: Path) -> None:
+    import subprocess
+
+    cfg = write_company(tmp_path, {"ceo": {}})
+    state = tmp_path / "s"
+    with (
+        MessagesAPIServer() as srv,
+        daemon_process(cfg, state, daemon_env(srv), tmp_path / "d.log") as proc,
+    ):
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "companyd",
+                "run",
+                "--config",
+                str(cfg),
+                "--state-dir",
+                str(state),
+            ],
+            env=daemon_env(srv),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 75
+        assert f"already running, pid {proc.pid}," in second.stderr
+        assert "Traceback" not in second.stderr
+    assert os.path.exists(state / "daemon.lock")
+
+
+def _fires(state: Path, routine: str) -> list[FireRow]:
+    import sqlite3
+
+    from companyd.scheduler.store import DB_NAME, recent_fires
+
+    conn = sqlite3.connect(state / DB_NAME)
+    try:
+        return [r.to_dict() for r in recent_fires(conn, routine, 10)]
+    finally:
+        conn.close()
+
+
+def test_a_routine_run_killed_mid_way_is_recorded_with_its_resumed_outcome(
+    tmp_path: Path,
+) -> None:
+    # The fire's run is journaled by the agent; after kill -9 and a restart the run resumes,
+    # and the routine's history records the fire as ok (not cancelled, no failure alert).
+    routine = {
+        "assignee": "ceo",
+        "description": "Do the three-step report.",
+        "trigger": {"cron": "0 3 1 1 *"},  # only fired by hand here
+    }
+    cfg = write_company(tmp_path, {"ceo": {}}, routines={"report": routine})
+    state = tmp_path / "s"
+    steps = [reply_tool_use("search_nodes", {"query": f"step {i}"}) for i in range(1, 3)]
+    model = PerAgent(
+        ceo=[steps[0], stall(None, then=steps[1]), steps[1], reply_text("Report done.")]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        env = daemon_env(srv)
+        with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
+
+            def fire() -> None:
+                with contextlib.suppress(Exception):  # the daemon is killed under it
+                    ControlClient(state / "companyd.sock", timeout=60).call(
+                        "run_job", routine="report"
+                    )
+
+            threading.Thread(target=fire, daemon=True).start()
+            srv.wait_for_requests(2, timeout=30)  # step 1 answered and journaled
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        [fire_row] = _fires(state, "report")
+        assert fire_row["outcome"] is None  # open: the run was in progress
+        with daemon_process(cfg, state, env, tmp_path / "d2.log"):
+            done = wait_until(
+                lambda: [f for f in _fires(state, "report") if f["outcome"] is not None],
+                timeout=30,
+                what="the resumed run's fire to be closed",
+            )
+    [row] = done
+    assert row["fire_id"] == fire_row["fire_id"]
+    assert row["outcome"] == "ok", row
+    assert "resumed from its journal" in str(row["reason"])
+    assert row["run_id"] == _runs(state)[0]["run_id"]
+    assert srv.served == 3  # step 1; after the restart step 2 and the answer (none twice)

@@ -1,0 +1,274 @@
+"""The founder's desk: items created once per asking call, decided once, expired on the
+injected clock, durable across a new Desk on the same store (a restart). The store's own
+tests run on both backends (``state_backend``: desk.sqlite, a company's PostgreSQL schema);
+those about the SQLite file itself on SQLite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from companyd.clock import ManualClock
+from companyd.desk import Desk, DeskError, DeskItem, ItemKind, ItemState
+from companyd.desk._store import MIGRATIONS, PG_POLL_SECONDS
+from companyd.events import EventBus
+from companyd.storage import SQLITE, Backend
+
+
+def _desk(
+    tmp_path: Path, clock: ManualClock, bus: EventBus | None = None, backend: Backend = SQLITE
+) -> Desk:
+    return Desk(tmp_path / "desk.sqlite", bus=bus or EventBus(clock), clock=clock, backend=backend)
+
+
+async def _approval(desk: Desk, key: str = "run-1/tu-1", timeout: float = 3600.0) -> DeskItem:
+    return await desk.request(
+        key=key,
+        kind=ItemKind.APPROVAL,
+        agent="marketing",
+        run_id="run-1",
+        routine=None,
+        payload={"tool": "post_tweet", "input": {"text": "hi"}, "reason": "launch day"},
+        timeout=timeout,
+    )
+
+
+@pytest.mark.anyio
+async def test_one_item_per_asking_call_announced_once_and_found_again_after_a_restart(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    clock = ManualClock()
+    bus = EventBus(clock)
+    desk = _desk(tmp_path, clock, bus, state_backend)
+    first = await _approval(desk)
+    again = await _approval(desk)
+    assert again.id == first.id and first.id.startswith("ap-") and first.pending
+    await desk.close()
+    reopened = _desk(tmp_path, clock, bus, state_backend)
+    try:
+        assert (await _approval(reopened)).id == first.id
+        assert [i.id for i in await reopened.pending()] == [first.id]
+    finally:
+        await reopened.close()
+    assert len(bus.recent({"founder_approval_requested"})) == 1
+
+
+@pytest.mark.anyio
+async def test_a_waiting_run_wakes_on_the_decision_and_a_second_decision_is_refused(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    clock = ManualClock()
+    desk = _desk(tmp_path, clock, backend=state_backend)
+    try:
+        item = await _approval(desk)
+        waiter = asyncio.create_task(desk.wait(item))
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        await desk.decide(item.id, ItemState.REJECTED, "not on a Sunday", by="founder")
+        async with asyncio.timeout(5):
+            done = await waiter
+        assert done.state is ItemState.REJECTED and done.text == "not on a Sunday"
+        with pytest.raises(DeskError, match=r"already rejected by founder; nothing changed"):
+            await desk.decide(item.id, ItemState.APPROVED)
+        with pytest.raises(DeskError, match=r"nothing on the founder's desk has id 'ap-nope'"):
+            await desk.decide("ap-nope", ItemState.APPROVED)
+    finally:
+        await desk.close()
+
+
+@pytest.mark.anyio
+async def test_an_unanswered_item_expires_at_its_deadline_on_the_injected_clock(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    clock = ManualClock()
+    desk = _desk(tmp_path, clock, backend=state_backend)
+    try:
+        item = await _approval(desk, timeout=86_400.0)
+        waiter = asyncio.create_task(desk.wait(item))
+        async with asyncio.timeout(5):
+            while clock.sleepers == 0:
+                await asyncio.sleep(0.01)
+            clock.advance(86_400.0)
+            done = await waiter
+        assert done.state is ItemState.EXPIRED
+        assert await desk.pending() == []
+        with pytest.raises(DeskError, match="already expired"):
+            await desk.decide(item.id, ItemState.APPROVED)
+    finally:
+        await desk.close()
+
+
+@pytest.mark.anyio
+async def test_a_question_is_answered_not_approved(tmp_path: Path, state_backend: Backend) -> None:
+    clock = ManualClock()
+    desk = _desk(tmp_path, clock, backend=state_backend)
+    try:
+        q = await desk.request(
+            key="run-2/tu-9",
+            kind=ItemKind.QUESTION,
+            agent="ceo",
+            run_id="run-2",
+            routine=None,
+            payload={"question": "Friday or Monday?"},
+            timeout=600.0,
+        )
+        assert q.id.startswith("q-")
+        with pytest.raises(DeskError, match="answer it"):
+            await desk.decide(q.id, ItemState.APPROVED)
+        with pytest.raises(DeskError, match="needs some text"):
+            await desk.decide(q.id, ItemState.ANSWERED, "  ")
+        done = await desk.decide(q.id, ItemState.ANSWERED, "Friday")
+        assert done.state is ItemState.ANSWERED and done.text == "Friday"
+    finally:
+        await desk.close()
+
+
+@pytest.mark.anyio
+async def test_the_file_carries_its_schema_version(tmp_path: Path) -> None:
+    clock = ManualClock()
+    desk = _desk(tmp_path, clock)
+    await _approval(desk)
+    await desk.close()
+    with sqlite3.connect(tmp_path / "desk.sqlite") as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+@pytest.mark.anyio
+async def test_a_desk_from_before_via_keeps_its_items_and_records_via_from_now_on(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "desk.sqlite"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(str(MIGRATIONS[0]))
+    conn.execute("PRAGMA user_version=1")
+    conn.execute(
+        "INSERT INTO items (id, key, kind, agent, run_id, routine, payload, state, created, "
+        "deadline, decided, text, decided_by) VALUES ('r-0000000001', 'task-1/result/1', "
+        "'result', 'marketing', 'run-1', 'daily-post', '{\"round\": 1}', 'approved', 1.0, 9.0, "
+        "2.0, '', 'founder')"
+    )
+    conn.execute(
+        "INSERT INTO items (id, key, kind, agent, run_id, routine, payload, state, created, "
+        "deadline) VALUES ('r-0000000002', 'task-2/result/1', 'result', 'marketing', 'run-2', "
+        "'daily-post', '{\"round\": 1}', 'pending', 1.0, 9e12)"
+    )
+    conn.close()
+    clock = ManualClock()
+    desk = _desk(tmp_path, clock)
+    try:
+        [old] = await desk.of_run("run-1")
+        assert (old.state, old.decided_by, old.via) == (ItemState.APPROVED, "founder", "")
+        done = await desk.decide("r-0000000002", ItemState.REJECTED, "off-brand", "root", "cli")
+        assert (done.decided_by, done.via, done.text) == ("root", "cli", "off-brand")
+        assert [i.id for i in await desk.of_run("run-2")] == ["r-0000000002"]
+    finally:
+        await desk.close()
+
+
+# -- several deciders on one store (two daemons on one database, the CLI beside one) -----
+
+
+@pytest.mark.anyio
+async def test_two_desks_on_one_store_deciding_the_same_item_at_once_decide_it_once(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """Each desk has its own thread and connection, as two daemons would (or the dashboard
+    and Telegram on two hosts): of two decisions sent at once exactly one is kept, the other
+    is refused with what the first was, and one ``founder_decided`` goes out. Seen failing
+    before the decision was one transaction: two approvals both "won".
+    """
+    clock = ManualClock()
+    buses = (EventBus(clock), EventBus(clock))
+    a = _desk(tmp_path, clock, buses[0], state_backend)
+    b = _desk(tmp_path, clock, buses[1], state_backend)
+    try:
+        pairs = [(ItemState.APPROVED, ItemState.APPROVED), (ItemState.APPROVED, ItemState.REJECTED)]
+        for n in range(12):
+            first, second = pairs[n % 2]
+            item = await _approval(a, key=f"run-1/tu-{n}")
+            both = await asyncio.gather(
+                a.decide(item.id, first, "a", by="alice", via="telegram"),
+                b.decide(item.id, second, "b", by="bob", via="cli"),
+                return_exceptions=True,
+            )
+            won = [r for r in both if isinstance(r, DeskItem)]
+            lost = [r for r in both if isinstance(r, DeskError)]
+            assert len(won) == len(lost) == 1, both
+            stored = await b.get(item.id)
+            assert stored is not None and stored == won[0]
+            assert str(lost[0]) == (
+                f"approval {item.id} was already {stored.state} by {stored.decided_by}; "
+                "nothing changed"
+            )
+    finally:
+        await a.close()
+        await b.close()
+    decided = [e for bus in buses for e in bus.recent({"founder_decided"})]
+    assert len(decided) == 12
+
+
+@pytest.mark.anyio
+async def test_a_run_waiting_on_one_daemon_wakes_on_a_decision_taken_by_another(
+    tmp_path: Path, pg_backend: Backend
+) -> None:
+    """On PostgreSQL the decision may come from another daemon (or the CLI on another
+    host): the waiting run re-reads its item every PG_POLL_SECONDS of the desk's clock.
+    """
+    clock = ManualClock()
+    leader = _desk(tmp_path, clock, backend=pg_backend)
+    other = _desk(tmp_path / "other-host", clock, backend=pg_backend)
+    try:
+        item = await _approval(leader)
+        waiter = asyncio.create_task(leader.wait(item))
+        async with asyncio.timeout(10):
+            while clock.sleepers == 0:
+                await asyncio.sleep(0.01)
+            await other.decide(item.id, ItemState.APPROVED, by="founder", via="cli")
+            assert not waiter.done()
+            clock.advance(PG_POLL_SECONDS)
+            done = await waiter
+        assert (done.state, done.decided_by, done.via) == (ItemState.APPROVED, "founder", "cli")
+    finally:
+        await leader.close()
+        await other.close()
+
+
+@pytest.mark.anyio
+async def test_items_asked_in_the_same_instant_keep_the_order_they_were_asked_in(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    clock = ManualClock()  # time stands still: every item has the same created
+    desk = _desk(tmp_path, clock, backend=state_backend)
+    try:
+        asked = [(await _approval(desk, key=f"run-1/tu-{n}")).id for n in (3, 1, 2)]
+        assert [i.id for i in await desk.pending()] == asked
+        assert [i.id for i in await desk.of_run("run-1")] == asked
+        assert [i.id for i in await desk.recent()] == asked[::-1]
+        latest = await desk.latest("run-1/")
+        assert latest is not None and latest.id == asked[-1]
+        assert await desk.latest("run-1/tu_") is None  # LIKE's _ is a plain character here
+    finally:
+        await desk.close()
+
+
+@pytest.mark.anyio
+async def test_asking_whether_a_desk_exists_creates_nothing(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """The CLI without a daemon asks first (``runs show``, ``inbox``, a decision): on
+    PostgreSQL "no tables yet" is a missing file's twin.
+    """
+    clock = ManualClock()
+    desk = _desk(tmp_path, clock, backend=state_backend)
+    try:
+        assert not await desk.present()
+        assert not await desk.present()
+        assert not (tmp_path / "desk.sqlite").exists()
+        await _approval(desk)
+        assert await desk.present()
+    finally:
+        await desk.close()

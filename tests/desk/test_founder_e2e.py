@@ -1,0 +1,591 @@
+"""The founder's desk end to end (issue 17 acceptance): a real ``companyd run`` subprocess,
+the real anthropic SDK against the Messages API stand-in, python-telegram-bot against the
+Bot API stand-in, and a real MCP tool server over stdio.
+
+* a ``require_approval`` tool call waits for the founder, survives a kill -9 of the daemon
+  while it waits, and runs exactly once after Approve is pressed on Telegram;
+* a rejected call never runs; the model reads "rejected by the founder: <reason>";
+* ``ask_founder`` posts the question, and a Telegram reply to it is the tool's result;
+* ``companyd inbox`` lists what waits, with its actions;
+* ``companyd runs show`` (text and --json) shows the call once, with its input, its result
+  or the founder's rejection, and who decided when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agentkit import PerAgent, daemon_env, tool_results, write_company
+from companyd.daemon.control_client import ControlClient
+from companyd.testing.bot_api import BotApiServer, SentMessage
+from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
+
+TOOL_SERVER = Path(__file__).parent.parent / "mcp_tool_server.py"
+TOKEN = "123456789:AAH-founder-test-secret-0123456789abcdef"
+FOUNDER = 111
+#: a daemon with an MCP server and the pager starts in seconds, but the suite shares its
+#: cores; readiness is not what these tests measure
+START_TIMEOUT = 90.0
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def _company(work: Path, bot: BotApiServer, tool_log: Path, **marketing: Any) -> Path:
+    return write_company(
+        work,
+        {
+            "marketing": {
+                "mcp_servers": {
+                    "social": {
+                        "command": sys.executable,
+                        "args": [str(TOOL_SERVER)],
+                        "env": {"TOOL_LOG": str(tool_log)},
+                    }
+                },
+                "tools": {"require_approval": ["post_update"]},
+                **marketing,
+            }
+        },
+        alerts={
+            "min_severity": "warning",
+            "telegram": {
+                "api_url": bot.url,
+                "bot_token_env": "TELEGRAM_BOT_TOKEN",
+                "chat_ids_env": "TELEGRAM_CHAT_ID",
+            },
+        },
+    )
+
+
+@contextlib.asynccontextmanager
+async def _daemon(cfg: Path, work: Path, srv: MessagesAPIServer) -> AsyncIterator[DaemonProcess]:
+    daemon = DaemonProcess(cfg, work / "s", log=work / "d.log", offline=False, env=_env(srv))
+    try:
+        await daemon.start(timeout=START_TIMEOUT)
+        yield daemon
+    finally:
+        if daemon.proc is not None and daemon.returncode is None:
+            await daemon.stop()
+
+
+def _approval_company(work: Path, bot: BotApiServer, **routine: Any) -> Path:
+    """:func:`_company` with marketing's ``daily-post`` at 14:00 needing the founder's
+    approval (``routine``: more of its keys, e.g. ``deliver``).
+    """
+    cfg = _company(work, bot, work / "tool.log")
+    doc = yaml.safe_load(cfg.read_text())
+    doc["routines"] = {
+        "daily-post": {
+            "assignee": "marketing",
+            "description": "Draft today's post.",
+            "trigger": {"cron": "0 14 * * *"},
+            "approval": "required",
+            **routine,
+        }
+    }
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return cfg
+
+
+def _env(model: MessagesAPIServer) -> dict[str, str]:
+    return daemon_env(model, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_CHAT_ID=str(FOUNDER))
+
+
+def _ask(daemon: DaemonProcess, agent: str, question: str) -> asyncio.Task[None]:
+    async def ask() -> None:
+        # the daemon may be killed under it; the run's fate is read from the journal
+        with contextlib.suppress(Exception):
+            await ControlClient(daemon.socket, timeout=120).acall(
+                "ask", agent=agent, question=question, timeout=100.0
+            )
+
+    return asyncio.create_task(ask())
+
+
+def _to_founder(bot: BotApiServer, needle: str) -> list[SentMessage]:
+    return [m for m in bot.messages if str(m.chat_id) == str(FOUNDER) and needle in m.text]
+
+
+async def _message(bot: BotApiServer, needle: str) -> SentMessage:
+    await bot.wait_for(lambda: bool(_to_founder(bot, needle)), timeout=30)
+    return _to_founder(bot, needle)[0]
+
+
+def _button(msg: SentMessage, label: str) -> str:
+    rows = (msg.reply_markup or {}).get("inline_keyboard") or []
+    for row in rows:
+        for b in row:
+            if label in b.get("text", ""):
+                return str(b["callback_data"])
+    raise AssertionError(f"no {label!r} button on {msg.text!r}: {rows}")
+
+
+async def _run_status(daemon: DaemonProcess, status: str) -> dict[str, Any]:
+    async with asyncio.timeout(30):
+        while True:
+            runs = (await daemon.call("runs"))["runs"]
+            done = [r for r in runs if r["status"] == status]
+            if done:
+                return dict(done[0])
+            await asyncio.sleep(0.1)
+
+
+async def _show(daemon: DaemonProcess, run_id: str) -> tuple[list[str], dict[str, Any]]:
+    """``companyd runs show RUN_ID`` as text lines and as --json."""
+    text = await daemon.cli("runs", "show", run_id)
+    js = await daemon.cli("runs", "show", run_id, "--json")
+    assert text.rc == js.rc == 0, (text.err, js.err)
+    return text.out.splitlines(), json.loads(js.out)
+
+
+def _tool_steps(transcript: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in transcript["steps"] if s["kind"] == "tool"]
+
+
+def _started(tool_log: Path) -> list[str]:
+    if not tool_log.exists():
+        return []
+    return [x for x in tool_log.read_text().splitlines() if x.startswith("started")]
+
+
+@pytest.mark.anyio
+async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
+    work: Path,
+) -> None:
+    tool_log = work / "tool.log"
+    model = PerAgent(
+        marketing=[
+            reply_tool_use(
+                "post_update",
+                {"text": "We launch today!"},
+                text="The launch post is ready; posting it as the founder asked.",
+            ),
+            reply_text("Posted the launch update."),
+        ]
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, tool_log)
+            state = work / "s"
+            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            second = DaemonProcess(cfg, state, log=work / "d2.log", offline=False, env=_env(srv))
+            try:
+                await first.start(timeout=START_TIMEOUT)
+                asking = _ask(first, "marketing", "Post the launch update.")
+                approval = await _message(bot, "wants to call post_update")
+                assert "We launch today!" in approval.text  # the arguments
+                assert "The launch post is ready" in approval.text  # the agent's reason
+                item_id = approval.text.split("approve? (")[1].split(")")[0]
+                assert _started(tool_log) == []  # nothing runs before the founder says so
+                inbox = await first.cli("inbox")
+                assert inbox.rc == 0, inbox.err
+                assert f"{item_id}  approval" in inbox.out
+                assert f"companyd approve {item_id}" in inbox.out
+
+                first.send_signal(signal.SIGKILL)
+                await first.wait(10)
+                await asking
+
+                await second.start(timeout=START_TIMEOUT)
+                # the resumed run waits for the same approval: no second request is sent
+                await asyncio.sleep(1.0)
+                assert len(_to_founder(bot, "wants to call post_update")) == 1
+                assert (await second.call("runs"))["runs"][0]["status"] == "running"
+                # the button on the message sent before the kill still works
+                bot.press_button(FOUNDER, approval.message_id, _button(approval, "Approve"))
+                run = await _run_status(second, "ok")
+                assert run["answer"] == "Posted the launch update."
+                lines, shown = await _show(second, run["run_id"])
+            finally:
+                for d in (first, second):
+                    if d.proc is not None and d.returncode is None:
+                        await d.stop()
+    assert _started(tool_log) == ["started We launch today!"]  # exactly once
+    assert tool_results(srv.requests[-1])[0]["content"] == "posted: We launch today!"
+    assert srv.served == 2  # the first model call was not paid again after the kill
+    await bot.wait_for(lambda: any("approved" in f for f in _footers(bot, approval)), timeout=10)
+    # runs show: the call once, with its input and result, and the founder's approval
+    [call] = _tool_steps(shown)
+    assert call["name"] == "post_update"
+    assert call["input"] == {"text": "We launch today!"}
+    assert call["result"] == "posted: We launch today!"
+    assert call["is_error"] is False
+    decision = call["approval"]
+    assert decision["item_id"] == item_id
+    assert (decision["decision"], decision["decided_by"]) == ("approved", "Op (@operator)")
+    assert decision["via"] == "telegram"
+    assert decision["asked"] <= decision["decided"] <= call["finished"]
+    assert shown["totals"]["tool_calls"] == 1
+    assert shown["answer"] == "Posted the launch update."
+    assert lines.count('   2. tool post_update {"text": "We launch today!"}') == 1
+    assert lines.count("      → posted: We launch today!") == 1
+    waited = [ln for ln in lines if "waited for the founder" in ln]
+    assert len(waited) == 1 and f"({item_id}, asked " in waited[0]
+    assert " · approved by Op (@operator) via telegram " in waited[0]
+
+
+def _reply(bot: BotApiServer, to: SentMessage, text: str) -> int:
+    """The founder replies to the bot's message ``to`` (as Telegram sends it); the reply's
+    message id.
+    """
+    chat = {"id": FOUNDER, "type": "private", "first_name": "Op"}
+    message_id = 9000 + len(bot.messages)
+    bot.inject_update(
+        {
+            "message": {
+                "message_id": message_id,
+                "date": int(to.date) + 5,
+                "chat": chat,
+                "from": {"id": FOUNDER, "is_bot": False, "first_name": "Op"},
+                "text": text,
+                "reply_to_message": {
+                    "message_id": to.message_id,
+                    "date": int(to.date),
+                    "chat": chat,
+                    "from": {"id": 1, "is_bot": True, "first_name": "companyd"},
+                    "text": to.text,
+                },
+            }
+        }
+    )
+    return message_id
+
+
+def _buttons_now(bot: BotApiServer, msg: SentMessage) -> list[tuple[str, str]]:
+    now = bot.find_message(FOUNDER, msg.message_id)
+    return now.buttons() if now is not None else []
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _footers(bot: BotApiServer, msg: SentMessage) -> list[str]:
+    now = bot.find_message(FOUNDER, msg.message_id)
+    return (now.text if now else "").splitlines()
+
+
+@pytest.mark.anyio
+async def test_a_rejected_call_never_runs_and_the_agent_reads_the_reason(work: Path) -> None:
+    tool_log = work / "tool.log"
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Announcing the sale."),
+            reply_text("The founder said no; I did not post."),
+        ]
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, tool_log)
+            async with _daemon(cfg, work, srv) as daemon:
+                asking = _ask(daemon, "marketing", "Announce the flash sale.")
+                approval = await _message(bot, "wants to call post_update")
+                item_id = approval.text.split("approve? (")[1].split(")")[0]
+                bot.inject_command(FOUNDER, "/inbox")
+                inbox = await _message(bot, "📥")
+                assert inbox.text.splitlines()[1:] == [
+                    f"• approval {item_id}: marketing wants to call post_update with "
+                    '{"text": "Flash sale!"} — Announcing the sale.',
+                    f"   /approve {item_id} · /reject {item_id} [REASON]",
+                ]
+                done = await daemon.cli("reject", item_id, "not", "before", "Monday")
+                assert done.rc == 0, done.err
+                assert done.out.startswith(f"rejected {item_id} (post_update call of marketing)")
+                run = await _run_status(daemon, "ok")
+                await asking
+                lines, shown = await _show(daemon, run["run_id"])
+                again = await daemon.cli("approve", item_id)
+                assert again.rc == 1
+                assert (
+                    f"approval {item_id} was already rejected by {getpass.getuser()}" in again.err
+                )
+    assert run["answer"] == "The founder said no; I did not post."
+    assert _started(tool_log) == []
+    result = tool_results(srv.requests[-1])[0]
+    assert result["is_error"] is True
+    assert result["content"] == "rejected by the founder: not before Monday"
+    # runs show: the refused call with its input, the tool error and the founder's rejection
+    [call] = _tool_steps(shown)
+    assert (call["name"], call["input"]) == ("post_update", {"text": "Flash sale!"})
+    assert call["is_error"] is True
+    assert call["result"] == "rejected by the founder: not before Monday"
+    assert call["approval"]["decision"] == "rejected"
+    assert call["approval"]["reason"] == "not before Monday"
+    assert lines.count('   2. tool post_update {"text": "Flash sale!"}') == 1
+    assert "      → error: rejected by the founder: not before Monday" in lines
+    waited = [ln for ln in lines if "waited for the founder" in ln]
+    assert len(waited) == 1
+    assert f" · rejected by {getpass.getuser()} via cli " in waited[0]
+    assert waited[0].endswith(": not before Monday")
+
+
+@pytest.mark.anyio
+async def test_ask_founder_waits_for_a_telegram_reply_to_the_question(work: Path) -> None:
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("ask_founder", {"question": "Launch on Friday or Monday?"}),
+            reply_text("Launching on Friday, as the founder said."),
+        ]
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, work / "tool.log", tools={"ask_founder": True})
+            async with _daemon(cfg, work, srv) as daemon:
+                asking = _ask(daemon, "marketing", "Plan the launch.")
+                question = await _message(bot, "Launch on Friday or Monday?")
+                assert "marketing asks you (q-" in question.text
+                _reply(bot, question, "Friday, before noon")
+                run = await _run_status(daemon, "ok")
+                await asking
+                lines, shown = await _show(daemon, run["run_id"])
+                confirm = await _message(bot, "answered q-")
+                assert "question of marketing" in confirm.text
+    assert run["answer"] == "Launching on Friday, as the founder said."
+    result = tool_results(srv.requests[-1])[0]
+    assert result["content"] == "The founder answered: Friday, before noon"
+    assert not result.get("is_error")
+    # runs show: the question and the founder's answer, as the tool call and its result
+    [call] = _tool_steps(shown)
+    assert call["name"] == "ask_founder"
+    assert call["input"] == {"question": "Launch on Friday or Monday?"}
+    assert call["result"] == "The founder answered: Friday, before noon"
+    assert "      → The founder answered: Friday, before noon" in lines
+
+
+@pytest.mark.anyio
+async def test_a_routine_with_approval_is_done_only_once_approved_after_one_change_round(
+    work: Path,
+) -> None:
+    model = PerAgent(
+        marketing=[
+            reply_text("Draft 1: We launch on Friday."),
+            reply_text("Draft 2: We launch on Friday! 🚀"),
+        ]
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _approval_company(work, bot, deliver=["telegram", "memory", "file"])
+            async with _daemon(cfg, work, srv) as daemon:
+                client = ControlClient(daemon.socket, timeout=120)
+                firing = asyncio.create_task(client.acall("run_job", routine="daily-post"))
+                first = await _message(bot, "daily-post by marketing awaits your approval")
+                assert "Draft 1: We launch on Friday." in first.text
+                history = (await daemon.call("job_history", routine="daily-post"))["fires"]
+                assert [f["outcome"] for f in history] != ["ok"]  # not done before approval
+                assert not firing.done()
+
+                change = _reply(bot, first, "Add a rocket emoji")
+                second = await _message(bot, "round 2")
+                assert "Draft 2: We launch on Friday! 🚀" in second.text
+                assert second.reply_to == change  # in the thread of the change asked for
+                # the first draft's buttons are gone: it was sent back
+                await bot.wait_for(lambda: not _buttons_now(bot, first), timeout=10)
+                follow_up = srv.requests[-1].body["messages"][0]["content"]
+                assert "Your result was:\nDraft 1: We launch on Friday." in str(follow_up)
+                assert "The founder asks for changes:\nAdd a rocket emoji" in str(follow_up)
+
+                bot.press_button(FOUNDER, second.message_id, _button(second, "Approve"))
+                async with asyncio.timeout(30):
+                    fired = await firing
+                assert fired["status"] == "ok"
+                # one short confirmation in the thread, naming what was done
+                confirm = await _message(bot, "approved —")
+                assert confirm.text == "✅ daily-post approved — delivered to memory, file"
+                assert confirm.reply_to == second.message_id
+                history = (await daemon.call("job_history", routine="daily-post"))["fires"]
+                assert history[0]["outcome"] == "ok"
+                assert history[0]["reason"] == "approved by the founder after 1 change request(s)"
+                # runs show: the changed draft's run follows the first draft's, in one thread
+                runs = (await daemon.call("runs", agent="marketing"))["runs"]
+                by_answer = {r["answer"]: r["run_id"] for r in runs}
+                draft1 = by_answer["Draft 1: We launch on Friday."]
+                draft2 = by_answer["Draft 2: We launch on Friday! 🚀"]
+                lines, shown = await _show(daemon, draft2)
+                assert shown["thread"]["reply_to"]["run_id"] == draft1
+                assert (
+                    "The founder asks for changes:\nAdd a rocket emoji" in shown["task"]["prompt"]
+                )
+                assert f"follows:  marketing's run {draft1} (ok)" in lines
+                [approved] = shown["decisions"]
+                assert (approved["decision"], approved["round"]) == ("approved", 2)
+                assert (approved["by"], approved["via"]) == ("Op (@operator)", "telegram")
+                said = [ln for ln in lines if ln.startswith("founder:")]
+                assert said == [
+                    f"founder:  approved by Op (@operator) via telegram at "
+                    f"{_utc(approved['decided'])} UTC ({approved['item_id']}, round 2)"
+                ]
+                lines, shown = await _show(daemon, draft1)
+                assert [r["run_id"] for r in shown["thread"]["replies"]] == [draft2]
+                [changes] = shown["decisions"]
+                assert changes["decision"] == "changes_requested"
+                assert (changes["by"], changes["via"]) == ("Op", "telegram")
+                assert changes["text"] == "Add a rocket emoji"
+                assert (
+                    f"founder:  changes requested by Op via telegram at {_utc(changes['decided'])}"
+                    f" UTC ({changes['item_id']}, round 1): Add a rocket emoji" in lines
+                )
+                # for docs/desk.md and the README, when they change
+                print(
+                    "",
+                    *_footers(bot, first),
+                    "",
+                    second.text,
+                    "",
+                    confirm.text,
+                    *said,
+                    *lines,
+                    sep="\n",
+                )
+                await asyncio.sleep(1.0)  # room for a second confirmation, were there one
+    assert srv.served == 2  # the change request looped once through the agent
+    assert len(_to_founder(bot, "approved —")) == 1
+    assert len(_to_founder(bot, "Draft 2: We launch on Friday! 🚀")) == 1  # not again
+
+
+@pytest.mark.anyio
+async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path) -> None:
+    model = PerAgent(marketing=[reply_text("Draft: We launch on Friday.")])
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _approval_company(work, bot)
+            state = work / "s"
+            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            second = DaemonProcess(cfg, state, log=work / "d2.log", offline=False, env=_env(srv))
+            try:
+                await first.start(timeout=START_TIMEOUT)
+
+                async def fire() -> None:
+                    with contextlib.suppress(Exception):  # the daemon is killed under it
+                        await ControlClient(first.socket, timeout=120).acall(
+                            "run_job", routine="daily-post"
+                        )
+
+                firing = asyncio.create_task(fire())
+                result = await _message(bot, "daily-post by marketing awaits your approval")
+                item_id = result.text.split("awaits your approval (")[1].split(")")[0]
+                # (the founder reads the inbox first: a kill within milliseconds of the send
+                # could beat the outbox's note that it was sent, and the message would be
+                # sent again after the restart — the outbox's at-least-once window, not this)
+                history = (await first.call("job_history", routine="daily-post"))["fires"]
+                assert history[0]["outcome"] is None  # not done before approval
+                assert f"{item_id}  result" in (await first.cli("inbox")).out
+                first.send_signal(signal.SIGKILL)
+                await first.wait(10)
+                await firing
+
+                await second.start(timeout=START_TIMEOUT)
+                inbox = await second.cli("inbox")
+                assert f"{item_id}  result" in inbox.out, inbox.err
+                history = (await second.call("job_history", routine="daily-post"))["fires"]
+                assert history[0]["outcome"] is None  # still open: waiting for the founder
+                done = await second.cli("approve", item_id)
+                assert done.rc == 0, done.err
+                async with asyncio.timeout(30):
+                    while True:
+                        fires = (await second.call("job_history", routine="daily-post"))["fires"]
+                        if fires[0]["outcome"] is not None:
+                            break
+                        await asyncio.sleep(0.1)
+                # decided on the command line: the message's buttons go away, and the
+                # confirmation comes in its thread
+                await bot.wait_for(lambda: not _buttons_now(bot, result), timeout=30)
+                footer = _footers(bot, result)[-1]
+                assert footer.startswith(f"✔ approved by {getpass.getuser()} via cli at ")
+                confirm = await _message(bot, "approved —")
+                assert confirm.text == "✅ daily-post approved — nothing more to deliver"
+                assert confirm.reply_to == result.message_id
+                lines, shown = await _show(second, fires[0]["run_id"])
+            finally:
+                for d in (first, second):
+                    if d.proc is not None and d.returncode is None:
+                        await d.stop()
+    assert fires[0]["outcome"] == "ok"
+    assert fires[0]["reason"].startswith("approved by the founder (the daemon restarted")
+    sent = _to_founder(bot, "awaits your approval")
+    assert len(sent) == 1  # asked once, not again after the restart
+    assert srv.served == 1  # the draft was not made again
+    [decision] = shown["decisions"]
+    assert (decision["decision"], decision["by"], decision["via"]) == (
+        "approved",
+        getpass.getuser(),
+        "cli",
+    )
+    assert any(
+        ln.startswith(f"founder:  approved by {getpass.getuser()} via cli at ") for ln in lines
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
+async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
+    work: Path, sig: signal.Signals
+) -> None:
+    model = PerAgent(
+        marketing=[reply_text("Draft 1: We launch on Friday."), reply_text("Draft 2: Friday! 🚀")]
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _approval_company(work, bot)
+            state = work / "s"
+            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            second = DaemonProcess(cfg, state, log=work / "d2.log", offline=False, env=_env(srv))
+            try:
+                await first.start(timeout=START_TIMEOUT)
+
+                async def fire() -> None:
+                    with contextlib.suppress(Exception):  # the daemon goes down under it
+                        await ControlClient(first.socket, timeout=120).acall(
+                            "run_job", routine="daily-post"
+                        )
+
+                firing = asyncio.create_task(fire())
+                draft = await _message(bot, "daily-post by marketing awaits your approval")
+                # the change's run is in its model call when the daemon goes down
+                srv.enqueue(stall(None))
+                change = _reply(bot, draft, "Add a rocket emoji")
+                await asyncio.to_thread(srv.wait_for_requests, 2, 60.0)
+                if sig is signal.SIGTERM:
+                    assert await first.stop(timeout=60) == 0
+                else:
+                    first.send_signal(sig)
+                    await first.wait(10)
+                srv.release_stalls()
+                await firing
+
+                await second.start(timeout=START_TIMEOUT)
+                again = await _message(bot, "round 2")
+                assert "Draft 2: Friday! 🚀" in again.text
+                assert again.reply_to == change  # in the thread of the change asked for
+                bot.press_button(FOUNDER, again.message_id, _button(again, "Approve"))
+                async with asyncio.timeout(30):
+                    while True:
+                        fires = (await second.call("job_history", routine="daily-post"))["fires"]
+                        if fires[0]["outcome"] is not None:
+                            break
+                        await asyncio.sleep(0.1)
+                await asyncio.sleep(1.0)  # room for a duplicate, were there one
+            finally:
+                for d in (first, second):
+                    if d.proc is not None and d.returncode is None:
+                        await d.stop()
+    assert fires[0]["outcome"] == "ok"
+    assert len(_to_founder(bot, "round 2")) == 1  # once, not again after the restart
+    assert len(_to_founder(bot, "awaits your approval")) == 2

@@ -1,0 +1,230 @@
+"""The package faces and the contracts' coverage (docs/architecture.md, "Faces").
+
+* Every package of src/companyd (subpackages too) declares ``__all__`` in its ``__init__``.
+* A module imports another top-level package only through its face: ``from companyd.runs
+  import Journal`` with ``Journal`` in ``companyd.runs.__all__`` — never
+  ``companyd.runs._journal``, never a module path below the package, never a name the face
+  does not declare. Root modules (``companyd.clock``) are their own face: a name taken from one
+  that declares ``__all__`` must be in it. Tests and benchmarks may reach for internals.
+* Only ``companyd/llm/claude.py`` imports ``anthropic`` (import-linter cannot hold the llm
+  package's own ``__init__`` to it, since a package contains its modules).
+* Every module and package directly under companyd is placed in the layers contract and listed
+  in every forbidden contract of pyproject.toml (import-linter's ``exhaustive`` covers the
+  first; nothing in import-linter covers the second).
+
+The checker is plain :mod:`ast` over the source tree, so it is shown failing on a temporary
+tree with a bad import.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "companyd"
+
+
+def _face(init: Path) -> list[str] | None:
+    """The ``__all__`` a module or package ``__init__`` declares (None if it declares none)."""
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                assert node.value is not None
+                return [str(v) for v in ast.literal_eval(node.value)]
+    return None
+
+
+def missing_faces(src: Path) -> list[str]:
+    """Every package ``__init__.py`` under ``src`` that declares no ``__all__``."""
+    return sorted(
+        str(p.relative_to(src.parent)) for p in src.rglob("__init__.py") if _face(p) is None
+    )
+
+
+def face_violations(src: Path) -> list[str]:
+    """Cross-package imports in ``src`` (the companyd package dir) that pass a package's face."""
+    pkg_name = src.name
+    faces: dict[str, list[str] | None] = {}
+
+    def face_of(top: str) -> list[str] | None:
+        if top not in faces:
+            init = src / top / "__init__.py"
+            faces[top] = _face(init if init.exists() else src / f"{top}.py")
+        return faces[top]
+
+    out: list[str] = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src)
+        own = rel.parts[0] if len(rel.parts) > 1 else None
+        where = f"{path.relative_to(src.parent)}"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    parts = alias.name.split(".")
+                    crosses = parts[0] == pkg_name and len(parts) > 2 and parts[1] != own
+                    if crosses and (src / parts[1]).is_dir():
+                        out.append(f"{where}:{node.lineno}: import {alias.name} (use its face)")
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                parts = node.module.split(".")
+                if parts[0] != pkg_name or len(parts) < 2 or parts[1] == own:
+                    continue
+                top = parts[1]
+                is_package = (src / top).is_dir()
+                if len(parts) > 2 and is_package:
+                    out.append(
+                        f"{where}:{node.lineno}: from {node.module} import ... reaches past "
+                        f"the face of {pkg_name}.{top}"
+                    )
+                    continue
+                face = face_of(top) if (is_package or (src / f"{top}.py").exists()) else None
+                if face is None:
+                    continue
+                for alias in node.names:
+                    if alias.name not in face:
+                        out.append(
+                            f"{where}:{node.lineno}: {alias.name!r} is not in "
+                            f"{pkg_name}.{top}.__all__"
+                        )
+    return out
+
+
+def anthropic_importers(src: Path) -> list[str]:
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            if any(n == "anthropic" or n.startswith("anthropic.") for n in names):
+                found.append(str(path.relative_to(src)))
+    return sorted(set(found))
+
+
+def top_level_names(src: Path) -> set[str]:
+    names = {p.name for p in src.iterdir() if (p / "__init__.py").exists()}
+    names |= {p.stem for p in src.glob("*.py") if p.name != "__init__.py"}
+    return names
+
+
+def test_every_package_declares_its_face() -> None:
+    assert missing_faces(SRC) == []
+
+
+def test_no_import_passes_a_face() -> None:
+    assert face_violations(SRC) == []
+
+
+def test_only_the_claude_module_imports_anthropic() -> None:
+    assert anthropic_importers(SRC) == ["llm/claude.py"]
+
+
+def _contracts() -> list[dict[str, Any]]:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts: list[dict[str, Any]] = data["tool"]["importlinter"]["contracts"]
+    return contracts
+
+
+def test_the_layers_contract_places_every_top_level_module() -> None:
+    (layers,) = [c for c in _contracts() if c["name"] == "layers (docs/architecture.md)"]
+    assert layers["exhaustive"] is True and layers["containers"] == ["companyd"]
+    placed = {name.strip() for layer in layers["layers"] for name in str(layer).split("|")}
+    assert placed == top_level_names(SRC)
+
+
+@pytest.mark.parametrize(
+    "contract",
+    # the contracts that keep something out of the whole package (a library, the stand-ins)
+    [
+        c["name"]
+        for c in _contracts()
+        if c["type"] == "forbidden"
+        and all(
+            not m.startswith("companyd.") or m == "companyd.testing" for m in c["forbidden_modules"]
+        )
+    ],
+)
+def test_every_forbidden_contract_lists_every_top_level_module(contract: str) -> None:
+    (c,) = [c for c in _contracts() if c["name"] == contract]
+    forbidden = {str(m).removeprefix("companyd.") for m in c["forbidden_modules"]}
+    listed = {str(m).removeprefix("companyd.").split(".")[0] for m in c["source_modules"]}
+    # the package that may import the forbidden module is the one left out, and says so
+    # in the contract's name; testing (the stand-ins) may use every SDK
+    exempt = {name for name in top_level_names(SRC) if name in str(c["name"])} | {"testing"}
+    assert top_level_names(SRC) - listed - exempt - forbidden == set()
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    src = tmp_path / "companyd"
+    for name, text in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    return src
+
+
+GOOD = {
+    "__init__.py": '__all__ = ["clock"]\n',
+    "clock.py": '__all__ = ["Clock"]\nclass Clock: ...\n',
+    "runs/__init__.py": ('from companyd.runs._journal import Journal\n__all__ = ["Journal"]\n'),
+    "runs/_journal.py": "class Journal: ...\ndef _row(): ...\n",
+    "desk/__init__.py": '__all__ = ["Desk"]\nfrom companyd.desk._store import Desk\n',
+    "desk/_store.py": (
+        "from companyd.runs import Journal\nfrom companyd.clock import Clock\n"
+        "from companyd.desk._x import y\nclass Desk: ...\n"
+    ),
+    "desk/_x.py": "y = 1\n",
+}
+
+
+def test_the_checker_passes_a_tree_that_keeps_to_the_faces(tmp_path: Path) -> None:
+    src = _tree(tmp_path, GOOD)
+    assert face_violations(src) == [] and missing_faces(src) == []
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ("from companyd.runs._journal import Journal\n", "reaches past the face of companyd.runs"),
+        ("from companyd.runs._journal import _row\n", "reaches past the face of companyd.runs"),
+        ("from companyd.runs import _row\n", "'_row' is not in companyd.runs.__all__"),
+        ("import companyd.runs._journal\n", "import companyd.runs._journal (use its face)"),
+        (
+            "from companyd.clock import ManualClock\n",
+            "'ManualClock' is not in companyd.clock.__all__",
+        ),
+    ],
+)
+def test_the_checker_fails_on_an_import_past_a_face(tmp_path: Path, bad: str, says: str) -> None:
+    src = _tree(tmp_path, {**GOOD, "desk/_store.py": bad + GOOD["desk/_store.py"]})
+    (violation,) = face_violations(src)
+    assert violation.startswith("companyd/desk/_store.py:1: ") and says in violation
+
+
+def test_the_checker_finds_a_package_without_a_face(tmp_path: Path) -> None:
+    src = _tree(tmp_path, {**GOOD, "alerts/__init__.py": '"""No face."""\n'})
+    assert missing_faces(src) == ["companyd/alerts/__init__.py"]
+
+
+PACKAGES = sorted(
+    "companyd." + ".".join(p.parent.relative_to(SRC).parts)
+    for p in SRC.rglob("__init__.py")
+    if p.parent != SRC
+)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_face_name_resolves(package: str) -> None:
+    # A lazy face's map (PEP 562) and its __all__ must agree: every declared name imports.
+    module = importlib.import_module(package)
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
+    assert missing == []
