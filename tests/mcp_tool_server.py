@@ -4,7 +4,8 @@ Tools:
 * ``post_update(text)`` — NOT idempotent: appends ``started <text>`` to the file named by
   ``$TOOL_LOG`` before doing its work and ``done <text>`` after; if ``$TOOL_BLOCK`` names an
   existing file it waits (up to 60 s) until that file is removed, so a test can kill the
-  daemon while the call is in flight.
+  daemon while the call is in flight. With ``$TOOL_POST_ID`` set its result is
+  ``posted id=<TOOL_POST_ID>: <text>`` (a result a ``done_when`` pattern can match).
 * ``read_inbox()`` — read-only (annotated), returns a fixed inbox.
 * ``crash()`` — the server process exits at once, mid-call.
 
@@ -44,7 +45,8 @@ def post_update(text: str) -> str:
     while block and Path(block).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     _log(f"done {text}")
-    return f"posted: {text}"
+    post_id = os.environ.get("TOOL_POST_ID")
+    return f"posted id={post_id}: {text}" if post_id else f"posted: {text}"
 
 
 @server.tool(

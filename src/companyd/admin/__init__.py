@@ -60,6 +60,8 @@ if TYPE_CHECKING:
         ThreadRun,
         Tokens,
         ToolStep,
+        VerificationCheck,
+        VerificationStep,
     )
     from companyd.admin.results import (
         AgentCounts,
@@ -177,6 +179,8 @@ __all__ = [
     "ThreadRun",
     "Tokens",
     "ToolStep",
+    "VerificationCheck",
+    "VerificationStep",
     "as_list",
     "as_mapping",
     "as_number",
@@ -195,6 +199,8 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
+    "VerificationStep": "companyd.admin.blocks",
+    "VerificationCheck": "companyd.admin.blocks",
     "as_list": "companyd.admin._status_text",
     "as_mapping": "companyd.admin._status_text",
     "as_number": "companyd.admin._status_text",

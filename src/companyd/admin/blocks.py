@@ -70,6 +70,8 @@ __all__ = [
     "Tokens",
     "ToolApproval",
     "ToolStep",
+    "VerificationCheck",
+    "VerificationStep",
 ]
 
 T = TypeVar("T")
@@ -120,6 +122,9 @@ class JournaledTask(TypedDict):
     reply_to: NotRequired[str | None]
     asked_by: NotRequired[str | None]
     asked_in: NotRequired[str | None]
+    #: a routine's ``done_when`` conditions (present only when it has some)
+    done_when: NotRequired[list[dict[str, Any]]]
+    on_unmet: NotRequired[str]
 
 
 class TaskRow(JournaledTask):
@@ -292,8 +297,39 @@ class ReviewStep(TypedDict):
     run_id: str | None
 
 
+class VerificationCheck(TypedDict):
+    """One condition a final answer was checked against (companyd.agents._verification):
+    ``source`` ``done_when`` or ``claim_check``; ``evidence`` what shows it met, or why it
+    is not; ``step`` the transcript's number of the tool call that is the evidence.
+    """
+
+    source: str
+    kind: str
+    condition: str
+    met: bool
+    evidence: str
+    tool_use_id: str | None
+    seq: int | None
+    step: NotRequired[int | None]
+
+
+class VerificationStep(TypedDict):
+    """A final answer checked against the run's record: every check, whether all held,
+    why not, and the follow-up sent to the agent (None: the run ended with this verdict).
+    """
+
+    seq: int
+    kind: Literal["verification"]
+    ts: float
+    attempt: int
+    met: bool
+    reason: str
+    checks: list[VerificationCheck]
+    follow_up: str | None
+
+
 #: A step of a transcript, told apart by ``kind``.
-Step = ModelStep | ToolStep | ReviewStep
+Step = ModelStep | ToolStep | ReviewStep | VerificationStep
 
 
 class RunTotals(TypedDict):
@@ -412,6 +448,8 @@ class Success7d(TypedDict):
     due: int
     ok: int
     rate: float | None
+    #: due fires that ended ``unverified`` (neither ok nor failed; absent from older daemons)
+    unverified: NotRequired[int]
 
 
 class RoutineRow(TypedDict):

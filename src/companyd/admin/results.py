@@ -51,6 +51,7 @@ from companyd.admin.blocks import (
     TaskAsked,
     TaskRow,
     Thread,
+    VerificationStep,
 )
 
 __all__ = [
@@ -161,11 +162,12 @@ class RunTranscript:
     """``run_show``: one run as the journal holds it (docs/agents.md, "The transcript").
 
     The blocks are the journal's (:func:`companyd.runs._transcript.read_transcript`): who
-    asked, the task, the thread, each of ``steps`` (a model call, a tool call or the review),
-    ``consultations`` (colleagues' runs), ``review`` and ``totals``; ``decisions`` are the
-    founder's on the run's result (a routine with ``approval: required``): item_id, round,
-    decision (approved, rejected, changes_requested, expired), by, via (telegram, cli),
-    asked, decided, text. ``deliveries`` are its result's, as the pager recorded them
+    asked, the task, the thread, each of ``steps`` (a model call, a tool call, the review, a
+    verification), ``consultations`` (colleagues' runs), ``review``, ``verification`` and
+    ``totals``; ``decisions`` are the founder's on the run's result (a routine with
+    ``approval: required``): item_id, round, decision (approved, rejected,
+    changes_requested, expired), by, via (telegram, cli, dashboard), asked, decided, text.
+    ``deliveries`` are its result's, as the pager recorded them
     (:class:`~companyd.admin.blocks.ResultDelivery`).
     """
 
@@ -189,6 +191,9 @@ class RunTranscript:
     answer: str
     totals: AsBuilt[RunTotals]
     decisions: AsBuilt[list[ResultDecision]] = field(default_factory=list)
+    #: the last check of the final answer against the run's record (companyd.agents.
+    #: _verification): each condition met or unmet with its evidence; None if never checked
+    verification: AsBuilt[VerificationStep | None] = None
     deliveries: AsBuilt[list[ResultDelivery]] = field(default_factory=list)
 
 

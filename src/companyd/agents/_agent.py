@@ -64,13 +64,20 @@ from companyd.agents._run import (
     turn_ended,
 )
 from companyd.agents._tools import ToolBox, ToolCallContext, unknown_outcome_result
+from companyd.agents._verification import calls_of, evaluate
 from companyd.config import AgentConfig
 from companyd.events import CircuitBreaker, RunFailed, RunFinished, RunStarted, TaskQuarantined
 from companyd.llm import ModelResponse, ToolResultBlock, ToolUseBlock, Usage, text_of, tool_uses_of
 from companyd.runs import JournaledRun, RunOutcome, RunStatus, Step, Task, TaskState, new_id
 from companyd.supervision import ChildContext
 
-__all__ = ["MAX_REVIEW_ATTEMPTS", "QUARANTINE_AFTER", "Agent", "HeartbeatTimeout"]
+__all__ = [
+    "MAX_REVIEW_ATTEMPTS",
+    "QUARANTINE_AFTER",
+    "VERIFY_RETRIES",
+    "Agent",
+    "HeartbeatTimeout",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +85,8 @@ log = logging.getLogger(__name__)
 QUARANTINE_AFTER = 2
 #: Runs a task gets when a reviewer keeps rejecting it.
 MAX_REVIEW_ATTEMPTS = 2
+#: Follow-ups a run gets, in the same run, when its answer does not hold (``on_unmet: retry``).
+VERIFY_RETRIES = 1
 
 
 class HeartbeatTimeout(Exception):
@@ -400,6 +409,10 @@ class Agent:
                     **common,
                 )
             )
+        elif status is RunStatus.UNVERIFIED:
+            # the run finished; its answer did not hold (a routine's repeated ones alert:
+            # routine_unverified)
+            deps.bus.publish(RunFinished(source=src, status=str(status), reason=reason, **common))
         else:
             deps.bus.publish(
                 RunFailed(
@@ -448,26 +461,47 @@ class Agent:
         request, anything else on a crash.
         """
         try:
-            if resumed:
-                await self._complete_pending_tools(state)
+            # the stop reason of a final answer not yet verified (a resumed run's last step)
+            ended = await self._complete_pending_tools(state) if resumed else None
             while True:
-                if self._stop.requested():
-                    raise Stopping
-                self.deps.staff.take_injected_crash(self.slug)
-                state.breaker.check(self.deps.clock.monotonic())
-                response = await self._step(state)
-                if response.stop_reason == "tool_use" and response.tool_uses:
-                    await self._run_tools(state, response.tool_uses)
-                    continue
-                if response.stop_reason == "pause_turn":
-                    continue
-                state.answer = response.text
-                return turn_ended(response.stop_reason)
+                if ended is None:
+                    if self._stop.requested():
+                        raise Stopping
+                    self.deps.staff.take_injected_crash(self.slug)
+                    state.breaker.check(self.deps.clock.monotonic())
+                    response = await self._step(state)
+                    state.unverified = None  # the follow-up was answered
+                    if response.stop_reason == "tool_use" and response.tool_uses:
+                        await self._run_tools(state, response.tool_uses)
+                        continue
+                    if response.stop_reason == "pause_turn":
+                        continue
+                    state.answer = response.text
+                    ended = response.stop_reason
+                status, reason = turn_ended(ended)
+                ended = None
+                if status is not RunStatus.OK:
+                    return status, reason
+                retry, unmet = await self._verify(state)
+                if retry:
+                    continue  # the follow-up is the next user turn: another step
+                if unmet is not None:
+                    return RunStatus.UNVERIFIED, unmet
+                return status, reason
         except BreakerTripped as exc:
             self._breaker_event(state, exc)
-            return RunStatus.CIRCUIT_BREAKER, str(exc)
+            return RunStatus.CIRCUIT_BREAKER, self._unverified_before(state, str(exc))
         except RunEnded as exc:
-            return exc.status, exc.reason
+            return exc.status, self._unverified_before(state, exc.reason)
+
+    @staticmethod
+    def _unverified_before(state: RunState, reason: str | None) -> str | None:
+        """``reason``, saying that the answer before it did not hold when a limit (or a
+        budget, or every model failing) stopped the follow-up that was to fix it.
+        """
+        if state.unverified is None:
+            return reason
+        return f"{reason or 'stopped'}; before that, the answer was unverified: {state.unverified}"
 
     def _breaker_event(self, state: RunState, exc: BreakerTripped) -> None:
         self.deps.bus.publish(
@@ -629,6 +663,14 @@ class Agent:
         started = {s.key for s in steps if s.kind == "tool_start" and s.key}
         state.seq = steps[-1].seq if steps else 0
         for s in steps:
+            if s.kind == "verification":
+                follow_up = s.payload.get("follow_up")
+                if isinstance(follow_up, str) and follow_up:
+                    # the answer did not hold and the agent was told so: that is its next turn
+                    state.messages.append({"role": "user", "content": follow_up})
+                    state.verify_retries += 1
+                    state.unverified = str(s.payload.get("reason") or "") or None
+                continue
             if s.kind != "llm":
                 continue
             p = s.llm()
@@ -637,6 +679,7 @@ class Agent:
             state.account(p["model"], usage, Decimal(p["cost"]), bool(p["offline"]))
             content = p["content"]
             state.messages.append({"role": "assistant", "content": content})
+            state.unverified = None
             # tools run only after a tool_use stop, as in _execute: a tool_use block cut
             # off by max_tokens is never run ("": a step journaled without its stop reason)
             uses = tool_uses_of(content) if state.last_stop in ("tool_use", "") else []
@@ -656,20 +699,21 @@ class Agent:
                 state.messages.append({"role": "user", "content": done})
                 state.pending = []
 
-    async def _complete_pending_tools(self, state: RunState) -> None:
+    async def _complete_pending_tools(self, state: RunState) -> str | None:
         """Finish what a crash interrupted.
 
         Tool calls with a journaled result keep it; calls that never started, or whose tool
         is idempotent, run (again); a non-idempotent call that started without a result gets
         an "outcome unknown" result instead — no second tweet. If the journal ends with a
-        final answer, the run had finished in all but its outcome row, and ends as that
-        answer's stop reason says; a turn the model paused (``pause_turn``) is continued.
+        final answer, the run had finished in all but its verification and outcome row: its
+        stop reason is returned (the run ends as it says, once verified); a turn the model
+        paused (``pause_turn``) is continued.
         """
         if not state.pending:
             last = state.messages[-1]
             if last["role"] == "assistant" and state.last_stop != "pause_turn":
-                raise RunEnded(*turn_ended(state.last_stop))
-            return
+                return state.last_stop
+            return None
         deps = self.deps
         results: list[ToolResultBlock] = []
         for p in state.pending:
@@ -687,6 +731,59 @@ class Agent:
                 results.append(await self._run_tool(state, p.tool_use))
         state.messages.append({"role": "user", "content": results})
         state.pending = []
+        return None
+
+    # -- verification -----------------------------------------------------------------------
+
+    async def _verify(self, state: RunState) -> tuple[bool, str | None]:
+        """Check the final answer against the run's journaled steps (its task's
+        ``done_when`` and the claim check; docs/agents.md, "Verification").
+
+        Returns ``(retry, unmet)``: ``(True, None)`` after sending the one follow-up
+        ``on_unmet: retry`` allows (journaled: a resumed run replays it); else ``unmet`` is
+        why the run is unverified, in plain words, or None when the answer holds (or there
+        is nothing to check). Each verdict is
+        journaled as a ``verification`` step (``companyd runs show``).
+        """
+        task = state.task
+        claim_check = self.config.claim_check
+        if not task.done_when and not claim_check:
+            return False, None
+        deps = self.deps
+        steps = await deps.journal.steps(state.run_id)
+        verdict = evaluate(
+            task.done_when,
+            state.answer,
+            calls_of(steps),
+            tools=list(self._toolbox.tools),
+            claim_check=claim_check,
+        )
+        if not verdict.checks:
+            return False, None  # no conditions, and the answer claims nothing: no step
+        retry = (
+            not verdict.met and task.on_unmet == "retry" and state.verify_retries < VERIFY_RETRIES
+        )
+        follow_up = verdict.follow_up() if retry else None
+        state.seq += 1
+        await deps.journal.append_step(
+            state.run_id,
+            state.seq,
+            "verification",
+            verdict.payload(attempt=state.verify_retries + 1, follow_up=follow_up),
+            deps.clock.time(),
+        )
+        if follow_up is not None:
+            log.info(
+                "agent %s: run %s unverified (%s); one follow-up sent",
+                self.slug,
+                state.run_id,
+                verdict.reason,
+            )
+            state.messages.append({"role": "user", "content": follow_up})
+            state.verify_retries += 1
+            state.unverified = verdict.reason
+            return True, None
+        return False, None if verdict.met else verdict.reason
 
     # -- prompts ----------------------------------------------------------------------------
 

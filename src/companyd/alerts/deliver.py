@@ -132,11 +132,28 @@ def _usd(value: Any) -> str:
         return "$?"
 
 
+def unverified_line(data: Mapping[str, Any]) -> str:
+    """``⚠ unverified: <why>`` for a result whose run ended ``unverified`` (its answer did
+    not hold against the run's record, docs/agents.md "Verification"); "" otherwise.
+    """
+    why = data.get("unverified")
+    return f"⚠ unverified: {why}" if why else ""
+
+
+def _warned(head: str, data: Mapping[str, Any]) -> str:
+    """``head``, with the unverified warning on the line under it (seen before the result)."""
+    warning = unverified_line(data)
+    return f"{head}\n{warning}" if warning else head
+
+
 def result_text(data: Mapping[str, Any]) -> str:
-    """The message for a result (``routine`` set) or a follow-up's answer (``reply_to``)."""
+    """The message for a result (``routine`` set) or a follow-up's answer (``reply_to``);
+    an unverified result says so under its heading.
+    """
     agent = str(data.get("agent") or "?")
     answer = str(data.get("answer") or "").strip() or "(no answer)"
     head = f"📝 {data['routine']} — {agent}" if data.get("routine") else f"💬 {agent}"
+    head = _warned(head, data)
     tail = f"{_usd(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
     return redact(f"{head}\n\n{answer}\n\n— {tail}")
 
@@ -149,9 +166,11 @@ def document_body(data: Mapping[str, Any], when: float, tz: ZoneInfo) -> str:
     at = datetime.fromtimestamp(when, tz).strftime("%Y-%m-%d %H:%M %Z")
     title = data.get("routine") or f"{data.get('agent')}'s answer"
     answer = str(data.get("answer") or "").strip()
+    warning = unverified_line(data)
     head = (
         f"# {title} — {at}\n\n"
         f"{data.get('agent')} · {_usd(data.get('cost_usd'))} · {data.get('run_id')}\n\n"
+        + (f"**{warning}**\n\n" if warning else "")
     )
     return redact(head + answer + "\n")
 
@@ -168,6 +187,7 @@ def document_of(data: Mapping[str, Any], when: float, tz: ZoneInfo) -> tuple[str
     preview = "\n".join(answer.splitlines()[:PREVIEW_LINES])[:PREVIEW_CHARS].rstrip()
     agent = str(data.get("agent") or "?")
     head = f"📝 {data['routine']} — {agent}" if data.get("routine") else f"💬 {agent}"
+    head = _warned(head, data)
     size = f"{len(answer):,} characters"
     tail = f"— {_usd(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
     caption = f"{head}\n📎 the whole result ({size}): {name}\n\n{preview}…\n\n{tail}"
@@ -463,7 +483,8 @@ class Results:
             severity="info",
             source="alerts",
             data={
-                k: data.get(k) for k in ("routine", "agent", "run_id", "cost_usd", "answer", "task")
+                k: data.get(k)
+                for k in ("routine", "agent", "run_id", "cost_usd", "answer", "task", "unverified")
             },
             counts={"digest_item": 1},
             first_ts=now,
@@ -515,7 +536,11 @@ class Results:
                 "observations": [
                     {
                         "entityName": entity,
-                        "contents": [f"{day} result ({data.get('run_id')}): {answer}"],
+                        "contents": [
+                            f"{day} result ({data.get('run_id')})"
+                            + (f" [{unverified_line(data)}]" if data.get("unverified") else "")
+                            + f": {answer}"
+                        ],
                     }
                 ]
             },

@@ -46,6 +46,7 @@ from companyd.events import (
     RoutineFailed,
     RoutineMissed,
     RoutineSkipped,
+    RoutineUnverified,
     RunFailed,
     SpendRunaway,
     SpendUnanswered,
@@ -377,6 +378,21 @@ def _routine_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rende
     return Rendered(title, tuple(lines))
 
 
+def _routine_unverified(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = num(data.get("in_a_row"))
+    times = "twice in a row" if n == 2 else f"{n:.0f} times in a row" if n and n > 2 else ""
+    title = f"routine {txt(data.get('routine'), 80)}: unverified {times}".rstrip()
+    lines = [
+        *line("agent", data, "agent"),
+        *line("why", data, "reason"),
+        "its answer claims work the run's own record does not show; see `companyd runs "
+        "show` for each condition and what the agent actually did",
+        *_scheduled_line(data),
+        *line("run", data, "run_id"),
+    ]
+    return Rendered(title, tuple(lines))
+
+
 def _outcome_line(data: Data) -> list[str]:
     """The scheduler's outcome when it says more than the title (``budget_exhausted``, …)."""
     outcome = data.get("outcome")
@@ -581,6 +597,9 @@ def _founder_result(data: Data, source: str, counts: Mapping[str, int]) -> Rende
         title += f", round {txt(data.get('round'))}"
     answer = data.get("answer")
     lines = [txt(answer, APPROVAL_SHOWN), "—"]
+    if has(data, "unverified"):
+        # said before the founder decides: the answer did not hold against the run's record
+        lines.insert(0, f"⚠ unverified: {txt(data.get('unverified'), 600)}")
     if isinstance(answer, str) and len(answer) > APPROVAL_SHOWN:
         # Never let the founder approve what they were not shown without saying so.
         lines.append(
@@ -687,6 +706,9 @@ KINDS: Mapping[str, KindSpec] = {
     RoutineFailed.KIND: KindSpec("routine_failed", ("routine",), _routine_failed, _routine_buttons),
     RoutineMissed.KIND: KindSpec("routine_missed", ("routine",), _routine_missed, _routine_buttons),
     RoutineSkipped.KIND: KindSpec("routine_skipped", ("routine",), _routine_skipped),
+    RoutineUnverified.KIND: KindSpec(
+        "routine_unverified", ("routine",), _routine_unverified, _routine_buttons
+    ),
     TaskQuarantined.KIND: KindSpec(
         "task_quarantined", ("task_id",), _task_quarantined, _task_buttons
     ),

@@ -22,6 +22,7 @@ __all__ = [
     "last_lines",
     "run_list_lines",
     "transcript_lines",
+    "verification_lines",
 ]
 
 #: Width of the short answer in the list.
@@ -168,14 +169,31 @@ def delivery_lines(deliveries: list[Mapping[str, Any]]) -> list[str]:
     """What became of a run's result, one line per delivery, in order. A "queued" line is
     left out once a later line says the same channel delivered it (``--json`` keeps both).
     """
-    done = {(d.get("to"), d.get("where")) for d in deliveries if d.get("outcome") == "delivered"}
-    done_to = {to for to, _ in done}
+    done_to = {d.get("to") for d in deliveries if d.get("outcome") == "delivered"}
     out = []
     for d in deliveries:
         if d.get("outcome") == "queued" and d.get("to") in done_to:
             continue
         out.append(str(d.get("text") or f"{d.get('outcome')} ({d.get('to')})"))
     return out
+
+
+def verification_lines(v: Mapping[str, Any] | None) -> list[str]:
+    """The ``verification`` block of ``runs show``: each condition met (✓) or unmet (✗),
+    with its evidence (the tool call's step) or its reason; nothing if never verified.
+    """
+    if not v:
+        return []
+    checks = v.get("checks") or []
+    unmet = sum(1 for c in checks if not c.get("met"))
+    head = "verified" if not unmet else f"unverified ({unmet} of {len(checks)} unmet)"
+    lines = ["", f"verification: {head}"]
+    for c in checks:
+        mark = "✓" if c.get("met") else "✗"
+        step = f" (step {c['step']})" if c.get("step") else ""
+        claim = " [claim check]" if c.get("source") == "claim_check" else ""
+        lines.append(f"  {mark} {c.get('condition')}{claim}: {c.get('evidence')}{step}")
+    return lines
 
 
 def transcript_lines(t: Mapping[str, Any]) -> list[str]:
@@ -242,6 +260,12 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
             verdict = "approved" if step.get("approved") else f"rejected: {step.get('verdict')}"
             link = f" (run {step['run_id']})" if step.get("run_id") else ""
             lines.append(f"  {n:>2}. review by {step.get('reviewer')}: {verdict}{link}")
+        elif kind == "verification":
+            said = "holds" if step.get("met") else f"does not hold: {step.get('reason')}"
+            lines.append(f"  {n:>2}. verification of the answer: {said}")
+            if step.get("follow_up"):
+                lines.append("      → follow-up sent to the agent (one more chance in this run)")
+    lines += verification_lines(t.get("verification"))
     lines += ["", "answer:"]
     answer = str(t.get("answer") or "").strip()
     lines += [f"  {line}".rstrip() for line in answer.splitlines()] if answer else ["  (none)"]

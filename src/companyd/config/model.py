@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from companyd.config.schema import (
     BudgetSpec,
@@ -60,6 +60,8 @@ class AgentConfig:
     heartbeat_seconds: float
     can_modify: tuple[str, ...]
     enabled: bool
+    #: check the final answer's claims of tool use (``defaults.claim_check``)
+    claim_check: bool = True
 
 
 #: The ``assignee`` of a backup routine: not a valid agent slug, so it names no agent (the
@@ -103,6 +105,10 @@ class RoutineConfig:
     backup: BackupConfig | None = None
     #: where the result goes (``deliver:``; default ``telegram`` with an expected_output)
     deliver: tuple[str, ...] = ()
+    #: the ``done_when`` conditions as plain data (docs/agents.md, "Verification")
+    done_when: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)  # keeps it hashable
+    #: ``retry`` (one follow-up in the same run) or ``report``
+    on_unmet: Literal["retry", "report"] = "retry"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,6 +258,7 @@ def resolve(
             heartbeat_seconds=a.heartbeat_seconds or d.heartbeat_seconds,
             can_modify=a.can_modify,
             enabled=a.enabled,
+            claim_check=d.claim_check,
         )
     base_dir = Path(os.path.realpath(path)).parent  # as CompanyConfig.base_dir
     routines = {slug: _routine(slug, r, spec, base_dir) for slug, r in spec.routines.items()}
@@ -316,4 +323,6 @@ def _routine(slug: str, r: RoutineSpec, spec: CompanyFile, base_dir: Path) -> Ro
         enabled=r.enabled,
         approval=r.approval,
         deliver=default_deliveries(r),
+        done_when=tuple(c.as_dict() for c in r.done_when),
+        on_unmet=r.on_unmet,
     )

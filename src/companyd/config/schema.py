@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from companyd.config.done_when import DoneWhenSpec
 from companyd.config.scalars import (
     CredentialName,
     Duration,
@@ -280,6 +281,10 @@ class RoutineSpec(Spec):
     approval: Literal["none", "required"] = "none"
     enabled: bool = True
     deliver: tuple[Delivery, ...] | None = None
+    #: evidence the run must leave before it counts as done (docs/agents.md, "Verification")
+    done_when: tuple[DoneWhenSpec, ...] = ()
+    #: what an unmet done_when does: one follow-up to the agent in the same run, or none
+    on_unmet: Literal["retry", "report"] = "retry"
 
     @field_validator("deliver")
     @classmethod
@@ -306,6 +311,8 @@ class RoutineSpec(Spec):
                 given.append("precondition")
             if self.approval != "none":
                 given.append("approval")
+            if self.done_when:
+                given.append("done_when")
             if given:
                 raise ValueError(
                     f"a backup routine runs no agent and fires every 'backup.every'; remove "
@@ -340,6 +347,8 @@ class DefaultsSpec(Spec):
     limits: LimitsSpec = LimitsSpec(max_cost_usd=1.0, max_steps=20, max_seconds=600.0)
     heartbeat_seconds: Duration = 300.0
     tools: DefaultToolsSpec = DefaultToolsSpec()
+    #: check every final answer's claims of tool use against the run (docs/agents.md)
+    claim_check: bool = True
 
 
 Severity = Literal["critical", "warning", "info", "off"]

@@ -138,6 +138,8 @@ def _desk_entry(item: DeskItem) -> InboxItem:
         actions = ["approve", "reject"]
     elif item.kind is ItemKind.RESULT:
         summary = f"result of {item.routine} by {item.agent} awaits approval: "
+        if p.get("unverified"):  # said before the founder decides (docs/agents.md)
+            summary += f"⚠ unverified: {_short(p.get('unverified'), 200)} — "
         summary += _short(p.get("answer"), 200)
         actions = ["approve", "changes", "reject"]
     elif item.kind is ItemKind.KEPT:

@@ -399,6 +399,7 @@ class Desk:
                     cost_usd=float(p.get("cost_usd") or 0.0),
                     round=int(p.get("round") or 1),
                     follows=p.get("follows") or None,
+                    unverified=p.get("unverified") or None,
                     **common,
                 )
             )

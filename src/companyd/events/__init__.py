@@ -75,6 +75,7 @@ from companyd.events.routines import (
     RoutineMissed,
     RoutineResult,
     RoutineSkipped,
+    RoutineUnverified,
 )
 from companyd.events.supervision import (
     AutoShutdown,
@@ -142,6 +143,7 @@ __all__ = [
     "RoutineMissed",
     "RoutineResult",
     "RoutineSkipped",
+    "RoutineUnverified",
     "RunFailed",
     "RunFinished",
     "RunStarted",

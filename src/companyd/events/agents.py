@@ -41,7 +41,9 @@ class RunStarted(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class RunFinished(Event):
-    """A run ended ok."""
+    """A run ended ok — or ``unverified`` (``status``): its model ended its turn, but the
+    answer did not hold against the run's record; ``reason`` says why.
+    """
 
     KIND = "run_finished"
     status: str
@@ -53,6 +55,7 @@ class RunFinished(Event):
     steps: int
     models: list[str]
     offline: bool
+    reason: str | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +206,8 @@ class FounderResultForApproval(Event):
     cost_usd: float
     round: int
     follows: str | None = optional()
+    #: the run ended ``unverified``: why (shown before the founder decides)
+    unverified: str | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         StepPayload,
         TaskState,
         ToolStartStep,
+        VerificationPayload,
     )
     from companyd.runs._retention import RunRetention
     from companyd.runs._tasks import RunOutcome, RunStatus, Task, follow_up_prompt, new_id
@@ -47,6 +48,7 @@ __all__ = [
     "Task",
     "TaskState",
     "ToolStartStep",
+    "VerificationPayload",
     "cut",
     "follow_up_prompt",
     "full_size",
@@ -55,6 +57,7 @@ __all__ = [
 ]
 
 _HOMES: dict[str, str] = {
+    "VerificationPayload": "companyd.runs._records",
     "ApprovalStep": "companyd.runs._records",
     "Journal": "companyd.runs._journal",
     "JournaledRun": "companyd.runs._records",

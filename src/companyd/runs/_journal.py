@@ -540,6 +540,22 @@ class Journal:
 
         return await self._run(q)
 
+    async def steps(self, run_id: str) -> list[Step]:
+        """The journaled steps of ``run_id``, in order (the run's own record: what its
+        final answer is verified against, companyd.agents._verification).
+        """
+
+        def q(db: Connection) -> list[Step]:
+            return [
+                Step(seq=s[0], kind=s[1], key=s[2], payload=json.loads(s[3]), ts=s[4])
+                for s in db.execute(
+                    "SELECT seq, kind, key, payload, ts FROM steps WHERE run_id = ? ORDER BY seq",
+                    (run_id,),
+                )
+            ]
+
+        return await self._run(q)
+
     async def attempts(self, task_id: str) -> int:
         """How many runs ``task_id`` has had."""
         return await self._run(

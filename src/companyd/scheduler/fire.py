@@ -58,6 +58,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: appended to the reason of a fire whose run resumed after a stop
+#: Run statuses whose result goes to the founder with ``approval: required`` (an
+#: ``unverified`` one with its warning, before they decide).
+SETTLED_BY_FOUNDER = frozenset({RunStatus.OK, RunStatus.UNVERIFIED})
 RESUMED = "the run was interrupted by a stop of the daemon and resumed from its journal"
 #: appended to the reason of a fire whose result waited for approval across a restart
 WAITED = "the daemon restarted while the result waited for the founder"
@@ -277,6 +280,8 @@ class Fires:
             routine=r.slug,
             expected_output=r.expected_output,
             reviewer=r.reviewer,
+            done_when=r.done_when,
+            on_unmet=r.on_unmet,
         )
         store = self._rec.store
         assert store is not None
@@ -300,7 +305,7 @@ class Fires:
                     f"{type(exc).__name__}: {exc}"
                 ),
             )
-        if r.approval == "required" and outcome.status is RunStatus.OK and self._gate:
+        if r.approval == "required" and outcome.status in SETTLED_BY_FOUNDER and self._gate:
             # the fire counts as done only once the founder approves its result
             outcome = await self._gate.settle(task, outcome)
         result = from_run_status(outcome.status)
@@ -378,7 +383,7 @@ class Fires:
                 needs_approval
                 and slot is not None
                 and slot.config.approval == "required"
-                and outcome.status is RunStatus.OK
+                and outcome.status in SETTLED_BY_FOUNDER
                 and self._gate is not None
                 and rec.task_id
             ):

@@ -344,12 +344,32 @@ def routine_stats(conn: Connection, since: float) -> dict[str, RoutineStats]:
     planned stop excluded).
     """
     rows = conn.execute(
-        "SELECT routine, SUM(fires), SUM(CASE WHEN outcome = 'ok' THEN fires ELSE 0 END) "
+        "SELECT routine, SUM(fires), SUM(CASE WHEN outcome = 'ok' THEN fires ELSE 0 END), "
+        "SUM(CASE WHEN outcome = 'unverified' THEN fires ELSE 0 END) "
         "FROM fires WHERE scheduled >= ? AND kind != 'manual' AND outcome IS NOT NULL "
         "AND outcome NOT IN ('idle', 'stopped') GROUP BY routine",
         (since,),
     ).fetchall()
-    return {r[0]: RoutineStats(routine=r[0], due=int(r[1]), ok=int(r[2])) for r in rows}
+    return {
+        r[0]: RoutineStats(routine=r[0], due=int(r[1]), ok=int(r[2]), unverified=int(r[3]))
+        for r in rows
+    }
+
+
+def unverified_in_a_row(conn: Connection, routine: str) -> int:
+    """How many of ``routine``'s latest finished runs in a row ended ``unverified`` (fires
+    that ran no task — idle, skipped, missed, stopped — neither break nor extend the row).
+    """
+    n = 0
+    for (outcome,) in conn.execute(
+        "SELECT outcome FROM fires WHERE routine = ? AND outcome IS NOT NULL AND outcome NOT IN "
+        "('idle', 'skipped', 'missed', 'stopped') ORDER BY ended DESC, id DESC LIMIT 100",
+        (routine,),
+    ):
+        if outcome != "unverified":
+            break
+        n += 1
+    return n
 
 
 def insert_fires(conn: Connection, records: Iterable[FireRecord]) -> None:

@@ -126,6 +126,8 @@ class RoutineStats:
     routine: str
     due: int
     ok: int
+    #: due runs that ended ``unverified`` (neither ok nor failed)
+    unverified: int = 0
 
     @property
     def success_rate(self) -> float | None:

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from companyd.admin import RoutineRow
 from companyd.clock import utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
+from companyd.scheduler.outcomes import Outcome
 from companyd.scheduler.store import FireRecord, RoutineState, RoutineStats
 from companyd.scheduler.triggers import (
     build_trigger,
@@ -78,7 +79,12 @@ class JobView:
             "catch_up_pending": _iso(self.catch_up_pending),
             "last": self.last.to_dict() if self.last else None,
             "in_progress": self.in_progress,
-            "success_7d": {"due": self.stats.due, "ok": self.stats.ok, "rate": rate},
+            "success_7d": {
+                "due": self.stats.due,
+                "ok": self.stats.ok,
+                "rate": rate,
+                "unverified": self.stats.unverified,
+            },
         }
 
     @classmethod
@@ -98,7 +104,10 @@ class JobView:
             last=FireRecord.from_dict(d["last"]) if d.get("last") else None,
             in_progress=int(d.get("in_progress", 0)),
             stats=RoutineStats(
-                routine=d["routine"], due=d["success_7d"]["due"], ok=d["success_7d"]["ok"]
+                routine=d["routine"],
+                due=d["success_7d"]["due"],
+                ok=d["success_7d"]["ok"],
+                unverified=int(d["success_7d"].get("unverified") or 0),
             ),
         )
 
@@ -207,7 +216,8 @@ def _rate(stats: RoutineStats) -> str:
     rate = stats.success_rate
     if rate is None:
         return "— (none due)"
-    return f"{rate * 100:.1f}% ({stats.ok}/{stats.due})"
+    apart = f", {stats.unverified} unverified" if stats.unverified else ""
+    return f"{rate * 100:.1f}% ({stats.ok}/{stats.due}{apart})"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -284,6 +294,23 @@ def format_history(routine: RoutineConfig | None, slug: str, records: Sequence[F
         head
         + "\n"
         + _table(("SCHEDULED", "KIND", "OUTCOME", "STARTED", "TOOK", "COST", "RUN", "REASON"), rows)
+        + "\n"
+        + _tally(records)
+    )
+
+
+def _tally(records: Sequence[FireRecord]) -> str:
+    """One line under the history: its due runs by outcome — ``unverified`` apart from
+    ``ok`` and from the failures (the runs whose work did not demonstrably happen).
+    """
+    due = [r for r in records if r.outcome and r.outcome not in (Outcome.IDLE, Outcome.STOPPED)]
+    ok = sum(r.fires for r in due if r.outcome == Outcome.OK)
+    unverified = sum(r.fires for r in due if r.outcome == Outcome.UNVERIFIED)
+    total = sum(r.fires for r in due)
+    other = total - ok - unverified
+    return (
+        f"shown: {total} due run(s): {ok} ok · {unverified} unverified · {other} failed, "
+        "missed or skipped"
     )
 
 

@@ -40,7 +40,14 @@ _SPEND_KINDS = frozenset(
      "budget_raised"}
 )  # fmt: skip
 _ROUTINE_KINDS = frozenset(
-    {"routine_failed", "routine_missed", "routine_skipped", "routine_result", "daemon_reloaded"}
+    {
+        "routine_failed",
+        "routine_missed",
+        "routine_skipped",
+        "routine_result",
+        "routine_unverified",
+        "daemon_reloaded",
+    }
 )
 
 
