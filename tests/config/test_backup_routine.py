@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from companyd.config import BACKUP_ASSIGNEE, load_config, resolved_view
@@ -55,7 +56,7 @@ def test_show_config_prints_every_section_with_every_effective_default(tmp_path:
     state. Every section of the schema is there now, and a routine shows its resolved
     deliver (telegram by default with an expected_output) and approval.
     """
-    from companyd.config import SECTIONS, CompanyFile
+    from companyd.config import SECTIONS, AgentConfig, CompanyFile
     from companyd.config.schema import RoutineSpec
 
     path = tmp_path / "company.yaml"
@@ -72,6 +73,10 @@ def test_show_config_prints_every_section_with_every_effective_default(tmp_path:
     sections = {"schema" if k == "schema_" else k for k in CompanyFile.model_fields}
     assert sections <= set(view), sections - set(view)
     assert list(view) == list(SECTIONS)
+    every_agent_field = {f.name for f in dataclasses.fields(AgentConfig)} - {"slug"}
+    assert every_agent_field <= set(view["agents"]["ceo"]), every_agent_field - set(
+        view["agents"]["ceo"]
+    )
     post = view["routines"]["post"]
     assert set(RoutineSpec.model_fields) - {"backup"} <= set(post)
     assert post["deliver"] == ["telegram"] and post["approval"] == "none"

@@ -65,10 +65,15 @@ def resolved_view(cfg: CompanyConfig) -> dict[str, Any]:
             "limits": dump(a.limits),
             "heartbeat_seconds": a.heartbeat_seconds,
             "tools": dump(a.tools),
+            # the effective ones: the agent's and the defaults' together
+            "require_approval": sorted(a.require_approval),
+            "approval_timeout": a.approval_timeout,
+            "max_open_questions": a.max_open_questions,
             "consult": list(a.consult),
             "max_consult_depth": a.max_consult_depth,
             "colleague_timeout_seconds": a.colleague_timeout_seconds,
             "can_modify": list(a.can_modify),
+            "claim_check": a.claim_check,
             "mcp_servers": {name: dump(m) for name, m in a.mcp_servers.items()},
             "instructions": a.instructions,
         }
@@ -96,6 +101,8 @@ def resolved_view(cfg: CompanyConfig) -> dict[str, Any]:
             "reviewer": r.reviewer,
             "approval": r.approval,
             "deliver": list(r.deliver),
+            "done_when": [dict(c) for c in r.done_when],
+            "on_unmet": r.on_unmet,
             "enabled": r.enabled,
         }
     departments = {
