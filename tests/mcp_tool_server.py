@@ -8,9 +8,13 @@ Tools:
   ``posted id=<TOOL_POST_ID>: <text>`` (a result a ``done_when`` pattern can match).
 * ``read_inbox()`` — read-only (annotated), returns a fixed inbox.
 * ``crash()`` — the server process exits at once, mid-call.
+* ``hog(mb)`` — allocates ``mb`` MiB; past the server's memory limit it exits (out of memory).
 
 With ``$TOOL_BAD_NAMES`` set it also offers ``post update!`` and a 200-character name,
 which the Messages API would refuse (tool names are ``[a-zA-Z0-9_-]{1,64}``).
+
+With ``$TOOL_VARIANT=2`` (an "updated" server) ``post_update`` has another description and
+a new tool, ``delete_post(post_id)`` (annotated destructive), is offered.
 
 If ``$TOOL_START_GATE`` names a file that does not exist, the server exits at once with
 status 2 (a server that fails to start until the test opens the gate).
@@ -37,7 +41,14 @@ def _log(line: str) -> None:
             os.fsync(f.fileno())
 
 
-@server.tool(description="Post a status update to the outside world (not idempotent).")
+VARIANT = os.environ.get("TOOL_VARIANT", "1")
+
+
+@server.tool(
+    description="Post a status update to the outside world (not idempotent)."
+    if VARIANT == "1"
+    else "Post a status update, and also email it to every customer (not idempotent)."
+)
 def post_update(text: str) -> str:
     _log(f"started {text}")
     block = os.environ.get("TOOL_BLOCK")
@@ -60,6 +71,23 @@ def read_inbox() -> str:
 @server.tool(description="Crash the tool server (for tests).")
 def crash() -> str:
     os._exit(1)
+
+
+@server.tool(description="Allocate and touch `mb` MiB of memory (for the resource-limit tests).")
+def hog(mb: int) -> str:
+    try:
+        block = bytearray(mb * 2**20)  # zero-filled: every page is touched
+    except MemoryError:
+        # Out of memory, the server dies, as a Node server does; the limit is what hit it.
+        os._exit(70)
+    return f"allocated {len(block) // 2**20} MiB"
+
+
+if VARIANT == "2":
+
+    @server.tool(description="Delete a post.", annotations=ToolAnnotations(destructive_hint=True))
+    def delete_post(post_id: str) -> str:
+        return f"deleted {post_id}"
 
 
 if os.environ.get("TOOL_BAD_NAMES"):

@@ -107,6 +107,14 @@ class RecordingAdmin:
         self.calls.append(("run_job", routine))
         return {"routine": routine, "started": True}
 
+    async def resume_all(self) -> Any:
+        self.calls.append(("resume_all", ""))
+        return {"resumed": [], "message": "no agent was paused"}
+
+    async def resume_job(self, routine: str) -> Any:
+        self.calls.append(("resume_job", routine))
+        return {"routine": routine, "resumed": True, "message": f"resumed routine {routine}"}
+
     async def pause(self, agent: str) -> Any:
         self.calls.append(("pause", agent))
         self._agent(agent)
@@ -189,6 +197,14 @@ class RecordingAdmin:
     async def reload(self) -> Any:
         self.calls.append(("reload",))
         return {"reloaded": True}
+
+    async def tools(self, agent: str | None = None) -> Any:
+        self.calls.append(("tools", agent))
+        return {"day": "2026-01-01", "tools": []}
+
+    async def tools_approve(self, server: str, agent: str | None = None) -> Any:
+        self.calls.append(("tools_approve", server, agent))
+        return {"server": server, "approved": []}
 
     async def backup(self, to: str) -> Any:
         self.calls.append(("backup", to))
@@ -434,8 +450,71 @@ KIND_CASES: list[tuple[str, str, dict[str, Any], list[str], list[str]]] = [
         "api_spend_limit",
         "roles",
         {"message": "enforced_spend_limit_reached", "paused": ["ceo", "cfo"]},
-        ["spend limit reached", "enforced_spend_limit_reached", "paused: ceo, cfo"],
+        [
+            "spend limit reached",
+            "enforced_spend_limit_reached",
+            "paused: ceo, cfo",
+            "companyd resume --all",
+        ],
         [],
+    ),
+    (
+        "quota_wall",
+        "agents",
+        {
+            "agents": ["ceo", "cfo"],
+            "models": ["claude-sonnet-5-5"],
+            "until": 1_800_000_900.0,
+            "until_text": "14:35",
+            "message": "claude-sonnet-5-5: ModelRateLimited: rate limited",
+        },
+        ["rate limited until 14:35: ceo, cfo paused", "resume by themselves at 14:35"],
+        [],
+    ),
+    (
+        "quota_wall_lifted",
+        "agents",
+        {"agents": ["ceo", "cfo"], "until_text": "14:35"},
+        ["rate limit lifted (14:35): ceo, cfo run again"],
+        [],
+    ),
+    (
+        "routine_paused",
+        "scheduler",
+        {
+            "routine": "daily-post",
+            "agent": "marketing",
+            "failures": 3,
+            "reasons": ["failed: a", "failed: b", "unverified: c"],
+        },
+        [
+            "routine daily-post paused after 3 failed runs in a row",
+            "unverified: c",
+            "companyd jobs resume daily-post",
+        ],
+        [],
+    ),
+    (
+        "routine_limit_reached",
+        "scheduler",
+        {"routine": "poll", "agent": "coo", "max_runs_per_day": 24, "day": "2027-01-04"},
+        ["routine poll reached max_runs_per_day (24)", "2027-01-04"],
+        [],
+    ),
+    (
+        "founder_reminder",
+        "agent/cfo",
+        {
+            "item_id": "ap-1",
+            "item_kind": "approval",
+            "agent": "cfo",
+            "run_id": "run-1",
+            "created": 1_800_000_000.0,
+            "deadline": 1_800_086_400.0,
+            "summary": "cfo wants to call pay_invoice",
+        },
+        ["still waiting for you: ap-1", "pay_invoice", "it is denied"],
+        ["Approve", "Reject"],
     ),
     (
         "api_key_refused",

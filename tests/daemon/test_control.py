@@ -174,6 +174,12 @@ class Company:
     async def reload(self) -> Any:
         return self.reload_result
 
+    async def tools(self, agent: str | None = None) -> Any:
+        return {"day": "2026-01-01", "tools": []}
+
+    async def tools_approve(self, server: str, agent: str | None = None) -> Any:
+        return {"server": server, "approved": []}
+
     async def backup(self, to: str) -> Any:
         return {"path": to}
 
@@ -220,6 +226,12 @@ class Company:
 
     async def run_job(self, routine: str) -> Any:
         raise self._absent("run_job")
+
+    async def resume_all(self) -> Any:
+        raise self._absent("resume_all")
+
+    async def resume_job(self, routine: str) -> Any:
+        raise self._absent("resume_job")
 
     async def runs(
         self,

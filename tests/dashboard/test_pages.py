@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from starlette.requests import Request
 
-from companyd.clock import ManualClock
+from companyd.clock import ManualClock, clock_time
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
 from companyd.dashboard.pages.inbox import waiting
@@ -23,6 +24,7 @@ from companyd.dashboard.pages.spend import CSV_COLUMNS
 from companyd.desk import ItemKind
 from companyd.llm.offline import OfflineModel
 from companyd.runs import Task, new_id
+from companyd.scheduler import guards
 from companyd.testing.daemon import short_dir
 
 from .pagekit import KEY_VAR, SECRET, Page, Site, running_site
@@ -123,6 +125,33 @@ async def test_routines_run_now_goes_through_admin_with_csrf(site: Site) -> None
     assert "no-such-routine" in unknown.text
 
 
+async def test_a_routine_paused_after_failures_is_resumed_from_its_page(site: Site) -> None:
+    sched = site.daemon.scheduler
+    why = "paused after 3 runs in a row that did not succeed (pause_after_failures: 3)"
+    store = sched._rec.store  # the routine history's writer (what a third failure does)
+    assert store is not None
+    await store.call(lambda c: guards.set_routine_paused(c, "weekly-review", why, 0.0))
+    page = await site.get("/routines/weekly-review")
+    assert why in page.text and 'aria-label="Resume weekly-review"' in page.text
+    sub = site.daemon.bus.subscribe(kinds={"operator_action", "routine_resumed"})
+    resumed = await site.post("/routines/weekly-review/resume")
+    assert resumed.status_code == 200 and "Resume weekly-review" not in resumed.text
+    assert await sched.paused_routines() == {}
+    kinds = [e.kind for e in (sub.get_nowait(), sub.get_nowait()) if e is not None]
+    assert sorted(kinds) == ["operator_action", "routine_resumed"]
+
+
+async def test_an_agent_behind_a_quota_wall_shows_paused_until_its_time(site: Site) -> None:
+    d = site.daemon
+    until = d.clock.time() + 900
+    hhmm = clock_time(until, d.config.timezone)
+    d.staff.pauses.pause_until(["cfo"], until, f"rate limit until {hhmm}: test")
+    page = await site.get("/agents/cfo")
+    assert f"paused until {hhmm} (rate limit)" in page.text
+    assert 'aria-label="Resume cfo"' in page.text
+    assert d.staff.resume("cfo")
+
+
 async def test_spend_page_and_its_csv_export(site: Site) -> None:
     await site.daemon.ask("cfo", "What did we spend this week?")
     await site.daemon.spend_book.flush()
@@ -189,6 +218,8 @@ async def test_inbox_actions_are_admin_operations_recorded_via_dashboard(site: S
     )
     page = await site.get("/inbox")
     assert "May I cancel the unused SaaS seats?" in page.text
+    # its age and expiry: asked just now, an hour to go, then denied
+    assert re.search(r"waiting \d+s · expires in (1h 00m|59m \d\ds) \(then denied\)", page.text)
     assert f"/inbox/{question.id}/answer" in page.text
     assert f"/inbox/{proposal.id}/approve" in page.text and "shorter answers" in page.text
     assert "Be brief." in page.text  # the proposal's diff
@@ -243,6 +274,23 @@ async def test_a_quarantined_task_is_retried_from_the_inbox(site: Site) -> None:
     async with asyncio.timeout(30):  # cfo runs it again
         while not (await d.runs(agent="cfo", finished=True)).runs:
             await asyncio.sleep(0.05)
+
+
+async def test_held_back_mcp_tools_are_approved_from_the_inbox(site: Site) -> None:
+    d = site.daemon
+    tool = {"name": "post", "description": "Post.", "input_schema": {}, "annotations": {}}
+    await d.tool_store.check_catalogue("cfo", "social", {"post": tool})  # approved as first seen
+    changed = {"post": dict(tool, description="Post, and email everyone."), "wipe": tool}
+    await d.tool_store.check_catalogue("cfo", "social", changed, now=d.clock.time())
+    page = await site.get("/inbox")
+    assert "New or changed tools held back (1)" in page.text
+    assert "MCP server social offers new or changed tools" in page.text
+    assert "/inbox/tools:cfo:social/approve" in page.text
+    approved = await site.post("/inbox/tools:cfo:social/approve", htmx=True)
+    assert approved.status_code == 200, approved.text
+    assert "approved post, wipe of social for cfo" in approved.text
+    assert await d.tool_store.held() == []
+    assert (await d.inbox()).items == []
 
 
 async def test_the_inbox_count_is_live_and_offers_a_reload_when_items_arrive(site: Site) -> None:

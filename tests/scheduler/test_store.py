@@ -10,11 +10,13 @@ import asyncio
 import functools
 import sqlite3
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from companyd.scheduler import guards
 from companyd.scheduler import store as db
 from companyd.scheduler.store import FireRecord, RoutineStore, StoreError
 from companyd.storage import Backend
@@ -383,3 +385,40 @@ async def test_a_newer_schema_in_postgres_is_refused_with_what_to_do(
         await again.close()
     with pytest.raises(StoreError, match="schema version 99"):
         db.read_history(tmp_path / db.DB_NAME, db.load_states, backend=pg_backend)
+
+
+async def test_the_runaway_guards_read_and_write_on_both_backends(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    store = RoutineStore(tmp_path / db.DB_NAME, backend=state_backend)
+    runs = [
+        replace(fire(1, "ok"), started=1001.0, ended=1002.0),
+        replace(fire(2, "failed"), started=1003.0, ended=1004.0),
+        replace(fire(3, "skipped"), ended=1005.0),
+        replace(fire(4, "unverified"), started=1006.0, ended=1007.0),
+        replace(fire(5, "idle"), ended=1008.0),
+    ]
+    async with asyncio.timeout(20):
+        await store.open()
+        try:
+            await store.call(lambda c: db.insert_fires(c, runs))
+            assert await store.call(lambda c: guards.runs_between(c, "r", 1000.0, 1010.0)) == 3
+            streak = await store.call(lambda c: guards.failure_streak(c, "r", None, 5))
+            assert streak == [("unverified", "why"), ("failed", "why")]
+            assert await store.call(lambda c: guards.failure_streak(c, "r", 1004.5, 5)) == [
+                ("unverified", "why")
+            ]
+            await store.call(lambda c: guards.set_routine_paused(c, "r", "paused: why", 1009.0))
+            assert await store.call(guards.paused_routines) == {"r": "paused: why"}
+            assert await store.call(lambda c: guards.mark_limit_told(c, "r", "2027-01-04"))
+            assert not await store.call(lambda c: guards.mark_limit_told(c, "r", "2027-01-04"))
+            assert await store.call(lambda c: guards.resume_routine(c, "r", 1010.0))
+            assert not await store.call(lambda c: guards.resume_routine(c, "r", 1011.0))
+            assert await store.call(guards.paused_routines) == {}
+            assert await store.call(lambda c: guards.guard_state(c, "r")) == (
+                None,
+                1011.0,
+                "2027-01-04",
+            )
+        finally:
+            await store.close()

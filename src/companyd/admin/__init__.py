@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         status_line,
         telegram_health,
         usd_places,
+        waiting_text,
     )
     from companyd.admin.blocks import (
         AskedBy,
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
         Inbox,
         InboxItem,
         JobHistory,
+        JobResumed,
         JobRun,
         Jobs,
         MemoryChanges,
@@ -91,6 +93,7 @@ if TYPE_CHECKING:
         ReloadApplied,
         ReloadRejected,
         Resumed,
+        ResumedAll,
         RoutineLine,
         Runs,
         RunTranscript,
@@ -101,6 +104,8 @@ if TYPE_CHECKING:
         Status,
         TaskRetried,
         Tasks,
+        ToolsApproved,
+        ToolsReport,
     )
     from companyd.admin.wire import OPERATIONS, ArgumentError, check_arguments, result_data
 
@@ -133,6 +138,7 @@ __all__ = [
     "Inbox",
     "InboxItem",
     "JobHistory",
+    "JobResumed",
     "JobRun",
     "Jobs",
     "JobsData",
@@ -155,6 +161,7 @@ __all__ = [
     "ResultDecision",
     "ResultDelivery",
     "Resumed",
+    "ResumedAll",
     "ReviewStep",
     "RoutineLine",
     "RoutineRow",
@@ -179,6 +186,8 @@ __all__ = [
     "ThreadRun",
     "Tokens",
     "ToolStep",
+    "ToolsApproved",
+    "ToolsReport",
     "VerificationCheck",
     "VerificationStep",
     "as_list",
@@ -195,10 +204,16 @@ __all__ = [
     "status_line",
     "telegram_health",
     "usd_places",
+    "waiting_text",
 ]
 
 
 _HOMES: dict[str, str] = {
+    "ToolsReport": "companyd.admin.results",
+    "ToolsApproved": "companyd.admin.results",
+    "ResumedAll": "companyd.admin.results",
+    "JobResumed": "companyd.admin.results",
+    "waiting_text": "companyd.admin._status_text",
     "VerificationStep": "companyd.admin.blocks",
     "VerificationCheck": "companyd.admin.blocks",
     "as_list": "companyd.admin._status_text",

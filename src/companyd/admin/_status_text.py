@@ -30,6 +30,7 @@ __all__ = [
     "status_line",
     "telegram_health",
     "usd_places",
+    "waiting_text",
 ]
 
 
@@ -98,6 +99,24 @@ def format_duration(seconds: float | None) -> str:
     if minutes:
         return f"{minutes}m {s:02d}s"
     return f"{s}s"
+
+
+def waiting_text(created: Any, deadline: Any, now: float) -> str:
+    """How long a desk item has waited and when it expires — "waiting 3h 12m · expires in
+    20h 48m (then denied)" — for ``inbox``, ``/inbox`` and the dashboard's inbox. An item
+    without a deadline (a proposal, a quarantined task) shows its age only.
+    """
+    made = as_number(created)
+    ends = as_number(deadline)
+    parts = []
+    if made is not None:
+        parts.append(f"waiting {format_duration(now - made)}")
+    if ends is not None:
+        if ends > now:
+            parts.append(f"expires in {format_duration(ends - now)} (then denied)")
+        else:
+            parts.append("expired: denied")
+    return " · ".join(parts)
 
 
 def format_when(ts: float | None, tz_name: str) -> str:
@@ -325,19 +344,32 @@ def _tree_rows(
     return rows
 
 
+def _state_text(node: Mapping[str, Any]) -> str:
+    """A node's state as the tree shows it: ``paused (operator)``, ``paused until 14:35
+    (rate limit)`` (a quota wall), ``running``.
+    """
+    state = as_text(node.get("state")) or "?"
+    reason = as_text(node.get("pause_reason"))
+    until = as_text(node.get("paused_until"))
+    if until and "paused" in state:
+        state += f" until {until}"
+    if reason and "paused" in state:
+        state += f" ({reason})"
+    return state
+
+
 def _render_tree(tree: Mapping[str, Any]) -> list[str]:
     rows = _tree_rows(tree, "", True, True)
     width = min(48, max(24, *(len(label) for label, _ in rows))) + 2
-    lines = [f"{'Supervision tree':<{width}}{'state':<22}{'restarts':>8}  uptime"]
-    for label, node in rows:
-        state = as_text(node.get("state")) or "?"
-        reason = as_text(node.get("pause_reason"))
-        if reason and "paused" in state:
-            state += f" ({reason})"
+    states = [_state_text(node) for _, node in rows]
+    # wide enough for "paused until 14:35 (rate limit)", capped so a long state stays a line
+    col = min(36, max(22, *(len(s) + 2 for s in states)))
+    lines = [f"{'Supervision tree':<{width}}{'state':<{col}}{'restarts':>8}  uptime"]
+    for (label, node), state in zip(rows, states, strict=True):
         restarts = as_number(node.get("restarts"))
         uptime = as_number(node.get("uptime_s"))
         line = (
-            f"{label:<{width}}{state:<22}"
+            f"{label:<{width}}{state:<{col}}"
             f"{(str(int(restarts)) if restarts is not None else '-'):>8}  {format_duration(uptime)}"
         )
         last_exit = as_text(node.get("last_exit"))

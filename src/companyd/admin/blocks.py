@@ -468,6 +468,8 @@ class RoutineRow(TypedDict):
     last: FireRow | None
     in_progress: int
     success_7d: Success7d
+    #: why ``pause_after_failures`` paused it (absent when it is not paused)
+    paused: NotRequired[str]
 
 
 class JobsData(TypedDict):

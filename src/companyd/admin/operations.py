@@ -29,6 +29,7 @@ from companyd.admin.results import (
     DeskDecision,
     Inbox,
     JobHistory,
+    JobResumed,
     JobRun,
     Jobs,
     MemoryChanges,
@@ -40,12 +41,15 @@ from companyd.admin.results import (
     ReloadApplied,
     ReloadRejected,
     Resumed,
+    ResumedAll,
     Runs,
     RunTranscript,
     SpendReport,
     Status,
     TaskRetried,
     Tasks,
+    ToolsApproved,
+    ToolsReport,
 )
 from companyd.errors import CompanydError
 
@@ -99,6 +103,14 @@ class Admin(Protocol):
 
     async def run_job(self, routine: str) -> JobRun:
         """Fire a routine now."""
+        ...
+
+    async def resume_all(self) -> ResumedAll:
+        """Let every paused agent run again (after topping up the API account)."""
+        ...
+
+    async def resume_job(self, routine: str) -> JobResumed:
+        """Let a routine that ``pause_after_failures`` paused fire again."""
         ...
 
     async def pause(self, agent: str) -> Paused:
@@ -238,6 +250,19 @@ class Admin(Protocol):
         """A one-time login URL of the web dashboard (``/login?token=…``: valid 5 minutes,
         single use). Refused when the dashboard is off (``dashboard.enabled: false``) or not
         serving yet.
+        """
+        ...
+
+    async def tools(self, agent: str | None = None) -> ToolsReport:
+        """Every tool of every running agent (or of ``agent``): where it comes from, its
+        risk, its approval policy, its daily rate limit and today's use, and whether it is
+        held back (a new or changed MCP tool waiting for ``tools_approve``).
+        """
+        ...
+
+    async def tools_approve(self, server: str, agent: str | None = None) -> ToolsApproved:
+        """Approve the held-back tools of MCP server ``server`` (of ``agent``, or of every
+        agent with a server of that name): offered at once, no restart.
         """
         ...
 

@@ -71,6 +71,7 @@ __all__ = [
     "Inbox",
     "InboxItem",
     "JobHistory",
+    "JobResumed",
     "JobRun",
     "Jobs",
     "MemoryChanges",
@@ -83,6 +84,7 @@ __all__ = [
     "ReloadApplied",
     "ReloadRejected",
     "Resumed",
+    "ResumedAll",
     "RoutineLine",
     "RunEnded",
     "RunTranscript",
@@ -94,6 +96,8 @@ __all__ = [
     "Status",
     "TaskRetried",
     "Tasks",
+    "ToolsApproved",
+    "ToolsReport",
 ]
 
 T = TypeVar("T")
@@ -123,6 +127,14 @@ class Resumed:
 
     agent: str
     resumed: bool
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumedAll:
+    """``resume_all``: the agents that were paused and run again (empty: none was)."""
+
+    resumed: list[str]
     message: str
 
 
@@ -279,6 +291,15 @@ class JobHistory:
 @dataclass(frozen=True, kw_only=True)
 class _RoutineNamed:
     routine: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobResumed:
+    """``resume_job``: ``resumed`` is False when the routine was not paused (nothing done)."""
+
+    routine: str
+    resumed: bool
+    message: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -643,3 +664,31 @@ class BackupWritten:
     members: list[dict[str, Any]]
     #: older backups removed by ``keep`` (scheduled backups; empty for ``companyd backup``)
     pruned: list[str]
+
+
+# -- the agents' tools -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolsReport:
+    """``tools``: every tool of every running agent (or of one), ``day`` being today in the
+    company's timezone: ``{agent, tool, origin, risk, policy, rate_limit, used_today,
+    quarantined}`` each (docs/tools.md). ``origin``: ``memory``, ``colleagues``, ``mcp server
+    NAME``…; ``risk``: from the MCP annotations (``read-only``, ``destructive``,
+    ``unannotated (may destroy)``…) or ``built-in``; ``policy``: ``free`` or ``approval (…)``
+    with why; ``rate_limit``: calls a day or None; ``quarantined``: held back until
+    ``tools_approve``.
+    """
+
+    day: str
+    tools: list[JSON]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolsApproved:
+    """``tools_approve``: the held-back tools of MCP server ``server`` now approved and
+    offered, ``{agent, tool}`` each (empty: nothing was held).
+    """
+
+    server: str
+    approved: list[JSON]

@@ -65,8 +65,16 @@ from companyd.agents._run import (
 )
 from companyd.agents._tools import ToolBox, ToolCallContext, unknown_outcome_result
 from companyd.agents._verification import calls_of, evaluate
+from companyd.agents._walls import WALL_REASON
 from companyd.config import AgentConfig
-from companyd.events import CircuitBreaker, RunFailed, RunFinished, RunStarted, TaskQuarantined
+from companyd.events import (
+    CircuitBreaker,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    Severity,
+    TaskQuarantined,
+)
 from companyd.llm import ModelResponse, ToolResultBlock, ToolUseBlock, Usage, text_of, tool_uses_of
 from companyd.runs import JournaledRun, RunOutcome, RunStatus, Step, Task, TaskState, new_id
 from companyd.supervision import ChildContext
@@ -414,11 +422,14 @@ class Agent:
             # routine_unverified)
             deps.bus.publish(RunFinished(source=src, status=str(status), reason=reason, **common))
         else:
+            # A run a quota wall ended is told once, by the wall's own event (agents/_pauses.py).
+            walled = status is RunStatus.CANCELLED and (reason or "").startswith(WALL_REASON)
             deps.bus.publish(
                 RunFailed(
                     source=src,
                     status=str(status),
                     reason=reason,
+                    severity=Severity.INFO if walled else Severity.WARNING,
                     **common,
                 )
             )
@@ -545,14 +556,26 @@ class Agent:
         deps = self.deps
         tool_id = str(tool_use.get("id"))
         name = str(tool_use.get("name"))
-        if name in self.config.require_approval:
+        limit = self.config.tools.rate_limit.get(name)
+        refused = None
+        # checked before the founder is asked (no approval for a call that cannot run) and
+        # counted when it runs
+        if (
+            limit is not None
+            and deps.rate_limits is not None
+            and await deps.rate_limits.over(self.slug, name, limit)
+        ):
+            refused = await self._rate_refusal(tool_use, limit)
+        if refused is None and self._needs_approval(name):
             refused = await self._founder_approval(state, tool_use)
-            if refused is not None:
-                state.seq += 1
-                await deps.journal.append_step(
-                    state.run_id, state.seq, "tool_result", refused, deps.clock.time(), key=tool_id
-                )
-                return refused
+        if refused is None and limit is not None:
+            refused = await self._rate_refusal(tool_use, limit)
+        if refused is not None:
+            state.seq += 1
+            await deps.journal.append_step(
+                state.run_id, state.seq, "tool_result", refused, deps.clock.time(), key=tool_id
+            )
+            return refused
         state.seq += 1
         await deps.journal.append_step(
             state.run_id,
@@ -590,6 +613,34 @@ class Agent:
             state.run_id, state.seq, "tool_result", result, deps.clock.time(), key=tool_id
         )
         return result
+
+    def _needs_approval(self, name: str) -> bool:
+        """Whether a call of ``name`` waits for the founder: listed in ``require_approval``
+        (the agent's or the defaults'), else not listed in ``allow_without_approval`` and
+        asking by itself (an MCP tool's annotations under its server's ``risk``).
+        """
+        if name in self.config.require_approval:
+            return True
+        if name in self.config.tools.allow_without_approval:
+            return False
+        return self._toolbox.needs_approval(name)
+
+    async def _rate_refusal(self, tool_use: ToolUseBlock, limit: int) -> ToolResultBlock | None:
+        """None if the call may run under ``tools.rate_limit`` (it is counted now), else
+        the refusal the model sees.
+        """
+        limits = self.deps.rate_limits
+        if limits is None:
+            return None
+        why = await limits.take(self.slug, str(tool_use.get("name")), limit)
+        if why is None:
+            return None
+        return {
+            "type": "tool_result",
+            "tool_use_id": str(tool_use.get("id")),
+            "is_error": True,
+            "content": why,
+        }
 
     async def _founder_approval(
         self, state: RunState, tool_use: ToolUseBlock

@@ -6,7 +6,10 @@ next model of the agent's chain (``model_fallback``); the answer is settled with
 book and journaled before the loop sees it, so a restart resumes after it without paying
 again. A budget refusal, the organisation's spend limit and a refused API key end the run
 (:class:`~companyd.agents._run.RunEnded`) and pause the agent (or every agent) through its
-:class:`~companyd.agents._deps.StaffPort`; a stop that begins during a call ends it
+:class:`~companyd.agents._deps.StaffPort`; so does a quota wall on every model of the chain
+(a 429 asking to wait past ``anthropic.quota_pause_after``, :mod:`companyd.agents._walls`):
+the run ends ``cancelled`` and the agent is paused until the wall's end, a walled model is
+skipped without a call meanwhile; a stop that begins during a call ends it
 (:class:`~companyd.agents._run.Stopping`) after at most :data:`STOP_CALL_GRACE`.
 """
 
@@ -29,6 +32,7 @@ from companyd.llm import (
     ModelAuthFailed,
     ModelBadRequest,
     ModelError,
+    ModelRateLimited,
     ModelRequest,
     ModelResponse,
     SpendLimitReached,
@@ -129,7 +133,13 @@ class ModelCaller:
         staff = deps.staff
         chain = self.config.model.chain
         failures: list[str] = []
+        walled = 0  # models of the chain behind a quota wall (agents/_walls.py)
         for i, model in enumerate(chain):
+            if staff.quota_wall(model) is not None:
+                # Rate limited for long (a wall another call met): not called until then.
+                walled += 1
+                failures.append(f"{model}: rate limited (quota wall)")
+                continue
             request = replace(base, model=model)
             call = BudgetedCall(self, state, request)
             try:
@@ -166,6 +176,10 @@ class ModelCaller:
                     raise
                 if self.stop.requested():
                     raise Stopping from None  # no fallback either once a stop has begun
+                if isinstance(exc, ModelRateLimited) and staff.meet_quota_wall(
+                    model, exc.retry_after
+                ):
+                    walled += 1
                 failures.append(f"{model}: {type(exc).__name__}: {exc}")
                 self.progress()
                 if i + 1 < len(chain):
@@ -179,6 +193,17 @@ class ModelCaller:
                             reason=f"{type(exc).__name__}: {exc}",
                         )
                     )
+        walled_reason = (
+            staff.quota_walled(self.slug, "; ".join(failures)) if walled == len(chain) else None
+        )
+        if walled_reason is not None:
+            # A quota wall on every model: not the task's fault, and calling again before
+            # the wall ends only meets it again. The agent waits (paused) until then.
+            raise RunEnded(
+                RunStatus.CANCELLED,
+                f"{walled_reason} — every model of the chain is rate limited; the agent is "
+                "paused until then and resumes by itself",
+            )
         raise RunEnded(RunStatus.FAILED, "every model in the chain failed: " + "; ".join(failures))
 
 

@@ -258,7 +258,10 @@ class ResultApprovals:
             if item.state is not ItemState.CHANGES:
                 why = item.text or "no reason given"
                 if item.state is ItemState.EXPIRED:
-                    why = f"no answer within {wait_text(item.deadline - item.created)}"
+                    why = (
+                        f"no answer within {wait_text(item.deadline - item.created)} "
+                        "(approval_timeout), which counts as a rejection"
+                    )
                 return replace(
                     outcome, status=RunStatus.FAILED, reason=f"rejected by the founder: {why}"
                 )

@@ -140,7 +140,12 @@ class Commands:
             task.add_done_callback(self.tasks.discard)
             return
         reply = await command_reply(
-            self._admin, name, args, self._book.policy.agents, by=_who(update.effective_user)
+            self._admin,
+            name,
+            args,
+            self._book.policy.agents,
+            by=_who(update.effective_user),
+            now=self._clock.time(),
         )
         await self._reply(msg, reply)
 

@@ -57,6 +57,7 @@ _AREAS = (
     "companyd.cli.demo",
     "companyd.cli.roles",
     "companyd.cli.desk",
+    "companyd.cli.tools",
     "companyd.cli.scheduler",
     "companyd.cli.spend",
     "companyd.cli.memory",

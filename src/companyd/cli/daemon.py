@@ -57,6 +57,7 @@ from companyd.errors import (
     EX_UNAVAILABLE,
     CompanydError,
     DaemonNotRunning,
+    UsageError,
 )
 
 __all__ = [
@@ -197,10 +198,16 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser(
         "resume",
-        help="let a paused agent run again",
-        description="Let a paused agent (by `pause`, or by its budget) start runs again.",
+        help="let a paused agent (or, with --all, every one) run again",
+        description="Let a paused agent (by `pause`, its budget or a quota wall) start runs "
+        "again; --all resumes every paused agent.",
     )
-    p.add_argument("agent", help="agent slug, as in company.yaml")
+    p.add_argument("agent", nargs="?", help="agent slug, as in company.yaml")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="resume every paused agent (e.g. after topping up the Anthropic account)",
+    )
     add_daemon_arguments(p)
     p.set_defaults(func=_resume)
 
@@ -290,9 +297,15 @@ def _pause(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     def show(result: dict[str, Any]) -> int:
-        print(as_text(result.get("message")) or f"resumed {args.agent}")
+        print(as_text(result.get("message")) or f"resumed {args.agent or 'the agents'}")
         return 0
 
+    if args.all and args.agent:
+        raise UsageError(f"give an agent or --all, not both (got {args.agent!r} and --all)")
+    if args.all:
+        return call_daemon(args, "resume_all", show)
+    if not args.agent:
+        raise UsageError("name the agent to resume (`companyd resume AGENT`), or --all")
     return call_daemon(args, "resume", show, agent=args.agent)
 
 

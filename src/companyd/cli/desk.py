@@ -15,11 +15,12 @@ import argparse
 import asyncio
 import getpass
 import os
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from companyd.admin import result_data
+from companyd.admin import result_data, waiting_text
 from companyd.cli._main import print_json
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, running_daemon
 from companyd.clock import SystemClock
@@ -116,8 +117,10 @@ def _print_inbox(result: Mapping[str, Any]) -> int:
     if not items:
         print("nothing waits for you")
         return 0
+    now = time.time()
     for i in items:
         print(f"{i.get('id')}  {i.get('kind'):11} {_when(i.get('created'))}  {i.get('summary')}")
+        print(f"    {waiting_text(i.get('created'), i.get('deadline'), now)}")
         acts = [_CLI_ACTIONS[a].format(id=i.get("id")) for a in i.get("actions") or []]
         if acts:
             print("    " + "  ·  ".join(acts))

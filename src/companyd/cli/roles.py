@@ -32,7 +32,16 @@ from companyd.cli.runs_text import last_lines, run_list_lines, transcript_lines
 from companyd.clock import SystemClock
 from companyd.config import default_config_path, load_config, state_backend
 from companyd.daemon import Daemon, StateLock, make_backend
-from companyd.desk import Desk, ItemState, ProposalError, Proposals, decisions_of, on_desk
+from companyd.desk import (
+    TOOLS_ITEM,
+    Desk,
+    ItemState,
+    ProposalError,
+    Proposals,
+    ToolStore,
+    decisions_of,
+    on_desk,
+)
 from companyd.errors import CompanydError, UnknownName, UsageError
 from companyd.events import EventBus
 from companyd.runs import Journal, RunStatus
@@ -548,6 +557,18 @@ def _decide(args: argparse.Namespace) -> int:
         )
 
     def offline() -> dict[str, Any]:
+        if args.decision == "approve" and args.proposal_id.startswith(TOOLS_ITEM):
+            # held-back MCP tools: written to the tools store, offered at the next start
+            agent, _, server = args.proposal_id.removeprefix(TOOLS_ITEM).partition(":")
+            approved = asyncio.run(_approve_tools_offline(args, server, agent))
+            names = ", ".join(t for _, t in approved)
+            return {
+                "message": f"approved {names} of {server} for {agent}; offered when the daemon "
+                "starts"
+                if approved
+                else f"nothing of {server} was held back"
+            }
+
         async def go() -> dict[str, Any]:
             store = _store(args)
             try:
@@ -567,3 +588,14 @@ def _decide(args: argparse.Namespace) -> int:
     return _via_daemon_or_files(
         args, args.decision, {key: args.proposal_id}, offline, _print_message
     )
+
+
+async def _approve_tools_offline(
+    args: argparse.Namespace, server: str, agent: str
+) -> list[tuple[str, str]]:
+    cfg, state_dir = _config_and_state(args)
+    store = ToolStore(state_dir / "tools.sqlite", backend=state_backend(cfg))
+    try:
+        return await store.approve(server, agent or None)
+    finally:
+        await store.close()

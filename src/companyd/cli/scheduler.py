@@ -121,6 +121,16 @@ def register(sub: Any) -> None:
     _common(r, nested=True)
     r.set_defaults(func=_run)
 
+    u = jsub.add_parser(
+        "resume",
+        help="let a routine paused by pause_after_failures fire again (needs a running daemon)",
+        description="Let a routine that pause_after_failures stopped fire again, from its next "
+        "fire time (needs a running daemon).",
+    )
+    u.add_argument("routine", help="routine name")
+    _common(u, nested=True)
+    u.set_defaults(func=_resume)
+
 
 def _load(args: argparse.Namespace) -> tuple[CompanyConfig, Path]:
     cfg = load_config(args.config or default_config_path())
@@ -198,6 +208,20 @@ def _run(args: argparse.Namespace) -> int:
         "(`companyd run`, or `systemctl start companyd`), or pass --state-dir of the one "
         "that runs"
     )
+
+
+def _resume(args: argparse.Namespace) -> int:
+    def show(result: dict[str, Any]) -> int:
+        print(str(result.get("message") or f"resumed routine {args.routine}"))
+        return 0
+
+    if running_daemon(args) is None:
+        raise DaemonNotRunning(
+            f"`companyd jobs resume {args.routine}` needs a running daemon (it resumes the "
+            "routine in its scheduler); start it (`companyd run`, or `systemctl start "
+            "companyd`), or pass --state-dir of the one that runs"
+        )
+    return call_daemon(args, "resume_job", show, routine=args.routine)
 
 
 def _unknown(cfg: CompanyConfig, name: str) -> RoutineNotFound:

@@ -109,6 +109,10 @@ class RoutineConfig:
     done_when: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)  # keeps it hashable
     #: ``retry`` (one follow-up in the same run) or ``report``
     on_unmet: Literal["retry", "report"] = "retry"
+    #: runs a day (in ``timezone``) past which a fire is skipped; None: no limit
+    max_runs_per_day: int | None = None
+    #: failed runs in a row that pause the routine; None: never paused
+    pause_after_failures: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -325,4 +329,19 @@ def _routine(slug: str, r: RoutineSpec, spec: CompanyFile, base_dir: Path) -> Ro
         deliver=default_deliveries(r),
         done_when=tuple(c.as_dict() for c in r.done_when),
         on_unmet=r.on_unmet,
+        max_runs_per_day=_routine_limit(r, spec, "max_runs_per_day"),
+        pause_after_failures=_routine_limit(r, spec, "pause_after_failures"),
     )
+
+
+def _routine_limit(r: RoutineSpec, spec: CompanyFile, key: str) -> int | None:
+    """A runaway guard of a routine (``key``): its own, else its assignee's ``routines``,
+    else ``defaults.routines``.
+    """
+    value: int | None = getattr(r, key)
+    agent = spec.agents.get(r.assignee or "")
+    if value is None and agent is not None:
+        value = getattr(agent.routines, key)
+    if value is None:
+        value = getattr(spec.defaults.routines, key)
+    return value

@@ -147,24 +147,48 @@ class DepartmentSpec(Spec):
     departments: dict[str, DepartmentSpec] = {}
 
 
+def _daily_limit(value: Any) -> Any:
+    """``5/day`` → 5 (the only window there is: a calendar day in the company's timezone)."""
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+)\s*/\s*(day|d)\s*", value)
+        if not m:
+            raise ValueError(f"expected a number of calls per day such as '5/day', got {value!r}")
+        return int(m.group(1))
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a number of calls per day such as '5/day', got {value!r}")
+    return value
+
+
+#: A number of calls per day (``5/day``).
+DailyLimit = Annotated[int, BeforeValidator(_daily_limit), Field(ge=0)]
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
 class ToolsSpec(Spec):
     """Which tools an agent may use. ``allow`` absent = every tool it is given.
 
     ``require_approval`` names tools whose every call waits for the founder's approval
-    (added to ``defaults.tools.require_approval``); ``approval_timeout`` is how long such a
+    (added to ``defaults.tools.require_approval``); ``allow_without_approval`` names tools
+    that run without it although their MCP annotations would ask for it (docs/tools.md);
+    ``require_approval`` wins when a tool is in both. ``approval_timeout`` is how long such a
     call (or an ``ask_founder`` question) waits before it counts as rejected (default:
     ``defaults.tools.approval_timeout``); ``ask_founder`` gives the agent the
     ``ask_founder`` tool (docs/desk.md); ``max_open_questions`` is how many of its questions
     may wait for the founder at once — a further ``ask_founder`` is refused to the agent
     (default: ``defaults.tools.max_open_questions``, 3).
+    ``rate_limit`` caps calls of a tool per day
+    (``{post_update: 5/day}``), counted durably in the company's timezone.
     """
 
     allow: tuple[str, ...] | None = None
     deny: tuple[str, ...] = ()
     require_approval: tuple[str, ...] = ()
+    allow_without_approval: tuple[str, ...] = ()
     approval_timeout: Duration | None = None
     ask_founder: bool = False
     max_open_questions: Annotated[int, BeforeValidator(whole), Field(ge=1, le=100)] | None = None
+    rate_limit: dict[str, DailyLimit] = {}
 
 
 class DefaultToolsSpec(Spec):
@@ -175,6 +199,53 @@ class DefaultToolsSpec(Spec):
     max_open_questions: Annotated[int, BeforeValidator(whole), Field(ge=1, le=100)] = 3
 
 
+def _sandbox_switch(value: Any) -> Any:
+    # `sandbox: true` is the default sandbox; `sandbox: false` opts a server out.
+    if value is True:
+        return {}
+    return value
+
+
+class SandboxSpec(Spec):
+    """What a tool server's sandbox lets through (docs/tools.md): extra paths, read-only
+    (``read``) or writable (``write``), absolute; the network (``network: false`` — no
+    network at all, loopback included); and, when the daemon runs as root, the
+    unprivileged user the server runs as (``run_as``).
+    """
+
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    network: bool = True
+    run_as: Text = "nobody"
+
+    @field_validator("read", "write")
+    @classmethod
+    def _absolute(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for path in v:
+            if not path.startswith("/"):
+                raise ValueError(
+                    f"expected an absolute path, got {path!r}; write it in full (e.g. "
+                    "/srv/shared/reports)"
+                )
+            if path.rstrip("/") == "":
+                raise ValueError(
+                    "expected a directory or file, got '/': binding the whole filesystem "
+                    "would undo the sandbox; name the directories the server needs, or set "
+                    "`sandbox: false` on this server"
+                )
+        return v
+
+
+class ToolServerLimitsSpec(Spec):
+    """Resource limits of one tool server's process (setrlimit): address space in MiB,
+    processes (and threads) of its user, open files. ``0`` means no limit of that kind.
+    """
+
+    memory_mb: Annotated[int, BeforeValidator(whole), Field(ge=0)] = 2048
+    processes: Annotated[int, BeforeValidator(whole), Field(ge=0)] = 512
+    open_files: Annotated[int, BeforeValidator(whole), Field(ge=0)] = 1024
+
+
 class McpServerSpec(Spec):
     """An external tool server an agent talks to over MCP stdio.
 
@@ -182,7 +253,9 @@ class McpServerSpec(Spec):
     variable of the server to a variable of the daemon's own environment, which is how
     tokens reach it. ``timeout_seconds`` bounds one tool call; ``handshake_timeout_seconds``
     bounds starting the server (process start, MCP ``initialize``, ``tools/list``): a server
-    that misses it is left out and retried, the agent runs without its tools.
+    that misses it is left out and retried, the agent runs without its tools. ``sandbox``
+    (on by default; ``false`` opts out), ``limits`` and ``risk`` (how its tools' MCP
+    annotations decide which calls wait for the founder) are described in docs/tools.md.
     """
 
     command: Text
@@ -192,6 +265,35 @@ class McpServerSpec(Spec):
     idempotent_tools: tuple[str, ...] = ()
     timeout_seconds: Duration = 60.0
     handshake_timeout_seconds: Duration = 30.0
+    sandbox: Annotated[SandboxSpec | Literal[False], BeforeValidator(_sandbox_switch)] = (
+        SandboxSpec()
+    )
+    limits: ToolServerLimitsSpec = ToolServerLimitsSpec()
+    risk: Literal["from_annotations", "always_ask", "trusted"] = "from_annotations"
+
+    @field_validator("args")
+    @classmethod
+    def _no_secret_in_argv(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for arg in v:
+            m = _ENV_REFERENCE.search(arg)
+            if m:
+                raise ValueError(
+                    f"expected no ${{VAR}} in args, got {arg!r}: the command line of a process "
+                    "is readable by every user of the machine (ps, /proc), so a secret must "
+                    f"not travel in it; pass it in the environment instead, e.g. `env_from: "
+                    f"{{{m.group(1)}: {m.group(1)}}}`, and have the server read it there"
+                )
+        return v
+
+
+class RoutineLimitsSpec(Spec):
+    """Runaway guards for routines (docs/scheduler.md, "Runaway routines"): at most
+    ``max_runs_per_day`` runs a day (in the routine's time zone), and a routine paused after
+    ``pause_after_failures`` failed runs in a row. Unset: no limit.
+    """
+
+    max_runs_per_day: PositiveInt | None = None
+    pause_after_failures: PositiveInt | None = None
 
 
 class AgentSpec(Spec):
@@ -217,6 +319,8 @@ class AgentSpec(Spec):
     heartbeat_seconds: Duration | None = None
     can_modify: tuple[str, ...] = ()
     enabled: bool = True
+    #: runaway guards of this agent's routines (unset keys: ``defaults.routines``)
+    routines: RoutineLimitsSpec = RoutineLimitsSpec()
 
 
 class TriggerSpec(Spec):
@@ -285,6 +389,10 @@ class RoutineSpec(Spec):
     done_when: tuple[DoneWhenSpec, ...] = ()
     #: what an unmet done_when does: one follow-up to the agent in the same run, or none
     on_unmet: Literal["retry", "report"] = "retry"
+    #: runaway guards (docs/scheduler.md, "Runaway routines"); unset: the assignee's
+    #: (``agents.<slug>.routines``), else ``defaults.routines``
+    max_runs_per_day: PositiveInt | None = None
+    pause_after_failures: PositiveInt | None = None
 
     @field_validator("deliver")
     @classmethod
@@ -349,6 +457,8 @@ class DefaultsSpec(Spec):
     tools: DefaultToolsSpec = DefaultToolsSpec()
     #: check every final answer's claims of tool use against the run (docs/agents.md)
     claim_check: bool = True
+    #: runaway guards of every routine (docs/scheduler.md, "Runaway routines")
+    routines: RoutineLimitsSpec = RoutineLimitsSpec()
 
 
 Severity = Literal["critical", "warning", "info", "off"]
@@ -455,6 +565,9 @@ class AnthropicSpec(Spec):
     base_url: str | None = None
     timeout_seconds: Duration = 120.0
     max_retries: Annotated[int, BeforeValidator(whole), Field(ge=0, le=10)] = 2
+    #: a 429 asking to wait longer than this on every model of an agent's chain pauses the
+    #: agent until then (a quota wall, docs/agents.md) instead of failing its run
+    quota_pause_after: Duration = 60.0
 
     _url = field_validator("base_url")(http_url)
 

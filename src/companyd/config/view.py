@@ -103,6 +103,8 @@ def resolved_view(cfg: CompanyConfig) -> dict[str, Any]:
             "deliver": list(r.deliver),
             "done_when": [dict(c) for c in r.done_when],
             "on_unmet": r.on_unmet,
+            "max_runs_per_day": r.max_runs_per_day,
+            "pause_after_failures": r.pause_after_failures,
             "enabled": r.enabled,
         }
     departments = {

@@ -71,9 +71,10 @@ from companyd.daemon.protocol import socket_path
 from companyd.daemon.reload import Reloader, ReloadRecord
 from companyd.daemon.standby import stand_by
 from companyd.daemon.systemd import LoopLagMonitor, Notifier, StatusUpdater, Watchdog
+from companyd.daemon.toolsops import ToolsOps
 from companyd.daemon.tree import build_company_tree
 from companyd.daemon.views import Views
-from companyd.desk import DEFAULT_APPROVAL_TIMEOUT, Desk, Proposals
+from companyd.desk import DEFAULT_APPROVAL_TIMEOUT, Desk, Proposals, ToolStore
 from companyd.errors import EX_CONFIG, EX_SOFTWARE, CompanydError
 from companyd.events import (
     DaemonStarted,
@@ -141,7 +142,7 @@ def make_backend(
     return ClaudeBackend.from_config(config.spec.anthropic, clock=clock)
 
 
-class Daemon(Operator, Views, Reloader, Backups):
+class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
     """The running company: builds the tree, serves the operator, reloads, stops.
 
     Args:
@@ -223,6 +224,7 @@ class Daemon(Operator, Views, Reloader, Backups):
         self.desk = Desk(
             state_dir / "desk.sqlite", bus=self.bus, clock=self.clock, backend=self.storage
         )
+        self.tool_store = ToolStore(state_dir / "tools.sqlite", backend=self.storage)
         # seam: agent ports — what each agent's AgentDeps is built from
         self.staff = Staff(
             config,
@@ -237,6 +239,7 @@ class Daemon(Operator, Views, Reloader, Backups):
             proposals=self.proposal_store,
             # one-off `companyd ask`: no socket, no Telegram, nobody to decide
             desk=None if oneoff else self.desk,
+            tool_store=self.tool_store,
         )
         self.alerts = AlertService(
             config,
@@ -436,6 +439,8 @@ class Daemon(Operator, Views, Reloader, Backups):
             await self.proposal_store.close()
         with contextlib.suppress(Exception):
             await self.desk.close()
+        with contextlib.suppress(Exception):
+            await self.tool_store.close()
         with contextlib.suppress(Exception):
             await self.backend.aclose()
         if self.leadership is not None:

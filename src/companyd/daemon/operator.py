@@ -42,6 +42,7 @@ from companyd.admin import (
     DeskDecision,
     Inbox,
     JobHistory,
+    JobResumed,
     JobRun,
     Jobs,
     LeaderBlock,
@@ -49,6 +50,7 @@ from companyd.admin import (
     ProposalDecision,
     Proposals,
     Resumed,
+    ResumedAll,
     RoutineLine,
     Runs,
     RunTranscript,
@@ -62,12 +64,14 @@ from companyd.admin import (
 )
 from companyd.agents import Staff
 from companyd.alerts import AlertService
-from companyd.clock import Clock
+from companyd.clock import Clock, clock_time
 from companyd.config import CompanyConfig
 from companyd.daemon.dashboard import WebDashboard
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
+from companyd.daemon.toolsops import approve_tools_item
 from companyd.desk import (
+    TOOLS_ITEM,
     Desk,
     ItemState,
     ProposalError,
@@ -150,6 +154,8 @@ class Operator:
         tree = self.tree.snapshot() if self.tree is not None else {}
         paused = self.staff.paused()
         _mark_paused(tree, paused)
+        ends = self.staff.pauses.ends()
+        _mark_paused_until(tree, {a: clock_time(t, self.config.timezone) for a, t in ends.items()})
         _mark_not_serving(tree, self._not_serving())
         running = self.staff.in_flight()
         agents_total = len(self.config.agents)
@@ -306,6 +312,36 @@ class Operator:
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
         return JobRun(routine=routine, **outcome.to_dict())
+
+    async def resume_all(self) -> ResumedAll:
+        """:meth:`Admin.resume_all`: resume every paused agent, whatever paused it (the
+        one command after topping up the Anthropic account: docs/spend.md).
+        """
+        resumed = [a for a in list(self.staff.paused()) if self.staff.resume(a)]
+        return ResumedAll(
+            resumed=resumed,
+            message=(f"resumed {', '.join(resumed)}" if resumed else "no agent was paused"),
+        )
+
+    async def resume_job(self, routine: str) -> JobResumed:
+        """:meth:`Admin.resume_job`; ``resumed`` is False when the routine was not paused.
+
+        Raises:
+            AdminError: no routine of that name.
+        """
+        try:
+            was = await self.scheduler.resume_routine(routine)
+        except RoutineNotFound as exc:
+            raise AdminError(str(exc)) from None
+        return JobResumed(
+            routine=routine,
+            resumed=was,
+            message=(
+                f"resumed routine {routine}: its next fire runs"
+                if was
+                else f"routine {routine} was not paused"
+            ),
+        )
 
     async def dashboard_login(self) -> DashboardLogin:
         """:meth:`Admin.dashboard_login` (see :meth:`WebDashboard.login`)."""
@@ -534,6 +570,8 @@ class Operator:
                 return await decide(
                     self.desk, item_id, ItemState.APPROVED, "", by=by or "founder", via=via
                 )
+            if item_id.startswith(TOOLS_ITEM):
+                return await approve_tools_item(self.staff, self.config, item_id, by or "founder")
             try:
                 p = await self.proposal_store.approve(item_id)
             except ProposalError as exc:
@@ -608,7 +646,9 @@ class Operator:
 
     async def inbox(self) -> Inbox:
         """:meth:`Admin.inbox`."""
-        return await gather_inbox(self.desk, self.proposal_store, self.journal)
+        return await gather_inbox(
+            self.desk, self.proposal_store, self.journal, self.staff.provisions.tool_store
+        )
 
     async def revert(self, proposal_id: str) -> ProposalDecision:
         """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away.
@@ -684,6 +724,15 @@ def _mark_not_serving(node: dict[str, Any], problems: Mapping[str, str]) -> None
         node["reason"] = problems[node["id"]]
     for child in node.get("children", ()):
         _mark_not_serving(child, problems)
+
+
+def _mark_paused_until(node: dict[str, Any], until: Mapping[str, str]) -> None:
+    """A quota wall's pause (agents/_walls.py): shown "paused until HH:MM (rate limit)"."""
+    if node.get("state") == "paused" and node.get("id") in until:
+        node["pause_reason"] = "rate limit"
+        node["paused_until"] = until[node["id"]]
+    for child in node.get("children", ()):
+        _mark_paused_until(child, until)
 
 
 def _agent_nodes(node: dict[str, Any], agents: set[str]) -> list[dict[str, Any]]:

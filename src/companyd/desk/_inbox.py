@@ -16,9 +16,15 @@ from typing import Any
 from companyd.admin import AdminError, DeskDecision, Inbox, InboxItem, ResultDecision
 from companyd.desk._proposals import Proposals
 from companyd.desk._store import Desk, DeskError, DeskItem, ItemKind, ItemState
+from companyd.desk._toolstore import ToolStore
 from companyd.runs import Journal
 
-__all__ = ["decide", "decisions_of", "gather_inbox", "on_desk"]
+__all__ = ["TOOLS_ITEM", "decide", "decisions_of", "gather_inbox", "on_desk"]
+
+
+#: The id prefix of an inbox item for the held-back tools of an MCP server:
+#: ``tools:AGENT:SERVER``.
+TOOLS_ITEM = "tools:"
 
 
 def on_desk(item_id: str) -> bool:
@@ -91,12 +97,16 @@ def decisions_of(items: list[DeskItem]) -> list[ResultDecision]:
 
 
 async def gather_inbox(
-    desk: Desk | None, proposals: Proposals | None, journal: Journal | None
+    desk: Desk | None,
+    proposals: Proposals | None,
+    journal: Journal | None,
+    tools: ToolStore | None = None,
 ) -> Inbox:
     """What waits for the founder, oldest first, each with its actions.
 
     A store given as None has nothing (the CLI without a daemon passes None for a file that
-    does not exist yet: reading must not create it).
+    does not exist yet: reading must not create it). ``tools``: the MCP servers' tools held
+    back (an item ``tools:AGENT:SERVER`` per server, approved with ``companyd approve``).
     """
     items = [_desk_entry(i) for i in await desk.pending()] if desk is not None else []
     if proposals is not None:
@@ -122,6 +132,21 @@ async def gather_inbox(
                 actions=["retry"],
             )
             for t in await journal.tasks(["quarantined"])
+        ]
+    if tools is not None:
+        items += [
+            InboxItem(
+                id=f"{TOOLS_ITEM}{h['agent']}:{h['server']}",
+                kind="tools",
+                agent=h["agent"],
+                created=h["since"],
+                summary=(
+                    f"MCP server {h['server']} offers new or changed tools, held back from "
+                    f"{h['agent']}: {', '.join(h['tools'])}"
+                ),
+                actions=["approve"],
+            )
+            for h in await tools.held()
         ]
     items.sort(key=lambda i: (i.created, i.id))
     return Inbox(items=items)

@@ -12,7 +12,9 @@ so a run resumed after a crash or a ``kill -9`` finds the same item instead of a
 again), decided once (the first decision wins; a second one is refused with what the
 first was), and expired lazily when its deadline passes unanswered (``expired``, which the
 gate reads as a rejection). :meth:`Desk.wait` is how a run waits: it returns when the item
-is decided or its deadline passes, on the injected clock.
+is decided or its deadline passes, on the injected clock; when three quarters of the item's
+time (``approval_timeout``) have passed it reminds the founder once (``founder_reminder``,
+kept in the item's ``reminded`` mark, so a restart does not remind again).
 
 Storage: ``desk.sqlite`` in the state directory (a :class:`companyd._sqlite.Database`: one
 worker thread, ``PRAGMA user_version`` migrations, WAL with ``synchronous=NORMAL`` — a
@@ -51,6 +53,7 @@ from companyd.events import (
     FounderApprovalRequested,
     FounderDecided,
     FounderQuestion,
+    FounderReminder,
     FounderResultForApproval,
 )
 from companyd.storage import (
@@ -69,6 +72,7 @@ __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
     "MIGRATIONS",
     "PG_POLL_SECONDS",
+    "REMIND_AT",
     "STEPS",
     "Desk",
     "DeskError",
@@ -137,8 +141,22 @@ ALTER TABLE items ADD COLUMN via TEXT NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS items_by_run ON items(run_id);
 """
 
+#: Version 3: when the founder was reminded of a pending item (``reminded``; NULL: not yet),
+#: so the one reminder is sent once, across restarts and daemons.
+_REMINDED = """
+ALTER TABLE items ADD COLUMN reminded DOUBLE PRECISION;
+"""
+
 #: The desk's schema on both backends, one entry per version (companyd.storage).
-STEPS: tuple[Dialects | str, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA), _VIA)
+STEPS: tuple[Dialects | str, ...] = (
+    Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),
+    _VIA,
+    _REMINDED,
+)
+
+#: The share of an item's time (``approval_timeout``) after which the founder is reminded
+#: of it once, if it still waits.
+REMIND_AT = 0.75
 
 #: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version`` (companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
@@ -423,17 +441,56 @@ class Desk:
         pending and a resumed run waits for it again).
         """
         event = self._decided.setdefault(item.id, asyncio.Event())
+        remind = item.created + REMIND_AT * (item.deadline - item.created)
+        reminded = False
         while True:
             current = await self.get(item.id)
             if current is None or not current.pending:
                 return current or item
-            left = current.deadline - self._clock.time()
+            now = self._clock.time()
+            left = current.deadline - now
             if left <= 0:
                 return await self._expire(current)
+            if not reminded and now >= remind:
+                reminded = True
+                await self._remind(current)
             step = left if self._poll is None else min(left, self._poll)
+            if not reminded:
+                step = min(step, max(remind - now, 0.0))
             with contextlib.suppress(TimeoutError):
                 await within(self._clock, step, event.wait())
             event.clear()
+
+    async def _remind(self, item: DeskItem) -> None:
+        """Remind the founder of pending ``item`` (three quarters of its time passed): one
+        ``founder_reminder`` event, the first time only — the ``reminded`` mark is set in
+        the same statement that checks it, so a restart (a resumed run waits again) or a
+        second daemon does not remind twice.
+        """
+        now = self._clock.time()
+        first = await self._db.run(
+            lambda db: (
+                db.execute(
+                    "UPDATE items SET reminded = ? WHERE id = ? AND state = 'pending' "
+                    "AND reminded IS NULL",
+                    (now, item.id),
+                ).rowcount
+            )
+        )
+        if first:
+            self._bus.publish(
+                FounderReminder(
+                    source=f"agent/{item.agent}",
+                    item_id=item.id,
+                    item_kind=str(item.kind),
+                    agent=item.agent,
+                    run_id=item.run_id,
+                    routine=item.routine,
+                    created=item.created,
+                    deadline=item.deadline,
+                    summary=_clip(_summary(item), 300),
+                )
+            )
 
     async def _expire(self, item: DeskItem) -> DeskItem:
         done, _ = await self._set(item.id, ItemState.EXPIRED, "", "the deadline")
@@ -625,6 +682,16 @@ def _transaction(db: Connection, begin: str, fn: Callable[[Connection], T]) -> T
                 db.execute("ROLLBACK")
         raise
     return out
+
+
+def _summary(item: DeskItem) -> str:
+    """What ``item`` asks, in one line (a reminder's)."""
+    p = item.payload
+    if item.kind is ItemKind.APPROVAL:
+        return f"{item.agent} wants to call {p.get('tool')}"
+    if item.kind is ItemKind.RESULT:
+        return f"the result of {item.routine} by {item.agent} awaits your approval"
+    return f"{item.agent} asks: {p.get('question')}"
 
 
 def _clip(text: str, limit: int) -> str:

@@ -14,8 +14,11 @@ from companyd.events.base import Event, Severity, optional
 __all__ = [
     "RoutineEvent",
     "RoutineFailed",
+    "RoutineLimitReached",
     "RoutineMissed",
+    "RoutinePaused",
     "RoutineResult",
+    "RoutineResumed",
     "RoutineSkipped",
     "RoutineUnverified",
 ]
@@ -95,3 +98,41 @@ class RoutineResult(Event):
     approved: bool | None = optional()
     #: the run ended ``unverified``: why (each unmet condition); delivered with a warning
     unverified: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineLimitReached(Event):
+    """A routine ran ``max_runs_per_day`` times on ``day`` (its time zone): its further fires
+    that day are skipped. Told once a day per routine.
+    """
+
+    KIND = "routine_limit_reached"
+    severity: Severity = Severity.WARNING
+    routine: str
+    agent: str
+    max_runs_per_day: int
+    day: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutinePaused(Event):
+    """A routine's last ``failures`` runs in a row failed (``pause_after_failures``): it is
+    paused — its fires are skipped — until ``companyd jobs resume ROUTINE`` or the
+    dashboard resumes it. ``reasons``: why each of those runs failed, oldest first.
+    """
+
+    KIND = "routine_paused"
+    severity: Severity = Severity.WARNING
+    routine: str
+    agent: str
+    failures: int
+    reasons: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineResumed(Event):
+    """A paused routine fires again (``by``: who resumed it)."""
+
+    KIND = "routine_resumed"
+    routine: str
+    by: str

@@ -12,6 +12,9 @@
                (through :mod:`companyd.llm.claude`; skipped with ``offline``)
 ``telegram``   the bot token is valid (``getMe``) and every chat id is reachable
                (``getChat``), through :mod:`companyd.alerts.check` (skipped with ``offline``)
+``tool-sandbox`` a tool-server sandbox can be created (bubblewrap, namespaces; the
+               ``run_as`` users exist when the daemon runs as root); every MCP server with
+               ``sandbox: false`` is a warning naming it (docs/tools.md)
 ``state-dir``  the state directory exists, belongs to this user and is private: 0700, and
                every file in it 0600
 ``disk``       free space where the state lives
@@ -37,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import pwd
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -66,9 +70,10 @@ from companyd.ops.doctor_host import (
     check_systemd_units,
     check_versions,
 )
+from companyd.sandbox import SandboxUnavailable, probe_sandbox
 from companyd.storage import probe
 
-__all__ = ["DoctorReport", "RunningDaemon", "run_doctor"]
+__all__ = ["DoctorReport", "RunningDaemon", "check_tool_sandbox", "run_doctor"]
 
 #: How long each network check may take (seconds).
 NETWORK_TIMEOUT = 20.0
@@ -125,7 +130,7 @@ async def run_doctor(
     report.checks.append(config_check)
     if config is None:
         why = "skipped: company.yaml does not load (see config)"
-        for name in ("secrets", "database", "anthropic", "telegram"):
+        for name in ("secrets", "database", "anthropic", "telegram", "tool-sandbox"):
             report.checks.append(Check(name, "skipped", why))
         where = state_dir
     else:
@@ -148,6 +153,7 @@ async def run_doctor(
                 _check_anthropic(config, env), _check_telegram(config, env)
             )
             report.checks += [api, telegram]
+        report.checks.append(await asyncio.to_thread(check_tool_sandbox, config, environ=env))
         where = config.state_dir(state_dir)
     if where is None:
         report.checks.append(
@@ -258,6 +264,73 @@ def _check_secrets(config: CompanyConfig, env: Mapping[str, str], *, offline: bo
     unneeded = " (the API key is not needed offline)" if offline else ""
     return Check(
         "secrets", "ok", f"all {len(groups)} secret(s) company.yaml names can be found{unneeded}"
+    )
+
+
+def check_tool_sandbox(
+    config: CompanyConfig,
+    *,
+    as_root: bool | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Check:
+    """Can the MCP servers' sandboxes be created (with ``environ``'s PATH), and which
+    servers run without one?
+    """
+    as_root = os.geteuid() == 0 if as_root is None else as_root
+    boxed: list[str] = []
+    bare: list[str] = []
+    users: set[str] = set()
+    for agent in config.agents.values():
+        for name, spec in agent.mcp_servers.items():
+            where = f"agents.{agent.slug}.mcp_servers.{name}"
+            if spec.sandbox is False:
+                bare.append(where)
+            else:
+                boxed.append(where)
+                users.add(spec.sandbox.run_as)
+    try:
+        probe_sandbox(as_root=as_root, network=False, environ=environ)
+        if as_root:
+            for user in sorted(users):
+                pwd.getpwnam(user)
+    except SandboxUnavailable as exc:
+        if not boxed:
+            return Check(
+                "tool-sandbox",
+                "warning",
+                f"no tool server is sandboxed now, but a sandbox cannot be created: {exc}",
+                "a tool server added later will not start until this is fixed",
+            )
+        return Check(
+            "tool-sandbox",
+            "problem",
+            f"{len(boxed)} tool server(s) will not start ({', '.join(boxed)}): {exc}",
+            "install bubblewrap (`apt-get install bubblewrap`) and allow user namespaces, "
+            "or set `sandbox: false` on a server to run it unsandboxed (docs/tools.md)",
+        )
+    except KeyError as exc:
+        return Check(
+            "tool-sandbox",
+            "problem",
+            f"the sandbox user {exc.args[0]!r} (sandbox.run_as) does not exist",
+            "create it (`useradd --system --no-create-home NAME`) or name an existing "
+            "unprivileged user in sandbox.run_as",
+        )
+    who = f"as {', '.join(sorted(users)) or 'nobody'}" if as_root else "as the daemon's user"
+    if bare:
+        return Check(
+            "tool-sandbox",
+            "warning",
+            f"{len(bare)} tool server(s) run unsandboxed (sandbox: false), with the daemon's "
+            f"user, files and environment: {', '.join(bare)}",
+            "remove `sandbox: false` (declare what the server needs with sandbox.read / "
+            "sandbox.write / sandbox.network instead; docs/tools.md)",
+        )
+    return Check(
+        "tool-sandbox",
+        "ok",
+        f"tool-server sandboxes can be created (bubblewrap); {len(boxed)} server(s) run in "
+        f"one, {who}",
     )
 
 

@@ -778,16 +778,20 @@ class Journal:
 
     # -- pauses ---------------------------------------------------------------------------
 
-    async def set_paused(self, agent: str, reason: str, budget: bool, now: float) -> None:
-        """Record that ``agent`` is paused (``budget``: by a spent budget) since ``now``, so it
-        stays paused across a restart; replaces an earlier pause.
+    async def set_paused(
+        self, agent: str, reason: str, budget: bool, now: float, until: float | None = None
+    ) -> None:
+        """Record that ``agent`` is paused (``budget``: by a spent budget) since ``now`` —
+        ``until`` that epoch time, if the pause has an end (a quota wall) — so it stays
+        paused across a restart; replaces an earlier pause.
         """
         await self._run(
             lambda db: db.execute(
-                "INSERT INTO paused (agent, reason, budget, since) VALUES (?,?,?,?) "
+                "INSERT INTO paused (agent, reason, budget, since, until_ts) VALUES (?,?,?,?,?) "
                 "ON CONFLICT(agent) DO UPDATE SET reason = excluded.reason, "
-                "budget = excluded.budget, since = excluded.since",
-                (agent, reason, int(budget), now),
+                "budget = excluded.budget, since = excluded.since, "
+                "until_ts = excluded.until_ts",
+                (agent, reason, int(budget), now, until),
             )
         )
 
@@ -801,6 +805,17 @@ class Journal:
             lambda db: {
                 a: (r, bool(b))
                 for a, r, b in db.execute("SELECT agent, reason, budget FROM paused")
+            }
+        )
+
+    async def paused_until(self) -> dict[str, float]:
+        """Agent → the epoch time its pause ends, for the pauses that have an end."""
+        return await self._run(
+            lambda db: {
+                a: float(u)
+                for a, u in db.execute(
+                    "SELECT agent, until_ts FROM paused WHERE until_ts IS NOT NULL"
+                )
             }
         )
 

@@ -138,9 +138,19 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 """
 
+#: Version 3: a pause with an end (``until_ts``, epoch seconds): a quota wall pauses an agent
+#: until the API's rate limit lets it call again (agents/_pauses.py), across a restart.
+_PAUSE_UNTIL = """
+ALTER TABLE paused ADD COLUMN until_ts DOUBLE PRECISION;
+"""
+
 #: The journal's schema on both backends, one entry per version (companyd.storage);
-#: migration 2 is SQL both read.
-STEPS: tuple[str | Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA), _THREADS)
+#: migrations 2 and 3 are SQL both read.
+STEPS: tuple[str | Dialects, ...] = (
+    Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),
+    _THREADS,
+    _PAUSE_UNTIL,
+)
 
 #: The SQLite text of :data:`STEPS` (``PRAGMA user_version``; see companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)

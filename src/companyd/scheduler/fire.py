@@ -34,9 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from companyd.admin import AdminError
-from companyd.clock import Clock, utc_from_ts
+from companyd.clock import Clock, clock_time, utc_from_ts
 from companyd.config import RoutineConfig
+from companyd.events import RoutineLimitReached, RoutinePaused
 from companyd.runs import RunOutcome, RunStatus, Task
+from companyd.scheduler import guards
 from companyd.scheduler import store as db
 from companyd.scheduler._ids import new_id
 from companyd.scheduler.outcomes import Outcome, from_run_status
@@ -254,6 +256,11 @@ class Fires:
         started = self._clock.time()
         if r.backup is not None:
             return await self._backup(rec, r.backup.to, r.backup.keep)
+        # the operator's own `jobs run` is not held back by the runaway guards: it is asked for
+        held = None if rec.kind == "manual" else await self._guard_paused(r)
+        if held is not None:
+            await self._rec.finish(rec, Outcome.SKIPPED, held)
+            return None
         if check_precondition and r.precondition != "always":
             try:
                 go, why = await self._precondition(slot)
@@ -271,6 +278,14 @@ class Fires:
             if not go:
                 await self._rec.finish(rec, Outcome.IDLE, why)
                 return None
+        limited = None if rec.kind == "manual" else await self._over_daily_limit(r, started)
+        if limited is not None:
+            await self._rec.finish(rec, Outcome.SKIPPED, limited)
+            return None
+        until = self._sink.rate_limited_until(r.assignee)
+        if until is not None:
+            await self._rec.finish(rec, Outcome.SKIPPED, self._walled(r, until))
+            return None
         task = Task(
             id=new_id("task"),
             agent=r.assignee,
@@ -312,9 +327,15 @@ class Fires:
         reason = outcome.reason
         if result is not Outcome.OK and not reason:
             reason = f"the run ended {result} and the agent runtime gave no reason"
+        if outcome.status is RunStatus.CANCELLED:
+            until = self._sink.rate_limited_until(r.assignee)
+            if until is not None:
+                # the run met a quota wall (one model call): not a failure of the routine
+                result, reason = Outcome.SKIPPED, f"{self._walled(r, until)} ({reason})"
         await self._rec.finish(
             rec, result, reason, cost_usd=outcome.cost_usd, run_id=outcome.run_id or None
         )
+        await self._after_run(r, result)
         approved = r.approval == "required" and self._gate is not None
         self._rec.result(rec, outcome, after_approval(r), r.description, approved=approved)
         if r.precondition == "memory_changed":
@@ -405,9 +426,86 @@ class Fires:
             run_id=outcome.run_id or None,
         )
         if slot is not None:
+            await self._after_run(slot.config, result)
+        if slot is not None:
             r = slot.config
             approved = r.approval == "required" and self._gate is not None
             self._rec.result(rec, outcome, after_approval(r), r.description, approved=approved)
+
+    # -- quota walls and runaway guards (docs/scheduler.md) -------------------------------
+
+    @staticmethod
+    def _walled(r: RoutineConfig, until: float) -> str:
+        return f"rate limited until {clock_time(until, r.timezone)}"
+
+    async def _guard_paused(self, r: RoutineConfig) -> str | None:
+        """Why ``r`` is paused by its failures (``pause_after_failures``), or None."""
+        store = self._rec.store
+        if r.pause_after_failures is None or store is None:
+            return None
+        reason, _, _ = await store.call(lambda c: guards.guard_state(c, r.slug))
+        return reason
+
+    async def _over_daily_limit(self, r: RoutineConfig, now: float) -> str | None:
+        """Why a fire of ``r`` at ``now`` is past its ``max_runs_per_day``, or None; the first
+        such fire of a day publishes ``routine_limit_reached``.
+        """
+        store = self._rec.store
+        limit = r.max_runs_per_day
+        if limit is None or store is None:
+            return None
+        day, start, end = guards.day_bounds(now, r.timezone)
+        runs = await store.call(lambda c: guards.runs_between(c, r.slug, start, end))
+        if runs < limit:
+            return None
+        if await store.call(lambda c: guards.mark_limit_told(c, r.slug, day)):
+            self._rec.publish(
+                RoutineLimitReached(
+                    source=self._rec.source,
+                    routine=r.slug,
+                    agent=r.assignee,
+                    max_runs_per_day=limit,
+                    day=day,
+                )
+            )
+        return (
+            f"max_runs_per_day: {limit} runs already started on {day}; the next run is "
+            "tomorrow's first fire"
+        )
+
+    async def _after_run(self, r: RoutineConfig, result: Outcome) -> None:
+        """After a run of ``r`` ended ``result``: pause ``r`` if it was its
+        ``pause_after_failures``-th failure in a row (one ``routine_paused`` event).
+        """
+        store = self._rec.store
+        n = r.pause_after_failures
+        if n is None or store is None or result is Outcome.OK or str(result) in guards.NOT_RUNS:
+            return
+        now = self._clock.time()
+
+        def check(c: Any) -> list[tuple[str, str | None]] | None:
+            reason, resumed_at, _ = guards.guard_state(c, r.slug)
+            if reason is not None:
+                return None  # already paused
+            streak = guards.failure_streak(c, r.slug, resumed_at, n)
+            if len(streak) < n:
+                return None
+            guards.set_routine_paused(c, r.slug, guards.pause_reason(r, streak), now)
+            return streak
+
+        streak = await store.call(check)
+        if streak is None:
+            return
+        log.warning("routine %r paused after %d failed runs in a row", r.slug, len(streak))
+        self._rec.publish(
+            RoutinePaused(
+                source=self._rec.source,
+                routine=r.slug,
+                agent=r.assignee,
+                failures=len(streak),
+                reasons=guards.last_reasons(streak),
+            )
+        )
 
     async def _precondition(self, slot: Slot) -> tuple[bool, str | None]:
         r = slot.config

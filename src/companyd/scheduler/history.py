@@ -21,6 +21,9 @@ Tables:
     ``last_fire`` the latest fire time; ``memory_marker`` what the ``memory_changed``
     precondition compares against.
 
+``routine_guard`` — a routine's runaway guards (:mod:`companyd.scheduler.guards`): paused
+    after failures in a row, its last resume, the day its daily limit was last told.
+
 ``clean_stop`` — at most one row, written when the daemon stops on purpose (SIGTERM,
     ``systemctl restart``) and removed by the next start, which thereby knows that the fire
     times since ``at`` fell in a planned stop, not in a crash.
@@ -185,8 +188,21 @@ CREATE INDEX IF NOT EXISTS fires_by_routine ON fires (routine, scheduled);
 CREATE INDEX IF NOT EXISTS fires_open ON fires (outcome) WHERE outcome IS NULL;
 """
 
+#: Version 2: the runaway guards of routines (scheduler/guards.py): a routine paused after
+#: failures in a row (``reason``, ``paused_since``), its last resume (``resumed_at``) and the
+#: day its daily run limit was last told (``limit_day``). SQL both backends read.
+_GUARDS = """
+CREATE TABLE IF NOT EXISTS routine_guard (
+    routine      TEXT PRIMARY KEY,
+    reason       TEXT,
+    paused_since DOUBLE PRECISION,
+    resumed_at   DOUBLE PRECISION,
+    limit_day    TEXT
+);
+"""
+
 #: The schema on both backends, one entry per version (companyd.storage).
-STEPS: tuple[Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),)
+STEPS: tuple[Dialects | str, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA), _GUARDS)
 #: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version``.
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
 SCHEMA_VERSION = len(MIGRATIONS)

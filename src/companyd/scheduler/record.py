@@ -22,6 +22,7 @@ from typing import Any
 
 from companyd.clock import Clock, utc_from_ts
 from companyd.events import (
+    Event,
     EventBus,
     RoutineEvent,
     RoutineFailed,
@@ -85,6 +86,10 @@ class Recorder:
         self._on_store_failure = on_store_failure
         self.store: RoutineStore | None = None
         self.source = "scheduler"
+
+    def publish(self, event: Event) -> None:
+        """Publish a routine event that is not a fire's own (the runaway guards')."""
+        self._bus.publish(event)
 
     async def finish(
         self,

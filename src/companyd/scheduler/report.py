@@ -59,6 +59,8 @@ class JobView:
     last: FireRecord | None
     in_progress: int
     stats: RoutineStats
+    #: why ``pause_after_failures`` paused the routine (live view only), None if it is not
+    paused: str | None = None
 
     def to_dict(self) -> RoutineRow:
         """The line as the ``jobs`` result carries it over the control socket: times as ISO 8601
@@ -66,7 +68,7 @@ class JobView:
         it back.
         """
         rate = self.stats.success_rate
-        return {
+        row: RoutineRow = {
             "routine": self.routine,
             "agent": self.agent,
             "schedule": self.schedule,
@@ -86,6 +88,9 @@ class JobView:
                 "unverified": self.stats.unverified,
             },
         }
+        if self.paused:
+            row["paused"] = self.paused
+        return row
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobView:
@@ -109,6 +114,7 @@ class JobView:
                 ok=d["success_7d"]["ok"],
                 unverified=int(d["success_7d"].get("unverified") or 0),
             ),
+            paused=d.get("paused") or None,
         )
 
 
@@ -128,6 +134,7 @@ def job_views(
     open_fires: Sequence[FireRecord],
     next_fires: Mapping[str, float | None],
     catch_up_pending: Mapping[str, float] | None = None,
+    paused: Mapping[str, str] | None = None,
 ) -> list[JobView]:
     """Rows for every routine in company.yaml, in file order."""
     busy: dict[str, int] = {}
@@ -151,6 +158,7 @@ def job_views(
                 last=latest.get(slug),
                 in_progress=busy.get(slug, 0),
                 stats=stats.get(slug) or RoutineStats(routine=slug, due=0, ok=0),
+                paused=(paused or {}).get(slug),
             )
         )
     return views
@@ -238,6 +246,8 @@ def format_jobs(views: Sequence[JobView], now: float, *, daemon: bool) -> str:
     for v in views:
         if not v.enabled:
             nxt = "disabled"
+        elif v.paused:
+            nxt = f"paused: failed in a row (`companyd jobs resume {v.routine}`)"
         elif v.catch_up_pending is not None:
             nxt = f"at start (catch-up of {_local(v.catch_up_pending, v.timezone)})"
         elif v.next_fire is None:

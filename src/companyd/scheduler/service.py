@@ -49,8 +49,9 @@ from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.admin import AdminError, HistoryData, JobsData
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
-from companyd.events import EventBus
+from companyd.events import EventBus, RoutineResumed
 from companyd.runs import RunOutcome
+from companyd.scheduler import guards
 from companyd.scheduler import store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
 from companyd.scheduler._ids import new_id
@@ -657,12 +658,13 @@ class RoutineScheduler:
         if store is None:
             raise RuntimeError("jobs() needs a started RoutineScheduler")
         now = self._clock.time()
-        stats, latest, open_ = await self._read(
+        stats, latest, open_, paused = await self._read(
             store,
             lambda c: (
                 db.routine_stats(c, now - SUCCESS_WINDOW),
                 db.latest_fires(c),
                 db.open_fires(c),
+                guards.paused_routines(c),
             ),
         )
         nexts: dict[str, float | None] = {}
@@ -670,7 +672,12 @@ class RoutineScheduler:
             nxt = self.next_fire_time(slug)
             nexts[slug] = nxt.timestamp() if nxt else None
         views = job_views(
-            self._config, stats=stats, latest=latest, open_fires=open_, next_fires=nexts
+            self._config,
+            stats=stats,
+            latest=latest,
+            open_fires=open_,
+            next_fires=nexts,
+            paused=paused,
         )
         return {
             "daemon": True,
@@ -705,6 +712,36 @@ class RoutineScheduler:
         if not records and routine not in self._config.routines:
             raise self._not_found(routine)
         return {"routine": routine, "fires": [r.to_dict() for r in records]}
+
+    async def resume_routine(self, routine: str, by: str = "operator") -> bool:
+        """Resume ``routine`` after ``pause_after_failures`` paused it: its fires run again,
+        and the failures before now no longer count toward the next pause (docs/scheduler.md,
+        "Runaway routines"). False if it was not paused. One ``routine_resumed`` event.
+
+        Raises:
+            RoutineNotFound: no routine of that name in company.yaml.
+        """
+        store = self._rec.store
+        if store is None and self._disk_failure is not None:
+            raise AdminError(f"routines are unavailable: {self._disk_failure}")
+        if store is None:
+            raise RuntimeError("resume_routine() needs a started RoutineScheduler")
+        if routine not in self._config.routines:
+            raise self._not_found(routine)
+        now = self._clock.time()
+        was = await store.call(lambda c: guards.resume_routine(c, routine, now))
+        if was:
+            self._rec.publish(RoutineResumed(source=self._rec.source, routine=routine, by=by))
+        return bool(was)
+
+    async def paused_routines(self) -> dict[str, str]:
+        """Routine → why ``pause_after_failures`` paused it (empty when the scheduler is
+        stopped).
+        """
+        store = self._rec.store
+        if store is None:
+            return {}
+        return dict(await self._read(store, guards.paused_routines))
 
     # -- compressed time --------------------------------------------------------------
 

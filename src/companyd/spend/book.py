@@ -673,8 +673,10 @@ class SpendBook:
                 message=message,
                 repeats_suppressed=repeats,
                 action=(
-                    "every agent is paused; raise the organisation's spend limit in the "
-                    "Anthropic console, then resume the agents"
+                    "every agent is paused and no call is made; top up the credit balance or "
+                    "raise the organisation's spend limit in the Anthropic console (Settings "
+                    "→ Billing / Limits), then resume them all with one command: `companyd "
+                    "resume --all` (or /resume all)"
                 ),
             )
         )

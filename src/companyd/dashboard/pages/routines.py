@@ -114,8 +114,19 @@ async def run_now(request: Request) -> Response:
     )
 
 
+async def resume(request: Request) -> Response:
+    """Resume a routine ``pause_after_failures`` paused (Admin ``resume_job``), then show
+    its page.
+    """
+    name = request.path_params["name"]
+    await perform(request, "resume_job", name, routine=name)
+    _, values = await _routine_values(request, name)
+    return render(request, "routine.html", status_code=200, outcome=None, **values)
+
+
 routes: list[BaseRoute] = [
     Route("/routines", routines_page, methods=["GET"], name="routines"),
     Route("/routines/{name}", routine_page, methods=["GET"], name="routine"),
     Route("/routines/{name}/run", run_now, methods=["POST"], name="routine_run"),
+    Route("/routines/{name}/resume", resume, methods=["POST"], name="routine_resume"),
 ]
