@@ -64,6 +64,7 @@ _AREAS = (
     "companyd.cli.alerts",
     "companyd.cli.doctor",
     "companyd.cli.backup",
+    "companyd.cli.upgrade",
 )
 
 

@@ -23,6 +23,7 @@ Other areas' commands (ask, runs, spend, jobs) reuse :func:`add_daemon_arguments
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -408,6 +409,38 @@ def unit_text(name: str, prefix: Path) -> str:
     return text.replace(UNIT_PREFIX_PLACEHOLDER, str(prefix).rstrip("/"))
 
 
+#: Where the shipped units' hardening makes files invisible to the service:
+#: ``ProtectHome=yes`` (/home, /root, /run/user) and ``PrivateTmp=yes`` (/tmp, /var/tmp).
+HIDDEN_ROOTS = (
+    (Path("/home"), "under /home"),
+    (Path("/root"), "under /root"),
+    (Path("/run/user"), "under /run/user"),
+    (Path("/tmp"), "under /tmp"),
+    (Path("/var/tmp"), "under /var/tmp"),
+)
+
+
+def hidden_by_hardening(prefix: Path) -> str | None:
+    """Where ``prefix`` (as written, or with symlinks resolved) or the Python its
+    ``bin/companyd`` runs lies under a directory the units hide, described ("under /home",
+    "under /tmp (through the symlink …)"), or None when the service can see it.
+    """
+    candidates = [(Path(os.path.abspath(prefix)), ""), (Path(os.path.realpath(prefix)), "")]
+    python = prefix / "bin" / "python"
+    with contextlib.suppress(OSError):
+        if python.exists():
+            candidates.append((Path(os.path.realpath(python)), " (its Python, {})"))
+    for path, note in candidates:
+        for top, where in HIDDEN_ROOTS:
+            if path == top or top in path.parents:
+                if note:
+                    return where + note.format(path)
+                if path != Path(os.path.abspath(prefix)):
+                    return f"{where} (through a symlink: {path})"
+                return where
+    return None
+
+
 def _install_service(args: argparse.Namespace) -> int:
     prefix: Path = args.prefix.absolute()
     root: Path = args.root.absolute()
@@ -419,7 +452,26 @@ def _install_service(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    instance: str | None = args.instance
+    if instance is not None and (problem := instance_name_problem(instance)) is not None:
+        print(f"companyd install-service: --instance: {problem}", file=sys.stderr)
+        return 2
     exe = prefix / "bin" / "companyd"
+    if (hidden := hidden_by_hardening(prefix)) is not None:
+        message = (
+            f"the prefix {str(prefix)!r} is {hidden}, which the unit's own hardening hides "
+            "from the service (ProtectHome=yes hides /home, /root and /run/user; "
+            "PrivateTmp=yes gives it an empty /tmp and /var/tmp), so ExecStart= would not "
+            "find companyd; install it where the service can see it — `sudo python3 -m venv "
+            "/opt/companyd/venv && sudo /opt/companyd/venv/bin/pip install <your checkout, or "
+            "the wheel built from it>` — then run `sudo /opt/companyd/venv/bin/companyd "
+            "install-service` (docs/deploy.md)"
+        )
+        if root == Path("/"):
+            print(f"companyd install-service: {message}", file=sys.stderr)
+            return 2
+        # staging a package (--root): the prefix is where it will be on the target
+        print(f"warning: {message}", file=sys.stderr)
     if not _is_file(exe):
         message = (
             f"there is no companyd executable at {str(exe)!r}; pass --prefix with the venv or "
@@ -429,10 +481,6 @@ def _install_service(args: argparse.Namespace) -> int:
             print(f"companyd install-service: {message}", file=sys.stderr)
             return 2
         print(f"warning: {message}", file=sys.stderr)
-    instance: str | None = args.instance
-    if instance is not None and (problem := instance_name_problem(instance)) is not None:
-        print(f"companyd install-service: --instance: {problem}", file=sys.stderr)
-        return 2
     if args.config is not None and not _is_file(args.config):
         print(
             f"companyd install-service: --config {str(args.config)!r} is not a file",

@@ -21,7 +21,9 @@ Modules, each importing only those listed before it:
 * :mod:`.load` — the entry points :func:`load_config`, :func:`load_config_text`,
   :func:`default_config_path`;
 * :mod:`.view` — :func:`resolved_view`, the resolved file as plain data (``show-config``,
-  the dashboard's config view).
+  the dashboard's config view);
+* :mod:`.migrate` — ``companyd migrate``: an older company.yaml in the current format,
+  comments kept (docs/upgrade.md).
 
 Loading is synchronous file work (one small file plus instruction files); async callers
 run it in a thread (``await asyncio.to_thread(load_config, path)``).
@@ -30,6 +32,12 @@ run it in a thread (``await asyncio.to_thread(load_config, path)``).
 from __future__ import annotations
 
 from companyd.config.load import default_config_path, load_config, load_config_text
+from companyd.config.migrate import (
+    ConfigMigration,
+    MigrationRefused,
+    plan_migration,
+    write_migration,
+)
 from companyd.config.model import (
     BACKUP_ASSIGNEE,
     DEFAULT_STATE_DIR,
@@ -97,6 +105,7 @@ __all__ = [
     "CompanyConfig",
     "CompanyFile",
     "CompanySpec",
+    "ConfigMigration",
     "DashboardSpec",
     "DefaultsSpec",
     "DepartmentConfig",
@@ -105,6 +114,7 @@ __all__ = [
     "McpServerSpec",
     "MemorySpec",
     "MetricsSpec",
+    "MigrationRefused",
     "ModelSpec",
     "PriceSpec",
     "QuietHoursSpec",
@@ -126,8 +136,10 @@ __all__ = [
     "load_config",
     "load_config_text",
     "parse_duration",
+    "plan_migration",
     "resolved_view",
     "secret_references",
     "secret_values",
     "state_backend",
+    "write_migration",
 ]

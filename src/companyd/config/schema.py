@@ -41,6 +41,10 @@ from companyd.config.scalars import (
 )
 
 SCHEMA = "companyd/v1"
+#: The number in :data:`SCHEMA`: the newest company.yaml format this code reads. A file
+#: without ``schema:`` is version 1 (the format before the key was introduced).
+#: ``companyd migrate`` brings an older file to it; a newer one is refused (docs/upgrade.md).
+SCHEMA_VERSION = 1
 
 
 class Spec(BaseModel):

@@ -56,6 +56,7 @@ from companyd import __version__
 from companyd._aio import cancel_and_wait, race
 from companyd._fs import DiskAlarm, private_dir
 from companyd._heap import freeze_startup_heap
+from companyd._sqlite import SchemaTooNew
 from companyd.admin import LeaderBlock, SpendStatus, result_data, status_line
 from companyd.agents import ResultApprovals, Staff
 from companyd.alerts import AlertService
@@ -517,7 +518,9 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
                 await self.start()
             except SupervisorStartError as exc:
                 cause = exc.reason.exception
-                if isinstance(cause, MemoryNotAGraph | MemoryUnsafePath):
+                if isinstance(cause, MemoryNotAGraph | MemoryUnsafePath) or _written_by_newer(
+                    cause
+                ):
                     # The operator must act (memory.path names another file): restarting
                     # cannot help, so exit 78 and systemd does not restart-loop on it.
                     log.critical("the company could not start: %s (exit 78)", cause)
@@ -635,6 +638,19 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
 
 #: Set by a SIGHUP that arrives before the daemon's event loop handles the signal.
 _EARLY_SIGHUP: list[bool] = []
+
+
+def _written_by_newer(exc: BaseException | None) -> bool:
+    """A store refused its file as written by a newer companyd (SchemaTooNew somewhere in
+    the chain): restarting cannot help — the operator upgrades or restores (docs/upgrade.md).
+    """
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, SchemaTooNew):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
 
 
 def node_name() -> str:

@@ -5,7 +5,8 @@
 ``/live``), the login routes, and the static assets under ``/static`` (vendored htmx, its
 SSE extension, the chart library, the dashboard's own CSS and JavaScript). Middlewares,
 outermost first: security headers, then the session and CSRF guard
-(:mod:`companyd.dashboard.security`).
+(:mod:`companyd.dashboard.security`), then the attention strip's
+(:mod:`companyd.dashboard.attention`: what needs the founder, computed for every page).
 
 The application's state: ``ctx`` (the :class:`~companyd.dashboard.context.DashboardContext`),
 ``templates`` (the Jinja2 environment, :mod:`companyd.dashboard.render`) and ``stopping``
@@ -22,7 +23,8 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from companyd.dashboard import login
+from companyd.dashboard import attention, login
+from companyd.dashboard.attention import AttentionMiddleware
 from companyd.dashboard.context import DashboardContext
 from companyd.dashboard.live import Live, live_endpoint
 from companyd.dashboard.pages import PAGES
@@ -43,8 +45,8 @@ def build_app(ctx: DashboardContext) -> Starlette:
     """
     fragments: dict[str, Live] = {}
     routes: list[BaseRoute] = [*login.routes]
-    for page in PAGES:
-        routes.extend(page.routes)
+    for page in (*PAGES, attention):
+        routes.extend(getattr(page, "routes", []))
         for fragment in getattr(page, "live", []):
             if fragment.name in fragments:
                 raise ValueError(f"two live fragments are named {fragment.name!r}")
@@ -56,6 +58,7 @@ def build_app(ctx: DashboardContext) -> Starlette:
         middleware=[
             Middleware(SecurityHeaders),
             Middleware(SessionGuard, sessions=ctx.sessions),
+            Middleware(AttentionMiddleware),
         ],
     )
     app.state.ctx = ctx

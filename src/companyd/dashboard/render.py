@@ -6,7 +6,9 @@ values:
 
 * ``csrf_token`` — the session's CSRF token, and ``csrf_field()`` — the hidden form field
   carrying it (every ``<form method="post">`` contains ``{{ csrf_field() }}``);
-* ``nav`` — the eight pages as ``(label, href)`` and ``active`` — the href of the current one;
+* ``attention`` — the attention strip (:mod:`companyd.dashboard.attention`; None
+  outside a page request);
+* ``nav`` — the nine pages as ``(label, href)`` and ``active`` — the href of the current one;
 * ``company`` — the company's name;
 * filters ``usd`` (``$1.23``), ``when`` (epoch seconds → ``2026-11-25 22:14 UTC``),
   ``duration`` (seconds → ``3h 02m``) and ``redact``.
@@ -38,6 +40,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 #: The pages of the navigation bar, in order: (label, href).
 NAV: tuple[tuple[str, str], ...] = (
     ("Overview", "/"),
+    ("Today", "/today"),
     ("Agents", "/agents"),
     ("Runs", "/runs"),
     ("Routines", "/routines"),
@@ -126,6 +129,8 @@ def render(request: Request, template: str, status_code: int = 200, **values: An
         "csrf_token": session.csrf if session is not None else "",
         "active": section_of(request.url.path),
         "company": ctx.config().name,
+        # the attention strip of base.html (computed by AttentionMiddleware; None: no strip)
+        "attention": getattr(request.state, "attention", None),
     }
     return templates.TemplateResponse(
         request, template, {**common, **values}, status_code=status_code

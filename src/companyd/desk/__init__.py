@@ -28,11 +28,14 @@ if TYPE_CHECKING:
         ItemKind,
         ItemState,
     )
-    from companyd.desk._toolstore import RateLimits, ToolStore
+    from companyd.desk._toolstore import TOOL_STORE_STEPS, RateLimits, ToolStore
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
+    "PROPOSAL_STORE_STEPS",
+    "STORE_STEPS",
     "TOOLS_ITEM",
+    "TOOL_STORE_STEPS",
     "Desk",
     "DeskError",
     "DeskFull",
@@ -51,9 +54,12 @@ __all__ = [
 ]
 
 _HOMES: dict[str, str] = {
+    "TOOL_STORE_STEPS": "companyd.desk._toolstore",
     "TOOLS_ITEM": "companyd.desk._inbox",
     "RateLimits": "companyd.desk._toolstore",
     "ToolStore": "companyd.desk._toolstore",
+    "PROPOSAL_STORE_STEPS": "companyd.desk._proposals",
+    "STORE_STEPS": "companyd.desk._store",
     "DeskFull": "companyd.desk._store",
     "DEFAULT_APPROVAL_TIMEOUT": "companyd.desk._store",
     "Desk": "companyd.desk._store",

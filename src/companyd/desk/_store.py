@@ -74,6 +74,7 @@ __all__ = [
     "PG_POLL_SECONDS",
     "REMIND_AT",
     "STEPS",
+    "STORE_STEPS",
     "Desk",
     "DeskError",
     "DeskFull",
@@ -157,6 +158,11 @@ STEPS: tuple[Dialects | str, ...] = (
 #: The share of an item's time (``approval_timeout``) after which the founder is reminded
 #: of it once, if it still waits.
 REMIND_AT = 0.75
+
+
+#: This store's file in the state directory → the schema steps this code knows (what
+#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+STORE_STEPS: dict[str, int] = {"desk.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version`` (companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)

@@ -25,7 +25,7 @@ from companyd.clock import Clock
 from companyd.events import EventBus, ToolRateLimited
 from companyd.storage import DB_ERRORS, SQLITE, Backend, Connection, StoreDatabase, open_database
 
-__all__ = ["STEPS", "Catalogue", "RateLimits", "ToolStore", "fingerprint"]
+__all__ = ["STEPS", "TOOL_STORE_STEPS", "Catalogue", "RateLimits", "ToolStore", "fingerprint"]
 
 T = TypeVar("T")
 
@@ -53,6 +53,8 @@ CREATE TABLE IF NOT EXISTS catalogue (
 
 #: The store's schema on both backends, one entry per version.
 STEPS: tuple[str, ...] = (_SCHEMA,)
+#: The store file → how many schema steps this code knows (companyd.ops.upgrade reads it).
+TOOL_STORE_STEPS: dict[str, int] = {"tools.sqlite": len(STEPS)}
 
 
 def fingerprint(definition: Mapping[str, Any]) -> str:

@@ -54,7 +54,9 @@ from companyd._secrets import protect, redact
 from companyd.alerts import check_telegram
 from companyd.config import (
     CompanyConfig,
+    MigrationRefused,
     load_config,
+    plan_migration,
     secret_references,
     secret_values,
     state_backend,
@@ -70,6 +72,7 @@ from companyd.ops.doctor_host import (
     check_systemd_units,
     check_versions,
 )
+from companyd.ops.upgrade import BACKUPS_DIR, UpgradeRefused, inspect_state
 from companyd.sandbox import SandboxUnavailable, probe_sandbox
 from companyd.storage import probe
 
@@ -162,6 +165,7 @@ async def run_doctor(
     else:
         report.checks.append(await asyncio.to_thread(check_state_dir, where, fix=fix))
         report.checks.append(await asyncio.to_thread(check_disk, where))
+    report.checks.append(await asyncio.to_thread(check_upgrade, config_path, config, where))
     if config is not None and where is not None:
         report.checks.append(await asyncio.to_thread(_check_memory, config.memory_path(where)))
     else:
@@ -170,6 +174,66 @@ async def run_doctor(
     report.checks += await asyncio.to_thread(check_systemd_units, runtime=systemd_runtime)
     report.checks.append(await asyncio.to_thread(check_versions))
     return report
+
+
+# -- upgrades ---------------------------------------------------------------------------------
+
+
+def check_upgrade(path: Path, config: CompanyConfig | None, state_dir: Path | None) -> Check:
+    """Does company.yaml or the state need a migration, or come from a newer companyd?
+
+    company.yaml with an older format or deprecated spellings: a warning (``companyd migrate
+    --write``); a store at an older schema step: a warning saying the next start migrates it
+    after a verified backup; a store from a newer companyd: a problem with the way back.
+    """
+    notes: list[str] = []
+    fixes: list[str] = []
+    try:
+        plan = plan_migration(path)
+    except MigrationRefused as exc:
+        if config is not None:  # it loads, yet cannot be planned: say so
+            notes.append(str(exc))
+    else:
+        if plan.needed:
+            notes.append(
+                f"company.yaml needs migrating ({len(plan.changes)} change(s): "
+                + "; ".join(plan.changes[:3])
+                + (" ..." if len(plan.changes) > 3 else "")
+                + ")"
+            )
+            fixes.append(f"run `companyd migrate --write --config {path}` (keeps a .bak)")
+    if state_dir is not None and (config is None or config.spec.state.backend == "sqlite"):
+        try:
+            stores = inspect_state(state_dir)
+        except UpgradeRefused as exc:
+            return Check("upgrade", "problem", str(exc))
+        newer = [s for s in stores if s.too_new]
+        if newer:
+            return Check(
+                "upgrade",
+                "problem",
+                "; ".join(
+                    [
+                        "the state was written by a newer companyd: "
+                        + "; ".join(s.describe() for s in newer),
+                        *notes,
+                    ]
+                ),
+                fix="upgrade companyd to the version that wrote it, or restore the newest "
+                f"pre-upgrade backup in {str(state_dir / BACKUPS_DIR)!r} with `companyd "
+                "restore FILE --state-dir DIR --force` (docs/upgrade.md)",
+            )
+        older = [s for s in stores if s.needs_migration]
+        if older:
+            notes.append(
+                "the next start migrates "
+                + "; ".join(s.describe() for s in older)
+                + f", after writing and verifying a backup to {str(state_dir / BACKUPS_DIR)!r}"
+            )
+            fixes.append("make sure the state's disk has room for one more backup")
+    if not notes:
+        return Check("upgrade", "ok", "company.yaml and the state are in the current format")
+    return Check("upgrade", "warning", "; ".join(notes), fix="; ".join(fixes) or None)
 
 
 # -- company.yaml and its secrets ------------------------------------------------------------

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from companyd.runs._transcript import cut, full_size, read_transcript
 
 __all__ = [
+    "STORE_STEPS",
     "ApprovalStep",
     "Journal",
     "JournaledRun",
@@ -57,6 +58,7 @@ __all__ = [
 ]
 
 _HOMES: dict[str, str] = {
+    "STORE_STEPS": "companyd.runs._schema",
     "VerificationPayload": "companyd.runs._records",
     "ApprovalStep": "companyd.runs._records",
     "Journal": "companyd.runs._journal",

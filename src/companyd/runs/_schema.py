@@ -20,7 +20,7 @@ from __future__ import annotations
 from companyd._sqlite import Migration
 from companyd.storage import Dialects, sqlite_migrations
 
-__all__ = ["MIGRATIONS", "STEPS"]
+__all__ = ["MIGRATIONS", "STEPS", "STORE_STEPS"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -151,6 +151,11 @@ STEPS: tuple[str | Dialects, ...] = (
     _THREADS,
     _PAUSE_UNTIL,
 )
+
+
+#: This store's file in the state directory → the schema steps this code knows (what
+#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+STORE_STEPS: dict[str, int] = {"runs.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS` (``PRAGMA user_version``; see companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)

@@ -79,6 +79,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "STEPS",
     "STORE",
+    "STORE_STEPS",
     "WHAT",
     "FireRecord",
     "RoutineState",
@@ -210,6 +211,11 @@ SCHEMA_VERSION = len(MIGRATIONS)
 STORE = "routines"
 WHAT = "routine history"
 HINT = ", or move the file away to start a fresh routine history"
+
+
+#: This store's file in the state directory → the schema steps this code knows (what
+#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+STORE_STEPS: dict[str, int] = {DB_NAME: len(STEPS)}
 
 _FIRE_COLUMNS = (
     "fire_id, routine, agent, kind, scheduled, fired, started, ended, outcome, reason, "

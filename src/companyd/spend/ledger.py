@@ -60,6 +60,7 @@ __all__ = [
     "DIMENSIONS",
     "MIGRATIONS",
     "PUSD",
+    "STORE_STEPS",
     "CallRow",
     "InflightRow",
     "Ledger",
@@ -213,6 +214,11 @@ INSERT INTO meta VALUES ('schema', '1') ON CONFLICT DO NOTHING;
 #: SQLite ledger from before the versions were shared is at 0 with every table of
 #: migration 1 (which creates only what is missing).
 STEPS: tuple[Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),)
+
+
+#: This store's file in the state directory → the schema steps this code knows (what
+#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+STORE_STEPS: dict[str, int] = {"spend.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS` (``PRAGMA user_version``; see companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
