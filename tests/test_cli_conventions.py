@@ -7,6 +7,7 @@ of each command are checked through the CLI's entry point in this process
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -187,3 +188,53 @@ def test_a_closed_pipe_does_not_turn_a_no_into_a_yes(
     finally:
         os.close(write_end)
     assert p.returncode == code
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], argparse.ArgumentParser, str | None]]:
+    """Every command and subcommand under ``parser``: (its words, its parser, its help)."""
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, child in action.choices.items():
+                words = (*path, name)
+                out.append((words, child, helps.get(name)))
+                out += _commands(child, words)
+    return out
+
+
+def test_every_command_has_a_one_line_description() -> None:
+    """Issue 28: every command and subcommand says what it does in `--help` (its
+    description) and in its parent's list (its help), each on one line.
+    """
+    from companyd.cli._main import _build_parser
+
+    broken: list[str] = []
+    commands = _commands(_build_parser(broken))
+    assert not broken and len(commands) > 40
+    missing = [
+        " ".join(words)
+        for words, child, help_ in commands
+        if not (child.description or "").strip() or not (help_ or "").strip()
+    ]
+    assert not missing, f"{len(missing)} command(s) with no description: {missing}"
+    multi = [" ".join(w) for w, _, h in commands if h and "\n" in h]
+    assert not multi, multi
+
+
+def test_every_subcommand_help_has_a_clean_usage() -> None:
+    """`backup verify --help` printed the parent's two-line usage glued to its own
+    (issue 28): each command's usage starts with its own words, on one line.
+    """
+    from companyd.cli._main import _build_parser
+
+    for words, child, _ in _commands(_build_parser()):
+        usage = child.format_usage()
+        first = usage.splitlines()[0]
+        assert first.startswith(f"usage: companyd {' '.join(words)}"), (words, usage)
+        assert usage.count("usage:") == 1, (words, usage)
+    shown = cli("backup", "verify", "--help")
+    assert shown.returncode == 0
+    assert shown.stdout.startswith("usage: companyd backup verify [-h] [--json] FILE\n")

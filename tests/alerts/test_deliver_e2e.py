@@ -243,6 +243,24 @@ async def the_thread_shows_in_runs_show(
     assert f"follows:  marketing's run {delivered} (ok)" in text.splitlines()
 
 
+async def the_delivery_shows_in_runs_show(
+    daemon: InProcessDaemon, run_id: str, message: int
+) -> None:
+    """The run's record says where its result went (issue 28): delivered to Telegram, when
+    and as which message — in ``runs show`` and its ``--json``.
+    """
+    text = await daemon.cli("runs", "show", run_id)
+    js = await daemon.cli("runs", "show", run_id, "--json")
+    assert text.rc == js.rc == 0, (text.err, js.err)
+    sent = [d for d in json.loads(js.out)["deliveries"] if d["outcome"] == "delivered"]
+    assert [(d["to"], d["message_id"]) for d in sent] == [("telegram", message)]
+    assert re.search(
+        rf"^delivered:\n  delivered to telegram at \d\d:\d\d \(message {message}\)$",
+        text.out,
+        re.M,
+    ), text.out
+
+
 @pytest.mark.anyio
 async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
     work: Path,
@@ -339,6 +357,8 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
                 # oldest first, so anything resent would have come before this one
                 assert len(to_operator(server, POST)) == 1
                 assert len(to_operator(server, SHORTER)) == 1
+                # (after the timed part: two more commands must not stretch its windows)
+                await the_delivery_shows_in_runs_show(daemon, run_id, post.message_id)
     assert "Traceback" not in daemon.log_text()
 
 
@@ -460,6 +480,16 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                 assert "Spend was flat" in path.read_text(encoding="utf-8")
                 told = daemon.events("result_delivered", to_memory)
                 assert [e["data"]["where"] for e in told] == ["routine:weekly-spend-review"]
+                # the run's record says where each went (issue 28)
+                shown = await daemon.cli("runs", "show", second["run_id"], "--json")
+                assert shown.rc == 0, shown.err
+                said = [d["text"] for d in json.loads(shown.out)["deliveries"]]
+                rel = f"outputs/weekly-spend-review/{day}-{second['run_id']}.md"
+                assert said[0].startswith("queued for the digest of ")
+                assert said[1:] == [
+                    f"written to {rel}",
+                    "added to the company memory (routine:weekly-spend-review)",
+                ], said
     # ... an observation on the routine's entity, in the memory file the daemon leaves when
     # it stops (while it runs, the file is folded from the memory's journal when idle)
     graph = (work / "s" / "memory.jsonl").read_text(encoding="utf-8")

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import io
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,6 +131,7 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
             row = next(line for line in listed.out.splitlines() if run_id in line)
             # the short answer column: the answer's first line, cut to fit
             assert row.endswith("Five ways clinics lose patients before the first visit 1. T…")
+            assert row.split()[3] == "daily-post"  # the routine it ran for (issue 28)
 
             shown = await d.cli("runs", "show", run_id)
             assert shown.rc == 0, shown.err
@@ -149,6 +151,24 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
             assert ". review by editor: approved (run run-" in text
             assert "answer:\n  Five ways clinics lose patients" in text
             assert "totals:   2 model call(s) · 1 tool call(s) · in " in text
+            # no Telegram here: the result (deliver: telegram, the default with an
+            # expected_output) is not lost silently — the record says so, and the inbox
+            # keeps it (issue 28)
+            kept = re.search(
+                r"^delivered:\n  not delivered to telegram: Telegram is not configured — kept "
+                r"in the inbox \((k-[0-9a-f]+)\)$",
+                text,
+                re.M,
+            )
+            assert kept, text
+            inbox = json.loads((await d.cli("inbox", "--json")).out)["items"]
+            item = next(i for i in inbox if i["id"] == kept.group(1))
+            assert item["kind"] == "kept" and item["run_id"] == run_id
+            assert item["actions"] == ["approve"] and POST.split("\n")[0] in item["summary"]
+            read = await d.cli("approve", kept.group(1))
+            assert read.rc == 0 and "marked read" in read.out, (read.out, read.err)
+            inbox = json.loads((await d.cli("inbox", "--json")).out)["items"]
+            assert kept.group(1) not in [i["id"] for i in inbox]
 
             via_daemon = json.loads((await d.cli("runs", "show", run_id, "--json")).out)
             # the filters, through the control socket (the CLI sends them as they are here)
@@ -171,6 +191,10 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
     assert via_daemon["review"]["approved"] is True
     assert via_daemon["asked_by"]["kind"] == "routine"
     assert via_daemon["totals"]["tool_calls"] == 1
+    (undelivered,) = via_daemon["deliveries"]
+    assert undelivered["to"] == "telegram" and undelivered["outcome"] == "not_delivered"
+    assert undelivered["kept"] == kept.group(1)
+    assert "Telegram is not configured" in undelivered["reason"]
     # the filters
     assert [r["run_id"] for r in filtered["routine"]] == [run_id]
     editor_runs = {r["run_id"] for r in filtered["agent"]}

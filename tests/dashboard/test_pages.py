@@ -163,6 +163,11 @@ async def test_spend_page_and_its_csv_export(site: Site) -> None:
     assert "Per day, by agent" in page.text and 'data-stacked="' in page.text
     assert "By model" in page.text and "By routine" in page.text
     assert "Budgets (times in UTC)" in page.text and "$10.00" in page.text  # company/day
+    # the offline model's spend is labelled simulated (issue 28): the spend page and the
+    # overview's spend block
+    assert page.text.count('<span class="badge"') >= 1 and ">simulated</span>" in page.text
+    overview = await site.get("/")
+    assert ">simulated</span>" in overview.text
     bad = await site.get("/spend?period=fortnight", 400)
     assert "unknown period &#39;fortnight&#39;" in bad.text
 
@@ -324,6 +329,10 @@ async def test_config_shows_the_resolved_file_and_the_last_reload_never_a_secret
     assert "Staging password: ***. Never repeat it." in page.text
     assert KEY_VAR in page.text and "set</span>" in page.text  # named, never its value
     assert "max_steps: 20" in page.text  # defaults filled in
+    # every effective default, as `show-config` prints it: the routine's resolved deliver
+    # (nothing, without an expected_output), never `deliver: null` (issue 28)
+    assert "deliver: null" not in page.text and "deliver: []" in page.text
+    assert "approval: none" in page.text and "runs_days: 90" in page.text
     assert "No reload since the daemon started." in page.text
     assert "differs from the running version" not in page.text
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         render_status,
         status_line,
         telegram_health,
+        usd_places,
         waiting_text,
     )
     from companyd.admin.blocks import (
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         ReloadBlock,
         ReloadRejectedBlock,
         ResultDecision,
+        ResultDelivery,
         ReviewStep,
         RoutineRow,
         RunInFlight,
@@ -157,6 +159,7 @@ __all__ = [
     "ReloadRejected",
     "ReloadRejectedBlock",
     "ResultDecision",
+    "ResultDelivery",
     "Resumed",
     "ResumedAll",
     "ReviewStep",
@@ -200,6 +203,7 @@ __all__ = [
     "result_data",
     "status_line",
     "telegram_health",
+    "usd_places",
     "waiting_text",
 ]
 
@@ -223,6 +227,7 @@ _HOMES: dict[str, str] = {
     "render_status": "companyd.admin._status_text",
     "status_line": "companyd.admin._status_text",
     "telegram_health": "companyd.admin._status_text",
+    "usd_places": "companyd.admin._status_text",
     "AgentCounts": "companyd.admin.results",
     "ArgumentError": "companyd.admin.wire",
     "AskAnswer": "companyd.admin.results",
@@ -267,6 +272,7 @@ _HOMES: dict[str, str] = {
     "ReloadRejected": "companyd.admin.results",
     "ReloadRejectedBlock": "companyd.admin.blocks",
     "ResultDecision": "companyd.admin.blocks",
+    "ResultDelivery": "companyd.admin.blocks",
     "Resumed": "companyd.admin.results",
     "ReviewStep": "companyd.admin.blocks",
     "RoutineLine": "companyd.admin.results",

@@ -51,6 +51,7 @@ __all__ = [
     "ReloadBlock",
     "ReloadRejectedBlock",
     "ResultDecision",
+    "ResultDelivery",
     "ReviewStep",
     "RoutineRow",
     "RunInFlight",
@@ -233,6 +234,26 @@ class ToolApproval(TypedDict):
     reason: str
 
 
+class ResultDelivery(TypedDict):
+    """One delivery of a routine's result (``runs show``), as the pager recorded it.
+
+    ``to``: the channel (telegram, digest, memory, file); ``outcome``: ``delivered``,
+    ``queued`` (in the outbox, waiting for Telegram or the digest) or ``not_delivered``;
+    ``at``: when (epoch seconds); ``where``: the file, the memory entity or the chat;
+    ``message_id``: Telegram's; ``reason``: why not; ``kept``: the inbox item holding an
+    undelivered result; ``text``: the whole record as one line.
+    """
+
+    to: str
+    outcome: str
+    at: float
+    where: str | None
+    message_id: int | None
+    reason: str | None
+    kept: str | None
+    text: str
+
+
 class ResultDecision(TypedDict):
     """The founder's decision on a run's result (a routine with ``approval: required``):
     one per round; ``decision`` is pending, approved, rejected, changes_requested or expired.
@@ -343,6 +364,9 @@ class SpendTotals(TypedDict):
     output_tokens: int
     cost_usd: float
     cost_usd_exact: str
+    #: the part of ``cost_usd`` the offline model's calls make (simulated: no money spent);
+    #: in reports, not in the ledger's raw totals
+    simulated_usd: NotRequired[float]
 
 
 #: The period of ``spend``: its label, first and last day (ISO); ``from`` is a Python keyword,

@@ -39,6 +39,7 @@ from companyd.admin.blocks import (
     ProposalRow,
     ReloadBlock,
     ResultDecision,
+    ResultDelivery,
     ReviewStep,
     RoutineRow,
     RunInFlightRow,
@@ -178,6 +179,8 @@ class RunTranscript:
     ``totals``; ``decisions`` are the founder's on the run's result (a routine with
     ``approval: required``): item_id, round, decision (approved, rejected,
     changes_requested, expired), by, via (telegram, cli, dashboard), asked, decided, text.
+    ``deliveries`` are its result's, as the pager recorded them
+    (:class:`~companyd.admin.blocks.ResultDelivery`).
     """
 
     run_id: str
@@ -203,6 +206,7 @@ class RunTranscript:
     #: the last check of the final answer against the run's record (companyd.agents.
     #: _verification): each condition met or unmet with its evidence; None if never checked
     verification: AsBuilt[VerificationStep | None] = None
+    deliveries: AsBuilt[list[ResultDelivery]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -439,8 +443,9 @@ class MemoryChanges:
 class ConfigView:
     """``config_view``: the company.yaml the daemon runs, resolved and redacted.
 
-    ``document`` is the validated file with every default filled in (the schema's JSON
-    form, every string through the one redactor); ``secrets`` the secrets it refers to by
+    ``document`` is the resolved file, every section with every effective default filled
+    in (:func:`companyd.config.resolved_view`, as ``show-config`` prints it; every string
+    through the one redactor); ``secrets`` the secrets it refers to by
     name (``{path, kind, name, is_set}``, never a value); ``file_mtime`` the file's
     modification time now (None: it cannot be read), ``loaded_at`` when the running
     version was read, ``changed_on_disk`` whether the file's text now differs from the
@@ -513,12 +518,16 @@ class AgentCounts:
 
 @dataclass(frozen=True, kw_only=True)
 class SpendPeriodLine:
-    """Company spend over today or this month, in the ``spend`` block of status."""
+    """Company spend over today or this month, in the ``spend`` block of status;
+    ``simulated_usd`` is the part of ``used_usd`` the offline model's calls make (priced as
+    Claude's would be; no money spent).
+    """
 
     used_usd: float
     reserved_usd: float
     limit_usd: float | None
     resets_at: float | None
+    simulated_usd: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

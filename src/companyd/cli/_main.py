@@ -33,7 +33,7 @@ import yaml
 
 from companyd import __version__
 from companyd._secrets import SECRETS, redact
-from companyd.config import default_config_path, load_config, secret_references
+from companyd.config import default_config_path, load_config, resolved_view
 from companyd.errors import (
     EX_REFUSED,
     EX_SOFTWARE,
@@ -464,97 +464,6 @@ def _show_config(args: argparse.Namespace) -> int:
         )
         sys.stdout.write(_yaml_dump(view))
     return 0
-
-
-def resolved_view(cfg: Any) -> dict[str, Any]:
-    """The resolved config as plain JSON-able data, for ``show-config``.
-
-    Every agent and routine appears with defaults applied; secrets appear only as
-    references (``secrets``: which variable or credential, and whether it is set).
-    """
-
-    def dump(model: Any) -> Any:
-        return None if model is None else model.model_dump(mode="json", by_alias=False)
-
-    spec = cfg.spec
-    state = cfg.state_dir()
-    agents: dict[str, Any] = {}
-    for slug, a in cfg.agents.items():
-        agents[slug] = {
-            "title": a.title,
-            "reports_to": a.reports_to,
-            "department": a.department,
-            "enabled": a.enabled,
-            "restart": a.restart,
-            "model": dump(a.model),
-            "budget": dump(a.budget),
-            "limits": dump(a.limits),
-            "heartbeat_seconds": a.heartbeat_seconds,
-            "tools": dump(a.tools),
-            "consult": list(a.consult),
-            "max_consult_depth": a.max_consult_depth,
-            "colleague_timeout_seconds": a.colleague_timeout_seconds,
-            "can_modify": list(a.can_modify),
-            "mcp_servers": {name: dump(m) for name, m in a.mcp_servers.items()},
-            "instructions": a.instructions,
-        }
-    routines: dict[str, Any] = {}
-    for slug, r in cfg.routines.items():
-        trigger: dict[str, Any] = (
-            {"cron": r.cron, "timezone": r.timezone} if r.cron is not None else {"every": r.every}
-        )
-        if r.backup is not None:
-            routines[slug] = {
-                "backup": {"every": r.backup.every, "keep": r.backup.keep, "to": str(r.backup.to)},
-                "concurrency": r.concurrency,
-                "catch_up": dump(r.catch_up),
-                "enabled": r.enabled,
-            }
-            continue
-        routines[slug] = {
-            "assignee": r.assignee,
-            "description": r.description,
-            "expected_output": r.expected_output,
-            "trigger": trigger,
-            "concurrency": r.concurrency,
-            "catch_up": dump(r.catch_up),
-            "precondition": r.precondition,
-            "reviewer": r.reviewer,
-            "enabled": r.enabled,
-        }
-    departments = {
-        slug: {
-            "title": d.title,
-            "parent": d.parent,
-            "supervisor": dump(d.supervisor),
-            "departments": list(d.departments),
-            "agents": list(d.agents),
-        }
-        for slug, d in cfg.departments.items()
-    }
-    secrets = [{"key": r.path, r.kind: r.name, "set": r.is_set} for r in secret_references(cfg)]
-    return {
-        "schema": spec.schema_,
-        "file": str(cfg.path),
-        "company": {
-            "name": spec.company.name,
-            "timezone": spec.company.timezone,
-            "context": spec.company.context,
-            "budget": dump(spec.company.budget),
-        },
-        "state_dir": str(state),
-        "memory": {"path": str(cfg.memory_path(state))},
-        "supervisor": dump(spec.supervisor),
-        "departments": departments,
-        "agents": agents,
-        "routines": routines,
-        "alerts": dump(spec.alerts),
-        "anthropic": dump(spec.anthropic),
-        "pricing": {m: dump(p) for m, p in spec.pricing.items()},
-        "spend": dump(spec.spend),
-        "metrics": dump(spec.metrics),
-        "secrets": secrets,
-    }
 
 
 def _yaml_dump(data: Any) -> str:

@@ -33,7 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from companyd._fs import read_regular_file
-from companyd.admin import as_list, as_mapping, as_number, as_text, format_usd, render_status
+from companyd.admin import (
+    as_list,
+    as_mapping,
+    as_number,
+    as_text,
+    format_usd,
+    render_status,
+    usd_places,
+)
 from companyd.cli._main import print_json
 from companyd.config import default_config_path
 from companyd.daemon import (
@@ -179,12 +187,22 @@ def register(sub: Any) -> None:
     add_daemon_arguments(p)
     p.set_defaults(func=_status)
 
-    p = sub.add_parser("pause", help="stop an agent from starting new runs")
+    p = sub.add_parser(
+        "pause",
+        help="stop an agent from starting new runs",
+        description="Stop an agent from starting new runs (the run in flight finishes); "
+        "`companyd resume AGENT` lets it run again.",
+    )
     p.add_argument("agent", help="agent slug, as in company.yaml")
     add_daemon_arguments(p)
     p.set_defaults(func=_pause)
 
-    p = sub.add_parser("resume", help="let a paused agent (or, with --all, every one) run again")
+    p = sub.add_parser(
+        "resume",
+        help="let a paused agent (or, with --all, every one) run again",
+        description="Let a paused agent (by `pause`, its budget or a quota wall) start runs "
+        "again; --all resumes every paused agent.",
+    )
     p.add_argument("agent", nargs="?", help="agent slug, as in company.yaml")
     p.add_argument(
         "--all",
@@ -368,10 +386,11 @@ def _raise_budget(args: argparse.Namespace) -> int:
             print(message)
             return 0
         who = agent if agent else "the company"
-        line = f"raised today's budget of {who} by {format_usd(usd)}"
+        line = f"raised today's budget of {who} by {format_usd(usd, usd_places([usd]))}"
         limit = as_number(result.get("daily_limit_usd"))
         if limit is not None:
-            line += f" (today's limit is now {format_usd(limit)}; back to company.yaml tomorrow)"
+            now_at = format_usd(limit, usd_places([limit]))
+            line += f" (today's limit is now {now_at}; back to company.yaml tomorrow)"
         print(line)
         return 0
 

@@ -53,7 +53,12 @@ def register(sub: Any) -> None:
     add_daemon_arguments(p)
     p.set_defaults(func=_inbox)
 
-    p = sub.add_parser("answer", help="answer an agent's question (an id from `companyd inbox`)")
+    p = sub.add_parser(
+        "answer",
+        help="answer an agent's question (an id from `companyd inbox`)",
+        description="Answer an agent's question (q-…), or ask for changes to a result "
+        "(r-…): the waiting run goes on with your text.",
+    )
     p.add_argument("item_id", help="the question's id, q-…")
     p.add_argument("text", nargs="+", help="your answer")
     add_daemon_arguments(p)

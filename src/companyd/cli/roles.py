@@ -146,17 +146,32 @@ def register(sub: Any) -> None:
     add_daemon_arguments(p)
     p.set_defaults(func=_runs)
 
-    p = sub.add_parser("tasks", help="tasks waiting or running; --quarantined for poison pills")
+    p = sub.add_parser(
+        "tasks",
+        help="tasks waiting or running; --quarantined for poison pills",
+        description="The tasks queued or running; with --quarantined, the tasks set aside "
+        "after crashing their agent (release one with `companyd retry`).",
+    )
     p.add_argument("--quarantined", action="store_true", help="show quarantined tasks")
     add_daemon_arguments(p)
     p.set_defaults(func=_tasks)
 
-    p = sub.add_parser("retry", help="release a quarantined task and run it again")
+    p = sub.add_parser(
+        "retry",
+        help="release a quarantined task and run it again",
+        description="Release a quarantined task (an id from `companyd tasks --quarantined`) "
+        "so its agent runs it again.",
+    )
     p.add_argument("task_id")
     add_daemon_arguments(p)
     p.set_defaults(func=_retry)
 
-    p = sub.add_parser("proposals", help="the improver's proposals and their status")
+    p = sub.add_parser(
+        "proposals",
+        help="the improver's proposals and their status",
+        description="The improver's proposals to change company.yaml, newest first, with "
+        "their status (decide them with approve, reject, revert).",
+    )
     add_daemon_arguments(p)
     p.set_defaults(func=_proposals)
 
@@ -165,7 +180,7 @@ def register(sub: Any) -> None:
         ("reject", "reject a tool call (ap-…, with a reason) or discard a proposal"),
         ("revert", "undo an applied proposal (and reload)"),
     ):
-        p = sub.add_parser(name, help=verb)
+        p = sub.add_parser(name, help=verb, description=verb[0].upper() + verb[1:] + ".")
         p.add_argument("proposal_id", metavar="ID", help="an id from `companyd inbox`")
         if name == "reject":
             p.add_argument(

@@ -18,6 +18,7 @@ from companyd.runs import cut
 __all__ = [
     "ANSWER_COLUMN",
     "answer_line",
+    "delivery_lines",
     "last_lines",
     "run_list_lines",
     "transcript_lines",
@@ -26,6 +27,8 @@ __all__ = [
 
 #: Width of the short answer in the list.
 ANSWER_COLUMN = 60
+#: Widest the routine column of the list grows (longer names end with "…").
+ROUTINE_COLUMN = 24
 #: How much of a tool's input or result, or a model's text, the transcript shows.
 SHOWN_CHARS = 300
 
@@ -56,14 +59,22 @@ def answer_line(run: Mapping[str, Any], width: int = ANSWER_COLUMN) -> str:
 
 
 def run_list_lines(runs: list[Mapping[str, Any]]) -> list[str]:
-    """The table of ``companyd runs``."""
+    """The table of ``companyd runs``: one line per run, with the routine it ran for
+    (``-``: asked by the founder or a colleague).
+    """
+    width = max([len("routine"), *(len(str(r.get("routine") or "-")) for r in runs)])
+    width = min(width, ROUTINE_COLUMN)
     lines = [
-        f"{'started (UTC)':16} {'agent':12} {'status':16} {'cost':>8} {'steps':>5} "
-        f"{'run':16}  answer / why"
+        f"{'started (UTC)':16} {'agent':12} {'routine':{width}} {'status':16} {'cost':>8} "
+        f"{'steps':>5} {'run':16}  answer / why"
     ]
     for r in runs:
+        routine = str(r.get("routine") or "-")
+        if len(routine) > width:
+            routine = routine[: width - 1] + "…"
         lines.append(
-            f"{when(r.get('started')):16} {r.get('agent')!s:12} {r.get('status')!s:16} "
+            f"{when(r.get('started')):16} {r.get('agent')!s:12} {routine:{width}} "
+            f"{r.get('status')!s:16} "
             f"{'$' + format(float(r.get('cost_usd') or 0), '.4f'):>8} {int(r.get('steps') or 0):5} "
             f"{r.get('run_id')!s:16}  {answer_line(r)}"
         )
@@ -152,6 +163,19 @@ def _decision(d: Mapping[str, Any]) -> str:
         said += f" by {d.get('by') or 'the founder'}" + (f" via {d['via']}" if d.get("via") else "")
     said += f" at {when(d.get('decided'), seconds=True)} UTC {tail}"
     return said + (f": {d['text']}" if d.get("text") else "")
+
+
+def delivery_lines(deliveries: list[Mapping[str, Any]]) -> list[str]:
+    """What became of a run's result, one line per delivery, in order. A "queued" line is
+    left out once a later line says the same channel delivered it (``--json`` keeps both).
+    """
+    done_to = {d.get("to") for d in deliveries if d.get("outcome") == "delivered"}
+    out = []
+    for d in deliveries:
+        if d.get("outcome") == "queued" and d.get("to") in done_to:
+            continue
+        out.append(str(d.get("text") or f"{d.get('outcome')} ({d.get('to')})"))
+    return out
 
 
 def verification_lines(v: Mapping[str, Any] | None) -> list[str]:
@@ -245,6 +269,9 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
     lines += ["", "answer:"]
     answer = str(t.get("answer") or "").strip()
     lines += [f"  {line}".rstrip() for line in answer.splitlines()] if answer else ["  (none)"]
+    shown = delivery_lines(t.get("deliveries") or [])
+    if shown:
+        lines += ["", "delivered:"] + [f"  {line}" for line in shown]
     totals = t.get("totals") or {}
     models = ", ".join(str(m) for m in dict.fromkeys(totals.get("models") or [])) or "no model"
     calls = int(totals.get("tool_calls") or 0)

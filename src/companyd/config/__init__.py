@@ -20,6 +20,8 @@ Modules, each importing only those listed before it:
 * :mod:`.checks` — cross-checks spanning several values;
 * :mod:`.load` — the entry points :func:`load_config`, :func:`load_config_text`,
   :func:`default_config_path`;
+* :mod:`.view` — :func:`resolved_view`, the resolved file as plain data (``show-config``,
+  the dashboard's config view);
 * :mod:`.migrate` — ``companyd migrate``: an older company.yaml in the current format,
   comments kept (docs/upgrade.md).
 
@@ -84,11 +86,13 @@ from companyd.config.secrets import (
     secret_values,
     state_backend,
 )
+from companyd.config.view import SECTIONS, resolved_view
 
 __all__ = [
     "BACKUP_ASSIGNEE",
     "DEFAULT_STATE_DIR",
     "SCHEMA",
+    "SECTIONS",
     "AgentConfig",
     "AgentSpec",
     "AlertsSpec",
@@ -133,6 +137,7 @@ __all__ = [
     "load_config_text",
     "parse_duration",
     "plan_migration",
+    "resolved_view",
     "secret_references",
     "secret_values",
     "state_backend",

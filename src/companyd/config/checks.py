@@ -221,6 +221,7 @@ def cross_check(data: dict[str, Any], rep: Report, base: Path) -> dict[str, str]
     quiet = _as_dict(_as_dict(data.get("alerts")).get("quiet_hours"))
     check_tz(quiet.get("timezone"), ("alerts", "quiet_hours", "timezone"), rep)
     _check_models(data, rep)
+    _check_deliveries(data, rep)
     return instructions
 
 
@@ -346,6 +347,38 @@ def _check_org_chart(agents: dict[str, Any], rep: Report) -> None:
             ("agents",),
             "expected exactly one agent without 'reports_to' (usually the CEO), got none",
             key=True,
+        )
+
+
+def _check_deliveries(data: dict[str, Any], rep: Report) -> None:
+    """A routine that delivers to Telegram (``telegram`` or ``digest``, written or by
+    default with an ``expected_output``) while company.yaml configures no
+    ``alerts.telegram`` is a warning at the line that says so: its results would reach no
+    phone (they are kept in the founder's inbox instead).
+    """
+    if isinstance(_as_dict(data.get("alerts")).get("telegram"), dict):
+        return
+    for slug, r in _as_dict(data.get("routines")).items():
+        if not isinstance(r, dict):
+            continue
+        deliver = r.get("deliver")
+        if isinstance(deliver, list):
+            channels = [d for d in deliver if d in ("telegram", "digest")]
+            path: Path_ = ("routines", slug, "deliver")
+            said = f"deliver: lists {', '.join(channels)}"
+        elif deliver is None and r.get("expected_output"):
+            channels = ["telegram"]
+            path = ("routines", slug, "expected_output")
+            said = "with an expected_output, its result goes to telegram by default"
+        else:
+            continue
+        if not channels or rep.is_settled(path):
+            continue
+        rep.warn(
+            path,
+            f"routine {slug!r}: {said}, but company.yaml configures no alerts.telegram: its "
+            "results would reach no phone (they are kept in the inbox, `companyd inbox`); "
+            "add alerts.telegram (docs/alerts.md) or set deliver: to file or memory",
         )
 
 

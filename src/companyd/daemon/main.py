@@ -67,6 +67,7 @@ from companyd.config import CompanyConfig, state_backend
 from companyd.daemon.backups import Backups
 from companyd.daemon.control import ControlServer
 from companyd.daemon.dashboard import WebDashboard
+from companyd.daemon.deliveries import ResultRecords
 from companyd.daemon.logs import log_events
 from companyd.daemon.operator import NO_SPEND, Operator
 from companyd.daemon.protocol import socket_path
@@ -255,6 +256,12 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
             clock=self.clock,
             memory=self.memory,
             backend=self.storage,
+            deliveries=ResultRecords(
+                self.journal,
+                None if oneoff else self.desk,
+                self.clock,
+                lambda: float(self.config.spec.retention.runs_days),
+            ),
         )
         self._backup_lock = asyncio.Lock()
         self.scheduler = RoutineScheduler(

@@ -156,6 +156,7 @@ class Operator:
         _mark_paused(tree, paused)
         ends = self.staff.pauses.ends()
         _mark_paused_until(tree, {a: clock_time(t, self.config.timezone) for a, t in ends.items()})
+        _mark_not_serving(tree, self._not_serving())
         running = self.staff.in_flight()
         agents_total = len(self.config.agents)
         agent_nodes = _agent_nodes(tree, set(self.config.agents))
@@ -176,6 +177,14 @@ class Operator:
             alerts=self.alerts.snapshot(),
         )
 
+    def _not_serving(self) -> dict[str, str]:
+        """The service children that run but serve nothing, each with why: the dashboard
+        whose address cannot be bound (it retries, reporting itself started meanwhile).
+        """
+        server = self.web.server
+        problem = server.problem if server is not None else None
+        return {"dashboard": problem} if problem else {}
+
     async def status(self) -> Status:
         """:meth:`Admin.status`: the tree with paused agents marked, runs in flight, spend and
         routines. Always answers: an unreadable ledger or routine history shows as unavailable, not
@@ -188,10 +197,11 @@ class Operator:
     async def _spend_status(self) -> SpendStatus:
         try:
             report = await self.spend_book.budget_report()
+            simulated = await self.spend_book.simulated()
         except LedgerError as exc:
             # the ledger cannot be opened (a full state disk at start): status still answers
             return spend_for_status({}, self.staff.paused(), unavailable=str(exc))
-        return spend_for_status(report, self.staff.paused())
+        return spend_for_status(report, self.staff.paused(), simulated=simulated)
 
     async def _routines_status(self) -> list[RoutineLine]:
         try:
@@ -699,6 +709,23 @@ def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:
         _mark_paused(child, paused)
 
 
+def _mark_not_serving(node: dict[str, Any], problems: Mapping[str, str]) -> None:
+    """A running service child that serves nothing is shown so: ``state`` ``not serving``,
+    ``serving`` false and the ``reason`` (a record must not say "running" of a dashboard
+    whose port was taken).
+    """
+    if (
+        node.get("kind") == "worker"
+        and node.get("id") in problems
+        and node.get("state") == "running"
+    ):
+        node["state"] = "not serving"
+        node["serving"] = False
+        node["reason"] = problems[node["id"]]
+    for child in node.get("children", ()):
+        _mark_not_serving(child, problems)
+
+
 def _mark_paused_until(node: dict[str, Any], until: Mapping[str, str]) -> None:
     """A quota wall's pause (agents/_walls.py): shown "paused until HH:MM (rate limit)"."""
     if node.get("state") == "paused" and node.get("id") in until:
@@ -728,9 +755,14 @@ def _epoch(value: Any) -> float | None:
 
 
 def spend_for_status(
-    report: Mapping[str, Any], paused: Mapping[str, str], unavailable: str | None = None
+    report: Mapping[str, Any],
+    paused: Mapping[str, str],
+    unavailable: str | None = None,
+    simulated: tuple[float, float] = (0.0, 0.0),
 ) -> SpendStatus:
-    """The status ``spend`` block (docs/daemon.md) from the spend book's budget report."""
+    """The status ``spend`` block (docs/daemon.md) from the spend book's budget report;
+    ``simulated``: the offline model's part of today's and this month's spend.
+    """
     rows = [r for r in report.get("budgets", []) if isinstance(r, Mapping)]
     periods: dict[str, SpendPeriodLine] = {}
     for name, period in (("today", "day"), ("month", "month")):
@@ -742,6 +774,7 @@ def spend_for_status(
             reserved_usd=row.get("reserved_usd", 0.0),
             limit_usd=row.get("limit_usd"),
             resets_at=_epoch(row.get("resets_at")),
+            simulated_usd=simulated[0] if name == "today" else simulated[1],
         )
     agents: dict[str, dict[str, Any]] = {}
     for r in rows:

@@ -29,6 +29,7 @@ from starlette.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
 
 from companyd._secrets import redact
+from companyd.admin import format_usd, usd_places
 from companyd.clock import utc_from_ts
 
 __all__ = ["NAV", "TEMPLATES", "fragment", "make_templates", "render", "section_of"]
@@ -65,11 +66,13 @@ def _csrf_field(context: jinja2.runtime.Context) -> Markup:
 
 
 def usd(value: Any) -> str:
-    """``$1.23`` (``$0.0042`` under a cent; ``–`` for None)."""
+    """``$1.23`` (``$0.0042`` under a cent, more decimals where that is what it takes for
+    an amount that is not zero to show as not zero; ``–`` for None).
+    """
     if value is None:
         return "–"
     amount = float(value)
-    return f"${amount:,.4f}" if 0 < abs(amount) < 0.01 else f"${amount:,.2f}"
+    return format_usd(amount, usd_places([amount], minimum=4 if 0 < abs(amount) < 0.01 else 2))
 
 
 def when(ts: Any) -> str:

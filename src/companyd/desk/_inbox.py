@@ -29,9 +29,10 @@ TOOLS_ITEM = "tools:"
 
 def on_desk(item_id: str) -> bool:
     """Whether ``item_id`` names a founder's-desk item (an approval ``ap-``, a question
-    ``q-`` or a routine result ``r-``) rather than an improver proposal.
+    ``q-``, a routine result ``r-`` or an undelivered result kept ``k-``) rather than an
+    improver proposal.
     """
-    return item_id.startswith(("ap-", "q-", "r-"))
+    return item_id.startswith(("ap-", "q-", "r-", "k-"))
 
 
 async def decide(
@@ -51,9 +52,13 @@ async def decide(
         what = f"{item.payload.get('tool')} call of {item.agent}"
     elif item.kind is ItemKind.RESULT:
         what = f"result of {item.routine} by {item.agent}"
+    elif item.kind is ItemKind.KEPT:
+        what = f"undelivered result of {item.routine} by {item.agent}"
     else:
         what = f"question of {item.agent}"
     verb = "sent back with changes" if item.state is ItemState.CHANGES else str(item.state)
+    if item.kind is ItemKind.KEPT:
+        verb = "marked read"
     return DeskDecision(
         id=item.id,
         kind=str(item.kind),
@@ -162,6 +167,12 @@ def _desk_entry(item: DeskItem) -> InboxItem:
             summary += f"⚠ unverified: {_short(p.get('unverified'), 200)} — "
         summary += _short(p.get("answer"), 200)
         actions = ["approve", "changes", "reject"]
+    elif item.kind is ItemKind.KEPT:
+        summary = (
+            f"result of {item.routine} by {item.agent}, not delivered "
+            f"({_short(p.get('reason'), 120)}): {_short(p.get('answer'), 200)}"
+        )
+        actions = ["approve"]  # marks it read
     else:
         summary = f"{item.agent} asks: {_short(p.get('question'), 300)}"
         actions = ["answer"]

@@ -197,6 +197,9 @@ class ItemKind(StrEnum):
     QUESTION = "question"
     #: a routine's result under ``approval: required``
     RESULT = "result"
+    #: a routine's result whose delivery target was unavailable (Telegram not configured,
+    #: or refusing): kept here for the founder to read; approving it marks it read
+    KEPT = "kept"
 
 
 class ItemState(StrEnum):
@@ -278,7 +281,12 @@ class DeskItem:
 
 def _item_id(kind: ItemKind, key: str) -> str:
     """A short id for the founder to type, stable for one key (``ap-…``, ``q-…``)."""
-    prefix = {ItemKind.APPROVAL: "ap", ItemKind.QUESTION: "q", ItemKind.RESULT: "r"}[kind]
+    prefix = {
+        ItemKind.APPROVAL: "ap",
+        ItemKind.QUESTION: "q",
+        ItemKind.RESULT: "r",
+        ItemKind.KEPT: "k",
+    }[kind]
     return f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
@@ -405,6 +413,8 @@ class Desk:
             "routine": item.routine,
             "deadline": item.deadline,
         }
+        if item.kind is ItemKind.KEPT:
+            return  # kept because the way to the founder failed: there is nothing to send
         if item.kind is ItemKind.RESULT:
             self._bus.publish(
                 FounderResultForApproval(
@@ -524,6 +534,11 @@ class Desk:
             raise DeskError(
                 f"{item.id} asks to approve a call of {item.payload.get('tool')!r}: approve "
                 "or reject it"
+            )
+        if item.kind is ItemKind.KEPT and state is not ItemState.APPROVED:
+            raise DeskError(
+                f"{item.id} is a result of {item.routine} kept for you because it could not "
+                f"be delivered: approve it (`companyd approve {item.id}`) to mark it read"
             )
         if item.kind is ItemKind.RESULT:
             if state is ItemState.ANSWERED:

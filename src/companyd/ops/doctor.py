@@ -141,11 +141,16 @@ async def run_doctor(
         # every line the report prints, a database password however its URL is written
         for value in secret_values(config, env):
             protect(value)
-        report.checks.append(_check_secrets(config, env))
+        report.checks.append(_check_secrets(config, env, offline=offline))
         report.checks.append(await _check_database(config, env))
         if offline:
-            report.checks.append(Check("anthropic", "skipped", "skipped (--offline)"))
-            report.checks.append(Check("telegram", "skipped", "skipped (--offline)"))
+            report.checks.append(
+                Check("anthropic", "skipped", "skipped (--offline: the company runs offline)")
+            )
+            # no network needed to tell that Telegram is not configured at all
+            report.checks.append(
+                _telegram_missing(config) or Check("telegram", "skipped", "skipped (--offline)")
+            )
         else:
             api, telegram = await asyncio.gather(
                 _check_anthropic(config, env), _check_telegram(config, env)
@@ -290,8 +295,13 @@ def _check_config(path: Path, running: RunningDaemon | None) -> tuple[Check, Com
     return Check("config", "ok", summary), config
 
 
-def _check_secrets(config: CompanyConfig, env: Mapping[str, str]) -> Check:
+def _check_secrets(config: CompanyConfig, env: Mapping[str, str], *, offline: bool) -> Check:
+    """Whether every secret company.yaml names can be found; ``offline`` (the company runs
+    with the offline model) does not need the API key, so its absence is no problem then.
+    """
     refs = secret_references(config, env)
+    if offline:
+        refs = [r for r in refs if not r.path.startswith("anthropic.")]
     groups: dict[str, list[Any]] = {}
     for r in refs:
         # the API key and the bot token each have two sources: one of them is enough
@@ -315,7 +325,10 @@ def _check_secrets(config: CompanyConfig, env: Mapping[str, str]) -> Check:
             '(LoadCredential=, docs/deploy.md "Secrets"); run doctor as the service would '
             "(sudo systemd-run -P --wait -p LoadCredential=… or with the same environment)",
         )
-    return Check("secrets", "ok", f"all {len(groups)} secret(s) company.yaml names can be found")
+    unneeded = " (the API key is not needed offline)" if offline else ""
+    return Check(
+        "secrets", "ok", f"all {len(groups)} secret(s) company.yaml names can be found{unneeded}"
+    )
 
 
 def check_tool_sandbox(
@@ -448,14 +461,41 @@ async def _check_anthropic(config: CompanyConfig, env: Mapping[str, str]) -> Che
     return Check("anthropic", "ok", f"API key accepted by {url!r} ({len(models)} models listed)")
 
 
-async def _check_telegram(config: CompanyConfig, env: Mapping[str, str]) -> Check:
-    if config.spec.alerts.telegram is None:
-        return Check(
-            "telegram",
-            "warning",
-            "no alerts.telegram in company.yaml: failures reach nobody",
-            "add alerts.telegram (docs/alerts.md)",
+def _telegram_missing(config: CompanyConfig) -> Check | None:
+    """The warning when company.yaml has no ``alerts.telegram``: failures reach nobody, and
+    the results of the routines that deliver to Telegram (named) reach no phone — they
+    are kept in the founder's inbox instead. None when Telegram is configured.
+    """
+    if config.spec.alerts.telegram is not None:
+        return None
+    lost = telegram_routines(config)
+    summary = "no alerts.telegram in company.yaml: failures reach nobody"
+    if lost:
+        names = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+        summary += (
+            f", and the results of {len(lost)} routine(s) that deliver to telegram ({names}) "
+            "would reach no phone: they are kept in the inbox instead (companyd inbox)"
         )
+    return Check(
+        "telegram",
+        "warning",
+        summary,
+        "add alerts.telegram (docs/alerts.md), or give those routines another deliver: "
+        "(file, memory)",
+    )
+
+
+def telegram_routines(config: CompanyConfig) -> list[str]:
+    """The routines whose resolved ``deliver`` sends their result to Telegram (directly or
+    in the digest), in company.yaml's order.
+    """
+    return [slug for slug, r in config.routines.items() if {"telegram", "digest"} & set(r.deliver)]
+
+
+async def _check_telegram(config: CompanyConfig, env: Mapping[str, str]) -> Check:
+    missing = _telegram_missing(config)
+    if missing is not None:
+        return missing
     res = await check_telegram(config.spec.alerts, env, timeout=NETWORK_TIMEOUT)
     if not res.configured:
         return Check("telegram", "problem", f"alerts cannot be sent: {res.problem}", "see secrets")

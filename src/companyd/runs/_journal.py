@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -443,6 +443,24 @@ class Journal:
                 raise
 
         await self._run(insert_or_hold if paid else insert)
+
+    async def record_delivery(self, run_id: str, entry: Mapping[str, Any], ts: float) -> bool:
+        """Add one delivery of a finished run's result to its record (a ``delivery`` step
+        after its last one: ``runs show`` lists them under "delivered"). False when the
+        journal has no such run (pruned meanwhile): nothing is written then.
+        """
+        payload = json.dumps(dict(entry), ensure_ascii=False, default=str)
+
+        def add(db: Connection) -> bool:
+            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                return False
+            (seq,) = db.execute(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM steps WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            db.execute(_INSERT_STEP, (run_id, int(seq), "delivery", None, payload, ts))
+            return True
+
+        return await self._run(add)
 
     async def update_run_totals(
         self, run_id: str, *, cost: str, steps: int, models: Sequence[str], offline: bool

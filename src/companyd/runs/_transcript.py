@@ -14,7 +14,10 @@ what ``companyd runs show`` prints and the ``run_show`` operation answers:
 * **verification**: the last of those checks — each condition met or unmet, with its
   evidence (the tool call's step) or its reason (companyd.agents._verification);
 * **the thread**: the run this one follows up (``reply_to``) and the runs that follow it up;
-* the final **answer** and the **totals**.
+* the final **answer** and the **totals**;
+* its result's **deliveries** (``delivery`` steps the pager adds after the run ended: to
+  Telegram with the message id, to a file with its path, or not delivered and why, kept in
+  the founder's inbox).
 
 It also bounds what a finished run keeps (:func:`bound_payload`): every string of a
 finished run's steps longer than :data:`STORED_VALUE_CHARS` is cut to that length and ends
@@ -33,6 +36,7 @@ from companyd.admin import (
     AskedBy,
     ColleagueRun,
     OtherAttempt,
+    ResultDelivery,
     ReviewStep,
     RunTotals,
     Step,
@@ -218,6 +222,13 @@ def read_transcript(db: Connection, run_id: str) -> dict[str, Any] | None:
         "created": task.get("created"),
     }
     thread: Thread = {"reply_to": previous, "replies": replies}
+    deliveries: list[ResultDelivery] = [
+        _delivery(json.loads(p), float(ts))
+        for p, ts in db.execute(
+            "SELECT payload, ts FROM steps WHERE run_id = ? AND kind = 'delivery' ORDER BY seq",
+            (rid,),
+        )
+    ]
     return {
         "run_id": rid,
         "task_id": task_id,
@@ -239,6 +250,22 @@ def read_transcript(db: Connection, run_id: str) -> dict[str, Any] | None:
         "verification": verification,
         "answer": answer,
         "totals": totals,
+        "deliveries": deliveries,
+    }
+
+
+def _delivery(p: dict[str, Any], ts: float) -> ResultDelivery:
+    """A ``delivery`` step as the transcript shows it (a missing key: None)."""
+    mid = p.get("message_id")
+    return {
+        "to": str(p.get("to") or ""),
+        "outcome": str(p.get("outcome") or ""),
+        "at": ts,
+        "where": p.get("where"),
+        "message_id": int(mid) if isinstance(mid, int) else None,
+        "reason": p.get("reason"),
+        "kept": p.get("kept"),
+        "text": str(p.get("text") or ""),
     }
 
 

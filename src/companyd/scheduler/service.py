@@ -454,7 +454,10 @@ class RoutineScheduler:
         catch-up for the time it was off.
 
         Returns:
-            ``{"added": [...], "removed": [...], "changed": [...], "unchanged": [...]}``.
+            ``{"added": [...], "removed": [...], "changed": [...], "unchanged": [...]}``:
+            ``changed`` lists every routine whose resolved config differs in anything
+            (those with the same trigger keep their next fire time), ``unchanged`` only
+            those identical.
 
         Raises:
             RuntimeError: the scheduler is not running.
@@ -479,10 +482,12 @@ class RoutineScheduler:
             ident = trigger_identity(trigger)
             slot = self._slots.get(slug)
             if slot is not None and slot.identity == ident:
+                # the whole resolved routine decides what is reported: a change of its
+                # approval, deliver, reviewer, … is a change, though its schedule stays
+                result["unchanged" if slot.config == r else "changed"].append(slug)
                 slot.config = r
                 if aps.get_job(slug) is not None:
                     aps.modify_job(slug, **self._job_options(r))
-                result["unchanged"].append(slug)
                 continue
             nxt = next_after(trigger, now_dt)
             if slot is not None:

@@ -713,6 +713,31 @@ class Ledger:
         ]
 
     @_on_worker
+    def simulated_between(self, dim: str, first: str, last: str) -> dict[str, int]:
+        """Picodollars of the offline model's calls (simulated spend: no money was spent)
+        from day ``first`` to ``last`` (inclusive), by key of ``dim`` (``company``: the one
+        key ``""``; ``day``: by date). The offline model's calls are told by their request
+        ids (``offline-…``, :mod:`companyd.llm.offline`), so no column marks them.
+        """
+        column = {
+            "company": "''",
+            "agent": "agent",
+            "model": "model",
+            "routine": "COALESCE(routine, '')",
+            "day": "day",
+        }.get(dim)
+        if column is None:
+            raise ValueError(f"unknown dimension {dim!r}; expected one of {DIMENSIONS} or 'day'")
+        return {
+            str(k): int(c)
+            for k, c in self._db.execute(
+                f"SELECT {column}, SUM(cost_pusd) FROM calls WHERE day BETWEEN ? AND ? "
+                "AND request_id LIKE 'offline-%' GROUP BY 1",
+                (first, last),
+            )
+        }
+
+    @_on_worker
     def day_keys_between(self, first: str, last: str) -> list[str]:
         """Day keys with any spend from ``first`` to ``last`` (inclusive)."""
         return [
