@@ -32,6 +32,7 @@ SECTIONS = (
     "metrics",
     "dashboard",
     "retention",
+    "telemetry",
     "secrets",
 )
 
