@@ -386,6 +386,10 @@ def _jail(
         elif os.path.isdir(d):
             argv += ["--ro-bind", d, d]
     etc = list(_ETC) + sorted(p for g in _ETC_GLOBS for p in glob.glob(g))
+    # bubblewrap would make /etc 0700 root's, as it makes every directory above a bind:
+    # run_as (nobody) could then read none of these files (no CA certificates, no
+    # resolv.conf, no openssl.cnf — Node exits at start). Make it 0755 first.
+    argv += ["--perms", "0755", "--dir", "/etc"]
     for f in etc:
         argv += ["--ro-bind-try", f, f]
     argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]

@@ -273,6 +273,54 @@ def test_a_secret_in_args_is_refused_by_validate(tmp_path: Path) -> None:
     assert "'${GITHUB_TOKEN}'" in text and "env_from: {GITHUB_TOKEN: GITHUB_TOKEN}" in text, text
 
 
+@pytest.mark.anyio
+async def test_the_system_files_a_server_needs_are_readable_by_its_user(tmp_path: Path) -> None:
+    """Name resolution, CA certificates, OpenSSL's configuration and the user database are
+    readable by the server's user (nobody when the daemon is root): bubblewrap makes /etc
+    0700 root's unless told otherwise, and then Node did not even start ("OpenSSL
+    configuration error") and no host name resolved.
+    """
+    wanted = [
+        p
+        for p in (
+            "/etc/hosts",
+            "/etc/resolv.conf",
+            "/etc/passwd",
+            "/etc/ssl/openssl.cnf",
+            "/etc/ssl/certs/ca-certificates.crt",
+        )
+        if os.path.isfile(p)
+    ]
+    assert "/etc/passwd" in wanted
+    code = (
+        "import json, sys\n"
+        "out = {}\n"
+        "for p in sys.argv[1:]:\n"
+        "    try:\n"
+        "        open(p, 'rb').read(1); out[p] = 'ok'\n"
+        "    except OSError as e:\n"
+        "        out[p] = e.strerror\n"
+        "print(json.dumps(out))\n"
+    )
+    spec = McpServerSpec(command=sys.executable, args=("-c", code, *wanted))
+    (tmp_path / "state").mkdir()
+    launch = await ToolSandbox(tmp_path / "state").launch("marketing", "probe", spec)
+    assert launch.sandboxed
+    proc = await asyncio.create_subprocess_exec(
+        launch.command,
+        *launch.args,
+        env=launch.env,
+        cwd=launch.cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out) == dict.fromkeys(wanted, "ok")
+
+
 def test_the_interpreter_prefix_is_bound_for_a_virtualenv_python() -> None:
     prefixes = interpreter_prefixes(sys.executable)
     if sys.prefix != sys.base_prefix:  # the suite runs in a virtualenv

@@ -84,6 +84,8 @@ async def test_the_fetch_recipe_reads_a_page(tmp_path: Path, page: str) -> None:
     assert server["command"] == "/opt/companyd/venv/bin/mcp-server-fetch"
     assert exe.is_file(), "mcp-server-fetch is in the test extra: pip install -e '.[test]'"
     server["command"] = str(exe)  # this venv instead of /opt/companyd/venv
+    assert server["env"]["PATH"] == "/opt/companyd/venv/bin"  # no node for readabilipy
+    server["env"] = {**server["env"], "PATH": str(exe.parent)}
     guarded = {**agents[slug], "mcp_servers": {"fetch": dict(server)}, "reports_to": slug}
     server["args"] = [*server.get("args", []), "--allow-private-ips"]  # the loopback page
     cfg = write_company(tmp_path, {slug: agents[slug], "guarded": guarded})
