@@ -304,3 +304,47 @@ def test_a_journal_write_over_the_file_size_limit_degrades_the_owner_without_a_c
     # the refused write's partial record was cut off: it is not applied on reload
     assert out["names"] == ["ok", "after"]
     assert file_names(tmp_path / "memory.jsonl") == out["names"]
+
+
+async def test_inline_batches_run_on_the_loop_and_wait_out_a_held_lock_on_the_thread(
+    memfile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``inline=True`` (serve-mcp): a batch runs on the loop's thread when the file lock is
+    free, calls in flight together still share one batch (one fsync), and a lock held by
+    another process is waited for on the owner thread, not on the loop.
+    """
+    import threading
+
+    from filelock import FileLock
+
+    batches: list[int] = []
+    execute = GraphStore.execute
+
+    def counting(self: GraphStore, calls: list[object], **kw: bool) -> list[object]:
+        batches.append(len(calls))
+        return execute(self, calls, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GraphStore, "execute", counting)
+    loop_thread = threading.get_ident()
+    service = MemoryService(memfile, bus=EventBus(), inline=True)
+    async with running(service):
+        assert await service.query(lambda g: threading.get_ident()) == loop_thread
+        batches.clear()
+        names = [f"e{i}" for i in range(8)]
+        await asyncio.gather(
+            *(service.call("create_entities", {"entities": [ent(n)]}) for n in names)
+        )
+        assert batches == [8]
+        # Another process's lock (the same flock serve-mcp takes): the call is not run on
+        # the loop, which stays free, and goes through once the lock is released.
+        held = FileLock(str(memfile) + ".lock")
+        held.acquire()
+        try:
+            call = asyncio.create_task(service.query(lambda g: threading.get_ident()))
+            await asyncio.sleep(0.3)  # the loop is not blocked: this sleep returns
+            assert not call.done()
+        finally:
+            held.release()
+        assert await call != loop_thread
+        await service.call("create_entities", {"entities": [ent("after")]})
+    assert set(names) | {"after"} <= set(file_names(memfile))
