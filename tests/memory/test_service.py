@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from companyd.events import EventBus
 from companyd.memory.codec import parse_graph
 from companyd.memory.errors import MemoryToolError, MemoryUnavailable
 from companyd.memory.service import MemoryService
-from companyd.memory.store import GraphStore, Operation, Outcome
+from companyd.memory.store import GraphStore
 
 from .conftest import ChildCtx
 
@@ -320,9 +320,9 @@ async def test_inline_batches_run_on_the_loop_and_wait_out_a_held_lock_on_the_th
     batches: list[int] = []
     execute = GraphStore.execute
 
-    def counting(self: GraphStore, calls: Sequence[Operation], **kw: bool) -> list[Outcome]:
+    def counting(self: GraphStore, calls: list[object], **kw: bool) -> list[object]:
         batches.append(len(calls))
-        return execute(self, calls, **kw)
+        return execute(self, calls, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(GraphStore, "execute", counting)
     loop_thread = threading.get_ident()
