@@ -213,7 +213,7 @@ async def serve_stdio(
                 sys.stderr.write(f"companyd memory: repaired {path}: {summary}\n")
 
     remove = bus.add_listener(report)
-    service = MemoryService(path, bus=bus, clock=clock, inline=True)
+    service = MemoryService(path, bus=bus, clock=clock)
     ctx = StandaloneContext("serve-mcp/memory")
     owner = asyncio.create_task(_supervise(service, ctx, clock))
     ready = asyncio.create_task(ctx.ready.wait())

@@ -51,7 +51,7 @@ from companyd.memory.errors import MemoryInconsistent, MemoryLocked, MemoryUnava
 from companyd.memory.graph import KnowledgeGraph
 from companyd.memory.shared import MIGRATIONS as SHARED_MIGRATIONS
 from companyd.memory.shared import SharedGraphStore
-from companyd.memory.store import GraphStore, LockBusy, Operation, Outcome
+from companyd.memory.store import GraphStore, Operation, Outcome
 from companyd.memory.tools import READ_ONLY_TOOLS, validate_arguments
 from companyd.storage import SQLITE, Backend, PgDatabase, open_database
 from companyd.supervision import ChildContext
@@ -172,14 +172,6 @@ class MemoryService:
         source: the event source name.
         backend: ``postgres``: the change log lives in the company's schema and ``path`` is
             its local MCP-format copy (:mod:`companyd.memory.shared`).
-        inline: run each batch of calls on the event loop's own thread (journal append and
-            fsync included) when the file lock is free, instead of handing it to the owner
-            thread and back: for a process whose loop does nothing but serve this memory
-            (``serve-mcp``), where the two thread hand-offs per call cost more than the
-            batch. The loop then blocks for one batch at a time; calls arriving meanwhile
-            wait in the pipe and go together in the next batch (group commit as before).
-            A held lock, loading, compaction and the disk probe stay on the owner thread.
-            Never in the daemon (its loop serves everything else). SQLite backend only.
     """
 
     def __init__(
@@ -195,11 +187,8 @@ class MemoryService:
         disk_retry_seconds: float = DISK_RETRY_SECONDS,
         source: str = "memory",
         backend: Backend = SQLITE,
-        inline: bool = False,
     ) -> None:
         self.path = Path(path).absolute()
-        self._inline = inline and backend.kind != "postgres"
-        self._inline_due = False  # an inline batch is scheduled (call_soon)
         self._backend = backend
         self._bus = bus
         self._clock: Clock = clock or SystemClock()
@@ -415,22 +404,8 @@ class MemoryService:
 
     def _kick(self) -> None:
         """Send every pending request to the owner thread as one batch, unless the owner is
-        down or busy (then the batch in flight kicks again when it is done). Inline (see
-        the class), the batch runs in a callback of its own, after the tasks already ready
-        to run have queued their calls.
+        down or busy (then the batch in flight kicks again when it is done).
         """
-        if self._inline:
-            if not self._inline_due:
-                self._inline_due = True
-                asyncio.get_running_loop().call_soon(self._kick_inline)
-            return
-        self._kick_now()
-
-    def _kick_inline(self) -> None:
-        self._inline_due = False
-        self._kick_now()
-
-    def _kick_now(self) -> None:
         worker, store = self._worker, self._store
         if (
             self._busy
@@ -468,17 +443,6 @@ class MemoryService:
             else:
                 loop.call_soon_threadsafe(self._batch_done, generation, batch, outcomes, None)
 
-        if self._inline:
-            try:
-                outcomes = store.execute(ops, wait=False)
-            except LockBusy:
-                worker.post(job)  # another process holds the lock: wait for it off the loop
-                return
-            except Exception as exc:
-                self._batch_done(generation, batch, None, exc)
-                return
-            self._batch_done(generation, batch, outcomes, None)
-            return
         worker.post(job)
 
     def _batch_done(

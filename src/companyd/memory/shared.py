@@ -138,9 +138,7 @@ class SharedGraphStore(GraphStore):
     # -- the transaction around each section -------------------------------------------
 
     @contextlib.contextmanager
-    def _locked(self, *, wait: bool = True) -> Iterator[None]:
-        # ``wait`` is ignored: the database's lock is always waited for (the memory owner
-        # never runs a shared store's batches off its thread).
+    def _locked(self) -> Iterator[None]:
         if self._broken is not None:
             raise MemoryInconsistent(self._broken)
         if self._lock_depth:  # nested: inside the outer section's transaction

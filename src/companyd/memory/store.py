@@ -67,7 +67,7 @@ from companyd.memory.journal import (
 from companyd.memory.tools import replay as replay_effect
 from companyd.memory.tools import run_tool, validate_arguments
 
-__all__ = ["GraphStore", "LockBusy", "Operation", "Outcome", "fsync_directory", "write_atomic"]
+__all__ = ["GraphStore", "Operation", "Outcome", "fsync_directory", "write_atomic"]
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +83,6 @@ COMPACT_MIN_JOURNAL_BYTES = 1 << 20
 Operation = tuple[str, Mapping[str, Any]] | Callable[[KnowledgeGraph], Any]
 #: ``(True, result)`` or ``(False, exception)``.
 Outcome = tuple[bool, Any]
-
-
-class LockBusy(Exception):
-    """``execute(..., wait=False)`` found the lock held by another process: nothing was
-    done; call again with waiting (on a thread).
-    """
 
 
 def _sync_data(fd: int) -> None:
@@ -193,7 +187,7 @@ class GraphStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def execute(self, calls: Sequence[Operation], *, wait: bool = True) -> list[Outcome]:
+    def execute(self, calls: Sequence[Operation]) -> list[Outcome]:
         """Run operations in order as one group commit and return their outcomes.
 
         An operation is a validated tool call ``(tool, arguments)`` or a read-only function
@@ -207,11 +201,10 @@ class GraphStore:
                 hold changes that are not on disk, so this store refuses further use (open
                 a new one: it reloads from disk).
             MemoryLocked: another process held the lock past the deadline.
-            LockBusy: with ``wait=False``, another process holds the lock (nothing done).
         """
         if self.readonly and any(isinstance(c, tuple) and c[0] not in _READERS for c in calls):
             raise PermissionError(f"graph store for {str(self.path)!r} was opened read-only")
-        with self._locked(wait=wait):
+        with self._locked():
             graph = self._sync()
             outcomes: list[Outcome] = []
             effects: list[Mapping[str, Any]] = []
@@ -315,7 +308,7 @@ class GraphStore:
     # -- locking -----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _locked(self, *, wait: bool = True) -> Iterator[None]:
+    def _locked(self) -> Iterator[None]:
         if self._broken is not None:
             raise MemoryInconsistent(self._broken)
         if self._lock_depth:
@@ -325,7 +318,7 @@ class GraphStore:
             finally:
                 self._lock_depth -= 1
             return
-        fd = self._acquire(wait=wait)
+        fd = self._acquire()
         self._lock_depth = 1
         try:
             yield
@@ -334,7 +327,7 @@ class GraphStore:
             if fd is not None:
                 unlock_descriptor(fd)
 
-    def _acquire(self, *, wait: bool = True) -> int | None:
+    def _acquire(self) -> int | None:
         deadline = time.monotonic() + self.lock_timeout
         pause = 0.0002
         while True:
@@ -360,8 +353,6 @@ class GraphStore:
                 os.close(fd)
                 self._lock_fd = None
                 continue
-            if not wait:
-                raise LockBusy(str(self.lock_path))
             if time.monotonic() >= deadline:
                 raise MemoryLocked(
                     f"memory file {str(self.path)!r} is locked by another process "
