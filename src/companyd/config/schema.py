@@ -335,7 +335,7 @@ class WebhookTriggerSpec(Spec):
     many requests a minute the routine accepts before answering 429.
     """
 
-    secret_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    secret_env: EnvName
     max_body: Annotated[int, BeforeValidator(whole), Field(ge=1, le=16 << 20)] = 1 << 20
     rate_limit: Annotated[int, BeforeValidator(whole), Field(ge=1, le=10_000)] = 60
 
@@ -359,7 +359,7 @@ class TriggerSpec(Spec):
                 "expected 'cron' (e.g. \"0 14 * * *\"), 'every' (e.g. 5m) or 'webhook' "
                 "(e.g. {secret_env: STRIPE_WEBHOOK_SECRET}), got none of them"
             )
-        if self.every is not None and self.timezone is not None:
+        if self.cron is None and self.timezone is not None:
             raise ValueError("'timezone' applies to 'cron' only; remove it or use cron")
         return self
 
