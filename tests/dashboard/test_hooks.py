@@ -161,6 +161,14 @@ async def test_a_signed_webhook_runs_the_routine_once_with_its_body_as_input(
             other = await post(site, body, signed(body, "msg_3"))
             assert other.status_code == 202, other.text
             assert len(await ended(site, 2)) == 2
+            # the routine is listed with its trigger and no clock fire; its pages render
+            jobs = {j["routine"]: j for j in (await site.daemon.jobs()).routines}
+            assert jobs["book-payment"]["schedule"] == "webhook"
+            assert jobs["book-payment"]["next_fire"] is None
+            await site.login()
+            page = await site.get("/routines/book-payment")
+            assert "webhook" in page.text
+            await site.get("/routines")
 
 
 async def test_bad_stale_oversized_and_flooding_requests_run_nothing(

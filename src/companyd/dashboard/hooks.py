@@ -18,8 +18,9 @@ work the next needs:
 5. the body is JSON — else 400.
 
 Then the daemon fires the routine (:meth:`companyd.admin.Admin.fire_webhook`): 202 with the
-fire id; a ``webhook-id`` already accepted for the routine is 200 with the first fire's id and
-nothing runs again. The sender's retries therefore stop either way.
+fire id (503 with ``Retry-After`` when its scheduler cannot take it now: a standby); a
+``webhook-id`` already accepted for the routine is 200 with the first fire's id and nothing
+runs again. The sender's retries therefore stop either way.
 """
 
 from __future__ import annotations
@@ -136,7 +137,10 @@ async def hook(request: Request) -> Response:
     try:
         fired = await ctx.admin.fire_webhook(routine, headers["webhook-id"], text)
     except AdminError as exc:
-        return _text(404, str(exc))
+        # the routine was checked above: the scheduler cannot take it now (a standby, a
+        # daemon starting or out of disk); the id was not remembered, so the retry runs it
+        log.warning("webhook of routine %r not taken: %s", routine, exc)
+        return _text(503, str(exc), {"retry-after": "30"})
     return JSONResponse(
         {"routine": routine, "fire_id": fired.fire_id, "replay": fired.replay},
         status_code=200 if fired.replay else 202,

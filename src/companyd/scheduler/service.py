@@ -575,13 +575,15 @@ class RoutineScheduler:
 
         Raises:
             RoutineNotFound: no enabled routine of that name, or it has no webhook trigger.
-            RuntimeError: the scheduler is not running.
+            AdminError: the scheduler is not running (a standby, a full disk).
         """
         if self._aps is None and self._disk_failure is not None:
             raise AdminError(f"routines are unavailable: {self._disk_failure}")
         store = self._rec.store
         if self._aps is None or store is None:
-            raise RuntimeError("fire_webhook() needs a started RoutineScheduler")
+            # a standby of a highly available company, or a daemon still starting: the
+            # sender retries (the dashboard answers 503)
+            raise AdminError("routines are not running in this daemon now; try again later")
         slot = self._slots.get(routine)
         if slot is None:
             raise self._not_found(routine)
