@@ -80,6 +80,7 @@ __all__ = [
     "STEPS",
     "STORE",
     "STORE_STEPS",
+    "WEBHOOK_ID_KEEP_S",
     "WHAT",
     "FireRecord",
     "RoutineState",
