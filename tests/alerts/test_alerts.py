@@ -115,6 +115,10 @@ class RecordingAdmin:
         self.calls.append(("resume_job", routine))
         return {"routine": routine, "resumed": True, "message": f"resumed routine {routine}"}
 
+    async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> Any:
+        self.calls.append(("fire_webhook", routine))
+        return {"routine": routine, "fire_id": "fire-1", "replay": False, "message": "fired"}
+
     async def pause(self, agent: str) -> Any:
         self.calls.append(("pause", agent))
         self._agent(agent)

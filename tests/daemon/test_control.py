@@ -233,6 +233,9 @@ class Company:
     async def resume_job(self, routine: str) -> Any:
         raise self._absent("resume_job")
 
+    async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> Any:
+        raise self._absent("fire_webhook")
+
     async def runs(
         self,
         agent: str | None = None,

@@ -422,3 +422,55 @@ async def test_the_runaway_guards_read_and_write_on_both_backends(
             )
         finally:
             await store.close()
+
+
+async def test_webhook_ids_are_claimed_once_per_routine_on_both_backends(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    store = RoutineStore(tmp_path / db.DB_NAME, backend=state_backend)
+    async with asyncio.timeout(20):
+        await store.open()
+        try:
+            first = await store.call(lambda c: db.claim_webhook_id(c, "pay", "m1", "f1", 10.0))
+            again = await store.call(lambda c: db.claim_webhook_id(c, "pay", "m1", "f2", 11.0))
+            other = await store.call(lambda c: db.claim_webhook_id(c, "ship", "m1", "f3", 12.0))
+            # a webhook fire is a row of its own kind (the CHECK constraint takes it)
+            await store.call(lambda c: db.insert_fires(c, [fire(1, kind="webhook")]))
+            kinds = await store.call(lambda c: [r.kind for r in db.fires_between(c, 0, 5000)])
+            # a week later the id is forgotten (a signature that old is refused anyway)
+            late = 12.0 + db.WEBHOOK_ID_KEEP_S + 1
+            reused = await store.call(lambda c: db.claim_webhook_id(c, "pay", "m1", "f4", late))
+        finally:
+            await store.close()
+    assert (first, again, other) == (None, "f1", None)
+    assert kinds == ["webhook"]
+    assert reused is None
+
+
+async def test_a_version_2_history_keeps_its_fires_when_it_learns_webhooks(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / db.DB_NAME
+    conn = sqlite3.connect(path)
+    for script in db.MIGRATIONS[:2]:
+        assert isinstance(script, str)
+        conn.executescript(script)
+    conn.execute("PRAGMA user_version = 2")
+    conn.execute(
+        "INSERT INTO fires (fire_id, routine, agent, kind, scheduled, outcome) "
+        "VALUES ('fire-old', 'r', 'coo', 'manual', 5.0, 'ok')"
+    )
+    conn.commit()
+    conn.close()
+    store = RoutineStore(path)
+    async with asyncio.timeout(20):
+        await store.open()
+        try:
+            await store.call(lambda c: db.insert_fires(c, [fire(1, kind="webhook")]))
+            rows = await store.call(lambda c: db.fires_between(c, 0, 5000))
+        finally:
+            await store.close()
+    assert [(r.fire_id, r.kind) for r in rows] == [("fire-old", "manual"), ("fire-1", "webhook")]
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION == 3
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

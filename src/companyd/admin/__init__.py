@@ -106,6 +106,7 @@ if TYPE_CHECKING:
         Tasks,
         ToolsApproved,
         ToolsReport,
+        WebhookFired,
     )
     from companyd.admin.wire import OPERATIONS, ArgumentError, check_arguments, result_data
 
@@ -190,6 +191,7 @@ __all__ = [
     "ToolsReport",
     "VerificationCheck",
     "VerificationStep",
+    "WebhookFired",
     "as_list",
     "as_mapping",
     "as_number",
@@ -213,6 +215,7 @@ _HOMES: dict[str, str] = {
     "ToolsApproved": "companyd.admin.results",
     "ResumedAll": "companyd.admin.results",
     "JobResumed": "companyd.admin.results",
+    "WebhookFired": "companyd.admin.results",
     "waiting_text": "companyd.admin._status_text",
     "VerificationStep": "companyd.admin.blocks",
     "VerificationCheck": "companyd.admin.blocks",

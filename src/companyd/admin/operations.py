@@ -50,6 +50,7 @@ from companyd.admin.results import (
     Tasks,
     ToolsApproved,
     ToolsReport,
+    WebhookFired,
 )
 from companyd.errors import CompanydError
 
@@ -103,6 +104,14 @@ class Admin(Protocol):
 
     async def run_job(self, routine: str) -> JobRun:
         """Fire a routine now."""
+        ...
+
+    async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> WebhookFired:
+        """Fire ``routine`` for a webhook request already verified by the caller (the
+        dashboard's ``POST /hooks/<routine>``): ``body`` is given to the agent as the task's
+        input; a ``webhook_id`` already accepted for the routine runs nothing again. Returns
+        once the id is durably remembered and the fire started, not when the run ends.
+        """
         ...
 
     async def resume_all(self) -> ResumedAll:

@@ -303,6 +303,18 @@ class JobResumed:
 
 
 @dataclass(frozen=True, kw_only=True)
+class WebhookFired:
+    """``fire_webhook``: the fire a webhook started (``replay`` True: the id was seen
+    before, nothing new runs and ``fire_id`` is the first fire's).
+    """
+
+    routine: str
+    fire_id: str
+    replay: bool
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobRun(RunEnded, _RoutineNamed):
     """``run_job``: the routine, and how its run ended.
 

@@ -26,6 +26,7 @@ from companyd.config.schema import (
     RoutineSpec,
     SupervisorSpec,
     ToolsSpec,
+    WebhookTriggerSpec,
 )
 from companyd.errors import ConfigIssue
 
@@ -113,6 +114,8 @@ class RoutineConfig:
     max_runs_per_day: int | None = None
     #: failed runs in a row that pause the routine; None: never paused
     pause_after_failures: int | None = None
+    #: ``trigger.webhook``: ``POST /hooks/<slug>`` fires it (docs/triggers.md); None: no hook
+    webhook: WebhookTriggerSpec | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -331,6 +334,7 @@ def _routine(slug: str, r: RoutineSpec, spec: CompanyFile, base_dir: Path) -> Ro
         on_unmet=r.on_unmet,
         max_runs_per_day=_routine_limit(r, spec, "max_runs_per_day"),
         pause_after_failures=_routine_limit(r, spec, "pause_after_failures"),
+        webhook=r.trigger.webhook,
     )
 
 

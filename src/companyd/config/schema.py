@@ -327,23 +327,39 @@ class AgentSpec(Spec):
     routines: RoutineLimitsSpec = RoutineLimitsSpec()
 
 
+class WebhookTriggerSpec(Spec):
+    """``POST /hooks/<routine>`` fires the routine (docs/triggers.md).
+
+    ``secret_env`` names the environment variable holding the Standard Webhooks secret
+    (``whsec_…``); ``max_body`` bounds the request body in bytes; ``rate_limit`` is how
+    many requests a minute the routine accepts before answering 429.
+    """
+
+    secret_env: EnvName
+    max_body: Annotated[int, BeforeValidator(whole), Field(ge=1, le=16 << 20)] = 1 << 20
+    rate_limit: Annotated[int, BeforeValidator(whole), Field(ge=1, le=10_000)] = 60
+
+
 class TriggerSpec(Spec):
-    """When a routine fires: a 5-field ``cron`` (with ``timezone``) or ``every``."""
+    """When a routine fires: a 5-field ``cron`` (with ``timezone``) or ``every``, and/or a
+    ``webhook`` (an HTTP request signed with the Standard Webhooks scheme).
+    """
 
     cron: str | None = None
     every: Duration | None = None
     timezone: str | None = None
+    webhook: WebhookTriggerSpec | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> TriggerSpec:
         if self.cron is not None and self.every is not None:
             raise ValueError("expected exactly one of 'cron' or 'every', got both; remove one")
-        if self.cron is None and self.every is None:
+        if self.cron is None and self.every is None and self.webhook is None:
             raise ValueError(
-                "expected exactly one of 'cron' (e.g. \"0 14 * * *\") or 'every' (e.g. 5m), "
-                "got neither"
+                "expected 'cron' (e.g. \"0 14 * * *\"), 'every' (e.g. 5m) or 'webhook' "
+                "(e.g. {secret_env: STRIPE_WEBHOOK_SECRET}), got none of them"
             )
-        if self.every is not None and self.timezone is not None:
+        if self.cron is None and self.timezone is not None:
             raise ValueError("'timezone' applies to 'cron' only; remove it or use cron")
         return self
 

@@ -83,6 +83,10 @@ def resolved_view(cfg: CompanyConfig) -> dict[str, Any]:
         trigger: dict[str, Any] = (
             {"cron": r.cron, "timezone": r.timezone} if r.cron is not None else {"every": r.every}
         )
+        if r.webhook is not None:
+            if r.cron is None and r.every is None:
+                trigger = {}
+            trigger["webhook"] = dump(r.webhook)
         if r.backup is not None:
             routines[slug] = {
                 "backup": {"every": r.backup.every, "keep": r.backup.keep, "to": str(r.backup.to)},

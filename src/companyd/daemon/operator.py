@@ -61,6 +61,7 @@ from companyd.admin import (
     Status,
     TaskRetried,
     Tasks,
+    WebhookFired,
 )
 from companyd.agents import Staff
 from companyd.alerts import AlertService
@@ -312,6 +313,27 @@ class Operator:
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
         return JobRun(routine=routine, **outcome.to_dict())
+
+    async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> WebhookFired:
+        """:meth:`Admin.fire_webhook`.
+
+        Raises:
+            AdminError: no routine of that name, or it has no webhook trigger.
+        """
+        try:
+            fire_id, replay = await self.scheduler.fire_webhook(routine, webhook_id, body)
+        except RoutineNotFound as exc:
+            raise AdminError(str(exc)) from None
+        return WebhookFired(
+            routine=routine,
+            fire_id=fire_id,
+            replay=replay,
+            message=(
+                f"webhook {webhook_id} was already accepted as fire {fire_id}: nothing runs again"
+                if replay
+                else f"webhook {webhook_id} fired routine {routine} ({fire_id})"
+            ),
+        )
 
     async def resume_all(self) -> ResumedAll:
         """:meth:`Admin.resume_all`: resume every paused agent, whatever paused it (the

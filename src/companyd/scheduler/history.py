@@ -29,7 +29,7 @@ Tables:
     times since ``at`` fell in a planned stop, not in a crash.
 
 ``fires`` — one row per fire (or, for a long outage, one row standing for ``fires`` fire
-    times): routine, agent, kind (``scheduled`` | ``catch_up`` | ``manual``), scheduled fire
+    times): routine, agent, kind (``scheduled`` | ``catch_up`` | ``manual`` | ``webhook``), fire
     time, when the scheduler dispatched it (``fired``), when the run started and ended,
     outcome (NULL while waiting or running), reason, cost, run id and task id.
 
@@ -80,6 +80,7 @@ __all__ = [
     "STEPS",
     "STORE",
     "STORE_STEPS",
+    "WEBHOOK_ID_KEEP_S",
     "WHAT",
     "FireRecord",
     "RoutineState",
@@ -89,6 +90,7 @@ __all__ = [
     "advance_cursor",
     "advance_cursor_stmt",
     "claim_fire",
+    "claim_webhook_id",
     "clean_stop",
     "clear_clean_stop",
     "close_interrupted",
@@ -202,8 +204,60 @@ CREATE TABLE IF NOT EXISTS routine_guard (
 );
 """
 
+#: Version 3: fires started by a routine's webhook (kind ``webhook``) and the webhook ids
+#: already accepted (``webhook_ids``: a replay of the same ``webhook-id`` runs nothing twice;
+#: docs/triggers.md). SQLite cannot change a CHECK constraint in place: the table is rebuilt
+#: (same columns, same order, same ids).
+_WEBHOOKS_SQLITE = """
+CREATE TABLE fires_v3 (
+    id        INTEGER PRIMARY KEY,
+    fire_id   TEXT NOT NULL UNIQUE,
+    routine   TEXT NOT NULL,
+    agent     TEXT NOT NULL,
+    kind      TEXT NOT NULL CHECK (kind IN ('scheduled', 'catch_up', 'manual', 'webhook')),
+    scheduled REAL NOT NULL,
+    fired     REAL,
+    started   REAL,
+    ended     REAL,
+    outcome   TEXT,
+    reason    TEXT,
+    cost_usd  REAL NOT NULL DEFAULT 0,
+    run_id    TEXT,
+    task_id   TEXT,
+    fires     INTEGER NOT NULL DEFAULT 1
+);
+INSERT INTO fires_v3 SELECT * FROM fires;
+DROP TABLE fires;
+ALTER TABLE fires_v3 RENAME TO fires;
+CREATE INDEX IF NOT EXISTS fires_by_routine ON fires (routine, scheduled);
+CREATE INDEX IF NOT EXISTS fires_open ON fires (outcome) WHERE outcome IS NULL;
+CREATE TABLE IF NOT EXISTS webhook_ids (
+    routine    TEXT NOT NULL,
+    webhook_id TEXT NOT NULL,
+    received   REAL NOT NULL,
+    fire_id    TEXT NOT NULL,
+    PRIMARY KEY (routine, webhook_id)
+);
+"""
+_WEBHOOKS_PG = """
+ALTER TABLE fires DROP CONSTRAINT IF EXISTS fires_kind_check;
+ALTER TABLE fires ADD CONSTRAINT fires_kind_check
+    CHECK (kind IN ('scheduled', 'catch_up', 'manual', 'webhook'));
+CREATE TABLE IF NOT EXISTS webhook_ids (
+    routine    TEXT NOT NULL,
+    webhook_id TEXT NOT NULL,
+    received   DOUBLE PRECISION NOT NULL,
+    fire_id    TEXT NOT NULL,
+    PRIMARY KEY (routine, webhook_id)
+);
+"""
+
 #: The schema on both backends, one entry per version (companyd.storage).
-STEPS: tuple[Dialects | str, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA), _GUARDS)
+STEPS: tuple[Dialects | str, ...] = (
+    Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),
+    _GUARDS,
+    Dialects(sqlite=_WEBHOOKS_SQLITE, postgres=_WEBHOOKS_PG),
+)
 #: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version``.
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -459,6 +513,33 @@ def set_marker(conn: Connection, routine: str, marker: str, now: float) -> None:
     )
 
 
+#: How long an accepted ``webhook-id`` is remembered: far beyond the 5 minutes a signed
+#: request is valid for (an older replay fails its signature's timestamp check anyway).
+WEBHOOK_ID_KEEP_S = 7 * 86400.0
+
+
+def claim_webhook_id(
+    conn: Connection, routine: str, webhook_id: str, fire_id: str, now: float
+) -> str | None:
+    """Remember ``webhook_id`` for ``routine`` as fire ``fire_id``; None if it is new, else
+    the fire id it was first accepted as (a replay: nothing is to run). Ids older than
+    :data:`WEBHOOK_ID_KEEP_S` are forgotten on the way.
+    """
+    conn.execute("DELETE FROM webhook_ids WHERE received < ?", (now - WEBHOOK_ID_KEEP_S,))
+    cur = conn.execute(
+        "INSERT INTO webhook_ids (routine, webhook_id, received, fire_id) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (routine, webhook_id) DO NOTHING",
+        (routine, webhook_id, now, fire_id),
+    )
+    if cur.rowcount == 1:
+        return None
+    row = conn.execute(
+        "SELECT fire_id FROM webhook_ids WHERE routine = ? AND webhook_id = ?",
+        (routine, webhook_id),
+    ).fetchone()
+    return str(row[0]) if row else fire_id
+
+
 def mark_clean_stop(conn: Connection, at: float, reason: str) -> None:
     """Record that the daemon stops on purpose at ``at`` (see ``clean_stop`` above)."""
     conn.execute(
@@ -527,7 +608,7 @@ def close_unrecorded(
     rows = conn.execute(
         "SELECT s.routine, s.last_fire FROM routine_state s WHERE s.last_fire IS NOT NULL "
         "AND NOT EXISTS (SELECT 1 FROM fires f WHERE f.routine = s.routine "
-        "AND f.scheduled = s.last_fire AND f.kind != 'manual')"
+        "AND f.scheduled = s.last_fire AND f.kind NOT IN ('manual', 'webhook'))"
     ).fetchall()
     added = [
         FireRecord(

@@ -37,6 +37,7 @@ from companyd.scheduler import history
 from companyd.scheduler import store as db
 from companyd.scheduler.catchup import StartPlan
 from companyd.scheduler.outcomes import Outcome
+from companyd.scheduler.records import UNSCHEDULED
 from companyd.scheduler.store import FireRecord, RoutineStore, StoreError
 
 __all__ = ["INTERRUPTED", "UNRECORDED", "Recorder", "fail_open_fire"]
@@ -185,7 +186,7 @@ class Recorder:
         now = self._clock.time()
         done = replace(rec, outcome=str(outcome), reason=reason, ended=now)
         self.emit(done, outcome, reason)
-        if rec.kind == "manual":
+        if rec.kind in UNSCHEDULED:
             self.post(db.insert_fire_stmt(done))
         else:
             self.post(
@@ -301,7 +302,7 @@ def fail_open_fire(c: Any, rec: FireRecord, reason: str, now: float) -> None:
     """Close the fire row a crashed job left open (or add one if it never got that far)."""
     cur = c.execute(
         "UPDATE fires SET outcome = 'failed', reason = ?, ended = ? WHERE routine = ? AND "
-        "scheduled = ? AND outcome IS NULL AND kind != 'manual'",
+        "scheduled = ? AND outcome IS NULL AND kind NOT IN ('manual', 'webhook')",
         (reason, now, rec.routine, rec.scheduled),
     )
     if cur.rowcount == 0:

@@ -13,7 +13,11 @@ from typing import Any
 from companyd.admin import FireRow
 from companyd.clock import utc_from_ts
 
-__all__ = ["FireRecord", "RoutineState", "RoutineStats"]
+__all__ = ["UNSCHEDULED", "FireRecord", "RoutineState", "RoutineStats"]
+
+#: Fire kinds outside the schedule: the operator's ``jobs run`` and a routine's webhook. They
+#: move no cursor and are never claimed (their fire time is when they were asked for).
+UNSCHEDULED = frozenset({"manual", "webhook"})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -573,6 +573,54 @@ class RoutineScheduler:
         assert outcome is not None  # manual runs are never idle
         return outcome
 
+    async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> tuple[str, bool]:
+        """Fire ``routine`` for a verified webhook request (``webhook-id``, its body as
+        text) without waiting for the run: ``(fire id, replay)``.
+
+        The id is remembered in the routine history before anything runs, in the same
+        transaction that says whether it was new: a replay (``replay`` True, the first
+        fire's id) runs nothing, even after a restart. A new one is fired as kind
+        ``webhook``: the routine's concurrency, runaway guards, approval, ``done_when``,
+        delivery and history apply as to a scheduled fire; its precondition is not checked
+        (the event is the reason to run) and no schedule cursor moves. ``body`` is handed to
+        the agent as data (:func:`companyd.scheduler.fire.webhook_prompt`).
+
+        Raises:
+            RoutineNotFound: no enabled routine of that name, or it has no webhook trigger.
+            AdminError: the scheduler is not running (a standby, a full disk).
+        """
+        if self._aps is None and self._disk_failure is not None:
+            raise AdminError(f"routines are unavailable: {self._disk_failure}")
+        store = self._rec.store
+        if self._aps is None or store is None:
+            # a standby of a highly available company, or a daemon still starting: the
+            # sender retries (the dashboard answers 503)
+            raise AdminError("routines are not running in this daemon now; try again later")
+        slot = self._slots.get(routine)
+        if slot is None:
+            raise self._not_found(routine)
+        if slot.config.webhook is None:
+            raise RoutineNotFound(
+                f"routine {routine!r} has no webhook trigger; add 'trigger: {{webhook: "
+                "{secret_env: NAME}}' to it in company.yaml and reload"
+            )
+        fire_id = new_id("fire")
+        now = self._clock.time()
+        first = await store.call(
+            lambda c: db.claim_webhook_id(c, routine, webhook_id, fire_id, now)
+        )
+        if first is not None:
+            return first, True
+        task = asyncio.ensure_future(
+            self._fires.execute(
+                slot, "webhook", now, check_precondition=False, event=body, fire_id=fire_id
+            )
+        )
+        self._manual.add(task)
+        task.add_done_callback(self._manual.discard)
+        task.add_done_callback(_log_webhook_failure)
+        return fire_id, False
+
     def _not_found(self, routine: str) -> RoutineNotFound:
         known = list(self._config.routines)
         r = self._config.routines.get(routine)
@@ -790,3 +838,9 @@ class RoutineScheduler:
                 quiet = 0
                 continue
             quiet += 1
+
+
+def _log_webhook_failure(task: asyncio.Future[Any]) -> None:
+    """A webhook fire's own error (its history cannot be written): logged, never lost."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a webhook fire failed: %r", task.exception())
