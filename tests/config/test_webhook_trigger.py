@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from companyd.cli._main import resolved_view
+from companyd.config import resolved_view
 from companyd.scheduler.triggers import build_trigger, describe_schedule, next_after
 
 from .configkit import MINIMAL, errors, load
