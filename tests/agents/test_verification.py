@@ -7,13 +7,20 @@ tool server over stdio.
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
+from agentkit import (
+    PerAgent,
+    agent_of,
+    running_company,
+    tool_files,
+    tool_results,
+    tool_server,
+    write_company,
+)
 from companyd.admin.results import DebugCrashed
 from companyd.alerts.render_kinds import render
 from companyd.daemon.metrics import Metrics
@@ -22,7 +29,12 @@ from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_t
 
 pytestmark = pytest.mark.anyio
 
-TOOL_SERVER = Path(__file__).parent.parent / "mcp_tool_server.py"
+
+def _tool_log(directory: Path) -> Path:
+    """Where the sandboxed test tool server logs its calls (a directory it may write)."""
+    return directory / "tool-files" / "tool.log"
+
+
 MEMORY_WHY = "the answer says it saved to the company memory, but the run wrote nothing to it"
 POSTED = {"tool": "post_update", "result_matches": "posted id=\\d+"}
 
@@ -33,11 +45,9 @@ def _company(tmp_path: Path) -> Path:
         {
             "marketing": {
                 "mcp_servers": {
-                    "social": {
-                        "command": sys.executable,
-                        "args": [str(TOOL_SERVER)],
-                        "env": {"TOOL_LOG": str(tmp_path / "tool.log"), "TOOL_POST_ID": "7"},
-                    }
+                    "social": tool_server(
+                        tool_files(tmp_path), TOOL_LOG=str(_tool_log(tmp_path)), TOOL_POST_ID="7"
+                    )
                 }
             }
         },

@@ -21,20 +21,24 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from agentkit import PerAgent, daemon_env, write_company
+from agentkit import PerAgent, daemon_env, tool_files, tool_server, write_company
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
-TOOL_SERVER = Path(__file__).parent.parent / "mcp_tool_server.py"
+
+def _tool_log(directory: Path) -> Path:
+    """Where the sandboxed test tool server logs its calls (a directory it may write)."""
+    return directory / "tool-files" / "tool.log"
+
+
 TOKEN = "123456789:AAH-verify-test-secret-0123456789abcdef"
 FOUNDER = 111
 START_TIMEOUT = 90.0
@@ -56,11 +60,9 @@ def _company(work: Path, bot: BotApiServer) -> Path:
         {
             "marketing": {
                 "mcp_servers": {
-                    "social": {
-                        "command": sys.executable,
-                        "args": [str(TOOL_SERVER)],
-                        "env": {"TOOL_LOG": str(work / "tool.log"), "TOOL_POST_ID": "7"},
-                    }
+                    "social": tool_server(
+                        tool_files(work), TOOL_LOG=str(_tool_log(work)), TOOL_POST_ID="7"
+                    )
                 }
             }
         },
@@ -189,7 +191,7 @@ async def test_done_when_unverified_ok_and_ok_after_the_follow_up(work: Path) ->
                 if daemon.proc is not None and daemon.returncode is None:
                     await daemon.stop()
     assert srv.served == 11
-    assert (work / "tool.log").read_text().splitlines() == [
+    assert _tool_log(work).read_text().splitlines() == [
         "started We launch today!",
         "done We launch today!",
         "started Second post",

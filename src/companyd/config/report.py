@@ -55,10 +55,15 @@ class Positions:
 
 def dotted(path: Path_) -> str:
     """``path`` as the operator reads it: ``agents.ceo.model``, on one line."""
-    # A key may be any quoted text, line breaks included; the path must stay on one line.
-    return ".".join(
-        p if isinstance(p, str) and p.isprintable() else _one_line(str(p)) for p in path
-    )
+    # A key may be any quoted text, line breaks included; the path must stay on one line,
+    # and a key with white space at either end (``" "``, ``" 0"``) is quoted, so the
+    # operator sees where it begins and ends.
+    return ".".join(_part(p) for p in path)
+
+
+def _part(p: object) -> str:
+    text = p if isinstance(p, str) and p.isprintable() else _one_line(str(p))
+    return repr(text) if isinstance(p, str) and (not text or text != text.strip()) else text
 
 
 _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")

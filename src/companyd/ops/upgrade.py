@@ -118,8 +118,15 @@ class StoreVersion:
         return f"{self.name} at schema step {self.version} (this companyd knows {self.known})"
 
 
+#: SQLite's primary result codes for a disk that is full or failing.
+_DISK_ERRORS = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL})
+
+
 def inspect_state(state_dir: Path, stores: dict[str, int] | None = None) -> list[StoreVersion]:
     """The schema step of every known store file in ``state_dir`` (read-only, no change).
+
+    A store whose version cannot be read because the disk is full or failing is left out
+    (logged): the store reports that itself when it opens.
 
     Raises:
         UpgradeRefused: a store file exists but cannot be read as SQLite.
@@ -136,6 +143,12 @@ def inspect_state(state_dir: Path, stores: dict[str, int] | None = None) -> list
             finally:
                 conn.close()
         except sqlite3.Error as exc:
+            if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF in _DISK_ERRORS:
+                # A full or failing disk, not a store from elsewhere: the store's own open
+                # says so and the daemon starts degraded (docs/daemon.md) — refusing here
+                # would turn a full disk into a crash loop.
+                log.warning("cannot read the schema version of %s (%s); not checked", path, exc)
+                continue
             raise UpgradeRefused(
                 f"cannot read the schema version of {str(path)!r}: {exc}; check the file's "
                 "owner and mode (the daemon's user must read it), or restore a backup "
