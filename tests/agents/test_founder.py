@@ -128,8 +128,8 @@ async def test_ask_founder_is_bounded_per_agent_and_a_burst_is_refused_to_the_ag
 ) -> None:
     """Issue 32 item 8: 30 questions in a burst put at most ``max_open_questions`` (3 by
     default) on the desk — one message to the founder, not 30, the others queued behind it;
-    the rest are refused to the agent with the reason as the tool's result. A resumed run asking again finds its own
-    question; an answer makes room for the next.
+    the rest are refused to the agent with the reason as the tool's result. A resumed run
+    asking again finds its own question; an answer sends the next and makes room.
     """
     clock = ManualClock()
     bus = EventBus(clock)

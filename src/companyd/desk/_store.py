@@ -443,7 +443,7 @@ class Desk:
         def promote(db: Connection) -> tuple[Any, ...] | None:
             if _shown_question(db, agent, now) is not None:
                 return None
-            row = db.execute(
+            row: tuple[Any, ...] | None = db.execute(
                 f"SELECT {_COLUMNS} FROM items WHERE agent = ? AND kind = 'question' AND "
                 "state = 'pending' AND announced IS NULL AND deadline > ? "
                 "ORDER BY created, rowid LIMIT 1",
