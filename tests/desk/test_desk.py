@@ -178,6 +178,34 @@ async def test_a_burst_of_questions_is_announced_one_at_a_time_in_order(
 
 
 @pytest.mark.anyio
+async def test_a_queued_question_is_not_reminded_of_before_it_was_sent(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """Three quarters of the time gone: the founder is reminded of the question on screen,
+    not of the one queued behind it (a reminder would be a second message of the burst).
+    """
+    clock = ManualClock()
+    bus = EventBus(clock)
+    desk = _desk(tmp_path, clock, bus, state_backend)
+    try:
+        shown, queued = await _question(desk, 0), await _question(desk, 1)
+        waiters = [asyncio.create_task(desk.wait(q)) for q in (shown, queued)]
+        async with asyncio.timeout(5):
+            while clock.sleepers < 2:
+                await asyncio.sleep(0.01)
+            clock.advance(480.0)
+            while not bus.recent({"founder_reminder"}):
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
+        reminded = [e.data["item_id"] for e in bus.recent({"founder_reminder"})]
+        assert reminded == [shown.id]
+        for w in waiters:
+            w.cancel()
+    finally:
+        await desk.close()
+
+
+@pytest.mark.anyio
 async def test_a_queued_question_whose_turn_came_while_down_is_announced_on_resume(
     tmp_path: Path, state_backend: Backend
 ) -> None:

@@ -518,7 +518,10 @@ class Desk:
                 return await self._expire(current)
             if not reminded and now >= remind:
                 reminded = True
-                await self._remind(current)
+                # a queued question was never sent: no reminder of it (a second message of
+                # the burst); its own message, when its turn comes, is the notice
+                if current.announced is not None:
+                    await self._remind(current)
             step = left if self._poll is None else min(left, self._poll)
             if not reminded:
                 step = min(step, max(remind - now, 0.0))
