@@ -128,6 +128,121 @@ async def test_a_question_is_answered_not_approved(tmp_path: Path, state_backend
         await desk.close()
 
 
+async def _question(desk: Desk, n: int, agent: str = "ceo", timeout: float = 600.0) -> DeskItem:
+    return await desk.request(
+        key=f"run-{agent}/tu-{n}",
+        kind=ItemKind.QUESTION,
+        agent=agent,
+        run_id=f"run-{agent}",
+        routine=None,
+        payload={"question": f"question {n}?"},
+        timeout=timeout,
+        open_limit=3,
+    )
+
+
+def _asked(bus: EventBus) -> list[str]:
+    return [str(e.data["item_id"]) for e in bus.recent({"founder_question"})]
+
+
+@pytest.mark.anyio
+async def test_a_burst_of_questions_is_announced_one_at_a_time_in_order(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """Issue 32 item 8: an agent's questions asked while one of its questions waits are
+    queued, not announced; each answer (or expiry, skipping a queued one already past its
+    deadline) announces the next; another agent's question is not held up.
+    """
+    clock = ManualClock()
+    bus = EventBus(clock)
+    desk = _desk(tmp_path, clock, bus, state_backend)
+    try:
+        q = [await _question(desk, 0), await _question(desk, 1), await _question(desk, 2)]
+        other = await _question(desk, 0, agent="cfo")
+        assert _asked(bus) == [q[0].id, other.id]
+        assert {i.id for i in await desk.pending()} == {*(x.id for x in q), other.id}
+        await desk.decide(q[0].id, ItemState.ANSWERED, "yes")
+        assert _asked(bus) == [q[0].id, other.id, q[1].id]
+        # a queued question answered on the command line before its turn is not announced
+        await desk.decide(q[2].id, ItemState.ANSWERED, "no")
+        await desk.decide(q[1].id, ItemState.ANSWERED, "maybe")
+        assert _asked(bus) == [q[0].id, other.id, q[1].id]
+        # expiry: the shown question expires; the next in line already expired is skipped
+        late = [await _question(desk, 3, timeout=100.0), await _question(desk, 4, timeout=50.0)]
+        last = await _question(desk, 5, timeout=1000.0)
+        clock.advance(100.0)
+        assert (await desk.wait(late[0])).state is ItemState.EXPIRED
+        assert _asked(bus)[-2:] == [late[0].id, last.id]
+    finally:
+        await desk.close()
+
+
+@pytest.mark.anyio
+async def test_a_queued_question_is_not_reminded_of_before_it_was_sent(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """Three quarters of the time gone: the founder is reminded of the question on screen,
+    not of the one queued behind it (a reminder would be a second message of the burst).
+    """
+    clock = ManualClock()
+    bus = EventBus(clock)
+    desk = _desk(tmp_path, clock, bus, state_backend)
+    try:
+        shown, queued = await _question(desk, 0), await _question(desk, 1)
+        waiters = [asyncio.create_task(desk.wait(q)) for q in (shown, queued)]
+        async with asyncio.timeout(5):
+            while clock.sleepers < 2:
+                await asyncio.sleep(0.01)
+            clock.advance(480.0)
+            while not bus.recent({"founder_reminder"}):
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
+        reminded = [e.data["item_id"] for e in bus.recent({"founder_reminder"})]
+        assert reminded == [shown.id]
+        for w in waiters:
+            w.cancel()
+    finally:
+        await desk.close()
+
+
+@pytest.mark.anyio
+async def test_a_queued_question_whose_turn_came_while_down_is_announced_on_resume(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """The queue is derived from the store: the shown question answered by another desk
+    (the CLI with no daemon) — the daemon restarted, its resumed run waits on the queued
+    question again and announces it, once.
+    """
+    clock = ManualClock()
+    desk = _desk(tmp_path, clock, EventBus(clock), state_backend)
+    first, second = await _question(desk, 0), await _question(desk, 1)
+    await desk.close()
+    cli_bus = EventBus(clock)
+    cli = Desk(
+        tmp_path / "desk.sqlite", bus=cli_bus, clock=clock, backend=state_backend, announces=False
+    )
+    try:
+        await cli.decide(first.id, ItemState.ANSWERED, "yes", by="root", via="cli")
+    finally:
+        await cli.close()
+    assert _asked(cli_bus) == []  # its events reach no one: it leaves the turn to the daemon
+    bus = EventBus(clock)
+    resumed = _desk(tmp_path, clock, bus, state_backend)
+    try:
+        again = await _question(resumed, 1)
+        waiters = [asyncio.create_task(resumed.wait(again)) for _ in range(2)]
+        async with asyncio.timeout(5):
+            while len(_asked(bus)) < 1:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        assert _asked(bus) == [second.id]
+        await resumed.decide(second.id, ItemState.ANSWERED, "no")
+        async with asyncio.timeout(5):
+            assert all(d.state is ItemState.ANSWERED for d in await asyncio.gather(*waiters))
+    finally:
+        await resumed.close()
+
+
 @pytest.mark.anyio
 async def test_the_file_carries_its_schema_version(tmp_path: Path) -> None:
     clock = ManualClock()

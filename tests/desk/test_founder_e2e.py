@@ -21,7 +21,7 @@ import getpass
 import json
 import re
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,11 +31,18 @@ import yaml
 
 from agentkit import PerAgent, daemon_env, tool_files, tool_results, tool_server, write_company
 from companyd.daemon.control_client import ControlClient
+from companyd.llm import Usage
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
 from companyd.testing.inprocess import InProcessDaemon
-from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
+from companyd.testing.messages_api import (
+    MessagesAPIServer,
+    Reply,
+    reply_text,
+    reply_tool_use,
+    stall,
+)
 
 TOKEN = "123456789:AAH-founder-test-secret-0123456789abcdef"
 FOUNDER = 111
@@ -377,6 +384,83 @@ async def test_ask_founder_waits_for_a_telegram_reply_to_the_question(work: Path
     assert call["input"] == {"question": "Launch on Friday or Monday?"}
     assert call["result"] == "The founder answered: Friday, before noon"
     assert "      → The founder answered: Friday, before noon" in lines
+
+
+def _burst(questions: list[str]) -> Reply:
+    """One model turn calling ``ask_founder`` once per question, all at once."""
+    return Reply(
+        content=tuple(
+            {
+                "type": "tool_use",
+                "id": f"toolu_burst_{n:03d}",
+                "name": "ask_founder",
+                "input": {"question": q},
+            }
+            for n, q in enumerate(questions)
+        ),
+        stop_reason="tool_use",
+        usage=Usage(input_tokens=10, output_tokens=20),
+    )
+
+
+def _asked(bot: BotApiServer) -> list[SentMessage]:
+    """The questions sent to the founder (not the edits of them, nor the confirmations)."""
+    return _to_founder(bot, "marketing asks you (q-")
+
+
+def _asked_count(bot: BotApiServer, n: int) -> Callable[[], bool]:
+    return lambda: len(_asked(bot)) == n
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("n", [3, 30])
+async def test_a_burst_of_questions_reaches_the_founder_one_message_at_a_time(
+    work: Path, n: int
+) -> None:
+    """Issue 32 item 8: an agent asking ``n`` questions at once (3, or a runaway 30 of
+    which ``max_open_questions`` = 3 are taken) sends the founder ONE message; a reply to
+    it answers that question and brings the next, and every answer reaches the agent.
+    """
+    questions = [f"Question number {i:02d}: yes or no?" for i in range(n)]
+    model = PerAgent(marketing=[_burst(questions), reply_text("Done with all the answers.")])
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, tool_files(work) / "tool.log", tools={"ask_founder": True})
+            async with _daemon(cfg, work, srv) as daemon:
+                asking = _ask(daemon, "marketing", "Ask away.")
+                await bot.wait_for(lambda: bool(_asked(bot)), timeout=30)
+                # all three questions are on the desk...
+                async with asyncio.timeout(30):
+                    while True:
+                        inbox = await daemon.cli("inbox")
+                        if inbox.out.count("  question") >= 3:
+                            break
+                        await asyncio.sleep(0.1)
+                assert inbox.out.count("  question") == 3, inbox.out
+                await asyncio.sleep(1.0)  # ...and what the pager would send is sent by now
+                assert len(_asked(bot)) == 1, [m.text for m in _asked(bot)]
+                answers = []
+                for turn in range(3):
+                    shown = _asked(bot)
+                    assert len(shown) == turn + 1, [m.text for m in shown]
+                    [asked] = [q for q in questions if q in shown[-1].text]
+                    answers.append(f"answer {turn} to {asked[:18]}")
+                    _reply(bot, shown[-1], answers[-1])
+                    if turn < 2:
+                        # the answer brings the next question
+                        await bot.wait_for(_asked_count(bot, turn + 2), timeout=30)
+                run = await _run_status(daemon, "ok")
+                await asking
+                await asyncio.sleep(0.5)
+                assert len(_asked(bot)) == 3  # nothing more was sent
+    assert run["answer"] == "Done with all the answers."
+    results = tool_results(srv.requests[-1])
+    assert len(results) == n
+    got = sorted(str(r["content"]) for r in results if not r.get("is_error"))
+    assert got == sorted(f"The founder answered: {a}" for a in answers)
+    refused = [r for r in results if r.get("is_error")]
+    assert len(refused) == n - 3
+    assert all("not asked: you already have 3 question(s)" in str(r["content"]) for r in refused)
 
 
 @pytest.mark.anyio

@@ -69,7 +69,10 @@ def _desk(args: argparse.Namespace) -> Desk:
     """The company's desk, where its daemon keeps it (a file or its PostgreSQL schema)."""
     cfg = load_config(args.config or default_config_path())
     path = cfg.state_dir(args.state_dir) / "desk.sqlite"
-    return Desk(path, bus=EventBus(), clock=SystemClock(), backend=state_backend(cfg))
+    # its events go nowhere: a queued question's turn is the daemon's to announce
+    return Desk(
+        path, bus=EventBus(), clock=SystemClock(), backend=state_backend(cfg), announces=False
+    )
 
 
 def _inbox(args: argparse.Namespace) -> int:
@@ -88,7 +91,9 @@ async def _inbox_offline(args: argparse.Namespace) -> dict[str, Any]:
     clock = SystemClock()
     backend = state_backend(cfg)
     # A store not written yet has nothing: reading must not create it.
-    desk = Desk(state / "desk.sqlite", bus=EventBus(), clock=clock, backend=backend)
+    desk = Desk(
+        state / "desk.sqlite", bus=EventBus(), clock=clock, backend=backend, announces=False
+    )
     proposals = Proposals(state, cfg, bus=EventBus(), clock=clock, backend=backend)
     # on PostgreSQL a reader migrates nothing: the daemons of the company own the schema
     journal = Journal(state / "runs.sqlite", backend=backend, readonly=backend.kind == "postgres")

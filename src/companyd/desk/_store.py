@@ -148,11 +148,20 @@ _REMINDED = """
 ALTER TABLE items ADD COLUMN reminded DOUBLE PRECISION;
 """
 
+#: Version 4: when the founder was told of an item (``announced``; NULL: a question queued
+#: behind another question of its agent, not sent yet — docs/desk.md, "A burst of
+#: questions"). Every item stored before this version was announced when it was created.
+_ANNOUNCED = """
+ALTER TABLE items ADD COLUMN announced DOUBLE PRECISION;
+UPDATE items SET announced = created;
+"""
+
 #: The desk's schema on both backends, one entry per version (companyd.storage).
 STEPS: tuple[Dialects | str, ...] = (
     Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),
     _VIA,
     _REMINDED,
+    _ANNOUNCED,
 )
 
 #: The share of an item's time (``approval_timeout``) after which the founder is reminded
@@ -169,7 +178,7 @@ MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
 
 _COLUMNS = (
     "id, key, kind, agent, run_id, routine, payload, state, created, deadline, decided, text, "
-    "decided_by, via"
+    "decided_by, via, announced"
 )
 
 
@@ -235,6 +244,9 @@ class DeskItem:
     decided_by: str
     #: through what: ``telegram``, ``cli`` (empty: expired, or decided before it was kept)
     via: str = ""
+    #: when the founder was told of it; None: a question queued behind another question
+    #: of its agent, not sent yet (docs/desk.md)
+    announced: float | None = None
 
     @property
     def pending(self) -> bool:
@@ -276,6 +288,7 @@ class DeskItem:
             text=row[11],
             decided_by=row[12],
             via=row[13],
+            announced=None if row[14] is None else float(row[14]),
         )
 
 
@@ -300,13 +313,23 @@ class Desk:
         clock: time source (deadlines, waits).
         backend: where the items live: ``path`` (the default) or the ``desk`` tables of
             the company's PostgreSQL schema.
+        announces: whether ``bus`` reaches the founder (a daemon's pager). A desk whose
+            bus goes nowhere (the CLI deciding with no daemon running) never takes a queued
+            question's turn to be sent: the daemon's waiting run does, when it next looks.
     """
 
     def __init__(
-        self, path: Path, *, bus: EventBus, clock: Clock, backend: Backend = SQLITE
+        self,
+        path: Path,
+        *,
+        bus: EventBus,
+        clock: Clock,
+        backend: Backend = SQLITE,
+        announces: bool = True,
     ) -> None:
         self.path = path
         self._bus = bus
+        self._announces = announces
         self._clock = clock
         self._backend = backend
         self._db = self._database(readonly=False)
@@ -383,23 +406,64 @@ class Desk:
                 ]
                 if known is None and len(waiting) >= open_limit:
                     return False, None, waiting
+            # a question waits behind its agent's question the founder has on screen
+            # (coalescing a burst: docs/desk.md); anything else is announced at once
+            queued = kind is ItemKind.QUESTION and _shown_question(db, agent, now) is not None
             created = db.execute(
                 "INSERT INTO items (id, key, kind, agent, run_id, routine, payload, state, "
-                "created, deadline) VALUES (?,?,?,?,?,?,?, 'pending', ?, ?) "
+                "created, deadline, announced) VALUES (?,?,?,?,?,?,?, 'pending', ?, ?, ?) "
                 "ON CONFLICT DO NOTHING",
-                (item_id, key, str(kind), agent, run_id, routine, data, now, now + timeout),
+                (
+                    item_id,
+                    key,
+                    str(kind),
+                    agent,
+                    run_id,
+                    routine,
+                    data,
+                    now,
+                    now + timeout,
+                    None if queued else now,
+                ),
             ).rowcount
             row = db.execute(f"SELECT {_COLUMNS} FROM items WHERE key = ?", (key,)).fetchone()
-            return created > 0, row, []
+            return created > 0 and not queued, row, []
 
-        created, row, waiting = await self._db.run(lambda db: _transaction(db, "BEGIN", add))
+        announce, row, waiting = await self._db.run(lambda db: _transaction(db, "BEGIN", add))
         if row is None:
             assert open_limit is not None  # only a limit leaves no row
             raise DeskFull(agent, str(kind), waiting, open_limit)
         item = DeskItem._of(row)
-        if created:
+        if announce:
             self._announce(item)
         return item
+
+    async def _next_question(self, agent: str) -> None:
+        """Announce ``agent``'s oldest queued question if none of its questions is on the
+        founder's screen any more (the one shown was answered or expired). Marked and
+        picked in one ``BEGIN IMMEDIATE`` transaction, so two callers (a decision and a
+        resumed run's :meth:`wait`) announce it once.
+        """
+        if not self._announces:
+            return
+        now = self._clock.time()
+
+        def promote(db: Connection) -> tuple[Any, ...] | None:
+            if _shown_question(db, agent, now) is not None:
+                return None
+            row: tuple[Any, ...] | None = db.execute(
+                f"SELECT {_COLUMNS} FROM items WHERE agent = ? AND kind = 'question' AND "
+                "state = 'pending' AND announced IS NULL AND deadline > ? "
+                "ORDER BY created, rowid LIMIT 1",
+                (agent, now),
+            ).fetchone()
+            if row is not None:
+                db.execute("UPDATE items SET announced = ? WHERE id = ?", (now, row[0]))
+            return row
+
+        row = await self._db.run(lambda db: _transaction(db, "BEGIN IMMEDIATE", promote))
+        if row is not None:
+            self._announce(DeskItem._of(row))
 
     def _announce(self, item: DeskItem) -> None:
         """Tell the founder (through the alerts) that ``item`` waits for them."""
@@ -453,13 +517,21 @@ class Desk:
             current = await self.get(item.id)
             if current is None or not current.pending:
                 return current or item
+            if current.kind is ItemKind.QUESTION and current.announced is None:
+                # a queued question: its turn may have come where nothing announced it
+                # (answered on the CLI with no daemon, a restart, another daemon on
+                # PostgreSQL) — the queue is derived from the store
+                await self._next_question(current.agent)
             now = self._clock.time()
             left = current.deadline - now
             if left <= 0:
                 return await self._expire(current)
             if not reminded and now >= remind:
                 reminded = True
-                await self._remind(current)
+                # a queued question was never sent: no reminder of it (a second message of
+                # the burst); its own message, when its turn comes, is the notice
+                if current.announced is not None:
+                    await self._remind(current)
             step = left if self._poll is None else min(left, self._poll)
             if not reminded:
                 step = min(step, max(remind - now, 0.0))
@@ -598,6 +670,8 @@ class Desk:
             event = self._decided.pop(item_id, None)
             if event is not None:
                 event.set()
+            if item.kind is ItemKind.QUESTION:
+                await self._next_question(item.agent)  # the agent's next question's turn
         return item, changed
 
     # -- reading --------------------------------------------------------------------------
@@ -662,6 +736,18 @@ class Desk:
             ).fetchall()
         )
         return [DeskItem._of(r) for r in rows]
+
+
+def _shown_question(db: Connection, agent: str, now: float) -> str | None:
+    """The id of ``agent``'s question the founder has been sent and not yet answered (not
+    past its deadline), if any: while there is one, the agent's next questions queue.
+    """
+    row = db.execute(
+        "SELECT id FROM items WHERE agent = ? AND kind = 'question' AND state = 'pending' "
+        "AND announced IS NOT NULL AND deadline > ? LIMIT 1",
+        (agent, now),
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def _already(item: DeskItem) -> DeskError:
