@@ -27,53 +27,58 @@ run it in a thread (``await asyncio.to_thread(load_config, path)``).
 
 from __future__ import annotations
 
-from companyd.config.load import default_config_path, load_config, load_config_text
-from companyd.config.model import (
-    BACKUP_ASSIGNEE,
-    DEFAULT_STATE_DIR,
-    AgentConfig,
-    BackupConfig,
-    CompanyConfig,
-    DepartmentConfig,
-    RoutineConfig,
-)
-from companyd.config.scalars import is_loopback, listen_address, parse_duration
-from companyd.config.schema import (
-    SCHEMA,
-    AgentSpec,
-    AlertsSpec,
-    AnthropicSpec,
-    BackoffSpec,
-    BackupSpec,
-    BudgetSpec,
-    CatchUpSpec,
-    CompanyFile,
-    CompanySpec,
-    DashboardSpec,
-    DefaultsSpec,
-    DepartmentSpec,
-    LimitsSpec,
-    McpServerSpec,
-    MemorySpec,
-    MetricsSpec,
-    ModelSpec,
-    PriceSpec,
-    QuietHoursSpec,
-    RetentionSpec,
-    RoutineSpec,
-    SpendSpec,
-    SupervisorSpec,
-    TelegramSpec,
-    ToolsSpec,
-    TriggerSpec,
-)
-from companyd.config.secrets import (
-    SecretReference,
-    company_schema,
-    secret_references,
-    secret_values,
-    state_backend,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from companyd.config.default_path import default_config_path
+    from companyd.config.load import load_config, load_config_text
+    from companyd.config.model import (
+        BACKUP_ASSIGNEE,
+        DEFAULT_STATE_DIR,
+        AgentConfig,
+        BackupConfig,
+        CompanyConfig,
+        DepartmentConfig,
+        RoutineConfig,
+    )
+    from companyd.config.scalars import is_loopback, listen_address, parse_duration
+    from companyd.config.schema import (
+        SCHEMA,
+        AgentSpec,
+        AlertsSpec,
+        AnthropicSpec,
+        BackoffSpec,
+        BackupSpec,
+        BudgetSpec,
+        CatchUpSpec,
+        CompanyFile,
+        CompanySpec,
+        DashboardSpec,
+        DefaultsSpec,
+        DepartmentSpec,
+        LimitsSpec,
+        McpServerSpec,
+        MemorySpec,
+        MetricsSpec,
+        ModelSpec,
+        PriceSpec,
+        QuietHoursSpec,
+        RetentionSpec,
+        RoutineSpec,
+        SpendSpec,
+        SupervisorSpec,
+        TelegramSpec,
+        ToolsSpec,
+        TriggerSpec,
+    )
+    from companyd.config.secrets import (
+        SecretReference,
+        company_schema,
+        secret_references,
+        secret_values,
+        state_backend,
+    )
 
 __all__ = [
     "BACKUP_ASSIGNEE",
@@ -122,3 +127,68 @@ __all__ = [
     "secret_values",
     "state_backend",
 ]
+
+
+_HOMES: dict[str, str] = {
+    "AgentConfig": "companyd.config.model",
+    "AgentSpec": "companyd.config.schema",
+    "AlertsSpec": "companyd.config.schema",
+    "AnthropicSpec": "companyd.config.schema",
+    "BACKUP_ASSIGNEE": "companyd.config.model",
+    "BackoffSpec": "companyd.config.schema",
+    "BackupConfig": "companyd.config.model",
+    "BackupSpec": "companyd.config.schema",
+    "BudgetSpec": "companyd.config.schema",
+    "CatchUpSpec": "companyd.config.schema",
+    "CompanyConfig": "companyd.config.model",
+    "CompanyFile": "companyd.config.schema",
+    "CompanySpec": "companyd.config.schema",
+    "DEFAULT_STATE_DIR": "companyd.config.model",
+    "DashboardSpec": "companyd.config.schema",
+    "DefaultsSpec": "companyd.config.schema",
+    "DepartmentConfig": "companyd.config.model",
+    "DepartmentSpec": "companyd.config.schema",
+    "LimitsSpec": "companyd.config.schema",
+    "McpServerSpec": "companyd.config.schema",
+    "MemorySpec": "companyd.config.schema",
+    "MetricsSpec": "companyd.config.schema",
+    "ModelSpec": "companyd.config.schema",
+    "PriceSpec": "companyd.config.schema",
+    "QuietHoursSpec": "companyd.config.schema",
+    "RetentionSpec": "companyd.config.schema",
+    "RoutineConfig": "companyd.config.model",
+    "RoutineSpec": "companyd.config.schema",
+    "SCHEMA": "companyd.config.schema",
+    "SecretReference": "companyd.config.secrets",
+    "SpendSpec": "companyd.config.schema",
+    "SupervisorSpec": "companyd.config.schema",
+    "TelegramSpec": "companyd.config.schema",
+    "ToolsSpec": "companyd.config.schema",
+    "TriggerSpec": "companyd.config.schema",
+    "company_schema": "companyd.config.secrets",
+    "default_config_path": "companyd.config.default_path",
+    "is_loopback": "companyd.config.scalars",
+    "listen_address": "companyd.config.scalars",
+    "load_config": "companyd.config.load",
+    "load_config_text": "companyd.config.load",
+    "parse_duration": "companyd.config.scalars",
+    "secret_references": "companyd.config.secrets",
+    "secret_values": "companyd.config.secrets",
+    "state_backend": "companyd.config.secrets",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a face name from its module on first use: ``default_config_path`` (every CLI
+    command) must not pay for pydantic and the schema (``load_config``).
+    """
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
 from companyd.config.checks import cross_check
+from companyd.config.default_path import default_config_path
 from companyd.config.model import CompanyConfig, resolve
 from companyd.config.report import Positions, Report
 from companyd.config.schema import CompanyFile
@@ -186,16 +187,3 @@ def load_config_text(
             rep.add((), "the file is invalid; fix the errors above")
         raise ConfigError(rep.errors())
     return resolve(spec, base / Path(file).name, text, tuple(rep.warnings()), instructions)
-
-
-def default_config_path() -> Path:
-    """company.yaml to use when none is given: ``$COMPANYD_CONFIG``, then
-    ``$CONFIGURATION_DIRECTORY/company.yaml`` (systemd), then ``./company.yaml``.
-    """
-    env = os.environ.get("COMPANYD_CONFIG")
-    if env:
-        return Path(env)
-    conf_dir = os.environ.get("CONFIGURATION_DIRECTORY")
-    if conf_dir:
-        return Path(conf_dir.split(":")[0]) / "company.yaml"
-    return Path("company.yaml")
