@@ -11,9 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from companyd.admin.operations import Admin, AdminError, AdminStopping
-
 if TYPE_CHECKING:
+    from companyd.admin._errors import AdminError, AdminStopping
     from companyd.admin._status_text import (
         as_list,
         as_mapping,
@@ -59,6 +58,7 @@ if TYPE_CHECKING:
         Tokens,
         ToolStep,
     )
+    from companyd.admin.operations import Admin
     from companyd.admin.results import (
         AgentCounts,
         AskAnswer,
@@ -191,6 +191,9 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
+    "Admin": "companyd.admin.operations",
+    "AdminError": "companyd.admin._errors",
+    "AdminStopping": "companyd.admin._errors",
     "as_list": "companyd.admin._status_text",
     "as_mapping": "companyd.admin._status_text",
     "as_number": "companyd.admin._status_text",

@@ -143,7 +143,7 @@ _HOMES: dict[str, str] = {
     "CompanyConfig": "companyd.config.model",
     "CompanyFile": "companyd.config.schema",
     "CompanySpec": "companyd.config.schema",
-    "DEFAULT_STATE_DIR": "companyd.config.model",
+    "DEFAULT_STATE_DIR": "companyd.config.default_path",
     "DashboardSpec": "companyd.config.schema",
     "DefaultsSpec": "companyd.config.schema",
     "DepartmentConfig": "companyd.config.model",

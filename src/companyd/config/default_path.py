@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["default_config_path"]
+__all__ = ["DEFAULT_STATE_DIR", "default_config_path"]
+
+#: The state directory when nothing else names one: ``state`` next to company.yaml.
+DEFAULT_STATE_DIR = "state"
 
 
 def default_config_path() -> Path:
