@@ -30,18 +30,21 @@ seconds if longer); the client waits 15 s longer, so the daemon reports a slow o
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from companyd._secrets import SECRETS
 from companyd.admin import AdminError
-from companyd.clock import Clock, within
 from companyd.errors import CompanydError
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from companyd.clock import Clock
 
 __all__ = [
     "ADMIN_OPS",  # noqa: F822 (module __getattr__)
@@ -279,6 +282,10 @@ async def with_deadline(aw: Awaitable[T], seconds: float | None, clock: Clock) -
     On a timeout the operation is cancelled but not waited for: one that ignores
     cancellation must not hold the caller (a later failure of it is logged).
     """
+    import asyncio  # here: the CLI's clients (blocking ``call``) need not import it
+
+    from companyd.clock import within
+
     if seconds is None:
         return await aw
     task = asyncio.ensure_future(aw)
