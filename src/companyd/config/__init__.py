@@ -31,11 +31,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.config.default_path import default_config_path
+    from companyd.config.default_path import DEFAULT_STATE_DIR, default_config_path
     from companyd.config.load import load_config, load_config_text
     from companyd.config.model import (
         BACKUP_ASSIGNEE,
-        DEFAULT_STATE_DIR,
         AgentConfig,
         BackupConfig,
         CompanyConfig,

@@ -11,9 +11,10 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from companyd.admin import JournaledTask
+if TYPE_CHECKING:
+    from companyd.admin import JournaledTask
 
 __all__ = ["RunOutcome", "RunStatus", "Task", "follow_up_prompt", "new_id"]
 
