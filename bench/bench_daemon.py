@@ -236,9 +236,8 @@ def main() -> None:
             met = "met" if ok else "MISSED"
         if label.startswith("example"):
             lean_ok = ready / lean[0] <= LEAN_TARGETS[0] and rss / lean[2] <= LEAN_TARGETS[1]
-            target += f"; ≤ {LEAN_TARGETS[0]:g}× and ≤ {LEAN_TARGETS[1]:g}× lean " + (
-                "met" if lean_ok else "MISSED"
-            )
+            target = f"{target} {met}; ≤ {LEAN_TARGETS[0]:g}× and ≤ {LEAN_TARGETS[1]:g}× lean"
+            met = "met" if lean_ok else "MISSED"
         print(
             f"{label:28} {ready * 1e3:5.0f} ms {ready / base[0]:6.1f}× {ready / lean[0]:6.1f}× "
             f"{cpu * 1e3:5.0f} ms {cpu / base[1]:6.1f}× {rss:6.1f} MB {rss / base[2]:6.1f}× "
