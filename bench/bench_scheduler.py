@@ -96,6 +96,9 @@ class InstantSink:
     def inbox_size(self, agent: str) -> int:
         return 0
 
+    def rate_limited_until(self, agent: str) -> float | None:
+        return None
+
     async def memory_marker(self) -> str:
         return "m"
 

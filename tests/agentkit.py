@@ -63,6 +63,39 @@ def company_yaml(agents: Mapping[str, Mapping[str, Any]], **top: Any) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+#: The test MCP tool server (tests/mcp_tool_server.py).
+TOOL_SERVER = Path(__file__).with_name("mcp_tool_server.py")
+
+
+def tool_files(directory: Path) -> Path:
+    """A directory under ``directory`` the sandboxed test tool server may write (its user is
+    ``nobody`` when the tests run as root, hence world-writable): its ``TOOL_LOG`` and
+    ``TOOL_BLOCK`` files go there.
+    """
+    files = directory / "tool-files"
+    files.mkdir(exist_ok=True)
+    files.chmod(0o777)
+    return files
+
+
+def tool_server(files: Path | None = None, **env: str) -> dict[str, Any]:
+    """The test tool server as an ``mcp_servers`` entry, in its sandbox: it may read its own
+    script's directory and write ``files`` (:func:`tool_files`), with ``env``. Its tools
+    are unannotated test doubles, so it is ``risk: trusted`` (no approvals unless listed).
+    """
+    spec: dict[str, Any] = {
+        "command": sys.executable,
+        "args": [str(TOOL_SERVER)],
+        "sandbox": {"read": [str(TOOL_SERVER.parent)]},
+        "risk": "trusted",
+    }
+    if files is not None:
+        spec["sandbox"]["write"] = [str(files)]
+    if env:
+        spec["env"] = dict(env)
+    return spec
+
+
 def write_company(directory: Path, agents: Mapping[str, Mapping[str, Any]], **top: Any) -> Path:
     path = directory / "company.yaml"
     path.write_text(company_yaml(agents, **top), encoding="utf-8")

@@ -134,3 +134,40 @@ def state_backend(request: pytest.FixtureRequest) -> Backend:
         return Backend()
     backend: Backend = request.getfixturevalue("pg_backend")
     return backend
+
+
+# -- tiers (docs/testing.md): a marker per tier, so `-m TIER` runs one ----------------------
+
+#: module-level names that put a module's tests in a tier (first match wins)
+_BY_MODULE = (
+    ("browser", ("chromium", "webdriver")),
+    ("process", ("DaemonProcess", "subprocess", "create_subprocess_exec", "fork")),
+    ("inprocess", ("InProcessDaemon", "cli_in_thread")),
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier: ``postgres`` (it runs on the throwaway PostgreSQL
+    cluster), ``browser`` (headless chromium), ``process`` (it or its module starts companyd
+    or another program as a process), ``inprocess`` (the whole daemon in this process, on a
+    manual clock), else ``unit``. A test naming ``DaemonProcess`` or ``InProcessDaemon`` in
+    its own body is in that tier whatever else its module holds. ``node`` (interop with the
+    official MCP server) and ``slow`` are set by hand.
+    """
+    for item in items:
+        names = vars(getattr(item, "module", None) or object()).keys()
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        fixtures = set(getattr(item, "fixturenames", ()))
+        # the test's own body first (a module may hold tests of two tiers), then its module
+        used = set(
+            getattr(getattr(getattr(item, "function", None), "__code__", None), "co_names", ())
+        )
+        if {"pg_cluster", "pg_backend"} & fixtures or params.get("state_backend") == "postgres":
+            tier = "postgres"
+        elif "DaemonProcess" in used:
+            tier = "process"
+        elif "InProcessDaemon" in used:
+            tier = "inprocess"
+        else:
+            tier = next((t for t, marks in _BY_MODULE if any(n in names for n in marks)), "unit")
+        item.add_marker(tier)

@@ -4,12 +4,19 @@ Tools:
 * ``post_update(text)`` — NOT idempotent: appends ``started <text>`` to the file named by
   ``$TOOL_LOG`` before doing its work and ``done <text>`` after; if ``$TOOL_BLOCK`` names an
   existing file it waits (up to 60 s) until that file is removed, so a test can kill the
-  daemon while the call is in flight.
+  daemon while the call is in flight. With ``$TOOL_POST_ID`` set its result is
+  ``posted id=<TOOL_POST_ID>: <text>`` (a result a ``done_when`` pattern can match).
 * ``read_inbox()`` — read-only (annotated), returns a fixed inbox.
 * ``crash()`` — the server process exits at once, mid-call.
+* ``hog(mb)`` — allocates ``mb`` MiB; past the server's memory limit it exits (out of memory).
+* ``trace_context()`` (only with ``$TOOL_TRACE`` set) — the request's ``params._meta`` as
+  JSON (the W3C trace context a traced client sends).
 
 With ``$TOOL_BAD_NAMES`` set it also offers ``post update!`` and a 200-character name,
 which the Messages API would refuse (tool names are ``[a-zA-Z0-9_-]{1,64}``).
+
+With ``$TOOL_VARIANT=2`` (an "updated" server) ``post_update`` has another description and
+a new tool, ``delete_post(post_id)`` (annotated destructive), is offered.
 
 If ``$TOOL_START_GATE`` names a file that does not exist, the server exits at once with
 status 2 (a server that fails to start until the test opens the gate).
@@ -17,11 +24,13 @@ status 2 (a server that fails to start until the test opens the gate).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 
 server = MCPServer("test-tools")
@@ -36,7 +45,14 @@ def _log(line: str) -> None:
             os.fsync(f.fileno())
 
 
-@server.tool(description="Post a status update to the outside world (not idempotent).")
+VARIANT = os.environ.get("TOOL_VARIANT", "1")
+
+
+@server.tool(
+    description="Post a status update to the outside world (not idempotent)."
+    if VARIANT == "1"
+    else "Post a status update, and also email it to every customer (not idempotent)."
+)
 def post_update(text: str) -> str:
     _log(f"started {text}")
     block = os.environ.get("TOOL_BLOCK")
@@ -44,7 +60,8 @@ def post_update(text: str) -> str:
     while block and Path(block).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     _log(f"done {text}")
-    return f"posted: {text}"
+    post_id = os.environ.get("TOOL_POST_ID")
+    return f"posted id={post_id}: {text}" if post_id else f"posted: {text}"
 
 
 @server.tool(
@@ -55,9 +72,34 @@ def read_inbox() -> str:
     return "1 new message: 'Can we move the launch to Friday?'"
 
 
+def trace_context(ctx: Context) -> str:
+    return json.dumps(dict(ctx.request_context.meta or {}))
+
+
+if os.environ.get("TOOL_TRACE"):
+    server.tool(description="Show the request's _meta (for tests).")(trace_context)
+
+
 @server.tool(description="Crash the tool server (for tests).")
 def crash() -> str:
     os._exit(1)
+
+
+@server.tool(description="Allocate and touch `mb` MiB of memory (for the resource-limit tests).")
+def hog(mb: int) -> str:
+    try:
+        block = bytearray(mb * 2**20)  # zero-filled: every page is touched
+    except MemoryError:
+        # Out of memory, the server dies, as a Node server does; the limit is what hit it.
+        os._exit(70)
+    return f"allocated {len(block) // 2**20} MiB"
+
+
+if VARIANT == "2":
+
+    @server.tool(description="Delete a post.", annotations=ToolAnnotations(destructive_hint=True))
+    def delete_post(post_id: str) -> str:
+        return f"deleted {post_id}"
 
 
 if os.environ.get("TOOL_BAD_NAMES"):

@@ -24,10 +24,19 @@ import time as _time
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
+from zoneinfo import ZoneInfo
 
 from companyd._aio import race
 
-__all__ = ["Clock", "ManualClock", "ScaledClock", "SystemClock", "utc_from_ts", "within"]
+__all__ = [
+    "Clock",
+    "ManualClock",
+    "ScaledClock",
+    "SystemClock",
+    "clock_time",
+    "utc_from_ts",
+    "within",
+]
 
 T = TypeVar("T")
 
@@ -213,3 +222,11 @@ class ScaledClock:
     async def sleep(self, seconds: float) -> None:
         """Sleep ``seconds / scale`` real seconds (a negative value is 0)."""
         await asyncio.sleep(max(0.0, seconds) / self.scale)
+
+
+def clock_time(ts: float, timezone: str) -> str:
+    """``HH:MM`` of epoch ``ts`` in ``timezone`` (a wall is minutes to hours away: the
+    clock time says when; seconds are rounded up, so "until 14:35" is never early).
+    """
+    ts = float(int(ts + 59) // 60 * 60)
+    return datetime.fromtimestamp(ts, ZoneInfo(timezone)).strftime("%H:%M")

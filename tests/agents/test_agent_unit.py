@@ -112,6 +112,15 @@ class OneDesk:
     def api_key_refused(self, message: str) -> None:
         raise AssertionError(f"unexpected API key refusal: {message}")
 
+    def quota_wall(self, model: str) -> float | None:
+        return None
+
+    def meet_quota_wall(self, model: str, retry_after: float | None) -> float | None:
+        return None
+
+    def quota_walled(self, agent: str, message: str) -> str | None:
+        raise AssertionError(f"unexpected quota wall: {message}")
+
     def take_injected_crash(self, agent: str) -> None:
         return None
 

@@ -5,7 +5,6 @@ memory owner, spend book, journal and supervision tree (issue 5).
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,9 @@ from agentkit import (
     agent_of,
     delegation_reviewed_once,
     running_company,
+    tool_files,
     tool_results,
+    tool_server,
     write_company,
 )
 from companyd.admin.results import DebugCrashed, ReloadApplied
@@ -320,20 +321,10 @@ async def test_a_task_that_crashes_its_agent_twice_is_quarantined(tmp_path: Path
 
 
 async def test_an_agent_calls_a_tool_of_an_external_mcp_server(tmp_path: Path) -> None:
-    log = tmp_path / "tool.log"
+    log = tool_files(tmp_path) / "tool.log"
     cfg = write_company(
         tmp_path,
-        {
-            "marketing": {
-                "mcp_servers": {
-                    "social": {
-                        "command": sys.executable,
-                        "args": [str(TOOL_SERVER)],
-                        "env": {"TOOL_LOG": str(log)},
-                    }
-                }
-            }
-        },
+        {"marketing": {"mcp_servers": {"social": tool_server(log.parent, TOOL_LOG=str(log))}}},
     )
     model = PerAgent(
         marketing=[

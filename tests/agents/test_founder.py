@@ -11,12 +11,19 @@ from pathlib import Path
 import pytest
 
 from agentkit import company_yaml
-from companyd.agents import ApprovalGate, ToolCallContext, ToolError, ask_founder_tool
+from companyd.agents import (
+    ApprovalGate,
+    ResultApprovals,
+    ToolCallContext,
+    ToolError,
+    ask_founder_tool,
+)
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config_text
 from companyd.desk import Desk, ItemState
 from companyd.events import EventBus
 from companyd.llm.blocks import ToolUseBlock
+from companyd.runs import RunOutcome, RunStatus, Task
 
 CALL: ToolUseBlock = {
     "type": "tool_use",
@@ -183,3 +190,54 @@ def test_max_open_questions_has_a_default_and_an_agent_may_say_more(tmp_path: Pa
     assert _config(tmp_path, defaults=defaults).agents["marketing"].max_open_questions == 5
     text = company_yaml({"marketing": {"tools": {"ask_founder": True, "max_open_questions": 1}}})
     assert load_config_text(text, base_dir=tmp_path).agents["marketing"].max_open_questions == 1
+
+
+@pytest.mark.anyio
+async def test_an_unanswered_result_is_denied_never_delivered(tmp_path: Path) -> None:
+    # approval: required and nobody answers: the fire ends failed, saying why (never ok)
+    clock = ManualClock()
+    bus = EventBus(clock)
+    desk = Desk(tmp_path / "desk.sqlite", bus=bus, clock=clock)
+    submitted: list[Task] = []
+
+    async def submit(task: Task) -> RunOutcome:
+        submitted.append(task)
+        raise AssertionError("no follow-up run without a change request")
+
+    gate = ResultApprovals(desk, submit, timeout=lambda agent: 3600.0)
+    task = Task(
+        id="task-r1",
+        agent="marketing",
+        prompt="Draft the post.",
+        source="routine:daily-post",
+        created=clock.time(),
+        routine="daily-post",
+    )
+    outcome = RunOutcome(
+        task_id=task.id,
+        run_id="run-r1",
+        agent="marketing",
+        status=RunStatus.OK,
+        started=clock.time(),
+        ended=clock.time(),
+        answer="We launch today!",
+    )
+    try:
+        settling = asyncio.create_task(gate.settle(task, outcome))
+        async with asyncio.timeout(5):
+            while clock.sleepers == 0:
+                await asyncio.sleep(0.01)
+            clock.advance(2700.0)  # three quarters: one reminder
+            while not bus.recent({"founder_reminder"}) or clock.sleepers == 0:
+                await asyncio.sleep(0.01)
+            clock.advance(900.0)
+            settled = await settling
+    finally:
+        await desk.close()
+    assert settled.status is RunStatus.FAILED and not submitted
+    assert settled.reason == (
+        "rejected by the founder: no answer within 1 h (approval_timeout), which counts as a "
+        "rejection"
+    )
+    assert [e.data["state"] for e in bus.recent({"founder_decided"})] == ["expired"]
+    assert len(bus.recent({"founder_reminder"})) == 1  # at 45 minutes, once

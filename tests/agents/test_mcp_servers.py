@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from agentkit import PerAgent, running_company, tool_results, write_company
+from agentkit import (
+    TOOL_SERVER,
+    PerAgent,
+    running_company,
+    tool_files,
+    tool_results,
+    tool_server,
+    write_company,
+)
 from companyd.alerts.render_kinds import render
 from companyd.clock import ManualClock
 from companyd.config import load_config
@@ -24,7 +32,6 @@ from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_t
 
 pytestmark = pytest.mark.anyio
 
-TOOL_SERVER = Path(__file__).parent.parent / "mcp_tool_server.py"
 EXITS_AT_ONCE = {"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"]}
 NEVER_ANSWERS = {
     "command": sys.executable,
@@ -43,18 +50,14 @@ async def _wait_for(predicate: Any, what: str, timeout: float = 60) -> Any:
 async def test_a_server_that_fails_or_never_answers_leaves_the_agent_running_without_it(
     tmp_path: Path,
 ) -> None:
-    log = tmp_path / "tool.log"
+    log = tool_files(tmp_path) / "tool.log"
     cfg = write_company(
         tmp_path,
         {
             "marketing": {
                 "reports_to": "ceo",
                 "mcp_servers": {
-                    "social": {
-                        "command": sys.executable,
-                        "args": [str(TOOL_SERVER)],
-                        "env": {"TOOL_LOG": str(log)},
-                    },
+                    "social": tool_server(log.parent, TOOL_LOG=str(log)),
                     "broken": EXITS_AT_ONCE,
                     "mute": NEVER_ANSWERS,
                     "missing": {"command": str(tmp_path / "no-such-mcp-server")},
@@ -92,21 +95,9 @@ async def test_a_server_that_fails_or_never_answers_leaves_the_agent_running_wit
 async def test_a_failed_server_is_retried_with_backoff_and_its_tools_arrive(
     tmp_path: Path,
 ) -> None:
-    gate = tmp_path / "gate"
-    cfg = write_company(
-        tmp_path,
-        {
-            "marketing": {
-                "mcp_servers": {
-                    "social": {
-                        "command": sys.executable,
-                        "args": [str(TOOL_SERVER)],
-                        "env": {"TOOL_START_GATE": str(gate)},
-                    }
-                }
-            }
-        },
-    )
+    gate = tool_files(tmp_path) / "gate"
+    social = tool_server(gate.parent, TOOL_START_GATE=str(gate))
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"social": social}}})
     clock = ManualClock()
     model = PerAgent(marketing=[reply_text("No tools yet."), reply_text("Now I have them.")])
     with MessagesAPIServer(responder=model) as srv:
@@ -137,7 +128,7 @@ async def test_a_failed_server_is_retried_with_backoff_and_its_tools_arrive(
                 "agent": "marketing",
                 "server": "social",
                 "attempt": 3,
-                "tools": ["crash", "post_update", "read_inbox"],
+                "tools": ["crash", "hog", "post_update", "read_inbox"],
             }
             assert (await d.ask("marketing", "Second.")).status == "ok"
     names = [{t["name"] for t in r.body["tools"]} for r in srv.requests]
@@ -160,11 +151,7 @@ async def test_a_server_that_dies_during_a_call_is_a_tool_error_not_a_crashed_ag
 ) -> None:
     cfg = write_company(
         tmp_path,
-        {
-            "marketing": {
-                "mcp_servers": {"social": {"command": sys.executable, "args": [str(TOOL_SERVER)]}}
-            }
-        },
+        {"marketing": {"mcp_servers": {"social": tool_server()}}},
     )
     model = PerAgent(
         marketing=[
@@ -189,7 +176,7 @@ async def test_tools_the_api_would_refuse_are_left_out_with_a_warning(
 ) -> None:
     # One tool with a name the Messages API refuses would fail every model call of the
     # agent (HTTP 400): such tools are left out, the server's other tools stay.
-    social = {"command": sys.executable, "args": [str(TOOL_SERVER)], "env": {"TOOL_BAD_NAMES": "1"}}
+    social = tool_server(TOOL_BAD_NAMES="1")
     cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"social": social}}})
     model = PerAgent(marketing=[reply_text("Fine.")])
     with caplog.at_level(logging.WARNING), MessagesAPIServer(responder=model) as srv:

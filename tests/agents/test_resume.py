@@ -19,7 +19,9 @@ from agentkit import (
     PerAgent,
     daemon_env,
     daemon_process,
+    tool_files,
     tool_results,
+    tool_server,
     wait_until,
     write_company,
 )
@@ -89,22 +91,11 @@ def test_a_ten_step_run_killed_after_step_six_completes_without_paying_twice(
 
 
 def test_a_non_idempotent_tool_in_flight_at_the_kill_is_not_called_again(tmp_path: Path) -> None:
-    log, block = tmp_path / "tool.log", tmp_path / "block"
+    files = tool_files(tmp_path)
+    log, block = files / "tool.log", files / "block"
     block.touch()
-    cfg = write_company(
-        tmp_path,
-        {
-            "marketing": {
-                "mcp_servers": {
-                    "social": {
-                        "command": sys.executable,
-                        "args": [str(TOOL_SERVER)],
-                        "env": {"TOOL_LOG": str(log), "TOOL_BLOCK": str(block)},
-                    }
-                }
-            }
-        },
-    )
+    social = tool_server(files, TOOL_LOG=str(log), TOOL_BLOCK=str(block))
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"social": social}}})
     state = tmp_path / "s"
     model = PerAgent(
         marketing=[

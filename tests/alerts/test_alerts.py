@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from companyd.admin import AdminError
+from companyd.admin import AdminError, ResultDelivery
 from companyd.admin.results import AskAnswer, Resumed
+from companyd.alerts.deliver import DeliveryLog
 from companyd.alerts.service import EDIT_INTERVAL, AlertService
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config
-from companyd.events import EventBus
+from companyd.events import EventBus, RoutineResult
 from companyd.testing.bot_api import BotApiServer, DownMode, SentMessage
 
 TOKEN = "123456789:AAH-alerts-test-secret-0123456789abcdef"
@@ -105,6 +106,18 @@ class RecordingAdmin:
     async def run_job(self, routine: str) -> Any:
         self.calls.append(("run_job", routine))
         return {"routine": routine, "started": True}
+
+    async def resume_all(self) -> Any:
+        self.calls.append(("resume_all", ""))
+        return {"resumed": [], "message": "no agent was paused"}
+
+    async def resume_job(self, routine: str) -> Any:
+        self.calls.append(("resume_job", routine))
+        return {"routine": routine, "resumed": True, "message": f"resumed routine {routine}"}
+
+    async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> Any:
+        self.calls.append(("fire_webhook", routine))
+        return {"routine": routine, "fire_id": "fire-1", "replay": False, "message": "fired"}
 
     async def pause(self, agent: str) -> Any:
         self.calls.append(("pause", agent))
@@ -188,6 +201,14 @@ class RecordingAdmin:
     async def reload(self) -> Any:
         self.calls.append(("reload",))
         return {"reloaded": True}
+
+    async def tools(self, agent: str | None = None) -> Any:
+        self.calls.append(("tools", agent))
+        return {"day": "2026-01-01", "tools": []}
+
+    async def tools_approve(self, server: str, agent: str | None = None) -> Any:
+        self.calls.append(("tools_approve", server, agent))
+        return {"server": server, "approved": []}
 
     async def backup(self, to: str) -> Any:
         self.calls.append(("backup", to))
@@ -275,10 +296,16 @@ class Harness:
         *,
         connected: bool = True,
         before_run: Callable[[], object] | None = None,
+        deliveries: DeliveryLog | None = None,
     ) -> AsyncIterator[tuple[AlertService, Ctx]]:
         cfg = config or make_config(self.tmp_path, self.server.url)
         svc = AlertService(
-            cfg, self.tmp_path / "state", bus=self.bus, admin=self.admin, clock=self.clock
+            cfg,
+            self.tmp_path / "state",
+            bus=self.bus,
+            admin=self.admin,
+            clock=self.clock,
+            deliveries=deliveries,
         )
         if before_run is not None:
             before_run()
@@ -427,8 +454,71 @@ KIND_CASES: list[tuple[str, str, dict[str, Any], list[str], list[str]]] = [
         "api_spend_limit",
         "roles",
         {"message": "enforced_spend_limit_reached", "paused": ["ceo", "cfo"]},
-        ["spend limit reached", "enforced_spend_limit_reached", "paused: ceo, cfo"],
+        [
+            "spend limit reached",
+            "enforced_spend_limit_reached",
+            "paused: ceo, cfo",
+            "companyd resume --all",
+        ],
         [],
+    ),
+    (
+        "quota_wall",
+        "agents",
+        {
+            "agents": ["ceo", "cfo"],
+            "models": ["claude-sonnet-5-5"],
+            "until": 1_800_000_900.0,
+            "until_text": "14:35",
+            "message": "claude-sonnet-5-5: ModelRateLimited: rate limited",
+        },
+        ["rate limited until 14:35: ceo, cfo paused", "resume by themselves at 14:35"],
+        [],
+    ),
+    (
+        "quota_wall_lifted",
+        "agents",
+        {"agents": ["ceo", "cfo"], "until_text": "14:35"},
+        ["rate limit lifted (14:35): ceo, cfo run again"],
+        [],
+    ),
+    (
+        "routine_paused",
+        "scheduler",
+        {
+            "routine": "daily-post",
+            "agent": "marketing",
+            "failures": 3,
+            "reasons": ["failed: a", "failed: b", "unverified: c"],
+        },
+        [
+            "routine daily-post paused after 3 failed runs in a row",
+            "unverified: c",
+            "companyd jobs resume daily-post",
+        ],
+        [],
+    ),
+    (
+        "routine_limit_reached",
+        "scheduler",
+        {"routine": "poll", "agent": "coo", "max_runs_per_day": 24, "day": "2027-01-04"},
+        ["routine poll reached max_runs_per_day (24)", "2027-01-04"],
+        [],
+    ),
+    (
+        "founder_reminder",
+        "agent/cfo",
+        {
+            "item_id": "ap-1",
+            "item_kind": "approval",
+            "agent": "cfo",
+            "run_id": "run-1",
+            "created": 1_800_000_000.0,
+            "deadline": 1_800_086_400.0,
+            "summary": "cfo wants to call pay_invoice",
+        },
+        ["still waiting for you: ap-1", "pay_invoice", "it is denied"],
+        ["Approve", "Reject"],
     ),
     (
         "api_key_refused",
@@ -688,6 +778,72 @@ async def test_a_chat_that_refuses_does_not_hold_up_the_rest(
         assert svc.snapshot()["failed"] == 1
         assert "blocked by the user" in caplog.text
         assert "unblock the bot" in caplog.text
+
+
+class DeliveryRecords:
+    """The pager's DeliveryLog as the daemon's would keep it, in memory."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, ResultDelivery]] = []
+        self.kept: list[tuple[str, str]] = []
+
+    async def record(self, run_id: str, entry: ResultDelivery) -> None:
+        self.entries.append((run_id, entry))
+
+    async def keep(self, data: Mapping[str, Any], reason: str) -> str | None:
+        self.kept.append((str(data.get("run_id")), reason))
+        return f"k-{data.get('run_id')}"
+
+
+def a_result(run_id: str, ended: float) -> RoutineResult:
+    return RoutineResult(
+        source="scheduler",
+        routine="daily-post",
+        agent="cfo",
+        run_id=run_id,
+        cost_usd=0.0123,
+        answer="Five ways clinics lose patients.",
+        task="Draft today's post.",
+        deliver=["telegram"],
+        scheduled="2027-01-15T08:00:00+00:00",
+        fire_id=f"fire-{run_id}",
+        ended=ended,
+    )
+
+
+@pytest.mark.anyio
+async def test_each_telegram_delivery_of_a_result_is_recorded_and_a_refused_one_kept(
+    tmp_path: Path, token_env: None
+) -> None:
+    """Issue 28: the run's record says the result was delivered to Telegram, when and as
+    which message; a chat that refuses it for good is recorded as not delivered, and the
+    result is kept in the inbox — never nowhere.
+    """
+    records = DeliveryRecords()
+    async with harness(tmp_path) as h, h.service(deliveries=records):
+        h.bus.publish(a_result("run-ok", h.clock.time()))
+        await h.until(lambda: any(e["outcome"] == "delivered" for _, e in records.entries))
+        (sent,) = h.bot_messages()
+        said = {(run, e["outcome"]): e for run, e in records.entries}
+        assert said[("run-ok", "queued")]["text"].startswith("queued for telegram at ")
+        delivered = said[("run-ok", "delivered")]
+        hhmm = datetime.fromtimestamp(h.clock.time(), UTC).strftime("%H:%M")
+        assert delivered["text"] == f"delivered to telegram at {hhmm} (message {sent.message_id})"
+        assert delivered["message_id"] == sent.message_id and records.kept == []
+
+        h.server.fail_next(
+            status=403, description="Forbidden: bot was blocked by the user", method="sendMessage"
+        )
+        h.bus.publish(a_result("run-refused", h.clock.time()))
+        await h.until(lambda: bool(records.kept))
+        (refused,) = [e for run, e in records.entries if e["outcome"] == "not_delivered"]
+        assert refused["to"] == "telegram" and refused["kept"] == "k-run-refused"
+        assert refused["text"].startswith(
+            f"not delivered to telegram: Telegram refused it in chat {CHAT}: "
+        )
+        assert "blocked by the user" in refused["text"]
+        assert refused["text"].endswith("— kept in the inbox (k-run-refused)")
+        assert records.kept[0][0] == "run-refused"
 
 
 # ---------------------------------------------------------------------------------------

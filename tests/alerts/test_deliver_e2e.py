@@ -1,17 +1,22 @@
 """Results reach the founder, and the founder answers back (issue 17), end to end.
 
-A real ``companyd run`` (subprocess) with the real anthropic SDK talking to the Messages
-API stand-in and python-telegram-bot talking to the Bot API stand-in: the daily post is
-delivered as a message naming the routine, the agent, the cost and the run id; a Telegram
-reply to it is a follow-up task to the same agent that sees the task, its result and the
-reply, answered as a reply in the thread; a restart resends nothing; a 60 s Telegram
-outage loses nothing (on the daemon's clock, and once more as 60 real seconds of a refusing
-Bot API with a restart in the middle); a result longer than three messages arrives as one
-``.md`` document; a result in quiet hours waits for their end while a critical alert goes
-through; the digest arrives at ``alerts.digest_at`` with one line per result.
-Time is the daemon's own injected clock (``COMPANYD_TIME_SCALE`` / ``COMPANYD_TIME_ANCHOR``,
-the benchmarks' compressed time), read from the test through the same anchors — except in
-the real outage, where the daemon runs on real time.
+The daemon with the real anthropic SDK talking to the Messages API stand-in and
+python-telegram-bot talking to the Bot API stand-in: the daily post is delivered as a
+message naming the routine, the agent, the cost and the run id; a Telegram reply to it is a
+follow-up task to the same agent that sees the task, its result and the reply, answered as a
+reply in the thread; a restart resends nothing; a 60 s Telegram outage loses nothing (once
+more with three results waiting and a restart in the middle); a result longer than three
+messages arrives as one ``.md`` document; a result in quiet hours waits for their end while
+a critical alert goes through; the digest arrives at ``alerts.digest_at`` with one line per
+result.
+
+Where time must pass (the digest, quiet hours, the long outage) the daemon runs in this
+process on a manual clock (:class:`~companyd.testing.inprocess.InProcessDaemon`, the same
+composition root as ``companyd run``), so the test can stand one second before the moment
+and see that nothing went yet. Where a real process matters (a kill -9, the CLI's
+``ask --reply-to`` against a running ``companyd run``) it is a real ``companyd run``
+(subprocess) on its own clock (``COMPANYD_TIME_SCALE`` / ``COMPANYD_TIME_ANCHOR``), read from
+the test through the same anchors.
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ from typing import Any
 import pytest
 import yaml
 
-from companyd.clock import ScaledClock
+from companyd.clock import ManualClock
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.messages_api import MessagesAPIServer, fault, reply_text, stall
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,6 +115,16 @@ def env_for(server: BotApiServer, llm: MessagesAPIServer, **more: str) -> dict[s
     }
 
 
+def env_vars(server: BotApiServer, llm: MessagesAPIServer) -> dict[str, str]:
+    """What an in-process daemon adds to the environment (see :func:`env_for`)."""
+    return {
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        "TELEGRAM_CHAT_ID": str(OPERATOR),
+        "ANTHROPIC_API_KEY": "test-key",
+        "ANTHROPIC_BASE_URL": llm.base_url,
+    }
+
+
 def to_operator(server: BotApiServer, needle: str) -> list[SentMessage]:
     return [m for m in server.messages if m.chat_id == OPERATOR and needle in m.text]
 
@@ -136,6 +152,11 @@ async def linked(state: Path, message_id: int) -> None:
             if row is not None:
                 return
             await asyncio.sleep(0.05)
+
+
+def to_memory(event: dict[str, Any]) -> bool:
+    """A ``result_delivered`` event of a delivery to the company memory."""
+    return bool(event["data"].get("to") == "memory")
 
 
 def _thread_links(state: Path) -> set[int]:
@@ -176,7 +197,9 @@ def readme_tour_is_true(post: str, answer: str) -> None:
     assert [ln for ln in sample if normal(ln) not in real] == []
 
 
-async def the_thread_shows_in_runs_show(daemon: DaemonProcess, delivered: str) -> None:
+async def the_thread_shows_in_runs_show(
+    daemon: DaemonProcess | InProcessDaemon, delivered: str
+) -> None:
     """``companyd runs show`` (text and --json) links the delivered run and its follow-ups:
     the Telegram reply's run follows the delivered one, its own reply follows it, and the
     delivered run lists the Telegram follow-up and the ``ask --reply-to`` one as next.
@@ -220,24 +243,38 @@ async def the_thread_shows_in_runs_show(daemon: DaemonProcess, delivered: str) -
     assert f"follows:  marketing's run {delivered} (ok)" in text.splitlines()
 
 
+async def the_delivery_shows_in_runs_show(
+    daemon: InProcessDaemon, run_id: str, message: int
+) -> None:
+    """The run's record says where its result went (issue 28): delivered to Telegram, when
+    and as which message — in ``runs show`` and its ``--json``.
+    """
+    text = await daemon.cli("runs", "show", run_id)
+    js = await daemon.cli("runs", "show", run_id, "--json")
+    assert text.rc == js.rc == 0, (text.err, js.err)
+    sent = [d for d in json.loads(js.out)["deliveries"] if d["outcome"] == "delivered"]
+    assert [(d["to"], d["message_id"]) for d in sent] == [("telegram", message)]
+    assert re.search(
+        rf"^delivered:\n  delivered to telegram at \d\d:\d\d \(message {message}\)$",
+        text.out,
+        re.M,
+    ), text.out
+
+
 @pytest.mark.anyio
 async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
     work: Path,
 ) -> None:
-    scale = 10.0
-    real0 = time.time()
-    clock = ScaledClock(scale, real0, real0)  # the daemon's clock, from the test's side
+    clock = ManualClock()
     async with BotApiServer(token=TOKEN) as server:
         with MessagesAPIServer() as llm:
             cfg = work / "company.yaml"
             doc = company(server.url, {"daily-post": daily_post()})
             cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
-            env = env_for(
-                server, llm, COMPANYD_TIME_SCALE=str(scale), COMPANYD_TIME_ANCHOR=f"{real0}:{real0}"
-            )
-            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
-            try:
-                await daemon.start(timeout=120)
+            env = env_vars(server, llm)
+            async with InProcessDaemon(
+                cfg, work / "s", clock=clock, env=env, offline=False
+            ) as daemon:
                 await one(server, "companyd started")
 
                 # the routine runs; its result reaches the founder, naming routine, agent,
@@ -296,11 +333,10 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
                 # a restart: the second start is told by editing the first message
                 # (one story within the coalescing window)
                 started = (await one(server, "companyd started")).message_id
-                assert await daemon.stop() == 0
-                await daemon.start(timeout=120)
-                await server.wait_for(
+                await daemon.restart()
+                await daemon.advance_until(
                     lambda: bool(server.find_message(OPERATOR, started).edits),  # type: ignore[union-attr]
-                    timeout=60,
+                    limit=60,
                 )
 
                 # a 60 s outage (on the daemon's clock) loses nothing
@@ -308,20 +344,21 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
                 llm.enqueue(reply_text(OUTAGE_POST))
                 during = await daemon.call("run_job", routine="daily-post")
                 assert during["status"] == "ok", during
-                await clock.sleep(60.0)
+                await daemon.advance(60.0)
                 assert to_operator(server, OUTAGE_POST) == []
                 await server.go_up()
-                late = await one(server, OUTAGE_POST)
+                await daemon.advance_until(lambda: bool(to_operator(server, OUTAGE_POST)), limit=60)
+                late = to_operator(server, OUTAGE_POST)[0]
                 assert during["run_id"] in late.text
-                await asyncio.sleep(1.0)  # room for a duplicate, were there one
+                await daemon.advance(30)  # room for a duplicate, were there one
+                await asyncio.sleep(0.5)
                 assert len(to_operator(server, OUTAGE_POST)) == 1
                 # ... and nothing was sent twice across the restart: the sender goes
                 # oldest first, so anything resent would have come before this one
                 assert len(to_operator(server, POST)) == 1
                 assert len(to_operator(server, SHORTER)) == 1
-            finally:
-                if daemon.proc is not None and daemon.returncode is None:
-                    await daemon.stop()
+                # (after the timed part: two more commands must not stretch its windows)
+                await the_delivery_shows_in_runs_show(daemon, run_id, post.message_id)
     assert "Traceback" not in daemon.log_text()
 
 
@@ -365,13 +402,10 @@ async def test_a_reply_to_a_result_naming_a_desk_id_is_a_follow_up_to_that_resul
 
 @pytest.mark.anyio
 async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Path) -> None:
-    scale = 20.0
-    real0 = time.time()
-    today = datetime.fromtimestamp(real0, UTC).date()
-    # the daemon's day starts at 07:45 UTC: the digest is due 15 minutes (45 s) later, room
-    # for starting the daemon twice and two runs on a loaded machine (each takes seconds)
-    sim0 = datetime(today.year, today.month, today.day, 7, 45, tzinfo=UTC).timestamp()
-    clock = ScaledClock(scale, real0, sim0)
+    # the daemon's day starts at 07:45 UTC; the digest is due at 08:00, 900 s later on its
+    # manual clock, which stands still while the daemon starts and runs
+    sim0 = datetime(2026, 11, 27, 7, 45, tzinfo=UTC).timestamp()
+    clock = ManualClock(sim0)
     routines = {
         "daily-post": daily_post(deliver=["digest"]),
         "weekly-spend-review": {
@@ -385,12 +419,10 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
         with MessagesAPIServer() as llm:
             cfg = work / "company.yaml"
             cfg.write_text(yaml.safe_dump(company(server.url, routines), sort_keys=False))
-            env = env_for(
-                server, llm, COMPANYD_TIME_SCALE=str(scale), COMPANYD_TIME_ANCHOR=f"{real0}:{sim0}"
-            )
-            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
-            try:
-                await daemon.start(timeout=120)
+            env = env_vars(server, llm)
+            async with InProcessDaemon(
+                cfg, work / "s", clock=clock, env=env, offline=False
+            ) as daemon:
                 await one(server, "companyd started")
                 llm.enqueue(reply_text(POST))
                 first = await daemon.call("run_job", routine="daily-post")
@@ -399,12 +431,25 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                 assert first["status"] == second["status"] == "ok"
                 assert clock.time() < sim0 + 900, "the runs took past the digest time"
                 assert to_operator(server, POST) == []  # no message: it waits for the digest
+                # the file and memory deliveries are made from the pager's intake, not the
+                # outbox: wait for them before the restart (a stop in the middle of one is
+                # not retried — the scaled-clock version of this test never stopped that
+                # early)
+                async with asyncio.timeout(60):
+                    while {e["data"]["to"] for e in daemon.events("result_delivered")} != {
+                        "file",
+                        "memory",
+                    }:
+                        await asyncio.sleep(0.05)
                 # the items wait in the outbox: a restart before the digest keeps them
-                assert await daemon.stop() == 0
-                await daemon.start(timeout=120)
+                await daemon.restart()
 
-                due_in = (sim0 + 900 - clock.time()) / scale  # real seconds
-                digest = await one(server, "📰", timeout=due_in + 60)
+                # one second before 08:00: no digest yet
+                await daemon.advance(sim0 + 899 - clock.time())
+                await asyncio.sleep(0.5)
+                assert to_operator(server, "📰") == []
+                await daemon.advance_until(lambda: bool(to_operator(server, "📰")), limit=120)
+                digest = to_operator(server, "📰")[0]
                 assert clock.time() >= sim0 + 900
                 lines = digest.text.splitlines()
                 total = first["cost_usd"] + second["cost_usd"]
@@ -417,7 +462,8 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                     "Spend was flat: $0.41 for the week, no outliers."
                 )
                 assert [label for label, _ in digest.buttons()] == ["📄 1", "📄 2"]
-                await asyncio.sleep(1.0)  # room for a second digest, were there one
+                await daemon.advance(60)  # room for a second digest, were there one
+                await asyncio.sleep(0.5)
                 assert len(to_operator(server, "📰")) == 1
 
                 # a button sends that result whole, as a reply to the digest
@@ -432,13 +478,23 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                     work / "s" / "outputs" / "weekly-spend-review" / f"{day}-{second['run_id']}.md"
                 )
                 assert "Spend was flat" in path.read_text(encoding="utf-8")
-                # the memory delivery: an observation on the routine's entity
-                graph = (work / "s" / "memory.jsonl").read_text(encoding="utf-8")
-                assert '"name": "routine:weekly-spend-review"' in graph.replace('":"', '": "')
-                assert f"result ({second['run_id']}): Spend was flat" in graph
-            finally:
-                if daemon.proc is not None and daemon.returncode is None:
-                    await daemon.stop()
+                told = daemon.events("result_delivered", to_memory)
+                assert [e["data"]["where"] for e in told] == ["routine:weekly-spend-review"]
+                # the run's record says where each went (issue 28)
+                shown = await daemon.cli("runs", "show", second["run_id"], "--json")
+                assert shown.rc == 0, shown.err
+                said = [d["text"] for d in json.loads(shown.out)["deliveries"]]
+                rel = f"outputs/weekly-spend-review/{day}-{second['run_id']}.md"
+                assert said[0].startswith("queued for the digest of ")
+                assert said[1:] == [
+                    f"written to {rel}",
+                    "added to the company memory (routine:weekly-spend-review)",
+                ], said
+    # ... an observation on the routine's entity, in the memory file the daemon leaves when
+    # it stops (while it runs, the file is folded from the memory's journal when idle)
+    graph = (work / "s" / "memory.jsonl").read_text(encoding="utf-8")
+    assert '"name": "routine:weekly-spend-review"' in graph.replace('":"', '": "')
+    assert f"result ({second['run_id']}): Spend was flat" in graph
     assert "Traceback" not in daemon.log_text()
 
 
@@ -454,45 +510,49 @@ def month_report() -> dict[str, Any]:
     }
 
 
-@pytest.mark.slow
 @pytest.mark.anyio
-async def test_sixty_real_seconds_of_telegram_down_with_a_restart_lose_and_repeat_nothing(
+async def test_sixty_seconds_of_telegram_down_with_a_restart_lose_and_repeat_nothing(
     work: Path,
 ) -> None:
-    # The daemon runs on real time here: the Bot API stand-in refuses every connection for
-    # 60 wall-clock seconds while three results wait — two queued before a restart in the
-    # middle of the outage, one after — so python-telegram-bot, the sender's backoff and
-    # the outbox all meet a real outage.
+    # The Bot API stand-in refuses every connection for 60 s of the daemon's clock while
+    # three results wait — two queued before a restart in the middle of the outage, one
+    # after — so python-telegram-bot (real connections, refused), the sender's backoff (on
+    # the clock) and the outbox (across the restart) all meet the outage.
     third = "Late payers, gently chased: Northwind sends the reminders so you don't have to."
     routines = {"daily-post": daily_post(deliver=["telegram"]), "month-report": month_report()}
+    clock = ManualClock()
     async with BotApiServer(token=TOKEN) as server:
         with MessagesAPIServer() as llm:
             cfg = work / "company.yaml"
             cfg.write_text(yaml.safe_dump(company(server.url, routines), sort_keys=False))
-            env = env_for(server, llm)
-            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
-            try:
-                await daemon.start(timeout=120)
+            env = env_vars(server, llm)
+            async with InProcessDaemon(
+                cfg, work / "s", clock=clock, env=env, offline=False
+            ) as daemon:
                 await one(server, "companyd started")
 
                 await server.go_down("refuse")
-                down_at = time.monotonic()
+                down_at = clock.monotonic()
                 llm.enqueue(reply_text(OUTAGE_POST))
                 first = await daemon.call("run_job", routine="daily-post")
                 llm.enqueue(reply_text(REPORT))
                 report = await daemon.call("run_job", routine="month-report")
                 assert first["status"] == report["status"] == "ok", (first, report)
                 # a restart in the middle of the outage: what waits is in the outbox
-                assert await daemon.stop() == 0
-                await daemon.start(timeout=120)
+                await daemon.advance(25)
+                await daemon.restart()
                 llm.enqueue(reply_text(third))
                 last = await daemon.call("run_job", routine="daily-post")
                 assert last["status"] == "ok", last
-                # at least 60 s down (longer if the runs and the restart took longer)
-                await asyncio.sleep(max(0.0, 60 - (time.monotonic() - down_at)))
+                # 60 s down on the daemon's clock, every retry refused
+                await daemon.advance(60 - (clock.monotonic() - down_at))
                 assert [m for m in server.messages if m.text.startswith("📝")] == []
                 await server.go_up()
 
+                # everything arrives once Telegram is back (the backoff is at most 30 s) ...
+                await daemon.advance_until(lambda: bool(to_operator(server, third)), limit=90)
+                await daemon.advance(60)  # room for a duplicate, were there one
+                await asyncio.sleep(0.5)
                 # everything arrives once Telegram is back (the backoff is at most 30 s) ...
                 await one(server, third, timeout=90)
                 await asyncio.sleep(2.0)  # room for a duplicate, were there one
@@ -528,9 +588,6 @@ async def test_sixty_real_seconds_of_telegram_down_with_a_restart_lose_and_repea
                 assert answer.reply_to == reply_id
                 assert "Invoice NW-0219" in prompt_text(llm.requests[-1].body)
                 print(f"\n{doc.text}\n")  # for the docs, when it changes
-            finally:
-                if daemon.proc is not None and daemon.returncode is None:
-                    await daemon.stop()
     assert "Traceback" not in daemon.log_text()
 
 
@@ -538,27 +595,21 @@ async def test_sixty_real_seconds_of_telegram_down_with_a_restart_lose_and_repea
 async def test_a_result_in_quiet_hours_waits_for_their_end_and_a_critical_alert_does_not(
     work: Path,
 ) -> None:
-    scale = 20.0
-    real0 = time.time()
-    today = datetime.fromtimestamp(real0, UTC).date()
-    # the daemon's morning starts at 06:45 UTC and quiet hours end at 07:00: 900 s of the
-    # daemon's clock (45 real seconds; 10 were used on a busy 2-core machine) to start and
-    # run twice inside them
-    sim0 = datetime(today.year, today.month, today.day, 6, 45, tzinfo=UTC).timestamp()
+    # the daemon's morning starts at 06:45 UTC and quiet hours end at 07:00, 900 s later on
+    # its manual clock, which stands still while the daemon starts and runs
+    sim0 = datetime(2026, 11, 27, 6, 45, tzinfo=UTC).timestamp()
     end = sim0 + 900
-    clock = ScaledClock(scale, real0, sim0)
+    clock = ManualClock(sim0)
     quiet = {"start": "23:00", "end": "07:00", "timezone": "UTC"}
     async with BotApiServer(token=TOKEN) as server:
         with MessagesAPIServer() as llm:
             cfg = work / "company.yaml"
             doc = company(server.url, {"daily-post": daily_post()}, quiet_hours=quiet)
             cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
-            env = env_for(
-                server, llm, COMPANYD_TIME_SCALE=str(scale), COMPANYD_TIME_ANCHOR=f"{real0}:{sim0}"
-            )
-            daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, offline=False)
-            try:
-                await daemon.start(timeout=120)
+            env = env_vars(server, llm)
+            async with InProcessDaemon(
+                cfg, work / "s", clock=clock, env=env, offline=False
+            ) as daemon:
                 llm.enqueue(reply_text(POST))
                 fired = await daemon.call("run_job", routine="daily-post")
                 assert fired["status"] == "ok", fired
@@ -570,19 +621,24 @@ async def test_a_result_in_quiet_hours_waits_for_their_end_and_a_critical_alert_
                 assert clock.time() < end, "the daemon took past the quiet hours to get here"
                 assert to_operator(server, POST) == []  # the result waits for 07:00
 
-                post = await one(server, POST, timeout=(end - clock.time()) / scale + 60)
+                # one second before 07:00: still nothing
+                await daemon.advance(end - 1 - clock.time())
+                await asyncio.sleep(0.5)
+                assert to_operator(server, POST) == []
+                await daemon.advance_until(lambda: bool(to_operator(server, POST)), limit=120)
+                post = to_operator(server, POST)[0]
                 assert clock.time() >= end
                 assert post.text.splitlines()[0] == "📝 daily-post — marketing"
                 assert fired["run_id"] in post.text
                 assert not post.disable_notification  # it rings, at 07:00
                 # the warnings held meanwhile come as one quiet-hours digest, the result apart
-                await one(server, "While quiet hours were on")
-                await asyncio.sleep(1.0)  # room for a duplicate, were there one
+                await daemon.advance_until(
+                    lambda: bool(to_operator(server, "While quiet hours were on")), limit=120
+                )
+                await daemon.advance(60)  # room for a duplicate, were there one
+                await asyncio.sleep(0.5)
                 assert len(to_operator(server, POST)) == 1
                 assert len(to_operator(server, "Anthropic API key refused")) == 1
-            finally:
-                if daemon.proc is not None and daemon.returncode is None:
-                    await daemon.stop()
     assert "Traceback" not in daemon.log_text()
 
 

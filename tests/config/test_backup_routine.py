@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from companyd.cli._main import resolved_view
-from companyd.config import BACKUP_ASSIGNEE
+from companyd.config import BACKUP_ASSIGNEE, load_config, resolved_view
 
 from .configkit import MINIMAL, errors, load
 
@@ -49,3 +49,37 @@ def test_an_ordinary_routine_still_needs_its_assignee_description_and_trigger() 
     assert len(lines) == 1, lines
     assert "required key(s) 'assignee', 'trigger' missing" in lines[0]
     assert "or 'backup: {every, keep, to}'" in lines[0]
+
+
+def test_show_config_prints_every_section_with_every_effective_default(tmp_path: Path) -> None:
+    """Issue 28: `show-config` omitted deliver, approval, defaults, dashboard, retention and
+    state. Every section of the schema is there now, and a routine shows its resolved
+    deliver (telegram by default with an expected_output) and approval.
+    """
+    from companyd.config import SECTIONS, AgentConfig, CompanyFile
+    from companyd.config.schema import RoutineSpec
+
+    path = tmp_path / "company.yaml"
+    path.write_text(
+        "schema: companyd/v1\n"
+        "company: {name: Acme, timezone: UTC, budget: {daily_usd: 5}}\n"
+        "agents:\n  ceo: {title: CEO, instructions: lead}\n"
+        "routines:\n"
+        "  post:\n    assignee: ceo\n    description: Post.\n    expected_output: A post.\n"
+        "    trigger: {cron: '0 9 * * *'}\n",
+        encoding="utf-8",
+    )
+    view = resolved_view(load_config(path))
+    sections = {"schema" if k == "schema_" else k for k in CompanyFile.model_fields}
+    assert sections <= set(view), sections - set(view)
+    assert list(view) == list(SECTIONS)
+    every_agent_field = {f.name for f in dataclasses.fields(AgentConfig)} - {"slug"}
+    assert every_agent_field <= set(view["agents"]["ceo"]), every_agent_field - set(
+        view["agents"]["ceo"]
+    )
+    post = view["routines"]["post"]
+    assert set(RoutineSpec.model_fields) - {"backup"} <= set(post)
+    assert post["deliver"] == ["telegram"] and post["approval"] == "none"
+    assert view["retention"]["runs_days"] == 90 and view["state"]["backend"] == "sqlite"
+    assert view["dashboard"]["listen"] == "127.0.0.1:8470"
+    assert view["defaults"]["limits"]["max_steps"] == 20

@@ -99,3 +99,43 @@ def test_a_priced_model_is_known() -> None:
         MINIMAL + "    model: claude-nova-9\npricing:\n  claude-nova-9: {input: 1, output: 2}\n"
     )
     assert cfg.warnings == ()
+
+
+def test_a_routine_delivering_to_telegram_without_telegram_is_a_warning_at_its_line() -> None:
+    """Issue 28: `validate` says when a routine's results would reach no phone — written
+    (`deliver: [telegram]`, `[digest]`) or by default (an expected_output) — at that line.
+    """
+    routines = (
+        "routines:\n"
+        "  daily-post:\n"
+        "    assignee: cfo\n"
+        "    description: Draft the post.\n"
+        "    expected_output: One post.\n"
+        "    trigger: {cron: '0 14 * * *'}\n"
+        "  digest:\n"
+        "    assignee: cfo\n"
+        "    description: Sum up.\n"
+        "    deliver: [file, digest]\n"
+        "    trigger: {cron: '0 15 * * *'}\n"
+        "  filed:\n"
+        "    assignee: cfo\n"
+        "    description: File it.\n"
+        "    expected_output: A note.\n"
+        "    deliver: [file]\n"
+        "    trigger: {cron: '0 16 * * *'}\n"
+    )
+    cfg = load(MINIMAL + routines)
+    warned = [str(w) for w in cfg.warnings]
+    assert len(warned) == 2, warned
+    assert warned[0].startswith(
+        "c.yaml:17:22: warning: routines.daily-post.expected_output: routine 'daily-post': "
+        "with an expected_output, its result goes to telegram by default, but company.yaml "
+        "configures no alerts.telegram: its results would reach no phone"
+    ), warned
+    assert warned[1].startswith(
+        "c.yaml:22:14: warning: routines.digest.deliver: routine 'digest': deliver: lists "
+        "digest, but company.yaml configures no alerts.telegram"
+    ), warned
+    # with Telegram configured, nothing to warn about
+    telegram = "alerts:\n  telegram: {bot_token_env: TOKEN, chat_ids: [1]}\n"
+    assert load(MINIMAL + routines + telegram).warnings == ()

@@ -174,6 +174,12 @@ class Company:
     async def reload(self) -> Any:
         return self.reload_result
 
+    async def tools(self, agent: str | None = None) -> Any:
+        return {"day": "2026-01-01", "tools": []}
+
+    async def tools_approve(self, server: str, agent: str | None = None) -> Any:
+        return {"server": server, "approved": []}
+
     async def backup(self, to: str) -> Any:
         return {"path": to}
 
@@ -220,6 +226,15 @@ class Company:
 
     async def run_job(self, routine: str) -> Any:
         raise self._absent("run_job")
+
+    async def resume_all(self) -> Any:
+        raise self._absent("resume_all")
+
+    async def resume_job(self, routine: str) -> Any:
+        raise self._absent("resume_job")
+
+    async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> Any:
+        raise self._absent("fire_webhook")
 
     async def runs(
         self,
@@ -1291,3 +1306,62 @@ def test_a_full_listen_backlog_is_waited_out_not_reported_as_an_error(sock_dir: 
         finally:
             for s in filling:
                 s.close()
+
+
+def test_money_shows_non_zero_amounts_as_non_zero_with_one_precision_per_table() -> None:
+    """Issue 28: a budget under a cent is not "$0.00", and one table prints all its money
+    with one precision (the status spend table; `companyd spend`; `companyd budget`).
+    """
+    from companyd.spend.reports import format_budget_report, format_spend_report
+
+    status = {
+        "spend": {
+            "today": {"used_usd": 0.0012, "reserved_usd": 0.0, "limit_usd": 0.004},
+            "month": {"used_usd": 0.0012, "reserved_usd": 0.0, "limit_usd": 5.0},
+            "agents": [{"agent": "cfo", "today_usd": 0.0012, "daily_limit_usd": 0.004}],
+        }
+    }
+    lines = render_status(status, now=NOW).splitlines()
+    money = [w for ln in lines for w in ln.split() if w.startswith("$")]
+    assert "$0.004" in money and "$0.00" not in money, money
+    assert {len(m.split(".")[1]) for m in money} == {3}, money  # one precision
+    assert "$0.001 of $0.004 today" in status_line(status)
+
+    row = {
+        "calls": 1,
+        "input_tokens": 10,
+        "cache_write_5m_tokens": 0,
+        "cache_write_1h_tokens": 0,
+        "cache_read_tokens": 0,
+        "output_tokens": 5,
+    }
+    report = {
+        "by": "agent",
+        "period": {"label": "today", "from": "2026-11-28", "to": "2026-11-28"},
+        "rows": [
+            {**row, "key": "ceo", "cost_usd": 12.5, "cost_usd_exact": "12.5"},
+            {**row, "key": "cfo", "cost_usd": 0.0000071, "cost_usd_exact": "0.0000071"},
+        ],
+        "total": {**row, "key": None, "cost_usd": 12.5000071, "cost_usd_exact": "12.5000071"},
+    }
+    costs = [ln.split()[-1] for ln in format_spend_report(report).splitlines()[3:]]
+    assert costs == ["$12.50000", "$0.00001", "$12.50001"], costs  # not $0.0000
+    budgets = {
+        "timezone": "UTC",
+        "now": "2026-11-28T10:00:00+00:00",
+        "budgets": [
+            {
+                "agent": None,
+                "period": "day",
+                "key": "2026-11-28",
+                "limit_usd": 0.004,
+                "used_usd": 0.0,
+                "used_fraction": 0.0,
+                "reserved_usd": 0.0,
+                "remaining_usd": 0.004,
+                "resets_at": "2026-11-29T00:00:00+00:00",
+            }
+        ],
+    }
+    (line,) = format_budget_report(budgets).splitlines()[3:]
+    assert "$0.0040" in line and "$0.00 " not in f"{line} ", line

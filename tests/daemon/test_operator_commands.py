@@ -1,6 +1,6 @@
-"""The operator's commands as a founder types them at 3 a.m., against the real daemon (a
-subprocess) or with none running: what they print, their exit codes, what they leave
-behind.
+"""The operator's commands as a founder types them at 3 a.m., against the daemon (in this
+process, or a subprocess where the test drops privileges) or with none running: what they
+print, their exit codes, what they leave behind. The commands run by the CLI's entry point.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import yaml
 from companyd.cli import main
 from companyd.testing.daemon import as_unprivileged, short_dir
 from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import InProcessDaemon, cli_in_thread
 
 COMPANY = {
     "schema": "companyd/v1",
@@ -44,21 +44,19 @@ def write_company(path: Path, **budget: object) -> Path:
     return path
 
 
-def run_companyd(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "companyd", *argv],
-        env=dict(os.environ),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def companyd_here(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``companyd ARGV`` by the CLI's entry point in this process, shaped as a finished
+    subprocess (the same exit codes and output, without an interpreter's start-up per
+    command).
+    """
+    got = cli_in_thread(list(argv))
+    return subprocess.CompletedProcess(list(argv), got.rc, got.out, got.err)
 
 
 @pytest.mark.anyio
 async def test_a_rejected_reload_prints_each_error_as_text(work: Path) -> None:
     cfg = write_company(work / "company.yaml")
-    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+    async with InProcessDaemon(cfg, work / "s") as daemon:
         write_company(cfg, daily_usd="fifty")
         reload = await daemon.cli("reload")
         assert reload.rc == 1
@@ -66,7 +64,7 @@ async def test_a_rejected_reload_prints_each_error_as_text(work: Path) -> None:
         assert "rejected" in lines[0]
         # the error itself, as the validator wrote it — not a Python repr in quotes
         assert lines[1] == f"  {cfg}:6:16: company.budget.daily_usd: expected a number, got 'fifty'"
-        assert await daemon.stop() == 0
+        await daemon.stop()
 
 
 @pytest.mark.anyio
@@ -74,7 +72,7 @@ async def test_ask_with_a_timeout_that_is_not_a_positive_number_is_a_usage_error
     work: Path,
 ) -> None:
     cfg = write_company(work / "company.yaml")
-    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+    async with InProcessDaemon(cfg, work / "s") as daemon:
         runs_before = (await daemon.call("runs"))["runs"]
         for bad in ("inf", "nan", "0", "-5"):
             ask = await daemon.cli("ask", "cfo", "hello", "--timeout", bad)
@@ -83,7 +81,7 @@ async def test_ask_with_a_timeout_that_is_not_a_positive_number_is_a_usage_error
             assert "Traceback" not in ask.err and "internal error" not in ask.err
         # nothing was sent to the agent: no task, no run, no spend
         assert (await daemon.call("runs"))["runs"] == runs_before
-        assert await daemon.stop() == 0
+        await daemon.stop()
 
 
 def test_read_commands_without_a_daemon_do_not_create_the_state_directory(
@@ -103,7 +101,7 @@ def test_read_commands_without_a_daemon_do_not_create_the_state_directory(
         ("revert", "prop-x"): (1, "no proposal 'prop-x'"),
     }
     for argv, (rc, said) in expected.items():
-        done = run_companyd(*argv, *where)
+        done = companyd_here(*argv, *where)
         assert done.returncode == rc, (argv, done.stderr)
         assert said in done.stdout + done.stderr, argv
         assert "Traceback" not in done.stderr

@@ -240,3 +240,32 @@ def test_a_shown_config_error_is_one_line_with_secrets_masked() -> None:
     assert "\n" not in shown and "  " not in shown
     assert "sk-ant-api03-AAA" not in shown and "AAHbbbb" not in shown
     assert shown.startswith("company.yaml:3:1: agents.ceo.instructions_file: cannot read 'x'")
+
+
+async def test_a_reload_reports_every_changed_routine_and_agent(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28: a reload that changed only a routine's `approval` (or an agent's
+    require_approval) reports it changed, not unchanged: whole resolved specs are compared.
+    """
+    cfg = work / "company.yaml"
+    async with edge_daemon(work, monkeypatch) as (daemon, _):
+        doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
+        doc["routines"] = {
+            "close": {"assignee": "cfo", "description": "Close.", "trigger": {"cron": "0 8 1 * *"}},
+            "post": {"assignee": "ceo", "description": "Post.", "trigger": {"cron": "0 9 * * *"}},
+        }
+        cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        async with asyncio.timeout(DEADLINE):
+            await daemon.start()
+            first = await daemon.reload()
+        assert isinstance(first, ReloadApplied) and first.routines["added"] == ["close", "post"]
+        doc["routines"]["close"]["approval"] = "required"
+        doc["agents"]["ceo"]["tools"] = {"require_approval": ["send_email"]}
+        cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        async with asyncio.timeout(DEADLINE):
+            result = await daemon.reload()
+        assert isinstance(result, ReloadApplied)
+        assert result.routines["changed"] == ["close"]
+        assert result.routines["unchanged"] == ["post"]
+        assert result.changed == ["ceo"] and result.unchanged == 1

@@ -1,7 +1,9 @@
 """``companyd runs``, ``runs show`` and ``runs last`` as the founder types them (issue 17):
-a real ``companyd run`` whose agents call the loopback Messages API through the real
-anthropic SDK; the same commands answered by the daemon and, once it has stopped, read
-from the files.
+the daemon (``companyd run``'s composition root, in this process:
+:class:`~companyd.testing.inprocess.InProcessDaemon`) whose agents call the loopback
+Messages API through the real anthropic SDK; the same commands (the CLI's entry point)
+answered by the daemon over its control socket and, once it has stopped, read from the
+files.
 """
 
 from __future__ import annotations
@@ -10,9 +12,7 @@ import asyncio
 import contextlib
 import io
 import json
-import os
-import subprocess
-import sys
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +24,8 @@ import yaml
 from companyd.cli import main
 from companyd.daemon.protocol import RequestFailed
 from companyd.testing.daemon import short_dir
-from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.daemon_process import CliResult
+from companyd.testing.inprocess import InProcessDaemon, cli_in_thread
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,
@@ -87,15 +88,12 @@ def work() -> Iterator[Path]:
         yield d
 
 
-def offline_cli(cfg: Path, state: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    """``companyd ARGV`` with no daemon running: read from the state directory's files."""
-    return subprocess.run(
-        [sys.executable, "-m", "companyd", *argv, "--config", str(cfg), "--state-dir", str(state)],
-        env=dict(os.environ),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
+async def offline_cli(cfg: Path, state: Path, *argv: str) -> CliResult:
+    """``companyd ARGV`` with no daemon running: read from the state directory's files (the
+    CLI's entry point, in a thread of this process: it runs its own event loop).
+    """
+    return await asyncio.to_thread(
+        cli_in_thread, [*argv, "--config", str(cfg), "--state-dir", str(state)]
     )
 
 
@@ -116,8 +114,8 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
         editor=[reply_text("Lead with the phone."), reply_text("APPROVE: ready.")],
     )
     with MessagesAPIServer(responder=model) as srv:
-        env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": srv.base_url}
-        async with DaemonProcess(cfg, state, log=work / "d.log", offline=False, env=env) as d:
+        env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": srv.base_url}
+        async with InProcessDaemon(cfg, state, env=env, offline=False) as d:
             await d.call("run_job", routine="daily-post")
             await _wait_for_result(d)
             last = await d.cli("runs", "last", "daily-post")
@@ -133,6 +131,7 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
             row = next(line for line in listed.out.splitlines() if run_id in line)
             # the short answer column: the answer's first line, cut to fit
             assert row.endswith("Five ways clinics lose patients before the first visit 1. T…")
+            assert row.split()[3] == "daily-post"  # the routine it ran for (issue 28)
 
             shown = await d.cli("runs", "show", run_id)
             assert shown.rc == 0, shown.err
@@ -152,6 +151,24 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
             assert ". review by editor: approved (run run-" in text
             assert "answer:\n  Five ways clinics lose patients" in text
             assert "totals:   2 model call(s) · 1 tool call(s) · in " in text
+            # no Telegram here: the result (deliver: telegram, the default with an
+            # expected_output) is not lost silently — the record says so, and the inbox
+            # keeps it (issue 28)
+            kept = re.search(
+                r"^delivered:\n  not delivered to telegram: Telegram is not configured — kept "
+                r"in the inbox \((k-[0-9a-f]+)\)$",
+                text,
+                re.M,
+            )
+            assert kept, text
+            inbox = json.loads((await d.cli("inbox", "--json")).out)["items"]
+            item = next(i for i in inbox if i["id"] == kept.group(1))
+            assert item["kind"] == "kept" and item["run_id"] == run_id
+            assert item["actions"] == ["approve"] and POST.split("\n")[0] in item["summary"]
+            read = await d.cli("approve", kept.group(1))
+            assert read.rc == 0 and "marked read" in read.out, (read.out, read.err)
+            inbox = json.loads((await d.cli("inbox", "--json")).out)["items"]
+            assert kept.group(1) not in [i["id"] for i in inbox]
 
             via_daemon = json.loads((await d.cli("runs", "show", run_id, "--json")).out)
             # the filters, through the control socket (the CLI sends them as they are here)
@@ -165,7 +182,6 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
             filtered = {name: (await d.call("runs", **q))["runs"] for name, q in queries.items()}
             with pytest.raises(RequestFailed, match="no run 'run-nope' in the journal"):
                 await d.call("run_show", run_id="run-nope")
-            assert await d.stop() == 0
 
     # the transcript, as JSON
     consult = next(s for s in via_daemon["steps"] if s["kind"] == "tool")
@@ -175,6 +191,10 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
     assert via_daemon["review"]["approved"] is True
     assert via_daemon["asked_by"]["kind"] == "routine"
     assert via_daemon["totals"]["tool_calls"] == 1
+    (undelivered,) = via_daemon["deliveries"]
+    assert undelivered["to"] == "telegram" and undelivered["outcome"] == "not_delivered"
+    assert undelivered["kept"] == kept.group(1)
+    assert "Telegram is not configured" in undelivered["reason"]
     # the filters
     assert [r["run_id"] for r in filtered["routine"]] == [run_id]
     editor_runs = {r["run_id"] for r in filtered["agent"]}
@@ -183,17 +203,19 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
     assert len(filtered["since, limit"]) == 1
 
     # no daemon now: the same answers from the files
-    offline = offline_cli(cfg, state, "runs", "show", run_id, "--json")
-    assert offline.returncode == 0, offline.stderr
-    assert json.loads(offline.stdout) == via_daemon
-    assert offline_cli(cfg, state, "runs", "show", run_id).stdout == text
-    last_offline = offline_cli(cfg, state, "runs", "last", "daily-post")
-    assert last_offline.returncode == 0 and POST in last_offline.stdout
-    since = offline_cli(cfg, state, "runs", "--routine", "daily-post", "--since", "1h", "--json")
-    assert [r["run_id"] for r in json.loads(since.stdout)["runs"]] == [run_id]
+    offline = await offline_cli(cfg, state, "runs", "show", run_id, "--json")
+    assert offline.rc == 0, offline.err
+    assert json.loads(offline.out) == via_daemon
+    assert (await offline_cli(cfg, state, "runs", "show", run_id)).out == text
+    last_offline = await offline_cli(cfg, state, "runs", "last", "daily-post")
+    assert last_offline.rc == 0 and POST in last_offline.out
+    since = await offline_cli(
+        cfg, state, "runs", "--routine", "daily-post", "--since", "1h", "--json"
+    )
+    assert [r["run_id"] for r in json.loads(since.out)["runs"]] == [run_id]
 
 
-async def _wait_for_result(d: DaemonProcess) -> None:
+async def _wait_for_result(d: InProcessDaemon) -> None:
     """Until the routine's run has finished (30 s at most)."""
     async with asyncio.timeout(30):
         query = {"routine": "daily-post", "finished": True, "limit": 1}

@@ -33,6 +33,7 @@ NOT_AT_START = (
     "telegram",
     "anthropic",
     "httpx",
+    "opentelemetry",
 )
 
 PROBE = """
@@ -126,3 +127,47 @@ def test_commands_a_running_daemon_answers_import_nothing_heavy() -> None:
 
     with tempfile.TemporaryDirectory(dir="/tmp", prefix="imp") as d:
         asyncio.run(scenario(Path(d)))
+
+
+#: Builds the daemon (every service, the tracer) for a company with or without telemetry,
+#: then lists the top-level packages loaded.
+DAEMON_PROBE = """
+import json, sys, tempfile
+from pathlib import Path
+import yaml
+from companyd.config import load_config
+from companyd.daemon.main import Daemon
+from companyd.llm import OfflineModel
+
+spec = {
+    "schema": "companyd/v1",
+    "company": {"name": "Probe Co", "budget": {"daily_usd": 5}},
+    "agents": {"writer": {"title": "Writer", "instructions": "Write."}},
+}
+if sys.argv[1] == "on":
+    spec["telemetry"] = {"otlp_endpoint": "http://127.0.0.1:9"}
+work = Path(tempfile.mkdtemp())
+(work / "company.yaml").write_text(yaml.safe_dump(spec))
+config = load_config(work / "company.yaml")
+daemon = Daemon(config, work / "s", backend=OfflineModel(), offline=True)
+print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
+"""
+
+
+def loaded_by_daemon(telemetry: str) -> set[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    out = subprocess.run(
+        [sys.executable, "-c", DAEMON_PROBE, telemetry],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env=env,
+    )
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_a_daemon_without_telemetry_never_imports_opentelemetry() -> None:
+    assert "opentelemetry" not in loaded_by_daemon("off")
+    # the probe sees the SDK when telemetry is on: the check above can fail
+    assert "opentelemetry" in loaded_by_daemon("on")

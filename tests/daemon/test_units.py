@@ -152,11 +152,14 @@ def test_template_is_the_single_unit_per_company(
     # default when the file is missing (systemd 252 has no ImportCredential=)
     assert template[s]["SetCredential"] == ["companyd_database_url:\\n"]
     assert one(template, "Unit", "OnFailure") == "companyd-instance-alert@%i.service"
+    # the optional environment file (TELEGRAM_CHAT_ID: `companyd telegram setup --env-file`)
+    assert one(template, s, "EnvironmentFile") == "-/etc/companyd/%i/companyd.env"
+    assert one(service, s, "EnvironmentFile") == "-/etc/companyd/companyd.env"
     # everything else, the hardening included, is the single unit's, value for value
     differ = {
         "ExecStart", "StateDirectory", "RuntimeDirectory", "ConfigurationDirectory",
         "WorkingDirectory", "User", "LoadCredential", "SetCredential", "OnFailure",
-        "Description",
+        "Description", "EnvironmentFile",
     }  # fmt: skip
     for section in ("Unit", "Service", "Install"):
         mine = {k: v for k, v in template[section].items() if k not in differ}
@@ -177,7 +180,10 @@ def test_instance_alert_unit_reads_the_company_of_its_instance(
     assert one(instance_alert, s, "ConfigurationDirectory") == "companyd/%i"
     assert one(instance_alert, s, "User") == "companyd-%i"
     assert "StateDirectory" not in instance_alert[s]
-    differ = {"ExecStart", "ConfigurationDirectory", "LoadCredential", "User"}
+    # the chat id: the same environment file as the company's own unit
+    assert one(instance_alert, s, "EnvironmentFile") == "-/etc/companyd/%i/companyd.env"
+    assert one(alert, s, "EnvironmentFile") == "-/etc/companyd/companyd.env"
+    differ = {"ExecStart", "ConfigurationDirectory", "LoadCredential", "User", "EnvironmentFile"}
     mine = {k: v for k, v in instance_alert[s].items() if k not in differ}
     assert mine == {k: v for k, v in alert[s].items() if k not in differ}
 
@@ -359,6 +365,11 @@ def test_install_service_without_permission_says_sudo() -> None:
         root = base / "ro"
         root.mkdir(mode=0o555)  # ... but nobody may write here
         argv = ["install-service", "--prefix", str(prefix), "--root", str(root)]
+        # `nobody` may not read this interpreter's own files (under /root on these machines):
+        # run the command once where it may write, so the child has imported all it needs
+        warm = base / "warm"
+        warm.mkdir()
+        assert _attempt([*argv[:-1], str(warm)]).startswith("0|")
         # root may write anywhere: then run it as `nobody` in a forked child
         run = as_unprivileged if os.geteuid() == 0 else (lambda fn: fn())
         result = run(lambda: _attempt(argv))
@@ -442,3 +453,58 @@ def test_ci_check_fails_on_a_template_whose_credential_is_not_optional(tmp_path:
     out = subprocess.run([str(CHECK), str(unit)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1, out.stdout
     assert "Invalid syntax" in out.stderr and "companyd_database_url" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("prefix", "where"),
+    [
+        ("/home/alice/companyd/.venv", "under /home"),
+        ("/root/companyd/.venv", "under /root"),
+        ("/run/user/1000/venv", "under /run/user"),
+        ("/var/tmp/venv", "under /var/tmp"),
+    ],
+)
+def test_install_service_refuses_a_prefix_its_hardening_hides(
+    prefix: str, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run("install-service", "--dry-run", "--prefix", prefix, capsys=capsys)
+    assert code == 2, (out, err)
+    assert f"the prefix {prefix!r} is {where}" in err
+    assert "ProtectHome=yes" in err and "PrivateTmp=yes" in err
+    assert "/opt/companyd/venv" in err and "docs/deploy.md" in err  # the fix
+    assert "would" not in out  # nothing planned
+
+
+def test_install_service_refuses_a_tmp_checkout_venv_and_one_linked_into_home(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+    import tempfile
+
+    from companyd.cli.daemon import hidden_by_hardening
+
+    if not str(tmp_path.resolve()).startswith("/tmp/"):
+        pytest.skip(f"the test's temporary directory {tmp_path} is not under /tmp here")
+    prefix = _fake_prefix(tmp_path)  # a checkout's venv under /tmp: PrivateTmp hides it
+    code, _, err = _run("install-service", "--prefix", str(prefix), capsys=capsys)
+    assert code == 2 and "is under /tmp" in err
+    assert hidden_by_hardening(Path("/opt/companyd/venv")) is None
+    # a prefix outside (/dev/shm: neither hidden nor private), symlinked to a hidden one,
+    # is hidden as well
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        base = Path(tempfile.mkdtemp(dir=shm))
+        try:
+            link = base / "venv"
+            link.symlink_to(prefix)
+            assert "through a symlink" in (hidden_by_hardening(link) or "")
+            code, _, err = _run("install-service", "--prefix", str(link), capsys=capsys)
+            assert code == 2 and "through a symlink" in err
+        finally:
+            shutil.rmtree(base)
+    # staging a package with --root only warns: the prefix is the target machine's
+    root = tmp_path / "root"
+    code, _, err = _run(
+        "install-service", "--prefix", str(prefix), "--root", str(root), capsys=capsys
+    )
+    assert code == 0 and err.startswith("warning: the prefix")

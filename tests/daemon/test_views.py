@@ -13,7 +13,7 @@ import pytest
 
 from companyd.admin import AdminError
 from companyd.admin.wire import load_result, result_data
-from companyd.config import load_config
+from companyd.config import SECTIONS, load_config
 from companyd.daemon.main import Daemon
 from companyd.llm.offline import OfflineModel
 from companyd.testing.daemon import short_dir
@@ -32,6 +32,13 @@ anthropic:
 agents:
   ceo: {{title: CEO, instructions: You are the ceo.}}
   cfo: {{title: CFO, instructions: You are the cfo., reports_to: ceo}}
+routines:
+  close:
+    assignee: cfo
+    description: Close the month.
+    expected_output: The closing note.
+    approval: required
+    trigger: {{cron: "0 8 1 * *"}}
 """
 
 
@@ -98,6 +105,14 @@ async def test_the_config_view_is_resolved_redacted_and_shows_the_last_reload(
         context = view.document["company"]["context"]
         assert context == "Our staging password is ***; never repeat it."
         assert view.document["defaults"]["limits"]["max_steps"] == 20  # defaults filled in
+        # every section, every effective default — the routine's deliver as it runs, not
+        # the null the file leaves it at (issue 28)
+        assert list(view.document) == list(SECTIONS)
+        close = view.document["routines"]["close"]
+        assert close["deliver"] == ["telegram"] and close["approval"] == "required"
+        assert view.document["retention"]["runs_days"] == 90
+        assert view.document["state"]["backend"] == "sqlite"
+        assert view.document["dashboard"]["enabled"] is True
         ref = next(r for r in view.secrets if r["path"] == "anthropic.api_key_env")
         assert ref == {
             "path": "anthropic.api_key_env",
@@ -138,3 +153,35 @@ async def test_spend_per_day_through_admin(work: Path) -> None:
         assert report.rows[0]["calls"] >= 1
         with pytest.raises(AdminError, match="cannot group spend by 'colour'"):
             await d.spend("colour", per_day=True)
+
+
+@pytest.mark.anyio
+async def test_offline_spend_is_labelled_simulated_in_status_spend_and_the_dashboard(
+    work: Path,
+) -> None:
+    """Issue 28: the offline model's spend (priced as Claude's, no money spent) is labelled
+    simulated wherever it is shown: status (and --json), `spend` (and --json), the
+    dashboard's overview and spend page.
+    """
+    from companyd.admin import render_status
+    from companyd.spend.reports import format_spend_report
+
+    async with daemon(work) as d:
+        answer = await d.ask("cfo", "What did we spend?")
+        assert answer.status == "ok"
+        await d.spend_book.flush()
+        status = await d.status()
+        today = status.spend.today
+        assert today.used_usd > 0 and today.simulated_usd == pytest.approx(today.used_usd)
+        assert result_data("status", status)["spend"]["month"]["simulated_usd"] > 0
+        text = render_status(result_data("status", status))
+        spend_lines = text.split("Spend")[1].splitlines()
+        assert any(ln.startswith("  today") and ln.endswith("  simulated") for ln in spend_lines)
+        report = await d.spend("agent", "today")
+        (row,) = report.rows
+        assert row["simulated_usd"] == pytest.approx(row["cost_usd"])
+        assert report.total["simulated_usd"] == pytest.approx(report.total["cost_usd"])
+        shown = format_spend_report(result_data("spend", report))
+        assert shown.splitlines()[0:3][0].startswith("spend by agent")
+        assert shown.splitlines()[1].split()[-1] == "simulated"
+        assert "no money was spent" in shown

@@ -98,12 +98,13 @@ class Site:
 
 
 @asynccontextmanager
-async def running_site(work: Path) -> AsyncIterator[Site]:
-    """A daemon for :data:`COMPANY` in ``work`` (started, not one-off) and its dashboard,
-    logged in. The caller has set :data:`KEY_VAR` to :data:`SECRET` in the environment.
+async def running_site(work: Path, company: str = COMPANY) -> AsyncIterator[Site]:
+    """A daemon for ``company`` (:data:`COMPANY` by default) in ``work`` (started, not
+    one-off) and its dashboard, logged in. The caller has set :data:`KEY_VAR` to
+    :data:`SECRET` in the environment.
     """
     path = work / "company.yaml"
-    path.write_text(COMPANY, encoding="utf-8")
+    path.write_text(company, encoding="utf-8")
     cfg = load_config(path)  # registers the secret with the redactor, as `companyd run` does
     async with Daemon(cfg, work / "s", backend=OfflineModel(), offline=True) as d:
         site = Site(d, ManualClock(start=d.clock.time()))

@@ -233,8 +233,8 @@ def test_screenshots_of_every_page(
 ) -> None:
     base = log_in(browser, company)
     for name, path in (("agents", "/agents"), ("runs", "/runs"), ("routines", "/routines"),
-                       ("spend", "/spend"), ("memory", "/memory"), ("inbox", "/inbox"),
-                       ("config", "/config")):  # fmt: skip
+                       ("today", "/today"), ("spend", "/spend"), ("memory", "/memory"),
+                       ("inbox", "/inbox"), ("config", "/config")):  # fmt: skip
         browser.get(base + path)
         if browser.find_elements(By.CSS_SELECTOR, "main h1"):  # pages not built yet are 404s
             screenshot(browser, shots, name)

@@ -30,7 +30,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from companyd.testing.daemon import short_dir
 
-from .browserkit import NEEDS_BROWSER, chromium, running_daemon, screenshots_dir
+from .browserkit import NEEDS_BROWSER, PHONE, chromium, running_daemon, screenshots_dir
 from .browserkit import screenshot as _screenshot
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"
@@ -38,7 +38,8 @@ DESKTOP = (1280, 900)
 #: The Anthropic key's value in the daemon's environment, also pasted into the context.
 SECRET = "browser-secret-value-4411"
 
-pytestmark = NEEDS_BROWSER
+# one worker runs them all (--dist loadgroup), so the shared daemon below starts once
+pytestmark = [NEEDS_BROWSER, pytest.mark.xdist_group("browser_pages")]
 
 MEMORY = [
     {"type": "entity", "name": "Acme Clinics", "entityType": "customer",
@@ -146,6 +147,72 @@ def main_text(browser: webdriver.Chrome) -> str:
     return text
 
 
+def overflow(browser: webdriver.Chrome) -> tuple[int, int, list[str]]:
+    """The page's scroll width, the window's inner width, and the elements sticking out
+    past the right edge (for the message when they differ).
+    """
+    found = browser.execute_script(
+        "const w = window.innerWidth;"
+        "const out = [...document.querySelectorAll('body *')].filter(e => "
+        "  e.getBoundingClientRect().right > w + 0.5).slice(0, 8).map(e => "
+        "  e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right));"
+        "return [document.documentElement.scrollWidth, w, out];"
+    )
+    return int(found[0]), int(found[1]), list(found[2])
+
+
+def test_every_page_fits_a_phone_and_shows_the_attention_strip(
+    browser: webdriver.Chrome, company: Company, shots: Path
+) -> None:
+    """Issue 28: at 390 px no page scrolls sideways (tables become cards), and every page
+    has the attention strip: what waits in the inbox (its count also on the Inbox link),
+    the offline model, Telegram off.
+    """
+    waiting = len(company.json("inbox")["items"])
+    assert waiting >= 1  # cto's tool call
+    run_id = company.json("runs")["runs"][0]["run_id"]
+    pages = ["/", "/today", "/agents", "/agents/cfo", "/runs", f"/runs/{run_id}", "/routines",
+             "/routines/weekly-spend-review", "/spend", "/memory",
+             "/memory/entity?name=Acme%20Clinics", "/inbox", "/config"]  # fmt: skip
+    browser.set_window_size(*PHONE)
+    for path in pages:
+        browser.get(base(browser) + path)
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "main h1"))
+        width, inner, out = overflow(browser)
+        assert inner <= PHONE[0], (path, inner)
+        assert width <= inner, (path, width, inner, out)
+        assert out == [], (path, out)  # nor does any part of it scroll sideways in a card
+        items = {
+            li.get_attribute("data-key"): li.text
+            for li in browser.find_elements(By.CSS_SELECTOR, "#attention li.att")
+        }
+        assert f"{waiting} item" in items.get("inbox", ""), (path, items)
+        assert "offline model" in items.get("offline", ""), (path, items)
+        assert "Telegram is off" in items.get("telegram", ""), (path, items)
+        badge = browser.find_element(By.CSS_SELECTOR, "#inbox-badge .count-badge")
+        assert badge.text == str(waiting), path
+    browser.set_window_size(*DESKTOP)
+
+
+def test_today_and_a_routine_page_with_their_results(
+    browser: webdriver.Chrome, company: Company, shots: Path
+) -> None:
+    browser.get(base(browser) + "/today")
+    results = browser.find_elements(By.CSS_SELECTOR, "li.result")
+    assert len(results) >= 3  # two questions and the routine's run
+    text = main_text(browser)
+    assert "weekly-spend-review" in text and "cfo handled the task" in text
+    screenshot(browser, shots, "today")
+    browser.get(base(browser) + "/routines/weekly-spend-review")
+    text = main_text(browser)
+    assert "Task" in text and "Delivers to" in text and "Last result" in text
+    assert "cfo handled the task" in text
+    screenshot(browser, shots, "routine")
+    browser.get(base(browser) + "/")
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "ul.tree"))
+    screenshot(browser, shots, "overview")
+
+
 def test_runs_filtered_by_agent_and_a_transcript(
     browser: webdriver.Chrome, company: Company, shots: Path
 ) -> None:
@@ -232,9 +299,26 @@ def test_inbox_reject_with_a_reason_from_the_keyboard(
     reason = browser.find_element(By.ID, f"reason-{item}")
     reason.send_keys("not yet, ask me on Monday", Keys.ENTER)  # Enter submits its form
     # read in one script: htmx replaces the item (outerHTML) between two WebDriver calls
+    marker = browser.execute_script("return window.__companyd_no_reload = 1;")
+    count = (
+        "const b = document.querySelector('#inbox-badge .count-badge');"
+        "return b ? b.textContent : '0';"
+    )
+    # a mark inside the badge: a live swap of the badge replaces it
+    browser.execute_script(
+        "document.getElementById('inbox-badge').insertAdjacentHTML('beforeend', "
+        "'<i id=\"stale\"></i>');"
+    )
     read = f"return document.getElementById('item-{item}').textContent"
     WebDriverWait(browser, 30).until(lambda d: "rejected" in d.execute_script(read))
     assert all(i["id"] != item for i in company.json("inbox")["items"])
+    # the badge counts the decision without a reload (server-sent events): swapped, and
+    # showing what waits now (the cto's run may ask again once its call is rejected)
+    WebDriverWait(browser, 10).until(lambda d: not d.find_elements(By.ID, "stale"))
+    WebDriverWait(browser, 10).until(
+        lambda d: int(d.execute_script(count)) == len(company.json("inbox")["items"])
+    )
+    assert browser.execute_script("return window.__companyd_no_reload;") == marker
 
 
 def test_config_never_shows_the_secret(

@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import re
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from starlette.requests import Request
 
-from companyd.clock import ManualClock
+from companyd.admin.blocks import BudgetRow
+from companyd.clock import ManualClock, clock_time
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
 from companyd.dashboard.pages.inbox import waiting
@@ -23,13 +26,16 @@ from companyd.dashboard.pages.spend import CSV_COLUMNS
 from companyd.desk import ItemKind
 from companyd.llm.offline import OfflineModel
 from companyd.runs import Task, new_id
+from companyd.scheduler import guards
 from companyd.testing.daemon import short_dir
 
-from .pagekit import KEY_VAR, SECRET, Page, Site, running_site
+from .pagekit import COMPANY, KEY_VAR, SECRET, Page, Site, running_site
 
 pytestmark = pytest.mark.anyio
 
 PAGES = (
+    "/",
+    "/today",
     "/runs",
     "/routines",
     "/routines/weekly-review",
@@ -123,6 +129,33 @@ async def test_routines_run_now_goes_through_admin_with_csrf(site: Site) -> None
     assert "no-such-routine" in unknown.text
 
 
+async def test_a_routine_paused_after_failures_is_resumed_from_its_page(site: Site) -> None:
+    sched = site.daemon.scheduler
+    why = "paused after 3 runs in a row that did not succeed (pause_after_failures: 3)"
+    store = sched._rec.store  # the routine history's writer (what a third failure does)
+    assert store is not None
+    await store.call(lambda c: guards.set_routine_paused(c, "weekly-review", why, 0.0))
+    page = await site.get("/routines/weekly-review")
+    assert why in page.text and 'aria-label="Resume weekly-review"' in page.text
+    sub = site.daemon.bus.subscribe(kinds={"operator_action", "routine_resumed"})
+    resumed = await site.post("/routines/weekly-review/resume")
+    assert resumed.status_code == 200 and "Resume weekly-review" not in resumed.text
+    assert await sched.paused_routines() == {}
+    kinds = [e.kind for e in (sub.get_nowait(), sub.get_nowait()) if e is not None]
+    assert sorted(kinds) == ["operator_action", "routine_resumed"]
+
+
+async def test_an_agent_behind_a_quota_wall_shows_paused_until_its_time(site: Site) -> None:
+    d = site.daemon
+    until = d.clock.time() + 900
+    hhmm = clock_time(until, d.config.timezone)
+    d.staff.pauses.pause_until(["cfo"], until, f"rate limit until {hhmm}: test")
+    page = await site.get("/agents/cfo")
+    assert f"paused until {hhmm} (rate limit)" in page.text
+    assert 'aria-label="Resume cfo"' in page.text
+    assert d.staff.resume("cfo")
+
+
 async def test_spend_page_and_its_csv_export(site: Site) -> None:
     await site.daemon.ask("cfo", "What did we spend this week?")
     await site.daemon.spend_book.flush()
@@ -130,6 +163,11 @@ async def test_spend_page_and_its_csv_export(site: Site) -> None:
     assert "Per day, by agent" in page.text and 'data-stacked="' in page.text
     assert "By model" in page.text and "By routine" in page.text
     assert "Budgets (times in UTC)" in page.text and "$10.00" in page.text  # company/day
+    # the offline model's spend is labelled simulated (issue 28): the spend page and the
+    # overview's spend block
+    assert page.text.count('<span class="badge"') >= 1 and ">simulated</span>" in page.text
+    overview = await site.get("/")
+    assert ">simulated</span>" in overview.text
     bad = await site.get("/spend?period=fortnight", 400)
     assert "unknown period &#39;fortnight&#39;" in bad.text
 
@@ -184,6 +222,8 @@ async def test_inbox_actions_are_admin_operations_recorded_via_dashboard(site: S
     )
     page = await site.get("/inbox")
     assert "May I cancel the unused SaaS seats?" in page.text
+    # its age and expiry: asked just now, an hour to go, then denied
+    assert re.search(r"waiting \d+s · expires in (1h 00m|59m \d\ds) \(then denied\)", page.text)
     assert f"/inbox/{question.id}/answer" in page.text
     assert f"/inbox/{proposal.id}/approve" in page.text and "shorter answers" in page.text
     assert "Be brief." in page.text  # the proposal's diff
@@ -240,6 +280,23 @@ async def test_a_quarantined_task_is_retried_from_the_inbox(site: Site) -> None:
             await asyncio.sleep(0.05)
 
 
+async def test_held_back_mcp_tools_are_approved_from_the_inbox(site: Site) -> None:
+    d = site.daemon
+    tool = {"name": "post", "description": "Post.", "input_schema": {}, "annotations": {}}
+    await d.tool_store.check_catalogue("cfo", "social", {"post": tool})  # approved as first seen
+    changed = {"post": dict(tool, description="Post, and email everyone."), "wipe": tool}
+    await d.tool_store.check_catalogue("cfo", "social", changed, now=d.clock.time())
+    page = await site.get("/inbox")
+    assert "New or changed tools held back (1)" in page.text
+    assert "MCP server social offers new or changed tools" in page.text
+    assert "/inbox/tools:cfo:social/approve" in page.text
+    approved = await site.post("/inbox/tools:cfo:social/approve", htmx=True)
+    assert approved.status_code == 200, approved.text
+    assert "approved post, wipe of social for cfo" in approved.text
+    assert await d.tool_store.held() == []
+    assert (await d.inbox()).items == []
+
+
 async def test_the_inbox_count_is_live_and_offers_a_reload_when_items_arrive(site: Site) -> None:
     page = await site.get("/inbox")
     assert 'sse-connect="/live?f=inbox&amp;shown=0"' in page.text
@@ -272,6 +329,10 @@ async def test_config_shows_the_resolved_file_and_the_last_reload_never_a_secret
     assert "Staging password: ***. Never repeat it." in page.text
     assert KEY_VAR in page.text and "set</span>" in page.text  # named, never its value
     assert "max_steps: 20" in page.text  # defaults filled in
+    # every effective default, as `show-config` prints it: the routine's resolved deliver
+    # (nothing, without an expected_output), never `deliver: null` (issue 28)
+    assert "deliver: null" not in page.text and "deliver: []" in page.text
+    assert "approval: none" in page.text and "runs_days: 90" in page.text
     assert "No reload since the daemon started." in page.text
     assert "differs from the running version" not in page.text
 
@@ -405,3 +466,244 @@ async def test_run_now_on_a_backup_routine_answers_with_the_backup() -> None:
             fires = (await d.job_history("nightly")).fires
         assert [f["outcome"] for f in fires] == ["ok", "ok"]
         assert len(list(backups.iterdir())) == 2
+
+
+#: A routine whose result someone waits for (so it delivers to telegram by default) and
+#: that waits for the founder's approval.
+DAILY_POST = """\
+  daily-post:
+    assignee: ceo
+    description: Draft today's post for the blog about <b>clinics</b> & scheduling.
+    expected_output: One paragraph, under 120 words.
+    trigger: {cron: "0 8 * * *"}
+    approval: required
+"""
+
+
+def live_request(site: Site, *names: str) -> Request:
+    """A ``/live`` request for the fragments ``names`` (as the page's stream sends)."""
+    query = "&".join(f"f={n}" for n in names).encode()
+    scope = {"type": "http", "app": site.app, "method": "GET", "path": "/live"}
+    return Request({**scope, "query_string": query, "headers": [], "state": {}})
+
+
+def strip_of(html: str) -> str:
+    """The attention strip's HTML in a page."""
+    start = html.index('<section id="attention"')
+    return html[start : html.index("</section>", start)]
+
+
+def rewrite_run(work: Path, run_id: str, **columns: object) -> None:
+    """Set ``columns`` of a run in the journal's file (a status another front end writes,
+    a long answer, a time yesterday) as the daemon's journal would have stored them.
+    """
+    names = ", ".join(f"{k} = ?" for k in columns)
+    with sqlite3.connect(work / "s" / "runs.sqlite", timeout=10) as db:
+        db.execute(f"UPDATE runs SET {names} WHERE id = ?", (*columns.values(), run_id))
+
+
+async def test_today_shows_every_result_with_routine_agent_status_deliveries_and_its_text(
+    site: Site, work: Path
+) -> None:
+    empty = await site.get("/today")
+    assert "Nothing was produced today." in empty.text
+    assert 'href="/today" aria-current="page"' in empty.text  # in the navigation bar
+    await site.daemon.run_job("weekly-review")
+    asked = await site.daemon.ask("cfo", "Is <script>alert(1)</script> & co paid?")
+    long = await site.daemon.ask("ceo", "Summarise the week.")
+    answer = "A long answer. " * 200 + "THE END"
+    rewrite_run(work, long.run_id, answer=answer)
+    old = await site.daemon.ask("cfo", "What happened yesterday?")
+    yesterday = site.daemon.clock.time() - 86_400
+    rewrite_run(work, old.run_id, started=yesterday, ended=yesterday + 1)
+    page = await site.get("/today")
+    text = page.text
+    weekly = (await site.daemon.runs(routine="weekly-review", limit=1)).runs[0]
+    # each result: its routine (a link) or who asked, its agent, its status, its run
+    assert 'href="/routines/weekly-review">weekly-review</a>' in text
+    assert f'id="result-{weekly["run_id"]}" data-status="ok"' in text
+    assert f'href="/runs/{asked.run_id}"' in text and 'href="/agents/cfo"' in text
+    assert "(simulated)" in text  # offline spend is labelled
+    # where it went: the routine delivers nowhere (no expected_output, no deliver)
+    assert "delivers nowhere" in text
+    # the text, escaped
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; co paid?" in text
+    assert "<script>alert(1)" not in text
+    # bounded: a long answer is cut, saying its full size, with a link to the whole
+    assert f"of {len(answer)} characters" in text and "THE END" not in text
+    assert f'<a href="/runs/{long.run_id}">the whole result</a>' in text
+    # yesterday's result is under Yesterday, today's under Today
+    today_part, yesterday_part = text.split('id="h-day-2"', 1)
+    assert old.run_id in yesterday_part and old.run_id not in today_part
+    assert asked.run_id in today_part
+
+
+async def test_today_shows_any_status_a_run_has_and_where_the_bus_saw_it_delivered(
+    site: Site, work: Path
+) -> None:
+    """A status the page has never heard of (another front end's, e.g. ``unverified``)
+    is shown as it is, and the deliveries the bus saw for a run replace the configured ones.
+    """
+    from companyd.dashboard.pages.today import deliveries_of
+    from companyd.events import ResultDelivered, ResultUndelivered
+
+    row = {"run_id": "run-1", "routine": "daily-post", "status": "unverified", "asked_by": None}
+    site.daemon.bus.publish(
+        ResultDelivered(source="alerts", routine="daily-post", run_id="run-1", to="file",
+                        where="outputs/daily-post/2026-11-28.md")
+    )  # fmt: skip
+    site.daemon.bus.publish(
+        ResultUndelivered(source="alerts", routine="daily-post", run_id="run-1", to="memory",
+                          reason="memory is restarting")
+    )  # fmt: skip
+    seen = deliveries_of(row, {"daily-post": ("telegram",)}, site.daemon.bus.recent())
+    assert seen == [
+        {"state": "delivered", "text": "delivered to file: outputs/daily-post/2026-11-28.md"},
+        {"state": "undelivered", "text": "not delivered to memory: memory is restarting"},
+    ]
+    assert deliveries_of({**row, "run_id": "run-2"}, {"daily-post": ("telegram",)}, []) == [
+        {"state": "configured", "text": "delivers to telegram"}
+    ]
+    own = {**row, "deliveries": ["delivered to telegram at 14:02 (message 812)"]}
+    assert deliveries_of(own, {}, [])[0]["text"] == "delivered to telegram at 14:02 (message 812)"
+    run_id = (await site.daemon.ask("cfo", "Anything new?")).run_id
+    rewrite_run(work, run_id, state="unverified")
+    page = await site.get("/today")
+    assert f'id="result-{run_id}" data-status="unverified"' in page.text
+    assert '<span class="badge run-unverified">unverified</span>' in page.text
+
+
+async def test_the_routine_page_shows_what_it_asks_where_it_goes_and_its_last_result(
+    work: Path,
+) -> None:
+    async with running_site(work, COMPANY + DAILY_POST) as site:
+        before = await site.get("/routines/daily-post")
+        assert "Draft today&#39;s post for the blog about &lt;b&gt;clinics&lt;/b&gt; &amp;" in (
+            before.text
+        )
+        assert "One paragraph, under 120 words." in before.text
+        # deliver resolved: the effective default (telegram, as it names an expected output)
+        assert '<dd class="routine-deliver">telegram</dd>' in before.text
+        assert "Telegram is off: results, approvals and alerts reach no phone</dd>" in before.text
+        assert '<dd class="routine-approval">required' in before.text
+        assert "daily-post has produced no result yet." in before.text
+        assert "0 8 * * *" in before.text
+        job = asyncio.create_task(site.daemon.run_job("daily-post"))
+        async with asyncio.timeout(30):  # its result waits for the founder's approval
+            while not (waiting_items := [i for i in (await site.daemon.inbox()).items
+                                         if i.kind == "result"]):  # fmt: skip
+                await asyncio.sleep(0.05)
+        await site.daemon.approve(waiting_items[0].id)
+        async with asyncio.timeout(30):
+            await job
+        after = await site.get("/routines/daily-post")
+        run = (await site.daemon.runs(routine="daily-post", limit=1)).runs[0]
+        assert f'href="/runs/{run["run_id"]}">run {run["run_id"]}</a></p>' in after.text
+        assert "[offline] ceo handled the task" in after.text
+        quiet = await site.get("/routines/weekly-review")
+        assert '<dd class="routine-deliver">nowhere</dd>' in quiet.text
+        assert '<dd class="routine-approval">none' in quiet.text
+
+
+async def test_reload_and_raise_budget_on_a_routine_page_are_admin_operations_via_dashboard(
+    site: Site, work: Path
+) -> None:
+    page = await site.get("/routines/weekly-review")
+    assert 'action="/routines/weekly-review/reload"' in page.text
+    assert 'action="/routines/weekly-review/raise"' in page.text
+    refused = await site.client.post("/routines/weekly-review/raise", data={"usd": "5"})
+    assert refused.status_code == 403
+    assert (await site.client.post("/routines/weekly-review/reload", data={})).status_code == 403
+
+    def cfo_limit(budgets: list[BudgetRow]) -> object:
+        return next(b["limit_usd"] for b in budgets if b["agent"] == "cfo" and b["period"] == "day")
+
+    assert cfo_limit((await site.daemon.budget()).budgets) == 2.0
+    sub = site.daemon.bus.subscribe(kinds={"operator_action"})
+    bad = await site.post("/routines/weekly-review/raise", {"usd": "lots"})
+    assert bad.status_code == 409 and "got &#39;lots&#39;; nothing was raised" in bad.text
+    raised = await site.post("/routines/weekly-review/raise", {"usd": "3"})
+    assert raised.status_code == 200 and "raised today&#39;s budget of cfo by $3.00" in raised.text
+    assert cfo_limit((await site.daemon.budget()).budgets) == 5.0
+    event = sub.get_nowait()
+    assert event is not None
+    assert (event.data["action"], event.data["target"], event.data["via"], event.data["ok"]) == (
+        "raise_budget", "cfo", "dashboard", True,
+    )  # fmt: skip
+    assert sub.get_nowait() is None  # the refused amount never reached the daemon
+
+    text = (work / "company.yaml").read_text(encoding="utf-8")
+    (work / "company.yaml").write_text(text.replace("daily_usd: 2", "daily_usd: 4"), "utf-8")
+    reloaded = await site.post("/routines/weekly-review/reload", htmx=True)
+    assert reloaded.status_code == 200
+    assert "company.yaml reloaded: changed cfo" in reloaded.text
+    event = sub.get_nowait()
+    assert event is not None
+    assert (event.data["action"], event.data["via"], event.data["ok"]) == (
+        "reload",
+        "dashboard",
+        True,
+    )
+    (work / "company.yaml").write_text(text.replace("daily_usd: 10", "daily_usd: ten"), "utf-8")
+    rejected = await site.post("/routines/weekly-review/reload", htmx=True)
+    assert 'role="alert"' in rejected.text or "rejected" in rejected.text
+
+
+async def test_every_page_has_the_attention_strip_and_the_inbox_badge(site: Site) -> None:
+    await remember_acme(site)
+    for url in PAGES:
+        page = await site.get(url)
+        strip = strip_of(page.text)
+        assert 'data-key="offline"' in strip, url
+        assert 'data-key="telegram"' in strip and "Telegram is off" in strip, url
+        assert 'data-key="inbox"' not in strip, url
+        assert 'sse-connect="/live?f=attention&amp;f=inbox_badge"' in page.text, url
+        assert 'id="inbox-badge"' in page.text and "count-badge" not in page.text, url
+
+
+async def test_the_strip_says_what_waits_and_what_is_wrong_and_counts_move_live(
+    site: Site, work: Path
+) -> None:
+    from companyd.dashboard.attention import live as strip_live
+    from companyd.events import RoutineFailed, StateDiskFull
+
+    badge = next(f for f in strip_live if f.name == "inbox_badge")
+    strip = next(f for f in strip_live if f.name == "attention")
+    assert (await badge.render(live_request(site, "inbox_badge"))).strip() == ""
+    d = site.daemon
+    item = await d.desk.request(
+        key="test:strip", kind=ItemKind.QUESTION, agent="cfo", run_id=None, routine=None,
+        payload={"question": "Pay the invoice?"}, timeout=3600,
+    )  # fmt: skip
+    await d.pause("cfo")
+    text = (work / "company.yaml").read_text(encoding="utf-8")
+    (work / "company.yaml").write_text(text.replace("daily_usd: 10", "daily_usd: ten"), "utf-8")
+    await d.reload()
+    d.bus.publish(
+        StateDiskFull(source="state", what="the run journal", path="/s/runs.sqlite",
+                      error="No space left on device", message="the state disk is full")
+    )  # fmt: skip
+    d.bus.publish(
+        RoutineFailed(source="scheduler", routine="weekly-review", agent="cfo",
+                      scheduled="2026-11-28T09:00:00+00:00", reason="budget exhausted: cfo",
+                      run_id="run-abc", outcome="failed", fire_kind="scheduled", fire_id="f-1")
+    )  # fmt: skip
+    page = await site.get("/runs")
+    shown = strip_of(page.text)
+    assert '<a href="/inbox">1 item waits for you in the inbox</a>' in shown
+    assert '<span class="count-badge" data-count="1"' in page.text
+    assert 'data-key="paused"' in shown and '<a href="/agents/cfo">cfo</a>' in shown
+    assert 'data-key="reload"' in shown and "company.budget.daily_usd" in shown
+    assert 'data-key="store"' in shown and "the state disk is full" in shown
+    # the last alert: what, the routine and agent, the reason, a link to its run
+    assert '<a href="/runs/run-abc">routine failed</a>' in shown
+    assert 'routine <a href="/routines/weekly-review">weekly-review</a>' in shown
+    assert "budget exhausted: cfo" in shown
+
+    # an action elsewhere: the live fragments change without reloading the page
+    await site.post(f"/inbox/{item.id}/answer", {"text": "Yes."})
+    await d.resume("cfo")
+    after = await strip.render(live_request(site, "attention"))
+    assert 'data-key="inbox"' not in after and 'data-key="paused"' not in after
+    assert (await badge.render(live_request(site, "inbox_badge"))).strip() == ""
+    assert {"founder_decided", "operator_action", "agent_resumed"} <= strip.kinds

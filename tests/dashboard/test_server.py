@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from companyd.admin import AdminError
+from companyd.admin import AdminError, render_status
+from companyd.admin.wire import result_data
 from companyd.config import load_config
 from companyd.daemon.main import Daemon
 from companyd.llm.offline import OfflineModel
@@ -122,6 +123,18 @@ async def test_an_address_in_use_leaves_the_daemon_running_and_says_so(work: Pat
             assert nodes(d.tree.snapshot())["dashboard"]["state"] == "running"
             with pytest.raises(AdminError, match=rf"127.0.0.1:{port}.*dashboard.listen"):
                 await d.dashboard_login()
+            # the record is true (issue 28): status does not call it running while it
+            # serves nothing, and says why — in --json and as text
+            status = await d.status()
+            node = nodes(status.tree)["dashboard"]
+            assert node["state"] == "not serving" and node["serving"] is False
+            assert f"cannot serve the dashboard on 127.0.0.1:{port}" in node["reason"]
+            line = next(
+                ln
+                for ln in render_status(result_data("status", status)).splitlines()
+                if "dashboard" in ln
+            )
+            assert "not serving" in line and "why: cannot serve the dashboard on" in line
     finally:
         taken.close()
 

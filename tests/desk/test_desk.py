@@ -7,6 +7,7 @@ those about the SQLite file itself on SQLite.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -272,3 +273,54 @@ async def test_asking_whether_a_desk_exists_creates_nothing(
         assert await desk.present()
     finally:
         await desk.close()
+
+
+@pytest.mark.anyio
+async def test_one_reminder_at_three_quarters_of_the_time_not_repeated_after_a_restart(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    clock = ManualClock()
+    bus = EventBus(clock)
+    desk = _desk(tmp_path, clock, bus, state_backend)
+
+    async def until_asleep() -> None:
+        while clock.sleepers == 0:
+            await asyncio.sleep(0.01)
+
+    try:
+        item = await _approval(desk, timeout=4000.0)
+        waiter = asyncio.create_task(desk.wait(item))
+        async with asyncio.timeout(5):
+            await until_asleep()
+            clock.advance(2999.0)  # not yet three quarters
+            await asyncio.sleep(0.05)
+            assert bus.recent({"founder_reminder"}) == []
+            await until_asleep()
+            clock.advance(1.0)  # 3000 s of 4000: reminded
+            while not bus.recent({"founder_reminder"}):
+                await asyncio.sleep(0.01)
+        waiter.cancel()  # the daemon stops while the run waits (the item stays pending)
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+    finally:
+        await desk.close()
+    [reminder] = bus.recent({"founder_reminder"})
+    assert reminder.data["item_id"] == item.id
+    assert reminder.data["deadline"] == item.deadline
+    assert "post_tweet" in reminder.data["summary"]
+    # After a restart the resumed run waits again: still pending, not asked again, not
+    # reminded again; at the deadline it is denied (expired).
+    reopened = _desk(tmp_path, clock, bus, state_backend)
+    try:
+        again = await _approval(reopened)
+        assert again.id == item.id and again.pending
+        waiter = asyncio.create_task(reopened.wait(again))
+        async with asyncio.timeout(5):
+            await until_asleep()
+            clock.advance(1000.0)
+            done = await waiter
+        assert done.state is ItemState.EXPIRED
+    finally:
+        await reopened.close()
+    assert len(bus.recent({"founder_reminder"})) == 1
+    assert len(bus.recent({"founder_approval_requested"})) == 1

@@ -1,4 +1,6 @@
-"""The founder's desk end to end (issue 17 acceptance): a real ``companyd run`` subprocess,
+"""The founder's desk end to end (issue 17 acceptance): the daemon — a real ``companyd run``
+subprocess where a kill -9 or SIGTERM is part of the story, else ``companyd run``'s
+composition root in this process (:class:`~companyd.testing.inprocess.InProcessDaemon`) —
 the real anthropic SDK against the Messages API stand-in, python-telegram-bot against the
 Bot API stand-in, and a real MCP tool server over stdio.
 
@@ -17,8 +19,8 @@ import asyncio
 import contextlib
 import getpass
 import json
+import re
 import signal
-import sys
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,14 +29,14 @@ from typing import Any
 import pytest
 import yaml
 
-from agentkit import PerAgent, daemon_env, tool_results, write_company
+from agentkit import PerAgent, daemon_env, tool_files, tool_results, tool_server, write_company
 from companyd.daemon.control_client import ControlClient
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
-TOOL_SERVER = Path(__file__).parent.parent / "mcp_tool_server.py"
 TOKEN = "123456789:AAH-founder-test-secret-0123456789abcdef"
 FOUNDER = 111
 #: a daemon with an MCP server and the pager starts in seconds, but the suite shares its
@@ -53,13 +55,7 @@ def _company(work: Path, bot: BotApiServer, tool_log: Path, **marketing: Any) ->
         work,
         {
             "marketing": {
-                "mcp_servers": {
-                    "social": {
-                        "command": sys.executable,
-                        "args": [str(TOOL_SERVER)],
-                        "env": {"TOOL_LOG": str(tool_log)},
-                    }
-                },
+                "mcp_servers": {"social": tool_server(tool_log.parent, TOOL_LOG=str(tool_log))},
                 "tools": {"require_approval": ["post_update"]},
                 **marketing,
             }
@@ -76,21 +72,26 @@ def _company(work: Path, bot: BotApiServer, tool_log: Path, **marketing: Any) ->
 
 
 @contextlib.asynccontextmanager
-async def _daemon(cfg: Path, work: Path, srv: MessagesAPIServer) -> AsyncIterator[DaemonProcess]:
-    daemon = DaemonProcess(cfg, work / "s", log=work / "d.log", offline=False, env=_env(srv))
-    try:
-        await daemon.start(timeout=START_TIMEOUT)
+async def _daemon(cfg: Path, work: Path, srv: MessagesAPIServer) -> AsyncIterator[InProcessDaemon]:
+    """The daemon in this process (``companyd run``'s composition root), for the tests that
+    need no signal: the MCP tool server, the SDKs and the stand-ins are as real as in a
+    ``companyd run`` process.
+    """
+    env = {
+        "ANTHROPIC_API_KEY": "test-key",
+        "ANTHROPIC_BASE_URL": srv.base_url,
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        "TELEGRAM_CHAT_ID": str(FOUNDER),
+    }
+    async with InProcessDaemon(cfg, work / "s", env=env, offline=False) as daemon:
         yield daemon
-    finally:
-        if daemon.proc is not None and daemon.returncode is None:
-            await daemon.stop()
 
 
 def _approval_company(work: Path, bot: BotApiServer, **routine: Any) -> Path:
     """:func:`_company` with marketing's ``daily-post`` at 14:00 needing the founder's
     approval (``routine``: more of its keys, e.g. ``deliver``).
     """
-    cfg = _company(work, bot, work / "tool.log")
+    cfg = _company(work, bot, tool_files(work) / "tool.log")
     doc = yaml.safe_load(cfg.read_text())
     doc["routines"] = {
         "daily-post": {
@@ -109,7 +110,7 @@ def _env(model: MessagesAPIServer) -> dict[str, str]:
     return daemon_env(model, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_CHAT_ID=str(FOUNDER))
 
 
-def _ask(daemon: DaemonProcess, agent: str, question: str) -> asyncio.Task[None]:
+def _ask(daemon: DaemonProcess | InProcessDaemon, agent: str, question: str) -> asyncio.Task[None]:
     async def ask() -> None:
         # the daemon may be killed under it; the run's fate is read from the journal
         with contextlib.suppress(Exception):
@@ -138,7 +139,7 @@ def _button(msg: SentMessage, label: str) -> str:
     raise AssertionError(f"no {label!r} button on {msg.text!r}: {rows}")
 
 
-async def _run_status(daemon: DaemonProcess, status: str) -> dict[str, Any]:
+async def _run_status(daemon: DaemonProcess | InProcessDaemon, status: str) -> dict[str, Any]:
     async with asyncio.timeout(30):
         while True:
             runs = (await daemon.call("runs"))["runs"]
@@ -148,7 +149,9 @@ async def _run_status(daemon: DaemonProcess, status: str) -> dict[str, Any]:
             await asyncio.sleep(0.1)
 
 
-async def _show(daemon: DaemonProcess, run_id: str) -> tuple[list[str], dict[str, Any]]:
+async def _show(
+    daemon: DaemonProcess | InProcessDaemon, run_id: str
+) -> tuple[list[str], dict[str, Any]]:
     """``companyd runs show RUN_ID`` as text lines and as --json."""
     text = await daemon.cli("runs", "show", run_id)
     js = await daemon.cli("runs", "show", run_id, "--json")
@@ -170,7 +173,7 @@ def _started(tool_log: Path) -> list[str]:
 async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
     work: Path,
 ) -> None:
-    tool_log = work / "tool.log"
+    tool_log = tool_files(work) / "tool.log"
     model = PerAgent(
         marketing=[
             reply_tool_use(
@@ -285,7 +288,7 @@ def _footers(bot: BotApiServer, msg: SentMessage) -> list[str]:
 
 @pytest.mark.anyio
 async def test_a_rejected_call_never_runs_and_the_agent_reads_the_reason(work: Path) -> None:
-    tool_log = work / "tool.log"
+    tool_log = tool_files(work) / "tool.log"
     model = PerAgent(
         marketing=[
             reply_tool_use("post_update", {"text": "Flash sale!"}, text="Announcing the sale."),
@@ -301,11 +304,17 @@ async def test_a_rejected_call_never_runs_and_the_agent_reads_the_reason(work: P
                 item_id = approval.text.split("approve? (")[1].split(")")[0]
                 bot.inject_command(FOUNDER, "/inbox")
                 inbox = await _message(bot, "📥")
-                assert inbox.text.splitlines()[1:] == [
+                head, waiting, commands = inbox.text.splitlines()[1:]
+                assert head == (
                     f"• approval {item_id}: marketing wants to call post_update with "
-                    '{"text": "Flash sale!"} — Announcing the sale.',
-                    f"   /approve {item_id} · /reject {item_id} [REASON]",
-                ]
+                    '{"text": "Flash sale!"} — Announcing the sale.'
+                )
+                # its age and expiry (issue 27: approvals keep their contract)
+                assert waiting.startswith("   waiting "), waiting
+                # a 24 h approval_timeout, asked within the last minute
+                expires = r" · expires in (23h 59m|1d 00h) \(then denied\)$"
+                assert re.search(expires, waiting), waiting
+                assert commands == f"   /approve {item_id} · /reject {item_id} [REASON]"
                 done = await daemon.cli("reject", item_id, "not", "before", "Monday")
                 assert done.rc == 0, done.err
                 assert done.out.startswith(f"rejected {item_id} (post_update call of marketing)")
@@ -347,7 +356,7 @@ async def test_ask_founder_waits_for_a_telegram_reply_to_the_question(work: Path
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _company(work, bot, work / "tool.log", tools={"ask_founder": True})
+            cfg = _company(work, bot, tool_files(work) / "tool.log", tools={"ask_founder": True})
             async with _daemon(cfg, work, srv) as daemon:
                 asking = _ask(daemon, "marketing", "Plan the launch.")
                 question = await _message(bot, "Launch on Friday or Monday?")

@@ -10,6 +10,7 @@ import asyncio
 import json
 import random
 import socket
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -621,3 +622,56 @@ async def test_a_timeout_may_have_been_billed_but_a_refused_connection_was_not()
     finally:
         await llm.aclose()
     assert not refused.value.maybe_billed
+
+
+def _reset_in(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+@pytest.mark.anyio
+async def test_a_429_without_retry_after_waits_for_its_exhausted_limits_reset() -> None:
+    # The later reset of the limits at 0 remaining is the wait (round3-notes); a limit with
+    # room left does not count.
+    exhausted = {
+        "anthropic-ratelimit-tokens-remaining": "0",
+        "anthropic-ratelimit-tokens-reset": _reset_in(1200),
+        "anthropic-ratelimit-requests-remaining": "12",
+        "anthropic-ratelimit-requests-reset": _reset_in(3000),
+        "anthropic-ratelimit-input-tokens-remaining": "0",
+        "anthropic-ratelimit-input-tokens-reset": _reset_in(600),
+    }
+    with MessagesAPIServer(default_responder=False) as srv:
+        srv.enqueue(rate_limited(headers=exhausted), reply_text("later"))
+        llm, clock = backend(srv, max_retries=2, max_retry_after=30)
+        try:
+            async with asyncio.timeout(10):
+                with pytest.raises(ModelRateLimited) as ei:
+                    await llm.create(request())
+        finally:
+            await llm.aclose()
+        assert ei.value.retry_after is not None and 1190 <= ei.value.retry_after <= 1200
+        assert clock.sleeps == [] and len(srv.requests) == 1
+        # A short reset is waited for and retried, like a short retry-after.
+        srv.reset()
+        short = {
+            "anthropic-ratelimit-tokens-remaining": "0",
+            "anthropic-ratelimit-tokens-reset": _reset_in(10),
+        }
+        srv.enqueue(rate_limited(headers=short), reply_text("ok"))
+        llm, clock = backend(srv, max_retries=2, max_retry_after=30)
+        try:
+            async with asyncio.timeout(10):
+                assert (await llm.create(request())).text == "ok"
+        finally:
+            await llm.aclose()
+        assert len(clock.sleeps) == 1 and 5 <= clock.sleeps[0] <= 10
+        # A 529 carries the same headers on every answer: they are no wait for it.
+        srv.reset()
+        srv.enqueue(overloaded(headers=exhausted), reply_text("ok"))
+        llm, clock = backend(srv, max_retries=2, max_retry_after=30)
+        try:
+            async with asyncio.timeout(10):
+                assert (await llm.create(request())).text == "ok"
+        finally:
+            await llm.aclose()
+        assert len(clock.sleeps) == 1 and clock.sleeps[0] <= 0.5

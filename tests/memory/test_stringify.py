@@ -57,3 +57,46 @@ def test_entity_lines_are_byte_identical_to_json_stringify(
         node_stringify.stdin.flush()
         theirs = node_stringify.stdout.readline().rstrip(b"\n")
         assert encode_entity(Entity(name, "tÿpe", obs)) == theirs, (name, obs)
+
+
+_PRETTY = r"""
+const rl = require('readline').createInterface({input: process.stdin});
+rl.on('line', (line) => {
+  process.stdout.write(JSON.stringify(JSON.stringify(JSON.parse(line), null, 2)) + "\n");
+});
+"""
+
+
+def test_tool_result_text_is_json_stringify_pretty() -> None:
+    """``pretty`` (the text content of every tool result, on its fast encoder) writes what
+    ``JSON.stringify(value, null, 2)`` writes, for the shapes tool results have.
+    """
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    from companyd.memory.tools import pretty
+
+    rng = random.Random(7)
+    alphabet = [chr(c) for c in range(0, 0x80)] + list("éü東京🙂\u2028\u2029\ud800\udfff\ufeff\x85")
+
+    def text() -> str:
+        return "".join(rng.choices(alphabet, k=rng.randint(0, 12)))
+
+    values: list[object] = [[], {}, {"entities": [], "relations": []}, {"success": True}]
+    for _ in range(200):
+        entities = [
+            {"name": text(), "entityType": text(), "observations": [text() for _ in range(2)]}
+            for _ in range(rng.randint(0, 3))
+        ]
+        values.append(entities)
+        values.append({"entities": entities, "relations": [{text(): text()}], "ok": False})
+    proc = subprocess.run(
+        ["node", "-e", _PRETTY],
+        input=b"".join(json.dumps(v).encode() + b"\n" for v in values),
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    theirs = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(theirs) == len(values)
+    for value, expected in zip(values, theirs, strict=True):
+        assert pretty(value) == expected, value

@@ -1,18 +1,19 @@
-"""Backups of a running company (a real ``companyd run`` subprocess).
+"""Backups of a running company.
 
 * Under load — agents writing memory through their runs, a second process writing the same
   memory file through its lock (and compacting it), routines firing every second — a backup
   taken through the control socket restores into a state that ``companyd run`` starts from
   and that holds every write acknowledged before the backup began.
+  (A real ``companyd run`` subprocess, restored into another.)
 * Scheduled backups: a routine kind that calls no model, recorded in the routine history,
-  pruned to ``keep``, and alerted on Telegram when it fails.
+  pruned to ``keep``, and alerted on Telegram when it fails. (The daemon in this process on
+  a manual clock: :class:`~companyd.testing.inprocess.InProcessDaemon`.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import sqlite3
 import sys
@@ -27,6 +28,7 @@ from companyd.memory.store import GraphStore
 from companyd.ops.archive import verify_archive
 from companyd.testing.bot_api import BotApiServer
 from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import InProcessDaemon
 
 from .opskit import CHAT, TOKEN
 
@@ -195,17 +197,20 @@ async def test_scheduled_backups_are_recorded_pruned_and_alerted_when_they_fail(
                 },
             },
         )
-        env = dict(os.environ, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_CHAT_ID=str(CHAT))
-        daemon = DaemonProcess(config, tmp_path / "s", log=tmp_path / "daemon.log", env=env)
-        async with daemon:
+        env = {"TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_CHAT_ID": str(CHAT)}
+        # the daemon in this process, on a manual clock: the 2 s and 3 s schedules come
+        # round as the test moves the clock a second at a time
+        async with InProcessDaemon(config, tmp_path / "s", env=env) as daemon:
             async with asyncio.timeout(90):
                 while True:
                     history = (await daemon.call("job_history", routine="nightly"))["fires"]
                     if len([f for f in history if f.get("outcome") == "ok"]) >= 3:
                         break
-                    await asyncio.sleep(0.2)
+                    await daemon.advance(1.0)
+                    await asyncio.sleep(0.05)
                 while not any("broken" in m.text for m in bot.messages):
-                    await asyncio.sleep(0.2)
+                    await daemon.advance(1.0)
+                    await asyncio.sleep(0.05)
             # `companyd jobs run` answers with the outcome (seen failing first: exit 70,
             # AssertionError, though the backup was written)
             ran = await daemon.cli("jobs", "run", "nightly")
@@ -214,7 +219,6 @@ async def test_scheduled_backups_are_recorded_pruned_and_alerted_when_they_fail(
             inside = await daemon.cli("jobs", "run", "inside")
             jobs = await daemon.cli("jobs")
             doctor = await daemon.cli("doctor", "--offline")
-            assert await daemon.stop() == 0
     ok = [f for f in history if f.get("outcome") == "ok"]
     assert all("backup written" in (f.get("reason") or "") for f in ok), ok
     assert all(f.get("cost_usd") in (0, 0.0, None) for f in ok)  # no model was called

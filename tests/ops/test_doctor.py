@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from companyd.cli import main
 from companyd.ops.checks import Check
@@ -266,3 +267,57 @@ def test_the_command_prints_one_line_per_check_and_exits_1_on_a_problem(
     out = capsys.readouterr().out
     assert '"fixed' not in out and f"chmod 0700 {str(state)!r} (was 0755)" in out
     assert rc == 1  # the secrets are still missing: --fix does not invent them
+
+
+@pytest.mark.anyio
+async def test_offline_the_api_key_is_not_required(world: World) -> None:
+    """Issue 28: `doctor --offline` does not require the API key (the company runs offline)."""
+    environ = world.env()
+    del environ["ANTHROPIC_API_KEY"]
+    report = await run_doctor(
+        world.config, offline=True, environ=environ, systemd_runtime=NO_SYSTEMD
+    )
+    c = by_name(report)["secrets"]
+    assert c.status == "ok" and "not needed offline" in c.summary, c
+    assert by_name(report)["anthropic"].status == "skipped"
+    # online, the same set-up still lacks the key
+    online = await run_doctor(world.config, environ=environ, systemd_runtime=NO_SYSTEMD)
+    assert by_name(online)["secrets"].status == "problem"
+    assert "ANTHROPIC_API_KEY" in by_name(online)["secrets"].summary
+
+
+@pytest.mark.anyio
+async def test_without_telegram_doctor_says_which_results_would_reach_no_phone(
+    tmp_path: Path,
+) -> None:
+    """Issue 28: doctor says results, not only failures, would be lost without Telegram —
+    online and offline (no network is needed to see that Telegram is not configured).
+    """
+    routines = {
+        "daily-post": {
+            "assignee": "ceo",
+            "description": "Write the post.",
+            "expected_output": "A post.",
+            "trigger": {"cron": "0 14 * * *"},
+        },
+        "archive": {
+            "assignee": "cfo",
+            "description": "File the books.",
+            "expected_output": "A note.",
+            "deliver": ["file"],
+            "trigger": {"cron": "0 15 * * *"},
+        },
+    }
+    config = write_company(tmp_path, routines=routines)
+    doc = yaml.safe_load(config.read_text())
+    del doc["alerts"]
+    config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    for offline in (True, False):
+        report = await run_doctor(
+            config, offline=offline, environ=env("http://127.0.0.1:9"), systemd_runtime=NO_SYSTEMD
+        )
+        c = by_name(report)["telegram"]
+        assert c.status == "warning", (offline, c)
+        assert "failures reach nobody" in c.summary
+        assert "results of 1 routine(s) that deliver to telegram (daily-post)" in c.summary
+        assert "kept in the inbox" in c.summary and "archive" not in c.summary

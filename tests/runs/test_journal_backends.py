@@ -111,6 +111,11 @@ async def test_tasks_pauses_and_outcomes_are_the_same_on_both_backends(journal: 
     await journal.set_paused("cfo", "budget: spent", True, T0)
     await journal.clear_paused("cfo")
     assert await journal.paused() == {"writer": ("the founder paused it", False)}
+    # a quota wall's pause keeps its end; an operator's pause that replaces it has none
+    await journal.set_paused("coo", "rate limit until 13:20: 429", False, T0, until=T0 + 900)
+    assert await journal.paused_until() == {"coo": T0 + 900}
+    await journal.set_paused("coo", "operator", False, T0 + 2)
+    assert await journal.paused_until() == {}
 
 
 async def test_withdrawals_pick_the_same_tasks_on_both_backends(journal: Journal) -> None:

@@ -115,6 +115,9 @@ class ScriptedSink:
     def inbox_size(self, agent: str) -> int:
         return self.inbox[agent]
 
+    def rate_limited_until(self, agent: str) -> float | None:
+        return None
+
     async def memory_marker(self) -> str:
         return f"v{self.memory}"
 

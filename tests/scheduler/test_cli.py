@@ -124,7 +124,12 @@ def test_jobs_json(written: tuple[Path, Path], capsys: pytest.CaptureFixture[str
     data = json.loads(out)
     assert data["live"] is False
     by = {r["routine"]: r for r in data["routines"]}
-    assert by["report"]["success_7d"] == {"due": 12, "ok": 11, "rate": pytest.approx(11 / 12)}
+    assert by["report"]["success_7d"] == {
+        "due": 12,
+        "ok": 11,
+        "rate": pytest.approx(11 / 12),
+        "unverified": 0,
+    }
     assert by["report"]["last"]["outcome"] == "ok"
     assert by["report"]["catch_up_pending"] is not None
     assert by["later"]["last"] is None and by["later"]["next_fire"].endswith("T09:00:00+00:00")
@@ -149,7 +154,8 @@ def test_history(written: tuple[Path, Path], capsys: pytest.CaptureFixture[str])
     lines = out.splitlines()
     assert lines[0] == "report (coo) — every 6h"
     assert lines[1].split()[:3] == ["SCHEDULED", "KIND", "OUTCOME"]
-    assert len(lines) == 5
+    assert len(lines) == 6
+    assert lines[5] == "shown: 3 due run(s): 2 ok · 0 unverified · 1 failed, missed or skipped"
     assert " ok " in lines[2] and "$0.2500" in lines[2]
     assert " failed " in lines[3] and "HTTP 529 overloaded after 3 attempts" in lines[3]
     # Options may also come before the action.
@@ -274,7 +280,7 @@ def test_jobs_and_history_read_a_postgres_history_without_a_daemon(
     data = json.loads(out)
     by = {r["routine"]: r for r in data["routines"]}
     assert data["history"] == f"postgres schema {pg_backend.schema!r}"
-    assert by["report"]["success_7d"] == {"due": 2, "ok": 2, "rate": 1.0}
+    assert by["report"]["success_7d"] == {"due": 2, "ok": 2, "rate": 1.0, "unverified": 0}
     rc, out, err = jobs(capsys, "jobs", "history", "report", "--json", *base)
     assert rc == 0, err
     assert [f["outcome"] for f in json.loads(out)["fires"]] == ["ok", "ok"]

@@ -33,6 +33,8 @@ class Hang:
         await asyncio.Event().wait()
     def inbox_size(self, agent):
         return 0
+    def rate_limited_until(self, agent):
+        return None
     async def memory_marker(self):
         return "m"
     def resumed(self, task_id):

@@ -504,26 +504,36 @@ async def test_reconfigure_leaves_untouched_routines_alone(make_harness: MakeHar
     keep: {assignee: coo, description: Keep me., trigger: {every: 1h}}
     move: {assignee: coo, description: Move me., trigger: {cron: "0 14 * * *"}}
     drop: {assignee: coo, description: Drop me., trigger: {cron: "0 16 * * *"}}
+    same: {assignee: coo, description: Same., trigger: {cron: "0 3 * * *"}}
+    gate: {assignee: coo, description: Gate., trigger: {cron: "0 4 * * *"}}
     """
     h = make_harness(company(base), start="2027-01-04T12:30:00")
     sched = await h.start()
     keep_next = sched.next_fire_time("keep")
+    gate_next = sched.next_fire_time("gate")
     new = company(
         """\
         keep: {assignee: marketing, description: "Keep me, changed.", trigger: {every: 1h}}
         move: {assignee: coo, description: Move me., trigger: {cron: "0 15 * * *"}}
         add: {assignee: coo, description: New., trigger: {cron: "45 12 * * *"}}
+        same: {assignee: coo, description: Same., trigger: {cron: "0 3 * * *"}}
+        gate: {assignee: coo, description: Gate., trigger: {cron: "0 4 * * *"}, approval: required}
         """
     )
     async with asyncio.timeout(10):
         result = await sched.reconfigure(new)
+    # every routine whose resolved config differs is changed — its assignee and task
+    # (keep), its schedule (move), only its approval (gate; issue 28) — and only the
+    # identical one is unchanged
     assert result == {
         "added": ["add"],
         "removed": ["drop"],
-        "changed": ["move"],
-        "unchanged": ["keep"],
+        "changed": ["keep", "move", "gate"],
+        "unchanged": ["same"],
     }
+    # a routine whose schedule stayed keeps its next fire time
     assert sched.next_fire_time("keep") == keep_next
+    assert sched.next_fire_time("gate") == gate_next
     moved = sched.next_fire_time("move")
     assert moved is not None
     assert iso(moved.timestamp()) == "2027-01-04T15:00:00+00:00"
@@ -778,7 +788,7 @@ async def test_live_jobs_and_history_views(make_harness: MakeHarness) -> None:
     assert view["daemon"] is True
     by = {r["routine"]: r for r in view["routines"]}
     assert by["daily-post"]["next_fire"] == "2027-01-08T14:00:00+00:00"
-    assert by["daily-post"]["success_7d"] == {"due": 4, "ok": 3, "rate": 0.75}
+    assert by["daily-post"]["success_7d"] == {"due": 4, "ok": 3, "rate": 0.75, "unverified": 0}
     last = by["daily-post"]["last"]
     assert last is not None and last["outcome"] == "ok"
     assert by["daily-post"]["catch_up"] == "run_once within 2h"
@@ -807,7 +817,10 @@ async def test_live_jobs_and_history_views(make_harness: MakeHarness) -> None:
     text = format_history_result(json.loads(json.dumps(hist)), h.config)
     assert text.splitlines()[0] == "daily-post (marketing) — cron '0 14 * * *' UTC"
     assert "HTTP 500 (injected)" not in text  # only the two newest fires were asked for
-    assert len(text.splitlines()) == 4
+    assert len(text.splitlines()) == 5
+    assert text.splitlines()[-1] == (
+        "shown: 2 due run(s): 2 ok · 0 unverified · 0 failed, missed or skipped"
+    )
 
 
 async def test_the_same_instance_can_be_restarted_by_its_supervisor(

@@ -10,11 +10,13 @@ import asyncio
 import functools
 import sqlite3
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from companyd.scheduler import guards
 from companyd.scheduler import store as db
 from companyd.scheduler.store import FireRecord, RoutineStore, StoreError
 from companyd.storage import Backend
@@ -383,3 +385,92 @@ async def test_a_newer_schema_in_postgres_is_refused_with_what_to_do(
         await again.close()
     with pytest.raises(StoreError, match="schema version 99"):
         db.read_history(tmp_path / db.DB_NAME, db.load_states, backend=pg_backend)
+
+
+async def test_the_runaway_guards_read_and_write_on_both_backends(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    store = RoutineStore(tmp_path / db.DB_NAME, backend=state_backend)
+    runs = [
+        replace(fire(1, "ok"), started=1001.0, ended=1002.0),
+        replace(fire(2, "failed"), started=1003.0, ended=1004.0),
+        replace(fire(3, "skipped"), ended=1005.0),
+        replace(fire(4, "unverified"), started=1006.0, ended=1007.0),
+        replace(fire(5, "idle"), ended=1008.0),
+    ]
+    async with asyncio.timeout(20):
+        await store.open()
+        try:
+            await store.call(lambda c: db.insert_fires(c, runs))
+            assert await store.call(lambda c: guards.runs_between(c, "r", 1000.0, 1010.0)) == 3
+            streak = await store.call(lambda c: guards.failure_streak(c, "r", None, 5))
+            assert streak == [("unverified", "why"), ("failed", "why")]
+            assert await store.call(lambda c: guards.failure_streak(c, "r", 1004.5, 5)) == [
+                ("unverified", "why")
+            ]
+            await store.call(lambda c: guards.set_routine_paused(c, "r", "paused: why", 1009.0))
+            assert await store.call(guards.paused_routines) == {"r": "paused: why"}
+            assert await store.call(lambda c: guards.mark_limit_told(c, "r", "2027-01-04"))
+            assert not await store.call(lambda c: guards.mark_limit_told(c, "r", "2027-01-04"))
+            assert await store.call(lambda c: guards.resume_routine(c, "r", 1010.0))
+            assert not await store.call(lambda c: guards.resume_routine(c, "r", 1011.0))
+            assert await store.call(guards.paused_routines) == {}
+            assert await store.call(lambda c: guards.guard_state(c, "r")) == (
+                None,
+                1011.0,
+                "2027-01-04",
+            )
+        finally:
+            await store.close()
+
+
+async def test_webhook_ids_are_claimed_once_per_routine_on_both_backends(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    store = RoutineStore(tmp_path / db.DB_NAME, backend=state_backend)
+    async with asyncio.timeout(20):
+        await store.open()
+        try:
+            first = await store.call(lambda c: db.claim_webhook_id(c, "pay", "m1", "f1", 10.0))
+            again = await store.call(lambda c: db.claim_webhook_id(c, "pay", "m1", "f2", 11.0))
+            other = await store.call(lambda c: db.claim_webhook_id(c, "ship", "m1", "f3", 12.0))
+            # a webhook fire is a row of its own kind (the CHECK constraint takes it)
+            await store.call(lambda c: db.insert_fires(c, [fire(1, kind="webhook")]))
+            kinds = await store.call(lambda c: [r.kind for r in db.fires_between(c, 0, 5000)])
+            # a week later the id is forgotten (a signature that old is refused anyway)
+            late = 12.0 + db.WEBHOOK_ID_KEEP_S + 1
+            reused = await store.call(lambda c: db.claim_webhook_id(c, "pay", "m1", "f4", late))
+        finally:
+            await store.close()
+    assert (first, again, other) == (None, "f1", None)
+    assert kinds == ["webhook"]
+    assert reused is None
+
+
+async def test_a_version_2_history_keeps_its_fires_when_it_learns_webhooks(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / db.DB_NAME
+    conn = sqlite3.connect(path)
+    for script in db.MIGRATIONS[:2]:
+        assert isinstance(script, str)
+        conn.executescript(script)
+    conn.execute("PRAGMA user_version = 2")
+    conn.execute(
+        "INSERT INTO fires (fire_id, routine, agent, kind, scheduled, outcome) "
+        "VALUES ('fire-old', 'r', 'coo', 'manual', 5.0, 'ok')"
+    )
+    conn.commit()
+    conn.close()
+    store = RoutineStore(path)
+    async with asyncio.timeout(20):
+        await store.open()
+        try:
+            await store.call(lambda c: db.insert_fires(c, [fire(1, kind="webhook")]))
+            rows = await store.call(lambda c: db.fires_between(c, 0, 5000))
+        finally:
+            await store.close()
+    assert [(r.fire_id, r.kind) for r in rows] == [("fire-old", "manual"), ("fire-1", "webhook")]
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION == 3
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
         render_status,
         status_line,
         telegram_health,
+        usd_places,
+        waiting_text,
     )
     from companyd.admin.blocks import (
         AskedBy,
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
         ReloadBlock,
         ReloadRejectedBlock,
         ResultDecision,
+        ResultDelivery,
         ReviewStep,
         RoutineRow,
         RunInFlight,
@@ -57,6 +60,8 @@ if TYPE_CHECKING:
         ThreadRun,
         Tokens,
         ToolStep,
+        VerificationCheck,
+        VerificationStep,
     )
     from companyd.admin.operations import Admin
     from companyd.admin.results import (
@@ -76,6 +81,7 @@ if TYPE_CHECKING:
         Inbox,
         InboxItem,
         JobHistory,
+        JobResumed,
         JobRun,
         Jobs,
         MemoryChanges,
@@ -87,6 +93,7 @@ if TYPE_CHECKING:
         ReloadApplied,
         ReloadRejected,
         Resumed,
+        ResumedAll,
         RoutineLine,
         Runs,
         RunTranscript,
@@ -97,6 +104,9 @@ if TYPE_CHECKING:
         Status,
         TaskRetried,
         Tasks,
+        ToolsApproved,
+        ToolsReport,
+        WebhookFired,
     )
     from companyd.admin.wire import OPERATIONS, ArgumentError, check_arguments, result_data
 
@@ -129,6 +139,7 @@ __all__ = [
     "Inbox",
     "InboxItem",
     "JobHistory",
+    "JobResumed",
     "JobRun",
     "Jobs",
     "JobsData",
@@ -149,7 +160,9 @@ __all__ = [
     "ReloadRejected",
     "ReloadRejectedBlock",
     "ResultDecision",
+    "ResultDelivery",
     "Resumed",
+    "ResumedAll",
     "ReviewStep",
     "RoutineLine",
     "RoutineRow",
@@ -174,6 +187,11 @@ __all__ = [
     "ThreadRun",
     "Tokens",
     "ToolStep",
+    "ToolsApproved",
+    "ToolsReport",
+    "VerificationCheck",
+    "VerificationStep",
+    "WebhookFired",
     "as_list",
     "as_mapping",
     "as_number",
@@ -187,6 +205,8 @@ __all__ = [
     "result_data",
     "status_line",
     "telegram_health",
+    "usd_places",
+    "waiting_text",
 ]
 
 
@@ -194,6 +214,14 @@ _HOMES: dict[str, str] = {
     "Admin": "companyd.admin.operations",
     "AdminError": "companyd.admin._errors",
     "AdminStopping": "companyd.admin._errors",
+    "ToolsReport": "companyd.admin.results",
+    "ToolsApproved": "companyd.admin.results",
+    "ResumedAll": "companyd.admin.results",
+    "JobResumed": "companyd.admin.results",
+    "WebhookFired": "companyd.admin.results",
+    "waiting_text": "companyd.admin._status_text",
+    "VerificationStep": "companyd.admin.blocks",
+    "VerificationCheck": "companyd.admin.blocks",
     "as_list": "companyd.admin._status_text",
     "as_mapping": "companyd.admin._status_text",
     "as_number": "companyd.admin._status_text",
@@ -205,6 +233,7 @@ _HOMES: dict[str, str] = {
     "render_status": "companyd.admin._status_text",
     "status_line": "companyd.admin._status_text",
     "telegram_health": "companyd.admin._status_text",
+    "usd_places": "companyd.admin._status_text",
     "AgentCounts": "companyd.admin.results",
     "ArgumentError": "companyd.admin.wire",
     "AskAnswer": "companyd.admin.results",
@@ -249,6 +278,7 @@ _HOMES: dict[str, str] = {
     "ReloadRejected": "companyd.admin.results",
     "ReloadRejectedBlock": "companyd.admin.blocks",
     "ResultDecision": "companyd.admin.blocks",
+    "ResultDelivery": "companyd.admin.blocks",
     "Resumed": "companyd.admin.results",
     "ReviewStep": "companyd.admin.blocks",
     "RoutineLine": "companyd.admin.results",

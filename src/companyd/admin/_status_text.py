@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, tzinfo
+from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -28,6 +29,8 @@ __all__ = [
     "render_status",
     "status_line",
     "telegram_health",
+    "usd_places",
+    "waiting_text",
 ]
 
 
@@ -53,11 +56,32 @@ def as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else []
 
 
-def format_usd(value: float | None) -> str:
-    """Dollars with thousands separators and cents (``$1,234.50``); ``-`` for None."""
+def format_usd(value: float | Decimal | None, places: int = 2) -> str:
+    """Dollars with thousands separators and ``places`` decimals (``$1,234.50``); ``-``
+    for None. Pick ``places`` with :func:`usd_places`, once for a whole table.
+    """
     if value is None:
         return "-"
-    return f"${value:,.2f}"
+    return f"${value:,.{places}f}"
+
+
+#: The most decimals money is printed with (a millionth of a dollar).
+MAX_USD_PLACES = 6
+
+
+def usd_places(values: Iterable[float | Decimal | None], *, minimum: int = 2) -> int:
+    """The fewest decimals, at least ``minimum``, with which every amount of ``values``
+    that is not zero prints as not zero (a budget of $0.004 is "$0.004", never "$0.00");
+    at most :data:`MAX_USD_PLACES`. One table takes one such precision for all its amounts.
+    """
+    places = minimum
+    for v in values:
+        if v is None:
+            continue
+        d = abs(Decimal(str(v)))
+        while d and places < MAX_USD_PLACES and d.quantize(Decimal(1).scaleb(-places)) == 0:
+            places += 1
+    return places
 
 
 def format_duration(seconds: float | None) -> str:
@@ -75,6 +99,24 @@ def format_duration(seconds: float | None) -> str:
     if minutes:
         return f"{minutes}m {s:02d}s"
     return f"{s}s"
+
+
+def waiting_text(created: Any, deadline: Any, now: float) -> str:
+    """How long a desk item has waited and when it expires — "waiting 3h 12m · expires in
+    20h 48m (then denied)" — for ``inbox``, ``/inbox`` and the dashboard's inbox. An item
+    without a deadline (a proposal, a quarantined task) shows its age only.
+    """
+    made = as_number(created)
+    ends = as_number(deadline)
+    parts = []
+    if made is not None:
+        parts.append(f"waiting {format_duration(now - made)}")
+    if ends is not None:
+        if ends > now:
+            parts.append(f"expires in {format_duration(ends - now)} (then denied)")
+        else:
+            parts.append("expired: denied")
+    return " · ".join(parts)
 
 
 def format_when(ts: float | None, tz_name: str) -> str:
@@ -113,11 +155,15 @@ def status_line(status: Mapping[str, Any]) -> str:
     today = as_mapping(as_mapping(status.get("spend")).get("today"))
     used, limit = as_number(today.get("used_usd")), as_number(today.get("limit_usd"))
     if used is not None:
-        parts.append(
-            f"{format_usd(used)} of {format_usd(limit)} today"
+        places = usd_places([used, limit])
+        text = (
+            f"{format_usd(used, places)} of {format_usd(limit, places)} today"
             if limit
-            else f"{format_usd(used)} today"
+            else f"{format_usd(used, places)} today"
         )
+        if as_number(today.get("simulated_usd")):
+            text += " (simulated)"
+        parts.append(text)
     state = as_text(as_mapping(status.get("daemon")).get("state"))
     if state and state != "running":
         parts.insert(0, state)
@@ -298,23 +344,38 @@ def _tree_rows(
     return rows
 
 
+def _state_text(node: Mapping[str, Any]) -> str:
+    """A node's state as the tree shows it: ``paused (operator)``, ``paused until 14:35
+    (rate limit)`` (a quota wall), ``running``.
+    """
+    state = as_text(node.get("state")) or "?"
+    reason = as_text(node.get("pause_reason"))
+    until = as_text(node.get("paused_until"))
+    if until and "paused" in state:
+        state += f" until {until}"
+    if reason and "paused" in state:
+        state += f" ({reason})"
+    return state
+
+
 def _render_tree(tree: Mapping[str, Any]) -> list[str]:
     rows = _tree_rows(tree, "", True, True)
     width = min(48, max(24, *(len(label) for label, _ in rows))) + 2
-    lines = [f"{'Supervision tree':<{width}}{'state':<22}{'restarts':>8}  uptime"]
-    for label, node in rows:
-        state = as_text(node.get("state")) or "?"
-        reason = as_text(node.get("pause_reason"))
-        if reason and "paused" in state:
-            state += f" ({reason})"
+    states = [_state_text(node) for _, node in rows]
+    # wide enough for "paused until 14:35 (rate limit)", capped so a long state stays a line
+    col = min(36, max(22, *(len(s) + 2 for s in states)))
+    lines = [f"{'Supervision tree':<{width}}{'state':<{col}}{'restarts':>8}  uptime"]
+    for (label, node), state in zip(rows, states, strict=True):
         restarts = as_number(node.get("restarts"))
         uptime = as_number(node.get("uptime_s"))
         line = (
-            f"{label:<{width}}{state:<22}"
+            f"{label:<{width}}{state:<{col}}"
             f"{(str(int(restarts)) if restarts is not None else '-'):>8}  {format_duration(uptime)}"
         )
         last_exit = as_text(node.get("last_exit"))
-        if last_exit and state not in ("running",):
+        if node.get("serving") is False and as_text(node.get("reason")):
+            line += f"  why: {node['reason']}"
+        elif last_exit and state not in ("running",):
             line += f"  last exit: {last_exit}"
         lines.append(line.rstrip())
     return lines
@@ -333,35 +394,54 @@ def _render_run(run: Mapping[str, Any], now: float) -> str:
     parts.append(format_duration(elapsed))
     cost = as_number(run.get("cost_usd"))
     if cost is not None:
-        parts.append(format_usd(cost))
+        parts.append(format_usd(cost, usd_places([cost])))
     return "  ".join(parts)
 
 
 def _render_spend(spend: Mapping[str, Any]) -> list[str]:
-    lines = [f"{'Spend':<14}{'used':>11}{'reserved':>11}{'budget':>11}{'used %':>9}"]
-    for key, label in (("today", "today"), ("month", "this month")):
-        period = as_mapping(spend.get(key))
-        if not period:
-            continue
+    """The spend table of status: one precision for all its amounts (enough for every
+    amount that is not zero to show so), and simulated spend (the offline model's) said.
+    """
+    periods = [
+        (label, as_mapping(spend.get(key)))
+        for key, label in (("today", "today"), ("month", "this month"))
+    ]
+    periods = [(label, p) for label, p in periods if p]
+    agents = [a for a in as_list(spend.get("agents")) if isinstance(a, Mapping)]
+    agents.sort(key=lambda a: -(as_number(a.get("today_usd")) or 0.0))
+    shown = [a for a in agents if (as_number(a.get("today_usd")) or 0) > 0 or a.get("paused")][:8]
+    places = usd_places(
+        [as_number(p.get(k)) for _, p in periods for k in ("used_usd", "reserved_usd", "limit_usd")]
+        + [as_number(a.get(k)) for a in shown for k in ("today_usd", "daily_limit_usd")]
+    )
+    w = 9 + places
+    lines = [f"{'Spend':<14}{'used':>{w}}{'reserved':>{w}}{'budget':>{w}}{'used %':>9}"]
+    for label, period in periods:
         used = as_number(period.get("used_usd"))
         reserved = as_number(period.get("reserved_usd"))
         limit = as_number(period.get("limit_usd"))
         pct = f"{used / limit:.0%}" if used is not None and limit else "-"
-        lines.append(
-            f"  {label:<12}{format_usd(used):>11}{(format_usd(reserved) if reserved else ''):>11}"
-            f"{(format_usd(limit) if limit is not None else 'none'):>11}{pct:>9}"
+        line = (
+            f"  {label:<12}{format_usd(used, places):>{w}}"
+            f"{(format_usd(reserved, places) if reserved else ''):>{w}}"
+            f"{(format_usd(limit, places) if limit is not None else 'none'):>{w}}{pct:>9}"
         )
-    agents = [a for a in as_list(spend.get("agents")) if isinstance(a, Mapping)]
-    agents.sort(key=lambda a: -(as_number(a.get("today_usd")) or 0.0))
-    shown = [a for a in agents if (as_number(a.get("today_usd")) or 0) > 0 or a.get("paused")][:8]
+        simulated = as_number(period.get("simulated_usd")) or 0.0
+        if simulated and used is not None and abs(simulated - used) < 1e-9:
+            line += "  simulated"
+        elif simulated:
+            line += f"  ({format_usd(simulated, places)} simulated)"
+        lines.append(line)
+    if any(as_number(p.get("simulated_usd")) for _, p in periods):
+        lines.append("  simulated: the offline model's calls, priced as Claude's — no money spent")
     if shown:
         lines.append("  by agent today:")
         for a in shown:
             used = as_number(a.get("today_usd"))
             limit = as_number(a.get("daily_limit_usd"))
-            text = f"    {as_text(a.get('agent')) or '?':<16}{format_usd(used):>10}"
+            text = f"    {as_text(a.get('agent')) or '?':<16}{format_usd(used, places):>{w - 1}}"
             if limit is not None:
-                text += f" of {format_usd(limit)}"
+                text += f" of {format_usd(limit, places)}"
             if a.get("paused"):
                 text += "  (paused)"
             lines.append(text)

@@ -51,6 +51,7 @@ __all__ = [
     "ReloadBlock",
     "ReloadRejectedBlock",
     "ResultDecision",
+    "ResultDelivery",
     "ReviewStep",
     "RoutineRow",
     "RunInFlight",
@@ -69,6 +70,8 @@ __all__ = [
     "Tokens",
     "ToolApproval",
     "ToolStep",
+    "VerificationCheck",
+    "VerificationStep",
 ]
 
 T = TypeVar("T")
@@ -119,6 +122,9 @@ class JournaledTask(TypedDict):
     reply_to: NotRequired[str | None]
     asked_by: NotRequired[str | None]
     asked_in: NotRequired[str | None]
+    #: a routine's ``done_when`` conditions (present only when it has some)
+    done_when: NotRequired[list[dict[str, Any]]]
+    on_unmet: NotRequired[str]
 
 
 class TaskRow(JournaledTask):
@@ -228,6 +234,26 @@ class ToolApproval(TypedDict):
     reason: str
 
 
+class ResultDelivery(TypedDict):
+    """One delivery of a routine's result (``runs show``), as the pager recorded it.
+
+    ``to``: the channel (telegram, digest, memory, file); ``outcome``: ``delivered``,
+    ``queued`` (in the outbox, waiting for Telegram or the digest) or ``not_delivered``;
+    ``at``: when (epoch seconds); ``where``: the file, the memory entity or the chat;
+    ``message_id``: Telegram's; ``reason``: why not; ``kept``: the inbox item holding an
+    undelivered result; ``text``: the whole record as one line.
+    """
+
+    to: str
+    outcome: str
+    at: float
+    where: str | None
+    message_id: int | None
+    reason: str | None
+    kept: str | None
+    text: str
+
+
 class ResultDecision(TypedDict):
     """The founder's decision on a run's result (a routine with ``approval: required``):
     one per round; ``decision`` is pending, approved, rejected, changes_requested or expired.
@@ -271,8 +297,39 @@ class ReviewStep(TypedDict):
     run_id: str | None
 
 
+class VerificationCheck(TypedDict):
+    """One condition a final answer was checked against (companyd.agents._verification):
+    ``source`` ``done_when`` or ``claim_check``; ``evidence`` what shows it met, or why it
+    is not; ``step`` the transcript's number of the tool call that is the evidence.
+    """
+
+    source: str
+    kind: str
+    condition: str
+    met: bool
+    evidence: str
+    tool_use_id: str | None
+    seq: int | None
+    step: NotRequired[int | None]
+
+
+class VerificationStep(TypedDict):
+    """A final answer checked against the run's record: every check, whether all held,
+    why not, and the follow-up sent to the agent (None: the run ended with this verdict).
+    """
+
+    seq: int
+    kind: Literal["verification"]
+    ts: float
+    attempt: int
+    met: bool
+    reason: str
+    checks: list[VerificationCheck]
+    follow_up: str | None
+
+
 #: A step of a transcript, told apart by ``kind``.
-Step = ModelStep | ToolStep | ReviewStep
+Step = ModelStep | ToolStep | ReviewStep | VerificationStep
 
 
 class RunTotals(TypedDict):
@@ -307,6 +364,9 @@ class SpendTotals(TypedDict):
     output_tokens: int
     cost_usd: float
     cost_usd_exact: str
+    #: the part of ``cost_usd`` the offline model's calls make (simulated: no money spent);
+    #: in reports, not in the ledger's raw totals
+    simulated_usd: NotRequired[float]
 
 
 #: The period of ``spend``: its label, first and last day (ISO); ``from`` is a Python keyword,
@@ -388,6 +448,8 @@ class Success7d(TypedDict):
     due: int
     ok: int
     rate: float | None
+    #: due fires that ended ``unverified`` (neither ok nor failed; absent from older daemons)
+    unverified: NotRequired[int]
 
 
 class RoutineRow(TypedDict):
@@ -406,6 +468,8 @@ class RoutineRow(TypedDict):
     last: FireRow | None
     in_progress: int
     success_7d: Success7d
+    #: why ``pause_after_failures`` paused it (absent when it is not paused)
+    paused: NotRequired[str]
 
 
 class JobsData(TypedDict):

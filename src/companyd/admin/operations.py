@@ -30,6 +30,7 @@ from companyd.admin.results import (
     DeskDecision,
     Inbox,
     JobHistory,
+    JobResumed,
     JobRun,
     Jobs,
     MemoryChanges,
@@ -41,12 +42,16 @@ from companyd.admin.results import (
     ReloadApplied,
     ReloadRejected,
     Resumed,
+    ResumedAll,
     Runs,
     RunTranscript,
     SpendReport,
     Status,
     TaskRetried,
     Tasks,
+    ToolsApproved,
+    ToolsReport,
+    WebhookFired,
 )
 
 __all__ = ["Admin", "AdminError", "AdminStopping"]
@@ -88,6 +93,22 @@ class Admin(Protocol):
 
     async def run_job(self, routine: str) -> JobRun:
         """Fire a routine now."""
+        ...
+
+    async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> WebhookFired:
+        """Fire ``routine`` for a webhook request already verified by the caller (the
+        dashboard's ``POST /hooks/<routine>``): ``body`` is given to the agent as the task's
+        input; a ``webhook_id`` already accepted for the routine runs nothing again. Returns
+        once the id is durably remembered and the fire started, not when the run ends.
+        """
+        ...
+
+    async def resume_all(self) -> ResumedAll:
+        """Let every paused agent run again (after topping up the API account)."""
+        ...
+
+    async def resume_job(self, routine: str) -> JobResumed:
+        """Let a routine that ``pause_after_failures`` paused fire again."""
         ...
 
     async def pause(self, agent: str) -> Paused:
@@ -227,6 +248,19 @@ class Admin(Protocol):
         """A one-time login URL of the web dashboard (``/login?token=…``: valid 5 minutes,
         single use). Refused when the dashboard is off (``dashboard.enabled: false``) or not
         serving yet.
+        """
+        ...
+
+    async def tools(self, agent: str | None = None) -> ToolsReport:
+        """Every tool of every running agent (or of ``agent``): where it comes from, its
+        risk, its approval policy, its daily rate limit and today's use, and whether it is
+        held back (a new or changed MCP tool waiting for ``tools_approve``).
+        """
+        ...
+
+    async def tools_approve(self, server: str, agent: str | None = None) -> ToolsApproved:
+        """Approve the held-back tools of MCP server ``server`` (of ``agent``, or of every
+        agent with a server of that name): offered at once, no restart.
         """
         ...
 

@@ -39,6 +39,7 @@ from companyd.admin.blocks import (
     ProposalRow,
     ReloadBlock,
     ResultDecision,
+    ResultDelivery,
     ReviewStep,
     RoutineRow,
     RunInFlightRow,
@@ -50,6 +51,7 @@ from companyd.admin.blocks import (
     TaskAsked,
     TaskRow,
     Thread,
+    VerificationStep,
 )
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "Inbox",
     "InboxItem",
     "JobHistory",
+    "JobResumed",
     "JobRun",
     "Jobs",
     "MemoryChanges",
@@ -81,6 +84,7 @@ __all__ = [
     "ReloadApplied",
     "ReloadRejected",
     "Resumed",
+    "ResumedAll",
     "RoutineLine",
     "RunEnded",
     "RunTranscript",
@@ -92,6 +96,8 @@ __all__ = [
     "Status",
     "TaskRetried",
     "Tasks",
+    "ToolsApproved",
+    "ToolsReport",
 ]
 
 T = TypeVar("T")
@@ -121,6 +127,14 @@ class Resumed:
 
     agent: str
     resumed: bool
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumedAll:
+    """``resume_all``: the agents that were paused and run again (empty: none was)."""
+
+    resumed: list[str]
     message: str
 
 
@@ -160,11 +174,13 @@ class RunTranscript:
     """``run_show``: one run as the journal holds it (docs/agents.md, "The transcript").
 
     The blocks are the journal's (:func:`companyd.runs._transcript.read_transcript`): who
-    asked, the task, the thread, each of ``steps`` (a model call, a tool call or the review),
-    ``consultations`` (colleagues' runs), ``review`` and ``totals``; ``decisions`` are the
-    founder's on the run's result (a routine with ``approval: required``): item_id, round,
-    decision (approved, rejected, changes_requested, expired), by, via (telegram, cli),
-    asked, decided, text.
+    asked, the task, the thread, each of ``steps`` (a model call, a tool call, the review, a
+    verification), ``consultations`` (colleagues' runs), ``review``, ``verification`` and
+    ``totals``; ``decisions`` are the founder's on the run's result (a routine with
+    ``approval: required``): item_id, round, decision (approved, rejected,
+    changes_requested, expired), by, via (telegram, cli, dashboard), asked, decided, text.
+    ``deliveries`` are its result's, as the pager recorded them
+    (:class:`~companyd.admin.blocks.ResultDelivery`).
     """
 
     run_id: str
@@ -187,6 +203,10 @@ class RunTranscript:
     answer: str
     totals: AsBuilt[RunTotals]
     decisions: AsBuilt[list[ResultDecision]] = field(default_factory=list)
+    #: the last check of the final answer against the run's record (companyd.agents.
+    #: _verification): each condition met or unmet with its evidence; None if never checked
+    verification: AsBuilt[VerificationStep | None] = None
+    deliveries: AsBuilt[list[ResultDelivery]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,6 +291,27 @@ class JobHistory:
 @dataclass(frozen=True, kw_only=True)
 class _RoutineNamed:
     routine: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobResumed:
+    """``resume_job``: ``resumed`` is False when the routine was not paused (nothing done)."""
+
+    routine: str
+    resumed: bool
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebhookFired:
+    """``fire_webhook``: the fire a webhook started (``replay`` True: the id was seen
+    before, nothing new runs and ``fire_id`` is the first fire's).
+    """
+
+    routine: str
+    fire_id: str
+    replay: bool
+    message: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -414,8 +455,9 @@ class MemoryChanges:
 class ConfigView:
     """``config_view``: the company.yaml the daemon runs, resolved and redacted.
 
-    ``document`` is the validated file with every default filled in (the schema's JSON
-    form, every string through the one redactor); ``secrets`` the secrets it refers to by
+    ``document`` is the resolved file, every section with every effective default filled
+    in (:func:`companyd.config.resolved_view`, as ``show-config`` prints it; every string
+    through the one redactor); ``secrets`` the secrets it refers to by
     name (``{path, kind, name, is_set}``, never a value); ``file_mtime`` the file's
     modification time now (None: it cannot be read), ``loaded_at`` when the running
     version was read, ``changed_on_disk`` whether the file's text now differs from the
@@ -488,12 +530,16 @@ class AgentCounts:
 
 @dataclass(frozen=True, kw_only=True)
 class SpendPeriodLine:
-    """Company spend over today or this month, in the ``spend`` block of status."""
+    """Company spend over today or this month, in the ``spend`` block of status;
+    ``simulated_usd`` is the part of ``used_usd`` the offline model's calls make (priced as
+    Claude's would be; no money spent).
+    """
 
     used_usd: float
     reserved_usd: float
     limit_usd: float | None
     resets_at: float | None
+    simulated_usd: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -630,3 +676,31 @@ class BackupWritten:
     members: list[dict[str, Any]]
     #: older backups removed by ``keep`` (scheduled backups; empty for ``companyd backup``)
     pruned: list[str]
+
+
+# -- the agents' tools -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolsReport:
+    """``tools``: every tool of every running agent (or of one), ``day`` being today in the
+    company's timezone: ``{agent, tool, origin, risk, policy, rate_limit, used_today,
+    quarantined}`` each (docs/tools.md). ``origin``: ``memory``, ``colleagues``, ``mcp server
+    NAME``…; ``risk``: from the MCP annotations (``read-only``, ``destructive``,
+    ``unannotated (may destroy)``…) or ``built-in``; ``policy``: ``free`` or ``approval (…)``
+    with why; ``rate_limit``: calls a day or None; ``quarantined``: held back until
+    ``tools_approve``.
+    """
+
+    day: str
+    tools: list[JSON]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolsApproved:
+    """``tools_approve``: the held-back tools of MCP server ``server`` now approved and
+    offered, ``{agent, tool}`` each (empty: nothing was held).
+    """
+
+    server: str
+    approved: list[JSON]

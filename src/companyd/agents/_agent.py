@@ -64,13 +64,29 @@ from companyd.agents._run import (
     turn_ended,
 )
 from companyd.agents._tools import ToolBox, ToolCallContext, unknown_outcome_result
+from companyd.agents._verification import calls_of, evaluate
+from companyd.agents._walls import WALL_REASON
 from companyd.config import AgentConfig
-from companyd.events import CircuitBreaker, RunFailed, RunFinished, RunStarted, TaskQuarantined
+from companyd.events import (
+    CircuitBreaker,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    Severity,
+    TaskQuarantined,
+)
 from companyd.llm import ModelResponse, ToolResultBlock, ToolUseBlock, Usage, text_of, tool_uses_of
 from companyd.runs import JournaledRun, RunOutcome, RunStatus, Step, Task, TaskState, new_id
 from companyd.supervision import ChildContext
+from companyd.telemetry import GenAI
 
-__all__ = ["MAX_REVIEW_ATTEMPTS", "QUARANTINE_AFTER", "Agent", "HeartbeatTimeout"]
+__all__ = [
+    "MAX_REVIEW_ATTEMPTS",
+    "QUARANTINE_AFTER",
+    "VERIFY_RETRIES",
+    "Agent",
+    "HeartbeatTimeout",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +94,8 @@ log = logging.getLogger(__name__)
 QUARANTINE_AFTER = 2
 #: Runs a task gets when a reviewer keeps rejecting it.
 MAX_REVIEW_ATTEMPTS = 2
+#: Follow-ups a run gets, in the same run, when its answer does not hold (``on_unmet: retry``).
+VERIFY_RETRIES = 1
 
 
 class HeartbeatTimeout(Exception):
@@ -212,6 +230,45 @@ class Agent:
     # -- the guarded run: heartbeat, crash accounting, outcome ------------------------------
 
     async def _guarded(self, state: RunState, ctx: ChildContext, *, resumed: bool) -> None:
+        """The run inside its ``invoke_agent`` span (a child of the routine fire's span
+        when a routine's fire waits for it); the outcome's attributes are set by
+        :meth:`_finish`.
+        """
+        tracer = self.deps.tracer
+        task = state.task
+        # the fire's span for a routine's task; the asking run's for a consultation,
+        # delegation or review (each a task of its own, on another agent's task)
+        parent = tracer.task_parent(task.id)
+        if parent is None and task.asked_by:
+            parent = tracer.task_parent(task.asked_by)
+        state.span = tracer.start(
+            f"invoke_agent {self.slug}",
+            parent=parent,
+            attributes={
+                GenAI.OPERATION: "invoke_agent",
+                GenAI.PROVIDER: GenAI.ANTHROPIC,
+                GenAI.AGENT_NAME: self.slug,
+                GenAI.AGENT_ID: self.slug,
+                GenAI.CONVERSATION_ID: state.run_id,
+                GenAI.REQUEST_MODEL: self.config.model.primary,
+                GenAI.RUN_ID: state.run_id,
+                GenAI.TASK_ID: task.id,
+                GenAI.ROUTINE: task.routine,
+                "companyd.run.attempt": state.attempt,
+                "companyd.run.resumed": resumed,
+            },
+        )
+        tracer.bind_task(state.run_id, state.span)
+        try:
+            await self._guarded_run(state, ctx, resumed=resumed)
+        except BaseException as exc:
+            state.span.fail(type(exc).__name__, str(exc))
+            raise
+        finally:
+            tracer.unbind_task(state.run_id)
+            state.span.end()
+
+    async def _guarded_run(self, state: RunState, ctx: ChildContext, *, resumed: bool) -> None:
         deps = self.deps
         self._current = state
         deps.staff.run_started(self.slug, state)
@@ -371,6 +428,14 @@ class Agent:
     async def _finish(self, state: RunState, status: RunStatus, reason: str | None) -> None:
         deps = self.deps
         outcome = self._outcome(state, status, reason)
+        span = state.span
+        span.set(GenAI.COST, outcome.cost_usd)
+        span.set(GenAI.RUN_STATUS, str(status))
+        span.set(GenAI.INPUT_TOKENS, state.usage.input_tokens)
+        span.set(GenAI.OUTPUT_TOKENS, state.usage.output_tokens)
+        span.set("companyd.run.steps", outcome.steps)
+        if status is not RunStatus.OK:
+            span.fail(str(status), reason or "")
         try:
             await deps.journal.finish_run(outcome, TaskState.DONE)
         except Exception as exc:
@@ -400,12 +465,19 @@ class Agent:
                     **common,
                 )
             )
+        elif status is RunStatus.UNVERIFIED:
+            # the run finished; its answer did not hold (a routine's repeated ones alert:
+            # routine_unverified)
+            deps.bus.publish(RunFinished(source=src, status=str(status), reason=reason, **common))
         else:
+            # A run a quota wall ended is told once, by the wall's own event (agents/_pauses.py).
+            walled = status is RunStatus.CANCELLED and (reason or "").startswith(WALL_REASON)
             deps.bus.publish(
                 RunFailed(
                     source=src,
                     status=str(status),
                     reason=reason,
+                    severity=Severity.INFO if walled else Severity.WARNING,
                     **common,
                 )
             )
@@ -448,26 +520,47 @@ class Agent:
         request, anything else on a crash.
         """
         try:
-            if resumed:
-                await self._complete_pending_tools(state)
+            # the stop reason of a final answer not yet verified (a resumed run's last step)
+            ended = await self._complete_pending_tools(state) if resumed else None
             while True:
-                if self._stop.requested():
-                    raise Stopping
-                self.deps.staff.take_injected_crash(self.slug)
-                state.breaker.check(self.deps.clock.monotonic())
-                response = await self._step(state)
-                if response.stop_reason == "tool_use" and response.tool_uses:
-                    await self._run_tools(state, response.tool_uses)
-                    continue
-                if response.stop_reason == "pause_turn":
-                    continue
-                state.answer = response.text
-                return turn_ended(response.stop_reason)
+                if ended is None:
+                    if self._stop.requested():
+                        raise Stopping
+                    self.deps.staff.take_injected_crash(self.slug)
+                    state.breaker.check(self.deps.clock.monotonic())
+                    response = await self._step(state)
+                    state.unverified = None  # the follow-up was answered
+                    if response.stop_reason == "tool_use" and response.tool_uses:
+                        await self._run_tools(state, response.tool_uses)
+                        continue
+                    if response.stop_reason == "pause_turn":
+                        continue
+                    state.answer = response.text
+                    ended = response.stop_reason
+                status, reason = turn_ended(ended)
+                ended = None
+                if status is not RunStatus.OK:
+                    return status, reason
+                retry, unmet = await self._verify(state)
+                if retry:
+                    continue  # the follow-up is the next user turn: another step
+                if unmet is not None:
+                    return RunStatus.UNVERIFIED, unmet
+                return status, reason
         except BreakerTripped as exc:
             self._breaker_event(state, exc)
-            return RunStatus.CIRCUIT_BREAKER, str(exc)
+            return RunStatus.CIRCUIT_BREAKER, self._unverified_before(state, str(exc))
         except RunEnded as exc:
-            return exc.status, exc.reason
+            return exc.status, self._unverified_before(state, exc.reason)
+
+    @staticmethod
+    def _unverified_before(state: RunState, reason: str | None) -> str | None:
+        """``reason``, saying that the answer before it did not hold when a limit (or a
+        budget, or every model failing) stopped the follow-up that was to fix it.
+        """
+        if state.unverified is None:
+            return reason
+        return f"{reason or 'stopped'}; before that, the answer was unverified: {state.unverified}"
 
     def _breaker_event(self, state: RunState, exc: BreakerTripped) -> None:
         self.deps.bus.publish(
@@ -511,14 +604,26 @@ class Agent:
         deps = self.deps
         tool_id = str(tool_use.get("id"))
         name = str(tool_use.get("name"))
-        if name in self.config.require_approval:
+        limit = self.config.tools.rate_limit.get(name)
+        refused = None
+        # checked before the founder is asked (no approval for a call that cannot run) and
+        # counted when it runs
+        if (
+            limit is not None
+            and deps.rate_limits is not None
+            and await deps.rate_limits.over(self.slug, name, limit)
+        ):
+            refused = await self._rate_refusal(tool_use, limit)
+        if refused is None and self._needs_approval(name):
             refused = await self._founder_approval(state, tool_use)
-            if refused is not None:
-                state.seq += 1
-                await deps.journal.append_step(
-                    state.run_id, state.seq, "tool_result", refused, deps.clock.time(), key=tool_id
-                )
-                return refused
+        if refused is None and limit is not None:
+            refused = await self._rate_refusal(tool_use, limit)
+        if refused is not None:
+            state.seq += 1
+            await deps.journal.append_step(
+                state.run_id, state.seq, "tool_result", refused, deps.clock.time(), key=tool_id
+            )
+            return refused
         state.seq += 1
         await deps.journal.append_step(
             state.run_id,
@@ -543,19 +648,67 @@ class Agent:
                 else max_seconds - (deps.clock.monotonic() - state.breaker.started)
             ),
         )
+        span = deps.tracer.start(
+            f"execute_tool {name}",
+            parent=state.span,
+            attributes={
+                GenAI.OPERATION: "execute_tool",
+                GenAI.TOOL_NAME: name,
+                GenAI.TOOL_CALL_ID: tool_id,
+                GenAI.TOOL_TYPE: "function",
+            },
+        )
+        span.set_content(GenAI.TOOL_ARGUMENTS, tool_use.get("input") or {})
+        ctx = replace(ctx, trace=span.carrier())
         # waiting on a colleague or the founder's answer (ask_founder) is not being stuck
         colleague = self._toolbox.family(name) in ("colleagues", "founder")
         self._colleague_waits += colleague
         try:
             result = await self._toolbox.call(tool_use, ctx)
+        except BaseException as exc:
+            span.fail(type(exc).__name__, str(exc))
+            raise
+        else:
+            if result.get("is_error"):
+                span.fail("tool_error")
+            span.set_content(GenAI.TOOL_RESULT, result.get("content"))
         finally:
             self._colleague_waits -= colleague
+            span.end()
         self._progress()
         state.seq += 1
         await deps.journal.append_step(
             state.run_id, state.seq, "tool_result", result, deps.clock.time(), key=tool_id
         )
         return result
+
+    def _needs_approval(self, name: str) -> bool:
+        """Whether a call of ``name`` waits for the founder: listed in ``require_approval``
+        (the agent's or the defaults'), else not listed in ``allow_without_approval`` and
+        asking by itself (an MCP tool's annotations under its server's ``risk``).
+        """
+        if name in self.config.require_approval:
+            return True
+        if name in self.config.tools.allow_without_approval:
+            return False
+        return self._toolbox.needs_approval(name)
+
+    async def _rate_refusal(self, tool_use: ToolUseBlock, limit: int) -> ToolResultBlock | None:
+        """None if the call may run under ``tools.rate_limit`` (it is counted now), else
+        the refusal the model sees.
+        """
+        limits = self.deps.rate_limits
+        if limits is None:
+            return None
+        why = await limits.take(self.slug, str(tool_use.get("name")), limit)
+        if why is None:
+            return None
+        return {
+            "type": "tool_result",
+            "tool_use_id": str(tool_use.get("id")),
+            "is_error": True,
+            "content": why,
+        }
 
     async def _founder_approval(
         self, state: RunState, tool_use: ToolUseBlock
@@ -629,6 +782,14 @@ class Agent:
         started = {s.key for s in steps if s.kind == "tool_start" and s.key}
         state.seq = steps[-1].seq if steps else 0
         for s in steps:
+            if s.kind == "verification":
+                follow_up = s.payload.get("follow_up")
+                if isinstance(follow_up, str) and follow_up:
+                    # the answer did not hold and the agent was told so: that is its next turn
+                    state.messages.append({"role": "user", "content": follow_up})
+                    state.verify_retries += 1
+                    state.unverified = str(s.payload.get("reason") or "") or None
+                continue
             if s.kind != "llm":
                 continue
             p = s.llm()
@@ -637,6 +798,7 @@ class Agent:
             state.account(p["model"], usage, Decimal(p["cost"]), bool(p["offline"]))
             content = p["content"]
             state.messages.append({"role": "assistant", "content": content})
+            state.unverified = None
             # tools run only after a tool_use stop, as in _execute: a tool_use block cut
             # off by max_tokens is never run ("": a step journaled without its stop reason)
             uses = tool_uses_of(content) if state.last_stop in ("tool_use", "") else []
@@ -656,20 +818,21 @@ class Agent:
                 state.messages.append({"role": "user", "content": done})
                 state.pending = []
 
-    async def _complete_pending_tools(self, state: RunState) -> None:
+    async def _complete_pending_tools(self, state: RunState) -> str | None:
         """Finish what a crash interrupted.
 
         Tool calls with a journaled result keep it; calls that never started, or whose tool
         is idempotent, run (again); a non-idempotent call that started without a result gets
         an "outcome unknown" result instead — no second tweet. If the journal ends with a
-        final answer, the run had finished in all but its outcome row, and ends as that
-        answer's stop reason says; a turn the model paused (``pause_turn``) is continued.
+        final answer, the run had finished in all but its verification and outcome row: its
+        stop reason is returned (the run ends as it says, once verified); a turn the model
+        paused (``pause_turn``) is continued.
         """
         if not state.pending:
             last = state.messages[-1]
             if last["role"] == "assistant" and state.last_stop != "pause_turn":
-                raise RunEnded(*turn_ended(state.last_stop))
-            return
+                return state.last_stop
+            return None
         deps = self.deps
         results: list[ToolResultBlock] = []
         for p in state.pending:
@@ -687,6 +850,59 @@ class Agent:
                 results.append(await self._run_tool(state, p.tool_use))
         state.messages.append({"role": "user", "content": results})
         state.pending = []
+        return None
+
+    # -- verification -----------------------------------------------------------------------
+
+    async def _verify(self, state: RunState) -> tuple[bool, str | None]:
+        """Check the final answer against the run's journaled steps (its task's
+        ``done_when`` and the claim check; docs/agents.md, "Verification").
+
+        Returns ``(retry, unmet)``: ``(True, None)`` after sending the one follow-up
+        ``on_unmet: retry`` allows (journaled: a resumed run replays it); else ``unmet`` is
+        why the run is unverified, in plain words, or None when the answer holds (or there
+        is nothing to check). Each verdict is
+        journaled as a ``verification`` step (``companyd runs show``).
+        """
+        task = state.task
+        claim_check = self.config.claim_check
+        if not task.done_when and not claim_check:
+            return False, None
+        deps = self.deps
+        steps = await deps.journal.steps(state.run_id)
+        verdict = evaluate(
+            task.done_when,
+            state.answer,
+            calls_of(steps),
+            tools=list(self._toolbox.tools),
+            claim_check=claim_check,
+        )
+        if not verdict.checks:
+            return False, None  # no conditions, and the answer claims nothing: no step
+        retry = (
+            not verdict.met and task.on_unmet == "retry" and state.verify_retries < VERIFY_RETRIES
+        )
+        follow_up = verdict.follow_up() if retry else None
+        state.seq += 1
+        await deps.journal.append_step(
+            state.run_id,
+            state.seq,
+            "verification",
+            verdict.payload(attempt=state.verify_retries + 1, follow_up=follow_up),
+            deps.clock.time(),
+        )
+        if follow_up is not None:
+            log.info(
+                "agent %s: run %s unverified (%s); one follow-up sent",
+                self.slug,
+                state.run_id,
+                verdict.reason,
+            )
+            state.messages.append({"role": "user", "content": follow_up})
+            state.verify_retries += 1
+            state.unverified = verdict.reason
+            return True, None
+        return False, None if verdict.met else verdict.reason
 
     # -- prompts ----------------------------------------------------------------------------
 

@@ -6,7 +6,10 @@ next model of the agent's chain (``model_fallback``); the answer is settled with
 book and journaled before the loop sees it, so a restart resumes after it without paying
 again. A budget refusal, the organisation's spend limit and a refused API key end the run
 (:class:`~companyd.agents._run.RunEnded`) and pause the agent (or every agent) through its
-:class:`~companyd.agents._deps.StaffPort`; a stop that begins during a call ends it
+:class:`~companyd.agents._deps.StaffPort`; so does a quota wall on every model of the chain
+(a 429 asking to wait past ``anthropic.quota_pause_after``, :mod:`companyd.agents._walls`):
+the run ends ``cancelled`` and the agent is paused until the wall's end, a walled model is
+skipped without a call meanwhile; a stop that begins during a call ends it
 (:class:`~companyd.agents._run.Stopping`) after at most :data:`STOP_CALL_GRACE`.
 """
 
@@ -29,6 +32,7 @@ from companyd.llm import (
     ModelAuthFailed,
     ModelBadRequest,
     ModelError,
+    ModelRateLimited,
     ModelRequest,
     ModelResponse,
     SpendLimitReached,
@@ -36,6 +40,7 @@ from companyd.llm import (
     estimate_input_tokens,
 )
 from companyd.runs import LlmStep, RunStatus
+from companyd.telemetry import GenAI
 
 __all__ = ["STOP_CALL_GRACE", "BudgetedCall", "ModelCaller"]
 
@@ -129,13 +134,19 @@ class ModelCaller:
         staff = deps.staff
         chain = self.config.model.chain
         failures: list[str] = []
+        walled = 0  # models of the chain behind a quota wall (agents/_walls.py)
         for i, model in enumerate(chain):
+            if staff.quota_wall(model) is not None:
+                # Rate limited for long (a wall another call met): not called until then.
+                walled += 1
+                failures.append(f"{model}: rate limited (quota wall)")
+                continue
             request = replace(base, model=model)
             call = BudgetedCall(self, state, request)
             try:
                 await call.reserve()
                 self.progress()
-                response = await call.send()
+                response = await self._traced_send(state, call, request)
                 try:
                     cost = await call.settle(response)
                 except Exception as exc:
@@ -166,6 +177,10 @@ class ModelCaller:
                     raise
                 if self.stop.requested():
                     raise Stopping from None  # no fallback either once a stop has begun
+                if isinstance(exc, ModelRateLimited) and staff.meet_quota_wall(
+                    model, exc.retry_after
+                ):
+                    walled += 1
                 failures.append(f"{model}: {type(exc).__name__}: {exc}")
                 self.progress()
                 if i + 1 < len(chain):
@@ -179,7 +194,80 @@ class ModelCaller:
                             reason=f"{type(exc).__name__}: {exc}",
                         )
                     )
+        walled_reason = (
+            staff.quota_walled(self.slug, "; ".join(failures)) if walled == len(chain) else None
+        )
+        if walled_reason is not None:
+            # A quota wall on every model: not the task's fault, and calling again before
+            # the wall ends only meets it again. The agent waits (paused) until then.
+            raise RunEnded(
+                RunStatus.CANCELLED,
+                f"{walled_reason} — every model of the chain is rate limited; the agent is "
+                "paused until then and resumes by itself",
+            )
         raise RunEnded(RunStatus.FAILED, "every model in the chain failed: " + "; ".join(failures))
+
+    async def _traced_send(
+        self, state: RunState, call: BudgetedCall, request: ModelRequest
+    ) -> ModelResponse:
+        """``call.send()`` inside its ``chat {model}`` span (a child of the run's), recorded
+        in the GenAI metrics.
+        """
+        tracer, clock = self.deps.tracer, self.deps.clock
+        span = tracer.start(
+            f"chat {request.model}",
+            parent=state.span,
+            kind="client",
+            attributes={
+                GenAI.OPERATION: "chat",
+                GenAI.PROVIDER: GenAI.ANTHROPIC,
+                GenAI.REQUEST_MODEL: request.model,
+                GenAI.REQUEST_MAX_TOKENS: request.max_tokens,
+                GenAI.CONVERSATION_ID: state.run_id,
+            },
+        )
+        span.set_content(GenAI.SYSTEM_INSTRUCTIONS, request.system)
+        span.set_content(GenAI.INPUT_MESSAGES, request.messages)
+        began = clock.monotonic()
+        try:
+            response = await call.send()
+        except BaseException as exc:
+            error = type(exc).__name__
+            span.fail(error, str(exc))
+            span.end()
+            tracer.record_model_call(
+                request_model=request.model,
+                response_model=None,
+                input_tokens=None,
+                output_tokens=None,
+                seconds=clock.monotonic() - began,
+                error_type=error,
+            )
+            raise
+        usage = response.usage
+        # GenAI: input_tokens counts every input token, cached ones included (Anthropic's
+        # input_tokens leaves the cache reads and writes out)
+        input_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        span.set(GenAI.RESPONSE_MODEL, response.model)
+        span.set(GenAI.RESPONSE_ID, response.request_id or None)
+        span.set(GenAI.INPUT_TOKENS, input_tokens)
+        span.set(GenAI.OUTPUT_TOKENS, usage.output_tokens)
+        span.set(GenAI.CACHE_READ_TOKENS, usage.cache_read_tokens)
+        span.set(GenAI.CACHE_CREATION_TOKENS, usage.cache_write_tokens)
+        span.set(GenAI.FINISH_REASONS, [response.stop_reason or ""])
+        span.set_content(
+            GenAI.OUTPUT_MESSAGES, [{"role": "assistant", "content": list(response.content)}]
+        )
+        span.end()
+        tracer.record_model_call(
+            request_model=request.model,
+            response_model=response.model,
+            input_tokens=input_tokens,
+            output_tokens=usage.output_tokens,
+            seconds=clock.monotonic() - began,
+            error_type=None,
+        )
+        return response
 
 
 class BudgetedCall:

@@ -23,7 +23,7 @@ from companyd._aio import race
 from companyd.agents._tools import Tool, ToolCallContext, ToolError, json_schema
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
-from companyd.runs import RunOutcome, Task, new_id
+from companyd.runs import RunOutcome, RunStatus, Task, new_id
 
 __all__ = ["DEFAULT_COLLEAGUE_TIMEOUT", "Colleagues", "Desk"]
 
@@ -155,6 +155,9 @@ class Colleagues:
         outcome = await self._wait(
             task, f"{target} did not answer", asker.colleague_timeout_seconds
         )
+        if outcome.status is RunStatus.UNVERIFIED:
+            # an answer, but one that claims work its run does not show: the asker sees both
+            return f"{outcome.answer}\n\n(⚠ unverified: {outcome.reason})"
         if not outcome.ok:
             raise ToolError(f"{target} could not answer: {outcome.status} ({outcome.reason})")
         return outcome.answer

@@ -20,10 +20,11 @@ from companyd.agents._run import RunState
 from companyd.agents._tools import MemoryPort, ToolBox
 from companyd.clock import Clock
 from companyd.config import AgentConfig
-from companyd.desk import Desk
+from companyd.desk import Desk, RateLimits
 from companyd.events import EventBus
 from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, Task
+from companyd.telemetry import NO_TRACING, Tracer
 
 __all__ = ["AgentDeps", "InjectedCrash", "MarkerPort", "SpendPort", "StaffPort"]
 
@@ -141,6 +142,22 @@ class StaffPort(Protocol):
         """The API refused the key."""
         ...
 
+    def quota_wall(self, model: str) -> float | None:
+        """When ``model``'s quota wall ends, or None when it may be called now."""
+        ...
+
+    def meet_quota_wall(self, model: str, retry_after: float | None) -> float | None:
+        """A call of ``model`` was rate limited for ``retry_after`` s: its wall's end, if it
+        is one (longer than ``anthropic.quota_pause_after``), else None.
+        """
+        ...
+
+    def quota_walled(self, agent: str, message: str) -> str | None:
+        """Every model of ``agent``'s chain is walled: pause it until the first ends; the
+        reason its run ends with (None: a wall ended meanwhile, nothing paused).
+        """
+        ...
+
     def take_injected_crash(self, agent: str) -> None:
         """Raise :class:`InjectedCrash` if a crash of ``agent`` was requested."""
         ...
@@ -161,6 +178,8 @@ class AgentDeps:
         state_dir: the daemon's state directory (named in disk alerts).
         desk: the founder's desk (approvals of ``require_approval`` tools); None: such
             calls are refused.
+        rate_limits: ``tools.rate_limit`` (durable day counts); None: not applied.
+        tracer: where the run's spans go (docs/telemetry.md); by default nowhere.
     """
 
     staff: StaffPort
@@ -172,3 +191,5 @@ class AgentDeps:
     budget_exhausted_error: type[Exception]
     state_dir: Path
     desk: Desk | None = None
+    rate_limits: RateLimits | None = None
+    tracer: Tracer = NO_TRACING

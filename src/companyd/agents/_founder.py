@@ -211,9 +211,10 @@ class ResultApprovals:
             task_id=task.id,
             run_id=item.run_id or "",
             agent=item.agent,
-            status=RunStatus.OK,
+            status=RunStatus.UNVERIFIED if p.get("unverified") else RunStatus.OK,
             started=item.created,
             ended=item.created,
+            reason=p.get("unverified") or None,
             answer=str(p.get("answer") or ""),
             cost_usd=float(p.get("cost_usd") or 0.0),
         )
@@ -239,6 +240,9 @@ class ResultApprovals:
                     "cost_usd": outcome.cost_usd,
                     "round": rounds,
                     "follows": sent_back,
+                    "unverified": (
+                        outcome.reason if outcome.status is RunStatus.UNVERIFIED else None
+                    ),
                 },
                 timeout=self._timeout(task.agent),
             )
@@ -247,11 +251,17 @@ class ResultApprovals:
                 reason = "approved by the founder" + (
                     f" after {rounds - 1} change request(s)" if rounds > 1 else ""
                 )
+                if outcome.status is RunStatus.UNVERIFIED:
+                    # the founder saw the warning and approved: the run stays unverified
+                    reason += f"; unverified: {outcome.reason}"
                 return replace(outcome, reason=reason)
             if item.state is not ItemState.CHANGES:
                 why = item.text or "no reason given"
                 if item.state is ItemState.EXPIRED:
-                    why = f"no answer within {wait_text(item.deadline - item.created)}"
+                    why = (
+                        f"no answer within {wait_text(item.deadline - item.created)} "
+                        "(approval_timeout), which counts as a rejection"
+                    )
                 return replace(
                     outcome, status=RunStatus.FAILED, reason=f"rejected by the founder: {why}"
                 )
@@ -270,5 +280,5 @@ class ResultApprovals:
             held = self._held(task.id)  # a follow-up the journal resumed after a restart
             outcome = await (held if held is not None else self._submit(task))
             rounds += 1
-            if outcome.status is not RunStatus.OK:
+            if outcome.status not in (RunStatus.OK, RunStatus.UNVERIFIED):
                 return outcome

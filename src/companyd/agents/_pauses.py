@@ -2,20 +2,34 @@
 
 The operator pauses and resumes agents; a budget refusal pauses the agent until the budget
 period rolls over (``budget_reset`` event), the operator resumes it or raises the budget;
-the API's organisation spend limit and a refused API key pause every agent. Pauses survive
-a restart of the daemon: each change is journaled (in the background, a failure logged).
-A paused agent takes no new task; its current run ends on its own.
+the API's organisation spend limit and a refused API key pause every agent. A quota wall
+(every model of an agent's chain rate limited for longer than
+``anthropic.quota_pause_after``, :mod:`companyd.agents._walls`) pauses the agents it holds
+back *until a time*: they resume by themselves then (one ``quota_wall`` event when they
+stop, one ``quota_wall_lifted`` when they run again). Pauses survive a restart of the
+daemon: each change is journaled (in the background, a failure logged), a pause's end with
+it. A paused agent takes no new task; its current run ends on its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from companyd.agents._deps import SpendPort
-from companyd.clock import Clock
-from companyd.events import AgentPaused, AgentResumed, ApiKeyRefused, BudgetReset, Event, EventBus
+from companyd.clock import Clock, clock_time
+from companyd.events import (
+    AgentPaused,
+    AgentResumed,
+    ApiKeyRefused,
+    BudgetReset,
+    Event,
+    EventBus,
+    QuotaWall,
+    QuotaWallLifted,
+)
 from companyd.runs import Journal
 
 __all__ = ["Pause", "Pauses"]
@@ -23,10 +37,13 @@ __all__ = ["Pause", "Pauses"]
 
 @dataclass(frozen=True, slots=True)
 class Pause:
-    """Why an agent is paused; ``budget`` if a spent budget paused it."""
+    """Why an agent is paused; ``budget`` if a spent budget paused it; ``until`` the epoch
+    time it ends by itself (a quota wall), None if it lasts until resumed.
+    """
 
     reason: str
     budget: bool
+    until: float | None = None
 
 
 class Pauses:
@@ -40,6 +57,7 @@ class Pauses:
         spend: the spend book (is an agent's budget spent; the API spend limit).
         wake: called with an agent that was resumed (its mailbox may hold tasks).
         spawn: runs a journal write in the background.
+        timezone: the company's time zone, asked at each use (``HH:MM`` of a pause's end).
     """
 
     def __init__(
@@ -52,6 +70,7 @@ class Pauses:
         spend: SpendPort,
         wake: Callable[[str], None],
         spawn: Callable[[Coroutine[Any, Any, Any]], None],
+        timezone: Callable[[], str] = lambda: "UTC",
     ) -> None:
         self._agents = agents
         self._bus = bus
@@ -60,7 +79,10 @@ class Pauses:
         self._spend = spend
         self._wake = wake
         self._spawn = spawn
+        self._timezone = timezone
         self._paused: dict[str, Pause] = {}
+        #: end of pause → the timer that resumes its agents then
+        self._timers: dict[float, asyncio.Task[None]] = {}
 
     def __contains__(self, agent: object) -> bool:
         return agent in self._paused
@@ -73,9 +95,25 @@ class Pauses:
         """Agent → why it is paused."""
         return {a: p.reason for a, p in self._paused.items()}
 
-    def restore(self, agent: str, reason: str, budget: bool) -> None:
-        """Set a pause without journaling or telling anyone (restored at start-up)."""
-        self._paused[agent] = Pause(reason, budget)
+    def ends(self) -> dict[str, float]:
+        """Agent → when its pause ends by itself (quota walls only)."""
+        return {a: p.until for a, p in self._paused.items() if p.until is not None}
+
+    def restore(self, agent: str, reason: str, budget: bool, until: float | None = None) -> None:
+        """Set a pause without journaling or telling anyone (restored at start-up); one
+        with an end resumes its agent then (at once if that time has passed).
+        """
+        self._paused[agent] = Pause(reason, budget, until)
+        if until is not None:
+            self._arm(until)
+
+    def close(self) -> None:
+        """Cancel the timers of pauses with an end (the daemon is closing; the journal keeps
+        them for the next start).
+        """
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
 
     def forget_removed(self) -> None:
         """Drop the pauses of agents no longer configured (after a reload)."""
@@ -91,6 +129,7 @@ class Pauses:
         was = self._paused.get(agent)
         self._paused[agent] = Pause(reason, budget)
         self._spawn(self._journal.set_paused(agent, reason, budget, self._clock.time()))
+        # an operator's or a budget's pause replaces a wall's: it has no end
         if was is None or was.reason != reason:
             self._bus.publish(
                 AgentPaused(
@@ -100,6 +139,85 @@ class Pauses:
                     budget=budget,
                 )
             )
+
+    def pause_until(
+        self,
+        agents: Collection[str],
+        until: float,
+        reason: str,
+        *,
+        models: Collection[str] = (),
+        message: str = "",
+    ) -> None:
+        """A quota wall: pause ``agents`` until epoch ``until`` (``reason`` says why, e.g.
+        "rate limit until 14:35: …"), then resume them by themselves. Agents already paused
+        for another reason keep that pause; those already paused by a wall get the later
+        end. One ``quota_wall`` event when agents are newly held back: every agent paused
+        until that minute (the new ones first), the walled ``models`` and what the API said
+        (``message``); nothing when none is new.
+        """
+        newly: list[str] = []
+        for slug in agents:
+            if slug not in self._agents():
+                continue
+            was = self._paused.get(slug)
+            if was is not None and (was.until is None or was.until >= until):
+                continue
+            if was is None:
+                newly.append(slug)
+            self._paused[slug] = Pause(reason, False, until)
+            self._spawn(self._journal.set_paused(slug, reason, False, self._clock.time(), until))
+            self._bus.publish(
+                AgentPaused(source=f"agent/{slug}", agent=slug, reason=reason, budget=False)
+            )
+        self._arm(until)
+        if newly:
+            text = clock_time(until, self._timezone())
+            # Walls met at the same time by separate runs (agents on different models) are
+            # one story: the event names every agent held back until that minute, the
+            # newly paused first, and the pager folds it into the same message (its
+            # coalescing key is the time).
+            also = [
+                a
+                for a, p in self._paused.items()
+                if a not in newly
+                and p.until is not None
+                and clock_time(p.until, self._timezone()) == text
+            ]
+            self._bus.publish(
+                QuotaWall(
+                    source="agents",
+                    agents=newly + also,
+                    until=until,
+                    models=list(models),
+                    until_text=text,
+                    message=message,
+                )
+            )
+
+    def _arm(self, until: float) -> None:
+        """Make sure a timer resumes the agents whose pause ends at ``until``."""
+        if until not in self._timers:
+            self._timers[until] = asyncio.ensure_future(self._lift_at(until))
+
+    async def _lift_at(self, until: float) -> None:
+        """At ``until``, resume every agent whose pause ends then (or earlier) and say so
+        once (``quota_wall_lifted``).
+        """
+        try:
+            left = until - self._clock.time()
+            if left > 0:
+                await self._clock.sleep(left)
+        finally:
+            self._timers.pop(until, None)
+        now = self._clock.time()
+        lifted = [
+            a for a, p in list(self._paused.items()) if p.until is not None and p.until <= now
+        ]
+        resumed = [a for a in lifted if self.resume(a, "the quota wall's time came")]
+        if resumed:
+            text = clock_time(until, self._timezone())
+            self._bus.publish(QuotaWallLifted(source="agents", agents=resumed, until_text=text))
 
     def resume(self, agent: str, reason: str = "operator") -> bool:
         """Let ``agent`` run again; False if it was not paused."""

@@ -10,7 +10,9 @@
   declares, after company.yaml's allow/deny lists. One bad MCP server never stops the
   agent: it runs without that server's tools, an ``mcp_server_failed`` alert says why, and
   the server is tried again with a growing wait until it comes up (its tools are added then)
-  or the agent stops.
+  or the agent stops; a server that dies later (found by a call: it exited, or a resource
+  limit killed it) is restarted the same way. Each server runs in its sandbox
+  (:mod:`companyd.sandbox`, docs/tools.md).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from companyd._aio import cancel_and_wait
 from companyd.agents._colleagues import Colleagues
@@ -35,11 +39,15 @@ from companyd.agents._tools import (
     memory_tools,
 )
 from companyd.clock import Clock
-from companyd.config import AgentConfig, CompanyConfig
-from companyd.desk import Desk, Proposals
-from companyd.events import EventBus, McpServerRecovered, Severity
-from companyd.events import McpServerFailed as McpServerFailedEvent  # the exception's name
+from companyd.config import AgentConfig, CompanyConfig, McpServerSpec
+from companyd.desk import Desk, Proposals, ToolStore
+from companyd.events import EventBus, McpServerRecovered, Severity, ToolsQuarantined
+from companyd.events import (
+    McpServerFailed as McpServerFailedEvent,  # the exception's name
+)
 from companyd.runs import Journal
+from companyd.sandbox import Launch, ToolSandbox
+from companyd.storage import DB_ERRORS
 
 __all__ = ["Provisions"]
 
@@ -58,6 +66,10 @@ class Provisions:
         colleagues: the consult and delegate tools.
         proposals: the improver's proposal store, if any.
         desk: the founder's desk (``ask_founder`` for agents with ``tools.ask_founder``).
+        sandbox: starts each MCP server in its sandbox (docs/tools.md); None: as the
+            daemon's own children (tests of the bare runtime).
+        tool_store: the approved catalogues of the MCP servers (changed-tool quarantine);
+            None: every listed tool is offered.
     """
 
     def __init__(
@@ -71,6 +83,8 @@ class Provisions:
         colleagues: Colleagues,
         proposals: Proposals | None,
         desk: Desk | None = None,
+        sandbox: ToolSandbox | None = None,
+        tool_store: ToolStore | None = None,
     ) -> None:
         self._config = config
         self._bus = bus
@@ -80,6 +94,12 @@ class Provisions:
         self._colleagues = colleagues
         self._proposals = proposals
         self._desk = desk
+        self._sandbox = sandbox
+        self._tool_store = tool_store
+        #: (agent, server) → what a running MCP server offers in which toolbox
+        self._live: dict[tuple[str, str], _Live] = {}
+        #: agent → its configuration and toolbox, as last built (``companyd tools``)
+        self._boxes: dict[str, tuple[AgentConfig, ToolBox]] = {}
         self._prompts: dict[str, str] = {}
 
     def forget_prompts(self) -> None:
@@ -129,20 +149,37 @@ class Provisions:
         if agent.tools.ask_founder and self._desk is not None:
             tools.append(ask_founder_tool(self._desk, agent))
         box = ToolBox.build(tools, agent.tools)
+        self._boxes[agent.slug] = (agent, box)
         for name, spec in agent.mcp_servers.items():
             # One bad server never stops the agent: it runs without that server's tools,
-            # an alert says why, and the server is tried again with backoff.
+            # an alert says why, and the server is tried again with backoff — also when it
+            # dies later (it exited, a resource limit killed it).
+            server: McpToolServer | None
+            added: list[str] = []
             try:
-                server = await stack.enter_async_context(McpToolServer(name, spec))
+                server = await stack.enter_async_context(self._server(agent, name, spec))
             except McpServerFailed as exc:
                 self._mcp_failed(agent.slug, name, exc.reason, 1, MCP_RETRY_MIN_SECONDS)
-                retry = asyncio.create_task(
-                    self._retry_mcp(agent, name, box), name=f"mcp-retry:{agent.slug}:{name}"
-                )
-                stack.push_async_callback(cancel_and_wait, retry)
-                continue
-            box.add(server.tools, agent.tools)
+                server = None
+            else:
+                added = await self._offer(agent, name, box, server, [])
+            keep = asyncio.create_task(
+                self._keep_mcp(agent, name, box, server, added),
+                name=f"mcp-keeper:{agent.slug}:{name}",
+            )
+            stack.push_async_callback(cancel_and_wait, keep)
         return box
+
+    def _server(self, agent: AgentConfig, name: str, spec: McpServerSpec) -> McpToolServer:
+        """An MCP server of ``agent``, started in its sandbox (when there is one)."""
+        sandbox = self._sandbox
+        if sandbox is None:
+            return McpToolServer(name, spec)
+
+        def launch() -> Awaitable[Launch]:
+            return sandbox.launch(agent.slug, name, spec)
+
+        return McpToolServer(name, spec, launcher=launch)
 
     def _mcp_failed(
         self, agent: str, server: str, reason: str, attempt: int, retry_in: float
@@ -170,26 +207,45 @@ class Provisions:
             )
         )
 
-    async def _retry_mcp(self, agent: AgentConfig, name: str, box: ToolBox) -> None:
-        """Start ``name`` again after a growing wait until it comes up, then keep it (and
-        its tools in ``box``) until the agent stops and cancels this task.
+    async def _keep_mcp(
+        self,
+        agent: AgentConfig,
+        name: str,
+        box: ToolBox,
+        server: McpToolServer | None,
+        added: list[str],
+    ) -> None:
+        """Keep MCP server ``name`` of ``agent`` up until the agent stops and cancels this
+        task: while it is down (it failed to start, ``server`` is None, or it died — found
+        by a call), start it again after a growing wait; when it comes up its tools replace
+        the old ones in ``box``. Each failure episode is one warning alert; later attempts
+        only count.
         """
         spec = agent.mcp_servers[name]
+        owned: McpToolServer | None = None  # started here, so stopped here (anyio scopes)
         delay = MCP_RETRY_MIN_SECONDS
         attempt = 1
-        while True:
-            await self._clock.sleep(delay)
-            attempt += 1
-            try:
-                server = McpToolServer(name, spec)
-                await server.__aenter__()
-            except McpServerFailed as exc:
-                delay = min(delay * 2, MCP_RETRY_MAX_SECONDS)
-                self._mcp_failed(agent.slug, name, exc.reason, attempt, delay)
-                continue
-            added: list[str] = []
-            try:
-                added = box.add(server.tools, agent.tools)
+        try:
+            while True:
+                if server is not None:
+                    await server.dead.wait()
+                    self._mcp_failed(agent.slug, name, server.death, 1, MCP_RETRY_MIN_SECONDS)
+                    closing, owned = owned, None
+                    if closing is not None:
+                        await closing.__aexit__(None, None, None)
+                    server = None
+                    delay, attempt = MCP_RETRY_MIN_SECONDS, 1
+                await self._clock.sleep(delay)
+                attempt += 1
+                try:
+                    candidate = self._server(agent, name, spec)
+                    await candidate.__aenter__()
+                except McpServerFailed as exc:
+                    delay = min(delay * 2, MCP_RETRY_MAX_SECONDS)
+                    self._mcp_failed(agent.slug, name, exc.reason, attempt, delay)
+                    continue
+                server = owned = candidate
+                added = await self._offer(agent, name, box, server, added)
                 log.info("agent %s: MCP server %r is up at attempt %d", agent.slug, name, attempt)
                 self._bus.publish(
                     McpServerRecovered(
@@ -200,7 +256,146 @@ class Provisions:
                         tools=sorted(added),
                     )
                 )
-                await asyncio.Event().wait()  # until the agent stops
-            finally:
+        finally:
+            live = self._live.get((agent.slug, name))
+            if live is not None and live.box is box:
+                del self._live[(agent.slug, name)]
+            if owned is not None:
                 box.remove(added)
-                await server.__aexit__(None, None, None)
+                await owned.__aexit__(None, None, None)
+
+    async def _offer(
+        self,
+        agent: AgentConfig,
+        name: str,
+        box: ToolBox,
+        server: McpToolServer,
+        before: list[str],
+    ) -> list[str]:
+        """Put the tools of ``server`` the founder approved into ``box`` (in place of
+        ``before``, its previous tools): the first catalogue of a server is approved as it
+        is; a new or changed tool is held back, and the founder told once. The names added.
+        """
+        tools = server.tools
+        if self._tool_store is not None:
+            offered = {t.name for t in tools}
+            definitions = {
+                t.name: _definition(t) for t in server.listed if getattr(t, "name", "") in offered
+            }
+            try:
+                cat = await self._tool_store.check_catalogue(
+                    agent.slug, name, definitions, now=self._clock.time()
+                )
+            except DB_ERRORS as exc:
+                # fail closed: nothing unapproved is offered while the store cannot say
+                log.warning(
+                    "agent %s: MCP server %r: its approved catalogue cannot be read (%r); "
+                    "none of its tools is offered until it can",
+                    agent.slug,
+                    name,
+                    exc,
+                )
+                tools = []
+            else:
+                if cat.newly_held:
+                    log.warning(
+                        "agent %s: MCP server %r offers new or changed tools, held back until "
+                        "`companyd tools approve %s`: %s",
+                        agent.slug,
+                        name,
+                        name,
+                        ", ".join(f"{k} ({v})" for k, v in sorted(cat.newly_held.items())),
+                    )
+                    self._bus.publish(
+                        ToolsQuarantined(
+                            source=f"agent/{agent.slug}",
+                            agent=agent.slug,
+                            server=name,
+                            tools=dict(sorted(cat.newly_held.items())),
+                        )
+                    )
+                tools = [t for t in tools if t.name in cat.offered]
+        box.remove(before)
+        added = box.add(tools, agent.tools)
+        self._live[(agent.slug, name)] = _Live(agent, box, server, added)
+        return added
+
+    async def release(self, server: str, agent: str | None = None) -> list[tuple[str, str]]:
+        """The founder approves the held-back tools of MCP server ``server`` (of ``agent``,
+        or of every agent with a server of that name): they are offered at once to the
+        running agents, no restart. ``[(agent, tool)]`` approved.
+        """
+        if self._tool_store is None:
+            return []
+        approved = await self._tool_store.approve(server, agent)
+        for (slug, name), live in list(self._live.items()):
+            if name == server and (agent is None or slug == agent):
+                live.added = await self._offer(live.agent, name, live.box, live.server, live.added)
+        return approved
+
+    @property
+    def tool_store(self) -> ToolStore | None:
+        """The approved catalogues and daily counts (None: not kept)."""
+        return self._tool_store
+
+    def tool_rows(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """Every tool of every started agent (or of ``agent``), for ``companyd tools``:
+        ``{agent, tool, origin, risk, policy, rate_limit, quarantined}``; the held-back tools
+        of its MCP servers included (``quarantined: true``).
+        """
+        rows: list[dict[str, Any]] = []
+        for slug, (cfg, box) in sorted(self._boxes.items()):
+            if agent is not None and slug != agent:
+                continue
+            for t in box.tools.values():
+                rows.append(_row(cfg, t, box.needs_approval(t.name), False))
+            for (a, _), live in sorted(self._live.items(), key=lambda kv: kv[0]):
+                if a != slug or live.box is not box:
+                    continue
+                for t in live.server.tools:
+                    if t.name not in live.added and t.name not in box.tools:
+                        rows.append(_row(cfg, t, t.approval, True))
+        return rows
+
+
+@dataclass
+class _Live:
+    """A running MCP server of an agent and what it offers in the agent's toolbox."""
+
+    agent: AgentConfig
+    box: ToolBox
+    server: McpToolServer
+    added: list[str]
+
+
+def _row(agent: AgentConfig, tool: Tool, asks: bool, held: bool) -> dict[str, Any]:
+    name = tool.name
+    if name in agent.require_approval:
+        policy = "approval (require_approval)"
+    elif name in agent.tools.allow_without_approval:
+        policy = "free (allow_without_approval)"
+    elif asks:
+        policy = "approval (risk)"
+    else:
+        policy = "free"
+    origin = tool.family.removeprefix("external:")
+    return {
+        "agent": agent.slug,
+        "tool": name,
+        "origin": f"mcp server {origin}" if tool.family.startswith("external:") else origin,
+        "risk": tool.risk or "built-in",
+        "policy": policy,
+        "rate_limit": agent.tools.rate_limit.get(name),
+        "quarantined": held,
+    }
+
+
+def _definition(tool: Any) -> dict[str, Any]:
+    """What of a listed MCP tool the approved catalogue fingerprints."""
+    ann = getattr(tool, "annotations", None)
+    return {
+        "name": tool.name,
+        "description": tool.description or "",
+        "input_schema": tool.input_schema or {},
+        "annotations": ann.model_dump(exclude_none=True, mode="json") if ann is not None else {},
+    }

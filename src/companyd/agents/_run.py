@@ -25,6 +25,7 @@ from companyd._aio import race
 from companyd.agents._breaker import Breaker
 from companyd.llm import Message, ToolResultBlock, ToolUseBlock, Usage
 from companyd.runs import RunStatus, Task
+from companyd.telemetry import NO_SPAN, Span
 
 __all__ = [
     "PendingTool",
@@ -81,9 +82,17 @@ class RunState:
     pending: list[PendingTool] = field(default_factory=list)
     #: stop_reason of the last journaled model response (rebuilt on resume)
     last_stop: str = ""
+    #: follow-ups sent because the answer did not hold (``on_unmet: retry``; rebuilt on
+    #: resume from the journaled ``verification`` steps)
+    verify_retries: int = 0
+    #: why the last answer did not hold, while its follow-up waits for the model's next
+    #: step (a limit that stops the run there says it)
+    unverified: str | None = None
     #: why the task was withdrawn (its asker stopped waiting), once it is
     withdrawn: str | None = None
     withdrawn_signal: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the run's ``invoke_agent`` span: the parent of its model and tool calls' spans
+    span: Span = NO_SPAN
 
     def withdraw(self, reason: str) -> None:
         """Nobody waits for this run's outcome any more: its agent cancels it now."""

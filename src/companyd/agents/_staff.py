@@ -38,13 +38,16 @@ from companyd.agents._pauses import Pauses
 from companyd.agents._provision import Provisions
 from companyd.agents._run import RunState
 from companyd.agents._tools import ToolBox
-from companyd.clock import Clock
+from companyd.agents._walls import WALL_REASON, QuotaWalls
+from companyd.clock import Clock, clock_time
 from companyd.config import AgentConfig, CompanyConfig
-from companyd.desk import Desk, Proposals
+from companyd.desk import Desk, Proposals, RateLimits, ToolStore
 from companyd.events import EventBus
 from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, RunStatus, Task, TaskState
+from companyd.sandbox import ToolSandbox, tool_server_secrets
 from companyd.supervision import ChildContext, ChildFn
+from companyd.telemetry import NO_TRACING, Tracer
 
 __all__ = ["Staff"]
 
@@ -67,6 +70,7 @@ class Staff:
         proposals: the improver's proposal store (gives agents with ``can_modify`` their
             tools).
         desk: the founder's desk (approvals and ``ask_founder``), if any.
+        tool_store: the tools store (rate-limit counts, MCP catalogues), if any.
     """
 
     def __init__(
@@ -83,6 +87,8 @@ class Staff:
         state_dir: Path,
         proposals: Proposals | None = None,
         desk: Desk | None = None,
+        tool_store: ToolStore | None = None,
+        tracer: Tracer = NO_TRACING,
     ) -> None:
         self._config = config
         self.bus = bus
@@ -103,7 +109,9 @@ class Staff:
             spend=spend,
             wake=self.mailboxes.wake,
             spawn=self._spawn,
+            timezone=lambda: self._config.timezone,
         )
+        self.walls = QuotaWalls(config.spec.anthropic.quota_pause_after)
         self.colleagues = Colleagues(self, clock)
         self.provisions = Provisions(
             config=lambda: self._config,
@@ -114,6 +122,18 @@ class Staff:
             colleagues=self.colleagues,
             proposals=proposals,
             desk=desk,
+            sandbox=ToolSandbox(
+                state_dir,
+                protected=tool_server_secrets(config.path),
+            ),
+            tool_store=tool_store,
+        )
+        rate_limits = (
+            None
+            if tool_store is None
+            else RateLimits(
+                tool_store, bus=bus, clock=clock, timezone=lambda: self._config.timezone
+            )
         )
         #: What each agent is built from (a fresh Agent per start of its child).
         self.agent_deps = AgentDeps(
@@ -126,6 +146,8 @@ class Staff:
             budget_exhausted_error=budget_exhausted_error,
             state_dir=state_dir,
             desk=desk,
+            rate_limits=rate_limits,
+            tracer=tracer,
         )
         self._agent_tasks: dict[str, asyncio.Task[Any]] = {}
         self._injected: set[str] = set()
@@ -185,9 +207,10 @@ class Staff:
         )
         if gone:
             log.warning("withdrew %d task(s) of agents no longer in company.yaml", gone)
+        ends = await self.journal.paused_until()
         for agent, (reason, budget) in (await self.journal.paused()).items():
             if agent in self.mailboxes:
-                self.pauses.restore(agent, reason, budget)
+                self.pauses.restore(agent, reason, budget, ends.get(agent))
         for slug in self._config.agents:
             self.mailboxes.restore(slug, await self.journal.queued_tasks(slug))
         self.mailboxes.restored(await self.journal.open_tasks())
@@ -220,6 +243,7 @@ class Staff:
         (the daemon is closing).
         """
         self._remove_listener()
+        self.pauses.close()
         self.mailboxes.cancel_waiters()
 
     # -- the task sink ------------------------------------------------------------------
@@ -449,6 +473,63 @@ class Staff:
         """The API refused the key (HTTP 401): pause every agent, one critical event."""
         self.pauses.api_key_refused(message)
 
+    # -- quota walls (agents/_walls.py) ------------------------------------------------------
+
+    def quota_wall(self, model: str) -> float | None:
+        """When ``model``'s quota wall ends, or None when it may be called now."""
+        return self.walls.until(model, self.clock.time())
+
+    def meet_quota_wall(self, model: str, retry_after: float | None) -> float | None:
+        """A call of ``model`` was rate limited for ``retry_after`` seconds: if that is a
+        wall (longer than ``anthropic.quota_pause_after``), remember it and return its end.
+        """
+        if not self.walls.is_wall(retry_after):
+            return None
+        assert retry_after is not None
+        until = self.clock.time() + retry_after
+        self.walls.note(model, until)
+        return until
+
+    def quota_walled(self, agent: str, message: str) -> str | None:
+        """Every model of ``agent``'s chain is behind a quota wall: pause it — and every
+        other agent whose whole chain is walled — until the first of its models may be
+        called again (one ``quota_wall`` event). The reason the paused agents show; None
+        when a wall ended meanwhile (nothing paused: the run fails as before).
+        """
+        now = self.clock.time()
+        chains = {slug: a.model.chain for slug, a in self._config.agents.items()}
+        until = self.walls.chain_until(chains.get(agent, ()), now)
+        if until is None:
+            return None
+        tz = self._config.timezone
+        text = clock_time(until, tz)
+        reason = f"{WALL_REASON}{text}: {message}"
+        held = [agent] + [
+            slug
+            for slug, chain in chains.items()
+            if slug != agent and self.walls.chain_until(chain, now) is not None
+        ]
+        models = sorted({m for slug in held for m in chains.get(slug, ())})
+        by_end = {slug: self.walls.chain_until(chains[slug], now) or until for slug in held}
+        for end in sorted(set(by_end.values())):
+            self.pauses.pause_until(
+                [slug for slug, e in by_end.items() if e == end],
+                end,
+                f"{WALL_REASON}{clock_time(end, tz)}: {message}",
+                models=models,
+                message=message,
+            )
+        return reason
+
+    def rate_limited_until(self, agent: str) -> float | None:
+        """When ``agent``'s quota-wall pause ends, or None when no wall pauses it (the
+        scheduler records its fires meanwhile ``skipped: rate limited until HH:MM``).
+        """
+        pause = self.pauses.get(agent)
+        if pause is None or pause.until is None or pause.until <= self.clock.time():
+            return None
+        return pause.until
+
     def resume_budget_paused(self, reason: str) -> list[str]:
         """Resume every agent paused for its budget whose budgets now allow spending."""
         return self.pauses.resume_budget_paused(reason)
@@ -492,6 +573,7 @@ class Staff:
         Once the supervision tree has stopped removed agents, call :meth:`drop_removed`.
         """
         self._config = config
+        self.walls.threshold = config.spec.anthropic.quota_pause_after
         self.provisions.forget_prompts()
         for slug in config.agents:
             self.mailboxes.ensure(slug)

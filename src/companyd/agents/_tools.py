@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -27,12 +28,13 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from companyd.config import McpServerSpec, ToolsSpec
 from companyd.errors import CompanydError
 from companyd.llm import ToolDef, ToolResultBlock, ToolUseBlock
 from companyd.memory import MemoryToolError, MemoryUnavailable, tool_definitions
+from companyd.sandbox import Launch, SandboxUnavailable
 
 __all__ = [
     "MCP_RETRY_MAX_SECONDS",
@@ -43,6 +45,7 @@ __all__ = [
     "ToolBox",
     "ToolCallContext",
     "ToolError",
+    "tool_risk",
     "unknown_outcome_result",
 ]
 
@@ -87,6 +90,10 @@ class ToolCallContext:
     routine: str | None = None
     #: what is left of the run's ``max_seconds`` (None: no limit)
     run_seconds_left: float | None = None
+    #: the W3C trace context of the call's ``execute_tool`` span (``traceparent``), sent to
+    #: an MCP tool server in ``params._meta`` so its spans join the run's trace; empty when
+    #: not tracing
+    trace: Mapping[str, str] = field(default_factory=dict)
 
 
 Handler = Callable[[Mapping[str, Any], ToolCallContext], Awaitable[Any]]
@@ -114,6 +121,13 @@ class Tool:
     handler: Handler
     idempotent: bool = False
     family: str = ""
+    #: whether its calls wait for the founder by what the tool itself says (an MCP tool
+    #: under ``risk: from_annotations`` not annotated read-only, or ``risk: always_ask``);
+    #: the agent's ``require_approval`` / ``allow_without_approval`` override it
+    approval: bool = False
+    #: the risk as ``companyd tools`` shows it: ``read-only``, ``destructive``,
+    #: ``unannotated``, ``trusted``… ('' for built-in tools)
+    risk: str = ""
 
     def definition(self) -> ToolDef:
         """The tool as the model sees it: name, description, input schema."""
@@ -160,15 +174,11 @@ class ToolBox:
                 continue
             if t.name in kept:
                 # an external server reusing a built-in name gets its server prefix
-                t = Tool(
+                t = dataclasses.replace(
+                    t,
                     name=_API_BAD_CHARS.sub("_", f"{t.family.removeprefix('external:')}__{t.name}")[
                         :64
                     ],
-                    description=t.description,
-                    input_schema=t.input_schema,
-                    handler=t.handler,
-                    idempotent=t.idempotent,
-                    family=t.family,
                 )
             kept[t.name] = t
             added.append(t.name)
@@ -189,6 +199,13 @@ class ToolBox:
         """
         t = self.tools.get(name)
         return t is not None and t.idempotent
+
+    def needs_approval(self, name: str) -> bool:
+        """Whether tool ``name`` asks for the founder's approval by itself (its MCP
+        annotations and its server's ``risk``); False for an unknown tool.
+        """
+        t = self.tools.get(name)
+        return t is not None and t.approval
 
     def family(self, name: str) -> str | None:
         """The family of tool ``name`` (``memory``, ``colleagues``, …), None if unknown."""
@@ -244,31 +261,62 @@ class McpToolServer:
     ``tools/list``) within ``handshake_timeout_seconds``; the process is stopped first.
     """
 
-    def __init__(self, name: str, spec: McpServerSpec) -> None:
+    def __init__(
+        self,
+        name: str,
+        spec: McpServerSpec,
+        *,
+        launcher: Callable[[], Awaitable[Launch]] | None = None,
+    ) -> None:
         self.name = name
         self.spec = spec
         self.tools: list[Tool] = []
+        #: the raw ``tools/list`` entries (name, description, input schema, annotations)
+        self.listed: list[Any] = []
+        #: set when a call found the server gone (it exited, was killed by a limit); the
+        #: reason is in :attr:`death`
+        self.dead = asyncio.Event()
+        self.death = ""
+        self._launcher = launcher
         self._stack: contextlib.AsyncExitStack | None = None
         self._session: Any = None
+        self._sandboxed = False
 
-    async def __aenter__(self) -> McpToolServer:
-        from mcp import ClientSession
-        from mcp.client.stdio import StdioServerParameters, stdio_client
-
+    async def _launch(self) -> Launch:
+        if self._launcher is not None:
+            return await self._launcher()
+        # No launcher (a bare McpToolServer): the daemon's own child, as before sandboxes.
         env = dict(self.spec.env)
         for var, source in self.spec.env_from.items():
             value = os.environ.get(source)
             if value is not None:
                 env[var] = value
-        params = StdioServerParameters(
-            command=self.spec.command, args=list(self.spec.args), env=env or None
+        return Launch(
+            command=self.spec.command,
+            args=list(self.spec.args),
+            env=env,
+            cwd=None,
+            sandboxed=False,
         )
+
+    async def __aenter__(self) -> McpToolServer:
+        from mcp import ClientSession
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
         stack = contextlib.AsyncExitStack()
         limit = self.spec.handshake_timeout_seconds
         try:
             # Loop time, not the injected clock: anyio's cancel scopes inside the mcp SDK
             # must be left in this task, which asyncio.timeout guarantees.
             async with asyncio.timeout(limit):
+                launch = await self._launch()
+                self._sandboxed = launch.sandboxed
+                params = StdioServerParameters(
+                    command=launch.command,
+                    args=launch.args,
+                    env=launch.env or None,
+                    cwd=launch.cwd,
+                )
                 # errlog given each time: the SDK's default is the sys.stderr of the moment
                 # mcp.client.stdio was imported, which may be a stream without a descriptor.
                 read, write = await stack.enter_async_context(
@@ -280,12 +328,17 @@ class McpToolServer:
         except asyncio.CancelledError:
             await stack.aclose()
             raise
+        except SandboxUnavailable as exc:
+            with contextlib.suppress(Exception):
+                await stack.aclose()
+            raise McpServerFailed(self.name, f"was not started: {exc}") from None
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await stack.aclose()
             raise McpServerFailed(self.name, self._why(exc, limit)) from None
         self._stack = stack
         self._session = session
+        self.listed = list(listed.tools)
         declared = set(self.spec.idempotent_tools)
         refused: list[str] = []
         for t in listed.tools:
@@ -297,6 +350,7 @@ class McpToolServer:
                 continue
             ann = t.annotations
             hinted = bool(ann is not None and (ann.idempotent_hint or ann.read_only_hint))
+            risk, approval = tool_risk(self.spec.risk, ann)
             self.tools.append(
                 Tool(
                     name=t.name,
@@ -305,6 +359,8 @@ class McpToolServer:
                     handler=self._handler(t.name),
                     idempotent=t.name in declared or hinted,
                     family=f"external:{self.name}",
+                    approval=approval,
+                    risk=risk,
                 )
             )
         if refused:
@@ -336,9 +392,15 @@ class McpToolServer:
         from mcp.shared.exceptions import MCPError
 
         if isinstance(exc, MCPError):
+            where = (
+                "in its sandbox (its errors are in the daemon's log; docs/tools.md, "
+                "'Debugging a sandboxed server')"
+                if self._sandboxed
+                else "by hand, as the daemon's user, to see its error"
+            )
             return (
                 f"closed the connection during the MCP handshake ({exc}); it probably exited "
-                f"at once — run {command!r} by hand, as the daemon's user, to see its error"
+                f"at once — run {command!r} {where}"
             )
         return (
             f"failed during the MCP handshake: {type(exc).__name__}: {str(exc)[:200]} "
@@ -353,9 +415,16 @@ class McpToolServer:
 
     def _handler(self, tool_name: str) -> Handler:
         async def call(arguments: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+            if self.dead.is_set():
+                raise ToolError(
+                    f"MCP server {self.name!r} is not running (it {self.death}); it is being "
+                    "restarted — do not rely on its tools in this run"
+                )
             try:
                 async with asyncio.timeout(self.spec.timeout_seconds):
-                    result = await self._session.call_tool(tool_name, dict(arguments))
+                    result = await self._session.call_tool(
+                        tool_name, dict(arguments), meta=cast(Any, dict(ctx.trace)) or None
+                    )
             except TimeoutError:
                 raise ToolError(
                     f"tool {tool_name!r} of MCP server {self.name!r} did not answer within "
@@ -367,6 +436,17 @@ class McpToolServer:
                 while isinstance(exc, ExceptionGroup) and exc.exceptions:
                     exc = exc.exceptions[0]
                 log.warning("MCP server %r failed during %r: %r", self.name, tool_name, exc)
+                if not self.dead.is_set():
+                    lim = self.spec.limits
+                    self.death = (
+                        f"failed during {tool_name!r} ({type(exc).__name__}: "
+                        f"{str(exc)[:200] or 'no detail'}); it exited or was killed — "
+                        "perhaps by one of its limits (memory_mb "
+                        f"{lim.memory_mb or 'unlimited'}, processes "
+                        f"{lim.processes or 'unlimited'}, open_files "
+                        f"{lim.open_files or 'unlimited'})"
+                    )
+                    self.dead.set()
                 raise ToolError(
                     f"MCP server {self.name!r} failed during {tool_name!r}: "
                     f"{type(exc).__name__}: {str(exc)[:200] or 'no detail'}; it may have "
@@ -383,6 +463,32 @@ class McpToolServer:
             return body
 
         return call
+
+
+def tool_risk(policy: str, annotations: Any) -> tuple[str, bool]:
+    """``(risk, asks for approval)`` of an MCP tool with ``annotations`` on a server with
+    ``risk: policy``. By the MCP spec's defaults an unannotated tool is not read-only and
+    may destroy, so under ``from_annotations`` only a tool annotated ``readOnlyHint: true``
+    (and not ``destructiveHint: true``) runs without the founder's approval. Annotations
+    are the server's word, not a security boundary: the sandbox is.
+    """
+    read_only = bool(annotations is not None and annotations.read_only_hint is True)
+    destructive_hint = None if annotations is None else annotations.destructive_hint
+    if read_only and destructive_hint is not True:
+        risk = "read-only"
+    elif destructive_hint is True:
+        risk = "destructive"
+    elif annotations is None or (
+        annotations.read_only_hint is None and annotations.destructive_hint is None
+    ):
+        risk = "unannotated (may destroy)"
+    else:
+        risk = "not read-only" if destructive_hint is None else "non-destructive write"
+    if policy == "trusted":
+        return f"{risk}; server trusted", False
+    if policy == "always_ask":
+        return f"{risk}; server always asks", True
+    return risk, risk != "read-only"
 
 
 def json_schema(properties: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:

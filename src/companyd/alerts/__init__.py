@@ -21,20 +21,27 @@ if TYPE_CHECKING:
     from companyd.alerts.check import check_telegram
     from companyd.alerts.notify import FallbackCompany, fallback_company, notify_failure
     from companyd.alerts.service import AlertService
+    from companyd.alerts.setup import SetupFailed, telegram_setup
     from companyd.alerts.telegram import resolve_settings
 
 
 __all__ = [
+    "STORE_STEPS",
     "AlertService",
     "FallbackCompany",
+    "SetupFailed",
     "check_telegram",
     "fallback_company",
     "notify_failure",
     "resolve_settings",
+    "telegram_setup",
 ]
 
 
 _HOMES: dict[str, str] = {
+    "SetupFailed": "companyd.alerts.setup",
+    "telegram_setup": "companyd.alerts.setup",
+    "STORE_STEPS": "companyd.alerts.outbox",
     "AlertService": "companyd.alerts.service",
     "FallbackCompany": "companyd.alerts.notify",
     "check_telegram": "companyd.alerts.check",

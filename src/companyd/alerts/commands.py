@@ -140,7 +140,12 @@ class Commands:
             task.add_done_callback(self.tasks.discard)
             return
         reply = await command_reply(
-            self._admin, name, args, self._book.policy.agents, by=_who(update.effective_user)
+            self._admin,
+            name,
+            args,
+            self._book.policy.agents,
+            by=_who(update.effective_user),
+            now=self._clock.time(),
         )
         await self._reply(msg, reply)
 
@@ -306,14 +311,18 @@ class Commands:
                 exc = AdminError(f"the follow-up failed inside companyd ({type(exc).__name__})")
             await self._fail(follow, msg, f"⚠️ {exc}")
             return
-        if result.status != "ok":
+        unverified = result.status == "unverified"
+        if result.status != "ok" and not unverified:
             why = f"⚠️ {follow.agent} did not answer: {result.status}: {result.reason}"
             await self._fail(follow, msg, why)
             return
         chat_id = follow.chat_id
+        data = {**result_data("ask", result), "agent": follow.agent}
+        if unverified:  # an answer, but one its run does not back: sent with the warning
+            data["unverified"] = result.reason or "unverified"
         recs = result_records(
             self._book,
-            {**result_data("ask", result), "agent": follow.agent},
+            data,
             kind="reply",
             now=self._clock.time(),
             chats=[chat_id],

@@ -17,7 +17,12 @@ when it names an ``expected_output``, nothing otherwise). :class:`Results` takes
 * ``file`` — writes ``<state_dir>/outputs/<routine>/<date>-<run>.md`` atomically.
 
 A delivery that cannot be made publishes ``result_undelivered`` (an alert with the reason);
-one made publishes ``result_delivered`` (logged). :func:`result_records` also makes the
+one made publishes ``result_delivered`` (logged). Nothing is silent: each delivery is also
+recorded in the run's record (:class:`DeliveryLog`, the run journal: ``runs show``) — done
+(with the Telegram message id, the file, the memory entity), queued (in the outbox, or for
+the digest) or not made and why — and a result that could not be delivered (Telegram not
+configured or refusing, a file that cannot be written) is kept in the founder's inbox
+(a ``kept`` desk item), never nowhere. :func:`result_records` also makes the
 messages of a follow-up's answer (``kind`` ``reply``: sent only to the chat it answers, as
 a reply to the founder's message).
 """
@@ -26,13 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from companyd._fs import make_dirs, write_atomic
+from companyd.admin import ResultDelivery
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.digest import next_digest
 from companyd.alerts.outbox import AlertRecord, Delivery
@@ -44,6 +51,7 @@ from companyd.events import EventBus, ResultDelivered, ResultUndelivered, Routin
 __all__ = [
     "CAPTION_LIMIT",
     "MAX_PARTS",
+    "DeliveryLog",
     "MemoryPort",
     "Results",
     "document_body",
@@ -77,6 +85,46 @@ class MemoryPort(Protocol):
         ...
 
 
+class DeliveryLog(Protocol):
+    """Where the pager records what became of each result (the daemon's: the run journal
+    and the founder's desk, :class:`companyd.daemon.deliveries.ResultRecords`).
+    """
+
+    async def record(self, run_id: str, entry: ResultDelivery) -> None:
+        """Add ``entry`` to run ``run_id``'s record (``runs show``)."""
+        ...
+
+    async def keep(self, data: Mapping[str, Any], reason: str) -> str | None:
+        """Keep an undelivered result in the founder's inbox (once per run); the item's id,
+        or None when there is no inbox to keep it in.
+        """
+        ...
+
+
+def delivery(
+    to: str,
+    outcome: str,
+    text: str,
+    *,
+    at: float,
+    where: str | None = None,
+    message_id: int | None = None,
+    reason: str | None = None,
+    kept: str | None = None,
+) -> ResultDelivery:
+    """One record of a delivery (see :class:`~companyd.admin.blocks.ResultDelivery`)."""
+    return {
+        "to": to,
+        "outcome": outcome,
+        "at": at,
+        "where": where,
+        "message_id": message_id,
+        "reason": reason,
+        "kept": kept,
+        "text": text,
+    }
+
+
 def _usd(value: Any) -> str:
     try:
         return f"${float(value):.4f}"
@@ -84,11 +132,28 @@ def _usd(value: Any) -> str:
         return "$?"
 
 
+def unverified_line(data: Mapping[str, Any]) -> str:
+    """``⚠ unverified: <why>`` for a result whose run ended ``unverified`` (its answer did
+    not hold against the run's record, docs/agents.md "Verification"); "" otherwise.
+    """
+    why = data.get("unverified")
+    return f"⚠ unverified: {why}" if why else ""
+
+
+def _warned(head: str, data: Mapping[str, Any]) -> str:
+    """``head``, with the unverified warning on the line under it (seen before the result)."""
+    warning = unverified_line(data)
+    return f"{head}\n{warning}" if warning else head
+
+
 def result_text(data: Mapping[str, Any]) -> str:
-    """The message for a result (``routine`` set) or a follow-up's answer (``reply_to``)."""
+    """The message for a result (``routine`` set) or a follow-up's answer (``reply_to``);
+    an unverified result says so under its heading.
+    """
     agent = str(data.get("agent") or "?")
     answer = str(data.get("answer") or "").strip() or "(no answer)"
     head = f"📝 {data['routine']} — {agent}" if data.get("routine") else f"💬 {agent}"
+    head = _warned(head, data)
     tail = f"{_usd(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
     return redact(f"{head}\n\n{answer}\n\n— {tail}")
 
@@ -101,9 +166,11 @@ def document_body(data: Mapping[str, Any], when: float, tz: ZoneInfo) -> str:
     at = datetime.fromtimestamp(when, tz).strftime("%Y-%m-%d %H:%M %Z")
     title = data.get("routine") or f"{data.get('agent')}'s answer"
     answer = str(data.get("answer") or "").strip()
+    warning = unverified_line(data)
     head = (
         f"# {title} — {at}\n\n"
         f"{data.get('agent')} · {_usd(data.get('cost_usd'))} · {data.get('run_id')}\n\n"
+        + (f"**{warning}**\n\n" if warning else "")
     )
     return redact(head + answer + "\n")
 
@@ -120,6 +187,7 @@ def document_of(data: Mapping[str, Any], when: float, tz: ZoneInfo) -> tuple[str
     preview = "\n".join(answer.splitlines()[:PREVIEW_LINES])[:PREVIEW_CHARS].rstrip()
     agent = str(data.get("agent") or "?")
     head = f"📝 {data['routine']} — {agent}" if data.get("routine") else f"💬 {agent}"
+    head = _warned(head, data)
     size = f"{len(answer):,} characters"
     tail = f"— {_usd(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
     caption = f"{head}\n📎 the whole result ({size}): {name}\n\n{preview}…\n\n{tail}"
@@ -200,15 +268,26 @@ class Results:
         state_dir: where ``outputs/`` is.
         bus: where ``result_delivered`` / ``result_undelivered`` go.
         memory: the company memory, or None (``memory`` deliveries are then refused).
+        log: where each delivery is recorded and an undelivered result kept (None: only
+            the events and the daemon's log say it).
     """
 
     def __init__(
-        self, book: AlertBook, state_dir: Path, *, bus: EventBus, memory: MemoryPort | None
+        self,
+        book: AlertBook,
+        state_dir: Path,
+        *,
+        bus: EventBus,
+        memory: MemoryPort | None,
+        log: DeliveryLog | None = None,
     ) -> None:
         self._book = book
         self._state_dir = state_dir
         self._bus = bus
         self._memory = memory
+        self._log = log
+        #: why nothing goes to Telegram, while the pager runs without it (set by the service)
+        self.off_reason = "Telegram is not configured"
 
     async def take(
         self,
@@ -218,41 +297,182 @@ class Results:
     ) -> list[AlertRecord]:
         """Deliver one result: memory and file now; telegram and digest as outbox records
         (returned, not yet saved: the caller writes them with the rest of its batch). The
-        deliveries done (or queued) are appended to ``made``, the others to ``failed``.
+        deliveries done (or queued) are appended to ``made``, the others to ``failed``;
+        each is recorded in the run's record, and a result with a delivery not made is kept
+        in the founder's inbox.
         """
         data = event.data
         made = [] if made is None else made
         failed = [] if failed is None else failed
         records: list[AlertRecord] = []
+        # The records are written after every delivery is made: a pager stopping meanwhile
+        # may cut the records short, never a delivery (they come first, as before records).
+        notes: list[Callable[[], Awaitable[None]]] = []
         for to in event.deliver:
             try:
                 if to in ("telegram", "digest"):
                     queued = self._queue(to, data)
                     records += queued
-                    (made if queued else failed).append(to)
+                    if queued:
+                        made.append(to)
+                        notes.append(partial(self._queued, data, to, queued))
+                    else:
+                        failed.append(to)
+                        why = f"Telegram is not configured ({self.off_reason})"
+                        notes.append(partial(self._undelivered, data, to, why, off=True))
                     continue
                 if to == "file":
                     path = await self._file(data)
                     self._told(data, to, str(path))
+                    said = f"written to {self._shown(path)}"
+                    notes.append(
+                        partial(self._record, data, to, "delivered", said, where=str(path))
+                    )
                 elif to == "memory":
                     entity = await self._remember(data)
                     self._told(data, to, entity)
+                    said = f"added to the company memory ({entity})"
+                    notes.append(partial(self._record, data, to, "delivered", said, where=entity))
                 else:
-                    self._failed(data, to, f"unknown delivery {to!r}")
                     failed.append(to)
+                    notes.append(partial(self._undelivered, data, to, f"unknown delivery {to!r}"))
                     continue
                 made.append(to)
             except Exception as exc:  # one failed delivery must not stop the others
-                self._failed(data, to, f"{type(exc).__name__}: {exc}")
                 failed.append(to)
+                why = f"{type(exc).__name__}: {exc}"
+                notes.append(partial(self._undelivered, data, to, why))
+        for note in notes:
+            await note()
         return records
+
+    async def sent(self, rec: AlertRecord, chat_id: int, message_id: int) -> None:
+        """The sender delivered ``rec`` to ``chat_id``: record it for a result's first
+        message (a result in several messages is one delivery).
+        """
+        if rec.kind != "result" or int(rec.data.get("part") or 1) != 1:
+            return
+        at = self._book.clock.time()
+        text = f"delivered to telegram at {self._hhmm(at)} (message {message_id})"
+        if len(rec.deliveries) > 1:
+            text = (
+                f"delivered to telegram chat {chat_id} at {self._hhmm(at)} (message {message_id})"
+            )
+        await self._record(
+            rec.data, "telegram", "delivered", text, where=str(chat_id), message_id=message_id
+        )
+
+    async def refused(self, rec: AlertRecord, chat_id: int, why: str) -> None:
+        """Telegram refused ``rec`` for good in ``chat_id``: for a result (its first
+        message), the delivery is recorded as not made and the result kept in the inbox.
+        """
+        if rec.kind != "result" or int(rec.data.get("part") or 1) != 1:
+            return
+        await self._undelivered(
+            rec.data, "telegram", f"Telegram refused it in chat {chat_id}: {why}"
+        )
+
+    def _hhmm(self, at: float) -> str:
+        return datetime.fromtimestamp(at, self._book.policy.tz).strftime("%H:%M")
+
+    def _shown(self, path: Path) -> str:
+        """``path`` as the founder finds it: relative to the state directory."""
+        try:
+            return str(path.relative_to(self._state_dir))
+        except ValueError:
+            return str(path)
+
+    async def _queued(self, data: Mapping[str, Any], to: str, queued: list[AlertRecord]) -> None:
+        at = self._book.clock.time()
+        held = queued[0].held_until
+        if to == "digest":
+            due = datetime.fromtimestamp(held or at, self._book.policy.tz)
+            text = f"queued for the digest of {due:%Y-%m-%d %H:%M}"
+        elif held is not None and held > at:
+            text = (
+                f"queued for telegram at {self._hhmm(at)}: held through quiet hours until "
+                f"{self._hhmm(held)}"
+            )
+        else:
+            text = (
+                f"queued for telegram at {self._hhmm(at)} (in the outbox until Telegram takes it)"
+            )
+        await self._record(data, to, "queued", text)
+
+    async def _undelivered(
+        self, data: Mapping[str, Any], to: str, reason: str, *, off: bool = False
+    ) -> None:
+        """A delivery not made: logged, published, recorded, and the result kept."""
+        reason = redact(reason)
+        if off:
+            log.warning(
+                "alerts: the result of routine %r (%s) was not delivered to %s: %s — kept in "
+                "the inbox",
+                data.get("routine"),
+                data.get("run_id"),
+                to,
+                reason,
+            )
+            self._publish_undelivered(data, to, reason)
+        else:
+            self._failed(data, to, reason)
+        kept = await self._keep(data, reason)
+        where = f"kept in the inbox ({kept})" if kept else "kept only in this record"
+        head = reason.split(" (", 1)[0] if off else reason
+        await self._record(
+            data,
+            to,
+            "not_delivered",
+            f"not delivered to {to}: {head} — {where}",
+            reason=reason,
+            kept=kept,
+        )
+
+    async def _keep(self, data: Mapping[str, Any], reason: str) -> str | None:
+        if self._log is None:
+            return None
+        try:
+            return await self._log.keep(data, reason)
+        except Exception:  # the record below still says it was not delivered
+            log.exception(
+                "alerts: could not keep the result of run %s in the inbox", data.get("run_id")
+            )
+            return None
+
+    async def _record(
+        self,
+        data: Mapping[str, Any],
+        to: str,
+        outcome: str,
+        text: str,
+        *,
+        where: str | None = None,
+        message_id: int | None = None,
+        reason: str | None = None,
+        kept: str | None = None,
+    ) -> None:
+        run_id = data.get("run_id")
+        if self._log is None or not run_id:
+            return
+        entry = delivery(
+            to,
+            outcome,
+            text,
+            at=self._book.clock.time(),
+            where=where,
+            message_id=message_id,
+            reason=reason,
+            kept=kept,
+        )
+        try:
+            await self._log.record(str(run_id), entry)
+        except Exception:  # the delivery itself stands; only its record is missing
+            log.exception("alerts: could not record a delivery of run %s: %s", run_id, text)
 
     def _queue(self, to: str, data: Mapping[str, Any]) -> list[AlertRecord]:
         book = self._book
         if book.settings is None:
-            # the pager said once, at start, why nothing goes to Telegram
-            log.debug("result of %r not sent (no Telegram): %s", data.get("routine"), to)
-            return []
+            return []  # the caller records why, and keeps the result in the inbox
         now = book.clock.time()
         if to == "telegram":
             return result_records(book, data, kind="result", now=now, chats=book.settings.chat_ids)
@@ -263,7 +483,8 @@ class Results:
             severity="info",
             source="alerts",
             data={
-                k: data.get(k) for k in ("routine", "agent", "run_id", "cost_usd", "answer", "task")
+                k: data.get(k)
+                for k in ("routine", "agent", "run_id", "cost_usd", "answer", "task", "unverified")
             },
             counts={"digest_item": 1},
             first_ts=now,
@@ -315,7 +536,11 @@ class Results:
                 "observations": [
                     {
                         "entityName": entity,
-                        "contents": [f"{day} result ({data.get('run_id')}): {answer}"],
+                        "contents": [
+                            f"{day} result ({data.get('run_id')})"
+                            + (f" [{unverified_line(data)}]" if data.get("unverified") else "")
+                            + f": {answer}"
+                        ],
                     }
                 ]
             },
@@ -342,6 +567,9 @@ class Results:
             to,
             reason,
         )
+        self._publish_undelivered(data, to, reason)
+
+    def _publish_undelivered(self, data: Mapping[str, Any], to: str, reason: str) -> None:
         self._bus.publish(
             ResultUndelivered(
                 source="alerts",

@@ -63,6 +63,9 @@ def _line(i: int, item: AlertRecord) -> str:
         answer = answer[: LINE_LIMIT - 1] + "…"
     routine = item.data.get("routine") or "?"
     agent = item.data.get("agent") or "?"
+    why = item.data.get("unverified")
+    if why:  # the run's answer did not hold against its record: said before the answer
+        answer = f"⚠ unverified: {' '.join(str(why).split())[:LINE_LIMIT]} — {answer}"
     return f"{i}. {routine} ({agent}, ${float(item.data.get('cost_usd') or 0.0):.2f}): {answer}"
 
 

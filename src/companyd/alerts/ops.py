@@ -15,7 +15,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from companyd.admin import Admin, AdminError, DeskDecision, Inbox, result_data
+from companyd.admin import Admin, AdminError, DeskDecision, Inbox, result_data, waiting_text
 from companyd.alerts.outbox import AlertRecord
 from companyd.alerts.render_status import format_jobs, format_result, format_status
 
@@ -72,14 +72,18 @@ _PHONE_ACTIONS = {
 }
 
 
-def format_inbox(inbox: Inbox) -> str:
-    """``/inbox``: what waits for the founder, oldest first, each with its commands."""
+def format_inbox(inbox: Inbox, now: float | None = None) -> str:
+    """``/inbox``: what waits for the founder, oldest first, each with how long it has
+    waited, when it expires (``now``: the pager's clock) and its commands.
+    """
     items = inbox.items
     if not items:
         return "📥 nothing waits for you"
     lines = [f"📥 {len(items)} waiting for you, oldest first"]
     for i in items[:20]:
         lines.append(f"• {i.kind} {i.id}: {i.summary}")
+        if now is not None:
+            lines.append(f"   {waiting_text(i.created, i.deadline, now)}")
         acts = [_PHONE_ACTIONS[a].format(id=i.id) for a in i.actions if a in _PHONE_ACTIONS]
         if acts:
             lines.append("   " + " · ".join(acts))
@@ -93,7 +97,12 @@ def _agents_hint(agents: Collection[str]) -> str:
 
 
 async def command_reply(
-    admin: Admin, name: str, args: Sequence[str], agents: Collection[str], by: str = ""
+    admin: Admin,
+    name: str,
+    args: Sequence[str],
+    agents: Collection[str],
+    by: str = "",
+    now: float | None = None,
 ) -> str:
     """The reply text for one command (Admin errors shown as they are); ``by``: who sent
     it, kept with a decision on the founder's desk.
@@ -127,13 +136,16 @@ async def command_reply(
                 if name == "pause":
                     paused = await a.pause(args[0])
                     return format_result(f"⏸ paused {args[0]}", result_data("pause", paused))
+                if args[0] == "all" and "all" not in agents:
+                    every = await a.resume_all()
+                    return format_result("▶ resume all", result_data("resume_all", every))
                 resumed = await a.resume(args[0])
                 title = f"▶ resumed {args[0]}"
                 if not resumed.resumed:
                     title = f"▶ {args[0]} was not paused (nothing to resume)"
                 return format_result(title, result_data("resume", resumed))
             if name == "inbox":
-                return format_inbox(await a.inbox())
+                return format_inbox(await a.inbox(), now)
             if name == "answer":
                 if len(args) < 2:
                     return "usage: /answer ID TEXT (or reply to the question's message)"
@@ -207,6 +219,13 @@ async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bo
             if action == "run_job":
                 await a.run_job(arg)
                 return True, f"started routine {arg}"
+            if action == "approve_tools":
+                agent, _, server = arg.partition("/")
+                approved = await a.tools_approve(server, agent or None)
+                names = ", ".join(str(t.get("tool")) for t in approved.approved)
+                if not names:
+                    return True, f"nothing of {server} was held back any more"
+                return True, f"approved {names} of {server} for {agent}; offered now"
     except AdminError as exc:
         return False, str(exc)
     except TimeoutError:

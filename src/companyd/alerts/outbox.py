@@ -69,6 +69,7 @@ __all__ = [
     "MIGRATIONS",
     "RESULT_KINDS",
     "STEPS",
+    "STORE_STEPS",
     "AlertRecord",
     "AlertStore",
     "Claim",
@@ -175,6 +176,11 @@ STEPS: tuple[Dialects, ...] = (
 )
 #: The SQLite text of :data:`STEPS` (``PRAGMA user_version``; see companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
+
+
+#: This store's file in the state directory → the schema steps this code knows (what
+#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+STORE_STEPS: dict[str, int] = {"alerts.sqlite": len(STEPS)}
 
 #: Seconds a claim on a shared outbox keeps the other daemons from sending its alert: more
 #: than one send may take (``link.SEND_TIMEOUT``, 60 s) plus recording it. A holder that

@@ -36,6 +36,7 @@ ALWAYS = frozenset(
         "founder_approval_requested",
         "founder_question",
         "founder_result_for_approval",
+        "founder_reminder",
     }
 )
 

@@ -45,9 +45,9 @@ class Button:
     Attributes:
         label: what the button says.
         action: ``pause`` | ``resume`` | ``raise`` | ``approve`` | ``reject`` | ``retry`` |
-            ``run_job``.
+            ``run_job`` | ``approve_tools``.
         arg: the agent, proposal id, task id or routine it acts on ("" = the company, for
-            ``raise``).
+            ``raise``; ``AGENT/SERVER`` for ``approve_tools``).
         usd: the amount for ``raise``.
     """
 

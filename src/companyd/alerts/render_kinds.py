@@ -33,6 +33,7 @@ from companyd.events import (
     DaemonStopping,
     FounderApprovalRequested,
     FounderQuestion,
+    FounderReminder,
     FounderResultForApproval,
     LeadershipTaken,
     MaxIntensity,
@@ -41,17 +42,24 @@ from companyd.events import (
     MemoryRepaired,
     ModelFallback,
     ProposalCreated,
+    QuotaWall,
+    QuotaWallLifted,
     Restart,
     ResultUndelivered,
     RoutineFailed,
+    RoutineLimitReached,
     RoutineMissed,
+    RoutinePaused,
     RoutineSkipped,
+    RoutineUnverified,
     RunFailed,
     SpendRunaway,
     SpendUnanswered,
     TaskQuarantined,
     TelegramCommandsFailing,
     TelegramCommandsRecovered,
+    ToolRateLimited,
+    ToolsQuarantined,
     UnknownModelPrice,
 )
 
@@ -320,8 +328,72 @@ def _api_spend_limit(data: Data, source: str, counts: Mapping[str, int]) -> Rend
     if isinstance(data.get("action"), str) and data["action"]:
         lines.append(txt(data["action"]))  # the spend book's: "every agent is paused; …"
     else:
-        lines.append("raise the limit in the Anthropic console, then /resume the agents")
+        lines.append(
+            "top up or raise the limit in the Anthropic console, then resume them all: "
+            "`companyd resume --all` (or /resume all)"
+        )
     return Rendered("Anthropic API spend limit reached — calls refused", tuple(lines))
+
+
+def _quota_wall(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    until = txt(data.get("until_text"), 20)
+    title = f"rate limited until {until}: {txt(data.get('agents'), 200)} paused"
+    lines = [
+        *line("models", data, "models"),
+        *line("API says", data, "message"),
+        f"every model these agents may use is rate limited past {until}: no call is made "
+        f"until then, their routine fires are skipped, and they resume by themselves at {until}",
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _quota_wall_lifted(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered(
+        f"rate limit lifted ({txt(data.get('until_text'), 20)}): "
+        f"{txt(data.get('agents'), 200)} run again",
+        (),
+    )
+
+
+def _routine_limit(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = txt(data.get("max_runs_per_day"))
+    title = f"routine {txt(data.get('routine'), 80)} reached max_runs_per_day ({n})"
+    lines = [
+        *line("agent", data, "agent"),
+        f"its further fires on {txt(data.get('day'), 20)} are skipped; it runs again tomorrow",
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _routine_paused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    routine = txt(data.get("routine"), 80)
+    title = f"routine {routine} paused after {txt(data.get('failures'))} failed runs in a row"
+    reasons = data.get("reasons")
+    lines = [*line("agent", data, "agent")]
+    if isinstance(reasons, list):
+        lines += [f"• {txt(r, 300)}" for r in reasons[-5:]]
+    lines.append(f"its fires are skipped until `companyd jobs resume {routine}`")
+    return Rendered(title, tuple(lines))
+
+
+def _reminder_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    kind = data.get("item_kind")
+    if kind == "approval":
+        return _founder_buttons(data, agents)
+    if kind == "result":
+        return _result_buttons(data, agents)
+    return []  # a question: answered by replying to it, or /answer
+
+
+def _founder_reminder(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"⏰ still waiting for you: {txt(data.get('item_id'), 40)}"
+    lines = [
+        txt(data.get("summary"), 300),
+        *line("asked", data, "created", when),
+        *line("expires", data, "deadline", when),
+        "unanswered by then, it is denied",
+    ]
+    return Rendered(title, tuple(lines))
 
 
 def _api_key_refused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -371,6 +443,21 @@ def _routine_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rende
         *line("agent", data, "agent"),
         *_outcome_line(data),
         *line("reason", data, "reason"),
+        *_scheduled_line(data),
+        *line("run", data, "run_id"),
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _routine_unverified(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = num(data.get("in_a_row"))
+    times = "twice in a row" if n == 2 else f"{n:.0f} times in a row" if n and n > 2 else ""
+    title = f"routine {txt(data.get('routine'), 80)}: unverified {times}".rstrip()
+    lines = [
+        *line("agent", data, "agent"),
+        *line("why", data, "reason"),
+        "its answer claims work the run's own record does not show; see `companyd runs "
+        "show` for each condition and what the agent actually did",
         *_scheduled_line(data),
         *line("run", data, "run_id"),
     ]
@@ -499,6 +586,39 @@ def _mcp_server_recovered(data: Data, source: str, counts: Mapping[str, int]) ->
     return Rendered(title, tuple(lines))
 
 
+def _tool_rate_limited(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"{_who(data)} reached the daily limit of {txt(data.get('tool'), 80)!r}; further "
+        "calls today are refused"
+    )
+    lines = [
+        f"limit: {txt(data.get('limit'))} a day (tools.rate_limit), day {txt(data.get('day'))}"
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _tools_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"MCP server {txt(data.get('server'), 80)!r} of {_who(data)} offers new or changed "
+        "tools; they are held back"
+    )
+    tools = data.get("tools")
+    lines = (
+        [f"{txt(k, 80)}: {txt(v, 120)}" for k, v in list(tools.items())[:8]]
+        if isinstance(tools, dict)
+        else []
+    )
+    lines.append(f"approve them: companyd tools approve {txt(data.get('server'), 80)}")
+    return Rendered(title, tuple(lines))
+
+
+def _approve_tools_button(data: Data, agents: Collection[str]) -> list[Button]:
+    agent, server = data.get("agent"), data.get("server")
+    if not isinstance(agent, str) or not isinstance(server, str) or agent not in agents:
+        return []
+    return [Button(f"✅ Approve {server}'s tools", "approve_tools", f"{agent}/{server}")]
+
+
 def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"circuit breaker stopped a run of {_who(data)}"
     lines = []
@@ -581,6 +701,9 @@ def _founder_result(data: Data, source: str, counts: Mapping[str, int]) -> Rende
         title += f", round {txt(data.get('round'))}"
     answer = data.get("answer")
     lines = [txt(answer, APPROVAL_SHOWN), "—"]
+    if has(data, "unverified"):
+        # said before the founder decides: the answer did not hold against the run's record
+        lines.insert(0, f"⚠ unverified: {txt(data.get('unverified'), 600)}")
     if isinstance(answer, str) and len(answer) > APPROVAL_SHOWN:
         # Never let the founder approve what they were not shown without saying so.
         lines.append(
@@ -687,6 +810,16 @@ KINDS: Mapping[str, KindSpec] = {
     RoutineFailed.KIND: KindSpec("routine_failed", ("routine",), _routine_failed, _routine_buttons),
     RoutineMissed.KIND: KindSpec("routine_missed", ("routine",), _routine_missed, _routine_buttons),
     RoutineSkipped.KIND: KindSpec("routine_skipped", ("routine",), _routine_skipped),
+    RoutineUnverified.KIND: KindSpec(
+        "routine_unverified", ("routine",), _routine_unverified, _routine_buttons
+    ),
+    RoutineLimitReached.KIND: KindSpec("routine_limit_reached", ("routine", "day"), _routine_limit),
+    RoutinePaused.KIND: KindSpec("routine_paused", ("routine",), _routine_paused),
+    QuotaWall.KIND: KindSpec("quota_wall", ("until_text",), _quota_wall),
+    QuotaWallLifted.KIND: KindSpec("quota_wall_lifted", ("until_text",), _quota_wall_lifted),
+    FounderReminder.KIND: KindSpec(
+        "founder_reminder", ("item_id",), _founder_reminder, _reminder_buttons
+    ),
     TaskQuarantined.KIND: KindSpec(
         "task_quarantined", ("task_id",), _task_quarantined, _task_buttons
     ),
@@ -699,6 +832,10 @@ KINDS: Mapping[str, KindSpec] = {
     McpServerFailed.KIND: KindSpec("mcp_server_failed", ("agent", "server"), _mcp_server_failed),
     McpServerRecovered.KIND: KindSpec(
         "mcp_server_recovered", ("agent", "server"), _mcp_server_recovered
+    ),
+    ToolRateLimited.KIND: KindSpec("tool_rate_limited", ("agent", "tool"), _tool_rate_limited),
+    ToolsQuarantined.KIND: KindSpec(
+        "tools_quarantined", ("agent", "server"), _tools_quarantined, _approve_tools_button
     ),
     CircuitBreaker.KIND: KindSpec(
         "circuit_breaker", ("agent", "breaker"), _circuit_breaker, _pause_agent_button

@@ -58,6 +58,8 @@ def format_jobs(result: Any) -> str:
         if r.get("enabled") is False:
             lines.append("  disabled")
             continue
+        if has(r, "paused"):  # pause_after_failures
+            lines.append(f"  ⏸ paused after failed runs: `companyd jobs resume {name}`")
         nxt = r.get("next_fire") or r.get("next_fire_ts")
         detail = [f"next {when(nxt)}" if nxt else "not scheduled"]
         if has(r, "catch_up_pending"):
@@ -120,6 +122,8 @@ def format_status(status: Any, max_routines: int = 5) -> str:
         state, restarts = node.get("state"), num(node.get("restarts")) or 0
         if state != "running" or restarts:
             text = f"  {txt(node.get('id'), 40)}: {txt(state, 20)}"
+            if node.get("paused_until"):  # a quota wall: "paused until 14:35 (rate limit)"
+                text += f" until {txt(node.get('paused_until'), 10)}"
             if node.get("pause_reason"):
                 text += f" ({txt(node.get('pause_reason'), 20)})"
             if restarts:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from companyd._aio import race
@@ -76,6 +76,10 @@ class Sender:
         self.flushing = False
         #: a graceful stop asked the sender to finish after the delivery in flight
         self.stop_requested = False
+        #: told of each message sent (record, chat, message id) and of each send refused
+        #: for good (record, chat, why): the results' records (alerts.deliver.Results)
+        self.on_sent: Callable[[AlertRecord, int, int], Awaitable[None]] | None = None
+        self.on_refused: Callable[[AlertRecord, int, str], Awaitable[None]] | None = None
 
     def reset(self) -> None:
         """Start a run afresh: a restarted run starts from the outbox, not from what the
@@ -267,6 +271,8 @@ class Sender:
                         )
                     d.message_id, d.state = msg.message_id, "sent"
                     await self._link(rec, chat_id, msg.message_id)
+                    if self.on_sent is not None:
+                        await self.on_sent(rec, chat_id, msg.message_id)
             d.sent_version, d.error = version, None
             rec.edit_after = self._clock.time() + EDIT_INTERVAL
             self._recovered()
@@ -295,9 +301,9 @@ class Sender:
                     redact(str(exc)),
                 )
             else:
-                self._refused(rec, chat_id, d, exc)
+                await self._refused(rec, chat_id, d, exc)
         except (Forbidden, ChatMigrated) as exc:
-            self._refused(rec, chat_id, d, exc)
+            await self._refused(rec, chat_id, d, exc)
         except RetryAfter as exc:
             self._transient(exc, retry_after_seconds(exc))
             return False
@@ -332,7 +338,7 @@ class Sender:
                 exc,
             )
 
-    def _refused(self, rec: AlertRecord, chat_id: int, d: Delivery, exc: Exception) -> None:
+    async def _refused(self, rec: AlertRecord, chat_id: int, d: Delivery, exc: Exception) -> None:
         from telegram.error import ChatMigrated
 
         d.state, d.error = "failed", redact(f"{type(exc).__name__}: {exc}")
@@ -346,6 +352,8 @@ class Sender:
             d.error,
             hint,
         )
+        if self.on_refused is not None:
+            await self.on_refused(rec, chat_id, f"{d.error}; {hint}")
 
     def _transient(self, exc: Exception, wait: float | None) -> None:
         from telegram.error import InvalidToken

@@ -62,7 +62,7 @@ from companyd._fs import DiskAlarm
 from companyd.admin import Admin, PagerHealth
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.commands import Commands
-from companyd.alerts.deliver import MemoryPort, Results
+from companyd.alerts.deliver import DeliveryLog, MemoryPort, Results
 from companyd.alerts.desk_messages import DeskMessages
 from companyd.alerts.link import FLUSH_TIMEOUT, Link
 from companyd.alerts.notify import notify_failure, unit_facts
@@ -119,6 +119,8 @@ class AlertService:
         backend: where the outbox lives: ``alerts.sqlite`` in ``state_dir`` (the default)
             or the company's PostgreSQL schema, shared with the other daemons of the company
             (docs/storage.md).
+        deliveries: where each result's deliveries are recorded and an undelivered result
+            kept (the run journal and the founder's desk; None: the log only).
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class AlertService:
         clock: Clock | None = None,
         memory: MemoryPort | None = None,
         backend: Backend = SQLITE,
+        deliveries: DeliveryLog | None = None,
     ) -> None:
         self._config = config
         self._backend = backend
@@ -144,7 +147,9 @@ class AlertService:
         self._book = AlertBook(Policy.of(config), self._clock, DiskAlarm.of(bus))
         self._sender = Sender(self._book, self._clock)
         self._commands = Commands(self._book, admin, self._clock)
-        self._results = Results(self._book, self._state_dir, bus=bus, memory=memory)
+        self._results = Results(self._book, self._state_dir, bus=bus, memory=memory, log=deliveries)
+        self._sender.on_sent = self._results.sent
+        self._sender.on_refused = self._results.refused
         self._desk = DeskMessages(self._book)
 
     # -- public -------------------------------------------------------------------------
@@ -239,6 +244,7 @@ class AlertService:
 
     async def _run_as_sink(self, ctx: ChildContext, reason: str) -> None:
         self._sender.state, self._sender.reason = "off", reason
+        self._results.off_reason = reason
         log.warning("alerts are not sent to Telegram: %s", reason)
         ctx.started({"telegram": "off", "reason": reason})
         stop = asyncio.ensure_future(ctx.stopping.wait())

@@ -53,12 +53,14 @@ _AREAS = (
     "companyd.cli.demo",
     "companyd.cli.roles",
     "companyd.cli.desk",
+    "companyd.cli.tools",
     "companyd.cli.scheduler",
     "companyd.cli.spend",
     "companyd.cli.memory",
     "companyd.cli.alerts",
     "companyd.cli.doctor",
     "companyd.cli.backup",
+    "companyd.cli.upgrade",
 )
 
 #: The top-level commands each area registers, with their one-line help, in help order:
@@ -71,7 +73,7 @@ _COMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
     "companyd.cli.daemon": (
         ("status", "show the running daemon: supervision tree, runs, spend, next routines"),
         ("pause", "stop an agent from starting new runs"),
-        ("resume", "let a paused agent run again"),
+        ("resume", "let a paused agent (or, with --all, every one) run again"),
         ("reload", "re-read company.yaml in the running daemon and apply the difference"),
         ("raise-budget", "raise today's budget of an agent (or the company) once"),
         (
@@ -100,6 +102,13 @@ _COMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("inbox", "what waits for you: approvals, questions, proposals, quarantined tasks"),
         ("answer", "answer an agent's question (an id from `companyd inbox`)"),
     ),
+    "companyd.cli.tools": (
+        (
+            "tools",
+            "every tool of every agent: origin, risk, policy, rate limit, quarantine; "
+            "`tools approve SERVER` releases held-back tools",
+        ),
+    ),
     "companyd.cli.scheduler": (
         ("jobs", "routines: schedule, next fire, last outcome, 7-day success rate"),
     ),
@@ -118,6 +127,7 @@ _COMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
             "notify-failure",
             "tell the operator on Telegram that a systemd unit failed (for OnFailure=)",
         ),
+        ("telegram", "connect Telegram: find your chat id and send a test message"),
     ),
     "companyd.cli.doctor": (
         (
@@ -129,6 +139,9 @@ _COMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
     "companyd.cli.backup": (
         ("backup", "write a verified, consistent backup of the company (also while it runs)"),
         ("restore", "restore a backup into a state directory that `companyd run` starts from"),
+    ),
+    "companyd.cli.upgrade": (
+        ("migrate", "rewrite an older company.yaml in the current format (keeps a .bak)"),
     ),
 }
 
@@ -541,7 +554,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _show_config(args: argparse.Namespace) -> int:
-    from companyd.config import load_config
+    from companyd.config import load_config, resolved_view
 
     cfg = load_config(config_path(args))
     for w in cfg.warnings:
@@ -556,99 +569,6 @@ def _show_config(args: argparse.Namespace) -> int:
         )
         sys.stdout.write(_yaml_dump(view))
     return 0
-
-
-def resolved_view(cfg: Any) -> dict[str, Any]:
-    """The resolved config as plain JSON-able data, for ``show-config``.
-
-    Every agent and routine appears with defaults applied; secrets appear only as
-    references (``secrets``: which variable or credential, and whether it is set).
-    """
-
-    def dump(model: Any) -> Any:
-        return None if model is None else model.model_dump(mode="json", by_alias=False)
-
-    spec = cfg.spec
-    state = cfg.state_dir()
-    agents: dict[str, Any] = {}
-    for slug, a in cfg.agents.items():
-        agents[slug] = {
-            "title": a.title,
-            "reports_to": a.reports_to,
-            "department": a.department,
-            "enabled": a.enabled,
-            "restart": a.restart,
-            "model": dump(a.model),
-            "budget": dump(a.budget),
-            "limits": dump(a.limits),
-            "heartbeat_seconds": a.heartbeat_seconds,
-            "tools": dump(a.tools),
-            "consult": list(a.consult),
-            "max_consult_depth": a.max_consult_depth,
-            "colleague_timeout_seconds": a.colleague_timeout_seconds,
-            "can_modify": list(a.can_modify),
-            "mcp_servers": {name: dump(m) for name, m in a.mcp_servers.items()},
-            "instructions": a.instructions,
-        }
-    routines: dict[str, Any] = {}
-    for slug, r in cfg.routines.items():
-        trigger: dict[str, Any] = (
-            {"cron": r.cron, "timezone": r.timezone} if r.cron is not None else {"every": r.every}
-        )
-        if r.backup is not None:
-            routines[slug] = {
-                "backup": {"every": r.backup.every, "keep": r.backup.keep, "to": str(r.backup.to)},
-                "concurrency": r.concurrency,
-                "catch_up": dump(r.catch_up),
-                "enabled": r.enabled,
-            }
-            continue
-        routines[slug] = {
-            "assignee": r.assignee,
-            "description": r.description,
-            "expected_output": r.expected_output,
-            "trigger": trigger,
-            "concurrency": r.concurrency,
-            "catch_up": dump(r.catch_up),
-            "precondition": r.precondition,
-            "reviewer": r.reviewer,
-            "enabled": r.enabled,
-        }
-    departments = {
-        slug: {
-            "title": d.title,
-            "parent": d.parent,
-            "supervisor": dump(d.supervisor),
-            "departments": list(d.departments),
-            "agents": list(d.agents),
-        }
-        for slug, d in cfg.departments.items()
-    }
-    from companyd.config import secret_references
-
-    secrets = [{"key": r.path, r.kind: r.name, "set": r.is_set} for r in secret_references(cfg)]
-    return {
-        "schema": spec.schema_,
-        "file": str(cfg.path),
-        "company": {
-            "name": spec.company.name,
-            "timezone": spec.company.timezone,
-            "context": spec.company.context,
-            "budget": dump(spec.company.budget),
-        },
-        "state_dir": str(state),
-        "memory": {"path": str(cfg.memory_path(state))},
-        "supervisor": dump(spec.supervisor),
-        "departments": departments,
-        "agents": agents,
-        "routines": routines,
-        "alerts": dump(spec.alerts),
-        "anthropic": dump(spec.anthropic),
-        "pricing": {m: dump(p) for m, p in spec.pricing.items()},
-        "spend": dump(spec.spend),
-        "metrics": dump(spec.metrics),
-        "secrets": secrets,
-    }
 
 
 def _yaml_dump(data: Any) -> str:

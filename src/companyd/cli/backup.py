@@ -55,6 +55,8 @@ def register(sub: Any) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     v = actions.add_parser(
         "verify",
+        # its own prog: derived from the parent's two-line usage it came out garbled
+        prog="companyd backup verify",
         help="check every checksum of a backup and open every store read-only",
         description="Check the manifest, every member's size and SHA-256, and open every "
         "SQLite store (quick_check) and the memory graph read-only. Exit 0 when all hold, "

@@ -23,6 +23,7 @@ Other areas' commands (ask, runs, spend, jobs) reuse :func:`add_daemon_arguments
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -43,6 +44,7 @@ from companyd.errors import (
     EX_UNAVAILABLE,
     CompanydError,
     DaemonNotRunning,
+    UsageError,
 )
 
 __all__ = [
@@ -176,13 +178,28 @@ def register(sub: Any) -> None:
     add_daemon_arguments(p)
     p.set_defaults(func=_status)
 
-    p = sub.add_parser("pause", help="stop an agent from starting new runs")
+    p = sub.add_parser(
+        "pause",
+        help="stop an agent from starting new runs",
+        description="Stop an agent from starting new runs (the run in flight finishes); "
+        "`companyd resume AGENT` lets it run again.",
+    )
     p.add_argument("agent", help="agent slug, as in company.yaml")
     add_daemon_arguments(p)
     p.set_defaults(func=_pause)
 
-    p = sub.add_parser("resume", help="let a paused agent run again")
-    p.add_argument("agent", help="agent slug, as in company.yaml")
+    p = sub.add_parser(
+        "resume",
+        help="let a paused agent (or, with --all, every one) run again",
+        description="Let a paused agent (by `pause`, its budget or a quota wall) start runs "
+        "again; --all resumes every paused agent.",
+    )
+    p.add_argument("agent", nargs="?", help="agent slug, as in company.yaml")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="resume every paused agent (e.g. after topping up the Anthropic account)",
+    )
     add_daemon_arguments(p)
     p.set_defaults(func=_resume)
 
@@ -278,9 +295,15 @@ def _resume(args: argparse.Namespace) -> int:
     from companyd.admin import as_text
 
     def show(result: dict[str, Any]) -> int:
-        print(as_text(result.get("message")) or f"resumed {args.agent}")
+        print(as_text(result.get("message")) or f"resumed {args.agent or 'the agents'}")
         return 0
 
+    if args.all and args.agent:
+        raise UsageError(f"give an agent or --all, not both (got {args.agent!r} and --all)")
+    if args.all:
+        return call_daemon(args, "resume_all", show)
+    if not args.agent:
+        raise UsageError("name the agent to resume (`companyd resume AGENT`), or --all")
     return call_daemon(args, "resume", show, agent=args.agent)
 
 
@@ -337,7 +360,7 @@ def _reload_summary(result: Mapping[str, Any]) -> str:
 
 
 def _raise_budget(args: argparse.Namespace) -> int:
-    from companyd.admin import as_number, as_text, format_usd
+    from companyd.admin import as_number, as_text, format_usd, usd_places
 
     target: list[str] = args.target
     if len(target) > 2:
@@ -366,10 +389,11 @@ def _raise_budget(args: argparse.Namespace) -> int:
             print(message)
             return 0
         who = agent if agent else "the company"
-        line = f"raised today's budget of {who} by {format_usd(usd)}"
+        line = f"raised today's budget of {who} by {format_usd(usd, usd_places([usd]))}"
         limit = as_number(result.get("daily_limit_usd"))
         if limit is not None:
-            line += f" (today's limit is now {format_usd(limit)}; back to company.yaml tomorrow)"
+            now_at = format_usd(limit, usd_places([limit]))
+            line += f" (today's limit is now {now_at}; back to company.yaml tomorrow)"
         print(line)
         return 0
 
@@ -388,6 +412,38 @@ def unit_text(name: str, prefix: Path) -> str:
     return text.replace(UNIT_PREFIX_PLACEHOLDER, str(prefix).rstrip("/"))
 
 
+#: Where the shipped units' hardening makes files invisible to the service:
+#: ``ProtectHome=yes`` (/home, /root, /run/user) and ``PrivateTmp=yes`` (/tmp, /var/tmp).
+HIDDEN_ROOTS = (
+    (Path("/home"), "under /home"),
+    (Path("/root"), "under /root"),
+    (Path("/run/user"), "under /run/user"),
+    (Path("/tmp"), "under /tmp"),
+    (Path("/var/tmp"), "under /var/tmp"),
+)
+
+
+def hidden_by_hardening(prefix: Path) -> str | None:
+    """Where ``prefix`` (as written, or with symlinks resolved) or the Python its
+    ``bin/companyd`` runs lies under a directory the units hide, described ("under /home",
+    "under /tmp (through the symlink …)"), or None when the service can see it.
+    """
+    candidates = [(Path(os.path.abspath(prefix)), ""), (Path(os.path.realpath(prefix)), "")]
+    python = prefix / "bin" / "python"
+    with contextlib.suppress(OSError):
+        if python.exists():
+            candidates.append((Path(os.path.realpath(python)), " (its Python, {})"))
+    for path, note in candidates:
+        for top, where in HIDDEN_ROOTS:
+            if path == top or top in path.parents:
+                if note:
+                    return where + note.format(path)
+                if path != Path(os.path.abspath(prefix)):
+                    return f"{where} (through a symlink: {path})"
+                return where
+    return None
+
+
 def _install_service(args: argparse.Namespace) -> int:
     from companyd.daemon import instance_name_problem
 
@@ -401,7 +457,26 @@ def _install_service(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    instance: str | None = args.instance
+    if instance is not None and (problem := instance_name_problem(instance)) is not None:
+        print(f"companyd install-service: --instance: {problem}", file=sys.stderr)
+        return 2
     exe = prefix / "bin" / "companyd"
+    if (hidden := hidden_by_hardening(prefix)) is not None:
+        message = (
+            f"the prefix {str(prefix)!r} is {hidden}, which the unit's own hardening hides "
+            "from the service (ProtectHome=yes hides /home, /root and /run/user; "
+            "PrivateTmp=yes gives it an empty /tmp and /var/tmp), so ExecStart= would not "
+            "find companyd; install it where the service can see it — `sudo python3 -m venv "
+            "/opt/companyd/venv && sudo /opt/companyd/venv/bin/pip install <your checkout, or "
+            "the wheel built from it>` — then run `sudo /opt/companyd/venv/bin/companyd "
+            "install-service` (docs/deploy.md)"
+        )
+        if root == Path("/"):
+            print(f"companyd install-service: {message}", file=sys.stderr)
+            return 2
+        # staging a package (--root): the prefix is where it will be on the target
+        print(f"warning: {message}", file=sys.stderr)
     if not _is_file(exe):
         message = (
             f"there is no companyd executable at {str(exe)!r}; pass --prefix with the venv or "
@@ -411,10 +486,6 @@ def _install_service(args: argparse.Namespace) -> int:
             print(f"companyd install-service: {message}", file=sys.stderr)
             return 2
         print(f"warning: {message}", file=sys.stderr)
-    instance: str | None = args.instance
-    if instance is not None and (problem := instance_name_problem(instance)) is not None:
-        print(f"companyd install-service: --instance: {problem}", file=sys.stderr)
-        return 2
     if args.config is not None and not _is_file(args.config):
         print(
             f"companyd install-service: --config {str(args.config)!r} is not a file",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -48,7 +49,12 @@ def register(sub: Any) -> None:
     add_daemon_arguments(p)
     p.set_defaults(func=_inbox)
 
-    p = sub.add_parser("answer", help="answer an agent's question (an id from `companyd inbox`)")
+    p = sub.add_parser(
+        "answer",
+        help="answer an agent's question (an id from `companyd inbox`)",
+        description="Answer an agent's question (q-…), or ask for changes to a result "
+        "(r-…): the waiting run goes on with your text.",
+    )
     p.add_argument("item_id", help="the question's id, q-…")
     p.add_argument("text", nargs="+", help="your answer")
     add_daemon_arguments(p)
@@ -123,8 +129,12 @@ def _print_inbox(result: Mapping[str, Any]) -> int:
     if not items:
         print("nothing waits for you")
         return 0
+    from companyd.admin import waiting_text
+
+    now = time.time()
     for i in items:
         print(f"{i.get('id')}  {i.get('kind'):11} {_when(i.get('created'))}  {i.get('summary')}")
+        print(f"    {waiting_text(i.get('created'), i.get('deadline'), now)}")
         acts = [_CLI_ACTIONS[a].format(id=i.get("id")) for a in i.get("actions") or []]
         if acts:
             print("    " + "  ·  ".join(acts))

@@ -129,17 +129,32 @@ def register(sub: Any) -> None:
     add_daemon_arguments(p)
     p.set_defaults(func=_runs)
 
-    p = sub.add_parser("tasks", help="tasks waiting or running; --quarantined for poison pills")
+    p = sub.add_parser(
+        "tasks",
+        help="tasks waiting or running; --quarantined for poison pills",
+        description="The tasks queued or running; with --quarantined, the tasks set aside "
+        "after crashing their agent (release one with `companyd retry`).",
+    )
     p.add_argument("--quarantined", action="store_true", help="show quarantined tasks")
     add_daemon_arguments(p)
     p.set_defaults(func=_tasks)
 
-    p = sub.add_parser("retry", help="release a quarantined task and run it again")
+    p = sub.add_parser(
+        "retry",
+        help="release a quarantined task and run it again",
+        description="Release a quarantined task (an id from `companyd tasks --quarantined`) "
+        "so its agent runs it again.",
+    )
     p.add_argument("task_id")
     add_daemon_arguments(p)
     p.set_defaults(func=_retry)
 
-    p = sub.add_parser("proposals", help="the improver's proposals and their status")
+    p = sub.add_parser(
+        "proposals",
+        help="the improver's proposals and their status",
+        description="The improver's proposals to change company.yaml, newest first, with "
+        "their status (decide them with approve, reject, revert).",
+    )
     add_daemon_arguments(p)
     p.set_defaults(func=_proposals)
 
@@ -148,7 +163,7 @@ def register(sub: Any) -> None:
         ("reject", "reject a tool call (ap-…, with a reason) or discard a proposal"),
         ("revert", "undo an applied proposal (and reload)"),
     ):
-        p = sub.add_parser(name, help=verb)
+        p = sub.add_parser(name, help=verb, description=verb[0].upper() + verb[1:] + ".")
         p.add_argument("proposal_id", metavar="ID", help="an id from `companyd inbox`")
         if name == "reject":
             p.add_argument(
@@ -547,7 +562,7 @@ def _decide(args: argparse.Namespace) -> int:
     import asyncio
 
     from companyd.cli.desk import decide_offline, login
-    from companyd.desk import ItemState, ProposalError, on_desk
+    from companyd.desk import TOOLS_ITEM, ItemState, ProposalError, on_desk
 
     reason = " ".join(getattr(args, "reason", None) or [])
     if args.decision != "revert" and on_desk(args.proposal_id):
@@ -565,6 +580,18 @@ def _decide(args: argparse.Namespace) -> int:
         )
 
     def offline() -> dict[str, Any]:
+        if args.decision == "approve" and args.proposal_id.startswith(TOOLS_ITEM):
+            # held-back MCP tools: written to the tools store, offered at the next start
+            agent, _, server = args.proposal_id.removeprefix(TOOLS_ITEM).partition(":")
+            approved = asyncio.run(_approve_tools_offline(args, server, agent))
+            names = ", ".join(t for _, t in approved)
+            return {
+                "message": f"approved {names} of {server} for {agent}; offered when the daemon "
+                "starts"
+                if approved
+                else f"nothing of {server} was held back"
+            }
+
         async def go() -> dict[str, Any]:
             store = _store(args)
             try:
@@ -584,3 +611,17 @@ def _decide(args: argparse.Namespace) -> int:
     return _via_daemon_or_files(
         args, args.decision, {key: args.proposal_id}, offline, _print_message
     )
+
+
+async def _approve_tools_offline(
+    args: argparse.Namespace, server: str, agent: str
+) -> list[tuple[str, str]]:
+    from companyd.config import state_backend
+    from companyd.desk import ToolStore
+
+    cfg, state_dir = _config_and_state(args)
+    store = ToolStore(state_dir / "tools.sqlite", backend=state_backend(cfg))
+    try:
+        return await store.approve(server, agent or None)
+    finally:
+        await store.close()

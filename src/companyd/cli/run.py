@@ -34,6 +34,7 @@ from companyd.daemon import (
 )
 from companyd.errors import EX_CONFIG, EX_TEMPFAIL, CompanydError, ConfigError, StateLocked
 from companyd.llm import ModelUnavailable
+from companyd.ops import UpgradeRefused, prepare_upgrade
 
 __all__ = ["register"]
 
@@ -158,6 +159,12 @@ def _run_command(args: argparse.Namespace) -> int:
             )
             return EX_CONFIG
         with claim, lock:
+            try:  # before any store opens (and migrates): refuse a newer state, back up
+                prepare_upgrade(config, state_dir)
+            except UpgradeRefused as exc:
+                print(f"companyd: {exc} (exit 78)", file=sys.stderr)
+                log.critical("the company cannot start: %s", exc)
+                return EX_CONFIG
             daemon = Daemon(
                 config,
                 state_dir,

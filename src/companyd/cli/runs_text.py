@@ -15,10 +15,20 @@ from typing import Any
 
 from companyd.runs import cut
 
-__all__ = ["ANSWER_COLUMN", "answer_line", "last_lines", "run_list_lines", "transcript_lines"]
+__all__ = [
+    "ANSWER_COLUMN",
+    "answer_line",
+    "delivery_lines",
+    "last_lines",
+    "run_list_lines",
+    "transcript_lines",
+    "verification_lines",
+]
 
 #: Width of the short answer in the list.
 ANSWER_COLUMN = 60
+#: Widest the routine column of the list grows (longer names end with "…").
+ROUTINE_COLUMN = 24
 #: How much of a tool's input or result, or a model's text, the transcript shows.
 SHOWN_CHARS = 300
 
@@ -49,14 +59,22 @@ def answer_line(run: Mapping[str, Any], width: int = ANSWER_COLUMN) -> str:
 
 
 def run_list_lines(runs: list[Mapping[str, Any]]) -> list[str]:
-    """The table of ``companyd runs``."""
+    """The table of ``companyd runs``: one line per run, with the routine it ran for
+    (``-``: asked by the founder or a colleague).
+    """
+    width = max([len("routine"), *(len(str(r.get("routine") or "-")) for r in runs)])
+    width = min(width, ROUTINE_COLUMN)
     lines = [
-        f"{'started (UTC)':16} {'agent':12} {'status':16} {'cost':>8} {'steps':>5} "
-        f"{'run':16}  answer / why"
+        f"{'started (UTC)':16} {'agent':12} {'routine':{width}} {'status':16} {'cost':>8} "
+        f"{'steps':>5} {'run':16}  answer / why"
     ]
     for r in runs:
+        routine = str(r.get("routine") or "-")
+        if len(routine) > width:
+            routine = routine[: width - 1] + "…"
         lines.append(
-            f"{when(r.get('started')):16} {r.get('agent')!s:12} {r.get('status')!s:16} "
+            f"{when(r.get('started')):16} {r.get('agent')!s:12} {routine:{width}} "
+            f"{r.get('status')!s:16} "
             f"{'$' + format(float(r.get('cost_usd') or 0), '.4f'):>8} {int(r.get('steps') or 0):5} "
             f"{r.get('run_id')!s:16}  {answer_line(r)}"
         )
@@ -147,6 +165,37 @@ def _decision(d: Mapping[str, Any]) -> str:
     return said + (f": {d['text']}" if d.get("text") else "")
 
 
+def delivery_lines(deliveries: list[Mapping[str, Any]]) -> list[str]:
+    """What became of a run's result, one line per delivery, in order. A "queued" line is
+    left out once a later line says the same channel delivered it (``--json`` keeps both).
+    """
+    done_to = {d.get("to") for d in deliveries if d.get("outcome") == "delivered"}
+    out = []
+    for d in deliveries:
+        if d.get("outcome") == "queued" and d.get("to") in done_to:
+            continue
+        out.append(str(d.get("text") or f"{d.get('outcome')} ({d.get('to')})"))
+    return out
+
+
+def verification_lines(v: Mapping[str, Any] | None) -> list[str]:
+    """The ``verification`` block of ``runs show``: each condition met (✓) or unmet (✗),
+    with its evidence (the tool call's step) or its reason; nothing if never verified.
+    """
+    if not v:
+        return []
+    checks = v.get("checks") or []
+    unmet = sum(1 for c in checks if not c.get("met"))
+    head = "verified" if not unmet else f"unverified ({unmet} of {len(checks)} unmet)"
+    lines = ["", f"verification: {head}"]
+    for c in checks:
+        mark = "✓" if c.get("met") else "✗"
+        step = f" (step {c['step']})" if c.get("step") else ""
+        claim = " [claim check]" if c.get("source") == "claim_check" else ""
+        lines.append(f"  {mark} {c.get('condition')}{claim}: {c.get('evidence')}{step}")
+    return lines
+
+
 def transcript_lines(t: Mapping[str, Any]) -> list[str]:
     """``companyd runs show RUN_ID``."""
     head = f"run {t.get('run_id')} · {t.get('agent')} · {t.get('status')}"
@@ -211,9 +260,18 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
             verdict = "approved" if step.get("approved") else f"rejected: {step.get('verdict')}"
             link = f" (run {step['run_id']})" if step.get("run_id") else ""
             lines.append(f"  {n:>2}. review by {step.get('reviewer')}: {verdict}{link}")
+        elif kind == "verification":
+            said = "holds" if step.get("met") else f"does not hold: {step.get('reason')}"
+            lines.append(f"  {n:>2}. verification of the answer: {said}")
+            if step.get("follow_up"):
+                lines.append("      → follow-up sent to the agent (one more chance in this run)")
+    lines += verification_lines(t.get("verification"))
     lines += ["", "answer:"]
     answer = str(t.get("answer") or "").strip()
     lines += [f"  {line}".rstrip() for line in answer.splitlines()] if answer else ["  (none)"]
+    shown = delivery_lines(t.get("deliveries") or [])
+    if shown:
+        lines += ["", "delivered:"] + [f"  {line}" for line in shown]
     totals = t.get("totals") or {}
     models = ", ".join(str(m) for m in dict.fromkeys(totals.get("models") or [])) or "no model"
     calls = int(totals.get("tool_calls") or 0)

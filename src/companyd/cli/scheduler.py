@@ -92,16 +92,35 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_jobs)
     jsub = p.add_subparsers(dest="jobs_command", metavar="ACTION")
 
-    h = jsub.add_parser("history", help="the latest fires of one routine, newest first")
+    h = jsub.add_parser(
+        "history",
+        help="the latest fires of one routine, newest first",
+        description="The latest fires of one routine, newest first: outcome, cost, run and "
+        "the reason of every non-success.",
+    )
     h.add_argument("routine", help="routine name (a key under 'routines:' in company.yaml)")
     h.add_argument("--limit", type=_positive, default=20, help="how many fires (default 20)")
     _common(h, nested=True)
     h.set_defaults(func=_history)
 
-    r = jsub.add_parser("run", help="fire a routine now (needs a running daemon)")
+    r = jsub.add_parser(
+        "run",
+        help="fire a routine now (needs a running daemon)",
+        description="Fire a routine now, as its schedule would (needs a running daemon).",
+    )
     r.add_argument("routine", help="routine name")
     _common(r, nested=True)
     r.set_defaults(func=_run)
+
+    u = jsub.add_parser(
+        "resume",
+        help="let a routine paused by pause_after_failures fire again (needs a running daemon)",
+        description="Let a routine that pause_after_failures stopped fire again, from its next "
+        "fire time (needs a running daemon).",
+    )
+    u.add_argument("routine", help="routine name")
+    _common(u, nested=True)
+    u.set_defaults(func=_resume)
 
 
 def _load(args: argparse.Namespace) -> tuple[CompanyConfig, Path]:
@@ -195,6 +214,20 @@ def _run(args: argparse.Namespace) -> int:
         "(`companyd run`, or `systemctl start companyd`), or pass --state-dir of the one "
         "that runs"
     )
+
+
+def _resume(args: argparse.Namespace) -> int:
+    def show(result: dict[str, Any]) -> int:
+        print(str(result.get("message") or f"resumed routine {args.routine}"))
+        return 0
+
+    if running_daemon(args) is None:
+        raise DaemonNotRunning(
+            f"`companyd jobs resume {args.routine}` needs a running daemon (it resumes the "
+            "routine in its scheduler); start it (`companyd run`, or `systemctl start "
+            "companyd`), or pass --state-dir of the one that runs"
+        )
+    return call_daemon(args, "resume_job", show, routine=args.routine)
 
 
 def _unknown(cfg: CompanyConfig, name: str) -> RoutineNotFound:

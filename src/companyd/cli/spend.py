@@ -35,7 +35,12 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add ``spend`` and ``budget`` to the ``companyd`` command line."""
-    p = sub.add_parser("spend", help="LLM spend from the ledger, grouped and totalled")
+    p = sub.add_parser(
+        "spend",
+        help="LLM spend from the ledger, grouped and totalled",
+        description="LLM spend from the ledger for a period, grouped by agent, model, "
+        "routine or day, with the total (offline spend is labelled simulated).",
+    )
     p.add_argument(
         "--by",
         choices=("agent", "model", "routine", "day"),
@@ -51,7 +56,12 @@ def register(sub: Any) -> None:
     _common(p)
     p.set_defaults(func=_spend)
 
-    p = sub.add_parser("budget", help="each budget: limit, used, reserved, remaining, reset time")
+    p = sub.add_parser(
+        "budget",
+        help="each budget: limit, used, reserved, remaining, reset time",
+        description="Each budget (company, department, agent, routine): its limit, what is "
+        "used and reserved, what remains and when it resets.",
+    )
     _common(p)
     p.set_defaults(func=_budget)
 

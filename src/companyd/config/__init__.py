@@ -19,7 +19,12 @@ Modules, each importing only those listed before it:
 * :mod:`.cron` — cron expressions and time zones;
 * :mod:`.checks` — cross-checks spanning several values;
 * :mod:`.load` — the entry points :func:`load_config`, :func:`load_config_text`,
-  :func:`default_config_path`.
+  :func:`default_config_path` (at home in :mod:`.default_path`, standard library only,
+  which every CLI command imports);
+* :mod:`.view` — :func:`resolved_view`, the resolved file as plain data (``show-config``,
+  the dashboard's config view);
+* :mod:`.migrate` — ``companyd migrate``: an older company.yaml in the current format,
+  comments kept (docs/upgrade.md).
 
 Loading is synchronous file work (one small file plus instruction files); async callers
 run it in a thread (``await asyncio.to_thread(load_config, path)``).
@@ -33,6 +38,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from companyd.config.default_path import DEFAULT_STATE_DIR, default_config_path
     from companyd.config.load import load_config, load_config_text
+    from companyd.config.migrate import (
+        ConfigMigration,
+        MigrationRefused,
+        plan_migration,
+        write_migration,
+    )
     from companyd.config.model import (
         BACKUP_ASSIGNEE,
         AgentConfig,
@@ -65,9 +76,11 @@ if TYPE_CHECKING:
         QuietHoursSpec,
         RetentionSpec,
         RoutineSpec,
+        SandboxSpec,
         SpendSpec,
         SupervisorSpec,
         TelegramSpec,
+        ToolServerLimitsSpec,
         ToolsSpec,
         TriggerSpec,
     )
@@ -78,11 +91,13 @@ if TYPE_CHECKING:
         secret_values,
         state_backend,
     )
+    from companyd.config.view import SECTIONS, resolved_view
 
 __all__ = [
     "BACKUP_ASSIGNEE",
     "DEFAULT_STATE_DIR",
     "SCHEMA",
+    "SECTIONS",
     "AgentConfig",
     "AgentSpec",
     "AlertsSpec",
@@ -95,6 +110,7 @@ __all__ = [
     "CompanyConfig",
     "CompanyFile",
     "CompanySpec",
+    "ConfigMigration",
     "DashboardSpec",
     "DefaultsSpec",
     "DepartmentConfig",
@@ -103,16 +119,19 @@ __all__ = [
     "McpServerSpec",
     "MemorySpec",
     "MetricsSpec",
+    "MigrationRefused",
     "ModelSpec",
     "PriceSpec",
     "QuietHoursSpec",
     "RetentionSpec",
     "RoutineConfig",
     "RoutineSpec",
+    "SandboxSpec",
     "SecretReference",
     "SpendSpec",
     "SupervisorSpec",
     "TelegramSpec",
+    "ToolServerLimitsSpec",
     "ToolsSpec",
     "TriggerSpec",
     "company_schema",
@@ -122,9 +141,12 @@ __all__ = [
     "load_config",
     "load_config_text",
     "parse_duration",
+    "plan_migration",
+    "resolved_view",
     "secret_references",
     "secret_values",
     "state_backend",
+    "write_migration",
 ]
 
 
@@ -142,6 +164,7 @@ _HOMES: dict[str, str] = {
     "CompanyConfig": "companyd.config.model",
     "CompanyFile": "companyd.config.schema",
     "CompanySpec": "companyd.config.schema",
+    "ConfigMigration": "companyd.config.migrate",
     "DEFAULT_STATE_DIR": "companyd.config.default_path",
     "DashboardSpec": "companyd.config.schema",
     "DefaultsSpec": "companyd.config.schema",
@@ -151,6 +174,7 @@ _HOMES: dict[str, str] = {
     "McpServerSpec": "companyd.config.schema",
     "MemorySpec": "companyd.config.schema",
     "MetricsSpec": "companyd.config.schema",
+    "MigrationRefused": "companyd.config.migrate",
     "ModelSpec": "companyd.config.schema",
     "PriceSpec": "companyd.config.schema",
     "QuietHoursSpec": "companyd.config.schema",
@@ -158,10 +182,13 @@ _HOMES: dict[str, str] = {
     "RoutineConfig": "companyd.config.model",
     "RoutineSpec": "companyd.config.schema",
     "SCHEMA": "companyd.config.schema",
+    "SECTIONS": "companyd.config.view",
+    "SandboxSpec": "companyd.config.schema",
     "SecretReference": "companyd.config.secrets",
     "SpendSpec": "companyd.config.schema",
     "SupervisorSpec": "companyd.config.schema",
     "TelegramSpec": "companyd.config.schema",
+    "ToolServerLimitsSpec": "companyd.config.schema",
     "ToolsSpec": "companyd.config.schema",
     "TriggerSpec": "companyd.config.schema",
     "company_schema": "companyd.config.secrets",
@@ -171,9 +198,12 @@ _HOMES: dict[str, str] = {
     "load_config": "companyd.config.load",
     "load_config_text": "companyd.config.load",
     "parse_duration": "companyd.config.scalars",
+    "plan_migration": "companyd.config.migrate",
+    "resolved_view": "companyd.config.view",
     "secret_references": "companyd.config.secrets",
     "secret_values": "companyd.config.secrets",
     "state_backend": "companyd.config.secrets",
+    "write_migration": "companyd.config.migrate",
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
 from companyd.config.cron import check_tz, cron_problem
+from companyd.config.done_when import MEMORY_TOOLS, OPTIONAL_BUILTINS
 from companyd.config.report import Path_, Report, dotted
 from companyd.config.scalars import bare_model_id
 from companyd.config.wording import closest
@@ -195,6 +196,7 @@ def cross_check(data: dict[str, Any], rep: Report, base: Path) -> dict[str, str]
                     "will be cancelled; enable the agent, or set `enabled: false` on this "
                     "routine too",
                 )
+        _check_done_when(r, rp, agents, rep)
         trigger = _as_dict(r.get("trigger"))
         cron = trigger.get("cron")
         if isinstance(cron, str) and not rep.is_settled((*rp, "trigger", "cron")):
@@ -219,7 +221,55 @@ def cross_check(data: dict[str, Any], rep: Report, base: Path) -> dict[str, str]
     quiet = _as_dict(_as_dict(data.get("alerts")).get("quiet_hours"))
     check_tz(quiet.get("timezone"), ("alerts", "quiet_hours", "timezone"), rep)
     _check_models(data, rep)
+    _check_deliveries(data, rep)
     return instructions
+
+
+def _check_done_when(
+    routine: dict[str, Any], rp: Path_, agents: dict[str, Any], rep: Report
+) -> None:
+    """Each ``done_when`` ``tool: NAME`` names one of the assignee's tools, where that is
+    knowable: not denied, allowed, and a built-in unless the agent has MCP servers (whose
+    tools are only listed once they start). An error: no call could ever meet it.
+    """
+    who = routine.get("assignee")
+    if not isinstance(who, str) or not isinstance(agents.get(who), dict):
+        return
+    agent = agents[who]
+    tools = _as_dict(agent.get("tools"))
+    allow = tools.get("allow")
+    given_deny = tools.get("deny")
+    deny: list[Any] = given_deny if isinstance(given_deny, list) else []
+    has_servers = bool(_as_dict(agent.get("mcp_servers")))
+    raw = routine.get("done_when")
+    for i, cond in enumerate(raw if isinstance(raw, list) else []):
+        tool = cond.get("tool") if isinstance(cond, dict) else None
+        if not isinstance(tool, str) or not tool:
+            continue
+        path: Path_ = (*rp, "done_when", i, "tool")
+        if tool in deny:
+            rep.add(
+                path,
+                f"tool {tool!r} is in {who!r}'s tools.deny, so no call of it can succeed; "
+                "remove it from deny, or from done_when",
+            )
+        elif isinstance(allow, list) and tool not in allow:
+            rep.add(
+                path,
+                f"tool {tool!r} is not in {who!r}'s tools.allow "
+                f"({', '.join(map(str, allow)) or 'empty'}), so no call of it can succeed; "
+                "add it to allow, or fix the name",
+            )
+        elif not has_servers and tool not in MEMORY_TOOLS | OPTIONAL_BUILTINS:
+            known = sorted(MEMORY_TOOLS | OPTIONAL_BUILTINS)
+            close = closest(tool, known)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            rep.add(
+                path,
+                f"expected one of {who!r}'s tools, got {tool!r}; {hint}{who!r} has no "
+                f"mcp_servers, so its tools are the built-in ones ({', '.join(known)}); add "
+                "the MCP server that provides it, or fix the name",
+            )
 
 
 def _departments(value: Any, path: Path_, rep: Report) -> dict[str, Path_]:
@@ -297,6 +347,38 @@ def _check_org_chart(agents: dict[str, Any], rep: Report) -> None:
             ("agents",),
             "expected exactly one agent without 'reports_to' (usually the CEO), got none",
             key=True,
+        )
+
+
+def _check_deliveries(data: dict[str, Any], rep: Report) -> None:
+    """A routine that delivers to Telegram (``telegram`` or ``digest``, written or by
+    default with an ``expected_output``) while company.yaml configures no
+    ``alerts.telegram`` is a warning at the line that says so: its results would reach no
+    phone (they are kept in the founder's inbox instead).
+    """
+    if isinstance(_as_dict(data.get("alerts")).get("telegram"), dict):
+        return
+    for slug, r in _as_dict(data.get("routines")).items():
+        if not isinstance(r, dict):
+            continue
+        deliver = r.get("deliver")
+        if isinstance(deliver, list):
+            channels = [d for d in deliver if d in ("telegram", "digest")]
+            path: Path_ = ("routines", slug, "deliver")
+            said = f"deliver: lists {', '.join(channels)}"
+        elif deliver is None and r.get("expected_output"):
+            channels = ["telegram"]
+            path = ("routines", slug, "expected_output")
+            said = "with an expected_output, its result goes to telegram by default"
+        else:
+            continue
+        if not channels or rep.is_settled(path):
+            continue
+        rep.warn(
+            path,
+            f"routine {slug!r}: {said}, but company.yaml configures no alerts.telegram: its "
+            "results would reach no phone (they are kept in the inbox, `companyd inbox`); "
+            "add alerts.telegram (docs/alerts.md) or set deliver: to file or memory",
         )
 
 

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
+from companyd import __version__
 from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
 from companyd.config.checks import cross_check
 from companyd.config.default_path import default_config_path
 from companyd.config.model import CompanyConfig, resolve
 from companyd.config.report import Positions, Report
-from companyd.config.schema import CompanyFile
+from companyd.config.schema import SCHEMA, SCHEMA_VERSION, CompanyFile
 from companyd.config.secrets import check_secrets, register_secrets
 from companyd.config.tree import canonicalize
 from companyd.config.wording import describe, schema_issues
@@ -173,6 +176,7 @@ def load_config_text(
     if not isinstance(data, dict):
         raise ConfigError(rep.errors())
 
+    _refuse_newer_schema(data, rep)
     data = canonicalize(data, CompanyFile, (), rep)
     check_secrets(data, rep)
     spec: CompanyFile | None = None
@@ -187,3 +191,25 @@ def load_config_text(
             rep.add((), "the file is invalid; fix the errors above")
         raise ConfigError(rep.errors())
     return resolve(spec, base / Path(file).name, text, tuple(rep.warnings()), instructions)
+
+
+_SCHEMA_NAME = re.compile(r"companyd/v(\d{1,6})")
+
+
+def _refuse_newer_schema(data: dict[str, Any], rep: Report) -> None:
+    """A ``schema:`` newer than this code's is a file written for a newer companyd: say so,
+    with the way back, instead of "did you mean companyd/v1" (which would lose its meaning).
+    """
+    value = data.get("schema")
+    match = _SCHEMA_NAME.fullmatch(value) if isinstance(value, str) else None
+    if match is None or int(match.group(1)) <= SCHEMA_VERSION:
+        return
+    rep.add(
+        ("schema",),
+        f"{value!r} is the format of a newer companyd (this one, {__version__}, reads up to "
+        f"{SCHEMA!r}); upgrade companyd to the version that wrote it, or put back the file "
+        "from before that upgrade (company.yaml.bak from `companyd migrate --write`, or "
+        "config/company.yaml inside the pre-upgrade backup in <state>/backups) — "
+        "docs/upgrade.md",
+    )
+    rep.settle(("schema",))

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from companyd.config.default_path import DEFAULT_STATE_DIR
 from companyd.config.schema import (
@@ -27,6 +27,7 @@ from companyd.config.schema import (
     RoutineSpec,
     SupervisorSpec,
     ToolsSpec,
+    WebhookTriggerSpec,
 )
 from companyd.errors import ConfigIssue
 
@@ -58,6 +59,8 @@ class AgentConfig:
     heartbeat_seconds: float
     can_modify: tuple[str, ...]
     enabled: bool
+    #: check the final answer's claims of tool use (``defaults.claim_check``)
+    claim_check: bool = True
 
 
 #: The ``assignee`` of a backup routine: not a valid agent slug, so it names no agent (the
@@ -101,6 +104,16 @@ class RoutineConfig:
     backup: BackupConfig | None = None
     #: where the result goes (``deliver:``; default ``telegram`` with an expected_output)
     deliver: tuple[str, ...] = ()
+    #: the ``done_when`` conditions as plain data (docs/agents.md, "Verification")
+    done_when: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)  # keeps it hashable
+    #: ``retry`` (one follow-up in the same run) or ``report``
+    on_unmet: Literal["retry", "report"] = "retry"
+    #: runs a day (in ``timezone``) past which a fire is skipped; None: no limit
+    max_runs_per_day: int | None = None
+    #: failed runs in a row that pause the routine; None: never paused
+    pause_after_failures: int | None = None
+    #: ``trigger.webhook``: ``POST /hooks/<slug>`` fires it (docs/triggers.md); None: no hook
+    webhook: WebhookTriggerSpec | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -250,6 +263,7 @@ def resolve(
             heartbeat_seconds=a.heartbeat_seconds or d.heartbeat_seconds,
             can_modify=a.can_modify,
             enabled=a.enabled,
+            claim_check=d.claim_check,
         )
     base_dir = Path(os.path.realpath(path)).parent  # as CompanyConfig.base_dir
     routines = {slug: _routine(slug, r, spec, base_dir) for slug, r in spec.routines.items()}
@@ -314,4 +328,22 @@ def _routine(slug: str, r: RoutineSpec, spec: CompanyFile, base_dir: Path) -> Ro
         enabled=r.enabled,
         approval=r.approval,
         deliver=default_deliveries(r),
+        done_when=tuple(c.as_dict() for c in r.done_when),
+        on_unmet=r.on_unmet,
+        max_runs_per_day=_routine_limit(r, spec, "max_runs_per_day"),
+        pause_after_failures=_routine_limit(r, spec, "pause_after_failures"),
+        webhook=r.trigger.webhook,
     )
+
+
+def _routine_limit(r: RoutineSpec, spec: CompanyFile, key: str) -> int | None:
+    """A runaway guard of a routine (``key``): its own, else its assignee's ``routines``,
+    else ``defaults.routines``.
+    """
+    value: int | None = getattr(r, key)
+    agent = spec.agents.get(r.assignee or "")
+    if value is None and agent is not None:
+        value = getattr(agent.routines, key)
+    if value is None:
+        value = getattr(spec.defaults.routines, key)
+    return value

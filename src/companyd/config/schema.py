@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from companyd.config.done_when import DoneWhenSpec
 from companyd.config.scalars import (
     CredentialName,
     Duration,
@@ -40,6 +41,10 @@ from companyd.config.scalars import (
 )
 
 SCHEMA = "companyd/v1"
+#: The number in :data:`SCHEMA`: the newest company.yaml format this code reads. A file
+#: without ``schema:`` is version 1 (the format before the key was introduced).
+#: ``companyd migrate`` brings an older file to it; a newer one is refused (docs/upgrade.md).
+SCHEMA_VERSION = 1
 
 
 class Spec(BaseModel):
@@ -146,24 +151,48 @@ class DepartmentSpec(Spec):
     departments: dict[str, DepartmentSpec] = {}
 
 
+def _daily_limit(value: Any) -> Any:
+    """``5/day`` → 5 (the only window there is: a calendar day in the company's timezone)."""
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+)\s*/\s*(day|d)\s*", value)
+        if not m:
+            raise ValueError(f"expected a number of calls per day such as '5/day', got {value!r}")
+        return int(m.group(1))
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a number of calls per day such as '5/day', got {value!r}")
+    return value
+
+
+#: A number of calls per day (``5/day``).
+DailyLimit = Annotated[int, BeforeValidator(_daily_limit), Field(ge=0)]
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
 class ToolsSpec(Spec):
     """Which tools an agent may use. ``allow`` absent = every tool it is given.
 
     ``require_approval`` names tools whose every call waits for the founder's approval
-    (added to ``defaults.tools.require_approval``); ``approval_timeout`` is how long such a
+    (added to ``defaults.tools.require_approval``); ``allow_without_approval`` names tools
+    that run without it although their MCP annotations would ask for it (docs/tools.md);
+    ``require_approval`` wins when a tool is in both. ``approval_timeout`` is how long such a
     call (or an ``ask_founder`` question) waits before it counts as rejected (default:
     ``defaults.tools.approval_timeout``); ``ask_founder`` gives the agent the
     ``ask_founder`` tool (docs/desk.md); ``max_open_questions`` is how many of its questions
     may wait for the founder at once — a further ``ask_founder`` is refused to the agent
     (default: ``defaults.tools.max_open_questions``, 3).
+    ``rate_limit`` caps calls of a tool per day
+    (``{post_update: 5/day}``), counted durably in the company's timezone.
     """
 
     allow: tuple[str, ...] | None = None
     deny: tuple[str, ...] = ()
     require_approval: tuple[str, ...] = ()
+    allow_without_approval: tuple[str, ...] = ()
     approval_timeout: Duration | None = None
     ask_founder: bool = False
     max_open_questions: Annotated[int, BeforeValidator(whole), Field(ge=1, le=100)] | None = None
+    rate_limit: dict[str, DailyLimit] = {}
 
 
 class DefaultToolsSpec(Spec):
@@ -174,6 +203,53 @@ class DefaultToolsSpec(Spec):
     max_open_questions: Annotated[int, BeforeValidator(whole), Field(ge=1, le=100)] = 3
 
 
+def _sandbox_switch(value: Any) -> Any:
+    # `sandbox: true` is the default sandbox; `sandbox: false` opts a server out.
+    if value is True:
+        return {}
+    return value
+
+
+class SandboxSpec(Spec):
+    """What a tool server's sandbox lets through (docs/tools.md): extra paths, read-only
+    (``read``) or writable (``write``), absolute; the network (``network: false`` — no
+    network at all, loopback included); and, when the daemon runs as root, the
+    unprivileged user the server runs as (``run_as``).
+    """
+
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    network: bool = True
+    run_as: Text = "nobody"
+
+    @field_validator("read", "write")
+    @classmethod
+    def _absolute(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for path in v:
+            if not path.startswith("/"):
+                raise ValueError(
+                    f"expected an absolute path, got {path!r}; write it in full (e.g. "
+                    "/srv/shared/reports)"
+                )
+            if path.rstrip("/") == "":
+                raise ValueError(
+                    "expected a directory or file, got '/': binding the whole filesystem "
+                    "would undo the sandbox; name the directories the server needs, or set "
+                    "`sandbox: false` on this server"
+                )
+        return v
+
+
+class ToolServerLimitsSpec(Spec):
+    """Resource limits of one tool server's process (setrlimit): address space in MiB,
+    processes (and threads) of its user, open files. ``0`` means no limit of that kind.
+    """
+
+    memory_mb: Annotated[int, BeforeValidator(whole), Field(ge=0)] = 2048
+    processes: Annotated[int, BeforeValidator(whole), Field(ge=0)] = 512
+    open_files: Annotated[int, BeforeValidator(whole), Field(ge=0)] = 1024
+
+
 class McpServerSpec(Spec):
     """An external tool server an agent talks to over MCP stdio.
 
@@ -181,7 +257,9 @@ class McpServerSpec(Spec):
     variable of the server to a variable of the daemon's own environment, which is how
     tokens reach it. ``timeout_seconds`` bounds one tool call; ``handshake_timeout_seconds``
     bounds starting the server (process start, MCP ``initialize``, ``tools/list``): a server
-    that misses it is left out and retried, the agent runs without its tools.
+    that misses it is left out and retried, the agent runs without its tools. ``sandbox``
+    (on by default; ``false`` opts out), ``limits`` and ``risk`` (how its tools' MCP
+    annotations decide which calls wait for the founder) are described in docs/tools.md.
     """
 
     command: Text
@@ -191,6 +269,35 @@ class McpServerSpec(Spec):
     idempotent_tools: tuple[str, ...] = ()
     timeout_seconds: Duration = 60.0
     handshake_timeout_seconds: Duration = 30.0
+    sandbox: Annotated[SandboxSpec | Literal[False], BeforeValidator(_sandbox_switch)] = (
+        SandboxSpec()
+    )
+    limits: ToolServerLimitsSpec = ToolServerLimitsSpec()
+    risk: Literal["from_annotations", "always_ask", "trusted"] = "from_annotations"
+
+    @field_validator("args")
+    @classmethod
+    def _no_secret_in_argv(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for arg in v:
+            m = _ENV_REFERENCE.search(arg)
+            if m:
+                raise ValueError(
+                    f"expected no ${{VAR}} in args, got {arg!r}: the command line of a process "
+                    "is readable by every user of the machine (ps, /proc), so a secret must "
+                    f"not travel in it; pass it in the environment instead, e.g. `env_from: "
+                    f"{{{m.group(1)}: {m.group(1)}}}`, and have the server read it there"
+                )
+        return v
+
+
+class RoutineLimitsSpec(Spec):
+    """Runaway guards for routines (docs/scheduler.md, "Runaway routines"): at most
+    ``max_runs_per_day`` runs a day (in the routine's time zone), and a routine paused after
+    ``pause_after_failures`` failed runs in a row. Unset: no limit.
+    """
+
+    max_runs_per_day: PositiveInt | None = None
+    pause_after_failures: PositiveInt | None = None
 
 
 class AgentSpec(Spec):
@@ -216,25 +323,43 @@ class AgentSpec(Spec):
     heartbeat_seconds: Duration | None = None
     can_modify: tuple[str, ...] = ()
     enabled: bool = True
+    #: runaway guards of this agent's routines (unset keys: ``defaults.routines``)
+    routines: RoutineLimitsSpec = RoutineLimitsSpec()
+
+
+class WebhookTriggerSpec(Spec):
+    """``POST /hooks/<routine>`` fires the routine (docs/triggers.md).
+
+    ``secret_env`` names the environment variable holding the Standard Webhooks secret
+    (``whsec_…``); ``max_body`` bounds the request body in bytes; ``rate_limit`` is how
+    many requests a minute the routine accepts before answering 429.
+    """
+
+    secret_env: EnvName
+    max_body: Annotated[int, BeforeValidator(whole), Field(ge=1, le=16 << 20)] = 1 << 20
+    rate_limit: Annotated[int, BeforeValidator(whole), Field(ge=1, le=10_000)] = 60
 
 
 class TriggerSpec(Spec):
-    """When a routine fires: a 5-field ``cron`` (with ``timezone``) or ``every``."""
+    """When a routine fires: a 5-field ``cron`` (with ``timezone``) or ``every``, and/or a
+    ``webhook`` (an HTTP request signed with the Standard Webhooks scheme).
+    """
 
     cron: str | None = None
     every: Duration | None = None
     timezone: str | None = None
+    webhook: WebhookTriggerSpec | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> TriggerSpec:
         if self.cron is not None and self.every is not None:
             raise ValueError("expected exactly one of 'cron' or 'every', got both; remove one")
-        if self.cron is None and self.every is None:
+        if self.cron is None and self.every is None and self.webhook is None:
             raise ValueError(
-                "expected exactly one of 'cron' (e.g. \"0 14 * * *\") or 'every' (e.g. 5m), "
-                "got neither"
+                "expected 'cron' (e.g. \"0 14 * * *\"), 'every' (e.g. 5m) or 'webhook' "
+                "(e.g. {secret_env: STRIPE_WEBHOOK_SECRET}), got none of them"
             )
-        if self.every is not None and self.timezone is not None:
+        if self.cron is None and self.timezone is not None:
             raise ValueError("'timezone' applies to 'cron' only; remove it or use cron")
         return self
 
@@ -280,6 +405,14 @@ class RoutineSpec(Spec):
     approval: Literal["none", "required"] = "none"
     enabled: bool = True
     deliver: tuple[Delivery, ...] | None = None
+    #: evidence the run must leave before it counts as done (docs/agents.md, "Verification")
+    done_when: tuple[DoneWhenSpec, ...] = ()
+    #: what an unmet done_when does: one follow-up to the agent in the same run, or none
+    on_unmet: Literal["retry", "report"] = "retry"
+    #: runaway guards (docs/scheduler.md, "Runaway routines"); unset: the assignee's
+    #: (``agents.<slug>.routines``), else ``defaults.routines``
+    max_runs_per_day: PositiveInt | None = None
+    pause_after_failures: PositiveInt | None = None
 
     @field_validator("deliver")
     @classmethod
@@ -306,6 +439,8 @@ class RoutineSpec(Spec):
                 given.append("precondition")
             if self.approval != "none":
                 given.append("approval")
+            if self.done_when:
+                given.append("done_when")
             if given:
                 raise ValueError(
                     f"a backup routine runs no agent and fires every 'backup.every'; remove "
@@ -340,6 +475,10 @@ class DefaultsSpec(Spec):
     limits: LimitsSpec = LimitsSpec(max_cost_usd=1.0, max_steps=20, max_seconds=600.0)
     heartbeat_seconds: Duration = 300.0
     tools: DefaultToolsSpec = DefaultToolsSpec()
+    #: check every final answer's claims of tool use against the run (docs/agents.md)
+    claim_check: bool = True
+    #: runaway guards of every routine (docs/scheduler.md, "Runaway routines")
+    routines: RoutineLimitsSpec = RoutineLimitsSpec()
 
 
 Severity = Literal["critical", "warning", "info", "off"]
@@ -446,6 +585,9 @@ class AnthropicSpec(Spec):
     base_url: str | None = None
     timeout_seconds: Duration = 120.0
     max_retries: Annotated[int, BeforeValidator(whole), Field(ge=0, le=10)] = 2
+    #: a 429 asking to wait longer than this on every model of an agent's chain pauses the
+    #: agent until then (a quota wall, docs/agents.md) instead of failing its run
+    quota_pause_after: Duration = 60.0
 
     _url = field_validator("base_url")(http_url)
 
@@ -468,6 +610,18 @@ class MetricsSpec(Spec):
                 "expose it"
             )
         return v
+
+
+class TelemetrySpec(Spec):
+    """OpenTelemetry traces and metrics (docs/telemetry.md): on when ``otlp_endpoint`` is set
+    (or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is in the environment). Message contents are
+    exported only with ``capture_content: true``, and then redacted.
+    """
+
+    otlp_endpoint: str | None = None
+    capture_content: bool = False
+
+    _url = field_validator("otlp_endpoint")(http_url)
 
 
 class DashboardSpec(Spec):
@@ -541,5 +695,6 @@ class CompanyFile(Spec):
     anthropic: AnthropicSpec = AnthropicSpec()
     metrics: MetricsSpec = MetricsSpec()
     dashboard: DashboardSpec = DashboardSpec()
+    telemetry: TelemetrySpec = TelemetrySpec()
     retention: RetentionSpec = RetentionSpec()
     state: StateSpec = StateSpec()

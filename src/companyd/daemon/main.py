@@ -30,6 +30,8 @@ Admin                  ``Daemon`` (:mod:`.operator` mixin)  alerts (``admin=``),
                                                             socket, the web dashboard
 agent ports            journal, memory, spend book, model   :class:`Staff` → each agent's
                        backend, desk, proposals             ``AgentDeps``
+Tracer                 :func:`telemetry_tracer` (no-op      :class:`Staff` (``tracer=``),
+                       unless telemetry is on)              :class:`RoutineScheduler`
 reload callback        ``Daemon._reload_after_apply``       :class:`companyd.desk.Proposals`
 bus subscriptions      alerts (at construction), the        — ; the event log
                        dashboard's live streams (per        (:func:`log_events`) in
@@ -56,6 +58,7 @@ from companyd import __version__
 from companyd._aio import cancel_and_wait, race
 from companyd._fs import DiskAlarm, private_dir
 from companyd._heap import freeze_startup_heap
+from companyd._sqlite import SchemaTooNew
 from companyd.admin import LeaderBlock, SpendStatus, result_data, status_line
 from companyd.agents import ResultApprovals, Staff
 from companyd.alerts import AlertService
@@ -64,15 +67,17 @@ from companyd.config import CompanyConfig, state_backend
 from companyd.daemon.backups import Backups
 from companyd.daemon.control import ControlServer
 from companyd.daemon.dashboard import WebDashboard
+from companyd.daemon.deliveries import ResultRecords
 from companyd.daemon.logs import log_events
 from companyd.daemon.operator import NO_SPEND, Operator
 from companyd.daemon.protocol import socket_path
 from companyd.daemon.reload import Reloader, ReloadRecord
 from companyd.daemon.standby import stand_by
 from companyd.daemon.systemd import LoopLagMonitor, Notifier, StatusUpdater, Watchdog
+from companyd.daemon.toolsops import ToolsOps
 from companyd.daemon.tree import build_company_tree
 from companyd.daemon.views import Views
-from companyd.desk import DEFAULT_APPROVAL_TIMEOUT, Desk, Proposals
+from companyd.desk import DEFAULT_APPROVAL_TIMEOUT, Desk, Proposals, ToolStore
 from companyd.errors import EX_CONFIG, EX_SOFTWARE, CompanydError
 from companyd.events import (
     DaemonStarted,
@@ -94,6 +99,7 @@ from companyd.supervision import (
     SupervisorGaveUp,
     SupervisorStartError,
 )
+from companyd.telemetry import NO_TRACING, Tracer, telemetry_endpoint
 
 __all__ = [
     "AGENT_SHUTDOWN",
@@ -140,7 +146,7 @@ def make_backend(
     return ClaudeBackend.from_config(config.spec.anthropic, clock=clock)
 
 
-class Daemon(Operator, Views, Reloader, Backups):
+class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
     """The running company: builds the tree, serves the operator, reloads, stops.
 
     Args:
@@ -222,6 +228,9 @@ class Daemon(Operator, Views, Reloader, Backups):
         self.desk = Desk(
             state_dir / "desk.sqlite", bus=self.bus, clock=self.clock, backend=self.storage
         )
+        self.tool_store = ToolStore(state_dir / "tools.sqlite", backend=self.storage)
+        # seam: Tracer — spans of fires, runs, model and tool calls (docs/telemetry.md)
+        self.tracer = telemetry_tracer(config)
         # seam: agent ports — what each agent's AgentDeps is built from
         self.staff = Staff(
             config,
@@ -236,6 +245,8 @@ class Daemon(Operator, Views, Reloader, Backups):
             proposals=self.proposal_store,
             # one-off `companyd ask`: no socket, no Telegram, nobody to decide
             desk=None if oneoff else self.desk,
+            tool_store=self.tool_store,
+            tracer=self.tracer,
         )
         self.alerts = AlertService(
             config,
@@ -245,6 +256,12 @@ class Daemon(Operator, Views, Reloader, Backups):
             clock=self.clock,
             memory=self.memory,
             backend=self.storage,
+            deliveries=ResultRecords(
+                self.journal,
+                None if oneoff else self.desk,
+                self.clock,
+                lambda: float(self.config.spec.retention.runs_days),
+            ),
         )
         self._backup_lock = asyncio.Lock()
         self.scheduler = RoutineScheduler(
@@ -262,6 +279,7 @@ class Daemon(Operator, Views, Reloader, Backups):
                 timeout=self._approval_timeout,
             ),
             backups=self,  # seam: BackupSink (the backups mixin) for backup routines
+            tracer=self.tracer,
         )
         self.socket = socket_path(state_dir)
         self._control_group = control_group
@@ -430,7 +448,13 @@ class Daemon(Operator, Views, Reloader, Backups):
         with contextlib.suppress(Exception):
             await self.desk.close()
         with contextlib.suppress(Exception):
+            await self.tool_store.close()
+        with contextlib.suppress(Exception):
             await self.backend.aclose()
+        if self.tracer.enabled:
+            # the last spans, within the exporter's own deadline (OTEL_EXPORTER_OTLP_TIMEOUT),
+            # on a thread: the SDK's flush blocks
+            await asyncio.to_thread(self.tracer.shutdown)
         if self.leadership is not None:
             # after every store's last write: a standby takes over at once, not a lease later
             with contextlib.suppress(Exception):
@@ -505,7 +529,9 @@ class Daemon(Operator, Views, Reloader, Backups):
                 await self.start()
             except SupervisorStartError as exc:
                 cause = exc.reason.exception
-                if isinstance(cause, MemoryNotAGraph | MemoryUnsafePath):
+                if isinstance(cause, MemoryNotAGraph | MemoryUnsafePath) or _written_by_newer(
+                    cause
+                ):
                     # The operator must act (memory.path names another file): restarting
                     # cannot help, so exit 78 and systemd does not restart-loop on it.
                     log.critical("the company could not start: %s (exit 78)", cause)
@@ -625,6 +651,19 @@ class Daemon(Operator, Views, Reloader, Backups):
 _EARLY_SIGHUP: list[bool] = []
 
 
+def _written_by_newer(exc: BaseException | None) -> bool:
+    """A store refused its file as written by a newer companyd (SchemaTooNew somewhere in
+    the chain): restarting cannot help — the operator upgrades or restores (docs/upgrade.md).
+    """
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, SchemaTooNew):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
 def node_name() -> str:
     """This daemon's name among the company's daemons (docs/ha.md): ``$COMPANYD_NODE``, else
     the host name — one daemon per host is the usual topology.
@@ -642,3 +681,21 @@ def remember_early_sighup(signum: int, frame: Any) -> None:
 def _log_task_failure(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("reload failed: %r", task.exception())
+
+
+def telemetry_tracer(config: CompanyConfig) -> Tracer:
+    """The company's tracer: OpenTelemetry when ``telemetry.otlp_endpoint`` is set or
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` is in the environment (docs/telemetry.md), else the
+    no-op one. The SDK is imported only in the first case: a daemon without telemetry
+    never loads it (tests/daemon/test_startup_imports.py).
+    """
+    spec = config.spec.telemetry
+    if telemetry_endpoint(spec.otlp_endpoint) is None:
+        return NO_TRACING
+    from companyd.telemetry import otel_tracer  # imported here: only when telemetry is on
+
+    return otel_tracer(
+        spec.otlp_endpoint,
+        capture_content=spec.capture_content,
+        company=config.spec.company.name,
+    )

@@ -42,6 +42,7 @@ from companyd.admin import (
     DeskDecision,
     Inbox,
     JobHistory,
+    JobResumed,
     JobRun,
     Jobs,
     LeaderBlock,
@@ -49,6 +50,7 @@ from companyd.admin import (
     ProposalDecision,
     Proposals,
     Resumed,
+    ResumedAll,
     RoutineLine,
     Runs,
     RunTranscript,
@@ -59,15 +61,18 @@ from companyd.admin import (
     Status,
     TaskRetried,
     Tasks,
+    WebhookFired,
 )
 from companyd.agents import Staff
 from companyd.alerts import AlertService
-from companyd.clock import Clock
+from companyd.clock import Clock, clock_time
 from companyd.config import CompanyConfig
 from companyd.daemon.dashboard import WebDashboard
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
+from companyd.daemon.toolsops import approve_tools_item
 from companyd.desk import (
+    TOOLS_ITEM,
     Desk,
     ItemState,
     ProposalError,
@@ -150,6 +155,9 @@ class Operator:
         tree = self.tree.snapshot() if self.tree is not None else {}
         paused = self.staff.paused()
         _mark_paused(tree, paused)
+        ends = self.staff.pauses.ends()
+        _mark_paused_until(tree, {a: clock_time(t, self.config.timezone) for a, t in ends.items()})
+        _mark_not_serving(tree, self._not_serving())
         running = self.staff.in_flight()
         agents_total = len(self.config.agents)
         agent_nodes = _agent_nodes(tree, set(self.config.agents))
@@ -170,6 +178,14 @@ class Operator:
             alerts=self.alerts.snapshot(),
         )
 
+    def _not_serving(self) -> dict[str, str]:
+        """The service children that run but serve nothing, each with why: the dashboard
+        whose address cannot be bound (it retries, reporting itself started meanwhile).
+        """
+        server = self.web.server
+        problem = server.problem if server is not None else None
+        return {"dashboard": problem} if problem else {}
+
     async def status(self) -> Status:
         """:meth:`Admin.status`: the tree with paused agents marked, runs in flight, spend and
         routines. Always answers: an unreadable ledger or routine history shows as unavailable, not
@@ -182,10 +198,11 @@ class Operator:
     async def _spend_status(self) -> SpendStatus:
         try:
             report = await self.spend_book.budget_report()
+            simulated = await self.spend_book.simulated()
         except LedgerError as exc:
             # the ledger cannot be opened (a full state disk at start): status still answers
             return spend_for_status({}, self.staff.paused(), unavailable=str(exc))
-        return spend_for_status(report, self.staff.paused())
+        return spend_for_status(report, self.staff.paused(), simulated=simulated)
 
     async def _routines_status(self) -> list[RoutineLine]:
         try:
@@ -296,6 +313,57 @@ class Operator:
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
         return JobRun(routine=routine, **outcome.to_dict())
+
+    async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> WebhookFired:
+        """:meth:`Admin.fire_webhook`.
+
+        Raises:
+            AdminError: no routine of that name, or it has no webhook trigger.
+        """
+        try:
+            fire_id, replay = await self.scheduler.fire_webhook(routine, webhook_id, body)
+        except RoutineNotFound as exc:
+            raise AdminError(str(exc)) from None
+        return WebhookFired(
+            routine=routine,
+            fire_id=fire_id,
+            replay=replay,
+            message=(
+                f"webhook {webhook_id} was already accepted as fire {fire_id}: nothing runs again"
+                if replay
+                else f"webhook {webhook_id} fired routine {routine} ({fire_id})"
+            ),
+        )
+
+    async def resume_all(self) -> ResumedAll:
+        """:meth:`Admin.resume_all`: resume every paused agent, whatever paused it (the
+        one command after topping up the Anthropic account: docs/spend.md).
+        """
+        resumed = [a for a in list(self.staff.paused()) if self.staff.resume(a)]
+        return ResumedAll(
+            resumed=resumed,
+            message=(f"resumed {', '.join(resumed)}" if resumed else "no agent was paused"),
+        )
+
+    async def resume_job(self, routine: str) -> JobResumed:
+        """:meth:`Admin.resume_job`; ``resumed`` is False when the routine was not paused.
+
+        Raises:
+            AdminError: no routine of that name.
+        """
+        try:
+            was = await self.scheduler.resume_routine(routine)
+        except RoutineNotFound as exc:
+            raise AdminError(str(exc)) from None
+        return JobResumed(
+            routine=routine,
+            resumed=was,
+            message=(
+                f"resumed routine {routine}: its next fire runs"
+                if was
+                else f"routine {routine} was not paused"
+            ),
+        )
 
     async def dashboard_login(self) -> DashboardLogin:
         """:meth:`Admin.dashboard_login` (see :meth:`WebDashboard.login`)."""
@@ -524,6 +592,8 @@ class Operator:
                 return await decide(
                     self.desk, item_id, ItemState.APPROVED, "", by=by or "founder", via=via
                 )
+            if item_id.startswith(TOOLS_ITEM):
+                return await approve_tools_item(self.staff, self.config, item_id, by or "founder")
             try:
                 p = await self.proposal_store.approve(item_id)
             except ProposalError as exc:
@@ -598,7 +668,9 @@ class Operator:
 
     async def inbox(self) -> Inbox:
         """:meth:`Admin.inbox`."""
-        return await gather_inbox(self.desk, self.proposal_store, self.journal)
+        return await gather_inbox(
+            self.desk, self.proposal_store, self.journal, self.staff.provisions.tool_store
+        )
 
     async def revert(self, proposal_id: str) -> ProposalDecision:
         """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away.
@@ -659,6 +731,32 @@ def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:
         _mark_paused(child, paused)
 
 
+def _mark_not_serving(node: dict[str, Any], problems: Mapping[str, str]) -> None:
+    """A running service child that serves nothing is shown so: ``state`` ``not serving``,
+    ``serving`` false and the ``reason`` (a record must not say "running" of a dashboard
+    whose port was taken).
+    """
+    if (
+        node.get("kind") == "worker"
+        and node.get("id") in problems
+        and node.get("state") == "running"
+    ):
+        node["state"] = "not serving"
+        node["serving"] = False
+        node["reason"] = problems[node["id"]]
+    for child in node.get("children", ()):
+        _mark_not_serving(child, problems)
+
+
+def _mark_paused_until(node: dict[str, Any], until: Mapping[str, str]) -> None:
+    """A quota wall's pause (agents/_walls.py): shown "paused until HH:MM (rate limit)"."""
+    if node.get("state") == "paused" and node.get("id") in until:
+        node["pause_reason"] = "rate limit"
+        node["paused_until"] = until[node["id"]]
+    for child in node.get("children", ()):
+        _mark_paused_until(child, until)
+
+
 def _agent_nodes(node: dict[str, Any], agents: set[str]) -> list[dict[str, Any]]:
     out = [node] if node.get("kind") == "worker" and node.get("id") in agents else []
     for child in node.get("children", ()):
@@ -679,9 +777,14 @@ def _epoch(value: Any) -> float | None:
 
 
 def spend_for_status(
-    report: Mapping[str, Any], paused: Mapping[str, str], unavailable: str | None = None
+    report: Mapping[str, Any],
+    paused: Mapping[str, str],
+    unavailable: str | None = None,
+    simulated: tuple[float, float] = (0.0, 0.0),
 ) -> SpendStatus:
-    """The status ``spend`` block (docs/daemon.md) from the spend book's budget report."""
+    """The status ``spend`` block (docs/daemon.md) from the spend book's budget report;
+    ``simulated``: the offline model's part of today's and this month's spend.
+    """
     rows = [r for r in report.get("budgets", []) if isinstance(r, Mapping)]
     periods: dict[str, SpendPeriodLine] = {}
     for name, period in (("today", "day"), ("month", "month")):
@@ -693,6 +796,7 @@ def spend_for_status(
             reserved_usd=row.get("reserved_usd", 0.0),
             limit_usd=row.get("limit_usd"),
             resets_at=_epoch(row.get("resets_at")),
+            simulated_usd=simulated[0] if name == "today" else simulated[1],
         )
     agents: dict[str, dict[str, Any]] = {}
     for r in rows:

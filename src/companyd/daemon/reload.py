@@ -226,7 +226,7 @@ def shown_error(text: str) -> str:
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
     """The settings read once at start that differ between ``old`` and ``new``: a reload
     cannot apply them (the state directory, the memory file, the model client, metrics,
-    the dashboard's address).
+    the dashboard's address, telemetry).
     """
     changed = []
     # (when --state-dir chose the directory, company.yaml's state_dir does not matter)
@@ -240,4 +240,6 @@ def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path
         changed.append("metrics")
     if old.spec.dashboard != new.spec.dashboard:
         changed.append("dashboard")
+    if old.spec.telemetry != new.spec.telemetry:
+        changed.append("telemetry")
     return changed

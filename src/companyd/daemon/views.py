@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
 from companyd._secrets import SECRETS
 from companyd.admin import AdminError, ConfigView, MemoryChanges, MemoryEntity, MemorySearch
-from companyd.config import CompanyConfig, secret_references
+from companyd.config import CompanyConfig, resolved_view, secret_references
 from companyd.daemon.reload import ReloadRecord
 from companyd.memory import (
     KnowledgeGraph,
@@ -110,8 +110,9 @@ class Views:
         """
         config = self.config
         mtime, changed, refs = await asyncio.to_thread(_file_facts, config)
-        document = config.spec.model_dump(mode="json")
-        document = {("schema" if k == "schema_" else k): v for k, v in document.items()}
+        # the same resolved view as `show-config`: every section, every effective default
+        # (a routine's deliver as it runs, not the null the file leaves it at)
+        document = await asyncio.to_thread(resolved_view, config)  # looks up credentials
         return ConfigView(
             path=str(config.path),
             loaded_at=self.config_loaded_at,

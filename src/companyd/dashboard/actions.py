@@ -78,6 +78,15 @@ def _message(operation: str, target: str, result: Any) -> str:
     message = getattr(result, "message", None)
     if isinstance(message, str) and message:
         return message
+    if getattr(result, "applied", None) is True:  # a reload: what it changed
+        keys = ("added", "removed", "changed")
+        moved = [f"{k} {', '.join(getattr(result, k))}" for k in keys if getattr(result, k, None)]
+        unchanged = getattr(result, "unchanged", 0)
+        return (
+            "company.yaml reloaded: "
+            + ("; ".join(moved) or "no agent changed")
+            + (f"; {unchanged} unchanged" if unchanged else "")
+        )
     if dataclasses.is_dataclass(result) and hasattr(result, "answer"):
         return f"{target} answered"
     return f"{operation} {target}: done"

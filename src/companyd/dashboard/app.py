@@ -3,9 +3,11 @@
 ``build_app(ctx)`` returns a Starlette application serving every page of
 :data:`companyd.dashboard.pages.PAGES` (each module's ``routes``; its ``live`` fragments on
 ``/live``), the login routes, and the static assets under ``/static`` (vendored htmx, its
-SSE extension, the chart library, the dashboard's own CSS and JavaScript). Middlewares,
+SSE extension, the chart library, the dashboard's own CSS and JavaScript) and the routines'
+webhooks (``POST /hooks/<routine>``, :mod:`companyd.dashboard.hooks`). Middlewares,
 outermost first: security headers, then the session and CSRF guard
-(:mod:`companyd.dashboard.security`).
+(:mod:`companyd.dashboard.security`), then the attention strip's
+(:mod:`companyd.dashboard.attention`: what needs the founder, computed for every page).
 
 The application's state: ``ctx`` (the :class:`~companyd.dashboard.context.DashboardContext`),
 ``templates`` (the Jinja2 environment, :mod:`companyd.dashboard.render`) and ``stopping``
@@ -22,7 +24,8 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from companyd.dashboard import login
+from companyd.dashboard import attention, hooks, login
+from companyd.dashboard.attention import AttentionMiddleware
 from companyd.dashboard.context import DashboardContext
 from companyd.dashboard.live import Live, live_endpoint
 from companyd.dashboard.pages import PAGES
@@ -42,9 +45,9 @@ def build_app(ctx: DashboardContext) -> Starlette:
         ValueError: two pages declare a live fragment of the same name.
     """
     fragments: dict[str, Live] = {}
-    routes: list[BaseRoute] = [*login.routes]
-    for page in PAGES:
-        routes.extend(page.routes)
+    routes: list[BaseRoute] = [*login.routes, *hooks.routes]
+    for page in (*PAGES, attention):
+        routes.extend(getattr(page, "routes", []))
         for fragment in getattr(page, "live", []):
             if fragment.name in fragments:
                 raise ValueError(f"two live fragments are named {fragment.name!r}")
@@ -56,9 +59,11 @@ def build_app(ctx: DashboardContext) -> Starlette:
         middleware=[
             Middleware(SecurityHeaders),
             Middleware(SessionGuard, sessions=ctx.sessions),
+            Middleware(AttentionMiddleware),
         ],
     )
     app.state.ctx = ctx
     app.state.templates = make_templates()
     app.state.stopping = asyncio.Event()
+    app.state.hook_limiter = hooks.HookLimiter()
     return app

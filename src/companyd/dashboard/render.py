@@ -6,7 +6,9 @@ values:
 
 * ``csrf_token`` — the session's CSRF token, and ``csrf_field()`` — the hidden form field
   carrying it (every ``<form method="post">`` contains ``{{ csrf_field() }}``);
-* ``nav`` — the eight pages as ``(label, href)`` and ``active`` — the href of the current one;
+* ``attention`` — the attention strip (:mod:`companyd.dashboard.attention`; None
+  outside a page request);
+* ``nav`` — the nine pages as ``(label, href)`` and ``active`` — the href of the current one;
 * ``company`` — the company's name;
 * filters ``usd`` (``$1.23``), ``when`` (epoch seconds → ``2026-11-25 22:14 UTC``),
   ``duration`` (seconds → ``3h 02m``) and ``redact``.
@@ -27,6 +29,7 @@ from starlette.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
 
 from companyd._secrets import redact
+from companyd.admin import format_usd, usd_places
 from companyd.clock import utc_from_ts
 
 __all__ = ["NAV", "TEMPLATES", "fragment", "make_templates", "render", "section_of"]
@@ -37,6 +40,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 #: The pages of the navigation bar, in order: (label, href).
 NAV: tuple[tuple[str, str], ...] = (
     ("Overview", "/"),
+    ("Today", "/today"),
     ("Agents", "/agents"),
     ("Runs", "/runs"),
     ("Routines", "/routines"),
@@ -62,11 +66,13 @@ def _csrf_field(context: jinja2.runtime.Context) -> Markup:
 
 
 def usd(value: Any) -> str:
-    """``$1.23`` (``$0.0042`` under a cent; ``–`` for None)."""
+    """``$1.23`` (``$0.0042`` under a cent, more decimals where that is what it takes for
+    an amount that is not zero to show as not zero; ``–`` for None).
+    """
     if value is None:
         return "–"
     amount = float(value)
-    return f"${amount:,.4f}" if 0 < abs(amount) < 0.01 else f"${amount:,.2f}"
+    return format_usd(amount, usd_places([amount], minimum=4 if 0 < abs(amount) < 0.01 else 2))
 
 
 def when(ts: Any) -> str:
@@ -123,6 +129,8 @@ def render(request: Request, template: str, status_code: int = 200, **values: An
         "csrf_token": session.csrf if session is not None else "",
         "active": section_of(request.url.path),
         "company": ctx.config().name,
+        # the attention strip of base.html (computed by AttentionMiddleware; None: no strip)
+        "attention": getattr(request.state, "attention", None),
     }
     return templates.TemplateResponse(
         request, template, {**common, **values}, status_code=status_code

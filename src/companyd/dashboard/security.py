@@ -3,7 +3,8 @@
 * :class:`SecurityHeaders` — a Content-Security-Policy with no inline script, no
   ``unsafe-eval`` and no inline style (:data:`CSP`), no framing, no referrer (a login URL
   must not leak through ``Referer``), no MIME sniffing, and ``Cache-Control: no-store``.
-* :class:`SessionGuard` — every path but :data:`PUBLIC` needs a live session cookie:
+* :class:`SessionGuard` — every path but :data:`PUBLIC` (and the webhooks under
+  :data:`HOOKS_PREFIX`, which their signature authenticates) needs a live session cookie:
   without one a page request is redirected (303) to ``/login-needed``, which says to run
   ``companyd dashboard``; an htmx or event-stream request gets 401 (with ``HX-Redirect``).
   The session is put into ``scope["state"]["session"]`` (``request.state.session``).
@@ -23,7 +24,15 @@ from typing import Any
 
 from companyd.dashboard.auth import COOKIE, Sessions
 
-__all__ = ["CSP", "MAX_FORM_BYTES", "PUBLIC", "STATIC_PREFIX", "SecurityHeaders", "SessionGuard"]
+__all__ = [
+    "CSP",
+    "HOOKS_PREFIX",
+    "MAX_FORM_BYTES",
+    "PUBLIC",
+    "STATIC_PREFIX",
+    "SecurityHeaders",
+    "SessionGuard",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -50,6 +59,9 @@ _HEADERS = [
 #: prefix of the static assets, also public.
 PUBLIC = frozenset({"/login", "/login-needed"})
 STATIC_PREFIX = "/static/"
+#: The prefix of the routines' webhooks: no session, no CSRF token — each request is
+#: authenticated by its Standard Webhooks signature (:mod:`companyd.dashboard.hooks`).
+HOOKS_PREFIX = "/hooks/"
 
 #: The largest form body the CSRF check reads.
 MAX_FORM_BYTES = 1 << 20
@@ -97,6 +109,10 @@ class SessionGuard:
             await self.app(scope, receive, send)
             return
         path = str(scope.get("path", ""))
+        if path.startswith(HOOKS_PREFIX):
+            # a webhook's signature is its authentication (companyd.dashboard.hooks)
+            await self.app(scope, receive, send)
+            return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         session_id = _cookie(headers.get("cookie", ""), COOKIE)
         session = self.sessions.get(session_id) if session_id else None

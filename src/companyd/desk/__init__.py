@@ -17,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.desk._inbox import decide, decisions_of, gather_inbox, on_desk
+    from companyd.desk._inbox import TOOLS_ITEM, decide, decisions_of, gather_inbox, on_desk
     from companyd.desk._proposals import Proposal, ProposalError, Proposals
     from companyd.desk._store import (
         DEFAULT_APPROVAL_TIMEOUT,
@@ -28,9 +28,14 @@ if TYPE_CHECKING:
         ItemKind,
         ItemState,
     )
+    from companyd.desk._toolstore import TOOL_STORE_STEPS, RateLimits, ToolStore
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
+    "PROPOSAL_STORE_STEPS",
+    "STORE_STEPS",
+    "TOOLS_ITEM",
+    "TOOL_STORE_STEPS",
     "Desk",
     "DeskError",
     "DeskFull",
@@ -40,6 +45,8 @@ __all__ = [
     "Proposal",
     "ProposalError",
     "Proposals",
+    "RateLimits",
+    "ToolStore",
     "decide",
     "decisions_of",
     "gather_inbox",
@@ -47,6 +54,12 @@ __all__ = [
 ]
 
 _HOMES: dict[str, str] = {
+    "TOOL_STORE_STEPS": "companyd.desk._toolstore",
+    "TOOLS_ITEM": "companyd.desk._inbox",
+    "RateLimits": "companyd.desk._toolstore",
+    "ToolStore": "companyd.desk._toolstore",
+    "PROPOSAL_STORE_STEPS": "companyd.desk._proposals",
+    "STORE_STEPS": "companyd.desk._store",
     "DeskFull": "companyd.desk._store",
     "DEFAULT_APPROVAL_TIMEOUT": "companyd.desk._store",
     "Desk": "companyd.desk._store",

@@ -16,16 +16,23 @@ from typing import Any
 from companyd.admin import AdminError, DeskDecision, Inbox, InboxItem, ResultDecision
 from companyd.desk._proposals import Proposals
 from companyd.desk._store import Desk, DeskError, DeskItem, ItemKind, ItemState
+from companyd.desk._toolstore import ToolStore
 from companyd.runs import Journal
 
-__all__ = ["decide", "decisions_of", "gather_inbox", "on_desk"]
+__all__ = ["TOOLS_ITEM", "decide", "decisions_of", "gather_inbox", "on_desk"]
+
+
+#: The id prefix of an inbox item for the held-back tools of an MCP server:
+#: ``tools:AGENT:SERVER``.
+TOOLS_ITEM = "tools:"
 
 
 def on_desk(item_id: str) -> bool:
     """Whether ``item_id`` names a founder's-desk item (an approval ``ap-``, a question
-    ``q-`` or a routine result ``r-``) rather than an improver proposal.
+    ``q-``, a routine result ``r-`` or an undelivered result kept ``k-``) rather than an
+    improver proposal.
     """
-    return item_id.startswith(("ap-", "q-", "r-"))
+    return item_id.startswith(("ap-", "q-", "r-", "k-"))
 
 
 async def decide(
@@ -45,9 +52,13 @@ async def decide(
         what = f"{item.payload.get('tool')} call of {item.agent}"
     elif item.kind is ItemKind.RESULT:
         what = f"result of {item.routine} by {item.agent}"
+    elif item.kind is ItemKind.KEPT:
+        what = f"undelivered result of {item.routine} by {item.agent}"
     else:
         what = f"question of {item.agent}"
     verb = "sent back with changes" if item.state is ItemState.CHANGES else str(item.state)
+    if item.kind is ItemKind.KEPT:
+        verb = "marked read"
     return DeskDecision(
         id=item.id,
         kind=str(item.kind),
@@ -86,12 +97,16 @@ def decisions_of(items: list[DeskItem]) -> list[ResultDecision]:
 
 
 async def gather_inbox(
-    desk: Desk | None, proposals: Proposals | None, journal: Journal | None
+    desk: Desk | None,
+    proposals: Proposals | None,
+    journal: Journal | None,
+    tools: ToolStore | None = None,
 ) -> Inbox:
     """What waits for the founder, oldest first, each with its actions.
 
     A store given as None has nothing (the CLI without a daemon passes None for a file that
-    does not exist yet: reading must not create it).
+    does not exist yet: reading must not create it). ``tools``: the MCP servers' tools held
+    back (an item ``tools:AGENT:SERVER`` per server, approved with ``companyd approve``).
     """
     items = [_desk_entry(i) for i in await desk.pending()] if desk is not None else []
     if proposals is not None:
@@ -118,6 +133,21 @@ async def gather_inbox(
             )
             for t in await journal.tasks(["quarantined"])
         ]
+    if tools is not None:
+        items += [
+            InboxItem(
+                id=f"{TOOLS_ITEM}{h['agent']}:{h['server']}",
+                kind="tools",
+                agent=h["agent"],
+                created=h["since"],
+                summary=(
+                    f"MCP server {h['server']} offers new or changed tools, held back from "
+                    f"{h['agent']}: {', '.join(h['tools'])}"
+                ),
+                actions=["approve"],
+            )
+            for h in await tools.held()
+        ]
     items.sort(key=lambda i: (i.created, i.id))
     return Inbox(items=items)
 
@@ -133,8 +163,16 @@ def _desk_entry(item: DeskItem) -> InboxItem:
         actions = ["approve", "reject"]
     elif item.kind is ItemKind.RESULT:
         summary = f"result of {item.routine} by {item.agent} awaits approval: "
+        if p.get("unverified"):  # said before the founder decides (docs/agents.md)
+            summary += f"⚠ unverified: {_short(p.get('unverified'), 200)} — "
         summary += _short(p.get("answer"), 200)
         actions = ["approve", "changes", "reject"]
+    elif item.kind is ItemKind.KEPT:
+        summary = (
+            f"result of {item.routine} by {item.agent}, not delivered "
+            f"({_short(p.get('reason'), 120)}): {_short(p.get('answer'), 200)}"
+        )
+        actions = ["approve"]  # marks it read
     else:
         summary = f"{item.agent} asks: {_short(p.get('question'), 300)}"
         actions = ["answer"]

@@ -67,6 +67,7 @@ from companyd.storage import (
 
 __all__ = [
     "MIGRATIONS",
+    "PROPOSAL_STORE_STEPS",
     "STEPS",
     "Proposal",
     "ProposalError",
@@ -163,6 +164,11 @@ CREATE TABLE IF NOT EXISTS proposals (
 
 #: The store's schema on both backends, one entry per version (companyd.storage).
 STEPS: tuple[Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),)
+
+
+#: This store's file in the state directory → the schema steps this code knows (what
+#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+PROPOSAL_STORE_STEPS: dict[str, int] = {"proposals.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version`` (companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)

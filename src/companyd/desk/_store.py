@@ -12,7 +12,9 @@ so a run resumed after a crash or a ``kill -9`` finds the same item instead of a
 again), decided once (the first decision wins; a second one is refused with what the
 first was), and expired lazily when its deadline passes unanswered (``expired``, which the
 gate reads as a rejection). :meth:`Desk.wait` is how a run waits: it returns when the item
-is decided or its deadline passes, on the injected clock.
+is decided or its deadline passes, on the injected clock; when three quarters of the item's
+time (``approval_timeout``) have passed it reminds the founder once (``founder_reminder``,
+kept in the item's ``reminded`` mark, so a restart does not remind again).
 
 Storage: ``desk.sqlite`` in the state directory (a :class:`companyd._sqlite.Database`: one
 worker thread, ``PRAGMA user_version`` migrations, WAL with ``synchronous=NORMAL`` — a
@@ -51,6 +53,7 @@ from companyd.events import (
     FounderApprovalRequested,
     FounderDecided,
     FounderQuestion,
+    FounderReminder,
     FounderResultForApproval,
 )
 from companyd.storage import (
@@ -69,7 +72,9 @@ __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
     "MIGRATIONS",
     "PG_POLL_SECONDS",
+    "REMIND_AT",
     "STEPS",
+    "STORE_STEPS",
     "Desk",
     "DeskError",
     "DeskFull",
@@ -137,8 +142,27 @@ ALTER TABLE items ADD COLUMN via TEXT NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS items_by_run ON items(run_id);
 """
 
+#: Version 3: when the founder was reminded of a pending item (``reminded``; NULL: not yet),
+#: so the one reminder is sent once, across restarts and daemons.
+_REMINDED = """
+ALTER TABLE items ADD COLUMN reminded DOUBLE PRECISION;
+"""
+
 #: The desk's schema on both backends, one entry per version (companyd.storage).
-STEPS: tuple[Dialects | str, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA), _VIA)
+STEPS: tuple[Dialects | str, ...] = (
+    Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),
+    _VIA,
+    _REMINDED,
+)
+
+#: The share of an item's time (``approval_timeout``) after which the founder is reminded
+#: of it once, if it still waits.
+REMIND_AT = 0.75
+
+
+#: This store's file in the state directory → the schema steps this code knows (what
+#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+STORE_STEPS: dict[str, int] = {"desk.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version`` (companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
@@ -173,6 +197,9 @@ class ItemKind(StrEnum):
     QUESTION = "question"
     #: a routine's result under ``approval: required``
     RESULT = "result"
+    #: a routine's result whose delivery target was unavailable (Telegram not configured,
+    #: or refusing): kept here for the founder to read; approving it marks it read
+    KEPT = "kept"
 
 
 class ItemState(StrEnum):
@@ -254,7 +281,12 @@ class DeskItem:
 
 def _item_id(kind: ItemKind, key: str) -> str:
     """A short id for the founder to type, stable for one key (``ap-…``, ``q-…``)."""
-    prefix = {ItemKind.APPROVAL: "ap", ItemKind.QUESTION: "q", ItemKind.RESULT: "r"}[kind]
+    prefix = {
+        ItemKind.APPROVAL: "ap",
+        ItemKind.QUESTION: "q",
+        ItemKind.RESULT: "r",
+        ItemKind.KEPT: "k",
+    }[kind]
     return f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
@@ -381,6 +413,8 @@ class Desk:
             "routine": item.routine,
             "deadline": item.deadline,
         }
+        if item.kind is ItemKind.KEPT:
+            return  # kept because the way to the founder failed: there is nothing to send
         if item.kind is ItemKind.RESULT:
             self._bus.publish(
                 FounderResultForApproval(
@@ -389,6 +423,7 @@ class Desk:
                     cost_usd=float(p.get("cost_usd") or 0.0),
                     round=int(p.get("round") or 1),
                     follows=p.get("follows") or None,
+                    unverified=p.get("unverified") or None,
                     **common,
                 )
             )
@@ -412,17 +447,56 @@ class Desk:
         pending and a resumed run waits for it again).
         """
         event = self._decided.setdefault(item.id, asyncio.Event())
+        remind = item.created + REMIND_AT * (item.deadline - item.created)
+        reminded = False
         while True:
             current = await self.get(item.id)
             if current is None or not current.pending:
                 return current or item
-            left = current.deadline - self._clock.time()
+            now = self._clock.time()
+            left = current.deadline - now
             if left <= 0:
                 return await self._expire(current)
+            if not reminded and now >= remind:
+                reminded = True
+                await self._remind(current)
             step = left if self._poll is None else min(left, self._poll)
+            if not reminded:
+                step = min(step, max(remind - now, 0.0))
             with contextlib.suppress(TimeoutError):
                 await within(self._clock, step, event.wait())
             event.clear()
+
+    async def _remind(self, item: DeskItem) -> None:
+        """Remind the founder of pending ``item`` (three quarters of its time passed): one
+        ``founder_reminder`` event, the first time only — the ``reminded`` mark is set in
+        the same statement that checks it, so a restart (a resumed run waits again) or a
+        second daemon does not remind twice.
+        """
+        now = self._clock.time()
+        first = await self._db.run(
+            lambda db: (
+                db.execute(
+                    "UPDATE items SET reminded = ? WHERE id = ? AND state = 'pending' "
+                    "AND reminded IS NULL",
+                    (now, item.id),
+                ).rowcount
+            )
+        )
+        if first:
+            self._bus.publish(
+                FounderReminder(
+                    source=f"agent/{item.agent}",
+                    item_id=item.id,
+                    item_kind=str(item.kind),
+                    agent=item.agent,
+                    run_id=item.run_id,
+                    routine=item.routine,
+                    created=item.created,
+                    deadline=item.deadline,
+                    summary=_clip(_summary(item), 300),
+                )
+            )
 
     async def _expire(self, item: DeskItem) -> DeskItem:
         done, _ = await self._set(item.id, ItemState.EXPIRED, "", "the deadline")
@@ -460,6 +534,11 @@ class Desk:
             raise DeskError(
                 f"{item.id} asks to approve a call of {item.payload.get('tool')!r}: approve "
                 "or reject it"
+            )
+        if item.kind is ItemKind.KEPT and state is not ItemState.APPROVED:
+            raise DeskError(
+                f"{item.id} is a result of {item.routine} kept for you because it could not "
+                f"be delivered: approve it (`companyd approve {item.id}`) to mark it read"
             )
         if item.kind is ItemKind.RESULT:
             if state is ItemState.ANSWERED:
@@ -609,6 +688,16 @@ def _transaction(db: Connection, begin: str, fn: Callable[[Connection], T]) -> T
                 db.execute("ROLLBACK")
         raise
     return out
+
+
+def _summary(item: DeskItem) -> str:
+    """What ``item`` asks, in one line (a reminder's)."""
+    p = item.payload
+    if item.kind is ItemKind.APPROVAL:
+        return f"{item.agent} wants to call {p.get('tool')}"
+    if item.kind is ItemKind.RESULT:
+        return f"the result of {item.routine} by {item.agent} awaits your approval"
+    return f"{item.agent} asks: {p.get('question')}"
 
 
 def _clip(text: str, limit: int) -> str:

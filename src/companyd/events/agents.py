@@ -15,10 +15,13 @@ __all__ = [
     "FounderApprovalRequested",
     "FounderDecided",
     "FounderQuestion",
+    "FounderReminder",
     "FounderResultForApproval",
     "ModelFallback",
     "ProposalApplied",
     "ProposalCreated",
+    "QuotaWall",
+    "QuotaWallLifted",
     "RunFailed",
     "RunFinished",
     "RunStarted",
@@ -41,7 +44,9 @@ class RunStarted(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class RunFinished(Event):
-    """A run ended ok."""
+    """A run ended ok — or ``unverified`` (``status``): its model ended its turn, but the
+    answer did not hold against the run's record; ``reason`` says why.
+    """
 
     KIND = "run_finished"
     status: str
@@ -53,6 +58,7 @@ class RunFinished(Event):
     steps: int
     models: list[str]
     offline: bool
+    reason: str | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +209,8 @@ class FounderResultForApproval(Event):
     cost_usd: float
     round: int
     follows: str | None = optional()
+    #: the run ended ``unverified``: why (shown before the founder decides)
+    unverified: str | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,4 +228,49 @@ class FounderDecided(Event):
     state: str
     by: str
     via: str = ""
+    routine: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaWall(Event):
+    """The API's rate limit holds back every model of these ``agents``' chains (``models``)
+    for longer than ``anthropic.quota_pause_after``: they are paused until ``until`` (epoch;
+    ``until_text``: ``HH:MM`` in the company's time zone) and resume by themselves then.
+    ``message`` is what the API said.
+    """
+
+    KIND = "quota_wall"
+    severity: Severity = Severity.WARNING
+    agents: list[str]
+    models: list[str]
+    until: float
+    until_text: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaWallLifted(Event):
+    """The quota wall's time came: ``agents`` paused by it run again."""
+
+    KIND = "quota_wall_lifted"
+    severity: Severity = Severity.WARNING
+    agents: list[str]
+    until_text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FounderReminder(Event):
+    """Three quarters of a pending item's time (``approval_timeout``) have passed: the
+    founder is reminded of it, once. ``deadline``: when it expires — which denies it.
+    """
+
+    KIND = "founder_reminder"
+    severity: Severity = Severity.WARNING
+    item_id: str
+    item_kind: str
+    agent: str
+    run_id: str | None
+    created: float
+    deadline: float
+    summary: str
     routine: str | None = optional()

@@ -11,7 +11,17 @@ from dataclasses import dataclass
 
 from companyd.events.base import Event, Severity, optional
 
-__all__ = ["RoutineEvent", "RoutineFailed", "RoutineMissed", "RoutineResult", "RoutineSkipped"]
+__all__ = [
+    "RoutineEvent",
+    "RoutineFailed",
+    "RoutineLimitReached",
+    "RoutineMissed",
+    "RoutinePaused",
+    "RoutineResult",
+    "RoutineResumed",
+    "RoutineSkipped",
+    "RoutineUnverified",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,11 +64,24 @@ class RoutineSkipped(RoutineEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RoutineUnverified(RoutineEvent):
+    """A fire's run ended ``unverified``: its answer did not hold against the run's record
+    (``reason``: each unmet condition). ``in_a_row``: how many of the routine's latest runs
+    did so; from the second in a row it is a warning (an alert), before that ``info``.
+    """
+
+    KIND = "routine_unverified"
+    severity: Severity = Severity.INFO
+    in_a_row: int | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
 class RoutineResult(Event):
-    """A fire ended ok and its routine delivers its result (``deliver:``), or the founder
-    approved it (``approved``: a routine with ``approval: required``; ``deliver`` is then
-    what follows the approval, maybe nothing): the whole answer, for the pager to deliver
-    (docs/alerts.md, "Results"). Not an alert itself.
+    """A fire ended ok (or ``unverified``: then ``unverified`` says why) and its routine
+    delivers its result (``deliver:``), or the founder approved it (``approved``: a routine
+    with ``approval: required``; ``deliver`` is then what follows the approval, maybe
+    nothing): the whole answer, for the pager to deliver (docs/alerts.md, "Results"). Not an
+    alert itself.
     """
 
     KIND = "routine_result"
@@ -73,3 +96,43 @@ class RoutineResult(Event):
     fire_id: str
     ended: float
     approved: bool | None = optional()
+    #: the run ended ``unverified``: why (each unmet condition); delivered with a warning
+    unverified: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineLimitReached(Event):
+    """A routine ran ``max_runs_per_day`` times on ``day`` (its time zone): its further fires
+    that day are skipped. Told once a day per routine.
+    """
+
+    KIND = "routine_limit_reached"
+    severity: Severity = Severity.WARNING
+    routine: str
+    agent: str
+    max_runs_per_day: int
+    day: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutinePaused(Event):
+    """A routine's last ``failures`` runs in a row failed (``pause_after_failures``): it is
+    paused — its fires are skipped — until ``companyd jobs resume ROUTINE`` or the
+    dashboard resumes it. ``reasons``: why each of those runs failed, oldest first.
+    """
+
+    KIND = "routine_paused"
+    severity: Severity = Severity.WARNING
+    routine: str
+    agent: str
+    failures: int
+    reasons: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutineResumed(Event):
+    """A paused routine fires again (``by``: who resumed it)."""
+
+    KIND = "routine_resumed"
+    routine: str
+    by: str

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from companyd.events.base import Event, Severity
 
-__all__ = ["McpServerFailed", "McpServerRecovered"]
+__all__ = ["McpServerFailed", "McpServerRecovered", "ToolRateLimited", "ToolsQuarantined"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,3 +35,31 @@ class McpServerRecovered(Event):
     server: str
     attempt: int
     tools: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolRateLimited(Event):
+    """A call of ``tool`` by ``agent`` was refused: ``limit`` calls on ``day`` (company
+    timezone) were already made (``tools.rate_limit``). Once per agent, tool and day.
+    """
+
+    KIND = "tool_rate_limited"
+    severity: Severity = Severity.WARNING
+    agent: str
+    tool: str
+    limit: int
+    day: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolsQuarantined(Event):
+    """MCP server ``server`` of ``agent`` started with tools that are new or changed since
+    the founder approved its catalogue: ``tools`` (name → what changed) are held back from
+    the agent until ``companyd tools approve SERVER``. Once per change.
+    """
+
+    KIND = "tools_quarantined"
+    severity: Severity = Severity.WARNING
+    agent: str
+    server: str
+    tools: dict[str, str]

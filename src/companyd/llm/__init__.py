@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         ModelBackend,
         ModelBadRequest,
         ModelError,
+        ModelRateLimited,
         ModelRequest,
         ModelResponse,
         ModelUnavailable,
@@ -47,6 +48,7 @@ __all__ = [
     "ModelBackend",
     "ModelBadRequest",
     "ModelError",
+    "ModelRateLimited",
     "ModelRequest",
     "ModelResponse",
     "ModelUnavailable",
@@ -69,6 +71,7 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
+    "ModelRateLimited": "companyd.llm.model",
     "BUILTIN_PRICES": "companyd.llm.prices",
     "ClaudeBackend": "companyd.llm.claude",
     "ContentBlock": "companyd.llm.blocks",

@@ -16,7 +16,10 @@ Here:
   to 25 %), or after the server's ``retry-after`` / ``retry-after-ms`` if it is at most
   ``max_retry_after`` seconds. A longer ``retry-after`` is not waited for: the error is
   raised at once (with ``retry_after`` set on :class:`ModelRateLimited`) so the runtime can
-  fall back to another model instead of sleeping.
+  fall back to another model instead of sleeping — or, when every model of the agent's
+  chain is that far away, pause the agent until then (a quota wall, docs/agents.md). A 429
+  without ``retry-after`` waits for the later ``anthropic-ratelimit-*-reset`` time of its
+  exhausted limits (``-remaining: 0``).
 * A 429 whose ``error.details.error_code`` is ``enforced_spend_limit_reached`` raises
   :class:`SpendLimitReached` at once and is never retried; so does a 400 or 429 whose
   message says a spend / usage limit or the credit balance is reached (a workspace's
@@ -57,6 +60,7 @@ import os
 import random
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
@@ -239,10 +243,16 @@ def _usage(u: Any) -> Usage:
     )
 
 
-def _retry_after(headers: Any) -> float | None:
-    """Seconds from ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date)."""
+def _retry_after(headers: Any, now: float | None = None, *, resets: bool = False) -> float | None:
+    """Seconds from ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date); without
+    either and with ``resets`` (a 429: every answer carries the reset headers, only a rate
+    limit means them as a wait), from the ``anthropic-ratelimit-*-reset`` headers
+    (:func:`_ratelimit_reset`). ``now``: the epoch time dates are measured from (default:
+    the system's).
+    """
     if headers is None:
         return None
+    at = time.time() if now is None else now
     ms = headers.get("retry-after-ms")
     if ms is not None:
         try:
@@ -251,15 +261,45 @@ def _retry_after(headers: Any) -> float | None:
             pass
     ra = headers.get("retry-after")
     if ra is None:
-        return None
+        return _ratelimit_reset(headers, at) if resets else None
     try:
         return max(0.0, float(ra))
     except ValueError:
         pass
     parsed = email.utils.parsedate_tz(ra)
     if parsed is None:
-        return None
-    return max(0.0, float(email.utils.mktime_tz(parsed) - time.time()))
+        return _ratelimit_reset(headers, at) if resets else None
+    return max(0.0, float(email.utils.mktime_tz(parsed) - at))
+
+
+#: The limits whose ``anthropic-ratelimit-<limit>-remaining`` / ``-reset`` a 429 carries.
+_RATE_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
+
+
+def _ratelimit_reset(headers: Any, now: float) -> float | None:
+    """Seconds until the later ``anthropic-ratelimit-<limit>-reset`` (RFC 3339) of the limits
+    that are exhausted (``-remaining: 0``), or — when no limit says it is exhausted — of
+    every limit that gives a reset time; None when no header gives one. This is what a 429
+    without ``retry-after`` means to wait for (round3-notes, "Anthropic rate limits").
+    """
+    exhausted: list[float] = []
+    every: list[float] = []
+    for limit in _RATE_LIMITS:
+        reset = headers.get(f"anthropic-ratelimit-{limit}-reset")
+        if not reset:
+            continue
+        try:
+            at = datetime.fromisoformat(str(reset).strip().replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        seconds = max(0.0, at.timestamp() - now)
+        every.append(seconds)
+        if str(headers.get(f"anthropic-ratelimit-{limit}-remaining", "")).strip() == "0":
+            exhausted.append(seconds)
+    chosen = exhausted or every
+    return max(chosen) if chosen else None
 
 
 # What the API says when money, not request rate, is the limit: the organisation's spend
@@ -275,8 +315,11 @@ def _says_spend_limit(message: str) -> bool:
     return any(p in text for p in _SPEND_LIMIT_PHRASES)
 
 
-def map_sdk_error(exc: BaseException, *, model: str) -> ModelError:
-    """The companyd error for an SDK exception (status → class as in the module docstring)."""
+def map_sdk_error(exc: BaseException, *, model: str, now: float | None = None) -> ModelError:
+    """The companyd error for an SDK exception (status → class as in the module docstring).
+    ``now``: the epoch time a rate limit's reset times are measured from (default: the
+    system's).
+    """
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
         rid = exc.request_id
@@ -287,8 +330,8 @@ def map_sdk_error(exc: BaseException, *, model: str) -> ModelError:
         ):
             return SpendLimitReached(
                 f"the Anthropic organisation's API spend limit is reached ({where}): "
-                f"{api_msg!r}; every agent is paused — raise the limit in the Anthropic "
-                "console, then resume the agents",
+                f"{api_msg!r}; every agent is paused — top up or raise the limit in the "
+                "Anthropic console, then `companyd resume --all`",
                 model=model,
                 status=status,
                 request_id=rid,
@@ -303,7 +346,7 @@ def map_sdk_error(exc: BaseException, *, model: str) -> ModelError:
         if status == 429:
             return ModelRateLimited(
                 f"rate limited by the Anthropic API ({where}): {api_msg!r}",
-                retry_after=_retry_after(exc.response.headers),
+                retry_after=_retry_after(exc.response.headers, now, resets=True),
                 model=model,
                 status=status,
                 request_id=rid,
@@ -530,13 +573,18 @@ class ClaudeBackend:
                     message = await self._client.messages.create(**params)
             except (anthropic.AnthropicError, TimeoutError) as exc:
                 in_flight[0] = False
-                err = map_sdk_error(exc, model=request.model)
+                err = map_sdk_error(exc, model=request.model, now=self._clock.time())
                 if not _should_retry(exc, err) or attempt >= self.max_retries:
                     raise err from exc
                 headers = (
                     exc.response.headers if isinstance(exc, anthropic.APIStatusError) else None
                 )
-                wait = self._wait_before_retry(_retry_after(headers), attempt)
+                wait = self._wait_before_retry(
+                    _retry_after(
+                        headers, self._clock.time(), resets=isinstance(err, ModelRateLimited)
+                    ),
+                    attempt,
+                )
                 if wait is None:
                     raise err from exc
                 log.info(

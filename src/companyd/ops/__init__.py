@@ -3,7 +3,9 @@
 * :mod:`companyd.ops.archive` — the backup archive: manifest, atomic write, verify;
 * :mod:`companyd.ops.backup` — taking a consistent snapshot of a company's state;
 * :mod:`companyd.ops.restore` — putting a verified backup into a state directory;
-* :mod:`companyd.ops.doctor` — the checks of ``companyd doctor`` and its safe fixes.
+* :mod:`companyd.ops.doctor` — the checks of ``companyd doctor`` and its safe fixes;
+* :mod:`companyd.ops.upgrade` — before a start: refuse a newer state, back up before a
+  store migrates (docs/upgrade.md).
 
 A layer of its own between the services (it reads the memory, spend, scheduler and alert
 stores' files, and asks Telegram and the Anthropic API through ``alerts`` and ``llm``) and
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from companyd.ops.backup import BackupResult, backup_name, check_destination, take_backup
     from companyd.ops.doctor import DoctorReport, RunningDaemon, run_doctor
     from companyd.ops.restore import restore_backup
+    from companyd.ops.upgrade import UpgradeRefused, prepare_upgrade
 
 
 __all__ = [
@@ -28,8 +31,10 @@ __all__ = [
     "BackupResult",
     "DoctorReport",
     "RunningDaemon",
+    "UpgradeRefused",
     "backup_name",
     "check_destination",
+    "prepare_upgrade",
     "restore_backup",
     "run_doctor",
     "take_backup",
@@ -48,6 +53,8 @@ _HOMES: dict[str, str] = {
     "run_doctor": "companyd.ops.doctor",
     "take_backup": "companyd.ops.backup",
     "verify_archive": "companyd.ops.archive",
+    "UpgradeRefused": "companyd.ops.upgrade",
+    "prepare_upgrade": "companyd.ops.upgrade",
 }
 
 

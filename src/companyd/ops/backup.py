@@ -156,11 +156,18 @@ def take_backup(
     *,
     keep: int | None = None,
     now: float | None = None,
+    pre_upgrade: bool = False,
 ) -> BackupResult:
     """Snapshot ``state_dir`` (and the memory graph, wherever company.yaml puts it) into the
     archive ``dest`` — a file, or an existing directory to put a dated file in. With
     ``keep``, older backups of this company in the same directory beyond the newest
     ``keep`` are removed afterwards.
+
+    ``pre_upgrade``: the one exception to :func:`check_destination` — the backup
+    ``companyd run`` takes before a store migrates (companyd.ops.upgrade) is the file
+    ``<state>/backups/pre-upgrade-*.tar.gz``, where the way back names it: a subdirectory is
+    never swept into a backup (only the top-level stores are), never pruned (no ``keep``),
+    and a restore reads it before it moves the state aside (docs/upgrade.md).
 
     Raises:
         BackupError: the state or the destination cannot be read or written (the message
@@ -175,7 +182,13 @@ def take_backup(
             "--state-dir, or company.yaml's state_dir)"
         )
     dest = dest.absolute()
-    check_destination(config, state_dir, dest)
+    if not (
+        pre_upgrade
+        and dest.parent == state_dir / "backups"
+        and dest.name.startswith("pre-upgrade-")
+        and keep is None
+    ):
+        check_destination(config, state_dir, dest)
     if dest.is_dir():
         name = backup_name(config, now)
         dest = dest / name

@@ -12,6 +12,9 @@
                (through :mod:`companyd.llm.claude`; skipped with ``offline``)
 ``telegram``   the bot token is valid (``getMe``) and every chat id is reachable
                (``getChat``), through :mod:`companyd.alerts.check` (skipped with ``offline``)
+``tool-sandbox`` a tool-server sandbox can be created (bubblewrap, namespaces; the
+               ``run_as`` users exist when the daemon runs as root); every MCP server with
+               ``sandbox: false`` is a warning naming it (docs/tools.md)
 ``state-dir``  the state directory exists, belongs to this user and is private: 0700, and
                every file in it 0600
 ``disk``       free space where the state lives
@@ -37,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import pwd
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,7 +54,9 @@ from companyd._secrets import protect, redact
 from companyd.alerts import check_telegram
 from companyd.config import (
     CompanyConfig,
+    MigrationRefused,
     load_config,
+    plan_migration,
     secret_references,
     secret_values,
     state_backend,
@@ -66,9 +72,11 @@ from companyd.ops.doctor_host import (
     check_systemd_units,
     check_versions,
 )
+from companyd.ops.upgrade import BACKUPS_DIR, UpgradeRefused, inspect_state
+from companyd.sandbox import SandboxUnavailable, probe_sandbox
 from companyd.storage import probe
 
-__all__ = ["DoctorReport", "RunningDaemon", "run_doctor"]
+__all__ = ["DoctorReport", "RunningDaemon", "check_tool_sandbox", "run_doctor"]
 
 #: How long each network check may take (seconds).
 NETWORK_TIMEOUT = 20.0
@@ -125,7 +133,7 @@ async def run_doctor(
     report.checks.append(config_check)
     if config is None:
         why = "skipped: company.yaml does not load (see config)"
-        for name in ("secrets", "database", "anthropic", "telegram"):
+        for name in ("secrets", "database", "anthropic", "telegram", "tool-sandbox"):
             report.checks.append(Check(name, "skipped", why))
         where = state_dir
     else:
@@ -133,16 +141,22 @@ async def run_doctor(
         # every line the report prints, a database password however its URL is written
         for value in secret_values(config, env):
             protect(value)
-        report.checks.append(_check_secrets(config, env))
+        report.checks.append(_check_secrets(config, env, offline=offline))
         report.checks.append(await _check_database(config, env))
         if offline:
-            report.checks.append(Check("anthropic", "skipped", "skipped (--offline)"))
-            report.checks.append(Check("telegram", "skipped", "skipped (--offline)"))
+            report.checks.append(
+                Check("anthropic", "skipped", "skipped (--offline: the company runs offline)")
+            )
+            # no network needed to tell that Telegram is not configured at all
+            report.checks.append(
+                _telegram_missing(config) or Check("telegram", "skipped", "skipped (--offline)")
+            )
         else:
             api, telegram = await asyncio.gather(
                 _check_anthropic(config, env), _check_telegram(config, env)
             )
             report.checks += [api, telegram]
+        report.checks.append(await asyncio.to_thread(check_tool_sandbox, config, environ=env))
         where = config.state_dir(state_dir)
     if where is None:
         report.checks.append(
@@ -151,6 +165,7 @@ async def run_doctor(
     else:
         report.checks.append(await asyncio.to_thread(check_state_dir, where, fix=fix))
         report.checks.append(await asyncio.to_thread(check_disk, where))
+    report.checks.append(await asyncio.to_thread(check_upgrade, config_path, config, where))
     if config is not None and where is not None:
         report.checks.append(await asyncio.to_thread(_check_memory, config.memory_path(where)))
     else:
@@ -159,6 +174,66 @@ async def run_doctor(
     report.checks += await asyncio.to_thread(check_systemd_units, runtime=systemd_runtime)
     report.checks.append(await asyncio.to_thread(check_versions))
     return report
+
+
+# -- upgrades ---------------------------------------------------------------------------------
+
+
+def check_upgrade(path: Path, config: CompanyConfig | None, state_dir: Path | None) -> Check:
+    """Does company.yaml or the state need a migration, or come from a newer companyd?
+
+    company.yaml with an older format or deprecated spellings: a warning (``companyd migrate
+    --write``); a store at an older schema step: a warning saying the next start migrates it
+    after a verified backup; a store from a newer companyd: a problem with the way back.
+    """
+    notes: list[str] = []
+    fixes: list[str] = []
+    try:
+        plan = plan_migration(path)
+    except MigrationRefused as exc:
+        if config is not None:  # it loads, yet cannot be planned: say so
+            notes.append(str(exc))
+    else:
+        if plan.needed:
+            notes.append(
+                f"company.yaml needs migrating ({len(plan.changes)} change(s): "
+                + "; ".join(plan.changes[:3])
+                + (" ..." if len(plan.changes) > 3 else "")
+                + ")"
+            )
+            fixes.append(f"run `companyd migrate --write --config {path}` (keeps a .bak)")
+    if state_dir is not None and (config is None or config.spec.state.backend == "sqlite"):
+        try:
+            stores = inspect_state(state_dir)
+        except UpgradeRefused as exc:
+            return Check("upgrade", "problem", str(exc))
+        newer = [s for s in stores if s.too_new]
+        if newer:
+            return Check(
+                "upgrade",
+                "problem",
+                "; ".join(
+                    [
+                        "the state was written by a newer companyd: "
+                        + "; ".join(s.describe() for s in newer),
+                        *notes,
+                    ]
+                ),
+                fix="upgrade companyd to the version that wrote it, or restore the newest "
+                f"pre-upgrade backup in {str(state_dir / BACKUPS_DIR)!r} with `companyd "
+                "restore FILE --state-dir DIR --force` (docs/upgrade.md)",
+            )
+        older = [s for s in stores if s.needs_migration]
+        if older:
+            notes.append(
+                "the next start migrates "
+                + "; ".join(s.describe() for s in older)
+                + f", after writing and verifying a backup to {str(state_dir / BACKUPS_DIR)!r}"
+            )
+            fixes.append("make sure the state's disk has room for one more backup")
+    if not notes:
+        return Check("upgrade", "ok", "company.yaml and the state are in the current format")
+    return Check("upgrade", "warning", "; ".join(notes), fix="; ".join(fixes) or None)
 
 
 # -- company.yaml and its secrets ------------------------------------------------------------
@@ -220,8 +295,13 @@ def _check_config(path: Path, running: RunningDaemon | None) -> tuple[Check, Com
     return Check("config", "ok", summary), config
 
 
-def _check_secrets(config: CompanyConfig, env: Mapping[str, str]) -> Check:
+def _check_secrets(config: CompanyConfig, env: Mapping[str, str], *, offline: bool) -> Check:
+    """Whether every secret company.yaml names can be found; ``offline`` (the company runs
+    with the offline model) does not need the API key, so its absence is no problem then.
+    """
     refs = secret_references(config, env)
+    if offline:
+        refs = [r for r in refs if not r.path.startswith("anthropic.")]
     groups: dict[str, list[Any]] = {}
     for r in refs:
         # the API key and the bot token each have two sources: one of them is enough
@@ -245,7 +325,77 @@ def _check_secrets(config: CompanyConfig, env: Mapping[str, str]) -> Check:
             '(LoadCredential=, docs/deploy.md "Secrets"); run doctor as the service would '
             "(sudo systemd-run -P --wait -p LoadCredential=… or with the same environment)",
         )
-    return Check("secrets", "ok", f"all {len(groups)} secret(s) company.yaml names can be found")
+    unneeded = " (the API key is not needed offline)" if offline else ""
+    return Check(
+        "secrets", "ok", f"all {len(groups)} secret(s) company.yaml names can be found{unneeded}"
+    )
+
+
+def check_tool_sandbox(
+    config: CompanyConfig,
+    *,
+    as_root: bool | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Check:
+    """Can the MCP servers' sandboxes be created (with ``environ``'s PATH), and which
+    servers run without one?
+    """
+    as_root = os.geteuid() == 0 if as_root is None else as_root
+    boxed: list[str] = []
+    bare: list[str] = []
+    users: set[str] = set()
+    for agent in config.agents.values():
+        for name, spec in agent.mcp_servers.items():
+            where = f"agents.{agent.slug}.mcp_servers.{name}"
+            if spec.sandbox is False:
+                bare.append(where)
+            else:
+                boxed.append(where)
+                users.add(spec.sandbox.run_as)
+    try:
+        probe_sandbox(as_root=as_root, network=False, environ=environ)
+        if as_root:
+            for user in sorted(users):
+                pwd.getpwnam(user)
+    except SandboxUnavailable as exc:
+        if not boxed:
+            return Check(
+                "tool-sandbox",
+                "warning",
+                f"no tool server is sandboxed now, but a sandbox cannot be created: {exc}",
+                "a tool server added later will not start until this is fixed",
+            )
+        return Check(
+            "tool-sandbox",
+            "problem",
+            f"{len(boxed)} tool server(s) will not start ({', '.join(boxed)}): {exc}",
+            "install bubblewrap (`apt-get install bubblewrap`) and allow user namespaces, "
+            "or set `sandbox: false` on a server to run it unsandboxed (docs/tools.md)",
+        )
+    except KeyError as exc:
+        return Check(
+            "tool-sandbox",
+            "problem",
+            f"the sandbox user {exc.args[0]!r} (sandbox.run_as) does not exist",
+            "create it (`useradd --system --no-create-home NAME`) or name an existing "
+            "unprivileged user in sandbox.run_as",
+        )
+    who = f"as {', '.join(sorted(users)) or 'nobody'}" if as_root else "as the daemon's user"
+    if bare:
+        return Check(
+            "tool-sandbox",
+            "warning",
+            f"{len(bare)} tool server(s) run unsandboxed (sandbox: false), with the daemon's "
+            f"user, files and environment: {', '.join(bare)}",
+            "remove `sandbox: false` (declare what the server needs with sandbox.read / "
+            "sandbox.write / sandbox.network instead; docs/tools.md)",
+        )
+    return Check(
+        "tool-sandbox",
+        "ok",
+        f"tool-server sandboxes can be created (bubblewrap); {len(boxed)} server(s) run in "
+        f"one, {who}",
+    )
 
 
 async def _check_database(config: CompanyConfig, env: Mapping[str, str]) -> Check:
@@ -311,14 +461,41 @@ async def _check_anthropic(config: CompanyConfig, env: Mapping[str, str]) -> Che
     return Check("anthropic", "ok", f"API key accepted by {url!r} ({len(models)} models listed)")
 
 
-async def _check_telegram(config: CompanyConfig, env: Mapping[str, str]) -> Check:
-    if config.spec.alerts.telegram is None:
-        return Check(
-            "telegram",
-            "warning",
-            "no alerts.telegram in company.yaml: failures reach nobody",
-            "add alerts.telegram (docs/alerts.md)",
+def _telegram_missing(config: CompanyConfig) -> Check | None:
+    """The warning when company.yaml has no ``alerts.telegram``: failures reach nobody, and
+    the results of the routines that deliver to Telegram (named) reach no phone — they
+    are kept in the founder's inbox instead. None when Telegram is configured.
+    """
+    if config.spec.alerts.telegram is not None:
+        return None
+    lost = telegram_routines(config)
+    summary = "no alerts.telegram in company.yaml: failures reach nobody"
+    if lost:
+        names = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+        summary += (
+            f", and the results of {len(lost)} routine(s) that deliver to telegram ({names}) "
+            "would reach no phone: they are kept in the inbox instead (companyd inbox)"
         )
+    return Check(
+        "telegram",
+        "warning",
+        summary,
+        "add alerts.telegram (docs/alerts.md), or give those routines another deliver: "
+        "(file, memory)",
+    )
+
+
+def telegram_routines(config: CompanyConfig) -> list[str]:
+    """The routines whose resolved ``deliver`` sends their result to Telegram (directly or
+    in the digest), in company.yaml's order.
+    """
+    return [slug for slug, r in config.routines.items() if {"telegram", "digest"} & set(r.deliver)]
+
+
+async def _check_telegram(config: CompanyConfig, env: Mapping[str, str]) -> Check:
+    missing = _telegram_missing(config)
+    if missing is not None:
+        return missing
     res = await check_telegram(config.spec.alerts, env, timeout=NETWORK_TIMEOUT)
     if not res.configured:
         return Check("telegram", "problem", f"alerts cannot be sent: {res.problem}", "see secrets")

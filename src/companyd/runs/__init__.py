@@ -29,12 +29,14 @@ if TYPE_CHECKING:
         StepPayload,
         TaskState,
         ToolStartStep,
+        VerificationPayload,
     )
     from companyd.runs._retention import RunRetention
     from companyd.runs._tasks import RunOutcome, RunStatus, Task, follow_up_prompt, new_id
     from companyd.runs._transcript import read_transcript
 
 __all__ = [
+    "STORE_STEPS",
     "ApprovalStep",
     "Journal",
     "JournaledRun",
@@ -48,6 +50,7 @@ __all__ = [
     "Task",
     "TaskState",
     "ToolStartStep",
+    "VerificationPayload",
     "cut",
     "follow_up_prompt",
     "full_size",
@@ -56,6 +59,8 @@ __all__ = [
 ]
 
 _HOMES: dict[str, str] = {
+    "STORE_STEPS": "companyd.runs._schema",
+    "VerificationPayload": "companyd.runs._records",
     "ApprovalStep": "companyd.runs._records",
     "Journal": "companyd.runs._journal",
     "JournaledRun": "companyd.runs._records",

@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -444,6 +444,24 @@ class Journal:
 
         await self._run(insert_or_hold if paid else insert)
 
+    async def record_delivery(self, run_id: str, entry: Mapping[str, Any], ts: float) -> bool:
+        """Add one delivery of a finished run's result to its record (a ``delivery`` step
+        after its last one: ``runs show`` lists them under "delivered"). False when the
+        journal has no such run (pruned meanwhile): nothing is written then.
+        """
+        payload = json.dumps(dict(entry), ensure_ascii=False, default=str)
+
+        def add(db: Connection) -> bool:
+            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                return False
+            (seq,) = db.execute(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM steps WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            db.execute(_INSERT_STEP, (run_id, int(seq), "delivery", None, payload, ts))
+            return True
+
+        return await self._run(add)
+
     async def update_run_totals(
         self, run_id: str, *, cost: str, steps: int, models: Sequence[str], offline: bool
     ) -> None:
@@ -519,6 +537,22 @@ class Journal:
                     )
                 )
             return out
+
+        return await self._run(q)
+
+    async def steps(self, run_id: str) -> list[Step]:
+        """The journaled steps of ``run_id``, in order (the run's own record: what its
+        final answer is verified against, companyd.agents._verification).
+        """
+
+        def q(db: Connection) -> list[Step]:
+            return [
+                Step(seq=s[0], kind=s[1], key=s[2], payload=json.loads(s[3]), ts=s[4])
+                for s in db.execute(
+                    "SELECT seq, kind, key, payload, ts FROM steps WHERE run_id = ? ORDER BY seq",
+                    (run_id,),
+                )
+            ]
 
         return await self._run(q)
 
@@ -744,16 +778,20 @@ class Journal:
 
     # -- pauses ---------------------------------------------------------------------------
 
-    async def set_paused(self, agent: str, reason: str, budget: bool, now: float) -> None:
-        """Record that ``agent`` is paused (``budget``: by a spent budget) since ``now``, so it
-        stays paused across a restart; replaces an earlier pause.
+    async def set_paused(
+        self, agent: str, reason: str, budget: bool, now: float, until: float | None = None
+    ) -> None:
+        """Record that ``agent`` is paused (``budget``: by a spent budget) since ``now`` —
+        ``until`` that epoch time, if the pause has an end (a quota wall) — so it stays
+        paused across a restart; replaces an earlier pause.
         """
         await self._run(
             lambda db: db.execute(
-                "INSERT INTO paused (agent, reason, budget, since) VALUES (?,?,?,?) "
+                "INSERT INTO paused (agent, reason, budget, since, until_ts) VALUES (?,?,?,?,?) "
                 "ON CONFLICT(agent) DO UPDATE SET reason = excluded.reason, "
-                "budget = excluded.budget, since = excluded.since",
-                (agent, reason, int(budget), now),
+                "budget = excluded.budget, since = excluded.since, "
+                "until_ts = excluded.until_ts",
+                (agent, reason, int(budget), now, until),
             )
         )
 
@@ -767,6 +805,17 @@ class Journal:
             lambda db: {
                 a: (r, bool(b))
                 for a, r, b in db.execute("SELECT agent, reason, budget FROM paused")
+            }
+        )
+
+    async def paused_until(self) -> dict[str, float]:
+        """Agent → the epoch time its pause ends, for the pauses that have an end."""
+        return await self._run(
+            lambda db: {
+                a: float(u)
+                for a, u in db.execute(
+                    "SELECT agent, until_ts FROM paused WHERE until_ts IS NOT NULL"
+                )
             }
         )
 

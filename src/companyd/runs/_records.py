@@ -20,6 +20,7 @@ __all__ = [
     "StepPayload",
     "TaskState",
     "ToolStartStep",
+    "VerificationPayload",
 ]
 
 
@@ -85,9 +86,25 @@ class ApprovalStep(TypedDict):
     text: str
 
 
+class VerificationPayload(TypedDict):
+    """The payload of a ``verification`` step: a final answer checked against the run's
+    record (companyd.agents._verification) — each check, whether all held, why not, and the
+    follow-up sent to the agent (None: the run ended with this verdict; a resumed run
+    replays a follow-up as its next user turn).
+    """
+
+    attempt: int
+    met: bool
+    reason: str
+    checks: list[dict[str, Any]]
+    follow_up: str | None
+
+
 #: What a step journals: ``llm``, ``tool_start``, ``tool_result`` (the block itself),
-#: ``approval`` or ``review``.
-StepPayload = LlmStep | ToolStartStep | ToolResultBlock | ApprovalStep | ReviewStep
+#: ``approval``, ``review`` or ``verification``.
+StepPayload = (
+    LlmStep | ToolStartStep | ToolResultBlock | ApprovalStep | ReviewStep | VerificationPayload
+)
 
 
 @dataclass(frozen=True, kw_only=True)

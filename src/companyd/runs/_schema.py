@@ -20,7 +20,7 @@ from __future__ import annotations
 from companyd._sqlite import Migration
 from companyd.storage import Dialects, sqlite_migrations
 
-__all__ = ["MIGRATIONS", "STEPS"]
+__all__ = ["MIGRATIONS", "STEPS", "STORE_STEPS"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -138,9 +138,24 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 """
 
+#: Version 3: a pause with an end (``until_ts``, epoch seconds): a quota wall pauses an agent
+#: until the API's rate limit lets it call again (agents/_pauses.py), across a restart.
+_PAUSE_UNTIL = """
+ALTER TABLE paused ADD COLUMN until_ts DOUBLE PRECISION;
+"""
+
 #: The journal's schema on both backends, one entry per version (companyd.storage);
-#: migration 2 is SQL both read.
-STEPS: tuple[str | Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA), _THREADS)
+#: migrations 2 and 3 are SQL both read.
+STEPS: tuple[str | Dialects, ...] = (
+    Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),
+    _THREADS,
+    _PAUSE_UNTIL,
+)
+
+
+#: This store's file in the state directory → the schema steps this code knows (what
+#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+STORE_STEPS: dict[str, int] = {"runs.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS` (``PRAGMA user_version``; see companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)

@@ -9,6 +9,7 @@ report.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,9 @@ class RunStatus(StrEnum):
     CIRCUIT_BREAKER = "circuit_breaker"
     QUARANTINED = "quarantined"
     CANCELLED = "cancelled"
+    #: the model ended its turn, but its answer did not hold against the run's own record
+    #: (``done_when``, the claim check): docs/agents.md, "Verification"
+    UNVERIFIED = "unverified"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +57,9 @@ class Task:
             form a thread (``companyd runs show``).
         asked_by: the run that asked for this task (a consultation, delegation or review).
         asked_in: the tool call of ``asked_by`` that asked (None for a review).
+        done_when: the routine's ``done_when`` conditions, as plain data: what the run must
+            show before it counts as done (docs/agents.md, "Verification").
+        on_unmet: ``retry`` (one follow-up in the same run) or ``report``.
     """
 
     id: str
@@ -67,12 +74,14 @@ class Task:
     reply_to: str | None = None
     asked_by: str | None = None
     asked_in: str | None = None
+    done_when: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)  # keeps it hashable
+    on_unmet: str = "retry"
 
     def to_dict(self) -> JournaledTask:
         """The task as a JSON-serialisable dict (the run journal's form); :meth:`from_dict` reads
         it back.
         """
-        return {
+        d: JournaledTask = {
             "id": self.id,
             "agent": self.agent,
             "prompt": self.prompt,
@@ -86,6 +95,10 @@ class Task:
             "asked_by": self.asked_by,
             "asked_in": self.asked_in,
         }
+        if self.done_when:  # only then: older readers see the shape they know
+            d["done_when"] = [dict(c) for c in self.done_when]
+            d["on_unmet"] = self.on_unmet
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Task:
@@ -103,6 +116,8 @@ class Task:
             reply_to=d.get("reply_to"),
             asked_by=d.get("asked_by"),
             asked_in=d.get("asked_in"),
+            done_when=tuple(d.get("done_when") or ()),
+            on_unmet=str(d.get("on_unmet") or "retry"),
         )
 
 

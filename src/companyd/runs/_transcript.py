@@ -9,9 +9,15 @@ what ``companyd runs show`` prints and the ``run_show`` operation answers:
 * **the task**: the prompt, the expected output, the reviewer;
 * **steps**, in order: each model call (model, tokens in / out / cached, cost, stop
   reason, its text) and each tool call (name, input, result, error or not) — a
-  consultation or delegation links to the colleague's run — and the reviewer's verdict;
+  consultation or delegation links to the colleague's run — the reviewer's verdict, and
+  each check of a final answer against the run's record (``verification``);
+* **verification**: the last of those checks — each condition met or unmet, with its
+  evidence (the tool call's step) or its reason (companyd.agents._verification);
 * **the thread**: the run this one follows up (``reply_to``) and the runs that follow it up;
-* the final **answer** and the **totals**.
+* the final **answer** and the **totals**;
+* its result's **deliveries** (``delivery`` steps the pager adds after the run ended: to
+  Telegram with the message id, to a file with its path, or not delivered and why, kept in
+  the founder's inbox).
 
 It also bounds what a finished run keeps (:func:`bound_payload`): every string of a
 finished run's steps longer than :data:`STORED_VALUE_CHARS` is cut to that length and ends
@@ -29,6 +35,7 @@ from companyd.admin import (
     AskedBy,
     ColleagueRun,
     OtherAttempt,
+    ResultDelivery,
     ReviewStep,
     RunTotals,
     Step,
@@ -37,6 +44,8 @@ from companyd.admin import (
     ThreadRun,
     Tokens,
     ToolStep,
+    VerificationCheck,
+    VerificationStep,
 )
 from companyd.runs._cut import cut, full_size
 from companyd.storage import Connection
@@ -154,6 +163,7 @@ def read_transcript(db: Connection, run_id: str) -> dict[str, Any] | None:
     task = json.loads(payload) if payload else {}
     colleagues = _colleague_runs(db, rid)
     steps, review, tokens, tool_calls = _steps(db, rid, colleagues)
+    verification = _verification(steps)
     totals: RunTotals = {
         **tokens,
         "tool_calls": tool_calls,
@@ -193,6 +203,13 @@ def read_transcript(db: Connection, run_id: str) -> dict[str, Any] | None:
         "created": task.get("created"),
     }
     thread: Thread = {"reply_to": previous, "replies": replies}
+    deliveries: list[ResultDelivery] = [
+        _delivery(json.loads(p), float(ts))
+        for p, ts in db.execute(
+            "SELECT payload, ts FROM steps WHERE run_id = ? AND kind = 'delivery' ORDER BY seq",
+            (rid,),
+        )
+    ]
     return {
         "run_id": rid,
         "task_id": task_id,
@@ -211,8 +228,25 @@ def read_transcript(db: Connection, run_id: str) -> dict[str, Any] | None:
         "steps": steps,
         "consultations": [c for c in colleagues.values() if c["kind"] != "review"],
         "review": review,
+        "verification": verification,
         "answer": answer,
         "totals": totals,
+        "deliveries": deliveries,
+    }
+
+
+def _delivery(p: dict[str, Any], ts: float) -> ResultDelivery:
+    """A ``delivery`` step as the transcript shows it (a missing key: None)."""
+    mid = p.get("message_id")
+    return {
+        "to": str(p.get("to") or ""),
+        "outcome": str(p.get("outcome") or ""),
+        "at": ts,
+        "where": p.get("where"),
+        "message_id": int(mid) if isinstance(mid, int) else None,
+        "reason": p.get("reason"),
+        "kept": p.get("kept"),
+        "text": str(p.get("text") or ""),
     }
 
 
@@ -342,7 +376,42 @@ def _steps(
                 "run_id": link["run_id"] if link else None,
             }
             steps.append(review)
+        elif kind == "verification":
+            verified: VerificationStep = {
+                "seq": seq,
+                "kind": "verification",
+                "ts": ts,
+                "attempt": int(p.get("attempt") or 1),
+                "met": bool(p.get("met")),
+                "reason": str(p.get("reason") or ""),
+                "checks": list(p.get("checks") or []),
+                "follow_up": p.get("follow_up"),
+            }
+            steps.append(verified)
     return steps, review, tokens, tool_calls
+
+
+def _verification(steps: list[Step]) -> VerificationStep | None:
+    """The run's last verification (its verdict), each check's evidence given the
+    transcript's number of its tool call (``step``); None if the run was never verified.
+    """
+    numbers: dict[str | None, int] = {}
+    last: VerificationStep | None = None
+    for n, s in enumerate(steps, 1):
+        if s["kind"] == "tool":
+            numbers[s["tool_use_id"]] = n
+        elif s["kind"] == "verification":
+            last = s
+    if last is None:
+        return None
+    checks: list[VerificationCheck] = []
+    for c in last["checks"]:
+        checked = VerificationCheck(**c)
+        checked["step"] = numbers.get(c.get("tool_use_id"))
+        checks.append(checked)
+    shown = VerificationStep(**last)
+    shown["checks"] = checks
+    return shown
 
 
 def _result_text(content: Any) -> str:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DB_NAME",
+    "STORE_STEPS",
     "FireRecord",
     "ModelCallGate",
     "Outcome",
@@ -44,6 +45,7 @@ __all__ = [
 ]
 
 _HOMES: dict[str, str] = {
+    "STORE_STEPS": "companyd.scheduler.history",
     "DB_NAME": "companyd.scheduler.store",
     "FireRecord": "companyd.scheduler.store",
     "ModelCallGate": "companyd.scheduler.sim",

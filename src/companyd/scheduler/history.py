@@ -21,12 +21,15 @@ Tables:
     ``last_fire`` the latest fire time; ``memory_marker`` what the ``memory_changed``
     precondition compares against.
 
+``routine_guard`` — a routine's runaway guards (:mod:`companyd.scheduler.guards`): paused
+    after failures in a row, its last resume, the day its daily limit was last told.
+
 ``clean_stop`` — at most one row, written when the daemon stops on purpose (SIGTERM,
     ``systemctl restart``) and removed by the next start, which thereby knows that the fire
     times since ``at`` fell in a planned stop, not in a crash.
 
 ``fires`` — one row per fire (or, for a long outage, one row standing for ``fires`` fire
-    times): routine, agent, kind (``scheduled`` | ``catch_up`` | ``manual``), scheduled fire
+    times): routine, agent, kind (``scheduled`` | ``catch_up`` | ``manual`` | ``webhook``), fire
     time, when the scheduler dispatched it (``fired``), when the run started and ended,
     outcome (NULL while waiting or running), reason, cost, run id and task id.
 
@@ -76,6 +79,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "STEPS",
     "STORE",
+    "STORE_STEPS",
+    "WEBHOOK_ID_KEEP_S",
     "WHAT",
     "FireRecord",
     "RoutineState",
@@ -85,6 +90,7 @@ __all__ = [
     "advance_cursor",
     "advance_cursor_stmt",
     "claim_fire",
+    "claim_webhook_id",
     "clean_stop",
     "clear_clean_stop",
     "close_interrupted",
@@ -185,8 +191,73 @@ CREATE INDEX IF NOT EXISTS fires_by_routine ON fires (routine, scheduled);
 CREATE INDEX IF NOT EXISTS fires_open ON fires (outcome) WHERE outcome IS NULL;
 """
 
+#: Version 2: the runaway guards of routines (scheduler/guards.py): a routine paused after
+#: failures in a row (``reason``, ``paused_since``), its last resume (``resumed_at``) and the
+#: day its daily run limit was last told (``limit_day``). SQL both backends read.
+_GUARDS = """
+CREATE TABLE IF NOT EXISTS routine_guard (
+    routine      TEXT PRIMARY KEY,
+    reason       TEXT,
+    paused_since DOUBLE PRECISION,
+    resumed_at   DOUBLE PRECISION,
+    limit_day    TEXT
+);
+"""
+
+#: Version 3: fires started by a routine's webhook (kind ``webhook``) and the webhook ids
+#: already accepted (``webhook_ids``: a replay of the same ``webhook-id`` runs nothing twice;
+#: docs/triggers.md). SQLite cannot change a CHECK constraint in place: the table is rebuilt
+#: (same columns, same order, same ids).
+_WEBHOOKS_SQLITE = """
+CREATE TABLE fires_v3 (
+    id        INTEGER PRIMARY KEY,
+    fire_id   TEXT NOT NULL UNIQUE,
+    routine   TEXT NOT NULL,
+    agent     TEXT NOT NULL,
+    kind      TEXT NOT NULL CHECK (kind IN ('scheduled', 'catch_up', 'manual', 'webhook')),
+    scheduled REAL NOT NULL,
+    fired     REAL,
+    started   REAL,
+    ended     REAL,
+    outcome   TEXT,
+    reason    TEXT,
+    cost_usd  REAL NOT NULL DEFAULT 0,
+    run_id    TEXT,
+    task_id   TEXT,
+    fires     INTEGER NOT NULL DEFAULT 1
+);
+INSERT INTO fires_v3 SELECT * FROM fires;
+DROP TABLE fires;
+ALTER TABLE fires_v3 RENAME TO fires;
+CREATE INDEX IF NOT EXISTS fires_by_routine ON fires (routine, scheduled);
+CREATE INDEX IF NOT EXISTS fires_open ON fires (outcome) WHERE outcome IS NULL;
+CREATE TABLE IF NOT EXISTS webhook_ids (
+    routine    TEXT NOT NULL,
+    webhook_id TEXT NOT NULL,
+    received   REAL NOT NULL,
+    fire_id    TEXT NOT NULL,
+    PRIMARY KEY (routine, webhook_id)
+);
+"""
+_WEBHOOKS_PG = """
+ALTER TABLE fires DROP CONSTRAINT IF EXISTS fires_kind_check;
+ALTER TABLE fires ADD CONSTRAINT fires_kind_check
+    CHECK (kind IN ('scheduled', 'catch_up', 'manual', 'webhook'));
+CREATE TABLE IF NOT EXISTS webhook_ids (
+    routine    TEXT NOT NULL,
+    webhook_id TEXT NOT NULL,
+    received   DOUBLE PRECISION NOT NULL,
+    fire_id    TEXT NOT NULL,
+    PRIMARY KEY (routine, webhook_id)
+);
+"""
+
 #: The schema on both backends, one entry per version (companyd.storage).
-STEPS: tuple[Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),)
+STEPS: tuple[Dialects | str, ...] = (
+    Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),
+    _GUARDS,
+    Dialects(sqlite=_WEBHOOKS_SQLITE, postgres=_WEBHOOKS_PG),
+)
 #: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version``.
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -194,6 +265,11 @@ SCHEMA_VERSION = len(MIGRATIONS)
 STORE = "routines"
 WHAT = "routine history"
 HINT = ", or move the file away to start a fresh routine history"
+
+
+#: This store's file in the state directory → the schema steps this code knows (what
+#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+STORE_STEPS: dict[str, int] = {DB_NAME: len(STEPS)}
 
 _FIRE_COLUMNS = (
     "fire_id, routine, agent, kind, scheduled, fired, started, ended, outcome, reason, "
@@ -344,12 +420,32 @@ def routine_stats(conn: Connection, since: float) -> dict[str, RoutineStats]:
     planned stop excluded).
     """
     rows = conn.execute(
-        "SELECT routine, SUM(fires), SUM(CASE WHEN outcome = 'ok' THEN fires ELSE 0 END) "
+        "SELECT routine, SUM(fires), SUM(CASE WHEN outcome = 'ok' THEN fires ELSE 0 END), "
+        "SUM(CASE WHEN outcome = 'unverified' THEN fires ELSE 0 END) "
         "FROM fires WHERE scheduled >= ? AND kind != 'manual' AND outcome IS NOT NULL "
         "AND outcome NOT IN ('idle', 'stopped') GROUP BY routine",
         (since,),
     ).fetchall()
-    return {r[0]: RoutineStats(routine=r[0], due=int(r[1]), ok=int(r[2])) for r in rows}
+    return {
+        r[0]: RoutineStats(routine=r[0], due=int(r[1]), ok=int(r[2]), unverified=int(r[3]))
+        for r in rows
+    }
+
+
+def unverified_in_a_row(conn: Connection, routine: str) -> int:
+    """How many of ``routine``'s latest finished runs in a row ended ``unverified`` (fires
+    that ran no task — idle, skipped, missed, stopped — neither break nor extend the row).
+    """
+    n = 0
+    for (outcome,) in conn.execute(
+        "SELECT outcome FROM fires WHERE routine = ? AND outcome IS NOT NULL AND outcome NOT IN "
+        "('idle', 'skipped', 'missed', 'stopped') ORDER BY ended DESC, id DESC LIMIT 100",
+        (routine,),
+    ):
+        if outcome != "unverified":
+            break
+        n += 1
+    return n
 
 
 def insert_fires(conn: Connection, records: Iterable[FireRecord]) -> None:
@@ -415,6 +511,33 @@ def set_marker(conn: Connection, routine: str, marker: str, now: float) -> None:
         "UPDATE routine_state SET memory_marker = ?, updated = ? WHERE routine = ?",
         (marker, now, routine),
     )
+
+
+#: How long an accepted ``webhook-id`` is remembered: far beyond the 5 minutes a signed
+#: request is valid for (an older replay fails its signature's timestamp check anyway).
+WEBHOOK_ID_KEEP_S = 7 * 86400.0
+
+
+def claim_webhook_id(
+    conn: Connection, routine: str, webhook_id: str, fire_id: str, now: float
+) -> str | None:
+    """Remember ``webhook_id`` for ``routine`` as fire ``fire_id``; None if it is new, else
+    the fire id it was first accepted as (a replay: nothing is to run). Ids older than
+    :data:`WEBHOOK_ID_KEEP_S` are forgotten on the way.
+    """
+    conn.execute("DELETE FROM webhook_ids WHERE received < ?", (now - WEBHOOK_ID_KEEP_S,))
+    cur = conn.execute(
+        "INSERT INTO webhook_ids (routine, webhook_id, received, fire_id) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (routine, webhook_id) DO NOTHING",
+        (routine, webhook_id, now, fire_id),
+    )
+    if cur.rowcount == 1:
+        return None
+    row = conn.execute(
+        "SELECT fire_id FROM webhook_ids WHERE routine = ? AND webhook_id = ?",
+        (routine, webhook_id),
+    ).fetchone()
+    return str(row[0]) if row else fire_id
 
 
 def mark_clean_stop(conn: Connection, at: float, reason: str) -> None:
@@ -485,7 +608,7 @@ def close_unrecorded(
     rows = conn.execute(
         "SELECT s.routine, s.last_fire FROM routine_state s WHERE s.last_fire IS NOT NULL "
         "AND NOT EXISTS (SELECT 1 FROM fires f WHERE f.routine = s.routine "
-        "AND f.scheduled = s.last_fire AND f.kind != 'manual')"
+        "AND f.scheduled = s.last_fire AND f.kind NOT IN ('manual', 'webhook'))"
     ).fetchall()
     added = [
         FireRecord(

@@ -12,6 +12,10 @@ Every fire time of a routine ends in exactly one :class:`Outcome`, stored in the
 * ``idle`` — the precondition found nothing to do; no task was submitted, no model was
   called, $0 was spent. Idle fires are not *due runs*: they do not count for or against the
   success rate.
+* ``unverified`` — the run ended its turn, but its answer did not hold against the run's
+  own record (``done_when``, the claim check; docs/agents.md, "Verification"). A due run
+  that is not a success, counted apart from ``ok`` and ``failed``; each publishes
+  ``routine_unverified`` (a warning from the second in a row).
 * ``stopped`` — skipped because the daemon was stopped on purpose (SIGTERM, ``systemctl
   restart``) at this fire time and the routine's catch-up did not serve it. Not a due run,
   not an alert: the operator chose the downtime. A fire time lost to a crash is ``missed``.
@@ -35,6 +39,7 @@ class Outcome(StrEnum):
     QUARANTINED = "quarantined"
     CIRCUIT_BREAKER = "circuit_breaker"
     CANCELLED = "cancelled"
+    UNVERIFIED = "unverified"
     MISSED = "missed"
     SKIPPED = "skipped"
     IDLE = "idle"
@@ -56,6 +61,8 @@ class Outcome(StrEnum):
             return "routine_skipped"
         if self in ALERTING:
             return "routine_failed"
+        if self is Outcome.UNVERIFIED:
+            return "routine_unverified"
         return None
 
 

@@ -14,6 +14,7 @@ instead of losing history silently.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,18 +22,22 @@ from typing import Any
 
 from companyd.clock import Clock, utc_from_ts
 from companyd.events import (
+    Event,
     EventBus,
     RoutineEvent,
     RoutineFailed,
     RoutineMissed,
     RoutineResult,
     RoutineSkipped,
+    RoutineUnverified,
     Severity,
 )
-from companyd.runs import RunOutcome
+from companyd.runs import RunOutcome, RunStatus
+from companyd.scheduler import history
 from companyd.scheduler import store as db
 from companyd.scheduler.catchup import StartPlan
 from companyd.scheduler.outcomes import Outcome
+from companyd.scheduler.records import UNSCHEDULED
 from companyd.scheduler.store import FireRecord, RoutineStore, StoreError
 
 __all__ = ["INTERRUPTED", "UNRECORDED", "Recorder", "fail_open_fire"]
@@ -54,8 +59,11 @@ UNRECORDED = (
 
 #: The event class of each routine kind an outcome publishes (``Outcome.event_kind``).
 _BY_KIND: dict[str, type[RoutineEvent]] = {
-    c.KIND: c for c in (RoutineFailed, RoutineMissed, RoutineSkipped)
+    c.KIND: c for c in (RoutineFailed, RoutineMissed, RoutineSkipped, RoutineUnverified)
 }
+#: From this many ``unverified`` runs of a routine in a row, ``routine_unverified`` is a
+#: warning (an alert); before, ``info``.
+UNVERIFIED_ALERT_AFTER = 2
 
 
 class Recorder:
@@ -80,6 +88,10 @@ class Recorder:
         self.store: RoutineStore | None = None
         self.source = "scheduler"
 
+    def publish(self, event: Event) -> None:
+        """Publish a routine event that is not a fire's own (the runaway guards')."""
+        self._bus.publish(event)
+
     async def finish(
         self,
         rec: FireRecord,
@@ -103,7 +115,38 @@ class Recorder:
                 run_id=run_id,
             )
         )
+        if outcome is Outcome.UNVERIFIED:
+            in_a_row = await store.call(
+                functools.partial(history.unverified_in_a_row, routine=rec.routine)
+            )
+            self._unverified(rec, reason, run_id, in_a_row)
+            return
         self.emit(rec, outcome, reason, run_id)
+
+    def _unverified(
+        self, rec: FireRecord, reason: str | None, run_id: str | None, in_a_row: int
+    ) -> None:
+        """Publish ``routine_unverified``: a warning once the routine's runs were unverified
+        :data:`UNVERIFIED_ALERT_AFTER` times in a row (one bad answer is shown where the
+        result goes; a second in a row is a pattern worth an alert).
+        """
+        self._bus.publish(
+            RoutineUnverified(
+                source=self.source,
+                severity=(
+                    Severity.WARNING if in_a_row >= UNVERIFIED_ALERT_AFTER else Severity.INFO
+                ),
+                routine=rec.routine,
+                agent=rec.agent,
+                scheduled=utc_from_ts(rec.scheduled).isoformat(),
+                reason=reason,
+                run_id=run_id,
+                outcome=str(Outcome.UNVERIFIED),
+                fire_kind=rec.kind,
+                fire_id=rec.fire_id,
+                in_a_row=in_a_row,
+            )
+        )
 
     def record_cancelled(self, rec: FireRecord, reason: str) -> None:
         """Record a fire cancelled before its task was handed over."""
@@ -143,7 +186,7 @@ class Recorder:
         now = self._clock.time()
         done = replace(rec, outcome=str(outcome), reason=reason, ended=now)
         self.emit(done, outcome, reason)
-        if rec.kind == "manual":
+        if rec.kind in UNSCHEDULED:
             self.post(db.insert_fire_stmt(done))
         else:
             self.post(
@@ -187,7 +230,8 @@ class Recorder:
         the whole answer: the pager puts it in its outbox before anything is sent
         (docs/alerts.md, "Results").
         """
-        if not (deliver or approved) or not outcome.ok or not outcome.run_id:
+        unverified = outcome.status is RunStatus.UNVERIFIED
+        if not (deliver or approved) or not (outcome.ok or unverified) or not outcome.run_id:
             return
         self._bus.publish(
             RoutineResult(
@@ -203,6 +247,7 @@ class Recorder:
                 fire_id=rec.fire_id,
                 ended=outcome.ended,
                 approved=approved or None,
+                unverified=(outcome.reason or "unverified") if unverified else None,
             )
         )
 
@@ -257,7 +302,7 @@ def fail_open_fire(c: Any, rec: FireRecord, reason: str, now: float) -> None:
     """Close the fire row a crashed job left open (or add one if it never got that far)."""
     cur = c.execute(
         "UPDATE fires SET outcome = 'failed', reason = ?, ended = ? WHERE routine = ? AND "
-        "scheduled = ? AND outcome IS NULL AND kind != 'manual'",
+        "scheduled = ? AND outcome IS NULL AND kind NOT IN ('manual', 'webhook')",
         (reason, now, rec.routine, rec.scheduled),
     )
     if cur.rowcount == 0:

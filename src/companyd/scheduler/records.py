@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from companyd.admin import FireRow
 
-__all__ = ["FireRecord", "RoutineState", "RoutineStats"]
+__all__ = ["UNSCHEDULED", "FireRecord", "RoutineState", "RoutineStats"]
+
+#: Fire kinds outside the schedule: the operator's ``jobs run`` and a routine's webhook. They
+#: move no cursor and are never claimed (their fire time is when they were asked for).
+UNSCHEDULED = frozenset({"manual", "webhook"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +132,8 @@ class RoutineStats:
     routine: str
     due: int
     ok: int
+    #: due runs that ended ``unverified`` (neither ok nor failed)
+    unverified: int = 0
 
     @property
     def success_rate(self) -> float | None:

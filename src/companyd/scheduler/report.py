@@ -59,6 +59,8 @@ class JobView:
     last: FireRecord | None
     in_progress: int
     stats: RoutineStats
+    #: why ``pause_after_failures`` paused the routine (live view only), None if it is not
+    paused: str | None = None
 
     def to_dict(self) -> RoutineRow:
         """The line as the ``jobs`` result carries it over the control socket: times as ISO 8601
@@ -66,7 +68,7 @@ class JobView:
         it back.
         """
         rate = self.stats.success_rate
-        return {
+        row: RoutineRow = {
             "routine": self.routine,
             "agent": self.agent,
             "schedule": self.schedule,
@@ -79,8 +81,16 @@ class JobView:
             "catch_up_pending": _iso(self.catch_up_pending),
             "last": self.last.to_dict() if self.last else None,
             "in_progress": self.in_progress,
-            "success_7d": {"due": self.stats.due, "ok": self.stats.ok, "rate": rate},
+            "success_7d": {
+                "due": self.stats.due,
+                "ok": self.stats.ok,
+                "rate": rate,
+                "unverified": self.stats.unverified,
+            },
         }
+        if self.paused:
+            row["paused"] = self.paused
+        return row
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobView:
@@ -99,8 +109,12 @@ class JobView:
             last=FireRecord.from_dict(d["last"]) if d.get("last") else None,
             in_progress=int(d.get("in_progress", 0)),
             stats=RoutineStats(
-                routine=d["routine"], due=d["success_7d"]["due"], ok=d["success_7d"]["ok"]
+                routine=d["routine"],
+                due=d["success_7d"]["due"],
+                ok=d["success_7d"]["ok"],
+                unverified=int(d["success_7d"].get("unverified") or 0),
             ),
+            paused=d.get("paused") or None,
         )
 
 
@@ -120,6 +134,7 @@ def job_views(
     open_fires: Sequence[FireRecord],
     next_fires: Mapping[str, float | None],
     catch_up_pending: Mapping[str, float] | None = None,
+    paused: Mapping[str, str] | None = None,
 ) -> list[JobView]:
     """Rows for every routine in company.yaml, in file order."""
     from companyd.scheduler.triggers import describe_schedule
@@ -145,6 +160,7 @@ def job_views(
                 last=latest.get(slug),
                 in_progress=busy.get(slug, 0),
                 stats=stats.get(slug) or RoutineStats(routine=slug, due=0, ok=0),
+                paused=(paused or {}).get(slug),
             )
         )
     return views
@@ -214,7 +230,8 @@ def _rate(stats: RoutineStats) -> str:
     rate = stats.success_rate
     if rate is None:
         return "— (none due)"
-    return f"{rate * 100:.1f}% ({stats.ok}/{stats.due})"
+    apart = f", {stats.unverified} unverified" if stats.unverified else ""
+    return f"{rate * 100:.1f}% ({stats.ok}/{stats.due}{apart})"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -235,6 +252,8 @@ def format_jobs(views: Sequence[JobView], now: float, *, daemon: bool) -> str:
     for v in views:
         if not v.enabled:
             nxt = "disabled"
+        elif v.paused:
+            nxt = f"paused: failed in a row (`companyd jobs resume {v.routine}`)"
         elif v.catch_up_pending is not None:
             nxt = f"at start (catch-up of {_local(v.catch_up_pending, v.timezone)})"
         elif v.next_fire is None:
@@ -293,6 +312,25 @@ def format_history(routine: RoutineConfig | None, slug: str, records: Sequence[F
         head
         + "\n"
         + _table(("SCHEDULED", "KIND", "OUTCOME", "STARTED", "TOOK", "COST", "RUN", "REASON"), rows)
+        + "\n"
+        + _tally(records)
+    )
+
+
+def _tally(records: Sequence[FireRecord]) -> str:
+    """One line under the history: its due runs by outcome — ``unverified`` apart from
+    ``ok`` and from the failures (the runs whose work did not demonstrably happen).
+    """
+    from companyd.scheduler.outcomes import Outcome
+
+    due = [r for r in records if r.outcome and r.outcome not in (Outcome.IDLE, Outcome.STOPPED)]
+    ok = sum(r.fires for r in due if r.outcome == Outcome.OK)
+    unverified = sum(r.fires for r in due if r.outcome == Outcome.UNVERIFIED)
+    total = sum(r.fires for r in due)
+    other = total - ok - unverified
+    return (
+        f"shown: {total} due run(s): {ok} ok · {unverified} unverified · {other} failed, "
+        "missed or skipped"
     )
 
 

@@ -49,8 +49,9 @@ from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.admin import AdminError, HistoryData, JobsData
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
-from companyd.events import EventBus
+from companyd.events import EventBus, RoutineResumed
 from companyd.runs import RunOutcome
+from companyd.scheduler import guards
 from companyd.scheduler import store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
 from companyd.scheduler._ids import new_id
@@ -75,6 +76,7 @@ from companyd.scheduler.triggers import (
 )
 from companyd.storage import DB_ERRORS, SQLITE, Backend
 from companyd.supervision import ChildContext
+from companyd.telemetry import NO_TRACING, Tracer
 
 __all__ = [
     "IDLE_RETENTION",
@@ -131,6 +133,7 @@ class RoutineScheduler:
         gate: ResultGate | None = None,
         backups: BackupSink | None = None,
         backend: Backend = SQLITE,
+        tracer: Tracer = NO_TRACING,
     ) -> None:
         self._config = config
         self._backend = backend
@@ -143,7 +146,12 @@ class RoutineScheduler:
         self._rec = Recorder(bus=bus, clock=self._clock, on_store_failure=self._store_failed)
         self._gate = gate
         self._fires = Fires(
-            sink=sink, clock=self._clock, recorder=self._rec, gate=gate, backups=backups
+            sink=sink,
+            clock=self._clock,
+            recorder=self._rec,
+            gate=gate,
+            backups=backups,
+            tracer=tracer,
         )
         self._max_sleep = max_sleep
         self._skip_grace = skip_grace
@@ -446,7 +454,10 @@ class RoutineScheduler:
         catch-up for the time it was off.
 
         Returns:
-            ``{"added": [...], "removed": [...], "changed": [...], "unchanged": [...]}``.
+            ``{"added": [...], "removed": [...], "changed": [...], "unchanged": [...]}``:
+            ``changed`` lists every routine whose resolved config differs in anything
+            (those with the same trigger keep their next fire time), ``unchanged`` only
+            those identical.
 
         Raises:
             RuntimeError: the scheduler is not running.
@@ -471,10 +482,12 @@ class RoutineScheduler:
             ident = trigger_identity(trigger)
             slot = self._slots.get(slug)
             if slot is not None and slot.identity == ident:
+                # the whole resolved routine decides what is reported: a change of its
+                # approval, deliver, reviewer, … is a change, though its schedule stays
+                result["unchanged" if slot.config == r else "changed"].append(slug)
                 slot.config = r
                 if aps.get_job(slug) is not None:
                     aps.modify_job(slug, **self._job_options(r))
-                result["unchanged"].append(slug)
                 continue
             nxt = next_after(trigger, now_dt)
             if slot is not None:
@@ -559,6 +572,54 @@ class RoutineScheduler:
         outcome = await asyncio.shield(task)
         assert outcome is not None  # manual runs are never idle
         return outcome
+
+    async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> tuple[str, bool]:
+        """Fire ``routine`` for a verified webhook request (``webhook-id``, its body as
+        text) without waiting for the run: ``(fire id, replay)``.
+
+        The id is remembered in the routine history before anything runs, in the same
+        transaction that says whether it was new: a replay (``replay`` True, the first
+        fire's id) runs nothing, even after a restart. A new one is fired as kind
+        ``webhook``: the routine's concurrency, runaway guards, approval, ``done_when``,
+        delivery and history apply as to a scheduled fire; its precondition is not checked
+        (the event is the reason to run) and no schedule cursor moves. ``body`` is handed to
+        the agent as data (:func:`companyd.scheduler.fire.webhook_prompt`).
+
+        Raises:
+            RoutineNotFound: no enabled routine of that name, or it has no webhook trigger.
+            AdminError: the scheduler is not running (a standby, a full disk).
+        """
+        if self._aps is None and self._disk_failure is not None:
+            raise AdminError(f"routines are unavailable: {self._disk_failure}")
+        store = self._rec.store
+        if self._aps is None or store is None:
+            # a standby of a highly available company, or a daemon still starting: the
+            # sender retries (the dashboard answers 503)
+            raise AdminError("routines are not running in this daemon now; try again later")
+        slot = self._slots.get(routine)
+        if slot is None:
+            raise self._not_found(routine)
+        if slot.config.webhook is None:
+            raise RoutineNotFound(
+                f"routine {routine!r} has no webhook trigger; add 'trigger: {{webhook: "
+                "{secret_env: NAME}}' to it in company.yaml and reload"
+            )
+        fire_id = new_id("fire")
+        now = self._clock.time()
+        first = await store.call(
+            lambda c: db.claim_webhook_id(c, routine, webhook_id, fire_id, now)
+        )
+        if first is not None:
+            return first, True
+        task = asyncio.ensure_future(
+            self._fires.execute(
+                slot, "webhook", now, check_precondition=False, event=body, fire_id=fire_id
+            )
+        )
+        self._manual.add(task)
+        task.add_done_callback(self._manual.discard)
+        task.add_done_callback(_log_webhook_failure)
+        return fire_id, False
 
     def _not_found(self, routine: str) -> RoutineNotFound:
         known = list(self._config.routines)
@@ -652,12 +713,13 @@ class RoutineScheduler:
         if store is None:
             raise RuntimeError("jobs() needs a started RoutineScheduler")
         now = self._clock.time()
-        stats, latest, open_ = await self._read(
+        stats, latest, open_, paused = await self._read(
             store,
             lambda c: (
                 db.routine_stats(c, now - SUCCESS_WINDOW),
                 db.latest_fires(c),
                 db.open_fires(c),
+                guards.paused_routines(c),
             ),
         )
         nexts: dict[str, float | None] = {}
@@ -665,7 +727,12 @@ class RoutineScheduler:
             nxt = self.next_fire_time(slug)
             nexts[slug] = nxt.timestamp() if nxt else None
         views = job_views(
-            self._config, stats=stats, latest=latest, open_fires=open_, next_fires=nexts
+            self._config,
+            stats=stats,
+            latest=latest,
+            open_fires=open_,
+            next_fires=nexts,
+            paused=paused,
         )
         return {
             "daemon": True,
@@ -700,6 +767,36 @@ class RoutineScheduler:
         if not records and routine not in self._config.routines:
             raise self._not_found(routine)
         return {"routine": routine, "fires": [r.to_dict() for r in records]}
+
+    async def resume_routine(self, routine: str, by: str = "operator") -> bool:
+        """Resume ``routine`` after ``pause_after_failures`` paused it: its fires run again,
+        and the failures before now no longer count toward the next pause (docs/scheduler.md,
+        "Runaway routines"). False if it was not paused. One ``routine_resumed`` event.
+
+        Raises:
+            RoutineNotFound: no routine of that name in company.yaml.
+        """
+        store = self._rec.store
+        if store is None and self._disk_failure is not None:
+            raise AdminError(f"routines are unavailable: {self._disk_failure}")
+        if store is None:
+            raise RuntimeError("resume_routine() needs a started RoutineScheduler")
+        if routine not in self._config.routines:
+            raise self._not_found(routine)
+        now = self._clock.time()
+        was = await store.call(lambda c: guards.resume_routine(c, routine, now))
+        if was:
+            self._rec.publish(RoutineResumed(source=self._rec.source, routine=routine, by=by))
+        return bool(was)
+
+    async def paused_routines(self) -> dict[str, str]:
+        """Routine → why ``pause_after_failures`` paused it (empty when the scheduler is
+        stopped).
+        """
+        store = self._rec.store
+        if store is None:
+            return {}
+        return dict(await self._read(store, guards.paused_routines))
 
     # -- compressed time --------------------------------------------------------------
 
@@ -741,3 +838,9 @@ class RoutineScheduler:
                 quiet = 0
                 continue
             quiet += 1
+
+
+def _log_webhook_failure(task: asyncio.Future[Any]) -> None:
+    """A webhook fire's own error (its history cannot be written): logged, never lost."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a webhook fire failed: %r", task.exception())

@@ -329,6 +329,10 @@ class FlakySink:
         """The count recorded in :attr:`inboxes` for ``agent`` (0 unless a test set it)."""
         return self.inboxes[agent]
 
+    def rate_limited_until(self, agent: str) -> float | None:
+        """Never: the simulated agents meet no quota wall."""
+        return None
+
     async def memory_marker(self) -> str:
         """:attr:`memory_version` as text: it changes with every successful run that writes
         memory.
@@ -451,6 +455,9 @@ class _CountingSink:
 
     def inbox_size(self, agent: str) -> int:
         return self.inner.inbox_size(agent)
+
+    def rate_limited_until(self, agent: str) -> float | None:
+        return self.inner.rate_limited_until(agent)
 
     async def memory_marker(self) -> str:
         return await self.inner.memory_marker()

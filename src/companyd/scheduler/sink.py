@@ -38,6 +38,13 @@ class TaskSink(Protocol):
         """
         ...
 
+    def rate_limited_until(self, agent: str) -> float | None:
+        """When a quota wall's pause of ``agent`` ends (epoch), or None when no wall pauses
+        it: meanwhile its fires are ``skipped: rate limited until HH:MM``, no task
+        submitted (docs/scheduler.md).
+        """
+        ...
+
     def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
         """After a restart: if the runtime restored task ``task_id`` from its journal (the
         previous process died with the run queued or in progress), an awaitable of the run's

@@ -34,6 +34,7 @@ from companyd.config import RoutineConfig
 __all__ = [
     "INTERVAL_ANCHOR",
     "RoutineCronTrigger",
+    "WebhookOnly",
     "build_trigger",
     "describe_schedule",
     "fire_times",
@@ -191,11 +192,33 @@ def _is_second_occurrence(dt: datetime) -> bool:
     return dt.astimezone(UTC) == second.astimezone(UTC)
 
 
+class WebhookOnly:
+    """The clock trigger of a routine fired only by its webhook: it never fires.
+
+    Its ``repr`` is the same in every process (the identity compared on restart), and every
+    helper here treats it as a schedule that has ended (no next fire time, no missed one).
+    """
+
+    def get_next_fire_time(
+        self, previous_fire_time: datetime | None, now: datetime
+    ) -> datetime | None:
+        """None: no fire time, ever."""
+        return None
+
+    def __repr__(self) -> str:
+        return "<WebhookOnly>"
+
+
 def build_trigger(routine: RoutineConfig) -> Any:
-    """The APScheduler trigger for ``routine`` (a cron or an interval trigger)."""
+    """The APScheduler trigger for ``routine`` (a cron or an interval trigger; for a routine
+    with only a ``webhook`` trigger, a :class:`WebhookOnly` that never fires).
+    """
     if routine.cron is not None:
         return RoutineCronTrigger(routine.cron, routine.timezone)
-    if routine.every is None:  # the config schema forbids it; kept for a clear message
+    if routine.every is None:
+        if routine.webhook is not None:
+            return WebhookOnly()
+        # the config schema forbids it; kept for a clear message
         raise ValueError(f"routine {routine.slug!r} has neither 'cron' nor 'every'")
     return IntervalTrigger(seconds=routine.every, start_date=INTERVAL_ANCHOR, timezone=UTC)
 
@@ -211,6 +234,8 @@ def trigger_identity(trigger: Any) -> str:
 
 def next_after(trigger: Any, t: datetime) -> datetime | None:
     """The first fire time strictly after instant ``t`` (None when the schedule has ended)."""
+    if isinstance(trigger, WebhookOnly):
+        return None
     if isinstance(trigger, IntervalTrigger):
         # previous_fire_time would add the interval to ``t`` and leave the grid when ``t`` is
         # not itself a fire time (e.g. the moment a routine was armed).
@@ -254,8 +279,12 @@ def format_seconds(seconds: float) -> str:
 
 
 def describe_schedule(routine: RoutineConfig) -> str:
-    """A one-line schedule for humans: ``cron '0 14 * * *' UTC`` or ``every 5m``."""
+    """A one-line schedule for humans: ``cron '0 14 * * *' UTC``, ``every 5m``, ``webhook``
+    or ``every 1h + webhook``.
+    """
+    hook = " + webhook" if routine.webhook is not None else ""
     if routine.cron is not None:
-        return f"cron {routine.cron!r} {routine.timezone}"
-    assert routine.every is not None
-    return f"every {format_seconds(routine.every)}"
+        return f"cron {routine.cron!r} {routine.timezone}{hook}"
+    if routine.every is None:
+        return "webhook"
+    return f"every {format_seconds(routine.every)}{hook}"

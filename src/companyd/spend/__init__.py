@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "STORE_STEPS",
     "BudgetExhausted",
     "Ledger",
     "LedgerError",
@@ -39,6 +40,7 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
+    "STORE_STEPS": "companyd.spend.ledger",
     "Ledger": "companyd.spend.ledger",
     "day_key": "companyd.spend.periods",
     "format_budget_report": "companyd.spend.reports",

@@ -673,8 +673,10 @@ class SpendBook:
                 message=message,
                 repeats_suppressed=repeats,
                 action=(
-                    "every agent is paused; raise the organisation's spend limit in the "
-                    "Anthropic console, then resume the agents"
+                    "every agent is paused and no call is made; top up the credit balance or "
+                    "raise the organisation's spend limit in the Anthropic console (Settings "
+                    "→ Billing / Limits), then resume them all with one command: `companyd "
+                    "resume --all` (or /resume all)"
                 ),
             )
         )
@@ -693,6 +695,20 @@ class SpendBook:
         )
         report["in_flight"] = len(self._st.open)
         return report
+
+    async def simulated(self) -> tuple[float, float]:
+        """The offline model's spend (simulated: no money spent) today and this month, USD."""
+        self._require_open()
+        await self._ensure_period()
+        day, month = self._st.day, self._st.month
+
+        def read(led: Ledger) -> tuple[float, float]:
+            today = sum(led.simulated_between("company", day, day).values())
+            this_month = sum(led.simulated_between("company", f"{month}-01", day).values())
+            # rounded as the budget report's figures are, so the two compare equal
+            return as_usd(today), as_usd(this_month)
+
+        return await self._db.run(read)
 
     async def spend_report(
         self, by: str = "agent", period: str = "today", *, per_day: bool = False

@@ -60,6 +60,7 @@ __all__ = [
     "DIMENSIONS",
     "MIGRATIONS",
     "PUSD",
+    "STORE_STEPS",
     "CallRow",
     "InflightRow",
     "Ledger",
@@ -213,6 +214,11 @@ INSERT INTO meta VALUES ('schema', '1') ON CONFLICT DO NOTHING;
 #: SQLite ledger from before the versions were shared is at 0 with every table of
 #: migration 1 (which creates only what is missing).
 STEPS: tuple[Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),)
+
+
+#: This store's file in the state directory → the schema steps this code knows (what
+#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+STORE_STEPS: dict[str, int] = {"spend.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS` (``PRAGMA user_version``; see companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
@@ -705,6 +711,31 @@ class Ledger:
                 (dim, first, last),
             )
         ]
+
+    @_on_worker
+    def simulated_between(self, dim: str, first: str, last: str) -> dict[str, int]:
+        """Picodollars of the offline model's calls (simulated spend: no money was spent)
+        from day ``first`` to ``last`` (inclusive), by key of ``dim`` (``company``: the one
+        key ``""``; ``day``: by date). The offline model's calls are told by their request
+        ids (``offline-…``, :mod:`companyd.llm.offline`), so no column marks them.
+        """
+        column = {
+            "company": "''",
+            "agent": "agent",
+            "model": "model",
+            "routine": "COALESCE(routine, '')",
+            "day": "day",
+        }.get(dim)
+        if column is None:
+            raise ValueError(f"unknown dimension {dim!r}; expected one of {DIMENSIONS} or 'day'")
+        return {
+            str(k): int(c)
+            for k, c in self._db.execute(
+                f"SELECT {column}, SUM(cost_pusd) FROM calls WHERE day BETWEEN ? AND ? "
+                "AND request_id LIKE 'offline-%' GROUP BY 1",
+                (first, last),
+            )
+        }
 
     @_on_worker
     def day_keys_between(self, first: str, last: str) -> list[str]:

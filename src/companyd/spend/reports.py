@@ -6,16 +6,22 @@ Shared by :meth:`companyd.spend.book.SpendBook.spend_report` (in the daemon) and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from companyd.admin import SpendReportData, SpendTotals
-from companyd.spend.ledger import Ledger, Totals
+from companyd.admin import SpendReportData, SpendTotals, format_usd, usd_places
+from companyd.spend.ledger import Ledger, Totals, from_pusd
 from companyd.spend.periods import parse_period
 
-__all__ = ["GROUPINGS", "format_budget_report", "format_spend_report", "spend_report"]
+__all__ = [
+    "GROUPINGS",
+    "format_budget_report",
+    "format_spend_report",
+    "spend_report",
+    "table_places",
+]
 
 #: Valid ``by`` values.
 GROUPINGS = ("agent", "model", "routine", "day")
@@ -54,27 +60,52 @@ def spend_report(
         output_tokens=sum(r.output_tokens for r in rows),
         cost_pusd=sum(r.cost_pusd for r in rows),
     )
+    simulated = ledger.simulated_between(by, first.isoformat(), last.isoformat())
+    per_day_simulated = (
+        _simulated_per_day(ledger, by, first.isoformat(), last.isoformat()) if days else {}
+    )
     out_rows: list[SpendTotals] = []
     for i, r in enumerate(rows):
         d = r.to_dict()
+        sim = per_day_simulated.get((days[i], r.key), 0) if days else simulated.get(r.key, 0)
+        d["simulated_usd"] = float(round(from_pusd(sim), 9))
         if by == "routine" and d["key"] == "":
             d["key"] = None  # calls outside any routine (operator questions, consultations)
         out_rows.append({"day": days[i], **d} if days else d)
+    total_sim = float(round(from_pusd(sum(simulated.values())), 9))
     return {
         "by": by,
         "period": {"label": label, "from": first.isoformat(), "to": last.isoformat()},
         "rows": out_rows,
-        "total": total.to_dict() | {"key": None},
+        "total": total.to_dict() | {"key": None, "simulated_usd": total_sim},
     }
 
 
-def _money(value: float | str | None) -> str:
+def _simulated_per_day(
+    ledger: Ledger, by: str, first: str, last: str
+) -> dict[tuple[str, str], int]:
+    """Simulated picodollars by (day, key) for a per-day report."""
+    out: dict[tuple[str, str], int] = {}
+    for day in ledger.day_keys_between(first, last):
+        for key, pusd in ledger.simulated_between(by, day, day).items():
+            out[(day, key)] = pusd
+    return out
+
+
+def table_places(values: Iterable[float | str | None]) -> int:
+    """The decimals for the money of one table: four when any amount is under a dollar
+    (calls cost fractions of a cent), else two — and more where that is what it takes for
+    every amount that is not zero to show as not zero (:func:`usd_places`).
+    """
+    amounts = [Decimal(str(v)) for v in values if v is not None]
+    minimum = 4 if any(0 < abs(a) < 1 for a in amounts) else 2
+    return usd_places(amounts, minimum=minimum)
+
+
+def _money(value: float | str | None, places: int = 2) -> str:
     if value is None:
         return "-"
-    d = Decimal(str(value))
-    if d == 0:
-        return "$0.00"
-    return f"${d:,.4f}" if abs(d) < 1 else f"${d:,.2f}"
+    return format_usd(Decimal(str(value)), places)
 
 
 def _when(iso: str) -> str:
@@ -112,21 +143,37 @@ def format_spend_report(report: Mapping[str, Any]) -> str:
     if not report["rows"]:
         return f"{title}: no LLM calls recorded"
     header = [report["by"], "calls", "input", "cache write", "cache read", "output", "cost"]
+    every = [*report["rows"], report["total"]]
+    places = table_places(r["cost_usd_exact"] for r in every)
+    simulated = any(r.get("simulated_usd") for r in every)
+    if simulated:
+        header.append("simulated")
 
     def line(r: dict[str, Any], key: str) -> list[str]:
-        return [
+        cells = [
             key,
             str(r["calls"]),
             _tokens(r["input_tokens"]),
             _tokens(r["cache_write_5m_tokens"] + r["cache_write_1h_tokens"]),
             _tokens(r["cache_read_tokens"]),
             _tokens(r["output_tokens"]),
-            _money(r["cost_usd_exact"]),
+            _money(r["cost_usd_exact"], places),
         ]
+        if simulated:
+            sim = float(r.get("simulated_usd") or 0.0)
+            whole = sim and abs(sim - float(r["cost_usd"])) < 1e-9
+            cells.append("all" if whole else (_money(sim, places) if sim else "-"))
+        return cells
 
     rows = [line(r, "(none)" if r["key"] is None else str(r["key"])) for r in report["rows"]]
     rows.append(line(report["total"], "total"))
-    return f"{title}\n{_table(header, rows)}"
+    text = f"{title}\n{_table(header, rows)}"
+    if simulated:
+        text += (
+            "\nsimulated: the offline model's calls (companyd --offline), priced as Claude's "
+            "would be — no money was spent on them"
+        )
+    return text
 
 
 def format_budget_report(report: Mapping[str, Any]) -> str:
@@ -134,15 +181,22 @@ def format_budget_report(report: Mapping[str, Any]) -> str:
     header = ["budget", "period", "limit", "used", "reserved", "remaining", "resets"]
     rows = []
     notes = []
+    places = table_places(
+        v
+        for b in report["budgets"]
+        for k in ("limit_usd", "raised_today_usd", "used_usd", "reserved_usd", "remaining_usd")
+        if isinstance(v := b.get(k), int | float | str)
+    )
+
     for b in report["budgets"]:
         who = "company" if b["agent"] is None else str(b["agent"])
         if b["period"] is None:
-            notes.append(f"{who}: {b['note']} (today {_money(b['used_today_usd'])})")
+            notes.append(f"{who}: {b['note']} (today {_money(b['used_today_usd'], places)})")
             continue
-        limit = _money(b["limit_usd"])
+        limit = _money(b["limit_usd"], places)
         if b.get("raised_today_usd"):
-            limit += f" (+{_money(b['raised_today_usd'])} today)"
-        remaining = _money(b["remaining_usd"])
+            limit += f" (+{_money(b['raised_today_usd'], places)} today)"
+        remaining = _money(b["remaining_usd"], places)
         if b.get("blocked"):
             remaining += " BLOCKED"
         rows.append(
@@ -150,8 +204,8 @@ def format_budget_report(report: Mapping[str, Any]) -> str:
                 who,
                 f"{b['period']} {b['key']}",
                 limit,
-                f"{_money(b['used_usd'])} ({b['used_fraction']:.0%})",
-                _money(b["reserved_usd"]),
+                f"{_money(b['used_usd'], places)} ({b['used_fraction']:.0%})",
+                _money(b["reserved_usd"], places),
                 remaining,
                 _when(b["resets_at"]),
             ]

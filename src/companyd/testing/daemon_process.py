@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CliResult", "DaemonProcess", "Notification", "NotifyListener"]
+__all__ = ["CliResult", "DaemonProcess", "Notification", "NotifyListener", "run_cli"]
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,48 @@ class CliResult:
     rc: int
     out: str
     err: str
+
+
+async def run_cli(
+    config: Path,
+    state_dir: Path,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    timeout: float = 60.0,
+) -> CliResult:
+    """Run ``companyd ARGV --config CONFIG --state-dir STATE_DIR`` as another process with
+    ``env`` (less ``NOTIFY_SOCKET``); its exit code and output.
+
+    Raises:
+        AssertionError: it did not finish within ``timeout`` seconds (it is killed).
+    """
+    cmd = [
+        sys.executable,
+        "-m",
+        "companyd",
+        *argv,
+        "--config",
+        str(config),
+        "--state-dir",
+        str(state_dir),
+    ]
+    child_env = {k: v for k, v in env.items() if k != "NOTIFY_SOCKET"}
+    proc = await asyncio.create_subprocess_exec(
+        *cmd,
+        env=child_env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(f"{cmd!r} did not finish within {timeout:g} s") from None
+    assert proc.returncode is not None
+    return CliResult(proc.returncode, out.decode(), err.decode())
 
 
 class DaemonProcess:
@@ -297,33 +339,7 @@ class DaemonProcess:
 
     async def cli(self, *argv: str, timeout: float = 60.0) -> CliResult:
         """Run ``companyd ARGV --config C --state-dir S`` as another process."""
-        cmd = [
-            sys.executable,
-            "-m",
-            "companyd",
-            *argv,
-            "--config",
-            str(self.config),
-            "--state-dir",
-            str(self.state_dir),
-        ]
-        env = {k: v for k, v in self.env.items() if k != "NOTIFY_SOCKET"}
-        proc = await asyncio.create_subprocess_exec(
-            *cmd,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        try:
-            async with asyncio.timeout(timeout):
-                out, err = await proc.communicate()
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise AssertionError(f"{cmd!r} did not finish within {timeout:g} s") from None
-        assert proc.returncode is not None
-        return CliResult(proc.returncode, out.decode(), err.decode())
+        return await run_cli(self.config, self.state_dir, argv, self.env, timeout)
 
     def send_signal(self, sig: signal.Signals) -> None:
         """Send ``sig`` to the daemon process.

@@ -597,7 +597,7 @@ class MessagesAPIServer:
         error: dict[str, Any] = {"type": item.error_type, "message": item.message}
         if item.error_code:
             error["details"] = {"error_code": item.error_code}
-        headers = {"request-id": rid}
+        headers = {"request-id": rid, **dict(item.headers)}
         if item.retry_after is not None:
             headers["retry-after"] = str(item.retry_after)
         if item.retry_after_ms is not None:

@@ -120,6 +120,7 @@ class Fault:
         retry_after_ms: ``retry-after-ms`` header value.
         should_retry: ``x-should-retry`` header (True/False), or absent.
         latency: seconds to wait before answering.
+        headers: further response headers (e.g. ``anthropic-ratelimit-tokens-reset``).
     """
 
     status: int
@@ -130,6 +131,7 @@ class Fault:
     retry_after_ms: float | None = None
     should_retry: bool | None = None
     latency: float = 0.0
+    headers: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The fault in the script's JSON form (``"type": "error"``); :func:`item_from_json`
@@ -145,6 +147,7 @@ class Fault:
             "retry_after_ms": self.retry_after_ms,
             "should_retry": self.should_retry,
             "latency": self.latency,
+            "headers": dict(self.headers),
         }
 
 
@@ -260,6 +263,7 @@ def fault(
     retry_after_ms: float | None = None,
     should_retry: bool | None = None,
     latency: float = 0.0,
+    headers: Mapping[str, str] | None = None,
 ) -> Fault:
     """An error response with the API's error type for ``status`` unless given."""
     etype = error_type or _ERROR_TYPES.get(status, "api_error")
@@ -272,6 +276,7 @@ def fault(
         retry_after_ms=retry_after_ms,
         should_retry=should_retry,
         latency=latency,
+        headers=tuple((k.lower(), str(v)) for k, v in (headers or {}).items()),
     )
 
 
@@ -369,6 +374,7 @@ def item_from_json(d: Mapping[str, Any]) -> ScriptItem:
             retry_after_ms=d.get("retry_after_ms"),
             should_retry=d.get("should_retry"),
             latency=latency,
+            headers=d.get("headers") or None,
         )
     if kind == "stall":
         then = d.get("then")

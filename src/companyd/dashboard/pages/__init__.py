@@ -18,13 +18,24 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from companyd.dashboard.pages import agent, config, inbox, memory, overview, routines, runs, spend
+from companyd.dashboard.pages import (
+    agent,
+    config,
+    inbox,
+    memory,
+    overview,
+    routines,
+    runs,
+    spend,
+    today,
+)
 
 __all__ = ["PAGES"]
 
 #: Every page module, in navigation order.
 PAGES: tuple[ModuleType, ...] = (
     overview,
+    today,
     agent,
     runs,
     routines,

@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from companyd.admin import waiting_text
 from companyd.dashboard.actions import VIA, Outcome, perform
 from companyd.dashboard.context import ctx_of
 from companyd.dashboard.live import Live
@@ -53,6 +54,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("result", "Results awaiting approval"),
     ("proposal", "Proposals"),
     ("quarantined", "Quarantined tasks"),
+    ("tools", "New or changed tools held back"),
 )
 
 
@@ -60,8 +62,12 @@ async def _groups(request: Request) -> list[dict[str, Any]]:
     """The inbox's items grouped as :data:`GROUPS` (empty groups left out), proposals with
     their diff.
     """
-    admin = ctx_of(request).admin
+    ctx = ctx_of(request)
+    admin = ctx.admin
     inbox = await admin.inbox()
+    now = ctx.clock.time()
+    # how long each item has waited and when it expires (then: denied)
+    waiting = {i.id: waiting_text(i.created, i.deadline, now) for i in inbox.items}
     diffs: dict[str, str] = {}
     if any(i.kind == "proposal" for i in inbox.items):
         diffs = {str(p["id"]): str(p.get("diff", "")) for p in (await admin.proposals()).proposals}
@@ -70,10 +76,26 @@ async def _groups(request: Request) -> list[dict[str, Any]]:
     for kind, heading in GROUPS:
         items = [i for i in inbox.items if i.kind == kind]
         if items:
-            groups.append({"kind": kind, "heading": heading, "entries": items, "diffs": diffs})
+            groups.append(
+                {
+                    "kind": kind,
+                    "heading": heading,
+                    "entries": items,
+                    "diffs": diffs,
+                    "waiting": waiting,
+                }
+            )
     rest = [i for i in inbox.items if i.kind not in known]
     if rest:
-        groups.append({"kind": "other", "heading": "Other", "entries": rest, "diffs": diffs})
+        groups.append(
+            {
+                "kind": "other",
+                "heading": "Other",
+                "entries": rest,
+                "diffs": diffs,
+                "waiting": waiting,
+            }
+        )
     return groups
 
 
@@ -82,7 +104,7 @@ INBOX_KINDS = frozenset(
     {
         "founder_approval_requested", "founder_question", "founder_result_for_approval",
         "founder_decided", "proposal_created", "proposal_applied", "task_quarantined",
-        "operator_action",
+        "tools_quarantined", "operator_action",
     }
 )  # fmt: skip
 

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from companyd.dashboard.attention import last_alerts as alert_list
 from companyd.dashboard.context import ctx_of
 from companyd.dashboard.live import Live
 from companyd.dashboard.render import fragment, render
@@ -40,7 +41,14 @@ _SPEND_KINDS = frozenset(
      "budget_raised"}
 )  # fmt: skip
 _ROUTINE_KINDS = frozenset(
-    {"routine_failed", "routine_missed", "routine_skipped", "routine_result", "daemon_reloaded"}
+    {
+        "routine_failed",
+        "routine_missed",
+        "routine_skipped",
+        "routine_result",
+        "routine_unverified",
+        "daemon_reloaded",
+    }
 )
 
 
@@ -58,10 +66,11 @@ ALERT_KINDS = frozenset(
 
 
 def last_alerts(request: Request, limit: int = 10) -> list[dict[str, Any]]:
-    """The latest warning and critical events, newest first, as JSON views."""
-    events = ctx_of(request).bus.recent(limit=1000)
-    chosen = [e for e in events if e.severity.rank >= Severity.WARNING.rank][-limit:]
-    return [e.to_dict() for e in reversed(chosen)]
+    """The latest warning and critical events, newest first, as
+    :func:`~companyd.dashboard.attention.alert_view` (the routine or agent, the reason, a
+    link).
+    """
+    return alert_list(ctx_of(request).bus.recent(limit=1000), since=0.0, limit=limit)
 
 
 async def overview(request: Request) -> Response:

@@ -1,6 +1,7 @@
 // companyd dashboard: the only script of our own (the CSP allows no inline script).
 // 1. A node of the org chart whose restart count went up since the last swap flashes.
 // 2. Charts: an element .chart[data-series] is drawn with uPlot (days, usd, limit).
+// 3. Tables become cards at phone width (see label below).
 (function () {
   "use strict";
   var restarts = {};
@@ -35,7 +36,25 @@
     });
   }
 
-  function refresh(root) { remember(root); draw(root); }
+  // 3. Tables become cards on a phone (dashboard.css): each cell gets its column's name as
+  //    data-label, read from the table's header, and the table the class "cards".
+  function label(root) {
+    var tables = root.tagName === "TABLE" ? [root] : root.querySelectorAll("table");
+    if (root.closest) { var up = root.closest("table"); if (up) { tables = [up]; } }
+    Array.prototype.forEach.call(tables, function (table) {
+      var heads = table.querySelectorAll("thead th");
+      if (!heads.length) { return; }
+      table.classList.add("cards");
+      var names = Array.prototype.map.call(heads, function (th) { return th.textContent.trim(); });
+      table.querySelectorAll("tbody tr").forEach(function (tr) {
+        Array.prototype.forEach.call(tr.children, function (cell, i) {
+          if (names[i] && !cell.hasAttribute("data-label")) { cell.setAttribute("data-label", names[i]); }
+        });
+      });
+    });
+  }
+
+  function refresh(root) { remember(root); draw(root); label(root); }
 
   document.addEventListener("DOMContentLoaded", function () { refresh(document); });
   document.addEventListener("htmx:afterSettle", function (e) { refresh(e.target || document); });
