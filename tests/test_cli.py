@@ -296,3 +296,56 @@ def test_a_closed_pipe_is_not_an_error(args: list[str]) -> None:
     finally:
         os.close(write_end)
     assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_the_command_table_is_what_the_areas_register() -> None:
+    # `main` lists the commands of the areas it does not import from _COMMANDS: their
+    # names, order and help must be what each area's register() adds, or `companyd --help`
+    # and the "invalid choice" error would drift from the real commands.
+    import argparse
+    import importlib
+
+    for area in companyd.cli._main._AREAS:
+        parser = argparse.ArgumentParser(prog="companyd")
+        sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+        importlib.import_module(area).register(sub)
+        helps = {a.dest: a.help for a in sub._choices_actions}
+        registered = tuple((name, helps.get(name)) for name in sub.choices)
+        assert companyd.cli._main._COMMANDS[area] == registered, area
+
+
+def test_a_command_imports_only_its_own_area() -> None:
+    # The whole point of the table: `companyd status` does not import the memory, doctor or
+    # backup areas, and the top-level help reads the same as with every area built.
+    probe = textwrap.dedent(
+        """\
+        import contextlib, io, json, sys
+        from companyd.cli import main
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            main(sys.argv[1:])
+        areas = sorted(m for m in sys.modules if m.startswith("companyd.cli."))
+        print(json.dumps([areas, out.getvalue()]))
+        """
+    )
+
+    def probe_run(*argv: str) -> tuple[list[str], str]:
+        proc = subprocess.run(
+            [sys.executable, "-c", probe, *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        areas, out = json.loads(proc.stdout.splitlines()[-1])
+        return areas, out
+
+    areas, text = probe_run("--help")
+    assert areas == ["companyd.cli._main"]
+    full = io.StringIO()
+    companyd.cli._main._build_parser([]).print_help(full)
+    assert text == full.getvalue()
+    areas, _ = probe_run("status", "--help")
+    assert areas == ["companyd.cli._main", "companyd.cli.daemon"]
+    areas, _ = probe_run("help", "jobs")
+    assert "companyd.cli.scheduler" in areas and "companyd.cli.memory" not in areas

@@ -11,9 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from companyd.admin.operations import Admin, AdminError, AdminStopping
-
 if TYPE_CHECKING:
+    from companyd.admin._errors import AdminError, AdminStopping
     from companyd.admin._status_text import (
         as_list,
         as_mapping,
@@ -64,6 +63,7 @@ if TYPE_CHECKING:
         VerificationCheck,
         VerificationStep,
     )
+    from companyd.admin.operations import Admin
     from companyd.admin.results import (
         AgentCounts,
         AskAnswer,
@@ -211,6 +211,9 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
+    "Admin": "companyd.admin.operations",
+    "AdminError": "companyd.admin._errors",
+    "AdminStopping": "companyd.admin._errors",
     "ToolsReport": "companyd.admin.results",
     "ToolsApproved": "companyd.admin.results",
     "ResumedAll": "companyd.admin.results",

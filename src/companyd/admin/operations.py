@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from companyd.admin._errors import AdminError, AdminStopping
 from companyd.admin.results import (
     AskAnswer,
     BackupWritten,
@@ -52,20 +53,8 @@ from companyd.admin.results import (
     ToolsReport,
     WebhookFired,
 )
-from companyd.errors import CompanydError
 
 __all__ = ["Admin", "AdminError", "AdminStopping"]
-
-
-class AdminError(CompanydError):
-    """The request cannot be done as asked (unknown agent, no such proposal, …)."""
-
-
-class AdminStopping(AdminError):
-    """The daemon began to stop before the work asked for ended: it is journaled and goes
-    on after the restart (a caller that kept what it needs, e.g. the task id, picks it up
-    then).
-    """
 
 
 class Admin(Protocol):

@@ -23,17 +23,13 @@ import importlib
 import json
 import os
 import sys
-import tempfile
-from collections.abc import Callable, Sequence
-from importlib.resources import files
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from companyd import __version__
 from companyd._secrets import SECRETS, redact
-from companyd.config import default_config_path, load_config, resolved_view
+from companyd.config import default_config_path
 from companyd.errors import (
     EX_REFUSED,
     EX_SOFTWARE,
@@ -66,6 +62,88 @@ _AREAS = (
     "companyd.cli.backup",
     "companyd.cli.upgrade",
 )
+
+#: The top-level commands each area registers, with their one-line help, in help order:
+#: what ``companyd --help`` lists and argparse's "invalid choice" names, without importing
+#: the areas (their handlers import pydantic, the stores, the SDKs). ``main`` imports only
+#: the area of the command it runs; tests/test_cli.py checks this table against what the
+#: areas register. An area missing here is imported on every command, as all once were.
+_COMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "companyd.cli.run": (("run", "run the company in the foreground (what systemd starts)"),),
+    "companyd.cli.daemon": (
+        ("status", "show the running daemon: supervision tree, runs, spend, next routines"),
+        ("pause", "stop an agent from starting new runs"),
+        ("resume", "let a paused agent (or, with --all, every one) run again"),
+        ("reload", "re-read company.yaml in the running daemon and apply the difference"),
+        ("raise-budget", "raise today's budget of an agent (or the company) once"),
+        (
+            "install-service",
+            "install the systemd units (companyd.service, companyd-alert@.service)",
+        ),
+    ),
+    "companyd.cli.dashboard": (("dashboard", "print a one-time login URL of the web dashboard"),),
+    "companyd.cli.demo": (
+        ("demo", "run the company offline with placeholder agents and watch supervision work"),
+    ),
+    "companyd.cli.roles": (
+        ("ask", "give an agent a one-off task and print its answer, model, tokens and cost"),
+        (
+            "runs",
+            "recent runs with outcome, cost and answer; `runs show RUN_ID`, `runs last ROUTINE`",
+        ),
+        ("tasks", "tasks waiting or running; --quarantined for poison pills"),
+        ("retry", "release a quarantined task and run it again"),
+        ("proposals", "the improver's proposals and their status"),
+        ("approve", "approve a tool call (ap-…) or apply a proposal (and reload)"),
+        ("reject", "reject a tool call (ap-…, with a reason) or discard a proposal"),
+        ("revert", "undo an applied proposal (and reload)"),
+    ),
+    "companyd.cli.desk": (
+        ("inbox", "what waits for you: approvals, questions, proposals, quarantined tasks"),
+        ("answer", "answer an agent's question (an id from `companyd inbox`)"),
+    ),
+    "companyd.cli.tools": (
+        (
+            "tools",
+            "every tool of every agent: origin, risk, policy, rate limit, quarantine; "
+            "`tools approve SERVER` releases held-back tools",
+        ),
+    ),
+    "companyd.cli.scheduler": (
+        ("jobs", "routines: schedule, next fire, last outcome, 7-day success rate"),
+    ),
+    "companyd.cli.spend": (
+        ("spend", "LLM spend from the ledger, grouped and totalled"),
+        ("budget", "each budget: limit, used, reserved, remaining, reset time"),
+    ),
+    "companyd.cli.memory": (
+        (
+            "memory",
+            "the company memory (MCP knowledge graph): read, check, repair, export, serve",
+        ),
+    ),
+    "companyd.cli.alerts": (
+        (
+            "notify-failure",
+            "tell the operator on Telegram that a systemd unit failed (for OnFailure=)",
+        ),
+        ("telegram", "connect Telegram: find your chat id and send a test message"),
+    ),
+    "companyd.cli.doctor": (
+        (
+            "doctor",
+            "check the set-up: config, secrets, API key, Telegram, state, disk, memory, "
+            "clock, systemd",
+        ),
+    ),
+    "companyd.cli.backup": (
+        ("backup", "write a verified, consistent backup of the company (also while it runs)"),
+        ("restore", "restore a backup into a state directory that `companyd run` starts from"),
+    ),
+    "companyd.cli.upgrade": (
+        ("migrate", "rewrite an older company.yaml in the current format (keeps a .bak)"),
+    ),
+}
 
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
@@ -107,9 +185,16 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _build_parser(broken: list[str] | None = None) -> argparse.ArgumentParser:
+def _build_parser(
+    broken: list[str] | None = None, only: Collection[str] | None = None
+) -> argparse.ArgumentParser:
     """The parser with every area's commands; an area that fails to load is skipped and
     described in ``broken`` (when given) instead of failing the whole command line.
+
+    With ``only`` (the command names a command line can run), an area listed in
+    :data:`_COMMANDS` none of whose commands is in ``only`` is not imported: its commands
+    get placeholder parsers with the same names and help, so the top-level help, the
+    choices and the errors read the same, and the start-up pays for one area's imports.
     """
     parser = argparse.ArgumentParser(
         prog="companyd",
@@ -122,6 +207,11 @@ def _build_parser(broken: list[str] | None = None) -> argparse.ArgumentParser:
     if broken is None:
         broken = []
     for name in _AREAS:
+        listed = _COMMANDS.get(name)
+        if only is not None and listed is not None and not any(c in only for c, _ in listed):
+            for command, help_text in listed:
+                sub.add_parser(command, help=help_text, add_help=False)
+            continue
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -242,7 +332,7 @@ def _main(argv: Sequence[str] | None) -> int:
     debug = "--debug" in args_list
     broken: list[str] = []
     try:
-        parser = _build_parser(broken)
+        parser = _build_parser(broken, only=_wanted(args_list))
     except Exception as exc:
         if debug:
             raise
@@ -297,6 +387,14 @@ def _main(argv: Sequence[str] | None) -> int:
         return EX_SOFTWARE
 
 
+def _wanted(args_list: Sequence[str]) -> set[str]:
+    """The commands a command line may run: its first word that is not an option (the
+    top-level options take no value), and with ``help`` the word after it.
+    """
+    words = [a for a in args_list if not a.startswith("-")]
+    return set(words[:2] if words[:1] == ["help"] else words[:1])
+
+
 def _internal_error(exc: BaseException) -> None:
     print(
         f"companyd: internal error: {type(exc).__name__}: {redact(str(exc))} — this is a bug; "
@@ -349,6 +447,8 @@ def _register_config_commands(sub: Any) -> None:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from companyd.config import load_config
+
     path = config_path(args)
     try:
         cfg = load_config(path)
@@ -412,6 +512,9 @@ def _init(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    import tempfile
+    from importlib.resources import files
+
     text = files("companyd").joinpath("starter.yaml").read_text(encoding="utf-8")
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -451,6 +554,8 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _show_config(args: argparse.Namespace) -> int:
+    from companyd.config import load_config, resolved_view
+
     cfg = load_config(config_path(args))
     for w in cfg.warnings:
         print(w, file=sys.stderr)
@@ -467,6 +572,8 @@ def _show_config(args: argparse.Namespace) -> int:
 
 
 def _yaml_dump(data: Any) -> str:
+    import yaml
+
     class Dumper(yaml.SafeDumper):
         pass
 

@@ -30,28 +30,14 @@ import sys
 from collections.abc import Callable, Mapping
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from companyd._fs import read_regular_file
-from companyd.admin import (
-    as_list,
-    as_mapping,
-    as_number,
-    as_text,
-    format_usd,
-    render_status,
-    usd_places,
-)
 from companyd.cli._main import print_json
-from companyd.config import default_config_path
-from companyd.daemon import (
-    SYSTEMD_LAYOUT,
-    ControlClient,
-    ControlTimeout,
-    RequestFailed,
-    find_daemon,
-    instance_name_problem,
-)
+from companyd.daemon import SYSTEMD_LAYOUT
+
+if TYPE_CHECKING:
+    from companyd.daemon import ControlClient
 from companyd.errors import (
     EX_SOFTWARE,
     EX_TEMPFAIL,
@@ -114,6 +100,9 @@ def daemon_client(args: argparse.Namespace) -> ControlClient:
     Raises:
         DaemonNotRunning: none answers (the message lists where it looked).
     """
+    from companyd.config import default_config_path
+    from companyd.daemon import find_daemon
+
     config = getattr(args, "config", None) or default_config_path()
     return find_daemon(
         socket=getattr(args, "socket", None),
@@ -141,6 +130,8 @@ def call_daemon(
     """Send one request; print the result (JSON or via ``printer``); map failures to exit
     codes with one line on stderr (and a JSON error object on stdout with ``--json``).
     """
+    from companyd.daemon import ControlTimeout, RequestFailed
+
     as_json = bool(getattr(args, "json", False))
 
     def fail(message: str, code: str, exit_code: int) -> int:
@@ -277,6 +268,8 @@ def register(sub: Any) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from companyd.admin import render_status
+
     def show(result: dict[str, Any]) -> int:
         sys.stdout.write(render_status(result))
         return 0
@@ -285,6 +278,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _pause(args: argparse.Namespace) -> int:
+    from companyd.admin import as_text
+
     def show(result: dict[str, Any]) -> int:
         print(
             as_text(result.get("message"))
@@ -297,6 +292,8 @@ def _pause(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
+    from companyd.admin import as_text
+
     def show(result: dict[str, Any]) -> int:
         print(as_text(result.get("message")) or f"resumed {args.agent or 'the agents'}")
         return 0
@@ -311,6 +308,8 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _reload(args: argparse.Namespace) -> int:
+    from companyd.admin import as_list, as_text
+
     def show(result: dict[str, Any]) -> int:
         if result.get("applied") is False:
             print(
@@ -327,6 +326,8 @@ def _reload(args: argparse.Namespace) -> int:
 
 
 def _reload_summary(result: Mapping[str, Any]) -> str:
+    from companyd.admin import as_list, as_mapping, as_text
+
     message = as_text(result.get("message"))
     if message:
         return message
@@ -359,6 +360,8 @@ def _reload_summary(result: Mapping[str, Any]) -> str:
 
 
 def _raise_budget(args: argparse.Namespace) -> int:
+    from companyd.admin import as_number, as_text, format_usd, usd_places
+
     target: list[str] = args.target
     if len(target) > 2:
         print(
@@ -442,6 +445,8 @@ def hidden_by_hardening(prefix: Path) -> str | None:
 
 
 def _install_service(args: argparse.Namespace) -> int:
+    from companyd.daemon import instance_name_problem
+
     prefix: Path = args.prefix.absolute()
     root: Path = args.root.absolute()
     dry: bool = args.dry_run

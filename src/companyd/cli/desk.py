@@ -12,23 +12,19 @@ finds the decision when the daemon starts again.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import os
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from companyd.admin import result_data, waiting_text
 from companyd.cli._main import print_json
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, running_daemon
-from companyd.clock import SystemClock
-from companyd.config import default_config_path, load_config, state_backend
-from companyd.desk import Desk, ItemState, Proposals, decide, gather_inbox
 from companyd.errors import CompanydError
-from companyd.events import EventBus
-from companyd.runs import Journal
+
+if TYPE_CHECKING:
+    from companyd.desk import Desk, ItemState
 
 __all__ = ["decide_offline", "login", "register"]
 
@@ -67,6 +63,11 @@ def register(sub: Any) -> None:
 
 def _desk(args: argparse.Namespace) -> Desk:
     """The company's desk, where its daemon keeps it (a file or its PostgreSQL schema)."""
+    from companyd.clock import SystemClock
+    from companyd.config import default_config_path, load_config, state_backend
+    from companyd.desk import Desk
+    from companyd.events import EventBus
+
     cfg = load_config(args.config or default_config_path())
     path = cfg.state_dir(args.state_dir) / "desk.sqlite"
     # its events go nowhere: a queued question's turn is the daemon's to announce
@@ -78,6 +79,8 @@ def _desk(args: argparse.Namespace) -> Desk:
 def _inbox(args: argparse.Namespace) -> int:
     if running_daemon(args) is not None:
         return call_daemon(args, "inbox", _print_inbox)
+    import asyncio  # only without a daemon: the answer from the files
+
     result = asyncio.run(_inbox_offline(args))
     if args.json:
         print_json(result)
@@ -86,6 +89,15 @@ def _inbox(args: argparse.Namespace) -> int:
 
 
 async def _inbox_offline(args: argparse.Namespace) -> dict[str, Any]:
+    import asyncio
+
+    from companyd.admin import result_data
+    from companyd.clock import SystemClock
+    from companyd.config import default_config_path, load_config, state_backend
+    from companyd.desk import Desk, Proposals, gather_inbox
+    from companyd.events import EventBus
+    from companyd.runs import Journal
+
     cfg = load_config(args.config or default_config_path())
     state = cfg.state_dir(args.state_dir)
     clock = SystemClock()
@@ -122,6 +134,8 @@ def _print_inbox(result: Mapping[str, Any]) -> int:
     if not items:
         print("nothing waits for you")
         return 0
+    from companyd.admin import waiting_text
+
     now = time.time()
     for i in items:
         print(f"{i.get('id')}  {i.get('kind'):11} {_when(i.get('created'))}  {i.get('summary')}")
@@ -133,6 +147,8 @@ def _print_inbox(result: Mapping[str, Any]) -> int:
 
 
 def _answer(args: argparse.Namespace) -> int:
+    from companyd.desk import ItemState
+
     text = " ".join(args.text)
     if running_daemon(args) is not None:
         return call_daemon(
@@ -158,6 +174,10 @@ def decide_offline(
     finds it when the daemon starts again (on PostgreSQL, a daemon of the company on another
     host finds it within seconds).
     """
+    import asyncio
+
+    from companyd.admin import result_data
+    from companyd.desk import decide
 
     async def go() -> dict[str, Any]:
         desk = _desk(args)

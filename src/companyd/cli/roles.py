@@ -13,39 +13,22 @@ and the proposal commands work on the files (there is nothing to reload).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import re
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from companyd.admin import ResultDecision, result_data
 from companyd.cli._main import print_json
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, daemon_client, running_daemon
-from companyd.cli.desk import decide_offline, login
-from companyd.cli.runs_text import last_lines, run_list_lines, transcript_lines
-from companyd.clock import SystemClock
-from companyd.config import default_config_path, load_config, state_backend
-from companyd.daemon import Daemon, StateLock, make_backend
-from companyd.desk import (
-    TOOLS_ITEM,
-    Desk,
-    ItemState,
-    ProposalError,
-    Proposals,
-    ToolStore,
-    decisions_of,
-    on_desk,
-)
 from companyd.errors import CompanydError, UnknownName, UsageError
-from companyd.events import EventBus
-from companyd.runs import Journal, RunStatus
-from companyd.storage import DB_ERRORS
+from companyd.runs import RunStatus
+
+if TYPE_CHECKING:
+    from companyd.admin import ResultDecision
 
 __all__ = ["register"]
 
@@ -211,6 +194,8 @@ def _via_daemon_or_files(
 
 
 def _config_and_state(args: argparse.Namespace) -> tuple[Any, Path]:
+    from companyd.config import default_config_path, load_config
+
     cfg = load_config(args.config or default_config_path())
     return cfg, cfg.state_dir(args.state_dir)
 
@@ -222,6 +207,12 @@ def _journal_read(
     is none yet — a query must not create the directory and an empty journal (owned by
     whoever ran it: root under sudo) where the daemon will start, or at a mistyped path.
     """
+    import sqlite3
+
+    from companyd.config import state_backend
+    from companyd.runs import Journal
+    from companyd.storage import DB_ERRORS
+
     cfg, state_dir = _config_and_state(args)
     backend = state_backend(cfg)
     # on PostgreSQL a reader migrates nothing: the daemons of the company own the schema
@@ -250,6 +241,10 @@ def _journal_read(
 
 
 def _ask(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from companyd.daemon import StateLock, make_backend
+
     question = " ".join(args.question)
     if running_daemon(args) is not None:
         return call_daemon(
@@ -276,6 +271,9 @@ def _ask(args: argparse.Namespace) -> int:
 async def _ask_in_process(
     cfg: Any, state_dir: Path, backend: Any, args: argparse.Namespace, question: str
 ) -> dict[str, Any]:
+    from companyd.admin import result_data
+    from companyd.daemon import Daemon
+
     async with Daemon(cfg, state_dir, backend=backend, offline=args.offline, oneoff=True) as d:
         # the JSON form, as a daemon would answer: one printer for both
         data: dict[str, Any] = result_data(
@@ -351,6 +349,8 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _runs_show(args: argparse.Namespace, run_id: str) -> int:
+    import asyncio
+
     def offline() -> dict[str, Any]:
         shown = _journal_read(args, lambda j, db: j.show_run(db, run_id), lambda: None)
         if shown is None:
@@ -370,6 +370,11 @@ async def _decisions_offline(args: argparse.Namespace, run_id: str) -> list[Resu
     """The founder's decisions on run ``run_id``'s result, from the desk file (none when
     there is no desk yet: reading must not create it).
     """
+    from companyd.clock import SystemClock
+    from companyd.config import state_backend
+    from companyd.desk import Desk, decisions_of
+    from companyd.events import EventBus
+
     cfg, state = _config_and_state(args)
     desk = Desk(
         state / "desk.sqlite", bus=EventBus(), clock=SystemClock(), backend=state_backend(cfg)
@@ -383,6 +388,8 @@ async def _decisions_offline(args: argparse.Namespace, run_id: str) -> list[Resu
 
 
 def _runs_last(args: argparse.Namespace, routine: str) -> int:
+    from companyd.cli.runs_text import last_lines
+
     _check_name(args, "routine", routine)
     op_args = {"routine": routine, "limit": 1, "finished": True}
 
@@ -430,6 +437,8 @@ def _check_name(args: argparse.Namespace, kind: str, name: str) -> None:
 
 
 def _print_runs(result: Mapping[str, Any]) -> int:
+    from companyd.cli.runs_text import run_list_lines
+
     runs = result.get("runs") or []
     if not runs:
         print("no runs yet")
@@ -440,6 +449,8 @@ def _print_runs(result: Mapping[str, Any]) -> int:
 
 
 def _print_transcript(result: Mapping[str, Any]) -> int:
+    from companyd.cli.runs_text import transcript_lines
+
     for line in transcript_lines(result):
         print(line)
     return 0
@@ -505,6 +516,11 @@ def _print_message(result: Mapping[str, Any]) -> int:
 
 
 def _store(args: argparse.Namespace) -> Any:
+    from companyd.clock import SystemClock
+    from companyd.config import state_backend
+    from companyd.desk import Proposals
+    from companyd.events import EventBus
+
     cfg, state_dir = _config_and_state(args)
     return Proposals(
         state_dir, cfg, bus=EventBus(), clock=SystemClock(), backend=state_backend(cfg)
@@ -512,6 +528,8 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def _proposals(args: argparse.Namespace) -> int:
+    import asyncio
+
     def offline() -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             store = _store(args)
@@ -541,6 +559,11 @@ def _print_proposals(result: Mapping[str, Any]) -> int:
 
 
 def _decide(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from companyd.cli.desk import decide_offline, login
+    from companyd.desk import TOOLS_ITEM, ItemState, ProposalError, on_desk
+
     reason = " ".join(getattr(args, "reason", None) or [])
     if args.decision != "revert" and on_desk(args.proposal_id):
         # who decided, for the run's transcript: the login running the command
@@ -593,6 +616,9 @@ def _decide(args: argparse.Namespace) -> int:
 async def _approve_tools_offline(
     args: argparse.Namespace, server: str, agent: str
 ) -> list[tuple[str, str]]:
+    from companyd.config import state_backend
+    from companyd.desk import ToolStore
+
     cfg, state_dir = _config_and_state(args)
     store = ToolStore(state_dir / "tools.sqlite", backend=state_backend(cfg))
     try:

@@ -24,20 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from companyd.cli._main import print_json
 from companyd.cli.daemon import call_daemon, running_daemon
-from companyd.cli.roles import _print_answer
-from companyd.clock import utc_from_ts
-from companyd.config import default_config_path, load_config, state_backend
 from companyd.errors import DaemonNotRunning
-from companyd.scheduler import (
-    DB_NAME,
-    RoutineNotFound,
-    format_history,
-    format_jobs,
-    format_jobs_result,
-    read_fires,
-    read_jobs,
-)
-from companyd.storage import Backend
+
+if TYPE_CHECKING:
+    from companyd.scheduler import RoutineNotFound
+    from companyd.storage import Backend
 
 # The handlers import config, SQLite and APScheduler-backed modules when they run, so
 # building the top-level parser (every `companyd` invocation) stays cheap.
@@ -133,6 +124,9 @@ def register(sub: Any) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[CompanyConfig, Path]:
+    from companyd.config import default_config_path, load_config
+    from companyd.scheduler import DB_NAME
+
     cfg = load_config(args.config or default_config_path())
     return cfg, cfg.state_dir(args.state_dir) / DB_NAME
 
@@ -149,11 +143,17 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _print_live_jobs(result: dict[str, Any]) -> int:
+    from companyd.scheduler import format_jobs_result
+
     print(format_jobs_result(result, time.time()))
     return 0
 
 
 def _jobs_from_files(args: argparse.Namespace) -> int:
+    from companyd.clock import utc_from_ts
+    from companyd.config import state_backend
+    from companyd.scheduler import format_jobs, read_jobs
+
     cfg, path = _load(args)
     backend = state_backend(cfg)
     now = time.time()
@@ -177,6 +177,9 @@ def _jobs_from_files(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
+    from companyd.config import state_backend
+    from companyd.scheduler import format_history, read_fires
+
     cfg, path = _load(args)
     records = read_fires(path, state_backend(cfg), args.routine, args.limit)
     routine = cfg.routines.get(args.routine)
@@ -190,6 +193,9 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from companyd.cli.roles import _print_answer
+    from companyd.scheduler import RoutineNotFound
+
     if running_daemon(args) is not None:
         # the daemon checks the routine against the company.yaml it runs, not the file
         return call_daemon(args, "run_job", _print_answer, routine=args.routine)
@@ -225,6 +231,8 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _unknown(cfg: CompanyConfig, name: str) -> RoutineNotFound:
+    from companyd.scheduler import RoutineNotFound
+
     known = list(cfg.routines)
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f"did you mean {close[0]!r}? " if close else ""

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from companyd import __version__
 from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
 from companyd.config.checks import cross_check
+from companyd.config.default_path import default_config_path
 from companyd.config.model import CompanyConfig, resolve
 from companyd.config.report import Positions, Report
 from companyd.config.schema import SCHEMA, SCHEMA_VERSION, CompanyFile
@@ -212,16 +213,3 @@ def _refuse_newer_schema(data: dict[str, Any], rep: Report) -> None:
         "docs/upgrade.md",
     )
     rep.settle(("schema",))
-
-
-def default_config_path() -> Path:
-    """company.yaml to use when none is given: ``$COMPANYD_CONFIG``, then
-    ``$CONFIGURATION_DIRECTORY/company.yaml`` (systemd), then ``./company.yaml``.
-    """
-    env = os.environ.get("COMPANYD_CONFIG")
-    if env:
-        return Path(env)
-    conf_dir = os.environ.get("CONFIGURATION_DIRECTORY")
-    if conf_dir:
-        return Path(conf_dir.split(":")[0]) / "company.yaml"
-    return Path("company.yaml")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from companyd.config.default_path import DEFAULT_STATE_DIR
 from companyd.config.schema import (
     BudgetSpec,
     CatchUpSpec,
@@ -29,9 +30,6 @@ from companyd.config.schema import (
     WebhookTriggerSpec,
 )
 from companyd.errors import ConfigIssue
-
-#: The state directory when nothing else names one: ``state`` next to company.yaml.
-DEFAULT_STATE_DIR = "state"
 
 
 @dataclass(frozen=True, kw_only=True)

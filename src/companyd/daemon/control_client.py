@@ -10,7 +10,6 @@ The wire format is :mod:`companyd.daemon.protocol`'s; the server is
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import os
@@ -18,12 +17,11 @@ import socket
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from companyd._fs import read_regular_file
-from companyd.clock import Clock, SystemClock
 from companyd.config import DEFAULT_STATE_DIR
 from companyd.daemon.layout import SYSTEMD_LAYOUT, SystemdLayout
 from companyd.daemon.lock import locate
@@ -38,6 +36,9 @@ from companyd.daemon.protocol import (
     with_deadline,
 )
 from companyd.errors import CompanydError, DaemonNotRunning
+
+if TYPE_CHECKING:
+    from companyd.clock import Clock
 
 __all__ = ["ControlClient", "candidate_sockets", "connect_unix", "find_daemon"]
 
@@ -104,6 +105,10 @@ class ControlClient:
 
     async def acall(self, op: str, /, clock: Clock | None = None, **args: Any) -> dict[str, Any]:
         """Like :meth:`call`, without blocking the event loop (deadline on ``clock``)."""
+        import asyncio  # here: the blocking ``call`` of the CLI does without it
+
+        from companyd.clock import SystemClock
+
         deadline = self._deadline(op, args)
 
         async def exchange() -> bytes:

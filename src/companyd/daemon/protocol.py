@@ -30,21 +30,24 @@ seconds if longer); the client waits 15 s longer, so the daemon reports a slow o
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from companyd._secrets import SECRETS
-from companyd.admin import OPERATIONS, AdminError, ArgumentError, check_arguments
-from companyd.clock import Clock, within
+from companyd.admin import AdminError
 from companyd.errors import CompanydError
 
+if TYPE_CHECKING:
+    import asyncio
+
+    from companyd.clock import Clock
+
 __all__ = [
-    "ADMIN_OPS",
+    "ADMIN_OPS",  # noqa: F822 (module __getattr__)
     "BUILTIN_OPS",
     "DEFAULT_DEADLINES",
     "DEFAULT_REQUEST_TIMEOUT",
@@ -84,7 +87,6 @@ MAX_REQUEST_DEPTH = 32
 MAX_RESPONSE_BYTES = 64 << 20
 
 #: The operations a client may ask for: the public methods of the Admin protocol.
-ADMIN_OPS: frozenset[str] = OPERATIONS
 BUILTIN_OPS = frozenset({"ping"})
 
 #: Deadline (seconds) of an operation without its own entry in DEFAULT_DEADLINES.
@@ -121,6 +123,18 @@ class RequestFailed(AdminError):
 
 class BadRequest(ValueError):
     """A request the server answers ``bad_request``; ``str()`` is the answer's message."""
+
+
+def __getattr__(name: str) -> Any:
+    """``ADMIN_OPS``, the operations a client may ask for (the public methods of the Admin
+    protocol), computed on first use: it needs :mod:`companyd.admin.wire` (pydantic), which
+    the servers load and the clients (every CLI command) need not.
+    """
+    if name == "ADMIN_OPS":
+        from companyd.admin import OPERATIONS
+
+        return OPERATIONS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def socket_path(state_dir: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
@@ -189,6 +203,9 @@ def validate(request: Any) -> tuple[str, dict[str, Any]]:
     Raises:
         BadRequest: not an object, an unknown op, ``args`` not an object, bad arguments.
     """
+    from companyd.admin import OPERATIONS as ADMIN_OPS  # pydantic: servers only
+    from companyd.admin import ArgumentError, check_arguments
+
     valid = ", ".join(sorted(ADMIN_OPS | BUILTIN_OPS))
     if not isinstance(request, dict):
         raise BadRequest(f"request must be a JSON object with 'op' and 'args', got {request!r:.80}")
@@ -265,6 +282,10 @@ async def with_deadline(aw: Awaitable[T], seconds: float | None, clock: Clock) -
     On a timeout the operation is cancelled but not waited for: one that ignores
     cancellation must not hold the caller (a later failure of it is logged).
     """
+    import asyncio  # here: the CLI's clients (blocking ``call``) need not import it
+
+    from companyd.clock import within
+
     if seconds is None:
         return await aw
     task = asyncio.ensure_future(aw)

@@ -18,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from companyd.runs._cut import cut, full_size
     from companyd.runs._journal import Journal
     from companyd.runs._records import (
         ApprovalStep,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     )
     from companyd.runs._retention import RunRetention
     from companyd.runs._tasks import RunOutcome, RunStatus, Task, follow_up_prompt, new_id
-    from companyd.runs._transcript import cut, full_size, read_transcript
+    from companyd.runs._transcript import read_transcript
 
 __all__ = [
     "STORE_STEPS",
@@ -73,9 +74,9 @@ _HOMES: dict[str, str] = {
     "Task": "companyd.runs._tasks",
     "TaskState": "companyd.runs._records",
     "ToolStartStep": "companyd.runs._records",
-    "cut": "companyd.runs._transcript",
+    "cut": "companyd.runs._cut",
     "follow_up_prompt": "companyd.runs._tasks",
-    "full_size": "companyd.runs._transcript",
+    "full_size": "companyd.runs._cut",
     "new_id": "companyd.runs._tasks",
     "read_transcript": "companyd.runs._transcript",
 }

@@ -12,9 +12,10 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from companyd.admin import JournaledTask
+if TYPE_CHECKING:
+    from companyd.admin import JournaledTask
 
 __all__ = ["RunOutcome", "RunStatus", "Task", "follow_up_prompt", "new_id"]
 

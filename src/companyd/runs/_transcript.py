@@ -28,7 +28,6 @@ shorter cuts of the text view the same way, and never loses the size a stored cu
 from __future__ import annotations
 
 import json
-import re
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -48,6 +47,7 @@ from companyd.admin import (
     VerificationCheck,
     VerificationStep,
 )
+from companyd.runs._cut import cut, full_size
 from companyd.storage import Connection
 
 __all__ = [
@@ -71,25 +71,6 @@ _TIGHT_VALUE_CHARS = 500
 _TOKEN_KEYS: tuple[
     Literal["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"], ...
 ] = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-
-_MARK = re.compile(r" … \[cut: ([\d,]+) chars in all\]\Z")
-
-
-def full_size(text: str) -> int:
-    """The length ``text`` had before any cut (a cut string notes it at its end)."""
-    m = _MARK.search(text)
-    return int(m.group(1).replace(",", "")) if m else len(text)
-
-
-def cut(text: str, limit: int) -> str:
-    """``text``, or its first ``limit`` characters followed by a note of its full size."""
-    size = full_size(text)
-    body = _MARK.sub("", text)
-    if len(body) <= limit and size == len(body):
-        return text
-    if len(body) > limit:
-        body = body[:limit]
-    return f"{body} … [cut: {size:,} chars in all]"
 
 
 def _cut_all(value: Any, limit: int) -> Any:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
-from companyd.admin import FireRow
-from companyd.clock import utc_from_ts
+if TYPE_CHECKING:
+    from companyd.admin import FireRow
 
 __all__ = ["UNSCHEDULED", "FireRecord", "RoutineState", "RoutineStats"]
 
@@ -57,7 +57,9 @@ class FireRecord:
         """JSON-ready: times as ISO 8601 in UTC."""
 
         def iso(ts: float | None) -> str | None:
-            return None if ts is None else utc_from_ts(ts).isoformat()
+            return (
+                None if ts is None else datetime.fromtimestamp(ts, tz=UTC).isoformat()
+            )  # not clock's: no asyncio
 
         return {
             "fire_id": self.fire_id,

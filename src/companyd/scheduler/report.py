@@ -9,23 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from companyd.admin import RoutineRow
-from companyd.clock import utc_from_ts
-from companyd.config import CompanyConfig, RoutineConfig
-from companyd.scheduler.outcomes import Outcome
-from companyd.scheduler.store import FireRecord, RoutineState, RoutineStats
-from companyd.scheduler.triggers import (
-    build_trigger,
-    describe_schedule,
-    fire_times,
-    format_seconds,
-    next_after,
-    trigger_identity,
-)
+from companyd.scheduler.records import FireRecord, RoutineState, RoutineStats
+
+if TYPE_CHECKING:
+    from companyd.admin import RoutineRow
+    from companyd.config import CompanyConfig, RoutineConfig
 
 __all__ = [
     "SUCCESS_WINDOW",
@@ -37,6 +29,14 @@ __all__ = [
     "job_views",
     "offline_next_fires",
 ]
+
+
+def utc_from_ts(ts: float) -> datetime:
+    """:func:`companyd.clock.utc_from_ts`, here so that printing a daemon's ``jobs`` answer
+    does not import the clock (and asyncio with it).
+    """
+    return datetime.fromtimestamp(ts, tz=UTC)
+
 
 #: The window of ``companyd jobs``' success rate.
 SUCCESS_WINDOW = 7 * 86400.0
@@ -137,6 +137,8 @@ def job_views(
     paused: Mapping[str, str] | None = None,
 ) -> list[JobView]:
     """Rows for every routine in company.yaml, in file order."""
+    from companyd.scheduler.triggers import describe_schedule
+
     busy: dict[str, int] = {}
     for rec in open_fires:
         busy[rec.routine] = busy.get(rec.routine, 0) + 1
@@ -165,6 +167,8 @@ def job_views(
 
 
 def _catch_up_text(r: RoutineConfig) -> str:
+    from companyd.scheduler.triggers import format_seconds
+
     if r.catch_up.policy == "skip":
         return "skip"
     return f"run_once within {format_seconds(r.catch_up.grace)}"
@@ -179,6 +183,8 @@ def offline_next_fires(
     routine, and — for ``run_once`` routines whose latest fire time since their cursor is
     still within grace — that fire time, which would run as soon as the daemon starts.
     """
+    from companyd.scheduler.triggers import build_trigger, fire_times, next_after, trigger_identity
+
     now_dt = utc_from_ts(now)
     nexts: dict[str, float | None] = {}
     pending: dict[str, float] = {}
@@ -272,6 +278,8 @@ def format_jobs(views: Sequence[JobView], now: float, *, daemon: bool) -> str:
 
 def format_history(routine: RoutineConfig | None, slug: str, records: Sequence[FireRecord]) -> str:
     """The ``companyd jobs history ROUTINE`` table, newest first."""
+    from companyd.scheduler.triggers import describe_schedule
+
     tz = routine.timezone if routine else "UTC"
     head = f"{slug}"
     if routine is not None:
@@ -313,6 +321,8 @@ def _tally(records: Sequence[FireRecord]) -> str:
     """One line under the history: its due runs by outcome — ``unverified`` apart from
     ``ok`` and from the failures (the runs whose work did not demonstrably happen).
     """
+    from companyd.scheduler.outcomes import Outcome
+
     due = [r for r in records if r.outcome and r.outcome not in (Outcome.IDLE, Outcome.STOPPED)]
     ok = sum(r.fires for r in due if r.outcome == Outcome.OK)
     unverified = sum(r.fires for r in due if r.outcome == Outcome.UNVERIFIED)

@@ -1,0 +1,164 @@
+"""Wall time of the CLI's everyday commands as a ratio to a bare ``python -c pass`` (issue 31).
+
+The cost of a ``companyd`` command is its start-up (imports), not its work, so each command
+is timed as a fresh process and divided by the start of a bare interpreter measured in the
+same run: ``python -c pass`` and every command are run in turn, round after round
+(interleaved, so a burst of load from other processes falls on all of them alike), and each
+ratio is the median over the rounds. The CPU time (user + system, from the child's
+rusage) is given beside the wall time: on a loaded machine the wall clock is mostly time
+spent waiting for a core.
+
+``status``, ``inbox``, ``jobs`` and ``runs`` talk to a running daemon: the example company
+(company.yaml at the top of the repository, copied into a temporary directory) is started
+with ``companyd run --offline`` there and stopped at the end. ``validate`` reads the same
+copy. ``--python`` runs the commands with another interpreter or tree (``PYTHONPATH`` is
+passed through), to measure the code of an older commit in the same way.
+
+Targets (issue 31): ``--version``, ``status``, ``runs``, ``inbox``, ``jobs`` each ≤ 5×;
+``validate`` ≤ 10×.
+
+Usage:
+    .venv/bin/python bench/cli.py [--rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: (label, arguments after ``companyd``, target ratio; None: shown, no target)
+COMMANDS: tuple[tuple[str, tuple[str, ...], float | None], ...] = (
+    ("--version", ("--version",), 5.0),
+    ("--help", ("--help",), None),
+    ("status", ("status",), 5.0),
+    ("runs", ("runs",), 5.0),
+    ("inbox", ("inbox",), 5.0),
+    ("jobs", ("jobs",), 5.0),
+    ("validate", ("validate",), 10.0),
+)
+
+
+def start_daemon(python: str, config: Path, env: dict[str, str], timeout: float = 120.0) -> Any:
+    """``companyd run --offline`` of ``config``, returned once it has sent READY=1."""
+    addr = str(config.parent / "notify")
+    rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.bind(addr)
+    rx.settimeout(timeout)
+    proc = subprocess.Popen(
+        [
+            python,
+            "-m",
+            "companyd",
+            "run",
+            "--offline",
+            "--log-level",
+            "error",
+            "--config",
+            str(config),
+        ],
+        env={**env, "NOTIFY_SOCKET": addr},
+        cwd=config.parent,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        while "READY=1" not in rx.recv(65536).decode().split("\n"):
+            pass
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        rx.close()
+    return proc
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system from the child's rusage) of one run."""
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{cmd!r} exited {proc.returncode}: {err.read().decode()[-500:]}")
+    return elapsed, usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15, help="rounds (median)")
+    parser.add_argument("--python", default=sys.executable, help="interpreter to measure")
+    args = parser.parse_args()
+    # An installed companyd has its bytecode compiled (pip compiles at install); a session
+    # with PYTHONDONTWRITEBYTECODE=1 would compile every companyd module from source at each
+    # start instead and measure the compiler. Written once by the warm-up round below.
+    drop = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    where = subprocess.run(
+        [args.python, "-c", "import companyd, sys; print(companyd.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    print(
+        f"machine: {platform.machine()} {os.cpu_count()} cpu, Python "
+        f"{platform.python_version()}; companyd from {where}"
+    )
+    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    with tempfile.TemporaryDirectory(dir="/tmp") as work:
+        company = Path(work) / "company.yaml"
+        shutil.copy(REPO / "company.yaml", company)
+        for extra in ("instructions", "prompts"):
+            if (REPO / extra).is_dir():
+                shutil.copytree(REPO / extra, Path(work) / extra)
+        env["COMPANYD_CONFIG"] = str(company)
+        daemon = start_daemon(args.python, company, env)
+        try:
+            script = Path(args.python).parent / "companyd"  # the console script users run
+            cli = [str(script)] if script.exists() else [args.python, "-m", "companyd"]
+            for _, argv, _ in COMMANDS:  # warm-up, not counted: bytecode written
+                timed([*cli, *argv], env, Path(work))
+            base: list[tuple[float, float]] = []
+            times: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in COMMANDS}
+            for _ in range(args.rounds):
+                base.append(timed([args.python, "-c", "pass"], env, Path(work)))
+                for label, argv, _ in COMMANDS:
+                    times[label].append(timed([*cli, *argv], env, Path(work)))
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=60)
+    b = statistics.median(w for w, _ in base)
+    bc = statistics.median(c for _, c in base)
+    print(f"load average after the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"\n{'':16} {'wall':>9} {'× base':>7} {'CPU':>9} {'× base':>7}  target (wall)")
+    print(f"{'python -c pass':16} {b * 1e3:6.1f} ms {1:6.1f}× {bc * 1e3:6.1f} ms {1:6.1f}×")
+    for label, _, target in COMMANDS:
+        t = statistics.median(w for w, _ in times[label])
+        c = statistics.median(c for _, c in times[label])
+        verdict = (
+            "—" if target is None else f"≤ {target:g}× " + ("met" if t / b <= target else "MISSED")
+        )
+        print(
+            f"{label:16} {t * 1e3:6.1f} ms {t / b:6.1f}× {c * 1e3:6.1f} ms {c / bc:6.1f}×  "
+            f"{verdict}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""The operator contract's refusals, apart from the results: the control client and every
+CLI command that talks to the daemon raise them without importing pydantic (which the
+results' annotations need).
+"""
+
+from __future__ import annotations
+
+from companyd.errors import CompanydError
+
+__all__ = ["AdminError", "AdminStopping"]
+
+
+class AdminError(CompanydError):
+    """The request cannot be done as asked (unknown agent, no such proposal, …)."""
+
+
+class AdminStopping(AdminError):
+    """The daemon began to stop before the work asked for ended: it is journaled and goes
+    on after the restart (a caller that kept what it needs, e.g. the task id, picks it up
+    then).
+    """
