@@ -142,12 +142,19 @@ async def test_the_files_recipe_writes_and_reads_in_its_folder_only(tmp_path: Pa
     jitless, script, folder = server["args"]
     assert jitless == "--jitless" and folder == "/var/lib/companyd/files"
     assert script.endswith("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+    assert server["sandbox"] == {
+        "read": ["/opt/companyd/mcp"],
+        "write": ["/var/lib/companyd/files"],
+    }
     files = tmp_path / "files"
     files.mkdir()
+    files.chmod(0o777)  # the sandboxed server's user (nobody, when the tests run as root)
     outside = tmp_path / "secret.txt"
     outside.write_text("not for the agent")
     server["command"] = shutil.which("node")
     server["args"] = [jitless, index, str(files)]
+    # this cache's install instead of /opt/companyd/mcp, the test's folder for the files
+    server["sandbox"] = {"read": [index.split("/node_modules/")[0]], "write": [str(files)]}
     cfg = write_company(tmp_path, agents)
     note = files / "notes" / "monday.md"
     model = PerAgent(
