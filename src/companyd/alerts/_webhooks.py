@@ -212,11 +212,25 @@ class Webhooks:
     Args:
         specs: ``alerts.webhooks``.
         clock: the pager's clock (backoff, signatures' timestamps).
+        delivers: each routine's ``deliver:`` list: a webhook a routine delivers its
+            result to gets one message per run of it (the result, ``run.completed`` or
+            ``run.unverified`` with the answer), not the bare event besides.
     """
 
-    def __init__(self, specs: tuple[OutboundWebhookSpec, ...], clock: Clock) -> None:
+    def __init__(
+        self,
+        specs: tuple[OutboundWebhookSpec, ...],
+        clock: Clock,
+        delivers: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
         self.specs = specs
         self._clock = clock
+        #: routine → the webhooks its ``deliver:`` names: they get its runs' results, not
+        #: also the bare ``run.completed`` / ``run.unverified`` of the same run
+        self._delivers = {
+            r: frozenset(d.partition(":")[2] for d in ds if d.startswith("webhook:"))
+            for r, ds in (delivers or {}).items()
+        }
         self.queue: OutboundQueue | None = None
         self._client: httpx.AsyncClient | None = None
         #: why a configured webhook cannot be used (by name), said once at start
@@ -251,6 +265,10 @@ class Webhooks:
         if type_ is None:
             return []
         wanted = [s for s in self.specs if type_ in s.events]
+        if isinstance(event, RunFinished) and event.routine:
+            # the result, with its answer, goes to these as this run's message
+            result_to = self._delivers.get(event.routine, frozenset())
+            wanted = [s for s in wanted if s.name not in result_to]
         if not wanted:
             return []
         key, data = event_key(event, type_), event_data(event)

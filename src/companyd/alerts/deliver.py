@@ -402,25 +402,27 @@ class Results:
             return False
         return await hooks.result(to.partition(":")[2], data, self._book.clock.time())
 
-    async def webhook_done(self, row: OutboundRow) -> None:
+    async def webhook_done(self, row: OutboundRow) -> bool:
         """The outbound queue's final word on a message: for a routine's result
         (``deliver: [webhook:NAME]``), the delivery is recorded in the run's record —
-        delivered, or not (refused for good, or given up) with the result kept in the inbox.
+        delivered, or not (refused for good, or given up: logged, alerted and the result
+        kept in the inbox; True then, the queue says nothing more).
         """
         if not row.key.startswith("result:"):
-            return
+            return False
         try:
             data = json.loads(row.body).get("data") or {}
         except ValueError:
-            return
+            return False
         to = f"webhook:{row.target}"
         if row.state == "sent":
             at = row.sent_at or self._book.clock.time()
             self._told(data, to, row.id)
             text = f"delivered to {to} at {self._hhmm(at)} (webhook-id {row.id})"
             await self._record(data, to, "delivered", text, where=row.id)
-        else:
-            await self._undelivered(data, to, f"{row.last_error or 'refused'}")
+            return False
+        await self._undelivered(data, to, f"{row.last_error or 'refused'} ({row.id})")
+        return True
 
     def _hhmm(self, at: float) -> str:
         return datetime.fromtimestamp(at, self._book.policy.tz).strftime("%H:%M")

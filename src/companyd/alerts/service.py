@@ -154,7 +154,11 @@ class AlertService:
         self._desk = DeskMessages(self._book)
         # webhooks out (docs/webhooks.md): their settings apply on the next start, like
         # Telegram's
-        self._webhooks = Webhooks(config.spec.alerts.webhooks, self._clock)
+        self._webhooks = Webhooks(
+            config.spec.alerts.webhooks,
+            self._clock,
+            {slug: r.deliver for slug, r in config.routines.items()},
+        )
 
     # -- public -------------------------------------------------------------------------
 
