@@ -299,6 +299,7 @@ class AlertService:
         queue = await self._webhooks.start(store)
         queue.on_done = self._results.webhook_done
         self._results.webhooks = self._webhooks
+        await queue.prune(self._clock.time() - RETENTION)
         waiting = sum(1 for r in await queue.rows() if r.state == "pending")
         if waiting:
             log.info("alerts: %d webhook message(s) wait in the outbox", waiting)
