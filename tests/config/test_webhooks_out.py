@@ -14,7 +14,7 @@ from standardwebhooks import WebhookVerificationError
 
 from companyd.alerts._outbound import OutboundMessage, message_body
 from companyd.alerts._webhooks import WebhookTarget
-from companyd.config import resolved_view
+from companyd.config import resolved_view, secret_references, secret_values
 
 from .configkit import MINIMAL, errors, load
 
@@ -111,3 +111,13 @@ def test_the_verifying_example_of_docs_webhooks_md_verifies_a_message_we_sign(
     forged = target.headers(msg, time.time()) | {"webhook-signature": "v1,AAAA"}
     with pytest.raises(WebhookVerificationError):
         space["handle"](body.encode(), forged)
+
+
+def test_the_webhook_secret_is_a_secret_reference_and_known_to_the_redactor() -> None:
+    cfg = load(MINIMAL + HOOK)
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    refs = {r.path: r for r in secret_references(cfg, {"OPS_WEBHOOK_SECRET": secret})}
+    ref = refs["alerts.webhooks.ops.secret_env"]
+    assert (ref.kind, ref.name, ref.is_set) == ("env", "OPS_WEBHOOK_SECRET", True)
+    assert secret in secret_values(cfg, {"OPS_WEBHOOK_SECRET": secret})
+    assert not secret_references(cfg, {})[-1].is_set

@@ -340,7 +340,8 @@ class Results:
                     else:
                         failed.append(to)
                         why = (
-                            f"no webhook {to.partition(':')[2]!r} is configured in alerts.webhooks"
+                            f"the pager has no webhook {to.partition(':')[2]!r} (one added to "
+                            "alerts.webhooks by a reload is used from the next restart)"
                         )
                         notes.append(partial(self._undelivered, data, to, why))
                     continue
