@@ -27,7 +27,7 @@ from companyd.alerts._outbound import (
     backoff,
 )
 from companyd.alerts._webhooks import WebhookTarget
-from companyd.alerts.outbox import STEPS, AlertStore
+from companyd.alerts._outbox import STEPS, AlertStore
 from companyd.clock import ManualClock
 from companyd.storage import Backend
 from companyd.testing.webhook_receiver import WebhookReceiver

@@ -48,7 +48,7 @@ from companyd.events import (
 if TYPE_CHECKING:
     import httpx
 
-    from companyd.alerts.outbox import AlertStore
+    from companyd.alerts._outbox import AlertStore
     from companyd.config import OutboundWebhookSpec
 
 __all__ = [
