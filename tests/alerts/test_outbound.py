@@ -26,8 +26,8 @@ from companyd.alerts._outbound import (
     Queued,
     backoff,
 )
-from companyd.alerts._webhooks import WebhookTarget
 from companyd.alerts._outbox import STEPS, AlertStore
+from companyd.alerts._webhooks import WebhookTarget
 from companyd.clock import ManualClock
 from companyd.storage import Backend
 from companyd.testing.webhook_receiver import WebhookReceiver

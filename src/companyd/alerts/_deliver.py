@@ -44,14 +44,14 @@ from zoneinfo import ZoneInfo
 
 from companyd._fs import make_dirs, write_atomic
 from companyd.admin import ResultDelivery
-from companyd.alerts._outbound import OutboundRow
-from companyd.alerts._webhooks import Webhooks
 from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._digest import next_digest
+from companyd.alerts._outbound import OutboundRow
 from companyd.alerts._outbox import AlertRecord, Delivery
 from companyd.alerts._policy import quiet_until
 from companyd.alerts._render import MAX_TEXT, split_text
 from companyd.alerts._telegram import redact
+from companyd.alerts._webhooks import Webhooks
 from companyd.events import EventBus, ResultDelivered, ResultUndelivered, RoutineResult
 
 __all__ = [

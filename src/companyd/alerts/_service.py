@@ -60,7 +60,6 @@ from pathlib import Path
 from companyd._aio import race
 from companyd._fs import DiskAlarm
 from companyd.admin import Admin, PagerHealth
-from companyd.alerts._webhooks import Webhooks
 from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._commands import Commands
 from companyd.alerts._deliver import DeliveryLog, MemoryPort, Results
@@ -77,6 +76,7 @@ from companyd.alerts._telegram import (
     redact,
     resolve_settings,
 )
+from companyd.alerts._webhooks import Webhooks
 from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig
 from companyd.events import (
