@@ -8,7 +8,9 @@ its deliveries), ``digest`` (the daily results digest), ``outbox`` (the durable 
 store and the threads), ``render`` /
 ``render_kinds`` / ``render_status`` / ``values`` (event or Admin result → message text
 and buttons), ``ops`` (operator commands and buttons → Admin calls), ``telegram`` (the Bot
-API connection) and ``notify`` (``companyd notify-failure`` for systemd's OnFailure=).
+API connection), ``notify`` (``companyd notify-failure`` for systemd's OnFailure=),
+``_outbound`` (the durable queue for targets other than Telegram, and their ``Target``
+interface) and ``_webhooks`` (signed webhooks out; docs/webhooks.md).
 Layer 5; the only package that imports ``telegram``. See docs/alerts.md.
 """
 

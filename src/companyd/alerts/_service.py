@@ -76,6 +76,7 @@ from companyd.alerts._telegram import (
     redact,
     resolve_settings,
 )
+from companyd.alerts._webhooks import Webhooks
 from companyd.clock import Clock, SystemClock
 from companyd.config import CompanyConfig
 from companyd.events import (
@@ -151,6 +152,13 @@ class AlertService:
         self._sender.on_sent = self._results.sent
         self._sender.on_refused = self._results.refused
         self._desk = DeskMessages(self._book)
+        # webhooks out (docs/webhooks.md): their settings apply on the next start, like
+        # Telegram's
+        self._webhooks = Webhooks(
+            config.spec.alerts.webhooks,
+            self._clock,
+            {slug: r.deliver for slug, r in config.routines.items()},
+        )
 
     # -- public -------------------------------------------------------------------------
 
@@ -246,28 +254,77 @@ class AlertService:
         self._sender.state, self._sender.reason = "off", reason
         self._results.off_reason = reason
         log.warning("alerts are not sent to Telegram: %s", reason)
-        ctx.started({"telegram": "off", "reason": reason})
+        # webhooks need no Telegram: with any configured, the outbox opens for their queue
+        store: AlertStore | None = None
+        hooks: asyncio.Task[None] | None = None
         stop = asyncio.ensure_future(ctx.stopping.wait())
         try:
+            if self._webhooks.configured:
+                store = self._open_store()
+                note = await store.open()
+                if note:
+                    log.error("%s", note)
+                hooks = await self._start_webhooks(store)
+            ctx.started({"telegram": "off", "reason": reason})
             while not stop.done():
-                won = await race(self._sub.get(), stop)  # an event wins a tie with the stop
+                # an event wins a tie with the stop; the webhooks' task ends only by a bug
+                won = await race(self._sub.get(), stop, *([hooks] if hooks else []))
+                if won.index == 2 and hooks is not None:
+                    hooks.result()  # its exception ends the service: the supervisor restarts it
+                    raise RuntimeError("the webhooks' sender ended")
                 if won.index == 0:
                     event = won.result()
                     if isinstance(event, RoutineResult):  # memory and file need no Telegram
                         await self._results.take(event)
                         continue
+                    await self._webhooks.take([event])
                     log.debug("alert not sent (no Telegram): %s from %s", event.kind, event.source)
         finally:
             stop.cancel()
+            await self._stop_webhooks(hooks)
+            if store is not None:
+                await store.close()
+
+    def _open_store(self) -> AlertStore:
+        return AlertStore(
+            self._state_dir / "alerts.sqlite", backend=self._backend, owner=self._owner
+        )
+
+    async def _start_webhooks(self, store: AlertStore) -> asyncio.Task[None] | None:
+        """The webhooks' queue over the opened ``store``, delivering in its own task (None:
+        no webhook configured).
+        """
+        if not self._webhooks.configured:
+            return None
+        queue = await self._webhooks.start(store)
+        queue.on_done = self._results.webhook_done
+        self._results.webhooks = self._webhooks
+        await queue.prune(self._clock.time() - RETENTION)
+        waiting = sum(1 for r in await queue.rows() if r.state == "pending")
+        if waiting:
+            log.info("alerts: %d webhook message(s) wait in the outbox", waiting)
+        return asyncio.create_task(queue.run(), name="alerts:webhooks")
+
+    async def _stop_webhooks(self, task: asyncio.Task[None] | None) -> None:
+        """Let the send in flight finish (bounded), then stop; what is left goes out after
+        the restart.
+        """
+        queue = self._webhooks.queue
+        if task is not None and queue is not None:
+            queue.stop_requested = True
+            queue.wake.set()
+            await race(task, asyncio.sleep(FLUSH_TIMEOUT))
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._results.webhooks = None
+        await self._webhooks.close()
 
     async def _run_with_telegram(self, ctx: ChildContext, settings: TelegramSettings) -> None:
         self._sender.state, self._sender.reason = "connecting", ""
         # A restarted run() starts from the outbox, not from what the failed run left.
         self._sender.reset()
         self._book.wake = asyncio.Event()
-        store = AlertStore(
-            self._state_dir / "alerts.sqlite", backend=self._backend, owner=self._owner
-        )
+        store = self._open_store()
         self._book.store = store
         tasks: list[asyncio.Task[None]] = []
         link: Link | None = None
@@ -293,16 +350,22 @@ class AlertService:
             ctx.started({"telegram": "connecting", "outbox": waiting})
             # answers to the founder's replies that a stop or a crash left owed
             self._commands.resume(await store.owed())
+            # before the intake starts: its first events may be for webhooks
+            hooks = await self._start_webhooks(store)
             tasks = [
                 asyncio.create_task(self._consume(), name="alerts:consume"),
                 asyncio.create_task(self._sender.run(), name="alerts:send"),
                 asyncio.create_task(link.run(), name="alerts:telegram"),
             ]
+            if hooks is not None:
+                tasks.append(hooks)
             await self._until_stopping(ctx, tasks)
             await self._stop_gracefully(tasks)
+            await self._stop_webhooks(hooks)
         finally:
             for t in tasks:
                 t.cancel()
+            await self._stop_webhooks(None)
             for t in list(self._commands.tasks):
                 t.cancel()
             await asyncio.gather(*tasks, *self._commands.tasks, return_exceptions=True)
@@ -416,6 +479,8 @@ class AlertService:
                     event.kind,
                     event.source,
                 )
+        # webhooks out: their messages in one more transaction (before any send)
+        await self._webhooks.take(events)
         if not touched:
             return
         for rec in touched.values():

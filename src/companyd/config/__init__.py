@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         MemorySpec,
         MetricsSpec,
         ModelSpec,
+        OutboundWebhookSpec,
         PriceSpec,
         QuietHoursSpec,
         RetentionSpec,
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
         ToolsSpec,
         TriggerSpec,
     )
+    from companyd.config._schema import WEBHOOK_EVENT_TYPES as WEBHOOK_EVENT_TYPES
     from companyd.config._secrets import (
         SecretReference,
         company_schema,
@@ -98,6 +100,7 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "SCHEMA",
     "SECTIONS",
+    "WEBHOOK_EVENT_TYPES",
     "AgentConfig",
     "AgentSpec",
     "AlertsSpec",
@@ -121,6 +124,7 @@ __all__ = [
     "MetricsSpec",
     "MigrationRefused",
     "ModelSpec",
+    "OutboundWebhookSpec",
     "PriceSpec",
     "QuietHoursSpec",
     "RetentionSpec",
@@ -176,6 +180,7 @@ _HOMES: dict[str, str] = {
     "MetricsSpec": "companyd.config._schema",
     "MigrationRefused": "companyd.config._migrate",
     "ModelSpec": "companyd.config._schema",
+    "OutboundWebhookSpec": "companyd.config._schema",
     "PriceSpec": "companyd.config._schema",
     "QuietHoursSpec": "companyd.config._schema",
     "RetentionSpec": "companyd.config._schema",
@@ -191,6 +196,7 @@ _HOMES: dict[str, str] = {
     "ToolServerLimitsSpec": "companyd.config._schema",
     "ToolsSpec": "companyd.config._schema",
     "TriggerSpec": "companyd.config._schema",
+    "WEBHOOK_EVENT_TYPES": "companyd.config._schema",
     "company_schema": "companyd.config._secrets",
     "default_config_path": "companyd.config._default_path",
     "is_loopback": "companyd.config._scalars",

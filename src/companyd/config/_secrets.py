@@ -89,6 +89,8 @@ def secret_references(
             )
         if tg.chat_ids_env:
             refs.append(ref("alerts.telegram.chat_ids_env", "env", tg.chat_ids_env))
+    for hook in spec.alerts.webhooks:  # each outbound webhook's signing secret
+        refs.append(ref(f"alerts.webhooks.{hook.name}.secret_env", "env", hook.secret_env))
     st = spec.state
     if st.backend == "postgres":
         refs.append(ref("state.dsn_env", "env", st.dsn_env))

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from companyd.config._report import Path_, Positions, Report
 from companyd.config._schema import CompanyFile
-from companyd.config._tree import SchemaNode, child_schema, schema_at, schema_keys
+from companyd.config._tree import SchemaNode, child_schema, item_schema, schema_at, schema_keys
 
 __all__ = ["closest", "describe", "schema_issues"]
 
@@ -190,13 +190,15 @@ def _document_path(loc: tuple[Any, ...], data: Any) -> tuple[Path_, Any]:
     path: list[str | int] = []
     node: Any = data
     schema: SchemaNode = CompanyFile
+    items: SchemaNode = None  # the model of a list's items, when the node is such a list
     for part in loc:
         if isinstance(part, int):
             if isinstance(node, list) and 0 <= part < len(node):
                 path.append(part)
                 node = node[part]
-                schema = None
+                schema, items = items, None
             continue
+        items = None
         if isinstance(schema, type) and issubclass(schema, BaseModel):
             canonical, other = schema_keys(schema)
             name_to_key = {n: k for k, n in canonical.items()}
@@ -208,6 +210,7 @@ def _document_path(loc: tuple[Any, ...], data: Any) -> tuple[Path_, Any]:
                 # {policy: run_once}): the error belongs to the value as written
                 continue
             path.append(key)
+            items = item_schema(schema, key)
             schema = child_schema(schema, key)
             node = node.get(key)
         elif isinstance(node, dict) and part in node:
