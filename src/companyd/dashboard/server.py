@@ -20,25 +20,37 @@ under it, and the web layer holds none of their state).
 Connections are admitted by a :class:`~companyd.dashboard.connections.ConnectionGate`
 (caps in total and per client address, a request-head timeout, a small backlog), so a
 flood of idle connections cannot take the descriptors the rest of the daemon needs.
+
+**The application is built at the first request** (issue 31): before ``READY=1`` the child
+binds the socket and starts uvicorn on it (the dashboard answers from then on), but the
+pages, Starlette's routing and middlewares, Jinja2 and the templates — ~8 MB and ~0.1 s of
+imports that a dashboard nobody opens never needs — are loaded by the first request, in a
+worker thread (:class:`_FirstRequestApp`), so the import does not stall the event loop;
+that request waits for them (once per start of the child, ~0.1–0.3 s).
+They are not warmed after READY: a daemon whose dashboard is never opened keeps the memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
-from starlette.applications import Starlette
 
 from companyd._aio import race
 from companyd.clock import Clock, SystemClock
 from companyd.dashboard.connections import BACKLOG, ConnectionGate
 from companyd.errors import CompanydError
 from companyd.supervision import ChildContext
+
+if TYPE_CHECKING:  # types only: the application's modules load at the first request
+    from starlette.applications import Starlette
 
 __all__ = ["DashboardServer"]
 
@@ -57,6 +69,53 @@ class _EmbeddedServer(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         """Capture nothing: the daemon owns SIGINT, SIGTERM and SIGHUP."""
         yield
+
+
+#: What the first request imports in a worker thread before building the application.
+APP_MODULE = "companyd.dashboard.app"
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class _FirstRequestApp:
+    """An ASGI application that builds the real one (``build()``) at its first request.
+
+    :data:`APP_MODULE` (the pages, Starlette, Jinja2) is imported in a worker thread, so
+    the event loop keeps serving the agents meanwhile; ``build()`` then runs on the loop
+    (cheap once imported). Concurrent first requests wait for the same load. A failed load
+    fails the requests that waited for it (uvicorn answers 500 and logs it) and the next
+    request tries again.
+    """
+
+    def __init__(self, build: Callable[[], Starlette]) -> None:
+        self._build = build
+        self.app: Starlette | None = None
+        self._loading: asyncio.Future[Starlette] | None = None
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        """Serve one ASGI connection (HTTP only: uvicorn runs with ``lifespan="off"``)."""
+        app = self.app if self.app is not None else await self._load()
+        await app(scope, receive, send)
+
+    async def _load(self) -> Starlette:
+        done = self._loading is not None and self._loading.done()
+        if self._loading is None or (
+            done and (self._loading.cancelled() or self._loading.exception() is not None)
+        ):
+            self._loading = asyncio.ensure_future(self._import_and_build())
+        return await asyncio.shield(self._loading)
+
+    async def _import_and_build(self) -> Starlette:
+        await asyncio.to_thread(importlib.import_module, APP_MODULE)
+        self.app = self._build()
+        return self.app
+
+    def stop(self) -> None:
+        """End the open event streams (``app.state.stopping``), if the app was built."""
+        if self.app is not None:
+            self.app.state.stopping.set()
 
 
 class DashboardServer:
@@ -107,9 +166,11 @@ class DashboardServer:
         sock = await self._bind_or_wait(ctx)
         if sock is None:
             return  # asked to stop before the address could be bound
-        app = self._app()
+        app = _FirstRequestApp(self._app)
         config = uvicorn.Config(
             app,
+            interface="asgi3",
+            ws="none",  # the dashboard streams with server-sent events: no WebSocket stack
             log_config=None,
             access_log=False,
             lifespan="off",
@@ -141,7 +202,7 @@ class DashboardServer:
                 raise CompanydError("the dashboard's web server stopped by itself")
         finally:
             self.url = None
-            app.state.stopping.set()
+            app.stop()
             server.should_exit = True
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(serving), GRACEFUL_S + 3)
