@@ -21,19 +21,26 @@ Connections are admitted by a :class:`~companyd.dashboard.connections.Connection
 (caps in total and per client address, a request-head timeout, a small backlog), so a
 flood of idle connections cannot take the descriptors the rest of the daemon needs.
 
-**The application is built at the first request** (issue 31): before ``READY=1`` the child
-binds the socket and starts uvicorn on it (the dashboard answers from then on), but the
-pages, Starlette's routing and middlewares, Jinja2 and the templates — ~8 MB and ~0.1 s of
-imports that a dashboard nobody opens never needs — are loaded by the first request, in a
-worker thread (:class:`_FirstRequestApp`), so the import does not stall the event loop;
-that request waits for them (once per start of the child, ~0.1–0.3 s).
-They are not warmed after READY: a daemon whose dashboard is never opened keeps the memory.
+**The web stack is loaded by the first visit** (issue 31). Before ``READY=1`` the child
+binds the address and listens, and reports itself started with its URL: from then on the
+kernel takes connections into the backlog, so the dashboard answers every visit — but
+uvicorn (with click and h11), Starlette's routing and middlewares, Jinja2, the templates
+and the pages (~7 MB and ~0.1 s of CPU of imports here) are not loaded until someone
+connects. The first pending connection (the listening socket turns readable; it is not
+accepted until uvicorn accepts it) makes the child import uvicorn in a worker thread and
+start it on the socket; the first request then imports the application in a worker thread
+too (:class:`_FirstRequestApp`) and builds it. Neither import runs on the event loop, and
+that first visit waits ~0.1–0.5 s for them, once per start of the child. They are not
+warmed in the background after READY: most companies open their dashboard now and then,
+and a daemon whose dashboard is not being looked at then keeps ~7 MB less for weeks.
+With TLS uvicorn starts at once, so a certificate that cannot be loaded shows at start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import logging
 import socket
@@ -41,15 +48,14 @@ from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import uvicorn
-
 from companyd._aio import race
 from companyd.clock import Clock, SystemClock
 from companyd.dashboard.connections import BACKLOG, ConnectionGate
 from companyd.errors import CompanydError
 from companyd.supervision import ChildContext
 
-if TYPE_CHECKING:  # types only: the application's modules load at the first request
+if TYPE_CHECKING:  # types only: uvicorn and the application load at the first connection
+    import uvicorn
     from starlette.applications import Starlette
 
 __all__ = ["DashboardServer"]
@@ -62,13 +68,22 @@ GRACEFUL_S = 2
 RETRY_BIND_S = 10.0
 
 
-class _EmbeddedServer(uvicorn.Server):
-    """A uvicorn server that leaves the process's signal handlers alone."""
+@functools.cache
+def _embedded_server() -> type[uvicorn.Server]:
+    """The class of :class:`uvicorn.Server` that leaves the process's signals alone
+    (uvicorn is imported here, at the dashboard's first connection).
+    """
+    import uvicorn
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        """Capture nothing: the daemon owns SIGINT, SIGTERM and SIGHUP."""
-        yield
+    class _EmbeddedServer(uvicorn.Server):
+        """A uvicorn server that leaves the process's signal handlers alone."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            """Capture nothing: the daemon owns SIGINT, SIGTERM and SIGHUP."""
+            yield
+
+    return _EmbeddedServer
 
 
 #: What the first request imports in a worker thread before building the application.
@@ -158,7 +173,11 @@ class DashboardServer:
         self.server: uvicorn.Server | None = None
 
     async def run(self, ctx: ChildContext) -> None:
-        """Bind, serve, report the URL as started info; stop on ``ctx.stopping``.
+        """Bind, report the URL as started info, serve; stop on ``ctx.stopping``.
+
+        Without TLS, uvicorn is loaded (in a worker thread) and started on the listening
+        socket when the first connection is pending on it (module docstring); with TLS, at
+        once, so a certificate that cannot be loaded shows at start, not at a first visit.
 
         Raises:
             CompanydError: the server stopped by itself (a crash of the web layer).
@@ -167,7 +186,73 @@ class DashboardServer:
         if sock is None:
             return  # asked to stop before the address could be bound
         app = _FirstRequestApp(self._app)
-        config = uvicorn.Config(
+        server: uvicorn.Server | None = None
+        serving: asyncio.Future[None] | None = None
+        try:
+            if self.tls is None:
+                # listening: the kernel takes connections into the backlog from here on
+                self._serving(ctx, sock)
+                if not await self._first_connection(sock, ctx):
+                    return  # asked to stop before anyone connected
+                await asyncio.to_thread(importlib.import_module, "uvicorn")
+            server = self.server = _embedded_server()(self._config(app))
+            serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+            while not server.started and not serving.done():
+                await race(serving, asyncio.sleep(0.02))
+            if serving.done():
+                serving.result()
+                raise CompanydError("the dashboard's web server stopped while starting")
+            if self.url is None:
+                self._serving(ctx, sock)
+            await race(serving, ctx.stopping.wait())
+            if serving.done():
+                serving.result()  # the web layer's own error, if it raised one
+                raise CompanydError("the dashboard's web server stopped by itself")
+        finally:
+            self.url = None
+            app.stop()
+            if server is not None and serving is not None:
+                server.should_exit = True
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(serving), GRACEFUL_S + 3)
+                if not serving.done():
+                    serving.cancel()
+                    with contextlib.suppress(BaseException):
+                        await serving
+            sock.close()
+            self.server = None
+
+    def _serving(self, ctx: ChildContext, sock: socket.socket) -> None:
+        """Record and report that the dashboard answers on ``sock``'s address."""
+        self.url = self._url(sock)
+        log.info("dashboard on %s", self.url)
+        if self.problem is None:
+            ctx.started({"url": self.url})
+        self.problem = None
+
+    @staticmethod
+    async def _first_connection(sock: socket.socket, ctx: ChildContext) -> bool:
+        """Wait until a connection is pending on the listening ``sock`` (it is not accepted
+        here: uvicorn accepts it); False when ``ctx.stopping`` came first.
+        """
+        loop = asyncio.get_running_loop()
+        pending: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not pending.done():
+                pending.set_result(None)
+
+        loop.add_reader(sock.fileno(), readable)
+        try:
+            await race(pending, ctx.stopping.wait())
+        finally:
+            loop.remove_reader(sock.fileno())
+        return pending.done() and not ctx.stopping.is_set()
+
+    def _config(self, app: _FirstRequestApp) -> uvicorn.Config:
+        import uvicorn
+
+        return uvicorn.Config(
             app,
             interface="asgi3",
             ws="none",  # the dashboard streams with server-sent events: no WebSocket stack
@@ -182,36 +267,6 @@ class DashboardServer:
             http=self.gate.protocol(),
             backlog=BACKLOG,
         )
-        server = _EmbeddedServer(config)
-        self.server = server
-        serving = asyncio.ensure_future(server.serve(sockets=[sock]))
-        try:
-            while not server.started and not serving.done():
-                await race(serving, asyncio.sleep(0.02))
-            if serving.done():
-                serving.result()
-                raise CompanydError("the dashboard's web server stopped while starting")
-            self.url = self._url(sock)
-            log.info("dashboard on %s", self.url)
-            if self.problem is None:
-                ctx.started({"url": self.url})
-            self.problem = None
-            await race(serving, ctx.stopping.wait())
-            if serving.done():
-                serving.result()  # the web layer's own error, if it raised one
-                raise CompanydError("the dashboard's web server stopped by itself")
-        finally:
-            self.url = None
-            app.stop()
-            server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(serving), GRACEFUL_S + 3)
-            if not serving.done():
-                serving.cancel()
-                with contextlib.suppress(BaseException):
-                    await serving
-            sock.close()
-            self.server = None
 
     async def _bind_or_wait(self, ctx: ChildContext) -> socket.socket | None:
         """The bound socket; until it can be bound, report the problem and retry."""
