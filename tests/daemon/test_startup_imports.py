@@ -200,6 +200,10 @@ NOT_BEFORE_READY = (
     "companyd.dashboard.app",
     "companyd.dashboard.pages",
     "companyd.dashboard.render",
+    # the backup machinery (the first backup loads it) and urllib.request (http.client)
+    "tarfile",
+    "companyd.ops.archive",
+    "urllib.request",
 )
 
 
