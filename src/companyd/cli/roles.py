@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from companyd.cli._main import print_json
 from companyd.cli.daemon import add_daemon_arguments, call_daemon, daemon_client, running_daemon
 from companyd.errors import CompanydError, UnknownName, UsageError
-from companyd.runs import RunStatus
 
 if TYPE_CHECKING:
     from companyd.admin import ResultDecision
@@ -44,7 +43,19 @@ def _seconds(text: str) -> float:
     return value
 
 
-_STATUSES = ("running", *(str(s) for s in RunStatus))
+#: ``runs --status`` choices: "running" and every :class:`companyd.runs.RunStatus`, written
+#: out so that listing runs does not import the run records (dataclasses, uuid: issue 31);
+#: tests/test_cli.py checks it against the enum.
+_STATUSES = (
+    "running",
+    "ok",
+    "failed",
+    "budget_exhausted",
+    "circuit_breaker",
+    "quarantined",
+    "cancelled",
+    "unverified",
+)
 _AGO = re.compile(r"(\d+(?:\.\d+)?)\s*([mhdw])")
 _UNIT = {"m": 60.0, "h": 3_600.0, "d": 86_400.0, "w": 604_800.0}
 

@@ -36,6 +36,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from companyd.config._peek import UNUSUAL, peek_or_load, peek_top_level
     from companyd.config.default_path import DEFAULT_STATE_DIR, default_config_path
     from companyd.config.load import load_config, load_config_text
     from companyd.config.migrate import (
@@ -98,6 +99,7 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "SCHEMA",
     "SECTIONS",
+    "UNUSUAL",
     "AgentConfig",
     "AgentSpec",
     "AlertsSpec",
@@ -141,6 +143,8 @@ __all__ = [
     "load_config",
     "load_config_text",
     "parse_duration",
+    "peek_or_load",
+    "peek_top_level",
     "plan_migration",
     "resolved_view",
     "secret_references",
@@ -204,6 +208,9 @@ _HOMES: dict[str, str] = {
     "secret_values": "companyd.config.secrets",
     "state_backend": "companyd.config.secrets",
     "write_migration": "companyd.config.migrate",
+    "UNUSUAL": "companyd.config._peek",
+    "peek_or_load": "companyd.config._peek",
+    "peek_top_level": "companyd.config._peek",
 }
 
 

@@ -32,20 +32,29 @@ import errno
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import socket
 import struct
-import threading
 from pathlib import Path
-from types import TracebackType
+from typing import TYPE_CHECKING
 
 from companyd._fs import is_disk_failure
 from companyd.errors import StateLocked
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    import logging
+    import threading
+    from types import TracebackType
 
 __all__ = ["LOCK_NAME", "CompanyLock", "StateLock", "locate", "read_holder"]
+
+
+def _log() -> logging.Logger:
+    """This module's logger; logging is imported on the daemon's paths only (issue 31)."""
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 LOCK_NAME = "daemon.lock"
 
@@ -105,7 +114,7 @@ class StateLock:
                 raise
             # The lock is the flock, not the pid: a full disk must not keep the daemon from
             # coming up (degraded); only a second daemon's message lacks our pid.
-            log.warning("cannot write the pid into %s (%s); the lock is held anyway", path, exc)
+            _log().warning("cannot write the pid into %s (%s); the lock is held anyway", path, exc)
         return cls(path, fd)
 
     @property
@@ -195,12 +204,12 @@ class CompanyLock:
             sock.close()
             if exc.errno != errno.EADDRINUSE:
                 # no abstract sockets here (not Linux, or forbidden): the state lock is all
-                log.warning("cannot claim %s for this daemon: %s", real, exc)
+                _log().warning("cannot claim %s for this daemon: %s", real, exc)
                 return cls(real, None)
             pid, uid = _peer(cls.address(real))
             trusted = uid is None or uid in (os.getuid(), 0) or os.getuid() == 0
             if not trusted:
-                log.warning(
+                _log().warning(
                     "another user (uid %s, pid %s) holds the claim on %s; going on with the "
                     "state directory's lock only",
                     uid,
@@ -217,6 +226,8 @@ class CompanyLock:
             ) from None
         line = json.dumps({"pid": os.getpid(), "socket": str(control_socket or "")}) + "\n"
         claim = cls(real, sock)
+        import threading  # here: the CLI's `locate` is all most commands use of this module
+
         claim._answerer = threading.Thread(
             target=_answer_every_connection,
             args=(sock, line.encode()),
