@@ -186,6 +186,10 @@ def test_a_daemon_without_telemetry_never_imports_opentelemetry() -> None:
 #: (uvicorn, click, h11, Starlette, Jinja2, the pages), which its first visit loads. The
 #: dashboard listens before READY.
 NOT_BEFORE_READY = (
+    # PostgreSQL's driver: a SQLite company's stores name the errors they catch without it
+    "psycopg",
+    "psycopg_pool",
+    "companyd.storage.postgres",
     "anthropic",
     "httpx",
     "opentelemetry",
@@ -343,3 +347,29 @@ def test_a_key_that_cannot_be_a_header_stops_the_start_without_the_sdk(tmp_path:
         resolve_api_key(Spec(), {"COMPANYD_TEST_KEY": "sk-ant-QZX’9"})  # type: ignore[arg-type]
     assert "QZX" not in str(err.value)  # the message never quotes the key
     assert resolve_api_key(Spec(), {"COMPANYD_TEST_KEY": " sk-ant-a1 "}) == "sk-ant-a1"  # type: ignore[arg-type]
+
+
+STORE_ERRORS_PROBE = """
+import json, sys
+from companyd._sqlite import store_errors
+before = [c.__module__ + "." + c.__name__ for c in store_errors()]
+import psycopg
+try:
+    raise psycopg.OperationalError("connection lost")
+except store_errors() as exc:
+    caught = type(exc).__name__
+print(json.dumps([before, "psycopg" in sys.modules, caught]))
+"""
+
+
+def test_store_errors_name_psycopgs_errors_once_it_is_loaded_and_not_before() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", STORE_ERRORS_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    before, loaded, caught = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before == ["sqlite3.Error", "builtins.OSError"]  # psycopg was not imported for it
+    assert loaded and caught == "OperationalError"
