@@ -122,6 +122,20 @@ def test_validate_of_a_sqlite_company_does_not_import_the_postgresql_driver() ->
     assert "pydantic" in loaded  # the probe sees what validate does load: it can fail
 
 
+#: Reading the run journal without a daemon, on a SQLite company: the stores, no config
+#: machinery (pydantic, the schema, the cron library) and no PostgreSQL driver.
+NOT_FOR_OFFLINE_READS = (*HEAVY, "yaml")
+
+
+def test_offline_reads_of_a_sqlite_company_load_no_config_machinery(tmp_path: Path) -> None:
+    shutil.copy(EXAMPLE, tmp_path / "company.yaml")
+    env = {**os.environ, "COMPANYD_CONFIG": str(tmp_path / "company.yaml")}
+    for argv in (("runs",), ("tasks",)):
+        loaded = loaded_by(*argv, cwd=tmp_path, env=env)
+        assert sorted(loaded.intersection(NOT_FOR_OFFLINE_READS)) == [], argv
+        assert "companyd.runs._journal" in loaded, argv  # it did read (or look for) the journal
+
+
 def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
     # status, runs, inbox and jobs of the running example company, found as a founder's
     # shell finds it: $COMPANYD_CONFIG only (the daemon's claim on its company.yaml), and

@@ -38,10 +38,9 @@ import json
 import logging
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from companyd._fs import DiskAlarm, is_disk_failure
-from companyd.admin import JournaledTask, RunRow, TaskRow
 from companyd.runs._records import (
     ApprovalStep,
     JournaledRun,
@@ -64,6 +63,9 @@ from companyd.storage import (
     connection_lost,
     open_database,
 )
+
+if TYPE_CHECKING:  # typed dicts of the operator contract: pydantic, which reading needs not
+    from companyd.admin import JournaledTask, RunRow, TaskRow
 
 __all__ = [
     "MIGRATIONS",
