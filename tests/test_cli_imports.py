@@ -46,8 +46,15 @@ HEAVY = (
 
 #: What the commands a daemon answers do without: the event loop, PyYAML (the daemon's
 #: socket is found through its company.yaml claim, or company.yaml's top level read line by
-#: line), logging and dataclasses (neither is used to ask and print).
-NOT_FOR_READS: tuple[str, ...] = (*HEAVY, "asyncio", "yaml", "logging", "dataclasses")
+#: line), logging and dataclasses (neither is used to ask and print), hashlib.
+NOT_FOR_READS: tuple[str, ...] = (
+    *HEAVY,
+    "asyncio",
+    "yaml",
+    "logging",
+    "dataclasses",
+    "hashlib",  # the claim's name is hashed by CPython's own SHA-256: no OpenSSL start-up
+)
 
 #: ``--version`` answers before the parser, the redactor or the error types are imported.
 NOT_FOR_VERSION = (*NOT_FOR_READS, "argparse", "json", "companyd.errors", "companyd._secrets")
