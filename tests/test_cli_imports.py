@@ -46,8 +46,15 @@ HEAVY = (
 
 #: What the commands a daemon answers do without: the event loop, PyYAML (the daemon's
 #: socket is found through its company.yaml claim, or company.yaml's top level read line by
-#: line), logging and dataclasses (neither is used to ask and print).
-NOT_FOR_READS: tuple[str, ...] = (*HEAVY, "asyncio", "yaml", "logging", "dataclasses")
+#: line), logging and dataclasses (neither is used to ask and print), hashlib.
+NOT_FOR_READS: tuple[str, ...] = (
+    *HEAVY,
+    "asyncio",
+    "yaml",
+    "logging",
+    "dataclasses",
+    "hashlib",  # the claim's name is hashed by CPython's own SHA-256: no OpenSSL start-up
+)
 
 #: ``--version`` answers before the parser, the redactor or the error types are imported.
 NOT_FOR_VERSION = (*NOT_FOR_READS, "argparse", "json", "companyd.errors", "companyd._secrets")
@@ -120,6 +127,20 @@ def test_validate_of_a_sqlite_company_does_not_import_the_postgresql_driver() ->
         loaded = loaded_by("validate", str(EXAMPLE), cwd=Path(d), env=dict(os.environ))
     assert sorted(loaded.intersection(NOT_FOR_VALIDATE)) == []
     assert "pydantic" in loaded  # the probe sees what validate does load: it can fail
+
+
+#: Reading the run journal without a daemon, on a SQLite company: the stores, no config
+#: machinery (pydantic, the schema, the cron library) and no PostgreSQL driver.
+NOT_FOR_OFFLINE_READS = (*HEAVY, "yaml")
+
+
+def test_offline_reads_of_a_sqlite_company_load_no_config_machinery(tmp_path: Path) -> None:
+    shutil.copy(EXAMPLE, tmp_path / "company.yaml")
+    env = {**os.environ, "COMPANYD_CONFIG": str(tmp_path / "company.yaml")}
+    for argv in (("runs",), ("tasks",)):
+        loaded = loaded_by(*argv, cwd=tmp_path, env=env)
+        assert sorted(loaded.intersection(NOT_FOR_OFFLINE_READS)) == [], argv
+        assert "companyd.runs._journal" in loaded, argv  # it did read (or look for) the journal
 
 
 def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:

@@ -38,11 +38,10 @@ import json
 import logging
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd._sqlite import store_errors
-from companyd.admin import JournaledTask, RunRow, TaskRow
 from companyd.runs._records import (
     ApprovalStep,
     JournaledRun,
@@ -57,6 +56,9 @@ from companyd.runs._schema import MIGRATIONS, STEPS
 from companyd.runs._tasks import RunOutcome, RunStatus, Task
 from companyd.runs._transcript import bound_run, read_transcript
 from companyd.storage import SQLITE, Backend, Connection, connection_lost, open_database
+
+if TYPE_CHECKING:  # typed dicts of the operator contract: pydantic, which reading needs not
+    from companyd.admin import JournaledTask, RunRow, TaskRow
 
 __all__ = [
     "MIGRATIONS",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sqlite3
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -27,11 +28,12 @@ from companyd.storage.fence import Fence, Fenced
 
 if TYPE_CHECKING:
     from companyd._sqlite import Migration
+    from companyd.storage._absent import StoreAbsent
     from companyd.storage._pg import DB_ERRORS, StoreDatabase
     from companyd.storage._probe import probe
     from companyd.storage.dialect import Connection
     from companyd.storage.leadership import LeaderInfo, Leadership
-    from companyd.storage.postgres import PgConnection, PgDatabase, PgMigration, StoreAbsent
+    from companyd.storage.postgres import PgConnection, PgDatabase, PgMigration
 
 # psycopg (and psycopg_pool) are imported when PostgreSQL is used, or a store binds
 # DB_ERRORS: `companyd validate` and the config of a SQLite company import this face
@@ -60,6 +62,7 @@ __all__ = [
     "open_database",
     "probe",
     "sqlite_migrations",
+    "sqlite_only",
     "store_present",
     "to_pyformat",
 ]
@@ -105,7 +108,7 @@ async def store_present(
         import asyncio  # here: the face is imported by commands that never wait on a loop
 
         return await asyncio.to_thread(path.exists)
-    from companyd.storage.postgres import StoreAbsent
+    from companyd.storage._absent import StoreAbsent
 
     probe = readonly()
     try:
@@ -253,6 +256,7 @@ def open_database(
     :class:`companyd._sqlite.Database`; ``synchronous`` applies to SQLite only.
     """
     if backend.kind == "postgres":
+        _refuse_if_sqlite_only()
         from companyd.storage.postgres import PgDatabase
 
         assert backend.dsn is not None  # Backend checks it
@@ -286,7 +290,7 @@ _HOMES: dict[str, str] = {
     "DB_ERRORS": "companyd.storage._pg",
     "PgConnection": "companyd.storage.postgres",
     "PgDatabase": "companyd.storage.postgres",
-    "StoreAbsent": "companyd.storage.postgres",
+    "StoreAbsent": "companyd.storage._absent",
     "StoreDatabase": "companyd.storage._pg",
     "Connection": "companyd.storage.dialect",
     "LeaderInfo": "companyd.storage.leadership",
@@ -295,8 +299,47 @@ _HOMES: dict[str, str] = {
 }
 
 
+#: Set by :func:`sqlite_only`: this process opens SQLite stores only.
+_sqlite_only = False
+
+
+def sqlite_only() -> bool:
+    """Declare that this process opens SQLite stores only (a CLI command that read
+    company.yaml's top level and found no ``state:`` section), before any store is
+    imported: :data:`DB_ERRORS` is then bound without psycopg's errors (none can be raised:
+    psycopg is never imported) and :data:`StoreDatabase` is :class:`companyd._sqlite.Database`,
+    so that reading a store costs no PostgreSQL driver (~0.2 s of CPU). Opening a PostgreSQL
+    store afterwards (:func:`open_database`) raises RuntimeError rather than run with errors
+    nobody catches.
+
+    Returns whether it took effect: False when a store already bound :data:`DB_ERRORS` with
+    psycopg's errors in it (which is as correct, only not as cheap).
+    """
+    global _sqlite_only
+    if "DB_ERRORS" in globals() and globals()["DB_ERRORS"] != _SQLITE_ERRORS:
+        return False
+    _sqlite_only = True
+    return True
+
+
+#: :data:`DB_ERRORS` of a process that declared :func:`sqlite_only`.
+_SQLITE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
+
+
+def _refuse_if_sqlite_only() -> None:
+    if _sqlite_only:
+        raise RuntimeError(
+            "this process declared SQLite stores only (companyd.storage.sqlite_only) and "
+            "must not open a PostgreSQL store: its errors would not be caught"
+        )
+
+
 def __getattr__(name: str) -> Any:
     """Import a face name from its module on first use (keeps start-up imports cheap)."""
+    if _sqlite_only and name in ("DB_ERRORS", "StoreDatabase"):
+        value = _SQLITE_ERRORS if name == "DB_ERRORS" else Database
+        globals()[name] = value
+        return value
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
