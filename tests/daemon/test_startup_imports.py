@@ -225,8 +225,12 @@ def imported(log_text: str) -> list[str]:
 
 
 def heavy_among(modules: list[str], heavy: tuple[str, ...]) -> list[str]:
-    """The entries of ``heavy`` that ``modules`` holds (a name or one of its submodules)."""
-    return [h for h in heavy if any(m == h or m.startswith(h + ".") for m in modules)]
+    """The entries of ``heavy`` that ``modules`` holds (a name or one of its submodules),
+    read without the leading underscores of internal modules (``companyd.dashboard.app``
+    is also ``companyd.dashboard._app``).
+    """
+    plain = {".".join(part.lstrip("_") for part in m.split(".")) for m in modules}
+    return [h for h in heavy if any(m == h or m.startswith(h + ".") for m in plain)]
 
 
 def profiled_env(notify: str, **extra: str) -> dict[str, str]:

@@ -86,8 +86,14 @@ def _embedded_server() -> type[uvicorn.Server]:
     return _EmbeddedServer
 
 
-#: What the first request imports in a worker thread before building the application.
-APP_MODULE = "companyd.dashboard.app"
+def _import_app() -> None:
+    """Import the application's modules (the face's ``build_app`` names its module, so this
+    follows a rename of it): the first request calls it in a worker thread.
+    """
+    from companyd.dashboard import build_app
+
+    del build_app  # imported for the import's sake: the build runs on the event loop
+
 
 _Scope = MutableMapping[str, Any]
 _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -97,7 +103,7 @@ _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 class _FirstRequestApp:
     """An ASGI application that builds the real one (``build()``) at its first request.
 
-    :data:`APP_MODULE` (the pages, Starlette, Jinja2) is imported in a worker thread, so
+    :func:`_import_app` (the pages, Starlette, Jinja2) runs in a worker thread, so
     the event loop keeps serving the agents meanwhile; ``build()`` then runs on the loop
     (cheap once imported). Concurrent first requests wait for the same load. A failed load
     fails the requests that waited for it (uvicorn answers 500 and logs it) and the next
@@ -123,7 +129,7 @@ class _FirstRequestApp:
         return await asyncio.shield(self._loading)
 
     async def _import_and_build(self) -> Starlette:
-        await asyncio.to_thread(importlib.import_module, APP_MODULE)
+        await asyncio.to_thread(_import_app)
         self.app = self._build()
         return self.app
 
