@@ -174,3 +174,17 @@ def test_a_released_claim_can_be_made_again_at_once(tmp_path: Path) -> None:
     for _ in range(300):
         with CompanyLock.acquire(cfg) as claim:
             assert claim.held
+
+
+def test_the_claim_name_is_the_sha256_of_the_real_path(tmp_path: Path) -> None:
+    # computed without hashlib on CPython (issue 31: OpenSSL's start-up in every CLI
+    # command); it must stay the name every companyd computes for the same file
+    import hashlib
+
+    from companyd.daemon import CompanyLock
+
+    config = tmp_path / "company.yaml"
+    config.write_text("schema: companyd/v1\n")
+    (tmp_path / "link.yaml").symlink_to(config)
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(config))).hexdigest()[:40]
+    assert CompanyLock.address(tmp_path / "link.yaml") == b"\0companyd/company/" + digest.encode()

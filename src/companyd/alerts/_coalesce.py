@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from companyd._fs import DiskAlarm, is_disk_failure
+from companyd._sqlite import store_errors
 from companyd.alerts import _digest as results_digest
 from companyd.alerts._outbox import RESULT_KINDS, AlertRecord, AlertStore, Delivery
 from companyd.alerts._policy import RANK, Policy, quiet_until, severity_of
@@ -28,7 +29,6 @@ from companyd.alerts._render_kinds import kind_spec, render
 from companyd.alerts._telegram import TelegramSettings, redact
 from companyd.clock import Clock
 from companyd.events import Event
-from companyd.storage import DB_ERRORS
 
 __all__ = ["AlertBook", "event_count"]
 
@@ -258,7 +258,7 @@ class AlertBook:
         self._unsaved = {}
         try:
             await self.store.save(*batch.values())
-        except DB_ERRORS as exc:
+        except store_errors() as exc:
             for rid, rec in batch.items():  # a save meanwhile may have left some out too
                 self._unsaved.setdefault(rid, rec)
             if not self._store_failing:

@@ -48,21 +48,22 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from companyd._sqlite import Migration, SchemaTooNew
+from companyd._sqlite import Migration, SchemaTooNew, store_errors
 from companyd.alerts._outbound import OUTBOUND_PG, OUTBOUND_SQLITE
 from companyd.errors import CompanydError
 from companyd.storage import (
-    DB_ERRORS,
     SQLITE,
     Backend,
     Connection,
     Dialects,
-    StoreDatabase,
     open_database,
     sqlite_migrations,
 )
+
+if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
+    from companyd.storage import StoreDatabase
 
 __all__ = [
     "CLAIM_LEASE",
@@ -521,7 +522,7 @@ class AlertStore:
             self._connect()
         except SchemaTooNew as exc:
             raise OutboxUnavailable(f"{exc}; the pager does not start") from exc
-        except DB_ERRORS as exc:
+        except store_errors() as exc:
             self._db.reset()
             raise OutboxUnavailable(
                 f"cannot open the alert outbox in {self.where} ({type(exc).__name__}: "
@@ -671,7 +672,7 @@ class AlertStore:
             return Claim("mine", holder=self.owner)
         try:
             got = await self._run(self._claim_sync, alert_id, chat_id, now)
-        except DB_ERRORS as exc:
+        except store_errors() as exc:
             if not self._claims_failing:
                 log.warning(
                     "alerts: cannot claim alert %d for chat %d in %s (%s); it waits until the "

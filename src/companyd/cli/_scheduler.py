@@ -17,7 +17,6 @@ its budgets; it goes through the control socket (op ``run_job``).
 from __future__ import annotations
 
 import argparse
-import difflib
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -234,6 +233,8 @@ def _unknown(cfg: CompanyConfig, name: str) -> RoutineNotFound:
     from companyd.scheduler import RoutineNotFound
 
     known = list(cfg.routines)
+    import difflib  # here: only a misspelt name needs it
+
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return RoutineNotFound(

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         DepartmentConfig,
         RoutineConfig,
     )
+    from companyd.config._peek import UNUSUAL, peek_or_load, peek_top_level
     from companyd.config._scalars import is_loopback, listen_address, parse_duration
     from companyd.config._schema import (
         SCHEMA,
@@ -100,6 +101,7 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "SCHEMA",
     "SECTIONS",
+    "UNUSUAL",
     "WEBHOOK_EVENT_TYPES",
     "AgentConfig",
     "AgentSpec",
@@ -145,6 +147,8 @@ __all__ = [
     "load_config",
     "load_config_text",
     "parse_duration",
+    "peek_or_load",
+    "peek_top_level",
     "plan_migration",
     "resolved_view",
     "secret_references",
@@ -210,6 +214,9 @@ _HOMES: dict[str, str] = {
     "secret_values": "companyd.config._secrets",
     "state_backend": "companyd.config._secrets",
     "write_migration": "companyd.config._migrate",
+    "UNUSUAL": "companyd.config._peek",
+    "peek_or_load": "companyd.config._peek",
+    "peek_top_level": "companyd.config._peek",
 }
 
 

@@ -7,23 +7,41 @@ memory owner go on while the stores are copied (SQLite's online backup API and t
 file's lock make that safe, see :mod:`companyd.ops._backup`). One backup at a time: a second
 request waits for the first. It implements :class:`companyd.scheduler._sink.BackupSink` for
 backup routines, whose history rows and ``routine_failed`` alerts the scheduler records.
+
+The backup machinery (:mod:`companyd.ops._backup` and the archive format: tarfile, gzip)
+is imported by the first backup, in the worker thread that takes it, not at the daemon's
+start (issue 31).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from companyd._fs import make_dirs
 from companyd.admin import AdminError, BackupWritten
 from companyd.config import CompanyConfig
-from companyd.ops import BackupError, BackupResult, check_destination, take_backup
+
+if TYPE_CHECKING:
+    from companyd.ops import BackupResult
 
 __all__ = ["Backups"]
 
 log = logging.getLogger("companyd.daemon")
+
+
+def _ops(name: str) -> Any:
+    """``companyd.ops``'s ``name``, importing its module (call it in a worker thread)."""
+    return getattr(importlib.import_module("companyd.ops"), name)
+
+
+async def _backup_error() -> type[Exception]:
+    error: type[Exception] = await asyncio.to_thread(_ops, "BackupError")
+    return error
 
 
 class Backups:
@@ -37,7 +55,9 @@ class Backups:
     async def _take(self, dest: Path, keep: int | None) -> BackupResult:
         async with self._backup_lock:
             config = self.config  # the running configuration, as loaded
-            result = await asyncio.to_thread(take_backup, config, self.state_dir, dest, keep=keep)
+            result: BackupResult = await asyncio.to_thread(
+                lambda: _ops("take_backup")(config, self.state_dir, dest, keep=keep)
+            )
         log.info(
             "backup written: %s (%d bytes, %d members, %.2f s)",
             result.path,
@@ -56,9 +76,10 @@ class Backups:
                 f"backup destination {to!r} is not an absolute path; the daemon does not share "
                 "your working directory: give the full path"
             )
+        backup_error = await _backup_error()
         try:
             result = await self._take(Path(to), None)
-        except BackupError as exc:
+        except backup_error as exc:
             raise AdminError(str(exc)) from exc
         data = result.to_dict()
         return BackupWritten(
@@ -77,11 +98,14 @@ class Backups:
             BackupError, OSError: the backup failed (the fire is recorded ``failed``); a
                 ``directory`` inside the state directory is refused before it is created.
         """
-        await asyncio.to_thread(check_destination, self.config, self.state_dir, directory)
+        config = self.config
+        await asyncio.to_thread(
+            lambda: _ops("check_destination")(config, self.state_dir, directory)
+        )
         try:
             await asyncio.to_thread(make_dirs, directory)
         except OSError as exc:
-            raise BackupError(
+            raise (await _backup_error())(
                 f"cannot create the backup directory {str(directory)!r}: {exc.strerror or exc}; "
                 "fix the routine's backup.to, or the unit's ReadWritePaths="
             ) from exc

@@ -19,11 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from companyd._fs import read_regular_file
 from companyd.config import DEFAULT_STATE_DIR
-from companyd.daemon._layout import SYSTEMD_LAYOUT, SystemdLayout
 from companyd.daemon._lock import locate
 from companyd.daemon._protocol import (
     MAX_RESPONSE_BYTES,
@@ -39,6 +36,7 @@ from companyd.errors import CompanydError, DaemonNotRunning
 
 if TYPE_CHECKING:
     from companyd.clock import Clock
+    from companyd.daemon._layout import SystemdLayout
 
 __all__ = ["ControlClient", "candidate_sockets", "connect_unix", "find_daemon"]
 
@@ -194,14 +192,19 @@ def _state_dir_from_config(config: Path) -> Path | None:
     else ``state`` there — as :meth:`companyd.config.CompanyConfig.state_dir` does. None
     when the file cannot be read at all.
     """
+    from companyd.config import UNUSUAL, peek_or_load
+
     try:
-        # never a plain read: a FIFO given as --config must not hang `status`
-        data = yaml.safe_load(read_regular_file(config, 10 * 1024 * 1024).decode())
+        # never a plain read: a FIFO given as --config must not hang `status`; read line by
+        # line when the file has the usual shape, by the YAML library otherwise (issue 31)
+        data = peek_or_load(read_regular_file(config, 10 * 1024 * 1024), ("state_dir",))
     except Exception:
         return None
+    if data is None:
+        return None
     base = Path(os.path.realpath(config)).parent
-    value = data.get("state_dir") if isinstance(data, dict) else None
-    if isinstance(value, str) and value:
+    value = data.get("state_dir")
+    if isinstance(value, str) and value and value != UNUSUAL:
         return (base / value).absolute()
     return base / DEFAULT_STATE_DIR
 
@@ -223,6 +226,8 @@ def candidate_sockets(
     instance's, the single unit's ``/run/companyd/companyd.sock``. ``layout`` is
     :data:`~companyd.daemon._layout.SYSTEMD_LAYOUT` unless given.
     """
+    from companyd.daemon._layout import SYSTEMD_LAYOUT
+
     env = os.environ if env is None else env
     layout = layout or SYSTEMD_LAYOUT
     instance = layout.instance_of(config) if config is not None else None
@@ -258,8 +263,9 @@ def find_daemon(
     """A client for the running daemon, found as :func:`candidate_sockets` says.
 
     With an explicit ``socket`` only that path is tried. With ``config``, the daemon
-    running that very file (same user or root) is asked for its socket first, so
-    ``--config`` finds it whatever state directory it runs on. With an explicit
+    running that very file (same user or root) is asked for its socket first, and is the
+    answer when it meets the ``state_dir`` condition below, so ``--config`` finds it
+    whatever state directory it runs on, without reading the file. With an explicit
     ``state_dir``, a daemon found elsewhere (``$RUNTIME_DIRECTORY``, ``/run/companyd``,
     through ``config``) must report that state directory, so ``--state-dir`` never reaches
     another company's daemon. With the ``config`` of a ``companyd@NAME`` instance, only
@@ -273,16 +279,29 @@ def find_daemon(
         client = ControlClient(socket, timeout=timeout)
         client.ping()
         return client
-    layout = layout or SYSTEMD_LAYOUT
-    paths = candidate_sockets(state_dir=state_dir, config=config, env=env, layout=layout)
-    if config is not None:
-        # The daemon running this very file says where its socket is, whatever state
-        # directory it was started with (daemon/_lock.py CompanyLock).
-        found = locate(config)
-        if found is not None and found[1] not in paths:
-            paths.insert(0, found[1])
     want = Path(state_dir).absolute() if state_dir is not None else None
     own = want / SOCKET_NAME if want is not None else None
+    # The daemon running this very file says where its socket is, whatever state
+    # directory it was started with (daemon/_lock.py CompanyLock). Asked first: when it
+    # answers, company.yaml is not even read (the everyday `status`, issue 31).
+    found = locate(config) if config is not None else None
+    if found is not None:
+        client = ControlClient(found[1], timeout=timeout)
+        try:
+            info = client.ping()
+        except ControlTimeout:
+            raise
+        except CompanydError:
+            pass  # tried again below, in turn, where its failure is reported as before
+        else:
+            if want is None or found[1] == own or _same_dir(info.get("state_dir"), want):
+                return client
+    from companyd.daemon._layout import SYSTEMD_LAYOUT  # here: a dataclass, on this path only
+
+    layout = layout or SYSTEMD_LAYOUT
+    paths = candidate_sockets(state_dir=state_dir, config=config, env=env, layout=layout)
+    if found is not None and found[1] not in paths:
+        paths.insert(0, found[1])
     denied: ControlError | None = None
     for path in paths:
         client = ControlClient(path, timeout=timeout)

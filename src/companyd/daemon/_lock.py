@@ -30,22 +30,44 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
-import logging
 import os
 import socket
 import struct
-import threading
 from pathlib import Path
-from types import TracebackType
+from typing import TYPE_CHECKING
 
 from companyd._fs import is_disk_failure
 from companyd.errors import StateLocked
 
-log = logging.getLogger("companyd.daemon.lock")
+if TYPE_CHECKING:
+    import logging
+    import threading
+    from types import TracebackType
 
 __all__ = ["LOCK_NAME", "CompanyLock", "StateLock", "locate", "read_holder"]
+
+
+def _sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data`` in hex, by CPython's own implementation where there is one:
+    hashlib would start OpenSSL, ~2 ms of every CLI command, which finds its daemon by this
+    name (issue 31). The digest is the same either way.
+    """
+    try:
+        import _sha256  # type: ignore[import-not-found]
+    except ImportError:  # an interpreter built without it
+        import hashlib
+
+        return hashlib.sha256(data).hexdigest()
+    return str(_sha256.sha256(data).hexdigest())
+
+
+def _log() -> logging.Logger:
+    """This module's logger; logging is imported on the daemon's paths only (issue 31)."""
+    import logging
+
+    return logging.getLogger("companyd.daemon.lock")
+
 
 LOCK_NAME = "daemon.lock"
 
@@ -105,7 +127,7 @@ class StateLock:
                 raise
             # The lock is the flock, not the pid: a full disk must not keep the daemon from
             # coming up (degraded); only a second daemon's message lacks our pid.
-            log.warning("cannot write the pid into %s (%s); the lock is held anyway", path, exc)
+            _log().warning("cannot write the pid into %s (%s); the lock is held anyway", path, exc)
         return cls(path, fd)
 
     @property
@@ -167,7 +189,7 @@ class CompanyLock:
     def address(config: str | os.PathLike[str]) -> bytes:
         """The abstract socket name for ``config`` (its real path, hashed)."""
         real = os.path.realpath(config)
-        digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:40]
+        digest = _sha256_hex(os.fsencode(real))[:40]
         return b"\0companyd/company/" + digest.encode()
 
     @classmethod
@@ -195,12 +217,12 @@ class CompanyLock:
             sock.close()
             if exc.errno != errno.EADDRINUSE:
                 # no abstract sockets here (not Linux, or forbidden): the state lock is all
-                log.warning("cannot claim %s for this daemon: %s", real, exc)
+                _log().warning("cannot claim %s for this daemon: %s", real, exc)
                 return cls(real, None)
             pid, uid = _peer(cls.address(real))
             trusted = uid is None or uid in (os.getuid(), 0) or os.getuid() == 0
             if not trusted:
-                log.warning(
+                _log().warning(
                     "another user (uid %s, pid %s) holds the claim on %s; going on with the "
                     "state directory's lock only",
                     uid,
@@ -217,6 +239,8 @@ class CompanyLock:
             ) from None
         line = json.dumps({"pid": os.getpid(), "socket": str(control_socket or "")}) + "\n"
         claim = cls(real, sock)
+        import threading  # here: the CLI's `locate` is all most commands use of this module
+
         claim._answerer = threading.Thread(
             target=_answer_every_connection,
             args=(sock, line.encode()),

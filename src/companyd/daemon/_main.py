@@ -52,7 +52,7 @@ import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from companyd import __version__
 from companyd._aio import cancel_and_wait, race
@@ -91,7 +91,6 @@ from companyd.memory import MemoryNotAGraph, MemoryService, MemoryUnsafePath
 from companyd.runs import Journal, RunRetention, Task
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import BudgetExhausted, SpendBook
-from companyd.storage import LeaderInfo, Leadership
 from companyd.supervision import (
     Backoff,
     ChildSpec,
@@ -100,6 +99,9 @@ from companyd.supervision import (
     SupervisorStartError,
 )
 from companyd.telemetry import NO_TRACING, Tracer, telemetry_endpoint
+
+if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
+    from companyd.storage import LeaderInfo, Leadership
 
 __all__ = [
     "AGENT_SHUTDOWN",
@@ -203,6 +205,8 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         self._holding: asyncio.Task[None] | None = None  # the lease, renewed while leading
         if self.storage.kind == "postgres" and not oneoff:
             assert self.storage.dsn is not None  # a postgres backend has one
+            from companyd.storage import Leadership  # PostgreSQL's driver: only here
+
             self.leadership = Leadership(
                 self.storage.dsn, self.storage.schema, node=node_name(), clock=real
             )

@@ -31,7 +31,6 @@ seconds if longer); the client waits 15 s longer, so the daemon reports a slow o
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
@@ -70,8 +69,6 @@ __all__ = [
     "validate",
     "with_deadline",
 ]
-
-log = logging.getLogger("companyd.daemon.control")
 
 T = TypeVar("T")
 
@@ -304,7 +301,11 @@ async def with_deadline(aw: Awaitable[T], seconds: float | None, clock: Clock) -
 
 def _consume(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.warning("control: a timed-out operation later failed: %r", task.exception())
+        import logging  # here: the CLI's clients import this module and never log
+
+        logging.getLogger("companyd.daemon.control").warning(
+            "control: a timed-out operation later failed: %r", task.exception()
+        )
 
 
 # -- request shape -------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from companyd._aio import race
 from companyd.admin import (
@@ -44,8 +44,10 @@ from companyd.daemon._control import ControlServer
 from companyd.daemon._operator import Operator, spend_for_status
 from companyd.scheduler import read_fires, read_jobs
 from companyd.spend import Ledger, LedgerError, read_budget_report, spend_report
-from companyd.storage import LeaderInfo, Leadership, StoreAbsent
 from companyd.supervision import StandaloneContext
+
+if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
+    from companyd.storage import LeaderInfo, Leadership
 
 __all__ = ["StandbyAdmin", "leader_block", "stand_by"]
 
@@ -93,6 +95,8 @@ class StandbyAdmin:
         """The shared ledger, read-only (None: nothing written yet). On the caller's
         thread: call it through ``asyncio.to_thread``.
         """
+        from companyd.storage import StoreAbsent  # a standby is PostgreSQL's: driver loaded
+
         try:
             return Ledger(
                 self._d.state_dir / "spend.sqlite", readonly=True, backend=self._d.storage

@@ -9,11 +9,11 @@ Provisions`), the counts and catalogues the tools store.
 
 from __future__ import annotations
 
+from companyd._sqlite import store_errors
 from companyd.admin import AdminError, DeskDecision, ToolsApproved, ToolsReport
 from companyd.agents import Staff
 from companyd.config import CompanyConfig
 from companyd.desk import TOOLS_ITEM, RateLimits, ToolStore
-from companyd.storage import DB_ERRORS
 
 __all__ = ["ToolsOps", "approve_tools_item", "release"]
 
@@ -33,7 +33,7 @@ async def release(
         )
     try:
         approved = sorted(await staff.provisions.release(server, agent))
-    except DB_ERRORS as exc:
+    except store_errors() as exc:
         raise AdminError(f"the tools store cannot be written: {exc}") from None
     having = [
         a.slug
@@ -111,7 +111,7 @@ class ToolsOps:
         day = limits.today()
         try:
             used = await self.tool_store.used(day)
-        except DB_ERRORS as exc:
+        except store_errors() as exc:
             raise AdminError(f"the tools store cannot be read: {exc}") from None
         rows = self.staff.provisions.tool_rows(agent)
         for row in rows:

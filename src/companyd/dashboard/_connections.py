@@ -29,11 +29,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
-
-from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+from typing import TYPE_CHECKING, Any
 
 from companyd.clock import Clock
+
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+
+    _Base = H11Protocol
+else:
+    # uvicorn is imported by protocol(), when the dashboard's first connection arrives
+    # (server.py): the gate itself, its caps and counters, need none of it
+    _Base = object
 
 __all__ = [
     "BACKLOG",
@@ -60,8 +67,10 @@ BACKLOG = 64
 LOG_INTERVAL = 60.0
 
 
-class _GatedH11(H11Protocol):
-    """uvicorn's h11 protocol, admitted by a :class:`ConnectionGate` (set per subclass)."""
+class _GatedH11(_Base):
+    """uvicorn's h11 protocol, admitted by a :class:`ConnectionGate` (set per subclass;
+    :meth:`ConnectionGate.protocol` puts uvicorn's ``H11Protocol`` after it).
+    """
 
     gate: ConnectionGate
 
@@ -148,7 +157,9 @@ class ConnectionGate:
 
     def protocol(self) -> type[H11Protocol]:
         """The protocol class for ``uvicorn.Config(http=…)``, admitted by this gate."""
-        return type("GatedH11Protocol", (_GatedH11,), {"gate": self})
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        return type("GatedH11Protocol", (_GatedH11, H11Protocol), {"gate": self})
 
     @property
     def open(self) -> int:

@@ -20,25 +20,43 @@ under it, and the web layer holds none of their state).
 Connections are admitted by a :class:`~companyd.dashboard._connections.ConnectionGate`
 (caps in total and per client address, a request-head timeout, a small backlog), so a
 flood of idle connections cannot take the descriptors the rest of the daemon needs.
+
+**The web stack is loaded by the first visit** (issue 31). Before ``READY=1`` the child
+binds the address and listens, and reports itself started with its URL: from then on the
+kernel takes connections into the backlog, so the dashboard answers every visit — but
+uvicorn (with click and h11), Starlette's routing and middlewares, Jinja2, the templates
+and the pages (~7 MB and ~0.1 s of CPU of imports here) are not loaded until someone
+connects. The first pending connection (the listening socket turns readable; it is not
+accepted until uvicorn accepts it) makes the child import uvicorn in a worker thread and
+start it on the socket; the first request then imports the application in a worker thread
+too (:class:`_FirstRequestApp`) and builds it. Neither import runs on the event loop, and
+that first visit waits ~0.1–0.5 s for them, once per start of the child. They are not
+warmed in the background after READY: most companies open their dashboard now and then,
+and a daemon whose dashboard is not being looked at then keeps ~7 MB less for weeks.
+With TLS uvicorn starts at once, so a certificate that cannot be loaded shows at start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from pathlib import Path
-
-import uvicorn
-from starlette.applications import Starlette
+from typing import TYPE_CHECKING, Any
 
 from companyd._aio import race
 from companyd.clock import Clock, SystemClock
 from companyd.dashboard._connections import BACKLOG, ConnectionGate
 from companyd.errors import CompanydError
 from companyd.supervision import ChildContext
+
+if TYPE_CHECKING:  # types only: uvicorn and the application load at the first connection
+    import uvicorn
+    from starlette.applications import Starlette
 
 __all__ = ["DashboardServer"]
 
@@ -50,13 +68,75 @@ GRACEFUL_S = 2
 RETRY_BIND_S = 10.0
 
 
-class _EmbeddedServer(uvicorn.Server):
-    """A uvicorn server that leaves the process's signal handlers alone."""
+@functools.cache
+def _embedded_server() -> type[uvicorn.Server]:
+    """The class of :class:`uvicorn.Server` that leaves the process's signals alone
+    (uvicorn is imported here, at the dashboard's first connection).
+    """
+    import uvicorn
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        """Capture nothing: the daemon owns SIGINT, SIGTERM and SIGHUP."""
-        yield
+    class _EmbeddedServer(uvicorn.Server):
+        """A uvicorn server that leaves the process's signal handlers alone."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            """Capture nothing: the daemon owns SIGINT, SIGTERM and SIGHUP."""
+            yield
+
+    return _EmbeddedServer
+
+
+def _import_app() -> None:
+    """Import the application's modules (the face's ``build_app`` names its module, so this
+    follows a rename of it): the first request calls it in a worker thread.
+    """
+    from companyd.dashboard import build_app
+
+    del build_app  # imported for the import's sake: the build runs on the event loop
+
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class _FirstRequestApp:
+    """An ASGI application that builds the real one (``build()``) at its first request.
+
+    :func:`_import_app` (the pages, Starlette, Jinja2) runs in a worker thread, so
+    the event loop keeps serving the agents meanwhile; ``build()`` then runs on the loop
+    (cheap once imported). Concurrent first requests wait for the same load. A failed load
+    fails the requests that waited for it (uvicorn answers 500 and logs it) and the next
+    request tries again.
+    """
+
+    def __init__(self, build: Callable[[], Starlette]) -> None:
+        self._build = build
+        self.app: Starlette | None = None
+        self._loading: asyncio.Future[Starlette] | None = None
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        """Serve one ASGI connection (HTTP only: uvicorn runs with ``lifespan="off"``)."""
+        app = self.app if self.app is not None else await self._load()
+        await app(scope, receive, send)
+
+    async def _load(self) -> Starlette:
+        done = self._loading is not None and self._loading.done()
+        if self._loading is None or (
+            done and (self._loading.cancelled() or self._loading.exception() is not None)
+        ):
+            self._loading = asyncio.ensure_future(self._import_and_build())
+        return await asyncio.shield(self._loading)
+
+    async def _import_and_build(self) -> Starlette:
+        await asyncio.to_thread(_import_app)
+        self.app = self._build()
+        return self.app
+
+    def stop(self) -> None:
+        """End the open event streams (``app.state.stopping``), if the app was built."""
+        if self.app is not None:
+            self.app.state.stopping.set()
 
 
 class DashboardServer:
@@ -99,7 +179,11 @@ class DashboardServer:
         self.server: uvicorn.Server | None = None
 
     async def run(self, ctx: ChildContext) -> None:
-        """Bind, serve, report the URL as started info; stop on ``ctx.stopping``.
+        """Bind, report the URL as started info, serve; stop on ``ctx.stopping``.
+
+        Without TLS, uvicorn is loaded (in a worker thread) and started on the listening
+        socket when the first connection is pending on it (module docstring); with TLS, at
+        once, so a certificate that cannot be loaded shows at start, not at a first visit.
 
         Raises:
             CompanydError: the server stopped by itself (a crash of the web layer).
@@ -107,9 +191,77 @@ class DashboardServer:
         sock = await self._bind_or_wait(ctx)
         if sock is None:
             return  # asked to stop before the address could be bound
-        app = self._app()
-        config = uvicorn.Config(
+        app = _FirstRequestApp(self._app)
+        server: uvicorn.Server | None = None
+        serving: asyncio.Future[None] | None = None
+        try:
+            if self.tls is None:
+                # listening: the kernel takes connections into the backlog from here on
+                self._serving(ctx, sock)
+                if not await self._first_connection(sock, ctx):
+                    return  # asked to stop before anyone connected
+                await asyncio.to_thread(importlib.import_module, "uvicorn")
+            server = self.server = _embedded_server()(self._config(app))
+            serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+            while not server.started and not serving.done():
+                await race(serving, asyncio.sleep(0.02))
+            if serving.done():
+                serving.result()
+                raise CompanydError("the dashboard's web server stopped while starting")
+            if self.url is None:
+                self._serving(ctx, sock)
+            await race(serving, ctx.stopping.wait())
+            if serving.done():
+                serving.result()  # the web layer's own error, if it raised one
+                raise CompanydError("the dashboard's web server stopped by itself")
+        finally:
+            self.url = None
+            app.stop()
+            if server is not None and serving is not None:
+                server.should_exit = True
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(serving), GRACEFUL_S + 3)
+                if not serving.done():
+                    serving.cancel()
+                    with contextlib.suppress(BaseException):
+                        await serving
+            sock.close()
+            self.server = None
+
+    def _serving(self, ctx: ChildContext, sock: socket.socket) -> None:
+        """Record and report that the dashboard answers on ``sock``'s address."""
+        self.url = self._url(sock)
+        log.info("dashboard on %s", self.url)
+        if self.problem is None:
+            ctx.started({"url": self.url})
+        self.problem = None
+
+    @staticmethod
+    async def _first_connection(sock: socket.socket, ctx: ChildContext) -> bool:
+        """Wait until a connection is pending on the listening ``sock`` (it is not accepted
+        here: uvicorn accepts it); False when ``ctx.stopping`` came first.
+        """
+        loop = asyncio.get_running_loop()
+        pending: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not pending.done():
+                pending.set_result(None)
+
+        loop.add_reader(sock.fileno(), readable)
+        try:
+            await race(pending, ctx.stopping.wait())
+        finally:
+            loop.remove_reader(sock.fileno())
+        return pending.done() and not ctx.stopping.is_set()
+
+    def _config(self, app: _FirstRequestApp) -> uvicorn.Config:
+        import uvicorn
+
+        return uvicorn.Config(
             app,
+            interface="asgi3",
+            ws="none",  # the dashboard streams with server-sent events: no WebSocket stack
             log_config=None,
             access_log=False,
             lifespan="off",
@@ -121,36 +273,6 @@ class DashboardServer:
             http=self.gate.protocol(),
             backlog=BACKLOG,
         )
-        server = _EmbeddedServer(config)
-        self.server = server
-        serving = asyncio.ensure_future(server.serve(sockets=[sock]))
-        try:
-            while not server.started and not serving.done():
-                await race(serving, asyncio.sleep(0.02))
-            if serving.done():
-                serving.result()
-                raise CompanydError("the dashboard's web server stopped while starting")
-            self.url = self._url(sock)
-            log.info("dashboard on %s", self.url)
-            if self.problem is None:
-                ctx.started({"url": self.url})
-            self.problem = None
-            await race(serving, ctx.stopping.wait())
-            if serving.done():
-                serving.result()  # the web layer's own error, if it raised one
-                raise CompanydError("the dashboard's web server stopped by itself")
-        finally:
-            self.url = None
-            app.state.stopping.set()
-            server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(serving), GRACEFUL_S + 3)
-            if not serving.done():
-                serving.cancel()
-                with contextlib.suppress(BaseException):
-                    await serving
-            sock.close()
-            self.server = None
 
     async def _bind_or_wait(self, ctx: ChildContext) -> socket.socket | None:
         """The bound socket; until it can be bound, report the problem and retry."""

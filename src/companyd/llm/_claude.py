@@ -48,23 +48,32 @@ breakdown is absent, ``cache_creation_input_tokens`` counts as 5-minute writes.
 ``anthropic.api_key_env`` (default ``ANTHROPIC_API_KEY``), else from the file
 ``$CREDENTIALS_DIRECTORY/<anthropic.api_key_credential>`` (systemd ``LoadCredential=``).
 The base URL is ``$ANTHROPIC_BASE_URL``, else ``anthropic.base_url``, else the SDK default.
+
+**The SDK is imported at the first call, not at start** (issue 31): ``import anthropic``
+costs ~0.7 s of CPU and ~30 MB here, and a company with a key may not call a model for
+hours. Building a :class:`ClaudeBackend` checks what can be checked without the SDK (a key
+is present and looks like one — printable ASCII without spaces, as an HTTP header needs —
+and the endpoint), so a bad key or URL still stops ``companyd run`` at start; the first
+:meth:`ClaudeBackend.create` (or :meth:`~ClaudeBackend.list_models`) imports the SDK in a
+worker thread, so the import never stalls the event loop, then builds the client.
+tests/daemon/test_startup_imports.py holds both ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import importlib
 import ipaddress
 import logging
 import os
 import random
+import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import urlsplit
-
-import anthropic
 
 from companyd._fs import credential_path, read_credential
 from companyd.clock import Clock, SystemClock
@@ -85,6 +94,9 @@ from companyd.llm._model import (
     Usage,
     estimate_input_tokens,
 )
+
+if TYPE_CHECKING:  # the SDK is imported at the first call (module docstring)
+    import anthropic
 
 __all__ = [
     "SPEND_LIMIT_CODE",
@@ -137,7 +149,7 @@ def resolve_api_key(spec: AnthropicSpec, environ: Mapping[str, str] | None = Non
     env = os.environ if environ is None else environ
     value = env.get(spec.api_key_env, "").strip()
     if value:
-        return value
+        return _checked_key(value, f"${spec.api_key_env}")
     path = credential_path(spec.api_key_credential, env)
     tried = [f"${spec.api_key_env} is not set"]
     if path is not None:
@@ -151,7 +163,7 @@ def resolve_api_key(spec: AnthropicSpec, environ: Mapping[str, str] | None = Non
             tried.append(f"cannot use {str(path)!r}: {exc}")
         else:
             if value:
-                return value
+                return _checked_key(value, f"credential file {str(path)!r}")
             tried.append(f"credential file {str(path)!r} is empty")
     else:
         tried.append("$CREDENTIALS_DIRECTORY is not set (no systemd credentials)")
@@ -160,6 +172,32 @@ def resolve_api_key(spec: AnthropicSpec, environ: Mapping[str, str] | None = Non
         f"or add `LoadCredential={spec.api_key_credential}:/path/to/key` to the systemd "
         "unit — or run with --offline to use the built-in offline model"
     )
+
+
+def _checked_key(key: str, source: str) -> str:
+    """``key`` if it can be sent as an HTTP header (printable ASCII, no spaces); checked at
+    start without the SDK, so a key pasted with a stray character stops ``companyd run``
+    instead of failing every agent's first call. The message never quotes the key.
+
+    Raises:
+        ModelUnavailable: naming ``source`` and the offending character's position.
+    """
+    for i, ch in enumerate(key):
+        if not ("!" <= ch <= "~"):
+            raise ModelUnavailable(
+                f"the Anthropic API key in {source} has {_char_name(ch)} at character "
+                f"{i + 1} of {len(key)}: an API key is printable ASCII without spaces "
+                "(sk-ant-…); copy it again from console.anthropic.com → API keys"
+            )
+    return key
+
+
+def _char_name(ch: str) -> str:
+    if ch.isspace():
+        return "a space or line break"
+    if ord(ch) < 0x20 or ord(ch) == 0x7F:
+        return f"a control character (U+{ord(ch):04X})"
+    return f"a non-ASCII character (U+{ord(ch):04X})"
 
 
 def resolve_base_url(spec: AnthropicSpec, environ: Mapping[str, str] | None = None) -> str | None:
@@ -320,6 +358,8 @@ def map_sdk_error(exc: BaseException, *, model: str, now: float | None = None) -
     ``now``: the epoch time a rate limit's reset times are measured from (default: the
     system's).
     """
+    import anthropic  # loaded already: an SDK error comes from a call (module docstring)
+
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
         rid = exc.request_id
@@ -427,6 +467,8 @@ def _was_sent(exc: BaseException) -> bool:
 def _should_retry(exc: BaseException, err: ModelError) -> bool:
     if isinstance(err, SpendLimitReached):
         return False  # never, whatever the server's headers say
+    import anthropic  # loaded already: see map_sdk_error
+
     if isinstance(exc, anthropic.APIStatusError):
         hdr = exc.response.headers.get("x-should-retry")
         if hdr == "false":
@@ -491,12 +533,27 @@ class ClaudeBackend:
         self.base_url = base_url
         self._clock: Clock = clock or SystemClock()
         self._rng = rng or random.Random()
-        self._client = anthropic.AsyncAnthropic(
-            api_key=api_key,
-            base_url=base_url,
-            timeout=timeout,
-            max_retries=0,  # we own the retry loop: see the module docstring
-        )
+        self._api_key = api_key
+        # built by the first call (_sdk_client): the SDK is not imported before it
+        self._client: anthropic.AsyncAnthropic | None = None
+
+    async def _sdk_client(self) -> anthropic.AsyncAnthropic:
+        """The SDK's client, built at the first call; the SDK's ~0.7 s of imports run in a
+        worker thread (the event loop keeps serving meanwhile).
+        """
+        if self._client is None:
+            if "anthropic" not in sys.modules:
+                await asyncio.to_thread(importlib.import_module, "anthropic")
+            import anthropic  # imported by the thread above: a dictionary lookup
+
+            if self._client is None:  # another first call may have built it meanwhile
+                self._client = anthropic.AsyncAnthropic(
+                    api_key=self._api_key,
+                    base_url=self.base_url,
+                    timeout=self.timeout,
+                    max_retries=0,  # we own the retry loop: see the module docstring
+                )
+        return self._client
 
     @classmethod
     def from_config(
@@ -565,12 +622,15 @@ class ClaudeBackend:
         tools = _tools_param(request, self.cache_ttl)
         if tools:
             params["tools"] = tools
+        client = await self._sdk_client()
+        import anthropic  # loaded by _sdk_client
+
         attempt = 0
         while True:
             try:
                 in_flight[0] = True
                 async with asyncio.timeout(self.timeout + _ATTEMPT_GRACE):
-                    message = await self._client.messages.create(**params)
+                    message = await client.messages.create(**params)
             except (anthropic.AnthropicError, TimeoutError) as exc:
                 in_flight[0] = False
                 err = map_sdk_error(exc, model=request.model, now=self._clock.time())
@@ -627,13 +687,15 @@ class ClaudeBackend:
             ModelError: the key is refused (``AuthenticationError``), the API cannot be
                 reached, … (mapped as for a message, see the module docstring).
         """
+        client = await self._sdk_client()
         try:
             async with asyncio.timeout(timeout):
-                page = await self._client.models.list(limit=100, timeout=timeout)
+                page = await client.models.list(limit=100, timeout=timeout)
         except Exception as exc:  # TimeoutError included: map_sdk_error words it
             raise map_sdk_error(exc, model="(models list)") from exc
         return [m.id for m in page.data]
 
     async def aclose(self) -> None:
-        """Close the HTTP connections."""
-        await self._client.close()
+        """Close the HTTP connections (none before the first call)."""
+        if self._client is not None:
+            await self._client.close()

@@ -53,7 +53,7 @@ from companyd.memory._shared import MIGRATIONS as SHARED_MIGRATIONS
 from companyd.memory._shared import SharedGraphStore
 from companyd.memory._store import GraphStore, Operation, Outcome
 from companyd.memory._tools import READ_ONLY_TOOLS, validate_arguments
-from companyd.storage import SQLITE, Backend, PgDatabase, open_database
+from companyd.storage import SQLITE, Backend, open_database
 from companyd.supervision import ChildContext
 
 __all__ = ["DISK_PROBE_BYTES", "DISK_RETRY_SECONDS", "MemoryService"]
@@ -572,6 +572,8 @@ class MemoryService:
                 readonly=readonly,
                 worker=False,  # the owner thread does the work
             )
+            from companyd.storage import PgDatabase  # PostgreSQL: its driver is loaded
+
             assert isinstance(database, PgDatabase)
             store = SharedGraphStore(
                 self.path, database, lock_timeout=self._lock_timeout, readonly=readonly

@@ -39,14 +39,15 @@ import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from companyd._sqlite import store_errors
 from companyd.memory._codec import parse_graph, serialize
 from companyd.memory._errors import MemoryInconsistent
 from companyd.memory._graph import KnowledgeGraph
 from companyd.memory._store import GraphStore
 from companyd.memory._tools import replay as replay_effect
-from companyd.storage import DB_ERRORS, Fenced, PgConnection, PgDatabase
+from companyd.storage import Fenced, PgConnection, PgDatabase
 
 __all__ = ["MIGRATIONS", "SharedGraphStore"]
 
@@ -66,6 +67,9 @@ CREATE TABLE IF NOT EXISTS memory_log (
 )
 """,
 )
+
+if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
+    from companyd.storage import PgConnection, PgDatabase
 
 #: Log rows after which the owner folds them into ``memory_base`` even when not idle.
 COMPACT_RECORDS = 2000
@@ -154,13 +158,13 @@ class SharedGraphStore(GraphStore):
                     yield
                 except BaseException:
                     if conn.in_transaction:
-                        with contextlib.suppress(*DB_ERRORS):
+                        with contextlib.suppress(*store_errors()):
                             conn.execute("ROLLBACK")
                     raise
                 if conn.in_transaction:
                     try:
                         conn.execute("COMMIT")
-                    except DB_ERRORS as exc:
+                    except store_errors() as exc:
                         raise self._break("committing to", exc) from exc
             finally:
                 self._conn = None
@@ -248,7 +252,7 @@ class SharedGraphStore(GraphStore):
                     (text, now),
                 ).fetchone()
                 self._seq = int(row[0])
-        except DB_ERRORS as exc:
+        except store_errors() as exc:
             raise self._break("writing", exc) from exc
         self._journal_records += len(effects)
 

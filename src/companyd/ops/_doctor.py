@@ -33,6 +33,11 @@ is changed nor a directory of theirs entered, no execute bit is removed and no f
 a second hard link changed (companyd writes no such file into its state), and a dangling
 symlink, a path under a file or a file that may not be changed is reported, never raised.
 Exit 0 when no check is a ``problem``.
+
+The network checks (``database``, ``anthropic``, ``telegram``) run at the same time, each
+within :data:`CHECK_DEADLINE` (its own client gives up after :data:`NETWORK_TIMEOUT`; the
+deadline is the backstop for anything that does not): ``doctor`` takes as long as the
+slowest of them, not their sum, and the report lists them in the order above.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import errno
 import os
 import pwd
 import stat
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +57,7 @@ import psycopg
 from companyd._fs import PRIVATE_DIR, PRIVATE_FILE, private_dir
 from companyd._secrets import protect, redact
 from companyd.alerts import check_telegram
+from companyd.clock import Clock, SystemClock, within
 from companyd.config import (
     CompanyConfig,
     MigrationRefused,
@@ -80,6 +86,9 @@ __all__ = ["DoctorReport", "RunningDaemon", "check_tool_sandbox", "run_doctor"]
 
 #: How long each network check may take (seconds).
 NETWORK_TIMEOUT = 20.0
+#: The most a network check may take in all (its connection, its answer, its clean-up),
+#: whatever its client does: then it is a problem that says it did not answer.
+CHECK_DEADLINE = NETWORK_TIMEOUT + 10.0
 
 
 @dataclass(frozen=True)
@@ -125,9 +134,13 @@ async def run_doctor(
     running: RunningDaemon | None = None,
     environ: Mapping[str, str] | None = None,
     systemd_runtime: Path = SYSTEMD_RUNTIME,
+    clock: Clock | None = None,
 ) -> DoctorReport:
-    """Run every check (see the module docstring); ``state_dir`` overrides company.yaml's."""
+    """Run every check (see the module docstring); ``state_dir`` overrides company.yaml's.
+    ``clock`` times the network checks' deadline (:data:`CHECK_DEADLINE`).
+    """
     env = os.environ if environ is None else environ
+    clock = clock or SystemClock()
     report = DoctorReport()
     config_check, config = await asyncio.to_thread(_check_config, config_path, running)
     report.checks.append(config_check)
@@ -142,7 +155,21 @@ async def run_doctor(
         for value in secret_values(config, env):
             protect(value)
         report.checks.append(_check_secrets(config, env, offline=offline))
-        report.checks.append(await _check_database(config, env))
+        network = {"database": _check_database(config, env)}
+        if not offline:
+            network["anthropic"] = _check_anthropic(config, env)
+            network["telegram"] = _check_telegram(config, env)
+        # at the same time, each within its deadline; listed in the usual order
+        done = dict(
+            zip(
+                network,
+                await asyncio.gather(
+                    *(_within_deadline(name, check, clock) for name, check in network.items())
+                ),
+                strict=True,
+            )
+        )
+        report.checks.append(done["database"])
         if offline:
             report.checks.append(
                 Check("anthropic", "skipped", "skipped (--offline: the company runs offline)")
@@ -152,10 +179,7 @@ async def run_doctor(
                 _telegram_missing(config) or Check("telegram", "skipped", "skipped (--offline)")
             )
         else:
-            api, telegram = await asyncio.gather(
-                _check_anthropic(config, env), _check_telegram(config, env)
-            )
-            report.checks += [api, telegram]
+            report.checks += [done["anthropic"], done["telegram"]]
         report.checks.append(await asyncio.to_thread(check_tool_sandbox, config, environ=env))
         where = config.state_dir(state_dir)
     if where is None:
@@ -396,6 +420,20 @@ def check_tool_sandbox(
         f"tool-server sandboxes can be created (bubblewrap); {len(boxed)} server(s) run in "
         f"one, {who}",
     )
+
+
+async def _within_deadline(name: str, check: Coroutine[Any, Any, Check], clock: Clock) -> Check:
+    """``check``'s verdict, or a problem when it has not come within :data:`CHECK_DEADLINE`."""
+    try:
+        return await within(clock, CHECK_DEADLINE, check)
+    except TimeoutError:
+        return Check(
+            name,
+            "problem",
+            f"no answer within {CHECK_DEADLINE:.0f} s",
+            "check the network (a firewall or proxy that swallows connections), then run "
+            "`companyd doctor` again",
+        )
 
 
 async def _check_database(config: CompanyConfig, env: Mapping[str, str]) -> Check:

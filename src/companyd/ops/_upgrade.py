@@ -42,8 +42,6 @@ from companyd.config import CompanyConfig
 from companyd.desk import PROPOSAL_STORE_STEPS, TOOL_STORE_STEPS
 from companyd.desk import STORE_STEPS as DESK_STEPS
 from companyd.errors import EX_CONFIG, CompanydError
-from companyd.ops._archive import BackupError, verify_archive
-from companyd.ops._backup import take_backup
 from companyd.runs import STORE_STEPS as RUN_STEPS
 from companyd.scheduler import STORE_STEPS as ROUTINE_STEPS
 from companyd.spend import STORE_STEPS as SPEND_STEPS
@@ -210,6 +208,11 @@ def prepare_upgrade(
     pending = [s for s in found if s.needs_migration]
     if not pending:
         return None
+    # imported only when a store will migrate: every start runs this check, and the backup
+    # machinery (tarfile, gzip, the archive format) is not needed otherwise (issue 31)
+    from companyd.ops._archive import BackupError, verify_archive
+    from companyd.ops._backup import take_backup
+
     now = time.time() if now is None else now
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
     folder = state_dir / BACKUPS_DIR

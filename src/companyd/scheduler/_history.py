@@ -57,17 +57,15 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from companyd._sqlite import Migration, SchemaTooNew, check_version, connect_readonly
+from companyd._sqlite import Migration, SchemaTooNew, check_version, connect_readonly, store_errors
 from companyd.errors import CompanydError
 from companyd.scheduler import _ids
 from companyd.scheduler._records import FireRecord, RoutineState, RoutineStats
 from companyd.storage import (
-    DB_ERRORS,
     SQLITE,
     Backend,
     Connection,
     Dialects,
-    StoreAbsent,
     open_database,
     sqlite_migrations,
 )
@@ -671,6 +669,8 @@ def read_history(
             return None
         with contextlib.closing(conn):
             return fn(conn)
+    from companyd.storage import StoreAbsent  # PostgreSQL only: its driver is loaded
+
     database = open_database(
         backend,
         path=None,
@@ -687,7 +687,7 @@ def read_history(
         return None  # no daemon has written this company's history yet
     except SchemaTooNew as exc:
         raise StoreError(str(exc)) from None
-    except DB_ERRORS as exc:
+    except store_errors() as exc:
         if getattr(exc, "sqlstate", None) == _UNDEFINED_TABLE:
             return None  # no daemon has written this company's history yet
         raise StoreError(

@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 from companyd.scheduler._records import FireRecord, RoutineState, RoutineStats
 
@@ -212,6 +211,10 @@ def offline_next_fires(
 def _local(ts: float | None, tz: str, fmt: str = "%Y-%m-%d %H:%M %Z") -> str:
     if ts is None:
         return "—"
+    if tz == "UTC":  # the usual zone, without zoneinfo's imports (issue 31: `companyd jobs`)
+        return utc_from_ts(ts).strftime(fmt)
+    from zoneinfo import ZoneInfo
+
     return utc_from_ts(ts).astimezone(ZoneInfo(tz)).strftime(fmt)
 
 

@@ -46,6 +46,7 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_J
 
 from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
+from companyd._sqlite import store_errors
 from companyd.admin import AdminError, HistoryData, JobsData
 from companyd.clock import Clock, SystemClock, utc_from_ts
 from companyd.config import CompanyConfig, RoutineConfig
@@ -74,7 +75,7 @@ from companyd.scheduler._triggers import (
     next_after,
     trigger_identity,
 )
-from companyd.storage import DB_ERRORS, SQLITE, Backend
+from companyd.storage import SQLITE, Backend
 from companyd.supervision import ChildContext
 from companyd.telemetry import NO_TRACING, Tracer
 
@@ -89,8 +90,13 @@ log = logging.getLogger("companyd.scheduler.service")
 
 #: ``idle`` rows (a quiet heartbeat: 288 a day) are kept this long, then pruned at start.
 IDLE_RETENTION = 35 * 86400.0
-#: What a start that failed opening the history (or reading the desk) raises.
-_START_ERRORS: tuple[type[BaseException], ...] = (StoreError, *DB_ERRORS)
+
+
+def _start_errors() -> tuple[type[BaseException], ...]:
+    """What a start that failed opening the history (or reading the desk) raises."""
+    return (StoreError, *store_errors())
+
+
 #: How often a scheduler that could not open its history on a full disk tries again.
 DISK_RETRY_SECONDS = 30.0
 
@@ -213,7 +219,7 @@ class RoutineScheduler:
         while True:
             try:
                 await self.start()
-            except _START_ERRORS as exc:
+            except _start_errors() as exc:
                 # start() opens the routine history and also reads the founder's desk
                 # (results waiting for approval): either file fails the same way on a full
                 # disk. Taking only the history's StoreError for the disk's made the

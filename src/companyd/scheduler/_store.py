@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from companyd._sqlite import DatabaseClosed, SchemaTooNew
+from companyd._sqlite import DatabaseClosed, SchemaTooNew, store_errors
 from companyd.scheduler._history import (
     DB_NAME,
     HINT,
@@ -60,7 +60,7 @@ from companyd.scheduler._history import (
     set_marker,
     start_fire_stmt,
 )
-from companyd.storage import DB_ERRORS, SQLITE, Backend, Connection, open_database
+from companyd.storage import SQLITE, Backend, Connection, open_database
 
 __all__ = [
     "DB_NAME",
@@ -219,7 +219,7 @@ class RoutineStore:
             await self._db.open()
         except SchemaTooNew as exc:
             self._die(StoreError(str(exc)))
-        except DB_ERRORS as exc:
+        except store_errors() as exc:
             death = StoreError(
                 f"cannot open {str(self.path)!r}: {exc}; check that the state directory "
                 "is writable by the daemon's user and the disk is not full"
@@ -247,7 +247,7 @@ class RoutineStore:
         assert fut is not None
         try:
             result: T = await fut
-        except DB_ERRORS as exc:
+        except store_errors() as exc:
             # e.g. the connection could not be opened (a full disk): told as the store's
             # error, with the cause kept so a full disk is told apart
             raise StoreError(f"{self._name}: {exc}; {self._advice}") from exc
@@ -344,7 +344,7 @@ class RoutineStore:
         reported: asyncio.Future[None],
     ) -> None:
         exc = done.exception()
-        if isinstance(exc, DB_ERRORS):
+        if isinstance(exc, store_errors()):
             # The batch never ran: on PostgreSQL the pool could not lend a connection (the
             # server is down, the network cut). Told as the store's error, cause kept.
             error = StoreError(f"{self._name}: {exc}; {self._advice}")
@@ -420,7 +420,7 @@ class RoutineStore:
     def _batch(self, conn: Connection, items: list[_Item]) -> list[tuple[bool, Any]]:
         try:
             return self._run_batch(conn, items)
-        except DB_ERRORS as exc:
+        except store_errors() as exc:
             error = StoreError(f"{self._name}: {exc}; {self._advice}")
             raise error from exc  # a full disk is told apart by its cause
 

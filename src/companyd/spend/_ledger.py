@@ -39,22 +39,23 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from companyd._sqlite import Migration, SchemaTooNew
+from companyd._sqlite import Migration, SchemaTooNew, store_errors
 from companyd.admin import SpendTotals
 from companyd.errors import CompanydError
 from companyd.llm import Usage
 from companyd.storage import (
-    DB_ERRORS,
     SQLITE,
     Backend,
     Connection,
     Dialects,
-    StoreDatabase,
     open_database,
     sqlite_migrations,
 )
+
+if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
+    from companyd.storage import StoreDatabase
 
 __all__ = [
     "DIMENSIONS",
@@ -383,7 +384,7 @@ class Ledger:
         except SchemaTooNew as exc:
             self.database.close_sync()
             raise LedgerError(str(exc)) from exc
-        except DB_ERRORS as exc:
+        except store_errors() as exc:
             self.database.close_sync()
             raise LedgerError(
                 f"cannot open the spend ledger {self.database.path!s}: {exc}; check the file's "

@@ -25,11 +25,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from companyd._fs import is_disk_failure
+from companyd._sqlite import store_errors
 from companyd.spend._ledger import InflightRow, Ledger, LedgerError
-from companyd.storage import DB_ERRORS, SQLITE, Backend, StoreDatabase
+from companyd.storage import SQLITE, Backend
+
+if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
+    from companyd.storage import StoreDatabase
+from companyd.storage import StoreDatabase
 
 __all__ = ["LedgerThread", "Opening"]
 
@@ -116,7 +121,7 @@ class LedgerThread:
                 try:
                     stale = led.take_inflight()
                     led.set_meta({"timezone": timezone, "day": day, "month": month})
-                except DB_ERRORS as exc:
+                except store_errors() as exc:
                     if not is_disk_failure(exc):
                         raise
                     # Started on a full disk: come up (degraded) on what can be read. The
@@ -133,7 +138,7 @@ class LedgerThread:
                     history=led.spend_since(since),
                     write_failure=failed,
                 )
-            except DB_ERRORS as exc:
+            except store_errors() as exc:
                 led.close()
                 raise LedgerError(
                     f"cannot read the spend ledger {str(self.path)!r}: {exc}; check the "
@@ -170,7 +175,7 @@ class LedgerThread:
                 raise LedgerError(f"the spend ledger {str(path)!r} is closed")
             try:
                 return fn(led)
-            except DB_ERRORS as exc:  # the disk, not our logic
+            except store_errors() as exc:  # the disk, not our logic
                 raise LedgerError(
                     f"the spend ledger {str(path)!r} could not be written or read: "
                     f"{type(exc).__name__}: {exc}; check free disk space and permissions"

@@ -43,6 +43,7 @@ from psycopg_pool import ConnectionPool
 
 from companyd._sqlite import SchemaTooNew, statements
 from companyd._worker import DatabaseClosed, StoreWorker
+from companyd.storage._absent import StoreAbsent
 from companyd.storage._dialect import Dialects, to_pyformat
 from companyd.storage._fence import Fence, Fenced
 
@@ -63,12 +64,6 @@ def lock_key(schema: str, store: str) -> int:
     lo = zlib.crc32(store.encode())
     key = (hi << 32) | lo
     return key - (1 << 64) if key >= (1 << 63) else key
-
-
-class StoreAbsent(LookupError):
-    """A read-only open of a store whose tables do not exist yet (no daemon has written
-    to this company's schema): the PostgreSQL twin of a state file that is not there.
-    """
 
 
 class PgCursor:
