@@ -226,11 +226,15 @@ def imported(log_text: str) -> list[str]:
 
 def heavy_among(modules: list[str], heavy: tuple[str, ...]) -> list[str]:
     """The entries of ``heavy`` that ``modules`` holds (a name or one of its submodules),
-    read without the leading underscores of internal modules (``companyd.dashboard._app``
-    is also ``companyd.dashboard._app``).
+    both read without the leading underscores of internal modules (``companyd.dashboard._app``
+    and ``companyd.dashboard.app`` are one), so a module renamed private is still matched.
     """
-    plain = {".".join(part.lstrip("_") for part in m.split(".")) for m in modules}
-    return [h for h in heavy if any(m == h or m.startswith(h + ".") for m in plain)]
+
+    def plain(name: str) -> str:
+        return ".".join(part.lstrip("_") for part in name.split("."))
+
+    loaded = {plain(m) for m in modules}
+    return [h for h in heavy if any(m == plain(h) or m.startswith(plain(h) + ".") for m in loaded)]
 
 
 def profiled_env(notify: str, **extra: str) -> dict[str, str]:

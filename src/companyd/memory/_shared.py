@@ -47,7 +47,7 @@ from companyd.memory._errors import MemoryInconsistent
 from companyd.memory._graph import KnowledgeGraph
 from companyd.memory._store import GraphStore
 from companyd.memory._tools import replay as replay_effect
-from companyd.storage import Fenced, PgConnection, PgDatabase
+from companyd.storage import Fenced
 
 __all__ = ["MIGRATIONS", "SharedGraphStore"]
 

@@ -34,7 +34,6 @@ from companyd.storage import SQLITE, Backend
 
 if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
     from companyd.storage import StoreDatabase
-from companyd.storage import StoreDatabase
 
 __all__ = ["LedgerThread", "Opening"]
 
