@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from companyd._sqlite import Migration, SchemaTooNew
+from companyd.alerts._outbound import OUTBOUND_PG, OUTBOUND_SQLITE
 from companyd.errors import CompanydError
 from companyd.storage import (
     DB_ERRORS,
@@ -168,11 +169,13 @@ CREATE TABLE IF NOT EXISTS follow_ups (
 #: The outbox's schema on both backends, one entry per version (companyd.storage):
 #: 1 the alerts (and, on PostgreSQL, the delivery claims), 2 the threads (a message sent →
 #: the run whose result or answer it shows), 3 the follow-ups whose answer is still owed (a
-#: founder's reply → the task answering it).
+#: founder's reply → the task answering it), 4 the outbound queue (one row per event and
+#: webhook or channel: companyd.alerts._outbound).
 STEPS: tuple[Dialects, ...] = (
     Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),
     Dialects(sqlite=_THREADS, postgres=_PG_THREADS),
     Dialects(sqlite=_FOLLOW_UPS, postgres=_PG_FOLLOW_UPS),
+    Dialects(sqlite=OUTBOUND_SQLITE, postgres=OUTBOUND_PG),
 )
 #: The SQLite text of :data:`STEPS` (``PRAGMA user_version``; see companyd._sqlite).
 MIGRATIONS: tuple[Migration, ...] = sqlite_migrations(STEPS)
@@ -454,6 +457,12 @@ class AlertStore:
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._db.run(lambda conn: fn(conn, *args))
+
+    async def run(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` on the store's worker thread (for the outbound queue,
+        :mod:`companyd.alerts._outbound`, whose table lives in this store).
+        """
+        return await self._db.run(fn)
 
     # -- thread side --------------------------------------------------------------------
 

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
         MemorySpec,
         MetricsSpec,
         ModelSpec,
+        OutboundWebhookSpec,
         PriceSpec,
         QuietHoursSpec,
         RetentionSpec,
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
         ToolsSpec,
         TriggerSpec,
     )
+    from companyd.config.schema import WEBHOOK_EVENT_TYPES as WEBHOOK_EVENT_TYPES
     from companyd.config.secrets import (
         SecretReference,
         company_schema,
@@ -99,6 +101,7 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "SCHEMA",
     "SECTIONS",
+    "WEBHOOK_EVENT_TYPES",
     "AgentConfig",
     "AgentSpec",
     "AlertsSpec",
@@ -123,6 +126,7 @@ __all__ = [
     "MetricsSpec",
     "MigrationRefused",
     "ModelSpec",
+    "OutboundWebhookSpec",
     "PriceSpec",
     "QuietHoursSpec",
     "RetentionSpec",
@@ -179,6 +183,7 @@ _HOMES: dict[str, str] = {
     "MetricsSpec": "companyd.config.schema",
     "MigrationRefused": "companyd.config.migrate",
     "ModelSpec": "companyd.config.schema",
+    "OutboundWebhookSpec": "companyd.config.schema",
     "PriceSpec": "companyd.config.schema",
     "QuietHoursSpec": "companyd.config.schema",
     "RetentionSpec": "companyd.config.schema",
@@ -194,6 +199,7 @@ _HOMES: dict[str, str] = {
     "ToolServerLimitsSpec": "companyd.config.schema",
     "ToolsSpec": "companyd.config.schema",
     "TriggerSpec": "companyd.config.schema",
+    "WEBHOOK_EVENT_TYPES": "companyd.config.schema",
     "company_schema": "companyd.config.secrets",
     "default_config_path": "companyd.config.default_path",
     "is_loopback": "companyd.config.scalars",

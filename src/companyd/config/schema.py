@@ -378,8 +378,28 @@ class CatchUpSpec(Spec):
         return value
 
 
-#: Where a routine's result goes (docs/alerts.md, "Results").
-Delivery = Literal["telegram", "digest", "memory", "file"]
+#: Where a routine's result goes (docs/alerts.md, "Results"), besides ``webhook:NAME``
+#: (one of ``alerts.webhooks``, docs/webhooks.md).
+DELIVERIES = ("telegram", "digest", "memory", "file")
+
+
+def _delivery(value: Any) -> Any:
+    if isinstance(value, str) and (value in DELIVERIES or value.startswith("webhook:")):
+        if value.startswith("webhook:") and not re.fullmatch(
+            r"webhook:[a-z][a-z0-9_-]{0,62}", value
+        ):
+            raise ValueError(
+                f"expected webhook:NAME with NAME one of alerts.webhooks' names, got {value!r}"
+            )
+        return value
+    raise ValueError(
+        f"expected one of {', '.join(repr(d) for d in DELIVERIES)} or 'webhook:NAME' (a name "
+        f"in alerts.webhooks), got {value!r}"
+    )
+
+
+#: One entry of a routine's ``deliver:``.
+Delivery = Annotated[str, BeforeValidator(_delivery)]
 
 
 class BackupSpec(Spec):
@@ -555,8 +575,50 @@ class TelegramSpec(Spec):
     _url = field_validator("api_url")(http_url)
 
 
+#: The event types a webhook can subscribe to (docs/webhooks.md).
+WEBHOOK_EVENT_TYPES: tuple[str, ...] = (
+    "run.completed",
+    "run.failed",
+    "run.unverified",
+    "approval.requested",
+    "budget.threshold",
+    "routine.missed",
+    "leader.changed",
+)
+
+
+def _event_type(value: Any) -> Any:
+    if value not in WEBHOOK_EVENT_TYPES:
+        raise ValueError(f"expected one of {', '.join(WEBHOOK_EVENT_TYPES)}, got {value!r}")
+    return value
+
+
+class OutboundWebhookSpec(Spec):
+    """One receiver of signed events (docs/webhooks.md): ``name`` (``deliver:
+    [webhook:NAME]``), ``url``, ``secret_env`` (the environment variable holding its
+    Standard Webhooks secret, ``whsec_…``) and the ``events`` it gets.
+    """
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
+    url: str
+    secret_env: EnvName
+    events: tuple[Annotated[str, BeforeValidator(_event_type)], ...] = ()
+
+    _url = field_validator("url")(http_url)
+
+    @field_validator("events")
+    @classmethod
+    def _once(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        twice = sorted({e for e in v if v.count(e) > 1})
+        if twice:
+            raise ValueError(
+                f"{', '.join(repr(e) for e in twice)} listed twice; name each event type once"
+            )
+        return v
+
+
 class AlertsSpec(Spec):
-    """Alert routing and noise control."""
+    """Alert routing and noise control; webhooks out."""
 
     telegram: TelegramSpec | None = None
     min_severity: Literal["critical", "warning", "info"] = "warning"
@@ -566,6 +628,19 @@ class AlertsSpec(Spec):
     quiet_hours: QuietHoursSpec | None = None
     coalesce_seconds: Duration = 600.0
     digest_at: str = "08:00"
+    webhooks: tuple[OutboundWebhookSpec, ...] = ()
+
+    @field_validator("webhooks")
+    @classmethod
+    def _names_once(cls, v: tuple[OutboundWebhookSpec, ...]) -> tuple[OutboundWebhookSpec, ...]:
+        names = [w.name for w in v]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"webhook name {', '.join(repr(n) for n in twice)} used twice; give each "
+                "webhook its own name"
+            )
+        return v
 
     @field_validator("digest_at", mode="before")
     @classmethod
