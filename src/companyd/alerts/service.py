@@ -60,6 +60,8 @@ from pathlib import Path
 from companyd._aio import race
 from companyd._fs import DiskAlarm
 from companyd.admin import Admin, PagerHealth
+from companyd.alerts._channels import AppriseTarget, Fanout, channel_url
+from companyd.alerts._outbound import OutboundQueue, Target
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.commands import Commands
 from companyd.alerts.deliver import DeliveryLog, MemoryPort, Results
@@ -151,6 +153,10 @@ class AlertService:
         self._sender.on_sent = self._results.sent
         self._sender.on_refused = self._results.refused
         self._desk = DeskMessages(self._book)
+        # the founder's other channels (docs/alerts.md, "Other channels"): what goes to
+        # them, and the durable queue that sends it while the outbox is open
+        self._fanout = Fanout(config.spec.alerts.channels, self._book.policy)
+        self._queue: OutboundQueue | None = None
 
     # -- public -------------------------------------------------------------------------
 
@@ -160,6 +166,9 @@ class AlertService:
         """
         self._config = config
         self._book.policy = Policy.of(config)
+        # a channel added here is queued for at once and sent from the next start on
+        self._fanout.channels = config.spec.alerts.channels
+        self._fanout.policy = self._book.policy
 
     def close(self) -> None:
         """Stop listening to the bus for good (when the service is discarded)."""
@@ -246,19 +255,79 @@ class AlertService:
         self._sender.state, self._sender.reason = "off", reason
         self._results.off_reason = reason
         log.warning("alerts are not sent to Telegram: %s", reason)
+        targets = self._channel_targets()
+        store: AlertStore | None = None
+        tasks: list[asyncio.Task[None]] = []
+        if targets:
+            # the other channels still get their alerts and results: through the outbox
+            store = AlertStore(
+                self._state_dir / "alerts.sqlite", backend=self._backend, owner=self._owner
+            )
+            note = await store.open()
+            if note:
+                log.error("%s", note)
+            self._queue = OutboundQueue(store, targets, self._clock)
+            tasks.append(asyncio.create_task(self._queue.run(), name="alerts:channels"))
         ctx.started({"telegram": "off", "reason": reason})
         stop = asyncio.ensure_future(ctx.stopping.wait())
         try:
             while not stop.done():
-                won = await race(self._sub.get(), stop)  # an event wins a tie with the stop
+                won = await race(self._sub.get(), stop, *tasks)  # an event wins a tie
+                if won.index > 1:
+                    won.result()  # the queue's own failure ends the pager (restarted)
+                    raise RuntimeError("the channels' queue stopped")
                 if won.index == 0:
                     event = won.result()
+                    await self._fan_out([event])
                     if isinstance(event, RoutineResult):  # memory and file need no Telegram
                         await self._results.take(event)
                         continue
                     log.debug("alert not sent (no Telegram): %s from %s", event.kind, event.source)
         finally:
             stop.cancel()
+            await self._stop_queue(tasks)
+            if store is not None:
+                await store.close()
+
+    def _channel_targets(self) -> dict[str, Target]:
+        """The channels' queue targets, their URLs read from the environment now (each one
+        missing is said once: its messages wait in the outbox for a restart with it).
+        """
+        targets: dict[str, Target] = {}
+        for spec in self._config.spec.alerts.channels:
+            url = channel_url(spec)
+            if url is None:
+                log.warning(
+                    "alerts: channel %r: $%s is not set; its messages wait in the outbox "
+                    "until companyd is restarted with it (companyd doctor checks it)",
+                    spec.name,
+                    spec.url_env,
+                )
+            target = AppriseTarget(spec, url)
+            targets[target.name] = target
+        return targets
+
+    async def _stop_queue(self, tasks: Sequence[asyncio.Task[None]]) -> None:
+        """Let the channels' queue finish the send in flight (briefly), then stop it."""
+        queue, self._queue = self._queue, None
+        if queue is None:
+            return
+        queue.stop_requested = True
+        queue.wake.set()
+        for task in tasks:
+            await race(task, asyncio.sleep(FLUSH_TIMEOUT))
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _fan_out(self, events: Sequence[Event]) -> None:
+        """Queue what ``events`` bring the other channels (before any send)."""
+        queue = self._queue
+        if queue is None:
+            return
+        now = self._clock.time()
+        items = [item for event in events for item in self._fanout.items(event, now)]
+        if items:
+            await queue.enqueue(items)
 
     async def _run_with_telegram(self, ctx: ChildContext, settings: TelegramSettings) -> None:
         self._sender.state, self._sender.reason = "connecting", ""
@@ -290,6 +359,9 @@ class AlertService:
             waiting = sum(1 for r in records if not r.settled)
             if waiting:
                 log.info("alerts: %d alert(s) from before the restart wait in the outbox", waiting)
+            targets = self._channel_targets()
+            if targets:
+                self._queue = OutboundQueue(store, targets, self._clock)
             ctx.started({"telegram": "connecting", "outbox": waiting})
             # answers to the founder's replies that a stop or a crash left owed
             self._commands.resume(await store.owed())
@@ -298,9 +370,12 @@ class AlertService:
                 asyncio.create_task(self._sender.run(), name="alerts:send"),
                 asyncio.create_task(link.run(), name="alerts:telegram"),
             ]
+            if self._queue is not None:
+                tasks.append(asyncio.create_task(self._queue.run(), name="alerts:channels"))
             await self._until_stopping(ctx, tasks)
             await self._stop_gracefully(tasks)
         finally:
+            await self._stop_queue(tasks[3:])
             for t in tasks:
                 t.cancel()
             for t in list(self._commands.tasks):
@@ -405,6 +480,7 @@ class AlertService:
         transaction. The sender sees a new alert only once it is in the outbox; a burst
         costs one commit, not one per event.
         """
+        await self._fan_out(events)
         touched: dict[int, AlertRecord] = {}
         for event in events:
             try:
