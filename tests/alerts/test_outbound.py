@@ -71,8 +71,9 @@ class Setup:
         assert await store.open() is None
         queue = OutboundQueue(store, {self.target.name: self.target}, self.clock)
 
-        async def done(row: OutboundRow) -> None:
+        async def done(row: OutboundRow) -> bool:
             self.done.append(row)
+            return False
 
         queue.on_done = done
         return store, queue

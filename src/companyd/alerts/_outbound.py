@@ -308,37 +308,39 @@ def _due_sync(
     targets: Sequence[str],
     limit: int,
 ) -> tuple[list[OutboundRow], float | None]:
-    """Claim the due pending rows of ``targets`` (oldest first) for ``owner``; also the
-    earliest ``next_at`` of their rows not yet due or claimed by another (None: none).
+    """Claim for ``owner`` the due pending rows of each of ``targets``, in queue order: a
+    target's rows up to its first one not yet due (or claimed by another owner), which
+    holds the rest back. Also the earliest time a held row is due (None: none).
     """
-    if not targets:
-        return [], None
-    names = ", ".join("?" for _ in targets)
+    taken: list[OutboundRow] = []
+    nxt: float | None = None
     conn.execute("BEGIN IMMEDIATE")
     try:
-        rows = conn.execute(
-            f"SELECT {_COLS} FROM outbound WHERE state = 'pending' AND target IN ({names}) "
-            "AND next_at <= ? AND (owner IS NULL OR owner = ? OR claimed + ? <= ?) "
-            "ORDER BY seq LIMIT ?",
-            (*targets, now, owner, lease, now, limit),
-        ).fetchall()
-        if rows:
+        for target in targets:
+            rows = conn.execute(
+                f"SELECT {_COLS}, owner, claimed FROM outbound WHERE state = 'pending' "
+                "AND target = ? ORDER BY seq LIMIT ?",
+                (target, limit),
+            ).fetchall()
+            for r in rows:
+                row = OutboundRow.of(r)
+                held = r[-2] is not None and r[-2] != owner and float(r[-1]) + lease > now
+                if row.next_at > now or held:
+                    due = float(r[-1]) + lease if held else row.next_at
+                    nxt = due if nxt is None else min(nxt, due)
+                    break
+                taken.append(row)
+        if taken:
             conn.executemany(
                 "UPDATE outbound SET owner = ?, claimed = ? WHERE id = ?",
-                [(owner, now, r[0]) for r in rows],
+                [(owner, now, row.id) for row in taken],
             )
-        later = conn.execute(
-            "SELECT min(CASE WHEN next_at > ? THEN next_at ELSE claimed + ? END) FROM outbound "
-            f"WHERE state = 'pending' AND target IN ({names}) AND (next_at > ? OR owner <> ?)",
-            (now, lease, *targets, now, owner),
-        ).fetchone()
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    nxt = None if later is None or later[0] is None else float(later[0])
-    return [OutboundRow.of(r) for r in rows], nxt
+    return taken, nxt
 
 
 def _record_sync(conn: Connection, *, row: OutboundRow) -> None:
@@ -385,8 +387,10 @@ class OutboundQueue:
         self._targets = dict(targets)
         self._clock = clock
         self.wake = asyncio.Event()
-        #: told each message's final outcome: (row, "sent" | "failed"); errors are logged
-        self.on_done: Callable[[OutboundRow], Awaitable[None]] | None = None
+        #: told each message's final outcome (``row.state``: ``sent`` or ``failed``, with
+        #: ``last_error``); True when it told the founder of a failure itself (a result's
+        #: delivery record and alert), so that the queue's own log line is left out
+        self.on_done: Callable[[OutboundRow], Awaitable[bool]] | None = None
         #: targets in a logged outage (said once; the end of it is said too)
         self._down: set[str] = set()
         #: a graceful stop asked the queue to finish after the send in flight
@@ -486,27 +490,24 @@ class OutboundQueue:
             if row.state == "pending":
                 held.add(row.target)
                 sooner(row.next_at)
-        if len(rows) == BATCH:
-            return self._clock.time()
+        if len(rows) >= BATCH:
+            return self._clock.time()  # more may wait behind this batch
         return nxt
 
     async def _attempt(self, target: Target, row: OutboundRow) -> None:
         message = row.message()
         row.attempts += 1
         now = self._clock.time()
+        said = ""  # why the message is failed for good, to say once
         try:
             async with asyncio.timeout(SEND_TIMEOUT):
                 await target.send(message)
         except PermanentSendError as exc:
             row.state, row.last_error = "failed", redact(str(exc))
-            log.error(
-                "alerts: %s %s refused %s %s for good (%s); it is not sent again — fix the "
-                "receiver or alerts.webhooks in company.yaml",
-                target.kind,
-                target.name,
-                row.type,
-                row.id,
-                row.last_error,
+            said = (
+                f"{target.kind} {target.name} refused {row.type} {row.id} for good "
+                f"({row.last_error}); it is not sent again — fix the receiver or its entry "
+                "in company.yaml"
             )
         except Exception as exc:
             retry_after = exc.retry_after if isinstance(exc, TransientSendError) else None
@@ -516,17 +517,11 @@ class OutboundQueue:
             row.last_error = text
             if now - row.created >= GIVE_UP_AFTER:
                 row.state = "failed"
-                log.error(
-                    "alerts: gave up sending %s %s to %s %s after %d attempts over %.0f hours "
-                    "(last: %s)",
-                    row.type,
-                    row.id,
-                    target.kind,
-                    target.name,
-                    row.attempts,
-                    (now - row.created) / 3600,
-                    text,
+                row.last_error = (
+                    f"gave up after {row.attempts} attempts over "
+                    f"{(now - row.created) / 3600:.0f} hours (last: {text})"
                 )
+                said = f"{target.kind} {target.name}: {row.type} {row.id}: {row.last_error}"
             else:
                 row.next_at = now + backoff(row.attempts, retry_after)
                 if row.target not in self._down:
@@ -547,11 +542,16 @@ class OutboundQueue:
                     "alerts: %s %s answers again; delivering its messages", target.kind, row.target
                 )
         await self._store.run(partial(_record_sync, row=row))
-        if row.state != "pending" and self.on_done is not None:
+        if row.state == "pending":
+            return
+        told = False
+        if self.on_done is not None:
             try:
-                await self.on_done(row)
+                told = await self.on_done(row)
             except Exception:  # the send stands; only its record is missing
                 log.exception("alerts: could not record the outcome of %s", row.id)
+        if said and not told:
+            log.error("alerts: %s", said)
 
 
 def _redacted(data: Mapping[str, Any]) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -27,9 +27,12 @@ from typing import TYPE_CHECKING, Any
 from companyd._secrets import protect
 from companyd.alerts._outbound import (
     OutboundMessage,
+    OutboundQueue,
     PermanentSendError,
+    Queued,
     TransientSendError,
 )
+from companyd.clock import Clock
 from companyd.config import WEBHOOK_EVENT_TYPES
 from companyd.events import (
     BudgetThreshold,
@@ -45,11 +48,13 @@ from companyd.events import (
 if TYPE_CHECKING:
     import httpx
 
+    from companyd.alerts.outbox import AlertStore
     from companyd.config import OutboundWebhookSpec
 
 __all__ = [
     "EVENT_TYPES",
     "WebhookTarget",
+    "Webhooks",
     "event_type",
     "webhook_targets",
 ]
@@ -198,3 +203,101 @@ def webhook_targets(
                 "expected whsec_ followed by base64"
             )
     return targets, unusable
+
+
+class Webhooks:
+    """The pager's webhooks out: the targets of ``alerts.webhooks``, the outbound queue over
+    the alert outbox, and what each event or result puts in it.
+
+    Args:
+        specs: ``alerts.webhooks``.
+        clock: the pager's clock (backoff, signatures' timestamps).
+        delivers: each routine's ``deliver:`` list: a webhook a routine delivers its
+            result to gets one message per run of it (the result, ``run.completed`` or
+            ``run.unverified`` with the answer), not the bare event besides.
+    """
+
+    def __init__(
+        self,
+        specs: tuple[OutboundWebhookSpec, ...],
+        clock: Clock,
+        delivers: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        self.specs = specs
+        self._clock = clock
+        #: routine → the webhooks its ``deliver:`` names: they get its runs' results, not
+        #: also the bare ``run.completed`` / ``run.unverified`` of the same run
+        self._delivers = {
+            r: frozenset(d.partition(":")[2] for d in ds if d.startswith("webhook:"))
+            for r, ds in (delivers or {}).items()
+        }
+        self.queue: OutboundQueue | None = None
+        self._client: httpx.AsyncClient | None = None
+        #: why a configured webhook cannot be used (by name), said once at start
+        self.unusable: dict[str, str] = {}
+
+    @property
+    def configured(self) -> bool:
+        """Whether company.yaml names any webhook."""
+        return bool(self.specs)
+
+    async def start(self, store: AlertStore) -> OutboundQueue:
+        """The queue over ``store`` (opened), with every usable target; says once which
+        webhook cannot be used and why (its messages are queued and wait).
+        """
+        import httpx
+
+        self._client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False)
+        targets, self.unusable = webhook_targets(self.specs, self._client, self._clock.time)
+        for name, why in self.unusable.items():
+            log.error(
+                "alerts: webhook %s cannot be used: %s; its events are kept in the outbox "
+                "until then",
+                name,
+                why,
+            )
+        self.queue = OutboundQueue(store, targets, self._clock)
+        return self.queue
+
+    def items(self, event: Event) -> list[Queued]:
+        """The messages ``event`` makes: one per webhook subscribed to its type."""
+        type_ = event_type(event)
+        if type_ is None:
+            return []
+        wanted = [s for s in self.specs if type_ in s.events]
+        if isinstance(event, RunFinished) and event.routine:
+            # the result, with its answer, goes to these as this run's message
+            result_to = self._delivers.get(event.routine, frozenset())
+            wanted = [s for s in wanted if s.name not in result_to]
+        if not wanted:
+            return []
+        key, data = event_key(event, type_), event_data(event)
+        return [Queued(s.name, "webhook", key, type_, event.ts, data) for s in wanted]
+
+    async def take(self, events: Sequence[Event]) -> None:
+        """Queue the messages of ``events`` (one transaction)."""
+        if self.queue is None:
+            return
+        items = [q for e in events for q in self.items(e)]
+        if items:
+            await self.queue.enqueue(items)
+
+    async def result(self, name: str, data: Mapping[str, Any], when: float) -> bool:
+        """Queue a routine's result for webhook ``name`` (``deliver: [webhook:NAME]``) as
+        ``run.completed`` (``run.unverified`` when its run ended so). False when there is no
+        such webhook or no queue (the pager cannot keep it); True when queued (or already).
+        """
+        if self.queue is None or name not in {s.name for s in self.specs}:
+            return False
+        type_ = "run.unverified" if data.get("unverified") else "run.completed"
+        body = {k: v for k, v in data.items() if k != "deliver"}
+        key = f"result:{data.get('run_id')}"
+        await self.queue.enqueue([Queued(name, "webhook", key, type_, when, body)])
+        return True
+
+    async def close(self) -> None:
+        """Close the HTTP client."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        self.queue = None

@@ -14,7 +14,10 @@ when it names an ``expected_output``, nothing otherwise). :class:`Results` takes
 * ``digest`` — writes it to the outbox as a digest item, held until the next
   ``alerts.digest_at``, when :mod:`companyd.alerts.digest` folds the items into one message;
 * ``memory`` — adds the result as an observation on the entity ``routine:<slug>``;
-* ``file`` — writes ``<state_dir>/outputs/<routine>/<date>-<run>.md`` atomically.
+* ``file`` — writes ``<state_dir>/outputs/<routine>/<date>-<run>.md`` atomically;
+* ``webhook:NAME`` — queues it for the webhook ``NAME`` (``alerts.webhooks``) as a signed
+  ``run.completed`` (or ``run.unverified``) event in the outbound queue
+  (:mod:`companyd.alerts._outbound`); :meth:`Results.webhook_done` records its fate.
 
 A delivery that cannot be made publishes ``result_undelivered`` (an alert with the reason);
 one made publishes ``result_delivered`` (logged). Nothing is silent: each delivery is also
@@ -30,6 +33,7 @@ a reply to the founder's message).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
@@ -40,6 +44,8 @@ from zoneinfo import ZoneInfo
 
 from companyd._fs import make_dirs, write_atomic
 from companyd.admin import ResultDelivery
+from companyd.alerts._outbound import OutboundRow
+from companyd.alerts._webhooks import Webhooks
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.digest import next_digest
 from companyd.alerts.outbox import AlertRecord, Delivery
@@ -288,6 +294,8 @@ class Results:
         self._log = log
         #: why nothing goes to Telegram, while the pager runs without it (set by the service)
         self.off_reason = "Telegram is not configured"
+        #: the webhooks out, while the pager has an outbox for them (set by the service)
+        self.webhooks: Webhooks | None = None
 
     async def take(
         self,
@@ -320,6 +328,21 @@ class Results:
                         failed.append(to)
                         why = f"Telegram is not configured ({self.off_reason})"
                         notes.append(partial(self._undelivered, data, to, why, off=True))
+                    continue
+                if to.startswith("webhook:"):
+                    if await self._webhook(to, data):
+                        made.append(to)
+                        at = self._hhmm(self._book.clock.time())
+                        said = (
+                            f"queued for {to} at {at} (in the outbox until the receiver takes it)"
+                        )
+                        notes.append(partial(self._record, data, to, "queued", said))
+                    else:
+                        failed.append(to)
+                        why = (
+                            f"no webhook {to.partition(':')[2]!r} is configured in alerts.webhooks"
+                        )
+                        notes.append(partial(self._undelivered, data, to, why))
                     continue
                 if to == "file":
                     path = await self._file(data)
@@ -371,6 +394,35 @@ class Results:
         await self._undelivered(
             rec.data, "telegram", f"Telegram refused it in chat {chat_id}: {why}"
         )
+
+    async def _webhook(self, to: str, data: Mapping[str, Any]) -> bool:
+        """Queue the result for ``webhook:NAME``; False when the pager has no such webhook."""
+        hooks = self.webhooks
+        if hooks is None:
+            return False
+        return await hooks.result(to.partition(":")[2], data, self._book.clock.time())
+
+    async def webhook_done(self, row: OutboundRow) -> bool:
+        """The outbound queue's final word on a message: for a routine's result
+        (``deliver: [webhook:NAME]``), the delivery is recorded in the run's record —
+        delivered, or not (refused for good, or given up: logged, alerted and the result
+        kept in the inbox; True then, the queue says nothing more).
+        """
+        if not row.key.startswith("result:"):
+            return False
+        try:
+            data = json.loads(row.body).get("data") or {}
+        except ValueError:
+            return False
+        to = f"webhook:{row.target}"
+        if row.state == "sent":
+            at = row.sent_at or self._book.clock.time()
+            self._told(data, to, row.id)
+            text = f"delivered to {to} at {self._hhmm(at)} (webhook-id {row.id})"
+            await self._record(data, to, "delivered", text, where=row.id)
+            return False
+        await self._undelivered(data, to, f"{row.last_error or 'refused'} ({row.id})")
+        return True
 
     def _hhmm(self, at: float) -> str:
         return datetime.fromtimestamp(at, self._book.policy.tz).strftime("%H:%M")

@@ -62,6 +62,7 @@ from companyd._fs import DiskAlarm
 from companyd.admin import Admin, PagerHealth
 from companyd.alerts._channels import AppriseTarget, Fanout, channel_url
 from companyd.alerts._outbound import OutboundQueue, Target
+from companyd.alerts._webhooks import Webhooks
 from companyd.alerts.coalesce import AlertBook
 from companyd.alerts.commands import Commands
 from companyd.alerts.deliver import DeliveryLog, MemoryPort, Results
@@ -153,8 +154,16 @@ class AlertService:
         self._sender.on_sent = self._results.sent
         self._sender.on_refused = self._results.refused
         self._desk = DeskMessages(self._book)
+        # webhooks out (docs/webhooks.md): their settings apply on the next start, like
+        # Telegram's
+        self._webhooks = Webhooks(
+            config.spec.alerts.webhooks,
+            self._clock,
+            {slug: r.deliver for slug, r in config.routines.items()},
+        )
         # the founder's other channels (docs/alerts.md, "Other channels"): what goes to
-        # them, and the durable queue that sends it while the outbox is open
+        # them, and their durable queue while the outbox is open (one of its own, beside
+        # the webhooks': the two have disjoint targets in the same table)
         self._fanout = Fanout(config.spec.alerts.channels, self._book.policy)
         self._queue: OutboundQueue | None = None
 
@@ -255,37 +264,41 @@ class AlertService:
         self._sender.state, self._sender.reason = "off", reason
         self._results.off_reason = reason
         log.warning("alerts are not sent to Telegram: %s", reason)
-        targets = self._channel_targets()
+        # webhooks need no Telegram: with any configured, the outbox opens for their queue
+        # and so do the other channels (a company whose only channel is Slack or email)
         store: AlertStore | None = None
-        tasks: list[asyncio.Task[None]] = []
-        if targets:
-            # the other channels still get their alerts and results: through the outbox
-            store = AlertStore(
-                self._state_dir / "alerts.sqlite", backend=self._backend, owner=self._owner
-            )
-            note = await store.open()
-            if note:
-                log.error("%s", note)
-            self._queue = OutboundQueue(store, targets, self._clock)
-            tasks.append(asyncio.create_task(self._queue.run(), name="alerts:channels"))
-        ctx.started({"telegram": "off", "reason": reason})
+        hooks: asyncio.Task[None] | None = None
+        channels: asyncio.Task[None] | None = None
         stop = asyncio.ensure_future(ctx.stopping.wait())
         try:
+            targets = self._channel_targets()
+            if self._webhooks.configured or targets:
+                store = self._open_store()
+                note = await store.open()
+                if note:
+                    log.error("%s", note)
+                hooks = await self._start_webhooks(store)
+                channels = self._start_channels(store, targets)
+            ctx.started({"telegram": "off", "reason": reason})
+            senders = [t for t in (hooks, channels) if t is not None]
             while not stop.done():
-                won = await race(self._sub.get(), stop, *tasks)  # an event wins a tie
-                if won.index > 1:
-                    won.result()  # the queue's own failure ends the pager (restarted)
-                    raise RuntimeError("the channels' queue stopped")
+                # an event wins a tie with the stop; the senders' tasks end only by a bug
+                won = await race(self._sub.get(), stop, *senders)
+                if won.index >= 2:
+                    won.result()  # its exception ends the service: the supervisor restarts it
+                    raise RuntimeError("the webhooks' or the channels' sender ended")
                 if won.index == 0:
                     event = won.result()
                     await self._fan_out([event])
                     if isinstance(event, RoutineResult):  # memory and file need no Telegram
                         await self._results.take(event)
                         continue
+                    await self._webhooks.take([event])
                     log.debug("alert not sent (no Telegram): %s from %s", event.kind, event.source)
         finally:
             stop.cancel()
-            await self._stop_queue(tasks)
+            await self._stop_webhooks(hooks)
+            await self._stop_channels(channels)
             if store is not None:
                 await store.close()
 
@@ -307,17 +320,29 @@ class AlertService:
             targets[target.name] = target
         return targets
 
-    async def _stop_queue(self, tasks: Sequence[asyncio.Task[None]]) -> None:
-        """Let the channels' queue finish the send in flight (briefly), then stop it."""
+    def _start_channels(
+        self, store: AlertStore, targets: dict[str, Target]
+    ) -> asyncio.Task[None] | None:
+        """The channels' queue over the opened ``store``, delivering in its own task (None:
+        no channel configured).
+        """
+        if not targets:
+            return None
+        self._queue = OutboundQueue(store, targets, self._clock)
+        return asyncio.create_task(self._queue.run(), name="alerts:channels")
+
+    async def _stop_channels(self, task: asyncio.Task[None] | None) -> None:
+        """Let the channel send in flight finish (bounded), then stop; what is left goes
+        out after the restart.
+        """
         queue, self._queue = self._queue, None
-        if queue is None:
+        if queue is None or task is None:
             return
         queue.stop_requested = True
         queue.wake.set()
-        for task in tasks:
-            await race(task, asyncio.sleep(FLUSH_TIMEOUT))
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await race(task, asyncio.sleep(FLUSH_TIMEOUT))
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
     async def _fan_out(self, events: Sequence[Event]) -> None:
         """Queue what ``events`` bring the other channels (before any send)."""
@@ -329,17 +354,49 @@ class AlertService:
         if items:
             await queue.enqueue(items)
 
+    def _open_store(self) -> AlertStore:
+        return AlertStore(
+            self._state_dir / "alerts.sqlite", backend=self._backend, owner=self._owner
+        )
+
+    async def _start_webhooks(self, store: AlertStore) -> asyncio.Task[None] | None:
+        """The webhooks' queue over the opened ``store``, delivering in its own task (None:
+        no webhook configured).
+        """
+        if not self._webhooks.configured:
+            return None
+        queue = await self._webhooks.start(store)
+        queue.on_done = self._results.webhook_done
+        self._results.webhooks = self._webhooks
+        waiting = sum(1 for r in await queue.rows() if r.state == "pending")
+        if waiting:
+            log.info("alerts: %d webhook message(s) wait in the outbox", waiting)
+        return asyncio.create_task(queue.run(), name="alerts:webhooks")
+
+    async def _stop_webhooks(self, task: asyncio.Task[None] | None) -> None:
+        """Let the send in flight finish (bounded), then stop; what is left goes out after
+        the restart.
+        """
+        queue = self._webhooks.queue
+        if task is not None and queue is not None:
+            queue.stop_requested = True
+            queue.wake.set()
+            await race(task, asyncio.sleep(FLUSH_TIMEOUT))
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._results.webhooks = None
+        await self._webhooks.close()
+
     async def _run_with_telegram(self, ctx: ChildContext, settings: TelegramSettings) -> None:
         self._sender.state, self._sender.reason = "connecting", ""
         # A restarted run() starts from the outbox, not from what the failed run left.
         self._sender.reset()
         self._book.wake = asyncio.Event()
-        store = AlertStore(
-            self._state_dir / "alerts.sqlite", backend=self._backend, owner=self._owner
-        )
+        store = self._open_store()
         self._book.store = store
         tasks: list[asyncio.Task[None]] = []
         link: Link | None = None
+        channels: asyncio.Task[None] | None = None
         try:
             note = await store.open()
             if note:
@@ -359,25 +416,30 @@ class AlertService:
             waiting = sum(1 for r in records if not r.settled)
             if waiting:
                 log.info("alerts: %d alert(s) from before the restart wait in the outbox", waiting)
-            targets = self._channel_targets()
-            if targets:
-                self._queue = OutboundQueue(store, targets, self._clock)
             ctx.started({"telegram": "connecting", "outbox": waiting})
             # answers to the founder's replies that a stop or a crash left owed
             self._commands.resume(await store.owed())
+            # before the intake starts: its first events may be for webhooks
+            hooks = await self._start_webhooks(store)
+            channels = self._start_channels(store, self._channel_targets())
             tasks = [
                 asyncio.create_task(self._consume(), name="alerts:consume"),
                 asyncio.create_task(self._sender.run(), name="alerts:send"),
                 asyncio.create_task(link.run(), name="alerts:telegram"),
             ]
-            if self._queue is not None:
-                tasks.append(asyncio.create_task(self._queue.run(), name="alerts:channels"))
+            if hooks is not None:
+                tasks.append(hooks)
+            if channels is not None:
+                tasks.append(channels)
             await self._until_stopping(ctx, tasks)
             await self._stop_gracefully(tasks)
+            await self._stop_webhooks(hooks)
+            await self._stop_channels(channels)
         finally:
-            await self._stop_queue(tasks[3:])
+            await self._stop_channels(channels)
             for t in tasks:
                 t.cancel()
+            await self._stop_webhooks(None)
             for t in list(self._commands.tasks):
                 t.cancel()
             await asyncio.gather(*tasks, *self._commands.tasks, return_exceptions=True)
@@ -480,7 +542,6 @@ class AlertService:
         transaction. The sender sees a new alert only once it is in the outbox; a burst
         costs one commit, not one per event.
         """
-        await self._fan_out(events)
         touched: dict[int, AlertRecord] = {}
         for event in events:
             try:
@@ -492,6 +553,10 @@ class AlertService:
                     event.kind,
                     event.source,
                 )
+        # webhooks out and the other channels: their messages in one more transaction each
+        # (before any send)
+        await self._webhooks.take(events)
+        await self._fan_out(events)
         if not touched:
             return
         for rec in touched.values():

@@ -222,6 +222,7 @@ def cross_check(data: dict[str, Any], rep: Report, base: Path) -> dict[str, str]
     check_tz(quiet.get("timezone"), ("alerts", "quiet_hours", "timezone"), rep)
     _check_models(data, rep)
     _check_deliveries(data, rep)
+    _check_webhook_deliveries(data, rep)
     return instructions
 
 
@@ -380,6 +381,35 @@ def _check_deliveries(data: dict[str, Any], rep: Report) -> None:
             "results would reach no phone (they are kept in the inbox, `companyd inbox`); "
             "add alerts.telegram (docs/alerts.md) or set deliver: to file or memory",
         )
+
+
+def _check_webhook_deliveries(data: dict[str, Any], rep: Report) -> None:
+    """``deliver: [webhook:NAME]`` must name a webhook of ``alerts.webhooks``: an error at
+    the entry, naming the configured ones.
+    """
+    hooks = _as_dict(data.get("alerts")).get("webhooks")
+    hooks = hooks if isinstance(hooks, list) else []
+    names = [h["name"] for h in hooks if isinstance(h, dict) and isinstance(h.get("name"), str)]
+    for slug, r in _as_dict(data.get("routines")).items():
+        deliver = _as_dict(r).get("deliver")
+        if not isinstance(deliver, list):
+            continue
+        for i, to in enumerate(deliver):
+            if not isinstance(to, str) or not to.startswith("webhook:"):
+                continue
+            path: Path_ = ("routines", slug, "deliver", i)
+            name = to.partition(":")[2]
+            if name in names or rep.is_settled(path):
+                continue
+            close = closest(name, names)
+            hint = f"did you mean 'webhook:{close[0]}'? " if close else ""
+            known = ", ".join(names) if names else "none is configured"
+            rep.add(
+                path,
+                f"expected webhook:NAME with NAME a webhook of alerts.webhooks, got {to!r}; "
+                f"{hint}alerts.webhooks: {known} — add it there (docs/webhooks.md) or fix "
+                "the name",
+            )
 
 
 def _check_models(data: dict[str, Any], rep: Report) -> None:

@@ -106,6 +106,24 @@ def child_schema(schema: SchemaNode, key: str | int) -> SchemaNode:
     return None
 
 
+def item_schema(schema: SchemaNode, key: str) -> SchemaNode:
+    """The model of the items of the list field ``key`` of ``schema`` (a ``tuple[X, ...]``
+    of models, e.g. ``alerts.webhooks``), if it is one.
+    """
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return None
+    canonical, other = schema_keys(schema)
+    name = canonical.get(key) or canonical.get(other.get(key, "")) or key
+    info = schema.model_fields.get(name)
+    if info is None:
+        return None
+    for annotation in (info.annotation, *typing.get_args(info.annotation)):
+        if typing.get_origin(annotation) is tuple:
+            args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+            return schema_of(args[0]) if len(args) == 1 else None
+    return None
+
+
 def schema_at(path: Path_) -> SchemaNode:
     """The schema node at ``path`` of the document, if the schema knows that path."""
     schema: SchemaNode = CompanyFile

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import typing
 from datetime import date
 from typing import Any
 
@@ -19,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from companyd.config.report import Path_, Positions, Report
 from companyd.config.schema import CompanyFile
-from companyd.config.tree import SchemaNode, child_schema, schema_at, schema_keys, schema_of
+from companyd.config.tree import SchemaNode, child_schema, item_schema, schema_at, schema_keys
 
 __all__ = ["closest", "describe", "schema_issues"]
 
@@ -191,7 +190,7 @@ def _document_path(loc: tuple[Any, ...], data: Any) -> tuple[Path_, Any]:
     path: list[str | int] = []
     node: Any = data
     schema: SchemaNode = CompanyFile
-    items: SchemaNode = None  # the model of each entry when the node is a list of models
+    items: SchemaNode = None  # the model of a list's items, when the node is such a list
     for part in loc:
         if isinstance(part, int):
             if isinstance(node, list) and 0 <= part < len(node):
@@ -211,10 +210,7 @@ def _document_path(loc: tuple[Any, ...], data: Any) -> tuple[Path_, Any]:
                 # {policy: run_once}): the error belongs to the value as written
                 continue
             path.append(key)
-            # a tuple of models (``alerts.channels``): its entries' model, so that a key
-            # missing in an entry is named, not the entry's index
-            known = schema.model_fields.get(canonical.get(key, key))
-            items = None if known is None else _items_model(known.annotation)
+            items = item_schema(schema, key)
             schema = child_schema(schema, key)
             node = node.get(key)
         elif isinstance(node, dict) and part in node:
@@ -222,17 +218,6 @@ def _document_path(loc: tuple[Any, ...], data: Any) -> tuple[Path_, Any]:
             node = node[part]
             schema = child_schema(schema, part)
     return tuple(path), node
-
-
-def _items_model(annotation: Any) -> SchemaNode:
-    """The model of the entries of a ``tuple[Model, ...]`` (or ``… | None``) annotation."""
-    if typing.get_origin(annotation) is tuple:
-        args = [a for a in typing.get_args(annotation) if a is not ...]
-        return schema_of(args[0]) if len(args) == 1 else None
-    for a in typing.get_args(annotation):
-        if typing.get_origin(a) is tuple:
-            return _items_model(a)
-    return None
 
 
 def _did_you_mean(key: str, parent_path: Path_) -> str:
