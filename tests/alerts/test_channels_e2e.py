@@ -11,24 +11,20 @@ it is back, exactly once, and a company without Telegram still reaches its chann
 from __future__ import annotations
 
 import asyncio
-import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from email import message_from_bytes, policy
-from email.message import Message
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import AuthResult
 
 from companyd.clock import ManualClock
 from companyd.testing.bot_api import BotApiServer
 from companyd.testing.daemon import short_dir
 from companyd.testing.inprocess import InProcessDaemon
+from companyd.testing.smtp import SmtpSink, text_of
 from companyd.testing.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.anyio
@@ -37,59 +33,6 @@ TOKEN = "123456789:AAH-channels-test-secret-0123456789abcdefXYZ"
 OPERATOR = 111
 SMTP_PASSWORD = "smtp-pass-9f8e7d6c5b4a"
 JSON_TOKEN = "json-token-0a1b2c3d4e5f"
-
-
-class SmtpSink:
-    """A real SMTP server on loopback (aiosmtpd) that keeps every message it accepts."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self.envelopes: list[tuple[str, list[str]]] = []
-        with socket.socket() as s:  # aiosmtpd's start() checks the port it was given
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        #: the logins it accepted: (user, password)
-        self.logins: list[tuple[str, str]] = []
-        self._controller = Controller(
-            self,
-            hostname="127.0.0.1",
-            port=self.port,
-            authenticator=self._login,
-            auth_require_tls=False,  # plain SMTP on loopback
-        )
-
-    def _login(self, server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> Any:
-        self.logins.append((data.login.decode(), data.password.decode()))
-        return AuthResult(success=True)
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos)))
-        self.messages.append(message_from_bytes(envelope.content, policy=policy.default))
-        return "250 OK"
-
-    def url(self) -> str:
-        """An Apprise URL for this server: plain SMTP (mode=insecure), a login it accepts."""
-        return (
-            f"mailto://founder:{SMTP_PASSWORD}@127.0.0.1:{self.port}"
-            "?from=companyd@example.com&to=founder@example.com&mode=insecure"
-        )
-
-    def __enter__(self) -> SmtpSink:
-        self._controller.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._controller.stop()
-
-
-def body_of(msg: Message) -> str:
-    parts = msg.walk() if msg.is_multipart() else [msg]
-    for part in parts:
-        if part.get_content_type() == "text/plain":
-            payload = part.get_payload(decode=True)
-            assert isinstance(payload, bytes)
-            return payload.decode()
-    return ""
 
 
 @pytest.fixture
@@ -174,7 +117,7 @@ async def crash_reaches_every_channel(work: Path, bot: BotApiServer) -> None:
             "COMPANYD_DEBUG": "1",
             "TELEGRAM_BOT_TOKEN": TOKEN,
             "TELEGRAM_CHAT_ID": str(OPERATOR),
-            "EMAIL_URL": smtp.url(),
+            "EMAIL_URL": smtp.url(SMTP_PASSWORD),
             "OPS_URL": rx_url,
             "PAGER_URL": rx_url.replace("/hook", "/pager"),
         }
@@ -189,7 +132,7 @@ async def crash_reaches_every_channel(work: Path, bot: BotApiServer) -> None:
             assert smtp.logins == [("founder", SMTP_PASSWORD)]
             assert smtp.envelopes == [("companyd@example.com", ["founder@example.com"])]
             assert str(mail["Subject"]) == "🟠 cfo crashed and was restarted"  # Telegram's title
-            assert "Channel Co" in body_of(mail)
+            assert "Channel Co" in text_of(mail)
             [hook] = rx.requests
             assert hook.path.startswith("/hook")
             sent = hook.json()

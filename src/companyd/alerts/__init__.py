@@ -18,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from companyd.alerts._probes import TargetProbe, probe_channel, probe_webhook
     from companyd.alerts.check import check_telegram
     from companyd.alerts.notify import FallbackCompany, fallback_company, notify_failure
     from companyd.alerts.service import AlertService
@@ -30,9 +31,12 @@ __all__ = [
     "AlertService",
     "FallbackCompany",
     "SetupFailed",
+    "TargetProbe",
     "check_telegram",
     "fallback_company",
     "notify_failure",
+    "probe_channel",
+    "probe_webhook",
     "resolve_settings",
     "telegram_setup",
 ]
@@ -48,6 +52,9 @@ _HOMES: dict[str, str] = {
     "fallback_company": "companyd.alerts.notify",
     "notify_failure": "companyd.alerts.notify",
     "resolve_settings": "companyd.alerts.telegram",
+    "TargetProbe": "companyd.alerts._probes",
+    "probe_channel": "companyd.alerts._probes",
+    "probe_webhook": "companyd.alerts._probes",
 }
 
 

@@ -29,10 +29,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from companyd._secrets import protect, redact
@@ -54,10 +55,9 @@ __all__ = [
     "KIND",
     "SEND_DEADLINE",
     "AppriseTarget",
-    "ChannelProbe",
     "Fanout",
     "channel_url",
-    "probe_channel",
+    "service_of",
     "target_name",
 ]
 
@@ -103,24 +103,26 @@ def channel_url(spec: ChannelSpec, environ: Mapping[str, str] | None = None) -> 
 
 
 def _protect_url(url: str) -> None:
-    """Register ``url`` and the parts of it that are tokens (password, user, path segments,
-    query values): Apprise's own log lines may quote one alone (a Slack token, a Discord
-    webhook id).
+    """Register ``url``, its password, and the parts of its path and query that look like
+    tokens (8+ characters with a digit or a capital: a Slack token, a Discord webhook id):
+    Apprise's own log lines may quote one alone. Plain words (``alerts``, a user name) and
+    addresses (``to=``) are left readable.
     """
     protect(url)
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
         return
-    pieces = [parts.password or "", parts.username or ""]
-    pieces += [p for p in parts.path.split("/") if p]
+    if parts.password:
+        protect(urllib.parse.unquote(parts.password))
+    pieces = [p for p in parts.path.split("/") if p]
     pieces += [v for _, v in urllib.parse.parse_qsl(parts.query)]
-    for piece in pieces:
-        if "@" not in piece:  # an address (to=, from=) is not a secret
-            protect(urllib.parse.unquote(piece))
+    for piece in map(urllib.parse.unquote, pieces):
+        if len(piece) >= 8 and "@" not in piece and re.search(r"[0-9A-Z]", piece):
+            protect(piece)
 
 
-def _service(url: str) -> str:
+def service_of(url: str) -> str:
     """What a channel's URL is, without its secrets: its scheme (``slack``, ``mailto``)."""
     return url.split("://", 1)[0].lower() if "://" in url else "?"
 
@@ -135,7 +137,7 @@ def _notify(url: str, title: str, body: str, severity: str) -> None:
     app = apprise.Apprise()
     if not app.add(url):
         raise PermanentSendError(
-            f"Apprise cannot use this {_service(url)}:// URL (unknown service or malformed); "
+            f"Apprise cannot use this {service_of(url)}:// URL (unknown service or malformed); "
             "fix it in the environment variable and restart"
         )
     with apprise.LogCapture(level=logging.WARNING) as captured:  # type: ignore[no-untyped-call]
@@ -147,7 +149,7 @@ def _notify(url: str, title: str, body: str, severity: str) -> None:
     if not ok:
         said = [line for line in captured.getvalue().splitlines() if line.strip()]
         why = said[-1].split(" - ", 2)[-1] if said else "no reason given"
-        raise TransientSendError(f"{_service(url)} send failed: {redact(why)}")
+        raise TransientSendError(f"{service_of(url)} send failed: {redact(why)}")
 
 
 class AppriseTarget:
@@ -194,61 +196,8 @@ class AppriseTarget:
                 await asyncio.shield(call)
         except TimeoutError:
             raise TransientSendError(
-                f"{_service(self._url)} did not answer within {self._deadline:g} s"
+                f"{service_of(self._url)} did not answer within {self._deadline:g} s"
             ) from None
-
-
-@dataclass(frozen=True)
-class ChannelProbe:
-    """What :func:`probe_channel` found for one channel (for doctor)."""
-
-    name: str
-    url_env: str
-    service: str | None  # the URL's scheme; None when the variable is not set
-    problem: str | None  # None: usable (and, after a test send, the send worked)
-    sent: bool = False
-
-
-async def probe_channel(
-    spec: ChannelSpec,
-    environ: Mapping[str, str] | None = None,
-    *,
-    send_test: bool = False,
-    company: str = "companyd",
-    deadline: float = SEND_DEADLINE,
-) -> ChannelProbe:
-    """Is channel ``spec`` usable: its variable set, its URL one Apprise can use — and, with
-    ``send_test``, does a test message go through? Never shows the URL.
-    """
-    url = channel_url(spec, environ)
-    if url is None:
-        return ChannelProbe(spec.name, spec.url_env, None, f"${spec.url_env} is not set")
-    service = _service(url)
-    if not send_test:
-        import apprise
-
-        usable = await asyncio.to_thread(apprise.Apprise().add, url)
-        problem = None if usable else f"Apprise cannot use this {service}:// URL"
-        return ChannelProbe(spec.name, spec.url_env, service, problem)
-    target = AppriseTarget(spec, url, deadline=deadline)
-    message = OutboundMessage(
-        id="doctor",
-        target=target.name,
-        type="test",
-        timestamp=0.0,
-        data={
-            "title": f"✅ {company}: test message",
-            "body": f"companyd doctor --send-test: channel {spec.name!r} reaches you.",
-            "severity": "info",
-        },
-        body="",
-        attempt=1,
-    )
-    try:
-        await target.send(message)
-    except (TransientSendError, PermanentSendError) as exc:
-        return ChannelProbe(spec.name, spec.url_env, service, redact(str(exc)))
-    return ChannelProbe(spec.name, spec.url_env, service, None, sent=True)
 
 
 class Fanout:

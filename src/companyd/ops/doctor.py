@@ -12,6 +12,12 @@
                (through :mod:`companyd.llm.claude`; skipped with ``offline``)
 ``telegram``   the bot token is valid (``getMe``) and every chat id is reachable
                (``getChat``), through :mod:`companyd.alerts.check` (skipped with ``offline``)
+``channel:NAME`` each of ``alerts.channels``: its ``url_env`` is set and holds a URL
+               Apprise can use (shown by its service only, never the URL); with
+               ``send_test`` a test message goes out and the answer is the verdict
+``webhook:NAME`` each of ``alerts.webhooks``: its ``secret_env`` is set and is a Standard
+               Webhooks secret; with ``send_test`` a signed ``test`` event is POSTed
+               (both tests skipped with ``offline``)
 ``tool-sandbox`` a tool-server sandbox can be created (bubblewrap, namespaces; the
                ``run_as`` users exist when the daemon runs as root); every MCP server with
                ``sandbox: false`` is a warning naming it (docs/tools.md)
@@ -51,7 +57,7 @@ import psycopg
 
 from companyd._fs import PRIVATE_DIR, PRIVATE_FILE, private_dir
 from companyd._secrets import protect, redact
-from companyd.alerts import check_telegram
+from companyd.alerts import check_telegram, probe_channel, probe_webhook
 from companyd.config import (
     CompanyConfig,
     MigrationRefused,
@@ -125,8 +131,11 @@ async def run_doctor(
     running: RunningDaemon | None = None,
     environ: Mapping[str, str] | None = None,
     systemd_runtime: Path = SYSTEMD_RUNTIME,
+    send_test: bool = False,
 ) -> DoctorReport:
-    """Run every check (see the module docstring); ``state_dir`` overrides company.yaml's."""
+    """Run every check (see the module docstring); ``state_dir`` overrides company.yaml's;
+    ``send_test``: a test message to each channel and webhook.
+    """
     env = os.environ if environ is None else environ
     report = DoctorReport()
     config_check, config = await asyncio.to_thread(_check_config, config_path, running)
@@ -156,6 +165,9 @@ async def run_doctor(
                 _check_anthropic(config, env), _check_telegram(config, env)
             )
             report.checks += [api, telegram]
+        report.checks += await _check_channels(
+            config, env, send_test=send_test and not offline, offline=offline
+        )
         report.checks.append(await asyncio.to_thread(check_tool_sandbox, config, environ=env))
         where = config.state_dir(state_dir)
     if where is None:
@@ -483,6 +495,60 @@ def _telegram_missing(config: CompanyConfig) -> Check | None:
         "add alerts.telegram (docs/alerts.md), or give those routines another deliver: "
         "(file, memory)",
     )
+
+
+async def _check_channels(
+    config: CompanyConfig, env: Mapping[str, str], *, send_test: bool, offline: bool
+) -> list[Check]:
+    """One check per ``alerts.channels`` and ``alerts.webhooks`` entry (module docstring)."""
+    alerts = config.spec.alerts
+    company = config.spec.company.name
+    channels = [
+        probe_channel(c, env, send_test=send_test, company=company, deadline=NETWORK_TIMEOUT)
+        for c in alerts.channels
+    ]
+    hooks = [
+        probe_webhook(w, env, send_test=send_test, deadline=NETWORK_TIMEOUT)
+        for w in alerts.webhooks
+    ]
+    probes = await asyncio.gather(*channels, *hooks)
+    out: list[Check] = []
+    untested = " (--offline: no test sent)" if offline else "; --send-test sends a test message"
+    for i, p in enumerate(probes):
+        channel = i < len(channels)
+        name = f"channel:{p.name}" if channel else f"webhook:{p.name}"
+        what = f"a {p.shown}:// URL" if channel else f"signing for {p.shown}"
+        if p.problem is not None and not p.tested:
+            # not set, or not usable: nothing reaches it (its messages wait in the outbox)
+            fix = (
+                f'set {p.env} to the channel\'s Apprise URL (docs/alerts.md, "Other channels")'
+                if channel
+                else f"set {p.env} to the webhook's secret, whsec_… (docs/webhooks.md)"
+            )
+            out.append(
+                Check(
+                    name,
+                    "problem",
+                    f"{p.problem}: its messages wait in the outbox",
+                    f"{fix}, then restart companyd",
+                )
+            )
+        elif p.problem is not None:
+            out.append(
+                Check(
+                    name,
+                    "problem",
+                    f"${p.env} set ({what}), but the test message was not delivered: {p.problem}",
+                    "check the URL and that the service answers from this server"
+                    if channel
+                    else "check that the receiver is up and accepts the signed test event",
+                )
+            )
+        elif p.sent:
+            out.append(Check(name, "ok", f"${p.env} set ({what}); the test message was accepted"))
+        else:
+            out.append(Check(name, "ok", f"${p.env} set ({what}){untested}"))
+    return out
 
 
 def telegram_routines(config: CompanyConfig) -> list[str]:
