@@ -49,3 +49,36 @@ def test_bad_names_and_repeats_are_clear_errors() -> None:
     assert "channel name(s) 's' used twice" in line
     [line] = errors(MINIMAL + CHANNELS + "    - {name: s, url_env: 'my url'}\n")
     assert "alerts.channels.0.url_env: expected the name of an environment variable" in line
+
+
+def test_the_worked_examples_of_docs_alerts_md_load_and_apprise_takes_their_urls() -> None:
+    import asyncio
+    import re
+    from pathlib import Path
+
+    from companyd.alerts import probe_channel
+
+    doc = (Path(__file__).parents[2] / "docs" / "alerts.md").read_text(encoding="utf-8")
+    section = doc.split("## Other channels")[1].split("\n## ")[0]
+    example = section.split("```yaml\n")[1].split("```")[0]
+    cfg = load(MINIMAL + example)
+    email, slack = cfg.spec.alerts.channels
+    assert (email.url_env, email.min_severity, email.deliver) == (
+        "FOUNDER_EMAIL_URL",
+        "critical",
+        False,
+    )
+    assert (slack.url_env, slack.min_severity, slack.deliver) == (
+        "SLACK_ALERTS_URL",
+        "warning",
+        True,
+    )
+    urls = dict(re.findall(r"^([A-Z_]+)='([^']+)'$", section, flags=re.M))
+    environ = {
+        "FOUNDER_EMAIL_URL": urls["FOUNDER_EMAIL_URL"],
+        "SLACK_ALERTS_URL": urls["SLACK_ALERTS_URL"],
+    }
+    for spec in (email, slack):
+        probe = asyncio.run(probe_channel(spec, environ))
+        assert probe.problem is None, probe
+    assert asyncio.run(probe_channel(email, environ)).shown == "mailtos"
