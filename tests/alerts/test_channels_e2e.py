@@ -11,6 +11,8 @@ it is back, exactly once, and a company without Telegram still reaches its chann
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -147,6 +149,12 @@ async def crash_reaches_every_channel(work: Path, bot: BotApiServer) -> None:
             result = rx.requests[1].json()
             assert result["title"] == "📝 daily-post — cfo" and result["type"] == "success"
             assert fired["run_id"] in result["message"]
+            # the run's record says where its result went, as for telegram's and file's
+            shown = await d.cli("runs", "show", fired["run_id"], "--json")
+            to_ops = [x for x in json.loads(shown.out)["deliveries"] if x["to"] == "channel:ops"]
+            assert [x["outcome"] for x in to_ops] == ["delivered"], shown.out
+            text = await d.cli("runs", "show", fired["run_id"])
+            assert re.search(r"^  delivered to channel:ops at \d\d:\d\d$", text.out, re.M), text.out
             await d.advance(60)
             await asyncio.sleep(0.5)
             assert len(smtp.messages) == 1  # email: min_severity warning, no deliver

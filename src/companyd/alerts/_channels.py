@@ -283,12 +283,13 @@ class Fanout:
         if event.unverified:
             lines.append(f"⚠ unverified: {event.unverified}")
         lines += [answer, f"— ${event.cost_usd:.2f} · {event.run_id}"]
+        # the result's own facts too: a result no channel took is kept whole in the inbox
+        facts = {k: v for k, v in event.data.items() if k != "deliver"}
         data = {
+            **facts,
             "title": f"📝 {event.routine} — {event.agent}",
             "body": redact("\n".join(lines)),
             "severity": "result",
-            "routine": event.routine,
-            "run_id": event.run_id,
         }
         return [
             Queued(

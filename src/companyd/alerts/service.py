@@ -329,6 +329,7 @@ class AlertService:
         if not targets:
             return None
         self._queue = OutboundQueue(store, targets, self._clock)
+        self._queue.on_done = self._results.channel_done  # a result's record in its run
         return asyncio.create_task(self._queue.run(), name="alerts:channels")
 
     async def _stop_channels(self, task: asyncio.Task[None] | None) -> None:
