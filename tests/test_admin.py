@@ -14,7 +14,7 @@ import pytest
 
 from companyd._secrets import SECRETS
 from companyd.admin import Admin
-from companyd.admin.results import (
+from companyd.admin._results import (
     AgentCounts,
     CompanyInfo,
     DaemonInfo,
@@ -28,15 +28,15 @@ from companyd.admin.results import (
     SpendStatus,
     Status,
 )
-from companyd.admin.wire import (
+from companyd.admin._wire import (
     OPERATIONS,
     ArgumentError,
     check_arguments,
     load_result,
     result_data,
 )
-from companyd.daemon.control import ControlServer
-from companyd.daemon.protocol import encode_answer
+from companyd.daemon._control import ControlServer
+from companyd.daemon._protocol import encode_answer
 
 
 def _members(hint: object) -> tuple[object, ...]:

@@ -346,6 +346,6 @@ def test_a_command_imports_only_its_own_area() -> None:
     companyd.cli._main._build_parser([]).print_help(full)
     assert text == full.getvalue()
     areas, _ = probe_run("status", "--help")
-    assert areas == ["companyd.cli._main", "companyd.cli.daemon"]
+    assert areas == ["companyd.cli._daemon", "companyd.cli._main"]
     areas, _ = probe_run("help", "jobs")
-    assert "companyd.cli.scheduler" in areas and "companyd.cli.memory" not in areas
+    assert "companyd.cli._scheduler" in areas and "companyd.cli._memory" not in areas

@@ -23,7 +23,7 @@ from agentkit import (
     tool_server,
     write_company,
 )
-from companyd.alerts.render_kinds import render
+from companyd.alerts._render_kinds import render
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.errors import ConfigError

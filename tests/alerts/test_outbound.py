@@ -9,6 +9,7 @@ are inside the receiver's 5-minute window.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,8 +26,8 @@ from companyd.alerts._outbound import (
     Queued,
     backoff,
 )
+from companyd.alerts._outbox import STEPS, AlertStore
 from companyd.alerts._webhooks import WebhookTarget
-from companyd.alerts.outbox import STEPS, AlertStore
 from companyd.clock import ManualClock
 from companyd.storage import Backend
 from companyd.testing.webhook_receiver import WebhookReceiver
@@ -240,3 +241,27 @@ def test_backoff_doubles_to_its_cap_and_honours_retry_after_within_it() -> None:
 def test_the_outbound_table_is_the_outbox_store_s_fourth_step() -> None:
     assert "CREATE TABLE IF NOT EXISTS outbound" in STEPS[3].sqlite
     assert "DOUBLE PRECISION" in STEPS[3].postgres
+
+
+async def test_two_daemons_on_one_schema_send_each_message_once(
+    pg_backend: Backend, receiver: WebhookReceiver, client: httpx.AsyncClient
+) -> None:
+    """A leader and the standby taking over share the PostgreSQL outbox: both deliver the
+    same 20 queued messages at once; each reaches the receiver once (claimed in its row).
+    """
+    clock = ManualClock(start=time.time())
+    target = WebhookTarget("ops", receiver.url, SECRET, client, clock.time)
+    stores = [AlertStore(None, backend=pg_backend, owner=o) for o in ("a", "b")]
+    for s in stores:
+        assert await s.open() is None
+    try:
+        queues = [OutboundQueue(s, {"ops": target}, clock) for s in stores]
+        ids = await queues[0].enqueue([event(n) for n in range(20)])
+        assert await queues[1].enqueue([event(n) for n in range(20)]) == []  # queued once
+        await asyncio.gather(*(q.deliver_pass() for q in queues))
+        assert [await q.deliver_pass() for q in queues] == [None, None]  # nothing left
+        assert sorted(r.id for r in receiver.delivered()) == sorted(ids)
+        assert len(receiver.received()) == 20
+    finally:
+        for s in stores:
+            await s.close()

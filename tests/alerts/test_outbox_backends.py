@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.alerts.outbox import (
+from companyd.alerts._outbox import (
     CLAIM_LEASE,
     MIGRATIONS,
     AlertRecord,
@@ -21,7 +21,7 @@ from companyd.alerts.outbox import (
     FollowUp,
     OutboxUnavailable,
 )
-from companyd.alerts.service import AlertService
+from companyd.alerts._service import AlertService
 from companyd.events import EventBus
 from companyd.storage import Backend
 

@@ -19,9 +19,13 @@ from typing import Any
 import pytest
 import yaml
 
+from companyd.events import RunFailed
+from companyd.testing.bot_api import BotApiServer
 from companyd.testing.daemon import short_dir
 from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.webhook_receiver import Received, WebhookReceiver
+
+from .test_deliver_e2e import OPERATOR, TOKEN, one
 
 pytestmark = pytest.mark.anyio
 
@@ -160,3 +164,50 @@ async def test_a_missing_secret_is_said_once_and_the_events_wait(work: Path) -> 
             (got,) = rx.delivered()
             assert got.json()["type"] == "run.completed"
             assert got.json()["data"]["run_id"] == run["run_id"]
+
+
+async def test_with_telegram_a_result_reaches_both_the_phone_and_the_webhook(work: Path) -> None:
+    # The pager's Telegram mode (the outbox it already opens carries the webhooks' queue):
+    # the result goes to both; the webhook also gets the run.failed it subscribes to.
+    with WebhookReceiver(SECRET) as rx:
+        async with BotApiServer(token=TOKEN) as server:
+            cfg = work / "company.yaml"
+            doc = company(rx.url, ["run.failed"], ["telegram", "webhook:ops"])
+            doc["alerts"]["telegram"] = {
+                "api_url": server.url,
+                "bot_token_env": "TELEGRAM_BOT_TOKEN",
+                "chat_ids_env": "TELEGRAM_CHAT_ID",
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            env = {
+                "OPS_WEBHOOK_SECRET": SECRET,
+                "TELEGRAM_BOT_TOKEN": TOKEN,
+                "TELEGRAM_CHAT_ID": str(OPERATOR),
+            }
+            async with InProcessDaemon(cfg, work / "s", env=env) as daemon:
+                run = await daemon.call("run_job", routine="daily-post")
+                assert run["status"] == "ok", run
+                await daemon.advance_until(lambda: len(rx.delivered()) >= 1, limit=60)
+                await one(server, run["run_id"])
+                daemon.running.bus.publish(
+                    RunFailed(
+                        source="agents/cfo",
+                        status="error",
+                        reason="the bank API answered 500",
+                        agent="cfo",
+                        task_id="t-9",
+                        run_id="run-9",
+                        routine=None,
+                        cost_usd=0.0,
+                        steps=1,
+                        models=[],
+                        offline=True,
+                    )
+                )
+                await daemon.advance_until(lambda: len(rx.delivered()) >= 2, limit=60)
+                await daemon.advance(600)
+            got = [r.json() for r in rx.received()]
+            assert [b["type"] for b in got] == ["run.completed", "run.failed"], got
+            assert got[0]["data"]["run_id"] == run["run_id"]
+            assert got[1]["data"]["reason"] == "the bank API answered 500"
+            assert all(r.verified for r in rx.received())

@@ -4,7 +4,17 @@ the config view, and every mistake a clear error at its file, line and field.
 
 from __future__ import annotations
 
-from companyd.config import resolved_view
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from standardwebhooks import WebhookVerificationError
+
+from companyd.alerts._outbound import OutboundMessage, message_body
+from companyd.alerts._webhooks import WebhookTarget
+from companyd.config import resolved_view, secret_references, secret_values
 
 from .configkit import MINIMAL, errors, load
 
@@ -71,3 +81,43 @@ def test_bad_webhook_entries_are_clear_errors() -> None:
     not_a_delivery = errors(MINIMAL + ROUTINE + "[slack]\n")
     assert len(not_a_delivery) == 1 and "routines.pay.deliver.0" in not_a_delivery[0]
     assert "'webhook:NAME'" in not_a_delivery[0] and "'telegram'" in not_a_delivery[0]
+
+
+DOC = Path(__file__).parents[2] / "docs" / "webhooks.md"
+
+
+def test_the_example_of_docs_webhooks_md_loads() -> None:
+    example = yaml.safe_load(DOC.read_text(encoding="utf-8").split("```yaml\n")[1].split("```")[0])
+    text = MINIMAL + yaml.safe_dump({"alerts": example["alerts"]})
+    (hook,) = load(text).spec.alerts.webhooks
+    assert hook.name == "ops" and hook.secret_env == "OPS_WEBHOOK_SECRET"
+    assert example["routines"]["daily-post"]["deliver"] == ["telegram", "webhook:ops"]
+
+
+def test_the_verifying_example_of_docs_webhooks_md_verifies_a_message_we_sign(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    monkeypatch.setenv("OPS_WEBHOOK_SECRET", secret)
+    code = DOC.read_text(encoding="utf-8").split("```python\n")[1].split("```")[0]
+    seen: list[tuple[Any, ...]] = []
+    space: dict[str, Any] = {"already_seen": lambda i: False, "print": lambda *a: seen.append(a)}
+    exec(code, space)  # the page's own snippet, as a receiver would run it
+    body = message_body("run.failed", time.time(), {"run_id": "run-1"})
+    msg = OutboundMessage("msg_1", "ops", "run.failed", time.time(), {}, body, 1)
+    target = WebhookTarget("ops", "http://127.0.0.1:1/", secret, client=None)  # type: ignore[arg-type]
+    space["handle"](body.encode(), target.headers(msg, time.time()))
+    assert seen == [("run.failed", {"run_id": "run-1"})]
+    forged = target.headers(msg, time.time()) | {"webhook-signature": "v1,AAAA"}
+    with pytest.raises(WebhookVerificationError):
+        space["handle"](body.encode(), forged)
+
+
+def test_the_webhook_secret_is_a_secret_reference_and_known_to_the_redactor() -> None:
+    cfg = load(MINIMAL + HOOK)
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    refs = {r.path: r for r in secret_references(cfg, {"OPS_WEBHOOK_SECRET": secret})}
+    ref = refs["alerts.webhooks.ops.secret_env"]
+    assert (ref.kind, ref.name, ref.is_set) == ("env", "OPS_WEBHOOK_SECRET", True)
+    assert secret in secret_values(cfg, {"OPS_WEBHOOK_SECRET": secret})
+    assert not secret_references(cfg, {})[-1].is_set

@@ -1,7 +1,7 @@
 """What ``companyd run`` imports before ``READY=1``: nothing the offline daemon does not use.
 
 Every command builds the whole parser (each ``companyd.cli`` area's ``register``), so a
-module imported at the top of any CLI area, or anywhere under ``companyd.daemon.main``, is
+module imported at the top of any CLI area, or anywhere under ``companyd.daemon._main``, is
 paid for by the daemon's start. The mcp SDK (``memory serve-mcp``) and networkx (``memory
 export``/``import``) cost ~40 MB of peak RSS and ~1 s of CPU there (docs/benchmarks.md,
 "daemon"); this keeps them, and the SDKs a company without Telegram settings or run
@@ -41,8 +41,8 @@ import contextlib, io, json, sys
 from companyd.cli import main
 with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
     main(["--help"])  # builds the parser `companyd run` builds: every CLI area
-import companyd.cli.run
-import companyd.daemon.main
+import companyd.cli._run
+import companyd.daemon._main
 print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 """
 
@@ -136,7 +136,7 @@ import json, sys, tempfile
 from pathlib import Path
 import yaml
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
+from companyd.daemon._main import Daemon
 from companyd.llm import OfflineModel
 
 spec = {

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from companyd.cli import main
-from companyd.ops.checks import Check
-from companyd.ops.doctor import DoctorReport, RunningDaemon, run_doctor
+from companyd.ops._checks import Check
+from companyd.ops._doctor import DoctorReport, RunningDaemon, run_doctor
 from companyd.testing.bot_api import BotApiServer
 from companyd.testing.messages_api import MessagesAPIServer
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from companyd.cli import main
-from companyd.ops.checks import Check
-from companyd.ops.doctor import DoctorReport, run_doctor
+from companyd.ops._checks import Check
+from companyd.ops._doctor import DoctorReport, run_doctor
 from companyd.testing.smtp import SmtpSink, text_of
 from companyd.testing.webhook_receiver import WebhookReceiver
 

@@ -2,7 +2,7 @@
 Telegram's /status.
 
 They take the JSON form of the daemon's ``Admin.status`` result (docs/daemon.md, "status()
-result"; ``companyd.admin.wire.result_data`` makes it) and are total: a key the daemon did
+result"; ``companyd.admin._wire.result_data`` makes it) and are total: a key the daemon did
 not send is left out, a mistyped one is shown as missing, never a crash (an older daemon may
 answer a newer CLI). Layer 1: imports nothing from the package.
 """

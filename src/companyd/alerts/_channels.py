@@ -43,9 +43,9 @@ from companyd.alerts._outbound import (
     Queued,
     TransientSendError,
 )
-from companyd.alerts.policy import RANK, Policy, severity_of
-from companyd.alerts.render import compose
-from companyd.alerts.render_kinds import kind_spec, render
+from companyd.alerts._policy import RANK, Policy, severity_of
+from companyd.alerts._render import compose
+from companyd.alerts._render_kinds import kind_spec, render
 from companyd.events import Event, RoutineResult
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Telegram's deliveries live in the alert records (``deliveries`` keyed by chat id
 stories coalesce). A webhook or an Apprise channel is simpler and different: each event is
 sent once to each target, whole, and never edited. This module is that queue: one row per
 (event, target) in the alert outbox's store (the ``outbound`` table: ``alerts.sqlite`` or
-the company's PostgreSQL schema, step 4 of :data:`companyd.alerts.outbox.STEPS`), and the
+the company's PostgreSQL schema, step 4 of :data:`companyd.alerts._outbox.STEPS`), and the
 task that delivers the rows.
 
 **The target interface** (what a new kind of target implements; docs/webhooks.md):
@@ -60,7 +60,7 @@ from companyd.clock import Clock
 from companyd.storage import Connection
 
 if TYPE_CHECKING:
-    from companyd.alerts.outbox import AlertStore
+    from companyd.alerts._outbox import AlertStore
 
 __all__ = [
     "BACKOFF_MAX",
@@ -97,7 +97,7 @@ SEND_TIMEOUT = 30.0
 #: Messages read from the store per pass.
 BATCH = 100
 
-# The table, as the outbox's migration step 4 creates it (companyd.alerts.outbox.STEPS).
+# The table, as the outbox's migration step 4 creates it (companyd.alerts._outbox.STEPS).
 # ``id`` is the message's webhook-id; ``(target, key)`` is unique so that one event is
 # queued once per target even when it is handed over twice (a result re-taken after a
 # restart). ``seq`` orders the rows as they were queued (ids are random). ``state``:

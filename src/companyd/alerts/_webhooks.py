@@ -48,7 +48,7 @@ from companyd.events import (
 if TYPE_CHECKING:
     import httpx
 
-    from companyd.alerts.outbox import AlertStore
+    from companyd.alerts._outbox import AlertStore
     from companyd.config import OutboundWebhookSpec
 
 __all__ = [
@@ -100,8 +100,15 @@ def event_key(event: Event, type_: str) -> str:
 
 
 def event_data(event: Event) -> dict[str, Any]:
-    """The ``data`` of a webhook message for ``event``: its facts, its source and severity."""
-    return {**event.data, "source": event.source, "severity": str(event.severity)}
+    """The ``data`` of a webhook message for ``event``: its facts (as ``companyd events``
+    shows them), the daemon's name of its kind (``event``), its source and severity.
+    """
+    return {
+        **event.data,
+        "event": event.kind,
+        "source": event.source,
+        "severity": str(event.severity),
+    }
 
 
 @dataclass

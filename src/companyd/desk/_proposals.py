@@ -167,7 +167,7 @@ STEPS: tuple[Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),)
 
 
 #: This store's file in the state directory → the schema steps this code knows (what
-#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+#: ``companyd run`` checks before any store opens: companyd.ops._upgrade, docs/upgrade.md).
 PROPOSAL_STORE_STEPS: dict[str, int] = {"proposals.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version`` (companyd._sqlite).

@@ -170,7 +170,7 @@ REMIND_AT = 0.75
 
 
 #: This store's file in the state directory → the schema steps this code knows (what
-#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+#: ``companyd run`` checks before any store opens: companyd.ops._upgrade, docs/upgrade.md).
 STORE_STEPS: dict[str, int] = {"desk.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version`` (companyd._sqlite).

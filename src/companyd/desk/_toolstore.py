@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS catalogue (
 
 #: The store's schema on both backends, one entry per version.
 STEPS: tuple[str, ...] = (_SCHEMA,)
-#: The store file → how many schema steps this code knows (companyd.ops.upgrade reads it).
+#: The store file → how many schema steps this code knows (companyd.ops._upgrade reads it).
 TOOL_STORE_STEPS: dict[str, int] = {"tools.sqlite": len(STEPS)}
 
 

@@ -2,10 +2,10 @@
 
 Every store (the spend ledger, and in turn the run journal, routine history, alert
 outbox, the founder's desk, the memory journal) is written once, in the SQL both backends
-read (:mod:`companyd.storage.dialect`), against the contract of
+read (:mod:`companyd.storage._dialect`), against the contract of
 :class:`companyd._sqlite.Database`. :func:`open_database` picks the backend from the
 company's :class:`Backend`: a file in the state directory, or the store's tables in the
-company's PostgreSQL schema (:class:`companyd.storage.postgres.PgDatabase`).
+company's PostgreSQL schema (:class:`companyd.storage._postgres.PgDatabase`).
 
 docs/storage.md has the decisions and their reasons.
 """
@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 
 from companyd._sqlite import Database, Migration
-from companyd.storage.dialect import Dialects, to_pyformat
-from companyd.storage.fence import Fence, Fenced
-from companyd.storage.postgres import PgConnection, PgDatabase, PgMigration, StoreAbsent
+from companyd.storage._dialect import Dialects, to_pyformat
+from companyd.storage._fence import Fence, Fenced
+from companyd.storage._postgres import PgConnection, PgDatabase, PgMigration, StoreAbsent
 
 if TYPE_CHECKING:
+    from companyd.storage._dialect import Connection
+    from companyd.storage._leadership import LeaderInfo, Leadership
     from companyd.storage._probe import probe
-    from companyd.storage.dialect import Connection
-    from companyd.storage.leadership import LeaderInfo, Leadership
 
 
 __all__ = [
@@ -76,7 +76,7 @@ class Backend:
         dsn: the libpq connection string for ``postgres`` (a secret: never printed).
         schema: the company's schema on ``postgres`` (one schema per company).
         fence: the leadership epoch every write must still hold on ``postgres``
-            (:class:`companyd.storage.leadership.Leadership` owns it); None: writes are not
+            (:class:`companyd.storage._leadership.Leadership` owns it); None: writes are not
             fenced (a single daemon, or SQLite).
     """
 
@@ -269,9 +269,9 @@ def open_database(
 
 
 _HOMES: dict[str, str] = {
-    "Connection": "companyd.storage.dialect",
-    "LeaderInfo": "companyd.storage.leadership",
-    "Leadership": "companyd.storage.leadership",
+    "Connection": "companyd.storage._dialect",
+    "LeaderInfo": "companyd.storage._leadership",
+    "Leadership": "companyd.storage._leadership",
     "probe": "companyd.storage._probe",
 }
 
