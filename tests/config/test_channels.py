@@ -82,3 +82,18 @@ def test_the_worked_examples_of_docs_alerts_md_load_and_apprise_takes_their_urls
         probe = asyncio.run(probe_channel(spec, environ))
         assert probe.problem is None, probe
     assert asyncio.run(probe_channel(email, environ)).shown == "mailtos"
+
+
+def test_the_channel_url_is_a_secret_reference_and_known_to_the_redactor() -> None:
+    from companyd.config import secret_references, secret_values
+
+    cfg = load(MINIMAL + CHANNELS + "    - {name: slack, url_env: SLACK_URL}\n")
+    url = "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#alerts"
+    refs = {r.path: r for r in secret_references(cfg, {"SLACK_URL": url})}
+    ref = refs["alerts.channels.slack.url_env"]
+    assert (ref.kind, ref.name, ref.is_set) == ("env", "SLACK_URL", True)
+    assert url in secret_values(cfg, {"SLACK_URL": url})
+    assert not {r.path: r for r in secret_references(cfg, {})}[ref.path].is_set
+    # show-config lists it with whether it is set, never its value
+    shown = resolved_view(cfg)
+    assert url not in str(shown)
