@@ -183,6 +183,13 @@ async def test_a_channel_that_is_down_gets_the_alert_once_it_is_back_across_a_re
             [(row_id, target, state, attempts)] = outbound(work / "s")
             assert (target, state) == ("channel:ops", "pending") and attempts >= 2
             assert "cannot deliver to apprise channel:ops" in d.log_text()
+            # status says the channel is failing, since when and why — never its URL
+            [ops] = (await d.call("status"))["alerts"]["channels"]
+            assert (ops["name"], ops["state"]) == ("ops", "failing"), ops
+            assert "json send failed" in ops["error"] and ops["since"] is not None
+            shown = await d.cli("status")
+            assert re.search(r"^Channels: ops failing since \d\d:\d\d \(json", shown.out, re.M)
+            assert str(rx.port) not in shown.out
             await d.restart()
             rx.come_up()
             await d.advance(400)
@@ -193,3 +200,5 @@ async def test_a_channel_that_is_down_gets_the_alert_once_it_is_back_across_a_re
             assert "cfo" in rx.requests[0].json()["title"]
             [(same_id, _, state, _)] = outbound(work / "s")
             assert (same_id, state) == (row_id, "sent")
+            [ops] = (await d.call("status"))["alerts"]["channels"]
+            assert (ops["state"], ops["since"], ops["error"]) == ("ok", None, "")

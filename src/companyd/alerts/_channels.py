@@ -30,11 +30,12 @@ import asyncio
 import logging
 import os
 import re
+import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from companyd._secrets import protect, redact
 from companyd.alerts._outbound import (
@@ -49,6 +50,7 @@ from companyd.alerts._render_kinds import kind_spec, render
 from companyd.events import Event, RoutineResult
 
 if TYPE_CHECKING:
+    from companyd.admin import ChannelHealth
     from companyd.config import ChannelSpec
 
 __all__ = [
@@ -157,12 +159,26 @@ class AppriseTarget:
 
     ``url`` None: ``$url_env`` was not set when the pager started — each send fails
     (transiently: the messages wait in the outbox until the daemon is restarted with it).
+    Each send's outcome is kept for status (:meth:`health`): failing since ``now()`` of the
+    first failure, with the (redacted) reason, until a send works.
     """
 
-    def __init__(self, spec: ChannelSpec, url: str | None, *, deadline: float = SEND_DEADLINE):
+    def __init__(
+        self,
+        spec: ChannelSpec,
+        url: str | None,
+        *,
+        deadline: float = SEND_DEADLINE,
+        now: Callable[[], float] = time.time,
+    ):
         self.spec = spec
         self._url = url
         self._deadline = deadline
+        self._now = now
+        #: when the sends started failing (None: the last one worked, or none was tried)
+        self.failing_since: float | None = None
+        #: why the last send failed ("" when it did not)
+        self.error = ""
 
     @property
     def name(self) -> str:
@@ -177,10 +193,30 @@ class AppriseTarget:
         """Whether its URL was found in the environment."""
         return self._url is not None
 
+    def health(self) -> ChannelHealth:
+        """This channel for status (never its URL)."""
+        if self._url is None:
+            state: Literal["ok", "failing", "unset"] = "unset"
+            error = f"${self.spec.url_env} is not set"
+        else:
+            state = "ok" if self.failing_since is None else "failing"
+            error = self.error
+        return {"name": self.spec.name, "state": state, "since": self.failing_since, "error": error}
+
     async def send(self, message: OutboundMessage) -> None:
         """Send ``message`` (``data``: ``title``, ``body``, ``severity``) through Apprise, in
         a thread, within the deadline.
         """
+        try:
+            await self._send(message)
+        except Exception as exc:
+            if self.failing_since is None:
+                self.failing_since = self._now()
+            self.error = redact(str(exc) or type(exc).__name__)
+            raise
+        self.failing_since, self.error = None, ""
+
+    async def _send(self, message: OutboundMessage) -> None:
         if self._url is None:
             raise TransientSendError(
                 f"${self.spec.url_env} is not set (channel {self.spec.name!r}); set it and "

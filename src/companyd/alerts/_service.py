@@ -166,6 +166,8 @@ class AlertService:
         # the webhooks': the two have disjoint targets in the same table)
         self._fanout = Fanout(config.spec.alerts.channels, self._book.policy)
         self._queue: OutboundQueue | None = None
+        #: the channels' targets of the current run (their health for status)
+        self._channels: list[AppriseTarget] = []
 
     # -- public -------------------------------------------------------------------------
 
@@ -205,6 +207,9 @@ class AlertService:
         ``commands`` is the receiving half (getUpdates): ``"ok"``, ``"failing"`` (since the
         epoch time ``commands_since``, last error ``commands_error``), ``"starting"`` (not
         polling yet) or ``"off"``.
+
+        ``channels`` (only when ``alerts.channels`` has any): each channel's
+        :class:`~companyd.admin.ChannelHealth` — ok, failing since when and why, or unset.
         """
         queued = held = failed = 0
         now = self._clock.time()
@@ -225,7 +230,7 @@ class AlertService:
             commands, since, error = ("off" if telegram == "off" else "starting"), None, ""
         else:
             commands, since, error = link.commands, link.commands_since, link.commands_error
-        return {
+        health: PagerHealth = {
             "telegram": telegram,
             "queued": queued,
             "held": held,
@@ -235,6 +240,9 @@ class AlertService:
             "commands_since": since,
             "commands_error": error,
         }
+        if self._channels:
+            health["channels"] = [c.health() for c in self._channels]
+        return health
 
     async def run(self, ctx: ChildContext) -> None:
         """Serve until ``ctx.stopping`` is set: ready as soon as the outbox is open,
@@ -316,8 +324,9 @@ class AlertService:
                     spec.name,
                     spec.url_env,
                 )
-            target = AppriseTarget(spec, url)
+            target = AppriseTarget(spec, url, now=self._clock.time)
             targets[target.name] = target
+        self._channels = [t for t in targets.values() if isinstance(t, AppriseTarget)]
         return targets
 
     def _start_channels(
