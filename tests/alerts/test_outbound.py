@@ -265,3 +265,19 @@ async def test_two_daemons_on_one_schema_send_each_message_once(
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_a_redirect_is_not_followed_and_is_final(
+    setup: Setup, receiver: WebhookReceiver
+) -> None:
+    store, queue = await setup.open()
+    try:
+        receiver.status = 301
+        await queue.enqueue([event(1)])
+        assert await queue.deliver_pass() is None
+        (row,) = await queue.rows()
+        assert (row.state, row.attempts) == ("failed", 1)
+        assert "a redirect is not followed" in (row.last_error or "")
+        assert len(receiver.received()) == 1
+    finally:
+        await store.close()
