@@ -7,7 +7,7 @@ read, never logged, shown or stored). Telegram stays the interactive channel (bu
 replies); a channel only *receives*:
 
 * **alerts** at or above its ``min_severity`` — one message per story: the first event of
-  a coalescing key (the pager's, :meth:`Fanout.alert`) within ``alerts.coalesce_seconds``
+  a coalescing key (the pager's; :meth:`Fanout.items`) within ``alerts.coalesce_seconds``
   is sent, the repeats that Telegram folds into an edit are not (a channel cannot edit);
 * **routine results** that go to the founder (a ``deliver:`` with ``telegram`` or
   ``digest``) when the channel says ``deliver: true``.
