@@ -144,3 +144,28 @@ def test_the_command_takes_send_test_and_prints_a_line_per_channel(
     )
     assert any(line.startswith("ok       webhook:crm") for line in lines), lines
     assert len(rx.requests) == 2  # the channel's test and the webhook's, to one receiver
+
+
+@pytest.mark.anyio
+async def test_without_telegram_doctor_says_alerts_still_reach_the_channels(
+    tmp_path: Path,
+) -> None:
+    routines = {
+        "daily-post": {
+            "assignee": "ceo",
+            "description": "Write the post.",
+            "expected_output": "A post.",
+            "trigger": {"cron": "0 9 * * *"},
+        }
+    }
+    config = write_company(tmp_path, routines=routines, **alerts("http://127.0.0.1:9/hook"))
+    report = await run_doctor(
+        config, offline=True, environ=env("http://127.0.0.1:9"), systemd_runtime=NO_SYSTEMD
+    )
+    c = checks(report)["telegram"]
+    assert c.status == "warning"
+    assert "alerts reach only alerts.channels (email, ops), with no buttons" in c.summary
+    assert "failures reach nobody" not in c.summary
+    assert c.summary.endswith(
+        "kept in the inbox instead (companyd inbox) and sent to ops (deliver: true)"
+    )

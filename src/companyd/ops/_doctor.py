@@ -481,13 +481,25 @@ def _telegram_missing(config: CompanyConfig) -> Check | None:
     if config.spec.alerts.telegram is not None:
         return None
     lost = telegram_routines(config)
-    summary = "no alerts.telegram in company.yaml: failures reach nobody"
+    channels = config.spec.alerts.channels
+    if channels:
+        # the other channels are told, but cannot be answered: no buttons, no commands
+        summary = (
+            "no alerts.telegram in company.yaml: alerts reach only alerts.channels ("
+            + ", ".join(c.name for c in channels)
+            + "), with no buttons or commands"
+        )
+    else:
+        summary = "no alerts.telegram in company.yaml: failures reach nobody"
     if lost:
         names = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
         summary += (
             f", and the results of {len(lost)} routine(s) that deliver to telegram ({names}) "
             "would reach no phone: they are kept in the inbox instead (companyd inbox)"
         )
+        told = [c.name for c in channels if c.deliver]
+        if told:
+            summary += f" and sent to {', '.join(told)} (deliver: true)"
     return Check(
         "telegram",
         "warning",
