@@ -43,7 +43,13 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--offline",
         action="store_true",
-        help="skip the checks that need the network (API key, Telegram)",
+        help="skip the checks that need the network (API key, Telegram, test sends)",
+    )
+    p.add_argument(
+        "--send-test",
+        action="store_true",
+        help="send a test message to each of alerts.channels and a signed test event to "
+        "each of alerts.webhooks, and report what each answered",
     )
     p.set_defaults(func=_doctor)
 
@@ -69,7 +75,12 @@ def _doctor(args: argparse.Namespace) -> int:
     running = _running(config, args.state_dir)
     report: DoctorReport = asyncio.run(
         run_doctor(
-            config, state_dir=args.state_dir, offline=args.offline, fix=args.fix, running=running
+            config,
+            state_dir=args.state_dir,
+            offline=args.offline,
+            fix=args.fix,
+            running=running,
+            send_test=args.send_test,
         )
     )
     if args.json:
