@@ -91,7 +91,7 @@ class RecordingAdmin:
         self.calls.append(("budget",))
         return {"company": {"limit_usd": 10.0, "used_usd": 4.0}}
 
-    async def raise_budget(self, agent: str | None, usd: float) -> Any:
+    async def raise_budget(self, agent: str | None, usd: float, via: str = "cli") -> Any:
         self.calls.append(("raise_budget", agent, usd))
         return {"agent": agent, "raised_usd": usd}
 
@@ -103,15 +103,15 @@ class RecordingAdmin:
         self.calls.append(("job_history", routine, limit))
         return {"fires": []}
 
-    async def run_job(self, routine: str) -> Any:
+    async def run_job(self, routine: str, via: str = "cli") -> Any:
         self.calls.append(("run_job", routine))
         return {"routine": routine, "started": True}
 
-    async def resume_all(self) -> Any:
+    async def resume_all(self, via: str = "cli") -> Any:
         self.calls.append(("resume_all", ""))
         return {"resumed": [], "message": "no agent was paused"}
 
-    async def resume_job(self, routine: str) -> Any:
+    async def resume_job(self, routine: str, via: str = "cli") -> Any:
         self.calls.append(("resume_job", routine))
         return {"routine": routine, "resumed": True, "message": f"resumed routine {routine}"}
 
@@ -119,12 +119,12 @@ class RecordingAdmin:
         self.calls.append(("fire_webhook", routine))
         return {"routine": routine, "fire_id": "fire-1", "replay": False, "message": "fired"}
 
-    async def pause(self, agent: str) -> Any:
+    async def pause(self, agent: str, via: str = "cli") -> Any:
         self.calls.append(("pause", agent))
         self._agent(agent)
         return {"agent": agent, "paused": True}
 
-    async def resume(self, agent: str) -> Resumed:
+    async def resume(self, agent: str, via: str = "cli") -> Resumed:
         self.calls.append(("resume", agent))
         self._agent(agent)
         return Resumed(agent=agent, resumed=True, message=f"resumed {agent}")
@@ -162,7 +162,7 @@ class RecordingAdmin:
         self.calls.append(("tasks", quarantined))
         return {"tasks": [{"id": "t-9", "agent": "cfo", "reason": "crashed 3 times"}]}
 
-    async def retry(self, task_id: str) -> Any:
+    async def retry(self, task_id: str, via: str = "cli") -> Any:
         self.calls.append(("retry", task_id))
         return {"task": task_id, "queued": True}
 
@@ -190,7 +190,7 @@ class RecordingAdmin:
         self.calls.append(("inbox",))
         return {"items": []}
 
-    async def revert(self, proposal_id: str) -> Any:
+    async def revert(self, proposal_id: str, via: str = "cli") -> Any:
         self.calls.append(("revert", proposal_id))
         return {"proposal": proposal_id, "reverted": True}
 
@@ -198,7 +198,7 @@ class RecordingAdmin:
         self.calls.append(("debug", action, target, seconds))
         return {"action": action, "target": target}
 
-    async def reload(self) -> Any:
+    async def reload(self, via: str = "cli") -> Any:
         self.calls.append(("reload",))
         return {"reloaded": True}
 
@@ -206,7 +206,7 @@ class RecordingAdmin:
         self.calls.append(("tools", agent))
         return {"day": "2026-01-01", "tools": []}
 
-    async def tools_approve(self, server: str, agent: str | None = None) -> Any:
+    async def tools_approve(self, server: str, agent: str | None = None, via: str = "cli") -> Any:
         self.calls.append(("tools_approve", server, agent))
         return {"server": server, "approved": []}
 

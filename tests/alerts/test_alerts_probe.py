@@ -165,7 +165,7 @@ async def test_special_characters_arrive_verbatim(tmp_path: Path, token_env: Non
 class NotPausedAdmin(RecordingAdmin):
     """The daemon's answer when the agent runs already (daemon/main.py)."""
 
-    async def resume(self, agent: str) -> Resumed:
+    async def resume(self, agent: str, via: str = "cli") -> Resumed:
         self.calls.append(("resume", agent))
         return Resumed(agent=agent, resumed=False, message=f"{agent} was not paused")
 

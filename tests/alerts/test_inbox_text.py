@@ -45,7 +45,7 @@ class _Admin:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    async def resume_all(self) -> ResumedAll:
+    async def resume_all(self, via: str = "cli") -> ResumedAll:
         self.calls.append("resume_all")
         return ResumedAll(resumed=["ceo", "cfo"], message="resumed ceo, cfo")
 

@@ -79,8 +79,10 @@ class Admin(Protocol):
         """Each budget: limit, used, reserved, remaining, when it resets."""
         ...
 
-    async def raise_budget(self, agent: str | None, usd: float) -> BudgetRaised:
-        """Raise today's budget of ``agent`` (or the company when None) by ``usd``, once."""
+    async def raise_budget(self, agent: str | None, usd: float, via: str = "cli") -> BudgetRaised:
+        """Raise today's budget of ``agent`` (or the company when None) by ``usd``, once.
+        ``via`` as for :meth:`pause`.
+        """
         ...
 
     async def jobs(self) -> Jobs:
@@ -91,8 +93,8 @@ class Admin(Protocol):
         """The latest fires of one routine with outcome, reason, cost and run id."""
         ...
 
-    async def run_job(self, routine: str) -> JobRun:
-        """Fire a routine now."""
+    async def run_job(self, routine: str, via: str = "cli") -> JobRun:
+        """Fire a routine now (``via`` as for :meth:`pause`)."""
         ...
 
     async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> WebhookFired:
@@ -103,20 +105,31 @@ class Admin(Protocol):
         """
         ...
 
-    async def resume_all(self) -> ResumedAll:
-        """Let every paused agent run again (after topping up the API account)."""
+    async def resume_all(self, via: str = "cli") -> ResumedAll:
+        """Let every paused agent run again (after topping up the API account); ``via`` as
+        for :meth:`pause`.
+        """
         ...
 
-    async def resume_job(self, routine: str) -> JobResumed:
-        """Let a routine that ``pause_after_failures`` paused fire again."""
+    async def resume_job(self, routine: str, via: str = "cli") -> JobResumed:
+        """Let a routine that ``pause_after_failures`` paused fire again; ``via`` as for
+        :meth:`pause`.
+        """
         ...
 
-    async def pause(self, agent: str) -> Paused:
-        """Stop an agent from starting new runs (the current run finishes)."""
+    async def pause(self, agent: str, via: str = "cli") -> Paused:
+        """Stop an agent from starting new runs (the current run finishes).
+
+        Every operation that changes the company's state takes ``via``: where the
+        operator asked (``cli``, ``telegram`` or ``dashboard``); it is recorded as an
+        ``operator_action`` event (the dashboard records its own), done or refused.
+        """
         ...
 
-    async def resume(self, agent: str) -> Resumed:
-        """Let a paused agent (operator or budget pause) run again."""
+    async def resume(self, agent: str, via: str = "cli") -> Resumed:
+        """Let a paused agent (operator or budget pause) run again; ``via`` as for
+        :meth:`pause`.
+        """
         ...
 
     async def ask(
@@ -161,8 +174,8 @@ class Admin(Protocol):
         """Tasks waiting, running or (with ``quarantined``) quarantined."""
         ...
 
-    async def retry(self, task_id: str) -> TaskRetried:
-        """Release a quarantined task and run it again."""
+    async def retry(self, task_id: str, via: str = "cli") -> TaskRetried:
+        """Release a quarantined task and run it again; ``via`` as for :meth:`pause`."""
         ...
 
     async def proposals(self) -> Proposals:
@@ -202,8 +215,8 @@ class Admin(Protocol):
         """
         ...
 
-    async def revert(self, proposal_id: str) -> ProposalDecision:
-        """Undo an applied proposal (then reload the config)."""
+    async def revert(self, proposal_id: str, via: str = "cli") -> ProposalDecision:
+        """Undo an applied proposal (then reload the config); ``via`` as for :meth:`pause`."""
         ...
 
     async def debug(
@@ -258,12 +271,16 @@ class Admin(Protocol):
         """
         ...
 
-    async def tools_approve(self, server: str, agent: str | None = None) -> ToolsApproved:
+    async def tools_approve(
+        self, server: str, agent: str | None = None, via: str = "cli"
+    ) -> ToolsApproved:
         """Approve the held-back tools of MCP server ``server`` (of ``agent``, or of every
         agent with a server of that name): offered at once, no restart.
         """
         ...
 
-    async def reload(self) -> ReloadApplied | ReloadRejected:
-        """Re-read company.yaml and apply the difference (or report why it was rejected)."""
+    async def reload(self, via: str = "cli") -> ReloadApplied | ReloadRejected:
+        """Re-read company.yaml and apply the difference (or report why it was rejected);
+        ``via`` as for :meth:`pause` (empty: the daemon's own reload, not recorded).
+        """
         ...

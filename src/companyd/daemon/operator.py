@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 
 from companyd import __version__
 from companyd._aio import race
-from companyd._secrets import redact
 from companyd.admin import (
     AdminError,
     AdminStopping,
@@ -67,6 +66,7 @@ from companyd.agents import Staff
 from companyd.alerts import AlertService
 from companyd.clock import Clock, clock_time
 from companyd.config import CompanyConfig
+from companyd.daemon._actions import recorded
 from companyd.daemon.dashboard import WebDashboard
 from companyd.daemon.reload import ReloadRecord
 from companyd.daemon.systemd import LoopLagMonitor
@@ -82,7 +82,7 @@ from companyd.desk import (
     on_desk,
 )
 from companyd.desk import Proposals as ProposalStore
-from companyd.events import EventBus, OperatorAction
+from companyd.events import EventBus
 from companyd.runs import Journal, RunOutcome, RunStatus, Task, follow_up_prompt, new_id
 from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
 from companyd.spend import LedgerError, SpendBook, SpendError
@@ -239,13 +239,18 @@ class Operator:
             in_flight=report["in_flight"],
         )
 
-    async def raise_budget(self, agent: str | None, usd: float) -> BudgetRaised:
+    async def raise_budget(self, agent: str | None, usd: float, via: str = "cli") -> BudgetRaised:
         """:meth:`Admin.raise_budget`; the agents paused by a spent budget that the raise covers
         are resumed, and the result names them and today's new limit.
 
         Raises:
             AdminError: an unknown agent, or an amount that is not positive.
         """
+        return await self._recorded(
+            "raise_budget", agent or "company", via, self._raise_budget(agent, usd)
+        )
+
+    async def _raise_budget(self, agent: str | None, usd: float) -> BudgetRaised:
         if agent is not None:
             self._check_agent(agent)
         if not usd > 0:
@@ -301,13 +306,16 @@ class Operator:
             raise AdminError(str(exc)) from None
         return JobHistory(routine=history["routine"], fires=history["fires"])
 
-    async def run_job(self, routine: str) -> JobRun:
+    async def run_job(self, routine: str, via: str = "cli") -> JobRun:
         """:meth:`Admin.run_job`: fire ``routine`` now and wait for the run's outcome.
 
         Raises:
             AdminError: no routine of that name, or its concurrency policy has no room for another
                 run.
         """
+        return await self._recorded("run_job", routine, via, self._run_job(routine))
+
+    async def _run_job(self, routine: str) -> JobRun:
         try:
             outcome = await self.scheduler.run_now(routine)
         except (RoutineNotFound, RoutineBusy) as exc:
@@ -335,22 +343,28 @@ class Operator:
             ),
         )
 
-    async def resume_all(self) -> ResumedAll:
+    async def resume_all(self, via: str = "cli") -> ResumedAll:
         """:meth:`Admin.resume_all`: resume every paused agent, whatever paused it (the
         one command after topping up the Anthropic account: docs/spend.md).
         """
+        return await self._recorded("resume_all", "all", via, self._resume_all())
+
+    async def _resume_all(self) -> ResumedAll:
         resumed = [a for a in list(self.staff.paused()) if self.staff.resume(a)]
         return ResumedAll(
             resumed=resumed,
             message=(f"resumed {', '.join(resumed)}" if resumed else "no agent was paused"),
         )
 
-    async def resume_job(self, routine: str) -> JobResumed:
+    async def resume_job(self, routine: str, via: str = "cli") -> JobResumed:
         """:meth:`Admin.resume_job`; ``resumed`` is False when the routine was not paused.
 
         Raises:
             AdminError: no routine of that name.
         """
+        return await self._recorded("resume_job", routine, via, self._resume_job(routine))
+
+    async def _resume_job(self, routine: str) -> JobResumed:
         try:
             was = await self.scheduler.resume_routine(routine)
         except RoutineNotFound as exc:
@@ -369,12 +383,15 @@ class Operator:
         """:meth:`Admin.dashboard_login` (see :meth:`WebDashboard.login`)."""
         return self.web.login()
 
-    async def pause(self, agent: str) -> Paused:
+    async def pause(self, agent: str, via: str = "cli") -> Paused:
         """:meth:`Admin.pause`: an operator pause, held until :meth:`resume`.
 
         Raises:
             AdminError: an unknown agent (the message suggests the closest name).
         """
+        return await self._recorded("pause", agent, via, self._pause(agent))
+
+    async def _pause(self, agent: str) -> Paused:
         self._check_agent(agent)
         self.staff.pause(agent, "operator")
         return Paused(
@@ -384,12 +401,15 @@ class Operator:
             f"until `companyd resume {agent}`",
         )
 
-    async def resume(self, agent: str) -> Resumed:
+    async def resume(self, agent: str, via: str = "cli") -> Resumed:
         """:meth:`Admin.resume`; ``resumed`` is False when the agent was not paused.
 
         Raises:
             AdminError: an unknown agent.
         """
+        return await self._recorded("resume", agent, via, self._resume(agent))
+
+    async def _resume(self, agent: str) -> Resumed:
         self._check_agent(agent)
         was = self.staff.resume(agent)
         return Resumed(
@@ -553,12 +573,15 @@ class Operator:
         states = ["quarantined"] if quarantined else ["queued", "running"]
         return Tasks(tasks=await self.journal.tasks(states))
 
-    async def retry(self, task_id: str) -> TaskRetried:
+    async def retry(self, task_id: str, via: str = "cli") -> TaskRetried:
         """:meth:`Admin.retry`.
 
         Raises:
             AdminError: no such task, or it is not quarantined.
         """
+        return await self._recorded("retry", task_id, via, self._retry(task_id))
+
+    async def _retry(self, task_id: str) -> TaskRetried:
         try:
             task = await self.staff.retry(task_id)
         except KeyError:
@@ -640,31 +663,9 @@ class Operator:
         """``work``'s result, recorded as an ``operator_action`` event (done or refused) for
         the CLI and Telegram as the dashboard records its own (``dashboard.actions``), so the
         event stream says who decided what, where, whichever front end it came through.
+        A decision's empty ``via`` is the CLI's (the default of older clients).
         """
-        try:
-            result = await work
-        except AdminError as exc:
-            self._publish_action(action, target, via, ok=False, message=str(exc))
-            raise
-        message = getattr(result, "message", "") or f"{action} {target}: done"
-        self._publish_action(action, target, via, ok=True, message=message)
-        return result
-
-    def _publish_action(
-        self, action: str, target: str, via: str, *, ok: bool, message: str
-    ) -> None:
-        if via == "dashboard":
-            return  # the dashboard's perform() records its own actions
-        self.bus.publish(
-            OperatorAction(
-                source=via or "cli",
-                action=action,
-                target=target,
-                via=via or "cli",
-                ok=ok,
-                message=redact(message),
-            )
-        )
+        return await recorded(self.bus, action, target, via or "cli", work)
 
     async def inbox(self) -> Inbox:
         """:meth:`Admin.inbox`."""
@@ -672,13 +673,16 @@ class Operator:
             self.desk, self.proposal_store, self.journal, self.staff.provisions.tool_store
         )
 
-    async def revert(self, proposal_id: str) -> ProposalDecision:
+    async def revert(self, proposal_id: str, via: str = "cli") -> ProposalDecision:
         """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away.
 
         Raises:
             AdminError: no such proposal, or it is not applied, or the file was edited since it was
                 applied.
         """
+        return await self._recorded("revert", proposal_id, via, self._revert(proposal_id))
+
+    async def _revert(self, proposal_id: str) -> ProposalDecision:
         try:
             p = await self.proposal_store.revert(proposal_id)
         except ProposalError as exc:
