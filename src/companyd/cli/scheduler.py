@@ -106,7 +106,10 @@ def register(sub: Any) -> None:
     r = jsub.add_parser(
         "run",
         help="fire a routine now (needs a running daemon)",
-        description="Fire a routine now, as its schedule would (needs a running daemon).",
+        description="Fire a routine now, as its schedule would (needs a running daemon), and "
+        "wait for the run to end. A routine with `approval: required` answers as soon as its "
+        "result waits for your approval (exit 0; --json: state awaiting_approval and the "
+        "item to approve).",
     )
     r.add_argument("routine", help="routine name")
     _common(r, nested=True)
@@ -196,9 +199,19 @@ def _run(args: argparse.Namespace) -> int:
     from companyd.cli.roles import _print_answer
     from companyd.scheduler import RoutineNotFound
 
+    def show(result: dict[str, Any]) -> int:
+        if result.get("state") != "awaiting_approval":
+            return _print_answer(result)
+        # started, and waiting for the founder: a success that is not over yet (exit 0)
+        answer = str(result.get("answer") or "").strip()
+        if answer:
+            print(answer)
+        print(str(result.get("message") or ""))
+        return 0
+
     if running_daemon(args) is not None:
         # the daemon checks the routine against the company.yaml it runs, not the file
-        return call_daemon(args, "run_job", _print_answer, routine=args.routine)
+        return call_daemon(args, "run_job", show, routine=args.routine)
     cfg, _ = _load(args)
     routine = cfg.routines.get(args.routine)
     if routine is None:

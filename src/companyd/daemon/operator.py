@@ -307,7 +307,9 @@ class Operator:
         return JobHistory(routine=history["routine"], fires=history["fires"])
 
     async def run_job(self, routine: str, via: str = "cli") -> JobRun:
-        """:meth:`Admin.run_job`: fire ``routine`` now and wait for the run's outcome.
+        """:meth:`Admin.run_job`: fire ``routine`` now and wait for the run's outcome — or,
+        for a routine with ``approval: required``, until its result waits for the founder
+        (``state`` ``awaiting_approval``, with the item and where to decide).
 
         Raises:
             AdminError: no routine of that name, or its concurrency policy has no room for another
@@ -317,10 +319,28 @@ class Operator:
 
     async def _run_job(self, routine: str) -> JobRun:
         try:
-            outcome = await self.scheduler.run_now(routine)
+            fire = await self.scheduler.fire_now(routine)
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
-        return JobRun(routine=routine, **outcome.to_dict())
+        item = fire.approval_item
+        if item is None:
+            return JobRun(routine=routine, **fire.outcome.to_dict())
+        where = ["the dashboard's inbox"]
+        if self.config.spec.alerts.telegram is not None:
+            where.append(f"Telegram (/approve {item})")
+        where.append(f"`companyd approve {item}` (or `companyd inbox`)")
+        return JobRun(
+            routine=routine,
+            **fire.outcome.to_dict(),
+            state="awaiting_approval",
+            approval_item=item,
+            message=(
+                f"started routine {routine}: its run ended and the result waits for your "
+                f"approval as {item}; approve, reject or ask for changes in "
+                + ", ".join(where[:-1])
+                + f" or {where[-1]}"
+            ),
+        )
 
     async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> WebhookFired:
         """:meth:`Admin.fire_webhook`.
