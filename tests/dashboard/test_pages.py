@@ -187,6 +187,23 @@ async def test_spend_page_and_its_csv_export(site: Site) -> None:
     assert wrong.status_code == 400 and "choose one of agent, model, routine" in wrong.text
 
 
+def _money_in(html: str, start: str, end: str = "</table>") -> list[str]:
+    part = html[html.index(start) :]
+    return re.findall(r"\$[\d,]+\.\d+", part[: part.index(end)])
+
+
+async def test_every_money_cell_of_a_table_has_one_precision(site: Site) -> None:
+    """Issue 28: within one table every amount has the same decimals, enough that the
+    smallest amount that is not zero shows as not zero: a raise of $0.0042 makes the
+    budgets table $2.0042 / $10.0000, never $2.0042 above $10.00.
+    """
+    await site.daemon.raise_budget("cfo", 0.0042)
+    page = await site.get("/spend")
+    cells = _money_in(page.text, 'id="h-budgets"')
+    assert "$2.0042" in cells and "$10.0000" in cells and "$100.0000" in cells, cells
+    assert {len(c.split(".")[1]) for c in cells} == {4}, cells
+
+
 async def test_memory_search_entity_graph_and_recent_changes(site: Site) -> None:
     await remember_acme(site)
     found = await site.get("/memory?q=acme")
