@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -793,6 +793,9 @@ class DeliveryRecords:
     async def keep(self, data: Mapping[str, Any], reason: str) -> str | None:
         self.kept.append((str(data.get("run_id")), reason))
         return f"k-{data.get('run_id')}"
+
+    async def records(self, run_ids: Sequence[str]) -> Mapping[str, Sequence[ResultDelivery]]:
+        return {r: [e for run, e in self.entries if run == r] for r in run_ids}
 
 
 def a_result(run_id: str, ended: float) -> RoutineResult:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 
 from companyd._fs import DiskAlarm, is_disk_failure
+from companyd.admin import ResultDelivery
 from companyd.alerts import digest as results_digest
 from companyd.alerts.outbox import RESULT_KINDS, AlertRecord, AlertStore, Delivery
 from companyd.alerts.policy import RANK, Policy, quiet_until, severity_of
@@ -73,6 +74,11 @@ class AlertBook:
         # succeeds writes them too, in their state then — else a delivery recorded only in
         # memory would be sent again after a restart
         self._unsaved: dict[int, AlertRecord] = {}
+        #: reads the delivery records of runs (the run journal's, through the daemon's
+        #: DeliveryLog), for the digest to say where each result went; None: not said
+        self.read_deliveries: (
+            Callable[[Sequence[str]], Awaitable[Mapping[str, Sequence[ResultDelivery]]]] | None
+        ) = None
 
     def load(self, records: list[AlertRecord], next_id: int, now: float) -> None:
         """Start from the outbox's active alerts (at the start of a run)."""
@@ -168,6 +174,21 @@ class AlertBook:
             )
         )
 
+    async def _deliveries_of(
+        self, items: Sequence[AlertRecord]
+    ) -> Mapping[str, Sequence[ResultDelivery]]:
+        """The delivery records of the digest items' runs ({} when they cannot be read:
+        the digest goes out without them rather than not at all).
+        """
+        if self.read_deliveries is None:
+            return {}
+        runs = [str(r.data.get("run_id")) for r in items if r.data.get("run_id")]
+        try:
+            return await self.read_deliveries(runs)
+        except Exception:
+            log.exception("alerts: the digest cannot read where its results went")
+            return {}
+
     async def release_held(self, now: float) -> None:
         """Release what was held and is due at ``now``: digest items (at ``alerts.digest_at``)
         are folded into one results digest; results are released one by one (each is read
@@ -195,6 +216,7 @@ class AlertBook:
                 now=now,
                 tz=self.policy.tz,
                 chats=self.settings.chat_ids,
+                deliveries=await self._deliveries_of(items),
             )
             self.next_id += 1
             digest.held_until = quiet_until(now, self.policy.quiet, self.policy.quiet_tz)
