@@ -150,6 +150,7 @@ class RecordingAdmin:
         routine: str | None = None,
         since: float | None = None,
         finished: bool = False,
+        deliveries: bool = False,
     ) -> Any:
         self.calls.append(("runs", agent, status, limit))
         return {"runs": []}

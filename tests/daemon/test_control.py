@@ -244,6 +244,7 @@ class Company:
         routine: str | None = None,
         since: float | None = None,
         finished: bool = False,
+        deliveries: bool = False,
     ) -> Any:
         raise self._absent("runs")
 

@@ -158,9 +158,12 @@ class Admin(Protocol):
         routine: str | None = None,
         since: float | None = None,
         finished: bool = False,
+        deliveries: bool = False,
     ) -> Runs:
         """Recent runs, newest first: of ``agent``, with outcome ``status``, fired by
-        ``routine``, started at or after ``since`` (epoch seconds), only ``finished`` ones.
+        ``routine``, started at or after ``since`` (epoch seconds), only ``finished`` ones;
+        with ``deliveries`` each row also carries its result's delivery records (the run
+        journal's, as ``run_show`` has them: they outlive restarts).
         """
         ...
 

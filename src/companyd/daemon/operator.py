@@ -554,6 +554,7 @@ class Operator:
         routine: str | None = None,
         since: float | None = None,
         finished: bool = False,
+        deliveries: bool = False,
     ) -> Runs:
         """:meth:`Admin.runs`, from the run journal.
 
@@ -571,6 +572,10 @@ class Operator:
         runs = await self.journal.runs(
             agent=agent, status=status, limit=limit, routine=routine, since=since, finished=finished
         )
+        if deliveries:
+            records = await self.journal.deliveries([r["run_id"] for r in runs])
+            for r in runs:
+                r["deliveries"] = records.get(r["run_id"], [])
         return Runs(runs=runs)
 
     async def run_show(self, run_id: str) -> RunTranscript:
