@@ -54,5 +54,7 @@ def test_every_cost_in_the_run_list_has_the_same_precision_and_none_shows_as_zer
         {**base, "run_id": "run-cccccccccccc", "started": 1_795_000_200.0, "cost_usd": 0.0},
     ]
     assert _cost_cells(run_list_lines(runs)) == ["$1.25000", "$0.00002", "$0.00000"]
-    cheap = [{**r, "cost_usd": c} for r, c in zip(runs, (0.0057, 0.0054, 0.0), strict=True)]
+    cheap: list[Mapping[str, Any]] = [
+        {**r, "cost_usd": c} for r, c in zip(runs, (0.0057, 0.0054, 0.0), strict=True)
+    ]
     assert _cost_cells(run_list_lines(cheap)) == ["$0.0057", "$0.0054", "$0.0000"]
