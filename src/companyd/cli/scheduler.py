@@ -107,9 +107,10 @@ def register(sub: Any) -> None:
         "run",
         help="fire a routine now (needs a running daemon)",
         description="Fire a routine now, as its schedule would (needs a running daemon), and "
-        "wait for the run to end. A routine with `approval: required` answers as soon as its "
-        "result waits for your approval (exit 0; --json: state awaiting_approval and the "
-        "item to approve).",
+        "wait for the run to end. It answers as soon as the run waits for you instead — its "
+        "result for your approval (`approval: required`), a tool call for your approval or a "
+        "question for your answer — saying where to decide (exit 0; --json: state "
+        "awaiting_approval or waiting_for_founder, and approval_item).",
     )
     r.add_argument("routine", help="routine name")
     _common(r, nested=True)
@@ -200,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
     from companyd.scheduler import RoutineNotFound
 
     def show(result: dict[str, Any]) -> int:
-        if result.get("state") != "awaiting_approval":
+        if result.get("state", "ended") == "ended":
             return _print_answer(result)
         # started, and waiting for the founder: a success that is not over yet (exit 0)
         answer = str(result.get("answer") or "").strip()

@@ -82,7 +82,7 @@ from companyd.desk import (
     on_desk,
 )
 from companyd.desk import Proposals as ProposalStore
-from companyd.events import EventBus
+from companyd.events import Event, EventBus, Subscription
 from companyd.runs import Journal, RunOutcome, RunStatus, Task, follow_up_prompt, new_id
 from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
 from companyd.spend import LedgerError, SpendBook, SpendError
@@ -307,9 +307,10 @@ class Operator:
         return JobHistory(routine=history["routine"], fires=history["fires"])
 
     async def run_job(self, routine: str, via: str = "cli") -> JobRun:
-        """:meth:`Admin.run_job`: fire ``routine`` now and wait for the run's outcome — or,
-        for a routine with ``approval: required``, until its result waits for the founder
-        (``state`` ``awaiting_approval``, with the item and where to decide).
+        """:meth:`Admin.run_job`: fire ``routine`` now and wait for the run's outcome — or
+        until the founder is asked: for a routine with ``approval: required``, its result
+        (``state`` ``awaiting_approval``); mid-run, a tool call to approve or a question
+        (``waiting_for_founder``) — with the item and where to decide. The fire goes on.
 
         Raises:
             AdminError: no routine of that name, or its concurrency policy has no room for another
@@ -318,29 +319,84 @@ class Operator:
         return await self._recorded("run_job", routine, via, self._run_job(routine))
 
     async def _run_job(self, routine: str) -> JobRun:
+        # the run may stop to ask the founder (a tool call to approve, a question): that
+        # is answered at once too — a human's answer may take hours, the command 60 s
+        asking = self.bus.subscribe(kinds={"founder_approval_requested", "founder_question"})
+        fire = asyncio.ensure_future(self.scheduler.fire_now(routine))
+        asked = asyncio.ensure_future(_asked_in(asking, routine))
         try:
-            fire = await self.scheduler.fire_now(routine)
+            await asyncio.wait((fire, asked), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            asking.close()
+            asked.cancel()
+        if not fire.done():
+            # the fire goes on (it is the scheduler's, shielded from its callers)
+            fire.cancel()
+            return self._waiting_for_founder(routine, asked.result())
+        try:
+            done = fire.result()
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
-        item = fire.approval_item
+        item = done.approval_item
         if item is None:
-            return JobRun(routine=routine, **fire.outcome.to_dict())
-        where = ["the dashboard's inbox"]
-        if self.config.spec.alerts.telegram is not None:
-            where.append(f"Telegram (/approve {item})")
-        where.append(f"`companyd approve {item}` (or `companyd inbox`)")
+            return JobRun(routine=routine, **done.outcome.to_dict())
         return JobRun(
             routine=routine,
-            **fire.outcome.to_dict(),
+            **done.outcome.to_dict(),
             state="awaiting_approval",
             approval_item=item,
             message=(
                 f"started routine {routine}: its run ended and the result waits for your "
                 f"approval as {item}; approve, reject or ask for changes in "
-                + ", ".join(where[:-1])
-                + f" or {where[-1]}"
+                + self._where_to_decide(item, f"/approve {item}", f"approve {item}")
             ),
         )
+
+    def _waiting_for_founder(self, routine: str, event: Event) -> JobRun:
+        """:meth:`run_job`'s answer when the fire's run stopped to ask the founder."""
+        d = event.data
+        item, run_id = str(d.get("item_id") or ""), str(d.get("run_id") or "")
+        if event.kind == "founder_question":
+            what = f"waits for your answer to a question ({item})"
+            how = self._where_to_decide(item, f"/answer {item} TEXT", f"answer {item} TEXT")
+            verb = "answer it in "
+        else:
+            what = f"waits for your approval of a {d.get('tool')} call ({item})"
+            how = self._where_to_decide(item, f"/approve {item}", f"approve {item}")
+            verb = "approve or reject it in "
+        now = self.clock.time()
+        return JobRun(
+            routine=routine,
+            task_id="",
+            run_id=run_id,
+            agent=str(d.get("agent") or ""),
+            status="running",
+            reason=None,
+            answer="",
+            cost_usd=0.0,
+            steps=0,
+            tokens=0,
+            models=[],
+            started=now,
+            ended=0.0,
+            offline=self.offline,
+            state="waiting_for_founder",
+            approval_item=item,
+            message=(
+                f"started routine {routine}: its run {run_id} {what}; {verb}{how}. The run "
+                f"goes on after that; `companyd runs last {routine}` shows its result"
+            ),
+        )
+
+    def _where_to_decide(self, item: str, phone: str, cli: str) -> str:
+        """Where the founder decides on ``item``: the dashboard, Telegram when configured
+        (``phone``: the command there) and the CLI (``companyd <cli>``).
+        """
+        where = ["the dashboard's inbox"]
+        if self.config.spec.alerts.telegram is not None:
+            where.append(f"Telegram ({phone})")
+        where.append(f"`companyd {cli}` (or `companyd inbox`)")
+        return ", ".join(where[:-1]) + f" or {where[-1]}"
 
     async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> WebhookFired:
         """:meth:`Admin.fire_webhook`.
@@ -749,6 +805,14 @@ class Operator:
             raise AdminError(
                 f"unknown agent {agent!r}; {hint}agents: {', '.join(self.config.agents)}"
             )
+
+
+async def _asked_in(asking: Subscription, routine: str) -> Event:
+    """The first event of ``asking`` about ``routine`` (the founder asked by its run)."""
+    while True:
+        event = await asking.get()
+        if event.data.get("routine") == routine:
+            return event
 
 
 def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:
