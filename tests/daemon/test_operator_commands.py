@@ -5,6 +5,7 @@ print, their exit codes, what they leave behind. The commands run by the CLI's e
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -183,4 +184,21 @@ async def test_jobs_run_of_a_routine_needing_approval_answers_once_the_result_wa
         assert data["approval_item"] != item and data["approval_item"].startswith("r-")
         assert data["status"] == "ok" and data["routine"] == "weekly-numbers"
         assert {"run_id", "answer", "cost_usd", "message"} <= set(data)
+        await daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_doctor_checks_the_state_directory_of_the_daemon_running_the_file(
+    work: Path,
+) -> None:
+    """Issue 28: doctor checks the state the running daemon uses (found through the
+    company.yaml it runs), not ``state`` next to company.yaml, which it never uses.
+    """
+    cfg = write_company(work / "company.yaml")
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        argv = ["doctor", "--offline", "--json", "--config", str(cfg)]
+        got = await asyncio.to_thread(cli_in_thread, argv)
+        checks = {c["name"]: c for c in json.loads(got.out)["checks"]}
+        assert repr(str(work / "s")) in checks["state-dir"]["summary"], checks["state-dir"]
+        assert not (work / "state").exists()
         await daemon.stop()

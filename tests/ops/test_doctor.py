@@ -362,3 +362,31 @@ async def test_without_telegram_doctor_says_which_results_would_reach_no_phone(
         assert "failures reach nobody" in c.summary
         assert "results of 1 routine(s) that deliver to telegram (daily-post)" in c.summary
         assert "kept in the inbox" in c.summary and "archive" not in c.summary
+
+
+@pytest.mark.anyio
+async def test_doctor_checks_the_state_directory_the_service_will_use(world: World) -> None:
+    """Issue 28: for a company.yaml where the units keep it, the state checked is the
+    unit's (``StateDirectory=``), not ``state`` next to company.yaml — which the service
+    never uses.
+    """
+    unit_state = world.tmp / "var-lib-companyd"
+    report = await run_doctor(
+        world.config,
+        environ=world.env(),
+        systemd_runtime=NO_SYSTEMD,
+        unit_state_dir=unit_state,
+    )
+    c = by_name(report)["state-dir"]
+    assert c.status == "ok" and repr(str(unit_state)) in c.summary, c
+    assert "will be created at first start" in c.summary
+
+
+def test_the_units_state_directory_of_a_company_yaml_in_their_place() -> None:
+    from companyd.cli.doctor import _unit_state_dir
+
+    assert _unit_state_dir(Path("/etc/companyd/company.yaml")) == Path("/var/lib/companyd")
+    assert _unit_state_dir(Path("/etc/companyd/acme/company.yaml")) == Path(
+        "/var/lib/companyd/acme"
+    )
+    assert _unit_state_dir(Path("/srv/acme/company.yaml")) is None

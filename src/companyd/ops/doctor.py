@@ -126,8 +126,15 @@ async def run_doctor(
     running: RunningDaemon | None = None,
     environ: Mapping[str, str] | None = None,
     systemd_runtime: Path = SYSTEMD_RUNTIME,
+    unit_state_dir: Path | None = None,
 ) -> DoctorReport:
-    """Run every check (see the module docstring); ``state_dir`` overrides company.yaml's."""
+    """Run every check (see the module docstring); ``state_dir`` overrides company.yaml's.
+
+    ``unit_state_dir``: the state directory systemd gives the unit that runs this
+    company.yaml (``StateDirectory=``, e.g. ``/var/lib/companyd``), checked unless
+    ``state_dir`` or ``$STATE_DIRECTORY`` names one: the service's ``$STATE_DIRECTORY``
+    comes before company.yaml's ``state_dir``, so it is the directory the service uses.
+    """
     env = os.environ if environ is None else environ
     report = DoctorReport()
     config_check, config = await asyncio.to_thread(_check_config, config_path, running)
@@ -159,6 +166,12 @@ async def run_doctor(
             report.checks += [api, telegram]
         report.checks.append(await asyncio.to_thread(check_tool_sandbox, config, environ=env))
         where = config.state_dir(state_dir)
+        if (
+            state_dir is None
+            and unit_state_dir is not None
+            and not os.environ.get("STATE_DIRECTORY")
+        ):
+            where = unit_state_dir
     if where is None:
         report.checks.append(
             Check("state-dir", "skipped", "skipped: no company.yaml and no --state-dir")
