@@ -70,36 +70,55 @@ def _money(cost: Any, places: int) -> str:
     return format_usd(float(cost or 0), places)
 
 
+#: What a cost marked ``*`` (``runs``) or ``(simulated)`` is: the offline model's price.
+SIMULATED_NOTE = (
+    "simulated: the offline model's calls (companyd --offline), priced as Claude's would be — "
+    "no money was spent on them"
+)
+
+
 def run_list_lines(runs: list[Mapping[str, Any]]) -> list[str]:
     """The table of ``companyd runs``: one line per run, with the routine it ran for
-    (``-``: asked by the founder or a colleague).
+    (``-``: asked by the founder or a colleague); the cost of a run on the offline model
+    is marked ``*`` and explained under the table (simulated, no money spent).
     """
     width = max([len("routine"), *(len(str(r.get("routine") or "-")) for r in runs)])
     width = min(width, ROUTINE_COLUMN)
     money = _places(r.get("cost_usd") for r in runs)
+    simulated = any(r.get("offline") for r in runs)
+    cost_width = 9 if simulated else 8
     lines = [
-        f"{'started (UTC)':16} {'agent':12} {'routine':{width}} {'status':16} {'cost':>8} "
-        f"{'steps':>5} {'run':16}  answer / why"
+        f"{'started (UTC)':16} {'agent':12} {'routine':{width}} {'status':16} "
+        f"{'cost':>{cost_width}} {'steps':>5} {'run':16}  answer / why"
     ]
     for r in runs:
         routine = str(r.get("routine") or "-")
         if len(routine) > width:
             routine = routine[: width - 1] + "…"
+        cost = _money(r.get("cost_usd"), money)
+        if simulated:
+            cost += "*" if r.get("offline") else " "
         lines.append(
             f"{when(r.get('started')):16} {r.get('agent')!s:12} {routine:{width}} "
             f"{r.get('status')!s:16} "
-            f"{_money(r.get('cost_usd'), money):>8} {int(r.get('steps') or 0):5} "
+            f"{cost:>{cost_width}} {int(r.get('steps') or 0):5} "
             f"{r.get('run_id')!s:16}  {answer_line(r)}"
         )
+    if simulated:
+        lines.append(f"* {SIMULATED_NOTE}")
     return lines
+
+
+def _simulated(run: Mapping[str, Any]) -> str:
+    return " (simulated)" if run.get("offline") else ""
 
 
 def last_lines(run: Mapping[str, Any]) -> list[str]:
     """``companyd runs last ROUTINE``: a header and the whole answer (or the reason)."""
     head = (
         f"{run.get('routine')} · {when(run.get('started'))} UTC · {run.get('agent')} · "
-        f"{run.get('status')} · {_money(run.get('cost_usd'), _places([run.get('cost_usd')]))} · "
-        f"{run.get('run_id')}"
+        f"{run.get('status')} · {_money(run.get('cost_usd'), _places([run.get('cost_usd')]))}"
+        f"{_simulated(run)} · {run.get('run_id')}"
     )
     lines = [head]
     answer = str(run.get("answer") or "").strip()
@@ -294,6 +313,7 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
     lines += [
         "",
         f"totals:   {int(totals.get('steps') or 0)} model call(s) · {calls} tool call(s) · "
-        f"{_tokens(totals)} · {_money(totals.get('cost_usd'), money)} · {models}",
+        f"{_tokens(totals)} · {_money(totals.get('cost_usd'), money)}{_simulated(t)} · "
+        f"{models}",
     ]
     return lines
