@@ -204,6 +204,21 @@ async def test_every_money_cell_of_a_table_has_one_precision(site: Site) -> None
     assert {len(c.split(".")[1]) for c in cells} == {4}, cells
 
 
+async def test_offline_costs_are_labelled_simulated_on_every_page_that_shows_a_run(
+    site: Site,
+) -> None:
+    """Issue 28: offline spend is labelled simulated everywhere: the runs list, an agent's
+    runs, a run's totals and a routine's last result.
+    """
+    await site.daemon.run_job("weekly-review")
+    run = (await site.daemon.runs(routine="weekly-review", limit=1)).runs[0]
+    assert run["offline"]
+    cost = re.escape(f"${run['cost_usd']:.4f}")
+    for url in ("/runs", "/agents/cfo", f"/runs/{run['run_id']}", "/routines/weekly-review"):
+        page = await site.get(url)
+        assert re.search(cost + r"\d* \(simulated\)", page.text), url
+
+
 async def test_memory_search_entity_graph_and_recent_changes(site: Site) -> None:
     await remember_acme(site)
     found = await site.get("/memory?q=acme")
