@@ -86,7 +86,7 @@ def format_inbox(inbox: Inbox, now: float | None = None) -> str:
     for i in items[:20]:
         lines.append(f"• {i.kind} {i.id}: {i.summary}")
         if now is not None:
-            lines.append(f"   {waiting_text(i.created, i.deadline, now)}")
+            lines.append(f"   {waiting_text(i.created, i.deadline, now, i.kind)}")
         acts = [_PHONE_ACTIONS[a].format(id=i.id) for a in i.actions if a in _PHONE_ACTIONS]
         if acts:
             lines.append("   " + " · ".join(acts))
