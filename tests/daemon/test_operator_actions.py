@@ -94,6 +94,8 @@ async def test_cli_actions_that_change_state_are_recorded_via_cli(work: Path) ->
         ]
         paused = daemon.events("operator_action")[0]["data"]
         assert paused["message"].startswith("paused cfo: it finishes its current run")
+        ran = daemon.events("operator_action")[4]["data"]
+        assert ran["message"].startswith("ran routine weekly-numbers: ok (run-")
         await daemon.stop()
 
 

@@ -339,7 +339,11 @@ class Operator:
             raise AdminError(str(exc)) from None
         item = done.approval_item
         if item is None:
-            return JobRun(routine=routine, **done.outcome.to_dict())
+            ended = done.outcome
+            said = f"ran routine {routine}: {ended.status}" + (
+                f" ({ended.run_id})" if ended.run_id else ""
+            )
+            return JobRun(routine=routine, **ended.to_dict(), message=said)
         return JobRun(
             routine=routine,
             **done.outcome.to_dict(),
