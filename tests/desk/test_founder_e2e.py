@@ -483,7 +483,11 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                 assert "Draft 1: We launch on Friday." in first.text
                 history = (await daemon.call("job_history", routine="daily-post"))["fires"]
                 assert [f["outcome"] for f in history] != ["ok"]  # not done before approval
-                assert not firing.done()
+                # run_job answered once the result waited (issue 28): the fire goes on
+                async with asyncio.timeout(30):
+                    started = await firing
+                assert started["state"] == "awaiting_approval"
+                assert started["approval_item"].startswith("r-")
 
                 change = _reply(bot, first, "Add a rocket emoji")
                 second = await _message(bot, "round 2")
@@ -496,9 +500,11 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                 assert "The founder asks for changes:\nAdd a rocket emoji" in str(follow_up)
 
                 bot.press_button(FOUNDER, second.message_id, _button(second, "Approve"))
-                async with asyncio.timeout(30):
-                    fired = await firing
-                assert fired["status"] == "ok"
+                async with asyncio.timeout(30):  # the fire ends with the approval
+                    while (await daemon.call("job_history", routine="daily-post"))["fires"][0][
+                        "outcome"
+                    ] is None:
+                        await asyncio.sleep(0.05)
                 # one short confirmation in the thread, naming what was done
                 confirm = await _message(bot, "approved —")
                 assert confirm.text == "✅ daily-post approved — delivered to memory, file"
