@@ -136,6 +136,7 @@ class RecordingAdmin:
         timeout: float = 300.0,
         reply_to: str | None = None,
         task_id: str | None = None,
+        via: str = "cli",
     ) -> AskAnswer:
         self.calls.append(("ask", agent, question))
         if self.ask_gate is not None:

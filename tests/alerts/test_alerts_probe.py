@@ -124,6 +124,7 @@ class LongAnswerAdmin(RecordingAdmin):
         timeout: float = 300.0,
         reply_to: str | None = None,
         task_id: str | None = None,
+        via: str = "cli",
     ) -> AskAnswer:
         self.calls.append(("ask", agent, question))
         text = "\n".join(f"line {i}: " + "x" * 60 for i in range(150)) + "\nTHE END"

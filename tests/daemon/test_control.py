@@ -208,6 +208,7 @@ class Company:
         timeout: float = 300.0,
         reply_to: str | None = None,
         task_id: str | None = None,
+        via: str = "cli",
     ) -> Any:
         self.slow_started.set()
         try:

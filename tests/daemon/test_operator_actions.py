@@ -80,6 +80,7 @@ async def test_cli_actions_that_change_state_are_recorded_via_cli(work: Path) ->
             ("raise-budget", "cfo", "2"),
             ("reload",),
             ("jobs", "run", "weekly-numbers"),
+            ("ask", "cfo", "How are the numbers?"),
             ("pause", "nobody"),
         ):
             got = await daemon.cli(*argv)
@@ -90,12 +91,15 @@ async def test_cli_actions_that_change_state_are_recorded_via_cli(work: Path) ->
             ("raise_budget", "cfo", "cli", True),
             ("reload", "company.yaml", "cli", True),
             ("run_job", "weekly-numbers", "cli", True),
+            ("ask", "cfo", "cli", True),
             ("pause", "nobody", "cli", False),
         ]
         paused = daemon.events("operator_action")[0]["data"]
         assert paused["message"].startswith("paused cfo: it finishes its current run")
         ran = daemon.events("operator_action")[4]["data"]
         assert ran["message"].startswith("ran routine weekly-numbers: ok (run-")
+        asked = daemon.events("operator_action")[5]["data"]
+        assert asked["message"].startswith("ask cfo: ok (run-")
         await daemon.stop()
 
 
@@ -141,10 +145,13 @@ async def test_telegram_commands_and_buttons_are_recorded_via_telegram(work: Pat
             await bot.wait_for(lambda: len(actions(daemon)) >= 3, timeout=30)
             bot.inject_command(FOUNDER, "/pause nobody")
             await bot.wait_for(lambda: len(actions(daemon)) >= 4, timeout=30)
+            bot.inject_command(FOUNDER, "/ask cfo How are the numbers?")
+            await bot.wait_for(lambda: len(actions(daemon)) >= 5, timeout=30)
             assert actions(daemon) == [
                 ("pause", "cfo", "telegram", True),
                 ("raise_budget", "cfo", "telegram", True),
                 ("resume", "cfo", "telegram", True),
                 ("pause", "nobody", "telegram", False),
+                ("ask", "cfo", "telegram", True),
             ]
             await daemon.stop()

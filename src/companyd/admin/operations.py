@@ -139,6 +139,7 @@ class Admin(Protocol):
         timeout: float = 300.0,
         reply_to: str | None = None,
         task_id: str | None = None,
+        via: str = "cli",
     ) -> AskAnswer:
         """Run a one-off task; the result has answer, models, tokens and cost. With
         ``reply_to`` (a run id of ``agent``) it is a follow-up in that run's thread: the
@@ -146,7 +147,7 @@ class Admin(Protocol):
         With ``task_id`` (``task-`` + 12 hex digits, chosen by the caller) it is idempotent:
         a task the journal already holds is not run again — its outcome is waited for (a
         run resumed after a restart) or read (a run that ended) — so a caller that kept
-        the id across a restart gets the answer once.
+        the id across a restart gets the answer once. ``via`` as for :meth:`pause`.
         """
         ...
 

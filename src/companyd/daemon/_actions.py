@@ -36,7 +36,11 @@ async def recorded(bus: EventBus, action: str, target: str, via: str, work: Awai
     except AdminError as exc:
         publish_action(bus, action, target, via, ok=False, message=str(exc))
         raise
-    message = getattr(result, "message", "") or f"{action} {target}: done"
+    message = getattr(result, "message", "") or f"{action} {target}: " + (
+        f"{result.status} ({result.run_id})"  # a run's outcome (``ask``)
+        if getattr(result, "status", None) and getattr(result, "run_id", None)
+        else "done"
+    )
     ok = getattr(result, "applied", True) is not False
     publish_action(bus, action, target, via, ok=ok, message=message)
     return result

@@ -505,9 +505,11 @@ class Operator:
         timeout: float = 300.0,
         reply_to: str | None = None,
         task_id: str | None = None,
+        via: str = "cli",
     ) -> AskAnswer:
         """:meth:`Admin.ask`: queue a task from the operator and wait for its run's outcome;
         with ``reply_to``, a follow-up in that run's thread; with ``task_id``, once per id.
+        Recorded as an ``operator_action`` ``via`` where it was asked, once it ends.
 
         Raises:
             AdminError: an unknown agent, an empty question, an unknown run or another
@@ -516,6 +518,17 @@ class Operator:
             AdminStopping: the daemon began to stop (the task is journaled and resumes
                 after the restart).
         """
+        work = self._ask(agent, question, timeout, reply_to, task_id)
+        return await self._recorded("ask", agent, via, work)
+
+    async def _ask(
+        self,
+        agent: str,
+        question: str,
+        timeout: float,
+        reply_to: str | None,
+        task_id: str | None,
+    ) -> AskAnswer:
         self._check_agent(agent)
         if not question.strip():
             raise AdminError("the question is empty; say what you want the agent to do")

@@ -136,7 +136,7 @@ class OperatorAction(Event):
     ``telegram``, where the action was made) — a decision (``approve``, ``reject``,
     ``answer``) or any operation that changes the company's state (``pause``, ``resume``,
     ``resume_all``, ``raise_budget``, ``run_job``, ``resume_job``, ``retry``, ``revert``,
-    ``reload``, ``tools_approve``): the Admin operation ``action`` on ``target``, whether
+    ``reload``, ``tools_approve``, ``ask``): the Admin operation ``action`` on ``target``, whether
     it was done (``ok``) and what the operator was told (``message``).
     """
 
