@@ -36,10 +36,9 @@ async def recorded(bus: EventBus, action: str, target: str, via: str, work: Awai
     except AdminError as exc:
         publish_action(bus, action, target, via, ok=False, message=str(exc))
         raise
+    status, run_id = getattr(result, "status", None), getattr(result, "run_id", None)
     message = getattr(result, "message", "") or f"{action} {target}: " + (
-        f"{result.status} ({result.run_id})"  # a run's outcome (``ask``)
-        if getattr(result, "status", None) and getattr(result, "run_id", None)
-        else "done"
+        f"{status} ({run_id})" if status and run_id else "done"  # a run's outcome (``ask``)
     )
     ok = getattr(result, "applied", True) is not False
     publish_action(bus, action, target, via, ok=ok, message=message)
