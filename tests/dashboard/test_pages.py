@@ -100,6 +100,23 @@ async def test_runs_list_filters_and_a_transcript(site: Site) -> None:
     assert "no run &#39;run-000000000000&#39;" in missing.text
 
 
+async def test_run_now_of_a_routine_needing_approval_says_its_result_waits(work: Path) -> None:
+    """Issue 28: Run now of a routine with ``approval: required`` answers as soon as the
+    result waits for the founder, and says where — not "ran: ok" while nothing is done.
+    """
+    company = COMPANY.replace(
+        '    trigger: {cron: "0 9 * * mon"}\n',
+        '    trigger: {cron: "0 9 * * mon"}\n    approval: required\n',
+    )
+    assert "approval: required" in company
+    async with running_site(work, company) as site:
+        ran = await site.post("/routines/weekly-review/run", htmx=True)
+        [item] = (await site.daemon.inbox()).items
+    assert ran.status_code == 200
+    assert "its result waits for your approval in the" in ran.text
+    assert f"({item.id})" in ran.text and 'href="/inbox"' in ran.text
+
+
 async def test_routines_run_now_goes_through_admin_with_csrf(site: Site) -> None:
     listed = await site.get("/routines")
     assert 'href="/routines/weekly-review"' in listed.text and "Run now" in listed.text
