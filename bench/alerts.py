@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from companyd.alerts.service import AlertService
+from companyd.alerts._service import AlertService
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.events import EventBus

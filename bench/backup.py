@@ -36,9 +36,9 @@ import yaml
 
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config_text
-from companyd.ops.archive import verify_archive
-from companyd.ops.backup import take_backup
-from companyd.ops.restore import restore_backup
+from companyd.ops._archive import verify_archive
+from companyd.ops._backup import take_backup
+from companyd.ops._restore import restore_backup
 from companyd.testing.messages_api import MessagesAPIServer
 from companyd.testing.sim_runtime import RoutineResponder, simulate_company
 

@@ -11,7 +11,8 @@ Companies:
 * 100 and 1,000 agents: ten departments, agents reporting to a department head, one
   routine per ten agents;
 
-all with the offline model (``--offline``: no network, no API key). The baseline, measured
+all with the offline model (``--offline``: no network, no API key). The example runs with
+its dashboard on, on a free port (``dashboard.listen: 127.0.0.1:0``). The baseline, measured
 in the same run, is a bare Python process that imports the notifier and sends READY=1 — the
 floor of any Python daemon on this machine. Each figure is the median of ``--runs`` runs.
 
@@ -24,8 +25,11 @@ Targets (issue 8): example < 80 MB and < 1.5 s; 1,000 agents < 300 MB. Issue 31:
 company (offline, dashboard on as company.yaml has it) READY ≤ 4× and peak RSS ≤ 2.5× the
 asyncio + sqlite3 + yaml baseline.
 
+``--with-key`` adds the example company started with an API key instead of ``--offline``
+(issue 31: the anthropic SDK is imported at the first model call, not at start).
+
 Usage:
-    .venv/bin/python bench/bench_daemon.py [--runs 3] [--sizes example,100,1000]
+    .venv/bin/python bench/bench_daemon.py [--runs 3] [--sizes example,100,1000] [--with-key]
 """
 
 from __future__ import annotations
@@ -102,6 +106,12 @@ LEAN_BASELINE = (
 #: Issue 31's ratios for the example company: (READY, peak RSS) against LEAN_BASELINE.
 LEAN_TARGETS = (4.0, 2.5)
 
+#: ``--with-key``: a made-up key, and an endpoint nothing listens on (no call is made).
+KEY_ENV = {
+    "ANTHROPIC_API_KEY": "sk-ant-bench-not-a-key-0123456789",
+    "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
+}
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -112,7 +122,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15)
 
 
-def measure(cmd: list[str], timeout: float = 120.0) -> tuple[float, float, float]:
+def measure(
+    cmd: list[str], timeout: float = 120.0, extra_env: dict[str, str] | None = None
+) -> tuple[float, float, float]:
     """(seconds from spawn to READY=1, CPU seconds used by then, peak RSS in MB) of one run
     of ``cmd`` under a notify socket, as systemd runs a Type=notify service.
     """
@@ -121,7 +133,7 @@ def measure(cmd: list[str], timeout: float = 120.0) -> tuple[float, float, float
         rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         rx.bind(addr)
         rx.settimeout(timeout)
-        env = {**os.environ, "NOTIFY_SOCKET": addr}
+        env = {**os.environ, **(extra_env or {}), "NOTIFY_SOCKET": addr}
         env.pop("WATCHDOG_USEC", None)
         # as installed: bytecode compiled once (main() warms up), not at every start
         env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -147,14 +159,17 @@ def measure(cmd: list[str], timeout: float = 120.0) -> tuple[float, float, float
     return ready, cpu, usage.ru_maxrss * 1024 / 1e6  # ru_maxrss is in KiB; MB = 10^6 bytes
 
 
-def median_of(cmd: list[str], runs: int, fresh_state: bool) -> tuple[float, float, float]:
+def median_of(
+    cmd: list[str], runs: int, fresh_state: bool, extra_env: dict[str, str] | None = None
+) -> tuple[float, float, float]:
     results = []
     for _ in range(runs):
         if fresh_state:
             with tempfile.TemporaryDirectory(dir="/tmp") as state:
-                results.append(measure([*cmd, "--state-dir", os.path.join(state, "s")]))
+                state_dir = os.path.join(state, "s")
+                results.append(measure([*cmd, "--state-dir", state_dir], extra_env=extra_env))
         else:
-            results.append(measure(cmd))
+            results.append(measure(cmd, extra_env=extra_env))
     return (
         statistics.median(r[0] for r in results),
         statistics.median(r[1] for r in results),
@@ -166,6 +181,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--sizes", default="example,100,1000", help="comma-separated")
+    parser.add_argument(
+        "--with-key",
+        action="store_true",
+        help="also the example company with an API key (not --offline; no call is made "
+        "before READY, the key and a closed loopback endpoint are made up)",
+    )
     args = parser.parse_args()
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     for s in sizes:
@@ -176,6 +197,7 @@ def main() -> None:
         f"{platform.python_version()}, {platform.platform()}"
     )
     with tempfile.TemporaryDirectory(dir="/tmp") as work:
+        keyed: set[str] = set()
         cmds: list[tuple[str, list[str], bool, tuple[float | None, float | None]]] = [
             ("baseline (python + READY=1)", [sys.executable, "-c", BASELINE], False, (None, None)),
             (
@@ -187,7 +209,12 @@ def main() -> None:
         ]
         for size in sizes:
             if size == "example":
-                cfg = REPO / "company.yaml"
+                # the example as it is (dashboard on), on a free port: the default 8470 may
+                # be taken by another daemon on this machine, and then the dashboard would
+                # not start at all (it waits for the port) and the figure would leave it out
+                cfg = Path(work) / "company.yaml"
+                example = (REPO / "company.yaml").read_text(encoding="utf-8")
+                cfg.write_text(example + '\ndashboard:\n  listen: "127.0.0.1:0"\n')
             else:
                 cfg = Path(work) / f"company-{size}.yaml"
                 cfg.write_text(yaml.safe_dump(company(int(size)), sort_keys=False))
@@ -204,12 +231,23 @@ def main() -> None:
             ]
             label = "example company (8 agents)" if size == "example" else f"{size} agents"
             cmds.append((label, cmd, True, TARGETS[size]))
-        for _, cmd, fresh, _ in cmds:  # warm-up, not counted: writes the bytecode
-            median_of(cmd, 1, fresh_state=fresh)
+            if size == "example" and args.with_key:
+                cmds.append(
+                    (
+                        "keyed example (API key)",
+                        [c for c in cmd if c != "--offline"],
+                        True,
+                        (None, None),
+                    )
+                )
+                keyed.add("keyed example (API key)")
+        for label, cmd, fresh, _ in cmds:  # warm-up, not counted: writes the bytecode
+            median_of(cmd, 1, fresh_state=fresh, extra_env=KEY_ENV if label in keyed else None)
         results: dict[str, list[tuple[float, float, float]]] = {c[0]: [] for c in cmds}
         for _ in range(args.runs):  # interleaved: one run of each per round
             for label, cmd, fresh, _ in cmds:
-                results[label].append(median_of(cmd, 1, fresh_state=fresh))
+                env = KEY_ENV if label in keyed else None
+                results[label].append(median_of(cmd, 1, fresh_state=fresh, extra_env=env))
     rows = [
         (
             label,

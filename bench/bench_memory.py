@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from companyd.events import EventBus  # noqa: E402
-from companyd.memory.service import MemoryService  # noqa: E402
-from companyd.memory.store import GraphStore  # noqa: E402
-from companyd.supervision.child import StandaloneContext  # noqa: E402
+from companyd.memory._service import MemoryService  # noqa: E402
+from companyd.memory._store import GraphStore  # noqa: E402
+from companyd.supervision._child import StandaloneContext  # noqa: E402
 
 SERVE = [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file"]
 ENV = {"PYTHONPATH": str(ROOT / "src")}
@@ -280,7 +280,7 @@ def race(argv_for: Any, directory: Path, *, processes: int, writes: int, infligh
         t.join()
     for c in clients:
         c.close()
-    from companyd.memory.codec import parse_graph
+    from companyd.memory._codec import parse_graph
 
     graph, report = parse_graph(path.read_bytes())
     names = {e.name for e in graph.entities()}

@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from companyd.memory.codec import parse_graph  # noqa: E402
-from companyd.memory.store import GraphStore  # noqa: E402
+from companyd.memory._codec import parse_graph  # noqa: E402
+from companyd.memory._store import GraphStore  # noqa: E402
 
 WRITER = ROOT / "tests" / "memory" / "_crash_writer.py"
 

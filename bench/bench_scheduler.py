@@ -9,7 +9,7 @@
    same run: plain APScheduler 3 ``AsyncIOScheduler`` with the same 1,000 schedules as
    trivial coroutine jobs (no persistence, no history). Target: p99 < 100 ms.
 
-2. **Compressed time.** ``companyd.scheduler.sim.simulate``: the example company.yaml for 30
+2. **Compressed time.** ``companyd.scheduler._sim.simulate``: the example company.yaml for 30
    simulated days against a stand-in runtime whose model calls fail transiently (HTTP
    529/500) 20 % of the time, with 1 attempt per run (no retry) and with 5 (a runtime that
    retries). Plus a dense variant (10 routines every 30 min) so the success rate is measured
@@ -43,9 +43,9 @@ from companyd.clock import ManualClock, SystemClock
 from companyd.config import CompanyConfig, load_config, load_config_text
 from companyd.events import EventBus
 from companyd.runs import RunOutcome, RunStatus, Task, new_id
-from companyd.scheduler import store as db
-from companyd.scheduler.service import RoutineScheduler
-from companyd.scheduler.sim import FlakySink, SimReport, simulate
+from companyd.scheduler import _store as db
+from companyd.scheduler._service import RoutineScheduler
+from companyd.scheduler._sim import FlakySink, SimReport, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -32,9 +32,9 @@ from pathlib import Path
 from companyd.clock import ManualClock
 from companyd.config import load_config_text
 from companyd.events import EventBus
-from companyd.llm.model import Usage
+from companyd.llm._model import Usage
 from companyd.spend import SpendBook
-from companyd.spend.ledger import Ledger
+from companyd.spend._ledger import Ledger
 
 AGENTS = [f"agent{i}" for i in range(8)]
 MODELS = ["claude-sonnet-5-5", "claude-haiku-5-5", "claude-opus-5-5", "claude-fable-5-1"]

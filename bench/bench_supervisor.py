@@ -35,7 +35,7 @@ from typing import Any
 from companyd.clock import SystemClock
 from companyd.events import EventBus
 from companyd.supervision import ChildSpec, Supervisor
-from companyd.supervision.child import ChildContext
+from companyd.supervision._child import ChildContext
 
 
 def rss_mb() -> float:

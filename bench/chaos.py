@@ -406,7 +406,7 @@ class Chaos:
         self.say(f"daemon #{self.tally.incarnations} ready (pid {self.proc.pid})")
 
     async def wait_ready(self, timeout: float = 60.0) -> None:
-        from companyd.daemon.control_client import ControlClient
+        from companyd.daemon._control_client import ControlClient
 
         sock = self.state / "companyd.sock"
         deadline = time.monotonic() + timeout
@@ -431,7 +431,7 @@ class Chaos:
         return bool(status["daemon"].get("role") != "standby")
 
     async def call(self, op: str, **args: Any) -> Any:
-        from companyd.daemon.control_client import ControlClient
+        from companyd.daemon._control_client import ControlClient
 
         client = ControlClient(self.state / "companyd.sock", timeout=30)
         return await asyncio.to_thread(client.call, op, **args)
@@ -1066,7 +1066,7 @@ class Checks:
 
     def _unjournaled(self, r: Any) -> UnjournaledCall:
         from companyd.config import load_config
-        from companyd.llm.prices import PriceTable
+        from companyd.llm._prices import PriceTable
         from companyd.testing.messages_api import usage_of
 
         if self._prices is None:
@@ -1148,7 +1148,7 @@ class Checks:
     # most one call's worst case (issue 15)
     def billed(self) -> tuple[bool, str]:
         from companyd.config import load_config
-        from companyd.llm.prices import PriceTable
+        from companyd.llm._prices import PriceTable
         from companyd.testing.messages_api import usage_of
 
         cfg = load_config(self.c.config)
@@ -1455,7 +1455,7 @@ def outbox_bodies(state: Path, store: Backend) -> list[tuple[str]]:
     company's schema), read-only — opened as ``AlertStore`` opens it, without migrating or
     creating anything; [] when there is none yet or it cannot be read.
     """
-    from companyd.alerts.outbox import STEPS
+    from companyd.alerts._outbox import STEPS
     from companyd.storage import DB_ERRORS, StoreAbsent, open_database
 
     path = state / "alerts.sqlite"
@@ -1482,7 +1482,7 @@ def outbox_bodies(state: Path, store: Backend) -> list[tuple[str]]:
 
 def ledger(state: Path, store: Backend) -> Any:
     """The spend ledger, read-only (``Ledger.close`` when done)."""
-    from companyd.spend.ledger import Ledger
+    from companyd.spend._ledger import Ledger
 
     return Ledger(state / "spend.sqlite", readonly=True, backend=store)
 
@@ -1515,7 +1515,7 @@ def shared_memory_store(chaos: Chaos, path: Path, *, readonly: bool = False) -> 
     """A ``SharedGraphStore`` on the company's schema with ``path`` as its local copy: a
     process other than the daemon using the memory on PostgreSQL (opened).
     """
-    from companyd.memory.shared import MIGRATIONS, SharedGraphStore
+    from companyd.memory._shared import MIGRATIONS, SharedGraphStore
     from companyd.storage import PgDatabase, open_database
 
     database = open_database(

@@ -11,8 +11,10 @@ spent waiting for a core.
 ``status``, ``inbox``, ``jobs`` and ``runs`` talk to a running daemon: the example company
 (company.yaml at the top of the repository, copied into a temporary directory) is started
 with ``companyd run --offline`` there and stopped at the end. ``validate`` reads the same
-copy. ``--python`` runs the commands with another interpreter or tree (``PYTHONPATH`` is
-passed through), to measure the code of an older commit in the same way.
+copy. ``runs`` and ``tasks`` are also run against a second copy that no daemon runs, so
+they read the stores themselves (no target: shown). ``--python`` runs the commands with
+another interpreter or tree (``PYTHONPATH`` is passed through), to measure the code of an
+older commit in the same way.
 
 Targets (issue 31): ``--version``, ``status``, ``runs``, ``inbox``, ``jobs`` each ≤ 5×;
 ``validate`` ≤ 10×.
@@ -48,6 +50,13 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], float | None], ...] = (
     ("inbox", ("inbox",), 5.0),
     ("jobs", ("jobs",), 5.0),
     ("validate", ("validate",), 10.0),
+)
+
+#: Commands that read the stores themselves when no daemon runs (issue 31, no target): run
+#: against a second copy of the example company that has no daemon.
+OFFLINE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("runs, no daemon", ("runs",)),
+    ("tasks, no daemon", ("tasks",)),
 )
 
 
@@ -128,34 +137,40 @@ def main() -> None:
             if (REPO / extra).is_dir():
                 shutil.copytree(REPO / extra, Path(work) / extra)
         env["COMPANYD_CONFIG"] = str(company)
+        (Path(work) / "idle").mkdir()
+        idle = Path(work) / "idle" / "company.yaml"  # the same company, no daemon
+        shutil.copy(company, idle)
+        idle_env = {**env, "COMPANYD_CONFIG": str(idle)}
         daemon = start_daemon(args.python, company, env)
         try:
             script = Path(args.python).parent / "companyd"  # the console script users run
             cli = [str(script)] if script.exists() else [args.python, "-m", "companyd"]
-            for _, argv, _ in COMMANDS:  # warm-up, not counted: bytecode written
-                timed([*cli, *argv], env, Path(work))
+            runs = [(label, argv, env) for label, argv, _ in COMMANDS]
+            runs += [(label, argv, idle_env) for label, argv in OFFLINE]
+            for _, argv, e in runs:  # warm-up, not counted: bytecode written
+                timed([*cli, *argv], e, Path(work))
             base: list[tuple[float, float]] = []
-            times: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in COMMANDS}
+            times: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in runs}
             for _ in range(args.rounds):
                 base.append(timed([args.python, "-c", "pass"], env, Path(work)))
-                for label, argv, _ in COMMANDS:
-                    times[label].append(timed([*cli, *argv], env, Path(work)))
+                for label, argv, e in runs:
+                    times[label].append(timed([*cli, *argv], e, Path(work)))
         finally:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=60)
     b = statistics.median(w for w, _ in base)
     bc = statistics.median(c for _, c in base)
     print(f"load average after the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"\n{'':16} {'wall':>9} {'× base':>7} {'CPU':>9} {'× base':>7}  target (wall)")
-    print(f"{'python -c pass':16} {b * 1e3:6.1f} ms {1:6.1f}× {bc * 1e3:6.1f} ms {1:6.1f}×")
-    for label, _, target in COMMANDS:
+    print(f"\n{'':18} {'wall':>9} {'× base':>7} {'CPU':>9} {'× base':>7}  target (wall)")
+    print(f"{'python -c pass':18} {b * 1e3:6.1f} ms {1:6.1f}× {bc * 1e3:6.1f} ms {1:6.1f}×")
+    for label, _, target in (*COMMANDS, *((label, (), None) for label, _ in OFFLINE)):
         t = statistics.median(w for w, _ in times[label])
         c = statistics.median(c for _, c in times[label])
         verdict = (
             "—" if target is None else f"≤ {target:g}× " + ("met" if t / b <= target else "MISSED")
         )
         print(
-            f"{label:16} {t * 1e3:6.1f} ms {t / b:6.1f}× {c * 1e3:6.1f} ms {c / bc:6.1f}×  "
+            f"{label:18} {t * 1e3:6.1f} ms {t / b:6.1f}× {c * 1e3:6.1f} ms {c / bc:6.1f}×  "
             f"{verdict}"
         )
 

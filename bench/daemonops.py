@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from companyd.daemon.control import ControlServer
-from companyd.daemon.control_client import ControlClient
-from companyd.daemon.logs import setup_logging
-from companyd.daemon.metrics import Metrics
+from companyd.daemon._control import ControlServer
+from companyd.daemon._control_client import ControlClient
+from companyd.daemon._logs import setup_logging
+from companyd.daemon._metrics import Metrics
 from companyd.events import EventBus, RunFinished
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from bench_runs import AGENTS, CONFIG, fill  # the run journal as bench/bench_runs.py fills it
 
-from companyd.daemon.control_client import ControlClient
+from companyd.daemon._control_client import ControlClient
 from companyd.runs import Journal
 
 PAGES = ["/", "/agents", "/agents/agent1", "/agents/agent1/spend",

@@ -42,10 +42,10 @@ from chaos import CHAT, TOKEN, chaos_config
 
 from companyd.config import load_config
 from companyd.errors import CompanydError
-from companyd.memory.codec import parse_graph
-from companyd.memory.shared import MIGRATIONS as MEMORY_MIGRATIONS
-from companyd.memory.shared import SharedGraphStore
-from companyd.spend.ledger import Ledger
+from companyd.memory._codec import parse_graph
+from companyd.memory._shared import MIGRATIONS as MEMORY_MIGRATIONS
+from companyd.memory._shared import SharedGraphStore
+from companyd.spend._ledger import Ledger
 from companyd.storage import Backend, PgDatabase, open_database
 from companyd.testing.bot_api import BotApiServer
 from companyd.testing.daemon_process import DaemonProcess

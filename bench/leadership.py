@@ -3,7 +3,7 @@ standby leads?
 
 A throwaway PostgreSQL cluster on loopback (Debian's server, as the tests use), and
 daemons reduced to their leadership: each is a Python process running
-:class:`companyd.storage.leadership.Leadership` with the daemon's defaults (lease 5 s,
+:class:`companyd.storage._leadership.Leadership` with the daemon's defaults (lease 5 s,
 poll 1 s) that prints when it leads. One leads, a fresh standby waits; at a random moment
 of the leader's renewal cycle the leader is
 
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = """
 import asyncio, sys, time
 from companyd.clock import SystemClock
-from companyd.storage.leadership import Leadership
+from companyd.storage._leadership import Leadership
 
 async def main():
     dsn, schema, node, lease, poll = sys.argv[1:6]

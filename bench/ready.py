@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 BASELINE = (
-    "from companyd.daemon.systemd import Notifier\n"
+    "from companyd.daemon._systemd import Notifier\n"
     "import signal, sys\n"
     "Notifier.from_env().ready('up')\n"
     "signal.sigwait({signal.SIGTERM})\n"
@@ -45,12 +45,12 @@ from pathlib import Path
 from companyd.config import load_config
 from companyd.clock import SystemClock
 from companyd.events import EventBus
-from companyd.daemon.lock import StateLock
-from companyd.daemon.logs import setup_logging, log_events
-from companyd.daemon.systemd import Notifier, Watchdog, LoopLagMonitor
-from companyd.daemon.control import ControlServer
-from companyd.daemon.protocol import socket_path
-from companyd.daemon.metrics import Metrics, MetricsServer
+from companyd.daemon._lock import StateLock
+from companyd.daemon._logs import setup_logging, log_events
+from companyd.daemon._systemd import Notifier, Watchdog, LoopLagMonitor
+from companyd.daemon._control import ControlServer
+from companyd.daemon._protocol import socket_path
+from companyd.daemon._metrics import Metrics, MetricsServer
 
 class Admin:
     async def status(self):

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
+from companyd.daemon._main import Daemon
 from companyd.llm import ClaudeBackend
 from companyd.telemetry import NO_TRACING, GenAI, Tracer, otel_tracer
 from companyd.testing.messages_api import MessagesAPIServer, RecordedRequest, Reply
@@ -159,7 +159,7 @@ PROBE = """
 import json, resource, sys, tempfile
 from pathlib import Path
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
+from companyd.daemon._main import Daemon
 from companyd.llm import OfflineModel
 d = Daemon(load_config(sys.argv[1]), Path(tempfile.mkdtemp()) / "s", backend=OfflineModel(),
            offline=True)

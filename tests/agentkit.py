@@ -21,8 +21,8 @@ import yaml
 
 from companyd.clock import Clock
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
-from companyd.llm.claude import ClaudeBackend
+from companyd.daemon._main import Daemon
+from companyd.llm._claude import ClaudeBackend
 from companyd.testing.messages_api import (
     Fault,
     MessagesAPIServer,
@@ -217,7 +217,7 @@ def daemon_process(
     config: Path, state_dir: Path, env: Mapping[str, str], log: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``companyd run`` as a subprocess; waits (≤ 30 s) until its control socket answers."""
-    from companyd.daemon.control_client import ControlClient
+    from companyd.daemon._control_client import ControlClient
 
     with open(log, "ab") as out:
         proc = subprocess.Popen(

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from zoneinfo import ZoneInfo
 
-from companyd.alerts.render import compose
-from companyd.alerts.render_kinds import render
+from companyd.alerts._render import compose
+from companyd.alerts._render_kinds import render
 from companyd.events import Event
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from companyd._secrets import SECRETS
 from companyd.admin import Admin
-from companyd.admin.results import (
+from companyd.admin._results import (
     AgentCounts,
     CompanyInfo,
     DaemonInfo,
@@ -28,15 +28,15 @@ from companyd.admin.results import (
     SpendStatus,
     Status,
 )
-from companyd.admin.wire import (
+from companyd.admin._wire import (
     OPERATIONS,
     ArgumentError,
     check_arguments,
     load_result,
     result_data,
 )
-from companyd.daemon.control import ControlServer
-from companyd.daemon.protocol import encode_answer
+from companyd.daemon._control import ControlServer
+from companyd.daemon._protocol import encode_answer
 
 
 def _members(hint: object) -> tuple[object, ...]:
@@ -250,3 +250,38 @@ async def test_a_secret_in_a_result_is_masked_at_the_control_socket() -> None:
     )
     assert answer["ok"] is True and secret not in json.dumps(answer)
     assert answer["result"]["message"].startswith("paused cfo with ")
+
+
+def test_usd_places_without_decimal_arithmetic_answers_as_with_it() -> None:
+    # usd_places skips the decimal module for amounts of at least one unit of the last
+    # decimal (issue 31: its import is ~2 ms of `status`); the answer must stay the exact
+    # decimal one, for amounts at and around every boundary
+    import random
+    from decimal import Decimal
+
+    from companyd.admin import usd_places
+
+    def reference(values: list[float | Decimal | None], minimum: int = 2) -> int:
+        places = minimum
+        for v in values:
+            if v is None:
+                continue
+            d = abs(Decimal(str(v)))
+            while d and places < 6 and d.quantize(Decimal(1).scaleb(-places)) == 0:
+                places += 1
+        return places
+
+    rng = random.Random(31)
+    amounts: list[float | Decimal | None] = [None, 0, 0.0, -0.0, 1, 12.5, Decimal("0.004")]
+    for exp in range(1, 9):
+        unit = 10.0**-exp
+        for k in (0.4999, 0.5, 0.5001, 0.9999, 1, 1.0001, 4.5, 5, 5.5):
+            amounts += [k * unit, -k * unit, float(f"{k}e-{exp}")]
+    amounts += [rng.uniform(0, 0.02) for _ in range(2000)]
+    amounts += [10 ** rng.uniform(-8, 2) for _ in range(2000)]
+    for a in amounts:
+        for minimum in (0, 2, 4, 7):
+            assert usd_places([a], minimum=minimum) == reference([a], minimum), (a, minimum)
+    for _ in range(200):
+        batch = rng.sample(amounts, 5)
+        assert usd_places(batch) == reference(batch), batch

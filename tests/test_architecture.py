@@ -6,7 +6,7 @@
   ``companyd.runs._journal``, never a module path below the package, never a name the face
   does not declare. Root modules (``companyd.clock``) are their own face: a name taken from one
   that declares ``__all__`` must be in it. Tests and benchmarks may reach for internals.
-* Only ``companyd/llm/claude.py`` imports ``anthropic`` (import-linter cannot hold the llm
+* Only ``companyd/llm/_claude.py`` imports ``anthropic`` (import-linter cannot hold the llm
   package's own ``__init__`` to it, since a package contains its modules).
 * Every module and package directly under companyd is placed in the layers contract and listed
   in every forbidden contract of pyproject.toml (import-linter's ``exhaustive`` covers the
@@ -125,8 +125,41 @@ def test_no_import_passes_a_face() -> None:
     assert face_violations(SRC) == []
 
 
+# companyd.testing is a toolkit whose every module is public on purpose: each stand-in is its
+# own entry point (``python -m companyd.testing.bot_api``) and test code imports it by path.
+PUBLIC_MODULE_PACKAGES = {"testing"}
+
+
+def public_internal_modules(src: Path) -> list[str]:
+    """Modules below a package that are not named ``_x``: everything but the face is internal."""
+    found = []
+    for pkg in sorted(p for p in src.iterdir() if (p / "__init__.py").exists()):
+        if pkg.name in PUBLIC_MODULE_PACKAGES:
+            continue
+        for child in sorted(pkg.iterdir()):
+            is_module = child.suffix == ".py" and child.name not in {"__init__.py", "__main__.py"}
+            is_subpackage = (child / "__init__.py").exists()
+            if (is_module or is_subpackage) and not child.name.startswith("_"):
+                found.append(str(child.relative_to(src)))
+    return found
+
+
+def test_every_module_inside_a_package_is_named_as_internal() -> None:
+    assert public_internal_modules(SRC) == []
+
+
+def test_the_internal_name_check_finds_a_public_module(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    for name in ("__init__.py", "_ok.py", "engine.py", "sub/__init__.py"):
+        (tmp_path / "pkg" / name).write_text("")
+    (tmp_path / "testing").mkdir()
+    (tmp_path / "testing" / "__init__.py").write_text("")
+    (tmp_path / "testing" / "stand_in.py").write_text("")
+    assert public_internal_modules(tmp_path) == ["pkg/engine.py", "pkg/sub"]
+
+
 def test_only_the_claude_module_imports_anthropic() -> None:
-    assert anthropic_importers(SRC) == ["llm/claude.py"]
+    assert anthropic_importers(SRC) == ["llm/_claude.py"]
 
 
 def _contracts() -> list[dict[str, Any]]:

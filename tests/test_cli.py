@@ -341,11 +341,20 @@ def test_a_command_imports_only_its_own_area() -> None:
         return areas, out
 
     areas, text = probe_run("--help")
-    assert areas == ["companyd.cli._main"]
+    assert areas == ["companyd.cli._entry", "companyd.cli._main"]
     full = io.StringIO()
     companyd.cli._main._build_parser([]).print_help(full)
     assert text == full.getvalue()
     areas, _ = probe_run("status", "--help")
-    assert areas == ["companyd.cli._main", "companyd.cli.daemon"]
+    assert areas == ["companyd.cli._daemon", "companyd.cli._entry", "companyd.cli._main"]
     areas, _ = probe_run("help", "jobs")
-    assert "companyd.cli.scheduler" in areas and "companyd.cli.memory" not in areas
+    assert "companyd.cli._scheduler" in areas and "companyd.cli._memory" not in areas
+
+
+def test_the_runs_status_choices_are_every_run_status() -> None:
+    # written out in companyd.cli._roles so that `companyd runs` does not import the run
+    # records; a new RunStatus must be offered by `runs --status` too
+    import companyd.cli._roles
+    from companyd.runs import RunStatus
+
+    assert ("running", *(str(s) for s in RunStatus)) == companyd.cli._roles._STATUSES

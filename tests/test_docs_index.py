@@ -68,7 +68,7 @@ def test_no_page_installs_a_companyd_package_from_the_index() -> None:
 
 
 def test_the_deploy_install_commands_use_a_prefix_the_service_can_see() -> None:
-    from companyd.cli.daemon import hidden_by_hardening
+    from companyd.cli._daemon import hidden_by_hardening
 
     section = _install_section()
     prefixes = set(re.findall(r"(/\S+/venv)/bin/", section))

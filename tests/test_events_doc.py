@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from companyd.events import EVENT_TYPES, KINDS
-from companyd.events.catalog import MODULES
+from companyd.events._catalog import MODULES
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "events.md").read_text(encoding="utf-8")
 

@@ -22,11 +22,11 @@ from companyd._fs import (
     read_credential,
     write_atomic,
 )
-from companyd.alerts.outbox import AlertStore
-from companyd.memory.store import GraphStore
+from companyd.alerts._outbox import AlertStore
+from companyd.memory._store import GraphStore
 from companyd.runs import Journal
-from companyd.scheduler.store import RoutineStore
-from companyd.spend.ledger import Ledger
+from companyd.scheduler._store import RoutineStore
+from companyd.spend._ledger import Ledger
 
 
 @pytest.fixture

@@ -106,9 +106,9 @@ def _returns(fn: Callable[[], Any], unblock: Path) -> Any:
 
 
 def test_credentials_that_are_fifos_are_refused_not_read(tmp_path: Path) -> None:
-    from companyd.alerts.telegram import resolve_settings
-    from companyd.llm.claude import resolve_api_key
-    from companyd.llm.model import ModelUnavailable
+    from companyd.alerts._telegram import resolve_settings
+    from companyd.llm._claude import resolve_api_key
+    from companyd.llm._model import ModelUnavailable
 
     creds = tmp_path / "creds"
     creds.mkdir()

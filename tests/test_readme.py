@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from companyd.cli import _main as cli
 from companyd.config import CompanyFile
-from companyd.config.tree import PEER_SPELLINGS, MapOf, file_key, schema_keys, schema_of
+from companyd.config._tree import PEER_SPELLINGS, MapOf, file_key, schema_keys, schema_of
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -1,11 +1,11 @@
-"""``companyd runs`` as text (companyd.cli.runs_text): the list names each run's routine."""
+"""``companyd runs`` as text (companyd.cli._runs_text): the list names each run's routine."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from companyd.cli.runs_text import last_lines, run_list_lines
+from companyd.cli._runs_text import last_lines, run_list_lines
 
 
 def test_the_run_list_shows_the_routine_of_each_run() -> None:

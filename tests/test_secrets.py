@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from companyd._secrets import SECRETS, Redactor, protect, redact
-from companyd.alerts import telegram as alerts_telegram
+from companyd.alerts import _telegram as alerts_telegram
 from companyd.config import load_config, load_config_text
-from companyd.daemon import logs
+from companyd.daemon import _logs as logs
 from companyd.errors import ConfigError
 
 KEY = "sk-ant-api03-" + "Q" * 40

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from companyd.alerts.outbox import MIGRATIONS as OUTBOX_MIGRATIONS
-from companyd.alerts.outbox import AlertStore
+from companyd.alerts._outbox import MIGRATIONS as OUTBOX_MIGRATIONS
+from companyd.alerts._outbox import AlertStore
 from companyd.runs import Journal, Task
 from companyd.runs._journal import MIGRATIONS as JOURNAL_MIGRATIONS
-from companyd.scheduler import store as routines
-from companyd.scheduler.store import RoutineStore
-from companyd.spend.ledger import Ledger
+from companyd.scheduler import _store as routines
+from companyd.scheduler._store import RoutineStore
+from companyd.spend._ledger import Ledger
 
 pytestmark = pytest.mark.anyio
 

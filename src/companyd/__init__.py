@@ -5,7 +5,7 @@ At run time the process is one OTP-style supervision tree::
     companyd (root supervisor, one_for_one)      started top to bottom, stopped bottom to top
     ├── memory      the knowledge-graph owner     companyd.memory
     ├── spend       ledger and budgets            companyd.spend
-    ├── alerts      Telegram pager                companyd.alerts.service
+    ├── alerts      Telegram pager                companyd.alerts._service
     ├── agents      supervisor: departments → agents   companyd.agents
     ├── scheduler   routines on APScheduler       companyd.scheduler
     └── control     Unix control socket           companyd.daemon

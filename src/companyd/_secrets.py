@@ -21,14 +21,17 @@ Bot API URL at INFO, python-telegram-bot puts the token into ``InvalidToken``).
 
 from __future__ import annotations
 
+import _thread
 import json
-import logging
 import re
-import threading
-import traceback
-import urllib.parse
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import logging
+
+# logging, traceback and urllib.parse are imported where they are used: every CLI command
+# imports this module, and most of them never log or register a secret (issue 31).
 
 __all__ = [
     "MASK",
@@ -93,20 +96,21 @@ def _suspects(text: str) -> list[tuple[re.Pattern[str], str]]:
     ]
 
 
-class Redactor(logging.Filter):
+class Redactor:
     """A set of known secrets plus the patterns of :data:`SECRET_PATTERNS`.
 
     :data:`SECRETS` is the process's one instance; other instances exist only for tests.
-    As a :class:`logging.Filter` it rewrites records in place (message with its arguments,
+    As a logging filter (an object with ``filter``, which is all ``addFilter`` needs; not
+    a :class:`logging.Filter` subclass, so that importing it does not import logging) it
+    rewrites records in place (message with its arguments,
     exception and stack text, and an attached ``event`` dict); install it on handlers, not
     loggers (logger filters do not see records propagated from child loggers).
     """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        super().__init__()
         self._secrets: dict[str, str] = {}  # value -> what replaces it
         self._order: list[tuple[str, str]] = []  # longest first
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()  # threading.Lock, without threading's import
         for s in secrets:
             self.add(s)
 
@@ -118,6 +122,8 @@ class Redactor(logging.Filter):
         if not secret or len(secret.strip()) < MIN_SECRET_LENGTH:
             return
         secret = secret.strip()
+        import urllib.parse
+
         with self._lock:
             forms = {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret)}
             for form in forms:
@@ -170,6 +176,8 @@ class Redactor(logging.Filter):
             record.msg = self.redact(message)
             record.args = None
         if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            import traceback
+
             text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
             if self.known(text):
                 # The formatted text replaces the exception object, which would print the
@@ -194,7 +202,7 @@ class Redactor(logging.Filter):
 #: The process's redactor: every secret companyd reads is registered here.
 SECRETS = Redactor()
 
-_factory_lock = threading.Lock()
+_factory_lock = _thread.allocate_lock()
 _factory_installed = False
 
 
@@ -206,6 +214,8 @@ def _install_record_factory() -> None:
     with _factory_lock:
         if _factory_installed:
             return
+        import logging
+
         previous = logging.getLogRecordFactory()
 
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:

@@ -30,10 +30,11 @@ failing disk apart in the store's own error, which keeps the original as its cau
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
-from urllib.request import pathname2url
+from urllib.parse import quote
 
 from companyd._fs import private_sqlite
 from companyd._worker import DatabaseClosed, StoreWorker
@@ -47,10 +48,29 @@ __all__ = [
     "check_version",
     "connect_readonly",
     "statements",
+    "store_errors",
     "user_version",
 ]
 
 T = TypeVar("T")
+
+_WITHOUT_PSYCOPG: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
+
+
+def store_errors() -> tuple[type[BaseException], ...]:
+    """What a store's database raises for a failing database, file or connection — the
+    storage face's ``DB_ERRORS`` — without importing PostgreSQL's driver: ``sqlite3.Error``
+    and ``OSError``, and ``psycopg.Error`` once psycopg is loaded. Before psycopg is loaded
+    no psycopg error can exist, so a SQLite company never loads the driver (~10 MB, ~0.1 s
+    of CPU at the daemon's start, issue 31) just to name what it cannot raise. Call it where
+    the error is caught (``except store_errors():``), not at import.
+    """
+    psycopg = sys.modules.get("psycopg")
+    error = getattr(psycopg, "Error", None)
+    if not isinstance(error, type):  # not loaded (or half-way through its import)
+        return _WITHOUT_PSYCOPG
+    return (sqlite3.Error, error, OSError)
+
 
 #: One schema step: an SQL script (statements separated by ``;``) or a function that
 #: changes the schema through the connection it is given (inside the step's transaction).
@@ -157,7 +177,9 @@ def connect_readonly(path: Path, *, timeout: float = 5.0) -> sqlite3.Connection:
     lets them read while it writes). The caller checks the version (:func:`check_version`).
     """
     return sqlite3.connect(
-        f"file:{pathname2url(str(path))}?mode=ro",
+        # quote(), what pathname2url is on POSIX: urllib.request (http.client, email, …)
+        # would cost ~1.4 MB of the daemon's start for this one call (issue 31)
+        f"file:{quote(str(path))}?mode=ro",
         uri=True,
         isolation_level=None,
         timeout=timeout,

@@ -1,7 +1,7 @@
 """One store's worker thread: all its database work, in submission order, off the loop.
 
 :class:`StoreWorker` is what :class:`companyd._sqlite.Database` (a SQLite file) and
-:class:`companyd.storage.postgres.PgDatabase` (a store's tables on PostgreSQL) share: an
+:class:`companyd.storage._postgres.PgDatabase` (a store's tables on PostgreSQL) share: an
 executor with ``max_workers=1`` whose thread runs every job of the store, lending each the
 connection (``fn(conn)``), and a lifecycle that closes the connection after the work
 queued before the close. The synchronous path (``worker=False``) has no thread: the

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from agentkit import PerAgent, running_company, tool_results, write_company
-from companyd.admin.results import AskAnswer
-from companyd.daemon.main import Daemon
+from companyd.admin._results import AskAnswer
+from companyd.daemon._main import Daemon
 from companyd.events import Event
-from companyd.llm.model import Usage
+from companyd.llm._model import Usage
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     Reply,

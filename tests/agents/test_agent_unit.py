@@ -22,11 +22,11 @@ from companyd.agents._tools import json_schema
 from companyd.clock import ManualClock
 from companyd.config import AgentConfig, CompanyConfig, load_config_text
 from companyd.events import Event, EventBus
-from companyd.llm.claude import ClaudeBackend
+from companyd.llm._claude import ClaudeBackend
 from companyd.runs import Journal, RunOutcome, RunStatus, Task, TaskState, new_id
 from companyd.spend import BudgetExhausted, SpendBook
-from companyd.spend.ledger import from_pusd
-from companyd.supervision.child import StandaloneContext
+from companyd.spend._ledger import from_pusd
+from companyd.supervision._child import StandaloneContext
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,

@@ -20,10 +20,10 @@ from agentkit import (
     tool_server,
     write_company,
 )
-from companyd.admin.results import DebugCrashed, ReloadApplied
-from companyd.daemon.main import Daemon
+from companyd.admin._results import DebugCrashed, ReloadApplied
+from companyd.daemon._main import Daemon
 from companyd.events import Event
-from companyd.llm.model import Usage
+from companyd.llm._model import Usage
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     bad_request,

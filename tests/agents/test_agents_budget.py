@@ -23,12 +23,12 @@ from agentkit import PerAgent, running_company, write_company
 from companyd.agents._calls import (
     STOP_CALL_GRACE,
 )
-from companyd.alerts.render_kinds import kind_spec, render
+from companyd.alerts._render_kinds import kind_spec, render
 from companyd.clock import ManualClock
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
-from companyd.llm.claude import ClaudeBackend
-from companyd.llm.model import Usage
+from companyd.daemon._main import Daemon
+from companyd.llm._claude import ClaudeBackend
+from companyd.llm._model import Usage
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
-from companyd.admin.blocks import RunRow
-from companyd.admin.results import ReloadApplied, Runs
+from companyd.admin._blocks import RunRow
+from companyd.admin._results import ReloadApplied, Runs
 from companyd.runs import Journal, Task, new_id
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 

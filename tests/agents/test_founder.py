@@ -22,7 +22,7 @@ from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config_text
 from companyd.desk import Desk, ItemState
 from companyd.events import EventBus
-from companyd.llm.blocks import ToolUseBlock
+from companyd.llm._blocks import ToolUseBlock
 from companyd.runs import RunOutcome, RunStatus, Task
 
 CALL: ToolUseBlock = {

@@ -23,7 +23,7 @@ from agentkit import (
     tool_server,
     write_company,
 )
-from companyd.alerts.render_kinds import render
+from companyd.alerts._render_kinds import render
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.errors import ConfigError
@@ -79,11 +79,16 @@ async def test_a_server_that_fails_or_never_answers_leaves_the_agent_running_wit
     names = {t["name"] for t in marketing[0].body["tools"]}
     assert {"post_update", "read_inbox", "recall"} <= names
     assert tool_results(marketing[1])[0]["content"] == "posted: hello"
-    by_server = {e.data["server"]: e for e in failed}
-    assert set(by_server) == {"broken", "mute", "missing"}
-    for e in failed:
+    # the first failure of each server is a warning; the retries (every 5 s or more: the
+    # first model call imports the anthropic SDK, which can take seconds on a loaded
+    # machine) only count attempts
+    firsts = [e for e in failed if e.data["attempt"] == 1]
+    by_server = {e.data["server"]: e for e in firsts}
+    assert set(by_server) == {"broken", "mute", "missing"} and len(firsts) == 3
+    for e in firsts:
         assert e.severity == Severity.WARNING and e.data["agent"] == "marketing"
         assert e.data["retry_in_s"] > 0
+    assert all(e.severity == Severity.DEBUG for e in failed if e.data["attempt"] > 1)
     assert "closed the connection during the MCP handshake" in by_server["broken"].data["reason"]
     assert "did not answer the MCP handshake within 2 s" in by_server["mute"].data["reason"]
     assert "could not be started: No such file" in by_server["missing"].data["reason"]

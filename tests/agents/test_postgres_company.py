@@ -12,7 +12,7 @@ import pytest
 
 from agentkit import PerAgent, running_company, write_company
 from companyd.cli import main
-from companyd.spend.ledger import Ledger
+from companyd.spend._ledger import Ledger
 from companyd.storage import Backend
 from companyd.testing.messages_api import MessagesAPIServer, reply_text
 

@@ -25,8 +25,8 @@ from agentkit import (
     wait_until,
     write_company,
 )
-from companyd.admin.blocks import FireRow, RunRow
-from companyd.daemon.control_client import ControlClient
+from companyd.admin._blocks import FireRow, RunRow
+from companyd.daemon._control_client import ControlClient
 from companyd.runs import Journal
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
@@ -194,7 +194,7 @@ def test_daemon_refuses_a_second_instance_on_the_same_state_dir(tmp_path: Path) 
 def _fires(state: Path, routine: str) -> list[FireRow]:
     import sqlite3
 
-    from companyd.scheduler.store import DB_NAME, recent_fires
+    from companyd.scheduler._store import DB_NAME, recent_fires
 
     conn = sqlite3.connect(state / DB_NAME)
     try:

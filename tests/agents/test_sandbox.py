@@ -31,7 +31,7 @@ from companyd.clock import ManualClock
 from companyd.config import McpServerSpec, load_config
 from companyd.errors import ConfigError
 from companyd.events import Severity
-from companyd.ops.doctor import check_tool_sandbox
+from companyd.ops._doctor import check_tool_sandbox
 from companyd.sandbox import ToolSandbox, interpreter_prefixes, server_dir
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from agentkit import PerAgent, running_company, tool_results, tool_server, write_company
-from companyd.admin.results import ToolsApproved
-from companyd.alerts.ops import act
-from companyd.alerts.render_kinds import render
+from companyd.admin._results import ToolsApproved
+from companyd.alerts._ops import act
+from companyd.alerts._render_kinds import render
 from companyd.desk import ItemState
 from companyd.testing.daemon_process import DaemonProcess
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use

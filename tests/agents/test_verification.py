@@ -21,9 +21,9 @@ from agentkit import (
     tool_server,
     write_company,
 )
-from companyd.admin.results import DebugCrashed
-from companyd.alerts.render_kinds import render
-from companyd.daemon.metrics import Metrics
+from companyd.admin._results import DebugCrashed
+from companyd.alerts._render_kinds import render
+from companyd.daemon._metrics import Metrics
 from companyd.runs import Task, new_id
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 

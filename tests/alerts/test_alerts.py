@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from companyd.admin import AdminError, ResultDelivery
-from companyd.admin.results import AskAnswer, Resumed
-from companyd.alerts.deliver import DeliveryLog
-from companyd.alerts.service import EDIT_INTERVAL, AlertService
+from companyd.admin._results import AskAnswer, Resumed
+from companyd.alerts._deliver import DeliveryLog
+from companyd.alerts._service import EDIT_INTERVAL, AlertService
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config
 from companyd.events import EventBus, RoutineResult

@@ -16,9 +16,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companyd._fs import DiskAlarm
-from companyd.alerts.coalesce import AlertBook
-from companyd.alerts.outbox import AlertRecord, AlertStore, Delivery
-from companyd.alerts.policy import Policy
+from companyd.alerts._coalesce import AlertBook
+from companyd.alerts._outbox import AlertRecord, AlertStore, Delivery
+from companyd.alerts._policy import Policy
 from companyd.clock import ManualClock
 from companyd.testing.disk import DiskUnavailable, fill, small_disk
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 import yaml
 
-from companyd.admin.results import AskAnswer, Resumed
-from companyd.alerts.service import EDIT_INTERVAL
+from companyd.admin._results import AskAnswer, Resumed
+from companyd.alerts._service import EDIT_INTERVAL
 from companyd.config import CompanyConfig, load_config
 
 from .test_alerts import (
@@ -164,7 +164,7 @@ async def test_special_characters_arrive_verbatim(tmp_path: Path, token_env: Non
 
 
 class NotPausedAdmin(RecordingAdmin):
-    """The daemon's answer when the agent runs already (daemon/main.py)."""
+    """The daemon's answer when the agent runs already (daemon/_main.py)."""
 
     async def resume(self, agent: str, via: str = "cli") -> Resumed:
         self.calls.append(("resume", agent))

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from companyd.alerts.render import MAX_TEXT, compose, split_text
-from companyd.alerts.render_kinds import KINDS, agent_of, is_abnormal_exit, render
-from companyd.alerts.render_status import format_jobs, format_result, format_status
-from companyd.alerts.service import quiet_until
+from companyd.alerts._render import MAX_TEXT, compose, split_text
+from companyd.alerts._render_kinds import KINDS, agent_of, is_abnormal_exit, render
+from companyd.alerts._render_status import format_jobs, format_result, format_status
+from companyd.alerts._service import quiet_until
 from companyd.config import QuietHoursSpec
 
 AGENTS = frozenset({"ceo", "cfo"})
@@ -378,7 +378,7 @@ def _text(kind: str, data: dict[str, Any], source: str = "src", **counts: int) -
 
 
 def test_the_shapes_the_supervisor_sends() -> None:
-    """Field names as companyd.supervision.supervisor emits them (docs/events.md)."""
+    """Field names as companyd.supervision._supervisor emits them (docs/events.md)."""
     exited = {
         "child": "cfo",
         "restart_type": "permanent",

@@ -1,4 +1,4 @@
-"""The results digest (alerts/digest.py) and how the alert book releases results: pure,
+"""The results digest (alerts/_digest.py) and how the alert book releases results: pure,
 on explicit times (no clock).
 """
 
@@ -10,12 +10,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from companyd.alerts.coalesce import AlertBook
-from companyd.alerts.deliver import CAPTION_LIMIT, result_records, result_text
-from companyd.alerts.digest import fold, next_digest
-from companyd.alerts.outbox import AlertRecord, Delivery
-from companyd.alerts.policy import Policy
-from companyd.alerts.telegram import TelegramSettings
+from companyd.alerts._coalesce import AlertBook
+from companyd.alerts._deliver import CAPTION_LIMIT, result_records, result_text
+from companyd.alerts._digest import fold, next_digest
+from companyd.alerts._outbox import AlertRecord, Delivery
+from companyd.alerts._policy import Policy
+from companyd.alerts._telegram import TelegramSettings
 from companyd.clock import ManualClock
 from companyd.config import QuietHoursSpec, load_config_text
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from companyd.admin._results import Inbox, InboxItem, ResumedAll
 from companyd.admin._status_text import waiting_text
-from companyd.admin.results import Inbox, InboxItem, ResumedAll
-from companyd.alerts.ops import command_reply, format_inbox
-from companyd.alerts.render_status import format_jobs
+from companyd.alerts._ops import command_reply, format_inbox
+from companyd.alerts._render_status import format_jobs
 
 T0 = 1_800_000_000.0
 

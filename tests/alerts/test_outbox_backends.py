@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.alerts.outbox import (
+from companyd.alerts._outbox import (
     CLAIM_LEASE,
     MIGRATIONS,
     AlertRecord,
@@ -21,7 +21,7 @@ from companyd.alerts.outbox import (
     FollowUp,
     OutboxUnavailable,
 )
-from companyd.alerts.service import AlertService
+from companyd.alerts._service import AlertService
 from companyd.events import EventBus
 from companyd.storage import Backend
 
@@ -121,7 +121,8 @@ async def test_an_outbox_survives_a_reopen(tmp_path: Path, state_backend: Backen
 
 async def test_a_sqlite_outbox_is_one_daemons_and_its_file_is_as_before(tmp_path: Path) -> None:
     """daemon.lock gives a state directory to one daemon: every claim is its own, and the
-    file gets no claims table (its schema and version are those of before the backends).
+    file gets no claims table (its tables are those of before the backends, plus the
+    outbound queue of version 4).
     """
     path = tmp_path / "alerts.sqlite"
     first, second = AlertStore(path, owner="a"), AlertStore(path, owner="b")
@@ -139,8 +140,8 @@ async def test_a_sqlite_outbox_is_one_daemons_and_its_file_is_as_before(tmp_path
             r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         )
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert tables == ["alerts", "follow_ups", "threads"]
-    assert version == len(MIGRATIONS) == 3
+    assert tables == ["alerts", "follow_ups", "outbound", "threads"]
+    assert version == len(MIGRATIONS) == 4
 
 
 async def test_two_daemons_claim_each_queued_alert_once(pg_backend: Backend) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from companyd.alerts.outbox import AlertStore
-from companyd.alerts.render_kinds import render
+from companyd.alerts._outbox import AlertStore
+from companyd.alerts._render_kinds import render
 from companyd.events import BudgetThreshold, ChildExited, Restart
 
 AGENTS = frozenset({"ceo", "cfo"})

@@ -38,7 +38,8 @@ def work() -> Iterator[Path]:
 
 def example_company(api_url: str) -> dict[str, Any]:
     """The example company.yaml with its Telegram section pointed at the stand-in (and no
-    quiet hours, which would hold the crash alert when the suite runs at night).
+    quiet hours, which would hold the crash alert when the suite runs at night), its dashboard
+    on a free port (the default 8470 may be another test's or the machine's own daemon's).
     """
     doc: dict[str, Any] = yaml.safe_load((REPO / "company.yaml").read_text(encoding="utf-8"))
     doc["alerts"] = {
@@ -49,6 +50,7 @@ def example_company(api_url: str) -> dict[str, Any]:
             "chat_ids_env": "TELEGRAM_CHAT_ID",
         },
     }
+    doc["dashboard"] = {"listen": "127.0.0.1:0"}
     return doc
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from companyd.alerts.deliver import document_body, document_of, result_text
-from companyd.alerts.digest import fold
-from companyd.alerts.outbox import AlertRecord, Delivery
-from companyd.alerts.render_kinds import render
+from companyd.alerts._deliver import document_body, document_of, result_text
+from companyd.alerts._digest import fold
+from companyd.alerts._outbox import AlertRecord, Delivery
+from companyd.alerts._render_kinds import render
 
 UTC = ZoneInfo("UTC")
 WHY = "no successful call of post_update; the answer says 'posted'"

@@ -57,7 +57,7 @@ def test_show_config_prints_every_section_with_every_effective_default(tmp_path:
     deliver (telegram by default with an expected_output) and approval.
     """
     from companyd.config import SECTIONS, AgentConfig, CompanyFile
-    from companyd.config.schema import RoutineSpec
+    from companyd.config._schema import RoutineSpec
 
     path = tmp_path / "company.yaml"
     path.write_text(

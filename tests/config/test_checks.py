@@ -1,4 +1,4 @@
-"""Cross-checks (config/checks.py): instruction files, CrewAI role and goal, and the
+"""Cross-checks (config/_checks.py): instruction files, CrewAI role and goal, and the
 findings that are warnings rather than errors.
 """
 

@@ -10,9 +10,9 @@ import pytest
 
 from companyd.agents._verification import CLAIM_CHECK_RULE, evaluate
 from companyd.config import load_config_text
-from companyd.config.done_when import MEMORY_TOOLS
+from companyd.config._done_when import MEMORY_TOOLS
 from companyd.errors import ConfigError
-from companyd.memory.tools import TOOL_NAMES
+from companyd.memory._tools import TOOL_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Loading company.yaml (config/load.py): the example and the starter resolve; the file is
+"""Loading company.yaml (config/_load.py): the example and the starter resolve; the file is
 read as UTF-8 of bounded size; every problem is reported at once, sorted, one line each.
 """
 

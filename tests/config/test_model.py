@@ -1,4 +1,4 @@
-"""The resolved view (config/model.py): paths resolve against company.yaml."""
+"""The resolved view (config/_model.py): paths resolve against company.yaml."""
 
 from __future__ import annotations
 

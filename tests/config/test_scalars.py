@@ -1,4 +1,4 @@
-"""Scalar types of company.yaml (config/scalars.py): durations."""
+"""Scalar types of company.yaml (config/_scalars.py): durations."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Secrets named by company.yaml (config/secrets.py): references report presence, never
+"""Secrets named by company.yaml (config/_secrets.py): references report presence, never
 values.
 """
 

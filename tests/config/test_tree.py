@@ -1,4 +1,4 @@
-"""Accepted spellings (config/tree.py): camelCase and peer spellings with a deprecation
+"""Accepted spellings (config/_tree.py): camelCase and peer spellings with a deprecation
 warning, canonical names in errors, bare words for the specs that take them.
 """
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from companyd.config import resolved_view
-from companyd.scheduler.triggers import build_trigger, describe_schedule, next_after
+from companyd.scheduler._triggers import build_trigger, describe_schedule, next_after
 
 from .configkit import MINIMAL, errors, load
 

@@ -1,4 +1,4 @@
-"""YAML corner cases (config/yaml.py): merge keys and anchors, keys as written, alias
+"""YAML corner cases (config/_yaml.py): merge keys and anchors, keys as written, alias
 bombs and deep nesting refused.
 """
 

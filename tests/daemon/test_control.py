@@ -29,14 +29,14 @@ from hypothesis import strategies as st
 
 from companyd.admin import AdminError, render_status, status_line
 from companyd.clock import ManualClock
-from companyd.daemon.control import MAX_BUFFERED_BYTES, MAX_CONNECTIONS, ControlServer
-from companyd.daemon.control_client import (
+from companyd.daemon._control import MAX_BUFFERED_BYTES, MAX_CONNECTIONS, ControlServer
+from companyd.daemon._control_client import (
     ControlClient,
     candidate_sockets,
     connect_unix,
     find_daemon,
 )
-from companyd.daemon.protocol import (
+from companyd.daemon._protocol import (
     ADMIN_OPS,
     ControlError,
     ControlTimeout,
@@ -697,7 +697,7 @@ async def test_socket_mode_is_0600_or_0660_for_a_group(sock_dir: Path) -> None:
 _KILLED_DAEMON = textwrap.dedent(
     """
     import asyncio, sys
-    from companyd.daemon.control import ControlServer
+    from companyd.daemon._control import ControlServer
 
     class Admin:
         async def status(self):
@@ -742,7 +742,7 @@ async def test_the_socket_of_a_killed_daemon_is_replaced(sock_dir: Path) -> None
 _FD_STARVED_DAEMON = textwrap.dedent(
     """
     import asyncio, logging, resource, sys
-    from companyd.daemon.control import ControlServer
+    from companyd.daemon._control import ControlServer
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
@@ -834,7 +834,7 @@ async def test_out_of_file_descriptors_the_cli_still_gets_through_and_the_log_st
 _FD_STARVED_BUSY_DAEMON = textwrap.dedent(
     """
     import asyncio, logging, resource, sys
-    from companyd.daemon.control import ControlServer
+    from companyd.daemon._control import ControlServer
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
@@ -1314,7 +1314,7 @@ def test_money_shows_non_zero_amounts_as_non_zero_with_one_precision_per_table()
     """Issue 28: a budget under a cent is not "$0.00", and one table prints all its money
     with one precision (the status spend table; `companyd spend`; `companyd budget`).
     """
-    from companyd.spend.reports import format_budget_report, format_spend_report
+    from companyd.spend._reports import format_budget_report, format_spend_report
 
     status = {
         "spend": {

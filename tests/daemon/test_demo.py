@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from companyd.config import load_config, load_config_text
-from companyd.daemon.demo import crash_test
+from companyd.daemon._demo import crash_test
 from companyd.errors import CompanydError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from companyd.daemon.protocol import RequestFailed
+from companyd.daemon._protocol import RequestFailed
 from companyd.errors import CompanydError
-from companyd.scheduler import history
+from companyd.scheduler import _history as history
 from companyd.storage import Backend
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess

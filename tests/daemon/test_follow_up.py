@@ -11,8 +11,8 @@ import pytest
 
 from companyd.admin import AdminError
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
-from companyd.llm.offline import OfflineModel
+from companyd.daemon._main import Daemon
+from companyd.llm._offline import OfflineModel
 from companyd.testing.daemon import short_dir
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"

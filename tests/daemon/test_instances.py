@@ -8,11 +8,11 @@ is ``run/companyd/NAME/companyd.sock``); a third daemon is ``companyd.service``
 (``etc/companyd/company.yaml``, ``run/companyd/companyd.sock``).
 
 Under systemd root's CLI does not believe a daemon's company.yaml claim (an abstract socket
-held by the unit's dynamic user, daemon/lock.py), so the socket must be found from the
+held by the unit's dynamic user, daemon/_lock.py), so the socket must be found from the
 layout alone. Here every process is root; the CLI runs with ``unshare --net`` — a network
 namespace of its own, where no abstract socket of the daemons is visible but their sockets
 on disk are — which takes the claim away just the same. The CLI process is told the
-temporary root by replacing ``control_client.SYSTEMD_LAYOUT`` before ``main`` runs.
+temporary root by replacing ``companyd.daemon._layout.SYSTEMD_LAYOUT`` before ``main`` runs.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ from typing import Any
 import pytest
 import yaml
 
-from companyd.daemon.control_client import candidate_sockets
-from companyd.daemon.layout import SystemdLayout
+from companyd.daemon._control_client import candidate_sockets
+from companyd.daemon._layout import SystemdLayout
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
 
-# main() with the layout rooted at argv[1:4], then the companyd command in argv[4:]
+# main() with the layout rooted at argv[1:4] (the control client reads the layout module's
+# SYSTEMD_LAYOUT when it needs it), then the companyd command in argv[4:]
 CLI = (
-    "import sys; from pathlib import Path; import companyd.daemon.control_client as cc; "
-    "from companyd.daemon.layout import SystemdLayout; "
-    "cc.SYSTEMD_LAYOUT = SystemdLayout(*(Path(p) for p in sys.argv[1:4])); "
+    "import sys; from pathlib import Path; import companyd.daemon._layout as lay; "
+    "lay.SYSTEMD_LAYOUT = lay.SystemdLayout(*(Path(p) for p in sys.argv[1:4])); "
     "from companyd.cli._main import main; sys.exit(main(sys.argv[4:]))"
 )
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from companyd.daemon.lock import LOCK_NAME, StateLock, read_holder
+from companyd.daemon._lock import LOCK_NAME, StateLock, read_holder
 from companyd.errors import StateLocked
 
 _HOLDER = textwrap.dedent(
     """
     import sys
-    from companyd.daemon.lock import StateLock
+    from companyd.daemon._lock import StateLock
     lock = StateLock.acquire(sys.argv[1])
     print("locked", flush=True)
     sys.stdin.readline()          # hold until the test closes our stdin (or kills us)
@@ -30,7 +30,7 @@ _HOLDER = textwrap.dedent(
 _CONTENDER = textwrap.dedent(
     """
     import sys
-    from companyd.daemon.lock import StateLock
+    from companyd.daemon._lock import StateLock
     from companyd.errors import StateLocked
     try:
         StateLock.acquire(sys.argv[1])
@@ -144,7 +144,7 @@ def test_read_holder_tolerates_garbage(tmp_path: Path, content: str) -> None:
 
 
 def test_one_claim_per_company_yaml_whatever_path_names_it(tmp_path: Path) -> None:
-    from companyd.daemon.lock import CompanyLock
+    from companyd.daemon._lock import CompanyLock
 
     cfg = tmp_path / "company.yaml"
     cfg.write_text("x: 1\n", encoding="utf-8")
@@ -167,10 +167,24 @@ def test_a_released_claim_can_be_made_again_at_once(tmp_path: Path) -> None:
     # release() must not return while the answering thread is still inside accept(): the
     # kernel keeps the name bound until that call returns, and the next claim (a restart
     # in the same process, a test) was refused as "already running, pid unknown".
-    from companyd.daemon.lock import CompanyLock
+    from companyd.daemon._lock import CompanyLock
 
     cfg = tmp_path / "company.yaml"
     cfg.write_text("x: 1\n", encoding="utf-8")
     for _ in range(300):
         with CompanyLock.acquire(cfg) as claim:
             assert claim.held
+
+
+def test_the_claim_name_is_the_sha256_of_the_real_path(tmp_path: Path) -> None:
+    # computed without hashlib on CPython (issue 31: OpenSSL's start-up in every CLI
+    # command); it must stay the name every companyd computes for the same file
+    import hashlib
+
+    from companyd.daemon import CompanyLock
+
+    config = tmp_path / "company.yaml"
+    config.write_text("schema: companyd/v1\n")
+    (tmp_path / "link.yaml").symlink_to(config)
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(config))).hexdigest()[:40]
+    assert CompanyLock.address(tmp_path / "link.yaml") == b"\0companyd/company/" + digest.encode()

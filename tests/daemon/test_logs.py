@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from companyd.daemon.logs import (
+from companyd.daemon._logs import (
     LoggingHandle,
     Redactor,
     log_events,
@@ -198,7 +198,7 @@ def test_a_stalled_stderr_drops_lines_instead_of_blocking_the_caller(
     assert stream.getvalue().splitlines() == [
         "<6>INFO companyd.t: first",
         # told as soon as writing works again, before the line that waited
-        "<4>WARNING companyd.daemon.logs: 3 log lines were dropped because stderr could not "
+        "<4>WARNING companyd.daemon._logs: 3 log lines were dropped because stderr could not "
         "keep up",
         "<6>INFO companyd.t: second",
     ]

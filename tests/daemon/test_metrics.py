@@ -10,8 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from companyd.clock import ManualClock
-from companyd.daemon.metrics import Metrics, MetricsServer, parse_listen
-from companyd.daemon.systemd import LagStats, LoopLagMonitor
+from companyd.daemon._metrics import Metrics, MetricsServer, parse_listen
+from companyd.daemon._systemd import LagStats, LoopLagMonitor
 from companyd.errors import ConfigError
 from companyd.events import (
     BudgetRaised,

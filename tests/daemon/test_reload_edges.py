@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from companyd.admin.results import ReloadApplied, ReloadRejected
-from companyd.admin.wire import result_data
+from companyd.admin._results import ReloadApplied, ReloadRejected
+from companyd.admin._wire import result_data
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
-from companyd.daemon.reload import shown_error
-from companyd.llm.offline import OfflineModel
+from companyd.daemon._main import Daemon
+from companyd.daemon._reload import shown_error
+from companyd.llm._offline import OfflineModel
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import NotifyListener
 
@@ -116,7 +116,7 @@ async def test_a_reload_asked_while_stopping_is_refused_and_sends_no_ready(
 async def test_a_reload_names_the_settings_that_only_a_restart_applies(
     work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from companyd.cli.daemon import _reload_summary
+    from companyd.cli._daemon import _reload_summary
 
     cfg = work / "company.yaml"
     async with edge_daemon(work, monkeypatch) as (daemon, _):
@@ -147,7 +147,7 @@ async def test_a_graceful_stop_is_healthy_for_the_watchdog(
     daemon is doing what it was asked: the watchdog keeps pinging and logs no false "health
     check fails" (issue 15 item 20). systemd's TimeoutStopSec bounds the stop itself.
     """
-    from companyd.daemon.systemd import Watchdog
+    from companyd.daemon._systemd import Watchdog
 
     monkeypatch.setenv("WATCHDOG_USEC", "10000000")
     async with edge_daemon(work, monkeypatch) as (daemon, _):
@@ -179,7 +179,7 @@ async def test_status_shows_the_running_file_and_the_last_rejected_reload(
     import json
 
     from companyd.admin import render_status
-    from companyd.alerts.render_status import format_status
+    from companyd.alerts._render_status import format_status
 
     token = "123456789:AAH" + "x" * 32
     cfg = work / "company.yaml"

@@ -448,7 +448,7 @@ def _cli_from(cwd: Path, *argv: str) -> CliResult:
 
 
 def _wait_answering(socket_path: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
-    from companyd.daemon.control_client import ControlClient
+    from companyd.daemon._control_client import ControlClient
 
     deadline = time.monotonic() + 30
     while True:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from companyd.cli import main
-from companyd.daemon.protocol import RequestFailed
+from companyd.daemon._protocol import RequestFailed
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import CliResult
 from companyd.testing.inprocess import InProcessDaemon, cli_in_thread

@@ -1,7 +1,7 @@
 """What ``companyd run`` imports before ``READY=1``: nothing the offline daemon does not use.
 
 Every command builds the whole parser (each ``companyd.cli`` area's ``register``), so a
-module imported at the top of any CLI area, or anywhere under ``companyd.daemon.main``, is
+module imported at the top of any CLI area, or anywhere under ``companyd.daemon._main``, is
 paid for by the daemon's start. The mcp SDK (``memory serve-mcp``) and networkx (``memory
 export``/``import``) cost ~40 MB of peak RSS and ~1 s of CPU there (docs/benchmarks.md,
 "daemon"); this keeps them, and the SDKs a company without Telegram settings or run
@@ -17,9 +17,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 
-from companyd.testing.daemon_process import DaemonProcess
+import pytest
+import yaml
+
+from companyd.testing.daemon_process import DaemonProcess, NotifyListener
+from companyd.testing.messages_api import MessagesAPIServer, reply_text
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"
 
@@ -41,8 +47,8 @@ import contextlib, io, json, sys
 from companyd.cli import main
 with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
     main(["--help"])  # builds the parser `companyd run` builds: every CLI area
-import companyd.cli.run
-import companyd.daemon.main
+import companyd.cli._run
+import companyd.daemon._main
 print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 """
 
@@ -136,7 +142,7 @@ import json, sys, tempfile
 from pathlib import Path
 import yaml
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
+from companyd.daemon._main import Daemon
 from companyd.llm import OfflineModel
 
 spec = {
@@ -171,3 +177,207 @@ def test_a_daemon_without_telemetry_never_imports_opentelemetry() -> None:
     assert "opentelemetry" not in loaded_by_daemon("off")
     # the probe sees the SDK when telemetry is on: the check above can fail
     assert "opentelemetry" in loaded_by_daemon("on")
+
+
+# -- the daemon's start, up to READY=1 (issue 31) -----------------------------------------
+
+#: What the daemon of the example company (offline, dashboard on) must not load before
+#: READY=1: the model SDK, the telemetry SDK, the mcp SDK, and the dashboard's web stack
+#: (uvicorn, click, h11, Starlette, Jinja2, the pages), which its first visit loads. The
+#: dashboard listens before READY.
+NOT_BEFORE_READY = (
+    # PostgreSQL's driver: a SQLite company's stores name the errors they catch without it
+    "psycopg",
+    "psycopg_pool",
+    "companyd.storage._postgres",
+    "anthropic",
+    "httpx",
+    "opentelemetry",
+    "mcp",
+    "uvicorn",
+    "click",
+    "h11",
+    "starlette",
+    "jinja2",
+    "wsproto",
+    "websockets",
+    "companyd.dashboard._app",
+    "companyd.dashboard._pages",
+    "companyd.dashboard._render",
+    # the backup machinery (the first backup loads it) and urllib.request (http.client)
+    "tarfile",
+    "companyd.ops._archive",
+    "urllib.request",
+)
+
+
+def imported(log_text: str) -> list[str]:
+    """The modules named by ``-X importtime`` lines (``PYTHONPROFILEIMPORTTIME=1``) in a
+    daemon's stderr, in import order. A module loaded by ``importlib.import_module`` (the
+    faces' lazy names) has no line of its own, but the modules it imports with ``import``
+    statements do: :func:`heavy_among` matches a package by its submodules too.
+    """
+    return [
+        line.rsplit("|", 1)[1].strip()
+        for line in log_text.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2
+    ]
+
+
+def heavy_among(modules: list[str], heavy: tuple[str, ...]) -> list[str]:
+    """The entries of ``heavy`` that ``modules`` holds (a name or one of its submodules),
+    both read without the leading underscores of internal modules (``companyd.dashboard._app``
+    and ``companyd.dashboard.app`` are one), so a module renamed private is still matched.
+    """
+
+    def plain(name: str) -> str:
+        return ".".join(part.lstrip("_") for part in name.split("."))
+
+    loaded = {plain(m) for m in modules}
+    return [h for h in heavy if any(m == plain(h) or m.startswith(plain(h) + ".") for m in loaded)]
+
+
+def profiled_env(notify: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return {**env, "NOTIFY_SOCKET": notify, "PYTHONPROFILEIMPORTTIME": "1", **extra}
+
+
+def test_the_example_company_is_ready_before_the_dashboard_app_and_sdks_load() -> None:
+    async def scenario(work: Path) -> None:
+        cfg = work / "company.yaml"
+        cfg.write_text(
+            EXAMPLE.read_text(encoding="utf-8") + '\ndashboard:\n  listen: "127.0.0.1:0"\n',
+            encoding="utf-8",
+        )
+        listener = NotifyListener(work / "notify")
+        listener.start()
+        d = DaemonProcess(cfg, work / "s", log=work / "d.log", env=profiled_env(listener.address))
+        try:
+            await d.spawn()
+            await listener.wait_for("READY", timeout=60)
+            # every import before READY=1 was written to the log before READY was sent
+            before = imported(d.log_text())
+            assert heavy_among(before, NOT_BEFORE_READY) == []
+            # ... and the dashboard was listening when READY=1 was sent: its child reported
+            # its address (a READY waits for every child to start), and answers
+            await d.wait_ready()
+            url = (await d.call("status"))["daemon"]["dashboard"]
+            assert url.startswith("http://127.0.0.1:")
+            assert heavy_among(imported(d.log_text()), NOT_BEFORE_READY) == []
+            login = await d.call("dashboard_login")
+            assert login["url"].startswith(url)
+            status, text = await asyncio.to_thread(_get, login["url"])
+            assert status == 200 and "Logged in" in text
+            # the first visit loaded the web stack (the checks above can fail)
+            after = imported(d.log_text())
+            web = ("uvicorn", "starlette", "jinja2", "companyd.dashboard._pages")
+            assert heavy_among(after, web) == list(web)
+            assert heavy_among(after, ("anthropic", "opentelemetry", "mcp")) == []
+            assert await d.stop() == 0
+        finally:
+            listener.close()
+            if d.returncode is None:
+                await d.stop()
+
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="imp") as d:
+        asyncio.run(scenario(Path(d)))
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=20) as r:
+            return int(r.status), r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+#: A company with an API key: one agent and a routine that fires only when asked.
+KEYED = {
+    "schema": "companyd/v1",
+    "company": {"name": "Key Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
+    "defaults": {"model": {"primary": "claude-sonnet-5-5"}},
+    "agents": {"writer": {"title": "Writer", "instructions": "You are the writer."}},
+    "routines": {
+        "daily-post": {
+            "assignee": "writer",
+            "description": "Draft today's post.",
+            "trigger": {"cron": "0 14 * * *"},
+        }
+    },
+    "dashboard": {"enabled": False},
+}
+
+
+def test_with_a_key_the_anthropic_sdk_is_imported_at_the_first_call_not_at_start() -> None:
+    async def scenario(work: Path) -> None:
+        cfg = work / "company.yaml"
+        cfg.write_text(yaml.safe_dump(KEYED, sort_keys=False), encoding="utf-8")
+        listener = NotifyListener(work / "notify")
+        listener.start()
+        with MessagesAPIServer(script=[reply_text("Today's post.")]) as srv:
+            env = profiled_env(
+                listener.address,
+                ANTHROPIC_API_KEY="sk-ant-test-key-0123456789abcdef",
+                ANTHROPIC_BASE_URL=srv.base_url,
+            )
+            d = DaemonProcess(cfg, work / "s", log=work / "d.log", offline=False, env=env)
+            try:
+                await d.spawn()
+                await listener.wait_for("READY", timeout=60)
+                await d.wait_ready()
+                status = await d.call("status")
+                assert status["daemon"]["offline"] is False  # Claude, not the offline model
+                assert heavy_among(imported(d.log_text()), ("anthropic", "httpx")) == []
+                await d.call("run_job", routine="daily-post")
+                await d.wait_event("run_finished", timeout=60)
+                assert len(srv.requests) == 1  # through the real SDK, to the stand-in
+                assert heavy_among(imported(d.log_text()), ("anthropic",)) == ["anthropic"]
+                assert await d.stop() == 0
+            finally:
+                listener.close()
+                if d.returncode is None:
+                    await d.stop()
+
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="imp") as d:
+        asyncio.run(scenario(Path(d)))
+
+
+def test_a_key_that_cannot_be_a_header_stops_the_start_without_the_sdk(tmp_path: Path) -> None:
+    from companyd.llm import ModelUnavailable, resolve_api_key
+
+    class Spec:
+        api_key_env = "COMPANYD_TEST_KEY"
+        api_key_credential = "anthropic_api_key"
+
+    with pytest.raises(ModelUnavailable, match=r"COMPANYD_TEST_KEY has a space.*character 7"):
+        resolve_api_key(Spec(), {"COMPANYD_TEST_KEY": "sk-ant xyz"})  # type: ignore[arg-type]
+    with pytest.raises(ModelUnavailable, match=r"non-ASCII character \(U\+2019\)") as err:
+        resolve_api_key(Spec(), {"COMPANYD_TEST_KEY": "sk-ant-QZX’9"})  # type: ignore[arg-type]
+    assert "QZX" not in str(err.value)  # the message never quotes the key
+    assert resolve_api_key(Spec(), {"COMPANYD_TEST_KEY": " sk-ant-a1 "}) == "sk-ant-a1"  # type: ignore[arg-type]
+
+
+STORE_ERRORS_PROBE = """
+import json, sys
+from companyd._sqlite import store_errors
+before = [c.__module__ + "." + c.__name__ for c in store_errors()]
+import psycopg
+try:
+    raise psycopg.OperationalError("connection lost")
+except store_errors() as exc:
+    caught = type(exc).__name__
+print(json.dumps([before, "psycopg" in sys.modules, caught]))
+"""
+
+
+def test_store_errors_name_psycopgs_errors_once_it_is_loaded_and_not_before() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", STORE_ERRORS_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    before, loaded, caught = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before == ["sqlite3.Error", "builtins.OSError"]  # psycopg was not imported for it
+    assert loaded and caught == "OperationalError"

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from companyd.clock import ManualClock
-from companyd.daemon.systemd import (
+from companyd.daemon._systemd import (
     LoopLagMonitor,
     Notifier,
     StatusUpdater,
@@ -207,7 +207,7 @@ async def test_loop_lag_is_measured_and_an_excursion_is_told_once() -> None:
 _BLOCKER = textwrap.dedent(
     """
     import asyncio, time
-    from companyd.daemon.systemd import LoopLagMonitor, Notifier, Watchdog
+    from companyd.daemon._systemd import LoopLagMonitor, Notifier, Watchdog
 
     class Ctx:
         id = path = "companyd/watchdog"

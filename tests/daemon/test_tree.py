@@ -14,8 +14,8 @@ import yaml
 
 from companyd.clock import ManualClock
 from companyd.config import AgentConfig, CompanyConfig, load_config, load_config_text
-from companyd.daemon.demo import CrashSwitch
-from companyd.daemon.tree import (
+from companyd.daemon._demo import CrashSwitch
+from companyd.daemon._tree import (
     ROOT_MAX_RESTARTS,
     ROOT_MAX_SECONDS,
     CompanyTree,
@@ -31,7 +31,7 @@ from companyd.supervision import (
     Supervisor,
     SupervisorStartError,
 )
-from companyd.supervision.child import ChildContext
+from companyd.supervision._child import ChildContext
 
 pytestmark = pytest.mark.anyio
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from companyd.cli import main
-from companyd.cli.daemon import UNIT_NAMES, UNIT_PREFIX_PLACEHOLDER, unit_text
-from companyd.daemon.layout import INSTANCE_NAME_MAX, instance_name_problem
+from companyd.cli._daemon import UNIT_NAMES, UNIT_PREFIX_PLACEHOLDER, unit_text
+from companyd.daemon._layout import INSTANCE_NAME_MAX, instance_name_problem
 from companyd.testing.daemon import as_unprivileged, short_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -481,7 +481,7 @@ def test_install_service_refuses_a_tmp_checkout_venv_and_one_linked_into_home(
     import shutil
     import tempfile
 
-    from companyd.cli.daemon import hidden_by_hardening
+    from companyd.cli._daemon import hidden_by_hardening
 
     if not str(tmp_path.resolve()).startswith("/tmp/"):
         pytest.skip(f"the test's temporary directory {tmp_path} is not under /tmp here")

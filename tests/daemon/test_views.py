@@ -1,4 +1,4 @@
-"""The browsing Admin operations (daemon/views.py) and ``spend(per_day=True)``, against a real
+"""The browsing Admin operations (daemon/_views.py) and ``spend(per_day=True)``, against a real
 daemon in process (offline model, real memory owner, ledger and files): what the
 dashboard's Memory, Config and Spend pages read.
 """
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from companyd.admin import AdminError
-from companyd.admin.wire import load_result, result_data
+from companyd.admin._wire import load_result, result_data
 from companyd.config import SECTIONS, load_config
-from companyd.daemon.main import Daemon
-from companyd.llm.offline import OfflineModel
+from companyd.daemon._main import Daemon
+from companyd.llm._offline import OfflineModel
 from companyd.testing.daemon import short_dir
 
 SECRET = "northwind-secret-value-42"
@@ -164,7 +164,7 @@ async def test_offline_spend_is_labelled_simulated_in_status_spend_and_the_dashb
     dashboard's overview and spend page.
     """
     from companyd.admin import render_status
-    from companyd.spend.reports import format_spend_report
+    from companyd.spend._reports import format_spend_report
 
     async with daemon(work) as d:
         answer = await d.ask("cfo", "What did we spend?")

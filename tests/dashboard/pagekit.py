@@ -14,11 +14,11 @@ import httpx
 
 from companyd.clock import ManualClock
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
-from companyd.dashboard.app import build_app
-from companyd.dashboard.auth import Sessions
-from companyd.dashboard.context import DashboardContext
-from companyd.llm.offline import OfflineModel
+from companyd.daemon._main import Daemon
+from companyd.dashboard._app import build_app
+from companyd.dashboard._auth import Sessions
+from companyd.dashboard._context import DashboardContext
+from companyd.llm._offline import OfflineModel
 
 #: A configured secret (the Anthropic key's variable) that the founder also pasted into the
 #: company's context: no page may show it.

@@ -17,13 +17,13 @@ import pytest
 from companyd._secrets import MASK, protect
 from companyd.clock import ManualClock
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
-from companyd.dashboard.app import build_app
-from companyd.dashboard.auth import COOKIE, SESSION_TTL_S, Sessions
-from companyd.dashboard.context import DashboardContext
-from companyd.dashboard.render import make_templates
-from companyd.dashboard.security import CSP
-from companyd.llm.offline import OfflineModel
+from companyd.daemon._main import Daemon
+from companyd.dashboard._app import build_app
+from companyd.dashboard._auth import COOKIE, SESSION_TTL_S, Sessions
+from companyd.dashboard._context import DashboardContext
+from companyd.dashboard._render import make_templates
+from companyd.dashboard._security import CSP
+from companyd.llm._offline import OfflineModel
 from companyd.testing.daemon import short_dir
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"

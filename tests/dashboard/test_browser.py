@@ -30,7 +30,7 @@ from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from companyd.daemon.control_client import ControlClient
+from companyd.daemon._control_client import ControlClient
 from companyd.testing.daemon import short_dir
 
 from .browserkit import NEEDS_BROWSER, chromium, running_daemon, screenshots_dir

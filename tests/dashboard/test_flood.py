@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from companyd.dashboard.connections import MAX_CONNECTIONS
+from companyd.dashboard._connections import MAX_CONNECTIONS
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
 
@@ -122,8 +122,8 @@ async def test_a_connection_without_a_request_is_closed_and_an_idle_one_makes_ro
     work: Path,
 ) -> None:
     from companyd.config import load_config
-    from companyd.daemon.main import Daemon
-    from companyd.llm.offline import OfflineModel
+    from companyd.daemon._main import Daemon
+    from companyd.llm._offline import OfflineModel
 
     cfg = work / "company.yaml"
     cfg.write_text(yaml.safe_dump(COMPANY, sort_keys=False), encoding="utf-8")

@@ -23,8 +23,8 @@ from standardwebhooks.webhooks import Webhook
 
 from companyd.clock import ManualClock
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
-from companyd.llm.claude import ClaudeBackend
+from companyd.daemon._main import Daemon
+from companyd.llm._claude import ClaudeBackend
 from companyd.testing.messages_api import MessagesAPIServer
 
 from .pagekit import Site

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from companyd.dashboard.graph import HEIGHT, WIDTH, ring_layout
-from companyd.dashboard.pages.spend import stacked_series
+from companyd.dashboard._graph import HEIGHT, WIDTH, ring_layout
+from companyd.dashboard._pages.spend import stacked_series
 
 
 @dataclass

@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 from starlette.requests import Request
 
-from companyd.admin.blocks import BudgetRow
+from companyd.admin._blocks import BudgetRow
 from companyd.clock import ManualClock, clock_time
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
-from companyd.dashboard.pages.inbox import waiting
-from companyd.dashboard.pages.spend import CSV_COLUMNS
+from companyd.daemon._main import Daemon
+from companyd.dashboard._pages.inbox import waiting
+from companyd.dashboard._pages.spend import CSV_COLUMNS
 from companyd.desk import ItemKind
-from companyd.llm.offline import OfflineModel
+from companyd.llm._offline import OfflineModel
 from companyd.runs import Task, new_id
-from companyd.scheduler import guards
+from companyd.scheduler import _guards as guards
 from companyd.testing.daemon import short_dir
 
 from .pagekit import COMPANY, KEY_VAR, SECRET, Page, Site, running_site
@@ -593,7 +593,7 @@ async def test_today_shows_any_status_a_run_has_and_where_the_bus_saw_it_deliver
     """A status the page has never heard of (another front end's, e.g. ``unverified``)
     is shown as it is, and the deliveries the bus saw for a run replace the configured ones.
     """
-    from companyd.dashboard.pages.today import deliveries_of
+    from companyd.dashboard._pages.today import deliveries_of
     from companyd.events import ResultDelivered, ResultUndelivered
 
     row = {"run_id": "run-1", "routine": "daily-post", "status": "unverified", "asked_by": None}
@@ -713,7 +713,7 @@ async def test_every_page_has_the_attention_strip_and_the_inbox_badge(site: Site
 async def test_the_strip_says_what_waits_and_what_is_wrong_and_counts_move_live(
     site: Site, work: Path
 ) -> None:
-    from companyd.dashboard.attention import live as strip_live
+    from companyd.dashboard._attention import live as strip_live
     from companyd.events import RoutineFailed, StateDiskFull
 
     badge = next(f for f in strip_live if f.name == "inbox_badge")

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from companyd.admin import AdminError, render_status
-from companyd.admin.wire import result_data
+from companyd.admin._wire import result_data
 from companyd.config import load_config
-from companyd.daemon.main import Daemon
-from companyd.llm.offline import OfflineModel
+from companyd.daemon._main import Daemon
+from companyd.llm._offline import OfflineModel
 from companyd.testing.daemon import short_dir
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"
@@ -168,3 +168,55 @@ async def test_with_tls_the_daemon_serves_https_and_the_cookie_is_secure(work: P
 
         status, cookie = await asyncio.to_thread(fetch)
         assert status == 200 and "Secure" in cookie and "HttpOnly" in cookie
+
+
+@pytest.mark.anyio
+async def test_the_web_stack_starts_at_the_first_visit_and_a_failed_build_is_tried_again() -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from companyd.dashboard import DashboardServer
+    from companyd.supervision import StandaloneContext
+
+    async def hello(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    builds: list[int] = []
+
+    def build() -> Starlette:
+        builds.append(len(builds) + 1)
+        if len(builds) == 1:
+            raise RuntimeError("the first build fails")
+        app = Starlette(routes=[Route("/", hello)])
+        app.state.stopping = asyncio.Event()
+        return app
+
+    server = DashboardServer(build, "127.0.0.1", 0)
+
+    # read afresh each time (mypy would keep the type an assert narrowed)
+    def uvicorn_server() -> Any:
+        return server.server
+
+    def url() -> str | None:
+        return server.url
+
+    ctx = StandaloneContext("companyd/dashboard")
+    task = asyncio.create_task(server.run(ctx))
+    try:
+        await asyncio.wait_for(ctx.ready.wait(), 10)
+        # started as soon as it listens: its URL reported, uvicorn not started, nothing built
+        assert server.url is not None and ctx.info == {"url": server.url}
+        assert uvicorn_server() is None and builds == []
+        status, _ = await asyncio.to_thread(get, server.url + "/")
+        assert status == 500 and builds == [1]  # the build raised: that request fails
+        assert uvicorn_server() is not None and uvicorn_server().started
+        answers = await asyncio.gather(
+            *(asyncio.to_thread(get, server.url + "/") for _ in range(3))
+        )
+        assert answers == [(200, "hello")] * 3 and builds == [1, 2]  # built again, once
+    finally:
+        ctx.stopping.set()
+        await asyncio.wait_for(task, 15)
+    assert url() is None and uvicorn_server() is None

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from agentkit import PerAgent, daemon_env, tool_files, tool_results, tool_server, write_company
-from companyd.daemon.control_client import ControlClient
+from companyd.daemon._control_client import ControlClient
 from companyd.llm import Usage
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir

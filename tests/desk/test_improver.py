@@ -18,7 +18,7 @@ import pytest
 
 from agentkit import PerAgent, running_company, tool_results, write_company
 from companyd.admin import AdminError
-from companyd.admin.results import ProposalDecision
+from companyd.admin._results import ProposalDecision
 from companyd.clock import SystemClock
 from companyd.config import load_config
 from companyd.desk import Proposal, ProposalError, Proposals

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from companyd.clock import SystemClock
 from companyd.config import AnthropicSpec
-from companyd.llm.blocks import ImageBlock, Message
-from companyd.llm.claude import ClaudeBackend, estimate_input_tokens, resolve_api_key
-from companyd.llm.model import (
+from companyd.llm._blocks import ImageBlock, Message
+from companyd.llm._claude import ClaudeBackend, estimate_input_tokens, resolve_api_key
+from companyd.llm._model import (
     ModelAuthFailed,
     ModelBadRequest,
     ModelError,

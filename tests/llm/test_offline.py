@@ -1,4 +1,4 @@
-"""The offline stand-in's answers (companyd.llm.offline): whole sentences, never cut
+"""The offline stand-in's answers (companyd.llm._offline): whole sentences, never cut
 mid-word — an answer that stops mid-sentence reads as a truncation bug (issue 28).
 """
 
@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from companyd.llm.model import ModelRequest
-from companyd.llm.offline import OfflineModel
+from companyd.llm._model import ModelRequest
+from companyd.llm._offline import OfflineModel
 
 
 def _answer(prompt: str) -> str:

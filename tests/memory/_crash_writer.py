@@ -14,7 +14,7 @@ import random
 import sys
 from pathlib import Path
 
-from companyd.memory.store import GraphStore
+from companyd.memory._store import GraphStore
 
 
 def main() -> None:

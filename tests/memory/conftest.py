@@ -12,7 +12,7 @@ import pytest
 
 
 class ChildCtx:
-    """A minimal supervisor context (companyd.supervision.child.ChildContext) for tests."""
+    """A minimal supervisor context (companyd.supervision._child.ChildContext) for tests."""
 
     def __init__(self) -> None:
         self._stopping = asyncio.Event()

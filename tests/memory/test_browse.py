@@ -1,5 +1,5 @@
-"""Browsing memory for the operator: the search and entity views (memory/browse.py) and the
-memory owner's log of recent writes (memory/changes.py, MemoryService.changes).
+"""Browsing memory for the operator: the search and entity views (memory/_browse.py) and the
+memory owner's log of recent writes (memory/_changes.py, MemoryService.changes).
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.memory.browse import MAX_NEIGHBOURS, entity_view, search_entities
-from companyd.memory.changes import ChangeLog, describe
-from companyd.memory.errors import MemoryToolError
-from companyd.memory.graph import KnowledgeGraph, Relation
-from companyd.memory.service import MemoryService
+from companyd.memory._browse import MAX_NEIGHBOURS, entity_view, search_entities
+from companyd.memory._changes import ChangeLog, describe
+from companyd.memory._errors import MemoryToolError
+from companyd.memory._graph import KnowledgeGraph, Relation
+from companyd.memory._service import MemoryService
 
 from .test_service import running
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from companyd.cli import main
-from companyd.memory.codec import not_a_graph, parse_graph, read_quarantine
+from companyd.memory._codec import not_a_graph, parse_graph, read_quarantine
 
 GOOD = (
     b'{"type":"entity","name":"Acme","entityType":"client","observations":["pays late"]}\n'

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from companyd.memory.codec import (
+from companyd.memory._codec import (
     QuarantinedLine,
     encode_entity,
     encode_relation,
@@ -13,7 +13,7 @@ from companyd.memory.codec import (
     read_quarantine,
     serialize,
 )
-from companyd.memory.graph import Entity, KnowledgeGraph, Relation
+from companyd.memory._graph import Entity, KnowledgeGraph, Relation
 
 
 def test_entity_and_relation_lines_have_the_official_key_order_and_compact_form() -> None:

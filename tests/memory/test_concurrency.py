@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from companyd.memory.codec import parse_graph
+from companyd.memory._codec import parse_graph
 
 from .mcp_helpers import ROOT, RawClient
 

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from companyd.memory.codec import encode_entity, encode_relation, parse_graph, read_quarantine
-from companyd.memory.errors import MemoryNotAGraph
-from companyd.memory.graph import Entity, Relation
-from companyd.memory.store import GraphStore
+from companyd.memory._codec import encode_entity, encode_relation, parse_graph, read_quarantine
+from companyd.memory._errors import MemoryNotAGraph
+from companyd.memory._graph import Entity, Relation
+from companyd.memory._store import GraphStore
 
 _text = st.text(st.sampled_from('abcxyz éü東\n"\\/{}[]:,\u00a0\ufeff'), max_size=8)
 

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from companyd.memory.codec import parse_graph
-from companyd.memory.store import GraphStore
+from companyd.memory._codec import parse_graph
+from companyd.memory._store import GraphStore
 
 WRITER = Path(__file__).with_name("_crash_writer.py")
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from companyd.memory.errors import MemoryToolError
-from companyd.memory.graph import KnowledgeGraph, Relation
+from companyd.memory._errors import MemoryToolError
+from companyd.memory._graph import KnowledgeGraph, Relation
 
 
 def names(g: KnowledgeGraph) -> list[str]:

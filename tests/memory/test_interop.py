@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from companyd.memory.codec import parse_graph
-from companyd.memory.store import GraphStore
+from companyd.memory._codec import parse_graph
+from companyd.memory._store import GraphStore
 
 from .conftest import require_official
 from .mcp_helpers import Session, companyd_server, official_server, session

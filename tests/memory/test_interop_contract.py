@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from companyd.memory.codec import parse_graph
+from companyd.memory._codec import parse_graph
 
 from .conftest import require_official
 from .mcp_helpers import ROOT, RawClient, Session, companyd_server, official_server, session

@@ -18,8 +18,8 @@ import pytest
 from mcp import MCPDeprecationWarning
 from mcp_types import TextResourceContents
 
-from companyd.memory.codec import parse_graph
-from companyd.memory.tools import pretty, tool_definitions
+from companyd.memory._codec import parse_graph
+from companyd.memory._tools import pretty, tool_definitions
 
 from .conftest import official_server as official_index
 from .conftest import require_official

@@ -15,10 +15,10 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.memory.codec import parse_graph
-from companyd.memory.errors import MemoryToolError, MemoryUnavailable
-from companyd.memory.service import MemoryService
-from companyd.memory.store import GraphStore
+from companyd.memory._codec import parse_graph
+from companyd.memory._errors import MemoryToolError, MemoryUnavailable
+from companyd.memory._service import MemoryService
+from companyd.memory._store import GraphStore
 
 from .conftest import ChildCtx
 
@@ -246,8 +246,8 @@ def test_a_journal_write_over_the_file_size_limit_degrades_the_owner_without_a_c
         import asyncio, json, resource, signal, sys
         from pathlib import Path
         from companyd.events import EventBus
-        from companyd.memory.service import MemoryService
-        from companyd.memory.errors import MemoryUnavailable
+        from companyd.memory._service import MemoryService
+        from companyd.memory._errors import MemoryUnavailable
         from tests.memory.conftest import ChildCtx
 
         def ent(name, *obs):

@@ -20,10 +20,10 @@ import pytest
 from companyd.agents import ToolCallContext, ToolError
 from companyd.agents._tools import memory_tools
 from companyd.events import Event, EventBus
-from companyd.memory.codec import parse_graph
-from companyd.memory.errors import MemoryUnavailable
-from companyd.memory.service import MemoryService
-from companyd.memory.store import GraphStore
+from companyd.memory._codec import parse_graph
+from companyd.memory._errors import MemoryUnavailable
+from companyd.memory._service import MemoryService
+from companyd.memory._store import GraphStore
 from companyd.testing.disk import DiskUnavailable, fill, small_disk
 
 from .conftest import ChildCtx

@@ -1,4 +1,4 @@
-"""The memory on PostgreSQL (memory/shared.py): daemons on two hosts — here, two local
+"""The memory on PostgreSQL (memory/_shared.py): daemons on two hosts — here, two local
 copies of ``memory.jsonl`` — share one change log in the company schema of a real server
 (a throwaway cluster): nothing acknowledged is lost, writers take turns, the local file
 stays an MCP-format copy, and a first start imports the file it had.
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from companyd.events import EventBus
-from companyd.memory.codec import parse_graph
-from companyd.memory.service import MemoryService
-from companyd.memory.shared import MIGRATIONS, SharedGraphStore
+from companyd.memory._codec import parse_graph
+from companyd.memory._service import MemoryService
+from companyd.memory._shared import MIGRATIONS, SharedGraphStore
 from companyd.storage import Backend, Fence, PgDatabase, open_database
 
 from .conftest import ChildCtx

@@ -18,10 +18,10 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.memory.codec import read_quarantine
-from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
-from companyd.memory.service import MemoryService
-from companyd.memory.store import GraphStore
+from companyd.memory._codec import read_quarantine
+from companyd.memory._errors import MemoryNotAGraph, MemoryUnsafePath
+from companyd.memory._service import MemoryService
+from companyd.memory._store import GraphStore
 
 from .conftest import ChildCtx, official_server
 from .mcp_helpers import RawClient
@@ -91,7 +91,7 @@ def test_a_failed_quarantine_write_leaves_the_corrupt_file_readable(tmp_path: Pa
         """
         import resource, signal, sys
         from pathlib import Path
-        from companyd.memory.store import GraphStore
+        from companyd.memory._store import GraphStore
         path = Path(sys.argv[1])
         corrupt = path.with_name(path.name + ".corrupt")
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -161,7 +161,7 @@ def test_the_official_server_writing_between_our_writes_is_not_clobbered(
 _WRITER = """
 import sys
 from pathlib import Path
-from companyd.memory.store import GraphStore
+from companyd.memory._store import GraphStore
 path, tag, compact = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
 with GraphStore(path) as store:
     for i in range(120):

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from companyd.memory.codec import LoadReport, parse_graph, read_quarantine, serialize
-from companyd.memory.errors import MemoryLocked, MemoryToolError
-from companyd.memory.store import GraphStore, write_atomic
+from companyd.memory._codec import LoadReport, parse_graph, read_quarantine, serialize
+from companyd.memory._errors import MemoryLocked, MemoryToolError
+from companyd.memory._store import GraphStore, write_atomic
 
 
 @pytest.fixture(autouse=True)
@@ -339,8 +339,8 @@ def test_journal_write_failure_makes_the_store_refuse_further_use(tmp_path: Path
         """
         import json, resource, signal, sys
         from pathlib import Path
-        from companyd.memory.store import GraphStore
-        from companyd.memory.errors import MemoryInconsistent
+        from companyd.memory._store import GraphStore
+        from companyd.memory._errors import MemoryInconsistent
         path = Path(sys.argv[1])
         s = GraphStore(path)
         def create(name, *obs):

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from companyd.memory.codec import encode_entity
-from companyd.memory.graph import Entity
+from companyd.memory._codec import encode_entity
+from companyd.memory._graph import Entity
 
 pytestmark = [pytest.mark.node]
 
@@ -73,7 +73,7 @@ def test_tool_result_text_is_json_stringify_pretty() -> None:
     """
     if shutil.which("node") is None:
         pytest.skip("node is not installed")
-    from companyd.memory.tools import pretty
+    from companyd.memory._tools import pretty
 
     rng = random.Random(7)
     alphabet = [chr(c) for c in range(0, 0x80)] + list("éü東京🙂\u2028\u2029\ud800\udfff\ufeff\x85")

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from companyd.memory.codec import serialize
-from companyd.memory.errors import MemoryToolError
-from companyd.memory.graph import KnowledgeGraph
-from companyd.memory.tools import (
+from companyd.memory._codec import serialize
+from companyd.memory._errors import MemoryToolError
+from companyd.memory._graph import KnowledgeGraph
+from companyd.memory._tools import (
     TOOL_NAMES,
     pretty,
     replay,

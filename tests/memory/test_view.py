@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from companyd.memory.codec import serialize
-from companyd.memory.graph import KnowledgeGraph, Relation
-from companyd.memory.view import (
+from companyd.memory._codec import serialize
+from companyd.memory._graph import KnowledgeGraph, Relation
+from companyd.memory._view import (
     entities_by_type,
     export_graphml,
     export_node_link,

@@ -19,11 +19,11 @@ import pytest
 
 from companyd.cli import main
 from companyd.config import load_config
-from companyd.daemon.lock import StateLock
+from companyd.daemon._lock import StateLock
 from companyd.errors import EX_TEMPFAIL
-from companyd.ops.archive import BackupError, verify_archive, write_archive
-from companyd.ops.backup import company_tag, prune_backups, take_backup
-from companyd.ops.restore import restore_backup
+from companyd.ops._archive import BackupError, verify_archive, write_archive
+from companyd.ops._backup import company_tag, prune_backups, take_backup
+from companyd.ops._restore import restore_backup
 from companyd.testing.disk import DiskUnavailable, fill, small_disk
 
 from .opskit import write_company

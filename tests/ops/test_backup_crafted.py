@@ -24,9 +24,9 @@ import pytest
 
 from companyd.cli import main
 from companyd.config import load_config
-from companyd.ops.archive import BackupError, verify_archive
-from companyd.ops.backup import take_backup
-from companyd.ops.restore import restore_backup
+from companyd.ops._archive import BackupError, verify_archive
+from companyd.ops._backup import take_backup
+from companyd.ops._restore import restore_backup
 from companyd.testing.disk import DiskUnavailable, small_disk
 
 from .opskit import write_company
@@ -421,7 +421,7 @@ def failing_rename(target: Path, *, always: bool = False) -> Iterator[list[str]]
         return call
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(os, "rename", fake(real_rename))  # companyd.ops.restore's os
+        mp.setattr(os, "rename", fake(real_rename))  # companyd.ops._restore's os
         mp.setattr(os, "replace", fake(real_replace))
         yield calls
 

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from companyd.memory.store import GraphStore
-from companyd.ops.archive import verify_archive
+from companyd.memory._store import GraphStore
+from companyd.ops._archive import verify_archive
 from companyd.testing.bot_api import BotApiServer
 from companyd.testing.daemon_process import DaemonProcess
 from companyd.testing.inprocess import InProcessDaemon

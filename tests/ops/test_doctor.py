@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from companyd.cli import main
-from companyd.ops.checks import Check
-from companyd.ops.doctor import DoctorReport, RunningDaemon, check_state_dir, run_doctor
+from companyd.ops._checks import Check
+from companyd.ops._doctor import DoctorReport, RunningDaemon, check_state_dir, run_doctor
 from companyd.testing.bot_api import BotApiServer
 from companyd.testing.daemon import as_unprivileged, short_dir
 from companyd.testing.messages_api import MessagesAPIServer
@@ -383,7 +383,7 @@ async def test_doctor_checks_the_state_directory_the_service_will_use(world: Wor
 
 
 def test_the_units_state_directory_of_a_company_yaml_in_their_place() -> None:
-    from companyd.cli.doctor import _unit_state_dir
+    from companyd.cli._doctor import _unit_state_dir
 
     assert _unit_state_dir(Path("/etc/companyd/company.yaml")) == Path("/var/lib/companyd")
     assert _unit_state_dir(Path("/etc/companyd/acme/company.yaml")) == Path(

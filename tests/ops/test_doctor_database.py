@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from companyd.cli import main
-from companyd.ops.doctor import run_doctor
-from companyd.spend.ledger import Ledger
+from companyd.ops._doctor import run_doctor
+from companyd.spend._ledger import Ledger
 from companyd.storage import Backend
 
 from .opskit import write_company

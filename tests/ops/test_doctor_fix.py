@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.ops.doctor import check_state_dir
+from companyd.ops._doctor import check_state_dir
 
 NOBODY = 65534
 

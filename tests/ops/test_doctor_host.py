@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.ops.doctor_host import check_clock, check_systemd, check_systemd_units
+from companyd.ops._doctor_host import check_clock, check_systemd, check_systemd_units
 
 SECURITY = (
     "  NAME                         DESCRIPTION                              EXPOSURE\n"

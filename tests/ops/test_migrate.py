@@ -20,10 +20,10 @@ import pytest
 
 from companyd.cli import main
 from companyd.config import load_config
-from companyd.config.migrate import STEPS, MigrationRefused, plan_migration, write_migration
-from companyd.config.schema import SCHEMA, SCHEMA_VERSION
+from companyd.config._migrate import STEPS, MigrationRefused, plan_migration, write_migration
+from companyd.config._schema import SCHEMA, SCHEMA_VERSION
 from companyd.errors import EX_CONFIG
-from companyd.ops.doctor import check_upgrade
+from companyd.ops._doctor import check_upgrade
 from companyd.runs._schema import MIGRATIONS as JOURNAL_STEPS
 
 OLD = """\

@@ -23,8 +23,8 @@ import pytest
 from companyd import __version__
 from companyd._sqlite import apply_migrations
 from companyd.errors import EX_CONFIG
-from companyd.ops.archive import verify_archive
-from companyd.ops.upgrade import KNOWN_STORES, StateTooNew, inspect_state, prepare_upgrade
+from companyd.ops._archive import verify_archive
+from companyd.ops._upgrade import KNOWN_STORES, StateTooNew, inspect_state, prepare_upgrade
 from companyd.runs._schema import MIGRATIONS as JOURNAL_STEPS
 from companyd.testing.daemon_process import DaemonProcess
 
@@ -196,7 +196,7 @@ def test_a_store_refusing_a_newer_file_at_open_is_told_apart_from_a_crash() -> N
     # opens): the daemon exits 78, not 1, when a child failed on a store from a newer
     # companyd — restarting could not help
     from companyd._sqlite import SchemaTooNew
-    from companyd.daemon.main import _written_by_newer
+    from companyd.daemon._main import _written_by_newer
     from companyd.spend import LedgerError
 
     try:

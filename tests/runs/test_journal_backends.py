@@ -25,7 +25,7 @@ import yaml
 from agentkit import company_yaml
 from companyd.cli import main as cli_main
 from companyd.runs import Journal, LlmStep, RunOutcome, RunStatus, Task, TaskState
-from companyd.spend.ledger import Ledger
+from companyd.spend._ledger import Ledger
 from companyd.storage import Backend
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from companyd.alerts.outbox import AlertStore
+from companyd.alerts._outbox import AlertStore
 from companyd.clock import ManualClock
 from companyd.runs import (
     Journal,
@@ -30,7 +30,7 @@ from companyd.runs._transcript import (
     STORED_VALUE_CHARS,
 )
 from companyd.storage import Backend
-from companyd.supervision.child import StandaloneContext
+from companyd.supervision._child import StandaloneContext
 
 pytestmark = pytest.mark.anyio
 

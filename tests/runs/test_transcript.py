@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from agentkit import PerAgent, delegation_reviewed_once, running_company, write_company
-from companyd.cli.runs_text import transcript_lines
-from companyd.llm.model import Usage
+from companyd.cli._runs_text import transcript_lines
+from companyd.llm._model import Usage
 from companyd.runs import read_transcript
 from companyd.runs._schema import MIGRATIONS
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use

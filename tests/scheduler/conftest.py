@@ -23,9 +23,9 @@ from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config_text
 from companyd.events import Event, EventBus
 from companyd.runs import RunOutcome, RunStatus, Task, new_id
-from companyd.scheduler.service import RoutineScheduler
-from companyd.scheduler.sim import advance
-from companyd.scheduler.store import DB_NAME, FireRecord, recent_fires
+from companyd.scheduler._service import RoutineScheduler
+from companyd.scheduler._sim import advance
+from companyd.scheduler._store import DB_NAME, FireRecord, recent_fires
 
 
 def ts(text: str) -> float:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from alertkit import alert_text
-from companyd.alerts.render_status import format_jobs
+from companyd.alerts._render_status import format_jobs
 from companyd.events import Event
 from companyd.runs import RunStatus
 

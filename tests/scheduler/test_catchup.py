@@ -1,4 +1,4 @@
-"""Start-up decisions on their own (``scheduler/catchup.py``: pure functions of the routines,
+"""Start-up decisions on their own (``scheduler/_catchup.py``: pure functions of the routines,
 their persisted state and "now"): the bounded look-back of a very long outage, a wall clock
 stepped back, and a new routine owing nothing. The scheduler's own tests
 (``test_scheduler.py``) cover run_once, skip, grace, planned stops and the summary row
@@ -8,9 +8,9 @@ through a real start.
 from __future__ import annotations
 
 from companyd.config import RoutineConfig
-from companyd.scheduler.catchup import CATCH_UP_WINDOW, plan_start
-from companyd.scheduler.store import RoutineState
-from companyd.scheduler.triggers import build_trigger, trigger_identity
+from companyd.scheduler._catchup import CATCH_UP_WINDOW, plan_start
+from companyd.scheduler._store import RoutineState
+from companyd.scheduler._triggers import build_trigger, trigger_identity
 
 from .conftest import company, iso, ts
 

@@ -17,8 +17,8 @@ from companyd.clock import ManualClock
 from companyd.config import load_config, state_backend
 from companyd.events import EventBus
 from companyd.runs import RunStatus, Task
-from companyd.scheduler.service import RoutineScheduler
-from companyd.scheduler.sim import advance
+from companyd.scheduler._service import RoutineScheduler
+from companyd.scheduler._sim import advance
 from companyd.storage import Backend
 
 from .conftest import ScriptedSink, company_text

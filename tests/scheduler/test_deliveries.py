@@ -1,11 +1,11 @@
-"""Where an ok fire's result goes (scheduler/fire.py ``after_approval``), on resolved
+"""Where an ok fire's result goes (scheduler/_fire.py ``after_approval``), on resolved
 company.yaml routines.
 """
 
 from __future__ import annotations
 
 from companyd.config import load_config_text
-from companyd.scheduler.fire import after_approval
+from companyd.scheduler._fire import after_approval
 
 COMPANY = """\
 schema: companyd/v1

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from companyd.scheduler.triggers import RoutineCronTrigger, fire_times
+from companyd.scheduler._triggers import RoutineCronTrigger, fire_times
 
 from .conftest import Harness, company, iso, ts
 

@@ -20,15 +20,15 @@ from typing import Any, cast
 import pytest
 
 from companyd.admin import render_status
-from companyd.admin.wire import result_data
+from companyd.admin._wire import result_data
 from companyd.agents import SpendPort
 from companyd.agents._pauses import Pauses
-from companyd.alerts.render_status import format_status
+from companyd.alerts._render_status import format_status
 from companyd.clock import ManualClock
 from companyd.config import load_config_text
-from companyd.daemon.main import Daemon
+from companyd.daemon._main import Daemon
 from companyd.events import Event, EventBus
-from companyd.llm.claude import ClaudeBackend
+from companyd.llm._claude import ClaudeBackend
 from companyd.runs import Journal, RunStatus, Task
 from companyd.testing.messages_api import MessagesAPIServer, RecordedRequest
 from companyd.testing.messages_script import ScriptItem, rate_limited

@@ -22,7 +22,7 @@ from pathlib import Path
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.events import EventBus
-from companyd.scheduler.service import RoutineScheduler
+from companyd.scheduler._service import RoutineScheduler
 
 class Hang:
     def __init__(self):
@@ -178,7 +178,7 @@ async def test_a_sigterm_restart_is_a_planned_stop_and_a_kill_9_is_a_miss() -> N
     """
     import sqlite3
 
-    from companyd.scheduler.store import DB_NAME
+    from companyd.scheduler._store import DB_NAME
     from companyd.testing.daemon import short_dir
     from companyd.testing.daemon_process import DaemonProcess
 

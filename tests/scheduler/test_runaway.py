@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from companyd.runs import RunStatus, Task
-from companyd.scheduler.report import JobView, format_jobs
+from companyd.scheduler._report import JobView, format_jobs
 
 from .conftest import Harness, company
 

@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companyd.runs import RunOutcome, RunStatus
-from companyd.scheduler.service import RoutineBusy, RoutineNotFound
-from companyd.supervision.child import StandaloneContext
+from companyd.scheduler._service import RoutineBusy, RoutineNotFound
+from companyd.supervision._child import StandaloneContext
 
 from .conftest import Harness, company, iso, ts
 
@@ -184,7 +184,7 @@ async def test_a_planned_stop_is_not_a_miss_but_an_unplanned_one_is(
     import sqlite3
 
     from companyd.events import Severity
-    from companyd.scheduler.store import DB_NAME, routine_stats
+    from companyd.scheduler._store import DB_NAME, routine_stats
 
     h = make_harness(
         company(DAILY_1400.replace("{policy: run_once, grace: 2h}", "skip")),
@@ -589,7 +589,7 @@ async def test_run_as_a_child_and_stop_with_a_run_in_flight(make_harness: MakeHa
         start="2027-01-04T12:00:30",
     )
     h.sink.hold = True
-    from companyd.scheduler.service import RoutineScheduler
+    from companyd.scheduler._service import RoutineScheduler
 
     sched = RoutineScheduler(
         h.config, h.sink, state_dir=h.state_dir, bus=h.bus, clock=h.clock, max_sleep=None
@@ -802,7 +802,7 @@ async def test_live_jobs_and_history_views(make_harness: MakeHarness) -> None:
     # A front end receiving these as JSON prints the same tables as the offline CLI.
     import json
 
-    from companyd.scheduler.report import (
+    from companyd.scheduler._report import (
         JobView,
         format_history_result,
         format_jobs_result,
@@ -855,7 +855,7 @@ async def test_a_stop_cut_short_by_cancellation_still_ends_the_history_thread(
     """
     import threading
 
-    from companyd.scheduler.store import DB_NAME, clean_stop
+    from companyd.scheduler._store import DB_NAME, clean_stop
 
     h = make_harness(company(DAILY_1400), start="2027-01-04T12:00:00")
     for turns in range(1, 12):  # 0: cancelled before it begins, nothing to stop

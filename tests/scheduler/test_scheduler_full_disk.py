@@ -18,8 +18,8 @@ from companyd.agents import ResultApprovals
 from companyd.clock import ManualClock
 from companyd.desk import Desk
 from companyd.events import EventBus
-from companyd.scheduler.service import DISK_RETRY_SECONDS, RoutineScheduler
-from companyd.supervision.child import StandaloneContext
+from companyd.scheduler._service import DISK_RETRY_SECONDS, RoutineScheduler
+from companyd.supervision._child import StandaloneContext
 from companyd.testing.disk import DiskUnavailable, fill, small_disk
 
 from .conftest import ScriptedSink, company, ts

@@ -10,7 +10,7 @@ import pytest
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.runs import RunOutcome, Task
-from companyd.scheduler.sim import FlakySink, ModelCallGate, simulate
+from companyd.scheduler._sim import FlakySink, ModelCallGate, simulate
 
 from .conftest import ts
 
@@ -169,7 +169,7 @@ async def test_a_gate_lets_time_move_only_while_every_call_sleeps(tmp_path: Path
 async def test_runs_stuck_on_the_clock_outside_model_calls_are_moved_on_and_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from companyd.scheduler import sim
+    from companyd.scheduler import _sim as sim
 
     from .conftest import company
 
@@ -212,7 +212,7 @@ class JitterySink(FlakySink):
 async def test_the_fire_time_at_the_very_end_is_served_despite_rounding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slack: float | None
 ) -> None:
-    from companyd.scheduler import sim
+    from companyd.scheduler import _sim as sim
 
     from .conftest import company
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from companyd.scheduler import guards
-from companyd.scheduler import store as db
-from companyd.scheduler.store import FireRecord, RoutineStore, StoreError
+from companyd.scheduler import _guards as guards
+from companyd.scheduler import _store as db
+from companyd.scheduler._store import FireRecord, RoutineStore, StoreError
 from companyd.storage import Backend
-from companyd.storage.dialect import Connection
+from companyd.storage._dialect import Connection
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from companyd.scheduler.triggers import (
+from companyd.scheduler._triggers import (
     RoutineCronTrigger,
     build_trigger,
     describe_schedule,

@@ -14,13 +14,13 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.events import Event, EventBus
-from companyd.scheduler import store as db
-from companyd.scheduler.fire import STOPPED_BEFORE, Fires, Slot
-from companyd.scheduler.record import Recorder
-from companyd.scheduler.service import RoutineScheduler
-from companyd.scheduler.sim import advance
-from companyd.scheduler.store import RoutineStore
-from companyd.scheduler.triggers import build_trigger, trigger_identity
+from companyd.scheduler import _store as db
+from companyd.scheduler._fire import STOPPED_BEFORE, Fires, Slot
+from companyd.scheduler._record import Recorder
+from companyd.scheduler._service import RoutineScheduler
+from companyd.scheduler._sim import advance
+from companyd.scheduler._store import RoutineStore
+from companyd.scheduler._triggers import build_trigger, trigger_identity
 from companyd.storage import Backend
 
 from .conftest import ScriptedSink, company, ts

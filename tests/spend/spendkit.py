@@ -15,9 +15,9 @@ from typing import Any
 
 from companyd.config import CompanyConfig, load_config
 from companyd.events import Event, EventBus
-from companyd.llm.model import Usage
+from companyd.llm._model import Usage
 from companyd.spend import SpendBook
-from companyd.spend.book import Reservation
+from companyd.spend._book import Reservation
 
 #: A model priced at exactly $1 per million tokens of every kind but cache reads, so a
 #: call's cost is its token count in micro-dollars.
@@ -65,7 +65,7 @@ def make_config(tmp_path: Path, text: str | None = None, **kw: Any) -> CompanyCo
 
 
 class Ctx:
-    """A minimal :class:`companyd.supervision.child.ChildContext` for running a child alone."""
+    """A minimal :class:`companyd.supervision._child.ChildContext` for running a child alone."""
 
     id = "spend"
     path = "companyd/spend"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from alertkit import alert_text
-from companyd.alerts.render_kinds import kind_spec
+from companyd.alerts._render_kinds import kind_spec
 from companyd.clock import ManualClock
 from companyd.events import Event, EventBus
 from companyd.spend import BudgetExhausted, SpendBook

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from companyd.events import EventBus
-from companyd.llm.model import Usage
-from companyd.spend.book import SpendBook
-from companyd.spend.ledger import CallRow, InflightRow, Ledger
+from companyd.llm._model import Usage
+from companyd.spend._book import SpendBook
+from companyd.spend._ledger import CallRow, InflightRow, Ledger
 from companyd.storage import Backend
 
 from .spendkit import make_config, running, spend

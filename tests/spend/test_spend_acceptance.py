@@ -28,11 +28,11 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.llm.claude import ClaudeBackend, estimate_input_tokens
-from companyd.llm.model import ModelRequest, Usage
-from companyd.llm.prices import Price
+from companyd.llm._claude import ClaudeBackend, estimate_input_tokens
+from companyd.llm._model import ModelRequest, Usage
+from companyd.llm._prices import Price
 from companyd.spend import BudgetExhausted, SpendBook
-from companyd.spend.ledger import PUSD, Ledger
+from companyd.spend._ledger import PUSD, Ledger
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,
@@ -298,8 +298,8 @@ CHILD = textwrap.dedent(
     from pathlib import Path
     from companyd.config import load_config
     from companyd.events import EventBus
-    from companyd.llm.claude import ClaudeBackend, estimate_input_tokens
-    from companyd.llm.model import ModelRequest
+    from companyd.llm._claude import ClaudeBackend, estimate_input_tokens
+    from companyd.llm._model import ModelRequest
     from companyd.spend import SpendBook
 
     async def main() -> None:

@@ -17,9 +17,9 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.llm.model import Usage
+from companyd.llm._model import Usage
 from companyd.spend import BudgetExhausted, LedgerError, SpendBook, SpendError
-from companyd.spend.ledger import PUSD, InflightRow, Ledger
+from companyd.spend._ledger import PUSD, InflightRow, Ledger
 
 from .spendkit import company_yaml, events, make_config, micro, reserve, running, spend
 

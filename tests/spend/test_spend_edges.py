@@ -14,7 +14,7 @@ import pytest
 
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.llm.model import Usage
+from companyd.llm._model import Usage
 from companyd.spend import BudgetExhausted, SpendBook
 
 from .spendkit import events, make_config, micro, reserve, running, spend

@@ -13,9 +13,9 @@ import pytest
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.llm.model import Usage
+from companyd.llm._model import Usage
 from companyd.spend import SpendBook
-from companyd.spend.ledger import Ledger, LedgerError
+from companyd.spend._ledger import Ledger, LedgerError
 from companyd.testing.disk import DiskUnavailable, fill, small_disk
 
 from .spendkit import events, make_config, reserve, running, spend

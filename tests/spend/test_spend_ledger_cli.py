@@ -13,9 +13,9 @@ import pytest
 from companyd.cli import main
 from companyd.clock import ManualClock
 from companyd.events import EventBus
-from companyd.llm.model import Usage
+from companyd.llm._model import Usage
 from companyd.spend import SpendBook
-from companyd.spend.ledger import PUSD, CallRow, Ledger, LedgerError, from_pusd, to_pusd
+from companyd.spend._ledger import PUSD, CallRow, Ledger, LedgerError, from_pusd, to_pusd
 
 from .spendkit import make_config, reserve, running, spend
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from companyd.llm.model import Usage
-from companyd.llm.prices import BUILTIN_PRICES, PriceTable
-from companyd.spend.periods import (
+from companyd.llm._model import Usage
+from companyd.llm._prices import BUILTIN_PRICES, PriceTable
+from companyd.spend._periods import (
     day_key,
     month_key,
     next_day_start,
@@ -188,8 +188,8 @@ def test_bad_periods_say_what_is_accepted(spec: str, message: str) -> None:
 
 
 def test_runaway_history_older_than_a_week_is_forgotten() -> None:
-    from companyd.spend.ledger import to_pusd
-    from companyd.spend.runaway import RunawayDetector
+    from companyd.spend._ledger import to_pusd
+    from companyd.spend._runaway import RunawayDetector
 
     det = RunawayDetector(600, Decimal(5))
     now = 1_800_000_000.0

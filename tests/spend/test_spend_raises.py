@@ -17,7 +17,7 @@ import pytest
 from companyd.clock import ManualClock
 from companyd.events import EventBus
 from companyd.spend import SpendBook, SpendError
-from companyd.spend.ledger import LedgerError
+from companyd.spend._ledger import LedgerError
 
 from .spendkit import make_config, running
 

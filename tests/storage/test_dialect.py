@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from companyd.storage.dialect import to_pyformat
+from companyd.storage._dialect import to_pyformat
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ import pytest
 import companyd
 from companyd.clock import Clock, ManualClock, SystemClock
 from companyd.storage import Backend, Fence, Fenced, PgConnection, PgDatabase, open_database
-from companyd.storage.leadership import Leadership, LostLeadership
-from companyd.storage.postgres import lock_key
+from companyd.storage._leadership import Leadership, LostLeadership
+from companyd.storage._postgres import lock_key
 
 from .linkproxy import LinkProxy
 
@@ -195,7 +195,7 @@ CHILD = textwrap.dedent(
     """
     import asyncio, sys
     from companyd.clock import SystemClock
-    from companyd.storage.leadership import Leadership
+    from companyd.storage._leadership import Leadership
 
     async def main():
         lead = Leadership(sys.argv[1], sys.argv[2], node="child", clock=SystemClock(),

@@ -14,7 +14,7 @@ from typing import Any
 from companyd.clock import ManualClock
 from companyd.events import Event, EventBus
 from companyd.supervision import IGNORE, ChildSpec, Supervisor
-from companyd.supervision.child import ChildContext, Shutdown
+from companyd.supervision._child import ChildContext, Shutdown
 
 DEADLINE = 5.0
 

@@ -29,7 +29,7 @@ from companyd.supervision import (
     Supervisor,
     SupervisorGaveUp,
 )
-from companyd.supervision.child import ChildContext
+from companyd.supervision._child import ChildContext
 
 from .supkit import DEADLINE, Events, Probe, Run, dynamic, make, settle, states, until
 

@@ -1,4 +1,4 @@
-"""Child specs, supervisor flags and backoff (companyd.supervision.spec) against §1.1 and D8.
+"""Child specs, supervisor flags and backoff (companyd.supervision._spec) against §1.1 and D8.
 
 Every test runs real children (asyncio tasks) under a real Supervisor, with a ManualClock for
 every window, timeout and delay, so nothing here sleeps for real except for a few loop
@@ -20,7 +20,7 @@ from companyd.supervision import (
     Supervisor,
     SupervisorFlags,
 )
-from companyd.supervision.child import ChildContext
+from companyd.supervision._child import ChildContext
 
 from .supkit import Probe
 

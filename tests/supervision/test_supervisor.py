@@ -1,4 +1,4 @@
-"""The supervisor process (companyd.supervision.supervisor) against OTP's rules: life as a
+"""The supervisor process (companyd.supervision._supervisor) against OTP's rules: life as a
 root or a child, nesting and escalation (§1.8), the command queue, events.
 
 Every test runs real children (asyncio tasks) under a real Supervisor, with a ManualClock for

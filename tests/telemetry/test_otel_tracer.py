@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from companyd.config import load_config_text
-from companyd.daemon.main import telemetry_tracer
-from companyd.daemon.reload import restart_only_changes
+from companyd.daemon._main import telemetry_tracer
+from companyd.daemon._reload import restart_only_changes
 from companyd.errors import ConfigError
 from companyd.telemetry import NO_TRACING, telemetry_endpoint
 from companyd.telemetry._otel import MAX_QUEUE, OtelTracer

@@ -19,7 +19,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from companyd.llm.model import Usage
+from companyd.llm._model import Usage
 from companyd.testing.messages_api import (
     AgentLikeResponder,
     MessagesAPIServer,

@@ -156,7 +156,7 @@ def ask_founder_tool(desk: Desk, agent: AgentConfig) -> Tool:
 
 class ResultApprovals:
     """The founder's verdict on routine results (``approval: required``); the scheduler's
-    :class:`~companyd.scheduler.sink.ResultGate`.
+    :class:`~companyd.scheduler._sink.ResultGate`.
 
     A fire's rounds are named after its task (the *root*): the result of round N is the desk
     item ``<root>/result/N`` and the follow-up task of a change request is ``<root>.N+1``,
@@ -192,18 +192,18 @@ class ResultApprovals:
     async def settle(
         self, task: Task, outcome: RunOutcome, asked: Callable[[str], None] | None = None
     ) -> RunOutcome:
-        """:meth:`ResultGate.settle <companyd.scheduler.sink.ResultGate.settle>`."""
+        """:meth:`ResultGate.settle <companyd.scheduler._sink.ResultGate.settle>`."""
         return await self._rounds(task.id, task, outcome, 1, asked)
 
     async def settle_task(self, task_id: str, outcome: RunOutcome) -> RunOutcome:
-        """:meth:`ResultGate.settle_task <companyd.scheduler.sink.ResultGate.settle_task>`."""
+        """:meth:`ResultGate.settle_task <companyd.scheduler._sink.ResultGate.settle_task>`."""
         task = await self._task_of(task_id) if self._task_of is not None else None
         if task is None:
             return outcome  # the journal no longer knows the task: nothing to ask about
         return await self._rounds(task.id, task, outcome, 1)
 
     async def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
-        """:meth:`ResultGate.resumed <companyd.scheduler.sink.ResultGate.resumed>`."""
+        """:meth:`ResultGate.resumed <companyd.scheduler._sink.ResultGate.resumed>`."""
         item = await self._desk.latest(f"{task_id}/result/")
         if item is None:
             return None

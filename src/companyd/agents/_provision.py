@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from companyd._aio import cancel_and_wait
+from companyd._sqlite import store_errors
 from companyd.agents._colleagues import Colleagues
 from companyd.agents._deps import MarkerPort
 from companyd.agents._founder import ask_founder_tool
@@ -47,7 +48,6 @@ from companyd.events import (
 )
 from companyd.runs import Journal
 from companyd.sandbox import Launch, ToolSandbox
-from companyd.storage import DB_ERRORS
 
 __all__ = ["Provisions"]
 
@@ -286,7 +286,7 @@ class Provisions:
                 cat = await self._tool_store.check_catalogue(
                     agent.slug, name, definitions, now=self._clock.time()
                 )
-            except DB_ERRORS as exc:
+            except store_errors() as exc:
                 # fail closed: nothing unapproved is offered while the store cannot say
                 log.warning(
                     "agent %s: MCP server %r: its approved catalogue cannot be read (%r); "

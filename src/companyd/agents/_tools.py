@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -300,6 +301,10 @@ class McpToolServer:
         )
 
     async def __aenter__(self) -> McpToolServer:
+        if "mcp.client.stdio" not in sys.modules:
+            # the mcp SDK (pydantic models, anyio, httpx: ~1 s of CPU here) is imported when
+            # the first tool server starts, in a thread: not on the event loop (issue 31)
+            await asyncio.to_thread(importlib.import_module, "mcp.client.stdio")
         from mcp import ClientSession
         from mcp.client.stdio import StdioServerParameters, stdio_client
 

@@ -4,7 +4,7 @@ companyd journals every step of every run, so before a run that ended its turn c
 ``ok`` its answer is checked against its own journaled steps (docs/agents.md,
 "Verification"):
 
-* a routine's ``done_when`` conditions (:mod:`companyd.config.done_when`), all of which
+* a routine's ``done_when`` conditions (:mod:`companyd.config._done_when`), all of which
   must hold: a successful call of a tool (its result matching a pattern), a write to the
   company memory (to an entity), an answer matching a pattern, no longer than N characters,
   JSON valid against a schema;

@@ -8,7 +8,9 @@ its deliveries), ``digest`` (the daily results digest), ``outbox`` (the durable 
 store and the threads), ``render`` /
 ``render_kinds`` / ``render_status`` / ``values`` (event or Admin result → message text
 and buttons), ``ops`` (operator commands and buttons → Admin calls), ``telegram`` (the Bot
-API connection) and ``notify`` (``companyd notify-failure`` for systemd's OnFailure=).
+API connection), ``notify`` (``companyd notify-failure`` for systemd's OnFailure=),
+``_outbound`` (the durable queue for targets other than Telegram, and their ``Target``
+interface) and ``_webhooks`` (signed webhooks out; docs/webhooks.md).
 Layer 5; the only package that imports ``telegram``. See docs/alerts.md.
 """
 
@@ -18,11 +20,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.alerts.check import check_telegram
-    from companyd.alerts.notify import FallbackCompany, fallback_company, notify_failure
-    from companyd.alerts.service import AlertService
-    from companyd.alerts.setup import SetupFailed, telegram_setup
-    from companyd.alerts.telegram import resolve_settings
+    from companyd.alerts._check import check_telegram
+    from companyd.alerts._notify import FallbackCompany, fallback_company, notify_failure
+    from companyd.alerts._service import AlertService
+    from companyd.alerts._setup import SetupFailed, telegram_setup
+    from companyd.alerts._telegram import resolve_settings
 
 
 __all__ = [
@@ -39,15 +41,15 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
-    "SetupFailed": "companyd.alerts.setup",
-    "telegram_setup": "companyd.alerts.setup",
-    "STORE_STEPS": "companyd.alerts.outbox",
-    "AlertService": "companyd.alerts.service",
-    "FallbackCompany": "companyd.alerts.notify",
-    "check_telegram": "companyd.alerts.check",
-    "fallback_company": "companyd.alerts.notify",
-    "notify_failure": "companyd.alerts.notify",
-    "resolve_settings": "companyd.alerts.telegram",
+    "SetupFailed": "companyd.alerts._setup",
+    "telegram_setup": "companyd.alerts._setup",
+    "STORE_STEPS": "companyd.alerts._outbox",
+    "AlertService": "companyd.alerts._service",
+    "FallbackCompany": "companyd.alerts._notify",
+    "check_telegram": "companyd.alerts._check",
+    "fallback_company": "companyd.alerts._notify",
+    "notify_failure": "companyd.alerts._notify",
+    "resolve_settings": "companyd.alerts._telegram",
 }
 
 

@@ -9,7 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.cli._main import main
+    from companyd.cli._entry import main
 
 
 __all__ = [
@@ -18,7 +18,7 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
-    "main": "companyd.cli._main",
+    "main": "companyd.cli._entry",
 }
 
 

@@ -2,7 +2,7 @@
 
 This module owns the top-level parser, exit codes and error presentation. Each area adds
 its own subcommands through a ``register(subparsers)`` function in its ``cli`` module
-(``companyd.cli.memory``, ``companyd.cli.spend``, …); handlers take the parsed arguments
+(``companyd.cli._memory``, ``companyd.cli._spend``, …); handlers take the parsed arguments
 and return an exit code.
 
 Error presentation is one rule: the operator never sees a traceback. A
@@ -47,20 +47,20 @@ Handler = Callable[[argparse.Namespace], int]
 
 #: Modules whose ``register(subparsers)`` adds subcommands, in help order.
 _AREAS = (
-    "companyd.cli.run",
-    "companyd.cli.daemon",
-    "companyd.cli.dashboard",
-    "companyd.cli.demo",
-    "companyd.cli.roles",
-    "companyd.cli.desk",
-    "companyd.cli.tools",
-    "companyd.cli.scheduler",
-    "companyd.cli.spend",
-    "companyd.cli.memory",
-    "companyd.cli.alerts",
-    "companyd.cli.doctor",
-    "companyd.cli.backup",
-    "companyd.cli.upgrade",
+    "companyd.cli._run",
+    "companyd.cli._daemon",
+    "companyd.cli._dashboard",
+    "companyd.cli._demo",
+    "companyd.cli._roles",
+    "companyd.cli._desk",
+    "companyd.cli._tools",
+    "companyd.cli._scheduler",
+    "companyd.cli._spend",
+    "companyd.cli._memory",
+    "companyd.cli._alerts",
+    "companyd.cli._doctor",
+    "companyd.cli._backup",
+    "companyd.cli._upgrade",
 )
 
 #: The top-level commands each area registers, with their one-line help, in help order:
@@ -69,8 +69,8 @@ _AREAS = (
 #: the area of the command it runs; tests/test_cli.py checks this table against what the
 #: areas register. An area missing here is imported on every command, as all once were.
 _COMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "companyd.cli.run": (("run", "run the company in the foreground (what systemd starts)"),),
-    "companyd.cli.daemon": (
+    "companyd.cli._run": (("run", "run the company in the foreground (what systemd starts)"),),
+    "companyd.cli._daemon": (
         ("status", "show the running daemon: supervision tree, runs, spend, next routines"),
         ("pause", "stop an agent from starting new runs"),
         ("resume", "let a paused agent (or, with --all, every one) run again"),
@@ -81,11 +81,11 @@ _COMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
             "install the systemd units (companyd.service, companyd-alert@.service)",
         ),
     ),
-    "companyd.cli.dashboard": (("dashboard", "print a one-time login URL of the web dashboard"),),
-    "companyd.cli.demo": (
+    "companyd.cli._dashboard": (("dashboard", "print a one-time login URL of the web dashboard"),),
+    "companyd.cli._demo": (
         ("demo", "run the company offline with placeholder agents and watch supervision work"),
     ),
-    "companyd.cli.roles": (
+    "companyd.cli._roles": (
         ("ask", "give an agent a one-off task and print its answer, model, tokens and cost"),
         (
             "runs",
@@ -98,49 +98,49 @@ _COMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("reject", "reject a tool call (ap-…, with a reason) or discard a proposal"),
         ("revert", "undo an applied proposal (and reload)"),
     ),
-    "companyd.cli.desk": (
+    "companyd.cli._desk": (
         ("inbox", "what waits for you: approvals, questions, proposals, quarantined tasks"),
         ("answer", "answer an agent's question (an id from `companyd inbox`)"),
     ),
-    "companyd.cli.tools": (
+    "companyd.cli._tools": (
         (
             "tools",
             "every tool of every agent: origin, risk, policy, rate limit, quarantine; "
             "`tools approve SERVER` releases held-back tools",
         ),
     ),
-    "companyd.cli.scheduler": (
+    "companyd.cli._scheduler": (
         ("jobs", "routines: schedule, next fire, last outcome, 7-day success rate"),
     ),
-    "companyd.cli.spend": (
+    "companyd.cli._spend": (
         ("spend", "LLM spend from the ledger, grouped and totalled"),
         ("budget", "each budget: limit, used, reserved, remaining, reset time"),
     ),
-    "companyd.cli.memory": (
+    "companyd.cli._memory": (
         (
             "memory",
             "the company memory (MCP knowledge graph): read, check, repair, export, serve",
         ),
     ),
-    "companyd.cli.alerts": (
+    "companyd.cli._alerts": (
         (
             "notify-failure",
             "tell the operator on Telegram that a systemd unit failed (for OnFailure=)",
         ),
         ("telegram", "connect Telegram: find your chat id and send a test message"),
     ),
-    "companyd.cli.doctor": (
+    "companyd.cli._doctor": (
         (
             "doctor",
             "check the set-up: config, secrets, API key, Telegram, state, disk, memory, "
             "clock, systemd",
         ),
     ),
-    "companyd.cli.backup": (
+    "companyd.cli._backup": (
         ("backup", "write a verified, consistent backup of the company (also while it runs)"),
         ("restore", "restore a backup into a state directory that `companyd run` starts from"),
     ),
-    "companyd.cli.upgrade": (
+    "companyd.cli._upgrade": (
         ("migrate", "rewrite an older company.yaml in the current format (keeps a .bak)"),
     ),
 }

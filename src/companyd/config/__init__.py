@@ -36,15 +36,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.config.default_path import DEFAULT_STATE_DIR, default_config_path
-    from companyd.config.load import load_config, load_config_text
-    from companyd.config.migrate import (
+    from companyd.config._default_path import DEFAULT_STATE_DIR, default_config_path
+    from companyd.config._load import load_config, load_config_text
+    from companyd.config._migrate import (
         ConfigMigration,
         MigrationRefused,
         plan_migration,
         write_migration,
     )
-    from companyd.config.model import (
+    from companyd.config._model import (
         BACKUP_ASSIGNEE,
         AgentConfig,
         BackupConfig,
@@ -52,8 +52,9 @@ if TYPE_CHECKING:
         DepartmentConfig,
         RoutineConfig,
     )
-    from companyd.config.scalars import is_loopback, listen_address, parse_duration
-    from companyd.config.schema import (
+    from companyd.config._peek import UNUSUAL, peek_or_load, peek_top_level
+    from companyd.config._scalars import is_loopback, listen_address, parse_duration
+    from companyd.config._schema import (
         SCHEMA,
         AgentSpec,
         AlertsSpec,
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
         MemorySpec,
         MetricsSpec,
         ModelSpec,
+        OutboundWebhookSpec,
         PriceSpec,
         QuietHoursSpec,
         RetentionSpec,
@@ -84,20 +86,23 @@ if TYPE_CHECKING:
         ToolsSpec,
         TriggerSpec,
     )
-    from companyd.config.secrets import (
+    from companyd.config._schema import WEBHOOK_EVENT_TYPES as WEBHOOK_EVENT_TYPES
+    from companyd.config._secrets import (
         SecretReference,
         company_schema,
         secret_references,
         secret_values,
         state_backend,
     )
-    from companyd.config.view import SECTIONS, resolved_view
+    from companyd.config._view import SECTIONS, resolved_view
 
 __all__ = [
     "BACKUP_ASSIGNEE",
     "DEFAULT_STATE_DIR",
     "SCHEMA",
     "SECTIONS",
+    "UNUSUAL",
+    "WEBHOOK_EVENT_TYPES",
     "AgentConfig",
     "AgentSpec",
     "AlertsSpec",
@@ -121,6 +126,7 @@ __all__ = [
     "MetricsSpec",
     "MigrationRefused",
     "ModelSpec",
+    "OutboundWebhookSpec",
     "PriceSpec",
     "QuietHoursSpec",
     "RetentionSpec",
@@ -141,6 +147,8 @@ __all__ = [
     "load_config",
     "load_config_text",
     "parse_duration",
+    "peek_or_load",
+    "peek_top_level",
     "plan_migration",
     "resolved_view",
     "secret_references",
@@ -151,59 +159,64 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
-    "AgentConfig": "companyd.config.model",
-    "AgentSpec": "companyd.config.schema",
-    "AlertsSpec": "companyd.config.schema",
-    "AnthropicSpec": "companyd.config.schema",
-    "BACKUP_ASSIGNEE": "companyd.config.model",
-    "BackoffSpec": "companyd.config.schema",
-    "BackupConfig": "companyd.config.model",
-    "BackupSpec": "companyd.config.schema",
-    "BudgetSpec": "companyd.config.schema",
-    "CatchUpSpec": "companyd.config.schema",
-    "CompanyConfig": "companyd.config.model",
-    "CompanyFile": "companyd.config.schema",
-    "CompanySpec": "companyd.config.schema",
-    "ConfigMigration": "companyd.config.migrate",
-    "DEFAULT_STATE_DIR": "companyd.config.default_path",
-    "DashboardSpec": "companyd.config.schema",
-    "DefaultsSpec": "companyd.config.schema",
-    "DepartmentConfig": "companyd.config.model",
-    "DepartmentSpec": "companyd.config.schema",
-    "LimitsSpec": "companyd.config.schema",
-    "McpServerSpec": "companyd.config.schema",
-    "MemorySpec": "companyd.config.schema",
-    "MetricsSpec": "companyd.config.schema",
-    "MigrationRefused": "companyd.config.migrate",
-    "ModelSpec": "companyd.config.schema",
-    "PriceSpec": "companyd.config.schema",
-    "QuietHoursSpec": "companyd.config.schema",
-    "RetentionSpec": "companyd.config.schema",
-    "RoutineConfig": "companyd.config.model",
-    "RoutineSpec": "companyd.config.schema",
-    "SCHEMA": "companyd.config.schema",
-    "SECTIONS": "companyd.config.view",
-    "SandboxSpec": "companyd.config.schema",
-    "SecretReference": "companyd.config.secrets",
-    "SpendSpec": "companyd.config.schema",
-    "SupervisorSpec": "companyd.config.schema",
-    "TelegramSpec": "companyd.config.schema",
-    "ToolServerLimitsSpec": "companyd.config.schema",
-    "ToolsSpec": "companyd.config.schema",
-    "TriggerSpec": "companyd.config.schema",
-    "company_schema": "companyd.config.secrets",
-    "default_config_path": "companyd.config.default_path",
-    "is_loopback": "companyd.config.scalars",
-    "listen_address": "companyd.config.scalars",
-    "load_config": "companyd.config.load",
-    "load_config_text": "companyd.config.load",
-    "parse_duration": "companyd.config.scalars",
-    "plan_migration": "companyd.config.migrate",
-    "resolved_view": "companyd.config.view",
-    "secret_references": "companyd.config.secrets",
-    "secret_values": "companyd.config.secrets",
-    "state_backend": "companyd.config.secrets",
-    "write_migration": "companyd.config.migrate",
+    "AgentConfig": "companyd.config._model",
+    "AgentSpec": "companyd.config._schema",
+    "AlertsSpec": "companyd.config._schema",
+    "AnthropicSpec": "companyd.config._schema",
+    "BACKUP_ASSIGNEE": "companyd.config._model",
+    "BackoffSpec": "companyd.config._schema",
+    "BackupConfig": "companyd.config._model",
+    "BackupSpec": "companyd.config._schema",
+    "BudgetSpec": "companyd.config._schema",
+    "CatchUpSpec": "companyd.config._schema",
+    "CompanyConfig": "companyd.config._model",
+    "CompanyFile": "companyd.config._schema",
+    "CompanySpec": "companyd.config._schema",
+    "ConfigMigration": "companyd.config._migrate",
+    "DEFAULT_STATE_DIR": "companyd.config._default_path",
+    "DashboardSpec": "companyd.config._schema",
+    "DefaultsSpec": "companyd.config._schema",
+    "DepartmentConfig": "companyd.config._model",
+    "DepartmentSpec": "companyd.config._schema",
+    "LimitsSpec": "companyd.config._schema",
+    "McpServerSpec": "companyd.config._schema",
+    "MemorySpec": "companyd.config._schema",
+    "MetricsSpec": "companyd.config._schema",
+    "MigrationRefused": "companyd.config._migrate",
+    "ModelSpec": "companyd.config._schema",
+    "OutboundWebhookSpec": "companyd.config._schema",
+    "PriceSpec": "companyd.config._schema",
+    "QuietHoursSpec": "companyd.config._schema",
+    "RetentionSpec": "companyd.config._schema",
+    "RoutineConfig": "companyd.config._model",
+    "RoutineSpec": "companyd.config._schema",
+    "SCHEMA": "companyd.config._schema",
+    "SECTIONS": "companyd.config._view",
+    "SandboxSpec": "companyd.config._schema",
+    "SecretReference": "companyd.config._secrets",
+    "SpendSpec": "companyd.config._schema",
+    "SupervisorSpec": "companyd.config._schema",
+    "TelegramSpec": "companyd.config._schema",
+    "ToolServerLimitsSpec": "companyd.config._schema",
+    "ToolsSpec": "companyd.config._schema",
+    "TriggerSpec": "companyd.config._schema",
+    "WEBHOOK_EVENT_TYPES": "companyd.config._schema",
+    "company_schema": "companyd.config._secrets",
+    "default_config_path": "companyd.config._default_path",
+    "is_loopback": "companyd.config._scalars",
+    "listen_address": "companyd.config._scalars",
+    "load_config": "companyd.config._load",
+    "load_config_text": "companyd.config._load",
+    "parse_duration": "companyd.config._scalars",
+    "plan_migration": "companyd.config._migrate",
+    "resolved_view": "companyd.config._view",
+    "secret_references": "companyd.config._secrets",
+    "secret_values": "companyd.config._secrets",
+    "state_backend": "companyd.config._secrets",
+    "write_migration": "companyd.config._migrate",
+    "UNUSUAL": "companyd.config._peek",
+    "peek_or_load": "companyd.config._peek",
+    "peek_top_level": "companyd.config._peek",
 }
 
 

@@ -6,14 +6,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.daemon.control import resolve_group
-    from companyd.daemon.control_client import ControlClient, find_daemon
-    from companyd.daemon.demo import crash_test, show_tree
-    from companyd.daemon.layout import SYSTEMD_LAYOUT, instance_name_problem
-    from companyd.daemon.lock import CompanyLock, StateLock
-    from companyd.daemon.logs import add_logging_arguments, setup_logging
-    from companyd.daemon.main import Daemon, make_backend, remember_early_sighup
-    from companyd.daemon.protocol import ControlTimeout, RequestFailed, socket_path
+    from companyd.daemon._control import resolve_group
+    from companyd.daemon._control_client import ControlClient, find_daemon
+    from companyd.daemon._demo import crash_test, show_tree
+    from companyd.daemon._layout import SYSTEMD_LAYOUT, instance_name_problem
+    from companyd.daemon._lock import CompanyLock, StateLock
+    from companyd.daemon._logs import add_logging_arguments, setup_logging
+    from companyd.daemon._main import Daemon, make_backend, remember_early_sighup
+    from companyd.daemon._protocol import ControlTimeout, RequestFailed, socket_path
 
 
 __all__ = [
@@ -38,23 +38,23 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
-    "CompanyLock": "companyd.daemon.lock",
-    "ControlClient": "companyd.daemon.control_client",
-    "ControlTimeout": "companyd.daemon.protocol",
-    "Daemon": "companyd.daemon.main",
-    "RequestFailed": "companyd.daemon.protocol",
-    "SYSTEMD_LAYOUT": "companyd.daemon.layout",
-    "StateLock": "companyd.daemon.lock",
-    "add_logging_arguments": "companyd.daemon.logs",
-    "crash_test": "companyd.daemon.demo",
-    "find_daemon": "companyd.daemon.control_client",
-    "instance_name_problem": "companyd.daemon.layout",
-    "make_backend": "companyd.daemon.main",
-    "remember_early_sighup": "companyd.daemon.main",
-    "resolve_group": "companyd.daemon.control",
-    "setup_logging": "companyd.daemon.logs",
-    "show_tree": "companyd.daemon.demo",
-    "socket_path": "companyd.daemon.protocol",
+    "CompanyLock": "companyd.daemon._lock",
+    "ControlClient": "companyd.daemon._control_client",
+    "ControlTimeout": "companyd.daemon._protocol",
+    "Daemon": "companyd.daemon._main",
+    "RequestFailed": "companyd.daemon._protocol",
+    "SYSTEMD_LAYOUT": "companyd.daemon._layout",
+    "StateLock": "companyd.daemon._lock",
+    "add_logging_arguments": "companyd.daemon._logs",
+    "crash_test": "companyd.daemon._demo",
+    "find_daemon": "companyd.daemon._control_client",
+    "instance_name_problem": "companyd.daemon._layout",
+    "make_backend": "companyd.daemon._main",
+    "remember_early_sighup": "companyd.daemon._main",
+    "resolve_group": "companyd.daemon._control",
+    "setup_logging": "companyd.daemon._logs",
+    "show_tree": "companyd.daemon._demo",
+    "socket_path": "companyd.daemon._protocol",
 }
 
 

@@ -6,23 +6,23 @@ daemon's event loop as a supervised child. It reads and acts only through
 bus, so it sits beside ``scheduler`` and ``alerts`` in the layers: it imports L0–L4 and
 ``admin``, never ``daemon`` or ``cli``.
 
-* :mod:`~companyd.dashboard.context`: :class:`DashboardContext`, what handlers may use
+* :mod:`~companyd.dashboard._context`: :class:`DashboardContext`, what handlers may use
   (``request.app.state.ctx``);
-* :mod:`~companyd.dashboard.auth`: one-time login tokens and sessions (:class:`Sessions`);
-* :mod:`~companyd.dashboard.security`: the session, CSRF and security-header middlewares;
-* :mod:`~companyd.dashboard.render`: the templates and :func:`render`;
-* :mod:`~companyd.dashboard.actions`: :func:`perform`, an Admin operation recorded
+* :mod:`~companyd.dashboard._auth`: one-time login tokens and sessions (:class:`Sessions`);
+* :mod:`~companyd.dashboard._security`: the session, CSRF and security-header middlewares;
+* :mod:`~companyd.dashboard._render`: the templates and :func:`render`;
+* :mod:`~companyd.dashboard._actions`: :func:`perform`, an Admin operation recorded
   "via dashboard";
-* :mod:`~companyd.dashboard.live`: server-sent events (:class:`Live` fragments);
-* :mod:`~companyd.dashboard.app`: :func:`build_app`;
-* :mod:`~companyd.dashboard.connections`: the connection caps and the request-head
+* :mod:`~companyd.dashboard._live`: server-sent events (:class:`Live` fragments);
+* :mod:`~companyd.dashboard._app`: :func:`build_app`;
+* :mod:`~companyd.dashboard._connections`: the connection caps and the request-head
   timeout (:class:`ConnectionGate`);
-* :mod:`~companyd.dashboard.server`: :class:`DashboardServer`, uvicorn as a child;
-* :mod:`~companyd.dashboard.pages`: one module per page, each exposing ``routes``.
+* :mod:`~companyd.dashboard._server`: :class:`DashboardServer`, uvicorn as a child;
+* :mod:`~companyd.dashboard._pages`: one module per page, each exposing ``routes``.
 
-The package's ``__init__`` imports nothing: ``companyd.dashboard.auth`` (the sessions, owned
+The package's ``__init__`` imports nothing: ``companyd.dashboard._auth`` (the sessions, owned
 by the daemon) loads without Starlette, uvicorn and Jinja2, which the daemon imports only
-when the dashboard starts (``daemon/dashboard.py``).
+when the dashboard starts (``daemon/_dashboard.py``).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.dashboard.app import build_app
-    from companyd.dashboard.auth import Sessions
-    from companyd.dashboard.context import DashboardContext
-    from companyd.dashboard.server import DashboardServer
+    from companyd.dashboard._app import build_app
+    from companyd.dashboard._auth import Sessions
+    from companyd.dashboard._context import DashboardContext
+    from companyd.dashboard._server import DashboardServer
 
 
 __all__ = [
@@ -46,10 +46,10 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
-    "DashboardContext": "companyd.dashboard.context",
-    "DashboardServer": "companyd.dashboard.server",
-    "Sessions": "companyd.dashboard.auth",
-    "build_app": "companyd.dashboard.app",
+    "DashboardContext": "companyd.dashboard._context",
+    "DashboardServer": "companyd.dashboard._server",
+    "Sessions": "companyd.dashboard._auth",
+    "build_app": "companyd.dashboard._app",
 }
 
 

@@ -3,7 +3,7 @@
 :func:`gather_inbox` is what ``companyd inbox`` and Telegram ``/inbox`` show — the desk's
 approvals, questions and results (:class:`~companyd.desk._store.Desk`), the improver's
 pending proposals and the quarantined tasks, oldest first, each with its actions — for the
-daemon's :class:`~companyd.daemon.operator.Operator` and for the CLI without a daemon
+daemon's :class:`~companyd.daemon._operator.Operator` and for the CLI without a daemon
 alike. :func:`decide` turns a desk decision into the Admin result. Ids tell the two kinds of
 decision apart (:func:`on_desk`): the founder approves and rejects with one pair of verbs.
 """

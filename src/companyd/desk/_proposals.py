@@ -40,13 +40,13 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from companyd import _fs as fs
 from companyd._fs import read_regular_file
-from companyd._sqlite import Migration
+from companyd._sqlite import Migration, store_errors
 from companyd.admin import ProposalRow
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config_text
@@ -54,16 +54,17 @@ from companyd.errors import CompanydError, ConfigError
 from companyd.events import EventBus, ProposalApplied, ProposalCreated
 from companyd.runs import new_id
 from companyd.storage import (
-    DB_ERRORS,
     SQLITE,
     Backend,
     Connection,
     Dialects,
-    StoreDatabase,
     open_database,
     sqlite_migrations,
     store_present,
 )
+
+if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
+    from companyd.storage import StoreDatabase
 
 __all__ = [
     "MIGRATIONS",
@@ -167,7 +168,7 @@ STEPS: tuple[Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),)
 
 
 #: This store's file in the state directory → the schema steps this code knows (what
-#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+#: ``companyd run`` checks before any store opens: companyd.ops._upgrade, docs/upgrade.md).
 PROPOSAL_STORE_STEPS: dict[str, int] = {"proposals.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version`` (companyd._sqlite).
@@ -479,7 +480,7 @@ class Proposals:
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
-                    with contextlib.suppress(*DB_ERRORS):
+                    with contextlib.suppress(*store_errors()):
                         db.execute("ROLLBACK")
                 if swapped and swap is not None:
                     # the status did not change: put the file back as the status says it is

@@ -43,9 +43,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from companyd._sqlite import Migration
+from companyd._sqlite import Migration, store_errors
 from companyd.clock import Clock, within
 from companyd.errors import CompanydError
 from companyd.events import (
@@ -57,16 +57,17 @@ from companyd.events import (
     FounderResultForApproval,
 )
 from companyd.storage import (
-    DB_ERRORS,
     SQLITE,
     Backend,
     Connection,
     Dialects,
-    StoreDatabase,
     open_database,
     sqlite_migrations,
     store_present,
 )
+
+if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
+    from companyd.storage import StoreDatabase
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
@@ -170,7 +171,7 @@ REMIND_AT = 0.75
 
 
 #: This store's file in the state directory → the schema steps this code knows (what
-#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+#: ``companyd run`` checks before any store opens: companyd.ops._upgrade, docs/upgrade.md).
 STORE_STEPS: dict[str, int] = {"desk.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS`, one entry per ``PRAGMA user_version`` (companyd._sqlite).
@@ -770,7 +771,7 @@ def _transaction(db: Connection, begin: str, fn: Callable[[Connection], T]) -> T
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
-            with contextlib.suppress(*DB_ERRORS):
+            with contextlib.suppress(*store_errors()):
                 db.execute("ROLLBACK")
         raise
     return out

@@ -18,12 +18,16 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo
 
+from companyd._sqlite import store_errors
 from companyd.clock import Clock
 from companyd.events import EventBus, ToolRateLimited
-from companyd.storage import DB_ERRORS, SQLITE, Backend, Connection, StoreDatabase, open_database
+from companyd.storage import SQLITE, Backend, Connection, open_database
+
+if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
+    from companyd.storage import StoreDatabase
 
 __all__ = ["STEPS", "TOOL_STORE_STEPS", "Catalogue", "RateLimits", "ToolStore", "fingerprint"]
 
@@ -49,11 +53,12 @@ CREATE TABLE IF NOT EXISTS catalogue (
     held_since DOUBLE PRECISION NOT NULL DEFAULT 0,  -- when the pending one was first seen
     PRIMARY KEY (agent, server, tool)
 );
+
 """
 
 #: The store's schema on both backends, one entry per version.
 STEPS: tuple[str, ...] = (_SCHEMA,)
-#: The store file → how many schema steps this code knows (companyd.ops.upgrade reads it).
+#: The store file → how many schema steps this code knows (companyd.ops._upgrade reads it).
 TOOL_STORE_STEPS: dict[str, int] = {"tools.sqlite": len(STEPS)}
 
 
@@ -72,7 +77,7 @@ def _transaction(db: Connection, fn: Callable[[Connection], T]) -> T:
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
-            with contextlib.suppress(*DB_ERRORS):
+            with contextlib.suppress(*store_errors()):
                 db.execute("ROLLBACK")
         raise
     return out

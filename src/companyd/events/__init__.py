@@ -5,21 +5,21 @@ Supervisors, agents, the spend ledger, the scheduler, the memory owner and the d
 ``companyd status`` *subscribe*. Nothing reads another component's internals to find out
 what happened — if an alert or a status line needs a fact, that fact is in an event.
 
-* :mod:`~companyd.events.base`: :class:`Event` (one frozen dataclass per kind derives from
+* :mod:`~companyd.events._base`: :class:`Event` (one frozen dataclass per kind derives from
   it), :class:`Severity`, the JSON view.
-* one module of kinds per concern: :mod:`~companyd.events.supervision`,
-  :mod:`~companyd.events.daemon`, :mod:`~companyd.events.agents`,
-  :mod:`~companyd.events.money`, :mod:`~companyd.events.routines`,
-  :mod:`~companyd.events.memory`, :mod:`~companyd.events.pager`,
-  :mod:`~companyd.events.tools`.
-* :mod:`~companyd.events.catalog`: :data:`KINDS` (derived from the classes) and
+* one module of kinds per concern: :mod:`~companyd.events._supervision`,
+  :mod:`~companyd.events._daemon`, :mod:`~companyd.events._agents`,
+  :mod:`~companyd.events._money`, :mod:`~companyd.events._routines`,
+  :mod:`~companyd.events._memory`, :mod:`~companyd.events._pager`,
+  :mod:`~companyd.events._tools`.
+* :mod:`~companyd.events._catalog`: :data:`KINDS` (derived from the classes) and
   :func:`event_from` (JSON back to the typed event).
-* :mod:`~companyd.events.bus`: :class:`EventBus` and :class:`Subscription`.
+* :mod:`~companyd.events._bus`: :class:`EventBus` and :class:`Subscription`.
 
 This package only re-exports; docs/events.md documents every kind.
 """
 
-from companyd.events.agents import (
+from companyd.events._agents import (
     AgentPaused,
     AgentResumed,
     CircuitBreaker,
@@ -38,10 +38,10 @@ from companyd.events.agents import (
     RunStarted,
     TaskQuarantined,
 )
-from companyd.events.base import EVENT_TYPES, UNSTAMPED, Event, Other, Severity
-from companyd.events.bus import EventBus, Subscription
-from companyd.events.catalog import KINDS, event_from, event_from_dict
-from companyd.events.daemon import (
+from companyd.events._base import EVENT_TYPES, UNSTAMPED, Event, Other, Severity
+from companyd.events._bus import EventBus, Subscription
+from companyd.events._catalog import KINDS, event_from, event_from_dict
+from companyd.events._daemon import (
     ConfigRejected,
     DaemonReloaded,
     DaemonStarted,
@@ -53,8 +53,8 @@ from companyd.events.daemon import (
     StateDiskFull,
     StateDiskRecovered,
 )
-from companyd.events.memory import MemoryRepaired
-from companyd.events.money import (
+from companyd.events._memory import MemoryRepaired
+from companyd.events._money import (
     ApiKeyRefused,
     ApiSpendLimit,
     BudgetExhausted,
@@ -66,13 +66,13 @@ from companyd.events.money import (
     SpendUnsettled,
     UnknownModelPrice,
 )
-from companyd.events.pager import (
+from companyd.events._pager import (
     ResultDelivered,
     ResultUndelivered,
     TelegramCommandsFailing,
     TelegramCommandsRecovered,
 )
-from companyd.events.routines import (
+from companyd.events._routines import (
     RoutineEvent,
     RoutineFailed,
     RoutineLimitReached,
@@ -83,7 +83,7 @@ from companyd.events.routines import (
     RoutineSkipped,
     RoutineUnverified,
 )
-from companyd.events.supervision import (
+from companyd.events._supervision import (
     AutoShutdown,
     Backoff,
     ChildExited,
@@ -97,7 +97,7 @@ from companyd.events.supervision import (
     SupStarted,
     SupStopped,
 )
-from companyd.events.tools import (
+from companyd.events._tools import (
     McpServerFailed,
     McpServerRecovered,
     ToolRateLimited,

@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.llm.blocks import (
+    from companyd.llm._blocks import (
         ContentBlock,
         Message,
         ToolResultBlock,
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
         text_of,
         tool_uses_of,
     )
-    from companyd.llm.claude import ClaudeBackend, resolve_api_key, resolve_base_url
-    from companyd.llm.model import (
+    from companyd.llm._claude import ClaudeBackend, resolve_api_key, resolve_base_url
+    from companyd.llm._model import (
         ModelAuthFailed,
         ModelBackend,
         ModelBadRequest,
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
         Usage,
         estimate_input_tokens,
     )
-    from companyd.llm.offline import OfflineModel
-    from companyd.llm.prices import BUILTIN_PRICES, Price, PriceTable, is_known_model
+    from companyd.llm._offline import OfflineModel
+    from companyd.llm._prices import BUILTIN_PRICES, Price, PriceTable, is_known_model
 
 
 __all__ = [
@@ -71,33 +71,33 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
-    "ModelRateLimited": "companyd.llm.model",
-    "BUILTIN_PRICES": "companyd.llm.prices",
-    "ClaudeBackend": "companyd.llm.claude",
-    "ContentBlock": "companyd.llm.blocks",
-    "Message": "companyd.llm.blocks",
-    "ModelAuthFailed": "companyd.llm.model",
-    "ModelBackend": "companyd.llm.model",
-    "ModelBadRequest": "companyd.llm.model",
-    "ModelError": "companyd.llm.model",
-    "ModelRequest": "companyd.llm.model",
-    "ModelResponse": "companyd.llm.model",
-    "ModelUnavailable": "companyd.llm.model",
-    "OfflineModel": "companyd.llm.offline",
-    "Price": "companyd.llm.prices",
-    "PriceTable": "companyd.llm.prices",
-    "RetryHook": "companyd.llm.model",
-    "SpendLimitReached": "companyd.llm.model",
-    "ToolDef": "companyd.llm.model",
-    "ToolResultBlock": "companyd.llm.blocks",
-    "ToolUseBlock": "companyd.llm.blocks",
-    "Usage": "companyd.llm.model",
-    "estimate_input_tokens": "companyd.llm.model",
-    "is_known_model": "companyd.llm.prices",
-    "resolve_api_key": "companyd.llm.claude",
-    "resolve_base_url": "companyd.llm.claude",
-    "text_of": "companyd.llm.blocks",
-    "tool_uses_of": "companyd.llm.blocks",
+    "ModelRateLimited": "companyd.llm._model",
+    "BUILTIN_PRICES": "companyd.llm._prices",
+    "ClaudeBackend": "companyd.llm._claude",
+    "ContentBlock": "companyd.llm._blocks",
+    "Message": "companyd.llm._blocks",
+    "ModelAuthFailed": "companyd.llm._model",
+    "ModelBackend": "companyd.llm._model",
+    "ModelBadRequest": "companyd.llm._model",
+    "ModelError": "companyd.llm._model",
+    "ModelRequest": "companyd.llm._model",
+    "ModelResponse": "companyd.llm._model",
+    "ModelUnavailable": "companyd.llm._model",
+    "OfflineModel": "companyd.llm._offline",
+    "Price": "companyd.llm._prices",
+    "PriceTable": "companyd.llm._prices",
+    "RetryHook": "companyd.llm._model",
+    "SpendLimitReached": "companyd.llm._model",
+    "ToolDef": "companyd.llm._model",
+    "ToolResultBlock": "companyd.llm._blocks",
+    "ToolUseBlock": "companyd.llm._blocks",
+    "Usage": "companyd.llm._model",
+    "estimate_input_tokens": "companyd.llm._model",
+    "is_known_model": "companyd.llm._prices",
+    "resolve_api_key": "companyd.llm._claude",
+    "resolve_base_url": "companyd.llm._claude",
+    "text_of": "companyd.llm._blocks",
+    "tool_uses_of": "companyd.llm._blocks",
 }
 
 

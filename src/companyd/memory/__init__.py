@@ -6,7 +6,7 @@
 * :class:`GraphStore` — the durable file (journal, cross-process lock, atomic compaction),
   used by the service, the CLI and ``companyd memory serve-mcp``.
 * :class:`KnowledgeGraph` — the graph in memory with the nine MCP memory operations.
-* :mod:`companyd.memory.view` — neighbourhoods, paths, hubs, GraphML / node-link export.
+* :mod:`companyd.memory._view` — neighbourhoods, paths, hubs, GraphML / node-link export.
 
 Design and crash argument: docs/memory.md.
 """
@@ -16,28 +16,28 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from companyd.memory.codec import LoadReport, QuarantinedLine, parse_graph, serialize
-from companyd.memory.errors import (
+from companyd.memory._codec import LoadReport, QuarantinedLine, parse_graph, serialize
+from companyd.memory._errors import (
     MemoryInconsistent,
     MemoryLocked,
     MemoryToolError,
     MemoryUnavailable,
 )
-from companyd.memory.graph import Entity, KnowledgeGraph, Relation
-from companyd.memory.service import MemoryService
-from companyd.memory.store import GraphStore
-from companyd.memory.tools import TOOL_NAMES
+from companyd.memory._graph import Entity, KnowledgeGraph, Relation
+from companyd.memory._service import MemoryService
+from companyd.memory._store import GraphStore
+from companyd.memory._tools import TOOL_NAMES
 
 if TYPE_CHECKING:
+    from companyd.memory._browse import entity_view, search_entities
+    from companyd.memory._codec import counted
+    from companyd.memory._errors import MemoryNotAGraph, MemoryUnsafePath
+    from companyd.memory._journal import decode_record, parse_header
+    from companyd.memory._mcp_server import serve_stdio
     from companyd.memory._neighbourhood import neighbourhood
-    from companyd.memory.browse import entity_view, search_entities
-    from companyd.memory.codec import counted
-    from companyd.memory.errors import MemoryNotAGraph, MemoryUnsafePath
-    from companyd.memory.journal import decode_record, parse_header
-    from companyd.memory.mcp_server import serve_stdio
-    from companyd.memory.store import write_atomic
-    from companyd.memory.tools import MUTATING_TOOLS, tool_definitions
-    from companyd.memory.view import export_graphml, export_node_link, graph_from_node_link
+    from companyd.memory._store import write_atomic
+    from companyd.memory._tools import MUTATING_TOOLS, tool_definitions
+    from companyd.memory._view import export_graphml, export_node_link, graph_from_node_link
 
 
 __all__ = [
@@ -74,21 +74,21 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
-    "MUTATING_TOOLS": "companyd.memory.tools",
-    "parse_header": "companyd.memory.journal",
-    "decode_record": "companyd.memory.journal",
-    "MemoryNotAGraph": "companyd.memory.errors",
-    "MemoryUnsafePath": "companyd.memory.errors",
-    "counted": "companyd.memory.codec",
-    "entity_view": "companyd.memory.browse",
-    "export_graphml": "companyd.memory.view",
-    "export_node_link": "companyd.memory.view",
-    "graph_from_node_link": "companyd.memory.view",
+    "MUTATING_TOOLS": "companyd.memory._tools",
+    "parse_header": "companyd.memory._journal",
+    "decode_record": "companyd.memory._journal",
+    "MemoryNotAGraph": "companyd.memory._errors",
+    "MemoryUnsafePath": "companyd.memory._errors",
+    "counted": "companyd.memory._codec",
+    "entity_view": "companyd.memory._browse",
+    "export_graphml": "companyd.memory._view",
+    "export_node_link": "companyd.memory._view",
+    "graph_from_node_link": "companyd.memory._view",
     "neighbourhood": "companyd.memory._neighbourhood",
-    "search_entities": "companyd.memory.browse",
-    "serve_stdio": "companyd.memory.mcp_server",
-    "tool_definitions": "companyd.memory.tools",
-    "write_atomic": "companyd.memory.store",
+    "search_entities": "companyd.memory._browse",
+    "serve_stdio": "companyd.memory._mcp_server",
+    "tool_definitions": "companyd.memory._tools",
+    "write_atomic": "companyd.memory._store",
 }
 
 

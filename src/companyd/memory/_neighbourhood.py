@@ -3,9 +3,9 @@
 :func:`neighbourhood` follows relations in both directions through the graph's relation
 index, so its cost depends on the size of the neighbourhood, not of the graph; it returns the
 same nodes and edges as ``networkx.ego_graph`` on the undirected view (tests/memory/test_view.py).
-It lives apart from :mod:`companyd.memory.view` because the daemon calls it on every recall
+It lives apart from :mod:`companyd.memory._view` because the daemon calls it on every recall
 and must not import networkx to do so (networkx is ~0.2 s and several MB of the daemon's
-start; docs/benchmarks.md, "daemon"). :mod:`companyd.memory.view` re-exports it.
+start; docs/benchmarks.md, "daemon"). :mod:`companyd.memory._view` re-exports it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from companyd.memory.graph import KnowledgeGraph
+from companyd.memory._graph import KnowledgeGraph
 
 __all__ = ["Neighbourhood", "neighbourhood"]
 

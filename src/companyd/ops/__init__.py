@@ -1,10 +1,10 @@
 """Operator tools: the health check (``companyd doctor``) and verified backup / restore.
 
-* :mod:`companyd.ops.archive` — the backup archive: manifest, atomic write, verify;
-* :mod:`companyd.ops.backup` — taking a consistent snapshot of a company's state;
-* :mod:`companyd.ops.restore` — putting a verified backup into a state directory;
-* :mod:`companyd.ops.doctor` — the checks of ``companyd doctor`` and its safe fixes;
-* :mod:`companyd.ops.upgrade` — before a start: refuse a newer state, back up before a
+* :mod:`companyd.ops._archive` — the backup archive: manifest, atomic write, verify;
+* :mod:`companyd.ops._backup` — taking a consistent snapshot of a company's state;
+* :mod:`companyd.ops._restore` — putting a verified backup into a state directory;
+* :mod:`companyd.ops._doctor` — the checks of ``companyd doctor`` and its safe fixes;
+* :mod:`companyd.ops._upgrade` — before a start: refuse a newer state, back up before a
   store migrates (docs/upgrade.md).
 
 A layer of its own between the services (it reads the memory, spend, scheduler and alert
@@ -19,11 +19,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.ops.archive import BackupError, verify_archive
-    from companyd.ops.backup import BackupResult, backup_name, check_destination, take_backup
-    from companyd.ops.doctor import DoctorReport, RunningDaemon, run_doctor
-    from companyd.ops.restore import restore_backup
-    from companyd.ops.upgrade import UpgradeRefused, prepare_upgrade
+    from companyd.ops._archive import BackupError, verify_archive
+    from companyd.ops._backup import BackupResult, backup_name, check_destination, take_backup
+    from companyd.ops._doctor import DoctorReport, RunningDaemon, run_doctor
+    from companyd.ops._restore import restore_backup
+    from companyd.ops._upgrade import UpgradeRefused, prepare_upgrade
 
 
 __all__ = [
@@ -43,18 +43,18 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
-    "check_destination": "companyd.ops.backup",
-    "BackupError": "companyd.ops.archive",
-    "BackupResult": "companyd.ops.backup",
-    "DoctorReport": "companyd.ops.doctor",
-    "RunningDaemon": "companyd.ops.doctor",
-    "backup_name": "companyd.ops.backup",
-    "restore_backup": "companyd.ops.restore",
-    "run_doctor": "companyd.ops.doctor",
-    "take_backup": "companyd.ops.backup",
-    "verify_archive": "companyd.ops.archive",
-    "UpgradeRefused": "companyd.ops.upgrade",
-    "prepare_upgrade": "companyd.ops.upgrade",
+    "check_destination": "companyd.ops._backup",
+    "BackupError": "companyd.ops._archive",
+    "BackupResult": "companyd.ops._backup",
+    "DoctorReport": "companyd.ops._doctor",
+    "RunningDaemon": "companyd.ops._doctor",
+    "backup_name": "companyd.ops._backup",
+    "restore_backup": "companyd.ops._restore",
+    "run_doctor": "companyd.ops._doctor",
+    "take_backup": "companyd.ops._backup",
+    "verify_archive": "companyd.ops._archive",
+    "UpgradeRefused": "companyd.ops._upgrade",
+    "prepare_upgrade": "companyd.ops._upgrade",
 }
 
 

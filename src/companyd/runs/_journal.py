@@ -38,10 +38,10 @@ import json
 import logging
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from companyd._fs import DiskAlarm, is_disk_failure
-from companyd.admin import JournaledTask, ResultDelivery, RunRow, TaskRow
+from companyd._sqlite import store_errors
 from companyd.runs._records import (
     ApprovalStep,
     JournaledRun,
@@ -55,15 +55,10 @@ from companyd.runs._records import (
 from companyd.runs._schema import MIGRATIONS, STEPS
 from companyd.runs._tasks import RunOutcome, RunStatus, Task
 from companyd.runs._transcript import bound_run, delivery_step, read_transcript
-from companyd.storage import (
-    DB_ERRORS,
-    SQLITE,
-    Backend,
-    Connection,
-    StoreAbsent,
-    connection_lost,
-    open_database,
-)
+from companyd.storage import SQLITE, Backend, Connection, connection_lost, open_database
+
+if TYPE_CHECKING:  # typed dicts of the operator contract: pydantic, which reading needs not
+    from companyd.admin import JournaledTask, ResultDelivery, RunRow, TaskRow
 
 __all__ = [
     "MIGRATIONS",
@@ -103,7 +98,7 @@ def _transaction(db: Connection) -> Iterator[None]:
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
-            with contextlib.suppress(*DB_ERRORS):  # a lost connection: the server rolls back
+            with contextlib.suppress(*store_errors()):  # a lost connection: the server rolls back
                 db.execute("ROLLBACK")
         raise
 
@@ -182,7 +177,7 @@ class Journal:
         while self._held:
             try:
                 self._held[0](db)
-            except DB_ERRORS:
+            except store_errors():
                 return  # still refused: kept for the next try; the caller's work goes on
             self._held.pop(0)
             if not self._held:
@@ -208,11 +203,13 @@ class Journal:
         """
         if self.backend.kind == "sqlite":
             return self.path.exists()
+        from companyd.storage import StoreAbsent  # PostgreSQL only: its driver is loaded
+
         try:
             return bool(self.run_sync(lambda db: db.execute(_PG_EXISTS).fetchone()[0]))
         except StoreAbsent:  # a read-only open: the schema has no journal yet
             return False
-        except DB_ERRORS as exc:
+        except store_errors() as exc:
             if getattr(exc, "sqlstate", None) == _UNDEFINED_TABLE:  # no store in the schema
                 return False
             raise
@@ -234,7 +231,7 @@ class Journal:
         if self._held and not self._db.closed:
             # _call writes what is held first; still refused: the run resumes from its last
             # journaled step
-            with contextlib.suppress(*DB_ERRORS):
+            with contextlib.suppress(*store_errors()):
                 await self._run(lambda db: None)
         await self._db.close()
 
@@ -437,7 +434,7 @@ class Journal:
         def insert_or_hold(db: Connection) -> None:
             try:
                 insert(db)
-            except DB_ERRORS as exc:
+            except store_errors() as exc:
                 if is_disk_failure(exc) or connection_lost(exc):
                     self._held.append(insert_held)
                 raise

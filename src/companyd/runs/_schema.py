@@ -154,7 +154,7 @@ STEPS: tuple[str | Dialects, ...] = (
 
 
 #: This store's file in the state directory → the schema steps this code knows (what
-#: ``companyd run`` checks before any store opens: companyd.ops.upgrade, docs/upgrade.md).
+#: ``companyd run`` checks before any store opens: companyd.ops._upgrade, docs/upgrade.md).
 STORE_STEPS: dict[str, int] = {"runs.sqlite": len(STEPS)}
 
 #: The SQLite text of :data:`STEPS` (``PRAGMA user_version``; see companyd._sqlite).

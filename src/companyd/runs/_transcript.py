@@ -29,24 +29,26 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from companyd.admin import (
-    AskedBy,
-    ColleagueRun,
-    OtherAttempt,
-    ResultDelivery,
-    ReviewStep,
-    RunTotals,
-    Step,
-    TaskAsked,
-    Thread,
-    ThreadRun,
-    Tokens,
-    ToolStep,
-    VerificationCheck,
-    VerificationStep,
-)
+if TYPE_CHECKING:  # typed dicts of the operator contract (pydantic): not for reading a run
+    from companyd.admin import (
+        AskedBy,
+        ColleagueRun,
+        OtherAttempt,
+        ResultDelivery,
+        ReviewStep,
+        RunTotals,
+        Step,
+        TaskAsked,
+        Thread,
+        ThreadRun,
+        Tokens,
+        ToolStep,
+        VerificationCheck,
+        VerificationStep,
+    )
+
 from companyd.runs._cut import cut, full_size
 from companyd.storage import Connection
 
@@ -407,10 +409,10 @@ def _verification(steps: list[Step]) -> VerificationStep | None:
         return None
     checks: list[VerificationCheck] = []
     for c in last["checks"]:
-        checked = VerificationCheck(**c)
+        checked = cast("VerificationCheck", dict(c))
         checked["step"] = numbers.get(c.get("tool_use_id"))
         checks.append(checked)
-    shown = VerificationStep(**last)
+    shown = cast("VerificationStep", dict(last))
     shown["checks"] = checks
     return shown
 

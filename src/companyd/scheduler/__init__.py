@@ -6,7 +6,7 @@ The daemon runs one :class:`RoutineScheduler` as a supervised child and hands it
 published on the EventBus. docs/scheduler.md describes the behaviour for operators.
 
 The names below are imported on first use, so ``companyd --help`` (which imports
-``companyd.cli.scheduler``) does not pay for APScheduler.
+``companyd.cli._scheduler``) does not pay for APScheduler.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.scheduler.offline import read_fires, read_jobs
-    from companyd.scheduler.outcomes import Outcome
-    from companyd.scheduler.report import format_history, format_jobs, format_jobs_result
-    from companyd.scheduler.service import RoutineBusy, RoutineNotFound, RoutineScheduler
-    from companyd.scheduler.sim import ModelCallGate, SimReport, simulate
-    from companyd.scheduler.sink import TaskSink
-    from companyd.scheduler.store import DB_NAME, FireRecord, RoutineStats, StoreError
+    from companyd.scheduler._offline import read_fires, read_jobs
+    from companyd.scheduler._outcomes import Outcome
+    from companyd.scheduler._report import format_history, format_jobs, format_jobs_result
+    from companyd.scheduler._service import RoutineBusy, RoutineNotFound, RoutineScheduler
+    from companyd.scheduler._sim import ModelCallGate, SimReport, simulate
+    from companyd.scheduler._sink import TaskSink
+    from companyd.scheduler._store import DB_NAME, FireRecord, RoutineStats, StoreError
 
 __all__ = [
     "DB_NAME",
@@ -45,24 +45,24 @@ __all__ = [
 ]
 
 _HOMES: dict[str, str] = {
-    "STORE_STEPS": "companyd.scheduler.history",
-    "DB_NAME": "companyd.scheduler.store",
-    "FireRecord": "companyd.scheduler.store",
-    "ModelCallGate": "companyd.scheduler.sim",
-    "Outcome": "companyd.scheduler.outcomes",
-    "RoutineBusy": "companyd.scheduler.service",
-    "RoutineNotFound": "companyd.scheduler.service",
-    "RoutineScheduler": "companyd.scheduler.service",
-    "RoutineStats": "companyd.scheduler.store",
-    "SimReport": "companyd.scheduler.sim",
-    "StoreError": "companyd.scheduler.store",
-    "TaskSink": "companyd.scheduler.sink",
-    "format_history": "companyd.scheduler.report",
-    "format_jobs": "companyd.scheduler.report",
-    "format_jobs_result": "companyd.scheduler.report",
-    "read_fires": "companyd.scheduler.offline",
-    "read_jobs": "companyd.scheduler.offline",
-    "simulate": "companyd.scheduler.sim",
+    "STORE_STEPS": "companyd.scheduler._history",
+    "DB_NAME": "companyd.scheduler._store",
+    "FireRecord": "companyd.scheduler._store",
+    "ModelCallGate": "companyd.scheduler._sim",
+    "Outcome": "companyd.scheduler._outcomes",
+    "RoutineBusy": "companyd.scheduler._service",
+    "RoutineNotFound": "companyd.scheduler._service",
+    "RoutineScheduler": "companyd.scheduler._service",
+    "RoutineStats": "companyd.scheduler._store",
+    "SimReport": "companyd.scheduler._sim",
+    "StoreError": "companyd.scheduler._store",
+    "TaskSink": "companyd.scheduler._sink",
+    "format_history": "companyd.scheduler._report",
+    "format_jobs": "companyd.scheduler._report",
+    "format_jobs_result": "companyd.scheduler._report",
+    "read_fires": "companyd.scheduler._offline",
+    "read_jobs": "companyd.scheduler._offline",
+    "simulate": "companyd.scheduler._sim",
 }
 
 

@@ -10,14 +10,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from companyd.llm import Price, PriceTable
-from companyd.spend.book import BudgetExhausted, Reservation, SpendBook, SpendError
-from companyd.spend.ledger import LedgerError
+from companyd.spend._book import BudgetExhausted, Reservation, SpendBook, SpendError
+from companyd.spend._ledger import LedgerError
 
 if TYPE_CHECKING:
-    from companyd.spend.budgets import read_budget_report
-    from companyd.spend.ledger import Ledger
-    from companyd.spend.periods import day_key, parse_period
-    from companyd.spend.reports import format_budget_report, format_spend_report, spend_report
+    from companyd.spend._budgets import read_budget_report
+    from companyd.spend._ledger import Ledger
+    from companyd.spend._periods import day_key, parse_period
+    from companyd.spend._reports import format_budget_report, format_spend_report, spend_report
 
 
 __all__ = [
@@ -40,14 +40,14 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
-    "STORE_STEPS": "companyd.spend.ledger",
-    "Ledger": "companyd.spend.ledger",
-    "day_key": "companyd.spend.periods",
-    "format_budget_report": "companyd.spend.reports",
-    "format_spend_report": "companyd.spend.reports",
-    "parse_period": "companyd.spend.periods",
-    "read_budget_report": "companyd.spend.budgets",
-    "spend_report": "companyd.spend.reports",
+    "STORE_STEPS": "companyd.spend._ledger",
+    "Ledger": "companyd.spend._ledger",
+    "day_key": "companyd.spend._periods",
+    "format_budget_report": "companyd.spend._reports",
+    "format_spend_report": "companyd.spend._reports",
+    "parse_period": "companyd.spend._periods",
+    "read_budget_report": "companyd.spend._budgets",
+    "spend_report": "companyd.spend._reports",
 }
 
 

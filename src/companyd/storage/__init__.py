@@ -2,37 +2,43 @@
 
 Every store (the spend ledger, and in turn the run journal, routine history, alert
 outbox, the founder's desk, the memory journal) is written once, in the SQL both backends
-read (:mod:`companyd.storage.dialect`), against the contract of
+read (:mod:`companyd.storage._dialect`), against the contract of
 :class:`companyd._sqlite.Database`. :func:`open_database` picks the backend from the
 company's :class:`Backend`: a file in the state directory, or the store's tables in the
-company's PostgreSQL schema (:class:`companyd.storage.postgres.PgDatabase`).
+company's PostgreSQL schema (:class:`companyd.storage._postgres.PgDatabase`).
 
 docs/storage.md has the decisions and their reasons.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import re
 import sqlite3
+import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import psycopg
-
-from companyd._sqlite import Database, Migration
-from companyd.storage.dialect import Dialects, to_pyformat
-from companyd.storage.fence import Fence, Fenced
-from companyd.storage.postgres import PgConnection, PgDatabase, PgMigration, StoreAbsent
+from companyd._sqlite import Database
+from companyd.storage._dialect import Dialects, to_pyformat
+from companyd.storage._fence import Fence, Fenced
 
 if TYPE_CHECKING:
+    from companyd._sqlite import Migration
+    from companyd.storage._absent import StoreAbsent
+    from companyd.storage._dialect import Connection
+    from companyd.storage._leadership import LeaderInfo, Leadership
+    from companyd.storage._pg import DB_ERRORS, StoreDatabase
+    from companyd.storage._postgres import PgConnection, PgDatabase, PgMigration
     from companyd.storage._probe import probe
-    from companyd.storage.dialect import Connection
-    from companyd.storage.leadership import LeaderInfo, Leadership
+
+# psycopg (and psycopg_pool) are imported when PostgreSQL is used, or a store binds
+# DB_ERRORS: `companyd validate` and the config of a SQLite company import this face
+# without them (~26 MB and ~0.2 s of CPU, issue 31). The names that need the driver are
+# in _HOMES below; the functions import it where they use it.
 
 
 __all__ = [
@@ -56,15 +62,10 @@ __all__ = [
     "open_database",
     "probe",
     "sqlite_migrations",
+    "sqlite_only",
     "store_present",
     "to_pyformat",
 ]
-
-#: What a store's database raises for a failing database, file or connection.
-DB_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, psycopg.Error, OSError)
-
-#: Either backend's database, as a store holds it.
-StoreDatabase = Database | PgDatabase
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Backend:
         dsn: the libpq connection string for ``postgres`` (a secret: never printed).
         schema: the company's schema on ``postgres`` (one schema per company).
         fence: the leadership epoch every write must still hold on ``postgres``
-            (:class:`companyd.storage.leadership.Leadership` owns it); None: writes are not
+            (:class:`companyd.storage._leadership.Leadership` owns it); None: writes are not
             fenced (a single daemon, or SQLite).
     """
 
@@ -104,7 +105,11 @@ async def store_present(
     reader can ask first and reading never creates the store (the CLI without a daemon).
     """
     if backend.kind == "sqlite":
+        import asyncio  # here: the face is imported by commands that never wait on a loop
+
         return await asyncio.to_thread(path.exists)
+    from companyd.storage._absent import StoreAbsent
+
     probe = readonly()
     try:
         await probe.open()
@@ -120,6 +125,10 @@ def connection_lost(exc: BaseException) -> bool:
     server restarted, the network dropped, ``pg_terminate_backend``): the work may be
     retried on a new connection, as a write a full disk refused may be retried on space.
     """
+    if "psycopg" not in sys.modules:
+        return False  # no connection was ever made: nothing of it can have broken
+    import psycopg
+
     return isinstance(exc, psycopg.OperationalError)
 
 
@@ -127,6 +136,10 @@ def dsn_password(dsn: str) -> str | None:
     """The password a libpq connection string (URL or ``key=value`` form) carries, if any;
     None for a string libpq cannot parse (the connection attempt will say why).
     """
+    if not dsn.strip():
+        return None  # libpq's reading of nothing; and no driver to import for it
+    import psycopg
+
     try:
         password = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
     except psycopg.ProgrammingError:
@@ -184,6 +197,8 @@ def dsn_problem(dsn: str) -> str | None:
         "a password (or user) with a space, @, /, #, ? or : in it must be percent-encoded "
         "in a URL (%20 %40 %2F %23 %3F %3A)"
     )
+    import psycopg
+
     try:
         parts = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
@@ -241,6 +256,9 @@ def open_database(
     :class:`companyd._sqlite.Database`; ``synchronous`` applies to SQLite only.
     """
     if backend.kind == "postgres":
+        _refuse_if_sqlite_only()
+        from companyd.storage._postgres import PgDatabase
+
         assert backend.dsn is not None  # Backend checks it
         return PgDatabase(
             backend.dsn,
@@ -269,15 +287,59 @@ def open_database(
 
 
 _HOMES: dict[str, str] = {
-    "Connection": "companyd.storage.dialect",
-    "LeaderInfo": "companyd.storage.leadership",
-    "Leadership": "companyd.storage.leadership",
+    "DB_ERRORS": "companyd.storage._pg",
+    "PgConnection": "companyd.storage._postgres",
+    "PgDatabase": "companyd.storage._postgres",
+    "StoreAbsent": "companyd.storage._absent",
+    "StoreDatabase": "companyd.storage._pg",
+    "Connection": "companyd.storage._dialect",
+    "LeaderInfo": "companyd.storage._leadership",
+    "Leadership": "companyd.storage._leadership",
     "probe": "companyd.storage._probe",
 }
 
 
+#: Set by :func:`sqlite_only`: this process opens SQLite stores only.
+_sqlite_only = False
+
+
+def sqlite_only() -> bool:
+    """Declare that this process opens SQLite stores only (a CLI command that read
+    company.yaml's top level and found no ``state:`` section), before any store is
+    imported: :data:`DB_ERRORS` is then bound without psycopg's errors (none can be raised:
+    psycopg is never imported) and :data:`StoreDatabase` is :class:`companyd._sqlite.Database`,
+    so that reading a store costs no PostgreSQL driver (~0.2 s of CPU). Opening a PostgreSQL
+    store afterwards (:func:`open_database`) raises RuntimeError rather than run with errors
+    nobody catches.
+
+    Returns whether it took effect: False when a store already bound :data:`DB_ERRORS` with
+    psycopg's errors in it (which is as correct, only not as cheap).
+    """
+    global _sqlite_only
+    if "DB_ERRORS" in globals() and globals()["DB_ERRORS"] != _SQLITE_ERRORS:
+        return False
+    _sqlite_only = True
+    return True
+
+
+#: :data:`DB_ERRORS` of a process that declared :func:`sqlite_only`.
+_SQLITE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
+
+
+def _refuse_if_sqlite_only() -> None:
+    if _sqlite_only:
+        raise RuntimeError(
+            "this process declared SQLite stores only (companyd.storage.sqlite_only) and "
+            "must not open a PostgreSQL store: its errors would not be caught"
+        )
+
+
 def __getattr__(name: str) -> Any:
     """Import a face name from its module on first use (keeps start-up imports cheap)."""
+    if _sqlite_only and name in ("DB_ERRORS", "StoreDatabase"):
+        value = _SQLITE_ERRORS if name == "DB_ERRORS" else Database
+        globals()[name] = value
+        return value
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

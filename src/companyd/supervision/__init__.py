@@ -3,17 +3,17 @@
 Layer 1: imports only the foundation modules (errors, clock, events, _aio), never the
 application. See docs/supervision.md for the contract and docs/architecture.md for the layers.
 
-Modules: :mod:`~companyd.supervision.child` (the contract a child follows, exit reasons,
-``IGNORE``), :mod:`~companyd.supervision.spec` (child specs, supervisor flags, backoff, call
-results), :mod:`~companyd.supervision.errors` (what a supervisor raises) and
-:mod:`~companyd.supervision.supervisor` (the supervisor process). ``Supervisor`` composes
+Modules: :mod:`~companyd.supervision._child` (the contract a child follows, exit reasons,
+``IGNORE``), :mod:`~companyd.supervision._spec` (child specs, supervisor flags, backoff, call
+results), :mod:`~companyd.supervision._errors` (what a supervisor raises) and
+:mod:`~companyd.supervision._supervisor` (the supervisor process). ``Supervisor`` composes
 mixins over the state in ``_state``: ``_startup`` (init, starting a child), ``_restart``
 (restart types, strategies, intensity, backoff, auto_shutdown), ``_shutdown`` (the stop
 protocol), ``_dynamic`` (the admin calls) and ``_views`` (the read-only calls). Import the
 public names from here.
 """
 
-from companyd.supervision.child import (
+from companyd.supervision._child import (
     IGNORE,
     ChildContext,
     ChildFn,
@@ -21,7 +21,7 @@ from companyd.supervision.child import (
     Shutdown,
     StandaloneContext,
 )
-from companyd.supervision.errors import (
+from companyd.supervision._errors import (
     AlreadyPresent,
     AlreadyStarted,
     ChildNotFound,
@@ -35,7 +35,7 @@ from companyd.supervision.errors import (
     SupervisorNotRunning,
     SupervisorStartError,
 )
-from companyd.supervision.spec import (
+from companyd.supervision._spec import (
     BRUTAL_KILL,
     DEFAULT_KILL_GRACE,
     DEFAULT_WORKER_SHUTDOWN,
@@ -54,7 +54,7 @@ from companyd.supervision.spec import (
     Strategy,
     SupervisorFlags,
 )
-from companyd.supervision.supervisor import Supervisor
+from companyd.supervision._supervisor import Supervisor
 
 __all__ = [
     "BRUTAL_KILL",

@@ -7,7 +7,7 @@ stopped one; a ``simple_one_for_one`` supervisor instead runs instances of its t
 started with ``start_instance`` and addressed by fresh ids ``<template id>-<n>``. Each call
 goes through the supervisor's command queue and runs in its task, between restarts and child
 exits; none is counted in the restart intensity. Errors are
-:class:`~companyd.supervision.errors.SupervisorError` subclasses carrying OTP's atom.
+:class:`~companyd.supervision._errors.SupervisorError` subclasses carrying OTP's atom.
 """
 
 from __future__ import annotations
@@ -16,17 +16,8 @@ import dataclasses
 import functools
 from typing import Any, cast
 
-from companyd.supervision._state import (
-    FAILED,
-    IGNORED,
-    KILLED,
-    OK,
-    Child,
-    SupervisorState,
-)
-from companyd.supervision._text import clip
-from companyd.supervision.child import ChildFn, ExitReason
-from companyd.supervision.errors import (
+from companyd.supervision._child import ChildFn, ExitReason
+from companyd.supervision._errors import (
     AlreadyPresent,
     AlreadyStarted,
     ChildNotFound,
@@ -37,11 +28,20 @@ from companyd.supervision.errors import (
     StartFailed,
     SupervisorNotRunning,
 )
-from companyd.supervision.spec import ChildSpec, Started, check_specs
+from companyd.supervision._spec import ChildSpec, Started, check_specs
+from companyd.supervision._state import (
+    FAILED,
+    IGNORED,
+    KILLED,
+    OK,
+    Child,
+    SupervisorState,
+)
+from companyd.supervision._text import clip
 
 
 class DynamicMixin(SupervisorState):
-    """The admin calls of a :class:`~companyd.supervision.supervisor.Supervisor`."""
+    """The admin calls of a :class:`~companyd.supervision._supervisor.Supervisor`."""
 
     # -- the admin API (serialised through the command queue) ----------------------------
 

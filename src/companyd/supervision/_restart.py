@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 
 from companyd.events import AutoShutdown, Backoff, ChildExited, MaxIntensity, Restart, Severity
+from companyd.supervision._child import ExitReason
+from companyd.supervision._errors import SupervisorGaveUp
 from companyd.supervision._state import (
     ABORTED,
     IGNORED,
@@ -27,12 +29,10 @@ from companyd.supervision._state import (
     exit_reason,
 )
 from companyd.supervision._text import secs
-from companyd.supervision.child import ExitReason
-from companyd.supervision.errors import SupervisorGaveUp
 
 
 class RestartMixin(SupervisorState):
-    """How a :class:`~companyd.supervision.supervisor.Supervisor` restarts its children."""
+    """How a :class:`~companyd.supervision._supervisor.Supervisor` restarts its children."""
 
     async def _on_exit(self, child: Child, task: asyncio.Task[ExitReason]) -> None:
         if self._children.get(child.id) is not child or child.task is not task:

@@ -19,9 +19,9 @@ from typing import Any, cast
 
 from companyd._aio import race
 from companyd.events import ChildKillFailed, ChildTerminated
+from companyd.supervision._child import ExitReason
+from companyd.supervision._spec import BRUTAL_KILL, INFINITY
 from companyd.supervision._state import KILLED, Child, SupervisorState, exit_reason
-from companyd.supervision.child import ExitReason
-from companyd.supervision.spec import BRUTAL_KILL, INFINITY
 
 # The supervisor's logger: its records keep the name they had before the split.
 log = logging.getLogger("companyd.supervision.supervisor")
@@ -33,7 +33,7 @@ ABANDONED: set[asyncio.Task[Any]] = set()
 
 
 class ShutdownMixin(SupervisorState):
-    """How a :class:`~companyd.supervision.supervisor.Supervisor` stops its children."""
+    """How a :class:`~companyd.supervision._supervisor.Supervisor` stops its children."""
 
     async def _stop_task(self, child: Child) -> tuple[ExitReason, str]:
         """Stop ``child``'s task by its shutdown spec (D2). Returns (reason, how)."""

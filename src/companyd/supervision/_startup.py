@@ -18,6 +18,9 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from companyd.events import ChildIgnored, ChildStarted, ChildStartFailed
+from companyd.supervision._child import IGNORE, ExitReason
+from companyd.supervision._errors import InvalidSpec, SupervisorStartError
+from companyd.supervision._spec import ChildSpec, SupervisorFlags, check_specs
 from companyd.supervision._state import (
     ABORTED,
     FAILED,
@@ -31,13 +34,10 @@ from companyd.supervision._state import (
     exit_reason,
     retrieve,
 )
-from companyd.supervision.child import IGNORE, ExitReason
-from companyd.supervision.errors import InvalidSpec, SupervisorStartError
-from companyd.supervision.spec import ChildSpec, SupervisorFlags, check_specs
 
 
 class StartupMixin(SupervisorState):
-    """How a :class:`~companyd.supervision.supervisor.Supervisor` starts its children."""
+    """How a :class:`~companyd.supervision._supervisor.Supervisor` starts its children."""
 
     # -- init ----------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The state one supervisor task owns, shared by the modules that implement the supervisor.
 
-:class:`SupervisorState` is what :class:`~companyd.supervision.supervisor.Supervisor` keeps —
+:class:`SupervisorState` is what :class:`~companyd.supervision._supervisor.Supervisor` keeps —
 its flags, its child records in start order, its intensity window, its command queue — and
 the few operations its parts call on one another: start-up (``_startup``), the restart logic
 (``_restart``), the shutdown protocol (``_shutdown``), the dynamic children (``_dynamic``)
@@ -23,9 +23,9 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from companyd.clock import Clock
 from companyd.events import Event, EventBus
-from companyd.supervision.child import ChildFn, ExitReason, Shutdown
-from companyd.supervision.errors import ChildNotFound, SupervisorGaveUp
-from companyd.supervision.spec import ChildSpec, ChildState, InitResult, SupervisorFlags
+from companyd.supervision._child import ChildFn, ExitReason, Shutdown
+from companyd.supervision._errors import ChildNotFound, SupervisorGaveUp
+from companyd.supervision._spec import ChildSpec, ChildState, InitResult, SupervisorFlags
 
 T = TypeVar("T")
 
@@ -46,7 +46,7 @@ Status = Literal["stopped", "starting", "running", "stopping"]
 
 
 class ChildCtx:
-    """The :class:`~companyd.supervision.child.ChildContext` a child of a supervisor gets."""
+    """The :class:`~companyd.supervision._child.ChildContext` a child of a supervisor gets."""
 
     __slots__ = ("_ready", "_supervisor", "id", "path", "stopping")
 

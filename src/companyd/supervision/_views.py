@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from companyd.supervision._errors import SupervisorGaveUp
+from companyd.supervision._spec import ChildCounts, ChildInfo
 from companyd.supervision._state import Child, SupervisorState
-from companyd.supervision.errors import SupervisorGaveUp
-from companyd.supervision.spec import ChildCounts, ChildInfo
 
 
 class ViewsMixin(SupervisorState):
-    """The read-only calls of a :class:`~companyd.supervision.supervisor.Supervisor`."""
+    """The read-only calls of a :class:`~companyd.supervision._supervisor.Supervisor`."""
 
     def which_children(self) -> list[ChildInfo]:
         """Every child in **start order** (OTP lists newest first; D5)."""

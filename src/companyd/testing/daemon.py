@@ -1,6 +1,6 @@
 """Loopback stand-ins for the daemon's operational parts (systemd, control, metrics).
 
-* :class:`Ctx` / :func:`running`: a minimal :class:`~companyd.supervision.child.ChildContext`,
+* :class:`Ctx` / :func:`running`: a minimal :class:`~companyd.supervision._child.ChildContext`,
   so one child's ``run(ctx)`` can be driven without a supervisor;
 * :class:`Receiver` / :func:`receiver`: a datagram socket standing in for systemd's notify
   socket (path or abstract), for sd_notify tests and start-to-READY benchmarks;

@@ -1,9 +1,9 @@
 """``companyd run``'s composition root in the test's own process, on a manual clock.
 
 :class:`InProcessDaemon` builds the daemon the way ``companyd run`` does — ``load_config``,
-:func:`~companyd.daemon.main.make_backend` (the real anthropic SDK, pointed by the
+:func:`~companyd.daemon._main.make_backend` (the real anthropic SDK, pointed by the
 environment at the loopback Messages API stand-in, or the offline model), the company and
-state-directory locks, :class:`~companyd.daemon.main.Daemon` — and starts its whole tree in
+state-directory locks, :class:`~companyd.daemon._main.Daemon` — and starts its whole tree in
 the running event loop: memory, spend, alerts (python-telegram-bot against the loopback Bot
 API stand-in), the scheduler, the web dashboard where configured, and the control socket.
 Control operations go over that real socket (:meth:`call`); other ``companyd`` commands run
@@ -58,7 +58,7 @@ class InProcessDaemon:
     Use as ``async with InProcessDaemon(...) as d:`` (start, then stop and restore the
     environment), or call :meth:`start` / :meth:`stop` / :meth:`close` — a test may stop and
     start it again on the same state directory (a graceful restart: a new
-    :class:`~companyd.daemon.main.Daemon` reading what the last one left).
+    :class:`~companyd.daemon._main.Daemon` reading what the last one left).
 
     Args:
         config: the company.yaml to run.

@@ -3,11 +3,11 @@
 :func:`simulate_company` runs a company's routines for simulated days the way the daemon
 runs them — the scheduler hands each fire to :class:`~companyd.agents._staff.Staff`; the agents
 run the tool-use loop with the real memory and spend services, the run journal, breakers
-and model fallback; every model call goes through :class:`~companyd.llm.claude.ClaudeBackend`
+and model fallback; every model call goes through :class:`~companyd.llm._claude.ClaudeBackend`
 and the real ``anthropic`` SDK over loopback HTTP to the Messages API stand-in
 (:class:`~companyd.testing.messages_api.MessagesAPIServer`, which may inject transient 529 and
 500 errors) — and audits the result: the scheduler's history against the schedule
-(:class:`~companyd.scheduler.sim.SimReport`), and the model calls the stand-in served against
+(:class:`~companyd.scheduler._sim.SimReport`), and the model calls the stand-in served against
 the steps the run journal completed.
 
 How time is compressed: one :class:`~companyd.clock.ManualClock` drives everything (the
@@ -15,7 +15,7 @@ scheduler, the agents' heartbeats and breakers, spend periods, ClaudeBackend's r
 backoff). It jumps from one scheduler wakeup to the next; while a run is in flight it stands
 still — HTTP, SQLite and memory work take real time but no simulated time — except that when
 every model call in flight is sleeping out a retry backoff, the clock moves to the end of
-that sleep (:class:`~companyd.scheduler.sim.ModelCallGate`). Other sleepers of the daemon
+that sleep (:class:`~companyd.scheduler._sim.ModelCallGate`). Other sleepers of the daemon
 (the loop-lag monitor, status updates, the spend book's minute tick) are not stepped through:
 they wake late, when the clock passes them.
 """
@@ -139,7 +139,7 @@ class RuntimeSimReport:
         models: completed model calls by the model that served them.
         fallbacks: ``model_fallback`` events (a model gave up after its retries).
         backoff_seconds: simulated seconds ClaudeBackend slept between attempts.
-        stalls: see :class:`~companyd.scheduler.sim.ModelCallGate`.
+        stalls: see :class:`~companyd.scheduler._sim.ModelCallGate`.
         ledger_calls: model calls the spend ledger settled.
         spent_usd: what the spend ledger recorded.
         events: every event by kind.
@@ -214,7 +214,7 @@ async def simulate_company(
         server: a started Messages API stand-in (the responder and fault rate are its own).
         clock: the simulated time, shared by every part.
         state_dir: a fresh state directory.
-        downtime: scheduler restarts, as :func:`~companyd.scheduler.sim.simulate` takes them.
+        downtime: scheduler restarts, as :func:`~companyd.scheduler._sim.simulate` takes them.
     """
     gate = ModelCallGate(clock)
     claude = ClaudeBackend.from_config(

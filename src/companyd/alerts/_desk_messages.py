@@ -1,0 +1,148 @@
+"""The founder's desk in the Telegram thread: what its messages become once decided.
+
+An item on the founder's desk (a tool call to approve, a question, a routine's result
+awaiting approval) is one alert message with buttons. The decision may come from anywhere —
+its button, a reply, ``/approve``, ``companyd approve`` on the command line, the deadline —
+and the desk says so with ``founder_decided``. Here the pager keeps the thread true:
+
+* :meth:`DeskMessages.decided` — the item's message loses its decision buttons and says who
+  decided, via what and when (a button press did that itself: nothing more then). A stale
+  Approve under a result approved on the command line would invite a press that can only
+  be refused;
+* :meth:`DeskMessages.next_round` — a result's round 2… (after "Request changes") is a reply
+  to the founder's message asking for the change (or, asked on the command line, to the
+  round sent back);
+* :meth:`DeskMessages.approved` — once an approved result's deliveries are made, one short
+  confirmation in the thread, as a reply to the result's message: "✅ daily-post approved —
+  delivered to memory, file".
+
+:func:`alert_of` finds the message of an item (in the book, else in the outbox).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from companyd.alerts._coalesce import AlertBook
+from companyd.alerts._outbox import AlertRecord, Delivery
+from companyd.events import FounderDecided, RoutineResult
+
+__all__ = ["DECISION_ACTIONS", "DeskMessages", "alert_of"]
+
+#: The buttons that decide an item: gone once it is decided.
+DECISION_ACTIONS = frozenset({"approve", "reject", "changes"})
+
+_SAID = {
+    "approved": "approved",
+    "rejected": "rejected",
+    "answered": "answered",
+    "changes_requested": "sent back with changes",
+    "expired": "expired: no answer in time",
+}
+
+
+async def alert_of(
+    book: AlertBook, field: str, value: str, kind: str | None = None
+) -> AlertRecord | None:
+    """The newest alert whose data has ``field`` = ``value`` (of ``kind``, if given), taken
+    into the book so that an edit of it is the book's; None if neither book nor outbox has
+    one.
+    """
+    found = [
+        r
+        for r in book.alerts.values()
+        if r.data.get(field) == value and (kind is None or r.kind == kind) and r.kind != "digest"
+    ]
+    if found:
+        return max(found, key=lambda r: r.id)
+    rec = await book.store.find(field, value, kind) if book.store is not None else None
+    if rec is not None:
+        rec = book.alerts.setdefault(rec.id, rec)
+    return rec
+
+
+class DeskMessages:
+    """Keeps the desk's messages true to the founder's decisions (see module docstring).
+
+    Args:
+        book: the pager's alerts (the messages to edit, the notes to send).
+    """
+
+    def __init__(self, book: AlertBook) -> None:
+        self._book = book
+
+    async def decided(self, event: FounderDecided) -> AlertRecord | None:
+        """The item's message after ``event``: its decision buttons removed and a line
+        saying who decided, via what, when (rendered, not saved); None when there is
+        nothing to change (no such message, or its button was the decision).
+        """
+        rec = await alert_of(self._book, "item_id", event.item_id)
+        if rec is None or not any(b.get("action") in DECISION_ACTIONS for b in rec.buttons):
+            return None
+        rec.buttons = [b for b in rec.buttons if b.get("action") not in DECISION_ACTIONS]
+        when = datetime.fromtimestamp(event.ts, self._book.policy.tz)
+        said = _SAID.get(event.state, event.state)
+        if event.state != "expired":
+            said += f" by {event.by or 'the founder'}" + (f" via {event.via}" if event.via else "")
+        rec.footer.append(f"✔ {said} at {when:%H:%M}")
+        rec.version += 1
+        rec.edit_after = 0.0  # show it now, not after the coalescing throttle
+        self._book.rerender(rec)
+        return rec
+
+    async def next_round(self, rec: AlertRecord) -> None:
+        """Make ``rec`` (a result's round 2…, naming the round it ``follows``) a reply to
+        the founder's message asking for the change, in each chat (else to the round sent
+        back).
+        """
+        follows = rec.data.get("follows")
+        if not isinstance(follows, str):
+            return
+        before = await alert_of(self._book, "item_id", follows)
+        if before is None:
+            return
+        asked = before.data.get("changes_message") or {}
+        reply_to: dict[str, int] = {}
+        for chat_id, d in before.deliveries.items():
+            message = asked.get(str(chat_id)) or d.message_id
+            if isinstance(message, int):
+                reply_to[str(chat_id)] = message
+        rec.data["reply_to"] = reply_to
+
+    async def approved(
+        self, event: RoutineResult, made: Sequence[str], failed: Sequence[str]
+    ) -> list[AlertRecord]:
+        """The confirmation of an approved result whose deliveries ``made`` (and ``failed``)
+        are done: one message per chat, a reply to the result's message (not saved).
+        """
+        book = self._book
+        if book.settings is None:
+            return []
+        text = f"✅ {event.routine} approved"
+        text += f" — delivered to {', '.join(made)}" if made else " — nothing more to deliver"
+        if failed:
+            text += f"; not delivered to {', '.join(failed)} (see the alert)"
+        shown = await alert_of(book, "run_id", event.run_id, "founder_result_for_approval")
+        reply_to = {}
+        if shown is not None:
+            reply_to = {str(c): d.message_id for c, d in shown.deliveries.items() if d.message_id}
+        now = book.clock.time()
+        rec = AlertRecord(
+            id=book.next_id,
+            key=f"approved|{event.run_id}",
+            kind="desk_note",
+            severity="info",
+            source="alerts",
+            data={"routine": event.routine, "run_id": event.run_id, "reply_to": reply_to},
+            counts={"desk_note": 1},
+            first_ts=now,
+            last_ts=now,
+            window_end=now,
+            text=text,
+            deliveries={c: Delivery() for c in book.settings.chat_ids},
+            persisted=False,
+        )
+        book.next_id += 1
+        book.alerts[rec.id] = rec
+        return [rec]

@@ -1,0 +1,888 @@
+"""What each event kind says: event kind → title, detail lines and buttons.
+
+One renderer (and optionally one button maker) per kind in :data:`KINDS`, plus a generic
+one for kinds it does not know; :func:`render` picks and runs them and never raises.
+Everything here is pure (no I/O, no clock reads) and total: any ``data`` mapping, however
+incomplete or mistyped, renders to *some* readable text. Events are typed (their classes key
+:data:`KINDS`), but what is rendered is an *alert*: the merged ``data`` of every event
+coalesced into it (a ``child_exited`` and the ``restart`` after it), kept in the outbox and
+rendered again later, possibly by another version — so a missing or odd field costs detail,
+never the alert. The fields of each kind are its class's (docs/events.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from companyd.alerts._render import Button, KindSpec, Rendered, Renderer
+from companyd.alerts._values import Data, has, line, num, pct, secs, txt, usd, when
+from companyd.events import (
+    AgentPaused,
+    AgentResumed,
+    ApiKeyRefused,
+    ApiSpendLimit,
+    BudgetExhausted,
+    BudgetThreshold,
+    ChildExited,
+    ChildStartFailed,
+    CircuitBreaker,
+    ConfigRejected,
+    DaemonReloaded,
+    DaemonStarted,
+    DaemonStopping,
+    FounderApprovalRequested,
+    FounderQuestion,
+    FounderReminder,
+    FounderResultForApproval,
+    LeadershipTaken,
+    MaxIntensity,
+    McpServerFailed,
+    McpServerRecovered,
+    MemoryRepaired,
+    ModelFallback,
+    ProposalCreated,
+    QuotaWall,
+    QuotaWallLifted,
+    Restart,
+    ResultUndelivered,
+    RoutineFailed,
+    RoutineLimitReached,
+    RoutineMissed,
+    RoutinePaused,
+    RoutineSkipped,
+    RoutineUnverified,
+    RunFailed,
+    SpendRunaway,
+    SpendUnanswered,
+    TaskQuarantined,
+    TelegramCommandsFailing,
+    TelegramCommandsRecovered,
+    ToolRateLimited,
+    ToolsQuarantined,
+    UnknownModelPrice,
+)
+
+__all__ = [
+    "KINDS",
+    "RAISE_STEP_USD",
+    "agent_of",
+    "is_abnormal_exit",
+    "kind_spec",
+    "render",
+]
+
+#: What the "raise today's budget" button adds, in USD. Fixed on purpose: one tap must never
+#: authorise an open-ended amount; the operator taps again (or uses the CLI) for more.
+RAISE_STEP_USD = 5.0
+
+
+def agent_of(data: Data, agents: Collection[str] = ()) -> str | None:
+    """The agent an event is about: ``data.agent``, else a supervisor ``child`` id that names
+    an agent (``cfo``, ``agent:cfo``, ``agents/cfo``).
+    """
+    agent = data.get("agent")
+    if isinstance(agent, str) and agent:
+        return agent
+    child = data.get("child")
+    if isinstance(child, str) and child:
+        if child in agents:
+            return child
+        tail = child.replace(":", "/").rsplit("/", 1)[-1]
+        if tail in agents:
+            return tail
+    return None
+
+
+def _who(data: Data) -> str:
+    return agent_of(data) or txt(data.get("child"), 80)
+
+
+def is_abnormal_exit(reason: Any) -> bool:
+    """False for OTP's normal exits: ``normal``, ``shutdown``, ``shutdown:<info>`` (the
+    supervisor's spelling) or ``{shutdown, <info>}`` (Erlang's).
+    """
+    if not isinstance(reason, str):
+        return reason is not None
+    r = reason.strip().strip("{}").split(",")[0].split(":")[0].strip().lower()
+    return r not in ("normal", "shutdown")
+
+
+def _crash(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    who = _who(data)
+    n = max(counts.get("restart", 0), counts.get("child_exited", 0), 1)
+    restarted = counts.get("restart", 0) > 0 or data.get("action") == "restart"
+    if n > 1:
+        title = f"{who} is crash-looping: {n} crashes"
+    elif restarted:
+        title = f"{who} crashed and was restarted"
+    else:
+        kind = data.get("restart_type") or data.get("restart")
+        title = f"{who} crashed and was not restarted" + (f" ({txt(kind, 20)})" if kind else "")
+    lines = line("last reason" if n > 1 else "reason", data, "reason")
+    if has(data, "restarts"):
+        if has(data, "max_restarts"):
+            within = data.get("max_seconds", data.get("within_seconds"))
+            lines.append(
+                f"restarts in the last {secs(within)}: {txt(data.get('restarts'))} "
+                f"(the supervisor gives up above {txt(data.get('max_restarts'))})"
+            )
+        else:
+            lines.append(f"restart count: {txt(data.get('restarts'))}")
+    if data.get("gave_up") and has(data, "message"):
+        lines.append(txt(data.get("message"), 400))
+    lines.append(f"supervisor: {txt(source, 120)}")
+    return Rendered(title, tuple(lines))
+
+
+def _crash_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    agent = agent_of(data, agents)
+    return [Button(f"⏸ Pause {agent}", "pause", agent)] if agent and agent in agents else []
+
+
+def _max_intensity(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    restarts = data.get("restarts")
+    limit = data.get("max_restarts")
+    within = data.get("max_seconds", data.get("within_seconds"))
+    lines: list[str] = []
+    if restarts is not None or limit is not None:
+        lines.append(
+            f"{txt(restarts)} restarts in {secs(within)} — more than its limit of {txt(limit)}"
+        )
+    elif has(data, "message"):
+        lines.append(txt(data.get("message"), 400))
+    if has(data, "child"):
+        lines.append(f"last to fail: {txt(data.get('child'))}: {txt(data.get('reason'))}")
+    elif has(data, "reason"):
+        lines.append(f"reason: {txt(data.get('reason'))}")
+    lines.append(
+        "it stopped its children and exited; its parent restarts it, or companyd stops "
+        "if it is the root"
+    )
+    return Rendered(f"supervisor {txt(source, 120)} gave up", tuple(lines))
+
+
+def _start_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    who = _who(data) if has(data, "child") or has(data, "agent") else "a supervisor"
+    return Rendered(
+        f"{who} failed to start",
+        (
+            *line("reason", data, "reason"),
+            *line("while", data, "phase"),
+            f"supervisor: {txt(source, 120)}",
+        ),
+    )
+
+
+def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = counts.get("daemon_started", 1)
+    title = "companyd started" if n <= 1 else f"companyd started {n} times — restart loop?"
+    parts = []
+    if has(data, "agents"):
+        parts.append(f"{txt(data.get('agents'))} agents")
+    if has(data, "routines"):
+        parts.append(f"{txt(data.get('routines'))} routines")
+    lines = [", ".join(parts)] if parts else []
+    if data.get("offline") is True:
+        lines.append("offline mode: no model is called")
+    lines += line("version", data, "version") + line("config", data, "config")
+    return Rendered(title, tuple(lines))
+
+
+def _leadership_taken(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered(
+        f"companyd on {txt(data.get('host'), 80)} took over the company",
+        (
+            f"previous leader: {txt(data.get('previous'), 160)} — it stopped holding the lead "
+            "(died, lost its host or its database connection)",
+            f"fencing epoch {txt(data.get('epoch'))}: the old leader can no longer write",
+            "interrupted runs resume from the shared journal; check the old host",
+        ),
+    )
+
+
+def _daemon_stopping(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered("companyd is stopping", tuple(line("reason", data, "reason")))
+
+
+def _daemon_reloaded(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines: list[str] = []
+    changes = data.get("changes")
+    if isinstance(changes, list):
+        lines += [f"• {txt(c, 200)}" for c in changes[:10]]
+        if len(changes) > 10:
+            lines.append(f"… and {len(changes) - 10} more")
+    elif has(data, "changes"):
+        lines.append(txt(changes))
+    for key, label in (
+        ("started", "agents started"),
+        ("stopped", "agents stopped"),
+        ("restarted", "agents restarted"),
+    ):
+        value = data.get(key)
+        if isinstance(value, list):
+            if value:
+                lines.append(f"{label}: {txt(', '.join(map(str, value)), 300)}")
+        elif has(data, key):
+            lines.append(f"{label}: {txt(value, 300)}")
+    routines = data.get("routines")
+    if isinstance(routines, Mapping):
+        for key in ("added", "removed", "changed"):
+            names = routines.get(key)
+            if isinstance(names, list) and names:
+                lines.append(f"routines {key}: {txt(', '.join(map(str, names)), 300)}")
+    elif has(data, "routines") and routines != {}:
+        lines.append(f"routines: {txt(routines, 300)}")
+    if not lines and has(data, "unchanged"):
+        lines.append("no agent changed")
+    return Rendered("company.yaml reloaded", tuple(lines))
+
+
+def _config_rejected(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    errors = data.get("errors")
+    lines: list[str] = []
+    if isinstance(errors, list):
+        count = data.get("count")
+        total = count if isinstance(count, int) else len(errors)
+        lines += [f"• {txt(e, 300)}" for e in errors[:5]]
+        if total > min(5, len(errors)):
+            lines.append(f"… and {total - min(5, len(errors))} more — run `companyd validate`")
+    elif has(data, "errors"):
+        lines.append(txt(errors, 600))
+    lines += line("file", data, "file")
+    return Rendered("company.yaml change rejected — the running config stays", tuple(lines))
+
+
+def _budget_who(data: Data) -> str:
+    agent = data.get("agent")
+    if data.get("scope") == "company" or not agent:
+        return "the company"
+    return txt(agent, 80)
+
+
+def _period(data: Data) -> str:
+    p = data.get("period")
+    return {"day": "daily", "today": "daily", "month": "monthly"}.get(str(p), txt(p, 40))
+
+
+def _budget_threshold(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    used, limit = data.get("used_usd"), data.get("limit_usd")
+    share = pct(data.get("level"), used, limit)
+    title = f"{_budget_who(data)} has used {share} of its {_period(data)} budget"
+    lines = [f"{usd(used)} of {usd(limit)}"] if has(data, "used_usd") else []
+    return Rendered(title, tuple(lines))
+
+
+def _raise_button(data: Data, agents: Collection[str]) -> list[Button]:
+    agent = data.get("agent")
+    if data.get("scope") == "company" or not agent:
+        return [Button(f"➕ ${RAISE_STEP_USD:.0f} today (company)", "raise", "", RAISE_STEP_USD)]
+    if agent in agents:
+        return [Button(f"➕ ${RAISE_STEP_USD:.0f} today", "raise", str(agent), RAISE_STEP_USD)]
+    return []
+
+
+def _budget_threshold_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    agent = data.get("agent")
+    out = []
+    if data.get("scope") != "company" and agent in agents:
+        out.append(Button(f"⏸ Pause {agent}", "pause", str(agent)))
+    return out + _raise_button(data, agents)
+
+
+def _paused_list(data: Data) -> list[str]:
+    paused = data.get("paused")
+    if isinstance(paused, list) and paused:
+        return [f"paused: {txt(paused, 200)}"]
+    if paused is True:
+        return [f"paused: {txt(data.get('agent'))}"]
+    return []
+
+
+def _budget_exhausted(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"{_budget_who(data)} reached its {_period(data)} budget"
+    lines = []
+    if has(data, "used_usd") or has(data, "limit_usd"):
+        lines.append(f"{usd(data.get('used_usd'))} of {usd(data.get('limit_usd'))}")
+    # The spend book's event names the agent whose call was refused (``asked_by``); the
+    # runtime pauses exactly that agent (roles.agent), so that is who the operator resumes.
+    lines += _paused_list(data) or line("paused", data, "asked_by")
+    lines += line("resets", data, "resets_at", when)
+    lines.append("new runs wait until the budget resets or is raised")
+    return Rendered(title, tuple(lines))
+
+
+def _budget_exhausted_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    out = _raise_button(data, agents)
+    agent = data.get("agent")
+    if data.get("scope") == "company" or not agent:
+        agent = data.get("asked_by")
+    if isinstance(agent, str) and agent in agents:
+        out.append(Button(f"▶ Resume {agent}", "resume", agent))
+    return out
+
+
+def _api_spend_limit(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines = [*line("API says", data, "message"), *line("agent", data, "agent")]
+    lines += _paused_list(data)
+    if isinstance(data.get("action"), str) and data["action"]:
+        lines.append(txt(data["action"]))  # the spend book's: "every agent is paused; …"
+    else:
+        lines.append(
+            "top up or raise the limit in the Anthropic console, then resume them all: "
+            "`companyd resume --all` (or /resume all)"
+        )
+    return Rendered("Anthropic API spend limit reached — calls refused", tuple(lines))
+
+
+def _quota_wall(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    until = txt(data.get("until_text"), 20)
+    title = f"rate limited until {until}: {txt(data.get('agents'), 200)} paused"
+    lines = [
+        *line("models", data, "models"),
+        *line("API says", data, "message"),
+        f"every model these agents may use is rate limited past {until}: no call is made "
+        f"until then, their routine fires are skipped, and they resume by themselves at {until}",
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _quota_wall_lifted(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered(
+        f"rate limit lifted ({txt(data.get('until_text'), 20)}): "
+        f"{txt(data.get('agents'), 200)} run again",
+        (),
+    )
+
+
+def _routine_limit(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = txt(data.get("max_runs_per_day"))
+    title = f"routine {txt(data.get('routine'), 80)} reached max_runs_per_day ({n})"
+    lines = [
+        *line("agent", data, "agent"),
+        f"its further fires on {txt(data.get('day'), 20)} are skipped; it runs again tomorrow",
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _routine_paused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    routine = txt(data.get("routine"), 80)
+    title = f"routine {routine} paused after {txt(data.get('failures'))} failed runs in a row"
+    reasons = data.get("reasons")
+    lines = [*line("agent", data, "agent")]
+    if isinstance(reasons, list):
+        lines += [f"• {txt(r, 300)}" for r in reasons[-5:]]
+    lines.append(f"its fires are skipped until `companyd jobs resume {routine}`")
+    return Rendered(title, tuple(lines))
+
+
+def _reminder_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    kind = data.get("item_kind")
+    if kind == "approval":
+        return _founder_buttons(data, agents)
+    if kind == "result":
+        return _result_buttons(data, agents)
+    return []  # a question: answered by replying to it, or /answer
+
+
+def _founder_reminder(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"⏰ still waiting for you: {txt(data.get('item_id'), 40)}"
+    lines = [
+        txt(data.get("summary"), 300),
+        *line("asked", data, "created", when),
+        *line("expires", data, "deadline", when),
+        "unanswered by then, it is denied",
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _api_key_refused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines = [*line("API says", data, "message"), *_paused_list(data)]
+    lines.append(
+        "fix the key (anthropic.api_key_env or the anthropic_api_key credential), restart "
+        "companyd, then /resume the agents"
+    )
+    return Rendered("Anthropic API key refused — every agent is paused", tuple(lines))
+
+
+def _spend_unanswered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = num(data.get("calls")) or counts.get("spend_unanswered", 1)
+    total = num(data.get("total_worst_case_usd"))
+    # small sums matter here (a call's worst case is often cents): show four decimals
+    amount = f"${total:.4f}" if total is not None and total < 1 else usd(total)
+    title = f"{n:.0f} call{'s' if n != 1 else ''} timed out; up to {amount} may have been billed"
+    lines = [
+        "today, company-wide; counted against the budgets at their worst case",
+        *line("last", data, "agent"),
+        *line("reason", data, "reason"),
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _spend_runaway(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    factor = num(data.get("factor"))
+    title = f"{_who(data)} is spending fast" + (f": {factor:.0f}× its usual rate" if factor else "")
+    lines = []
+    if has(data, "rate_usd_per_hour"):
+        lines.append(
+            f"{usd(data.get('rate_usd_per_hour'))}/h (usual "
+            f"{usd(data.get('usual_usd_per_hour'))}/h)"
+        )
+    return Rendered(title, tuple(lines))
+
+
+def _pause_agent_button(data: Data, agents: Collection[str]) -> list[Button]:
+    agent = agent_of(data, agents)
+    return [Button(f"⏸ Pause {agent}", "pause", agent)] if agent and agent in agents else []
+
+
+def _routine_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = counts.get("routine_failed", 1)
+    title = f"routine {txt(data.get('routine'), 80)} failed" + (f" {n} times" if n > 1 else "")
+    lines = [
+        *line("agent", data, "agent"),
+        *_outcome_line(data),
+        *line("reason", data, "reason"),
+        *_scheduled_line(data),
+        *line("run", data, "run_id"),
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _routine_unverified(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = num(data.get("in_a_row"))
+    times = "twice in a row" if n == 2 else f"{n:.0f} times in a row" if n and n > 2 else ""
+    title = f"routine {txt(data.get('routine'), 80)}: unverified {times}".rstrip()
+    lines = [
+        *line("agent", data, "agent"),
+        *line("why", data, "reason"),
+        "its answer claims work the run's own record does not show; see `companyd runs "
+        "show` for each condition and what the agent actually did",
+        *_scheduled_line(data),
+        *line("run", data, "run_id"),
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _outcome_line(data: Data) -> list[str]:
+    """The scheduler's outcome when it says more than the title (``budget_exhausted``, …)."""
+    outcome = data.get("outcome")
+    if not has(data, "outcome") or outcome in ("failed", "missed", "skipped"):
+        return []
+    return [f"outcome: {txt(outcome, 40)}"]
+
+
+def _scheduled_line(data: Data) -> list[str]:
+    """The fire time: ``scheduled`` (ISO, as the scheduler sends it) or ``scheduled_for``."""
+    key = "scheduled" if has(data, "scheduled") else "scheduled_for"
+    return line("scheduled for", data, key, when)
+
+
+def _routine_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    routine = data.get("routine")
+    return [Button("🔁 Run again now", "run_job", routine)] if isinstance(routine, str) else []
+
+
+def _routine_missed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = num(data.get("count"))
+    many = n is not None and n > 1 and n.is_integer()
+    runs = f"{n:.0f} runs" if many else "a run"
+    title = f"routine {txt(data.get('routine'), 80)} missed {runs}"
+    # The scheduler's summary at start names the first missed fire time and the latest one.
+    fired = (
+        line("first", data, "first", when) + line("last", data, "scheduled", when)
+        if many
+        else _scheduled_line(data)
+    )
+    lines = [*fired, *line("reason", data, "reason"), *line("agent", data, "agent")]
+    return Rendered(title, tuple(lines))
+
+
+def _routine_skipped(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"routine {txt(data.get('routine'), 80)} skipped a run"
+    lines = line("reason", data, "reason") + _scheduled_line(data) + line("agent", data, "agent")
+    return Rendered(title, tuple(lines))
+
+
+def _task_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"task {txt(data.get('task_id'), 80)} quarantined"
+    if has(data, "crashes"):
+        title += f" after {txt(data.get('crashes'))} crashes"
+    errors = data.get("errors")
+    last_error = errors[-1] if isinstance(errors, list) and errors else None
+    lines = [
+        *line("agent", data, "agent"),
+        *line("routine", data, "routine"),
+        *line("reason", data, "reason"),
+        *([f"last error: {txt(last_error, 300)}"] if last_error is not None else []),
+        *line("attempts", data, "attempts"),
+        *line("task", data, "prompt", lambda v: txt(v, 200)),
+    ]
+    if has(data, "task_id"):
+        lines.append(f"retry with /retry {txt(data.get('task_id'), 80)}")
+    return Rendered(title, tuple(lines))
+
+
+def _task_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    task = data.get("task_id")
+    return [Button("🔁 Retry task", "retry", task)] if isinstance(task, str) and task else []
+
+
+def _result_undelivered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"the result of routine {txt(data.get('routine'), 80)} was not delivered to "
+        f"{txt(data.get('to'), 20)}"
+    )
+    return Rendered(title, tuple(line("reason", data, "reason") + line("run", data, "run_id")))
+
+
+def _memory_repaired(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines: list[str] = []
+    if has(data, "summary"):
+        lines.append(txt(data.get("summary"), 300))
+    counts_line = [
+        f"{k}: {txt(data.get(k))}"
+        for k in ("kept", "dropped", "fixed", "quarantined_lines", "merged_entities")
+        if has(data, k) and data.get(k) not in (0, None)
+    ]
+    if counts_line:
+        lines.append(", ".join(counts_line))
+    lines += line("file", data, "path") + line("backup", data, "backup")
+    lines += line("unreadable lines kept in", data, "corrupt_file")
+    lines += line("reason", data, "reason")
+    return Rendered("memory file repaired", tuple(lines))
+
+
+def _commands_failing(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines = [*line("since", data, "since", when), *line("error", data, "error")]
+    lines.append(
+        "alerts still go out; companyd keeps polling with backoff. Check the bot token "
+        "and alerts.telegram.api_url; `companyd status` shows the state"
+    )
+    return Rendered("Telegram commands are not reaching companyd", tuple(lines))
+
+
+def _commands_recovered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    lines = [*line("failing since", data, "since", when), *line("last error", data, "error")]
+    return Rendered("Telegram commands work again", tuple(lines))
+
+
+def _mcp_server_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"MCP server {txt(data.get('server'), 80)!r} of {_who(data)} failed; running "
+        "without its tools"
+    )
+    lines = line("reason", data, "reason")
+    retry = data.get("retry_in_s")
+    if isinstance(retry, int | float) and not isinstance(retry, bool):
+        lines.append(f"retrying in {retry:g} s, then with growing waits (up to 5 min)")
+    return Rendered(title, tuple(lines))
+
+
+def _mcp_server_recovered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"MCP server {txt(data.get('server'), 80)!r} of {_who(data)} is up again"
+    tools = data.get("tools")
+    lines = [f"tools: {txt(', '.join(map(str, tools)), 300)}"] if isinstance(tools, list) else []
+    return Rendered(title, tuple(lines))
+
+
+def _tool_rate_limited(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"{_who(data)} reached the daily limit of {txt(data.get('tool'), 80)!r}; further "
+        "calls today are refused"
+    )
+    lines = [
+        f"limit: {txt(data.get('limit'))} a day (tools.rate_limit), day {txt(data.get('day'))}"
+    ]
+    return Rendered(title, tuple(lines))
+
+
+def _tools_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = (
+        f"MCP server {txt(data.get('server'), 80)!r} of {_who(data)} offers new or changed "
+        "tools; they are held back"
+    )
+    tools = data.get("tools")
+    lines = (
+        [f"{txt(k, 80)}: {txt(v, 120)}" for k, v in list(tools.items())[:8]]
+        if isinstance(tools, dict)
+        else []
+    )
+    lines.append(f"approve them: companyd tools approve {txt(data.get('server'), 80)}")
+    return Rendered(title, tuple(lines))
+
+
+def _approve_tools_button(data: Data, agents: Collection[str]) -> list[Button]:
+    agent, server = data.get("agent"), data.get("server")
+    if not isinstance(agent, str) or not isinstance(server, str) or agent not in agents:
+        return []
+    return [Button(f"✅ Approve {server}'s tools", "approve_tools", f"{agent}/{server}")]
+
+
+def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"circuit breaker stopped a run of {_who(data)}"
+    lines = []
+    # Which limit: ``breaker`` (documented) or ``limit`` as a name (the agent runtime's
+    # spelling, with ``reason`` telling the numbers).
+    name = data.get("breaker")
+    if name is None and isinstance(data.get("limit"), str):
+        name = data.get("limit")
+    if name is not None:
+        what = txt(name, 60)
+        if has(data, "value"):
+            what += f": {txt(data.get('value'))} (limit {txt(data.get('limit'))})"
+        lines.append(what)
+    lines += line("reason", data, "reason") + line("routine", data, "routine")
+    lines += line("run", data, "run_id")
+    return Rendered(title, tuple(lines))
+
+
+def _proposal_created(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    pid = txt(data.get("proposal_id"), 60)
+    head = f"proposal {pid} awaits approval"
+    if has(data, "title"):
+        head += f": {txt(data.get('title'), 120)}"
+    lines = [
+        *line("for", data, "agent"),
+        *line("from", data, "proposer"),
+        *line("why", data, "reason", _summary),
+        *line("summary", data, "summary", _summary),
+    ]
+    diff = data.get("diff")
+    if isinstance(diff, str) and diff.strip():
+        shown = diff.strip().splitlines()
+        lines += shown[:25] + ([f"… {len(shown) - 25} more diff lines"] if len(shown) > 25 else [])
+    if has(data, "proposal_id"):
+        lines.append(f"/approve {pid} or /reject {pid}")
+    return Rendered(head, tuple(lines))
+
+
+def _summary(value: Any) -> str:
+    return txt(value, 800)
+
+
+def _proposal_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    pid = data.get("proposal_id")
+    if not isinstance(pid, str | int) or isinstance(pid, bool) or pid == "":
+        return []
+    return [Button("✅ Approve", "approve", str(pid)), Button("✖ Reject", "reject", str(pid))]
+
+
+def _founder_approval(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    item = txt(data.get("item_id"), 40)
+    title = f"{_who(data)} wants to call {txt(data.get('tool'), 80)} — approve? ({item})"
+    lines = [*line("arguments", data, "input", _summary), *line("why", data, "reason", _summary)]
+    lines += line("routine", data, "routine") + line("run", data, "run_id")
+    if has(data, "deadline"):
+        lines.append(f"unanswered by {when(data.get('deadline'))} counts as rejected")
+    lines.append(f"/approve {item} or /reject {item} REASON")
+    return Rendered(title, tuple(lines))
+
+
+def _founder_question(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    item = txt(data.get("item_id"), 40)
+    lines = [txt(data.get("question"), 1500)]
+    lines += line("routine", data, "routine") + line("run", data, "run_id")
+    if has(data, "deadline"):
+        lines.append(f"the run waits for your answer until {when(data.get('deadline'))}")
+    lines.append(f"reply to this message with your answer, or /answer {item} TEXT")
+    return Rendered(f"{_who(data)} asks you ({item})", tuple(lines))
+
+
+#: How much of a result waiting for approval its message shows (Telegram's 4,096 characters
+#: also hold the title, the cost line and what to do).
+APPROVAL_SHOWN = 3000
+
+
+def _founder_result(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    item = txt(data.get("item_id"), 40)
+    title = f"{txt(data.get('routine'), 80)} by {_who(data)} awaits your approval ({item})"
+    if num(data.get("round")) and (num(data.get("round")) or 0) > 1:
+        title += f", round {txt(data.get('round'))}"
+    answer = data.get("answer")
+    lines = [txt(answer, APPROVAL_SHOWN), "—"]
+    if has(data, "unverified"):
+        # said before the founder decides: the answer did not hold against the run's record
+        lines.insert(0, f"⚠ unverified: {txt(data.get('unverified'), 600)}")
+    if isinstance(answer, str) and len(answer) > APPROVAL_SHOWN:
+        # Never let the founder approve what they were not shown without saying so.
+        lines.append(
+            f"⚠ only the first {APPROVAL_SHOWN:,} of {len(answer):,} characters are shown: read "
+            f"the whole result with `companyd runs show {txt(data.get('run_id'), 40)}` before "
+            "you approve"
+        )
+    if has(data, "cost_usd"):
+        lines.append(f"cost {usd(data.get('cost_usd'))} · run {txt(data.get('run_id'), 40)}")
+    lines.append(f"reply to this message with the changes you want, or /approve {item}")
+    return Rendered(title, tuple(lines))
+
+
+def _result_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    item = data.get("item_id")
+    if not isinstance(item, str) or not item:
+        return []
+    return [
+        Button("✅ Approve", "approve", item),
+        Button("✏️ Request changes", "changes", item),
+        Button("✖ Reject", "reject", item),
+    ]
+
+
+def _founder_buttons(data: Data, agents: Collection[str]) -> list[Button]:
+    item = data.get("item_id")
+    if not isinstance(item, str) or not item:
+        return []
+    return [Button("✅ Approve", "approve", item), Button("✖ Reject", "reject", item)]
+
+
+def _run_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    n = counts.get("run_failed", 1)
+    title = f"a run of {_who(data)} failed" + (f" ({n} runs)" if n > 1 else "")
+    return Rendered(title, tuple(line("reason", data, "reason") + line("run", data, "run_id")))
+
+
+def _agent_paused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered(
+        f"{_who(data)} paused", tuple(line("reason", data, "reason") + line("by", data, "by"))
+    )
+
+
+def _agent_resumed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered(f"{_who(data)} resumed", tuple(line("by", data, "by")))
+
+
+def _resume_button(data: Data, agents: Collection[str]) -> list[Button]:
+    agent = agent_of(data, agents)
+    return [Button(f"▶ Resume {agent}", "resume", agent)] if agent and agent in agents else []
+
+
+def _model_fallback(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    title = f"{_who(data)} fell back to {txt(data.get('to_model'), 80)}"
+    return Rendered(title, tuple(line("from", data, "from_model") + line("reason", data, "reason")))
+
+
+def _unknown_price(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+    return Rendered(
+        f"no price known for model {txt(data.get('model'), 80)}",
+        ("it is charged at the most expensive known rate; add it under 'pricing'",),
+    )
+
+
+def _generic(kind: str) -> Renderer:
+    def render(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
+        title = kind.replace("_", " ")
+        if source:
+            title += f" ({txt(source, 80)})"
+        lines = [f"{k}: {txt(v, 200)}" for k, v in list(data.items())[:8]]
+        return Rendered(title, tuple(lines))
+
+    return render
+
+
+_CRASH = KindSpec("crash", ("child",), _crash, _crash_buttons)
+
+KINDS: Mapping[str, KindSpec] = {
+    Restart.KIND: _CRASH,
+    ChildExited.KIND: _CRASH,
+    MaxIntensity.KIND: KindSpec("max_intensity", (), _max_intensity, _crash_buttons),
+    ChildStartFailed.KIND: KindSpec("child_start_failed", ("child",), _start_failed),
+    DaemonStarted.KIND: KindSpec("daemon_started", (), _daemon_started),
+    DaemonStopping.KIND: KindSpec("daemon_stopping", (), _daemon_stopping),
+    LeadershipTaken.KIND: KindSpec("leadership_taken", (), _leadership_taken),
+    DaemonReloaded.KIND: KindSpec("daemon_reloaded", (), _daemon_reloaded),
+    ConfigRejected.KIND: KindSpec("config_rejected", (), _config_rejected),
+    BudgetThreshold.KIND: KindSpec(
+        "budget_threshold",
+        ("scope", "agent", "period", "level"),
+        _budget_threshold,
+        _budget_threshold_buttons,
+    ),
+    BudgetExhausted.KIND: KindSpec(
+        "budget_exhausted",
+        ("scope", "agent", "period"),
+        _budget_exhausted,
+        _budget_exhausted_buttons,
+    ),
+    ApiSpendLimit.KIND: KindSpec("api_spend_limit", (), _api_spend_limit),
+    ApiKeyRefused.KIND: KindSpec("api_key_refused", (), _api_key_refused),
+    SpendRunaway.KIND: KindSpec("spend_runaway", ("agent",), _spend_runaway, _pause_agent_button),
+    SpendUnanswered.KIND: KindSpec("spend_unanswered", (), _spend_unanswered),
+    RoutineFailed.KIND: KindSpec("routine_failed", ("routine",), _routine_failed, _routine_buttons),
+    RoutineMissed.KIND: KindSpec("routine_missed", ("routine",), _routine_missed, _routine_buttons),
+    RoutineSkipped.KIND: KindSpec("routine_skipped", ("routine",), _routine_skipped),
+    RoutineUnverified.KIND: KindSpec(
+        "routine_unverified", ("routine",), _routine_unverified, _routine_buttons
+    ),
+    RoutineLimitReached.KIND: KindSpec("routine_limit_reached", ("routine", "day"), _routine_limit),
+    RoutinePaused.KIND: KindSpec("routine_paused", ("routine",), _routine_paused),
+    QuotaWall.KIND: KindSpec("quota_wall", ("until_text",), _quota_wall),
+    QuotaWallLifted.KIND: KindSpec("quota_wall_lifted", ("until_text",), _quota_wall_lifted),
+    FounderReminder.KIND: KindSpec(
+        "founder_reminder", ("item_id",), _founder_reminder, _reminder_buttons
+    ),
+    TaskQuarantined.KIND: KindSpec(
+        "task_quarantined", ("task_id",), _task_quarantined, _task_buttons
+    ),
+    MemoryRepaired.KIND: KindSpec("memory_repaired", (), _memory_repaired),
+    ResultUndelivered.KIND: KindSpec("result_undelivered", ("routine", "to"), _result_undelivered),
+    TelegramCommandsFailing.KIND: KindSpec("telegram_commands_failing", (), _commands_failing),
+    TelegramCommandsRecovered.KIND: KindSpec(
+        "telegram_commands_recovered", (), _commands_recovered
+    ),
+    McpServerFailed.KIND: KindSpec("mcp_server_failed", ("agent", "server"), _mcp_server_failed),
+    McpServerRecovered.KIND: KindSpec(
+        "mcp_server_recovered", ("agent", "server"), _mcp_server_recovered
+    ),
+    ToolRateLimited.KIND: KindSpec("tool_rate_limited", ("agent", "tool"), _tool_rate_limited),
+    ToolsQuarantined.KIND: KindSpec(
+        "tools_quarantined", ("agent", "server"), _tools_quarantined, _approve_tools_button
+    ),
+    CircuitBreaker.KIND: KindSpec(
+        "circuit_breaker", ("agent", "breaker"), _circuit_breaker, _pause_agent_button
+    ),
+    ProposalCreated.KIND: KindSpec(
+        "proposal_created", ("proposal_id",), _proposal_created, _proposal_buttons
+    ),
+    FounderApprovalRequested.KIND: KindSpec(
+        "founder_approval_requested", ("item_id",), _founder_approval, _founder_buttons
+    ),
+    FounderQuestion.KIND: KindSpec("founder_question", ("item_id",), _founder_question),
+    FounderResultForApproval.KIND: KindSpec(
+        "founder_result_for_approval", ("item_id",), _founder_result, _result_buttons
+    ),
+    RunFailed.KIND: KindSpec("run_failed", ("agent",), _run_failed, _pause_agent_button),
+    AgentPaused.KIND: KindSpec("agent_paused", ("agent",), _agent_paused, _resume_button),
+    AgentResumed.KIND: KindSpec("agent_resumed", ("agent",), _agent_resumed),
+    ModelFallback.KIND: KindSpec("model_fallback", ("agent", "to_model"), _model_fallback),
+    UnknownModelPrice.KIND: KindSpec("unknown_model_price", ("model",), _unknown_price),
+}
+
+
+def kind_spec(kind: str) -> KindSpec:
+    """The spec for ``kind``; unknown kinds get a generic one keyed by the ``agent``,
+    ``child`` and ``routine`` fields.
+    """
+    spec = KINDS.get(kind)
+    if spec is not None:
+        return spec
+    return KindSpec(kind, ("agent", "child", "routine"), _generic(kind))
+
+
+def render(
+    kind: str,
+    data: Data,
+    source: str,
+    counts: Mapping[str, int],
+    agents: Collection[str],
+) -> tuple[Rendered, list[Button]]:
+    """Title, lines and buttons for an alert; never raises (falls back to a generic text)."""
+    spec = kind_spec(kind)
+    try:
+        rendered = spec.render(data, source, counts)
+    except Exception:  # a renderer bug must not cost the alert
+        rendered = _generic(kind)(data, source, counts)
+    try:
+        buttons = spec.buttons(data, agents)
+    except Exception:
+        buttons = []
+    return rendered, buttons

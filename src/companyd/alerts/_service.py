@@ -1,0 +1,493 @@
+"""The operator's pager: Telegram alerts from the event stream, and commands from the phone.
+
+:class:`AlertService` is a supervised child (``run(ctx)``, see
+:mod:`companyd.supervision._child`). It subscribes to the :class:`~companyd.events.EventBus` and
+turns the events worth a human's attention into Telegram messages — once, with the cause,
+and with a button where an action fits — and it answers the operator's commands by calling
+the daemon's :class:`~companyd.admin.Admin`.
+
+What it guarantees:
+
+* **Routing.** Each event gets a severity: ``alerts.routes[kind]`` if set (``off`` drops
+  it), else the event's own. Alerts below ``alerts.min_severity`` are dropped, except the
+  daemon's own lifecycle (started / stopping / reloaded) and improver proposals, which are
+  always told (silently when ``info``) because they confirm the pager works and wait for a
+  decision. Normal exits of children are never alerts.
+* **One message per story.** Events with the same coalescing key (kind group, source and
+  subject — e.g. crashes of one child under one supervisor) within ``alerts.coalesce_seconds``
+  of the first one edit one message that shows the count, at most once every
+  :data:`EDIT_INTERVAL` seconds. A crash loop is one message, not fifty. Telegram does not
+  notify on edits, so a story that goes on past the window starts a new message.
+* **Quiet hours.** Non-critical alerts created inside ``alerts.quiet_hours`` are held; when
+  the window ends one digest tells them all (a single held alert is just sent).
+* **Nothing lost, nothing blocks.** Every alert is written to the outbox
+  (``<state_dir>/alerts.sqlite``) before it is sent. Sending runs in its own task: a slow or
+  dead Telegram never holds up the event stream or the daemon. Failed sends wait, with
+  backoff on the injected clock, and go out when Telegram is back — also after a restart.
+  What was delivered is remembered (with its message id), so a restart does not resend it.
+  Delivery is at-least-once: a crash between Telegram's answer and the write can repeat one.
+* **Degrades, never stops.** Without Telegram settings the service is a silent sink that
+  says once why; if Telegram is unreachable at start the service is still ready and keeps
+  connecting in the background.
+* **Commands from allowed chats only**: /status /spend /budget /jobs /pause /resume /ask
+  /approve /reject /quarantine /retry /help. Anything from another chat is ignored and
+  logged. /ask runs as its own task so other commands are answered meanwhile.
+* **The bot token never appears** in logs, alerts or error texts (see
+  :mod:`companyd.alerts._telegram`).
+
+The service composes the pager's parts and owns their tasks: :mod:`~companyd.alerts._policy`
+(routing, severities, quiet hours), :mod:`~companyd.alerts._coalesce` (the alert book:
+events → alerts, coalescing, the digest, the outbox writes), :mod:`~companyd.alerts._sender`
+(delivery and backoff), :mod:`~companyd.alerts._link` (the bot, polling for commands) and
+:mod:`~companyd.alerts._commands` (commands and buttons). Here: the intake from the event
+stream, the modes (silent sink or Telegram), the graceful stop, and status.
+
+``companyd notify-failure UNIT`` (registered here) is the systemd ``OnFailure=`` side: the
+daemon cannot report its own SIGKILL, OOM kill or watchdog death.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from companyd._aio import race
+from companyd._fs import DiskAlarm
+from companyd.admin import Admin, PagerHealth
+from companyd.alerts._coalesce import AlertBook
+from companyd.alerts._commands import Commands
+from companyd.alerts._deliver import DeliveryLog, MemoryPort, Results
+from companyd.alerts._desk_messages import DeskMessages
+from companyd.alerts._link import FLUSH_TIMEOUT, Link
+from companyd.alerts._notify import notify_failure, unit_facts
+from companyd.alerts._outbox import AlertRecord, AlertStore
+from companyd.alerts._policy import Policy, quiet_until
+from companyd.alerts._sender import EDIT_INTERVAL, Sender
+from companyd.alerts._telegram import (
+    TelegramSettings,
+    protect,
+    quiet_library_loggers,
+    redact,
+    resolve_settings,
+)
+from companyd.alerts._webhooks import Webhooks
+from companyd.clock import Clock, SystemClock
+from companyd.config import CompanyConfig
+from companyd.events import (
+    Event,
+    EventBus,
+    FounderDecided,
+    FounderResultForApproval,
+    RoutineResult,
+    Subscription,
+)
+from companyd.storage import SQLITE, Backend
+from companyd.supervision import ChildContext
+
+__all__ = [
+    "EDIT_INTERVAL",
+    "AlertService",
+    "notify_failure",
+    "quiet_until",
+    "unit_facts",
+]
+
+log = logging.getLogger("companyd.alerts.service")
+
+#: Most events taken off the bus per outbox transaction.
+INTAKE_BATCH = 100
+#: Settled alerts older than this are forgotten (their buttons stop working).
+RETENTION = 30 * 86400.0
+
+
+class AlertService:
+    """Telegram alerts and commands, as a supervised child.
+
+    Args:
+        config: the running company.yaml (``alerts`` section, time zone, agent names).
+        state_dir: where ``alerts.sqlite`` (the outbox) lives on SQLite.
+        bus: the event stream; the service subscribes at construction, so events published
+            before :meth:`run` starts (or while it restarts) are not missed.
+        admin: the daemon's operator operations, called by commands and buttons.
+        clock: time for coalescing windows, quiet hours, edit throttling and backoff.
+        memory: the company memory, for routines that deliver their result there.
+        backend: where the outbox lives: ``alerts.sqlite`` in ``state_dir`` (the default)
+            or the company's PostgreSQL schema, shared with the other daemons of the company
+            (docs/storage.md).
+        deliveries: where each result's deliveries are recorded and an undelivered result
+            kept (the run journal and the founder's desk; None: the log only).
+    """
+
+    def __init__(
+        self,
+        config: CompanyConfig,
+        state_dir: Path,
+        *,
+        bus: EventBus,
+        admin: Admin,
+        clock: Clock | None = None,
+        memory: MemoryPort | None = None,
+        backend: Backend = SQLITE,
+        deliveries: DeliveryLog | None = None,
+    ) -> None:
+        self._config = config
+        self._backend = backend
+        # who claims the sends of a shared outbox: the same for every run of this pager, so
+        # a restarted run keeps the claims of the one before
+        self._owner = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        self._state_dir = Path(state_dir)
+        self._bus = bus
+        self._clock: Clock = clock or SystemClock()
+        self._sub: Subscription = bus.subscribe(maxsize=10_000)
+        self._book = AlertBook(Policy.of(config), self._clock, DiskAlarm.of(bus))
+        self._sender = Sender(self._book, self._clock)
+        self._commands = Commands(self._book, admin, self._clock)
+        self._results = Results(self._book, self._state_dir, bus=bus, memory=memory, log=deliveries)
+        if deliveries is not None:  # the digest says where each of its results went
+            self._book.read_deliveries = deliveries.records
+        self._sender.on_sent = self._results.sent
+        self._sender.on_refused = self._results.refused
+        self._desk = DeskMessages(self._book)
+        # webhooks out (docs/webhooks.md): their settings apply on the next start, like
+        # Telegram's
+        self._webhooks = Webhooks(
+            config.spec.alerts.webhooks,
+            self._clock,
+            {slug: r.deliver for slug, r in config.routines.items()},
+        )
+
+    # -- public -------------------------------------------------------------------------
+
+    def update_config(self, config: CompanyConfig) -> None:
+        """Apply a reloaded company.yaml: routes, severities, quiet hours, coalescing window,
+        agent names. Telegram settings (token, chats, api_url) apply on the next start.
+        """
+        self._config = config
+        self._book.policy = Policy.of(config)
+
+    def close(self) -> None:
+        """Stop listening to the bus for good (when the service is discarded)."""
+        self._sub.close()
+
+    async def prune_threads(self, before: float) -> int:
+        """Forget the Telegram thread links (message → run) older than ``before``: the run
+        journal's retention calls it with its own cutoff, so a link lives as long as the run
+        it points to. 0 while the outbox is not open (no Telegram, or the pager is
+        restarting): the next pass does it.
+        """
+        store = self._book.store
+        if store is None:
+            return 0
+        return await store.prune_threads(before)
+
+    def snapshot(self) -> PagerHealth:
+        """For ``companyd status``: ``{"telegram": "ok" | "degraded" | "off", "queued",
+        "held", "failed", "reason", "commands", "commands_since", "commands_error"}``.
+
+        ``telegram`` is the sending half. ``degraded``: connecting, or sends failing (alerts
+        wait in the outbox); ``queued`` counts alerts not yet fully delivered, held ones
+        included; ``failed`` counts deliveries Telegram refused for good.
+
+        ``commands`` is the receiving half (getUpdates): ``"ok"``, ``"failing"`` (since the
+        epoch time ``commands_since``, last error ``commands_error``), ``"starting"`` (not
+        polling yet) or ``"off"``.
+        """
+        queued = held = failed = 0
+        now = self._clock.time()
+        for rec in self._book.alerts.values():
+            if rec.held_until is not None and rec.held_until > now:
+                held += 1
+            if not rec.settled:
+                queued += 1
+            failed += sum(1 for d in rec.deliveries.values() if d.state == "failed")
+        if self._sender.state in ("off", "stopped"):
+            telegram = "off"
+        elif self._sender.sending_ok():
+            telegram = "ok"
+        else:
+            telegram = "degraded"
+        link = self._sender.link
+        if telegram == "off" or link is None:
+            commands, since, error = ("off" if telegram == "off" else "starting"), None, ""
+        else:
+            commands, since, error = link.commands, link.commands_since, link.commands_error
+        return {
+            "telegram": telegram,
+            "queued": queued,
+            "held": held,
+            "failed": failed,
+            "reason": self._sender.reason,
+            "commands": commands,
+            "commands_since": since,
+            "commands_error": error,
+        }
+
+    async def run(self, ctx: ChildContext) -> None:
+        """Serve until ``ctx.stopping`` is set: ready as soon as the outbox is open,
+        whether or not Telegram answers.
+        """
+        if self._sub.closed:
+            self._sub = self._bus.subscribe(maxsize=10_000)
+        settings = await asyncio.to_thread(resolve_settings, self._config.spec.alerts)
+        if isinstance(settings, str):
+            await self._run_as_sink(ctx, settings)
+            return
+        self._book.settings = settings
+        protect(settings.token)
+        quiet_library_loggers()
+        try:
+            await self._run_with_telegram(ctx, settings)
+        except Exception as exc:
+            # The supervisor records the exit reason (and may alert it): never the token.
+            text = redact(f"{type(exc).__name__}: {exc}")
+            if text != f"{type(exc).__name__}: {exc}":
+                raise RuntimeError(text) from None
+            raise
+
+    # -- modes --------------------------------------------------------------------------
+
+    async def _run_as_sink(self, ctx: ChildContext, reason: str) -> None:
+        self._sender.state, self._sender.reason = "off", reason
+        self._results.off_reason = reason
+        log.warning("alerts are not sent to Telegram: %s", reason)
+        # webhooks need no Telegram: with any configured, the outbox opens for their queue
+        store: AlertStore | None = None
+        hooks: asyncio.Task[None] | None = None
+        stop = asyncio.ensure_future(ctx.stopping.wait())
+        try:
+            if self._webhooks.configured:
+                store = self._open_store()
+                note = await store.open()
+                if note:
+                    log.error("%s", note)
+                hooks = await self._start_webhooks(store)
+            ctx.started({"telegram": "off", "reason": reason})
+            while not stop.done():
+                # an event wins a tie with the stop; the webhooks' task ends only by a bug
+                won = await race(self._sub.get(), stop, *([hooks] if hooks else []))
+                if won.index == 2 and hooks is not None:
+                    hooks.result()  # its exception ends the service: the supervisor restarts it
+                    raise RuntimeError("the webhooks' sender ended")
+                if won.index == 0:
+                    event = won.result()
+                    if isinstance(event, RoutineResult):  # memory and file need no Telegram
+                        await self._results.take(event)
+                        continue
+                    await self._webhooks.take([event])
+                    log.debug("alert not sent (no Telegram): %s from %s", event.kind, event.source)
+        finally:
+            stop.cancel()
+            await self._stop_webhooks(hooks)
+            if store is not None:
+                await store.close()
+
+    def _open_store(self) -> AlertStore:
+        return AlertStore(
+            self._state_dir / "alerts.sqlite", backend=self._backend, owner=self._owner
+        )
+
+    async def _start_webhooks(self, store: AlertStore) -> asyncio.Task[None] | None:
+        """The webhooks' queue over the opened ``store``, delivering in its own task (None:
+        no webhook configured).
+        """
+        if not self._webhooks.configured:
+            return None
+        queue = await self._webhooks.start(store)
+        queue.on_done = self._results.webhook_done
+        self._results.webhooks = self._webhooks
+        await queue.prune(self._clock.time() - RETENTION)
+        waiting = sum(1 for r in await queue.rows() if r.state == "pending")
+        if waiting:
+            log.info("alerts: %d webhook message(s) wait in the outbox", waiting)
+        return asyncio.create_task(queue.run(), name="alerts:webhooks")
+
+    async def _stop_webhooks(self, task: asyncio.Task[None] | None) -> None:
+        """Let the send in flight finish (bounded), then stop; what is left goes out after
+        the restart.
+        """
+        queue = self._webhooks.queue
+        if task is not None and queue is not None:
+            queue.stop_requested = True
+            queue.wake.set()
+            await race(task, asyncio.sleep(FLUSH_TIMEOUT))
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._results.webhooks = None
+        await self._webhooks.close()
+
+    async def _run_with_telegram(self, ctx: ChildContext, settings: TelegramSettings) -> None:
+        self._sender.state, self._sender.reason = "connecting", ""
+        # A restarted run() starts from the outbox, not from what the failed run left.
+        self._sender.reset()
+        self._book.wake = asyncio.Event()
+        store = self._open_store()
+        self._book.store = store
+        tasks: list[asyncio.Task[None]] = []
+        link: Link | None = None
+        try:
+            note = await store.open()
+            if note:
+                log.error("%s", note)
+            now = self._clock.time()
+            records, next_id = await store.load_active(now)
+            self._book.load(records, next_id, now)
+            await store.prune(now - RETENTION)
+            link = Link(
+                settings,
+                clock=self._clock,
+                handlers=self._commands,
+                sender=self._sender,
+                bus=self._bus,
+            )
+            self._sender.link = link
+            waiting = sum(1 for r in records if not r.settled)
+            if waiting:
+                log.info("alerts: %d alert(s) from before the restart wait in the outbox", waiting)
+            ctx.started({"telegram": "connecting", "outbox": waiting})
+            # answers to the founder's replies that a stop or a crash left owed
+            self._commands.resume(await store.owed())
+            # before the intake starts: its first events may be for webhooks
+            hooks = await self._start_webhooks(store)
+            tasks = [
+                asyncio.create_task(self._consume(), name="alerts:consume"),
+                asyncio.create_task(self._sender.run(), name="alerts:send"),
+                asyncio.create_task(link.run(), name="alerts:telegram"),
+            ]
+            if hooks is not None:
+                tasks.append(hooks)
+            await self._until_stopping(ctx, tasks)
+            await self._stop_gracefully(tasks)
+            await self._stop_webhooks(hooks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await self._stop_webhooks(None)
+            for t in list(self._commands.tasks):
+                t.cancel()
+            await asyncio.gather(*tasks, *self._commands.tasks, return_exceptions=True)
+            if link is not None:
+                await link.stop()
+            await store.close()
+            self._book.store = None
+            self._sender.state = "stopped"
+
+    @staticmethod
+    async def _until_stopping(ctx: ChildContext, tasks: list[asyncio.Task[None]]) -> None:
+        """Wait for the stop request; a task that fails meanwhile is a bug: its exception
+        ends the service and the supervisor restarts it.
+        """
+        stop = asyncio.create_task(ctx.stopping.wait(), name="alerts:stopping")
+        running = list(tasks)
+        try:
+            while True:
+                # The tasks first: one that failed wins a tie with the stop request.
+                won = await race(*running, stop)
+                if won.future is stop:
+                    return
+                task = running.pop(won.index)
+                exc = None if task.cancelled() else task.exception()
+                if exc is not None:
+                    raise exc from None
+        finally:
+            stop.cancel()
+
+    async def _stop_gracefully(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Put every event already published into the outbox, then try once more (briefly)
+        to deliver, coalescing edits included; what is left goes out after the restart.
+        """
+        consumer, sender = tasks[0], tasks[1]  # the link (tasks[2]) stays up for the flush
+        consumer.cancel()
+        # The sender is asked to stop after the delivery in flight, not cancelled in it: a
+        # message Telegram accepted but whose id was not yet recorded would otherwise be
+        # sent again as a new message instead of being edited.
+        self._sender.stop_requested = True
+        self._book.wake.set()
+        # A real-time bound, like the flush below; the sender's outcome is left to gather.
+        await race(sender, asyncio.sleep(FLUSH_TIMEOUT))
+        sender.cancel()
+        await asyncio.gather(consumer, sender, return_exceptions=True)
+        # An intake cut short by the cancellation left its alerts unsaved: save them now.
+        unsaved = [r for r in self._book.alerts.values() if not r.persisted]
+        if unsaved:
+            await self._book.save(*unsaved)
+            for rec in unsaved:
+                rec.persisted = True
+        while batch := self._drain(INTAKE_BATCH):
+            await self._intake(batch)
+        if self._sender.link is None or not self._sender.link.ready:
+            return
+        self._sender.flushing = True
+        self._sender.retry_at = 0.0
+        # A real-time bound (not the service clock): it limits how long a stopping daemon
+        # waits on the network, whatever the clock says.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(FLUSH_TIMEOUT):
+                await self._sender.deliver_pass()
+
+    # -- events → alerts ----------------------------------------------------------------
+
+    async def _consume(self) -> None:
+        while True:
+            first = await self._sub.get()
+            await self._intake([first, *self._drain(INTAKE_BATCH - 1)])
+
+    def _drain(self, limit: int) -> list[Event]:
+        out: list[Event] = []
+        while len(out) < limit and (event := self._sub.get_nowait()) is not None:
+            out.append(event)
+        return out
+
+    async def _take(self, event: Event) -> list[AlertRecord]:
+        """The alerts one event creates or changes (not yet rendered or saved)."""
+        match event:
+            case RoutineResult():
+                # never an alert: delivered as the routine's `deliver:` says, and once an
+                # approved result is delivered, the founder is told so in its thread
+                made: list[str] = []
+                failed: list[str] = []
+                recs = await self._results.take(event, made, failed)
+                if event.approved:
+                    recs += await self._desk.approved(event, made, failed)
+                return recs
+            case FounderDecided():  # never an alert: the item's message says it
+                rec = await self._desk.decided(event)
+                return [] if rec is None else [rec]
+        rec = self._book.ingest(event)
+        if rec is None:
+            return []
+        if isinstance(event, FounderResultForApproval) and event.follows:
+            await self._desk.next_round(rec)
+        return [rec]
+
+    async def _intake(self, events: Sequence[Event]) -> None:
+        """Turn events into alerts in memory, then write every alert they touched in one
+        transaction. The sender sees a new alert only once it is in the outbox; a burst
+        costs one commit, not one per event.
+        """
+        touched: dict[int, AlertRecord] = {}
+        for event in events:
+            try:
+                for rec in await self._take(event):
+                    touched[rec.id] = rec
+            except Exception:  # one odd event must not stop the pager
+                log.exception(
+                    "alerts: could not turn event %r from %r into an alert",
+                    event.kind,
+                    event.source,
+                )
+        # webhooks out: their messages in one more transaction (before any send)
+        await self._webhooks.take(events)
+        if not touched:
+            return
+        for rec in touched.values():
+            self._book.rerender(rec)
+        await self._book.save(*touched.values())
+        for rec in touched.values():
+            rec.persisted = True
+        self._book.wake.set()

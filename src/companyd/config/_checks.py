@@ -1,0 +1,492 @@
+"""Cross-checks: what spans more than one value of company.yaml.
+
+:func:`cross_check` runs on whatever parsed, valid or not: names are slugs, references
+name existing agents and departments, reports_to forms one tree, instruction files exist
+and are text, cron expressions and time zones are valid, model ids and alert routes are
+known (warnings). It reads the raw data defensively and skips what an earlier pass already
+explained, so each mistake is reported once.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
+from companyd.config._cron import check_tz, cron_problem
+from companyd.config._done_when import MEMORY_TOOLS, OPTIONAL_BUILTINS
+from companyd.config._report import Path_, Report, dotted
+from companyd.config._scalars import bare_model_id
+from companyd.config._wording import closest
+from companyd.events import KINDS
+from companyd.llm import is_known_model
+
+__all__ = ["SLUG_RE", "cross_check"]
+
+SLUG_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+
+_MB = 1024 * 1024
+#: An agent's instructions travel in every request: far beyond any context window.
+_MAX_INSTRUCTIONS_BYTES = 1 * _MB
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def cross_check(data: dict[str, Any], rep: Report, base: Path) -> dict[str, str]:
+    """Checks that span more than one value. They read the raw data defensively (any part
+    may be malformed; the schema pass reports that) and skip what is already explained,
+    so each mistake is reported once. Returns the loaded instruction files by agent.
+    """
+    agents = _as_dict(data.get("agents"))
+    routines = _as_dict(data.get("routines"))
+    names = list(agents)
+    # References are checked only against a well-formed list of names: with `agents:`
+    # missing or malformed, every assignee would look unknown (one mistake, many lines).
+    names_known = isinstance(data.get("agents"), dict)
+    depts = _departments(data.get("departments"), ("departments",), rep)
+    depts_known = "departments" not in data or isinstance(data.get("departments"), dict)
+
+    def unknown_agent(path: Path_, name: str, what: str) -> None:
+        if not names_known:
+            return
+        close = closest(name, names)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        rep.add(
+            path,
+            f"expected the name of an agent for {what}, got {name!r}; {hint}agents: "
+            f"{', '.join(names) or '(none)'}",
+        )
+
+    if isinstance(data.get("agents"), dict) and not agents:
+        rep.add(("agents",), "expected at least one agent, got none; add the CEO first")
+    for slug in agents:
+        if not SLUG_RE.match(slug):
+            rep.add(
+                ("agents", slug),
+                f"expected an agent name made of lower-case letters, digits, '-' and '_', "
+                f"starting with a letter (e.g. 'head-of-sales'), got {slug!r}",
+                key=True,
+            )
+    for slug in routines:
+        if not SLUG_RE.match(slug):
+            rep.add(
+                ("routines", slug),
+                f"expected a routine name made of lower-case letters, digits, '-' and '_', "
+                f"starting with a letter (e.g. 'daily-post'), got {slug!r}",
+                key=True,
+            )
+    for slug, dpath in depts.items():
+        if not SLUG_RE.match(slug):
+            rep.add(
+                dpath,
+                f"expected a department name made of lower-case letters, digits, '-' and "
+                f"'_', starting with a letter, got {slug!r}",
+                key=True,
+            )
+        if slug in agents:
+            rep.add(
+                dpath,
+                f"{slug!r} names both a department and an agent; rename one of them",
+                key=True,
+            )
+
+    company = _as_dict(data.get("company"))
+    check_tz(company.get("timezone"), ("company", "timezone"), rep)
+
+    instructions: dict[str, str] = {}
+    for slug, a in agents.items():
+        if not isinstance(a, dict):
+            continue
+        ap: Path_ = ("agents", slug)
+        boss = a.get("reports_to")
+        if isinstance(boss, str):
+            if boss == slug:
+                rep.add((*ap, "reports_to"), f"expected someone else, got {slug!r} itself")
+            elif boss not in agents:
+                unknown_agent((*ap, "reports_to"), boss, "reports_to")
+        dept = a.get("department")
+        if isinstance(dept, str) and dept not in depts and depts_known:
+            close = closest(dept, list(depts))
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            rep.add(
+                (*ap, "department"),
+                f"expected a department declared under 'departments', got {dept!r}; "
+                f"{hint}departments: {', '.join(depts) or '(none declared)'}",
+            )
+        for field_name, what in (("consult", "consult"), ("can_modify", "can_modify")):
+            items = a.get(field_name)
+            if not isinstance(items, list):
+                continue
+            for i, c in enumerate(items):
+                if not isinstance(c, str):
+                    continue
+                if c == slug:
+                    rep.add((*ap, field_name, i), f"expected another agent, got {slug!r} itself")
+                elif c not in agents:
+                    unknown_agent((*ap, field_name, i), c, what)
+        text = a.get("instructions")
+        file_ref = a.get("instructions_file")
+        if "instructions" in a and "instructions_file" in a:
+            rep.add(
+                ap,
+                "expected either 'instructions' (inline text) or 'instructions_file' (a "
+                "path), got both; keep one",
+                key=True,
+            )
+        elif isinstance(file_ref, str):
+            loaded = _read_instructions(file_ref, (*ap, "instructions_file"), base, rep)
+            if loaded is not None:
+                instructions[slug] = loaded
+        elif isinstance(text, str) and not text.strip():
+            rep.add((*ap, "instructions"), "expected instructions, got empty text")
+        elif "instructions" in a and text is None:
+            rep.add(
+                (*ap, "instructions"),
+                "expected instructions, got nothing (an empty value); write them, or remove "
+                "the key and give 'instructions_file'",
+            )
+        elif "instructions_file" in a and file_ref is None:
+            rep.add(
+                (*ap, "instructions_file"),
+                "expected a path, got nothing (an empty value); write the path of the "
+                "instructions file (relative to company.yaml)",
+            )
+        elif not any(k in a for k in ("instructions", "instructions_file", "role", "goal")):
+            rep.add(
+                ap,
+                "expected 'instructions' (inline text) or 'instructions_file' (a path), or "
+                "CrewAI-style 'role' and 'goal', got none of them",
+                key=True,
+            )
+        elif "instructions" not in a and "instructions_file" not in a:
+            given = [k for k in ("role", "goal") if a.get(k) is not None]
+            if len(given) == 1:
+                other = "goal" if given[0] == "role" else "role"
+                rep.add(
+                    ap,
+                    f"expected CrewAI-style 'role' and 'goal' together, got only "
+                    f"{given[0]!r}; add {other!r} (or give 'instructions')",
+                    key=True,
+                )
+
+    _check_org_chart(agents, rep)
+
+    for slug, r in routines.items():
+        if not isinstance(r, dict):
+            continue
+        rp: Path_ = ("routines", slug)
+        for field_name in ("assignee", "reviewer"):
+            who = r.get(field_name)
+            if isinstance(who, str) and who not in agents:
+                unknown_agent((*rp, field_name), who, field_name)
+            elif (
+                isinstance(who, str)
+                and r.get("enabled") is not False
+                and _as_dict(agents[who]).get("enabled") is False
+            ):
+                # Every fire would be cancelled (and alerted) without doing any work. A
+                # warning, not an error: disabling an agent must not make a file that ran
+                # yesterday refuse to start or reload.
+                rep.warn(
+                    (*rp, field_name),
+                    f"{field_name} {who!r} has `enabled: false`: every fire of this routine "
+                    "will be cancelled; enable the agent, or set `enabled: false` on this "
+                    "routine too",
+                )
+        _check_done_when(r, rp, agents, rep)
+        trigger = _as_dict(r.get("trigger"))
+        cron = trigger.get("cron")
+        if isinstance(cron, str) and not rep.is_settled((*rp, "trigger", "cron")):
+            problem = cron_problem(cron)
+            if problem:
+                rep.add((*rp, "trigger", "cron"), problem)
+        check_tz(trigger.get("timezone"), (*rp, "trigger", "timezone"), rep)
+
+    routes = _as_dict(_as_dict(data.get("alerts")).get("routes"))
+    if routes:
+        for kind in routes:
+            if kind not in KINDS:
+                close = closest(kind, list(KINDS))
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                rep.warn(
+                    ("alerts", "routes", kind),
+                    f"expected a known event kind, got {kind!r}; {hint}this route applies "
+                    f"only if something publishes that kind (known: {', '.join(KINDS)})",
+                    key=True,
+                )
+
+    quiet = _as_dict(_as_dict(data.get("alerts")).get("quiet_hours"))
+    check_tz(quiet.get("timezone"), ("alerts", "quiet_hours", "timezone"), rep)
+    _check_models(data, rep)
+    _check_deliveries(data, rep)
+    _check_webhook_deliveries(data, rep)
+    return instructions
+
+
+def _check_done_when(
+    routine: dict[str, Any], rp: Path_, agents: dict[str, Any], rep: Report
+) -> None:
+    """Each ``done_when`` ``tool: NAME`` names one of the assignee's tools, where that is
+    knowable: not denied, allowed, and a built-in unless the agent has MCP servers (whose
+    tools are only listed once they start). An error: no call could ever meet it.
+    """
+    who = routine.get("assignee")
+    if not isinstance(who, str) or not isinstance(agents.get(who), dict):
+        return
+    agent = agents[who]
+    tools = _as_dict(agent.get("tools"))
+    allow = tools.get("allow")
+    given_deny = tools.get("deny")
+    deny: list[Any] = given_deny if isinstance(given_deny, list) else []
+    has_servers = bool(_as_dict(agent.get("mcp_servers")))
+    raw = routine.get("done_when")
+    for i, cond in enumerate(raw if isinstance(raw, list) else []):
+        tool = cond.get("tool") if isinstance(cond, dict) else None
+        if not isinstance(tool, str) or not tool:
+            continue
+        path: Path_ = (*rp, "done_when", i, "tool")
+        if tool in deny:
+            rep.add(
+                path,
+                f"tool {tool!r} is in {who!r}'s tools.deny, so no call of it can succeed; "
+                "remove it from deny, or from done_when",
+            )
+        elif isinstance(allow, list) and tool not in allow:
+            rep.add(
+                path,
+                f"tool {tool!r} is not in {who!r}'s tools.allow "
+                f"({', '.join(map(str, allow)) or 'empty'}), so no call of it can succeed; "
+                "add it to allow, or fix the name",
+            )
+        elif not has_servers and tool not in MEMORY_TOOLS | OPTIONAL_BUILTINS:
+            known = sorted(MEMORY_TOOLS | OPTIONAL_BUILTINS)
+            close = closest(tool, known)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            rep.add(
+                path,
+                f"expected one of {who!r}'s tools, got {tool!r}; {hint}{who!r} has no "
+                f"mcp_servers, so its tools are the built-in ones ({', '.join(known)}); add "
+                "the MCP server that provides it, or fix the name",
+            )
+
+
+def _departments(value: Any, path: Path_, rep: Report) -> dict[str, Path_]:
+    """Every department slug in the (nested) tree → its path; a slug used twice is an error
+    (agents name departments by slug alone).
+    """
+    found: dict[str, Path_] = {}
+
+    def walk(node: Any, at: Path_) -> None:
+        if not isinstance(node, dict):
+            return
+        for slug, dept in node.items():
+            dpath = (*at, slug)
+            if slug in found:
+                rep.add(
+                    dpath,
+                    f"expected department names to be unique across the tree, got {slug!r} "
+                    f"again (first at {dotted(found[slug])}); rename one",
+                    key=True,
+                )
+                continue
+            found[slug] = dpath
+            if isinstance(dept, dict):
+                walk(dept.get("departments"), (*dpath, "departments"))
+
+    walk(value, path)
+    return found
+
+
+def _check_org_chart(agents: dict[str, Any], rep: Report) -> None:
+    """reports_to must form one tree: exactly one root and no cycles. Skipped when an
+    agent or a reports_to value is malformed (that is already reported; guessing the
+    chart from the rest would only add noise).
+    """
+    boss: dict[str, str | None] = {}
+    for slug, a in agents.items():
+        if not isinstance(a, dict):
+            return
+        b = a.get("reports_to")
+        if b is not None and not isinstance(b, str):
+            return
+        boss[slug] = b if b in agents and b != slug else None if b is None else "?"
+    if not boss:
+        return
+    roots = [s for s, b in boss.items() if b is None]
+    if len(roots) > 1:
+        rep.add(
+            ("agents", roots[1]),
+            f"expected exactly one agent without 'reports_to' (the root of the org chart), "
+            f"got {len(roots)}: {', '.join(roots[:8])}"
+            + (f" and {len(roots) - 8} more" if len(roots) > 8 else "")
+            + "; make all but one report to someone",
+            key=True,
+        )
+    reported: set[str] = set()
+    for start in boss:
+        seen: list[str] = []
+        cur: str | None = start
+        while cur is not None and cur in boss and cur not in seen:
+            seen.append(cur)
+            cur = boss[cur]
+        if cur is not None and cur in seen:
+            cycle = seen[seen.index(cur) :]
+            if reported & set(cycle):
+                continue
+            reported.update(cycle)
+            chain = " -> ".join([*cycle, cur])
+            rep.add(
+                ("agents", cycle[0], "reports_to"),
+                f"expected reports_to to form a tree, got a cycle: {chain}; break it by "
+                "making one of them report to someone outside it",
+            )
+    if not roots and not reported:
+        rep.add(
+            ("agents",),
+            "expected exactly one agent without 'reports_to' (usually the CEO), got none",
+            key=True,
+        )
+
+
+def _check_deliveries(data: dict[str, Any], rep: Report) -> None:
+    """A routine that delivers to Telegram (``telegram`` or ``digest``, written or by
+    default with an ``expected_output``) while company.yaml configures no
+    ``alerts.telegram`` is a warning at the line that says so: its results would reach no
+    phone (they are kept in the founder's inbox instead).
+    """
+    if isinstance(_as_dict(data.get("alerts")).get("telegram"), dict):
+        return
+    for slug, r in _as_dict(data.get("routines")).items():
+        if not isinstance(r, dict):
+            continue
+        deliver = r.get("deliver")
+        if isinstance(deliver, list):
+            channels = [d for d in deliver if d in ("telegram", "digest")]
+            path: Path_ = ("routines", slug, "deliver")
+            said = f"deliver: lists {', '.join(channels)}"
+        elif deliver is None and r.get("expected_output"):
+            channels = ["telegram"]
+            path = ("routines", slug, "expected_output")
+            said = "with an expected_output, its result goes to telegram by default"
+        else:
+            continue
+        if not channels or rep.is_settled(path):
+            continue
+        rep.warn(
+            path,
+            f"routine {slug!r}: {said}, but company.yaml configures no alerts.telegram: its "
+            "results would reach no phone (they are kept in the inbox, `companyd inbox`); "
+            "add alerts.telegram (docs/alerts.md) or set deliver: to file or memory",
+        )
+
+
+def _check_webhook_deliveries(data: dict[str, Any], rep: Report) -> None:
+    """``deliver: [webhook:NAME]`` must name a webhook of ``alerts.webhooks``: an error at
+    the entry, naming the configured ones.
+    """
+    hooks = _as_dict(data.get("alerts")).get("webhooks")
+    hooks = hooks if isinstance(hooks, list) else []
+    names = [h["name"] for h in hooks if isinstance(h, dict) and isinstance(h.get("name"), str)]
+    for slug, r in _as_dict(data.get("routines")).items():
+        deliver = _as_dict(r).get("deliver")
+        if not isinstance(deliver, list):
+            continue
+        for i, to in enumerate(deliver):
+            if not isinstance(to, str) or not to.startswith("webhook:"):
+                continue
+            path: Path_ = ("routines", slug, "deliver", i)
+            name = to.partition(":")[2]
+            if name in names or rep.is_settled(path):
+                continue
+            close = closest(name, names)
+            hint = f"did you mean 'webhook:{close[0]}'? " if close else ""
+            known = ", ".join(names) if names else "none is configured"
+            rep.add(
+                path,
+                f"expected webhook:NAME with NAME a webhook of alerts.webhooks, got {to!r}; "
+                f"{hint}alerts.webhooks: {known} — add it there (docs/webhooks.md) or fix "
+                "the name",
+            )
+
+
+def _check_models(data: dict[str, Any], rep: Report) -> None:
+    """Unknown model ids are warnings: they still run, priced at the dearest known rate."""
+    pricing = set(_as_dict(data.get("pricing")))
+
+    def check(value: Any, path: Path_) -> None:
+        ids: list[tuple[Any, Path_]] = []
+        if isinstance(value, str):
+            ids.append((value, path))
+        elif isinstance(value, dict):
+            ids.append((value.get("primary"), (*path, "primary")))
+            fallbacks = value.get("fallbacks")
+            if isinstance(fallbacks, list):
+                ids.extend((f, (*path, "fallbacks", i)) for i, f in enumerate(fallbacks))
+        for mid, mpath in ids:
+            if not isinstance(mid, str) or not mid or rep.is_settled(mpath):
+                continue
+            bare = bare_model_id(mid)
+            if is_known_model(bare) or bare in pricing or mid in pricing:
+                continue
+            provider = mid.split("/", 1)[0] if "/" in mid else None
+            if provider is not None and provider != "anthropic":
+                rep.warn(
+                    mpath,
+                    f"model {mid!r} names the provider {provider!r}, but companyd calls only "
+                    "Anthropic's Messages API: this model will fail at run time; use a "
+                    "Claude model id",
+                )
+                continue
+            rep.warn(
+                mpath,
+                f"unknown model id {mid!r}: it will be priced at the most expensive known "
+                "rate; check the spelling, or add its price under 'pricing'",
+            )
+
+    check(_as_dict(data.get("defaults")).get("model"), ("defaults", "model"))
+    for slug, a in _as_dict(data.get("agents")).items():
+        if isinstance(a, dict) and "model" in a:
+            check(a["model"], ("agents", slug, "model"))
+
+
+def _read_instructions(ref: str, path: Path_, base: Path, rep: Report) -> str | None:
+    try:
+        f = (base / Path(ref).expanduser()) if ref.strip() else base
+        text = read_regular_file(f, _MAX_INSTRUCTIONS_BYTES).decode("utf-8")
+        if not text.strip():
+            rep.add(path, f"expected instructions in {ref!r}, got an empty file; write them")
+            return None
+        return text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text() did
+    except FileTooLarge:
+        rep.add(
+            path,
+            f"expected instructions of at most {_MAX_INSTRUCTIONS_BYTES // _MB} MB in {ref!r}, "
+            "got a larger file; check the path",
+        )
+    except FileNotFoundError:
+        rep.add(
+            path,
+            f"expected an existing file, got {ref!r} (looked for {f}); create it or fix the "
+            "path (relative to company.yaml)",
+        )
+    except IsADirectoryError:
+        rep.add(path, f"expected a file, got the directory {ref!r} ({f})")
+    except NotRegularFile as exc:
+        rep.add(
+            path,
+            f"expected a regular file of instructions, got {exc.kind}: {ref!r} ({f}); point "
+            "instructions_file at a text file (relative to company.yaml)",
+        )
+    except UnicodeDecodeError as exc:
+        rep.add(path, f"expected UTF-8 text in {ref!r}, got the byte at offset {exc.start}")
+    except OSError as exc:
+        rep.add(path, f"cannot read {ref!r} ({f}): {exc.strerror or exc}")
+    except (ValueError, RuntimeError) as exc:  # a NUL byte; `~user` with no such user
+        rep.add(
+            path,
+            f"cannot use {ref!r} as a path ({exc}); fix the path (relative to company.yaml)",
+        )
+    return None

@@ -1,0 +1,77 @@
+"""The record of where each routine result went: the pager's :class:`DeliveryLog` in the
+daemon.
+
+Each delivery the pager makes, queues or cannot make is added to the run's record in the
+run journal (``runs show``, :meth:`~companyd.runs.Journal.record_delivery`); a
+result that could not be delivered is kept in the founder's inbox as a ``kept`` desk item
+(``k-…``, one per run however many deliveries failed), which the founder marks read with
+``companyd approve``. Nothing is lost silently (docs/alerts.md, "Results").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from companyd.admin import ResultDelivery
+from companyd.clock import Clock
+from companyd.desk import Desk, ItemKind
+from companyd.runs import Journal
+
+__all__ = ["KEPT_DAYS", "ResultRecords"]
+
+#: How long a kept result waits in the inbox before it expires unread, at least (days); the
+#: run journal's retention, when longer, is used instead.
+KEPT_DAYS = 30
+
+
+class ResultRecords:
+    """The daemon's :class:`~companyd.alerts._deliver.DeliveryLog`.
+
+    Args:
+        journal: the run journal (each run's record).
+        desk: the founder's desk (the inbox), or None (a one-off process: no inbox).
+        clock: when a delivery is recorded.
+        keep_days: how long a kept result waits (read at each keep: reloads change it).
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        desk: Desk | None,
+        clock: Clock,
+        keep_days: Callable[[], float],
+    ) -> None:
+        self._journal = journal
+        self._desk = desk
+        self._clock = clock
+        self._keep_days = keep_days
+
+    async def record(self, run_id: str, entry: ResultDelivery) -> None:
+        """Add ``entry`` to run ``run_id``'s record (nothing if the run was pruned)."""
+        await self._journal.record_delivery(run_id, entry, self._clock.time())
+
+    async def records(self, run_ids: Sequence[str]) -> Mapping[str, Sequence[ResultDelivery]]:
+        """The delivery records of ``run_ids``, from the run journal."""
+        return await self._journal.deliveries(run_ids)
+
+    async def keep(self, data: Mapping[str, Any], reason: str) -> str | None:
+        """Keep the result ``data`` (a ``routine_result``'s) in the inbox; its item id."""
+        if self._desk is None:
+            return None
+        run_id = str(data.get("run_id") or "")
+        item = await self._desk.request(
+            key=f"kept/{run_id}",
+            kind=ItemKind.KEPT,
+            agent=str(data.get("agent") or "?"),
+            run_id=run_id or None,
+            routine=str(data["routine"]) if data.get("routine") else None,
+            payload={
+                "answer": str(data.get("answer") or ""),
+                "task": str(data.get("task") or ""),
+                "cost_usd": data.get("cost_usd"),
+                "reason": reason,
+            },
+            timeout=max(float(KEPT_DAYS), self._keep_days()) * 86_400.0,
+        )
+        return item.id

@@ -1,0 +1,251 @@
+"""Reloading company.yaml in a running daemon (SIGHUP, ``companyd reload``, an approved
+proposal): re-read the file, keep the running version if the new one is invalid, else hand
+the new one to every service and apply the difference to the supervision tree.
+
+:class:`Reloader` is a part of :class:`~companyd.daemon._main.Daemon` (a mixin: the services
+it reconfigures are the daemon's); :class:`ReloadRecord` is the outcome ``status`` shows.
+One reload runs at a time; one asked for during start-up waits until the company is up, one
+asked for while the daemon stops is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from companyd._secrets import redact
+from companyd.admin import (
+    AdminError,
+    DepartmentChanges,
+    ReloadApplied,
+    ReloadBlock,
+    ReloadRejected,
+    ReloadRejectedBlock,
+)
+from companyd.agents import Staff
+from companyd.alerts import AlertService
+from companyd.clock import Clock
+from companyd.config import CompanyConfig, load_config
+from companyd.daemon._actions import recorded
+from companyd.daemon._systemd import Notifier
+from companyd.desk import Proposals
+from companyd.errors import ConfigError
+from companyd.events import ConfigRejected, DaemonReloaded, EventBus
+from companyd.scheduler import RoutineScheduler
+from companyd.spend import SpendBook
+
+__all__ = ["ReloadRecord", "Reloader", "restart_only_changes", "shown_error"]
+
+log = logging.getLogger("companyd.daemon")  # the daemon's own log lines, whichever module
+
+
+@dataclass
+class ReloadRecord:
+    """The last reload's outcome, for status: when, ``"applied"`` | ``"rejected"``, and the
+    last rejected one (when, how many errors, the first one, secrets masked).
+    """
+
+    last_at: float | None = None
+    last_result: str | None = None
+    last_rejected: ReloadRejectedBlock | None = None
+    #: every error of the last rejected reload, as :func:`shown_error` shows them
+    last_errors: list[str] = field(default_factory=list)
+
+    def applied(self, at: float) -> None:
+        """Record an applied reload."""
+        self.last_at, self.last_result = at, "applied"
+
+    def rejected(self, at: float, errors: list[str]) -> None:
+        """Record a rejected reload and its errors."""
+        self.last_at, self.last_result = at, "rejected"
+        self.last_rejected = {
+            "at": at,
+            "errors": len(errors),
+            "first_error": shown_error(errors[0]) if errors else "",
+        }
+        self.last_errors = [shown_error(e) for e in errors]
+
+    def to_dict(self) -> ReloadBlock:
+        """The ``daemon.reload`` block of status (docs/daemon.md)."""
+        return {
+            "last_at": self.last_at,
+            "last_result": self.last_result,
+            "rejected": self.last_rejected.copy() if self.last_rejected else None,
+        }
+
+
+class Reloader:
+    """The daemon's reload (the ``reload`` operation of :class:`~companyd.admin.Admin`).
+
+    The attributes below are the daemon's; :class:`~companyd.daemon._main.Daemon` sets them.
+    """
+
+    config: CompanyConfig
+    state_dir: Path
+    oneoff: bool
+    clock: Clock
+    bus: EventBus
+    notifier: Notifier
+    state: str
+    config_loaded_at: float
+    reloads: ReloadRecord
+    staff: Staff
+    spend_book: SpendBook
+    proposal_store: Proposals
+    alerts: AlertService
+    scheduler: RoutineScheduler
+    tree: Any
+    _up: asyncio.Event
+    _stop: asyncio.Event
+    _reload_lock: asyncio.Lock
+
+    def _status_line(self) -> str:
+        """The STATUS= line sent with READY=1 after a reload (the daemon's)."""
+        raise NotImplementedError
+
+    async def reload(self, via: str = "cli") -> ReloadApplied | ReloadRejected:
+        """Re-read company.yaml; apply the difference or keep the old config.
+
+        A reload asked for during start-up waits until the tree is up (READY=1 is sent
+        once, when it is); one asked for while the daemon stops is refused. An operator's
+        reload is an ``operator_action`` ``via`` where it was asked (``cli``, ``telegram``;
+        empty: the daemon's own, on SIGHUP or after an applied proposal — not recorded).
+        """
+        return await recorded(self.bus, "reload", "company.yaml", via, self._reload_asked())
+
+    async def _reload_asked(self) -> ReloadApplied | ReloadRejected:
+        if not self._up.is_set() and not self._stopping():
+            log.info("reload requested during start-up: applied once the company is up")
+            await self._up.wait()
+        async with self._reload_lock:
+            if self._stopping():
+                log.info("reload not applied: the daemon is stopping")
+                return ReloadRejected(
+                    applied=False,
+                    errors=["the daemon is stopping; company.yaml was not reloaded"],
+                    message="reload refused: the daemon is stopping",
+                )
+            return await asyncio.shield(self._reload())
+
+    def _stopping(self) -> bool:
+        return self._stop.is_set() or self.state == "stopping"
+
+    async def _reload(self) -> ReloadApplied | ReloadRejected:
+        self.notifier.reloading("reloading company.yaml")
+        self.state = "reloading"
+        try:
+            try:
+                new = await asyncio.to_thread(load_config, self.config.path)
+            except ConfigError as exc:
+                errors = [str(i) for i in exc.issues]
+                self.reloads.rejected(self.clock.time(), errors)
+                self.bus.publish(
+                    ConfigRejected(
+                        source="daemon",
+                        file=str(self.config.path),
+                        errors=errors[:10],
+                        count=len(errors),
+                    )
+                )
+                return ReloadRejected(
+                    applied=False,
+                    errors=errors,
+                    message=f"company.yaml rejected ({len(errors)} problem(s)); the "
+                    "previous version keeps running",
+                )
+            old = self.config
+            self.staff.reconfigure(new)
+            self.spend_book.reconfigure(new)
+            # a budget raised in company.yaml lets the agents it paused work again
+            resumed = self.staff.resume_budget_paused("budget raised in company.yaml")
+            self.proposal_store.reconfigure(new)
+            self.alerts.update_config(new)
+            diff = await self.tree.apply_config(new)
+            self.staff.drop_removed()  # the removed agents are stopped by now
+            routines = {} if self.oneoff else await self.scheduler.reconfigure(new)
+            self.config = new
+            self.config_loaded_at = self.clock.time()
+            self.reloads.applied(self.config_loaded_at)
+            unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]
+            later = restart_only_changes(old, new, self.state_dir)
+            result = ReloadApplied(
+                applied=True,
+                added=list(diff.added_agents),
+                removed=list(diff.removed_agents),
+                changed=list(diff.changed_agents),
+                unchanged=len(unchanged),
+                departments=DepartmentChanges(
+                    added=list(diff.added_departments),
+                    removed=list(diff.removed_departments),
+                    changed=list(diff.changed_departments),
+                ),
+                routines=routines,
+                failures=list(diff.failures),
+                resumed=list(resumed),
+                restart_required=later or None,
+            )
+            if later:
+                log.warning(
+                    "company.yaml reloaded, but %s only take(s) effect when the daemon "
+                    "restarts (`systemctl restart companyd`)",
+                    ", ".join(later),
+                )
+            self.bus.publish(
+                DaemonReloaded(
+                    source="daemon",
+                    started=list(result.added),
+                    stopped=list(result.removed),
+                    restarted=list(result.changed),
+                    unchanged=result.unchanged,
+                    routines=routines,
+                    failures=list(result.failures),
+                )
+            )
+            return result
+        finally:
+            if self._stopping():
+                # STOPPING=1 went out meanwhile: READY=1 now would contradict it
+                self.state = "stopping"
+            else:
+                self.state = "running"
+                self.notifier.ready(self._status_line())
+
+    async def _reload_after_apply(self) -> None:
+        result = await self.reload(via="")
+        if isinstance(result, ReloadRejected):
+            raise AdminError(
+                "the change was written but company.yaml was rejected on reload: "
+                + "; ".join(result.errors[:3])
+            )
+
+
+def shown_error(text: str) -> str:
+    """A config error as status shows it: through the one redactor (known secrets and
+    values that look like one), on one line.
+    """
+    return " ".join(redact(text).split())[:500]  # one line: status prints it in a line
+
+
+def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
+    """The settings read once at start that differ between ``old`` and ``new``: a reload
+    cannot apply them (the state directory, the memory file, the model client, metrics,
+    the dashboard's address, telemetry).
+    """
+    changed = []
+    # (when --state-dir chose the directory, company.yaml's state_dir does not matter)
+    if old.state_dir() == state_dir and new.state_dir() != state_dir:
+        changed.append("state_dir")
+    if old.memory_path(state_dir) != new.memory_path(state_dir):
+        changed.append("memory.path")
+    if old.spec.anthropic != new.spec.anthropic:
+        changed.append("anthropic")
+    if old.spec.metrics != new.spec.metrics:
+        changed.append("metrics")
+    if old.spec.dashboard != new.spec.dashboard:
+        changed.append("dashboard")
+    if old.spec.telemetry != new.spec.telemetry:
+        changed.append("telemetry")
+    return changed

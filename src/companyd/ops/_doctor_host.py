@@ -1,0 +1,230 @@
+"""The host's part of ``companyd doctor``: disk space, the clock, the systemd units, versions.
+
+Each function returns one :class:`~companyd.ops._doctor.Check` (:func:`check_systemd_units`
+one per unit: ``companyd.service`` and every ``companyd@NAME`` instance systemd knows). The
+clock and the units are asked of systemd (``timedatectl``, ``systemctl``, ``systemd-analyze
+security``); where systemd is not running (a container, macOS, a chroot) the check is
+``skipped (no systemd)``, never a problem. Every command runs with a deadline and its
+failure is words.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from companyd import __version__
+from companyd.ops._checks import Check, Status
+
+__all__ = [
+    "SYSTEMD_RUNTIME",
+    "UNIT",
+    "check_clock",
+    "check_disk",
+    "check_systemd",
+    "check_systemd_units",
+    "check_versions",
+]
+
+#: The directory that exists when systemd is PID 1 (what ``sd_booted()`` tests).
+SYSTEMD_RUNTIME = Path("/run/systemd/system")
+UNIT = "companyd.service"
+#: The instances of the template ``companyd@.service`` (many companies on one host).
+INSTANCE_PATTERN = "companyd@*.service"
+#: Free space on the state's file system below which it is a problem / a warning.
+DISK_PROBLEM_BYTES = 100 * 1024 * 1024
+DISK_WARNING_BYTES = 1024 * 1024 * 1024
+_LIBRARIES = ("anthropic", "python-telegram-bot", "pydantic", "APScheduler", "mcp", "networkx")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 1024**3:.1f} GiB" if n >= 1024**3 else f"{n / 1024**2:.0f} MiB"
+
+
+def check_disk(state_dir: Path) -> Check:
+    """Free space where the state lives (its nearest existing directory)."""
+    where = state_dir
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        usage = shutil.disk_usage(where)
+    except OSError as exc:
+        return Check("disk", "problem", f"cannot read the free space of {str(where)!r}: {exc}")
+    share = usage.free / usage.total if usage.total else 0.0
+    text = f"{_gib(usage.free)} free of {_gib(usage.total)} ({share:.0%}) at {str(where)!r}"
+    if usage.free < DISK_PROBLEM_BYTES:
+        return Check(
+            "disk",
+            "problem",
+            text,
+            "free space: below 100 MiB the run journal and the ledger start refusing writes "
+            "(agents pause); delete old backups or logs, or grow the disk",
+        )
+    if usage.free < DISK_WARNING_BYTES or share < 0.05:
+        return Check("disk", "warning", text, "free some space before it runs out")
+    return Check("disk", "ok", text)
+
+
+def _run(argv: Sequence[str], timeout: float = 15.0) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return -1, f"{type(exc).__name__}: {exc}"
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def _no_systemd(runtime: Path, tool: str) -> str | None:
+    if not runtime.is_dir():
+        return "skipped (no systemd): systemd is not running on this machine"
+    if shutil.which(tool) is None:
+        return f"skipped (no systemd): {tool} is not installed"
+    return None
+
+
+def check_clock(runtime: Path = SYSTEMD_RUNTIME) -> Check:
+    """Whether the clock is synchronised (``timedatectl``): routines, budget periods and
+    quiet hours follow it.
+    """
+    why = _no_systemd(runtime, "timedatectl")
+    if why:
+        return Check("clock", "skipped", why)
+    rc, out = _run(["timedatectl", "show", "-p", "NTPSynchronized", "--value"])
+    if rc != 0:
+        return Check("clock", "warning", f"timedatectl failed: {out or rc}")
+    if out.strip() == "yes":
+        return Check("clock", "ok", "synchronised (NTP)")
+    return Check(
+        "clock",
+        "warning",
+        "not synchronised: routines, budget days and quiet hours follow this clock",
+        "sudo timedatectl set-ntp true (and check `timedatectl timesync-status`)",
+    )
+
+
+def check_systemd(unit: str = UNIT, runtime: Path = SYSTEMD_RUNTIME) -> Check:
+    """The unit installed, enabled, and its ``systemd-analyze security`` exposure."""
+    why = _no_systemd(runtime, "systemctl")
+    if why:
+        return Check("systemd", "skipped", why)
+    return _check_unit(unit, _unit_properties(unit))
+
+
+def check_systemd_units(runtime: Path = SYSTEMD_RUNTIME) -> list[Check]:
+    """:func:`check_systemd` for ``companyd.service`` and for every ``companyd@NAME``
+    instance systemd has loaded (enabled ones are, at boot), in name order.
+
+    With instances and no ``companyd.service``, only the instances are reported (the host
+    runs many companies; the single unit missing is no problem then). With both, and the
+    single unit enabled or running, its check warns: it would share ``/var/lib/companyd``
+    and ``/run/companyd`` with every instance.
+    """
+    why = _no_systemd(runtime, "systemctl")
+    if why:
+        return [Check("systemd", "skipped", why)]
+    instances = _loaded_instances()
+    props = _unit_properties(UNIT)
+    single = _check_unit(UNIT, props)
+    if not instances:
+        return [single]
+    checks = [_check_unit(name, _unit_properties(name)) for name in instances]
+    if props.get("UnitFileState") == "enabled" or props.get("ActiveState") == "active":
+        checks.insert(
+            0,
+            Check(
+                "systemd",
+                "warning",
+                f"{single.summary}; and {len(instances)} companyd@ instance(s) on the same host",
+                f"{UNIT} and companyd@NAME share /var/lib/companyd and /run/companyd (the "
+                "single unit's directories are the instances' parents): move this company "
+                'to an instance (docs/deploy.md, "Many companies on one host"), then '
+                f"sudo systemctl disable --now {UNIT}",
+            ),
+        )
+    return checks
+
+
+def _unit_properties(unit: str) -> dict[str, str]:
+    """LoadState, UnitFileState and ActiveState of ``unit`` (``{}`` when systemctl fails)."""
+    rc, out = _run(
+        ["systemctl", "show", unit, "-p", "LoadState", "-p", "UnitFileState", "-p", "ActiveState"]
+    )
+    if rc != 0:
+        return {}
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def _loaded_instances() -> list[str]:
+    """The ``companyd@NAME.service`` units systemd has loaded, sorted (none on failure)."""
+    rc, out = _run(
+        [
+            "systemctl",
+            "list-units",
+            "--all",
+            "--plain",
+            "--no-legend",
+            "--no-pager",
+            INSTANCE_PATTERN,
+        ]
+    )
+    if rc != 0:
+        return []
+    names = {line.split()[0] for line in out.splitlines() if line.strip()}
+    return sorted(n for n in names if n.startswith("companyd@") and n.endswith(".service"))
+
+
+def _check_unit(unit: str, props: dict[str, str]) -> Check:
+    """The verdict on one unit, from its properties and its security exposure."""
+    if props.get("LoadState") in (None, "not-found"):
+        return Check(
+            "systemd",
+            "warning",
+            f"{unit} is not installed",
+            "sudo companyd install-service --config company.yaml (docs/deploy.md)",
+        )
+    parts = [f"{unit} {props.get('ActiveState', '?')}, {props.get('UnitFileState', '?')}"]
+    status: Status = "ok"
+    fix: str | None = None
+    if props.get("UnitFileState") != "enabled":
+        status, fix = "warning", f"sudo systemctl enable {unit} (so it starts at boot)"
+    if shutil.which("systemd-analyze") is not None:
+        _, out = _run(["systemd-analyze", "security", unit, "--no-pager"], timeout=30.0)
+        m = re.search(r"Overall exposure level for \S+:\s*([\d.]+)\s*(\S+)", out)
+        if m:
+            level = float(m.group(1))
+            parts.append(f"exposure {level:.1f} {m.group(2)}")
+            if level >= 5.0:
+                shipped = "companyd@.service" if unit.startswith("companyd@") else UNIT
+                status = "warning"
+                fix = (
+                    "the unit is less hardened than the shipped one: compare it with "
+                    f"systemd/{shipped} and remove the drop-ins that loosen it"
+                )
+    return Check("systemd", status, "; ".join(parts), fix)
+
+
+def check_versions() -> Check:
+    """Python, SQLite, companyd and the key libraries (always ok: for the record)."""
+    parts = [f"companyd {__version__}", f"Python {platform.python_version()}"]
+    parts.append(f"SQLite {sqlite3.sqlite_version}")
+    for dist in _LIBRARIES:
+        try:
+            parts.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist} missing")
+    missing = [p for p in parts if p.endswith(" missing")]
+    if missing:
+        return Check(
+            "versions",
+            "problem",
+            ", ".join(parts),
+            "reinstall companyd in its venv: pip install --force-reinstall companyd",
+        )
+    return Check("versions", "ok", ", ".join(parts))

@@ -1,0 +1,211 @@
+"""Start-up decisions: which fire times passed while the daemon was down, and what to do.
+
+Pure functions of company.yaml's routines, their persisted :class:`RoutineState` and "now"
+(no I/O, no clock), run by the scheduler in a worker thread because walking cron fire times
+across a long outage is CPU work.
+
+For each enabled routine:
+
+* **new, or its trigger changed** (``repr`` differs, time zone included): nothing is owed —
+  fire times of an old schedule are not owed under a new one. Its cursor becomes now and it
+  waits for its next fire time.
+* **unchanged**: the fire times after the cursor and not after now were missed while down
+  (looked for at most :data:`CATCH_UP_WINDOW` back). With ``catch_up: run_once`` the latest
+  of them runs once, at start, if it is at most ``grace`` old; every other one is ``missed``
+  with the reason. The newest :data:`MAX_MISSED_ROWS` get a row each; older ones share one
+  row whose ``fires`` says how many it stands for.
+
+A fire time the catch-up does not serve is ``stopped`` instead of ``missed`` when it fell
+after a planned stop (the clean-stop marker the previous run left in routines.sqlite): the
+operator chose that downtime, so it is neither a miss nor a due run. Without the marker (a
+crash, kill -9, power loss) it is ``missed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from companyd.clock import utc_from_ts
+from companyd.config import RoutineConfig
+from companyd.scheduler._ids import new_id
+from companyd.scheduler._outcomes import Outcome
+from companyd.scheduler._store import FireRecord, RoutineState
+from companyd.scheduler._triggers import (
+    build_trigger,
+    fire_times,
+    format_seconds,
+    next_after,
+    trigger_identity,
+)
+
+__all__ = ["CATCH_UP_WINDOW", "MAX_MISSED_ROWS", "StartPlan", "missed_records", "plan_start"]
+
+#: Fire times missed while down are looked for at most this far back (bounded start-up work).
+CATCH_UP_WINDOW = 35 * 86400.0
+#: Missed fire times beyond this many (per routine, per start) share one history row.
+MAX_MISSED_ROWS = 100
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """What start-up decided for one routine.
+
+    Attributes:
+        routine: its configuration.
+        trigger: its APScheduler trigger; ``identity`` is ``repr(trigger)``.
+        state: the state to persist now (cursor moved past the missed fire times).
+        next_run: the job's first ``next_run_time`` (the catch-up fire time, when there is
+            one, else the next fire time after now; None if the schedule has ended).
+        catch_up: the fire time to run once at start, if any.
+        missed: history rows for fire times not served while the daemon was down, oldest
+            first: ``missed``, then ``stopped`` for those after a planned stop.
+    """
+
+    routine: RoutineConfig
+    trigger: Any
+    identity: str
+    state: RoutineState
+    next_run: datetime | None
+    catch_up: datetime | None
+    missed: list[FireRecord]
+
+
+def plan_start(
+    routines: Iterable[RoutineConfig],
+    states: Mapping[str, RoutineState],
+    now: float,
+    stopped: tuple[float, str] | None = None,
+) -> list[StartPlan]:
+    """Decide each routine's first run and its missed fire times at a start at ``now``.
+
+    ``stopped`` is the planned stop the previous run recorded, ``(at, why)``, if any.
+    """
+    plans = []
+    now_dt = utc_from_ts(now)
+    for r in routines:
+        trigger = build_trigger(r)
+        ident = trigger_identity(trigger)
+        st = states.get(r.slug)
+        if st is None or st.trigger != ident:
+            state = RoutineState(
+                routine=r.slug,
+                trigger=ident,
+                cursor=now,
+                last_fire=st.last_fire if st else None,
+                memory_marker=st.memory_marker if st else None,
+                updated=now,
+            )
+            plans.append(StartPlan(r, trigger, ident, state, next_after(trigger, now_dt), None, []))
+            continue
+        plans.append(_plan_catch_up(r, trigger, ident, st, now, stopped))
+    return plans
+
+
+def _plan_catch_up(
+    r: RoutineConfig,
+    trigger: Any,
+    ident: str,
+    st: RoutineState,
+    now: float,
+    stopped: tuple[float, str] | None = None,
+) -> StartPlan:
+    now_dt = utc_from_ts(now)
+    since = max(st.cursor, now - CATCH_UP_WINDOW)
+    times = fire_times(trigger, utc_from_ts(since), now_dt)
+    state = replace(st, updated=now)
+    if not times:
+        # max(): after the wall clock was stepped back, fire times up to the cursor have
+        # already been dealt with and must not run a second time.
+        start_from = utc_from_ts(max(now, st.cursor))
+        return StartPlan(r, trigger, ident, state, next_after(trigger, start_from), None, [])
+    latest = times[-1]
+    late = now - latest.timestamp()
+    catch_up: datetime | None = None
+    if r.catch_up.policy == "run_once" and late <= r.catch_up.grace:
+        catch_up, missed = latest, times[:-1]
+        reason = (
+            "daemon was down at this fire time; catch_up run_once serves only the latest "
+            f"missed fire time ({latest.astimezone(trigger.timezone):%Y-%m-%d %H:%M %Z})"
+        )
+        next_run: datetime | None = latest
+    else:
+        missed = times
+        if r.catch_up.policy == "run_once":
+            reason = (
+                f"daemon was down at this fire time; at start the latest missed fire time "
+                f"was {format_seconds(late)} old, beyond the catch-up grace of "
+                f"{format_seconds(r.catch_up.grace)}"
+            )
+        else:
+            reason = "daemon was down at this fire time (catch_up: skip)"
+        next_run = next_after(trigger, latest)
+    if stopped is None:
+        records = missed_records(r, missed, reason, now)
+    else:
+        stop_at, stop_why = stopped
+        down = [t for t in missed if t.timestamp() <= stop_at]
+        planned = [t for t in missed if t.timestamp() > stop_at]
+        stop_reason = (
+            f"skipped because the daemon was stopped on purpose ({stop_why}, at "
+            f"{utc_from_ts(stop_at).isoformat()}); catch_up {r.catch_up.policy} did not serve "
+            "this fire time — a planned stop is not a miss"
+        )
+        records = missed_records(r, down, reason, now) + missed_records(
+            r, planned, stop_reason, now, outcome=Outcome.STOPPED
+        )
+    if since > st.cursor and records:
+        records[0] = replace(
+            records[0],
+            reason=(
+                f"{records[0].reason}; the daemon was down since "
+                f"{utc_from_ts(st.cursor).isoformat()} — fire times before "
+                f"{utc_from_ts(since).isoformat()} were not counted"
+            ),
+        )
+    if missed:
+        last = missed[-1].timestamp()
+        state = replace(state, cursor=max(st.cursor, last), last_fire=last)
+    return StartPlan(r, trigger, ident, state, next_run, catch_up, records)
+
+
+def missed_records(
+    r: RoutineConfig,
+    times: list[datetime],
+    reason: str,
+    now: float,
+    outcome: Outcome = Outcome.MISSED,
+) -> list[FireRecord]:
+    """History rows (outcome ``missed``, or ``stopped``) for ``times``, oldest first; see the
+    module doc.
+    """
+    older, newest = times[:-MAX_MISSED_ROWS], times[-MAX_MISSED_ROWS:]
+
+    def row(t: datetime, why: str, fires: int = 1) -> FireRecord:
+        return FireRecord(
+            fire_id=new_id("fire"),
+            routine=r.slug,
+            agent=r.assignee,
+            kind="scheduled",
+            scheduled=t.timestamp(),
+            fired=now,
+            ended=now,
+            outcome=str(outcome),
+            reason=why,
+            fires=fires,
+        )
+
+    records = []
+    if older:
+        records.append(
+            row(
+                older[0],
+                f"{reason}; this row stands for {len(older)} fire times from "
+                f"{older[0].isoformat()} to {older[-1].isoformat()}",
+                len(older),
+            )
+        )
+    records.extend(row(t, reason) for t in newest)
+    return records

@@ -1,0 +1,350 @@
+"""The operator's view of routines: ``companyd jobs`` and ``companyd jobs history``.
+
+Built from the same inputs whether a daemon runs (next fire times from the live scheduler)
+or not (next fire times computed from company.yaml and the persisted cursors), so the CLI,
+the control socket and Telegram show one format. Every function here is pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from companyd.scheduler._records import FireRecord, RoutineState, RoutineStats
+
+if TYPE_CHECKING:
+    from companyd.admin import RoutineRow
+    from companyd.config import CompanyConfig, RoutineConfig
+
+__all__ = [
+    "SUCCESS_WINDOW",
+    "JobView",
+    "format_history",
+    "format_history_result",
+    "format_jobs",
+    "format_jobs_result",
+    "job_views",
+    "offline_next_fires",
+]
+
+
+def utc_from_ts(ts: float) -> datetime:
+    """:func:`companyd.clock.utc_from_ts`, here so that printing a daemon's ``jobs`` answer
+    does not import the clock (and asyncio with it).
+    """
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+#: The window of ``companyd jobs``' success rate.
+SUCCESS_WINDOW = 7 * 86400.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobView:
+    """One line of ``companyd jobs``."""
+
+    routine: str
+    agent: str
+    schedule: str
+    timezone: str
+    enabled: bool
+    concurrency: str
+    catch_up: str
+    precondition: str
+    next_fire: float | None
+    catch_up_pending: float | None
+    last: FireRecord | None
+    in_progress: int
+    stats: RoutineStats
+    #: why ``pause_after_failures`` paused the routine (live view only), None if it is not
+    paused: str | None = None
+
+    def to_dict(self) -> RoutineRow:
+        """The line as the ``jobs`` result carries it over the control socket: times as ISO 8601
+        strings (None when absent), the 7-day figures under ``success_7d``; :meth:`from_dict` reads
+        it back.
+        """
+        rate = self.stats.success_rate
+        row: RoutineRow = {
+            "routine": self.routine,
+            "agent": self.agent,
+            "schedule": self.schedule,
+            "timezone": self.timezone,
+            "enabled": self.enabled,
+            "concurrency": self.concurrency,
+            "catch_up": self.catch_up,
+            "precondition": self.precondition,
+            "next_fire": _iso(self.next_fire),
+            "catch_up_pending": _iso(self.catch_up_pending),
+            "last": self.last.to_dict() if self.last else None,
+            "in_progress": self.in_progress,
+            "success_7d": {
+                "due": self.stats.due,
+                "ok": self.stats.ok,
+                "rate": rate,
+                "unverified": self.stats.unverified,
+            },
+        }
+        if self.paused:
+            row["paused"] = self.paused
+        return row
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobView:
+        """The inverse of :meth:`to_dict` (for front ends that received it as JSON)."""
+        return cls(
+            routine=d["routine"],
+            agent=d["agent"],
+            schedule=d["schedule"],
+            timezone=d["timezone"],
+            enabled=d["enabled"],
+            concurrency=d["concurrency"],
+            catch_up=d["catch_up"],
+            precondition=d["precondition"],
+            next_fire=_ts(d.get("next_fire")),
+            catch_up_pending=_ts(d.get("catch_up_pending")),
+            last=FireRecord.from_dict(d["last"]) if d.get("last") else None,
+            in_progress=int(d.get("in_progress", 0)),
+            stats=RoutineStats(
+                routine=d["routine"],
+                due=d["success_7d"]["due"],
+                ok=d["success_7d"]["ok"],
+                unverified=int(d["success_7d"].get("unverified") or 0),
+            ),
+            paused=d.get("paused") or None,
+        )
+
+
+def _ts(text: str | None) -> float | None:
+    return None if text is None else datetime.fromisoformat(text).timestamp()
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else utc_from_ts(ts).isoformat()
+
+
+def job_views(
+    config: CompanyConfig,
+    *,
+    stats: Mapping[str, RoutineStats],
+    latest: Mapping[str, FireRecord],
+    open_fires: Sequence[FireRecord],
+    next_fires: Mapping[str, float | None],
+    catch_up_pending: Mapping[str, float] | None = None,
+    paused: Mapping[str, str] | None = None,
+) -> list[JobView]:
+    """Rows for every routine in company.yaml, in file order."""
+    from companyd.scheduler._triggers import describe_schedule
+
+    busy: dict[str, int] = {}
+    for rec in open_fires:
+        busy[rec.routine] = busy.get(rec.routine, 0) + 1
+    pending = catch_up_pending or {}
+    views = []
+    for slug, r in config.routines.items():
+        views.append(
+            JobView(
+                routine=slug,
+                agent=r.assignee,
+                schedule=describe_schedule(r),
+                timezone=r.timezone,
+                enabled=r.enabled,
+                concurrency=r.concurrency,
+                catch_up=_catch_up_text(r),
+                precondition=r.precondition,
+                next_fire=next_fires.get(slug) if r.enabled else None,
+                catch_up_pending=pending.get(slug),
+                last=latest.get(slug),
+                in_progress=busy.get(slug, 0),
+                stats=stats.get(slug) or RoutineStats(routine=slug, due=0, ok=0),
+                paused=(paused or {}).get(slug),
+            )
+        )
+    return views
+
+
+def _catch_up_text(r: RoutineConfig) -> str:
+    from companyd.scheduler._triggers import format_seconds
+
+    if r.catch_up.policy == "skip":
+        return "skip"
+    return f"run_once within {format_seconds(r.catch_up.grace)}"
+
+
+def offline_next_fires(
+    config: CompanyConfig, states: Mapping[str, RoutineState], now: float
+) -> tuple[dict[str, float | None], dict[str, float]]:
+    """Next fire times as a daemon started at ``now`` would see them.
+
+    Returns ``(next_fires, catch_up_pending)``: the next regular fire time of each enabled
+    routine, and — for ``run_once`` routines whose latest fire time since their cursor is
+    still within grace — that fire time, which would run as soon as the daemon starts.
+    """
+    from companyd.scheduler._triggers import build_trigger, fire_times, next_after, trigger_identity
+
+    now_dt = utc_from_ts(now)
+    nexts: dict[str, float | None] = {}
+    pending: dict[str, float] = {}
+    for slug, r in config.routines.items():
+        if not r.enabled:
+            continue
+        trigger = build_trigger(r)
+        nxt = next_after(trigger, now_dt)
+        nexts[slug] = nxt.timestamp() if nxt else None
+        st = states.get(slug)
+        if st is None or st.trigger != trigger_identity(trigger) or r.catch_up.policy == "skip":
+            continue
+        # Only the latest missed time matters; start the walk close to now (bounded work).
+        since = max(st.cursor, now - max(r.catch_up.grace, 1.0))
+        missed = fire_times(trigger, utc_from_ts(since), now_dt)
+        if missed and now - missed[-1].timestamp() <= r.catch_up.grace:
+            pending[slug] = missed[-1].timestamp()
+    return nexts, pending
+
+
+# ---------------------------------------------------------------------------------------
+# Text
+
+
+def _local(ts: float | None, tz: str, fmt: str = "%Y-%m-%d %H:%M %Z") -> str:
+    if ts is None:
+        return "—"
+    if tz == "UTC":  # the usual zone, without zoneinfo's imports (issue 31: `companyd jobs`)
+        return utc_from_ts(ts).strftime(fmt)
+    from zoneinfo import ZoneInfo
+
+    return utc_from_ts(ts).astimezone(ZoneInfo(tz)).strftime(fmt)
+
+
+def _ago(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _rate(stats: RoutineStats) -> str:
+    rate = stats.success_rate
+    if rate is None:
+        return "— (none due)"
+    apart = f", {stats.unverified} unverified" if stats.unverified else ""
+    return f"{rate * 100:.1f}% ({stats.ok}/{stats.due}{apart})"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def format_jobs(views: Sequence[JobView], now: float, *, daemon: bool) -> str:
+    """The ``companyd jobs`` table (plain text, one routine per line)."""
+    if not views:
+        return "no routines in company.yaml (add some under 'routines:')"
+    rows = []
+    for v in views:
+        if not v.enabled:
+            nxt = "disabled"
+        elif v.paused:
+            nxt = f"paused: failed in a row (`companyd jobs resume {v.routine}`)"
+        elif v.catch_up_pending is not None:
+            nxt = f"at start (catch-up of {_local(v.catch_up_pending, v.timezone)})"
+        elif v.next_fire is None:
+            nxt = "—"
+        else:
+            nxt = f"{_local(v.next_fire, v.timezone)} (in {_ago(v.next_fire - now)})"
+        if v.last is None:
+            last = "never fired"
+        else:
+            last = f"{v.last.outcome} {_ago(now - v.last.scheduled)} ago"
+        if v.in_progress:
+            last += f" · {v.in_progress} running/waiting"
+        rows.append((v.routine, v.agent, v.schedule, nxt, last, _rate(v.stats)))
+    table = _table(("ROUTINE", "AGENT", "SCHEDULE", "NEXT FIRE", "LAST", "7-DAY SUCCESS"), rows)
+    if not daemon:
+        table += (
+            "\n(read from the saved history; next fire times computed from company.yaml and "
+            "each routine's saved schedule position)"
+        )
+    return table
+
+
+def format_history(routine: RoutineConfig | None, slug: str, records: Sequence[FireRecord]) -> str:
+    """The ``companyd jobs history ROUTINE`` table, newest first."""
+    from companyd.scheduler._triggers import describe_schedule
+
+    tz = routine.timezone if routine else "UTC"
+    head = f"{slug}"
+    if routine is not None:
+        head += f" ({routine.assignee}) — {describe_schedule(routine)}"
+    else:
+        head += " (no longer in company.yaml)"
+    if not records:
+        return head + "\nno fires recorded yet"
+    rows = []
+    for r in records:
+        duration = "—"
+        if r.started is not None and r.ended is not None:
+            duration = _ago(r.ended - r.started) if r.ended - r.started >= 1 else "<1s"
+        what = r.outcome or ("running" if r.started is not None else "waiting")
+        if r.fires > 1:
+            what += f" ×{r.fires}"
+        rows.append(
+            (
+                _local(r.scheduled, tz),
+                r.kind,
+                what,
+                _local(r.started, tz, "%H:%M:%S") if r.started is not None else "—",
+                duration,
+                f"${r.cost_usd:.4f}",
+                r.run_id or "—",
+                r.reason or "",
+            )
+        )
+    return (
+        head
+        + "\n"
+        + _table(("SCHEDULED", "KIND", "OUTCOME", "STARTED", "TOOK", "COST", "RUN", "REASON"), rows)
+        + "\n"
+        + _tally(records)
+    )
+
+
+def _tally(records: Sequence[FireRecord]) -> str:
+    """One line under the history: its due runs by outcome — ``unverified`` apart from
+    ``ok`` and from the failures (the runs whose work did not demonstrably happen).
+    """
+    from companyd.scheduler._outcomes import Outcome
+
+    due = [r for r in records if r.outcome and r.outcome not in (Outcome.IDLE, Outcome.STOPPED)]
+    ok = sum(r.fires for r in due if r.outcome == Outcome.OK)
+    unverified = sum(r.fires for r in due if r.outcome == Outcome.UNVERIFIED)
+    total = sum(r.fires for r in due)
+    other = total - ok - unverified
+    return (
+        f"shown: {total} due run(s): {ok} ok · {unverified} unverified · {other} failed, "
+        "missed or skipped"
+    )
+
+
+def format_jobs_result(result: Mapping[str, Any], now: float) -> str:
+    """:func:`format_jobs` for a ``jobs()`` result received as JSON (control socket)."""
+    views = [JobView.from_dict(r) for r in result["routines"]]
+    return format_jobs(views, now, daemon=bool(result.get("daemon", result.get("live"))))
+
+
+def format_history_result(result: Mapping[str, Any], config: CompanyConfig | None) -> str:
+    """:func:`format_history` for a ``history()`` result received as JSON."""
+    slug = result["routine"]
+    routine = config.routines.get(slug) if config is not None else None
+    return format_history(routine, slug, [FireRecord.from_dict(f) for f in result["fires"]])

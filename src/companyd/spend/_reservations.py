@@ -1,0 +1,86 @@
+"""The reserve → call → settle contract's types: a reservation and the two refusals.
+
+A :class:`Reservation` is the money :meth:`~companyd.spend._book.SpendBook.reserve` set aside
+for one call in flight; the caller hands it back to ``settle``, ``forfeit`` or ``release``.
+:class:`BudgetExhausted` is the refusal of a call whose worst case does not fit a budget (the
+message says which budget, what is left and when it resets); :class:`SpendError` an operator
+request about money that cannot be done as asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from companyd.errors import CompanydError
+
+__all__ = ["BudgetExhausted", "Reservation", "SpendError"]
+
+
+class SpendError(CompanydError):
+    """An operator request about money that cannot be done as asked."""
+
+
+class BudgetExhausted(CompanydError):
+    """A call's worst case does not fit in a budget; the call was not made.
+
+    Attributes:
+        scope: ``"company"`` or ``"agent"``.
+        agent: the agent that asked.
+        period: ``"day"`` or ``"month"``.
+        needed_usd: the call's worst-case cost.
+        remaining_usd: what the budget has left (settled and reserved spend deducted).
+        limit_usd: the budget, including today's raises.
+        resets_at: ISO time the budget resets, in the company's time zone.
+    """
+
+    def __init__(
+        self,
+        scope: str,
+        agent: str | None,
+        period: str,
+        needed_usd: Decimal,
+        remaining_usd: Decimal,
+        *,
+        limit_usd: Decimal | None = None,
+        resets_at: str | None = None,
+    ) -> None:
+        self.scope = scope
+        self.agent = agent
+        self.period = period
+        self.needed_usd = needed_usd
+        self.remaining_usd = remaining_usd
+        self.limit_usd = limit_usd
+        self.resets_at = resets_at
+        whose = "the company's" if scope == "company" else f"agent {agent}'s"
+        which = "daily" if period == "day" else "monthly"
+        limit = f" of ${limit_usd:.2f}" if limit_usd is not None else ""
+        when = f"; it resets at {resets_at}" if resets_at else ""
+        super().__init__(
+            f"{whose} {which} budget{limit} is exhausted: this call could cost up to "
+            f"${needed_usd:.4f} but only ${remaining_usd:.4f} is left{when} — or raise "
+            "today's budget, or increase it in company.yaml"
+        )
+
+
+@dataclass(kw_only=True, eq=False)
+class Reservation:
+    """Money set aside for one call in flight. Pass it back to settle() or release().
+
+    Attributes:
+        id: unique id (also the ``inflight`` row's key).
+        amount_usd: the reserved worst case.
+        state: ``"open"``, ``"settled"`` or ``"released"``.
+    """
+
+    id: str
+    agent: str
+    run_id: str
+    routine: str | None
+    model: str
+    input_tokens: int
+    max_output_tokens: int
+    amount_usd: Decimal
+    amount_pusd: int
+    created: float
+    state: str = "open"

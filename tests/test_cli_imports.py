@@ -1,0 +1,177 @@
+"""The import budget of each everyday CLI command (issue 31): what a fresh ``companyd``
+process has loaded when the command is done, as the console script runs it.
+
+A command's cost is its start-up, and its start-up is its imports: ``--version``,
+``status``, ``runs``, ``inbox`` and ``jobs`` must stay within 5× a bare ``python -c pass``
+and ``validate`` within 10× (bench/cli.py measures the ratios; docs/benchmarks.md "cli" has
+the figures). Wall-clock assertions would be flaky on a loaded machine, so the budget is
+held here as what each command must not import: the heavy libraries (the SDKs, the web
+stack, pydantic, the PostgreSQL driver on a SQLite company) and the standard modules that
+the thin path was made to do without (PyYAML: the socket is found without parsing
+company.yaml; ``logging`` and ``dataclasses``: ~8–9 ms each, more than half a bare start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from companyd.testing.daemon_process import DaemonProcess
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "company.yaml"
+
+#: No everyday command needs these (each tens to hundreds of ms of imports).
+HEAVY = (
+    "pydantic",
+    "pydantic_core",
+    "psycopg",
+    "psycopg_pool",
+    "mcp",
+    "networkx",
+    "starlette",
+    "uvicorn",
+    "telegram",
+    "anthropic",
+    "httpx",
+    "apscheduler",
+    "jinja2",
+    "prometheus_client",
+    "opentelemetry",
+)
+
+#: What the commands a daemon answers do without: the event loop, PyYAML (the daemon's
+#: socket is found through its company.yaml claim, or company.yaml's top level read line by
+#: line), logging and dataclasses (neither is used to ask and print), hashlib.
+NOT_FOR_READS: tuple[str, ...] = (
+    *HEAVY,
+    "asyncio",
+    "yaml",
+    "logging",
+    "dataclasses",
+    "hashlib",  # the claim's name is hashed by CPython's own SHA-256: no OpenSSL start-up
+)
+
+#: ``--version`` answers before the parser, the redactor or the error types are imported.
+NOT_FOR_VERSION = (*NOT_FOR_READS, "argparse", "json", "companyd.errors", "companyd._secrets")
+
+#: ``validate`` needs pydantic, PyYAML and the cron library, but not the stores' driver on a
+#: SQLite company, nor anything of a running company.
+NOT_FOR_VALIDATE = (
+    "psycopg",
+    "psycopg_pool",
+    "mcp",
+    "networkx",
+    "starlette",
+    "uvicorn",
+    "telegram",
+    "anthropic",
+    "httpx",
+    "jinja2",
+    "prometheus_client",
+    "opentelemetry",
+)
+
+#: The console script's own lines (pip's generated ``bin/companyd``), then what is loaded.
+PROBE = """
+import atexit, os, re, sys
+def report():
+    names = set(sys.modules)
+    names |= {n.split(".")[0] for n in names}
+    os.write(int(os.environ["PROBE_FD"]), " ".join(sorted(names)).encode())
+atexit.register(report)
+sys.argv = ["companyd", *sys.argv[1:]]
+from companyd.cli import main
+sys.exit(main())
+"""
+
+
+def loaded_by(*argv: str, cwd: Path, env: dict[str, str], rc: int = 0) -> set[str]:
+    """The modules (dotted names and their top-level packages) ``companyd ARGV`` loaded."""
+    read, write = os.pipe()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", PROBE, *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=cwd,
+            env={**env, "PROBE_FD": str(write)},
+            pass_fds=(write,),
+        )
+        os.close(write)
+        write = -1
+        with os.fdopen(read, "rb") as f:
+            read = -1
+            loaded = f.read().decode().split()
+    finally:
+        for fd in (read, write):
+            if fd >= 0:
+                os.close(fd)
+    assert proc.returncode == rc, (argv, proc.returncode, proc.stderr)
+    return set(loaded)
+
+
+def test_version_imports_nothing_but_the_version() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        loaded = loaded_by("--version", cwd=Path(d), env=dict(os.environ))
+    assert sorted(loaded.intersection(NOT_FOR_VERSION)) == []
+
+
+def test_validate_of_a_sqlite_company_does_not_import_the_postgresql_driver() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        loaded = loaded_by("validate", str(EXAMPLE), cwd=Path(d), env=dict(os.environ))
+    assert sorted(loaded.intersection(NOT_FOR_VALIDATE)) == []
+    assert "pydantic" in loaded  # the probe sees what validate does load: it can fail
+
+
+#: Reading the run journal without a daemon, on a SQLite company: the stores, no config
+#: machinery (pydantic, the schema, the cron library) and no PostgreSQL driver.
+NOT_FOR_OFFLINE_READS = (*HEAVY, "yaml")
+
+
+def test_offline_reads_of_a_sqlite_company_load_no_config_machinery(tmp_path: Path) -> None:
+    shutil.copy(EXAMPLE, tmp_path / "company.yaml")
+    env = {**os.environ, "COMPANYD_CONFIG": str(tmp_path / "company.yaml")}
+    for argv in (("runs",), ("tasks",)):
+        loaded = loaded_by(*argv, cwd=tmp_path, env=env)
+        assert sorted(loaded.intersection(NOT_FOR_OFFLINE_READS)) == [], argv
+        assert "companyd.runs._journal" in loaded, argv  # it did read (or look for) the journal
+
+
+def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
+    # status, runs, inbox and jobs of the running example company, found as a founder's
+    # shell finds it: $COMPANYD_CONFIG only (the daemon's claim on its company.yaml), and
+    # with --state-dir; then `status` once no daemon runs, which reads company.yaml's
+    # state_dir to name the socket it tried
+    async def scenario(work: Path) -> None:
+        shutil.copy(EXAMPLE, work / "company.yaml")
+        env = {**os.environ, "COMPANYD_CONFIG": str(work / "company.yaml")}
+        state = work / "state"
+        async with DaemonProcess(work / "company.yaml", state, log=work / "d.log"):
+            commands: list[tuple[str, ...]] = [
+                ("status",),
+                ("runs",),
+                ("inbox",),
+                ("jobs",),
+                ("status", "--state-dir", str(state)),
+            ]
+            for argv in commands:
+                loaded = await asyncio.to_thread(loaded_by, *argv, cwd=work, env=env)
+                budget = NOT_FOR_READS
+                if argv[0] == "jobs":  # its printer is built on the routines' record types
+                    budget = tuple(m for m in NOT_FOR_READS if m != "dataclasses")
+                assert sorted(loaded.intersection(budget)) == [], argv
+        # no daemon: every place its socket may be is tried, the state directory's read off
+        # company.yaml's top level (not by PyYAML) and /run/companyd's from the systemd
+        # layout (a dataclass: this path may import dataclasses)
+        loaded = await asyncio.to_thread(loaded_by, "status", cwd=work, env=env, rc=69)
+        budget = tuple(m for m in NOT_FOR_READS if m != "dataclasses")
+        assert sorted(loaded.intersection(budget)) == []
+
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="cliimp") as d:
+        asyncio.run(scenario(Path(d)))
