@@ -317,6 +317,15 @@ def test_status_for_a_phone_is_the_headline_what_is_wrong_and_what_comes_next() 
     )
     status["alerts"] = {"telegram": "ok", "commands": "ok"}
     assert not any(line.startswith("telegram") for line in format_status(status).splitlines())
+    # the other channels (issue 30): a line only when one of them is not fine
+    ok = {"name": "email", "state": "ok", "since": None, "error": ""}
+    status["alerts"] = {"telegram": "ok", "commands": "ok", "channels": [ok]}
+    assert not any(line.startswith("channels") for line in format_status(status).splitlines())
+    failing = {"name": "slack", "state": "failing", "since": 1_800_000_000.0 - 600, "error": "x"}
+    status["alerts"] = {"telegram": "ok", "commands": "ok", "channels": [ok, failing]}
+    assert (
+        "channels: email ok · slack failing since 07:50 (x)" in format_status(status).splitlines()
+    )
     # anything that is not the daemon's status shape is shown as it is
     assert format_status({"spend_today_usd": 1.5}) == "📊 status\nspend_today_usd: $1.50"
 

@@ -1256,6 +1256,25 @@ def test_status_says_which_half_of_telegram_works() -> None:
     assert "Alerts: telegram ok\n" in render_status(fine)
 
 
+def test_status_says_how_each_other_channel_is_doing() -> None:
+    """``alerts.channels`` (issue 30): one line, each channel ok, failing since when and why,
+    or unset; no line without channels.
+    """
+    alerts = {"telegram": "ok", "queued": 0, "commands": "ok"}
+    channels = [
+        {"name": "email", "state": "ok", "since": None, "error": ""},
+        {"name": "slack", "state": "failing", "since": NOW - 600, "error": "https send failed"},
+        {"name": "ntfy", "state": "unset", "since": None, "error": "$NTFY_URL is not set"},
+    ]
+    base = {**STATUS, "now": NOW, "company": {"name": "N", "timezone": "UTC"}}
+    text = render_status({**base, "alerts": {**alerts, "channels": channels}})
+    assert (
+        "Channels: email ok · slack failing since 07:50 (https send failed) · "
+        "ntfy unset ($NTFY_URL is not set)\n"
+    ) in text
+    assert "Channels:" not in render_status({**base, "alerts": alerts})
+
+
 @pytest.mark.anyio
 async def test_no_answer_carries_a_secret(server: tuple[ControlServer, Company]) -> None:
     """Answers pass the one redactor: registered secrets and values that look like one."""

@@ -227,7 +227,7 @@ def imported(log_text: str) -> list[str]:
 def heavy_among(modules: list[str], heavy: tuple[str, ...]) -> list[str]:
     """The entries of ``heavy`` that ``modules`` holds (a name or one of its submodules),
     both read without the leading underscores of internal modules (``companyd.dashboard._app``
-    and ``companyd.dashboard.app`` are one), so a module renamed private is still matched.
+    and ``companyd.dashboard._app`` are one), so a module renamed private is still matched.
     """
 
     def plain(name: str) -> str:

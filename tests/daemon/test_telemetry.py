@@ -46,6 +46,7 @@ def company(
     capture: bool = False,
     writer: dict[str, Any] | None = None,
     others: dict[str, Any] | None = None,
+    routine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     telemetry: dict[str, Any] = {"otlp_endpoint": endpoint}
     if capture:
@@ -63,6 +64,7 @@ def company(
                 "assignee": "writer",
                 "description": "Draft today's post.",
                 "trigger": {"cron": "0 14 * * *"},
+                **(routine or {}),
             }
         },
         "telemetry": telemetry,
@@ -90,6 +92,7 @@ async def fire_once(
     metrics: set[str] | None = None,
     script: list[Any] | None = None,
     others: dict[str, Any] | None = None,
+    routine: dict[str, Any] | None = None,
 ) -> list[CollectedSpan]:
     script = script or [
         reply_tool_use(tool, {}, id="toolu_read_1"),
@@ -97,7 +100,9 @@ async def fire_once(
     ]
     with OtlpCollector() as collector, MessagesAPIServer(script=script) as srv:
         cfg = work / "company.yaml"
-        spec = company(collector.endpoint, capture=capture, writer=writer, others=others)
+        spec = company(
+            collector.endpoint, capture=capture, writer=writer, others=others, routine=routine
+        )
         cfg.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {
             "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789abcdef",
@@ -145,6 +150,9 @@ async def test_one_fire_with_a_tool_call_is_one_trace_of_genai_spans(work: Path)
     assert a["gen_ai.conversation.id"].startswith("run-")
     assert a["companyd.routine"] == "daily-post"
     assert a["companyd.run.status"] == "ok"
+    # nothing to check (no done_when, and the answer claims no tool): said as such
+    assert a["companyd.run.verification"] == "none"
+    assert fire.attributes["companyd.run.verification"] == "none"
     assert a["companyd.cost.usd"] > 0
     first, second = sorted(chats, key=lambda c: c.attributes["gen_ai.response.finish_reasons"][0])
     for c in chats:
@@ -167,6 +175,26 @@ async def test_one_fire_with_a_tool_call_is_one_trace_of_genai_spans(work: Path)
     # no message content unless capture_content is on
     for s in spans:
         assert not CONTENT & s.attributes.keys(), s
+
+
+@pytest.mark.parametrize(
+    ("tool", "verification", "status"),
+    [("read_graph", "verified", "ok"), ("create_entities", "unverified", "unverified")],
+)
+async def test_the_verification_outcome_is_its_own_attribute(
+    work: Path, tool: str, verification: str, status: str
+) -> None:
+    # done_when names read_graph: the run calls it (verified), or create_entities, a tool
+    # the run never calls (unverified; on_unmet: report, so no second chance)
+    spans = await fire_once(
+        work, capture=False, routine={"done_when": [{"tool": tool}], "on_unmet": "report"}
+    )
+    [fire] = by_name(spans, "fire daily-post")
+    [agent] = by_name(spans, "invoke_agent writer")
+    assert agent.attributes["companyd.run.verification"] == verification
+    assert agent.attributes["companyd.run.status"] == status
+    assert fire.attributes["companyd.run.verification"] == verification
+    assert fire.attributes["companyd.fire.outcome"] == status
 
 
 async def test_capture_content_exports_redacted_messages(work: Path) -> None:

@@ -558,6 +558,20 @@ class PagerHealth(TypedDict):
     commands: str
     commands_since: float | None
     commands_error: str
+    #: the other channels (``alerts.channels``), when any is configured
+    channels: NotRequired[list[ChannelHealth]]
+
+
+class ChannelHealth(TypedDict):
+    """One of ``alerts.channels`` in status: ``ok`` (its last send worked, or none was due),
+    ``failing`` since when and why (redacted), or ``unset`` (its ``url_env`` was not set at
+    the pager's start). Never its URL.
+    """
+
+    name: str
+    state: Literal["ok", "failing", "unset"]
+    since: float | None
+    error: str
 
 
 class ReloadRejectedBlock(TypedDict):

@@ -23,6 +23,7 @@ __all__ = [
     "as_mapping",
     "as_number",
     "as_text",
+    "channels_health",
     "format_duration",
     "format_usd",
     "format_when",
@@ -236,6 +237,24 @@ def telegram_health(alerts: Mapping[str, Any], now: float, tz_name: str) -> str:
     return f"{send} · {cmd}"
 
 
+def channels_health(channels: list[Mapping[str, Any]], now: float, tz_name: str) -> str:
+    """The other channels in one line, e.g. ``email ok · slack failing since 10:02 (https
+    send failed: …) · ntfy unset ($NTFY_URL is not set)``.
+    """
+    parts = []
+    for c in channels:
+        name, state = as_text(c.get("name")) or "?", as_text(c.get("state")) or "?"
+        part = f"{name} {state}"
+        since = as_number(c.get("since"))
+        if state == "failing" and since is not None:
+            part += f" since {_clock_time(since, now, tz_name)}"
+        error = as_text(c.get("error"))
+        if state != "ok" and error:
+            part += f" ({error})"
+        parts.append(part)
+    return " · ".join(parts)
+
+
 def reload_lines(daemon: Mapping[str, Any], now: float, tz_name: str) -> list[str]:
     """Since when the running company.yaml runs, and the last rejected reload when it came
     after that (the file on disk is then not the one running). Shared by ``companyd
@@ -352,6 +371,9 @@ def render_status(status: Mapping[str, Any], *, now: float | None = None) -> str
             line += f", {int(queued)} queued"
         out.append("")
         out.append(line)
+        channels = [c for c in as_list(alerts.get("channels")) if isinstance(c, Mapping)]
+        if channels:
+            out.append("Channels: " + channels_health(channels, now, tz))
     return "\n".join(out) + "\n"
 
 

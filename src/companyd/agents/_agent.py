@@ -431,6 +431,7 @@ class Agent:
         span = state.span
         span.set(GenAI.COST, outcome.cost_usd)
         span.set(GenAI.RUN_STATUS, str(status))
+        span.set(GenAI.RUN_VERIFICATION, outcome.verification)
         span.set(GenAI.INPUT_TOKENS, state.usage.input_tokens)
         span.set(GenAI.OUTPUT_TOKENS, state.usage.output_tokens)
         span.set("companyd.run.steps", outcome.steps)
@@ -509,6 +510,13 @@ class Agent:
             tokens=state.usage.total_tokens,
             models=tuple(dict.fromkeys(state.models)),
             offline=state.offline,
+            verification=(
+                "unverified"
+                if status is RunStatus.UNVERIFIED
+                else "verified"
+                if state.verified
+                else "none"
+            ),
         )
 
     # -- the tool-use loop ------------------------------------------------------------------
@@ -789,6 +797,7 @@ class Agent:
                     state.messages.append({"role": "user", "content": follow_up})
                     state.verify_retries += 1
                     state.unverified = str(s.payload.get("reason") or "") or None
+                state.verified = s.payload.get("met") is True
                 continue
             if s.kind != "llm":
                 continue
@@ -902,6 +911,7 @@ class Agent:
             state.verify_retries += 1
             state.unverified = verdict.reason
             return True, None
+        state.verified = verdict.met
         return False, None if verdict.met else verdict.reason
 
     # -- prompts ----------------------------------------------------------------------------

@@ -88,6 +88,8 @@ class RunState:
     #: why the last answer did not hold, while its follow-up waits for the model's next
     #: step (a limit that stops the run there says it)
     unverified: str | None = None
+    #: whether the answer was checked and held (a ``verification`` step that was met)
+    verified: bool = False
     #: why the task was withdrawn (its asker stopped waiting), once it is
     withdrawn: str | None = None
     withdrawn_signal: asyncio.Event = field(default_factory=asyncio.Event)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from companyd.alerts._check import check_telegram
     from companyd.alerts._notify import FallbackCompany, fallback_company, notify_failure
+    from companyd.alerts._probes import TargetProbe, probe_channel, probe_webhook
     from companyd.alerts._service import AlertService
     from companyd.alerts._setup import SetupFailed, telegram_setup
     from companyd.alerts._telegram import resolve_settings
@@ -32,9 +33,12 @@ __all__ = [
     "AlertService",
     "FallbackCompany",
     "SetupFailed",
+    "TargetProbe",
     "check_telegram",
     "fallback_company",
     "notify_failure",
+    "probe_channel",
+    "probe_webhook",
     "resolve_settings",
     "telegram_setup",
 ]
@@ -50,6 +54,9 @@ _HOMES: dict[str, str] = {
     "fallback_company": "companyd.alerts._notify",
     "notify_failure": "companyd.alerts._notify",
     "resolve_settings": "companyd.alerts._telegram",
+    "TargetProbe": "companyd.alerts._probes",
+    "probe_channel": "companyd.alerts._probes",
+    "probe_webhook": "companyd.alerts._probes",
 }
 
 

@@ -636,3 +636,26 @@ class Results:
                 reason=reason,
             )
         )
+
+    async def channel_done(self, row: OutboundRow) -> bool:
+        """The outbound queue's final word on a channel's message (docs/alerts.md, "Other
+        channels"): for a routine's result (a channel with ``deliver: true``), the delivery
+        is recorded in the run's record — ``delivered to channel:NAME at HH:MM``, or not
+        delivered (a URL Apprise cannot use, or given up after days: logged, alerted and the
+        result kept in the inbox: True then, the queue says nothing more). Alerts are not
+        recorded anywhere but the outbox.
+        """
+        if not row.key.startswith("result:"):
+            return False
+        try:
+            data = json.loads(row.body).get("data") or {}
+        except ValueError:
+            return False
+        if row.state == "sent":
+            at = row.sent_at or self._book.clock.time()
+            self._told(data, row.target, row.id)
+            text = f"delivered to {row.target} at {self._hhmm(at)}"
+            await self._record(data, row.target, "delivered", text, where=row.id)
+            return False
+        await self._undelivered(data, row.target, row.last_error or "refused")
+        return True

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from companyd.admin import reload_lines, status_line, telegram_health
+from companyd.admin import channels_health, reload_lines, status_line, telegram_health
 from companyd.alerts._render import clip
 from companyd.alerts._values import has, line, num, pct, secs, txt, usd, when
 
@@ -115,6 +115,10 @@ def format_status(status: Any, max_routines: int = 5) -> str:
         health = telegram_health(alerts, now, tz)
         if health != "ok":
             lines.append(f"telegram: {txt(health, 300)}")
+        # the other channels, when one is not fine: the founder hears of it here
+        channels = rows(alerts.get("channels"))
+        if any(c.get("state") != "ok" for c in channels):
+            lines.append(f"channels: {txt(channels_health(channels, now, tz), 300)}")
 
     trouble: list[str] = []
 

@@ -60,12 +60,14 @@ from pathlib import Path
 from companyd._aio import race
 from companyd._fs import DiskAlarm
 from companyd.admin import Admin, PagerHealth
+from companyd.alerts._channels import AppriseTarget, Fanout, channel_url
 from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._commands import Commands
 from companyd.alerts._deliver import DeliveryLog, MemoryPort, Results
 from companyd.alerts._desk_messages import DeskMessages
 from companyd.alerts._link import FLUSH_TIMEOUT, Link
 from companyd.alerts._notify import notify_failure, unit_facts
+from companyd.alerts._outbound import OutboundQueue, Target
 from companyd.alerts._outbox import AlertRecord, AlertStore
 from companyd.alerts._policy import Policy, quiet_until
 from companyd.alerts._sender import EDIT_INTERVAL, Sender
@@ -161,6 +163,13 @@ class AlertService:
             self._clock,
             {slug: r.deliver for slug, r in config.routines.items()},
         )
+        # the founder's other channels (docs/alerts.md, "Other channels"): what goes to
+        # them, and their durable queue while the outbox is open (one of its own, beside
+        # the webhooks': the two have disjoint targets in the same table)
+        self._fanout = Fanout(config.spec.alerts.channels, self._book.policy)
+        self._queue: OutboundQueue | None = None
+        #: the channels' targets of the current run (their health for status)
+        self._channels: list[AppriseTarget] = []
 
     # -- public -------------------------------------------------------------------------
 
@@ -170,6 +179,9 @@ class AlertService:
         """
         self._config = config
         self._book.policy = Policy.of(config)
+        # a channel added here is queued for at once and sent from the next start on
+        self._fanout.channels = config.spec.alerts.channels
+        self._fanout.policy = self._book.policy
 
     def close(self) -> None:
         """Stop listening to the bus for good (when the service is discarded)."""
@@ -197,6 +209,9 @@ class AlertService:
         ``commands`` is the receiving half (getUpdates): ``"ok"``, ``"failing"`` (since the
         epoch time ``commands_since``, last error ``commands_error``), ``"starting"`` (not
         polling yet) or ``"off"``.
+
+        ``channels`` (only when ``alerts.channels`` has any): each channel's
+        :class:`~companyd.admin.ChannelHealth` — ok, failing since when and why, or unset.
         """
         queued = held = failed = 0
         now = self._clock.time()
@@ -217,7 +232,7 @@ class AlertService:
             commands, since, error = ("off" if telegram == "off" else "starting"), None, ""
         else:
             commands, since, error = link.commands, link.commands_since, link.commands_error
-        return {
+        health: PagerHealth = {
             "telegram": telegram,
             "queued": queued,
             "held": held,
@@ -227,6 +242,9 @@ class AlertService:
             "commands_since": since,
             "commands_error": error,
         }
+        if self._channels:
+            health["channels"] = [c.health() for c in self._channels]
+        return health
 
     async def run(self, ctx: ChildContext) -> None:
         """Serve until ``ctx.stopping`` is set: ready as soon as the outbox is open,
@@ -257,25 +275,31 @@ class AlertService:
         self._results.off_reason = reason
         log.warning("alerts are not sent to Telegram: %s", reason)
         # webhooks need no Telegram: with any configured, the outbox opens for their queue
+        # and so do the other channels (a company whose only channel is Slack or email)
         store: AlertStore | None = None
         hooks: asyncio.Task[None] | None = None
+        channels: asyncio.Task[None] | None = None
         stop = asyncio.ensure_future(ctx.stopping.wait())
         try:
-            if self._webhooks.configured:
+            targets = self._channel_targets()
+            if self._webhooks.configured or targets:
                 store = self._open_store()
                 note = await store.open()
                 if note:
                     log.error("%s", note)
                 hooks = await self._start_webhooks(store)
+                channels = self._start_channels(store, targets)
             ctx.started({"telegram": "off", "reason": reason})
+            senders = [t for t in (hooks, channels) if t is not None]
             while not stop.done():
-                # an event wins a tie with the stop; the webhooks' task ends only by a bug
-                won = await race(self._sub.get(), stop, *([hooks] if hooks else []))
-                if won.index == 2 and hooks is not None:
-                    hooks.result()  # its exception ends the service: the supervisor restarts it
-                    raise RuntimeError("the webhooks' sender ended")
+                # an event wins a tie with the stop; the senders' tasks end only by a bug
+                won = await race(self._sub.get(), stop, *senders)
+                if won.index >= 2:
+                    won.result()  # its exception ends the service: the supervisor restarts it
+                    raise RuntimeError("the webhooks' or the channels' sender ended")
                 if won.index == 0:
                     event = won.result()
+                    await self._fan_out([event])
                     if isinstance(event, RoutineResult):  # memory and file need no Telegram
                         await self._results.take(event)
                         continue
@@ -284,8 +308,63 @@ class AlertService:
         finally:
             stop.cancel()
             await self._stop_webhooks(hooks)
+            await self._stop_channels(channels)
             if store is not None:
                 await store.close()
+
+    def _channel_targets(self) -> dict[str, Target]:
+        """The channels' queue targets, their URLs read from the environment now (each one
+        missing is said once: its messages wait in the outbox for a restart with it).
+        """
+        targets: dict[str, Target] = {}
+        for spec in self._config.spec.alerts.channels:
+            url = channel_url(spec)
+            if url is None:
+                log.warning(
+                    "alerts: channel %r: $%s is not set; its messages wait in the outbox "
+                    "until companyd is restarted with it (companyd doctor checks it)",
+                    spec.name,
+                    spec.url_env,
+                )
+            target = AppriseTarget(spec, url, now=self._clock.time)
+            targets[target.name] = target
+        self._channels = [t for t in targets.values() if isinstance(t, AppriseTarget)]
+        return targets
+
+    def _start_channels(
+        self, store: AlertStore, targets: dict[str, Target]
+    ) -> asyncio.Task[None] | None:
+        """The channels' queue over the opened ``store``, delivering in its own task (None:
+        no channel configured).
+        """
+        if not targets:
+            return None
+        self._queue = OutboundQueue(store, targets, self._clock)
+        self._queue.on_done = self._results.channel_done  # a result's record in its run
+        return asyncio.create_task(self._queue.run(), name="alerts:channels")
+
+    async def _stop_channels(self, task: asyncio.Task[None] | None) -> None:
+        """Let the channel send in flight finish (bounded), then stop; what is left goes
+        out after the restart.
+        """
+        queue, self._queue = self._queue, None
+        if queue is None or task is None:
+            return
+        queue.stop_requested = True
+        queue.wake.set()
+        await race(task, asyncio.sleep(FLUSH_TIMEOUT))
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def _fan_out(self, events: Sequence[Event]) -> None:
+        """Queue what ``events`` bring the other channels (before any send)."""
+        queue = self._queue
+        if queue is None:
+            return
+        now = self._clock.time()
+        items = [item for event in events for item in self._fanout.items(event, now)]
+        if items:
+            await queue.enqueue(items)
 
     def _open_store(self) -> AlertStore:
         return AlertStore(
@@ -330,6 +409,7 @@ class AlertService:
         self._book.store = store
         tasks: list[asyncio.Task[None]] = []
         link: Link | None = None
+        channels: asyncio.Task[None] | None = None
         try:
             note = await store.open()
             if note:
@@ -354,6 +434,7 @@ class AlertService:
             self._commands.resume(await store.owed())
             # before the intake starts: its first events may be for webhooks
             hooks = await self._start_webhooks(store)
+            channels = self._start_channels(store, self._channel_targets())
             tasks = [
                 asyncio.create_task(self._consume(), name="alerts:consume"),
                 asyncio.create_task(self._sender.run(), name="alerts:send"),
@@ -361,10 +442,14 @@ class AlertService:
             ]
             if hooks is not None:
                 tasks.append(hooks)
+            if channels is not None:
+                tasks.append(channels)
             await self._until_stopping(ctx, tasks)
             await self._stop_gracefully(tasks)
             await self._stop_webhooks(hooks)
+            await self._stop_channels(channels)
         finally:
+            await self._stop_channels(channels)
             for t in tasks:
                 t.cancel()
             await self._stop_webhooks(None)
@@ -481,8 +566,10 @@ class AlertService:
                     event.kind,
                     event.source,
                 )
-        # webhooks out: their messages in one more transaction (before any send)
+        # webhooks out and the other channels: their messages in one more transaction each
+        # (before any send)
         await self._webhooks.take(events)
+        await self._fan_out(events)
         if not touched:
             return
         for rec in touched.values():

@@ -44,7 +44,13 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--offline",
         action="store_true",
-        help="skip the checks that need the network (API key, Telegram)",
+        help="skip the checks that need the network (API key, Telegram, test sends)",
+    )
+    p.add_argument(
+        "--send-test",
+        action="store_true",
+        help="send a test message to each of alerts.channels and a signed test event to "
+        "each of alerts.webhooks, and report what each answered",
     )
     p.set_defaults(func=_doctor)
 
@@ -95,6 +101,7 @@ def _doctor(args: argparse.Namespace) -> int:
             offline=args.offline,
             fix=args.fix,
             running=running,
+            send_test=args.send_test,
             unit_state_dir=_unit_state_dir(config),
         )
     )

@@ -528,6 +528,41 @@ class QuietHoursSpec(Spec):
         return v
 
 
+class ChannelSpec(Spec):
+    """One of the founder's other channels (Slack, Discord, email, ntfy …) through Apprise
+    (docs/alerts.md, "Other channels"): ``name``, ``url_env`` (the environment variable
+    holding its Apprise URL — the URL carries a token, so it is never written here),
+    ``min_severity`` (the alerts it gets) and ``deliver`` (whether routine results that go to
+    the founder reach it too).
+    """
+
+    name: str
+    url_env: EnvName
+    min_severity: Literal["critical", "warning", "info"] = "warning"
+    deliver: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_url_here(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "url" in value:
+            raise ValueError(
+                "a channel's Apprise URL carries its token, so it is not written in "
+                "company.yaml: put it in an environment variable (or the service's "
+                "EnvironmentFile) and name that variable with 'url_env'"
+            )
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", v):
+            raise ValueError(
+                f"expected a channel name of lowercase letters, digits, '-' and '_', starting "
+                f"with a letter (e.g. 'slack', 'founder-email'), got {v!r}"
+            )
+        return v
+
+
 class TelegramSpec(Spec):
     """Where alerts go. Secrets are referenced, never written here."""
 
@@ -587,6 +622,8 @@ class AlertsSpec(Spec):
 
     telegram: TelegramSpec | None = None
     min_severity: Literal["critical", "warning", "info"] = "warning"
+    #: the founder's other channels, through Apprise (docs/alerts.md, "Other channels")
+    channels: tuple[ChannelSpec, ...] = ()
     routes: dict[str, Severity] = {}
     quiet_hours: QuietHoursSpec | None = None
     coalesce_seconds: Duration = 600.0
@@ -617,6 +654,18 @@ class AlertsSpec(Spec):
     def _digest_hhmm(cls, v: str) -> str:
         if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", v):
             raise ValueError(f"expected a time as HH:MM (24-hour), got {v!r}")
+        return v
+
+    @field_validator("channels")
+    @classmethod
+    def _channel_names_once(cls, v: tuple[ChannelSpec, ...]) -> tuple[ChannelSpec, ...]:
+        names = [c.name for c in v]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"channel name(s) {', '.join(repr(n) for n in twice)} used twice; give each "
+                "channel its own name"
+            )
         return v
 
 

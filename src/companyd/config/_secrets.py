@@ -91,6 +91,8 @@ def secret_references(
             refs.append(ref("alerts.telegram.chat_ids_env", "env", tg.chat_ids_env))
     for hook in spec.alerts.webhooks:  # each outbound webhook's signing secret
         refs.append(ref(f"alerts.webhooks.{hook.name}.secret_env", "env", hook.secret_env))
+    for channel in spec.alerts.channels:  # each channel's Apprise URL (it carries a token)
+        refs.append(ref(f"alerts.channels.{channel.name}.url_env", "env", channel.url_env))
     st = spec.state
     if st.backend == "postgres":
         refs.append(ref("state.dsn_env", "env", st.dsn_env))

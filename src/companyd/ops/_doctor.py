@@ -12,6 +12,12 @@
                (through :mod:`companyd.llm._claude`; skipped with ``offline``)
 ``telegram``   the bot token is valid (``getMe``) and every chat id is reachable
                (``getChat``), through :mod:`companyd.alerts._check` (skipped with ``offline``)
+``channel:NAME`` each of ``alerts.channels``: its ``url_env`` is set and holds a URL
+               Apprise can use (shown by its service only, never the URL); with
+               ``send_test`` a test message goes out and the answer is the verdict
+``webhook:NAME`` each of ``alerts.webhooks``: its ``secret_env`` is set and is a Standard
+               Webhooks secret; with ``send_test`` a signed ``test`` event is POSTed
+               (both tests skipped with ``offline``)
 ``tool-sandbox`` a tool-server sandbox can be created (bubblewrap, namespaces; the
                ``run_as`` users exist when the daemon runs as root); every MCP server with
                ``sandbox: false`` is a warning naming it (docs/tools.md)
@@ -57,7 +63,7 @@ import psycopg
 
 from companyd._fs import PRIVATE_DIR, PRIVATE_FILE, private_dir
 from companyd._secrets import protect, redact
-from companyd.alerts import check_telegram
+from companyd.alerts import check_telegram, probe_channel, probe_webhook
 from companyd.clock import Clock, SystemClock, within
 from companyd.config import (
     CompanyConfig,
@@ -136,10 +142,12 @@ async def run_doctor(
     environ: Mapping[str, str] | None = None,
     systemd_runtime: Path = SYSTEMD_RUNTIME,
     clock: Clock | None = None,
+    send_test: bool = False,
     unit_state_dir: Path | None = None,
 ) -> DoctorReport:
     """Run every check (see the module docstring); ``state_dir`` overrides company.yaml's.
-    ``clock`` times the network checks' deadline (:data:`CHECK_DEADLINE`).
+    ``clock`` times the network checks' deadline (:data:`CHECK_DEADLINE`); ``send_test``:
+    a test message to each channel and webhook.
 
     ``unit_state_dir``: the state directory systemd gives the unit that runs this
     company.yaml (``StateDirectory=``, e.g. ``/var/lib/companyd``), checked unless
@@ -166,16 +174,15 @@ async def run_doctor(
         if not offline:
             network["anthropic"] = _check_anthropic(config, env)
             network["telegram"] = _check_telegram(config, env)
-        # at the same time, each within its deadline; listed in the usual order
-        done = dict(
-            zip(
-                network,
-                await asyncio.gather(
-                    *(_within_deadline(name, check, clock) for name, check in network.items())
-                ),
-                strict=True,
-            )
+        # at the same time, each within its deadline (the channels' and webhooks' probes
+        # have their own); listed in the usual order
+        results, channel_checks = await asyncio.gather(
+            asyncio.gather(
+                *(_within_deadline(name, check, clock) for name, check in network.items())
+            ),
+            _check_channels(config, env, send_test=send_test and not offline, offline=offline),
         )
+        done = dict(zip(network, results, strict=True))
         report.checks.append(done["database"])
         if offline:
             report.checks.append(
@@ -187,6 +194,7 @@ async def run_doctor(
             )
         else:
             report.checks += [done["anthropic"], done["telegram"]]
+        report.checks += channel_checks
         report.checks.append(await asyncio.to_thread(check_tool_sandbox, config, environ=env))
         where = config.state_dir(state_dir)
         if (
@@ -520,13 +528,25 @@ def _telegram_missing(config: CompanyConfig) -> Check | None:
     if config.spec.alerts.telegram is not None:
         return None
     lost = telegram_routines(config)
-    summary = "no alerts.telegram in company.yaml: failures reach nobody"
+    channels = config.spec.alerts.channels
+    if channels:
+        # the other channels are told, but cannot be answered: no buttons, no commands
+        summary = (
+            "no alerts.telegram in company.yaml: alerts reach only alerts.channels ("
+            + ", ".join(c.name for c in channels)
+            + "), with no buttons or commands"
+        )
+    else:
+        summary = "no alerts.telegram in company.yaml: failures reach nobody"
     if lost:
         names = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
         summary += (
             f", and the results of {len(lost)} routine(s) that deliver to telegram ({names}) "
             "would reach no phone: they are kept in the inbox instead (companyd inbox)"
         )
+        told = [c.name for c in channels if c.deliver]
+        if told:
+            summary += f" and sent to {', '.join(told)} (deliver: true)"
     return Check(
         "telegram",
         "warning",
@@ -534,6 +554,60 @@ def _telegram_missing(config: CompanyConfig) -> Check | None:
         "add alerts.telegram (docs/alerts.md), or give those routines another deliver: "
         "(file, memory)",
     )
+
+
+async def _check_channels(
+    config: CompanyConfig, env: Mapping[str, str], *, send_test: bool, offline: bool
+) -> list[Check]:
+    """One check per ``alerts.channels`` and ``alerts.webhooks`` entry (module docstring)."""
+    alerts = config.spec.alerts
+    company = config.spec.company.name
+    channels = [
+        probe_channel(c, env, send_test=send_test, company=company, deadline=NETWORK_TIMEOUT)
+        for c in alerts.channels
+    ]
+    hooks = [
+        probe_webhook(w, env, send_test=send_test, deadline=NETWORK_TIMEOUT)
+        for w in alerts.webhooks
+    ]
+    probes = await asyncio.gather(*channels, *hooks)
+    out: list[Check] = []
+    untested = " (--offline: no test sent)" if offline else "; --send-test sends a test message"
+    for i, p in enumerate(probes):
+        channel = i < len(channels)
+        name = f"channel:{p.name}" if channel else f"webhook:{p.name}"
+        what = f"a {p.shown}:// URL" if channel else f"signing for {p.shown}"
+        if p.problem is not None and not p.tested:
+            # not set, or not usable: nothing reaches it (its messages wait in the outbox)
+            fix = (
+                f'set {p.env} to the channel\'s Apprise URL (docs/alerts.md, "Other channels")'
+                if channel
+                else f"set {p.env} to the webhook's secret, whsec_… (docs/webhooks.md)"
+            )
+            out.append(
+                Check(
+                    name,
+                    "problem",
+                    f"{p.problem}: its messages wait in the outbox",
+                    f"{fix}, then restart companyd",
+                )
+            )
+        elif p.problem is not None:
+            out.append(
+                Check(
+                    name,
+                    "problem",
+                    f"${p.env} set ({what}), but the test message was not delivered: {p.problem}",
+                    "check the URL and that the service answers from this server"
+                    if channel
+                    else "check that the receiver is up and accepts the signed test event",
+                )
+            )
+        elif p.sent:
+            out.append(Check(name, "ok", f"${p.env} set ({what}); the test message was accepted"))
+        else:
+            out.append(Check(name, "ok", f"${p.env} set ({what}){untested}"))
+    return out
 
 
 def telegram_routines(config: CompanyConfig) -> list[str]:

@@ -12,12 +12,16 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from companyd.admin import JournaledTask
 
 __all__ = ["RunOutcome", "RunStatus", "Task", "follow_up_prompt", "new_id"]
+
+
+#: A run's verification outcome (:attr:`RunOutcome.verification`).
+Verification = Literal["verified", "unverified", "none"]
 
 
 def new_id(prefix: str) -> str:
@@ -146,6 +150,10 @@ class RunOutcome:
         cost_usd: settled spend of the run.
         steps: completed model calls.
         models: the models that served the run's calls, in order of first use.
+        verification: the verification outcome (docs/agents.md, "Verification"):
+            ``verified`` (the answer was checked against the run's record and held),
+            ``unverified`` (it did not hold: the status says so too) or ``none`` (nothing
+            was checked: no ``done_when``, and the answer claimed nothing).
     """
 
     task_id: str
@@ -161,6 +169,7 @@ class RunOutcome:
     tokens: int = 0
     models: tuple[str, ...] = field(default=())
     offline: bool = False
+    verification: Verification = "none"
 
     @property
     def ok(self) -> bool:

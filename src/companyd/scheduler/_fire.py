@@ -351,6 +351,7 @@ class Fires:
             span.set(GenAI.FIRE_OUTCOME, str(from_run_status(outcome.status)))
             span.set(GenAI.RUN_ID, outcome.run_id or None)
             span.set(GenAI.COST, outcome.cost_usd)
+            span.set(GenAI.RUN_VERIFICATION, outcome.verification)
             if outcome.status is not RunStatus.OK:
                 span.fail(str(outcome.status), outcome.reason or "")
         finally:

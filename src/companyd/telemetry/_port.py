@@ -59,6 +59,10 @@ class GenAI:
     RUN_ID = "companyd.run.id"
     TASK_ID = "companyd.task.id"
     RUN_STATUS = "companyd.run.status"
+    #: the run's verification outcome (docs/agents.md, "Verification"): ``verified`` (its
+    #: answer was checked and held), ``unverified`` (it did not hold) or ``none`` (nothing
+    #: to check) — on the ``invoke_agent`` span and the routine fire's span
+    RUN_VERIFICATION = "companyd.run.verification"
     RUN_REASON = "companyd.run.reason"
     FIRE_ID = "companyd.fire.id"
     FIRE_KIND = "companyd.fire.kind"

@@ -1,0 +1,340 @@
+"""The founder's other channels: Slack, Discord, email, ntfy … through Apprise (private).
+
+``alerts.channels: [{name, url_env, min_severity, deliver}]`` (docs/alerts.md, "Other
+channels"). Each channel is one Apprise URL, read from the environment variable
+``url_env`` (it carries a token: registered with the secret redactor the moment it is
+read, never logged, shown or stored). Telegram stays the interactive channel (buttons,
+replies); a channel only *receives*:
+
+* **alerts** at or above its ``min_severity`` — one message per story: the first event of
+  a coalescing key (the pager's; :meth:`Fanout.items`) within ``alerts.coalesce_seconds``
+  is sent, the repeats that Telegram folds into an edit are not (a channel cannot edit);
+* **routine results** that go to the founder (a ``deliver:`` with ``telegram`` or
+  ``digest``) when the channel says ``deliver: true``.
+
+Both go through the durable outbound queue (:mod:`companyd.alerts._outbound`, the alert
+outbox's ``outbound`` table): written before any send, retried with backoff while a
+channel is down, neither lost nor repeated across a restart. A channel is an
+:class:`AppriseTarget` of that queue (kind ``apprise``, target name ``channel:NAME``, so a
+channel and a webhook may share a name). Apprise is blocking: each send runs on a small
+thread pool of its own (:data:`SEND_THREADS`), within :data:`SEND_DEADLINE` seconds.
+
+Apprise says only whether a send worked, not why it failed in a way a program can read:
+a URL Apprise cannot use is a permanent failure (recorded, said once); every failed send is
+transient (retried), its reason taken from Apprise's own log lines, redacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from companyd._secrets import protect, redact
+from companyd.alerts._outbound import (
+    OutboundMessage,
+    PermanentSendError,
+    Queued,
+    TransientSendError,
+)
+from companyd.alerts._policy import RANK, Policy, severity_of
+from companyd.alerts._render import compose
+from companyd.alerts._render_kinds import kind_spec, render
+from companyd.events import Event, RoutineResult
+
+if TYPE_CHECKING:
+    from companyd.admin import ChannelHealth
+    from companyd.config import ChannelSpec
+
+__all__ = [
+    "KIND",
+    "SEND_DEADLINE",
+    "AppriseTarget",
+    "Fanout",
+    "channel_url",
+    "service_of",
+    "target_name",
+]
+
+log = logging.getLogger("companyd.alerts.service")
+
+#: The target kind of a channel in the outbound queue.
+KIND = "apprise"
+#: Seconds (real time) one Apprise send may take, its retries inside it included; a send
+#: still running then counts as failed (transient) and its thread is left to finish.
+SEND_DEADLINE = 25.0
+#: Threads for Apprise sends: blocking calls kept off the event loop and off the default
+#: executor, so a hanging SMTP server cannot starve the daemon's file and database work.
+SEND_THREADS = 2
+#: A result longer than this is cut (with a mark) before it is queued: the services behind
+#: Apprise have their own, smaller limits, and Apprise splits or truncates to them.
+MAX_BODY = 30_000
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=SEND_THREADS, thread_name_prefix="apprise")
+    return _POOL
+
+
+def target_name(channel: str) -> str:
+    """The queue's target name of channel ``channel``."""
+    return f"channel:{channel}"
+
+
+def channel_url(spec: ChannelSpec, environ: Mapping[str, str] | None = None) -> str | None:
+    """The channel's Apprise URL from ``$url_env`` (None: not set, or empty), registered as a
+    secret — whole and by its password and path parts — before anything can print it.
+    """
+    env = os.environ if environ is None else environ
+    url = (env.get(spec.url_env) or "").strip()
+    if not url:
+        return None
+    _protect_url(url)
+    return url
+
+
+def _protect_url(url: str) -> None:
+    """Register ``url``, its password, and the parts of its path and query that look like
+    tokens (8+ characters with a digit or a capital: a Slack token, a Discord webhook id):
+    Apprise's own log lines may quote one alone. Plain words (``alerts``, a user name) and
+    addresses (``to=``) are left readable.
+    """
+    protect(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return
+    if parts.password:
+        protect(urllib.parse.unquote(parts.password))
+    pieces = [p for p in parts.path.split("/") if p]
+    pieces += [v for _, v in urllib.parse.parse_qsl(parts.query)]
+    for piece in map(urllib.parse.unquote, pieces):
+        if len(piece) >= 8 and "@" not in piece and re.search(r"[0-9A-Z]", piece):
+            protect(piece)
+
+
+def service_of(url: str) -> str:
+    """What a channel's URL is, without its secrets: its scheme (``slack``, ``mailto``)."""
+    return url.split("://", 1)[0].lower() if "://" in url else "?"
+
+
+_NOTIFY_TYPES = {"critical": "failure", "warning": "warning", "info": "info", "result": "success"}
+
+
+def _notify(url: str, title: str, body: str, severity: str) -> None:
+    """One Apprise send (blocking; on :func:`_pool`). Raises a send error saying why."""
+    import apprise  # imported only when a channel sends: most daemons never need it
+
+    app = apprise.Apprise()
+    if not app.add(url):
+        raise PermanentSendError(
+            f"Apprise cannot use this {service_of(url)}:// URL (unknown service or malformed); "
+            "fix it in the environment variable and restart"
+        )
+    with apprise.LogCapture(level=logging.WARNING) as captured:  # type: ignore[no-untyped-call]
+        ok = app.notify(
+            body=body or title,
+            title=title,
+            notify_type=_NOTIFY_TYPES.get(severity, "info"),
+        )
+    if not ok:
+        said = [line for line in captured.getvalue().splitlines() if line.strip()]
+        why = said[-1].split(" - ", 2)[-1] if said else "no reason given"
+        raise TransientSendError(f"{service_of(url)} send failed: {redact(why)}")
+
+
+class AppriseTarget:
+    """A channel as a target of the outbound queue (:class:`companyd.alerts._outbound.Target`).
+
+    ``url`` None: ``$url_env`` was not set when the pager started — each send fails
+    (transiently: the messages wait in the outbox until the daemon is restarted with it).
+    Each send's outcome is kept for status (:meth:`health`): failing since ``now()`` of the
+    first failure, with the (redacted) reason, until a send works.
+    """
+
+    def __init__(
+        self,
+        spec: ChannelSpec,
+        url: str | None,
+        *,
+        deadline: float = SEND_DEADLINE,
+        now: Callable[[], float] = time.time,
+    ):
+        self.spec = spec
+        self._url = url
+        self._deadline = deadline
+        self._now = now
+        #: when the sends started failing (None: the last one worked, or none was tried)
+        self.failing_since: float | None = None
+        #: why the last send failed ("" when it did not)
+        self.error = ""
+
+    @property
+    def name(self) -> str:
+        return target_name(self.spec.name)
+
+    @property
+    def kind(self) -> str:
+        return KIND
+
+    @property
+    def configured(self) -> bool:
+        """Whether its URL was found in the environment."""
+        return self._url is not None
+
+    def health(self) -> ChannelHealth:
+        """This channel for status (never its URL)."""
+        if self._url is None:
+            state: Literal["ok", "failing", "unset"] = "unset"
+            error = f"${self.spec.url_env} is not set"
+        else:
+            state = "ok" if self.failing_since is None else "failing"
+            error = self.error
+        return {"name": self.spec.name, "state": state, "since": self.failing_since, "error": error}
+
+    async def send(self, message: OutboundMessage) -> None:
+        """Send ``message`` (``data``: ``title``, ``body``, ``severity``) through Apprise, in
+        a thread, within the deadline.
+        """
+        try:
+            await self._send(message)
+        except Exception as exc:
+            if self.failing_since is None:
+                self.failing_since = self._now()
+            self.error = redact(str(exc) or type(exc).__name__)
+            raise
+        self.failing_since, self.error = None, ""
+
+    async def _send(self, message: OutboundMessage) -> None:
+        if self._url is None:
+            raise TransientSendError(
+                f"${self.spec.url_env} is not set (channel {self.spec.name!r}); set it and "
+                "restart companyd"
+            )
+        data = message.data
+        title, body = str(data.get("title") or ""), str(data.get("body") or "")
+        severity = str(data.get("severity") or "info")
+        loop = asyncio.get_running_loop()
+        call = loop.run_in_executor(_pool(), _notify, self._url, title, body, severity)
+        try:
+            async with asyncio.timeout(self._deadline):
+                await asyncio.shield(call)
+        except TimeoutError:
+            raise TransientSendError(
+                f"{service_of(self._url)} did not answer within {self._deadline:g} s"
+            ) from None
+
+
+class Fanout:
+    """Which alerts and results go to which channel, as queue items (see module docstring).
+
+    Owned by the pager (one per run); ``channels`` and ``policy`` are replaced on reload.
+    The coalescing windows are in memory: after a restart, a story still going on may be
+    told once more.
+    """
+
+    def __init__(self, channels: Sequence[ChannelSpec], policy: Policy) -> None:
+        self.channels = tuple(channels)
+        self.policy = policy
+        self._windows: dict[str, float] = {}  # coalescing key → end of its window
+
+    def items(self, event: Event, now: float) -> list[Queued]:
+        """The queue items ``event`` makes (none for most events)."""
+        if not self.channels:
+            return []
+        if isinstance(event, RoutineResult):
+            return self._result(event)
+        return self._alert(event, now)
+
+    def _alert(self, event: Event, now: float) -> list[Queued]:
+        # each channel has its own floor: rank the event without the pager's min_severity
+        severity = severity_of(replace(self.policy, min_rank=0), event)
+        if severity is None:
+            return []
+        to = [c for c in self.channels if RANK[severity] >= RANK[c.min_severity]]
+        if not to:
+            return []
+        spec = kind_spec(event.kind)
+        subject = "|".join(str(event.data.get(f, "")) for f in spec.subject)
+        key = f"{spec.group}|{event.source}|{subject}"
+        if self._windows.get(key, 0.0) > now:
+            return []  # the same story: Telegram edits its message, a channel is not told
+        self._windows = {k: v for k, v in self._windows.items() if v > now}
+        self._windows[key] = now + self.policy.coalesce
+        rendered, _ = render(
+            event.kind, event.data, event.source, {event.kind: 1}, self.policy.agents
+        )
+        text = redact(
+            compose(
+                severity=severity,
+                rendered=rendered,
+                count=1,
+                first_ts=event.ts,
+                last_ts=event.ts,
+                company=self.policy.company,
+                tz=self.policy.tz,
+            )
+        )
+        title, _, body = text.partition("\n")
+        data: dict[str, Any] = {
+            "title": title,
+            "body": body,
+            "severity": severity,
+            "kind": event.kind,
+            "source": event.source,
+        }
+        return [
+            Queued(
+                target=target_name(c.name),
+                kind=KIND,
+                key=f"alert:{key}@{event.ts!r}",
+                type="alert",
+                timestamp=event.ts,
+                data=data,
+            )
+            for c in to
+        ]
+
+    def _result(self, event: RoutineResult) -> list[Queued]:
+        if not {"telegram", "digest"} & set(event.deliver):
+            return []  # a result for memory or a file only is not the founder's to read
+        to = [c for c in self.channels if c.deliver]
+        if not to:
+            return []
+        answer = event.answer
+        if len(answer) > MAX_BODY:
+            answer = answer[: MAX_BODY - 2] + "\n…"
+        lines = []
+        if event.unverified:
+            lines.append(f"⚠ unverified: {event.unverified}")
+        lines += [answer, f"— ${event.cost_usd:.2f} · {event.run_id}"]
+        # the result's own facts too: a result no channel took is kept whole in the inbox
+        facts = {k: v for k, v in event.data.items() if k != "deliver"}
+        data = {
+            **facts,
+            "title": f"📝 {event.routine} — {event.agent}",
+            "body": redact("\n".join(lines)),
+            "severity": "result",
+        }
+        return [
+            Queued(
+                target=target_name(c.name),
+                kind=KIND,
+                key=f"result:{event.run_id}",
+                type="result",
+                timestamp=event.ended if event.ended else event.ts,
+                data=data,
+            )
+            for c in to
+        ]

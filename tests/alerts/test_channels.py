@@ -1,0 +1,156 @@
+"""The channels' parts (issue 30, docs/alerts.md "Other channels"): the Apprise target's
+errors and deadline, and which alerts and results the fan-out gives which channel.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from companyd.alerts._channels import KIND, AppriseTarget, Fanout, target_name
+from companyd.alerts._outbound import OutboundMessage, PermanentSendError, TransientSendError
+from companyd.alerts._policy import Policy
+from companyd.config import ChannelSpec, load_config_text
+from companyd.events import BudgetThreshold, ChildExited, RoutineResult, Severity
+
+pytestmark = pytest.mark.anyio
+
+COMPANY = """\
+schema: companyd/v1
+company: {name: Acme, budget: {daily_usd: 5}}
+agents:
+  cfo: {title: CFO, instructions: Count.}
+alerts:
+  min_severity: critical
+  coalesce_seconds: 600
+  channels:
+    - {name: pager, url_env: PAGER_URL, min_severity: critical}
+    - {name: slack, url_env: SLACK_URL, deliver: true}
+    - {name: all, url_env: ALL_URL, min_severity: info}
+"""
+
+
+def message(**data: str) -> OutboundMessage:
+    return OutboundMessage(
+        id="msg_1", target="channel:x", type="alert", timestamp=0.0, data=data, body="", attempt=1
+    )
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield int(s.getsockname()[1])
+
+
+async def test_a_send_that_hangs_is_cut_at_the_deadline_and_retried(silent_port: int) -> None:
+    spec = ChannelSpec(name="ops", url_env="OPS_URL")
+    clock = [1000.0]
+    target = AppriseTarget(
+        spec, f"json://127.0.0.1:{silent_port}/hook", deadline=0.5, now=lambda: clock[0]
+    )
+    started = time.monotonic()
+    with pytest.raises(TransientSendError, match=r"did not answer within 0.5 s"):
+        await target.send(message(title="t", body="b", severity="warning"))
+    assert time.monotonic() - started < 3.0  # the deadline, not Apprise's own timeouts
+    assert target.health() == {
+        "name": "ops",
+        "state": "failing",
+        "since": 1000.0,
+        "error": "json did not answer within 0.5 s",
+    }
+
+
+async def test_a_url_apprise_cannot_use_is_final_and_an_unset_one_waits() -> None:
+    spec = ChannelSpec(name="ops", url_env="OPS_URL")
+    with pytest.raises(PermanentSendError, match="Apprise cannot use this nosuch:// URL"):
+        await AppriseTarget(spec, "nosuch://abc/def").send(message(title="t"))
+    unset = AppriseTarget(spec, None)
+    with pytest.raises(TransientSendError, match=r"\$OPS_URL is not set"):
+        await unset.send(message(title="t"))
+    assert unset.health()["state"] == "unset"
+
+
+def crash(ts: float, child: str = "cfo") -> ChildExited:
+    return ChildExited(
+        source="companyd/agents",
+        ts=ts,
+        child=child,
+        restart_type="permanent",
+        action="restart",
+        reason="error",
+        exception="RuntimeError",
+        message="boom",
+    )
+
+
+def test_each_channel_gets_the_alerts_at_its_own_floor_once_per_story() -> None:
+    cfg = load_config_text(COMPANY, file="c.yaml")
+    fan = Fanout(cfg.spec.alerts.channels, Policy.of(cfg))
+    # a crash is a warning: slack (default floor) and all (info), not pager (critical) —
+    # whatever alerts.min_severity (critical) says for Telegram
+    items = fan.items(crash(100.0), now=100.0)
+    assert [i.target for i in items] == ["channel:slack", "channel:all"]
+    assert {(i.kind, i.type) for i in items} == {(KIND, "alert")}
+    assert items[0].data["title"].endswith("cfo crashed and was restarted")
+    assert items[0].data["severity"] == "warning"
+    assert "Acme" in items[0].data["body"]
+    # the same story within the window: not again; after it, or another story: yes
+    assert fan.items(crash(200.0), now=200.0) == []
+    assert [i.target for i in fan.items(crash(300.0, "ceo"), now=300.0)] == [
+        "channel:slack",
+        "channel:all",
+    ]
+    assert len(fan.items(crash(800.0), now=800.0)) == 2
+    budget = BudgetThreshold(
+        source="spend",
+        severity=Severity.CRITICAL,
+        scope="company",
+        agent=None,
+        period="day",
+        key="company/day",
+        level=1.0,
+        used_usd=5.0,
+        limit_usd=5.0,
+        resets_at="2027-01-16T00:00:00+00:00",
+        message="Daily budget reached",
+        ts=900.0,
+    )
+    assert [i.target for i in fan.items(budget, now=900.0)] == [
+        "channel:pager",
+        "channel:slack",
+        "channel:all",
+    ]
+
+
+def test_only_results_for_the_founder_reach_the_deliver_true_channels() -> None:
+    cfg = load_config_text(COMPANY, file="c.yaml")
+    fan = Fanout(cfg.spec.alerts.channels, Policy.of(cfg))
+    result = RoutineResult(
+        source="scheduler",
+        routine="daily-post",
+        agent="cfo",
+        run_id="run-1",
+        cost_usd=0.0123,
+        answer="Five ways clinics lose patients.",
+        task="Draft today's post.",
+        deliver=["telegram"],
+        scheduled="2027-01-15T08:00:00+00:00",
+        fire_id="fire-1",
+        ended=1000.0,
+        unverified="no successful call of post_update",
+    )
+    [item] = fan.items(result, now=1000.0)
+    assert (item.target, item.type, item.key) == (target_name("slack"), "result", "result:run-1")
+    assert item.data["title"] == "📝 daily-post — cfo"
+    assert item.data["body"].startswith("⚠ unverified: no successful call of post_update\n")
+    assert "Five ways clinics lose patients." in item.data["body"]
+    assert item.data["answer"] == result.answer  # kept whole if no channel takes it
+    assert fan.items(replace(result, deliver=["memory", "file"]), now=1000.0) == []
+    assert len(fan.items(replace(result, deliver=["digest"]), now=1000.0)) == 1

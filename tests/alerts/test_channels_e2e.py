@@ -1,0 +1,204 @@
+"""The founder's other channels (issue 30): ``alerts.channels`` through Apprise, end to end.
+
+The daemon in this process on a manual clock (:class:`InProcessDaemon`, the composition root
+of ``companyd run``): a crash alert reaches a real SMTP server on loopback (``aiosmtpd``)
+through an Apprise ``mailto://`` URL and a JSON endpoint through ``json://``, beside
+Telegram (the Bot API stand-in); a routine's result reaches a channel with ``deliver:
+true``; a JSON endpoint that is down — across a restart of the daemon — gets the alert once
+it is back, exactly once, and a company without Telegram still reaches its channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from companyd.clock import ManualClock
+from companyd.testing.bot_api import BotApiServer
+from companyd.testing.daemon import short_dir
+from companyd.testing.inprocess import InProcessDaemon
+from companyd.testing.smtp import SmtpSink, text_of
+from companyd.testing.webhook_receiver import WebhookReceiver
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "123456789:AAH-channels-test-secret-0123456789abcdefXYZ"
+OPERATOR = 111
+SMTP_PASSWORD = "smtp-pass-9f8e7d6c5b4a"
+JSON_TOKEN = "json-token-0a1b2c3d4e5f"
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def company(
+    channels: list[dict[str, Any]], telegram: str | None = None, **routine: Any
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "schema": "companyd/v1",
+        "company": {"name": "Channel Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
+        "agents": {"cfo": {"title": "CFO", "instructions": "Count."}},
+        "routines": {
+            "daily-post": {
+                "assignee": "cfo",
+                "description": "Write the day's note.",
+                "trigger": {"cron": "0 3 29 2 *"},
+                "catch_up": "skip",
+                **routine,
+            }
+        },
+        "alerts": {"min_severity": "warning", "channels": channels},
+        "dashboard": {"enabled": False},
+    }
+    if telegram is not None:
+        doc["alerts"]["telegram"] = {
+            "api_url": telegram,
+            "bot_token_env": "TELEGRAM_BOT_TOKEN",
+            "chat_ids_env": "TELEGRAM_CHAT_ID",
+        }
+    return doc
+
+
+def write(work: Path, doc: dict[str, Any]) -> Path:
+    cfg = work / "company.yaml"
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return cfg
+
+
+async def real_time_until(done: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait (real time: Apprise sends in a thread) until ``done()``."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "not done in time"
+        await asyncio.sleep(0.05)
+
+
+def outbound(state: Path) -> list[tuple[str, str, str, int]]:
+    """The channel rows of the outbox: (id, target, state, attempts)."""
+    with sqlite3.connect(state / "alerts.sqlite") as db:
+        return db.execute(
+            "SELECT id, target, state, attempts FROM outbound WHERE kind = 'apprise' ORDER BY seq"
+        ).fetchall()
+
+
+async def test_a_crash_alert_reaches_email_and_a_json_endpoint_beside_telegram(
+    work: Path,
+) -> None:
+    async with BotApiServer(token=TOKEN) as bot:
+        await crash_reaches_every_channel(work, bot)
+
+
+async def crash_reaches_every_channel(work: Path, bot: BotApiServer) -> None:
+    with SmtpSink() as smtp, WebhookReceiver("whsec_unused") as rx:
+        rx_url = f"json://{rx.host}:{rx.port}/hook?token={JSON_TOKEN}"
+        cfg = write(
+            work,
+            company(
+                [
+                    {"name": "email", "url_env": "EMAIL_URL"},
+                    {"name": "ops", "url_env": "OPS_URL", "deliver": True},
+                    {"name": "pager", "url_env": "PAGER_URL", "min_severity": "critical"},
+                ],
+                telegram=bot.url,
+                deliver=["telegram"],
+            ),
+        )
+        env = {
+            "COMPANYD_DEBUG": "1",
+            "TELEGRAM_BOT_TOKEN": TOKEN,
+            "TELEGRAM_CHAT_ID": str(OPERATOR),
+            "EMAIL_URL": smtp.url(SMTP_PASSWORD),
+            "OPS_URL": rx_url,
+            "PAGER_URL": rx_url.replace("/hook", "/pager"),
+        }
+        clock = ManualClock(time.time())
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env) as d:
+            await bot.wait_for(lambda: any("started" in m.text for m in bot.messages), 30)
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            await real_time_until(lambda: len(smtp.messages) >= 1 and len(rx.requests) >= 1)
+            await bot.wait_for(lambda: any("cfo" in m.text for m in bot.messages), 30)
+
+            [mail] = smtp.messages
+            assert smtp.logins == [("founder", SMTP_PASSWORD)]
+            assert smtp.envelopes == [("companyd@example.com", ["founder@example.com"])]
+            assert str(mail["Subject"]) == "🟠 cfo crashed and was restarted"  # Telegram's title
+            assert "Channel Co" in text_of(mail)
+            [hook] = rx.requests
+            assert hook.path.startswith("/hook")
+            sent = hook.json()
+            assert sent["title"] == "🟠 cfo crashed and was restarted"
+            assert sent["type"] == "warning"
+            assert "Channel Co" in sent["message"]
+
+            # a routine's result for the founder reaches the channel with deliver: true only
+            fired = await d.call("run_job", routine="daily-post")
+            assert fired["status"] == "ok", fired
+            await real_time_until(lambda: len(rx.requests) >= 2)
+            result = rx.requests[1].json()
+            assert result["title"] == "📝 daily-post — cfo" and result["type"] == "success"
+            assert fired["run_id"] in result["message"]
+            # the run's record says where its result went, as for telegram's and file's
+            shown = await d.cli("runs", "show", fired["run_id"], "--json")
+            to_ops = [x for x in json.loads(shown.out)["deliveries"] if x["to"] == "channel:ops"]
+            assert [x["outcome"] for x in to_ops] == ["delivered"], shown.out
+            text = await d.cli("runs", "show", fired["run_id"])
+            assert re.search(r"^  delivered to channel:ops at \d\d:\d\d$", text.out, re.M), text.out
+            await d.advance(60)
+            await asyncio.sleep(0.5)
+            assert len(smtp.messages) == 1  # email: min_severity warning, no deliver
+            # pager: critical only; the crash was a warning
+            assert [r.path.split("?")[0] for r in rx.requests] == ["/hook", "/hook"]
+            assert {row[2] for row in outbound(work / "s")} == {"sent"}
+            logged = d.log_text()
+        assert SMTP_PASSWORD not in logged and JSON_TOKEN not in logged
+
+
+async def test_a_channel_that_is_down_gets_the_alert_once_it_is_back_across_a_restart(
+    work: Path,
+) -> None:
+    # no Telegram at all: the channels are this company's only way to the founder
+    with WebhookReceiver("whsec_unused") as rx:
+        cfg = write(work, company([{"name": "ops", "url_env": "OPS_URL"}]))
+        env = {"COMPANYD_DEBUG": "1", "OPS_URL": f"json://{rx.host}:{rx.port}/hook"}
+        rx.go_down()
+        clock = ManualClock(time.time())
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env) as d:
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            await real_time_until(lambda: any(r[3] >= 1 for r in outbound(work / "s")))
+            for _ in range(3):  # three more attempts, on the backoff
+                await d.advance(60)
+                await asyncio.sleep(0.3)
+            [(row_id, target, state, attempts)] = outbound(work / "s")
+            assert (target, state) == ("channel:ops", "pending") and attempts >= 2
+            assert "cannot deliver to apprise channel:ops" in d.log_text()
+            # status says the channel is failing, since when and why — never its URL
+            [ops] = (await d.call("status"))["alerts"]["channels"]
+            assert (ops["name"], ops["state"]) == ("ops", "failing"), ops
+            assert "json send failed" in ops["error"] and ops["since"] is not None
+            shown = await d.cli("status")
+            assert re.search(r"^Channels: ops failing since \d\d:\d\d \(json", shown.out, re.M)
+            assert str(rx.port) not in shown.out
+            await d.restart()
+            rx.come_up()
+            await d.advance(400)
+            await real_time_until(lambda: len(rx.requests) >= 1)
+            await d.advance(400)
+            await asyncio.sleep(0.5)
+            assert len(rx.requests) == 1  # once: not lost, not repeated
+            assert "cfo" in rx.requests[0].json()["title"]
+            [(same_id, _, state, _)] = outbound(work / "s")
+            assert (same_id, state) == (row_id, "sent")
+            [ops] = (await d.call("status"))["alerts"]["channels"]
+            assert (ops["state"], ops["since"], ops["error"]) == ("ok", None, "")
