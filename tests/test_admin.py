@@ -209,10 +209,12 @@ class _Typed:
     def __init__(self, message: str) -> None:
         self.message = message
 
-    async def pause(self, agent: str) -> Paused:
+    async def pause(self, agent: str, via: str = "cli") -> Paused:
         return Paused(agent=agent, paused=True, message=self.message)
 
-    async def resume(self, agent: str) -> Paused:  # the wrong result: a bug in the daemon
+    async def resume(
+        self, agent: str, via: str = "cli"
+    ) -> Paused:  # the wrong result: a bug in the daemon
         return Paused(agent=agent, paused=False, message=self.message)
 
 

@@ -59,10 +59,12 @@ def _install_section() -> str:
 
 
 def test_no_page_installs_a_companyd_package_from_the_index() -> None:
-    # there is no companyd on PyPI: `pip install companyd` fails for every reader
+    # there is no companyd on PyPI: `pip install companyd` fails for every reader, and so
+    # does an upgrade from the index (`pip install --upgrade companyd`, deploy.md's Upgrade)
     for page in [*DOCS.glob("*.md"), ROOT / "README.md"]:
         text = page.read_text(encoding="utf-8")
-        assert not re.search(r"pip install (-U )?companyd\b(?![-\w/])", text), page.name
+        found = re.search(r"pip3? install (?:(?:-U|--upgrade) )?companyd\b(?![-\w/.])", text)
+        assert not found, (page.name, found.group(0) if found else None)
 
 
 def test_the_deploy_install_commands_use_a_prefix_the_service_can_see() -> None:

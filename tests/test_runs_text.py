@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from companyd.cli._runs_text import run_list_lines
+from companyd.cli._runs_text import last_lines, run_list_lines
 
 
 def test_the_run_list_shows_the_routine_of_each_run() -> None:
@@ -37,3 +37,43 @@ def test_the_run_list_shows_the_routine_of_each_run() -> None:
     assert asked.split()[3] == "-"  # asked by the founder: no routine
     # the columns line up
     assert head.index("routine") == post.index("daily-post") == asked.index("- ")
+
+
+def _cost_cells(lines: list[str]) -> list[str]:
+    return [w for line in lines[1:] for w in line.split() if w.startswith("$")]
+
+
+def test_every_cost_in_the_run_list_has_the_same_precision_and_none_shows_as_zero() -> None:
+    """Issue 28: money within one table has one precision, with enough digits that an
+    amount that is not zero is not shown as zero.
+    """
+    base = {"agent": "cfo", "routine": None, "status": "ok", "steps": 1, "answer": "."}
+    runs: list[Mapping[str, Any]] = [
+        {**base, "run_id": "run-aaaaaaaaaaaa", "started": 1_795_000_000.0, "cost_usd": 1.25},
+        {**base, "run_id": "run-bbbbbbbbbbbb", "started": 1_795_000_100.0, "cost_usd": 0.00002},
+        {**base, "run_id": "run-cccccccccccc", "started": 1_795_000_200.0, "cost_usd": 0.0},
+    ]
+    assert _cost_cells(run_list_lines(runs)) == ["$1.25000", "$0.00002", "$0.00000"]
+    cheap: list[Mapping[str, Any]] = [
+        {**r, "cost_usd": c} for r, c in zip(runs, (0.0057, 0.0054, 0.0), strict=True)
+    ]
+    assert _cost_cells(run_list_lines(cheap)) == ["$0.0057", "$0.0054", "$0.0000"]
+
+
+def test_offline_costs_are_labelled_simulated_in_runs_and_runs_last() -> None:
+    """Issue 28: offline spend is labelled simulated everywhere — `companyd runs` marks the
+    cost of an offline run and says what the mark means; `runs last` says it in its header.
+    """
+    base = {"agent": "cfo", "routine": "weekly", "status": "ok", "steps": 1, "answer": "."}
+    runs: list[Mapping[str, Any]] = [
+        {**base, "run_id": "run-aaaaaaaaaaaa", "started": 1_795_000_000.0, "cost_usd": 0.0052,
+         "offline": True},
+        {**base, "run_id": "run-bbbbbbbbbbbb", "started": 1_795_000_100.0, "cost_usd": 0.0061,
+         "offline": False},
+    ]  # fmt: skip
+    head, offline, real, note = run_list_lines(runs)
+    assert "$0.0052*" in offline.split() and "$0.0061" in real.split()
+    assert note.startswith("* simulated: the offline model's calls")
+    assert head.index("cost") + len("cost") == offline.index("*") + 1  # still aligned
+    assert " · $0.0052 (simulated) · " in last_lines(runs[0])[0]
+    assert "(simulated)" not in last_lines(runs[1])[0]

@@ -265,7 +265,9 @@ async def test_the_quarantine_alert_carries_an_approve_button_that_releases_the_
     calls: list[tuple[str, str | None]] = []
 
     class Approving:
-        async def tools_approve(self, server: str, agent: str | None = None) -> ToolsApproved:
+        async def tools_approve(
+            self, server: str, agent: str | None = None, via: str = "cli"
+        ) -> ToolsApproved:
             calls.append((server, agent))
             return ToolsApproved(server=server, approved=[{"agent": agent, "tool": "delete_post"}])
 

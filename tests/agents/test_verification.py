@@ -232,20 +232,24 @@ async def test_an_approval_required_result_shows_unverified_before_the_founder_d
             async with asyncio.timeout(30):
                 while not (asked := d.bus.recent({"founder_result_for_approval"})):
                     await asyncio.sleep(0.02)
-            assert not firing.done()  # the founder decides first
             [event] = asked
             rendered, _ = render(event.kind, event.data, event.source, {}, ["ceo"])
             [waiting] = (await d.inbox()).items  # companyd inbox, /inbox, the dashboard
+            async with asyncio.timeout(30):
+                started = await firing  # run_job answers once the result waits
+            assert (started.state, started.status) == ("awaiting_approval", "unverified")
+            assert started.approval_item == event.data["item_id"]
             await d.approve(str(event.data["item_id"]), by="Op")
             async with asyncio.timeout(30):
-                fired = await firing
+                while (fired := (await d.job_history("notes")).fires[0])["outcome"] is None:
+                    await asyncio.sleep(0.02)
     assert event.data["unverified"] == MEMORY_WHY
     assert rendered.lines[0] == f"⚠ unverified: {MEMORY_WHY}"
     assert waiting.summary == (
         f"result of notes by ceo awaits approval: ⚠ unverified: {MEMORY_WHY} — {said}"
     )
-    assert fired.status == "unverified"  # approved, and still said to be unverified
-    assert fired.reason == f"approved by the founder; unverified: {MEMORY_WHY}"
+    assert fired["outcome"] == "unverified"  # approved, and still said to be unverified
+    assert fired["reason"] == f"approved by the founder; unverified: {MEMORY_WHY}"
 
 
 async def test_a_consulted_colleagues_unverified_answer_reaches_the_asker_with_why(

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -91,7 +91,7 @@ class RecordingAdmin:
         self.calls.append(("budget",))
         return {"company": {"limit_usd": 10.0, "used_usd": 4.0}}
 
-    async def raise_budget(self, agent: str | None, usd: float) -> Any:
+    async def raise_budget(self, agent: str | None, usd: float, via: str = "cli") -> Any:
         self.calls.append(("raise_budget", agent, usd))
         return {"agent": agent, "raised_usd": usd}
 
@@ -103,15 +103,15 @@ class RecordingAdmin:
         self.calls.append(("job_history", routine, limit))
         return {"fires": []}
 
-    async def run_job(self, routine: str) -> Any:
+    async def run_job(self, routine: str, via: str = "cli") -> Any:
         self.calls.append(("run_job", routine))
         return {"routine": routine, "started": True}
 
-    async def resume_all(self) -> Any:
+    async def resume_all(self, via: str = "cli") -> Any:
         self.calls.append(("resume_all", ""))
         return {"resumed": [], "message": "no agent was paused"}
 
-    async def resume_job(self, routine: str) -> Any:
+    async def resume_job(self, routine: str, via: str = "cli") -> Any:
         self.calls.append(("resume_job", routine))
         return {"routine": routine, "resumed": True, "message": f"resumed routine {routine}"}
 
@@ -119,12 +119,12 @@ class RecordingAdmin:
         self.calls.append(("fire_webhook", routine))
         return {"routine": routine, "fire_id": "fire-1", "replay": False, "message": "fired"}
 
-    async def pause(self, agent: str) -> Any:
+    async def pause(self, agent: str, via: str = "cli") -> Any:
         self.calls.append(("pause", agent))
         self._agent(agent)
         return {"agent": agent, "paused": True}
 
-    async def resume(self, agent: str) -> Resumed:
+    async def resume(self, agent: str, via: str = "cli") -> Resumed:
         self.calls.append(("resume", agent))
         self._agent(agent)
         return Resumed(agent=agent, resumed=True, message=f"resumed {agent}")
@@ -136,6 +136,7 @@ class RecordingAdmin:
         timeout: float = 300.0,
         reply_to: str | None = None,
         task_id: str | None = None,
+        via: str = "cli",
     ) -> AskAnswer:
         self.calls.append(("ask", agent, question))
         if self.ask_gate is not None:
@@ -150,6 +151,7 @@ class RecordingAdmin:
         routine: str | None = None,
         since: float | None = None,
         finished: bool = False,
+        deliveries: bool = False,
     ) -> Any:
         self.calls.append(("runs", agent, status, limit))
         return {"runs": []}
@@ -162,7 +164,7 @@ class RecordingAdmin:
         self.calls.append(("tasks", quarantined))
         return {"tasks": [{"id": "t-9", "agent": "cfo", "reason": "crashed 3 times"}]}
 
-    async def retry(self, task_id: str) -> Any:
+    async def retry(self, task_id: str, via: str = "cli") -> Any:
         self.calls.append(("retry", task_id))
         return {"task": task_id, "queued": True}
 
@@ -190,7 +192,7 @@ class RecordingAdmin:
         self.calls.append(("inbox",))
         return {"items": []}
 
-    async def revert(self, proposal_id: str) -> Any:
+    async def revert(self, proposal_id: str, via: str = "cli") -> Any:
         self.calls.append(("revert", proposal_id))
         return {"proposal": proposal_id, "reverted": True}
 
@@ -198,7 +200,7 @@ class RecordingAdmin:
         self.calls.append(("debug", action, target, seconds))
         return {"action": action, "target": target}
 
-    async def reload(self) -> Any:
+    async def reload(self, via: str = "cli") -> Any:
         self.calls.append(("reload",))
         return {"reloaded": True}
 
@@ -206,7 +208,7 @@ class RecordingAdmin:
         self.calls.append(("tools", agent))
         return {"day": "2026-01-01", "tools": []}
 
-    async def tools_approve(self, server: str, agent: str | None = None) -> Any:
+    async def tools_approve(self, server: str, agent: str | None = None, via: str = "cli") -> Any:
         self.calls.append(("tools_approve", server, agent))
         return {"server": server, "approved": []}
 
@@ -793,6 +795,9 @@ class DeliveryRecords:
     async def keep(self, data: Mapping[str, Any], reason: str) -> str | None:
         self.kept.append((str(data.get("run_id")), reason))
         return f"k-{data.get('run_id')}"
+
+    async def records(self, run_ids: Sequence[str]) -> Mapping[str, Sequence[ResultDelivery]]:
+        return {r: [e for run, e in self.entries if run == r] for r in run_ids}
 
 
 def a_result(run_id: str, ended: float) -> RoutineResult:

@@ -124,6 +124,7 @@ class LongAnswerAdmin(RecordingAdmin):
         timeout: float = 300.0,
         reply_to: str | None = None,
         task_id: str | None = None,
+        via: str = "cli",
     ) -> AskAnswer:
         self.calls.append(("ask", agent, question))
         text = "\n".join(f"line {i}: " + "x" * 60 for i in range(150)) + "\nTHE END"
@@ -165,7 +166,7 @@ async def test_special_characters_arrive_verbatim(tmp_path: Path, token_env: Non
 class NotPausedAdmin(RecordingAdmin):
     """The daemon's answer when the agent runs already (daemon/_main.py)."""
 
-    async def resume(self, agent: str) -> Resumed:
+    async def resume(self, agent: str, via: str = "cli") -> Resumed:
         self.calls.append(("resume", agent))
         return Resumed(agent=agent, resumed=False, message=f"{agent} was not paused")
 

@@ -461,6 +461,12 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                     f"2. weekly-spend-review (cfo, ${second['cost_usd']:.2f}): "
                     "Spend was flat: $0.41 for the week, no outliers."
                 )
+                # where else it went, from the run's record across the restart (issue 28)
+                day = datetime.fromtimestamp(sim0, UTC).date().isoformat()
+                assert lines[4] == (
+                    f"   → written to outputs/weekly-spend-review/{day}-{second['run_id']}.md"
+                    " · added to the company memory"
+                )
                 assert [label for label, _ in digest.buttons()] == ["📄 1", "📄 2"]
                 await daemon.advance(60)  # room for a second digest, were there one
                 await asyncio.sleep(0.5)

@@ -76,6 +76,51 @@ def test_the_digest_has_one_line_per_result_and_a_button_each() -> None:
     assert all(dl.state == "folded" for i in items for dl in i.deliveries.values())
 
 
+def _record(to: str, outcome: str, text: str, **more: object) -> dict[str, object]:
+    return {"to": to, "outcome": outcome, "at": 0.0, "where": None, "message_id": None,
+            "reason": None, "kept": None, "text": text, **more}  # fmt: skip
+
+
+def test_the_digest_says_where_else_each_result_went_from_its_delivery_records() -> None:
+    """Issue 28: under each result, where it was sent — from the run's delivery record."""
+    items = [
+        item(1, "2026-11-24 14:00", "daily-post", 0.3, "Invoices chase themselves now."),
+        item(2, "2026-11-24 09:00", "weekly-spend-review", 0.11, "Spend was flat."),
+        item(3, "2026-11-24 10:00", "standup", 0.01, "All green."),
+    ]
+    deliveries = {
+        "run-1": [
+            _record("digest", "queued", "queued for the digest of 2026-11-25 08:00"),
+            _record("telegram", "queued", "queued for telegram at 14:00 (in the outbox …)"),
+            _record("telegram", "delivered", "delivered to telegram at 14:01 (message 7)"),
+            _record("file", "delivered", "written to outputs/daily-post/2026-11-24-run-1.md"),
+        ],
+        "run-2": [
+            _record(
+                "telegram",
+                "not_delivered",
+                "not delivered to telegram: Telegram is not configured — kept in the inbox",
+                reason="Telegram is not configured (no alerts.telegram in company.yaml)",
+                kept="k-1234",
+            ),
+            _record("memory", "delivered", "added to the company memory (routine:w)"),
+        ],
+        "run-3": [_record("digest", "queued", "queued for the digest of 2026-11-25 08:00")],
+    }
+    d = fold(
+        items, digest_id=9, now=at("2026-11-25 08:00"), tz=UTC, chats=[1], deliveries=deliveries
+    )
+    lines = d.text.splitlines()
+    assert lines[2:8] == [
+        "1. daily-post (marketing, $0.30): Invoices chase themselves now.",
+        "   → sent to telegram · written to outputs/daily-post/2026-11-24-run-1.md",
+        "2. weekly-spend-review (marketing, $0.11): Spend was flat.",
+        "   → kept in the inbox: Telegram is not configured · added to the company memory",
+        "3. standup (marketing, $0.01): All green.",  # only the digest: nothing more to say
+        "",
+    ]
+
+
 @pytest.mark.anyio
 async def test_results_are_held_through_quiet_hours_and_released_one_by_one() -> None:
     cfg = load_config_text(

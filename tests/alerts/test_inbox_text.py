@@ -39,13 +39,20 @@ def test_the_phone_inbox_shows_age_and_expiry() -> None:
 def test_waiting_text() -> None:
     assert waiting_text(T0, None, T0 + 90) == "waiting 1m 30s"
     assert waiting_text(T0, T0 + 60, T0 + 90) == "waiting 1m 30s · expired: denied"
+    # a kept result asks for nothing: it is not denied, it leaves the inbox (issue 28)
+    assert waiting_text(T0, T0 + 60, T0 + 30, "kept") == (
+        "waiting 30s · expires in 30s (then it leaves the inbox)"
+    )
+    assert waiting_text(T0, T0 + 60, T0 + 90, "kept") == (
+        "waiting 1m 30s · expired: left the inbox unread"
+    )
 
 
 class _Admin:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    async def resume_all(self) -> ResumedAll:
+    async def resume_all(self, via: str = "cli") -> ResumedAll:
         self.calls.append("resume_all")
         return ResumedAll(resumed=["ceo", "cfo"], message="resumed ceo, cfo")
 

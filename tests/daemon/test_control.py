@@ -163,21 +163,21 @@ class Company:
     async def status(self) -> Any:
         return STATUS
 
-    async def pause(self, agent: str) -> Any:
+    async def pause(self, agent: str, via: str = "cli") -> Any:
         self.paused.add(self._agent(agent))
         return {"agent": agent, "paused": True}
 
-    async def resume(self, agent: str) -> Any:
+    async def resume(self, agent: str, via: str = "cli") -> Any:
         self.paused.discard(self._agent(agent))
         return {"agent": agent, "paused": False}
 
-    async def reload(self) -> Any:
+    async def reload(self, via: str = "cli") -> Any:
         return self.reload_result
 
     async def tools(self, agent: str | None = None) -> Any:
         return {"day": "2026-01-01", "tools": []}
 
-    async def tools_approve(self, server: str, agent: str | None = None) -> Any:
+    async def tools_approve(self, server: str, agent: str | None = None, via: str = "cli") -> Any:
         return {"server": server, "approved": []}
 
     async def backup(self, to: str) -> Any:
@@ -186,7 +186,7 @@ class Company:
     async def dashboard_login(self) -> Any:
         return {"url": "http://127.0.0.1:8470/login?token=t", "expires_at": 0.0}
 
-    async def raise_budget(self, agent: str | None, usd: float) -> Any:
+    async def raise_budget(self, agent: str | None, usd: float, via: str = "cli") -> Any:
         if agent is not None:
             self._agent(agent)
         self.raised.append((agent, usd))
@@ -208,6 +208,7 @@ class Company:
         timeout: float = 300.0,
         reply_to: str | None = None,
         task_id: str | None = None,
+        via: str = "cli",
     ) -> Any:
         self.slow_started.set()
         try:
@@ -224,13 +225,13 @@ class Company:
     async def job_history(self, routine: str, limit: int = 20) -> Any:
         raise self._absent("job_history")
 
-    async def run_job(self, routine: str) -> Any:
+    async def run_job(self, routine: str, via: str = "cli") -> Any:
         raise self._absent("run_job")
 
-    async def resume_all(self) -> Any:
+    async def resume_all(self, via: str = "cli") -> Any:
         raise self._absent("resume_all")
 
-    async def resume_job(self, routine: str) -> Any:
+    async def resume_job(self, routine: str, via: str = "cli") -> Any:
         raise self._absent("resume_job")
 
     async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> Any:
@@ -244,6 +245,7 @@ class Company:
         routine: str | None = None,
         since: float | None = None,
         finished: bool = False,
+        deliveries: bool = False,
     ) -> Any:
         raise self._absent("runs")
 
@@ -253,7 +255,7 @@ class Company:
     async def tasks(self, quarantined: bool = False) -> Any:
         raise self._absent("tasks")
 
-    async def retry(self, task_id: str) -> Any:
+    async def retry(self, task_id: str, via: str = "cli") -> Any:
         raise self._absent("retry")
 
     async def proposals(self) -> Any:
@@ -273,7 +275,7 @@ class Company:
     async def inbox(self) -> Any:
         raise self._absent("inbox")
 
-    async def revert(self, proposal_id: str) -> Any:
+    async def revert(self, proposal_id: str, via: str = "cli") -> Any:
         raise self._absent("revert")
 
     async def debug(self, action: str, target: str | None = None, seconds: float = 0.0) -> Any:

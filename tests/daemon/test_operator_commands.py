@@ -5,6 +5,7 @@ print, their exit codes, what they leave behind. The commands run by the CLI's e
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -140,3 +141,64 @@ async def test_an_operator_who_may_not_enter_the_state_directory_is_told_how_to_
         assert "permission denied" in err and str(daemon.state_dir) in err and "sudo" in err
         assert "internal error" not in err and "Traceback" not in err
         assert await daemon.stop() == 0
+
+
+@pytest.mark.anyio
+async def test_jobs_run_of_a_routine_needing_approval_answers_once_the_result_waits(
+    work: Path,
+) -> None:
+    cfg = write_company(work / "company.yaml")
+    doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
+    doc["routines"] = {
+        "weekly-numbers": {
+            "assignee": "cfo",
+            "description": "Sum up this week's numbers.",
+            "trigger": {"cron": "0 3 29 2 *"},
+            "approval": "required",
+        }
+    }
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        # not the 60 s deadline and exit 75: the fire started and waits for the founder
+        got = await daemon.cli("jobs", "run", "weekly-numbers", timeout=30)
+        assert got.rc == 0, got.err
+        inbox = (await daemon.call("inbox"))["items"]
+        assert [i["kind"] for i in inbox] == ["result"]
+        item = inbox[0]["id"]
+        said = got.out.strip().splitlines()[-1]
+        assert said.startswith(
+            f"started routine weekly-numbers: its run ended and the result waits for your "
+            f"approval as {item}; approve, reject or ask for changes in the dashboard's inbox"
+        ), said
+        assert said.endswith(f"`companyd approve {item}` (or `companyd inbox`)"), said
+        # a second fire has no room while the first waits (concurrency skip_if_active)
+        again = await daemon.cli("jobs", "run", "weekly-numbers", "--json", timeout=30)
+        assert again.rc == 1 and "is running now" in json.loads(again.out)["error"]
+        # --json: the state, the item, and every key it had before
+        approved = await daemon.cli("approve", item)
+        assert approved.rc == 0, approved.err
+        shown = await daemon.cli("jobs", "run", "weekly-numbers", "--json", timeout=30)
+        assert shown.rc == 0, shown.err
+        data = json.loads(shown.out)
+        assert data["state"] == "awaiting_approval"
+        assert data["approval_item"] != item and data["approval_item"].startswith("r-")
+        assert data["status"] == "ok" and data["routine"] == "weekly-numbers"
+        assert {"run_id", "answer", "cost_usd", "message"} <= set(data)
+        await daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_doctor_checks_the_state_directory_of_the_daemon_running_the_file(
+    work: Path,
+) -> None:
+    """Issue 28: doctor checks the state the running daemon uses (found through the
+    company.yaml it runs), not ``state`` next to company.yaml, which it never uses.
+    """
+    cfg = write_company(work / "company.yaml")
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        argv = ["doctor", "--offline", "--json", "--config", str(cfg)]
+        got = await asyncio.to_thread(cli_in_thread, argv)
+        checks = {c["name"]: c for c in json.loads(got.out)["checks"]}
+        assert repr(str(work / "s")) in checks["state-dir"]["summary"], checks["state-dir"]
+        assert not (work / "state").exists()
+        await daemon.stop()

@@ -100,6 +100,23 @@ async def test_runs_list_filters_and_a_transcript(site: Site) -> None:
     assert "no run &#39;run-000000000000&#39;" in missing.text
 
 
+async def test_run_now_of_a_routine_needing_approval_says_its_result_waits(work: Path) -> None:
+    """Issue 28: Run now of a routine with ``approval: required`` answers as soon as the
+    result waits for the founder, and says where — not "ran: ok" while nothing is done.
+    """
+    company = COMPANY.replace(
+        '    trigger: {cron: "0 9 * * mon"}\n',
+        '    trigger: {cron: "0 9 * * mon"}\n    approval: required\n',
+    )
+    assert "approval: required" in company
+    async with running_site(work, company) as site:
+        ran = await site.post("/routines/weekly-review/run", htmx=True)
+        [item] = (await site.daemon.inbox()).items
+    assert ran.status_code == 200
+    assert "its result waits for your approval in the" in ran.text
+    assert f"({item.id})" in ran.text and 'href="/inbox"' in ran.text
+
+
 async def test_routines_run_now_goes_through_admin_with_csrf(site: Site) -> None:
     listed = await site.get("/routines")
     assert 'href="/routines/weekly-review"' in listed.text and "Run now" in listed.text
@@ -185,6 +202,38 @@ async def test_spend_page_and_its_csv_export(site: Site) -> None:
     assert len(list(csv.reader(io.StringIO(by_model.text)))) == 2
     wrong = await site.client.get("/spend.csv?by=colour")
     assert wrong.status_code == 400 and "choose one of agent, model, routine" in wrong.text
+
+
+def _money_in(html: str, start: str, end: str = "</table>") -> list[str]:
+    part = html[html.index(start) :]
+    return re.findall(r"\$[\d,]+\.\d+", part[: part.index(end)])
+
+
+async def test_every_money_cell_of_a_table_has_one_precision(site: Site) -> None:
+    """Issue 28: within one table every amount has the same decimals, enough that the
+    smallest amount that is not zero shows as not zero: a raise of $0.0042 makes the
+    budgets table $2.0042 / $10.0000, never $2.0042 above $10.00.
+    """
+    await site.daemon.raise_budget("cfo", 0.0042)
+    page = await site.get("/spend")
+    cells = _money_in(page.text, 'id="h-budgets"')
+    assert "$2.0042" in cells and "$10.0000" in cells and "$100.0000" in cells, cells
+    assert {len(c.split(".")[1]) for c in cells} == {4}, cells
+
+
+async def test_offline_costs_are_labelled_simulated_on_every_page_that_shows_a_run(
+    site: Site,
+) -> None:
+    """Issue 28: offline spend is labelled simulated everywhere: the runs list, an agent's
+    runs, a run's totals and a routine's last result.
+    """
+    await site.daemon.run_job("weekly-review")
+    run = (await site.daemon.runs(routine="weekly-review", limit=1)).runs[0]
+    assert run["offline"]
+    cost = re.escape(f"${run['cost_usd']:.4f}")
+    for url in ("/runs", "/agents/cfo", f"/runs/{run['run_id']}", "/routines/weekly-review"):
+        page = await site.get(url)
+        assert re.search(cost + r"\d* \(simulated\)", page.text), url
 
 
 async def test_memory_search_entity_graph_and_recent_changes(site: Site) -> None:

@@ -483,7 +483,11 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                 assert "Draft 1: We launch on Friday." in first.text
                 history = (await daemon.call("job_history", routine="daily-post"))["fires"]
                 assert [f["outcome"] for f in history] != ["ok"]  # not done before approval
-                assert not firing.done()
+                # run_job answered once the result waited (issue 28): the fire goes on
+                async with asyncio.timeout(30):
+                    started = await firing
+                assert started["state"] == "awaiting_approval"
+                assert started["approval_item"].startswith("r-")
 
                 change = _reply(bot, first, "Add a rocket emoji")
                 second = await _message(bot, "round 2")
@@ -496,9 +500,11 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                 assert "The founder asks for changes:\nAdd a rocket emoji" in str(follow_up)
 
                 bot.press_button(FOUNDER, second.message_id, _button(second, "Approve"))
-                async with asyncio.timeout(30):
-                    fired = await firing
-                assert fired["status"] == "ok"
+                async with asyncio.timeout(30):  # the fire ends with the approval
+                    while (await daemon.call("job_history", routine="daily-post"))["fires"][0][
+                        "outcome"
+                    ] is None:
+                        await asyncio.sleep(0.05)
                 # one short confirmation in the thread, naming what was done
                 confirm = await _message(bot, "approved —")
                 assert confirm.text == "✅ daily-post approved — delivered to memory, file"
@@ -682,3 +688,56 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
     assert fires[0]["outcome"] == "ok"
     assert len(_to_founder(bot, "round 2")) == 1  # once, not again after the restart
     assert len(_to_founder(bot, "awaits your approval")) == 2
+
+
+@pytest.mark.anyio
+async def test_jobs_run_answers_at_once_when_its_run_waits_for_a_tool_approval(
+    work: Path,
+) -> None:
+    """Issue 28: `companyd jobs run` of a routine whose run stops for a tool approval does
+    not wait out its 60 s deadline (exit 75, "the daemon may be overloaded"): it says at
+    once that the run waits for the founder, and where to decide; the fire goes on.
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+            reply_text("Posted the flash sale."),
+        ]
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, tool_log)
+            doc = yaml.safe_load(cfg.read_text())
+            doc["routines"] = {
+                "daily-post": {
+                    "assignee": "marketing",
+                    "description": "Announce the flash sale.",
+                    "trigger": {"cron": "0 3 29 2 *"},
+                }
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                got = await daemon.cli("jobs", "run", "daily-post", "--json", timeout=30)
+                assert got.rc == 0, got.err
+                data = json.loads(got.out)
+                assert (data["state"], data["status"]) == ("waiting_for_founder", "running")
+                item = data["approval_item"]
+                assert re.fullmatch(r"ap-[0-9a-f]+", item), item
+                assert data["message"] == (
+                    f"started routine daily-post: its run {data['run_id']} waits for your "
+                    f"approval of a post_update call ({item}); approve or reject it in the "
+                    f"dashboard's inbox, Telegram (/approve {item}) or `companyd approve "
+                    f"{item}` (or `companyd inbox`). The run goes on after that; `companyd "
+                    "runs last daily-post` shows its result"
+                )
+                assert _started(tool_log) == []  # not before the founder says yes
+                done = await daemon.cli("approve", item)
+                assert done.rc == 0, done.err
+                async with asyncio.timeout(60):
+                    while (await daemon.call("job_history", routine="daily-post"))["fires"][0][
+                        "outcome"
+                    ] != "ok":
+                        await asyncio.sleep(0.05)
+                assert len(_started(tool_log)) == 1
+                await daemon.stop()

@@ -17,8 +17,9 @@ import yaml
 
 from companyd.cli import main
 from companyd.ops._checks import Check
-from companyd.ops._doctor import DoctorReport, RunningDaemon, run_doctor
+from companyd.ops._doctor import DoctorReport, RunningDaemon, check_state_dir, run_doctor
 from companyd.testing.bot_api import BotApiServer
+from companyd.testing.daemon import as_unprivileged, short_dir
 from companyd.testing.messages_api import MessagesAPIServer
 
 from .opskit import API_KEY, CHAT, TOKEN, env, write_company
@@ -241,12 +242,52 @@ async def test_fix_creates_a_missing_state_directory(world: World) -> None:
         p.unlink()
     world.state.rmdir()
     report = await world.doctor()
-    assert by_name(report)["state-dir"].status == "problem"
+    c = by_name(report)["state-dir"]
+    assert (c.status, c.fix) == ("ok", None)  # before the first start: not a problem
+    assert c.summary == (
+        f"state directory {str(world.state)!r} does not exist yet: it will be created at "
+        "first start (`companyd run`, mode 0700)"
+    )
     assert not world.state.exists()
     report = await world.doctor(fix=True)
     c = by_name(report)["state-dir"]
     assert c.status == "ok" and c.changed == [f"created {str(world.state)!r} (mode 0700)"]
     assert stat.S_IMODE(world.state.stat().st_mode) == 0o700
+
+
+@pytest.mark.anyio
+async def test_before_the_first_start_doctor_passes_unless_the_state_cannot_be_made(
+    world: World,
+) -> None:
+    """Issue 28: a company never started has no state directory yet; that is no problem —
+    unless the daemon's user could not create it, which is, with the fix.
+    """
+    for p in world.state.iterdir():
+        p.unlink()
+    world.state.rmdir()
+    report = await world.doctor()
+    assert report.ok, [c for c in report.checks if c.status == "problem"]
+    assert by_name(report)["state-dir"].status == "ok"
+    with short_dir() as top:
+        top.chmod(0o755)
+        locked = top / "locked"
+        locked.mkdir(mode=0o755)  # root's, not writable by nobody
+        state = locked / "company" / "state"
+
+        def as_nobody() -> str:
+            c = check_state_dir(state)
+            return f"{c.status}\n{c.summary}\n{c.fix}"
+
+        status, summary, fix = as_unprivileged(as_nobody).split("\n")
+        assert not state.parent.exists()
+    assert status == "problem"
+    assert summary == (
+        f"state directory {str(state)!r} does not exist and cannot be created by nobody: "
+        f"{str(locked)!r} is not writable"
+    )
+    assert fix.startswith(
+        f"create it for the daemon's user: `sudo install -d -m 0700 -o nobody {state}`"
+    )
 
 
 def test_the_command_prints_one_line_per_check_and_exits_1_on_a_problem(
@@ -321,3 +362,31 @@ async def test_without_telegram_doctor_says_which_results_would_reach_no_phone(
         assert "failures reach nobody" in c.summary
         assert "results of 1 routine(s) that deliver to telegram (daily-post)" in c.summary
         assert "kept in the inbox" in c.summary and "archive" not in c.summary
+
+
+@pytest.mark.anyio
+async def test_doctor_checks_the_state_directory_the_service_will_use(world: World) -> None:
+    """Issue 28: for a company.yaml where the units keep it, the state checked is the
+    unit's (``StateDirectory=``), not ``state`` next to company.yaml — which the service
+    never uses.
+    """
+    unit_state = world.tmp / "var-lib-companyd"
+    report = await run_doctor(
+        world.config,
+        environ=world.env(),
+        systemd_runtime=NO_SYSTEMD,
+        unit_state_dir=unit_state,
+    )
+    c = by_name(report)["state-dir"]
+    assert c.status == "ok" and repr(str(unit_state)) in c.summary, c
+    assert "will be created at first start" in c.summary
+
+
+def test_the_units_state_directory_of_a_company_yaml_in_their_place() -> None:
+    from companyd.cli._doctor import _unit_state_dir
+
+    assert _unit_state_dir(Path("/etc/companyd/company.yaml")) == Path("/var/lib/companyd")
+    assert _unit_state_dir(Path("/etc/companyd/acme/company.yaml")) == Path(
+        "/var/lib/companyd/acme"
+    )
+    assert _unit_state_dir(Path("/srv/acme/company.yaml")) is None

@@ -85,7 +85,9 @@ AsBuilt = Annotated[T, GetPydanticSchema(lambda _type, _handler: core_schema.any
 
 
 class RunRow(TypedDict):
-    """One run in ``runs`` (``asked_by``: the run that asked for it, if a colleague did)."""
+    """One run in ``runs`` (``asked_by``: the run that asked for it, if a colleague did;
+    ``deliveries``: its result's delivery records, only when asked for).
+    """
 
     run_id: str
     task_id: str
@@ -103,6 +105,7 @@ class RunRow(TypedDict):
     offline: bool
     reply_to: str | None
     asked_by: str | None
+    deliveries: NotRequired[list[ResultDelivery]]
 
 
 class JournaledTask(TypedDict):

@@ -79,8 +79,10 @@ class Admin(Protocol):
         """Each budget: limit, used, reserved, remaining, when it resets."""
         ...
 
-    async def raise_budget(self, agent: str | None, usd: float) -> BudgetRaised:
-        """Raise today's budget of ``agent`` (or the company when None) by ``usd``, once."""
+    async def raise_budget(self, agent: str | None, usd: float, via: str = "cli") -> BudgetRaised:
+        """Raise today's budget of ``agent`` (or the company when None) by ``usd``, once.
+        ``via`` as for :meth:`pause`.
+        """
         ...
 
     async def jobs(self) -> Jobs:
@@ -91,8 +93,8 @@ class Admin(Protocol):
         """The latest fires of one routine with outcome, reason, cost and run id."""
         ...
 
-    async def run_job(self, routine: str) -> JobRun:
-        """Fire a routine now."""
+    async def run_job(self, routine: str, via: str = "cli") -> JobRun:
+        """Fire a routine now (``via`` as for :meth:`pause`)."""
         ...
 
     async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> WebhookFired:
@@ -103,20 +105,31 @@ class Admin(Protocol):
         """
         ...
 
-    async def resume_all(self) -> ResumedAll:
-        """Let every paused agent run again (after topping up the API account)."""
+    async def resume_all(self, via: str = "cli") -> ResumedAll:
+        """Let every paused agent run again (after topping up the API account); ``via`` as
+        for :meth:`pause`.
+        """
         ...
 
-    async def resume_job(self, routine: str) -> JobResumed:
-        """Let a routine that ``pause_after_failures`` paused fire again."""
+    async def resume_job(self, routine: str, via: str = "cli") -> JobResumed:
+        """Let a routine that ``pause_after_failures`` paused fire again; ``via`` as for
+        :meth:`pause`.
+        """
         ...
 
-    async def pause(self, agent: str) -> Paused:
-        """Stop an agent from starting new runs (the current run finishes)."""
+    async def pause(self, agent: str, via: str = "cli") -> Paused:
+        """Stop an agent from starting new runs (the current run finishes).
+
+        Every operation that changes the company's state takes ``via``: where the
+        operator asked (``cli``, ``telegram`` or ``dashboard``); it is recorded as an
+        ``operator_action`` event (the dashboard records its own), done or refused.
+        """
         ...
 
-    async def resume(self, agent: str) -> Resumed:
-        """Let a paused agent (operator or budget pause) run again."""
+    async def resume(self, agent: str, via: str = "cli") -> Resumed:
+        """Let a paused agent (operator or budget pause) run again; ``via`` as for
+        :meth:`pause`.
+        """
         ...
 
     async def ask(
@@ -126,6 +139,7 @@ class Admin(Protocol):
         timeout: float = 300.0,
         reply_to: str | None = None,
         task_id: str | None = None,
+        via: str = "cli",
     ) -> AskAnswer:
         """Run a one-off task; the result has answer, models, tokens and cost. With
         ``reply_to`` (a run id of ``agent``) it is a follow-up in that run's thread: the
@@ -133,7 +147,7 @@ class Admin(Protocol):
         With ``task_id`` (``task-`` + 12 hex digits, chosen by the caller) it is idempotent:
         a task the journal already holds is not run again — its outcome is waited for (a
         run resumed after a restart) or read (a run that ended) — so a caller that kept
-        the id across a restart gets the answer once.
+        the id across a restart gets the answer once. ``via`` as for :meth:`pause`.
         """
         ...
 
@@ -145,9 +159,12 @@ class Admin(Protocol):
         routine: str | None = None,
         since: float | None = None,
         finished: bool = False,
+        deliveries: bool = False,
     ) -> Runs:
         """Recent runs, newest first: of ``agent``, with outcome ``status``, fired by
-        ``routine``, started at or after ``since`` (epoch seconds), only ``finished`` ones.
+        ``routine``, started at or after ``since`` (epoch seconds), only ``finished`` ones;
+        with ``deliveries`` each row also carries its result's delivery records (the run
+        journal's, as ``run_show`` has them: they outlive restarts).
         """
         ...
 
@@ -161,8 +178,8 @@ class Admin(Protocol):
         """Tasks waiting, running or (with ``quarantined``) quarantined."""
         ...
 
-    async def retry(self, task_id: str) -> TaskRetried:
-        """Release a quarantined task and run it again."""
+    async def retry(self, task_id: str, via: str = "cli") -> TaskRetried:
+        """Release a quarantined task and run it again; ``via`` as for :meth:`pause`."""
         ...
 
     async def proposals(self) -> Proposals:
@@ -202,8 +219,8 @@ class Admin(Protocol):
         """
         ...
 
-    async def revert(self, proposal_id: str) -> ProposalDecision:
-        """Undo an applied proposal (then reload the config)."""
+    async def revert(self, proposal_id: str, via: str = "cli") -> ProposalDecision:
+        """Undo an applied proposal (then reload the config); ``via`` as for :meth:`pause`."""
         ...
 
     async def debug(
@@ -258,12 +275,16 @@ class Admin(Protocol):
         """
         ...
 
-    async def tools_approve(self, server: str, agent: str | None = None) -> ToolsApproved:
+    async def tools_approve(
+        self, server: str, agent: str | None = None, via: str = "cli"
+    ) -> ToolsApproved:
         """Approve the held-back tools of MCP server ``server`` (of ``agent``, or of every
         agent with a server of that name): offered at once, no restart.
         """
         ...
 
-    async def reload(self) -> ReloadApplied | ReloadRejected:
-        """Re-read company.yaml and apply the difference (or report why it was rejected)."""
+    async def reload(self, via: str = "cli") -> ReloadApplied | ReloadRejected:
+        """Re-read company.yaml and apply the difference (or report why it was rejected);
+        ``via`` as for :meth:`pause` (empty: the daemon's own reload, not recorded).
+        """
         ...

@@ -320,7 +320,19 @@ class JobRun(RunEnded, _RoutineNamed):
 
     ``routine`` is the first JSON key: a dataclass lists the fields of its last base first,
     so :class:`_RoutineNamed` comes after :class:`RunEnded` among the bases.
+
+    ``state`` is ``ended`` (the fire is over: ``status`` is its outcome),
+    ``awaiting_approval`` (a routine with ``approval: required``: the run ended with the
+    result ``answer``, which waits for the founder as desk item ``approval_item``; the
+    fire ends when the founder decides) or ``waiting_for_founder`` (the run itself waits
+    for the founder — a tool call to approve or a question to answer, desk item
+    ``approval_item`` —: ``status`` is ``running``, ``ended`` 0, nothing spent counted
+    yet). ``message`` says what happened and, when it waits, where to decide.
     """
+
+    state: str = "ended"
+    approval_item: str | None = None
+    message: str = ""
 
 
 # -- proposals ---------------------------------------------------------------------------------

@@ -115,11 +115,16 @@ def format_duration(seconds: float | None) -> str:
     return f"{s}s"
 
 
-def waiting_text(created: Any, deadline: Any, now: float) -> str:
+def waiting_text(created: Any, deadline: Any, now: float, kind: Any = None) -> str:
     """How long a desk item has waited and when it expires — "waiting 3h 12m · expires in
     20h 48m (then denied)" — for ``inbox``, ``/inbox`` and the dashboard's inbox. An item
-    without a deadline (a proposal, a quarantined task) shows its age only.
+    without a deadline (a proposal, a quarantined task) shows its age only. A ``kept``
+    result (``kind``) asks for nothing: unread by then, it leaves the inbox, denied nothing.
     """
+    if kind == "kept":
+        then, gone = "then it leaves the inbox", "expired: left the inbox unread"
+    else:
+        then, gone = "then denied", "expired: denied"
     made = as_number(created)
     ends = as_number(deadline)
     parts = []
@@ -127,9 +132,9 @@ def waiting_text(created: Any, deadline: Any, now: float) -> str:
         parts.append(f"waiting {format_duration(now - made)}")
     if ends is not None:
         if ends > now:
-            parts.append(f"expires in {format_duration(ends - now)} (then denied)")
+            parts.append(f"expires in {format_duration(ends - now)} ({then})")
         else:
-            parts.append("expired: denied")
+            parts.append(gone)
     return " · ".join(parts)
 
 

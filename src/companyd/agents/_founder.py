@@ -189,9 +189,11 @@ class ResultApprovals:
         self._task_of = task_of
         self._timeout = timeout
 
-    async def settle(self, task: Task, outcome: RunOutcome) -> RunOutcome:
+    async def settle(
+        self, task: Task, outcome: RunOutcome, asked: Callable[[str], None] | None = None
+    ) -> RunOutcome:
         """:meth:`ResultGate.settle <companyd.scheduler._sink.ResultGate.settle>`."""
-        return await self._rounds(task.id, task, outcome, 1)
+        return await self._rounds(task.id, task, outcome, 1, asked)
 
     async def settle_task(self, task_id: str, outcome: RunOutcome) -> RunOutcome:
         """:meth:`ResultGate.settle_task <companyd.scheduler._sink.ResultGate.settle_task>`."""
@@ -220,9 +222,17 @@ class ResultApprovals:
         )
         return self._rounds(task_id, task, outcome, int(p.get("round") or 1))
 
-    async def _rounds(self, root: str, task: Task, outcome: RunOutcome, first: int) -> RunOutcome:
+    async def _rounds(
+        self,
+        root: str,
+        task: Task,
+        outcome: RunOutcome,
+        first: int,
+        asked: Callable[[str], None] | None = None,
+    ) -> RunOutcome:
         """From round ``first`` (``task`` and its ``outcome``) until the founder approves,
-        rejects, lets the deadline pass, or a follow-up run fails.
+        rejects, lets the deadline pass, or a follow-up run fails; ``asked`` is told the
+        first round's item id once it is on the desk.
         """
         rounds = first
         sent_back: str | None = None  # the item of the round the founder sent back
@@ -246,6 +256,9 @@ class ResultApprovals:
                 },
                 timeout=self._timeout(task.agent),
             )
+            if asked is not None:
+                asked(item.id)
+                asked = None
             item = await self._desk.wait(item)
             if item.state is ItemState.APPROVED:
                 reason = "approved by the founder" + (

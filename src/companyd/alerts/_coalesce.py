@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd._sqlite import store_errors
@@ -29,6 +30,9 @@ from companyd.alerts._render_kinds import kind_spec, render
 from companyd.alerts._telegram import TelegramSettings, redact
 from companyd.clock import Clock
 from companyd.events import Event
+
+if TYPE_CHECKING:  # a typed dict of the operator contract, for annotations only
+    from companyd.admin import ResultDelivery
 
 __all__ = ["AlertBook", "event_count"]
 
@@ -73,6 +77,11 @@ class AlertBook:
         # succeeds writes them too, in their state then — else a delivery recorded only in
         # memory would be sent again after a restart
         self._unsaved: dict[int, AlertRecord] = {}
+        #: reads the delivery records of runs (the run journal's, through the daemon's
+        #: DeliveryLog), for the digest to say where each result went; None: not said
+        self.read_deliveries: (
+            Callable[[Sequence[str]], Awaitable[Mapping[str, Sequence[ResultDelivery]]]] | None
+        ) = None
 
     def load(self, records: list[AlertRecord], next_id: int, now: float) -> None:
         """Start from the outbox's active alerts (at the start of a run)."""
@@ -168,6 +177,21 @@ class AlertBook:
             )
         )
 
+    async def _deliveries_of(
+        self, items: Sequence[AlertRecord]
+    ) -> Mapping[str, Sequence[ResultDelivery]]:
+        """The delivery records of the digest items' runs ({} when they cannot be read:
+        the digest goes out without them rather than not at all).
+        """
+        if self.read_deliveries is None:
+            return {}
+        runs = [str(r.data.get("run_id")) for r in items if r.data.get("run_id")]
+        try:
+            return await self.read_deliveries(runs)
+        except Exception:
+            log.exception("alerts: the digest cannot read where its results went")
+            return {}
+
     async def release_held(self, now: float) -> None:
         """Release what was held and is due at ``now``: digest items (at ``alerts.digest_at``)
         are folded into one results digest; results are released one by one (each is read
@@ -195,6 +219,7 @@ class AlertBook:
                 now=now,
                 tz=self.policy.tz,
                 chats=self.settings.chat_ids,
+                deliveries=await self._deliveries_of(items),
             )
             self.next_id += 1
             digest.held_until = quiet_until(now, self.policy.quiet, self.policy.quiet_tz)

@@ -190,7 +190,7 @@ class Commands:
         agent, question = args[0], " ".join(args[1:])
         await self._reply(msg, f"🤔 asking {agent}…")
         try:
-            result = await self._admin.ask(agent, question, timeout=ASK_TIMEOUT)
+            result = await self._admin.ask(agent, question, timeout=ASK_TIMEOUT, via="telegram")
         except AdminError as exc:
             await self._reply(msg, f"⚠️ {exc}")
             return
@@ -301,6 +301,7 @@ class Commands:
                 timeout=ASK_TIMEOUT,
                 reply_to=follow.reply_to,
                 task_id=follow.task_id,
+                via="telegram",
             )
         except AdminStopping:
             log.info("alerts: the follow-up %s is answered after the restart", follow.task_id)

@@ -106,6 +106,10 @@ class DeliveryLog(Protocol):
         """
         ...
 
+    async def records(self, run_ids: Sequence[str]) -> Mapping[str, Sequence[ResultDelivery]]:
+        """The delivery records of ``run_ids`` (oldest first; a run without any: absent)."""
+        ...
+
 
 def delivery(
     to: str,

@@ -4,22 +4,25 @@ A routine with ``deliver: [digest]`` leaves its result in the alert outbox as a
 ``digest_item``, held until the next ``alerts.digest_at`` (:func:`next_digest`, in the
 company's time zone). When that time comes the alert book folds every item due into one
 ``results_digest`` message (:func:`fold`) — "📰 Yesterday's work: 5 results, $0.41", one
-line per result, and a button per result that sends it whole. The items stay in the
+line per result with, under it, where else the result went as its run's delivery records
+say (``→ sent to telegram · written to outputs/…``, :func:`sent_to`), and a button per
+result that sends it whole. The items stay in the
 outbox, so a restart neither loses nor repeats the digest, and a digest time passed while
 the daemon was down is told at the next start. Pure: no I/O, no clock reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from companyd.alerts._outbox import AlertRecord, Delivery
 from companyd.alerts._render import clip
 from companyd.alerts._telegram import redact
 
-__all__ = ["ICON", "LINE_LIMIT", "fold", "next_digest", "title"]
+__all__ = ["ICON", "LINE_LIMIT", "fold", "next_digest", "sent_to", "title"]
 
 #: The digest's icon.
 ICON = "📰"
@@ -69,13 +72,58 @@ def _line(i: int, item: AlertRecord) -> str:
     return f"{i}. {routine} ({agent}, ${float(item.data.get('cost_usd') or 0.0):.2f}): {answer}"
 
 
+def sent_to(records: Sequence[Mapping[str, Any]]) -> str:
+    """Where a result went besides the digest, from its run's delivery records (oldest
+    first; the latest of each channel counts): ``sent to telegram · written to
+    outputs/daily-post/….md · kept in the inbox: Telegram is not configured``; "" when
+    nothing but the digest was recorded.
+    """
+    latest: dict[str, Mapping[str, Any]] = {}
+    for r in records:
+        to = str(r.get("to") or "")
+        if to and to != "digest":
+            latest.pop(to, None)  # re-inserted: the channels in the order they last moved
+            latest[to] = r
+    said = []
+    for to, r in latest.items():
+        outcome = r.get("outcome")
+        if outcome == "delivered":
+            if to == "telegram":
+                said.append("sent to telegram")
+            elif to == "memory":
+                said.append("added to the company memory")
+            else:
+                said.append(str(r.get("text") or f"delivered to {to}"))
+        elif outcome == "queued":
+            said.append(f"queued for {to}")
+        else:
+            why = str(r.get("reason") or "not delivered").split(" (", 1)[0]
+            said.append(
+                f"kept in the inbox: {why}" if r.get("kept") else f"not sent to {to}: {why}"
+            )
+    return " · ".join(said)
+
+
 def fold(
-    items: Sequence[AlertRecord], *, digest_id: int, now: float, tz: ZoneInfo, chats: Sequence[int]
+    items: Sequence[AlertRecord],
+    *,
+    digest_id: int,
+    now: float,
+    tz: ZoneInfo,
+    chats: Sequence[int],
+    deliveries: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> AlertRecord:
-    """The digest message for ``items`` (oldest first); marks each item folded into it."""
+    """The digest message for ``items`` (oldest first); marks each item folded into it.
+    ``deliveries`` (run id → its delivery records, the run journal's) adds under each
+    result where else it went (:func:`sent_to`).
+    """
     items = sorted(items, key=lambda r: r.id)
     lines = [f"{ICON} {title(items, now, tz)}", ""]
-    lines += [_line(i, r) for i, r in enumerate(items, 1)]
+    for i, r in enumerate(items, 1):
+        lines.append(_line(i, r))
+        where = sent_to((deliveries or {}).get(str(r.data.get("run_id") or ""), ()))
+        if where:
+            lines.append(f"   → {where}")
     lines += ["", "Tap a number to read that result whole; reply to it to follow up."]
     digest = AlertRecord(
         id=digest_id,

@@ -31,6 +31,9 @@ __all__ = [
 
 log = logging.getLogger("companyd.alerts.service")
 
+#: The ``via`` of every action from the phone (recorded as an ``operator_action``).
+_VIA = "telegram"
+
 #: Bound on one Admin call made from the phone (/ask has its own), real seconds: an I/O
 #: deadline, so the operator hears "no answer" instead of nothing.
 ADMIN_TIMEOUT = 30.0
@@ -83,7 +86,7 @@ def format_inbox(inbox: Inbox, now: float | None = None) -> str:
     for i in items[:20]:
         lines.append(f"• {i.kind} {i.id}: {i.summary}")
         if now is not None:
-            lines.append(f"   {waiting_text(i.created, i.deadline, now)}")
+            lines.append(f"   {waiting_text(i.created, i.deadline, now, i.kind)}")
         acts = [_PHONE_ACTIONS[a].format(id=i.id) for a in i.actions if a in _PHONE_ACTIONS]
         if acts:
             lines.append("   " + " · ".join(acts))
@@ -134,12 +137,12 @@ async def command_reply(
                 if len(args) != 1:
                     return f"usage: /{name} AGENT (agents: {_agents_hint(agents)})"
                 if name == "pause":
-                    paused = await a.pause(args[0])
+                    paused = await a.pause(args[0], via=_VIA)
                     return format_result(f"⏸ paused {args[0]}", result_data("pause", paused))
                 if args[0] == "all" and "all" not in agents:
-                    every = await a.resume_all()
+                    every = await a.resume_all(via=_VIA)
                     return format_result("▶ resume all", result_data("resume_all", every))
-                resumed = await a.resume(args[0])
+                resumed = await a.resume(args[0], via=_VIA)
                 title = f"▶ resumed {args[0]}"
                 if not resumed.resumed:
                     title = f"▶ {args[0]} was not paused (nothing to resume)"
@@ -149,26 +152,26 @@ async def command_reply(
             if name == "answer":
                 if len(args) < 2:
                     return "usage: /answer ID TEXT (or reply to the question's message)"
-                said = await a.answer(args[0], " ".join(args[1:]), by=by, via="telegram")
+                said = await a.answer(args[0], " ".join(args[1:]), by=by, via=_VIA)
                 return f"💬 {said.message}"
             if name == "reject" and len(args) > 1:
                 why = " ".join(args[1:])
-                return f"✖ {(await a.reject(args[0], why, by=by, via='telegram')).message}"
+                return f"✖ {(await a.reject(args[0], why, by=by, via=_VIA)).message}"
             if name in ("approve", "reject", "retry"):
                 if len(args) != 1:
                     what = "TASK_ID" if name == "retry" else "ID"
                     return f"usage: /{name} {what}" + (" [REASON]" if name == "reject" else "")
                 if name == "approve":
-                    done = await a.approve(args[0], by=by, via="telegram")
+                    done = await a.approve(args[0], by=by, via=_VIA)
                     if isinstance(done, DeskDecision):
                         return f"✅ {done.message}"
                     return format_result(f"✅ approved {args[0]}", result_data("approve", done))
                 if name == "reject":
-                    done = await a.reject(args[0], by=by, via="telegram")
+                    done = await a.reject(args[0], by=by, via=_VIA)
                     if isinstance(done, DeskDecision):
                         return f"✖ {done.message}"
                     return format_result(f"✖ rejected {args[0]}", result_data("reject", done))
-                retried = result_data("retry", await a.retry(args[0]))
+                retried = result_data("retry", await a.retry(args[0], via=_VIA))
                 return format_result(f"🔁 retrying {args[0]}", retried)
     except AdminError as exc:
         return f"⚠️ {exc}"
@@ -188,25 +191,25 @@ async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bo
     try:
         async with asyncio.timeout(ADMIN_TIMEOUT):
             if action == "pause":
-                await a.pause(arg)
+                await a.pause(arg, via=_VIA)
                 return True, f"paused {arg}"
             if action == "resume":
-                if not (await a.resume(arg)).resumed:
+                if not (await a.resume(arg, via=_VIA)).resumed:
                     # Resumed meanwhile (by /resume, another button, a budget raise): say so
                     # rather than claim an action that did nothing.
                     return True, f"{arg} was not paused (nothing to resume)"
                 return True, f"resumed {arg}"
             if action == "raise":
                 usd = float(button.get("usd") or 0)
-                await a.raise_budget(arg or None, usd)
+                await a.raise_budget(arg or None, usd, via=_VIA)
                 return True, f"raised {arg or 'the company'}'s budget for today by ${usd:.2f}"
             if action == "approve":
-                done = await a.approve(arg, by=by, via="telegram")
+                done = await a.approve(arg, by=by, via=_VIA)
                 if isinstance(done, DeskDecision):
                     return True, done.message
                 return True, f"approved proposal {arg}"
             if action == "reject":
-                done = await a.reject(arg, by=by, via="telegram")
+                done = await a.reject(arg, by=by, via=_VIA)
                 if isinstance(done, DeskDecision):
                     return True, done.message
                 return True, f"rejected proposal {arg}"
@@ -214,14 +217,14 @@ async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bo
                 # the change itself is text: the founder replies to the result's message
                 return False, "reply to this message with the changes you want"
             if action == "retry":
-                await a.retry(arg)
+                await a.retry(arg, via=_VIA)
                 return True, f"retrying task {arg}"
             if action == "run_job":
-                await a.run_job(arg)
+                await a.run_job(arg, via=_VIA)
                 return True, f"started routine {arg}"
             if action == "approve_tools":
                 agent, _, server = arg.partition("/")
-                approved = await a.tools_approve(server, agent or None)
+                approved = await a.tools_approve(server, agent or None, via=_VIA)
                 names = ", ".join(str(t.get("tool")) for t in approved.approved)
                 if not names:
                     return True, f"nothing of {server} was held back any more"

@@ -151,6 +151,8 @@ class AlertService:
         self._sender = Sender(self._book, self._clock)
         self._commands = Commands(self._book, admin, self._clock)
         self._results = Results(self._book, self._state_dir, bus=bus, memory=memory, log=deliveries)
+        if deliveries is not None:  # the digest says where each of its results went
+            self._book.read_deliveries = deliveries.records
         self._sender.on_sent = self._results.sent
         self._sender.on_refused = self._results.refused
         self._desk = DeskMessages(self._book)

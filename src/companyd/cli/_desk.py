@@ -139,7 +139,7 @@ def _print_inbox(result: Mapping[str, Any]) -> int:
     now = time.time()
     for i in items:
         print(f"{i.get('id')}  {i.get('kind'):11} {_when(i.get('created'))}  {i.get('summary')}")
-        print(f"    {waiting_text(i.get('created'), i.get('deadline'), now)}")
+        print(f"    {waiting_text(i.get('created'), i.get('deadline'), now, i.get('kind'))}")
         acts = [_CLI_ACTIONS[a].format(id=i.get("id")) for a in i.get("actions") or []]
         if acts:
             print("    " + "  ·  ".join(acts))

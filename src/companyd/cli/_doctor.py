@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
 from companyd.cli._main import print_json
 from companyd.config import default_config_path
-from companyd.daemon import find_daemon
+from companyd.daemon import SYSTEMD_LAYOUT, find_daemon
 from companyd.errors import CompanydError
 from companyd.ops import DoctorReport, RunningDaemon, run_doctor
 
@@ -70,17 +71,38 @@ def _running(config: Path, state_dir: Path | None) -> RunningDaemon | None:
         return None
 
 
+def _unit_state_dir(config: Path) -> Path | None:
+    """The state directory the shipped units give a company.yaml in their place
+    (``/etc/companyd/company.yaml`` → ``/var/lib/companyd``; an instance's
+    ``/etc/companyd/NAME/company.yaml`` → ``/var/lib/companyd/NAME``), else None.
+    """
+    instance = SYSTEMD_LAYOUT.instance_of(config)
+    if instance is not None:
+        return SYSTEMD_LAYOUT.state_dir(instance)
+    single = SYSTEMD_LAYOUT.config_root / "company.yaml"
+    for path in (Path(os.path.abspath(config)), Path(os.path.realpath(config))):
+        if path == single:
+            return SYSTEMD_LAYOUT.state_root
+    return None
+
+
 def _doctor(args: argparse.Namespace) -> int:
     config = args.config or default_config_path()
     running = _running(config, args.state_dir)
+    # the state directory checked is the one the daemon uses: the running daemon's, else
+    # the unit's for a company.yaml where the units keep it
+    state_dir = args.state_dir
+    if state_dir is None and running is not None:
+        state_dir = Path(running.state_dir)
     report: DoctorReport = asyncio.run(
         run_doctor(
             config,
-            state_dir=args.state_dir,
+            state_dir=state_dir,
             offline=args.offline,
             fix=args.fix,
             running=running,
             send_test=args.send_test,
+            unit_state_dir=_unit_state_dir(config),
         )
     )
     if args.json:

@@ -9,10 +9,11 @@ characters here, each cut saying the value's full size; ``--json`` prints them a
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from companyd.admin import format_usd, usd_places
 from companyd.runs import cut
 
 __all__ = [
@@ -58,34 +59,66 @@ def answer_line(run: Mapping[str, Any], width: int = ANSWER_COLUMN) -> str:
     return text
 
 
+def _places(costs: Iterable[Any]) -> int:
+    """The decimals of one table's money: four (runs cost fractions of a cent), more where
+    that is what it takes for every cost that is not zero to show as not zero.
+    """
+    return usd_places((float(c) for c in costs if c is not None), minimum=4)
+
+
+def _money(cost: Any, places: int) -> str:
+    return format_usd(float(cost or 0), places)
+
+
+#: What a cost marked ``*`` (``runs``) or ``(simulated)`` is: the offline model's price.
+SIMULATED_NOTE = (
+    "simulated: the offline model's calls (companyd --offline), priced as Claude's would be — "
+    "no money was spent on them"
+)
+
+
 def run_list_lines(runs: list[Mapping[str, Any]]) -> list[str]:
     """The table of ``companyd runs``: one line per run, with the routine it ran for
-    (``-``: asked by the founder or a colleague).
+    (``-``: asked by the founder or a colleague); the cost of a run on the offline model
+    is marked ``*`` and explained under the table (simulated, no money spent).
     """
     width = max([len("routine"), *(len(str(r.get("routine") or "-")) for r in runs)])
     width = min(width, ROUTINE_COLUMN)
+    money = _places(r.get("cost_usd") for r in runs)
+    simulated = any(r.get("offline") for r in runs)
+    cost_width = 9 if simulated else 8
     lines = [
-        f"{'started (UTC)':16} {'agent':12} {'routine':{width}} {'status':16} {'cost':>8} "
-        f"{'steps':>5} {'run':16}  answer / why"
+        f"{'started (UTC)':16} {'agent':12} {'routine':{width}} {'status':16} "
+        f"{'cost':>{cost_width}} {'steps':>5} {'run':16}  answer / why"
     ]
     for r in runs:
         routine = str(r.get("routine") or "-")
         if len(routine) > width:
             routine = routine[: width - 1] + "…"
+        cost = _money(r.get("cost_usd"), money)
+        if simulated:
+            cost += "*" if r.get("offline") else " "
         lines.append(
             f"{when(r.get('started')):16} {r.get('agent')!s:12} {routine:{width}} "
             f"{r.get('status')!s:16} "
-            f"{'$' + format(float(r.get('cost_usd') or 0), '.4f'):>8} {int(r.get('steps') or 0):5} "
+            f"{cost:>{cost_width}} {int(r.get('steps') or 0):5} "
             f"{r.get('run_id')!s:16}  {answer_line(r)}"
         )
+    if simulated:
+        lines.append(f"* {SIMULATED_NOTE}")
     return lines
+
+
+def _simulated(run: Mapping[str, Any]) -> str:
+    return " (simulated)" if run.get("offline") else ""
 
 
 def last_lines(run: Mapping[str, Any]) -> list[str]:
     """``companyd runs last ROUTINE``: a header and the whole answer (or the reason)."""
     head = (
         f"{run.get('routine')} · {when(run.get('started'))} UTC · {run.get('agent')} · "
-        f"{run.get('status')} · ${float(run.get('cost_usd') or 0):.4f} · {run.get('run_id')}"
+        f"{run.get('status')} · {_money(run.get('cost_usd'), _places([run.get('cost_usd')]))}"
+        f"{_simulated(run)} · {run.get('run_id')}"
     )
     lines = [head]
     answer = str(run.get("answer") or "").strip()
@@ -232,6 +265,9 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
         lines.append(f"  reviewer: {task['reviewer']}")
     lines += ["", "steps:"]
     steps = t.get("steps") or []
+    totals = t.get("totals") or {}
+    # one precision for every amount of the transcript: its steps and its total
+    money = _places([*(s.get("cost_usd") for s in steps), totals.get("cost_usd")])
     if not steps:
         lines.append("  (none journaled)")
     for n, step in enumerate(steps, 1):
@@ -239,7 +275,7 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
         if kind == "model":
             lines.append(
                 f"  {n:>2}. model {step.get('model')} · {_tokens(step)} · "
-                f"${float(step.get('cost_usd') or 0):.4f} · {step.get('stop_reason') or '?'}"
+                f"{_money(step.get('cost_usd'), money)} · {step.get('stop_reason') or '?'}"
             )
             if step.get("text"):
                 lines.append(f"      {_value(step['text'])}")
@@ -272,12 +308,12 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
     shown = delivery_lines(t.get("deliveries") or [])
     if shown:
         lines += ["", "delivered:"] + [f"  {line}" for line in shown]
-    totals = t.get("totals") or {}
     models = ", ".join(str(m) for m in dict.fromkeys(totals.get("models") or [])) or "no model"
     calls = int(totals.get("tool_calls") or 0)
     lines += [
         "",
         f"totals:   {int(totals.get('steps') or 0)} model call(s) · {calls} tool call(s) · "
-        f"{_tokens(totals)} · ${float(totals.get('cost_usd') or 0):.4f} · {models}",
+        f"{_tokens(totals)} · {_money(totals.get('cost_usd'), money)}{_simulated(t)} · "
+        f"{models}",
     ]
     return lines

@@ -105,7 +105,11 @@ def register(sub: Any) -> None:
     r = jsub.add_parser(
         "run",
         help="fire a routine now (needs a running daemon)",
-        description="Fire a routine now, as its schedule would (needs a running daemon).",
+        description="Fire a routine now, as its schedule would (needs a running daemon), and "
+        "wait for the run to end. It answers as soon as the run waits for you instead — its "
+        "result for your approval (`approval: required`), a tool call for your approval or a "
+        "question for your answer — saying where to decide (exit 0; --json: state "
+        "awaiting_approval or waiting_for_founder, and approval_item).",
     )
     r.add_argument("routine", help="routine name")
     _common(r, nested=True)
@@ -195,9 +199,19 @@ def _run(args: argparse.Namespace) -> int:
     from companyd.cli._roles import _print_answer
     from companyd.scheduler import RoutineNotFound
 
+    def show(result: dict[str, Any]) -> int:
+        if result.get("state", "ended") == "ended":
+            return _print_answer(result)
+        # started, and waiting for the founder: a success that is not over yet (exit 0)
+        answer = str(result.get("answer") or "").strip()
+        if answer:
+            print(answer)
+        print(str(result.get("message") or ""))
+        return 0
+
     if running_daemon(args) is not None:
         # the daemon checks the routine against the company.yaml it runs, not the file
-        return call_daemon(args, "run_job", _print_answer, routine=args.routine)
+        return call_daemon(args, "run_job", show, routine=args.routine)
     cfg, _ = _load(args)
     routine = cfg.routines.get(args.routine)
     if routine is None:

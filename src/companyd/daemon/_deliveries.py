@@ -10,7 +10,7 @@ result that could not be delivered is kept in the founder's inbox as a ``kept`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from companyd.admin import ResultDelivery
@@ -50,6 +50,10 @@ class ResultRecords:
     async def record(self, run_id: str, entry: ResultDelivery) -> None:
         """Add ``entry`` to run ``run_id``'s record (nothing if the run was pruned)."""
         await self._journal.record_delivery(run_id, entry, self._clock.time())
+
+    async def records(self, run_ids: Sequence[str]) -> Mapping[str, Sequence[ResultDelivery]]:
+        """The delivery records of ``run_ids``, from the run journal."""
+        return await self._journal.deliveries(run_ids)
 
     async def keep(self, data: Mapping[str, Any], reason: str) -> str | None:
         """Keep the result ``data`` (a ``routine_result``'s) in the inbox; its item id."""

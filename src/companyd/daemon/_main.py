@@ -626,7 +626,7 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         return self.tree is not None and self.tree.status == "running"
 
     def _sighup(self) -> None:
-        task = asyncio.ensure_future(self.reload())
+        task = asyncio.ensure_future(self.reload(via=""))
         task.add_done_callback(_log_task_failure)
 
     def _status_line(self) -> str:

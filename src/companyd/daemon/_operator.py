@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 
 from companyd import __version__
 from companyd._aio import race
-from companyd._secrets import redact
 from companyd.admin import (
     AdminError,
     AdminStopping,
@@ -67,6 +66,7 @@ from companyd.agents import Staff
 from companyd.alerts import AlertService
 from companyd.clock import Clock, clock_time
 from companyd.config import CompanyConfig
+from companyd.daemon._actions import recorded
 from companyd.daemon._dashboard import WebDashboard
 from companyd.daemon._reload import ReloadRecord
 from companyd.daemon._systemd import LoopLagMonitor
@@ -82,7 +82,7 @@ from companyd.desk import (
     on_desk,
 )
 from companyd.desk import Proposals as ProposalStore
-from companyd.events import EventBus, OperatorAction
+from companyd.events import Event, EventBus, Subscription
 from companyd.runs import Journal, RunOutcome, RunStatus, Task, follow_up_prompt, new_id
 from companyd.scheduler import RoutineBusy, RoutineNotFound, RoutineScheduler
 from companyd.spend import LedgerError, SpendBook, SpendError
@@ -239,13 +239,18 @@ class Operator:
             in_flight=report["in_flight"],
         )
 
-    async def raise_budget(self, agent: str | None, usd: float) -> BudgetRaised:
+    async def raise_budget(self, agent: str | None, usd: float, via: str = "cli") -> BudgetRaised:
         """:meth:`Admin.raise_budget`; the agents paused by a spent budget that the raise covers
         are resumed, and the result names them and today's new limit.
 
         Raises:
             AdminError: an unknown agent, or an amount that is not positive.
         """
+        return await self._recorded(
+            "raise_budget", agent or "company", via, self._raise_budget(agent, usd)
+        )
+
+    async def _raise_budget(self, agent: str | None, usd: float) -> BudgetRaised:
         if agent is not None:
             self._check_agent(agent)
         if not usd > 0:
@@ -301,18 +306,101 @@ class Operator:
             raise AdminError(str(exc)) from None
         return JobHistory(routine=history["routine"], fires=history["fires"])
 
-    async def run_job(self, routine: str) -> JobRun:
-        """:meth:`Admin.run_job`: fire ``routine`` now and wait for the run's outcome.
+    async def run_job(self, routine: str, via: str = "cli") -> JobRun:
+        """:meth:`Admin.run_job`: fire ``routine`` now and wait for the run's outcome — or
+        until the founder is asked: for a routine with ``approval: required``, its result
+        (``state`` ``awaiting_approval``); mid-run, a tool call to approve or a question
+        (``waiting_for_founder``) — with the item and where to decide. The fire goes on.
 
         Raises:
             AdminError: no routine of that name, or its concurrency policy has no room for another
                 run.
         """
+        return await self._recorded("run_job", routine, via, self._run_job(routine))
+
+    async def _run_job(self, routine: str) -> JobRun:
+        # the run may stop to ask the founder (a tool call to approve, a question): that
+        # is answered at once too — a human's answer may take hours, the command 60 s
+        asking = self.bus.subscribe(kinds={"founder_approval_requested", "founder_question"})
+        fire = asyncio.ensure_future(self.scheduler.fire_now(routine))
+        asked = asyncio.ensure_future(_asked_in(asking, routine))
         try:
-            outcome = await self.scheduler.run_now(routine)
+            await asyncio.wait((fire, asked), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            asking.close()
+            asked.cancel()
+        if not fire.done():
+            # the fire goes on (it is the scheduler's, shielded from its callers)
+            fire.cancel()
+            return self._waiting_for_founder(routine, asked.result())
+        try:
+            done = fire.result()
         except (RoutineNotFound, RoutineBusy) as exc:
             raise AdminError(str(exc)) from None
-        return JobRun(routine=routine, **outcome.to_dict())
+        item = done.approval_item
+        if item is None:
+            ended = done.outcome
+            said = f"ran routine {routine}: {ended.status}" + (
+                f" ({ended.run_id})" if ended.run_id else ""
+            )
+            return JobRun(routine=routine, **ended.to_dict(), message=said)
+        return JobRun(
+            routine=routine,
+            **done.outcome.to_dict(),
+            state="awaiting_approval",
+            approval_item=item,
+            message=(
+                f"started routine {routine}: its run ended and the result waits for your "
+                f"approval as {item}; approve, reject or ask for changes in "
+                + self._where_to_decide(item, f"/approve {item}", f"approve {item}")
+            ),
+        )
+
+    def _waiting_for_founder(self, routine: str, event: Event) -> JobRun:
+        """:meth:`run_job`'s answer when the fire's run stopped to ask the founder."""
+        d = event.data
+        item, run_id = str(d.get("item_id") or ""), str(d.get("run_id") or "")
+        if event.kind == "founder_question":
+            what = f"waits for your answer to a question ({item})"
+            how = self._where_to_decide(item, f"/answer {item} TEXT", f"answer {item} TEXT")
+            verb = "answer it in "
+        else:
+            what = f"waits for your approval of a {d.get('tool')} call ({item})"
+            how = self._where_to_decide(item, f"/approve {item}", f"approve {item}")
+            verb = "approve or reject it in "
+        now = self.clock.time()
+        return JobRun(
+            routine=routine,
+            task_id="",
+            run_id=run_id,
+            agent=str(d.get("agent") or ""),
+            status="running",
+            reason=None,
+            answer="",
+            cost_usd=0.0,
+            steps=0,
+            tokens=0,
+            models=[],
+            started=now,
+            ended=0.0,
+            offline=self.offline,
+            state="waiting_for_founder",
+            approval_item=item,
+            message=(
+                f"started routine {routine}: its run {run_id} {what}; {verb}{how}. The run "
+                f"goes on after that; `companyd runs last {routine}` shows its result"
+            ),
+        )
+
+    def _where_to_decide(self, item: str, phone: str, cli: str) -> str:
+        """Where the founder decides on ``item``: the dashboard, Telegram when configured
+        (``phone``: the command there) and the CLI (``companyd <cli>``).
+        """
+        where = ["the dashboard's inbox"]
+        if self.config.spec.alerts.telegram is not None:
+            where.append(f"Telegram ({phone})")
+        where.append(f"`companyd {cli}` (or `companyd inbox`)")
+        return ", ".join(where[:-1]) + f" or {where[-1]}"
 
     async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> WebhookFired:
         """:meth:`Admin.fire_webhook`.
@@ -335,22 +423,28 @@ class Operator:
             ),
         )
 
-    async def resume_all(self) -> ResumedAll:
+    async def resume_all(self, via: str = "cli") -> ResumedAll:
         """:meth:`Admin.resume_all`: resume every paused agent, whatever paused it (the
         one command after topping up the Anthropic account: docs/spend.md).
         """
+        return await self._recorded("resume_all", "all", via, self._resume_all())
+
+    async def _resume_all(self) -> ResumedAll:
         resumed = [a for a in list(self.staff.paused()) if self.staff.resume(a)]
         return ResumedAll(
             resumed=resumed,
             message=(f"resumed {', '.join(resumed)}" if resumed else "no agent was paused"),
         )
 
-    async def resume_job(self, routine: str) -> JobResumed:
+    async def resume_job(self, routine: str, via: str = "cli") -> JobResumed:
         """:meth:`Admin.resume_job`; ``resumed`` is False when the routine was not paused.
 
         Raises:
             AdminError: no routine of that name.
         """
+        return await self._recorded("resume_job", routine, via, self._resume_job(routine))
+
+    async def _resume_job(self, routine: str) -> JobResumed:
         try:
             was = await self.scheduler.resume_routine(routine)
         except RoutineNotFound as exc:
@@ -369,12 +463,15 @@ class Operator:
         """:meth:`Admin.dashboard_login` (see :meth:`WebDashboard.login`)."""
         return self.web.login()
 
-    async def pause(self, agent: str) -> Paused:
+    async def pause(self, agent: str, via: str = "cli") -> Paused:
         """:meth:`Admin.pause`: an operator pause, held until :meth:`resume`.
 
         Raises:
             AdminError: an unknown agent (the message suggests the closest name).
         """
+        return await self._recorded("pause", agent, via, self._pause(agent))
+
+    async def _pause(self, agent: str) -> Paused:
         self._check_agent(agent)
         self.staff.pause(agent, "operator")
         return Paused(
@@ -384,12 +481,15 @@ class Operator:
             f"until `companyd resume {agent}`",
         )
 
-    async def resume(self, agent: str) -> Resumed:
+    async def resume(self, agent: str, via: str = "cli") -> Resumed:
         """:meth:`Admin.resume`; ``resumed`` is False when the agent was not paused.
 
         Raises:
             AdminError: an unknown agent.
         """
+        return await self._recorded("resume", agent, via, self._resume(agent))
+
+    async def _resume(self, agent: str) -> Resumed:
         self._check_agent(agent)
         was = self.staff.resume(agent)
         return Resumed(
@@ -405,9 +505,11 @@ class Operator:
         timeout: float = 300.0,
         reply_to: str | None = None,
         task_id: str | None = None,
+        via: str = "cli",
     ) -> AskAnswer:
         """:meth:`Admin.ask`: queue a task from the operator and wait for its run's outcome;
         with ``reply_to``, a follow-up in that run's thread; with ``task_id``, once per id.
+        Recorded as an ``operator_action`` ``via`` where it was asked, once it ends.
 
         Raises:
             AdminError: an unknown agent, an empty question, an unknown run or another
@@ -416,6 +518,17 @@ class Operator:
             AdminStopping: the daemon began to stop (the task is journaled and resumes
                 after the restart).
         """
+        work = self._ask(agent, question, timeout, reply_to, task_id)
+        return await self._recorded("ask", agent, via, work)
+
+    async def _ask(
+        self,
+        agent: str,
+        question: str,
+        timeout: float,
+        reply_to: str | None,
+        task_id: str | None,
+    ) -> AskAnswer:
         self._check_agent(agent)
         if not question.strip():
             raise AdminError("the question is empty; say what you want the agent to do")
@@ -514,6 +627,7 @@ class Operator:
         routine: str | None = None,
         since: float | None = None,
         finished: bool = False,
+        deliveries: bool = False,
     ) -> Runs:
         """:meth:`Admin.runs`, from the run journal.
 
@@ -531,6 +645,10 @@ class Operator:
         runs = await self.journal.runs(
             agent=agent, status=status, limit=limit, routine=routine, since=since, finished=finished
         )
+        if deliveries:
+            records = await self.journal.deliveries([r["run_id"] for r in runs])
+            for r in runs:
+                r["deliveries"] = records.get(r["run_id"], [])
         return Runs(runs=runs)
 
     async def run_show(self, run_id: str) -> RunTranscript:
@@ -553,12 +671,15 @@ class Operator:
         states = ["quarantined"] if quarantined else ["queued", "running"]
         return Tasks(tasks=await self.journal.tasks(states))
 
-    async def retry(self, task_id: str) -> TaskRetried:
+    async def retry(self, task_id: str, via: str = "cli") -> TaskRetried:
         """:meth:`Admin.retry`.
 
         Raises:
             AdminError: no such task, or it is not quarantined.
         """
+        return await self._recorded("retry", task_id, via, self._retry(task_id))
+
+    async def _retry(self, task_id: str) -> TaskRetried:
         try:
             task = await self.staff.retry(task_id)
         except KeyError:
@@ -640,31 +761,9 @@ class Operator:
         """``work``'s result, recorded as an ``operator_action`` event (done or refused) for
         the CLI and Telegram as the dashboard records its own (``dashboard.actions``), so the
         event stream says who decided what, where, whichever front end it came through.
+        A decision's empty ``via`` is the CLI's (the default of older clients).
         """
-        try:
-            result = await work
-        except AdminError as exc:
-            self._publish_action(action, target, via, ok=False, message=str(exc))
-            raise
-        message = getattr(result, "message", "") or f"{action} {target}: done"
-        self._publish_action(action, target, via, ok=True, message=message)
-        return result
-
-    def _publish_action(
-        self, action: str, target: str, via: str, *, ok: bool, message: str
-    ) -> None:
-        if via == "dashboard":
-            return  # the dashboard's perform() records its own actions
-        self.bus.publish(
-            OperatorAction(
-                source=via or "cli",
-                action=action,
-                target=target,
-                via=via or "cli",
-                ok=ok,
-                message=redact(message),
-            )
-        )
+        return await recorded(self.bus, action, target, via or "cli", work)
 
     async def inbox(self) -> Inbox:
         """:meth:`Admin.inbox`."""
@@ -672,13 +771,16 @@ class Operator:
             self.desk, self.proposal_store, self.journal, self.staff.provisions.tool_store
         )
 
-    async def revert(self, proposal_id: str) -> ProposalDecision:
+    async def revert(self, proposal_id: str, via: str = "cli") -> ProposalDecision:
         """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away.
 
         Raises:
             AdminError: no such proposal, or it is not applied, or the file was edited since it was
                 applied.
         """
+        return await self._recorded("revert", proposal_id, via, self._revert(proposal_id))
+
+    async def _revert(self, proposal_id: str) -> ProposalDecision:
         try:
             p = await self.proposal_store.revert(proposal_id)
         except ProposalError as exc:
@@ -720,6 +822,14 @@ class Operator:
             raise AdminError(
                 f"unknown agent {agent!r}; {hint}agents: {', '.join(self.config.agents)}"
             )
+
+
+async def _asked_in(asking: Subscription, routine: str) -> Event:
+    """The first event of ``asking`` about ``routine`` (the founder asked by its run)."""
+    while True:
+        event = await asking.get()
+        if event.data.get("routine") == routine:
+            return event
 
 
 def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:

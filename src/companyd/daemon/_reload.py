@@ -29,6 +29,7 @@ from companyd.agents import Staff
 from companyd.alerts import AlertService
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config
+from companyd.daemon._actions import recorded
 from companyd.daemon._systemd import Notifier
 from companyd.desk import Proposals
 from companyd.errors import ConfigError
@@ -105,12 +106,17 @@ class Reloader:
         """The STATUS= line sent with READY=1 after a reload (the daemon's)."""
         raise NotImplementedError
 
-    async def reload(self) -> ReloadApplied | ReloadRejected:
+    async def reload(self, via: str = "cli") -> ReloadApplied | ReloadRejected:
         """Re-read company.yaml; apply the difference or keep the old config.
 
         A reload asked for during start-up waits until the tree is up (READY=1 is sent
-        once, when it is); one asked for while the daemon stops is refused.
+        once, when it is); one asked for while the daemon stops is refused. An operator's
+        reload is an ``operator_action`` ``via`` where it was asked (``cli``, ``telegram``;
+        empty: the daemon's own, on SIGHUP or after an applied proposal — not recorded).
         """
+        return await recorded(self.bus, "reload", "company.yaml", via, self._reload_asked())
+
+    async def _reload_asked(self) -> ReloadApplied | ReloadRejected:
         if not self._up.is_set() and not self._stopping():
             log.info("reload requested during start-up: applied once the company is up")
             await self._up.wait()
@@ -208,7 +214,7 @@ class Reloader:
                 self.notifier.ready(self._status_line())
 
     async def _reload_after_apply(self) -> None:
-        result = await self.reload()
+        result = await self.reload(via="")
         if isinstance(result, ReloadRejected):
             raise AdminError(
                 "the change was written but company.yaml was rejected on reload: "

@@ -13,6 +13,7 @@ from companyd._sqlite import store_errors
 from companyd.admin import AdminError, DeskDecision, ToolsApproved, ToolsReport
 from companyd.agents import Staff
 from companyd.config import CompanyConfig
+from companyd.daemon._actions import recorded
 from companyd.desk import TOOLS_ITEM, RateLimits, ToolStore
 
 __all__ = ["ToolsOps", "approve_tools_item", "release"]
@@ -118,13 +119,20 @@ class ToolsOps:
             row["used_today"] = used.get((row["agent"], row["tool"]), 0)
         return ToolsReport(day=day, tools=rows)
 
-    async def tools_approve(self, server: str, agent: str | None = None) -> ToolsApproved:
-        """:meth:`Admin.tools_approve`.
+    async def tools_approve(
+        self, server: str, agent: str | None = None, via: str = "cli"
+    ) -> ToolsApproved:
+        """:meth:`Admin.tools_approve` (an ``operator_action`` ``via`` where it was asked).
 
         Raises:
             AdminError: an unknown agent, no agent has a server ``server``, or the store
                 cannot be written.
         """
+        target = f"{agent}/{server}" if agent else server
+        work = self._tools_approve(server, agent)
+        return await recorded(self.staff.bus, "tools_approve", target, via, work)
+
+    async def _tools_approve(self, server: str, agent: str | None) -> ToolsApproved:
         approved = await release(self.staff, self.config, server, agent)
         return ToolsApproved(
             server=server, approved=[{"agent": a, "tool": t} for a, t in sorted(approved)]

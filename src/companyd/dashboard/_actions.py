@@ -11,6 +11,7 @@ was told. A refusal (:class:`~companyd.admin.AdminError`) is not an exception fo
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,9 @@ async def perform(request: Request, operation: str, target: str, **arguments: An
     """
     ctx = ctx_of(request)
     method = getattr(ctx.admin, operation)
+    if "via" in inspect.signature(method).parameters:
+        # the operation records actions made elsewhere; this one is recorded below
+        arguments.setdefault("via", VIA)
     try:
         result = await method(**arguments)
     except AdminError as exc:

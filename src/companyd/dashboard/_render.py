@@ -10,6 +10,8 @@ values:
   outside a page request);
 * ``nav`` — the nine pages as ``(label, href)`` and ``active`` — the href of the current one;
 * ``company`` — the company's name;
+* ``money_places(…)`` — one precision for all the money of a table (every money cell of
+  a table is ``| usd(money)`` with it);
 * filters ``usd`` (``$1.23``), ``when`` (epoch seconds → ``2026-11-25 22:14 UTC``),
   ``duration`` (seconds → ``3h 02m``) and ``redact``.
 
@@ -19,6 +21,9 @@ values:
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +70,48 @@ def _csrf_field(context: jinja2.runtime.Context) -> Markup:
     return Markup('<input type="hidden" name="csrf_token" value="{}">').format(token)
 
 
-def usd(value: Any) -> str:
+def usd(value: Any, places: int | None = None) -> str:
     """``$1.23`` (``$0.0042`` under a cent, more decimals where that is what it takes for
-    an amount that is not zero to show as not zero; ``–`` for None).
+    an amount that is not zero to show as not zero; ``–`` for None). With ``places`` (one
+    table's :func:`money_places`) exactly that many decimals.
     """
-    if value is None:
+    if value is None or isinstance(value, jinja2.Undefined):
         return "–"
     amount = float(value)
-    return format_usd(amount, usd_places([amount], minimum=4 if 0 < abs(amount) < 0.01 else 2))
+    return format_usd(amount, money_places(amount) if places is None else places)
+
+
+def money_places(*values: Any) -> int:
+    """The decimals of every amount of one table (or list).
+
+    Two, four when an amount is under a cent, more where that is what it takes for the
+    smallest amount that is not zero to show as not zero — so a table shows ``$0.0042``
+    and ``$1.2000``, never ``$0.0042`` above ``$1.20``. ``values``: amounts, or iterables
+    of them (nested; None and missing ones are skipped). In a template::
+
+        {% set money = money_places(runs | map(attribute="cost_usd", default=none)) %}
+        {{ r.cost_usd | usd(money) }}
+    """
+    amounts = list(_amounts(values))
+    return usd_places(amounts, minimum=4 if any(0 < abs(a) < 0.01 for a in amounts) else 2)
+
+
+def _amounts(values: Iterable[Any]) -> Iterator[float]:
+    for v in values:
+        if v is None or isinstance(v, bool | jinja2.Undefined):
+            continue
+        if isinstance(v, int | float | Decimal):
+            if math.isfinite(v):
+                yield float(v)
+        elif isinstance(v, str):
+            try:
+                f = float(v)
+            except ValueError:
+                continue
+            if math.isfinite(f):
+                yield f
+        elif isinstance(v, Iterable):
+            yield from _amounts(v)
 
 
 def when(ts: Any) -> str:
@@ -108,6 +147,7 @@ def make_templates() -> Jinja2Templates:
     )
     env.globals["csrf_field"] = _csrf_field
     env.globals["nav"] = NAV
+    env.globals["money_places"] = money_places
     env.filters.update(usd=usd, when=when, duration=duration, redact=redact)
     return Jinja2Templates(env=env)
 

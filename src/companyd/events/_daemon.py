@@ -132,10 +132,12 @@ class LoopLag(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class OperatorAction(Event):
-    """The founder acted through a front end (``via``: ``dashboard`` for every dashboard
-    action; ``cli`` or ``telegram`` for an ``approve``, ``reject`` or ``answer`` through the
-    daemon): the Admin operation ``action`` on ``target``, whether it was done (``ok``) and
-    what the operator was told (``message``).
+    """The founder acted through a front end (``via``: ``dashboard``, ``cli`` or
+    ``telegram``, where the action was made) — a decision (``approve``, ``reject``,
+    ``answer``) or any operation that changes the company's state (``pause``, ``resume``,
+    ``resume_all``, ``raise_budget``, ``run_job``, ``resume_job``, ``retry``, ``revert``,
+    ``reload``, ``tools_approve``, ``ask``): the Admin operation ``action`` on ``target``, whether
+    it was done (``ok``) and what the operator was told (``message``).
     """
 
     KIND = "operator_action"

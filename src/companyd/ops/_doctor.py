@@ -22,7 +22,8 @@
                ``run_as`` users exist when the daemon runs as root); every MCP server with
                ``sandbox: false`` is a warning naming it (docs/tools.md)
 ``state-dir``  the state directory exists, belongs to this user and is private: 0700, and
-               every file in it 0600
+               every file in it 0600; before the first start (no directory yet) it is
+               fine if this user may create it, a problem with the fix if not
 ``disk``       free space where the state lives
 ``memory``     the memory graph loads clean (or what ``companyd memory repair`` would do)
 ``clock``      synchronised (``timedatectl``), ``systemd``: the unit installed, enabled and
@@ -142,10 +143,16 @@ async def run_doctor(
     systemd_runtime: Path = SYSTEMD_RUNTIME,
     clock: Clock | None = None,
     send_test: bool = False,
+    unit_state_dir: Path | None = None,
 ) -> DoctorReport:
     """Run every check (see the module docstring); ``state_dir`` overrides company.yaml's.
     ``clock`` times the network checks' deadline (:data:`CHECK_DEADLINE`); ``send_test``:
     a test message to each channel and webhook.
+
+    ``unit_state_dir``: the state directory systemd gives the unit that runs this
+    company.yaml (``StateDirectory=``, e.g. ``/var/lib/companyd``), checked unless
+    ``state_dir`` or ``$STATE_DIRECTORY`` names one: the service's ``$STATE_DIRECTORY``
+    comes before company.yaml's ``state_dir``, so it is the directory the service uses.
     """
     env = os.environ if environ is None else environ
     clock = clock or SystemClock()
@@ -190,6 +197,12 @@ async def run_doctor(
         report.checks += channel_checks
         report.checks.append(await asyncio.to_thread(check_tool_sandbox, config, environ=env))
         where = config.state_dir(state_dir)
+        if (
+            state_dir is None
+            and unit_state_dir is not None
+            and not os.environ.get("STATE_DIRECTORY")
+        ):
+            where = unit_state_dir
     if where is None:
         report.checks.append(
             Check("state-dir", "skipped", "skipped: no company.yaml and no --state-dir")
@@ -800,6 +813,47 @@ def _missing(path: Path) -> str | None:
     return None
 
 
+def _not_yet(path: Path) -> Check:
+    """A state directory that does not exist yet (before the company's first start): fine
+    when this user may create it (``companyd run`` does, 0700), a problem with the fix when
+    the nearest existing directory above it is not writable.
+    """
+    above, reachable = Path("/"), True
+    for d in path.parents:
+        try:
+            os.stat(d)
+        except FileNotFoundError:
+            continue
+        except OSError:  # there, but this user may not look: it cannot make anything below
+            reachable = False
+        above = d
+        break
+    if reachable and os.access(above, os.W_OK | os.X_OK):
+        return Check(
+            "state-dir",
+            "ok",
+            f"state directory {str(path)!r} does not exist yet: it will be created at first "
+            "start (`companyd run`, mode 0700)",
+        )
+    user = _user_name()
+    return Check(
+        "state-dir",
+        "problem",
+        f"state directory {str(path)!r} does not exist and cannot be created by {user}: "
+        f"{str(above)!r} is not " + ("writable" if reachable else "reachable"),
+        f"create it for the daemon's user: `sudo install -d -m 0700 -o {user} {path}` (under "
+        "systemd, StateDirectory= creates it), or point state_dir / --state-dir at a "
+        "directory you may write",
+    )
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # a uid with no passwd entry (a container's)
+        return f"uid {os.geteuid()}"
+
+
 def _listed(items: list[str]) -> str:
     more = f" and {len(items) - 4} more" if len(items) > 4 else ""
     return ", ".join(items[:4]) + more
@@ -827,12 +881,7 @@ def check_state_dir(path: Path, *, fix: bool = False) -> Check:
                 "doctor --fix does not)",
             )
         if not fix:
-            return Check(
-                "state-dir",
-                "problem",
-                f"state directory {str(path)!r} does not exist",
-                "companyd doctor --fix creates it (0700); `companyd run` would too, if it may",
-            )
+            return _not_yet(path)
         try:
             private_dir(path)
         except OSError as exc:

@@ -54,11 +54,11 @@ from companyd.runs._records import (
 )
 from companyd.runs._schema import MIGRATIONS, STEPS
 from companyd.runs._tasks import RunOutcome, RunStatus, Task
-from companyd.runs._transcript import bound_run, read_transcript
+from companyd.runs._transcript import bound_run, delivery_step, read_transcript
 from companyd.storage import SQLITE, Backend, Connection, connection_lost, open_database
 
 if TYPE_CHECKING:  # typed dicts of the operator contract: pydantic, which reading needs not
-    from companyd.admin import JournaledTask, RunRow, TaskRow
+    from companyd.admin import JournaledTask, ResultDelivery, RunRow, TaskRow
 
 __all__ = [
     "MIGRATIONS",
@@ -637,6 +637,28 @@ class Journal:
                 db, agent, status, limit, routine=routine, since=since, finished=finished
             )
         )
+
+    async def deliveries(self, run_ids: Sequence[str]) -> dict[str, list[ResultDelivery]]:
+        """The recorded deliveries of each of ``run_ids``'s results, oldest first (as
+        ``runs show`` lists them): the durable record, whatever restarts came between. A
+        run with none (or not in the journal) is absent.
+        """
+        ids = list(dict.fromkeys(run_ids))
+
+        def read(db: Connection) -> dict[str, list[ResultDelivery]]:
+            out: dict[str, list[ResultDelivery]] = {}
+            for i in range(0, len(ids), 500):  # within every backend's parameter limit
+                chunk = ids[i : i + 500]
+                marks = ", ".join("?" * len(chunk))
+                for rid, payload, ts in db.execute(
+                    "SELECT run_id, payload, ts FROM steps WHERE kind = 'delivery' "
+                    f"AND run_id IN ({marks}) ORDER BY run_id, seq",
+                    tuple(chunk),
+                ):
+                    out.setdefault(rid, []).append(delivery_step(json.loads(payload), float(ts)))
+            return out
+
+        return await self._run(read) if ids else {}
 
     def show_run(self, db: Connection, run_id: str) -> dict[str, Any] | None:
         """The whole transcript of ``run_id``, or None (runs on the journal thread; see

@@ -58,6 +58,7 @@ __all__ = [
     "asked_by",
     "bound_payload",
     "cut",
+    "delivery_step",
     "full_size",
     "read_transcript",
 ]
@@ -206,7 +207,7 @@ def read_transcript(db: Connection, run_id: str) -> dict[str, Any] | None:
     }
     thread: Thread = {"reply_to": previous, "replies": replies}
     deliveries: list[ResultDelivery] = [
-        _delivery(json.loads(p), float(ts))
+        delivery_step(json.loads(p), float(ts))
         for p, ts in db.execute(
             "SELECT payload, ts FROM steps WHERE run_id = ? AND kind = 'delivery' ORDER BY seq",
             (rid,),
@@ -237,7 +238,7 @@ def read_transcript(db: Connection, run_id: str) -> dict[str, Any] | None:
     }
 
 
-def _delivery(p: dict[str, Any], ts: float) -> ResultDelivery:
+def delivery_step(p: dict[str, Any], ts: float) -> ResultDelivery:
     """A ``delivery`` step as the transcript shows it (a missing key: None)."""
     mid = p.get("message_id")
     return {

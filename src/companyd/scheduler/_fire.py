@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +144,19 @@ class Fires:
         self._clock = clock
         self._rec = recorder
         self._gate = gate
+        #: who waits to hear that a fire's result was put before the founder, by fire id
+        self._asked: dict[str, Callable[[RunOutcome, str], None]] = {}
+
+    def when_asked(self, fire_id: str, told: Callable[[RunOutcome, str], None]) -> None:
+        """Call ``told(outcome, item_id)`` once, when fire ``fire_id``'s result (the run's
+        ``outcome``) goes to the founder for approval (desk item ``item_id``). A fire that
+        ends without asking never calls it; :meth:`forget_asked` drops the wish.
+        """
+        self._asked[fire_id] = told
+
+    def forget_asked(self, fire_id: str) -> None:
+        """Drop :meth:`when_asked`'s wish for ``fire_id`` (its caller no longer listens)."""
+        self._asked.pop(fire_id, None)
 
     async def take_baselines(self, slots: Iterable[Slot]) -> None:
         """Record the memory marker a ``memory_changed`` routine compares against, if none."""
@@ -330,7 +343,7 @@ class Fires:
         )
         self._tracer.bind_task(task.id, span)
         try:
-            outcome = await self._fire_run(r, task, started)
+            outcome = await self._fire_run(r, task, started, rec.fire_id)
         except BaseException as exc:
             span.fail(type(exc).__name__, str(exc))
             raise
@@ -367,9 +380,12 @@ class Fires:
                 log.warning("memory marker unavailable after %r ran: %r", r.slug, exc)
         return outcome
 
-    async def _fire_run(self, r: RoutineConfig, task: Task, started: float) -> RunOutcome:
+    async def _fire_run(
+        self, r: RoutineConfig, task: Task, started: float, fire_id: str
+    ) -> RunOutcome:
         """Hand ``task`` to the agents and wait for its outcome (and the founder's verdict
-        on it when the routine's results need approval).
+        on it when the routine's results need approval; :meth:`when_asked` hears when the
+        founder is asked).
         """
         try:
             outcome = await self._sink.submit(task)
@@ -392,7 +408,10 @@ class Fires:
             )
         if r.approval == "required" and outcome.status in SETTLED_BY_FOUNDER and self._gate:
             # the fire counts as done only once the founder approves its result
-            outcome = await self._gate.settle(task, outcome)
+            told = self._asked.pop(fire_id, None)
+            ran = outcome
+            asked = None if told is None else (lambda item_id: told(ran, item_id))
+            outcome = await self._gate.settle(task, outcome, asked)
         return outcome
 
     async def _backup(self, rec: FireRecord, directory: Path, keep: int) -> RunOutcome:

@@ -37,7 +37,7 @@ import difflib
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,6 +81,7 @@ from companyd.telemetry import NO_TRACING, Tracer
 
 __all__ = [
     "IDLE_RETENTION",
+    "ManualFire",
     "RoutineBusy",
     "RoutineNotFound",
     "RoutineScheduler",
@@ -101,6 +102,17 @@ def _start_errors() -> tuple[type[BaseException], ...]:
 DISK_RETRY_SECONDS = 30.0
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManualFire:
+    """What :meth:`RoutineScheduler.fire_now` came to: the run's ``outcome``, and the desk
+    item (``approval_item``) of its result when that waits for the founder's approval
+    (the fire goes on until the founder decides), else None (the fire ended).
+    """
+
+    outcome: RunOutcome
+    approval_item: str | None = None
 
 
 class RoutineNotFound(AdminError):
@@ -555,13 +567,24 @@ class RoutineScheduler:
         The precondition is not checked (the operator asked for a run); the concurrency
         policy is: with ``queue`` the run waits for an active one. The schedule's cursor does
         not move. The run is recorded as a ``manual`` fire, not counted in the success rate.
-        If the caller is cancelled, the run goes on and is recorded.
+        If the caller is cancelled, the run goes on and is recorded. A routine with
+        ``approval: required`` ends only when the founder decides (see :meth:`fire_now`).
 
         Raises:
             RoutineNotFound: no enabled routine of that name.
             RoutineBusy: the concurrency policy has no room (a run is active and the policy
                 is ``skip_if_active``, or the one queue place is taken).
             RuntimeError: the scheduler is not running.
+        """
+        return (await self.fire_now(routine, until_asked=False)).outcome
+
+    async def fire_now(self, routine: str, *, until_asked: bool = True) -> ManualFire:
+        """:meth:`run_now`, but with ``until_asked`` it returns as soon as the run's result
+        waits for the founder's approval (``approval: required``) — the fire goes on, and
+        ends when the founder decides — rather than when the fire ends.
+
+        Raises:
+            RoutineNotFound, RoutineBusy, RuntimeError: as :meth:`run_now`.
         """
         if self._aps is None and self._disk_failure is not None:
             raise AdminError(f"routines are unavailable: {self._disk_failure}")
@@ -570,14 +593,33 @@ class RoutineScheduler:
         slot = self._slots.get(routine)
         if slot is None:
             raise self._not_found(routine)
+        fire_id = new_id("fire")
+        asked: asyncio.Future[ManualFire] = asyncio.get_running_loop().create_future()
+        if until_asked:
+
+            def told(outcome: RunOutcome, item_id: str) -> None:
+                if not asked.done():
+                    asked.set_result(ManualFire(outcome=outcome, approval_item=item_id))
+
+            self._fires.when_asked(fire_id, told)
         task = asyncio.ensure_future(
-            self._fires.execute(slot, "manual", self._clock.time(), check_precondition=False)
+            self._fires.execute(
+                slot, "manual", self._clock.time(), check_precondition=False, fire_id=fire_id
+            )
         )
         self._manual.add(task)
         task.add_done_callback(self._manual.discard)
-        outcome = await asyncio.shield(task)
+        try:
+            # neither is cancelled with the caller: the fire goes on and is recorded
+            await asyncio.wait((task, asked), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._fires.forget_asked(fire_id)
+        if asked.done():
+            return asked.result()
+        asked.cancel()
+        outcome = task.result()
         assert outcome is not None  # manual runs are never idle
-        return outcome
+        return ManualFire(outcome=outcome)
 
     async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> tuple[str, bool]:
         """Fire ``routine`` for a verified webhook request (``webhook-id``, its body as

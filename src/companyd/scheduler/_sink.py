@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -59,11 +59,14 @@ class ResultGate(Protocol):
     wires :class:`companyd.agents.ResultApprovals`).
     """
 
-    async def settle(self, task: Task, outcome: RunOutcome) -> RunOutcome:
+    async def settle(
+        self, task: Task, outcome: RunOutcome, asked: Callable[[str], None] | None = None
+    ) -> RunOutcome:
         """Wait for the founder's verdict on an ``ok`` result: the outcome the fire is
         recorded with — ``ok`` once approved (after as many "request changes" rounds,
         each a follow-up run of the agent, as the founder asks for), ``failed`` when
-        rejected or unanswered, or a follow-up run's own failure.
+        rejected or unanswered, or a follow-up run's own failure. ``asked`` is called
+        once, with the desk item's id, as soon as the founder is asked (the first round).
         """
         ...
 

@@ -144,7 +144,10 @@ def format_spend_report(report: Mapping[str, Any]) -> str:
         return f"{title}: no LLM calls recorded"
     header = [report["by"], "calls", "input", "cache write", "cache read", "output", "cost"]
     every = [*report["rows"], report["total"]]
-    places = table_places(r["cost_usd_exact"] for r in every)
+    # one precision for the cost and the simulated columns, total included
+    places = table_places(
+        [r["cost_usd_exact"] for r in every] + [r.get("simulated_usd") for r in every]
+    )
     simulated = any(r.get("simulated_usd") for r in every)
     if simulated:
         header.append("simulated")

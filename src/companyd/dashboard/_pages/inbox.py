@@ -67,7 +67,7 @@ async def _groups(request: Request) -> list[dict[str, Any]]:
     inbox = await admin.inbox()
     now = ctx.clock.time()
     # how long each item has waited and when it expires (then: denied)
-    waiting = {i.id: waiting_text(i.created, i.deadline, now) for i in inbox.items}
+    waiting = {i.id: waiting_text(i.created, i.deadline, now, i.kind) for i in inbox.items}
     diffs: dict[str, str] = {}
     if any(i.kind == "proposal" for i in inbox.items):
         diffs = {str(p["id"]): str(p.get("diff", "")) for p in (await admin.proposals()).proposals}

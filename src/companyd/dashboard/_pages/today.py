@@ -5,10 +5,12 @@ first, grouped by day: its routine (or who asked), agent, status — whatever st
 the journal holds, shown as it is —, when it ended, its cost, where its result went, and
 its text (the answer, cut at :data:`TEXT_LIMIT` characters saying the full size; the whole
 of it is on the run's page). Everything comes from :meth:`~companyd.admin.Admin.runs`
-(finished runs started since yesterday, at most :data:`LIMIT`), the running configuration
-(each routine's resolved ``deliver``) and the bus's recent ``result_delivered`` /
-``result_undelivered`` events; a run row that carries its own ``deliveries`` (a list of
-texts or of ``{"text": …}``) is shown with those instead.
+(finished runs started since yesterday, at most :data:`LIMIT`, each with its result's
+delivery records from the run journal — the durable record, so a result delivered before a
+restart still says "delivered to telegram at 14:02 (message 812)" after it; the latest
+record of each channel is shown). A run without records falls back to the bus's recent
+``result_delivered`` / ``result_undelivered`` events, then to the running configuration
+(each routine's resolved ``deliver``).
 """
 
 from __future__ import annotations
@@ -62,12 +64,7 @@ def deliveries_of(
     """
     own = row.get("deliveries")
     if isinstance(own, list) and own:
-        return [
-            {"state": str(d.get("state", "")), "text": str(d.get("text", d))}
-            if isinstance(d, Mapping)
-            else {"state": "", "text": str(d)}
-            for d in own
-        ]
+        return _recorded(own)
     run_id = row.get("run_id")
     seen = []
     for e in events:
@@ -93,6 +90,27 @@ def deliveries_of(
     return [{"state": "", "text": f"answered to {asked}" if asked else "answered to the asker"}]
 
 
+#: A delivery record's ``outcome`` as the page's ``state`` (its CSS class).
+_STATES = {"delivered": "delivered", "queued": "queued", "not_delivered": "undelivered"}
+
+
+def _recorded(records: list[Any]) -> list[dict[str, str]]:
+    """The run's own delivery records (the run journal's
+    :class:`~companyd.admin.blocks.ResultDelivery`, or texts): the latest of each channel
+    — "delivered to telegram at 14:02 (message 812)" replaces its "queued for telegram".
+    """
+    latest: dict[object, dict[str, str]] = {}
+    for i, d in enumerate(records):
+        if not isinstance(d, Mapping):
+            latest[i] = {"state": "", "text": str(d)}
+            continue
+        state = str(d.get("state") or _STATES.get(str(d.get("outcome")), ""))
+        key = d.get("to") or i
+        latest.pop(key, None)
+        latest[key] = {"state": state, "text": str(d.get("text", d))}
+    return list(latest.values())
+
+
 async def today_page(request: Request) -> Response:
     """The results of today and yesterday, newest first."""
     ctx = ctx_of(request)
@@ -100,7 +118,9 @@ async def today_page(request: Request) -> Response:
     now = ctx.clock.time()
     today, yesterday = day_starts(now, config.timezone)
     try:
-        runs = (await ctx.admin.runs(since=yesterday, finished=True, limit=LIMIT)).runs
+        runs = (
+            await ctx.admin.runs(since=yesterday, finished=True, limit=LIMIT, deliveries=True)
+        ).runs
     except AdminError as exc:
         return render(request, "today.html", status_code=503, days=[], error=str(exc), limit=LIMIT)
     configured = {slug: r.deliver for slug, r in config.routines.items()}
