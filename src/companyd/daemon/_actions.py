@@ -1,5 +1,5 @@
 """An operator's action through the CLI or Telegram, recorded as an ``operator_action``
-event — as the dashboard records its own (``companyd.dashboard.actions``), so the event
+event — as the dashboard records its own (``companyd.dashboard._actions``), so the event
 stream says who did what, where, whichever front end it came through.
 
 ``via`` is where the action was made: ``cli`` (the control socket), ``telegram`` (a

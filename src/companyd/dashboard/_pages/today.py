@@ -96,7 +96,7 @@ _STATES = {"delivered": "delivered", "queued": "queued", "not_delivered": "undel
 
 def _recorded(records: list[Any]) -> list[dict[str, str]]:
     """The run's own delivery records (the run journal's
-    :class:`~companyd.admin.blocks.ResultDelivery`, or texts): the latest of each channel
+    :class:`~companyd.admin._blocks.ResultDelivery`, or texts): the latest of each channel
     — "delivered to telegram at 14:02 (message 812)" replaces its "queued for telegram".
     """
     latest: dict[object, dict[str, str]] = {}
