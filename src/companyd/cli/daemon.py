@@ -121,10 +121,14 @@ def call_daemon(
     args: argparse.Namespace,
     op: str,
     printer: Callable[[dict[str, Any]], int],
+    *,
+    client: ControlClient | None = None,
     **op_args: Any,
 ) -> int:
     """Send one request; print the result (JSON or via ``printer``); map failures to exit
     codes with one line on stderr (and a JSON error object on stdout with ``--json``).
+    ``client``: the daemon :func:`running_daemon` just found (not searched for again: each
+    search costs the daemon's answers to a claim and a ``ping``, issue 31).
     """
     from companyd.daemon import ControlTimeout, RequestFailed
 
@@ -137,7 +141,7 @@ def call_daemon(
         return exit_code
 
     try:
-        result = daemon_client(args).call(op, **op_args)
+        result = (client or daemon_client(args)).call(op, **op_args)
     except DaemonNotRunning as exc:
         return fail(str(exc), "not_running", EX_UNAVAILABLE)
     except ControlTimeout as exc:

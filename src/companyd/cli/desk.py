@@ -77,8 +77,8 @@ def _desk(args: argparse.Namespace) -> Desk:
 
 
 def _inbox(args: argparse.Namespace) -> int:
-    if running_daemon(args) is not None:
-        return call_daemon(args, "inbox", _print_inbox)
+    if (client := running_daemon(args)) is not None:
+        return call_daemon(args, "inbox", _print_inbox, client=client)
     import asyncio  # only without a daemon: the answer from the files
 
     result = asyncio.run(_inbox_offline(args))

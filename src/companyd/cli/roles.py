@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from companyd.cli._main import print_json
-from companyd.cli.daemon import add_daemon_arguments, call_daemon, daemon_client, running_daemon
+from companyd.cli.daemon import add_daemon_arguments, call_daemon, running_daemon
 from companyd.errors import CompanydError, UnknownName, UsageError
 
 if TYPE_CHECKING:
@@ -196,8 +196,8 @@ def _via_daemon_or_files(
     printer: Callable[[dict[str, Any]], int],
 ) -> int:
     """Ask the daemon if one runs, else compute the answer from the files."""
-    if running_daemon(args) is not None:
-        return call_daemon(args, op, printer, **op_args)
+    if (client := running_daemon(args)) is not None:
+        return call_daemon(args, op, printer, client=client, **op_args)
     result = offline()
     if args.json:
         print_json(result)
@@ -467,8 +467,8 @@ def _check_name(args: argparse.Namespace, kind: str, name: str) -> None:
     if name in known:
         return
     query = {"agent": None, "routine": None, kind: name}
-    if running_daemon(args) is not None:
-        past = daemon_client(args).call("runs", status=None, limit=1, **query).get("runs")
+    if (client := running_daemon(args)) is not None:
+        past = client.call("runs", status=None, limit=1, **query).get("runs")
     else:
         past = _journal_read(
             args,

@@ -136,8 +136,8 @@ def _where(path: Path, backend: Backend) -> str:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    if running_daemon(args) is not None:
-        return call_daemon(args, "jobs", _print_live_jobs)
+    if (client := running_daemon(args)) is not None:
+        return call_daemon(args, "jobs", _print_live_jobs, client=client)
     return _jobs_from_files(args)
 
 
