@@ -159,6 +159,32 @@ def pings_by(*argv: str, cwd: Path, env: dict[str, str]) -> int:
     return count
 
 
+def test_a_claim_without_its_control_socket_is_searched_past(tmp_path: Path) -> None:
+    # a daemon claims company.yaml (the claim names its socket) but does not listen there
+    # (yet): status, which asks the claimed socket without a ping first, searches every
+    # place as before and says where it looked
+    from companyd.daemon import CompanyLock
+
+    config = tmp_path / "company.yaml"
+    shutil.copy(EXAMPLE, config)
+    env = {**os.environ, "COMPANYD_CONFIG": str(config)}
+    claim = CompanyLock.acquire(config, control_socket=tmp_path / "not-yet.sock")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "companyd", "status"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=env,
+        )
+    finally:
+        claim.release()
+    assert proc.returncode == 69, proc.stderr
+    assert "no companyd daemon is running (tried" in proc.stderr
+    assert str(tmp_path / "not-yet.sock") in proc.stderr
+
+
 def test_version_imports_nothing_but_the_version() -> None:
     with tempfile.TemporaryDirectory() as d:
         loaded = loaded_by("--version", cwd=Path(d), env=dict(os.environ))
@@ -209,9 +235,11 @@ def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
                 if argv[0] == "jobs":  # its printer is built on the routines' record types
                     budget = tuple(m for m in NOT_FOR_READS if m != "dataclasses")
                 assert sorted(loaded.intersection(budget)) == [], argv
-            for command in ("status", "runs", "inbox", "jobs"):
+            # status asks the daemon claiming company.yaml straight away; runs, inbox and
+            # jobs first ask whether one runs (else they read the files), then ask it
+            for command, expected in (("status", 0), ("runs", 1), ("inbox", 1), ("jobs", 1)):
                 pings = await asyncio.to_thread(pings_by, command, cwd=work, env=env)
-                assert pings == 1, command  # the daemon found once, not once more to ask it
+                assert pings == expected, command
         # no daemon: every place its socket may be is tried, the state directory's read off
         # company.yaml's top level (not by PyYAML) and /run/companyd's from the systemd
         # layout (a dataclass: this path may import dataclasses)

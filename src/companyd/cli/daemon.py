@@ -141,7 +141,7 @@ def call_daemon(
         return exit_code
 
     try:
-        result = (client or daemon_client(args)).call(op, **op_args)
+        result = _ask(args, client, op, op_args)
     except DaemonNotRunning as exc:
         return fail(str(exc), "not_running", EX_UNAVAILABLE)
     except ControlTimeout as exc:
@@ -160,6 +160,30 @@ def call_daemon(
         print_json(result)
         return 1 if op == "reload" and result.get("applied") is False else 0
     return printer(result)
+
+
+def _ask(
+    args: argparse.Namespace, client: ControlClient | None, op: str, op_args: dict[str, Any]
+) -> dict[str, Any]:
+    """``op`` answered by ``client``, else by the daemon claiming the company.yaml (asked
+    straight away, without a ``ping`` first), else by the daemon :func:`daemon_client`
+    finds. With ``--socket`` or ``--state-dir`` the search of :func:`daemon_client` decides
+    (it checks the state directory the daemon reports).
+    """
+    if client is not None:
+        return client.call(op, **op_args)
+    if getattr(args, "socket", None) is None and getattr(args, "state_dir", None) is None:
+        from companyd.config import default_config_path
+        from companyd.daemon import claimed_daemon
+
+        config = getattr(args, "config", None) or default_config_path()
+        quick = claimed_daemon(config)
+        if quick is not None:
+            try:
+                return quick.call(op, **op_args)
+            except DaemonNotRunning:
+                pass  # its control socket is not up (yet, or any more): search as before
+    return daemon_client(args).call(op, **op_args)
 
 
 # ---------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from companyd.daemon.control import resolve_group
-    from companyd.daemon.control_client import ControlClient, find_daemon
+    from companyd.daemon.control_client import ControlClient, claimed_daemon, find_daemon
     from companyd.daemon.demo import crash_test, show_tree
     from companyd.daemon.layout import SYSTEMD_LAYOUT, instance_name_problem
     from companyd.daemon.lock import CompanyLock, StateLock
@@ -25,6 +25,7 @@ __all__ = [
     "RequestFailed",
     "StateLock",
     "add_logging_arguments",
+    "claimed_daemon",
     "crash_test",
     "find_daemon",
     "instance_name_problem",
@@ -46,6 +47,7 @@ _HOMES: dict[str, str] = {
     "SYSTEMD_LAYOUT": "companyd.daemon.layout",
     "StateLock": "companyd.daemon.lock",
     "add_logging_arguments": "companyd.daemon.logs",
+    "claimed_daemon": "companyd.daemon.control_client",
     "crash_test": "companyd.daemon.demo",
     "find_daemon": "companyd.daemon.control_client",
     "instance_name_problem": "companyd.daemon.layout",
