@@ -178,11 +178,22 @@ def test_a_claim_without_its_control_socket_is_searched_past(tmp_path: Path) -> 
             cwd=tmp_path,
             env=env,
         )
+        # runs: no daemon found after all, so the journal is read, as without a claim
+        runs = subprocess.run(
+            [sys.executable, "-m", "companyd", "runs"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=env,
+        )
     finally:
         claim.release()
     assert proc.returncode == 69, proc.stderr
     assert "no companyd daemon is running (tried" in proc.stderr
     assert str(tmp_path / "not-yet.sock") in proc.stderr
+    assert runs.returncode == 0, runs.stderr
+    assert runs.stdout.strip() == "no runs yet"
 
 
 def test_version_imports_nothing_but_the_version() -> None:
@@ -235,11 +246,10 @@ def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
                 if argv[0] == "jobs":  # its printer is built on the routines' record types
                     budget = tuple(m for m in NOT_FOR_READS if m != "dataclasses")
                 assert sorted(loaded.intersection(budget)) == [], argv
-            # status asks the daemon claiming company.yaml straight away; runs, inbox and
-            # jobs first ask whether one runs (else they read the files), then ask it
-            for command, expected in (("status", 0), ("runs", 1), ("inbox", 1), ("jobs", 1)):
+            # each asks the daemon claiming company.yaml straight away: no ping first
+            for command in ("status", "runs", "inbox", "jobs"):
                 pings = await asyncio.to_thread(pings_by, command, cwd=work, env=env)
-                assert pings == expected, command
+                assert pings == 0, command
         # no daemon: every place its socket may be is tried, the state directory's read off
         # company.yaml's top level (not by PyYAML) and /run/companyd's from the systemd
         # layout (a dataclass: this path may import dataclasses)

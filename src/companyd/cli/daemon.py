@@ -123,12 +123,15 @@ def call_daemon(
     printer: Callable[[dict[str, Any]], int],
     *,
     client: ControlClient | None = None,
+    otherwise: Callable[[], int] | None = None,
     **op_args: Any,
 ) -> int:
     """Send one request; print the result (JSON or via ``printer``); map failures to exit
     codes with one line on stderr (and a JSON error object on stdout with ``--json``).
     ``client``: the daemon :func:`running_daemon` just found (not searched for again: each
-    search costs the daemon's answers to a claim and a ``ping``, issue 31).
+    search costs the daemon's answers to a claim and a ``ping``, issue 31). ``otherwise``:
+    what the command does when no daemon runs (read the files), instead of exit 69 — the
+    same choice as ``running_daemon(args) is None`` made first, one ``ping`` cheaper.
     """
     from companyd.daemon import ControlTimeout, RequestFailed
 
@@ -143,6 +146,8 @@ def call_daemon(
     try:
         result = _ask(args, client, op, op_args)
     except DaemonNotRunning as exc:
+        if otherwise is not None:
+            return otherwise()
         return fail(str(exc), "not_running", EX_UNAVAILABLE)
     except ControlTimeout as exc:
         return fail(str(exc), "timeout", EX_TEMPFAIL)

@@ -196,13 +196,15 @@ def _via_daemon_or_files(
     printer: Callable[[dict[str, Any]], int],
 ) -> int:
     """Ask the daemon if one runs, else compute the answer from the files."""
-    if (client := running_daemon(args)) is not None:
-        return call_daemon(args, op, printer, client=client, **op_args)
-    result = offline()
-    if args.json:
-        print_json(result)
-        return 0
-    return printer(result)
+
+    def from_files() -> int:
+        result = offline()
+        if args.json:
+            print_json(result)
+            return 0
+        return printer(result)
+
+    return call_daemon(args, op, printer, otherwise=from_files, **op_args)
 
 
 def _config_and_state(args: argparse.Namespace) -> tuple[Any, Path]:
