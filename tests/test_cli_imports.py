@@ -116,6 +116,86 @@ def loaded_by(*argv: str, cwd: Path, env: dict[str, str], rc: int = 0) -> set[st
     return set(loaded)
 
 
+#: ``companyd ARGV`` counting the ``ping`` requests it sends (each search for the daemon
+#: ends with one: a command that searched twice paid the daemon's answers twice).
+PING_PROBE = """
+import atexit, os, sys
+from companyd.daemon import _control_client as control_client
+count = [0]
+real = control_client.ControlClient.ping
+def ping(self):
+    count[0] += 1
+    return real(self)
+control_client.ControlClient.ping = ping
+atexit.register(lambda: os.write(int(os.environ["PROBE_FD"]), str(count[0]).encode()))
+sys.argv = ["companyd", *sys.argv[1:]]
+from companyd.cli import main
+sys.exit(main())
+"""
+
+
+def pings_by(*argv: str, cwd: Path, env: dict[str, str]) -> int:
+    read, write = os.pipe()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", PING_PROBE, *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=cwd,
+            env={**env, "PROBE_FD": str(write)},
+            pass_fds=(write,),
+        )
+        os.close(write)
+        write = -1
+        with os.fdopen(read, "rb") as f:
+            read = -1
+            count = int(f.read())
+    finally:
+        for fd in (read, write):
+            if fd >= 0:
+                os.close(fd)
+    assert proc.returncode == 0, (argv, proc.stderr)
+    return count
+
+
+def test_a_claim_without_its_control_socket_is_searched_past(tmp_path: Path) -> None:
+    # a daemon claims company.yaml (the claim names its socket) but does not listen there
+    # (yet): status, which asks the claimed socket without a ping first, searches every
+    # place as before and says where it looked
+    from companyd.daemon import CompanyLock
+
+    config = tmp_path / "company.yaml"
+    shutil.copy(EXAMPLE, config)
+    env = {**os.environ, "COMPANYD_CONFIG": str(config)}
+    claim = CompanyLock.acquire(config, control_socket=tmp_path / "not-yet.sock")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "companyd", "status"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=env,
+        )
+        # runs: no daemon found after all, so the journal is read, as without a claim
+        runs = subprocess.run(
+            [sys.executable, "-m", "companyd", "runs"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=env,
+        )
+    finally:
+        claim.release()
+    assert proc.returncode == 69, proc.stderr
+    assert "no companyd daemon is running (tried" in proc.stderr
+    assert str(tmp_path / "not-yet.sock") in proc.stderr
+    assert runs.returncode == 0, runs.stderr
+    assert runs.stdout.strip() == "no runs yet"
+
+
 def test_version_imports_nothing_but_the_version() -> None:
     with tempfile.TemporaryDirectory() as d:
         loaded = loaded_by("--version", cwd=Path(d), env=dict(os.environ))
@@ -166,6 +246,10 @@ def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
                 if argv[0] == "jobs":  # its printer is built on the routines' record types
                     budget = tuple(m for m in NOT_FOR_READS if m != "dataclasses")
                 assert sorted(loaded.intersection(budget)) == [], argv
+            # each asks the daemon claiming company.yaml straight away: no ping first
+            for command in ("status", "runs", "inbox", "jobs"):
+                pings = await asyncio.to_thread(pings_by, command, cwd=work, env=env)
+                assert pings == 0, command
         # no daemon: every place its socket may be is tried, the state directory's read off
         # company.yaml's top level (not by PyYAML) and /run/companyd's from the systemd
         # layout (a dataclass: this path may import dataclasses)

@@ -108,6 +108,8 @@ DECLINED = {
     "list document": "- state_dir: a\n",
     "plain scalar over lines": "state_dir: my\n  state\n",
     "escape in double quotes": 'state_dir: "a\\tb"\n',
+    "colon at the end": "state_dir: a:\n",
+    "sequence indicator": "state_dir: - a\n",
     "empty file": "",
     "comments only": "# nothing\n",
     "unicode line separator": "state_dir: a\u2028b\n",

@@ -133,6 +133,11 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
             assert row.endswith("Five ways clinics lose patients before the first visit 1. T…")
             assert row.split()[3] == "daily-post"  # the routine it ran for (issue 28)
 
+            # the delivery is recorded by the alert service after the run has finished: a
+            # CLI that answers quickly (issue 31) may ask before it is
+            async with asyncio.timeout(30):
+                while not (await d.call("run_show", run_id=run_id)).get("deliveries"):
+                    await asyncio.sleep(0.05)
             shown = await d.cli("runs", "show", run_id)
             assert shown.rc == 0, shown.err
             text = shown.out

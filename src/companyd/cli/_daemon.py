@@ -121,10 +121,17 @@ def call_daemon(
     args: argparse.Namespace,
     op: str,
     printer: Callable[[dict[str, Any]], int],
+    *,
+    client: ControlClient | None = None,
+    otherwise: Callable[[], int] | None = None,
     **op_args: Any,
 ) -> int:
     """Send one request; print the result (JSON or via ``printer``); map failures to exit
     codes with one line on stderr (and a JSON error object on stdout with ``--json``).
+    ``client``: the daemon :func:`running_daemon` just found (not searched for again: each
+    search costs the daemon's answers to a claim and a ``ping``, issue 31). ``otherwise``:
+    what the command does when no daemon runs (read the files), instead of exit 69 — the
+    same choice as ``running_daemon(args) is None`` made first, one ``ping`` cheaper.
     """
     from companyd.daemon import ControlTimeout, RequestFailed
 
@@ -137,8 +144,10 @@ def call_daemon(
         return exit_code
 
     try:
-        result = daemon_client(args).call(op, **op_args)
+        result = _ask(args, client, op, op_args)
     except DaemonNotRunning as exc:
+        if otherwise is not None:
+            return otherwise()
         return fail(str(exc), "not_running", EX_UNAVAILABLE)
     except ControlTimeout as exc:
         return fail(str(exc), "timeout", EX_TEMPFAIL)
@@ -156,6 +165,30 @@ def call_daemon(
         print_json(result)
         return 1 if op == "reload" and result.get("applied") is False else 0
     return printer(result)
+
+
+def _ask(
+    args: argparse.Namespace, client: ControlClient | None, op: str, op_args: dict[str, Any]
+) -> dict[str, Any]:
+    """``op`` answered by ``client``, else by the daemon claiming the company.yaml (asked
+    straight away, without a ``ping`` first), else by the daemon :func:`daemon_client`
+    finds. With ``--socket`` or ``--state-dir`` the search of :func:`daemon_client` decides
+    (it checks the state directory the daemon reports).
+    """
+    if client is not None:
+        return client.call(op, **op_args)
+    if getattr(args, "socket", None) is None and getattr(args, "state_dir", None) is None:
+        from companyd.config import default_config_path
+        from companyd.daemon import claimed_daemon
+
+        config = getattr(args, "config", None) or default_config_path()
+        quick = claimed_daemon(config)
+        if quick is not None:
+            try:
+                return quick.call(op, **op_args)
+            except DaemonNotRunning:
+                pass  # its control socket is not up (yet, or any more): search as before
+    return daemon_client(args).call(op, **op_args)
 
 
 # ---------------------------------------------------------------------------------------

@@ -77,15 +77,16 @@ def _desk(args: argparse.Namespace) -> Desk:
 
 
 def _inbox(args: argparse.Namespace) -> int:
-    if running_daemon(args) is not None:
-        return call_daemon(args, "inbox", _print_inbox)
-    import asyncio  # only without a daemon: the answer from the files
+    def from_files() -> int:
+        import asyncio  # only without a daemon: the answer from the files
 
-    result = asyncio.run(_inbox_offline(args))
-    if args.json:
-        print_json(result)
-        return 0
-    return _print_inbox(result)
+        result = asyncio.run(_inbox_offline(args))
+        if args.json:
+            print_json(result)
+            return 0
+        return _print_inbox(result)
+
+    return call_daemon(args, "inbox", _print_inbox, otherwise=from_files)
 
 
 async def _inbox_offline(args: argparse.Namespace) -> dict[str, Any]:

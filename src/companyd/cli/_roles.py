@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from companyd.cli._daemon import add_daemon_arguments, call_daemon, daemon_client, running_daemon
+from companyd.cli._daemon import add_daemon_arguments, call_daemon, running_daemon
 from companyd.cli._main import print_json
 from companyd.errors import CompanydError, UnknownName, UsageError
 
@@ -196,13 +196,15 @@ def _via_daemon_or_files(
     printer: Callable[[dict[str, Any]], int],
 ) -> int:
     """Ask the daemon if one runs, else compute the answer from the files."""
-    if running_daemon(args) is not None:
-        return call_daemon(args, op, printer, **op_args)
-    result = offline()
-    if args.json:
-        print_json(result)
-        return 0
-    return printer(result)
+
+    def from_files() -> int:
+        result = offline()
+        if args.json:
+            print_json(result)
+            return 0
+        return printer(result)
+
+    return call_daemon(args, op, printer, otherwise=from_files, **op_args)
 
 
 def _config_and_state(args: argparse.Namespace) -> tuple[Any, Path]:
@@ -467,8 +469,8 @@ def _check_name(args: argparse.Namespace, kind: str, name: str) -> None:
     if name in known:
         return
     query = {"agent": None, "routine": None, kind: name}
-    if running_daemon(args) is not None:
-        past = daemon_client(args).call("runs", status=None, limit=1, **query).get("runs")
+    if (client := running_daemon(args)) is not None:
+        past = client.call("runs", status=None, limit=1, **query).get("runs")
     else:
         past = _journal_read(
             args,

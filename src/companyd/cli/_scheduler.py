@@ -140,9 +140,7 @@ def _where(path: Path, backend: Backend) -> str:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    if running_daemon(args) is not None:
-        return call_daemon(args, "jobs", _print_live_jobs)
-    return _jobs_from_files(args)
+    return call_daemon(args, "jobs", _print_live_jobs, otherwise=lambda: _jobs_from_files(args))
 
 
 def _print_live_jobs(result: dict[str, Any]) -> int:

@@ -183,8 +183,10 @@ def _scalar(value: str) -> str | bool | None:
     text = value.split(" #", 1)[0].strip()
     if not text or text in ("~", "null", "Null", "NULL"):
         return None
-    if _NOT_A_STRING.fullmatch(text) or ": " in text:
+    if _NOT_A_STRING.fullmatch(text) or ": " in text or text.endswith(":"):
         return False
+    if text in ("-", "?") or text[:2] in ("- ", "? "):
+        return False  # an indicator, not a scalar: YAML refuses it here
     return text
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from companyd.daemon._control import resolve_group
-    from companyd.daemon._control_client import ControlClient, find_daemon
+    from companyd.daemon._control_client import ControlClient, claimed_daemon, find_daemon
     from companyd.daemon._demo import crash_test, show_tree
     from companyd.daemon._layout import SYSTEMD_LAYOUT, instance_name_problem
     from companyd.daemon._lock import CompanyLock, StateLock
@@ -25,6 +25,7 @@ __all__ = [
     "RequestFailed",
     "StateLock",
     "add_logging_arguments",
+    "claimed_daemon",
     "crash_test",
     "find_daemon",
     "instance_name_problem",
@@ -46,6 +47,7 @@ _HOMES: dict[str, str] = {
     "SYSTEMD_LAYOUT": "companyd.daemon._layout",
     "StateLock": "companyd.daemon._lock",
     "add_logging_arguments": "companyd.daemon._logs",
+    "claimed_daemon": "companyd.daemon._control_client",
     "crash_test": "companyd.daemon._demo",
     "find_daemon": "companyd.daemon._control_client",
     "instance_name_problem": "companyd.daemon._layout",

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from companyd.clock import Clock
     from companyd.daemon._layout import SystemdLayout
 
-__all__ = ["ControlClient", "candidate_sockets", "connect_unix", "find_daemon"]
+__all__ = ["ControlClient", "candidate_sockets", "claimed_daemon", "connect_unix", "find_daemon"]
 
 
 class ControlClient:
@@ -249,6 +249,23 @@ def candidate_sockets(
         # another company's daemon when company.yaml is an instance's: never asked then
         found.append(layout.single_socket)
     return list(dict.fromkeys(found))
+
+
+def claimed_daemon(
+    config: str | os.PathLike[str], *, timeout: float = 10.0
+) -> ControlClient | None:
+    """A client for the socket the daemon running ``config`` names through its claim
+    (:func:`~companyd.daemon._lock.locate`), not yet asked anything; None when no daemon of
+    the same user (or root) claims the file.
+
+    For a caller about to send a request anyway: the request itself shows whether the
+    control socket is up (a :class:`DaemonNotRunning` is raised before anything is sent),
+    one ``ping`` fewer than :func:`find_daemon` — a round trip through the daemon's event
+    loop, the largest part of a CLI command's wait on a busy machine (issue 31). On
+    DaemonNotRunning the caller searches with :func:`find_daemon`, as before.
+    """
+    found = locate(config)
+    return ControlClient(found[1], timeout=timeout) if found is not None else None
 
 
 def find_daemon(
