@@ -216,8 +216,6 @@ async def run(
                 kind="postgres", dsn=pg.dsn, schema=SCHEMA))  # fmt: skip
             try:
                 rows = ledger.calls()
-                settled = len(rows)
-                twice = settled - len({r["request_id"] for r in rows})
                 over, checked = budgets_exceeded(ledger, final.config)
             finally:
                 ledger.close()
@@ -237,12 +235,7 @@ async def run(
             not fires and fired > 0,
             f"routine fires: {fired} scheduled fires ran, {len(fires)} of them twice {fires[:5]}",
         ),
-        (
-            0 <= served - settled <= kills * len(doc["agents"]) and twice == 0,
-            f"LLM calls: {served} served (and billed) by the stand-in, {settled} settled in "
-            f"the shared ledger: {served - settled} in flight at a SIGKILL (paid, the answer "
-            f"never read; at most one per agent per kill); {twice} request ids settled twice",
-        ),
+        calls_line(rows, served, kills * len(doc["agents"])),
         (
             not over and checked > 0,
             f"budgets: {checked} daily spends checked (company and agents), {len(over)} "
@@ -294,6 +287,28 @@ def budgets_exceeded(ledger: Ledger, config_path: Path) -> tuple[list[str], int]
         if daily is not None and totals.cost_usd > daily:
             over.append(f"{totals.key} {day_key}: ${totals.cost_usd} of ${daily}")
     return over, checked
+
+
+def calls_line(rows: list[dict[str, Any]], served: int, most_in_flight: int) -> tuple[bool, str]:
+    """LLM calls served by the stand-in vs answers settled in the shared ledger (``rows``:
+    its ``calls``): the difference is calls in flight at a SIGKILL, at most
+    ``most_in_flight``; no request id settled twice.
+
+    A call cancelled in flight (a graceful stop, a timeout) is kept in the ledger at its
+    worst case with no request id and no tokens (``SpendBook.forfeit``, docs/spend.md
+    "Timeouts"): not an answer, so not counted as settled (it is reported beside them).
+    """
+    answers = [r for r in rows if r["request_id"] is not None]
+    forfeited = len(rows) - len(answers)
+    settled = len(answers)
+    twice = settled - len({r["request_id"] for r in answers})
+    return (
+        0 <= served - settled <= most_in_flight and twice == 0,
+        f"LLM calls: {served} served (and billed) by the stand-in, {settled} settled in "
+        f"the shared ledger: {served - settled} in flight at a SIGKILL (paid, the answer "
+        f"never read; at most one per agent per kill); {twice} request ids settled twice; "
+        f"{forfeited} forfeited (cancelled in flight, kept at their worst case)",
+    )
 
 
 def takeover_lines(takeovers: list[float]) -> list[tuple[bool, str]]:

@@ -159,7 +159,7 @@ PROBE = """
 import json, resource, sys, tempfile
 from pathlib import Path
 from companyd.config import load_config
-from companyd.daemon._main import Daemon
+from companyd.daemon import Daemon  # the face: trees from before the _x.py rename have it
 from companyd.llm import OfflineModel
 d = Daemon(load_config(sys.argv[1]), Path(tempfile.mkdtemp()) / "s", backend=OfflineModel(),
            offline=True)
