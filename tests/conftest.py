@@ -19,8 +19,40 @@ from typing import Any
 
 import pytest
 
-from companyd.storage import Backend
-from companyd.testing.postgres import PostgresUnavailable, ThrowawayCluster, find_bindir
+
+# -- bytecode: cached even where PYTHONDONTWRITEBYTECODE is set ------------------------------
+def _cache_bytecode() -> None:
+    """Keep compiled bytecode between the suite's processes, outside the source tree.
+
+    With ``PYTHONDONTWRITEBYTECODE`` set (some shells and containers set it to keep source
+    trees clean), nothing is cached: every xdist worker rewrites and compiles every test
+    module again (about 10 s of CPU each under coverage) and every ``companyd`` process a
+    test starts compiles the modules it imports (0.4 s of CPU for a daemon). The suite then
+    writes its bytecode under the virtual environment instead (``<venv>/pycache``,
+    ``sys.pycache_prefix``), for this process, the xdist workers and every process it starts
+    (``PYTHONPYCACHEPREFIX``): the tree stays clean, and Python checks each cached file
+    against its source's time and size as always. Outside a virtual environment, or with a
+    prefix already chosen, nothing changes.
+    """
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or sys.pycache_prefix:
+        return
+    if sys.prefix == sys.base_prefix or not os.access(sys.prefix, os.W_OK):
+        return
+    prefix = os.path.join(sys.prefix, "pycache")
+    sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+
+
+_cache_bytecode()
+
+from companyd.storage import Backend  # noqa: E402  (after the bytecode cache is set)
+from companyd.testing.postgres import (  # noqa: E402
+    PostgresUnavailable,
+    ThrowawayCluster,
+    find_bindir,
+)
 
 _SCRUB = (
     "ANTHROPIC_API_KEY",
@@ -171,3 +203,43 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         else:
             tier = next((t for t, marks in _BY_MODULE if any(n in names for n in marks)), "unit")
         item.add_marker(tier)
+    _longest_first(items)
+
+
+#: the order in which the tiers start (docs/testing.md, "Scheduling"): the tests that wait
+#: longest first, so that no worker is left alone with a long one at the end of the run
+_START_ORDER = ("slow", "browser", "process", "inprocess", "postgres", "unit")
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """Reorder ``items`` so that each module starts with the slowest tier among its tests.
+
+    xdist's ``loadgroup`` hands the tests out in this order (an ``xdist_group`` first), one
+    unit at a time to whichever worker is free: the few tests that wait for tens of seconds
+    (``slow``, then the browser and process tiers) start first and the many short unit
+    tests fill the workers at the end. A module's tests stay together and in their order,
+    so a module-scoped fixture is set up once per worker that runs the module. The order is
+    the same on every worker (xdist checks it).
+    """
+    rank: dict[str, int] = {}
+    for item in items:
+        names = {m.name for m in item.iter_markers()}
+        mine = min((i for i, t in enumerate(_START_ORDER) if t in names), default=len(_START_ORDER))
+        module = item.nodeid.split("::", 1)[0]
+        rank[module] = min(rank.get(module, mine), mine)
+    order = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (rank[item.nodeid.split("::", 1)[0]], order[id(item)]))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (the README's command): two workers per core, not one.
+
+    Most of the suite's wall time is waiting, not computing: real daemons start, signals
+    are delivered, scaled clocks run, chromium draws. With one worker per core the cores
+    were idle 45 % of the run (docs/benchmarks.md, "Test suite time"); a second worker per
+    core overlaps one worker's waits with another's work. ``PYTEST_XDIST_AUTO_NUM_WORKERS``
+    still decides where it is set.
+    """
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return 2 * len(os.sched_getaffinity(0))
