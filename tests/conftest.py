@@ -22,27 +22,19 @@ import pytest
 
 # -- bytecode: cached even where PYTHONDONTWRITEBYTECODE is set ------------------------------
 def _cache_bytecode() -> None:
-    """Keep compiled bytecode between the suite's processes, outside the source tree.
+    """Let Python cache compiled bytecode (``__pycache__``, ignored by git) for the suite.
 
-    With ``PYTHONDONTWRITEBYTECODE`` set (some shells and containers set it to keep source
-    trees clean), nothing is cached: every xdist worker rewrites and compiles every test
-    module again (about 10 s of CPU each under coverage) and every ``companyd`` process a
-    test starts compiles the modules it imports (0.4 s of CPU for a daemon). The suite then
-    writes its bytecode under the virtual environment instead (``<venv>/pycache``,
-    ``sys.pycache_prefix``), for this process, the xdist workers and every process it starts
-    (``PYTHONPYCACHEPREFIX``): the tree stays clean, and Python checks each cached file
-    against its source's time and size as always. Outside a virtual environment, or with a
-    prefix already chosen, nothing changes.
+    With ``PYTHONDONTWRITEBYTECODE`` set (some shells and containers set it), nothing of
+    the source tree is ever cached: every xdist worker rewrites and compiles every test
+    module again (about 11 s of CPU each under coverage: ``pytest --collect-only`` 23.7 s
+    → 12.8 s), and every ``companyd`` process a test starts compiles every module it
+    imports (``import companyd.daemon.main``: 0.9 s of CPU → 0.5 s). Python's default is
+    restored for this process, the xdist workers and every process the suite starts; it
+    checks each cached file against its source's time and size as always. Where
+    ``PYTHONPYCACHEPREFIX`` chooses another place for the cache, that choice is kept.
     """
-    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or sys.pycache_prefix:
-        return
-    if sys.prefix == sys.base_prefix or not os.access(sys.prefix, os.W_OK):
-        return
-    prefix = os.path.join(sys.prefix, "pycache")
-    sys.pycache_prefix = prefix
-    sys.dont_write_bytecode = False
-    os.environ["PYTHONPYCACHEPREFIX"] = prefix
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        sys.dont_write_bytecode = False
 
 
 _cache_bytecode()
