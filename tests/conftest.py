@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import resource
 import socket
 import sys
 from collections.abc import Iterator
@@ -235,3 +236,42 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
     return 2 * len(os.sched_getaffinity(0))
+
+
+_CPU_AT_SETUP = pytest.StashKey[tuple[float, float]]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    if item.config.option.xmlpath:
+        item.stash[_CPU_AT_SETUP] = _cpu()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """With ``--junitxml``: each test's tier and CPU seconds (its worker's, and those of the
+    processes it started and reaped) as properties of its ``testcase``, for the per-tier
+    split of docs/benchmarks.md ("Test suite time"). Its wall time is already there.
+    """
+    try:
+        return (yield)
+    finally:
+        if _CPU_AT_SETUP in item.stash:
+            was = item.stash[_CPU_AT_SETUP]
+            me, children = (now - then for now, then in zip(_cpu(), was, strict=True))
+            tier = next((t for t in _START_ORDER[1:] if item.get_closest_marker(t)), "unit")
+            item.user_properties += [
+                ("tier", tier),
+                ("cpu_worker", f"{me:.3f}"),
+                ("cpu_children", f"{children:.3f}"),
+            ]
+
+
+def _cpu() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process and of its reaped descendants."""
+    me, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
