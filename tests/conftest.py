@@ -224,6 +224,7 @@ def _longest_first(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: (rank[item.nodeid.split("::", 1)[0]], order[id(item)]))
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: `-p no:xdist` must still work
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` (the README's command): two workers per core, not one.
 
