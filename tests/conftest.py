@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import resource
 import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -215,13 +217,28 @@ def _longest_first(items: list[pytest.Item]) -> None:
     the same on every worker (xdist checks it).
     """
     rank: dict[str, int] = {}
+    process = _START_ORDER.index("process")
     for item in items:
         names = {m.name for m in item.iter_markers()}
         mine = min((i for i, t in enumerate(_START_ORDER) if t in names), default=len(_START_ORDER))
         module = item.nodeid.split("::", 1)[0]
+        if module not in rank and mine > process and _starts_processes(item.path):
+            mine = process  # through a helper its tier marker does not see
         rank[module] = min(rank.get(module, mine), mine)
     order = {id(item): n for n, item in enumerate(items)}
     items.sort(key=lambda item: (rank[item.nodeid.split("::", 1)[0]], order[id(item)]))
+
+
+#: words in a test module's text that mean it starts processes (e.g. through a helper:
+#: ``daemon_process(...)``, ``asyncio.create_subprocess_exec``), for the order only
+_PROCESS_WORDS = re.compile(r"subprocess|DaemonProcess|daemon_process|Popen|sys\.executable")
+
+
+def _starts_processes(path: Path) -> bool:
+    try:
+        return bool(_PROCESS_WORDS.search(path.read_text(encoding="utf-8")))
+    except OSError:
+        return False
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: `-p no:xdist` must still work
