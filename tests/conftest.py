@@ -14,15 +14,42 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
+import resource
 import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from companyd.storage import Backend
-from companyd.testing.postgres import PostgresUnavailable, ThrowawayCluster, find_bindir
+
+# -- bytecode: cached even where PYTHONDONTWRITEBYTECODE is set ------------------------------
+def _cache_bytecode() -> None:
+    """Let Python cache compiled bytecode (``__pycache__``, ignored by git) for the suite.
+
+    With ``PYTHONDONTWRITEBYTECODE`` set (some shells and containers set it), nothing of
+    the source tree is ever cached: every xdist worker rewrites and compiles every test
+    module again (about 11 s of CPU each under coverage: ``pytest --collect-only`` 23.7 s
+    → 12.8 s), and every ``companyd`` process a test starts compiles every module it
+    imports (``import companyd.daemon.main``: 0.9 s of CPU → 0.5 s). Python's default is
+    restored for this process, the xdist workers and every process the suite starts; it
+    checks each cached file against its source's time and size as always. Where
+    ``PYTHONPYCACHEPREFIX`` chooses another place for the cache, that choice is kept.
+    """
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        sys.dont_write_bytecode = False
+
+
+_cache_bytecode()
+
+from companyd.storage import Backend  # noqa: E402  (after the bytecode cache is set)
+from companyd.testing.postgres import (  # noqa: E402
+    PostgresUnavailable,
+    ThrowawayCluster,
+    find_bindir,
+)
 
 
 def _cache_bytecode() -> None:
@@ -195,3 +222,98 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         else:
             tier = next((t for t, marks in _BY_MODULE if any(n in names for n in marks)), "unit")
         item.add_marker(tier)
+    _longest_first(items)
+
+
+#: the order in which the tiers start (docs/testing.md, "Scheduling"): the tests that wait
+#: longest first, so that no worker is left alone with a long one at the end of the run
+_START_ORDER = ("slow", "browser", "process", "inprocess", "postgres", "unit")
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """Reorder ``items`` so that each module starts with the slowest tier among its tests.
+
+    xdist's ``loadgroup`` hands the tests out in this order (an ``xdist_group`` first), one
+    unit at a time to whichever worker is free: the few tests that wait for tens of seconds
+    (``slow``, then the browser and process tiers) start first and the many short unit
+    tests fill the workers at the end. A module's tests stay together and in their order,
+    so a module-scoped fixture is set up once per worker that runs the module. The order is
+    the same on every worker (xdist checks it).
+    """
+    rank: dict[str, int] = {}
+    process = _START_ORDER.index("process")
+    for item in items:
+        names = {m.name for m in item.iter_markers()}
+        mine = min((i for i, t in enumerate(_START_ORDER) if t in names), default=len(_START_ORDER))
+        module = item.nodeid.split("::", 1)[0]
+        if module not in rank and mine > process and _starts_processes(item.path):
+            mine = process  # through a helper its tier marker does not see
+        rank[module] = min(rank.get(module, mine), mine)
+    order = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (rank[item.nodeid.split("::", 1)[0]], order[id(item)]))
+
+
+#: words in a test module's text that mean it starts processes (e.g. through a helper:
+#: ``daemon_process(...)``, ``asyncio.create_subprocess_exec``), for the order only
+_PROCESS_WORDS = re.compile(r"subprocess|DaemonProcess|daemon_process|Popen|sys\.executable")
+
+
+def _starts_processes(path: Path) -> bool:
+    try:
+        return bool(_PROCESS_WORDS.search(path.read_text(encoding="utf-8")))
+    except OSError:
+        return False
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: `-p no:xdist` must still work
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (the README's command): two workers per core, not one.
+
+    Most of the suite's wall time is waiting, not computing: real daemons start, signals
+    are delivered, scaled clocks run, chromium draws. With one worker per core the cores
+    were idle 45 % of the run (docs/benchmarks.md, "Test suite time"); a second worker per
+    core overlaps one worker's waits with another's work. ``PYTEST_XDIST_AUTO_NUM_WORKERS``
+    still decides where it is set.
+    """
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return 2 * len(os.sched_getaffinity(0))
+
+
+_CPU_AT_SETUP = pytest.StashKey[tuple[float, float]]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    if item.config.option.xmlpath:
+        item.stash[_CPU_AT_SETUP] = _cpu()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """With ``--junitxml``: each test's tier and CPU seconds (its worker's, and those of the
+    processes it started and reaped) as properties of its ``testcase``, for the per-tier
+    split of docs/benchmarks.md ("Test suite time"). Its wall time is already there.
+    """
+    try:
+        return (yield)
+    finally:
+        if _CPU_AT_SETUP in item.stash:
+            was = item.stash[_CPU_AT_SETUP]
+            me, children = (now - then for now, then in zip(_cpu(), was, strict=True))
+            tier = next((t for t in _START_ORDER[1:] if item.get_closest_marker(t)), "unit")
+            item.user_properties += [
+                ("tier", tier),
+                ("cpu_worker", f"{me:.3f}"),
+                ("cpu_children", f"{children:.3f}"),
+            ]
+
+
+def _cpu() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process and of its reaped descendants."""
+    me, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime

@@ -142,7 +142,7 @@ async def test_every_command_of_first_company_md_works_in_order(page: str) -> No
                         assert rc == 0 and "already satisfied" in out, (out, err)
                     elif words[:3] == ["companyd", "telegram", "setup"]:
                         proc = asyncio.create_task(sh([sys.executable, "-m", *words], env, work))
-                        await bot.wait_for(lambda: bool(bot.calls_of("getUpdates")), 60)
+                        await bot.wait_for(lambda: bot.polling > 0, 60)
                         bot.inject_command(FOUNDER, "hello")
                         rc, out, err = await proc
                         assert rc == 0, (out, err)

@@ -64,7 +64,7 @@ async def test_setup_finds_the_chat_writes_it_and_sends_a_test_message(tmp_path:
         env_file.write_text("ANTHROPIC_API_KEY=sk-ant-x\nTELEGRAM_CHAT_ID=1\n# a comment\n")
         proc = await setup(config, "--env-file", str(env_file), "--wait", "30")
         # the founder sends "hello" once setup listens
-        await bot.wait_for(lambda: bool(bot.calls_of("getUpdates")), timeout=30)
+        await bot.wait_for(lambda: bot.polling > 0, timeout=30)
         update = bot.inject_command(4242, "hello", first_name="Ada", username="ada")
         code, out, err = await finish(proc)
         assert code == 0, (out, err)

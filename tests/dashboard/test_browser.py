@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -32,6 +30,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from companyd.daemon._control_client import ControlClient
 from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import CliResult
+from companyd.testing.inprocess import cli_in_thread
 
 from .browserkit import NEEDS_BROWSER, chromium, running_daemon, screenshots_dir
 from .browserkit import screenshot as _screenshot
@@ -39,7 +39,8 @@ from .browserkit import screenshot as _screenshot
 EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"
 DESKTOP = (1280, 1000)
 
-pytestmark = NEEDS_BROWSER
+# one worker runs the module (`--dist loadgroup`), so its daemon starts once
+pytestmark = [NEEDS_BROWSER, pytest.mark.xdist_group("browser")]
 
 
 @dataclass
@@ -50,17 +51,17 @@ class Company:
     state: Path
     log: Path
 
-    def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "companyd", *argv, "--config", str(self.config),
-             "--state-dir", str(self.state)],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+    def cli(self, *argv: str) -> CliResult:
+        """``companyd ARGV`` against the daemon, by the CLI's entry point in this process:
+        a process would add a Python start-up per call and prove nothing more here
+        (docs/testing.md, "Adding an end-to-end test").
+        """
+        return cli_in_thread([*argv, "--config", str(self.config), "--state-dir", str(self.state)])
 
     def login_url(self) -> str:
         done = self.cli("dashboard", "--json")
-        assert done.returncode == 0, done.stderr
-        url = json.loads(done.stdout)["url"]
+        assert done.rc == 0, done.err
+        url = json.loads(done.out)["url"]
         assert isinstance(url, str) and "/login?token=" in url
         return url
 
@@ -69,8 +70,8 @@ class Company:
 
     def status(self) -> dict[str, Any]:
         done = self.cli("status", "--json")
-        assert done.returncode == 0, done.stderr
-        result: dict[str, Any] = json.loads(done.stdout)
+        assert done.rc == 0, done.err
+        result: dict[str, Any] = json.loads(done.out)
         return result
 
     def control(self, op: str, **args: Any) -> dict[str, Any]:
@@ -91,7 +92,7 @@ def company() -> Iterator[Company]:
         argv = ["run", "--offline", "--config", str(config), "--state-dir", str(work / "s"),
                 "--log-format", "json"]  # fmt: skip
         c = Company(config, work / "s", log)
-        with running_daemon(argv, log, env, lambda: c.cli("dashboard", "--json").returncode == 0):
+        with running_daemon(argv, log, env, lambda: c.cli("dashboard", "--json").rc == 0):
             yield c
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +27,8 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import CliResult
+from companyd.testing.inprocess import cli_in_thread
 
 from .browserkit import NEEDS_BROWSER, PHONE, chromium, running_daemon, screenshots_dir
 from .browserkit import screenshot as _screenshot
@@ -67,19 +67,18 @@ class Company:
 
     config: Path
     state: Path
-    env: dict[str, str]
 
-    def cli(self, *argv: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "companyd", *argv, "--config", str(self.config),
-             "--state-dir", str(self.state)],
-            capture_output=True, text=True, timeout=timeout, check=False, env=self.env,
-        )  # fmt: skip
+    def cli(self, *argv: str) -> CliResult:
+        """``companyd ARGV`` against the daemon, by the CLI's entry point in this process:
+        a process would add a Python start-up per call (the inbox is polled) and prove
+        nothing more here (docs/testing.md, "Adding an end-to-end test").
+        """
+        return cli_in_thread([*argv, "--config", str(self.config), "--state-dir", str(self.state)])
 
     def json(self, *argv: str) -> Any:
         done = self.cli(*argv, "--json")
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
+        assert done.rc == 0, done.err
+        return json.loads(done.out)
 
 
 def _company_file(path: Path) -> None:
@@ -100,22 +99,20 @@ def company() -> Iterator[Company]:
         seed = work / "seed.jsonl"
         seed.write_text("".join(json.dumps(line) + "\n" for line in MEMORY), encoding="utf-8")
         state.mkdir(mode=0o700)
-        imported = subprocess.run(
-            [sys.executable, "-m", "companyd", "memory", "import", str(seed),
-             "--file", str(state / "memory.jsonl")],
-            capture_output=True, text=True, timeout=60, check=False, env=env,
-        )  # fmt: skip
-        assert imported.returncode == 0, imported.stderr
+        imported = cli_in_thread(
+            ["memory", "import", str(seed), "--file", str(state / "memory.jsonl")]
+        )
+        assert imported.rc == 0, imported.err
         log = work / "daemon.log"
         argv = ["run", "--offline", "--config", str(config), "--state-dir", str(state)]
-        c = Company(config, state, env)
-        with running_daemon(argv, log, env, lambda: c.cli("dashboard", "--json").returncode == 0):
-            assert c.cli("ask", "cfo", "What did we spend this week?").returncode == 0
-            assert c.cli("ask", "ceo", "How are we doing?").returncode == 0
-            assert c.cli("jobs", "run", "weekly-spend-review").returncode == 0
+        c = Company(config, state)
+        with running_daemon(argv, log, env, lambda: c.cli("dashboard", "--json").rc == 0):
+            assert c.cli("ask", "cfo", "What did we spend this week?").rc == 0
+            assert c.cli("ask", "ceo", "How are we doing?").rc == 0
+            assert c.cli("jobs", "run", "weekly-spend-review").rc == 0
             # cto's first step calls create_entities, which waits for the founder
             waiting = c.cli("ask", "cto", "Record the SSO decision.", "--timeout", "3")
-            assert waiting.returncode != 0 and "keeps running" in waiting.stderr
+            assert waiting.rc != 0 and "keeps running" in waiting.err
             yield c
 
 

@@ -22,7 +22,8 @@ from companyd.memory._codec import parse_graph
 from .conftest import require_official
 from .mcp_helpers import ROOT, RawClient, Session, companyd_server, official_server, session
 
-pytestmark = [pytest.mark.node]
+# one worker runs the module (`--dist loadgroup`): its pair of servers starts once
+pytestmark = [pytest.mark.node, pytest.mark.xdist_group("memory_interop_contract")]
 
 INDEX = require_official()  # skips the whole module, with the reason, when unavailable
 

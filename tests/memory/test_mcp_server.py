@@ -25,7 +25,8 @@ from .conftest import official_server as official_index
 from .conftest import require_official
 from .mcp_helpers import Session, companyd_server, official_server, session
 
-pytestmark = pytest.mark.anyio
+# one worker runs the module (`--dist loadgroup`): each server kind starts once
+pytestmark = [pytest.mark.anyio, pytest.mark.xdist_group("memory_mcp_server")]
 
 # The same checks run against the official server when it is installed; when it is not,
 # test_official_server_is_available says why (one skip instead of one per check).

@@ -102,6 +102,27 @@ async def test_get_updates_long_poll_returns_injected_command_and_honours_offset
 
 
 @pytest.mark.anyio
+async def test_a_waiting_long_poll_is_seen_at_once_though_recorded_only_when_it_returns() -> None:
+    async with asyncio.timeout(10), BotApiServer(token=TOKEN) as server, _bot(server) as bot:
+        assert server.polling == 0
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        poll = asyncio.create_task(bot.get_updates(offset=0, timeout=8))
+        # a test playing the founder writes once the program listens: long before the
+        # poll's 8 s are over, and before the poll is in ``calls``
+        await server.wait_for(lambda: server.polling > 0, timeout=4)
+        assert server.polling == 1 and server.calls_of("getUpdates") == []
+        server.inject_command(111, "hello")
+        updates = await poll
+        assert [u.message.text for u in updates if u.message] == ["hello"]
+        assert loop.time() - started < 4
+        assert server.polling == 0 and len(server.calls_of("getUpdates")) == 1
+        # a poll answered at once (an update waiting) never counts as polling
+        assert len(await bot.get_updates(offset=0, timeout=5)) == 1
+        assert server.polling == 0
+
+
+@pytest.mark.anyio
 async def test_button_press_arrives_as_callback_query_and_answer_is_recorded() -> None:
     async with asyncio.timeout(10), BotApiServer() as server, _bot(server) as bot:
         markup = InlineKeyboardMarkup([[InlineKeyboardButton("Approve", callback_data="3:1")]])

@@ -178,6 +178,10 @@ class BotApiServer:
         self._started = False
         #: Bot API requests being answered right now (a long poll counts until it returns).
         self.in_flight = 0
+        #: ``getUpdates`` long polls waiting for an update right now. A test that plays the
+        #: founder writing once the program listens waits for ``polling > 0``: a long poll
+        #: is recorded in ``calls`` only when it returns (after its whole timeout).
+        self.polling = 0
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -504,19 +508,28 @@ class BotApiServer:
             # Telegram forgets every update below the offset: it is confirmed.
             self._updates = [u for u in self._updates if u["update_id"] >= offset]
         deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            ready = [u for u in self._updates if u["update_id"] >= offset][:limit]
-            if ready or self.mode != "up" or not self._api.listening:
-                return ready
-            if any(f.method == "getUpdates" for f in self._failures):
-                return []  # the next poll meets the failure
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                return []
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
-                    await self._changed.wait()
+        waiting = False
+        try:
+            while True:
+                ready = [u for u in self._updates if u["update_id"] >= offset][:limit]
+                if ready or self.mode != "up" or not self._api.listening:
+                    return ready
+                if any(f.method == "getUpdates" for f in self._failures):
+                    return []  # the next poll meets the failure
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    return []
+                if not waiting:
+                    waiting = True
+                    self.polling += 1
+                    self._pulse()  # wakes wait_for (its waiters stay woken after clear)
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await self._changed.wait()
+        finally:
+            if waiting:
+                self.polling -= 1
 
     def _call(self, method: str, params: dict[str, Any]) -> Any:
         if method == "getMe":
