@@ -33,7 +33,7 @@ def _cache_bytecode() -> None:
     the source tree is ever cached: every xdist worker rewrites and compiles every test
     module again (about 11 s of CPU each under coverage: ``pytest --collect-only`` 23.7 s
     → 12.8 s), and every ``companyd`` process a test starts compiles every module it
-    imports (``import companyd.daemon.main``: 0.9 s of CPU → 0.5 s). Python's default is
+    imports (``import companyd.daemon._main``: 0.9 s of CPU → 0.5 s). Python's default is
     restored for this process, the xdist workers and every process the suite starts; it
     checks each cached file against its source's time and size as always. Where
     ``PYTHONPYCACHEPREFIX`` chooses another place for the cache, that choice is kept.
@@ -50,28 +50,6 @@ from companyd.testing.postgres import (  # noqa: E402
     ThrowawayCluster,
     find_bindir,
 )
-
-
-def _cache_bytecode() -> None:
-    """Let this process and every process the suite starts keep compiled bytecode.
-
-    Some sandboxes export ``PYTHONDONTWRITEBYTECODE=1`` (the machines this project is built
-    and checked on do). With it, every ``companyd`` process a test starts compiles the
-    companyd modules it imports from source again (about 0.4 s of CPU for a daemon's), and
-    every xdist worker rewrites every test module's asserts again (collection took 13.6 s of
-    CPU instead of 6.4 s): measured on three process-heavy test files, 12 % of their CPU
-    went to recompiling the same files (docs/benchmarks.md "Test suite time"). Caching changes
-    no code path, only where the compiled code comes from, so the suite turns it back on:
-    here for the assertion rewriter (it checks ``sys.dont_write_bytecode`` per module, and
-    this conftest is imported before any test module) and in ``os.environ`` for the
-    processes the tests start.
-    """
-    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
-        sys.dont_write_bytecode = False
-
-
-_cache_bytecode()
-
 
 _SCRUB = (
     "ANTHROPIC_API_KEY",
