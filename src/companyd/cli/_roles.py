@@ -220,8 +220,9 @@ def _store_location(args: argparse.Namespace) -> tuple[Any, Path, Any]:
 
     A company.yaml of the usual shape with no ``state:`` section keeps its stores in SQLite
     files: its top level, read line by line (:func:`companyd.config.peek_top_level`), says
-    where, and the process declares SQLite only (:func:`companyd.storage.sqlite_only`) —
-    no pydantic, schema or PostgreSQL driver, ~0.4 s of CPU less (issue 31). The file is
+    where — no pydantic, schema or PostgreSQL driver, ~0.4 s of CPU less (issue 31; the
+    stores name their errors with :func:`companyd._sqlite.store_errors`, which needs no
+    driver that was not loaded). The file is
     then not validated: a reader needs only to find the stores (as ``status`` finds the
     daemon of a file being edited). Anything else loads the config as the daemon does.
     """
@@ -242,9 +243,8 @@ def _store_location(args: argparse.Namespace) -> tuple[Any, Path, Any]:
 
         cfg, state_dir = _config_and_state(args)
         return cfg, state_dir, state_backend(cfg)
-    from companyd.storage import SQLITE, sqlite_only
+    from companyd.storage import SQLITE
 
-    sqlite_only()
     if args.state_dir is not None:
         return None, Path(args.state_dir).absolute(), SQLITE
     if env := os.environ.get("STATE_DIRECTORY"):
@@ -263,8 +263,8 @@ def _journal_read(
     import sqlite3
 
     cfg, state_dir, backend = _store_location(args)
-    from companyd.runs import Journal  # after _store_location: it may declare SQLite only
-    from companyd.storage import DB_ERRORS
+    from companyd._sqlite import store_errors
+    from companyd.runs import Journal
 
     # on PostgreSQL a reader migrates nothing: the daemons of the company own the schema
     journal = Journal(
@@ -274,7 +274,7 @@ def _journal_read(
         if not journal.exists():
             return missing()
         return journal.run_sync(lambda db: fn(journal, db))
-    except DB_ERRORS as exc:
+    except store_errors() as exc:
         if backend.kind == "sqlite":
             raise
         if isinstance(exc, sqlite3.DatabaseError):  # SchemaTooNew: it says what to do

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import re
-import sqlite3
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -62,7 +61,6 @@ __all__ = [
     "open_database",
     "probe",
     "sqlite_migrations",
-    "sqlite_only",
     "store_present",
     "to_pyformat",
 ]
@@ -256,7 +254,6 @@ def open_database(
     :class:`companyd._sqlite.Database`; ``synchronous`` applies to SQLite only.
     """
     if backend.kind == "postgres":
-        _refuse_if_sqlite_only()
         from companyd.storage._postgres import PgDatabase
 
         assert backend.dsn is not None  # Backend checks it
@@ -299,47 +296,8 @@ _HOMES: dict[str, str] = {
 }
 
 
-#: Set by :func:`sqlite_only`: this process opens SQLite stores only.
-_sqlite_only = False
-
-
-def sqlite_only() -> bool:
-    """Declare that this process opens SQLite stores only (a CLI command that read
-    company.yaml's top level and found no ``state:`` section), before any store is
-    imported: :data:`DB_ERRORS` is then bound without psycopg's errors (none can be raised:
-    psycopg is never imported) and :data:`StoreDatabase` is :class:`companyd._sqlite.Database`,
-    so that reading a store costs no PostgreSQL driver (~0.2 s of CPU). Opening a PostgreSQL
-    store afterwards (:func:`open_database`) raises RuntimeError rather than run with errors
-    nobody catches.
-
-    Returns whether it took effect: False when a store already bound :data:`DB_ERRORS` with
-    psycopg's errors in it (which is as correct, only not as cheap).
-    """
-    global _sqlite_only
-    if "DB_ERRORS" in globals() and globals()["DB_ERRORS"] != _SQLITE_ERRORS:
-        return False
-    _sqlite_only = True
-    return True
-
-
-#: :data:`DB_ERRORS` of a process that declared :func:`sqlite_only`.
-_SQLITE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
-
-
-def _refuse_if_sqlite_only() -> None:
-    if _sqlite_only:
-        raise RuntimeError(
-            "this process declared SQLite stores only (companyd.storage.sqlite_only) and "
-            "must not open a PostgreSQL store: its errors would not be caught"
-        )
-
-
 def __getattr__(name: str) -> Any:
     """Import a face name from its module on first use (keeps start-up imports cheap)."""
-    if _sqlite_only and name in ("DB_ERRORS", "StoreDatabase"):
-        value = _SQLITE_ERRORS if name == "DB_ERRORS" else Database
-        globals()[name] = value
-        return value
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
