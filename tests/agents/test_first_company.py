@@ -101,6 +101,9 @@ async def sh(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str,
     return proc.returncode, out.decode(), err.decode()
 
 
+# slow: every command of a whole docs page, in order, against real daemons and stand-ins;
+# 21 s in the whole suite's run (four workers on two cores): over the 20 s line
+@pytest.mark.slow
 async def test_every_command_of_first_company_md_works_in_order(page: str) -> None:
     company_yaml, lines = page_doc()
     model = PerAgent(researcher=[reply_tool_use("fetch", {"url": page}), reply_text(BRIEF)])
