@@ -2,11 +2,18 @@
 r"""Memory over MCP, before/after: two source trees' ``serve-mcp`` and the official server,
 interleaved round by round with the same driver as bench/bench_memory.py.
 
-Each round runs, on fresh copies of one seed file: tree A sequential, tree B sequential,
+Each round runs, on fresh copies of one seed file: tree A and tree B sequential (A first
+in odd rounds, B first in even ones),
 the official server, then A and B with 8 calls in flight. Per call it reports the rate and
 the server process's CPU time (user + system from /proc/PID/stat, which a loaded machine
 inflates far less than wall time). Medians of the per-round figures and of per-round
 ratios, so a noisy neighbour hits all three alike.
+
+Around the trees' sequential rows each round also measures the disk in the same directory
+(``raw``: append one 150-byte line + ``fdatasync``; ``flush``: ``fdatasync`` of a file with
+nothing to write, i.e. the device's cache flush alone) and tree B's SDK ``ping``. A
+sequential client waits for one fdatasync per call, so ``raw / official`` is the ratio a
+server with no CPU cost at all would reach in that round: the disk's ceiling.
 
     git archive main | tar -x -C /tmp/before      # the tree to compare with
     COMPANYD_OFFICIAL_MEMORY_SERVER=$(bench/install_official_memory_server.sh) \
@@ -59,6 +66,37 @@ def measure(argv: list[str], env: dict[str, str], n: int, inflight: int) -> tupl
         client.close()
 
 
+def disk_rates(directory: Path, n: int) -> tuple[float, float]:
+    """(append+fdatasync per second, fdatasync of a clean file per second)."""
+    raw = bm.raw_rate(directory, n)
+    path = directory / "flush.bin"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"x" * 150)
+        os.fsync(fd)
+        t = time.perf_counter()
+        for _ in range(n):
+            os.fdatasync(fd)
+        flush = n / (time.perf_counter() - t)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return raw, flush
+
+
+def ping(argv: list[str], env: dict[str, str], n: int) -> tuple[float, float]:
+    """(SDK pings per second, server CPU microseconds per ping)."""
+    client = bm.Client(argv, env)
+    try:
+        cpu0, t0 = _cpu(client.proc.pid), time.perf_counter()
+        for _ in range(n):
+            client.request("ping", {})
+        elapsed, cpu = time.perf_counter() - t0, _cpu(client.proc.pid) - cpu0
+        return n / elapsed, cpu / n * 1e6
+    finally:
+        client.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", required=True, help="the src/ directory of the tree to compare")
@@ -85,8 +123,14 @@ def main() -> None:
     print(f"# {args.size} entities, {args.rounds} rounds; load average {os.getloadavg()}")
     for r in range(args.rounds):
         got: dict[str, tuple[float, float]] = {}
-        for name, src in trees.items():
+        disk = [disk_rates(base, args.calls)]
+        order = list(trees.items())
+        for name, src in order if r % 2 == 0 else order[::-1]:  # neither always first
             got[name] = measure([*bm.SERVE, str(fresh())], {"PYTHONPATH": src}, args.calls, 1)
+        disk.append(disk_rates(base, args.calls))
+        got["raw"] = (statistics.mean(d[0] for d in disk), 0.0)
+        got["flush"] = (statistics.mean(d[1] for d in disk), 0.0)
+        got["ping"] = ping([*bm.SERVE, str(fresh())], {"PYTHONPATH": args.after}, args.calls)
         got["official"] = measure(
             ["node", args.official], {"MEMORY_FILE_PATH": str(fresh())}, args.official_calls, 1
         )
@@ -100,7 +144,8 @@ def main() -> None:
             f"round {r + 1}: "
             + "; ".join(f"{k} {rate:.0f}/s {cpu:.0f} us CPU" for k, (rate, cpu) in got.items())
             + f"; after/official {got['after'][0] / got['official'][0]:.1f}x, "
-            f"before/official {got['before'][0] / got['official'][0]:.1f}x",
+            f"before/official {got['before'][0] / got['official'][0]:.1f}x, "
+            f"raw/official {got['raw'][0] / got['official'][0]:.1f}x",
             flush=True,
         )
     print(f"# load average {os.getloadavg()}")
@@ -109,8 +154,14 @@ def main() -> None:
             f"{k:<12} median {statistics.median(v[0] for v in vals):8.1f}/s  "
             f"{statistics.median(v[1] for v in vals):7.0f} us CPU per call"
         )
-    for name in trees:
+    for name in [*trees, "raw"]:
         wall = [a[0] / o[0] for a, o in zip(rows[name], rows["official"], strict=True)]
+        if name == "raw":
+            print(
+                f"disk ceiling (raw / official): {statistics.median(wall):.1f}x "
+                f"(rounds {min(wall):.1f}-{max(wall):.1f})"
+            )
+            continue
         cpu = [o[1] / a[1] for a, o in zip(rows[name], rows["official"], strict=True)]
         print(
             f"{name}: {statistics.median(wall):.1f}x the official server's calls/s "
