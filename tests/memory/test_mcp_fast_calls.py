@@ -126,6 +126,13 @@ def _battery() -> list[bytes]:
         _call(14, "create_entities", {"entities": [E("x\ud800y", "t", "\udfff")]}),  # surrogates
         _call(15, "search_nodes", {"query": "\ud800"}),
         _call(16, 5, {}),  # not a name: the SDK's params error
+        # what Python's json and pydantic's parser both read although JSON has no such thing
+        b'{"jsonrpc":"2.0","id":24,"method":"tools/call","params":{"name":"search_nodes",'
+        b'"arguments":{"query":NaN}}}\n',
+        b'{"jsonrpc":"2.0","id":25,"method":"tools/call","params":{"name":"search_nodes",'
+        b'"arguments":{"query":1e400}}}\n',
+        b'{"jsonrpc":"2.0","id":26,"method":"tools/call","params":{"name":"search_nodes",'
+        b'"arguments":{"query":"a","query":5}}}\n',  # a key twice: the last one counts
         _call(17, "read_graph", {}, _meta={"progressToken": 3}),  # left to the SDK
         _call(
             18, "delete_observations", {"deletions": [{"entityName": "a", "observations": ["y"]}]}
@@ -153,7 +160,7 @@ def test_the_fast_path_writes_what_the_sdk_path_writes(tmp_path: Path, version: 
     lines = [_call(100, "read_graph", {}), _init(version), _INITIALIZED, *_battery()]
     sdk = _exchange(tmp_path / "sdk.jsonl", lines, fast=False)
     fast = _exchange(tmp_path / "fast.jsonl", lines, fast=True)
-    assert len(fast) == len(sdk) == 26  # 25 answers and the subscription's notification
+    assert len(fast) == len(sdk) == 29  # 28 answers and the subscription's notification
     for got, want in zip(fast, sdk, strict=True):
         assert got == want
     assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "sdk.jsonl").read_bytes()
