@@ -28,12 +28,13 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types as types
+import pydantic_core
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.runner import serve_loop
@@ -75,29 +76,21 @@ _RESOURCE = {
 Ctx = ServerRequestContext[Any, Any]
 
 
-def build_server(service: MemoryService) -> Server[Any]:
+def build_server(service: MemoryService, subscribed: set[str] | None = None) -> Server[Any]:
     """The MCP server object serving ``service`` (one connection's worth of state: the
-    resource subscriptions).
+    resource subscriptions, kept in ``subscribed`` when given).
     """
-    subscribed: set[str] = set()
+    subscribed = set() if subscribed is None else subscribed
 
     async def list_tools(ctx: Ctx, params: types.PaginatedRequestParams | None) -> Any:
         return {"tools": tool_definitions()}
 
     async def call_tool(ctx: Ctx, params: types.CallToolRequestParams) -> Any:
         name = params.name
-        try:
-            structured = await service.call(name, params.arguments or {})
-        except (MemoryToolError, MemoryUnavailable) as exc:
-            # Like the official server: every tool failure is a result with isError, never
-            # a JSON-RPC error.
-            return {"content": [{"type": "text", "text": str(exc)}], "isError": True}
-        if name in MUTATING_TOOLS and RESOURCE_URI in subscribed:
+        result = await tool_result(service, name, params.arguments)
+        if name in MUTATING_TOOLS and RESOURCE_URI in subscribed and not result.get("isError"):
             await ctx.session.send_resource_updated(RESOURCE_URI)
-        return {
-            "content": [{"type": "text", "text": result_text(name, structured)}],
-            "structuredContent": structured,
-        }
+        return result
 
     async def list_resources(ctx: Ctx, params: types.PaginatedRequestParams | None) -> Any:
         return {"resources": [dict(_RESOURCE)]}
@@ -135,6 +128,24 @@ def build_server(service: MemoryService) -> Server[Any]:
     # exporter it only costs time (measured ~8 % of a call).
     server.middleware = []
     return server
+
+
+async def tool_result(
+    service: MemoryService, name: str, arguments: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The ``tools/call`` result of one call, as the SDK puts it on the wire (its keys in
+    that order): the text content and the ``structuredContent``, or, for a failed call, the
+    error text with ``isError`` — like the official server, a tool failure is a result,
+    never a JSON-RPC error. Returns once a write is durable.
+    """
+    try:
+        structured = await service.call(name, arguments or {})
+    except (MemoryToolError, MemoryUnavailable) as exc:
+        return {"content": [{"text": str(exc), "type": "text"}], "isError": True}
+    return {
+        "content": [{"text": result_text(name, structured), "type": "text"}],
+        "structuredContent": structured,
+    }
 
 
 async def serve_connection(server: Server[Any], read_stream: Any, write_stream: Any) -> None:
@@ -198,8 +209,13 @@ async def serve_stdio(
     stdout_fd: int = 1,
     bus: EventBus | None = None,
     clock: Clock | None = None,
+    fast_calls: bool = True,
 ) -> None:
     """Serve the graph at ``path`` over MCP stdio until stdin closes, then compact and return.
+
+    ``fast_calls``: answer plain ``tools/call`` requests without the SDK's per-request
+    machinery (:class:`_FastCalls`; the same bytes on the wire). False serves every request
+    through the SDK (the tests compare the two).
 
     Raises:
         MemoryLocked, OSError: the file could not be opened (the message says which).
@@ -222,13 +238,16 @@ async def serve_stdio(
         if owner.done():
             owner.result()  # raises why the file could not be opened
             return
-        server = build_server(service)
+        subscribed: set[str] = set()
+        server = build_server(service, subscribed)
         freeze_startup_heap()  # the loaded graph: see companyd._heap
         sys.stderr.write(
             f"companyd memory MCP server ({SERVER_NAME} {SERVER_VERSION} compatible) "
             f"running on stdio, file {str(service.path)!r}\n"
         )
         async with _stdio_streams(stdin_fd, stdout_fd) as (read_stream, write_stream):
+            if fast_calls and isinstance(read_stream, _LineReader):
+                read_stream.fast = _FastCalls(service, write_stream, subscribed)
             serving = asyncio.create_task(serve_connection(server, read_stream, write_stream))
             # SIGTERM/SIGINT (a client shutting us down, Ctrl-C) end the connection the way
             # closing stdin does: what is queued is answered, the journal is folded in.
@@ -368,9 +387,24 @@ class _LineWriter:
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
         self._closed = False
+        #: the id of the ``initialize`` request whose answer is awaited (see _FastCalls)
+        self.initialize_id: types.RequestId | None = None
+        #: set once a successful answer to ``initialize`` was written
+        self.initialized = False
 
     async def send(self, item: SessionMessage, /) -> None:
-        self.write_line(_dump_message(item) + b"\n")
+        message = item.message
+        if (
+            self.initialize_id is not None
+            and isinstance(message, types.JSONRPCResponse)
+            and message.id == self.initialize_id
+        ):
+            self.initialized = True
+        await self.send_line(_dump_message(item) + b"\n")
+
+    async def send_line(self, line: bytes) -> None:
+        """Write one complete line and wait until the pipe takes it (see write_line)."""
+        self.write_line(line)
         try:
             await self._writer.drain()
         except (BrokenPipeError, ConnectionError) as exc:
@@ -407,6 +441,8 @@ class _LineReader:
         self._reader = reader
         self._out = out
         self._closed = False
+        #: answers plain tools/call requests itself when set (serve_stdio sets it)
+        self.fast: _FastCalls | None = None
 
     async def receive(self) -> SessionMessage | Exception:
         while True:
@@ -416,12 +452,20 @@ class _LineReader:
                 line = await self._reader.readline()
             except (BrokenPipeError, ConnectionError):
                 line = b""
+            fast = self.fast
             if not line:
+                if fast is not None:
+                    await fast.finish()  # answer what is in flight before the SDK stops
                 raise anyio.EndOfStream
             if not line.strip():
                 continue
+            if fast is not None and fast.take(line):
+                continue
             try:
-                return SessionMessage(_parse_message(line))
+                parsed = _parse_message(line)
+                if fast is not None:
+                    fast.observe(parsed)
+                return SessionMessage(parsed)
             except Exception as exc:
                 refusal = _refusal(line, exc)
                 if refusal is None:
@@ -446,6 +490,128 @@ class _LineReader:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class _FastCalls:
+    """``tools/call`` without the SDK's per-request machinery, for ``serve-mcp``.
+
+    Each request otherwise costs a JSON-RPC model validation, the method's surface and
+    params validation, a task in the dispatcher's task group with its cancel scope, the
+    result's validation against ``CallToolResult`` and a response model: about as much CPU
+    again as the durable write itself (docs/benchmarks.md). Here a line that is a plain
+    ``tools/call`` — exactly ``jsonrpc``, ``id``, ``method`` and ``params``, the params
+    exactly ``name`` and ``arguments`` (what the SDK client, Claude Desktop and Claude Code
+    send) — is parsed once, handed to :func:`tool_result` (the same function the SDK
+    handler calls) in a task of its own, and answered with the bytes the SDK would write
+    (tests/memory/test_mcp_fast_calls.py compares them). Everything else goes to the SDK:
+    requests before ``initialize`` was answered (the SDK refuses those), requests with
+    ``_meta`` (progress tokens, the 2026 envelope), malformed ones, and every call while a
+    client is subscribed to the resource (the SDK handler sends the update notifications).
+
+    Like the SDK, a request the client cancels (``notifications/cancelled``) is not
+    answered; a write it asked for may still be made (it may already be on its way to the
+    disk, in both paths). At the end of the input the calls in flight are answered before
+    the SDK stops (each within the service's call deadline).
+    """
+
+    def __init__(self, service: MemoryService, out: _LineWriter, subscribed: set[str]) -> None:
+        self._service = service
+        self._out = out
+        self._subscribed = subscribed
+        self._in_flight: dict[types.RequestId, asyncio.Task[None]] = {}
+        self._cancelled: set[types.RequestId] = set()
+
+    def take(self, line: bytes) -> bool:
+        """Start answering ``line`` if it is a plain tools/call; False to leave it to the SDK."""
+        if not self._out.initialized or self._subscribed or b'"tools/call"' not in line:
+            return False
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            return False
+        if type(msg) is not dict or msg.keys() != _REQUEST_KEYS:
+            return False
+        rid, params = msg["id"], msg["params"]
+        if (
+            msg["method"] != "tools/call"
+            or msg["jsonrpc"] != "2.0"
+            or type(rid) not in (int, str)
+            or type(params) is not dict
+            or not params.keys() <= _PARAMS_KEYS
+            or type(params.get("name")) is not str
+            or not (params.get("arguments") is None or type(params["arguments"]) is dict)
+            or rid in self._in_flight
+        ):
+            return False
+        task = asyncio.get_running_loop().create_task(
+            self._answer(rid, params["name"], params.get("arguments"))
+        )
+        self._in_flight[rid] = task
+        return True
+
+    def observe(self, message: Any) -> None:
+        """Note what the SDK path reads: the ``initialize`` request (its answer enables the
+        fast path) and cancellations of calls answered here.
+        """
+        if isinstance(message, types.JSONRPCRequest) and message.method == "initialize":
+            self._out.initialize_id = message.id
+        elif (
+            isinstance(message, types.JSONRPCNotification)
+            and message.method == "notifications/cancelled"
+            and isinstance(message.params, dict)
+        ):
+            rid = message.params.get("requestId")
+            if isinstance(rid, int | str) and rid in self._in_flight:
+                self._cancelled.add(rid)
+
+    async def finish(self) -> None:
+        """Wait until every call in flight is answered."""
+        while self._in_flight:
+            await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
+
+    async def _answer(self, rid: types.RequestId, name: str, arguments: Any) -> None:
+        try:
+            try:
+                result = await tool_result(self._service, name, arguments)
+            except Exception as exc:  # what the SDK's dispatcher answers for a failing handler
+                log.exception("handler for 'tools/call' raised")
+                reply: SessionMessage | bytes = SessionMessage(
+                    types.JSONRPCError(
+                        jsonrpc="2.0", id=rid, error=types.ErrorData(code=0, message=str(exc))
+                    )
+                )
+            else:
+                reply = _result_line(rid, result) or SessionMessage(
+                    types.JSONRPCResponse(jsonrpc="2.0", id=rid, result=result)
+                )
+            if rid in self._cancelled:
+                return
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                if isinstance(reply, bytes):
+                    await self._out.send_line(reply)
+                else:
+                    await self._out.send(reply)
+        finally:
+            self._in_flight.pop(rid, None)
+            self._cancelled.discard(rid)
+
+
+_REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+_PARAMS_KEYS = frozenset({"name", "arguments"})
+
+
+def _result_line(rid: types.RequestId, result: dict[str, Any]) -> bytes | None:
+    """The response line the SDK writes for ``result`` (pydantic-core's encoder, like
+    ``model_dump_json``), or None when that encoder refuses it (a lone surrogate: the
+    caller then lets the SDK's models write it, see _dump_message).
+    """
+    try:
+        return b'{"jsonrpc":"2.0","id":%s,"result":%s}\n' % (
+            pydantic_core.to_json(rid),
+            pydantic_core.to_json(result),
+        )
+    except pydantic_core.PydanticSerializationError:
+        return None
 
 
 @contextlib.asynccontextmanager
