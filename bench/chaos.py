@@ -1224,13 +1224,22 @@ class Checks:
             if m:
                 crash_counts[m.group(1).strip("*_`")] += int(m.group(2) or 1)
         injected = self.c.tally.crashes
+        # crashes nobody injected (a run that made no progress for heartbeat_seconds on a
+        # machine too busy for the scaled clock: HeartbeatTimeout) are crashes too, and must
+        # reach the founder exactly once as well: read from the daemons' own event lines
+        unplanned = unplanned_crashes(sorted(self.c.work.glob("daemon-*.log")))
+        expected = Counter(injected) + Counter({a: n for a, (n, _) in unplanned.items()})
         # exact: each crash counted at most once; one not counted only if a SIGKILL took it
         # before its alert reached the outbox, measured at the kill, within the documented
         # window (docs/alerts.md "Outbox first")
         lost, late = crashes_lost_to_kills(
             self.c.tally.crash_times, self.c.tally.kill_outboxes, window=CRASH_BEFORE_KILL_S
         )
-        crash_ok = crash_alerts_exact(dict(injected), crash_counts, lost) and not late
+        crash_ok = crash_alerts_exact(dict(expected), crash_counts, lost) and not late
+        also = "".join(
+            f" + {n} not injected ({a}: {', '.join(sorted(why))})"
+            for a, (n, why) in sorted(unplanned.items())
+        )
         repaired = sum("memory file repaired" in t for t in texts)
         rejected = sum("company.yaml change rejected" in t for t in texts)
         died = sum(") died" in t and "companyd (unit" in t for t in texts)
@@ -1240,7 +1249,7 @@ class Checks:
         return [
             (
                 crash_ok,
-                f"alerts: {sum(injected.values())} injected agent crashes → "
+                f"alerts: {sum(injected.values())} injected agent crashes{also} → "
                 f"{sum(crash_counts.values())} counted in crash alerts "
                 f"({sum(1 for x in texts if 'crash' in x.splitlines()[0])} messages, "
                 "repeats coalesced into one edited message); "
@@ -1430,6 +1439,26 @@ def crashes_lost_to_kills(
                     f"it (the window is {window:g} s)"
                 )
     return lost, late
+
+
+_CHILD_CRASHED = re.compile(
+    r"child_exited \S+: child='([^']+)' .*?action='restart' .*?exception='(\w+)'"
+)
+
+
+def unplanned_crashes(logs: list[Path]) -> dict[str, tuple[int, set[str]]]:
+    """Crashes the chaos did not inject, per child, with their exceptions: the daemons'
+    ``child_exited`` event lines (INFO, in ``daemon-N.log``) of a child restarted after an
+    exception other than ``InjectedCrash``.
+    """
+    found: dict[str, tuple[int, set[str]]] = {}
+    for log in logs:
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+            m = _CHILD_CRASHED.search(line)
+            if m and m.group(2) != "InjectedCrash":
+                n, why = found.get(m.group(1), (0, set()))
+                found[m.group(1)] = (n + 1, why | {m.group(2)})
+    return found
 
 
 def crash_alerts_exact(injected: dict[str, int], counted: Counter[str], lost: Counter[str]) -> bool:

@@ -103,3 +103,26 @@ def test_a_crash_is_excused_only_when_the_outbox_lacked_it_at_a_kill_just_after_
     assert chaos.crash_alerts_exact({"cfo": 3, "ceo": 2}, Counter(cfo=3, ceo=2), lost)
     assert not chaos.crash_alerts_exact({"cfo": 3, "ceo": 2}, Counter(cfo=1, ceo=2), lost)
     assert not chaos.crash_alerts_exact({"cfo": 3, "ceo": 2}, Counter(cfo=4, ceo=2), lost)
+
+
+def test_a_crash_nobody_injected_is_expected_in_the_alerts_with_its_reason(tmp_path: Path) -> None:
+    # a run that made no progress on a machine too busy for the scaled clock crashes its
+    # agent (HeartbeatTimeout): a real crash, alerted once, not a miscount (seen: 8 injected
+    # → 9 counted failed the run before the daemons' own crash lines were read)
+    chaos = _chaos()
+    (tmp_path / "daemon-1.log").write_text(
+        "INFO companyd.events: child_exited companyd/agents/operations: child='intern' "
+        "restart_type='permanent' action='restart' reason=\"error:InjectedCrash('x')\" "
+        "exception='InjectedCrash' message='x'\n"
+        "INFO companyd.events: child_exited companyd/agents/growth: child='marketing' "
+        "restart_type='permanent' action='restart' reason=\"error:HeartbeatTimeout('y')\" "
+        "exception='HeartbeatTimeout' message='y'\n"
+        "INFO companyd.events: child_exited companyd/agents/growth: child='seo' "
+        "restart_type='temporary' action='ignore' reason='normal' exception='' message=''\n",
+        encoding="utf-8",
+    )
+    found = chaos.unplanned_crashes(sorted(tmp_path.glob("daemon-*.log")))
+    assert found == {"marketing": (1, {"HeartbeatTimeout"})}
+    expected = Counter({"intern": 1}) + Counter({a: n for a, (n, _) in found.items()})
+    assert chaos.crash_alerts_exact(dict(expected), Counter(intern=1, marketing=1), Counter())
+    assert not chaos.crash_alerts_exact({"intern": 1}, Counter(intern=1, marketing=1), Counter())
