@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Finished", "cancel_and_wait", "race"]
+__all__ = ["Finished", "cancel_and_wait", "news_or_deadline", "race"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +87,29 @@ async def cancel_and_wait(*futures: asyncio.Future[Any]) -> None:
         # Mark a failure as retrieved: the outcome of a cancelled loser is nobody's business.
         if f.done() and not f.cancelled():
             f.exception()
+
+
+async def news_or_deadline(
+    news: asyncio.Event,
+    due: float | None,
+    now: Callable[[], float],
+    sleep: Callable[[float], Awaitable[None]],
+) -> None:
+    """Wait until ``news`` is set or ``now()`` reaches ``due`` (None: until news only).
+
+    A delivery loop's wait between passes. ``now`` and ``sleep`` are a clock's (monotonic or
+    wall time, as ``due`` is): the time left is re-read after every sleep, so a clock that
+    moved between planning and sleeping (a ManualClock jump, a busy loop) cannot stretch
+    the wait.
+    """
+    if news.is_set():
+        return
+    if due is None:
+        await news.wait()
+        return
+
+    async def until() -> None:
+        while (left := due - now()) > 0:
+            await sleep(left)
+
+    await race(news.wait(), until())

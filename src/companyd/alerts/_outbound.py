@@ -54,7 +54,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from companyd._aio import race
+from companyd._aio import news_or_deadline
 from companyd._secrets import redact
 from companyd.clock import Clock
 from companyd.storage import Connection
@@ -443,25 +443,12 @@ class OutboundQueue:
             due = await self.deliver_pass()
             if self._stopped():
                 return
-            await self._wait(due)
+            # until news or the wall time the next row is due, slept on the clock
+            await news_or_deadline(self.wake, due, self._clock.time, self._clock.sleep)
 
     def _stopped(self) -> bool:
         """Whether a graceful stop asked the queue to finish (set across awaits)."""
         return self.stop_requested
-
-    async def _wait(self, due: float | None) -> None:
-        if self.wake.is_set():
-            return
-        if due is None:
-            await self.wake.wait()
-            return
-
-        async def until() -> None:
-            # wall-clock due time, slept on the clock: re-read after each wake-up
-            while (left := due - self._clock.time()) > 0:
-                await self._clock.sleep(left)
-
-        await race(self.wake.wait(), until())
 
     async def deliver_pass(self) -> float | None:
         """Send every due row, oldest first; returns the wall time the next is due (None:

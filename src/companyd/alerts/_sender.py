@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from companyd._aio import race
+from companyd._aio import news_or_deadline
 from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._link import (
     BACKOFF_MAX,
@@ -108,26 +108,12 @@ class Sender:
             due = await self.deliver_pass()
             if self._stopped():
                 return
-            await self._wait(due)
+            # until news (the book's wake) or the monotonic time more is due
+            await news_or_deadline(self._book.wake, due, self._clock.monotonic, self._clock.sleep)
 
     def _stopped(self) -> bool:
         """Whether a graceful stop asked the sender to finish (set across awaits)."""
         return self.stop_requested
-
-    async def _sleep_until(self, deadline: float) -> None:
-        # The remaining time is read when the sleep starts, so a clock that moved between
-        # planning and sleeping (a ManualClock jump, a busy loop) cannot stretch the wait.
-        while (remaining := deadline - self._clock.monotonic()) > 0:
-            await self._clock.sleep(remaining)
-
-    async def _wait(self, due: float | None) -> None:
-        """Until news (the book's ``wake``) or the monotonic time ``due``."""
-        if self._book.wake.is_set():
-            return
-        if due is None:
-            await self._book.wake.wait()
-        else:
-            await race(self._book.wake.wait(), self._sleep_until(due))
 
     async def deliver_pass(self) -> float | None:
         """Send and edit what is due, oldest first. Returns the monotonic time when more is
