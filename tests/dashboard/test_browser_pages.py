@@ -293,19 +293,21 @@ def test_inbox_reject_with_a_reason_from_the_keyboard(
     item = items[0]["id"]
     assert "cto wants to call create_entities" in main_text(browser)
     screenshot(browser, shots, "inbox")
-    reason = browser.find_element(By.ID, f"reason-{item}")
-    reason.send_keys("not yet, ask me on Monday", Keys.ENTER)  # Enter submits its form
-    # read in one script: htmx replaces the item (outerHTML) between two WebDriver calls
     marker = browser.execute_script("return window.__companyd_no_reload = 1;")
     count = (
         "const b = document.querySelector('#inbox-badge .count-badge');"
         "return b ? b.textContent : '0';"
     )
-    # a mark inside the badge: a live swap of the badge replaces it
+    # a mark inside the badge: a live swap of the badge replaces it. Placed before the
+    # decision, so a swap that comes at once cannot come before the mark (seen: the mark set
+    # after Enter outlived a swap that had already happened, and the wait below timed out)
     browser.execute_script(
         "document.getElementById('inbox-badge').insertAdjacentHTML('beforeend', "
         "'<i id=\"stale\"></i>');"
     )
+    reason = browser.find_element(By.ID, f"reason-{item}")
+    reason.send_keys("not yet, ask me on Monday", Keys.ENTER)  # Enter submits its form
+    # read in one script: htmx replaces the item (outerHTML) between two WebDriver calls
     read = f"return document.getElementById('item-{item}').textContent"
     WebDriverWait(browser, 30).until(lambda d: "rejected" in d.execute_script(read))
     assert all(i["id"] != item for i in company.json("inbox")["items"])
