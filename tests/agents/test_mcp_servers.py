@@ -5,6 +5,8 @@ item 14). Real subprocess MCP servers over stdio, the real daemon in-process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import logging
 import re
 import subprocess
@@ -23,9 +25,10 @@ from agentkit import (
     tool_server,
     write_company,
 )
+from companyd.agents import McpToolServer
 from companyd.alerts._render_kinds import render
 from companyd.clock import ManualClock
-from companyd.config import load_config
+from companyd.config import McpServerSpec, load_config
 from companyd.errors import ConfigError
 from companyd.events import Severity
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
@@ -242,3 +245,15 @@ asyncio.run(main())
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("[")
+
+
+async def test_a_tool_server_starts_while_sys_stderr_has_no_descriptor() -> None:
+    # sys.stderr is a process global: another thread may have it redirected to a stream with
+    # no descriptor at the moment an agent starts its tool server (an embedding app, the
+    # CLI run in a thread of the test's process beside an in-process daemon). The start used
+    # that stream as the server's stderr and failed with "fileno"; the agent then ran
+    # without its tools (seen in the suite: a routine "ok" whose tool never ran).
+    spec = McpServerSpec(command=sys.executable, args=(str(TOOL_SERVER),))
+    with contextlib.redirect_stderr(io.StringIO()):
+        async with asyncio.timeout(60), McpToolServer("t", spec) as server:
+            assert server.tools

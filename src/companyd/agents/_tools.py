@@ -29,7 +29,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TextIO, cast
 
 from companyd.config import McpServerSpec, ToolsSpec
 from companyd.errors import CompanydError
@@ -248,6 +248,25 @@ class ToolBox:
         return {"type": "tool_result", "tool_use_id": tool_id, "content": text}
 
 
+def _errlog() -> TextIO:
+    """Where a tool server's stderr goes: the daemon's stderr, as a stream with a descriptor.
+
+    Given at each start, not the SDK's default (the ``sys.stderr`` of the moment
+    ``mcp.client.stdio`` was imported). ``sys.stderr`` is a process global that another
+    thread may have swapped for a stream with no descriptor at this moment (an embedding
+    app, a CLI command run in a thread beside the daemon): then the process's own stderr
+    (``sys.__stderr__``), which a child can inherit.
+    """
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation, closed
+            continue
+    return sys.stderr  # no descriptor anywhere: the SDK's own error names the problem
+
+
 class McpToolServer:
     """An external MCP tool server (stdio) attached to one agent.
 
@@ -322,10 +341,8 @@ class McpToolServer:
                     env=launch.env or None,
                     cwd=launch.cwd,
                 )
-                # errlog given each time: the SDK's default is the sys.stderr of the moment
-                # mcp.client.stdio was imported, which may be a stream without a descriptor.
                 read, write = await stack.enter_async_context(
-                    stdio_client(params, errlog=sys.stderr)
+                    stdio_client(params, errlog=_errlog())
                 )
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
