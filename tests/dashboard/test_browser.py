@@ -33,7 +33,7 @@ from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import CliResult
 from companyd.testing.inprocess import cli_in_thread
 
-from .browserkit import NEEDS_BROWSER, chromium, running_daemon, screenshots_dir
+from .browserkit import NEEDS_BROWSER, as_new, chromium, running_daemon, screenshots_dir
 from .browserkit import screenshot as _screenshot
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"
@@ -102,10 +102,16 @@ def shots() -> Iterator[Path]:
         yield path
 
 
-@pytest.fixture
-def browser() -> Iterator[webdriver.Chrome]:
+@pytest.fixture(scope="module")
+def shared_chromium() -> Iterator[webdriver.Chrome]:
     with chromium(DESKTOP) as driver:
         yield driver
+
+
+@pytest.fixture
+def browser(shared_chromium: webdriver.Chrome) -> webdriver.Chrome:
+    """The module's Chromium as new (browserkit.as_new): no cookie, no tab left over."""
+    return as_new(shared_chromium, DESKTOP)
 
 
 def log_in(browser: webdriver.Chrome, company: Company) -> str:

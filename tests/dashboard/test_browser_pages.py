@@ -30,7 +30,7 @@ from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import CliResult
 from companyd.testing.inprocess import cli_in_thread
 
-from .browserkit import NEEDS_BROWSER, PHONE, chromium, running_daemon, screenshots_dir
+from .browserkit import NEEDS_BROWSER, PHONE, as_new, chromium, running_daemon, screenshots_dir
 from .browserkit import screenshot as _screenshot
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "company.yaml"
@@ -122,12 +122,19 @@ def shots() -> Iterator[Path]:
         yield path
 
 
-@pytest.fixture
-def browser(company: Company) -> Iterator[webdriver.Chrome]:
+@pytest.fixture(scope="module")
+def shared_chromium() -> Iterator[webdriver.Chrome]:
     with chromium(DESKTOP) as driver:
-        driver.get(company.json("dashboard")["url"])
-        WebDriverWait(driver, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "main h1"))
         yield driver
+
+
+@pytest.fixture
+def browser(shared_chromium: webdriver.Chrome, company: Company) -> webdriver.Chrome:
+    """The module's Chromium as new (browserkit.as_new), logged in with a fresh URL."""
+    driver = as_new(shared_chromium, DESKTOP)
+    driver.get(company.json("dashboard")["url"])
+    WebDriverWait(driver, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "main h1"))
+    return driver
 
 
 def base(browser: webdriver.Chrome) -> str:
