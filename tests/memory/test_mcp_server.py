@@ -23,7 +23,15 @@ from companyd.memory._tools import pretty, tool_definitions
 
 from .conftest import official_server as official_index
 from .conftest import require_official
-from .mcp_helpers import Session, companyd_server, official_server, session
+from .mcp_helpers import (
+    InProcessServer,
+    RawClient,
+    Session,
+    companyd_server,
+    inprocess_session,
+    official_server,
+    session,
+)
 
 # one worker runs the module (`--dist loadgroup`): each server kind starts once
 pytestmark = [pytest.mark.anyio, pytest.mark.xdist_group("memory_mcp_server")]
@@ -312,7 +320,7 @@ async def test_resource_read_and_subscription(s: Session) -> None:
 async def test_eight_calls_in_flight_are_all_kept(tmp_path: Path) -> None:
     # Ours only: the official server loses most of them (reference §8.2; bench_memory.py
     # measures how many).
-    async with asyncio.timeout(60), session(companyd_server(tmp_path / "memory.jsonl")) as s:
+    async with asyncio.timeout(60), inprocess_session(tmp_path / "memory.jsonl") as s:
         results = await asyncio.gather(
             *(s.ok("create_entities", {"entities": [E(f"p{i}")]}) for i in range(8))
         )
@@ -333,7 +341,7 @@ async def test_closing_stdin_compacts_the_file(tmp_path: Path) -> None:
 def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path) -> None:
     import signal
 
-    from .mcp_helpers import ROOT, RawClient
+    from .mcp_helpers import ROOT
 
     path = tmp_path / "memory.jsonl"
     client = RawClient(
@@ -362,12 +370,7 @@ def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path) -> None:
 def test_a_request_nested_too_deeply_is_answered_not_left_waiting(tmp_path: Path) -> None:
     # JSON.parse reads 5,000 levels (the official server answers); Python's json cannot.
     # The client must still get an answer for that id, and the server keeps serving.
-    from .mcp_helpers import ROOT, RawClient
-
-    client = RawClient(
-        [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(tmp_path / "m")],
-        {"PYTHONPATH": str(ROOT / "src")},
-    )
+    client = RawClient(InProcessServer(tmp_path / "m"))
     try:
         assert client.proc.stdin is not None
         deep = "[" * 5000 + "]" * 5000
