@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import warnings
 from collections.abc import AsyncIterator
@@ -353,15 +354,17 @@ def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path) -> None:
         {"name": "create_entities", "arguments": {"entities": [E("kept", "t", "before SIGTERM")]}},
     )
     assert not res["result"].get("isError")
-    client.proc.send_signal(signal.SIGTERM)
+    proc = client.proc
+    assert isinstance(proc, subprocess.Popen)
+    proc.send_signal(signal.SIGTERM)
     try:
-        assert client.proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=30) == 0
     finally:
-        if client.proc.poll() is None:
-            client.proc.kill()
-        assert client.proc.stdin is not None and client.proc.stdout is not None
-        client.proc.stdin.close()
-        client.proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.close()
+        proc.stdout.close()
     graph, report = parse_graph(path.read_bytes())  # folded into the MCP file on the way out
     assert not report.needs_repair
     assert graph.read_graph()["entities"] == [E("kept", "t", "before SIGTERM")]
@@ -393,8 +396,6 @@ def test_a_request_nested_too_deeply_is_answered_not_left_waiting(tmp_path: Path
 
 def test_serve_mcp_tells_on_stderr_that_it_repaired_the_file(tmp_path: Path) -> None:
     # the memory_repaired event of the owner becomes one line for whoever launched it
-    import subprocess
-
     from .mcp_helpers import ROOT
 
     path = tmp_path / "memory.jsonl"
