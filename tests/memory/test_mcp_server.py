@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import warnings
 from collections.abc import AsyncIterator
@@ -341,6 +340,7 @@ async def test_closing_stdin_compacts_the_file(tmp_path: Path) -> None:
 
 def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path) -> None:
     import signal
+    import subprocess
 
     from .mcp_helpers import ROOT
 
@@ -396,6 +396,8 @@ def test_a_request_nested_too_deeply_is_answered_not_left_waiting(tmp_path: Path
 
 def test_serve_mcp_tells_on_stderr_that_it_repaired_the_file(tmp_path: Path) -> None:
     # the memory_repaired event of the owner becomes one line for whoever launched it
+    import subprocess
+
     from .mcp_helpers import ROOT
 
     path = tmp_path / "memory.jsonl"
