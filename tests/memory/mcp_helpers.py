@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import os
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+import anyio
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.shared.message import SessionMessage
+
+from companyd.memory import serve_stdio
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,22 +89,160 @@ async def session(params: StdioServerParameters) -> AsyncIterator[Session]:
         yield Session(client, init, notes)
 
 
+class InProcessServer:
+    """``companyd memory serve-mcp`` without the process start: :func:`serve_stdio` (what the
+    command runs once it has parsed ``--file``) on a thread of its own with its own event
+    loop, its stdin and stdout two OS pipes — the same transport code, the same
+    ``MemoryService`` load, repair and compaction, the same bytes on the wire and on disk.
+    Popen's face (``stdin``, ``stdout``, ``wait``), so a test can drive it like a process.
+
+    What it does not prove: the argument parsing of the command, signals and a process's
+    own fds 0 and 1 — tests about those start ``python -m companyd memory serve-mcp``
+    (tests/memory/test_mcp_server.py, test_mcp_fast_calls.py). A server start costs ~0.8 s
+    of CPU in a new process (imports) and next to nothing here.
+    """
+
+    def __init__(self, path: Path, *, fast_calls: bool = True) -> None:
+        server_in, self.to_server = os.pipe()
+        self.from_server, server_out = os.pipe()
+        self.returncode: int | None = None
+        self.error: BaseException | None = None
+        self._stdin: IO[bytes] | None = None
+        self._stdout: IO[bytes] | None = None
+
+        def run() -> None:
+            try:
+                asyncio.run(
+                    serve_stdio(
+                        path, stdin_fd=server_in, stdout_fd=server_out, fast_calls=fast_calls
+                    )
+                )
+                self.returncode = 0
+            except BaseException as exc:  # reported by wait()
+                self.error = exc
+                self.returncode = 1
+            finally:
+                os.close(server_in)
+                os.close(server_out)  # the client reads EOF, as from an exited process
+                # serve_stdio freezes the start-up heap (companyd._heap), which here is the
+                # test process's: give those objects back to the collector.
+                gc.unfreeze()
+
+        self._thread = threading.Thread(target=run, name=f"serve-mcp {path.name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def stdin(self) -> IO[bytes]:
+        if self._stdin is None:
+            self._stdin = os.fdopen(self.to_server, "wb")
+        return self._stdin
+
+    @property
+    def stdout(self) -> IO[bytes]:
+        if self._stdout is None:
+            self._stdout = os.fdopen(self.from_server, "rb")
+        return self._stdout
+
+    def wait(self, timeout: float) -> int:
+        """Wait until the server returned (its stdin was closed); raise what it raised."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the in-process server did not stop within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        assert self.returncode is not None
+        return self.returncode
+
+
+@asynccontextmanager
+async def inprocess_session(path: Path) -> AsyncIterator[Session]:
+    """:func:`session` on an :class:`InProcessServer`: the real SDK client, over the pipes.
+
+    The transport mirrors the SDK's ``stdio_client``: one JSON-RPC message per line, written
+    with ``model_dump_json(by_alias=True, exclude_unset=True)``, read with the SDK's
+    message adapter. Leaving the block closes the server's stdin and waits until it has
+    answered what is in flight, compacted and returned, like a process's exit.
+    """
+    server = InProcessServer(path)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 30)
+    rtransport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(server.from_server, "rb", 0)
+    )
+    wtransport, wproto = await loop.connect_write_pipe(
+        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()),
+        os.fdopen(server.to_server, "wb", 0),
+    )
+    writer = asyncio.StreamWriter(wtransport, wproto, None, loop)
+    read_in, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_out = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def pump_in() -> None:
+        async with read_in:
+            while line := await reader.readline():
+                try:
+                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                except ValueError as exc:
+                    await read_in.send(exc)
+                else:
+                    await read_in.send(SessionMessage(message))
+
+    async def pump_out() -> None:
+        async with write_out:
+            async for item in write_out:
+                data = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+                writer.write(data.encode() + b"\n")
+                await writer.drain()
+
+    notes: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        if not isinstance(message, Exception):
+            notes.append(message)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump_in)
+            tg.start_soon(pump_out)
+            try:
+                async with ClientSession(
+                    read_stream, write_stream, message_handler=on_message
+                ) as c:
+                    init = await c.initialize()
+                    yield Session(c, init, notes)
+            finally:
+                await write_stream.aclose()
+                wtransport.close()  # the server's stdin ends: it finishes and returns
+                with anyio.fail_after(60):
+                    await anyio.to_thread.run_sync(server.wait, 60)
+                tg.cancel_scope.cancel()
+    finally:
+        wtransport.close()
+        rtransport.close()
+
+
 class RawClient:
     """A minimal newline-delimited JSON-RPC client over a server's stdio (for load tests:
     pipelining and several processes at once, which the SDK client is not built for).
+    ``argv`` starts the server; an :class:`InProcessServer` is used as it is.
     """
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        import os
+    def __init__(
+        self, argv: list[str] | InProcessServer, env: dict[str, str] | None = None
+    ) -> None:
         import subprocess
 
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-        )
+        self.proc: subprocess.Popen[bytes] | InProcessServer
+        if isinstance(argv, InProcessServer):
+            self.proc = argv
+        else:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+            )
         self._next = 0
         self.request(
             "initialize",

@@ -1,6 +1,10 @@
 """Concurrency: several processes on one file, and many calls in flight to one server —
 0 lost writes, 0 unparseable lines (the official server loses ~66 % and ~86 %: reference
 §8.2).
+
+Several processes on one file need processes; many calls in flight on one connection do not:
+that test runs serve-mcp's serve_stdio in this process (mcp_helpers.InProcessServer, over
+pipes; a process start costs ~0.8 s of CPU).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from typing import Any
 
 from companyd.memory._codec import parse_graph
 
-from .mcp_helpers import ROOT, RawClient
+from .mcp_helpers import ROOT, InProcessServer, RawClient
 
 SERVE = [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file"]
 ENV = {"PYTHONPATH": str(ROOT / "src")}
@@ -62,7 +66,7 @@ def test_four_server_processes_times_200_writes_lose_nothing(tmp_path: Path) -> 
 
 def test_eight_calls_in_flight_to_one_server_lose_nothing(tmp_path: Path) -> None:
     path = tmp_path / "memory.jsonl"
-    client = RawClient([*SERVE, str(path)], ENV)
+    client = RawClient(InProcessServer(path))
     window = 8
     sent = 0
     answers: dict[int, dict[str, Any]] = {}

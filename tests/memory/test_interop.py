@@ -4,6 +4,10 @@ of reference §2.3), and the two servers answer the same calls the same way.
 
 Needs node; the official server is found through COMPANYD_OFFICIAL_MEMORY_SERVER (path of its
 dist/index.js; bench/install_official_memory_server.sh installs it). Tests never install it.
+
+One pair of server processes serves the module. The official server keeps no state between
+calls (it re-reads MEMORY_FILE_PATH on every call, reference mcp-memory.md section 0), so
+"the official server reads this file" is: the file's bytes at its path, then a call.
 """
 
 from __future__ import annotations
@@ -37,9 +41,14 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-async def pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Session, Session]]:
+def pair_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pair")
+
+
+@pytest.fixture(scope="module")
+async def pair(pair_dir: Path) -> AsyncIterator[tuple[Session, Session]]:
     index = INDEX
-    d = tmp_path_factory.mktemp("pair")
+    d = pair_dir
     async with asyncio.timeout(60):
         ours_cm, theirs_cm = (
             session(companyd_server(d / "ours.jsonl")),
@@ -178,14 +187,34 @@ async def test_invalid_calls_get_identical_errors(pair: tuple[Session, Session])
 # -- file interop --------------------------------------------------------------------------------
 
 
-async def _official_read(index: str, path: Path) -> dict[str, Any]:
-    async with asyncio.timeout(60), session(official_server(index, path)) as s:
-        return await s.call("read_graph", {})
+@pytest.fixture
+async def theirs(
+    pair: tuple[Session, Session], pair_dir: Path
+) -> AsyncIterator[tuple[Session, Path]]:
+    """The module's official server and its file, for one file test: whatever the test
+    leaves there is removed after it (a file the official server cannot read fails every
+    call until it is gone).
+    """
+    path = pair_dir / "theirs.jsonl"
+    path.unlink(missing_ok=True)
+    try:
+        yield pair[1], path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+async def _official_read(theirs: tuple[Session, Path], data: bytes) -> dict[str, Any]:
+    """``read_graph`` of the official server on a file holding ``data``."""
+    official, path = theirs
+    path.write_bytes(data)
+    async with asyncio.timeout(60):
+        return await official.call("read_graph", {})
 
 
 @pytest.mark.anyio
-async def test_the_official_server_reads_our_file(tmp_path: Path) -> None:
-    index = INDEX
+async def test_the_official_server_reads_our_file(
+    theirs: tuple[Session, Path], tmp_path: Path
+) -> None:
     path = tmp_path / "memory.jsonl"
     path.write_bytes(b'{"type":"_aim","source":"mcp-knowledge-graph"}\n')
     with GraphStore(path) as store:
@@ -213,16 +242,17 @@ async def test_the_official_server_reads_our_file(tmp_path: Path) -> None:
         )
         ours = store.call("read_graph", {})
         assert store.compact()
-    theirs = await _official_read(index, path)
-    assert not theirs["error"], theirs["text"]
-    assert theirs["structured"] == ours
+    got = await _official_read(theirs, path.read_bytes())
+    assert not got["error"], got["text"]
+    assert got["structured"] == ours
 
 
 @pytest.mark.anyio
-async def test_we_read_the_official_servers_file(tmp_path: Path) -> None:
-    index = INDEX
-    path = tmp_path / "memory.jsonl"
-    async with asyncio.timeout(60), session(official_server(index, path)) as s:
+async def test_we_read_the_official_servers_file(
+    theirs: tuple[Session, Path], tmp_path: Path
+) -> None:
+    s, their_path = theirs
+    async with asyncio.timeout(60):
         await s.ok(
             "create_entities",
             {
@@ -237,14 +267,16 @@ async def test_we_read_the_official_servers_file(tmp_path: Path) -> None:
         )
         await s.ok("add_observations", {"observations": [{"entityName": "", "contents": ["more"]}]})
         await s.ok("delete_entities", {"entityNames": ["a"]})
-        theirs = await s.ok("read_graph", {})
-    data = path.read_bytes()
+        their_graph = await s.ok("read_graph", {})
+    data = their_path.read_bytes()
     assert not data.endswith(b"\n")  # the official writer's form
     graph, report = parse_graph(data, check_format=True)
     assert not report.needs_repair and report.noncanonical == 0
-    assert graph.read_graph() == theirs
+    assert graph.read_graph() == their_graph
+    path = tmp_path / "memory.jsonl"
+    path.write_bytes(data)
     with GraphStore(path) as store:  # and a store on it changes nothing until written
-        assert store.call("read_graph", {}) == theirs
+        assert store.call("read_graph", {}) == their_graph
     assert path.read_bytes() == data
 
 
@@ -273,39 +305,38 @@ EDGE_FILES: dict[str, bytes] = {
 @pytest.mark.anyio
 @pytest.mark.parametrize("case", list(EDGE_FILES))
 async def test_edge_files_read_as_the_official_server_reads_them_or_get_repaired(
-    tmp_path: Path, case: str
+    theirs: tuple[Session, Path], tmp_path: Path, case: str
 ) -> None:
-    index = INDEX
     data = EDGE_FILES[case]
     path = tmp_path / "memory.jsonl"
     path.write_bytes(data)
-    theirs = await _official_read(index, path)
+    got = await _official_read(theirs, data)
     graph, report = parse_graph(data)
     ours = graph.read_graph()
     if case == "duplicates":
         # official keeps both entity lines and both relations; we merge and dedupe
-        assert len(theirs["structured"]["entities"]) == 2
-        assert len(theirs["structured"]["relations"]) == 2
+        assert len(got["structured"]["entities"]) == 2
+        assert len(got["structured"]["relations"]) == 2
         assert ours["entities"] == [{"name": "a", "entityType": "t", "observations": ["1", "2"]}]
         assert len(ours["relations"]) == 1 and report.needs_repair
     elif case == "missing observations":
-        assert theirs["error"] and "expected array, received undefined" in theirs["text"]
+        assert got["error"] and "expected array, received undefined" in got["text"]
         assert ours["entities"] == [{"name": "a", "entityType": "t", "observations": []}]
     elif case == "deeply nested unknown line":
         # JSON.parse reads it and the official server ignores its type; Python's json cannot
         # (recursion limit), so we quarantine it: the same graph either way
-        assert not theirs["error"], theirs["text"]
-        assert theirs["structured"] == ours and report.needs_repair
+        assert not got["error"], got["text"]
+        assert got["structured"] == ours and report.needs_repair
     elif case == "corrupt tail":
-        assert theirs["error"]  # one bad line breaks every call of the official server
+        assert got["error"]  # one bad line breaks every call of the official server
         assert ours["entities"] == [{"name": "a", "entityType": "t", "observations": []}]
         assert report.torn_tail
     else:
-        assert not theirs["error"], theirs["text"]
-        assert theirs["structured"] == ours and not report.needs_repair
+        assert not got["error"], got["text"]
+        assert got["structured"] == ours and not report.needs_repair
     # after our repair the official server reads the file, and sees what we see
     with GraphStore(path) as store:
         store.repair()
-    again = await _official_read(index, path)
+    again = await _official_read(theirs, path.read_bytes())
     assert not again["error"], again["text"]
     assert again["structured"] == ours

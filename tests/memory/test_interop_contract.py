@@ -4,13 +4,20 @@ official server and compares answers (texts, structuredContent, isError) and, fo
 cases, what each leaves on disk. Where the answers differ, the test pins the documented,
 deliberate difference (docs/memory.md "Semantics" and "Reading and repair").
 
+Process starts (each costs ~0.8 s of CPU for ours, some for node): the call sequences run on
+one pair of real server processes for the module. A file case needs ours fresh on that file
+(serve-mcp reads it, repairs it and compacts it on the way out), so ours runs in this
+process (mcp_helpers.InProcessServer: serve-mcp's serve_stdio over pipes), one per case; the
+official server keeps no state between calls (it re-reads MEMORY_FILE_PATH on every call,
+reference mcp-memory.md §0), so the module's one official process serves every file case,
+its file rewritten before each.
+
 Needs node; skipped with the reason when COMPANYD_OFFICIAL_MEMORY_SERVER is not set.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +27,15 @@ import pytest
 from companyd.memory._codec import parse_graph
 
 from .conftest import require_official
-from .mcp_helpers import ROOT, RawClient, Session, companyd_server, official_server, session
+from .mcp_helpers import (
+    InProcessServer,
+    RawClient,
+    Session,
+    companyd_server,
+    inprocess_session,
+    official_server,
+    session,
+)
 
 # one worker runs the module (`--dist loadgroup`): its pair of servers starts once
 pytestmark = [pytest.mark.node, pytest.mark.xdist_group("memory_interop_contract")]
@@ -44,8 +59,13 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-async def pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Session, Session]]:
-    d = tmp_path_factory.mktemp("pair")
+def pair_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pair")
+
+
+@pytest.fixture(scope="module")
+async def pair(pair_dir: Path) -> AsyncIterator[tuple[Session, Session]]:
+    d = pair_dir
     async with asyncio.timeout(60):
         ours_cm = session(companyd_server(d / "ours.jsonl"))
         theirs_cm = session(official_server(INDEX, d / "theirs.jsonl"))
@@ -313,27 +333,51 @@ async def test_scenario_gets_identical_answers(pair: tuple[Session, Session], na
 # -- what each leaves on disk --------------------------------------------------------------------
 
 
-async def _run(params: Any, calls: list[Call]) -> list[dict[str, Any]]:
-    async with session(params) as s:
-        return [await s.call(tool, args) for tool, args in calls]
+@pytest.fixture
+async def theirs(
+    pair: tuple[Session, Session], pair_dir: Path
+) -> AsyncIterator[tuple[Session, Path]]:
+    """The module's official server and its file, for one file case: whatever the case
+    leaves there is removed after it (a file the official server cannot read fails every
+    call until it is gone).
+    """
+    path = pair_dir / "theirs.jsonl"
+    path.unlink(missing_ok=True)
+    try:
+        yield pair[1], path
+    finally:
+        path.unlink(missing_ok=True)
 
 
-async def _both(tmp_path: Path, data: bytes | None, calls: list[Call]) -> dict[str, Any]:
-    """Run ``calls`` on each server, each on its own copy of ``data`` (None: no file)."""
-    ours, theirs = tmp_path / "ours" / "memory.jsonl", tmp_path / "theirs" / "memory.jsonl"
-    for p in (ours, theirs):
-        p.parent.mkdir(parents=True)
+async def _both(
+    theirs: tuple[Session, Path], tmp_path: Path, data: bytes | None, calls: list[Call]
+) -> dict[str, Any]:
+    """Run ``calls`` on each server, each on its own copy of ``data`` (None: no file): ours
+    started fresh on it (in process) and stopped (what it leaves on disk), the official
+    server on its file rewritten to ``data``.
+    """
+    official, theirs_path = theirs
+    ours = tmp_path / "ours" / "memory.jsonl"
+    ours.parent.mkdir(parents=True)
+    for p in (ours, theirs_path):
+        p.unlink(missing_ok=True)
         if data is not None:
             p.write_bytes(data)
+
+    async def run_ours() -> list[dict[str, Any]]:
+        async with inprocess_session(ours) as s:
+            return [await s.call(tool, args) for tool, args in calls]
+
+    async def run_theirs() -> list[dict[str, Any]]:
+        return [await official.call(tool, args) for tool, args in calls]
+
     async with asyncio.timeout(90):
-        a, b = await asyncio.gather(
-            _run(companyd_server(ours), calls), _run(official_server(INDEX, theirs), calls)
-        )
+        a, b = await asyncio.gather(run_ours(), run_theirs())
     return {
         "ours": a,
         "theirs": b,
         "ours_file": ours.read_bytes() if ours.exists() else None,
-        "theirs_file": theirs.read_bytes() if theirs.exists() else None,
+        "theirs_file": theirs_path.read_bytes() if theirs_path.exists() else None,
         "corrupt": ours.with_name("memory.jsonl.corrupt"),
     }
 
@@ -383,8 +427,10 @@ SAME_FILES: dict[str, bytes] = {
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("case", list(SAME_FILES))
-async def test_odd_but_valid_files_are_read_and_rewritten_alike(tmp_path: Path, case: str) -> None:
-    got = await _both(tmp_path, SAME_FILES[case], _READ_WRITE_READ)
+async def test_odd_but_valid_files_are_read_and_rewritten_alike(
+    theirs: tuple[Session, Path], tmp_path: Path, case: str
+) -> None:
+    got = await _both(theirs, tmp_path, SAME_FILES[case], _READ_WRITE_READ)
     assert got["ours"] == got["theirs"]
     assert not got["theirs"][0]["error"], got["theirs"][0]["text"]
     assert got["ours_file"].rstrip(b"\n") == got["theirs_file"]
@@ -392,30 +438,32 @@ async def test_odd_but_valid_files_are_read_and_rewritten_alike(tmp_path: Path, 
 
 
 @pytest.mark.anyio
-async def test_a_file_with_a_bom_is_read_whole_and_rewritten_without_it(tmp_path: Path) -> None:
+async def test_a_file_with_a_bom_is_read_whole_and_rewritten_without_it(
+    theirs: tuple[Session, Path], tmp_path: Path
+) -> None:
     # Official: JSON.parse refuses the BOM, so every call fails until the file is hand-edited.
     # Ours (deliberate, documented): the BOM is removed, line 1 is read, the original line
     # goes to .corrupt, and the rewritten file is readable by the official server again.
     data = b"\xef\xbb\xbf" + _A + b"\n" + _B
-    got = await _both(tmp_path, data, _READ_WRITE_READ)
+    got = await _both(theirs, tmp_path, data, _READ_WRITE_READ)
     assert all(r["error"] and "is not valid JSON" in r["text"] for r in got["theirs"])
     assert got["ours"][0]["structured"]["entities"] == [E("a", "t", "o"), E("b")]
     new = b'{"type":"entity","name":"new","entityType":"t","observations":[]}'
     assert got["ours_file"] == _A + b"\n" + _B + b"\n" + new + b"\n"
     assert b"\xef\xbb\xbf" + _A in got["corrupt"].read_bytes()
-    again = await _both(tmp_path / "again", got["ours_file"], [("read_graph", {})])
+    again = await _both(theirs, tmp_path / "again", got["ours_file"], [("read_graph", {})])
     assert again["ours"] == again["theirs"] and not again["theirs"][0]["error"]
 
 
 @pytest.mark.anyio
 async def test_extra_keys_are_dropped_on_rewrite_by_both_and_kept_in_corrupt_by_us(
-    tmp_path: Path,
+    theirs: tuple[Session, Path], tmp_path: Path
 ) -> None:
     data = (
         b'{"type":"entity","name":"a","entityType":"t","observations":["o"],"createdAt":"2024"}\n'
         b'{"type":"relation","from":"a","to":"a","relationType":"r","weight":1}'
     )
-    got = await _both(tmp_path, data, _READ_WRITE_READ)
+    got = await _both(theirs, tmp_path, data, _READ_WRITE_READ)
     assert got["ours"] == got["theirs"]
     assert got["ours_file"].rstrip(b"\n") == got["theirs_file"]
     assert b'"createdAt"' not in got["ours_file"]
@@ -424,9 +472,11 @@ async def test_extra_keys_are_dropped_on_rewrite_by_both_and_kept_in_corrupt_by_
 
 
 @pytest.mark.anyio
-async def test_unknown_type_lines_are_kept_by_us_dropped_by_them(tmp_path: Path) -> None:
+async def test_unknown_type_lines_are_kept_by_us_dropped_by_them(
+    theirs: tuple[Session, Path], tmp_path: Path
+) -> None:
     data = _A + b'\n{"type":"_aim","source":"mcp-knowledge-graph"}\n{"name":"untyped"}\n' + _B
-    got = await _both(tmp_path, data, _READ_WRITE_READ)
+    got = await _both(theirs, tmp_path, data, _READ_WRITE_READ)
     assert got["ours"] == got["theirs"]
     # documented: preserved verbatim and written back first; the official server drops them
     assert got["ours_file"].split(b"\n")[:2] == [
@@ -437,10 +487,14 @@ async def test_unknown_type_lines_are_kept_by_us_dropped_by_them(tmp_path: Path)
 
 
 @pytest.mark.anyio
-async def test_a_noop_first_call_creates_no_file_for_us(tmp_path: Path) -> None:
+async def test_a_noop_first_call_creates_no_file_for_us(
+    theirs: tuple[Session, Path], tmp_path: Path
+) -> None:
     # Official: every mutation rewrites the file, so create_entities([]) creates an empty one.
     # Ours (documented): no-op calls write nothing. Both read a missing file as empty.
-    got = await _both(tmp_path, None, [("create_entities", {"entities": []}), ("read_graph", {})])
+    got = await _both(
+        theirs, tmp_path, None, [("create_entities", {"entities": []}), ("read_graph", {})]
+    )
     assert got["ours"] == got["theirs"]
     assert got["theirs_file"] == b"" and got["ours_file"] is None
 
@@ -448,13 +502,17 @@ async def test_a_noop_first_call_creates_no_file_for_us(tmp_path: Path) -> None:
 # -- lone surrogates (the SDK client cannot send them; JSON and both servers can) ---------------
 
 
-def _raw(argv: list[str], env: dict[str, str], calls: list[Call]) -> list[dict[str, Any]]:
-    client = RawClient(argv, env)
+def _raw(client: RawClient, calls: list[Call]) -> list[dict[str, Any]]:
+    return [
+        client.request("tools/call", {"name": tool, "arguments": args})["result"]
+        for tool, args in calls
+    ]
+
+
+def _ours_raw(path: Path, calls: list[Call]) -> list[dict[str, Any]]:
+    client = RawClient(InProcessServer(path))
     try:
-        return [
-            client.request("tools/call", {"name": tool, "arguments": args})["result"]
-            for tool, args in calls
-        ]
+        return _raw(client, calls)
     finally:
         assert client.close() == 0
 
@@ -472,18 +530,24 @@ def test_lone_surrogates_round_trip_like_the_official_server(tmp_path: Path) -> 
         ("open_nodes", {"names": ["x\ud800y"]}),
         ("read_graph", {}),
     ]
-    ours_argv = [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file"]
-    env = {"PYTHONPATH": str(ROOT / "src"), "COMPANYD_TEST_NO_NET": "1"}
-    ours = _raw([*ours_argv, str(tmp_path / "ours.jsonl")], env, calls)
-    theirs = _raw(["node", INDEX], {"MEMORY_FILE_PATH": str(tmp_path / "theirs.jsonl")}, calls)
-    assert ours == theirs
-    ours_file = (tmp_path / "ours.jsonl").read_bytes()
-    assert ours_file.rstrip(b"\n") == (tmp_path / "theirs.jsonl").read_bytes()
-    _, report = parse_graph(ours_file, check_format=True)
-    assert not report.needs_repair and report.noncanonical == 0
-    # each reads the other's file
-    read: list[Call] = [("read_graph", {})]
-    assert _raw(["node", INDEX], {"MEMORY_FILE_PATH": str(tmp_path / "ours.jsonl")}, read) == [
-        theirs[-1]
-    ]
-    assert _raw([*ours_argv, str(tmp_path / "theirs.jsonl")], env, read) == [ours[-1]]
+    # one official process: it re-reads its file on every call, so reading our file is
+    # reading a copy of it at its path
+    their_path = tmp_path / "theirs.jsonl"
+    official = RawClient(["node", INDEX], {"MEMORY_FILE_PATH": str(their_path)})
+    try:
+        ours = _ours_raw(tmp_path / "ours.jsonl", calls)
+        theirs = _raw(official, calls)
+        assert ours == theirs
+        ours_file = (tmp_path / "ours.jsonl").read_bytes()
+        their_file = their_path.read_bytes()
+        assert ours_file.rstrip(b"\n") == their_file
+        _, report = parse_graph(ours_file, check_format=True)
+        assert not report.needs_repair and report.noncanonical == 0
+        # each reads the other's file
+        read: list[Call] = [("read_graph", {})]
+        (tmp_path / "theirs-copy.jsonl").write_bytes(their_file)
+        assert _ours_raw(tmp_path / "theirs-copy.jsonl", read) == [ours[-1]]
+        their_path.write_bytes(ours_file)
+        assert _raw(official, read) == [theirs[-1]]
+    finally:
+        assert official.close() == 0

@@ -23,7 +23,15 @@ from companyd.memory._tools import pretty, tool_definitions
 
 from .conftest import official_server as official_index
 from .conftest import require_official
-from .mcp_helpers import Session, companyd_server, official_server, session
+from .mcp_helpers import (
+    InProcessServer,
+    RawClient,
+    Session,
+    companyd_server,
+    inprocess_session,
+    official_server,
+    session,
+)
 
 # one worker runs the module (`--dist loadgroup`): each server kind starts once
 pytestmark = [pytest.mark.anyio, pytest.mark.xdist_group("memory_mcp_server")]
@@ -312,7 +320,7 @@ async def test_resource_read_and_subscription(s: Session) -> None:
 async def test_eight_calls_in_flight_are_all_kept(tmp_path: Path) -> None:
     # Ours only: the official server loses most of them (reference §8.2; bench_memory.py
     # measures how many).
-    async with asyncio.timeout(60), session(companyd_server(tmp_path / "memory.jsonl")) as s:
+    async with asyncio.timeout(60), inprocess_session(tmp_path / "memory.jsonl") as s:
         results = await asyncio.gather(
             *(s.ok("create_entities", {"entities": [E(f"p{i}")]}) for i in range(8))
         )
@@ -332,8 +340,9 @@ async def test_closing_stdin_compacts_the_file(tmp_path: Path) -> None:
 
 def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path) -> None:
     import signal
+    import subprocess
 
-    from .mcp_helpers import ROOT, RawClient
+    from .mcp_helpers import ROOT
 
     path = tmp_path / "memory.jsonl"
     client = RawClient(
@@ -345,15 +354,17 @@ def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path) -> None:
         {"name": "create_entities", "arguments": {"entities": [E("kept", "t", "before SIGTERM")]}},
     )
     assert not res["result"].get("isError")
-    client.proc.send_signal(signal.SIGTERM)
+    proc = client.proc
+    assert isinstance(proc, subprocess.Popen)
+    proc.send_signal(signal.SIGTERM)
     try:
-        assert client.proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=30) == 0
     finally:
-        if client.proc.poll() is None:
-            client.proc.kill()
-        assert client.proc.stdin is not None and client.proc.stdout is not None
-        client.proc.stdin.close()
-        client.proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.close()
+        proc.stdout.close()
     graph, report = parse_graph(path.read_bytes())  # folded into the MCP file on the way out
     assert not report.needs_repair
     assert graph.read_graph()["entities"] == [E("kept", "t", "before SIGTERM")]
@@ -362,12 +373,7 @@ def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path) -> None:
 def test_a_request_nested_too_deeply_is_answered_not_left_waiting(tmp_path: Path) -> None:
     # JSON.parse reads 5,000 levels (the official server answers); Python's json cannot.
     # The client must still get an answer for that id, and the server keeps serving.
-    from .mcp_helpers import ROOT, RawClient
-
-    client = RawClient(
-        [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(tmp_path / "m")],
-        {"PYTHONPATH": str(ROOT / "src")},
-    )
+    client = RawClient(InProcessServer(tmp_path / "m"))
     try:
         assert client.proc.stdin is not None
         deep = "[" * 5000 + "]" * 5000
