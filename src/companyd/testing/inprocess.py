@@ -32,10 +32,10 @@ nothing else sees it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import logging
 import os
+import sys
 import threading
 import time
 import traceback
@@ -324,16 +324,50 @@ _CLI_LOCK = threading.Lock()
 def cli_in_thread(argv: list[str]) -> CliResult:
     """``companyd ARGV`` by :func:`companyd.cli._main.main` in the calling thread (not the
     event loop's: the CLI runs its own loop to reach the daemon), stdout and stderr captured.
+
+    Only the calling thread's output is captured: ``sys.stdout`` and ``sys.stderr`` are the
+    whole process's, and the daemon runs in the same process — an MCP server it starts
+    meanwhile takes ``sys.stderr.fileno()`` for the child's stderr, which a captured stream
+    (``contextlib.redirect_stderr``'s ``StringIO``) has not got. Every other thread keeps
+    the streams it had.
     """
     from companyd.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with _CLI_LOCK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with _CLI_LOCK:
+        saved = sys.stdout, sys.stderr
+        sys.stdout = _ThreadStream(saved[0], out)
+        sys.stderr = _ThreadStream(saved[1], err)
         try:
             rc = main(argv)
         except SystemExit as exc:  # argparse's usage errors
             rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.stdout, sys.stderr = saved
     return CliResult(rc, out.getvalue(), err.getvalue())
+
+
+class _ThreadStream:
+    """A process stream that, in one thread (the one that made it), is ``capture``, and in
+    every other thread the stream it replaced.
+    """
+
+    def __init__(self, original: Any, capture: io.StringIO) -> None:
+        self._original = original
+        self._capture = capture
+        self._owner = threading.get_ident()
+
+    def _stream(self) -> Any:
+        return self._capture if threading.get_ident() == self._owner else self._original
+
+    def write(self, text: str) -> int:
+        return int(self._stream().write(text))
+
+    def flush(self) -> None:
+        self._stream().flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream(), name)
 
 
 class _Recorder(logging.Handler):
