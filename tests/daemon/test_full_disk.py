@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -119,22 +119,24 @@ async def test_each_outage_raises_one_alert_and_clears_when_every_store_writes_a
             filler = fill(disk)
             failed = await daemon.call("ask", agent="cfo", question=f"Outage {outage}?")
             assert failed["status"] == "failed", failed
-            await _until(lambda n=outage: len(daemon.events("state_disk_full")) == n)
+            await _counted(daemon, "state_disk_full", outage)
+            assert len(daemon.events("state_disk_full")) == outage
             os.unlink(filler)
             await daemon.call("resume", agent="cfo")
             again = await daemon.call("ask", agent="cfo", question=f"After outage {outage}?")
             assert again.get("answer"), again
-            await _until(lambda n=outage: len(daemon.events("state_disk_recovered")) == n)
+            await _counted(daemon, "state_disk_recovered", outage)
+            assert len(daemon.events("state_disk_recovered")) == outage
         # and no third of either: one alert per outage, one all-clear per recovery
         assert len(daemon.events("state_disk_full")) == 2
         assert len(daemon.events("state_disk_recovered")) == 2
     assert "Traceback" not in daemon.log_text()
 
 
-async def _until(done: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Until ``done()`` (≤ ``timeout`` real seconds): an alarm is published by the store's
-    writer thread a moment after the answer.
+async def _counted(daemon: InProcessDaemon, kind: str, n: int, timeout: float = 30.0) -> None:
+    """Until ``n`` events of ``kind`` were published (≤ ``timeout`` real seconds): an alarm
+    is published by the store's writer thread a moment after the answer.
     """
     async with asyncio.timeout(timeout):
-        while not done():
+        while len(daemon.events(kind)) < n:
             await asyncio.sleep(0.02)
