@@ -1,19 +1,30 @@
 """Checkpoint and resume across a kill -9 of the whole daemon (issue 5 acceptance).
 
-The daemon runs as a real ``companyd run`` subprocess; the loopback Messages API stand-in
-runs in this process and counts the calls it served. A run is interrupted by SIGKILL, the
-daemon is started again on the same state directory, and the run completes from its last
-journaled step.
+The daemon that is killed (SIGKILL) or stopped (SIGTERM) runs as a real ``companyd run``
+subprocess: the signal, the exit status and a death at any instruction need a process. The
+daemon started again on the same state directory is ``companyd run``'s composition root in
+this process (:class:`~companyd.testing.inprocess.InProcessDaemon`, the real anthropic SDK):
+what it proves — the run completes from its last journaled step, nothing paid twice — is
+read from what the dead process left on disk, which is the same whoever reads it; a second
+interpreter's start-up would add a second of CPU and nothing to the claim. The loopback
+Messages API stand-in runs in this process and counts the calls it served.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+import pytest
 
 from agentkit import (
     PerAgent,
@@ -28,9 +39,33 @@ from agentkit import (
 from companyd.admin._blocks import FireRow, RunRow
 from companyd.daemon._control_client import ControlClient
 from companyd.runs import Journal
+from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
+pytestmark = pytest.mark.anyio
+
 TOOL_SERVER = Path(__file__).parent.parent / "mcp_tool_server.py"
+
+T = TypeVar("T")
+
+
+def restarted(cfg: Path, state: Path, srv: MessagesAPIServer) -> InProcessDaemon:
+    """The daemon started again on ``state`` after the process died: in this process, its
+    model calls going to ``srv`` through the real anthropic SDK.
+    """
+    env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": srv.base_url}
+    return InProcessDaemon(cfg, state, offline=False, env=env)
+
+
+async def until(found: Callable[[], T], *, what: str, timeout: float = 30.0) -> T:
+    """``found()`` once it is truthy, polled without blocking the event loop the in-process
+    daemon runs on (≤ ``timeout`` real seconds).
+    """
+    deadline = time.monotonic() + timeout
+    while not (got := found()):
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        await asyncio.sleep(0.05)
+    return got
 
 
 def _runs(state: Path) -> list[RunRow]:
@@ -54,7 +89,7 @@ def _ask_in_background(sock: Path, agent: str, question: str) -> threading.Threa
     return t
 
 
-def test_a_ten_step_run_killed_after_step_six_completes_without_paying_twice(
+async def test_a_ten_step_run_killed_after_step_six_completes_without_paying_twice(
     tmp_path: Path,
 ) -> None:
     cfg = write_company(tmp_path, {"ceo": {}})
@@ -73,10 +108,9 @@ def test_a_ten_step_run_killed_after_step_six_completes_without_paying_twice(
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
         assert [r["status"] for r in _runs(state)] == ["running"]
-        with daemon_process(cfg, state, env, tmp_path / "d2.log"):
-            done = wait_until(
+        async with restarted(cfg, state, srv):
+            done = await until(
                 lambda: [r for r in _runs(state) if r["status"] == "ok"],
-                timeout=30,
                 what="the resumed run to finish",
             )
         run = done[0]
@@ -90,7 +124,9 @@ def test_a_ten_step_run_killed_after_step_six_completes_without_paying_twice(
         assert len(first_after) == 1 + 2 * 6
 
 
-def test_a_non_idempotent_tool_in_flight_at_the_kill_is_not_called_again(tmp_path: Path) -> None:
+async def test_a_non_idempotent_tool_in_flight_at_the_kill_is_not_called_again(
+    tmp_path: Path,
+) -> None:
     files = tool_files(tmp_path)
     log, block = files / "tool.log", files / "block"
     block.touch()
@@ -114,10 +150,9 @@ def test_a_non_idempotent_tool_in_flight_at_the_kill_is_not_called_again(tmp_pat
                 )
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=10)
-            with daemon_process(cfg, state, env, tmp_path / "d2.log"):
-                wait_until(
+            async with restarted(cfg, state, srv):
+                await until(
                     lambda: [r for r in _runs(state) if r["status"] == "ok"],
-                    timeout=30,
                     what="the resumed run to finish",
                 )
         finally:
@@ -130,7 +165,7 @@ def test_a_non_idempotent_tool_in_flight_at_the_kill_is_not_called_again(tmp_pat
     assert srv.served == 2
 
 
-def test_sigterm_during_a_run_checkpoints_and_exits_zero(tmp_path: Path) -> None:
+async def test_sigterm_during_a_run_checkpoints_and_exits_zero(tmp_path: Path) -> None:
     cfg = write_company(tmp_path, {"ceo": {}})
     state = tmp_path / "s"
     model = PerAgent(
@@ -151,43 +186,41 @@ def test_sigterm_during_a_run_checkpoints_and_exits_zero(tmp_path: Path) -> None
         assert srv.served == 2
         runs = _runs(state)
         assert [r["status"] for r in runs] == ["running"] and runs[0]["steps"] == 2
-        with daemon_process(cfg, state, env, tmp_path / "d2.log"):
-            done = wait_until(
+        async with restarted(cfg, state, srv):
+            done = await until(
                 lambda: [r for r in _runs(state) if r["status"] == "ok"],
-                timeout=30,
                 what="the resumed run",
             )
         assert done[0]["steps"] == 3 and srv.served == 3
 
 
-def test_daemon_refuses_a_second_instance_on_the_same_state_dir(tmp_path: Path) -> None:
-    import subprocess
-
+async def test_daemon_refuses_a_second_instance_on_the_same_state_dir(tmp_path: Path) -> None:
+    # the first daemon holds the locks in this process (as `companyd run` takes them); the
+    # second is a real `companyd run`, whose exit status and message are the point
     cfg = write_company(tmp_path, {"ceo": {}})
     state = tmp_path / "s"
-    with (
-        MessagesAPIServer() as srv,
-        daemon_process(cfg, state, daemon_env(srv), tmp_path / "d.log") as proc,
-    ):
-        second = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "companyd",
-                "run",
-                "--config",
-                str(cfg),
-                "--state-dir",
-                str(state),
-            ],
-            env=daemon_env(srv),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert second.returncode == 75
-        assert f"already running, pid {proc.pid}," in second.stderr
-        assert "Traceback" not in second.stderr
+    with MessagesAPIServer() as srv:
+        async with restarted(cfg, state, srv):
+            second = await asyncio.to_thread(
+                subprocess.run,
+                [
+                    sys.executable,
+                    "-m",
+                    "companyd",
+                    "run",
+                    "--config",
+                    str(cfg),
+                    "--state-dir",
+                    str(state),
+                ],
+                env=daemon_env(srv),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert second.returncode == 75
+            assert f"already running, pid {os.getpid()}," in second.stderr
+            assert "Traceback" not in second.stderr
     assert os.path.exists(state / "daemon.lock")
 
 
@@ -203,7 +236,7 @@ def _fires(state: Path, routine: str) -> list[FireRow]:
         conn.close()
 
 
-def test_a_routine_run_killed_mid_way_is_recorded_with_its_resumed_outcome(
+async def test_a_routine_run_killed_mid_way_is_recorded_with_its_resumed_outcome(
     tmp_path: Path,
 ) -> None:
     # The fire's run is journaled by the agent; after kill -9 and a restart the run resumes,
@@ -235,10 +268,9 @@ def test_a_routine_run_killed_mid_way_is_recorded_with_its_resumed_outcome(
             proc.wait(timeout=10)
         [fire_row] = _fires(state, "report")
         assert fire_row["outcome"] is None  # open: the run was in progress
-        with daemon_process(cfg, state, env, tmp_path / "d2.log"):
-            done = wait_until(
+        async with restarted(cfg, state, srv):
+            done = await until(
                 lambda: [f for f in _fires(state, "report") if f["outcome"] is not None],
-                timeout=30,
                 what="the resumed run's fire to be closed",
             )
     [row] = done

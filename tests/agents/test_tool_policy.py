@@ -18,7 +18,7 @@ from companyd.admin._results import ToolsApproved
 from companyd.alerts._ops import act
 from companyd.alerts._render_kinds import render
 from companyd.desk import ItemState
-from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
 pytestmark = pytest.mark.anyio
@@ -171,7 +171,7 @@ async def test_a_changed_tool_is_held_back_until_the_founder_approves_it(tmp_pat
     assert told_again == []
 
 
-async def _tools_json(daemon: DaemonProcess, want: Any) -> list[dict[str, Any]]:
+async def _tools_json(daemon: InProcessDaemon, want: Any) -> list[dict[str, Any]]:
     """``companyd tools --json``'s rows once ``want(rows)`` holds (the agents start their
     servers after READY).
     """
@@ -199,12 +199,10 @@ async def test_companyd_tools_lists_every_tool_and_approve_releases_the_held_one
             }
         },
     )
-    first = DaemonProcess(cfg, state, log=tmp_path / "d1.log")
-    try:
-        await first.start(timeout=90)
+    # the daemon in this process (companyd run's composition root, offline model), the
+    # commands by the CLI's entry point: nothing here is about a process
+    async with InProcessDaemon(cfg, state) as first:
         await _tools_json(first, lambda rows: any(r["tool"] == "post_update" for r in rows))
-    finally:
-        await first.stop()
     social["env"] = {"TOOL_VARIANT": "2"}  # the server after an update
     cfg = write_company(
         tmp_path,
@@ -215,9 +213,7 @@ async def test_companyd_tools_lists_every_tool_and_approve_releases_the_held_one
             }
         },
     )
-    second = DaemonProcess(cfg, state, log=tmp_path / "d2.log")
-    try:
-        await second.start(timeout=90)
+    async with InProcessDaemon(cfg, state) as second:
         rows = await _tools_json(second, lambda rows: any(r["tool"] == "delete_post" for r in rows))
         inbox = await second.cli("inbox", "--json")
         approve = await second.cli("approve", "tools:marketing:social")  # the inbox's action
@@ -225,8 +221,6 @@ async def test_companyd_tools_lists_every_tool_and_approve_releases_the_held_one
         text = await second.cli("tools")
         again = await second.cli("tools", "approve", "social")
         emptied = await second.cli("inbox", "--json")
-    finally:
-        await second.stop()
     by_tool = {r["tool"]: r for r in rows}
     assert by_tool["delete_post"]["quarantined"] and by_tool["post_update"]["quarantined"]
     assert by_tool["delete_post"]["risk"] == "destructive"

@@ -1,6 +1,8 @@
-r"""Verified work end to end (issue 27 acceptance): a real ``companyd run`` subprocess, the
-real anthropic SDK against the Messages API stand-in, python-telegram-bot against the Bot
-API stand-in, and a real MCP tool server (``post_update``) over stdio.
+r"""Verified work end to end (issue 27 acceptance): ``companyd run``'s composition root in
+this process (:class:`~companyd.testing.inprocess.InProcessDaemon`: nothing here is about a
+process), the real anthropic SDK against the Messages API stand-in, python-telegram-bot
+against the Bot API stand-in, a real MCP tool server (``post_update``) over stdio, and the
+commands by the CLI's entry point.
 
 A routine with ``done_when: [{tool: post_update, result_matches: "posted id=\\d+"}]``:
 
@@ -27,10 +29,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentkit import PerAgent, daemon_env, tool_files, tool_server, write_company
+from agentkit import PerAgent, tool_files, tool_server, write_company
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
-from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
 
@@ -136,8 +138,13 @@ async def test_done_when_unverified_ok_and_ok_after_the_follow_up(work: Path) ->
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
             cfg = _company(work, bot)
-            env = daemon_env(srv, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_CHAT_ID=str(FOUNDER))
-            daemon = DaemonProcess(cfg, work / "s", log=work / "d.log", offline=False, env=env)
+            env = {
+                "ANTHROPIC_API_KEY": "test-key",
+                "ANTHROPIC_BASE_URL": srv.base_url,
+                "TELEGRAM_BOT_TOKEN": TOKEN,
+                "TELEGRAM_CHAT_ID": str(FOUNDER),
+            }
+            daemon = InProcessDaemon(cfg, work / "s", offline=False, env=env)
             try:
                 await daemon.start(timeout=START_TIMEOUT)
 
@@ -188,8 +195,10 @@ async def test_done_when_unverified_ok_and_ok_after_the_follow_up(work: Path) ->
                 listed = await daemon.cli("runs")
                 jobs = await daemon.cli("jobs", "--json")
             finally:
-                if daemon.proc is not None and daemon.returncode is None:
+                try:
                     await daemon.stop()
+                finally:
+                    daemon.close()
     assert srv.served == 11
     assert _tool_log(work).read_text().splitlines() == [
         "started We launch today!",

@@ -13,10 +13,10 @@ result.
 Where time must pass (the digest, quiet hours, the long outage) the daemon runs in this
 process on a manual clock (:class:`~companyd.testing.inprocess.InProcessDaemon`, the same
 composition root as ``companyd run``), so the test can stand one second before the moment
-and see that nothing went yet. Where a real process matters (a kill -9, the CLI's
-``ask --reply-to`` against a running ``companyd run``) it is a real ``companyd run``
-(subprocess) on its own clock (``COMPANYD_TIME_SCALE`` / ``COMPANYD_TIME_ANCHOR``), read from
-the test through the same anchors.
+and see that nothing went yet; the other tests use it too (nothing in them is about a
+process). Where a real process matters (SIGTERM or kill -9 while a follow-up's model call is
+in flight) the daemon that is signalled is a real ``companyd run`` (subprocess); the one
+that comes back after it reads what that process left, in this process.
 """
 
 from __future__ import annotations
@@ -376,11 +376,8 @@ async def test_a_reply_to_a_result_naming_a_desk_id_is_a_follow_up_to_that_resul
             cfg = work / "company.yaml"
             doc = company(server.url, {"daily-post": daily_post()})
             cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
-            daemon = DaemonProcess(
-                cfg, work / "s", log=work / "daemon.log", env=env_for(server, llm), offline=False
-            )
-            try:
-                await daemon.start(timeout=120)
+            env = env_vars(server, llm)
+            async with InProcessDaemon(cfg, work / "s", env=env, offline=False) as daemon:
                 await one(server, "companyd started")
                 llm.enqueue(reply_text(hijack))
                 fired = await daemon.call("run_job", routine="daily-post")
@@ -394,9 +391,6 @@ async def test_a_reply_to_a_result_naming_a_desk_id_is_a_follow_up_to_that_resul
                 assert hijack in prompt_text(llm.requests[-1].body)  # the result it follows
                 assert "Shorter please." in prompt_text(llm.requests[-1].body)
                 assert to_operator(server, "0123456789")[1:] == []  # no "no such item" reply
-            finally:
-                if daemon.proc is not None and daemon.returncode is None:
-                    await daemon.stop()
     assert "Traceback" not in daemon.log_text()
 
 
@@ -662,7 +656,9 @@ async def test_a_follow_up_cut_by_a_restart_is_answered_once_in_its_thread(
             env = env_for(server, llm)
             state = work / "s"
             first = DaemonProcess(cfg, state, log=work / "d1.log", env=env, offline=False)
-            second = DaemonProcess(cfg, state, log=work / "d2.log", env=env, offline=False)
+            # the daemon that comes back reads what the signalled process left: in this
+            # process (the same composition root), on a manual clock that nothing here moves
+            second = InProcessDaemon(cfg, state, env=env_vars(server, llm), offline=False)
             try:
                 await first.start(timeout=120)
                 await one(server, "companyd started")
@@ -718,9 +714,12 @@ async def test_a_follow_up_cut_by_a_restart_is_answered_once_in_its_thread(
                     }:
                         await asyncio.sleep(0.1)
             finally:
-                for d in (first, second):
-                    if d.proc is not None and d.returncode is None:
-                        await d.stop()
+                try:
+                    await second.stop()
+                finally:
+                    second.close()
+                    if first.proc is not None and first.returncode is None:
+                        await first.stop()
     assert len(to_operator(server, SHORTER)) == 1  # once, not again after the restart
     assert len(to_operator(server, POST)) == 1
     assert "Traceback" not in first.log_text() + second.log_text()

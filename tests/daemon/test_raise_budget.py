@@ -1,6 +1,11 @@
-"""Budget raises against the real daemon (issue 15, item 4): the CLI and raw control-socket
+"""Budget raises against the daemon (issue 15, item 4): the CLI and raw control-socket
 requests with absurd, non-finite or negative amounts are refused with a plain message and
 change nothing; never "internal error", and status and budget keep working.
+
+The daemon is ``companyd run``'s composition root in this process
+(:class:`~companyd.testing.inprocess.InProcessDaemon`: the same control socket, answered
+by the same code) and the commands run by the CLI's entry point: nothing here is about a
+process.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import pytest
 import yaml
 
 from companyd.testing.daemon import short_dir
-from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import InProcessDaemon
 
 COMPANY = {
     "schema": "companyd/v1",
@@ -53,7 +58,7 @@ async def _raw(sock: Path, *lines: bytes) -> list[dict[str, object]]:
             writer.close()
 
 
-async def _cfo_day(daemon: DaemonProcess) -> dict[str, object]:
+async def _cfo_day(daemon: InProcessDaemon) -> dict[str, object]:
     report = await daemon.call("budget")
     return next(b for b in report["budgets"] if b["agent"] == "cfo" and b["period"] == "day")
 
@@ -62,7 +67,7 @@ async def _cfo_day(daemon: DaemonProcess) -> dict[str, object]:
 async def test_absurd_raises_are_refused_plainly_and_change_nothing(work: Path) -> None:
     cfg = work / "company.yaml"
     cfg.write_text(yaml.safe_dump(COMPANY, sort_keys=False), encoding="utf-8")
-    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+    async with InProcessDaemon(cfg, work / "s") as daemon:
         cli = await daemon.cli("raise-budget", "cfo", "10000000")
         assert cli.rc != 0 and "at most $1,000,000" in cli.err, cli.err
         assert "internal" not in cli.err and "Traceback" not in cli.err
@@ -92,4 +97,4 @@ async def test_absurd_raises_are_refused_plainly_and_change_nothing(work: Path) 
         ok = await daemon.cli("raise-budget", "cfo", "3")
         assert ok.rc == 0, ok.err
         assert (await _cfo_day(daemon))["limit_usd"] == 5
-        assert await daemon.stop() == 0
+    assert "Traceback" not in daemon.log_text()

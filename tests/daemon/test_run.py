@@ -1,9 +1,14 @@
-"""Acceptance tests of ``companyd run`` (issue 8), against the real daemon as a subprocess.
+"""Acceptance tests of ``companyd run`` (issue 8).
 
-The daemon runs offline (the built-in model) with a datagram socket standing in for
-systemd's notify socket; it logs every event as JSON on stderr (captured to a file), and the
-tests talk to it as an operator does: signals, the control socket and the ``companyd``
-commands. ``COMPANYD_DEBUG=1`` lets a test crash an agent or block the event loop.
+Where the process is the claim — sd_notify and the watchdog, SIGHUP and SIGTERM, exit codes
+(78, 75, 1) — the daemon is a real ``companyd run`` subprocess, offline (the built-in model),
+with a datagram socket standing in for systemd's notify socket; it logs every event as JSON
+on stderr (captured to a file), and the tests talk to it as an operator does: signals, the
+control socket and the ``companyd`` commands. ``COMPANYD_DEBUG=1`` lets a test crash an
+agent or block the event loop. Where it is not — what a reload changes, which daemon a
+command given a --config reaches — the daemon is ``companyd run``'s composition root in this
+process (:class:`~companyd.testing.inprocess.InProcessDaemon`) and the refused second
+``companyd run`` stays a process.
 
 Covered elsewhere against the real daemon: a second daemon on the same state directory
 exits 75, SIGTERM during a run checkpoints and exits 0, kill -9 then a new start resumes
@@ -30,7 +35,7 @@ import yaml
 from companyd.errors import EX_CONFIG, EX_UNAVAILABLE
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import CliResult, DaemonProcess, NotifyListener
-from companyd.testing.inprocess import cli_in_thread
+from companyd.testing.inprocess import InProcessDaemon, cli_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "company.yaml"
@@ -185,16 +190,19 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
         }
     }
     write(cfg, company(agents, routines))
-    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+    # In this process: the reload SIGHUP starts (Daemon._sighup) is awaited here; the signal
+    # itself, with RELOADING=1 and READY=1 around it, is the sd_notify test's.
+    async with InProcessDaemon(cfg, work / "s") as daemon:
         before = nodes((await daemon.call("status"))["tree"])
         assert {"ceo", "cfo", "coo", "finance"} <= set(before)
+        await daemon.advance(1)  # a second later: what starts now has a later started_at
 
-        # 1. add an agent, SIGHUP: only that agent starts, the others keep their uptime
+        # 1. add an agent, reload: only that agent starts, the others keep their uptime
         agents["cto"] = {"reports_to": "ceo"}
         write(cfg, company(agents, routines))
         mark = len(daemon.events())
-        daemon.send_signal(signal.SIGHUP)
-        reloaded = await daemon.wait_event("daemon_reloaded", since=mark)
+        await daemon.reload()
+        [reloaded] = daemon.events("daemon_reloaded")[-1:]
         started_now = [
             e["data"]["child"] for e in daemon.events()[mark:] if e["kind"] == "child_started"
         ]
@@ -212,18 +220,18 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
         broken["company"]["budget"]["daily_usd"] = -5
         write(cfg, broken)
         mark = len(daemon.events())
-        daemon.send_signal(signal.SIGHUP)
-        rejected = await daemon.wait_event("config_rejected", since=mark)
+        await daemon.reload()
+        [rejected] = [e for e in daemon.events()[mark:] if e["kind"] == "config_rejected"]
         assert rejected["severity"] == "warning"
         assert rejected["data"]["count"] == 2
         errors = "\n".join(rejected["data"]["errors"])
         assert "'nobody'" in errors and "daily_usd" in errors
         # `companyd reload` says the same and exits 1
-        reload = await _cli(daemon, "reload")
+        reload = await daemon.cli("reload")
         assert reload.rc == 1
         assert "rejected" in reload.err and "'nobody'" in reload.err and "daily_usd" in reload.err
         assert "Traceback" not in reload.err
-        status = await _cli(daemon, "status", "--json")
+        status = await daemon.cli("status", "--json")
         assert status.rc == 0
         kept = nodes(json.loads(status.out)["tree"])
         assert {k: v["started_at"] for k, v in kept.items() if k != "cto"} == {
@@ -242,11 +250,12 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
                 "trigger": {"cron": "0 9 * * mon"},
             }
         }
-        jobs_before = json.loads((await _cli(daemon, "jobs", "--json")).out)
+        jobs_before = json.loads((await daemon.cli("jobs", "--json")).out)
         assert [r["routine"] for r in jobs_before["routines"]] == ["check-in"]
         write(cfg, company(agents, routines))
         mark = len(daemon.events())
-        reload = await _cli(daemon, "reload")
+        await daemon.advance(1)
+        reload = await daemon.cli("reload")
         assert reload.rc == 0, reload.err
         assert reload.out == (
             "reloaded company.yaml: stopped coo; restarted cfo; 2 unchanged; "
@@ -263,29 +272,28 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
         assert restarted == ["cfo"]
         # the routines follow: check-in is gone, weekly-note is scheduled — in the
         # daemon's own view (`companyd jobs` asks the running daemon)
-        jobs = await _cli(daemon, "jobs", "--json")
+        jobs = await daemon.cli("jobs", "--json")
         assert jobs.rc == 0, jobs.err
         live = json.loads(jobs.out)
         assert live.get("daemon") is True
         assert [r["routine"] for r in live["routines"]] == ["weekly-note"]
         assert live["routines"][0]["next_fire"]
-        table = await _cli(daemon, "jobs")
+        table = await daemon.cli("jobs")
         assert "weekly-note" in table.out and "check-in" not in table.out
         status_routines = (await daemon.call("status"))["routines"]
         assert [r["routine"] for r in status_routines] == ["weekly-note"]
 
         # `companyd jobs run` fires it now, inside the daemon, and prints the run
-        fired = await _cli(daemon, "jobs", "run", "weekly-note")
+        fired = await daemon.cli("jobs", "run", "weekly-note")
         assert fired.rc == 0, fired.err
         assert "OFFLINE model" in fired.out and "run-" in fired.out
-        history = json.loads((await _cli(daemon, "jobs", "history", "weekly-note", "--json")).out)
+        history = json.loads((await daemon.cli("jobs", "history", "weekly-note", "--json")).out)
         assert [(f["kind"], f["outcome"]) for f in history["fires"]] == [("manual", "ok")]
-        unknown = await _cli(daemon, "jobs", "run", "check-in")
+        unknown = await daemon.cli("jobs", "run", "check-in")
         assert unknown.rc == 1 and "check-in" in unknown.err and "Traceback" not in unknown.err
-        assert await daemon.stop() == 0
 
     # without a daemon, `jobs run` says one is needed (exit 69) instead of guessing
-    offline = await _cli(daemon, "jobs", "run", "weekly-note")
+    offline = await daemon.cli("jobs", "run", "weekly-note")
     assert offline.rc == EX_UNAVAILABLE
     assert "needs a running daemon" in offline.err and "Traceback" not in offline.err
 
@@ -408,10 +416,19 @@ def test_example_company_agents_are_what_the_tests_assume() -> None:
 # -- one company, one daemon ----------------------------------------------------------------
 
 
+#: the variables that would choose the config or state for us
+_PLACED_BY_ENV = (
+    "STATE_DIRECTORY",
+    "RUNTIME_DIRECTORY",
+    "COMPANYD_CONFIG",
+    "CONFIGURATION_DIRECTORY",
+    "NOTIFY_SOCKET",
+)
+
+
 def _plain_env() -> dict[str, str]:
     """This environment without anything that would choose the config or state for us."""
-    drop = ("STATE_DIRECTORY", "RUNTIME_DIRECTORY", "COMPANYD_CONFIG", "CONFIGURATION_DIRECTORY")
-    return {k: v for k, v in os.environ.items() if k not in drop and k != "NOTIFY_SOCKET"}
+    return {k: v for k, v in os.environ.items() if k not in _PLACED_BY_ENV}
 
 
 def _companyd_in(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -423,16 +440,6 @@ def _companyd_in(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
-
-
-async def _cli(daemon: DaemonProcess, *argv: str) -> CliResult:
-    """``companyd ARGV --config C --state-dir S`` against ``daemon`` by the CLI's entry point
-    in a thread of this process (the commands' output and exit codes; the daemon stays a
-    process, for its signals).
-    """
-    full = [*argv, "--config", str(daemon.config), "--state-dir", str(daemon.state_dir)]
-    async with asyncio.timeout(60):
-        return await asyncio.to_thread(cli_in_thread, full)
 
 
 def _cli_from(cwd: Path, *argv: str) -> CliResult:
@@ -447,26 +454,22 @@ def _cli_from(cwd: Path, *argv: str) -> CliResult:
         os.chdir(here)
 
 
-def _wait_answering(socket_path: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
-    from companyd.daemon._control_client import ControlClient
-
-    deadline = time.monotonic() + 30
-    while True:
-        assert proc.poll() is None, "the daemon exited:\n" + log.read_text()[-4000:]
-        try:
-            ControlClient(socket_path, timeout=5.0).ping()
-            return
-        except Exception:
-            assert time.monotonic() < deadline, "no answer:\n" + log.read_text()[-4000:]
-            time.sleep(0.05)
-
-
-def test_one_company_one_daemon_whatever_the_path_and_working_directory(work: Path) -> None:
+@pytest.mark.anyio
+async def test_one_company_one_daemon_whatever_the_path_and_working_directory(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The default state directory is next to company.yaml (not in the working directory):
     a second `companyd run` of the same file — by a relative, absolute or symlinked path,
     from any directory — exits 75 with "already running, pid N", and every command given
     that --config reaches the running daemon.
+
+    The running daemon is the in-process one (it takes the company's and the state's locks
+    as `companyd run` does, so its pid is this process's); each second `companyd run` is a
+    real process — its exit status is the claim, and the flock it meets is another
+    process's — and the commands run by the CLI's entry point from each directory.
     """
+    for key in _PLACED_BY_ENV:
+        monkeypatch.delenv(key, raising=False)
     home = work / "co"
     home.mkdir()
     cfg = write(home / "company.yaml", company({"ceo": {}}))
@@ -474,18 +477,7 @@ def test_one_company_one_daemon_whatever_the_path_and_working_directory(work: Pa
     (work / "link").symlink_to(home, target_is_directory=True)
     elsewhere = work / "elsewhere"
     elsewhere.mkdir()
-    log = work / "daemon.log"
-    with open(log, "ab") as out:
-        first = subprocess.Popen(
-            [sys.executable, "-m", "companyd", "run", "--offline", "--config", "company.yaml"],
-            cwd=home,
-            env=_plain_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-        )
-    try:
-        _wait_answering(home / "state" / "companyd.sock", first, log)
+    async with InProcessDaemon(cfg, home / "state"):
         ways = [
             (elsewhere, str(cfg)),  # absolute, from another directory
             (work, "co/company.yaml"),  # relative, from the parent
@@ -493,49 +485,45 @@ def test_one_company_one_daemon_whatever_the_path_and_working_directory(work: Pa
             (work / "link", "company.yaml"),  # through a symlinked directory
         ]
         for cwd, path in ways:
-            second = _companyd_in(cwd, "run", "--offline", "--config", path)
+            second = await asyncio.to_thread(
+                _companyd_in, cwd, "run", "--offline", "--config", path
+            )
             assert second.returncode == 75, (cwd, path, second.stderr)
-            assert f"already running, pid {first.pid}" in second.stderr, second.stderr
+            assert f"already running, pid {os.getpid()}" in second.stderr, second.stderr
             assert "Traceback" not in second.stderr
             for argv in (["status", "--json"], ["runs", "--json"], ["budget", "--json"]):
-                done = _cli_from(cwd, *argv, "--config", path)
+                done = await asyncio.to_thread(_cli_from, cwd, *argv, "--config", path)
                 assert done.rc == 0, (cwd, path, argv, done.err)
                 if argv[0] == "status":
-                    assert json.loads(done.out)["daemon"]["pid"] == first.pid
+                    assert json.loads(done.out)["daemon"]["pid"] == os.getpid()
         assert not (elsewhere / "state").exists() and not (work / "state").exists()
-    finally:
-        first.send_signal(signal.SIGTERM)
-        assert first.wait(timeout=30) == 0, log.read_text()[-4000:]
 
 
-def test_a_second_daemon_of_the_same_company_yaml_is_refused_even_on_another_state_dir(
-    work: Path,
+@pytest.mark.anyio
+async def test_a_second_daemon_of_the_same_company_yaml_is_refused_even_on_another_state_dir(
+    work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--state-dir (or $STATE_DIRECTORY) chooses where the state lives, not a second copy of
     the company: two daemons of one company.yaml would poll the same Telegram bot and spend
-    the same budget twice. The second one exits 75 naming the first one's pid.
+    the same budget twice. The second one (a real `companyd run`) exits 75 naming the first
+    one's pid (the in-process daemon's: this process).
     """
+    for key in _PLACED_BY_ENV:
+        monkeypatch.delenv(key, raising=False)
     cfg = write(work / "company.yaml", company({"ceo": {}}))
-    log = work / "daemon.log"
-    with open(log, "ab") as out:
-        first = subprocess.Popen(
-            [sys.executable, "-m", "companyd", "run", "--offline", "--config", str(cfg),
-             "--state-dir", str(work / "a")],
-            env=_plain_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-        )  # fmt: skip
-    try:
-        _wait_answering(work / "a" / "companyd.sock", first, log)
+    async with InProcessDaemon(cfg, work / "a"):
         for extra in (["--state-dir", str(work / "b")], []):
-            second = _companyd_in(work, "run", "--offline", "--config", str(cfg), *extra)
+            second = await asyncio.to_thread(
+                _companyd_in, work, "run", "--offline", "--config", str(cfg), *extra
+            )
             assert second.returncode == 75, (extra, second.stderr)
-            assert f"already running, pid {first.pid}" in second.stderr, second.stderr
+            assert f"already running, pid {os.getpid()}" in second.stderr, second.stderr
             assert str(cfg) in second.stderr and "Traceback" not in second.stderr
         # and --config alone finds it, though its state is not where company.yaml says
         elsewhere = work / "elsewhere"
         elsewhere.mkdir()
-        done = _companyd_in(elsewhere, "status", "--json", "--config", str(cfg))
-        assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout)["daemon"]["pid"] == first.pid
-    finally:
-        first.send_signal(signal.SIGTERM)
-        assert first.wait(timeout=30) == 0, log.read_text()[-4000:]
+        done = await asyncio.to_thread(
+            _cli_from, elsewhere, "status", "--json", "--config", str(cfg)
+        )
+        assert done.rc == 0, done.err
+        assert json.loads(done.out)["daemon"]["pid"] == os.getpid()

@@ -1,9 +1,19 @@
-"""OpenTelemetry GenAI traces (issue 30): a real ``companyd run`` with
-``telemetry.otlp_endpoint`` set exports, for one routine fire whose agent calls a tool and
-then answers (the loopback Messages API through the real anthropic SDK), the fire's span,
-``invoke_agent``, two ``chat`` spans and one ``execute_tool`` span in one trace to a loopback
-OTLP/HTTP collector, with the GenAI attributes — and no message content unless
-``capture_content: true``.
+"""OpenTelemetry GenAI traces (issue 30): the daemon with ``telemetry.otlp_endpoint`` set
+exports, for one routine fire whose agent calls a tool and then answers (the loopback
+Messages API through the real anthropic SDK), the fire's span, ``invoke_agent``, two
+``chat`` spans and one ``execute_tool`` span in one trace to a loopback OTLP/HTTP collector
+(the real OpenTelemetry SDK and OTLP exporter), with the GenAI attributes — and no message
+content unless ``capture_content: true``.
+
+The daemon is ``companyd run``'s composition root in this process
+(:class:`~companyd.testing.inprocess.InProcessDaemon`): nothing here is about a process.
+The tracer and meter providers are the daemon's own objects, never OpenTelemetry's
+process-global ones (``telemetry/_otel.py`` calls no ``set_tracer_provider``), and a span's
+parent is passed explicitly, not through a context variable, so several daemons in one
+process cannot see each other's spans; the stop that flushes the last batches and the
+metrics is the daemon's own graceful stop, the one SIGTERM starts. The tool server of
+``test_an_mcp_tool_server_gets_the_trace_context_of_its_call`` is still a real process in
+its sandbox, started by the daemon.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ import yaml
 
 from agentkit import tool_server
 from companyd.testing.daemon import short_dir
-from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 from companyd.testing.otlp import CollectedSpan, OtlpCollector
 
@@ -72,7 +82,10 @@ def company(
 
 
 @pytest.fixture
-def work() -> Iterator[Path]:
+def work(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    # the exporters read OTEL_* from the environment: only what a test sets counts
+    for key in [k for k in os.environ if k.startswith("OTEL_")]:
+        monkeypatch.delenv(key)
     with short_dir() as d:
         yield d
 
@@ -104,15 +117,15 @@ async def fire_once(
             collector.endpoint, capture=capture, writer=writer, others=others, routine=routine
         )
         cfg.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {
+        env = {
             "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789abcdef",
             "ANTHROPIC_BASE_URL": srv.base_url,
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         }
-        async with DaemonProcess(cfg, work / "s", log=work / "d.log", offline=False, env=env) as d:
+        async with InProcessDaemon(cfg, work / "s", offline=False, env=env) as d:
             await d.call("run_job", routine="daily-post")
             await asyncio.to_thread(collector.wait_for, complete)
-            assert await d.stop() == 0
+            await d.stop()  # the graceful stop flushes the metrics
         if requests is not None:
             requests.extend(srv.requests)
         if metrics is not None:

@@ -7,7 +7,7 @@ state-directory locks, :class:`~companyd.daemon._main.Daemon` — and starts its
 the running event loop: memory, spend, alerts (python-telegram-bot against the loopback Bot
 API stand-in), the scheduler, the web dashboard where configured, and the control socket.
 Control operations go over that real socket (:meth:`call`); other ``companyd`` commands run
-as real processes against it (:meth:`cli`).
+against it by the CLI's entry point in a thread, or as real processes (:meth:`cli`).
 
 Time: every part that takes the injected clock (routines, budget periods, the alert
 sender's backoff, quiet hours, the digest, heartbeats) runs on one
@@ -19,9 +19,12 @@ HTTP timeouts) and the event-loop lag monitor.
 
 What it does not do (tests that need these keep :class:`~companyd.testing.daemon_process.
 DaemonProcess`): signals (no SIGTERM/SIGHUP handlers are installed — :meth:`stop` is the
-graceful stop SIGTERM triggers, :meth:`reload` the SIGHUP reload), ``kill -9`` (a crash needs
-a process to kill), systemd's notify socket, leadership on PostgreSQL (``main()``'s standby
-phase), exit codes, and the process-wide effects of ``companyd run`` (umask, logging set-up).
+graceful stop SIGTERM triggers, :meth:`reload` the reload SIGHUP starts), ``kill -9`` (a
+crash needs a process to kill), systemd's notify socket, leadership on PostgreSQL
+(``main()``'s standby phase), what ``Daemon.main()`` does around the tree (the warning and
+event of a tightened state directory, the exit codes), ``companyd run``'s checks before the
+daemon is built (``prepare_upgrade``, the state directory's creation) and its process-wide
+effects (umask, logging set-up).
 
 The environment (``env``) is applied to ``os.environ`` from :meth:`start` until
 :meth:`close` — the daemon reads API keys and Telegram's token from it as ``companyd run``
@@ -32,10 +35,10 @@ nothing else sees it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import logging
 import os
+import sys
 import threading
 import time
 import traceback
@@ -43,6 +46,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from companyd.admin import ReloadApplied, ReloadRejected
 from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.daemon import CompanyLock, ControlClient, Daemon, StateLock, make_backend, socket_path
@@ -173,6 +177,13 @@ class InProcessDaemon:
                 for lock in reversed(self._locks):
                     lock.release()
                 self._locks = None
+
+    async def reload(self) -> ReloadApplied | ReloadRejected:
+        """What SIGHUP does in ``companyd run`` (``Daemon._sighup``: re-read company.yaml as
+        the daemon's own reload, not an operator's), awaited; its outcome. The signal
+        itself, and the RELOADING=1 / READY=1 around it, need a process.
+        """
+        return await self.running.reload(via="")
 
     async def restart(self, timeout: float = 60.0) -> None:
         """:meth:`stop`, then :meth:`start` a new daemon on the same state directory."""
@@ -324,16 +335,50 @@ _CLI_LOCK = threading.Lock()
 def cli_in_thread(argv: list[str]) -> CliResult:
     """``companyd ARGV`` by :func:`companyd.cli._main.main` in the calling thread (not the
     event loop's: the CLI runs its own loop to reach the daemon), stdout and stderr captured.
+
+    Only the calling thread's output is captured: ``sys.stdout`` and ``sys.stderr`` are the
+    whole process's, and the daemon runs in the same process — an MCP server it starts
+    meanwhile takes ``sys.stderr.fileno()`` for the child's stderr, which a captured stream
+    (``contextlib.redirect_stderr``'s ``StringIO``) has not got. Every other thread keeps
+    the streams it had.
     """
     from companyd.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with _CLI_LOCK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with _CLI_LOCK:
+        saved = sys.stdout, sys.stderr
+        sys.stdout = _ThreadStream(saved[0], out)
+        sys.stderr = _ThreadStream(saved[1], err)
         try:
             rc = main(argv)
         except SystemExit as exc:  # argparse's usage errors
             rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.stdout, sys.stderr = saved
     return CliResult(rc, out.getvalue(), err.getvalue())
+
+
+class _ThreadStream:
+    """A process stream that, in one thread (the one that made it), is ``capture``, and in
+    every other thread the stream it replaced.
+    """
+
+    def __init__(self, original: Any, capture: io.StringIO) -> None:
+        self._original = original
+        self._capture = capture
+        self._owner = threading.get_ident()
+
+    def _stream(self) -> Any:
+        return self._capture if threading.get_ident() == self._owner else self._original
+
+    def write(self, text: str) -> int:
+        return int(self._stream().write(text))
+
+    def flush(self) -> None:
+        self._stream().flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream(), name)
 
 
 class _Recorder(logging.Handler):
