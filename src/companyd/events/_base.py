@@ -6,19 +6,10 @@ class-level data; its other fields are the kind-specific facts, typed. Publisher
 the class (``bus.publish(ChildExited(source=..., child=..., ...))``); consumers ``match`` on
 it. Defining the class registers the kind (:data:`EVENT_TYPES`); nothing else lists kinds.
 
-A kind is declared without a decorator: deriving from :class:`Event` makes it a dataclass
-(``typing.dataclass_transform`` tells mypy: keyword-only, frozen). Every kind shares one
-``__init__``, ``__eq__``, ``__hash__``, ``__repr__``, ``__setattr__`` and ``__delattr__``,
-written once here, instead of the six that ``@dataclass(frozen=True)`` compiles for each
-class — defining the ~70 kinds cost ~40 ms of every process's start (the daemon's and every
-CLI command's; issue 31), now ~8 ms. They behave as the generated ones do: keyword-only
-arguments with the same ``TypeError`` for a missing or unknown one (``event_from`` relies on
-it), equality and hash over the fields in order between instances of the same class, the
-dataclass ``repr``, ``FrozenInstanceError`` on assignment; ``dataclasses.fields``,
-``dataclasses.replace`` and ``match`` work as on any dataclass (the classes are processed by
-``dataclasses.dataclass`` itself, with the generated methods turned off). One difference:
-``__dataclass_params__.frozen`` reads False (frozen is enforced by the shared
-``__setattr__``), since a dataclass declared frozen makes ``dataclasses`` compile its own.
+A kind is declared without a decorator: deriving from :class:`Event` makes it a frozen,
+keyword-only dataclass (:class:`companyd._frozen.Frozen`: one ``__init__``, ``__eq__``,
+``__hash__``, ``__repr__`` and frozen ``__setattr__`` shared by every kind instead of six
+compiled per class — defining the ~70 kinds cost ~35 ms of every process's start, issue 31).
 
 The JSON view is unchanged from the untyped events this replaced: :attr:`Event.data` is the
 kind's fields as a dict (in declaration order, leaving out the fields declared with
@@ -32,11 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import reprlib
-from dataclasses import FrozenInstanceError, field
+from dataclasses import field
 from enum import StrEnum
-from operator import attrgetter
-from typing import Any, ClassVar, NoReturn, Self, dataclass_transform
+from typing import Any, ClassVar, Self
+
+from companyd._frozen import Frozen
 
 __all__ = ["EVENT_TYPES", "UNSTAMPED", "Event", "Other", "Severity", "optional"]
 
@@ -74,106 +65,7 @@ def optional() -> Any:
     return field(default=None, metadata={_OMIT_NONE: True})
 
 
-class _Plan:
-    """What the shared methods of one event class need, computed once per class."""
-
-    __slots__ = ("defaults", "getter", "names")
-
-    def __init__(self, cls: type) -> None:
-        fields = dataclasses.fields(cls)
-        #: the fields in declaration order (the base's first), as ``__repr__`` shows them
-        self.names = tuple(f.name for f in fields)
-        #: per field with a default: the value, or the factory wrapped in a :class:`_Make`
-        self.defaults: dict[str, Any] = {}
-        for f in fields:
-            if f.default is not dataclasses.MISSING:
-                self.defaults[f.name] = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                self.defaults[f.name] = _Make(f.default_factory)
-        # the fields as one tuple, in order: what the generated __eq__ and __hash__ compare
-        get = attrgetter(*self.names)
-        self.getter = get if len(self.names) > 1 else (lambda obj: (get(obj),))
-
-
-class _Make:
-    """A field's ``default_factory`` (called for each instance that does not pass it)."""
-
-    __slots__ = ("factory",)
-
-    def __init__(self, factory: Any) -> None:
-        self.factory = factory
-
-
-_PLANS: dict[type, _Plan] = {}
-
-
-@dataclass_transform(
-    kw_only_default=True, frozen_default=True, field_specifiers=(dataclasses.field,)
-)
-class _Frozen:
-    """The shared methods of the event classes (see the module's docstring): each subclass
-    is made a dataclass when it is defined, with ``dataclasses``' generated methods off.
-    """
-
-    __slots__ = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=True)
-        _PLANS[cls] = _Plan(cls)
-
-    def __init__(self, **kwargs: Any) -> None:
-        plan = _PLANS[self.__class__]
-        setter = object.__setattr__
-        missing: list[str] = []
-        given = 0
-        for name in plan.names:
-            if name in kwargs:
-                setter(self, name, kwargs[name])
-                given += 1
-            elif name in plan.defaults:
-                value = plan.defaults[name]
-                setter(self, name, value.factory() if value.__class__ is _Make else value)
-            else:
-                missing.append(name)
-        where = f"{self.__class__.__qualname__}.__init__()"
-        if given != len(kwargs):  # as Python says it: an unknown argument before a missing one
-            unknown = next(n for n in kwargs if n not in plan.names)
-            raise TypeError(f"{where} got an unexpected keyword argument {unknown!r}")
-        if missing:
-            quoted = [repr(n) for n in missing]
-            names = (
-                " and ".join(quoted)
-                if len(quoted) < 3
-                else ", ".join(quoted[:-1]) + ", and " + quoted[-1]
-            )
-            s = "s" if len(missing) > 1 else ""
-            raise TypeError(
-                f"{where} missing {len(missing)} required keyword-only argument{s}: {names}"
-            )
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            get = _PLANS[self.__class__].getter
-            return bool(get(self) == get(other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(_PLANS[self.__class__].getter(self))
-
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in _PLANS[self.__class__].names)
-        return f"{self.__class__.__qualname__}({fields})"
-
-    def __setattr__(self, name: str, value: Any) -> NoReturn:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> NoReturn:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-
-class Event(_Frozen):
+class Event(Frozen):
     """Something that happened, told once.
 
     Attributes:
