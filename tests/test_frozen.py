@@ -109,3 +109,10 @@ def test_a_class_that_needs_post_init_is_told_to_use_dataclass() -> None:
 
             def __post_init__(self) -> None:
                 pass
+
+
+def test_a_field_option_the_shared_methods_ignore_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"Hidden\.secret: Frozen fields take a default"):
+
+        class Hidden(Frozen):
+            secret: str = dataclasses.field(default="", repr=False)

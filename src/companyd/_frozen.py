@@ -19,7 +19,9 @@ each method, written once here, that behaves as the generated one does:
 
 One difference: ``__dataclass_params__.frozen`` reads False — frozen is enforced by the
 shared ``__setattr__``, since a class declared frozen makes ``dataclasses`` compile its own.
-No ``__post_init__`` and no ``InitVar``: a class that needs them uses ``@dataclass``.
+No ``__post_init__``, no ``InitVar`` and no field options but a default (``init=``,
+``repr=``, ``compare=``, ``hash=``): a class that needs them is refused when defined, and
+uses ``@dataclass``.
 ``tests/test_frozen.py`` compares both with ``@dataclass(frozen=True, kw_only=True)`` twins.
 """
 
@@ -86,6 +88,12 @@ class Frozen:
         if "__post_init__" in vars(cls):
             raise TypeError(f"{cls.__qualname__}: Frozen calls no __post_init__; use @dataclass")
         dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=True)
+        for f in dataclasses.fields(cls):  # what the shared methods do not honour
+            if not (f.init and f.repr and f.compare and f.hash is None):
+                raise TypeError(
+                    f"{cls.__qualname__}.{f.name}: Frozen fields take a default or a "
+                    "default_factory only (no init=, repr=, compare= or hash=); use @dataclass"
+                )
         _PLANS[cls] = _Plan(cls)
 
     def __init__(self, **kwargs: Any) -> None:
