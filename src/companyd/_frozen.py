@@ -19,7 +19,8 @@ each method, written once here, that behaves as the generated one does:
 
 One difference: ``__dataclass_params__.frozen`` reads False — frozen is enforced by the
 shared ``__setattr__``, since a class declared frozen makes ``dataclasses`` compile its own.
-No ``__post_init__``, no ``InitVar`` and no field options but a default (``init=``,
+``__post_init__`` is called as the generated ``__init__`` calls it (at its end; it may
+check the values and raise). No ``InitVar`` and no field options but a default (``init=``,
 ``repr=``, ``compare=``, ``hash=``): a class that needs them is refused when defined, and
 uses ``@dataclass``.
 ``tests/test_frozen.py`` compares both with ``@dataclass(frozen=True, kw_only=True)`` twins.
@@ -39,7 +40,7 @@ __all__ = ["Frozen"]
 class _Plan:
     """What the shared methods of one event class need, computed once per class."""
 
-    __slots__ = ("defaults", "getter", "names")
+    __slots__ = ("defaults", "getter", "names", "post_init")
 
     def __init__(self, cls: type) -> None:
         fields = dataclasses.fields(cls)
@@ -52,6 +53,8 @@ class _Plan:
                 self.defaults[f.name] = f.default
             elif f.default_factory is not dataclasses.MISSING:
                 self.defaults[f.name] = _Make(f.default_factory)
+        #: called at the end of ``__init__``, as the generated one does
+        self.post_init = getattr(cls, "__post_init__", None)
         # the fields as one tuple, in order: what the generated __eq__ and __hash__ compare
         get = attrgetter(*self.names)
         self.getter = get if len(self.names) > 1 else (lambda obj: (get(obj),))
@@ -85,9 +88,12 @@ class Frozen:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "__post_init__" in vars(cls):
-            raise TypeError(f"{cls.__qualname__}: Frozen calls no __post_init__; use @dataclass")
         dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=True)
+        for f in cls.__dataclass_fields__.values():
+            if isinstance(f.type, dataclasses.InitVar) or "InitVar" in str(f.type):
+                raise TypeError(
+                    f"{cls.__qualname__}.{f.name}: Frozen takes no InitVar; use @dataclass"
+                )
         for f in dataclasses.fields(cls):  # what the shared methods do not honour
             if not (f.init and f.repr and f.compare and f.hash is None):
                 raise TypeError(
@@ -125,6 +131,8 @@ class Frozen:
             raise TypeError(
                 f"{where} missing {len(missing)} required keyword-only argument{s}: {names}"
             )
+        if plan.post_init is not None:
+            plan.post_init(self)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is self.__class__:
