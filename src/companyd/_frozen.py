@@ -38,7 +38,7 @@ __all__ = ["Frozen"]
 
 
 class _Plan:
-    """What the shared methods of one event class need, computed once per class."""
+    """What the shared methods of one Frozen class need, computed once per class."""
 
     __slots__ = ("defaults", "getter", "names", "post_init")
 
