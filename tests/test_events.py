@@ -130,3 +130,26 @@ def test_emit_builds_the_typed_event_when_the_data_fits() -> None:
 def test_each_class_is_named_after_its_kind() -> None:
     for kind, cls in EVENT_TYPES.items():
         assert cls.__name__ == kind.title().replace("_", ""), kind
+
+
+# -- the event classes behave as frozen keyword-only dataclasses (tests/test_frozen.py) ----
+
+
+def test_an_event_is_hashable_comparable_and_matched_by_its_fields() -> None:
+    a = ChildExited(
+        source="s", child="cfo", restart_type="permanent", action="restart", reason="killed"
+    )
+    b = ChildExited(
+        source="s", child="cfo", restart_type="permanent", action="restart", reason="killed"
+    )
+    assert a == b and len({a, b}) == 1 and a != Other(name="child_exited", source="s")
+    match a:
+        case RunStarted():
+            raise AssertionError("matched another class")
+        case ChildExited(child="cfo", reason=reason):
+            assert reason == "killed"
+        case _:
+            raise AssertionError("not matched")
+    assert Other(name="x", source="s").fields == {} and Other(name="x", source="s").fields is not (
+        Other(name="x", source="s").fields
+    )

@@ -39,6 +39,11 @@ NOT_AT_START = (
     "telegram",
     "anthropic",
     "httpx",
+    # the anthropic SDK's HTTP stack (its own fork of httpx), and what it loads where it is
+    # installed (selenium brings trio into the test venv)
+    "httpx2",
+    "httpcore2",
+    "trio",
     "opentelemetry",
 )
 
@@ -192,6 +197,9 @@ NOT_BEFORE_READY = (
     "companyd.storage._postgres",
     "anthropic",
     "httpx",
+    "httpx2",
+    "httpcore2",
+    "trio",
     "opentelemetry",
     "mcp",
     "uvicorn",
@@ -327,11 +335,14 @@ def test_with_a_key_the_anthropic_sdk_is_imported_at_the_first_call_not_at_start
                 await d.wait_ready()
                 status = await d.call("status")
                 assert status["daemon"]["offline"] is False  # Claude, not the offline model
-                assert heavy_among(imported(d.log_text()), ("anthropic", "httpx")) == []
+                sdk = ("anthropic", "httpx2", "httpcore2")
+                assert heavy_among(imported(d.log_text()), (*sdk, "httpx")) == []
                 await d.call("run_job", routine="daily-post")
                 await d.wait_event("run_finished", timeout=60)
                 assert len(srv.requests) == 1  # through the real SDK, to the stand-in
-                assert heavy_among(imported(d.log_text()), ("anthropic",)) == ["anthropic"]
+                # the SDK and its client's HTTP stack, loaded at the first call (in a
+                # worker thread: tests/llm/test_claude.py)
+                assert heavy_among(imported(d.log_text()), sdk) == list(sdk)
                 assert await d.stop() == 0
             finally:
                 listener.close()

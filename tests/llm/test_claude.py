@@ -675,3 +675,28 @@ async def test_a_429_without_retry_after_waits_for_its_exhausted_limits_reset() 
         finally:
             await llm.aclose()
         assert len(clock.sleeps) == 1 and clock.sleeps[0] <= 0.5
+
+
+@pytest.mark.anyio
+async def test_the_sdk_client_is_built_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Building AsyncAnthropic imports the HTTP transport's modules and makes a TLS context
+    # (~0.1 s of CPU): at the first call, in a worker thread, not on the daemon's loop.
+    import threading
+
+    import anthropic
+
+    built_in: list[threading.Thread] = []
+    real_init = anthropic.AsyncAnthropic.__init__
+
+    def observed_init(self: anthropic.AsyncAnthropic, *args: Any, **kwargs: Any) -> None:
+        built_in.append(threading.current_thread())  # the real SDK's __init__, observed
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(anthropic.AsyncAnthropic, "__init__", observed_init)
+    with MessagesAPIServer(script=[reply_text("one"), reply_text("two")]) as srv:
+        b, _ = backend(srv)
+        first = await b.create(request())
+        second = await b.create(request())
+        await b.aclose()
+    assert [first.text, second.text] == ["one", "two"]  # through the SDK to the stand-in
+    assert len(built_in) == 1 and built_in[0] is not threading.main_thread()

@@ -11,7 +11,11 @@ decision taken by reading the new code, not a surprise at 3 a.m.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import inspect
+import json
+import subprocess
+import sys
 from importlib.metadata import version
 
 import pytest
@@ -69,3 +73,39 @@ def test_private_attributes_read_by_the_subclasses_exist() -> None:
     store = BatchMemoryJobStore.__mro__[1]()
     for attr in ("_jobs", "_jobs_index"):
         assert hasattr(store, attr), attr
+
+
+#: Imports companyd's scheduler counting the scans of every installed distribution, then
+#: prints the count, APScheduler's plugin tables, and the tables of fresh scans.
+SCAN_PROBE = """
+import importlib.metadata as md, json
+scans = []
+real = md.distributions
+md.distributions = lambda **kw: (scans.append(1), real(**kw))[1]
+import companyd.scheduler._aps
+from apscheduler.schedulers.base import BaseScheduler as B
+during = len(scans)
+tables = [sorted(t) for t in (B._trigger_plugins, B._executor_plugins, B._jobstore_plugins)]
+fresh = [sorted(e.name for e in md.entry_points(group="apscheduler." + g))
+         for g in ("triggers", "executors", "jobstores")]
+print(json.dumps([during, tables, fresh, md.entry_points is md.entry_points]))
+"""
+
+
+def test_apschedulers_plugin_tables_come_from_one_scan_of_the_distributions() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", SCAN_PROBE], capture_output=True, text=True, check=True, timeout=60
+    )
+    during, tables, fresh, _ = json.loads(out.stdout.strip().splitlines()[-1])
+    assert during == 1  # not one per table (three): ~6 ms of every daemon's start
+    assert tables == fresh and "cron" in tables[0]  # the same tables as APScheduler's own
+    from companyd.scheduler._plugins import one_entry_point_scan
+
+    real = importlib.metadata.entry_points
+    with one_entry_point_scan():
+        inside = importlib.metadata.entry_points
+        assert inside is not real
+        assert (
+            inside(group="apscheduler.triggers").names == real(group="apscheduler.triggers").names
+        )
+    assert importlib.metadata.entry_points is real  # restored on exit

@@ -21,11 +21,12 @@ Two conventions keep the JSON exactly what operators and scripts already read:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Annotated, Any, TypeVar
 
 from pydantic import Field
 
+from companyd._frozen import Frozen
 from companyd.admin._blocks import (
     AsBuilt,
     AskedBy,
@@ -112,8 +113,7 @@ JSON = dict[str, Any]
 # -- agents ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class Paused:
+class Paused(Frozen):
     """``pause``: the agent finishes its current run, then starts no new ones."""
 
     agent: str
@@ -121,8 +121,7 @@ class Paused:
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class Resumed:
+class Resumed(Frozen):
     """``resume``: ``resumed`` is False when the agent was not paused (nothing done)."""
 
     agent: str
@@ -130,16 +129,14 @@ class Resumed:
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class ResumedAll:
+class ResumedAll(Frozen):
     """``resume_all``: the agents that were paused and run again (empty: none was)."""
 
     resumed: list[str]
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunEnded:
+class RunEnded(Frozen):
     """How a run ended (the run journal's outcome): the fields ``ask`` and ``run_job`` share."""
 
     task_id: str
@@ -157,20 +154,17 @@ class RunEnded:
     offline: bool
 
 
-@dataclass(frozen=True, kw_only=True)
 class AskAnswer(RunEnded):
     """``ask``: how the one-off task's run ended."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class Runs:
+class Runs(Frozen):
     """``runs``: recent runs, newest first (the run journal's rows)."""
 
     runs: AsBuilt[list[RunRow]]
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunTranscript:
+class RunTranscript(Frozen):
     """``run_show``: one run as the journal holds it (docs/agents.md, "The transcript").
 
     The blocks are the journal's (:func:`companyd.runs._transcript.read_transcript`): who
@@ -209,15 +203,13 @@ class RunTranscript:
     deliveries: AsBuilt[list[ResultDelivery]] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Tasks:
+class Tasks(Frozen):
     """``tasks``: tasks waiting, running or quarantined (the run journal's rows)."""
 
     tasks: AsBuilt[list[TaskRow]]
 
 
-@dataclass(frozen=True, kw_only=True)
-class TaskRetried:
+class TaskRetried(Frozen):
     """``retry``: the quarantined task is queued again."""
 
     task_id: str
@@ -229,8 +221,7 @@ class TaskRetried:
 # -- spend -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class SpendReport:
+class SpendReport(Frozen):
     """``spend``: settled spend grouped ``by`` over ``period`` (the spend book's report);
     with ``per_day``, one row per day and key, each with its ``day``.
     """
@@ -241,8 +232,7 @@ class SpendReport:
     total: AsBuilt[SpendTotals]
 
 
-@dataclass(frozen=True, kw_only=True)
-class BudgetReport:
+class BudgetReport(Frozen):
     """``budget``: each budget with its limit, use, reservations and reset (the spend
     book's report rows), and how many calls hold a reservation now.
     """
@@ -255,8 +245,7 @@ class BudgetReport:
     in_flight: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class BudgetRaised:
+class BudgetRaised(Frozen):
     """``raise_budget``: today's limit after the raise (None: no daily budget) and the
     agents the raise resumed.
     """
@@ -271,8 +260,7 @@ class BudgetRaised:
 # -- routines ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class Jobs:
+class Jobs(Frozen):
     """``jobs``: each routine as the scheduler reports it (``companyd jobs --json``)."""
 
     daemon: bool
@@ -280,21 +268,18 @@ class Jobs:
     routines: AsBuilt[list[RoutineRow]]
 
 
-@dataclass(frozen=True, kw_only=True)
-class JobHistory:
+class JobHistory(Frozen):
     """``job_history``: the latest fires of one routine, newest first."""
 
     routine: str
     fires: AsBuilt[list[FireRow]]
 
 
-@dataclass(frozen=True, kw_only=True)
-class _RoutineNamed:
+class _RoutineNamed(Frozen):
     routine: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class JobResumed:
+class JobResumed(Frozen):
     """``resume_job``: ``resumed`` is False when the routine was not paused (nothing done)."""
 
     routine: str
@@ -302,8 +287,7 @@ class JobResumed:
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class WebhookFired:
+class WebhookFired(Frozen):
     """``fire_webhook``: the fire a webhook started (``replay`` True: the id was seen
     before, nothing new runs and ``fire_id`` is the first fire's).
     """
@@ -314,7 +298,6 @@ class WebhookFired:
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class JobRun(RunEnded, _RoutineNamed):
     """``run_job``: the routine, and how its run ended.
 
@@ -338,15 +321,13 @@ class JobRun(RunEnded, _RoutineNamed):
 # -- proposals ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class Proposals:
+class Proposals(Frozen):
     """``proposals``: the improver's proposals, pending first."""
 
     proposals: AsBuilt[list[ProposalRow]]
 
 
-@dataclass(frozen=True, kw_only=True)
-class ProposalDecision:
+class ProposalDecision(Frozen):
     """``approve``, ``reject``, ``revert``: the proposal after the decision."""
 
     id: str
@@ -364,8 +345,7 @@ class ProposalDecision:
 # -- the founder's desk ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class DeskDecision:
+class DeskDecision(Frozen):
     """``approve``, ``reject``, ``answer`` of a founder's-desk item (``ap-``, ``q-``,
     ``r-``): the item after the decision (``details``: what it asked — tool and arguments,
     question, or result).
@@ -386,8 +366,7 @@ class DeskDecision:
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class InboxItem:
+class InboxItem(Frozen):
     """One thing waiting for the founder (``actions``: ``approve``, ``reject``,
     ``answer``, ``changes``, ``retry``).
     """
@@ -402,8 +381,7 @@ class InboxItem:
     run_id: Omitted[str] = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Inbox:
+class Inbox(Frozen):
     """``inbox``: what waits for the founder, oldest first."""
 
     items: list[InboxItem]
@@ -412,8 +390,7 @@ class Inbox:
 # -- memory ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class MemorySearch:
+class MemorySearch(Frozen):
     """``memory_search``: entities whose name, type or an observation contains ``query``
     (the MCP ``search_nodes`` match), in file order, at most ``limit`` of them; each is
     ``{name, entityType, observations, relations}`` (the counts) and ``match``, the first
@@ -426,8 +403,7 @@ class MemorySearch:
     entities: list[JSON]
 
 
-@dataclass(frozen=True, kw_only=True)
-class MemoryEntity:
+class MemoryEntity(Frozen):
     """``memory_entity``: one entity, its relations and its neighbourhood
     (``entity_type`` None: the name is only the end of relations, no entity line).
 
@@ -449,8 +425,7 @@ class MemoryEntity:
     truncated: bool
 
 
-@dataclass(frozen=True, kw_only=True)
-class MemoryChanges:
+class MemoryChanges(Frozen):
     """``memory_changes``: the latest writes to memory through the daemon, newest first:
     ``{at, tool, by, entities, summary}`` each (``by``: the agent, or None). Kept in memory
     since ``since`` (the daemon's start), at most the last few hundred.
@@ -463,8 +438,7 @@ class MemoryChanges:
 # -- the configuration -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class ConfigView:
+class ConfigView(Frozen):
     """``config_view``: the company.yaml the daemon runs, resolved and redacted.
 
     ``document`` is the resolved file, every section with every effective default filled
@@ -492,8 +466,7 @@ class ConfigView:
 # -- the daemon --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class DaemonInfo:
+class DaemonInfo(Frozen):
     """The ``daemon`` block of status."""
 
     pid: int
@@ -521,16 +494,14 @@ class DaemonInfo:
     leader: Omitted[AsBuilt[LeaderBlock]] = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class CompanyInfo:
+class CompanyInfo(Frozen):
     """The ``company`` block of status."""
 
     name: str
     timezone: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class AgentCounts:
+class AgentCounts(Frozen):
     """The ``agents`` block of status: how many agents are in each state."""
 
     total: int
@@ -540,8 +511,7 @@ class AgentCounts:
     busy: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class SpendPeriodLine:
+class SpendPeriodLine(Frozen):
     """Company spend over today or this month, in the ``spend`` block of status;
     ``simulated_usd`` is the part of ``used_usd`` the offline model's calls make (priced as
     Claude's would be; no money spent).
@@ -554,8 +524,7 @@ class SpendPeriodLine:
     simulated_usd: float = 0.0
 
 
-@dataclass(frozen=True, kw_only=True)
-class SpendLine:
+class SpendLine(Frozen):
     """One agent's spend in the ``spend`` block of status (limits only where set)."""
 
     agent: str
@@ -566,8 +535,7 @@ class SpendLine:
     monthly_limit_usd: Omitted[float] = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class SpendStatus:
+class SpendStatus(Frozen):
     """The ``spend`` block of status; ``unavailable`` says why the ledger could not be
     read (a full state disk at start), and is absent otherwise.
     """
@@ -579,8 +547,7 @@ class SpendStatus:
     unavailable: Omitted[str] = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class RoutineLine:
+class RoutineLine(Frozen):
     """One routine in status: epoch seconds for the times."""
 
     routine: str | None
@@ -592,8 +559,7 @@ class RoutineLine:
     enabled: bool
 
 
-@dataclass(frozen=True, kw_only=True)
-class Status:
+class Status(Frozen):
     """``status``: the supervision tree (the supervisor's snapshot, paused agents marked),
     runs in flight, the pager's health, spend against budget and the routines.
     """
@@ -609,8 +575,7 @@ class Status:
     routines: list[RoutineLine]
 
 
-@dataclass(frozen=True, kw_only=True)
-class DepartmentChanges:
+class DepartmentChanges(Frozen):
     """The departments a reload started, stopped and restarted."""
 
     added: list[str]
@@ -618,8 +583,7 @@ class DepartmentChanges:
     changed: list[str]
 
 
-@dataclass(frozen=True, kw_only=True)
-class ReloadApplied:
+class ReloadApplied(Frozen):
     """``reload`` applied: agents started, stopped, restarted; the scheduler's moves;
     settings that take effect only at the next restart (absent when none).
     """
@@ -636,8 +600,7 @@ class ReloadApplied:
     restart_required: Omitted[list[str]] = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class ReloadRejected:
+class ReloadRejected(Frozen):
     """``reload`` refused: company.yaml's problems (or the daemon is stopping); the
     previous version keeps running.
     """
@@ -650,8 +613,7 @@ class ReloadRejected:
 # -- fault injection ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class DashboardLogin:
+class DashboardLogin(Frozen):
     """``dashboard_login``: a one-time login URL of the dashboard (single use, valid until
     ``expires_at``, epoch seconds).
     """
@@ -660,8 +622,7 @@ class DashboardLogin:
     expires_at: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class DebugCrashed:
+class DebugCrashed(Frozen):
     """``debug crash``: whether the agent's next step raises."""
 
     action: str
@@ -669,16 +630,14 @@ class DebugCrashed:
     crashed: bool
 
 
-@dataclass(frozen=True, kw_only=True)
-class DebugBlocked:
+class DebugBlocked(Frozen):
     """``debug block``: the event loop was blocked for ``seconds``."""
 
     action: str
     seconds: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class BackupWritten:
+class BackupWritten(Frozen):
     """``backup``: the archive written (docs/deploy.md "Backups and disaster recovery")."""
 
     path: str
@@ -693,8 +652,7 @@ class BackupWritten:
 # -- the agents' tools -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class ToolsReport:
+class ToolsReport(Frozen):
     """``tools``: every tool of every running agent (or of one), ``day`` being today in the
     company's timezone: ``{agent, tool, origin, risk, policy, rate_limit, used_today,
     quarantined}`` each (docs/tools.md). ``origin``: ``memory``, ``colleagues``, ``mcp server
@@ -708,8 +666,7 @@ class ToolsReport:
     tools: list[JSON]
 
 
-@dataclass(frozen=True, kw_only=True)
-class ToolsApproved:
+class ToolsApproved(Frozen):
     """``tools_approve``: the held-back tools of MCP server ``server`` now approved and
     offered, ``{agent, tool}`` each (empty: nothing was held).
     """

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO, cast
 
+from companyd._frozen import Frozen
 from companyd.config import McpServerSpec, ToolsSpec
 from companyd.errors import CompanydError
 from companyd.llm import ToolDef, ToolResultBlock, ToolUseBlock
@@ -77,8 +78,7 @@ MCP_RETRY_MIN_SECONDS = 5.0
 MCP_RETRY_MAX_SECONDS = 300.0
 
 
-@dataclass(frozen=True, kw_only=True)
-class ToolCallContext:
+class ToolCallContext(Frozen):
     """Who is calling a tool, for tools that need it (consult, delegate, ask_founder)."""
 
     agent: str
@@ -100,8 +100,7 @@ class ToolCallContext:
 Handler = Callable[[Mapping[str, Any], ToolCallContext], Awaitable[Any]]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Tool:
+class Tool(Frozen):
     """One tool.
 
     Attributes:

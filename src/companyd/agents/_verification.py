@@ -24,9 +24,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from companyd._frozen import Frozen
 from companyd.llm import ToolResultBlock
 from companyd.memory import MUTATING_TOOLS
 from companyd.runs import Step, VerificationPayload
@@ -74,8 +75,7 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _FENCE = re.compile(r"\A```[a-zA-Z]*\n(.*)\n```\Z", re.S)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ToolCall:
+class ToolCall(Frozen):
     """One tool call of a run, as journaled: its name and input, whether its result was an
     error, the result's text, and where it is (the ``tool_use`` id, the result's step).
     """
@@ -88,8 +88,7 @@ class ToolCall:
     seq: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class Check:
+class Check(Frozen):
     """One condition and whether it holds.
 
     Attributes:
@@ -127,8 +126,7 @@ class Check:
         }
 
 
-@dataclass(frozen=True, kw_only=True)
-class Verdict:
+class Verdict(Frozen):
     """Every check of one final answer."""
 
     checks: tuple[Check, ...] = field(default=())

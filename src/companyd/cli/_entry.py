@@ -33,6 +33,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
             os.close(devnull)
         return 0
-    from companyd.cli._main import main as run
+    from companyd._heap import collection_paused
 
-    return run(args)
+    # no cyclic GC while the command's modules load (and, for `companyd run`, until the
+    # company is up): companyd._heap.collection_paused says why
+    with collection_paused():
+        from companyd.cli._main import main as run
+
+        return run(args)

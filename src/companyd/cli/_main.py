@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from companyd import __version__
+from companyd._heap import resume_collection
 from companyd._secrets import SECRETS, redact
 from companyd.config import default_config_path
 from companyd.errors import (
@@ -351,6 +352,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return 2
+    if not getattr(args, "gc_paused_until_up", False):
+        resume_collection()  # the modules are loaded: see companyd._heap.collection_paused
     try:
         rc = func(args)
         sys.stdout.flush()  # a closed pipe must fail here, inside the handlers below

@@ -65,7 +65,9 @@ def register(sub: Any) -> None:
         help="make the control socket 0660 owned by this group (static User=/Group= only)",
     )
     add_logging_arguments(p)
-    p.set_defaults(func=_run_command)
+    # the cyclic GC stays paused until the company is up (Daemon.main resumes it):
+    # companyd._heap.collection_paused
+    p.set_defaults(func=_run_command, gc_paused_until_up=True)
 
 
 def _run_command(args: argparse.Namespace) -> int:

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 from companyd import __version__
 from companyd._aio import cancel_and_wait, race
 from companyd._fs import DiskAlarm, private_dir
-from companyd._heap import freeze_startup_heap
+from companyd._heap import freeze_startup_heap, resume_collection
 from companyd._sqlite import SchemaTooNew
 from companyd.admin import LeaderBlock, SpendStatus, result_data, status_line
 from companyd.agents import ResultApprovals, Staff
@@ -508,6 +508,8 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         try:
             previous: LeaderInfo | None = None
             if self.leadership is not None:
+                # a standby may wait for weeks: the GC paused for the start-up is on again
+                resume_collection()
                 self.state = "standby"
                 led, previous = await stand_by(
                     self,

@@ -38,13 +38,13 @@ import contextlib
 import difflib
 import hashlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from companyd import _fs as fs
+from companyd._frozen import Frozen
 from companyd._fs import read_regular_file
 from companyd._sqlite import Migration, store_errors
 from companyd.admin import ProposalRow
@@ -81,8 +81,7 @@ class ProposalError(CompanydError):
     """A proposal cannot be made, applied, rejected or reverted as asked."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class Proposal:
+class Proposal(Frozen):
     """A stored proposal to replace one agent's instructions.
 
     Attributes:
@@ -491,8 +490,7 @@ class Proposals:
         await self._db.run(decide)
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Swap:
+class _Swap(Frozen):
     """A proposal's change of its file: ``path`` from the text whose SHA-256 is
     ``expect_sha`` to ``text`` (``undo``: the text it had), refused as ``stale`` when the
     file holds anything else.

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from companyd.events._base import Event, Severity, optional
 
 __all__ = [
@@ -29,7 +27,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
 class RunStarted(Event):
     """An agent started a run (``resumed_at_step``: a run resumed from its journal)."""
 
@@ -42,7 +39,6 @@ class RunStarted(Event):
     resumed_at_step: int | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class RunFinished(Event):
     """A run ended ok — or ``unverified`` (``status``): its model ended its turn, but the
     answer did not hold against the run's record; ``reason`` says why.
@@ -61,7 +57,6 @@ class RunFinished(Event):
     reason: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class RunFailed(Event):
     """A run ended otherwise than ok; ``reason`` says why."""
 
@@ -79,7 +74,6 @@ class RunFailed(Event):
     offline: bool
 
 
-@dataclass(frozen=True, kw_only=True)
 class CircuitBreaker(Event):
     """A breaker stopped a run: ``limit`` names which, ``reason`` has the numbers."""
 
@@ -93,7 +87,6 @@ class CircuitBreaker(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class TaskQuarantined(Event):
     """A task crashed its runs ``crashes`` times and is set aside."""
 
@@ -108,7 +101,6 @@ class TaskQuarantined(Event):
     prompt: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class AgentPaused(Event):
     """An agent was paused (``budget``: by its budget)."""
 
@@ -118,7 +110,6 @@ class AgentPaused(Event):
     budget: bool
 
 
-@dataclass(frozen=True, kw_only=True)
 class AgentResumed(Event):
     """An agent runs again."""
 
@@ -127,7 +118,6 @@ class AgentResumed(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ModelFallback(Event):
     """A model call fell back from ``from_model`` to ``to_model``."""
 
@@ -139,7 +129,6 @@ class ModelFallback(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ProposalCreated(Event):
     """The improver proposes a change (``diff``: at most 1,500 characters)."""
 
@@ -151,7 +140,6 @@ class ProposalCreated(Event):
     diff: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ProposalApplied(Event):
     """An approved proposal was applied."""
 
@@ -160,7 +148,6 @@ class ProposalApplied(Event):
     agent: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class FounderApprovalRequested(Event):
     """A ``require_approval`` tool call waits for the founder (docs/desk.md): ``input`` is
     the arguments as JSON (at most 1,500 characters), ``reason`` the agent's text before
@@ -178,7 +165,6 @@ class FounderApprovalRequested(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class FounderQuestion(Event):
     """An agent asks the founder (``ask_founder``); the run waits until ``deadline``."""
 
@@ -191,7 +177,6 @@ class FounderQuestion(Event):
     question: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class FounderResultForApproval(Event):
     """A routine's result (``approval: required``) waits for the founder: ``answer`` at
     most 3,000 characters, ``round`` 1 and then 2… after each change request (``follows``:
@@ -213,7 +198,6 @@ class FounderResultForApproval(Event):
     unverified: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class FounderDecided(Event):
     """An item on the founder's desk was decided (``state``: approved, rejected, answered,
     changes_requested, expired): ``by`` whom, ``via`` what (``telegram``, ``cli``; empty
@@ -231,7 +215,6 @@ class FounderDecided(Event):
     routine: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class QuotaWall(Event):
     """The API's rate limit holds back every model of these ``agents``' chains (``models``)
     for longer than ``anthropic.quota_pause_after``: they are paused until ``until`` (epoch;
@@ -248,7 +231,6 @@ class QuotaWall(Event):
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class QuotaWallLifted(Event):
     """The quota wall's time came: ``agents`` paused by it run again."""
 
@@ -258,7 +240,6 @@ class QuotaWallLifted(Event):
     until_text: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class FounderReminder(Event):
     """Three quarters of a pending item's time (``approval_timeout``) have passed: the
     founder is reminded of it, once. ``deadline``: when it expires — which denies it.

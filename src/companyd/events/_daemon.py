@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from companyd.events._base import Event, Severity
@@ -23,7 +22,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
 class DaemonStarted(Event):
     """companyd is up (``agents`` and ``routines`` are counts)."""
 
@@ -36,7 +34,6 @@ class DaemonStarted(Event):
     company: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class DaemonStopping(Event):
     """companyd is stopping (``reason``: ``signal``, ``operator``, ``fatal: …``)."""
 
@@ -45,7 +42,6 @@ class DaemonStopping(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class DaemonReloaded(Event):
     """A reloaded company.yaml was applied: agent slugs started, stopped, restarted, the
     count unchanged, and the scheduler's summary of its routines.
@@ -60,7 +56,6 @@ class DaemonReloaded(Event):
     failures: list[Any]
 
 
-@dataclass(frozen=True, kw_only=True)
 class LeadershipTaken(Event):
     """This daemon took over the company from another daemon on the shared database
     (docs/ha.md): ``node`` and ``host`` are this daemon's, ``epoch`` its fencing token,
@@ -75,7 +70,6 @@ class LeadershipTaken(Event):
     previous: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class StateDirTightened(Event):
     """The state directory was open to the group or others (``was``, e.g. ``"0755"``) and
     was set to 0700.
@@ -87,7 +81,6 @@ class StateDirTightened(Event):
     was: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class StateDiskFull(Event):
     """Writes of ``what`` to the state disk fail (one per outage)."""
 
@@ -99,7 +92,6 @@ class StateDiskFull(Event):
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class StateDiskRecovered(Event):
     """State disk writes succeed again; ``failures`` failed meanwhile."""
 
@@ -109,7 +101,6 @@ class StateDiskRecovered(Event):
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ConfigRejected(Event):
     """A changed company.yaml was rejected: its first ``errors`` and their ``count``."""
 
@@ -120,7 +111,6 @@ class ConfigRejected(Event):
     count: int
 
 
-@dataclass(frozen=True, kw_only=True)
 class LoopLag(Event):
     """The event loop ran a periodic callback ``lag_s`` late (one per excursion)."""
 
@@ -130,7 +120,6 @@ class LoopLag(Event):
     threshold_s: float
 
 
-@dataclass(frozen=True, kw_only=True)
 class OperatorAction(Event):
     """The founder acted through a front end (``via``: ``dashboard``, ``cli`` or
     ``telegram``, where the action was made) — a decision (``approve``, ``reject``,

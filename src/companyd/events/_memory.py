@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from companyd.events._base import Event, Severity
 
 __all__ = ["MemoryRepaired"]
 
 
-@dataclass(frozen=True, kw_only=True)
 class MemoryRepaired(Event):
     """The memory file was repaired at load: what was kept aside, dropped or merged."""
 

@@ -5,8 +5,6 @@ floats in fields ending ``_usd``; ``scope`` is ``company`` or ``agent``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from companyd.events._base import Event, Severity, optional
 
 __all__ = [
@@ -23,7 +21,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
 class BudgetThreshold(Event):
     """Spend reached a warning ``level`` (a fraction) of a budget."""
 
@@ -40,7 +37,6 @@ class BudgetThreshold(Event):
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class BudgetExhausted(Event):
     """A budget refused a call of ``asked_by`` (the first refusal per scope, period and
     limit).
@@ -61,7 +57,6 @@ class BudgetExhausted(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ApiSpendLimit(Event):
     """The Anthropic organisation's spend limit refuses calls."""
 
@@ -72,7 +67,6 @@ class ApiSpendLimit(Event):
     action: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ApiKeyRefused(Event):
     """The API key was refused (HTTP 401); ``paused``: the agents it paused."""
 
@@ -82,7 +76,6 @@ class ApiKeyRefused(Event):
     paused: list[str]
 
 
-@dataclass(frozen=True, kw_only=True)
 class SpendRunaway(Event):
     """An agent spends ``factor`` times faster than usual."""
 
@@ -98,7 +91,6 @@ class SpendRunaway(Event):
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class UnknownModelPrice(Event):
     """A model is not in the price table; ``priced_as`` is the rate charged instead."""
 
@@ -109,7 +101,6 @@ class UnknownModelPrice(Event):
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class BudgetReset(Event):
     """A budget period rolled over (``company``: whether it unblocked the company)."""
 
@@ -121,7 +112,6 @@ class BudgetReset(Event):
     company: bool | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class BudgetRaised(Event):
     """The operator raised today's budget of the company or an agent by ``usd``."""
 
@@ -133,7 +123,6 @@ class BudgetRaised(Event):
     raised_today_usd: float
 
 
-@dataclass(frozen=True, kw_only=True)
 class SpendUnsettled(Event):
     """Calls were in flight when companyd last stopped; up to ``worst_case_usd`` unrecorded."""
 
@@ -146,7 +135,6 @@ class SpendUnsettled(Event):
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class SpendUnanswered(Event):
     """A call got no answer and may have been billed (with today's count and total)."""
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from companyd.events._base import Event, Severity
 
 __all__ = [
@@ -14,7 +12,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
 class TelegramCommandsFailing(Event):
     """Telegram commands do not reach companyd ``since`` (epoch seconds)."""
 
@@ -24,7 +21,6 @@ class TelegramCommandsFailing(Event):
     error: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class TelegramCommandsRecovered(Event):
     """Telegram commands work again (they failed ``since``, last with ``error``)."""
 
@@ -33,7 +29,6 @@ class TelegramCommandsRecovered(Event):
     error: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ResultDelivered(Event):
     """A routine's result was delivered ``to`` memory or a file (``where``: the entity or
     the path); Telegram and digest deliveries are the outbox's.
@@ -47,7 +42,6 @@ class ResultDelivered(Event):
     where: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ResultUndelivered(Event):
     """A routine's result could not be delivered ``to`` memory or a file, and why."""
 

@@ -7,8 +7,6 @@ time it covers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from companyd.events._base import Event, Severity, optional
 
 __all__ = [
@@ -24,7 +22,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
 class RoutineEvent(Event):
     """The fields every routine event carries (not a kind itself)."""
 
@@ -40,7 +37,6 @@ class RoutineEvent(Event):
     first: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class RoutineFailed(RoutineEvent):
     """A fire of a routine did not succeed."""
 
@@ -48,7 +44,6 @@ class RoutineFailed(RoutineEvent):
     severity: Severity = Severity.WARNING
 
 
-@dataclass(frozen=True, kw_only=True)
 class RoutineMissed(RoutineEvent):
     """A routine missed fire times (overlap, or while companyd was down)."""
 
@@ -56,14 +51,12 @@ class RoutineMissed(RoutineEvent):
     severity: Severity = Severity.WARNING
 
 
-@dataclass(frozen=True, kw_only=True)
 class RoutineSkipped(RoutineEvent):
     """A routine skipped a fire (by its policy, or during a planned stop)."""
 
     KIND = "routine_skipped"
 
 
-@dataclass(frozen=True, kw_only=True)
 class RoutineUnverified(RoutineEvent):
     """A fire's run ended ``unverified``: its answer did not hold against the run's record
     (``reason``: each unmet condition). ``in_a_row``: how many of the routine's latest runs
@@ -75,7 +68,6 @@ class RoutineUnverified(RoutineEvent):
     in_a_row: int | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class RoutineResult(Event):
     """A fire ended ok (or ``unverified``: then ``unverified`` says why) and its routine
     delivers its result (``deliver:``), or the founder approved it (``approved``: a routine
@@ -100,7 +92,6 @@ class RoutineResult(Event):
     unverified: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class RoutineLimitReached(Event):
     """A routine ran ``max_runs_per_day`` times on ``day`` (its time zone): its further fires
     that day are skipped. Told once a day per routine.
@@ -114,7 +105,6 @@ class RoutineLimitReached(Event):
     day: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class RoutinePaused(Event):
     """A routine's last ``failures`` runs in a row failed (``pause_after_failures``): it is
     paused — its fires are skipped — until ``companyd jobs resume ROUTINE`` or the
@@ -129,7 +119,6 @@ class RoutinePaused(Event):
     reasons: list[str]
 
 
-@dataclass(frozen=True, kw_only=True)
 class RoutineResumed(Event):
     """A paused routine fires again (``by``: who resumed it)."""
 

@@ -8,8 +8,6 @@ name) and ``message`` come with it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from companyd.events._base import Event, Severity, optional
 
 __all__ = [
@@ -28,7 +26,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
 class SupStarted(Event):
     """A supervisor started its children and serves."""
 
@@ -41,7 +38,6 @@ class SupStarted(Event):
     children: list[str]
 
 
-@dataclass(frozen=True, kw_only=True)
 class SupStopped(Event):
     """A supervisor stopped (``reason``: ``shutdown``, ``failed_to_start:<child>``, …)."""
 
@@ -50,7 +46,6 @@ class SupStopped(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ChildStarted(Event):
     """A child started (``phase``: ``start``, ``restart``, …)."""
 
@@ -62,7 +57,6 @@ class ChildStarted(Event):
     restarts: int
 
 
-@dataclass(frozen=True, kw_only=True)
 class ChildIgnored(Event):
     """A child's start answered IGNORE: kept, not running."""
 
@@ -71,7 +65,6 @@ class ChildIgnored(Event):
     phase: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ChildStartFailed(Event):
     """A child (None: the supervisor's own init) failed to start."""
 
@@ -84,7 +77,6 @@ class ChildStartFailed(Event):
     message: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class ChildExited(Event):
     """A running child ended; ``action`` says whether it is restarted."""
 
@@ -98,7 +90,6 @@ class ChildExited(Event):
     gave_up: bool | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class ChildTerminated(Event):
     """The supervisor stopped a child (``cause``: why, ``stop``: how)."""
 
@@ -112,7 +103,6 @@ class ChildTerminated(Event):
     message: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class ChildKillFailed(Event):
     """A child ignored its stop request and cancellation and was abandoned."""
 
@@ -124,7 +114,6 @@ class ChildKillFailed(Event):
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class Restart(Event):
     """A child is restarted, with ``group`` (the children restarted together)."""
 
@@ -138,7 +127,6 @@ class Restart(Event):
     group: list[str]
 
 
-@dataclass(frozen=True, kw_only=True)
 class Backoff(Event):
     """A restart waits ``delay`` seconds (the child's backoff)."""
 
@@ -148,7 +136,6 @@ class Backoff(Event):
     attempt: int
 
 
-@dataclass(frozen=True, kw_only=True)
 class MaxIntensity(Event):
     """A supervisor gave up: more restarts than ``max_restarts`` in ``max_seconds``."""
 
@@ -162,7 +149,6 @@ class MaxIntensity(Event):
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class AutoShutdown(Event):
     """A significant child ended and the supervisor shuts down (``mode``)."""
 

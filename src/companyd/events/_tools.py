@@ -4,14 +4,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from companyd.events._base import Event, Severity
 
 __all__ = ["McpServerFailed", "McpServerRecovered", "ToolRateLimited", "ToolsQuarantined"]
 
 
-@dataclass(frozen=True, kw_only=True)
 class McpServerFailed(Event):
     """An MCP server of an agent failed (``attempt`` 1: at start); retried in
     ``retry_in_s``. Warning for the first failure, debug for the retries.
@@ -26,7 +23,6 @@ class McpServerFailed(Event):
     retry_in_s: float
 
 
-@dataclass(frozen=True, kw_only=True)
 class McpServerRecovered(Event):
     """An MCP server is up again with ``tools``."""
 
@@ -37,7 +33,6 @@ class McpServerRecovered(Event):
     tools: list[str]
 
 
-@dataclass(frozen=True, kw_only=True)
 class ToolRateLimited(Event):
     """A call of ``tool`` by ``agent`` was refused: ``limit`` calls on ``day`` (company
     timezone) were already made (``tools.rate_limit``). Once per agent, tool and day.
@@ -51,7 +46,6 @@ class ToolRateLimited(Event):
     day: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ToolsQuarantined(Event):
     """MCP server ``server`` of ``agent`` started with tools that are new or changed since
     the founder approved its catalogue: ``tools`` (name → what changed) are held back from

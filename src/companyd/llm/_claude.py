@@ -68,7 +68,6 @@ import ipaddress
 import logging
 import os
 import random
-import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -538,22 +537,28 @@ class ClaudeBackend:
         self._client: anthropic.AsyncAnthropic | None = None
 
     async def _sdk_client(self) -> anthropic.AsyncAnthropic:
-        """The SDK's client, built at the first call; the SDK's ~0.7 s of imports run in a
-        worker thread (the event loop keeps serving meanwhile).
+        """The SDK's client, built at the first call in a worker thread: the SDK's ~0.7 s of
+        imports, and the client's own (~0.1 s of CPU: the HTTP transport's modules and its
+        TLS context), while the event loop keeps serving.
         """
         if self._client is None:
-            if "anthropic" not in sys.modules:
-                await asyncio.to_thread(importlib.import_module, "anthropic")
-            import anthropic  # imported by the thread above: a dictionary lookup
-
-            if self._client is None:  # another first call may have built it meanwhile
-                self._client = anthropic.AsyncAnthropic(
-                    api_key=self._api_key,
-                    base_url=self.base_url,
-                    timeout=self.timeout,
-                    max_retries=0,  # we own the retry loop: see the module docstring
-                )
+            client = await asyncio.to_thread(self._new_sdk_client)
+            if self._client is None:  # another first call may have built one meanwhile
+                self._client = client
         return self._client
+
+    def _new_sdk_client(self) -> anthropic.AsyncAnthropic:
+        """A new client of the SDK (imported here, once: see :meth:`_sdk_client`). It binds
+        to no event loop until its first request, so it may be built in any thread.
+        """
+        sdk = importlib.import_module("anthropic")
+        client: anthropic.AsyncAnthropic = sdk.AsyncAnthropic(
+            api_key=self._api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=0,  # we own the retry loop: see the module docstring
+        )
+        return client
 
     @classmethod
     def from_config(

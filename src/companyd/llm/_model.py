@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
+from companyd._frozen import Frozen
 from companyd.errors import CompanydError
 from companyd.llm._blocks import (
     ContentBlock,
@@ -52,8 +53,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Usage:
+class Usage(Frozen):
     """Token counts of one model call, as the Messages API reports them.
 
     ``input_tokens`` excludes cached tokens; cache writes are split by TTL.
@@ -101,8 +101,7 @@ class Usage:
         }
 
 
-@dataclass(frozen=True, kw_only=True)
-class ToolDef:
+class ToolDef(Frozen):
     """A tool as the model sees it (name, description, JSON Schema of its input)."""
 
     name: str
@@ -118,8 +117,7 @@ class ToolDef:
         }
 
 
-@dataclass(frozen=True, kw_only=True)
-class ModelRequest:
+class ModelRequest(Frozen):
     """One Messages API call.
 
     Attributes:
@@ -141,8 +139,7 @@ class ModelRequest:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ModelResponse:
+class ModelResponse(Frozen):
     """What came back from one call.
 
     Attributes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict, cast
 
+from companyd._frozen import Frozen
 from companyd.llm import ContentBlock, ToolResultBlock
 from companyd.runs._tasks import Task
 
@@ -107,8 +108,7 @@ StepPayload = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Step:
+class Step(Frozen):
     """One journaled step of a run (``payload`` is its JSON, parsed)."""
 
     seq: int

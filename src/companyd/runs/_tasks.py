@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from companyd.admin import JournaledTask
 
+from companyd._frozen import Frozen
+
 __all__ = ["RunOutcome", "RunStatus", "Task", "follow_up_prompt", "new_id"]
 
 
@@ -139,8 +141,7 @@ def follow_up_prompt(run_id: str, task: str, answer: str, reply: str) -> str:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunOutcome:
+class RunOutcome(Frozen):
     """The result of running one task once.
 
     Attributes:

@@ -47,11 +47,14 @@ from apscheduler.executors.asyncio import AsyncIOExecutor
 from apscheduler.executors.base import MaxInstancesReachedError
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.jobstores.memory import MemoryJobStore
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from apscheduler.schedulers.base import STATE_PAUSED
 from apscheduler.util import datetime_to_utc_timestamp
 
 from companyd.clock import Clock
+from companyd.scheduler._plugins import one_entry_point_scan
+
+with one_entry_point_scan():  # its class body scans every distribution three times
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+    from apscheduler.schedulers.base import STATE_PAUSED
 
 __all__ = [
     "BatchMemoryJobStore",

@@ -6,12 +6,13 @@ and their owner). Plain frozen dataclasses, also what the reports and the CLI re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from companyd.admin import FireRow
+
+from companyd._frozen import Frozen
 
 __all__ = ["UNSCHEDULED", "FireRecord", "RoutineState", "RoutineStats"]
 
@@ -20,8 +21,7 @@ __all__ = ["UNSCHEDULED", "FireRecord", "RoutineState", "RoutineStats"]
 UNSCHEDULED = frozenset({"manual", "webhook"})
 
 
-@dataclass(frozen=True, kw_only=True)
-class RoutineState:
+class RoutineState(Frozen):
     """The persisted schedule position of one routine (see the module docstring)."""
 
     routine: str
@@ -32,8 +32,7 @@ class RoutineState:
     updated: float = 0.0
 
 
-@dataclass(frozen=True, kw_only=True)
-class FireRecord:
+class FireRecord(Frozen):
     """One row of the history. Times are epoch seconds; ``outcome`` is None while the fire is
     waiting for its turn or running.
     """
@@ -123,8 +122,7 @@ class FireRecord:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class RoutineStats:
+class RoutineStats(Frozen):
     """Due runs and successes of one routine over a window (``idle`` and manual runs are not
     due runs).
     """

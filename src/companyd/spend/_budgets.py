@@ -9,11 +9,11 @@ with the day.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
+from companyd._frozen import Frozen
 from companyd.admin import BudgetRow, BudgetsData
 from companyd.config import BudgetSpec, CompanyConfig
 from companyd.spend._ledger import Ledger, from_pusd, to_pusd
@@ -50,8 +50,7 @@ def usd(value: Decimal | int) -> float:
     return float(round(d, 6))
 
 
-@dataclass(frozen=True, kw_only=True)
-class BudgetLimit:
+class BudgetLimit(Frozen):
     """One ceiling: a scope's daily or monthly budget.
 
     Attributes:

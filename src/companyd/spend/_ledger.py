@@ -36,11 +36,11 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from companyd._frozen import Frozen
 from companyd._sqlite import Migration, SchemaTooNew, store_errors
 from companyd.admin import SpendTotals
 from companyd.errors import CompanydError
@@ -262,8 +262,7 @@ def usd_str(usd: Decimal) -> str:
     return format(usd.normalize(), "f") if usd else "0"
 
 
-@dataclass(frozen=True, kw_only=True)
-class CallRow:
+class CallRow(Frozen):
     """One settled LLM call."""
 
     ts: float
@@ -279,8 +278,7 @@ class CallRow:
     price_known: bool = True
 
 
-@dataclass(frozen=True, kw_only=True)
-class InflightRow:
+class InflightRow(Frozen):
     """A reservation recorded while its call is in flight."""
 
     id: str
@@ -294,8 +292,7 @@ class InflightRow:
     boot: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class Totals:
+class Totals(Frozen):
     """Aggregates of one key over a period."""
 
     key: str

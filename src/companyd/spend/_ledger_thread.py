@@ -23,10 +23,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from companyd._frozen import Frozen
 from companyd._fs import is_disk_failure
 from companyd._sqlite import store_errors
 from companyd.spend._ledger import InflightRow, Ledger, LedgerError
@@ -42,8 +42,7 @@ log = logging.getLogger("companyd.spend.ledger_thread")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, kw_only=True)
-class Opening:
+class Opening(Frozen):
     """What the ledger said when it was opened (:meth:`LedgerThread.open`).
 
     Attributes:

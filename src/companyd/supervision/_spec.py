@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
+from companyd._frozen import Frozen
 from companyd.supervision._child import ChildFn, _Ignore
 from companyd.supervision._errors import InvalidSpec
 
@@ -62,8 +63,7 @@ DEFAULT_WORKER_SHUTDOWN: Final = 5.0
 DEFAULT_KILL_GRACE: Final = 0.5
 
 
-@dataclass(frozen=True, kw_only=True)
-class Backoff:
+class Backoff(Frozen):
     """Opt-in delay before restarting a child (an extension beyond OTP; D8).
 
     The n-th consecutive restart (n = 0, 1, …) waits
@@ -120,8 +120,7 @@ class Backoff:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class ChildSpec:
+class ChildSpec(Frozen):
     """How to run one child (OTP's child spec).
 
     Attributes:
@@ -197,8 +196,7 @@ class ChildSpec:
             )
 
 
-@dataclass(frozen=True, kw_only=True)
-class SupervisorFlags:
+class SupervisorFlags(Frozen):
     """OTP's supervisor flags. Defaults: one_for_one, 3 restarts within 5 s (Elixir's; D6)."""
 
     strategy: Strategy = "one_for_one"
