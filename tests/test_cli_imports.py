@@ -96,12 +96,17 @@ sys.exit(main())
 """
 
 
-def loaded_by(*argv: str, cwd: Path, env: dict[str, str], rc: int = 0) -> set[str]:
-    """The modules (dotted names and their top-level packages) ``companyd ARGV`` loaded."""
+def loaded_by(
+    *argv: str, cwd: Path, env: dict[str, str], rc: int = 0, stdin: str | None = None
+) -> set[str]:
+    """The modules (dotted names and their top-level packages) ``companyd ARGV`` loaded;
+    ``stdin``: what its standard input reads before its end (None: the test's own).
+    """
     read, write = os.pipe()
     try:
         proc = subprocess.run(
             [sys.executable, "-c", PROBE, *argv],
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=120,
@@ -213,6 +218,42 @@ def test_validate_of_a_sqlite_company_does_not_import_the_postgresql_driver() ->
         loaded = loaded_by("validate", str(EXAMPLE), cwd=Path(d), env=dict(os.environ))
     assert sorted(loaded.intersection(NOT_FOR_VALIDATE)) == []
     assert "pydantic" in loaded  # the probe sees what validate does load: it can fail
+
+
+#: ``memory serve-mcp --file F`` (the daemon and every MCP client start one): the mcp SDK and
+#: the memory store, but not the config machinery that only finds the file when no --file
+#: is given (pydantic's schema, the cross-checks, PyYAML, the cron library: ~0.1 s of CPU
+#: at each start), nor the stores' drivers or anything of the daemon's other parts.
+NOT_FOR_SERVE_MCP = (
+    "companyd.config._load",
+    "companyd.config._checks",
+    "companyd.config._schema",
+    "yaml",
+    "apscheduler",
+    "jsonschema",
+    "psycopg",
+    "psycopg_pool",
+    "networkx",
+    "telegram",
+    "anthropic",
+    "jinja2",
+    "prometheus_client",
+)
+
+
+def test_serve_mcp_of_a_file_loads_no_config_machinery(tmp_path: Path) -> None:
+    # its standard input ends at once: the server starts, reads the end and exits 0
+    loaded = loaded_by(
+        "memory",
+        "serve-mcp",
+        "--file",
+        str(tmp_path / "memory.jsonl"),
+        cwd=tmp_path,
+        env=dict(os.environ),
+        stdin="",
+    )
+    assert sorted(loaded.intersection(NOT_FOR_SERVE_MCP)) == []
+    assert "companyd.memory._mcp_server" in loaded  # it did start the server
 
 
 #: Reading the run journal without a daemon, on a SQLite company: the stores, no config
