@@ -12,9 +12,10 @@ spent waiting for a core.
 (company.yaml at the top of the repository, copied into a temporary directory) is started
 with ``companyd run --offline`` there and stopped at the end. ``validate`` reads the same
 copy. ``runs`` and ``tasks`` are also run against a second copy that no daemon runs, so
-they read the stores themselves (no target: shown). ``--python`` runs the commands with
-another interpreter or tree (``PYTHONPATH`` is passed through), to measure the code of an
-older commit in the same way.
+they read the stores themselves (no target: shown), and ``memory serve-mcp --file`` is run
+from start to its exit at the end of an empty standard input (no target: shown).
+``--python`` runs the commands with another interpreter or tree (``PYTHONPATH`` is passed
+through), to measure the code of an older commit in the same way.
 
 Targets (issue 31): ``--version``, ``status``, ``runs``, ``inbox``, ``jobs`` each ≤ 5×;
 ``validate`` ≤ 10×.
@@ -59,6 +60,11 @@ OFFLINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tasks, no daemon", ("tasks",)),
 )
 
+#: ``companyd memory serve-mcp --file F`` from start to its exit at the end of an empty
+#: standard input (no target: shown): every MCP client of the company memory, the daemon's
+#: agents included, starts one; most of it is the mcp SDK's import.
+SERVE_MCP = ("memory", "serve-mcp", "--file")
+
 
 def start_daemon(python: str, config: Path, env: dict[str, str], timeout: float = 120.0) -> Any:
     """``companyd run --offline`` of ``config``, returned once it has sent READY=1."""
@@ -98,7 +104,11 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]
     """(wall seconds, CPU seconds: user + system from the child's rusage) of one run."""
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err
+        )
+        assert proc.stdin is not None
+        proc.stdin.close()  # an empty standard input: `memory serve-mcp` serves it and exits
         _, status, usage = os.wait4(proc.pid, 0)
         elapsed = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -147,6 +157,8 @@ def main() -> None:
             cli = [str(script)] if script.exists() else [args.python, "-m", "companyd"]
             runs = [(label, argv, env) for label, argv, _ in COMMANDS]
             runs += [(label, argv, idle_env) for label, argv in OFFLINE]
+            serve = ("serve-mcp --file", (*SERVE_MCP, str(Path(work) / "memory.jsonl")))
+            runs.append((*serve, env))
             for _, argv, e in runs:  # warm-up, not counted: bytecode written
                 timed([*cli, *argv], e, Path(work))
             base: list[tuple[float, float]] = []
@@ -163,7 +175,8 @@ def main() -> None:
     print(f"load average after the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"\n{'':18} {'wall':>9} {'× base':>7} {'CPU':>9} {'× base':>7}  target (wall)")
     print(f"{'python -c pass':18} {b * 1e3:6.1f} ms {1:6.1f}× {bc * 1e3:6.1f} ms {1:6.1f}×")
-    for label, _, target in (*COMMANDS, *((label, (), None) for label, _ in OFFLINE)):
+    shown = (*((label, (), None) for label, _ in OFFLINE), ("serve-mcp --file", (), None))
+    for label, _, target in (*COMMANDS, *shown):
         t = statistics.median(w for w, _ in times[label])
         c = statistics.median(c for _, c in times[label])
         verdict = (

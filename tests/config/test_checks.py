@@ -94,6 +94,21 @@ def test_a_routine_of_a_disabled_agent_is_a_warning_not_an_error() -> None:
     ]
 
 
+def test_an_alert_route_for_an_unknown_event_kind_is_a_warning_naming_the_known_ones() -> None:
+    # the event catalog is imported only for a file with alert routes (issue 31: `validate`
+    # of a file without them does without it): the kinds are still checked when there are
+    cfg = load(
+        MINIMAL + "alerts:\n  routes:\n    routine_failed: critical\n    routine_faild: info\n"
+    )
+    [warning] = [str(w) for w in cfg.warnings]
+    assert warning.startswith(
+        "c.yaml:16:5: warning: alerts.routes.routine_faild: expected a known event kind, got "
+        "'routine_faild'; did you mean 'routine_failed'? this route applies only if something "
+        "publishes that kind (known: run_started, "
+    )
+    assert ", routine_failed, " in warning
+
+
 def test_a_priced_model_is_known() -> None:
     cfg = load(
         MINIMAL + "    model: claude-nova-9\npricing:\n  claude-nova-9: {input: 1, output: 2}\n"

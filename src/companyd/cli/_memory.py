@@ -24,7 +24,7 @@ from typing import Any
 
 from companyd._fs import read_regular_file
 from companyd.cli._main import print_json
-from companyd.config import default_config_path, load_config
+from companyd.config import default_config_path
 from companyd.errors import CompanydError
 from companyd.memory import GraphStore, counted, neighbourhood, parse_graph, write_atomic
 
@@ -144,6 +144,11 @@ def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
             f"which memory file? {str(path)!r} does not exist; pass --file FILE, set "
             "MEMORY_FILE_PATH, or run where company.yaml is (or set COMPANYD_CONFIG)"
         )
+    # Imported here: the config machinery (pydantic, the schema, the cross-checks: ~0.1 s of
+    # CPU) is for finding the file only; `serve-mcp --file F`, which the daemon and the
+    # suite start dozens of times, does without it (issue 31).
+    from companyd.config import load_config
+
     cfg = load_config(path)
     return cfg.memory_path(cfg.state_dir())
 

@@ -19,7 +19,6 @@ from companyd.config._done_when import MEMORY_TOOLS, OPTIONAL_BUILTINS
 from companyd.config._report import Path_, Report, dotted
 from companyd.config._scalars import bare_model_id
 from companyd.config._wording import closest
-from companyd.events import KINDS
 from companyd.llm import is_known_model
 
 __all__ = ["SLUG_RE", "cross_check"]
@@ -207,6 +206,10 @@ def cross_check(data: dict[str, Any], rep: Report, base: Path) -> dict[str, str]
 
     routes = _as_dict(_as_dict(data.get("alerts")).get("routes"))
     if routes:
+        # Imported here: the event catalog (and asyncio under the bus) costs `validate` more
+        # than the rest of the checks, and only a file with alert routes needs its names.
+        from companyd.events import KINDS
+
         for kind in routes:
             if kind not in KINDS:
                 close = closest(kind, list(KINDS))

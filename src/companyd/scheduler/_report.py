@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from companyd.scheduler._jobs_text import ago as _ago
+from companyd.scheduler._jobs_text import format_jobs_result, format_rows, utc_from_ts
+from companyd.scheduler._jobs_text import local_time as _local
+from companyd.scheduler._jobs_text import table as _table
 from companyd.scheduler._records import FireRecord, RoutineState, RoutineStats
 
 if TYPE_CHECKING:
@@ -28,13 +32,6 @@ __all__ = [
     "job_views",
     "offline_next_fires",
 ]
-
-
-def utc_from_ts(ts: float) -> datetime:
-    """:func:`companyd.clock.utc_from_ts`, here so that printing a daemon's ``jobs`` answer
-    does not import the clock (and asyncio with it).
-    """
-    return datetime.fromtimestamp(ts, tz=UTC)
 
 
 #: The window of ``companyd jobs``' success rate.
@@ -208,75 +205,11 @@ def offline_next_fires(
 # Text
 
 
-def _local(ts: float | None, tz: str, fmt: str = "%Y-%m-%d %H:%M %Z") -> str:
-    if ts is None:
-        return "—"
-    if tz == "UTC":  # the usual zone, without zoneinfo's imports (issue 31: `companyd jobs`)
-        return utc_from_ts(ts).strftime(fmt)
-    from zoneinfo import ZoneInfo
-
-    return utc_from_ts(ts).astimezone(ZoneInfo(tz)).strftime(fmt)
-
-
-def _ago(seconds: float) -> str:
-    seconds = abs(seconds)
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 36 * 3600:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
-
-
-def _rate(stats: RoutineStats) -> str:
-    rate = stats.success_rate
-    if rate is None:
-        return "— (none due)"
-    apart = f", {stats.unverified} unverified" if stats.unverified else ""
-    return f"{rate * 100:.1f}% ({stats.ok}/{stats.due}{apart})"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
-    for r in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    return "\n".join(lines)
-
-
 def format_jobs(views: Sequence[JobView], now: float, *, daemon: bool) -> str:
-    """The ``companyd jobs`` table (plain text, one routine per line)."""
-    if not views:
-        return "no routines in company.yaml (add some under 'routines:')"
-    rows = []
-    for v in views:
-        if not v.enabled:
-            nxt = "disabled"
-        elif v.paused:
-            nxt = f"paused: failed in a row (`companyd jobs resume {v.routine}`)"
-        elif v.catch_up_pending is not None:
-            nxt = f"at start (catch-up of {_local(v.catch_up_pending, v.timezone)})"
-        elif v.next_fire is None:
-            nxt = "—"
-        else:
-            nxt = f"{_local(v.next_fire, v.timezone)} (in {_ago(v.next_fire - now)})"
-        if v.last is None:
-            last = "never fired"
-        else:
-            last = f"{v.last.outcome} {_ago(now - v.last.scheduled)} ago"
-        if v.in_progress:
-            last += f" · {v.in_progress} running/waiting"
-        rows.append((v.routine, v.agent, v.schedule, nxt, last, _rate(v.stats)))
-    table = _table(("ROUTINE", "AGENT", "SCHEDULE", "NEXT FIRE", "LAST", "7-DAY SUCCESS"), rows)
-    if not daemon:
-        table += (
-            "\n(read from the saved history; next fire times computed from company.yaml and "
-            "each routine's saved schedule position)"
-        )
-    return table
+    """The ``companyd jobs`` table (plain text, one routine per line): the rows a daemon would
+    send for ``views``, printed by the one printer (:mod:`companyd.scheduler._jobs_text`).
+    """
+    return format_rows([v.to_dict() for v in views], now, daemon=daemon)
 
 
 def format_history(routine: RoutineConfig | None, slug: str, records: Sequence[FireRecord]) -> str:
@@ -335,12 +268,6 @@ def _tally(records: Sequence[FireRecord]) -> str:
         f"shown: {total} due run(s): {ok} ok · {unverified} unverified · {other} failed, "
         "missed or skipped"
     )
-
-
-def format_jobs_result(result: Mapping[str, Any], now: float) -> str:
-    """:func:`format_jobs` for a ``jobs()`` result received as JSON (control socket)."""
-    views = [JobView.from_dict(r) for r in result["routines"]]
-    return format_jobs(views, now, daemon=bool(result.get("daemon", result.get("live"))))
 
 
 def format_history_result(result: Mapping[str, Any], config: CompanyConfig | None) -> str:
