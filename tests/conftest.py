@@ -130,6 +130,17 @@ def no_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In the xdist controller, before the workers start: warm the bytecode caches once
+    (tests/bytecode_warm.py) instead of letting every worker compile the same files.
+    """
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        import companyd
+        from bytecode_warm import warm
+
+        warm(config, Path(__file__).parent, Path(companyd.__file__).parent)
+
+
 # -- PostgreSQL: a throwaway cluster per test session (and xdist worker) ---------------------
 
 try:
