@@ -32,10 +32,10 @@ def test_a_warmed_module_is_collected_from_the_cache_not_rewritten_again(
     assert warm_rewritten(pytestconfig, files) == 0  # fresh: nothing to do
     [pyc] = _cached(module)
     before = pyc.stat()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    drop = {"PYTHONDONTWRITEBYTECODE", "PYTEST_ADDOPTS"}  # e.g. CI's --cov
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     got = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-p", "no:cov", str(module)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(module)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert got.returncode == 0, got.stdout + got.stderr
