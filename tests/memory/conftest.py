@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from .mcp_helpers import Session
 
 
 class ChildCtx:
@@ -69,3 +73,20 @@ def require_official() -> str:
         print(f"skipping official-server interop: {why}")
         pytest.skip(f"official MCP memory server unavailable: {why}", allow_module_level=True)
     return path
+
+
+@pytest.fixture
+async def theirs(
+    pair: tuple[Session, Session], pair_dir: Path
+) -> AsyncIterator[tuple[Session, Path]]:
+    """For a module with a ``pair`` of servers (ours, the official one) kept for the whole
+    module, and their ``pair_dir``: the official server and its file, for one file test.
+    Whatever the test leaves there is removed after it (a file the official server cannot
+    read fails every call until it is gone).
+    """
+    path = pair_dir / "theirs.jsonl"
+    path.unlink(missing_ok=True)
+    try:
+        yield pair[1], path
+    finally:
+        path.unlink(missing_ok=True)

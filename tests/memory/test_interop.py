@@ -187,22 +187,6 @@ async def test_invalid_calls_get_identical_errors(pair: tuple[Session, Session])
 # -- file interop --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def theirs(
-    pair: tuple[Session, Session], pair_dir: Path
-) -> AsyncIterator[tuple[Session, Path]]:
-    """The module's official server and its file, for one file test: whatever the test
-    leaves there is removed after it (a file the official server cannot read fails every
-    call until it is gone).
-    """
-    path = pair_dir / "theirs.jsonl"
-    path.unlink(missing_ok=True)
-    try:
-        yield pair[1], path
-    finally:
-        path.unlink(missing_ok=True)
-
-
 async def _official_read(theirs: tuple[Session, Path], data: bytes) -> dict[str, Any]:
     """``read_graph`` of the official server on a file holding ``data``."""
     official, path = theirs

@@ -333,22 +333,6 @@ async def test_scenario_gets_identical_answers(pair: tuple[Session, Session], na
 # -- what each leaves on disk --------------------------------------------------------------------
 
 
-@pytest.fixture
-async def theirs(
-    pair: tuple[Session, Session], pair_dir: Path
-) -> AsyncIterator[tuple[Session, Path]]:
-    """The module's official server and its file, for one file case: whatever the case
-    leaves there is removed after it (a file the official server cannot read fails every
-    call until it is gone).
-    """
-    path = pair_dir / "theirs.jsonl"
-    path.unlink(missing_ok=True)
-    try:
-        yield pair[1], path
-    finally:
-        path.unlink(missing_ok=True)
-
-
 async def _both(
     theirs: tuple[Session, Path], tmp_path: Path, data: bytes | None, calls: list[Call]
 ) -> dict[str, Any]:
