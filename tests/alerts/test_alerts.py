@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -303,7 +304,10 @@ class Harness:
             self.clock.advance(
                 left if due is None else min(max(due - self.clock.monotonic(), 0.0), left)
             )
-            await self.until(lambda asleep=asleep: self.clock.sleepers >= asleep)
+            await self.until(functools.partial(self._asleep_again, asleep))
+
+    def _asleep_again(self, asleep: int) -> bool:
+        return self.clock.sleepers >= asleep
 
     @contextlib.asynccontextmanager
     async def service(
