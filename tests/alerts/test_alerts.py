@@ -296,6 +296,10 @@ class Harness:
         """Move the service clock ``seconds`` on, from one wake-up to the next; after each,
         wait until every sleeper it woke is asleep again (what it does in between — a real
         HTTP call — takes real time). No fixed real-time pause per step.
+
+        It counts sleepers, so it suits loops that sleep again after each wake (the command
+        poller's backoff); where a wake starts one-shot work (an alert's first booking),
+        the count can be back before that work is done — use ``until`` on its result.
         """
         end = self.clock.monotonic() + seconds
         while (left := end - self.clock.monotonic()) > 0:
