@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -290,6 +291,27 @@ class Harness:
                 if step:
                     self.clock.advance(step)
                 await asyncio.sleep(0.01)
+
+    async def run_clock(self, seconds: float) -> None:
+        """Move the service clock ``seconds`` on, from one wake-up to the next; after each,
+        wait until every sleeper it woke is asleep again (what it does in between — a real
+        HTTP call — takes real time). No fixed real-time pause per step.
+
+        It counts sleepers, so it suits loops that sleep again after each wake (the command
+        poller's backoff); where a wake starts one-shot work (an alert's first booking),
+        the count can be back before that work is done — use ``until`` on its result.
+        """
+        end = self.clock.monotonic() + seconds
+        while (left := end - self.clock.monotonic()) > 0:
+            asleep = self.clock.sleepers
+            due = self.clock.next_deadline()
+            self.clock.advance(
+                left if due is None else min(max(due - self.clock.monotonic(), 0.0), left)
+            )
+            await self.until(functools.partial(self._asleep_again, asleep))
+
+    def _asleep_again(self, asleep: int) -> bool:
+        return self.clock.sleepers >= asleep
 
     @contextlib.asynccontextmanager
     async def service(
@@ -1306,16 +1328,15 @@ async def test_command_polling_survives_getupdates_errors_and_says_so(
     async with harness(tmp_path) as h, h.service() as (svc, _):
         await h.until(lambda: svc.snapshot()["commands"] == "ok")
         failing_from = h.clock.time()
-        h.server.fail_next(10**6, status=status, method="getUpdates")
+        # Flood control as Telegram sends it for a poller: wait 30 s (each poll honours it).
+        h.server.fail_next(10**6, status=status, method="getUpdates", retry_after=30)
         await h.until(lambda: svc.snapshot()["commands"] == "failing")
         snap = svc.snapshot()
         assert snap["telegram"] == "ok"  # sending still works
         assert shown in snap["commands_error"], snap
         assert snap["commands_since"] == pytest.approx(failing_from, abs=5)
         # Retried with backoff long after a library would have given up: ten minutes.
-        for _ in range(600):
-            h.clock.advance(1.0)
-            await asyncio.sleep(0.005)
+        await h.run_clock(600)
         await h.until(
             lambda: len([c for c in h.server.calls_of("getUpdates") if c.status == status]) >= 8,
             step=1.0,

@@ -204,12 +204,15 @@ async def test_a_claim_whose_holder_died_mid_send_is_taken_over_after_the_lease(
 
 async def test_an_unreachable_database_is_a_clear_error(tmp_path: Path) -> None:
     """No in-memory outbox on PostgreSQL: the pager does not start, and says why (without
-    the connection string's password).
+    the connection string's password). The port refuses at once; the store gives up after
+    its connect wait — 0.5 s here, not the product's 5 s: the claim is the error, and the
+    error names the wait it honoured.
     """
     backend = Backend(
         kind="postgres",
         dsn="postgresql://companyd:s3cret-pw@127.0.0.1:1/companyd?connect_timeout=1",
         schema="acme",
+        connect_wait=0.5,
     )
     store = AlertStore(tmp_path / "alerts.sqlite", backend=backend)
     try:
@@ -220,6 +223,7 @@ async def test_an_unreachable_database_is_a_clear_error(tmp_path: Path) -> None:
     text = str(info.value)
     assert "cannot open the alert outbox in postgres schema 'acme' (alerts)" in text
     assert "check the PostgreSQL server and state.dsn_env" in text
+    assert "after 0.5 sec" in text  # psycopg_pool's words: the wait it was given
     assert "s3cret-pw" not in text
     assert not (tmp_path / "alerts.sqlite").exists()
 

@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import stat
@@ -872,16 +873,16 @@ def _fill_with_running_asks(path: Path, lines: Any) -> tuple[list[socket.socket]
             s.sendall(b'{"op": "ask", "args": {"agent": "a", "question": "q"}}\n')
         s.settimeout(0.05)
         while True:  # either the daemon started the ask, or it answered (refused)
-            try:
-                data = s.recv(65536)
-            except TimeoutError:
+            # whichever comes first: its "started" line need not wait out the recv timeout
+            ready, _, _ = select.select([s, lines], [], [], 0.05)
+            if s not in ready:
                 line = lines.readline()
                 if line == "started\n":
                     break
                 if not line:
                     raise AssertionError("the daemon exited") from None
                 continue
-            return held, data
+            return held, s.recv(65536)
     raise AssertionError("never refused")
 
 

@@ -77,12 +77,17 @@ class Backend:
         fence: the leadership epoch every write must still hold on ``postgres``
             (:class:`companyd.storage._leadership.Leadership` owns it); None: writes are not
             fenced (a single daemon, or SQLite).
+        connect_wait: seconds every store waits for PostgreSQL (to connect, and for its
+            connection) before it gives up with a clear error; None: the store's own
+            timeout, at least 5 s. No company.yaml key: the product always uses None; a
+            test whose claim is the error, not how long it takes, sets it shorter.
     """
 
     kind: Literal["sqlite", "postgres"] = "sqlite"
     dsn: str | None = field(default=None, repr=False)
     schema: str = "companyd"
     fence: Fence | None = field(default=None, compare=False, repr=False)
+    connect_wait: float | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind == "postgres" and not self.dsn:
@@ -263,7 +268,7 @@ def open_database(
             store=store,
             migrations=migrations,
             what=what,
-            timeout=max(timeout, 5.0),
+            timeout=max(timeout, 5.0) if backend.connect_wait is None else backend.connect_wait,
             readonly=readonly,
             hint=hint,
             thread_name=thread_name,
