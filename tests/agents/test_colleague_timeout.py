@@ -14,6 +14,8 @@ import pytest
 from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
 from companyd.admin._blocks import RunRow
 from companyd.admin._results import ReloadApplied, Runs
+from companyd.agents._calls import STOP_CALL_GRACE
+from companyd.clock import ManualClock
 from companyd.runs import Journal, Task, new_id
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
@@ -79,8 +81,9 @@ async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
 async def test_a_consultation_still_queued_at_its_timeout_never_runs_even_after_a_restart(
     tmp_path: Path,
 ) -> None:
-    # the CFO is busy with another task while the CEO's question waits in its mailbox
-    agents, model = ceo_consults_cfo([stall(1.5, then=reply_text("books closed"))])
+    # the CFO is busy with another task (its model call held until the CEO's wait is over)
+    # while the CEO's question waits in its mailbox
+    agents, model = ceo_consults_cfo([stall(None, then=reply_text("books closed"))])
     cfg = write_company(tmp_path, agents)
     state = tmp_path / "state"
     with MessagesAPIServer(responder=model) as srv:
@@ -90,6 +93,8 @@ async def test_a_consultation_still_queued_at_its_timeout_never_runs_even_after_
                 while not requests_of(srv, "cfo"):
                     await asyncio.sleep(0.02)
             out = await d.ask("ceo", "Check the runway with the CFO.")
+            assert not busy.done()  # the CFO was busy all the while the CEO waited
+            srv.release_stalls()
             first = await busy
             await asyncio.sleep(0.3)  # the CFO is free now: a queued consultation would run
             cfo_runs = await runs_of(d, "cfo")
@@ -223,10 +228,13 @@ async def test_removing_an_agent_withdraws_its_tasks_and_ends_every_wait(tmp_pat
     # both askers get an answer (cancelled, with the reason) instead of waiting forever, and
     # the journal closes both, so a CFO added again later does not inherit them.
     cfg = write_company(tmp_path, {"ceo": {}, "cfo": {"reports_to": "ceo"}})
-    # its model call takes 2 s: the reload stops the CFO at the end of that step
-    model = PerAgent(cfo=[stall(2, then=reply_tool_use("search_nodes", {"query": "books"}))])
+    # its model call is held until the reload's stop of the CFO has begun (the call's
+    # STOP_CALL_GRACE on the daemon's clock): it answers within that grace, and the reload
+    # stops the CFO at the end of that step
+    model = PerAgent(cfo=[stall(None, then=reply_tool_use("search_nodes", {"query": "books"}))])
+    clock = ManualClock()
     with MessagesAPIServer(responder=model) as srv:
-        async with running_company(cfg, tmp_path / "state", srv) as d:
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
             running = asyncio.create_task(d.ask("cfo", "Close the books.", timeout=60))
             async with asyncio.timeout(10):
                 while not requests_of(srv, "cfo"):
@@ -236,7 +244,13 @@ async def test_removing_an_agent_withdraws_its_tasks_and_ends_every_wait(tmp_pat
                 while d.staff.inbox_size("cfo") < 1:
                     await asyncio.sleep(0.02)
             write_company(tmp_path, {"ceo": {}})
-            reloaded = await d.reload()
+            reloading = asyncio.create_task(d.reload())
+            async with asyncio.timeout(10):
+                while clock.next_deadline() != clock.monotonic() + STOP_CALL_GRACE:
+                    assert not reloading.done(), reloading
+                    await asyncio.sleep(0.01)
+            srv.release_stalls()
+            reloaded = await reloading
             async with asyncio.timeout(20):
                 outcomes = [await running, await queued]
             await asyncio.sleep(0.2)  # the journal write is queued behind the reload
