@@ -39,6 +39,16 @@ async def ended_runs_of(d: Any, agent: str) -> list[RunRow]:
     return runs
 
 
+async def advance_when_due(clock: ManualClock, seconds: float, ready: Any) -> None:
+    """Once ``ready()`` holds and the clock's next wake-up is ``seconds`` ahead (the wait
+    under test has begun), move the clock to it.
+    """
+    async with asyncio.timeout(20):
+        while not ready() or clock.next_deadline() != clock.monotonic() + seconds:
+            await asyncio.sleep(0.01)
+    clock.advance(seconds)
+
+
 def ceo_consults_cfo(cfo_script: list[Any]) -> tuple[dict[str, Any], PerAgent]:
     """A CEO that consults the CFO once, waiting 0.5 s at most, then answers itself."""
     agents = {
@@ -61,9 +71,13 @@ async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
     # the CFO's model call hangs far longer than the CEO waits
     agents, model = ceo_consults_cfo([stall(30, then=reply_text("14 months"))])
     cfg = write_company(tmp_path, agents)
+    clock = ManualClock()
     with MessagesAPIServer(responder=model) as srv:
-        async with running_company(cfg, tmp_path / "state", srv) as d:
-            out = await d.ask("ceo", "Check the runway with the CFO.")
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            asking = asyncio.ensure_future(d.ask("ceo", "Check the runway with the CFO."))
+            # the CFO's call is in flight and the CEO waits: its 0.5 s pass
+            await advance_when_due(clock, 0.5, lambda: requests_of(srv, "cfo"))
+            out = await asyncio.wait_for(asking, 20)
             cfo_runs = await ended_runs_of(d, "cfo")
             await asyncio.sleep(0.3)  # time for a run that was not cancelled to go on
             open_tasks = (await d.tasks()).tasks
@@ -124,9 +138,13 @@ async def test_a_stopped_asker_withdraws_the_task_it_was_waiting_on(tmp_path: Pa
         ceo=[reply_tool_use("consult", {"agent": "cfo", "question": "What is our runway?"})],
         cfo=[stall(30, then=reply_text("14 months"))],
     )
+    clock = ManualClock()
     with MessagesAPIServer(responder=model) as srv:
-        async with running_company(cfg, tmp_path / "state", srv) as d:
-            out = await d.ask("ceo", "Check the runway with the CFO.")
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            asking = asyncio.ensure_future(d.ask("ceo", "Check the runway with the CFO."))
+            # the CFO's call is in flight; the CEO's run reaches its max_seconds
+            await advance_when_due(clock, 1, lambda: requests_of(srv, "cfo"))
+            out = await asyncio.wait_for(asking, 20)
             cfo_runs = await ended_runs_of(d, "cfo")
     assert out.status == "circuit_breaker", out
     assert [r["status"] for r in cfo_runs] == ["cancelled"]
@@ -156,9 +174,21 @@ async def test_a_reviewer_that_does_not_answer_in_time_fails_the_attempt_without
         cfo=[reply_text("$42k"), reply_text("$42k")],
         coo=[stall(30, then=reply_text("APPROVE")), stall(30, then=reply_text("APPROVE"))],
     )
+    clock = ManualClock()
     with MessagesAPIServer(responder=model) as srv:
-        async with running_company(cfg, tmp_path / "state", srv) as d:
-            out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            asking = asyncio.ensure_future(d.ask("ceo", "Get a Q1 forecast from the CFO."))
+            reviews = 0
+            async with asyncio.timeout(30):
+                while not asking.done():
+                    # each review the CFO waits for is in flight: its 0.5 s pass
+                    if len(requests_of(srv, "coo")) > reviews and (
+                        clock.next_deadline() == clock.monotonic() + 0.5
+                    ):
+                        reviews += 1
+                        clock.advance(0.5)
+                    await asyncio.sleep(0.01)
+            out = asking.result()
             restarts = list(d.bus.recent({"restart"}, limit=100))
             coo_runs = await ended_runs_of(d, "coo")
     assert out.status == "ok", out
