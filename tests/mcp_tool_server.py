@@ -29,9 +29,14 @@ import os
 import time
 from pathlib import Path
 
-from mcp.server import MCPServer
-from mcp.server.mcpserver import Context
-from mcp_types import ToolAnnotations
+# checked before the mcp SDK is imported (~0.6 s of CPU): a closed gate exits at once
+_gate = os.environ.get("TOOL_START_GATE") if __name__ == "__main__" else None
+if _gate and not Path(_gate).exists():
+    raise SystemExit(2)
+
+from mcp.server import MCPServer  # noqa: E402 (after the gate)
+from mcp.server.mcpserver import Context  # noqa: E402
+from mcp_types import ToolAnnotations  # noqa: E402
 
 server = MCPServer("test-tools")
 
@@ -114,7 +119,4 @@ if os.environ.get("TOOL_BAD_NAMES"):
 
 
 if __name__ == "__main__":
-    gate = os.environ.get("TOOL_START_GATE")
-    if gate and not Path(gate).exists():
-        raise SystemExit(2)
     server.run("stdio")

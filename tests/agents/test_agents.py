@@ -21,6 +21,7 @@ from agentkit import (
     write_company,
 )
 from companyd.admin._results import DebugCrashed, ReloadApplied
+from companyd.clock import ManualClock
 from companyd.daemon._main import Daemon
 from companyd.events import Event
 from companyd.llm._model import Usage
@@ -276,15 +277,25 @@ async def test_waiting_on_a_delegate_longer_than_the_heartbeat_is_not_a_stall(
             reply_tool_use("delegate", {"agent": "cfo", "task": "Forecast Q1."}),
             reply_text("Forecast received."),
         ],
-        # five steps of 0.3 s each: well past the CEO's 0.5 s heartbeat
-        cfo=[
-            *(reply_tool_use("search_nodes", {"query": f"q{i}"}, latency=0.3) for i in range(4)),
-            reply_text("$42k", latency=0.3),
-        ],
+        # the CFO's model call is held until the CEO's heartbeat has come due three times
+        cfo=[stall(None, then=reply_text("$42k"))],
     )
+    clock = ManualClock()
     with MessagesAPIServer(responder=model) as srv:
-        async with running_company(cfg, tmp_path / "state", srv) as d:
-            out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            asking = asyncio.ensure_future(d.ask("ceo", "Get a Q1 forecast from the CFO."))
+            async with asyncio.timeout(20):
+                while not [r for r in srv.requests if agent_of(r) == "cfo"]:
+                    await asyncio.sleep(0.01)
+                for _ in range(3):
+                    # the CEO's heartbeat check comes due; it finds the CEO waiting on its
+                    # delegate (not stuck) and watches again, one heartbeat from now
+                    clock.advance(0.5)
+                    while clock.next_deadline() != clock.monotonic() + 0.5:
+                        assert not asking.done(), asking
+                        await asyncio.sleep(0.01)
+            srv.release_stalls()
+            out = await asyncio.wait_for(asking, 20)
             restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
     assert out.status == "ok", out
     assert restarts == []

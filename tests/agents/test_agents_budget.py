@@ -45,6 +45,24 @@ SONNET = {"in": Decimal(2), "w5": Decimal("2.50"), "w1": Decimal(4), "read": Dec
 SONNET_OUT = Decimal(10)
 
 
+async def _stop_with_a_call_in_flight(d: Daemon, clock: ManualClock) -> None:
+    """``d.stop()`` while a model call hangs: the stop gives the call STOP_CALL_GRACE on the
+    daemon's clock (it is not over before), then ends it, promptly in real time too: not
+    after the SDK's timeout times its attempts.
+    """
+    stopping = asyncio.ensure_future(d.stop())
+    async with asyncio.timeout(10):  # the stop has begun the call's grace
+        while clock.next_deadline() != clock.monotonic() + STOP_CALL_GRACE:
+            assert not stopping.done(), stopping
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert not stopping.done()  # an answer within the grace would still be kept
+    clock.advance(STOP_CALL_GRACE)
+    # a deadline far below timeout × attempts (30 s), above STOP_CALL_GRACE (3 s)
+    async with asyncio.timeout(STOP_CALL_GRACE + 4):
+        await stopping
+
+
 def billed(u: Usage) -> Decimal:
     """What the stand-in's usage costs at the published Sonnet 5.5 rates (computed here)."""
     return (
@@ -227,7 +245,10 @@ async def test_calls_the_client_gave_up_on_count_as_billed(tmp_path: Path) -> No
             spend = await d.spend("agent", "today")
             unanswered = d.bus.recent({"spend_unanswered"}, limit=100)
             budget = await d.budget()
-        await asyncio.sleep(0.8)  # let the stand-in finish (and bill) what it was given
+        # the stand-in finishes (and bills) what it was given: every request has its outcome
+        async with asyncio.timeout(30):
+            while any(r.outcome == "pending" for r in srv.requests):
+                await asyncio.sleep(0.01)
         provider = sum(billed(usage_of(m)) for m in [*srv.responses, *srv.billed_abandoned])
 
     assert outs[-1].status == "budget_exhausted", outs
@@ -261,15 +282,14 @@ async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(
         backend = ClaudeBackend(
             api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0
         )
-        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True)
+        clock = ManualClock()
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=clock)
         await d.start()
         asker = asyncio.ensure_future(d.ask("ceo", "Search."))
         try:
             async with asyncio.timeout(10):
                 await asyncio.to_thread(srv.wait_for_requests, 1)
-            # a deadline far below timeout × attempts (30 s), above STOP_CALL_GRACE (3 s)
-            async with asyncio.timeout(STOP_CALL_GRACE + 4):
-                await d.stop()
+            await _stop_with_a_call_in_flight(d, clock)
         finally:
             asker.cancel()
             with contextlib.suppress(BaseException):
@@ -305,7 +325,8 @@ async def test_a_stop_ends_a_wait_for_room_in_the_budget_without_pausing_anyone(
         backend = ClaudeBackend(
             api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0
         )
-        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True)
+        clock = ManualClock()
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=clock)
         await d.start()
         askers = [asyncio.ensure_future(d.ask(a, "Search.")) for a in ("ceo", "cfo")]
         try:
@@ -314,8 +335,7 @@ async def test_a_stop_ends_a_wait_for_room_in_the_budget_without_pausing_anyone(
                 while len(d.staff.in_flight()) < 2:  # the other run waits for room
                     await asyncio.sleep(0.01)
             assert len(srv.requests) == 1
-            async with asyncio.timeout(STOP_CALL_GRACE + 4):
-                await d.stop()
+            await _stop_with_a_call_in_flight(d, clock)
         finally:
             for asker in askers:
                 asker.cancel()

@@ -14,6 +14,8 @@ import pytest
 from agentkit import PerAgent, agent_of, running_company, tool_results, write_company
 from companyd.admin._blocks import RunRow
 from companyd.admin._results import ReloadApplied, Runs
+from companyd.agents._calls import STOP_CALL_GRACE
+from companyd.clock import ManualClock
 from companyd.runs import Journal, Task, new_id
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
@@ -35,6 +37,16 @@ async def ended_runs_of(d: Any, agent: str) -> list[RunRow]:
         while not (runs := await runs_of(d, agent)) or any(r["status"] == "running" for r in runs):
             await asyncio.sleep(0.05)
     return runs
+
+
+async def advance_when_due(clock: ManualClock, seconds: float, ready: Any) -> None:
+    """Once ``ready()`` holds and the clock's next wake-up is ``seconds`` ahead (the wait
+    under test has begun), move the clock to it.
+    """
+    async with asyncio.timeout(20):
+        while not ready() or clock.next_deadline() != clock.monotonic() + seconds:
+            await asyncio.sleep(0.01)
+    clock.advance(seconds)
 
 
 def ceo_consults_cfo(cfo_script: list[Any]) -> tuple[dict[str, Any], PerAgent]:
@@ -59,9 +71,13 @@ async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
     # the CFO's model call hangs far longer than the CEO waits
     agents, model = ceo_consults_cfo([stall(30, then=reply_text("14 months"))])
     cfg = write_company(tmp_path, agents)
+    clock = ManualClock()
     with MessagesAPIServer(responder=model) as srv:
-        async with running_company(cfg, tmp_path / "state", srv) as d:
-            out = await d.ask("ceo", "Check the runway with the CFO.")
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            asking = asyncio.ensure_future(d.ask("ceo", "Check the runway with the CFO."))
+            # the CFO's call is in flight and the CEO waits: its 0.5 s pass
+            await advance_when_due(clock, 0.5, lambda: requests_of(srv, "cfo"))
+            out = await asyncio.wait_for(asking, 20)
             cfo_runs = await ended_runs_of(d, "cfo")
             await asyncio.sleep(0.3)  # time for a run that was not cancelled to go on
             open_tasks = (await d.tasks()).tasks
@@ -79,8 +95,9 @@ async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
 async def test_a_consultation_still_queued_at_its_timeout_never_runs_even_after_a_restart(
     tmp_path: Path,
 ) -> None:
-    # the CFO is busy with another task while the CEO's question waits in its mailbox
-    agents, model = ceo_consults_cfo([stall(1.5, then=reply_text("books closed"))])
+    # the CFO is busy with another task (its model call held until the CEO's wait is over)
+    # while the CEO's question waits in its mailbox
+    agents, model = ceo_consults_cfo([stall(None, then=reply_text("books closed"))])
     cfg = write_company(tmp_path, agents)
     state = tmp_path / "state"
     with MessagesAPIServer(responder=model) as srv:
@@ -90,6 +107,8 @@ async def test_a_consultation_still_queued_at_its_timeout_never_runs_even_after_
                 while not requests_of(srv, "cfo"):
                     await asyncio.sleep(0.02)
             out = await d.ask("ceo", "Check the runway with the CFO.")
+            assert not busy.done()  # the CFO was busy all the while the CEO waited
+            srv.release_stalls()
             first = await busy
             await asyncio.sleep(0.3)  # the CFO is free now: a queued consultation would run
             cfo_runs = await runs_of(d, "cfo")
@@ -119,9 +138,13 @@ async def test_a_stopped_asker_withdraws_the_task_it_was_waiting_on(tmp_path: Pa
         ceo=[reply_tool_use("consult", {"agent": "cfo", "question": "What is our runway?"})],
         cfo=[stall(30, then=reply_text("14 months"))],
     )
+    clock = ManualClock()
     with MessagesAPIServer(responder=model) as srv:
-        async with running_company(cfg, tmp_path / "state", srv) as d:
-            out = await d.ask("ceo", "Check the runway with the CFO.")
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            asking = asyncio.ensure_future(d.ask("ceo", "Check the runway with the CFO."))
+            # the CFO's call is in flight; the CEO's run reaches its max_seconds
+            await advance_when_due(clock, 1, lambda: requests_of(srv, "cfo"))
+            out = await asyncio.wait_for(asking, 20)
             cfo_runs = await ended_runs_of(d, "cfo")
     assert out.status == "circuit_breaker", out
     assert [r["status"] for r in cfo_runs] == ["cancelled"]
@@ -151,9 +174,21 @@ async def test_a_reviewer_that_does_not_answer_in_time_fails_the_attempt_without
         cfo=[reply_text("$42k"), reply_text("$42k")],
         coo=[stall(30, then=reply_text("APPROVE")), stall(30, then=reply_text("APPROVE"))],
     )
+    clock = ManualClock()
     with MessagesAPIServer(responder=model) as srv:
-        async with running_company(cfg, tmp_path / "state", srv) as d:
-            out = await d.ask("ceo", "Get a Q1 forecast from the CFO.")
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            asking = asyncio.ensure_future(d.ask("ceo", "Get a Q1 forecast from the CFO."))
+            reviews = 0
+            async with asyncio.timeout(30):
+                while not asking.done():
+                    # each review the CFO waits for is in flight: its 0.5 s pass
+                    if len(requests_of(srv, "coo")) > reviews and (
+                        clock.next_deadline() == clock.monotonic() + 0.5
+                    ):
+                        reviews += 1
+                        clock.advance(0.5)
+                    await asyncio.sleep(0.01)
+            out = asking.result()
             restarts = list(d.bus.recent({"restart"}, limit=100))
             coo_runs = await ended_runs_of(d, "coo")
     assert out.status == "ok", out
@@ -223,10 +258,13 @@ async def test_removing_an_agent_withdraws_its_tasks_and_ends_every_wait(tmp_pat
     # both askers get an answer (cancelled, with the reason) instead of waiting forever, and
     # the journal closes both, so a CFO added again later does not inherit them.
     cfg = write_company(tmp_path, {"ceo": {}, "cfo": {"reports_to": "ceo"}})
-    # its model call takes 2 s: the reload stops the CFO at the end of that step
-    model = PerAgent(cfo=[stall(2, then=reply_tool_use("search_nodes", {"query": "books"}))])
+    # its model call is held until the reload's stop of the CFO has begun (the call's
+    # STOP_CALL_GRACE on the daemon's clock): it answers within that grace, and the reload
+    # stops the CFO at the end of that step
+    model = PerAgent(cfo=[stall(None, then=reply_tool_use("search_nodes", {"query": "books"}))])
+    clock = ManualClock()
     with MessagesAPIServer(responder=model) as srv:
-        async with running_company(cfg, tmp_path / "state", srv) as d:
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
             running = asyncio.create_task(d.ask("cfo", "Close the books.", timeout=60))
             async with asyncio.timeout(10):
                 while not requests_of(srv, "cfo"):
@@ -236,7 +274,13 @@ async def test_removing_an_agent_withdraws_its_tasks_and_ends_every_wait(tmp_pat
                 while d.staff.inbox_size("cfo") < 1:
                     await asyncio.sleep(0.02)
             write_company(tmp_path, {"ceo": {}})
-            reloaded = await d.reload()
+            reloading = asyncio.create_task(d.reload())
+            async with asyncio.timeout(10):
+                while clock.next_deadline() != clock.monotonic() + STOP_CALL_GRACE:
+                    assert not reloading.done(), reloading
+                    await asyncio.sleep(0.01)
+            srv.release_stalls()
+            reloaded = await reloading
             async with asyncio.timeout(20):
                 outcomes = [await running, await queued]
             await asyncio.sleep(0.2)  # the journal write is queued behind the reload

@@ -36,11 +36,18 @@ from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_t
 pytestmark = pytest.mark.anyio
 
 EXITS_AT_ONCE = {"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"]}
+# Reads every request and answers none; like any stdio server it exits when its stdin
+# closes, so the stop after the failed handshake takes no grace period. The timeout is
+# short because this server never answers: the test always waits all of it, however
+# loaded the machine (the start of the mcp SDK is outside it: it is imported first).
 NEVER_ANSWERS = {
     "command": sys.executable,
-    "args": ["-c", "import time; time.sleep(600)"],
-    "handshake_timeout_seconds": 2,
+    "args": ["-c", "import sys; sys.stdin.read()"],
+    "handshake_timeout_seconds": 0.5,
 }
+# Never answers and ignores its stdin closing: the stop waits the mcp SDK's grace period
+# (2 s) and then kills it.
+IGNORES_EVERYTHING = dict(NEVER_ANSWERS, args=["-c", "import time; time.sleep(600)"])
 
 
 async def _wait_for(predicate: Any, what: str, timeout: float = 60) -> Any:
@@ -93,7 +100,7 @@ async def test_a_server_that_fails_or_never_answers_leaves_the_agent_running_wit
         assert e.data["retry_in_s"] > 0
     assert all(e.severity == Severity.DEBUG for e in failed if e.data["attempt"] > 1)
     assert "closed the connection during the MCP handshake" in by_server["broken"].data["reason"]
-    assert "did not answer the MCP handshake within 2 s" in by_server["mute"].data["reason"]
+    assert "did not answer the MCP handshake within 0.5 s" in by_server["mute"].data["reason"]
     assert "could not be started: No such file" in by_server["missing"].data["reason"]
     rendered, _ = render("mcp_server_failed", by_server["mute"].data, "agent/marketing", {}, [])
     assert rendered.title == "MCP server 'mute' of marketing failed; running without its tools"
@@ -200,10 +207,12 @@ async def test_tools_the_api_would_refuse_are_left_out_with_a_warning(
 async def test_a_mute_server_does_not_hold_up_the_company_start(tmp_path: Path) -> None:
     # Agents start one after another; if each waited for its tool servers' handshakes,
     # a few mute servers would hold READY=1 past systemd's start timeout. The agent
-    # reports started first and waits for its tools before serving tasks.
+    # reports started first and waits for its tools before serving tasks. The server also
+    # ignores its stdin closing: the stop after the failed handshake (the SDK's 2 s grace,
+    # then a kill) must not hold up the start either.
     cfg = write_company(
         tmp_path,
-        {"ceo": {"mcp_servers": {"mute": NEVER_ANSWERS}}, "cfo": {"reports_to": "ceo"}},
+        {"ceo": {"mcp_servers": {"mute": IGNORES_EVERYTHING}}, "cfo": {"reports_to": "ceo"}},
     )
     model = PerAgent()
     with MessagesAPIServer(responder=model) as srv:
