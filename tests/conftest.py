@@ -142,6 +142,17 @@ def pytest_configure(config: pytest.Config) -> None:
         warm(config, Path(__file__).parent, Path(companyd.__file__).parent)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """An xdist worker has imported every test module: what it holds now (the modules, the
+    SDKs, the collected items, ~400,000 objects) lives until it exits, so it is frozen out
+    of the cyclic collector (``gc.freeze``, as a pre-fork server does): the 15–18 full
+    collections of a worker's run (3.5–4.4 s of its CPU) stop walking it. Objects the tests
+    make are collected as always. Not in the controller or a single process.
+    """
+    if hasattr(session.config, "workerinput"):
+        gc.freeze()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """An xdist worker has reported everything and its coverage is saved: it only waits to
