@@ -96,16 +96,16 @@ sys.exit(main())
 """
 
 
-def loaded_by(
-    *argv: str, cwd: Path, env: dict[str, str], rc: int = 0, stdin: str | None = None
-) -> set[str]:
-    """The modules (dotted names and their top-level packages) ``companyd ARGV`` loaded;
-    ``stdin``: what its standard input reads before its end (None: the test's own).
+def _probe(
+    script: str, argv: tuple[str, ...], cwd: Path, env: dict[str, str], stdin: str | None
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run ``script`` (a probe that writes its report to the descriptor ``$PROBE_FD`` at
+    exit) as ``companyd ARGV``: the finished process and the report.
     """
     read, write = os.pipe()
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", PROBE, *argv],
+            [sys.executable, "-c", script, *argv],
             input=stdin,
             capture_output=True,
             text=True,
@@ -118,13 +118,23 @@ def loaded_by(
         write = -1
         with os.fdopen(read, "rb") as f:
             read = -1
-            loaded = f.read().decode().split()
+            report = f.read().decode()
     finally:
         for fd in (read, write):
             if fd >= 0:
                 os.close(fd)
+    return proc, report
+
+
+def loaded_by(
+    *argv: str, cwd: Path, env: dict[str, str], rc: int = 0, stdin: str | None = None
+) -> set[str]:
+    """The modules (dotted names and their top-level packages) ``companyd ARGV`` loaded;
+    ``stdin``: what its standard input reads before its end (None: the test's own).
+    """
+    proc, report = _probe(PROBE, argv, cwd, env, stdin)
     assert proc.returncode == rc, (argv, proc.returncode, proc.stderr)
-    return set(loaded)
+    return set(report.split())
 
 
 #: ``companyd ARGV`` counting the ``ping`` requests it sends (each search for the daemon
@@ -146,28 +156,9 @@ sys.exit(main())
 
 
 def pings_by(*argv: str, cwd: Path, env: dict[str, str]) -> int:
-    read, write = os.pipe()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", PING_PROBE, *argv],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=cwd,
-            env={**env, "PROBE_FD": str(write)},
-            pass_fds=(write,),
-        )
-        os.close(write)
-        write = -1
-        with os.fdopen(read, "rb") as f:
-            read = -1
-            count = int(f.read())
-    finally:
-        for fd in (read, write):
-            if fd >= 0:
-                os.close(fd)
+    proc, report = _probe(PING_PROBE, argv, cwd, env, None)
     assert proc.returncode == 0, (argv, proc.stderr)
-    return count
+    return int(report)
 
 
 def test_a_claim_without_its_control_socket_is_searched_past(tmp_path: Path) -> None:

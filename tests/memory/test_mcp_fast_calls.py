@@ -156,11 +156,10 @@ def test_the_fast_path_writes_what_the_sdk_path_writes(tmp_path: Path, version: 
     assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "sdk.jsonl").read_bytes()
 
 
-def test_calls_in_flight_when_stdin_closes_are_answered_and_kept(tmp_path: Path) -> None:
-    # `serve-mcp < calls.jsonl`, or a client that writes its last calls and closes: every
-    # call gets its true answer. (Through the SDK alone they were answered "Connection
-    # closed" while some of them had been written.)
-    path = tmp_path / "memory.jsonl"
+def _initialised_server(path: Path) -> subprocess.Popen[bytes]:
+    """``companyd memory serve-mcp --file PATH`` as a process, its ``initialize``
+    (2025-11-25) sent and answered; stdin and stdout are pipes, stderr is dropped.
+    """
     proc = subprocess.Popen(
         [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(path)],
         stdin=subprocess.PIPE,
@@ -172,6 +171,15 @@ def test_calls_in_flight_when_stdin_closes_are_answered_and_kept(tmp_path: Path)
     proc.stdin.write(_init("2025-11-25"))
     proc.stdin.flush()
     assert b'"id":0' in proc.stdout.readline()
+    return proc
+
+
+def test_calls_in_flight_when_stdin_closes_are_answered_and_kept(tmp_path: Path) -> None:
+    # `serve-mcp < calls.jsonl`, or a client that writes its last calls and closes: every
+    # call gets its true answer. (Through the SDK alone they were answered "Connection
+    # closed" while some of them had been written.)
+    path = tmp_path / "memory.jsonl"
+    proc = _initialised_server(path)
     calls = [_call(10 + i, "create_entities", {"entities": [E(f"e{i}")]}) for i in range(8)]
     out, _ = proc.communicate(b"".join([_INITIALIZED, *calls]), timeout=60)  # and close stdin
     assert proc.returncode == 0
@@ -191,17 +199,8 @@ def test_sigkill_mid_writes_loses_no_acknowledged_write(tmp_path: Path) -> None:
     rng = random.Random(31)
     for trial in range(6):
         path = tmp_path / f"m{trial}.jsonl"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=ENV,
-        )
+        proc = _initialised_server(path)
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(_init("2025-11-25"))
-        proc.stdin.flush()
-        assert b'"id":0' in proc.stdout.readline()
         proc.stdin.write(_INITIALIZED)
         acked: set[str] = set()
         sent = 0
