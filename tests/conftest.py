@@ -133,13 +133,21 @@ def no_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def pytest_configure(config: pytest.Config) -> None:
     """In the xdist controller, before the workers start: warm the bytecode caches once
-    (tests/bytecode_warm.py) instead of letting every worker compile the same files.
+    (tests/bytecode_warm.py) instead of letting every worker compile the same files. In a
+    worker, before it collects: import the SDKs the test modules use. Both with coverage's
+    tracer paused (tests/untraced.py): neither runs companyd code, and traced they took
+    about twice as long.
     """
-    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+    from untraced import preimport, tracer_paused
+
+    if hasattr(config, "workerinput"):
+        preimport()
+    elif getattr(config.option, "numprocesses", None):
         import companyd
         from bytecode_warm import warm
 
-        warm(config, Path(__file__).parent, Path(companyd.__file__).parent)
+        with tracer_paused():
+            warm(config, Path(__file__).parent, Path(companyd.__file__).parent)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
