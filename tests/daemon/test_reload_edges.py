@@ -18,6 +18,7 @@ import yaml
 
 from companyd.admin._results import ReloadApplied, ReloadRejected
 from companyd.admin._wire import result_data
+from companyd.clock import ManualClock
 from companyd.config import load_config
 from companyd.daemon._main import Daemon
 from companyd.daemon._reload import shown_error
@@ -38,7 +39,7 @@ def work() -> Iterator[Path]:
 
 @contextlib.asynccontextmanager
 async def edge_daemon(
-    work: Path, monkeypatch: pytest.MonkeyPatch
+    work: Path, monkeypatch: pytest.MonkeyPatch, clock: ManualClock | None = None
 ) -> AsyncIterator[tuple[Daemon, NotifyListener]]:
     """An offline two-agent daemon (not started) sending sd_notify to a listener; stopped
     afterwards unless the test stopped it, and closed.
@@ -56,7 +57,7 @@ async def edge_daemon(
     listener = NotifyListener(work / "notify")
     listener.start()
     monkeypatch.setenv("NOTIFY_SOCKET", listener.address)
-    daemon = Daemon(load_config(cfg), work / "s", backend=OfflineModel(), offline=True)
+    daemon = Daemon(load_config(cfg), work / "s", backend=OfflineModel(), offline=True, clock=clock)
     try:
         yield daemon, listener
     finally:
@@ -167,6 +168,25 @@ async def test_a_graceful_stop_is_healthy_for_the_watchdog(
         assert during > 0, "the stop finished before the tree left 'running'"
         assert watchdog.skipped == 0, "a graceful stop withheld WATCHDOG=1"
         assert "health check fails" not in caplog.text
+
+
+async def test_the_watchdog_pings_in_real_time_whatever_the_business_clock_does(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WatchdogSec is counted in real seconds by systemd: a daemon whose business clock is held
+    still (a test's ManualClock) or compressed (COMPANYD_TIME_SCALE, where pings paced by it
+    came thousands of times too often) still pings every half interval of real time.
+    """
+    monkeypatch.setenv("WATCHDOG_USEC", "200000")  # a ping every 0.1 s
+    async with edge_daemon(work, monkeypatch, clock=ManualClock(1_000_000.0)) as (
+        daemon,
+        listener,
+    ):
+        async with asyncio.timeout(DEADLINE):
+            await daemon.start()
+            [ready] = await listener.wait_for("READY")
+            since = listener.messages.index(ready)
+            await listener.wait_for("WATCHDOG", since=since, count=3)
 
 
 async def test_status_shows_the_running_file_and_the_last_rejected_reload(

@@ -189,10 +189,11 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         self.reloads = ReloadRecord()  # the last reload's outcome, for status
         self.state = "starting"
         self.notifier = Notifier.from_env(unset_environment=True)
-        # Event-loop lag and I/O deadlines (memory calls, control requests) are real time,
-        # even when a benchmark compresses the business clock (routines, budget periods,
-        # heartbeats, backoff) with COMPANYD_TIME_SCALE.
-        real = SystemClock()
+        # Event-loop lag, I/O deadlines (memory calls, control requests) and what systemd
+        # reads (WATCHDOG=1 against WatchdogSec, STATUS= for `systemctl status`) are real
+        # time, even when a benchmark compresses the business clock (routines, budget
+        # periods, heartbeats, backoff) with COMPANYD_TIME_SCALE or a test holds it still.
+        real = self._real = SystemClock()
         self.lag = LoopLagMonitor(real, self.bus, source="daemon")
         #: where the stores that support it live (state: in company.yaml; docs/storage.md)
         self.storage = state_backend(config)  # seam: storage Backend, every store's backend=
@@ -390,11 +391,11 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         self._tasks = [
             asyncio.create_task(self._service(self.lag.run), name="loop-lag"),
             asyncio.create_task(
-                self._service(Watchdog(self.notifier, self.clock, health=self._healthy).run),
+                self._service(Watchdog(self.notifier, self._real, health=self._healthy).run),
                 name="watchdog",
             ),
             asyncio.create_task(
-                self._service(StatusUpdater(self.notifier, self._status_line, self.clock).run),
+                self._service(StatusUpdater(self.notifier, self._status_line, self._real).run),
                 name="status",
             ),
             asyncio.create_task(
