@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import sys
 import threading
@@ -124,9 +123,10 @@ class InProcessServer:
             finally:
                 os.close(server_in)
                 os.close(server_out)  # the client reads EOF, as from an exited process
-                # serve_stdio freezes the start-up heap (companyd._heap), which here is the
-                # test process's: give those objects back to the collector.
-                gc.unfreeze()
+                # serve_stdio froze the heap (companyd._heap), here the test process's: as the
+                # xdist worker itself does after collecting (tests/conftest.py). Not undone:
+                # gc.unfreeze() would also hand the worker's own ~400,000 frozen objects back
+                # to every later full collection.
 
         self._thread = threading.Thread(target=run, name=f"serve-mcp {path.name}", daemon=True)
         self._thread.start()
