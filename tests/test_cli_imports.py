@@ -42,6 +42,12 @@ HEAVY = (
     "jinja2",
     "prometheus_client",
     "opentelemetry",
+    # the anthropic SDK's HTTP stack (its own fork of httpx) and what it loads where it is
+    # installed (selenium brings trio into the test venv); mcp's types package
+    "httpx2",
+    "httpcore2",
+    "trio",
+    "mcp_types",
 )
 
 #: What the commands a daemon answers do without: the event loop, PyYAML (the daemon's
@@ -279,6 +285,9 @@ def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
                 ("inbox",),
                 ("jobs",),
                 ("status", "--state-dir", str(state)),
+                ("runs", "--state-dir", str(state)),
+                ("inbox", "--state-dir", str(state)),
+                ("jobs", "--state-dir", str(state)),
             ]
             for argv in commands:
                 loaded, pings = await asyncio.to_thread(probed, *argv, cwd=work, env=env)

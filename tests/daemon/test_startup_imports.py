@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -122,22 +121,8 @@ def test_version_and_validate_import_nothing_they_do_not_use(tmp_path: Path) -> 
     assert sorted(loaded.intersection(NOT_FOR_VALIDATE)) == []
 
 
-def test_commands_a_running_daemon_answers_import_nothing_heavy() -> None:
-    # status, runs, inbox and jobs ask the daemon and print its answer: the control
-    # client (a socket and JSON) and the printers, nothing of the daemon's own machinery.
-    async def scenario(work: Path) -> None:
-        shutil.copy(EXAMPLE, work / "company.yaml")
-        state = work / "s"
-        env = {**os.environ, "COMPANYD_CONFIG": str(work / "company.yaml")}
-        async with DaemonProcess(work / "company.yaml", state, log=work / "d.log"):
-            for command in ("status", "runs", "inbox", "jobs"):
-                loaded = await asyncio.to_thread(
-                    _loaded_by, command, "--state-dir", str(state), cwd=work, env=env
-                )
-                assert sorted(loaded.intersection((*HEAVY, "asyncio"))) == [], command
-
-    with tempfile.TemporaryDirectory(dir="/tmp", prefix="imp") as d:
-        asyncio.run(scenario(Path(d)))
+# status, runs, inbox and jobs of a running daemon, with --state-dir and without: their
+# budget (HEAVY here, and more) is tests/test_cli_imports.py's, on one daemon for all of them
 
 
 #: Builds the daemon (every service, the tracer) for a company without telemetry and lists
