@@ -11,7 +11,9 @@ token or a traceback is not on stderr sees what the process's stderr would have 
 
 One thing a fresh process has that this one has not: an empty redactor. A secret an earlier
 test registered (``companyd._secrets.protect``) stays masked in this worker's log records,
-so a test whose claim is that a token is never printed keeps a process of its own.
+so a test whose claim is that a token is never printed uses a token no earlier test used
+(``telegram setup``'s wrong token) or keeps a process of its own (``notify-failure``'s
+rejected token: the module's one token, in every test).
 """
 
 from __future__ import annotations
