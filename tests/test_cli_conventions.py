@@ -37,18 +37,6 @@ DRIVER = Path(__file__).resolve().parent / "cli_pipes_driver.py"
 pytestmark = pytest.mark.xdist_group("cli_conventions")
 
 
-def cli(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("COMPANYD_CONFIG", "STATE_DIRECTORY")}
-    return subprocess.run(
-        [sys.executable, "-m", "companyd", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=cwd,
-    )
-
-
 def cli_here(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``companyd ARGV`` by the CLI's entry point in this process (from directory ``cwd``),
     shaped as :func:`cli`'s result.
@@ -305,6 +293,6 @@ def test_every_subcommand_help_has_a_clean_usage() -> None:
         first = usage.splitlines()[0]
         assert first.startswith(f"usage: companyd {' '.join(words)}"), (words, usage)
         assert usage.count("usage:") == 1, (words, usage)
-    shown = cli("backup", "verify", "--help")
+    shown = cli_here("backup", "verify", "--help")
     assert shown.returncode == 0
     assert shown.stdout.startswith("usage: companyd backup verify [-h] [--json] FILE\n")

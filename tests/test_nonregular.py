@@ -2,7 +2,11 @@
 expects a file is refused at once, by name — never read, so no command can hang on one.
 
 The FIFOs here have no writer: opening one for reading blocks forever in a plain
-``open()``. Every command runs as a real subprocess with a deadline; a hang is a failure.
+``open()``. Every command runs with a deadline; a hang is a failure. The commands run by
+the CLI's entry point in a thread of this process (:func:`cli`): a command stuck on a FIFO
+past its deadline is freed by opening the FIFO for writing, then fails the test. A device
+that never ends (``/dev/zero``) is read by a real process (:func:`cli_process`): a command
+reading it would not stop, and only a process can be killed.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 import pytest
 
 from companyd.config import AlertsSpec, AnthropicSpec
+from companyd.testing.inprocess import cli_in_thread
 
 MINIMAL = """\
 schema: companyd/v1
@@ -35,14 +40,33 @@ agents:
 """
 
 
-def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli_process(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "companyd", *argv],
         capture_output=True,
         text=True,
         timeout=30,  # a hang is a failure, not a wait
-        env={**os.environ, **(env or {})},
     )
+
+
+def cli(
+    *argv: str, fifo: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``companyd ARGV`` by the CLI's entry point in a thread, with ``env`` added to the
+    environment meanwhile; still running after 30 s, it is stuck on ``fifo``: that is
+    opened for writing (which lets the reader go on) and the test fails.
+    """
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        got = _returns(lambda: cli_in_thread(list(argv)), fifo, timeout=30)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return subprocess.CompletedProcess(list(argv), got.rc, got.out, got.err)
 
 
 def fifo(path: Path) -> Path:
@@ -55,7 +79,7 @@ def fifo(path: Path) -> Path:
 )
 def test_a_config_path_that_is_a_fifo_is_refused(tmp_path: Path, command: list[str]) -> None:
     path = fifo(tmp_path / "company.yaml")
-    p = cli(*command, str(path))
+    p = cli(*command, str(path), fifo=path)
     assert p.returncode == 1, p.stderr
     assert f"{path}: expected a regular file, got a FIFO (named pipe)" in p.stdout + p.stderr
     assert "Traceback" not in p.stderr
@@ -75,7 +99,12 @@ def test_an_instructions_file_that_is_not_a_regular_file_is_an_error_with_its_li
     target = make(tmp_path)
     cfg = tmp_path / "company.yaml"
     cfg.write_text(MINIMAL.replace("instructions: Count.", f"instructions_file: {target}"))
-    p = cli("validate", str(cfg))
+    # /dev/zero never ends: a command reading it is stopped only by killing its process
+    p = (
+        cli_process("validate", str(cfg))
+        if kind == "a character device"
+        else cli("validate", str(cfg), fifo=target)
+    )
     assert p.returncode == 1
     line = p.stderr.splitlines()[0]
     assert line.startswith(f"{cfg}:12:24: agents.cfo.instructions_file: expected a ")
@@ -84,19 +113,21 @@ def test_an_instructions_file_that_is_not_a_regular_file_is_an_error_with_its_li
 
 def test_notify_failure_with_a_fifo_for_company_yaml_does_not_hang(tmp_path: Path) -> None:
     path = fifo(tmp_path / "company.yaml")
-    p = cli("notify-failure", "companyd.service", "--config", str(path), env={"PATH": ""})
+    p = cli(
+        "notify-failure", "companyd.service", "--config", str(path), fifo=path, env={"PATH": ""}
+    )
     assert "expected a regular file, got a FIFO" in p.stderr
     assert "Traceback" not in p.stderr
 
 
-def _returns(fn: Callable[[], Any], unblock: Path) -> Any:
-    """``fn()`` run in a thread; if it is still blocked after 10 s, open ``unblock`` for
-    writing (releasing a reader stuck on the FIFO) and fail.
+def _returns(fn: Callable[[], Any], unblock: Path, timeout: float = 10) -> Any:
+    """``fn()`` run in a thread; if it is still blocked after ``timeout`` seconds, open
+    ``unblock`` for writing (releasing a reader stuck on the FIFO) and fail.
     """
     box: list[Any] = []
     t = threading.Thread(target=lambda: box.append(fn()), daemon=True)
     t.start()
-    t.join(10)
+    t.join(timeout)
     if t.is_alive():
         fd = os.open(unblock, os.O_WRONLY | os.O_NONBLOCK)
         os.close(fd)
@@ -130,15 +161,17 @@ def test_credentials_that_are_fifos_are_refused_not_read(tmp_path: Path) -> None
 
 def test_daemon_commands_given_a_fifo_as_config_do_not_hang(tmp_path: Path) -> None:
     path = fifo(tmp_path / "company.yaml")
-    p = cli("status", "--config", str(path))
+    p = cli("status", "--config", str(path), fifo=path)
     assert p.returncode == 69 and "no companyd daemon is running" in p.stderr
-    p = cli("install-service", "--dry-run", "--config", str(path), "--root", str(tmp_path))
+    p = cli(
+        "install-service", "--dry-run", "--config", str(path), "--root", str(tmp_path), fifo=path
+    )
     assert p.returncode == 2 and "is not a file" in p.stderr
     assert "Traceback" not in p.stderr
 
 
 def test_memory_import_of_a_fifo_is_refused(tmp_path: Path) -> None:
     source = fifo(tmp_path / "graph.jsonl")
-    p = cli("memory", "import", str(source), "--file", str(tmp_path / "memory.jsonl"))
+    p = cli("memory", "import", str(source), "--file", str(tmp_path / "memory.jsonl"), fifo=source)
     assert p.returncode == 1
     assert "not a regular file (a FIFO (named pipe))" in p.stderr and "Traceback" not in p.stderr

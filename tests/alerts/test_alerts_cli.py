@@ -1,4 +1,13 @@
-"""``companyd notify-failure UNIT``: the systemd OnFailure= alert, as a real subprocess."""
+"""``companyd notify-failure UNIT``: the systemd OnFailure= alert.
+
+As systemd runs it — a process of its own with the ``MONITOR_*`` variables — in the first
+test, and where the claim is that the token never reaches what the process prints (the
+interpreter's own messages at exit included). The other cases (where the facts come from,
+what an invalid company.yaml says, the exit code without settings) run the CLI's entry
+point in this process with the environment the process would get and what its stderr would
+show of log records (:func:`.clikit.cli_here`): the same command without an interpreter's
+start-up (and python-telegram-bot's imports) each.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +20,8 @@ import pytest
 import yaml
 
 from companyd.testing.bot_api import BotApiServer
+
+from .clikit import cli_here
 
 TOKEN = "123456789:AAH-notify-failure-secret-0123456789abc"
 CHAT = 111
@@ -63,6 +74,18 @@ async def _notify(
     return proc.returncode, out.decode(), err.decode()
 
 
+async def _notify_here(
+    config: Path, env: dict[str, str], unit: str = "companyd.service"
+) -> tuple[int, str, str]:
+    """:func:`_notify` by the CLI's entry point in this process (in a thread: the command
+    runs its own event loop while the stand-in answers in this one).
+    """
+    argv = ["notify-failure", unit, "--config", str(config)]
+    async with asyncio.timeout(60):
+        got = await asyncio.to_thread(cli_here, argv, env)
+    return got.rc, got.out, got.err
+
+
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MONITOR_")}
     env["TELEGRAM_BOT_TOKEN"] = TOKEN
@@ -103,7 +126,7 @@ async def test_reads_systemctl_show_when_systemd_gives_no_variables(tmp_path: Pa
     )
     async with BotApiServer(token=TOKEN) as server:
         env = _env(tmp_path, PATH=str(bindir))
-        code, _, err = await _notify(_config(tmp_path, server.url), env)
+        code, _, err = await _notify_here(_config(tmp_path, server.url), env)
     assert code == 0, err
     (msg,) = server.messages
     assert "died: killed: out of memory" in msg.text
@@ -116,7 +139,7 @@ async def test_reads_systemctl_show_when_systemd_gives_no_variables(tmp_path: Pa
 async def test_telegram_down_exits_0_and_says_why(tmp_path: Path) -> None:
     async with BotApiServer(token=TOKEN) as server:
         await server.go_down("refuse")
-        code, out, err = await _notify(_config(tmp_path, server.url), _env(tmp_path))
+        code, out, err = await _notify_here(_config(tmp_path, server.url), _env(tmp_path))
     assert code == 0
     assert "alert about companyd.service not sent" in err
     assert "NetworkError" in err
@@ -137,12 +160,12 @@ async def test_a_rejected_token_is_not_printed(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_without_telegram_settings_exits_1_with_the_reason(tmp_path: Path) -> None:
-    code, _, err = await _notify(_config(tmp_path, None, telegram=False), _env(tmp_path))
+    code, _, err = await _notify_here(_config(tmp_path, None, telegram=False), _env(tmp_path))
     assert code == 1
     assert "no 'alerts.telegram' section" in err
     env = _env(tmp_path)
     del env["TELEGRAM_BOT_TOKEN"]
-    code, _, err = await _notify(_config(tmp_path, "http://127.0.0.1:9"), env)
+    code, _, err = await _notify_here(_config(tmp_path, "http://127.0.0.1:9"), env)
     assert code == 1
     assert "$TELEGRAM_BOT_TOKEN is unset" in err
 
@@ -169,7 +192,7 @@ async def test_an_invalid_company_yaml_is_still_reported_with_its_first_error(
         doc["company"]["budget"]["daily_usd"] = "fifty"
         path.write_text(yaml.safe_dump(doc), encoding="utf-8")
         env = _env(tmp_path, MONITOR_SERVICE_RESULT="exit-code", MONITOR_EXIT_STATUS="78")
-        code, out, err = await _notify(path, env)
+        code, out, err = await _notify_here(path, env)
     assert code == 0, err
     assert "sent to 1 chat(s)" in out
     (msg,) = server.messages
@@ -191,7 +214,7 @@ async def test_an_instance_s_invalid_company_yaml_says_to_restart_that_instance(
         doc["company"]["budget"]["daily_usd"] = "fifty"
         path.write_text(yaml.safe_dump(doc), encoding="utf-8")
         env = _env(tmp_path, MONITOR_SERVICE_RESULT="exit-code", MONITOR_EXIT_STATUS="78")
-        code, _, err = await _notify(path, env, unit="companyd@acme.service")
+        code, _, err = await _notify_here(path, env, unit="companyd@acme.service")
     assert code == 0, err
     (msg,) = server.messages
     assert "(unit companyd@acme.service) died" in msg.text
@@ -210,7 +233,7 @@ async def test_an_invalid_company_yaml_never_sends_a_secret_it_quotes(tmp_path: 
         doc["agents"]["ceo"][key] = 1
         path.write_text(yaml.safe_dump(doc), encoding="utf-8")
         env = _env(tmp_path, MONITOR_SERVICE_RESULT="exit-code", MONITOR_EXIT_STATUS="78")
-        code, out, err = await _notify(path, env)
+        code, out, err = await _notify_here(path, env)
     assert code == 0, err
     (msg,) = server.messages
     assert "company.yaml is invalid:" in msg.text

@@ -1,7 +1,11 @@
 """The control socket (server, clients, discovery) and the CLI commands built on it.
 
-Everything runs over real Unix sockets; the CLI runs as a real subprocess against a server
-in the test's event loop. The Admin behind the server is a small in-memory company.
+Everything runs over real Unix sockets; the CLI commands run by the CLI's entry point in a
+thread (its own event loop and control client, working directory ``/``) against a server
+in the test's event loop: the same parsing, client, rendering and exit codes as ``python -m
+companyd``, without an interpreter's start-up each (the exit status a shell gets from a
+process is tests/test_cli_conventions.py's). The Admin behind the server is a small
+in-memory company.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ from companyd.daemon._protocol import (
 )
 from companyd.errors import CompanydError, DaemonNotRunning
 from companyd.testing.daemon import Ctx, as_unprivileged, running, short_dir
+from companyd.testing.daemon_process import CliResult
+from companyd.testing.inprocess import cli_in_thread
 
 NOW = 1_800_000_000.0
 
@@ -1052,23 +1058,23 @@ async def test_find_daemon_by_state_dir_and_never_another_companys(sock_dir: Pat
 
 
 # ---------------------------------------------------------------------------------------
-# the CLI, as a real subprocess against the server in this loop
+# the CLI, by its entry point in a thread, against the server in this loop
+
+
+def _cli_from_root(argv: list[str]) -> CliResult:
+    here = os.getcwd()
+    os.chdir("/")  # no company.yaml of the working directory is found
+    try:
+        return cli_in_thread(argv)
+    finally:
+        os.chdir(here)
 
 
 async def _cli(*argv: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "companyd",
-        *argv,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd="/",
-    )
+    """``companyd ARGV`` from ``/``: its exit code, stdout and stderr."""
     async with asyncio.timeout(60):
-        out, err = await proc.communicate()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+        got = await asyncio.to_thread(_cli_from_root, list(argv))
+    return got.rc, got.out, got.err
 
 
 @pytest.mark.anyio
@@ -1140,8 +1146,8 @@ async def test_cli_told_busy_exits_75_with_the_reason(sock_dir: Path) -> None:
     company = Company()
     srv = ControlServer(company, sock_dir / "companyd.sock", state_dir=sock_dir, max_connections=1)
     async with running(srv.run):
-        # The ask's deadline covers the CLI subprocess below, which takes seconds to start
-        # on a loaded machine: 10 s was not enough under a parallel run.
+        # The ask's deadline covers the CLI below, which took seconds to start as a
+        # subprocess on a loaded machine: 10 s was not enough under a parallel run.
         ask = asyncio.ensure_future(
             _raw(
                 srv.path,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -122,26 +121,13 @@ def test_version_and_validate_import_nothing_they_do_not_use(tmp_path: Path) -> 
     assert sorted(loaded.intersection(NOT_FOR_VALIDATE)) == []
 
 
-def test_commands_a_running_daemon_answers_import_nothing_heavy() -> None:
-    # status, runs, inbox and jobs ask the daemon and print its answer: the control
-    # client (a socket and JSON) and the printers, nothing of the daemon's own machinery.
-    async def scenario(work: Path) -> None:
-        shutil.copy(EXAMPLE, work / "company.yaml")
-        state = work / "s"
-        env = {**os.environ, "COMPANYD_CONFIG": str(work / "company.yaml")}
-        async with DaemonProcess(work / "company.yaml", state, log=work / "d.log"):
-            for command in ("status", "runs", "inbox", "jobs"):
-                loaded = await asyncio.to_thread(
-                    _loaded_by, command, "--state-dir", str(state), cwd=work, env=env
-                )
-                assert sorted(loaded.intersection((*HEAVY, "asyncio"))) == [], command
-
-    with tempfile.TemporaryDirectory(dir="/tmp", prefix="imp") as d:
-        asyncio.run(scenario(Path(d)))
+# status, runs, inbox and jobs of a running daemon, with --state-dir and without: their
+# budget (HEAVY here, and more) is tests/test_cli_imports.py's, on one daemon for all of them
 
 
-#: Builds the daemon (every service, the tracer) for a company with or without telemetry,
-#: then lists the top-level packages loaded.
+#: Builds the daemon (every service, the tracer) for a company without telemetry and lists
+#: the top-level packages loaded, then does the same for one with telemetry in the same
+#: process (what the first build loaded is listed before the second one starts).
 DAEMON_PROBE = """
 import json, sys, tempfile
 from pathlib import Path
@@ -150,38 +136,46 @@ from companyd.config import load_config
 from companyd.daemon._main import Daemon
 from companyd.llm import OfflineModel
 
-spec = {
-    "schema": "companyd/v1",
-    "company": {"name": "Probe Co", "budget": {"daily_usd": 5}},
-    "agents": {"writer": {"title": "Writer", "instructions": "Write."}},
-}
-if sys.argv[1] == "on":
-    spec["telemetry"] = {"otlp_endpoint": "http://127.0.0.1:9"}
-work = Path(tempfile.mkdtemp())
-(work / "company.yaml").write_text(yaml.safe_dump(spec))
-config = load_config(work / "company.yaml")
-daemon = Daemon(config, work / "s", backend=OfflineModel(), offline=True)
-print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
+def loaded_after_building(telemetry):
+    spec = {
+        "schema": "companyd/v1",
+        "company": {"name": "Probe Co", "budget": {"daily_usd": 5}},
+        "agents": {"writer": {"title": "Writer", "instructions": "Write."}},
+    }
+    if telemetry:
+        spec["telemetry"] = {"otlp_endpoint": "http://127.0.0.1:9"}
+    work = Path(tempfile.mkdtemp())
+    (work / "company.yaml").write_text(yaml.safe_dump(spec))
+    config = load_config(work / "company.yaml")
+    daemon = Daemon(config, work / "s", backend=OfflineModel(), offline=True)
+    return sorted({name.split(".")[0] for name in sys.modules})
+
+print(json.dumps([loaded_after_building(False), loaded_after_building(True)]))
 """
 
 
-def loaded_by_daemon(telemetry: str) -> set[str]:
+def loaded_by_daemons() -> tuple[set[str], set[str]]:
+    """The packages loaded once a daemon without telemetry is built, then once one with
+    telemetry is built too (one process).
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     out = subprocess.run(
-        [sys.executable, "-c", DAEMON_PROBE, telemetry],
+        [sys.executable, "-c", DAEMON_PROBE],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
         env=env,
     )
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+    off, on = json.loads(out.stdout.strip().splitlines()[-1])
+    return set(off), set(on)
 
 
 def test_a_daemon_without_telemetry_never_imports_opentelemetry() -> None:
-    assert "opentelemetry" not in loaded_by_daemon("off")
+    off, on = loaded_by_daemons()
+    assert "opentelemetry" not in off
     # the probe sees the SDK when telemetry is on: the check above can fail
-    assert "opentelemetry" in loaded_by_daemon("on")
+    assert "opentelemetry" in on
 
 
 # -- the daemon's start, up to READY=1 (issue 31) -----------------------------------------

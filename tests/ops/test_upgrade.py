@@ -27,6 +27,7 @@ from companyd.ops._archive import verify_archive
 from companyd.ops._upgrade import KNOWN_STORES, StateTooNew, inspect_state, prepare_upgrade
 from companyd.runs._schema import MIGRATIONS as JOURNAL_STEPS
 from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import cli_in_thread
 
 from .opskit import write_company
 
@@ -158,10 +159,9 @@ def test_the_way_back_names_the_newest_pre_upgrade_backup(tmp_path: Path) -> Non
     assert [s.name for s in inspect_state(state) if s.too_new] == ["runs.sqlite"]
     # and the way back works as written: restore the pre-upgrade backup over the state
     words = shlex.split(text[text.index("`companyd restore") + 1 :].split("`", 1)[0])
-    proc = subprocess.run(
-        [sys.executable, "-m", *words], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
+    assert words[0] == "companyd"
+    done = cli_in_thread(words[1:])  # the CLI's entry point, in this process
+    assert done.rc == 0, done.err
     assert version_of(state / "runs.sqlite") == 1  # the state from before the upgrade
     assert not [s for s in inspect_state(state) if s.too_new]
 

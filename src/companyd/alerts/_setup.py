@@ -156,22 +156,23 @@ async def telegram_setup(
         base_file_url=f"{settings.api_url}/file/bot",
     )
     env_name = tg.chat_ids_env or DEFAULT_CHAT_ENV
+    # the finally below also closes the connection a refused token's getMe left open
     try:
-        async with asyncio.timeout(30):
-            await bot.initialize()  # getMe
-    except TimeoutError:
-        raise SetupFailed(
-            f"no answer from the Bot API at {settings.api_url!r} within 30 s; check the "
-            "network (and alerts.telegram.api_url)"
-        ) from None
-    except (TelegramError, OSError) as exc:
-        raise SetupFailed(
-            redact(
-                f"the bot token from {settings.token_source} was not accepted: "
-                f"{telegram_error_text(exc)}; copy it again from @BotFather (/token)"
-            )
-        ) from None
-    try:
+        try:
+            async with asyncio.timeout(30):
+                await bot.initialize()  # getMe
+        except TimeoutError:
+            raise SetupFailed(
+                f"no answer from the Bot API at {settings.api_url!r} within 30 s; check the "
+                "network (and alerts.telegram.api_url)"
+            ) from None
+        except (TelegramError, OSError) as exc:
+            raise SetupFailed(
+                redact(
+                    f"the bot token from {settings.token_source} was not accepted: "
+                    f"{telegram_error_text(exc)}; copy it again from @BotFather (/token)"
+                )
+            ) from None
         name = f"@{bot.username}" if bot.username else str(bot.id)
         say(f"the token works: the bot is {name} ({bot.first_name})")
         say(
