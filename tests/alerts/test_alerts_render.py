@@ -103,7 +103,9 @@ def test_split_text_cuts_at_line_ends_then_spaces_then_anywhere() -> None:
     assert parts[0] == "x" * 10 and parts[1].endswith("…") and len(parts[1]) == 10
 
 
-@given(st.text(alphabet="ab \n😀", max_size=400), st.integers(4, 50), st.integers(1, 5))
+@given(
+    drawn_untraced(st.text(alphabet="ab \n😀", max_size=400)), st.integers(4, 50), st.integers(1, 5)
+)
 @settings(max_examples=300, deadline=None)
 def test_split_text_parts_always_fit(text: str, limit: int, max_parts: int) -> None:
     parts = split_text(text, limit=limit, max_parts=max_parts)

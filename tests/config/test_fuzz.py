@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companyd.cli import main
+from untraced import drawn_untraced
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 EXAMPLE_BYTES = (ROOT / "company.yaml").read_bytes()
@@ -163,18 +164,18 @@ def check(content: bytes) -> None:
 
 
 @SETTINGS
-@given(structural())
+@given(drawn_untraced(structural()))
 def test_structural_mutations_never_crash(content: bytes) -> None:
     check(content)
 
 
 @SETTINGS
-@given(textual())
+@given(drawn_untraced(textual()))
 def test_textual_mutations_never_crash(content: bytes) -> None:
     check(content)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.binary(max_size=300))
+@given(drawn_untraced(st.binary(max_size=300)))
 def test_random_bytes_never_crash(content: bytes) -> None:
     check(content)
