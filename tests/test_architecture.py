@@ -336,7 +336,7 @@ lambda: __import__("not_a_statement")
 def test_the_import_walk_finds_what_ast_walk_finds_at_any_depth() -> None:
     def names(nodes: list[Any]) -> list[str]:
         return [
-            n.module if isinstance(n, ast.ImportFrom) else n.names[0].name
+            str(n.module) if isinstance(n, ast.ImportFrom) else n.names[0].name
             for n in nodes
             if isinstance(n, ast.Import | ast.ImportFrom)
         ]
