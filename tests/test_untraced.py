@@ -61,3 +61,33 @@ def test_a_module_of_the_package_first_imported_inside_is_an_error(
         importlib.import_module("untraced_probe_pkg.late")
     for name in ("untraced_probe_pkg", "untraced_probe_pkg.late"):
         monkeypatch.delitem(sys.modules, name)
+
+
+def test_hypothesis_draws_untraced_and_runs_the_test_traced(tmp_path: Path) -> None:
+    probe = f"""
+import json, sys
+sys.path.insert(0, {str(TESTS)!r})
+import coverage
+from hypothesis import given, settings, strategies as st
+from untraced import drawn_untraced
+cov = coverage.Coverage(data_file=None)
+cov.start()
+drawn, ran = [], []
+values = st.lists(st.integers()).map(lambda xs: drawn.append(sys.gettrace() is None) or xs)
+@settings(max_examples=20, database=None)
+@given(drawn_untraced(values))
+def test(xs):
+    ran.append(sys.gettrace() is not None)
+test()
+after = sys.gettrace() is not None
+cov.stop()
+print(json.dumps([len(drawn), all(drawn), len(ran), all(ran), after]))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    n_drawn, untraced_draws, n_ran, traced_runs, traced_after = json.loads(out.stdout)
+    assert n_drawn >= 20 and untraced_draws  # every draw with the tracer off
+    assert n_ran >= 20 and traced_runs  # every run of the test's body with it on
+    assert traced_after

@@ -8,6 +8,9 @@ warm-up of the bytecode caches took 7.4 s instead of 4.3 s, and a worker's colle
 (``anthropic`` alone loads 3,200 modules). None of that is companyd code, so none of it
 can count in the report (``source = ["companyd"]``): it runs here with the tracer off.
 
+Property tests draw their examples the same way (:func:`drawn_untraced`): generating a
+value is hypothesis's code, never companyd's; the test's body runs traced.
+
 What runs paused must run no companyd line: :func:`tracer_paused` fails if a companyd
 module is first imported inside it, since that module's import-time lines would then be
 missing from the report.
@@ -19,6 +22,12 @@ import contextlib
 import importlib
 import sys
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+T = TypeVar("T")
 
 #: The third-party modules the test modules and companyd import while a worker collects,
 #: largest first (``python -X importtime -m pytest --collect-only -s``, cumulative ms
@@ -70,11 +79,7 @@ def tracer_paused(package: str = "companyd") -> Iterator[None]:
     Only for work that runs none of ``package``'s code. Raises RuntimeError after the
     block if a module of ``package`` was first imported inside it.
     """
-
-    def ours() -> set[str]:
-        return {n for n in sys.modules if n == package or n.startswith(f"{package}.")}
-
-    before = ours()
+    before = set(sys.modules)  # a copy in C: cheap enough to pause once an example
     try:
         import coverage
 
@@ -88,7 +93,8 @@ def tracer_paused(package: str = "companyd") -> Iterator[None]:
     finally:
         if cov is not None:
             cov.start()
-    if imported := sorted(ours() - before):
+    new = sys.modules.keys() - before
+    if imported := sorted(n for n in new if n == package or n.startswith(f"{package}.")):
         raise RuntimeError(
             f"{', '.join(imported)} imported with coverage paused: their import-time lines "
             f"are missing from the report; import them outside tracer_paused()"
@@ -105,3 +111,24 @@ def preimport(names: Iterable[str] = HEAVY) -> list[str]:
             except ImportError:
                 missing.append(name)
     return missing
+
+
+def drawn_untraced(strategy: SearchStrategy[T]) -> SearchStrategy[T]:
+    """``strategy`` (a hypothesis strategy), its values drawn with the tracer paused.
+
+    Drawing an example is hypothesis's own code, called a great many times (a recursive
+    JSON value is thousands of calls), and the tracer slows each call about twofold: half of
+    a property test's time under ``--cov`` went there. The same strategy draws the values:
+    what it can draw, how many examples and how they shrink are unchanged. Only for
+    strategies that run no companyd code (plain data, the stdlib, yaml):
+    :func:`tracer_paused`'s rule, and a companyd module first imported while drawing is an
+    error as there.
+    """
+    from hypothesis import strategies as st
+
+    @st.composite
+    def untraced(draw: st.DrawFn) -> T:
+        with tracer_paused():
+            return draw(strategy)
+
+    return untraced()

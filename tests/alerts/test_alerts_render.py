@@ -15,6 +15,7 @@ from companyd.alerts._render_kinds import KINDS, agent_of, is_abnormal_exit, ren
 from companyd.alerts._render_status import format_jobs, format_result, format_status
 from companyd.alerts._service import quiet_until
 from companyd.config import QuietHoursSpec
+from untraced import drawn_untraced
 
 AGENTS = frozenset({"ceo", "cfo"})
 
@@ -63,11 +64,11 @@ field_names = st.sampled_from(
 @settings(max_examples=150, deadline=None)
 @given(
     kind=st.sampled_from([*KINDS, "something_new"]),
-    data=st.dictionaries(field_names, json_values, max_size=8),
+    data=drawn_untraced(st.dictionaries(field_names, json_values, max_size=8)),
     counts=st.dictionaries(
         st.sampled_from(["restart", "child_exited", "x"]), st.integers(0, 10_000), max_size=3
     ),
-    source=st.text(max_size=200),
+    source=drawn_untraced(st.text(max_size=200)),
 )
 def test_every_kind_renders_from_any_data(
     kind: str, data: dict[str, Any], counts: dict[str, int], source: str
@@ -102,7 +103,9 @@ def test_split_text_cuts_at_line_ends_then_spaces_then_anywhere() -> None:
     assert parts[0] == "x" * 10 and parts[1].endswith("…") and len(parts[1]) == 10
 
 
-@given(st.text(alphabet="ab \n😀", max_size=400), st.integers(4, 50), st.integers(1, 5))
+@given(
+    drawn_untraced(st.text(alphabet="ab \n😀", max_size=400)), st.integers(4, 50), st.integers(1, 5)
+)
 @settings(max_examples=300, deadline=None)
 def test_split_text_parts_always_fit(text: str, limit: int, max_parts: int) -> None:
     parts = split_text(text, limit=limit, max_parts=max_parts)
@@ -347,13 +350,15 @@ status_nodes = st.recursive(
 
 @settings(max_examples=100, deadline=None)
 @given(
-    status=st.dictionaries(
-        st.sampled_from(["tree", "daemon", "company", "runs_in_flight", "spend", "routines"])
-        | st.text(max_size=8),
-        json_values,
-        max_size=6,
+    status=drawn_untraced(
+        st.dictionaries(
+            st.sampled_from(["tree", "daemon", "company", "runs_in_flight", "spend", "routines"])
+            | st.text(max_size=8),
+            json_values,
+            max_size=6,
+        )
     ),
-    tree=status_nodes,
+    tree=drawn_untraced(status_nodes),
 )
 def test_status_for_a_phone_renders_from_any_json(status: dict[str, Any], tree: Any) -> None:
     for candidate in (status, {**status, "tree": tree}):
@@ -363,8 +368,10 @@ def test_status_for_a_phone_renders_from_any_json(status: dict[str, Any], tree: 
 
 @settings(max_examples=100, deadline=None)
 @given(
-    routines=st.lists(st.dictionaries(st.text(max_size=12) | field_names, json_values), max_size=5)
-    | json_values
+    routines=drawn_untraced(
+        st.lists(st.dictionaries(st.text(max_size=12) | field_names, json_values), max_size=5)
+        | json_values
+    )
 )
 def test_jobs_for_a_phone_renders_from_any_json(routines: Any) -> None:
     text = format_jobs({"routines": routines})

@@ -10,8 +10,10 @@ import contextlib
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import jinja2
 import pytest
 
 from companyd._secrets import MASK, protect
@@ -21,7 +23,7 @@ from companyd.daemon._main import Daemon
 from companyd.dashboard._app import build_app
 from companyd.dashboard._auth import COOKIE, SESSION_TTL_S, Sessions
 from companyd.dashboard._context import DashboardContext
-from companyd.dashboard._render import make_templates
+from companyd.dashboard._render import _CompiledTemplates, make_templates
 from companyd.dashboard._security import CSP
 from companyd.llm._offline import OfflineModel
 from companyd.testing.daemon import short_dir
@@ -184,6 +186,36 @@ def test_no_secret_is_rendered_whatever_the_template_prints() -> None:
     templates = make_templates()
     html = templates.env.from_string("<p>{{ v }} {{ d.k }}</p>").render(v=secret, d={"k": secret})
     assert secret not in html and html.count(MASK) == 2
+
+
+def test_a_second_dashboard_in_the_process_does_not_compile_its_templates_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = make_templates().env.get_template("base.html")
+    env = make_templates().env
+    compiled: list[str | None] = []
+    compile_ = env.compile
+
+    def counting(source: Any, name: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(name)
+        return compile_(source, name, *args, **kwargs)
+
+    monkeypatch.setattr(env, "compile", counting)
+    second = env.get_template("base.html")
+    assert compiled == [] and second is not first and second.name == "base.html"
+
+
+def test_an_edited_template_is_compiled_again(tmp_path: Path) -> None:
+    cache = _CompiledTemplates()
+
+    def rendered() -> str:
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(tmp_path), bytecode_cache=cache)
+        return env.get_template("t.html").render(v=1)
+
+    (tmp_path / "t.html").write_text("one {{ v }}")
+    assert rendered() == "one 1" and rendered() == "one 1"
+    (tmp_path / "t.html").write_text("two {{ v }}")
+    assert rendered() == "two 1"
 
 
 @pytest.mark.anyio

@@ -13,9 +13,8 @@ import hashlib
 import io
 import json
 import os
-import subprocess
-import sys
 import tarfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,9 @@ from companyd.config import load_config
 from companyd.ops._archive import BackupError, verify_archive
 from companyd.ops._backup import take_backup
 from companyd.ops._restore import restore_backup
+from companyd.testing.daemon_process import CliResult
 from companyd.testing.disk import DiskUnavailable, small_disk
+from companyd.testing.inprocess import cli_in_thread
 
 from .opskit import write_company
 
@@ -371,32 +372,37 @@ def test_verify_stops_reading_a_member_at_its_declared_size(good: Path, tmp_path
     assert written < 1 << 20, f"{written} bytes written for a member declared 10 bytes"
 
 
+def cli_at_once(argv: list[str], fifo: Path | None = None) -> CliResult:
+    """``companyd ARGV`` in process (:func:`cli_in_thread`, in a thread of its own), which
+    must return within 30 s. A command left blocked opening ``fifo`` for reading (it waits
+    for a writer) is let go, by opening the write end, before the test fails.
+    """
+    result: list[CliResult] = []
+    worker = threading.Thread(target=lambda: result.append(cli_in_thread(argv)), daemon=True)
+    worker.start()
+    worker.join(30)
+    if worker.is_alive():
+        if fifo is not None:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            worker.join(5)
+        pytest.fail(f"`companyd {' '.join(argv)}` did not return within 30 s")
+    return result[0]
+
+
 @pytest.mark.parametrize("what", ["fifo", "device"])
 def test_verify_refuses_a_fifo_or_a_device_at_once(tmp_path: Path, what: str) -> None:
+    fifo = None
     if what == "fifo":
-        path = tmp_path / "backup.tar.gz"
+        path = fifo = tmp_path / "backup.tar.gz"
         os.mkfifo(path)
     else:
         path = Path("/dev/zero")
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "companyd", "backup", "verify", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`backup verify` on a {what} did not return within 30 s")
-    assert done.returncode == 1, done.stderr
-    assert ("a FIFO" if what == "fifo" else "a device") in done.stderr, done.stderr
+    done = cli_at_once(["backup", "verify", str(path)], fifo)
+    assert done.rc == 1, done.err
+    assert ("a FIFO" if what == "fifo" else "a device") in done.err, done.err
     state = tmp_path / "state"
-    done = subprocess.run(
-        [sys.executable, "-m", "companyd", "restore", str(path), "--state-dir", str(state)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert done.returncode == 1 and "not a regular file" in done.stderr, done.stderr
+    done = cli_at_once(["restore", str(path), "--state-dir", str(state)], fifo)
+    assert done.rc == 1 and "not a regular file" in done.err, done.err
     assert not state.exists()
 
 

@@ -135,10 +135,44 @@ def duration(seconds: Any) -> str:
     return f"{s // 86400}d {s % 86400 // 3600:02d}h"
 
 
+class _CompiledTemplates(jinja2.BytecodeCache):
+    """The dashboard's compiled templates, kept for the process: every environment
+    :func:`make_templates` builds loads a template it has seen from here instead of
+    compiling it again.
+
+    Compiling the templates (Jinja's lexer, parser and code generator, then Python's
+    ``compile``) is most of the first request to each page, and a process that builds the
+    dashboard more than once (the test suite builds it once a test) paid it every time.
+    Jinja checks each entry against its template's source (a SHA-1 of the text), so an
+    edited template is compiled again. Only :func:`make_templates` uses this cache: the
+    code depends on the environment's options, which it keeps the same.
+    """
+
+    def __init__(self) -> None:
+        self._code: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        code = self._code.get(bucket.key)
+        if code is not None:
+            bucket.bytecode_from_string(code)  # resets the bucket on another checksum
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        self._code[bucket.key] = bucket.bytecode_to_string()
+
+    def clear(self) -> None:
+        self._code.clear()
+
+
+_COMPILED = _CompiledTemplates()
+
+
 def make_templates() -> Jinja2Templates:
-    """The dashboard's template environment (autoescaped, redacting, with the helpers)."""
+    """The dashboard's template environment (autoescaped, redacting, with the helpers);
+    its compiled templates are shared with every other one in the process.
+    """
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
+        bytecode_cache=_COMPILED,
         autoescape=True,
         finalize=_finalize,
         undefined=jinja2.StrictUndefined,
