@@ -655,7 +655,9 @@ async def test_a_follow_up_cut_by_a_restart_is_answered_once_in_its_thread(
             )
             env = env_for(server, llm)
             state = work / "s"
-            first = DaemonProcess(cfg, state, log=work / "d1.log", env=env, offline=False)
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", env=env, offline=False, forked=True
+            )
             # the daemon that comes back reads what the signalled process left: in this
             # process (the same composition root), on a manual clock that nothing here moves
             second = InProcessDaemon(cfg, state, env=env_vars(server, llm), offline=False)

@@ -90,7 +90,7 @@ async def test_the_daemon_pages_the_operator_and_answers_status_only_to_them(wor
             "TELEGRAM_CHAT_ID": str(OPERATOR),
             "COMPANYD_DEBUG": "1",
         }
-        daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env)
+        daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, forked=True)
         try:
             await daemon.start()
 
@@ -176,7 +176,7 @@ async def test_status_tells_when_commands_fail_while_sending_works(work: Path) -
         cfg = work / "company.yaml"
         cfg.write_text(yaml.safe_dump(example_company(server.url), sort_keys=False))
         env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_CHAT_ID": str(OPERATOR)}
-        daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env)
+        daemon = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, forked=True)
         try:
             await daemon.start()
             await server.wait_for(
@@ -231,7 +231,9 @@ async def test_a_rejected_reload_never_pages_the_secret_it_quotes(work: Path) ->
             "TELEGRAM_CHAT_ID": str(OPERATOR),
             "ANTHROPIC_API_KEY": running_key,
         }
-        async with DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env) as daemon:
+        async with DaemonProcess(
+            cfg, work / "s", log=work / "daemon.log", env=env, forked=True
+        ) as daemon:
             await server.wait_for(
                 lambda: any("companyd started" in m.text for m in to(server, OPERATOR)),
                 timeout=30,

@@ -231,7 +231,9 @@ async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
         with MessagesAPIServer(responder=model) as srv:
             cfg = _company(work, bot, tool_log)
             state = work / "s"
-            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
+            )
             second: InProcessDaemon | None = None
             try:
                 await first.start(timeout=START_TIMEOUT)
@@ -601,7 +603,9 @@ async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path)
         with MessagesAPIServer(responder=model) as srv:
             cfg = _approval_company(work, bot)
             state = work / "s"
-            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
+            )
             second: InProcessDaemon | None = None
             try:
                 await first.start(timeout=START_TIMEOUT)
@@ -682,7 +686,9 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
         with MessagesAPIServer(responder=model) as srv:
             cfg = _approval_company(work, bot)
             state = work / "s"
-            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
+            )
             second: InProcessDaemon | None = None
             try:
                 await first.start(timeout=START_TIMEOUT)

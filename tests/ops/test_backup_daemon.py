@@ -110,7 +110,7 @@ async def test_a_backup_under_load_restores_every_acknowledged_write(tmp_path: P
     )
     state = tmp_path / "s"
     archive = tmp_path / "live.tar.gz"
-    daemon = DaemonProcess(config, state, log=tmp_path / "daemon.log")
+    daemon = DaemonProcess(config, state, log=tmp_path / "daemon.log", forked=True)
     async with daemon:  # starts it
         async with memory_writer(state / "memory.jsonl") as acked:
             # agents write memory through their runs while the second process writes too
@@ -150,7 +150,7 @@ async def test_a_backup_under_load_restores_every_acknowledged_write(tmp_path: P
     restored = tmp_path / "r"
     put_back = await _companyd("restore", str(archive), "--state-dir", str(restored))
     assert put_back.rc == 0, put_back.err
-    again = DaemonProcess(config, restored, log=tmp_path / "restored.log")
+    again = DaemonProcess(config, restored, log=tmp_path / "restored.log", forked=True)
     async with again:  # the restored state starts
         status = await again.call("status")
         assert status["daemon"]["state_dir"] == str(restored)
