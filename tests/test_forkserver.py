@@ -69,19 +69,17 @@ async def test_a_forked_daemon_is_a_process_of_its_own_that_signals_reach(
         "company": {"name": "Forked", "budget": {"daily_usd": 5}},
         "agents": {"ceo": {"title": "CEO", "instructions": "lead"}},
     }
-    cfg = tmp_path / "company.yaml"
-    cfg.write_text(yaml.safe_dump(doc))
-    argv = ["run", "--config", str(cfg), "--state-dir", str(tmp_path / "s"), "--offline"]
-    term = forkserver.spawn(argv, dict(os.environ), tmp_path, tmp_path / "term.log")
-    kill = forkserver.spawn(
-        [*argv[:4], str(tmp_path / "s2"), "--offline"],
-        dict(os.environ),
-        tmp_path,
-        tmp_path / "kill.log",
-    )
+    procs = []
+    for name in ("term", "kill"):  # one daemon per company.yaml: a copy each
+        cfg = tmp_path / f"{name}.yaml"
+        cfg.write_text(yaml.safe_dump(doc))
+        argv = ["run", "--config", str(cfg), "--state-dir", str(tmp_path / name), "--offline"]
+        procs.append(forkserver.spawn(argv, dict(os.environ), tmp_path, tmp_path / f"{name}.log"))
+    term, kill = procs
     assert len({term.pid, kill.pid, os.getpid()}) == 3
     async with asyncio.timeout(60):
-        while not (tmp_path / "s" / "companyd.sock").exists():
+        while not (tmp_path / "term" / "companyd.sock").exists():
+            assert term.returncode is None, (tmp_path / "term.log").read_text()
             await asyncio.sleep(0.05)
         term.send_signal(signal.SIGTERM)  # the daemon's own handler: a graceful stop
         kill.send_signal(signal.SIGKILL)
@@ -89,3 +87,9 @@ async def test_a_forked_daemon_is_a_process_of_its_own_that_signals_reach(
         assert await kill.wait() == -signal.SIGKILL
     assert "Traceback" not in (tmp_path / "term.log").read_text()
     assert forkserver.forked_children_cpu() > 0
+
+
+def test_what_the_interpreter_fixed_at_its_start_cannot_be_asked_for(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH="/elsewhere")
+    with pytest.raises(ValueError, match=r"cannot take PYTHONPATH .*start this one as a real"):
+        forkserver.spawn(["--version"], env, tmp_path, tmp_path / "v.log")

@@ -14,10 +14,11 @@ handlers, stream flushes) with the entry point's exit code.
 
 What differs from a fresh ``python -m companyd``: the modules are already imported (so
 nothing read at import time sees the child's environment — companyd reads its environment
-when it runs, not at import), what the interpreter fixes at its start is the server's (the
-hash seed; stdout and stderr unbuffered, as ``PYTHONUNBUFFERED=1`` — which
-:class:`~companyd.testing.daemon_process.DaemonProcess` sets for every daemon), and the
-process is the
+when it runs, not at import), what the interpreter fixes at its start is the server's
+(``sys.path``, the hash seed, ``-X`` options; stdout and stderr unbuffered, as
+``PYTHONUNBUFFERED=1``, which :class:`~companyd.testing.daemon_process.DaemonProcess` sets
+for every daemon — a request whose environment sets one of those ``PYTHON*`` variables
+otherwise is refused, naming it), and the process is the
 server's child, not the test's: its exit status (as ``Popen.returncode``: negative for a
 signal) and its CPU come from the server, which reaps it. Tests where start-up itself is
 the point (the import cost, ``--version``, a command that must not import the SDK) keep
@@ -49,6 +50,25 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ForkedProcess", "forked_children_cpu", "spawn"]
+
+
+#: what an interpreter takes from its environment once, at its start: a child of the
+#: server has the server's, whatever its own environment says
+_FIXED_AT_START = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONHASHSEED",
+    "PYTHONSAFEPATH",
+    "PYTHONNOUSERSITE",
+    "PYTHONOPTIMIZE",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONPYCACHEPREFIX",
+    "PYTHONUNBUFFERED",
+    "PYTHONWARNINGS",
+    "PYTHONDEVMODE",
+    "PYTHONTRACEMALLOC",
+    "PYTHONFAULTHANDLER",
+)
 
 
 class ForkedProcess:
@@ -96,6 +116,7 @@ class _Server:
 
     def __init__(self) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.fixed = {k: env.get(k) for k in _FIXED_AT_START}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "companyd.testing.forkserver"],
             stdin=subprocess.PIPE,
@@ -133,6 +154,14 @@ class _Server:
     def spawn(
         self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path
     ) -> ForkedProcess:
+        differ = [k for k in _FIXED_AT_START if env.get(k) != self.fixed[k]]
+        if differ:
+            raise ValueError(
+                f"a forked process cannot take {', '.join(differ)} from its environment: "
+                f"the fork server's interpreter fixed them at its start "
+                f"({ {k: self.fixed[k] for k in differ}!r}); start this one as a real "
+                "process (DaemonProcess without forked=True)"
+            )
         request = {"argv": list(argv), "env": dict(env), "cwd": str(cwd), "log": str(log)}
         with self._lock:
             assert self.proc.stdin is not None
