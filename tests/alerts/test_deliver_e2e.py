@@ -15,8 +15,9 @@ process on a manual clock (:class:`~companyd.testing.inprocess.InProcessDaemon`,
 composition root as ``companyd run``), so the test can stand one second before the moment
 and see that nothing went yet; the other tests use it too (nothing in them is about a
 process). Where a real process matters (SIGTERM or kill -9 while a follow-up's model call is
-in flight) the daemon that is signalled is a real ``companyd run`` (subprocess); the one
-that comes back after it reads what that process left, in this process.
+in flight) the daemon that is signalled is a real ``companyd run`` process (forked from
+:mod:`companyd.testing.forkserver`: its start-up imports are not the point); the one that
+comes back after it reads what that process left, in this process.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The founder's desk end to end (issue 17 acceptance): the daemon — a real ``companyd run``
-subprocess where a kill -9 or SIGTERM is part of the story (the daemon signalled; the one
-started again on what it left runs in this process), else ``companyd run``'s composition
+process where a kill -9 or SIGTERM is part of the story (the daemon signalled, forked from
+:mod:`companyd.testing.forkserver`, which imported the daemon and the anthropic SDK once;
+the one started again on what it left runs in this process), else ``companyd run``'s composition
 root in this process (:class:`~companyd.testing.inprocess.InProcessDaemon`) —
 the real anthropic SDK against the Messages API stand-in, python-telegram-bot against the
 Bot API stand-in, and a real MCP tool server over stdio.
