@@ -37,6 +37,7 @@ import asyncio
 import atexit
 import contextlib
 import gc
+import importlib
 import json
 import os
 import queue
@@ -221,15 +222,20 @@ def forked_children_cpu() -> float:
 
 def _warm_up() -> None:
     """Import what ``companyd run`` imports when it starts a company — through the faces,
-    and the SDKs it loads on first use: anthropic (Claude's backend), python-telegram-bot
-    (the pager), the mcp client (agents' tool servers).
+    and the SDKs it loads on first use: anthropic (Claude's backend, at its first call),
+    python-telegram-bot (the pager), the mcp client (agents' tool servers).
     """
     import mcp.client.stdio  # noqa: F401
     import telegram.ext  # noqa: F401
 
     from companyd.alerts import AlertService  # noqa: F401
     from companyd.daemon import Daemon, make_backend  # noqa: F401
-    from companyd.llm import ClaudeBackend  # noqa: F401  (imports the anthropic SDK)
+
+    # Loaded, never called: talking to the SDK stays companyd.llm._claude's alone (it too
+    # loads it by name, at its first call). A client, built and dropped, loads the HTTP
+    # transport's modules as the first call's does.
+    sdk = importlib.import_module("anthropic")
+    sdk.AsyncAnthropic(api_key="warm-up", base_url="http://127.0.0.1:9", max_retries=0)
 
 
 def _serve() -> dict[str, Any] | None:
