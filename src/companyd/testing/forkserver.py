@@ -6,7 +6,8 @@ start, companyd's modules and — with Claude — the anthropic SDK (about 1.4 s
 daemon does when it is signalled, killed or stopped (not its start-up imports) can have
 its daemon forked instead (``DaemonProcess(..., forked=True)``): this module's server
 (``python -m companyd.testing.forkserver``, one per test process, started on first use)
-imports all that once, then for each request forks a child that becomes ``companyd ARGV``
+imports all that once (the SDK when the first daemon that is not ``--offline`` is asked
+for), then for each request forks a child that becomes ``companyd ARGV``
 exactly as ``python -m companyd ARGV`` does — its own process and pid, the requested
 environment, working directory and log file as stdin/stdout/stderr, ``sys.argv`` as the
 console would set it, the CLI's entry point, and the interpreter's normal exit (atexit
@@ -222,8 +223,9 @@ def forked_children_cpu() -> float:
 
 def _warm_up() -> None:
     """Import what ``companyd run`` imports when it starts a company — through the faces,
-    and the SDKs it loads on first use: anthropic (Claude's backend, at its first call),
-    python-telegram-bot (the pager), the mcp client (agents' tool servers).
+    and the SDKs it loads on first use: python-telegram-bot (the pager), the mcp client
+    (agents' tool servers); anthropic waits for the first daemon with Claude
+    (:func:`_warm_up_claude`).
     """
     import mcp.client.stdio  # noqa: F401
     import telegram.ext  # noqa: F401
@@ -231,11 +233,32 @@ def _warm_up() -> None:
     from companyd.alerts import AlertService  # noqa: F401
     from companyd.daemon import Daemon, make_backend  # noqa: F401
 
-    # Loaded, never called: talking to the SDK stays companyd.llm._claude's alone (it too
-    # loads it by name, at its first call). A client, built and dropped, loads the HTTP
-    # transport's modules as the first call's does.
-    sdk = importlib.import_module("anthropic")
-    sdk.AsyncAnthropic(api_key="warm-up", base_url="http://127.0.0.1:9", max_retries=0)
+
+def _warm_up_claude() -> None:
+    """Load the anthropic SDK (~1 s of CPU, once): before the first child that is not
+    ``--offline``, so that a server forking only offline daemons never pays it. Loaded,
+    never called: talking to the SDK stays companyd.llm._claude's alone (it too loads it by
+    name, at its first call). A client, built and dropped, loads the HTTP transport's
+    modules as the first call does.
+    """
+    if "anthropic" in sys.modules:
+        return
+    gc.disable()
+    try:
+        sdk = importlib.import_module("anthropic")
+        sdk.AsyncAnthropic(api_key="warm-up", base_url="http://127.0.0.1:9", max_retries=0)
+        _freeze()
+    finally:
+        gc.enable()
+
+
+def _freeze() -> None:
+    """As companyd._heap does after a start-up: one collection, then what is left (it lives
+    as long as any child) out of later full collections — a child's first full collection
+    would otherwise walk, and so copy, every page of it.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _serve() -> dict[str, Any] | None:
@@ -268,6 +291,8 @@ def _serve() -> dict[str, Any] | None:
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 request = json.loads(line)
+                if "--offline" not in request["argv"]:
+                    _warm_up_claude()
                 pid = os.fork()
                 if pid == 0:
                     for pidfd in pidfds:
@@ -300,13 +325,9 @@ def _become(request: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    # as companyd._heap does for a start-up: no collections while the modules load, then
-    # one, and what is left (it lives as long as any child) out of later full collections
-    # — a child's first full collection would otherwise walk, and so copy, every page of it
-    gc.disable()
+    gc.disable()  # no collections while the modules load (companyd._heap says why)
     _warm_up()
-    gc.collect()
-    gc.freeze()
+    _freeze()
     gc.enable()
     _request = _serve()
     if _request is not None:
