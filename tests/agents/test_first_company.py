@@ -4,9 +4,15 @@ The page's company.yaml is used as is, except what points at the real world: Tel
 API root (the Bot API stand-in), and the fetch server allowed to read the loopback page
 the scripted model asks for (the recipe refuses private addresses). The shell's variables
 are the stand-ins' (the Messages API stand-in's URL and key, the stand-in's bot token);
-`companyd run` is started as a real subprocess; the founder's Telegram message is injected
-into the Bot API stand-in when `telegram setup` listens. Any line of the page's ``sh``
-blocks this test does not know fails it, so a new command on the page needs a step here.
+`companyd run` is started as a real subprocess, and `pip install` runs as one; every other
+`companyd` command runs by the CLI's entry point in a thread of this process
+(:func:`~companyd.testing.inprocess.cli_in_thread`), in the page's directory and with the
+shell's variables as its environment — the same argument parsing, checks, output and exit
+codes as the console script, without a second interpreter importing companyd and the
+anthropic SDK for each line (``doctor`` alone was 2.7 s of CPU as a process). The founder's
+Telegram message is injected into the Bot API stand-in when `telegram setup` listens. Any
+line of the page's ``sh`` blocks this test does not know fails it, so a new command on the
+page needs a step here.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from companyd.config import load_config
 from companyd.testing.bot_api import BotApiServer
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
+from companyd.testing.inprocess import cli_in_thread
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
 pytestmark = pytest.mark.anyio
@@ -101,10 +108,30 @@ async def sh(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str,
     return proc.returncode, out.decode(), err.decode()
 
 
+async def companyd(
+    words: list[str], env: dict[str, str], cwd: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, str, str]:
+    """``companyd WORDS[1:]`` as the shell would run it — in ``cwd``, with exactly ``env``
+    as its environment — by the CLI's entry point in a thread of this process.
+    """
+    assert words[0] == "companyd", words
+    monkeypatch.chdir(cwd)
+    for name in {*os.environ, *env}:
+        if name not in env:
+            monkeypatch.delenv(name)
+        elif os.environ.get(name) != env[name]:
+            monkeypatch.setenv(name, env[name])
+    async with asyncio.timeout(120):
+        done = await asyncio.to_thread(cli_in_thread, words[1:])
+    return done.rc, done.out, done.err
+
+
 # slow: every command of a whole docs page, in order, against real daemons and stand-ins;
 # 21 s in the whole suite's run (four workers on two cores): over the 20 s line
 @pytest.mark.slow
-async def test_every_command_of_first_company_md_works_in_order(page: str) -> None:
+async def test_every_command_of_first_company_md_works_in_order(
+    page: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     company_yaml, lines = page_doc()
     model = PerAgent(researcher=[reply_tool_use("fetch", {"url": page}), reply_text(BRIEF)])
     ran: list[str] = []
@@ -144,7 +171,7 @@ async def test_every_command_of_first_company_md_works_in_order(page: str) -> No
                         rc, out, err = await sh([sys.executable, "-m", *words], env, work)
                         assert rc == 0 and "already satisfied" in out, (out, err)
                     elif words[:3] == ["companyd", "telegram", "setup"]:
-                        proc = asyncio.create_task(sh([sys.executable, "-m", *words], env, work))
+                        proc = asyncio.create_task(companyd(words, env, work, monkeypatch))
                         await bot.wait_for(lambda: bot.polling > 0, 60)
                         bot.inject_command(FOUNDER, "hello")
                         rc, out, err = await proc
@@ -164,7 +191,7 @@ async def test_every_command_of_first_company_md_works_in_order(page: str) -> No
                         await daemon.start(timeout=90)
                     elif words[:3] == ["companyd", "jobs", "run"]:
                         # the run waits for the founder: the command says so at once (exit 0)
-                        rc, out, err = await sh([sys.executable, "-m", *words], env, work)
+                        rc, out, err = await companyd(words, env, work, monkeypatch)
                         assert rc == 0, (out, err)
                         assert "waits for your approval of a fetch call (ap-" in out, out
                         await bot.wait_for(lambda: bool(approval_requests(bot)), 60)
@@ -173,12 +200,12 @@ async def test_every_command_of_first_company_md_works_in_order(page: str) -> No
                         assert asked
                         assert re.fullmatch(r"ap-[0-9a-f]+", words[2])  # the page's example
                         words[2] = approval_id
-                        rc, out, err = await sh([sys.executable, "-m", *words], env, work)
+                        rc, out, err = await companyd(words, env, work, monkeypatch)
                         assert rc == 0, (out, err)
                         # the run ends once approved, and its result reaches the phone
                         await bot.wait_for(lambda: any(BRIEF in m.text for m in bot.messages), 60)
                     elif words[0] == "companyd":
-                        rc, out, err = await sh([sys.executable, "-m", *words], env, work)
+                        rc, out, err = await companyd(words, env, work, monkeypatch)
                         assert rc == 0, (line, out, err)
                         if words[1] == "doctor":
                             assert "PROBLEM" not in out, out

@@ -1,7 +1,8 @@
 """Checkpoint and resume across a kill -9 of the whole daemon (issue 5 acceptance).
 
 The daemon that is killed (SIGKILL) or stopped (SIGTERM) runs as a real ``companyd run``
-subprocess: the signal, the exit status and a death at any instruction need a process. The
+process: the signal, the exit status and a death at any instruction need a process (forked
+from :mod:`companyd.testing.forkserver`, which imported the daemon and the SDK once). The
 daemon started again on the same state directory is ``companyd run``'s composition root in
 this process (:class:`~companyd.testing.inprocess.InProcessDaemon`, the real anthropic SDK):
 what it proves — the run completes from its last journaled step, nothing paid twice — is
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,7 +30,6 @@ import pytest
 from agentkit import (
     PerAgent,
     daemon_env,
-    daemon_process,
     tool_files,
     tool_results,
     tool_server,
@@ -39,6 +39,7 @@ from agentkit import (
 from companyd.admin._blocks import FireRow, RunRow
 from companyd.daemon._control_client import ControlClient
 from companyd.runs import Journal
+from companyd.testing.daemon_process import DaemonProcess
 from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
@@ -47,6 +48,16 @@ pytestmark = pytest.mark.anyio
 TOOL_SERVER = Path(__file__).parent.parent / "mcp_tool_server.py"
 
 T = TypeVar("T")
+
+
+def killable(cfg: Path, state: Path, env: Mapping[str, str], log: Path) -> DaemonProcess:
+    """The ``companyd run`` process the test signals: forked from the fork server, which
+    imported the daemon and the anthropic SDK once (what is killed is still a process of
+    its own; its start-up imports are not what these tests are about). ``async with`` it
+    to start it (≤ 30 s until its control socket answers) and SIGTERM what still runs at
+    the end.
+    """
+    return DaemonProcess(cfg, state, log=log, offline=False, env=env, log_level="info", forked=True)
 
 
 def restarted(cfg: Path, state: Path, srv: MessagesAPIServer) -> InProcessDaemon:
@@ -100,13 +111,13 @@ async def test_a_ten_step_run_killed_after_step_six_completes_without_paying_twi
     )
     with MessagesAPIServer(responder=model) as srv:
         env = daemon_env(srv)
-        with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
+        async with killable(cfg, state, env, tmp_path / "d1.log") as proc:
             _ask_in_background(state / "companyd.sock", "ceo", "Do the ten-step job.")
             # the 7th request only leaves once steps 1–6 are answered and journaled
             srv.wait_for_requests(7, timeout=30)
             assert srv.served == 6
             proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
+            await proc.wait(10)
         assert [r["status"] for r in _runs(state)] == ["running"]
         async with restarted(cfg, state, srv):
             done = await until(
@@ -142,14 +153,14 @@ async def test_a_non_idempotent_tool_in_flight_at_the_kill_is_not_called_again(
     with MessagesAPIServer(responder=model) as srv:
         env = daemon_env(srv)
         try:
-            with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
+            async with killable(cfg, state, env, tmp_path / "d1.log") as proc:
                 _ask_in_background(state / "companyd.sock", "marketing", "Post the launch.")
                 wait_until(
                     lambda: log.exists() and "started" in log.read_text(),
                     what="the tool call to start",
                 )
                 proc.send_signal(signal.SIGKILL)
-                proc.wait(timeout=10)
+                await proc.wait(10)
             async with restarted(cfg, state, srv):
                 await until(
                     lambda: [r for r in _runs(state) if r["status"] == "ok"],
@@ -177,12 +188,12 @@ async def test_sigterm_during_a_run_checkpoints_and_exits_zero(tmp_path: Path) -
     )
     with MessagesAPIServer(responder=model) as srv:
         env = daemon_env(srv)
-        with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
+        async with killable(cfg, state, env, tmp_path / "d1.log") as proc:
             _ask_in_background(state / "companyd.sock", "ceo", "Two searches.")
             srv.wait_for_requests(2, timeout=30)
             proc.send_signal(signal.SIGTERM)
             # the call in flight is answered and journaled, then the daemon exits 0
-            assert proc.wait(timeout=40) == 0
+            assert await proc.wait(40) == 0
         assert srv.served == 2
         runs = _runs(state)
         assert [r["status"] for r in runs] == ["running"] and runs[0]["steps"] == 2
@@ -254,7 +265,7 @@ async def test_a_routine_run_killed_mid_way_is_recorded_with_its_resumed_outcome
     )
     with MessagesAPIServer(responder=model) as srv:
         env = daemon_env(srv)
-        with daemon_process(cfg, state, env, tmp_path / "d1.log") as proc:
+        async with killable(cfg, state, env, tmp_path / "d1.log") as proc:
 
             def fire() -> None:
                 with contextlib.suppress(Exception):  # the daemon is killed under it
@@ -265,7 +276,7 @@ async def test_a_routine_run_killed_mid_way_is_recorded_with_its_resumed_outcome
             threading.Thread(target=fire, daemon=True).start()
             srv.wait_for_requests(2, timeout=30)  # step 1 answered and journaled
             proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
+            await proc.wait(10)
         [fire_row] = _fires(state, "report")
         assert fire_row["outcome"] is None  # open: the run was in progress
         async with restarted(cfg, state, srv):

@@ -15,8 +15,9 @@ process on a manual clock (:class:`~companyd.testing.inprocess.InProcessDaemon`,
 composition root as ``companyd run``), so the test can stand one second before the moment
 and see that nothing went yet; the other tests use it too (nothing in them is about a
 process). Where a real process matters (SIGTERM or kill -9 while a follow-up's model call is
-in flight) the daemon that is signalled is a real ``companyd run`` (subprocess); the one
-that comes back after it reads what that process left, in this process.
+in flight) the daemon that is signalled is a real ``companyd run`` process (forked from
+:mod:`companyd.testing.forkserver`: its start-up imports are not the point); the one that
+comes back after it reads what that process left, in this process.
 """
 
 from __future__ import annotations
@@ -655,7 +656,9 @@ async def test_a_follow_up_cut_by_a_restart_is_answered_once_in_its_thread(
             )
             env = env_for(server, llm)
             state = work / "s"
-            first = DaemonProcess(cfg, state, log=work / "d1.log", env=env, offline=False)
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", env=env, offline=False, forked=True
+            )
             # the daemon that comes back reads what the signalled process left: in this
             # process (the same composition root), on a manual clock that nothing here moves
             second = InProcessDaemon(cfg, state, env=env_vars(server, llm), offline=False)

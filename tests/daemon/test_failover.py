@@ -61,7 +61,7 @@ def _daemon(work: Path, cfg: Path, node: str, backend: Backend) -> DaemonProcess
     copy = work / f"{node}.d" / "company.yaml"
     copy.write_bytes(cfg.read_bytes())
     env = dict(os.environ, COMPANYD_DATABASE_URL=backend.dsn, COMPANYD_NODE=node)
-    return DaemonProcess(copy, work / node, log=work / f"{node}.log", env=env)
+    return DaemonProcess(copy, work / node, log=work / f"{node}.log", env=env, forked=True)
 
 
 async def _role(d: DaemonProcess) -> tuple[str | None, dict[str, Any]]:

@@ -1,6 +1,7 @@
 """The founder's desk end to end (issue 17 acceptance): the daemon — a real ``companyd run``
-subprocess where a kill -9 or SIGTERM is part of the story (the daemon signalled; the one
-started again on what it left runs in this process), else ``companyd run``'s composition
+process where a kill -9 or SIGTERM is part of the story (the daemon signalled, forked from
+:mod:`companyd.testing.forkserver`, which imported the daemon and the anthropic SDK once;
+the one started again on what it left runs in this process), else ``companyd run``'s composition
 root in this process (:class:`~companyd.testing.inprocess.InProcessDaemon`) —
 the real anthropic SDK against the Messages API stand-in, python-telegram-bot against the
 Bot API stand-in, and a real MCP tool server over stdio.
@@ -231,7 +232,9 @@ async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
         with MessagesAPIServer(responder=model) as srv:
             cfg = _company(work, bot, tool_log)
             state = work / "s"
-            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
+            )
             second: InProcessDaemon | None = None
             try:
                 await first.start(timeout=START_TIMEOUT)
@@ -601,7 +604,9 @@ async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path)
         with MessagesAPIServer(responder=model) as srv:
             cfg = _approval_company(work, bot)
             state = work / "s"
-            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
+            )
             second: InProcessDaemon | None = None
             try:
                 await first.start(timeout=START_TIMEOUT)
@@ -682,7 +687,9 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
         with MessagesAPIServer(responder=model) as srv:
             cfg = _approval_company(work, bot)
             state = work / "s"
-            first = DaemonProcess(cfg, state, log=work / "d1.log", offline=False, env=_env(srv))
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
+            )
             second: InProcessDaemon | None = None
             try:
                 await first.start(timeout=START_TIMEOUT)

@@ -6,20 +6,27 @@ Usage: python _crash_writer.py FILE SEED
 Prints ``ready``, then per acknowledged write ``E <name>`` (entity created) or
 ``O <name> <observation>`` (observation added); compacts every few writes so that kills also
 land inside compactions.
+
+``python _crash_writer.py --fork`` is a fork server for a test that starts many writers:
+it imports the store once, then for each ``FILE SEED FIFO`` line on stdin forks a writer
+whose stdout is the named pipe FIFO, prints the writer's pid, waits for it to end and
+prints its exit status (negative: the signal that ended it), as ``Popen.returncode``
+does. Each writer is a process of its own, killed like any other; only the interpreter's
+start and the import (~0.1 s of CPU per writer) are shared.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import sys
+import traceback
 from pathlib import Path
 
 from companyd.memory._store import GraphStore
 
 
-def main() -> None:
-    path = Path(sys.argv[1])
-    seed = int(sys.argv[2])
+def main(path: Path, seed: int) -> None:
     rng = random.Random(seed)
     store = GraphStore(path)
     store.open()
@@ -52,5 +59,28 @@ def main() -> None:
             store.compact()
 
 
+def fork_server() -> None:
+    """The ``--fork`` mode (see the module docstring)."""
+    for line in sys.stdin:
+        file, seed, fifo = line.split()
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:  # the writer: its stdout is the pipe; it ends only by a signal
+            code = 1
+            try:
+                os.dup2(os.open(fifo, os.O_WRONLY), sys.stdout.fileno())
+                main(Path(file), int(seed))
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        print(pid, flush=True)
+        status = os.waitpid(pid, 0)[1]
+        print(os.waitstatus_to_exitcode(status), flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--fork"]:
+        fork_server()
+    else:
+        main(Path(sys.argv[1]), int(sys.argv[2]))

@@ -27,8 +27,8 @@ import yaml
 from companyd.memory._store import GraphStore
 from companyd.ops._archive import verify_archive
 from companyd.testing.bot_api import BotApiServer
-from companyd.testing.daemon_process import DaemonProcess
-from companyd.testing.inprocess import InProcessDaemon
+from companyd.testing.daemon_process import CliResult, DaemonProcess
+from companyd.testing.inprocess import InProcessDaemon, cli_in_thread
 
 from .opskit import CHAT, TOKEN
 
@@ -110,7 +110,7 @@ async def test_a_backup_under_load_restores_every_acknowledged_write(tmp_path: P
     )
     state = tmp_path / "s"
     archive = tmp_path / "live.tar.gz"
-    daemon = DaemonProcess(config, state, log=tmp_path / "daemon.log")
+    daemon = DaemonProcess(config, state, log=tmp_path / "daemon.log", forked=True)
     async with daemon:  # starts it
         async with memory_writer(state / "memory.jsonl") as acked:
             # agents write memory through their runs while the second process writes too
@@ -133,7 +133,9 @@ async def test_a_backup_under_load_restores_every_acknowledged_write(tmp_path: P
                 asyncio.create_task(daemon.call("ask", agent="cfo", question=f"later item {i}"))
                 for i in range(3)
             ]
-            done = await daemon.cli("backup", "--to", str(archive), timeout=120)
+            done = await _companyd(
+                "backup", "--to", str(archive), "--config", str(config), "--state-dir", str(state)
+            )
             assert done.rc == 0, done.err
             assert "by the running daemon" in done.out
             await asyncio.sleep(1.0)  # writes go on after the backup
@@ -146,8 +148,9 @@ async def test_a_backup_under_load_restores_every_acknowledged_write(tmp_path: P
     assert report.ok, report.problems
 
     restored = tmp_path / "r"
-    assert await _companyd("restore", str(archive), "--state-dir", str(restored)) == 0
-    again = DaemonProcess(config, restored, log=tmp_path / "restored.log")
+    put_back = await _companyd("restore", str(archive), "--state-dir", str(restored))
+    assert put_back.rc == 0, put_back.err
+    again = DaemonProcess(config, restored, log=tmp_path / "restored.log", forked=True)
     async with again:  # the restored state starts
         status = await again.call("status")
         assert status["daemon"]["state_dir"] == str(restored)
@@ -167,10 +170,12 @@ async def test_a_backup_under_load_restores_every_acknowledged_write(tmp_path: P
     assert {a["run_id"] for a in asks_before} <= restored_runs
 
 
-async def _companyd(*argv: str) -> int:
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "companyd", *argv)
+async def _companyd(*argv: str) -> CliResult:
+    """``companyd ARGV`` by the CLI's entry point in a thread of this process: what the
+    command does and says is the point, not its process (a second interpreter's start-up).
+    """
     async with asyncio.timeout(120):
-        return await proc.wait()
+        return await asyncio.to_thread(cli_in_thread, list(argv))
 
 
 @pytest.mark.anyio

@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from companyd.testing import forkserver
+from companyd.testing.forkserver import ForkedProcess
+
 __all__ = ["CliResult", "DaemonProcess", "Notification", "NotifyListener", "run_cli"]
 
 
@@ -214,6 +217,10 @@ class DaemonProcess:
         env: the daemon's whole environment (default: this process's).
         args: more ``companyd run`` arguments.
         log_level: the daemon's ``--log-level``; ``debug`` (the default) logs every event.
+        forked: fork the process from :mod:`companyd.testing.forkserver` (which imported
+            the daemon and the anthropic SDK once) instead of starting an interpreter —
+            for tests whose point is what the process does when signalled, killed or
+            stopped, not its start-up (~1.8 s of CPU less per daemon with Claude).
     """
 
     def __init__(
@@ -226,6 +233,7 @@ class DaemonProcess:
         env: Mapping[str, str] | None = None,
         args: Sequence[str] = (),
         log_level: str = "debug",
+        forked: bool = False,
     ) -> None:
         self.config = config
         self.state_dir = state_dir
@@ -235,7 +243,8 @@ class DaemonProcess:
         self.env.setdefault("PYTHONUNBUFFERED", "1")
         self.args = list(args)
         self.log_level = log_level
-        self.proc: asyncio.subprocess.Process | None = None
+        self.forked = forked
+        self.proc: asyncio.subprocess.Process | ForkedProcess | None = None
         self._read_offset = 0
         self._partial = b""
         self._records: list[dict[str, Any]] = []
@@ -288,6 +297,10 @@ class DaemonProcess:
 
     async def spawn(self) -> None:
         """Start the process without waiting for it to be ready."""
+        if self.forked:
+            argv = self.command()[3:]  # after `python -m companyd`
+            self.proc = forkserver.spawn(argv, self.env, Path.cwd(), self.log)
+            return
         # opening a local log file is quick and happens once per daemon
         with open(self.log, "ab") as out:  # noqa: ASYNC230
             self.proc = await asyncio.create_subprocess_exec(
@@ -459,7 +472,7 @@ class DaemonProcess:
                 )
             await asyncio.sleep(0.05)
 
-    def _proc(self) -> asyncio.subprocess.Process:
+    def _proc(self) -> asyncio.subprocess.Process | ForkedProcess:
         if self.proc is None:
             raise RuntimeError("the daemon was not started; call start() first")
         return self.proc
