@@ -214,7 +214,7 @@ def state_backend(request: pytest.FixtureRequest) -> Backend:
 #: module-level names that put a module's tests in a tier (first match wins)
 _BY_MODULE = (
     ("browser", ("chromium", "webdriver")),
-    ("process", ("DaemonProcess", "subprocess", "create_subprocess_exec", "fork")),
+    ("process", ("DaemonProcess", "subprocess", "create_subprocess_exec", "fork", "ServeMcpForks")),
     ("inprocess", ("InProcessDaemon", "cli_in_thread")),
 )
 
@@ -277,7 +277,9 @@ def _longest_first(items: list[pytest.Item]) -> None:
 
 #: words in a test module's text that mean it starts processes (e.g. through a helper:
 #: ``daemon_process(...)``, ``asyncio.create_subprocess_exec``), for the order only
-_PROCESS_WORDS = re.compile(r"subprocess|DaemonProcess|daemon_process|Popen|sys\.executable")
+_PROCESS_WORDS = re.compile(
+    r"subprocess|DaemonProcess|daemon_process|Popen|sys\.executable|serve_mcp_forks"
+)
 
 
 def _starts_processes(path: Path) -> bool:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
-    from .mcp_helpers import Session
+    from .mcp_helpers import ServeMcpForks, Session
 
 
 class ChildCtx:
@@ -90,3 +90,18 @@ async def theirs(
         yield pair[1], path
     finally:
         path.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def serve_mcp_forks() -> Iterator[ServeMcpForks]:
+    """The test process's fork server for ``companyd memory serve-mcp`` processes
+    (mcp_helpers.ServeMcpForks), started on first use: each xdist worker pays one serve-mcp
+    import (~0.75 s of CPU) instead of one per process a test starts.
+    """
+    from .mcp_helpers import ServeMcpForks
+
+    forks = ServeMcpForks()
+    try:
+        yield forks
+    finally:
+        forks.close()

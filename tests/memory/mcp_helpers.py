@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
+import socket
+import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator
@@ -20,13 +24,15 @@ from mcp.shared.message import SessionMessage
 from companyd.memory import serve_stdio
 
 ROOT = Path(__file__).resolve().parents[2]
+FORK_SERVER = Path(__file__).with_name("_serve_mcp_forks.py")
+SERVE_MCP_ENV = {"COMPANYD_TEST_NO_NET": "1", "PYTHONPATH": str(ROOT / "src")}
 
 
 def companyd_server(path: Path) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "companyd", "memory", "serve-mcp", "--file", str(path)],
-        env={"COMPANYD_TEST_NO_NET": "1", "PYTHONPATH": str(ROOT / "src")},
+        env=SERVE_MCP_ENV,
         cwd=str(ROOT),
     )
 
@@ -154,6 +160,132 @@ class InProcessServer:
         return self.returncode
 
 
+class ServeMcpForks:
+    """A fork server for ``companyd memory serve-mcp`` processes (tests/memory/
+    _serve_mcp_forks.py): one Python process that has imported what the command imports,
+    and forks a child per :meth:`start` that runs ``python -m companyd ARGV`` from there.
+
+    Each child is a real process (pid, locks, signals, ``kill -9``, pipes, exit status);
+    what it does not pay is the ~0.75 s of CPU of a fresh interpreter's imports, so tests
+    that start many serve-mcp processes (SIGKILL trials, several writers on one file, a
+    module's long-lived server) take them from here. Tests about the interpreter start, the
+    imports, SIGTERM or what the command prints on stderr start ``python -m companyd``.
+    """
+
+    def __init__(self) -> None:
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self._proc = subprocess.Popen(
+                [sys.executable, str(FORK_SERVER), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **SERVE_MCP_ENV},
+                cwd=ROOT,
+            )
+        self._lock = threading.Lock()
+
+    def start(self, argv: list[str], *, stderr: int = subprocess.DEVNULL) -> ForkedProcess:
+        """``python -m companyd ARGV`` forked, its stdin and stdout pipes to this process
+        (``stderr``: DEVNULL, or a descriptor the child gets a copy of).
+        """
+        child_in, to_child = os.pipe()
+        from_child, child_out = os.pipe()
+        reply, theirs = socket.socketpair()
+        err = os.open(os.devnull, os.O_WRONLY) if stderr == subprocess.DEVNULL else stderr
+        try:
+            with self._lock:
+                socket.send_fds(
+                    self._control,
+                    [json.dumps({"argv": argv, "cwd": str(ROOT)}).encode()],
+                    [child_in, child_out, err, theirs.fileno()],
+                )
+        finally:
+            for fd in (child_in, child_out):
+                os.close(fd)
+            if err != stderr:
+                os.close(err)
+            theirs.close()
+        return ForkedProcess(reply, to_child, from_child)
+
+    def serve_mcp(self, path: Path) -> ForkedProcess:
+        """``companyd memory serve-mcp --file PATH``."""
+        return self.start(["memory", "serve-mcp", "--file", str(path)])
+
+    def close(self) -> None:
+        self._control.close()  # the fork server returns
+        self._proc.wait(timeout=30)
+
+
+class ForkedProcess:
+    """A child of :class:`ServeMcpForks`, with Popen's face (``pid``, ``stdin``,
+    ``stdout``, ``poll``, ``wait``, ``send_signal``, ``kill``, ``communicate``,
+    ``returncode``: negative for a signal).
+    """
+
+    def __init__(self, reply: socket.socket, to_child: int, from_child: int) -> None:
+        self._reply = reply
+        self._buf = b""
+        self.stdin: IO[bytes] | None = os.fdopen(to_child, "wb")
+        self.stdout: IO[bytes] | None = os.fdopen(from_child, "rb")
+        self.returncode: int | None = None
+        self.pid = int(self._line(60))
+
+    def _line(self, timeout: float | None) -> str:
+        self._reply.settimeout(timeout)
+        while b"\n" not in self._buf:
+            try:
+                got = self._reply.recv(64)
+            except TimeoutError:
+                what = f"forked pid {getattr(self, 'pid', '?')}"
+                raise subprocess.TimeoutExpired(what, timeout or 0) from None
+            if not got:
+                raise RuntimeError("the fork server closed the reply socket without a status")
+            self._buf += got
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line.decode()
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = int(self._line(timeout))
+            self._reply.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                return self.wait(0)
+            except subprocess.TimeoutExpired:
+                return None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, data: bytes = b"", timeout: float | None = None) -> tuple[bytes, None]:
+        """Write ``data``, close stdin, read stdout to its end, wait (as Popen's)."""
+        assert self.stdin is not None and self.stdout is not None
+        writer = threading.Thread(target=self._feed, args=(data,), daemon=True)
+        writer.start()
+        out = self.stdout.read()
+        self.stdout.close()
+        writer.join(timeout)
+        self.wait(timeout)
+        return out, None
+
+    def _feed(self, data: bytes) -> None:
+        assert self.stdin is not None
+        try:
+            self.stdin.write(data)
+        except BrokenPipeError:
+            pass
+        finally:
+            self.stdin.close()
+
+
 @asynccontextmanager
 async def inprocess_session(path: Path) -> AsyncIterator[Session]:
     """:func:`session` on an :class:`InProcessServer`: the real SDK client, over the pipes.
@@ -224,16 +356,17 @@ async def inprocess_session(path: Path) -> AsyncIterator[Session]:
 class RawClient:
     """A minimal newline-delimited JSON-RPC client over a server's stdio (for load tests:
     pipelining and several processes at once, which the SDK client is not built for).
-    ``argv`` starts the server; an :class:`InProcessServer` is used as it is.
+    ``argv`` starts the server; an :class:`InProcessServer` or a :class:`ForkedProcess` is
+    used as it is.
     """
 
     def __init__(
-        self, argv: list[str] | InProcessServer, env: dict[str, str] | None = None
+        self,
+        argv: list[str] | InProcessServer | ForkedProcess,
+        env: dict[str, str] | None = None,
     ) -> None:
-        import subprocess
-
-        self.proc: subprocess.Popen[bytes] | InProcessServer
-        if isinstance(argv, InProcessServer):
+        self.proc: subprocess.Popen[bytes] | InProcessServer | ForkedProcess
+        if isinstance(argv, InProcessServer | ForkedProcess):
             self.proc = argv
         else:
             self.proc = subprocess.Popen(

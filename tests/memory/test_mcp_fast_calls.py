@@ -5,7 +5,9 @@ lost when the server is SIGKILLed mid-writes.
 The byte comparison runs serve_stdio in this process (mcp_helpers.InProcessServer: its own
 thread and event loop, stdin and stdout two OS pipes), which is what a ``python -c
 "asyncio.run(serve_stdio(...))"`` process ran, minus ~0.8 s of CPU per start; closing stdin
-and SIGKILL are about a process and start one.
+and SIGKILL are about a process and start one: ``companyd memory serve-mcp`` forked from the
+worker's fork server (mcp_helpers.ServeMcpForks: a real process, pid, pipes, kill -9 and
+exit status, without the ~0.75 s of imports each of its seven starts paid).
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,7 @@ import pytest
 
 from companyd.memory._codec import parse_graph
 
-from .mcp_helpers import ROOT, InProcessServer
-
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COMPANYD_TEST_NO_NET": "1"}
+from .mcp_helpers import ForkedProcess, InProcessServer, ServeMcpForks
 
 
 def _line(msg: dict[str, Any]) -> bytes:
@@ -156,17 +154,11 @@ def test_the_fast_path_writes_what_the_sdk_path_writes(tmp_path: Path, version: 
     assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "sdk.jsonl").read_bytes()
 
 
-def _initialised_server(path: Path) -> subprocess.Popen[bytes]:
+def _initialised_server(forks: ServeMcpForks, path: Path) -> ForkedProcess:
     """``companyd memory serve-mcp --file PATH`` as a process, its ``initialize``
     (2025-11-25) sent and answered; stdin and stdout are pipes, stderr is dropped.
     """
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=ENV,
-    )
+    proc = forks.serve_mcp(path)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(_init("2025-11-25"))
     proc.stdin.flush()
@@ -174,12 +166,14 @@ def _initialised_server(path: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-def test_calls_in_flight_when_stdin_closes_are_answered_and_kept(tmp_path: Path) -> None:
+def test_calls_in_flight_when_stdin_closes_are_answered_and_kept(
+    tmp_path: Path, serve_mcp_forks: ServeMcpForks
+) -> None:
     # `serve-mcp < calls.jsonl`, or a client that writes its last calls and closes: every
     # call gets its true answer. (Through the SDK alone they were answered "Connection
     # closed" while some of them had been written.)
     path = tmp_path / "memory.jsonl"
-    proc = _initialised_server(path)
+    proc = _initialised_server(serve_mcp_forks, path)
     calls = [_call(10 + i, "create_entities", {"entities": [E(f"e{i}")]}) for i in range(8)]
     out, _ = proc.communicate(b"".join([_INITIALIZED, *calls]), timeout=60)  # and close stdin
     assert proc.returncode == 0
@@ -192,14 +186,16 @@ def test_calls_in_flight_when_stdin_closes_are_answered_and_kept(tmp_path: Path)
     assert {e.name for e in graph.entities()} == {f"e{i}" for i in range(8)}
 
 
-def test_sigkill_mid_writes_loses_no_acknowledged_write(tmp_path: Path) -> None:
+def test_sigkill_mid_writes_loses_no_acknowledged_write(
+    tmp_path: Path, serve_mcp_forks: ServeMcpForks
+) -> None:
     # The fast path answers from the event loop; an answer must still mean "fsynced". A
     # client keeps 8 calls in flight; the server is SIGKILLed at a random moment; every
     # entity it acknowledged must be in the file afterwards (read by a fresh load).
     rng = random.Random(31)
     for trial in range(6):
         path = tmp_path / f"m{trial}.jsonl"
-        proc = _initialised_server(path)
+        proc = _initialised_server(serve_mcp_forks, path)
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(_INITIALIZED)
         acked: set[str] = set()
@@ -218,7 +214,7 @@ def test_sigkill_mid_writes_loses_no_acknowledged_write(tmp_path: Path) -> None:
             if len(acked) == kill_after:
                 os.kill(proc.pid, signal.SIGKILL)
                 break
-        proc.wait(timeout=30)
+        assert proc.wait(timeout=30) == -signal.SIGKILL  # the server died of the kill
         proc.stdin.close()
         proc.stdout.close()
         time.sleep(0.01)
