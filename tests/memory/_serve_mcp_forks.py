@@ -24,6 +24,7 @@ it. It exits when the control socket closes.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import runpy
@@ -77,6 +78,7 @@ def serve(control: socket.socket) -> tuple[list[str], str] | None:
 
 
 if __name__ == "__main__":
+    gc.freeze()  # as a pre-fork server does: a child's collections leave the shared heap alone
     child = serve(socket.socket(fileno=int(sys.argv[1])))
     if child is not None:
         argv, cwd = child

@@ -2,24 +2,22 @@
 0 lost writes, 0 unparseable lines (the official server loses ~66 % and ~86 %: reference
 §8.2).
 
-Several processes on one file need processes; many calls in flight on one connection do not:
-that test runs serve-mcp's serve_stdio in this process (mcp_helpers.InProcessServer, over
-pipes; a process start costs ~0.8 s of CPU).
+Several processes on one file need processes: four ``companyd memory serve-mcp`` processes
+forked from the worker's fork server (mcp_helpers.ServeMcpForks: each its own process, file
+descriptions and locks, without the ~0.75 s of CPU of a fresh interpreter's imports); many
+calls in flight on one connection do not: that test runs serve-mcp's serve_stdio in this
+process (mcp_helpers.InProcessServer, over pipes).
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from companyd.memory._codec import parse_graph
 
-from .mcp_helpers import ROOT, InProcessServer, RawClient
-
-SERVE = [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file"]
-ENV = {"PYTHONPATH": str(ROOT / "src")}
+from .mcp_helpers import InProcessServer, RawClient, ServeMcpForks
 
 
 def create(name: str) -> dict[str, Any]:
@@ -36,9 +34,13 @@ def check_file(path: Path, expected: set[str]) -> None:
     assert not lost, f"{len(lost)} of {len(expected)} lost, e.g. {sorted(lost)[:5]}"
 
 
-def test_four_server_processes_times_200_writes_lose_nothing(tmp_path: Path) -> None:
+def test_four_server_processes_times_200_writes_lose_nothing(
+    tmp_path: Path, serve_mcp_forks: ServeMcpForks
+) -> None:
     path = tmp_path / "memory.jsonl"
-    clients = [RawClient([*SERVE, str(path)], ENV) for _ in range(4)]  # all initialised
+    procs = [serve_mcp_forks.serve_mcp(path) for _ in range(4)]
+    assert len({p.pid for p in procs}) == 4  # four processes
+    clients = [RawClient(p) for p in procs]  # all initialised
     barrier = threading.Barrier(4)
     errors: list[str] = []
     acked: list[set[str]] = [set() for _ in clients]
