@@ -225,10 +225,23 @@ class ForkedProcess:
     def __init__(self, reply: socket.socket, to_child: int, from_child: int) -> None:
         self._reply = reply
         self._buf = b""
-        self.stdin: IO[bytes] | None = os.fdopen(to_child, "wb")
-        self.stdout: IO[bytes] | None = os.fdopen(from_child, "rb")
+        self.to_server, self.from_server = to_child, from_child
+        self._stdin: IO[bytes] | None = None
+        self._stdout: IO[bytes] | None = None
         self.returncode: int | None = None
         self.pid = int(self._line(60))
+
+    @property
+    def stdin(self) -> IO[bytes]:
+        if self._stdin is None:
+            self._stdin = os.fdopen(self.to_server, "wb")
+        return self._stdin
+
+    @property
+    def stdout(self) -> IO[bytes]:
+        if self._stdout is None:
+            self._stdout = os.fdopen(self.from_server, "rb")
+        return self._stdout
 
     def _line(self, timeout: float | None) -> str:
         self._reply.settimeout(timeout)
@@ -267,7 +280,6 @@ class ForkedProcess:
 
     def communicate(self, data: bytes = b"", timeout: float | None = None) -> tuple[bytes, None]:
         """Write ``data``, close stdin, read stdout to its end, wait (as Popen's)."""
-        assert self.stdin is not None and self.stdout is not None
         writer = threading.Thread(target=self._feed, args=(data,), daemon=True)
         writer.start()
         out = self.stdout.read()
@@ -277,7 +289,6 @@ class ForkedProcess:
         return out, None
 
     def _feed(self, data: bytes) -> None:
-        assert self.stdin is not None
         try:
             self.stdin.write(data)
         except BrokenPipeError:
@@ -288,14 +299,33 @@ class ForkedProcess:
 
 @asynccontextmanager
 async def inprocess_session(path: Path) -> AsyncIterator[Session]:
-    """:func:`session` on an :class:`InProcessServer`: the real SDK client, over the pipes.
+    """:func:`session` on an :class:`InProcessServer`: the real SDK client, over the pipes
+    (:func:`pipe_session`). Leaving the block closes the server's stdin and waits until it
+    has answered what is in flight, compacted and returned, like a process's exit.
+    """
+    server = InProcessServer(path)
+    async with pipe_session(server) as s:
+        yield s
+
+
+@asynccontextmanager
+async def forked_session(forks: ServeMcpForks, path: Path) -> AsyncIterator[Session]:
+    """:func:`session` on ``companyd memory serve-mcp --file PATH`` forked from ``forks``
+    (:func:`pipe_session`). Leaving the block closes its stdin and waits for its exit.
+    """
+    async with pipe_session(forks.serve_mcp(path)) as s:
+        yield s
+
+
+@asynccontextmanager
+async def pipe_session(server: InProcessServer | ForkedProcess) -> AsyncIterator[Session]:
+    """The real SDK client over a server's two pipes.
 
     The transport mirrors the SDK's ``stdio_client``: one JSON-RPC message per line, written
     with ``model_dump_json(by_alias=True, exclude_unset=True)``, read with the SDK's
-    message adapter. Leaving the block closes the server's stdin and waits until it has
-    answered what is in flight, compacted and returned, like a process's exit.
+    message adapter. Leaving the block closes the server's stdin and waits (60 s at most)
+    until it has returned or exited.
     """
-    server = InProcessServer(path)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1 << 30)
     rtransport, _ = await loop.connect_read_pipe(

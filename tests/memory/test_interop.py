@@ -5,8 +5,10 @@ of reference §2.3), and the two servers answer the same calls the same way.
 Needs node; the official server is found through COMPANYD_OFFICIAL_MEMORY_SERVER (path of its
 dist/index.js; bench/install_official_memory_server.sh installs it). Tests never install it.
 
-One pair of server processes serves the module. The official server keeps no state between
-calls (it re-reads MEMORY_FILE_PATH on every call, reference mcp-memory.md section 0), so
+One pair of server processes serves the module (ours forked from the worker's fork server,
+mcp_helpers.ServeMcpForks: a serve-mcp process without a fresh interpreter's imports). The
+official server keeps no state between calls (it re-reads MEMORY_FILE_PATH on every call,
+reference mcp-memory.md section 0), so
 "the official server reads this file" is: the file's bytes at its path, then a call.
 """
 
@@ -24,7 +26,7 @@ from companyd.memory._codec import parse_graph
 from companyd.memory._store import GraphStore
 
 from .conftest import require_official
-from .mcp_helpers import Session, companyd_server, official_server, session
+from .mcp_helpers import ServeMcpForks, Session, forked_session, official_server, session
 
 # one worker runs the module (`--dist loadgroup`): its pair of servers starts once
 pytestmark = [pytest.mark.node, pytest.mark.xdist_group("memory_interop")]
@@ -46,12 +48,14 @@ def pair_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-async def pair(pair_dir: Path) -> AsyncIterator[tuple[Session, Session]]:
+async def pair(
+    pair_dir: Path, serve_mcp_forks: ServeMcpForks
+) -> AsyncIterator[tuple[Session, Session]]:
     index = INDEX
     d = pair_dir
     async with asyncio.timeout(60):
         ours_cm, theirs_cm = (
-            session(companyd_server(d / "ours.jsonl")),
+            forked_session(serve_mcp_forks, d / "ours.jsonl"),
             session(official_server(index, d / "theirs.jsonl")),
         )
         ours = await ours_cm.__aenter__()

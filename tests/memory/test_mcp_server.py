@@ -26,8 +26,10 @@ from .conftest import require_official
 from .mcp_helpers import (
     InProcessServer,
     RawClient,
+    ServeMcpForks,
     Session,
     companyd_server,
+    forked_session,
     inprocess_session,
     official_server,
     session,
@@ -55,15 +57,18 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module", params=KINDS)
 async def srv(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    serve_mcp_forks: ServeMcpForks,
 ) -> AsyncIterator[tuple[str, Session]]:
     kind = request.param
     path = tmp_path_factory.mktemp(kind) / "memory.jsonl"
-    params = (
-        companyd_server(path) if kind == "companyd" else official_server(require_official(), path)
-    )
     async with asyncio.timeout(60):
-        cm = session(params)
+        cm = (
+            forked_session(serve_mcp_forks, path)  # a serve-mcp process (mcp_helpers)
+            if kind == "companyd"
+            else session(official_server(require_official(), path))
+        )
         s = await cm.__aenter__()
     try:
         yield kind, s
