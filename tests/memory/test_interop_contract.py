@@ -4,14 +4,15 @@ official server and compares answers (texts, structuredContent, isError) and, fo
 cases, what each leaves on disk. Where the answers differ, the test pins the documented,
 deliberate difference (docs/memory.md "Semantics" and "Reading and repair").
 
-Process starts: the call sequences run on one pair of real server processes for the module.
-A file case needs ours fresh on that file (serve-mcp reads it, repairs it and compacts it on
-the way out), so ours is one serve-mcp process per case; the official server keeps no state
-between calls (it re-reads MEMORY_FILE_PATH on every call, reference mcp-memory.md §0), so
-the module's one official process serves every file case, its file rewritten before each.
-Each serve-mcp process of ours is forked from the worker's fork server
-(mcp_helpers.ServeMcpForks): a real process without the ~0.75 s of CPU of a fresh
-interpreter's imports, and its serving untraced by coverage (in this process it cost more).
+Process starts (each costs ~0.8 s of CPU for ours, some for node): the call sequences run on
+one pair of real server processes for the module (ours forked from the worker's fork server,
+mcp_helpers.ServeMcpForks, which has paid those imports once for every serve-mcp process of
+the worker). A file case needs ours fresh on that file (serve-mcp reads it, repairs it and
+compacts it on the way out), so ours runs in this process (mcp_helpers.InProcessServer:
+serve-mcp's serve_stdio over pipes), one per case (~0.02 s of CPU each; a forked process
+costs ~0.06 s); the official server keeps no state between calls (it re-reads
+MEMORY_FILE_PATH on every call, reference mcp-memory.md §0), so the module's one official
+process serves every file case, its file rewritten before each.
 
 Needs node; skipped with the reason when COMPANYD_OFFICIAL_MEMORY_SERVER is not set.
 """
@@ -29,10 +30,12 @@ from companyd.memory._codec import parse_graph
 
 from .conftest import require_official
 from .mcp_helpers import (
+    InProcessServer,
     RawClient,
     ServeMcpForks,
     Session,
     forked_session,
+    inprocess_session,
     official_server,
     session,
 )
@@ -336,15 +339,11 @@ async def test_scenario_gets_identical_answers(pair: tuple[Session, Session], na
 
 
 async def _both(
-    theirs: tuple[Session, Path],
-    forks: ServeMcpForks,
-    tmp_path: Path,
-    data: bytes | None,
-    calls: list[Call],
+    theirs: tuple[Session, Path], tmp_path: Path, data: bytes | None, calls: list[Call]
 ) -> dict[str, Any]:
     """Run ``calls`` on each server, each on its own copy of ``data`` (None: no file): ours
-    started fresh on it (a serve-mcp process from ``forks``) and stopped (what it leaves on
-    disk), the official server on its file rewritten to ``data``.
+    started fresh on it (in process) and stopped (what it leaves on disk), the official
+    server on its file rewritten to ``data``.
     """
     official, theirs_path = theirs
     ours = tmp_path / "ours" / "memory.jsonl"
@@ -355,7 +354,7 @@ async def _both(
             p.write_bytes(data)
 
     async def run_ours() -> list[dict[str, Any]]:
-        async with forked_session(forks, ours) as s:
+        async with inprocess_session(ours) as s:
             return [await s.call(tool, args) for tool, args in calls]
 
     async def run_theirs() -> list[dict[str, Any]]:
@@ -418,9 +417,9 @@ SAME_FILES: dict[str, bytes] = {
 @pytest.mark.anyio
 @pytest.mark.parametrize("case", list(SAME_FILES))
 async def test_odd_but_valid_files_are_read_and_rewritten_alike(
-    theirs: tuple[Session, Path], serve_mcp_forks: ServeMcpForks, tmp_path: Path, case: str
+    theirs: tuple[Session, Path], tmp_path: Path, case: str
 ) -> None:
-    got = await _both(theirs, serve_mcp_forks, tmp_path, SAME_FILES[case], _READ_WRITE_READ)
+    got = await _both(theirs, tmp_path, SAME_FILES[case], _READ_WRITE_READ)
     assert got["ours"] == got["theirs"]
     assert not got["theirs"][0]["error"], got["theirs"][0]["text"]
     assert got["ours_file"].rstrip(b"\n") == got["theirs_file"]
@@ -429,33 +428,31 @@ async def test_odd_but_valid_files_are_read_and_rewritten_alike(
 
 @pytest.mark.anyio
 async def test_a_file_with_a_bom_is_read_whole_and_rewritten_without_it(
-    theirs: tuple[Session, Path], serve_mcp_forks: ServeMcpForks, tmp_path: Path
+    theirs: tuple[Session, Path], tmp_path: Path
 ) -> None:
     # Official: JSON.parse refuses the BOM, so every call fails until the file is hand-edited.
     # Ours (deliberate, documented): the BOM is removed, line 1 is read, the original line
     # goes to .corrupt, and the rewritten file is readable by the official server again.
     data = b"\xef\xbb\xbf" + _A + b"\n" + _B
-    got = await _both(theirs, serve_mcp_forks, tmp_path, data, _READ_WRITE_READ)
+    got = await _both(theirs, tmp_path, data, _READ_WRITE_READ)
     assert all(r["error"] and "is not valid JSON" in r["text"] for r in got["theirs"])
     assert got["ours"][0]["structured"]["entities"] == [E("a", "t", "o"), E("b")]
     new = b'{"type":"entity","name":"new","entityType":"t","observations":[]}'
     assert got["ours_file"] == _A + b"\n" + _B + b"\n" + new + b"\n"
     assert b"\xef\xbb\xbf" + _A in got["corrupt"].read_bytes()
-    again = await _both(
-        theirs, serve_mcp_forks, tmp_path / "again", got["ours_file"], [("read_graph", {})]
-    )
+    again = await _both(theirs, tmp_path / "again", got["ours_file"], [("read_graph", {})])
     assert again["ours"] == again["theirs"] and not again["theirs"][0]["error"]
 
 
 @pytest.mark.anyio
 async def test_extra_keys_are_dropped_on_rewrite_by_both_and_kept_in_corrupt_by_us(
-    theirs: tuple[Session, Path], serve_mcp_forks: ServeMcpForks, tmp_path: Path
+    theirs: tuple[Session, Path], tmp_path: Path
 ) -> None:
     data = (
         b'{"type":"entity","name":"a","entityType":"t","observations":["o"],"createdAt":"2024"}\n'
         b'{"type":"relation","from":"a","to":"a","relationType":"r","weight":1}'
     )
-    got = await _both(theirs, serve_mcp_forks, tmp_path, data, _READ_WRITE_READ)
+    got = await _both(theirs, tmp_path, data, _READ_WRITE_READ)
     assert got["ours"] == got["theirs"]
     assert got["ours_file"].rstrip(b"\n") == got["theirs_file"]
     assert b'"createdAt"' not in got["ours_file"]
@@ -465,10 +462,10 @@ async def test_extra_keys_are_dropped_on_rewrite_by_both_and_kept_in_corrupt_by_
 
 @pytest.mark.anyio
 async def test_unknown_type_lines_are_kept_by_us_dropped_by_them(
-    theirs: tuple[Session, Path], serve_mcp_forks: ServeMcpForks, tmp_path: Path
+    theirs: tuple[Session, Path], tmp_path: Path
 ) -> None:
     data = _A + b'\n{"type":"_aim","source":"mcp-knowledge-graph"}\n{"name":"untyped"}\n' + _B
-    got = await _both(theirs, serve_mcp_forks, tmp_path, data, _READ_WRITE_READ)
+    got = await _both(theirs, tmp_path, data, _READ_WRITE_READ)
     assert got["ours"] == got["theirs"]
     # documented: preserved verbatim and written back first; the official server drops them
     assert got["ours_file"].split(b"\n")[:2] == [
@@ -480,16 +477,12 @@ async def test_unknown_type_lines_are_kept_by_us_dropped_by_them(
 
 @pytest.mark.anyio
 async def test_a_noop_first_call_creates_no_file_for_us(
-    theirs: tuple[Session, Path], serve_mcp_forks: ServeMcpForks, tmp_path: Path
+    theirs: tuple[Session, Path], tmp_path: Path
 ) -> None:
     # Official: every mutation rewrites the file, so create_entities([]) creates an empty one.
     # Ours (documented): no-op calls write nothing. Both read a missing file as empty.
     got = await _both(
-        theirs,
-        serve_mcp_forks,
-        tmp_path,
-        None,
-        [("create_entities", {"entities": []}), ("read_graph", {})],
+        theirs, tmp_path, None, [("create_entities", {"entities": []}), ("read_graph", {})]
     )
     assert got["ours"] == got["theirs"]
     assert got["theirs_file"] == b"" and got["ours_file"] is None
@@ -505,17 +498,15 @@ def _raw(client: RawClient, calls: list[Call]) -> list[dict[str, Any]]:
     ]
 
 
-def _ours_raw(forks: ServeMcpForks, path: Path, calls: list[Call]) -> list[dict[str, Any]]:
-    client = RawClient(forks.serve_mcp(path))
+def _ours_raw(path: Path, calls: list[Call]) -> list[dict[str, Any]]:
+    client = RawClient(InProcessServer(path))
     try:
         return _raw(client, calls)
     finally:
         assert client.close() == 0
 
 
-def test_lone_surrogates_round_trip_like_the_official_server(
-    serve_mcp_forks: ServeMcpForks, tmp_path: Path
-) -> None:
+def test_lone_surrogates_round_trip_like_the_official_server(tmp_path: Path) -> None:
     calls: list[Call] = [
         ("create_entities", {"entities": [E("x\ud800y", "t", "\udfff", "ok\U0001f642")]}),
         ("search_nodes", {"query": "\ud800"}),
@@ -533,7 +524,7 @@ def test_lone_surrogates_round_trip_like_the_official_server(
     their_path = tmp_path / "theirs.jsonl"
     official = RawClient(["node", INDEX], {"MEMORY_FILE_PATH": str(their_path)})
     try:
-        ours = _ours_raw(serve_mcp_forks, tmp_path / "ours.jsonl", calls)
+        ours = _ours_raw(tmp_path / "ours.jsonl", calls)
         theirs = _raw(official, calls)
         assert ours == theirs
         ours_file = (tmp_path / "ours.jsonl").read_bytes()
@@ -544,7 +535,7 @@ def test_lone_surrogates_round_trip_like_the_official_server(
         # each reads the other's file
         read: list[Call] = [("read_graph", {})]
         (tmp_path / "theirs-copy.jsonl").write_bytes(their_file)
-        assert _ours_raw(serve_mcp_forks, tmp_path / "theirs-copy.jsonl", read) == [ours[-1]]
+        assert _ours_raw(tmp_path / "theirs-copy.jsonl", read) == [ours[-1]]
         their_path.write_bytes(ours_file)
         assert _raw(official, read) == [theirs[-1]]
     finally:
