@@ -161,6 +161,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         gc.freeze()
 
 
+@pytest.hookimpl(specname="pytest_collection_modifyitems", trylast=True)
+def pytest_collection_modifyitems_keep_xdist_groups(items: list[pytest.Item]) -> None:
+    """``--dist loadgroup`` groups by a ``@group`` suffix that xdist (3.8) appends to each
+    grouped item's id by assigning ``item._nodeid``; pytest 9.2 keeps the id in ``_id``, so
+    the assignment changed nothing and every ``xdist_group`` was silently spread over the
+    workers (pytest-xdist issue 1386): a module-shared server or daemon started once per
+    worker that ran one of its tests. Here, after xdist's hook, the suffixed id becomes the
+    item's id, as it was before pytest 9.2. A no-op where xdist's assignment works.
+    """
+    for item in items:
+        wanted = vars(item).get("_nodeid")
+        if isinstance(wanted, str) and wanted != item.nodeid and hasattr(item, "_id"):
+            from _pytest.nodeid import coerce_node_id  # no public way to set a node's id
+
+            item._id = coerce_node_id(wanted)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """An xdist worker has reported everything and its coverage is saved: it only waits to
