@@ -15,9 +15,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from companyd.memory._codec import parse_graph
 
 from .mcp_helpers import InProcessServer, RawClient, ServeMcpForks
+
+# the group of every memory module with serve-mcp processes from the fork server
+# (conftest.serve_mcp_forks): one worker runs them all and starts it once
+pytestmark = pytest.mark.xdist_group("memory_serve_mcp")
 
 
 def create(name: str) -> dict[str, Any]:

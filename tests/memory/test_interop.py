@@ -28,8 +28,10 @@ from companyd.memory._store import GraphStore
 from .conftest import require_official
 from .mcp_helpers import ServeMcpForks, Session, forked_session, official_server, session
 
-# one worker runs the module (`--dist loadgroup`): its pair of servers starts once
-pytestmark = [pytest.mark.node, pytest.mark.xdist_group("memory_interop")]
+# one worker runs the module (`--dist loadgroup`): its pair of servers starts once; the
+# group is the one of every memory module with serve-mcp processes from the fork server
+# (conftest.serve_mcp_forks), so that one worker starts it
+pytestmark = [pytest.mark.node, pytest.mark.xdist_group("memory_serve_mcp")]
 
 INDEX = require_official()  # skips the whole module, with the reason, when unavailable
 

@@ -40,8 +40,10 @@ from .mcp_helpers import (
     session,
 )
 
-# one worker runs the module (`--dist loadgroup`): its pair of servers starts once
-pytestmark = [pytest.mark.node, pytest.mark.xdist_group("memory_interop_contract")]
+# one worker runs the module (`--dist loadgroup`): its pair of servers starts once; the
+# group is the one of every memory module with serve-mcp processes from the fork server
+# (conftest.serve_mcp_forks), so that one worker starts it
+pytestmark = [pytest.mark.node, pytest.mark.xdist_group("memory_serve_mcp")]
 
 INDEX = require_official()  # skips the whole module, with the reason, when unavailable
 

@@ -26,6 +26,10 @@ from companyd.memory._codec import parse_graph
 
 from .mcp_helpers import ForkedProcess, InProcessServer, ServeMcpForks
 
+# the group of every memory module with serve-mcp processes from the fork server
+# (conftest.serve_mcp_forks): one worker runs them all and starts it once
+pytestmark = pytest.mark.xdist_group("memory_serve_mcp")
+
 
 def _line(msg: dict[str, Any]) -> bytes:
     return json.dumps(msg).encode() + b"\n"

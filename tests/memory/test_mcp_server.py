@@ -35,8 +35,10 @@ from .mcp_helpers import (
     session,
 )
 
-# one worker runs the module (`--dist loadgroup`): each server kind starts once
-pytestmark = [pytest.mark.anyio, pytest.mark.xdist_group("memory_mcp_server")]
+# one worker runs the module (`--dist loadgroup`): each server kind starts once; the group
+# is the one of every memory module with serve-mcp processes from the fork server
+# (conftest.serve_mcp_forks), so that one worker starts it
+pytestmark = [pytest.mark.anyio, pytest.mark.xdist_group("memory_serve_mcp")]
 
 # The same checks run against the official server when it is installed; when it is not,
 # test_official_server_is_available says why (one skip instead of one per check).
