@@ -207,9 +207,9 @@ class ServeMcpForks:
             theirs.close()
         return ForkedProcess(reply, to_child, from_child)
 
-    def serve_mcp(self, path: Path) -> ForkedProcess:
+    def serve_mcp(self, path: Path, *, stderr: int = subprocess.DEVNULL) -> ForkedProcess:
         """``companyd memory serve-mcp --file PATH``."""
-        return self.start(["memory", "serve-mcp", "--file", str(path)])
+        return self.start(["memory", "serve-mcp", "--file", str(path)], stderr=stderr)
 
     def close(self) -> None:
         self._control.close()  # the fork server returns

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -345,31 +344,23 @@ async def test_closing_stdin_compacts_the_file(tmp_path: Path) -> None:
     assert graph.read_graph()["entities"] == [E("kept", "t", "x")]
 
 
-def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path) -> None:
+def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path, serve_mcp_forks: ServeMcpForks) -> None:
     import signal
-    import subprocess
-
-    from .mcp_helpers import ROOT
 
     path = tmp_path / "memory.jsonl"
-    client = RawClient(
-        [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(path)],
-        {"PYTHONPATH": str(ROOT / "src")},
-    )
+    proc = serve_mcp_forks.serve_mcp(path)  # a serve-mcp process (mcp_helpers.ServeMcpForks)
+    client = RawClient(proc)
     res = client.request(
         "tools/call",
         {"name": "create_entities", "arguments": {"entities": [E("kept", "t", "before SIGTERM")]}},
     )
     assert not res["result"].get("isError")
-    proc = client.proc
-    assert isinstance(proc, subprocess.Popen)
     proc.send_signal(signal.SIGTERM)
     try:
         assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
-        assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.close()
         proc.stdout.close()
     graph, report = parse_graph(path.read_bytes())  # folded into the MCP file on the way out
@@ -401,22 +392,20 @@ def test_a_request_nested_too_deeply_is_answered_not_left_waiting(tmp_path: Path
         assert client.close() == 0
 
 
-def test_serve_mcp_tells_on_stderr_that_it_repaired_the_file(tmp_path: Path) -> None:
+def test_serve_mcp_tells_on_stderr_that_it_repaired_the_file(
+    tmp_path: Path, serve_mcp_forks: ServeMcpForks
+) -> None:
     # the memory_repaired event of the owner becomes one line for whoever launched it
-    import subprocess
-
-    from .mcp_helpers import ROOT
-
     path = tmp_path / "memory.jsonl"
     good = json.dumps({"type": "entity", "name": "kept", "entityType": "t", "observations": []})
     path.write_text(f"{good}\nthis line is not JSON\n", encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(path)],
-        input=b"",
-        capture_output=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert f"companyd memory: repaired {path}: ".encode() in done.stderr, done.stderr
+    err_read, err_write = os.pipe()
+    try:  # a serve-mcp process (mcp_helpers.ServeMcpForks), its stderr a pipe to here
+        proc = serve_mcp_forks.serve_mcp(path, stderr=err_write)
+    finally:
+        os.close(err_write)
+    with os.fdopen(err_read, "rb") as err:
+        proc.communicate(b"", timeout=120)  # stdin closed at once
+        stderr = err.read()
+    assert proc.returncode == 0, stderr
+    assert f"companyd memory: repaired {path}: ".encode() in stderr, stderr
