@@ -9,9 +9,9 @@ three descriptors sent along as its fds 0, 1 and 2.
 
 The child is a real process: its own pid, file locks, signal handlers, ``kill -9``, pipes and
 exit status (SystemExit from ``main``, through the interpreter's own shutdown). What it
-skips is the interpreter start and the imports; tests about those (tests/test_cli_imports.py),
-about the parsing of the command line by a fresh interpreter, about SIGTERM and about what
-the command prints on stderr start ``python -m companyd`` themselves.
+skips is the interpreter start and the imports; tests about those (tests/test_cli_imports.py)
+start ``python -m companyd`` themselves, and one test still starts serve-mcp through the
+SDK's own ``stdio_client`` (tests/memory/test_mcp_server.py, closing stdin).
 
 Usage: ``python _serve_mcp_forks.py FD`` where FD is one end of a SOCK_SEQPACKET socketpair.
 A request is one message: JSON ``{"argv": [...], "cwd": DIR}`` with four descriptors (the

@@ -168,8 +168,8 @@ class ServeMcpForks:
     Each child is a real process (pid, locks, signals, ``kill -9``, pipes, exit status);
     what it does not pay is the ~0.75 s of CPU of a fresh interpreter's imports, so tests
     that start many serve-mcp processes (SIGKILL trials, several writers on one file, a
-    module's long-lived server) take them from here. Tests about the interpreter start, the
-    imports, SIGTERM or what the command prints on stderr start ``python -m companyd``.
+    module's long-lived server, SIGTERM, the stderr line) take them from here. Tests about
+    the interpreter start or the imports start ``python -m companyd``.
     """
 
     def __init__(self) -> None:
