@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -115,6 +116,9 @@ class InProcessServer:
         self._stdin: IO[bytes] | None = None
         self._stdout: IO[bytes] | None = None
 
+        # serve_stdio freezes the heap (companyd._heap), here the test process's
+        frozen_before = gc.get_freeze_count()
+
         def run() -> None:
             try:
                 asyncio.run(
@@ -129,10 +133,13 @@ class InProcessServer:
             finally:
                 os.close(server_in)
                 os.close(server_out)  # the client reads EOF, as from an exited process
-                # serve_stdio froze the heap (companyd._heap), here the test process's: as the
-                # xdist worker itself does after collecting (tests/conftest.py). Not undone:
-                # gc.unfreeze() would also hand the worker's own ~400,000 frozen objects back
-                # to every later full collection.
+                if not frozen_before:
+                    # nothing was frozen before: give the objects back to the collector (a
+                    # frozen heap also hides them from gc.get_referrers, which hypothesis's
+                    # register_random relies on). Where the process had frozen its own
+                    # heap (an xdist worker, tests/conftest.py), unfreezing would hand those
+                    # ~400,000 objects back to every later full collection: left frozen.
+                    gc.unfreeze()
 
         self._thread = threading.Thread(target=run, name=f"serve-mcp {path.name}", daemon=True)
         self._thread.start()
