@@ -270,6 +270,11 @@ class InProcessDaemon:
         """Move the clock as :meth:`advance` does until ``done()`` holds; the clock seconds
         it took.
 
+        While nothing sleeps on the clock until ``limit`` (without ``step``), moving it
+        cannot bring ``done()`` closer — what is left is I/O in real time (a model call to
+        the stand-in, a delivery) — so the clock stays and the real time passes instead,
+        up to ``timeout``: a jump to the limit would race that I/O and fail under load.
+
         Raises:
             AssertionError: not done within ``limit`` clock seconds, or ``timeout`` real
                 seconds.
@@ -283,6 +288,10 @@ class InProcessDaemon:
                     f"not done after {moved:g} s of the daemon's clock "
                     f"({time.monotonic() - deadline + timeout:.1f} real seconds)"
                 )
+            nxt = self.clock.next_deadline()
+            if step is None and (nxt is None or nxt - self.clock.monotonic() >= limit - moved):
+                await asyncio.sleep(0.01)  # nothing due on the clock: the I/O's turn
+                continue
             self.clock.advance(self._jump(limit - moved, step))
             await settle()
         return self.clock.monotonic() - start
