@@ -95,7 +95,30 @@ async def session(params: StdioServerParameters) -> AsyncIterator[Session]:
         yield Session(client, init, notes)
 
 
-class InProcessServer:
+class _ServerPipes:
+    """The test's ends of a server's stdin and stdout: two descriptors, opened as files on
+    first use (``stdin``, ``stdout``) or handed to an event loop (:func:`pipe_session`).
+    """
+
+    def __init__(self, to_server: int, from_server: int) -> None:
+        self.to_server, self.from_server = to_server, from_server
+        self._stdin: IO[bytes] | None = None
+        self._stdout: IO[bytes] | None = None
+
+    @property
+    def stdin(self) -> IO[bytes]:
+        if self._stdin is None:
+            self._stdin = os.fdopen(self.to_server, "wb")
+        return self._stdin
+
+    @property
+    def stdout(self) -> IO[bytes]:
+        if self._stdout is None:
+            self._stdout = os.fdopen(self.from_server, "rb")
+        return self._stdout
+
+
+class InProcessServer(_ServerPipes):
     """``companyd memory serve-mcp`` without the process start: :func:`serve_stdio` (what the
     command runs once it has parsed ``--file``) on a thread of its own with its own event
     loop, its stdin and stdout two OS pipes — the same transport code, the same
@@ -109,12 +132,11 @@ class InProcessServer:
     """
 
     def __init__(self, path: Path, *, fast_calls: bool = True) -> None:
-        server_in, self.to_server = os.pipe()
-        self.from_server, server_out = os.pipe()
+        server_in, to_server = os.pipe()
+        from_server, server_out = os.pipe()
+        super().__init__(to_server, from_server)
         self.returncode: int | None = None
         self.error: BaseException | None = None
-        self._stdin: IO[bytes] | None = None
-        self._stdout: IO[bytes] | None = None
 
         # serve_stdio freezes the heap (companyd._heap), here the test process's
         frozen_before = gc.get_freeze_count()
@@ -143,18 +165,6 @@ class InProcessServer:
 
         self._thread = threading.Thread(target=run, name=f"serve-mcp {path.name}", daemon=True)
         self._thread.start()
-
-    @property
-    def stdin(self) -> IO[bytes]:
-        if self._stdin is None:
-            self._stdin = os.fdopen(self.to_server, "wb")
-        return self._stdin
-
-    @property
-    def stdout(self) -> IO[bytes]:
-        if self._stdout is None:
-            self._stdout = os.fdopen(self.from_server, "rb")
-        return self._stdout
 
     def wait(self, timeout: float) -> int:
         """Wait until the server returned (its stdin was closed); raise what it raised."""
@@ -223,32 +233,18 @@ class ServeMcpForks:
         self._proc.wait(timeout=30)
 
 
-class ForkedProcess:
+class ForkedProcess(_ServerPipes):
     """A child of :class:`ServeMcpForks`, with Popen's face (``pid``, ``stdin``,
     ``stdout``, ``poll``, ``wait``, ``send_signal``, ``kill``, ``communicate``,
     ``returncode``: negative for a signal).
     """
 
     def __init__(self, reply: socket.socket, to_child: int, from_child: int) -> None:
+        super().__init__(to_child, from_child)
         self._reply = reply
         self._buf = b""
-        self.to_server, self.from_server = to_child, from_child
-        self._stdin: IO[bytes] | None = None
-        self._stdout: IO[bytes] | None = None
         self.returncode: int | None = None
         self.pid = int(self._line(60))
-
-    @property
-    def stdin(self) -> IO[bytes]:
-        if self._stdin is None:
-            self._stdin = os.fdopen(self.to_server, "wb")
-        return self._stdin
-
-    @property
-    def stdout(self) -> IO[bytes]:
-        if self._stdout is None:
-            self._stdout = os.fdopen(self.from_server, "rb")
-        return self._stdout
 
     def _line(self, timeout: float | None) -> str:
         self._reply.settimeout(timeout)
