@@ -94,14 +94,11 @@ async def theirs(
 
 @pytest.fixture(scope="session")
 def serve_mcp_forks() -> Iterator[ServeMcpForks]:
-    """The test process's fork server for ``companyd memory serve-mcp`` processes
-    (mcp_helpers.ServeMcpForks), started on first use: each xdist worker pays one serve-mcp
-    import (~0.75 s of CPU) instead of one per process a test starts.
+    """``companyd memory serve-mcp`` processes forked from the test process's fork server
+    (mcp_helpers.ServeMcpForks; companyd.testing.forkserver, started on first use and
+    closed at the process's exit): each xdist worker pays one import of what serve-mcp
+    imports (~0.75 s of CPU) instead of one per process a test starts.
     """
     from .mcp_helpers import ServeMcpForks
 
-    forks = ServeMcpForks()
-    try:
-        yield forks
-    finally:
-        forks.close()
+    yield ServeMcpForks()

@@ -6,8 +6,6 @@ import asyncio
 import gc
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,9 +21,9 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.message import SessionMessage
 
 from companyd.memory import serve_stdio
+from companyd.testing import forkserver
 
 ROOT = Path(__file__).resolve().parents[2]
-FORK_SERVER = Path(__file__).with_name("_serve_mcp_forks.py")
 SERVE_MCP_ENV = {"COMPANYD_TEST_NO_NET": "1", "PYTHONPATH": str(ROOT / "src")}
 
 
@@ -178,9 +176,8 @@ class InProcessServer(_ServerPipes):
 
 
 class ServeMcpForks:
-    """A fork server for ``companyd memory serve-mcp`` processes (tests/memory/
-    _serve_mcp_forks.py): one Python process that has imported what the command imports,
-    and forks a child per :meth:`start` that runs ``python -m companyd ARGV`` from there.
+    """``companyd memory serve-mcp`` (any ``companyd ARGV``) forked from the test process's
+    fork server (companyd.testing.forkserver, which has imported what the command imports).
 
     Each child is a real process (pid, locks, signals, ``kill -9``, pipes, exit status);
     what it does not pay is the ~0.75 s of CPU of a fresh interpreter's imports, so tests
@@ -189,48 +186,26 @@ class ServeMcpForks:
     the interpreter start or the imports start ``python -m companyd``.
     """
 
-    def __init__(self) -> None:
-        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with theirs:
-            self._proc = subprocess.Popen(
-                [sys.executable, str(FORK_SERVER), str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **SERVE_MCP_ENV},
-                cwd=ROOT,
-            )
-        self._lock = threading.Lock()
-
     def start(self, argv: list[str], *, stderr: int = subprocess.DEVNULL) -> ForkedProcess:
         """``python -m companyd ARGV`` forked, its stdin and stdout pipes to this process
         (``stderr``: DEVNULL, or a descriptor the child gets a copy of).
         """
         child_in, to_child = os.pipe()
         from_child, child_out = os.pipe()
-        reply, theirs = socket.socketpair()
-        err = os.open(os.devnull, os.O_WRONLY) if stderr == subprocess.DEVNULL else stderr
+        err = None if stderr == subprocess.DEVNULL else stderr
+        # the test process's environment (what the fork server's interpreter fixed at its
+        # start included) with the suite's no-network guard
+        env = {**os.environ, "COMPANYD_TEST_NO_NET": "1", "PYTHONUNBUFFERED": "1"}
         try:
-            with self._lock:
-                socket.send_fds(
-                    self._control,
-                    [json.dumps({"argv": argv, "cwd": str(ROOT)}).encode()],
-                    [child_in, child_out, err, theirs.fileno()],
-                )
+            child = forkserver.spawn(argv, env, ROOT, stdin=child_in, stdout=child_out, stderr=err)
         finally:
-            for fd in (child_in, child_out):
-                os.close(fd)
-            if err != stderr:
-                os.close(err)
-            theirs.close()
-        return ForkedProcess(reply, to_child, from_child)
+            os.close(child_in)
+            os.close(child_out)
+        return ForkedProcess(child, to_child, from_child)
 
     def serve_mcp(self, path: Path, *, stderr: int = subprocess.DEVNULL) -> ForkedProcess:
         """``companyd memory serve-mcp --file PATH``."""
         return self.start(["memory", "serve-mcp", "--file", str(path)], stderr=stderr)
-
-    def close(self) -> None:
-        self._control.close()  # the fork server returns
-        self._proc.wait(timeout=30)
 
 
 class ForkedProcess(_ServerPipes):
@@ -239,47 +214,18 @@ class ForkedProcess(_ServerPipes):
     ``returncode``: negative for a signal).
     """
 
-    def __init__(self, reply: socket.socket, to_child: int, from_child: int) -> None:
+    def __init__(self, child: forkserver.ForkedProcess, to_child: int, from_child: int) -> None:
         super().__init__(to_child, from_child)
-        self._reply = reply
-        self._buf = b""
-        self.returncode: int | None = None
-        self.pid = int(self._line(60))
+        self._child = child
+        self.pid = child.pid
+        self.wait = child.wait
+        self.poll = child.poll
+        self.send_signal = child.send_signal
+        self.kill = child.kill
 
-    def _line(self, timeout: float | None) -> str:
-        self._reply.settimeout(timeout)
-        while b"\n" not in self._buf:
-            try:
-                got = self._reply.recv(64)
-            except TimeoutError:
-                what = f"forked pid {getattr(self, 'pid', '?')}"
-                raise subprocess.TimeoutExpired(what, timeout or 0) from None
-            if not got:
-                raise RuntimeError("the fork server closed the reply socket without a status")
-            self._buf += got
-        line, self._buf = self._buf.split(b"\n", 1)
-        return line.decode()
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            self.returncode = int(self._line(timeout))
-            self._reply.close()
-        return self.returncode
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                return self.wait(0)
-            except subprocess.TimeoutExpired:
-                return None
-        return self.returncode
-
-    def send_signal(self, signum: int) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, signum)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
+    @property
+    def returncode(self) -> int | None:
+        return self._child.returncode
 
     def communicate(self, data: bytes = b"", timeout: float | None = None) -> tuple[bytes, None]:
         """Write ``data``, close stdin, read stdout to its end, wait (as Popen's)."""
@@ -421,7 +367,6 @@ class RawClient:
         self.notify("notifications/initialized")
 
     def _send(self, msg: dict[str, Any]) -> None:
-        import json
 
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(msg).encode() + b"\n")
@@ -437,8 +382,6 @@ class RawClient:
 
     def receive(self) -> dict[str, Any]:
         """The next response (notifications are skipped)."""
-        import json
-
         assert self.proc.stdout is not None
         while True:
             line = self.proc.stdout.readline()

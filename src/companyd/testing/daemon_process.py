@@ -299,7 +299,7 @@ class DaemonProcess:
         """Start the process without waiting for it to be ready."""
         if self.forked:
             argv = self.command()[3:]  # after `python -m companyd`
-            self.proc = forkserver.spawn(argv, self.env, Path.cwd(), self.log)
+            self.proc = forkserver.spawn(argv, self.env, Path.cwd(), log=self.log)
             return
         # opening a local log file is quick and happens once per daemon
         with open(self.log, "ab") as out:  # noqa: ASYNC230
@@ -367,7 +367,7 @@ class DaemonProcess:
         proc = self._proc()
         try:
             async with asyncio.timeout(timeout):
-                return await proc.wait()
+                return await _wait(proc)
         except TimeoutError:
             raise AssertionError(
                 f"the daemon (pid {proc.pid}) did not exit within {timeout:g} s:\n"
@@ -384,7 +384,7 @@ class DaemonProcess:
         finally:
             if proc.returncode is None:
                 proc.kill()
-                await proc.wait()
+                await _wait(proc)
 
     async def __aenter__(self) -> DaemonProcess:
         await self.start()
@@ -476,3 +476,10 @@ class DaemonProcess:
         if self.proc is None:
             raise RuntimeError("the daemon was not started; call start() first")
         return self.proc
+
+
+async def _wait(proc: asyncio.subprocess.Process | ForkedProcess) -> int:
+    """Its exit status, once it has exited (a forked one: reaped by the fork server)."""
+    if isinstance(proc, ForkedProcess):
+        return await proc.wait_async()
+    return await proc.wait()

@@ -1,35 +1,33 @@
-"""``companyd`` processes forked from one interpreter that has already imported the daemon.
+"""``companyd`` processes forked from one interpreter that has already imported companyd.
 
-A ``companyd run`` process spends most of its CPU before it does anything: the interpreter's
-start, companyd's modules and — with Claude — the anthropic SDK (about 1.4 s of CPU on the
-2-core machine, for its ~1,500 pydantic models), every time. A test whose point is what the
-daemon does when it is signalled, killed or stopped (not its start-up imports) can have
-its daemon forked instead (``DaemonProcess(..., forked=True)``): this module's server
-(``python -m companyd.testing.forkserver``, one per test process, started on first use)
-imports all that once (the SDK when the first daemon that is not ``--offline`` is asked
-for), then for each request forks a child that becomes ``companyd ARGV``
-exactly as ``python -m companyd ARGV`` does — its own process and pid, the requested
-environment, working directory and log file as stdin/stdout/stderr, ``sys.argv`` as the
-console would set it, the CLI's entry point, and the interpreter's normal exit (atexit
-handlers, stream flushes) with the entry point's exit code.
+A ``companyd`` process spends much of its CPU before it does anything: the interpreter's
+start, companyd's modules, the SDKs (~1 s; ~1.4 s more for anthropic's ~1,500 pydantic
+models). A test whose point is what the process does — signalled, killed, stopped, talked
+to over its pipes — not its start-up, can fork it instead: this module's server (``python
+-m companyd.testing.forkserver``, one per test process, started on first :func:`spawn`)
+imports what ``companyd run`` and ``companyd memory serve-mcp`` import once (anthropic when
+the first ``run`` that is not ``--offline`` is asked for), then per request forks a child
+that becomes ``companyd ARGV`` as ``python -m companyd ARGV`` does: its own process and
+pid, the requested environment and working directory, the descriptors the test sent as its
+fds 0, 1 and 2 (a log file is one the test opened), ``sys.argv`` and ``sys.path[0]`` as
+``-m`` sets them, runpy of ``companyd``, the interpreter's normal exit.
 
-What differs from a fresh ``python -m companyd``: the modules are already imported (so
-nothing read at import time sees the child's environment — companyd reads its environment
-when it runs, not at import), what the interpreter fixes at its start is the server's
-(``sys.path``, the hash seed, ``-X`` options; stdout and stderr unbuffered, as
-``PYTHONUNBUFFERED=1``, which :class:`~companyd.testing.daemon_process.DaemonProcess` sets
-for every daemon — a request whose environment sets one of those ``PYTHON*`` variables
-otherwise is refused, naming it), and the process is the
-server's child, not the test's: its exit status (as ``Popen.returncode``: negative for a
-signal) and its CPU come from the server, which reaps it. Tests where start-up itself is
-the point (the import cost, ``--version``, a command that must not import the SDK) keep
-a real ``python -m companyd``.
+What differs from a fresh ``python -m companyd``: the modules are already imported (companyd
+reads its environment when it runs, not at import); what the interpreter fixes at its start
+is the server's (``sys.path``, the hash seed, ``-X`` options, unbuffered stdio as
+``PYTHONUNBUFFERED=1``) — a request whose environment sets one of those ``PYTHON*``
+variables otherwise is refused, naming it; and the process is the server's child, not the
+test's: the server reaps it (``os.wait4``) and reports its exit status (as
+``Popen.returncode``: negative for a signal) and CPU. Tests where start-up is the point
+(the import cost, ``--version``'s speed, what must not be imported) run ``python -m
+companyd``.
 
-Protocol (one JSON object per line): the test writes ``{"argv", "env", "cwd", "log"}``;
-the server answers ``{"started": PID}`` for each request in order, and
-``{"exited": PID, "code": N, "cpu": SECONDS}`` when a child is gone. At the end of its
-input the server kills the children still running (a test that forgot one), reaps them and
-exits.
+Transport: a SOCK_SEQPACKET control socket (the server's argv[1] is its descriptor). A
+request is one message, JSON ``{"argv", "env", "cwd"}``, with four descriptors (the child's
+stdin, stdout, stderr and a reply socket). On the reply socket the server writes the child's
+pid (a line) at once and ``CODE CPU`` (a line) when it has reaped it. When the control
+socket closes (the test process is gone) it kills the children still running, reaps them
+and exits.
 """
 
 from __future__ import annotations
@@ -41,9 +39,10 @@ import gc
 import importlib
 import json
 import os
-import queue
-import select
+import runpy
+import selectors
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -52,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ForkedProcess", "forked_children_cpu", "spawn"]
-
 
 #: what an interpreter takes from its environment once, at its start: a child of the
 #: server has the server's, whatever its own environment says
@@ -72,22 +70,75 @@ _FIXED_AT_START = (
     "PYTHONFAULTHANDLER",
 )
 
+_CPU = [0.0]  # of the children whose status was read (forked_children_cpu)
+
 
 class ForkedProcess:
-    """A child of the fork server, driven like ``asyncio.subprocess.Process``."""
+    """A child of the fork server with ``Popen``'s face (``pid``, ``returncode``, ``poll``,
+    ``wait``, ``send_signal``, ``terminate``, ``kill``) and :meth:`wait_async` for an event
+    loop. ``returncode`` is None until the server has reaped it (negative: killed by that
+    signal).
+    """
 
-    def __init__(self, server: _Server, pid: int) -> None:
-        self._server = server
-        self.pid = pid
+    def __init__(self, reply: socket.socket) -> None:
+        self._reply = reply
+        self._buf = b""
+        self._code: int | None = None
+        self.pid = int(self._line(60))
+
+    def _line(self, timeout: float | None) -> str:
+        self._reply.settimeout(timeout)
+        while b"\n" not in self._buf:
+            try:
+                got = self._reply.recv(64)
+            except (TimeoutError, BlockingIOError):
+                what = f"forked pid {getattr(self, 'pid', '?')}"
+                raise subprocess.TimeoutExpired(what, timeout or 0) from None
+            if not got:
+                raise RuntimeError("the fork server closed the reply socket without a status")
+            self._buf += got
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line.decode()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until it has exited and been reaped (``subprocess.TimeoutExpired`` after
+        ``timeout`` s); its exit status.
+        """
+        if self._code is None:
+            code, cpu = self._line(timeout).split()
+            self._reply.close()
+            _CPU[0] += float(cpu)
+            self._code = int(code)
+        return self._code
+
+    def poll(self) -> int | None:
+        """Its exit status if it has been reaped, else None (does not block)."""
+        if self._code is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.wait(0)
+        return self._code
 
     @property
     def returncode(self) -> int | None:
-        """Its exit status once the server reaped it (negative: killed by that signal)."""
-        return self._server.codes.get(self.pid)
+        """:meth:`poll`."""
+        return self.poll()
+
+    async def wait_async(self) -> int:
+        """:meth:`wait` without blocking the loop (no deadline of its own: the caller's)."""
+        loop = asyncio.get_running_loop()
+        while self.poll() is None:
+            readable: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(self._reply.fileno(), _resolve, readable)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(self._reply.fileno())
+        assert self._code is not None
+        return self._code
 
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` to the process (nothing once it has been reaped)."""
-        if self.returncode is None:
+        if self.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
 
@@ -99,18 +150,10 @@ class ForkedProcess:
         """SIGKILL."""
         self.send_signal(signal.SIGKILL)
 
-    async def wait(self) -> int:
-        """Wait until it has exited and been reaped; its exit status (no deadline of its
-        own: the caller's, as with ``asyncio.subprocess.Process.wait``).
-        """
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[int] = loop.create_future()
-        with self._server.lock:
-            code = self.returncode
-            if code is not None:
-                return code
-            self._server.waiters.setdefault(self.pid, []).append((loop, done))
-        return await done
+
+def _resolve(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
 
 
 class _Server:
@@ -119,42 +162,18 @@ class _Server:
     def __init__(self) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.fixed = {k: env.get(k) for k in _FIXED_AT_START}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "companyd.testing.forkserver"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            text=True,
-        )
-        self.codes: dict[int, int] = {}
-        self.cpu = 0.0
-        #: who waits for which child: its loop and future
-        self.waiters: dict[int, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[int]]]] = {}
-        #: guards codes, cpu and waiters (the reader thread writes them)
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "companyd.testing.forkserver", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
         self.lock = threading.Lock()
-        self._started: queue.Queue[int] = queue.Queue()
-        self._lock = threading.Lock()
-        threading.Thread(target=self._read, name="forkserver-reader", daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            msg = json.loads(line)
-            if "started" in msg:
-                self._started.put(int(msg["started"]))
-            else:
-                pid, code = int(msg["exited"]), int(msg["code"])
-                with self.lock:
-                    self.cpu += float(msg["cpu"])
-                    self.codes[pid] = code
-                    waiters = self.waiters.pop(pid, [])
-                for loop, done in waiters:
-                    with contextlib.suppress(RuntimeError):  # that loop has closed
-                        loop.call_soon_threadsafe(_resolve, done, code)
-        self._started.put(0)  # the server is gone: a waiting spawn() fails
 
     def spawn(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, fds: Sequence[int]
     ) -> ForkedProcess:
         differ = [k for k in _FIXED_AT_START if env.get(k) != self.fixed[k]]
         if differ:
@@ -164,23 +183,14 @@ class _Server:
                 f"({ {k: self.fixed[k] for k in differ}!r}); start this one as a real "
                 "process (DaemonProcess without forked=True)"
             )
-        request = {"argv": list(argv), "env": dict(env), "cwd": str(cwd), "log": str(log)}
-        with self._lock:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-            try:
-                pid = self._started.get(timeout=30)
-            except queue.Empty:
-                raise RuntimeError("the fork server did not start the process in 30 s") from None
-        if not pid:
-            raise RuntimeError(f"the fork server exited ({self.proc.poll()})")
-        return ForkedProcess(self, pid)
+        request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)})
+        reply, theirs = socket.socketpair()
+        with theirs, self.lock:
+            socket.send_fds(self.control, [request.encode()], [*fds, theirs.fileno()])
+        return ForkedProcess(reply)
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
+        self.control.close()  # the server kills what is left, reaps it and exits
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -188,19 +198,29 @@ class _Server:
             self.proc.wait(timeout=30)
 
 
-def _resolve(done: asyncio.Future[int], code: int) -> None:
-    if not done.done():
-        done.set_result(code)
-
-
 _SERVER: _Server | None = None
 _SERVER_LOCK = threading.Lock()
 
 
-def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> ForkedProcess:
+def spawn(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    *,
+    log: Path | None = None,
+    stdin: int | None = None,
+    stdout: int | None = None,
+    stderr: int | None = None,
+) -> ForkedProcess:
     """Start ``companyd ARGV`` (as ``python -m companyd ARGV``) in a child of this process's
-    fork server, with exactly ``env`` as its environment, in ``cwd``, stdin from /dev/null
-    and stdout and stderr appended to ``log``. Returns once it is forked (a few ms).
+    fork server, with exactly ``env`` as its environment, in ``cwd``. Its stdin is
+    ``stdin`` (a descriptor; default /dev/null), its stdout and stderr ``stdout`` and
+    ``stderr`` (descriptors; default: appended to ``log``, or /dev/null without one). The
+    child gets copies: the caller still owns and closes what it passed. Returns once it is
+    forked (a few ms).
+
+    Raises:
+        ValueError: ``env`` sets a variable the interpreter fixed at its start otherwise.
     """
     global _SERVER
     with _SERVER_LOCK:
@@ -208,38 +228,56 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> 
             _SERVER = _Server()
             atexit.register(_SERVER.close)
         server = _SERVER
-    return server.spawn(argv, env, cwd, log)
+    with contextlib.ExitStack() as opened:
+
+        def _open(path: Path | str, flags: int) -> int:
+            fd = os.open(path, flags, 0o644)
+            opened.callback(os.close, fd)
+            return fd
+
+        out = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        if stdin is None:
+            stdin = _open(os.devnull, os.O_RDONLY)
+        if log is not None and (stdout is None or stderr is None):
+            stdout = _open(log, out) if stdout is None else stdout
+            stderr = stdout if stderr is None else stderr
+        stdout = _open(os.devnull, os.O_WRONLY) if stdout is None else stdout
+        stderr = _open(os.devnull, os.O_WRONLY) if stderr is None else stderr
+        return server.spawn(argv, env, cwd, (stdin, stdout, stderr))
 
 
 def forked_children_cpu() -> float:
-    """CPU seconds (user + system) of this process's forked children reaped so far: they
-    are the fork server's children, so ``RUSAGE_CHILDREN`` here does not count them.
+    """CPU seconds (user + system) of this process's forked children whose status it has
+    read: they are the fork server's children, so ``RUSAGE_CHILDREN`` here does not count
+    them.
     """
-    return 0.0 if _SERVER is None else _SERVER.cpu
+    return _CPU[0]
 
 
 # -- the server ---------------------------------------------------------------------------
 
 
 def _warm_up() -> None:
-    """Import what ``companyd run`` imports when it starts a company — through the faces,
-    and the SDKs it loads on first use: python-telegram-bot (the pager), the mcp client
-    (agents' tool servers); anthropic waits for the first daemon with Claude
-    (:func:`_warm_up_claude`).
+    """Import what ``python -m companyd`` imports, what ``companyd run`` loads when it starts
+    a company — through the faces, and the SDKs it loads on first use: python-telegram-bot
+    (the pager), the mcp client (agents' tool servers) — and what ``companyd memory
+    serve-mcp`` loads (the memory MCP server, the mcp server SDK). anthropic waits for the
+    first daemon with Claude (:func:`_warm_up_claude`).
     """
     import mcp.client.stdio  # noqa: F401
     import telegram.ext  # noqa: F401
 
+    import companyd.cli  # noqa: F401
     from companyd.alerts import AlertService  # noqa: F401
     from companyd.daemon import Daemon, make_backend  # noqa: F401
+    from companyd.memory import serve_stdio  # noqa: F401
 
 
 def _warm_up_claude() -> None:
-    """Load the anthropic SDK (~1 s of CPU, once): before the first child that is not
-    ``--offline``, so that a server forking only offline daemons never pays it. Loaded,
-    never called: talking to the SDK stays companyd.llm._claude's alone (it too loads it by
-    name, at its first call). A client, built and dropped, loads the HTTP transport's
-    modules as the first call does.
+    """Load the anthropic SDK (~1 s of CPU, once): before the first ``run`` that is not
+    ``--offline``, so that a server forking only offline daemons or serve-mcp never pays
+    it. Loaded, never called: talking to the SDK stays companyd.llm._claude's alone. A
+    client, built and dropped, loads the HTTP transport's modules as the first call does.
     """
     if "anthropic" in sys.modules:
         return
@@ -261,67 +299,72 @@ def _freeze() -> None:
     gc.freeze()
 
 
-def _serve() -> dict[str, Any] | None:
-    """Answer requests until the input ends (then None), or, in a forked child, return the
-    request the child is to carry out.
+def _serve(control: socket.socket) -> dict[str, Any] | None:
+    """Fork per request until the control socket closes (then None), or, in a forked
+    child, return the request the child is to carry out (its fds 0-2 already in place).
     """
-    pidfds: dict[int, int] = {}  # pidfd -> pid
-    buf = b""
-    stdin_open = True
-    while stdin_open or pidfds:
-        if not stdin_open:  # the test process is done: nothing left may outlive it
-            for pid in pidfds.values():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        ready, _, _ = select.select([0, *pidfds] if stdin_open else list(pidfds), [], [])
-        for fd in ready:
-            if fd != 0:
-                pid = pidfds.pop(fd)
-                os.close(fd)
+    sel = selectors.DefaultSelector()
+    sel.register(control, selectors.EVENT_READ, None)
+    children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> pid, reply socket
+    listening = True
+    while listening or children:
+        for key, _ in sel.select():
+            if key.data is not None:  # a pidfd: that child has exited
+                pid, reply = children.pop(key.fd)
+                sel.unregister(key.fd)
+                os.close(key.fd)
                 _, status, usage = os.wait4(pid, 0)
                 cpu = usage.ru_utime + usage.ru_stime
-                code = os.waitstatus_to_exitcode(status)
-                _say({"exited": pid, "code": code, "cpu": round(cpu, 3)})
+                with contextlib.suppress(OSError):  # the test may have stopped waiting
+                    reply.sendall(f"{os.waitstatus_to_exitcode(status)} {cpu:.3f}\n".encode())
+                reply.close()
                 continue
-            chunk = os.read(0, 65536)
-            if not chunk:
-                stdin_open = False
+            msg, fds, _, _ = socket.recv_fds(control, 1 << 20, 4)
+            if not msg:  # the test process is done: nothing left may outlive it
+                for pid, _reply in children.values():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                sel.unregister(control)
+                listening = False
                 continue
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                request = json.loads(line)
-                if "--offline" not in request["argv"]:
-                    _warm_up_claude()
-                pid = os.fork()
-                if pid == 0:
-                    for pidfd in pidfds:
-                        os.close(pidfd)
-                    return dict(request)
-                pidfds[os.pidfd_open(pid)] = pid
-                _say({"started": pid})
+            request = json.loads(msg)
+            argv = request["argv"]
+            if argv[:1] == ["run"] and "--offline" not in argv:
+                _warm_up_claude()
+            pid = os.fork()
+            if pid == 0:
+                for pidfd, (_pid, reply) in children.items():
+                    os.close(pidfd)
+                    reply.close()
+                sel.close()
+                control.close()
+                for fd, target in zip(fds[:3], (0, 1, 2), strict=True):
+                    os.dup2(fd, target)
+                for fd in fds:
+                    os.close(fd)
+                return dict(request)
+            for fd in fds[:3]:
+                os.close(fd)
+            reply = socket.socket(fileno=fds[3])
+            reply.sendall(f"{pid}\n".encode())
+            pidfd = os.pidfd_open(pid)
+            children[pidfd] = (pid, reply)
+            sel.register(pidfd, selectors.EVENT_READ, pid)
     return None
 
 
-def _say(msg: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(msg) + "\n")
-    sys.stdout.flush()
-
-
 def _become(request: dict[str, Any]) -> None:
-    """In the forked child: take the request's streams, environment, directory and argv."""
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
+    """In the forked child: ``python -m companyd ARGV`` with the request's environment and
+    working directory (runpy sets ``sys.argv[0]`` to companyd/__main__.py, as ``-m`` does).
+    """
     os.environ.clear()
     os.environ.update(request["env"])
-    os.chdir(request["cwd"])
-    main_py = Path(__file__).resolve().parents[1] / "__main__.py"
-    sys.argv = [str(main_py), *request["argv"]]
+    cwd = str(request["cwd"])
+    os.chdir(cwd)
+    sys.path[0] = cwd  # as `python -m` has it
+    sys.argv = ["companyd", *request["argv"]]
+    # SIGINT's handler is Python's, installed at the server's start as at any interpreter's
+    runpy.run_module("companyd", run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":
@@ -329,11 +372,6 @@ if __name__ == "__main__":
     _warm_up()
     _freeze()
     gc.enable()
-    _request = _serve()
+    _request = _serve(socket.socket(fileno=int(sys.argv[1])))
     if _request is not None:
         _become(_request)
-        # what `python -m companyd` runs (companyd/__main__.py); SIGINT's handler is
-        # Python's, installed at the server's start as at any interpreter's
-        from companyd.cli import main
-
-        raise SystemExit(main())
