@@ -267,6 +267,25 @@ async def forked_session(forks: ServeMcpForks, path: Path) -> AsyncIterator[Sess
 
 
 @asynccontextmanager
+async def interop_pair(
+    forks: ServeMcpForks, index_js: str, directory: Path
+) -> AsyncIterator[tuple[Session, Session]]:
+    """Ours (forked ``serve-mcp``) and theirs (the official server at ``index_js``), each
+    on its own file in ``directory`` and started within 60 s, for a module to share.
+    """
+    async with asyncio.timeout(60):
+        ours_cm = forked_session(forks, directory / "ours.jsonl")
+        theirs_cm = session(official_server(index_js, directory / "theirs.jsonl"))
+        ours = await ours_cm.__aenter__()
+        theirs = await theirs_cm.__aenter__()
+    try:
+        yield ours, theirs
+    finally:
+        await theirs_cm.__aexit__(None, None, None)
+        await ours_cm.__aexit__(None, None, None)
+
+
+@asynccontextmanager
 async def pipe_session(server: InProcessServer | ForkedProcess) -> AsyncIterator[Session]:
     """The real SDK client over a server's two pipes.
 

@@ -26,7 +26,11 @@ from companyd.memory._codec import parse_graph
 from companyd.memory._store import GraphStore
 
 from .conftest import require_official
-from .mcp_helpers import ServeMcpForks, Session, forked_session, official_server, session
+from .mcp_helpers import (
+    ServeMcpForks,
+    Session,
+    interop_pair,
+)
 
 # one worker runs the module (`--dist loadgroup`): its pair of servers starts once; the
 # group is the one of every memory module with serve-mcp processes from the fork server
@@ -53,20 +57,8 @@ def pair_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def pair(
     pair_dir: Path, serve_mcp_forks: ServeMcpForks
 ) -> AsyncIterator[tuple[Session, Session]]:
-    index = INDEX
-    d = pair_dir
-    async with asyncio.timeout(60):
-        ours_cm, theirs_cm = (
-            forked_session(serve_mcp_forks, d / "ours.jsonl"),
-            session(official_server(index, d / "theirs.jsonl")),
-        )
-        ours = await ours_cm.__aenter__()
-        theirs = await theirs_cm.__aenter__()
-    try:
-        yield ours, theirs
-    finally:
-        await theirs_cm.__aexit__(None, None, None)
-        await ours_cm.__aexit__(None, None, None)
+    async with interop_pair(serve_mcp_forks, INDEX, pair_dir) as both:
+        yield both
 
 
 @pytest.mark.anyio

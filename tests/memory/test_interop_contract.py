@@ -34,10 +34,8 @@ from .mcp_helpers import (
     RawClient,
     ServeMcpForks,
     Session,
-    forked_session,
     inprocess_session,
-    official_server,
-    session,
+    interop_pair,
 )
 
 # one worker runs the module (`--dist loadgroup`): its pair of servers starts once; the
@@ -72,17 +70,8 @@ def pair_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def pair(
     pair_dir: Path, serve_mcp_forks: ServeMcpForks
 ) -> AsyncIterator[tuple[Session, Session]]:
-    d = pair_dir
-    async with asyncio.timeout(60):
-        ours_cm = forked_session(serve_mcp_forks, d / "ours.jsonl")
-        theirs_cm = session(official_server(INDEX, d / "theirs.jsonl"))
-        ours = await ours_cm.__aenter__()
-        theirs = await theirs_cm.__aenter__()
-    try:
-        yield ours, theirs
-    finally:
-        await theirs_cm.__aexit__(None, None, None)
-        await ours_cm.__aexit__(None, None, None)
+    async with interop_pair(serve_mcp_forks, INDEX, pair_dir) as both:
+        yield both
 
 
 # -- call sequences: identical answers -----------------------------------------------------------
