@@ -114,32 +114,45 @@ async def test_an_operator_who_may_not_enter_the_state_directory_is_told_how_to_
     work: Path,
 ) -> None:
     # The state directory is 0700 for the daemon's user; another user's `companyd status
-    # --state-dir …` cannot even stat the socket in it.
+    # --state-dir …` cannot even stat the socket in it. The message names the directory
+    # asked for, also when the company.yaml in use (here: --config) is another running
+    # company's, whose socket is tried first and is out of reach too.
     cfg = write_company(work / "company.yaml")
-    async with DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon:
+    other = write_company(work / "other.yaml")
+    async with (
+        DaemonProcess(cfg, work / "s", log=work / "daemon.log") as daemon,
+        DaemonProcess(other, work / "t", log=work / "other.log", forked=True) as neighbour,
+    ):
 
-        def status() -> str:
+        def status(*extra: str) -> str:
             err = io.StringIO()
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                rc = main(["status", "--state-dir", str(daemon.state_dir)])
+                rc = main(["status", "--state-dir", str(daemon.state_dir), *extra])
             return f"{rc}\n{err.getvalue()}"
+
+        def as_another_user(*extra: str) -> str:
+            if os.geteuid() == 0:
+                return as_unprivileged(lambda: status(*extra))
+            os.chmod(daemon.state_dir, 0)
+            os.chmod(neighbour.state_dir, 0)
+            try:
+                return status(*extra)
+            finally:
+                os.chmod(daemon.state_dir, 0o700)
+                os.chmod(neighbour.state_dir, 0o700)
 
         # the daemon's own user can (and imports every module the CLI needs, which
         # nobody could not read from a Python installed under /root)
         assert status().startswith("0\n")
-        if os.geteuid() == 0:
-            os.chmod(work, 0o755)
-            answer = as_unprivileged(status)
-        else:
-            os.chmod(daemon.state_dir, 0)
-            try:
-                answer = status()
-            finally:
-                os.chmod(daemon.state_dir, 0o700)
-        rc, err = answer.split("\n", 1)
-        assert rc == "1", err
-        assert "permission denied" in err and str(daemon.state_dir) in err and "sudo" in err
-        assert "internal error" not in err and "Traceback" not in err
+        assert status("--config", str(other)).startswith("0\n")
+        os.chmod(work, 0o755)
+        for extra in ((), ("--config", str(other))):
+            rc, err = as_another_user(*extra).split("\n", 1)
+            assert rc == "1", (extra, err)
+            assert "permission denied" in err and "sudo" in err, (extra, err)
+            assert repr(str(daemon.state_dir)) in err, (extra, err)
+            assert str(neighbour.state_dir) not in err, (extra, err)
+            assert "internal error" not in err and "Traceback" not in err
         assert await daemon.stop() == 0
 
 

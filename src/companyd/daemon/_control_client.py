@@ -319,14 +319,17 @@ def find_daemon(
     paths = candidate_sockets(state_dir=state_dir, config=config, env=env, layout=layout)
     if found is not None and found[1] not in paths:
         paths.insert(0, found[1])
-    denied: ControlError | None = None
+    # A refusal on the socket the caller named (``state_dir``) is the one to report: the
+    # daemon claiming company.yaml (tried first) may be another company's, in a directory
+    # the caller may not enter either, and naming that one sends the operator elsewhere.
+    denied: dict[Path, ControlError] = {}
     for path in paths:
         client = ControlClient(path, timeout=timeout)
         try:
             if not path.exists():
                 continue
         except PermissionError:  # in a directory we may not enter (a 0700 state dir)
-            denied = denied or ControlError(
+            denied[path] = ControlError(
                 f"permission denied on the control socket {str(path)!r}: its directory "
                 f"{str(path.parent)!r} is only for the daemon's user. Run the command as "
                 "that user or as root (sudo)"
@@ -339,13 +342,14 @@ def find_daemon(
         except ControlTimeout:
             raise
         except ControlError as exc:
-            denied = denied or exc
+            denied[path] = exc
             continue
         if want is not None and path != own and not _same_dir(info.get("state_dir"), want):
             continue
         return client
-    if denied is not None:
-        raise denied
+    if denied:
+        mine = denied.get(own) if own is not None else None
+        raise mine or next(iter(denied.values()))
     tried = ", ".join(repr(str(p)) for p in paths)
     instance = layout.instance_of(config) if config is not None else None
     unit = f"companyd@{instance}" if instance is not None else "companyd"
