@@ -108,7 +108,11 @@ async def test_sd_notify_ready_watchdog_blocked_loop_reload_and_stop(work: Path)
     listener = NotifyListener(work / "notify")
     listener.start()
     env = debug_env(NOTIFY_SOCKET=listener.address, WATCHDOG_USEC="400000")
-    daemon = DaemonProcess(EXAMPLE, work / "s", log=work / "daemon.log", env=env)
+    # a copy: a daemon claims its company.yaml by real path, and the repository's own is
+    # every worker's ./company.yaml, which CLI commands run without --config would reach
+    example = work / "company.yaml"
+    example.write_bytes(EXAMPLE.read_bytes())
+    daemon = DaemonProcess(example, work / "s", log=work / "daemon.log", env=env)
     try:
         await daemon.spawn()
         ready = (await listener.wait_for("READY", timeout=30))[0]
