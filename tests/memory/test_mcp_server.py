@@ -378,19 +378,18 @@ def test_serve_mcp_with_stdin_at_eof_exits_0_and_keeps_what_was_acknowledged(
     # server must see the end of its input at once and exit 0 (as an MCP stdio server whose
     # client went away), folding in the journal of a writer SIGKILLed after an answer.
     path = tmp_path / "memory.jsonl"
-    writer = RawClient(serve_mcp_forks.serve_mcp(path))
+    proc = serve_mcp_forks.serve_mcp(path)
     try:
-        res = writer.request(
+        res = RawClient(proc).request(
             "tools/call",
             {"name": "create_entities", "arguments": {"entities": [E("acked", "t", "x")]}},
         )
         assert not res["result"].get("isError"), res
     finally:
-        writer.proc.kill()
-        writer.proc.wait(timeout=30)
-        assert writer.proc.stdin is not None and writer.proc.stdout is not None
-        writer.proc.stdin.close()
-        writer.proc.stdout.close()
+        proc.kill()
+        proc.wait(timeout=30)
+        proc.stdin.close()
+        proc.stdout.close()
     out = subprocess.PIPE if stdout == "pipe" else (tmp_path / "out").open("wb")
     try:
         done = subprocess.run(
