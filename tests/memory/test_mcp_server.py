@@ -370,13 +370,17 @@ def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path, serve_mcp_forks: ServeM
     assert graph.read_graph()["entities"] == [E("kept", "t", "before SIGTERM")]
 
 
-@pytest.mark.parametrize("stdout", ["pipe", "file"])
+@pytest.mark.parametrize(
+    ("stdin", "stdout"), [("/dev/null", "pipe"), ("/dev/null", "file"), ("closed", "pipe")]
+)
 def test_serve_mcp_with_stdin_at_eof_exits_0_and_keeps_what_was_acknowledged(
-    tmp_path: Path, serve_mcp_forks: ServeMcpForks, stdout: str
+    tmp_path: Path, serve_mcp_forks: ServeMcpForks, stdin: str, stdout: str
 ) -> None:
     # `serve-mcp < /dev/null`: /dev/null is a character device epoll cannot watch; the
     # server must see the end of its input at once and exit 0 (as an MCP stdio server whose
     # client went away), folding in the journal of a writer SIGKILLed after an answer.
+    # `serve-mcp <&-` (no stdin at all) is the same end of input: the memory file must not
+    # be opened as fd 0 and then blamed.
     path = tmp_path / "memory.jsonl"
     proc = serve_mcp_forks.serve_mcp(path)
     try:
@@ -392,8 +396,11 @@ def test_serve_mcp_with_stdin_at_eof_exits_0_and_keeps_what_was_acknowledged(
         proc.stdout.close()
     out = subprocess.PIPE if stdout == "pipe" else (tmp_path / "out").open("wb")
     try:
+        argv = [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(path)]
+        if stdin == "closed":  # the shell closes fd 0, then becomes the server
+            argv = ["sh", "-c", 'exec "$@" <&-', "sh", *argv]
         done = subprocess.run(
-            [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(path)],
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.PIPE,

@@ -15,8 +15,9 @@ Transport: newline-delimited JSON-RPC on stdin/stdout, like the SDK's ``stdio_se
 reading and writing the pipes with asyncio instead of a worker thread per line (which costs
 ~1 ms per call on a 2-core VM; docs/benchmarks.md). Non-pipe stdin (a regular file) falls
 back to the SDK's ``stdio_server``, and so does a stdin epoll cannot watch (/dev/null:
-``serve-mcp < /dev/null`` reads the end of its input at once and exits 0). While serving,
-fd 0 and 1 point at /dev/null and stderr so that stray output cannot corrupt the protocol.
+``serve-mcp < /dev/null`` reads the end of its input at once and exits 0; the command puts
+/dev/null on a closed stdin, ``serve-mcp <&-``). While serving, fd 0 and 1 point at
+/dev/null and stderr so that stray output cannot corrupt the protocol.
 """
 
 from __future__ import annotations
