@@ -13,7 +13,9 @@ spent waiting for a core.
 with ``companyd run --offline`` there and stopped at the end. ``validate`` reads the same
 copy. ``runs`` and ``tasks`` are also run against a second copy that no daemon runs, so
 they read the stores themselves (no target: shown), and ``memory serve-mcp --file`` is run
-from start to its exit at the end of an empty standard input (no target: shown).
+from start to its exit at the end of an empty standard input (no target: shown), and
+``run`` refusing to start (no target: shown): exit 78 on an invalid company.yaml, exit 75
+on the company the daemon already runs (what systemd's retries of a second unit cost).
 ``--python`` runs the commands with another interpreter or tree (``PYTHONPATH`` is passed
 through), to measure the code of an older commit in the same way.
 
@@ -65,6 +67,9 @@ OFFLINE: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: agents included, starts one; most of it is the mcp SDK's import.
 SERVE_MCP = ("memory", "serve-mcp", "--file")
 
+#: ``companyd run`` refusing to start (no target: shown), with its exit code.
+REFUSED = ("run, 78 bad config", "run, 75 running")
+
 
 def start_daemon(python: str, config: Path, env: dict[str, str], timeout: float = 120.0) -> Any:
     """``companyd run --offline`` of ``config``, returned once it has sent READY=1."""
@@ -100,8 +105,10 @@ def start_daemon(python: str, config: Path, env: dict[str, str], timeout: float 
     return proc
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
-    """(wall seconds, CPU seconds: user + system from the child's rusage) of one run."""
+def timed(cmd: list[str], env: dict[str, str], cwd: Path, rc: int = 0) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system from the child's rusage) of one run, which
+    must exit ``rc``.
+    """
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
@@ -112,7 +119,7 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]
         _, status, usage = os.wait4(proc.pid, 0)
         elapsed = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
+        if proc.returncode != rc:
             err.seek(0)
             raise SystemExit(f"{cmd!r} exited {proc.returncode}: {err.read().decode()[-500:]}")
     return elapsed, usage.ru_utime + usage.ru_stime
@@ -155,18 +162,24 @@ def main() -> None:
         try:
             script = Path(args.python).parent / "companyd"  # the console script users run
             cli = [str(script)] if script.exists() else [args.python, "-m", "companyd"]
-            runs = [(label, argv, env) for label, argv, _ in COMMANDS]
-            runs += [(label, argv, idle_env) for label, argv in OFFLINE]
+            runs = [(label, argv, env, 0) for label, argv, _ in COMMANDS]
+            runs += [(label, argv, idle_env, 0) for label, argv in OFFLINE]
             serve = ("serve-mcp --file", (*SERVE_MCP, str(Path(work) / "memory.jsonl")))
-            runs.append((*serve, env))
-            for _, argv, e in runs:  # warm-up, not counted: bytecode written
-                timed([*cli, *argv], e, Path(work))
+            runs.append((*serve, env, 0))
+            bad = Path(work) / "bad.yaml"
+            bad.write_text("schema: companyd/v1\ncompany: {name: X\n")
+            other = str(Path(work) / "other-state")
+            run_78 = ("run", "--config", str(bad))
+            run_75 = ("run", "--offline", "--config", str(company), "--state-dir", other)
+            runs += [(REFUSED[0], run_78, env, 78), (REFUSED[1], run_75, env, 75)]
+            for _, argv, e, rc in runs:  # warm-up, not counted: bytecode written
+                timed([*cli, *argv], e, Path(work), rc)
             base: list[tuple[float, float]] = []
-            times: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in runs}
+            times: dict[str, list[tuple[float, float]]] = {label: [] for label, *_ in runs}
             for _ in range(args.rounds):
                 base.append(timed([args.python, "-c", "pass"], env, Path(work)))
-                for label, argv, e in runs:
-                    times[label].append(timed([*cli, *argv], e, Path(work)))
+                for label, argv, e, rc in runs:
+                    times[label].append(timed([*cli, *argv], e, Path(work), rc))
         finally:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=60)
@@ -175,7 +188,11 @@ def main() -> None:
     print(f"load average after the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"\n{'':18} {'wall':>9} {'× base':>7} {'CPU':>9} {'× base':>7}  target (wall)")
     print(f"{'python -c pass':18} {b * 1e3:6.1f} ms {1:6.1f}× {bc * 1e3:6.1f} ms {1:6.1f}×")
-    shown = (*((label, (), None) for label, _ in OFFLINE), ("serve-mcp --file", (), None))
+    shown = (
+        *((label, (), None) for label, _ in OFFLINE),
+        ("serve-mcp --file", (), None),
+        *((label, (), None) for label in REFUSED),
+    )
     for label, _, target in (*COMMANDS, *shown):
         t = statistics.median(w for w, _ in times[label])
         c = statistics.median(c for _, c in times[label])

@@ -7,7 +7,9 @@
   does not declare. Root modules (``companyd.clock``) are their own face: a name taken from one
   that declares ``__all__`` must be in it. Tests and benchmarks may reach for internals.
 * Only ``companyd/llm/_claude.py`` imports ``anthropic`` (import-linter cannot hold the llm
-  package's own ``__init__`` to it, since a package contains its modules).
+  package's own ``__init__`` to it, since a package contains its modules), by an ``import``
+  statement or by name (``importlib.import_module("anthropic")``, which import-linter does
+  not see either).
 * Every module and package directly under companyd is placed in the layers contract and listed
   in every forbidden contract of pyproject.toml (import-linter's ``exhaustive`` covers the
   first; nothing in import-linter covers the second).
@@ -140,7 +142,34 @@ def anthropic_importers(src: Path) -> list[str]:
             )
             if any(n == "anthropic" or n.startswith("anthropic.") for n in names):
                 found.append(str(path.relative_to(src)))
+        if loads_by_name(text, "anthropic"):
+            found.append(str(path.relative_to(src)))
     return sorted(set(found))
+
+
+#: the calls that import a module named by a string: import-linter does not see them
+_BY_NAME = {"import_module", "__import__"}
+
+
+def loads_by_name(text: str, package: str) -> bool:
+    """Whether the module's source imports ``package`` (or a module of it) by name:
+    ``importlib.import_module("anthropic")``, ``import_module("anthropic.types")``,
+    ``__import__("anthropic")``, with the name written as a string literal.
+    """
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        first = node.args[0]
+        if (
+            called in _BY_NAME
+            and isinstance(first, ast.Constant)
+            and isinstance(first.value, str)
+            and (first.value == package or first.value.startswith(package + "."))
+        ):
+            return True
+    return False
 
 
 def top_level_names(src: Path) -> set[str]:
@@ -355,6 +384,15 @@ def test_the_anthropic_check_finds_an_import_in_any_module(tmp_path: Path) -> No
             "llm/_claude.py": "import anthropic\n",
             "desk/_x.py": "def y():\n    from anthropic.types import Message\n",
             "runs/_journal.py": "import json  # anthropic is named, not imported\n",
+            # by name, which import-linter does not see (the fork server did this)
+            "testing/forkserver.py": "import importlib\nimportlib.import_module('anthropic')\n",
+            "ops/_x.py": "def y():\n    return __import__('anthropic.types')\n",
+            "spend/_x.py": "from importlib import import_module\nimport_module(name)\n",
         },
     )
-    assert anthropic_importers(src) == ["desk/_x.py", "llm/_claude.py"]
+    assert anthropic_importers(src) == [
+        "desk/_x.py",
+        "llm/_claude.py",
+        "ops/_x.py",
+        "testing/forkserver.py",
+    ]

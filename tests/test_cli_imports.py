@@ -308,3 +308,55 @@ def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
 
     with tempfile.TemporaryDirectory(dir="/tmp", prefix="cliimp") as d:
         asyncio.run(scenario(Path(d)))
+
+
+#: ``companyd run`` that refuses to start (78: company.yaml is invalid; 75: another daemon
+#: runs this company) needs the config, the logging set-up and the locks — not the daemon
+#: it will not start: not its composition root nor any service of the tree, nor their SDKs
+#: (~0.1 s of CPU more at each refusal, and systemd may retry a 75 every few seconds).
+NOT_FOR_A_REFUSED_RUN = (
+    "companyd.daemon._main",
+    "companyd.daemon._control",
+    "companyd.supervision",
+    "companyd.agents",
+    "companyd.alerts",
+    "companyd.memory",
+    "companyd.spend",
+    "companyd.scheduler",
+    "companyd.desk",
+    "companyd.dashboard",
+    "companyd.runs",
+    "companyd.ops",
+    "companyd.telemetry",
+    "companyd.storage",
+    "psycopg",
+    "mcp",
+    "networkx",
+    "starlette",
+    "telegram",
+    "anthropic",
+    "httpx",
+    "prometheus_client",
+    "opentelemetry",
+)
+
+
+def test_a_refused_run_does_not_import_the_daemon(tmp_path: Path) -> None:
+    from companyd.daemon import CompanyLock
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema: companyd/v1\ncompany: {name: X\n")
+    loaded = loaded_by("run", "--config", str(bad), cwd=tmp_path, env=dict(os.environ), rc=78)
+    assert sorted(loaded.intersection(NOT_FOR_A_REFUSED_RUN)) == []
+    assert "companyd.config" in loaded  # the probe sees what the refusal loads: it can fail
+
+    config = tmp_path / "company.yaml"
+    shutil.copy(EXAMPLE, config)
+    claim = CompanyLock.acquire(config, control_socket=tmp_path / "other.sock")
+    try:  # another daemon runs this company.yaml: 75, systemd retries later
+        argv = ("run", "--config", str(config), "--state-dir", str(tmp_path / "s"), "--offline")
+        loaded = loaded_by(*argv, cwd=tmp_path, env=dict(os.environ), rc=75)
+    finally:
+        claim.release()
+    assert sorted(loaded.intersection(NOT_FOR_A_REFUSED_RUN)) == []
+    assert "companyd.daemon._lock" in loaded

@@ -531,3 +531,20 @@ async def test_a_second_daemon_of_the_same_company_yaml_is_refused_even_on_anoth
         )
         assert done.rc == 0, done.err
         assert json.loads(done.out)["daemon"]["pid"] == os.getpid()
+
+
+def test_a_sighup_before_the_loop_listens_is_remembered_for_one_reload() -> None:
+    # `companyd run` installs remember_early_sighup before anything else; Daemon.main takes
+    # the request once its loop handles SIGHUP (daemon/_launch.py owns the flag)
+    from companyd.daemon import remember_early_sighup
+    from companyd.daemon._launch import take_early_sighup
+
+    assert take_early_sighup() is False
+    previous = signal.signal(signal.SIGHUP, remember_early_sighup)
+    try:
+        os.kill(os.getpid(), signal.SIGHUP)
+        os.kill(os.getpid(), signal.SIGHUP)  # twice before the loop: still one reload
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert take_early_sighup() is True
+    assert take_early_sighup() is False

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -366,6 +368,54 @@ def test_sigterm_stops_serve_mcp_cleanly(tmp_path: Path, serve_mcp_forks: ServeM
     graph, report = parse_graph(path.read_bytes())  # folded into the MCP file on the way out
     assert not report.needs_repair
     assert graph.read_graph()["entities"] == [E("kept", "t", "before SIGTERM")]
+
+
+@pytest.mark.parametrize(
+    ("stdin", "stdout"), [("/dev/null", "pipe"), ("/dev/null", "file"), ("closed", "pipe")]
+)
+def test_serve_mcp_with_stdin_at_eof_exits_0_and_keeps_what_was_acknowledged(
+    tmp_path: Path, serve_mcp_forks: ServeMcpForks, stdin: str, stdout: str
+) -> None:
+    # `serve-mcp < /dev/null`: /dev/null is a character device epoll cannot watch; the
+    # server must see the end of its input at once and exit 0 (as an MCP stdio server whose
+    # client went away), folding in the journal of a writer SIGKILLed after an answer.
+    # `serve-mcp <&-` (no stdin at all) is the same end of input: the memory file must not
+    # be opened as fd 0 and then blamed.
+    path = tmp_path / "memory.jsonl"
+    proc = serve_mcp_forks.serve_mcp(path)
+    try:
+        res = RawClient(proc).request(
+            "tools/call",
+            {"name": "create_entities", "arguments": {"entities": [E("acked", "t", "x")]}},
+        )
+        assert not res["result"].get("isError"), res
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        proc.stdin.close()
+        proc.stdout.close()
+    out = subprocess.PIPE if stdout == "pipe" else (tmp_path / "out").open("wb")
+    try:
+        argv = [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(path)]
+        if stdin == "closed":  # the shell closes fd 0, then becomes the server
+            argv = ["sh", "-c", 'exec "$@" <&-', "sh", *argv]
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            timeout=60,  # the defect: it waited on its input for ever
+            env={**os.environ, "COMPANYD_TEST_NO_NET": "1"},
+        )
+    finally:
+        if not isinstance(out, int):
+            out.close()
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    assert "Traceback" not in stderr, stderr
+    graph, report = parse_graph(path.read_bytes())  # folded into the MCP file on the way out
+    assert not report.needs_repair
+    assert graph.read_graph()["entities"] == [E("acked", "t", "x")]
 
 
 def test_a_request_nested_too_deeply_is_answered_not_left_waiting(tmp_path: Path) -> None:

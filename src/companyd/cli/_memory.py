@@ -413,6 +413,17 @@ def _import(args: argparse.Namespace) -> int:
 def _serve_mcp(args: argparse.Namespace) -> int:
     from companyd.memory import serve_stdio
 
+    # `serve-mcp <&-`: a closed stdin (or stdout) is /dev/null — the end of the input at once
+    # (exit 0), output discarded. Left closed, the event loop's epoll or the memory file
+    # would take the lowest free descriptor and be served as the protocol's stream.
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, flags)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
     path = resolve_memory_path(args.file, args.config)
     if not path.parent.is_dir():
         raise CompanydError(

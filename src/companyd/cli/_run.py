@@ -4,7 +4,8 @@ The command checks everything a restart could not fix before it starts anything 
 config, the control group, the state directory, the model backend, the locks — and exits
 78 (EX_CONFIG: systemd does not restart-loop on it) or 75 (another daemon holds the lock)
 with one line that says what to do; then it runs :class:`~companyd.daemon._main.Daemon`
-until SIGTERM/SIGINT.
+until SIGTERM/SIGINT. The daemon's modules are imported once the locks are held: a refusal
+costs the config's and the locks' imports only.
 """
 
 from __future__ import annotations
@@ -23,18 +24,19 @@ from companyd.clock import Clock, ScaledClock
 from companyd.config import default_config_path, load_config
 from companyd.daemon import (
     CompanyLock,
-    Daemon,
     StateLock,
     add_logging_arguments,
     make_backend,
     remember_early_sighup,
-    resolve_group,
     setup_logging,
     socket_path,
 )
 from companyd.errors import EX_CONFIG, EX_TEMPFAIL, CompanydError, ConfigError, StateLocked
 from companyd.llm import ModelUnavailable
-from companyd.ops import UpgradeRefused, prepare_upgrade
+
+# The daemon (its composition root, every service, their SDKs), the control socket's group
+# check and the upgrade step are imported where they are used: a `run` that refuses to start
+# (78, 75) does not pay for them (tests/test_cli_imports.py).
 
 __all__ = ["register"]
 
@@ -92,6 +94,8 @@ def _run_command(args: argparse.Namespace) -> int:
         for w in config.warnings:
             log.warning("%s", w)
         if args.control_group is not None:
+            from companyd.daemon import resolve_group
+
             try:  # a typo here cannot be fixed by restarting: say so now, with 78
                 resolve_group(args.control_group)
             except CompanydError as exc:
@@ -161,6 +165,9 @@ def _run_command(args: argparse.Namespace) -> int:
             )
             return EX_CONFIG
         with claim, lock:
+            from companyd.daemon import Daemon
+            from companyd.ops import UpgradeRefused, prepare_upgrade
+
             try:  # before any store opens (and migrates): refuse a newer state, back up
                 prepare_upgrade(config, state_dir)
             except UpgradeRefused as exc:

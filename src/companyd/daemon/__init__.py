@@ -9,10 +9,11 @@ if TYPE_CHECKING:
     from companyd.daemon._control import resolve_group
     from companyd.daemon._control_client import ControlClient, claimed_daemon, find_daemon
     from companyd.daemon._demo import crash_test, show_tree
+    from companyd.daemon._launch import make_backend, remember_early_sighup
     from companyd.daemon._layout import SYSTEMD_LAYOUT, instance_name_problem
     from companyd.daemon._lock import CompanyLock, StateLock
     from companyd.daemon._logs import add_logging_arguments, setup_logging
-    from companyd.daemon._main import Daemon, make_backend, remember_early_sighup
+    from companyd.daemon._main import Daemon
     from companyd.daemon._protocol import ControlTimeout, RequestFailed, socket_path
 
 
@@ -51,8 +52,8 @@ _HOMES: dict[str, str] = {
     "crash_test": "companyd.daemon._demo",
     "find_daemon": "companyd.daemon._control_client",
     "instance_name_problem": "companyd.daemon._layout",
-    "make_backend": "companyd.daemon._main",
-    "remember_early_sighup": "companyd.daemon._main",
+    "make_backend": "companyd.daemon._launch",
+    "remember_early_sighup": "companyd.daemon._launch",
     "resolve_group": "companyd.daemon._control",
     "setup_logging": "companyd.daemon._logs",
     "show_tree": "companyd.daemon._demo",

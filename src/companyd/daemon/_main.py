@@ -50,7 +50,6 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +67,7 @@ from companyd.daemon._backups import Backups
 from companyd.daemon._control import ControlServer
 from companyd.daemon._dashboard import WebDashboard
 from companyd.daemon._deliveries import ResultRecords
+from companyd.daemon._launch import take_early_sighup
 from companyd.daemon._logs import log_events
 from companyd.daemon._operator import NO_SPEND, Operator
 from companyd.daemon._protocol import socket_path
@@ -86,7 +86,7 @@ from companyd.events import (
     LeadershipTaken,
     StateDirTightened,
 )
-from companyd.llm import ModelBackend, OfflineModel
+from companyd.llm import ModelBackend
 from companyd.memory import MemoryNotAGraph, MemoryService, MemoryUnsafePath
 from companyd.runs import Journal, RunRetention, Task
 from companyd.scheduler import RoutineScheduler
@@ -107,8 +107,6 @@ __all__ = [
     "AGENT_SHUTDOWN",
     "SERVICE_BACKOFF",
     "Daemon",
-    "make_backend",
-    "remember_early_sighup",
 ]
 
 log = logging.getLogger("companyd.daemon")
@@ -123,29 +121,6 @@ AGENT_SHUTDOWN = 20.0
 #: Delays 1 s, 8 s, then 60 s: however long the cause lasts, no 60 s window holds more than
 #: two restarts, so the daemon stays up, degraded, and recovers by itself when it clears.
 SERVICE_BACKOFF = Backoff(min=1.0, max=60.0, factor=8.0, jitter=0.2, reset_after=60.0)
-
-
-def make_backend(
-    config: CompanyConfig,
-    *,
-    offline: bool,
-    redact: Callable[[str], Any],
-    clock: Clock | None = None,
-) -> ModelBackend:
-    """The model backend of ``companyd run`` and ``companyd ask``: the offline model, or
-    Claude with its API key registered with the log redactor (``redact``).
-
-    Raises:
-        ModelUnavailable: Claude is configured but cannot be used (no API key, …).
-    """
-    if offline:
-        return OfflineModel()
-    # Imported here for start-up time: anthropic takes a noticeable part of a second to
-    # import, and `companyd --help` (which loads this module) never needs it.
-    from companyd.llm import ClaudeBackend, resolve_api_key
-
-    redact(resolve_api_key(config.spec.anthropic))
-    return ClaudeBackend.from_config(config.spec.anthropic, clock=clock)
 
 
 class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
@@ -503,8 +478,7 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         loop.add_signal_handler(signal.SIGHUP, self._sighup)
-        if _EARLY_SIGHUP:  # a SIGHUP that came before the loop listened: reload once up
-            _EARLY_SIGHUP.clear()
+        if take_early_sighup():  # a SIGHUP that came before the loop listened: reload once up
             self._sighup()
         try:
             previous: LeaderInfo | None = None
@@ -654,10 +628,6 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
             log.debug("spend for STATUS= not refreshed", exc_info=True)
 
 
-#: Set by a SIGHUP that arrives before the daemon's event loop handles the signal.
-_EARLY_SIGHUP: list[bool] = []
-
-
 def _written_by_newer(exc: BaseException | None) -> bool:
     """A store refused its file as written by a newer companyd (SchemaTooNew somewhere in
     the chain): restarting cannot help — the operator upgrades or restores (docs/upgrade.md).
@@ -676,13 +646,6 @@ def node_name() -> str:
     the host name — one daemon per host is the usual topology.
     """
     return os.environ.get("COMPANYD_NODE", "").strip() or socket.gethostname()
-
-
-def remember_early_sighup(signum: int, frame: Any) -> None:
-    """A SIGHUP handler for before the event loop takes SIGHUP over (``companyd run``):
-    the daemon reloads once it is up.
-    """
-    _EARLY_SIGHUP[:] = [True]
 
 
 def _log_task_failure(task: asyncio.Future[Any]) -> None:

@@ -19,7 +19,12 @@ if TYPE_CHECKING:
         text_of,
         tool_uses_of,
     )
-    from companyd.llm._claude import ClaudeBackend, resolve_api_key, resolve_base_url
+    from companyd.llm._claude import (
+        ClaudeBackend,
+        preload_sdk,
+        resolve_api_key,
+        resolve_base_url,
+    )
     from companyd.llm._model import (
         ModelAuthFailed,
         ModelBackend,
@@ -63,6 +68,7 @@ __all__ = [
     "Usage",
     "estimate_input_tokens",
     "is_known_model",
+    "preload_sdk",
     "resolve_api_key",
     "resolve_base_url",
     "text_of",
@@ -94,6 +100,7 @@ _HOMES: dict[str, str] = {
     "Usage": "companyd.llm._model",
     "estimate_input_tokens": "companyd.llm._model",
     "is_known_model": "companyd.llm._prices",
+    "preload_sdk": "companyd.llm._claude",
     "resolve_api_key": "companyd.llm._claude",
     "resolve_base_url": "companyd.llm._claude",
     "text_of": "companyd.llm._blocks",

@@ -102,6 +102,7 @@ __all__ = [
     "ClaudeBackend",
     "estimate_input_tokens",
     "map_sdk_error",
+    "preload_sdk",
     "resolve_api_key",
     "resolve_base_url",
 ]
@@ -137,6 +138,18 @@ class AnthropicSpec(Protocol):
     def timeout_seconds(self) -> float: ...
     @property
     def max_retries(self) -> int: ...
+
+
+def preload_sdk() -> None:
+    """Load the SDK now, as a first call would (its modules, and those of the HTTP
+    transport a client loads when it is built: one is built and dropped), without calling
+    it. For a process that loads once what its forked children use
+    (companyd.testing.forkserver); the daemon itself loads the SDK at its first call
+    (:meth:`ClaudeBackend._sdk_client`). Here so that the SDK stays imported by this module
+    alone, visibly to the import contracts.
+    """
+    sdk = importlib.import_module("anthropic")
+    sdk.AsyncAnthropic(api_key="preload", base_url="http://127.0.0.1:9", max_retries=0)
 
 
 def resolve_api_key(spec: AnthropicSpec, environ: Mapping[str, str] | None = None) -> str:

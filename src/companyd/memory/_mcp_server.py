@@ -14,8 +14,10 @@ file, and eight calls in flight on one connection are all kept.
 Transport: newline-delimited JSON-RPC on stdin/stdout, like the SDK's ``stdio_server`` but
 reading and writing the pipes with asyncio instead of a worker thread per line (which costs
 ~1 ms per call on a 2-core VM; docs/benchmarks.md). Non-pipe stdin (a regular file) falls
-back to the SDK's ``stdio_server``. While serving, fd 0 and 1 point at /dev/null and stderr
-so that stray output cannot corrupt the protocol.
+back to the SDK's ``stdio_server``, and so does a stdin epoll cannot watch (/dev/null:
+``serve-mcp < /dev/null`` reads the end of its input at once and exits 0; the command puts
+/dev/null on a closed stdin, ``serve-mcp <&-``). While serving, fd 0 and 1 point at
+/dev/null and stderr so that stray output cannot corrupt the protocol.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import json
 import logging
 import os
 import re
+import selectors
 import signal
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -294,6 +297,11 @@ async def _stdio_streams(stdin_fd: int, stdout_fd: int) -> AsyncIterator[tuple[A
     try:
         reader = asyncio.StreamReader(limit=1 << 30)
         try:
+            if not _watchable(wire_in):
+                # /dev/null (``serve-mcp < /dev/null``) passes connect_read_pipe's check but
+                # epoll refuses it later, in a callback: the server would log a traceback and
+                # wait for ever instead of reading the end of its input.
+                raise ValueError("stdin cannot be watched by the event loop")
             rtransport, _ = await loop.connect_read_pipe(
                 lambda: asyncio.StreamReaderProtocol(reader),
                 os.fdopen(wire_in, "rb", buffering=0),
@@ -326,6 +334,18 @@ async def _stdio_streams(stdin_fd: int, stdout_fd: int) -> AsyncIterator[tuple[A
         os.dup2(saved_out, stdout_fd)
         os.close(saved_in)
         os.close(saved_out)
+
+
+def _watchable(fd: int) -> bool:
+    """Whether the event loop's selector can watch ``fd`` for reading (epoll refuses
+    regular files and some character devices, /dev/null among them).
+    """
+    with selectors.DefaultSelector() as probe:
+        try:
+            probe.register(fd, selectors.EVENT_READ)
+        except (OSError, ValueError):
+            return False
+    return True
 
 
 def _parse_message(line: bytes) -> Any:

@@ -490,7 +490,7 @@ async def _check_database(config: CompanyConfig, env: Mapping[str, str]) -> Chec
 
 async def _check_anthropic(config: CompanyConfig, env: Mapping[str, str]) -> Check:
     # Imported here: anthropic takes a noticeable part of a second to import, and
-    # `companyd --help` loads this module (the same reason as in daemon.main.make_backend).
+    # `companyd --help` loads this module (the same reason as in daemon._launch.make_backend).
     from companyd.llm import ClaudeBackend, resolve_base_url
 
     url = resolve_base_url(config.spec.anthropic, env) or "https://api.anthropic.com"

@@ -15,6 +15,13 @@ loop that burns $2,000 in 47 minutes on a $5,000 budget. Time is cut into window
 
 When recent spend exceeds ``spend.runaway_factor`` × usual spend, one ``spend_runaway``
 event is published — at most once per window per agent, whether or not a budget is near.
+
+Cost per settled call: constant, not the number of calls in the window (a runaway loop is
+exactly when that number is large). The trailing window keeps a running total
+(:class:`_Recent`), and the usual spend is summed once per window and kept until a bucket
+it counted changes. The decisions are those of summing everything on every call
+(tests/spend/test_spend_runaway.py compares the two on random sequences, the clock stepping
+back included; bench/bench_runaway.py measures the gain).
 """
 
 from __future__ import annotations
@@ -48,10 +55,13 @@ class RunawayDetector:
     def __init__(self, window: float, factor: Decimal) -> None:
         self.window = float(window)
         self.factor = factor
-        self._recent: dict[str, deque[tuple[float, int]]] = {}
+        self._recent: dict[str, _Recent] = {}
         self._buckets: dict[str, dict[int, int]] = {}
         self._last_alert: dict[str, float] = {}
         self._pruned: dict[str, int] = {}
+        #: per agent: (cutoff, count, total) of its buckets below ``cutoff`` that spent
+        #: anything, as check() last summed them; dropped when one of those buckets changes
+        self._usual: dict[str, tuple[int, int, int]] = {}
 
     def reconfigure(self, window: float, factor: Decimal) -> None:
         """New settings; a new window length restarts the history (buckets of the old
@@ -62,6 +72,7 @@ class RunawayDetector:
             self._buckets.clear()
             self._last_alert.clear()
             self._pruned.clear()
+            self._usual.clear()
         self.window = float(window)
         self.factor = factor
 
@@ -70,19 +81,26 @@ class RunawayDetector:
         history from the ledger on start).
         """
         w = self.window
-        recent = self._recent.setdefault(agent, deque())
-        recent.append((ts, pusd))
-        while recent and recent[0][0] <= ts - w:
-            recent.popleft()
+        recent = self._recent.get(agent)
+        if recent is None:
+            recent = self._recent[agent] = _Recent()
+        recent.append(ts, pusd)
+        recent.evict(ts - w)
         buckets = self._buckets.setdefault(agent, {})
         b = int(ts // w)
         buckets[b] = buckets.get(b, 0) + pusd
+        summed = self._usual.get(agent)
+        if summed is not None and b < summed[0]:  # a late call (history, the clock set back)
+            del self._usual[agent]
         # Prune once per new window, not on every call (a scan of up to a week of windows).
         oldest = int((ts - HISTORY_SECONDS) // w)
         if self._pruned.get(agent, oldest - 1) < oldest:
             self._pruned[agent] = oldest
-            for k in [k for k in buckets if k < oldest]:
+            gone = [k for k in buckets if k < oldest]
+            for k in gone:
                 del buckets[k]
+            if gone:
+                self._usual.pop(agent, None)
 
     def check(self, agent: str, ts: float, per_run_usd: float | None) -> dict[str, Any] | None:
         """The data of a ``spend_runaway`` event if ``agent``'s spend in the window ending at
@@ -96,14 +114,18 @@ class RunawayDetector:
         """
         w = self.window
         recent = self._recent.get(agent)
-        if not recent:
+        if recent is None or not recent.calls:
             return None
-        window_spend = sum(c for t, c in recent if t > ts - w)
+        window_spend = recent.spend_after(ts - w)
         # Windows overlapping the current one are not "usual": they contain this burst.
         cutoff = int((ts - w) // w)
-        history = [v for k, v in self._buckets.get(agent, {}).items() if k < cutoff and v > 0]
-        if len(history) >= MIN_WINDOWS:
-            baseline = Decimal(sum(history)) / len(history)
+        summed = self._usual.get(agent)
+        if summed is None or summed[0] != cutoff:
+            history = [v for k, v in self._buckets.get(agent, {}).items() if k < cutoff and v > 0]
+            summed = self._usual[agent] = (cutoff, len(history), sum(history))
+        _, windows, spent = summed
+        if windows >= MIN_WINDOWS:
+            baseline = Decimal(spent) / windows
             basis = "history"
         else:
             default = Decimal(str(per_run_usd)) if per_run_usd else DEFAULT_USD
@@ -133,3 +155,45 @@ class RunawayDetector:
                 f"${usual:.4f}/min; check what it is doing (companyd runs --agent {agent})"
             ),
         }
+
+
+class _Recent:
+    """One agent's settled calls still in the trailing window, oldest first, with their
+    running total. Calls normally arrive in time order; ``disorder`` counts the neighbours
+    out of order (the wall clock set back, history loaded late) and, while any are in the
+    deque, :meth:`spend_after` sums the calls one by one as before.
+    """
+
+    __slots__ = ("calls", "disorder", "total")
+
+    def __init__(self) -> None:
+        self.calls: deque[tuple[float, int]] = deque()
+        self.total = 0
+        self.disorder = 0
+
+    def append(self, ts: float, pusd: int) -> None:
+        calls = self.calls
+        if calls and ts < calls[-1][0]:
+            self.disorder += 1
+        calls.append((ts, pusd))
+        self.total += pusd
+
+    def evict(self, until: float) -> None:
+        """Drop the calls from the front while they were settled at or before ``until``."""
+        calls = self.calls
+        while calls and calls[0][0] <= until:
+            t, pusd = calls.popleft()
+            self.total -= pusd
+            if calls and calls[0][0] < t:
+                self.disorder -= 1
+
+    def spend_after(self, since: float) -> int:
+        """What the calls still held that were settled after ``since`` cost."""
+        if self.disorder:
+            return sum(c for t, c in self.calls if t > since)
+        total = self.total
+        for t, pusd in self.calls:  # in time order: the calls at or before are the front
+            if t > since:
+                break
+            total -= pusd
+        return total

@@ -36,7 +36,6 @@ import asyncio
 import atexit
 import contextlib
 import gc
-import importlib
 import json
 import os
 import runpy
@@ -276,18 +275,25 @@ def _warm_up() -> None:
 def _warm_up_claude() -> None:
     """Load the anthropic SDK (~1 s of CPU, once): before the first ``run`` that is not
     ``--offline``, so that a server forking only offline daemons or serve-mcp never pays
-    it. Loaded, never called: talking to the SDK stays companyd.llm._claude's alone. A
-    client, built and dropped, loads the HTTP transport's modules as the first call does.
+    it. Loaded by :func:`companyd.llm.preload_sdk`, never called: importing and talking to
+    the SDK stay companyd.llm._claude's alone (the import contract "only companyd.llm._claude
+    imports anthropic" covers this package too).
     """
-    if "anthropic" in sys.modules:
+    if _CLAUDE_LOADED:
         return
+    from companyd.llm import preload_sdk
+
     gc.disable()
     try:
-        sdk = importlib.import_module("anthropic")
-        sdk.AsyncAnthropic(api_key="warm-up", base_url="http://127.0.0.1:9", max_retries=0)
+        preload_sdk()
         _freeze()
     finally:
         gc.enable()
+    _CLAUDE_LOADED.append(True)
+
+
+#: not empty once :func:`_warm_up_claude` has loaded the SDK
+_CLAUDE_LOADED: list[bool] = []
 
 
 def _freeze() -> None:

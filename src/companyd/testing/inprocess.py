@@ -1,7 +1,7 @@
 """``companyd run``'s composition root in the test's own process, on a manual clock.
 
 :class:`InProcessDaemon` builds the daemon the way ``companyd run`` does — ``load_config``,
-:func:`~companyd.daemon._main.make_backend` (the real anthropic SDK, pointed by the
+:func:`~companyd.daemon._launch.make_backend` (the real anthropic SDK, pointed by the
 environment at the loopback Messages API stand-in, or the offline model), the company and
 state-directory locks, :class:`~companyd.daemon._main.Daemon` — and starts its whole tree in
 the running event loop: memory, spend, alerts (python-telegram-bot against the loopback Bot
