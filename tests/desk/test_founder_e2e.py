@@ -785,3 +785,74 @@ async def test_jobs_run_answers_at_once_when_its_run_waits_for_a_tool_approval(
                         await asyncio.sleep(0.05)
                 assert len(_started(tool_log)) == 1
                 await daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_jobs_run_answers_at_once_when_a_colleague_its_run_asked_waits_for_approval(
+    work: Path,
+) -> None:
+    """`companyd jobs run` of a routine whose run consults a colleague whose own run stops
+    for a tool approval: the founder's item is the colleague's (its run has no routine), yet
+    the command answers at once — the routine's run, the colleague, the item and where to
+    decide — instead of waiting out its 60 s deadline; the fire goes on after Approve.
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("consult", {"agent": "marketing", "question": "Post the flash sale."}),
+            reply_text("Marketing posted the flash sale."),
+        ],
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+            reply_text("Posted the flash sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, tool_log)
+            doc = yaml.safe_load(cfg.read_text())
+            doc["agents"]["marketing"]["reports_to"] = "ceo"
+            doc["agents"]["ceo"] = {
+                "title": "CEO",
+                "instructions": "You are the ceo.",
+                "consult": ["marketing"],
+            }
+            doc["routines"] = {
+                "daily-post": {
+                    "assignee": "ceo",
+                    "description": "Have the flash sale announced.",
+                    "trigger": {"cron": "0 3 29 2 *"},
+                }
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                got = await daemon.cli("jobs", "run", "daily-post", "--json", timeout=30)
+                assert got.rc == 0, got.err
+                data = json.loads(got.out)
+                assert (data["state"], data["status"]) == ("waiting_for_founder", "running")
+                assert (data["routine"], data["agent"]) == ("daily-post", "ceo")
+                item = data["approval_item"]
+                assert re.fullmatch(r"ap-[0-9a-f]+", item), item
+                runs = {r["run_id"]: r for r in (await daemon.call("runs"))["runs"]}
+                ceo_run = data["run_id"]
+                assert runs[ceo_run]["agent"] == "ceo"
+                asked = [r for r in runs.values() if r["asked_by"] == ceo_run]
+                assert [r["agent"] for r in asked] == ["marketing"]
+                assert data["message"] == (
+                    f"started routine daily-post: its run {ceo_run} asked marketing, whose "
+                    f"run {asked[0]['run_id']} waits for your approval of a post_update call "
+                    f"({item}); approve or reject it in the dashboard's inbox, Telegram "
+                    f"(/approve {item}) or `companyd approve {item}` (or `companyd inbox`). "
+                    "The run goes on after that; `companyd runs last daily-post` shows its "
+                    "result"
+                )
+                assert _started(tool_log) == []  # not before the founder says yes
+                done = await daemon.cli("approve", item)
+                assert done.rc == 0, done.err
+                async with asyncio.timeout(60):
+                    while (await daemon.call("job_history", routine="daily-post"))["fires"][0][
+                        "outcome"
+                    ] != "ok":
+                        await asyncio.sleep(0.05)
+                assert len(_started(tool_log)) == 1
+                await daemon.stop()
