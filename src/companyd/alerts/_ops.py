@@ -220,8 +220,9 @@ async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bo
                 await a.retry(arg, via=_VIA)
                 return True, f"retrying task {arg}"
             if action == "run_job":
-                await a.run_job(arg, via=_VIA)
-                return True, f"started routine {arg}"
+                # what became of the fire, as `companyd jobs run` says it: ended (how),
+                # its result waiting for approval, or its run waiting for the founder
+                return True, (await a.run_job(arg, via=_VIA)).message
             if action == "approve_tools":
                 agent, _, server = arg.partition("/")
                 approved = await a.tools_approve(server, agent or None, via=_VIA)
@@ -232,6 +233,13 @@ async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bo
     except AdminError as exc:
         return False, str(exc)
     except TimeoutError:
+        if action == "run_job":
+            # the fire is the scheduler's and goes on without its caller: pressing again
+            # would not "try again" but skip (or start a second run)
+            return True, (
+                f"started routine {arg}; its run has not ended within {ADMIN_TIMEOUT:.0f} s "
+                "and goes on: /jobs shows its outcome once it ends"
+            )
         return False, f"companyd did not answer within {ADMIN_TIMEOUT:.0f} s; try again"
     except Exception as exc:
         log.exception("alerts: button %r failed", action)

@@ -343,6 +343,8 @@ class Operator:
             said = f"ran routine {routine}: {ended.status}" + (
                 f" ({ended.run_id})" if ended.run_id else ""
             )
+            if ended.status != RunStatus.OK and ended.reason:
+                said += f": {ended.reason}"  # why, where the message is all that is shown
             return JobRun(routine=routine, **ended.to_dict(), message=said)
         return JobRun(
             routine=routine,
