@@ -844,7 +844,8 @@ async def _asked_in(asking: Subscription, routine: str, journal: Journal) -> tup
     """The first event of ``asking`` about ``routine``: the founder asked by its run (an
     empty chain), or by the run of a colleague its run asked — a consultation, delegation or
     review, whose run has no routine of its own: its ``asked_by`` chain in the journal leads
-    back to a run of ``routine`` (the chain, the asking run first).
+    back to a run of ``routine`` (the chain: the run that asks the founder first, the
+    routine's run last).
     """
     while True:
         event = await asking.get()

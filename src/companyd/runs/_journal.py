@@ -640,9 +640,10 @@ class Journal:
 
     async def asking_chain(self, run_id: str, depth: int = 32) -> list[tuple[str, str, str | None]]:
         """``run_id`` and the runs that asked for it, in turn (each run's ``asked_by``: a
-        consultation, delegation or review), as ``(run id, agent, routine)``, the asking
-        run last; at most ``depth`` runs (a chain is as deep as ``max_consult_depth``).
-        Empty when the journal has no run ``run_id``.
+        consultation, delegation or review), as ``(run id, agent, routine)``: ``run_id``
+        first, the run that began the chain (one no run asked for, e.g. a routine's) last;
+        at most ``depth`` runs (a chain is as deep as ``max_consult_depth``). Empty when the
+        journal has no run ``run_id``.
         """
 
         def walk(db: Connection) -> list[tuple[str, str, str | None]]:
