@@ -41,6 +41,7 @@ from companyd.testing.inprocess import InProcessDaemon, cli_in_thread
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     Reply,
+    fault,
     reply_text,
     reply_tool_use,
     stall,
@@ -784,4 +785,176 @@ async def test_jobs_run_answers_at_once_when_its_run_waits_for_a_tool_approval(
                     ] != "ok":
                         await asyncio.sleep(0.05)
                 assert len(_started(tool_log)) == 1
+                await daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_jobs_run_answers_at_once_when_a_colleague_its_run_asked_waits_for_approval(
+    work: Path,
+) -> None:
+    """`companyd jobs run` of a routine whose run consults a colleague whose own run stops
+    for a tool approval: the founder's item is the colleague's (its run has no routine), yet
+    the command answers at once — the routine's run, the colleague, the item and where to
+    decide — instead of waiting out its 60 s deadline; the fire goes on after Approve.
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("consult", {"agent": "marketing", "question": "Post the flash sale."}),
+            reply_text("Marketing posted the flash sale."),
+        ],
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+            reply_text("Posted the flash sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _company(work, bot, tool_log)
+            doc = yaml.safe_load(cfg.read_text())
+            doc["agents"]["marketing"]["reports_to"] = "ceo"
+            doc["agents"]["ceo"] = {
+                "title": "CEO",
+                "instructions": "You are the ceo.",
+                "consult": ["marketing"],
+            }
+            doc["routines"] = {
+                "daily-post": {
+                    "assignee": "ceo",
+                    "description": "Have the flash sale announced.",
+                    "trigger": {"cron": "0 3 29 2 *"},
+                }
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                got = await daemon.cli("jobs", "run", "daily-post", "--json", timeout=30)
+                assert got.rc == 0, got.err
+                data = json.loads(got.out)
+                assert (data["state"], data["status"]) == ("waiting_for_founder", "running")
+                assert (data["routine"], data["agent"]) == ("daily-post", "ceo")
+                item = data["approval_item"]
+                assert re.fullmatch(r"ap-[0-9a-f]+", item), item
+                runs = {r["run_id"]: r for r in (await daemon.call("runs"))["runs"]}
+                ceo_run = data["run_id"]
+                assert runs[ceo_run]["agent"] == "ceo"
+                asked = [r for r in runs.values() if r["asked_by"] == ceo_run]
+                assert [r["agent"] for r in asked] == ["marketing"]
+                assert data["message"] == (
+                    f"started routine daily-post: its run {ceo_run} asked marketing, whose "
+                    f"run {asked[0]['run_id']} waits for your approval of a post_update call "
+                    f"({item}); approve or reject it in the dashboard's inbox, Telegram "
+                    f"(/approve {item}) or `companyd approve {item}` (or `companyd inbox`). "
+                    "The run goes on after that; `companyd runs last daily-post` shows its "
+                    "result"
+                )
+                assert _started(tool_log) == []  # not before the founder says yes
+                done = await daemon.cli("approve", item)
+                assert done.rc == 0, done.err
+                async with asyncio.timeout(60):
+                    while (await daemon.call("job_history", routine="daily-post"))["fires"][0][
+                        "outcome"
+                    ] != "ok":
+                        await asyncio.sleep(0.05)
+                assert len(_started(tool_log)) == 1
+                await daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_run_again_on_the_phone_says_what_the_run_did(work: Path) -> None:
+    """The "🔁 Run again now" button under a failed routine's alert tells the founder what
+    became of the fire — its result waiting for approval (where to decide), or the run
+    failing again and why — as `companyd jobs run` says it, not "started routine X"
+    whatever happened.
+    """
+    failing = {"on": True}
+
+    def model(request: Any) -> Any:
+        if failing["on"]:
+            return fault(400, "prompt is malformed (injected)")
+        return reply_text("Flash sale today: every plan 20% off.")
+
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _approval_company(work, bot)
+            async with _daemon(cfg, work, srv) as daemon:
+                first = await daemon.call("run_job", routine="daily-post")
+                assert first["state"] == "ended" and first["status"] != "ok", first
+                alert = await _message(bot, "routine daily-post failed")
+                again = _button(alert, "Run again now")
+
+                async def pressed(n: int) -> str:
+                    bot.press_button(FOUNDER, alert.message_id, again)
+                    await bot.wait_for(lambda: len(bot.callback_answers) >= n, timeout=30)
+                    return str(bot.callback_answers[n - 1].get("text") or "")
+
+                failing["on"] = False
+                said = await pressed(1)
+                items = (await daemon.call("inbox"))["items"]
+                [item] = [i["id"] for i in items if i["kind"] == "result"]
+                assert said.startswith(
+                    f"started routine daily-post: its run ended and the result waits for your "
+                    f"approval as {item}"
+                ), said
+                assert (await daemon.cli("approve", item)).rc == 0
+                async with asyncio.timeout(30):  # that fire over: room for the next
+                    while (await daemon.call("job_history", routine="daily-post"))["fires"][0][
+                        "outcome"
+                    ] != "ok":
+                        await asyncio.sleep(0.05)
+
+                failing["on"] = True
+                said = await pressed(2)
+                runs = (await daemon.call("runs", routine="daily-post"))["runs"]
+                [run] = [r for r in runs if f"({r['run_id']})" in said]
+                assert run["status"] != "ok" and run["reason"], run
+                ran = f"ran routine daily-post: {run['status']} ({run['run_id']}): "
+                assert said.startswith(ran), said  # the toast: at most 200 characters
+
+                def footer() -> bool:  # the alert edited: what was done, in full
+                    shown = bot.find_message(FOUNDER, alert.message_id)
+                    return shown is not None and f"✔ {ran}{run['reason']}" in shown.text
+
+                await bot.wait_for(footer, timeout=30)
+                await daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_run_again_on_the_phone_says_a_long_run_goes_on(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that outlasts the phone's wait for an answer is not "no answer; try again" (a
+    second press would skip, or run the routine twice): the founder is told it started
+    and goes on, and nothing runs twice.
+    """
+    monkeypatch.setattr("companyd.alerts._ops.ADMIN_TIMEOUT", 1.0)  # a long run, quickly
+    mode = {"now": "fail"}
+
+    def model(request: Any) -> Any:
+        if mode["now"] == "fail":
+            return fault(400, "prompt is malformed (injected)")
+        return stall(None, then=reply_text("Flash sale today: every plan 20% off."))
+
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _approval_company(work, bot)
+            async with _daemon(cfg, work, srv) as daemon:
+                await daemon.call("run_job", routine="daily-post")
+                alert = await _message(bot, "routine daily-post failed")
+                mode["now"] = "stall"
+                bot.press_button(FOUNDER, alert.message_id, _button(alert, "Run again now"))
+                await bot.wait_for(lambda: bool(bot.callback_answers), timeout=30)
+                said = bot.callback_answers[0]
+                assert said.get("text") == (
+                    "started routine daily-post; its run has not ended within 1 s and goes "
+                    "on: /jobs shows its outcome once it ends"
+                ), said
+                assert not said.get("show_alert"), said
+                srv.release_stalls()
+                async with asyncio.timeout(30):  # it went on: its result waits for approval
+                    while not [
+                        i for i in (await daemon.call("inbox"))["items"] if i["kind"] == "result"
+                    ]:
+                        await asyncio.sleep(0.05)
+                fires = (await daemon.call("job_history", routine="daily-post"))["fires"]
+                assert len(fires) == 2, fires
                 await daemon.stop()

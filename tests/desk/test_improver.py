@@ -19,6 +19,7 @@ import pytest
 from agentkit import PerAgent, running_company, tool_results, write_company
 from companyd.admin import AdminError
 from companyd.admin._results import ProposalDecision
+from companyd.alerts._ops import act, command_reply
 from companyd.clock import SystemClock
 from companyd.config import load_config
 from companyd.desk import Proposal, ProposalError, Proposals
@@ -326,6 +327,48 @@ async def test_concurrent_decisions_one_wins_and_a_timed_out_approve_still_compl
                 while d.config.agents["marketing"].instructions.strip() != NEW:
                     await asyncio.sleep(0.05)
             assert (await d.proposal_store.get(p.id))[0].status == "applied"
+
+
+async def test_an_approval_outlasting_the_phone_s_wait_is_said_to_go_on_not_to_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Approve pressed on Telegram (button or /approve) while a reload holds the way: the
+    phone stops waiting, the approval does not (it reloads once it can) — so the founder
+    reads that it goes on, not "no answer; try again" (the next try finds it decided).
+    """
+    monkeypatch.setattr("companyd.alerts._ops.ADMIN_TIMEOUT", 1.0)
+    cfg = write_company(
+        tmp_path,
+        {
+            "ceo": {},
+            "marketing": {"reports_to": "ceo", "instructions": "Write posts."},
+            "improver": {"reports_to": "ceo", "can_modify": ["marketing", "ceo"]},
+        },
+    )
+    with MessagesAPIServer(responder=PerAgent()) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            goes_on = (
+                "takes longer than 1 s (a proposal is applied and the company reloaded); "
+                "it goes on: /inbox shows whether it still waits"
+            )
+            p = await d.proposal_store.propose("improver", "marketing", NEW, "shorter")
+            async with d._reload_lock:
+                done, said = await act(d, {"action": "approve", "arg": p.id})
+            assert not done  # the alert keeps its buttons: nothing is claimed done yet
+            assert said == f"approving {p.id} {goes_on}", said
+            async with asyncio.timeout(20):
+                while d.config.agents["marketing"].instructions.strip() != NEW:
+                    await asyncio.sleep(0.05)
+            assert (await d.proposal_store.get(p.id))[0].status == "applied"
+
+            q = await d.proposal_store.propose("improver", "ceo", "Decide faster.", "slow")
+            async with d._reload_lock:
+                reply = await command_reply(d, "approve", [q.id], d.config.agents)
+            assert reply == f"⏳ approving {q.id} {goes_on}", reply
+            async with asyncio.timeout(20):
+                while d.config.agents["ceo"].instructions.strip() != "Decide faster.":
+                    await asyncio.sleep(0.05)
+            assert (await d.proposal_store.get(q.id))[0].status == "applied"
 
 
 async def test_a_proposal_making_company_yaml_invalid_is_refused_when_made(tmp_path: Path) -> None:

@@ -376,3 +376,25 @@ async def test_a_journal_from_before_the_transcript_opens_and_reads(
         assert [r["run_id"] for r in again["thread"]["replies"]] == ["run-new"]
     finally:
         await j.close()
+
+
+async def test_asking_chain_leads_from_a_colleague_s_run_back_to_the_routine_s(
+    journal: Journal,
+) -> None:
+    """`run_job` finds the routine whose run asked a colleague (who asked another) by this
+    chain: the asking run first, the routine's run last; an unknown run has none.
+    """
+    await journal.start_run(task("t1", "ceo", routine="daily-post"), "r1", 1, T0)
+    await journal.start_run(task("t2", "cfo", asked_by="r1"), "r2", 1, T0 + 1)
+    await journal.start_run(task("t3", "marketing", asked_by="r2"), "r3", 1, T0 + 2)
+    assert await journal.asking_chain("r3") == [
+        ("r3", "marketing", None),
+        ("r2", "cfo", None),
+        ("r1", "ceo", "daily-post"),
+    ]
+    assert await journal.asking_chain("r1") == [("r1", "ceo", "daily-post")]
+    assert await journal.asking_chain("r3", depth=2) == [
+        ("r3", "marketing", None),
+        ("r2", "cfo", None),
+    ]
+    assert await journal.asking_chain("nope") == []

@@ -176,11 +176,24 @@ async def command_reply(
     except AdminError as exc:
         return f"⚠️ {exc}"
     except TimeoutError:
+        if name == "approve" and len(args) == 1:
+            return f"⏳ {_approving(args[0])}"
         return f"⚠️ /{name} got no answer within {ADMIN_TIMEOUT:.0f} s; try again later"
     except Exception as exc:
         log.exception("alerts: /%s failed", name)
         return f"⚠️ /{name} failed inside companyd ({type(exc).__name__}); see the daemon log"
     return f"unknown command /{name}.\n{help_text()}"
+
+
+def _approving(item: str) -> str:
+    """What an approval that outlasts the phone's wait says: a proposal's (apply, reload)
+    runs to the end without its caller (:meth:`Admin.approve`), so "try again" would be
+    wrong — the next try finds it decided.
+    """
+    return (
+        f"approving {item} takes longer than {ADMIN_TIMEOUT:.0f} s (a proposal is applied "
+        "and the company reloaded); it goes on: /inbox shows whether it still waits"
+    )
 
 
 async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bool, str]:
@@ -220,8 +233,9 @@ async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bo
                 await a.retry(arg, via=_VIA)
                 return True, f"retrying task {arg}"
             if action == "run_job":
-                await a.run_job(arg, via=_VIA)
-                return True, f"started routine {arg}"
+                # what became of the fire, as `companyd jobs run` says it: ended (how),
+                # its result waiting for approval, or its run waiting for the founder
+                return True, (await a.run_job(arg, via=_VIA)).message
             if action == "approve_tools":
                 agent, _, server = arg.partition("/")
                 approved = await a.tools_approve(server, agent or None, via=_VIA)
@@ -232,6 +246,15 @@ async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bo
     except AdminError as exc:
         return False, str(exc)
     except TimeoutError:
+        if action == "run_job":
+            # the fire is the scheduler's and goes on without its caller: pressing again
+            # would not "try again" but skip (or start a second run)
+            return True, (
+                f"started routine {arg}; its run has not ended within {ADMIN_TIMEOUT:.0f} s "
+                "and goes on: /jobs shows its outcome once it ends"
+            )
+        if action == "approve":
+            return False, _approving(arg)
         return False, f"companyd did not answer within {ADMIN_TIMEOUT:.0f} s; try again"
     except Exception as exc:
         log.exception("alerts: button %r failed", action)

@@ -323,7 +323,7 @@ class Operator:
         # is answered at once too — a human's answer may take hours, the command 60 s
         asking = self.bus.subscribe(kinds={"founder_approval_requested", "founder_question"})
         fire = asyncio.ensure_future(self.scheduler.fire_now(routine))
-        asked = asyncio.ensure_future(_asked_in(asking, routine))
+        asked = asyncio.ensure_future(_asked_in(asking, routine, self.journal))
         try:
             await asyncio.wait((fire, asked), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -332,7 +332,7 @@ class Operator:
         if not fire.done():
             # the fire goes on (it is the scheduler's, shielded from its callers)
             fire.cancel()
-            return self._waiting_for_founder(routine, asked.result())
+            return self._waiting_for_founder(routine, *asked.result())
         try:
             done = fire.result()
         except (RoutineNotFound, RoutineBusy) as exc:
@@ -343,6 +343,8 @@ class Operator:
             said = f"ran routine {routine}: {ended.status}" + (
                 f" ({ended.run_id})" if ended.run_id else ""
             )
+            if ended.status != RunStatus.OK and ended.reason:
+                said += f": {ended.reason}"  # why, where the message is all that is shown
             return JobRun(routine=routine, **ended.to_dict(), message=said)
         return JobRun(
             routine=routine,
@@ -356,10 +358,19 @@ class Operator:
             ),
         )
 
-    def _waiting_for_founder(self, routine: str, event: Event) -> JobRun:
-        """:meth:`run_job`'s answer when the fire's run stopped to ask the founder."""
+    def _waiting_for_founder(self, routine: str, event: Event, chain: Asking) -> JobRun:
+        """:meth:`run_job`'s answer when the fire's run stopped to ask the founder — or a
+        colleague's run it asked did (``chain``: the asking runs, see :func:`_asked_in`):
+        ``run_id`` and ``agent`` are the routine's run's, the message names the colleague.
+        """
         d = event.data
         item, run_id = str(d.get("item_id") or ""), str(d.get("run_id") or "")
+        agent, whose = str(d.get("agent") or ""), ""
+        if chain:
+            # the routine's run waits on the colleague's: it is the one the founder knows
+            down = [a for _, a, _ in reversed(chain[:-1])]
+            whose = " asked " + ", who asked ".join(down) + f", whose run {run_id}"
+            run_id, agent = chain[-1][0], chain[-1][1]
         if event.kind == "founder_question":
             what = f"waits for your answer to a question ({item})"
             how = self._where_to_decide(item, f"/answer {item} TEXT", f"answer {item} TEXT")
@@ -373,7 +384,7 @@ class Operator:
             routine=routine,
             task_id="",
             run_id=run_id,
-            agent=str(d.get("agent") or ""),
+            agent=agent,
             status="running",
             reason=None,
             answer="",
@@ -387,7 +398,7 @@ class Operator:
             state="waiting_for_founder",
             approval_item=item,
             message=(
-                f"started routine {routine}: its run {run_id} {what}; {verb}{how}. The run "
+                f"started routine {routine}: its run {run_id}{whose} {what}; {verb}{how}. The run "
                 f"goes on after that; `companyd runs last {routine}` shows its result"
             ),
         )
@@ -824,12 +835,28 @@ class Operator:
             )
 
 
-async def _asked_in(asking: Subscription, routine: str) -> Event:
-    """The first event of ``asking`` about ``routine`` (the founder asked by its run)."""
+#: The runs between the one that asks the founder and a routine's run, as
+#: :meth:`Journal.asking_chain` gives them: ``(run id, agent, routine)``, the routine's last.
+Asking = list[tuple[str, str, str | None]]
+
+
+async def _asked_in(asking: Subscription, routine: str, journal: Journal) -> tuple[Event, Asking]:
+    """The first event of ``asking`` about ``routine``: the founder asked by its run (an
+    empty chain), or by the run of a colleague its run asked — a consultation, delegation or
+    review, whose run has no routine of its own: its ``asked_by`` chain in the journal leads
+    back to a run of ``routine`` (the chain: the run that asks the founder first, the
+    routine's run last).
+    """
     while True:
         event = await asking.get()
-        if event.data.get("routine") == routine:
-            return event
+        d = event.data
+        if d.get("routine") == routine:
+            return event, []
+        run_id = d.get("run_id")
+        if d.get("routine") is None and isinstance(run_id, str) and run_id:
+            chain = await journal.asking_chain(run_id)
+            if len(chain) > 1 and chain[-1][2] == routine:
+                return event, chain
 
 
 def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:

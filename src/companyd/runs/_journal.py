@@ -638,6 +638,29 @@ class Journal:
             )
         )
 
+    async def asking_chain(self, run_id: str, depth: int = 32) -> list[tuple[str, str, str | None]]:
+        """``run_id`` and the runs that asked for it, in turn (each run's ``asked_by``: a
+        consultation, delegation or review), as ``(run id, agent, routine)``: ``run_id``
+        first, the run that began the chain (one no run asked for, e.g. a routine's) last;
+        at most ``depth`` runs (a chain is as deep as ``max_consult_depth``). Empty when the
+        journal has no run ``run_id``.
+        """
+
+        def walk(db: Connection) -> list[tuple[str, str, str | None]]:
+            chain: list[tuple[str, str, str | None]] = []
+            rid: str | None = run_id
+            while rid is not None and len(chain) < depth:
+                row = db.execute(
+                    "SELECT agent, routine, asked_by FROM runs WHERE id = ?", (rid,)
+                ).fetchone()
+                if row is None or any(r == rid for r, _, _ in chain):
+                    break
+                chain.append((rid, row[0], row[1]))
+                rid = row[2]
+            return chain
+
+        return await self._run(walk)
+
     async def deliveries(self, run_ids: Sequence[str]) -> dict[str, list[ResultDelivery]]:
         """The recorded deliveries of each of ``run_ids``'s results, oldest first (as
         ``runs show`` lists them): the durable record, whatever restarts came between. A
