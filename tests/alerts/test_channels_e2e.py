@@ -11,11 +11,14 @@ it is back, exactly once, and a company without Telegram still reaches its chann
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
+import signal
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ import yaml
 from companyd.clock import ManualClock
 from companyd.testing.bot_api import BotApiServer
 from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import DaemonProcess
 from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.smtp import SmtpSink, text_of
 from companyd.testing.webhook_receiver import WebhookReceiver
@@ -202,3 +206,56 @@ async def test_a_channel_that_is_down_gets_the_alert_once_it_is_back_across_a_re
             assert (same_id, state) == (row_id, "sent")
             [ops] = (await d.call("status"))["alerts"]["channels"]
             assert (ops["state"], ops["since"], ops["error"]) == ("ok", None, "")
+
+
+@contextlib.asynccontextmanager
+async def trickling_endpoint() -> AsyncIterator[tuple[int, list[float]]]:
+    """An HTTP endpoint that never answers: it takes the request, then sends one byte of a
+    status line every 0.5 s forever — Apprise's read timeout never fires. Yields its port
+    and the times connections came in.
+    """
+    came: list[float] = []
+    handlers: set[asyncio.Task[Any]] = set()
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        came.append(time.monotonic())
+        handlers.add(asyncio.current_task())  # type: ignore[arg-type]
+        try:
+            for _ in range(600):  # 5 minutes at most: every wait has a deadline
+                writer.write(b"H")
+                await writer.drain()
+                await asyncio.sleep(0.5)
+        except OSError:
+            pass  # the sender hung up
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    try:
+        yield int(server.sockets[0].getsockname()[1]), came
+    finally:
+        server.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+
+async def test_sigterm_stops_the_daemon_in_time_while_a_channel_endpoint_never_answers(
+    work: Path,
+) -> None:
+    # a channel whose endpoint never answers holds an Apprise send (blocking, in a thread)
+    # for ever: the daemon must still exit on SIGTERM, well within systemd's stop timeout
+    async with trickling_endpoint() as (port, came):
+        cfg = write(work, company([{"name": "ops", "url_env": "OPS_URL"}]))
+        env = {**os.environ, "COMPANYD_DEBUG": "1", "OPS_URL": f"json://127.0.0.1:{port}/hook"}
+        d = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, forked=True)
+        async with d:
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            await real_time_until(lambda: bool(came))  # the send is stuck in the endpoint
+            d.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            assert await d.wait(30) == 0, d.log_text()[-3000:]
+            assert time.monotonic() - started < 30
+        # the alert stays owed: the next start sends it
+        [(_, target, state, _)] = outbound(work / "s")
+        assert (target, state) == ("channel:ops", "pending")

@@ -16,8 +16,9 @@ Both go through the durable outbound queue (:mod:`companyd.alerts._outbound`, th
 outbox's ``outbound`` table): written before any send, retried with backoff while a
 channel is down, neither lost nor repeated across a restart. A channel is an
 :class:`AppriseTarget` of that queue (kind ``apprise``, target name ``channel:NAME``, so a
-channel and a webhook may share a name). Apprise is blocking: each send runs on a small
-thread pool of its own (:data:`SEND_THREADS`), within :data:`SEND_DEADLINE` seconds.
+channel and a webhook may share a name). Apprise is blocking: each send runs in a daemon
+thread of its own (at most :data:`SEND_THREADS` at once), within :data:`SEND_DEADLINE`
+seconds; a send stuck past it never holds the daemon's exit.
 
 Apprise says only whether a send worked, not why it failed in a way a program can read:
 a URL Apprise cannot use is a permanent failure (recorded, said once); every failed send is
@@ -27,13 +28,14 @@ transient (retried), its reason taken from Apprise's own log lines, redacted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -70,21 +72,61 @@ KIND = "apprise"
 #: Seconds (real time) one Apprise send may take, its retries inside it included; a send
 #: still running then counts as failed (transient) and its thread is left to finish.
 SEND_DEADLINE = 25.0
-#: Threads for Apprise sends: blocking calls kept off the event loop and off the default
-#: executor, so a hanging SMTP server cannot starve the daemon's file and database work.
+#: Threads for Apprise sends at once: blocking calls kept off the event loop and off the
+#: default executor, so a hanging SMTP server cannot starve the daemon's file and database
+#: work.
 SEND_THREADS = 2
 #: A result longer than this is cut (with a mark) before it is queued: the services behind
 #: Apprise have their own, smaller limits, and Apprise splits or truncates to them.
 MAX_BODY = 30_000
 
-_POOL: ThreadPoolExecutor | None = None
+#: Sends in their threads now (across event loops): at most :data:`SEND_THREADS`.
+_SLOTS = threading.BoundedSemaphore(SEND_THREADS)
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=SEND_THREADS, thread_name_prefix="apprise")
-    return _POOL
+def _in_thread(fn: Callable[..., None], *args: Any) -> asyncio.Future[None]:
+    """Run ``fn(*args)`` in a daemon thread of its own; its outcome as a future of the
+    running loop. At most :data:`SEND_THREADS` run at once: with every slot held (sends
+    stuck past their deadline) a new send fails at once (transient) instead of starting
+    one more thread.
+
+    Daemon threads, not a :class:`~concurrent.futures.ThreadPoolExecutor`: the interpreter
+    joins a pool's threads at exit, so one send stuck in an endpoint that never answers
+    would hold a stopped daemon's exit for ever (past systemd's stop timeout, SIGKILL). A
+    daemon thread is dropped at exit; what it was sending stays pending in the outbox.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    if not _SLOTS.acquire(blocking=False):
+        raise TransientSendError(
+            f"{SEND_THREADS} earlier sends are still stuck in their endpoints; trying later"
+        )
+
+    def settle(exc: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if exc is None:
+            done.set_result(None)
+        else:
+            done.set_exception(exc)
+
+    def work() -> None:
+        outcome: BaseException | None = None
+        try:
+            fn(*args)
+        except BaseException as exc:  # handed to the loop, which raises it in the send
+            outcome = exc
+        finally:
+            _SLOTS.release()
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(settle, outcome)
+
+    try:
+        threading.Thread(target=work, name="apprise", daemon=True).start()
+    except BaseException:
+        _SLOTS.release()
+        raise
+    return done
 
 
 def target_name(channel: str) -> str:
@@ -136,7 +178,10 @@ def _notify(url: str, title: str, body: str, severity: str) -> None:
     """One Apprise send (blocking; on :func:`_pool`). Raises a send error saying why."""
     import apprise  # imported only when a channel sends: most daemons never need it
 
-    app = apprise.Apprise()
+    # The send stays in this (daemon) thread: Apprise's own thread pool, whose threads the
+    # interpreter joins at exit, serves parallel sends (one URL: nothing to parallelise)
+    # and its per-service timeout (0: none; SEND_DEADLINE bounds the wait instead).
+    app = apprise.Apprise(asset=apprise.AppriseAsset(async_mode=False, service_timeout=0))
     if not app.add(url):
         raise PermanentSendError(
             f"Apprise cannot use this {service_of(url)}:// URL (unknown service or malformed); "
@@ -225,8 +270,7 @@ class AppriseTarget:
         data = message.data
         title, body = str(data.get("title") or ""), str(data.get("body") or "")
         severity = str(data.get("severity") or "info")
-        loop = asyncio.get_running_loop()
-        call = loop.run_in_executor(_pool(), _notify, self._url, title, body, severity)
+        call = _in_thread(_notify, self._url, title, body, severity)
         try:
             async with asyncio.timeout(self._deadline):
                 await asyncio.shield(call)
