@@ -259,3 +259,35 @@ async def test_sigterm_stops_the_daemon_in_time_while_a_channel_endpoint_never_a
         # the alert stays owed: the next start sends it
         [(_, target, state, _)] = outbound(work / "s")
         assert (target, state) == ("channel:ops", "pending")
+
+
+async def test_a_channel_added_by_a_reload_gets_the_next_alert_without_a_restart(
+    work: Path,
+) -> None:
+    # no Telegram, no webhook, no channel at start (no outbox open): the reload that adds a
+    # channel answers "applied", and the next alert reaches the channel then, not after a
+    # restart
+    with WebhookReceiver("whsec_unused") as rx:
+        cfg = write(work, company([]))
+        env = {"COMPANYD_DEBUG": "1", "OPS_URL": f"json://{rx.host}:{rx.port}/hook"}
+        clock = ManualClock(time.time())
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env) as d:
+            write(work, company([{"name": "ops", "url_env": "OPS_URL"}]))
+            answer = await d.call("reload")
+            assert answer["applied"] is True and "restart_required" not in answer, answer
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            await real_time_until(lambda: len(rx.requests) >= 1)
+            assert "cfo" in rx.requests[0].json()["title"]
+            [ops] = (await d.call("status"))["alerts"]["channels"]
+            assert (ops["name"], ops["state"]) == ("ops", "ok"), ops
+            # and one whose floor a reload raises gets no more warnings
+            write(
+                work, company([{"name": "ops", "url_env": "OPS_URL", "min_severity": "critical"}])
+            )
+            assert (await d.call("reload"))["applied"] is True
+            await d.advance(700)  # past the coalescing window
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            await d.advance(60)
+            await asyncio.sleep(0.5)
+            assert len(rx.requests) == 1
+        assert "Traceback" not in d.log_text()

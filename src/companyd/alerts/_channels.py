@@ -234,6 +234,11 @@ class AppriseTarget:
         return KIND
 
     @property
+    def url(self) -> str | None:
+        """Its Apprise URL (a secret: never shown), None when ``$url_env`` was not set."""
+        return self._url
+
+    @property
     def configured(self) -> bool:
         """Whether its URL was found in the environment."""
         return self._url is not None

@@ -377,8 +377,9 @@ class OutboundQueue:
 
     Args:
         store: the opened alert outbox (its database and its claim owner and lease).
-        targets: by name. A row for a name not here waits in the store (its target is not
-            configured, or not usable now): it goes out once it is, after a restart.
+        targets: by name (replaced by :meth:`set_targets` on a reload). A row for a name
+            not here waits in the store (its target is not configured, or not usable now):
+            it goes out once it is.
         clock: backoff and give-up times.
     """
 
@@ -400,6 +401,15 @@ class OutboundQueue:
     def targets(self) -> Mapping[str, Target]:
         """The targets by name."""
         return self._targets
+
+    def set_targets(self, targets: Mapping[str, Target]) -> None:
+        """Deliver to ``targets`` from now on (a reload changed them): a send in flight
+        finishes with the target it started with; the rows of a target no longer here wait
+        in the store, as at a start without it.
+        """
+        self._targets = dict(targets)
+        self._down &= set(self._targets)
+        self.wake.set()
 
     async def enqueue(self, items: Sequence[Queued]) -> list[str]:
         """Write ``items`` as pending rows in one transaction (before any send), each with a
@@ -467,10 +477,11 @@ class OutboundQueue:
             nxt = t if nxt is None else min(nxt, t)
 
         for row in rows:
-            target = self._targets[row.target]
-            if row.target in held or self._stopped():
-                # its target failed earlier in this pass, or the pager stops: unclaimed,
-                # it waits its turn
+            # the target as it is now: a reload may have changed or removed it meanwhile
+            target = self._targets.get(row.target)
+            if target is None or row.target in held or self._stopped():
+                # its target failed earlier in this pass, or the pager stops, or a reload
+                # removed it: unclaimed, it waits its turn
                 await self._store.run(partial(_record_sync, row=row))
                 continue
             await self._attempt(target, row)
