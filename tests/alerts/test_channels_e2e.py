@@ -81,11 +81,15 @@ def write(work: Path, doc: dict[str, Any]) -> Path:
     return cfg
 
 
-async def real_time_until(done: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Wait (real time: Apprise sends in a thread) until ``done()``."""
+async def real_time_until(
+    done: Callable[[], bool], timeout: float = 30.0, shown: Callable[[], object] = str
+) -> None:
+    """Wait (real time: Apprise sends in a thread) until ``done()``; ``shown()`` says what
+    there is instead when it does not come.
+    """
     deadline = time.monotonic() + timeout
     while not done():
-        assert time.monotonic() < deadline, "not done in time"
+        assert time.monotonic() < deadline, f"not done in time: {shown()}"
         await asyncio.sleep(0.05)
 
 
@@ -290,4 +294,85 @@ async def test_a_channel_added_by_a_reload_gets_the_next_alert_without_a_restart
             await d.advance(60)
             await asyncio.sleep(0.5)
             assert len(rx.requests) == 1
+        assert "Traceback" not in d.log_text()
+
+
+async def test_the_messages_of_a_removed_channel_are_forgotten_those_of_the_others_kept(
+    work: Path,
+) -> None:
+    # both channels down: each owes the crash alert, and `ops` (deliver: true) a result too
+    with WebhookReceiver("whsec_unused") as rx:
+        url = f"json://{rx.host}:{rx.port}"
+        both: list[dict[str, Any]] = [
+            {"name": "ops", "url_env": "OPS_URL", "deliver": True},
+            {"name": "team", "url_env": "TEAM_URL"},
+            {"name": "night", "url_env": "NIGHT_URL"},
+        ]
+        cfg = write(work, company(both, deliver=["telegram"]))
+        env = {
+            "COMPANYD_DEBUG": "1",
+            "OPS_URL": f"{url}/ops",
+            "TEAM_URL": f"{url}/team",
+            "NIGHT_URL": f"{url}/night",
+        }
+        rx.go_down()
+        clock = ManualClock(time.time())
+
+        def owed() -> list[tuple[str, str, str]]:
+            """The crash alert's and the result's rows: (target, what, state)."""
+            with sqlite3.connect(work / "s" / "alerts.sqlite") as db:
+                rows = db.execute("SELECT target, key, state FROM outbound ORDER BY seq")
+                return sorted(
+                    (t, k.split("|")[0].split("-")[0], st)
+                    for t, k, st in rows
+                    if k.startswith(("alert:crash|", "result:"))
+                )
+
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env) as d:
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            fired = await d.call("run_job", routine="daily-post")
+            assert fired["status"] == "ok", fired
+            await real_time_until(lambda: len(owed()) == 4, shown=owed)
+            # a reload removes `ops`: its alert is forgotten, its result recorded as not
+            # delivered (and kept in the inbox); what `team` and `night` owe stays
+            write(work, company(both[1:], deliver=["telegram"]))
+            assert (await d.call("reload"))["applied"] is True
+            gone = [
+                ("channel:night", "alert:crash", "pending"),
+                ("channel:ops", "result:run", "failed"),
+                ("channel:team", "alert:crash", "pending"),
+            ]
+            await real_time_until(lambda: owed() == gone, shown=owed)
+            shown = await d.cli("runs", "show", fired["run_id"], "--json")
+            to_ops = [x for x in json.loads(shown.out)["deliveries"] if x["to"] == "channel:ops"]
+            assert [x["outcome"] for x in to_ops] == ["not_delivered"], shown.out
+            assert "no longer in alerts.channels" in (to_ops[0]["reason"] or ""), to_ops
+            assert to_ops[0]["kept"], to_ops
+            assert "message(s) for channel:ops forgotten: no longer in alerts.channels" in (
+                d.log_text()
+            )
+        # removed while the daemon was stopped: forgotten when it starts
+        write(work, company(both[1:2], deliver=["telegram"]))
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env) as d:
+            await real_time_until(
+                lambda: (
+                    owed()
+                    == [
+                        ("channel:ops", "result:run", "failed"),
+                        ("channel:team", "alert:crash", "pending"),
+                    ]
+                ),
+                shown=owed,
+            )
+            assert not [r for r in outbound(work / "s") if r[1] == "channel:night"]
+            rx.come_up()
+            await d.advance(400)
+            await real_time_until(lambda: any(r.path == "/team" for r in rx.requests))
+            await d.advance(400)
+            await asyncio.sleep(0.5)
+            # what team owed, each once; nothing for the removed channels
+            paths = [r.path for r in rx.requests]
+            titles = [r.json()["title"] for r in rx.requests]
+            assert set(paths) == {"/team"} and len(titles) == len(set(titles)), titles
+            assert "🟠 cfo crashed and was restarted" in titles
         assert "Traceback" not in d.log_text()

@@ -48,7 +48,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -361,6 +361,39 @@ def _all_sync(conn: Connection, target: str | None) -> list[OutboundRow]:
     return [OutboundRow.of(r) for r in rows]
 
 
+def _forget_sync(
+    conn: Connection, kind: str, keep: frozenset[str], why: str
+) -> tuple[list[str], list[OutboundRow]]:
+    """Forget the pending rows of ``kind`` whose target is not in ``keep``: an alert's is
+    deleted, a result's is marked failed (``why``) so that its run's record can say so.
+    Returns the target of each row forgotten and the failed rows.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        rows = conn.execute(
+            f"SELECT {_COLS} FROM outbound WHERE kind = ? AND state = 'pending' ORDER BY seq",
+            (kind,),
+        ).fetchall()
+        forgotten: list[str] = []
+        failed: list[OutboundRow] = []
+        for row in map(OutboundRow.of, rows):
+            if row.target in keep:
+                continue
+            forgotten.append(row.target)
+            if row.key.startswith("result:"):
+                row.state, row.last_error = "failed", why
+                _record_sync(conn, row=row)
+                failed.append(row)
+            else:
+                conn.execute("DELETE FROM outbound WHERE id = ?", (row.id,))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return forgotten, failed
+
+
 def _prune_sync(conn: Connection, before: float) -> int:
     return int(
         conn.execute(
@@ -378,15 +411,38 @@ class OutboundQueue:
     Args:
         store: the opened alert outbox (its database and its claim owner and lease).
         targets: by name (replaced by :meth:`set_targets` on a reload). A row for a name
-            not here waits in the store (its target is not configured, or not usable now):
-            it goes out once it is.
+            not here waits in the store (its target is not usable now): it goes out once
+            it is.
         clock: backoff and give-up times.
+        kind: the kind of target this queue owns (``webhook``, ``apprise``), with
+            ``configured``: then the pending rows of that kind whose target is not among
+            ``configured`` (removed from company.yaml) are forgotten when the queue starts
+            and after each :meth:`set_targets` — an alert's deleted, a result's failed
+            (told to :attr:`on_done`: its run's record says why). None: rows are never
+            forgotten.
+        configured: the names of that kind's targets company.yaml has, usable or not
+            (default: ``targets``).
+        section: where company.yaml lists them (``alerts.channels``), for the reason given.
     """
 
-    def __init__(self, store: AlertStore, targets: Mapping[str, Target], clock: Clock) -> None:
+    def __init__(
+        self,
+        store: AlertStore,
+        targets: Mapping[str, Target],
+        clock: Clock,
+        *,
+        kind: str | None = None,
+        configured: Iterable[str] | None = None,
+        section: str = "company.yaml",
+    ) -> None:
         self._store = store
         self._targets = dict(targets)
         self._clock = clock
+        self._kind = kind
+        self._section = section
+        self._configured = frozenset(self._targets if configured is None else configured)
+        #: the removed targets' rows are to be forgotten before the next pass
+        self._forget_due = kind is not None
         self.wake = asyncio.Event()
         #: told each message's final outcome (``row.state``: ``sent`` or ``failed``, with
         #: ``last_error``); True when it told the founder of a failure itself (a result's
@@ -402,14 +458,46 @@ class OutboundQueue:
         """The targets by name."""
         return self._targets
 
-    def set_targets(self, targets: Mapping[str, Target]) -> None:
-        """Deliver to ``targets`` from now on (a reload changed them): a send in flight
-        finishes with the target it started with; the rows of a target no longer here wait
-        in the store, as at a start without it.
+    def set_targets(
+        self, targets: Mapping[str, Target], configured: Iterable[str] | None = None
+    ) -> None:
+        """Deliver to ``targets`` from now on (a reload changed them; ``configured`` as for
+        the constructor): a send in flight finishes with the target it started with; the
+        rows of a target no longer configured are forgotten before the next pass.
         """
         self._targets = dict(targets)
+        self._configured = frozenset(self._targets if configured is None else configured)
         self._down &= set(self._targets)
+        self._forget_due = self._kind is not None
         self.wake.set()
+
+    async def forget_removed(self) -> int:
+        """Forget the pending rows of targets removed from company.yaml (see the class
+        docstring); returns how many rows were forgotten.
+        """
+        self._forget_due = False
+        kind, keep = self._kind, self._configured
+        if kind is None:
+            return 0
+        why = f"no longer in {self._section} in company.yaml (removed before it was sent)"
+        forgotten, failed = await self._store.run(
+            partial(_forget_sync, kind=kind, keep=keep, why=why)
+        )
+        if forgotten:
+            # messages that will reach no one: worth a line at the level a founder reads
+            log.warning(
+                "alerts: %d message(s) for %s forgotten: no longer in %s",
+                len(forgotten),
+                ", ".join(sorted(set(forgotten))),
+                self._section,
+            )
+        for row in failed:
+            if self.on_done is not None:
+                try:
+                    await self.on_done(row)
+                except Exception:  # the row stands failed; only its record is missing
+                    log.exception("alerts: could not record the outcome of %s", row.id)
+        return len(forgotten)
 
     async def enqueue(self, items: Sequence[Queued]) -> list[str]:
         """Write ``items`` as pending rows in one transaction (before any send), each with a
@@ -450,6 +538,8 @@ class OutboundQueue:
         """
         while not self._stopped():
             self.wake.clear()
+            if self._forget_due:
+                await self.forget_removed()
             due = await self.deliver_pass()
             if self._stopped():
                 return

@@ -60,6 +60,7 @@ from pathlib import Path
 from companyd._aio import race
 from companyd._fs import DiskAlarm
 from companyd.admin import Admin, PagerHealth
+from companyd.alerts._channels import KIND as CHANNEL_KIND
 from companyd.alerts._channels import AppriseTarget, Fanout, channel_url
 from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._commands import Commands
@@ -362,7 +363,10 @@ class AlertService:
         """The channels' queue over the opened ``store``, delivering in its own task (with
         no channel configured too: a reload may add one).
         """
-        self._queue = OutboundQueue(store, targets, self._clock)
+        # configured: the targets (an unset URL too); a removed channel's rows are forgotten
+        self._queue = OutboundQueue(
+            store, targets, self._clock, kind=CHANNEL_KIND, section="alerts.channels"
+        )
         self._queue.on_done = self._results.channel_done  # a result's record in its run
         return asyncio.create_task(self._queue.run(), name="alerts:channels")
 

@@ -251,7 +251,14 @@ class Webhooks:
         are queued and wait).
         """
         self.unusable = {}
-        self.queue = OutboundQueue(store, self._targets(), self._clock)
+        self.queue = OutboundQueue(
+            store,
+            self._targets(),
+            self._clock,
+            kind="webhook",
+            configured=[s.name for s in self.specs],  # one whose secret is unset too
+            section="alerts.webhooks",
+        )
         return self.queue
 
     def reconfigure(
@@ -266,7 +273,7 @@ class Webhooks:
         self.specs = specs
         self._delivers = _webhooks_delivered(delivers)
         if self.queue is not None:
-            self.queue.set_targets(self._targets())
+            self.queue.set_targets(self._targets(), configured=[s.name for s in specs])
 
     def _targets(self) -> dict[str, WebhookTarget]:
         """The usable targets of :attr:`specs`, secrets read from the environment now; each
