@@ -19,6 +19,7 @@ import signal
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -343,8 +344,15 @@ async def test_the_messages_of_a_removed_channel_are_forgotten_those_of_the_othe
                 ("channel:team", "alert:crash", "pending"),
             ]
             await real_time_until(lambda: owed() == gone, shown=owed)
-            shown = await d.cli("runs", "show", fired["run_id"], "--json")
-            to_ops = [x for x in json.loads(shown.out)["deliveries"] if x["to"] == "channel:ops"]
+            # the run's record is written right after the row (on_done): read until it is
+            deadline = time.monotonic() + 30
+            while True:
+                shown = await d.cli("runs", "show", fired["run_id"], "--json")
+                deliveries = json.loads(shown.out)["deliveries"]
+                to_ops = [x for x in deliveries if x["to"] == "channel:ops"]
+                if to_ops or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
             assert [x["outcome"] for x in to_ops] == ["not_delivered"], shown.out
             assert "no longer in alerts.channels" in (to_ops[0]["reason"] or ""), to_ops
             assert to_ops[0]["kept"], to_ops
@@ -375,4 +383,30 @@ async def test_the_messages_of_a_removed_channel_are_forgotten_those_of_the_othe
             titles = [r.json()["title"] for r in rx.requests]
             assert set(paths) == {"/team"} and len(titles) == len(set(titles)), titles
             assert "🟠 cfo crashed and was restarted" in titles
+        assert "Traceback" not in d.log_text()
+
+
+async def test_quiet_hours_hold_a_channel_s_alerts_to_the_window_s_end(work: Path) -> None:
+    # 01:00–03:00 UTC is quiet; it is 02:00: a crash (a warning) waits until 03:00, and
+    # then reaches the channel once
+    with WebhookReceiver("whsec_unused") as rx:
+        doc = company([{"name": "ops", "url_env": "OPS_URL"}])
+        doc["alerts"]["quiet_hours"] = {"start": "01:00", "end": "03:00", "timezone": "UTC"}
+        cfg = write(work, doc)
+        env = {"COMPANYD_DEBUG": "1", "OPS_URL": f"json://{rx.host}:{rx.port}/hook"}
+        today = datetime.now(UTC).date()
+        night = datetime(today.year, today.month, today.day, 2, 0, tzinfo=UTC).timestamp()
+        clock = ManualClock(night)
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env) as d:
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            await real_time_until(lambda: len(outbound(work / "s")) >= 1)
+            await d.advance(1800)
+            await asyncio.sleep(1.0)
+            assert rx.requests == []  # 02:30: still quiet
+            await d.advance(1800)  # 03:00
+            await real_time_until(lambda: len(rx.requests) >= 1)
+            await d.advance(600)
+            await asyncio.sleep(0.5)
+            [got] = rx.requests
+            assert got.json()["title"] == "🟠 cfo crashed and was restarted"
         assert "Traceback" not in d.log_text()

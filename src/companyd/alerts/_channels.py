@@ -37,6 +37,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from companyd._secrets import protect, redact
@@ -46,8 +47,8 @@ from companyd.alerts._outbound import (
     Queued,
     TransientSendError,
 )
-from companyd.alerts._policy import RANK, Policy, severity_of
-from companyd.alerts._render import compose
+from companyd.alerts._policy import RANK, Policy, quiet_until, severity_of
+from companyd.alerts._render import ICONS, compose
 from companyd.alerts._render_kinds import kind_spec, render
 from companyd.events import Event, RoutineResult
 
@@ -199,6 +200,22 @@ def _notify(url: str, title: str, body: str, severity: str) -> None:
         raise TransientSendError(f"{service_of(url)} send failed: {redact(why)}")
 
 
+def _shown(data: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A message's title, body and severity; what a quiet window held (``items``): one
+    alert as it is, several as one digest — as Telegram's at the window's end.
+    """
+    items = data.get("items")
+    if not isinstance(items, list) or not items:
+        title, body = str(data.get("title") or ""), str(data.get("body") or "")
+        return title, body, str(data.get("severity") or "info")
+    if len(items) == 1:
+        return _shown(items[0])
+    severity = max((str(i.get("severity") or "info") for i in items), key=lambda s: RANK.get(s, 1))
+    lines = [f"• {i.get('title') or ''} — {i.get('at') or ''}" for i in items]
+    title = f"{ICONS['digest']} While quiet hours were on: {len(items)} alerts"
+    return title, "\n".join([*lines, str(data.get("company") or "")]).strip(), severity
+
+
 class AppriseTarget:
     """A channel as a target of the outbound queue (:class:`companyd.alerts._outbound.Target`).
 
@@ -272,9 +289,7 @@ class AppriseTarget:
                 f"${self.spec.url_env} is not set (channel {self.spec.name!r}); set it and "
                 "restart companyd"
             )
-        data = message.data
-        title, body = str(data.get("title") or ""), str(data.get("body") or "")
-        severity = str(data.get("severity") or "info")
+        title, body, severity = _shown(message.data)
         call = _in_thread(_notify, self._url, title, body, severity)
         try:
             async with asyncio.timeout(self._deadline):
@@ -303,7 +318,7 @@ class Fanout:
         if not self.channels:
             return []
         if isinstance(event, RoutineResult):
-            return self._result(event)
+            return self._result(event, now)
         return self._alert(event, now)
 
     def _alert(self, event: Event, now: float) -> list[Queued]:
@@ -343,6 +358,24 @@ class Fanout:
             "kind": event.kind,
             "source": event.source,
         }
+        until = self._quiet_until(severity, now)
+        if until is not None:
+            # held as Telegram holds it: into the window's one message per channel
+            at = datetime.fromtimestamp(event.ts, self.policy.tz).strftime("%H:%M")
+            held = {"items": [{**data, "at": at}], "company": self.policy.company}
+            return [
+                Queued(
+                    target=target_name(c.name),
+                    kind=KIND,
+                    key=f"quiet:{until!r}",
+                    type="alert",
+                    timestamp=until,
+                    data=held,
+                    not_before=until,
+                    fold=True,
+                )
+                for c in to
+            ]
         return [
             Queued(
                 target=target_name(c.name),
@@ -355,7 +388,15 @@ class Fanout:
             for c in to
         ]
 
-    def _result(self, event: RoutineResult) -> list[Queued]:
+    def _quiet_until(self, severity: str, now: float) -> float | None:
+        """When the quiet window ``now`` is in ends, for what it holds (None: not held —
+        outside the window, or critical).
+        """
+        if severity == "critical":
+            return None
+        return quiet_until(now, self.policy.quiet, self.policy.quiet_tz)
+
+    def _result(self, event: RoutineResult, now: float) -> list[Queued]:
         if not {"telegram", "digest"} & set(event.deliver):
             return []  # a result for memory or a file only is not the founder's to read
         to = [c for c in self.channels if c.deliver]
@@ -384,6 +425,8 @@ class Fanout:
                 type="result",
                 timestamp=event.ended if event.ended else event.ts,
                 data=data,
+                # held through quiet hours like Telegram's, then sent whole, on its own
+                not_before=self._quiet_until("result", now),
             )
             for c in to
         ]

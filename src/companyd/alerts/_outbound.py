@@ -186,6 +186,11 @@ class Target(Protocol):
 class Queued:
     """A message to queue for one target: ``key`` identifies the event (one row per
     ``(target, key)``), ``type`` / ``timestamp`` / ``data`` its content.
+
+    ``not_before``: held until then (quiet hours): not sent before, and — never tried yet —
+    it does not hold back the target's later messages. ``fold``: when a row of the same
+    ``(target, key)`` still waits, this item's ``data["items"]`` are added to that row's
+    (one message collecting what a quiet window held) instead of being left out.
     """
 
     target: str
@@ -194,6 +199,8 @@ class Queued:
     type: str
     timestamp: float
     data: Mapping[str, Any]
+    not_before: float | None = None
+    fold: bool = False
 
 
 @dataclass
@@ -282,7 +289,9 @@ def _enqueue_sync(conn: Connection, rows: list[tuple[Any, ...]]) -> list[str]:
     conn.execute("BEGIN IMMEDIATE")  # the seq below is the next one across daemons too
     try:
         seq = int(conn.execute("SELECT coalesce(max(seq), 0) FROM outbound").fetchone()[0])
-        for row in rows:
+        for *row, fold in rows:
+            if fold and _folded(conn, row):
+                continue
             seq += 1
             got = conn.execute(
                 "INSERT INTO outbound (id, seq, target, kind, key, type, body, created, state, "
@@ -300,6 +309,24 @@ def _enqueue_sync(conn: Connection, rows: list[tuple[Any, ...]]) -> list[str]:
     return added
 
 
+def _folded(conn: Connection, row: Sequence[Any]) -> bool:
+    """Add the ``data["items"]`` of ``row`` (an insert's values) to the waiting row of the
+    same target and key, if there is one (True then).
+    """
+    got = conn.execute(
+        "SELECT id, body FROM outbound WHERE target = ? AND key = ? AND state = 'pending'",
+        (row[1], row[3]),
+    ).fetchone()
+    if got is None:
+        return False
+    waiting, new = json.loads(got[1]), json.loads(row[5])
+    data = waiting.setdefault("data", {})
+    data["items"] = [*data.get("items", []), *new.get("data", {}).get("items", [])]
+    body = json.dumps(waiting, ensure_ascii=False, separators=(",", ":"), default=str)
+    conn.execute("UPDATE outbound SET body = ? WHERE id = ?", (body, got[0]))
+    return True
+
+
 def _due_sync(
     conn: Connection,
     now: float,
@@ -310,7 +337,8 @@ def _due_sync(
 ) -> tuple[list[OutboundRow], float | None]:
     """Claim for ``owner`` the due pending rows of each of ``targets``, in queue order: a
     target's rows up to its first one not yet due (or claimed by another owner), which
-    holds the rest back. Also the earliest time a held row is due (None: none).
+    holds the rest back — except a row never tried and held until a time (quiet hours),
+    which is passed over. Also the earliest time a held row is due (None: none).
     """
     taken: list[OutboundRow] = []
     nxt: float | None = None
@@ -325,6 +353,10 @@ def _due_sync(
             for r in rows:
                 row = OutboundRow.of(r)
                 held = r[-2] is not None and r[-2] != owner and float(r[-1]) + lease > now
+                if row.next_at > now and not held and row.attempts == 0:
+                    # held through quiet hours, never tried: the later messages go on
+                    nxt = row.next_at if nxt is None else min(nxt, row.next_at)
+                    continue
                 if row.next_at > now or held:
                     due = float(r[-1]) + lease if held else row.next_at
                     nxt = due if nxt is None else min(nxt, due)
@@ -514,7 +546,8 @@ class OutboundQueue:
                 q.type,
                 message_body(q.type, q.timestamp, _redacted(q.data)),
                 now,
-                now,
+                now if q.not_before is None else max(now, q.not_before),
+                q.fold,
             )
             for q in items
         ]
