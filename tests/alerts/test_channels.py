@@ -25,6 +25,7 @@ from companyd.alerts._policy import Policy
 from companyd.clock import ManualClock
 from companyd.config import ChannelSpec, load_config_text
 from companyd.events import BudgetThreshold, ChildExited, RoutineResult, Severity
+from companyd.storage import Backend
 
 pytestmark = pytest.mark.anyio
 
@@ -166,7 +167,7 @@ def test_only_results_for_the_founder_reach_the_deliver_true_channels() -> None:
 
 
 async def test_quiet_hours_hold_a_channel_s_alerts_and_results_as_telegram_s(
-    tmp_path: Path,
+    tmp_path: Path, state_backend: Backend
 ) -> None:
     # 01:00–03:00 UTC quiet; the crash at 02:00 (a warning) and the result are held to 03:00,
     # folded into one message per channel; a critical alert is not held
@@ -219,7 +220,7 @@ async def test_quiet_hours_hold_a_channel_s_alerts_and_results_as_telegram_s(
 
     # in the outbound queue: held rows wait without holding back the critical one, and
     # two held alerts of a channel become one digest at the window's end
-    store = AlertStore(tmp_path / "alerts.sqlite")
+    store = AlertStore(tmp_path / "alerts.sqlite", backend=state_backend)
     assert await store.open() is None
     try:
         clock = ManualClock(start=night + 180)
