@@ -8,14 +8,24 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
-from companyd.alerts._channels import KIND, AppriseTarget, Fanout, target_name
-from companyd.alerts._outbound import OutboundMessage, PermanentSendError, TransientSendError
+from companyd.alerts._channels import KIND, AppriseTarget, Fanout, _shown, target_name
+from companyd.alerts._outbound import (
+    OutboundMessage,
+    OutboundQueue,
+    PermanentSendError,
+    TransientSendError,
+)
+from companyd.alerts._outbox import AlertStore
 from companyd.alerts._policy import Policy
+from companyd.clock import ManualClock
 from companyd.config import ChannelSpec, load_config_text
 from companyd.events import BudgetThreshold, ChildExited, RoutineResult, Severity
+from companyd.storage import Backend
 
 pytestmark = pytest.mark.anyio
 
@@ -154,3 +164,89 @@ def test_only_results_for_the_founder_reach_the_deliver_true_channels() -> None:
     assert item.data["answer"] == result.answer  # kept whole if no channel takes it
     assert fan.items(replace(result, deliver=["memory", "file"]), now=1000.0) == []
     assert len(fan.items(replace(result, deliver=["digest"]), now=1000.0)) == 1
+
+
+async def test_quiet_hours_hold_a_channel_s_alerts_and_results_as_telegram_s(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    # 01:00–03:00 UTC quiet; the crash at 02:00 (a warning) and the result are held to 03:00,
+    # folded into one message per channel; a critical alert is not held
+    quiet = COMPANY.replace(
+        "  coalesce_seconds: 600\n",
+        "  coalesce_seconds: 600\n  quiet_hours: {start: '01:00', end: '03:00', timezone: UTC}\n",
+    )
+    cfg = load_config_text(quiet, file="c.yaml")
+    fan = Fanout(cfg.spec.alerts.channels, Policy.of(cfg))
+    night = datetime(2027, 1, 15, 2, 0, tzinfo=UTC).timestamp()
+    end = night + 3600
+    items = fan.items(crash(night), now=night)
+    assert [(i.target, i.not_before, i.fold) for i in items] == [
+        ("channel:slack", end, True),
+        ("channel:all", end, True),
+    ]
+    assert items[0].key == items[1].key == f"quiet:{end!r}"
+    budget = BudgetThreshold(
+        source="spend",
+        severity=Severity.CRITICAL,
+        scope="company",
+        agent=None,
+        period="day",
+        key="company/day",
+        level=1.0,
+        used_usd=5.0,
+        limit_usd=5.0,
+        resets_at="2027-01-16T00:00:00+00:00",
+        message="Daily budget reached",
+        ts=night + 60,
+    )
+    critical = fan.items(budget, now=night + 60)
+    assert len(critical) == 3 and {(i.not_before, i.fold) for i in critical} == {(None, False)}
+    result = RoutineResult(
+        source="scheduler",
+        routine="daily-post",
+        agent="cfo",
+        run_id="run-1",
+        cost_usd=0.01,
+        answer="Done.",
+        task="Post.",
+        deliver=["telegram"],
+        scheduled="2027-01-15T02:00:00+00:00",
+        fire_id="fire-1",
+        ended=night + 120,
+    )
+    [held] = fan.items(result, now=night + 120)
+    assert (held.not_before, held.fold) == (end, False)
+    assert fan.items(result, now=end)[0].not_before is None  # after the window: at once
+
+    # in the outbound queue: held rows wait without holding back the critical one, and
+    # two held alerts of a channel become one digest at the window's end
+    store = AlertStore(tmp_path / "alerts.sqlite", backend=state_backend)
+    assert await store.open() is None
+    try:
+        clock = ManualClock(start=night + 180)
+        sent: list[tuple[str, str, str]] = []
+
+        class Collect:
+            name, kind = "channel:slack", KIND
+
+            async def send(self, message: OutboundMessage) -> None:
+                sent.append(_shown(message.data))
+
+        queue = OutboundQueue(store, {"channel:slack": Collect()}, clock)
+        slack = [i for i in items if i.target == "channel:slack"]
+        later = fan.items(crash(night + 900, "ceo"), now=night + 900)
+        await queue.enqueue([*slack, *[i for i in critical if i.target == "channel:slack"]])
+        await queue.enqueue([i for i in later if i.target == "channel:slack"])
+        assert await queue.deliver_pass() == end
+        assert [s[2] for s in sent] == ["critical"]
+        clock.advance(end - clock.time())
+        assert await queue.deliver_pass() is None
+        title, body, severity = sent[1]
+        assert title == "🌙 While quiet hours were on: 2 alerts" and severity == "warning"
+        assert body.splitlines() == [
+            "• 🟠 cfo crashed and was restarted — 02:00",
+            "• 🟠 ceo crashed and was restarted — 02:15",
+            "Acme",
+        ]
+    finally:
+        await store.close()

@@ -11,11 +11,15 @@ it is back, exactly once, and a company without Telegram still reaches its chann
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
+import signal
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,7 @@ import yaml
 from companyd.clock import ManualClock
 from companyd.testing.bot_api import BotApiServer
 from companyd.testing.daemon import short_dir
+from companyd.testing.daemon_process import DaemonProcess
 from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.smtp import SmtpSink, text_of
 from companyd.testing.webhook_receiver import WebhookReceiver
@@ -77,11 +82,15 @@ def write(work: Path, doc: dict[str, Any]) -> Path:
     return cfg
 
 
-async def real_time_until(done: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Wait (real time: Apprise sends in a thread) until ``done()``."""
+async def real_time_until(
+    done: Callable[[], bool], timeout: float = 30.0, shown: Callable[[], object] = str
+) -> None:
+    """Wait (real time: Apprise sends in a thread) until ``done()``; ``shown()`` says what
+    there is instead when it does not come.
+    """
     deadline = time.monotonic() + timeout
     while not done():
-        assert time.monotonic() < deadline, "not done in time"
+        assert time.monotonic() < deadline, f"not done in time: {shown()}"
         await asyncio.sleep(0.05)
 
 
@@ -202,3 +211,202 @@ async def test_a_channel_that_is_down_gets_the_alert_once_it_is_back_across_a_re
             assert (same_id, state) == (row_id, "sent")
             [ops] = (await d.call("status"))["alerts"]["channels"]
             assert (ops["state"], ops["since"], ops["error"]) == ("ok", None, "")
+
+
+@contextlib.asynccontextmanager
+async def trickling_endpoint() -> AsyncIterator[tuple[int, list[float]]]:
+    """An HTTP endpoint that never answers: it takes the request, then sends one byte of a
+    status line every 0.5 s forever — Apprise's read timeout never fires. Yields its port
+    and the times connections came in.
+    """
+    came: list[float] = []
+    handlers: set[asyncio.Task[Any]] = set()
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        came.append(time.monotonic())
+        handlers.add(asyncio.current_task())  # type: ignore[arg-type]
+        try:
+            for _ in range(600):  # 5 minutes at most: every wait has a deadline
+                writer.write(b"H")
+                await writer.drain()
+                await asyncio.sleep(0.5)
+        except OSError:
+            pass  # the sender hung up
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    try:
+        yield int(server.sockets[0].getsockname()[1]), came
+    finally:
+        server.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+
+async def test_sigterm_stops_the_daemon_in_time_while_a_channel_endpoint_never_answers(
+    work: Path,
+) -> None:
+    # a channel whose endpoint never answers holds an Apprise send (blocking, in a thread)
+    # for ever: the daemon must still exit on SIGTERM, well within systemd's stop timeout
+    async with trickling_endpoint() as (port, came):
+        cfg = write(work, company([{"name": "ops", "url_env": "OPS_URL"}]))
+        env = {**os.environ, "COMPANYD_DEBUG": "1", "OPS_URL": f"json://127.0.0.1:{port}/hook"}
+        d = DaemonProcess(cfg, work / "s", log=work / "daemon.log", env=env, forked=True)
+        async with d:
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            await real_time_until(lambda: bool(came))  # the send is stuck in the endpoint
+            d.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            assert await d.wait(30) == 0, d.log_text()[-3000:]
+            assert time.monotonic() - started < 30
+        # the alert stays owed: the next start sends it
+        [(_, target, state, _)] = outbound(work / "s")
+        assert (target, state) == ("channel:ops", "pending")
+
+
+async def test_a_channel_added_by_a_reload_gets_the_next_alert_without_a_restart(
+    work: Path,
+) -> None:
+    # no Telegram, no webhook, no channel at start (no outbox open): the reload that adds a
+    # channel answers "applied", and the next alert reaches the channel then, not after a
+    # restart
+    with WebhookReceiver("whsec_unused") as rx:
+        cfg = write(work, company([]))
+        env = {"COMPANYD_DEBUG": "1", "OPS_URL": f"json://{rx.host}:{rx.port}/hook"}
+        clock = ManualClock(time.time())
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env) as d:
+            write(work, company([{"name": "ops", "url_env": "OPS_URL"}]))
+            answer = await d.call("reload")
+            assert answer["applied"] is True and "restart_required" not in answer, answer
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            await real_time_until(lambda: len(rx.requests) >= 1)
+            assert "cfo" in rx.requests[0].json()["title"]
+            [ops] = (await d.call("status"))["alerts"]["channels"]
+            assert (ops["name"], ops["state"]) == ("ops", "ok"), ops
+            # and one whose floor a reload raises gets no more warnings
+            write(
+                work, company([{"name": "ops", "url_env": "OPS_URL", "min_severity": "critical"}])
+            )
+            assert (await d.call("reload"))["applied"] is True
+            await d.advance(700)  # past the coalescing window
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            await d.advance(60)
+            await asyncio.sleep(0.5)
+            assert len(rx.requests) == 1
+        assert "Traceback" not in d.log_text()
+
+
+async def test_the_messages_of_a_removed_channel_are_forgotten_those_of_the_others_kept(
+    work: Path,
+) -> None:
+    # both channels down: each owes the crash alert, and `ops` (deliver: true) a result too
+    with WebhookReceiver("whsec_unused") as rx:
+        url = f"json://{rx.host}:{rx.port}"
+        both: list[dict[str, Any]] = [
+            {"name": "ops", "url_env": "OPS_URL", "deliver": True},
+            {"name": "team", "url_env": "TEAM_URL"},
+            {"name": "night", "url_env": "NIGHT_URL"},
+        ]
+        cfg = write(work, company(both, deliver=["telegram"]))
+        env = {
+            "COMPANYD_DEBUG": "1",
+            "OPS_URL": f"{url}/ops",
+            "TEAM_URL": f"{url}/team",
+            "NIGHT_URL": f"{url}/night",
+        }
+        rx.go_down()
+        clock = ManualClock(time.time())
+
+        def owed() -> list[tuple[str, str, str]]:
+            """The crash alert's and the result's rows: (target, what, state)."""
+            with sqlite3.connect(work / "s" / "alerts.sqlite") as db:
+                rows = db.execute("SELECT target, key, state FROM outbound ORDER BY seq")
+                return sorted(
+                    (t, k.split("|")[0].split("-")[0], st)
+                    for t, k, st in rows
+                    if k.startswith(("alert:crash|", "result:"))
+                )
+
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env) as d:
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            fired = await d.call("run_job", routine="daily-post")
+            assert fired["status"] == "ok", fired
+            await real_time_until(lambda: len(owed()) == 4, shown=owed)
+            # a reload removes `ops`: its alert is forgotten, its result recorded as not
+            # delivered (and kept in the inbox); what `team` and `night` owe stays
+            write(work, company(both[1:], deliver=["telegram"]))
+            assert (await d.call("reload"))["applied"] is True
+            gone = [
+                ("channel:night", "alert:crash", "pending"),
+                ("channel:ops", "result:run", "failed"),
+                ("channel:team", "alert:crash", "pending"),
+            ]
+            await real_time_until(lambda: owed() == gone, shown=owed)
+            # the run's record is written right after the row (on_done): read until it is
+            deadline = time.monotonic() + 30
+            while True:
+                shown = await d.cli("runs", "show", fired["run_id"], "--json")
+                deliveries = json.loads(shown.out)["deliveries"]
+                to_ops = [x for x in deliveries if x["to"] == "channel:ops"]
+                if to_ops or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            assert [x["outcome"] for x in to_ops] == ["not_delivered"], shown.out
+            assert "no longer in alerts.channels" in (to_ops[0]["reason"] or ""), to_ops
+            assert to_ops[0]["kept"], to_ops
+            assert "message(s) for channel:ops forgotten: no longer in alerts.channels" in (
+                d.log_text()
+            )
+        # removed while the daemon was stopped: forgotten when it starts
+        write(work, company(both[1:2], deliver=["telegram"]))
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env) as d:
+            await real_time_until(
+                lambda: (
+                    owed()
+                    == [
+                        ("channel:ops", "result:run", "failed"),
+                        ("channel:team", "alert:crash", "pending"),
+                    ]
+                ),
+                shown=owed,
+            )
+            assert not [r for r in outbound(work / "s") if r[1] == "channel:night"]
+            rx.come_up()
+            await d.advance(400)
+            await real_time_until(lambda: any(r.path == "/team" for r in rx.requests))
+            await d.advance(400)
+            await asyncio.sleep(0.5)
+            # what team owed, each once; nothing for the removed channels
+            paths = [r.path for r in rx.requests]
+            titles = [r.json()["title"] for r in rx.requests]
+            assert set(paths) == {"/team"} and len(titles) == len(set(titles)), titles
+            assert "🟠 cfo crashed and was restarted" in titles
+        assert "Traceback" not in d.log_text()
+
+
+async def test_quiet_hours_hold_a_channel_s_alerts_to_the_window_s_end(work: Path) -> None:
+    # 01:00–03:00 UTC is quiet; it is 02:00: a crash (a warning) waits until 03:00, and
+    # then reaches the channel once
+    with WebhookReceiver("whsec_unused") as rx:
+        doc = company([{"name": "ops", "url_env": "OPS_URL"}])
+        doc["alerts"]["quiet_hours"] = {"start": "01:00", "end": "03:00", "timezone": "UTC"}
+        cfg = write(work, doc)
+        env = {"COMPANYD_DEBUG": "1", "OPS_URL": f"json://{rx.host}:{rx.port}/hook"}
+        today = datetime.now(UTC).date()
+        night = datetime(today.year, today.month, today.day, 2, 0, tzinfo=UTC).timestamp()
+        clock = ManualClock(night)
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env) as d:
+            assert (await d.call("debug", action="crash", target="cfo"))["crashed"]
+            await real_time_until(lambda: len(outbound(work / "s")) >= 1)
+            await d.advance(1800)
+            await asyncio.sleep(1.0)
+            assert rx.requests == []  # 02:30: still quiet
+            await d.advance(1800)  # 03:00
+            await real_time_until(lambda: len(rx.requests) >= 1)
+            await d.advance(600)
+            await asyncio.sleep(0.5)
+            [got] = rx.requests
+            assert got.json()["title"] == "🟠 cfo crashed and was restarted"
+        assert "Traceback" not in d.log_text()

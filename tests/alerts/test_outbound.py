@@ -281,3 +281,46 @@ async def test_a_redirect_is_not_followed_and_is_final(
         assert len(receiver.received()) == 1
     finally:
         await store.close()
+
+
+async def test_the_rows_of_a_removed_target_are_forgotten_those_still_configured_kept(
+    setup: Setup,
+) -> None:
+    store, _ = await setup.open()
+    try:
+        target = setup.target
+        # crm: configured, its secret unset (no target): what it owes waits for it
+        queue = OutboundQueue(
+            store,
+            {target.name: target},
+            setup.clock,
+            kind="webhook",
+            configured=["ops", "crm", "old"],
+            section="alerts.webhooks",
+        )
+        told: list[OutboundRow] = []
+
+        async def done(row: OutboundRow) -> bool:
+            told.append(row)
+            return True
+
+        queue.on_done = done
+        result = Queued("old", "webhook", "result:run-9", "run.completed", 1_790_000_009.0, {})
+        channel = Queued("channel:x", "apprise", "alert:x", "alert", 1_790_000_010.0, {})
+        await queue.enqueue([event(1), event(2, "crm"), event(3, "old"), result, channel])
+        assert await queue.forget_removed() == 0  # "old" is still configured
+        queue.set_targets({target.name: target}, configured=["ops", "crm"])
+        assert await queue.forget_removed() == 2
+        rows = {(r.target, r.key): r for r in await queue.rows()}
+        assert sorted(rows) == [
+            ("channel:x", "alert:x"),  # another kind's: not this queue's to forget
+            ("crm", "run.completed:run-2"),
+            ("old", "result:run-9"),
+            ("ops", "run.completed:run-1"),
+        ]
+        gone = rows[("old", "result:run-9")]
+        assert gone.state == "failed" and "no longer in alerts.webhooks" in (gone.last_error or "")
+        assert [r.id for r in told] == [gone.id]  # its run's record says so
+        assert rows[("crm", "run.completed:run-2")].state == "pending"
+    finally:
+        await store.close()

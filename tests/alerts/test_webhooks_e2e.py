@@ -211,3 +211,33 @@ async def test_with_telegram_a_result_reaches_both_the_phone_and_the_webhook(wor
             assert got[0]["data"]["run_id"] == run["run_id"]
             assert got[1]["data"]["reason"] == "the bank API answered 500"
             assert all(r.verified for r in rx.received())
+
+
+async def test_a_reload_applies_a_webhook_s_new_url_and_events(work: Path) -> None:
+    # `companyd reload` answers "applied": the webhook's new URL and events are the ones in
+    # force from then on, not the ones read at start (nothing left for a restart to do)
+    with WebhookReceiver(SECRET) as old, WebhookReceiver(SECRET) as new:
+        cfg = work / "company.yaml"
+        cfg.write_text(yaml.safe_dump(company(old.url, ["run.failed"], ["file"]), sort_keys=False))
+        env = {"OPS_WEBHOOK_SECRET": SECRET}
+        async with InProcessDaemon(cfg, work / "s", env=env) as daemon:
+            doc = company(new.url, ["run.completed"], ["file"])
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            answer = await daemon.call("reload")
+            assert answer["applied"] is True and "restart_required" not in answer, answer
+            run = await daemon.call("run_job", routine="daily-post")
+            assert run["status"] == "ok", run
+            await daemon.advance_until(lambda: len(new.delivered()) >= 1, limit=120)
+            (got,) = new.delivered()
+            assert got.verified and got.json()["type"] == "run.completed"
+            assert got.json()["data"]["run_id"] == run["run_id"]
+            assert old.received() == []
+            # a webhook removed by a reload gets nothing more
+            doc["alerts"]["webhooks"] = []
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            assert (await daemon.call("reload"))["applied"] is True
+            again = await daemon.call("run_job", routine="daily-post")
+            assert again["status"] == "ok", again
+            await daemon.advance(120)
+            assert len(new.received()) == 1
+        assert "Traceback" not in daemon.log_text()

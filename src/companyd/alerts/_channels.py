@@ -16,8 +16,9 @@ Both go through the durable outbound queue (:mod:`companyd.alerts._outbound`, th
 outbox's ``outbound`` table): written before any send, retried with backoff while a
 channel is down, neither lost nor repeated across a restart. A channel is an
 :class:`AppriseTarget` of that queue (kind ``apprise``, target name ``channel:NAME``, so a
-channel and a webhook may share a name). Apprise is blocking: each send runs on a small
-thread pool of its own (:data:`SEND_THREADS`), within :data:`SEND_DEADLINE` seconds.
+channel and a webhook may share a name). Apprise is blocking: each send runs in a daemon
+thread of its own (at most :data:`SEND_THREADS` at once), within :data:`SEND_DEADLINE`
+seconds; a send stuck past it never holds the daemon's exit.
 
 Apprise says only whether a send worked, not why it failed in a way a program can read:
 a URL Apprise cannot use is a permanent failure (recorded, said once); every failed send is
@@ -27,14 +28,16 @@ transient (retried), its reason taken from Apprise's own log lines, redacted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from companyd._secrets import protect, redact
@@ -44,8 +47,8 @@ from companyd.alerts._outbound import (
     Queued,
     TransientSendError,
 )
-from companyd.alerts._policy import RANK, Policy, severity_of
-from companyd.alerts._render import compose
+from companyd.alerts._policy import RANK, Policy, quiet_until, severity_of
+from companyd.alerts._render import ICONS, compose
 from companyd.alerts._render_kinds import kind_spec, render
 from companyd.events import Event, RoutineResult
 
@@ -70,21 +73,61 @@ KIND = "apprise"
 #: Seconds (real time) one Apprise send may take, its retries inside it included; a send
 #: still running then counts as failed (transient) and its thread is left to finish.
 SEND_DEADLINE = 25.0
-#: Threads for Apprise sends: blocking calls kept off the event loop and off the default
-#: executor, so a hanging SMTP server cannot starve the daemon's file and database work.
+#: Threads for Apprise sends at once: blocking calls kept off the event loop and off the
+#: default executor, so a hanging SMTP server cannot starve the daemon's file and database
+#: work.
 SEND_THREADS = 2
 #: A result longer than this is cut (with a mark) before it is queued: the services behind
 #: Apprise have their own, smaller limits, and Apprise splits or truncates to them.
 MAX_BODY = 30_000
 
-_POOL: ThreadPoolExecutor | None = None
+#: Sends in their threads now (across event loops): at most :data:`SEND_THREADS`.
+_SLOTS = threading.BoundedSemaphore(SEND_THREADS)
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=SEND_THREADS, thread_name_prefix="apprise")
-    return _POOL
+def _in_thread(fn: Callable[..., None], *args: Any) -> asyncio.Future[None]:
+    """Run ``fn(*args)`` in a daemon thread of its own; its outcome as a future of the
+    running loop. At most :data:`SEND_THREADS` run at once: with every slot held (sends
+    stuck past their deadline) a new send fails at once (transient) instead of starting
+    one more thread.
+
+    Daemon threads, not a :class:`~concurrent.futures.ThreadPoolExecutor`: the interpreter
+    joins a pool's threads at exit, so one send stuck in an endpoint that never answers
+    would hold a stopped daemon's exit for ever (past systemd's stop timeout, SIGKILL). A
+    daemon thread is dropped at exit; what it was sending stays pending in the outbox.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    if not _SLOTS.acquire(blocking=False):
+        raise TransientSendError(
+            f"{SEND_THREADS} earlier sends are still stuck in their endpoints; trying later"
+        )
+
+    def settle(exc: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if exc is None:
+            done.set_result(None)
+        else:
+            done.set_exception(exc)
+
+    def work() -> None:
+        outcome: BaseException | None = None
+        try:
+            fn(*args)
+        except BaseException as exc:  # handed to the loop, which raises it in the send
+            outcome = exc
+        finally:
+            _SLOTS.release()
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(settle, outcome)
+
+    try:
+        threading.Thread(target=work, name="apprise", daemon=True).start()
+    except BaseException:
+        _SLOTS.release()
+        raise
+    return done
 
 
 def target_name(channel: str) -> str:
@@ -136,7 +179,10 @@ def _notify(url: str, title: str, body: str, severity: str) -> None:
     """One Apprise send (blocking; on :func:`_pool`). Raises a send error saying why."""
     import apprise  # imported only when a channel sends: most daemons never need it
 
-    app = apprise.Apprise()
+    # The send stays in this (daemon) thread: Apprise's own thread pool, whose threads the
+    # interpreter joins at exit, serves parallel sends (one URL: nothing to parallelise)
+    # and its per-service timeout (0: none; SEND_DEADLINE bounds the wait instead).
+    app = apprise.Apprise(asset=apprise.AppriseAsset(async_mode=False, service_timeout=0))
     if not app.add(url):
         raise PermanentSendError(
             f"Apprise cannot use this {service_of(url)}:// URL (unknown service or malformed); "
@@ -152,6 +198,22 @@ def _notify(url: str, title: str, body: str, severity: str) -> None:
         said = [line for line in captured.getvalue().splitlines() if line.strip()]
         why = said[-1].split(" - ", 2)[-1] if said else "no reason given"
         raise TransientSendError(f"{service_of(url)} send failed: {redact(why)}")
+
+
+def _shown(data: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A message's title, body and severity; what a quiet window held (``items``): one
+    alert as it is, several as one digest — as Telegram's at the window's end.
+    """
+    items = data.get("items")
+    if not isinstance(items, list) or not items:
+        title, body = str(data.get("title") or ""), str(data.get("body") or "")
+        return title, body, str(data.get("severity") or "info")
+    if len(items) == 1:
+        return _shown(items[0])
+    severity = max((str(i.get("severity") or "info") for i in items), key=lambda s: RANK.get(s, 1))
+    lines = [f"• {i.get('title') or ''} — {i.get('at') or ''}" for i in items]
+    title = f"{ICONS['digest']} While quiet hours were on: {len(items)} alerts"
+    return title, "\n".join([*lines, str(data.get("company") or "")]).strip(), severity
 
 
 class AppriseTarget:
@@ -189,6 +251,11 @@ class AppriseTarget:
         return KIND
 
     @property
+    def url(self) -> str | None:
+        """Its Apprise URL (a secret: never shown), None when ``$url_env`` was not set."""
+        return self._url
+
+    @property
     def configured(self) -> bool:
         """Whether its URL was found in the environment."""
         return self._url is not None
@@ -222,11 +289,8 @@ class AppriseTarget:
                 f"${self.spec.url_env} is not set (channel {self.spec.name!r}); set it and "
                 "restart companyd"
             )
-        data = message.data
-        title, body = str(data.get("title") or ""), str(data.get("body") or "")
-        severity = str(data.get("severity") or "info")
-        loop = asyncio.get_running_loop()
-        call = loop.run_in_executor(_pool(), _notify, self._url, title, body, severity)
+        title, body, severity = _shown(message.data)
+        call = _in_thread(_notify, self._url, title, body, severity)
         try:
             async with asyncio.timeout(self._deadline):
                 await asyncio.shield(call)
@@ -254,7 +318,7 @@ class Fanout:
         if not self.channels:
             return []
         if isinstance(event, RoutineResult):
-            return self._result(event)
+            return self._result(event, now)
         return self._alert(event, now)
 
     def _alert(self, event: Event, now: float) -> list[Queued]:
@@ -294,6 +358,24 @@ class Fanout:
             "kind": event.kind,
             "source": event.source,
         }
+        until = self._quiet_until(severity, now)
+        if until is not None:
+            # held as Telegram holds it: into the window's one message per channel
+            at = datetime.fromtimestamp(event.ts, self.policy.tz).strftime("%H:%M")
+            held = {"items": [{**data, "at": at}], "company": self.policy.company}
+            return [
+                Queued(
+                    target=target_name(c.name),
+                    kind=KIND,
+                    key=f"quiet:{until!r}",
+                    type="alert",
+                    timestamp=until,
+                    data=held,
+                    not_before=until,
+                    fold=True,
+                )
+                for c in to
+            ]
         return [
             Queued(
                 target=target_name(c.name),
@@ -306,7 +388,15 @@ class Fanout:
             for c in to
         ]
 
-    def _result(self, event: RoutineResult) -> list[Queued]:
+    def _quiet_until(self, severity: str, now: float) -> float | None:
+        """When the quiet window ``now`` is in ends, for what it holds (None: not held —
+        outside the window, or critical).
+        """
+        if severity == "critical":
+            return None
+        return quiet_until(now, self.policy.quiet, self.policy.quiet_tz)
+
+    def _result(self, event: RoutineResult, now: float) -> list[Queued]:
         if not {"telegram", "digest"} & set(event.deliver):
             return []  # a result for memory or a file only is not the founder's to read
         to = [c for c in self.channels if c.deliver]
@@ -335,6 +425,8 @@ class Fanout:
                 type="result",
                 timestamp=event.ended if event.ended else event.ts,
                 data=data,
+                # held through quiet hours like Telegram's, then sent whole, on its own
+                not_before=self._quiet_until("result", now),
             )
             for c in to
         ]

@@ -344,8 +344,8 @@ class Results:
                     else:
                         failed.append(to)
                         why = (
-                            f"the pager has no webhook {to.partition(':')[2]!r} (one added to "
-                            "alerts.webhooks by a reload is used from the next restart)"
+                            f"the pager has no webhook {to.partition(':')[2]!r} in "
+                            "alerts.webhooks (or no outbox open yet for it)"
                         )
                         notes.append(partial(self._undelivered, data, to, why))
                     continue

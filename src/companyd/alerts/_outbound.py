@@ -48,7 +48,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -186,6 +186,11 @@ class Target(Protocol):
 class Queued:
     """A message to queue for one target: ``key`` identifies the event (one row per
     ``(target, key)``), ``type`` / ``timestamp`` / ``data`` its content.
+
+    ``not_before``: held until then (quiet hours): not sent before, and — never tried yet —
+    it does not hold back the target's later messages. ``fold``: when a row of the same
+    ``(target, key)`` still waits, this item's ``data["items"]`` are added to that row's
+    (one message collecting what a quiet window held) instead of being left out.
     """
 
     target: str
@@ -194,6 +199,8 @@ class Queued:
     type: str
     timestamp: float
     data: Mapping[str, Any]
+    not_before: float | None = None
+    fold: bool = False
 
 
 @dataclass
@@ -282,7 +289,9 @@ def _enqueue_sync(conn: Connection, rows: list[tuple[Any, ...]]) -> list[str]:
     conn.execute("BEGIN IMMEDIATE")  # the seq below is the next one across daemons too
     try:
         seq = int(conn.execute("SELECT coalesce(max(seq), 0) FROM outbound").fetchone()[0])
-        for row in rows:
+        for *row, fold in rows:
+            if fold and _folded(conn, row):
+                continue
             seq += 1
             got = conn.execute(
                 "INSERT INTO outbound (id, seq, target, kind, key, type, body, created, state, "
@@ -300,6 +309,24 @@ def _enqueue_sync(conn: Connection, rows: list[tuple[Any, ...]]) -> list[str]:
     return added
 
 
+def _folded(conn: Connection, row: Sequence[Any]) -> bool:
+    """Add the ``data["items"]`` of ``row`` (an insert's values) to the waiting row of the
+    same target and key, if there is one (True then).
+    """
+    got = conn.execute(
+        "SELECT id, body FROM outbound WHERE target = ? AND key = ? AND state = 'pending'",
+        (row[1], row[3]),
+    ).fetchone()
+    if got is None:
+        return False
+    waiting, new = json.loads(got[1]), json.loads(row[5])
+    data = waiting.setdefault("data", {})
+    data["items"] = [*data.get("items", []), *new.get("data", {}).get("items", [])]
+    body = json.dumps(waiting, ensure_ascii=False, separators=(",", ":"), default=str)
+    conn.execute("UPDATE outbound SET body = ? WHERE id = ?", (body, got[0]))
+    return True
+
+
 def _due_sync(
     conn: Connection,
     now: float,
@@ -310,7 +337,8 @@ def _due_sync(
 ) -> tuple[list[OutboundRow], float | None]:
     """Claim for ``owner`` the due pending rows of each of ``targets``, in queue order: a
     target's rows up to its first one not yet due (or claimed by another owner), which
-    holds the rest back. Also the earliest time a held row is due (None: none).
+    holds the rest back — except a row never tried and held until a time (quiet hours),
+    which is passed over. Also the earliest time a held row is due (None: none).
     """
     taken: list[OutboundRow] = []
     nxt: float | None = None
@@ -325,6 +353,10 @@ def _due_sync(
             for r in rows:
                 row = OutboundRow.of(r)
                 held = r[-2] is not None and r[-2] != owner and float(r[-1]) + lease > now
+                if row.next_at > now and not held and row.attempts == 0:
+                    # held through quiet hours, never tried: the later messages go on
+                    nxt = row.next_at if nxt is None else min(nxt, row.next_at)
+                    continue
                 if row.next_at > now or held:
                     due = float(r[-1]) + lease if held else row.next_at
                     nxt = due if nxt is None else min(nxt, due)
@@ -361,6 +393,39 @@ def _all_sync(conn: Connection, target: str | None) -> list[OutboundRow]:
     return [OutboundRow.of(r) for r in rows]
 
 
+def _forget_sync(
+    conn: Connection, kind: str, keep: frozenset[str], why: str
+) -> tuple[list[str], list[OutboundRow]]:
+    """Forget the pending rows of ``kind`` whose target is not in ``keep``: an alert's is
+    deleted, a result's is marked failed (``why``) so that its run's record can say so.
+    Returns the target of each row forgotten and the failed rows.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        rows = conn.execute(
+            f"SELECT {_COLS} FROM outbound WHERE kind = ? AND state = 'pending' ORDER BY seq",
+            (kind,),
+        ).fetchall()
+        forgotten: list[str] = []
+        failed: list[OutboundRow] = []
+        for row in map(OutboundRow.of, rows):
+            if row.target in keep:
+                continue
+            forgotten.append(row.target)
+            if row.key.startswith("result:"):
+                row.state, row.last_error = "failed", why
+                _record_sync(conn, row=row)
+                failed.append(row)
+            else:
+                conn.execute("DELETE FROM outbound WHERE id = ?", (row.id,))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return forgotten, failed
+
+
 def _prune_sync(conn: Connection, before: float) -> int:
     return int(
         conn.execute(
@@ -377,15 +442,39 @@ class OutboundQueue:
 
     Args:
         store: the opened alert outbox (its database and its claim owner and lease).
-        targets: by name. A row for a name not here waits in the store (its target is not
-            configured, or not usable now): it goes out once it is, after a restart.
+        targets: by name (replaced by :meth:`set_targets` on a reload). A row for a name
+            not here waits in the store (its target is not usable now): it goes out once
+            it is.
         clock: backoff and give-up times.
+        kind: the kind of target this queue owns (``webhook``, ``apprise``), with
+            ``configured``: then the pending rows of that kind whose target is not among
+            ``configured`` (removed from company.yaml) are forgotten when the queue starts
+            and after each :meth:`set_targets` — an alert's deleted, a result's failed
+            (told to :attr:`on_done`: its run's record says why). None: rows are never
+            forgotten.
+        configured: the names of that kind's targets company.yaml has, usable or not
+            (default: ``targets``).
+        section: where company.yaml lists them (``alerts.channels``), for the reason given.
     """
 
-    def __init__(self, store: AlertStore, targets: Mapping[str, Target], clock: Clock) -> None:
+    def __init__(
+        self,
+        store: AlertStore,
+        targets: Mapping[str, Target],
+        clock: Clock,
+        *,
+        kind: str | None = None,
+        configured: Iterable[str] | None = None,
+        section: str = "company.yaml",
+    ) -> None:
         self._store = store
         self._targets = dict(targets)
         self._clock = clock
+        self._kind = kind
+        self._section = section
+        self._configured = frozenset(self._targets if configured is None else configured)
+        #: the removed targets' rows are to be forgotten before the next pass
+        self._forget_due = kind is not None
         self.wake = asyncio.Event()
         #: told each message's final outcome (``row.state``: ``sent`` or ``failed``, with
         #: ``last_error``); True when it told the founder of a failure itself (a result's
@@ -400,6 +489,47 @@ class OutboundQueue:
     def targets(self) -> Mapping[str, Target]:
         """The targets by name."""
         return self._targets
+
+    def set_targets(
+        self, targets: Mapping[str, Target], configured: Iterable[str] | None = None
+    ) -> None:
+        """Deliver to ``targets`` from now on (a reload changed them; ``configured`` as for
+        the constructor): a send in flight finishes with the target it started with; the
+        rows of a target no longer configured are forgotten before the next pass.
+        """
+        self._targets = dict(targets)
+        self._configured = frozenset(self._targets if configured is None else configured)
+        self._down &= set(self._targets)
+        self._forget_due = self._kind is not None
+        self.wake.set()
+
+    async def forget_removed(self) -> int:
+        """Forget the pending rows of targets removed from company.yaml (see the class
+        docstring); returns how many rows were forgotten.
+        """
+        self._forget_due = False
+        kind, keep = self._kind, self._configured
+        if kind is None:
+            return 0
+        why = f"no longer in {self._section} in company.yaml (removed before it was sent)"
+        forgotten, failed = await self._store.run(
+            partial(_forget_sync, kind=kind, keep=keep, why=why)
+        )
+        if forgotten:
+            # messages that will reach no one: worth a line at the level a founder reads
+            log.warning(
+                "alerts: %d message(s) for %s forgotten: no longer in %s",
+                len(forgotten),
+                ", ".join(sorted(set(forgotten))),
+                self._section,
+            )
+        for row in failed:
+            if self.on_done is not None:
+                try:
+                    await self.on_done(row)
+                except Exception:  # the row stands failed; only its record is missing
+                    log.exception("alerts: could not record the outcome of %s", row.id)
+        return len(forgotten)
 
     async def enqueue(self, items: Sequence[Queued]) -> list[str]:
         """Write ``items`` as pending rows in one transaction (before any send), each with a
@@ -416,7 +546,8 @@ class OutboundQueue:
                 q.type,
                 message_body(q.type, q.timestamp, _redacted(q.data)),
                 now,
-                now,
+                now if q.not_before is None else max(now, q.not_before),
+                q.fold,
             )
             for q in items
         ]
@@ -440,6 +571,8 @@ class OutboundQueue:
         """
         while not self._stopped():
             self.wake.clear()
+            if self._forget_due:
+                await self.forget_removed()
             due = await self.deliver_pass()
             if self._stopped():
                 return
@@ -467,10 +600,11 @@ class OutboundQueue:
             nxt = t if nxt is None else min(nxt, t)
 
         for row in rows:
-            target = self._targets[row.target]
-            if row.target in held or self._stopped():
-                # its target failed earlier in this pass, or the pager stops: unclaimed,
-                # it waits its turn
+            # the target as it is now: a reload may have changed or removed it meanwhile
+            target = self._targets.get(row.target)
+            if target is None or row.target in held or self._stopped():
+                # its target failed earlier in this pass, or the pager stops, or a reload
+                # removed it: unclaimed, it waits its turn
                 await self._store.run(partial(_record_sync, row=row))
                 continue
             await self._attempt(target, row)

@@ -60,6 +60,7 @@ from pathlib import Path
 from companyd._aio import race
 from companyd._fs import DiskAlarm
 from companyd.admin import Admin, PagerHealth
+from companyd.alerts._channels import KIND as CHANNEL_KIND
 from companyd.alerts._channels import AppriseTarget, Fanout, channel_url
 from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._commands import Commands
@@ -170,18 +171,33 @@ class AlertService:
         self._queue: OutboundQueue | None = None
         #: the channels' targets of the current run (their health for status)
         self._channels: list[AppriseTarget] = []
+        #: set by a reload: a pager without an outbox (no Telegram, no webhook, no channel
+        #: at start) opens one if the reload added a webhook or a channel
+        self._reconfigured = asyncio.Event()
 
     # -- public -------------------------------------------------------------------------
 
-    def update_config(self, config: CompanyConfig) -> None:
+    def update_config(self, config: CompanyConfig) -> list[str]:
         """Apply a reloaded company.yaml: routes, severities, quiet hours, coalescing window,
-        agent names. Telegram settings (token, chats, api_url) apply on the next start.
+        agent names, and the webhooks and channels (added, removed, changed: sent to as the
+        new file says from now on). Telegram settings (token, chats, api_url) apply on the
+        next start: returned (``["alerts.telegram"]``) when they changed, for the reload's
+        ``restart_required``.
         """
-        self._config = config
+        old, self._config = self._config, config
         self._book.policy = Policy.of(config)
-        # a channel added here is queued for at once and sent from the next start on
         self._fanout.channels = config.spec.alerts.channels
         self._fanout.policy = self._book.policy
+        self._webhooks.reconfigure(
+            config.spec.alerts.webhooks,
+            {slug: r.deliver for slug, r in config.routines.items()},
+        )
+        if self._queue is not None:
+            self._queue.set_targets(self._channel_targets())
+        self._reconfigured.set()
+        if old.spec.alerts.telegram != config.spec.alerts.telegram:
+            return ["alerts.telegram"]
+        return []
 
     def close(self) -> None:
         """Stop listening to the bus for good (when the service is discarded)."""
@@ -277,24 +293,30 @@ class AlertService:
         # webhooks need no Telegram: with any configured, the outbox opens for their queue
         # and so do the other channels (a company whose only channel is Slack or email)
         store: AlertStore | None = None
-        hooks: asyncio.Task[None] | None = None
-        channels: asyncio.Task[None] | None = None
+        senders: list[asyncio.Task[None]] = []
         stop = asyncio.ensure_future(ctx.stopping.wait())
         try:
-            targets = self._channel_targets()
-            if self._webhooks.configured or targets:
-                store = self._open_store()
-                note = await store.open()
-                if note:
-                    log.error("%s", note)
-                hooks = await self._start_webhooks(store)
-                channels = self._start_channels(store, targets)
-            ctx.started({"telegram": "off", "reason": reason})
-            senders = [t for t in (hooks, channels) if t is not None]
+            ctx_started = False
             while not stop.done():
+                if store is None and (
+                    self._webhooks.configured or self._config.spec.alerts.channels
+                ):
+                    # at start, or a reload added the first webhook or channel
+                    store = self._open_store()
+                    note = await store.open()
+                    if note:
+                        log.error("%s", note)
+                    senders = [
+                        await self._start_webhooks(store),
+                        self._start_channels(store, self._channel_targets()),
+                    ]
+                if not ctx_started:
+                    ctx.started({"telegram": "off", "reason": reason})
+                    ctx_started = True
+                self._reconfigured.clear()
                 # an event wins a tie with the stop; the senders' tasks end only by a bug
-                won = await race(self._sub.get(), stop, *senders)
-                if won.index >= 2:
+                won = await race(self._sub.get(), stop, self._reconfigured.wait(), *senders)
+                if won.index >= 3:
                     won.result()  # its exception ends the service: the supervisor restarts it
                     raise RuntimeError("the webhooks' or the channels' sender ended")
                 if won.index == 0:
@@ -307,18 +329,24 @@ class AlertService:
                     log.debug("alert not sent (no Telegram): %s from %s", event.kind, event.source)
         finally:
             stop.cancel()
-            await self._stop_webhooks(hooks)
-            await self._stop_channels(channels)
+            await self._stop_webhooks(senders[0] if senders else None)
+            await self._stop_channels(senders[1] if senders else None)
             if store is not None:
                 await store.close()
 
     def _channel_targets(self) -> dict[str, Target]:
         """The channels' queue targets, their URLs read from the environment now (each one
-        missing is said once: its messages wait in the outbox for a restart with it).
+        missing is said once: its messages wait in the outbox for a restart with it). A
+        channel the current run already has, unchanged, keeps its target (and its health).
         """
+        had = {t.spec: t for t in self._channels}
         targets: dict[str, Target] = {}
         for spec in self._config.spec.alerts.channels:
             url = channel_url(spec)
+            kept = had.get(spec)
+            if kept is not None and kept.url == url:
+                targets[kept.name] = kept
+                continue
             if url is None:
                 log.warning(
                     "alerts: channel %r: $%s is not set; its messages wait in the outbox "
@@ -331,15 +359,14 @@ class AlertService:
         self._channels = [t for t in targets.values() if isinstance(t, AppriseTarget)]
         return targets
 
-    def _start_channels(
-        self, store: AlertStore, targets: dict[str, Target]
-    ) -> asyncio.Task[None] | None:
-        """The channels' queue over the opened ``store``, delivering in its own task (None:
-        no channel configured).
+    def _start_channels(self, store: AlertStore, targets: dict[str, Target]) -> asyncio.Task[None]:
+        """The channels' queue over the opened ``store``, delivering in its own task (with
+        no channel configured too: a reload may add one).
         """
-        if not targets:
-            return None
-        self._queue = OutboundQueue(store, targets, self._clock)
+        # configured: the targets (an unset URL too); a removed channel's rows are forgotten
+        self._queue = OutboundQueue(
+            store, targets, self._clock, kind=CHANNEL_KIND, section="alerts.channels"
+        )
         self._queue.on_done = self._results.channel_done  # a result's record in its run
         return asyncio.create_task(self._queue.run(), name="alerts:channels")
 
@@ -371,12 +398,10 @@ class AlertService:
             self._state_dir / "alerts.sqlite", backend=self._backend, owner=self._owner
         )
 
-    async def _start_webhooks(self, store: AlertStore) -> asyncio.Task[None] | None:
-        """The webhooks' queue over the opened ``store``, delivering in its own task (None:
-        no webhook configured).
+    async def _start_webhooks(self, store: AlertStore) -> asyncio.Task[None]:
+        """The webhooks' queue over the opened ``store``, delivering in its own task (with
+        no webhook configured too: a reload may add one).
         """
-        if not self._webhooks.configured:
-            return None
         queue = await self._webhooks.start(store)
         queue.on_done = self._results.webhook_done
         self._results.webhooks = self._webhooks
@@ -440,10 +465,7 @@ class AlertService:
                 asyncio.create_task(self._sender.run(), name="alerts:send"),
                 asyncio.create_task(link.run(), name="alerts:telegram"),
             ]
-            if hooks is not None:
-                tasks.append(hooks)
-            if channels is not None:
-                tasks.append(channels)
+            tasks += [hooks, channels]
             await self._until_stopping(ctx, tasks)
             await self._stop_gracefully(tasks)
             await self._stop_webhooks(hooks)

@@ -234,10 +234,7 @@ class Webhooks:
         self._clock = clock
         #: routine → the webhooks its ``deliver:`` names: they get its runs' results, not
         #: also the bare ``run.completed`` / ``run.unverified`` of the same run
-        self._delivers = {
-            r: frozenset(d.partition(":")[2] for d in ds if d.startswith("webhook:"))
-            for r, ds in (delivers or {}).items()
-        }
+        self._delivers = _webhooks_delivered(delivers)
         self.queue: OutboundQueue | None = None
         self._client: httpx.AsyncClient | None = None
         #: why a configured webhook cannot be used (by name), said once at start
@@ -249,22 +246,56 @@ class Webhooks:
         return bool(self.specs)
 
     async def start(self, store: AlertStore) -> OutboundQueue:
-        """The queue over ``store`` (opened), with every usable target; says once which
-        webhook cannot be used and why (its messages are queued and wait).
+        """The queue over ``store`` (opened), with every usable target (none: it waits for
+        a reload to add one); says once which webhook cannot be used and why (its messages
+        are queued and wait).
         """
-        import httpx
-
-        self._client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False)
-        targets, self.unusable = webhook_targets(self.specs, self._client, self._clock.time)
-        for name, why in self.unusable.items():
-            log.error(
-                "alerts: webhook %s cannot be used: %s; its events are kept in the outbox "
-                "until then",
-                name,
-                why,
-            )
-        self.queue = OutboundQueue(store, targets, self._clock)
+        self.unusable = {}
+        self.queue = OutboundQueue(
+            store,
+            self._targets(),
+            self._clock,
+            kind="webhook",
+            configured=[s.name for s in self.specs],  # one whose secret is unset too
+            section="alerts.webhooks",
+        )
         return self.queue
+
+    def reconfigure(
+        self,
+        specs: tuple[OutboundWebhookSpec, ...],
+        delivers: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        """Apply a reloaded ``alerts.webhooks`` (and the routines' ``deliver:`` lists) at
+        once: what events make from now on, and — while the queue runs — where and how its
+        messages are sent (URL, secret); a removed webhook's messages are no longer sent.
+        """
+        self.specs = specs
+        self._delivers = _webhooks_delivered(delivers)
+        if self.queue is not None:
+            self.queue.set_targets(self._targets(), configured=[s.name for s in specs])
+
+    def _targets(self) -> dict[str, WebhookTarget]:
+        """The usable targets of :attr:`specs`, secrets read from the environment now; each
+        webhook that cannot be used is said once (again only when its reason changes).
+        """
+        if not self.specs:
+            return {}
+        if self._client is None:
+            import httpx  # only with a webhook: most daemons never need it
+
+            self._client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False)
+        targets, unusable = webhook_targets(self.specs, self._client, self._clock.time)
+        for name, why in unusable.items():
+            if self.unusable.get(name) != why:
+                log.error(
+                    "alerts: webhook %s cannot be used: %s; its events are kept in the outbox "
+                    "until then",
+                    name,
+                    why,
+                )
+        self.unusable = unusable
+        return targets
 
     def items(self, event: Event) -> list[Queued]:
         """The messages ``event`` makes: one per webhook subscribed to its type."""
@@ -308,3 +339,13 @@ class Webhooks:
             await self._client.aclose()
             self._client = None
         self.queue = None
+
+
+def _webhooks_delivered(
+    delivers: Mapping[str, tuple[str, ...]] | None,
+) -> dict[str, frozenset[str]]:
+    """Routine → the webhooks its ``deliver:`` names (``webhook:NAME``)."""
+    return {
+        r: frozenset(d.partition(":")[2] for d in ds if d.startswith("webhook:"))
+        for r, ds in (delivers or {}).items()
+    }

@@ -162,7 +162,7 @@ class Reloader:
             # a budget raised in company.yaml lets the agents it paused work again
             resumed = self.staff.resume_budget_paused("budget raised in company.yaml")
             self.proposal_store.reconfigure(new)
-            self.alerts.update_config(new)
+            alerts_later = self.alerts.update_config(new)
             diff = await self.tree.apply_config(new)
             self.staff.drop_removed()  # the removed agents are stopped by now
             routines = {} if self.oneoff else await self.scheduler.reconfigure(new)
@@ -170,7 +170,7 @@ class Reloader:
             self.config_loaded_at = self.clock.time()
             self.reloads.applied(self.config_loaded_at)
             unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]
-            later = restart_only_changes(old, new, self.state_dir)
+            later = restart_only_changes(old, new, self.state_dir) + alerts_later
             result = ReloadApplied(
                 applied=True,
                 added=list(diff.added_agents),
