@@ -8,7 +8,8 @@ windows), then a burst of N calls inside one window (a loop settling a call ever
 each call added and checked as ``SpendBook.settle`` does. Measured in the same run on the
 same sequence: ``companyd.spend._runaway.RunawayDetector`` (running total of the trailing
 window, the week's buckets summed once per window) against the definition it replaced
-(``SumEveryCall`` below: the whole trailing window and every bucket summed on every call).
+(``SumEveryCall`` of tests/spend/runaway_reference.py, the tests' reference too: the whole
+trailing window and every bucket summed on every call).
 Both must raise the same alerts; the figure is the median of 5 runs and the ratio.
 """
 
@@ -17,71 +18,20 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import sys
 import time
-from collections import deque
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from companyd.spend._ledger import to_pusd
-from companyd.spend._runaway import (
-    DEFAULT_USD,
-    FLOOR_USD,
-    HISTORY_SECONDS,
-    MIN_WINDOWS,
-    RunawayDetector,
-)
+from companyd.spend._runaway import RunawayDetector
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from spend.runaway_reference import SumEveryCall  # the tests' reference, not a package here
 
 WINDOW = 600.0
 START = 1_800_000_000.0
-
-
-class SumEveryCall:
-    """The detector before running figures (its decision part; the message is not timed)."""
-
-    def __init__(self, window: float, factor: Decimal) -> None:
-        self.window = window
-        self.factor = factor
-        self._recent: dict[str, deque[tuple[float, int]]] = {}
-        self._buckets: dict[str, dict[int, int]] = {}
-        self._last_alert: dict[str, float] = {}
-        self._pruned: dict[str, int] = {}
-
-    def add(self, agent: str, ts: float, pusd: int) -> None:
-        w = self.window
-        recent = self._recent.setdefault(agent, deque())
-        recent.append((ts, pusd))
-        while recent and recent[0][0] <= ts - w:
-            recent.popleft()
-        buckets = self._buckets.setdefault(agent, {})
-        b = int(ts // w)
-        buckets[b] = buckets.get(b, 0) + pusd
-        oldest = int((ts - HISTORY_SECONDS) // w)
-        if self._pruned.get(agent, oldest - 1) < oldest:
-            self._pruned[agent] = oldest
-            for k in [k for k in buckets if k < oldest]:
-                del buckets[k]
-
-    def check(self, agent: str, ts: float, per_run_usd: float | None) -> dict[str, Any] | None:
-        w = self.window
-        recent = self._recent.get(agent)
-        if not recent:
-            return None
-        window_spend = sum(c for t, c in recent if t > ts - w)
-        cutoff = int((ts - w) // w)
-        history = [v for k, v in self._buckets.get(agent, {}).items() if k < cutoff and v > 0]
-        if len(history) >= MIN_WINDOWS:
-            baseline = Decimal(sum(history)) / len(history)
-        else:
-            default = Decimal(str(per_run_usd)) if per_run_usd else DEFAULT_USD
-            baseline = Decimal(to_pusd(default))
-        baseline = max(baseline, Decimal(to_pusd(FLOOR_USD)))
-        if Decimal(window_spend) <= self.factor * baseline:
-            return None
-        last = self._last_alert.get(agent)
-        if last is not None and ts - last < w:
-            return None
-        self._last_alert[agent] = ts
-        return {"agent": agent}
 
 
 def run(det: Any, burst: int) -> tuple[float, list[int]]:
