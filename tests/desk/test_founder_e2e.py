@@ -194,6 +194,18 @@ async def _run_status(daemon: DaemonProcess | InProcessDaemon, status: str) -> d
             await asyncio.sleep(0.1)
 
 
+async def _fire_ended(
+    daemon: DaemonProcess | InProcessDaemon, routine: str, *, ok: bool = True, timeout: float = 60
+) -> None:
+    """Wait until ``routine``'s latest fire has ended (``ok``: ended ``ok``)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            outcome = (await daemon.call("job_history", routine=routine))["fires"][0]["outcome"]
+            if (outcome == "ok") if ok else (outcome is not None):
+                return
+            await asyncio.sleep(0.05)
+
+
 async def _show(
     daemon: DaemonProcess | InProcessDaemon, run_id: str
 ) -> tuple[list[str], dict[str, Any]]:
@@ -539,11 +551,8 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
                 assert "The founder asks for changes:\nAdd a rocket emoji" in str(follow_up)
 
                 bot.press_button(FOUNDER, second.message_id, _button(second, "Approve"))
-                async with asyncio.timeout(30):  # the fire ends with the approval
-                    while (await daemon.call("job_history", routine="daily-post"))["fires"][0][
-                        "outcome"
-                    ] is None:
-                        await asyncio.sleep(0.05)
+                # the fire ends with the approval
+                await _fire_ended(daemon, "daily-post", ok=False, timeout=30)
                 # one short confirmation in the thread, naming what was done
                 confirm = await _message(bot, "approved —")
                 assert confirm.text == "✅ daily-post approved — delivered to memory, file"
@@ -779,11 +788,7 @@ async def test_jobs_run_answers_at_once_when_its_run_waits_for_a_tool_approval(
                 assert _started(tool_log) == []  # not before the founder says yes
                 done = await daemon.cli("approve", item)
                 assert done.rc == 0, done.err
-                async with asyncio.timeout(60):
-                    while (await daemon.call("job_history", routine="daily-post"))["fires"][0][
-                        "outcome"
-                    ] != "ok":
-                        await asyncio.sleep(0.05)
+                await _fire_ended(daemon, "daily-post")
                 assert len(_started(tool_log)) == 1
                 await daemon.stop()
 
@@ -850,11 +855,7 @@ async def test_jobs_run_answers_at_once_when_a_colleague_its_run_asked_waits_for
                 assert _started(tool_log) == []  # not before the founder says yes
                 done = await daemon.cli("approve", item)
                 assert done.rc == 0, done.err
-                async with asyncio.timeout(60):
-                    while (await daemon.call("job_history", routine="daily-post"))["fires"][0][
-                        "outcome"
-                    ] != "ok":
-                        await asyncio.sleep(0.05)
+                await _fire_ended(daemon, "daily-post")
                 assert len(_started(tool_log)) == 1
                 await daemon.stop()
 
@@ -896,11 +897,8 @@ async def test_run_again_on_the_phone_says_what_the_run_did(work: Path) -> None:
                     f"approval as {item}"
                 ), said
                 assert (await daemon.cli("approve", item)).rc == 0
-                async with asyncio.timeout(30):  # that fire over: room for the next
-                    while (await daemon.call("job_history", routine="daily-post"))["fires"][0][
-                        "outcome"
-                    ] != "ok":
-                        await asyncio.sleep(0.05)
+                # that fire over: room for the next
+                await _fire_ended(daemon, "daily-post", timeout=30)
 
                 failing["on"] = True
                 said = await pressed(2)
