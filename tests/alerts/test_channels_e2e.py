@@ -26,7 +26,10 @@ from typing import Any
 import pytest
 import yaml
 
+from companyd.alerts._channels import SEND_THREADS, AppriseTarget
+from companyd.alerts._outbound import OutboundMessage, TransientSendError
 from companyd.clock import ManualClock
+from companyd.config import ChannelSpec
 from companyd.testing.bot_api import BotApiServer
 from companyd.testing.daemon import short_dir
 from companyd.testing.daemon_process import DaemonProcess
@@ -243,6 +246,36 @@ async def trickling_endpoint() -> AsyncIterator[tuple[int, list[float]]]:
         for task in handlers:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
+
+
+async def test_a_channel_whose_sends_stay_stuck_holds_up_only_itself() -> None:
+    """An endpoint that never finishes its answer keeps its sends' threads (Apprise blocks);
+    once SEND_THREADS of them are stuck, that channel's next send fails at once (retried
+    later) — and another channel's alert still goes out: the stuck ones are counted per
+    channel, not for all channels together.
+    """
+
+    def alert(title: str) -> OutboundMessage:
+        data = {"title": title, "body": "b", "severity": "warning"}
+        return OutboundMessage(
+            id="m", target="channel:x", type="alert", timestamp=0.0, data=data, body="", attempt=1
+        )
+
+    async with trickling_endpoint() as (port, came):
+        spec = ChannelSpec(name="stuck", url_env="STUCK_URL")
+        stuck = AppriseTarget(spec, f"json://127.0.0.1:{port}/hook", deadline=0.3)
+        for _ in range(SEND_THREADS):
+            with pytest.raises(TransientSendError, match=r"did not answer within 0\.3 s"):
+                await stuck.send(alert("stuck"))
+        assert len(came) == SEND_THREADS  # each is still in the endpoint
+        with pytest.raises(TransientSendError, match="still stuck"):
+            await stuck.send(alert("stuck"))
+        assert len(came) == SEND_THREADS  # no thread more was started for it
+        with WebhookReceiver("whsec_unused") as rx:
+            ops = ChannelSpec(name="ops", url_env="OPS_URL")
+            url = f"json://{rx.host}:{rx.port}/hook?token={JSON_TOKEN}"
+            await AppriseTarget(ops, url, deadline=10.0).send(alert("fine"))
+            assert [r.json()["title"] for r in rx.requests] == ["fine"]
 
 
 async def test_sigterm_stops_the_daemon_in_time_while_a_channel_endpoint_never_answers(

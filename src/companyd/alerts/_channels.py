@@ -17,8 +17,9 @@ outbox's ``outbound`` table): written before any send, retried with backoff whil
 channel is down, neither lost nor repeated across a restart. A channel is an
 :class:`AppriseTarget` of that queue (kind ``apprise``, target name ``channel:NAME``, so a
 channel and a webhook may share a name). Apprise is blocking: each send runs in a daemon
-thread of its own (at most :data:`SEND_THREADS` at once), within :data:`SEND_DEADLINE`
-seconds; a send stuck past it never holds the daemon's exit.
+thread of its own (at most :data:`SEND_THREADS` at once per channel), within
+:data:`SEND_DEADLINE` seconds; a send stuck past it never holds the daemon's exit, nor the
+other channels' sends.
 
 Apprise says only whether a send worked, not why it failed in a way a program can read:
 a URL Apprise cannot use is a permanent failure (recorded, said once); every failed send is
@@ -73,23 +74,31 @@ KIND = "apprise"
 #: Seconds (real time) one Apprise send may take, its retries inside it included; a send
 #: still running then counts as failed (transient) and its thread is left to finish.
 SEND_DEADLINE = 25.0
-#: Threads for Apprise sends at once: blocking calls kept off the event loop and off the
-#: default executor, so a hanging SMTP server cannot starve the daemon's file and database
-#: work.
+#: Threads for Apprise sends at once, per channel: blocking calls kept off the event loop
+#: and off the default executor, so a hanging SMTP server cannot starve the daemon's file
+#: and database work — and per channel, so an endpoint that holds its sends for ever (a
+#: trickling answer defeats Apprise's socket timeouts) stops only its own channel.
 SEND_THREADS = 2
 #: A result longer than this is cut (with a mark) before it is queued: the services behind
 #: Apprise have their own, smaller limits, and Apprise splits or truncates to them.
 MAX_BODY = 30_000
 
-#: Sends in their threads now (across event loops): at most :data:`SEND_THREADS`.
-_SLOTS = threading.BoundedSemaphore(SEND_THREADS)
+#: Each channel's sends in their threads now (across event loops and reloads, which make
+#: new targets): at most :data:`SEND_THREADS` per channel.
+_SLOTS: dict[str, threading.BoundedSemaphore] = {}
+_SLOTS_LOCK = threading.Lock()
 
 
-def _in_thread(fn: Callable[..., None], *args: Any) -> asyncio.Future[None]:
+def _slots(channel: str) -> threading.BoundedSemaphore:
+    with _SLOTS_LOCK:
+        return _SLOTS.setdefault(channel, threading.BoundedSemaphore(SEND_THREADS))
+
+
+def _in_thread(channel: str, fn: Callable[..., None], *args: Any) -> asyncio.Future[None]:
     """Run ``fn(*args)`` in a daemon thread of its own; its outcome as a future of the
-    running loop. At most :data:`SEND_THREADS` run at once: with every slot held (sends
-    stuck past their deadline) a new send fails at once (transient) instead of starting
-    one more thread.
+    running loop. At most :data:`SEND_THREADS` run at once for ``channel``: with all of its
+    slots held (sends stuck past their deadline) a new send to it fails at once
+    (transient) instead of starting one more thread; the other channels are not held up.
 
     Daemon threads, not a :class:`~concurrent.futures.ThreadPoolExecutor`: the interpreter
     joins a pool's threads at exit, so one send stuck in an endpoint that never answers
@@ -98,9 +107,11 @@ def _in_thread(fn: Callable[..., None], *args: Any) -> asyncio.Future[None]:
     """
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
-    if not _SLOTS.acquire(blocking=False):
+    slots = _slots(channel)
+    if not slots.acquire(blocking=False):
         raise TransientSendError(
-            f"{SEND_THREADS} earlier sends are still stuck in their endpoints; trying later"
+            f"{SEND_THREADS} earlier sends to channel {channel!r} are still stuck in its "
+            "endpoint; trying later"
         )
 
     def settle(exc: BaseException | None) -> None:
@@ -118,14 +129,14 @@ def _in_thread(fn: Callable[..., None], *args: Any) -> asyncio.Future[None]:
         except BaseException as exc:  # handed to the loop, which raises it in the send
             outcome = exc
         finally:
-            _SLOTS.release()
+            slots.release()
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
             loop.call_soon_threadsafe(settle, outcome)
 
     try:
         threading.Thread(target=work, name="apprise", daemon=True).start()
     except BaseException:
-        _SLOTS.release()
+        slots.release()
         raise
     return done
 
@@ -290,7 +301,7 @@ class AppriseTarget:
                 "restart companyd"
             )
         title, body, severity = _shown(message.data)
-        call = _in_thread(_notify, self._url, title, body, severity)
+        call = _in_thread(self.spec.name, _notify, self._url, title, body, severity)
         try:
             async with asyncio.timeout(self._deadline):
                 await asyncio.shield(call)
