@@ -139,13 +139,14 @@ async def test_a_reload_names_the_settings_that_only_a_restart_applies(
             "reloaded company.yaml: restarted cfo; 1 unchanged; memory.path, anthropic "
             "changed: takes effect at the next restart (`systemctl restart companyd`)"
         )
-        # the pager's Telegram settings are read when it starts: a reload says so too
+        # the pager's Telegram settings are read when it starts: a reload says so too (and
+        # the two above still wait for the restart: they are compared with what runs)
         doc["alerts"] = {"telegram": {"bot_token_env": "OTHER_BOT_TOKEN"}}
         cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
         async with asyncio.timeout(DEADLINE):
             telegram = await daemon.reload()
         assert isinstance(telegram, ReloadApplied)
-        assert telegram.restart_required == ["alerts.telegram"]
+        assert telegram.restart_required == ["memory.path", "anthropic", "alerts.telegram"]
 
 
 async def test_a_graceful_stop_is_healthy_for_the_watchdog(

@@ -84,6 +84,7 @@ class Reloader:
     """
 
     config: CompanyConfig
+    started_config: CompanyConfig
     state_dir: Path
     oneoff: bool
     clock: Clock
@@ -170,7 +171,9 @@ class Reloader:
             self.config_loaded_at = self.clock.time()
             self.reloads.applied(self.config_loaded_at)
             unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]
-            later = restart_only_changes(old, new, self.state_dir) + alerts_later
+            # against what runs, not the last file loaded: a change an earlier reload could
+            # not apply still waits for the restart, and one undone no longer does
+            later = restart_only_changes(self.started_config, new, self.state_dir) + alerts_later
             result = ReloadApplied(
                 applied=True,
                 added=list(diff.added_agents),
@@ -232,7 +235,8 @@ def shown_error(text: str) -> str:
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
     """The settings read once at start that differ between ``old`` and ``new``: a reload
     cannot apply them (the state directory, the memory file, the model client, metrics,
-    the dashboard's address, telemetry).
+    the dashboard's address, telemetry). The daemon passes the file it started with as
+    ``old`` (what runs until the restart), never the last one a reload loaded.
     """
     changed = []
     # (when --state-dir chose the directory, company.yaml's state_dir does not matter)

@@ -1,0 +1,95 @@
+"""What a reload says waits for a restart is what differs from what runs (round 10).
+
+``restart_required`` names the settings read only at start (memory.path, anthropic, the
+pager's Telegram settings, …). It is compared with the values the running daemon started
+with, not with the last file loaded: a second reload still lists a change the first one
+could not apply, until the restart — and a reload that puts the running value back lists
+nothing. The daemon is ``companyd run``'s composition root in this process
+(:class:`~companyd.testing.inprocess.InProcessDaemon`); reloads go the SIGHUP way, over the
+control socket and by the CLI.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from companyd.admin import ReloadApplied
+from companyd.testing.daemon import short_dir
+from companyd.testing.inprocess import InProcessDaemon
+
+pytestmark = pytest.mark.anyio
+
+COMPANY: dict[str, Any] = {
+    "schema": "companyd/v1",
+    "company": {"name": "Pending Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
+    "agents": {
+        "ceo": {"title": "CEO", "instructions": "You are the ceo."},
+        "cfo": {"title": "CFO", "instructions": "You are the cfo.", "reports_to": "ceo"},
+    },
+}
+
+RESTART_ONLY = ["memory.path", "anthropic", "alerts.telegram"]
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d
+
+
+def write(path: Path, doc: dict[str, Any]) -> None:
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+
+
+async def test_every_reload_until_the_restart_lists_what_waits_for_it(work: Path) -> None:
+    cfg = work / "company.yaml"
+    started = copy.deepcopy(COMPANY)
+    write(cfg, started)
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        changed = copy.deepcopy(started)
+        changed["memory"] = {"path": "elsewhere/memory.jsonl"}
+        changed["anthropic"] = {"timeout_seconds": 30}
+        changed["alerts"] = {"telegram": {"bot_token_env": "OTHER_BOT_TOKEN"}}
+        write(cfg, changed)
+        first = await daemon.reload()
+        assert isinstance(first, ReloadApplied)
+        assert first.restart_required == RESTART_ONLY
+
+        # a second reload changes something else: the three still wait for the restart
+        changed["agents"]["cfo"]["instructions"] = "You are the cfo. Be brief."
+        write(cfg, changed)
+        second = await daemon.reload()
+        assert isinstance(second, ReloadApplied)
+        assert second.changed == ["cfo"]
+        assert second.restart_required == RESTART_ONLY
+
+        # the same file once more, asked over the socket and by the CLI: same answer
+        third = await daemon.call("reload")
+        assert third["applied"] is True and third["restart_required"] == RESTART_ONLY
+        cli = await daemon.cli("reload", "--json")
+        assert cli.rc == 0, cli.err
+        assert json.loads(cli.out)["restart_required"] == RESTART_ONLY
+        plain = await daemon.cli("reload")
+        assert "memory.path, anthropic, alerts.telegram changed" in plain.out, plain.out
+
+        # the running values back in the file: nothing waits for a restart any more
+        back = copy.deepcopy(started)
+        back["agents"]["cfo"]["instructions"] = "You are the cfo. Be brief."
+        write(cfg, back)
+        restored = await daemon.reload()
+        assert isinstance(restored, ReloadApplied)
+        assert restored.restart_required is None
+        assert "restart_required" not in await daemon.call("reload")
+
+        # a restart applies what the file says: from then on nothing is pending either
+        write(cfg, changed)
+        await daemon.restart()
+        after = await daemon.reload()
+        assert isinstance(after, ReloadApplied) and after.restart_required is None
