@@ -93,3 +93,55 @@ async def test_every_reload_until_the_restart_lists_what_waits_for_it(work: Path
         await daemon.restart()
         after = await daemon.reload()
         assert isinstance(after, ReloadApplied) and after.restart_required is None
+
+
+async def test_a_reload_while_the_scheduler_restarts_is_applied_and_recorded(
+    work: Path,
+) -> None:
+    """The scheduler is not running (stopped between two starts: a crash's backoff, a full
+    state disk): a reload still applies the whole file — its routines when the scheduler
+    starts again — and the daemon records that file as the one running, rather than
+    failing half-way with the agents on the new file and status on the old one.
+    """
+    cfg = work / "company.yaml"
+    doc = copy.deepcopy(COMPANY)
+    doc["routines"] = {
+        "close": {"assignee": "cfo", "description": "Close.", "trigger": {"cron": "0 8 1 * *"}}
+    }
+    write(cfg, doc)
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        running = daemon.running
+        await running.tree.terminate_child("scheduler")
+        assert not running.scheduler.running
+        doc["routines"]["post"] = {
+            "assignee": "ceo",
+            "description": "Post.",
+            "trigger": {"cron": "0 9 * * *"},
+        }
+        doc["routines"]["close"]["description"] = "Close the month."
+        doc["agents"]["cfo"]["instructions"] = "You are the cfo. Be brief."
+        write(cfg, doc)
+        result = await daemon.reload()
+        assert isinstance(result, ReloadApplied), result
+        assert result.changed == ["cfo"] and result.failures == []
+        assert result.routines == {
+            "added": ["post"],
+            "removed": [],
+            "changed": ["close"],
+            "unchanged": [],
+        }
+        status = await daemon.call("status")
+        assert status["daemon"]["reload"]["last_result"] == "applied"
+        assert status["daemon"]["config_loaded_at"] == running.config_loaded_at
+        assert set(running.config.routines) == {"close", "post"}
+        # meanwhile status answers (no routines to show) and `jobs` says why, plainly
+        assert status["routines"] == []
+        jobs_now = await daemon.cli("jobs")
+        assert jobs_now.rc == 1, jobs_now.err
+        assert "the scheduler is not running" in jobs_now.err
+        assert "internal error" not in jobs_now.err
+        # the scheduler's next start runs the file the daemon says runs
+        await running.tree.restart_child("scheduler")
+        assert running.scheduler.next_fire_time("post") is not None
+        jobs = await daemon.call("jobs")
+        assert {r["routine"] for r in jobs["routines"]} == {"close", "post"}
