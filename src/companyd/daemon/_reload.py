@@ -111,7 +111,9 @@ class Reloader:
         """Re-read company.yaml; apply the difference or keep the old config.
 
         A reload asked for during start-up waits until the tree is up (READY=1 is sent
-        once, when it is); one asked for while the daemon stops is refused. An operator's
+        once, when it is); one asked for while the daemon stops is refused. Reloads run one
+        at a time, in the order asked; one whose caller is cancelled still runs, and the
+        next waits for it. An operator's
         reload is an ``operator_action`` ``via`` where it was asked (``cli``, ``telegram``;
         empty: the daemon's own, on SIGHUP or after an applied proposal — not recorded).
         """
@@ -121,6 +123,13 @@ class Reloader:
         if not self._up.is_set() and not self._stopping():
             log.info("reload requested during start-up: applied once the company is up")
             await self._up.wait()
+        # The lock is taken inside the shield: a caller that gives up (the control socket's
+        # deadline, a closed connection) leaves its reload applying *and* holding the lock,
+        # so the next one waits for it rather than running beside it (two at once answered
+        # from a half-applied company and sent READY=1 in the middle of the second).
+        return await asyncio.shield(self._reload_in_turn())
+
+    async def _reload_in_turn(self) -> ReloadApplied | ReloadRejected:
         async with self._reload_lock:
             if self._stopping():
                 log.info("reload not applied: the daemon is stopping")
@@ -129,7 +138,7 @@ class Reloader:
                     errors=["the daemon is stopping; company.yaml was not reloaded"],
                     message="reload refused: the daemon is stopping",
                 )
-            return await asyncio.shield(self._reload())
+            return await self._reload()
 
     def _stopping(self) -> bool:
         return self._stop.is_set() or self.state == "stopping"
