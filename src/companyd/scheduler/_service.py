@@ -546,9 +546,18 @@ class RoutineScheduler:
                 db.put_state(c, replace(st, last_fire=prev.last_fire if prev else None))
             db.delete_states(c, removed)
 
-        await store.call(write)
-        await self._fires.take_baselines(self._slots.values())
+        # The jobs are armed from here on: the config is the one in force, whatever the
+        # write does. A history that refuses it (a full state disk) fails the scheduler as
+        # a failed posted write does — it stops, and its next start plans from `config` —
+        # rather than the reload, which would stop half-way with the agents on the new file.
         self._config = config
+        try:
+            await store.call(write)
+        except StoreError as exc:
+            log.error("the reloaded routines could not be written to the history: %s", exc)
+            self._store_failed(exc)
+            return result
+        await self._fires.take_baselines(self._slots.values())
         return result
 
     # -- firing -----------------------------------------------------------------------
