@@ -78,6 +78,12 @@ async def test_every_reload_until_the_restart_lists_what_waits_for_it(work: Path
         assert json.loads(cli.out)["restart_required"] == RESTART_ONLY
         plain = await daemon.cli("reload")
         assert "memory.path, anthropic, alerts.telegram changed" in plain.out, plain.out
+        # status and the dashboard's Config page say the same, between reloads too
+        status = await daemon.call("status")
+        assert status["daemon"]["restart_required"] == RESTART_ONLY
+        assert (await daemon.call("config_view"))["restart_required"] == RESTART_ONLY
+        text = await daemon.cli("status")
+        assert "waiting for a restart: memory.path, anthropic, alerts.telegram" in text.out
 
         # the running values back in the file: nothing waits for a restart any more
         back = copy.deepcopy(started)
@@ -87,6 +93,9 @@ async def test_every_reload_until_the_restart_lists_what_waits_for_it(work: Path
         assert isinstance(restored, ReloadApplied)
         assert restored.restart_required is None
         assert "restart_required" not in await daemon.call("reload")
+        assert "restart_required" not in (await daemon.call("status"))["daemon"]
+        assert "restart_required" not in await daemon.call("config_view")
+        assert "waiting for a restart" not in (await daemon.cli("status")).out
 
         # a restart applies what the file says: from then on nothing is pending either
         write(cfg, changed)

@@ -199,7 +199,14 @@ class AlertService:
         if self._queue is not None:
             self._queue.set_targets(self._channel_targets())
         self._reconfigured.set()
-        if self._telegram_running != config.spec.alerts.telegram:
+        return self.restart_pending()
+
+    def restart_pending(self) -> list[str]:
+        """``["alerts.telegram"]`` while the running file's Telegram settings differ from
+        the ones the pager's current run started with (they apply at its next start), else
+        ``[]``: for ``restart_required`` in a reload's answer and in status.
+        """
+        if self._telegram_running != self._config.spec.alerts.telegram:
             return ["alerts.telegram"]
         return []
 

@@ -37,7 +37,13 @@ from companyd.events import ConfigRejected, DaemonReloaded, EventBus
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import SpendBook
 
-__all__ = ["ReloadRecord", "Reloader", "restart_only_changes", "shown_error"]
+__all__ = [
+    "ReloadRecord",
+    "Reloader",
+    "restart_only_changes",
+    "shown_error",
+    "waiting_for_restart",
+]
 
 log = logging.getLogger("companyd.daemon")  # the daemon's own log lines, whichever module
 
@@ -172,7 +178,7 @@ class Reloader:
             # a budget raised in company.yaml lets the agents it paused work again
             resumed = self.staff.resume_budget_paused("budget raised in company.yaml")
             self.proposal_store.reconfigure(new)
-            alerts_later = self.alerts.update_config(new)
+            self.alerts.update_config(new)
             diff = await self.tree.apply_config(new)
             self.staff.drop_removed()  # the removed agents are stopped by now
             routines = {} if self.oneoff else await self.scheduler.reconfigure(new)
@@ -182,7 +188,7 @@ class Reloader:
             unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]
             # against what runs, not the last file loaded: a change an earlier reload could
             # not apply still waits for the restart, and one undone no longer does
-            later = restart_only_changes(self.started_config, new, self.state_dir) + alerts_later
+            later = waiting_for_restart(self.started_config, new, self.state_dir, self.alerts)
             result = ReloadApplied(
                 applied=True,
                 added=list(diff.added_agents),
@@ -239,6 +245,17 @@ def shown_error(text: str) -> str:
     values that look like one), on one line.
     """
     return " ".join(redact(text).split())[:500]  # one line: status prints it in a line
+
+
+def waiting_for_restart(
+    started: CompanyConfig, running: CompanyConfig, state_dir: Path, alerts: AlertService
+) -> list[str]:
+    """What the running file (``running``: the last one loaded) changed that only a
+    restart applies: the daemon's settings read at start against the file it started with,
+    and the pager's Telegram settings against its current run's. The reload's answer and
+    status (``restart_required``) and the dashboard's Config page all say this.
+    """
+    return restart_only_changes(started, running, state_dir) + alerts.restart_pending()
 
 
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
