@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from companyd.admin import ReloadApplied
+from companyd.alerts._render_status import format_status
 from companyd.testing.daemon import short_dir
 from companyd.testing.inprocess import InProcessDaemon
 
@@ -84,6 +85,8 @@ async def test_every_reload_until_the_restart_lists_what_waits_for_it(work: Path
         assert (await daemon.call("config_view"))["restart_required"] == RESTART_ONLY
         text = await daemon.cli("status")
         assert "waiting for a restart: memory.path, anthropic, alerts.telegram" in text.out
+        phone = format_status(status)  # Telegram's /status
+        assert "waiting for a restart: memory.path, anthropic, alerts.telegram" in phone
 
         # the running values back in the file: nothing waits for a restart any more
         back = copy.deepcopy(started)
