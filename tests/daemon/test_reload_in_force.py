@@ -157,3 +157,25 @@ async def test_a_reload_while_the_scheduler_restarts_is_applied_and_recorded(
         assert running.scheduler.next_fire_time("post") is not None
         jobs = await daemon.call("jobs")
         assert {r["routine"] for r in jobs["routines"]} == {"close", "post"}
+
+
+async def test_a_reload_that_moves_the_stores_says_it_waits_for_a_restart(work: Path) -> None:
+    """``state:`` (where the stores live) is read once, at start: a reload that moves them
+    to PostgreSQL changes nothing that runs, and says so — not a plain "applied".
+    """
+    cfg = work / "company.yaml"
+    write(cfg, COMPANY)
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        moved = copy.deepcopy(COMPANY)
+        moved["state"] = {"backend": "postgres", "dsn_env": "PENDING_CO_DATABASE_URL"}
+        write(cfg, moved)
+        result = await daemon.reload()
+        assert isinstance(result, ReloadApplied)
+        assert result.restart_required == ["state"]
+        assert (await daemon.call("status"))["daemon"]["storage"] == "sqlite"
+        # on SQLite the PostgreSQL settings mean nothing: changing only them waits for none
+        sqlite = copy.deepcopy(COMPANY)
+        sqlite["state"] = {"backend": "sqlite", "dsn_env": "PENDING_CO_DATABASE_URL"}
+        write(cfg, sqlite)
+        back = await daemon.reload()
+        assert isinstance(back, ReloadApplied) and back.restart_required is None

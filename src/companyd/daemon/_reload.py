@@ -260,14 +260,18 @@ def waiting_for_restart(
 
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
     """The settings read once at start that differ between ``old`` and ``new``: a reload
-    cannot apply them (the state directory, the memory file, the model client, metrics,
-    the dashboard's address, telemetry). The daemon passes the file it started with as
+    cannot apply them (the state directory, where the stores live, the memory file, the
+    model client, metrics, the dashboard's address, telemetry). The daemon passes the file it started with as
     ``old`` (what runs until the restart), never the last one a reload loaded.
     """
     changed = []
     # (when --state-dir chose the directory, company.yaml's state_dir does not matter)
     if old.state_dir() == state_dir and new.state_dir() != state_dir:
         changed.append("state_dir")
+    # the stores' backend is chosen at start; PostgreSQL's settings mean nothing on SQLite
+    old_st, new_st = old.spec.state, new.spec.state
+    if old_st != new_st and "postgres" in (old_st.backend, new_st.backend):
+        changed.append("state")
     if old.memory_path(state_dir) != new.memory_path(state_dir):
         changed.append("memory.path")
     if old.spec.anthropic != new.spec.anthropic:
