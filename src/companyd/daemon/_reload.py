@@ -261,8 +261,9 @@ def waiting_for_restart(
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
     """The settings read once at start that differ between ``old`` and ``new``: a reload
     cannot apply them (the state directory, where the stores live, the memory file, the
-    model client, metrics, the dashboard's address, telemetry). The daemon passes the file it started with as
-    ``old`` (what runs until the restart), never the last one a reload loaded.
+    model client, metrics, the dashboard's address, telemetry). The daemon passes the file
+    it started with as ``old`` (what runs until the restart), never the last one a reload
+    loaded.
     """
     changed = []
     # (when --state-dir chose the directory, company.yaml's state_dir does not matter)
