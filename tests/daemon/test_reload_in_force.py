@@ -179,3 +179,24 @@ async def test_a_reload_that_moves_the_stores_says_it_waits_for_a_restart(work: 
         write(cfg, sqlite)
         back = await daemon.reload()
         assert isinstance(back, ReloadApplied) and back.restart_required is None
+
+
+async def test_a_reload_applies_quota_pause_after_and_says_no_restart_for_it(work: Path) -> None:
+    """``anthropic.quota_pause_after`` is the agents' (their quota walls), applied by a
+    reload; the rest of ``anthropic`` is the model client's, made at start. A reload that
+    changes only the first is in force at once and waits for no restart.
+    """
+    cfg = work / "company.yaml"
+    write(cfg, COMPANY)
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        walls = copy.deepcopy(COMPANY)
+        walls["anthropic"] = {"quota_pause_after": "5m"}
+        write(cfg, walls)
+        result = await daemon.reload()
+        assert isinstance(result, ReloadApplied)
+        assert result.restart_required is None
+        assert daemon.running.staff.walls.threshold == 300.0
+        walls["anthropic"]["timeout_seconds"] = 30
+        write(cfg, walls)
+        client = await daemon.reload()
+        assert isinstance(client, ReloadApplied) and client.restart_required == ["anthropic"]

@@ -275,7 +275,10 @@ def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path
         changed.append("state")
     if old.memory_path(state_dir) != new.memory_path(state_dir):
         changed.append("memory.path")
-    if old.spec.anthropic != new.spec.anthropic:
+    # the model client is made at start; quota_pause_after is the agents' (their quota
+    # walls), which a reload applies
+    live = {"quota_pause_after": 0.0}
+    if old.spec.anthropic.model_copy(update=live) != new.spec.anthropic.model_copy(update=live):
         changed.append("anthropic")
     if old.spec.metrics != new.spec.metrics:
         changed.append("metrics")
