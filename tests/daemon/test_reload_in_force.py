@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from companyd.admin import ReloadApplied
+from companyd.alerts._render_kinds import render
 from companyd.alerts._render_status import format_status
 from companyd.testing.daemon import short_dir
 from companyd.testing.inprocess import InProcessDaemon
@@ -87,6 +88,14 @@ async def test_every_reload_until_the_restart_lists_what_waits_for_it(work: Path
         assert "waiting for a restart: memory.path, anthropic, alerts.telegram" in text.out
         phone = format_status(status)  # Telegram's /status
         assert "waiting for a restart: memory.path, anthropic, alerts.telegram" in phone
+        # the founder's "company.yaml reloaded" message (a SIGHUP: `systemctl reload`) too
+        [*_, last] = daemon.events("daemon_reloaded")
+        assert last["data"]["restart_required"] == RESTART_ONLY
+        rendered, _ = render("daemon_reloaded", last["data"], "daemon", {}, frozenset())
+        assert (
+            "waiting for a restart: memory.path, anthropic, alerts.telegram "
+            "(`systemctl restart companyd`)" in rendered.lines
+        )
 
         # the running values back in the file: nothing waits for a restart any more
         back = copy.deepcopy(started)
@@ -99,6 +108,7 @@ async def test_every_reload_until_the_restart_lists_what_waits_for_it(work: Path
         assert "restart_required" not in (await daemon.call("status"))["daemon"]
         assert "restart_required" not in await daemon.call("config_view")
         assert "waiting for a restart" not in (await daemon.cli("status")).out
+        assert "restart_required" not in daemon.events("daemon_reloaded")[-1]["data"]
 
         # a restart applies what the file says: from then on nothing is pending either
         write(cfg, changed)

@@ -220,6 +220,7 @@ class Reloader:
                     unchanged=result.unchanged,
                     routines=routines,
                     failures=list(result.failures),
+                    restart_required=later or None,
                 )
             )
             return result
