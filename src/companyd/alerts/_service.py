@@ -160,8 +160,8 @@ class AlertService:
         self._sender.on_sent = self._results.sent
         self._sender.on_refused = self._results.refused
         self._desk = DeskMessages(self._book)
-        # webhooks out (docs/webhooks.md): their settings apply on the next start, like
-        # Telegram's
+        # webhooks out (docs/webhooks.md): a reload applies their settings (update_config),
+        # unlike Telegram's, which wait for the pager's next start
         self._webhooks = Webhooks(
             config.spec.alerts.webhooks,
             self._clock,
