@@ -210,3 +210,28 @@ async def test_a_reload_applies_quota_pause_after_and_says_no_restart_for_it(wor
         write(cfg, walls)
         client = await daemon.reload()
         assert isinstance(client, ReloadApplied) and client.restart_required == ["anthropic"]
+
+
+async def test_doctor_says_what_waits_for_a_restart(work: Path) -> None:
+    """``companyd doctor`` asks the running daemon which file it loaded: "the running daemon
+    loaded this version" is not the whole truth while part of it waits for a restart.
+    """
+    cfg = work / "company.yaml"
+    write(cfg, COMPANY)
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        moved = copy.deepcopy(COMPANY)
+        moved["memory"] = {"path": "elsewhere/memory.jsonl"}
+        write(cfg, moved)
+        await daemon.advance(60)  # the reload's time comes after the file's
+        assert (await daemon.reload()).applied is True
+        doctor = await daemon.cli("doctor", "--offline")
+        config_line = doctor.out.splitlines()[0]
+        assert config_line.startswith("warning  config"), doctor.out
+        assert "the running daemon loaded this version" in config_line
+        assert "memory.path waits for a restart" in config_line
+        assert "systemctl restart companyd" in doctor.out
+        write(cfg, COMPANY)
+        await daemon.advance(60)
+        assert (await daemon.reload()).applied is True
+        again = (await daemon.cli("doctor", "--offline")).out.splitlines()[0]
+        assert again.startswith("ok       config") and "restart" not in again, again
