@@ -11,6 +11,7 @@ control socket and by the CLI.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from collections.abc import Iterator
@@ -235,3 +236,28 @@ async def test_doctor_says_what_waits_for_a_restart(work: Path) -> None:
         assert (await daemon.reload()).applied is True
         again = (await daemon.cli("doctor", "--offline")).out.splitlines()[0]
         assert again.startswith("ok       config") and "restart" not in again, again
+
+
+async def test_a_reload_that_outlasts_the_socket_deadline_is_not_called_cancelled(
+    work: Path,
+) -> None:
+    """The control socket stops waiting for a reload after its deadline, but the reload
+    goes on (it is never left half-done): the answer says so, not "was cancelled", and
+    status then shows it applied.
+    """
+    cfg = work / "company.yaml"
+    write(cfg, COMPANY)
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        running = daemon.running
+        running.control.deadlines["reload"] = 0.000_001  # any reload outlasts it
+        changed = copy.deepcopy(COMPANY)
+        changed["agents"]["cfo"]["instructions"] = "You are the cfo. Be brief."
+        write(cfg, changed)
+        cli = await daemon.cli("reload")
+        assert cli.rc == 75, (cli.rc, cli.err)
+        assert "cancelled" not in cli.err, cli.err
+        assert "goes on" in cli.err and "companyd status" in cli.err, cli.err
+        async with asyncio.timeout(30):
+            while running.reloads.last_result != "applied":
+                await asyncio.sleep(0.01)
+        assert running.config.agents["cfo"].instructions == "You are the cfo. Be brief."
