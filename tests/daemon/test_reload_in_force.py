@@ -257,7 +257,15 @@ async def test_a_reload_that_outlasts_the_socket_deadline_is_not_called_cancelle
         assert cli.rc == 75, (cli.rc, cli.err)
         assert "cancelled" not in cli.err, cli.err
         assert "goes on" in cli.err and "companyd status" in cli.err, cli.err
+        # it applies, and the founder's action is on record as done, like any reload's
+
+        def actions() -> list[dict[str, Any]]:
+            return daemon.events("operator_action", lambda e: e["data"]["action"] == "reload")
+
         async with asyncio.timeout(30):
-            while running.reloads.last_result != "applied":
+            while not actions():
                 await asyncio.sleep(0.01)
+        assert running.reloads.last_result == "applied"
         assert running.config.agents["cfo"].instructions == "You are the cfo. Be brief."
+        [action] = actions()
+        assert action["data"]["via"] == "cli" and action["data"]["ok"] is True, action

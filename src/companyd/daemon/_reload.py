@@ -118,22 +118,22 @@ class Reloader:
 
         A reload asked for during start-up waits until the tree is up (READY=1 is sent
         once, when it is); one asked for while the daemon stops is refused. Reloads run one
-        at a time, in the order asked; one whose caller is cancelled still runs, and the
-        next waits for it. An operator's
-        reload is an ``operator_action`` ``via`` where it was asked (``cli``, ``telegram``;
-        empty: the daemon's own, on SIGHUP or after an applied proposal — not recorded).
+        at a time, in the order asked; one whose caller is cancelled once the company is up
+        still runs (and is recorded), and the next waits for it. An operator's reload is an
+        ``operator_action`` ``via`` where it was asked (``cli``, ``telegram``; empty: the
+        daemon's own, on SIGHUP or after an applied proposal — not recorded).
         """
-        return await recorded(self.bus, "reload", "company.yaml", via, self._reload_asked())
-
-    async def _reload_asked(self) -> ReloadApplied | ReloadRejected:
         if not self._up.is_set() and not self._stopping():
             log.info("reload requested during start-up: applied once the company is up")
             await self._up.wait()
-        # The lock is taken inside the shield: a caller that gives up (the control socket's
-        # deadline, a closed connection) leaves its reload applying *and* holding the lock,
-        # so the next one waits for it rather than running beside it (two at once answered
-        # from a half-applied company and sent READY=1 in the middle of the second).
-        return await asyncio.shield(self._reload_in_turn())
+        # The lock and the record are taken inside the shield: a caller that gives up (the
+        # control socket's deadline, a closed connection) leaves its reload applying, holding
+        # the lock — the next one waits for it rather than running beside it (two at once
+        # answered from a half-applied company and sent READY=1 in the middle of the
+        # second) — and recorded as the operator's action once it is done.
+        return await asyncio.shield(
+            recorded(self.bus, "reload", "company.yaml", via, self._reload_in_turn())
+        )
 
     async def _reload_in_turn(self) -> ReloadApplied | ReloadRejected:
         async with self._reload_lock:
