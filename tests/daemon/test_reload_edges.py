@@ -139,13 +139,14 @@ async def test_a_reload_names_the_settings_that_only_a_restart_applies(
             "reloaded company.yaml: restarted cfo; 1 unchanged; memory.path, anthropic "
             "changed: takes effect at the next restart (`systemctl restart companyd`)"
         )
-        # the pager's Telegram settings are read when it starts: a reload says so too
+        # the pager's Telegram settings are read when it starts: a reload says so too (and
+        # the two above still wait for the restart: they are compared with what runs)
         doc["alerts"] = {"telegram": {"bot_token_env": "OTHER_BOT_TOKEN"}}
         cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
         async with asyncio.timeout(DEADLINE):
             telegram = await daemon.reload()
         assert isinstance(telegram, ReloadApplied)
-        assert telegram.restart_required == ["alerts.telegram"]
+        assert telegram.restart_required == ["memory.path", "anthropic", "alerts.telegram"]
 
 
 async def test_a_graceful_stop_is_healthy_for_the_watchdog(
@@ -296,3 +297,35 @@ async def test_a_reload_reports_every_changed_routine_and_agent(
         assert result.routines["changed"] == ["close"]
         assert result.routines["unchanged"] == ["post"]
         assert result.changed == ["ceo"] and result.unchanged == 1
+
+
+async def test_a_reload_whose_caller_gave_up_still_holds_off_the_next_one(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload goes on when its caller is cancelled (the control socket's deadline, a
+    closed connection), and the next reload waits for it: never two at once — each answer
+    is computed from what the one before left running, and systemd sees RELOADING=1 and
+    READY=1 strictly in turn (no READY=1 in the middle of the second one).
+    """
+    cfg = work / "company.yaml"
+    async with edge_daemon(work, monkeypatch) as (daemon, listener):
+        async with asyncio.timeout(DEADLINE):
+            await daemon.start()
+        doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
+        doc["agents"]["cfo"]["instructions"] = "You are the cfo. Be brief."
+        cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        given_up = asyncio.create_task(daemon.reload(via="cli"))
+        async with asyncio.timeout(DEADLINE):
+            while daemon.state != "reloading":
+                await asyncio.sleep(0)
+        given_up.cancel()  # the first one is applying: its caller goes away
+        async with asyncio.timeout(DEADLINE):
+            second = await daemon.reload()
+            await listener.wait_for("READY", count=3, timeout=DEADLINE)
+        assert isinstance(second, ReloadApplied)
+        # the first reload restarted cfo; the second found it already running the file
+        assert second.changed == [] and second.unchanged == 2
+        assert daemon.config.agents["cfo"].instructions == "You are the cfo. Be brief."
+        assert lifecycle(listener) == ["READY", "RELOADING", "READY", "RELOADING", "READY"]
+        with contextlib.suppress(asyncio.CancelledError):
+            await given_up

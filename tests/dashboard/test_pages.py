@@ -394,6 +394,23 @@ async def test_config_shows_the_resolved_file_and_the_last_reload_never_a_secret
     assert "differs from the running version" in after.text
     assert "rejected" in after.text and "company.budget.daily_usd" in after.text
     assert SECRET not in after.text
+    assert "Waiting for a restart" not in after.text
+
+
+async def test_config_says_which_settings_wait_for_a_restart(site: Site, work: Path) -> None:
+    """The page shows the file a reload loaded; what in it only a restart applies is said,
+    for as long as the daemon runs the values it started with.
+    """
+    cfg = work / "company.yaml"
+    started = cfg.read_text(encoding="utf-8")
+    cfg.write_text(started + "memory: {path: elsewhere/memory.jsonl}\n", encoding="utf-8")
+    assert (await site.daemon.reload()).applied is True
+    page = await site.get("/config")
+    assert "Waiting for a restart: <code>memory.path</code>" in page.text
+    assert "elsewhere/memory.jsonl" in page.text  # the file's value, said to be waiting
+    cfg.write_text(started, encoding="utf-8")
+    assert (await site.daemon.reload()).applied is True
+    assert "Waiting for a restart" not in (await site.get("/config")).text
 
 
 async def test_no_page_shows_a_secret_inline_script_or_style_or_an_unnamed_control(

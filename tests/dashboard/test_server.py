@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from companyd.admin import AdminError, render_status
+from companyd.admin import AdminError, ReloadApplied, render_status
 from companyd.admin._wire import result_data
 from companyd.config import load_config
 from companyd.daemon._main import Daemon
@@ -168,6 +168,42 @@ async def test_with_tls_the_daemon_serves_https_and_the_cookie_is_secure(work: P
 
         status, cookie = await asyncio.to_thread(fetch)
         assert status == 200 and "Secure" in cookie and "HttpOnly" in cookie
+
+
+@pytest.mark.anyio
+async def test_a_web_layer_restarted_after_a_reload_serves_as_it_started(work: Path) -> None:
+    """``dashboard:`` waits for the daemon's restart (a reload lists it in
+    ``restart_required``): the server keeps the address and TLS it started with, and so does
+    a restart of the web layer alone — a reload that added ``behind_proxy`` must not make
+    the session cookie ``Secure`` on the plain HTTP still served, or no one can log in.
+    """
+    path = example_on_port_zero(work)
+    async with Daemon(load_config(path), work / "s", backend=OfflineModel(), offline=True) as d:
+        server = d.web.server
+        assert server is not None
+        await wait_for(lambda: server.url is not None)
+        first = await d.dashboard_login()
+        assert (await asyncio.to_thread(get, first.url))[0] == 200  # the stack starts
+        path.write_text(
+            path.read_text(encoding="utf-8") + "  behind_proxy: true\n", encoding="utf-8"
+        )
+        reloaded = await d.reload()
+        assert isinstance(reloaded, ReloadApplied)
+        assert reloaded.restart_required == ["dashboard"]
+        assert server.server is not None
+        server.server.should_exit = True  # the web layer stops by itself: a crash
+        await wait_for(lambda: nodes(d.tree.snapshot())["dashboard"]["restarts"] == 1)
+        await wait_for(lambda: server.url is not None)
+        login = await d.dashboard_login()
+        assert login.url.startswith("http://127.0.0.1:")
+
+        def fetch() -> tuple[int, str]:
+            with urllib.request.urlopen(login.url, timeout=10) as r:
+                return r.status, r.headers.get("set-cookie", "")
+
+        status, cookie = await asyncio.to_thread(fetch)
+        assert status == 200 and "HttpOnly" in cookie
+        assert "Secure" not in cookie, cookie
 
 
 @pytest.mark.anyio

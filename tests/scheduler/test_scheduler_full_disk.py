@@ -179,3 +179,58 @@ async def test_a_start_whose_desk_read_fails_on_a_full_disk_waits_degraded(
         await _stop(ctx, clock, running)
         await desk.close()
         filler.unlink(missing_ok=True)
+
+
+WEEKLY = """\
+weekly-note:
+  assignee: coo
+  description: Write the weekly note.
+  trigger: {cron: "0 9 * * mon", timezone: UTC}
+"""
+
+
+async def test_a_reload_on_a_full_disk_keeps_the_routines_it_armed(disk: Path) -> None:
+    """A reload whose routine history cannot be written (the state disk filled up) still
+    applies its routines — they were armed before the write — and says so, rather than
+    failing half-way: the daemon then records the new file as running, and the scheduler's
+    restart after the disk failure plans from that same file, not the one before it.
+    """
+    state = disk / "state"
+    state.mkdir()
+    clock = ManualClock(start=ts("2027-01-04T12:00:00"))
+    bus = EventBus(clock)
+    sched = RoutineScheduler(
+        company(DAILY), ScriptedSink(), state_dir=state, bus=bus, clock=clock, max_sleep=None
+    )
+    ctx = StandaloneContext("scheduler")
+    running = asyncio.ensure_future(sched.run(ctx))
+    filler: Path | None = None
+    try:
+        async with asyncio.timeout(30):
+            await ctx.ready.wait()
+            filler = fill(disk)
+            result = await sched.reconfigure(company(DAILY + WEEKLY))
+            assert result == {
+                "added": ["weekly-note"],
+                "removed": [],
+                "changed": [],
+                "unchanged": ["daily-post"],
+            }
+            # the failed write stops the scheduler until the disk takes writes again
+            while DiskAlarm.of(bus).failing != {"routine history"}:
+                await asyncio.sleep(0.01)
+            filler.unlink()
+            filler = None
+            while DiskAlarm.of(bus).failing or not sched.running:
+                clock.advance(DISK_RETRY_SECONDS)
+                await asyncio.sleep(0.01)
+        assert sched.next_fire_time("weekly-note") is not None
+        assert sched.next_fire_time("daily-post") is not None
+        assert {r["routine"] for r in (await sched.jobs())["routines"]} == {
+            "daily-post",
+            "weekly-note",
+        }
+    finally:
+        await _stop(ctx, clock, running)
+        if filler is not None:
+            filler.unlink(missing_ok=True)

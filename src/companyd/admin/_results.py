@@ -461,6 +461,9 @@ class ConfigView(Frozen):
     warnings: list[str]
     reload: AsBuilt[ReloadBlock]
     reload_errors: list[str]
+    #: the settings the running file changed that only a restart applies (the daemon runs
+    #: the values it started with); absent when none
+    restart_required: Omitted[list[str]] = None
 
 
 # -- the daemon --------------------------------------------------------------------------------
@@ -492,6 +495,10 @@ class DaemonInfo(Frozen):
     role: Omitted[str] = None
     #: who leads (on a standby, the other daemon; on the leader, itself)
     leader: Omitted[AsBuilt[LeaderBlock]] = None
+    #: the settings the running file changed that only a restart applies (memory.path,
+    #: anthropic, alerts.telegram, …: the daemon runs the values it started with); absent
+    #: when none
+    restart_required: Omitted[list[str]] = None
 
 
 class CompanyInfo(Frozen):

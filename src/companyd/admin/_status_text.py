@@ -256,14 +256,20 @@ def channels_health(channels: list[Mapping[str, Any]], now: float, tz_name: str)
 
 
 def reload_lines(daemon: Mapping[str, Any], now: float, tz_name: str) -> list[str]:
-    """Since when the running company.yaml runs, and the last rejected reload when it came
-    after that (the file on disk is then not the one running). Shared by ``companyd
-    status`` and /status.
+    """Since when the running company.yaml runs, what in it waits for a restart, and the
+    last rejected reload when it came after that (the file on disk is then not the one
+    running). Shared by ``companyd status`` and /status.
     """
     out: list[str] = []
     loaded = as_number(daemon.get("config_loaded_at"))
     if loaded is not None:
         out.append(f"config running since {_clock_time(loaded, now, tz_name)}")
+    pending = [as_text(s) for s in as_list(daemon.get("restart_required")) if as_text(s)]
+    if pending:
+        out.append(
+            f"waiting for a restart: {', '.join(pending)} (the daemon runs the values it "
+            "started with; `systemctl restart companyd` applies them)"
+        )
     rejected = as_mapping(as_mapping(daemon.get("reload")).get("rejected"))
     at = as_number(rejected.get("at"))
     if at is not None and (loaded is None or at >= loaded):

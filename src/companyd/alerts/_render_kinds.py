@@ -235,6 +235,10 @@ def _daemon_reloaded(data: Data, source: str, counts: Mapping[str, int]) -> Rend
         lines.append(f"routines: {txt(routines, 300)}")
     if not lines and has(data, "unchanged"):
         lines.append("no agent changed")
+    pending = data.get("restart_required")
+    if isinstance(pending, list) and pending:
+        names = txt(", ".join(map(str, pending)), 300)
+        lines.append(f"waiting for a restart: {names} (`systemctl restart companyd`)")
     return Rendered("company.yaml reloaded", tuple(lines))
 
 

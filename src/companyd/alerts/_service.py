@@ -140,6 +140,9 @@ class AlertService:
         deliveries: DeliveryLog | None = None,
     ) -> None:
         self._config = config
+        #: the Telegram settings the current run of the pager started with (it reads them
+        #: only at its start): what a reload's ``restart_required`` is compared with
+        self._telegram_running = config.spec.alerts.telegram
         self._backend = backend
         # who claims the sends of a shared outbox: the same for every run of this pager, so
         # a restarted run keeps the claims of the one before
@@ -157,8 +160,8 @@ class AlertService:
         self._sender.on_sent = self._results.sent
         self._sender.on_refused = self._results.refused
         self._desk = DeskMessages(self._book)
-        # webhooks out (docs/webhooks.md): their settings apply on the next start, like
-        # Telegram's
+        # webhooks out (docs/webhooks.md): a reload applies their settings (update_config),
+        # unlike Telegram's, which wait for the pager's next start
         self._webhooks = Webhooks(
             config.spec.alerts.webhooks,
             self._clock,
@@ -181,10 +184,11 @@ class AlertService:
         """Apply a reloaded company.yaml: routes, severities, quiet hours, coalescing window,
         agent names, and the webhooks and channels (added, removed, changed: sent to as the
         new file says from now on). Telegram settings (token, chats, api_url) apply on the
-        next start: returned (``["alerts.telegram"]``) when they changed, for the reload's
-        ``restart_required``.
+        next start: returned (``["alerts.telegram"]``) while they differ from the ones the
+        pager runs with (a second reload still says so; one that puts them back does not),
+        for the reload's ``restart_required``.
         """
-        old, self._config = self._config, config
+        self._config = config
         self._book.policy = Policy.of(config)
         self._fanout.channels = config.spec.alerts.channels
         self._fanout.policy = self._book.policy
@@ -195,7 +199,14 @@ class AlertService:
         if self._queue is not None:
             self._queue.set_targets(self._channel_targets())
         self._reconfigured.set()
-        if old.spec.alerts.telegram != config.spec.alerts.telegram:
+        return self.restart_pending()
+
+    def restart_pending(self) -> list[str]:
+        """``["alerts.telegram"]`` while the running file's Telegram settings differ from
+        the ones the pager's current run started with (they apply at its next start), else
+        ``[]``: for ``restart_required`` in a reload's answer and in status.
+        """
+        if self._telegram_running != self._config.spec.alerts.telegram:
             return ["alerts.telegram"]
         return []
 
@@ -268,6 +279,7 @@ class AlertService:
         """
         if self._sub.closed:
             self._sub = self._bus.subscribe(maxsize=10_000)
+        self._telegram_running = self._config.spec.alerts.telegram
         settings = await asyncio.to_thread(resolve_settings, self._config.spec.alerts)
         if isinstance(settings, str):
             await self._run_as_sink(ctx, settings)

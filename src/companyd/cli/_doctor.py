@@ -66,6 +66,7 @@ def _running(config: Path, state_dir: Path | None) -> RunningDaemon | None:
             config=str(d["config"]),
             config_loaded_at=float(d["config_loaded_at"]),
             state_dir=str(d["state_dir"]),
+            restart_required=tuple(str(s) for s in d.get("restart_required") or ()),
         )
     except (KeyError, TypeError, ValueError):
         return None

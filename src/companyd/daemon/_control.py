@@ -56,6 +56,7 @@ from companyd.daemon._protocol import (
     BUILTIN_OPS,
     DEFAULT_DEADLINES,
     DEFAULT_REQUEST_TIMEOUT,
+    GOES_ON_AFTER_DEADLINE,
     MAX_REQUEST_BYTES,
     BadRequest,
     encode_answer,
@@ -605,6 +606,13 @@ class ControlServer:
             # the one place an Admin result becomes JSON (a bad result is a bug: internal)
             data = result_data(op, result)
         except TimeoutError:
+            if op in GOES_ON_AFTER_DEADLINE:
+                log.warning("control: %r did not finish within %.0f s; it goes on", op, deadline)
+                return error(
+                    f"{op!r} did not finish within {deadline:.0f} s; it goes on in the daemon "
+                    "(never left half-done) — `companyd status` shows how it ended",
+                    "timeout",
+                )
             log.warning("control: %r did not finish within %.0f s; cancelled", op, deadline)
             return error(
                 f"{op!r} did not finish within {deadline:.0f} s and was cancelled; the daemon "

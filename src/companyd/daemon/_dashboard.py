@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from companyd.admin import Admin, AdminError, DashboardLogin
 from companyd.clock import Clock
-from companyd.config import CompanyConfig, listen_address
+from companyd.config import CompanyConfig, DashboardSpec, listen_address
 from companyd.dashboard import Sessions
 from companyd.events import EventBus
 from companyd.supervision import Backoff, ChildSpec
@@ -49,6 +49,9 @@ class WebDashboard:
         self._clock = clock
         self.sessions = Sessions(clock)
         self.server: DashboardServer | None = None
+        #: ``dashboard:`` as the server was made (the daemon's start): what it serves with
+        #: until the daemon restarts, whatever a reload put in company.yaml meanwhile
+        self._serving: DashboardSpec | None = None
 
     def child(self, oneoff: bool, backoff: Backoff) -> ChildSpec | None:
         """The web server's child spec (restarted after ``backoff``, as the other services
@@ -57,6 +60,7 @@ class WebDashboard:
         spec = self._config().spec.dashboard
         if oneoff or not spec.enabled:
             return None
+        self._serving = spec
         # Imported here, not at the top: Starlette, uvicorn and Jinja2 are loaded only when
         # the dashboard is on (tests/daemon/test_startup_imports.py keeps them off the
         # import path of `companyd --help` and of a daemon with the dashboard off).
@@ -76,7 +80,9 @@ class WebDashboard:
         # Imported here for the reason given in child(); child() imported them already.
         from companyd.dashboard import DashboardContext, build_app
 
-        spec = self._config().spec.dashboard
+        # the server's settings, not the reloaded file's: a restart of the web layer alone
+        # keeps the address and TLS, so a Secure cookie must follow them (else no login)
+        spec = self._serving or self._config().spec.dashboard
         ctx = DashboardContext(
             admin=self._admin,
             bus=self._bus,

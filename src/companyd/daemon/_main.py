@@ -151,6 +151,9 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         oneoff: bool = False,
     ) -> None:
         self.config = config
+        #: the file the daemon started with: what its settings read only at start (memory
+        #: path, model client, metrics, dashboard, telemetry) run with until the restart
+        self.started_config = config
         self.state_dir = state_dir
         #: the state directory's mode if it was open to the group or others (now 0700)
         self.tightened_from = private_dir(state_dir)

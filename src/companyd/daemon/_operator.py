@@ -68,7 +68,7 @@ from companyd.clock import Clock, clock_time
 from companyd.config import CompanyConfig
 from companyd.daemon._actions import recorded
 from companyd.daemon._dashboard import WebDashboard
-from companyd.daemon._reload import ReloadRecord
+from companyd.daemon._reload import ReloadRecord, waiting_for_restart
 from companyd.daemon._systemd import LoopLagMonitor
 from companyd.daemon._toolsops import approve_tools_item
 from companyd.desk import (
@@ -101,6 +101,7 @@ class Operator:
     """
 
     config: CompanyConfig
+    started_config: CompanyConfig
     state_dir: Path
     clock: Clock
     state: str
@@ -147,6 +148,10 @@ class Operator:
             storage=self.storage.describe(),
             role=self.role,
             leader=leader or self.leader,
+            restart_required=(
+                waiting_for_restart(self.started_config, self.config, self.state_dir, self.alerts)
+                or None
+            ),
         )
 
     def _status_sync(self) -> partial[Status]:

@@ -50,6 +50,7 @@ __all__ = [
     "BUILTIN_OPS",
     "DEFAULT_DEADLINES",
     "DEFAULT_REQUEST_TIMEOUT",
+    "GOES_ON_AFTER_DEADLINE",
     "MAX_REQUEST_BYTES",
     "MAX_REQUEST_DEPTH",
     "MAX_RESPONSE_BYTES",
@@ -96,6 +97,10 @@ DEFAULT_DEADLINES: Mapping[str, float] = {
     "run_job": 60.0,
     "backup": 600.0,  # copies every store and the memory: minutes for a large company
 }
+#: Operations whose work goes on when the socket stops waiting at their deadline (it is
+#: shielded: a reload is never left half-done), so their timeout answer must not say
+#: "cancelled".
+GOES_ON_AFTER_DEADLINE = frozenset({"reload"})
 
 _EXAMPLE = 'send one JSON object per line, e.g. {"op": "status", "args": {}}'
 

@@ -37,7 +37,13 @@ from companyd.events import ConfigRejected, DaemonReloaded, EventBus
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import SpendBook
 
-__all__ = ["ReloadRecord", "Reloader", "restart_only_changes", "shown_error"]
+__all__ = [
+    "ReloadRecord",
+    "Reloader",
+    "restart_only_changes",
+    "shown_error",
+    "waiting_for_restart",
+]
 
 log = logging.getLogger("companyd.daemon")  # the daemon's own log lines, whichever module
 
@@ -84,6 +90,7 @@ class Reloader:
     """
 
     config: CompanyConfig
+    started_config: CompanyConfig
     state_dir: Path
     oneoff: bool
     clock: Clock
@@ -110,16 +117,25 @@ class Reloader:
         """Re-read company.yaml; apply the difference or keep the old config.
 
         A reload asked for during start-up waits until the tree is up (READY=1 is sent
-        once, when it is); one asked for while the daemon stops is refused. An operator's
-        reload is an ``operator_action`` ``via`` where it was asked (``cli``, ``telegram``;
-        empty: the daemon's own, on SIGHUP or after an applied proposal — not recorded).
+        once, when it is); one asked for while the daemon stops is refused. Reloads run one
+        at a time, in the order asked; one whose caller is cancelled once the company is up
+        still runs (and is recorded), and the next waits for it. An operator's reload is an
+        ``operator_action`` ``via`` where it was asked (``cli``, ``telegram``; empty: the
+        daemon's own, on SIGHUP or after an applied proposal — not recorded).
         """
-        return await recorded(self.bus, "reload", "company.yaml", via, self._reload_asked())
-
-    async def _reload_asked(self) -> ReloadApplied | ReloadRejected:
         if not self._up.is_set() and not self._stopping():
             log.info("reload requested during start-up: applied once the company is up")
             await self._up.wait()
+        # The lock and the record are taken inside the shield: a caller that gives up (the
+        # control socket's deadline, a closed connection) leaves its reload applying, holding
+        # the lock — the next one waits for it rather than running beside it (two at once
+        # answered from a half-applied company and sent READY=1 in the middle of the
+        # second) — and recorded as the operator's action once it is done.
+        return await asyncio.shield(
+            recorded(self.bus, "reload", "company.yaml", via, self._reload_in_turn())
+        )
+
+    async def _reload_in_turn(self) -> ReloadApplied | ReloadRejected:
         async with self._reload_lock:
             if self._stopping():
                 log.info("reload not applied: the daemon is stopping")
@@ -128,7 +144,7 @@ class Reloader:
                     errors=["the daemon is stopping; company.yaml was not reloaded"],
                     message="reload refused: the daemon is stopping",
                 )
-            return await asyncio.shield(self._reload())
+            return await self._reload()
 
     def _stopping(self) -> bool:
         return self._stop.is_set() or self.state == "stopping"
@@ -162,7 +178,7 @@ class Reloader:
             # a budget raised in company.yaml lets the agents it paused work again
             resumed = self.staff.resume_budget_paused("budget raised in company.yaml")
             self.proposal_store.reconfigure(new)
-            alerts_later = self.alerts.update_config(new)
+            self.alerts.update_config(new)
             diff = await self.tree.apply_config(new)
             self.staff.drop_removed()  # the removed agents are stopped by now
             routines = {} if self.oneoff else await self.scheduler.reconfigure(new)
@@ -170,7 +186,9 @@ class Reloader:
             self.config_loaded_at = self.clock.time()
             self.reloads.applied(self.config_loaded_at)
             unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]
-            later = restart_only_changes(old, new, self.state_dir) + alerts_later
+            # against what runs, not the last file loaded: a change an earlier reload could
+            # not apply still waits for the restart, and one undone no longer does
+            later = waiting_for_restart(self.started_config, new, self.state_dir, self.alerts)
             result = ReloadApplied(
                 applied=True,
                 added=list(diff.added_agents),
@@ -202,6 +220,7 @@ class Reloader:
                     unchanged=result.unchanged,
                     routines=routines,
                     failures=list(result.failures),
+                    restart_required=later or None,
                 )
             )
             return result
@@ -229,18 +248,38 @@ def shown_error(text: str) -> str:
     return " ".join(redact(text).split())[:500]  # one line: status prints it in a line
 
 
+def waiting_for_restart(
+    started: CompanyConfig, running: CompanyConfig, state_dir: Path, alerts: AlertService
+) -> list[str]:
+    """What the running file (``running``: the last one loaded) changed that only a
+    restart applies: the daemon's settings read at start against the file it started with,
+    and the pager's Telegram settings against its current run's. The reload's answer and
+    status (``restart_required``) and the dashboard's Config page all say this.
+    """
+    return restart_only_changes(started, running, state_dir) + alerts.restart_pending()
+
+
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
     """The settings read once at start that differ between ``old`` and ``new``: a reload
-    cannot apply them (the state directory, the memory file, the model client, metrics,
-    the dashboard's address, telemetry).
+    cannot apply them (the state directory, where the stores live, the memory file, the
+    model client, metrics, the dashboard's address, telemetry). The daemon passes the file
+    it started with as ``old`` (what runs until the restart), never the last one a reload
+    loaded.
     """
     changed = []
     # (when --state-dir chose the directory, company.yaml's state_dir does not matter)
     if old.state_dir() == state_dir and new.state_dir() != state_dir:
         changed.append("state_dir")
+    # the stores' backend is chosen at start; PostgreSQL's settings mean nothing on SQLite
+    old_st, new_st = old.spec.state, new.spec.state
+    if old_st != new_st and "postgres" in (old_st.backend, new_st.backend):
+        changed.append("state")
     if old.memory_path(state_dir) != new.memory_path(state_dir):
         changed.append("memory.path")
-    if old.spec.anthropic != new.spec.anthropic:
+    # the model client is made at start; quota_pause_after is the agents' (their quota
+    # walls), which a reload applies
+    live = {"quota_pause_after": 0.0}
+    if old.spec.anthropic.model_copy(update=live) != new.spec.anthropic.model_copy(update=live):
         changed.append("anthropic")
     if old.spec.metrics != new.spec.metrics:
         changed.append("metrics")

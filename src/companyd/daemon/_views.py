@@ -21,8 +21,9 @@ from typing import Any, TypeVar
 from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
 from companyd._secrets import SECRETS
 from companyd.admin import AdminError, ConfigView, MemoryChanges, MemoryEntity, MemorySearch
+from companyd.alerts import AlertService
 from companyd.config import CompanyConfig, resolved_view, secret_references
-from companyd.daemon._reload import ReloadRecord
+from companyd.daemon._reload import ReloadRecord, waiting_for_restart
 from companyd.memory import (
     KnowledgeGraph,
     MemoryService,
@@ -51,9 +52,12 @@ class Views:
     """
 
     config: CompanyConfig
+    started_config: CompanyConfig
+    state_dir: Path
     config_loaded_at: float
     reloads: ReloadRecord
     memory: MemoryService
+    alerts: AlertService
 
     async def memory_search(self, query: str, limit: int = 50) -> MemorySearch:
         """:meth:`Admin.memory_search`.
@@ -123,6 +127,10 @@ class Views:
             warnings=[SECRETS.redact(str(w)) for w in config.warnings],
             reload=self.reloads.to_dict(),
             reload_errors=list(self.reloads.last_errors),
+            restart_required=(
+                waiting_for_restart(self.started_config, config, self.state_dir, self.alerts)
+                or None
+            ),
         )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from companyd.events._base import Event, Severity
+from companyd.events._base import Event, Severity, optional
 
 __all__ = [
     "ConfigRejected",
@@ -44,7 +44,8 @@ class DaemonStopping(Event):
 
 class DaemonReloaded(Event):
     """A reloaded company.yaml was applied: agent slugs started, stopped, restarted, the
-    count unchanged, and the scheduler's summary of its routines.
+    count unchanged, the scheduler's summary of its routines, and the settings of the file
+    that only a restart applies (``restart_required``; left out when none).
     """
 
     KIND = "daemon_reloaded"
@@ -54,6 +55,7 @@ class DaemonReloaded(Event):
     unchanged: int
     routines: dict[str, list[str]]
     failures: list[Any]
+    restart_required: list[str] | None = optional()
 
 
 class LeadershipTaken(Event):

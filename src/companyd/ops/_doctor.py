@@ -105,6 +105,8 @@ class RunningDaemon:
     config: str
     config_loaded_at: float
     state_dir: str
+    #: the settings of the loaded file only a restart applies (status ``restart_required``)
+    restart_required: tuple[str, ...] = ()
 
 
 @dataclass
@@ -327,6 +329,19 @@ def _check_config(path: Path, running: RunningDaemon | None) -> tuple[Check, Com
                 config,
             )
         summary += "; the running daemon loaded this version"
+        if running.restart_required:
+            names = ", ".join(running.restart_required)
+            verb = "waits" if len(running.restart_required) == 1 else "wait"
+            return (
+                Check(
+                    "config",
+                    "warning",
+                    f"{summary}, but {names} {verb} for a restart: the daemon runs the "
+                    "values it started with",
+                    "sudo systemctl restart companyd applies them",
+                ),
+                config,
+            )
     if config.warnings:
         return (
             Check(

@@ -477,16 +477,24 @@ class RoutineScheduler:
             (those with the same trigger keep their next fire time), ``unchanged`` only
             those identical.
 
-        Raises:
-            RuntimeError: the scheduler is not running.
+        While the scheduler is not running (between two starts: a crash's backoff, a state
+        disk that refuses writes) nothing is armed: ``config`` is kept for its next start,
+        which plans from it, and the result compares it with the routines it replaces.
         """
         aps, store = self._aps, self._rec.store
-        if aps is None or store is None:
-            raise RuntimeError("reconfigure() needs a started RoutineScheduler")
-        now = self._clock.time()
-        now_dt = utc_from_ts(now)
         wanted = {s: r for s, r in config.routines.items() if r.enabled}
         result: dict[str, list[str]] = {"added": [], "removed": [], "changed": [], "unchanged": []}
+        if aps is None or store is None:
+            # a reload must not fail half-way (agents on the new file, routines on none)
+            had = {s: r for s, r in self._config.routines.items() if r.enabled}
+            result["removed"] = [s for s in had if s not in wanted]
+            for slug, r in wanted.items():
+                key = "added" if slug not in had else "unchanged" if had[slug] == r else "changed"
+                result[key].append(slug)
+            self._config = config
+            return result
+        now = self._clock.time()
+        now_dt = utc_from_ts(now)
         states: list[RoutineState] = []
         removed = [s for s in self._slots if s not in wanted]
         for slug in removed:
@@ -538,9 +546,18 @@ class RoutineScheduler:
                 db.put_state(c, replace(st, last_fire=prev.last_fire if prev else None))
             db.delete_states(c, removed)
 
-        await store.call(write)
-        await self._fires.take_baselines(self._slots.values())
+        # The jobs are armed from here on: the config is the one in force, whatever the
+        # write does. A history that refuses it (a full state disk) fails the scheduler as
+        # a failed posted write does — it stops, and its next start plans from `config` —
+        # rather than the reload, which would stop half-way with the agents on the new file.
         self._config = config
+        try:
+            await store.call(write)
+        except StoreError as exc:
+            log.error("the reloaded routines could not be written to the history: %s", exc)
+            self._store_failed(exc)
+            return result
+        await self._fires.take_baselines(self._slots.values())
         return result
 
     # -- firing -----------------------------------------------------------------------
@@ -574,7 +591,7 @@ class RoutineScheduler:
             RoutineNotFound: no enabled routine of that name.
             RoutineBusy: the concurrency policy has no room (a run is active and the policy
                 is ``skip_if_active``, or the one queue place is taken).
-            RuntimeError: the scheduler is not running.
+            AdminError: the scheduler is not running (the state disk, a restart).
         """
         return (await self.fire_now(routine, until_asked=False)).outcome
 
@@ -584,12 +601,10 @@ class RoutineScheduler:
         ends when the founder decides — rather than when the fire ends.
 
         Raises:
-            RoutineNotFound, RoutineBusy, RuntimeError: as :meth:`run_now`.
+            RoutineNotFound, RoutineBusy, AdminError: as :meth:`run_now`.
         """
-        if self._aps is None and self._disk_failure is not None:
-            raise AdminError(f"routines are unavailable: {self._disk_failure}")
         if self._aps is None:
-            raise RuntimeError("run_now() needs a started RoutineScheduler")
+            raise self._unavailable()
         slot = self._slots.get(routine)
         if slot is None:
             raise self._not_found(routine)
@@ -744,6 +759,18 @@ class RoutineScheduler:
 
     # -- views ------------------------------------------------------------------------
 
+    def _unavailable(self) -> AdminError:
+        """Why the routines cannot be read or run now (the scheduler is not running): the
+        state disk, or a stop between two starts (a crash's backoff) — a plain answer for
+        the operator (``status`` shows no routines), never an internal error.
+        """
+        if self._disk_failure is not None:
+            return AdminError(f"routines are unavailable: {self._disk_failure}")
+        return AdminError(
+            "routines are unavailable: the scheduler is not running (restarting, see "
+            "`companyd status`); try again in a minute"
+        )
+
     def next_fire_time(self, routine: str) -> datetime | None:
         """When ``routine`` fires next (None: not scheduled)."""
         if self._aps is None:
@@ -756,10 +783,8 @@ class RoutineScheduler:
         the same shape as ``companyd jobs --json``).
         """
         store = self._rec.store
-        if store is None and self._disk_failure is not None:
-            raise AdminError(f"routines are unavailable: {self._disk_failure}")
         if store is None:
-            raise RuntimeError("jobs() needs a started RoutineScheduler")
+            raise self._unavailable()
         now = self._clock.time()
         stats, latest, open_, paused = await self._read(
             store,
@@ -805,10 +830,8 @@ class RoutineScheduler:
             RoutineNotFound: neither company.yaml nor the history knows the routine.
         """
         store = self._rec.store
-        if store is None and self._disk_failure is not None:
-            raise AdminError(f"routines are unavailable: {self._disk_failure}")
         if store is None:
-            raise RuntimeError("history() needs a started RoutineScheduler")
+            raise self._unavailable()
         records: list[db.FireRecord] = await self._read(
             store, lambda c: db.recent_fires(c, routine, limit)
         )
@@ -825,10 +848,8 @@ class RoutineScheduler:
             RoutineNotFound: no routine of that name in company.yaml.
         """
         store = self._rec.store
-        if store is None and self._disk_failure is not None:
-            raise AdminError(f"routines are unavailable: {self._disk_failure}")
         if store is None:
-            raise RuntimeError("resume_routine() needs a started RoutineScheduler")
+            raise self._unavailable()
         if routine not in self._config.routines:
             raise self._not_found(routine)
         now = self._clock.time()
