@@ -100,6 +100,24 @@ def crash(ts: float, child: str = "cfo") -> ChildExited:
     )
 
 
+def budget_reached(ts: float) -> BudgetThreshold:
+    """The company's daily budget reached (a critical alert)."""
+    return BudgetThreshold(
+        source="spend",
+        severity=Severity.CRITICAL,
+        scope="company",
+        agent=None,
+        period="day",
+        key="company/day",
+        level=1.0,
+        used_usd=5.0,
+        limit_usd=5.0,
+        resets_at="2027-01-16T00:00:00+00:00",
+        message="Daily budget reached",
+        ts=ts,
+    )
+
+
 def test_each_channel_gets_the_alerts_at_its_own_floor_once_per_story() -> None:
     cfg = load_config_text(COMPANY, file="c.yaml")
     fan = Fanout(cfg.spec.alerts.channels, Policy.of(cfg))
@@ -118,20 +136,7 @@ def test_each_channel_gets_the_alerts_at_its_own_floor_once_per_story() -> None:
         "channel:all",
     ]
     assert len(fan.items(crash(800.0), now=800.0)) == 2
-    budget = BudgetThreshold(
-        source="spend",
-        severity=Severity.CRITICAL,
-        scope="company",
-        agent=None,
-        period="day",
-        key="company/day",
-        level=1.0,
-        used_usd=5.0,
-        limit_usd=5.0,
-        resets_at="2027-01-16T00:00:00+00:00",
-        message="Daily budget reached",
-        ts=900.0,
-    )
+    budget = budget_reached(900.0)
     assert [i.target for i in fan.items(budget, now=900.0)] == [
         "channel:pager",
         "channel:slack",
@@ -185,20 +190,7 @@ async def test_quiet_hours_hold_a_channel_s_alerts_and_results_as_telegram_s(
         ("channel:all", end, True),
     ]
     assert items[0].key == items[1].key == f"quiet:{end!r}"
-    budget = BudgetThreshold(
-        source="spend",
-        severity=Severity.CRITICAL,
-        scope="company",
-        agent=None,
-        period="day",
-        key="company/day",
-        level=1.0,
-        used_usd=5.0,
-        limit_usd=5.0,
-        resets_at="2027-01-16T00:00:00+00:00",
-        message="Daily budget reached",
-        ts=night + 60,
-    )
+    budget = budget_reached(night + 60)
     critical = fan.items(budget, now=night + 60)
     assert len(critical) == 3 and {(i.not_before, i.fold) for i in critical} == {(None, False)}
     result = RoutineResult(
