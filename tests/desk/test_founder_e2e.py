@@ -33,6 +33,7 @@ import yaml
 
 from agentkit import PerAgent, daemon_env, tool_files, tool_results, tool_server, write_company
 from companyd.daemon._control_client import ControlClient
+from companyd.daemon._main import AGENT_SHUTDOWN
 from companyd.llm import Usage
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
@@ -956,3 +957,94 @@ async def test_run_again_on_the_phone_says_a_long_run_goes_on(
                 fires = (await daemon.call("job_history", routine="daily-post"))["fires"]
                 assert len(fires) == 2, fires
                 await daemon.stop()
+
+
+def _consulting_company(work: Path, bot: BotApiServer, tool_log: Path) -> Path:
+    """:func:`_company` with a ``ceo`` who consults marketing, and ceo's ``daily-post``."""
+    cfg = _company(work, bot, tool_log)
+    doc = yaml.safe_load(cfg.read_text())
+    doc["agents"]["marketing"]["reports_to"] = "ceo"
+    doc["agents"]["ceo"] = {
+        "title": "CEO",
+        "instructions": "You are the ceo.",
+        "consult": ["marketing"],
+    }
+    doc["routines"] = {
+        "daily-post": {
+            "assignee": "ceo",
+            "description": "Have the flash sale announced.",
+            "trigger": {"cron": "0 3 29 2 *"},
+        }
+    }
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return cfg
+
+
+@pytest.mark.anyio
+async def test_a_consultation_waiting_for_an_approval_survives_a_sigterm(work: Path) -> None:
+    """A routine's run consulted a colleague whose run waits for the founder's approval of
+    a tool call when the daemon is stopped (SIGTERM): both runs stop at a checkpoint at
+    once (the stop does not wait out the agent stop limit), and after the restart the
+    founder's Approve on the message sent before the stop runs the tool once, the
+    colleague's answer reaches the asking run, and the fire ends ``ok`` — as a direct
+    approval does (docs/desk.md, "Consultations across a restart").
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("consult", {"agent": "marketing", "question": "Post the flash sale."}),
+            reply_text("Marketing posted the flash sale."),
+        ],
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+            reply_text("Posted the flash sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            state = work / "s"
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
+            )
+            second: InProcessDaemon | None = None
+            try:
+                await first.start(timeout=START_TIMEOUT)
+
+                async def fire() -> None:
+                    with contextlib.suppress(Exception):  # the daemon stops under it
+                        await ControlClient(first.socket, timeout=120).acall(
+                            "run_job", routine="daily-post"
+                        )
+
+                firing = asyncio.create_task(fire())
+                approval = await _message(bot, "marketing wants to call post_update")
+                item_id = approval.text.split("approve? (")[1].split(")")[0]
+                assert f"{item_id}  approval" in (await _cli_of(first, "inbox")).out
+                began = asyncio.get_running_loop().time()
+                assert await first.stop(timeout=60) == 0
+                took = asyncio.get_running_loop().time() - began
+                await firing
+
+                second = _restarted(cfg, work, srv)
+                await second.start(timeout=START_TIMEOUT)
+                inbox = await second.cli("inbox")
+                assert f"{item_id}  approval" in inbox.out, inbox.out  # still asked
+                bot.press_button(FOUNDER, approval.message_id, _button(approval, "Approve"))
+                await _fire_ended(second, "daily-post")
+                fires = (await second.call("job_history", routine="daily-post"))["fires"]
+                runs = (await second.call("runs"))["runs"]
+                await asyncio.sleep(1.0)  # room for a second request, were there one
+            finally:
+                await _stop_both(first, second)
+    assert _started(tool_log) == ["started Flash sale!"]  # approved: it ran, once
+    assert len(_to_founder(bot, "wants to call post_update")) == 1  # asked once
+    by_agent = {r["agent"]: r for r in runs}
+    assert by_agent["marketing"]["status"] == "ok", by_agent["marketing"]
+    assert by_agent["marketing"]["answer"] == "Posted the flash sale."
+    assert fires[0]["outcome"] == "ok"
+    # the asking run got the colleague's answer, not "outcome unknown"
+    assert tool_results(srv.requests[-1])[0]["content"] == "Posted the flash sale."
+    assert srv.served == 4  # no model call paid twice
+    # both runs stopped at a checkpoint at once, not by the agent stop limit's cancellation
+    assert took < AGENT_SHUTDOWN, f"the stop took {took:.1f} s"

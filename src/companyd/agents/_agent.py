@@ -642,20 +642,7 @@ class Agent:
             key=tool_id,
         )
         self._progress()
-        max_seconds = self.config.limits.max_seconds
-        ctx = ToolCallContext(
-            agent=self.slug,
-            run_id=state.run_id,
-            task_id=state.task.id,
-            consult_chain=state.task.consult_chain,
-            tool_use_id=tool_id,
-            routine=state.task.routine,
-            run_seconds_left=(
-                None
-                if max_seconds is None
-                else max_seconds - (deps.clock.monotonic() - state.breaker.started)
-            ),
-        )
+        ctx = self._tool_context(state, tool_id)
         span = deps.tracer.start(
             f"execute_tool {name}",
             parent=state.span,
@@ -689,6 +676,37 @@ class Agent:
             state.run_id, state.seq, "tool_result", result, deps.clock.time(), key=tool_id
         )
         return result
+
+    def _tool_context(self, state: RunState, tool_id: str) -> ToolCallContext:
+        max_seconds = self.config.limits.max_seconds
+        return ToolCallContext(
+            agent=self.slug,
+            run_id=state.run_id,
+            task_id=state.task.id,
+            consult_chain=state.task.consult_chain,
+            tool_use_id=tool_id,
+            routine=state.task.routine,
+            run_seconds_left=(
+                None
+                if max_seconds is None
+                else max_seconds - (self.deps.clock.monotonic() - state.breaker.started)
+            ),
+        )
+
+    async def _rejoin_tool(self, state: RunState, tool_use: ToolUseBlock) -> ToolResultBlock:
+        """The result of a started non-idempotent call a stop interrupted: what its tool's
+        ``rejoin`` waits for (a consultation or delegation: the colleague's task, kept in
+        the journal across the restart), else "outcome unknown" — never a second call.
+        """
+        tid, name = str(tool_use["id"]), str(tool_use["name"])
+        colleague = self._toolbox.family(name) == "colleagues"
+        self._colleague_waits += colleague  # waiting on a colleague is not being stuck
+        try:
+            result = await self._toolbox.rejoin(tool_use, self._tool_context(state, tid))
+        finally:
+            self._colleague_waits -= colleague
+        self._progress()
+        return result if result is not None else unknown_outcome_result(tid, name)
 
     def _needs_approval(self, name: str) -> bool:
         """Whether a call of ``name`` waits for the founder: listed in ``require_approval``
@@ -831,11 +849,12 @@ class Agent:
         """Finish what a crash interrupted.
 
         Tool calls with a journaled result keep it; calls that never started, or whose tool
-        is idempotent, run (again); a non-idempotent call that started without a result gets
-        an "outcome unknown" result instead — no second tweet. If the journal ends with a
-        final answer, the run had finished in all but its verification and outcome row: its
-        stop reason is returned (the run ends as it says, once verified); a turn the model
-        paused (``pause_turn``) is continued.
+        is idempotent, run (again); a non-idempotent call that started without a result
+        waits for what it started if its tool can (a colleague's task the restart kept:
+        :meth:`_rejoin_tool`), else gets an "outcome unknown" result — no second tweet.
+        If the journal ends with a final answer, the run had finished in all but its
+        verification and outcome row: its stop reason is returned (the run ends as it
+        says, once verified); a turn the model paused (``pause_turn``) is continued.
         """
         if not state.pending:
             last = state.messages[-1]
@@ -849,7 +868,7 @@ class Agent:
             if p.result is not None:
                 results.append(p.result)
             elif p.started and not self._toolbox.is_idempotent(name):
-                r = unknown_outcome_result(tid, name)
+                r = await self._rejoin_tool(state, p.tool_use)
                 state.seq += 1
                 await deps.journal.append_step(
                     state.run_id, state.seq, "tool_result", r, deps.clock.time(), key=tid

@@ -172,9 +172,11 @@ class Staff:
     async def load(self) -> None:
         """Restore pauses and queued tasks from the journal (once, before agents start).
 
-        Consultations and reviews the previous process left open are withdrawn, not
-        restored: the run that asked resumes from its journal, where that tool call has no
-        recorded result (it is not idempotent: "outcome unknown"), so nobody would read the
+        Reviews the previous process left open are withdrawn, not restored: the run that
+        asked resumes from its journal and asks for a new review. Consultations are kept
+        while the run that asked is unfinished — it resumes and waits for the answer again
+        (:meth:`asked_task`; a colleague's run waiting for the founder goes on waiting for
+        the same item, docs/desk.md) — and withdrawn otherwise, as nobody would read the
         answer. Delegated tasks are kept: their work may be the point (a post, a report).
         """
         try:
@@ -195,10 +197,10 @@ class Staff:
 
     async def _load(self) -> None:
         await self.journal.open()
-        orphans = await self.journal.withdraw_orphans(
-            ("consult", "review"),
-            "the daemon restarted while its asker waited; nobody waits for the answer",
-            self.clock.time(),
+        why = "the daemon restarted while its asker waited; nobody waits for the answer"
+        orphans = await self.journal.withdraw_orphans(("review",), why, self.clock.time())
+        orphans += await self.journal.withdraw_orphans(
+            ("consult",), why, self.clock.time(), unless_asker_runs=True
         )
         if orphans:
             log.info("withdrew %d consultation(s)/review(s) left open by a restart", orphans)
@@ -277,6 +279,12 @@ class Staff:
         (it ended before, or was never journaled).
         """
         return self.mailboxes.resumed(task_id)
+
+    async def asked_task(self, run_id: str, tool_use_id: str) -> Task | None:
+        """The open task (a consultation, a delegation) the tool call ``tool_use_id`` of
+        run ``run_id`` asked for, as the journal holds it; None if there is none.
+        """
+        return await self.journal.asked_task(run_id, tool_use_id)
 
     def inbox_size(self, agent: str) -> int:
         """Tasks waiting in ``agent``'s mailbox (not counting the one running)."""
