@@ -960,10 +960,13 @@ async def test_run_again_on_the_phone_says_a_long_run_goes_on(
 
 
 def _consulting_company(work: Path, bot: BotApiServer, tool_log: Path) -> Path:
-    """:func:`_company` with a ``ceo`` who consults marketing, and ceo's ``daily-post``."""
+    """:func:`_company` with a ``ceo`` who consults marketing (who may ask the founder),
+    and ceo's ``daily-post``.
+    """
     cfg = _company(work, bot, tool_log)
     doc = yaml.safe_load(cfg.read_text())
     doc["agents"]["marketing"]["reports_to"] = "ceo"
+    doc["agents"]["marketing"]["tools"]["ask_founder"] = True
     doc["agents"]["ceo"] = {
         "title": "CEO",
         "instructions": "You are the ceo.",
@@ -980,26 +983,39 @@ def _consulting_company(work: Path, bot: BotApiServer, tool_log: Path) -> Path:
     return cfg
 
 
+#: (the asking run's tool, what the colleague's run waits for)
+_WAITS = [("consult", "approval"), ("delegate", "approval"), ("consult", "question")]
+
+
 @pytest.mark.anyio
-async def test_a_consultation_waiting_for_an_approval_survives_a_sigterm(work: Path) -> None:
-    """A routine's run consulted a colleague whose run waits for the founder's approval of
-    a tool call when the daemon is stopped (SIGTERM): both runs stop at a checkpoint at
-    once (the stop does not wait out the agent stop limit), and after the restart the
-    founder's Approve on the message sent before the stop runs the tool once, the
-    colleague's answer reaches the asking run, and the fire ends ``ok`` — as a direct
-    approval does (docs/desk.md, "Consultations across a restart").
+@pytest.mark.parametrize(("asks", "waits"), _WAITS, ids=["-".join(w) for w in _WAITS])
+async def test_a_colleague_waiting_for_the_founder_survives_a_sigterm(
+    work: Path, asks: str, waits: str
+) -> None:
+    """A routine's run consulted (or delegated to) a colleague whose run waits for the
+    founder — a tool call to approve, or an ``ask_founder`` question — when the daemon is
+    stopped (SIGTERM): both runs stop at a checkpoint at once (the stop does not wait out
+    the agent stop limit), and after the restart the founder's answer on the message sent
+    before the stop (Approve, a reply) goes to the colleague's run, its result reaches the
+    asking run, and the fire ends ``ok`` — as a direct approval does (docs/desk.md,
+    "Colleagues across a restart").
     """
     tool_log = tool_files(work) / "tool.log"
-    model = PerAgent(
-        ceo=[
-            reply_tool_use("consult", {"agent": "marketing", "question": "Post the flash sale."}),
-            reply_text("Marketing posted the flash sale."),
-        ],
-        marketing=[
-            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
-            reply_text("Posted the flash sale."),
-        ],
+    ask = (
+        {"agent": "marketing", "question": "Post the flash sale."}
+        if asks == "consult"
+        else {"agent": "marketing", "task": "Post the flash sale."}
     )
+    wait = (
+        reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale.")
+        if waits == "approval"
+        else reply_tool_use("ask_founder", {"question": "Flash sale: 20% or 30% off?"})
+    )
+    model = PerAgent(
+        ceo=[reply_tool_use(asks, ask), reply_text("Marketing posted the flash sale.")],
+        marketing=[wait, reply_text("Posted the flash sale.")],
+    )
+    needle = "marketing wants to call post_update" if waits == "approval" else "20% or 30% off?"
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
             cfg = _consulting_company(work, bot, tool_log)
@@ -1018,9 +1034,9 @@ async def test_a_consultation_waiting_for_an_approval_survives_a_sigterm(work: P
                         )
 
                 firing = asyncio.create_task(fire())
-                approval = await _message(bot, "marketing wants to call post_update")
-                item_id = approval.text.split("approve? (")[1].split(")")[0]
-                assert f"{item_id}  approval" in (await _cli_of(first, "inbox")).out
+                asked = await _message(bot, needle)
+                item_id = re.findall(r"\((ap-[0-9a-f]+|q-[0-9a-f]+)\)", asked.text)[0]
+                assert f"{item_id}  {waits}" in (await _cli_of(first, "inbox")).out
                 began = asyncio.get_running_loop().time()
                 assert await first.stop(timeout=60) == 0
                 took = asyncio.get_running_loop().time() - began
@@ -1029,22 +1045,35 @@ async def test_a_consultation_waiting_for_an_approval_survives_a_sigterm(work: P
                 second = _restarted(cfg, work, srv)
                 await second.start(timeout=START_TIMEOUT)
                 inbox = await second.cli("inbox")
-                assert f"{item_id}  approval" in inbox.out, inbox.out  # still asked
-                bot.press_button(FOUNDER, approval.message_id, _button(approval, "Approve"))
+                assert f"{item_id}  {waits}" in inbox.out, inbox.out  # still asked
+                if waits == "approval":
+                    bot.press_button(FOUNDER, asked.message_id, _button(asked, "Approve"))
+                else:
+                    _reply(bot, asked, "20%")
                 await _fire_ended(second, "daily-post")
                 fires = (await second.call("job_history", routine="daily-post"))["fires"]
                 runs = (await second.call("runs"))["runs"]
                 await asyncio.sleep(1.0)  # room for a second request, were there one
             finally:
                 await _stop_both(first, second)
-    assert _started(tool_log) == ["started Flash sale!"]  # approved: it ran, once
-    assert len(_to_founder(bot, "wants to call post_update")) == 1  # asked once
+    assert len(_to_founder(bot, needle)) == 1  # asked once
+    if waits == "approval":
+        assert _started(tool_log) == ["started Flash sale!"]  # approved: it ran, once
+    else:
+        said = [r["content"] for q in srv.requests for r in tool_results(q)]
+        assert "The founder answered: 20%" in said
     by_agent = {r["agent"]: r for r in runs}
     assert by_agent["marketing"]["status"] == "ok", by_agent["marketing"]
     assert by_agent["marketing"]["answer"] == "Posted the flash sale."
     assert fires[0]["outcome"] == "ok"
     # the asking run got the colleague's answer, not "outcome unknown"
-    assert tool_results(srv.requests[-1])[0]["content"] == "Posted the flash sale."
+    got = tool_results(srv.requests[-1])[0]["content"]
+    if asks == "consult":
+        assert got == "Posted the flash sale."
+    else:
+        assert json.loads(got)["status"] == "ok" and json.loads(got)["result"] == (
+            "Posted the flash sale."
+        )
     assert srv.served == 4  # no model call paid twice
     # both runs stopped at a checkpoint at once, not by the agent stop limit's cancellation
     assert took < AGENT_SHUTDOWN, f"the stop took {took:.1f} s"

@@ -656,10 +656,19 @@ class Agent:
         span.set_content(GenAI.TOOL_ARGUMENTS, tool_use.get("input") or {})
         ctx = replace(ctx, trace=span.carrier())
         # waiting on a colleague or the founder's answer (ask_founder) is not being stuck
-        colleague = self._toolbox.family(name) in ("colleagues", "founder")
+        family = self._toolbox.family(name)
+        colleague = family in ("colleagues", "founder")
         self._colleague_waits += colleague
         try:
-            result = await self._toolbox.call(tool_use, ctx)
+            if family == "founder" and self._toolbox.is_idempotent(name):
+                # ask_founder waits for the founder: a stop is a checkpoint there, as for an
+                # approval — the resumed run asks again and finds the same question
+                asked = await race(self._toolbox.call(tool_use, ctx), self._stop.wait())
+                if asked.index == 1:
+                    raise Stopping
+                result = asked.result()
+            else:
+                result = await self._toolbox.call(tool_use, ctx)
         except BaseException as exc:
             span.fail(type(exc).__name__, str(exc))
             raise
