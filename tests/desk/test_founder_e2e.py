@@ -1077,3 +1077,52 @@ async def test_a_colleague_waiting_for_the_founder_survives_a_sigterm(
     assert srv.served == 4  # no model call paid twice
     # both runs stopped at a checkpoint at once, not by the agent stop limit's cancellation
     assert took < AGENT_SHUTDOWN, f"the stop took {took:.1f} s"
+
+
+@pytest.mark.anyio
+async def test_an_approval_of_a_colleague_no_longer_waited_for_is_withdrawn(work: Path) -> None:
+    """The asking run stops waiting for its colleague (its colleague_timeout_seconds passes)
+    while the colleague's run waits for the founder's approval: the colleague's task is
+    withdrawn, and so is the approval — its Telegram message loses the buttons that would
+    now do nothing and says why, it leaves the inbox, and a late `companyd approve` is
+    refused with the reason instead of "approving" a call that never runs.
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("consult", {"agent": "marketing", "question": "Post the flash sale."}),
+            reply_text("Marketing did not answer; the sale is not announced."),
+        ],
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+            reply_text("Posted the flash sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            doc = yaml.safe_load(cfg.read_text())
+            doc["agents"]["ceo"]["colleague_timeout_seconds"] = 60
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                got = await daemon.call("run_job", routine="daily-post")
+                item = got["approval_item"]
+                asked = await _message(bot, "marketing wants to call post_update")
+                await daemon.advance(61)
+                await _fire_ended(daemon, "daily-post")
+                await bot.wait_for(lambda: not _buttons_now(bot, asked), timeout=30)
+                footer = _footers(bot, asked)[-1]
+                inbox = await daemon.cli("inbox")
+                late = await daemon.cli("approve", item)
+                runs = {r["agent"]: r for r in (await daemon.call("runs"))["runs"]}
+                await daemon.stop()
+    assert footer.startswith("✔ withdrawn: the run that asked no longer waits for it at ")
+    assert item not in inbox.out
+    assert late.rc != 0
+    assert f"approval {item} was withdrawn (the asker stopped waiting: marketing did not " in (
+        late.err + late.out
+    )
+    assert _started(tool_log) == []  # never ran
+    assert runs["marketing"]["status"] == "cancelled"
+    assert runs["marketing"]["reason"].startswith("withdrawn: the asker stopped waiting")
+    assert "the task was withdrawn" in tool_results(srv.requests[-1])[0]["content"]

@@ -343,6 +343,7 @@ class Agent:
         while not work.done():
             if state.withdrawn is not None:
                 await cancel_and_reap(work, self.slug)
+                await self._close_founder_items(state, state.withdrawn)
                 return RunStatus.CANCELLED, f"withdrawn: {state.withdrawn}"
             if self._founder_waits:
                 # waiting for the founder's approval: not stuck, and not the run's time
@@ -381,6 +382,27 @@ class Agent:
 
     def _progress(self) -> None:
         self._last_progress = self.deps.clock.monotonic()
+
+    async def _close_founder_items(self, state: RunState, reason: str) -> None:
+        """Close what the withdrawn run left waiting on the founder's desk (an approval, a
+        question): nothing will act on its answer, so its message must not offer buttons
+        that do nothing (docs/desk.md, "Colleagues across a restart").
+        """
+        desk = self.deps.desk
+        if desk is None:
+            return
+        try:
+            closed = await desk.withdraw_run(state.run_id, reason)
+        except Exception as exc:
+            # the item stays pending (and expires at its deadline); the run still ends
+            log.error(
+                "agent %s: run %s: its desk items not closed: %r", self.slug, state.run_id, exc
+            )
+            return
+        for item in closed:
+            log.info(
+                "agent %s: withdrew %s of run %s: %s", self.slug, item.id, state.run_id, reason
+            )
 
     async def _quarantine(self, state: RunState, crashes: int) -> None:
         deps = self.deps
@@ -659,6 +681,7 @@ class Agent:
         family = self._toolbox.family(name)
         colleague = family in ("colleagues", "founder")
         self._colleague_waits += colleague
+        result: ToolResultBlock
         try:
             if family == "founder" and self._toolbox.is_idempotent(name):
                 # ask_founder waits for the founder: a stop is a checkpoint there, as for an
