@@ -1126,3 +1126,53 @@ async def test_an_approval_of_a_colleague_no_longer_waited_for_is_withdrawn(work
     assert runs["marketing"]["status"] == "cancelled"
     assert runs["marketing"]["reason"].startswith("withdrawn: the asker stopped waiting")
     assert "the task was withdrawn" in tool_results(srv.requests[-1])[0]["content"]
+
+
+@pytest.mark.anyio
+async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
+    """A routine's run whose result is being reviewed (``reviewer``) when the daemon is
+    stopped: the stop does not wait out the agent stop limit for a review the restart
+    withdraws anyway; after the restart the resumed run asks for a new review, and the fire
+    ends ``ok`` on its verdict.
+    """
+    model = PerAgent(
+        marketing=[reply_text("Draft: flash sale, 20% off.")],
+        ceo=[stall(None), reply_text("APPROVE: clear and correct.")],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_files(work) / "tool.log")
+            doc = yaml.safe_load(cfg.read_text())
+            doc["routines"]["daily-post"] |= {"assignee": "marketing", "reviewer": "ceo"}
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            state = work / "s"
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
+            )
+            second: InProcessDaemon | None = None
+            try:
+                await first.start(timeout=START_TIMEOUT)
+
+                async def fire() -> None:
+                    with contextlib.suppress(Exception):  # the daemon stops under it
+                        await ControlClient(first.socket, timeout=120).acall(
+                            "run_job", routine="daily-post"
+                        )
+
+                firing = asyncio.create_task(fire())
+                await asyncio.to_thread(srv.wait_for_requests, 2, 60.0)  # the review's call
+                began = asyncio.get_running_loop().time()
+                assert await first.stop(timeout=60) == 0
+                took = asyncio.get_running_loop().time() - began
+                srv.release_stalls()
+                await firing
+
+                second = _restarted(cfg, work, srv)
+                await second.start(timeout=START_TIMEOUT)
+                await _fire_ended(second, "daily-post")
+                fires = (await second.call("job_history", routine="daily-post"))["fires"]
+            finally:
+                await _stop_both(first, second)
+    assert fires[0]["outcome"] == "ok"
+    assert model.seen == ["marketing", "ceo", "ceo"]  # the draft was not made again
+    assert took < AGENT_SHUTDOWN, f"the stop took {took:.1f} s"

@@ -304,7 +304,10 @@ class Agent:
             if not work.done():
                 await cancel_and_reap(work, self.slug)
         if status is RunStatus.OK and state.task.reviewer and self.slug != state.task.reviewer:
-            verdict = await deps.staff.review(state.task, state.answer, self.slug, state.run_id)
+            try:
+                verdict = await deps.staff.review(state.task, state.answer, self.slug, state.run_id)
+            except Stopping:
+                return  # journaled as running; resumed (and reviewed again) on the next start
             await self._journal_review(state, verdict)
             if verdict is not None:
                 status, reason = RunStatus.FAILED, f"rejected by {state.task.reviewer}: {verdict}"

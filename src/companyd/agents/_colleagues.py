@@ -249,6 +249,11 @@ class Colleagues:
     ) -> str | None:
         """Ask ``task.reviewer`` to check ``answer`` (the result of ``worker``'s run
         ``run_id``); None if approved, else the reason.
+
+        Raises:
+            Stopping: the daemon began a graceful stop: the worker's run stops here (a
+                checkpoint; the restart withdraws the review, and the resumed run, whose
+                journal ends with its answer, asks for a new one).
         """
         assert task.reviewer is not None
         expected = task.expected_output or "(not stated: judge whether the task was done)"
@@ -268,7 +273,9 @@ class Colleagues:
         asker = self._desk.config.agents.get(worker)
         timeout = asker.colleague_timeout_seconds if asker else DEFAULT_COLLEAGUE_TIMEOUT
         try:
-            outcome = await self._wait(review, f"reviewer {task.reviewer} did not answer", timeout)
+            outcome = await self._wait(
+                review, f"reviewer {task.reviewer} did not answer", timeout, checkpoint=True
+            )
         except ToolError as exc:
             # no verdict is not an approval: the attempt fails and may be retried
             return f"the review could not be done ({exc})"
