@@ -983,19 +983,24 @@ def _consulting_company(work: Path, bot: BotApiServer, tool_log: Path) -> Path:
     return cfg
 
 
-#: (the asking run's tool, what the colleague's run waits for)
-_WAITS = [("consult", "approval"), ("delegate", "approval"), ("consult", "question")]
+#: (the asking run's tool, what the colleague's run waits for, how the daemon stops)
+_WAITS = [
+    ("consult", "approval", "sigterm"),
+    ("delegate", "approval", "sigterm"),
+    ("consult", "question", "sigterm"),
+    ("consult", "approval", "kill-9"),
+]
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("asks", "waits"), _WAITS, ids=["-".join(w) for w in _WAITS])
-async def test_a_colleague_waiting_for_the_founder_survives_a_sigterm(
-    work: Path, asks: str, waits: str
+@pytest.mark.parametrize(("asks", "waits", "stop"), _WAITS, ids=["-".join(w) for w in _WAITS])
+async def test_a_colleague_waiting_for_the_founder_survives_a_restart(
+    work: Path, asks: str, waits: str, stop: str
 ) -> None:
     """A routine's run consulted (or delegated to) a colleague whose run waits for the
     founder — a tool call to approve, or an ``ask_founder`` question — when the daemon is
-    stopped (SIGTERM): both runs stop at a checkpoint at once (the stop does not wait out
-    the agent stop limit), and after the restart the founder's answer on the message sent
+    stopped (SIGTERM; or killed): both runs stop at a checkpoint at once (the stop does not
+    wait out the agent stop limit), and after the restart the founder's answer on the message sent
     before the stop (Approve, a reply) goes to the colleague's run, its result reaches the
     asking run, and the fire ends ``ok`` — as a direct approval does (docs/desk.md,
     "Colleagues across a restart").
@@ -1038,7 +1043,11 @@ async def test_a_colleague_waiting_for_the_founder_survives_a_sigterm(
                 item_id = re.findall(r"\((ap-[0-9a-f]+|q-[0-9a-f]+)\)", asked.text)[0]
                 assert f"{item_id}  {waits}" in (await _cli_of(first, "inbox")).out
                 began = asyncio.get_running_loop().time()
-                assert await first.stop(timeout=60) == 0
+                if stop == "sigterm":
+                    assert await first.stop(timeout=60) == 0
+                else:
+                    first.send_signal(signal.SIGKILL)
+                    await first.wait(10)
                 took = asyncio.get_running_loop().time() - began
                 await firing
 
