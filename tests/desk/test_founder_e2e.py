@@ -1185,3 +1185,48 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
     assert fires[0]["outcome"] == "ok"
     assert model.seen == ["marketing", "ceo", "ceo"]  # the draft was not made again
     assert took < AGENT_SHUTDOWN, f"the stop took {took:.1f} s"
+
+
+@pytest.mark.anyio
+async def test_an_approval_of_a_run_ended_while_the_daemon_was_down_is_withdrawn(
+    work: Path,
+) -> None:
+    """The agent whose run waits for an approval is removed from company.yaml while the
+    daemon is down: at the start its run is closed, and so is the approval — its message
+    loses the Approve that would do nothing and says why, a late approve is refused with the
+    reason.
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            async with _daemon(cfg, work, srv) as daemon:
+                asking = _ask(daemon, "marketing", "Post the flash sale.")
+                asked = await _message(bot, "marketing wants to call post_update")
+                item = re.findall(r"\((ap-[0-9a-f]+)\)", asked.text)[0]
+                await daemon.stop()
+            await asking
+            doc = yaml.safe_load(cfg.read_text())
+            del doc["agents"]["marketing"]
+            del doc["agents"]["ceo"]["consult"]
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                await bot.wait_for(lambda: not _buttons_now(bot, asked), timeout=30)
+                inbox = await daemon.cli("inbox")
+                late = await daemon.cli("approve", item)
+                await daemon.stop()
+    assert _footers(bot, asked)[-1].startswith(
+        "✔ withdrawn: the run that asked no longer waits for it at "
+    )
+    assert item not in inbox.out
+    assert late.rc != 0
+    assert (
+        f"approval {item} was withdrawn (its run ended: withdrawn: its agent is no longer in "
+        "company.yaml)" in late.err + late.out
+    )
+    assert _started(tool_log) == []

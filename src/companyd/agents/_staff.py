@@ -41,7 +41,7 @@ from companyd.agents._tools import ToolBox
 from companyd.agents._walls import WALL_REASON, QuotaWalls
 from companyd.clock import Clock, clock_time
 from companyd.config import AgentConfig, CompanyConfig
-from companyd.desk import Desk, Proposals, RateLimits, ToolStore
+from companyd.desk import Desk, ItemKind, Proposals, RateLimits, ToolStore
 from companyd.events import EventBus
 from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, RunStatus, Task, TaskState
@@ -216,6 +216,26 @@ class Staff:
         for slug in self._config.agents:
             self.mailboxes.restore(slug, await self.journal.queued_tasks(slug))
         self.mailboxes.restored(await self.journal.open_tasks())
+
+    async def close_stale_founder_items(self) -> None:
+        """Close (``withdrawn``) the approvals and questions still pending on the founder's
+        desk for runs the journal has ended — withdrawn at this start (a consultation
+        nobody waits for, an agent removed from company.yaml) or before: no run will act on
+        their answer, so their messages must not offer buttons that do nothing. Call it
+        once the pager listens (the ``founder_decided`` events edit those messages).
+        """
+        desk = self.agent_deps.desk
+        if desk is None:
+            return
+        asked = {
+            i.run_id
+            for i in await desk.pending()
+            if i.run_id and i.kind in (ItemKind.APPROVAL, ItemKind.QUESTION)
+        }
+        for run_id, (state, reason) in (await self.journal.run_states(asked)).items():
+            if state != "running":
+                closed = await desk.withdraw_run(run_id, f"its run ended: {reason or state}")
+                log.info("closed %d desk item(s) of ended run %s", len(closed), run_id)
 
     def child(self, slug: str) -> ChildFn:
         """The supervised child body of agent ``slug`` (a fresh Agent per start)."""

@@ -348,6 +348,10 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         self.tree = self._build_tree()
         await self.tree.start()
         self.state = "running"
+        try:
+            await self.staff.close_stale_founder_items()
+        except Exception:  # the items stay pending (they expire at their deadline)
+            log.exception("could not close the desk items of runs that ended")
         with contextlib.suppress(Exception):
             self._spend_seen = await self._spend_status()
         self.notifier.ready(self._status_line())

@@ -788,6 +788,21 @@ class Journal:
             keep=_asker_runs if unless_asker_runs else None,
         )
 
+    async def run_states(self, run_ids: Collection[str]) -> dict[str, tuple[str, str | None]]:
+        """The state (``running``, ``ok``, ``cancelled``…) and reason of each run of
+        ``run_ids`` the journal knows.
+        """
+        ids = tuple(run_ids)
+        if not ids:
+            return {}
+        marks = ",".join("?" for _ in ids)
+        rows = await self._run(
+            lambda db: db.execute(
+                f"SELECT id, state, reason FROM runs WHERE id IN ({marks})", ids
+            ).fetchall()
+        )
+        return {r[0]: (r[1], r[2]) for r in rows}
+
     async def asked_task(self, run_id: str, tool_use_id: str) -> Task | None:
         """The queued or running task the tool call ``tool_use_id`` of run ``run_id``
         asked for (a consultation or delegation: its ``asked_by`` and ``asked_in``), or
