@@ -350,8 +350,9 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         self.state = "running"
         try:
             await self.staff.close_stale_founder_items()
-        except Exception:  # the items stay pending (they expire at their deadline)
-            log.exception("could not close the desk items of runs that ended")
+        except Exception as exc:  # the items stay pending (they expire at their deadline)
+            # (a full state disk at start among them: no traceback, the disk alarm says why)
+            log.error("could not close the desk items of runs that ended: %r", exc)
         with contextlib.suppress(Exception):
             self._spend_seen = await self._spend_status()
         self.notifier.ready(self._status_line())
