@@ -1230,3 +1230,41 @@ async def test_an_approval_of_a_run_ended_while_the_daemon_was_down_is_withdrawn
         "company.yaml)" in late.err + late.out
     )
     assert _started(tool_log) == []
+
+
+@pytest.mark.anyio
+async def test_an_approval_of_an_agent_removed_by_a_reload_is_withdrawn(work: Path) -> None:
+    """A reload removes the agent whose run waits for an approval: its run is closed, and so
+    is the approval — no Approve left that would do nothing.
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            async with _daemon(cfg, work, srv) as daemon:
+                asking = _ask(daemon, "marketing", "Post the flash sale.")
+                asked = await _message(bot, "marketing wants to call post_update")
+                item = re.findall(r"\((ap-[0-9a-f]+)\)", asked.text)[0]
+                doc = yaml.safe_load(cfg.read_text())
+                del doc["agents"]["marketing"]
+                del doc["agents"]["ceo"]["consult"]
+                cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+                reloaded = await daemon.cli("reload")
+                assert reloaded.rc == 0, reloaded.err
+                await asking
+                await bot.wait_for(lambda: not _buttons_now(bot, asked), timeout=30)
+                late = await daemon.cli("approve", item)
+                await daemon.stop()
+    assert _footers(bot, asked)[-1].startswith(
+        "✔ withdrawn: the run that asked no longer waits for it at "
+    )
+    assert late.rc != 0
+    assert f"approval {item} was withdrawn (its run ended: withdrawn: its agent was removed" in (
+        late.err + late.out
+    )
+    assert _started(tool_log) == []

@@ -611,16 +611,22 @@ class Staff:
         """Withdraw the tasks of agents a reload removed (call once the tree has stopped
         them): those waiting in a mailbox end ``cancelled`` for whoever waits on them (a
         routine's fire, an ``ask``), and the journal closes them and any run left
-        unfinished, so none waits forever or comes back with a later agent of that name.
+        unfinished, so none waits forever or comes back with a later agent of that name;
+        then the approvals and questions those runs left pending are closed
+        (:meth:`close_stale_founder_items`).
         """
         config = self._config
         now = self.clock.time()
         if self.mailboxes.drop_agents(config.agents, now):
-            self._spawn(
-                self.journal.withdraw_unassigned(
+
+            async def withdraw() -> None:
+                await self.journal.withdraw_unassigned(
                     list(config.agents), "its agent was removed from company.yaml", now
                 )
-            )
+                # what their runs left on the founder's desk would answer nobody
+                await self.close_stale_founder_items()
+
+            self._spawn(withdraw())
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:
