@@ -1268,3 +1268,45 @@ async def test_an_approval_of_an_agent_removed_by_a_reload_is_withdrawn(work: Pa
         late.err + late.out
     )
     assert _started(tool_log) == []
+
+
+@pytest.mark.anyio
+async def test_a_consultation_whose_asker_was_removed_is_withdrawn_with_its_approval(
+    work: Path,
+) -> None:
+    """The daemon stops while ceo's run waits on marketing, whose run waits for an approval;
+    ceo is removed from company.yaml before the start. Nobody will read marketing's answer:
+    the consultation is withdrawn at the start (not resumed to wait for the founder), and
+    its approval is closed with the reason.
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        ceo=[reply_tool_use("consult", {"agent": "marketing", "question": "Post the sale."})],
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            async with _daemon(cfg, work, srv) as daemon:
+                await daemon.call("run_job", routine="daily-post")
+                asked = await _message(bot, "marketing wants to call post_update")
+                item = re.findall(r"\((ap-[0-9a-f]+)\)", asked.text)[0]
+                await daemon.stop()
+            doc = yaml.safe_load(cfg.read_text())
+            del doc["agents"]["ceo"]
+            del doc["agents"]["marketing"]["reports_to"]
+            del doc["routines"]
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                await bot.wait_for(lambda: not _buttons_now(bot, asked), timeout=30)
+                late = await daemon.cli("approve", item)
+                runs = (await daemon.call("runs", agent="marketing"))["runs"]
+                await daemon.stop()
+    assert late.rc != 0
+    assert f"approval {item} was withdrawn (its run ended: withdrawn: the daemon restarted" in (
+        late.err + late.out
+    )
+    assert runs[0]["status"] == "cancelled", runs
+    assert _started(tool_log) == []

@@ -197,6 +197,13 @@ class Staff:
 
     async def _load(self) -> None:
         await self.journal.open()
+        # the removed agents' runs first: a consultation one of them asked is then asked by
+        # a run that is over, and withdrawn below rather than resumed for nobody
+        gone = await self.journal.withdraw_unassigned(
+            list(self._config.agents), "its agent is no longer in company.yaml", self.clock.time()
+        )
+        if gone:
+            log.warning("withdrew %d task(s) of agents no longer in company.yaml", gone)
         why = "the daemon restarted while its asker waited; nobody waits for the answer"
         orphans = await self.journal.withdraw_orphans(("review",), why, self.clock.time())
         orphans += await self.journal.withdraw_orphans(
@@ -204,11 +211,6 @@ class Staff:
         )
         if orphans:
             log.info("withdrew %d consultation(s)/review(s) left open by a restart", orphans)
-        gone = await self.journal.withdraw_unassigned(
-            list(self._config.agents), "its agent is no longer in company.yaml", self.clock.time()
-        )
-        if gone:
-            log.warning("withdrew %d task(s) of agents no longer in company.yaml", gone)
         ends = await self.journal.paused_until()
         for agent, (reason, budget) in (await self.journal.paused()).items():
             if agent in self.mailboxes:
