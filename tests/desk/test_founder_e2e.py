@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import getpass
 import json
 import re
@@ -1310,3 +1311,61 @@ async def test_a_consultation_whose_asker_was_removed_is_withdrawn_with_its_appr
     )
     assert runs[0]["status"] == "cancelled", runs
     assert _started(tool_log) == []
+
+
+@pytest.mark.anyio
+async def test_parallel_delegations_answered_in_any_order_after_a_restart_all_reach_the_asker(
+    work: Path,
+) -> None:
+    """The ceo delegated to marketing (waiting for an approval) and sales (waiting for an
+    answer) in one turn when the daemon stopped. After the restart the founder answers
+    sales first, then approves marketing: the resumed ceo run gets both results — the one
+    that ended while it still waited for the other too — not "outcome unknown".
+    """
+    tool_log = tool_files(work) / "tool.log"
+    both = reply_tool_use("delegate", {"agent": "marketing", "task": "Post the flash sale."})
+    second = reply_tool_use("delegate", {"agent": "sales", "task": "Get the discount."})
+    both = dataclasses.replace(both, content=both.content + second.content)
+    model = PerAgent(
+        ceo=[both, reply_text("Both done.")],
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+            reply_text("Posted the flash sale."),
+        ],
+        sales=[
+            reply_tool_use("ask_founder", {"question": "Discount: 20% or 30%?"}),
+            reply_text("The discount is 20%."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            doc = yaml.safe_load(cfg.read_text())
+            doc["agents"]["sales"] = {
+                "title": "Sales",
+                "instructions": "You are sales.",
+                "reports_to": "ceo",
+                "tools": {"ask_founder": True},
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                await daemon.call("run_job", routine="daily-post")
+                approval = await _message(bot, "marketing wants to call post_update")
+                question = await _message(bot, "Discount: 20% or 30%?")
+                await daemon.stop()
+            async with _daemon(cfg, work, srv) as daemon:
+                _reply(bot, question, "20%")
+                async with asyncio.timeout(30):
+                    while not [
+                        r
+                        for r in (await daemon.call("runs", agent="sales"))["runs"]
+                        if r["status"] == "ok"
+                    ]:
+                        await asyncio.sleep(0.05)
+                bot.press_button(FOUNDER, approval.message_id, _button(approval, "Approve"))
+                await _fire_ended(daemon, "daily-post")
+                await daemon.stop()
+    got = {r["tool_use_id"]: r["content"] for r in tool_results(srv.requests[-1])}
+    results = sorted(json.loads(c)["result"] for c in got.values())
+    assert results == ["Posted the flash sale.", "The discount is 20%."], got
+    assert _started(tool_log) == ["started Flash sale!"]

@@ -804,13 +804,21 @@ class Journal:
         return {r[0]: (r[1], r[2]) for r in rows}
 
     async def asked_task(self, run_id: str, tool_use_id: str) -> Task | None:
-        """The queued or running task the tool call ``tool_use_id`` of run ``run_id``
-        asked for (a consultation or delegation: its ``asked_by`` and ``asked_in``), or
-        None. For a run resumed after a restart, to wait for the colleague again instead of
-        calling the tool twice.
+        """The task the tool call ``tool_use_id`` of run ``run_id`` asked for (a
+        consultation or delegation: its ``asked_by`` and ``asked_in``) — started (ended or
+        not) or still queued — or None. For a run resumed after a restart, to wait for the
+        colleague again (or take the outcome it reached meanwhile) instead of calling the
+        tool twice.
         """
 
         def q(db: Connection) -> Task | None:
+            started = db.execute(
+                "SELECT t.payload FROM runs r JOIN tasks t ON t.id = r.task_id "
+                "WHERE r.asked_by = ? AND r.asked_in = ? ORDER BY r.started DESC LIMIT 1",
+                (run_id, tool_use_id),
+            ).fetchone()
+            if started is not None:
+                return Task.from_dict(json.loads(started[0]))
             rows = db.execute(
                 "SELECT payload FROM tasks WHERE state IN ('queued', 'running') "
                 "ORDER BY created, rowid"
