@@ -162,7 +162,10 @@ async def test_a_consultation_whose_asker_resumes_is_kept_and_found_on_both_back
     found = await journal.asked_task("run-boss", "toolu_1")
     assert found is not None and found.id == "consult-a"
     assert await journal.asked_task("run-boss", "toolu_9") is None
-    assert await journal.asked_task("run-gone", "toolu_2") is None  # withdrawn: not open
+    assert await journal.asked_task("run-gone", "toolu_2") is None  # withdrawn, never started
+    await journal.finish_run(_outcome(waited, "run-a", T0 + 4), TaskState.DONE)
+    ended = await journal.asked_task("run-boss", "toolu_1")  # its outcome is the answer
+    assert ended is not None and ended.id == "consult-a"
 
 
 async def test_a_standby_resumes_a_killed_leaders_run_without_paying_again(
