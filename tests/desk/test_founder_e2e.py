@@ -1369,3 +1369,48 @@ async def test_parallel_delegations_answered_in_any_order_after_a_restart_all_re
     results = sorted(json.loads(c)["result"] for c in got.values())
     assert results == ["Posted the flash sale.", "The discount is 20%."], got
     assert _started(tool_log) == ["started Flash sale!"]
+
+
+@pytest.mark.anyio
+async def test_a_delegation_withdrawn_while_the_daemon_was_down_tells_the_asker_why(
+    work: Path,
+) -> None:
+    """The ceo's run waits on a delegation to marketing when the daemon stops; marketing is
+    removed from company.yaml before the start, so its task is withdrawn there. The resumed
+    ceo run gets the delegation's real outcome — cancelled, and why — not "outcome
+    unknown".
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("delegate", {"agent": "marketing", "task": "Post the flash sale."}),
+            reply_text("Marketing is gone; nothing was posted."),
+        ],
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            doc = yaml.safe_load(cfg.read_text())
+            doc["agents"]["sales"] = {
+                "title": "Sales",
+                "instructions": "You are sales.",
+                "reports_to": "ceo",
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                await daemon.call("run_job", routine="daily-post")
+                await _message(bot, "marketing wants to call post_update")
+                await daemon.stop()
+            doc = yaml.safe_load(cfg.read_text())
+            del doc["agents"]["marketing"]
+            del doc["agents"]["ceo"]["consult"]
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                await _fire_ended(daemon, "daily-post")
+                await daemon.stop()
+    got = json.loads(tool_results(srv.requests[-1])[0]["content"])
+    assert (got["agent"], got["status"]) == ("marketing", "cancelled"), got
+    assert got["reason"] == "withdrawn: its agent is no longer in company.yaml", got

@@ -65,7 +65,11 @@ class Desk(Protocol):
         ...
 
     async def asked_task(self, run_id: str, tool_use_id: str) -> Task | None:
-        """The open task the tool call ``tool_use_id`` of run ``run_id`` asked for."""
+        """The task the tool call ``tool_use_id`` of run ``run_id`` asked for."""
+        ...
+
+    async def ended_outcome(self, task_id: str) -> RunOutcome | None:
+        """How task ``task_id`` ended, as the journal recorded it; None if it has not."""
         ...
 
 
@@ -229,8 +233,8 @@ class Colleagues:
         """For ``asker``'s run resumed after a restart: wait again (a fresh
         ``colleague_timeout_seconds``) for the task its tool call ``ctx.tool_use_id`` asked
         for before the daemon stopped, as :meth:`consult` and :meth:`delegate` wait for a
-        new one; None if the journal holds no such open task (the call's outcome is then
-        unknown to the run).
+        new one, or take the outcome it ended with meanwhile; None if the journal holds no
+        such task or outcome (the call's outcome is then unknown to the run).
         """
         if not ctx.tool_use_id:
             return None
@@ -239,7 +243,9 @@ class Colleagues:
             return None
         held = self._desk.resumed(task.id)
         if held is None:
-            return None
+            # it ended before this process held it (withdrawn at the start, or it ended just
+            # before the previous process stopped): its recorded outcome, if it has one
+            return await self._desk.ended_outcome(task.id)
         return await self._wait(
             task, _waited_for(task), asker.colleague_timeout_seconds, checkpoint=True, held=held
         )

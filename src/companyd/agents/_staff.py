@@ -303,10 +303,19 @@ class Staff:
         return self.mailboxes.resumed(task_id)
 
     async def asked_task(self, run_id: str, tool_use_id: str) -> Task | None:
-        """The open task (a consultation, a delegation) the tool call ``tool_use_id`` of
+        """The task (a consultation, a delegation) the tool call ``tool_use_id`` of
         run ``run_id`` asked for, as the journal holds it; None if there is none.
         """
         return await self.journal.asked_task(run_id, tool_use_id)
+
+    async def ended_outcome(self, task_id: str) -> RunOutcome | None:
+        """How task ``task_id`` ended (its latest run's outcome), once the journal has it
+        done; None while it is open or if no run of it ended.
+        """
+        got = await self.journal.get_task(task_id)
+        if got is None or got[1] in (TaskState.QUEUED, TaskState.RUNNING):
+            return None
+        return await self.journal.last_outcome(task_id)
 
     def inbox_size(self, agent: str) -> int:
         """Tasks waiting in ``agent``'s mailbox (not counting the one running)."""
