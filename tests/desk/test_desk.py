@@ -104,6 +104,44 @@ async def test_an_unanswered_item_expires_at_its_deadline_on_the_injected_clock(
 
 
 @pytest.mark.anyio
+async def test_a_runs_pending_items_are_withdrawn_with_the_reason_its_result_stays(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    clock = ManualClock()
+    bus = EventBus(clock)
+    desk = _desk(tmp_path, clock, bus, state_backend)
+    try:
+        ap = await _approval(desk)
+        result = await desk.request(
+            key="task-1/result/1",
+            kind=ItemKind.RESULT,
+            agent="marketing",
+            run_id="run-1",
+            routine="daily-post",
+            payload={"answer": "Draft"},
+            timeout=600.0,
+        )
+        waiter = asyncio.create_task(desk.wait(ap))
+        closed = await desk.withdraw_run("run-1", "the asker stopped waiting")
+        assert [i.id for i in closed] == [ap.id]
+        async with asyncio.timeout(5):
+            done = await waiter  # a waiter (there is none in practice) is woken too
+        assert (done.state, done.text, done.decided_by) == (
+            ItemState.WITHDRAWN,
+            "the asker stopped waiting",
+            "companyd",
+        )
+        assert [i.id for i in await desk.pending()] == [result.id]
+        with pytest.raises(DeskError, match=r"was withdrawn \(the asker stopped waiting\)"):
+            await desk.decide(ap.id, ItemState.APPROVED)
+        assert await desk.withdraw_run("run-1", "again") == []  # once
+    finally:
+        await desk.close()
+    [decided] = bus.recent({"founder_decided"})
+    assert (decided.data["state"], decided.data["via"]) == ("withdrawn", "companyd")
+
+
+@pytest.mark.anyio
 async def test_a_question_is_answered_not_approved(tmp_path: Path, state_backend: Backend) -> None:
     clock = ManualClock()
     desk = _desk(tmp_path, clock, backend=state_backend)

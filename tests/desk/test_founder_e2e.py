@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import getpass
 import json
 import re
@@ -33,6 +34,7 @@ import yaml
 
 from agentkit import PerAgent, daemon_env, tool_files, tool_results, tool_server, write_company
 from companyd.daemon._control_client import ControlClient
+from companyd.daemon._main import AGENT_SHUTDOWN
 from companyd.llm import Usage
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
@@ -956,3 +958,459 @@ async def test_run_again_on_the_phone_says_a_long_run_goes_on(
                 fires = (await daemon.call("job_history", routine="daily-post"))["fires"]
                 assert len(fires) == 2, fires
                 await daemon.stop()
+
+
+def _consulting_company(work: Path, bot: BotApiServer, tool_log: Path) -> Path:
+    """:func:`_company` with a ``ceo`` who consults marketing (who may ask the founder),
+    and ceo's ``daily-post``.
+    """
+    cfg = _company(work, bot, tool_log)
+    doc = yaml.safe_load(cfg.read_text())
+    doc["agents"]["marketing"]["reports_to"] = "ceo"
+    doc["agents"]["marketing"]["tools"]["ask_founder"] = True
+    doc["agents"]["ceo"] = {
+        "title": "CEO",
+        "instructions": "You are the ceo.",
+        "consult": ["marketing"],
+    }
+    doc["routines"] = {
+        "daily-post": {
+            "assignee": "ceo",
+            "description": "Have the flash sale announced.",
+            "trigger": {"cron": "0 3 29 2 *"},
+        }
+    }
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return cfg
+
+
+#: (the asking run's tool, what the colleague's run waits for, how the daemon stops)
+_WAITS = [
+    ("consult", "approval", "sigterm"),
+    ("delegate", "approval", "sigterm"),
+    ("consult", "question", "sigterm"),
+    ("consult", "approval", "kill-9"),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("asks", "waits", "stop"), _WAITS, ids=["-".join(w) for w in _WAITS])
+async def test_a_colleague_waiting_for_the_founder_survives_a_restart(
+    work: Path, asks: str, waits: str, stop: str
+) -> None:
+    """A routine's run consulted (or delegated to) a colleague whose run waits for the
+    founder — a tool call to approve, or an ``ask_founder`` question — when the daemon is
+    stopped (SIGTERM; or killed): both runs stop at a checkpoint at once (the stop does not
+    wait out the agent stop limit), and after the restart the founder's answer on the message sent
+    before the stop (Approve, a reply) goes to the colleague's run, its result reaches the
+    asking run, and the fire ends ``ok`` — as a direct approval does (docs/desk.md,
+    "Colleagues across a restart").
+    """
+    tool_log = tool_files(work) / "tool.log"
+    ask = (
+        {"agent": "marketing", "question": "Post the flash sale."}
+        if asks == "consult"
+        else {"agent": "marketing", "task": "Post the flash sale."}
+    )
+    wait = (
+        reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale.")
+        if waits == "approval"
+        else reply_tool_use("ask_founder", {"question": "Flash sale: 20% or 30% off?"})
+    )
+    model = PerAgent(
+        ceo=[reply_tool_use(asks, ask), reply_text("Marketing posted the flash sale.")],
+        marketing=[wait, reply_text("Posted the flash sale.")],
+    )
+    needle = "marketing wants to call post_update" if waits == "approval" else "20% or 30% off?"
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            state = work / "s"
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
+            )
+            second: InProcessDaemon | None = None
+            try:
+                await first.start(timeout=START_TIMEOUT)
+
+                async def fire() -> None:
+                    with contextlib.suppress(Exception):  # the daemon stops under it
+                        await ControlClient(first.socket, timeout=120).acall(
+                            "run_job", routine="daily-post"
+                        )
+
+                firing = asyncio.create_task(fire())
+                asked = await _message(bot, needle)
+                item_id = re.findall(r"\((ap-[0-9a-f]+|q-[0-9a-f]+)\)", asked.text)[0]
+                assert f"{item_id}  {waits}" in (await _cli_of(first, "inbox")).out
+                began = asyncio.get_running_loop().time()
+                if stop == "sigterm":
+                    assert await first.stop(timeout=60) == 0
+                else:
+                    first.send_signal(signal.SIGKILL)
+                    await first.wait(10)
+                took = asyncio.get_running_loop().time() - began
+                await firing
+
+                second = _restarted(cfg, work, srv)
+                await second.start(timeout=START_TIMEOUT)
+                inbox = await second.cli("inbox")
+                assert f"{item_id}  {waits}" in inbox.out, inbox.out  # still asked
+                if waits == "approval":
+                    bot.press_button(FOUNDER, asked.message_id, _button(asked, "Approve"))
+                else:
+                    _reply(bot, asked, "20%")
+                await _fire_ended(second, "daily-post")
+                fires = (await second.call("job_history", routine="daily-post"))["fires"]
+                runs = (await second.call("runs"))["runs"]
+                await asyncio.sleep(1.0)  # room for a second request, were there one
+            finally:
+                await _stop_both(first, second)
+    assert len(_to_founder(bot, needle)) == 1  # asked once
+    if waits == "approval":
+        assert _started(tool_log) == ["started Flash sale!"]  # approved: it ran, once
+    else:
+        said = [r["content"] for q in srv.requests for r in tool_results(q)]
+        assert "The founder answered: 20%" in said
+    by_agent = {r["agent"]: r for r in runs}
+    assert by_agent["marketing"]["status"] == "ok", by_agent["marketing"]
+    assert by_agent["marketing"]["answer"] == "Posted the flash sale."
+    assert fires[0]["outcome"] == "ok"
+    # the asking run got the colleague's answer, not "outcome unknown"
+    got = tool_results(srv.requests[-1])[0]["content"]
+    if asks == "consult":
+        assert got == "Posted the flash sale."
+    else:
+        assert json.loads(got)["status"] == "ok" and json.loads(got)["result"] == (
+            "Posted the flash sale."
+        )
+    assert srv.served == 4  # no model call paid twice
+    # both runs stopped at a checkpoint at once, not by the agent stop limit's cancellation
+    assert took < AGENT_SHUTDOWN, f"the stop took {took:.1f} s"
+
+
+@pytest.mark.anyio
+async def test_an_approval_of_a_colleague_no_longer_waited_for_is_withdrawn(work: Path) -> None:
+    """The asking run stops waiting for its colleague (its colleague_timeout_seconds passes)
+    while the colleague's run waits for the founder's approval: the colleague's task is
+    withdrawn, and so is the approval — its Telegram message loses the buttons that would
+    now do nothing and says why, it leaves the inbox, and a late `companyd approve` is
+    refused with the reason instead of "approving" a call that never runs.
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("consult", {"agent": "marketing", "question": "Post the flash sale."}),
+            reply_text("Marketing did not answer; the sale is not announced."),
+        ],
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+            reply_text("Posted the flash sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            doc = yaml.safe_load(cfg.read_text())
+            doc["agents"]["ceo"]["colleague_timeout_seconds"] = 60
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                got = await daemon.call("run_job", routine="daily-post")
+                item = got["approval_item"]
+                asked = await _message(bot, "marketing wants to call post_update")
+                await daemon.advance(61)
+                await _fire_ended(daemon, "daily-post")
+                await bot.wait_for(lambda: not _buttons_now(bot, asked), timeout=30)
+                footer = _footers(bot, asked)[-1]
+                inbox = await daemon.cli("inbox")
+                late = await daemon.cli("approve", item)
+                runs = {r["agent"]: r for r in (await daemon.call("runs"))["runs"]}
+                await daemon.stop()
+    assert footer.startswith("✔ withdrawn: the run that asked no longer waits for it at ")
+    assert item not in inbox.out
+    assert late.rc != 0
+    assert f"approval {item} was withdrawn (the asker stopped waiting: marketing did not " in (
+        late.err + late.out
+    )
+    assert _started(tool_log) == []  # never ran
+    assert runs["marketing"]["status"] == "cancelled"
+    assert runs["marketing"]["reason"].startswith("withdrawn: the asker stopped waiting")
+    assert "the task was withdrawn" in tool_results(srv.requests[-1])[0]["content"]
+
+
+@pytest.mark.anyio
+async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
+    """A routine's run whose result is being reviewed (``reviewer``) when the daemon is
+    stopped: the stop does not wait out the agent stop limit for a review the restart
+    withdraws anyway; after the restart the resumed run asks for a new review, and the fire
+    ends ``ok`` on its verdict.
+    """
+    model = PerAgent(
+        marketing=[reply_text("Draft: flash sale, 20% off.")],
+        ceo=[stall(None), reply_text("APPROVE: clear and correct.")],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_files(work) / "tool.log")
+            doc = yaml.safe_load(cfg.read_text())
+            doc["routines"]["daily-post"] |= {"assignee": "marketing", "reviewer": "ceo"}
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            state = work / "s"
+            first = DaemonProcess(
+                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
+            )
+            second: InProcessDaemon | None = None
+            try:
+                await first.start(timeout=START_TIMEOUT)
+
+                async def fire() -> None:
+                    with contextlib.suppress(Exception):  # the daemon stops under it
+                        await ControlClient(first.socket, timeout=120).acall(
+                            "run_job", routine="daily-post"
+                        )
+
+                firing = asyncio.create_task(fire())
+                await asyncio.to_thread(srv.wait_for_requests, 2, 60.0)  # the review's call
+                began = asyncio.get_running_loop().time()
+                assert await first.stop(timeout=60) == 0
+                took = asyncio.get_running_loop().time() - began
+                srv.release_stalls()
+                await firing
+
+                second = _restarted(cfg, work, srv)
+                await second.start(timeout=START_TIMEOUT)
+                await _fire_ended(second, "daily-post")
+                fires = (await second.call("job_history", routine="daily-post"))["fires"]
+            finally:
+                await _stop_both(first, second)
+    assert fires[0]["outcome"] == "ok"
+    assert model.seen == ["marketing", "ceo", "ceo"]  # the draft was not made again
+    assert took < AGENT_SHUTDOWN, f"the stop took {took:.1f} s"
+
+
+@pytest.mark.anyio
+async def test_an_approval_of_a_run_ended_while_the_daemon_was_down_is_withdrawn(
+    work: Path,
+) -> None:
+    """The agent whose run waits for an approval is removed from company.yaml while the
+    daemon is down: at the start its run is closed, and so is the approval — its message
+    loses the Approve that would do nothing and says why, a late approve is refused with the
+    reason.
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            async with _daemon(cfg, work, srv) as daemon:
+                asking = _ask(daemon, "marketing", "Post the flash sale.")
+                asked = await _message(bot, "marketing wants to call post_update")
+                item = re.findall(r"\((ap-[0-9a-f]+)\)", asked.text)[0]
+                await daemon.stop()
+            await asking
+            doc = yaml.safe_load(cfg.read_text())
+            del doc["agents"]["marketing"]
+            del doc["agents"]["ceo"]["consult"]
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                await bot.wait_for(lambda: not _buttons_now(bot, asked), timeout=30)
+                inbox = await daemon.cli("inbox")
+                late = await daemon.cli("approve", item)
+                await daemon.stop()
+    assert _footers(bot, asked)[-1].startswith(
+        "✔ withdrawn: the run that asked no longer waits for it at "
+    )
+    assert item not in inbox.out
+    assert late.rc != 0
+    assert (
+        f"approval {item} was withdrawn (its run ended: withdrawn: its agent is no longer in "
+        "company.yaml)" in late.err + late.out
+    )
+    assert _started(tool_log) == []
+
+
+@pytest.mark.anyio
+async def test_an_approval_of_an_agent_removed_by_a_reload_is_withdrawn(work: Path) -> None:
+    """A reload removes the agent whose run waits for an approval: its run is closed, and so
+    is the approval — no Approve left that would do nothing.
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            async with _daemon(cfg, work, srv) as daemon:
+                asking = _ask(daemon, "marketing", "Post the flash sale.")
+                asked = await _message(bot, "marketing wants to call post_update")
+                item = re.findall(r"\((ap-[0-9a-f]+)\)", asked.text)[0]
+                doc = yaml.safe_load(cfg.read_text())
+                del doc["agents"]["marketing"]
+                del doc["agents"]["ceo"]["consult"]
+                cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+                reloaded = await daemon.cli("reload")
+                assert reloaded.rc == 0, reloaded.err
+                await asking
+                await bot.wait_for(lambda: not _buttons_now(bot, asked), timeout=30)
+                late = await daemon.cli("approve", item)
+                await daemon.stop()
+    assert _footers(bot, asked)[-1].startswith(
+        "✔ withdrawn: the run that asked no longer waits for it at "
+    )
+    assert late.rc != 0
+    assert f"approval {item} was withdrawn (its run ended: withdrawn: its agent was removed" in (
+        late.err + late.out
+    )
+    assert _started(tool_log) == []
+
+
+@pytest.mark.anyio
+async def test_a_consultation_whose_asker_was_removed_is_withdrawn_with_its_approval(
+    work: Path,
+) -> None:
+    """The daemon stops while ceo's run waits on marketing, whose run waits for an approval;
+    ceo is removed from company.yaml before the start. Nobody will read marketing's answer:
+    the consultation is withdrawn at the start (not resumed to wait for the founder), and
+    its approval is closed with the reason.
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        ceo=[reply_tool_use("consult", {"agent": "marketing", "question": "Post the sale."})],
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            async with _daemon(cfg, work, srv) as daemon:
+                await daemon.call("run_job", routine="daily-post")
+                asked = await _message(bot, "marketing wants to call post_update")
+                item = re.findall(r"\((ap-[0-9a-f]+)\)", asked.text)[0]
+                await daemon.stop()
+            doc = yaml.safe_load(cfg.read_text())
+            del doc["agents"]["ceo"]
+            del doc["agents"]["marketing"]["reports_to"]
+            del doc["routines"]
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                await bot.wait_for(lambda: not _buttons_now(bot, asked), timeout=30)
+                late = await daemon.cli("approve", item)
+                runs = (await daemon.call("runs", agent="marketing"))["runs"]
+                await daemon.stop()
+    assert late.rc != 0
+    assert f"approval {item} was withdrawn (its run ended: withdrawn: the daemon restarted" in (
+        late.err + late.out
+    )
+    assert runs[0]["status"] == "cancelled", runs
+    assert _started(tool_log) == []
+
+
+@pytest.mark.anyio
+async def test_parallel_delegations_answered_in_any_order_after_a_restart_all_reach_the_asker(
+    work: Path,
+) -> None:
+    """The ceo delegated to marketing (waiting for an approval) and sales (waiting for an
+    answer) in one turn when the daemon stopped. After the restart the founder answers
+    sales first, then approves marketing: the resumed ceo run gets both results — the one
+    that ended while it still waited for the other too — not "outcome unknown".
+    """
+    tool_log = tool_files(work) / "tool.log"
+    both = reply_tool_use("delegate", {"agent": "marketing", "task": "Post the flash sale."})
+    second = reply_tool_use("delegate", {"agent": "sales", "task": "Get the discount."})
+    both = dataclasses.replace(both, content=both.content + second.content)
+    model = PerAgent(
+        ceo=[both, reply_text("Both done.")],
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+            reply_text("Posted the flash sale."),
+        ],
+        sales=[
+            reply_tool_use("ask_founder", {"question": "Discount: 20% or 30%?"}),
+            reply_text("The discount is 20%."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            doc = yaml.safe_load(cfg.read_text())
+            doc["agents"]["sales"] = {
+                "title": "Sales",
+                "instructions": "You are sales.",
+                "reports_to": "ceo",
+                "tools": {"ask_founder": True},
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                await daemon.call("run_job", routine="daily-post")
+                approval = await _message(bot, "marketing wants to call post_update")
+                question = await _message(bot, "Discount: 20% or 30%?")
+                await daemon.stop()
+            async with _daemon(cfg, work, srv) as daemon:
+                _reply(bot, question, "20%")
+                async with asyncio.timeout(30):
+                    while not [
+                        r
+                        for r in (await daemon.call("runs", agent="sales"))["runs"]
+                        if r["status"] == "ok"
+                    ]:
+                        await asyncio.sleep(0.05)
+                bot.press_button(FOUNDER, approval.message_id, _button(approval, "Approve"))
+                await _fire_ended(daemon, "daily-post")
+                await daemon.stop()
+    got = {r["tool_use_id"]: r["content"] for r in tool_results(srv.requests[-1])}
+    results = sorted(json.loads(c)["result"] for c in got.values())
+    assert results == ["Posted the flash sale.", "The discount is 20%."], got
+    assert _started(tool_log) == ["started Flash sale!"]
+
+
+@pytest.mark.anyio
+async def test_a_delegation_withdrawn_while_the_daemon_was_down_tells_the_asker_why(
+    work: Path,
+) -> None:
+    """The ceo's run waits on a delegation to marketing when the daemon stops; marketing is
+    removed from company.yaml before the start, so its task is withdrawn there. The resumed
+    ceo run gets the delegation's real outcome — cancelled, and why — not "outcome
+    unknown".
+    """
+    tool_log = tool_files(work) / "tool.log"
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("delegate", {"agent": "marketing", "task": "Post the flash sale."}),
+            reply_text("Marketing is gone; nothing was posted."),
+        ],
+        marketing=[
+            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
+        ],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_log)
+            doc = yaml.safe_load(cfg.read_text())
+            doc["agents"]["sales"] = {
+                "title": "Sales",
+                "instructions": "You are sales.",
+                "reports_to": "ceo",
+            }
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                await daemon.call("run_job", routine="daily-post")
+                await _message(bot, "marketing wants to call post_update")
+                await daemon.stop()
+            doc = yaml.safe_load(cfg.read_text())
+            del doc["agents"]["marketing"]
+            del doc["agents"]["ceo"]["consult"]
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                await _fire_ended(daemon, "daily-post")
+                await daemon.stop()
+    got = json.loads(tool_results(srv.requests[-1])[0]["content"])
+    assert (got["agent"], got["status"]) == ("marketing", "cancelled"), got
+    assert got["reason"] == "withdrawn: its agent is no longer in company.yaml", got

@@ -140,6 +140,34 @@ async def test_withdrawals_pick_the_same_tasks_on_both_backends(journal: Journal
     assert (shown["status"], shown["reason"]) == ("cancelled", "withdrawn: restarted")
 
 
+async def test_a_consultation_whose_asker_resumes_is_kept_and_found_on_both_backends(
+    journal: Journal,
+) -> None:
+    """At the start a consultation is withdrawn only when its asking run is over; the asking
+    run, resumed, finds the task its tool call asked for (docs/desk.md, "Colleagues across
+    a restart").
+    """
+    boss = _task("task-boss", agent="ceo")
+    await journal.add_task(boss, T0)
+    await journal.start_run(boss, "run-boss", 1, T0)
+    waited = _task("consult-a", asked_by="run-boss", asked_in="toolu_1")
+    nobody = _task("consult-b", asked_by="run-gone", asked_in="toolu_2")
+    for t in (waited, nobody):
+        await journal.add_task(t, T0 + 1)
+    await journal.start_run(waited, "run-a", 1, T0 + 2)
+
+    n = await journal.withdraw_orphans(("consult",), "restarted", T0 + 3, unless_asker_runs=True)
+    assert n == 1
+    assert await journal.open_tasks() == {"task-boss", "consult-a"}
+    found = await journal.asked_task("run-boss", "toolu_1")
+    assert found is not None and found.id == "consult-a"
+    assert await journal.asked_task("run-boss", "toolu_9") is None
+    assert await journal.asked_task("run-gone", "toolu_2") is None  # withdrawn, never started
+    await journal.finish_run(_outcome(waited, "run-a", T0 + 4), TaskState.DONE)
+    ended = await journal.asked_task("run-boss", "toolu_1")  # its outcome is the answer
+    assert ended is not None and ended.id == "consult-a"
+
+
 async def test_a_standby_resumes_a_killed_leaders_run_without_paying_again(
     tmp_path: Path, pg_backend: Backend
 ) -> None:

@@ -304,7 +304,10 @@ class Agent:
             if not work.done():
                 await cancel_and_reap(work, self.slug)
         if status is RunStatus.OK and state.task.reviewer and self.slug != state.task.reviewer:
-            verdict = await deps.staff.review(state.task, state.answer, self.slug, state.run_id)
+            try:
+                verdict = await deps.staff.review(state.task, state.answer, self.slug, state.run_id)
+            except Stopping:
+                return  # journaled as running; resumed (and reviewed again) on the next start
             await self._journal_review(state, verdict)
             if verdict is not None:
                 status, reason = RunStatus.FAILED, f"rejected by {state.task.reviewer}: {verdict}"
@@ -343,6 +346,7 @@ class Agent:
         while not work.done():
             if state.withdrawn is not None:
                 await cancel_and_reap(work, self.slug)
+                await self._close_founder_items(state, state.withdrawn)
                 return RunStatus.CANCELLED, f"withdrawn: {state.withdrawn}"
             if self._founder_waits:
                 # waiting for the founder's approval: not stuck, and not the run's time
@@ -381,6 +385,27 @@ class Agent:
 
     def _progress(self) -> None:
         self._last_progress = self.deps.clock.monotonic()
+
+    async def _close_founder_items(self, state: RunState, reason: str) -> None:
+        """Close what the withdrawn run left waiting on the founder's desk (an approval, a
+        question): nothing will act on its answer, so its message must not offer buttons
+        that do nothing (docs/desk.md, "Colleagues across a restart").
+        """
+        desk = self.deps.desk
+        if desk is None:
+            return
+        try:
+            closed = await desk.withdraw_run(state.run_id, reason)
+        except Exception as exc:
+            # the item stays pending (and expires at its deadline); the run still ends
+            log.error(
+                "agent %s: run %s: its desk items not closed: %r", self.slug, state.run_id, exc
+            )
+            return
+        for item in closed:
+            log.info(
+                "agent %s: withdrew %s of run %s: %s", self.slug, item.id, state.run_id, reason
+            )
 
     async def _quarantine(self, state: RunState, crashes: int) -> None:
         deps = self.deps
@@ -642,20 +667,7 @@ class Agent:
             key=tool_id,
         )
         self._progress()
-        max_seconds = self.config.limits.max_seconds
-        ctx = ToolCallContext(
-            agent=self.slug,
-            run_id=state.run_id,
-            task_id=state.task.id,
-            consult_chain=state.task.consult_chain,
-            tool_use_id=tool_id,
-            routine=state.task.routine,
-            run_seconds_left=(
-                None
-                if max_seconds is None
-                else max_seconds - (deps.clock.monotonic() - state.breaker.started)
-            ),
-        )
+        ctx = self._tool_context(state, tool_id)
         span = deps.tracer.start(
             f"execute_tool {name}",
             parent=state.span,
@@ -669,10 +681,20 @@ class Agent:
         span.set_content(GenAI.TOOL_ARGUMENTS, tool_use.get("input") or {})
         ctx = replace(ctx, trace=span.carrier())
         # waiting on a colleague or the founder's answer (ask_founder) is not being stuck
-        colleague = self._toolbox.family(name) in ("colleagues", "founder")
+        family = self._toolbox.family(name)
+        colleague = family in ("colleagues", "founder")
         self._colleague_waits += colleague
+        result: ToolResultBlock
         try:
-            result = await self._toolbox.call(tool_use, ctx)
+            if family == "founder" and self._toolbox.is_idempotent(name):
+                # ask_founder waits for the founder: a stop is a checkpoint there, as for an
+                # approval — the resumed run asks again and finds the same question
+                asked = await race(self._toolbox.call(tool_use, ctx), self._stop.wait())
+                if asked.index == 1:
+                    raise Stopping
+                result = asked.result()
+            else:
+                result = await self._toolbox.call(tool_use, ctx)
         except BaseException as exc:
             span.fail(type(exc).__name__, str(exc))
             raise
@@ -689,6 +711,37 @@ class Agent:
             state.run_id, state.seq, "tool_result", result, deps.clock.time(), key=tool_id
         )
         return result
+
+    def _tool_context(self, state: RunState, tool_id: str) -> ToolCallContext:
+        max_seconds = self.config.limits.max_seconds
+        return ToolCallContext(
+            agent=self.slug,
+            run_id=state.run_id,
+            task_id=state.task.id,
+            consult_chain=state.task.consult_chain,
+            tool_use_id=tool_id,
+            routine=state.task.routine,
+            run_seconds_left=(
+                None
+                if max_seconds is None
+                else max_seconds - (self.deps.clock.monotonic() - state.breaker.started)
+            ),
+        )
+
+    async def _rejoin_tool(self, state: RunState, tool_use: ToolUseBlock) -> ToolResultBlock:
+        """The result of a started non-idempotent call a stop interrupted: what its tool's
+        ``rejoin`` waits for (a consultation or delegation: the colleague's task, kept in
+        the journal across the restart), else "outcome unknown" — never a second call.
+        """
+        tid, name = str(tool_use["id"]), str(tool_use["name"])
+        colleague = self._toolbox.family(name) == "colleagues"
+        self._colleague_waits += colleague  # waiting on a colleague is not being stuck
+        try:
+            result = await self._toolbox.rejoin(tool_use, self._tool_context(state, tid))
+        finally:
+            self._colleague_waits -= colleague
+        self._progress()
+        return result if result is not None else unknown_outcome_result(tid, name)
 
     def _needs_approval(self, name: str) -> bool:
         """Whether a call of ``name`` waits for the founder: listed in ``require_approval``
@@ -831,11 +884,12 @@ class Agent:
         """Finish what a crash interrupted.
 
         Tool calls with a journaled result keep it; calls that never started, or whose tool
-        is idempotent, run (again); a non-idempotent call that started without a result gets
-        an "outcome unknown" result instead — no second tweet. If the journal ends with a
-        final answer, the run had finished in all but its verification and outcome row: its
-        stop reason is returned (the run ends as it says, once verified); a turn the model
-        paused (``pause_turn``) is continued.
+        is idempotent, run (again); a non-idempotent call that started without a result
+        waits for what it started if its tool can (a colleague's task the restart kept:
+        :meth:`_rejoin_tool`), else gets an "outcome unknown" result — no second tweet.
+        If the journal ends with a final answer, the run had finished in all but its
+        verification and outcome row: its stop reason is returned (the run ends as it
+        says, once verified); a turn the model paused (``pause_turn``) is continued.
         """
         if not state.pending:
             last = state.messages[-1]
@@ -849,7 +903,7 @@ class Agent:
             if p.result is not None:
                 results.append(p.result)
             elif p.started and not self._toolbox.is_idempotent(name):
-                r = unknown_outcome_result(tid, name)
+                r = await self._rejoin_tool(state, p.tool_use)
                 state.seq += 1
                 await deps.journal.append_step(
                     state.run_id, state.seq, "tool_result", r, deps.clock.time(), key=tid

@@ -11,15 +11,22 @@ Each is a task put in the colleague's mailbox through a :class:`Desk` (the staff
 for at most the asker's ``colleague_timeout_seconds`` of the injected clock. When the asker
 stops waiting — the timeout, or its own run being cancelled — the task is withdrawn, so no
 colleague works (and spends) for nobody.
+
+A graceful stop of the daemon is not the asker giving up: a consultation or delegation in
+flight is a checkpoint (the asking run stops at once, journaled as running), its task stays
+in the journal, and after the restart the resumed asking run waits for the same task again
+(:meth:`Colleagues.rejoin`) — so a colleague's run waiting for the founder's approval goes on
+waiting for the same item, and its answer reaches the run that asked (docs/desk.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
 
 from companyd._aio import race
+from companyd.agents._run import Stopping
 from companyd.agents._tools import Tool, ToolCallContext, ToolError, json_schema
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
@@ -48,6 +55,23 @@ class Desk(Protocol):
         """Nobody waits for task ``task_id`` any more."""
         ...
 
+    @property
+    def draining(self) -> asyncio.Event:
+        """Set when the daemon begins a graceful stop."""
+        ...
+
+    def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
+        """The outcome of task ``task_id`` a previous process left open, or None."""
+        ...
+
+    async def asked_task(self, run_id: str, tool_use_id: str) -> Task | None:
+        """The task the tool call ``tool_use_id`` of run ``run_id`` asked for."""
+        ...
+
+    async def ended_outcome(self, task_id: str) -> RunOutcome | None:
+        """How task ``task_id`` ended, as the journal recorded it; None if it has not."""
+        ...
+
 
 class Colleagues:
     """Consultations, delegations and reviews between the agents of one company.
@@ -71,6 +95,10 @@ class Colleagues:
                     agent, str(args.get("agent", "")), str(args.get("question", "")), ctx
                 )
 
+            async def consult_again(args: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+                outcome = await self.rejoin(agent, ctx)
+                return None if outcome is None else _consulted(outcome)
+
             tools.append(
                 Tool(
                     name="consult",
@@ -88,6 +116,7 @@ class Colleagues:
                     handler=consult,
                     idempotent=False,
                     family="colleagues",
+                    rejoin=consult_again,
                 )
             )
         reports = [a.slug for a in self._desk.config.agents.values() if a.reports_to == agent.slug]
@@ -95,6 +124,10 @@ class Colleagues:
 
             async def delegate(args: Mapping[str, Any], ctx: ToolCallContext) -> Any:
                 return await self.delegate(agent, args, ctx)
+
+            async def delegate_again(args: Mapping[str, Any], ctx: ToolCallContext) -> Any:
+                outcome = await self.rejoin(agent, ctx)
+                return None if outcome is None else _delegated(outcome)
 
             tools.append(
                 Tool(
@@ -116,6 +149,7 @@ class Colleagues:
                     handler=delegate,
                     idempotent=False,
                     family="colleagues",
+                    rejoin=delegate_again,
                 )
             )
         return tools
@@ -153,14 +187,9 @@ class Colleagues:
             asked_in=ctx.tool_use_id or None,
         )
         outcome = await self._wait(
-            task, f"{target} did not answer", asker.colleague_timeout_seconds
+            task, _waited_for(task), asker.colleague_timeout_seconds, checkpoint=True
         )
-        if outcome.status is RunStatus.UNVERIFIED:
-            # an answer, but one that claims work its run does not show: the asker sees both
-            return f"{outcome.answer}\n\n(⚠ unverified: {outcome.reason})"
-        if not outcome.ok:
-            raise ToolError(f"{target} could not answer: {outcome.status} ({outcome.reason})")
-        return outcome.answer
+        return _consulted(outcome)
 
     async def delegate(
         self, manager: AgentConfig, args: Mapping[str, Any], ctx: ToolCallContext
@@ -196,20 +225,41 @@ class Colleagues:
             asked_in=ctx.tool_use_id or None,
         )
         outcome = await self._wait(
-            task, f"{target} did not finish the task", manager.colleague_timeout_seconds
+            task, _waited_for(task), manager.colleague_timeout_seconds, checkpoint=True
         )
-        return {
-            "agent": target,
-            "status": str(outcome.status),
-            "reason": outcome.reason,
-            "result": outcome.answer,
-        }
+        return _delegated(outcome)
+
+    async def rejoin(self, asker: AgentConfig, ctx: ToolCallContext) -> RunOutcome | None:
+        """For ``asker``'s run resumed after a restart: wait again (a fresh
+        ``colleague_timeout_seconds``) for the task its tool call ``ctx.tool_use_id`` asked
+        for before the daemon stopped, as :meth:`consult` and :meth:`delegate` wait for a
+        new one, or take the outcome it ended with meanwhile; None if the journal holds no
+        such task or outcome (the call's outcome is then unknown to the run).
+        """
+        if not ctx.tool_use_id:
+            return None
+        task = await self._desk.asked_task(ctx.run_id, ctx.tool_use_id)
+        if task is None:
+            return None
+        held = self._desk.resumed(task.id)
+        if held is None:
+            # it ended before this process held it (withdrawn at the start, or it ended just
+            # before the previous process stopped): its recorded outcome, if it has one
+            return await self._desk.ended_outcome(task.id)
+        return await self._wait(
+            task, _waited_for(task), asker.colleague_timeout_seconds, checkpoint=True, held=held
+        )
 
     async def review(
         self, task: Task, answer: str, worker: str, run_id: str | None = None
     ) -> str | None:
         """Ask ``task.reviewer`` to check ``answer`` (the result of ``worker``'s run
         ``run_id``); None if approved, else the reason.
+
+        Raises:
+            Stopping: the daemon began a graceful stop: the worker's run stops here (a
+                checkpoint; the restart withdraws the review, and the resumed run, whose
+                journal ends with its answer, asks for a new one).
         """
         assert task.reviewer is not None
         expected = task.expected_output or "(not stated: judge whether the task was done)"
@@ -229,7 +279,9 @@ class Colleagues:
         asker = self._desk.config.agents.get(worker)
         timeout = asker.colleague_timeout_seconds if asker else DEFAULT_COLLEAGUE_TIMEOUT
         try:
-            outcome = await self._wait(review, f"reviewer {task.reviewer} did not answer", timeout)
+            outcome = await self._wait(
+                review, f"reviewer {task.reviewer} did not answer", timeout, checkpoint=True
+            )
         except ToolError as exc:
             # no verdict is not an approval: the attempt fails and may be retried
             return f"the review could not be done ({exc})"
@@ -240,20 +292,70 @@ class Colleagues:
             return None
         return verdict.removeprefix("REJECT").strip(" :—-") or "rejected without a reason"
 
-    async def _wait(self, task: Task, what: str, timeout: float) -> RunOutcome:
-        """Submit ``task`` and wait for its outcome, at most ``timeout`` seconds of the
-        injected clock. When the asker stops waiting — the timeout, or its own run being
-        cancelled — the task is withdrawn, so no colleague works (and spends) for nobody.
+    async def _wait(
+        self,
+        task: Task,
+        what: str,
+        timeout: float,
+        *,
+        checkpoint: bool = False,
+        held: Awaitable[RunOutcome] | None = None,
+    ) -> RunOutcome:
+        """Submit ``task`` (or wait for ``held``, its outcome after a restart) and wait for
+        its outcome, at most ``timeout`` seconds of the injected clock. When the asker stops
+        waiting — the timeout, or its own run being cancelled — the task is withdrawn, so no
+        colleague works (and spends) for nobody.
+
+        ``checkpoint`` (a tool call of the asking run): a graceful stop of the daemon ends
+        the wait at once with :class:`Stopping` — the asking run stops at this checkpoint
+        and the task stays in the journal for the restart, neither withdrawn nor waited
+        out until the agent stop limit cancels the run.
         """
         desk = self._desk
+        contenders: list[Awaitable[Any]] = [
+            desk.submit(task) if held is None else held,
+            self._clock.sleep(timeout),
+        ]
+        if checkpoint:
+            contenders.append(desk.draining.wait())
         try:
-            won = await race(desk.submit(task), self._clock.sleep(timeout))
+            won = await race(*contenders)
         except asyncio.CancelledError:
-            desk.withdraw(task.id, "the asking run was stopped")
+            if not (checkpoint and desk.draining.is_set()):
+                desk.withdraw(task.id, "the asking run was stopped")
             raise
+        if won.index == 2:
+            raise Stopping
         if won.index == 0 and not won.future.cancelled():  # (cancelled: the daemon closes)
             outcome: RunOutcome = won.result()
             return outcome
         reason = f"{what} within {timeout:g} s"
         desk.withdraw(task.id, f"the asker stopped waiting: {reason}")
         raise ToolError(f"{reason}; the task was withdrawn. Go on with what you know")
+
+
+def _waited_for(task: Task) -> str:
+    """What a timeout says the colleague did not do (a consultation, a delegation)."""
+    if task.id.startswith("consult-"):
+        return f"{task.agent} did not answer"
+    return f"{task.agent} did not finish the task"
+
+
+def _consulted(outcome: RunOutcome) -> str:
+    """The ``consult`` tool's result: the colleague's answer (or the tool error)."""
+    if outcome.status is RunStatus.UNVERIFIED:
+        # an answer, but one that claims work its run does not show: the asker sees both
+        return f"{outcome.answer}\n\n(⚠ unverified: {outcome.reason})"
+    if not outcome.ok:
+        raise ToolError(f"{outcome.agent} could not answer: {outcome.status} ({outcome.reason})")
+    return outcome.answer
+
+
+def _delegated(outcome: RunOutcome) -> dict[str, Any]:
+    """The ``delegate`` tool's result: the report's outcome."""
+    return {
+        "agent": outcome.agent,
+        "status": str(outcome.status),
+        "reason": outcome.reason,
+        "result": outcome.answer,
+    }

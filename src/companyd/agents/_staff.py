@@ -41,7 +41,7 @@ from companyd.agents._tools import ToolBox
 from companyd.agents._walls import WALL_REASON, QuotaWalls
 from companyd.clock import Clock, clock_time
 from companyd.config import AgentConfig, CompanyConfig
-from companyd.desk import Desk, Proposals, RateLimits, ToolStore
+from companyd.desk import Desk, ItemKind, Proposals, RateLimits, ToolStore
 from companyd.events import EventBus
 from companyd.llm import ModelBackend
 from companyd.runs import Journal, RunOutcome, RunStatus, Task, TaskState
@@ -172,9 +172,11 @@ class Staff:
     async def load(self) -> None:
         """Restore pauses and queued tasks from the journal (once, before agents start).
 
-        Consultations and reviews the previous process left open are withdrawn, not
-        restored: the run that asked resumes from its journal, where that tool call has no
-        recorded result (it is not idempotent: "outcome unknown"), so nobody would read the
+        Reviews the previous process left open are withdrawn, not restored: the run that
+        asked resumes from its journal and asks for a new review. Consultations are kept
+        while the run that asked is unfinished — it resumes and waits for the answer again
+        (:meth:`asked_task`; a colleague's run waiting for the founder goes on waiting for
+        the same item, docs/desk.md) — and withdrawn otherwise, as nobody would read the
         answer. Delegated tasks are kept: their work may be the point (a post, a report).
         """
         try:
@@ -195,18 +197,20 @@ class Staff:
 
     async def _load(self) -> None:
         await self.journal.open()
-        orphans = await self.journal.withdraw_orphans(
-            ("consult", "review"),
-            "the daemon restarted while its asker waited; nobody waits for the answer",
-            self.clock.time(),
-        )
-        if orphans:
-            log.info("withdrew %d consultation(s)/review(s) left open by a restart", orphans)
+        # the removed agents' runs first: a consultation one of them asked is then asked by
+        # a run that is over, and withdrawn below rather than resumed for nobody
         gone = await self.journal.withdraw_unassigned(
             list(self._config.agents), "its agent is no longer in company.yaml", self.clock.time()
         )
         if gone:
             log.warning("withdrew %d task(s) of agents no longer in company.yaml", gone)
+        why = "the daemon restarted while its asker waited; nobody waits for the answer"
+        orphans = await self.journal.withdraw_orphans(("review",), why, self.clock.time())
+        orphans += await self.journal.withdraw_orphans(
+            ("consult",), why, self.clock.time(), unless_asker_runs=True
+        )
+        if orphans:
+            log.info("withdrew %d consultation(s)/review(s) left open by a restart", orphans)
         ends = await self.journal.paused_until()
         for agent, (reason, budget) in (await self.journal.paused()).items():
             if agent in self.mailboxes:
@@ -214,6 +218,26 @@ class Staff:
         for slug in self._config.agents:
             self.mailboxes.restore(slug, await self.journal.queued_tasks(slug))
         self.mailboxes.restored(await self.journal.open_tasks())
+
+    async def close_stale_founder_items(self) -> None:
+        """Close (``withdrawn``) the approvals and questions still pending on the founder's
+        desk for runs the journal has ended — withdrawn at this start (a consultation
+        nobody waits for, an agent removed from company.yaml) or before: no run will act on
+        their answer, so their messages must not offer buttons that do nothing. Call it
+        once the pager listens (the ``founder_decided`` events edit those messages).
+        """
+        desk = self.agent_deps.desk
+        if desk is None:
+            return
+        asked = {
+            i.run_id
+            for i in await desk.pending()
+            if i.run_id and i.kind in (ItemKind.APPROVAL, ItemKind.QUESTION)
+        }
+        for run_id, (state, reason) in (await self.journal.run_states(asked)).items():
+            if state != "running":
+                closed = await desk.withdraw_run(run_id, f"its run ended: {reason or state}")
+                log.info("closed %d desk item(s) of ended run %s", len(closed), run_id)
 
     def child(self, slug: str) -> ChildFn:
         """The supervised child body of agent ``slug`` (a fresh Agent per start)."""
@@ -277,6 +301,21 @@ class Staff:
         (it ended before, or was never journaled).
         """
         return self.mailboxes.resumed(task_id)
+
+    async def asked_task(self, run_id: str, tool_use_id: str) -> Task | None:
+        """The task (a consultation, a delegation) the tool call ``tool_use_id`` of
+        run ``run_id`` asked for, as the journal holds it; None if there is none.
+        """
+        return await self.journal.asked_task(run_id, tool_use_id)
+
+    async def ended_outcome(self, task_id: str) -> RunOutcome | None:
+        """How task ``task_id`` ended (its latest run's outcome), once the journal has it
+        done; None while it is open or if no run of it ended.
+        """
+        got = await self.journal.get_task(task_id)
+        if got is None or got[1] in (TaskState.QUEUED, TaskState.RUNNING):
+            return None
+        return await self.journal.last_outcome(task_id)
 
     def inbox_size(self, agent: str) -> int:
         """Tasks waiting in ``agent``'s mailbox (not counting the one running)."""
@@ -583,16 +622,22 @@ class Staff:
         """Withdraw the tasks of agents a reload removed (call once the tree has stopped
         them): those waiting in a mailbox end ``cancelled`` for whoever waits on them (a
         routine's fire, an ``ask``), and the journal closes them and any run left
-        unfinished, so none waits forever or comes back with a later agent of that name.
+        unfinished, so none waits forever or comes back with a later agent of that name;
+        then the approvals and questions those runs left pending are closed
+        (:meth:`close_stale_founder_items`).
         """
         config = self._config
         now = self.clock.time()
         if self.mailboxes.drop_agents(config.agents, now):
-            self._spawn(
-                self.journal.withdraw_unassigned(
+
+            async def withdraw() -> None:
+                await self.journal.withdraw_unassigned(
                     list(config.agents), "its agent was removed from company.yaml", now
                 )
-            )
+                # what their runs left on the founder's desk would answer nobody
+                await self.close_stale_founder_items()
+
+            self._spawn(withdraw())
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:

@@ -113,6 +113,10 @@ class Tool(Frozen):
             create-if-absent writes); decides what happens to a call whose outcome a crash
             left unknown.
         family: ``memory``, ``colleagues``, ``improver``, ``external:<server>``.
+        rejoin: for a non-idempotent call a stop interrupted: ``await rejoin(arguments,
+            context)`` waits for what the call had started (a colleague's task) and returns
+            the call's result, or None when there is nothing to wait for (the outcome is
+            then unknown to the run); it may raise :class:`ToolError` like ``handler``.
     """
 
     name: str
@@ -128,6 +132,7 @@ class Tool(Frozen):
     #: the risk as ``companyd tools`` shows it: ``read-only``, ``destructive``,
     #: ``unannotated``, ``trusted``… ('' for built-in tools)
     risk: str = ""
+    rejoin: Handler | None = None
 
     def definition(self) -> ToolDef:
         """The tool as the model sees it: name, description, input schema."""
@@ -233,18 +238,37 @@ class ToolBox:
         try:
             result = await tool.handler(args if isinstance(args, Mapping) else {}, ctx)
         except ToolError as exc:
-            return {
-                "type": "tool_result",
-                "tool_use_id": tool_id,
-                "is_error": True,
-                "content": str(exc),
-            }
-        text = (
-            result
-            if isinstance(result, str)
-            else json.dumps(result, indent=2, ensure_ascii=False, default=str)
-        )
-        return {"type": "tool_result", "tool_use_id": tool_id, "content": text}
+            return _tool_error(tool_id, exc)
+        return _tool_result(tool_id, result)
+
+    async def rejoin(self, tool_use: ToolUseBlock, ctx: ToolCallContext) -> ToolResultBlock | None:
+        """The result of a call a stop interrupted, by its tool's ``rejoin`` (waiting for
+        what the call started); None if the tool has none or there is nothing to wait for.
+        Never raises for a tool's own failure; cancellation propagates.
+        """
+        tool = self.tools.get(str(tool_use.get("name")))
+        if tool is None or tool.rejoin is None:
+            return None
+        tool_id = str(tool_use.get("id"))
+        args = tool_use.get("input") or {}
+        try:
+            result = await tool.rejoin(args if isinstance(args, Mapping) else {}, ctx)
+        except ToolError as exc:
+            return _tool_error(tool_id, exc)
+        return None if result is None else _tool_result(tool_id, result)
+
+
+def _tool_error(tool_id: str, exc: ToolError) -> ToolResultBlock:
+    return {"type": "tool_result", "tool_use_id": tool_id, "is_error": True, "content": str(exc)}
+
+
+def _tool_result(tool_id: str, result: Any) -> ToolResultBlock:
+    text = (
+        result
+        if isinstance(result, str)
+        else json.dumps(result, indent=2, ensure_ascii=False, default=str)
+    )
+    return {"type": "tool_result", "tool_use_id": tool_id, "content": text}
 
 
 def _errlog() -> TextIO:

@@ -39,6 +39,7 @@ _SAID = {
     "answered": "answered",
     "changes_requested": "sent back with changes",
     "expired": "expired: no answer in time",
+    "withdrawn": "withdrawn: the run that asked no longer waits for it",
 }
 
 
@@ -83,7 +84,7 @@ class DeskMessages:
         rec.buttons = [b for b in rec.buttons if b.get("action") not in DECISION_ACTIONS]
         when = datetime.fromtimestamp(event.ts, self._book.policy.tz)
         said = _SAID.get(event.state, event.state)
-        if event.state != "expired":
+        if event.state not in ("expired", "withdrawn"):
             said += f" by {event.by or 'the founder'}" + (f" via {event.via}" if event.via else "")
         rec.footer.append(f"✔ {said} at {when:%H:%M}")
         rec.version += 1

@@ -351,6 +351,11 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         self.tree = self._build_tree()
         await self.tree.start()
         self.state = "running"
+        try:
+            await self.staff.close_stale_founder_items()
+        except Exception as exc:  # the items stay pending (they expire at their deadline)
+            # (a full state disk at start among them: no traceback, the disk alarm says why)
+            log.error("could not close the desk items of runs that ended: %r", exc)
         with contextlib.suppress(Exception):
             self._spend_seen = await self._spend_status()
         self.notifier.ready(self._status_line())

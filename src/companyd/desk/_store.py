@@ -222,6 +222,9 @@ class ItemState(StrEnum):
     #: a result the founder sent back with changes (``text``)
     CHANGES = "changes_requested"
     EXPIRED = "expired"
+    #: closed unanswered because the run that asked ended without it (its task was
+    #: withdrawn: the colleague who asked stopped waiting); ``text`` says why
+    WITHDRAWN = "withdrawn"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -575,6 +578,23 @@ class Desk:
         done, _ = await self._set(item.id, ItemState.EXPIRED, "", "the deadline")
         return done
 
+    async def withdraw_run(self, run_id: str, reason: str) -> list[DeskItem]:
+        """Close the approvals and questions run ``run_id`` left pending as ``withdrawn``
+        with ``reason``: the run ended without them (its task was withdrawn), so an answer
+        would do nothing. Each is a ``founder_decided`` event (its message loses its
+        buttons and says so); the items closed. A result awaiting approval is the
+        routine's, not the run's, and stays.
+        """
+        closed = []
+        for item in await self.of_run(run_id):
+            if item.pending and item.kind in (ItemKind.APPROVAL, ItemKind.QUESTION):
+                done, changed = await self._set(
+                    item.id, ItemState.WITHDRAWN, reason, "companyd", via="companyd"
+                )
+                if changed:
+                    closed.append(done)
+        return closed
+
     # -- deciding -------------------------------------------------------------------------
 
     async def decide(
@@ -753,6 +773,11 @@ def _shown_question(db: Connection, agent: str, now: float) -> str | None:
 
 def _already(item: DeskItem) -> DeskError:
     """The refusal of a decision on ``item``, which is no longer pending."""
+    if item.state is ItemState.WITHDRAWN:
+        return DeskError(
+            f"{item.kind} {item.id} was withdrawn ({item.text or 'its run ended'}): its run "
+            "no longer waits for an answer; nothing changed"
+        )
     return DeskError(
         f"{item.kind} {item.id} was already {item.state}"
         + (f" by {item.decided_by}" if item.decided_by else "")

@@ -200,8 +200,9 @@ class FounderResultForApproval(Event):
 
 class FounderDecided(Event):
     """An item on the founder's desk was decided (``state``: approved, rejected, answered,
-    changes_requested, expired): ``by`` whom, ``via`` what (``telegram``, ``cli``; empty
-    when it expired).
+    changes_requested, expired, withdrawn — closed because the run that asked ended
+    without it): ``by`` whom, ``via`` what (``telegram``, ``cli``; empty when it expired;
+    ``companyd`` when withdrawn).
     """
 
     KIND = "founder_decided"

@@ -103,6 +103,18 @@ def _transaction(db: Connection) -> Iterator[None]:
         raise
 
 
+def _asker_runs(db: Connection, task_id: str) -> bool:
+    """Whether the run that asked for task ``task_id`` (its ``asked_by``) is unfinished."""
+    row = db.execute("SELECT payload FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    asker = json.loads(row[0]).get("asked_by") if row else None
+    if not asker:
+        return False
+    return (
+        db.execute("SELECT 1 FROM runs WHERE id = ? AND state = 'running'", (asker,)).fetchone()
+        is not None
+    )
+
+
 class Journal:
     """The run journal of one state directory (one instance per daemon).
 
@@ -755,11 +767,15 @@ class Journal:
         """
         await self._withdraw("SELECT ?", (task_id,), reason, now)
 
-    async def withdraw_orphans(self, prefixes: Sequence[str], reason: str, now: float) -> int:
+    async def withdraw_orphans(
+        self, prefixes: Sequence[str], reason: str, now: float, *, unless_asker_runs: bool = False
+    ) -> int:
         """Withdraw every queued or running task whose id starts with one of ``prefixes``
         (as :meth:`withdraw_task` does); the number withdrawn. For the start of a daemon:
         a consultation or review whose asker was waiting in the previous process has no
-        one waiting for it any more.
+        one waiting for it any more. ``unless_asker_runs``: keep a task whose asking run
+        (its ``asked_by``) is still unfinished — that run resumes and waits for it again
+        (:meth:`asked_task`).
         """
         # task ids are made lower case by companyd: LIKE matches them alike on SQLite (which
         # ignores ASCII case) and PostgreSQL (which does not)
@@ -769,7 +785,51 @@ class Journal:
             tuple(f"{p}-%" for p in prefixes),
             reason,
             now,
+            keep=_asker_runs if unless_asker_runs else None,
         )
+
+    async def run_states(self, run_ids: Collection[str]) -> dict[str, tuple[str, str | None]]:
+        """The state (``running``, ``ok``, ``cancelled``…) and reason of each run of
+        ``run_ids`` the journal knows.
+        """
+        ids = tuple(run_ids)
+        if not ids:
+            return {}
+        marks = ",".join("?" for _ in ids)
+        rows = await self._run(
+            lambda db: db.execute(
+                f"SELECT id, state, reason FROM runs WHERE id IN ({marks})", ids
+            ).fetchall()
+        )
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    async def asked_task(self, run_id: str, tool_use_id: str) -> Task | None:
+        """The task the tool call ``tool_use_id`` of run ``run_id`` asked for (a
+        consultation or delegation: its ``asked_by`` and ``asked_in``) — started (ended or
+        not) or still queued — or None. For a run resumed after a restart, to wait for the
+        colleague again (or take the outcome it reached meanwhile) instead of calling the
+        tool twice.
+        """
+
+        def q(db: Connection) -> Task | None:
+            started = db.execute(
+                "SELECT t.payload FROM runs r JOIN tasks t ON t.id = r.task_id "
+                "WHERE r.asked_by = ? AND r.asked_in = ? ORDER BY r.started DESC LIMIT 1",
+                (run_id, tool_use_id),
+            ).fetchone()
+            if started is not None:
+                return Task.from_dict(json.loads(started[0]))
+            rows = db.execute(
+                "SELECT payload FROM tasks WHERE state IN ('queued', 'running') "
+                "ORDER BY created, rowid"
+            ).fetchall()
+            for (payload,) in rows:
+                task = Task.from_dict(json.loads(payload))
+                if task.asked_by == run_id and task.asked_in == tool_use_id:
+                    return task
+            return None
+
+        return await self._run(q)
 
     async def withdraw_unassigned(self, agents: Collection[str], reason: str, now: float) -> int:
         """Withdraw every queued or running task of an agent not in ``agents`` (removed from
@@ -788,17 +848,25 @@ class Journal:
         )
 
     async def _withdraw(
-        self, select_ids: str, params: tuple[Any, ...], reason: str, now: float
+        self,
+        select_ids: str,
+        params: tuple[Any, ...],
+        reason: str,
+        now: float,
+        *,
+        keep: Callable[[Connection, str], bool] | None = None,
     ) -> int:
-        """In one transaction, for each task id ``select_ids`` yields: its unfinished runs
-        end ``cancelled`` with ``reason``, and the task, if queued or running, becomes done.
-        The number of tasks withdrawn.
+        """In one transaction, for each task id ``select_ids`` yields (but those ``keep``
+        says to keep): its unfinished runs end ``cancelled`` with ``reason``, and the task,
+        if queued or running, becomes done. The number of tasks withdrawn.
         """
 
         def withdraw(db: Connection) -> int:
             withdrawn = 0
             with _transaction(db):
                 for (task_id,) in db.execute(select_ids, params).fetchall():
+                    if keep is not None and keep(db, task_id):
+                        continue
                     runs = db.execute(
                         "SELECT id FROM runs WHERE task_id = ? AND state = 'running'", (task_id,)
                     ).fetchall()
