@@ -755,12 +755,7 @@ async def test_jobs_run_answers_at_once_when_its_run_waits_for_a_tool_approval(
     once that the run waits for the founder, and where to decide; the fire goes on.
     """
     tool_log = tool_files(work) / "tool.log"
-    model = PerAgent(
-        marketing=[
-            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
-            reply_text("Posted the flash sale."),
-        ]
-    )
+    model = PerAgent(marketing=_posts_the_sale())
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
             cfg = _company(work, bot, tool_log)
@@ -810,29 +805,11 @@ async def test_jobs_run_answers_at_once_when_a_colleague_its_run_asked_waits_for
             reply_tool_use("consult", {"agent": "marketing", "question": "Post the flash sale."}),
             reply_text("Marketing posted the flash sale."),
         ],
-        marketing=[
-            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
-            reply_text("Posted the flash sale."),
-        ],
+        marketing=_posts_the_sale(),
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _company(work, bot, tool_log)
-            doc = yaml.safe_load(cfg.read_text())
-            doc["agents"]["marketing"]["reports_to"] = "ceo"
-            doc["agents"]["ceo"] = {
-                "title": "CEO",
-                "instructions": "You are the ceo.",
-                "consult": ["marketing"],
-            }
-            doc["routines"] = {
-                "daily-post": {
-                    "assignee": "ceo",
-                    "description": "Have the flash sale announced.",
-                    "trigger": {"cron": "0 3 29 2 *"},
-                }
-            }
-            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            cfg = _consulting_company(work, bot, tool_log)
             async with _daemon(cfg, work, srv) as daemon:
                 got = await daemon.cli("jobs", "run", "daily-post", "--json", timeout=30)
                 assert got.rc == 0, got.err
@@ -958,6 +935,14 @@ async def test_run_again_on_the_phone_says_a_long_run_goes_on(
                 fires = (await daemon.call("job_history", routine="daily-post"))["fires"]
                 assert len(fires) == 2, fires
                 await daemon.stop()
+
+
+def _posts_the_sale(then: str | None = "Posted the flash sale.") -> list[Reply]:
+    """Marketing's replies: a post_update call (the tool that waits for the founder), then
+    ``then`` once it has run (None: nothing after it).
+    """
+    replies = [reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale.")]
+    return replies if then is None else [*replies, reply_text(then)]
 
 
 def _consulting_company(work: Path, bot: BotApiServer, tool_log: Path) -> Path:
@@ -1103,10 +1088,7 @@ async def test_an_approval_of_a_colleague_no_longer_waited_for_is_withdrawn(work
             reply_tool_use("consult", {"agent": "marketing", "question": "Post the flash sale."}),
             reply_text("Marketing did not answer; the sale is not announced."),
         ],
-        marketing=[
-            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
-            reply_text("Posted the flash sale."),
-        ],
+        marketing=_posts_the_sale(),
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
@@ -1199,9 +1181,7 @@ async def test_an_approval_of_a_run_ended_while_the_daemon_was_down_is_withdrawn
     """
     tool_log = tool_files(work) / "tool.log"
     model = PerAgent(
-        marketing=[
-            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
-        ],
+        marketing=_posts_the_sale(then=None),
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
@@ -1240,9 +1220,7 @@ async def test_an_approval_of_an_agent_removed_by_a_reload_is_withdrawn(work: Pa
     """
     tool_log = tool_files(work) / "tool.log"
     model = PerAgent(
-        marketing=[
-            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
-        ],
+        marketing=_posts_the_sale(then=None),
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
@@ -1283,9 +1261,7 @@ async def test_a_consultation_whose_asker_was_removed_is_withdrawn_with_its_appr
     tool_log = tool_files(work) / "tool.log"
     model = PerAgent(
         ceo=[reply_tool_use("consult", {"agent": "marketing", "question": "Post the sale."})],
-        marketing=[
-            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
-        ],
+        marketing=_posts_the_sale(then=None),
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
@@ -1328,10 +1304,7 @@ async def test_parallel_delegations_answered_in_any_order_after_a_restart_all_re
     both = dataclasses.replace(both, content=both.content + second.content)
     model = PerAgent(
         ceo=[both, reply_text("Both done.")],
-        marketing=[
-            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
-            reply_text("Posted the flash sale."),
-        ],
+        marketing=_posts_the_sale(),
         sales=[
             reply_tool_use("ask_founder", {"question": "Discount: 20% or 30%?"}),
             reply_text("The discount is 20%."),
@@ -1386,9 +1359,7 @@ async def test_a_delegation_withdrawn_while_the_daemon_was_down_tells_the_asker_
             reply_tool_use("delegate", {"agent": "marketing", "task": "Post the flash sale."}),
             reply_text("Marketing is gone; nothing was posted."),
         ],
-        marketing=[
-            reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale."),
-        ],
+        marketing=_posts_the_sale(then=None),
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
