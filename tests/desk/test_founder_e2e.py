@@ -99,6 +99,27 @@ async def _daemon(cfg: Path, work: Path, srv: MessagesAPIServer) -> AsyncIterato
         yield daemon
 
 
+def _signalled(cfg: Path, work: Path, srv: MessagesAPIServer) -> DaemonProcess:
+    """The first daemon: a real ``companyd run`` (forked) on ``work / "s"``, which the test
+    signals (SIGTERM, kill -9) before :func:`_restarted` starts again on its state.
+    """
+    return DaemonProcess(
+        cfg, work / "s", log=work / "d1.log", offline=False, env=_env(srv), forked=True
+    )
+
+
+def _fire(daemon: DaemonProcess, routine: str) -> asyncio.Task[None]:
+    """``run_job`` of ``routine`` in the background; the daemon may go down under it (its
+    answer, or the broken connection, is not the point).
+    """
+
+    async def fire() -> None:
+        with contextlib.suppress(Exception):
+            await ControlClient(daemon.socket, timeout=120).acall("run_job", routine=routine)
+
+    return asyncio.create_task(fire())
+
+
 def _restarted(cfg: Path, work: Path, srv: MessagesAPIServer) -> InProcessDaemon:
     """The daemon started again on the state a signalled ``companyd run`` left: in this
     process (what it resumes is read from the files, whoever starts it). Made when it is
@@ -246,10 +267,7 @@ async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
             cfg = _company(work, bot, tool_log)
-            state = work / "s"
-            first = DaemonProcess(
-                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
-            )
+            first = _signalled(cfg, work, srv)
             second: InProcessDaemon | None = None
             try:
                 await first.start(timeout=START_TIMEOUT)
@@ -615,21 +633,12 @@ async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path)
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
             cfg = _approval_company(work, bot)
-            state = work / "s"
-            first = DaemonProcess(
-                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
-            )
+            first = _signalled(cfg, work, srv)
             second: InProcessDaemon | None = None
             try:
                 await first.start(timeout=START_TIMEOUT)
 
-                async def fire() -> None:
-                    with contextlib.suppress(Exception):  # the daemon is killed under it
-                        await ControlClient(first.socket, timeout=120).acall(
-                            "run_job", routine="daily-post"
-                        )
-
-                firing = asyncio.create_task(fire())
+                firing = _fire(first, "daily-post")
                 result = await _message(bot, "daily-post by marketing awaits your approval")
                 item_id = result.text.split("awaits your approval (")[1].split(")")[0]
                 # (the founder reads the inbox first: a kill within milliseconds of the send
@@ -698,21 +707,12 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
             cfg = _approval_company(work, bot)
-            state = work / "s"
-            first = DaemonProcess(
-                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
-            )
+            first = _signalled(cfg, work, srv)
             second: InProcessDaemon | None = None
             try:
                 await first.start(timeout=START_TIMEOUT)
 
-                async def fire() -> None:
-                    with contextlib.suppress(Exception):  # the daemon goes down under it
-                        await ControlClient(first.socket, timeout=120).acall(
-                            "run_job", routine="daily-post"
-                        )
-
-                firing = asyncio.create_task(fire())
+                firing = _fire(first, "daily-post")
                 draft = await _message(bot, "daily-post by marketing awaits your approval")
                 # the change's run is in its model call when the daemon goes down
                 srv.enqueue(stall(None))
@@ -1010,21 +1010,12 @@ async def test_a_colleague_waiting_for_the_founder_survives_a_restart(
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
             cfg = _consulting_company(work, bot, tool_log)
-            state = work / "s"
-            first = DaemonProcess(
-                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
-            )
+            first = _signalled(cfg, work, srv)
             second: InProcessDaemon | None = None
             try:
                 await first.start(timeout=START_TIMEOUT)
 
-                async def fire() -> None:
-                    with contextlib.suppress(Exception):  # the daemon stops under it
-                        await ControlClient(first.socket, timeout=120).acall(
-                            "run_job", routine="daily-post"
-                        )
-
-                firing = asyncio.create_task(fire())
+                firing = _fire(first, "daily-post")
                 asked = await _message(bot, needle)
                 item_id = re.findall(r"\((ap-[0-9a-f]+|q-[0-9a-f]+)\)", asked.text)[0]
                 assert f"{item_id}  {waits}" in (await _cli_of(first, "inbox")).out
@@ -1137,21 +1128,12 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
             doc = yaml.safe_load(cfg.read_text())
             doc["routines"]["daily-post"] |= {"assignee": "marketing", "reviewer": "ceo"}
             cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
-            state = work / "s"
-            first = DaemonProcess(
-                cfg, state, log=work / "d1.log", offline=False, env=_env(srv), forked=True
-            )
+            first = _signalled(cfg, work, srv)
             second: InProcessDaemon | None = None
             try:
                 await first.start(timeout=START_TIMEOUT)
 
-                async def fire() -> None:
-                    with contextlib.suppress(Exception):  # the daemon stops under it
-                        await ControlClient(first.socket, timeout=120).acall(
-                            "run_job", routine="daily-post"
-                        )
-
-                firing = asyncio.create_task(fire())
+                firing = _fire(first, "daily-post")
                 await asyncio.to_thread(srv.wait_for_requests, 2, 60.0)  # the review's call
                 began = asyncio.get_running_loop().time()
                 assert await first.stop(timeout=60) == 0
