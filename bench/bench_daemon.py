@@ -20,6 +20,8 @@ A second baseline (issue 31) is a Python process that imports asyncio, sqlite3 a
 sends READY=1 over ``$NOTIFY_SOCKET`` — what any asyncio daemon with a SQLite store and a
 YAML config pays before its own code. The runs are interleaved: each round starts both
 baselines and every company once, so a burst of load falls on all of them alike.
+A third row (no target) is that baseline plus APScheduler's asyncio scheduler and pydantic,
+the libraries the daemon's routines and its schema need whatever companyd's own code does.
 
 Targets (issue 8): example < 80 MB and < 1.5 s; 1,000 agents < 300 MB. Issue 31: the example
 company (offline, dashboard on as company.yaml has it) READY ≤ 4× and peak RSS ≤ 2.5× the
@@ -102,6 +104,15 @@ LEAN_BASELINE = (
     "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
     "s.sendto(b'READY=1', os.environ['NOTIFY_SOCKET'])\n"
     "signal.sigwait({signal.SIGTERM})\n"
+)
+#: The lean baseline plus the libraries the daemon starts with whatever its own code does
+#: (shown, no target): APScheduler's asyncio scheduler (the routines) and pydantic (the
+#: company.yaml schema) — how much of issue 31's 4× they take before companyd's own code.
+FLOOR = LEAN_BASELINE.replace(
+    "import asyncio, os, signal, socket, sqlite3, yaml\n",
+    "import asyncio, os, signal, socket, sqlite3, yaml\n"
+    "import apscheduler.schedulers.asyncio\n"
+    "from pydantic import BaseModel\n",
 )
 #: Issue 31's ratios for the example company: (READY, peak RSS) against LEAN_BASELINE.
 LEAN_TARGETS = (4.0, 2.5)
@@ -206,6 +217,7 @@ def main() -> None:
                 False,
                 (None, None),
             ),
+            ("floor: lean+APS+pydantic", [sys.executable, "-c", FLOOR], False, (None, None)),
         ]
         for size in sizes:
             if size == "example":

@@ -16,6 +16,8 @@ they read the stores themselves (no target: shown), and ``memory serve-mcp --fil
 from start to its exit at the end of an empty standard input (no target: shown), and
 ``run`` refusing to start (no target: shown): exit 78 on an invalid company.yaml, exit 75
 on the company the daemon already runs (what systemd's retries of a second unit cost).
+Two floors are shown last (no target): the imports ``validate`` cannot do without (PyYAML
+and APScheduler's cron parser, then with pydantic), each a bare ``python -c "import …"``.
 ``--python`` runs the commands with another interpreter or tree (``PYTHONPATH`` is passed
 through), to measure the code of an older commit in the same way.
 
@@ -69,6 +71,16 @@ SERVE_MCP = ("memory", "serve-mcp", "--file")
 
 #: ``companyd run`` refusing to start (no target: shown), with its exit code.
 REFUSED = ("run, 78 bad config", "run, 75 running")
+
+#: What ``validate`` cannot do without, as bare imports (no target: shown): PyYAML reads the
+#: file, APScheduler's cron parser checks every ``cron:`` (the scheduler's own, so the check
+#: and the schedule never disagree; it imports asyncio), pydantic validates the schema. With
+#: these the floor of ``validate`` sits at or above its 10× target before companyd's own code
+#: runs (docs/configuration.md, "What validation costs at start").
+FLOORS: tuple[tuple[str, str], ...] = (
+    ("floor: yaml+cron", "import yaml, apscheduler.triggers.cron"),
+    ("floor: +pydantic", "import yaml, apscheduler.triggers.cron; from pydantic import BaseModel"),
+)
 
 
 def start_daemon(python: str, config: Path, env: dict[str, str], timeout: float = 120.0) -> Any:
@@ -176,10 +188,13 @@ def main() -> None:
                 timed([*cli, *argv], e, Path(work), rc)
             base: list[tuple[float, float]] = []
             times: dict[str, list[tuple[float, float]]] = {label: [] for label, *_ in runs}
+            times.update({label: [] for label, _ in FLOORS})
             for _ in range(args.rounds):
                 base.append(timed([args.python, "-c", "pass"], env, Path(work)))
                 for label, argv, e, rc in runs:
                     times[label].append(timed([*cli, *argv], e, Path(work), rc))
+                for label, code in FLOORS:
+                    times[label].append(timed([args.python, "-c", code], env, Path(work)))
         finally:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=60)
@@ -192,6 +207,7 @@ def main() -> None:
         *((label, (), None) for label, _ in OFFLINE),
         ("serve-mcp --file", (), None),
         *((label, (), None) for label in REFUSED),
+        *((label, (), None) for label, _ in FLOORS),
     )
     for label, _, target in (*COMMANDS, *shown):
         t = statistics.median(w for w, _ in times[label])
