@@ -179,8 +179,8 @@ def test_a_colleague_that_waits_for_the_founder_longer_than_its_asker_is_a_warni
         "(agents.cfo.tools.require_approval; defaults.tools.approval_timeout: 24h), but ceo "
         "waits for a colleague only 5m (agents.ceo.colleague_timeout_seconds: 5m, the "
         "default; defaults.limits.max_seconds: 10m counts the wait too): unless you answer "
-        "within 5m, ceo goes on without cfo's work, cfo's run is withdrawn and what it asked "
-        "you is closed unanswered; set agents.ceo.colleague_timeout_seconds and "
+        "within 5m, ceo goes on without cfo's work, cfo's run is withdrawn and what was asked "
+        "of you is closed unanswered; set agents.ceo.colleague_timeout_seconds and "
         "defaults.limits.max_seconds to at least 24h, or agents.cfo.tools.approval_timeout "
         "to at most 5m",
         "c.yaml:17:17: warning: agents.cmo.reports_to: 'ceo' may delegate to 'cmo', whose run "
@@ -189,7 +189,7 @@ def test_a_colleague_that_waits_for_the_founder_longer_than_its_asker_is_a_warni
         "agents.cmo.limits.max_seconds: 1h), but ceo waits for a colleague only 5m "
         "(agents.ceo.colleague_timeout_seconds: 5m, the default; defaults.limits.max_seconds: "
         "10m counts the wait too): unless you answer within 5m, ceo goes on without cmo's "
-        "work, cmo's run is withdrawn and what it asked you is closed unanswered; set "
+        "work, cmo's run is withdrawn and what was asked of you is closed unanswered; set "
         "agents.ceo.colleague_timeout_seconds and defaults.limits.max_seconds to at least 1h, "
         "or agents.cmo.tools.approval_timeout to at most 5m",
     ]
@@ -205,6 +205,34 @@ def test_a_colleague_that_waits_for_the_founder_longer_than_its_asker_is_a_warni
         "{require_approval: [delete_entities], approval_timeout: 5m}",
     ).replace("{ask_founder: true}", "{ask_founder: true, approval_timeout: 4m}")
     assert load(asks_shorter).warnings == ()
+
+
+def test_a_colleague_held_by_its_own_colleague_counts_along_the_chain() -> None:
+    """The CEO consults the CFO, who consults the accountant, whose tool needs approval:
+    raising only the CFO's wait moves the clash to the CEO, and validate says so, naming
+    the accountant's approval_timeout as the other way out.
+    """
+    chain = (
+        _CONSULTS
+        + "    consult: [acct]\n"
+        + "  acct:\n    title: Accountant\n    reports_to: cfo\n    instructions: Book.\n"
+        + "    tools: {require_approval: [delete_entities]}\n"
+    )
+    [first] = [w.path for w in load(chain).warnings]
+    assert first == "agents.cfo.consult.0"  # the CEO's 5 min match the CFO's 5 min
+    patient = chain.replace(
+        "    consult: [acct]\n",
+        "    consult: [acct]\n    colleague_timeout_seconds: 1d\n"
+        "    limits: {max_cost_usd: 1, max_seconds: 1d}\n",
+    )
+    [moved] = [str(w) for w in load(patient).warnings]
+    assert moved.startswith(
+        "c.yaml:9:15: warning: agents.ceo.consult.0: 'ceo' may consult and delegate to 'cfo', "
+        "whose run may wait up to 24h for 'acct', whose run waits up to 24h for your approval "
+        "of delete_entities (agents.acct.tools.require_approval; "
+        "defaults.tools.approval_timeout: 24h), but ceo waits for a colleague only 5m"
+    ), moved
+    assert moved.endswith("or agents.acct.tools.approval_timeout to at most 5m"), moved
 
 
 def test_a_colleague_that_cannot_ask_the_founder_is_no_clash() -> None:

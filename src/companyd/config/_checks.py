@@ -512,35 +512,45 @@ def check_colleague_waits(spec: CompanyFile, rep: Report) -> None:
     counts that wait too; the colleague waits its ``approval_timeout`` for an approval of
     a tool in its ``require_approval`` (its own and ``defaults.tools``'), or of any tool of
     an MCP server with ``risk: always_ask``, and for an ``ask_founder`` answer at most its
-    ``approval_timeout`` and its own ``max_seconds``. Tools that ask by their MCP
-    annotations are known only once their server runs, so they are not counted here.
+    ``approval_timeout`` and its own ``max_seconds`` — or, itself waiting for a colleague
+    that waits for the founder, as long as it waits for that one. Tools that ask by their
+    MCP annotations are known only once their server runs, so they are not counted here.
     """
     agents = spec.agents
+    memo: dict[str, tuple[float, str, str] | None] = {}
+
+    def held(slug: str, stack: tuple[str, ...]) -> tuple[float, str, str] | None:
+        """How long a run of ``slug`` may be held by the founder, why, and whose
+        ``approval_timeout`` bounds it; None if never.
+        """
+        if slug in memo:
+            return memo[slug]
+        best = _founder_wait(slug, agents[slug], spec)
+        waits = _colleague_wait(agents[slug], spec)[0]
+        for other in _reachable(slug, agents):
+            if other in stack:
+                continue  # a cycle: refused at run time
+            sub = held(other, (*stack, slug))
+            if sub is not None and (best is None or min(waits, sub[0]) > best[0]):
+                best = (
+                    min(waits, sub[0]),
+                    f"may wait up to {_span(min(waits, sub[0]))} for {other!r}, whose run "
+                    + sub[1],
+                    sub[2],
+                )
+        memo[slug] = best
+        return best
+
     for asker_slug, asker in agents.items():
         if not asker.enabled:
             continue
-        # colleague -> (the line that lets the asker reach it, how)
-        reach: dict[str, tuple[Path_, str]] = {}
-        if _may_call(asker, "delegate"):
-            for slug, a in agents.items():
-                if a.reports_to == asker_slug:
-                    reach[slug] = (("agents", slug, "reports_to"), "delegate to")
-        if _may_call(asker, "consult"):
-            for i, slug in enumerate(asker.consult):
-                how = "consult and delegate to" if slug in reach else "consult"
-                reach[slug] = (("agents", asker_slug, "consult", i), how)
-        given = asker.colleague_timeout_seconds
+        waits, given, max_seconds = _colleague_wait(asker, spec)
         limits_key = f"agents.{asker_slug}.limits" if asker.limits else "defaults.limits"
-        max_seconds = (asker.limits or spec.defaults.limits).max_seconds
-        waits = given if max_seconds is None else min(given, max_seconds)
-        for slug, (path, how) in reach.items():
-            colleague = agents.get(slug)
-            if colleague is None or not colleague.enabled or slug == asker_slug:
-                continue
-            asks = _founder_wait(slug, colleague, spec)
+        for slug, (path, how) in _reachable(asker_slug, agents).items():
+            asks = held(slug, (asker_slug,))
             if asks is None or waits >= asks[0]:
                 continue
-            founder_waits, why = asks
+            founder_waits, why, owner = asks
             bound = f"agents.{asker_slug}.colleague_timeout_seconds: {_span(given)}" + (
                 "" if "colleague_timeout_seconds" in asker.model_fields_set else ", the default"
             )
@@ -555,10 +565,37 @@ def check_colleague_waits(spec: CompanyFile, rep: Report) -> None:
                 f"{asker_slug!r} may {how} {slug!r}, whose run {why}, but {asker_slug} waits "
                 f"for a colleague only {_span(waits)} ({bound}): unless you answer within "
                 f"{_span(waits)}, {asker_slug} goes on without {slug}'s work, {slug}'s run is "
-                "withdrawn and what it asked you is closed unanswered; set "
+                "withdrawn and what was asked of you is closed unanswered; set "
                 f"{fix} to at least {_span(founder_waits)}, or "
-                f"agents.{slug}.tools.approval_timeout to at most {_span(waits)}",
+                f"agents.{owner}.tools.approval_timeout to at most {_span(waits)}",
             )
+
+
+def _reachable(asker_slug: str, agents: dict[str, AgentSpec]) -> dict[str, tuple[Path_, str]]:
+    """The enabled colleagues ``asker_slug`` may consult or delegate to → the line that
+    lets it (its ``consult`` entry, or the colleague's ``reports_to``) and how.
+    """
+    asker = agents[asker_slug]
+    reach: dict[str, tuple[Path_, str]] = {}
+    if _may_call(asker, "delegate"):
+        for slug, a in agents.items():
+            if a.reports_to == asker_slug and a.enabled:
+                reach[slug] = (("agents", slug, "reports_to"), "delegate to")
+    if _may_call(asker, "consult"):
+        for i, slug in enumerate(asker.consult):
+            if slug in agents and agents[slug].enabled and slug != asker_slug:
+                how = "consult and delegate to" if slug in reach else "consult"
+                reach[slug] = (("agents", asker_slug, "consult", i), how)
+    return reach
+
+
+def _colleague_wait(agent: AgentSpec, spec: CompanyFile) -> tuple[float, float, float | None]:
+    """How long ``agent`` waits for a colleague: ``(in effect, colleague_timeout_seconds,
+    its run's max_seconds)``.
+    """
+    given = agent.colleague_timeout_seconds
+    max_seconds = (agent.limits or spec.defaults.limits).max_seconds
+    return (given if max_seconds is None else min(given, max_seconds)), given, max_seconds
 
 
 def _may_call(agent: AgentSpec, tool: str) -> bool:
@@ -567,9 +604,9 @@ def _may_call(agent: AgentSpec, tool: str) -> bool:
     return tool not in agent.tools.deny and (allow is None or tool in allow)
 
 
-def _founder_wait(slug: str, agent: AgentSpec, spec: CompanyFile) -> tuple[float, str] | None:
-    """How long one run of ``agent`` may wait for the founder and why, naming the keys
-    that say so — or None if none of its tools asks the founder.
+def _founder_wait(slug: str, agent: AgentSpec, spec: CompanyFile) -> tuple[float, str, str] | None:
+    """How long one run of ``agent`` (``slug``) may wait for the founder, why (naming the
+    keys that say so) and ``slug`` — or None if none of its tools asks the founder.
     """
     d = spec.defaults.tools
     own = agent.tools.approval_timeout
@@ -623,7 +660,7 @@ def _founder_wait(slug: str, agent: AgentSpec, spec: CompanyFile) -> tuple[float
                 + (f"; {limit_key}.max_seconds: {_span(limit)})" if bound != timeout else ")"),
             )
         )
-    return max(found, key=lambda f: f[0]) if found else None
+    return (*max(found, key=lambda f: f[0]), slug) if found else None
 
 
 def _span(seconds: float | None) -> str:
