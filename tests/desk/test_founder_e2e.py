@@ -1233,7 +1233,7 @@ async def test_an_approval_of_a_colleague_given_up_on_after_a_restart_is_withdra
             async with _daemon(cfg, work, srv) as daemon:
                 # ceo's resumed call waits for marketing again, gives up after 60 s and
                 # answers (its second model call)
-                await daemon.advance_until(lambda: srv.served == 3, limit=120)
+                await daemon.advance_until(lambda: srv.served == 3, limit=250)
                 await bot.wait_for(lambda: not _buttons_now(bot, asked), timeout=10)
                 inbox = await daemon.cli("inbox")
                 late = await daemon.cli("approve", item)
