@@ -205,6 +205,14 @@ def test_a_colleague_that_waits_for_the_founder_longer_than_its_asker_is_a_warni
         "{require_approval: [delete_entities], approval_timeout: 5m}",
     ).replace("{ask_founder: true}", "{ask_founder: true, approval_timeout: 4m}")
     assert load(asks_shorter).warnings == ()
+    # a wait shorter than a second is said as written, not rounded to "0s"
+    brief = clash.replace(
+        "    consult: [cfo]\n", "    consult: [cfo]\n    colleague_timeout_seconds: 0.5\n"
+    )
+    assert (
+        "but ceo waits for a colleague only 0.5s (agents.ceo.colleague_timeout_seconds: 0.5s;"
+        in (str(load(brief).warnings[0]))
+    )
 
 
 def test_a_colleague_held_by_its_own_colleague_counts_along_the_chain() -> None:

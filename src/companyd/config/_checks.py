@@ -665,6 +665,8 @@ def _founder_wait(slug: str, agent: AgentSpec, spec: CompanyFile) -> tuple[float
 
 def _span(seconds: float | None) -> str:
     """``seconds`` as company.yaml writes a duration: ``5m``, ``24h``, ``1h30m``, ``3d``."""
+    if seconds is not None and seconds != round(seconds):
+        return f"{seconds:g}s"  # a fraction of a second (a test's 0.5 s): as written
     s = round(seconds or 0)
     if s >= 2 * 86400 and s % 86400 == 0:
         return f"{s // 86400}d"
