@@ -517,6 +517,9 @@ def check_colleague_waits(spec: CompanyFile, rep: Report) -> None:
     MCP annotations are known only once their server runs, so they are not counted here.
     """
     agents = spec.agents
+    # Kept from the first computation, which leaves out a path back through the agents
+    # then on the stack (a cycle, refused at run time): linear in the org chart, where a
+    # search of every path would not be.
     memo: dict[str, tuple[float, str, str] | None] = {}
 
     def held(slug: str, stack: tuple[str, ...]) -> tuple[float, str, str] | None:
