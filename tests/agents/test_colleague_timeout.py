@@ -15,6 +15,7 @@ from agentkit import PerAgent, agent_of, running_company, tool_results, write_co
 from companyd.admin._blocks import RunRow
 from companyd.admin._results import ReloadApplied, Runs
 from companyd.agents._calls import STOP_CALL_GRACE
+from companyd.agents._tools import ToolCallContext
 from companyd.clock import ManualClock
 from companyd.runs import Journal, Task, new_id
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
@@ -90,6 +91,27 @@ async def test_a_consultation_past_its_timeout_cancels_the_colleagues_run(
     assert "withdrawn: the asker stopped waiting" in str(cfo_runs[0]["reason"])
     assert len(requests_of(srv, "cfo")) == 1
     assert open_tasks == []
+
+
+async def test_a_wait_whose_outcome_is_cancelled_is_not_called_a_timeout(tmp_path: Path) -> None:
+    """The callers' futures are cancelled only as the daemon closes (Staff.close), after
+    the tree's stop ended every wait: a wait that still sees it is a broken order, said as
+    such — not "cfo did not answer within 0.5 s", which no clock measured.
+    """
+    agents, model = ceo_consults_cfo([stall(None, then=reply_text("14 months"))])
+    cfg = write_company(tmp_path, agents)
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv, clock=ManualClock()) as d:
+            ceo = d.config.agents["ceo"]
+            ctx = ToolCallContext(agent="ceo", run_id=new_id("run"), task_id=new_id("task"))
+            asking = asyncio.ensure_future(d.staff.colleagues.consult(ceo, "cfo", "Runway?", ctx))
+            async with asyncio.timeout(20):
+                while not requests_of(srv, "cfo"):
+                    await asyncio.sleep(0.01)
+            d.staff.mailboxes.cancel_waiters()  # what Staff.close() does to them
+            with pytest.raises(AssertionError, match="cancelled under a waiting run"):
+                await asyncio.wait_for(asking, 20)
+            srv.release_stalls()
 
 
 async def test_a_consultation_still_queued_at_its_timeout_never_runs_even_after_a_restart(

@@ -207,9 +207,12 @@ async def test_every_command_of_first_company_md_works_in_order(
                     elif words[0] == "companyd":
                         rc, out, err = await companyd(words, env, work, monkeypatch)
                         assert rc == 0, (line, out, err)
+                        if words[1] == "validate":  # the page's company warns of nothing
+                            assert "warning" not in out + err, (out, err)
                         if words[1] == "doctor":
                             assert "PROBLEM" not in out, out
                             assert "@companyd_test_bot" in out
+                            assert "company.yaml' valid: 1 agent, 1 routine\n" in out, out
                         if words[1] == "inbox":
                             found = re.findall(r"\bap-[0-9a-f]+", out)
                             assert found, out
@@ -229,5 +232,7 @@ async def test_every_command_of_first_company_md_works_in_order(
     mine = [r for r in srv.requests if agent_of(r) == "researcher"]
     results = [b for r in mine for b in tool_results(r)]
     assert any("illustrative examples" in str(b["content"]) for b in results), results
+    # the first message from the company counts its one agent and routine as such
+    assert any("\n1 agent, 1 routine\n" in m.text for m in bot.messages), bot.messages
     # the brief reached the phone
     assert any(BRIEF in m.text and str(m.chat_id) == str(FOUNDER) for m in bot.messages)

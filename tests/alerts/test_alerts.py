@@ -412,7 +412,7 @@ KIND_CASES: list[tuple[str, str, dict[str, Any], list[str], list[str]]] = [
         "daemon_started",
         "companyd",
         {"version": "0.1.0", "agents": 2, "routines": 1, "pid": 4242},
-        ["companyd started", "2 agents, 1 routines", "version: 0.1.0"],
+        ["companyd started", "2 agents, 1 routine", "version: 0.1.0"],
         [],
     ),
     (

@@ -461,6 +461,9 @@ def test_the_shapes_the_daemon_sends() -> None:
     text = _text("daemon_started", started, "daemon")
     assert "companyd started" in text
     assert "8 agents, 5 routines" in text
+    # a first company's first message: "1 agent, 1 routine", not "1 agents, 1 routines"
+    one = _text("daemon_started", {**started, "agents": 1, "routines": 1}, "daemon")
+    assert "\n1 agent, 1 routine\n" in one, one
     assert "offline mode" in text
     reloaded = {
         "started": ["cmo"],

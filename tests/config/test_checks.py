@@ -154,3 +154,116 @@ def test_a_routine_delivering_to_telegram_without_telegram_is_a_warning_at_its_l
     # with Telegram configured, nothing to warn about
     telegram = "alerts:\n  telegram: {bot_token_env: TOKEN, chat_ids: [1]}\n"
     assert load(MINIMAL + routines + telegram).warnings == ()
+
+
+#: MINIMAL, with the CEO consulting the CFO (who also reports to it)
+_CONSULTS = MINIMAL.replace("Lead.\n", "Lead.\n    consult: [cfo]\n")
+
+
+def test_a_colleague_that_waits_for_the_founder_longer_than_its_asker_is_a_warning() -> None:
+    """The defaults clash: an agent waits 5 min for a colleague (colleague_timeout_seconds),
+    the colleague's approval waits 24 h (approval_timeout) — past 5 min the founder's Approve
+    does nothing. Said at the line that lets the asker reach the colleague, with the keys
+    and both ways out; a warning, the file still loads.
+    """
+    clash = (
+        _CONSULTS
+        + "    tools: {require_approval: [delete_entities]}\n"
+        + "  cmo:\n    title: CMO\n    reports_to: ceo\n    instructions: Sell.\n"
+        + "    tools: {ask_founder: true}\n"
+        + "    limits: {max_seconds: 1h}\n"
+    )
+    assert [str(w) for w in load(clash).warnings] == [
+        "c.yaml:9:15: warning: agents.ceo.consult.0: 'ceo' may consult and delegate to 'cfo', "
+        "whose run waits up to 24h for your approval of delete_entities "
+        "(agents.cfo.tools.require_approval; defaults.tools.approval_timeout: 24h), but ceo "
+        "waits for a colleague only 5m (agents.ceo.colleague_timeout_seconds: 5m, the "
+        "default; defaults.limits.max_seconds: 10m counts the wait too): unless you answer "
+        "within 5m, ceo goes on without cfo's work, cfo's run is withdrawn and what was asked "
+        "of you is closed unanswered; set agents.ceo.colleague_timeout_seconds and "
+        "defaults.limits.max_seconds to at least 24h, or agents.cfo.tools.approval_timeout "
+        "to at most 5m",
+        "c.yaml:17:17: warning: agents.cmo.reports_to: 'ceo' may delegate to 'cmo', whose run "
+        "waits up to 1h for your answers to its ask_founder questions "
+        "(agents.cmo.tools.ask_founder; defaults.tools.approval_timeout: 24h; "
+        "agents.cmo.limits.max_seconds: 1h), but ceo waits for a colleague only 5m "
+        "(agents.ceo.colleague_timeout_seconds: 5m, the default; defaults.limits.max_seconds: "
+        "10m counts the wait too): unless you answer within 5m, ceo goes on without cmo's "
+        "work, cmo's run is withdrawn and what was asked of you is closed unanswered; set "
+        "agents.ceo.colleague_timeout_seconds and defaults.limits.max_seconds to at least 1h, "
+        "or agents.cmo.tools.approval_timeout to at most 5m",
+    ]
+    # either way out named in the message silences it
+    waits_longer = clash.replace(
+        "    consult: [cfo]\n",
+        "    consult: [cfo]\n    colleague_timeout_seconds: 1d\n"
+        "    limits: {max_cost_usd: 1, max_seconds: 1d}\n",
+    )
+    assert load(waits_longer).warnings == ()
+    asks_shorter = clash.replace(
+        "{require_approval: [delete_entities]}",
+        "{require_approval: [delete_entities], approval_timeout: 5m}",
+    ).replace("{ask_founder: true}", "{ask_founder: true, approval_timeout: 4m}")
+    assert load(asks_shorter).warnings == ()
+    # a wait shorter than a second is said as written, not rounded to "0s"
+    brief = clash.replace(
+        "    consult: [cfo]\n", "    consult: [cfo]\n    colleague_timeout_seconds: 0.5\n"
+    )
+    assert (
+        "but ceo waits for a colleague only 0.5s (agents.ceo.colleague_timeout_seconds: 0.5s;"
+        in (str(load(brief).warnings[0]))
+    )
+
+
+def test_a_colleague_held_by_its_own_colleague_counts_along_the_chain() -> None:
+    """The CEO consults the CFO, who consults the accountant, whose tool needs approval:
+    raising only the CFO's wait moves the clash to the CEO, and validate says so, naming
+    the accountant's approval_timeout as the other way out.
+    """
+    chain = (
+        _CONSULTS
+        + "    consult: [acct]\n"
+        + "  acct:\n    title: Accountant\n    reports_to: cfo\n    instructions: Book.\n"
+        + "    tools: {require_approval: [delete_entities]}\n"
+    )
+    [first] = [w.path for w in load(chain).warnings]
+    assert first == "agents.cfo.consult.0"  # the CEO's 5 min match the CFO's 5 min
+    patient = chain.replace(
+        "    consult: [acct]\n",
+        "    consult: [acct]\n    colleague_timeout_seconds: 1d\n"
+        "    limits: {max_cost_usd: 1, max_seconds: 1d}\n",
+    )
+    [moved] = [str(w) for w in load(patient).warnings]
+    assert moved.startswith(
+        "c.yaml:9:15: warning: agents.ceo.consult.0: 'ceo' may consult and delegate to 'cfo', "
+        "whose run may wait up to 24h for 'acct', whose run waits up to 24h for your approval "
+        "of delete_entities (agents.acct.tools.require_approval; "
+        "defaults.tools.approval_timeout: 24h), but ceo waits for a colleague only 5m"
+    ), moved
+    assert moved.endswith("or agents.acct.tools.approval_timeout to at most 5m"), moved
+
+
+def test_a_colleague_that_cannot_ask_the_founder_is_no_clash() -> None:
+    """Only what can really wait for the founder counts: a tool the colleague cannot call
+    (denied, or no server provides it), a colleague the asker cannot reach (its consult and
+    delegate tools denied), or a disabled colleague.
+    """
+    base = _CONSULTS
+    for tools in (
+        "{require_approval: [delete_entities], deny: [delete_entities]}",
+        "{require_approval: [fetch]}",  # no MCP server: there is no fetch tool
+        "{allow: [search_nodes], ask_founder: true}",
+    ):
+        assert load(base + f"    tools: {tools}\n").warnings == (), tools
+    needs = base + "    tools: {require_approval: [delete_entities]}\n"
+    assert load(needs + "    enabled: false\n").warnings == ()
+    unreachable = needs.replace(
+        "    consult: [cfo]\n", "    consult: [cfo]\n    tools: {deny: [consult, delegate]}\n"
+    )
+    assert load(unreachable).warnings == ()
+    # the company's default list counts, and a server that always asks does
+    defaults = "defaults:\n  tools: {require_approval: [delete_entities]}\n"
+    assert len(load(base + defaults).warnings) == 1
+    server = "    mcp_servers:\n      crm: {command: crm-server, risk: always_ask}\n"
+    [warning] = [str(w) for w in load(base + server).warnings]
+    assert "of the crm server's tools (agents.cfo.mcp_servers.crm.risk: always_ask;" in warning

@@ -271,10 +271,12 @@ def test_a_shown_config_error_is_one_line_with_secrets_masked() -> None:
 
 
 async def test_a_reload_reports_every_changed_routine_and_agent(
-    work: Path, monkeypatch: pytest.MonkeyPatch
+    work: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Issue 28: a reload that changed only a routine's `approval` (or an agent's
     require_approval) reports it changed, not unchanged: whole resolved specs are compared.
+    The file's warnings are logged, as at start: one that gives the cfo `ask_founder` while
+    its manager waits 5 min for it says so in the daemon's log.
     """
     cfg = work / "company.yaml"
     async with edge_daemon(work, monkeypatch) as (daemon, _):
@@ -297,6 +299,18 @@ async def test_a_reload_reports_every_changed_routine_and_agent(
         assert result.routines["changed"] == ["close"]
         assert result.routines["unchanged"] == ["post"]
         assert result.changed == ["ceo"] and result.unchanged == 1
+        assert "may delegate to" not in caplog.text
+        doc["agents"]["cfo"]["tools"] = {"ask_founder": True}
+        cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        async with asyncio.timeout(DEADLINE):
+            result = await daemon.reload()
+        assert isinstance(result, ReloadApplied) and result.changed == ["cfo"]
+        [warned] = [r for r in caplog.records if "may delegate to 'cfo'" in r.getMessage()]
+        assert warned.levelname == "WARNING"
+        assert warned.getMessage().startswith(
+            f"{cfg}:10:17: warning: agents.cfo.reports_to: 'ceo' may delegate to 'cfo', whose run "
+            "waits up to 10m for your answers to its ask_founder questions"
+        )
 
 
 async def test_a_reload_whose_caller_gave_up_still_holds_off_the_next_one(

@@ -1196,6 +1196,60 @@ async def test_an_approval_of_a_run_ended_while_the_daemon_was_down_is_withdrawn
 
 
 @pytest.mark.anyio
+async def test_an_approval_of_a_colleague_given_up_on_after_a_restart_is_withdrawn_at_once(
+    work: Path,
+) -> None:
+    """The CEO consults marketing, whose run waits for the founder's approval; the daemon stops
+    (both runs at a checkpoint) and starts again with marketing switched off, so its run is
+    not resumed. When ceo's resumed wait runs out, marketing's task is withdrawn in the
+    journal only — and its approval is closed at that moment, with the reason: the message
+    loses the buttons that would do nothing, the inbox drops it, a late approve is refused
+    (it used to stay live until the next start or reload, and `approve` said "approved").
+    """
+    model = PerAgent(
+        ceo=[
+            reply_tool_use("consult", {"agent": "marketing", "question": "Note the flash sale."}),
+            reply_text("Marketing did not answer; the sale is not noted."),
+        ],
+        marketing=[reply_tool_use("add_observations", {"observations": []})],
+    )
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _consulting_company(work, bot, tool_files(work) / "tool.log")
+            doc = yaml.safe_load(cfg.read_text())
+            # a built-in tool needs the approval: no tool server to start
+            del doc["agents"]["marketing"]["mcp_servers"]
+            doc["agents"]["marketing"]["tools"]["require_approval"] = ["add_observations"]
+            doc["agents"]["ceo"]["colleague_timeout_seconds"] = 60
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                asking = _ask(daemon, "ceo", "Have the flash sale noted.")
+                asked = await _message(bot, "marketing wants to call add_observations")
+                item = re.findall(r"\((ap-[0-9a-f]+)\)", asked.text)[0]
+                await daemon.stop()
+            await asking
+            doc["agents"]["marketing"]["enabled"] = False
+            cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+            async with _daemon(cfg, work, srv) as daemon:
+                # ceo's resumed call waits for marketing again, gives up after 60 s and
+                # answers (its second model call)
+                await daemon.advance_until(lambda: srv.served == 3, limit=250)
+                await bot.wait_for(lambda: not _buttons_now(bot, asked), timeout=10)
+                inbox = await daemon.cli("inbox")
+                late = await daemon.cli("approve", item)
+                await daemon.stop()
+    assert _footers(bot, asked)[-1].startswith(
+        "✔ withdrawn: the run that asked no longer waits for it at "
+    )
+    assert item not in inbox.out
+    assert late.rc != 0
+    assert (
+        f"approval {item} was withdrawn (its run ended: withdrawn: the asker stopped waiting: "
+        "marketing did not answer within 60 s)" in late.err + late.out
+    )
+
+
+@pytest.mark.anyio
 async def test_an_approval_of_an_agent_removed_by_a_reload_is_withdrawn(work: Path) -> None:
     """A reload removes the agent whose run waits for an approval: its run is closed, and so
     is the approval — no Approve left that would do nothing.

@@ -326,7 +326,15 @@ class Colleagues:
             raise
         if won.index == 2:
             raise Stopping
-        if won.index == 0 and not won.future.cancelled():  # (cancelled: the daemon closes)
+        if won.index == 0:
+            # The outcome is cancelled only by Staff.close(), as the daemon closes — after
+            # the tree's stop has ended every agent's run, and this wait with it (cancelled
+            # above; a checkpoint ends it sooner, when `draining` is set). Were that order
+            # broken, "did not answer within …" would be a false account of it.
+            assert not won.future.cancelled(), (
+                f"the outcome of {task.id} was cancelled under a waiting run: Staff.close() "
+                "must come after the tree's stop, which ends every wait for a colleague"
+            )
             outcome: RunOutcome = won.result()
             return outcome
         reason = f"{what} within {timeout:g} s"

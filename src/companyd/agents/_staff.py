@@ -584,16 +584,27 @@ class Staff:
 
         A running task has its run cancelled at once (it ends ``cancelled`` with the
         reason); a queued one leaves its mailbox; either way the journal records it, so a
-        restart neither starts nor resumes it. Waiters still attached get a ``cancelled``
-        outcome. Idempotent; a finished task is left as it is.
+        restart neither starts nor resumes it. A run of it that no agent holds (stopped for
+        a restart, not resumed) is ended in the journal, and the approvals and questions it
+        left pending are closed then (:meth:`close_stale_founder_items`). Waiters still
+        attached get a ``cancelled`` outcome. Idempotent; a finished task is left as it is.
         """
         now = self.clock.time()
         if self.mailboxes.withdraw(task_id, reason, now):
             return
         # Also when the task is nowhere in memory: its asker stopped while it was being
         # journaled (the single journal thread orders this after that insert), or its run
-        # stopped at a checkpoint for a restart to resume.
-        self._spawn(self.journal.withdraw_task(task_id, reason, now))
+        # stopped at a checkpoint for a restart to resume and has not resumed (its agent
+        # is switched off, or not started yet).
+
+        async def withdraw() -> None:
+            await self.journal.withdraw_task(task_id, reason, now)
+            # That run ended just now, in the journal only: what it left waiting on the
+            # founder's desk is closed at once, as a run in memory closes its own — not
+            # at the next start or reload, with an Approve that does nothing meanwhile.
+            await self.close_stale_founder_items()
+
+        self._spawn(withdraw())
 
     async def retry(self, task_id: str) -> Task:
         """Release a quarantined task and queue it again."""

@@ -177,11 +177,11 @@ def _start_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendere
 def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     n = counts.get("daemon_started", 1)
     title = "companyd started" if n <= 1 else f"companyd started {n} times — restart loop?"
-    parts = []
-    if has(data, "agents"):
-        parts.append(f"{txt(data.get('agents'))} agents")
-    if has(data, "routines"):
-        parts.append(f"{txt(data.get('routines'))} routines")
+    parts = [
+        f"{txt(data.get(key))} {key if data.get(key) != 1 else key[:-1]}"  # "1 agent"
+        for key in ("agents", "routines")
+        if has(data, key)
+    ]
     lines = [", ".join(parts)] if parts else []
     if data.get("offline") is True:
         lines.append("offline mode: no model is called")

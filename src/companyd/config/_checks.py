@@ -4,14 +4,16 @@
 name existing agents and departments, reports_to forms one tree, instruction files exist
 and are text, cron expressions and time zones are valid, model ids and alert routes are
 known (warnings). It reads the raw data defensively and skips what an earlier pass already
-explained, so each mistake is reported once.
+explained, so each mistake is reported once. :func:`check_colleague_waits` runs on the
+validated file: a colleague that may wait for the founder longer than its asker waits for
+it (a warning).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
 from companyd.config._cron import check_tz, cron_problem
@@ -21,7 +23,10 @@ from companyd.config._scalars import bare_model_id
 from companyd.config._wording import closest
 from companyd.llm import is_known_model
 
-__all__ = ["SLUG_RE", "cross_check"]
+if TYPE_CHECKING:
+    from companyd.config._schema import AgentSpec, CompanyFile
+
+__all__ = ["SLUG_RE", "check_colleague_waits", "cross_check"]
 
 SLUG_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 
@@ -493,3 +498,184 @@ def _read_instructions(ref: str, path: Path_, base: Path, rep: Report) -> str | 
             f"cannot use {ref!r} as a path ({exc}); fix the path (relative to company.yaml)",
         )
     return None
+
+
+def check_colleague_waits(spec: CompanyFile, rep: Report) -> None:
+    """A colleague whose run may wait for the founder longer than its asker waits for it
+    is a warning at the line that lets the asker reach it (its ``consult`` entry, or its
+    ``reports_to`` for ``delegate``): past the asker's wait the colleague's task is
+    withdrawn and what it asked the founder is closed unanswered (docs/desk.md). Runs on
+    the validated file (durations are seconds by then); a warning, not an error: the file
+    ran yesterday, and a founder who answers quickly never meets it.
+
+    The asker waits ``colleague_timeout_seconds``, and its run's ``limits.max_seconds``
+    counts that wait too; the colleague waits its ``approval_timeout`` for an approval of
+    a tool in its ``require_approval`` (its own and ``defaults.tools``'), or of any tool of
+    an MCP server with ``risk: always_ask``, and for an ``ask_founder`` answer at most its
+    ``approval_timeout`` and its own ``max_seconds`` — or, itself waiting for a colleague
+    that waits for the founder, as long as it waits for that one. Tools that ask by their
+    MCP annotations are known only once their server runs, so they are not counted here.
+    """
+    agents = spec.agents
+    # Kept from the first computation, which leaves out a path back through the agents
+    # then on the stack (a cycle, refused at run time): linear in the org chart, where a
+    # search of every path would not be.
+    memo: dict[str, tuple[float, str, str] | None] = {}
+
+    def held(slug: str, stack: tuple[str, ...]) -> tuple[float, str, str] | None:
+        """How long a run of ``slug`` may be held by the founder, why, and whose
+        ``approval_timeout`` bounds it; None if never.
+        """
+        if slug in memo:
+            return memo[slug]
+        best = _founder_wait(slug, agents[slug], spec)
+        waits = _colleague_wait(agents[slug], spec)[0]
+        for other in _reachable(slug, agents):
+            if other in stack:
+                continue  # a cycle: refused at run time
+            sub = held(other, (*stack, slug))
+            if sub is not None and (best is None or min(waits, sub[0]) > best[0]):
+                best = (
+                    min(waits, sub[0]),
+                    f"may wait up to {_span(min(waits, sub[0]))} for {other!r}, whose run "
+                    + sub[1],
+                    sub[2],
+                )
+        memo[slug] = best
+        return best
+
+    for asker_slug, asker in agents.items():
+        if not asker.enabled:
+            continue
+        waits, given, max_seconds = _colleague_wait(asker, spec)
+        limits_key = f"agents.{asker_slug}.limits" if asker.limits else "defaults.limits"
+        for slug, (path, how) in _reachable(asker_slug, agents).items():
+            asks = held(slug, (asker_slug,))
+            if asks is None or waits >= asks[0]:
+                continue
+            founder_waits, why, owner = asks
+            bound = f"agents.{asker_slug}.colleague_timeout_seconds: {_span(given)}" + (
+                "" if "colleague_timeout_seconds" in asker.model_fields_set else ", the default"
+            )
+            fix = f"agents.{asker_slug}.colleague_timeout_seconds"
+            if max_seconds is not None and max_seconds < founder_waits:
+                # the asking run's max_seconds counts its wait for a colleague: raising the
+                # timeout alone would not do
+                bound += f"; {limits_key}.max_seconds: {_span(max_seconds)} counts the wait too"
+                fix += f" and {limits_key}.max_seconds"
+            rep.warn(
+                path,
+                f"{asker_slug!r} may {how} {slug!r}, whose run {why}, but {asker_slug} waits "
+                f"for a colleague only {_span(waits)} ({bound}): unless you answer within "
+                f"{_span(waits)}, {asker_slug} goes on without {slug}'s work, {slug}'s run is "
+                "withdrawn and what was asked of you is closed unanswered; set "
+                f"{fix} to at least {_span(founder_waits)}, or "
+                f"agents.{owner}.tools.approval_timeout to at most {_span(waits)}",
+            )
+
+
+def _reachable(asker_slug: str, agents: dict[str, AgentSpec]) -> dict[str, tuple[Path_, str]]:
+    """The enabled colleagues ``asker_slug`` may consult or delegate to → the line that
+    lets it (its ``consult`` entry, or the colleague's ``reports_to``) and how.
+    """
+    asker = agents[asker_slug]
+    reach: dict[str, tuple[Path_, str]] = {}
+    if _may_call(asker, "delegate"):
+        for slug, a in agents.items():
+            if a.reports_to == asker_slug and a.enabled:
+                reach[slug] = (("agents", slug, "reports_to"), "delegate to")
+    if _may_call(asker, "consult"):
+        for i, slug in enumerate(asker.consult):
+            if slug in agents and agents[slug].enabled and slug != asker_slug:
+                how = "consult and delegate to" if slug in reach else "consult"
+                reach[slug] = (("agents", asker_slug, "consult", i), how)
+    return reach
+
+
+def _colleague_wait(agent: AgentSpec, spec: CompanyFile) -> tuple[float, float, float | None]:
+    """How long ``agent`` waits for a colleague: ``(in effect, colleague_timeout_seconds,
+    its run's max_seconds)``.
+    """
+    given = agent.colleague_timeout_seconds
+    max_seconds = (agent.limits or spec.defaults.limits).max_seconds
+    return (given if max_seconds is None else min(given, max_seconds)), given, max_seconds
+
+
+def _may_call(agent: AgentSpec, tool: str) -> bool:
+    """Whether ``agent``'s tools.allow and tools.deny let it call ``tool``."""
+    allow = agent.tools.allow
+    return tool not in agent.tools.deny and (allow is None or tool in allow)
+
+
+def _founder_wait(slug: str, agent: AgentSpec, spec: CompanyFile) -> tuple[float, str, str] | None:
+    """How long one run of ``agent`` (``slug``) may wait for the founder, why (naming the
+    keys that say so) and ``slug`` — or None if none of its tools asks the founder.
+    """
+    d = spec.defaults.tools
+    own = agent.tools.approval_timeout
+    timeout = own or d.approval_timeout
+    timeout_key = (
+        f"agents.{slug}.tools.approval_timeout: {_span(own)}"
+        if own
+        else f"defaults.tools.approval_timeout: {_span(d.approval_timeout)}"
+    )
+    has_servers = bool(agent.mcp_servers)
+    keys: list[str] = []
+    asking: list[str] = []
+    for where, listed in (
+        (f"agents.{slug}.tools.require_approval", agent.tools.require_approval),
+        ("defaults.tools.require_approval", d.require_approval),
+    ):
+        # a tool the agent cannot call (denied, not allowed, no server to provide it) asks
+        # nothing
+        names = [
+            t
+            for t in listed
+            if t not in asking
+            and _may_call(agent, t)
+            and (has_servers or t in MEMORY_TOOLS | OPTIONAL_BUILTINS)
+        ]
+        if names:
+            asking += names
+            keys.append(where)
+    for name, server in agent.mcp_servers.items():
+        if server.risk == "always_ask":
+            asking.append(f"the {name} server's tools")
+            keys.append(f"agents.{slug}.mcp_servers.{name}.risk: always_ask")
+    found: list[tuple[float, str]] = []
+    if asking:
+        found.append(
+            (
+                timeout,
+                f"waits up to {_span(timeout)} for your approval of {', '.join(asking)} "
+                f"({'; '.join([*keys, timeout_key])})",
+            )
+        )
+    if agent.tools.ask_founder and _may_call(agent, "ask_founder"):
+        limit = (agent.limits or spec.defaults.limits).max_seconds
+        limit_key = f"agents.{slug}.limits" if agent.limits else "defaults.limits"
+        bound = timeout if limit is None else min(timeout, limit)
+        found.append(
+            (
+                bound,
+                f"waits up to {_span(bound)} for your answers to its ask_founder questions "
+                f"(agents.{slug}.tools.ask_founder; {timeout_key}"
+                + (f"; {limit_key}.max_seconds: {_span(limit)})" if bound != timeout else ")"),
+            )
+        )
+    return (*max(found, key=lambda f: f[0]), slug) if found else None
+
+
+def _span(seconds: float | None) -> str:
+    """``seconds`` as company.yaml writes a duration: ``5m``, ``24h``, ``1h30m``, ``3d``."""
+    if seconds is not None and seconds != round(seconds):
+        return f"{seconds:g}s"  # a fraction of a second (a test's 0.5 s): as written
+    s = round(seconds or 0)
+    if s >= 2 * 86400 and s % 86400 == 0:
+        return f"{s // 86400}d"
+    parts = []
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        n, s = divmod(s, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts) or "0s"

@@ -184,6 +184,10 @@ class Reloader:
             routines = {} if self.oneoff else await self.scheduler.reconfigure(new)
             self.config = new
             self.config_loaded_at = self.clock.time()
+            for w in new.warnings:
+                # as `companyd run` logs them at start: the file loads, and the journal says
+                # what in it will not work as the founder may think
+                log.warning("%s", w)
             self.reloads.applied(self.config_loaded_at)
             unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]
             # against what runs, not the last file loaded: a change an earlier reload could

@@ -301,8 +301,10 @@ def _check_config(path: Path, running: RunningDaemon | None) -> tuple[Check, Com
             ),
             None,
         )
+    agents, routines = len(config.agents), len(config.routines)
     summary = (
-        f"{str(config.path)!r} valid: {len(config.agents)} agents, {len(config.routines)} routines"
+        f"{str(config.path)!r} valid: {agents} agent{'s' * (agents != 1)}, {routines} "
+        f"routine{'s' * (routines != 1)}"
     )
     if running is not None:
         same = os.path.realpath(running.config) == os.path.realpath(config.path)
