@@ -254,13 +254,15 @@ class Ctx:
         self.ready.set()
 
 
-def make_config(tmp_path: Path, api_url: str | None, **alerts: Any) -> CompanyConfig:
+def make_config(
+    tmp_path: Path, api_url: str | None, *, timezone: str = "UTC", **alerts: Any
+) -> CompanyConfig:
     telegram: dict[str, Any] | None = {"chat_ids": [CHAT], "api_url": api_url}
     if "telegram" in alerts:
         telegram = alerts.pop("telegram")
     doc: dict[str, Any] = {
         "schema": "companyd/v1",
-        "company": {"name": "Acme", "timezone": "UTC", "budget": {"daily_usd": 10}},
+        "company": {"name": "Acme", "timezone": timezone, "budget": {"daily_usd": 10}},
         "agents": {
             "ceo": {"title": "CEO", "instructions": "lead"},
             "cfo": {"title": "CFO", "reports_to": "ceo", "instructions": "money"},
@@ -655,6 +657,31 @@ async def test_a_kind_nobody_documented_still_arrives(tmp_path: Path, token_env:
         assert "disk nearly full" in first.text
         assert "free_pct: 3" in first.text
         assert "budget" in second.text
+
+
+@pytest.mark.anyio
+async def test_an_approval_gives_its_deadline_on_the_clock_of_its_footer(
+    tmp_path: Path, token_env: None
+) -> None:
+    """One zone per message: the founder in Berlin reads the deadline on the same clock as
+    the footer's "when", not one in UTC above one in CET.
+    """
+    async with harness(tmp_path) as h:  # 1_800_000_000 is 2027-01-15 08:00 UTC, 09:00 CET
+        cfg = make_config(tmp_path, h.server.url, timezone="Europe/Berlin")
+        async with h.service(cfg):
+            h.bus.emit(
+                "founder_approval_requested",
+                "agent/cfo",
+                item_id="ap-1",
+                agent="cfo",
+                tool="pay_invoice",
+                deadline=1_800_003_600.0,
+            )
+            await h.until(lambda: len(h.bot_messages()) == 1)
+    text = h.bot_messages()[0].text
+    assert "unanswered by 2027-01-15 10:00 CET counts as rejected" in text, text
+    assert "Acme · 09:00 CET, 15 Jan" in text, text
+    assert "UTC" not in text, text
 
 
 # ---------------------------------------------------------------------------------------

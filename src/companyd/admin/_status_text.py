@@ -138,10 +138,13 @@ def waiting_text(created: Any, deadline: Any, now: float, kind: Any = None) -> s
     return " · ".join(parts)
 
 
-def _zone(tz_name: str) -> tuple[tzinfo, str]:
-    """The zone ``tz_name`` names and its name; UTC (and "UTC") for a name that is not one.
-    UTC itself is had without zoneinfo, whose imports cost a CLI command ~3 ms (issue 31).
+def _zone(tz_name: str | tzinfo) -> tuple[tzinfo, str]:
+    """The zone ``tz_name`` names and its name; UTC (and "UTC") for a name that is not one. A
+    zone object is taken as it is. UTC itself is had without zoneinfo, whose imports cost a
+    CLI command ~3 ms (issue 31).
     """
+    if isinstance(tz_name, tzinfo):
+        return tz_name, str(getattr(tz_name, "key", tz_name))
     if tz_name == "UTC":
         return UTC, tz_name
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -152,17 +155,24 @@ def _zone(tz_name: str) -> tuple[tzinfo, str]:
         return UTC, "UTC"
 
 
-def format_when(ts: float | None, tz_name: str) -> str:
-    """``ts`` as ``YYYY-MM-DD HH:MM <zone>`` in ``tz_name`` (UTC if that zone is unknown); ``-`` for
-    None or a timestamp out of range.
+def format_when(ts: float | None, tz_name: str | tzinfo, *, seconds: bool = False) -> str:
+    """``ts`` as ``YYYY-MM-DD HH:MM <zone>`` in ``tz_name`` (a zone's name or the zone; UTC if
+    the name is unknown), the zone as its abbreviation at that moment (``CET``, ``CEST``,
+    ``UTC``) — as the footer of an alert says it; ``:SS`` too with ``seconds``. ``-`` for None
+    or a timestamp out of range.
+
+    The one way a time is shown to a person (alerts, channels, the CLI's tables, the
+    dashboard, doctor): always in the company's zone, named. Machines (``--json``, logs,
+    webhook payloads) get UTC ISO 8601 instead.
     """
     if ts is None:
         return "-"
-    tz, tz_name = _zone(tz_name)
+    tz, _ = _zone(tz_name)
     try:
-        return datetime.fromtimestamp(ts, tz=tz).strftime("%Y-%m-%d %H:%M ") + tz_name
+        at = datetime.fromtimestamp(ts, tz=tz)
     except (OverflowError, OSError, ValueError):
         return "-"
+    return at.strftime("%Y-%m-%d %H:%M:%S %Z" if seconds else "%Y-%m-%d %H:%M %Z")
 
 
 def status_line(status: Mapping[str, Any]) -> str:

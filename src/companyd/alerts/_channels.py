@@ -348,7 +348,12 @@ class Fanout:
         self._windows = {k: v for k, v in self._windows.items() if v > now}
         self._windows[key] = now + self.policy.coalesce
         rendered, _ = render(
-            event.kind, event.data, event.source, {event.kind: 1}, self.policy.agents
+            event.kind,
+            event.data,
+            event.source,
+            {event.kind: 1},
+            self.policy.agents,
+            self.policy.tz,
         )
         text = redact(
             compose(

@@ -163,7 +163,9 @@ class AlertBook:
         """
         if rec.kind == "digest" or rec.kind in RESULT_KINDS:
             return
-        rendered, _ = render(rec.kind, rec.data, rec.source, rec.counts, self.policy.agents)
+        rendered, _ = render(
+            rec.kind, rec.data, rec.source, rec.counts, self.policy.agents, self.policy.tz
+        )
         rec.text = redact(
             compose(
                 severity=rec.severity,

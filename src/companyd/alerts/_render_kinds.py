@@ -13,10 +13,11 @@ never the alert. The fields of each kind are its class's (docs/events.md).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from datetime import tzinfo
 from typing import Any
 
 from companyd.alerts._render import Button, KindSpec, Rendered, Renderer
-from companyd.alerts._values import Data, has, line, num, pct, secs, txt, usd, when
+from companyd.alerts._values import Data, has, line, num, pct, secs, times_in, txt, usd, when
 from companyd.events import (
     AgentPaused,
     AgentResumed,
@@ -878,13 +879,18 @@ def render(
     source: str,
     counts: Mapping[str, int],
     agents: Collection[str],
+    tz: tzinfo | str = "UTC",
 ) -> tuple[Rendered, list[Button]]:
-    """Title, lines and buttons for an alert; never raises (falls back to a generic text)."""
+    """Title, lines and buttons for an alert, its times in ``tz`` (the company's zone, which
+    the footer :func:`companyd.alerts._render.compose` adds is in too); never raises (falls
+    back to a generic text).
+    """
     spec = kind_spec(kind)
-    try:
-        rendered = spec.render(data, source, counts)
-    except Exception:  # a renderer bug must not cost the alert
-        rendered = _generic(kind)(data, source, counts)
+    with times_in(tz):
+        try:
+            rendered = spec.render(data, source, counts)
+        except Exception:  # a renderer bug must not cost the alert
+            rendered = _generic(kind)(data, source, counts)
     try:
         buttons = spec.buttons(data, agents)
     except Exception:

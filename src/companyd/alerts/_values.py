@@ -3,18 +3,28 @@
 Event data comes from many publishers and is a ``dict`` of whatever they sent, so every
 helper here accepts any value — ``None``, a wrong type, NaN, a huge string — and returns
 *some* text rather than raising. Pure: no I/O, no clock reads.
+
+Times are shown in the company's zone (:func:`times_in`, set by whoever renders a message for
+the founder: :func:`companyd.alerts._render_kinds.render`, the replies to commands), so a
+message never gives one moment on two clocks.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import datetime, tzinfo
 from typing import Any
-from zoneinfo import ZoneInfo
 
-__all__ = ["Data", "has", "line", "num", "pct", "secs", "txt", "usd", "when"]
+from companyd.admin import format_when
+
+__all__ = ["Data", "has", "line", "num", "pct", "secs", "times_in", "txt", "usd", "when"]
+
+#: The zone :func:`when` shows times in (a context variable: each render sets its own).
+_SHOWN_IN: ContextVar[tzinfo | str] = ContextVar("companyd_alerts_shown_in", default="UTC")
 
 #: An event's data, as published (any shape).
 Data = Mapping[str, Any]
@@ -107,9 +117,20 @@ def line(label: str, data: Data, key: str, fmt: Callable[[Any], str] = txt) -> l
     return [f"{label}: {fmt(data.get(key))}"] if has(data, key) else []
 
 
+@contextmanager
+def times_in(tz: tzinfo | str) -> Iterator[None]:
+    """Within the block, :func:`when` shows times in ``tz`` (the company's zone, or its name)."""
+    token = _SHOWN_IN.set(tz)
+    try:
+        yield
+    finally:
+        _SHOWN_IN.reset(token)
+
+
 def when(value: Any) -> str:
-    """An epoch time (a number, or an ISO 8601 string with a zone) as ``YYYY-MM-DD HH:MM UTC``;
-    anything else as short text.
+    """An epoch time (a number, or an ISO 8601 string with a zone) as ``YYYY-MM-DD HH:MM CET``
+    in the zone of :func:`times_in` (UTC outside one), named as the alert's footer names it
+    (:func:`companyd.admin.format_when`); anything else as short text.
     """
     n = num(value)
     if n is None and isinstance(value, str):
@@ -120,8 +141,7 @@ def when(value: Any) -> str:
         if parsed is not None and parsed.tzinfo is not None:
             n = parsed.timestamp()
     if n is not None and n > 1e9:
-        try:
-            return datetime.fromtimestamp(n, ZoneInfo("UTC")).strftime("%Y-%m-%d %H:%M UTC")
-        except (ValueError, OverflowError, OSError):
-            pass  # past year 9999: not a time anything here wrote; show it as it is
+        shown = format_when(n, _SHOWN_IN.get())
+        if shown != "-":  # past year 9999: not a time anything here wrote; show it as it is
+            return shown
     return txt(value, 60)
