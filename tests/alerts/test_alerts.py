@@ -664,7 +664,7 @@ async def test_an_approval_gives_its_deadline_on_the_clock_of_its_footer(
     tmp_path: Path, token_env: None
 ) -> None:
     """One zone per message: the founder in Berlin reads the deadline on the same clock as
-    the footer's "when", not one in UTC above one in CET.
+    the footer's "when", not one in UTC above one in CET; and so do the replies to commands.
     """
     async with harness(tmp_path) as h:  # 1_800_000_000 is 2027-01-15 08:00 UTC, 09:00 CET
         cfg = make_config(tmp_path, h.server.url, timezone="Europe/Berlin")
@@ -678,7 +678,9 @@ async def test_an_approval_gives_its_deadline_on_the_clock_of_its_footer(
                 deadline=1_800_003_600.0,
             )
             await h.until(lambda: len(h.bot_messages()) == 1)
-    text = h.bot_messages()[0].text
+            text = h.bot_messages()[0].text
+            # a command's reply is on the same clock: /jobs' next fire
+            assert "next 2027-01-15 10:00 CET" in await _command(h, "/jobs")
     assert "unanswered by 2027-01-15 10:00 CET counts as rejected" in text, text
     assert "Acme · 09:00 CET, 15 Jan" in text, text
     assert "UTC" not in text, text

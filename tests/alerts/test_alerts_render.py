@@ -306,6 +306,9 @@ def test_status_for_a_phone_is_the_headline_what_is_wrong_and_what_comes_next() 
         "  2027-01-16 09:00 UTC later → cfo",
         "  not scheduled off → ceo",
     ]
+    # in a company in Berlin the next fires are on its clock, named as an alert's footer does
+    berlin = {**status, "company": {"name": "Northwind Solo", "timezone": "Europe/Berlin"}}
+    assert "  2027-01-15 10:00 CET soon → ceo (last: ok)" in format_status(berlin).splitlines()
     # Telegram's two halves, when one of them is not fine (issue 15 item 7)
     status["now"] = 1_800_000_000.0
     status["alerts"] = {

@@ -40,6 +40,7 @@ from companyd.alerts._outbox import AlertRecord, FollowUp
 from companyd.alerts._render import clip, split_text
 from companyd.alerts._render_status import format_result
 from companyd.alerts._telegram import redact
+from companyd.alerts._values import times_in
 from companyd.clock import Clock
 
 if TYPE_CHECKING:
@@ -139,14 +140,15 @@ class Commands:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
             return
-        reply = await command_reply(
-            self._admin,
-            name,
-            args,
-            self._book.policy.agents,
-            by=_who(update.effective_user),
-            now=self._clock.time(),
-        )
+        with times_in(self._book.policy.tz):  # a reply's times on the clock of the alerts
+            reply = await command_reply(
+                self._admin,
+                name,
+                args,
+                self._book.policy.agents,
+                by=_who(update.effective_user),
+                now=self._clock.time(),
+            )
         await self._reply(msg, reply)
 
     async def _desk_answer(self, msg: Message, desk_id: str) -> None:
@@ -200,7 +202,8 @@ class Commands:
             return
         answer = result.answer.strip() or "(no answer)"
         meta = {k: v for k, v in result_data("ask", result).items() if k != "answer"}
-        tail = format_result("", meta, max_lines=6) if meta else ""
+        with times_in(self._book.policy.tz):
+            tail = format_result("", meta, max_lines=6) if meta else ""
         # A model's answer may be longer than one message: send it in parts, not cut.
         text = redact(f"💬 {agent}: {answer}" + (f"\n—\n{tail}" if tail else ""))
         sent = [await self._reply(msg, part) for part in split_text(text)]

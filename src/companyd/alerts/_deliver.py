@@ -43,7 +43,7 @@ from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from companyd._fs import make_dirs, write_atomic
-from companyd.admin import ResultDelivery
+from companyd.admin import ResultDelivery, format_when
 from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._digest import next_digest
 from companyd.alerts._outbound import OutboundRow
@@ -173,7 +173,7 @@ def document_body(data: Mapping[str, Any], when: float, tz: ZoneInfo) -> str:
     messages): a heading with the routine (or the agent's answer) and the time, a line with
     the agent, cost and run id, then the whole result; redacted.
     """
-    at = datetime.fromtimestamp(when, tz).strftime("%Y-%m-%d %H:%M %Z")
+    at = format_when(when, tz)
     title = data.get("routine") or f"{data.get('agent')}'s answer"
     answer = str(data.get("answer") or "").strip()
     warning = unverified_line(data)

@@ -16,7 +16,7 @@ from typing import Any
 
 from companyd.admin import channels_health, reload_lines, status_line, telegram_health
 from companyd.alerts._render import clip
-from companyd.alerts._values import has, line, num, pct, secs, txt, usd, when
+from companyd.alerts._values import has, line, num, pct, secs, times_in, txt, usd, when
 
 __all__ = ["format_jobs", "format_result", "format_status"]
 
@@ -163,11 +163,9 @@ def format_status(status: Any, max_routines: int = 5) -> str:
         lines.append("next routines:")
         for r in routines[:max_routines]:
             last = f" (last: {txt(r.get('last_outcome'), 20)})" if r.get("last_outcome") else ""
-            lines.append(
-                f"  {when(nxt) if (nxt := r.get('next_fire')) else 'not scheduled'} "
-                f"{txt(r.get('routine'), 60)} → "
-                f"{txt(r.get('agent'), 40)}{last}"
-            )
+            with times_in(tz):  # the company's clock, as the lines above it
+                nxt = when(r.get("next_fire")) if r.get("next_fire") else "not scheduled"
+            lines.append(f"  {nxt} {txt(r.get('routine'), 60)} → {txt(r.get('agent'), 40)}{last}")
     return clip("\n".join(lines))
 
 
