@@ -642,8 +642,13 @@ async def test_today_shows_any_status_a_run_has_and_where_the_bus_saw_it_deliver
 async def test_the_routine_page_shows_what_it_asks_where_it_goes_and_its_last_result(
     work: Path,
 ) -> None:
-    async with running_site(work, COMPANY + DAILY_POST) as site:
+    berlin = COMPANY.replace("timezone: UTC", "timezone: Europe/Berlin")
+    async with running_site(work, berlin + DAILY_POST) as site:
         before = await site.get("/routines/daily-post")
+        # its 08:00 on the company's clock, named as the alerts name it (not 07:00 UTC)
+        assert re.search(r"<dt>Next fire</dt><dd>[-\d]{10} 08:00 CES?T</dd>", before.text), (
+            before.text
+        )
         assert "Draft today&#39;s post for the blog about &lt;b&gt;clinics&lt;/b&gt; &amp;" in (
             before.text
         )

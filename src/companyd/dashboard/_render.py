@@ -9,10 +9,12 @@ values:
 * ``attention`` — the attention strip (:mod:`companyd.dashboard._attention`; None
   outside a page request);
 * ``nav`` — the nine pages as ``(label, href)`` and ``active`` — the href of the current one;
-* ``company`` — the company's name;
+* ``company`` — the company's name, and ``timezone`` — its zone (``company.timezone``), the
+  one every time on a page is shown in;
 * ``money_places(…)`` — one precision for all the money of a table (every money cell of
   a table is ``| usd(money)`` with it);
-* filters ``usd`` (``$1.23``), ``when`` (epoch seconds → ``2026-11-25 22:14 UTC``),
+* filters ``usd`` (``$1.23``), ``when`` (epoch seconds → ``2026-11-25 23:14 CET``, in the
+  company's zone),
   ``duration`` (seconds → ``3h 02m``) and ``redact``.
 
 **No secret is rendered**: every ``{{ … }}`` output passes the one redactor
@@ -34,8 +36,7 @@ from starlette.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
 
 from companyd._secrets import redact
-from companyd.admin import format_usd, usd_places
-from companyd.clock import utc_from_ts
+from companyd.admin import format_usd, format_when, usd_places
 
 __all__ = ["NAV", "TEMPLATES", "fragment", "make_templates", "render", "section_of"]
 
@@ -114,11 +115,19 @@ def _amounts(values: Iterable[Any]) -> Iterator[float]:
             yield from _amounts(v)
 
 
-def when(ts: Any) -> str:
-    """Epoch seconds as ``2026-11-25 22:14 UTC`` (``–`` for None)."""
+def when(ts: Any, timezone: str = "UTC") -> str:
+    """Epoch seconds as ``2026-11-25 23:14 CET`` in ``timezone``, the zone named as an alert's
+    footer names it (:func:`companyd.admin.format_when`); ``–`` for None.
+    """
     if ts is None:
         return "–"
-    return utc_from_ts(float(ts)).strftime("%Y-%m-%d %H:%M UTC")
+    return format_when(float(ts), timezone)
+
+
+@jinja2.pass_context
+def _when_filter(context: jinja2.runtime.Context, ts: Any) -> str:
+    """``{{ ts | when }}``: :func:`when` in the zone of the page (its ``timezone``)."""
+    return when(ts, str(context.get("timezone") or "UTC"))
 
 
 def duration(seconds: Any) -> str:
@@ -182,7 +191,7 @@ def make_templates() -> Jinja2Templates:
     env.globals["csrf_field"] = _csrf_field
     env.globals["nav"] = NAV
     env.globals["money_places"] = money_places
-    env.filters.update(usd=usd, when=when, duration=duration, redact=redact)
+    env.filters.update(usd=usd, when=_when_filter, duration=duration, redact=redact)
     return Jinja2Templates(env=env)
 
 
@@ -203,6 +212,7 @@ def render(request: Request, template: str, status_code: int = 200, **values: An
         "csrf_token": session.csrf if session is not None else "",
         "active": section_of(request.url.path),
         "company": ctx.config().name,
+        "timezone": ctx.config().timezone,
         # the attention strip of base.html (computed by AttentionMiddleware; None: no strip)
         "attention": getattr(request.state, "attention", None),
     }
