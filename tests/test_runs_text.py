@@ -32,9 +32,9 @@ def test_the_run_list_shows_the_routine_of_each_run() -> None:
         },
     ]
     head, post, asked = run_list_lines(runs)
-    assert head.split()[:4] == ["started", "(UTC)", "agent", "routine"]
-    assert post.split()[3] == "daily-post"
-    assert asked.split()[3] == "-"  # asked by the founder: no routine
+    assert head.split()[:3] == ["started", "agent", "routine"]
+    assert post.split()[:5] == ["2026-11-18", "11:06", "UTC", "marketing", "daily-post"]
+    assert asked.split()[4] == "-"  # asked by the founder: no routine
     # the columns line up
     assert head.index("routine") == post.index("daily-post") == asked.index("- ")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from companyd.config import UNUSUAL, peek_or_load, peek_top_level
+from companyd.config import UNUSUAL, peek_nested, peek_or_load, peek_top_level
 
 REPO = Path(__file__).resolve().parents[2]
 WANTED = ("state_dir", "state")
@@ -132,3 +132,70 @@ def test_peek_or_load_falls_back_to_pyyaml_for_the_unusual() -> None:
     assert peek_or_load(b"a: [\n", WANTED) is None  # YAML refuses it
     assert peek_or_load(b"\xff\xfe", WANTED) is None  # not UTF-8
     assert peek_or_load("\ufeffstate_dir: s\n".encode(), WANTED) == {"state_dir": "s"}
+
+
+def _yaml_zone(text: str) -> object:
+    """What PyYAML says ``company.timezone`` is (None: absent or null; a mapping or list as
+    :data:`UNUSUAL`); :data:`UNUSUAL` when PyYAML refuses the file.
+    """
+    try:
+        doc = yaml.safe_load(text)
+    except Exception:
+        return UNUSUAL
+    company = doc.get("company") if isinstance(doc, dict) else None
+    if not isinstance(company, dict):
+        return None
+    value = company.get("timezone")
+    return UNUSUAL if isinstance(value, dict | list) else value
+
+
+@pytest.mark.parametrize("path", _every_yaml_in_the_repository(), ids=lambda p: p.name)
+def test_where_the_zone_peek_answers_it_agrees_with_pyyaml(path: Path) -> None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return
+    peeked = peek_nested(text, "company", "timezone")
+    try:
+        yaml.safe_load(text)
+    except Exception:
+        return  # PyYAML refuses it (as test_where_the_peek_answers_it_agrees_with_pyyaml)
+    if peeked != UNUSUAL:
+        assert peeked == _yaml_zone(text), path
+
+
+ZONES = {
+    "the example": ((REPO / "company.yaml").read_text(encoding="utf-8"), "UTC"),
+    "first company": ("company:\n  name: A\n  timezone: Europe/Berlin  # here\n", "Europe/Berlin"),
+    "quoted": ("company:\n  timezone: 'Asia/Kolkata'\nagents: {}\n", "Asia/Kolkata"),
+    "after a block": (
+        "company:\n  context: |\n    timezone: no\n  budget:\n    timezone: no\n"
+        "  timezone: America/New_York\n",
+        "America/New_York",
+    ),
+    "absent": ("company:\n  name: A\nroutines:\n  r:\n    timezone: X/Y\n", None),
+    "no company": ("agents: {}\n", None),
+    "another section's": ("alerts:\n  timezone: X/Y\ncompany:\n  name: A\n", None),
+}
+
+
+@pytest.mark.parametrize(("text", "zone"), ZONES.values(), ids=ZONES.keys())
+def test_the_company_zone_is_read_as_pyyaml_reads_it(text: str, zone: str | None) -> None:
+    assert peek_nested(text, "company", "timezone") == zone == _yaml_zone(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "company:\n  timezone: a\n  timezone: b\n",  # a duplicate
+        "company:\n  timezone: Europe/\n    Berlin\n",  # a plain scalar over lines
+        "company:\n  timezone:\n    x: y\n",  # a mapping
+        "company:\n  timezone: [a]\n",  # a flow list
+        "company:\n  - timezone: a\n",  # a list
+        "company: {timezone: a}\n",  # a flow mapping
+        "company:\n  timezone: 5\n",  # a number
+        "company:\n  name: 'A\ncompany: x'\n",  # not the plain shape at all
+    ],
+)
+def test_an_unusual_company_zone_is_left_to_pyyaml(text: str) -> None:
+    assert peek_nested(text, "company", "timezone") == UNUSUAL

@@ -42,7 +42,8 @@ POST = (
 )
 COMPANY = {
     "schema": "companyd/v1",
-    "company": {"name": "Desk Co", "timezone": "UTC", "budget": {"daily_usd": 10}},
+    # a zone other than UTC, without summer time: the founder reads every time in it (IST)
+    "company": {"name": "Desk Co", "timezone": "Asia/Kolkata", "budget": {"daily_usd": 10}},
     "defaults": {"model": {"primary": "claude-sonnet-5-5"}},
     "agents": {
         "writer": {
@@ -122,6 +123,7 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
             assert last.rc == 0, last.err
             lines = last.out.splitlines()
             assert lines[0].startswith("daily-post · ") and " · writer · ok · $" in lines[0]
+            assert re.fullmatch(r"daily-post · [-\d]{10} \d\d:\d\d IST · .*", lines[0])
             assert POST in last.out
             run_id = lines[0].rsplit(" · ", 1)[1]
             assert lines[-1] == f"the whole run: companyd runs show {run_id}"
@@ -131,7 +133,7 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
             row = next(line for line in listed.out.splitlines() if run_id in line)
             # the short answer column: the answer's first line, cut to fit
             assert row.endswith("Five ways clinics lose patients before the first visit 1. T…")
-            assert row.split()[3] == "daily-post"  # the routine it ran for (issue 28)
+            assert row.split()[2:5] == ["IST", "writer", "daily-post"]  # its routine (issue 28)
 
             # the delivery is recorded by the alert service after the run has finished: a
             # CLI that answers quickly (issue 31) may ask before it is
@@ -142,6 +144,7 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
             assert shown.rc == 0, shown.err
             text = shown.out
             assert f"run {run_id} · writer · ok" in text
+            assert re.search(r"^started:  [-\d]{10} [\d:]{8} IST · took ", text, re.M), text
             assert "asked by: routine daily-post" in text
             assert "  Draft today's post." in text
             assert "  expected output: One post, ready to publish." in text
@@ -166,6 +169,10 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
                 re.M,
             )
             assert kept, text
+            waiting = (await d.cli("inbox")).out
+            assert re.search(
+                rf"^{kept.group(1)}  kept +[-\d]{{10}} [\d:]{{5}} IST  ", waiting, re.M
+            )
             inbox = json.loads((await d.cli("inbox", "--json")).out)["items"]
             item = next(i for i in inbox if i["id"] == kept.group(1))
             assert item["kind"] == "kept" and item["run_id"] == run_id
@@ -214,6 +221,7 @@ async def test_the_founder_reads_what_a_routine_did(work: Path) -> None:
     assert (await offline_cli(cfg, state, "runs", "show", run_id)).out == text
     last_offline = await offline_cli(cfg, state, "runs", "last", "daily-post")
     assert last_offline.rc == 0 and POST in last_offline.out
+    assert last_offline.out.splitlines()[0] == lines[0]  # the same zone from the files
     since = await offline_cli(
         cfg, state, "runs", "--routine", "daily-post", "--since", "1h", "--json"
     )

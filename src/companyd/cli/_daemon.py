@@ -117,6 +117,35 @@ def running_daemon(args: argparse.Namespace) -> ControlClient | None:
         return None
 
 
+def company_zone(args: argparse.Namespace) -> str:
+    """``company.timezone`` of the company.yaml the command reads: the zone its text shows
+    times in (``runs``, ``inbox``), as the daemon's alerts do; ``UTC`` when the file has
+    none or cannot be read (``--json`` keeps UTC ISO/epoch times and never asks).
+
+    Read line by line (:func:`companyd.config.peek_nested`, issue 31: no PyYAML for the
+    usual file); PyYAML only for a file of another shape.
+    """
+    from companyd._fs import read_regular_file
+    from companyd.config import UNUSUAL, default_config_path, peek_nested
+
+    try:
+        path = Path(getattr(args, "config", None) or default_config_path())
+        text = read_regular_file(path, 10 * 1024 * 1024).decode("utf-8").removeprefix("\ufeff")
+    except (OSError, ValueError):
+        return "UTC"  # the command says what is wrong with the file where it matters
+    zone: object = peek_nested(text, "company", "timezone")
+    if zone == UNUSUAL:
+        import yaml
+
+        try:
+            doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except Exception:  # YAMLError, or a bad tag's KeyError/ValueError: validate says it
+            doc = None
+        company = doc.get("company") if isinstance(doc, dict) else None
+        zone = company.get("timezone") if isinstance(company, dict) else None
+    return zone if isinstance(zone, str) and zone else "UTC"
+
+
 def call_daemon(
     args: argparse.Namespace,
     op: str,

@@ -16,10 +16,9 @@ import getpass
 import os
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from companyd.cli._daemon import add_daemon_arguments, call_daemon, running_daemon
+from companyd.cli._daemon import add_daemon_arguments, call_daemon, company_zone, running_daemon
 from companyd.cli._main import print_json
 from companyd.errors import CompanydError
 
@@ -84,9 +83,11 @@ def _inbox(args: argparse.Namespace) -> int:
         if args.json:
             print_json(result)
             return 0
-        return _print_inbox(result)
+        return _print_inbox(result, company_zone(args))
 
-    return call_daemon(args, "inbox", _print_inbox, otherwise=from_files)
+    return call_daemon(
+        args, "inbox", lambda result: _print_inbox(result, company_zone(args)), otherwise=from_files
+    )
 
 
 async def _inbox_offline(args: argparse.Namespace) -> dict[str, Any]:
@@ -123,23 +124,19 @@ async def _inbox_offline(args: argparse.Namespace) -> dict[str, Any]:
         await journal.close()
 
 
-def _when(ts: Any) -> str:
-    try:
-        return datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M UTC")
-    except (TypeError, ValueError, OverflowError, OSError):
-        return "?"
-
-
-def _print_inbox(result: Mapping[str, Any]) -> int:
+def _print_inbox(result: Mapping[str, Any], tz: str) -> int:
+    """The inbox as text, each item's time in ``tz`` (the company's zone, named)."""
     items = list(result.get("items") or [])
     if not items:
         print("nothing waits for you")
         return 0
-    from companyd.admin import waiting_text
+    from companyd.admin import format_when, waiting_text
 
     now = time.time()
     for i in items:
-        print(f"{i.get('id')}  {i.get('kind'):11} {_when(i.get('created'))}  {i.get('summary')}")
+        created = i.get("created")
+        when = format_when(created, tz) if isinstance(created, int | float) else "?"
+        print(f"{i.get('id')}  {i.get('kind'):11} {when}  {i.get('summary')}")
         print(f"    {waiting_text(i.get('created'), i.get('deadline'), now, i.get('kind'))}")
         acts = [_CLI_ACTIONS[a].format(id=i.get("id")) for a in i.get("actions") or []]
         if acts:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from companyd.cli._daemon import add_daemon_arguments, call_daemon, running_daemon
+from companyd.cli._daemon import add_daemon_arguments, call_daemon, company_zone, running_daemon
 from companyd.cli._main import print_json
 from companyd.errors import CompanydError, UnknownName, UsageError
 
@@ -396,7 +396,9 @@ def _runs(args: argparse.Namespace) -> int:
             )
         }
 
-    return _via_daemon_or_files(args, "runs", op_args, offline, _print_runs)
+    return _via_daemon_or_files(
+        args, "runs", op_args, offline, lambda result: _print_runs(result, company_zone(args))
+    )
 
 
 def _runs_show(args: argparse.Namespace, run_id: str) -> int:
@@ -414,7 +416,13 @@ def _runs_show(args: argparse.Namespace, run_id: str) -> int:
         result["decisions"] = asyncio.run(_decisions_offline(args, run_id))
         return result
 
-    return _via_daemon_or_files(args, "run_show", {"run_id": run_id}, offline, _print_transcript)
+    return _via_daemon_or_files(
+        args,
+        "run_show",
+        {"run_id": run_id},
+        offline,
+        lambda result: _print_transcript(result, company_zone(args)),
+    )
 
 
 async def _decisions_offline(args: argparse.Namespace, run_id: str) -> list[ResultDecision]:
@@ -452,7 +460,7 @@ def _runs_last(args: argparse.Namespace, routine: str) -> int:
         if not runs:
             print(f"routine {routine} has no finished run yet")
             return 0
-        for line in last_lines(runs[0]):
+        for line in last_lines(runs[0], company_zone(args)):
             print(line)
         return 0 if runs[0].get("status") == "ok" else 1
 
@@ -484,22 +492,22 @@ def _check_name(args: argparse.Namespace, kind: str, name: str) -> None:
         )
 
 
-def _print_runs(result: Mapping[str, Any]) -> int:
+def _print_runs(result: Mapping[str, Any], tz: str) -> int:
     from companyd.cli._runs_text import run_list_lines
 
     runs = result.get("runs") or []
     if not runs:
         print("no runs yet")
         return 0
-    for line in run_list_lines(runs):
+    for line in run_list_lines(runs, tz):
         print(line)
     return 0
 
 
-def _print_transcript(result: Mapping[str, Any]) -> int:
+def _print_transcript(result: Mapping[str, Any], tz: str) -> int:
     from companyd.cli._runs_text import transcript_lines
 
-    for line in transcript_lines(result):
+    for line in transcript_lines(result, tz):
         print(line)
     return 0
 

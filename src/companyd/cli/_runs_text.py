@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
-from companyd.admin import format_usd, usd_places
+from companyd.admin import format_usd, format_when, usd_places
 from companyd.runs import cut
 
 __all__ = [
@@ -34,12 +33,13 @@ ROUTINE_COLUMN = 24
 SHOWN_CHARS = 300
 
 
-def when(ts: Any, *, seconds: bool = False) -> str:
-    """An epoch time as UTC (``-`` when absent)."""
+def when(ts: Any, tz: str, *, seconds: bool = False) -> str:
+    """An epoch time in zone ``tz`` (the company's), the zone named:
+    :func:`companyd.admin.format_when` (``-`` when absent).
+    """
     if not isinstance(ts, int | float):
         return "-"
-    fmt = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
-    return datetime.fromtimestamp(ts, UTC).strftime(fmt)
+    return format_when(ts, tz, seconds=seconds)
 
 
 def answer_line(run: Mapping[str, Any], width: int = ANSWER_COLUMN) -> str:
@@ -77,21 +77,24 @@ SIMULATED_NOTE = (
 )
 
 
-def run_list_lines(runs: list[Mapping[str, Any]]) -> list[str]:
-    """The table of ``companyd runs``: one line per run, with the routine it ran for
-    (``-``: asked by the founder or a colleague); the cost of a run on the offline model
-    is marked ``*`` and explained under the table (simulated, no money spent).
+def run_list_lines(runs: list[Mapping[str, Any]], tz: str = "UTC") -> list[str]:
+    """The table of ``companyd runs``: one line per run, with when it started (in ``tz``,
+    the company's zone) and the routine it ran for (``-``: asked by the founder or a
+    colleague); the cost of a run on the offline model is marked ``*`` and explained under
+    the table (simulated, no money spent).
     """
     width = max([len("routine"), *(len(str(r.get("routine") or "-")) for r in runs)])
     width = min(width, ROUTINE_COLUMN)
     money = _places(r.get("cost_usd") for r in runs)
     simulated = any(r.get("offline") for r in runs)
     cost_width = 9 if simulated else 8
+    started = [when(r.get("started"), tz) for r in runs]
+    at = max([len("started"), *(len(w) for w in started)])
     lines = [
-        f"{'started (UTC)':16} {'agent':12} {'routine':{width}} {'status':16} "
+        f"{'started':{at}} {'agent':12} {'routine':{width}} {'status':16} "
         f"{'cost':>{cost_width}} {'steps':>5} {'run':16}  answer / why"
     ]
-    for r in runs:
+    for r, began in zip(runs, started, strict=True):
         routine = str(r.get("routine") or "-")
         if len(routine) > width:
             routine = routine[: width - 1] + "…"
@@ -99,7 +102,7 @@ def run_list_lines(runs: list[Mapping[str, Any]]) -> list[str]:
         if simulated:
             cost += "*" if r.get("offline") else " "
         lines.append(
-            f"{when(r.get('started')):16} {r.get('agent')!s:12} {routine:{width}} "
+            f"{began:{at}} {r.get('agent')!s:12} {routine:{width}} "
             f"{r.get('status')!s:16} "
             f"{cost:>{cost_width}} {int(r.get('steps') or 0):5} "
             f"{r.get('run_id')!s:16}  {answer_line(r)}"
@@ -113,10 +116,12 @@ def _simulated(run: Mapping[str, Any]) -> str:
     return " (simulated)" if run.get("offline") else ""
 
 
-def last_lines(run: Mapping[str, Any]) -> list[str]:
-    """``companyd runs last ROUTINE``: a header and the whole answer (or the reason)."""
+def last_lines(run: Mapping[str, Any], tz: str = "UTC") -> list[str]:
+    """``companyd runs last ROUTINE``: a header (times in ``tz``, the company's zone) and the
+    whole answer (or the reason).
+    """
     head = (
-        f"{run.get('routine')} · {when(run.get('started'))} UTC · {run.get('agent')} · "
+        f"{run.get('routine')} · {when(run.get('started'), tz)} · {run.get('agent')} · "
         f"{run.get('status')} · {_money(run.get('cost_usd'), _places([run.get('cost_usd')]))}"
         f"{_simulated(run)} · {run.get('run_id')}"
     )
@@ -166,35 +171,35 @@ def _tokens(step: Mapping[str, Any]) -> str:
     )
 
 
-def _approval(a: Mapping[str, Any]) -> str:
+def _approval(a: Mapping[str, Any], tz: str) -> str:
     """The founder's decision on a ``require_approval`` call, as one line."""
     decision = str(a.get("decision"))
-    asked = f"asked {when(a.get('asked'), seconds=True)} UTC"
+    asked = f"asked {when(a.get('asked'), tz, seconds=True)}"
     if decision == "expired":
         said = "unanswered: expired (counts as rejected)"
     else:
         said = f"{decision} by {a.get('decided_by') or 'the founder'}"
         said += f" via {a['via']}" if a.get("via") else ""
-    said += f" {when(a.get('decided'), seconds=True)} UTC"
+    said += f" {when(a.get('decided'), tz, seconds=True)}"
     if a.get("reason"):
         said += f": {a['reason']}"
     return f"waited for the founder ({a.get('item_id')}, {asked}) · {said}"
 
 
-def _decision(d: Mapping[str, Any]) -> str:
+def _decision(d: Mapping[str, Any], tz: str) -> str:
     """The founder's decision on a run's result (``approval: required``), as one line:
     what, who, via what, when, the item and round, the reason or change asked for.
     """
     decision = str(d.get("decision"))
     tail = f"({d.get('item_id')}, round {d.get('round')})"
     if decision == "pending":
-        return f"awaits approval since {when(d.get('asked'), seconds=True)} UTC {tail}"
+        return f"awaits approval since {when(d.get('asked'), tz, seconds=True)} {tail}"
     said = decision.replace("changes_requested", "changes requested").replace("_", " ")
     if decision == "expired":
         said = "unanswered: expired (counts as rejected)"
     else:
         said += f" by {d.get('by') or 'the founder'}" + (f" via {d['via']}" if d.get("via") else "")
-    said += f" at {when(d.get('decided'), seconds=True)} UTC {tail}"
+    said += f" at {when(d.get('decided'), tz, seconds=True)} {tail}"
     return said + (f": {d['text']}" if d.get("text") else "")
 
 
@@ -229,8 +234,8 @@ def verification_lines(v: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
-def transcript_lines(t: Mapping[str, Any]) -> list[str]:
-    """``companyd runs show RUN_ID``."""
+def transcript_lines(t: Mapping[str, Any], tz: str = "UTC") -> list[str]:
+    """``companyd runs show RUN_ID``, its times in ``tz`` (the company's zone)."""
     head = f"run {t.get('run_id')} · {t.get('agent')} · {t.get('status')}"
     if int(t.get("attempt") or 1) > 1:
         head += f" · attempt {t.get('attempt')}"
@@ -242,7 +247,7 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
     lines.append(f"asked by: {_asker(t.get('asked_by') or {})}")
     took = (t.get("totals") or {}).get("duration_s")
     lines.append(
-        f"started:  {when(t.get('started'), seconds=True)} UTC"
+        f"started:  {when(t.get('started'), tz, seconds=True)}"
         + (f" · took {took:.1f} s" if isinstance(took, int | float) else " · still running")
     )
     thread = t.get("thread") or {}
@@ -251,7 +256,7 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
     for reply in thread.get("replies") or []:
         lines.append(f"followed: {_link(reply)}")
     for d in t.get("decisions") or []:
-        lines.append(f"founder:  {_decision(d)}")
+        lines.append(f"founder:  {_decision(d, tz)}")
     for other in t.get("other_attempts") or []:
         lines.append(
             f"attempt {other.get('attempt')}: run {other.get('run_id')} ({other.get('status')})"
@@ -282,7 +287,7 @@ def transcript_lines(t: Mapping[str, Any]) -> list[str]:
         elif kind == "tool":
             lines.append(f"  {n:>2}. tool {step.get('name')} {_value(step.get('input') or {})}")
             if step.get("approval"):
-                lines.append(f"      {_approval(step['approval'])}")
+                lines.append(f"      {_approval(step['approval'], tz)}")
             if step.get("finished") is None:
                 lines.append("      → (no result journaled)")
             else:

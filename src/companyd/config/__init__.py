@@ -52,7 +52,7 @@ if TYPE_CHECKING:
         DepartmentConfig,
         RoutineConfig,
     )
-    from companyd.config._peek import UNUSUAL, peek_or_load, peek_top_level
+    from companyd.config._peek import UNUSUAL, peek_nested, peek_or_load, peek_top_level
     from companyd.config._scalars import is_loopback, listen_address, parse_duration
     from companyd.config._schema import (
         SCHEMA,
@@ -149,6 +149,7 @@ __all__ = [
     "load_config",
     "load_config_text",
     "parse_duration",
+    "peek_nested",
     "peek_or_load",
     "peek_top_level",
     "plan_migration",
@@ -218,6 +219,7 @@ _HOMES: dict[str, str] = {
     "state_backend": "companyd.config._secrets",
     "write_migration": "companyd.config._migrate",
     "UNUSUAL": "companyd.config._peek",
+    "peek_nested": "companyd.config._peek",
     "peek_or_load": "companyd.config._peek",
     "peek_top_level": "companyd.config._peek",
 }

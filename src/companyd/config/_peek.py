@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["UNUSUAL", "peek_or_load", "peek_top_level"]
+__all__ = ["UNUSUAL", "peek_nested", "peek_or_load", "peek_top_level"]
 
 #: A top-level key as company.yaml spells them, then ``:`` and a space or the line's end.
 _KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)[ ]*:(?:[ ]+|$)")
@@ -115,6 +115,66 @@ def peek_top_level(text: str, wanted: tuple[str, ...]) -> dict[str, str | None] 
     if not started:
         return None  # empty: the loader has something to say about it
     return found
+
+
+def peek_nested(text: str, section: str, key: str) -> str | None:
+    """``section.key`` of the YAML document ``text`` (a one-line string under a top-level
+    mapping: ``company.timezone``), read as :func:`peek_top_level` reads the top level: its
+    value, None when the section or the key is absent or null, :data:`UNUSUAL` when the
+    file is not in the plain shape or the value is not a one-line string (the caller must
+    use a YAML loader).
+    """
+    top = peek_top_level(text, (section,))
+    if top is None:
+        return UNUSUAL
+    if top.get(section) != UNUSUAL:
+        return None if top.get(section) is None else UNUSUAL  # absent/null, or a scalar
+    inside, child, value, seen, after_key = False, -1, None, False, False
+    block_indent = -1
+    for raw in text.split("\n"):
+        line = raw.rstrip()
+        body = line.lstrip(" ")
+        if not body or body.startswith("#"):
+            continue
+        indent = len(line) - len(body)
+        if indent == 0:
+            after_key = False
+            if inside:
+                break  # the next top-level key: the section is over
+            inside = line.split(":", 1)[0].rstrip() == section
+            continue
+        if not inside:
+            continue
+        if block_indent >= 0:
+            if indent > block_indent:
+                continue  # a block scalar's text
+            block_indent = -1
+        if child < 0:
+            child = indent
+        if indent != child:
+            if after_key:
+                return UNUSUAL  # the key's value goes on below it: a block or a long scalar
+            continue  # deeper: another key's block
+        after_key = False
+        m = _KEY.match(body)
+        if m is None:
+            return UNUSUAL  # a list, a complex key: ask YAML
+        kind = _value_kind(body[m.end() :])
+        if kind == "block":
+            block_indent = indent
+        if m.group(1) != key:
+            continue
+        if seen or kind not in ("plain", "quoted", "nested"):
+            return UNUSUAL  # a duplicate, a block or a flow value
+        seen = after_key = True
+        if kind == "nested":
+            value = None  # empty: null, unless a block follows (then UNUSUAL below)
+            continue
+        scalar = _scalar(body[m.end() :])
+        if scalar is False:
+            return UNUSUAL
+        value = scalar  # type: ignore[assignment]
+    return value
 
 
 def _value_kind(value: str) -> str | None:
