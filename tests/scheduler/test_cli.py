@@ -32,7 +32,7 @@ report:
 later:
   assignee: marketing
   description: Never fired yet.
-  trigger: {cron: "0 9 1 1 *"}
+  trigger: {cron: "0 9 1 1 *", timezone: UTC}
 dormant:
   assignee: coo
   description: Switched off.
@@ -48,7 +48,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """
     root = tmp_path_factory.mktemp("cli")
     cfg_path = root / "company.yaml"
-    cfg_path.write_text(company_text(ROUTINES))
+    # the company in India (no summer time), one routine's schedule in UTC
+    cfg_path.write_text(company_text(ROUTINES, timezone="Asia/Kolkata"))
     state = root / "state"
     seen: list[Task] = []
 
@@ -113,6 +114,8 @@ def test_jobs_table(written: tuple[Path, Path], capsys: pytest.CaptureFixture[st
     later = next(line for line in lines if line.startswith("later"))
     assert "never fired" in later and "— (none due)" in later
     assert "cron '0 9 1 1 *' UTC" in later
+    # its next fire on the company's clock, as the founder reads every other time
+    assert "-01-01 14:30 IST (in " in later, later
     dormant = next(line for line in lines if line.startswith("dormant"))
     assert "disabled" in dormant
 

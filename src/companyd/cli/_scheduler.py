@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from companyd.cli._daemon import call_daemon, running_daemon
+from companyd.cli._daemon import call_daemon, company_zone, running_daemon
 from companyd.cli._main import print_json
 from companyd.errors import DaemonNotRunning
 
@@ -140,13 +140,18 @@ def _where(path: Path, backend: Backend) -> str:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    return call_daemon(args, "jobs", _print_live_jobs, otherwise=lambda: _jobs_from_files(args))
+    return call_daemon(
+        args,
+        "jobs",
+        lambda result: _print_live_jobs(result, company_zone(args)),
+        otherwise=lambda: _jobs_from_files(args),
+    )
 
 
-def _print_live_jobs(result: dict[str, Any]) -> int:
+def _print_live_jobs(result: dict[str, Any], tz: str) -> int:
     from companyd.scheduler import format_jobs_result
 
-    print(format_jobs_result(result, time.time()))
+    print(format_jobs_result(result, time.time(), tz))
     return 0
 
 
@@ -169,7 +174,7 @@ def _jobs_from_files(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(format_jobs(views, now, daemon=False))
+    print(format_jobs(views, now, daemon=False, tz=cfg.timezone))
     if not found and backend.kind == "sqlite":
         print(f"(no routine history yet: {path} does not exist — it appears on first start)")
     elif not found:
@@ -189,7 +194,7 @@ def _history(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"routine": args.routine, "fires": [r.to_dict() for r in records]})
     else:
-        print(format_history(routine, args.routine, records))
+        print(format_history(routine, args.routine, records, cfg.timezone))
     return 0
 
 

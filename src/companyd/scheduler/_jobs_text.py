@@ -7,7 +7,8 @@ hands over ``JobView.to_dict()``: the same rows a daemon sends). It reads the ro
 are — ISO 8601 times, the 7-day figures under ``success_7d`` — so printing a daemon's answer
 builds no record objects: no ``dataclasses`` (with ``inspect``, ~9 ms in 3.11) and no
 scheduler records under ``companyd jobs`` (issue 31: ≤ 5× a bare ``python -c pass``).
-Pure functions; nothing here imports more than the standard library's ``datetime``.
+Pure functions; nothing here imports more than the standard library's ``datetime`` and
+the one formatter of times for people (:func:`companyd.admin.format_when`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+from companyd.admin import format_when
 
 __all__ = ["ago", "format_jobs_result", "format_rows", "local_time", "table", "utc_from_ts"]
 
@@ -30,15 +33,13 @@ def _ts(text: str | None) -> float | None:
     return None if text is None else datetime.fromisoformat(text).timestamp()
 
 
-def local_time(ts: float | None, tz: str, fmt: str = "%Y-%m-%d %H:%M %Z") -> str:
-    """``ts`` in zone ``tz`` (``—`` for None)."""
+def local_time(ts: float | None, tz: str, *, seconds: bool = False) -> str:
+    """``ts`` in zone ``tz``, the zone named (:func:`companyd.admin.format_when`; ``—`` for
+    None).
+    """
     if ts is None:
         return "—"
-    if tz == "UTC":  # the usual zone, without zoneinfo's imports (issue 31: `companyd jobs`)
-        return utc_from_ts(ts).strftime(fmt)
-    from zoneinfo import ZoneInfo
-
-    return utc_from_ts(ts).astimezone(ZoneInfo(tz)).strftime(fmt)
+    return format_when(ts, tz, seconds=seconds)
 
 
 def ago(seconds: float) -> str:
@@ -73,26 +74,29 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def format_rows(rows: Sequence[Mapping[str, Any]], now: float, *, daemon: bool) -> str:
+def format_rows(
+    rows: Sequence[Mapping[str, Any]], now: float, *, daemon: bool, tz: str | None = None
+) -> str:
     """The ``companyd jobs`` table (plain text, one routine per line) of the ``jobs`` result's
-    ``routines`` (:class:`companyd.admin.RoutineRow`).
+    ``routines`` (:class:`companyd.admin.RoutineRow`), its times in ``tz`` (the company's
+    zone; None: each routine's own, its schedule's).
     """
     if not rows:
         return "no routines in company.yaml (add some under 'routines:')"
     lines = []
     for v in rows:
-        tz = v["timezone"]
+        zone = tz or v["timezone"]
         next_fire, pending = _ts(v.get("next_fire")), _ts(v.get("catch_up_pending"))
         if not v["enabled"]:
             nxt = "disabled"
         elif v.get("paused"):
             nxt = f"paused: failed in a row (`companyd jobs resume {v['routine']}`)"
         elif pending is not None:
-            nxt = f"at start (catch-up of {local_time(pending, tz)})"
+            nxt = f"at start (catch-up of {local_time(pending, zone)})"
         elif next_fire is None:
             nxt = "—"
         else:
-            nxt = f"{local_time(next_fire, tz)} (in {ago(next_fire - now)})"
+            nxt = f"{local_time(next_fire, zone)} (in {ago(next_fire - now)})"
         last_fire = v.get("last")
         if not last_fire:
             last = "never fired"
@@ -113,8 +117,8 @@ def format_rows(rows: Sequence[Mapping[str, Any]], now: float, *, daemon: bool) 
     return text
 
 
-def format_jobs_result(result: Mapping[str, Any], now: float) -> str:
-    """The table for a ``jobs()`` result received as JSON (control socket)."""
+def format_jobs_result(result: Mapping[str, Any], now: float, tz: str | None = None) -> str:
+    """The table for a ``jobs()`` result received as JSON (control socket), times in ``tz``."""
     return format_rows(
-        result["routines"], now, daemon=bool(result.get("daemon", result.get("live")))
+        result["routines"], now, daemon=bool(result.get("daemon", result.get("live"))), tz=tz
     )

@@ -205,18 +205,28 @@ def offline_next_fires(
 # Text
 
 
-def format_jobs(views: Sequence[JobView], now: float, *, daemon: bool) -> str:
+def format_jobs(
+    views: Sequence[JobView], now: float, *, daemon: bool, tz: str | None = None
+) -> str:
     """The ``companyd jobs`` table (plain text, one routine per line): the rows a daemon would
-    send for ``views``, printed by the one printer (:mod:`companyd.scheduler._jobs_text`).
+    send for ``views``, printed by the one printer (:mod:`companyd.scheduler._jobs_text`),
+    times in ``tz`` (the company's zone; None: each routine's own).
     """
-    return format_rows([v.to_dict() for v in views], now, daemon=daemon)
+    return format_rows([v.to_dict() for v in views], now, daemon=daemon, tz=tz)
 
 
-def format_history(routine: RoutineConfig | None, slug: str, records: Sequence[FireRecord]) -> str:
-    """The ``companyd jobs history ROUTINE`` table, newest first."""
+def format_history(
+    routine: RoutineConfig | None,
+    slug: str,
+    records: Sequence[FireRecord],
+    tz: str | None = None,
+) -> str:
+    """The ``companyd jobs history ROUTINE`` table, newest first, times in ``tz`` (the
+    company's zone; None: the routine's own, else UTC).
+    """
     from companyd.scheduler._triggers import describe_schedule
 
-    tz = routine.timezone if routine else "UTC"
+    tz = tz or (routine.timezone if routine else "UTC")
     head = f"{slug}"
     if routine is not None:
         head += f" ({routine.assignee}) — {describe_schedule(routine)}"
@@ -237,7 +247,7 @@ def format_history(routine: RoutineConfig | None, slug: str, records: Sequence[F
                 _local(r.scheduled, tz),
                 r.kind,
                 what,
-                _local(r.started, tz, "%H:%M:%S") if r.started is not None else "—",
+                _local(r.started, tz, seconds=True)[11:] if r.started is not None else "—",
                 duration,
                 f"${r.cost_usd:.4f}",
                 r.run_id or "—",
