@@ -247,7 +247,7 @@ def format_history(
                 _local(r.scheduled, tz),
                 r.kind,
                 what,
-                _local(r.started, tz, seconds=True)[11:] if r.started is not None else "—",
+                _local(r.started, tz, seconds=True)[11:19] if r.started is not None else "—",
                 duration,
                 f"${r.cost_usd:.4f}",
                 r.run_id or "—",
