@@ -129,7 +129,8 @@ def peek_nested(text: str, section: str, key: str) -> str | None:
         return UNUSUAL
     if top.get(section) != UNUSUAL:
         return None if top.get(section) is None else UNUSUAL  # absent/null, or a scalar
-    inside, child, value, seen, after_key = False, -1, None, False, False
+    value: str | None = None
+    inside, child, seen, after_key = False, -1, False, False
     block_indent = -1
     for raw in text.split("\n"):
         line = raw.rstrip()
@@ -171,9 +172,9 @@ def peek_nested(text: str, section: str, key: str) -> str | None:
             value = None  # empty: null, unless a block follows (then UNUSUAL below)
             continue
         scalar = _scalar(body[m.end() :])
-        if scalar is False:
-            return UNUSUAL
-        value = scalar  # type: ignore[assignment]
+        if not isinstance(scalar, str | None):
+            return UNUSUAL  # not a plain string (a number, a boolean, an escape)
+        value = scalar
     return value
 
 
