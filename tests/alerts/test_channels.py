@@ -24,7 +24,7 @@ from companyd.alerts._outbox import AlertStore
 from companyd.alerts._policy import Policy
 from companyd.clock import ManualClock
 from companyd.config import ChannelSpec, load_config_text
-from companyd.events import BudgetThreshold, ChildExited, RoutineResult, Severity
+from companyd.events import BudgetThreshold, ChildExited, RoutineMissed, RoutineResult, Severity
 from companyd.storage import Backend
 
 pytestmark = pytest.mark.anyio
@@ -142,6 +142,31 @@ def test_each_channel_gets_the_alerts_at_its_own_floor_once_per_story() -> None:
         "channel:slack",
         "channel:all",
     ]
+
+
+def test_a_channel_s_message_reads_one_clock_the_company_s() -> None:
+    """A channel's founder reads the times of a message on the company's clock, as its
+    footer gives it — not a fire "scheduled for 21:00 UTC" above "23:00 CET".
+    """
+    berlin = COMPANY.replace("{name: Acme,", "{name: Acme, timezone: Europe/Berlin,")
+    cfg = load_config_text(berlin, file="c.yaml")
+    fan = Fanout(cfg.spec.alerts.channels, Policy.of(cfg))
+    at = datetime(2027, 1, 15, 22, 0, tzinfo=UTC).timestamp()
+    missed = RoutineMissed(
+        source="scheduler",
+        ts=at,
+        routine="daily-post",
+        agent="cfo",
+        scheduled="2027-01-15T21:00:00+00:00",
+        reason="daemon was down",
+        run_id=None,
+        outcome="missed",
+        fire_kind="scheduled",
+        fire_id="f-1",
+    )
+    body = fan.items(missed, now=at)[0].data["body"]
+    assert "scheduled for: 2027-01-15 22:00 CET" in body, body
+    assert "Acme · 23:00 CET, 15 Jan" in body, body
 
 
 def test_only_results_for_the_founder_reach_the_deliver_true_channels() -> None:
