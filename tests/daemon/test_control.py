@@ -1192,6 +1192,10 @@ def test_status_rendering_shows_every_part() -> None:
     assert "weekly-priorities → ceo  last: ok" in routines[0]
     assert "month-close → cfo" in routines[1]
     assert "Alerts: telegram degraded, 2 queued" in text
+    # a company in Berlin: its clock, the zone named as an alert's footer names it (CET)
+    berlin = {**STATUS, "company": {"name": "Northwind Solo", "timezone": "Europe/Berlin"}}
+    soonest = render_status(berlin).split("Next routines\n", 1)[1].splitlines()[0].split()
+    assert soonest[:6] == ["in", "3h", "12m", "2027-01-15", "12:12", "CET"], soonest
 
 
 def test_status_line_for_systemd_and_chat() -> None:
