@@ -716,8 +716,10 @@ class Operator:
     async def approve(
         self, item_id: str, by: str = "", via: str = "cli"
     ) -> ProposalDecision | DeskDecision:
-        """:meth:`Admin.approve`: a proposal runs to the end once begun, even if the caller
-        goes away; a desk item (``ap-``, ``r-``) is decided.
+        """:meth:`Admin.approve`: runs to the end once begun, even if the caller goes away
+        (the control socket's deadline, the phone's wait) — a proposal is applied and the
+        company reloaded, a desk item (``ap-``, ``r-``) is decided — and is recorded as the
+        operator's action once done.
 
         Raises:
             AdminError: no such proposal or item, it is not pending, or the file changed
@@ -739,7 +741,9 @@ class Operator:
                 **p.to_dict(), message=f"applied {p.id} to {p.file} and reloaded"
             )
 
-        return await self._recorded("approve", item_id, via, approve())
+        # shielded with its record, as a reload is: the control socket then answers that it
+        # goes on (GOES_ON_AFTER_DEADLINE) — true, and the action is on record once done
+        return await asyncio.shield(self._recorded("approve", item_id, via, approve()))
 
     async def reject(
         self, item_id: str, reason: str = "", by: str = "", via: str = "cli"
@@ -788,13 +792,16 @@ class Operator:
         )
 
     async def revert(self, proposal_id: str, via: str = "cli") -> ProposalDecision:
-        """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away.
+        """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away,
+        and is recorded as the operator's action once done (like :meth:`approve`).
 
         Raises:
             AdminError: no such proposal, or it is not applied, or the file was edited since it was
                 applied.
         """
-        return await self._recorded("revert", proposal_id, via, self._revert(proposal_id))
+        return await asyncio.shield(
+            self._recorded("revert", proposal_id, via, self._revert(proposal_id))
+        )
 
     async def _revert(self, proposal_id: str) -> ProposalDecision:
         try:
