@@ -215,6 +215,16 @@ async def test_quiet_hours_hold_a_channel_s_alerts_and_results_as_telegram_s(
         ("channel:all", end, True),
     ]
     assert items[0].key == items[1].key == f"quiet:{end!r}"
+    # the same story again (a crash loop): folded into the held message, counted
+    again = fan.items(crash(night + 30), now=night + 30)
+    assert [(i.target, i.key, i.fold) for i in again] == [
+        ("channel:slack", f"quiet:{end!r}", True),
+        ("channel:all", f"quiet:{end!r}", True),
+    ]
+    # alone in the window, the story is sent as Telegram sends its alert: with its count
+    title, body, _ = _shown({"items": [items[0].data["items"][0], again[0].data["items"][0]]})
+    assert title == "🟠 cfo is crash-looping: 2 crashes"
+    assert "×2 in 30 s (first 02:00, last 02:00)" in body.splitlines()
     budget = budget_reached(night + 60)
     critical = fan.items(budget, now=night + 60)
     assert len(critical) == 3 and {(i.not_before, i.fold) for i in critical} == {(None, False)}
@@ -253,6 +263,7 @@ async def test_quiet_hours_hold_a_channel_s_alerts_and_results_as_telegram_s(
         slack = [i for i in items if i.target == "channel:slack"]
         later = fan.items(crash(night + 900, "ceo"), now=night + 900)
         await queue.enqueue([*slack, *[i for i in critical if i.target == "channel:slack"]])
+        await queue.enqueue([i for i in again if i.target == "channel:slack"])
         await queue.enqueue([i for i in later if i.target == "channel:slack"])
         assert await queue.deliver_pass() == end
         assert [s[2] for s in sent] == ["critical"]
@@ -260,8 +271,9 @@ async def test_quiet_hours_hold_a_channel_s_alerts_and_results_as_telegram_s(
         assert await queue.deliver_pass() is None
         title, body, severity = sent[1]
         assert title == "🌙 While quiet hours were on: 2 alerts" and severity == "warning"
+        # in Telegram's words: the story as it stands, how many times, since when
         assert body.splitlines() == [
-            "• 🟠 cfo crashed and was restarted — 02:00",
+            "• 🟠 cfo is crash-looping: 2 crashes (×2) — 02:00",
             "• 🟠 ceo crashed and was restarted — 02:15",
             "Acme",
         ]

@@ -24,6 +24,7 @@ import yaml
 from companyd.admin import ReloadApplied
 from companyd.alerts._render_kinds import render
 from companyd.alerts._render_status import format_status
+from companyd.desk import ItemKind, ItemState
 from companyd.testing.daemon import short_dir
 from companyd.testing.inprocess import InProcessDaemon
 
@@ -243,7 +244,8 @@ async def test_a_reload_that_outlasts_the_socket_deadline_is_not_called_cancelle
 ) -> None:
     """The control socket stops waiting for a reload after its deadline, but the reload
     goes on (it is never left half-done): the answer says so, not "was cancelled", and
-    status then shows it applied.
+    status then shows it applied. So do an approval (a proposal's apply and reload, a desk
+    item's decision) and a revert (round 11): each says where to see how it ended.
     """
     cfg = work / "company.yaml"
     write(cfg, COMPANY)
@@ -269,3 +271,41 @@ async def test_a_reload_that_outlasts_the_socket_deadline_is_not_called_cancelle
         assert running.config.agents["cfo"].instructions == "You are the cfo. Be brief."
         [action] = actions()
         assert action["data"]["via"] == "cli" and action["data"]["ok"] is True, action
+
+        # approve and revert of a proposal, approve of a desk item: they go on too
+        def done(action: str, target: str) -> list[dict[str, Any]]:
+            return daemon.events(
+                "operator_action",
+                lambda e: e["data"]["action"] == action and e["data"]["target"] == target,
+            )
+
+        async def outlasting(*argv: str, where: str) -> None:
+            cli = await daemon.cli(*argv)
+            assert cli.rc == 75, (cli.rc, cli.err)
+            assert "cancelled" not in cli.err, cli.err
+            assert "goes on" in cli.err and where in cli.err, cli.err
+            async with asyncio.timeout(30):
+                while not done(*argv):
+                    await asyncio.sleep(0.01)
+            [action] = done(*argv)
+            assert action["data"]["ok"] is True, action
+
+        running.control.deadlines["approve"] = 0.000_001
+        running.control.deadlines["revert"] = 0.000_001
+        p = await running.proposal_store.propose("ceo", "cfo", "You are the cfo. Be bold.", "x")
+        await outlasting("approve", p.id, where="companyd proposals")
+        assert (await running.proposal_store.get(p.id))[0].status == "applied"
+        assert running.config.agents["cfo"].instructions.strip() == "You are the cfo. Be bold."
+        await outlasting("revert", p.id, where="companyd proposals")
+        assert (await running.proposal_store.get(p.id))[0].status == "reverted"
+        item = await running.desk.request(
+            key="run-1/tu-1",
+            kind=ItemKind.APPROVAL,
+            agent="cfo",
+            run_id="run-1",
+            routine=None,
+            payload={"tool": "post_tweet", "input": {"text": "hi"}, "reason": "launch day"},
+            timeout=3600.0,
+        )
+        await outlasting("approve", item.id, where="companyd inbox")
+        assert (await running.desk.get(item.id)).state is ItemState.APPROVED  # type: ignore[union-attr]

@@ -753,9 +753,12 @@ async def test_jobs_run_answers_at_once_when_its_run_waits_for_a_tool_approval(
     """Issue 28: `companyd jobs run` of a routine whose run stops for a tool approval does
     not wait out its 60 s deadline (exit 75, "the daemon may be overloaded"): it says at
     once that the run waits for the founder, and where to decide; the fire goes on.
+
+    Round 11: two fires of the routine at once (``concurrency: queue``) — each caller is
+    told about its own fire's run and item, never the other's.
     """
     tool_log = tool_files(work) / "tool.log"
-    model = PerAgent(marketing=_posts_the_sale())
+    model = PerAgent(marketing=_posts_the_sale() * 2)
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
             cfg = _company(work, bot, tool_log)
@@ -765,28 +768,49 @@ async def test_jobs_run_answers_at_once_when_its_run_waits_for_a_tool_approval(
                     "assignee": "marketing",
                     "description": "Announce the flash sale.",
                     "trigger": {"cron": "0 3 29 2 *"},
+                    "concurrency": "queue",
                 }
             }
             cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
             async with _daemon(cfg, work, srv) as daemon:
-                got = await daemon.cli("jobs", "run", "daily-post", "--json", timeout=30)
-                assert got.rc == 0, got.err
-                data = json.loads(got.out)
-                assert (data["state"], data["status"]) == ("waiting_for_founder", "running")
-                item = data["approval_item"]
+                cli = asyncio.ensure_future(
+                    daemon.cli("jobs", "run", "daily-post", "--json", timeout=30)
+                )
+                other = asyncio.ensure_future(daemon.call("run_job", routine="daily-post"))
+                await asyncio.wait((cli, other), return_when=asyncio.FIRST_COMPLETED)
+                # the first fire's run waits for the founder; the second waits behind it
+                assert not (cli.done() and other.done()), (cli.result(), other.result())
+                answers = [cli, other] if cli.done() else [other, cli]
+
+                async def answer(call: asyncio.Future[Any]) -> dict[str, Any]:
+                    got = await call
+                    return json.loads(got.out) if call is cli else got  # type: ignore[no-any-return]
+
+                first = await answer(answers[0])
+                assert (first["state"], first["status"]) == ("waiting_for_founder", "running")
+                item = first["approval_item"]
                 assert re.fullmatch(r"ap-[0-9a-f]+", item), item
-                assert data["message"] == (
-                    f"started routine daily-post: its run {data['run_id']} waits for your "
+                assert first["message"] == (
+                    f"started routine daily-post: its run {first['run_id']} waits for your "
                     f"approval of a post_update call ({item}); approve or reject it in the "
                     f"dashboard's inbox, Telegram (/approve {item}) or `companyd approve "
                     f"{item}` (or `companyd inbox`). The run goes on after that; `companyd "
                     "runs last daily-post` shows its result"
                 )
                 assert _started(tool_log) == []  # not before the founder says yes
-                done = await daemon.cli("approve", item)
+                # over the socket: the CLI still waiting holds the in-thread CLI's streams
+                await daemon.call("approve", item_id=item)
+                # the second caller hears of its own fire: its run, its item
+                second = await answer(answers[1])
+                assert second["state"] == "waiting_for_founder", second
+                assert second["run_id"] != first["run_id"], (first, second)
+                assert second["approval_item"] != item, (first, second)
+                mine = await daemon.running.desk.get(second["approval_item"])
+                assert mine is not None and mine.run_id == second["run_id"], (mine, second)
+                done = await daemon.cli("approve", second["approval_item"])
                 assert done.rc == 0, done.err
                 await _fire_ended(daemon, "daily-post")
-                assert len(_started(tool_log)) == 1
+                assert len(_started(tool_log)) == 2
                 await daemon.stop()
 
 

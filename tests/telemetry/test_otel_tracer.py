@@ -124,11 +124,36 @@ def test_a_bad_telemetry_section_is_a_clear_error() -> None:
     assert ok.spec.telemetry.capture_content is False
 
 
-def test_a_reload_says_telemetry_needs_a_restart(tmp_path: Path) -> None:
+def test_a_reload_says_telemetry_needs_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(var, raising=False)
     old = load_config_text(BASE)
-    new = load_config_text(BASE + "telemetry: {otlp_endpoint: 'http://127.0.0.1:4318'}\n")
+    on = BASE + "telemetry: {otlp_endpoint: 'http://127.0.0.1:4318'}\n"
+    new = load_config_text(on)
     assert restart_only_changes(old, new, tmp_path) == ["telemetry"]
     assert restart_only_changes(old, old, tmp_path) == []
+
+    # the company's name is read at start where it lives on: the tracer's resource
+    # attribute (telemetry on) and the PostgreSQL schema named after it (no state.schema)
+    def renamed(text: str) -> str:
+        return text.replace("name: T,", "name: T Two,")
+
+    assert restart_only_changes(new, load_config_text(renamed(on)), tmp_path) == ["company.name"]
+    assert restart_only_changes(old, load_config_text(renamed(BASE)), tmp_path) == []
+    pg = BASE + "state: {backend: postgres}\n"
+    assert restart_only_changes(load_config_text(pg), load_config_text(renamed(pg)), tmp_path) == [
+        "company.name"
+    ]
+    named = BASE + "state: {backend: postgres, schema: t}\n"
+    assert (
+        restart_only_changes(load_config_text(named), load_config_text(renamed(named)), tmp_path)
+        == []
+    )
+    # telemetry on from the environment alone: the tracer carries the name too
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    assert restart_only_changes(old, load_config_text(renamed(BASE)), tmp_path) == ["company.name"]
 
 
 def test_the_standard_variables_name_the_service_and_add_resource_attributes(

@@ -8,7 +8,10 @@ replies); a channel only *receives*:
 
 * **alerts** at or above its ``min_severity`` — one message per story: the first event of
   a coalescing key (the pager's; :meth:`Fanout.items`) within ``alerts.coalesce_seconds``
-  is sent, the repeats that Telegram folds into an edit are not (a channel cannot edit);
+  is sent, the repeats that Telegram folds into an edit are not (a channel cannot edit) —
+  except while quiet hours hold the story: its repeats are folded into the held message,
+  which says how many times it happened as Telegram's does (``(×n)`` in the digest, the
+  ``×n in …`` line in a single alert);
 * **routine results** that go to the founder (a ``deliver:`` with ``telegram`` or
   ``digest``) when the channel says ``deliver: true``.
 
@@ -37,7 +40,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,8 +52,8 @@ from companyd.alerts._outbound import (
     TransientSendError,
 )
 from companyd.alerts._policy import RANK, Policy, quiet_until, severity_of
-from companyd.alerts._render import ICONS, compose
-from companyd.alerts._render_kinds import kind_spec, render
+from companyd.alerts._render import ICONS, compose, digest_line
+from companyd.alerts._render_kinds import kind_spec, render, story_count
 from companyd.events import Event, RoutineResult
 
 if TYPE_CHECKING:
@@ -213,17 +216,25 @@ def _notify(url: str, title: str, body: str, severity: str) -> None:
 
 def _shown(data: Mapping[str, Any]) -> tuple[str, str, str]:
     """A message's title, body and severity; what a quiet window held (``items``): one
-    alert as it is, several as one digest — as Telegram's at the window's end.
+    story as it is, several as one digest — as Telegram's at the window's end.
+
+    A story's repeats held with it are items of the same ``story``, each rendered with the
+    story so far (``count``): the latest tells it, from when its first began.
     """
     items = data.get("items")
     if not isinstance(items, list) or not items:
         title, body = str(data.get("title") or ""), str(data.get("body") or "")
         return title, body, str(data.get("severity") or "info")
-    if len(items) == 1:
-        return _shown(items[0])
+    stories: dict[Any, list[Mapping[str, Any]]] = {}
+    for n, i in enumerate(items):
+        stories.setdefault(i.get("story") or n, []).append(i)  # rows of old: one each
+    if len(stories) == 1:
+        return _shown(items[-1])
     severity = max((str(i.get("severity") or "info") for i in items), key=lambda s: RANK.get(s, 1))
-    lines = [f"• {i.get('title') or ''} — {i.get('at') or ''}" for i in items]
-    title = f"{ICONS['digest']} While quiet hours were on: {len(items)} alerts"
+    # a story's latest item tells it (its count), from when its first began
+    told = [(s[-1], s[0].get("at") or "") for s in stories.values()]
+    lines = [digest_line(str(i.get("title") or ""), int(i.get("count") or 1), at) for i, at in told]
+    title = f"{ICONS['digest']} While quiet hours were on: {len(stories)} alerts"
     return title, "\n".join([*lines, str(data.get("company") or "")]).strip(), severity
 
 
@@ -311,6 +322,24 @@ class AppriseTarget:
             ) from None
 
 
+@dataclass
+class _Story:
+    """One coalescing key's story in its window, as a channel was told it: ``held_until``
+    the end of the quiet window that holds it (None: sent at once), ``counts`` its events
+    by kind and ``data`` their merged fields (rendered as Telegram renders its alert).
+    """
+
+    id: str
+    kind: str
+    end: float
+    held_until: float | None
+    severity: str
+    counts: dict[str, int] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    first_ts: float = 0.0
+    last_ts: float = 0.0
+
+
 class Fanout:
     """Which alerts and results go to which channel, as queue items (see module docstring).
 
@@ -322,7 +351,7 @@ class Fanout:
     def __init__(self, channels: Sequence[ChannelSpec], policy: Policy) -> None:
         self.channels = tuple(channels)
         self.policy = policy
-        self._windows: dict[str, float] = {}  # coalescing key → end of its window
+        self._windows: dict[str, _Story] = {}  # coalescing key → its story in its window
 
     def items(self, event: Event, now: float) -> list[Queued]:
         """The queue items ``event`` makes (none for most events)."""
@@ -343,25 +372,43 @@ class Fanout:
         spec = kind_spec(event.kind)
         subject = "|".join(str(event.data.get(f, "")) for f in spec.subject)
         key = f"{spec.group}|{event.source}|{subject}"
-        if self._windows.get(key, 0.0) > now:
-            return []  # the same story: Telegram edits its message, a channel is not told
-        self._windows = {k: v for k, v in self._windows.items() if v > now}
-        self._windows[key] = now + self.policy.coalesce
+        until = self._quiet_until(severity, now)
+        story = self._windows.get(key)
+        if story is not None and story.end > now:
+            if story.held_until is None or until is None:
+                return []  # the same story: Telegram edits its message, a channel is not told
+            # held: the quiet window's message says how many times it happened (Telegram's
+            # held alert counts its repeats as well)
+            story.counts[event.kind] = story.counts.get(event.kind, 0) + 1
+            severity = max(severity, story.severity, key=lambda s: RANK.get(s, 1))
+            story.severity = severity
+            story.data = {**story.data, **event.data}
+            story.last_ts = max(story.last_ts, event.ts)
+        else:
+            self._windows = {k: v for k, v in self._windows.items() if v.end > now}
+            story = _Story(
+                id=f"{key}@{event.ts!r}",
+                kind=event.kind,
+                end=now + self.policy.coalesce,
+                held_until=until,
+                severity=severity,
+                counts={event.kind: 1},
+                data=dict(event.data),
+                first_ts=event.ts,
+                last_ts=event.ts,
+            )
+            self._windows[key] = story
         rendered, _ = render(
-            event.kind,
-            event.data,
-            event.source,
-            {event.kind: 1},
-            self.policy.agents,
-            self.policy.tz,
+            story.kind, story.data, event.source, story.counts, self.policy.agents, self.policy.tz
         )
+        count = story_count(story.kind, story.counts)
         text = redact(
             compose(
                 severity=severity,
                 rendered=rendered,
-                count=1,
-                first_ts=event.ts,
-                last_ts=event.ts,
+                count=count,
+                first_ts=story.first_ts,
+                last_ts=story.last_ts,
                 company=self.policy.company,
                 tz=self.policy.tz,
             )
@@ -374,11 +421,11 @@ class Fanout:
             "kind": event.kind,
             "source": event.source,
         }
-        until = self._quiet_until(severity, now)
         if until is not None:
             # held as Telegram holds it: into the window's one message per channel
-            at = datetime.fromtimestamp(event.ts, self.policy.tz).strftime("%H:%M")
-            held = {"items": [{**data, "at": at}], "company": self.policy.company}
+            at = datetime.fromtimestamp(story.first_ts, self.policy.tz).strftime("%H:%M")
+            item = {**data, "at": at, "story": story.id, "count": count}
+            held = {"items": [item], "company": self.policy.company}
             return [
                 Queued(
                     target=target_name(c.name),

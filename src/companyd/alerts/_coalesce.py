@@ -25,8 +25,8 @@ from companyd._sqlite import store_errors
 from companyd.alerts import _digest as results_digest
 from companyd.alerts._outbox import RESULT_KINDS, AlertRecord, AlertStore, Delivery
 from companyd.alerts._policy import RANK, Policy, quiet_until, severity_of
-from companyd.alerts._render import ICONS, Button, clip, compose
-from companyd.alerts._render_kinds import kind_spec, render
+from companyd.alerts._render import ICONS, Button, clip, compose, digest_line
+from companyd.alerts._render_kinds import kind_spec, render, story_count
 from companyd.alerts._telegram import TelegramSettings, redact
 from companyd.clock import Clock
 from companyd.events import Event
@@ -43,9 +43,7 @@ log = logging.getLogger("companyd.alerts.service")
 
 def event_count(rec: AlertRecord) -> int:
     """How many events an alert tells (a crash story counts restarts, not exits)."""
-    if kind_spec(rec.kind).group == "crash":
-        return max(rec.counts.get("restart", 0), rec.counts.get("child_exited", 0), 1)
-    return max(sum(rec.counts.values()), 1)
+    return story_count(rec.kind, rec.counts)
 
 
 class AlertBook:
@@ -242,12 +240,8 @@ class AlertBook:
         lines = [f"{ICONS['digest']} While quiet hours were on: {len(due)} alerts"]
         for r in due:
             title = r.text.split("\n", 1)[0]
-            n = event_count(r)
-            lines.append(
-                f"• {title}"
-                + (f" (×{n})" if n > 1 else "")
-                + f" — {datetime.fromtimestamp(r.first_ts, tz):%H:%M}"
-            )
+            at = f"{datetime.fromtimestamp(r.first_ts, tz):%H:%M}"
+            lines.append(digest_line(title, event_count(r), at))
         lines.append(f"{self.policy.company} · {datetime.fromtimestamp(now, tz):%H:%M %Z, %d %b}")
         severity = max((r.severity for r in due), key=lambda s: RANK.get(s, 1))
         digest = AlertRecord(

@@ -28,6 +28,7 @@ __all__ = [
     "Renderer",
     "clip",
     "compose",
+    "digest_line",
     "no_buttons",
     "split_text",
 ]
@@ -122,6 +123,13 @@ def compose(
     out.append(f"{company} · {first:%H:%M %Z, %d %b}")
     out += list(footer)
     return clip("\n".join(out))
+
+
+def digest_line(title: str, count: int, at: str) -> str:
+    """One story's line in the quiet-hours digest — Telegram's and every channel's: its
+    title, how many times it happened (``(×n)``, from two) and when it began (``at``).
+    """
+    return f"• {title}" + (f" (×{count})" if count > 1 else "") + f" — {at}"
 
 
 def clip(text: str, limit: int = MAX_TEXT) -> str:

@@ -71,6 +71,7 @@ __all__ = [
     "is_abnormal_exit",
     "kind_spec",
     "render",
+    "story_count",
 ]
 
 #: What the "raise today's budget" button adds, in USD. Fixed on purpose: one tap must never
@@ -871,6 +872,15 @@ def kind_spec(kind: str) -> KindSpec:
     if spec is not None:
         return spec
     return KindSpec(kind, ("agent", "child", "routine"), _generic(kind))
+
+
+def story_count(kind: str, counts: Mapping[str, int]) -> int:
+    """How many events a story of ``kind`` tells, from its events' ``counts`` by kind (a
+    crash story counts restarts, not exits).
+    """
+    if kind_spec(kind).group == "crash":
+        return max(counts.get("restart", 0), counts.get("child_exited", 0), 1)
+    return max(sum(counts.values()), 1)
 
 
 def render(

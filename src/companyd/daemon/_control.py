@@ -610,7 +610,7 @@ class ControlServer:
                 log.warning("control: %r did not finish within %.0f s; it goes on", op, deadline)
                 return error(
                     f"{op!r} did not finish within {deadline:.0f} s; it goes on in the daemon "
-                    "(never left half-done) — `companyd status` shows how it ended",
+                    f"(never left half-done) — {GOES_ON_AFTER_DEADLINE[op]}",
                     "timeout",
                 )
             log.warning("control: %r did not finish within %.0f s; cancelled", op, deadline)

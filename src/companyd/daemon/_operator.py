@@ -17,7 +17,7 @@ import difflib
 import os
 import re
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
@@ -327,8 +327,12 @@ class Operator:
         # the run may stop to ask the founder (a tool call to approve, a question): that
         # is answered at once too — a human's answer may take hours, the command 60 s
         asking = self.bus.subscribe(kinds={"founder_approval_requested", "founder_question"})
-        fire = asyncio.ensure_future(self.scheduler.fire_now(routine))
-        asked = asyncio.ensure_future(_asked_in(asking, routine, self.journal))
+        # the fire's own id: another fire of the routine (its schedule, a second `jobs run`)
+        # may ask the founder meanwhile, and this caller must hear of its own run only
+        fire_id = new_id("fire")
+        fire = asyncio.ensure_future(self.scheduler.fire_now(routine, fire_id=fire_id))
+        ours = partial(self.scheduler.fire_task, fire_id)
+        asked = asyncio.ensure_future(_asked_in(asking, routine, self.journal, ours))
         try:
             await asyncio.wait((fire, asked), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -716,8 +720,10 @@ class Operator:
     async def approve(
         self, item_id: str, by: str = "", via: str = "cli"
     ) -> ProposalDecision | DeskDecision:
-        """:meth:`Admin.approve`: a proposal runs to the end once begun, even if the caller
-        goes away; a desk item (``ap-``, ``r-``) is decided.
+        """:meth:`Admin.approve`: runs to the end once begun, even if the caller goes away
+        (the control socket's deadline, the phone's wait) — a proposal is applied and the
+        company reloaded, a desk item (``ap-``, ``r-``) is decided — and is recorded as the
+        operator's action once done.
 
         Raises:
             AdminError: no such proposal or item, it is not pending, or the file changed
@@ -739,7 +745,9 @@ class Operator:
                 **p.to_dict(), message=f"applied {p.id} to {p.file} and reloaded"
             )
 
-        return await self._recorded("approve", item_id, via, approve())
+        # shielded with its record, as a reload is: the control socket then answers that it
+        # goes on (GOES_ON_AFTER_DEADLINE) — true, and the action is on record once done
+        return await asyncio.shield(self._recorded("approve", item_id, via, approve()))
 
     async def reject(
         self, item_id: str, reason: str = "", by: str = "", via: str = "cli"
@@ -788,13 +796,16 @@ class Operator:
         )
 
     async def revert(self, proposal_id: str, via: str = "cli") -> ProposalDecision:
-        """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away.
+        """:meth:`Admin.revert`: runs to the end once begun, even if the caller goes away,
+        and is recorded as the operator's action once done (like :meth:`approve`).
 
         Raises:
             AdminError: no such proposal, or it is not applied, or the file was edited since it was
                 applied.
         """
-        return await self._recorded("revert", proposal_id, via, self._revert(proposal_id))
+        return await asyncio.shield(
+            self._recorded("revert", proposal_id, via, self._revert(proposal_id))
+        )
 
     async def _revert(self, proposal_id: str) -> ProposalDecision:
         try:
@@ -845,23 +856,34 @@ class Operator:
 Asking = list[tuple[str, str, str | None]]
 
 
-async def _asked_in(asking: Subscription, routine: str, journal: Journal) -> tuple[Event, Asking]:
-    """The first event of ``asking`` about ``routine``: the founder asked by its run (an
-    empty chain), or by the run of a colleague its run asked — a consultation, delegation or
-    review, whose run has no routine of its own: its ``asked_by`` chain in the journal leads
-    back to a run of ``routine`` (the chain: the run that asks the founder first, the
-    routine's run last).
+async def _asked_in(
+    asking: Subscription, routine: str, journal: Journal, task: Callable[[], str | None]
+) -> tuple[Event, Asking]:
+    """The first event of ``asking`` about one fire of ``routine`` (``task``: the id of
+    its task, None until it is made): the founder asked by the fire's run (an empty chain),
+    or by the run of a colleague its run asked — a consultation, delegation or review,
+    whose run has no routine of its own: its ``asked_by`` chain in the journal leads back to
+    the fire's run (the chain: the run that asks the founder first, the fire's run last).
+    A run is told by its task, never by its routine: another fire of the routine running
+    at the same time asks about its own run.
     """
     while True:
         event = await asking.get()
         d = event.data
-        if d.get("routine") == routine:
-            return event, []
         run_id = d.get("run_id")
-        if d.get("routine") is None and isinstance(run_id, str) and run_id:
+        if not isinstance(run_id, str) or not run_id:
+            continue
+        chain: Asking = []
+        if d.get("routine") != routine:
+            if d.get("routine") is not None:
+                continue
             chain = await journal.asking_chain(run_id)
-            if len(chain) > 1 and chain[-1][2] == routine:
-                return event, chain
+            if len(chain) < 2 or chain[-1][2] != routine:
+                continue
+        root = chain[-1][0] if chain else run_id
+        fired = task()
+        if fired is not None and await journal.task_of_run(root) == fired:
+            return event, chain
 
 
 def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:

@@ -98,9 +98,14 @@ DEFAULT_DEADLINES: Mapping[str, float] = {
     "backup": 600.0,  # copies every store and the memory: minutes for a large company
 }
 #: Operations whose work goes on when the socket stops waiting at their deadline (it is
-#: shielded: a reload is never left half-done), so their timeout answer must not say
-#: "cancelled".
-GOES_ON_AFTER_DEADLINE = frozenset({"reload"})
+#: shielded: a reload, a decision, a proposal's apply or revert is never left half-done),
+#: so their timeout answer must not say "cancelled": it says where to see how it ended.
+GOES_ON_AFTER_DEADLINE: Mapping[str, str] = {
+    "reload": "`companyd status` shows how it ended",
+    "approve": "`companyd inbox` shows whether it still waits (a proposal: "
+    "`companyd proposals` shows it applied)",
+    "revert": "`companyd proposals` shows whether it was reverted",
+}
 
 _EXAMPLE = 'send one JSON object per line, e.g. {"op": "status", "args": {}}'
 

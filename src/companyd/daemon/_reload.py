@@ -28,7 +28,7 @@ from companyd.admin import (
 from companyd.agents import Staff
 from companyd.alerts import AlertService
 from companyd.clock import Clock
-from companyd.config import CompanyConfig, load_config
+from companyd.config import CompanyConfig, company_schema, load_config
 from companyd.daemon._actions import recorded
 from companyd.daemon._systemd import Notifier
 from companyd.desk import Proposals
@@ -36,6 +36,7 @@ from companyd.errors import ConfigError
 from companyd.events import ConfigRejected, DaemonReloaded, EventBus
 from companyd.scheduler import RoutineScheduler
 from companyd.spend import SpendBook
+from companyd.telemetry import telemetry_endpoint
 
 __all__ = [
     "ReloadRecord",
@@ -266,7 +267,8 @@ def waiting_for_restart(
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:
     """The settings read once at start that differ between ``old`` and ``new``: a reload
     cannot apply them (the state directory, where the stores live, the memory file, the
-    model client, metrics, the dashboard's address, telemetry). The daemon passes the file
+    model client, metrics, the dashboard's address, telemetry, and the company's name where
+    telemetry or PostgreSQL's default schema took it). The daemon passes the file
     it started with as ``old`` (what runs until the restart), never the last one a reload
     loaded.
     """
@@ -291,4 +293,13 @@ def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path
         changed.append("dashboard")
     if old.spec.telemetry != new.spec.telemetry:
         changed.append("telemetry")
+    # the company's name lives on until the restart where it was read at start: the
+    # tracer's resource (``companyd.company``; telemetry on from the file or the
+    # environment) and the PostgreSQL schema named after it (no ``state.schema``) — a
+    # restart opens the new name's schema
+    if old.name != new.name and (
+        telemetry_endpoint(old.spec.telemetry.otlp_endpoint) is not None
+        or (old_st.backend == "postgres" and company_schema(old) != company_schema(new))
+    ):
+        changed.append("company.name")
     return changed

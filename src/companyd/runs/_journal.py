@@ -673,6 +673,15 @@ class Journal:
 
         return await self._run(walk)
 
+    async def task_of_run(self, run_id: str) -> str | None:
+        """The id of run ``run_id``'s task, or None when the journal has no such run."""
+
+        def q(db: Connection) -> str | None:
+            row = db.execute("SELECT task_id FROM runs WHERE id = ?", (run_id,)).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._run(q)
+
     async def deliveries(self, run_ids: Sequence[str]) -> dict[str, list[ResultDelivery]]:
         """The recorded deliveries of each of ``run_ids``'s results, oldest first (as
         ``runs show`` lists them): the durable record, whatever restarts came between. A

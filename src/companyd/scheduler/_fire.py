@@ -146,6 +146,8 @@ class Fires:
         self._gate = gate
         #: who waits to hear that a fire's result was put before the founder, by fire id
         self._asked: dict[str, Callable[[RunOutcome, str], None]] = {}
+        #: the task of each fire whose run is under way, by fire id (see :meth:`task_of`)
+        self._tasks: dict[str, str] = {}
 
     def when_asked(self, fire_id: str, told: Callable[[RunOutcome, str], None]) -> None:
         """Call ``told(outcome, item_id)`` once, when fire ``fire_id``'s result (the run's
@@ -157,6 +159,13 @@ class Fires:
     def forget_asked(self, fire_id: str) -> None:
         """Drop :meth:`when_asked`'s wish for ``fire_id`` (its caller no longer listens)."""
         self._asked.pop(fire_id, None)
+
+    def task_of(self, fire_id: str) -> str | None:
+        """The id of fire ``fire_id``'s task while its run is under way (None before the
+        task is made — a fire waiting for room — and once the fire ended): what tells one
+        fire's runs from another's of the same routine running at the same time.
+        """
+        return self._tasks.get(fire_id)
 
     async def take_baselines(self, slots: Iterable[Slot]) -> None:
         """Record the memory marker a ``memory_changed`` routine compares against, if none."""
@@ -342,6 +351,7 @@ class Fires:
             },
         )
         self._tracer.bind_task(task.id, span)
+        self._tasks[rec.fire_id] = task.id
         try:
             outcome = await self._fire_run(r, task, started, rec.fire_id)
         except BaseException as exc:
@@ -355,6 +365,7 @@ class Fires:
             if outcome.status is not RunStatus.OK:
                 span.fail(str(outcome.status), outcome.reason or "")
         finally:
+            self._tasks.pop(rec.fire_id, None)
             self._tracer.unbind_task(task.id)
             span.end()
         result = from_run_status(outcome.status)

@@ -595,10 +595,13 @@ class RoutineScheduler:
         """
         return (await self.fire_now(routine, until_asked=False)).outcome
 
-    async def fire_now(self, routine: str, *, until_asked: bool = True) -> ManualFire:
+    async def fire_now(
+        self, routine: str, *, until_asked: bool = True, fire_id: str | None = None
+    ) -> ManualFire:
         """:meth:`run_now`, but with ``until_asked`` it returns as soon as the run's result
         waits for the founder's approval (``approval: required``) — the fire goes on, and
-        ends when the founder decides — rather than when the fire ends.
+        ends when the founder decides — rather than when the fire ends. ``fire_id``: the
+        fire's id when the caller chose it (to follow its run: :meth:`fire_task`).
 
         Raises:
             RoutineNotFound, RoutineBusy, AdminError: as :meth:`run_now`.
@@ -608,7 +611,7 @@ class RoutineScheduler:
         slot = self._slots.get(routine)
         if slot is None:
             raise self._not_found(routine)
-        fire_id = new_id("fire")
+        fire_id = fire_id or new_id("fire")
         asked: asyncio.Future[ManualFire] = asyncio.get_running_loop().create_future()
         if until_asked:
 
@@ -635,6 +638,10 @@ class RoutineScheduler:
         outcome = task.result()
         assert outcome is not None  # manual runs are never idle
         return ManualFire(outcome=outcome)
+
+    def fire_task(self, fire_id: str) -> str | None:
+        """The id of fire ``fire_id``'s task while its run is under way, else None."""
+        return self._fires.task_of(fire_id)
 
     async def fire_webhook(self, routine: str, webhook_id: str, body: str) -> tuple[str, bool]:
         """Fire ``routine`` for a verified webhook request (``webhook-id``, its body as
