@@ -24,9 +24,15 @@ import yaml
 from companyd.admin import ReloadApplied
 from companyd.alerts._render_kinds import render
 from companyd.alerts._render_status import format_status
+from companyd.config import load_config
+from companyd.daemon._main import Daemon
+from companyd.daemon._reload import restart_only_changes
 from companyd.desk import ItemKind, ItemState
+from companyd.llm._offline import OfflineModel
+from companyd.memory._store import GraphStore
+from companyd.ops._archive import verify_archive
 from companyd.testing.daemon import short_dir
-from companyd.testing.inprocess import InProcessDaemon
+from companyd.testing.inprocess import InProcessDaemon, cli_in_thread
 
 pytestmark = pytest.mark.anyio
 
@@ -52,6 +58,19 @@ def write(path: Path, doc: dict[str, Any]) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
 
 
+def remember(graph: Path, name: str) -> None:
+    """An entity written to the memory file ``graph`` through its lock (as any writer)."""
+    graph.parent.mkdir(parents=True, exist_ok=True)
+    with GraphStore(graph) as store:
+        entity = {"name": name, "entityType": "note", "observations": []}
+        store.call("create_entities", {"entities": [entity]})
+
+
+def entities(graph: Path) -> set[str]:
+    with GraphStore(graph, readonly=True) as store:
+        return store.read(lambda g: {e.name for e in g.entities()})
+
+
 async def test_every_reload_until_the_restart_lists_what_waits_for_it(work: Path) -> None:
     cfg = work / "company.yaml"
     started = copy.deepcopy(COMPANY)
@@ -65,6 +84,18 @@ async def test_every_reload_until_the_restart_lists_what_waits_for_it(work: Path
         first = await daemon.reload()
         assert isinstance(first, ReloadApplied)
         assert first.restart_required == RESTART_ONLY
+
+        # a backup copies the memory in use until the restart, not the file memory.path
+        # now names (seen failing: the backup held "not in use yet" and lacked "in use")
+        await asyncio.to_thread(remember, work / "s" / "memory.jsonl", "in use")
+        await asyncio.to_thread(remember, work / "elsewhere" / "memory.jsonl", "not in use yet")
+        backup = await daemon.call("backup", to=str(work / "b.tar.gz"))
+        manifest = verify_archive(Path(backup["path"])).manifest
+        assert manifest["memory_path"] == str(work / "s" / "memory.jsonl"), manifest
+        restore = ["restore", backup["path"], "--state-dir", str(work / "r")]
+        put_back = await asyncio.to_thread(cli_in_thread, restore)
+        assert put_back.rc == 0, put_back.err
+        assert entities(work / "r" / "memory.jsonl") == {"in use"}
 
         # a second reload changes something else: the three still wait for the restart
         changed["agents"]["cfo"]["instructions"] = "You are the cfo. Be brief."
@@ -185,6 +216,12 @@ async def test_a_reload_that_moves_the_stores_says_it_waits_for_a_restart(work: 
         assert isinstance(result, ReloadApplied)
         assert result.restart_required == ["state"]
         assert (await daemon.call("status"))["daemon"]["storage"] == "sqlite"
+        # a backup describes the stores that run: SQLite, in the archive (seen failing: its
+        # manifest said postgres, with a pg_dump hint, and the stores were not there)
+        backup = await daemon.call("backup", to=str(work))
+        manifest = verify_archive(Path(backup["path"])).manifest
+        assert manifest["database"] is None, manifest["database"]
+        assert any(m["name"] == "state/spend.sqlite" for m in manifest["members"]), manifest
         # on SQLite the PostgreSQL settings mean nothing: changing only them waits for none
         sqlite = copy.deepcopy(COMPANY)
         sqlite["state"] = {"backend": "sqlite", "dsn_env": "PENDING_CO_DATABASE_URL"}
@@ -309,3 +346,34 @@ async def test_a_reload_that_outlasts_the_socket_deadline_is_not_called_cancelle
         )
         await outlasting("approve", item.id, where="companyd inbox")
         assert (await running.desk.get(item.id)).state is ItemState.APPROVED  # type: ignore[union-attr]
+
+
+async def test_a_backup_after_a_rename_names_the_schema_the_stores_run_on(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL without ``state.schema`` the stores' schema is named after the company
+    when the daemon starts: after a rename, until the restart, a backup's manifest and its
+    ``pg_dump`` hint name the schema in use, not the new name's (empty) one. The daemon is
+    made, not started: a backup needs only its state directory (no database is reached).
+    """
+    monkeypatch.setenv("PENDING_CO_DATABASE_URL", "postgresql://companyd@127.0.0.1:9/companyd")
+    cfg = work / "company.yaml"
+    doc = copy.deepcopy(COMPANY)
+    doc["state"] = {"backend": "postgres", "dsn_env": "PENDING_CO_DATABASE_URL"}
+    write(cfg, doc)
+    daemon = Daemon(load_config(cfg), work / "s", backend=OfflineModel(), offline=True)
+    try:
+        doc["company"]["name"] = "Renamed Co"
+        write(cfg, doc)
+        daemon.config = load_config(cfg)  # what a reload applies
+        assert restart_only_changes(daemon.started_config, daemon.config, work / "s") == [
+            "company.name"
+        ]
+        written = await daemon.backup(str(work))
+        database = verify_archive(Path(written.path)).manifest["database"]
+        # seen failing: 'renamed_co'
+        assert database["schema"] == "pending_co", database
+        assert database["back_up_with"] == "pg_dump --schema=pending_co <database URL>"
+    finally:
+        async with asyncio.timeout(30):
+            await daemon.stop()
