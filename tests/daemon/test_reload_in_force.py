@@ -322,9 +322,9 @@ async def test_a_reload_that_outlasts_the_socket_deadline_is_not_called_cancelle
             assert "cancelled" not in cli.err, cli.err
             assert "goes on" in cli.err and where in cli.err, cli.err
             async with asyncio.timeout(30):
-                while not done(*argv):
+                while not done(*argv[:2]):
                     await asyncio.sleep(0.01)
-            [action] = done(*argv)
+            [action] = done(*argv[:2])
             assert action["data"]["ok"] is True, action
 
         running.control.deadlines["approve"] = 0.000_001
@@ -346,6 +346,36 @@ async def test_a_reload_that_outlasts_the_socket_deadline_is_not_called_cancelle
         )
         await outlasting("approve", item.id, where="companyd inbox")
         assert (await running.desk.get(item.id)).state is ItemState.APPROVED  # type: ignore[union-attr]
+
+        # reject and answer too (seen failing: "was cancelled", the decision went on
+        # unrecorded): a proposal discarded, a tool call rejected, a question answered
+        running.control.deadlines["reject"] = 0.000_001
+        running.control.deadlines["answer"] = 0.000_001
+        q = await running.proposal_store.propose("ceo", "cfo", "You are the cfo. Be calm.", "x")
+        await outlasting("reject", q.id, where="companyd proposals")
+        assert (await running.proposal_store.get(q.id))[0].status == "rejected"
+        call = await running.desk.request(
+            key="run-2/tu-1",
+            kind=ItemKind.APPROVAL,
+            agent="cfo",
+            run_id="run-2",
+            routine=None,
+            payload={"tool": "post_tweet", "input": {"text": "hi"}, "reason": "launch day"},
+            timeout=3600.0,
+        )
+        await outlasting("reject", call.id, "not today", where="companyd inbox")
+        assert (await running.desk.get(call.id)).state is ItemState.REJECTED  # type: ignore[union-attr]
+        question = await running.desk.request(
+            key="run-3/tu-1",
+            kind=ItemKind.QUESTION,
+            agent="cfo",
+            run_id="run-3",
+            routine=None,
+            payload={"question": "Which bank?"},
+            timeout=3600.0,
+        )
+        await outlasting("answer", question.id, "the local one", where="companyd inbox")
+        assert (await running.desk.get(question.id)).state is ItemState.ANSWERED  # type: ignore[union-attr]
 
 
 async def test_a_backup_after_a_rename_names_the_schema_the_stores_run_on(
