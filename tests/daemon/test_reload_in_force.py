@@ -31,6 +31,7 @@ from companyd.desk import ItemKind, ItemState
 from companyd.llm._offline import OfflineModel
 from companyd.memory._store import GraphStore
 from companyd.ops._archive import verify_archive
+from companyd.storage import Backend
 from companyd.testing.daemon import short_dir
 from companyd.testing.inprocess import InProcessDaemon, cli_in_thread
 
@@ -407,3 +408,53 @@ async def test_a_backup_after_a_rename_names_the_schema_the_stores_run_on(
     finally:
         async with asyncio.timeout(30):
             await daemon.stop()
+
+
+async def test_after_a_rename_on_postgres_the_cli_reads_the_schema_the_daemon_runs_on(
+    work: Path, pg_backend: Backend
+) -> None:
+    """On PostgreSQL without ``state.schema`` the daemon's stores are in the schema named
+    after the company at start. After a rename (applied, ``company.name`` waiting for the
+    restart) the commands that read the stores — ``jobs history``, ``spend``, ``budget`` —
+    show what the running daemon has, not the new name's empty schema: with a daemon
+    running they ask it (seen failing: no fires, nothing spent, no raise).
+    """
+    assert pg_backend.dsn is not None
+    cfg = work / "company.yaml"
+    doc = copy.deepcopy(COMPANY)
+    doc["company"]["name"] = pg_backend.schema  # a schema no other test uses
+    doc["state"] = {"backend": "postgres"}
+    doc["agents"]["cfo"]["budget"] = {"daily_usd": 2}
+    doc["routines"] = {
+        "close": {"assignee": "cfo", "description": "Close.", "trigger": {"cron": "0 8 1 * *"}}
+    }
+    write(cfg, doc)
+    env = {"COMPANYD_DATABASE_URL": pg_backend.dsn}
+    async with InProcessDaemon(cfg, work / "s", env=env) as daemon:
+        assert (await daemon.cli("raise-budget", "cfo", "3")).rc == 0
+        ran = await daemon.cli("jobs", "run", "close")
+        assert ran.rc == 0, ran.err
+        doc["company"]["name"] = f"{pg_backend.schema} renamed"
+        write(cfg, doc)
+        result = await daemon.reload()
+        assert isinstance(result, ReloadApplied)
+        assert result.restart_required == ["company.name"]
+
+        history = await daemon.cli("jobs", "history", "close", "--json")
+        assert history.rc == 0, history.err
+        assert [f["outcome"] for f in json.loads(history.out)["fires"]] == ["ok"], history.out
+        text = await daemon.cli("jobs", "history", "close")
+        assert text.rc == 0 and text.out.startswith("close (cfo)"), (text.out, text.err)
+        assert "no fires recorded yet" not in text.out and " ok " in text.out, text.out
+        spend = await daemon.cli("spend", "--json")
+        assert spend.rc == 0, spend.err
+        assert json.loads(spend.out)["total"]["calls"] >= 1, spend.out
+        budget = await daemon.cli("budget", "--json")
+        assert budget.rc == 0, budget.err
+        [cfo_day] = [
+            b
+            for b in json.loads(budget.out)["budgets"]
+            if b["agent"] == "cfo" and b["period"] == "day"
+        ]
+        assert cfo_day["raised_today_usd"] == 3, cfo_day
+        assert "(+$3" in (await daemon.cli("budget")).out
