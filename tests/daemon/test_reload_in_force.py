@@ -97,6 +97,12 @@ async def test_every_reload_until_the_restart_lists_what_waits_for_it(work: Path
         put_back = await asyncio.to_thread(cli_in_thread, restore)
         assert put_back.rc == 0, put_back.err
         assert entities(work / "r" / "memory.jsonl") == {"in use"}
+        # so do `companyd memory` commands (seen failing: they read the file memory.path
+        # now names, while the daemon's agents read and write the other)
+        argv = ["memory", "read-graph", "--json", "--config", str(cfg)]
+        shown = await asyncio.to_thread(cli_in_thread, argv)
+        assert shown.rc == 0, shown.err
+        assert {e["name"] for e in json.loads(shown.out)["entities"]} == {"in use"}, shown.out
 
         # a second reload changes something else: the three still wait for the restart
         changed["agents"]["cfo"]["instructions"] = "You are the cfo. Be brief."
