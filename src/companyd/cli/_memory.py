@@ -126,7 +126,9 @@ def _depth(text: str) -> int:
 
 
 def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
-    """``file``, else ``$MEMORY_FILE_PATH``, else company.yaml's memory path.
+    """``file``, else ``$MEMORY_FILE_PATH``, else the memory file of the daemon running
+    company.yaml (the one it opened at start: a reload that changed ``memory.path`` waits
+    for the restart), else company.yaml's memory path.
 
     Raises:
         CompanydError: none of them is available (the message lists the three ways).
@@ -150,7 +152,23 @@ def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
     from companyd.config import load_config
 
     cfg = load_config(path)
-    return cfg.memory_path(cfg.state_dir())
+    return _running_memory_path(cfg.path) or cfg.memory_path(cfg.state_dir())
+
+
+def _running_memory_path(config: Path) -> Path | None:
+    """The memory file of the daemon that claims ``config`` (its ``ping``), or None when
+    none runs (or it is too old to say): the one its agents read and write.
+    """
+    from companyd.daemon import claimed_daemon
+
+    client = claimed_daemon(config)
+    if client is None:
+        return None
+    try:
+        where = client.ping().get("memory_path")
+    except CompanydError:  # not answering (starting, stopping): the file's is all we know
+        return None
+    return Path(where) if isinstance(where, str) else None
 
 
 def _store(args: argparse.Namespace, *, readonly: bool) -> Any:

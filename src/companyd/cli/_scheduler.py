@@ -6,9 +6,11 @@
   reason, cost and run id;
 * ``companyd jobs run ROUTINE`` — fire it now (inside the running daemon).
 
-``jobs`` asks the running daemon when one runs (its live schedule: what a reload added or
-removed, even while company.yaml on disk is being edited or is broken); without one, it and
-``history`` read ``<state_dir>/routines.sqlite`` directly (read-only; safe beside a running
+``jobs`` and ``history`` ask the running daemon when one runs (its live schedule: what a
+reload added or removed, even while company.yaml on disk is being edited or is broken; its
+history where its stores are — after a rename on PostgreSQL the schema it opened at start,
+not the new name's, until the restart); without one, they read
+``<state_dir>/routines.sqlite`` directly (read-only; safe beside a running
 daemon thanks to WAL), or with ``state.backend: postgres`` the company's schema (read-only:
 nothing is created or migrated). ``run`` needs the daemon, because the run happens inside it under
 its budgets; it goes through the control socket (op ``run_job``).
@@ -183,6 +185,30 @@ def _jobs_from_files(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
+    return call_daemon(
+        args,
+        "job_history",
+        lambda result: _print_live_history(args, result),
+        otherwise=lambda: _history_from_files(args),
+        routine=args.routine,
+        limit=args.limit,
+    )
+
+
+def _print_live_history(args: argparse.Namespace, result: dict[str, Any]) -> int:
+    from companyd.config import default_config_path, load_config
+    from companyd.errors import ConfigError
+    from companyd.scheduler import format_history_result
+
+    try:  # the routine's schedule for the heading; the fires are the daemon's
+        cfg: CompanyConfig | None = load_config(args.config or default_config_path())
+    except ConfigError:
+        cfg = None
+    print(format_history_result(result, cfg))
+    return 0
+
+
+def _history_from_files(args: argparse.Namespace) -> int:
     from companyd.config import state_backend
     from companyd.scheduler import format_history, read_fires
 

@@ -1,9 +1,13 @@
-"""``companyd spend`` and ``companyd budget``: read the ledger in the state directory.
+"""``companyd spend`` and ``companyd budget``: the ledger's spend and budgets.
 
-Both open ``spend.sqlite`` read-only, so they are safe while a daemon writes to it (SQLite
-WAL readers never block the writer). ``budget`` shows as *reserved* the calls a running
-daemon has in flight; raising a budget or resuming an agent goes through the daemon
-(``companyd resume``, the control socket).
+With a daemon running they ask it (the ``spend`` and ``budget`` operations): it reads the
+ledger where it opened it at start — after a reload that renamed a PostgreSQL company (no
+``state.schema``) or switched ``state.backend`` in the file, the stores in use, not what the
+file now names, until the restart — and its budgets show what it blocks. Without one they
+open ``spend.sqlite`` (or the company's schema) read-only, so they are safe beside a daemon
+that starts meanwhile (SQLite WAL readers never block the writer); ``budget`` then shows as
+*reserved* the calls of live processes. Raising a budget or resuming an agent goes through
+the daemon (``companyd resume``, the control socket).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from companyd.cli._daemon import call_daemon
 from companyd.cli._main import print_json
 from companyd.config import CompanyConfig, default_config_path, load_config, state_backend
 from companyd.errors import CompanydError, ConfigError
@@ -70,6 +75,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--config", type=Path, help="company.yaml (default: $COMPANYD_CONFIG, …)")
     p.add_argument("--state-dir", type=Path, help="state directory holding spend.sqlite")
+    p.add_argument(
+        "--socket",
+        type=Path,
+        help="the running daemon's control socket (default: searched, as `companyd status`)",
+    )
 
 
 def _load(args: argparse.Namespace, *, need_config: bool) -> tuple[Any, Path]:
@@ -97,6 +107,22 @@ def _open_ledger(cfg: CompanyConfig | None, state_dir: Path) -> Any:
 
 
 def _spend(args: argparse.Namespace) -> int:
+    return call_daemon(
+        args,
+        "spend",
+        _print_spend,
+        otherwise=lambda: _spend_from_files(args),
+        by=args.by,
+        period=args.period,
+    )
+
+
+def _print_spend(result: Mapping[str, Any]) -> int:
+    print(format_spend_report(result))
+    return 0
+
+
+def _spend_from_files(args: argparse.Namespace) -> int:
     cfg, state_dir = _load(args, need_config=False)
     ledger = _open_ledger(cfg, state_dir)
     tzname = cfg.timezone if cfg is not None else None
@@ -138,6 +164,15 @@ def _spend(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace) -> int:
+    return call_daemon(args, "budget", _print_budget, otherwise=lambda: _budget_from_files(args))
+
+
+def _print_budget(result: Mapping[str, Any]) -> int:
+    print(format_budget_report(result))
+    return 0
+
+
+def _budget_from_files(args: argparse.Namespace) -> int:
     cfg, state_dir = _load(args, need_config=True)
     ledger = _open_ledger(cfg, state_dir)
     try:

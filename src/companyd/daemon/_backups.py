@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from companyd._fs import make_dirs
 from companyd.admin import AdminError, BackupWritten
 from companyd.config import CompanyConfig
+from companyd.daemon._reload import in_force
 
 if TYPE_CHECKING:
     from companyd.ops import BackupResult
@@ -48,13 +49,21 @@ class Backups:
     """The daemon's backups (see the module docstring). The daemon sets the attributes."""
 
     config: CompanyConfig
+    started_config: CompanyConfig
     state_dir: Path
     #: one backup at a time (created by the daemon)
     _backup_lock: asyncio.Lock
 
+    def _in_force(self) -> CompanyConfig:
+        """What the daemon runs: a backup copies and describes it — the memory file, the
+        stores' backend and schema it opened at start — not a change to company.yaml that
+        waits for the restart (a reload applied the rest).
+        """
+        return in_force(self.started_config, self.config)
+
     async def _take(self, dest: Path, keep: int | None) -> BackupResult:
         async with self._backup_lock:
-            config = self.config  # the running configuration, as loaded
+            config = self._in_force()
             result: BackupResult = await asyncio.to_thread(
                 lambda: _ops("take_backup")(config, self.state_dir, dest, keep=keep)
             )
@@ -98,7 +107,7 @@ class Backups:
             BackupError, OSError: the backup failed (the fire is recorded ``failed``); a
                 ``directory`` inside the state directory is refused before it is created.
         """
-        config = self.config
+        config = self._in_force()
         await asyncio.to_thread(
             lambda: _ops("check_destination")(config, self.state_dir, directory)
         )

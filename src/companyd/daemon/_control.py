@@ -117,6 +117,7 @@ class ControlServer:
         clock: Clock | None = None,
         group: str | int | None = None,
         state_dir: str | os.PathLike[str] | None = None,
+        memory_path: str | os.PathLike[str] | None = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         deadlines: Mapping[str, float] | None = None,
         idle_timeout: float = 60.0,
@@ -131,6 +132,9 @@ class ControlServer:
         self.group = group
         self.mode = 0o660 if group is not None else 0o600
         self.state_dir = str(Path(state_dir).absolute()) if state_dir is not None else None
+        #: the memory file the daemon opened at start (a reload of memory.path waits for the
+        #: restart): `companyd memory` commands read this one while it runs
+        self.memory_path = str(Path(memory_path).absolute()) if memory_path is not None else None
         self.request_timeout = request_timeout
         self.deadlines = dict(DEFAULT_DEADLINES if deadlines is None else deadlines)
         self.idle_timeout = idle_timeout
@@ -640,6 +644,7 @@ class ControlServer:
             "version": __version__,
             "socket": str(self.path),
             "state_dir": self.state_dir,
+            "memory_path": self.memory_path,
             "ops": sorted(ADMIN_OPS | BUILTIN_OPS),
         }
 

@@ -269,7 +269,12 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         self._real_clock = real
         # seam: Admin over the control socket (CLI) and the web dashboard
         self.control = ControlServer(
-            self, self.socket, clock=real, group=control_group, state_dir=state_dir
+            self,
+            self.socket,
+            clock=real,
+            group=control_group,
+            state_dir=state_dir,
+            memory_path=config.memory_path(state_dir),
         )
         self._metrics_server: Any = None
         self.web = WebDashboard(self, lambda: self.config, self.bus, self.clock)

@@ -753,7 +753,8 @@ class Operator:
         self, item_id: str, reason: str = "", by: str = "", via: str = "cli"
     ) -> ProposalDecision | DeskDecision:
         """:meth:`Admin.reject`: a proposal is discarded; a desk item is rejected with
-        ``reason``.
+        ``reason``. Runs to the end once begun and is recorded once done (like
+        :meth:`approve`).
 
         Raises:
             AdminError: no such proposal or item, or it is not pending.
@@ -770,16 +771,19 @@ class Operator:
                 raise AdminError(str(exc)) from None
             return ProposalDecision(**p.to_dict(), message=f"rejected {p.id}")
 
-        return await self._recorded("reject", item_id, via, reject())
+        # shielded with its record, as approve is: a desk write in its thread is never
+        # left to finish without its event while the socket answers "cancelled"
+        return await asyncio.shield(self._recorded("reject", item_id, via, reject()))
 
     async def answer(self, item_id: str, text: str, by: str = "", via: str = "cli") -> DeskDecision:
-        """:meth:`Admin.answer`.
+        """:meth:`Admin.answer`: runs to the end once begun and is recorded once done (like
+        :meth:`approve`).
 
         Raises:
             AdminError: no such item, it is not pending, or it is not a question or result.
         """
         answered = decide(self.desk, item_id, ItemState.ANSWERED, text, by=by or "founder", via=via)
-        return await self._recorded("answer", item_id, via, answered)
+        return await asyncio.shield(self._recorded("answer", item_id, via, answered))
 
     async def _recorded(self, action: str, target: str, via: str, work: Awaitable[_T]) -> _T:
         """``work``'s result, recorded as an ``operator_action`` event (done or refused) for

@@ -105,6 +105,9 @@ GOES_ON_AFTER_DEADLINE: Mapping[str, str] = {
     "approve": "`companyd inbox` shows whether it still waits (a proposal: "
     "`companyd proposals` shows it applied)",
     "revert": "`companyd proposals` shows whether it was reverted",
+    "reject": "`companyd inbox` shows whether it still waits (a proposal: "
+    "`companyd proposals` shows it rejected)",
+    "answer": "`companyd inbox` shows whether it still waits",
 }
 
 _EXAMPLE = 'send one JSON object per line, e.g. {"op": "status", "args": {}}'

@@ -11,6 +11,7 @@ asked for while the daemon stops is refused.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ from companyd.telemetry import telemetry_endpoint
 __all__ = [
     "ReloadRecord",
     "Reloader",
+    "in_force",
     "restart_only_changes",
     "shown_error",
     "waiting_for_restart",
@@ -262,6 +264,37 @@ def waiting_for_restart(
     status (``restart_required``) and the dashboard's Config page all say this.
     """
     return restart_only_changes(started, running, state_dir) + alerts.restart_pending()
+
+
+def in_force(started: CompanyConfig, current: CompanyConfig) -> CompanyConfig:
+    """What runs: ``current`` (the last file a reload applied) with the settings read once at
+    start taken from ``started`` (the file the daemon started with) — the ones
+    :func:`restart_only_changes` lists: ``state_dir``, ``state`` (the backend, and the
+    PostgreSQL schema it opened: named explicitly, so a rename since does not move it),
+    ``memory``, the model client's ``anthropic`` settings (``quota_pause_after`` is the
+    reload's), ``metrics``, ``dashboard`` and ``telemetry``. ``text`` stays the current
+    file's. What describes or copies the running company (a backup) reads this, not either
+    file alone.
+    """
+    if started is current:
+        return current
+    st = started.spec.state
+    if st.backend == "postgres" and st.schema_ is None:
+        # the schema the stores opened was named after the company: a rename waits
+        st = st.model_copy(update={"schema_": company_schema(started)})
+    live = {"quota_pause_after": current.spec.anthropic.quota_pause_after}
+    spec = current.spec.model_copy(
+        update={
+            "state_dir": started.spec.state_dir,
+            "state": st,
+            "memory": started.spec.memory,
+            "anthropic": started.spec.anthropic.model_copy(update=live),
+            "metrics": started.spec.metrics,
+            "dashboard": started.spec.dashboard,
+            "telemetry": started.spec.telemetry,
+        }
+    )
+    return dataclasses.replace(current, spec=spec)
 
 
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from companyd.scheduler._jobs_text import format_jobs_result
     from companyd.scheduler._offline import read_fires, read_jobs
     from companyd.scheduler._outcomes import Outcome
-    from companyd.scheduler._report import format_history, format_jobs
+    from companyd.scheduler._report import format_history, format_history_result, format_jobs
     from companyd.scheduler._service import RoutineBusy, RoutineNotFound, RoutineScheduler
     from companyd.scheduler._sim import ModelCallGate, SimReport, simulate
     from companyd.scheduler._sink import TaskSink
@@ -38,6 +38,7 @@ __all__ = [
     "StoreError",
     "TaskSink",
     "format_history",
+    "format_history_result",
     "format_jobs",
     "format_jobs_result",
     "read_fires",
@@ -59,6 +60,7 @@ _HOMES: dict[str, str] = {
     "StoreError": "companyd.scheduler._store",
     "TaskSink": "companyd.scheduler._sink",
     "format_history": "companyd.scheduler._report",
+    "format_history_result": "companyd.scheduler._report",
     "format_jobs": "companyd.scheduler._report",
     "format_jobs_result": "companyd.scheduler._jobs_text",
     "read_fires": "companyd.scheduler._offline",
