@@ -334,6 +334,20 @@ async def test_a_reload_that_outlasts_the_socket_deadline_is_not_called_cancelle
             [action] = done(*argv[:2])
             assert action["data"]["ok"] is True, action
 
+        tweet = {"tool": "post_tweet", "input": {"text": "hi"}, "reason": "launch day"}
+
+        async def pending(run_id: str, kind: ItemKind, payload: dict[str, Any]) -> Any:
+            """A desk item of cfo's run ``run_id`` waiting for the founder."""
+            return await running.desk.request(
+                key=f"{run_id}/tu-1",
+                kind=kind,
+                agent="cfo",
+                run_id=run_id,
+                routine=None,
+                payload=payload,
+                timeout=3600.0,
+            )
+
         running.control.deadlines["approve"] = 0.000_001
         running.control.deadlines["revert"] = 0.000_001
         p = await running.proposal_store.propose("ceo", "cfo", "You are the cfo. Be bold.", "x")
@@ -342,15 +356,7 @@ async def test_a_reload_that_outlasts_the_socket_deadline_is_not_called_cancelle
         assert running.config.agents["cfo"].instructions.strip() == "You are the cfo. Be bold."
         await outlasting("revert", p.id, where="companyd proposals")
         assert (await running.proposal_store.get(p.id))[0].status == "reverted"
-        item = await running.desk.request(
-            key="run-1/tu-1",
-            kind=ItemKind.APPROVAL,
-            agent="cfo",
-            run_id="run-1",
-            routine=None,
-            payload={"tool": "post_tweet", "input": {"text": "hi"}, "reason": "launch day"},
-            timeout=3600.0,
-        )
+        item = await pending("run-1", ItemKind.APPROVAL, tweet)
         await outlasting("approve", item.id, where="companyd inbox")
         assert (await running.desk.get(item.id)).state is ItemState.APPROVED  # type: ignore[union-attr]
 
@@ -361,26 +367,10 @@ async def test_a_reload_that_outlasts_the_socket_deadline_is_not_called_cancelle
         q = await running.proposal_store.propose("ceo", "cfo", "You are the cfo. Be calm.", "x")
         await outlasting("reject", q.id, where="companyd proposals")
         assert (await running.proposal_store.get(q.id))[0].status == "rejected"
-        call = await running.desk.request(
-            key="run-2/tu-1",
-            kind=ItemKind.APPROVAL,
-            agent="cfo",
-            run_id="run-2",
-            routine=None,
-            payload={"tool": "post_tweet", "input": {"text": "hi"}, "reason": "launch day"},
-            timeout=3600.0,
-        )
+        call = await pending("run-2", ItemKind.APPROVAL, tweet)
         await outlasting("reject", call.id, "not today", where="companyd inbox")
         assert (await running.desk.get(call.id)).state is ItemState.REJECTED  # type: ignore[union-attr]
-        question = await running.desk.request(
-            key="run-3/tu-1",
-            kind=ItemKind.QUESTION,
-            agent="cfo",
-            run_id="run-3",
-            routine=None,
-            payload={"question": "Which bank?"},
-            timeout=3600.0,
-        )
+        question = await pending("run-3", ItemKind.QUESTION, {"question": "Which bank?"})
         await outlasting("answer", question.id, "the local one", where="companyd inbox")
         assert (await running.desk.get(question.id)).state is ItemState.ANSWERED  # type: ignore[union-attr]
 

@@ -364,6 +364,21 @@ def _footers(bot: BotApiServer, msg: SentMessage) -> list[str]:
     return (now.text if now else "").splitlines()
 
 
+def _assert_withdrawn(
+    bot: BotApiServer, asked: SentMessage, item: str, inbox: CliResult, late: CliResult, why: str
+) -> None:
+    """Approval ``item`` (asked in ``asked``) was closed as withdrawn for ``why``: its message
+    says so without buttons, ``inbox`` no longer lists it, a ``late`` approve is refused with
+    the reason.
+    """
+    assert _footers(bot, asked)[-1].startswith(
+        "✔ withdrawn: the run that asked no longer waits for it at "
+    )
+    assert item not in inbox.out
+    assert late.rc != 0
+    assert f"approval {item} was withdrawn (its run ended: withdrawn: {why})" in late.err + late.out
+
+
 @pytest.mark.anyio
 async def test_a_rejected_call_never_runs_and_the_agent_reads_the_reason(work: Path) -> None:
     tool_log = tool_files(work) / "tool.log"
@@ -1207,15 +1222,7 @@ async def test_an_approval_of_a_run_ended_while_the_daemon_was_down_is_withdrawn
                 inbox = await daemon.cli("inbox")
                 late = await daemon.cli("approve", item)
                 await daemon.stop()
-    assert _footers(bot, asked)[-1].startswith(
-        "✔ withdrawn: the run that asked no longer waits for it at "
-    )
-    assert item not in inbox.out
-    assert late.rc != 0
-    assert (
-        f"approval {item} was withdrawn (its run ended: withdrawn: its agent is no longer in "
-        "company.yaml)" in late.err + late.out
-    )
+    _assert_withdrawn(bot, asked, item, inbox, late, "its agent is no longer in company.yaml")
     assert _started(tool_log) == []
 
 
@@ -1262,14 +1269,13 @@ async def test_an_approval_of_a_colleague_given_up_on_after_a_restart_is_withdra
                 inbox = await daemon.cli("inbox")
                 late = await daemon.cli("approve", item)
                 await daemon.stop()
-    assert _footers(bot, asked)[-1].startswith(
-        "✔ withdrawn: the run that asked no longer waits for it at "
-    )
-    assert item not in inbox.out
-    assert late.rc != 0
-    assert (
-        f"approval {item} was withdrawn (its run ended: withdrawn: the asker stopped waiting: "
-        "marketing did not answer within 60 s)" in late.err + late.out
+    _assert_withdrawn(
+        bot,
+        asked,
+        item,
+        inbox,
+        late,
+        "the asker stopped waiting: marketing did not answer within 60 s",
     )
 
 

@@ -17,6 +17,7 @@ answer None, and the caller reads the file with the YAML library as before
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 __all__ = ["UNUSUAL", "peek_nested", "peek_or_load", "peek_top_level"]
 
@@ -37,6 +38,17 @@ _NOT_A_STRING = re.compile(
 UNUSUAL = "\x00nested"
 
 
+def _content_lines(text: str) -> Iterator[tuple[int, str, str]]:
+    """(indent, line, body) of each line of ``text`` that is not blank or a comment line:
+    ``line`` without its trailing blanks, ``body`` without its indent.
+    """
+    for raw in text.split("\n"):
+        line = raw.rstrip()
+        body = line.lstrip(" ")
+        if body and not body.startswith("#"):
+            yield len(line) - len(body), line, body
+
+
 def peek_top_level(text: str, wanted: tuple[str, ...]) -> dict[str, str | None] | None:
     """The top-level keys of the YAML document ``text`` mapped to their values: for each key
     in ``wanted`` its one-line string value (None for null or empty), :data:`UNUSUAL` when
@@ -50,12 +62,7 @@ def peek_top_level(text: str, wanted: tuple[str, ...]) -> dict[str, str | None] 
     opened = ""  # the previous line was a wanted key with nothing after it
     if any(ch in text for ch in "\x85\u2028\u2029"):
         return None  # line breaks to YAML, not to a reader of lines
-    for raw in text.split("\n"):
-        line = raw.rstrip()
-        body = line.lstrip(" ")
-        if not body or body.startswith("#"):
-            continue
-        indent = len(line) - len(body)
+    for indent, line, body in _content_lines(text):
         if pending and indent > 0:
             return None  # a wanted plain scalar going on over the next line
         pending = False
@@ -132,12 +139,7 @@ def peek_nested(text: str, section: str, key: str) -> str | None:
     value: str | None = None
     inside, child, seen, after_key = False, -1, False, False
     block_indent = -1
-    for raw in text.split("\n"):
-        line = raw.rstrip()
-        body = line.lstrip(" ")
-        if not body or body.startswith("#"):
-            continue
-        indent = len(line) - len(body)
+    for indent, line, body in _content_lines(text):
         if indent == 0:
             after_key = False
             if inside:
