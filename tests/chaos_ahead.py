@@ -55,7 +55,8 @@ def wanted(config: pytest.Config) -> bool:
     """Whether this session is an xdist controller that will run the chaos test.
 
     One of its arguments is the test, its module or a directory above it, and no option
-    selects tests (``-k``, ``-m``, ``--deselect``, last-failed, stepwise) or only collects.
+    selects tests (``-k``, ``-m``, ``--deselect``, ``--ignore``, last-failed, stepwise) or
+    only collects.
     A session that stops first (``-x``) kills the run at its end (:func:`stop`).
     """
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
@@ -65,6 +66,8 @@ def wanted(config: pytest.Config) -> bool:
         getattr(opt, "keyword", "")
         or getattr(opt, "markexpr", "")
         or getattr(opt, "deselect", None)
+        or getattr(opt, "ignore", None)
+        or getattr(opt, "ignore_glob", None)
         or getattr(opt, "lf", False)
         or getattr(opt, "failedfirst", False)
         or getattr(opt, "stepwise", False)

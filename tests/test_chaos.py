@@ -158,6 +158,7 @@ def test_the_chaos_run_starts_ahead_only_in_a_session_that_runs_the_chaos_test()
     assert not wanted(_session("tests", keyword="chaos"))  # a selection may leave it out
     assert not wanted(_session("tests", markexpr="not slow"))
     assert not wanted(_session("tests", deselect=["tests/test_chaos.py"]))
+    assert not wanted(_session("tests", ignore=["tests/test_chaos.py"]))
     assert not wanted(_session("tests", lf=True))
     assert not wanted(_session("tests", collectonly=True))
     worker = _session("tests")
