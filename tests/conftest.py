@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+import chaos_ahead
+
 
 # -- bytecode: cached even where PYTHONDONTWRITEBYTECODE is set ------------------------------
 def _cache_bytecode() -> None:
@@ -148,6 +150,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
         with tracer_paused():
             warm(config, Path(__file__).parent, Path(companyd.__file__).parent)
+        chaos_ahead.plan(config)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: `-p no:xdist` must still work
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """In the xdist controller, as the first worker has collected: the short chaos run
+    starts here (tests/chaos_ahead.py) instead of holding a worker for its minute.
+    """
+    chaos_ahead.start()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -189,6 +200,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """
     if hasattr(config, "workerinput"):
         gc.freeze()
+    else:
+        chaos_ahead.stop()
 
 
 # -- PostgreSQL: a throwaway cluster per test session (and xdist worker) ---------------------
@@ -231,7 +244,17 @@ def state_backend(request: pytest.FixtureRequest) -> Backend:
 #: module-level names that put a module's tests in a tier (first match wins)
 _BY_MODULE = (
     ("browser", ("chromium", "webdriver")),
-    ("process", ("DaemonProcess", "subprocess", "create_subprocess_exec", "fork", "ServeMcpForks")),
+    (
+        "process",
+        (
+            "DaemonProcess",
+            "subprocess",
+            "create_subprocess_exec",
+            "fork",
+            "ServeMcpForks",
+            "chaos_ahead",
+        ),
+    ),
     ("inprocess", ("InProcessDaemon", "cli_in_thread")),
 )
 
@@ -285,6 +308,10 @@ def _longest_first(items: list[pytest.Item]) -> None:
         names = {m.name for m in item.iter_markers()}
         mine = min((i for i, t in enumerate(_START_ORDER) if t in names), default=len(_START_ORDER))
         module = item.nodeid.split("::", 1)[0]
+        if item.path == chaos_ahead.TEST_FILE and chaos_ahead.ahead():
+            # the controller started its run at the start: read among the last, when done
+            rank[module] = _START_ORDER.index("unit")
+            continue
         if module not in rank and mine > process and _starts_processes(item.path):
             mine = process  # through a helper its tier marker does not see
         rank[module] = min(rank.get(module, mine), mine)

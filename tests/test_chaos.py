@@ -7,29 +7,31 @@ invariant must hold. The full week is ``python bench/chaos.py`` (docs/benchmarks
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+
+import chaos_ahead
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "chaos.py"
 
 
 @pytest.mark.slow
 def test_two_chaotic_days_hold_every_invariant() -> None:
-    args = [sys.executable, str(BENCH), "--short", "--quiet"]
-    if not os.environ.get("COMPANYD_OFFICIAL_MEMORY_SERVER"):
-        args.append("--no-official")  # tests never install it (no network); CI exports it
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    report = proc.stdout + proc.stderr
+    """``bench/chaos.py --short``: run here, or — under xdist, in a session that runs this
+    test — started by the controller as the workers begin, and read here (tests/
+    chaos_ahead.py: the same command, so that no worker waits out its minute).
+    """
+    returncode, stdout, stderr = chaos_ahead.report()
+    report = stdout + stderr
     assert "Traceback" not in report, report
-    lines = [line for line in proc.stdout.splitlines() if line.strip().startswith(("✓", "✗"))]
+    lines = [line for line in stdout.splitlines() if line.strip().startswith(("✓", "✗"))]
     assert len(lines) >= 10, report  # every invariant was checked and printed
-    assert proc.returncode == 0 and not any(line.strip().startswith("✗") for line in lines), report
+    assert returncode == 0 and not any(line.strip().startswith("✗") for line in lines), report
 
 
 def _chaos() -> Any:
@@ -126,3 +128,39 @@ def test_a_crash_nobody_injected_is_expected_in_the_alerts_with_its_reason(tmp_p
     expected = Counter({"intern": 1}) + Counter({a: n for a, (n, _) in found.items()})
     assert chaos.crash_alerts_exact(dict(expected), Counter(intern=1, marketing=1), Counter())
     assert not chaos.crash_alerts_exact({"intern": 1}, Counter(intern=1, marketing=1), Counter())
+
+
+# -- the run started ahead by the xdist controller (tests/chaos_ahead.py) ------------------
+
+
+def _session(*args: str, workers: int = 4, **option: Any) -> pytest.Config:
+    """What :func:`chaos_ahead.wanted` reads of a session started in the repository."""
+    root = chaos_ahead.TEST_FILE.parents[1]
+    config = SimpleNamespace(
+        option=SimpleNamespace(
+            **{"numprocesses": workers, "keyword": "", "markexpr": "", **option}
+        ),
+        args=list(args),
+        invocation_params=SimpleNamespace(dir=root),
+    )
+    return cast(pytest.Config, config)
+
+
+def test_the_chaos_run_starts_ahead_only_in_a_session_that_runs_the_chaos_test() -> None:
+    wanted = chaos_ahead.wanted
+    assert wanted(_session("tests"))  # the README's command (testpaths)
+    assert wanted(_session("tests/test_chaos.py"))
+    assert wanted(_session(f"tests/test_chaos.py::{chaos_ahead.TEST_NAME}"))
+    assert wanted(_session("."))
+    assert not wanted(_session("tests/desk"))  # not among its tests
+    assert not wanted(_session("tests/test_chaos.py::test_the_chaos_run_starts_ahead_only"))
+    assert not wanted(_session("tests", workers=0))  # no xdist: the test runs it itself
+    assert not wanted(_session("tests", keyword="chaos"))  # a selection may leave it out
+    assert not wanted(_session("tests", markexpr="not slow"))
+    assert not wanted(_session("tests", deselect=["tests/test_chaos.py"]))
+    assert not wanted(_session("tests", ignore=["tests/test_chaos.py"]))
+    assert not wanted(_session("tests", lf=True))
+    assert not wanted(_session("tests", collectonly=True))
+    worker = _session("tests")
+    worker.workerinput = {}  # type: ignore[attr-defined]
+    assert not wanted(worker)
