@@ -35,6 +35,7 @@ import yaml
 from agentkit import PerAgent, daemon_env, tool_files, tool_results, tool_server, write_company
 from companyd.daemon._control_client import ControlClient
 from companyd.daemon._main import AGENT_SHUTDOWN
+from companyd.errors import EX_TEMPFAIL
 from companyd.llm import Usage
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
@@ -1155,7 +1156,9 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
     """A routine's run whose result is being reviewed (``reviewer``) when the daemon is
     stopped: the stop does not wait out the agent stop limit for a review the restart
     withdraws anyway; after the restart the resumed run asks for a new review, and the fire
-    ends ``ok`` on its verdict.
+    ends ``ok`` on its verdict. The founder's ``companyd jobs run`` that waited for the fire
+    is answered at the stop with the truth (exit 75: its run stops at a checkpoint and
+    resumes), not held by the control socket's drain and then cut off.
     """
     model = PerAgent(
         marketing=[reply_text("Draft: flash sale, 20% off.")],
@@ -1172,13 +1175,13 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
             try:
                 await first.start(timeout=START_TIMEOUT)
 
-                firing = _fire(first, "daily-post")
+                firing = asyncio.create_task(_cli_of(first, "jobs", "run", "daily-post"))
                 await asyncio.to_thread(srv.wait_for_requests, 2, 60.0)  # the review's call
                 began = asyncio.get_running_loop().time()
                 assert await first.stop(timeout=60) == 0
                 took = asyncio.get_running_loop().time() - began
                 srv.release_stalls()
-                await firing
+                waited = await firing
 
                 second = _restarted(cfg, work, srv)
                 await second.start(timeout=START_TIMEOUT)
@@ -1189,6 +1192,16 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
     assert fires[0]["outcome"] == "ok"
     assert model.seen == ["marketing", "ceo", "ceo"]  # the draft was not made again
     assert took < AGENT_SHUTDOWN, f"the stop took {took:.1f} s"
+    # the stop did not wait the control socket's drain out for the waiting `jobs run` …
+    drained = [ln for ln in (work / "d1.log").read_text().splitlines() if "at shutdown" in ln]
+    assert drained == []
+    # … which was told at once what became of its run, as "not over yet"
+    assert waited.rc == EX_TEMPFAIL, (waited.rc, waited.out, waited.err)
+    assert waited.err.strip() == (
+        f"companyd: the daemon is stopping: run {fires[0]['run_id']} of routine daily-post "
+        "stops at a checkpoint (its step in flight finishes first) and resumes when the "
+        f"daemon starts again; see `companyd runs show {fires[0]['run_id']}`"
+    )
 
 
 @pytest.mark.anyio

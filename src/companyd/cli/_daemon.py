@@ -14,7 +14,8 @@ one host").
 
 Exit codes: 0 done; 1 the daemon refused (unknown agent, rejected config, …); 2 bad
 arguments; 69 no daemon running; 70 internal error in the daemon; 75 the daemon did not
-answer in time.
+answer in time, was busy, or began to stop while the command waited (``jobs run``, ``ask``:
+the work resumes after the restart).
 
 Other areas' commands (ask, runs, spend, jobs) reuse :func:`add_daemon_arguments` and
 :func:`daemon_client` / :func:`running_daemon` to talk to the daemon when one runs.
@@ -186,6 +187,9 @@ def call_daemon(
             "internal": EX_SOFTWARE,
             "timeout": EX_TEMPFAIL,
             "busy": EX_TEMPFAIL,  # at a control-socket limit: try again shortly
+            # the daemon stopped under a wait (`jobs run`, `ask`): the work resumes after
+            # the restart, the message says where to follow it
+            "stopping": EX_TEMPFAIL,
         }.get(exc.code, 1)
         return fail(str(exc), exc.code, exit_code)
     except CompanydError as exc:

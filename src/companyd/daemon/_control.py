@@ -49,7 +49,7 @@ from typing import Any
 
 from companyd import __version__
 from companyd._aio import race
-from companyd.admin import Admin, AdminError, result_data
+from companyd.admin import Admin, AdminError, AdminStopping, result_data
 from companyd.clock import Clock, SystemClock
 from companyd.daemon._protocol import (
     ADMIN_OPS,
@@ -103,7 +103,10 @@ class ControlServer:
             is closed (trickling bytes does not extend it); also the deadline for writing
             an answer to a client that does not read.
         drain_timeout: on stop, how long running operations may finish before they are
-            cancelled.
+            cancelled. An operation that only waits for what the stop ends (``run_job``,
+            ``ask``) does not use it: it is answered ``stopping`` at once
+            (:class:`~companyd.admin.AdminStopping`); one that changes state is shielded
+            and goes on.
         max_request_bytes: longest request line accepted.
         max_connections: most clients served at once (see the module docstring).
         max_buffered_bytes: most unfinished request bytes held over all connections.
@@ -623,6 +626,10 @@ class ControlServer:
                 "may be overloaded — see `journalctl -u companyd`",
                 "timeout",
             )
+        except AdminStopping as exc:
+            # the daemon stops under a request that only waited: told at once (the CLI's
+            # exit 75), it does not hold the drain below
+            return error(str(exc), "stopping")
         except AdminError as exc:
             return error(str(exc), "admin")
         except CompanydError as exc:  # deliberate, operator-facing (e.g. ConfigError)

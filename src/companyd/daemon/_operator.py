@@ -320,10 +320,18 @@ class Operator:
         Raises:
             AdminError: no routine of that name, or its concurrency policy has no room for another
                 run.
+            AdminStopping: the daemon began to stop before the fire ended (or before it
+                was fired): answered at once with what becomes of the fire's run, rather
+                than holding the stop for a caller that only waits.
         """
         return await self._recorded("run_job", routine, via, self._run_job(routine))
 
     async def _run_job(self, routine: str) -> JobRun:
+        if self.staff.draining.is_set():
+            raise AdminStopping(
+                f"the daemon is stopping; routine {routine} was not fired — run `companyd "
+                f"jobs run {routine}` again once the daemon has started"
+            )
         # the run may stop to ask the founder (a tool call to approve, a question): that
         # is answered at once too — a human's answer may take hours, the command 60 s
         asking = self.bus.subscribe(kinds={"founder_approval_requested", "founder_question"})
@@ -333,15 +341,21 @@ class Operator:
         fire = asyncio.ensure_future(self.scheduler.fire_now(routine, fire_id=fire_id))
         ours = partial(self.scheduler.fire_task, fire_id)
         asked = asyncio.ensure_future(_asked_in(asking, routine, self.journal, ours))
+        # a stop ends the wait, not the fire: its run stops at a checkpoint and resumes
+        stopping = asyncio.ensure_future(self.staff.draining.wait())
         try:
-            await asyncio.wait((fire, asked), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((fire, asked, stopping), return_when=asyncio.FIRST_COMPLETED)
         finally:
             asking.close()
+            founder = asked.result() if asked.done() else None
             asked.cancel()
+            stopping.cancel()
         if not fire.done():
             # the fire goes on (it is the scheduler's, shielded from its callers)
             fire.cancel()
-            return self._waiting_for_founder(routine, *asked.result())
+            if founder is not None:
+                return self._waiting_for_founder(routine, *founder)
+            raise AdminStopping(await self._fire_at_stop(routine, ours()))
         try:
             done = fire.result()
         except (RoutineNotFound, RoutineBusy) as exc:
@@ -365,6 +379,30 @@ class Operator:
                 f"approval as {item}; approve, reject or ask for changes in "
                 + self._where_to_decide(item, f"/approve {item}", f"approve {item}")
             ),
+        )
+
+    async def _fire_at_stop(self, routine: str, task_id: str | None) -> str:
+        """What :meth:`run_job` tells its caller when the daemon stops before the fire ended
+        (``task_id``: the fire's task, None if it made none yet) — docs/scheduler.md, "A run
+        in progress when the scheduler stops".
+        """
+        said = "the daemon is stopping: "
+        if task_id is None:
+            return said + (
+                f"routine {routine}'s fire had not started its run and is recorded cancelled "
+                f"(see `companyd jobs history {routine}`); run `companyd jobs run {routine}` "
+                "again once the daemon has started"
+            )
+        run_id = await self.journal.open_run(task_id)
+        if run_id is None:
+            return said + (
+                f"routine {routine}'s task {task_id} waits in its agent's queue and runs when "
+                "the daemon starts again (see `companyd runs`)"
+            )
+        return said + (
+            f"run {run_id} of routine {routine} stops at a checkpoint (its step in flight "
+            f"finishes first) and resumes when the daemon starts again; see `companyd runs "
+            f"show {run_id}`"
         )
 
     def _waiting_for_founder(self, routine: str, event: Event, chain: Asking) -> JobRun:

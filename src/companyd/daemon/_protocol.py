@@ -123,7 +123,7 @@ class ControlTimeout(ControlError):
 
 class RequestFailed(AdminError):
     """The daemon answered ``ok: false``; ``str()`` is its message, ``code`` its kind
-    (``bad_request``, ``admin``, ``timeout``, ``internal`` or ``busy``).
+    (``bad_request``, ``admin``, ``timeout``, ``internal``, ``busy`` or ``stopping``).
     """
 
     def __init__(self, message: str, code: str = "admin") -> None:

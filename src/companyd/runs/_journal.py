@@ -682,6 +682,21 @@ class Journal:
 
         return await self._run(q)
 
+    async def open_run(self, task_id: str) -> str | None:
+        """The id of task ``task_id``'s run still under way (journaled as running), or None
+        when it has none (not started yet, ended, or no such task).
+        """
+
+        def q(db: Connection) -> str | None:
+            row = db.execute(
+                "SELECT id FROM runs WHERE task_id = ? AND state = 'running' "
+                "ORDER BY started DESC LIMIT 1",
+                (task_id,),
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._run(q)
+
     async def deliveries(self, run_ids: Sequence[str]) -> dict[str, list[ResultDelivery]]:
         """The recorded deliveries of each of ``run_ids``'s results, oldest first (as
         ``runs show`` lists them): the durable record, whatever restarts came between. A
