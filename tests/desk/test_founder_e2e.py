@@ -1221,11 +1221,18 @@ async def test_an_approval_of_a_run_ended_while_the_daemon_was_down_is_withdrawn
         with MessagesAPIServer(responder=model) as srv:
             cfg = _consulting_company(work, bot, tool_log)
             async with _daemon(cfg, work, srv) as daemon:
-                asking = _ask(daemon, "marketing", "Post the flash sale.")
+                asking = asyncio.create_task(daemon.cli("ask", "marketing", "Post the flash sale."))
                 asked = await _message(bot, "marketing wants to call post_update")
                 item = re.findall(r"\((ap-[0-9a-f]+)\)", asked.text)[0]
                 await daemon.stop()
-            await asking
+            stopped = await asking
+            # the `companyd ask` that waited is told at once, as "not over yet" (exit 75)
+            assert stopped.rc == EX_TEMPFAIL, (stopped.rc, stopped.err)
+            assert re.fullmatch(
+                r"companyd: the daemon is stopping; task task-[0-9a-f]{12} is journaled and "
+                r"marketing resumes it after the restart \(see `companyd runs`\)\n",
+                stopped.err,
+            ), stopped.err
             doc = yaml.safe_load(cfg.read_text())
             del doc["agents"]["marketing"]
             del doc["agents"]["ceo"]["consult"]
