@@ -1202,6 +1202,10 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
         "stops at a checkpoint (its step in flight finishes first) and resumes when the "
         f"daemon starts again; see `companyd runs show {fires[0]['run_id']}`"
     )
+    # the founder's action is recorded as done (the fire was made and goes on), as told
+    [acted] = [e["data"] for e in first.events("operator_action")]
+    assert (acted["action"], acted["ok"]) == ("run_job", True)
+    assert f"companyd: {acted['message']}" == waited.err.strip()
 
 
 @pytest.mark.anyio
@@ -1233,6 +1237,9 @@ async def test_an_approval_of_a_run_ended_while_the_daemon_was_down_is_withdrawn
                 r"marketing resumes it after the restart \(see `companyd runs`\)\n",
                 stopped.err,
             ), stopped.err
+            # and the ask is recorded as done (its task goes on), not as refused
+            [acted] = [e["data"] for e in daemon.events("operator_action")]
+            assert (acted["action"], acted["ok"]) == ("ask", True), acted
             doc = yaml.safe_load(cfg.read_text())
             del doc["agents"]["marketing"]
             del doc["agents"]["ceo"]["consult"]

@@ -17,5 +17,13 @@ class AdminError(CompanydError):
 class AdminStopping(AdminError):
     """The daemon began to stop before the work asked for ended: it is journaled and goes
     on after the restart (a caller that kept what it needs, e.g. the task id, picks it up
-    then).
+    then). Answered ``stopping`` on the control socket (the CLI's exit 75).
+
+    ``done``: whether what was asked for was done (a task submitted, a routine fired) —
+    the operator's ``operator_action`` record says so; False when the stop came first and
+    nothing was started.
     """
+
+    def __init__(self, message: str, *, done: bool = True) -> None:
+        super().__init__(message)
+        self.done = done

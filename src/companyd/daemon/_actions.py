@@ -14,7 +14,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from companyd._secrets import redact
-from companyd.admin import AdminError
+from companyd.admin import AdminError, AdminStopping
 from companyd.events import EventBus, OperatorAction
 
 __all__ = ["publish_action", "recorded"]
@@ -28,11 +28,17 @@ _NOT_HERE = frozenset({"dashboard", ""})
 
 async def recorded(bus: EventBus, action: str, target: str, via: str, work: Awaitable[_T]) -> _T:
     """``work``'s result, recorded as an ``operator_action`` (done, or refused with the
-    :class:`~companyd.admin.AdminError`'s message, which is raised again). A result with
+    :class:`~companyd.admin.AdminError`'s message, which is raised again; an
+    :class:`~companyd.admin.AdminStopping` is done if its ``done`` says so). A result with
     ``applied=False`` (a rejected reload) is recorded as not done.
     """
     try:
         result = await work
+    except AdminStopping as exc:
+        # the stop ended the caller's wait, not the work: done (and going on) unless the
+        # stop came first
+        publish_action(bus, action, target, via, ok=exc.done, message=str(exc))
+        raise
     except AdminError as exc:
         publish_action(bus, action, target, via, ok=False, message=str(exc))
         raise

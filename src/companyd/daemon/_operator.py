@@ -330,7 +330,8 @@ class Operator:
         if self.staff.draining.is_set():
             raise AdminStopping(
                 f"the daemon is stopping; routine {routine} was not fired — run `companyd "
-                f"jobs run {routine}` again once the daemon has started"
+                f"jobs run {routine}` again once the daemon has started",
+                done=False,
             )
         # the run may stop to ask the founder (a tool call to approve, a question): that
         # is answered at once too — a human's answer may take hours, the command 60 s
