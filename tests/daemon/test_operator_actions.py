@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from companyd.errors import EX_TEMPFAIL
 from companyd.events import BudgetThreshold
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
@@ -100,6 +101,27 @@ async def test_cli_actions_that_change_state_are_recorded_via_cli(work: Path) ->
         assert ran["message"].startswith("ran routine weekly-numbers: ok (run-")
         asked = daemon.events("operator_action")[5]["data"]
         assert asked["message"].startswith("ask cfo: ok (run-")
+        # asked in the first instant of a stop (its agents told to drain, the socket still
+        # up): nothing is started, the caller is told so with exit 75, recorded not done
+        assert daemon.daemon is not None
+        daemon.daemon.staff.drain()
+        ran = await daemon.cli("jobs", "run", "weekly-numbers")
+        asked_now = await daemon.cli("ask", "cfo", "And now?")
+        assert (ran.rc, ran.err) == (
+            EX_TEMPFAIL,
+            "companyd: the daemon is stopping; routine weekly-numbers was not fired — run "
+            "`companyd jobs run weekly-numbers` again once the daemon has started\n",
+        )
+        assert (asked_now.rc, asked_now.err) == (
+            EX_TEMPFAIL,
+            "companyd: the daemon is stopping; nothing was asked of cfo — ask again once the "
+            "daemon has started\n",
+        )
+        assert actions(daemon)[-2:] == [
+            ("run_job", "weekly-numbers", "cli", False),
+            ("ask", "cfo", "cli", False),
+        ]
+        assert len((await daemon.call("job_history", routine="weekly-numbers"))["fires"]) == 1
         await daemon.stop()
 
 

@@ -575,7 +575,7 @@ class Operator:
                 agent's run to follow up, a malformed ``task_id`` or another agent's, no
                 outcome within ``timeout`` seconds (the task keeps running).
             AdminStopping: the daemon began to stop (the task is journaled and resumes
-                after the restart).
+                after the restart; asked while it stops, no task is made).
         """
         work = self._ask(agent, question, timeout, reply_to, task_id)
         return await self._recorded("ask", agent, via, work)
@@ -598,6 +598,13 @@ class Operator:
         prompt = question
         if reply_to is not None:
             prompt = await self._follow_up(agent, question, reply_to)
+        if self.staff.draining.is_set():
+            # a task submitted now might be cut before it is journaled: none is made
+            raise AdminStopping(
+                f"the daemon is stopping; nothing was asked of {agent} — ask again once the "
+                "daemon has started",
+                done=False,
+            )
         task = Task(
             id=task_id or new_id("task"),
             agent=agent,
