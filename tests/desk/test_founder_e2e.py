@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from agentkit import PerAgent, daemon_env, tool_files, tool_results, tool_server, write_company
+from companyd.daemon import RequestFailed
 from companyd.daemon._control_client import ControlClient
 from companyd.daemon._main import AGENT_SHUTDOWN
 from companyd.errors import EX_TEMPFAIL
@@ -119,6 +120,19 @@ def _fire(daemon: DaemonProcess, routine: str) -> asyncio.Task[None]:
             await ControlClient(daemon.socket, timeout=120).acall("run_job", routine=routine)
 
     return asyncio.create_task(fire())
+
+
+async def _answer(daemon: DaemonProcess, op: str, **args: Any) -> dict[str, Any]:
+    """The daemon's answer to ``op`` as a client reads it (a refusal too)."""
+    try:
+        return {"ok": True, "result": await ControlClient(daemon.socket).acall(op, **args)}
+    except RequestFailed as exc:
+        return {"ok": False, "code": exc.code, "error": str(exc)}
+
+
+def _logged(daemon: DaemonProcess, prefix: str) -> list[str]:
+    """The messages of ``daemon``'s log records that start with ``prefix``."""
+    return [str(r["msg"]) for r in daemon.records() if str(r.get("msg", "")).startswith(prefix)]
 
 
 def _restarted(cfg: Path, work: Path, srv: MessagesAPIServer) -> InProcessDaemon:
@@ -1158,7 +1172,8 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
     withdraws anyway; after the restart the resumed run asks for a new review, and the fire
     ends ``ok`` on its verdict. The founder's ``companyd jobs run`` that waited for the fire
     is answered at the stop with the truth (exit 75: its run stops at a checkpoint and
-    resumes), not held by the control socket's drain and then cut off.
+    resumes), not held by the control socket's drain and then cut off; so is a second one,
+    whose fire waited its turn (``concurrency: queue``) and is cancelled, not run.
     """
     model = PerAgent(
         marketing=[reply_text("Draft: flash sale, 20% off.")],
@@ -1168,44 +1183,64 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
         with MessagesAPIServer(responder=model) as srv:
             cfg = _consulting_company(work, bot, tool_files(work) / "tool.log")
             doc = yaml.safe_load(cfg.read_text())
-            doc["routines"]["daily-post"] |= {"assignee": "marketing", "reviewer": "ceo"}
+            doc["routines"]["daily-post"] |= {
+                "assignee": "marketing",
+                "reviewer": "ceo",
+                "concurrency": "queue",
+            }
             cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
             first = _signalled(cfg, work, srv)
             second: InProcessDaemon | None = None
+            fires: list[dict[str, Any]] = []
             try:
                 await first.start(timeout=START_TIMEOUT)
 
                 firing = asyncio.create_task(_cli_of(first, "jobs", "run", "daily-post"))
                 await asyncio.to_thread(srv.wait_for_requests, 2, 60.0)  # the review's call
+                # (the CLI in a thread runs one command at a time: this one is a client's)
+                queued = asyncio.create_task(_answer(first, "run_job", routine="daily-post"))
+                async with asyncio.timeout(30):  # the daemon has taken the second request
+                    while len(_logged(first, "control: run_job")) < 2:
+                        await asyncio.sleep(0.05)
                 began = asyncio.get_running_loop().time()
                 assert await first.stop(timeout=60) == 0
                 took = asyncio.get_running_loop().time() - began
                 srv.release_stalls()
-                waited = await firing
+                waited, turn = await firing, await queued
 
                 second = _restarted(cfg, work, srv)
                 await second.start(timeout=START_TIMEOUT)
-                await _fire_ended(second, "daily-post")
-                fires = (await second.call("job_history", routine="daily-post"))["fires"]
+                async with asyncio.timeout(60):  # the resumed fire ends (the newest is not it)
+                    while not any(f["outcome"] == "ok" for f in fires):
+                        await asyncio.sleep(0.05)
+                        got = await second.call("job_history", routine="daily-post")
+                        fires = got["fires"]
             finally:
                 await _stop_both(first, second)
-    assert fires[0]["outcome"] == "ok"
+    [ran] = [f for f in fires if f["outcome"] == "ok"]
+    assert [f["outcome"] for f in fires if f is not ran] == ["cancelled"]
     assert model.seen == ["marketing", "ceo", "ceo"]  # the draft was not made again
     assert took < AGENT_SHUTDOWN, f"the stop took {took:.1f} s"
     # the stop did not wait the control socket's drain out for the waiting `jobs run` …
-    drained = [ln for ln in (work / "d1.log").read_text().splitlines() if "at shutdown" in ln]
-    assert drained == []
+    assert [m for m in _logged(first, "control:") if "at shutdown" in m] == []
     # … which was told at once what became of its run, as "not over yet"
     assert waited.rc == EX_TEMPFAIL, (waited.rc, waited.out, waited.err)
     assert waited.err.strip() == (
-        f"companyd: the daemon is stopping: run {fires[0]['run_id']} of routine daily-post "
+        f"companyd: the daemon is stopping: run {ran['run_id']} of routine daily-post "
         "stops at a checkpoint (its step in flight finishes first) and resumes when the "
-        f"daemon starts again; see `companyd runs show {fires[0]['run_id']}`"
+        f"daemon starts again; see `companyd runs show {ran['run_id']}`"
     )
-    # the founder's action is recorded as done (the fire was made and goes on), as told
-    [acted] = [e["data"] for e in first.events("operator_action")]
-    assert (acted["action"], acted["ok"]) == ("run_job", True)
-    assert f"companyd: {acted['message']}" == waited.err.strip()
+    assert turn == {
+        "ok": False,
+        "code": "stopping",
+        "error": "the daemon is stopping: routine daily-post's fire had not started its run "
+        "and is recorded cancelled (see `companyd jobs history daily-post`); run `companyd "
+        "jobs run daily-post` again once the daemon has started",
+    }
+    # the founder's actions are recorded as done (the fires were made), as told
+    acted = [e["data"] for e in first.events("operator_action")]
+    assert [(a["action"], a["ok"]) for a in acted] == [("run_job", True)] * 2
+    assert sorted(a["message"] for a in acted) == sorted([waited.err[10:-1], turn["error"]])
 
 
 @pytest.mark.anyio
