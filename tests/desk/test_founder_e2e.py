@@ -1173,11 +1173,13 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
     ends ``ok`` on its verdict. The founder's ``companyd jobs run`` that waited for the fire
     is answered at the stop with the truth (exit 75: its run stops at a checkpoint and
     resumes), not held by the control socket's drain and then cut off; so is a second one,
-    whose fire waited its turn (``concurrency: queue``) and is cancelled, not run.
+    whose fire waited its turn (``concurrency: queue``) and is cancelled, not run, and one
+    of the CEO's routine, whose task waits in the CEO's queue and runs after the restart.
     """
+    verdict = reply_text("APPROVE: clear and correct.")  # the review's, and the routine's
     model = PerAgent(
         marketing=[reply_text("Draft: flash sale, 20% off.")],
-        ceo=[stall(None), reply_text("APPROVE: clear and correct.")],
+        ceo=[stall(None), verdict, verdict],
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
@@ -1187,6 +1189,11 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
                 "assignee": "marketing",
                 "reviewer": "ceo",
                 "concurrency": "queue",
+            }
+            doc["routines"]["weekly"] = {
+                "assignee": "ceo",
+                "description": "Sum up the week.",
+                "trigger": {"cron": "0 3 29 2 *"},
             }
             cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
             first = _signalled(cfg, work, srv)
@@ -1199,14 +1206,18 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
                 await asyncio.to_thread(srv.wait_for_requests, 2, 60.0)  # the review's call
                 # (the CLI in a thread runs one command at a time: this one is a client's)
                 queued = asyncio.create_task(_answer(first, "run_job", routine="daily-post"))
-                async with asyncio.timeout(30):  # the daemon has taken the second request
-                    while len(_logged(first, "control: run_job")) < 2:
+                behind = asyncio.create_task(_answer(first, "run_job", routine="weekly"))
+                async with asyncio.timeout(30):  # the daemon has taken both requests …
+                    while len(_logged(first, "control: run_job")) < 3:
+                        await asyncio.sleep(0.05)
+                    # … and the CEO's task is journaled, queued behind its stalled review
+                    while not (await first.call("tasks"))["tasks"][2:]:
                         await asyncio.sleep(0.05)
                 began = asyncio.get_running_loop().time()
                 assert await first.stop(timeout=60) == 0
                 took = asyncio.get_running_loop().time() - began
                 srv.release_stalls()
-                waited, turn = await firing, await queued
+                waited, turn, later = await firing, await queued, await behind
 
                 second = _restarted(cfg, work, srv)
                 await second.start(timeout=START_TIMEOUT)
@@ -1215,11 +1226,14 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
                         await asyncio.sleep(0.05)
                         got = await second.call("job_history", routine="daily-post")
                         fires = got["fires"]
+                await _fire_ended(second, "weekly")
+                weekly = (await second.call("job_history", routine="weekly"))["fires"]
             finally:
                 await _stop_both(first, second)
     [ran] = [f for f in fires if f["outcome"] == "ok"]
     assert [f["outcome"] for f in fires if f is not ran] == ["cancelled"]
-    assert model.seen == ["marketing", "ceo", "ceo"]  # the draft was not made again
+    assert model.seen == ["marketing", "ceo", "ceo", "ceo"]  # the draft was not made again
+    assert [f["outcome"] for f in weekly] == ["ok"]
     assert took < AGENT_SHUTDOWN, f"the stop took {took:.1f} s"
     # the stop did not wait the control socket's drain out for the waiting `jobs run` …
     assert [m for m in _logged(first, "control:") if "at shutdown" in m] == []
@@ -1237,10 +1251,18 @@ async def test_a_review_in_flight_does_not_hold_the_stop(work: Path) -> None:
         "and is recorded cancelled (see `companyd jobs history daily-post`); run `companyd "
         "jobs run daily-post` again once the daemon has started",
     }
+    [task] = re.findall(r"task (task-[0-9a-f]{12})", later.get("error", ""))
+    assert later == {
+        "ok": False,
+        "code": "stopping",
+        "error": f"the daemon is stopping: routine weekly's task {task} waits in its agent's "
+        "queue and runs when the daemon starts again (see `companyd runs`)",
+    }
     # the founder's actions are recorded as done (the fires were made), as told
     acted = [e["data"] for e in first.events("operator_action")]
-    assert [(a["action"], a["ok"]) for a in acted] == [("run_job", True)] * 2
-    assert sorted(a["message"] for a in acted) == sorted([waited.err[10:-1], turn["error"]])
+    assert [(a["action"], a["ok"]) for a in acted] == [("run_job", True)] * 3
+    told = [waited.err[10:-1], turn["error"], later["error"]]
+    assert sorted(a["message"] for a in acted) == sorted(told)
 
 
 @pytest.mark.anyio
