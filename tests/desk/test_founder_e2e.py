@@ -174,6 +174,16 @@ def _approval_company(work: Path, bot: BotApiServer, **routine: Any) -> Path:
     return cfg
 
 
+def _without_tools(cfg: Path) -> Path:
+    """``cfg`` with marketing's MCP tool server taken out, for the tests whose runs call no
+    tool: the agent's every start (and restart after a crash) then spawns no server (~1 s).
+    """
+    doc = yaml.safe_load(cfg.read_text())
+    del doc["agents"]["marketing"]["mcp_servers"], doc["agents"]["marketing"]["tools"]
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return cfg
+
+
 def _env(model: MessagesAPIServer) -> dict[str, str]:
     return daemon_env(model, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_CHAT_ID=str(FOUNDER))
 
@@ -721,7 +731,7 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _approval_company(work, bot)
+            cfg = _without_tools(_approval_company(work, bot))
             first = _signalled(cfg, work, srv)
             second: InProcessDaemon | None = None
             try:
@@ -894,7 +904,7 @@ async def test_run_again_on_the_phone_says_what_the_run_did(work: Path) -> None:
 
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _approval_company(work, bot)
+            cfg = _without_tools(_approval_company(work, bot))
             async with _daemon(cfg, work, srv) as daemon:
                 first = await daemon.call("run_job", routine="daily-post")
                 assert first["state"] == "ended" and first["status"] != "ok", first
@@ -952,7 +962,7 @@ async def test_run_again_on_the_phone_says_a_long_run_goes_on(
 
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _approval_company(work, bot)
+            cfg = _without_tools(_approval_company(work, bot))
             async with _daemon(cfg, work, srv) as daemon:
                 await daemon.call("run_job", routine="daily-post")
                 alert = await _message(bot, "routine daily-post failed")
