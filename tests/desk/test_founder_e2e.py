@@ -227,6 +227,15 @@ async def _run_status(daemon: DaemonProcess | InProcessDaemon, status: str) -> d
             await asyncio.sleep(0.1)
 
 
+async def _resumed(daemon: InProcessDaemon, timeout: float = 30) -> None:
+    """Wait until a run of ``daemon`` has resumed from its journal (its ``run_started``)."""
+    async with asyncio.timeout(timeout):
+        while not daemon.events(
+            "run_started", lambda e: e["data"].get("resumed_at_step") is not None
+        ):
+            await asyncio.sleep(0.02)
+
+
 async def _fire_ended(
     daemon: DaemonProcess | InProcessDaemon, routine: str, *, ok: bool = True, timeout: float = 60
 ) -> None:
@@ -298,9 +307,9 @@ async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
 
                 second = _restarted(cfg, work, srv)
                 await second.start(timeout=START_TIMEOUT)
-                # the resumed run waits for the same approval: no second request is sent
-                await asyncio.sleep(1.0)
-                assert len(_to_founder(bot, "wants to call post_update")) == 1
+                # the run resumed from its journal (no second request is sent: counted once
+                # the restarted daemon has stopped, its outbox delivered)
+                await _resumed(second)
                 assert (await second.call("runs"))["runs"][0]["status"] == "running"
                 # the button on the message sent before the kill still works
                 bot.press_button(FOUNDER, approval.message_id, _button(approval, "Approve"))
@@ -309,6 +318,8 @@ async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
                 lines, shown = await _show(second, run["run_id"])
             finally:
                 await _stop_both(first, second)
+    # the resumed run waited for the same approval: asked once, not again after the kill
+    assert len(_to_founder(bot, "wants to call post_update")) == 1
     assert _started(tool_log) == ["started We launch today!"]  # exactly once
     assert tool_results(srv.requests[-1])[0]["content"] == "posted: We launch today!"
     assert srv.served == 2  # the first model call was not paid again after the kill
