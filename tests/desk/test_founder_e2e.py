@@ -582,7 +582,9 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _approval_company(work, bot, deliver=["telegram", "memory", "file"])
+            cfg = _without_tools(
+                _approval_company(work, bot, deliver=["telegram", "memory", "file"])
+            )
             async with _daemon(cfg, work, srv) as daemon:
                 client = ControlClient(daemon.socket, timeout=120)
                 firing = asyncio.create_task(client.acall("run_job", routine="daily-post"))
@@ -668,7 +670,7 @@ async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path)
     model = PerAgent(marketing=[reply_text("Draft: We launch on Friday.")])
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _approval_company(work, bot)
+            cfg = _without_tools(_approval_company(work, bot))
             first = _signalled(cfg, work, srv)
             second: InProcessDaemon | None = None
             try:
