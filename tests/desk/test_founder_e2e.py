@@ -776,7 +776,7 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
                         if fires[0]["outcome"] is not None:
                             break
                         await asyncio.sleep(0.1)
-                await asyncio.sleep(1.0)  # room for a duplicate, were there one
+                await second.quiet()  # a duplicate, were there one, is sent by now
             finally:
                 await _stop_both(first, second)
     assert fires[0]["outcome"] == "ok"
@@ -1101,7 +1101,7 @@ async def test_a_colleague_waiting_for_the_founder_survives_a_restart(
                 await _fire_ended(second, "daily-post")
                 fires = (await second.call("job_history", routine="daily-post"))["fires"]
                 runs = (await second.call("runs"))["runs"]
-                await asyncio.sleep(1.0)  # room for a second request, were there one
+                await second.quiet()  # a second request, were there one, is made by now
             finally:
                 await _stop_both(first, second)
     assert len(_to_founder(bot, needle)) == 1  # asked once
