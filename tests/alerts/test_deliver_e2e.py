@@ -708,7 +708,7 @@ async def test_a_follow_up_cut_by_a_restart_is_answered_once_in_its_thread(
                 _, again = server.inject_reply(OPERATOR, answer.message_id, "Good.")
                 last = await one(server, "Done: the short one goes out")
                 assert last.reply_to == again
-                await asyncio.sleep(1.5)  # room for a duplicate, were there one
+                await second.quiet()  # a duplicate, were there one, is sent by now
                 async with asyncio.timeout(30):
                     while _thread_links(state) != {
                         post.message_id,

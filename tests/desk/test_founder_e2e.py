@@ -189,6 +189,16 @@ def _approval_company(work: Path, bot: BotApiServer, **routine: Any) -> Path:
     return cfg
 
 
+def _without_tools(cfg: Path) -> Path:
+    """``cfg`` with marketing's MCP tool server taken out, for the tests whose runs call no
+    tool: the agent's every start (and restart after a crash) then spawns no server (~1 s).
+    """
+    doc = yaml.safe_load(cfg.read_text())
+    del doc["agents"]["marketing"]["mcp_servers"], doc["agents"]["marketing"]["tools"]
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return cfg
+
+
 def _env(model: MessagesAPIServer) -> dict[str, str]:
     return daemon_env(model, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_CHAT_ID=str(FOUNDER))
 
@@ -230,6 +240,15 @@ async def _run_status(daemon: DaemonProcess | InProcessDaemon, status: str) -> d
             if done:
                 return dict(done[0])
             await asyncio.sleep(0.1)
+
+
+async def _resumed(daemon: InProcessDaemon, timeout: float = 30) -> None:
+    """Wait until a run of ``daemon`` has resumed from its journal (its ``run_started``)."""
+    async with asyncio.timeout(timeout):
+        while not daemon.events(
+            "run_started", lambda e: e["data"].get("resumed_at_step") is not None
+        ):
+            await asyncio.sleep(0.02)
 
 
 async def _fire_ended(
@@ -303,9 +322,9 @@ async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
 
                 second = _restarted(cfg, work, srv)
                 await second.start(timeout=START_TIMEOUT)
-                # the resumed run waits for the same approval: no second request is sent
-                await asyncio.sleep(1.0)
-                assert len(_to_founder(bot, "wants to call post_update")) == 1
+                # the run resumed from its journal (no second request is sent: counted once
+                # the restarted daemon has stopped, its outbox delivered)
+                await _resumed(second)
                 assert (await second.call("runs"))["runs"][0]["status"] == "running"
                 # the button on the message sent before the kill still works
                 bot.press_button(FOUNDER, approval.message_id, _button(approval, "Approve"))
@@ -314,6 +333,8 @@ async def test_an_approval_survives_kill_9_and_the_tool_runs_once_after_approve(
                 lines, shown = await _show(second, run["run_id"])
             finally:
                 await _stop_both(first, second)
+    # the resumed run waited for the same approval: asked once, not again after the kill
+    assert len(_to_founder(bot, "wants to call post_update")) == 1
     assert _started(tool_log) == ["started We launch today!"]  # exactly once
     assert tool_results(srv.requests[-1])[0]["content"] == "posted: We launch today!"
     assert srv.served == 2  # the first model call was not paid again after the kill
@@ -576,7 +597,9 @@ async def test_a_routine_with_approval_is_done_only_once_approved_after_one_chan
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _approval_company(work, bot, deliver=["telegram", "memory", "file"])
+            cfg = _without_tools(
+                _approval_company(work, bot, deliver=["telegram", "memory", "file"])
+            )
             async with _daemon(cfg, work, srv) as daemon:
                 client = ControlClient(daemon.socket, timeout=120)
                 firing = asyncio.create_task(client.acall("run_job", routine="daily-post"))
@@ -662,7 +685,7 @@ async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path)
     model = PerAgent(marketing=[reply_text("Draft: We launch on Friday.")])
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _approval_company(work, bot)
+            cfg = _without_tools(_approval_company(work, bot))
             first = _signalled(cfg, work, srv)
             second: InProcessDaemon | None = None
             try:
@@ -736,7 +759,7 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
     )
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _approval_company(work, bot)
+            cfg = _without_tools(_approval_company(work, bot))
             first = _signalled(cfg, work, srv)
             second: InProcessDaemon | None = None
             try:
@@ -768,7 +791,7 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
                         if fires[0]["outcome"] is not None:
                             break
                         await asyncio.sleep(0.1)
-                await asyncio.sleep(1.0)  # room for a duplicate, were there one
+                await second.quiet()  # a duplicate, were there one, is sent by now
             finally:
                 await _stop_both(first, second)
     assert fires[0]["outcome"] == "ok"
@@ -909,7 +932,7 @@ async def test_run_again_on_the_phone_says_what_the_run_did(work: Path) -> None:
 
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _approval_company(work, bot)
+            cfg = _without_tools(_approval_company(work, bot))
             async with _daemon(cfg, work, srv) as daemon:
                 first = await daemon.call("run_job", routine="daily-post")
                 assert first["state"] == "ended" and first["status"] != "ok", first
@@ -967,7 +990,7 @@ async def test_run_again_on_the_phone_says_a_long_run_goes_on(
 
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
-            cfg = _approval_company(work, bot)
+            cfg = _without_tools(_approval_company(work, bot))
             async with _daemon(cfg, work, srv) as daemon:
                 await daemon.call("run_job", routine="daily-post")
                 alert = await _message(bot, "routine daily-post failed")
@@ -1093,7 +1116,7 @@ async def test_a_colleague_waiting_for_the_founder_survives_a_restart(
                 await _fire_ended(second, "daily-post")
                 fires = (await second.call("job_history", routine="daily-post"))["fires"]
                 runs = (await second.call("runs"))["runs"]
-                await asyncio.sleep(1.0)  # room for a second request, were there one
+                await second.quiet()  # a second request, were there one, is made by now
             finally:
                 await _stop_both(first, second)
     assert len(_to_founder(bot, needle)) == 1  # asked once

@@ -245,6 +245,29 @@ class InProcessDaemon:
         except TimeoutError:
             raise AssertionError(f"companyd {full!r} did not finish within {timeout:g} s") from None
 
+    async def quiet(self, *, calm: float = 0.1, timeout: float = 30.0) -> None:
+        """Return once no run is in flight (``companyd status``) on two looks ``calm`` real
+        seconds apart, so that a run started in between shows in the second. The check of
+        "nothing more was done" after a scenario: a second run the daemon was making has
+        shown by then (and what it sent is delivered by the stop's own delivery pass,
+        docs/alerts.md), and on the manual clock, which nothing moves meanwhile, nothing
+        new starts without the test's own input.
+
+        Raises:
+            AssertionError: a run still in flight after ``timeout`` real seconds (which, in
+                the message).
+        """
+        deadline = time.monotonic() + timeout
+        calm_looks = 0
+        while True:
+            runs = (await self.call("status"))["runs_in_flight"]
+            calm_looks = 0 if runs else calm_looks + 1
+            if calm_looks == 2:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"runs still in flight after {timeout:g} s: {runs}")
+            await asyncio.sleep(calm)
+
     # -- time ----------------------------------------------------------------------------
 
     async def advance(self, seconds: float, *, step: float | None = None) -> None:
