@@ -244,3 +244,45 @@ async def test_scheduled_backups_are_recorded_pruned_and_alerted_when_they_fail(
     config_line = doctor.out.splitlines()[0]
     assert config_line.startswith("ok       config"), doctor.out
     assert "the running daemon loaded this version" in config_line
+
+
+@pytest.mark.anyio
+async def test_a_backup_the_stop_comes_under_writes_nothing_and_says_run_it_again(
+    tmp_path: Path,
+) -> None:
+    """A deploy restarts the daemon while ``companyd backup`` runs: the backup is stopped
+    with nothing half-written in its directory (no archive, no staging, no temporary file)
+    and the founder is told so at once, exit 75 — not cut off after the control socket's
+    5 s drain while the copy goes on unseen.
+
+    The backup is slow because another process holds the memory file's lock (as a
+    ``serve-mcp`` compaction of a large memory would): the test holds it with the same
+    ``flock`` the store takes.
+    """
+    import filelock
+
+    config = company(tmp_path, {})
+    state = tmp_path / "s"
+    dest = tmp_path / "backups"
+    dest.mkdir()
+    async with InProcessDaemon(config, state) as daemon:
+        memory = state / "memory.jsonl"
+        if not memory.exists():
+            memory.write_text("")
+        held = filelock.FileLock(str(memory.with_name(memory.name + ".lock")))
+        held.acquire(timeout=10)
+        try:
+            backup = asyncio.create_task(daemon.cli("backup", "--to", str(dest)))
+            async with asyncio.timeout(30):  # the stores are staged: it waits for the memory
+                while not any(p.name.startswith(".companyd-backup-") for p in dest.iterdir()):
+                    await asyncio.sleep(0.02)
+            stopping = asyncio.create_task(daemon.stop())
+            async with asyncio.timeout(4):  # at once: well inside the control's 5 s drain
+                answered = await backup
+        finally:
+            held.release()
+        await stopping
+    assert answered.rc == 75, (answered.rc, answered.out, answered.err)
+    assert "the daemon stopped before the backup finished" in answered.err, answered.err
+    assert "nothing was written; run it again" in answered.err, answered.err
+    assert sorted(p.name for p in dest.iterdir()) == []

@@ -22,7 +22,7 @@ from typing import Any
 
 from companyd.cli._main import print_json
 from companyd.config import CompanyConfig, default_config_path, load_config
-from companyd.daemon import StateLock, find_daemon
+from companyd.daemon import RequestFailed, StateLock, find_daemon
 from companyd.errors import EX_REFUSED, EX_TEMPFAIL, StateLocked
 from companyd.ops import BackupError, backup_name, restore_backup, take_backup, verify_archive
 
@@ -107,7 +107,17 @@ def _backup(args: argparse.Namespace) -> int:
         lock = StateLock.acquire(state_dir)
     except StateLocked:
         client = find_daemon(state_dir=state_dir, config=config_file, timeout=600.0)
-        result = client.call("backup", to=str(dest))
+        try:
+            result = client.call("backup", to=str(dest))
+        except RequestFailed as exc:
+            if exc.code != "stopping":
+                raise
+            # the daemon's stop ended the backup and removed what it had staged: exit 75,
+            # as for every request a stop answers (docs/deploy.md)
+            print(f"companyd: {exc}", file=sys.stderr)
+            if args.json:
+                print_json({"ok": False, "error": str(exc), "code": exc.code})
+            return EX_TEMPFAIL
         via = "by the running daemon"
     else:
         with lock:

@@ -19,20 +19,28 @@ import asyncio
 import importlib
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from companyd._fs import make_dirs
-from companyd.admin import AdminError, BackupWritten
+from companyd.admin import AdminError, AdminStopping, BackupWritten
 from companyd.config import CompanyConfig
 from companyd.daemon._reload import in_force
 
 if TYPE_CHECKING:
+    from companyd.agents import Staff
     from companyd.ops import BackupResult
 
 __all__ = ["Backups"]
 
 log = logging.getLogger("companyd.daemon")
+
+#: What the caller of a backup the daemon's stop ended is told (the CLI's exit 75).
+STOPPED_BACKUP = (
+    "the daemon stopped before the backup finished; nothing was written; run it again once "
+    "the daemon is back (`companyd status`)"
+)
 
 
 def _ops(name: str) -> Any:
@@ -53,6 +61,8 @@ class Backups:
     state_dir: Path
     #: one backup at a time (created by the daemon)
     _backup_lock: asyncio.Lock
+    #: its ``draining`` is set when the daemon begins to stop
+    staff: Staff
 
     def _in_force(self) -> CompanyConfig:
         """What the daemon runs: a backup copies and describes it — the memory file, the
@@ -62,11 +72,43 @@ class Backups:
         return in_force(self.started_config, self.config)
 
     async def _take(self, dest: Path, keep: int | None) -> BackupResult:
-        async with self._backup_lock:
-            config = self._in_force()
-            result: BackupResult = await asyncio.to_thread(
-                lambda: _ops("take_backup")(config, self.state_dir, dest, keep=keep)
-            )
+        """One backup, in a thread. The daemon's stop (``staff.draining``), or the caller's
+        cancellation, stops it: the thread is told, and awaited — it removes what it had
+        staged and the temporary archive — before this returns (docs/deploy.md).
+
+        Raises:
+            AdminStopping: the daemon began to stop first (``done=False``: nothing written).
+        """
+        halt = threading.Event()
+        draining = asyncio.ensure_future(self.staff.draining.wait())
+        try:
+            async with self._backup_lock:
+                if self.staff.draining.is_set():
+                    raise AdminStopping(STOPPED_BACKUP, done=False)
+                config = self._in_force()
+                work = asyncio.ensure_future(
+                    asyncio.to_thread(
+                        lambda: _ops("take_backup")(
+                            config, self.state_dir, dest, keep=keep, stopped=halt.is_set
+                        )
+                    )
+                )
+                try:
+                    await asyncio.wait((work, draining), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not work.done():
+                        halt.set()
+                        # the thread sees it within a block of the archive or a look at the
+                        # memory lock: its clean-up is awaited, never left running
+                        await asyncio.shield(asyncio.wait((work,)))
+                try:
+                    result: BackupResult = work.result()
+                except Exception as exc:
+                    if halt.is_set() and isinstance(exc, _ops("BackupStopped")):
+                        raise AdminStopping(STOPPED_BACKUP, done=False) from exc
+                    raise
+        finally:
+            draining.cancel()
         log.info(
             "backup written: %s (%d bytes, %d members, %.2f s)",
             result.path,

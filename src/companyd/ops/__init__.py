@@ -19,7 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.ops._archive import BackupError, verify_archive
+    from companyd.ops._archive import BackupError, BackupStopped, verify_archive
     from companyd.ops._backup import BackupResult, backup_name, check_destination, take_backup
     from companyd.ops._doctor import DoctorReport, RunningDaemon, run_doctor
     from companyd.ops._restore import restore_backup
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BackupError",
     "BackupResult",
+    "BackupStopped",
     "DoctorReport",
     "RunningDaemon",
     "UpgradeRefused",
@@ -46,6 +47,7 @@ _HOMES: dict[str, str] = {
     "check_destination": "companyd.ops._backup",
     "BackupError": "companyd.ops._archive",
     "BackupResult": "companyd.ops._backup",
+    "BackupStopped": "companyd.ops._archive",
     "DoctorReport": "companyd.ops._doctor",
     "RunningDaemon": "companyd.ops._doctor",
     "backup_name": "companyd.ops._backup",

@@ -45,7 +45,7 @@ import sqlite3
 import stat
 import tarfile
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ __all__ = [
     "MANIFEST",
     "MANIFEST_SHA",
     "BackupError",
+    "BackupStopped",
     "Member",
     "VerifyReport",
     "manifest_problems",
@@ -116,6 +117,31 @@ class BackupError(CompanydError):
     """A backup could not be taken, verified or restored; the message says why and what to
     do (exit 1).
     """
+
+
+class BackupStopped(BackupError):
+    """The backup was asked to stop (its ``stopped`` said so) before it finished: nothing
+    was written — the staging and the temporary archive are removed.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("the backup was stopped before it finished; nothing was written")
+
+
+class _Checked:
+    """A file read for the archive that raises :class:`BackupStopped` between reads once
+    ``stopped()`` says so (a large store is not written to its end first).
+    """
+
+    def __init__(self, raw: Any, stopped: Callable[[], bool]) -> None:
+        self._raw = raw
+        self._stopped = stopped
+
+    def read(self, size: int = -1) -> bytes:
+        if self._stopped():
+            raise BackupStopped
+        data: bytes = self._raw.read(size)
+        return data
 
 
 @dataclass(frozen=True)
@@ -183,13 +209,19 @@ def sha256_file(path: Path) -> tuple[int, str]:
 
 
 def write_archive(
-    dest: Path, manifest: Mapping[str, Any], files: Mapping[str, Path], *, compresslevel: int = 6
+    dest: Path,
+    manifest: Mapping[str, Any],
+    files: Mapping[str, Path],
+    *,
+    compresslevel: int = 6,
+    stopped: Callable[[], bool] | None = None,
 ) -> int:
     """Write ``files`` (archive name → staged file) and ``manifest`` as one gzip tar at
     ``dest``, atomically and 0600; returns its size.
 
     Raises:
         OSError: the destination cannot be written (the temporary file is removed).
+        BackupStopped: ``stopped()`` said so while it wrote (the temporary file is removed).
     """
     manifest_bytes = json.dumps(manifest, indent=2, ensure_ascii=False).encode() + b"\n"
     manifest_sha = (hashlib.sha256(manifest_bytes).hexdigest() + "\n").encode()
@@ -209,7 +241,7 @@ def write_archive(
                     info.uname = info.gname = ""
                     info.mode = PRIVATE_FILE
                     with open(path, "rb") as f:
-                        tar.addfile(info, f)
+                        tar.addfile(info, f if stopped is None else _Checked(f, stopped))
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(tmp, dest)

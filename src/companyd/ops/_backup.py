@@ -35,6 +35,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -45,12 +46,13 @@ from companyd import __version__
 from companyd._fs import is_disk_failure
 from companyd._sqlite import connect_readonly, user_version
 from companyd.config import CompanyConfig, company_schema
-from companyd.memory import GraphStore
+from companyd.memory import GraphStore, MemoryLocked
 from companyd.ops._archive import (
     FORMAT,
     MANIFEST,
     MANIFEST_LIMIT,
     BackupError,
+    BackupStopped,
     Member,
     member_dict,
     write_archive,
@@ -96,6 +98,12 @@ class BackupResult:
             "members": [member_dict(m) for m in self.members],
             "pruned": [str(p) for p in self.pruned],
         }
+
+
+#: How long a backup waits for the memory file's lock (another process writing it).
+MEMORY_LOCK_WAIT = 30.0
+#: How often that wait asks whether the backup was stopped.
+_LOCK_LOOK = 0.2
 
 
 def _slug(name: str) -> str:
@@ -157,6 +165,7 @@ def take_backup(
     keep: int | None = None,
     now: float | None = None,
     pre_upgrade: bool = False,
+    stopped: Callable[[], bool] | None = None,
 ) -> BackupResult:
     """Snapshot ``state_dir`` (and the memory graph, wherever company.yaml puts it) into the
     archive ``dest`` — a file, or an existing directory to put a dated file in. With
@@ -169,10 +178,16 @@ def take_backup(
     never swept into a backup (only the top-level stores are), never pruned (no ``keep``),
     and a restore reads it before it moves the state aside (docs/upgrade.md).
 
+    ``stopped``: asked between the steps (each store's pages, the wait for the memory
+    file's lock, each block of the archive); once it says True the backup ends with
+    nothing written (the daemon's stop, docs/deploy.md).
+
     Raises:
         BackupError: the state or the destination cannot be read or written (the message
             names the path and what to do); nothing is left behind.
+        BackupStopped: ``stopped()`` said so first; nothing is left behind either.
     """
+    halt = stopped or (lambda: False)
     started = time.monotonic()
     now = time.time() if now is None else now
     state_dir = state_dir.absolute()
@@ -210,10 +225,10 @@ def take_backup(
             for store in state_stores(state_dir):
                 name = f"state/{store.name}"
                 staged = stage / name
-                version = _copy_store(store, staged)
+                version = _copy_store(store, staged, halt)
                 files[name] = staged
                 listed.append(Member.of(name, "sqlite", staged, version))
-            graph, journal = _memory_snapshot(memory)
+            graph, journal = _memory_snapshot(memory, halt)
             for name, kind, data in (
                 (f"memory/{memory.name}", "memory", graph),
                 (f"memory/{memory.name}.journal", "memory-journal", journal),
@@ -228,7 +243,7 @@ def take_backup(
                 files[name] = staged
                 listed.append(Member.of(name, kind, staged))
             manifest = _manifest(config, state_dir, memory, listed, now)
-            size = write_archive(dest, manifest, files)
+            size = write_archive(dest, manifest, files, stopped=halt)
     except sqlite3.Error as exc:
         if is_disk_failure(exc):  # the stores are only read: the full disk is the staging's
             raise BackupError(
@@ -253,14 +268,25 @@ def take_backup(
     )
 
 
-def _copy_store(src_path: Path, staged: Path) -> int:
-    """The online backup of one store into ``staged``; returns its schema version."""
+def _copy_store(src_path: Path, staged: Path, stopped: Callable[[], bool]) -> int:
+    """The online backup of one store into ``staged``; returns its schema version.
+
+    Raises:
+        BackupStopped: ``stopped()`` said so (asked after every block of pages).
+    """
+
+    def progress(status: int, remaining: int, total: int) -> None:
+        if stopped():
+            raise BackupStopped
+
     staged.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     src = connect_readonly(src_path, timeout=30.0)
     try:
         dst = sqlite3.connect(staged, isolation_level=None)
         try:
-            src.backup(dst)  # pages=-1: every page in one step, one read transaction
+            # pages=-1: every page in one step, one read transaction; the progress callback
+            # comes after it (a stop is seen before the next store)
+            src.backup(dst, progress=progress)
             version = user_version(dst)
         finally:
             dst.close()
@@ -270,12 +296,25 @@ def _copy_store(src_path: Path, staged: Path) -> int:
     return version
 
 
-def _memory_snapshot(path: Path) -> tuple[bytes | None, bytes | None]:
+def _memory_snapshot(path: Path, stopped: Callable[[], bool]) -> tuple[bytes | None, bytes | None]:
+    """The memory graph and journal read under its lock (waited for up to
+    ``MEMORY_LOCK_WAIT`` s, asking ``stopped()`` every ``_LOCK_LOOK`` s).
+    """
     journal = path.with_name(path.name + ".journal")
     if not path.exists() and not journal.exists():
         return None, None
-    with GraphStore(path, readonly=True, lock_timeout=30.0) as store:
-        return store.snapshot()
+    deadline = time.monotonic() + MEMORY_LOCK_WAIT
+    while True:
+        left = deadline - time.monotonic()
+        wait = max(0.0, min(_LOCK_LOOK, left))
+        try:
+            with GraphStore(path, readonly=True, lock_timeout=wait) as store:
+                return store.snapshot()
+        except MemoryLocked:
+            if left <= _LOCK_LOOK:
+                raise
+        if stopped():
+            raise BackupStopped
 
 
 def _resolved(config: CompanyConfig) -> bytes:

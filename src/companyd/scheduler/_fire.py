@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from companyd.admin import AdminError
+from companyd.admin import AdminError, AdminStopping
 from companyd.clock import Clock, clock_time, utc_from_ts
 from companyd.config import RoutineConfig
 from companyd.events import RoutineLimitReached, RoutinePaused
@@ -452,8 +452,21 @@ class Fires:
         try:
             summary = await self._backups.scheduled_backup(directory, keep)
         except asyncio.CancelledError:
-            self._rec.record_cancelled(rec, "interrupted: the daemon stopped during the backup")
+            # the backup's thread was stopped and its staging removed before this is raised
+            self._rec.record_cancelled(
+                rec,
+                "interrupted: the daemon stopped during the backup; nothing was written; "
+                "it runs again at its next time",
+            )
             raise
+        except AdminStopping:
+            # the daemon's stop came first: not a failure to alert on (nothing was written)
+            why = (
+                "interrupted: the daemon stopped during the backup; nothing was written; "
+                "it runs again at its next time"
+            )
+            self._rec.record_cancelled(rec, why)
+            return ended(RunStatus.CANCELLED, why)
         except Exception as exc:
             why = f"backup failed: {exc}"
             await self._rec.finish(rec, Outcome.FAILED, why)
