@@ -247,24 +247,30 @@ async def test_scheduled_backups_are_recorded_pruned_and_alerted_when_they_fail(
 
 
 @pytest.mark.anyio
-async def test_a_backup_the_stop_comes_under_writes_nothing_and_says_run_it_again(
+async def test_backups_the_stop_comes_under_write_nothing_and_say_run_it_again(
     tmp_path: Path,
 ) -> None:
-    """A deploy restarts the daemon while ``companyd backup`` runs: the backup is stopped
-    with nothing half-written in its directory (no archive, no staging, no temporary file)
-    and the founder is told so at once, exit 75 — not cut off after the control socket's
-    5 s drain while the copy goes on unseen.
+    """A deploy restarts the daemon while the scheduled backup runs and ``companyd backup``
+    waits its turn: each is stopped with nothing half-written in the directory (no archive,
+    no staging, no temporary file); the founder is told so at once, exit 75 — not cut off
+    after the control socket's 5 s drain while the copy goes on unseen — and the routine's
+    history says cancelled and nothing written (no failure alerted, no archive appearing
+    after the record).
 
-    The backup is slow because another process holds the memory file's lock (as a
+    The backups are slow because another process holds the memory file's lock (as a
     ``serve-mcp`` compaction of a large memory would): the test holds it with the same
     ``flock`` the store takes.
     """
     import filelock
 
-    config = company(tmp_path, {})
-    state = tmp_path / "s"
     dest = tmp_path / "backups"
     dest.mkdir()
+    config = company(tmp_path, {"nightly": {"backup": {"every": "2s", "keep": 2, "to": str(dest)}}})
+    state = tmp_path / "s"
+
+    def staging() -> bool:
+        return any(p.name.startswith(".companyd-backup-") for p in dest.iterdir())
+
     async with InProcessDaemon(config, state) as daemon:
         memory = state / "memory.jsonl"
         if not memory.exists():
@@ -272,10 +278,10 @@ async def test_a_backup_the_stop_comes_under_writes_nothing_and_says_run_it_agai
         held = filelock.FileLock(str(memory.with_name(memory.name + ".lock")))
         held.acquire(timeout=10)
         try:
+            # the routine's backup: its stores are staged, it waits for the memory
+            await daemon.advance_until(staging, limit=10.0, step=1.0)
             backup = asyncio.create_task(daemon.cli("backup", "--to", str(dest)))
-            async with asyncio.timeout(30):  # the stores are staged: it waits for the memory
-                while not any(p.name.startswith(".companyd-backup-") for p in dest.iterdir()):
-                    await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # the CLI's backup waits for the routine's (one at a time)
             stopping = asyncio.create_task(daemon.stop())
             async with asyncio.timeout(4):  # at once: well inside the control's 5 s drain
                 answered = await backup
@@ -285,4 +291,14 @@ async def test_a_backup_the_stop_comes_under_writes_nothing_and_says_run_it_agai
     assert answered.rc == 75, (answered.rc, answered.out, answered.err)
     assert "the daemon stopped before the backup finished" in answered.err, answered.err
     assert "nothing was written; run it again" in answered.err, answered.err
+    await asyncio.sleep(0.3)  # an unseen copy going on would show by now
     assert sorted(p.name for p in dest.iterdir()) == []
+    conn = sqlite3.connect(f"file:{state / 'routines.sqlite'}?mode=ro", uri=True)
+    try:
+        fires = conn.execute(
+            "SELECT outcome, reason FROM fires WHERE routine = 'nightly'"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert len(fires) == 1, fires
+    assert fires[0][0] == "cancelled" and "nothing was written" in fires[0][1], fires
