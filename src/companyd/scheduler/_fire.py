@@ -460,7 +460,8 @@ class Fires:
             )
             raise
         except AdminStopping:
-            # the daemon's stop came first: not a failure to alert on (nothing was written)
+            # the daemon's stop came first: cancelled as the stop's other fires are (told
+            # once, routine_failed with this reason), not "backup failed" — nothing was written
             why = (
                 "interrupted: the daemon stopped during the backup; nothing was written; "
                 "it runs again at its next time"
