@@ -178,7 +178,7 @@ def take_backup(
     never swept into a backup (only the top-level stores are), never pruned (no ``keep``),
     and a restore reads it before it moves the state aside (docs/upgrade.md).
 
-    ``stopped``: asked between the steps (each store's pages, the wait for the memory
+    ``stopped``: asked between the steps (after each store, during the wait for the memory
     file's lock, each block of the archive); once it says True the backup ends with
     nothing written (the daemon's stop, docs/deploy.md).
 
