@@ -258,11 +258,7 @@ def take_backup(
             f"cannot write backup {str(dest)!r}: {exc.strerror or exc}; check that the "
             "directory exists, is writable by this user and has room; nothing was written"
         ) from exc
-    pruned = (
-        tuple(prune_backups(dest.parent, keep, config.name, place=_place(config, state_dir)))
-        if keep
-        else ()
-    )
+    pruned = tuple(prune_backups(dest.parent, keep, config.name)) if keep else ()
     return BackupResult(
         path=dest,
         size=size,
@@ -373,46 +369,20 @@ def _manifest(
     }
 
 
-def _place(config: CompanyConfig, state_dir: Path) -> tuple[str, str]:
-    """Where the company lives, as a manifest records it: its state directory and its
-    company.yaml (:func:`_manifest`).
-    """
-    return str(state_dir), str(config.path)
-
-
-def prune_backups(
-    directory: Path, keep: int, company: str, *, place: tuple[str, str] | None = None
-) -> list[Path]:
+def prune_backups(directory: Path, keep: int, company: str) -> list[Path]:
     """Remove ``company``'s backups in ``directory`` beyond the newest ``keep`` (by the time
     in their names). A file counts as the company's only when both say so: its name is
     :func:`backup_name`'s for this company (or the name before the hash was added,
     ``companyd-<slug>-<time>.tar.gz``), and its manifest's ``company`` is exactly
     ``company``. Anything else (another company's backup, a file whose manifest cannot be
     read) is never touched.
-
-    ``place`` (the state directory and company.yaml, as :func:`_manifest` records them):
-    a backup named for another company whose manifest has both is this company's under an
-    earlier name — renamed in the same company.yaml, on the same state — and counts too, so
-    a rename does not leave the earlier name's backups to pile up for ever.
     """
     tag, slug = company_tag(company), _slug(company)
     named = re.compile(rf"^companyd-(?:{re.escape(tag)}|{re.escape(slug)})-{_STAMP}$")
-    any_named = re.compile(rf"^companyd-[a-z0-9-]+-{_STAMP}$")
     mine = []
     for p in directory.iterdir():
-        if not (any_named.match(p.name) and p.is_file() and not p.is_symlink()):
-            continue
-        manifest = _archive_manifest(p)
-        if manifest is None:
-            continue
-        if (named.match(p.name) and manifest.get("company") == company) or (
-            place is not None
-            and (
-                manifest.get("state_dir"),
-                manifest.get("config_path"),
-            )
-            == place
-        ):
+        ours = named.match(p.name) and p.is_file() and not p.is_symlink()
+        if ours and _archive_company(p) == company:
             mine.append(p)
     mine.sort(key=lambda p: _stamp_key(p.name))
     gone = mine[: max(0, len(mine) - keep)]
@@ -428,8 +398,8 @@ def _stamp_key(name: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2) or 1)
 
 
-def _archive_manifest(path: Path) -> dict[str, Any] | None:
-    """The manifest of the backup at ``path`` (its first entry, as
+def _archive_company(path: Path) -> str | None:
+    """The ``company`` in the manifest of the backup at ``path`` (its first entry, as
     :func:`companyd.ops._archive.write_archive` writes it; only that entry is read), or None.
     """
     try:
@@ -445,4 +415,5 @@ def _archive_manifest(path: Path) -> dict[str, Any] | None:
             manifest = json.loads(f.read(MANIFEST_LIMIT))
     except Exception:  # not a readable backup: never ours to delete
         return None
-    return manifest if isinstance(manifest, dict) else None
+    company = manifest.get("company") if isinstance(manifest, dict) else None
+    return company if isinstance(company, str) else None
