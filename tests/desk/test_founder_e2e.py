@@ -754,6 +754,21 @@ async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path)
 async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
     work: Path, sig: signal.Signals
 ) -> None:
+    """A change request whose run the daemon's stop (SIGTERM) or death (kill -9) cuts comes
+    back once, in its thread, from one run after the restart.
+
+    What can go wrong is the *run*, not the message: round 2's message cannot be sent twice
+    by construction — it announces the desk item ``<root>/result/2``, whose id is made from
+    that key, inserted ``ON CONFLICT DO NOTHING`` and announced only when created
+    (``Desk.request``), and the alerts are keyed by the item. The duplicate this guards is
+    the change's follow-up task ``<root>.2`` run a second time after the restart — once by
+    the journal's resume and once more by the fire's change round (``ResultApprovals``
+    joins the resumed run through ``held``): the founder pays for the draft twice while
+    the thread still shows one message. So the checks are the founder's: one message in the
+    change's thread, one run of the change request (``companyd runs``) and one model call
+    per draft. Checked: ``held = None`` in ``ResultApprovals._rounds`` fails the run count
+    (two runs of ``<root>.2``, three drafts paid), both parameters.
+    """
     model = PerAgent(
         marketing=[reply_text("Draft 1: We launch on Friday."), reply_text("Draft 2: Friday! 🚀")]
     )
@@ -792,10 +807,16 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
                             break
                         await asyncio.sleep(0.1)
                 await second.quiet()  # a duplicate, were there one, is sent by now
+                runs = (await second.call("runs"))["runs"]
             finally:
                 await _stop_both(first, second)
     assert fires[0]["outcome"] == "ok"
     assert len(_to_founder(bot, "round 2")) == 1  # once, not again after the restart
+    assert [m.text for m in bot.messages if m.reply_to == change] == [again.text]
+    # the change request ran once: the journal's resumed run, not a second one besides it
+    root = fires[0]["task_id"]
+    assert [r["status"] for r in runs if r["task_id"] == f"{root}.2"] == ["ok"], runs
+    assert srv.served == 2  # Draft 1 and Draft 2, each paid once (the cut call: unserved)
     assert len(_to_founder(bot, "awaits your approval")) == 2
 
 
