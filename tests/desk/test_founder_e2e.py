@@ -766,8 +766,12 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
     joins the resumed run through ``held``): the founder pays for the draft twice while
     the thread still shows one message. So the checks are the founder's: one message in the
     change's thread, one run of the change request (``companyd runs``) and one model call
-    per draft. Checked: ``held = None`` in ``ResultApprovals._rounds`` fails the run count
-    (two runs of ``<root>.2``, three drafts paid), both parameters.
+    per draft. Checked (both parameters): ``held = None`` in ``ResultApprovals._rounds``
+    fails the run count (two runs of ``<root>.2``, three drafts paid; the thread showed one
+    message, which was all the test asked before); the follow-up under a fresh task id
+    fails it too (round 2 carries the unscripted run's answer); the item announced on every
+    ``Desk.request`` does not — the alert of ``founder_result_for_approval`` is keyed by
+    the item id and coalesces (the construction asserted below).
     """
     model = PerAgent(
         marketing=[reply_text("Draft 1: We launch on Friday."), reply_text("Draft 2: Friday! 🚀")]
@@ -808,14 +812,22 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
                         await asyncio.sleep(0.1)
                 await second.quiet()  # a duplicate, were there one, is sent by now
                 runs = (await second.call("runs"))["runs"]
+                root = fires[0]["task_id"]
+                # the construction: round 2 is the one desk item of its key, and its message
+                # names it
+                round2 = await second.running.desk.latest(f"{root}/result/")
             finally:
                 await _stop_both(first, second)
     assert fires[0]["outcome"] == "ok"
+    assert round2 is not None and round2.key == f"{root}/result/2", round2
+    assert round2.id in again.text, again.text
     assert len(_to_founder(bot, "round 2")) == 1  # once, not again after the restart
     assert [m.text for m in bot.messages if m.reply_to == change] == [again.text]
     # the change request ran once: the journal's resumed run, not a second one besides it
-    root = fires[0]["task_id"]
-    assert [r["status"] for r in runs if r["task_id"] == f"{root}.2"] == ["ok"], runs
+    assert sorted((r["task_id"], r["status"]) for r in runs) == [
+        (root, "ok"),
+        (f"{root}.2", "ok"),
+    ], runs
     assert srv.served == 2  # Draft 1 and Draft 2, each paid once (the cut call: unserved)
     assert len(_to_founder(bot, "awaits your approval")) == 2
 
