@@ -1100,6 +1100,13 @@ async def test_a_colleague_waiting_for_the_founder_survives_a_restart(
     before the stop (Approve, a reply) goes to the colleague's run, its result reaches the
     asking run, and the fire ends ``ok`` — as a direct approval does (docs/desk.md,
     "Colleagues across a restart").
+
+    One run each, counted once nothing is in flight: the resumed asking run rejoins its
+    colleague's resumed run (``Colleagues.rejoin``). Checked: submitting the colleague's
+    task anew there instead (its ``held`` closed, so no unawaited-coroutine warning speaks
+    for the test) fails the run count in all four parameters; before, it was caught only
+    by the side effects of the second run (the last request not the asker's, five model
+    calls served), each by chance of timing.
     """
     tool_log = tool_files(work) / "tool.log"
     ask = (
@@ -1148,10 +1155,16 @@ async def test_a_colleague_waiting_for_the_founder_survives_a_restart(
                     _reply(bot, asked, "20%")
                 await _fire_ended(second, "daily-post")
                 fires = (await second.call("job_history", routine="daily-post"))["fires"]
-                runs = (await second.call("runs"))["runs"]
                 await second.quiet()  # a second request, were there one, is made by now
+                runs = (await second.call("runs"))["runs"]  # and a second run has shown
             finally:
                 await _stop_both(first, second)
+    # one run each: the resumed asking run rejoined its colleague's resumed run (the task
+    # the journal holds) instead of submitting that task anew beside it
+    assert sorted((r["agent"], r["status"]) for r in runs) == [
+        ("ceo", "ok"),
+        ("marketing", "ok"),
+    ], runs
     assert len(_to_founder(bot, needle)) == 1  # asked once
     if waits == "approval":
         assert _started(tool_log) == ["started Flash sale!"]  # approved: it ran, once
