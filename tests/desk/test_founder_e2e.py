@@ -754,6 +754,25 @@ async def test_a_routine_result_waiting_for_approval_survives_kill_9(work: Path)
 async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
     work: Path, sig: signal.Signals
 ) -> None:
+    """A change request whose run the daemon's stop (SIGTERM) or death (kill -9) cuts comes
+    back once, in its thread, from one run after the restart.
+
+    What can go wrong is the *run*, not the message: round 2's message cannot be sent twice
+    by construction — it announces the desk item ``<root>/result/2``, whose id is made from
+    that key, inserted ``ON CONFLICT DO NOTHING`` and announced only when created
+    (``Desk.request``), and the alerts are keyed by the item. The duplicate this guards is
+    the change's follow-up task ``<root>.2`` run a second time after the restart — once by
+    the journal's resume and once more by the fire's change round (``ResultApprovals``
+    joins the resumed run through ``held``): the founder pays for the draft twice while
+    the thread still shows one message. So the checks are the founder's: one message in the
+    change's thread, one run of the change request (``companyd runs``) and one model call
+    per draft. Checked (both parameters): ``held = None`` in ``ResultApprovals._rounds``
+    fails the run count (two runs of ``<root>.2``, three drafts paid; the thread showed one
+    message, which was all the test asked before); the follow-up under a fresh task id
+    fails it too (round 2 carries the unscripted run's answer); the item announced on every
+    ``Desk.request`` does not — the alert of ``founder_result_for_approval`` is keyed by
+    the item id and coalesces (the construction asserted below).
+    """
     model = PerAgent(
         marketing=[reply_text("Draft 1: We launch on Friday."), reply_text("Draft 2: Friday! 🚀")]
     )
@@ -792,10 +811,24 @@ async def test_a_change_request_cut_by_a_restart_comes_back_once_in_its_thread(
                             break
                         await asyncio.sleep(0.1)
                 await second.quiet()  # a duplicate, were there one, is sent by now
+                runs = (await second.call("runs"))["runs"]
+                root = fires[0]["task_id"]
+                # the construction: round 2 is the one desk item of its key, and its message
+                # names it
+                round2 = await second.running.desk.latest(f"{root}/result/")
             finally:
                 await _stop_both(first, second)
     assert fires[0]["outcome"] == "ok"
+    assert round2 is not None and round2.key == f"{root}/result/2", round2
+    assert round2.id in again.text, again.text
     assert len(_to_founder(bot, "round 2")) == 1  # once, not again after the restart
+    assert [m.text for m in bot.messages if m.reply_to == change] == [again.text]
+    # the change request ran once: the journal's resumed run, not a second one besides it
+    assert sorted((r["task_id"], r["status"]) for r in runs) == [
+        (root, "ok"),
+        (f"{root}.2", "ok"),
+    ], runs
+    assert srv.served == 2  # Draft 1 and Draft 2, each paid once (the cut call: unserved)
     assert len(_to_founder(bot, "awaits your approval")) == 2
 
 
@@ -1067,6 +1100,13 @@ async def test_a_colleague_waiting_for_the_founder_survives_a_restart(
     before the stop (Approve, a reply) goes to the colleague's run, its result reaches the
     asking run, and the fire ends ``ok`` — as a direct approval does (docs/desk.md,
     "Colleagues across a restart").
+
+    One run each, counted once nothing is in flight: the resumed asking run rejoins its
+    colleague's resumed run (``Colleagues.rejoin``). Checked: submitting the colleague's
+    task anew there instead (its ``held`` closed, so no unawaited-coroutine warning speaks
+    for the test) fails the run count in all four parameters; before, it was caught only
+    by the side effects of the second run (the last request not the asker's, five model
+    calls served), each by chance of timing.
     """
     tool_log = tool_files(work) / "tool.log"
     ask = (
@@ -1115,10 +1155,16 @@ async def test_a_colleague_waiting_for_the_founder_survives_a_restart(
                     _reply(bot, asked, "20%")
                 await _fire_ended(second, "daily-post")
                 fires = (await second.call("job_history", routine="daily-post"))["fires"]
-                runs = (await second.call("runs"))["runs"]
                 await second.quiet()  # a second request, were there one, is made by now
+                runs = (await second.call("runs"))["runs"]  # and a second run has shown
             finally:
                 await _stop_both(first, second)
+    # one run each: the resumed asking run rejoined its colleague's resumed run (the task
+    # the journal holds) instead of submitting that task anew beside it
+    assert sorted((r["agent"], r["status"]) for r in runs) == [
+        ("ceo", "ok"),
+        ("marketing", "ok"),
+    ], runs
     assert len(_to_founder(bot, needle)) == 1  # asked once
     if waits == "approval":
         assert _started(tool_log) == ["started Flash sale!"]  # approved: it ran, once
