@@ -45,10 +45,11 @@ holder died mid-send) is taken over. On SQLite the file is one daemon's and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -284,10 +285,25 @@ def backoff(attempts: int, retry_after: float | None = None) -> float:
 # -- the store's side (run on the alert store's worker thread) -------------------------------
 
 
+@contextlib.contextmanager
+def _immediate(conn: Connection) -> Iterator[None]:
+    """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends, rolled back when
+    it raises (the write lock is taken at once, so what the block reads stays true until
+    its writes are committed).
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 def _enqueue_sync(conn: Connection, rows: list[tuple[Any, ...]]) -> list[str]:
     added: list[str] = []
-    conn.execute("BEGIN IMMEDIATE")  # the seq below is the next one across daemons too
-    try:
+    with _immediate(conn):  # the seq below is the next one across daemons too
         seq = int(conn.execute("SELECT coalesce(max(seq), 0) FROM outbound").fetchone()[0])
         for *row, fold in rows:
             if fold and _folded(conn, row):
@@ -301,11 +317,6 @@ def _enqueue_sync(conn: Connection, rows: list[tuple[Any, ...]]) -> list[str]:
             ).fetchone()
             if got is not None:
                 added.append(str(got[0]))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return added
 
 
@@ -342,8 +353,7 @@ def _due_sync(
     """
     taken: list[OutboundRow] = []
     nxt: float | None = None
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _immediate(conn):
         for target in targets:
             rows = conn.execute(
                 f"SELECT {_COLS}, owner, claimed FROM outbound WHERE state = 'pending' "
@@ -367,11 +377,6 @@ def _due_sync(
                 "UPDATE outbound SET owner = ?, claimed = ? WHERE id = ?",
                 [(owner, now, row.id) for row in taken],
             )
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return taken, nxt
 
 
@@ -400,8 +405,7 @@ def _forget_sync(
     deleted, a result's is marked failed (``why``) so that its run's record can say so.
     Returns the target of each row forgotten and the failed rows.
     """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _immediate(conn):
         rows = conn.execute(
             f"SELECT {_COLS} FROM outbound WHERE kind = ? AND state = 'pending' ORDER BY seq",
             (kind,),
@@ -418,11 +422,6 @@ def _forget_sync(
                 failed.append(row)
             else:
                 conn.execute("DELETE FROM outbound WHERE id = ?", (row.id,))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return forgotten, failed
 
 
