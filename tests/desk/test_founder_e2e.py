@@ -912,13 +912,7 @@ async def test_jobs_run_answers_at_once_when_a_colleague_its_run_asked_waits_for
     decide — instead of waiting out its 60 s deadline; the fire goes on after Approve.
     """
     tool_log = tool_files(work) / "tool.log"
-    model = PerAgent(
-        ceo=[
-            reply_tool_use("consult", {"agent": "marketing", "question": "Post the flash sale."}),
-            reply_text("Marketing posted the flash sale."),
-        ],
-        marketing=_posts_the_sale(),
-    )
+    model = _ceo_consults_on_the_sale("Marketing posted the flash sale.")
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
             cfg = _consulting_company(work, bot, tool_log)
@@ -1055,6 +1049,19 @@ def _posts_the_sale(then: str | None = "Posted the flash sale.") -> list[Reply]:
     """
     replies = [reply_tool_use("post_update", {"text": "Flash sale!"}, text="Posting the sale.")]
     return replies if then is None else [*replies, reply_text(then)]
+
+
+def _ceo_consults_on_the_sale(answer: str) -> PerAgent:
+    """The model of :func:`_consulting_company`: ceo consults marketing on the flash sale and
+    then says ``answer``; marketing posts it (:func:`_posts_the_sale`).
+    """
+    return PerAgent(
+        ceo=[
+            reply_tool_use("consult", {"agent": "marketing", "question": "Post the flash sale."}),
+            reply_text(answer),
+        ],
+        marketing=_posts_the_sale(),
+    )
 
 
 def _consulting_company(work: Path, bot: BotApiServer, tool_log: Path) -> Path:
@@ -1199,13 +1206,7 @@ async def test_an_approval_of_a_colleague_no_longer_waited_for_is_withdrawn(work
     refused with the reason instead of "approving" a call that never runs.
     """
     tool_log = tool_files(work) / "tool.log"
-    model = PerAgent(
-        ceo=[
-            reply_tool_use("consult", {"agent": "marketing", "question": "Post the flash sale."}),
-            reply_text("Marketing did not answer; the sale is not announced."),
-        ],
-        marketing=_posts_the_sale(),
-    )
+    model = _ceo_consults_on_the_sale("Marketing did not answer; the sale is not announced.")
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
             cfg = _consulting_company(work, bot, tool_log)
