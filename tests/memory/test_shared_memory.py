@@ -170,6 +170,9 @@ def test_a_failed_commit_breaks_the_store_and_a_failed_section_does_not(
     # fails once the section ran (here: the server ends the connection) leaves the graph in
     # memory ahead of the database, so the store refuses further use until reloaded.
     s = store(pg_backend, tmp_path / "a" / "memory.jsonl")
+    assert pg_backend.dsn is not None
+    dsn = pg_backend.dsn
+    broken: list[str | None] = []
 
     def fails(graph: object) -> None:
         raise ValueError("the section's own error")
@@ -177,7 +180,7 @@ def test_a_failed_commit_breaks_the_store_and_a_failed_section_does_not(
     def connection_dies(graph: object) -> None:
         with s.database.session() as conn:  # the section's own connection
             pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-        with psycopg.connect(pg_backend.dsn, autocommit=True) as other:
+        with psycopg.connect(dsn, autocommit=True) as other:
             other.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
     try:
@@ -185,12 +188,13 @@ def test_a_failed_commit_breaks_the_store_and_a_failed_section_does_not(
         s.call("create_entities", {"entities": [ent("plan", "ship")]})
         with pytest.raises(ValueError, match="own error"):
             s.read(fails)
-        assert s.broken is None
+        broken.append(s.broken)
         s.call("add_observations", {"observations": [{"entityName": "plan", "contents": ["b"]}]})
         with pytest.raises(MemoryInconsistent, match="committing to the memory log"):
             s.read(connection_dies)
-        assert s.broken is not None
+        broken.append(s.broken)
         with pytest.raises(MemoryInconsistent):
             s.call("open_nodes", {"names": ["plan"]})
     finally:
         s.close()
+    assert broken[0] is None and broken[1] is not None and "committing to" in broken[1]
