@@ -20,7 +20,9 @@ the alert outbox, the improver's proposals) holds a :class:`Database`:
   ``PRAGMA user_version``: version N means the first N migrations have been applied. On
   open the missing ones run, each in one ``BEGIN IMMEDIATE`` transaction that also sets the
   new version, so a crash leaves the file at a whole version. A file whose version is
-  higher than the code knows is refused (:class:`SchemaTooNew`) and left untouched.
+  higher than the code knows is refused (:class:`SchemaTooNew`) and left untouched;
+* **write transactions**: every store's change that spans statements runs in
+  ``with transaction(conn):`` (:func:`transaction`), on SQLite and on PostgreSQL alike.
 
 Errors are SQLite's and the OS's own (``sqlite3.Error``, ``OSError``), raised from the
 worker with their codes intact, so :func:`companyd._fs.is_disk_failure` tells a full or
@@ -29,11 +31,12 @@ failing disk apart in the store's own error, which keeps the original as its cau
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 from urllib.parse import quote
 
 from companyd._fs import private_sqlite
@@ -44,11 +47,13 @@ __all__ = [
     "DatabaseClosed",
     "Migration",
     "SchemaTooNew",
+    "Transactional",
     "apply_migrations",
     "check_version",
     "connect_readonly",
     "statements",
     "store_errors",
+    "transaction",
     "user_version",
 ]
 
@@ -70,6 +75,54 @@ def store_errors() -> tuple[type[BaseException], ...]:
     if not isinstance(error, type):  # not loaded (or half-way through its import)
         return _WITHOUT_PSYCOPG
     return (sqlite3.Error, error, OSError)
+
+
+class Transactional(Protocol):
+    """What :func:`transaction` uses of a connection: ``sqlite3.Connection`` and the
+    PostgreSQL wrapper (``companyd.storage.PgConnection``) both are one.
+    """
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open."""
+
+    def execute(self, sql: str, /) -> object:
+        """Run one statement."""
+
+
+@contextlib.contextmanager
+def transaction(conn: Transactional, *, immediate: bool = True) -> Iterator[None]:
+    """One write transaction around the block: the stores' ``BEGIN`` … ``COMMIT``.
+
+    The contract, on SQLite and on PostgreSQL (through ``PgConnection``) alike:
+
+    * the write lock is taken at once, before the block runs: ``BEGIN IMMEDIATE`` (SQLite's
+      lock on the file, waiting up to the busy timeout; on PostgreSQL the store's advisory
+      lock, with the fencing epoch checked), so what the block reads stays true until its
+      writes are committed. ``immediate=False`` says ``BEGIN`` instead: on SQLite the lock
+      is then taken by the block's first write (a store whose block reads nothing it must
+      keep true); on PostgreSQL both are the same;
+    * committed when the block ends (also by ``return`` or ``break`` out of it);
+    * rolled back when the block raises — any ``BaseException``, a cancelled thread job's
+      ``CancelledError`` or a ``KeyboardInterrupt`` included — and when the ``COMMIT``
+      itself fails (as ``with sqlite3.Connection`` does: the next transaction must be able
+      to start), then the error is raised again: nothing is half-written. A failing
+      ``ROLLBACK`` (a lost connection: the server rolls back by itself) is not raised over
+      the first error. A failing ``BEGIN`` raises with nothing opened.
+
+    The connection is autocommit (``isolation_level=None``) and no transaction is open on
+    it when the block starts; a store that needs more (a savepoint, a retry) writes it
+    around or inside this, saying why.
+    """
+    conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(*store_errors()):
+                conn.execute("ROLLBACK")
+        raise
 
 
 #: One schema step: an SQL script (statements separated by ``;``) or a function that
@@ -152,8 +205,7 @@ def apply_migrations(
     before = user_version(conn)
     check_version(path, before, known, what=what, hint=hint)
     for target in range(before + 1, known + 1):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(conn):
             current = user_version(conn)
             check_version(path, current, known, what=what, hint=hint)
             if current < target:
@@ -164,11 +216,6 @@ def apply_migrations(
                 else:
                     step(conn)
                 conn.execute(f"PRAGMA user_version = {int(target)}")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
     return before
 
 

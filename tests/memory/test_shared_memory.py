@@ -10,10 +10,12 @@ import dataclasses
 import threading
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from companyd.events import EventBus
 from companyd.memory._codec import parse_graph
+from companyd.memory._errors import MemoryInconsistent
 from companyd.memory._service import MemoryService
 from companyd.memory._shared import MIGRATIONS, SharedGraphStore
 from companyd.storage import Backend, Fence, PgDatabase, open_database
@@ -159,3 +161,40 @@ async def test_the_memory_owner_on_postgres_survives_a_restart_on_another_host(
         out = await second.call("open_nodes", {"names": ["a"]})
     assert out["entities"] == [ent("a", "x")]
     assert names(tmp_path / "b" / "memory.jsonl") == ["a"]
+
+
+def test_a_failed_commit_breaks_the_store_and_a_failed_section_does_not(
+    tmp_path: Path, pg_backend: Backend
+) -> None:
+    # A section's error is rolled back and raised, the store usable after; a COMMIT that
+    # fails once the section ran (here: the server ends the connection) leaves the graph in
+    # memory ahead of the database, so the store refuses further use until reloaded.
+    s = store(pg_backend, tmp_path / "a" / "memory.jsonl")
+    assert pg_backend.dsn is not None
+    dsn = pg_backend.dsn
+    broken: list[str | None] = []
+
+    def fails(graph: object) -> None:
+        raise ValueError("the section's own error")
+
+    def connection_dies(graph: object) -> None:
+        with s.database.session() as conn:  # the section's own connection
+            pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        with psycopg.connect(dsn, autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    try:
+        s.open()
+        s.call("create_entities", {"entities": [ent("plan", "ship")]})
+        with pytest.raises(ValueError, match="own error"):
+            s.read(fails)
+        broken.append(s.broken)
+        s.call("add_observations", {"observations": [{"entityName": "plan", "contents": ["b"]}]})
+        with pytest.raises(MemoryInconsistent, match="committing to the memory log"):
+            s.read(connection_dies)
+        broken.append(s.broken)
+        with pytest.raises(MemoryInconsistent):
+            s.call("open_nodes", {"names": ["plan"]})
+    finally:
+        s.close()
+    assert broken[0] is None and broken[1] is not None and "committing to" in broken[1]

@@ -45,11 +45,10 @@ holder died mid-send) is taken over. On SQLite the file is one daemon's and the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -57,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from companyd._aio import news_or_deadline
 from companyd._secrets import redact
+from companyd._sqlite import transaction
 from companyd.clock import Clock
 from companyd.storage import Connection
 
@@ -285,25 +285,9 @@ def backoff(attempts: int, retry_after: float | None = None) -> float:
 # -- the store's side (run on the alert store's worker thread) -------------------------------
 
 
-@contextlib.contextmanager
-def _immediate(conn: Connection) -> Iterator[None]:
-    """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends, rolled back when
-    it raises (the write lock is taken at once, so what the block reads stays true until
-    its writes are committed).
-    """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
-
 def _enqueue_sync(conn: Connection, rows: list[tuple[Any, ...]]) -> list[str]:
     added: list[str] = []
-    with _immediate(conn):  # the seq below is the next one across daemons too
+    with transaction(conn):  # the seq below is the next one across daemons too
         seq = int(conn.execute("SELECT coalesce(max(seq), 0) FROM outbound").fetchone()[0])
         for *row, fold in rows:
             if fold and _folded(conn, row):
@@ -353,7 +337,7 @@ def _due_sync(
     """
     taken: list[OutboundRow] = []
     nxt: float | None = None
-    with _immediate(conn):
+    with transaction(conn):
         for target in targets:
             rows = conn.execute(
                 f"SELECT {_COLS}, owner, claimed FROM outbound WHERE state = 'pending' "
@@ -405,7 +389,7 @@ def _forget_sync(
     deleted, a result's is marked failed (``why``) so that its run's record can say so.
     Returns the target of each row forgotten and the failed rows.
     """
-    with _immediate(conn):
+    with transaction(conn):
         rows = conn.execute(
             f"SELECT {_COLS} FROM outbound WHERE kind = ? AND state = 'pending' ORDER BY seq",
             (kind,),

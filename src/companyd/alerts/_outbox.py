@@ -38,19 +38,18 @@ supervisor and tries again.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from companyd._sqlite import Migration, SchemaTooNew, store_errors
+from companyd._sqlite import Migration, SchemaTooNew, store_errors, transaction
 from companyd.alerts._outbound import OUTBOUND_PG, OUTBOUND_SQLITE
 from companyd.errors import CompanydError
 from companyd.storage import (
@@ -203,21 +202,6 @@ _UPSERT = (
 
 class OutboxUnavailable(CompanydError):
     """The shared (PostgreSQL) outbox cannot be opened: the pager cannot start."""
-
-
-@contextlib.contextmanager
-def _transaction(conn: Connection, begin: str = "BEGIN") -> Iterator[None]:
-    """``begin`` … ``COMMIT``, or ``ROLLBACK`` on an error (also a failed ``COMMIT``, as
-    ``with sqlite3.Connection`` does: the next transaction must be able to start).
-    """
-    conn.execute(begin)
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
 
 
 @dataclass(frozen=True)
@@ -547,7 +531,7 @@ class AlertStore:
 
     @staticmethod
     def _save_sync(conn: Connection, rows: list[tuple[int, str, float, int, float, str]]) -> None:
-        with _transaction(conn):
+        with transaction(conn, immediate=False):  # BEGIN: writes only, nothing read to hold
             conn.executemany(_UPSERT, rows)
 
     @staticmethod
@@ -576,7 +560,7 @@ class AlertStore:
     def _answered_sync(
         conn: Connection, task_id: str, rows: list[tuple[int, str, float, int, float, str]]
     ) -> None:
-        with _transaction(conn):
+        with transaction(conn, immediate=False):  # BEGIN: writes only, nothing read to hold
             conn.executemany(_UPSERT, rows)
             conn.execute("DELETE FROM follow_ups WHERE task_id = ?", (task_id,))
 
@@ -597,7 +581,7 @@ class AlertStore:
         return AlertRecord.from_row(row) if row else None
 
     def _claim_sync(self, conn: Connection, alert_id: int, chat_id: int, now: float) -> Claim:
-        with _transaction(conn, "BEGIN IMMEDIATE"):
+        with transaction(conn):
             held = conn.execute(
                 "SELECT owner, claimed FROM claims WHERE alert_id = ? AND chat_id = ?",
                 (alert_id, chat_id),

@@ -46,7 +46,7 @@ import yaml
 from companyd import _fs as fs
 from companyd._frozen import Frozen
 from companyd._fs import read_regular_file
-from companyd._sqlite import Migration, store_errors
+from companyd._sqlite import Migration, transaction
 from companyd.admin import ProposalRow
 from companyd.clock import Clock
 from companyd.config import CompanyConfig, load_config_text
@@ -456,31 +456,28 @@ class Proposals:
         now = self.clock.time()
 
         def decide(db: Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
             swapped = False
             try:
-                row = db.execute(
-                    "SELECT status FROM proposals WHERE id = ?", (proposal_id,)
-                ).fetchone()
-                if row is None or row[0] != expect:
-                    raise ProposalError(
-                        f"proposal {proposal_id} is {row[0] if row else 'gone'}, not {expect}"
-                        if expect == "pending"
-                        else f"proposal {proposal_id} is {row[0] if row else 'gone'}; only "
-                        f"{expect} ones revert"
+                with transaction(db):
+                    row = db.execute(
+                        "SELECT status FROM proposals WHERE id = ?", (proposal_id,)
+                    ).fetchone()
+                    if row is None or row[0] != expect:
+                        raise ProposalError(
+                            f"proposal {proposal_id} is {row[0] if row else 'gone'}, not {expect}"
+                            if expect == "pending"
+                            else f"proposal {proposal_id} is {row[0] if row else 'gone'}; only "
+                            f"{expect} ones revert"
+                        )
+                    db.execute(
+                        "UPDATE proposals SET status = ?, decided = ? WHERE id = ?",
+                        (status, now, proposal_id),
                     )
-                db.execute(
-                    "UPDATE proposals SET status = ?, decided = ? WHERE id = ?",
-                    (status, now, proposal_id),
-                )
-                if swap is not None:
-                    swap.make()
-                    swapped = True
-                db.execute("COMMIT")
+                    if swap is not None:
+                        swap.make()
+                        swapped = True
             except BaseException:
-                if db.in_transaction:
-                    with contextlib.suppress(*store_errors()):
-                        db.execute("ROLLBACK")
+                # rolled back (the commit's failure too): the file follows the status
                 if swapped and swap is not None:
                     # the status did not change: put the file back as the status says it is
                     with contextlib.suppress(OSError, ProposalError, UnicodeDecodeError):

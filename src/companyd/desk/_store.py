@@ -39,13 +39,13 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from companyd._sqlite import Migration, store_errors
+from companyd._sqlite import Migration, transaction
 from companyd.clock import Clock, within
 from companyd.errors import CompanydError
 from companyd.events import (
@@ -83,8 +83,6 @@ __all__ = [
     "ItemKind",
     "ItemState",
 ]
-
-T = TypeVar("T")
 
 #: How long an approval waits for the founder when company.yaml does not say (24 h).
 DEFAULT_APPROVAL_TIMEOUT = 86_400.0
@@ -398,42 +396,43 @@ class Desk:
         data = json.dumps(dict(payload), ensure_ascii=False, default=str)
 
         def add(db: Connection) -> tuple[bool, tuple[Any, ...] | None, list[str]]:
-            if open_limit is not None:
-                known = db.execute("SELECT 1 FROM items WHERE key = ?", (key,)).fetchone()
-                waiting = [
-                    r[0]
-                    for r in db.execute(
-                        "SELECT id FROM items WHERE agent = ? AND kind = ? AND state = "
-                        "'pending' AND deadline > ? ORDER BY created, rowid",
-                        (agent, str(kind), now),
-                    ).fetchall()
-                ]
-                if known is None and len(waiting) >= open_limit:
-                    return False, None, waiting
-            # a question waits behind its agent's question the founder has on screen
-            # (coalescing a burst: docs/desk.md); anything else is announced at once
-            queued = kind is ItemKind.QUESTION and _shown_question(db, agent, now) is not None
-            created = db.execute(
-                "INSERT INTO items (id, key, kind, agent, run_id, routine, payload, state, "
-                "created, deadline, announced) VALUES (?,?,?,?,?,?,?, 'pending', ?, ?, ?) "
-                "ON CONFLICT DO NOTHING",
-                (
-                    item_id,
-                    key,
-                    str(kind),
-                    agent,
-                    run_id,
-                    routine,
-                    data,
-                    now,
-                    now + timeout,
-                    None if queued else now,
-                ),
-            ).rowcount
-            row = db.execute(f"SELECT {_COLUMNS} FROM items WHERE key = ?", (key,)).fetchone()
-            return created > 0 and not queued, row, []
+            with transaction(db, immediate=False):  # BEGIN, as this store always had here
+                if open_limit is not None:
+                    known = db.execute("SELECT 1 FROM items WHERE key = ?", (key,)).fetchone()
+                    waiting = [
+                        r[0]
+                        for r in db.execute(
+                            "SELECT id FROM items WHERE agent = ? AND kind = ? AND state = "
+                            "'pending' AND deadline > ? ORDER BY created, rowid",
+                            (agent, str(kind), now),
+                        ).fetchall()
+                    ]
+                    if known is None and len(waiting) >= open_limit:
+                        return False, None, waiting
+                # a question waits behind its agent's question the founder has on screen
+                # (coalescing a burst: docs/desk.md); anything else is announced at once
+                queued = kind is ItemKind.QUESTION and _shown_question(db, agent, now) is not None
+                created = db.execute(
+                    "INSERT INTO items (id, key, kind, agent, run_id, routine, payload, state, "
+                    "created, deadline, announced) VALUES (?,?,?,?,?,?,?, 'pending', ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    (
+                        item_id,
+                        key,
+                        str(kind),
+                        agent,
+                        run_id,
+                        routine,
+                        data,
+                        now,
+                        now + timeout,
+                        None if queued else now,
+                    ),
+                ).rowcount
+                row = db.execute(f"SELECT {_COLUMNS} FROM items WHERE key = ?", (key,)).fetchone()
+                return created > 0 and not queued, row, []
 
-        announce, row, waiting = await self._db.run(lambda db: _transaction(db, "BEGIN", add))
+        announce, row, waiting = await self._db.run(add)
         if row is None:
             assert open_limit is not None  # only a limit leaves no row
             raise DeskFull(agent, str(kind), waiting, open_limit)
@@ -453,19 +452,20 @@ class Desk:
         now = self._clock.time()
 
         def promote(db: Connection) -> tuple[Any, ...] | None:
-            if _shown_question(db, agent, now) is not None:
-                return None
-            row: tuple[Any, ...] | None = db.execute(
-                f"SELECT {_COLUMNS} FROM items WHERE agent = ? AND kind = 'question' AND "
-                "state = 'pending' AND announced IS NULL AND deadline > ? "
-                "ORDER BY created, rowid LIMIT 1",
-                (agent, now),
-            ).fetchone()
-            if row is not None:
-                db.execute("UPDATE items SET announced = ? WHERE id = ?", (now, row[0]))
-            return row
+            with transaction(db):
+                if _shown_question(db, agent, now) is not None:
+                    return None
+                row: tuple[Any, ...] | None = db.execute(
+                    f"SELECT {_COLUMNS} FROM items WHERE agent = ? AND kind = 'question' AND "
+                    "state = 'pending' AND announced IS NULL AND deadline > ? "
+                    "ORDER BY created, rowid LIMIT 1",
+                    (agent, now),
+                ).fetchone()
+                if row is not None:
+                    db.execute("UPDATE items SET announced = ? WHERE id = ?", (now, row[0]))
+                return row
 
-        row = await self._db.run(lambda db: _transaction(db, "BEGIN IMMEDIATE", promote))
+        row = await self._db.run(promote)
         if row is not None:
             self._announce(DeskItem._of(row))
 
@@ -656,21 +656,26 @@ class Desk:
         now = self._clock.time()
 
         def upd(db: Connection) -> tuple[bool, tuple[Any, ...] | None]:
-            row = db.execute(f"SELECT {_COLUMNS} FROM items WHERE id = ?", (item_id,)).fetchone()
-            if row is None or row[7] != ItemState.PENDING:
-                return False, row
-            values = (str(state), text, by, via)
-            if state is not ItemState.EXPIRED and float(row[9]) <= now:
-                values = (str(ItemState.EXPIRED), "", "the deadline", "")
-            changed = db.execute(
-                "UPDATE items SET state = ?, text = ?, decided_by = ?, decided = ?, via = ? "
-                "WHERE id = ? AND state = 'pending'",
-                (values[0], values[1], values[2], now, values[3], item_id),
-            ).rowcount
-            row = db.execute(f"SELECT {_COLUMNS} FROM items WHERE id = ?", (item_id,)).fetchone()
-            return changed > 0, row
+            with transaction(db):
+                row = db.execute(
+                    f"SELECT {_COLUMNS} FROM items WHERE id = ?", (item_id,)
+                ).fetchone()
+                if row is None or row[7] != ItemState.PENDING:
+                    return False, row
+                values = (str(state), text, by, via)
+                if state is not ItemState.EXPIRED and float(row[9]) <= now:
+                    values = (str(ItemState.EXPIRED), "", "the deadline", "")
+                changed = db.execute(
+                    "UPDATE items SET state = ?, text = ?, decided_by = ?, decided = ?, via = ? "
+                    "WHERE id = ? AND state = 'pending'",
+                    (values[0], values[1], values[2], now, values[3], item_id),
+                ).rowcount
+                row = db.execute(
+                    f"SELECT {_COLUMNS} FROM items WHERE id = ?", (item_id,)
+                ).fetchone()
+                return changed > 0, row
 
-        changed, row = await self._db.run(lambda db: _transaction(db, "BEGIN IMMEDIATE", upd))
+        changed, row = await self._db.run(upd)
         if row is None:
             raise DeskError(f"nothing on the founder's desk has id {item_id!r}")
         item = DeskItem._of(row)
@@ -783,23 +788,6 @@ def _already(item: DeskItem) -> DeskError:
         + (f" by {item.decided_by}" if item.decided_by else "")
         + "; nothing changed"
     )
-
-
-def _transaction(db: Connection, begin: str, fn: Callable[[Connection], T]) -> T:
-    """``fn(db)`` in one transaction opened with ``begin``: committed when it returns,
-    rolled back when it (or the commit) raises — what ``with sqlite3.Connection`` does,
-    on either backend.
-    """
-    db.execute(begin)
-    try:
-        out = fn(db)
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            with contextlib.suppress(*store_errors()):
-                db.execute("ROLLBACK")
-        raise
-    return out
 
 
 def _summary(item: DeskItem) -> str:

@@ -11,17 +11,16 @@ restart, and alerted once per agent, tool and day.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from companyd._sqlite import store_errors
+from companyd._sqlite import transaction
 from companyd.clock import Clock
 from companyd.events import EventBus, ToolRateLimited
 from companyd.storage import SQLITE, Backend, Connection, open_database
@@ -30,8 +29,6 @@ if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
     from companyd.storage import StoreDatabase
 
 __all__ = ["STEPS", "TOOL_STORE_STEPS", "Catalogue", "RateLimits", "ToolStore", "fingerprint"]
-
-T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -68,19 +65,6 @@ def fingerprint(definition: Mapping[str, Any]) -> str:
     """
     text = json.dumps(dict(definition), sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _transaction(db: Connection, fn: Callable[[Connection], T]) -> T:
-    db.execute("BEGIN")
-    try:
-        out = fn(db)
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            with contextlib.suppress(*store_errors()):
-                db.execute("ROLLBACK")
-        raise
-    return out
 
 
 @dataclass(frozen=True)
@@ -127,28 +111,29 @@ class ToolStore:
         """
 
         def go(db: Connection) -> tuple[bool, int, bool]:
-            db.execute(
-                "INSERT INTO calls (agent, tool, day) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                (agent, tool, day),
-            )
-            calls, refused = db.execute(
-                "SELECT calls, refused FROM calls WHERE agent = ? AND tool = ? AND day = ?",
-                (agent, tool, day),
-            ).fetchone()
-            if calls >= limit:
+            with transaction(db, immediate=False):
                 db.execute(
-                    "UPDATE calls SET refused = refused + 1 WHERE agent = ? AND tool = ? "
-                    "AND day = ?",
+                    "INSERT INTO calls (agent, tool, day) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                     (agent, tool, day),
                 )
-                return False, int(calls), int(refused) == 0
-            db.execute(
-                "UPDATE calls SET calls = calls + 1 WHERE agent = ? AND tool = ? AND day = ?",
-                (agent, tool, day),
-            )
-            return True, int(calls) + 1, False
+                calls, refused = db.execute(
+                    "SELECT calls, refused FROM calls WHERE agent = ? AND tool = ? AND day = ?",
+                    (agent, tool, day),
+                ).fetchone()
+                if calls >= limit:
+                    db.execute(
+                        "UPDATE calls SET refused = refused + 1 WHERE agent = ? AND tool = ? "
+                        "AND day = ?",
+                        (agent, tool, day),
+                    )
+                    return False, int(calls), int(refused) == 0
+                db.execute(
+                    "UPDATE calls SET calls = calls + 1 WHERE agent = ? AND tool = ? AND day = ?",
+                    (agent, tool, day),
+                )
+                return True, int(calls) + 1, False
 
-        return await self._db.run(lambda db: _transaction(db, go))
+        return await self._db.run(go)
 
     async def used(self, day: str) -> dict[tuple[str, str], int]:
         """Calls let through on ``day``, by (agent, tool)."""
@@ -174,62 +159,63 @@ class ToolStore:
         """
 
         def go(db: Connection) -> Catalogue:
-            rows = db.execute(
-                "SELECT tool, fingerprint, definition, pending FROM catalogue "
-                "WHERE agent = ? AND server = ?",
-                (agent, server),
-            ).fetchall()
-            known = {str(r[0]): (str(r[1]), str(r[2]), str(r[3])) for r in rows}
-            first = not known
-            offered: set[str] = set()
-            held: dict[str, str] = {}
-            newly: dict[str, str] = {}
-            for name, definition in listed.items():
-                fp = fingerprint(definition)
-                text = json.dumps(dict(definition), sort_keys=True, default=str)
-                if first:
-                    db.execute(
-                        "INSERT INTO catalogue (agent, server, tool, fingerprint, definition) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        (agent, server, name, fp, text),
-                    )
-                    offered.add(name)
-                    continue
-                old = known.get(name)
-                if old is not None and old[0] == fp:
-                    offered.add(name)
-                    if old[2]:  # a change that was reverted: nothing waits any more
+            with transaction(db, immediate=False):
+                rows = db.execute(
+                    "SELECT tool, fingerprint, definition, pending FROM catalogue "
+                    "WHERE agent = ? AND server = ?",
+                    (agent, server),
+                ).fetchall()
+                known = {str(r[0]): (str(r[1]), str(r[2]), str(r[3])) for r in rows}
+                first = not known
+                offered: set[str] = set()
+                held: dict[str, str] = {}
+                newly: dict[str, str] = {}
+                for name, definition in listed.items():
+                    fp = fingerprint(definition)
+                    text = json.dumps(dict(definition), sort_keys=True, default=str)
+                    if first:
                         db.execute(
-                            "UPDATE catalogue SET pending = '', pending_definition = '' "
-                            "WHERE agent = ? AND server = ? AND tool = ?",
-                            (agent, server, name),
+                            "INSERT INTO catalogue (agent, server, tool, fingerprint, definition) "
+                            "VALUES (?, ?, ?, ?, ?)",
+                            (agent, server, name, fp, text),
                         )
-                    continue
-                what = "new tool" if old is None or not old[0] else _changes(old[1], definition)
-                held[name] = what
-                if old is None:
+                        offered.add(name)
+                        continue
+                    old = known.get(name)
+                    if old is not None and old[0] == fp:
+                        offered.add(name)
+                        if old[2]:  # a change that was reverted: nothing waits any more
+                            db.execute(
+                                "UPDATE catalogue SET pending = '', pending_definition = '' "
+                                "WHERE agent = ? AND server = ? AND tool = ?",
+                                (agent, server, name),
+                            )
+                        continue
+                    what = "new tool" if old is None or not old[0] else _changes(old[1], definition)
+                    held[name] = what
+                    if old is None:
+                        db.execute(
+                            "INSERT INTO catalogue (agent, server, tool, fingerprint, definition, "
+                            "pending, pending_definition, held_since) "
+                            "VALUES (?, ?, ?, '', '', ?, ?, ?)",
+                            (agent, server, name, fp, text, now),
+                        )
+                        newly[name] = what
+                    elif old[2] != fp:
+                        db.execute(
+                            "UPDATE catalogue SET pending = ?, pending_definition = ?, "
+                            "held_since = ? WHERE agent = ? AND server = ? AND tool = ?",
+                            (fp, text, now, agent, server, name),
+                        )
+                        newly[name] = what
+                for name in set(known) - set(listed):
                     db.execute(
-                        "INSERT INTO catalogue (agent, server, tool, fingerprint, definition, "
-                        "pending, pending_definition, held_since) "
-                        "VALUES (?, ?, ?, '', '', ?, ?, ?)",
-                        (agent, server, name, fp, text, now),
+                        "DELETE FROM catalogue WHERE agent = ? AND server = ? AND tool = ?",
+                        (agent, server, name),
                     )
-                    newly[name] = what
-                elif old[2] != fp:
-                    db.execute(
-                        "UPDATE catalogue SET pending = ?, pending_definition = ?, held_since = ? "
-                        "WHERE agent = ? AND server = ? AND tool = ?",
-                        (fp, text, now, agent, server, name),
-                    )
-                    newly[name] = what
-            for name in set(known) - set(listed):
-                db.execute(
-                    "DELETE FROM catalogue WHERE agent = ? AND server = ? AND tool = ?",
-                    (agent, server, name),
-                )
-            return Catalogue(frozenset(offered), held, newly)
+                return Catalogue(frozenset(offered), held, newly)
 
-        return await self._db.run(lambda db: _transaction(db, go))
+        return await self._db.run(go)
 
     async def approve(self, server: str, agent: str | None = None) -> list[tuple[str, str]]:
         """Approve every held tool of ``server`` (of ``agent``, or of every agent that has
@@ -237,22 +223,23 @@ class ToolStore:
         """
 
         def go(db: Connection) -> list[tuple[str, str]]:
-            sql = "SELECT agent, tool FROM catalogue WHERE server = ? AND pending != ''"
-            args: tuple[str, ...] = (server,)
-            if agent is not None:
-                sql += " AND agent = ?"
-                args = (server, agent)
-            rows = [(str(a), str(t)) for a, t in db.execute(sql, args).fetchall()]
-            for a, t in rows:
-                db.execute(
-                    "UPDATE catalogue SET fingerprint = pending, definition = "
-                    "pending_definition, pending = '', pending_definition = '' "
-                    "WHERE agent = ? AND server = ? AND tool = ?",
-                    (a, server, t),
-                )
-            return rows
+            with transaction(db, immediate=False):
+                sql = "SELECT agent, tool FROM catalogue WHERE server = ? AND pending != ''"
+                args: tuple[str, ...] = (server,)
+                if agent is not None:
+                    sql += " AND agent = ?"
+                    args = (server, agent)
+                rows = [(str(a), str(t)) for a, t in db.execute(sql, args).fetchall()]
+                for a, t in rows:
+                    db.execute(
+                        "UPDATE catalogue SET fingerprint = pending, definition = "
+                        "pending_definition, pending = '', pending_definition = '' "
+                        "WHERE agent = ? AND server = ? AND tool = ?",
+                        (a, server, t),
+                    )
+                return rows
 
-        return await self._db.run(lambda db: _transaction(db, go))
+        return await self._db.run(go)
 
     async def held(self) -> list[dict[str, Any]]:
         """Tools held back, ``{agent, server, tools, since}`` per server of an agent."""

@@ -41,7 +41,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from companyd._sqlite import store_errors
+from companyd._sqlite import store_errors, transaction
 from companyd.memory._codec import parse_graph, serialize
 from companyd.memory._errors import MemoryInconsistent
 from companyd.memory._graph import KnowledgeGraph
@@ -152,20 +152,21 @@ class SharedGraphStore(GraphStore):
         with super()._locked(), self.database.session() as conn:
             self._conn = conn
             try:
-                if not self.readonly:
-                    conn.execute("BEGIN IMMEDIATE")  # the store's lock, and the fence check
-                try:
+                if self.readonly:  # plain reads: no lock, no transaction
                     yield
-                except BaseException:
-                    if conn.in_transaction:
-                        with contextlib.suppress(*store_errors()):
-                            conn.execute("ROLLBACK")
-                    raise
-                if conn.in_transaction:
-                    try:
-                        conn.execute("COMMIT")
-                    except store_errors() as exc:
+                    return
+                # the store's lock and the fence check (BEGIN IMMEDIATE). Not the plain
+                # helper's outcome on a failed COMMIT: the graph in memory already holds the
+                # section's changes, so the store breaks (MemoryInconsistent) instead
+                ran = False
+                try:
+                    with transaction(conn):
+                        yield
+                        ran = True
+                except store_errors() as exc:
+                    if ran:  # the section ran: its COMMIT failed
                         raise self._break("committing to", exc) from exc
+                    raise
             finally:
                 self._conn = None
 

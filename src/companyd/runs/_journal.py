@@ -36,12 +36,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from companyd._fs import DiskAlarm, is_disk_failure
-from companyd._sqlite import store_errors
+from companyd._sqlite import store_errors, transaction
 from companyd.runs._records import (
     ApprovalStep,
     JournaledRun,
@@ -84,23 +84,6 @@ _PG_EXISTS = "SELECT to_regclass('runs') IS NOT NULL"
 _UNDEFINED_TABLE = "42P01"
 
 _INSERT_STEP = "INSERT INTO steps (run_id, seq, kind, key, payload, ts) VALUES (?,?,?,?,?,?)"
-
-
-@contextlib.contextmanager
-def _transaction(db: Connection) -> Iterator[None]:
-    """``BEGIN`` … ``COMMIT``; on an error (the commit's too) ``ROLLBACK`` and re-raise — what
-    ``with sqlite3.Connection`` does, on either backend (on PostgreSQL ``BEGIN`` also takes
-    the journal's lock: writers take turns across daemons).
-    """
-    db.execute("BEGIN")
-    try:
-        yield
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            with contextlib.suppress(*store_errors()):  # a lost connection: the server rolls back
-                db.execute("ROLLBACK")
-        raise
 
 
 def _asker_runs(db: Connection, task_id: str) -> bool:
@@ -392,7 +375,7 @@ class Journal:
         """
 
         def start(db: Connection) -> None:
-            with _transaction(db):
+            with transaction(db, immediate=False):
                 db.execute(
                     "INSERT INTO runs (id, task_id, agent, routine, attempt, state, started, "
                     "reply_to, asked_by, asked_in) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
@@ -490,7 +473,7 @@ class Journal:
         """
 
         def fin(db: Connection) -> None:
-            with _transaction(db):
+            with transaction(db, immediate=False):
                 db.execute(
                     "UPDATE runs SET state = ?, reason = ?, answer = ?, ended = ?, cost = ?, "
                     "steps = ?, models = ?, offline = ? WHERE id = ?",
@@ -737,7 +720,7 @@ class Journal:
         """
 
         def one_batch(db: Connection) -> int:
-            with _transaction(db):
+            with transaction(db, immediate=False):
                 ids = [
                     r[0]
                     for r in db.execute(
@@ -769,7 +752,7 @@ class Journal:
         """
 
         def abandon(db: Connection) -> None:
-            with _transaction(db):
+            with transaction(db, immediate=False):
                 ids = db.execute(
                     "SELECT id FROM runs WHERE agent = ? AND state = 'running'", (agent,)
                 ).fetchall()
@@ -887,7 +870,7 @@ class Journal:
 
         def withdraw(db: Connection) -> int:
             withdrawn = 0
-            with _transaction(db):
+            with transaction(db, immediate=False):
                 for (task_id,) in db.execute(select_ids, params).fetchall():
                     if keep is not None and keep(db, task_id):
                         continue

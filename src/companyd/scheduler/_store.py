@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from companyd._sqlite import DatabaseClosed, SchemaTooNew, store_errors
+from companyd._sqlite import DatabaseClosed, SchemaTooNew, store_errors, transaction
 from companyd.scheduler._history import (
     DB_NAME,
     HINT,
@@ -117,6 +117,12 @@ T = TypeVar("T")
 _Fn = Callable[[Connection], Any]
 _Item = _Fn | tuple[Stmt, ...]  # a function, or statements applied in the bulk phase
 _Entry = tuple[_Item, "asyncio.Future[Any] | None"]
+
+
+class _ItemFailed(Exception):
+    """In the per-item fallback of a batch: the item itself failed (its cause), not the
+    database; its transaction is rolled back and the batch goes on.
+    """
 
 
 class RoutineStore:
@@ -434,31 +440,33 @@ class RoutineStore:
                     group = inserts if sql.startswith("INSERT") else others
                     group.setdefault(sql, []).append(params)
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for group in (inserts, others):
-                for sql, rows in group.items():
-                    conn.executemany(sql, rows)
-            values = [None if isinstance(item, tuple) else item(conn) for item in items]
-            conn.execute("COMMIT")
+            with transaction(conn):
+                for group in (inserts, others):
+                    for sql, rows in group.items():
+                        conn.executemany(sql, rows)
+                values = [None if isinstance(item, tuple) else item(conn) for item in items]
             return [(True, v) for v in values]
         except Exception:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-        # Something failed: run each item in its own transaction to isolate the failure.
+            pass  # rolled back; a BaseException (a cancelled job) is not retried item by item
+        # Something failed: run each item in its own transaction to isolate the failure. Not
+        # the plain helper's outcome: an item's own error is that item's result (the batch
+        # goes on), while the database's (BEGIN, COMMIT) still fails the whole batch.
         results: list[tuple[bool, Any]] = []
         for item in items:
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                if isinstance(item, tuple):
-                    for sql, params in item:
-                        conn.execute(sql, params)
-                    value = None
-                else:
-                    value = item(conn)
-            except Exception as exc:
-                conn.execute("ROLLBACK")
-                results.append((False, exc))
+                with transaction(conn):
+                    try:
+                        if isinstance(item, tuple):
+                            for sql, params in item:
+                                conn.execute(sql, params)
+                            value = None
+                        else:
+                            value = item(conn)
+                    except Exception as exc:
+                        raise _ItemFailed from exc
+            except _ItemFailed as failed:
+                assert isinstance(failed.__cause__, Exception)
+                results.append((False, failed.__cause__))
             else:
-                conn.execute("COMMIT")
                 results.append((True, value))
         return results

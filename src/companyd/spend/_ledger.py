@@ -33,15 +33,16 @@ belongs to the thread that opened it, like a plain SQLite connection.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from companyd._frozen import Frozen
-from companyd._sqlite import Migration, SchemaTooNew, store_errors
+from companyd._sqlite import Migration, SchemaTooNew, store_errors, transaction
 from companyd.admin import SpendTotals
 from companyd.errors import CompanydError
 from companyd.llm import Usage
@@ -454,8 +455,16 @@ class Ledger:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def _txn(self, *, full: bool) -> _Txn:
-        return _Txn(self._db, full=full)
+    @contextlib.contextmanager
+    def _txn(self, *, full: bool) -> Iterator[None]:
+        """One write transaction (:func:`companyd._sqlite.transaction`) with the requested
+        durability, set by ``PRAGMA synchronous`` before its ``BEGIN IMMEDIATE``: ``FULL``
+        where a recorded cost must survive a power cut, ``NORMAL`` elsewhere (a no-op on
+        PostgreSQL, whose commits are durable).
+        """
+        self._db.execute(f"PRAGMA synchronous={'FULL' if full else 'NORMAL'}")
+        with transaction(self._db):
+            yield
 
     @_on_worker
     def record_call(
@@ -770,24 +779,6 @@ class Ledger:
         cur = self._db.execute(sql)
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur]
-
-
-class _Txn:
-    """``BEGIN IMMEDIATE`` … ``COMMIT`` (or ``ROLLBACK``) with the requested durability."""
-
-    def __init__(self, db: Connection, *, full: bool) -> None:
-        self._db = db
-        self._full = full
-
-    def __enter__(self) -> None:
-        self._db.execute(f"PRAGMA synchronous={'FULL' if self._full else 'NORMAL'}")
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self._db.execute("COMMIT")
-        else:
-            self._db.execute("ROLLBACK")
 
 
 def _pid_alive(pid: int) -> bool:

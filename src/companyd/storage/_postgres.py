@@ -41,7 +41,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from companyd._sqlite import SchemaTooNew, statements
+from companyd._sqlite import SchemaTooNew, statements, transaction
 from companyd._worker import DatabaseClosed, StoreWorker
 from companyd.storage._absent import StoreAbsent
 from companyd.storage._dialect import Dialects, to_pyformat
@@ -187,13 +187,8 @@ class PgConnection:
         ):
             yield
             return
-        self.execute("BEGIN")
-        try:
+        with transaction(self, immediate=False):  # checked by its BEGIN, as any transaction
             yield
-        except BaseException:
-            self._rollback()
-            raise
-        self.raw.execute("COMMIT")
 
     def _rollback(self) -> None:
         """After a failure inside a transaction this class opened: end it, keeping the
@@ -352,8 +347,7 @@ class PgDatabase(StoreWorker[PgConnection]):
                 raise StoreAbsent(f"{self.what}: {self.path} has no tables yet")
             return
         for target in range(current + 1, known + 1):
-            conn.execute("BEGIN")
-            try:
+            with transaction(conn, immediate=False):  # the store's lock (and the fence)
                 now = self._version(raw)
                 self._check(now, known)
                 if now < target:
@@ -370,11 +364,6 @@ class PgDatabase(StoreWorker[PgConnection]):
                         "ON CONFLICT (store) DO UPDATE SET version = excluded.version",
                         (self.store, target),
                     )
-                raw.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    raw.execute("ROLLBACK")
-                raise
 
     def _version(self, raw: psycopg.Connection[Any]) -> int:
         try:
