@@ -317,3 +317,76 @@ async def test_removing_an_agent_withdraws_its_tasks_and_ends_every_wait(tmp_pat
     assert "removed from company.yaml" in str(cfo_runs[0]["reason"])
     assert open_tasks == []
     assert len(requests_of(srv, "cfo")) == 1
+
+
+async def test_a_review_in_flight_at_a_stop_is_cut_at_once_and_asked_again(
+    tmp_path: Path,
+) -> None:
+    """The daemon stops while the reviewer's model call is in flight: the restart withdraws
+    reviews (the resumed worker asks for a new one), so that call's answer would be thrown
+    away — it gets no STOP_CALL_GRACE: the stop cancels it at once (kept as spent, since it
+    may have been billed). After the restart the review is asked again, and the worker's
+    result reaches the delegating CEO once.
+    """
+    cfg = write_company(
+        tmp_path, {"ceo": {}, "cfo": {"reports_to": "ceo"}, "coo": {"reports_to": "ceo"}}
+    )
+    model = PerAgent(
+        ceo=[
+            reply_tool_use(
+                "delegate",
+                {"agent": "cfo", "task": "Forecast Q1 revenue.", "reviewer": "coo"},
+            ),
+            reply_text("Forecast received."),
+        ],
+        cfo=[reply_text("$42k: 35 clinics at $1.2k.")],
+        # the first review is held until released (after the stop)
+        coo=[stall(None, then=reply_text("APPROVE: thrown away")), reply_text("APPROVE")],
+    )
+    state = tmp_path / "state"
+    clock = ManualClock()
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, state, srv, clock=clock) as d:
+            asking = asyncio.ensure_future(d.ask("ceo", "Get a Q1 forecast from the CFO."))
+            async with asyncio.timeout(20):
+                while not requests_of(srv, "coo"):
+                    await asyncio.sleep(0.01)
+            stopping = asyncio.ensure_future(d.stop())
+            async with asyncio.timeout(10):  # the daemon's clock never moves
+                while not stopping.done():
+                    # no grace begun for an answer the restart would throw away
+                    assert clock.next_deadline() != clock.monotonic() + STOP_CALL_GRACE
+                    await asyncio.sleep(0.005)
+            await stopping
+            unanswered = [e.data for e in d.bus.recent({"spend_unanswered"}, limit=10)]
+            asking.cancel()
+        srv.release_stalls()
+        [cut] = requests_of(srv, "coo")
+        async with asyncio.timeout(5):  # the stand-in saw the client leave
+            while cut.outcome == "pending":
+                await asyncio.sleep(0.01)
+        journal = Journal(state / "runs.sqlite")
+        await journal.open()
+        try:
+            [review_run] = await journal.runs(agent="coo")
+            review_steps = await journal.steps(review_run["run_id"])
+        finally:
+            await journal.close()
+        async with running_company(cfg, state, srv, clock=ManualClock()) as d:
+            ceo_runs = await ended_runs_of(d, "ceo")
+            coo_runs = await ended_runs_of(d, "coo")
+    assert cut.outcome == "abandoned"
+    assert [(u["agent"], u["reason"]) for u in unanswered] == [
+        ("coo", "cancelled while the request was in flight")
+    ]
+    assert [s for s in review_steps if s.kind == "llm"] == []  # nothing journaled of it
+    # after the restart: the review asked again (the cut one withdrawn), the result once
+    assert sorted(r["status"] for r in coo_runs) == ["cancelled", "ok"]
+    assert [r["status"] for r in ceo_runs] == ["ok"]
+    assert ceo_runs[0]["answer"] == "Forecast received."
+    assert len(requests_of(srv, "cfo")) == 1  # the forecast was not made again
+    ceo_calls = requests_of(srv, "ceo")
+    assert len(ceo_calls) == 2
+    [delegated] = tool_results(ceo_calls[1])
+    assert '"status": "ok"' in delegated["content"] and "$42k" in delegated["content"]
+    assert len(requests_of(srv, "coo")) == 2

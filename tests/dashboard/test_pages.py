@@ -145,6 +145,17 @@ async def test_routines_run_now_goes_through_admin_with_csrf(site: Site) -> None
     unknown = await site.get("/routines/no-such-routine", 404)
     assert "no-such-routine" in unknown.text
 
+    # pressed in the first instant of a stop (the agents told to drain, the page still up):
+    # nothing is fired, and the page says so with what to do here, as the phone and the
+    # CLI say it with theirs (tests/desk/test_founder_e2e.py, tests/daemon/test_operator_actions.py)
+    site.daemon.staff.drain()
+    stopping = await site.post("/routines/weekly-review/run", htmx=True)
+    assert (
+        "the daemon is stopping; routine weekly-review was not fired — press Run now again "
+        "once the daemon has started"
+    ) in stopping.text
+    assert len((await site.daemon.job_history("weekly-review")).fires) == 1
+
 
 async def test_a_routine_paused_after_failures_is_resumed_from_its_page(site: Site) -> None:
     sched = site.daemon.scheduler

@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from agentkit import PerAgent, daemon_env, tool_files, tool_results, tool_server, write_company
+from companyd.agents._calls import STOP_CALL_GRACE
 from companyd.daemon import RequestFailed
 from companyd.daemon._control_client import ControlClient
 from companyd.daemon._main import AGENT_SHUTDOWN
@@ -1607,3 +1608,60 @@ async def test_a_delegation_withdrawn_while_the_daemon_was_down_tells_the_asker_
     got = json.loads(tool_results(srv.requests[-1])[0]["content"])
     assert (got["agent"], got["status"]) == ("marketing", "cancelled"), got
     assert got["reason"] == "withdrawn: its agent is no longer in company.yaml", got
+
+
+@pytest.mark.anyio
+async def test_run_again_on_the_phone_while_the_daemon_stops_says_what_became_of_it(
+    work: Path,
+) -> None:
+    """The "🔁 Run again now" button pressed before a stop and again during it. The first fire's run
+    is in flight when the stop begins: the founder is told it stops at a checkpoint and
+    resumes, recorded on the alert as done (it was started). The second press finds the
+    stop refusing new fires: nothing was started, said as what it is — with what to do on
+    the phone (tap again once the daemon is back), not the CLI's command.
+    """
+    mode = {"now": "fail"}
+
+    def model(request: Any) -> Any:
+        if mode["now"] == "fail":
+            return fault(400, "prompt is malformed (injected)")
+        return stall(None, then=reply_text("Flash sale today: every plan 20% off."))
+
+    async with BotApiServer(token=TOKEN) as bot:
+        with MessagesAPIServer(responder=model) as srv:
+            cfg = _without_tools(_approval_company(work, bot))
+            async with _daemon(cfg, work, srv) as daemon:
+                await daemon.call("run_job", routine="daily-post")
+                alert = await _message(bot, "routine daily-post failed")
+                again = _button(alert, "Run again now")
+                mode["now"] = "stall"
+                bot.press_button(FOUNDER, alert.message_id, again)
+                await asyncio.to_thread(srv.wait_for_requests, 3, 30.0)  # its run's call
+                stopping = asyncio.create_task(daemon.stop())
+                await bot.wait_for(lambda: len(bot.callback_answers) == 1, timeout=30)
+                # the stop waits for that call's answer (its grace, on the daemon's clock)
+                clock = daemon.clock
+                async with asyncio.timeout(30):
+                    while clock.next_deadline() != clock.monotonic() + STOP_CALL_GRACE:
+                        await asyncio.sleep(0.01)
+                bot.press_button(FOUNDER, alert.message_id, again)
+                await bot.wait_for(lambda: len(bot.callback_answers) == 2, timeout=30)
+                fired, refused = bot.callback_answers
+                if not fired.get("show_alert"):  # told as done: its footer follows
+                    await bot.wait_for(
+                        lambda: f"✔ {fired.get('text')}"[:60] in "\n".join(_footers(bot, alert)),
+                        timeout=30,
+                    )
+                footers = _footers(bot, alert)
+                srv.release_stalls()
+                clock.advance(STOP_CALL_GRACE)
+                await stopping
+    assert str(fired.get("text")).startswith("the daemon is stopping: run run-"), fired
+    assert "of routine daily-post stops at a checkpoint" in str(fired.get("text")), fired
+    assert not fired.get("show_alert"), fired  # done: the alert's footer says so
+    assert [f for f in footers if f.startswith("✔ the daemon is stopping: run run-")], footers
+    assert refused.get("text") == (
+        "the daemon is stopping; routine daily-post was not fired — tap 🔁 Run again now "
+        "once the daemon has started"
+    ), refused
+    assert [f for f in footers if "was not fired" in f] == []  # nothing done: no footer

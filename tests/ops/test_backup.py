@@ -13,7 +13,9 @@ import json
 import sqlite3
 import stat
 import tarfile
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -198,6 +200,34 @@ def test_restore_refuses_a_non_empty_directory_unless_forced_and_then_moves_it_a
     assert (aside[0] / "spend.sqlite-wal").read_text() == "its stale WAL"
     assert not (target / "spend.sqlite-wal").exists()  # a stale WAL never meets the copy
     assert rows(target / "spend.sqlite", "PRAGMA quick_check") == [("ok",)]
+
+
+def test_verify_and_restore_say_when_the_backup_was_taken_in_the_company_s_zone(
+    company: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The founder reads when a backup was taken on the company's clock, as every other
+    time companyd shows (``format_when``), not ISO UTC; ``--json`` keeps the ISO form.
+    """
+    berlin = write_company(
+        tmp_path,
+        company={"name": "Acme Ops", "timezone": "Europe/Berlin", "budget": {"daily_usd": 10}},
+    )
+    config = load_config(berlin)
+    archive = take_backup(config, load_config(company).state_dir(), tmp_path / "b.tar.gz").path
+    with tarfile.open(archive, "r:gz") as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+    at = datetime.fromtimestamp(manifest["created_ts"], ZoneInfo("Europe/Berlin"))
+    taken = at.strftime("%Y-%m-%d %H:%M:%S ") + str(at.tzname())
+    assert taken.endswith((" CET", " CEST"))
+    assert main(["backup", "verify", str(archive)]) == 0
+    out = capsys.readouterr().out
+    assert f"'Acme Ops', taken {taken}; ok:" in out and "+00:00" not in out
+    assert main(["backup", "verify", str(archive), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["created"] == manifest["created"]
+    assert main(["restore", str(archive), "--state-dir", str(tmp_path / "restored")]) == 0
+    out = capsys.readouterr().out
+    assert f"restored the backup of 'Acme Ops' taken {taken} into" in out
+    assert "+00:00" not in out
 
 
 def test_restore_refuses_the_state_of_a_running_daemon(

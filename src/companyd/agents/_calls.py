@@ -24,6 +24,7 @@ from typing import Any
 
 from companyd._aio import race
 from companyd._fs import is_disk_failure
+from companyd.agents._colleagues import withdrawn_at_restart
 from companyd.agents._deps import AgentDeps
 from companyd.agents._run import RunEnded, RunState, Stopping, StopSignal, cancel_and_reap
 from companyd.config import AgentConfig
@@ -338,7 +339,9 @@ class BudgetedCall:
 
     async def send(self) -> ModelResponse:
         """The backend's answer. A stop that begins while the call is in flight gives it
-        STOP_CALL_GRACE to answer, then cancels it (forfeited) and raises Stopping.
+        STOP_CALL_GRACE to answer, then cancels it (forfeited) and raises Stopping; a
+        review's call is cancelled at once when the daemon stops (the restart withdraws
+        the review, so its answer would not be used).
         """
         c = self._caller
         call = asyncio.ensure_future(
@@ -346,11 +349,15 @@ class BudgetedCall:
         )
         try:
             await race(call, c.stop.wait())
-            if not call.done():
+            if not call.done() and not (
+                c.stop.draining() and withdrawn_at_restart(self._state.task)
+            ):
                 # A stop began while the request was in flight. An answer that comes within
                 # STOP_CALL_GRACE is kept (settled and journaled: the run resumes after it);
                 # a slow API is not waited out (its timeout times the attempts could hold
-                # the stop for many seconds): the call is cancelled, and forfeited.
+                # the stop for many seconds): the call is cancelled, and forfeited. A
+                # review's call gets no grace when the daemon stops: the restart withdraws
+                # the review (a new one is asked), so its answer would be thrown away.
                 await race(call, c.deps.clock.sleep(STOP_CALL_GRACE))
             if not call.done():
                 await cancel_and_reap(call, c.slug)

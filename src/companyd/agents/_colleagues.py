@@ -32,11 +32,22 @@ from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig
 from companyd.runs import RunOutcome, RunStatus, Task, new_id
 
-__all__ = ["DEFAULT_COLLEAGUE_TIMEOUT", "Colleagues", "Desk"]
+__all__ = ["DEFAULT_COLLEAGUE_TIMEOUT", "REVIEW", "Colleagues", "Desk", "withdrawn_at_restart"]
 
 #: How long an agent waits for a colleague's answer unless its colleague_timeout_seconds
 #: says otherwise (the schema's default).
 DEFAULT_COLLEAGUE_TIMEOUT = 300.0
+
+#: The id prefix of a review task (``review-…``). A restart withdraws every review left
+#: open (the staff's start): the resumed worker asks for a new one.
+REVIEW = "review"
+
+
+def withdrawn_at_restart(task: Task) -> bool:
+    """True if a restart withdraws ``task`` whatever became of it (a review): nothing its
+    run does once the daemon's stop has begun is used.
+    """
+    return task.id.startswith(f"{REVIEW}-")
 
 
 class Desk(Protocol):
@@ -264,7 +275,7 @@ class Colleagues:
         assert task.reviewer is not None
         expected = task.expected_output or "(not stated: judge whether the task was done)"
         review = Task(
-            id=new_id("review"),
+            id=new_id(REVIEW),
             agent=task.reviewer,
             prompt=(
                 f"Review the result {worker} produced for this task.\n\nTask: {task.prompt}\n\n"

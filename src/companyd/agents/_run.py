@@ -125,6 +125,10 @@ class StopSignal:
         stopping = self._stopping
         return self._draining.is_set() or (stopping is not None and stopping.is_set())
 
+    def draining(self) -> bool:
+        """True once a stop of the whole daemon has begun (not only of this agent)."""
+        return self._draining.is_set()
+
     async def wait(self) -> None:
         """Return once a stop of this agent or of the daemon has begun."""
         if self._stopping is None:

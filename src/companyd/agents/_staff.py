@@ -31,7 +31,7 @@ from typing import Any
 from companyd._fs import is_disk_failure
 from companyd.admin import RunInFlight
 from companyd.agents._agent import Agent
-from companyd.agents._colleagues import Colleagues
+from companyd.agents._colleagues import REVIEW, Colleagues
 from companyd.agents._deps import AgentDeps, InjectedCrash, MarkerPort, SpendPort
 from companyd.agents._mailbox import Mailboxes
 from companyd.agents._pauses import Pauses
@@ -205,7 +205,7 @@ class Staff:
         if gone:
             log.warning("withdrew %d task(s) of agents no longer in company.yaml", gone)
         why = "the daemon restarted while its asker waited; nobody waits for the answer"
-        orphans = await self.journal.withdraw_orphans(("review",), why, self.clock.time())
+        orphans = await self.journal.withdraw_orphans((REVIEW,), why, self.clock.time())
         orphans += await self.journal.withdraw_orphans(
             ("consult",), why, self.clock.time(), unless_asker_runs=True
         )

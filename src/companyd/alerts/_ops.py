@@ -15,7 +15,15 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from companyd.admin import Admin, AdminError, DeskDecision, Inbox, result_data, waiting_text
+from companyd.admin import (
+    Admin,
+    AdminError,
+    AdminStopping,
+    DeskDecision,
+    Inbox,
+    result_data,
+    waiting_text,
+)
 from companyd.alerts._outbox import AlertRecord
 from companyd.alerts._render_status import format_jobs, format_result, format_status
 
@@ -243,6 +251,10 @@ async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bo
                 if not names:
                     return True, f"nothing of {server} was held back any more"
                 return True, f"approved {names} of {server} for {agent}; offered now"
+    except AdminStopping as exc:
+        # the daemon began to stop: done if what was asked was started (a fire made: its
+        # run resumes after the restart), not done otherwise — said as such, not refused
+        return exc.done, str(exc)
     except AdminError as exc:
         return False, str(exc)
     except TimeoutError:

@@ -137,13 +137,27 @@ def _backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _taken(manifest: dict[str, Any], zone: str | None) -> str:
+    """When the backup was taken, as every time shown to a person: in the company's zone,
+    named (``format_when``; UTC when the backup does not say its zone). ``--json`` keeps the
+    manifest's ISO 8601 UTC.
+    """
+    from companyd.admin import format_when
+
+    ts = manifest.get("created_ts")
+    if isinstance(ts, int | float) and not isinstance(ts, bool):
+        return format_when(ts, zone or "UTC", seconds=True)
+    return str(manifest.get("created"))  # a manifest without its epoch: as it says it
+
+
 def _verify(args: argparse.Namespace) -> int:
     report = verify_archive(args.file.absolute())
     if args.json:
         print_json(report.to_dict())
         return 0 if report.ok else EX_REFUSED
     m = report.manifest
-    head = f"backup {str(args.file)!r}: {m.get('company')!r}, taken {m.get('created')}"
+    taken = _taken(m, report.timezone)
+    head = f"backup {str(args.file)!r}: {m.get('company')!r}, taken {taken}"
     if report.ok:
         print(
             f"{head}; ok: {len(report.checked)} members, every checksum matches and every "
@@ -181,7 +195,7 @@ def _restore(args: argparse.Namespace) -> int:
         return 0
     b = result.manifest
     print(
-        f"restored the backup of {b.get('company')!r} taken {b.get('created')} into "
+        f"restored the backup of {b.get('company')!r} taken {_taken(b, result.timezone)} into "
         f"{str(state_dir)!r}: {', '.join(result.restored) or 'nothing'}"
     )
     if result.moved_aside is not None:

@@ -324,13 +324,13 @@ class Operator:
                 was fired): answered at once with what becomes of the fire's run, rather
                 than holding the stop for a caller that only waits.
         """
-        return await self._recorded("run_job", routine, via, self._run_job(routine))
+        return await self._recorded("run_job", routine, via, self._run_job(routine, via))
 
-    async def _run_job(self, routine: str) -> JobRun:
+    async def _run_job(self, routine: str, via: str) -> JobRun:
         if self.staff.draining.is_set():
             raise AdminStopping(
-                f"the daemon is stopping; routine {routine} was not fired — run `companyd "
-                f"jobs run {routine}` again once the daemon has started",
+                f"the daemon is stopping; routine {routine} was not fired — "
+                + _fire_again(routine, via),
                 done=False,
             )
         # the run may stop to ask the founder (a tool call to approve, a question): that
@@ -356,7 +356,7 @@ class Operator:
             fire.cancel()
             if founder is not None:
                 return self._waiting_for_founder(routine, *founder)
-            raise AdminStopping(await self._fire_at_stop(routine, ours()))
+            raise AdminStopping(await self._fire_at_stop(routine, ours(), via))
         try:
             done = fire.result()
         except (RoutineNotFound, RoutineBusy) as exc:
@@ -382,7 +382,7 @@ class Operator:
             ),
         )
 
-    async def _fire_at_stop(self, routine: str, task_id: str | None) -> str:
+    async def _fire_at_stop(self, routine: str, task_id: str | None, via: str) -> str:
         """What :meth:`run_job` tells its caller when the daemon stops before the fire ended
         (``task_id``: the fire's task, None if it made none yet) — docs/scheduler.md, "A run
         in progress when the scheduler stops".
@@ -391,8 +391,7 @@ class Operator:
         if task_id is None:
             return said + (
                 f"routine {routine}'s fire had not started its run and is recorded cancelled "
-                f"(see `companyd jobs history {routine}`); run `companyd jobs run {routine}` "
-                "again once the daemon has started"
+                f"(see `companyd jobs history {routine}`); " + _fire_again(routine, via)
             )
         run_id = await self.journal.open_run(task_id)
         if run_id is None:
@@ -904,6 +903,19 @@ class Operator:
 #: The runs between the one that asks the founder and a routine's run, as
 #: :meth:`Journal.asking_chain` gives them: ``(run id, agent, routine)``, the routine's last.
 Asking = list[tuple[str, str, str | None]]
+
+
+def _fire_again(routine: str, via: str) -> str:
+    """How the founder fires ``routine`` again once the daemon is back, in the words of the
+    front end the refused ``jobs run`` came from (``via``): the button on the phone, the
+    dashboard's Run now, the command. One wording for the three, so each says the same
+    thing: nothing was started, and how to start it after the restart.
+    """
+    if via == "telegram":
+        return "tap 🔁 Run again now once the daemon has started"
+    if via == "dashboard":
+        return "press Run now again once the daemon has started"
+    return f"run `companyd jobs run {routine}` again once the daemon has started"
 
 
 async def _asked_in(

@@ -74,6 +74,8 @@ __all__ = [
 FORMAT = "companyd-backup/1"
 MANIFEST = "manifest.json"
 MANIFEST_SHA = "manifest.sha256"
+#: The member holding the validated configuration (every default filled in).
+RESOLVED = "config/resolved.json"
 
 _CHUNK = 1 << 20
 
@@ -171,12 +173,18 @@ class Member:
 
 @dataclass
 class VerifyReport:
-    """What :func:`verify_archive` found: the manifest, and one problem per bad member."""
+    """What :func:`verify_archive` found: the manifest, and one problem per bad member.
+
+    ``timezone``: the backed-up company's zone (``company.timezone`` in its checked
+    ``config/resolved.json``), in which its times are shown to a person; None when the
+    archive does not say (they are then shown in UTC).
+    """
 
     path: Path
     manifest: dict[str, Any] = field(default_factory=dict)
     checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    timezone: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -541,7 +549,7 @@ def _name_problem(name: str, kind: str) -> str | None:
     if kind == "config":
         return None if name == "config/company.yaml" else "is not 'config/company.yaml'"
     if kind == "resolved-config":
-        return None if name == "config/resolved.json" else "is not 'config/resolved.json'"
+        return None if name == RESOLVED else f"is not {RESOLVED!r}"
     top, _, base = name.partition("/")
     if kind == "sqlite":
         if top != "state" or not _PART.fullmatch(base) or not base.endswith(".sqlite"):
@@ -640,7 +648,20 @@ def verify_archive(path: Path, *, extract_to: Path | None = None) -> VerifyRepor
             if problem:
                 report.checked.remove(m.name)
                 report.problems.append(f"{m.name}: {problem}")
+        if RESOLVED in report.checked:
+            report.timezone = _company_zone(scratch / RESOLVED)
     return report
+
+
+def _company_zone(resolved: Path) -> str | None:
+    """``company.timezone`` of a checked ``config/resolved.json`` (its size is the
+    manifest's); None if it does not hold one.
+    """
+    try:
+        zone = json.loads(resolved.read_bytes())["company"]["timezone"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return zone if isinstance(zone, str) else None
 
 
 def _whole_stream(path: Path) -> str | None:

@@ -56,6 +56,8 @@ class RestoreResult:
         moved_aside: where the directory's previous contents went (``force``), else None.
         notes: what the operator should know or do next.
         manifest: the backup's manifest.
+        timezone: the backed-up company's zone, None if the backup does not say
+            (:attr:`~companyd.ops._archive.VerifyReport.timezone`).
     """
 
     state_dir: Path
@@ -63,6 +65,7 @@ class RestoreResult:
     moved_aside: Path | None = None
     notes: list[str] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
+    timezone: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The result as ``--json`` prints it."""
@@ -119,7 +122,7 @@ def restore_backup(archive: Path, state_dir: Path, *, force: bool = False) -> Re
                 + "; ".join(report.problems)
                 + " — use another backup (`companyd backup verify FILE` checks one)"
             )
-        result.manifest = report.manifest
+        result.manifest, result.timezone = report.manifest, report.timezone
         plan = _plan(report.manifest, scratch.name)
         for name, rel in plan:  # lay the new state out in the scratch directory
             staged = new / rel
