@@ -100,6 +100,7 @@ __all__ = [
     "insert_fire_stmt",
     "insert_fires",
     "latest_fires",
+    "latest_scheduled",
     "load_states",
     "mark_clean_stop",
     "open_fires",
@@ -391,6 +392,22 @@ def latest_fires(conn: Connection) -> dict[str, FireRecord]:
     return {r[1]: _record(r) for r in rows}
 
 
+def latest_scheduled(conn: Connection, routines: Iterable[str]) -> dict[str, FireRecord]:
+    """Each of ``routines``' latest scheduled or catch-up fire (by fire time, then id), for
+    those that have one (a backup routine's retake at start reads it).
+    """
+    found = {}
+    for routine in routines:
+        row = conn.execute(
+            f"SELECT {_FIRE_COLUMNS} FROM fires WHERE routine = ? "
+            "AND kind IN ('scheduled', 'catch_up') ORDER BY scheduled DESC, id DESC LIMIT 1",
+            (routine,),
+        ).fetchone()
+        if row is not None:
+            found[routine] = _record(row)
+    return found
+
+
 def open_fires(conn: Connection) -> list[FireRecord]:
     """Fires that are waiting or running (outcome not yet known)."""
     rows = conn.execute(
@@ -580,29 +597,42 @@ def prune_idle(conn: Connection, before: float) -> int:
 
 
 def close_interrupted(
-    conn: Connection, now: float, reason: str, *, keep: Collection[str] = ()
+    conn: Connection,
+    now: float,
+    reason: str,
+    *,
+    keep: Collection[str] = (),
+    reasons: Mapping[str, str] | None = None,
 ) -> list[FireRecord]:
     """Mark every fire left waiting or running by a previous run of the scheduler as
-    ``cancelled``, except the fire ids in ``keep`` (their runs were resumed).
+    ``cancelled``, except the fire ids in ``keep`` (their runs were resumed). ``reasons``
+    gives some routines (backup routines) a reason of their own instead of ``reason``.
     """
+    why = reasons or {}
     left = [r for r in open_fires(conn) if r.fire_id not in keep]
     conn.executemany(
         "UPDATE fires SET outcome = 'cancelled', reason = ?, ended = ? WHERE fire_id = ?",
-        [(reason, now, r.fire_id) for r in left],
+        [(why.get(r.routine, reason), now, r.fire_id) for r in left],
     )
     return left
 
 
 def close_unrecorded(
-    conn: Connection, now: float, reason: str, agents: Mapping[str, str]
+    conn: Connection,
+    now: float,
+    reason: str,
+    agents: Mapping[str, str],
+    reasons: Mapping[str, str] | None = None,
 ) -> list[FireRecord]:
     """Add a ``cancelled`` row for each routine whose last fire has no row.
 
     A scheduled fire commits its cursor (and ``last_fire``) first and its row in the next
     batch, so a process that died between the two left the cursor ahead of the history: the
     fire was dispatched — and is not run again — but not recorded. ``agents`` maps routine
-    slugs to assignees (a routine no longer in company.yaml gets ``"?"``).
+    slugs to assignees (a routine no longer in company.yaml gets ``"?"``); ``reasons`` gives
+    some routines (backup routines, whose backup is taken again) a reason of their own.
     """
+    why = reasons or {}
     rows = conn.execute(
         "SELECT s.routine, s.last_fire FROM routine_state s WHERE s.last_fire IS NOT NULL "
         "AND NOT EXISTS (SELECT 1 FROM fires f WHERE f.routine = s.routine "
@@ -617,7 +647,7 @@ def close_unrecorded(
             scheduled=last_fire,
             ended=now,
             outcome="cancelled",
-            reason=reason,
+            reason=why.get(routine, reason),
         )
         for routine, last_fire in rows
     ]

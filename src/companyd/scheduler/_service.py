@@ -55,7 +55,7 @@ from companyd.runs import RunOutcome
 from companyd.scheduler import _guards as guards
 from companyd.scheduler import _store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
-from companyd.scheduler._catchup import plan_start
+from companyd.scheduler._catchup import BACKUP_CRASHED, Retake, plan_start
 from companyd.scheduler._fire import Fires, RoutineBusy, Slot, overlap_reason
 from companyd.scheduler._ids import new_id
 from companyd.scheduler._outcomes import Outcome
@@ -309,20 +309,29 @@ class RoutineScheduler:
                     if settling is not None:
                         following.append((rec, settling, False))
             keep = frozenset(rec.fire_id for rec, _, _ in following)
+            # a backup a crash cut short is taken again at this start (see _catchup)
+            crashed = {
+                slug: BACKUP_CRASHED
+                for slug, r in self._config.routines.items()
+                if r.backup is not None
+            }
             interrupted, unrecorded = await store.call(
                 lambda c: (
-                    db.close_interrupted(c, now, INTERRUPTED, keep=keep),
-                    db.close_unrecorded(c, now, UNRECORDED, agents),
+                    db.close_interrupted(c, now, INTERRUPTED, keep=keep, reasons=crashed),
+                    db.close_unrecorded(c, now, UNRECORDED, agents, crashed),
                 )
             )
             for rec in interrupted:
-                self._rec.emit(rec, Outcome.CANCELLED, INTERRUPTED)
+                self._rec.emit(rec, Outcome.CANCELLED, crashed.get(rec.routine, INTERRUPTED))
             for rec in unrecorded:
-                self._rec.emit(rec, Outcome.CANCELLED, UNRECORDED)
-            states, stopped = await store.call(lambda c: (db.load_states(c), db.clean_stop(c)))
+                self._rec.emit(rec, Outcome.CANCELLED, crashed.get(rec.routine, UNRECORDED))
             routines = [r for r in self._config.routines.values() if r.enabled]
+            backups = [r.slug for r in routines if r.backup is not None]
+            states, stopped, latest = await store.call(
+                lambda c: (db.load_states(c), db.clean_stop(c), db.latest_scheduled(c, backups))
+            )
             # Walking cron fire times over a long outage is CPU work: keep it off the loop.
-            plans = await asyncio.to_thread(plan_start, routines, states, now, stopped)
+            plans = await asyncio.to_thread(plan_start, routines, states, now, stopped, latest)
             stale = set(states) - {p.routine.slug for p in plans}
 
             def write(c: Any) -> None:
@@ -371,6 +380,9 @@ class RoutineScheduler:
                 )
                 self._manual.add(follower)
                 follower.add_done_callback(self._manual.discard)
+            for p in plans:
+                if p.retake is not None:
+                    self._take_again(self._slots[p.routine.slug], p.retake)
         except BaseException:
             await self.stop(drain=False)
             raise
@@ -561,6 +573,32 @@ class RoutineScheduler:
         return result
 
     # -- firing -----------------------------------------------------------------------
+
+    def _take_again(self, slot: Slot, retake: Retake) -> None:
+        """Take backup routine ``slot``'s owed backup now (docs/scheduler.md, "Backup
+        routines"): a ``catch_up`` fire at ``retake.at``, claimed as every catch-up fire is
+        — of two schedulers on one history, one takes it — whose reason ends with
+        ``retake.why``. A fire beside the jobs, as a manual run is: its fire time is not on
+        the schedule (and may be older than the misfire grace).
+        """
+
+        async def fire() -> RunOutcome | None:
+            try:
+                return await self._fires.execute(
+                    slot,
+                    "catch_up",
+                    retake.at.timestamp(),
+                    check_precondition=False,
+                    why=retake.why,
+                )
+            except StoreError as exc:
+                self._store_failed(exc)  # as a scheduled fire's: the child fails loudly
+                raise
+
+        task = asyncio.ensure_future(fire())
+        self._manual.add(task)
+        task.add_done_callback(self._manual.discard)
+        task.add_done_callback(_log_retake_failure)
 
     async def _fire(self, routine: str, *, scheduled: datetime | None = None) -> None:
         """APScheduler's job function: one fire time of ``routine``."""
@@ -914,6 +952,12 @@ class RoutineScheduler:
                 quiet = 0
                 continue
             quiet += 1
+
+
+def _log_retake_failure(task: asyncio.Future[Any]) -> None:
+    """A backup taken again at start that failed outside its own record: logged."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a backup taken again at start failed: %r", task.exception())
 
 
 def _log_webhook_failure(task: asyncio.Future[Any]) -> None:
