@@ -184,6 +184,7 @@ class Harness:
         )
         async with asyncio.timeout(10):
             await self.sched.start()
+            self.sched.take_owed_backups()  # as RoutineScheduler.run() does once ready
             await self.sched.settle(runs=not self.sink.hold)
         return self.sched
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from companyd.clock import ManualClock
 from companyd.events import EventBus
 from companyd.scheduler import _store as db
 from companyd.scheduler._records import FireRecord
@@ -185,31 +184,40 @@ async def test_the_latest_backup_missed_while_down_is_taken_at_start_whatever_ca
 
 
 async def test_two_schedulers_on_one_history_take_the_owed_backup_once(
-    make_harness: MakeHarness, tmp_path: Path
+    make_harness: MakeHarness, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """High availability (docs/ha.md): a second scheduler on the same history does not take
-    the backup the first one took again.
+    """High availability (docs/ha.md): two schedulers start on one history and both find
+    the backup owed; both try to take it at once: the claim lets one of them take it.
     """
     dest = tmp_path / "backups"
     h = make_harness(company(nightly(dest)), start="2027-01-04T23:00:00")
     backups = ScriptedBackups()
     await stop_during_the_backup(h, backups)
     h.clock.advance(60)
-    second = RoutineScheduler(
-        h.config,
-        h.sink,
-        state_dir=h.state_dir,
-        bus=EventBus(ManualClock(start=h.clock.time())),
-        clock=h.clock,
-        max_sleep=None,
-        backups=backups,
-    )
-    await start(h, backups)
+    scheds = [
+        RoutineScheduler(
+            h.config,
+            h.sink,
+            state_dir=h.state_dir,
+            bus=EventBus(h.clock),
+            clock=h.clock,
+            max_sleep=None,
+            backups=backups,
+        )
+        for _ in range(2)
+    ]
     try:
         async with asyncio.timeout(10):
-            await second.start()
-            await second.settle()
+            for s in scheds:
+                await s.start()
+            for s in scheds:
+                s.take_owed_backups()
+            for s in scheds:
+                await s.settle()
     finally:
-        await second.stop()
+        for s in scheds:
+            await s.stop()
     assert len(backups.written) == 1
     assert [f[1:] for f in fires(h)] == [("scheduled", "cancelled"), ("catch_up", "ok")]
+    lost = [r for r in caplog.records if "already claimed it" in r.getMessage()]
+    assert len(lost) == 1, [r.getMessage() for r in caplog.records]

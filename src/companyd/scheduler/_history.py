@@ -502,13 +502,34 @@ def claim_fire(conn: Connection, routine: str, fire_time: float, now: float) -> 
     return bool(conn.execute(_CLAIM, (t, t, t, now, routine, t)).rowcount == 1)
 
 
-def put_state(conn: Connection, state: RoutineState) -> None:
-    """Write ``state`` as its routine's row (replacing the one there)."""
+_PUT_STATE = (
+    "INSERT INTO routine_state (routine, trigger, cursor, last_fire, memory_marker, updated) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (routine) DO UPDATE SET trigger = excluded.trigger,"
+    " cursor = {cursor}, last_fire = {last_fire},"
+    " memory_marker = excluded.memory_marker, updated = excluded.updated"
+)
+#: the stored value when it is ahead under the same trigger (a claim committed meanwhile)
+_AHEAD = (
+    "CASE WHEN routine_state.trigger = excluded.trigger AND routine_state.{col} > "
+    "COALESCE(excluded.{col}, routine_state.{col} - 1) THEN routine_state.{col} "
+    "ELSE excluded.{col} END"
+)
+_PUT = _PUT_STATE.format(cursor="excluded.cursor", last_fire="excluded.last_fire")
+_PUT_FORWARD = _PUT_STATE.format(
+    cursor=_AHEAD.format(col="cursor"), last_fire=_AHEAD.format(col="last_fire")
+)
+
+
+def put_state(conn: Connection, state: RoutineState, *, forward: bool = False) -> None:
+    """Write ``state`` as its routine's row (replacing the one there).
+
+    ``forward``: a stored cursor (and last fire) ahead of ``state``'s under the same
+    trigger is kept — a start writes what it planned from the history it read, and a claim
+    another scheduler committed since (docs/ha.md) must not be undone, or the fire time it
+    claimed could be claimed again.
+    """
     conn.execute(
-        "INSERT INTO routine_state (routine, trigger, cursor, last_fire, memory_marker, updated) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (routine) DO UPDATE SET trigger = excluded.trigger,"
-        " cursor = excluded.cursor, last_fire = excluded.last_fire,"
-        " memory_marker = excluded.memory_marker, updated = excluded.updated",
+        _PUT_FORWARD if forward else _PUT,
         (
             state.routine,
             state.trigger,

@@ -175,6 +175,8 @@ class RoutineScheduler:
         self._skip_grace = skip_grace
         self._slots: dict[str, Slot] = {}
         self._catch_up: dict[str, datetime] = {}
+        #: the backups the last start found owed, until take_owed_backups() takes them
+        self._owed: list[tuple[Slot, Retake]] = []
         self._aps: ClockedScheduler | None = None
         self._manual: set[asyncio.Task[RunOutcome | None]] = set()
         self._failure: BaseException | None = None
@@ -263,6 +265,7 @@ class RoutineScheduler:
                 log.warning("the routine history opened: routines fire again")
             else:
                 ctx.started()
+            self.take_owed_backups()
             return True
 
     @property
@@ -340,7 +343,7 @@ class RoutineScheduler:
                 db.clear_clean_stop(c)
                 db.insert_fires(c, [m for p in plans for m in p.missed])
                 for p in plans:
-                    db.put_state(c, p.state)
+                    db.put_state(c, p.state, forward=True)
                 db.delete_states(c, stale)
                 db.prune_idle(c, now - IDLE_RETENTION)
 
@@ -380,9 +383,9 @@ class RoutineScheduler:
                 )
                 self._manual.add(follower)
                 follower.add_done_callback(self._manual.discard)
-            for p in plans:
-                if p.retake is not None:
-                    self._take_again(self._slots[p.routine.slug], p.retake)
+            self._owed = [
+                (self._slots[p.routine.slug], p.retake) for p in plans if p.retake is not None
+            ]
         except BaseException:
             await self.stop(drain=False)
             raise
@@ -574,12 +577,26 @@ class RoutineScheduler:
 
     # -- firing -----------------------------------------------------------------------
 
+    def take_owed_backups(self) -> None:
+        """Take the backups :meth:`start` found owed, now, each once (docs/scheduler.md,
+        "Backup routines"): the backup routines whose latest fire produced no backup (the
+        stop came under it, a crash cut it short, it passed while the daemon was down).
+        :meth:`run` calls it once the scheduler has reported ready; a caller of
+        :meth:`start` itself calls it when it wants them. Each is a ``catch_up`` fire whose
+        reason ends with why, claimed as every catch-up fire is: of two schedulers that
+        found the same backup owed, one takes it.
+        """
+        owed, self._owed = self._owed, []
+        if self._aps is None:
+            return  # stopped meanwhile: the next start finds them owed again
+        for slot, retake in owed:
+            self._take_again(slot, retake)
+
     def _take_again(self, slot: Slot, retake: Retake) -> None:
-        """Take backup routine ``slot``'s owed backup now (docs/scheduler.md, "Backup
-        routines"): a ``catch_up`` fire at ``retake.at``, claimed as every catch-up fire is
-        — of two schedulers on one history, one takes it — whose reason ends with
-        ``retake.why``. A fire beside the jobs, as a manual run is: its fire time is not on
-        the schedule (and may be older than the misfire grace).
+        """Take backup routine ``slot``'s owed backup now: a ``catch_up`` fire at
+        ``retake.at`` whose reason ends with ``retake.why``. A fire beside the jobs, as a
+        manual run is: its fire time is not on the schedule (and may be older than the
+        misfire grace).
         """
 
         async def fire() -> RunOutcome | None:
