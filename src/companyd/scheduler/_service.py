@@ -15,7 +15,9 @@ operator's description; this docstring is the contract:
   daemon was down are missed; ``catch_up: run_once`` runs the latest of them once, at start,
   when it is at most ``grace`` old. A changed trigger (compared by ``repr``, time zone
   included) starts afresh without catch-up. A fire left running by a crash is closed as
-  ``cancelled`` and not run again.
+  ``cancelled`` and not run again — except a backup routine's: a backup whose latest fire
+  produced no backup is taken once at start (:mod:`companyd.scheduler._catchup`,
+  :meth:`RoutineScheduler.take_owed_backups`).
 * **Concurrency.** ``skip_if_active``: a fire while a run of the same routine is active is
   ``skipped``. ``queue``: it waits for the active run, at most one waiting; a further fire is
   ``skipped``.
