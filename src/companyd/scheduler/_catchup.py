@@ -155,8 +155,8 @@ def plan_start(
             )
             plans.append(StartPlan(r, trigger, ident, state, next_after(trigger, now_dt), None, []))
             continue
-        last = None if latest is None else latest.get(r.slug)
-        plans.append(_plan_catch_up(r, trigger, ident, st, now, stopped, last))
+        previous = None if latest is None else latest.get(r.slug)
+        plans.append(_plan_catch_up(r, trigger, ident, st, now, stopped, previous))
     return plans
 
 
@@ -167,7 +167,7 @@ def _plan_catch_up(
     st: RoutineState,
     now: float,
     stopped: tuple[float, str] | None = None,
-    last: FireRecord | None = None,
+    previous: FireRecord | None = None,
 ) -> StartPlan:
     now_dt = utc_from_ts(now)
     since = max(st.cursor, now - CATCH_UP_WINDOW)
@@ -177,9 +177,9 @@ def _plan_catch_up(
         # max(): after the wall clock was stepped back, fire times up to the cursor have
         # already been dealt with and must not run a second time.
         start_from = utc_from_ts(max(now, st.cursor))
-        retake = _retake_interrupted(r, trigger, st, last)
         nxt = next_after(trigger, start_from)
-        return StartPlan(r, trigger, ident, state, nxt, None, [], retake)
+        interrupted = _retake_interrupted(r, trigger, st, previous)
+        return StartPlan(r, trigger, ident, state, nxt, None, [], interrupted)
     latest = times[-1]
     late = now - latest.timestamp()
     catch_up: datetime | None = None
