@@ -255,7 +255,8 @@ async def test_backups_the_stop_comes_under_write_nothing_and_say_run_it_again(
     no staging, no temporary file); the founder is told so at once, exit 75 — not cut off
     after the control socket's 5 s drain while the copy goes on unseen — and the routine's
     history says cancelled and nothing written (no failure alerted, no archive appearing
-    after the record).
+    after the record). The restart takes the routine's backup at once, and once: one
+    archive, recorded as a ``catch_up`` fire saying what it makes up for.
 
     The backups are slow because another process holds the memory file's lock (as a
     ``serve-mcp`` compaction of a large memory would): the test holds it with the same
@@ -302,3 +303,22 @@ async def test_backups_the_stop_comes_under_write_nothing_and_say_run_it_again(
         conn.close()
     assert len(fires) == 1, fires
     assert fires[0][0] == "cancelled" and "nothing was written" in fires[0][1], fires
+    assert "it is taken again when the daemon starts" in fires[0][1], fires
+
+    # the restart (on the same clock: no fire time passed meanwhile) takes it again
+    def archives() -> list[str]:
+        return sorted(p.name for p in dest.iterdir() if p.name.endswith(".tar.gz"))
+
+    async with InProcessDaemon(config, state, clock=daemon.clock) as again:
+        async with asyncio.timeout(30):
+            while not archives():
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # a second backup would have begun by now
+        history = (await again.call("job_history", routine="nightly"))["fires"]
+    assert len(archives()) == 1, archives()
+    assert all(verify_archive(dest / name).ok for name in archives())
+    assert [(f["kind"], f["outcome"]) for f in history] == [
+        ("catch_up", "ok"),
+        ("scheduled", "cancelled"),
+    ], history
+    assert "interrupted by the stop; taken again at start" in history[0]["reason"], history

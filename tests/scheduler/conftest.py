@@ -133,6 +133,30 @@ class ScriptedSink:
         return fut
 
 
+@dataclass
+class ScriptedBackups:
+    """A BackupSink for tests (the scheduler's Protocol, as :class:`ScriptedSink` is): each
+    backup writes a small real file into the routine's directory and says so; ``hold``
+    makes a backup wait on ``gate`` first (a stop then comes under it, and it writes
+    nothing).
+    """
+
+    hold: bool = False
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    entered: asyncio.Event = field(default_factory=asyncio.Event)
+    written: list[Path] = field(default_factory=list)
+
+    async def scheduled_backup(self, directory: Path, keep: int) -> str:
+        self.entered.set()
+        if self.hold:
+            await self.gate.wait()
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"backup-{len(self.written) + 1}.tar.gz"
+        path.write_bytes(b"backup")
+        self.written.append(path)
+        return f"backup written: {path} (6 bytes, 0.0 s); 0 older removed"
+
+
 class Harness:
     """One company, one state dir, one clock; schedulers started and stopped on them."""
 
@@ -160,6 +184,7 @@ class Harness:
         )
         async with asyncio.timeout(10):
             await self.sched.start()
+            self.sched.take_owed_backups()  # as RoutineScheduler.run() does once ready
             await self.sched.settle(runs=not self.sink.hold)
         return self.sched
 

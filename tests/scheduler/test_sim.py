@@ -234,3 +234,31 @@ async def test_the_fire_time_at_the_very_end_is_served_despite_rounding(
         assert report.complete and report.routines["often"].outcomes == {"ok": 30}
     else:
         assert report.missing == [("often", "2027-01-04T00:30:00+00:00")]
+
+
+async def test_a_backup_missed_in_a_simulated_outage_is_accounted_for_as_the_start_takes_it(
+    tmp_path: Path,
+) -> None:
+    """The simulator restarts the scheduler as the daemon does: the backup it owes at start
+    is taken (and, with no BackupSink in a simulation, fails saying so) — the fire time is
+    recorded, not lost between the plan that owed it and a start that never took it.
+    """
+    from .conftest import company
+
+    config = company(f"nightly: {{backup: {{every: 1d, to: {tmp_path / 'backups'}}}}}\n")
+    clock = ManualClock(start=ts("2027-01-04T12:00:00"))
+    hour = 3600.0
+    async with asyncio.timeout(30):
+        report = await simulate(
+            config,
+            2,
+            FlakySink(failure_rate=0.0, attempts=1, seed=1, clock=clock),
+            clock,
+            state_dir=tmp_path / "state",
+            downtime=[(11 * hour, 13 * hour)],  # down over 2027-01-05T00:00
+        )
+    assert report.missing == [] and report.duplicates == [], report.to_dict()
+    [taken] = [r for r in report.non_success if r.kind == "catch_up"]
+    assert taken.scheduled == ts("2027-01-05T00:00:00")
+    assert "not available in this process" in (taken.reason or "")
+    assert "was missed: the daemon was down at its time; taken at start" in (taken.reason or "")

@@ -7,7 +7,9 @@ claim commits is recorded once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,39 @@ async def test_a_fire_cancelled_while_its_claim_commits_is_recorded_once_if_it_w
     assert cursor == 1200.0
     assert [e.data["outcome"] for e in events if e.kind == "routine_failed"] == ["cancelled"]
     assert sink.tasks == [] and failures == []
+
+
+async def test_a_start_does_not_undo_a_claim_committed_after_it_read_the_history(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """A start writes each routine's state as it planned it from the history it read; a
+    claim another scheduler of the company committed in between (a backup owed at start,
+    a catch-up fire) stands: written back, the cursor it moved would let the same fire time
+    be claimed, and run, a second time. A changed trigger still starts afresh.
+    """
+    path = tmp_path / db.DB_NAME
+    stores = [RoutineStore(path, backend=state_backend) for _ in range(2)]
+    async with asyncio.timeout(60):
+        for store in stores:
+            await store.open()
+        first, other = stores
+        state = db.RoutineState(routine="r", trigger="t", cursor=100.0, last_fire=100.0)
+        await first.call(lambda c: db.put_state(c, state))
+        read = await first.call(lambda c: db.load_states(c)["r"])  # the start reads…
+        won = await other.call(
+            functools.partial(db.claim_fire, routine="r", fire_time=100.001, now=5.0)
+        )
+        # …and writes what it planned (the cursor where it read it), then claims the same
+        await first.call(lambda c: db.put_state(c, replace(read, updated=6.0), forward=True))
+        again = await first.call(
+            functools.partial(db.claim_fire, routine="r", fire_time=100.001, now=6.0)
+        )
+        after = await first.call(lambda c: db.load_states(c)["r"])
+        changed = replace(read, trigger="t2", cursor=50.0, last_fire=None, updated=7.0)
+        await first.call(lambda c: db.put_state(c, changed, forward=True))
+        afresh = await first.call(lambda c: db.load_states(c)["r"])
+        for store in stores:
+            await store.close()
+    assert (won, again) == (True, False)
+    assert (after.cursor, after.last_fire, after.updated) == (100.001, 100.001, 6.0)
+    assert (afresh.trigger, afresh.cursor, afresh.last_fire) == ("t2", 50.0, None)

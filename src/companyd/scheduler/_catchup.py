@@ -19,6 +19,22 @@ A fire time the catch-up does not serve is ``stopped`` instead of ``missed`` whe
 after a planned stop (the clean-stop marker the previous run left in routines.sqlite): the
 operator chose that downtime, so it is neither a miss nor a due run. Without the marker (a
 crash, kill -9, power loss) it is ``missed``.
+
+**Backup routines** are not held to the at-most-once rule: a backup calls no model and is
+idempotent, so one whose latest fire produced no backup takes one at start, once (a
+:class:`Retake`, run as a ``catch_up`` fire and claimed as every catch-up fire is),
+whatever its ``catch_up`` says:
+
+* its latest fire time passed while the daemon was down (``missed`` or ``stopped``) and
+  ``run_once`` does not serve it: that fire time is the retake (the earlier ones are
+  recorded as before);
+* its latest fire (the one at the cursor) was ``cancelled`` — the daemon's stop came under
+  the backup (:data:`BACKUP_STOPPED`), or a crash cut it short (:data:`BACKUP_CRASHED`, the
+  start closed it): the retake is at the cursor plus :data:`RETAKE_STEP`, a fire time every
+  scheduler reading this history computes alike, so of two on one database exactly one
+  claims it.
+
+An ``ok`` or ``failed`` latest fire is not taken again.
 """
 
 from __future__ import annotations
@@ -41,12 +57,46 @@ from companyd.scheduler._triggers import (
     trigger_identity,
 )
 
-__all__ = ["CATCH_UP_WINDOW", "MAX_MISSED_ROWS", "StartPlan", "missed_records", "plan_start"]
+__all__ = [
+    "BACKUP_CRASHED",
+    "BACKUP_STOPPED",
+    "CATCH_UP_WINDOW",
+    "MAX_MISSED_ROWS",
+    "RETAKE_STEP",
+    "Retake",
+    "StartPlan",
+    "missed_records",
+    "plan_start",
+]
 
 #: Fire times missed while down are looked for at most this far back (bounded start-up work).
 CATCH_UP_WINDOW = 35 * 86400.0
 #: Missed fire times beyond this many (per routine, per start) share one history row.
 MAX_MISSED_ROWS = 100
+#: A retaken backup's fire time is its interrupted fire's plus this (seconds): after the
+#: cursor, so the claim can move it there, and far below any schedule's interval.
+RETAKE_STEP = 0.001
+
+#: why a backup routine's fire the daemon's stop came under is ``cancelled``
+BACKUP_STOPPED = (
+    "interrupted: the daemon stopped during the backup; nothing was written; it is taken "
+    "again when the daemon starts"
+)
+#: why a backup routine's fire a crash cut short is closed ``cancelled`` at the next start
+BACKUP_CRASHED = (
+    "interrupted: the daemon stopped (crash, kill or power loss) before the backup ended; "
+    "it is taken again at start"
+)
+
+
+@dataclass(frozen=True)
+class Retake:
+    """A backup routine's backup owed at start: run at once as a ``catch_up`` fire of fire
+    time ``at``, its reason ending with ``why``.
+    """
+
+    at: datetime
+    why: str
 
 
 @dataclass(frozen=True)
@@ -62,6 +112,7 @@ class StartPlan:
         catch_up: the fire time to run once at start, if any.
         missed: history rows for fire times not served while the daemon was down, oldest
             first: ``missed``, then ``stopped`` for those after a planned stop.
+        retake: a backup routine's backup taken at start (see the module doc), if any.
     """
 
     routine: RoutineConfig
@@ -71,6 +122,7 @@ class StartPlan:
     next_run: datetime | None
     catch_up: datetime | None
     missed: list[FireRecord]
+    retake: Retake | None = None
 
 
 def plan_start(
@@ -78,10 +130,13 @@ def plan_start(
     states: Mapping[str, RoutineState],
     now: float,
     stopped: tuple[float, str] | None = None,
+    latest: Mapping[str, FireRecord] | None = None,
 ) -> list[StartPlan]:
     """Decide each routine's first run and its missed fire times at a start at ``now``.
 
-    ``stopped`` is the planned stop the previous run recorded, ``(at, why)``, if any.
+    ``stopped`` is the planned stop the previous run recorded, ``(at, why)``, if any;
+    ``latest`` each backup routine's latest scheduled or catch-up fire in the history
+    (after the start closed the fires a crash left open).
     """
     plans = []
     now_dt = utc_from_ts(now)
@@ -100,7 +155,8 @@ def plan_start(
             )
             plans.append(StartPlan(r, trigger, ident, state, next_after(trigger, now_dt), None, []))
             continue
-        plans.append(_plan_catch_up(r, trigger, ident, st, now, stopped))
+        previous = None if latest is None else latest.get(r.slug)
+        plans.append(_plan_catch_up(r, trigger, ident, st, now, stopped, previous))
     return plans
 
 
@@ -111,6 +167,7 @@ def _plan_catch_up(
     st: RoutineState,
     now: float,
     stopped: tuple[float, str] | None = None,
+    previous: FireRecord | None = None,
 ) -> StartPlan:
     now_dt = utc_from_ts(now)
     since = max(st.cursor, now - CATCH_UP_WINDOW)
@@ -120,10 +177,13 @@ def _plan_catch_up(
         # max(): after the wall clock was stepped back, fire times up to the cursor have
         # already been dealt with and must not run a second time.
         start_from = utc_from_ts(max(now, st.cursor))
-        return StartPlan(r, trigger, ident, state, next_after(trigger, start_from), None, [])
+        nxt = next_after(trigger, start_from)
+        interrupted = _retake_interrupted(r, trigger, st, previous)
+        return StartPlan(r, trigger, ident, state, nxt, None, [], interrupted)
     latest = times[-1]
     late = now - latest.timestamp()
     catch_up: datetime | None = None
+    retake: Retake | None = None
     if r.catch_up.policy == "run_once" and late <= r.catch_up.grace:
         catch_up, missed = latest, times[:-1]
         reason = (
@@ -131,6 +191,20 @@ def _plan_catch_up(
             f"missed fire time ({latest.astimezone(trigger.timezone):%Y-%m-%d %H:%M %Z})"
         )
         next_run: datetime | None = latest
+    elif r.backup is not None:
+        # a backup is taken again whatever catch_up says: it calls no model
+        when = _when(trigger, latest.timestamp())
+        if stopped is not None and latest.timestamp() > stopped[0]:
+            why = f"the backup of {when} fell while the daemon was stopped on purpose"
+        else:
+            why = f"the backup of {when} was missed: the daemon was down at its time"
+        retake = Retake(latest, f"{why}; taken at start")
+        missed = times[:-1]
+        reason = (
+            "daemon was down at this fire time; a backup routine takes only the latest "
+            f"missed backup at start ({when})"
+        )
+        next_run = next_after(trigger, latest)
     else:
         missed = times
         if r.catch_up.policy == "run_once":
@@ -168,7 +242,27 @@ def _plan_catch_up(
     if missed:
         last = missed[-1].timestamp()
         state = replace(state, cursor=max(st.cursor, last), last_fire=last)
-    return StartPlan(r, trigger, ident, state, next_run, catch_up, records)
+    return StartPlan(r, trigger, ident, state, next_run, catch_up, records, retake)
+
+
+def _when(trigger: Any, t: float) -> str:
+    """Fire time ``t`` as a retake's reason names it, in the trigger's time zone."""
+    return f"{utc_from_ts(t).astimezone(trigger.timezone):%Y-%m-%d %H:%M:%S %Z}"
+
+
+def _retake_interrupted(
+    r: RoutineConfig, trigger: Any, st: RoutineState, last: FireRecord | None
+) -> Retake | None:
+    """The retake of backup routine ``r`` whose fire at the cursor, ``last``, was cancelled
+    (a stop came under it, or a crash cut it short); None otherwise.
+    """
+    if r.backup is None or last is None or last.outcome != str(Outcome.CANCELLED):
+        return None
+    if last.scheduled < st.cursor:
+        return None  # a later fire time was dealt with since
+    how = "a crash of the daemon" if last.reason == BACKUP_CRASHED else "the stop"
+    why = f"the backup of {_when(trigger, last.scheduled)} was interrupted by {how}"
+    return Retake(utc_from_ts(st.cursor + RETAKE_STEP), f"{why}; taken again at start")
 
 
 def missed_records(

@@ -40,6 +40,7 @@ from companyd.events import RoutineLimitReached, RoutinePaused
 from companyd.runs import RunOutcome, RunStatus, Task
 from companyd.scheduler import _guards as guards
 from companyd.scheduler import _store as db
+from companyd.scheduler._catchup import BACKUP_STOPPED
 from companyd.scheduler._ids import new_id
 from companyd.scheduler._outcomes import Outcome, from_run_status
 from companyd.scheduler._record import Recorder
@@ -198,11 +199,13 @@ class Fires:
         check_precondition: bool,
         event: str | None = None,
         fire_id: str | None = None,
+        why: str | None = None,
     ) -> RunOutcome | None:
         """Run one fire of ``slot``'s routine (``kind``: ``scheduled``, ``catch_up``,
         ``manual`` or ``webhook``) and record it; the run's outcome, or None when it did not
         run. ``event`` (a webhook's body, already bounded) is appended to the task as data
-        (:func:`webhook_prompt`); ``fire_id`` is the fire's id when the caller chose it.
+        (:func:`webhook_prompt`); ``fire_id`` is the fire's id when the caller chose it;
+        ``why`` (a backup taken again at start) ends a backup fire's reason.
 
         Raises:
             RoutineBusy: a manual run found no room.
@@ -251,7 +254,7 @@ class Fires:
                 self._rec.record_cancelled(rec, STOPPED_BEFORE)
                 raise
             try:
-                return await self._run_locked(slot, rec, check_precondition, event)
+                return await self._run_locked(slot, rec, check_precondition, event, why)
             finally:
                 slot.lock.release()
         finally:
@@ -288,12 +291,17 @@ class Fires:
             self._rec.record_now(rec, Outcome.CANCELLED, STOPPED_BEFORE)
 
     async def _run_locked(
-        self, slot: Slot, rec: FireRecord, check_precondition: bool, event: str | None = None
+        self,
+        slot: Slot,
+        rec: FireRecord,
+        check_precondition: bool,
+        event: str | None = None,
+        why: str | None = None,
     ) -> RunOutcome | None:
         r = slot.config
         started = self._clock.time()
         if r.backup is not None:
-            return await self._backup(rec, r.backup.to, r.backup.keep)
+            return await self._backup(rec, r.backup.to, r.backup.keep, why)
         # the operator's own `jobs run` is not held back by the runaway guards: it is asked for
         held = None if rec.kind == "manual" else await self._guard_paused(r)
         if held is not None:
@@ -425,13 +433,23 @@ class Fires:
             outcome = await self._gate.settle(task, outcome, asked)
         return outcome
 
-    async def _backup(self, rec: FireRecord, directory: Path, keep: int) -> RunOutcome:
+    async def _backup(
+        self, rec: FireRecord, directory: Path, keep: int, why: str | None = None
+    ) -> RunOutcome:
         """A backup routine's fire: no task, no model; the backup's summary or its failure
-        is the history row (a failure is a ``routine_failed`` event, so it is alerted). The
-        outcome (no task, no run: ``task_id`` and ``run_id`` empty, the summary as the
-        ``answer``) is what ``run_now`` answers with.
+        is the history row (a failure is a ``routine_failed`` event, so it is alerted),
+        followed by ``why`` when given (a backup taken again at start says what it makes
+        up for). The outcome (no task, no run: ``task_id`` and ``run_id`` empty, the summary
+        as the ``answer``) is what ``run_now`` answers with.
+
+        Stopped under the daemon's stop, the fire is ``cancelled`` with
+        :data:`~companyd.scheduler._catchup.BACKUP_STOPPED`: the next start takes the
+        backup again (docs/scheduler.md, "Backup routines").
         """
         started = self._clock.time()
+
+        def said(reason: str) -> str:
+            return reason if why is None else f"{reason}; {why}"
 
         def ended(status: RunStatus, reason: str | None, answer: str = "") -> RunOutcome:
             return RunOutcome(
@@ -446,33 +464,25 @@ class Fires:
             )
 
         if self._backups is None:
-            why = "backups are not available in this process; nothing written"
-            await self._rec.finish(rec, Outcome.FAILED, why)
-            return ended(RunStatus.FAILED, why)
+            failed = "backups are not available in this process; nothing written"
+            await self._rec.finish(rec, Outcome.FAILED, said(failed))
+            return ended(RunStatus.FAILED, failed)
         try:
             summary = await self._backups.scheduled_backup(directory, keep)
         except asyncio.CancelledError:
             # the backup's thread was stopped and its staging removed before this is raised
-            self._rec.record_cancelled(
-                rec,
-                "interrupted: the daemon stopped during the backup; nothing was written; "
-                "it runs again at its next time",
-            )
+            self._rec.record_cancelled(rec, BACKUP_STOPPED)
             raise
         except AdminStopping:
             # the daemon's stop came first: cancelled as the stop's other fires are (told
             # once, routine_failed with this reason), not "backup failed" — nothing was written
-            why = (
-                "interrupted: the daemon stopped during the backup; nothing was written; "
-                "it runs again at its next time"
-            )
-            self._rec.record_cancelled(rec, why)
-            return ended(RunStatus.CANCELLED, why)
+            self._rec.record_cancelled(rec, BACKUP_STOPPED)
+            return ended(RunStatus.CANCELLED, BACKUP_STOPPED)
         except Exception as exc:
-            why = f"backup failed: {exc}"
-            await self._rec.finish(rec, Outcome.FAILED, why)
-            return ended(RunStatus.FAILED, why)
-        await self._rec.finish(rec, Outcome.OK, summary)
+            failed = f"backup failed: {exc}"
+            await self._rec.finish(rec, Outcome.FAILED, said(failed))
+            return ended(RunStatus.FAILED, failed)
+        await self._rec.finish(rec, Outcome.OK, said(summary))
         return ended(RunStatus.OK, None, summary)
 
     async def follow_resumed(

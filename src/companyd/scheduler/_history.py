@@ -100,6 +100,7 @@ __all__ = [
     "insert_fire_stmt",
     "insert_fires",
     "latest_fires",
+    "latest_scheduled",
     "load_states",
     "mark_clean_stop",
     "open_fires",
@@ -391,6 +392,22 @@ def latest_fires(conn: Connection) -> dict[str, FireRecord]:
     return {r[1]: _record(r) for r in rows}
 
 
+def latest_scheduled(conn: Connection, routines: Iterable[str]) -> dict[str, FireRecord]:
+    """Each of ``routines``' latest scheduled or catch-up fire (by fire time, then id), for
+    those that have one (a backup routine's retake at start reads it).
+    """
+    found = {}
+    for routine in routines:
+        row = conn.execute(
+            f"SELECT {_FIRE_COLUMNS} FROM fires WHERE routine = ? "
+            "AND kind IN ('scheduled', 'catch_up') ORDER BY scheduled DESC, id DESC LIMIT 1",
+            (routine,),
+        ).fetchone()
+        if row is not None:
+            found[routine] = _record(row)
+    return found
+
+
 def open_fires(conn: Connection) -> list[FireRecord]:
     """Fires that are waiting or running (outcome not yet known)."""
     rows = conn.execute(
@@ -485,13 +502,34 @@ def claim_fire(conn: Connection, routine: str, fire_time: float, now: float) -> 
     return bool(conn.execute(_CLAIM, (t, t, t, now, routine, t)).rowcount == 1)
 
 
-def put_state(conn: Connection, state: RoutineState) -> None:
-    """Write ``state`` as its routine's row (replacing the one there)."""
+_PUT_STATE = (
+    "INSERT INTO routine_state (routine, trigger, cursor, last_fire, memory_marker, updated) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (routine) DO UPDATE SET trigger = excluded.trigger,"
+    " cursor = {cursor}, last_fire = {last_fire},"
+    " memory_marker = excluded.memory_marker, updated = excluded.updated"
+)
+#: the stored value when it is ahead under the same trigger (a claim committed meanwhile)
+_AHEAD = (
+    "CASE WHEN routine_state.trigger = excluded.trigger AND routine_state.{col} > "
+    "COALESCE(excluded.{col}, routine_state.{col} - 1) THEN routine_state.{col} "
+    "ELSE excluded.{col} END"
+)
+_PUT = _PUT_STATE.format(cursor="excluded.cursor", last_fire="excluded.last_fire")
+_PUT_FORWARD = _PUT_STATE.format(
+    cursor=_AHEAD.format(col="cursor"), last_fire=_AHEAD.format(col="last_fire")
+)
+
+
+def put_state(conn: Connection, state: RoutineState, *, forward: bool = False) -> None:
+    """Write ``state`` as its routine's row (replacing the one there).
+
+    ``forward``: a stored cursor (and last fire) ahead of ``state``'s under the same
+    trigger is kept — a start writes what it planned from the history it read, and a claim
+    another scheduler committed since (docs/ha.md) must not be undone, or the fire time it
+    claimed could be claimed again.
+    """
     conn.execute(
-        "INSERT INTO routine_state (routine, trigger, cursor, last_fire, memory_marker, updated) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (routine) DO UPDATE SET trigger = excluded.trigger,"
-        " cursor = excluded.cursor, last_fire = excluded.last_fire,"
-        " memory_marker = excluded.memory_marker, updated = excluded.updated",
+        _PUT_FORWARD if forward else _PUT,
         (
             state.routine,
             state.trigger,
@@ -580,29 +618,42 @@ def prune_idle(conn: Connection, before: float) -> int:
 
 
 def close_interrupted(
-    conn: Connection, now: float, reason: str, *, keep: Collection[str] = ()
+    conn: Connection,
+    now: float,
+    reason: str,
+    *,
+    keep: Collection[str] = (),
+    reasons: Mapping[str, str] | None = None,
 ) -> list[FireRecord]:
     """Mark every fire left waiting or running by a previous run of the scheduler as
-    ``cancelled``, except the fire ids in ``keep`` (their runs were resumed).
+    ``cancelled``, except the fire ids in ``keep`` (their runs were resumed). ``reasons``
+    gives some routines (backup routines) a reason of their own instead of ``reason``.
     """
+    why = reasons or {}
     left = [r for r in open_fires(conn) if r.fire_id not in keep]
     conn.executemany(
         "UPDATE fires SET outcome = 'cancelled', reason = ?, ended = ? WHERE fire_id = ?",
-        [(reason, now, r.fire_id) for r in left],
+        [(why.get(r.routine, reason), now, r.fire_id) for r in left],
     )
     return left
 
 
 def close_unrecorded(
-    conn: Connection, now: float, reason: str, agents: Mapping[str, str]
+    conn: Connection,
+    now: float,
+    reason: str,
+    agents: Mapping[str, str],
+    reasons: Mapping[str, str] | None = None,
 ) -> list[FireRecord]:
     """Add a ``cancelled`` row for each routine whose last fire has no row.
 
     A scheduled fire commits its cursor (and ``last_fire``) first and its row in the next
     batch, so a process that died between the two left the cursor ahead of the history: the
     fire was dispatched — and is not run again — but not recorded. ``agents`` maps routine
-    slugs to assignees (a routine no longer in company.yaml gets ``"?"``).
+    slugs to assignees (a routine no longer in company.yaml gets ``"?"``); ``reasons`` gives
+    some routines (backup routines, whose backup is taken again) a reason of their own.
     """
+    why = reasons or {}
     rows = conn.execute(
         "SELECT s.routine, s.last_fire FROM routine_state s WHERE s.last_fire IS NOT NULL "
         "AND NOT EXISTS (SELECT 1 FROM fires f WHERE f.routine = s.routine "
@@ -617,7 +668,7 @@ def close_unrecorded(
             scheduled=last_fire,
             ended=now,
             outcome="cancelled",
-            reason=reason,
+            reason=why.get(routine, reason),
         )
         for routine, last_fire in rows
     ]

@@ -15,7 +15,9 @@ operator's description; this docstring is the contract:
   daemon was down are missed; ``catch_up: run_once`` runs the latest of them once, at start,
   when it is at most ``grace`` old. A changed trigger (compared by ``repr``, time zone
   included) starts afresh without catch-up. A fire left running by a crash is closed as
-  ``cancelled`` and not run again.
+  ``cancelled`` and not run again — except a backup routine's: a backup whose latest fire
+  produced no backup is taken once at start (:mod:`companyd.scheduler._catchup`,
+  :meth:`RoutineScheduler.take_owed_backups`).
 * **Concurrency.** ``skip_if_active``: a fire while a run of the same routine is active is
   ``skipped``. ``queue``: it waits for the active run, at most one waiting; a further fire is
   ``skipped``.
@@ -55,7 +57,7 @@ from companyd.runs import RunOutcome
 from companyd.scheduler import _guards as guards
 from companyd.scheduler import _store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
-from companyd.scheduler._catchup import plan_start
+from companyd.scheduler._catchup import BACKUP_CRASHED, Retake, plan_start
 from companyd.scheduler._fire import Fires, RoutineBusy, Slot, overlap_reason
 from companyd.scheduler._ids import new_id
 from companyd.scheduler._outcomes import Outcome
@@ -175,6 +177,8 @@ class RoutineScheduler:
         self._skip_grace = skip_grace
         self._slots: dict[str, Slot] = {}
         self._catch_up: dict[str, datetime] = {}
+        #: the backups the last start found owed, until take_owed_backups() takes them
+        self._owed: list[tuple[Slot, Retake]] = []
         self._aps: ClockedScheduler | None = None
         self._manual: set[asyncio.Task[RunOutcome | None]] = set()
         self._failure: BaseException | None = None
@@ -263,6 +267,7 @@ class RoutineScheduler:
                 log.warning("the routine history opened: routines fire again")
             else:
                 ctx.started()
+            self.take_owed_backups()
             return True
 
     @property
@@ -309,20 +314,29 @@ class RoutineScheduler:
                     if settling is not None:
                         following.append((rec, settling, False))
             keep = frozenset(rec.fire_id for rec, _, _ in following)
+            # a backup a crash cut short is taken again at this start (see _catchup)
+            crashed = {
+                slug: BACKUP_CRASHED
+                for slug, r in self._config.routines.items()
+                if r.backup is not None
+            }
             interrupted, unrecorded = await store.call(
                 lambda c: (
-                    db.close_interrupted(c, now, INTERRUPTED, keep=keep),
-                    db.close_unrecorded(c, now, UNRECORDED, agents),
+                    db.close_interrupted(c, now, INTERRUPTED, keep=keep, reasons=crashed),
+                    db.close_unrecorded(c, now, UNRECORDED, agents, crashed),
                 )
             )
             for rec in interrupted:
-                self._rec.emit(rec, Outcome.CANCELLED, INTERRUPTED)
+                self._rec.emit(rec, Outcome.CANCELLED, crashed.get(rec.routine, INTERRUPTED))
             for rec in unrecorded:
-                self._rec.emit(rec, Outcome.CANCELLED, UNRECORDED)
-            states, stopped = await store.call(lambda c: (db.load_states(c), db.clean_stop(c)))
+                self._rec.emit(rec, Outcome.CANCELLED, crashed.get(rec.routine, UNRECORDED))
             routines = [r for r in self._config.routines.values() if r.enabled]
+            backups = [r.slug for r in routines if r.backup is not None]
+            states, stopped, latest = await store.call(
+                lambda c: (db.load_states(c), db.clean_stop(c), db.latest_scheduled(c, backups))
+            )
             # Walking cron fire times over a long outage is CPU work: keep it off the loop.
-            plans = await asyncio.to_thread(plan_start, routines, states, now, stopped)
+            plans = await asyncio.to_thread(plan_start, routines, states, now, stopped, latest)
             stale = set(states) - {p.routine.slug for p in plans}
 
             def write(c: Any) -> None:
@@ -331,7 +345,7 @@ class RoutineScheduler:
                 db.clear_clean_stop(c)
                 db.insert_fires(c, [m for p in plans for m in p.missed])
                 for p in plans:
-                    db.put_state(c, p.state)
+                    db.put_state(c, p.state, forward=True)
                 db.delete_states(c, stale)
                 db.prune_idle(c, now - IDLE_RETENTION)
 
@@ -371,6 +385,9 @@ class RoutineScheduler:
                 )
                 self._manual.add(follower)
                 follower.add_done_callback(self._manual.discard)
+            self._owed = [
+                (self._slots[p.routine.slug], p.retake) for p in plans if p.retake is not None
+            ]
         except BaseException:
             await self.stop(drain=False)
             raise
@@ -561,6 +578,46 @@ class RoutineScheduler:
         return result
 
     # -- firing -----------------------------------------------------------------------
+
+    def take_owed_backups(self) -> None:
+        """Take the backups :meth:`start` found owed, now, each once (docs/scheduler.md,
+        "Backup routines"): the backup routines whose latest fire produced no backup (the
+        stop came under it, a crash cut it short, it passed while the daemon was down).
+        :meth:`run` calls it once the scheduler has reported ready; a caller of
+        :meth:`start` itself calls it when it wants them. Each is a ``catch_up`` fire whose
+        reason ends with why, claimed as every catch-up fire is: of two schedulers that
+        found the same backup owed, one takes it.
+        """
+        owed, self._owed = self._owed, []
+        if self._aps is None:
+            return  # stopped meanwhile: the next start finds them owed again
+        for slot, retake in owed:
+            self._take_again(slot, retake)
+
+    def _take_again(self, slot: Slot, retake: Retake) -> None:
+        """Take backup routine ``slot``'s owed backup now: a ``catch_up`` fire at
+        ``retake.at`` whose reason ends with ``retake.why``. A fire beside the jobs, as a
+        manual run is: its fire time is not on the schedule (and may be older than the
+        misfire grace).
+        """
+
+        async def fire() -> RunOutcome | None:
+            try:
+                return await self._fires.execute(
+                    slot,
+                    "catch_up",
+                    retake.at.timestamp(),
+                    check_precondition=False,
+                    why=retake.why,
+                )
+            except StoreError as exc:
+                self._store_failed(exc)  # as a scheduled fire's: the child fails loudly
+                raise
+
+        task = asyncio.ensure_future(fire())
+        self._manual.add(task)
+        task.add_done_callback(self._manual.discard)
+        task.add_done_callback(_log_retake_failure)
 
     async def _fire(self, routine: str, *, scheduled: datetime | None = None) -> None:
         """APScheduler's job function: one fire time of ``routine``."""
@@ -914,6 +971,12 @@ class RoutineScheduler:
                 quiet = 0
                 continue
             quiet += 1
+
+
+def _log_retake_failure(task: asyncio.Future[Any]) -> None:
+    """A backup taken again at start that failed outside its own record: logged."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a backup taken again at start failed: %r", task.exception())
 
 
 def _log_webhook_failure(task: asyncio.Future[Any]) -> None:

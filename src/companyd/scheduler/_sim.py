@@ -518,6 +518,7 @@ async def simulate(
 
     sched = make()
     await sched.start()
+    sched.take_owed_backups()  # as run() does once ready
     try:
         for down_at, up_at in sorted(downtime):
             await advance(
@@ -527,6 +528,7 @@ async def simulate(
             clock.advance(max(0.0, start + up_at - clock.time()))
             sched = make()
             await sched.start()
+            sched.take_owed_backups()
         await advance(sched, clock, end - clock.time(), runs=wait_for_runs, gate=gate)
     finally:
         await sched.stop(drain=wait_for_runs)
