@@ -1187,6 +1187,9 @@ async def test_during_the_daemon_s_stop_the_cli_is_told_it_stops_not_that_none_r
     assert not srv.path.exists()
     code, _, err = await _cli("status", "--state-dir", str(sock_dir))
     assert code == 69 and "no companyd daemon is running" in err, err
+    # started again (a supervisor's restart, the daemon leading again): it serves anew
+    async with running(srv.run):
+        assert (await ControlClient(srv.path).acall("status"))["company"]["name"]
 
 
 # ---------------------------------------------------------------------------------------
