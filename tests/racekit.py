@@ -53,8 +53,8 @@ async def race_at(
         two = asyncio.ensure_future(second_work)
         two.add_done_callback(lambda _: second_ended.set())
         async with asyncio.timeout(30):
-            a, b = await asyncio.gather(one, two, return_exceptions=True)
-        return a, b
+            both = await asyncio.gather(one, two, return_exceptions=True)
+        return both[0], both[1]
     finally:
         await first.run(lambda db: db.set_trace_callback(None))
         await second.run(lambda db: db.set_trace_callback(None))
