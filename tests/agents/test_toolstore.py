@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from companyd.clock import ManualClock
-from companyd.desk._toolstore import RateLimits, ToolStore
+from companyd.desk._toolstore import Catalogue, RateLimits, ToolStore
 from companyd.events import EventBus
 from companyd.storage import Backend
+from racekit import race_at
 
 pytestmark = pytest.mark.anyio
 
@@ -55,6 +56,37 @@ async def test_the_day_is_the_companys(tmp_path: Path) -> None:
         assert limits.today() == "2026-01-01"  # already midnight in Berlin
     finally:
         await store.close()
+
+
+async def test_an_approval_beside_a_catalogue_check_waits_its_turn(tmp_path: Path) -> None:
+    """The CLI approves held tools offline (`companyd tools approve`: no control socket yet)
+    while the daemon's agent start compares a server's catalogue with the stored one: the
+    approval comes between the check's read and its write. Each takes the write lock at
+    ``BEGIN``: the check's reads stay true until its writes, the approval waits and then
+    approves what the check held too — neither fails with "database is locked" (a plain
+    ``BEGIN``'s stale snapshot), which would leave the agent without its tools.
+    """
+    daemon = ToolStore(tmp_path / "tools.sqlite")
+    cli = ToolStore(tmp_path / "tools.sqlite")
+    try:
+        await daemon.check_catalogue("a", "s", {"t": _tool("t")})
+        await daemon.check_catalogue("a", "s", {"t": _tool("t"), "v": _tool("v")}, now=100.0)
+        listed = {"t": _tool("t"), "v": _tool("v"), "w": _tool("w")}
+        checked, approved = await race_at(
+            daemon._db,
+            "INSERT INTO catalogue",
+            daemon.check_catalogue("a", "s", listed, now=200.0),
+            cli._db,
+            cli.approve("s", "a"),
+        )
+        assert isinstance(checked, Catalogue), checked
+        assert checked.offered == {"t"} and dict(checked.held) == {"v": "new tool", "w": "new tool"}
+        assert sorted(approved) == [("a", "v"), ("a", "w")], approved
+        after = await daemon.check_catalogue("a", "s", listed)
+        assert after.offered == {"t", "v", "w"} and not after.held
+    finally:
+        await daemon.close()
+        await cli.close()
 
 
 async def test_the_first_catalogue_is_approved_then_changes_are_held_until_approved(

@@ -1165,6 +1165,33 @@ async def test_cli_told_busy_exits_75_with_the_reason(sock_dir: Path) -> None:
     assert "Traceback" not in err
 
 
+@pytest.mark.anyio
+async def test_during_the_daemon_s_stop_the_cli_is_told_it_stops_not_that_none_runs(
+    sock_dir: Path,
+) -> None:
+    """The daemon stops its control socket first, then gives its agents their grace: the
+    socket stays bound through it, every request but ``ping`` answered ``stopping`` (exit
+    75) — not "no companyd daemon is running" (69), after which a command would work on
+    the files the daemon still writes — until the daemon closes it.
+    """
+    srv = ControlServer(Company(), sock_dir / "companyd.sock", state_dir=sock_dir)
+    async with running(srv.run):
+        srv.hold_through_stop()  # what Daemon.stop does before stopping its tree
+    # the child has returned (the tree goes on to the agents): the socket still answers
+    code, out, err = await _cli("status", "--json", "--state-dir", str(sock_dir))
+    assert code == 75, err
+    assert json.loads(out)["code"] == "stopping"
+    assert err.startswith("companyd: the daemon is stopping"), err
+    assert "run the command again once the daemon has started" in err
+    await srv.close()
+    assert not srv.path.exists()
+    code, _, err = await _cli("status", "--state-dir", str(sock_dir))
+    assert code == 69 and "no companyd daemon is running" in err, err
+    # started again (a supervisor's restart, the daemon leading again): it serves anew
+    async with running(srv.run):
+        assert (await ControlClient(srv.path).acall("status"))["company"]["name"]
+
+
 # ---------------------------------------------------------------------------------------
 # the status printer
 

@@ -176,4 +176,20 @@ async def test_telegram_commands_and_buttons_are_recorded_via_telegram(work: Pat
                 ("pause", "nobody", "telegram", False),
                 ("ask", "cfo", "telegram", True),
             ]
+            # /ask once the stop has begun: nothing is asked, said as what it is (no ⚠️
+            # failure) with what to do — as the CLI says it, in the phone's one wording
+            assert daemon.daemon is not None
+            daemon.daemon.staff.drain()
+            bot.inject_command(FOUNDER, "/ask cfo And now?")
+            await bot.wait_for(lambda: len(actions(daemon)) >= 6, timeout=30)
+
+            def told() -> list[str]:
+                return [m.text for m in bot.messages if "nothing was asked" in m.text]
+
+            await bot.wait_for(lambda: bool(told()), timeout=30)
+            assert told() == [
+                "⏹ the daemon is stopping; nothing was asked of cfo — ask again once the "
+                "daemon has started"
+            ]
+            assert actions(daemon)[-1] == ("ask", "cfo", "telegram", False)
             await daemon.stop()

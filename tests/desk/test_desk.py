@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from companyd.clock import ManualClock
-from companyd.desk import Desk, DeskError, DeskItem, ItemKind, ItemState
+from companyd.desk import Desk, DeskError, DeskFull, DeskItem, ItemKind, ItemState
 from companyd.desk._store import MIGRATIONS, PG_POLL_SECONDS
 from companyd.events import EventBus
 from companyd.storage import SQLITE, Backend
+from racekit import race_at
 
 
 def _desk(
@@ -363,6 +364,44 @@ async def test_two_desks_on_one_store_deciding_the_same_item_at_once_decide_it_o
         await b.close()
     decided = [e for bus in buses for e in bus.recent({"founder_decided"})]
     assert len(decided) == 12
+
+
+@pytest.mark.anyio
+async def test_an_ask_counts_the_open_items_that_another_desk_adds_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """Two desks on one file (two processes): one asks while the other adds an item for
+    the same agent between the first's count of its open items and its insert. The count
+    stays true until the insert (the write lock taken at ``BEGIN``): of two asks over a
+    limit of one, one waits on the desk and the other is told the desk is full — not a
+    "database is locked" for the ask whose reads went stale, as with a plain ``BEGIN``.
+    """
+    clock = ManualClock()
+    a, b = _desk(tmp_path, clock), _desk(tmp_path, clock)
+
+    async def ask(desk: Desk, key: str) -> DeskItem:
+        return await desk.request(
+            key=key,
+            kind=ItemKind.APPROVAL,
+            agent="marketing",
+            run_id=key.split("/")[0],
+            routine=None,
+            payload={"tool": "post_tweet", "input": {"text": key}, "reason": "launch"},
+            timeout=3600.0,
+            open_limit=1,
+        )
+
+    try:
+        first, second = await race_at(
+            a._db, "INSERT INTO items", ask(a, "run-1/tu-1"), b._db, ask(b, "run-2/tu-1")
+        )
+        assert isinstance(first, DeskItem), first
+        assert isinstance(second, DeskFull), second
+        assert second.open_ids == [first.id]
+        assert [i.id for i in await b.pending()] == [first.id]
+    finally:
+        await a.close()
+        await b.close()
 
 
 @pytest.mark.anyio

@@ -1653,6 +1653,9 @@ async def test_run_again_on_the_phone_while_the_daemon_stops_says_what_became_of
                         timeout=30,
                     )
                 footers = _footers(bot, alert)
+                # the control socket stopped first: the CLI meanwhile is told the daemon
+                # stops (75), not that none runs
+                by_cli = await daemon.cli("jobs", "run", "daily-post", "--json")
                 srv.release_stalls()
                 clock.advance(STOP_CALL_GRACE)
                 await stopping
@@ -1665,3 +1668,6 @@ async def test_run_again_on_the_phone_while_the_daemon_stops_says_what_became_of
         "once the daemon has started"
     ), refused
     assert [f for f in footers if "was not fired" in f] == []  # nothing done: no footer
+    assert by_cli.rc == EX_TEMPFAIL, by_cli
+    assert json.loads(by_cli.out)["code"] == "stopping", by_cli
+    assert by_cli.err.startswith("companyd: the daemon is stopping"), by_cli

@@ -35,7 +35,14 @@ from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._deliver import result_records
 from companyd.alerts._desk_messages import alert_of
 from companyd.alerts._link import SEND_TIMEOUT
-from companyd.alerts._ops import ADMIN_TIMEOUT, act, buttons_after, command_reply, help_text
+from companyd.alerts._ops import (
+    ADMIN_TIMEOUT,
+    act,
+    buttons_after,
+    command_reply,
+    help_text,
+    refusal_text,
+)
 from companyd.alerts._outbox import AlertRecord, FollowUp
 from companyd.alerts._render import clip, split_text
 from companyd.alerts._render_status import format_result
@@ -164,7 +171,7 @@ class Commands:
                     desk_id, msg.text or "", by=_who(msg.from_user), via="telegram"
                 )
         except AdminError as exc:
-            await self._reply(msg, f"⚠️ {exc}")
+            await self._reply(msg, refusal_text(exc))
             return
         except TimeoutError:
             await self._reply(msg, f"⚠️ companyd did not answer within {ADMIN_TIMEOUT:.0f} s")
@@ -194,7 +201,7 @@ class Commands:
         try:
             result = await self._admin.ask(agent, question, timeout=ASK_TIMEOUT, via="telegram")
         except AdminError as exc:
-            await self._reply(msg, f"⚠️ {exc}")
+            await self._reply(msg, refusal_text(exc))
             return
         except Exception as exc:
             log.exception("alerts: /ask %s failed", agent)
@@ -313,7 +320,7 @@ class Commands:
             if not isinstance(exc, AdminError):
                 log.exception("alerts: the follow-up to %s failed", follow.reply_to)
                 exc = AdminError(f"the follow-up failed inside companyd ({type(exc).__name__})")
-            await self._fail(follow, msg, f"⚠️ {exc}")
+            await self._fail(follow, msg, refusal_text(exc))
             return
         unverified = result.status == "unverified"
         if result.status != "ok" and not unverified:

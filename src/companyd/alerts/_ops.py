@@ -35,6 +35,7 @@ __all__ = [
     "command_reply",
     "format_inbox",
     "help_text",
+    "refusal_text",
 ]
 
 log = logging.getLogger("companyd.alerts.service")
@@ -101,6 +102,18 @@ def format_inbox(inbox: Inbox, now: float | None = None) -> str:
     if len(items) > 20:
         lines.append(f"… and {len(items) - 20} more: `companyd inbox`")
     return "\n".join(lines)
+
+
+def refusal_text(exc: AdminError) -> str:
+    """How a message on the phone shows an Admin refusal: "⚠️" and its message — except a
+    stop's answer (:class:`~companyd.admin.AdminStopping`), which is no failure: "⏹" and
+    its message, which says what became of the request (nothing was asked, or the task is
+    kept and resumes after the restart) and what to do. The one wording of /ask, a command,
+    a reply and a follow-up; a button's popup shows the message alone (:func:`act`).
+    """
+    if isinstance(exc, AdminStopping):
+        return f"⏹ {exc}"
+    return f"⚠️ {exc}"
 
 
 def _agents_hint(agents: Collection[str]) -> str:
@@ -182,7 +195,7 @@ async def command_reply(
                 retried = result_data("retry", await a.retry(args[0], via=_VIA))
                 return format_result(f"🔁 retrying {args[0]}", retried)
     except AdminError as exc:
-        return f"⚠️ {exc}"
+        return refusal_text(exc)
     except TimeoutError:
         if name == "approve" and len(args) == 1:
             return f"⏳ {_approving(args[0])}"

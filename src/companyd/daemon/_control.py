@@ -82,6 +82,12 @@ MAX_BUFFERED_BYTES = 8 << 20
 LOG_INTERVAL = 60.0
 _RECV_CHUNK = 65536
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+#: The answer to every request but ``ping`` while the daemon stops after this socket's
+#: own stop (:meth:`ControlServer.hold_through_stop`).
+STOPPING = (
+    "the daemon is stopping (its agents are bringing their runs to a checkpoint); nothing "
+    "was done — run the command again once the daemon has started"
+)
 #: ``sun_path`` holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH = 107
 
@@ -153,6 +159,11 @@ class ControlServer:
         # The open connections, least recently active first (the eviction order).
         self._conns: dict[_Conn, None] = {}
         self._closing = False
+        #: the daemon is stopping (:meth:`hold_through_stop`): this child's stop leaves the
+        #: socket bound, every request but ``ping`` answered ``stopping``, until :meth:`close`
+        self._hold = False
+        self._refusing = False
+        self._held: tuple[asyncio.Future[None], socket.socket] | None = None
         self._spare: int | None = None
         self._logged: dict[str, tuple[float, int]] = {}  # what → (last logged, suppressed)
 
@@ -181,10 +192,13 @@ class ControlServer:
     async def run(self, ctx: ChildContext) -> None:
         """Bind, report started (info: ``{"path": …}``), serve until asked to stop, then
         stop accepting, let running operations finish (``drain_timeout``) and remove the
-        socket file if it is still ours.
+        socket file if it is still ours — unless the daemon is stopping
+        (:meth:`hold_through_stop`): then the socket stays up, answering ``stopping``,
+        until :meth:`close`.
         """
         # Binding is a few non-blocking syscalls on a local directory: done inline.
         sock = self.bind()
+        self._closing = self._refusing = False  # a restart serves anew
         self._spare = _reserve_fd()
         accept = asyncio.ensure_future(self._accept_loop(sock))
         try:
@@ -194,17 +208,51 @@ class ControlServer:
             if accept.done():
                 accept.result()  # the accept loop failed: let the supervisor restart us
         finally:
-            self._closing = True
-            accept.cancel()
-            await asyncio.gather(accept, return_exceptions=True)
-            sock.close()
-            if self._spare is not None:
-                os.close(self._spare)
-                self._spare = None
+            held = self._hold and not accept.done()
+            if held:
+                self._refusing = True
+                self._held = (accept, sock)
+            else:
+                await self._stop_listening(accept, sock)
             try:
                 await self._drain()
             finally:
-                self._unlink()
+                if not held:
+                    self._unlink()
+
+    def hold_through_stop(self) -> None:
+        """The daemon began to stop: when this child is stopped (first, before the agents'
+        grace), its socket stays bound and answers every new request but ``ping``
+        ``stopping`` (the CLI's exit 75) until :meth:`close` — so a command meanwhile is
+        told the daemon stops, not that none runs, and never falls back to working on the
+        files the daemon still writes. Running requests drain as in any stop.
+        """
+        self._hold = True
+
+    async def close(self) -> None:
+        """Close what :meth:`hold_through_stop` kept open: stop accepting, end the
+        connections still open, remove the socket file (if still ours). Does nothing when
+        nothing was held.
+        """
+        held, self._held = self._held, None
+        self._hold = False  # the daemon's stop is over: a later stop of this child closes
+        if held is None:
+            return
+        await self._stop_listening(*held)
+        tasks = [c.task for c in self._conns if c.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._unlink()
+
+    async def _stop_listening(self, accept: asyncio.Future[None], sock: socket.socket) -> None:
+        self._closing = True
+        accept.cancel()
+        await asyncio.gather(accept, return_exceptions=True)
+        sock.close()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
 
     def bind(self) -> socket.socket:
         """Create the listening socket at :attr:`path` (replacing a stale one) and return it.
@@ -297,10 +345,13 @@ class ControlServer:
         self._identity = None
 
     async def _drain(self) -> None:
-        for conn in list(self._conns):
+        # the connections open now: one accepted meanwhile (the socket held through a
+        # stop) is answered ``stopping``, not cut off here
+        conns = list(self._conns)
+        for conn in conns:
             if not conn.busy and not conn.writing and conn.task is not None:
                 conn.task.cancel()  # idle: waiting for a request that will not be served
-        busy_tasks = [c.task for c in self._conns if c.task is not None and not c.task.done()]
+        busy_tasks = [c.task for c in conns if c.task is not None and not c.task.done()]
         if busy_tasks:
             try:
                 await with_deadline(
@@ -314,7 +365,7 @@ class ControlServer:
                     len([t for t in busy_tasks if not t.done()]),
                     self.drain_timeout,
                 )
-        tasks = [c.task for c in self._conns if c.task is not None]
+        tasks = [c.task for c in conns if c.task is not None]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -605,6 +656,8 @@ class ControlServer:
             return error(str(exc), "bad_request")
         if op == "ping":
             return {"ok": True, "result": self._ping()}
+        if self._refusing:
+            return error(STOPPING, "stopping")
         deadline = self._deadline(op, call_args)
         log.debug("control: %s %s", op, call_args)
         method = getattr(self.admin, op)

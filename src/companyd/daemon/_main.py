@@ -403,7 +403,8 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
     async def stop(self, reason: str = "signal") -> None:
         """Stop gracefully: the tree stops in reverse start order — the control socket and
         the scheduler first, then each agent brings its current step to a checkpoint, then
-        alerts, the ledger and the memory flush.
+        alerts, the ledger and the memory flush. The control socket stays bound meanwhile,
+        answering ``stopping``, until the stores are closed.
         """
         self.state = "stopping"
         self.notifier.stopping("stopping: bringing runs to a checkpoint")
@@ -419,6 +420,9 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         # every agent brings its run to a checkpoint now, in parallel; the tree then stops
         # in reverse start order and finds them idle
         self.staff.drain()
+        # the control socket, stopped first, answers `stopping` until the stores close
+        # (docs/daemon.md, "During a stop"): not "no daemon is running" during the drain
+        self.control.hold_through_stop()
         try:
             if self.tree is not None and self.tree.status != "stopped":
                 await self.tree.stop()
@@ -448,6 +452,7 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
             # the last spans, within the exporter's own deadline (OTEL_EXPORTER_OTLP_TIMEOUT),
             # on a thread: the SDK's flush blocks
             await asyncio.to_thread(self.tracer.shutdown)
+        await self.control.close()
         if self.leadership is not None:
             # after every store's last write: a standby takes over at once, not a lease later
             with contextlib.suppress(Exception):

@@ -396,7 +396,11 @@ class Desk:
         data = json.dumps(dict(payload), ensure_ascii=False, default=str)
 
         def add(db: Connection) -> tuple[bool, tuple[Any, ...] | None, list[str]]:
-            with transaction(db, immediate=False):  # BEGIN, as this store always had here
+            # the write lock at BEGIN (IMMEDIATE): the open items counted and the question
+            # on screen stay true until the insert — another process's desk (the CLI, a
+            # second daemon) adding meanwhile would make a plain BEGIN's insert fail at once
+            # with "database is locked" (its snapshot stale), not wait its turn
+            with transaction(db):
                 if open_limit is not None:
                     known = db.execute("SELECT 1 FROM items WHERE key = ?", (key,)).fetchone()
                     waiting = [

@@ -159,7 +159,11 @@ class ToolStore:
         """
 
         def go(db: Connection) -> Catalogue:
-            with transaction(db, immediate=False):
+            # the write lock at BEGIN (IMMEDIATE): the catalogue read decides what is held
+            # and must stay true until the writes — an approval by the CLI meanwhile (no
+            # daemon answers yet while its agents start) would make a plain BEGIN's first
+            # write fail at once with "database is locked" (its snapshot stale)
+            with transaction(db):
                 rows = db.execute(
                     "SELECT tool, fingerprint, definition, pending FROM catalogue "
                     "WHERE agent = ? AND server = ?",
@@ -223,7 +227,7 @@ class ToolStore:
         """
 
         def go(db: Connection) -> list[tuple[str, str]]:
-            with transaction(db, immediate=False):
+            with transaction(db):  # what is held, read then approved: as check_catalogue
                 sql = "SELECT agent, tool FROM catalogue WHERE server = ? AND pending != ''"
                 args: tuple[str, ...] = (server,)
                 if agent is not None:
