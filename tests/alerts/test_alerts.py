@@ -696,7 +696,7 @@ async def test_an_item_decided_after_its_reminder_loses_its_buttons_in_both_mess
     refused (docs/desk.md: "The item's message loses its buttons").
     """
     async with harness(tmp_path) as h, h.service():
-        item = {"item_id": "ap-1", "agent": "cfo", "run_id": "run-1"}
+        item: dict[str, Any] = {"item_id": "ap-1", "agent": "cfo", "run_id": "run-1"}
         h.bus.emit(
             "founder_approval_requested",
             "agent/cfo",
