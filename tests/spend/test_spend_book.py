@@ -150,7 +150,7 @@ async def test_an_agent_budget_stops_only_that_agent(tmp_path: Path, bus: EventB
             for e in events(bus, "budget_threshold")
             if e.data["scope"] == "agent"
         ]
-        assert agent_levels == [("cfo", 0.5), ("cfo", 0.8)]  # $0.25 of $0.30
+        assert agent_levels == [("cfo", 0.8)]  # $0.25 of $0.30 in one call: 80 %, once
 
 
 @pytest.mark.anyio
