@@ -25,6 +25,7 @@ import asyncio
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
+from companyd.admin import format_when
 from companyd.config import CompanyConfig
 from companyd.events import BudgetExhausted as BudgetExhaustedEvent  # the exception's name
 from companyd.events import BudgetReset, BudgetThreshold, SpendUnanswered
@@ -153,7 +154,8 @@ class Standing:
         limit = lim.limit_pusd + self.raises.get(lim.scope, 0)
         used = self.used.get((lim.scope, key), 0)
         remaining = max(0, limit - used - self.reserved.get(lim.scope, 0))
-        when = resets_at(lim.period, now, self._tz).isoformat()
+        resets = resets_at(lim.period, now, self._tz)
+        when = resets.isoformat()
         exc = BudgetExhausted(
             "company" if lim.scope == COMPANY else "agent",
             agent,
@@ -162,6 +164,7 @@ class Standing:
             from_pusd(remaining),
             limit_usd=from_pusd(limit),
             resets_at=when,
+            resets_said=format_when(resets.timestamp(), self._tz),
         )
         reason = str(exc)
         if waited is not None:
@@ -279,10 +282,11 @@ class Standing:
             limit = lim.limit_pusd + self.raises.get(lim.scope, 0)
             used = self.used.get((lim.scope, key), 0)
             if used >= limit:
+                resets = resets_at(lim.period, now, self._tz).timestamp()
                 return (
                     f"{scope_label(lim.scope)} {which(lim.period)} budget of "
                     f"${from_pusd(limit):.2f} is used up (${from_pusd(used):.4f} spent); it "
-                    f"resets at {resets_at(lim.period, now, self._tz).isoformat()}"
+                    f"resets at {format_when(resets, self._tz)}"
                 )
         return None
 
