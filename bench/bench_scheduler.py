@@ -105,6 +105,9 @@ class InstantSink:
     def resumed(self, task_id: str) -> None:
         return None
 
+    async def ended_outcome(self, task_id: str) -> None:
+        return None
+
 
 def intervals(kind: str, n: int) -> list[float]:
     """``burst``: every routine every 5 s (all due at once); ``spread``: 20 s + i × 20 ms,

@@ -160,7 +160,7 @@ async def test_the_day_rolling_over_resumes_an_agent_paused_for_its_budget(
         async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
             out = await d.ask("ceo", "Spend it all.")
             assert out.status == "budget_exhausted" and out.steps == 2, out
-            assert "2026-11-21T00:00:00+05:45" in str(out.reason)
+            assert "it resets at 2026-11-21 00:00 +0545" in str(out.reason)  # local, named
             assert "ceo" in d.staff.paused()
             clock.advance(5 * 60)  # 23:55 local: same day, still paused
             await asyncio.sleep(0.05)

@@ -290,3 +290,49 @@ async def test_a_routine_run_killed_mid_way_is_recorded_with_its_resumed_outcome
     assert "resumed from its journal" in str(row["reason"])
     assert row["run_id"] == _runs(state)[0]["run_id"]
     assert srv.served == 3  # step 1; after the restart step 2 and the answer (none twice)
+
+
+async def test_a_routine_run_that_ends_within_a_graceful_stop_is_recorded_with_its_outcome(
+    tmp_path: Path,
+) -> None:
+    # A stop that comes during the run's last model call: the scheduler stops first and
+    # leaves the fire open; the call finishes within the stop's grace and the run ends ok
+    # before the agents stop, so the restarted runtime holds no such task. The fire takes the
+    # run's outcome from the journal — not "cancelled … the agent runtime did not resume it"
+    # with a failure alert — and its result is delivered (routine_result), not lost.
+    routine = {
+        "assignee": "ceo",
+        "description": "Draft today's post.",
+        "expected_output": "One post.",
+        "deliver": ["memory"],
+        "trigger": {"cron": "0 3 1 1 *"},  # only fired by hand here
+    }
+    cfg = write_company(tmp_path, {"ceo": {}}, routines={"post": routine})
+    state = tmp_path / "s"
+    # the stop begins as soon as the call arrives; the scheduler stops within milliseconds,
+    # the call ends 0.6 s later, inside the agents' STOP_CALL_GRACE (3 s)
+    model = PerAgent(ceo=[stall(0.6, then=reply_text("The post."))])
+    with MessagesAPIServer(responder=model) as srv:
+        daemon = restarted(cfg, state, srv)
+        async with daemon:
+            fire = asyncio.create_task(
+                ControlClient(daemon.socket, timeout=60).acall("run_job", routine="post")
+            )
+            await until(lambda: srv.requests, what="the model call in flight")
+            await daemon.restart()  # graceful: stop (the call ends within its grace), start
+            with contextlib.suppress(Exception):
+                await fire  # answered "stopping" (the run ends at a checkpoint)
+            done = await until(
+                lambda: [f for f in _fires(state, "post") if f["outcome"] is not None],
+                what="the fire to be closed",
+            )
+    [run] = _runs(state)  # one run: not run a second time
+    assert run["status"] == "ok"
+    [row] = done
+    assert row["outcome"] == "ok", row
+    assert row["run_id"] == run["run_id"]
+    assert "the run had ended" in str(row["reason"]), row  # the outcome came from the journal
+    assert daemon.events("routine_failed") == []
+    [result] = daemon.events("routine_result")
+    assert result["data"]["answer"] == "The post." and result["data"]["run_id"] == run["run_id"]
+    assert srv.served == 1  # not run a second time

@@ -686,6 +686,48 @@ async def test_an_approval_gives_its_deadline_on_the_clock_of_its_footer(
     assert "UTC" not in text, text
 
 
+@pytest.mark.anyio
+async def test_an_item_decided_after_its_reminder_loses_its_buttons_in_both_messages(
+    tmp_path: Path, token_env: None
+) -> None:
+    """The reminder carries the item's buttons too: once the item is decided elsewhere (here
+    it expired), the item's own message and the reminder both lose them and say so — not
+    only the newest of the two, leaving a live Approve under the first that can only be
+    refused (docs/desk.md: "The item's message loses its buttons").
+    """
+    async with harness(tmp_path) as h, h.service():
+        item: dict[str, Any] = {"item_id": "ap-1", "agent": "cfo", "run_id": "run-1"}
+        h.bus.emit(
+            "founder_approval_requested",
+            "agent/cfo",
+            **item,
+            tool="pay_invoice",
+            deadline=1_800_003_600.0,
+        )
+        await h.until(lambda: len(h.bot_messages()) == 1)
+        h.clock.advance(2_700.0)
+        h.bus.emit(
+            "founder_reminder",
+            "agent/cfo",
+            **item,
+            item_kind="approval",
+            created=1_800_000_000.0,
+            deadline=1_800_003_600.0,
+            summary="cfo wants to call pay_invoice",
+        )
+        await h.until(lambda: len(h.bot_messages()) == 2)
+        asked, reminder = h.bot_messages()
+        assert asked.reply_markup and reminder.reply_markup  # both offer Approve / Reject
+        h.clock.advance(900.0)
+        h.bus.emit(
+            "founder_decided", "agent/cfo", **item, item_kind="approval", state="expired", by=""
+        )
+        await h.until(lambda: not asked.reply_markup and not reminder.reply_markup)
+    for message in (asked, reminder):
+        assert message.text.endswith("✔ expired: no answer in time at 09:00"), message.text
+    assert len(h.bot_messages()) == 2  # edited, nothing new sent
+
+
 # ---------------------------------------------------------------------------------------
 # Noise control
 

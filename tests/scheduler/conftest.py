@@ -132,6 +132,10 @@ class ScriptedSink:
         self.restored[task_id] = fut
         return fut
 
+    async def ended_outcome(self, task_id: str) -> RunOutcome | None:
+        """The runtime keeps no journal here: no ended run is known."""
+        return None
+
 
 @dataclass
 class ScriptedBackups:

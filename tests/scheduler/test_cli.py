@@ -181,6 +181,47 @@ def test_history(written: tuple[Path, Path], capsys: pytest.CaptureFixture[str])
     assert fires[0]["run_id"].startswith("run-") and fires[0]["cost_usd"] == 0.25
 
 
+def test_history_from_the_daemon_reads_the_company_s_clock_as_from_the_files(
+    written: tuple[Path, Path],
+) -> None:
+    # A routine scheduled in UTC ("later") of a company in India: its history is on the
+    # company's clock whoever answers — the files (`jobs history` with no daemon) or the
+    # running daemon's job_history, printed by format_history_result — as `runs`, the
+    # alerts and the jobs table read it; the schedule alone keeps its own zone.
+    from companyd.scheduler import format_history, format_history_result
+    from companyd.scheduler._records import FireRecord
+
+    cfg = load_config(written[0])
+    at = 1_800_000_000.0  # 2027-01-15 08:00 UTC, 13:30 IST
+    fire = FireRecord(
+        fire_id="fire-1",
+        routine="later",
+        agent="marketing",
+        kind="manual",
+        scheduled=at,
+        fired=at,
+        started=at,
+        ended=at + 4,
+        outcome="ok",
+        cost_usd=0.25,
+        run_id="run-1",
+    )
+    offline = format_history(cfg.routines["later"], "later", [fire], cfg.timezone)
+    live = format_history_result(
+        json.loads(json.dumps({"routine": "later", "fires": [fire.to_dict()]})), cfg
+    )
+    assert live == offline
+    assert live.splitlines()[0] == "later (marketing) — cron '0 9 1 1 *' UTC"
+    assert live.splitlines()[2].split()[:6] == [
+        "2027-01-15",
+        "13:30",
+        "IST",
+        "manual",
+        "ok",
+        "13:30:00",
+    ], live
+
+
 def test_unknown_routine_and_run_without_daemon(
     written: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -39,6 +39,8 @@ class Hang:
         return "m"
     def resumed(self, task_id):
         return None
+    async def ended_outcome(self, task_id):
+        return None
 
 async def main():
     cfg = load_config(sys.argv[1])

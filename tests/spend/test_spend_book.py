@@ -116,7 +116,9 @@ async def test_a_call_that_does_not_fit_is_refused_before_it_is_made(
         )
         assert e.resets_at == "2026-11-21T00:00:00+00:00"
         assert "company's daily budget of $1.00 is exhausted" in str(e)
-        assert "resets at 2026-11-21T00:00:00+00:00" in str(e)
+        # what the founder reads (a paused agent's reason, a failed fire's): the company's
+        # clock, named, as every time shown to a person — the ISO form is for machines
+        assert "resets at 2026-11-21 00:00 UTC" in str(e)
         for agent in ("ceo", "cfo", "coo"):
             reason = book.exhausted(agent)
             assert reason is not None and "company's daily budget" in reason
@@ -150,7 +152,7 @@ async def test_an_agent_budget_stops_only_that_agent(tmp_path: Path, bus: EventB
             for e in events(bus, "budget_threshold")
             if e.data["scope"] == "agent"
         ]
-        assert agent_levels == [("cfo", 0.5), ("cfo", 0.8)]  # $0.25 of $0.30
+        assert agent_levels == [("cfo", 0.8)]  # $0.25 of $0.30 in one call: 80 %, once
 
 
 @pytest.mark.anyio
@@ -267,6 +269,8 @@ async def test_day_and_month_roll_over_at_local_midnight(tmp_path: Path, bus: Ev
             await reserve(book, "ceo", 100_000)
         assert ei.value.period == "month"
         assert ei.value.resets_at == "2026-12-01T00:00:00+05:45"
+        assert "it resets at 2026-12-01 00:00 +0545" in str(ei.value)
+        assert "resets at 2026-12-01 00:00 +0545" in (book.exhausted("ceo") or "")
         clock.advance(86400)  # 1 December, local
         async with asyncio.timeout(5):
             while len(events(bus, "budget_reset")) < 3:

@@ -25,7 +25,11 @@ def local_ts(tz: str, year: int, month: int, day: int, hour: int, minute: int) -
 
 
 @pytest.mark.anyio
-async def test_one_call_over_two_levels_publishes_both_once(tmp_path: Path, bus: EventBus) -> None:
+async def test_one_call_over_two_levels_publishes_the_higher_once(
+    tmp_path: Path, bus: EventBus
+) -> None:
+    # One message saying where the spend is — "used 80%", not also "used 50%" in the same
+    # second (and, for a call that overshoots, "50%", "80%", "100%" of a budget at 141%).
     clock = ManualClock(start=local_ts("UTC", 2026, 11, 20, 9, 0))
     cfg = make_config(tmp_path, company="{daily_usd: 1.0, warn_at: [0.5, 0.8, 1.0]}")
     book = SpendBook(cfg, tmp_path / "state", bus=bus, clock=clock)
@@ -34,7 +38,13 @@ async def test_one_call_over_two_levels_publishes_both_once(tmp_path: Path, bus:
         await spend(book, "ceo", 10_000)
         await book.flush()
         got = [(e.data["level"], e.data["used_usd"]) for e in events(bus, "budget_threshold")]
-        assert got == [(0.5, 0.85), (0.8, 0.85)]
+        assert got == [(0.8, 0.85)]
+    book = SpendBook(cfg, tmp_path / "state", bus=bus, clock=clock)  # a restart
+    async with running(book):
+        await spend(book, "ceo", 140_000)  # 100 %: the level passed over stays passed
+        await book.flush()
+        got = [(e.data["level"], e.data["used_usd"]) for e in events(bus, "budget_threshold")]
+        assert got == [(0.8, 0.85), (1.0, 1.0)]
 
 
 @pytest.mark.anyio

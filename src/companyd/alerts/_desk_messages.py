@@ -5,8 +5,9 @@ awaiting approval) is one alert message with buttons. The decision may come from
 its button, a reply, ``/approve``, ``companyd approve`` on the command line, the deadline —
 and the desk says so with ``founder_decided``. Here the pager keeps the thread true:
 
-* :meth:`DeskMessages.decided` — the item's message loses its decision buttons and says who
-  decided, via what and when (a button press did that itself: nothing more then). A stale
+* :meth:`DeskMessages.decided` — the item's message (and its reminder) loses its decision
+  buttons and says who decided, via what and when (a button press did that itself on the
+  message pressed: nothing more there). A stale
   Approve under a result approved on the command line would invite a press that can only
   be refused;
 * :meth:`DeskMessages.next_round` — a result's round 2… (after "Request changes") is a reply
@@ -32,6 +33,14 @@ __all__ = ["DECISION_ACTIONS", "DeskMessages", "alert_of"]
 
 #: The buttons that decide an item: gone once it is decided.
 DECISION_ACTIONS = frozenset({"approve", "reject", "changes"})
+#: The alert kinds of an item's messages with its buttons: the one that asks, and its
+#: reminder (each found apart: the newest of the item's alerts is the reminder's).
+ITEM_KINDS = (
+    "founder_approval_requested",
+    "founder_question",
+    "founder_result_for_approval",
+    "founder_reminder",
+)
 
 _SAID = {
     "approved": "approved",
@@ -73,24 +82,28 @@ class DeskMessages:
     def __init__(self, book: AlertBook) -> None:
         self._book = book
 
-    async def decided(self, event: FounderDecided) -> AlertRecord | None:
-        """The item's message after ``event``: its decision buttons removed and a line
-        saying who decided, via what, when (rendered, not saved); None when there is
-        nothing to change (no such message, or its button was the decision).
+    async def decided(self, event: FounderDecided) -> list[AlertRecord]:
+        """The item's messages after ``event`` — the one that asked and its reminder, which
+        carries the same buttons: each loses its decision buttons and gets a line saying
+        who decided, via what, when (rendered, not saved). Empty when there is nothing to
+        change (no such message, or its button was the decision and the other has none).
         """
-        rec = await alert_of(self._book, "item_id", event.item_id)
-        if rec is None or not any(b.get("action") in DECISION_ACTIONS for b in rec.buttons):
-            return None
-        rec.buttons = [b for b in rec.buttons if b.get("action") not in DECISION_ACTIONS]
         when = datetime.fromtimestamp(event.ts, self._book.policy.tz)
         said = _SAID.get(event.state, event.state)
         if event.state not in ("expired", "withdrawn"):
             said += f" by {event.by or 'the founder'}" + (f" via {event.via}" if event.via else "")
-        rec.footer.append(f"✔ {said} at {when:%H:%M}")
-        rec.version += 1
-        rec.edit_after = 0.0  # show it now, not after the coalescing throttle
-        self._book.rerender(rec)
-        return rec
+        out: list[AlertRecord] = []
+        for kind in ITEM_KINDS:
+            rec = await alert_of(self._book, "item_id", event.item_id, kind)
+            if rec is None or not any(b.get("action") in DECISION_ACTIONS for b in rec.buttons):
+                continue
+            rec.buttons = [b for b in rec.buttons if b.get("action") not in DECISION_ACTIONS]
+            rec.footer.append(f"✔ {said} at {when:%H:%M}")
+            rec.version += 1
+            rec.edit_after = 0.0  # show it now, not after the coalescing throttle
+            self._book.rerender(rec)
+            out.append(rec)
+        return out
 
     async def next_round(self, rec: AlertRecord) -> None:
         """Make ``rec`` (a result's round 2…, naming the round it ``follows``) a reply to

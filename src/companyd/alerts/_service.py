@@ -575,8 +575,7 @@ class AlertService:
                     recs += await self._desk.approved(event, made, failed)
                 return recs
             case FounderDecided():  # never an alert: the item's message says it
-                rec = await self._desk.decided(event)
-                return [] if rec is None else [rec]
+                return await self._desk.decided(event)
         rec = self._book.ingest(event)
         if rec is None:
             return []

@@ -50,6 +50,7 @@ from companyd.scheduler._store import FireRecord
 from companyd.telemetry import NO_TRACING, GenAI, Tracer
 
 __all__ = [
+    "ENDED_AT_STOP",
     "EVENT_LIMIT",
     "RESUMED",
     "STOPPED_BEFORE",
@@ -71,6 +72,12 @@ SETTLED_BY_FOUNDER = frozenset({RunStatus.OK, RunStatus.UNVERIFIED})
 RESUMED = "the run was interrupted by a stop of the daemon and resumed from its journal"
 #: appended to the reason of a fire whose result waited for approval across a restart
 WAITED = "the daemon restarted while the result waited for the founder"
+#: appended to the reason of a fire whose run ended while the daemon stopped (its last step
+#: finished within the stop, after the scheduler had stopped following it)
+ENDED_AT_STOP = (
+    "the daemon stopped before this fire was closed; the run had ended, and the fire takes "
+    "its outcome from the run journal"
+)
 #: why a fire waiting for its turn when the scheduler stopped did not run
 STOPPED_BEFORE = (
     "interrupted: the scheduler stopped while this fire waited for its turn; it did not run "
@@ -492,11 +499,13 @@ class Fires:
         slots: Mapping[str, Slot],
         *,
         needs_approval: bool = True,
+        why: str | None = None,
     ) -> None:
         """Close a fire left open by a stop once its resumed run ends (and, with
         ``approval: required``, once the founder approves it; ``needs_approval`` False:
-        ``pending`` is the gate's own, already settling). Cancelled (the scheduler stops
-        again first), the row stays open for the next start.
+        ``pending`` is the gate's own, already settling). ``why`` is appended to the
+        reason (default :data:`RESUMED`, or :data:`WAITED` without ``needs_approval``).
+        Cancelled (the scheduler stops again first), the row stays open for the next start.
         """
         slot = slots.get(rec.routine)
         if slot is not None:
@@ -520,7 +529,7 @@ class Fires:
         reason = outcome.reason
         if result is not Outcome.OK and not reason:
             reason = f"the run ended {result} and the agent runtime gave no reason"
-        why = RESUMED if needs_approval else WAITED
+        why = why or (RESUMED if needs_approval else WAITED)
         await self._rec.finish(
             rec,
             result,

@@ -281,7 +281,11 @@ def _tally(records: Sequence[FireRecord]) -> str:
 
 
 def format_history_result(result: Mapping[str, Any], config: CompanyConfig | None) -> str:
-    """:func:`format_history` for a ``history()`` result received as JSON."""
+    """:func:`format_history` for a ``history()`` result received as JSON, times on the
+    company's clock (``config``'s zone) as the offline command prints them — not the
+    routine's own, which only its schedule keeps.
+    """
     slug = result["routine"]
     routine = config.routines.get(slug) if config is not None else None
-    return format_history(routine, slug, [FireRecord.from_dict(f) for f in result["fires"]])
+    tz = config.timezone if config is not None else None
+    return format_history(routine, slug, [FireRecord.from_dict(f) for f in result["fires"]], tz)

@@ -58,7 +58,7 @@ from companyd.scheduler import _guards as guards
 from companyd.scheduler import _store as db
 from companyd.scheduler._aps import ClockedScheduler, CoalescedMiss, JobDropped
 from companyd.scheduler._catchup import BACKUP_CRASHED, Retake, plan_start
-from companyd.scheduler._fire import Fires, RoutineBusy, Slot, overlap_reason
+from companyd.scheduler._fire import ENDED_AT_STOP, Fires, RoutineBusy, Slot, overlap_reason
 from companyd.scheduler._ids import new_id
 from companyd.scheduler._outcomes import Outcome
 from companyd.scheduler._record import INTERRUPTED, UNRECORDED, Recorder, fail_open_fire
@@ -303,17 +303,29 @@ class RoutineScheduler:
             agents = {slug: r.assignee for slug, r in self._config.routines.items()}
             # Fires whose run was handed over when the scheduler (or the daemon) stopped: the
             # runtime resumes the run from its journal, and the fire then ends with the run.
-            following: list[tuple[FireRecord, Awaitable[RunOutcome], bool]] = []
+            following: list[tuple[FireRecord, Awaitable[RunOutcome], bool, str | None]] = []
             for rec in await store.call(db.open_fires):
                 pending = self._sink.resumed(rec.task_id) if rec.task_id else None
                 if pending is not None:
-                    following.append((rec, pending, True))
-                elif rec.task_id and self._gate is not None:
+                    following.append((rec, pending, True, None))
+                    continue
+                if not rec.task_id:
+                    continue
+                if self._gate is not None:
                     # the run had ended and its result waited for the founder's approval
                     settling = await self._gate.resumed(rec.task_id)
                     if settling is not None:
-                        following.append((rec, settling, False))
-            keep = frozenset(rec.fire_id for rec, _, _ in following)
+                        following.append((rec, settling, False, None))
+                        continue
+                # The run ended within the stop (its last step finished in the stop's grace,
+                # after this scheduler had stopped following it): the fire takes that outcome,
+                # and its result is delivered, rather than "cancelled … not resumed".
+                ended = await self._sink.ended_outcome(rec.task_id)
+                if ended is not None:
+                    done: asyncio.Future[RunOutcome] = asyncio.get_running_loop().create_future()
+                    done.set_result(ended)
+                    following.append((rec, done, True, ENDED_AT_STOP))
+            keep = frozenset(rec.fire_id for rec, _, _, _ in following)
             # a backup a crash cut short is taken again at this start (see _catchup)
             crashed = {
                 slug: BACKUP_CRASHED
@@ -377,10 +389,10 @@ class RoutineScheduler:
             for p in plans:
                 if p.next_run is not None:
                     self._add_job(self._slots[p.routine.slug], p.next_run)
-            for rec, pending, run_resumed in following:
+            for rec, pending, run_resumed, why in following:
                 follower = asyncio.ensure_future(
                     self._fires.follow_resumed(
-                        rec, pending, self._slots, needs_approval=run_resumed
+                        rec, pending, self._slots, needs_approval=run_resumed, why=why
                     )
                 )
                 self._manual.add(follower)

@@ -343,6 +343,10 @@ class FlakySink:
         """Always None: the stand-in keeps no journal, so no run outlives a stop."""
         return None  # no journal: nothing outlives a stop
 
+    async def ended_outcome(self, task_id: str) -> RunOutcome | None:
+        """Always None: the stand-in keeps no journal."""
+        return None
+
 
 @dataclass
 class RoutineSimStats:
@@ -464,6 +468,9 @@ class _CountingSink:
 
     def resumed(self, task_id: str) -> Awaitable[RunOutcome] | None:
         return self.inner.resumed(task_id)
+
+    async def ended_outcome(self, task_id: str) -> RunOutcome | None:
+        return await self.inner.ended_outcome(task_id)
 
 
 async def simulate(

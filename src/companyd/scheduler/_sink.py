@@ -53,6 +53,14 @@ class TaskSink(Protocol):
         """
         ...
 
+    async def ended_outcome(self, task_id: str) -> RunOutcome | None:
+        """After a restart, for a fire whose task the runtime does not hold (:meth:`resumed`
+        is None): how the task's run ended, as the runtime recorded it — a run whose last
+        step finished within the stop, after the scheduler had stopped following it — or
+        None if no run of it ended (the fire is then closed ``cancelled``).
+        """
+        ...
+
 
 class ResultGate(Protocol):
     """The founder's approval of a routine's result (``approval: required``; the daemon

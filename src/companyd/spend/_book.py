@@ -543,7 +543,8 @@ class SpendBook:
             if unanswered_event is not None:
                 self._bus.publish(unanswered_event)
             for _, crossing in crossings:
-                self._bus.publish(crossing)
+                if crossing is not None:
+                    self._bus.publish(crossing)
             if runaway is not None:
                 self._bus.publish(SpendRunaway(source=SOURCE, **runaway))
 

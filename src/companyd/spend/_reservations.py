@@ -32,6 +32,9 @@ class BudgetExhausted(CompanydError):
         remaining_usd: what the budget has left (settled and reserved spend deducted).
         limit_usd: the budget, including today's raises.
         resets_at: ISO time the budget resets, in the company's time zone.
+
+    ``resets_said`` is the same time as the message says it to a person (the company's
+    clock, named: ``2026-11-29 00:00 CET``); without it, the message quotes ``resets_at``.
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class BudgetExhausted(CompanydError):
         *,
         limit_usd: Decimal | None = None,
         resets_at: str | None = None,
+        resets_said: str | None = None,
     ) -> None:
         self.scope = scope
         self.agent = agent
@@ -55,7 +59,8 @@ class BudgetExhausted(CompanydError):
         whose = "the company's" if scope == "company" else f"agent {agent}'s"
         which = "daily" if period == "day" else "monthly"
         limit = f" of ${limit_usd:.2f}" if limit_usd is not None else ""
-        when = f"; it resets at {resets_at}" if resets_at else ""
+        said = resets_said or resets_at
+        when = f"; it resets at {said}" if said else ""
         super().__init__(
             f"{whose} {which} budget{limit} is exhausted: this call could cost up to "
             f"${needed_usd:.4f} but only ${remaining_usd:.4f} is left{when} — or raise "

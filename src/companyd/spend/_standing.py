@@ -25,6 +25,7 @@ import asyncio
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
+from companyd.admin import format_when
 from companyd.config import CompanyConfig
 from companyd.events import BudgetExhausted as BudgetExhaustedEvent  # the exception's name
 from companyd.events import BudgetReset, BudgetThreshold, SpendUnanswered
@@ -153,7 +154,8 @@ class Standing:
         limit = lim.limit_pusd + self.raises.get(lim.scope, 0)
         used = self.used.get((lim.scope, key), 0)
         remaining = max(0, limit - used - self.reserved.get(lim.scope, 0))
-        when = resets_at(lim.period, now, self._tz).isoformat()
+        resets = resets_at(lim.period, now, self._tz)
+        when = resets.isoformat()
         exc = BudgetExhausted(
             "company" if lim.scope == COMPANY else "agent",
             agent,
@@ -162,6 +164,7 @@ class Standing:
             from_pusd(remaining),
             limit_usd=from_pusd(limit),
             resets_at=when,
+            resets_said=format_when(resets.timestamp(), self._tz),
         )
         reason = str(exc)
         if waited is not None:
@@ -222,13 +225,18 @@ class Standing:
             ),
         )
 
-    def thresholds(self, agent: str, now: float) -> list[tuple[Marker, BudgetThreshold]]:
-        """The warning levels ``agent``'s spend has newly reached: markers and events."""
-        out: list[tuple[Marker, BudgetThreshold]] = []
+    def thresholds(self, agent: str, now: float) -> list[tuple[Marker, BudgetThreshold | None]]:
+        """The warning levels ``agent``'s spend has newly reached: a marker for each, and an
+        event for the highest of each budget only (None with the others) — one call that
+        jumps over several levels is one message saying where the spend is, not one per
+        level passed ("has used 50%" of a budget already over 100%).
+        """
+        out: list[tuple[Marker, BudgetThreshold | None]] = []
         for lim in self.limits(agent):
             key = self.key(lim)
             limit = lim.limit_pusd + self.raises.get(lim.scope, 0)
             used = self.used.get((lim.scope, key), 0)
+            reached: list[tuple[Marker, float]] = []
             for level in lim.warn_at:
                 if Decimal(used) < Decimal(str(level)) * limit:
                     continue
@@ -236,27 +244,32 @@ class Standing:
                 if marker in self.sent:
                     continue
                 self.sent.add(marker)
-                out.append(
-                    (
-                        marker,
-                        BudgetThreshold(
-                            source=SOURCE,
-                            scope="company" if lim.scope == COMPANY else "agent",
-                            agent=lim.agent,
-                            period=lim.period,
-                            key=key,
-                            level=level,
-                            used_usd=as_usd(used),
-                            limit_usd=as_usd(limit),
-                            resets_at=resets_at(lim.period, now, self._tz).isoformat(),
-                            message=(
-                                f"{scope_label(lim.scope)} has used {used / limit:.0%} of its "
-                                f"{which(lim.period)} budget (${from_pusd(used):.2f} of "
-                                f"${from_pusd(limit):.2f})"
-                            ),
+                reached.append((marker, level))
+            if not reached:
+                continue
+            *lower, (marker, level) = sorted(reached, key=lambda r: r[1])
+            out.extend((m, None) for m, _ in lower)
+            out.append(
+                (
+                    marker,
+                    BudgetThreshold(
+                        source=SOURCE,
+                        scope="company" if lim.scope == COMPANY else "agent",
+                        agent=lim.agent,
+                        period=lim.period,
+                        key=key,
+                        level=level,
+                        used_usd=as_usd(used),
+                        limit_usd=as_usd(limit),
+                        resets_at=resets_at(lim.period, now, self._tz).isoformat(),
+                        message=(
+                            f"{scope_label(lim.scope)} has used {used / limit:.0%} of its "
+                            f"{which(lim.period)} budget (${from_pusd(used):.2f} of "
+                            f"${from_pusd(limit):.2f})"
                         ),
-                    )
+                    ),
                 )
+            )
         return out
 
     def exhausted(self, agent: str, now: float) -> str | None:
@@ -269,10 +282,11 @@ class Standing:
             limit = lim.limit_pusd + self.raises.get(lim.scope, 0)
             used = self.used.get((lim.scope, key), 0)
             if used >= limit:
+                resets = resets_at(lim.period, now, self._tz).timestamp()
                 return (
                     f"{scope_label(lim.scope)} {which(lim.period)} budget of "
                     f"${from_pusd(limit):.2f} is used up (${from_pusd(used):.4f} spent); it "
-                    f"resets at {resets_at(lim.period, now, self._tz).isoformat()}"
+                    f"resets at {format_when(resets, self._tz)}"
                 )
         return None
 
