@@ -210,7 +210,14 @@ NOT_BEFORE_READY = (
     "tarfile",
     "companyd.ops._archive",
     "urllib.request",
+    # round 12: the jobs report (a `jobs` request loads it) and difflib (a misspelt name)
+    "companyd.scheduler._report",
+    "companyd.scheduler._jobs_text",
+    "difflib",
 )
+
+#: Of those, what the first ``status`` request loads (its routines' lines): once, then.
+AT_FIRST_STATUS = ("companyd.scheduler._report", "companyd.scheduler._jobs_text")
 
 
 def imported(log_text: str) -> list[str]:
@@ -265,7 +272,8 @@ def test_the_example_company_is_ready_before_the_dashboard_app_and_sdks_load() -
             await d.wait_ready()
             url = (await d.call("status"))["daemon"]["dashboard"]
             assert url.startswith("http://127.0.0.1:")
-            assert heavy_among(imported(d.log_text()), NOT_BEFORE_READY) == []
+            not_yet = tuple(h for h in NOT_BEFORE_READY if h not in AT_FIRST_STATUS)
+            assert heavy_among(imported(d.log_text()), not_yet) == []
             login = await d.call("dashboard_login")
             assert login["url"].startswith(url)
             status, text = await asyncio.to_thread(_get, login["url"])

@@ -33,7 +33,6 @@ stop, reload, and the views. One fire (its turn, precondition and task) is
 from __future__ import annotations
 
 import asyncio
-import difflib
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -60,7 +59,6 @@ from companyd.scheduler._fire import Fires, RoutineBusy, Slot, overlap_reason
 from companyd.scheduler._ids import new_id
 from companyd.scheduler._outcomes import Outcome
 from companyd.scheduler._record import INTERRUPTED, UNRECORDED, Recorder, fail_open_fire
-from companyd.scheduler._report import SUCCESS_WINDOW, job_views
 from companyd.scheduler._sink import BackupSink, ResultGate, TaskSink
 from companyd.scheduler._store import (
     DB_NAME,
@@ -699,6 +697,8 @@ class RoutineScheduler:
                 f"routine {routine!r} is disabled in company.yaml; set 'enabled: true' and "
                 "reload the daemon's configuration to run it"
             )
+        import difflib  # here: only a misspelt name needs it (issue 31: not at the daemon's start)
+
         close = difflib.get_close_matches(routine, known, n=1, cutoff=0.5)
         hint = f"did you mean {close[0]!r}? " if close else ""
         return RoutineNotFound(
@@ -789,6 +789,9 @@ class RoutineScheduler:
         """Each routine: schedule, next fire, last outcome, 7-day success rate (JSON-ready;
         the same shape as ``companyd jobs --json``).
         """
+        # here, not at the top: only a `jobs` request needs the report (issue 31)
+        from companyd.scheduler._report import SUCCESS_WINDOW, job_views
+
         store = self._rec.store
         if store is None:
             raise self._unavailable()
