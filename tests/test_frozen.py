@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -29,6 +32,18 @@ MODULES = (
     "companyd.runs._tasks",
     "companyd.runs._records",
     "companyd.desk._proposals",
+    # round 12: the config's agents, departments and backups, the desk's items, the tree's
+    # diff, prices, memory's changes and views, the sandbox's launch, a manual fire
+    "companyd.config._model",
+    "companyd.config._secrets",
+    "companyd.desk._store",
+    "companyd.daemon._tree",
+    "companyd.llm._prices",
+    "companyd.memory._changes",
+    "companyd.memory._codec",
+    "companyd.memory._neighbourhood",
+    "companyd.sandbox",
+    "companyd.scheduler._service",
 )
 for _name in MODULES:
     importlib.import_module(_name)
@@ -158,3 +173,40 @@ def test_a_field_option_the_shared_methods_ignore_is_refused() -> None:
 
         class Hidden(Frozen):
             secret: str = dataclasses.field(default="", repr=False)
+
+
+#: Lists the classes the daemon's start path (``companyd run`` up to the daemon's modules)
+#: makes with ``@dataclass(frozen=True, kw_only=True)`` that Frozen could take: no slots, no
+#: field option but a default, no InitVar.
+START_PATH_PROBE = """
+import dataclasses, json
+made = []
+real = dataclasses._process_class
+def process(cls, init, repr, eq, order, unsafe_hash, frozen, match_args, kw_only, *rest):
+    out = real(cls, init, repr, eq, order, unsafe_hash, frozen, match_args, kw_only, *rest)
+    plain = all(
+        f.init and f.repr and f.compare and f.hash is None
+        and not isinstance(f.type, dataclasses.InitVar) and "InitVar" not in str(f.type)
+        for f in dataclasses.fields(out)
+    )
+    if init and frozen and kw_only and plain and "__slots__" not in vars(out):
+        made.append(out.__module__ + "." + out.__qualname__)
+    return out
+dataclasses._process_class = process
+import companyd.cli._run
+import companyd.daemon._main
+print(json.dumps(sorted(m for m in made if m.startswith("companyd."))))
+"""
+
+
+def test_the_start_path_makes_no_frozen_keyword_only_dataclass_frozen_could_take() -> None:
+    # each costs ~0.5 ms of every daemon's start (issue 31); RoutineConfig, Task and
+    # CompanyConfig keep @dataclass: a field of theirs takes hash= or repr=
+    out = subprocess.run(
+        [sys.executable, "-c", START_PATH_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from companyd._frozen import Frozen
 from companyd.config._default_path import DEFAULT_STATE_DIR
 from companyd.config._schema import (
     BudgetSpec,
@@ -32,8 +33,7 @@ from companyd.config._schema import (
 from companyd.errors import ConfigIssue
 
 
-@dataclass(frozen=True, kw_only=True)
-class AgentConfig:
+class AgentConfig(Frozen):
     """An agent with every default applied; what the runtime reads."""
 
     slug: str
@@ -68,8 +68,7 @@ class AgentConfig:
 BACKUP_ASSIGNEE = "(backup)"
 
 
-@dataclass(frozen=True, kw_only=True)
-class BackupConfig:
+class BackupConfig(Frozen):
     """A scheduled backup: every ``every`` seconds into ``to`` (absolute), newest ``keep``
     kept.
     """
@@ -116,8 +115,7 @@ class RoutineConfig:
     webhook: WebhookTriggerSpec | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class DepartmentConfig:
+class DepartmentConfig(Frozen):
     """A department as a node of the supervision tree."""
 
     slug: str

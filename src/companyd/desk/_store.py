@@ -40,11 +40,11 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from companyd._frozen import Frozen
 from companyd._sqlite import Migration, store_errors
 from companyd.clock import Clock, within
 from companyd.errors import CompanydError
@@ -227,8 +227,7 @@ class ItemState(StrEnum):
     WITHDRAWN = "withdrawn"
 
 
-@dataclass(frozen=True, kw_only=True)
-class DeskItem:
+class DeskItem(Frozen):
     """One thing waiting for (or decided by) the founder."""
 
     id: str

@@ -36,7 +36,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 
 from companyd._aio import race
+from companyd._frozen import Frozen
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd._sqlite import store_errors
 from companyd.admin import AdminError, HistoryData, JobsData
@@ -102,8 +103,7 @@ DISK_RETRY_SECONDS = 30.0
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, kw_only=True)
-class ManualFire:
+class ManualFire(Frozen):
     """What :meth:`RoutineScheduler.fire_now` came to: the run's ``outcome``, and the desk
     item (``approval_item``) of its result when that waits for the founder's approval
     (the fire goes on until the founder decides), else None (the fire ended).
