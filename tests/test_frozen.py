@@ -44,6 +44,16 @@ MODULES = (
     "companyd.memory._neighbourhood",
     "companyd.sandbox",
     "companyd.scheduler._service",
+    "companyd.admin._wire",
+    "companyd.alerts._notify",
+    "companyd.alerts._outbound",
+    "companyd.alerts._outbox",
+    "companyd.alerts._policy",
+    "companyd.daemon._systemd",
+    "companyd.dashboard._auth",
+    "companyd.desk._toolstore",
+    "companyd.memory._store",
+    "companyd.scheduler._catchup",
 )
 for _name in MODULES:
     importlib.import_module(_name)

@@ -56,6 +56,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from companyd._aio import news_or_deadline
+from companyd._frozen import Frozen
 from companyd._secrets import redact
 from companyd.clock import Clock
 from companyd.storage import Connection
@@ -183,8 +184,7 @@ class Target(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Queued:
+class Queued(Frozen):
     """A message to queue for one target: ``key`` identifies the event (one row per
     ``(target, key)``), ``type`` / ``timestamp`` / ``data`` its content.
 

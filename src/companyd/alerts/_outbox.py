@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from companyd._frozen import Frozen
 from companyd._sqlite import Migration, SchemaTooNew, store_errors
 from companyd.alerts._outbound import OUTBOUND_PG, OUTBOUND_SQLITE
 from companyd.errors import CompanydError
@@ -220,8 +221,7 @@ def _transaction(conn: Connection, begin: str = "BEGIN") -> Iterator[None]:
         raise
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(Frozen):
     """The answer to :meth:`AlertStore.claim`.
 
     ``verdict``: ``mine`` (send it), ``taken`` (another daemon is sending it: try again at
@@ -607,16 +607,16 @@ class AlertStore:
                 row = conn.execute("SELECT body FROM alerts WHERE id = ?", (alert_id,)).fetchone()
                 stored = _delivery_in(row[0], chat_id) if row else None
                 if stored is not None and stored.state != "pending":
-                    return Claim("done", holder=holder, stored=stored)
+                    return Claim(verdict="done", holder=holder, stored=stored)
                 if until > now:
-                    return Claim("taken", holder=holder, until=until)
+                    return Claim(verdict="taken", holder=holder, until=until)
             conn.execute(
                 "INSERT INTO claims (alert_id, chat_id, owner, claimed) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(alert_id, chat_id) DO UPDATE SET owner=excluded.owner, "
                 "claimed=excluded.claimed",
                 (alert_id, chat_id, self.owner, now),
             )
-        return Claim("mine", holder=self.owner, until=now + self.claim_lease)
+        return Claim(verdict="mine", holder=self.owner, until=now + self.claim_lease)
 
     def _prune_sync(self, conn: Connection, before: float) -> int:
         cur = conn.execute("DELETE FROM alerts WHERE settled = 1 AND created < ?", (before,))
@@ -669,7 +669,7 @@ class AlertStore:
         :data:`CLAIM_RETRY` seconds: another daemon may hold it.
         """
         if not self.shared:
-            return Claim("mine", holder=self.owner)
+            return Claim(verdict="mine", holder=self.owner)
         try:
             got = await self._run(self._claim_sync, alert_id, chat_id, now)
         except store_errors() as exc:
@@ -683,7 +683,7 @@ class AlertStore:
                     exc,
                 )
                 self._claims_failing = True
-            return Claim("taken", until=now + CLAIM_RETRY)
+            return Claim(verdict="taken", until=now + CLAIM_RETRY)
         self._claims_failing = False
         return got
 

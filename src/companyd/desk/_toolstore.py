@@ -16,11 +16,11 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo
 
+from companyd._frozen import Frozen
 from companyd._sqlite import store_errors
 from companyd.clock import Clock
 from companyd.events import EventBus, ToolRateLimited
@@ -83,8 +83,7 @@ def _transaction(db: Connection, fn: Callable[[Connection], T]) -> T:
     return out
 
 
-@dataclass(frozen=True)
-class Catalogue:
+class Catalogue(Frozen):
     """What a server offers now against what the founder approved.
 
     Attributes:
@@ -227,7 +226,7 @@ class ToolStore:
                     "DELETE FROM catalogue WHERE agent = ? AND server = ? AND tool = ?",
                     (agent, server, name),
                 )
-            return Catalogue(frozenset(offered), held, newly)
+            return Catalogue(offered=frozenset(offered), held=held, newly_held=newly)
 
         return await self._db.run(lambda db: _transaction(db, go))
 

@@ -24,10 +24,11 @@ crash, kill -9, power loss) it is ``missed``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from companyd._frozen import Frozen
 from companyd.clock import utc_from_ts
 from companyd.config import RoutineConfig
 from companyd.scheduler._ids import new_id
@@ -49,8 +50,7 @@ CATCH_UP_WINDOW = 35 * 86400.0
 MAX_MISSED_ROWS = 100
 
 
-@dataclass(frozen=True)
-class StartPlan:
+class StartPlan(Frozen):
     """What start-up decided for one routine.
 
     Attributes:
@@ -98,7 +98,17 @@ def plan_start(
                 memory_marker=st.memory_marker if st else None,
                 updated=now,
             )
-            plans.append(StartPlan(r, trigger, ident, state, next_after(trigger, now_dt), None, []))
+            plans.append(
+                StartPlan(
+                    routine=r,
+                    trigger=trigger,
+                    identity=ident,
+                    state=state,
+                    next_run=next_after(trigger, now_dt),
+                    catch_up=None,
+                    missed=[],
+                )
+            )
             continue
         plans.append(_plan_catch_up(r, trigger, ident, st, now, stopped))
     return plans
@@ -120,7 +130,15 @@ def _plan_catch_up(
         # max(): after the wall clock was stepped back, fire times up to the cursor have
         # already been dealt with and must not run a second time.
         start_from = utc_from_ts(max(now, st.cursor))
-        return StartPlan(r, trigger, ident, state, next_after(trigger, start_from), None, [])
+        return StartPlan(
+            routine=r,
+            trigger=trigger,
+            identity=ident,
+            state=state,
+            next_run=next_after(trigger, start_from),
+            catch_up=None,
+            missed=[],
+        )
     latest = times[-1]
     late = now - latest.timestamp()
     catch_up: datetime | None = None
@@ -168,7 +186,15 @@ def _plan_catch_up(
     if missed:
         last = missed[-1].timestamp()
         state = replace(state, cursor=max(st.cursor, last), last_fire=last)
-    return StartPlan(r, trigger, ident, state, next_run, catch_up, records)
+    return StartPlan(
+        routine=r,
+        trigger=trigger,
+        identity=ident,
+        state=state,
+        next_run=next_run,
+        catch_up=catch_up,
+        missed=records,
+    )
 
 
 def missed_records(
