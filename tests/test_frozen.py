@@ -54,6 +54,7 @@ MODULES = (
     "companyd.desk._toolstore",
     "companyd.memory._store",
     "companyd.scheduler._catchup",
+    "companyd.storage._dialect",
 )
 for _name in MODULES:
     importlib.import_module(_name)

@@ -151,8 +151,7 @@ class PermanentSendError(SendError):
     """Never try this message again (a 4xx other than 408/429, a target that cannot work)."""
 
 
-@dataclass(frozen=True)
-class OutboundMessage:
+class OutboundMessage(Frozen):
     """One message for one target, as :meth:`Target.send` gets it (see module docstring)."""
 
     id: str
