@@ -84,11 +84,11 @@ def _twin(cls: type) -> type:
         (
             f.name,
             f.type,
-            dataclasses.field(default=f.default)
+            dataclasses.field(default=f.default, repr=f.repr, hash=f.hash)
             if f.default is not dataclasses.MISSING
-            else dataclasses.field(default_factory=f.default_factory)
+            else dataclasses.field(default_factory=f.default_factory, repr=f.repr, hash=f.hash)
             if f.default_factory is not dataclasses.MISSING
-            else dataclasses.field(),
+            else dataclasses.field(repr=f.repr, hash=f.hash),
         )
         for f in dataclasses.fields(cls)
     ]
@@ -180,15 +180,38 @@ def test_post_init_runs_last_as_with_dataclass_and_initvar_is_refused() -> None:
 
 
 def test_a_field_option_the_shared_methods_ignore_is_refused() -> None:
-    with pytest.raises(TypeError, match=r"Hidden\.secret: Frozen fields take a default"):
+    with pytest.raises(TypeError, match=r"Uncompared\.note: Frozen fields take a default"):
 
-        class Hidden(Frozen):
-            secret: str = dataclasses.field(default="", repr=False)
+        class Uncompared(Frozen):
+            note: str = dataclasses.field(default="", compare=False)
+
+    with pytest.raises(TypeError, match=r"Unset\.later: Frozen fields take a default"):
+
+        class Unset(Frozen):
+            later: str = dataclasses.field(default="", init=False)
+
+
+def test_repr_false_and_hash_false_behave_as_with_dataclass() -> None:
+    class Held(Frozen):
+        name: str
+        secret: str = dataclasses.field(default="", repr=False)
+        notes: tuple[Any, ...] = dataclasses.field(default=(), hash=False)
+
+    twin = _twin(Held)
+    a, t = (
+        Held(name="n", secret="s", notes=({"k": 1},)),
+        twin(name="n", secret="s", notes=({"k": 1},)),
+    )
+    shown = "Held(name='n', notes=({'k': 1},))"  # no secret
+    assert repr(t) == shown and repr(a).endswith(f"<locals>.{shown}")  # a local class here
+    assert hash(a) == hash(t) == hash(("n", "s"))  # the dict in notes is not hashed
+    assert a == Held(name="n", secret="s", notes=({"k": 1},))
+    assert a != Held(name="n", secret="s", notes=())  # still compared
 
 
 #: Lists the classes the daemon's start path (``companyd run`` up to the daemon's modules)
 #: makes with ``@dataclass(frozen=True, kw_only=True)`` that Frozen could take: no slots, no
-#: field option but a default, no InitVar.
+#: field option but a default, ``repr=False`` and ``hash=False``, no InitVar.
 START_PATH_PROBE = """
 import dataclasses, json
 made = []
@@ -196,7 +219,7 @@ real = dataclasses._process_class
 def process(cls, init, repr, eq, order, unsafe_hash, frozen, match_args, kw_only, *rest):
     out = real(cls, init, repr, eq, order, unsafe_hash, frozen, match_args, kw_only, *rest)
     plain = all(
-        f.init and f.repr and f.compare and f.hash is None
+        f.init and f.compare and f.hash in (None, False)
         and not isinstance(f.type, dataclasses.InitVar) and "InitVar" not in str(f.type)
         for f in dataclasses.fields(out)
     )
@@ -211,8 +234,7 @@ print(json.dumps(sorted(m for m in made if m.startswith("companyd."))))
 
 
 def test_the_start_path_makes_no_frozen_keyword_only_dataclass_frozen_could_take() -> None:
-    # each costs ~0.5 ms of every daemon's start (issue 31); RoutineConfig, Task and
-    # CompanyConfig keep @dataclass: a field of theirs takes hash= or repr=
+    # each costs ~0.5 ms of every daemon's start (issue 31)
     out = subprocess.run(
         [sys.executable, "-c", START_PATH_PROBE],
         capture_output=True,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -78,8 +78,7 @@ class BackupConfig(Frozen):
     to: Path
 
 
-@dataclass(frozen=True, kw_only=True)
-class RoutineConfig:
+class RoutineConfig(Frozen):
     """A routine with its trigger time zone resolved.
 
     A backup routine (``backup`` set) runs no agent: its ``assignee`` is
@@ -126,8 +125,7 @@ class DepartmentConfig(Frozen):
     agents: tuple[str, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
-class CompanyConfig:
+class CompanyConfig(Frozen):
     """A validated company.yaml, resolved.
 
     Attributes:
