@@ -46,7 +46,7 @@ class _Plan:
 
     def __init__(self, cls: type) -> None:
         fields = dataclasses.fields(cls)
-        #: the fields in declaration order (the base's first), as ``__repr__`` shows them
+        #: the fields in declaration order (the base's first), as ``__init__`` takes them
         self.names = tuple(f.name for f in fields)
         #: per field with a default: the value, or the factory wrapped in a :class:`_Make`
         self.defaults: dict[str, Any] = {}
