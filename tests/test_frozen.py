@@ -55,6 +55,8 @@ MODULES = (
     "companyd.memory._store",
     "companyd.scheduler._catchup",
     "companyd.storage._dialect",
+    "companyd.alerts._render",
+    "companyd.memory._tools",
 )
 for _name in MODULES:
     importlib.import_module(_name)

@@ -235,8 +235,7 @@ class Claim(Frozen):
     stored: Delivery | None = None
 
 
-@dataclass(frozen=True)
-class FollowUp:
+class FollowUp(Frozen):
     """A founder's Telegram reply being answered: the task (its id chosen before it was
     submitted) whose answer goes back as a reply to message ``message_id`` in ``chat_id``.
     """
@@ -729,7 +728,18 @@ class AlertStore:
                 "FROM follow_ups ORDER BY created"
             ).fetchall()
         )
-        return [FollowUp(r[0], int(r[1]), int(r[2]), r[3], r[4], r[5], float(r[6])) for r in rows]
+        return [
+            FollowUp(
+                task_id=r[0],
+                chat_id=int(r[1]),
+                message_id=int(r[2]),
+                agent=r[3],
+                reply_to=r[4],
+                text=r[5],
+                created=float(r[6]),
+            )
+            for r in rows
+        ]
 
     async def forget(self, task_id: str) -> None:
         """The follow-up ``task_id`` is owed no more (it was refused, or failed)."""
