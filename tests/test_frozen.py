@@ -57,6 +57,7 @@ MODULES = (
     "companyd.storage._dialect",
     "companyd.alerts._render",
     "companyd.memory._tools",
+    "companyd.storage",
 )
 for _name in MODULES:
     importlib.import_module(_name)
@@ -86,11 +87,13 @@ def _twin(cls: type) -> type:
         (
             f.name,
             f.type,
-            dataclasses.field(default=f.default, repr=f.repr, hash=f.hash)
+            dataclasses.field(default=f.default, repr=f.repr, compare=f.compare, hash=f.hash)
             if f.default is not dataclasses.MISSING
-            else dataclasses.field(default_factory=f.default_factory, repr=f.repr, hash=f.hash)
+            else dataclasses.field(
+                default_factory=f.default_factory, repr=f.repr, compare=f.compare, hash=f.hash
+            )
             if f.default_factory is not dataclasses.MISSING
-            else dataclasses.field(repr=f.repr, hash=f.hash),
+            else dataclasses.field(repr=f.repr, compare=f.compare, hash=f.hash),
         )
         for f in dataclasses.fields(cls)
     ]
@@ -182,10 +185,10 @@ def test_post_init_runs_last_as_with_dataclass_and_initvar_is_refused() -> None:
 
 
 def test_a_field_option_the_shared_methods_ignore_is_refused() -> None:
-    with pytest.raises(TypeError, match=r"Uncompared\.note: Frozen fields take a default"):
+    with pytest.raises(TypeError, match=r"Hashed\.note: Frozen fields take a default"):
 
-        class Uncompared(Frozen):
-            note: str = dataclasses.field(default="", compare=False)
+        class Hashed(Frozen):
+            note: str = dataclasses.field(default="", hash=True)
 
     with pytest.raises(TypeError, match=r"Unset\.later: Frozen fields take a default"):
 
@@ -193,27 +196,34 @@ def test_a_field_option_the_shared_methods_ignore_is_refused() -> None:
             later: str = dataclasses.field(default="", init=False)
 
 
-def test_repr_false_and_hash_false_behave_as_with_dataclass() -> None:
+def test_repr_compare_and_hash_false_behave_as_with_dataclass() -> None:
     class Held(Frozen):
         name: str
         secret: str = dataclasses.field(default="", repr=False)
         notes: tuple[Any, ...] = dataclasses.field(default=(), hash=False)
+        seen: float = dataclasses.field(default=0.0, compare=False)
 
     twin = _twin(Held)
     a, t = (
         Held(name="n", secret="s", notes=({"k": 1},)),
         twin(name="n", secret="s", notes=({"k": 1},)),
     )
-    shown = "Held(name='n', notes=({'k': 1},))"  # no secret
+    shown = "Held(name='n', notes=({'k': 1},), seen=0.0)"  # no secret
     assert repr(t) == shown and repr(a).endswith(f"<locals>.{shown}")  # a local class here
     assert hash(a) == hash(t) == hash(("n", "s"))  # the dict in notes is not hashed
     assert a == Held(name="n", secret="s", notes=({"k": 1},))
     assert a != Held(name="n", secret="s", notes=())  # still compared
+    later = Held(name="n", secret="s", notes=({"k": 1},), seen=5.0)
+    assert later == a and hash(later) == hash(a)  # seen is neither compared nor hashed
+    assert (twin(name="n", seen=5.0) == twin(name="n")) and Held(name="n", seen=5.0) == Held(
+        name="n"
+    )
 
 
 #: Lists the classes the daemon's start path (``companyd run`` up to the daemon's modules)
 #: makes with ``@dataclass(frozen=True, kw_only=True)`` that Frozen could take: no slots, no
-#: field option but a default, ``repr=False`` and ``hash=False``, no InitVar.
+#: field option but a default, ``repr=False``, ``compare=False`` and ``hash=False``, no
+#: InitVar.
 START_PATH_PROBE = """
 import dataclasses, json
 made = []
@@ -221,7 +231,7 @@ real = dataclasses._process_class
 def process(cls, init, repr, eq, order, unsafe_hash, frozen, match_args, kw_only, *rest):
     out = real(cls, init, repr, eq, order, unsafe_hash, frozen, match_args, kw_only, *rest)
     plain = all(
-        f.init and f.compare and f.hash in (None, False)
+        f.init and f.hash in (None, False)
         and not isinstance(f.type, dataclasses.InitVar) and "InitVar" not in str(f.type)
         for f in dataclasses.fields(out)
     )

@@ -10,8 +10,9 @@ each method, written once here, that behaves as the generated one does:
 
 * keyword-only arguments, with the ``TypeError`` Python raises for an unknown, a missing
   or a positional one, worded the same (``companyd.events.event_from`` relies on it);
-* equality over the fields in order, between instances of the same class only; the hash
-  over them too, less those declared ``field(hash=False)``;
+* equality over the fields in order, less those declared ``field(compare=False)``, between
+  instances of the same class only; the hash over them too, less those declared
+  ``field(hash=False)``;
 * the dataclass ``repr``, less the fields declared ``field(repr=False)``;
   ``FrozenInstanceError`` on assignment and deletion;
 * ``dataclasses.fields``, ``replace``, ``asdict``, ``is_dataclass`` and ``match`` (by
@@ -23,8 +24,8 @@ One difference: ``__dataclass_params__.frozen`` reads False — frozen is enforc
 shared ``__setattr__``, since a class declared frozen makes ``dataclasses`` compile its own.
 ``__post_init__`` is called as the generated ``__init__`` calls it (at its end; it may
 check the values and raise). No ``InitVar`` and no field options but a default,
-``repr=False`` and ``hash=False`` (no ``init=``, ``compare=`` or ``hash=True``): a class that
-needs them is refused when defined, and uses ``@dataclass``.
+``repr=False``, ``compare=False`` and ``hash=False`` (no ``init=`` or ``hash=True``): a class
+that needs them is refused when defined, and uses ``@dataclass``.
 ``tests/test_frozen.py`` compares both with ``@dataclass(frozen=True, kw_only=True)`` twins.
 """
 
@@ -57,10 +58,11 @@ class _Plan:
                 self.defaults[f.name] = _Make(f.default_factory)
         #: called at the end of ``__init__``, as the generated one does
         self.post_init = getattr(cls, "__post_init__", None)
-        # the fields as one tuple, in order: what the generated __eq__ and __hash__ compare
-        self.getter = _tuple_of(self.names)
-        #: what the generated ``__hash__`` hashes: the fields without ``hash=False``
-        self.hasher = _tuple_of(tuple(f.name for f in fields if f.hash is not False))
+        # the fields as one tuple, in order: what the generated __eq__ compares (the fields
+        # without compare=False)
+        self.getter = _tuple_of(tuple(f.name for f in fields if f.compare))
+        #: what the generated ``__hash__`` hashes: the compared fields without ``hash=False``
+        self.hasher = _tuple_of(tuple(f.name for f in fields if f.compare and f.hash is None))
         #: what the generated ``__repr__`` shows: the fields without ``repr=False``
         self.shown = tuple(f.name for f in fields if f.repr)
 
@@ -108,11 +110,11 @@ class Frozen:
                     f"{cls.__qualname__}.{f.name}: Frozen takes no InitVar; use @dataclass"
                 )
         for f in dataclasses.fields(cls):  # what the shared methods do not honour
-            if not (f.init and f.compare and f.hash in (None, False)):
+            if not (f.init and f.hash in (None, False)):
                 raise TypeError(
                     f"{cls.__qualname__}.{f.name}: Frozen fields take a default, a "
-                    "default_factory, repr=False and hash=False only (no init=, compare= or "
-                    "hash=True); use @dataclass"
+                    "default_factory, repr=False, compare=False and hash=False only (no init= "
+                    "or hash=True); use @dataclass"
                 )
         _PLANS[cls] = _Plan(cls)
 

@@ -18,10 +18,11 @@ import re
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from companyd._frozen import Frozen
 from companyd._sqlite import Database
 from companyd.storage._dialect import Dialects, to_pyformat
 from companyd.storage._fence import Fence, Fenced
@@ -67,8 +68,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Backend:
+class Backend(Frozen):
     """Where a company's stores live.
 
     Attributes:
