@@ -52,7 +52,6 @@ MODULES = (
     "companyd.daemon._systemd",
     "companyd.dashboard._auth",
     "companyd.desk._toolstore",
-    "companyd.memory._store",
     "companyd.scheduler._catchup",
     "companyd.storage._dialect",
     "companyd.alerts._render",

@@ -32,13 +32,13 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from filelock import lock_descriptor, unlock_descriptor
 
-from companyd._frozen import Frozen
 from companyd._fs import PRIVATE_FILE, fsync_directory, tmp_name, write_all, write_atomic
 from companyd.memory._codec import (
     LoadReport,
@@ -94,7 +94,10 @@ def _sync_data(fd: int) -> None:
         os.fsync(fd)
 
 
-class _Sig(Frozen):
+# A generated dataclass, not Frozen: two are built per memory operation (Frozen's shared
+# __init__ is ~1 µs slower), against ~0.45 ms once at start.
+@dataclass(frozen=True)
+class _Sig:
     """What stat says about a file; any difference means someone changed it."""
 
     ino: int
@@ -104,7 +107,7 @@ class _Sig(Frozen):
 
     @classmethod
     def of(cls, st: os.stat_result) -> _Sig:
-        return cls(ino=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns)
+        return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _stat(path: Path) -> _Sig | None:
