@@ -56,10 +56,17 @@ import companyd.daemon._main
 print(json.dumps(sorted(sys.modules)))
 """
 
-#: Modules of companyd the start path's imports must not load (round 12): memory's browsing
-#: and the config's resolved view are their Admin operations'. A face's lazy name is loaded
-#: with ``importlib.import_module``, which ``-X importtime`` does not show: checked here.
-NOT_IMPORTED_AT_START = ("companyd.memory._browse", "companyd.config._view")
+#: Modules of companyd the start path's imports must not load (round 12): memory's browsing,
+#: the config's resolved view, the spend report, a budget raise and a standby's routine
+#: history are their Admin operations'. A face's lazy name is loaded with
+#: ``importlib.import_module``, which ``-X importtime`` does not show: checked here.
+NOT_IMPORTED_AT_START = (
+    "companyd.memory._browse",
+    "companyd.config._view",
+    "companyd.spend._reports",
+    "companyd.spend._raises",
+    "companyd.scheduler._offline",
+)
 
 
 def test_daemon_start_path_imports_no_sdk_it_does_not_use() -> None:
