@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -29,6 +32,31 @@ MODULES = (
     "companyd.runs._tasks",
     "companyd.runs._records",
     "companyd.desk._proposals",
+    # round 12: the config's agents, departments and backups, the desk's items, the tree's
+    # diff, prices, memory's changes and views, the sandbox's launch, a manual fire
+    "companyd.config._model",
+    "companyd.config._secrets",
+    "companyd.desk._store",
+    "companyd.daemon._tree",
+    "companyd.llm._prices",
+    "companyd.memory._changes",
+    "companyd.memory._codec",
+    "companyd.memory._neighbourhood",
+    "companyd.sandbox",
+    "companyd.scheduler._service",
+    "companyd.admin._wire",
+    "companyd.alerts._notify",
+    "companyd.alerts._outbound",
+    "companyd.alerts._outbox",
+    "companyd.alerts._policy",
+    "companyd.daemon._systemd",
+    "companyd.dashboard._auth",
+    "companyd.desk._toolstore",
+    "companyd.scheduler._catchup",
+    "companyd.storage._dialect",
+    "companyd.alerts._render",
+    "companyd.memory._tools",
+    "companyd.storage",
 )
 for _name in MODULES:
     importlib.import_module(_name)
@@ -58,11 +86,13 @@ def _twin(cls: type) -> type:
         (
             f.name,
             f.type,
-            dataclasses.field(default=f.default)
+            dataclasses.field(default=f.default, repr=f.repr, compare=f.compare, hash=f.hash)
             if f.default is not dataclasses.MISSING
-            else dataclasses.field(default_factory=f.default_factory)
+            else dataclasses.field(
+                default_factory=f.default_factory, repr=f.repr, compare=f.compare, hash=f.hash
+            )
             if f.default_factory is not dataclasses.MISSING
-            else dataclasses.field(),
+            else dataclasses.field(repr=f.repr, compare=f.compare, hash=f.hash),
         )
         for f in dataclasses.fields(cls)
     ]
@@ -154,7 +184,73 @@ def test_post_init_runs_last_as_with_dataclass_and_initvar_is_refused() -> None:
 
 
 def test_a_field_option_the_shared_methods_ignore_is_refused() -> None:
-    with pytest.raises(TypeError, match=r"Hidden\.secret: Frozen fields take a default"):
+    with pytest.raises(TypeError, match=r"Hashed\.note: Frozen fields take a default"):
 
-        class Hidden(Frozen):
-            secret: str = dataclasses.field(default="", repr=False)
+        class Hashed(Frozen):
+            note: str = dataclasses.field(default="", hash=True)
+
+    with pytest.raises(TypeError, match=r"Unset\.later: Frozen fields take a default"):
+
+        class Unset(Frozen):
+            later: str = dataclasses.field(default="", init=False)
+
+
+def test_repr_compare_and_hash_false_behave_as_with_dataclass() -> None:
+    class Held(Frozen):
+        name: str
+        secret: str = dataclasses.field(default="", repr=False)
+        notes: tuple[Any, ...] = dataclasses.field(default=(), hash=False)
+        seen: float = dataclasses.field(default=0.0, compare=False)
+
+    twin = _twin(Held)
+    a, t = (
+        Held(name="n", secret="s", notes=({"k": 1},)),
+        twin(name="n", secret="s", notes=({"k": 1},)),
+    )
+    shown = "Held(name='n', notes=({'k': 1},), seen=0.0)"  # no secret
+    assert repr(t) == shown and repr(a).endswith(f"<locals>.{shown}")  # a local class here
+    assert hash(a) == hash(t) == hash(("n", "s"))  # the dict in notes is not hashed
+    assert a == Held(name="n", secret="s", notes=({"k": 1},))
+    assert a != Held(name="n", secret="s", notes=())  # still compared
+    later = Held(name="n", secret="s", notes=({"k": 1},), seen=5.0)
+    assert later == a and hash(later) == hash(a)  # seen is neither compared nor hashed
+    assert (twin(name="n", seen=5.0) == twin(name="n")) and Held(name="n", seen=5.0) == Held(
+        name="n"
+    )
+
+
+#: Lists the classes the daemon's start path (``companyd run`` up to the daemon's modules)
+#: makes with ``@dataclass(frozen=True, kw_only=True)`` that Frozen could take: no slots, no
+#: field option but a default, ``repr=False``, ``compare=False`` and ``hash=False``, no
+#: InitVar.
+START_PATH_PROBE = """
+import dataclasses, json
+made = []
+real = dataclasses._process_class
+def process(cls, init, repr, eq, order, unsafe_hash, frozen, match_args, kw_only, *rest):
+    out = real(cls, init, repr, eq, order, unsafe_hash, frozen, match_args, kw_only, *rest)
+    plain = all(
+        f.init and f.hash in (None, False)
+        and not isinstance(f.type, dataclasses.InitVar) and "InitVar" not in str(f.type)
+        for f in dataclasses.fields(out)
+    )
+    if init and frozen and kw_only and plain and "__slots__" not in vars(out):
+        made.append(out.__module__ + "." + out.__qualname__)
+    return out
+dataclasses._process_class = process
+import companyd.cli._run
+import companyd.daemon._main
+print(json.dumps(sorted(m for m in made if m.startswith("companyd."))))
+"""
+
+
+def test_the_start_path_makes_no_frozen_keyword_only_dataclass_frozen_could_take() -> None:
+    # each costs ~0.5 ms of every daemon's start (issue 31)
+    out = subprocess.run(
+        [sys.executable, "-c", START_PATH_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -10,8 +10,11 @@ each method, written once here, that behaves as the generated one does:
 
 * keyword-only arguments, with the ``TypeError`` Python raises for an unknown, a missing
   or a positional one, worded the same (``companyd.events.event_from`` relies on it);
-* equality and hash over the fields in order, between instances of the same class only;
-* the dataclass ``repr``; ``FrozenInstanceError`` on assignment and deletion;
+* equality over the fields in order, less those declared ``field(compare=False)``, between
+  instances of the same class only; the hash over them too, less those declared
+  ``field(hash=False)``;
+* the dataclass ``repr``, less the fields declared ``field(repr=False)``;
+  ``FrozenInstanceError`` on assignment and deletion;
 * ``dataclasses.fields``, ``replace``, ``asdict``, ``is_dataclass`` and ``match`` (by
   keyword: ``__match_args__`` is empty, as for keyword-only fields), and pydantic's
   dataclass schemas, as on any dataclass. mypy sees frozen keyword-only dataclasses
@@ -20,9 +23,9 @@ each method, written once here, that behaves as the generated one does:
 One difference: ``__dataclass_params__.frozen`` reads False — frozen is enforced by the
 shared ``__setattr__``, since a class declared frozen makes ``dataclasses`` compile its own.
 ``__post_init__`` is called as the generated ``__init__`` calls it (at its end; it may
-check the values and raise). No ``InitVar`` and no field options but a default (``init=``,
-``repr=``, ``compare=``, ``hash=``): a class that needs them is refused when defined, and
-uses ``@dataclass``.
+check the values and raise). No ``InitVar`` and no field options but a default,
+``repr=False``, ``compare=False`` and ``hash=False`` (no ``init=`` or ``hash=True``): a class
+that needs them is refused when defined, and uses ``@dataclass``.
 ``tests/test_frozen.py`` compares both with ``@dataclass(frozen=True, kw_only=True)`` twins.
 """
 
@@ -40,11 +43,11 @@ __all__ = ["Frozen"]
 class _Plan:
     """What the shared methods of one Frozen class need, computed once per class."""
 
-    __slots__ = ("defaults", "getter", "names", "post_init")
+    __slots__ = ("defaults", "getter", "hasher", "names", "post_init", "shown")
 
     def __init__(self, cls: type) -> None:
         fields = dataclasses.fields(cls)
-        #: the fields in declaration order (the base's first), as ``__repr__`` shows them
+        #: the fields in declaration order (the base's first), as ``__init__`` takes them
         self.names = tuple(f.name for f in fields)
         #: per field with a default: the value, or the factory wrapped in a :class:`_Make`
         self.defaults: dict[str, Any] = {}
@@ -55,9 +58,21 @@ class _Plan:
                 self.defaults[f.name] = _Make(f.default_factory)
         #: called at the end of ``__init__``, as the generated one does
         self.post_init = getattr(cls, "__post_init__", None)
-        # the fields as one tuple, in order: what the generated __eq__ and __hash__ compare
-        get = attrgetter(*self.names)
-        self.getter = get if len(self.names) > 1 else (lambda obj: (get(obj),))
+        # the fields as one tuple, in order: what the generated __eq__ compares (the fields
+        # without compare=False)
+        self.getter = _tuple_of(tuple(f.name for f in fields if f.compare))
+        #: what the generated ``__hash__`` hashes: the compared fields without ``hash=False``
+        self.hasher = _tuple_of(tuple(f.name for f in fields if f.compare and f.hash is None))
+        #: what the generated ``__repr__`` shows: the fields without ``repr=False``
+        self.shown = tuple(f.name for f in fields if f.repr)
+
+
+def _tuple_of(names: tuple[str, ...]) -> Any:
+    """A function of an instance: its ``names`` fields as one tuple, in order."""
+    if not names:
+        return lambda obj: ()
+    get = attrgetter(*names)
+    return get if len(names) > 1 else (lambda obj: (get(obj),))
 
 
 class _Make:
@@ -95,10 +110,11 @@ class Frozen:
                     f"{cls.__qualname__}.{f.name}: Frozen takes no InitVar; use @dataclass"
                 )
         for f in dataclasses.fields(cls):  # what the shared methods do not honour
-            if not (f.init and f.repr and f.compare and f.hash is None):
+            if not (f.init and f.hash in (None, False)):
                 raise TypeError(
-                    f"{cls.__qualname__}.{f.name}: Frozen fields take a default or a "
-                    "default_factory only (no init=, repr=, compare= or hash=); use @dataclass"
+                    f"{cls.__qualname__}.{f.name}: Frozen fields take a default, a "
+                    "default_factory, repr=False, compare=False and hash=False only (no init= "
+                    "or hash=True); use @dataclass"
                 )
         _PLANS[cls] = _Plan(cls)
 
@@ -141,11 +157,11 @@ class Frozen:
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(_PLANS[self.__class__].getter(self))
+        return hash(_PLANS[self.__class__].hasher(self))
 
     @reprlib.recursive_repr()
     def __repr__(self) -> str:
-        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in _PLANS[self.__class__].names)
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in _PLANS[self.__class__].shown)
         return f"{self.__class__.__qualname__}({fields})"
 
     def __setattr__(self, name: str, value: Any) -> NoReturn:

@@ -42,9 +42,9 @@ import pwd
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from companyd._frozen import Frozen
 from companyd.config import McpServerSpec, SandboxSpec, ToolServerLimitsSpec
 from companyd.errors import CompanydError
 
@@ -101,8 +101,7 @@ class SandboxUnavailable(CompanydError):
     """The sandbox of a tool server cannot be created; the message names the fix."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class Launch:
+class Launch(Frozen):
     """What the stdio client starts: ``command args…`` with exactly ``env`` in ``cwd``."""
 
     command: str

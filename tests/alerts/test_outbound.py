@@ -305,8 +305,22 @@ async def test_the_rows_of_a_removed_target_are_forgotten_those_still_configured
             return True
 
         queue.on_done = done
-        result = Queued("old", "webhook", "result:run-9", "run.completed", 1_790_000_009.0, {})
-        channel = Queued("channel:x", "apprise", "alert:x", "alert", 1_790_000_010.0, {})
+        result = Queued(
+            target="old",
+            kind="webhook",
+            key="result:run-9",
+            type="run.completed",
+            timestamp=1_790_000_009.0,
+            data={},
+        )
+        channel = Queued(
+            target="channel:x",
+            kind="apprise",
+            key="alert:x",
+            type="alert",
+            timestamp=1_790_000_010.0,
+            data={},
+        )
         await queue.enqueue([event(1), event(2, "crm"), event(3, "old"), result, channel])
         assert await queue.forget_removed() == 0  # "old" is still configured
         queue.set_targets({target.name: target}, configured=["ops", "crm"])

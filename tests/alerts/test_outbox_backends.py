@@ -82,9 +82,27 @@ async def test_records_threads_and_follow_ups_are_the_same_on_both_backends(
         await store.link(CHAT, [11], "run-2", "ceo", T0 + 5)  # the message shows run-2 now
         threads = (await store.thread(CHAT, 10), await store.thread(CHAT, 11))
         missing = await store.thread(CHAT, 12)
-        f = FollowUp("task-1", CHAT, 11, "ceo", "run-2", "and next week?", T0 + 6)
+        f = FollowUp(
+            task_id="task-1",
+            chat_id=CHAT,
+            message_id=11,
+            agent="ceo",
+            reply_to="run-2",
+            text="and next week?",
+            created=T0 + 6,
+        )
         owed_twice = (await store.owe(f), await store.owe(f))
-        await store.owe(FollowUp("task-0", CHAT, 10, "cfo", "run-1", "why?", T0 + 1))
+        await store.owe(
+            FollowUp(
+                task_id="task-0",
+                chat_id=CHAT,
+                message_id=10,
+                agent="cfo",
+                reply_to="run-1",
+                text="why?",
+                created=T0 + 1,
+            )
+        )
         owed = [x.task_id for x in await store.owed()]
         await store.answered("task-1", sent(record(4), 100))
         await store.forget("task-0")
@@ -106,7 +124,17 @@ async def test_an_outbox_survives_a_reopen(tmp_path: Path, state_backend: Backen
     store = AlertStore(tmp_path / "alerts.sqlite", backend=state_backend)
     await store.open()
     await store.save(record(5))
-    await store.owe(FollowUp("task-1", CHAT, 11, "ceo", "run-2", "and?", T0))
+    await store.owe(
+        FollowUp(
+            task_id="task-1",
+            chat_id=CHAT,
+            message_id=11,
+            agent="ceo",
+            reply_to="run-2",
+            text="and?",
+            created=T0,
+        )
+    )
     await store.close()
     again = AlertStore(tmp_path / "alerts.sqlite", backend=state_backend)
     assert await again.open() is None

@@ -104,7 +104,15 @@ def test_the_verifying_example_of_docs_webhooks_md_verifies_a_message_we_sign(
     space: dict[str, Any] = {"already_seen": lambda i: False, "print": lambda *a: seen.append(a)}
     exec(code, space)  # the page's own snippet, as a receiver would run it
     body = message_body("run.failed", time.time(), {"run_id": "run-1"})
-    msg = OutboundMessage("msg_1", "ops", "run.failed", time.time(), {}, body, 1)
+    msg = OutboundMessage(
+        id="msg_1",
+        target="ops",
+        type="run.failed",
+        timestamp=time.time(),
+        data={},
+        body=body,
+        attempt=1,
+    )
     target = WebhookTarget("ops", "http://127.0.0.1:1/", secret, client=None)  # type: ignore[arg-type]
     space["handle"](body.encode(), target.headers(msg, time.time()))
     assert seen == [("run.failed", {"run_id": "run-1"})]

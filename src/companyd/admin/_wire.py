@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from companyd._frozen import Frozen
 from companyd.admin._operations import Admin
 
 __all__ = ["OPERATIONS", "ArgumentError", "check_arguments", "load_result", "result_data"]
@@ -47,8 +48,7 @@ class ArgumentError(ValueError):
     """The arguments do not fit the operation's signature; ``str()`` says which and why."""
 
 
-@dataclasses.dataclass(frozen=True)
-class _Operation:
+class _Operation(Frozen):
     name: str
     signature: inspect.Signature
     shown: str

@@ -15,13 +15,13 @@ import signal
 import socket
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import yaml
 
+from companyd._frozen import Frozen
 from companyd.alerts._render import ICONS, clip
 from companyd.alerts._telegram import protect, quiet_library_loggers, redact, resolve_settings
 from companyd.config import AlertsSpec, CompanyConfig
@@ -29,13 +29,11 @@ from companyd.config import AlertsSpec, CompanyConfig
 __all__ = ["FallbackCompany", "fallback_company", "notify_failure", "unit_facts"]
 
 
-@dataclass(frozen=True)
-class _FallbackSpec:
+class _FallbackSpec(Frozen):
     alerts: AlertsSpec
 
 
-@dataclass(frozen=True)
-class FallbackCompany:
+class FallbackCompany(Frozen):
     """What :func:`notify_failure` needs of a company.yaml that does not validate."""
 
     spec: _FallbackSpec
@@ -66,7 +64,7 @@ def fallback_company(text: str) -> FallbackCompany:
         alerts = AlertsSpec.model_validate(raw.get("alerts") or {})
     except ValueError:
         alerts = AlertsSpec()
-    return FallbackCompany(spec=_FallbackSpec(alerts), name=name, timezone=zone)
+    return FallbackCompany(spec=_FallbackSpec(alerts=alerts), name=name, timezone=zone)
 
 
 _RESULTS = {

@@ -55,6 +55,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from companyd._aio import news_or_deadline
+from companyd._frozen import Frozen
 from companyd._secrets import redact
 from companyd._sqlite import transaction
 from companyd.clock import Clock
@@ -150,8 +151,7 @@ class PermanentSendError(SendError):
     """Never try this message again (a 4xx other than 408/429, a target that cannot work)."""
 
 
-@dataclass(frozen=True)
-class OutboundMessage:
+class OutboundMessage(Frozen):
     """One message for one target, as :meth:`Target.send` gets it (see module docstring)."""
 
     id: str
@@ -183,8 +183,7 @@ class Target(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Queued:
+class Queued(Frozen):
     """A message to queue for one target: ``key`` identifies the event (one row per
     ``(target, key)``), ``type`` / ``timestamp`` / ``data`` its content.
 

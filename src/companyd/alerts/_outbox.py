@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from companyd._frozen import Frozen
 from companyd._sqlite import Migration, SchemaTooNew, store_errors, transaction
 from companyd.alerts._outbound import OUTBOUND_PG, OUTBOUND_SQLITE
 from companyd.errors import CompanydError
@@ -204,8 +205,7 @@ class OutboxUnavailable(CompanydError):
     """The shared (PostgreSQL) outbox cannot be opened: the pager cannot start."""
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(Frozen):
     """The answer to :meth:`AlertStore.claim`.
 
     ``verdict``: ``mine`` (send it), ``taken`` (another daemon is sending it: try again at
@@ -219,8 +219,7 @@ class Claim:
     stored: Delivery | None = None
 
 
-@dataclass(frozen=True)
-class FollowUp:
+class FollowUp(Frozen):
     """A founder's Telegram reply being answered: the task (its id chosen before it was
     submitted) whose answer goes back as a reply to message ``message_id`` in ``chat_id``.
     """
@@ -591,16 +590,16 @@ class AlertStore:
                 row = conn.execute("SELECT body FROM alerts WHERE id = ?", (alert_id,)).fetchone()
                 stored = _delivery_in(row[0], chat_id) if row else None
                 if stored is not None and stored.state != "pending":
-                    return Claim("done", holder=holder, stored=stored)
+                    return Claim(verdict="done", holder=holder, stored=stored)
                 if until > now:
-                    return Claim("taken", holder=holder, until=until)
+                    return Claim(verdict="taken", holder=holder, until=until)
             conn.execute(
                 "INSERT INTO claims (alert_id, chat_id, owner, claimed) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(alert_id, chat_id) DO UPDATE SET owner=excluded.owner, "
                 "claimed=excluded.claimed",
                 (alert_id, chat_id, self.owner, now),
             )
-        return Claim("mine", holder=self.owner, until=now + self.claim_lease)
+        return Claim(verdict="mine", holder=self.owner, until=now + self.claim_lease)
 
     def _prune_sync(self, conn: Connection, before: float) -> int:
         cur = conn.execute("DELETE FROM alerts WHERE settled = 1 AND created < ?", (before,))
@@ -653,7 +652,7 @@ class AlertStore:
         :data:`CLAIM_RETRY` seconds: another daemon may hold it.
         """
         if not self.shared:
-            return Claim("mine", holder=self.owner)
+            return Claim(verdict="mine", holder=self.owner)
         try:
             got = await self._run(self._claim_sync, alert_id, chat_id, now)
         except store_errors() as exc:
@@ -667,7 +666,7 @@ class AlertStore:
                     exc,
                 )
                 self._claims_failing = True
-            return Claim("taken", until=now + CLAIM_RETRY)
+            return Claim(verdict="taken", until=now + CLAIM_RETRY)
         self._claims_failing = False
         return got
 
@@ -713,7 +712,18 @@ class AlertStore:
                 "FROM follow_ups ORDER BY created"
             ).fetchall()
         )
-        return [FollowUp(r[0], int(r[1]), int(r[2]), r[3], r[4], r[5], float(r[6])) for r in rows]
+        return [
+            FollowUp(
+                task_id=r[0],
+                chat_id=int(r[1]),
+                message_id=int(r[2]),
+                agent=r[3],
+                reply_to=r[4],
+                text=r[5],
+                created=float(r[6]),
+            )
+            for r in rows
+        ]
 
     async def forget(self, task_id: str) -> None:
         """The follow-up ``task_id`` is owed no more (it was refused, or failed)."""

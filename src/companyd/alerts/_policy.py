@@ -12,10 +12,10 @@ Pure: no I/O, no clock reads.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from companyd._frozen import Frozen
 from companyd.alerts._render_kinds import is_abnormal_exit
 from companyd.config import CompanyConfig, QuietHoursSpec
 from companyd.events import ChildExited, Event
@@ -41,8 +41,7 @@ ALWAYS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Policy:
+class Policy(Frozen):
     """The parts of company.yaml the service reads while running (replaced on reload)."""
 
     min_rank: int

@@ -11,11 +11,12 @@ Telegram's limit. Everything here is pure (no I/O, no clock reads) and total.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from companyd._frozen import Frozen
 from companyd.alerts._values import Data, secs
 
 __all__ = [
@@ -39,8 +40,7 @@ MAX_TEXT = 4096
 ICONS = {"critical": "🔴", "warning": "🟠", "info": "🔵", "debug": "⚪", "digest": "🌙"}
 
 
-@dataclass(frozen=True)
-class Button:
+class Button(Frozen):
     """An inline button offered on an alert.
 
     Attributes:
@@ -62,8 +62,7 @@ class Button:
         return {"label": self.label, "action": self.action, "arg": self.arg, "usd": self.usd}
 
 
-@dataclass(frozen=True)
-class Rendered:
+class Rendered(Frozen):
     """The variable part of an alert: a title and detail lines."""
 
     title: str
@@ -79,8 +78,7 @@ def no_buttons(data: Data, agents: Collection[str]) -> list[Button]:
     return []
 
 
-@dataclass(frozen=True)
-class KindSpec:
+class KindSpec(Frozen):
     """How one event kind becomes an alert.
 
     Attributes:

@@ -134,12 +134,16 @@ def _crash(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     if data.get("gave_up") and has(data, "message"):
         lines.append(txt(data.get("message"), 400))
     lines.append(f"supervisor: {txt(source, 120)}")
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _crash_buttons(data: Data, agents: Collection[str]) -> list[Button]:
     agent = agent_of(data, agents)
-    return [Button(f"⏸ Pause {agent}", "pause", agent)] if agent and agent in agents else []
+    return (
+        [Button(label=f"⏸ Pause {agent}", action="pause", arg=agent)]
+        if agent and agent in agents
+        else []
+    )
 
 
 def _max_intensity(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -161,14 +165,14 @@ def _max_intensity(data: Data, source: str, counts: Mapping[str, int]) -> Render
         "it stopped its children and exited; its parent restarts it, or companyd stops "
         "if it is the root"
     )
-    return Rendered(f"supervisor {txt(source, 120)} gave up", tuple(lines))
+    return Rendered(title=f"supervisor {txt(source, 120)} gave up", lines=tuple(lines))
 
 
 def _start_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     who = _who(data) if has(data, "child") or has(data, "agent") else "a supervisor"
     return Rendered(
-        f"{who} failed to start",
-        (
+        title=f"{who} failed to start",
+        lines=(
             *line("reason", data, "reason"),
             *line("while", data, "phase"),
             f"supervisor: {txt(source, 120)}",
@@ -188,13 +192,13 @@ def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rende
     if data.get("offline") is True:
         lines.append("offline mode: no model is called")
     lines += line("version", data, "version") + line("config", data, "config")
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _leadership_taken(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     return Rendered(
-        f"companyd on {txt(data.get('host'), 80)} took over the company",
-        (
+        title=f"companyd on {txt(data.get('host'), 80)} took over the company",
+        lines=(
             f"previous leader: {txt(data.get('previous'), 160)} — it stopped holding the lead "
             "(died, lost its host or its database connection)",
             f"fencing epoch {txt(data.get('epoch'))}: the old leader can no longer write",
@@ -204,7 +208,7 @@ def _leadership_taken(data: Data, source: str, counts: Mapping[str, int]) -> Ren
 
 
 def _daemon_stopping(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
-    return Rendered("companyd is stopping", tuple(line("reason", data, "reason")))
+    return Rendered(title="companyd is stopping", lines=tuple(line("reason", data, "reason")))
 
 
 def _daemon_reloaded(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -241,7 +245,7 @@ def _daemon_reloaded(data: Data, source: str, counts: Mapping[str, int]) -> Rend
     if isinstance(pending, list) and pending:
         names = txt(", ".join(map(str, pending)), 300)
         lines.append(f"waiting for a restart: {names} (`systemctl restart companyd`)")
-    return Rendered("company.yaml reloaded", tuple(lines))
+    return Rendered(title="company.yaml reloaded", lines=tuple(lines))
 
 
 def _config_rejected(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -256,7 +260,9 @@ def _config_rejected(data: Data, source: str, counts: Mapping[str, int]) -> Rend
     elif has(data, "errors"):
         lines.append(txt(errors, 600))
     lines += line("file", data, "file")
-    return Rendered("company.yaml change rejected — the running config stays", tuple(lines))
+    return Rendered(
+        title="company.yaml change rejected — the running config stays", lines=tuple(lines)
+    )
 
 
 def _budget_who(data: Data) -> str:
@@ -276,15 +282,29 @@ def _budget_threshold(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     share = pct(data.get("level"), used, limit)
     title = f"{_budget_who(data)} has used {share} of its {_period(data)} budget"
     lines = [f"{usd(used)} of {usd(limit)}"] if has(data, "used_usd") else []
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _raise_button(data: Data, agents: Collection[str]) -> list[Button]:
     agent = data.get("agent")
     if data.get("scope") == "company" or not agent:
-        return [Button(f"➕ ${RAISE_STEP_USD:.0f} today (company)", "raise", "", RAISE_STEP_USD)]
+        return [
+            Button(
+                label=f"➕ ${RAISE_STEP_USD:.0f} today (company)",
+                action="raise",
+                arg="",
+                usd=RAISE_STEP_USD,
+            )
+        ]
     if agent in agents:
-        return [Button(f"➕ ${RAISE_STEP_USD:.0f} today", "raise", str(agent), RAISE_STEP_USD)]
+        return [
+            Button(
+                label=f"➕ ${RAISE_STEP_USD:.0f} today",
+                action="raise",
+                arg=str(agent),
+                usd=RAISE_STEP_USD,
+            )
+        ]
     return []
 
 
@@ -292,7 +312,7 @@ def _budget_threshold_buttons(data: Data, agents: Collection[str]) -> list[Butto
     agent = data.get("agent")
     out = []
     if data.get("scope") != "company" and agent in agents:
-        out.append(Button(f"⏸ Pause {agent}", "pause", str(agent)))
+        out.append(Button(label=f"⏸ Pause {agent}", action="pause", arg=str(agent)))
     return out + _raise_button(data, agents)
 
 
@@ -315,7 +335,7 @@ def _budget_exhausted(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     lines += _paused_list(data) or line("paused", data, "asked_by")
     lines += line("resets", data, "resets_at", when)
     lines.append("new runs wait until the budget resets or is raised")
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _budget_exhausted_buttons(data: Data, agents: Collection[str]) -> list[Button]:
@@ -324,7 +344,7 @@ def _budget_exhausted_buttons(data: Data, agents: Collection[str]) -> list[Butto
     if data.get("scope") == "company" or not agent:
         agent = data.get("asked_by")
     if isinstance(agent, str) and agent in agents:
-        out.append(Button(f"▶ Resume {agent}", "resume", agent))
+        out.append(Button(label=f"▶ Resume {agent}", action="resume", arg=agent))
     return out
 
 
@@ -338,7 +358,7 @@ def _api_spend_limit(data: Data, source: str, counts: Mapping[str, int]) -> Rend
             "top up or raise the limit in the Anthropic console, then resume them all: "
             "`companyd resume --all` (or /resume all)"
         )
-    return Rendered("Anthropic API spend limit reached — calls refused", tuple(lines))
+    return Rendered(title="Anthropic API spend limit reached — calls refused", lines=tuple(lines))
 
 
 def _quota_wall(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -350,14 +370,14 @@ def _quota_wall(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
         f"every model these agents may use is rate limited past {until}: no call is made "
         f"until then, their routine fires are skipped, and they resume by themselves at {until}",
     ]
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _quota_wall_lifted(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     return Rendered(
-        f"rate limit lifted ({txt(data.get('until_text'), 20)}): "
+        title=f"rate limit lifted ({txt(data.get('until_text'), 20)}): "
         f"{txt(data.get('agents'), 200)} run again",
-        (),
+        lines=(),
     )
 
 
@@ -368,7 +388,7 @@ def _routine_limit(data: Data, source: str, counts: Mapping[str, int]) -> Render
         *line("agent", data, "agent"),
         f"its further fires on {txt(data.get('day'), 20)} are skipped; it runs again tomorrow",
     ]
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _routine_paused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -379,7 +399,7 @@ def _routine_paused(data: Data, source: str, counts: Mapping[str, int]) -> Rende
     if isinstance(reasons, list):
         lines += [f"• {txt(r, 300)}" for r in reasons[-5:]]
     lines.append(f"its fires are skipped until `companyd jobs resume {routine}`")
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _reminder_buttons(data: Data, agents: Collection[str]) -> list[Button]:
@@ -399,7 +419,7 @@ def _founder_reminder(data: Data, source: str, counts: Mapping[str, int]) -> Ren
         *line("expires", data, "deadline", when),
         "unanswered by then, it is denied",
     ]
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _api_key_refused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -408,7 +428,7 @@ def _api_key_refused(data: Data, source: str, counts: Mapping[str, int]) -> Rend
         "fix the key (anthropic.api_key_env or the anthropic_api_key credential), restart "
         "companyd, then /resume the agents"
     )
-    return Rendered("Anthropic API key refused — every agent is paused", tuple(lines))
+    return Rendered(title="Anthropic API key refused — every agent is paused", lines=tuple(lines))
 
 
 def _spend_unanswered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -422,7 +442,7 @@ def _spend_unanswered(data: Data, source: str, counts: Mapping[str, int]) -> Ren
         *line("last", data, "agent"),
         *line("reason", data, "reason"),
     ]
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _spend_runaway(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -434,12 +454,16 @@ def _spend_runaway(data: Data, source: str, counts: Mapping[str, int]) -> Render
             f"{usd(data.get('rate_usd_per_hour'))}/h (usual "
             f"{usd(data.get('usual_usd_per_hour'))}/h)"
         )
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _pause_agent_button(data: Data, agents: Collection[str]) -> list[Button]:
     agent = agent_of(data, agents)
-    return [Button(f"⏸ Pause {agent}", "pause", agent)] if agent and agent in agents else []
+    return (
+        [Button(label=f"⏸ Pause {agent}", action="pause", arg=agent)]
+        if agent and agent in agents
+        else []
+    )
 
 
 def _routine_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -452,7 +476,7 @@ def _routine_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rende
         *_scheduled_line(data),
         *line("run", data, "run_id"),
     ]
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _routine_unverified(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -467,7 +491,7 @@ def _routine_unverified(data: Data, source: str, counts: Mapping[str, int]) -> R
         *_scheduled_line(data),
         *line("run", data, "run_id"),
     ]
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _outcome_line(data: Data) -> list[str]:
@@ -486,7 +510,11 @@ def _scheduled_line(data: Data) -> list[str]:
 
 def _routine_buttons(data: Data, agents: Collection[str]) -> list[Button]:
     routine = data.get("routine")
-    return [Button("🔁 Run again now", "run_job", routine)] if isinstance(routine, str) else []
+    return (
+        [Button(label="🔁 Run again now", action="run_job", arg=routine)]
+        if isinstance(routine, str)
+        else []
+    )
 
 
 def _routine_missed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -501,13 +529,13 @@ def _routine_missed(data: Data, source: str, counts: Mapping[str, int]) -> Rende
         else _scheduled_line(data)
     )
     lines = [*fired, *line("reason", data, "reason"), *line("agent", data, "agent")]
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _routine_skipped(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"routine {txt(data.get('routine'), 80)} skipped a run"
     lines = line("reason", data, "reason") + _scheduled_line(data) + line("agent", data, "agent")
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _task_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -526,12 +554,16 @@ def _task_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     ]
     if has(data, "task_id"):
         lines.append(f"retry with /retry {txt(data.get('task_id'), 80)}")
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _task_buttons(data: Data, agents: Collection[str]) -> list[Button]:
     task = data.get("task_id")
-    return [Button("🔁 Retry task", "retry", task)] if isinstance(task, str) and task else []
+    return (
+        [Button(label="🔁 Retry task", action="retry", arg=task)]
+        if isinstance(task, str) and task
+        else []
+    )
 
 
 def _result_undelivered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -539,7 +571,9 @@ def _result_undelivered(data: Data, source: str, counts: Mapping[str, int]) -> R
         f"the result of routine {txt(data.get('routine'), 80)} was not delivered to "
         f"{txt(data.get('to'), 20)}"
     )
-    return Rendered(title, tuple(line("reason", data, "reason") + line("run", data, "run_id")))
+    return Rendered(
+        title=title, lines=tuple(line("reason", data, "reason") + line("run", data, "run_id"))
+    )
 
 
 def _memory_repaired(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -556,7 +590,7 @@ def _memory_repaired(data: Data, source: str, counts: Mapping[str, int]) -> Rend
     lines += line("file", data, "path") + line("backup", data, "backup")
     lines += line("unreadable lines kept in", data, "corrupt_file")
     lines += line("reason", data, "reason")
-    return Rendered("memory file repaired", tuple(lines))
+    return Rendered(title="memory file repaired", lines=tuple(lines))
 
 
 def _commands_failing(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -565,12 +599,12 @@ def _commands_failing(data: Data, source: str, counts: Mapping[str, int]) -> Ren
         "alerts still go out; companyd keeps polling with backoff. Check the bot token "
         "and alerts.telegram.api_url; `companyd status` shows the state"
     )
-    return Rendered("Telegram commands are not reaching companyd", tuple(lines))
+    return Rendered(title="Telegram commands are not reaching companyd", lines=tuple(lines))
 
 
 def _commands_recovered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     lines = [*line("failing since", data, "since", when), *line("last error", data, "error")]
-    return Rendered("Telegram commands work again", tuple(lines))
+    return Rendered(title="Telegram commands work again", lines=tuple(lines))
 
 
 def _mcp_server_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -582,14 +616,14 @@ def _mcp_server_failed(data: Data, source: str, counts: Mapping[str, int]) -> Re
     retry = data.get("retry_in_s")
     if isinstance(retry, int | float) and not isinstance(retry, bool):
         lines.append(f"retrying in {retry:g} s, then with growing waits (up to 5 min)")
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _mcp_server_recovered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"MCP server {txt(data.get('server'), 80)!r} of {_who(data)} is up again"
     tools = data.get("tools")
     lines = [f"tools: {txt(', '.join(map(str, tools)), 300)}"] if isinstance(tools, list) else []
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _tool_rate_limited(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -600,7 +634,7 @@ def _tool_rate_limited(data: Data, source: str, counts: Mapping[str, int]) -> Re
     lines = [
         f"limit: {txt(data.get('limit'))} a day (tools.rate_limit), day {txt(data.get('day'))}"
     ]
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _tools_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -615,14 +649,18 @@ def _tools_quarantined(data: Data, source: str, counts: Mapping[str, int]) -> Re
         else []
     )
     lines.append(f"approve them: companyd tools approve {txt(data.get('server'), 80)}")
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _approve_tools_button(data: Data, agents: Collection[str]) -> list[Button]:
     agent, server = data.get("agent"), data.get("server")
     if not isinstance(agent, str) or not isinstance(server, str) or agent not in agents:
         return []
-    return [Button(f"✅ Approve {server}'s tools", "approve_tools", f"{agent}/{server}")]
+    return [
+        Button(
+            label=f"✅ Approve {server}'s tools", action="approve_tools", arg=f"{agent}/{server}"
+        )
+    ]
 
 
 def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -640,7 +678,7 @@ def _circuit_breaker(data: Data, source: str, counts: Mapping[str, int]) -> Rend
         lines.append(what)
     lines += line("reason", data, "reason") + line("routine", data, "routine")
     lines += line("run", data, "run_id")
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _proposal_created(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -660,7 +698,7 @@ def _proposal_created(data: Data, source: str, counts: Mapping[str, int]) -> Ren
         lines += shown[:25] + ([f"… {len(shown) - 25} more diff lines"] if len(shown) > 25 else [])
     if has(data, "proposal_id"):
         lines.append(f"/approve {pid} or /reject {pid}")
-    return Rendered(head, tuple(lines))
+    return Rendered(title=head, lines=tuple(lines))
 
 
 def _summary(value: Any) -> str:
@@ -671,7 +709,10 @@ def _proposal_buttons(data: Data, agents: Collection[str]) -> list[Button]:
     pid = data.get("proposal_id")
     if not isinstance(pid, str | int) or isinstance(pid, bool) or pid == "":
         return []
-    return [Button("✅ Approve", "approve", str(pid)), Button("✖ Reject", "reject", str(pid))]
+    return [
+        Button(label="✅ Approve", action="approve", arg=str(pid)),
+        Button(label="✖ Reject", action="reject", arg=str(pid)),
+    ]
 
 
 def _founder_approval(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -682,7 +723,7 @@ def _founder_approval(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     if has(data, "deadline"):
         lines.append(f"unanswered by {when(data.get('deadline'))} counts as rejected")
     lines.append(f"/approve {item} or /reject {item} REASON")
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _founder_question(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -692,7 +733,7 @@ def _founder_question(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     if has(data, "deadline"):
         lines.append(f"the run waits for your answer until {when(data.get('deadline'))}")
     lines.append(f"reply to this message with your answer, or /answer {item} TEXT")
-    return Rendered(f"{_who(data)} asks you ({item})", tuple(lines))
+    return Rendered(title=f"{_who(data)} asks you ({item})", lines=tuple(lines))
 
 
 #: How much of a result waiting for approval its message shows (Telegram's 4,096 characters
@@ -720,7 +761,7 @@ def _founder_result(data: Data, source: str, counts: Mapping[str, int]) -> Rende
     if has(data, "cost_usd"):
         lines.append(f"cost {usd(data.get('cost_usd'))} · run {txt(data.get('run_id'), 40)}")
     lines.append(f"reply to this message with the changes you want, or /approve {item}")
-    return Rendered(title, tuple(lines))
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _result_buttons(data: Data, agents: Collection[str]) -> list[Button]:
@@ -728,9 +769,9 @@ def _result_buttons(data: Data, agents: Collection[str]) -> list[Button]:
     if not isinstance(item, str) or not item:
         return []
     return [
-        Button("✅ Approve", "approve", item),
-        Button("✏️ Request changes", "changes", item),
-        Button("✖ Reject", "reject", item),
+        Button(label="✅ Approve", action="approve", arg=item),
+        Button(label="✏️ Request changes", action="changes", arg=item),
+        Button(label="✖ Reject", action="reject", arg=item),
     ]
 
 
@@ -738,39 +779,51 @@ def _founder_buttons(data: Data, agents: Collection[str]) -> list[Button]:
     item = data.get("item_id")
     if not isinstance(item, str) or not item:
         return []
-    return [Button("✅ Approve", "approve", item), Button("✖ Reject", "reject", item)]
+    return [
+        Button(label="✅ Approve", action="approve", arg=item),
+        Button(label="✖ Reject", action="reject", arg=item),
+    ]
 
 
 def _run_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     n = counts.get("run_failed", 1)
     title = f"a run of {_who(data)} failed" + (f" ({n} runs)" if n > 1 else "")
-    return Rendered(title, tuple(line("reason", data, "reason") + line("run", data, "run_id")))
+    return Rendered(
+        title=title, lines=tuple(line("reason", data, "reason") + line("run", data, "run_id"))
+    )
 
 
 def _agent_paused(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     return Rendered(
-        f"{_who(data)} paused", tuple(line("reason", data, "reason") + line("by", data, "by"))
+        title=f"{_who(data)} paused",
+        lines=tuple(line("reason", data, "reason") + line("by", data, "by")),
     )
 
 
 def _agent_resumed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
-    return Rendered(f"{_who(data)} resumed", tuple(line("by", data, "by")))
+    return Rendered(title=f"{_who(data)} resumed", lines=tuple(line("by", data, "by")))
 
 
 def _resume_button(data: Data, agents: Collection[str]) -> list[Button]:
     agent = agent_of(data, agents)
-    return [Button(f"▶ Resume {agent}", "resume", agent)] if agent and agent in agents else []
+    return (
+        [Button(label=f"▶ Resume {agent}", action="resume", arg=agent)]
+        if agent and agent in agents
+        else []
+    )
 
 
 def _model_fallback(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     title = f"{_who(data)} fell back to {txt(data.get('to_model'), 80)}"
-    return Rendered(title, tuple(line("from", data, "from_model") + line("reason", data, "reason")))
+    return Rendered(
+        title=title, lines=tuple(line("from", data, "from_model") + line("reason", data, "reason"))
+    )
 
 
 def _unknown_price(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     return Rendered(
-        f"no price known for model {txt(data.get('model'), 80)}",
-        ("it is charged at the most expensive known rate; add it under 'pricing'",),
+        title=f"no price known for model {txt(data.get('model'), 80)}",
+        lines=("it is charged at the most expensive known rate; add it under 'pricing'",),
     )
 
 
@@ -780,87 +833,156 @@ def _generic(kind: str) -> Renderer:
         if source:
             title += f" ({txt(source, 80)})"
         lines = [f"{k}: {txt(v, 200)}" for k, v in list(data.items())[:8]]
-        return Rendered(title, tuple(lines))
+        return Rendered(title=title, lines=tuple(lines))
 
     return render
 
 
-_CRASH = KindSpec("crash", ("child",), _crash, _crash_buttons)
+_CRASH = KindSpec(group="crash", subject=("child",), render=_crash, buttons=_crash_buttons)
 
 KINDS: Mapping[str, KindSpec] = {
     Restart.KIND: _CRASH,
     ChildExited.KIND: _CRASH,
-    MaxIntensity.KIND: KindSpec("max_intensity", (), _max_intensity, _crash_buttons),
-    ChildStartFailed.KIND: KindSpec("child_start_failed", ("child",), _start_failed),
-    DaemonStarted.KIND: KindSpec("daemon_started", (), _daemon_started),
-    DaemonStopping.KIND: KindSpec("daemon_stopping", (), _daemon_stopping),
-    LeadershipTaken.KIND: KindSpec("leadership_taken", (), _leadership_taken),
-    DaemonReloaded.KIND: KindSpec("daemon_reloaded", (), _daemon_reloaded),
-    ConfigRejected.KIND: KindSpec("config_rejected", (), _config_rejected),
+    MaxIntensity.KIND: KindSpec(
+        group="max_intensity", subject=(), render=_max_intensity, buttons=_crash_buttons
+    ),
+    ChildStartFailed.KIND: KindSpec(
+        group="child_start_failed", subject=("child",), render=_start_failed
+    ),
+    DaemonStarted.KIND: KindSpec(group="daemon_started", subject=(), render=_daemon_started),
+    DaemonStopping.KIND: KindSpec(group="daemon_stopping", subject=(), render=_daemon_stopping),
+    LeadershipTaken.KIND: KindSpec(group="leadership_taken", subject=(), render=_leadership_taken),
+    DaemonReloaded.KIND: KindSpec(group="daemon_reloaded", subject=(), render=_daemon_reloaded),
+    ConfigRejected.KIND: KindSpec(group="config_rejected", subject=(), render=_config_rejected),
     BudgetThreshold.KIND: KindSpec(
-        "budget_threshold",
-        ("scope", "agent", "period", "level"),
-        _budget_threshold,
-        _budget_threshold_buttons,
+        group="budget_threshold",
+        subject=("scope", "agent", "period", "level"),
+        render=_budget_threshold,
+        buttons=_budget_threshold_buttons,
     ),
     BudgetExhausted.KIND: KindSpec(
-        "budget_exhausted",
-        ("scope", "agent", "period"),
-        _budget_exhausted,
-        _budget_exhausted_buttons,
+        group="budget_exhausted",
+        subject=("scope", "agent", "period"),
+        render=_budget_exhausted,
+        buttons=_budget_exhausted_buttons,
     ),
-    ApiSpendLimit.KIND: KindSpec("api_spend_limit", (), _api_spend_limit),
-    ApiKeyRefused.KIND: KindSpec("api_key_refused", (), _api_key_refused),
-    SpendRunaway.KIND: KindSpec("spend_runaway", ("agent",), _spend_runaway, _pause_agent_button),
-    SpendUnanswered.KIND: KindSpec("spend_unanswered", (), _spend_unanswered),
-    RoutineFailed.KIND: KindSpec("routine_failed", ("routine",), _routine_failed, _routine_buttons),
-    RoutineMissed.KIND: KindSpec("routine_missed", ("routine",), _routine_missed, _routine_buttons),
-    RoutineSkipped.KIND: KindSpec("routine_skipped", ("routine",), _routine_skipped),
+    ApiSpendLimit.KIND: KindSpec(group="api_spend_limit", subject=(), render=_api_spend_limit),
+    ApiKeyRefused.KIND: KindSpec(group="api_key_refused", subject=(), render=_api_key_refused),
+    SpendRunaway.KIND: KindSpec(
+        group="spend_runaway",
+        subject=("agent",),
+        render=_spend_runaway,
+        buttons=_pause_agent_button,
+    ),
+    SpendUnanswered.KIND: KindSpec(group="spend_unanswered", subject=(), render=_spend_unanswered),
+    RoutineFailed.KIND: KindSpec(
+        group="routine_failed",
+        subject=("routine",),
+        render=_routine_failed,
+        buttons=_routine_buttons,
+    ),
+    RoutineMissed.KIND: KindSpec(
+        group="routine_missed",
+        subject=("routine",),
+        render=_routine_missed,
+        buttons=_routine_buttons,
+    ),
+    RoutineSkipped.KIND: KindSpec(
+        group="routine_skipped", subject=("routine",), render=_routine_skipped
+    ),
     RoutineUnverified.KIND: KindSpec(
-        "routine_unverified", ("routine",), _routine_unverified, _routine_buttons
+        group="routine_unverified",
+        subject=("routine",),
+        render=_routine_unverified,
+        buttons=_routine_buttons,
     ),
-    RoutineLimitReached.KIND: KindSpec("routine_limit_reached", ("routine", "day"), _routine_limit),
-    RoutinePaused.KIND: KindSpec("routine_paused", ("routine",), _routine_paused),
-    QuotaWall.KIND: KindSpec("quota_wall", ("until_text",), _quota_wall),
-    QuotaWallLifted.KIND: KindSpec("quota_wall_lifted", ("until_text",), _quota_wall_lifted),
+    RoutineLimitReached.KIND: KindSpec(
+        group="routine_limit_reached", subject=("routine", "day"), render=_routine_limit
+    ),
+    RoutinePaused.KIND: KindSpec(
+        group="routine_paused", subject=("routine",), render=_routine_paused
+    ),
+    QuotaWall.KIND: KindSpec(group="quota_wall", subject=("until_text",), render=_quota_wall),
+    QuotaWallLifted.KIND: KindSpec(
+        group="quota_wall_lifted", subject=("until_text",), render=_quota_wall_lifted
+    ),
     FounderReminder.KIND: KindSpec(
-        "founder_reminder", ("item_id",), _founder_reminder, _reminder_buttons
+        group="founder_reminder",
+        subject=("item_id",),
+        render=_founder_reminder,
+        buttons=_reminder_buttons,
     ),
     TaskQuarantined.KIND: KindSpec(
-        "task_quarantined", ("task_id",), _task_quarantined, _task_buttons
+        group="task_quarantined",
+        subject=("task_id",),
+        render=_task_quarantined,
+        buttons=_task_buttons,
     ),
-    MemoryRepaired.KIND: KindSpec("memory_repaired", (), _memory_repaired),
-    ResultUndelivered.KIND: KindSpec("result_undelivered", ("routine", "to"), _result_undelivered),
-    TelegramCommandsFailing.KIND: KindSpec("telegram_commands_failing", (), _commands_failing),
+    MemoryRepaired.KIND: KindSpec(group="memory_repaired", subject=(), render=_memory_repaired),
+    ResultUndelivered.KIND: KindSpec(
+        group="result_undelivered", subject=("routine", "to"), render=_result_undelivered
+    ),
+    TelegramCommandsFailing.KIND: KindSpec(
+        group="telegram_commands_failing", subject=(), render=_commands_failing
+    ),
     TelegramCommandsRecovered.KIND: KindSpec(
-        "telegram_commands_recovered", (), _commands_recovered
+        group="telegram_commands_recovered", subject=(), render=_commands_recovered
     ),
-    McpServerFailed.KIND: KindSpec("mcp_server_failed", ("agent", "server"), _mcp_server_failed),
+    McpServerFailed.KIND: KindSpec(
+        group="mcp_server_failed", subject=("agent", "server"), render=_mcp_server_failed
+    ),
     McpServerRecovered.KIND: KindSpec(
-        "mcp_server_recovered", ("agent", "server"), _mcp_server_recovered
+        group="mcp_server_recovered", subject=("agent", "server"), render=_mcp_server_recovered
     ),
-    ToolRateLimited.KIND: KindSpec("tool_rate_limited", ("agent", "tool"), _tool_rate_limited),
+    ToolRateLimited.KIND: KindSpec(
+        group="tool_rate_limited", subject=("agent", "tool"), render=_tool_rate_limited
+    ),
     ToolsQuarantined.KIND: KindSpec(
-        "tools_quarantined", ("agent", "server"), _tools_quarantined, _approve_tools_button
+        group="tools_quarantined",
+        subject=("agent", "server"),
+        render=_tools_quarantined,
+        buttons=_approve_tools_button,
     ),
     CircuitBreaker.KIND: KindSpec(
-        "circuit_breaker", ("agent", "breaker"), _circuit_breaker, _pause_agent_button
+        group="circuit_breaker",
+        subject=("agent", "breaker"),
+        render=_circuit_breaker,
+        buttons=_pause_agent_button,
     ),
     ProposalCreated.KIND: KindSpec(
-        "proposal_created", ("proposal_id",), _proposal_created, _proposal_buttons
+        group="proposal_created",
+        subject=("proposal_id",),
+        render=_proposal_created,
+        buttons=_proposal_buttons,
     ),
     FounderApprovalRequested.KIND: KindSpec(
-        "founder_approval_requested", ("item_id",), _founder_approval, _founder_buttons
+        group="founder_approval_requested",
+        subject=("item_id",),
+        render=_founder_approval,
+        buttons=_founder_buttons,
     ),
-    FounderQuestion.KIND: KindSpec("founder_question", ("item_id",), _founder_question),
+    FounderQuestion.KIND: KindSpec(
+        group="founder_question", subject=("item_id",), render=_founder_question
+    ),
     FounderResultForApproval.KIND: KindSpec(
-        "founder_result_for_approval", ("item_id",), _founder_result, _result_buttons
+        group="founder_result_for_approval",
+        subject=("item_id",),
+        render=_founder_result,
+        buttons=_result_buttons,
     ),
-    RunFailed.KIND: KindSpec("run_failed", ("agent",), _run_failed, _pause_agent_button),
-    AgentPaused.KIND: KindSpec("agent_paused", ("agent",), _agent_paused, _resume_button),
-    AgentResumed.KIND: KindSpec("agent_resumed", ("agent",), _agent_resumed),
-    ModelFallback.KIND: KindSpec("model_fallback", ("agent", "to_model"), _model_fallback),
-    UnknownModelPrice.KIND: KindSpec("unknown_model_price", ("model",), _unknown_price),
+    RunFailed.KIND: KindSpec(
+        group="run_failed", subject=("agent",), render=_run_failed, buttons=_pause_agent_button
+    ),
+    AgentPaused.KIND: KindSpec(
+        group="agent_paused", subject=("agent",), render=_agent_paused, buttons=_resume_button
+    ),
+    AgentResumed.KIND: KindSpec(group="agent_resumed", subject=("agent",), render=_agent_resumed),
+    ModelFallback.KIND: KindSpec(
+        group="model_fallback", subject=("agent", "to_model"), render=_model_fallback
+    ),
+    UnknownModelPrice.KIND: KindSpec(
+        group="unknown_model_price", subject=("model",), render=_unknown_price
+    ),
 }
 
 
@@ -871,7 +993,7 @@ def kind_spec(kind: str) -> KindSpec:
     spec = KINDS.get(kind)
     if spec is not None:
         return spec
-    return KindSpec(kind, ("agent", "child", "routine"), _generic(kind))
+    return KindSpec(group=kind, subject=("agent", "child", "routine"), render=_generic(kind))
 
 
 def story_count(kind: str, counts: Mapping[str, int]) -> int:

@@ -310,7 +310,12 @@ class Webhooks:
         if not wanted:
             return []
         key, data = event_key(event, type_), event_data(event)
-        return [Queued(s.name, "webhook", key, type_, event.ts, data) for s in wanted]
+        return [
+            Queued(
+                target=s.name, kind="webhook", key=key, type=type_, timestamp=event.ts, data=data
+            )
+            for s in wanted
+        ]
 
     async def take(self, events: Sequence[Event]) -> None:
         """Queue the messages of ``events`` (one transaction)."""
@@ -330,7 +335,9 @@ class Webhooks:
         type_ = "run.unverified" if data.get("unverified") else "run.completed"
         body = {k: v for k, v in data.items() if k != "deliver"}
         key = f"result:{data.get('run_id')}"
-        await self.queue.enqueue([Queued(name, "webhook", key, type_, when, body)])
+        await self.queue.enqueue(
+            [Queued(target=name, kind="webhook", key=key, type=type_, timestamp=when, data=body)]
+        )
         return True
 
     async def close(self) -> None:

@@ -7,7 +7,6 @@ differently); :func:`check_tz` accepts IANA zone names and suggests the closest 
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 from datetime import UTC, datetime
@@ -44,6 +43,8 @@ def _tz_message(name: str) -> str:
     zones = _zones()
     lowered = {z.lower(): z for z in zones}
     close = [lowered[name.lower()]] if name.lower() in lowered else []
+    import difflib  # here: only a misspelt zone needs it (issue 31: not at the daemon's start)
+
     close = close or difflib.get_close_matches(name, zones, n=1, cutoff=0.6)
     if not close and "/" in name:  # right city, wrong region: "Europe/Tokyo"
         city = name.rsplit("/", 1)[1].lower()

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
+from companyd._frozen import Frozen
 from companyd.config._default_path import DEFAULT_STATE_DIR
 from companyd.config._schema import (
     BudgetSpec,
@@ -32,8 +33,7 @@ from companyd.config._schema import (
 from companyd.errors import ConfigIssue
 
 
-@dataclass(frozen=True, kw_only=True)
-class AgentConfig:
+class AgentConfig(Frozen):
     """An agent with every default applied; what the runtime reads."""
 
     slug: str
@@ -68,8 +68,7 @@ class AgentConfig:
 BACKUP_ASSIGNEE = "(backup)"
 
 
-@dataclass(frozen=True, kw_only=True)
-class BackupConfig:
+class BackupConfig(Frozen):
     """A scheduled backup: every ``every`` seconds into ``to`` (absolute), newest ``keep``
     kept.
     """
@@ -79,8 +78,7 @@ class BackupConfig:
     to: Path
 
 
-@dataclass(frozen=True, kw_only=True)
-class RoutineConfig:
+class RoutineConfig(Frozen):
     """A routine with its trigger time zone resolved.
 
     A backup routine (``backup`` set) runs no agent: its ``assignee`` is
@@ -116,8 +114,7 @@ class RoutineConfig:
     webhook: WebhookTriggerSpec | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class DepartmentConfig:
+class DepartmentConfig(Frozen):
     """A department as a node of the supervision tree."""
 
     slug: str
@@ -128,8 +125,7 @@ class DepartmentConfig:
     agents: tuple[str, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
-class CompanyConfig:
+class CompanyConfig(Frozen):
     """A validated company.yaml, resolved.
 
     Attributes:

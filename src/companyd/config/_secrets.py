@@ -13,11 +13,11 @@ import contextlib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from companyd._frozen import Frozen
 from companyd._fs import credential_path, read_credential
 from companyd._secrets import SECRET_PATTERNS, protect
 from companyd.config._model import CompanyConfig
@@ -43,8 +43,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
-class SecretReference:
+class SecretReference(Frozen):
     """A secret company.yaml refers to by name, and whether it is available right now.
 
     Attributes:

@@ -9,7 +9,6 @@ with the cross-checks.
 
 from __future__ import annotations
 
-import difflib
 import re
 from datetime import date
 from typing import Any
@@ -105,6 +104,8 @@ def schema_issues(exc: ValidationError, data: dict[str, Any], rep: Report) -> No
     document that was validated): the position in the file, the key or value found, what was
     expected, a "did you mean" for a misspelt key. Errors under a settled path are skipped.
     """
+    import difflib  # here: only an invalid document needs it (issue 31: not at start)
+
     pos = rep.pos
     for err in exc.errors(include_url=False):
         path, value = _document_path(tuple(err["loc"]), data)
@@ -232,6 +233,8 @@ def _did_you_mean(key: str, parent_path: Path_) -> str:
 
 def closest(name: str, choices: list[str], cutoff: float = 0.6) -> list[str]:
     """The most similar of ``choices`` (ties go to the one sharing the longest prefix)."""
+    import difflib  # here: only a misspelt name needs it (issue 31: not at the daemon's start)
+
     best: list[tuple[float, int, str]] = []
     for c in choices:
         ratio = difflib.SequenceMatcher(None, name, c).ratio()

@@ -13,7 +13,6 @@ with a message for the operator; results are the dataclasses of :mod:`companyd.a
 from __future__ import annotations
 
 import asyncio
-import difflib
 import os
 import re
 import time
@@ -893,6 +892,8 @@ class Operator:
 
     def _check_agent(self, agent: str) -> None:
         if agent not in self.config.agents:
+            import difflib  # here: only a misspelt name needs it (issue 31)
+
             close = difflib.get_close_matches(agent, list(self.config.agents), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise AdminError(

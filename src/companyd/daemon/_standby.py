@@ -42,8 +42,7 @@ from companyd.admin import (
 from companyd.clock import Clock, utc_from_ts
 from companyd.daemon._control import ControlServer
 from companyd.daemon._operator import Operator, spend_for_status
-from companyd.scheduler import read_fires, read_jobs
-from companyd.spend import Ledger, LedgerError, read_budget_report, spend_report
+from companyd.spend import Ledger, LedgerError, read_budget_report
 from companyd.supervision import StandaloneContext
 
 if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
@@ -166,6 +165,8 @@ class StandbyAdmin:
         self, by: str = "agent", period: str = "today", per_day: bool = False
     ) -> SpendReport:
         """``spend`` from the shared ledger."""
+        from companyd.spend import spend_report  # here: only a report needs it (issue 31)
+
         budget = await self.budget()
         today = budget.day
 
@@ -186,6 +187,8 @@ class StandbyAdmin:
         """``jobs`` from the shared routine history (``daemon: false``: nothing fires
         here; the next fires are the schedule's, as the leader will fire them).
         """
+        from companyd.scheduler import read_jobs  # here: only `jobs` needs it (issue 31)
+
         d = self._d
         now = d.clock.time()
         views, _ = await asyncio.to_thread(
@@ -199,6 +202,8 @@ class StandbyAdmin:
 
     async def job_history(self, routine: str, limit: int = 20) -> JobHistory:
         """``job_history`` from the shared routine history."""
+        from companyd.scheduler import read_fires  # here: only a history needs it (issue 31)
+
         d = self._d
         records = await asyncio.to_thread(
             read_fires, d.state_dir / "routines.sqlite", d.storage, routine, limit

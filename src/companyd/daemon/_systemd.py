@@ -22,9 +22,9 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass
 
 from companyd._aio import race
+from companyd._frozen import Frozen
 from companyd.admin import LoopLagBlock
 from companyd.clock import Clock, SystemClock
 from companyd.events import EventBus, LoopLag
@@ -326,8 +326,7 @@ class StatusUpdater:
             await _sleep_or_stop(self.clock, self.interval, ctx)
 
 
-@dataclass(frozen=True)
-class LagStats:
+class LagStats(Frozen):
     """Event-loop lag readings in seconds: the latest sample and the largest seen."""
 
     current: float
@@ -383,7 +382,7 @@ class LoopLagMonitor:
 
     def stats(self) -> LagStats:
         """The current reading: latest lag, largest lag, number of samples."""
-        return LagStats(self.current, self.max, self.samples)
+        return LagStats(current=self.current, max=self.max, samples=self.samples)
 
     def record(self, lag: float, source: str = "companyd") -> None:
         """Take one lag sample (seconds; negative values count as 0)."""

@@ -25,9 +25,9 @@ import asyncio
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
+from companyd._frozen import Frozen
 from companyd.clock import Clock
 from companyd.config import AgentConfig, CompanyConfig, SupervisorSpec
 from companyd.events import EventBus
@@ -98,8 +98,7 @@ def placeholder_service(id: str) -> ChildSpec:
 # Diff
 
 
-@dataclass(frozen=True, kw_only=True)
-class TreeDiff:
+class TreeDiff(Frozen):
     """What a config change does to the agents subtree (and, after applying, what failed).
 
     Agents and departments are slugs. ``changed_*`` includes moves (a new department or

@@ -22,15 +22,9 @@ from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
 from companyd._secrets import SECRETS
 from companyd.admin import AdminError, ConfigView, MemoryChanges, MemoryEntity, MemorySearch
 from companyd.alerts import AlertService
-from companyd.config import CompanyConfig, resolved_view, secret_references
+from companyd.config import CompanyConfig, secret_references
 from companyd.daemon._reload import ReloadRecord, waiting_for_restart
-from companyd.memory import (
-    KnowledgeGraph,
-    MemoryService,
-    MemoryUnavailable,
-    entity_view,
-    search_entities,
-)
+from companyd.memory import KnowledgeGraph, MemoryService, MemoryUnavailable
 
 __all__ = ["MEMORY_READ_TIMEOUT", "Views"]
 
@@ -65,6 +59,8 @@ class Views:
         Raises:
             AdminError: ``limit`` outside 1..500, or memory did not answer in time.
         """
+        from companyd.memory import search_entities  # here: a memory search needs it (issue 31)
+
         _check_limit(limit)
         found = await self._memory_read(lambda g: search_entities(g, query, limit))
         return MemorySearch(**SECRETS.redact_data(found))
@@ -76,6 +72,8 @@ class Views:
             AdminError: ``depth`` outside 1..3, no such entity (nor relation end), or
                 memory did not answer in time.
         """
+        from companyd.memory import entity_view  # here: an entity's page needs it (issue 31)
+
         if not 1 <= depth <= 3:
             raise AdminError(f"depth must be 1, 2 or 3 hops, got {depth!r}")
         view = await self._memory_read(lambda g: entity_view(g, name, depth))
@@ -112,6 +110,8 @@ class Views:
         and the file's time now (read in a thread: a stat, and the credential look-ups of
         the secret references).
         """
+        from companyd.config import resolved_view  # here: the config page needs it (issue 31)
+
         config = self.config
         mtime, changed, refs = await asyncio.to_thread(_file_facts, config)
         # the same resolved view as `show-config`: every section, every effective default

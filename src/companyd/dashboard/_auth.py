@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
-from dataclasses import dataclass
 
 from companyd._aio import race
+from companyd._frozen import Frozen
 from companyd.clock import Clock
 
 __all__ = ["COOKIE", "LOGIN_TTL_S", "SESSION_TTL_S", "Session", "Sessions"]
@@ -37,8 +37,7 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-@dataclass(frozen=True)
-class Session:
+class Session(Frozen):
     """A logged-in browser: ``id`` (the cookie's value), ``csrf`` (the token its forms and
     POSTs carry), ``expires_at`` (epoch seconds on the daemon's clock).
     """

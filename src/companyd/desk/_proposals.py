@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 import hashlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -287,6 +286,8 @@ class Proposals:
                 "the instructions could not be written into company.yaml faithfully (leading "
                 "spaces on the first line?); rephrase them"
             )
+        import difflib  # here: only a proposal needs it (issue 31: not at the daemon's start)
+
         diff = "".join(
             difflib.unified_diff(
                 old.splitlines(keepends=True),

@@ -40,11 +40,11 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from companyd._frozen import Frozen
 from companyd._sqlite import Migration, transaction
 from companyd.clock import Clock, within
 from companyd.errors import CompanydError
@@ -225,8 +225,7 @@ class ItemState(StrEnum):
     WITHDRAWN = "withdrawn"
 
 
-@dataclass(frozen=True, kw_only=True)
-class DeskItem:
+class DeskItem(Frozen):
     """One thing waiting for (or decided by) the founder."""
 
     id: str

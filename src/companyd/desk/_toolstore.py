@@ -15,11 +15,11 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from companyd._frozen import Frozen
 from companyd._sqlite import transaction
 from companyd.clock import Clock
 from companyd.events import EventBus, ToolRateLimited
@@ -67,8 +67,7 @@ def fingerprint(definition: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class Catalogue:
+class Catalogue(Frozen):
     """What a server offers now against what the founder approved.
 
     Attributes:
@@ -217,7 +216,7 @@ class ToolStore:
                         "DELETE FROM catalogue WHERE agent = ? AND server = ? AND tool = ?",
                         (agent, server, name),
                     )
-                return Catalogue(frozenset(offered), held, newly)
+                return Catalogue(offered=frozenset(offered), held=held, newly_held=newly)
 
         return await self._db.run(go)
 

@@ -10,11 +10,11 @@ $0 (several public tools priced new models at zero and users paid unnoticed).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 from typing import Protocol
 
+from companyd._frozen import Frozen
 from companyd.llm._model import Usage
 
 __all__ = ["BUILTIN_PRICES", "Price", "PriceTable", "is_known_model"]
@@ -42,8 +42,7 @@ class PriceSpec(Protocol):
 _MTOK = Decimal(1_000_000)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Price:
+class Price(Frozen):
     """USD per million tokens. ``long_*`` rates apply to the whole request when its prompt
     (input + cache write + cache read) exceeds ``long_context_threshold`` tokens.
     """

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from companyd._frozen import Frozen
 
 __all__ = ["Change", "ChangeLog", "describe"]
 
@@ -24,8 +25,7 @@ KEPT = 500
 _SUMMARY_CHARS = 240
 
 
-@dataclass(frozen=True, kw_only=True)
-class Change:
+class Change(Frozen):
     """One write: when (epoch seconds), which MCP tool, by whom (an agent, or None), the
     entities it touched and a one-line summary.
     """

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from companyd._frozen import Frozen
 from companyd.memory._graph import Entity, KnowledgeGraph, Relation
 
 __all__ = [
@@ -124,8 +125,7 @@ def serialize(graph: KnowledgeGraph) -> bytes:
     return b"\n".join(lines)
 
 
-@dataclass(frozen=True, kw_only=True)
-class QuarantinedLine:
+class QuarantinedLine(Frozen):
     """A line the reader dropped or changed, with its exact bytes (no newline).
 
     Attributes:

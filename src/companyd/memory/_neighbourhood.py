@@ -11,16 +11,16 @@ start; docs/benchmarks.md, "daemon"). :mod:`companyd.memory._view` re-exports it
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from companyd._frozen import Frozen
 from companyd.memory._graph import KnowledgeGraph
 
 __all__ = ["Neighbourhood", "neighbourhood"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Neighbourhood:
+class Neighbourhood(Frozen):
     """The part of the graph within ``depth`` hops of ``center``.
 
     Attributes:

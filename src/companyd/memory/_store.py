@@ -94,6 +94,8 @@ def _sync_data(fd: int) -> None:
         os.fsync(fd)
 
 
+# A generated dataclass, not Frozen: two are built per memory operation (Frozen's shared
+# __init__ is ~1 µs slower), against ~0.45 ms once at start.
 @dataclass(frozen=True)
 class _Sig:
     """What stat says about a file; any difference means someone changed it."""

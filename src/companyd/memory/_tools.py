@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from companyd._frozen import Frozen
 from companyd.memory._errors import MemoryToolError
 from companyd.memory._graph import KnowledgeGraph, Relation
 
@@ -38,24 +38,20 @@ __all__ = [
 # -- a tiny zod: just the shapes the nine tools use ------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Str:
+class _Str(Frozen):
     description: str | None = None
 
 
-@dataclass(frozen=True)
-class _Bool:
+class _Bool(Frozen):
     description: str | None = None
 
 
-@dataclass(frozen=True)
-class _Arr:
+class _Arr(Frozen):
     item: _Schema
     description: str | None = None
 
 
-@dataclass(frozen=True)
-class _Obj:
+class _Obj(Frozen):
     fields: tuple[tuple[str, _Schema], ...]
     description: str | None = None
 
@@ -189,28 +185,30 @@ def _check(schema: _Schema, value: object, path: list[str | int], issues: list[s
 # -- the nine tools --------------------------------------------------------------------------
 
 _ENTITY = _Obj(
-    (
-        ("name", _Str("The name of the entity")),
-        ("entityType", _Str("The type of the entity")),
+    fields=(
+        ("name", _Str(description="The name of the entity")),
+        ("entityType", _Str(description="The type of the entity")),
         (
             "observations",
-            _Arr(_Str(), "An array of observation contents associated with the entity"),
+            _Arr(
+                item=_Str(),
+                description="An array of observation contents associated with the entity",
+            ),
         ),
     )
 )
 _RELATION = _Obj(
-    (
-        ("from", _Str("The name of the entity where the relation starts")),
-        ("to", _Str("The name of the entity where the relation ends")),
-        ("relationType", _Str("The type of the relation")),
+    fields=(
+        ("from", _Str(description="The name of the entity where the relation starts")),
+        ("to", _Str(description="The name of the entity where the relation ends")),
+        ("relationType", _Str(description="The type of the relation")),
     )
 )
-_GRAPH_OUT = _Obj((("entities", _Arr(_ENTITY)), ("relations", _Arr(_RELATION))))
-_SUCCESS_OUT = _Obj((("success", _Bool()), ("message", _Str())))
+_GRAPH_OUT = _Obj(fields=(("entities", _Arr(item=_ENTITY)), ("relations", _Arr(item=_RELATION))))
+_SUCCESS_OUT = _Obj(fields=(("success", _Bool()), ("message", _Str())))
 
 
-@dataclass(frozen=True)
-class _Tool:
+class _Tool(Frozen):
     name: str
     title: str
     description: str
@@ -223,44 +221,50 @@ class _Tool:
 
 _TOOLS: tuple[_Tool, ...] = (
     _Tool(
-        "create_entities",
-        "Create Entities",
-        "Create multiple new entities in the knowledge graph",
-        _Obj((("entities", _Arr(_ENTITY)),)),
-        _Obj((("entities", _Arr(_ENTITY)),)),
-        False,
-        False,
-        False,
+        name="create_entities",
+        title="Create Entities",
+        description="Create multiple new entities in the knowledge graph",
+        input=_Obj(fields=(("entities", _Arr(item=_ENTITY)),)),
+        output=_Obj(fields=(("entities", _Arr(item=_ENTITY)),)),
+        read_only=False,
+        destructive=False,
+        idempotent=False,
     ),
     _Tool(
-        "create_relations",
-        "Create Relations",
-        "Create multiple new relations between entities in the knowledge graph. "
+        name="create_relations",
+        title="Create Relations",
+        description="Create multiple new relations between entities in the knowledge graph. "
         "Relations should be in active voice",
-        _Obj((("relations", _Arr(_RELATION)),)),
-        _Obj((("relations", _Arr(_RELATION)),)),
-        False,
-        False,
-        False,
+        input=_Obj(fields=(("relations", _Arr(item=_RELATION)),)),
+        output=_Obj(fields=(("relations", _Arr(item=_RELATION)),)),
+        read_only=False,
+        destructive=False,
+        idempotent=False,
     ),
     _Tool(
-        "add_observations",
-        "Add Observations",
-        "Add new observations to existing entities in the knowledge graph",
-        _Obj(
-            (
+        name="add_observations",
+        title="Add Observations",
+        description="Add new observations to existing entities in the knowledge graph",
+        input=_Obj(
+            fields=(
                 (
                     "observations",
                     _Arr(
-                        _Obj(
-                            (
+                        item=_Obj(
+                            fields=(
                                 (
                                     "entityName",
-                                    _Str("The name of the entity to add the observations to"),
+                                    _Str(
+                                        description="The name of the entity to add the "
+                                        "observations to"
+                                    ),
                                 ),
                                 (
                                     "contents",
-                                    _Arr(_Str(), "An array of observation contents to add"),
+                                    _Arr(
+                                        item=_Str(),
+                                        description="An array of observation contents to add",
+                                    ),
                                 ),
                             )
                         )
@@ -268,46 +272,67 @@ _TOOLS: tuple[_Tool, ...] = (
                 ),
             )
         ),
-        _Obj(
-            (
+        output=_Obj(
+            fields=(
                 (
                     "results",
-                    _Arr(_Obj((("entityName", _Str()), ("addedObservations", _Arr(_Str()))))),
+                    _Arr(
+                        item=_Obj(
+                            fields=(
+                                ("entityName", _Str()),
+                                ("addedObservations", _Arr(item=_Str())),
+                            )
+                        )
+                    ),
                 ),
             )
         ),
-        False,
-        False,
-        False,
+        read_only=False,
+        destructive=False,
+        idempotent=False,
     ),
     _Tool(
-        "delete_entities",
-        "Delete Entities",
-        "Delete multiple entities and their associated relations from the knowledge graph",
-        _Obj((("entityNames", _Arr(_Str(), "An array of entity names to delete")),)),
-        _SUCCESS_OUT,
-        False,
-        True,
-        True,
+        name="delete_entities",
+        title="Delete Entities",
+        description="Delete multiple entities and their associated relations "
+        "from the knowledge graph",
+        input=_Obj(
+            fields=(
+                (
+                    "entityNames",
+                    _Arr(item=_Str(), description="An array of entity names to delete"),
+                ),
+            )
+        ),
+        output=_SUCCESS_OUT,
+        read_only=False,
+        destructive=True,
+        idempotent=True,
     ),
     _Tool(
-        "delete_observations",
-        "Delete Observations",
-        "Delete specific observations from entities in the knowledge graph",
-        _Obj(
-            (
+        name="delete_observations",
+        title="Delete Observations",
+        description="Delete specific observations from entities in the knowledge graph",
+        input=_Obj(
+            fields=(
                 (
                     "deletions",
                     _Arr(
-                        _Obj(
-                            (
+                        item=_Obj(
+                            fields=(
                                 (
                                     "entityName",
-                                    _Str("The name of the entity containing the observations"),
+                                    _Str(
+                                        description="The name of the entity containing "
+                                        "the observations"
+                                    ),
                                 ),
                                 (
                                     "observations",
-                                    _Arr(_Str(), "An array of observations to delete"),
+                                    _Arr(
+                                        item=_Str(),
+                                        description="An array of observations to delete",
+                                    ),
                                 ),
                             )
                         )
@@ -315,60 +340,68 @@ _TOOLS: tuple[_Tool, ...] = (
                 ),
             )
         ),
-        _SUCCESS_OUT,
-        False,
-        True,
-        True,
+        output=_SUCCESS_OUT,
+        read_only=False,
+        destructive=True,
+        idempotent=True,
     ),
     _Tool(
-        "delete_relations",
-        "Delete Relations",
-        "Delete multiple relations from the knowledge graph",
-        _Obj((("relations", _Arr(_RELATION, "An array of relations to delete")),)),
-        _SUCCESS_OUT,
-        False,
-        True,
-        True,
+        name="delete_relations",
+        title="Delete Relations",
+        description="Delete multiple relations from the knowledge graph",
+        input=_Obj(
+            fields=(
+                ("relations", _Arr(item=_RELATION, description="An array of relations to delete")),
+            )
+        ),
+        output=_SUCCESS_OUT,
+        read_only=False,
+        destructive=True,
+        idempotent=True,
     ),
     _Tool(
-        "read_graph",
-        "Read Graph",
-        "Read the entire knowledge graph",
-        _Obj(()),
-        _GRAPH_OUT,
-        True,
-        False,
-        True,
+        name="read_graph",
+        title="Read Graph",
+        description="Read the entire knowledge graph",
+        input=_Obj(fields=()),
+        output=_GRAPH_OUT,
+        read_only=True,
+        destructive=False,
+        idempotent=True,
     ),
     _Tool(
-        "search_nodes",
-        "Search Nodes",
-        "Search for nodes in the knowledge graph based on a query",
-        _Obj(
-            (
+        name="search_nodes",
+        title="Search Nodes",
+        description="Search for nodes in the knowledge graph based on a query",
+        input=_Obj(
+            fields=(
                 (
                     "query",
                     _Str(
-                        "The search query to match against entity names, types, "
+                        description="The search query to match against entity names, types, "
                         "and observation content"
                     ),
                 ),
             )
         ),
-        _GRAPH_OUT,
-        True,
-        False,
-        True,
+        output=_GRAPH_OUT,
+        read_only=True,
+        destructive=False,
+        idempotent=True,
     ),
     _Tool(
-        "open_nodes",
-        "Open Nodes",
-        "Open specific nodes in the knowledge graph by their names",
-        _Obj((("names", _Arr(_Str(), "An array of entity names to retrieve")),)),
-        _GRAPH_OUT,
-        True,
-        False,
-        True,
+        name="open_nodes",
+        title="Open Nodes",
+        description="Open specific nodes in the knowledge graph by their names",
+        input=_Obj(
+            fields=(
+                ("names", _Arr(item=_Str(), description="An array of entity names to retrieve")),
+            )
+        ),
+        output=_GRAPH_OUT,
+        read_only=True,
+        destructive=False,
+        idempotent=True,
     ),
 )
 _BY_NAME = {t.name: t for t in _TOOLS}

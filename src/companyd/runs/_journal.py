@@ -54,7 +54,6 @@ from companyd.runs._records import (
 )
 from companyd.runs._schema import MIGRATIONS, STEPS
 from companyd.runs._tasks import RunOutcome, RunStatus, Task
-from companyd.runs._transcript import bound_run, delivery_step, read_transcript
 from companyd.storage import SQLITE, Backend, Connection, connection_lost, open_database
 
 if TYPE_CHECKING:  # typed dicts of the operator contract: pydantic, which reading needs not
@@ -96,6 +95,15 @@ def _asker_runs(db: Connection, task_id: str) -> bool:
         db.execute("SELECT 1 FROM runs WHERE id = ? AND state = 'running'", (asker,)).fetchone()
         is not None
     )
+
+
+def _bound_run(db: Connection, run_id: str) -> None:
+    """:func:`companyd.runs._transcript.bound_run`, imported when a run first ends: a start
+    that withdraws tasks but ends no run does not load the transcript code (issue 31).
+    """
+    from companyd.runs._transcript import bound_run
+
+    bound_run(db, run_id)
 
 
 class Journal:
@@ -493,7 +501,7 @@ class Journal:
                     "UPDATE tasks SET state = ?, updated = ? WHERE id = ?",
                     (task_state, outcome.ended, outcome.task_id),
                 )
-                bound_run(db, outcome.run_id)
+                _bound_run(db, outcome.run_id)
 
         await self._run(fin)
 
@@ -685,6 +693,8 @@ class Journal:
         ``runs show`` lists them): the durable record, whatever restarts came between. A
         run with none (or not in the journal) is absent.
         """
+        from companyd.runs._transcript import delivery_step  # here: `runs show` needs it
+
         ids = list(dict.fromkeys(run_ids))
 
         def read(db: Connection) -> dict[str, list[ResultDelivery]]:
@@ -706,6 +716,8 @@ class Journal:
         """The whole transcript of ``run_id``, or None (runs on the journal thread; see
         run_sync and :func:`companyd.runs._transcript.read_transcript`).
         """
+        from companyd.runs._transcript import read_transcript  # here: `runs show` needs it
+
         return read_transcript(db, run_id)
 
     async def transcript(self, run_id: str) -> dict[str, Any] | None:
@@ -762,7 +774,7 @@ class Journal:
                     (str(RunStatus.CANCELLED), reason, now, agent),
                 )
                 for (run_id,) in ids:
-                    bound_run(db, run_id)
+                    _bound_run(db, run_id)
 
         await self._run(abandon)
 
@@ -883,7 +895,7 @@ class Journal:
                         (str(RunStatus.CANCELLED), f"withdrawn: {reason}", now, task_id),
                     )
                     for (run_id,) in runs:
-                        bound_run(db, run_id)
+                        _bound_run(db, run_id)
                     withdrawn += db.execute(
                         "UPDATE tasks SET state = 'done', updated = ? "
                         "WHERE id = ? AND state IN ('queued', 'running')",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -45,8 +45,7 @@ class RunStatus(StrEnum):
     UNVERIFIED = "unverified"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Task:
+class Task(Frozen):
     """Work for one agent.
 
     Attributes:

@@ -40,10 +40,11 @@ An ``ok`` or ``failed`` latest fire is not taken again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from companyd._frozen import Frozen
 from companyd.clock import utc_from_ts
 from companyd.config import RoutineConfig
 from companyd.scheduler._ids import new_id
@@ -89,8 +90,7 @@ BACKUP_CRASHED = (
 )
 
 
-@dataclass(frozen=True)
-class Retake:
+class Retake(Frozen):
     """A backup routine's backup owed at start: run at once as a ``catch_up`` fire of fire
     time ``at``, its reason ending with ``why``.
     """
@@ -99,8 +99,7 @@ class Retake:
     why: str
 
 
-@dataclass(frozen=True)
-class StartPlan:
+class StartPlan(Frozen):
     """What start-up decided for one routine.
 
     Attributes:
@@ -153,7 +152,17 @@ def plan_start(
                 memory_marker=st.memory_marker if st else None,
                 updated=now,
             )
-            plans.append(StartPlan(r, trigger, ident, state, next_after(trigger, now_dt), None, []))
+            plans.append(
+                StartPlan(
+                    routine=r,
+                    trigger=trigger,
+                    identity=ident,
+                    state=state,
+                    next_run=next_after(trigger, now_dt),
+                    catch_up=None,
+                    missed=[],
+                )
+            )
             continue
         previous = None if latest is None else latest.get(r.slug)
         plans.append(_plan_catch_up(r, trigger, ident, st, now, stopped, previous))
@@ -177,9 +186,16 @@ def _plan_catch_up(
         # max(): after the wall clock was stepped back, fire times up to the cursor have
         # already been dealt with and must not run a second time.
         start_from = utc_from_ts(max(now, st.cursor))
-        nxt = next_after(trigger, start_from)
-        interrupted = _retake_interrupted(r, trigger, st, previous)
-        return StartPlan(r, trigger, ident, state, nxt, None, [], interrupted)
+        return StartPlan(
+            routine=r,
+            trigger=trigger,
+            identity=ident,
+            state=state,
+            next_run=next_after(trigger, start_from),
+            catch_up=None,
+            missed=[],
+            retake=_retake_interrupted(r, trigger, st, previous),
+        )
     latest = times[-1]
     late = now - latest.timestamp()
     catch_up: datetime | None = None
@@ -198,7 +214,7 @@ def _plan_catch_up(
             why = f"the backup of {when} fell while the daemon was stopped on purpose"
         else:
             why = f"the backup of {when} was missed: the daemon was down at its time"
-        retake = Retake(latest, f"{why}; taken at start")
+        retake = Retake(at=latest, why=f"{why}; taken at start")
         missed = times[:-1]
         reason = (
             "daemon was down at this fire time; a backup routine takes only the latest "
@@ -242,7 +258,16 @@ def _plan_catch_up(
     if missed:
         last = missed[-1].timestamp()
         state = replace(state, cursor=max(st.cursor, last), last_fire=last)
-    return StartPlan(r, trigger, ident, state, next_run, catch_up, records, retake)
+    return StartPlan(
+        routine=r,
+        trigger=trigger,
+        identity=ident,
+        state=state,
+        next_run=next_run,
+        catch_up=catch_up,
+        missed=records,
+        retake=retake,
+    )
 
 
 def _when(trigger: Any, t: float) -> str:
@@ -262,7 +287,7 @@ def _retake_interrupted(
         return None  # a later fire time was dealt with since
     how = "a crash of the daemon" if last.reason == BACKUP_CRASHED else "the stop"
     why = f"the backup of {_when(trigger, last.scheduled)} was interrupted by {how}"
-    return Retake(utc_from_ts(st.cursor + RETAKE_STEP), f"{why}; taken again at start")
+    return Retake(at=utc_from_ts(st.cursor + RETAKE_STEP), why=f"{why}; taken again at start")
 
 
 def missed_records(

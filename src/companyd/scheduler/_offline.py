@@ -5,11 +5,14 @@ standby (docs/ha.md). Read-only; the history may not exist yet (then nothing has
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from companyd.config import CompanyConfig
 from companyd.scheduler import _store as db
-from companyd.scheduler._report import SUCCESS_WINDOW, JobView, job_views, offline_next_fires
 from companyd.storage import Backend
+
+if TYPE_CHECKING:
+    from companyd.scheduler._report import JobView
 
 __all__ = ["read_fires", "read_jobs"]
 
@@ -20,6 +23,9 @@ def read_jobs(
     """Each routine's view as of ``now`` from the stored history (``path`` on SQLite, the
     company's schema on PostgreSQL), and whether there is a history yet.
     """
+    # here, not at the top: a standby's daemon imports this module at start (issue 31)
+    from companyd.scheduler._report import SUCCESS_WINDOW, job_views, offline_next_fires
+
     states: dict[str, db.RoutineState] = {}
     stats: dict[str, db.RoutineStats] = {}
     latest: dict[str, db.FireRecord] = {}

@@ -35,11 +35,10 @@ stop, reload, and the views. One fire (its turn, precondition and task) is
 from __future__ import annotations
 
 import asyncio
-import difflib
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,6 +46,7 @@ from typing import Any, TypeVar
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 
 from companyd._aio import race
+from companyd._frozen import Frozen
 from companyd._fs import DiskAlarm, is_disk_failure
 from companyd._sqlite import store_errors
 from companyd.admin import AdminError, HistoryData, JobsData
@@ -62,7 +62,6 @@ from companyd.scheduler._fire import ENDED_AT_STOP, Fires, RoutineBusy, Slot, ov
 from companyd.scheduler._ids import new_id
 from companyd.scheduler._outcomes import Outcome
 from companyd.scheduler._record import INTERRUPTED, UNRECORDED, Recorder, fail_open_fire
-from companyd.scheduler._report import SUCCESS_WINDOW, job_views
 from companyd.scheduler._sink import BackupSink, ResultGate, TaskSink
 from companyd.scheduler._store import (
     DB_NAME,
@@ -106,8 +105,7 @@ DISK_RETRY_SECONDS = 30.0
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, kw_only=True)
-class ManualFire:
+class ManualFire(Frozen):
     """What :meth:`RoutineScheduler.fire_now` came to: the run's ``outcome``, and the desk
     item (``approval_item``) of its result when that waits for the founder's approval
     (the fire goes on until the founder decides), else None (the fire ended).
@@ -768,6 +766,8 @@ class RoutineScheduler:
                 f"routine {routine!r} is disabled in company.yaml; set 'enabled: true' and "
                 "reload the daemon's configuration to run it"
             )
+        import difflib  # here: only a misspelt name needs it (issue 31: not at the daemon's start)
+
         close = difflib.get_close_matches(routine, known, n=1, cutoff=0.5)
         hint = f"did you mean {close[0]!r}? " if close else ""
         return RoutineNotFound(
@@ -858,6 +858,9 @@ class RoutineScheduler:
         """Each routine: schedule, next fire, last outcome, 7-day success rate (JSON-ready;
         the same shape as ``companyd jobs --json``).
         """
+        # here, not at the top: only a `jobs` request needs the report (issue 31)
+        from companyd.scheduler._report import SUCCESS_WINDOW, job_views
+
         store = self._rec.store
         if store is None:
             raise self._unavailable()

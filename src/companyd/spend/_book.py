@@ -81,8 +81,6 @@ from companyd.events import (
     SpendUnsettled,
 )
 from companyd.llm import Price, PriceTable, Usage
-from companyd.spend import _raises as raises
-from companyd.spend import _reports as reports
 from companyd.spend._budgets import (
     COMPANY,
     BudgetLimit,
@@ -617,6 +615,8 @@ class SpendBook:
         Raises:
             SpendError: unknown agent, a non-positive amount, or a scope without a budget.
         """
+        from companyd.spend import _raises as raises  # here: only a raise needs it (issue 31)
+
         self._require_open()
         if agent is not None and agent not in self._config.agents:
             raise SpendError(f"unknown agent {agent!r}; agents: {', '.join(self._config.agents)}")
@@ -721,6 +721,8 @@ class SpendBook:
         Raises:
             SpendError: an unknown grouping or period (the message lists the valid ones).
         """
+        from companyd.spend import _reports as reports  # here: only a report needs it (issue 31)
+
         self._require_open()
         await self._ensure_period()
         today = date.fromisoformat(self._st.day)

@@ -12,15 +12,17 @@ docs/storage.md has the decisions and their reasons.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from companyd._frozen import Frozen
 from companyd._sqlite import Database
 from companyd.storage._dialect import Dialects, to_pyformat
 from companyd.storage._fence import Fence, Fenced
@@ -66,8 +68,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Backend:
+class Backend(Frozen):
     """Where a company's stores live.
 
     Attributes:
@@ -150,16 +151,28 @@ def dsn_password(dsn: str) -> str | None:
     return str(password) if password else None
 
 
-#: Where a parser may cut a password that holds them unencoded: each piece it could print
-#: (a "host" after a stray ``@``, a "port" after a stray ``:``) is a secret too.
-_CUTS = re.compile(r"[@/?#:\s]+")
-#: ``password=`` in key=value form or a URL's query: a quoted value (with ``\\`` escapes),
-#: else everything up to the next ``key=`` (an unquoted value with spaces is still all
-#: password to the one who wrote it) or ``&``.
-_KV_PASSWORD = re.compile(
-    r"(?:^|[\s?&])password\s*=\s*(?:'((?:[^'\\]|\\.)*)'?|(.*?))(?=\s+[A-Za-z_]+\s*=|&|$)",
-    re.DOTALL,
-)
+# Both patterns are compiled at their first use: only a PostgreSQL company's DSN needs them
+# (issue 31: a SQLite company's start does not pay for them).
+
+
+@functools.cache
+def _cuts() -> re.Pattern[str]:
+    """Where a parser may cut a password that holds them unencoded: each piece it could
+    print (a "host" after a stray ``@``, a "port" after a stray ``:``) is a secret too.
+    """
+    return re.compile(r"[@/?#:\s]+")
+
+
+@functools.cache
+def _kv_password() -> re.Pattern[str]:
+    r"""``password=`` in key=value form or a URL's query: a quoted value (with ``\\``
+    escapes), else everything up to the next ``key=`` (an unquoted value with spaces is
+    still all password to the one who wrote it) or ``&``.
+    """
+    return re.compile(
+        r"(?:^|[\s?&])password\s*=\s*(?:'((?:[^'\\]|\\.)*)'?|(.*?))(?=\s+[A-Za-z_]+\s*=|&|$)",
+        re.DOTALL,
+    )
 
 
 def dsn_secrets(dsn: str) -> list[str]:
@@ -181,13 +194,13 @@ def dsn_secrets(dsn: str) -> list[str]:
         if at and ":" in userinfo:
             written = userinfo.partition(":")[2]
             found += [written, urllib.parse.unquote(written)]
-    for m in _KV_PASSWORD.finditer(dsn):
+    for m in _kv_password().finditer(dsn):
         quoted, bare = m.group(1), m.group(2)
         value = quoted if quoted is not None else (bare or "")
         found += [value, re.sub(r"\\(.)", r"\1", value), urllib.parse.unquote(value)]
     pieces: list[str] = []
     for value in found:
-        cuts = [m.span() for m in _CUTS.finditer(value)]
+        cuts = [m.span() for m in _cuts().finditer(value)]
         pieces += [value[:a] for a, _ in cuts] + [value[b:] for _, b in cuts]
     return list(dict.fromkeys(v for v in found + pieces if v.strip()))
 

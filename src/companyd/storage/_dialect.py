@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from companyd._frozen import Frozen
 
 __all__ = ["Connection", "Cursor", "Dialects", "to_pyformat"]
 
@@ -58,8 +59,7 @@ class Connection(Protocol):
         """Run one statement once per parameter row."""
 
 
-@dataclass(frozen=True)
-class Dialects:
+class Dialects(Frozen):
     """One migration step written for each backend: an SQL script (statements separated by
     ``;``) per dialect.
     """

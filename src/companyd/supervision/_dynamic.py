@@ -167,11 +167,11 @@ class DynamicMixin(SupervisorState):
     def _added(self, child: Child, result: str, payload: Any) -> Started:
         if result == OK:
             self._children[child.id] = child
-            return Started(child.id, payload)
+            return Started(id=child.id, info=payload)
         if result == IGNORED:
             if child.spec.restart != "temporary" and self._template is None:
                 self._children[child.id] = child
-            return Started(child.id, None, running=False)
+            return Started(id=child.id, info=None, running=False)
         if result == FAILED:
             reason = cast(ExitReason, payload)
             raise StartFailed(
@@ -243,9 +243,9 @@ class DynamicMixin(SupervisorState):
             )
         result, payload = await self._start(child, phase="restart_child")
         if result == OK:
-            return Started(id, payload)
+            return Started(id=id, info=payload)
         if result == IGNORED:
-            return Started(id, None, running=False)
+            return Started(id=id, info=None, running=False)
         if result == FAILED:
             reason = cast(ExitReason, payload)
             raise StartFailed(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 from companyd._frozen import Frozen
@@ -241,8 +240,7 @@ class SupervisorFlags(Frozen):
 InitResult = tuple[SupervisorFlags, Sequence[ChildSpec]] | _Ignore
 
 
-@dataclass(frozen=True, slots=True)
-class Started:
+class Started(Frozen):
     """Result of ``start_child`` / ``restart_child`` / ``start_instance``.
 
     ``info`` is what the child passed to ``ctx.started(info)`` (a sub-supervisor passes
@@ -254,8 +252,7 @@ class Started:
     running: bool = True
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ChildInfo:
+class ChildInfo(Frozen):
     """One row of :meth:`Supervisor.which_children`.
 
     Attributes:
@@ -296,8 +293,7 @@ class ChildInfo:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class ChildCounts:
+class ChildCounts(Frozen):
     """OTP's ``count_children``: specs, active (running), supervisors, workers.
 
     ``supervisors`` / ``workers`` count specs whether running or not; for
