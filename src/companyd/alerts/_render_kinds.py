@@ -178,7 +178,11 @@ def _start_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendere
 
 def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     n = counts.get("daemon_started", 1)
-    title = "companyd started" if n <= 1 else f"companyd started {n} times — restart loop?"
+    planned = data.get("planned_stop")
+    if planned:  # a deliberate restart (SIGTERM, systemctl restart): not a loop
+        title = "companyd restarted (planned)" if n <= 1 else f"companyd restarted {n} times"
+    else:
+        title = "companyd started" if n <= 1 else f"companyd started {n} times — restart loop?"
     parts = [
         f"{txt(data.get(key))} {key if data.get(key) != 1 else key[:-1]}"  # "1 agent"
         for key in ("agents", "routines")
@@ -188,6 +192,8 @@ def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rende
     if data.get("offline") is True:
         lines.append("offline mode: no model is called")
     lines += line("version", data, "version") + line("config", data, "config")
+    if planned:
+        lines.append(f"after a planned stop: {txt(planned, 200)}")
     return Rendered(title, tuple(lines))
 
 
@@ -273,7 +279,10 @@ def _period(data: Data) -> str:
 
 def _budget_threshold(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     used, limit = data.get("used_usd"), data.get("limit_usd")
-    share = pct(data.get("level"), used, limit)
+    # the share spent, not the level crossed: one call can cross several levels at once
+    # (only the highest is published) and end at 141% — "100%" would understate it
+    spent = pct(None, used, limit)
+    share = spent if spent != "?%" else pct(data.get("level"))
     title = f"{_budget_who(data)} has used {share} of its {_period(data)} budget"
     lines = [f"{usd(used)} of {usd(limit)}"] if has(data, "used_usd") else []
     return Rendered(title, tuple(lines))
@@ -779,7 +788,13 @@ def _generic(kind: str) -> Renderer:
         title = kind.replace("_", " ")
         if source:
             title += f" ({txt(source, 80)})"
-        lines = [f"{k}: {txt(v, 200)}" for k, v in list(data.items())[:8]]
+        # a field with no value says nothing (``routine: ?`` for an ``ask``); an amount of
+        # money (``*_usd``) reads as money, never ``6e-05``
+        lines = [
+            f"{k}: {usd(v) if k.endswith('_usd') else txt(v, 200)}"
+            for k, v in list(data.items())
+            if v is not None
+        ][:8]
         return Rendered(title, tuple(lines))
 
     return render
@@ -792,7 +807,9 @@ KINDS: Mapping[str, KindSpec] = {
     ChildExited.KIND: _CRASH,
     MaxIntensity.KIND: KindSpec("max_intensity", (), _max_intensity, _crash_buttons),
     ChildStartFailed.KIND: KindSpec("child_start_failed", ("child",), _start_failed),
-    DaemonStarted.KIND: KindSpec("daemon_started", (), _daemon_started),
+    # a start after a planned stop is its own story: only starts after an unplanned end
+    # fold into "started N times — restart loop?"
+    DaemonStarted.KIND: KindSpec("daemon_started", ("planned_stop",), _daemon_started),
     DaemonStopping.KIND: KindSpec("daemon_stopping", (), _daemon_stopping),
     LeadershipTaken.KIND: KindSpec("leadership_taken", (), _leadership_taken),
     DaemonReloaded.KIND: KindSpec("daemon_reloaded", (), _daemon_reloaded),
@@ -866,12 +883,16 @@ KINDS: Mapping[str, KindSpec] = {
 
 def kind_spec(kind: str) -> KindSpec:
     """The spec for ``kind``; unknown kinds get a generic one keyed by the ``agent``,
-    ``child`` and ``routine`` fields.
+    ``child``, ``routine``, ``action`` and ``target`` fields (an ``operator_action``'s
+    ``run_job`` and ``reload`` are two stories; the same action again is a repeat).
     """
     spec = KINDS.get(kind)
     if spec is not None:
         return spec
-    return KindSpec(kind, ("agent", "child", "routine"), _generic(kind))
+    return KindSpec(kind, _GENERIC_SUBJECT, _generic(kind))
+
+
+_GENERIC_SUBJECT = ("agent", "child", "routine", "action", "target")
 
 
 def story_count(kind: str, counts: Mapping[str, int]) -> int:
