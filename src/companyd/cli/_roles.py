@@ -288,6 +288,28 @@ def _journal_read(
         journal.close_sync()
 
 
+#: The status shown, with no daemon running, for a run the journal has as ``running``
+#: (not a RunStatus: the next start resumes the run from its journal)
+INTERRUPTED = "interrupted"
+
+
+def _not_running(args: argparse.Namespace, run: Mapping[str, Any]) -> dict[str, Any]:
+    """``run`` (a journal row or transcript, read with no daemon) as what is known: a run the
+    journal has as ``running`` is not running — nothing runs it — but was interrupted by the
+    daemon's stop (or crash) and is resumed at the next start. Nothing is written (the next
+    start owns the run). On PostgreSQL another node may be running it: shown as stored.
+    """
+    out = dict(run)
+    if out.get("status") != "running" or _store_location(args)[2].kind != "sqlite":
+        return out
+    out["status"] = INTERRUPTED
+    out["reason"] = (
+        "interrupted: the daemon stopped or died during this run; the next start resumes it "
+        "from its journal"
+    )
+    return out
+
+
 # -- ask --------------------------------------------------------------------------------
 
 
@@ -381,20 +403,19 @@ def _runs(args: argparse.Namespace) -> int:
         _check_name(args, "routine", args.routine)
 
     def offline() -> dict[str, Any]:
-        return {
-            "runs": _journal_read(
-                args,
-                lambda j, db: j.list_runs(
-                    db,
-                    args.agent,
-                    args.status,
-                    args.limit,
-                    routine=args.routine,
-                    since=args.since,
-                ),
-                list,
-            )
-        }
+        runs = _journal_read(
+            args,
+            lambda j, db: j.list_runs(
+                db,
+                args.agent,
+                args.status,
+                args.limit,
+                routine=args.routine,
+                since=args.since,
+            ),
+            list,
+        )
+        return {"runs": [_not_running(args, r) for r in runs]}
 
     return _via_daemon_or_files(
         args, "runs", op_args, offline, lambda result: _print_runs(result, company_zone(args))
@@ -412,7 +433,7 @@ def _runs_show(args: argparse.Namespace, run_id: str) -> int:
                 f"no run {run_id!r} in the journal; see `companyd runs` for run ids (runs "
                 f"are kept {cfg.spec.retention.runs_days} days: retention.runs_days)"
             )
-        result: dict[str, Any] = shown
+        result: dict[str, Any] = _not_running(args, shown)
         result["decisions"] = asyncio.run(_decisions_offline(args, run_id))
         return result
 
