@@ -817,8 +817,7 @@ async def test_a_planned_restart_is_not_a_restart_loop(tmp_path: Path, token_env
     ``coalesce_seconds``: "companyd restarted (planned)", not "started 2 times — restart
     loop?"; starts after unplanned ends still fold into the loop question (docs/alerts.md).
     """
-    started: dict[str, Any] = {"pid": 1, "version": "0.1.0", "agents": 2, "routines": 1}
-    started["offline"] = False
+    started: dict[str, Any] = {"pid": 1, "version": "0.1.0", "agents": 2, "offline": False}
     async with harness(tmp_path) as h, h.service():
         h.bus.emit("daemon_started", "daemon", **started, company="Acme")
         await h.until(lambda: len(h.bot_messages()) == 1)
