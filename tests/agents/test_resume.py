@@ -205,6 +205,8 @@ async def test_sigterm_during_a_run_checkpoints_and_exits_zero(tmp_path: Path) -
         shown = await asyncio.to_thread(cli_in_thread, ["runs", "show", runs[0]["run_id"], *where])
         assert "still running" not in shown.out and "· interrupted" in shown.out, shown.out
         assert "the next start resumes it" in shown.out, shown.out
+        tasks = await asyncio.to_thread(cli_in_thread, ["tasks", *where])
+        assert " interrupted " in tasks.out and "running" not in tasks.out, tasks.out
         async with restarted(cfg, state, srv):
             done = await until(
                 lambda: [r for r in _runs(state) if r["status"] == "ok"],

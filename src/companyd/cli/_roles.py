@@ -293,20 +293,24 @@ def _journal_read(
 INTERRUPTED = "interrupted"
 
 
-def _not_running(args: argparse.Namespace, run: Mapping[str, Any]) -> dict[str, Any]:
-    """``run`` (a journal row or transcript, read with no daemon) as what is known: a run the
-    journal has as ``running`` is not running — nothing runs it — but was interrupted by the
-    daemon's stop (or crash) and is resumed at the next start. Nothing is written (the next
-    start owns the run). On PostgreSQL another node may be running it: shown as stored.
+def _not_running(
+    args: argparse.Namespace, run: Mapping[str, Any], key: str = "status"
+) -> dict[str, Any]:
+    """``run`` (a journal row, transcript or task — its ``key`` the state — read with no
+    daemon) as what is known: one the journal has as ``running`` is not running — nothing
+    runs it — but was interrupted by the daemon's stop (or crash) and is resumed at the next
+    start (a run also gets the ``reason``). Nothing is written (the next start owns it). On
+    PostgreSQL another node may be running it: shown as stored.
     """
     out = dict(run)
-    if out.get("status") != "running" or _store_location(args)[2].kind != "sqlite":
+    if out.get(key) != "running" or _store_location(args)[2].kind != "sqlite":
         return out
-    out["status"] = INTERRUPTED
-    out["reason"] = (
-        "interrupted: the daemon stopped or died during this run; the next start resumes it "
-        "from its journal"
-    )
+    out[key] = INTERRUPTED
+    if key == "status":
+        out["reason"] = (
+            "interrupted: the daemon stopped or died during this run; the next start resumes "
+            "it from its journal"
+        )
     return out
 
 
@@ -537,7 +541,8 @@ def _tasks(args: argparse.Namespace) -> int:
     states = ["quarantined"] if args.quarantined else ["queued", "running"]
 
     def offline() -> dict[str, Any]:
-        return {"tasks": _journal_read(args, lambda j, db: j.list_tasks(db, states), list)}
+        tasks = _journal_read(args, lambda j, db: j.list_tasks(db, states), list)
+        return {"tasks": [_not_running(args, t, "state") for t in tasks]}
 
     return _via_daemon_or_files(
         args, "tasks", {"quarantined": args.quarantined}, offline, _print_tasks
