@@ -40,7 +40,7 @@ from companyd.admin._blocks import FireRow, RunRow
 from companyd.daemon._control_client import ControlClient
 from companyd.runs import Journal
 from companyd.testing.daemon_process import DaemonProcess
-from companyd.testing.inprocess import InProcessDaemon
+from companyd.testing.inprocess import InProcessDaemon, cli_in_thread
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use, stall
 
 pytestmark = pytest.mark.anyio
@@ -197,6 +197,16 @@ async def test_sigterm_during_a_run_checkpoints_and_exits_zero(tmp_path: Path) -
         assert srv.served == 2
         runs = _runs(state)
         assert [r["status"] for r in runs] == ["running"] and runs[0]["steps"] == 2
+        # with no daemon, `companyd runs` does not say the run is running: nothing runs it
+        where = ["--config", str(cfg), "--state-dir", str(state)]
+        listed = await asyncio.to_thread(cli_in_thread, ["runs", *where])
+        assert listed.rc == 0 and "running" not in listed.out, listed
+        assert "interrupted" in listed.out, listed.out
+        shown = await asyncio.to_thread(cli_in_thread, ["runs", "show", runs[0]["run_id"], *where])
+        assert "still running" not in shown.out and "· interrupted" in shown.out, shown.out
+        assert "the next start resumes it" in shown.out, shown.out
+        tasks = await asyncio.to_thread(cli_in_thread, ["tasks", *where])
+        assert " interrupted " in tasks.out and "running" not in tasks.out, tasks.out
         async with restarted(cfg, state, srv):
             done = await until(
                 lambda: [r for r in _runs(state) if r["status"] == "ok"],

@@ -775,6 +775,64 @@ async def test_fifty_crashes_in_a_minute_are_one_message_edited_to_the_count(
 
 
 @pytest.mark.anyio
+async def test_different_operator_actions_are_told_apart_and_repeats_fold(
+    tmp_path: Path, token_env: None
+) -> None:
+    """``run_job``, ``reload`` and ``ask`` within ``coalesce_seconds`` are three messages, not
+    one "operator action ×3" that shows only the last; the same action on the same target
+    again folds into its message (×2) — docs/alerts.md "One message per story".
+    """
+
+    def act(action: str, target: str) -> None:
+        h.bus.emit(
+            "operator_action",
+            "cli",
+            action=action,
+            target=target,
+            via="cli",
+            ok=True,
+            message=f"{action} {target}: ok",
+        )
+
+    async with harness(tmp_path) as h, h.service():
+        act("run_job", "daily-post")
+        await h.until(lambda: len(h.bot_messages()) == 1)
+        act("reload", "company.yaml")
+        act("ask", "cfo")
+        await h.until(lambda: len(h.bot_messages()) >= 3)
+        act("run_job", "daily-post")
+        await h.until(lambda: "×2" in h.bot_messages()[0].text, step=EDIT_INTERVAL)
+        texts = [m.text for m in h.bot_messages()]
+        assert len(texts) == 3, texts
+        assert [t.split("action: ", 1)[1].split("\n", 1)[0] for t in texts] == [
+            "run_job",
+            "reload",
+            "ask",
+        ], texts
+
+
+@pytest.mark.anyio
+async def test_a_planned_restart_is_not_a_restart_loop(tmp_path: Path, token_env: None) -> None:
+    """A start, then ``systemctl restart`` (SIGTERM, a clean start: ``planned_stop``) within
+    ``coalesce_seconds``: "companyd restarted (planned)", not "started 2 times — restart
+    loop?"; starts after unplanned ends still fold into the loop question (docs/alerts.md).
+    """
+    started: dict[str, Any] = {"pid": 1, "version": "0.1.0", "agents": 2, "offline": False}
+    async with harness(tmp_path) as h, h.service():
+        h.bus.emit("daemon_started", "daemon", **started, company="Acme")
+        await h.until(lambda: len(h.bot_messages()) == 1)
+        h.bus.emit("daemon_started", "daemon", **started, company="Acme", planned_stop="signal")
+        await h.until(lambda: len(h.bot_messages()) == 2)
+        texts = [m.text for m in h.bot_messages()]
+        assert "restart loop" not in "".join(texts), texts
+        assert texts[1].startswith("🔵 companyd restarted (planned)"), texts
+        assert "after a planned stop: signal" in texts[1], texts
+        h.bus.emit("daemon_started", "daemon", **started, company="Acme")  # after a crash
+        await h.until(lambda: "restart loop?" in h.bot_messages()[0].text, step=EDIT_INTERVAL)
+        assert len(h.bot_messages()) == 2
+
+
+@pytest.mark.anyio
 async def test_routes_min_severity_and_normal_exits(tmp_path: Path, token_env: None) -> None:
     async with harness(tmp_path) as h:
         cfg = make_config(

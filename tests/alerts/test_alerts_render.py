@@ -596,3 +596,47 @@ def test_a_result_too_long_for_its_approval_message_says_so_and_where_to_read_it
     assert [b.label for b in buttons] == ["✅ Approve", "✏️ Request changes", "✖ Reject"]
     short, _ = render("founder_result_for_approval", {**data, "answer": "ok"}, "cfo", {}, AGENTS)
     assert not any("only the first" in line for line in short.lines)
+
+
+def test_a_finished_run_says_its_cost_as_money_and_no_routine_when_it_was_asked() -> None:
+    """``run_finished`` of an ``ask`` (no routine) and of a tiny cost: no ``routine: ?``, no
+    ``cost_usd: 6e-05`` — money printed as the spend CLI prints it (docs/alerts.md).
+    """
+    asked = {
+        "status": "ok",
+        "agent": "cfo",
+        "task_id": "t-1",
+        "run_id": "r-1",
+        "routine": None,
+        "cost_usd": 6e-05,
+        "steps": 1,
+        "models": ["claude-haiku-5-5"],
+        "offline": False,
+    }
+    text = _text("run_finished", asked, "agent/cfo")
+    assert "routine" not in text, text
+    assert "e-05" not in text, text
+    assert "cost_usd: $0.0001\n" in text, text  # format_usd(usd_places): never "$0.00"
+    scheduled = _text("run_finished", {**asked, "routine": "daily-post", "cost_usd": 0.7})
+    assert "routine: daily-post" in scheduled
+    assert "$0.70" in scheduled and "0.7\n" not in scheduled, scheduled
+
+
+def test_a_budget_alert_says_the_share_spent_not_the_level_crossed() -> None:
+    """One call that crossed 50%, 80% and 100% at once (only the highest level is published)
+    is told as what was spent: 141%, not "100%" (docs/alerts.md).
+    """
+    over = {
+        "scope": "agent",
+        "agent": "writer",
+        "period": "day",
+        "level": 1.0,
+        "used_usd": 0.707,
+        "limit_usd": 0.5,
+    }
+    text = _text("budget_threshold", over, "spend")
+    assert "141%" in text, text
+    assert "100%" not in text, text
+    assert "$0.71 of $0.50" in text, text
+    # without the amounts, the level is all there is to say
+    assert "has used 80%" in _text("budget_threshold", {**over, "level": 0.8, "used_usd": None})

@@ -331,14 +331,16 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
                 print(f"\n{post.text}\n\n{answer.text}\n")  # for the README, when it changes
                 await the_thread_shows_in_runs_show(daemon, run_id)
 
-                # a restart: the second start is told by editing the first message
-                # (one story within the coalescing window)
+                # a graceful restart (systemctl restart) is told as planned, in a message of
+                # its own — not folded into the first as "started 2 times — restart loop?"
+                # (an alert's story edited across a restart: tests/alerts/test_alerts.py,
+                # test_restart_sends_what_waited_and_never_resends_what_was_delivered)
                 started = (await one(server, "companyd started")).message_id
                 await daemon.restart()
                 await daemon.advance_until(
-                    lambda: bool(server.find_message(OPERATOR, started).edits),  # type: ignore[union-attr]
-                    limit=60,
+                    lambda: bool(to_operator(server, "companyd restarted (planned)")), limit=60
                 )
+                assert not server.find_message(OPERATOR, started).edits  # type: ignore[union-attr]
 
                 # a 60 s outage (on the daemon's clock) loses nothing
                 await server.go_down("refuse")

@@ -329,3 +329,92 @@ def test_jobs_and_history_read_a_postgres_history_without_a_daemon(
     assert rc == 0, err
     assert [f["outcome"] for f in json.loads(out)["fires"]] == ["ok", "ok"]
     assert not state.exists()  # the history is in the database: no routines.sqlite
+
+
+TWO_AT_14 = """\
+cut:
+  assignee: coo
+  description: Cut short by the stop.
+  trigger: {cron: "0 14 * * *", timezone: UTC}
+ended:
+  assignee: marketing
+  description: Ended as the daemon stopped.
+  trigger: {cron: "0 14 * * *", timezone: UTC}
+"""
+
+
+def test_history_without_a_daemon_never_says_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The daemon stopped (planned) during two runs: their fires stay open until the next
+    start. Offline, ``jobs history`` does not call them running: one says it was interrupted
+    by the stop, the other the outcome the journal recorded — and the store is not written
+    (the next start owns closing them).
+    """
+    from companyd.runs import Journal, RunOutcome
+
+    from .conftest import ScriptedSink
+
+    cfg_path = tmp_path / "company.yaml"
+    cfg_path.write_text(company_text(TWO_AT_14, timezone="Asia/Kolkata"))
+    state = tmp_path / "state"
+    start = 1_799_071_170.0  # 2027-01-04 13:59:30 UTC
+
+    async def run() -> None:
+        clock = ManualClock(start=start)
+        sink = ScriptedSink(hold=True)
+        sched = RoutineScheduler(
+            load_config(cfg_path),
+            sink,
+            state_dir=state,
+            bus=EventBus(clock),
+            clock=clock,
+            max_sleep=None,
+        )
+        async with asyncio.timeout(10):
+            await sched.start()
+            await advance(sched, clock, 60, runs=False)
+            while sink.active < 2:
+                await asyncio.sleep(0.01)
+            sched.planned_stop("daemon stopped: signal")
+            await sched.stop(drain=False)
+            [task] = [t for t in sink.tasks if t.routine == "ended"]
+            journal = Journal(state / "runs.sqlite")
+            await journal.open()
+            await journal.start_run(task, "run-ended", 1, start + 31)
+            await journal.finish_run(
+                RunOutcome(
+                    task_id=task.id,
+                    run_id="run-ended",
+                    agent=task.agent,
+                    status=RunStatus.CIRCUIT_BREAKER,
+                    started=start + 31,
+                    ended=start + 40,
+                    cost_usd=0.02,
+                    reason="max_seconds 600 reached",
+                ),
+                "done",
+            )
+            await journal.close()
+        sink.gate.set()
+
+    asyncio.run(run())
+    before = (state / "routines.sqlite").read_bytes()
+    argv = ("--config", str(cfg_path), "--state-dir", str(state))
+    rc, out, err = jobs(capsys, "jobs", "history", "cut", *argv)
+    assert rc == 0, err
+    assert "running" not in out, out
+    assert " interrupted " in out, out
+    # on the company's clock (IST): the planned stop at 14:00 UTC is 19:30 IST
+    assert "interrupted by the stop at 2027-01-04 19:30 IST" in out, out
+    rc, out, err = jobs(capsys, "jobs", "history", "ended", *argv)
+    assert rc == 0, err
+    assert "running" not in out, out
+    assert " circuit_breaker " in out and "run-ended" in out and "$0.0200" in out, out
+    assert "max_seconds 600 reached" in out, out
+    rc, out, _ = jobs(capsys, "jobs", "--json", "history", "ended", *argv)
+    [fire] = json.loads(out)["fires"]
+    assert fire["outcome"] == "circuit_breaker" and fire["run_id"] == "run-ended", fire
+    rc, out, _ = jobs(capsys, "jobs", *argv)  # nor does the jobs table
+    assert "running" not in out and "1 not closed (no daemon here" in out, out
+    assert (state / "routines.sqlite").read_bytes() == before  # nothing written

@@ -217,6 +217,11 @@ async def test_a_sigterm_restart_is_a_planned_stop_and_a_kill_9_is_a_miss() -> N
             await daemon.start()
             stopped = outcomes(state, restarted - 1)
             assert stopped and set(stopped) == {"stopped"}, stopped
+            # the start says it followed a planned stop: its alert is no "restart loop?"
+            # (docs/alerts.md); after the kill -9 below it does not
+            assert daemon.events("daemon_started")[-1]["data"].get("planned_stop"), daemon.events(
+                "daemon_started"
+            )
             assert not daemon.events(
                 "routine_missed",
                 lambda e: (
@@ -231,6 +236,7 @@ async def test_a_sigterm_restart_is_a_planned_stop_and_a_kill_9_is_a_miss() -> N
             await daemon.start()
             missed = outcomes(state, restarted - 1)
             assert missed and set(missed) == {"missed"}, missed
+            assert daemon.events("daemon_started")[-1]["data"].get("planned_stop") is None
             assert await daemon.stop() == 0
         finally:
             if daemon.proc is not None and daemon.returncode is None:

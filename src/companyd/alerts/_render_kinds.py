@@ -182,7 +182,11 @@ def _start_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendere
 
 def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     n = counts.get("daemon_started", 1)
-    title = "companyd started" if n <= 1 else f"companyd started {n} times — restart loop?"
+    planned = data.get("planned_stop")
+    if planned:  # a deliberate restart (SIGTERM, systemctl restart): not a loop
+        title = "companyd restarted (planned)" if n <= 1 else f"companyd restarted {n} times"
+    else:
+        title = "companyd started" if n <= 1 else f"companyd started {n} times — restart loop?"
     parts = [
         f"{txt(data.get(key))} {key if data.get(key) != 1 else key[:-1]}"  # "1 agent"
         for key in ("agents", "routines")
@@ -192,6 +196,8 @@ def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rende
     if data.get("offline") is True:
         lines.append("offline mode: no model is called")
     lines += line("version", data, "version") + line("config", data, "config")
+    if planned:
+        lines.append(f"after a planned stop: {txt(planned, 200)}")
     return Rendered(title=title, lines=tuple(lines))
 
 
@@ -279,7 +285,10 @@ def _period(data: Data) -> str:
 
 def _budget_threshold(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     used, limit = data.get("used_usd"), data.get("limit_usd")
-    share = pct(data.get("level"), used, limit)
+    # the share spent, not the level crossed: one call can cross several levels at once
+    # (only the highest is published) and end at 141% — "100%" would understate it
+    spent = pct(None, used, limit)
+    share = spent if spent != "?%" else pct(data.get("level"))
     title = f"{_budget_who(data)} has used {share} of its {_period(data)} budget"
     lines = [f"{usd(used)} of {usd(limit)}"] if has(data, "used_usd") else []
     return Rendered(title=title, lines=tuple(lines))
@@ -832,7 +841,13 @@ def _generic(kind: str) -> Renderer:
         title = kind.replace("_", " ")
         if source:
             title += f" ({txt(source, 80)})"
-        lines = [f"{k}: {txt(v, 200)}" for k, v in list(data.items())[:8]]
+        # a field with no value says nothing (``routine: ?`` for an ``ask``); an amount of
+        # money (``*_usd``) reads as money, never ``6e-05``
+        lines = [
+            f"{k}: {usd(v) if k.endswith('_usd') else txt(v, 200)}"
+            for k, v in list(data.items())
+            if v is not None
+        ][:8]
         return Rendered(title=title, lines=tuple(lines))
 
     return render
@@ -849,7 +864,11 @@ KINDS: Mapping[str, KindSpec] = {
     ChildStartFailed.KIND: KindSpec(
         group="child_start_failed", subject=("child",), render=_start_failed
     ),
-    DaemonStarted.KIND: KindSpec(group="daemon_started", subject=(), render=_daemon_started),
+    # a start after a planned stop is its own story: only starts after an unplanned end
+    # fold into "started N times — restart loop?"
+    DaemonStarted.KIND: KindSpec(
+        group="daemon_started", subject=("planned_stop",), render=_daemon_started
+    ),
     DaemonStopping.KIND: KindSpec(group="daemon_stopping", subject=(), render=_daemon_stopping),
     LeadershipTaken.KIND: KindSpec(group="leadership_taken", subject=(), render=_leadership_taken),
     DaemonReloaded.KIND: KindSpec(group="daemon_reloaded", subject=(), render=_daemon_reloaded),
@@ -988,12 +1007,16 @@ KINDS: Mapping[str, KindSpec] = {
 
 def kind_spec(kind: str) -> KindSpec:
     """The spec for ``kind``; unknown kinds get a generic one keyed by the ``agent``,
-    ``child`` and ``routine`` fields.
+    ``child``, ``routine``, ``action`` and ``target`` fields (an ``operator_action``'s
+    ``run_job`` and ``reload`` are two stories; the same action again is a repeat).
     """
     spec = KINDS.get(kind)
     if spec is not None:
         return spec
-    return KindSpec(group=kind, subject=("agent", "child", "routine"), render=_generic(kind))
+    return KindSpec(group=kind, subject=_GENERIC_SUBJECT, render=_generic(kind))
+
+
+_GENERIC_SUBJECT = ("agent", "child", "routine", "action", "target")
 
 
 def story_count(kind: str, counts: Mapping[str, int]) -> int:

@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from datetime import datetime, tzinfo
 from typing import Any
 
-from companyd.admin import format_when
+from companyd.admin import format_usd, format_when, usd_places
 
 __all__ = ["Data", "has", "line", "num", "pct", "secs", "times_in", "txt", "usd", "when"]
 
@@ -69,11 +69,14 @@ def num(value: Any) -> float | None:
 
 
 def usd(value: Any) -> str:
-    """Dollars (``$1.23``, ``$1,234`` from 1000 up), or ``$?`` when ``value`` is not a number."""
+    """Dollars as the spend CLI prints them (``$1.23``, ``$1,234.00``, ``$0.00006``: no
+    exponent, never a spend shown as ``$0.00``; :func:`companyd.admin.format_usd`), or ``$?``
+    when ``value`` is not a number.
+    """
     n = num(value)
     if n is None:
         return "$?"
-    return f"${n:,.2f}" if abs(n) < 1000 else f"${n:,.0f}"
+    return format_usd(n, usd_places([n]))
 
 
 def pct(level: Any, used: Any = None, limit: Any = None) -> str:

@@ -288,6 +288,32 @@ def _journal_read(
         journal.close_sync()
 
 
+#: The status shown, with no daemon running, for a run the journal has as ``running``
+#: (not a RunStatus: the next start resumes the run from its journal)
+INTERRUPTED = "interrupted"
+
+
+def _not_running(
+    args: argparse.Namespace, run: Mapping[str, Any], key: str = "status"
+) -> dict[str, Any]:
+    """``run`` (a journal row, transcript or task — its ``key`` the state — read with no
+    daemon) as what is known: one the journal has as ``running`` is not running — nothing
+    runs it — but was interrupted by the daemon's stop (or crash) and is resumed at the next
+    start (a run also gets the ``reason``). Nothing is written (the next start owns it). On
+    PostgreSQL another node may be running it: shown as stored.
+    """
+    out = dict(run)
+    if out.get(key) != "running" or _store_location(args)[2].kind != "sqlite":
+        return out
+    out[key] = INTERRUPTED
+    if key == "status":
+        out["reason"] = (
+            "interrupted: the daemon stopped or died during this run; the next start resumes "
+            "it from its journal"
+        )
+    return out
+
+
 # -- ask --------------------------------------------------------------------------------
 
 
@@ -381,20 +407,19 @@ def _runs(args: argparse.Namespace) -> int:
         _check_name(args, "routine", args.routine)
 
     def offline() -> dict[str, Any]:
-        return {
-            "runs": _journal_read(
-                args,
-                lambda j, db: j.list_runs(
-                    db,
-                    args.agent,
-                    args.status,
-                    args.limit,
-                    routine=args.routine,
-                    since=args.since,
-                ),
-                list,
-            )
-        }
+        runs = _journal_read(
+            args,
+            lambda j, db: j.list_runs(
+                db,
+                args.agent,
+                args.status,
+                args.limit,
+                routine=args.routine,
+                since=args.since,
+            ),
+            list,
+        )
+        return {"runs": [_not_running(args, r) for r in runs]}
 
     return _via_daemon_or_files(
         args, "runs", op_args, offline, lambda result: _print_runs(result, company_zone(args))
@@ -412,7 +437,7 @@ def _runs_show(args: argparse.Namespace, run_id: str) -> int:
                 f"no run {run_id!r} in the journal; see `companyd runs` for run ids (runs "
                 f"are kept {cfg.spec.retention.runs_days} days: retention.runs_days)"
             )
-        result: dict[str, Any] = shown
+        result: dict[str, Any] = _not_running(args, shown)
         result["decisions"] = asyncio.run(_decisions_offline(args, run_id))
         return result
 
@@ -516,7 +541,8 @@ def _tasks(args: argparse.Namespace) -> int:
     states = ["quarantined"] if args.quarantined else ["queued", "running"]
 
     def offline() -> dict[str, Any]:
-        return {"tasks": _journal_read(args, lambda j, db: j.list_tasks(db, states), list)}
+        tasks = _journal_read(args, lambda j, db: j.list_tasks(db, states), list)
+        return {"tasks": [_not_running(args, t, "state") for t in tasks]}
 
     return _via_daemon_or_files(
         args, "tasks", {"quarantined": args.quarantined}, offline, _print_tasks

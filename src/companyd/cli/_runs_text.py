@@ -248,7 +248,13 @@ def transcript_lines(t: Mapping[str, Any], tz: str = "UTC") -> list[str]:
     took = (t.get("totals") or {}).get("duration_s")
     lines.append(
         f"started:  {when(t.get('started'), tz, seconds=True)}"
-        + (f" · took {took:.1f} s" if isinstance(took, int | float) else " · still running")
+        + (
+            f" · took {took:.1f} s"
+            if isinstance(took, int | float)
+            else " · not ended"
+            if t.get("status") == "interrupted"  # read with no daemon: nothing runs it
+            else " · still running"
+        )
     )
     thread = t.get("thread") or {}
     if thread.get("reply_to"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -210,10 +211,18 @@ def _print_live_history(args: argparse.Namespace, result: dict[str, Any]) -> int
 
 def _history_from_files(args: argparse.Namespace) -> int:
     from companyd.config import state_backend
-    from companyd.scheduler import format_history, read_fires
+    from companyd.scheduler import format_history, read_fires, read_fires_stopped
 
     cfg, path = _load(args)
-    records = read_fires(path, state_backend(cfg), args.routine, args.limit)
+    backend = state_backend(cfg)
+    if backend.kind == "sqlite":
+        # no daemon runs for this state directory: a fire still open in the history is not
+        # running — it reads as the journal's outcome or as interrupted (nothing written)
+        records = read_fires_stopped(
+            path, backend, args.routine, args.limit, cfg.timezone, lambda ids: _ended(args, ids)
+        )
+    else:  # a shared history: another node may be running the open fires
+        records = read_fires(path, backend, args.routine, args.limit)
     routine = cfg.routines.get(args.routine)
     if routine is None and not records:
         raise _unknown(cfg, args.routine)
@@ -222,6 +231,26 @@ def _history_from_files(args: argparse.Namespace) -> int:
     else:
         print(format_history(routine, args.routine, records, cfg.timezone))
     return 0
+
+
+def _ended(args: argparse.Namespace, task_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The latest run the journal ended of each of ``task_ids`` (those of the routine's
+    recent runs; none: no journal yet), as ``companyd runs`` rows.
+    """
+    from companyd.cli._roles import _journal_read
+
+    if not task_ids:
+        return {}
+    rows = _journal_read(
+        args,
+        lambda j, db: j.list_runs(db, routine=args.routine, limit=50, finished=True),
+        list,
+    )
+    ended: dict[str, dict[str, Any]] = {}
+    for row in rows:  # newest first: the first of a task is its latest
+        if row["task_id"] in task_ids:
+            ended.setdefault(row["task_id"], dict(row))
+    return ended
 
 
 def _run(args: argparse.Namespace) -> int:

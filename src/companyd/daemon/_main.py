@@ -374,6 +374,8 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
                 routines=len(self.config.routines),
                 offline=self.offline,
                 company=self.config.name,
+                # a planned restart is not a restart loop (the alert tells them apart)
+                planned_stop=after[1] if (after := self.scheduler.started_after) else None,
             )
         )
         self._tasks = [

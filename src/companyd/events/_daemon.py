@@ -23,7 +23,10 @@ __all__ = [
 
 
 class DaemonStarted(Event):
-    """companyd is up (``agents`` and ``routines`` are counts)."""
+    """companyd is up (``agents`` and ``routines`` are counts). ``planned_stop``: the reason
+    of the deliberate stop just before this start (SIGTERM, ``systemctl restart``), from the
+    scheduler's clean-stop marker; None after a crash, a kill or at a first start.
+    """
 
     KIND = "daemon_started"
     pid: int
@@ -32,6 +35,7 @@ class DaemonStarted(Event):
     routines: int
     offline: bool
     company: str
+    planned_stop: str | None = optional()
 
 
 class DaemonStopping(Event):

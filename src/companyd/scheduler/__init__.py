@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from companyd.scheduler._jobs_text import format_jobs_result
-    from companyd.scheduler._offline import read_fires, read_jobs
+    from companyd.scheduler._offline import read_fires, read_fires_stopped, read_jobs
     from companyd.scheduler._outcomes import Outcome
     from companyd.scheduler._report import format_history, format_history_result, format_jobs
     from companyd.scheduler._service import RoutineBusy, RoutineNotFound, RoutineScheduler
@@ -42,6 +42,7 @@ __all__ = [
     "format_jobs",
     "format_jobs_result",
     "read_fires",
+    "read_fires_stopped",
     "read_jobs",
     "simulate",
 ]
@@ -64,6 +65,7 @@ _HOMES: dict[str, str] = {
     "format_jobs": "companyd.scheduler._report",
     "format_jobs_result": "companyd.scheduler._jobs_text",
     "read_fires": "companyd.scheduler._offline",
+    "read_fires_stopped": "companyd.scheduler._offline",
     "read_jobs": "companyd.scheduler._offline",
     "simulate": "companyd.scheduler._sim",
 }

@@ -105,8 +105,10 @@ def format_rows(
             assert scheduled is not None  # every fire has its time
             last = f"{last_fire.get('outcome')} {ago(now - scheduled)} ago"
         in_progress = int(v.get("in_progress", 0))
-        if in_progress:
+        if in_progress and daemon:
             last += f" · {in_progress} running/waiting"
+        elif in_progress:  # no daemon here runs them: open in the history, not running
+            last += f" · {in_progress} not closed (no daemon here; see jobs history)"
         lines.append((v["routine"], v["agent"], v["schedule"], nxt, last, _rate(v["success_7d"])))
     text = table(("ROUTINE", "AGENT", "SCHEDULE", "NEXT FIRE", "LAST", "7-DAY SUCCESS"), lines)
     if not daemon:

@@ -182,6 +182,10 @@ class RoutineScheduler:
         self._failure: BaseException | None = None
         self._failed = asyncio.Event()
         self._planned_stop: str | None = None
+        #: the planned stop (``(at, reason)``) the last start found before it, read from the
+        #: clean-stop marker; None: the run before ended otherwise (a crash, a kill -9) or
+        #: this is the first start — the daemon's ``daemon_started`` says which
+        self.started_after: tuple[float, str] | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -345,6 +349,7 @@ class RoutineScheduler:
             states, stopped, latest = await store.call(
                 lambda c: (db.load_states(c), db.clean_stop(c), db.latest_scheduled(c, backups))
             )
+            self.started_after = stopped
             # Walking cron fire times over a long outage is CPU work: keep it off the loop.
             plans = await asyncio.to_thread(plan_start, routines, states, now, stopped, latest)
             stale = set(states) - {p.routine.slug for p in plans}
