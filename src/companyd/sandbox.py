@@ -11,7 +11,8 @@ directory the mcp SDK's stdio client starts (:class:`Launch`). A sandboxed serve
   what ``sandbox.read`` names;
 * its own writable directory ``<state>/tools/<agent>/<server>/`` (kept across restarts), as
   ``$HOME`` and working directory, and what ``sandbox.write`` names;
-* a private ``/tmp``, a minimal ``/dev``, a fresh ``/proc`` in its own PID namespace (none
+* a private ``/tmp`` and ``/dev/shm`` no larger than its memory limit, a minimal read-only
+  ``/dev``, a read-only root, a fresh ``/proc`` in its own PID namespace (none
   of the daemon's processes), its own IPC and UTS namespaces, and with
   ``network: false`` its own network namespace (no network at all, the host's loopback
   included);
@@ -277,6 +278,7 @@ class ToolSandbox:
             prefixes=prefixes,
             box=box,
             as_root=self._as_root,
+            tmpfs_mb=spec.limits.memory_mb,
         )
         if uid_gid is not None:
             uid, gid = uid_gid
@@ -376,9 +378,19 @@ def _tool_paths(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _jail(
-    *, bwrap: str, home: str | None, prefixes: Sequence[str], box: SandboxSpec, as_root: bool
+    *,
+    bwrap: str,
+    home: str | None,
+    prefixes: Sequence[str],
+    box: SandboxSpec,
+    as_root: bool,
+    tmpfs_mb: int = 0,
 ) -> list[str]:
-    """The bubblewrap command line up to and including its ``--``."""
+    """The bubblewrap command line up to and including its ``--``.
+
+    ``tmpfs_mb`` bounds each writable tmpfs (``/tmp``, ``/dev/shm``; 0: the kernel's
+    default, half the RAM): their files are memory that RLIMIT_AS does not count.
+    """
     argv = [bwrap]
     for d in _SYSTEM:
         if os.path.islink(d):
@@ -392,7 +404,13 @@ def _jail(
     argv += ["--perms", "0755", "--dir", "/etc"]
     for f in etc:
         argv += ["--ro-bind-try", f, f]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    # A tmpfs is RAM that the address-space limit does not count: bound /tmp and /dev/shm
+    # by the server's memory limit. bwrap's /dev is a tmpfs too (its shm a directory in
+    # it), writable in a user namespace: read-only (its devices still work).
+    size = ["--size", str(tmpfs_mb * 1024 * 1024)] if tmpfs_mb else []
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += [*size, "--perms", "1777", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    argv += [*size, "--perms", "1777", "--tmpfs", "/tmp"]
     # The directories bubblewrap makes above a bind are 0700 root's: the server's user
     # (run_as) could not reach what is bound below them. Make them 0755 first.
     binds = [*prefixes, *box.read, *box.write, *([home] if home is not None else [])]
@@ -414,6 +432,9 @@ def _jail(
         argv += ["--bind", p, p]
     if home is not None:
         argv += ["--bind", home, home, "--chdir", home]
+    # The sandbox's root is a tmpfs of bubblewrap's, writable by the server's user in a
+    # user namespace (and unbounded): read-only once everything is mounted on it.
+    argv += ["--remount-ro", "/"]
     if as_root:
         # Root builds the sandbox without a user namespace (its real uid must stay root so
         # that setpriv can then drop to run_as for real, not to a uid mapped back to root).

@@ -273,6 +273,38 @@ def test_a_secret_in_args_is_refused_by_validate(tmp_path: Path) -> None:
     assert "'${GITHUB_TOKEN}'" in text and "env_from: {GITHUB_TOKEN: GITHUB_TOKEN}" in text, text
 
 
+async def _run_in_sandbox(
+    tmp_path: Path,
+    code: str,
+    *args: str,
+    limits: dict[str, int] | None = None,
+    as_root: bool | None = None,
+) -> Any:
+    """Run ``python -c code args…`` in a tool server's sandbox (launched as the daemon
+    does, without the MCP handshake: fast) and return what it printed, read as JSON.
+    """
+    spec = McpServerSpec.model_validate(
+        {"command": sys.executable, "args": ["-c", code, *args], "limits": limits or {}}
+    )
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    launch = await ToolSandbox(state, as_root=as_root).launch("marketing", "probe", spec)
+    assert launch.sandboxed
+    proc = await asyncio.create_subprocess_exec(
+        launch.command,
+        *launch.args,
+        env=launch.env,
+        cwd=launch.cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out)
+
+
 @pytest.mark.anyio
 async def test_the_system_files_a_server_needs_are_readable_by_its_user(tmp_path: Path) -> None:
     """Name resolution, CA certificates, OpenSSL's configuration and the user database are
@@ -302,23 +334,8 @@ async def test_the_system_files_a_server_needs_are_readable_by_its_user(tmp_path
         "        out[p] = e.strerror\n"
         "print(json.dumps(out))\n"
     )
-    spec = McpServerSpec(command=sys.executable, args=("-c", code, *wanted))
-    (tmp_path / "state").mkdir()
-    launch = await ToolSandbox(tmp_path / "state").launch("marketing", "probe", spec)
-    assert launch.sandboxed
-    proc = await asyncio.create_subprocess_exec(
-        launch.command,
-        *launch.args,
-        env=launch.env,
-        cwd=launch.cwd,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(60):
-        out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    assert json.loads(out) == dict.fromkeys(wanted, "ok")
+    found = await _run_in_sandbox(tmp_path, code, *wanted)
+    assert found == dict.fromkeys(wanted, "ok")
 
 
 def test_the_interpreter_prefix_is_bound_for_a_virtualenv_python() -> None:
@@ -399,3 +416,45 @@ async def test_a_server_killed_by_its_memory_limit_is_restarted_with_one_alert_n
     assert "move the launch to Friday" in tool_results(srv.requests[-1])[0]["content"]
     assert not [e for e in restarts if e.data.get("child") == "marketing"]
     assert len(d.bus.recent({"mcp_server_failed"}, limit=10)) == 1  # alerted once
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("as_root", [None, False], ids=["as-the-daemon", "user-namespace"])
+async def test_a_server_cannot_fill_memory_past_its_limit_through_a_tmpfs(
+    tmp_path: Path, as_root: bool | None
+) -> None:
+    """``/tmp`` (and ``/dev/shm``, and the sandbox's root in a user namespace) are tmpfs:
+    RAM that RLIMIT_AS does not count. Unbounded, each could take half the machine's
+    memory (the kernel's default size), whatever ``memory_mb`` says.
+    """
+    code = (
+        "import json, os, sys\n"
+        "out = {}\n"
+        "chunk = b'x' * (1 << 20)\n"
+        "for d in sys.argv[2:]:\n"
+        "    n = 0\n"
+        "    try:\n"
+        "        with open(os.path.join(d, 'fill'), 'wb') as f:\n"
+        "            while n < int(sys.argv[1]):\n"
+        "                f.write(chunk); f.flush(); n += 1\n"
+        "        out[d] = n\n"
+        "    except OSError as e:\n"
+        "        out[d] = f'{n} MiB, then {e.strerror}'\n"
+        "    if os.path.exists(os.path.join(d, 'fill')):\n"
+        "        os.remove(os.path.join(d, 'fill'))\n"
+        "print(json.dumps(out))\n"
+    )
+    found = await _run_in_sandbox(
+        tmp_path,
+        code,
+        "160",
+        "/tmp",
+        "/dev/shm",
+        "/dev",
+        "/",
+        limits={"memory_mb": 96},
+        as_root=as_root,
+    )
+    over = {d: n for d, n in found.items() if n == 160}
+    assert over == {}, found
+    assert found["/tmp"].endswith("No space left on device"), found  # usable, bounded
