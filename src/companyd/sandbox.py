@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from companyd.config import McpServerSpec, SandboxSpec, ToolServerLimitsSpec
+from companyd.config import CompanyConfig, McpServerSpec, SandboxSpec, ToolServerLimitsSpec
 from companyd.errors import CompanydError
 
 __all__ = [
@@ -120,14 +120,19 @@ def server_dir(state_dir: Path, agent: str, server: str) -> Path:
     return state_dir / "tools" / agent / server
 
 
-def tool_server_secrets(config_path: Path) -> list[Path]:
+def tool_server_secrets(
+    config: CompanyConfig, state_dir: Path, environ: Mapping[str, str] | None = None
+) -> list[Path]:
     """What no declared sandbox path may expose besides the state directory: company.yaml,
-    the systemd credentials directory and the daemon user's home directory.
+    the memory file (``memory.path`` may be elsewhere), each backup routine's ``to``, the
+    systemd credentials and runtime directories (the control socket lives in the latter)
+    and the daemon user's home directory.
     """
-    out = [Path(config_path)]
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    if creds:
-        out.append(Path(creds))
+    env = os.environ if environ is None else environ
+    out = [Path(config.path), config.memory_path(state_dir)]
+    out += [r.backup.to for r in config.routines.values() if r.backup is not None]
+    for var in ("CREDENTIALS_DIRECTORY", "RUNTIME_DIRECTORY"):
+        out += [Path(d) for d in env.get(var, "").split(":") if d]
     with contextlib.suppress(KeyError, RuntimeError):
         out.append(Path(pwd.getpwuid(os.getuid()).pw_dir))
     return out

@@ -458,3 +458,39 @@ async def test_a_server_cannot_fill_memory_past_its_limit_through_a_tmpfs(
     over = {d: n for d, n in found.items() if n == 160}
     assert over == {}, found
     assert found["/tmp"].endswith("No space left on device"), found  # usable, bounded
+
+
+@pytest.mark.anyio
+async def test_a_declared_path_may_not_expose_the_memory_the_backups_or_the_control_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What lives outside the state directory is refused like it: a ``memory.path``
+    elsewhere (the company's whole knowledge graph, writable through ``sandbox.write``), a
+    backup routine's ``to`` (every store, in each archive) and ``$RUNTIME_DIRECTORY`` (the
+    control socket, where a server would approve its own held calls). Each server is
+    refused before it starts, with the path named.
+    """
+    kept = {name: tmp_path / name for name in ("brain", "backups", "run")}
+    for d in kept.values():
+        d.mkdir()
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(kept["run"]))
+    servers = {
+        "memory": {"command": "/bin/true", "sandbox": {"write": [str(kept["brain"])]}},
+        "backups": {"command": "/bin/true", "sandbox": {"read": [str(kept["backups"])]}},
+        "socket": {"command": "/bin/true", "sandbox": {"read": [str(kept["run"])]}},
+    }
+    cfg = write_company(
+        tmp_path,
+        {"marketing": {"mcp_servers": servers}},
+        memory={"path": str(kept["brain"] / "memory.jsonl")},
+        routines={"nightly": {"backup": {"every": "1d", "to": str(kept["backups"])}}},
+    )
+    with MessagesAPIServer(responder=PerAgent(marketing=[])) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            failed = await _wait_for(
+                lambda: (e := d.bus.recent({"mcp_server_failed"}, limit=10)) and len(e) == 3 and e
+            )
+    reasons = {e.data["server"]: e.data["reason"] for e in failed}
+    assert str(kept["brain"] / "memory.jsonl") in reasons["memory"], reasons
+    assert str(kept["backups"]) in reasons["backups"], reasons
+    assert str(kept["run"]) in reasons["socket"], reasons
