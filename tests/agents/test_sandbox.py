@@ -119,10 +119,21 @@ def credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.anyio
 async def test_a_sandboxed_server_reaches_nothing_of_the_daemon_but_its_own_directory(
-    tmp_path: Path, listener: int, credentials: Path
+    tmp_path: Path, listener: int, credentials: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    for var in ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN", "NOTIFY_SOCKET", "PGPASSWORD"):
+        monkeypatch.setenv(var, "the daemon's")
     cfg, targets = _probe_company(tmp_path, listener, {"network": False})
     found, listings = await _run_probe(cfg, tmp_path / "state")
+    # nothing of the daemon's environment but what the sandbox sets and company.yaml names
+    assert set(listings.pop("environ")) == {"PATH", "HOME", "LANG", "TMPDIR", "PWD"} | {
+        f"PROBE_{k}" for k in ("READ", "LIST", "WRITE", "PORT", "PID")
+    }
+    # no file of the daemon's open (its stores, the memory, the locks): the server's own
+    # descriptors are pipes, sockets and its event loop's, and of the daemon's only its
+    # stderr (where the server's errors go: the daemon's log)
+    files = {fd.split(" -> ")[1] for fd in listings.pop("/proc/self/fd") if " -> /" in fd}
+    assert files <= {"/dev/null", os.readlink("/proc/self/fd/2")}, files
     own = server_dir((tmp_path / "state").resolve(), "marketing", "probe")
     assert found.pop("own directory") == "ok"
     assert found.pop("cwd") == found.pop("home") == str(own)
