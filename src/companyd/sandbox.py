@@ -15,7 +15,8 @@ directory the mcp SDK's stdio client starts (:class:`Launch`). A sandboxed serve
   ``/dev``, a read-only root, a fresh ``/proc`` in its own PID namespace (none
   of the daemon's processes), its own IPC and UTS namespaces, and with
   ``network: false`` its own network namespace (no network at all, the host's loopback
-  included);
+  included), and no user namespace of its own (a seccomp filter,
+  :func:`no_user_namespaces_filter`);
 * an environment of ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` and what ``env`` / ``env_from``
   name — passed through the process environment, never the command line, where every user
   of the machine could read a token.
@@ -96,6 +97,56 @@ _ETC_GLOBS = ("/etc/python3*",)
 _SDK_INHERITED = ("LOGNAME", "SHELL", "TERM", "USER")
 
 _PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+#: Where the seccomp program of the sandboxes is kept (in the state directory's ``tools/``).
+_FILTER_NAME = "no-user-namespaces.bpf"
+
+#: bwrap reads its seccomp program from this descriptor, which a shell opens for it: the
+#: mcp SDK starts a server with every other descriptor closed.
+_FILTER_FD = 9
+
+#: (seccomp audit arch, unshare, clone, clone3) by machine.
+_SYSCALLS = {
+    "x86_64": (0xC000003E, 272, 56, 435),
+    "aarch64": (0xC00000B7, 97, 220, 435),
+}
+
+
+def no_user_namespaces_filter(machine: str | None = None) -> bytes | None:
+    """A seccomp program (classic BPF, as bwrap's ``--seccomp`` reads it) that refuses a new
+    user namespace: ``unshare``/``clone`` with ``CLONE_NEWUSER`` fail with EPERM, ``clone3``
+    (whose flags a filter cannot read) with ENOSYS — the C library then uses ``clone``
+    — and so does every call of another ABI (32-bit, x32). None on a machine it does not
+    know. In a user namespace of its own a server would be root again: it could mount a
+    tmpfs no limit bounds and reach the kernel's whole namespace surface.
+    """
+    import platform
+    import struct
+
+    table = _SYSCALLS.get(machine or platform.machine())
+    if table is None:
+        return None
+    arch, unshare, clone, clone3 = table
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|…|K, BPF_RET
+    allow, nosys, perm = 0x7FFF0000, 0x50000 | errno.ENOSYS, 0x50000 | errno.EPERM
+    program = [
+        (ld, 0, 0, 4),  # 0: seccomp_data.arch
+        (jeq, 1, 0, arch),  # 1: native → 3
+        (ret, 0, 0, nosys),  # 2: another ABI
+        (ld, 0, 0, 0),  # 3: seccomp_data.nr
+        (jge, 0, 1, 0x40000000),  # 4: x32 → 5, else 6
+        (ret, 0, 0, nosys),  # 5
+        (jeq, 0, 1, clone3),  # 6: clone3 → 7, else 8
+        (ret, 0, 0, nosys),  # 7
+        (jeq, 1, 0, unshare),  # 8: unshare → 10, else 9
+        (jeq, 0, 3, clone),  # 9: clone → 10, else 13
+        (ld, 0, 0, 16),  # 10: the low half of args[0], the flags
+        (jset, 0, 1, 0x10000000),  # 11: CLONE_NEWUSER → 12, else 13
+        (ret, 0, 0, perm),  # 12
+        (ret, 0, 0, allow),  # 13
+    ]
+    return b"".join(struct.pack("=HBBI", *insn) for insn in program)
 
 
 class SandboxUnavailable(CompanydError):
@@ -301,6 +352,7 @@ class ToolSandbox:
         limits = _limits_args(spec.limits)
         if limits:
             argv = [tools["prlimit"], *limits, "--", *argv]
+        argv = self._with_filter(argv)
         bindir = os.path.dirname(command)
         path = _PATH if not prefixes else f"{bindir}:{_PATH}"
         full_env = {
@@ -318,6 +370,28 @@ class ToolSandbox:
             sandboxed=True,
             user=box.run_as if uid_gid is not None else None,
         )
+
+    def _with_filter(self, argv: list[str]) -> list[str]:
+        """``argv`` (prlimit… bwrap…) with bwrap's seccomp program refusing user
+        namespaces: written once to the state directory's ``tools/`` (only the daemon's),
+        opened for bwrap on :data:`_FILTER_FD` by a shell that then ``exec``s the chain.
+        """
+        program = no_user_namespaces_filter()
+        if program is None:
+            return argv
+        path = self.state_dir / "tools" / _FILTER_NAME
+        try:
+            current = path.read_bytes()
+        except FileNotFoundError:
+            current = None
+        if current != program:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(program)
+            tmp.chmod(0o600)
+            os.replace(tmp, path)
+        at = argv.index("--die-with-parent")
+        argv = [*argv[:at], "--seccomp", str(_FILTER_FD), *argv[at:]]
+        return ["/bin/sh", "-c", f'exec "$@" {_FILTER_FD}<"$0"', str(path), *argv]
 
     def _make_home(self, home: Path, uid_gid: tuple[int, int] | None) -> None:
         # The parents stay the daemon's (0700 is fine: bubblewrap binds the path as root or
@@ -481,9 +555,23 @@ def probe_sandbox(
     if as_root:
         argv += [tools["setpriv"], "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
     argv.append(true)
+    program = no_user_namespaces_filter()
+    fds: tuple[int, ...] = ()
+    if program is not None:  # as a server gets it, from a pipe here
+        read, write = os.pipe()
+        os.write(write, program)
+        os.close(write)
+        fds = (read,)
+        at = argv.index("--die-with-parent")
+        argv[at:at] = ["--seccomp", str(read)]
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            pass_fds=fds,
         )
     except subprocess.TimeoutExpired:
         raise SandboxUnavailable(
@@ -494,6 +582,9 @@ def probe_sandbox(
             f"bubblewrap ({tools['bwrap']}) could not be run: {exc.strerror or exc}; reinstall "
             "it (`apt-get install --reinstall bubblewrap`)"
         ) from None
+    finally:
+        for fd in fds:
+            os.close(fd)
     if proc.returncode != 0:
         err = (proc.stderr or "").strip().splitlines()
         detail = err[-1] if err else f"exit status {proc.returncode}"

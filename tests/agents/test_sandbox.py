@@ -121,7 +121,7 @@ def credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 async def test_a_sandboxed_server_reaches_nothing_of_the_daemon_but_its_own_directory(
     tmp_path: Path, listener: int, credentials: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for var in ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN", "NOTIFY_SOCKET", "PGPASSWORD"):
+    for var in ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN", "PGPASSWORD"):
         monkeypatch.setenv(var, "the daemon's")
     cfg, targets = _probe_company(tmp_path, listener, {"network": False})
     found, listings = await _run_probe(cfg, tmp_path / "state")
@@ -505,3 +505,31 @@ async def test_a_declared_path_may_not_expose_the_memory_the_backups_or_the_cont
     assert str(kept["brain"] / "memory.jsonl") in reasons["memory"], reasons
     assert str(kept["backups"]) in reasons["backups"], reasons
     assert str(kept["run"]) in reasons["socket"], reasons
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("as_root", [None, False], ids=["as-the-daemon", "user-namespace"])
+async def test_a_server_cannot_make_a_user_namespace_of_its_own(
+    tmp_path: Path, as_root: bool | None
+) -> None:
+    """In a user namespace of its own the server would be root again: it could mount a
+    fresh tmpfs (RAM no limit bounds) and reach the kernel's whole namespace surface, the
+    usual way out of a container. Its threads and processes still start.
+    """
+    code = (
+        "import ctypes, json, os, threading, subprocess\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "out = {}\n"
+        "rc = libc.unshare(0x10000000)  # CLONE_NEWUSER\n"
+        "out['user namespace'] = 'ok' if rc == 0 else os.strerror(ctypes.get_errno())\n"
+        "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
+        "out['thread'] = 'ok'\n"
+        "out['process'] = subprocess.run(['/bin/sh', '-c', 'echo ok'], capture_output=True,\n"
+        "    text=True).stdout.strip()\n"
+        "out['fds'] = sorted(os.listdir('/proc/self/fd'))\n"
+        "print(json.dumps(out))\n"
+    )
+    found = await _run_in_sandbox(tmp_path, code, as_root=as_root)
+    assert found.pop("thread") == found.pop("process") == "ok", found
+    assert found.pop("fds") == ["0", "1", "2", "3"], found  # 3: the listing's own
+    assert found == {"user namespace": "Operation not permitted"}
