@@ -482,8 +482,8 @@ async def test_a_declared_path_may_not_expose_the_memory_the_backups_or_the_cont
     refused before it starts, with the path named.
     """
     kept = {name: tmp_path / name for name in ("brain", "backups", "run")}
-    for d in kept.values():
-        d.mkdir()
+    for where in kept.values():
+        where.mkdir()
     monkeypatch.setenv("RUNTIME_DIRECTORY", str(kept["run"]))
     servers = {
         "memory": {"command": "/bin/true", "sandbox": {"write": [str(kept["brain"])]}},
