@@ -588,13 +588,25 @@ def probe_sandbox(
     if proc.returncode != 0:
         err = (proc.stderr or "").strip().splitlines()
         detail = err[-1] if err else f"exit status {proc.returncode}"
-        raise SandboxUnavailable(_refusal_fix(detail))
+        raise SandboxUnavailable(_refusal_fix(detail, os.environ if environ is None else environ))
 
 
-def _refusal_fix(detail: str) -> str:
+def _refusal_fix(detail: str, environ: Mapping[str, str]) -> str:
     """Why bubblewrap could not build the sandbox, and what to do about it."""
     low = detail.lower()
-    if "namespace" in low or "permission" in low or "operation not permitted" in low:
+    refused = "namespace" in low or "permission" in low or "operation not permitted" in low
+    if refused and environ.get("INVOCATION_ID"):
+        # a systemd service: its unit, not the kernel, is the likely refusal
+        return (
+            f"the tool-server sandbox cannot be created: {detail}. companyd runs as a "
+            "systemd service, whose sandboxing forbids the namespaces and mounts bubblewrap "
+            "needs (the shipped companyd.service sets RestrictNamespaces=yes, "
+            "PrivateUsers=yes and SystemCallFilter=~@privileged); no tool server can be "
+            "sandboxed under it (docs/tools.md, 'Where no sandbox can be made'): set "
+            "`sandbox: false` on the server to run it unsandboxed (not recommended), or run "
+            "companyd under a unit that allows them"
+        )
+    if refused:
         return (
             f"the tool-server sandbox cannot be created: {detail}. This kernel refuses "
             "unprivileged user namespaces: enable them (`sysctl -w "

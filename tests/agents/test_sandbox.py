@@ -220,15 +220,20 @@ REFUSED = (
     [
         (None, "install it (`apt-get install bubblewrap`)"),
         (REFUSED, "refuses unprivileged user namespaces: enable them"),
+        (REFUSED, "systemd service, whose sandboxing forbids the namespaces"),
     ],
-    ids=["no-bubblewrap", "no-user-namespaces"],
+    ids=["no-bubblewrap", "no-user-namespaces", "under-systemd"],
 )
 async def test_where_no_sandbox_can_be_made_the_server_does_not_start_and_the_reason_names_the_fix(
     tmp_path: Path, bwrap: str | None, fix: str
 ) -> None:
-    # A kernel that refuses user namespaces cannot be had on a test machine; bubblewrap's
-    # own refusal stands in for it (the real bwrap is used everywhere else).
+    # A kernel that refuses user namespaces (or a unit with RestrictNamespaces=yes) cannot
+    # be had on a test machine; bubblewrap's own refusal stands in for it (the real bwrap
+    # is used everywhere else). Under systemd (INVOCATION_ID) the unit is the likely
+    # cause, not the kernel: the sysctl would not help.
     env = _fake_bin(tmp_path, bwrap)
+    if fix.startswith("systemd"):
+        env["INVOCATION_ID"] = "0123456789abcdef0123456789abcdef"
     sandbox = ToolSandbox(tmp_path / "state", environ=env, as_root=False)
     (tmp_path / "state").mkdir()
     spec = McpServerSpec(command=sys.executable, args=(str(TOOL_SERVER),))
