@@ -43,7 +43,7 @@ import os
 import pwd
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -264,7 +264,8 @@ class ToolSandbox:
         state_dir: the daemon's state directory (the servers' own directories are under
             ``tools/``; nothing else of it is visible to a server).
         protected: files and directories no declared path may expose (company.yaml, the
-            credentials directory, the daemon user's home).
+            credentials directory, the daemon user's home…), or a function returning them,
+            asked at each launch (so that they follow a reloaded company.yaml).
         environ: the daemon's environment (``env_from`` reads it).
         as_root: whether the daemon runs as root (then servers run as ``run_as``).
     """
@@ -273,12 +274,12 @@ class ToolSandbox:
         self,
         state_dir: Path,
         *,
-        protected: Sequence[Path] = (),
+        protected: Sequence[Path] | Callable[[], Sequence[Path]] = (),
         environ: Mapping[str, str] | None = None,
         as_root: bool | None = None,
     ) -> None:
         self.state_dir = Path(os.path.realpath(state_dir))
-        self._protected = [os.path.realpath(p) for p in protected]
+        self._protected = protected
         self._environ = environ if environ is not None else os.environ
         self._as_root = os.geteuid() == 0 if as_root is None else as_root
         self._probed: set[tuple[bool, bool]] = set()
@@ -410,6 +411,8 @@ class ToolSandbox:
         company.yaml, the credentials directory or the home directory, is refused.
         """
         state = str(self.state_dir)
+        protected = self._protected() if callable(self._protected) else self._protected
+        secrets = [os.path.realpath(p) for p in protected]
         for kind, paths in (("read", box.read), ("write", box.write), ("prefix", prefixes)):
             for p in paths:
                 real = os.path.realpath(p)
@@ -419,7 +422,7 @@ class ToolSandbox:
                         f"{what} would show the daemon's state directory ({state}) to tool "
                         f"server {server!r}; name a directory outside it"
                     )
-                for secret in self._protected:
+                for secret in secrets:
                     if _is_under(secret, real):
                         raise SandboxUnavailable(
                             f"{what} would show {secret} to tool server {server!r}; name a "

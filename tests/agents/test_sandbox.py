@@ -26,6 +26,7 @@ from agentkit import (
     tool_server,
     write_company,
 )
+from companyd.admin import ReloadApplied
 from companyd.agents import McpServerFailed, McpToolServer
 from companyd.clock import ManualClock
 from companyd.config import McpServerSpec, load_config
@@ -538,3 +539,33 @@ async def test_a_server_cannot_make_a_user_namespace_of_its_own(
     assert found.pop("thread") == found.pop("process") == "ok", found
     assert found.pop("fds") == ["0", "1", "2", "3"], found  # 3: the listing's own
     assert found == {"user namespace": "Operation not permitted"}
+
+
+@pytest.mark.anyio
+async def test_a_backup_directory_added_by_a_reload_is_refused_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """The refused paths follow company.yaml: a backup routine added by a reload protects
+    its directory from the next start of a server (here the retry of one that failed).
+    """
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    servers = {"late": {"command": "/bin/true", "sandbox": {"read": [str(shelf)]}}}
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": servers}})
+    clock = ManualClock()
+    with MessagesAPIServer(responder=PerAgent(marketing=[])) as srv:
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            first = await _wait_for(lambda: d.bus.recent({"mcp_server_failed"}, limit=10))
+            assert "closed the connection" in first[0].data["reason"]  # started: allowed
+            write_company(
+                tmp_path,
+                {"marketing": {"mcp_servers": servers}},
+                routines={"nightly": {"backup": {"every": "1d", "to": str(shelf)}}},
+            )
+            assert isinstance(await d.reload(), ReloadApplied)
+            clock.advance(5)  # the retry
+            failed = await _wait_for(
+                lambda: (e := d.bus.recent({"mcp_server_failed"}, limit=10)) and len(e) > 1 and e
+            )
+    reasons = [e.data["reason"] for e in failed]
+    assert any(f"would show {shelf}" in r for r in reasons), reasons
