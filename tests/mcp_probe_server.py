@@ -12,7 +12,9 @@ What it tries, from its environment (each skipped if unset):
 * ``PROBE_PORT``: a TCP port on 127.0.0.1 to connect to;
 * ``PROBE_PID``: a process whose ``/proc/<pid>/environ`` to read (the daemon's);
 * and always: write then read ``own.txt`` in its working directory (its own directory), or
-  in ``PROBE_OWN`` when set (unsandboxed, the working directory is the daemon's).
+  in ``PROBE_OWN`` when set (unsandboxed, the working directory is the daemon's); and list
+  its open file descriptors (``/proc/self/fd``: number → what it is) and the names of its
+  environment variables (``environ``), in the listings.
 """
 
 from __future__ import annotations
@@ -65,6 +67,14 @@ def probe() -> str:
         assert mine.read_text() == "mine"
 
     _attempt("own directory", results, own)
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds.append(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
+        except OSError:  # the descriptor listdir itself used, closed by now
+            continue
+    listings["/proc/self/fd"] = sorted(fds)
+    listings["environ"] = sorted(env)
     results["cwd"] = os.getcwd()
     results["home"] = env.get("HOME", "")
     results["uid"] = str(os.getuid())

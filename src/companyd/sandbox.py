@@ -11,10 +11,12 @@ directory the mcp SDK's stdio client starts (:class:`Launch`). A sandboxed serve
   what ``sandbox.read`` names;
 * its own writable directory ``<state>/tools/<agent>/<server>/`` (kept across restarts), as
   ``$HOME`` and working directory, and what ``sandbox.write`` names;
-* a private ``/tmp``, a minimal ``/dev``, a fresh ``/proc`` in its own PID namespace (none
+* a private ``/tmp`` and ``/dev/shm`` no larger than its memory limit, a minimal read-only
+  ``/dev``, a read-only root, a fresh ``/proc`` in its own PID namespace (none
   of the daemon's processes), its own IPC and UTS namespaces, and with
   ``network: false`` its own network namespace (no network at all, the host's loopback
-  included);
+  included), and no user namespace of its own (a seccomp filter,
+  :func:`no_user_namespaces_filter`);
 * an environment of ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` and what ``env`` / ``env_from``
   name — passed through the process environment, never the command line, where every user
   of the machine could read a token.
@@ -41,11 +43,11 @@ import os
 import pwd
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from companyd._frozen import Frozen
-from companyd.config import McpServerSpec, SandboxSpec, ToolServerLimitsSpec
+from companyd.config import CompanyConfig, McpServerSpec, SandboxSpec, ToolServerLimitsSpec
 from companyd.errors import CompanydError
 
 __all__ = [
@@ -97,6 +99,56 @@ _SDK_INHERITED = ("LOGNAME", "SHELL", "TERM", "USER")
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
+#: Where the seccomp program of the sandboxes is kept (in the state directory's ``tools/``).
+_FILTER_NAME = "no-user-namespaces.bpf"
+
+#: bwrap reads its seccomp program from this descriptor, which a shell opens for it: the
+#: mcp SDK starts a server with every other descriptor closed.
+_FILTER_FD = 9
+
+#: (seccomp audit arch, unshare, clone, clone3) by machine.
+_SYSCALLS = {
+    "x86_64": (0xC000003E, 272, 56, 435),
+    "aarch64": (0xC00000B7, 97, 220, 435),
+}
+
+
+def no_user_namespaces_filter(machine: str | None = None) -> bytes | None:
+    """A seccomp program (classic BPF, as bwrap's ``--seccomp`` reads it) that refuses a new
+    user namespace: ``unshare``/``clone`` with ``CLONE_NEWUSER`` fail with EPERM, ``clone3``
+    (whose flags a filter cannot read) with ENOSYS — the C library then uses ``clone``
+    — and so does every call of another ABI (32-bit, x32). None on a machine it does not
+    know. In a user namespace of its own a server would be root again: it could mount a
+    tmpfs no limit bounds and reach the kernel's whole namespace surface.
+    """
+    import platform
+    import struct
+
+    table = _SYSCALLS.get(machine or platform.machine())
+    if table is None:
+        return None
+    arch, unshare, clone, clone3 = table
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|…|K, BPF_RET
+    allow, nosys, perm = 0x7FFF0000, 0x50000 | errno.ENOSYS, 0x50000 | errno.EPERM
+    program = [
+        (ld, 0, 0, 4),  # 0: seccomp_data.arch
+        (jeq, 1, 0, arch),  # 1: native → 3
+        (ret, 0, 0, nosys),  # 2: another ABI
+        (ld, 0, 0, 0),  # 3: seccomp_data.nr
+        (jge, 0, 1, 0x40000000),  # 4: x32 → 5, else 6
+        (ret, 0, 0, nosys),  # 5
+        (jeq, 0, 1, clone3),  # 6: clone3 → 7, else 8
+        (ret, 0, 0, nosys),  # 7
+        (jeq, 1, 0, unshare),  # 8: unshare → 10, else 9
+        (jeq, 0, 3, clone),  # 9: clone → 10, else 13
+        (ld, 0, 0, 16),  # 10: the low half of args[0], the flags
+        (jset, 0, 1, 0x10000000),  # 11: CLONE_NEWUSER → 12, else 13
+        (ret, 0, 0, perm),  # 12
+        (ret, 0, 0, allow),  # 13
+    ]
+    return b"".join(struct.pack("=HBBI", *insn) for insn in program)
+
+
 class SandboxUnavailable(CompanydError):
     """The sandbox of a tool server cannot be created; the message names the fix."""
 
@@ -118,14 +170,19 @@ def server_dir(state_dir: Path, agent: str, server: str) -> Path:
     return state_dir / "tools" / agent / server
 
 
-def tool_server_secrets(config_path: Path) -> list[Path]:
+def tool_server_secrets(
+    config: CompanyConfig, state_dir: Path, environ: Mapping[str, str] | None = None
+) -> list[Path]:
     """What no declared sandbox path may expose besides the state directory: company.yaml,
-    the systemd credentials directory and the daemon user's home directory.
+    the memory file (``memory.path`` may be elsewhere), each backup routine's ``to``, the
+    systemd credentials and runtime directories (the control socket lives in the latter)
+    and the daemon user's home directory.
     """
-    out = [Path(config_path)]
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    if creds:
-        out.append(Path(creds))
+    env = os.environ if environ is None else environ
+    out = [Path(config.path), config.memory_path(state_dir)]
+    out += [r.backup.to for r in config.routines.values() if r.backup is not None]
+    for var in ("CREDENTIALS_DIRECTORY", "RUNTIME_DIRECTORY"):
+        out += [Path(d) for d in env.get(var, "").split(":") if d]
     with contextlib.suppress(KeyError, RuntimeError):
         out.append(Path(pwd.getpwuid(os.getuid()).pw_dir))
     return out
@@ -206,7 +263,8 @@ class ToolSandbox:
         state_dir: the daemon's state directory (the servers' own directories are under
             ``tools/``; nothing else of it is visible to a server).
         protected: files and directories no declared path may expose (company.yaml, the
-            credentials directory, the daemon user's home).
+            credentials directory, the daemon user's home…), or a function returning them,
+            asked at each launch (so that they follow a reloaded company.yaml).
         environ: the daemon's environment (``env_from`` reads it).
         as_root: whether the daemon runs as root (then servers run as ``run_as``).
     """
@@ -215,12 +273,12 @@ class ToolSandbox:
         self,
         state_dir: Path,
         *,
-        protected: Sequence[Path] = (),
+        protected: Sequence[Path] | Callable[[], Sequence[Path]] = (),
         environ: Mapping[str, str] | None = None,
         as_root: bool | None = None,
     ) -> None:
         self.state_dir = Path(os.path.realpath(state_dir))
-        self._protected = [os.path.realpath(p) for p in protected]
+        self._protected = protected
         self._environ = environ if environ is not None else os.environ
         self._as_root = os.geteuid() == 0 if as_root is None else as_root
         self._probed: set[tuple[bool, bool]] = set()
@@ -276,6 +334,7 @@ class ToolSandbox:
             prefixes=prefixes,
             box=box,
             as_root=self._as_root,
+            tmpfs_mb=spec.limits.memory_mb,
         )
         if uid_gid is not None:
             uid, gid = uid_gid
@@ -293,6 +352,7 @@ class ToolSandbox:
         limits = _limits_args(spec.limits)
         if limits:
             argv = [tools["prlimit"], *limits, "--", *argv]
+        argv = self._with_filter(argv)
         bindir = os.path.dirname(command)
         path = _PATH if not prefixes else f"{bindir}:{_PATH}"
         full_env = {
@@ -311,6 +371,28 @@ class ToolSandbox:
             user=box.run_as if uid_gid is not None else None,
         )
 
+    def _with_filter(self, argv: list[str]) -> list[str]:
+        """``argv`` (prlimit… bwrap…) with bwrap's seccomp program refusing user
+        namespaces: written once to the state directory's ``tools/`` (only the daemon's),
+        opened for bwrap on :data:`_FILTER_FD` by a shell that then ``exec``s the chain.
+        """
+        program = no_user_namespaces_filter()
+        if program is None:
+            return argv
+        path = self.state_dir / "tools" / _FILTER_NAME
+        try:
+            current = path.read_bytes()
+        except FileNotFoundError:
+            current = None
+        if current != program:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(program)
+            tmp.chmod(0o600)
+            os.replace(tmp, path)
+        at = argv.index("--die-with-parent")
+        argv = [*argv[:at], "--seccomp", str(_FILTER_FD), *argv[at:]]
+        return ["/bin/sh", "-c", f'exec "$@" {_FILTER_FD}<"$0"', str(path), *argv]
+
     def _make_home(self, home: Path, uid_gid: tuple[int, int] | None) -> None:
         # The parents stay the daemon's (0700 is fine: bubblewrap binds the path as root or
         # as the daemon's user); the directory itself belongs to the server's user.
@@ -328,6 +410,8 @@ class ToolSandbox:
         company.yaml, the credentials directory or the home directory, is refused.
         """
         state = str(self.state_dir)
+        protected = self._protected() if callable(self._protected) else self._protected
+        secrets = [os.path.realpath(p) for p in protected]
         for kind, paths in (("read", box.read), ("write", box.write), ("prefix", prefixes)):
             for p in paths:
                 real = os.path.realpath(p)
@@ -337,7 +421,7 @@ class ToolSandbox:
                         f"{what} would show the daemon's state directory ({state}) to tool "
                         f"server {server!r}; name a directory outside it"
                     )
-                for secret in self._protected:
+                for secret in secrets:
                     if _is_under(secret, real):
                         raise SandboxUnavailable(
                             f"{what} would show {secret} to tool server {server!r}; name a "
@@ -375,9 +459,19 @@ def _tool_paths(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _jail(
-    *, bwrap: str, home: str | None, prefixes: Sequence[str], box: SandboxSpec, as_root: bool
+    *,
+    bwrap: str,
+    home: str | None,
+    prefixes: Sequence[str],
+    box: SandboxSpec,
+    as_root: bool,
+    tmpfs_mb: int = 0,
 ) -> list[str]:
-    """The bubblewrap command line up to and including its ``--``."""
+    """The bubblewrap command line up to and including its ``--``.
+
+    ``tmpfs_mb`` bounds each writable tmpfs (``/tmp``, ``/dev/shm``; 0: the kernel's
+    default, half the RAM): their files are memory that RLIMIT_AS does not count.
+    """
     argv = [bwrap]
     for d in _SYSTEM:
         if os.path.islink(d):
@@ -391,7 +485,13 @@ def _jail(
     argv += ["--perms", "0755", "--dir", "/etc"]
     for f in etc:
         argv += ["--ro-bind-try", f, f]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    # A tmpfs is RAM that the address-space limit does not count: bound /tmp and /dev/shm
+    # by the server's memory limit. bwrap's /dev is a tmpfs too (its shm a directory in
+    # it), writable in a user namespace: read-only (its devices still work).
+    size = ["--size", str(tmpfs_mb * 1024 * 1024)] if tmpfs_mb else []
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += [*size, "--perms", "1777", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    argv += [*size, "--perms", "1777", "--tmpfs", "/tmp"]
     # The directories bubblewrap makes above a bind are 0700 root's: the server's user
     # (run_as) could not reach what is bound below them. Make them 0755 first.
     binds = [*prefixes, *box.read, *box.write, *([home] if home is not None else [])]
@@ -413,6 +513,9 @@ def _jail(
         argv += ["--bind", p, p]
     if home is not None:
         argv += ["--bind", home, home, "--chdir", home]
+    # The sandbox's root is a tmpfs of bubblewrap's, writable by the server's user in a
+    # user namespace (and unbounded): read-only once everything is mounted on it.
+    argv += ["--remount-ro", "/"]
     if as_root:
         # Root builds the sandbox without a user namespace (its real uid must stay root so
         # that setpriv can then drop to run_as for real, not to a uid mapped back to root).
@@ -454,9 +557,23 @@ def probe_sandbox(
     if as_root:
         argv += [tools["setpriv"], "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
     argv.append(true)
+    program = no_user_namespaces_filter()
+    fds: tuple[int, ...] = ()
+    if program is not None:  # as a server gets it, from a pipe here
+        read, write = os.pipe()
+        os.write(write, program)
+        os.close(write)
+        fds = (read,)
+        at = argv.index("--die-with-parent")
+        argv[at:at] = ["--seccomp", str(read)]
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            pass_fds=fds,
         )
     except subprocess.TimeoutExpired:
         raise SandboxUnavailable(
@@ -467,16 +584,31 @@ def probe_sandbox(
             f"bubblewrap ({tools['bwrap']}) could not be run: {exc.strerror or exc}; reinstall "
             "it (`apt-get install --reinstall bubblewrap`)"
         ) from None
+    finally:
+        for fd in fds:
+            os.close(fd)
     if proc.returncode != 0:
         err = (proc.stderr or "").strip().splitlines()
         detail = err[-1] if err else f"exit status {proc.returncode}"
-        raise SandboxUnavailable(_refusal_fix(detail))
+        raise SandboxUnavailable(_refusal_fix(detail, os.environ if environ is None else environ))
 
 
-def _refusal_fix(detail: str) -> str:
+def _refusal_fix(detail: str, environ: Mapping[str, str]) -> str:
     """Why bubblewrap could not build the sandbox, and what to do about it."""
     low = detail.lower()
-    if "namespace" in low or "permission" in low or "operation not permitted" in low:
+    refused = "namespace" in low or "permission" in low or "operation not permitted" in low
+    if refused and environ.get("INVOCATION_ID"):
+        # a systemd service: its unit, not the kernel, is the likely refusal
+        return (
+            f"the tool-server sandbox cannot be created: {detail}. companyd runs as a "
+            "systemd service, whose sandboxing forbids the namespaces and mounts bubblewrap "
+            "needs (the shipped companyd.service sets RestrictNamespaces=yes, "
+            "PrivateUsers=yes and SystemCallFilter=~@privileged); no tool server can be "
+            "sandboxed under it (docs/tools.md, 'Where no sandbox can be made'): set "
+            "`sandbox: false` on the server to run it unsandboxed (not recommended), or run "
+            "companyd under a unit that allows them"
+        )
+    if refused:
         return (
             f"the tool-server sandbox cannot be created: {detail}. This kernel refuses "
             "unprivileged user namespaces: enable them (`sysctl -w "

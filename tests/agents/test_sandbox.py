@@ -26,6 +26,7 @@ from agentkit import (
     tool_server,
     write_company,
 )
+from companyd.admin import ReloadApplied
 from companyd.agents import McpServerFailed, McpToolServer
 from companyd.clock import ManualClock
 from companyd.config import McpServerSpec, load_config
@@ -119,10 +120,21 @@ def credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.anyio
 async def test_a_sandboxed_server_reaches_nothing_of_the_daemon_but_its_own_directory(
-    tmp_path: Path, listener: int, credentials: Path
+    tmp_path: Path, listener: int, credentials: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    for var in ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN", "PGPASSWORD"):
+        monkeypatch.setenv(var, "the daemon's")
     cfg, targets = _probe_company(tmp_path, listener, {"network": False})
     found, listings = await _run_probe(cfg, tmp_path / "state")
+    # nothing of the daemon's environment but what the sandbox sets and company.yaml names
+    assert set(listings.pop("environ")) == {"PATH", "HOME", "LANG", "TMPDIR", "PWD"} | {
+        f"PROBE_{k}" for k in ("READ", "LIST", "WRITE", "PORT", "PID")
+    }
+    # no file of the daemon's open (its stores, the memory, the locks): the server's own
+    # descriptors are pipes, sockets and its event loop's, and of the daemon's only its
+    # stderr (where the server's errors go: the daemon's log)
+    files = {fd.split(" -> ")[1] for fd in listings.pop("/proc/self/fd") if " -> /" in fd}
+    assert files <= {"/dev/null", os.readlink("/proc/self/fd/2")}, files
     own = server_dir((tmp_path / "state").resolve(), "marketing", "probe")
     assert found.pop("own directory") == "ok"
     assert found.pop("cwd") == found.pop("home") == str(own)
@@ -209,15 +221,20 @@ REFUSED = (
     [
         (None, "install it (`apt-get install bubblewrap`)"),
         (REFUSED, "refuses unprivileged user namespaces: enable them"),
+        (REFUSED, "systemd service, whose sandboxing forbids the namespaces"),
     ],
-    ids=["no-bubblewrap", "no-user-namespaces"],
+    ids=["no-bubblewrap", "no-user-namespaces", "under-systemd"],
 )
 async def test_where_no_sandbox_can_be_made_the_server_does_not_start_and_the_reason_names_the_fix(
     tmp_path: Path, bwrap: str | None, fix: str
 ) -> None:
-    # A kernel that refuses user namespaces cannot be had on a test machine; bubblewrap's
-    # own refusal stands in for it (the real bwrap is used everywhere else).
+    # A kernel that refuses user namespaces (or a unit with RestrictNamespaces=yes) cannot
+    # be had on a test machine; bubblewrap's own refusal stands in for it (the real bwrap
+    # is used everywhere else). Under systemd (INVOCATION_ID) the unit is the likely
+    # cause, not the kernel: the sysctl would not help.
     env = _fake_bin(tmp_path, bwrap)
+    if fix.startswith("systemd"):
+        env["INVOCATION_ID"] = "0123456789abcdef0123456789abcdef"
     sandbox = ToolSandbox(tmp_path / "state", environ=env, as_root=False)
     (tmp_path / "state").mkdir()
     spec = McpServerSpec(command=sys.executable, args=(str(TOOL_SERVER),))
@@ -273,6 +290,38 @@ def test_a_secret_in_args_is_refused_by_validate(tmp_path: Path) -> None:
     assert "'${GITHUB_TOKEN}'" in text and "env_from: {GITHUB_TOKEN: GITHUB_TOKEN}" in text, text
 
 
+async def _run_in_sandbox(
+    tmp_path: Path,
+    code: str,
+    *args: str,
+    limits: dict[str, int] | None = None,
+    as_root: bool | None = None,
+) -> Any:
+    """Run ``python -c code args…`` in a tool server's sandbox (launched as the daemon
+    does, without the MCP handshake: fast) and return what it printed, read as JSON.
+    """
+    spec = McpServerSpec.model_validate(
+        {"command": sys.executable, "args": ["-c", code, *args], "limits": limits or {}}
+    )
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    launch = await ToolSandbox(state, as_root=as_root).launch("marketing", "probe", spec)
+    assert launch.sandboxed
+    proc = await asyncio.create_subprocess_exec(
+        launch.command,
+        *launch.args,
+        env=launch.env,
+        cwd=launch.cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out)
+
+
 @pytest.mark.anyio
 async def test_the_system_files_a_server_needs_are_readable_by_its_user(tmp_path: Path) -> None:
     """Name resolution, CA certificates, OpenSSL's configuration and the user database are
@@ -302,23 +351,8 @@ async def test_the_system_files_a_server_needs_are_readable_by_its_user(tmp_path
         "        out[p] = e.strerror\n"
         "print(json.dumps(out))\n"
     )
-    spec = McpServerSpec(command=sys.executable, args=("-c", code, *wanted))
-    (tmp_path / "state").mkdir()
-    launch = await ToolSandbox(tmp_path / "state").launch("marketing", "probe", spec)
-    assert launch.sandboxed
-    proc = await asyncio.create_subprocess_exec(
-        launch.command,
-        *launch.args,
-        env=launch.env,
-        cwd=launch.cwd,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(60):
-        out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    assert json.loads(out) == dict.fromkeys(wanted, "ok")
+    found = await _run_in_sandbox(tmp_path, code, *wanted)
+    assert found == dict.fromkeys(wanted, "ok")
 
 
 def test_the_interpreter_prefix_is_bound_for_a_virtualenv_python() -> None:
@@ -399,3 +433,139 @@ async def test_a_server_killed_by_its_memory_limit_is_restarted_with_one_alert_n
     assert "move the launch to Friday" in tool_results(srv.requests[-1])[0]["content"]
     assert not [e for e in restarts if e.data.get("child") == "marketing"]
     assert len(d.bus.recent({"mcp_server_failed"}, limit=10)) == 1  # alerted once
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("as_root", [None, False], ids=["as-the-daemon", "user-namespace"])
+async def test_a_server_cannot_fill_memory_past_its_limit_through_a_tmpfs(
+    tmp_path: Path, as_root: bool | None
+) -> None:
+    """``/tmp`` (and ``/dev/shm``, and the sandbox's root in a user namespace) are tmpfs:
+    RAM that RLIMIT_AS does not count. Unbounded, each could take half the machine's
+    memory (the kernel's default size), whatever ``memory_mb`` says.
+    """
+    code = (
+        "import json, os, sys\n"
+        "out = {}\n"
+        "chunk = b'x' * (1 << 20)\n"
+        "for d in sys.argv[2:]:\n"
+        "    n = 0\n"
+        "    try:\n"
+        "        with open(os.path.join(d, 'fill'), 'wb') as f:\n"
+        "            while n < int(sys.argv[1]):\n"
+        "                f.write(chunk); f.flush(); n += 1\n"
+        "        out[d] = n\n"
+        "    except OSError as e:\n"
+        "        out[d] = f'{n} MiB, then {e.strerror}'\n"
+        "    if os.path.exists(os.path.join(d, 'fill')):\n"
+        "        os.remove(os.path.join(d, 'fill'))\n"
+        "print(json.dumps(out))\n"
+    )
+    found = await _run_in_sandbox(
+        tmp_path,
+        code,
+        "160",
+        "/tmp",
+        "/dev/shm",
+        "/dev",
+        "/",
+        limits={"memory_mb": 96},
+        as_root=as_root,
+    )
+    over = {d: n for d, n in found.items() if n == 160}
+    assert over == {}, found
+    assert found["/tmp"].endswith("No space left on device"), found  # usable, bounded
+
+
+@pytest.mark.anyio
+async def test_a_declared_path_may_not_expose_the_memory_the_backups_or_the_control_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What lives outside the state directory is refused like it: a ``memory.path``
+    elsewhere (the company's whole knowledge graph, writable through ``sandbox.write``), a
+    backup routine's ``to`` (every store, in each archive) and ``$RUNTIME_DIRECTORY`` (the
+    control socket, where a server would approve its own held calls). Each server is
+    refused before it starts, with the path named.
+    """
+    kept = {name: tmp_path / name for name in ("brain", "backups", "run")}
+    for where in kept.values():
+        where.mkdir()
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(kept["run"]))
+    servers = {
+        "memory": {"command": "/bin/true", "sandbox": {"write": [str(kept["brain"])]}},
+        "backups": {"command": "/bin/true", "sandbox": {"read": [str(kept["backups"])]}},
+        "socket": {"command": "/bin/true", "sandbox": {"read": [str(kept["run"])]}},
+    }
+    cfg = write_company(
+        tmp_path,
+        {"marketing": {"mcp_servers": servers}},
+        memory={"path": str(kept["brain"] / "memory.jsonl")},
+        routines={"nightly": {"backup": {"every": "1d", "to": str(kept["backups"])}}},
+    )
+    with MessagesAPIServer(responder=PerAgent(marketing=[])) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            failed = await _wait_for(
+                lambda: (e := d.bus.recent({"mcp_server_failed"}, limit=10)) and len(e) == 3 and e
+            )
+    reasons = {e.data["server"]: e.data["reason"] for e in failed}
+    assert str(kept["brain"] / "memory.jsonl") in reasons["memory"], reasons
+    assert str(kept["backups"]) in reasons["backups"], reasons
+    assert str(kept["run"]) in reasons["socket"], reasons
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("as_root", [None, False], ids=["as-the-daemon", "user-namespace"])
+async def test_a_server_cannot_make_a_user_namespace_of_its_own(
+    tmp_path: Path, as_root: bool | None
+) -> None:
+    """In a user namespace of its own the server would be root again: it could mount a
+    fresh tmpfs (RAM no limit bounds) and reach the kernel's whole namespace surface, the
+    usual way out of a container. Its threads and processes still start.
+    """
+    code = (
+        "import ctypes, json, os, threading, subprocess\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "out = {}\n"
+        "rc = libc.unshare(0x10000000)  # CLONE_NEWUSER\n"
+        "out['user namespace'] = 'ok' if rc == 0 else os.strerror(ctypes.get_errno())\n"
+        "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
+        "out['thread'] = 'ok'\n"
+        "out['process'] = subprocess.run(['/bin/sh', '-c', 'echo ok'], capture_output=True,\n"
+        "    text=True).stdout.strip()\n"
+        "out['fds'] = sorted(os.listdir('/proc/self/fd'))\n"
+        "print(json.dumps(out))\n"
+    )
+    found = await _run_in_sandbox(tmp_path, code, as_root=as_root)
+    assert found.pop("thread") == found.pop("process") == "ok", found
+    assert found.pop("fds") == ["0", "1", "2", "3"], found  # 3: the listing's own
+    assert found == {"user namespace": "Operation not permitted"}
+
+
+@pytest.mark.anyio
+async def test_a_backup_directory_added_by_a_reload_is_refused_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """The refused paths follow company.yaml: a backup routine added by a reload protects
+    its directory from the next start of a server (here the retry of one that failed).
+    """
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    servers = {"late": {"command": "/bin/true", "sandbox": {"read": [str(shelf)]}}}
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": servers}})
+    clock = ManualClock()
+    with MessagesAPIServer(responder=PerAgent(marketing=[])) as srv:
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            first = await _wait_for(lambda: d.bus.recent({"mcp_server_failed"}, limit=10))
+            assert "closed the connection" in first[0].data["reason"]  # started: allowed
+            write_company(
+                tmp_path,
+                {"marketing": {"mcp_servers": servers}},
+                routines={"nightly": {"backup": {"every": "1d", "to": str(shelf)}}},
+            )
+            assert isinstance(await d.reload(), ReloadApplied)
+            clock.advance(5)  # the retry
+            failed = await _wait_for(
+                lambda: (e := d.bus.recent({"mcp_server_failed"}, limit=10)) and len(e) > 1 and e
+            )
+    reasons = [e.data["reason"] for e in failed]
+    assert any(f"would show {shelf}" in r for r in reasons), reasons

@@ -124,7 +124,7 @@ class Staff:
             desk=desk,
             sandbox=ToolSandbox(
                 state_dir,
-                protected=tool_server_secrets(config.path),
+                protected=lambda: tool_server_secrets(self._config, state_dir),
             ),
             tool_store=tool_store,
         )

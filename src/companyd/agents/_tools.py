@@ -271,23 +271,64 @@ def _tool_result(tool_id: str, result: Any) -> ToolResultBlock:
     return {"type": "tool_result", "tool_use_id": tool_id, "content": text}
 
 
-def _errlog() -> TextIO:
-    """Where a tool server's stderr goes: the daemon's stderr, as a stream with a descriptor.
+class _ServerStderr:
+    """A tool server's stderr: a pipe whose lines the daemon logs as the server's own
+    (``MCP server 'name' (stderr): …``), never raw into the daemon's log, where a server
+    could write lines that read as the daemon's and flood it (journald then drops the
+    daemon's lines too). At most :attr:`BURST` lines, refilled at :attr:`RATE` a second,
+    each cut at :attr:`LINE` bytes; what is not logged is counted and said.
 
-    Given at each start, not the SDK's default (the ``sys.stderr`` of the moment
-    ``mcp.client.stdio`` was imported). ``sys.stderr`` is a process global that another
-    thread may have swapped for a stream with no descriptor at this moment (an embedding
-    app, a CLI command run in a thread beside the daemon): then the process's own stderr
-    (``sys.__stderr__``), which a child can inherit.
+    :attr:`stream` is what the stdio client gives the process; :meth:`spawned` closes the
+    daemon's copy of it once the process has it, so the pipe ends when the server (and
+    every child of it) has exited. A plain thread reads it: a blocking read, off the loop.
     """
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            if stream is not None:
-                stream.fileno()
-                return stream
-        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation, closed
-            continue
-    return sys.stderr  # no descriptor anywhere: the SDK's own error names the problem
+
+    BURST = 100
+    RATE = 1.0
+    LINE = 4096
+
+    def __init__(self, name: str, now: Callable[[], float] | None = None) -> None:
+        import threading
+        import time
+
+        self.name = name
+        self._now = now or time.monotonic
+        read, write = os.pipe()
+        self.stream: TextIO = os.fdopen(write, "w")
+        self._thread = threading.Thread(
+            target=self._pump, args=(read,), name=f"mcp-stderr-{name}", daemon=True
+        )
+        self._thread.start()
+
+    def spawned(self) -> None:
+        """The process has its copy (or was not started): close the daemon's."""
+        self.stream.close()
+
+    def _pump(self, fd: int) -> None:
+        tokens, last, dropped = float(self.BURST), self._now(), 0
+        with os.fdopen(fd, "rb") as pipe:
+            while line := pipe.readline(self.LINE):
+                whole = line.endswith(b"\n")
+                while not whole and (rest := pipe.readline(self.LINE)):
+                    whole = rest.endswith(b"\n")  # the rest of a long line: not kept
+                now = self._now()
+                tokens = min(float(self.BURST), tokens + (now - last) * self.RATE)
+                last = now
+                if tokens < 1:
+                    dropped += 1
+                    continue
+                tokens -= 1
+                text = line.decode("utf-8", "replace").rstrip("\r\n")
+                log.info("MCP server %r (stderr): %s%s", self.name, text, "" if whole else " […]")
+        if dropped:
+            log.warning(
+                "MCP server %r wrote %d more line(s) to its stderr, not logged (at most %d "
+                "at once, then %g a second)",
+                self.name,
+                dropped,
+                self.BURST,
+                self.RATE,
+            )
 
 
 class McpToolServer:
@@ -364,9 +405,13 @@ class McpToolServer:
                     env=launch.env or None,
                     cwd=launch.cwd,
                 )
-                read, write = await stack.enter_async_context(
-                    stdio_client(params, errlog=_errlog())
-                )
+                stderr = _ServerStderr(self.name)
+                try:
+                    read, write = await stack.enter_async_context(
+                        stdio_client(params, errlog=stderr.stream)
+                    )
+                finally:
+                    stderr.spawned()
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 listed = await session.list_tools()
