@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,6 +185,9 @@ async def test_a_sigterm_restart_is_a_planned_stop_and_a_kill_9_is_a_miss() -> N
     from companyd.testing.daemon import short_dir
     from companyd.testing.daemon_process import DaemonProcess
 
+    def this_process(pid: int) -> Callable[[dict[str, Any]], bool]:
+        return lambda e: e["data"].get("pid") == pid
+
     def outcomes(state: Path, after: float) -> list[str]:
         """Outcomes of the fire times the start after ``after`` found passed while down
         (a late wake-up while running is a ``missed`` of another reason: not counted).
@@ -219,9 +223,9 @@ async def test_a_sigterm_restart_is_a_planned_stop_and_a_kill_9_is_a_miss() -> N
             assert stopped and set(stopped) == {"stopped"}, stopped
             # the start says it followed a planned stop: its alert is no "restart loop?"
             # (docs/alerts.md); after the kill -9 below it does not
-            assert daemon.events("daemon_started")[-1]["data"].get("planned_stop"), daemon.events(
-                "daemon_started"
-            )
+            # (published just after READY=1: wait for this process's own)
+            started = await daemon.wait_event("daemon_started", this_process(daemon.pid))
+            assert started["data"].get("planned_stop"), started
             assert not daemon.events(
                 "routine_missed",
                 lambda e: (
@@ -236,7 +240,8 @@ async def test_a_sigterm_restart_is_a_planned_stop_and_a_kill_9_is_a_miss() -> N
             await daemon.start()
             missed = outcomes(state, restarted - 1)
             assert missed and set(missed) == {"missed"}, missed
-            assert daemon.events("daemon_started")[-1]["data"].get("planned_stop") is None
+            started = await daemon.wait_event("daemon_started", this_process(daemon.pid))
+            assert started["data"].get("planned_stop") is None, started
             assert await daemon.stop() == 0
         finally:
             if daemon.proc is not None and daemon.returncode is None:
