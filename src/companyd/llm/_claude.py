@@ -42,7 +42,7 @@ text block and it and the last tool carry ``cache_control: {"type": "ephemeral"}
 prefix (tools, then system). Messages are not marked: they change on every step.
 
 **Usage**: cache writes are split by TTL from ``usage.cache_creation`` (5m / 1h); when the
-breakdown is absent, ``cache_creation_input_tokens`` counts as 5-minute writes.
+breakdown is absent, ``cache_creation_input_tokens`` counts as writes of the TTL sent.
 
 **Credentials**: the key comes from the environment variable named by
 ``anthropic.api_key_env`` (default ``ANTHROPIC_API_KEY``), else from the file
@@ -274,16 +274,23 @@ def _block(block: Any) -> ContentBlock:
     return cast(ContentBlock, block.model_dump(mode="json", exclude_none=True))
 
 
-def _usage(u: Any) -> Usage:
+def _usage(u: Any, ttl: str) -> Usage:
+    """Our usage from the SDK's. ``ttl``: the cache TTL the request marked its prefix with;
+    cache writes the answer does not attribute to a TTL are of that one (a 1-hour write
+    costs 2x input, the 5-minute one 1.25x: guessing 5 minutes would under-count).
+    """
     cache_total = int(getattr(u, "cache_creation_input_tokens", None) or 0)
     cc = getattr(u, "cache_creation", None)
+    w1 = w5 = 0
     if cc is not None:
         w1 = int(getattr(cc, "ephemeral_1h_input_tokens", 0) or 0)
         w5 = int(getattr(cc, "ephemeral_5m_input_tokens", 0) or 0)
-        # Never price fewer cache-write tokens than the total the API reported.
-        w5 = max(w5, cache_total - w1)
+    # Never price fewer cache-write tokens than the total the API reported.
+    rest = max(0, cache_total - w1 - w5)
+    if ttl == "1h":
+        w1 += rest
     else:
-        w5, w1 = cache_total, 0
+        w5 += rest
     return Usage(
         input_tokens=int(u.input_tokens or 0),
         output_tokens=int(u.output_tokens or 0),
@@ -684,7 +691,7 @@ class ClaudeBackend:
                 model=message.model or request.model,
                 content=[_block(b) for b in message.content],
                 stop_reason=str(message.stop_reason or "end_turn"),
-                usage=_usage(message.usage),
+                usage=_usage(message.usage, self.cache_ttl),
                 request_id=message._request_id,
             )
 
