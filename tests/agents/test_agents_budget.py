@@ -33,7 +33,9 @@ from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,
     Reply,
+    reply_text,
     reply_tool_use,
+    stall,
     usage_of,
 )
 
@@ -260,6 +262,8 @@ async def test_calls_the_client_gave_up_on_count_as_billed(tmp_path: Path) -> No
     assert ledger >= provider and ledger <= Decimal("0.10")
     company = next(b for b in budget.budgets if b["agent"] is None and b["period"] == "day")
     assert company["used_usd"] == float(ledger)
+    # the runs' own records count their unanswered attempts too: they say what the ledger says
+    assert sum(o.cost_usd for o in outs) == pytest.approx(float(ledger), abs=1e-9)
     last = unanswered[-1].data
     assert last["calls"] == attempts
     assert last["message"] == (
@@ -269,6 +273,49 @@ async def test_calls_the_client_gave_up_on_count_as_billed(tmp_path: Path) -> No
     rendered, _ = render("spend_unanswered", last, "spend", {}, ["ceo"])
     assert rendered.title.startswith(f"{attempts} calls timed out; up to $0.0")
     assert kind_spec("spend_unanswered").subject == ()  # one coalescing key: one alert
+
+
+async def test_unanswered_attempts_count_against_the_runs_max_cost(tmp_path: Path) -> None:
+    # Two attempts of the first step time out (kept as spent at their worst case: they may
+    # have been billed), the third answers. The run's cost — what max_cost_usd is checked
+    # against, what `runs` shows, what a resumed run replays — counts all three, as the
+    # ledger does; before, it counted the answer alone and the run went on spending.
+    cfg = load_config(
+        write_company(
+            tmp_path,
+            {"ceo": {}},
+            defaults={
+                "model": {"primary": "claude-sonnet-5-5", "max_output_tokens": 500},
+                "limits": {"max_steps": 30, "max_cost_usd": 0.02, "max_seconds": "10m"},
+                "heartbeat_seconds": 120,
+            },
+        )
+    )
+    small = Usage(input_tokens=100, output_tokens=10)
+    with MessagesAPIServer(responder=Busy()) as srv:
+        srv.enqueue(
+            stall(None),
+            stall(None),
+            reply_tool_use("search_nodes", {"query": "q"}, usage=small),
+            reply_text("done", usage=small),
+        )
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=0.1
+        )
+        try:
+            async with Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True) as d:
+                async with asyncio.timeout(30):
+                    out = await d.ask("ceo", "Search.")
+                spend = await d.spend("agent", "today")
+                lost = d.bus.recent({"spend_unanswered"}, limit=10)
+        finally:
+            srv.release_stalls()
+    assert len(lost) == 2
+    forfeited = sum(Decimal(str(e.data["worst_case_usd"])) for e in lost)
+    assert forfeited > Decimal("0.02")  # the two timeouts alone pass the run's limit
+    assert out.status == "circuit_breaker" and "max_cost_usd" in str(out.reason), out
+    assert out.steps == 1
+    assert out.cost_usd == pytest.approx(float(spend.total["cost_usd_exact"]), abs=1e-9)
 
 
 async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(

@@ -131,6 +131,23 @@ class ModelCaller:
     async def _call_with_fallback(
         self, state: RunState, base: ModelRequest
     ) -> tuple[ModelResponse, Decimal]:
+        """The step's answer and its cost: the answer's, plus the worst cases of the
+        attempts (retries, other models) that got no answer, which the ledger keeps as spent
+        under this run — so the run's cost, checked against ``max_cost_usd`` and replayed on
+        resume, says what the ledger says. A step that ends without an answer adds those to
+        the run's cost as it leaves.
+        """
+        calls: list[BudgetedCall] = []
+        try:
+            response, cost = await self._try_chain(state, base, calls)
+        except BaseException:
+            state.lose(sum((c.forfeited for c in calls), Decimal(0)))
+            raise
+        return response, cost + sum((c.forfeited for c in calls), Decimal(0))
+
+    async def _try_chain(
+        self, state: RunState, base: ModelRequest, calls: list[BudgetedCall]
+    ) -> tuple[ModelResponse, Decimal]:
         deps = self.deps
         staff = deps.staff
         chain = self.config.model.chain
@@ -144,6 +161,7 @@ class ModelCaller:
                 continue
             request = replace(base, model=model)
             call = BudgetedCall(self, state, request)
+            calls.append(call)
             try:
                 await call.reserve()
                 self.progress()
@@ -289,6 +307,8 @@ class BudgetedCall:
         self._state = state
         self._request = request
         self._open: Any = None  # the open attempt's reservation (SpendPort's type)
+        #: what the attempts that got no answer were counted at (forfeited worst cases)
+        self.forfeited = Decimal(0)
 
     async def reserve(self) -> None:
         """Reserve the next attempt. A stop that begins meanwhile ends the wait for room in
@@ -324,9 +344,11 @@ class BudgetedCall:
             return
         spend = self._caller.deps.spend
         if isinstance(exc, ModelError) and exc.maybe_billed:
-            await asyncio.shield(spend.forfeit(res, reason=f"{type(exc).__name__}: {exc}"))
+            self.forfeited += await asyncio.shield(
+                spend.forfeit(res, reason=f"{type(exc).__name__}: {exc}")
+            )
         elif isinstance(exc, asyncio.CancelledError | Stopping):
-            await asyncio.shield(
+            self.forfeited += await asyncio.shield(
                 spend.forfeit(res, reason="cancelled while the request was in flight")
             )
         else:
