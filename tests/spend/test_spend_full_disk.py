@@ -5,6 +5,8 @@ one ``state_disk_full`` alert; the spend service keeps running.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -161,5 +163,28 @@ async def test_a_call_settled_after_midnight_on_a_full_disk_is_held_not_lost(
     led = Ledger(disk / "state" / "spend.sqlite", readonly=True)
     try:
         assert [r["cost_pusd"] for r in led.calls()] == [10_000 * 1_000_000]
+    finally:
+        led.close()
+
+
+async def test_two_flushes_at_once_record_each_held_call_once(tmp_path: Path, disk: Path) -> None:
+    """The run loop's retry, a new settle and a new period each flush the held calls; two
+    at once must not write the same held row twice (the ledger would count it twice).
+    """
+    bus = EventBus()
+    book = SpendBook(make_config(tmp_path), disk / "state", bus=bus, clock=ManualClock())
+    async with book:
+        reservations = [await reserve(book, "cfo", 10) for _ in range(CALLS)]
+        filler = fill(disk)
+        for res in reservations:
+            with contextlib.suppress(LedgerError):
+                await book.settle(res, model="unit-model", usage=Usage(input_tokens=10))
+        assert book.unrecorded
+        filler.unlink()
+        assert all(await asyncio.gather(*(book.flush_unrecorded() for _ in range(3))))
+        assert book.unrecorded == 0
+    led = Ledger(disk / "state" / "spend.sqlite", readonly=True)
+    try:
+        assert len(led.calls()) == CALLS
     finally:
         led.close()
