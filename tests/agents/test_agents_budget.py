@@ -29,10 +29,12 @@ from companyd.config import load_config
 from companyd.daemon._main import Daemon
 from companyd.llm._claude import ClaudeBackend
 from companyd.llm._model import Usage
+from companyd.spend import SpendBook
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,
     Reply,
+    overloaded,
     reply_text,
     reply_tool_use,
     stall,
@@ -344,6 +346,40 @@ async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(
         unanswered = d.bus.recent({"spend_unanswered"}, limit=10)
         assert len(srv.requests) == 1  # no retry, no new call after the stop began
     assert [e.data["reason"] for e in unanswered] == ["cancelled while the request was in flight"]
+
+
+async def test_a_stop_while_a_retry_waits_to_be_sent_keeps_nothing_as_spent(
+    tmp_path: Path,
+) -> None:
+    # The first attempt is answered 529 (nothing billed) with retry-after 20 s; the retry is
+    # reserved and waits. A stop cuts that wait: the retry was never sent, so its
+    # reservation is given back — before, it was kept as spent at its worst case and the
+    # founder was told a call "timed out" that never left.
+    cfg = load_config(write_company(tmp_path, {"ceo": {}}))
+    clock = ManualClock()
+    with MessagesAPIServer(responder=Busy()) as srv:
+        srv.enqueue(overloaded(retry_after=20))
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0, clock=clock
+        )
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=clock)
+        await d.start()
+        asker = asyncio.ensure_future(d.ask("ceo", "Search."))
+        try:
+            async with asyncio.timeout(10):  # the backend waits out the retry-after
+                while clock.next_deadline() != clock.monotonic() + 20:
+                    await asyncio.sleep(0.01)
+            await _stop_with_a_call_in_flight(d, clock)
+        finally:
+            asker.cancel()
+            with contextlib.suppress(BaseException):
+                await asker
+        assert len(srv.requests) == 1  # the retry never left
+    book = SpendBook(cfg, tmp_path / "state", bus=d.bus)
+    async with book:
+        rows = await book.ledger_rows()
+    assert d.bus.recent({"spend_unanswered"}, limit=10) == []
+    assert rows == []  # nothing kept as spent
 
 
 async def test_a_stop_ends_a_wait_for_room_in_the_budget_without_pausing_anyone(

@@ -309,6 +309,8 @@ class BudgetedCall:
         self._open: Any = None  # the open attempt's reservation (SpendPort's type)
         #: what the attempts that got no answer were counted at (forfeited worst cases)
         self.forfeited = Decimal(0)
+        #: whether the open attempt has been sent (the backend's ``on_send``)
+        self._sent = False
 
     async def reserve(self) -> None:
         """Reserve the next attempt. A stop that begins meanwhile ends the wait for room in
@@ -340,10 +342,14 @@ class BudgetedCall:
     async def _close(self, exc: BaseException) -> None:
         """Settle the open attempt's reservation after ``exc`` ended it."""
         res, self._open = self._open, None
+        sent, self._sent = self._sent, False
         if res is None:
             return
         spend = self._caller.deps.spend
-        if isinstance(exc, ModelError) and exc.maybe_billed:
+        if not sent:
+            # cut before it left (a stop during a retry's wait): nothing can be billed
+            await asyncio.shield(spend.release(res))
+        elif isinstance(exc, ModelError) and exc.maybe_billed:
             self.forfeited += await asyncio.shield(
                 spend.forfeit(res, reason=f"{type(exc).__name__}: {exc}")
             )
@@ -353,6 +359,9 @@ class BudgetedCall:
             )
         else:
             await asyncio.shield(spend.release(res))
+
+    def _on_send(self) -> None:
+        self._sent = True
 
     async def _before_retry(self, err: ModelError) -> None:
         await self._close(err)
@@ -367,7 +376,9 @@ class BudgetedCall:
         """
         c = self._caller
         call = asyncio.ensure_future(
-            c.deps.backend.create(self._request, before_retry=self._before_retry)
+            c.deps.backend.create(
+                self._request, before_retry=self._before_retry, on_send=self._on_send
+            )
         )
         try:
             await race(call, c.stop.wait())

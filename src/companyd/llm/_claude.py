@@ -69,7 +69,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import urlsplit
@@ -606,7 +606,11 @@ class ClaudeBackend:
         )
 
     async def create(
-        self, request: ModelRequest, *, before_retry: RetryHook | None = None
+        self,
+        request: ModelRequest,
+        *,
+        before_retry: RetryHook | None = None,
+        on_send: Callable[[], None] | None = None,
     ) -> ModelResponse:
         """Send ``request`` (retrying as described in the module docstring).
 
@@ -619,12 +623,12 @@ class ClaudeBackend:
 
         A timeout, or a connection that broke after the request was sent, raises with
         ``maybe_billed`` set. ``before_retry(error)`` is awaited before each retry; what it
-        raises ends the call.
+        raises ends the call. ``on_send()`` is called as each attempt is about to be sent.
         """
         in_flight = [False]
         try:
             async with asyncio.timeout(self.deadline):
-                return await self._create_with_retries(request, before_retry, in_flight)
+                return await self._create_with_retries(request, before_retry, in_flight, on_send)
         except TimeoutError:
             raise ModelTimeout(
                 f"no answer for model {request.model!r} within the {self.deadline:g} s "
@@ -634,7 +638,11 @@ class ClaudeBackend:
             ) from None
 
     async def _create_with_retries(
-        self, request: ModelRequest, before_retry: RetryHook | None, in_flight: list[bool]
+        self,
+        request: ModelRequest,
+        before_retry: RetryHook | None,
+        in_flight: list[bool],
+        on_send: Callable[[], None] | None,
     ) -> ModelResponse:
         params: dict[str, Any] = {
             "model": request.model,
@@ -654,6 +662,8 @@ class ClaudeBackend:
         while True:
             try:
                 in_flight[0] = True
+                if on_send is not None:
+                    on_send()
                 async with asyncio.timeout(self.timeout + _ATTEMPT_GRACE):
                     message = await client.messages.create(**params)
             except (anthropic.AnthropicError, TimeoutError) as exc:
