@@ -15,6 +15,7 @@ import json
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -380,6 +381,53 @@ async def test_a_stop_while_a_retry_waits_to_be_sent_keeps_nothing_as_spent(
         rows = await book.ledger_rows()
     assert d.bus.recent({"spend_unanswered"}, limit=10) == []
     assert rows == []  # nothing kept as spent
+
+
+async def test_waiting_for_room_in_the_budget_is_not_a_stall(tmp_path: Path) -> None:
+    # The cfo's slow call holds most of the day's $0.06; the ceo's call fits what is spent
+    # but not beside that reservation, so it waits for room (up to 15 min). Before, that
+    # wait counted as no progress: past heartbeat_seconds the ceo's run was cancelled and
+    # the agent crashed (twice: its task quarantined) over a busy moment.
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {"heartbeat_seconds": 10}, "cfo": {"reports_to": "ceo"}},
+        company={
+            "name": "Test Co",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 0.06, "monthly_usd": 30},
+        },
+        defaults={
+            "model": {"primary": "claude-sonnet-5-5", "max_output_tokens": 2000},
+            "heartbeat_seconds": 1000,
+        },
+    )
+    clock = ManualClock()
+    model = PerAgent(cfo=[stall(None, then=reply_text("Thought it through."))])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            cfo = asyncio.ensure_future(d.ask("cfo", "Think long."))
+            ceo: asyncio.Future[Any] | None = None
+            try:
+                async with asyncio.timeout(10):
+                    await asyncio.to_thread(srv.wait_for_requests, 1)
+                    ceo = asyncio.ensure_future(d.ask("ceo", "Quick one."))
+                    while not d.bus.recent({"run_started"}, limit=10)[1:]:
+                        await asyncio.sleep(0.01)
+                    await asyncio.sleep(0.2)
+                    assert not ceo.done() and (await d.budget()).in_flight == 1  # waiting
+                    for _ in range(4):  # 12 s on the daemon's clock: past the heartbeat
+                        clock.advance(3)
+                        await asyncio.sleep(0.05)
+                    srv.release_stalls()
+                    outs = await asyncio.gather(cfo, ceo)
+            finally:
+                srv.release_stalls()
+                for t in (cfo, ceo):
+                    if t is not None and not t.done():
+                        t.cancel()
+            restarts = d.bus.recent({"restart"}, limit=10)
+    assert [o.status for o in outs] == ["ok", "ok"], outs
+    assert restarts == []
 
 
 async def test_a_stop_ends_a_wait_for_room_in_the_budget_without_pausing_anyone(

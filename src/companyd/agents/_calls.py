@@ -22,7 +22,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from companyd._aio import race
+from companyd._aio import cancel_and_wait, race
 from companyd._fs import is_disk_failure
 from companyd.agents._colleagues import withdrawn_at_restart
 from companyd.agents._deps import AgentDeps
@@ -319,8 +319,7 @@ class BudgetedCall:
         c, state, request = self._caller, self._state, self._request
         if c.stop.requested():
             raise Stopping
-        # A reserve cut by the stop is cancelled and awaited: the book undoes it.
-        won = await race(
+        reserving = asyncio.ensure_future(
             c.deps.spend.reserve(
                 agent=c.slug,
                 run_id=state.run_id,
@@ -328,12 +327,27 @@ class BudgetedCall:
                 model=request.model,
                 input_tokens=estimate_input_tokens(request),
                 max_output_tokens=request.max_tokens,
-            ),
-            c.stop.wait(),
+            )
         )
+        try:
+            while True:
+                won = await race(
+                    reserving, c.stop.wait(), c.deps.clock.sleep(c.config.heartbeat_seconds / 2)
+                )
+                if won.index != 2:
+                    break
+                # Waiting for room in the budget (other calls' reservations; bounded by the
+                # book's reserve_wait) is not a stall: the heartbeat must not crash the agent
+                # over a busy moment.
+                c.progress()
+        finally:
+            if not reserving.done():
+                # A reserve cut by the stop (or our cancellation) is cancelled and awaited:
+                # the book undoes it.
+                await cancel_and_wait(reserving)
         if won.index == 1:
             raise Stopping
-        self._open = won.result()
+        self._open = reserving.result()
         if c.stop.requested():  # nothing was sent: give the money back
             res, self._open = self._open, None
             await asyncio.shield(c.deps.spend.release(res))
