@@ -360,13 +360,13 @@ class BudgetedCall:
         if res is None:
             return
         spend = self._caller.deps.spend
-        if not sent:
-            # cut before it left (a stop during a retry's wait): nothing can be billed
-            await asyncio.shield(spend.release(res))
-        elif isinstance(exc, ModelError) and exc.maybe_billed:
+        if isinstance(exc, ModelError) and exc.maybe_billed:  # the backend says it was sent
             self.forfeited += await asyncio.shield(
                 spend.forfeit(res, reason=f"{type(exc).__name__}: {exc}")
             )
+        elif not sent:
+            # cut before it left (a stop during a retry's wait): nothing can be billed
+            await asyncio.shield(spend.release(res))
         elif isinstance(exc, asyncio.CancelledError | Stopping):
             self.forfeited += await asyncio.shield(
                 spend.forfeit(res, reason="cancelled while the request was in flight")
