@@ -430,6 +430,44 @@ async def test_waiting_for_room_in_the_budget_is_not_a_stall(tmp_path: Path) -> 
     assert restarts == []
 
 
+async def test_a_run_resumed_after_a_stop_keeps_the_cost_of_the_call_the_stop_cut(
+    tmp_path: Path,
+) -> None:
+    # The stop cuts a call in flight (kept as spent at its worst case: it may have been
+    # billed); the run resumes at the next start and finishes. Its cost must still count
+    # that call, as the ledger does — before, the resumed run rebuilt its cost from the
+    # journal's steps alone, and its max_cost_usd and `runs` forgot the cut call.
+    cfg = load_config(write_company(tmp_path, {"ceo": {}}))
+    model = PerAgent(ceo=[stall(None), reply_text("Done after the restart.")])
+    with MessagesAPIServer(responder=model) as srv:
+        backend = ClaudeBackend(api_key="test-key", base_url=srv.base_url, max_retries=0)
+        clock = ManualClock()
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=clock)
+        await d.start()
+        asker = asyncio.ensure_future(d.ask("ceo", "Search."))
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.to_thread(srv.wait_for_requests, 1)
+            await _stop_with_a_call_in_flight(d, clock)
+        finally:
+            asker.cancel()
+            with contextlib.suppress(BaseException):
+                await asker
+            srv.release_stalls()
+        (cut,) = d.bus.recent({"spend_unanswered"}, limit=10)
+        backend = ClaudeBackend(api_key="test-key", base_url=srv.base_url, max_retries=0)
+        later = ManualClock(start=clock.time())  # the same day
+        async with Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=later) as d2:
+            async with asyncio.timeout(10):
+                while not (done := d2.bus.recent({"run_finished"}, limit=10)):
+                    await asyncio.sleep(0.02)
+            spend = await d2.spend("agent", "today")
+    assert done[0].data["run_id"] == cut.data["run_id"]
+    ledger = float(spend.total["cost_usd_exact"])
+    assert done[0].data["cost_usd"] == pytest.approx(ledger, abs=1e-9)
+    assert ledger > cut.data["worst_case_usd"]  # the cut call and the answer after it
+
+
 async def test_a_stop_ends_a_wait_for_room_in_the_budget_without_pausing_anyone(
     tmp_path: Path,
 ) -> None:

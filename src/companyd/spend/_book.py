@@ -749,6 +749,13 @@ class SpendBook:
         self._require_open()
         await self._db.run(lambda led: None)
 
+    async def run_cost(self, run_id: str) -> Decimal:
+        """What the ledger holds under ``run_id`` (answered calls and unanswered ones kept
+        as spent), in USD; a resumed run's cost starts from it.
+        """
+        self._require_open()
+        return from_pusd(await self._db.run(lambda led: led.run_cost(run_id)))
+
     async def ledger_rows(self) -> list[dict[str, Any]]:
         """Every ledger row, oldest first (audits, tests)."""
         self._require_open()

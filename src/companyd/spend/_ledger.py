@@ -761,6 +761,14 @@ class Ledger:
         ]
 
     @_on_worker
+    def run_cost(self, run_id: str) -> int:
+        """The cost (pusd) of every call recorded under ``run_id``."""
+        row = self._db.execute(
+            "SELECT COALESCE(SUM(cost_pusd), 0) FROM calls WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return int(row[0])
+
+    @_on_worker
     def spend_since(self, since_ts: float) -> list[tuple[str, float, int]]:
         """``(agent, ts, cost_pusd)`` of every call at or after ``since_ts``, oldest first."""
         return [
