@@ -235,12 +235,18 @@ async def test_max_seconds_cuts_a_call_in_flight(tmp_path: Path) -> None:
             tripped = events_of(d, "circuit_breaker")
             restarts = [e for e in events_of(d, "restart") if e.data.get("child") == "ceo"]
             spend = await d.budget()
+            ledger = await d.spend("agent", "today")
+            unanswered = events_of(d, "spend_unanswered")
     assert out.status == "circuit_breaker", out
     assert "max_seconds" in str(out.reason) and "cancelled" in str(out.reason)
     assert len(tripped) == 1 and tripped[0].data["limit"] == "max_seconds"
     assert restarts == []
     assert out.steps == 1 and srv.served == 1  # the second call was never answered
-    assert spend.in_flight == 0  # its reservation was released
+    assert spend.in_flight == 0  # its reservation is no longer open ...
+    # ... it is kept as spent at its worst case (it may have been billed), and the run's
+    # cost says so as the ledger does
+    assert [e.data["reason"] for e in unanswered] == ["cancelled while the request was in flight"]
+    assert out.cost_usd == pytest.approx(float(ledger.total["cost_usd_exact"]), abs=1e-9)
 
 
 async def test_heartbeat_timeout_crashes_the_agent_and_the_restart_resumes(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import json
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -29,11 +30,15 @@ from companyd.config import load_config
 from companyd.daemon._main import Daemon
 from companyd.llm._claude import ClaudeBackend
 from companyd.llm._model import Usage
+from companyd.spend import SpendBook
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,
     Reply,
+    overloaded,
+    reply_text,
     reply_tool_use,
+    stall,
     usage_of,
 )
 
@@ -260,6 +265,8 @@ async def test_calls_the_client_gave_up_on_count_as_billed(tmp_path: Path) -> No
     assert ledger >= provider and ledger <= Decimal("0.10")
     company = next(b for b in budget.budgets if b["agent"] is None and b["period"] == "day")
     assert company["used_usd"] == float(ledger)
+    # the runs' own records count their unanswered attempts too: they say what the ledger says
+    assert sum(o.cost_usd for o in outs) == pytest.approx(float(ledger), abs=1e-9)
     last = unanswered[-1].data
     assert last["calls"] == attempts
     assert last["message"] == (
@@ -269,6 +276,49 @@ async def test_calls_the_client_gave_up_on_count_as_billed(tmp_path: Path) -> No
     rendered, _ = render("spend_unanswered", last, "spend", {}, ["ceo"])
     assert rendered.title.startswith(f"{attempts} calls timed out; up to $0.0")
     assert kind_spec("spend_unanswered").subject == ()  # one coalescing key: one alert
+
+
+async def test_unanswered_attempts_count_against_the_runs_max_cost(tmp_path: Path) -> None:
+    # Two attempts of the first step time out (kept as spent at their worst case: they may
+    # have been billed), the third answers. The run's cost — what max_cost_usd is checked
+    # against, what `runs` shows, what a resumed run replays — counts all three, as the
+    # ledger does; before, it counted the answer alone and the run went on spending.
+    cfg = load_config(
+        write_company(
+            tmp_path,
+            {"ceo": {}},
+            defaults={
+                "model": {"primary": "claude-sonnet-5-5", "max_output_tokens": 500},
+                "limits": {"max_steps": 30, "max_cost_usd": 0.02, "max_seconds": "10m"},
+                "heartbeat_seconds": 120,
+            },
+        )
+    )
+    small = Usage(input_tokens=100, output_tokens=10)
+    with MessagesAPIServer(responder=Busy()) as srv:
+        srv.enqueue(
+            stall(None),
+            stall(None),
+            reply_tool_use("search_nodes", {"query": "q"}, usage=small),
+            reply_text("done", usage=small),
+        )
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=0.1
+        )
+        try:
+            async with Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True) as d:
+                async with asyncio.timeout(30):
+                    out = await d.ask("ceo", "Search.")
+                spend = await d.spend("agent", "today")
+                lost = d.bus.recent({"spend_unanswered"}, limit=10)
+        finally:
+            srv.release_stalls()
+    assert len(lost) == 2
+    forfeited = sum(Decimal(str(e.data["worst_case_usd"])) for e in lost)
+    assert forfeited > Decimal("0.02")  # the two timeouts alone pass the run's limit
+    assert out.status == "circuit_breaker" and "max_cost_usd" in str(out.reason), out
+    assert out.steps == 1
+    assert out.cost_usd == pytest.approx(float(spend.total["cost_usd_exact"]), abs=1e-9)
 
 
 async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(
@@ -297,6 +347,125 @@ async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(
         unanswered = d.bus.recent({"spend_unanswered"}, limit=10)
         assert len(srv.requests) == 1  # no retry, no new call after the stop began
     assert [e.data["reason"] for e in unanswered] == ["cancelled while the request was in flight"]
+
+
+async def test_a_stop_while_a_retry_waits_to_be_sent_keeps_nothing_as_spent(
+    tmp_path: Path,
+) -> None:
+    # The first attempt is answered 529 (nothing billed) with retry-after 20 s; the retry is
+    # reserved and waits. A stop cuts that wait: the retry was never sent, so its
+    # reservation is given back — before, it was kept as spent at its worst case and the
+    # founder was told a call "timed out" that never left.
+    cfg = load_config(write_company(tmp_path, {"ceo": {}}))
+    clock = ManualClock()
+    with MessagesAPIServer(responder=Busy()) as srv:
+        srv.enqueue(overloaded(retry_after=20))
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0, clock=clock
+        )
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=clock)
+        await d.start()
+        asker = asyncio.ensure_future(d.ask("ceo", "Search."))
+        try:
+            async with asyncio.timeout(10):  # the backend waits out the retry-after
+                while clock.next_deadline() != clock.monotonic() + 20:
+                    await asyncio.sleep(0.01)
+            await _stop_with_a_call_in_flight(d, clock)
+        finally:
+            asker.cancel()
+            with contextlib.suppress(BaseException):
+                await asker
+        assert len(srv.requests) == 1  # the retry never left
+    book = SpendBook(cfg, tmp_path / "state", bus=d.bus)
+    async with book:
+        rows = await book.ledger_rows()
+    assert d.bus.recent({"spend_unanswered"}, limit=10) == []
+    assert rows == []  # nothing kept as spent
+
+
+async def test_waiting_for_room_in_the_budget_is_not_a_stall(tmp_path: Path) -> None:
+    # The cfo's slow call holds most of the day's $0.06; the ceo's call fits what is spent
+    # but not beside that reservation, so it waits for room (up to 15 min). Before, that
+    # wait counted as no progress: past heartbeat_seconds the ceo's run was cancelled and
+    # the agent crashed (twice: its task quarantined) over a busy moment.
+    cfg = write_company(
+        tmp_path,
+        {"ceo": {"heartbeat_seconds": 10}, "cfo": {"reports_to": "ceo"}},
+        company={
+            "name": "Test Co",
+            "timezone": "UTC",
+            "budget": {"daily_usd": 0.06, "monthly_usd": 30},
+        },
+        defaults={
+            "model": {"primary": "claude-sonnet-5-5", "max_output_tokens": 2000},
+            "heartbeat_seconds": 1000,
+        },
+    )
+    clock = ManualClock()
+    model = PerAgent(cfo=[stall(None, then=reply_text("Thought it through."))])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv, clock=clock) as d:
+            cfo = asyncio.ensure_future(d.ask("cfo", "Think long."))
+            ceo: asyncio.Future[Any] | None = None
+            try:
+                async with asyncio.timeout(10):
+                    await asyncio.to_thread(srv.wait_for_requests, 1)
+                    ceo = asyncio.ensure_future(d.ask("ceo", "Quick one."))
+                    while not d.bus.recent({"run_started"}, limit=10)[1:]:
+                        await asyncio.sleep(0.01)
+                    await asyncio.sleep(0.2)
+                    assert not ceo.done() and (await d.budget()).in_flight == 1  # waiting
+                    for _ in range(4):  # 12 s on the daemon's clock: past the heartbeat
+                        clock.advance(3)
+                        await asyncio.sleep(0.05)
+                    srv.release_stalls()
+                    outs = await asyncio.gather(cfo, ceo)
+            finally:
+                srv.release_stalls()
+                for t in (cfo, ceo):
+                    if t is not None and not t.done():
+                        t.cancel()
+            restarts = d.bus.recent({"restart"}, limit=10)
+    assert [o.status for o in outs] == ["ok", "ok"], outs
+    assert restarts == []
+
+
+async def test_a_run_resumed_after_a_stop_keeps_the_cost_of_the_call_the_stop_cut(
+    tmp_path: Path,
+) -> None:
+    # The stop cuts a call in flight (kept as spent at its worst case: it may have been
+    # billed); the run resumes at the next start and finishes. Its cost must still count
+    # that call, as the ledger does — before, the resumed run rebuilt its cost from the
+    # journal's steps alone, and its max_cost_usd and `runs` forgot the cut call.
+    cfg = load_config(write_company(tmp_path, {"ceo": {}}))
+    model = PerAgent(ceo=[stall(None), reply_text("Done after the restart.")])
+    with MessagesAPIServer(responder=model) as srv:
+        backend = ClaudeBackend(api_key="test-key", base_url=srv.base_url, max_retries=0)
+        clock = ManualClock()
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=clock)
+        await d.start()
+        asker = asyncio.ensure_future(d.ask("ceo", "Search."))
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.to_thread(srv.wait_for_requests, 1)
+            await _stop_with_a_call_in_flight(d, clock)
+        finally:
+            asker.cancel()
+            with contextlib.suppress(BaseException):
+                await asker
+            srv.release_stalls()
+        (cut,) = d.bus.recent({"spend_unanswered"}, limit=10)
+        backend = ClaudeBackend(api_key="test-key", base_url=srv.base_url, max_retries=0)
+        later = ManualClock(start=clock.time())  # the same day
+        async with Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=later) as d2:
+            async with asyncio.timeout(10):
+                while not (done := d2.bus.recent({"run_finished"}, limit=10)):
+                    await asyncio.sleep(0.02)
+            spend = await d2.spend("agent", "today")
+    assert done[0].data["run_id"] == cut.data["run_id"]
+    ledger = float(spend.total["cost_usd_exact"])
+    assert done[0].data["cost_usd"] == pytest.approx(ledger, abs=1e-9)
+    assert ledger > cut.data["worst_case_usd"]  # the cut call and the answer after it
 
 
 async def test_a_stop_ends_a_wait_for_room_in_the_budget_without_pausing_anyone(

@@ -212,7 +212,10 @@ async def test_repeated_runs_pay_cache_read_prices_for_the_prefix() -> None:
 
 
 @pytest.mark.anyio
-async def test_usage_without_breakdown_counts_cache_writes_as_5m() -> None:
+@pytest.mark.parametrize("ttl", ["5m", "1h"])
+async def test_usage_without_breakdown_counts_cache_writes_at_the_ttl_sent(ttl: str) -> None:
+    # Without the 5m/1h breakdown the writes are of the only TTL companyd marks: a 1-hour
+    # write costs 2x input, not the 5-minute 1.25x (under-counting is the unsafe side).
     with MessagesAPIServer() as srv:
         srv.enqueue(
             reply_text(
@@ -221,13 +224,14 @@ async def test_usage_without_breakdown_counts_cache_writes_as_5m() -> None:
                 usage_breakdown=False,
             )
         )
-        llm, _ = backend(srv)
+        llm, _ = backend(srv, cache_ttl=ttl)
         try:
             async with asyncio.timeout(10):
-                r = await llm.create(request())
+                r = await llm.create(request(cache=True))
         finally:
             await llm.aclose()
-    assert r.usage == Usage(input_tokens=3, output_tokens=2, cache_write_5m_tokens=700)
+    writes = {"cache_write_5m_tokens" if ttl == "5m" else "cache_write_1h_tokens": 700}
+    assert r.usage == Usage(input_tokens=3, output_tokens=2, **writes)
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,16 @@ on a throwaway cluster). The same calls give the same rows and the same totals.
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from companyd.events import EventBus
 from companyd.llm._model import Usage
+from companyd.spend import read_budget_report
 from companyd.spend._book import SpendBook
 from companyd.spend._ledger import CallRow, InflightRow, Ledger
 from companyd.storage import Backend
@@ -138,3 +142,26 @@ async def test_the_spend_book_settles_calls_into_a_postgres_ledger(
     assert not (tmp_path / "state" / "spend.sqlite").exists()  # nothing went to a file
     assert [(r["agent"], r["input_tokens"]) for r in rows] == [("cfo", 1000)]
     assert cost > 0 and after == before
+
+
+def test_a_reader_counts_a_shared_ledgers_reservations_whatever_host_holds_them(
+    tmp_path: Path, state_backend: Backend
+) -> None:
+    """A reader beside the daemon (a standby, the CLI) cannot tell from a pid whether a
+    reservation on a shared PostgreSQL ledger is alive: the leader that holds it runs on
+    another host. It counts them all there (the leader drops a dead one's rows when it
+    starts); a file ledger has one daemon, on this host, so a dead pid's row is stale.
+    """
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(10)  # a pid no process of this host has now
+    row = dataclasses.replace(_inflight("held-by-the-leader", 7 * 10**12), pid=gone.pid)
+    led = Ledger(tmp_path / "spend.sqlite", backend=state_backend)
+    try:
+        led.add_inflight(row)
+        cfg = make_config(tmp_path)
+        report = read_budget_report(cfg, led, now=1_795_000_000.0)
+    finally:
+        led.close()
+    company = next(b for b in report["budgets"] if b["agent"] is None)
+    shared = state_backend.kind != "sqlite"
+    assert company["reserved_usd"] == (7.0 if shared else 0.0)

@@ -88,6 +88,16 @@ def test_an_override_of_haiku_keeps_its_long_context_tier(tmp_path: Path) -> Non
     assert p.cost(long) == Decimal("100001") * Decimal("0.5") / 10**6 + Decimal("0.0025")
 
 
+def test_a_long_prompt_never_costs_less_than_the_overrides_own_rates(tmp_path: Path) -> None:
+    # Haiku's price rises above its built-in long-context tier ($0.50 / $2.50): a long
+    # prompt must not be priced at the old, cheaper tier.
+    t = table(tmp_path, "  claude-haiku-5-5: {input: 1, output: 5}\n")
+    p, _ = t.lookup("claude-haiku-5-5")
+    long = Usage(input_tokens=150_000, output_tokens=1000)
+    assert p.cost(long) == Decimal("0.15") + Decimal("0.005")
+    assert p.worst_case(150_000, 1000) >= p.cost(long)
+
+
 def test_unknown_models_cost_the_most_expensive_rate_never_zero() -> None:
     t = PriceTable()
     p, known = t.lookup("claude-next-9")

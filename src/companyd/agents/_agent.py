@@ -198,6 +198,17 @@ class Agent:
         state = self._new_state(jr.task, jr.run_id, jr.attempt)
         state.started_wall = jr.started
         self._replay(state, jr.steps)
+        # Calls cut in flight by the stop (or a crash's restart) are kept as spent under the
+        # run in the ledger but are no journaled step: the run's cost (max_cost_usd, `runs`)
+        # starts from what the ledger holds.
+        try:
+            spent = await self.deps.spend.run_cost(jr.run_id)
+        except Exception as exc:  # the ledger cannot be read now (a failing disk): the
+            # run resumes on its journaled cost rather than not at all
+            log.warning("agent %s: run %s cost not read: %s", self.slug, jr.run_id, exc)
+        else:
+            if spent > state.cost:
+                state.lose(spent - state.cost)
         log.info(
             "agent %s resumes run %s of task %s from step %d",
             self.slug,

@@ -61,6 +61,10 @@ class Breaker:
         self.tokens += tokens
         self.cost += cost
 
+    def add_cost(self, cost: Decimal) -> None:
+        """Count money spent without a completed model call (an unanswered attempt)."""
+        self.cost += cost
+
     def check(self, now: float) -> None:
         """Raise :class:`BreakerTripped` if any limit is reached."""
         lim = self.limits

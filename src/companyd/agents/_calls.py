@@ -22,7 +22,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from companyd._aio import race
+from companyd._aio import cancel_and_wait, race
 from companyd._fs import is_disk_failure
 from companyd.agents._colleagues import withdrawn_at_restart
 from companyd.agents._deps import AgentDeps
@@ -131,6 +131,23 @@ class ModelCaller:
     async def _call_with_fallback(
         self, state: RunState, base: ModelRequest
     ) -> tuple[ModelResponse, Decimal]:
+        """The step's answer and its cost: the answer's, plus the worst cases of the
+        attempts (retries, other models) that got no answer, which the ledger keeps as spent
+        under this run — so the run's cost, checked against ``max_cost_usd`` and replayed on
+        resume, says what the ledger says. A step that ends without an answer adds those to
+        the run's cost as it leaves.
+        """
+        calls: list[BudgetedCall] = []
+        try:
+            response, cost = await self._try_chain(state, base, calls)
+        except BaseException:
+            state.lose(sum((c.forfeited for c in calls), Decimal(0)))
+            raise
+        return response, cost + sum((c.forfeited for c in calls), Decimal(0))
+
+    async def _try_chain(
+        self, state: RunState, base: ModelRequest, calls: list[BudgetedCall]
+    ) -> tuple[ModelResponse, Decimal]:
         deps = self.deps
         staff = deps.staff
         chain = self.config.model.chain
@@ -144,6 +161,7 @@ class ModelCaller:
                 continue
             request = replace(base, model=model)
             call = BudgetedCall(self, state, request)
+            calls.append(call)
             try:
                 await call.reserve()
                 self.progress()
@@ -289,6 +307,10 @@ class BudgetedCall:
         self._state = state
         self._request = request
         self._open: Any = None  # the open attempt's reservation (SpendPort's type)
+        #: what the attempts that got no answer were counted at (forfeited worst cases)
+        self.forfeited = Decimal(0)
+        #: whether the open attempt has been sent (the backend's ``on_send``)
+        self._sent = False
 
     async def reserve(self) -> None:
         """Reserve the next attempt. A stop that begins meanwhile ends the wait for room in
@@ -297,8 +319,7 @@ class BudgetedCall:
         c, state, request = self._caller, self._state, self._request
         if c.stop.requested():
             raise Stopping
-        # A reserve cut by the stop is cancelled and awaited: the book undoes it.
-        won = await race(
+        reserving = asyncio.ensure_future(
             c.deps.spend.reserve(
                 agent=c.slug,
                 run_id=state.run_id,
@@ -306,12 +327,27 @@ class BudgetedCall:
                 model=request.model,
                 input_tokens=estimate_input_tokens(request),
                 max_output_tokens=request.max_tokens,
-            ),
-            c.stop.wait(),
+            )
         )
+        try:
+            while True:
+                won = await race(
+                    reserving, c.stop.wait(), c.deps.clock.sleep(c.config.heartbeat_seconds / 2)
+                )
+                if won.index != 2:
+                    break
+                # Waiting for room in the budget (other calls' reservations; bounded by the
+                # book's reserve_wait) is not a stall: the heartbeat must not crash the agent
+                # over a busy moment.
+                c.progress()
+        finally:
+            if not reserving.done():
+                # A reserve cut by the stop (or our cancellation) is cancelled and awaited:
+                # the book undoes it.
+                await cancel_and_wait(reserving)
         if won.index == 1:
             raise Stopping
-        self._open = won.result()
+        self._open = reserving.result()
         if c.stop.requested():  # nothing was sent: give the money back
             res, self._open = self._open, None
             await asyncio.shield(c.deps.spend.release(res))
@@ -320,17 +356,26 @@ class BudgetedCall:
     async def _close(self, exc: BaseException) -> None:
         """Settle the open attempt's reservation after ``exc`` ended it."""
         res, self._open = self._open, None
+        sent, self._sent = self._sent, False
         if res is None:
             return
         spend = self._caller.deps.spend
-        if isinstance(exc, ModelError) and exc.maybe_billed:
-            await asyncio.shield(spend.forfeit(res, reason=f"{type(exc).__name__}: {exc}"))
+        if isinstance(exc, ModelError) and exc.maybe_billed:  # the backend says it was sent
+            self.forfeited += await asyncio.shield(
+                spend.forfeit(res, reason=f"{type(exc).__name__}: {exc}")
+            )
+        elif not sent:
+            # cut before it left (a stop during a retry's wait): nothing can be billed
+            await asyncio.shield(spend.release(res))
         elif isinstance(exc, asyncio.CancelledError | Stopping):
-            await asyncio.shield(
+            self.forfeited += await asyncio.shield(
                 spend.forfeit(res, reason="cancelled while the request was in flight")
             )
         else:
             await asyncio.shield(spend.release(res))
+
+    def _on_send(self) -> None:
+        self._sent = True
 
     async def _before_retry(self, err: ModelError) -> None:
         await self._close(err)
@@ -345,7 +390,9 @@ class BudgetedCall:
         """
         c = self._caller
         call = asyncio.ensure_future(
-            c.deps.backend.create(self._request, before_retry=self._before_retry)
+            c.deps.backend.create(
+                self._request, before_retry=self._before_retry, on_send=self._on_send
+            )
         )
         try:
             await race(call, c.stop.wait())

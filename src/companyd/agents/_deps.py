@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,6 +62,11 @@ class SpendPort(Protocol):
         """Count an unanswered call's reservation as spent at its worst case (it may have been
         billed) and return the amount counted; ``reason`` goes into its ``spend_unanswered``
         event.
+        """
+
+    async def run_cost(self, run_id: str) -> Decimal:
+        """What the ledger holds under ``run_id``: its answered calls and the unanswered
+        ones kept as spent (a resumed run's cost starts from it).
         """
 
     def exhausted(self, agent: str) -> str | None:

@@ -102,6 +102,13 @@ class RunState:
             self.withdrawn = reason
         self.withdrawn_signal.set()
 
+    def lose(self, cost: Decimal) -> None:
+        """Add money a step spent without an answer (unanswered attempts kept as spent at
+        their worst case) to the run's cost, as its limit sees it.
+        """
+        self.breaker.add_cost(cost)
+        self.cost += cost
+
     def account(self, model: str, usage: Usage, cost: Decimal, offline: bool) -> None:
         """Add one model call (made now, or replayed from the journal) to the totals."""
         self.breaker.add_step(usage.total_tokens, cost)

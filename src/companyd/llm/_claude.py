@@ -42,7 +42,7 @@ text block and it and the last tool carry ``cache_control: {"type": "ephemeral"}
 prefix (tools, then system). Messages are not marked: they change on every step.
 
 **Usage**: cache writes are split by TTL from ``usage.cache_creation`` (5m / 1h); when the
-breakdown is absent, ``cache_creation_input_tokens`` counts as 5-minute writes.
+breakdown is absent, ``cache_creation_input_tokens`` counts as writes of the TTL sent.
 
 **Credentials**: the key comes from the environment variable named by
 ``anthropic.api_key_env`` (default ``ANTHROPIC_API_KEY``), else from the file
@@ -69,7 +69,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import urlsplit
@@ -274,16 +274,23 @@ def _block(block: Any) -> ContentBlock:
     return cast(ContentBlock, block.model_dump(mode="json", exclude_none=True))
 
 
-def _usage(u: Any) -> Usage:
+def _usage(u: Any, ttl: str) -> Usage:
+    """Our usage from the SDK's. ``ttl``: the cache TTL the request marked its prefix with;
+    cache writes the answer does not attribute to a TTL are of that one (a 1-hour write
+    costs 2x input, the 5-minute one 1.25x: guessing 5 minutes would under-count).
+    """
     cache_total = int(getattr(u, "cache_creation_input_tokens", None) or 0)
     cc = getattr(u, "cache_creation", None)
+    w1 = w5 = 0
     if cc is not None:
         w1 = int(getattr(cc, "ephemeral_1h_input_tokens", 0) or 0)
         w5 = int(getattr(cc, "ephemeral_5m_input_tokens", 0) or 0)
-        # Never price fewer cache-write tokens than the total the API reported.
-        w5 = max(w5, cache_total - w1)
+    # Never price fewer cache-write tokens than the total the API reported.
+    rest = max(0, cache_total - w1 - w5)
+    if ttl == "1h":
+        w1 += rest
     else:
-        w5, w1 = cache_total, 0
+        w5 += rest
     return Usage(
         input_tokens=int(u.input_tokens or 0),
         output_tokens=int(u.output_tokens or 0),
@@ -599,7 +606,11 @@ class ClaudeBackend:
         )
 
     async def create(
-        self, request: ModelRequest, *, before_retry: RetryHook | None = None
+        self,
+        request: ModelRequest,
+        *,
+        before_retry: RetryHook | None = None,
+        on_send: Callable[[], None] | None = None,
     ) -> ModelResponse:
         """Send ``request`` (retrying as described in the module docstring).
 
@@ -612,12 +623,12 @@ class ClaudeBackend:
 
         A timeout, or a connection that broke after the request was sent, raises with
         ``maybe_billed`` set. ``before_retry(error)`` is awaited before each retry; what it
-        raises ends the call.
+        raises ends the call. ``on_send()`` is called as each attempt is about to be sent.
         """
         in_flight = [False]
         try:
             async with asyncio.timeout(self.deadline):
-                return await self._create_with_retries(request, before_retry, in_flight)
+                return await self._create_with_retries(request, before_retry, in_flight, on_send)
         except TimeoutError:
             raise ModelTimeout(
                 f"no answer for model {request.model!r} within the {self.deadline:g} s "
@@ -627,7 +638,11 @@ class ClaudeBackend:
             ) from None
 
     async def _create_with_retries(
-        self, request: ModelRequest, before_retry: RetryHook | None, in_flight: list[bool]
+        self,
+        request: ModelRequest,
+        before_retry: RetryHook | None,
+        in_flight: list[bool],
+        on_send: Callable[[], None] | None,
     ) -> ModelResponse:
         params: dict[str, Any] = {
             "model": request.model,
@@ -647,6 +662,8 @@ class ClaudeBackend:
         while True:
             try:
                 in_flight[0] = True
+                if on_send is not None:
+                    on_send()
                 async with asyncio.timeout(self.timeout + _ATTEMPT_GRACE):
                     message = await client.messages.create(**params)
             except (anthropic.AnthropicError, TimeoutError) as exc:
@@ -684,7 +701,7 @@ class ClaudeBackend:
                 model=message.model or request.model,
                 content=[_block(b) for b in message.content],
                 stop_reason=str(message.stop_reason or "end_turn"),
-                usage=_usage(message.usage),
+                usage=_usage(message.usage, self.cache_ttl),
                 request_id=message._request_id,
             )
 

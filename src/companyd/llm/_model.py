@@ -180,12 +180,18 @@ class ModelBackend(Protocol):
     """Something that answers Messages API requests."""
 
     async def create(
-        self, request: ModelRequest, *, before_retry: RetryHook | None = None
+        self,
+        request: ModelRequest,
+        *,
+        before_retry: RetryHook | None = None,
+        on_send: Callable[[], None] | None = None,
     ) -> ModelResponse:
         """Send one request (after the backend's own retries) or raise a ModelError.
 
         ``before_retry`` is awaited before every retry (not before the first attempt), so
-        each attempt can be budgeted on its own.
+        each attempt can be budgeted on its own. ``on_send()`` is called as each attempt
+        (the first and every retry) is about to leave: until then, a call cut short (a
+        stop during a retry's wait) sent nothing that could be billed.
         """
         ...
 

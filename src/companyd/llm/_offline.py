@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from companyd.llm._blocks import ContentBlock, ToolUseBlock
@@ -39,13 +40,19 @@ class OfflineModel:
         self.calls = 0
 
     async def create(
-        self, request: ModelRequest, *, before_retry: RetryHook | None = None
+        self,
+        request: ModelRequest,
+        *,
+        before_retry: RetryHook | None = None,
+        on_send: Callable[[], None] | None = None,
     ) -> ModelResponse:
         """The next step of the module's fixed script for ``request``: the same request gives the
         same answer. Never raises and never retries, so ``before_retry`` is never called; the
         response is marked ``offline``.
         """
         self.calls += 1  # never fails, so never retries: before_retry is not called
+        if on_send is not None:
+            on_send()
         tool_names = {t.name for t in request.tools}
         results = _tool_results(request)
         prompt = _first_user_text(request)

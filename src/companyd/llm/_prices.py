@@ -10,6 +10,7 @@ $0 (several public tools priced new models at zero and users paid unnoticed).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import date
 from decimal import Decimal
 from typing import Protocol
@@ -58,12 +59,23 @@ class Price(Frozen):
     long: Price | None = None
 
     def cost(self, usage: Usage) -> Decimal:
-        """Exact USD cost of ``usage`` at this price."""
+        """Exact USD cost of ``usage`` at this price. Above the long-context threshold each
+        token kind costs the long rate, but never less than the base rate: an override that
+        raised a model's price above its built-in long tier is not undercut by that tier.
+        """
         prompt = usage.input_tokens + usage.cache_write_tokens + usage.cache_read_tokens
-        p = self
+        p: Price = self
         threshold = self.long_context_threshold
         if self.long is not None and threshold is not None and prompt > threshold:
-            p = self.long
+            lp = self.long
+            p = replace(
+                lp,
+                input=max(self.input, lp.input),
+                cache_write_5m=max(self.cache_write_5m, lp.cache_write_5m),
+                cache_write_1h=max(self.cache_write_1h, lp.cache_write_1h),
+                cache_read=max(self.cache_read, lp.cache_read),
+                output=max(self.output, lp.output),
+            )
         return (
             usage.input_tokens * p.input
             + usage.cache_write_5m_tokens * p.cache_write_5m

@@ -22,7 +22,7 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,13 +136,17 @@ class _GatedBackend:
         self._gate = gate
 
     async def create(
-        self, request: ModelRequest, *, before_retry: RetryHook | None = None
+        self,
+        request: ModelRequest,
+        *,
+        before_retry: RetryHook | None = None,
+        on_send: Callable[[], None] | None = None,
     ) -> ModelResponse:
         gate = self._gate
         gate.calls += 1
         gate.changed.set()
         try:
-            return await self._inner.create(request, before_retry=before_retry)
+            return await self._inner.create(request, before_retry=before_retry, on_send=on_send)
         finally:
             gate.calls -= 1
             gate.changed.set()

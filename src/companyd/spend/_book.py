@@ -467,7 +467,14 @@ class SpendBook:
         *,
         unanswered: str | None = None,
     ) -> Decimal:
-        await self._ensure_period()
+        try:
+            await self._ensure_period()
+        except LedgerError as exc:
+            if not is_disk_failure(exc):
+                raise
+            # A new period cannot be loaded while the disk refuses writes; the call was
+            # paid for all the same: count it in the period in force, and hold its row.
+            log.warning("settling in the period in force (%s): %s", self._st.day, exc)
         if reservation.state == "settled":  # a concurrent settle of the same reservation won
             raise SpendError(
                 f"reservation {reservation.id!r} is already settled; settle each call once"
@@ -745,6 +752,13 @@ class SpendBook:
         self._require_open()
         await self._db.run(lambda led: None)
 
+    async def run_cost(self, run_id: str) -> Decimal:
+        """What the ledger holds under ``run_id`` (answered calls and unanswered ones kept
+        as spent), in USD; a resumed run's cost starts from it.
+        """
+        self._require_open()
+        return from_pusd(await self._db.run(lambda led: led.run_cost(run_id)))
+
     async def ledger_rows(self) -> list[dict[str, Any]]:
         """Every ledger row, oldest first (audits, tests)."""
         self._require_open()
@@ -759,6 +773,14 @@ class SpendBook:
             day, month = period_keys(self._clock.time(), self._tz)
             if (day, month) == (self._st.day, self._st.month):
                 return
+            # The new period's spend is read from the ledger: settled calls still held in
+            # memory (a full disk) must be in it first, or the month would forget them.
+            if self._held and not await self._held.flush():
+                raise LedgerError(
+                    f"the spend ledger {str(self._path)!r} cannot be written (the state disk "
+                    f"is failing); {len(self._held)} settled call(s) wait to be recorded "
+                    "before the new budget period can begin"
+                ) from self._held.disk_error
 
             def load(led: Ledger) -> tuple[Any, ...]:
                 led.set_meta({"day": day, "month": month, "timezone": self._config.timezone})

@@ -181,8 +181,9 @@ def budget_report(
 def read_budget_report(config: CompanyConfig, ledger: Ledger | None, *, now: float) -> BudgetsData:
     """:func:`budget_report` from a ledger opened by a reader beside the daemon (the CLI
     without a daemon, a standby): settled spend and raises as stored, and as reserved the
-    rows of calls in flight of processes alive on this host (a dead process's rows are
-    dropped by the daemon on its next start). ``ledger`` None: nothing spent yet.
+    rows of calls in flight — of processes alive on this host for a file ledger (a dead
+    process's rows are dropped by the daemon on its next start), every row of a shared
+    PostgreSQL ledger (the leader may run elsewhere). ``ledger`` None: nothing spent yet.
     """
     day, month = period_keys(now, ZoneInfo(config.timezone))
     used: dict[tuple[str, str], int] = {}

@@ -48,6 +48,9 @@ class HeldCalls:
         self.wake: asyncio.Event | None = None
         #: the last disk failure of a held row (the cause a held call's error carries)
         self.disk_error: BaseException | None = None
+        #: one flush at a time: the run loop's retry, a settle and a new period all flush,
+        #: and two at once would write the same held row twice
+        self._flushing = asyncio.Lock()
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -62,7 +65,13 @@ class HeldCalls:
         DiskAlarm.of(self._bus).failed("spend ledger", self._db.path, exc)
 
     async def flush(self) -> bool:
-        """Write the settled calls held in memory, in order; True when none is left."""
+        """Write the settled calls held in memory, in order; True when none is left. A
+        flush that begins while another runs waits for it, then writes what is left.
+        """
+        async with self._flushing:
+            return await self._flush()
+
+    async def _flush(self) -> bool:
         while self._rows and self._db.running:
             record, publish = self._rows[0]
             try:

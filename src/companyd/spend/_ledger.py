@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from companyd._frozen import Frozen
-from companyd._sqlite import Migration, SchemaTooNew, store_errors, transaction
+from companyd._sqlite import Database, Migration, SchemaTooNew, store_errors, transaction
 from companyd.admin import SpendTotals
 from companyd.errors import CompanydError
 from companyd.llm import Usage
@@ -585,7 +585,11 @@ class Ledger:
 
     @_on_worker
     def inflight(self, *, alive_only: bool = False) -> list[InflightRow]:
-        """Reservations recorded as in flight (``alive_only``: of running processes)."""
+        """Reservations recorded as in flight. ``alive_only``: of running processes — on a
+        file ledger, those whose pid runs on this host (its one daemon runs here); on a
+        shared PostgreSQL ledger every row, since the leader holding them may run on
+        another host and a pid says nothing here (a new leader drops a dead one's rows).
+        """
         rows = [
             InflightRow(
                 id=r[0],
@@ -603,7 +607,7 @@ class Ledger:
                 "FROM inflight ORDER BY created"
             )
         ]
-        if alive_only:
+        if alive_only and isinstance(self.database, Database):
             rows = [r for r in rows if _pid_alive(r.pid)]
         return rows
 
@@ -755,6 +759,14 @@ class Ledger:
                 (first, last),
             )
         ]
+
+    @_on_worker
+    def run_cost(self, run_id: str) -> int:
+        """The cost (pusd) of every call recorded under ``run_id``."""
+        row = self._db.execute(
+            "SELECT COALESCE(SUM(cost_pusd), 0) FROM calls WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return int(row[0])
 
     @_on_worker
     def spend_since(self, since_ts: float) -> list[tuple[str, float, int]]:
