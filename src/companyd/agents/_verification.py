@@ -21,7 +21,6 @@ retry``). A run whose verdict is unmet ends ``unverified``.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,49 +54,25 @@ CLAIM_CHECK_RULE = (
     "(for memory: of a tool that writes to the company memory)."
 )
 
-# The patterns are compiled at their first use, not at import: the daemon imports this
-# module at start and checks its first answer much later (issue 31).
-
-
-@functools.cache
-def _negation() -> re.Pattern[str]:
-    return re.compile(
-        r"\b(?:not|no|nothing|never|cannot|unable|failed|fails|failing|without|error|errors)\b"
-        r"|n't\b",
-        re.IGNORECASE,
-    )
-
-
-@functools.cache
-def _memory_claim() -> re.Pattern[str]:
-    return re.compile(
-        r"\b(?:saved|stored|recorded|wrote|written|added|noted|logged|kept|remembered|updated)\b"
-        r".*\b(?:company(?:'s)? memory|(?:in|into|to) (?:the )?memory|the memory)\b",
-        re.IGNORECASE,
-    )
-
-
-@functools.cache
-def _done_word() -> re.Pattern[str]:
-    """Words of an answer that say the work was done (quoted when a tool condition is unmet)."""
-    return re.compile(
-        r"\b(posted|sent|published|saved|stored|recorded|created|updated|added|emailed|"
-        r"scheduled|uploaded|submitted|filed|logged|done|completed|finished)\b",
-        re.IGNORECASE,
-    )
-
-
+# The patterns stay strings, compiled at their first use by ``re``'s own cache of compiled
+# patterns, not at import: the daemon imports this module at start and checks its first
+# answer much later (issue 31).
+_NEGATION = (
+    r"(?i)\b(?:not|no|nothing|never|cannot|unable|failed|fails|failing|without|error|errors)\b"
+    r"|n't\b"
+)
+_MEMORY_CLAIM = (
+    r"(?i)\b(?:saved|stored|recorded|wrote|written|added|noted|logged|kept|remembered|updated)\b"
+    r".*\b(?:company(?:'s)? memory|(?:in|into|to) (?:the )?memory|the memory)\b"
+)
+#: Words of an answer that say the work was done (quoted when a tool condition is unmet).
+_DONE_WORD = (
+    r"(?i)\b(posted|sent|published|saved|stored|recorded|created|updated|added|emailed|"
+    r"scheduled|uploaded|submitted|filed|logged|done|completed|finished)\b"
+)
 _GENERIC_DONE = frozenset({"done", "completed", "finished"})
-
-
-@functools.cache
-def _sentence() -> re.Pattern[str]:
-    return re.compile(r"(?<=[.!?])\s+|\n+")
-
-
-@functools.cache
-def _fence() -> re.Pattern[str]:
-    return re.compile(r"\A```[a-zA-Z]*\n(.*)\n```\Z", re.S)
+_SENTENCE = r"(?<=[.!?])\s+|\n+"
+_FENCE = r"(?s)\A```[a-zA-Z]*\n(.*)\n```\Z"
 
 
 class ToolCall(Frozen):
@@ -252,7 +227,7 @@ def _said_done(answer: str) -> str:
     """The word of ``answer`` that says the work was done: a specific one (``posted``)
     before a generic one (``done``); "" if none.
     """
-    words = [str(w).lower() for w in _done_word().findall(answer)]
+    words = [str(w).lower() for w in re.findall(_DONE_WORD, answer)]
     specific = [w for w in words if w not in _GENERIC_DONE]
     return (specific or words or [""])[0]
 
@@ -413,7 +388,7 @@ def _json_check(schema: Mapping[str, Any], answer: str) -> Check:
 
     condition = "an answer that is JSON valid against the schema"
     text = answer.strip()
-    fenced = _fence().match(text)
+    fenced = re.match(_FENCE, text)
     if fenced:
         text = fenced.group(1).strip()
     try:
@@ -472,7 +447,9 @@ def _claims(
     """The claim check (:data:`CLAIM_CHECK_RULE`): one check per tool the answer names, and
     one for a memory claim.
     """
-    sentences = [s for s in _sentence().split(answer) if s.strip() and not _negation().search(s)]
+    sentences = [
+        s for s in re.split(_SENTENCE, answer) if s.strip() and not re.search(_NEGATION, s)
+    ]
     out: list[Check] = []
     named = sorted(
         t
@@ -500,7 +477,7 @@ def _claims(
                 ),
             )
         )
-    if not memory_covered and any(_memory_claim().search(s) for s in sentences):
+    if not memory_covered and any(re.search(_MEMORY_CLAIM, s) for s in sentences):
         writes = _memory_writes(calls)
         out.append(
             Check(
