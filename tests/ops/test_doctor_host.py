@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from companyd.ops._doctor_host import check_clock, check_systemd, check_systemd_units
+from agentkit import write_company
+from companyd.config import load_config
+from companyd.ops._doctor import check_tool_sandbox
+from companyd.ops._doctor_host import (
+    check_clock,
+    check_systemd,
+    check_systemd_units,
+    unit_forbids_sandbox,
+)
 
 SECURITY = (
     "  NAME                         DESCRIPTION                              EXPOSURE\n"
@@ -185,3 +193,76 @@ def test_without_instances_only_the_single_unit_is_checked(
     [only] = check_systemd_units(runtime)
     assert only.status == "warning" and only.summary == "companyd.service is not installed"
     assert check_systemd_units(tmp_path / "absent")[0].status == "skipped"
+
+
+# -- the unit's hardening against the tool servers' sandbox ------------------------------------
+
+SHIPPED_UNIT = Path(__file__).resolve().parents[2] / "src" / "companyd" / "daemon" / "unit_files"
+
+
+def unit_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *texts: str) -> Path:
+    """A host whose ``systemctl cat UNIT`` prints ``texts`` (the unit, then drop-ins), as
+    systemd 252 prints them: each file under a ``# PATH`` line.
+    """
+    shown = "".join(f"# /etc/systemd/system/part{i}\n{t}\n" for i, t in enumerate(texts))
+    return stand_ins(tmp_path, monkeypatch, systemctl=shown)
+
+
+@pytest.mark.parametrize("unit", ["companyd.service", "companyd@.service"])
+def test_the_shipped_units_forbid_the_namespaces_a_tool_sandbox_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unit: str
+) -> None:
+    runtime = unit_host(tmp_path, monkeypatch, (SHIPPED_UNIT / unit).read_text())
+    assert unit_forbids_sandbox(unit, runtime) == "RestrictNamespaces=yes"
+
+
+@pytest.mark.parametrize(
+    ("drop_in", "forbids"),
+    [
+        ("RestrictNamespaces=user mnt pid ipc uts net cgroup", None),
+        ("RestrictNamespaces=user mnt pid ipc uts", None),
+        ("RestrictNamespaces=mnt pid ipc uts", "RestrictNamespaces=mnt pid ipc uts"),  # no user
+        ("RestrictNamespaces=~cgroup", None),
+        ("RestrictNamespaces=~user", "RestrictNamespaces=~user"),
+        ("RestrictNamespaces=no", None),
+        ("RestrictNamespaces=", None),  # an empty assignment resets it
+    ],
+)
+def test_a_drop_in_decides_with_the_last_assignment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drop_in: str, forbids: str | None
+) -> None:
+    shipped = (SHIPPED_UNIT / "companyd.service").read_text()
+    runtime = unit_host(tmp_path, monkeypatch, shipped, f"[Service]\n{drop_in}\n")
+    assert unit_forbids_sandbox("companyd.service", runtime) == forbids
+
+
+def test_no_systemd_or_no_unit_forbids_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = unit_host(tmp_path, monkeypatch, "[Service]\nRestrictNamespaces=yes\n")
+    assert unit_forbids_sandbox("companyd.service", tmp_path / "no-systemd") is None
+    (tmp_path / "bin" / "systemctl").write_text("#!/bin/sh\necho 'No files found' >&2\nexit 1\n")
+    assert unit_forbids_sandbox("companyd.service", runtime) is None
+
+
+def test_doctor_says_tool_servers_cannot_start_under_the_unit_that_runs_the_company(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = load_config(
+        write_company(tmp_path, {"marketing": {"mcp_servers": {"a": {"command": "x"}}}})
+    )
+    runtime = unit_host(tmp_path, monkeypatch, (SHIPPED_UNIT / "companyd.service").read_text())
+    check = check_tool_sandbox(cfg, unit="companyd.service", systemd_runtime=runtime)
+    assert check.status == "problem", check
+    assert "1 tool server(s) will not start under companyd.service" in check.summary
+    assert "agents.marketing.mcp_servers.a" in check.summary
+    assert "RestrictNamespaces=yes" in check.summary
+    assert check.fix and "sandbox: false" in check.fix
+    # no unit runs this company.yaml (a copy elsewhere): the probe from here decides
+    elsewhere = check_tool_sandbox(cfg, systemd_runtime=runtime)
+    assert "will not start under" not in elsewhere.summary
+    # a server already unsandboxed is not held by the unit's hardening: only the warning
+    bare = {"command": "x", "sandbox": False}
+    cfg = load_config(write_company(tmp_path, {"marketing": {"mcp_servers": {"a": bare}}}))
+    warned = check_tool_sandbox(cfg, unit="companyd.service", systemd_runtime=runtime)
+    assert warned.status == "warning" and "will not start" not in warned.summary, warned

@@ -87,6 +87,16 @@ def _unit_state_dir(config: Path) -> Path | None:
     return None
 
 
+def _unit_name(config: Path) -> str | None:
+    """The shipped unit that runs a company.yaml in its place (``companyd.service`` for
+    ``/etc/companyd/company.yaml``, ``companyd@NAME.service`` for an instance's), else None.
+    """
+    instance = SYSTEMD_LAYOUT.instance_of(config)
+    if instance is not None:
+        return f"companyd@{instance}.service"
+    return "companyd.service" if _unit_state_dir(config) is not None else None
+
+
 def _doctor(args: argparse.Namespace) -> int:
     config = args.config or default_config_path()
     running = _running(config, args.state_dir)
@@ -104,6 +114,7 @@ def _doctor(args: argparse.Namespace) -> int:
             running=running,
             send_test=args.send_test,
             unit_state_dir=_unit_state_dir(config),
+            unit=_unit_name(config),
         )
     )
     if args.json:

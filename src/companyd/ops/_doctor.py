@@ -19,7 +19,9 @@
                Webhooks secret; with ``send_test`` a signed ``test`` event is POSTed
                (both tests skipped with ``offline``)
 ``tool-sandbox`` a tool-server sandbox can be created (bubblewrap, namespaces; the
-               ``run_as`` users exist when the daemon runs as root); every MCP server with
+               ``run_as`` users exist when the daemon runs as root; the installed unit
+               that runs this company.yaml does not forbid the namespaces — the shipped
+               units' ``RestrictNamespaces=yes`` does); every MCP server with
                ``sandbox: false`` is a warning naming it (docs/tools.md)
 ``state-dir``  the state directory exists, belongs to this user and is private: 0700, and
                every file in it 0600; before the first start (no directory yet) it is
@@ -84,6 +86,7 @@ from companyd.ops._doctor_host import (
     check_disk,
     check_systemd_units,
     check_versions,
+    unit_forbids_sandbox,
 )
 from companyd.ops._upgrade import BACKUPS_DIR, UpgradeRefused, inspect_state
 from companyd.sandbox import SandboxUnavailable, probe_sandbox
@@ -146,6 +149,7 @@ async def run_doctor(
     clock: Clock | None = None,
     send_test: bool = False,
     unit_state_dir: Path | None = None,
+    unit: str | None = None,
 ) -> DoctorReport:
     """Run every check (see the module docstring); ``state_dir`` overrides company.yaml's.
     ``clock`` times the network checks' deadline (:data:`CHECK_DEADLINE`); ``send_test``:
@@ -155,6 +159,8 @@ async def run_doctor(
     company.yaml (``StateDirectory=``, e.g. ``/var/lib/companyd``), checked unless
     ``state_dir`` or ``$STATE_DIRECTORY`` names one: the service's ``$STATE_DIRECTORY``
     comes before company.yaml's ``state_dir``, so it is the directory the service uses.
+    ``unit``: the systemd unit that runs this company.yaml there (its hardening decides
+    whether tool servers can be sandboxed, whatever a probe from this shell finds).
     """
     env = os.environ if environ is None else environ
     clock = clock or SystemClock()
@@ -197,7 +203,15 @@ async def run_doctor(
         else:
             report.checks += [done["anthropic"], done["telegram"]]
         report.checks += channel_checks
-        report.checks.append(await asyncio.to_thread(check_tool_sandbox, config, environ=env))
+        report.checks.append(
+            await asyncio.to_thread(
+                check_tool_sandbox,
+                config,
+                environ=env,
+                unit=unit,
+                systemd_runtime=systemd_runtime,
+            )
+        )
         where = config.state_dir(state_dir)
         if (
             state_dir is None
@@ -398,9 +412,13 @@ def check_tool_sandbox(
     *,
     as_root: bool | None = None,
     environ: Mapping[str, str] | None = None,
+    unit: str | None = None,
+    systemd_runtime: Path = SYSTEMD_RUNTIME,
 ) -> Check:
     """Can the MCP servers' sandboxes be created (with ``environ``'s PATH), and which
-    servers run without one?
+    servers run without one? ``unit``: the systemd unit that runs this company.yaml, if
+    one does — the probe runs as the caller, not under the unit's hardening, so what the
+    installed unit forbids is read from it (:func:`unit_forbids_sandbox`).
     """
     as_root = os.geteuid() == 0 if as_root is None else as_root
     boxed: list[str] = []
@@ -414,6 +432,19 @@ def check_tool_sandbox(
             else:
                 boxed.append(where)
                 users.add(spec.sandbox.run_as)
+    forbids = unit_forbids_sandbox(unit, systemd_runtime) if unit and boxed else None
+    if forbids:
+        return Check(
+            "tool-sandbox",
+            "problem",
+            f"{len(boxed)} tool server(s) will not start under {unit} ({', '.join(boxed)}): "
+            f"its {forbids} forbids the namespaces bubblewrap makes (and its "
+            "SystemCallFilter=@system-service has no @mount) — a probe run from this shell "
+            "would pass, the daemon under the unit cannot make a sandbox",
+            "set `sandbox: false` on those servers to run them unsandboxed (doctor then "
+            "warns about each), or run them outside the unit's hardening; docs/tools.md "
+            '"Where no sandbox can be made"',
+        )
     try:
         probe_sandbox(as_root=as_root, network=False, environ=environ)
         if as_root:

@@ -30,6 +30,7 @@ __all__ = [
     "check_systemd",
     "check_systemd_units",
     "check_versions",
+    "unit_forbids_sandbox",
 ]
 
 #: The directory that exists when systemd is PID 1 (what ``sd_booted()`` tests).
@@ -149,6 +150,39 @@ def check_systemd_units(runtime: Path = SYSTEMD_RUNTIME) -> list[Check]:
             ),
         )
     return checks
+
+
+#: The namespaces a tool server's bubblewrap sandbox makes as the shipped units run it (as
+#: their DynamicUser=, not root: through a user namespace; docs/tools.md).
+SANDBOX_NAMESPACES = frozenset({"user", "mnt", "pid", "ipc", "uts"})
+
+
+def unit_forbids_sandbox(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> str | None:
+    """The directive of ``unit`` as systemd has it installed (``systemctl cat``: the unit
+    and its drop-ins, the last assignment winning) that forbids the namespaces a tool
+    server's sandbox makes, e.g. ``RestrictNamespaces=yes`` as the shipped units have it;
+    None where it allows them, where the unit is not installed or no systemd runs here.
+    """
+    if _no_systemd(runtime, "systemctl"):
+        return None
+    rc, out = _run(["systemctl", "cat", unit, "--no-pager"])
+    if rc != 0:
+        return None
+    value: str | None = None
+    for line in out.splitlines():
+        key, sep, rest = line.strip().partition("=")
+        if sep and key == "RestrictNamespaces":
+            value = rest.strip()
+    if value is None or value.lower() in ("", "no", "false", "0", "off"):
+        return None
+    listed = set(value.removeprefix("~").split())
+    if value.lower() in ("yes", "true", "1", "on"):
+        forbidden: frozenset[str] = SANDBOX_NAMESPACES
+    elif value.startswith("~"):  # a deny list
+        forbidden = SANDBOX_NAMESPACES & listed
+    else:  # an allow list
+        forbidden = SANDBOX_NAMESPACES - listed
+    return f"RestrictNamespaces={value}" if forbidden else None
 
 
 def _unit_properties(unit: str) -> dict[str, str]:
