@@ -432,6 +432,11 @@ def test_history_without_a_daemon_never_says_running(
     rc, out, _ = jobs(capsys, "jobs", "--json", "history", "ended", *argv)
     [fire] = json.loads(out)["fires"]
     assert fire["outcome"] == "circuit_breaker" and fire["run_id"] == "run-ended", fire
-    rc, out, _ = jobs(capsys, "jobs", *argv)  # nor does the jobs table
+    rc, out, err = jobs(capsys, "jobs", *argv)  # nor does the jobs table
+    assert rc == 0, err
     assert "running" not in out and "1 not closed (no daemon here" in out, out
+    # its LAST column says what `jobs history` says of the open fire, not "never fired"
+    last = {line.split()[0]: line for line in out.splitlines()[1:3]}
+    assert "never fired" not in out, out
+    assert " interrupted " in last["cut"] and " circuit_breaker " in last["ended"], out
     assert (state / "routines.sqlite").read_bytes() == before  # nothing written
