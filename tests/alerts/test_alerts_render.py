@@ -600,7 +600,8 @@ def test_a_result_too_long_for_its_approval_message_says_so_and_where_to_read_it
 
 def test_a_finished_run_says_its_cost_as_money_and_no_routine_when_it_was_asked() -> None:
     """``run_finished`` of an ``ask`` (no routine) and of a tiny cost: no ``routine: ?``, no
-    ``cost_usd: 6e-05`` — money printed as the spend CLI prints it (docs/alerts.md).
+    ``cost_usd: 6e-05`` — money printed as the spend CLI prints it — and no ``offline:
+    False`` (docs/alerts.md).
     """
     asked = {
         "status": "ok",
@@ -620,6 +621,10 @@ def test_a_finished_run_says_its_cost_as_money_and_no_routine_when_it_was_asked(
     scheduled = _text("run_finished", {**asked, "routine": "daily-post", "cost_usd": 0.7})
     assert "routine: daily-post" in scheduled
     assert "$0.70" in scheduled and "0.7\n" not in scheduled, scheduled
+    # a flag that is off says nothing; one that is on is worded as daemon_started words it
+    assert "offline" not in text and "False" not in text, text
+    offline = _text("run_finished", {**asked, "offline": True}, "agent/cfo")
+    assert "offline mode: no model is called\n" in offline and "True" not in offline, offline
 
 
 def test_a_budget_alert_says_the_share_spent_not_the_level_crossed() -> None:

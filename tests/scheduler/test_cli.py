@@ -220,6 +220,23 @@ def test_history_from_the_daemon_reads_the_company_s_clock_as_from_the_files(
         "ok",
         "13:30:00",
     ], live
+    # COST as `companyd runs` prints it (format_usd, one precision for the column, at least
+    # four decimals): a run of a thousandth of a cent is not "$0.0000"
+    cheap = FireRecord(
+        fire_id="fire-2",
+        routine="later",
+        agent="marketing",
+        kind="manual",
+        scheduled=at + 60,
+        fired=at + 60,
+        started=at + 60,
+        ended=at + 64,
+        outcome="ok",
+        cost_usd=0.00001,
+        run_id="run-2",
+    )
+    table = format_history(cfg.routines["later"], "later", [cheap, fire], cfg.timezone)
+    assert [line.split()[7] for line in table.splitlines()[2:4]] == ["$0.00001", "$0.25000"]
 
 
 def test_unknown_routine_and_run_without_daemon(
@@ -415,6 +432,11 @@ def test_history_without_a_daemon_never_says_running(
     rc, out, _ = jobs(capsys, "jobs", "--json", "history", "ended", *argv)
     [fire] = json.loads(out)["fires"]
     assert fire["outcome"] == "circuit_breaker" and fire["run_id"] == "run-ended", fire
-    rc, out, _ = jobs(capsys, "jobs", *argv)  # nor does the jobs table
+    rc, out, err = jobs(capsys, "jobs", *argv)  # nor does the jobs table
+    assert rc == 0, err
     assert "running" not in out and "1 not closed (no daemon here" in out, out
+    # its LAST column says what `jobs history` says of the open fire, not "never fired"
+    last = {line.split()[0]: line for line in out.splitlines()[1:3]}
+    assert "never fired" not in out, out
+    assert " interrupted " in last["cut"] and " circuit_breaker " in last["ended"], out
     assert (state / "routines.sqlite").read_bytes() == before  # nothing written

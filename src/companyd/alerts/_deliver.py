@@ -51,6 +51,7 @@ from companyd.alerts._outbox import AlertRecord, Delivery
 from companyd.alerts._policy import quiet_until
 from companyd.alerts._render import MAX_TEXT, split_text
 from companyd.alerts._telegram import redact
+from companyd.alerts._values import usd
 from companyd.alerts._webhooks import Webhooks
 from companyd.events import EventBus, ResultDelivered, ResultUndelivered, RoutineResult
 
@@ -135,13 +136,6 @@ def delivery(
     }
 
 
-def _usd(value: Any) -> str:
-    try:
-        return f"${float(value):.4f}"
-    except (TypeError, ValueError):
-        return "$?"
-
-
 def unverified_line(data: Mapping[str, Any]) -> str:
     """``⚠ unverified: <why>`` for a result whose run ended ``unverified`` (its answer did
     not hold against the run's record, docs/agents.md "Verification"); "" otherwise.
@@ -164,7 +158,7 @@ def result_text(data: Mapping[str, Any]) -> str:
     answer = str(data.get("answer") or "").strip() or "(no answer)"
     head = f"📝 {data['routine']} — {agent}" if data.get("routine") else f"💬 {agent}"
     head = _warned(head, data)
-    tail = f"{_usd(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
+    tail = f"{usd(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
     return redact(f"{head}\n\n{answer}\n\n— {tail}")
 
 
@@ -179,7 +173,7 @@ def document_body(data: Mapping[str, Any], when: float, tz: ZoneInfo) -> str:
     warning = unverified_line(data)
     head = (
         f"# {title} — {at}\n\n"
-        f"{data.get('agent')} · {_usd(data.get('cost_usd'))} · {data.get('run_id')}\n\n"
+        f"{data.get('agent')} · {usd(data.get('cost_usd'))} · {data.get('run_id')}\n\n"
         + (f"**{warning}**\n\n" if warning else "")
     )
     return redact(head + answer + "\n")
@@ -199,7 +193,7 @@ def document_of(data: Mapping[str, Any], when: float, tz: ZoneInfo) -> tuple[str
     head = f"📝 {data['routine']} — {agent}" if data.get("routine") else f"💬 {agent}"
     head = _warned(head, data)
     size = f"{len(answer):,} characters"
-    tail = f"— {_usd(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
+    tail = f"— {usd(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
     caption = f"{head}\n📎 the whole result ({size}): {name}\n\n{preview}…\n\n{tail}"
     if len(caption) > CAPTION_LIMIT:  # a long routine name or run id: the preview gives way
         room = max(0, len(preview) - (len(caption) - CAPTION_LIMIT))

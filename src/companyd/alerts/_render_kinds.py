@@ -180,6 +180,11 @@ def _start_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendere
     )
 
 
+#: How a flag that is on reads in an alert (``daemon_started``, :func:`_generic`; a flag
+#: not named here reads as its name).
+_FLAGS = {"offline": "offline mode: no model is called"}
+
+
 def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     n = counts.get("daemon_started", 1)
     planned = data.get("planned_stop")
@@ -194,7 +199,7 @@ def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rende
     ]
     lines = [", ".join(parts)] if parts else []
     if data.get("offline") is True:
-        lines.append("offline mode: no model is called")
+        lines.append(_FLAGS["offline"])
     lines += line("version", data, "version") + line("config", data, "config")
     if planned:
         lines.append(f"after a planned stop: {txt(planned, 200)}")
@@ -836,17 +841,28 @@ def _unknown_price(data: Data, source: str, counts: Mapping[str, int]) -> Render
     )
 
 
+def _generic_line(key: str, value: Any) -> str | None:
+    """One ``name: value`` line of :func:`_generic`, or None for a field that says nothing:
+    no value (``routine: ?`` for an ``ask``) or a flag that is off (``offline: False``). A
+    flag that is on is worded (:data:`_FLAGS`); an amount of money (``*_usd``) reads as
+    money, never ``6e-05``.
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        return _FLAGS.get(key, key.replace("_", " "))
+    return f"{key}: {usd(value) if key.endswith('_usd') else txt(value, 200)}"
+
+
 def _generic(kind: str) -> Renderer:
     def render(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
         title = kind.replace("_", " ")
         if source:
             title += f" ({txt(source, 80)})"
-        # a field with no value says nothing (``routine: ?`` for an ``ask``); an amount of
-        # money (``*_usd``) reads as money, never ``6e-05``
         lines = [
-            f"{k}: {usd(v) if k.endswith('_usd') else txt(v, 200)}"
-            for k, v in list(data.items())
-            if v is not None
+            line
+            for line in (_generic_line(k, v) for k, v in list(data.items()))
+            if line is not None
         ][:8]
         return Rendered(title=title, lines=tuple(lines))
 

@@ -166,7 +166,10 @@ def _jobs_from_files(args: argparse.Namespace) -> int:
     cfg, path = _load(args)
     backend = state_backend(cfg)
     now = time.time()
-    views, found = read_jobs(cfg, path, backend, now)
+    # no daemon runs for this state directory (SQLite): a routine's fire still open in the
+    # history is its last, read as `jobs history` reads it; a shared history: as stored
+    ended = (lambda ids: _ended(args, ids, None)) if backend.kind == "sqlite" else None
+    views, found = read_jobs(cfg, path, backend, now, ended)
     if args.json:
         print_json(
             {
@@ -219,7 +222,12 @@ def _history_from_files(args: argparse.Namespace) -> int:
         # no daemon runs for this state directory: a fire still open in the history is not
         # running — it reads as the journal's outcome or as interrupted (nothing written)
         records = read_fires_stopped(
-            path, backend, args.routine, args.limit, cfg.timezone, lambda ids: _ended(args, ids)
+            path,
+            backend,
+            args.routine,
+            args.limit,
+            cfg.timezone,
+            lambda ids: _ended(args, ids, args.routine),
         )
     else:  # a shared history: another node may be running the open fires
         records = read_fires(path, backend, args.routine, args.limit)
@@ -233,9 +241,12 @@ def _history_from_files(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ended(args: argparse.Namespace, task_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The latest run the journal ended of each of ``task_ids`` (those of the routine's
-    recent runs; none: no journal yet), as ``companyd runs`` rows.
+def _ended(
+    args: argparse.Namespace, task_ids: Sequence[str], routine: str | None
+) -> dict[str, dict[str, Any]]:
+    """The latest run the journal ended of each of ``task_ids`` (among the 50 latest ended
+    runs of ``routine``, None: of every routine — those that ended as the daemon stopped
+    are the newest; none: no journal yet), as ``companyd runs`` rows.
     """
     from companyd.cli._roles import _journal_read
 
@@ -243,7 +254,7 @@ def _ended(args: argparse.Namespace, task_ids: Sequence[str]) -> dict[str, dict[
         return {}
     rows = _journal_read(
         args,
-        lambda j, db: j.list_runs(db, routine=args.routine, limit=50, finished=True),
+        lambda j, db: j.list_runs(db, routine=routine, limit=50, finished=True),
         list,
     )
     ended: dict[str, dict[str, Any]] = {}

@@ -20,10 +20,20 @@ __all__ = ["read_fires", "read_fires_stopped", "read_jobs"]
 
 
 def read_jobs(
-    config: CompanyConfig, path: Path, backend: Backend, now: float
+    config: CompanyConfig,
+    path: Path,
+    backend: Backend,
+    now: float,
+    ended_runs: EndedRuns | None = None,
 ) -> tuple[list[JobView], bool]:
     """Each routine's view as of ``now`` from the stored history (``path`` on SQLite, the
     company's schema on PostgreSQL), and whether there is a history yet.
+
+    ``ended_runs`` (given when no daemon runs for this history: the CLI without one) makes
+    a routine's last fire its newest one even while the store still has it open, read as
+    :func:`read_fires_stopped` reads it (the journal's outcome, else "interrupted …"),
+    never "never fired"; without it (a standby beside a running daemon) the last fire is
+    the last finished one.
     """
     # here, not at the top: a standby's daemon imports this module at start (issue 31)
     from companyd.scheduler._report import SUCCESS_WINDOW, job_views, offline_next_fires
@@ -39,11 +49,22 @@ def read_jobs(
             db.routine_stats(conn, now - SUCCESS_WINDOW),
             db.latest_fires(conn),
             db.open_fires(conn),
+            db.clean_stop(conn),
         ),
         backend=backend,
     )
     if got is not None:
-        states, stats, latest, open_ = got
+        states, stats, latest, open_, stop = got
+        if ended_runs is not None and open_:
+            # the newest fire by its time, as `jobs history` orders them (open_ is by id)
+            newest = {r.routine: r for r in sorted(open_, key=lambda r: r.scheduled)}
+            newer = [
+                r
+                for slug, r in newest.items()
+                if slug not in latest or r.scheduled >= latest[slug].scheduled
+            ]
+            stopped = _as_stopped(newer, stop, config.timezone, ended_runs)
+            latest = {**latest, **{r.routine: r for r in stopped}}
     nexts, pending = offline_next_fires(config, states, now)
     views = job_views(
         config,
@@ -92,9 +113,22 @@ def read_fires_stopped(
     if got is None:
         return []
     records, stop = got
+    return _as_stopped(records, stop, tz, ended_runs)
+
+
+def _as_stopped(
+    records: Sequence[db.FireRecord],
+    stop: tuple[float, str] | None,
+    tz: str,
+    ended_runs: EndedRuns,
+) -> list[db.FireRecord]:
+    """``records`` with each open fire read as no daemon runs it (:func:`read_fires_stopped`):
+    the journal's outcome for its task, else :data:`INTERRUPTED` by ``stop`` (the clean-stop
+    marker) or by a stop not planned.
+    """
     open_ = [r for r in records if r.outcome is None]
     if not open_:
-        return records
+        return list(records)
     # here, not at the top: a standby's daemon imports this module at start (issue 31)
     from companyd.scheduler._jobs_text import local_time
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from companyd.admin import format_usd, usd_places
 from companyd.scheduler._jobs_text import ago as _ago
 from companyd.scheduler._jobs_text import format_jobs_result, format_rows, utc_from_ts
 from companyd.scheduler._jobs_text import local_time as _local
@@ -235,6 +236,8 @@ def format_history(
     if not records:
         return head + "\nno fires recorded yet"
     rows = []
+    # money as `companyd runs` prints it: one precision for the column, four decimals at least
+    places = usd_places((r.cost_usd for r in records), minimum=4)
     for r in records:
         duration = "—"
         if r.started is not None and r.ended is not None:
@@ -249,7 +252,7 @@ def format_history(
                 what,
                 _local(r.started, tz, seconds=True)[11:19] if r.started is not None else "—",
                 duration,
-                f"${r.cost_usd:.4f}",
+                format_usd(r.cost_usd, places),
                 r.run_id or "—",
                 r.reason or "",
             )
