@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 import yaml
 
-from companyd.alerts._values import usd
+from companyd.alerts._values import run_cost
 from companyd.clock import ManualClock
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
@@ -289,7 +289,9 @@ async def test_a_delivered_post_a_reply_in_its_thread_a_restart_and_an_outage(
                 lines = post.text.splitlines()
                 assert lines[0] == "📝 daily-post — marketing"
                 assert lines[2] == POST
-                assert lines[-1] == (f"— {usd(fired['cost_usd'])} · {run_id} · reply to follow up")
+                assert lines[-1] == (
+                    f"— {run_cost(fired['cost_usd'])} · {run_id} · reply to follow up"
+                )
                 assert not post.disable_notification  # a result rings
 
                 # the founder replies to it: a follow-up to marketing, in the same thread
@@ -579,7 +581,7 @@ async def test_sixty_seconds_of_telegram_down_with_a_restart_lose_and_repeat_not
                 )
                 assert caption[3] == "Month-end close, November: every invoice matched."
                 assert caption[-1] == (
-                    f"— {usd(report['cost_usd'])} · {report['run_id']} · reply to follow up"
+                    f"— {run_cost(report['cost_usd'])} · {report['run_id']} · reply to follow up"
                 )
                 assert len(doc.text) <= 1024
                 assert not doc.disable_notification  # a result rings

@@ -148,12 +148,13 @@ async def test_results_are_held_through_quiet_hours_and_released_one_by_one() ->
     # released each whole, not folded into the quiet-hours digest
     assert [p.held_until for p in parts] == [None, None]
     assert all(r.kind != "digest" for r in book.alerts.values())
-    # money as the spend CLI prints it (alerts/_values.usd): not a footer's own "$0.0100"
-    assert result_text(data).endswith("— $0.01 · run-1 · reply to follow up")
-    tiny = {**data, "cost_usd": 0.00004}  # "$0.0000" in a footer of its own
+    # a run's cost as `companyd runs` prints it (alerts/_values.run_cost): four decimals at
+    # least, more where a tiny cost needs them (not "$0.0000"), thousands separated
+    assert result_text(data).endswith("— $0.0100 · run-1 · reply to follow up")
+    tiny = {**data, "cost_usd": 0.00004}
     assert result_text(tiny).endswith("— $0.00004 · run-1 · reply to follow up")
     big = {**data, "cost_usd": 1234.5}
-    assert result_text(big).endswith("— $1,234.50 · run-1 · reply to follow up")
+    assert result_text(big).endswith("— $1,234.5000 · run-1 · reply to follow up")
 
 
 @pytest.mark.parametrize(
@@ -189,13 +190,13 @@ def test_a_result_over_three_messages_is_one_md_document_with_a_short_caption(
     name = f"{routine}-{run_id}.md"
     assert rec.data["document"]["name"] == name
     body = rec.data["document"]["body"]
-    assert body.startswith(f"# {routine} — 2026-11-24 23:29 UTC\n\ncfo · $0.01 · {run_id}\n\n")
+    assert body.startswith(f"# {routine} — 2026-11-24 23:29 UTC\n\ncfo · $0.0123 · {run_id}\n\n")
     assert report in body  # whole, not cut
     assert len(rec.text) <= CAPTION_LIMIT
     lines = rec.text.splitlines()
     assert lines[0] == f"📝 {routine} — cfo"
     if len(routine) < 100:  # else only the limit holds: the caption is cut
-        assert lines[-1] == f"— $0.01 · {run_id} · reply to follow up"
+        assert lines[-1] == f"— $0.0123 · {run_id} · reply to follow up"
         assert lines[1] == f"📎 the whole result ({len(report):,} characters): {name}"
         assert lines[3:5] == ["Month-end close.", ""]
     assert rec.held_until == at("2026-11-25 07:00")  # quiet hours hold it like a message

@@ -95,6 +95,7 @@ if TYPE_CHECKING:
         WebhookFired,
     )
     from companyd.admin._status_text import (
+        RUN_COST_PLACES,
         as_list,
         as_mapping,
         as_number,
@@ -115,6 +116,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OPERATIONS",
+    "RUN_COST_PLACES",
     "Admin",
     "AdminError",
     "AdminStopping",
@@ -232,6 +234,7 @@ _HOMES: dict[str, str] = {
     "as_text": "companyd.admin._status_text",
     "format_duration": "companyd.admin._status_text",
     "format_usd": "companyd.admin._status_text",
+    "RUN_COST_PLACES": "companyd.admin._status_text",
     "format_when": "companyd.admin._status_text",
     "reload_lines": "companyd.admin._status_text",
     "render_status": "companyd.admin._status_text",

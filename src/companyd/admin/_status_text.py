@@ -69,6 +69,9 @@ def format_usd(value: float | Decimal | None, places: int = 2) -> str:
 
 #: The most decimals money is printed with (a millionth of a dollar).
 MAX_USD_PLACES = 6
+#: The fewest decimals of a run's cost where one is printed (`runs`, `jobs history`, a
+#: result's footer): a run costs fractions of a cent.
+RUN_COST_PLACES = 4
 #: One unit of the last of ``places`` decimals, as a float: ``_UNITS[2] == 0.01``.
 _UNITS = {places: float(f"1e-{places}") for places in range(MAX_USD_PLACES + 1)}
 

@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from datetime import datetime, tzinfo
 from typing import Any
 
-from companyd.admin import format_usd, format_when, usd_places
+from companyd.admin import RUN_COST_PLACES, format_usd, format_when, usd_places
 
 __all__ = ["Data", "has", "line", "num", "pct", "secs", "times_in", "txt", "usd", "when"]
 
@@ -68,15 +68,22 @@ def num(value: Any) -> float | None:
     return None
 
 
-def usd(value: Any) -> str:
+def usd(value: Any, *, minimum: int = 2) -> str:
     """Dollars as the spend CLI prints them (``$1.23``, ``$1,234.00``, ``$0.00006``: no
-    exponent, never a spend shown as ``$0.00``; :func:`companyd.admin.format_usd`), or ``$?``
-    when ``value`` is not a number.
+    exponent, never a spend shown as ``$0.00``; :func:`companyd.admin.format_usd`), with at
+    least ``minimum`` decimals, or ``$?`` when ``value`` is not a number.
     """
     n = num(value)
     if n is None:
         return "$?"
-    return format_usd(n, usd_places([n]))
+    return format_usd(n, usd_places([n], minimum=minimum))
+
+
+def run_cost(value: Any) -> str:
+    """A run's cost as ``companyd runs`` prints it (``$0.0123``: at least
+    :data:`~companyd.admin.RUN_COST_PLACES` decimals).
+    """
+    return usd(value, minimum=RUN_COST_PLACES)
 
 
 def pct(level: Any, used: Any = None, limit: Any = None) -> str:

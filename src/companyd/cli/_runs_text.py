@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from companyd.admin import format_usd, format_when, usd_places
+from companyd.admin import RUN_COST_PLACES, format_usd, format_when, usd_places
 from companyd.runs import cut
 
 __all__ = [
@@ -63,7 +63,7 @@ def _places(costs: Iterable[Any]) -> int:
     """The decimals of one table's money: four (runs cost fractions of a cent), more where
     that is what it takes for every cost that is not zero to show as not zero.
     """
-    return usd_places((float(c) for c in costs if c is not None), minimum=4)
+    return usd_places((float(c) for c in costs if c is not None), minimum=RUN_COST_PLACES)
 
 
 def _money(cost: Any, places: int) -> str:

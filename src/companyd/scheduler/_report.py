@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from companyd.admin import format_usd, usd_places
+from companyd.admin import RUN_COST_PLACES, format_usd, usd_places
 from companyd.scheduler._jobs_text import ago as _ago
 from companyd.scheduler._jobs_text import format_jobs_result, format_rows, utc_from_ts
 from companyd.scheduler._jobs_text import local_time as _local
@@ -237,7 +237,7 @@ def format_history(
         return head + "\nno fires recorded yet"
     rows = []
     # money as `companyd runs` prints it: one precision for the column, four decimals at least
-    places = usd_places((r.cost_usd for r in records), minimum=4)
+    places = usd_places((r.cost_usd for r in records), minimum=RUN_COST_PLACES)
     for r in records:
         duration = "—"
         if r.started is not None and r.ended is not None:
