@@ -212,6 +212,10 @@ class Reloader:
                 resumed=list(resumed),
                 restart_required=later or None,
             )
+            for failure in diff.failures:
+                # the reload's answer, its alert and this line say it; status's tree shows
+                # the agent absent
+                log.warning("company.yaml reloaded, but not applied: %s", failure)
             if later:
                 log.warning(
                     "company.yaml reloaded, but %s only take(s) effect when the daemon "
