@@ -296,6 +296,23 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
         unknown = await daemon.cli("jobs", "run", "check-in")
         assert unknown.rc == 1 and "check-in" in unknown.err and "Traceback" not in unknown.err
 
+        # 4. change finance's strategy: the department restarts in place, and so does cfo in
+        # it — the answer and the daemon_reloaded event (the alert) say so ("2 unchanged"
+        # and "no agent changed" hid a restart that withdrew cfo's run)
+        doc = company(agents, routines)
+        doc["departments"]["finance"]["supervisor"] = {"strategy": "one_for_all"}
+        write(cfg, doc)
+        mark = len(daemon.events())
+        reload = await daemon.cli("reload")
+        assert reload.rc == 0, reload.err
+        assert reload.out == "reloaded company.yaml: restarted cfo; 2 unchanged\n"
+        [event] = [e for e in daemon.events()[mark:] if e["kind"] == "daemon_reloaded"]
+        assert event["data"]["restarted"] == ["cfo"] and event["data"]["unchanged"] == 2
+        restarted = [
+            e["data"]["child"] for e in daemon.events()[mark:] if e["kind"] == "child_started"
+        ]
+        assert restarted == ["cfo", "finance"]
+
     # without a daemon, `jobs run` says one is needed (exit 69) instead of guessing
     offline = await daemon.cli("jobs", "run", "weekly-note")
     assert offline.rc == EX_UNAVAILABLE

@@ -192,7 +192,9 @@ class Reloader:
                 # what in it will not work as the founder may think
                 log.warning("%s", w)
             self.reloads.applied(self.config_loaded_at)
-            unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]
+            # restarted: also the agents of a department restarted for its new settings
+            restarted = diff.restarted_agents
+            unchanged = [a for a in new.agents if a in old.agents and a not in restarted]
             # against what runs, not the last file loaded: a change an earlier reload could
             # not apply still waits for the restart, and one undone no longer does
             later = waiting_for_restart(self.started_config, new, self.state_dir, self.alerts)
@@ -200,7 +202,7 @@ class Reloader:
                 applied=True,
                 added=list(diff.added_agents),
                 removed=list(diff.removed_agents),
-                changed=list(diff.changed_agents),
+                changed=list(restarted),
                 unchanged=len(unchanged),
                 departments=DepartmentChanges(
                     added=list(diff.added_departments),
