@@ -299,15 +299,18 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
         # 4. change finance's strategy: the department restarts in place, and so does cfo in
         # it — the answer and the daemon_reloaded event (the alert) say so ("2 unchanged"
         # and "no agent changed" hid a restart that withdrew cfo's run)
-        doc = company(agents, routines)
+        # — and cto, disabled, is stopped, not also counted unchanged (it was "2 unchanged"
+        # beside "stopped cto": four agents out of three)
+        doc = company({**agents, "cto": {**agents["cto"], "enabled": False}}, routines)
         doc["departments"]["finance"]["supervisor"] = {"strategy": "one_for_all"}
         write(cfg, doc)
         mark = len(daemon.events())
         reload = await daemon.cli("reload")
         assert reload.rc == 0, reload.err
-        assert reload.out == "reloaded company.yaml: restarted cfo; 2 unchanged\n"
+        assert reload.out == "reloaded company.yaml: stopped cto; restarted cfo; 1 unchanged\n"
         [event] = [e for e in daemon.events()[mark:] if e["kind"] == "daemon_reloaded"]
-        assert event["data"]["restarted"] == ["cfo"] and event["data"]["unchanged"] == 2
+        assert event["data"]["restarted"] == ["cfo"] and event["data"]["unchanged"] == 1
+        assert event["data"]["stopped"] == ["cto"]
         restarted = [
             e["data"]["child"] for e in daemon.events()[mark:] if e["kind"] == "child_started"
         ]

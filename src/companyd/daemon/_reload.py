@@ -192,9 +192,15 @@ class Reloader:
                 # what in it will not work as the founder may think
                 log.warning("%s", w)
             self.reloads.applied(self.config_loaded_at)
-            # restarted: also the agents of a department restarted for its new settings
+            # restarted: also the agents of a department restarted for its new settings;
+            # unchanged: the agents that run on untouched (a disabled one is not in the tree:
+            # disabling one stops it, so it is never also "unchanged")
             restarted = diff.restarted_agents
-            unchanged = [a for a in new.agents if a in old.agents and a not in restarted]
+            unchanged = [
+                s
+                for s, a in new.agents.items()
+                if a.enabled and s in old.agents and old.agents[s].enabled and s not in restarted
+            ]
             # against what runs, not the last file loaded: a change an earlier reload could
             # not apply still waits for the restart, and one undone no longer does
             later = waiting_for_restart(self.started_config, new, self.state_dir, self.alerts)
