@@ -196,7 +196,7 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
     write(cfg, company(agents, routines))
     # In this process: the reload SIGHUP starts (Daemon._sighup) is awaited here; the signal
     # itself, with RELOADING=1 and READY=1 around it, is the sd_notify test's.
-    async with InProcessDaemon(cfg, work / "s") as daemon:
+    async with InProcessDaemon(cfg, work / "s", env={"COMPANYD_DEBUG": "1"}) as daemon:
         before = nodes((await daemon.call("status"))["tree"])
         assert {"ceo", "cfo", "coo", "finance"} <= set(before)
         await daemon.advance(1)  # a second later: what starts now has a later started_at
@@ -315,6 +315,33 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
             e["data"]["child"] for e in daemon.events()[mark:] if e["kind"] == "child_started"
         ]
         assert restarted == ["cfo", "finance"]
+        # status counts what runs: a disabled agent is not one that is down ("2/3 agents up")
+        status = await daemon.call("status")
+        assert status["agents"] | {"busy": 0} == {
+            "total": 2,
+            "running": 2,
+            "paused": 0,
+            "failed": 0,
+            "busy": 0,
+        }
+        assert daemon.running._status_line().startswith("2/2 agents up")
+
+        # 5. cto back as a temporary agent, which crashes: OTP drops it from the tree, and
+        # status still counts it — down, failed (it said "failed": 0 and only the
+        # STATUS= fraction hinted that an agent had stopped for good)
+        write(cfg, company({**agents, "cto": {**agents["cto"], "restart": "temporary"}}, routines))
+        reload = await daemon.cli("reload")
+        assert reload.rc == 0 and "started cto" in reload.out, (reload.out, reload.err)
+        mark = len(daemon.events())
+        assert (await daemon.call("debug", action="crash", target="cto"))["crashed"]
+        deadline = time.monotonic() + 10
+        while not [e for e in daemon.events()[mark:] if e["kind"] == "child_exited"]:
+            assert time.monotonic() < deadline, "cto did not crash"
+            await asyncio.sleep(0.01)
+        status = await daemon.call("status")
+        assert "cto" not in nodes(status["tree"])
+        assert (status["agents"]["total"], status["agents"]["running"]) == (3, 2)
+        assert status["agents"]["failed"] == 1
 
     # without a daemon, `jobs run` says one is needed (exit 69) instead of guessing
     offline = await daemon.cli("jobs", "run", "weekly-note")
