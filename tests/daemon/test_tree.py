@@ -295,6 +295,12 @@ async def test_a_crashing_agent_escalates_to_its_department_only(
                 await asyncio.sleep(0)
         gave_up = [e.source for e in events if e.kind == "max_intensity"]
         assert gave_up == ["companyd/agents/finance"]
+        # cfo's restart by finance is still counted after finance's own restart (status read
+        # "finance ↻1, cfo ↻0" after cfo had crashed twice; docs/daemon.md: since the daemon
+        # started)
+        assert finance.which_child("cfo").restarts == 1
+        [cfo] = [n for n in finance.snapshot()["children"] if n["id"] == "cfo"]
+        assert cfo["restarts"] == 1
         assert tree.agents.restarts_in_window() == 1
         assert tree.restarts_in_window() == 0
         assert paths(tree) == before  # everything back, same shape
