@@ -334,6 +334,13 @@ def test_plan_agents_diff() -> None:
     assert plan.changed_departments == ("growth",)
     assert plan.removed_departments == ()
     assert not plan.restart_agents and not plan.empty
+    # growth restarts in place for its new settings: its agents restart with it
+    assert plan.restarted_agents == ("accountant", "marketing")
+    top = copy.deepcopy(doc)
+    top["supervisor"]["max_restarts"] = 5
+    assert set(plan_agents_diff(cfg(doc), cfg(top)).restarted_agents) == set(
+        a for a, spec in doc["agents"].items() if spec.get("enabled", True)
+    )
     ignore_text = plan_agents_diff(
         old, cfg(doc), needs_restart=lambda a, b: a.model != b.model
     ).changed_agents
