@@ -316,8 +316,8 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
         ]
         assert restarted == ["cfo", "finance"]
         # status counts what runs: a disabled agent is not one that is down ("2/3 agents up")
-        status = await daemon.call("status")
-        assert status["agents"] | {"busy": 0} == {
+        live = await daemon.call("status")
+        assert live["agents"] | {"busy": 0} == {
             "total": 2,
             "running": 2,
             "paused": 0,
@@ -338,10 +338,10 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
         while not [e for e in daemon.events()[mark:] if e["kind"] == "child_exited"]:
             assert time.monotonic() < deadline, "cto did not crash"
             await asyncio.sleep(0.01)
-        status = await daemon.call("status")
-        assert "cto" not in nodes(status["tree"])
-        assert (status["agents"]["total"], status["agents"]["running"]) == (3, 2)
-        assert status["agents"]["failed"] == 1
+        live = await daemon.call("status")
+        assert "cto" not in nodes(live["tree"])
+        assert (live["agents"]["total"], live["agents"]["running"]) == (3, 2)
+        assert live["agents"]["failed"] == 1
 
     # without a daemon, `jobs run` says one is needed (exit 69) instead of guessing
     offline = await daemon.cli("jobs", "run", "weekly-note")

@@ -338,9 +338,9 @@ def test_plan_agents_diff() -> None:
     assert plan.restarted_agents == ("accountant", "marketing")
     top = copy.deepcopy(doc)
     top["supervisor"]["max_restarts"] = 5
-    assert set(plan_agents_diff(cfg(doc), cfg(top)).restarted_agents) == set(
+    assert set(plan_agents_diff(cfg(doc), cfg(top)).restarted_agents) == {
         a for a, spec in doc["agents"].items() if spec.get("enabled", True)
-    )
+    }
     ignore_text = plan_agents_diff(
         old, cfg(doc), needs_restart=lambda a, b: a.model != b.model
     ).changed_agents
