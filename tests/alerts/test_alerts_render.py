@@ -480,6 +480,13 @@ def test_the_shapes_the_daemon_sends() -> None:
     assert "agents restarted: cfo" in text
     assert "agents stopped" not in text
     assert "weekly" in text
+    # an agent the reload could not start: the alert says so, and why (it said only "agents
+    # started: analyst" — the founder was told of an agent that never ran)
+    failed = {**reloaded, "started": ["analyst"], "failures": ["analyst: no api key"]}
+    text = _text("daemon_reloaded", failed, "daemon")
+    assert "company.yaml reloaded, 1 change not applied" in text, text
+    assert "not applied: analyst: no api key" in text, text
+    assert "not applied" not in _text("daemon_reloaded", reloaded, "daemon")
     rejected = {
         "file": "/etc/companyd/company.yaml",
         "errors": [f"e{i}" for i in range(10)],

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from companyd.admin._results import ReloadApplied, ReloadRejected
+from companyd.admin._results import DepartmentChanges, ReloadApplied, ReloadRejected
 from companyd.admin._wire import result_data
 from companyd.clock import ManualClock
 from companyd.config import load_config
@@ -138,6 +138,26 @@ async def test_a_reload_names_the_settings_that_only_a_restart_applies(
         assert _reload_summary(result_data("reload", result)) == (
             "reloaded company.yaml: restarted cfo; 1 unchanged; memory.path, anthropic "
             "changed: takes effect at the next restart (`systemctl restart companyd`)"
+        )
+        # a change the tree could not apply (an agent that failed to start) is in the
+        # summary, not only in --json: "started analyst" alone said it ran
+        partial = result_data(
+            "reload",
+            ReloadApplied(
+                applied=True,
+                added=["analyst"],
+                removed=[],
+                changed=[],
+                unchanged=0,
+                departments=DepartmentChanges(added=[], removed=[], changed=[]),
+                routines={},
+                failures=["analyst: no api key"],
+                resumed=[],
+            ),
+        )
+        assert _reload_summary(partial) == (
+            "reloaded company.yaml: started analyst; 0 unchanged; NOT applied: analyst: no "
+            "api key (see `journalctl -u companyd`)"
         )
         # the pager's Telegram settings are read when it starts: a reload says so too (and
         # the two above still wait for the restart: they are compared with what runs)

@@ -196,7 +196,7 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
     write(cfg, company(agents, routines))
     # In this process: the reload SIGHUP starts (Daemon._sighup) is awaited here; the signal
     # itself, with RELOADING=1 and READY=1 around it, is the sd_notify test's.
-    async with InProcessDaemon(cfg, work / "s") as daemon:
+    async with InProcessDaemon(cfg, work / "s", env={"COMPANYD_DEBUG": "1"}) as daemon:
         before = nodes((await daemon.call("status"))["tree"])
         assert {"ceo", "cfo", "coo", "finance"} <= set(before)
         await daemon.advance(1)  # a second later: what starts now has a later started_at
@@ -295,6 +295,53 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
         assert [(f["kind"], f["outcome"]) for f in history["fires"]] == [("manual", "ok")]
         unknown = await daemon.cli("jobs", "run", "check-in")
         assert unknown.rc == 1 and "check-in" in unknown.err and "Traceback" not in unknown.err
+
+        # 4. change finance's strategy: the department restarts in place, and so does cfo in
+        # it — the answer and the daemon_reloaded event (the alert) say so ("2 unchanged"
+        # and "no agent changed" hid a restart that withdrew cfo's run)
+        # — and cto, disabled, is stopped, not also counted unchanged (it was "2 unchanged"
+        # beside "stopped cto": four agents out of three)
+        doc = company({**agents, "cto": {**agents["cto"], "enabled": False}}, routines)
+        doc["departments"]["finance"]["supervisor"] = {"strategy": "one_for_all"}
+        write(cfg, doc)
+        mark = len(daemon.events())
+        reload = await daemon.cli("reload")
+        assert reload.rc == 0, reload.err
+        assert reload.out == "reloaded company.yaml: stopped cto; restarted cfo; 1 unchanged\n"
+        [event] = [e for e in daemon.events()[mark:] if e["kind"] == "daemon_reloaded"]
+        assert event["data"]["restarted"] == ["cfo"] and event["data"]["unchanged"] == 1
+        assert event["data"]["stopped"] == ["cto"]
+        restarted = [
+            e["data"]["child"] for e in daemon.events()[mark:] if e["kind"] == "child_started"
+        ]
+        assert restarted == ["cfo", "finance"]
+        # status counts what runs: a disabled agent is not one that is down ("2/3 agents up")
+        live = await daemon.call("status")
+        assert live["agents"] | {"busy": 0} == {
+            "total": 2,
+            "running": 2,
+            "paused": 0,
+            "failed": 0,
+            "busy": 0,
+        }
+        assert daemon.running._status_line().startswith("2/2 agents up")
+
+        # 5. cto back as a temporary agent, which crashes: OTP drops it from the tree, and
+        # status still counts it — down, failed (it said "failed": 0 and only the
+        # STATUS= fraction hinted that an agent had stopped for good)
+        write(cfg, company({**agents, "cto": {**agents["cto"], "restart": "temporary"}}, routines))
+        reload = await daemon.cli("reload")
+        assert reload.rc == 0 and "started cto" in reload.out, (reload.out, reload.err)
+        mark = len(daemon.events())
+        assert (await daemon.call("debug", action="crash", target="cto"))["crashed"]
+        deadline = time.monotonic() + 10
+        while not [e for e in daemon.events()[mark:] if e["kind"] == "child_exited"]:
+            assert time.monotonic() < deadline, "cto did not crash"
+            await asyncio.sleep(0.01)
+        live = await daemon.call("status")
+        assert "cto" not in nodes(live["tree"])
+        assert (live["agents"]["total"], live["agents"]["running"]) == (3, 2)
+        assert live["agents"]["failed"] == 1
 
     # without a daemon, `jobs run` says one is needed (exit 69) instead of guessing
     offline = await daemon.cli("jobs", "run", "weekly-note")

@@ -295,6 +295,12 @@ async def test_a_crashing_agent_escalates_to_its_department_only(
                 await asyncio.sleep(0)
         gave_up = [e.source for e in events if e.kind == "max_intensity"]
         assert gave_up == ["companyd/agents/finance"]
+        # cfo's restart by finance is still counted after finance's own restart (status read
+        # "finance ↻1, cfo ↻0" after cfo had crashed twice; docs/daemon.md: since the daemon
+        # started)
+        assert finance.which_child("cfo").restarts == 1
+        [cfo] = [n for n in finance.snapshot()["children"] if n["id"] == "cfo"]
+        assert cfo["restarts"] == 1
         assert tree.agents.restarts_in_window() == 1
         assert tree.restarts_in_window() == 0
         assert paths(tree) == before  # everything back, same shape
@@ -328,6 +334,13 @@ def test_plan_agents_diff() -> None:
     assert plan.changed_departments == ("growth",)
     assert plan.removed_departments == ()
     assert not plan.restart_agents and not plan.empty
+    # growth restarts in place for its new settings: its agents restart with it
+    assert plan.restarted_agents == ("accountant", "marketing")
+    top = copy.deepcopy(doc)
+    top["supervisor"]["max_restarts"] = 5
+    assert set(plan_agents_diff(cfg(doc), cfg(top)).restarted_agents) == {
+        a for a, spec in doc["agents"].items() if spec.get("enabled", True)
+    }
     ignore_text = plan_agents_diff(
         old, cfg(doc), needs_restart=lambda a, b: a.model != b.model
     ).changed_agents

@@ -256,7 +256,17 @@ def _daemon_reloaded(data: Data, source: str, counts: Mapping[str, int]) -> Rend
     if isinstance(pending, list) and pending:
         names = txt(", ".join(map(str, pending)), 300)
         lines.append(f"waiting for a restart: {names} (`systemctl restart companyd`)")
-    return Rendered(title="company.yaml reloaded", lines=tuple(lines))
+    # what the tree could not apply (an agent that failed to start): "agents started: x"
+    # above lists x all the same, so the title and a line each say it did not happen
+    failures = data.get("failures")
+    title = "company.yaml reloaded"
+    if isinstance(failures, list) and failures:
+        n = len(failures)
+        title += f", {n} change{'' if n == 1 else 's'} not applied"
+        lines += [f"not applied: {txt(f, 300)}" for f in failures[:5]]
+        if n > 5:
+            lines.append(f"… and {n - 5} more — see `journalctl -u companyd`")
+    return Rendered(title=title, lines=tuple(lines))
 
 
 def _config_rejected(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:

@@ -418,6 +418,11 @@ def _reload_summary(result: Mapping[str, Any]) -> str:
             f"{', '.join(later)} changed: takes effect at the next restart "
             "(`systemctl restart companyd`)"
         )
+    # what the tree could not apply (an agent that failed to start; "started" above still
+    # names it): said here, not only in --json
+    failures = [as_text(f) or repr(f) for f in as_list(result.get("failures"))]
+    if failures:
+        parts.append(f"NOT applied: {'; '.join(failures)} (see `journalctl -u companyd`)")
     return "reloaded company.yaml" + (": " + "; ".join(parts) if parts else ": no changes")
 
 

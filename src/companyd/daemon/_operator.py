@@ -163,18 +163,24 @@ class Operator:
         _mark_paused_until(tree, {a: clock_time(t, self.config.timezone) for a, t in ends.items()})
         _mark_not_serving(tree, self._not_serving())
         running = self.staff.in_flight()
-        agents_total = len(self.config.agents)
-        agent_nodes = _agent_nodes(tree, set(self.config.agents))
+        # the agents that should run: a disabled one is not in the tree, nor down
+        enabled = {s for s, a in self.config.agents.items() if a.enabled}
+        agent_nodes = _agent_nodes(tree, enabled)
+        # down: restarting, stopped or failed in the tree — or not in it at all once it is
+        # up (a temporary agent that crashed is dropped, OTP's rule; a department being
+        # restarted shows no children)
+        absent = len(enabled - {n.get("id") for n in agent_nodes}) if tree else 0
+        down = ("restarting", "stopped", "failed")
         return partial(
             Status,
             now=now,
             daemon=self.daemon_info(now),
             company=CompanyInfo(name=self.config.name, timezone=self.config.timezone),
             agents=AgentCounts(
-                total=agents_total,
+                total=len(enabled),
                 running=sum(1 for n in agent_nodes if n.get("state") == "running"),
                 paused=len(paused),
-                failed=sum(1 for n in agent_nodes if n.get("state") in ("restarting", "stopped")),
+                failed=sum(1 for n in agent_nodes if n.get("state") in down) + absent,
                 busy=len(running),
             ),
             tree=tree,

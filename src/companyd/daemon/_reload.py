@@ -192,7 +192,15 @@ class Reloader:
                 # what in it will not work as the founder may think
                 log.warning("%s", w)
             self.reloads.applied(self.config_loaded_at)
-            unchanged = [a for a in new.agents if a in old.agents and a not in diff.changed_agents]
+            # restarted: also the agents of a department restarted for its new settings;
+            # unchanged: the agents that run on untouched (a disabled one is not in the tree:
+            # disabling one stops it, so it is never also "unchanged")
+            restarted = diff.restarted_agents
+            unchanged = [
+                s
+                for s, a in new.agents.items()
+                if a.enabled and s in old.agents and old.agents[s].enabled and s not in restarted
+            ]
             # against what runs, not the last file loaded: a change an earlier reload could
             # not apply still waits for the restart, and one undone no longer does
             later = waiting_for_restart(self.started_config, new, self.state_dir, self.alerts)
@@ -200,7 +208,7 @@ class Reloader:
                 applied=True,
                 added=list(diff.added_agents),
                 removed=list(diff.removed_agents),
-                changed=list(diff.changed_agents),
+                changed=list(restarted),
                 unchanged=len(unchanged),
                 departments=DepartmentChanges(
                     added=list(diff.added_departments),
@@ -212,6 +220,10 @@ class Reloader:
                 resumed=list(resumed),
                 restart_required=later or None,
             )
+            for failure in diff.failures:
+                # the reload's answer, its alert and this line say it; status's tree shows
+                # the agent absent
+                log.warning("company.yaml reloaded, but not applied: %s", failure)
             if later:
                 log.warning(
                     "company.yaml reloaded, but %s only take(s) effect when the daemon "

@@ -104,7 +104,10 @@ class TreeDiff(Frozen):
     Agents and departments are slugs. ``changed_*`` includes moves (a new department or
     parent); a changed agent or department is stopped and started again with its new
     config. ``restart_agents`` means the top ``supervisor:`` block changed, so the whole
-    agents subtree restarts. ``failures`` lists what could not be applied (a child that
+    agents subtree restarts. ``restarted_agents`` is every agent that keeps its slug and is
+    stopped and started again: the changed ones, plus every agent inside a changed (or
+    moved) department, plus all of them when ``restart_agents`` — what the reload's answer
+    and its alert call restarted. ``failures`` lists what could not be applied (a child that
     failed to start), one message each; ``deferred`` lists supervisors that were not running
     (their next start reads the new config).
     """
@@ -116,6 +119,7 @@ class TreeDiff(Frozen):
     removed_departments: tuple[str, ...] = ()
     changed_departments: tuple[str, ...] = ()
     restart_agents: bool = False
+    restarted_agents: tuple[str, ...] = ()
     failures: tuple[str, ...] = ()
     deferred: tuple[str, ...] = ()
 
@@ -162,23 +166,43 @@ def plan_agents_diff(
     """
     oa, na = _enabled(old), _enabled(new)
     od, nd = old.departments, new.departments
+    changed_agents = tuple(
+        s
+        for s in na
+        if s in oa and (oa[s].department != na[s].department or needs_restart(oa[s], na[s]))
+    )
+    changed_departments = tuple(
+        s
+        for s in nd
+        if s in od and (od[s].parent != nd[s].parent or od[s].supervisor != nd[s].supervisor)
+    )
+    restart_agents = old.spec.supervisor != new.spec.supervisor
+    # a department restarted in place (or moved) stops and starts every agent inside it
+    restarted = set(changed_departments)
     return TreeDiff(
         added_agents=tuple(s for s in na if s not in oa),
         removed_agents=tuple(s for s in oa if s not in na),
-        changed_agents=tuple(
-            s
-            for s in na
-            if s in oa and (oa[s].department != na[s].department or needs_restart(oa[s], na[s]))
-        ),
+        changed_agents=changed_agents,
         added_departments=tuple(s for s in nd if s not in od),
         removed_departments=tuple(s for s in od if s not in nd),
-        changed_departments=tuple(
+        changed_departments=changed_departments,
+        restart_agents=restart_agents,
+        restarted_agents=tuple(
             s
-            for s in nd
-            if s in od and (od[s].parent != nd[s].parent or od[s].supervisor != nd[s].supervisor)
+            for s in na
+            if s in oa
+            and (restart_agents or s in changed_agents or _within(new, na[s].department, restarted))
         ),
-        restart_agents=old.spec.supervisor != new.spec.supervisor,
     )
+
+
+def _within(cfg: CompanyConfig, department: str | None, marked: set[str]) -> bool:
+    """Whether ``department`` or one of its ancestors (in ``cfg``) is in ``marked``."""
+    while department is not None:
+        if department in marked:
+            return True
+        department = cfg.departments[department].parent
+    return False
 
 
 # ---------------------------------------------------------------------------------------
@@ -372,13 +396,6 @@ class CompanyTree(Supervisor):
         rebuilt = set(plan.added_departments) | set(plan.changed_departments)
         gone = set(plan.removed_departments) | set(plan.changed_departments)
 
-        def covered(cfg: CompanyConfig, node: str | None, marked: set[str]) -> bool:
-            while node is not None:
-                if node in marked:
-                    return True
-                node = cfg.departments[node].parent
-            return False
-
         settings_changed = [
             s
             for s in plan.changed_departments
@@ -389,13 +406,13 @@ class CompanyTree(Supervisor):
         # 1. Stop what leaves or moves, deepest supervisors untouched when their parent goes.
         for slug in reversed(plan.removed_agents + plan.changed_agents):
             node = old.agents[slug].department
-            if covered(old, node, gone):
+            if _within(old, node, gone):
                 continue
             sup = self._node(node)
             await attempt(sup, slug, functools.partial(self._remove, sup, slug))
         for slug in reversed(plan.removed_departments + tuple(moved_departments)):
             parent = old.departments[slug].parent
-            if covered(old, parent, gone):
+            if _within(old, parent, gone):
                 continue
             sup = self._node(parent)
             await attempt(sup, slug, functools.partial(self._remove, sup, slug))
@@ -408,7 +425,7 @@ class CompanyTree(Supervisor):
         # 3. Restart departments whose settings changed, in place.
         for slug in settings_changed:
             parent = new.departments[slug].parent
-            if covered(new, parent, rebuilt) or covered(old, parent, gone):
+            if _within(new, parent, rebuilt) or _within(old, parent, gone):
                 continue
             sup = self._node(parent)
             await attempt(sup, slug, functools.partial(sup.terminate_child, slug))
@@ -420,7 +437,7 @@ class CompanyTree(Supervisor):
             if slug not in plan.added_agents and slug not in plan.changed_agents:
                 continue
             agent = enabled[slug]
-            if covered(new, agent.department, rebuilt):
+            if _within(new, agent.department, rebuilt):
                 continue
             sup = self._node(agent.department)
             node_spec = (
@@ -434,7 +451,7 @@ class CompanyTree(Supervisor):
             if slug not in plan.added_departments and slug not in moved_departments:
                 continue
             parent = new.departments[slug].parent
-            if covered(new, parent, rebuilt):
+            if _within(new, parent, rebuilt):
                 continue
             sup = self._node(parent)
             spec = self._department(slug).child_spec(slug)

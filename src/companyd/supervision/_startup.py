@@ -71,7 +71,8 @@ class StartupMixin(SupervisorState):
             self._template = specs[0]
             return False
         for spec in specs:
-            self._children[spec.id] = Child(spec)
+            child = self._children[spec.id] = Child(spec)
+            child.restarts = self._carried.get(spec.id, 0)
         for child in list(self._children.values()):
             if self._stop_requested:
                 return False

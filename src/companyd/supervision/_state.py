@@ -205,6 +205,11 @@ class SupervisorState(Protocol):
     _flags: SupervisorFlags
     #: The child records in start order (a dict keeps insertion order).
     _children: dict[str, Child]
+    #: Each child's restart count when this supervisor last (re)started, by id: its init's
+    #: children go on counting from there, so status's ``restarts`` is since the daemon
+    #: started, not reset when a parent restarts this supervisor (companyd's count; OTP's
+    #: restart decisions and intensity are untouched).
+    _carried: dict[str, int]
     #: The template of a simple_one_for_one supervisor, else None.
     _template: ChildSpec | None = None
     #: simple_one_for_one: numbers for instance ids, and the last one issued.

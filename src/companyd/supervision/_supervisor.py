@@ -167,6 +167,7 @@ class Supervisor(ViewsMixin, DynamicMixin, RestartMixin, StartupMixin, ShutdownM
         self._status: Status = "stopped"
         self._flags = SupervisorFlags()
         self._children: dict[str, Child] = {}
+        self._carried: dict[str, int] = {}
         self._template: ChildSpec | None = None
         self._seq = itertools.count(1)
         self._issued = 0
@@ -348,6 +349,8 @@ class Supervisor(ViewsMixin, DynamicMixin, RestartMixin, StartupMixin, ShutdownM
             self._bus = self._bus_arg if self._bus_arg is not None else parent._bus
             self._clock = self._clock_arg if self._clock_arg is not None else parent._clock
             self._random = self._random_arg if self._random_arg is not None else parent._random
+        if self._template is None:  # simple_one_for_one instances get new ids: nothing to carry
+            self._carried = {c.id: c.restarts for c in self._children.values()}
         self._children = {}
         self._template = None
         self._seq = itertools.count(1)

@@ -48,7 +48,8 @@ class ViewsMixin(SupervisorState):
 
         Every node has ``id``, ``path``, ``kind`` (``supervisor`` | ``worker``), ``state``
         (``starting`` | ``running`` | ``restarting`` | ``stopping`` | ``stopped`` |
-        ``failed``), ``restarts`` (by its supervisor since that one (re)started),
+        ``failed``), ``restarts`` (by its supervisor, since the daemon started: a restart of
+        that supervisor carries its children's counts over),
         ``started_at`` / ``uptime_s`` (None when not running), ``last_exit`` and
         ``children`` (start order); supervisors add ``strategy``, ``max_restarts``,
         ``max_seconds``, ``auto_shutdown`` and ``restarts_in_window``. A child that is not
