@@ -96,7 +96,14 @@ async def test_a_crash_of_the_web_layer_is_restarted_and_never_touches_the_agent
         exit_event = await asyncio.wait_for(crashed.get(), 10)
         assert exit_event.data["child"] == "dashboard"
         assert exit_event.data["reason"].startswith("error:")
-        await wait_for(lambda: nodes(d.tree.snapshot())["dashboard"]["restarts"] == 1)
+        # restarted, and up again: the count goes to 1 as the restart begins ("restarting"),
+        # the old URL may still be set then — wait for the node to run again
+        await wait_for(
+            lambda: (
+                (node := nodes(d.tree.snapshot())["dashboard"])["restarts"] == 1
+                and node["state"] == "running"
+            )
+        )
         await wait_for(lambda: server.url is not None)
         after = nodes((await d.status()).tree)
         assert after["dashboard"]["state"] == "running"
