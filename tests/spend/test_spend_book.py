@@ -522,7 +522,7 @@ async def test_stale_reservations_are_dropped_and_reported_on_start(
             run_id="run-9",
             routine=None,
             model="unit-model",
-            amount_pusd=250_000 * 10**6,
+            amount_pusd=1_250 * PUSD,  # a large worst case: said with thousands separated
             created=0.0,
             pid=os.getpid(),  # even a live pid: only one daemon owns the state dir
             boot="old",
@@ -535,7 +535,8 @@ async def test_stale_reservations_are_dropped_and_reported_on_start(
         assert all(b["reserved_usd"] == 0.0 for b in report["budgets"])
         await spend(book, "ceo", 1_000_000)  # the whole $1 is available: no phantom
     (ev,) = events(bus, "spend_unsettled")
-    assert ev.data["calls"] == 1 and ev.data["worst_case_usd"] == 0.25
+    assert ev.data["calls"] == 1 and ev.data["worst_case_usd"] == 1250.0
+    assert "up to $1,250.0000 may have been spent without being recorded" in ev.data["message"]
     assert ev.data["agents"] == ["cfo"] and ev.data["runs"] == ["run-9"]
 
 
