@@ -358,3 +358,19 @@ def test_the_runs_status_choices_are_every_run_status() -> None:
     from companyd.runs import RunStatus
 
     assert ("running", *(str(s) for s in RunStatus)) == companyd.cli._roles._STATUSES
+
+
+def test_the_ask_footer_says_the_cost_as_companyd_runs_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `${cost:.4f}` said a run of $0.00004 cost "$0.0000"; companyd.admin.format_usd with
+    # usd_places (at least RUN_COST_PLACES decimals) as `companyd runs` prints a run's cost
+    from companyd.cli._roles import _print_answer
+
+    result = {"status": "ok", "answer": "hi", "models": ["m"], "tokens": 12, "steps": 1}
+    assert _print_answer({**result, "cost_usd": 0.00004, "run_id": "run-1"}) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "— m · 12 tokens · $0.00004 · 1 steps · run-1"
+    )
+    assert _print_answer({**result, "cost_usd": 1234.5, "run_id": "run-2"}) == 0
+    assert "· $1,234.5000 ·" in capsys.readouterr().out

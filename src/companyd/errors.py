@@ -22,6 +22,7 @@ from companyd._secrets import redact
 
 __all__ = [
     "EX_CONFIG",
+    "EX_PARTIAL",
     "EX_REFUSED",
     "EX_SOFTWARE",
     "EX_TEMPFAIL",
@@ -44,6 +45,10 @@ EX_REFUSED = 1
 #: 2: the command line is wrong (argparse's code): an unknown option, a bad value, the
 #: config named twice differently.
 EX_USAGE = 2
+#: 3: the command was done only in part — a reload whose tree could not apply some of its
+#: changes (an agent that failed to start): not a clean "yes" (0) nor a "no" (1, nothing
+#: changed), so a deploy script can tell it apart.
+EX_PARTIAL = 3
 #: sysexits.h codes.
 EX_CONFIG = 78
 EX_SOFTWARE = 70

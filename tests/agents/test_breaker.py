@@ -94,3 +94,16 @@ def test_loop_detection_keys_inputs_json_cannot_encode_by_their_text() -> None:
     b.note_tool_call("t", {"when": Decimal("1.5")})
     with pytest.raises(BreakerTripped):
         b.note_tool_call("t", {"when": Decimal("1.5")})
+
+
+def test_max_cost_says_amounts_as_the_spend_cli_does() -> None:
+    # a limit of $0.004 read "$0.00 reached"; dollars print as `companyd spend` prints them
+    # (companyd.admin.format_usd): never a non-zero amount as zero, thousands separated
+    b = Breaker(LimitsSpec(max_cost_usd=0.004), started=0.0)
+    b.add_step(1, Decimal("0.00412"))
+    exc = tripped(b, now=0.0)
+    assert exc is not None and str(exc) == "max_cost_usd $0.004 reached (spent $0.0041)"
+    b = Breaker(LimitsSpec(max_cost_usd=1500), started=0.0)
+    b.add_step(1, Decimal("1500.5"))
+    exc = tripped(b, now=0.0)
+    assert exc is not None and str(exc) == "max_cost_usd $1,500.00 reached (spent $1,500.5000)"

@@ -487,6 +487,12 @@ def test_the_shapes_the_daemon_sends() -> None:
     assert "company.yaml reloaded, 1 change not applied" in text, text
     assert "not applied: analyst: no api key" in text, text
     assert "not applied" not in _text("daemon_reloaded", reloaded, "daemon")
+    # a worst case under a hundredth of a cent read "up to $0.0000" (`:.4f`): a run's cost
+    # as `companyd runs` prints it (alerts._values.run_cost)
+    small = {"calls": 1, "total_worst_case_usd": 0.00002}
+    assert "1 call timed out; up to $0.00002 may have been billed" in _text(
+        "spend_unanswered", small, "spend"
+    )
     rejected = {
         "file": "/etc/companyd/company.yaml",
         "errors": [f"e{i}" for i in range(10)],

@@ -1114,6 +1114,22 @@ async def test_cli_commands_against_a_running_daemon(
     code, out, err = await _cli("reload", *sd)
     assert code == 1 and "rejected; the daemon keeps running the previous version" in err
     assert "company.yaml:12:3: agents.cfo.budget" in err
+    # a reload the tree applied only in part (an agent that failed to start) is not a clean
+    # reload: its own exit code (3, EX_PARTIAL), said in the line; --json unchanged
+    company.reload_result = {
+        "applied": True,
+        "added": ["analyst"],
+        "unchanged": 3,
+        "failures": ["analyst: no api key"],
+    }
+    code, out, err = await _cli("reload", *sd)
+    assert code == 3, (out, err)
+    assert out.strip() == (
+        "reloaded company.yaml: started analyst; 3 unchanged; NOT applied: analyst: no api "
+        "key (see `journalctl -u companyd`; exit 3)"
+    )
+    code, out, _ = await _cli("reload", "--json", *sd)
+    assert code == 3 and json.loads(out)["failures"] == ["analyst: no api key"]
 
 
 @pytest.mark.anyio

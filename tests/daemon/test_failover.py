@@ -33,6 +33,13 @@ def company(schema: str) -> dict[str, Any]:
         "agents": {
             "ceo": {"title": "CEO", "instructions": "You are the CEO."},
             "cfo": {"title": "CFO", "instructions": "You are the CFO.", "reports_to": "ceo"},
+            # disabled: counted by neither node's status
+            "cto": {
+                "title": "CTO",
+                "instructions": "You are the CTO.",
+                "reports_to": "ceo",
+                "enabled": False,
+            },
         },
         "routines": {
             "report": {
@@ -96,6 +103,9 @@ async def test_one_leads_the_standby_answers_reads_and_takes_over_after_a_sigkil
             seen = await _until_role(b, "standby")
             assert seen["node"] == "a" and seen["pid"] == a.pid
             assert seen["epoch"] == first["epoch"]
+            # the standby counts the agents the company runs as the leader does: the
+            # disabled cto is not one of them
+            assert (await b.call("status"))["agents"]["total"] == 2
             # a read is answered by the standby itself; anything else names the leader
             budget = await b.call("budget")
             assert any(row["scope"] == "company" for row in budget["budgets"])

@@ -157,7 +157,7 @@ async def test_a_reload_names_the_settings_that_only_a_restart_applies(
         )
         assert _reload_summary(partial) == (
             "reloaded company.yaml: started analyst; 0 unchanged; NOT applied: analyst: no "
-            "api key (see `journalctl -u companyd`)"
+            "api key (see `journalctl -u companyd`; exit 3)"
         )
         # the pager's Telegram settings are read when it starts: a reload says so too (and
         # the two above still wait for the restart: they are compared with what runs)

@@ -522,7 +522,7 @@ async def test_stale_reservations_are_dropped_and_reported_on_start(
             run_id="run-9",
             routine=None,
             model="unit-model",
-            amount_pusd=250_000 * 10**6,
+            amount_pusd=1_250 * PUSD,  # a large worst case: said with thousands separated
             created=0.0,
             pid=os.getpid(),  # even a live pid: only one daemon owns the state dir
             boot="old",
@@ -535,7 +535,8 @@ async def test_stale_reservations_are_dropped_and_reported_on_start(
         assert all(b["reserved_usd"] == 0.0 for b in report["budgets"])
         await spend(book, "ceo", 1_000_000)  # the whole $1 is available: no phantom
     (ev,) = events(bus, "spend_unsettled")
-    assert ev.data["calls"] == 1 and ev.data["worst_case_usd"] == 0.25
+    assert ev.data["calls"] == 1 and ev.data["worst_case_usd"] == 1250.0
+    assert "up to $1,250.0000 may have been spent without being recorded" in ev.data["message"]
     assert ev.data["agents"] == ["cfo"] and ev.data["runs"] == ["run-9"]
 
 
@@ -588,3 +589,30 @@ async def test_a_settle_whose_caller_is_cancelled_still_records_the_call(
         report = await book.budget_report()
         assert report["in_flight"] == 0
         assert report["budgets"][0]["used_usd"] == 0.05
+
+
+@pytest.mark.anyio
+async def test_small_sums_read_as_the_spend_cli_prints_them(tmp_path: Path, bus: EventBus) -> None:
+    # a budget of $0.004 read "$0.00" (`:.2f`), a worst case of $0.00002 "$0.0000": every
+    # amount in a reason, refusal or alert message is companyd.admin.format_usd's
+    clock = ManualClock(start=local_ts("UTC", 2026, 11, 20, 12, 0))
+    book = book_for(tmp_path, bus, clock, agents={"ceo": None, "cfo": "{daily_usd: 0.004}"})
+    async with running(book):
+        await spend(book, "cfo", 3_500)
+        await spend(book, "cfo", 500)
+        assert (book.exhausted("cfo") or "").startswith(
+            "agent 'cfo' daily budget of $0.004 is used up ($0.0040 spent)"
+        )
+        with pytest.raises(BudgetExhausted) as ei:
+            await reserve(book, "cfo", 10)
+        assert str(ei.value).startswith(
+            "agent cfo's daily budget of $0.004 is exhausted: this call could cost up to "
+            "$0.00001 but only $0.00000 is left"
+        )
+        res = await reserve(book, "ceo", 20)
+        await book.forfeit(res, reason="ModelTimeout: no answer")
+        await book.flush()
+    (warned, *_) = events(bus, "budget_threshold")
+    assert warned.data["message"].endswith("daily budget ($0.0035 of $0.0040)")
+    (unanswered,) = events(bus, "spend_unanswered")
+    assert unanswered.data["message"] == "1 call timed out; up to $0.00002 may have been billed"

@@ -83,8 +83,12 @@ async def test_raises_that_add_up_past_the_bound_are_refused(tmp_path: Path, bus
         with pytest.raises(SpendError, match="at most \\$1,000,000"):
             await book.raise_today("cfo", Decimal(200_000))
         assert await _cfo_limit(book) == 900_000.2
+        # what was raised is said as the spend CLI says money: it read "$0.00" for $0.004
+        await book.raise_today(None, Decimal("0.004"))  # the company budget
+        with pytest.raises(SpendError, match=r"\(already raised today: \$0\.004\)"):
+            await book.raise_today(None, Decimal(1_000_000))
         await book.flush()
-        assert len(_ledger_raises(state)) == 2
+        assert len(_ledger_raises(state)) == 3
 
 
 @pytest.mark.anyio

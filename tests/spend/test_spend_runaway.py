@@ -113,3 +113,18 @@ def test_history_settled_late_counts_in_the_same_window() -> None:
     expected = theirs.check("dev", START + 1, None)
     assert expected is not None and expected["basis"] == "history"
     assert _compared(ours.check("dev", START + 1, None)) == expected
+
+
+def test_the_message_says_sums_as_the_spend_cli_does() -> None:
+    # $300 windows, then $6,000 in one: it said "spent $6000.00" (`:.2f`, no thousands
+    # separator, unlike every other amount the founder reads: companyd.admin.format_usd)
+    det = RunawayDetector(WINDOW, Decimal(5))
+    for i in range(3):
+        det.add("dev", START - 86_400 + i * WINDOW, to_pusd(Decimal("300")))
+    det.add("dev", START, to_pusd(Decimal("6000")))
+    alert = det.check("dev", START, None)
+    assert alert is not None
+    assert alert["message"].startswith(
+        "agent 'dev' spent $6,000.00 in the last 10 min ($600.0000/min), more than 5× its "
+        "usual $30.0000/min"
+    )

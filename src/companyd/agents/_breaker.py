@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from companyd.admin import RUN_COST_PLACES, format_usd, usd_places
 from companyd.config import LimitsSpec
 from companyd.errors import CompanydError
 
@@ -73,9 +74,11 @@ class Breaker:
                 "max_steps", f"max_steps {lim.max_steps} reached ({self.steps} model calls)"
             )
         if lim.max_cost_usd is not None and self.cost >= Decimal(str(lim.max_cost_usd)):
+            limit, spent = lim.max_cost_usd, self.cost
             raise BreakerTripped(
                 "max_cost_usd",
-                f"max_cost_usd ${lim.max_cost_usd:.2f} reached (spent ${float(self.cost):.4f})",
+                f"max_cost_usd {format_usd(limit, usd_places([limit]))} reached (spent "
+                f"{format_usd(spent, usd_places([spent], minimum=RUN_COST_PLACES))})",
             )
         if lim.max_tokens is not None and self.tokens >= lim.max_tokens:
             raise BreakerTripped(

@@ -17,7 +17,19 @@ from datetime import tzinfo
 from typing import Any
 
 from companyd.alerts._render import Button, KindSpec, Rendered, Renderer
-from companyd.alerts._values import Data, has, line, num, pct, secs, times_in, txt, usd, when
+from companyd.alerts._values import (
+    Data,
+    has,
+    line,
+    num,
+    pct,
+    run_cost,
+    secs,
+    times_in,
+    txt,
+    usd,
+    when,
+)
 from companyd.events import (
     AgentPaused,
     AgentResumed,
@@ -458,8 +470,9 @@ def _api_key_refused(data: Data, source: str, counts: Mapping[str, int]) -> Rend
 def _spend_unanswered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     n = num(data.get("calls")) or counts.get("spend_unanswered", 1)
     total = num(data.get("total_worst_case_usd"))
-    # small sums matter here (a call's worst case is often cents): show four decimals
-    amount = f"${total:.4f}" if total is not None and total < 1 else usd(total)
+    # small sums matter here (a call's worst case is often cents): at least four decimals,
+    # as a run's cost, and never a non-zero sum as "$0.0000"
+    amount = run_cost(total) if total is not None and total < 1 else usd(total)
     title = f"{n:.0f} call{'s' if n != 1 else ''} timed out; up to {amount} may have been billed"
     lines = [
         "today, company-wide; counted against the budgets at their worst case",

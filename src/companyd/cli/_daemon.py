@@ -37,6 +37,8 @@ from companyd.cli._main import print_json
 if TYPE_CHECKING:
     from companyd.daemon import ControlClient
 from companyd.errors import (
+    EX_PARTIAL,
+    EX_REFUSED,
     EX_SOFTWARE,
     EX_TEMPFAIL,
     EX_UNAVAILABLE,
@@ -196,7 +198,7 @@ def call_daemon(
         return fail(str(exc), "error", 1)
     if as_json:
         print_json(result)
-        return 1 if op == "reload" and result.get("applied") is False else 0
+        return _reload_exit(result) if op == "reload" else 0
     return printer(result)
 
 
@@ -380,11 +382,23 @@ def _reload(args: argparse.Namespace) -> int:
             )
             for err in as_list(result.get("errors")):
                 print(f"  {as_text(err) or repr(err)}", file=sys.stderr)
-            return 1
+            return _reload_exit(result)
         print(_reload_summary(result))
-        return 0
+        return _reload_exit(result)
 
     return call_daemon(args, "reload", show)
+
+
+def _reload_exit(result: Mapping[str, Any]) -> int:
+    """``companyd reload``'s exit code, with or without ``--json``: 1 (:data:`EX_REFUSED`)
+    when company.yaml was rejected (nothing changed), 3 (:data:`EX_PARTIAL`) when the tree
+    could not apply some of the changes (``failures``: an agent that failed to start), else 0.
+    """
+    from companyd.admin import as_list
+
+    if result.get("applied") is False:
+        return EX_REFUSED
+    return EX_PARTIAL if as_list(result.get("failures")) else 0
 
 
 def _reload_summary(result: Mapping[str, Any]) -> str:
@@ -422,7 +436,9 @@ def _reload_summary(result: Mapping[str, Any]) -> str:
     # names it): said here, not only in --json
     failures = [as_text(f) or repr(f) for f in as_list(result.get("failures"))]
     if failures:
-        parts.append(f"NOT applied: {'; '.join(failures)} (see `journalctl -u companyd`)")
+        parts.append(
+            f"NOT applied: {'; '.join(failures)} (see `journalctl -u companyd`; exit {EX_PARTIAL})"
+        )
     return "reloaded company.yaml" + (": " + "; ".join(parts) if parts else ": no changes")
 
 

@@ -361,6 +361,8 @@ async def _ask_in_process(
 
 
 def _print_answer(result: Mapping[str, Any]) -> int:
+    from companyd.admin import RUN_COST_PLACES, format_usd, usd_places
+
     status = str(result.get("status", "?"))
     answer = str(result.get("answer") or "").strip()
     if answer:
@@ -368,8 +370,10 @@ def _print_answer(result: Mapping[str, Any]) -> int:
     models = ", ".join(str(m) for m in result.get("models") or []) or "no model call"
     tokens = int(result.get("tokens") or 0)
     cost = float(result.get("cost_usd") or 0.0)
+    # as `companyd runs` prints a run's cost: never a non-zero cost as "$0.0000"
+    shown = format_usd(cost, usd_places([cost], minimum=RUN_COST_PLACES))
     line = (
-        f"— {models} · {tokens:,} tokens · ${cost:.4f} · {result.get('steps', 0)} steps · "
+        f"— {models} · {tokens:,} tokens · {shown} · {result.get('steps', 0)} steps · "
         f"{result.get('run_id') or 'no run'}"
     )
     if result.get("offline"):

@@ -164,7 +164,7 @@ class Operator:
         _mark_not_serving(tree, self._not_serving())
         running = self.staff.in_flight()
         # the agents that should run: a disabled one is not in the tree, nor down
-        enabled = {s for s, a in self.config.agents.items() if a.enabled}
+        enabled = enabled_agents(self.config)
         agent_nodes = _agent_nodes(tree, enabled)
         # down: restarting, stopped or failed in the tree — or not in it at all once it is
         # up (a temporary agent that crashed is dropped, OTP's rule; a department being
@@ -988,6 +988,13 @@ def _mark_paused_until(node: dict[str, Any], until: Mapping[str, str]) -> None:
         node["paused_until"] = until[node["id"]]
     for child in node.get("children", ()):
         _mark_paused_until(child, until)
+
+
+def enabled_agents(config: CompanyConfig) -> set[str]:
+    """The agents ``status`` counts (``agents.total``), on a leader and a standby alike: the
+    enabled ones — a disabled agent is not started, so neither up nor down.
+    """
+    return {s for s, a in config.agents.items() if a.enabled}
 
 
 def _agent_nodes(node: dict[str, Any], agents: set[str]) -> list[dict[str, Any]]:

@@ -41,7 +41,7 @@ from companyd.admin import (
 )
 from companyd.clock import Clock, utc_from_ts
 from companyd.daemon._control import ControlServer
-from companyd.daemon._operator import Operator, spend_for_status
+from companyd.daemon._operator import Operator, enabled_agents, spend_for_status
 from companyd.spend import Ledger, LedgerError, read_budget_report
 from companyd.supervision import StandaloneContext
 
@@ -130,7 +130,9 @@ class StandbyAdmin:
             now=now,
             daemon=d.daemon_info(now, leader=leader_block(leader), dashboard=False),
             company=CompanyInfo(name=d.config.name, timezone=d.config.timezone),
-            agents=AgentCounts(total=len(d.config.agents), running=0, paused=0, failed=0, busy=0),
+            agents=AgentCounts(
+                total=len(enabled_agents(d.config)), running=0, paused=0, failed=0, busy=0
+            ),
             tree={},
             runs_in_flight=[],
             alerts=PagerHealth(

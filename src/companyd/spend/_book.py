@@ -68,7 +68,7 @@ from zoneinfo import ZoneInfo
 
 from companyd._aio import race
 from companyd._fs import DiskAlarm, is_disk_failure
-from companyd.admin import BudgetsData, SpendReportData
+from companyd.admin import RUN_COST_PLACES, BudgetsData, SpendReportData
 from companyd.clock import Clock
 from companyd.config import CompanyConfig
 from companyd.events import (
@@ -98,6 +98,7 @@ from companyd.spend._ledger import (
     LedgerError,
     from_pusd,
     to_pusd,
+    usd_said,
 )
 from companyd.spend._ledger_thread import LedgerThread
 from companyd.spend._periods import next_day_start, parse_period, period_keys
@@ -258,7 +259,8 @@ class SpendBook:
                     runs=sorted({r.run_id for r in stale if r.run_id}),
                     message=(
                         f"{len(stale)} LLM call(s) were in flight when companyd last stopped "
-                        f"without settling; up to ${from_pusd(worst):.4f} may have been spent "
+                        "without settling; up to "
+                        f"{usd_said(from_pusd(worst), RUN_COST_PLACES)} may have been spent "
                         "without being recorded. Their reservations were dropped."
                     ),
                 )

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from companyd._frozen import Frozen
 from companyd._sqlite import Database, Migration, SchemaTooNew, store_errors, transaction
-from companyd.admin import SpendTotals
+from companyd.admin import SpendTotals, format_usd, usd_places
 from companyd.errors import CompanydError
 from companyd.llm import Usage
 from companyd.storage import (
@@ -261,6 +261,14 @@ def from_pusd(pusd: int) -> Decimal:
 def usd_str(usd: Decimal) -> str:
     """An exact USD amount as plain decimal text (``"0.0123"``, ``"10"``), no exponent."""
     return format(usd.normalize(), "f") if usd else "0"
+
+
+def usd_said(usd: Decimal | float, minimum: int = 2) -> str:
+    """Dollars in a message the founder reads (a refusal, a pause's reason, an alert), as the
+    spend CLI prints them (:func:`companyd.admin.format_usd`): at least ``minimum`` decimals,
+    more when needed so a non-zero amount never reads as zero, thousands separated.
+    """
+    return format_usd(usd, usd_places([usd], minimum=minimum))
 
 
 class CallRow(Frozen):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from companyd.spend._budgets import scope_label
-from companyd.spend._ledger import from_pusd, to_pusd
+from companyd.spend._ledger import from_pusd, to_pusd, usd_said
 from companyd.spend._reservations import SpendError
 
 __all__ = ["MAX_RAISE_USD", "check_bound", "check_scope", "parse_amount"]
@@ -68,10 +68,10 @@ def check_bound(scope: str, amount: Decimal, usd: Decimal | float, already: int)
         SpendError: the bound, and what to do for a lasting change.
     """
     if amount > MAX_RAISE_USD or to_pusd(amount) + already > to_pusd(MAX_RAISE_USD):
-        shown = f"${amount:,.2f}" if amount <= MAX_RAISE_USD else f"${usd}"
+        shown = usd_said(amount) if amount <= MAX_RAISE_USD else f"${usd}"
         raise SpendError(
             f"a budget raise of {shown:.40} is refused: {scope_label(scope)} may be "
             f"raised by at most ${MAX_RAISE_USD:,} a day in total (already raised today: "
-            f"${from_pusd(already):,.2f}); for a lasting change edit the budget in "
+            f"{usd_said(from_pusd(already))}); for a lasting change edit the budget in "
             "company.yaml and reload"
         )

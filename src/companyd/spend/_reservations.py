@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
+from companyd.admin import RUN_COST_PLACES, format_usd, usd_places
 from companyd.errors import CompanydError
+from companyd.spend._ledger import usd_said
 
 __all__ = ["BudgetExhausted", "Reservation", "SpendError"]
 
@@ -58,12 +60,15 @@ class BudgetExhausted(CompanydError):
         self.resets_at = resets_at
         whose = "the company's" if scope == "company" else f"agent {agent}'s"
         which = "daily" if period == "day" else "monthly"
-        limit = f" of ${limit_usd:.2f}" if limit_usd is not None else ""
+        limit = f" of {usd_said(limit_usd)}" if limit_usd is not None else ""
+        # the two amounts with one precision, at least a run cost's four decimals
+        places = usd_places([needed_usd, remaining_usd], minimum=RUN_COST_PLACES)
         said = resets_said or resets_at
         when = f"; it resets at {said}" if said else ""
         super().__init__(
             f"{whose} {which} budget{limit} is exhausted: this call could cost up to "
-            f"${needed_usd:.4f} but only ${remaining_usd:.4f} is left{when} — or raise "
+            f"{format_usd(needed_usd, places)} but only {format_usd(remaining_usd, places)} "
+            f"is left{when} — or raise "
             "today's budget, or increase it in company.yaml"
         )
 

@@ -30,7 +30,8 @@ from collections import deque
 from decimal import Decimal
 from typing import Any
 
-from companyd.spend._ledger import from_pusd, to_pusd
+from companyd.admin import format_usd, usd_places
+from companyd.spend._ledger import from_pusd, to_pusd, usd_said
 
 __all__ = ["RunawayDetector"]
 
@@ -141,6 +142,7 @@ class RunawayDetector:
         minutes = Decimal(str(w)) / 60
         rate = from_pusd(window_spend) / minutes
         usual = from_pusd(int(baseline)) / minutes
+        per_min = usd_places([rate, usual], minimum=4)  # one precision for both rates
         return {
             "agent": agent,
             "window_seconds": w,
@@ -150,9 +152,10 @@ class RunawayDetector:
             "factor": float(self.factor),
             "basis": basis,
             "message": (
-                f"agent {agent!r} spent ${from_pusd(window_spend):.2f} in the last "
-                f"{w / 60:g} min (${rate:.4f}/min), more than {self.factor:g}× its usual "
-                f"${usual:.4f}/min; check what it is doing (companyd runs --agent {agent})"
+                f"agent {agent!r} spent {usd_said(from_pusd(window_spend))} in the last "
+                f"{w / 60:g} min ({format_usd(rate, per_min)}/min), more than "
+                f"{self.factor:g}× its usual {format_usd(usual, per_min)}/min; check what it "
+                f"is doing (companyd runs --agent {agent})"
             ),
         }
 

@@ -25,7 +25,7 @@ import asyncio
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from companyd.admin import format_when
+from companyd.admin import RUN_COST_PLACES, format_usd, format_when, usd_places
 from companyd.config import CompanyConfig
 from companyd.events import BudgetExhausted as BudgetExhaustedEvent  # the exception's name
 from companyd.events import BudgetReset, BudgetThreshold, SpendUnanswered
@@ -40,7 +40,7 @@ from companyd.spend._budgets import (
 from companyd.spend._budgets import (
     usd as as_usd,
 )
-from companyd.spend._ledger import from_pusd
+from companyd.spend._ledger import from_pusd, usd_said
 from companyd.spend._reservations import BudgetExhausted, Reservation
 
 __all__ = ["SOURCE", "Marker", "Standing"]
@@ -220,8 +220,8 @@ class Standing:
             total_worst_case_usd=as_usd(total),
             day=day,
             message=(
-                f"{n} call{'s' if n != 1 else ''} timed out; up to ${from_pusd(total):.4f} "
-                "may have been billed"
+                f"{n} call{'s' if n != 1 else ''} timed out; up to "
+                f"{usd_said(from_pusd(total), RUN_COST_PLACES)} may have been billed"
             ),
         )
 
@@ -264,8 +264,7 @@ class Standing:
                         resets_at=resets_at(lim.period, now, self._tz).isoformat(),
                         message=(
                             f"{scope_label(lim.scope)} has used {used / limit:.0%} of its "
-                            f"{which(lim.period)} budget (${from_pusd(used):.2f} of "
-                            f"${from_pusd(limit):.2f})"
+                            f"{which(lim.period)} budget ({_usd_of(used, limit)})"
                         ),
                     ),
                 )
@@ -285,7 +284,8 @@ class Standing:
                 resets = resets_at(lim.period, now, self._tz).timestamp()
                 return (
                     f"{scope_label(lim.scope)} {which(lim.period)} budget of "
-                    f"${from_pusd(limit):.2f} is used up (${from_pusd(used):.4f} spent); it "
+                    f"{usd_said(from_pusd(limit))} is used up "
+                    f"({usd_said(from_pusd(used), RUN_COST_PLACES)} spent); it "
                     f"resets at {format_when(resets, self._tz)}"
                 )
         return None
@@ -336,3 +336,16 @@ class Standing:
 def which(period: str) -> str:
     """``daily`` or ``monthly``."""
     return "daily" if period == "day" else "monthly"
+
+
+def _usd_of(used: int, limit: int) -> str:
+    """``$USED of $LIMIT``, the two with one precision (as a table's column), with the
+    decimals that tell them apart when they differ ("$0.0035 of $0.0040", never "$0.004 of
+    $0.004" at 88%).
+    """
+    a, b = from_pusd(used), from_pusd(limit)
+    places = usd_places([a, b])
+    # 6: companyd.admin's MAX_USD_PLACES, a millionth of a dollar
+    while a != b and places < 6 and format_usd(a, places) == format_usd(b, places):
+        places += 1
+    return f"{format_usd(a, places)} of {format_usd(b, places)}"
