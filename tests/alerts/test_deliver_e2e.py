@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 import yaml
 
-from companyd.alerts._values import run_cost
+from companyd.alerts._values import run_cost, usd
 from companyd.clock import ManualClock
 from companyd.testing.bot_api import BotApiServer, SentMessage
 from companyd.testing.daemon import short_dir
@@ -453,12 +453,12 @@ async def test_the_digest_arrives_at_its_time_with_one_line_per_result(work: Pat
                 assert clock.time() >= sim0 + 900
                 lines = digest.text.splitlines()
                 total = first["cost_usd"] + second["cost_usd"]
-                assert lines[0] == f"📰 Today's work: 2 results, ${total:.2f}"
+                assert lines[0] == f"📰 Today's work: 2 results, {usd(total)}"
                 assert lines[2].startswith(
-                    f"1. daily-post (marketing, ${first['cost_usd']:.2f}): Invoices chase"
+                    f"1. daily-post (marketing, {run_cost(first['cost_usd'])}): Invoices chase"
                 )
                 assert lines[3] == (
-                    f"2. weekly-spend-review (cfo, ${second['cost_usd']:.2f}): "
+                    f"2. weekly-spend-review (cfo, {run_cost(second['cost_usd'])}): "
                     "Spend was flat: $0.41 for the week, no outliers."
                 )
                 # where else it went, from the run's record across the restart (issue 28)

@@ -65,9 +65,14 @@ def test_the_digest_has_one_line_per_result_and_a_button_each() -> None:
     d = fold(items, digest_id=9, now=at("2026-11-25 08:00"), tz=UTC, chats=[1])
     lines = d.text.splitlines()
     assert lines[0] == "📰 Yesterday's work: 2 results, $0.41"
-    assert lines[2].startswith("1. daily-post (marketing, $0.30): Invoices chase themselves now.")
+    # each result's cost as `companyd runs` prints it, the total as the spend CLI does
+    assert lines[2].startswith("1. daily-post (marketing, $0.3000): Invoices chase themselves now.")
     assert lines[2].endswith("…") and len(lines[2]) < 130
-    assert lines[3] == "2. weekly-spend-review (marketing, $0.11): Spend was flat."
+    assert lines[3] == "2. weekly-spend-review (marketing, $0.1100): Spend was flat."
+    tiny = item(3, "2026-11-24 10:00", "heartbeat", 0.0035, "Alive.")
+    small = fold([tiny], digest_id=10, now=at("2026-11-25 08:00"), tz=UTC, chats=[1])
+    assert small.text.splitlines()[0] == "📰 Yesterday's work: 1 result, $0.004"  # not $0.00
+    assert small.text.splitlines()[2] == "1. heartbeat (marketing, $0.0035): Alive."
     assert [(b["label"], b["action"], b["arg"]) for b in d.buttons] == [
         ("📄 1", "open_result", 1),
         ("📄 2", "open_result", 2),
@@ -112,11 +117,11 @@ def test_the_digest_says_where_else_each_result_went_from_its_delivery_records()
     )
     lines = d.text.splitlines()
     assert lines[2:8] == [
-        "1. daily-post (marketing, $0.30): Invoices chase themselves now.",
+        "1. daily-post (marketing, $0.3000): Invoices chase themselves now.",
         "   → sent to telegram · written to outputs/daily-post/2026-11-24-run-1.md",
-        "2. weekly-spend-review (marketing, $0.11): Spend was flat.",
+        "2. weekly-spend-review (marketing, $0.1100): Spend was flat.",
         "   → kept in the inbox: Telegram is not configured · added to the company memory",
-        "3. standup (marketing, $0.01): All green.",  # only the digest: nothing more to say
+        "3. standup (marketing, $0.0100): All green.",  # only the digest: nothing more to say
         "",
     ]
 

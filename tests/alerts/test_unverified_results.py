@@ -53,7 +53,7 @@ def test_the_digest_line_says_it_first() -> None:
     )
     d = fold([rec], digest_id=2, now=ts + 3600, tz=UTC, chats=[1])
     assert d.text.splitlines()[2] == (
-        f"1. daily-post (marketing, $0.02): ⚠ unverified: {WHY} — Done — posted."
+        f"1. daily-post (marketing, $0.0200): ⚠ unverified: {WHY} — Done — posted."
     )
 
 

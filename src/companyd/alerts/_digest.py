@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 from companyd.alerts._outbox import AlertRecord, Delivery
 from companyd.alerts._render import clip
 from companyd.alerts._telegram import redact
+from companyd.alerts._values import run_cost, usd
 
 __all__ = ["ICON", "LINE_LIMIT", "fold", "next_digest", "sent_to", "title"]
 
@@ -57,7 +58,7 @@ def title(items: Sequence[AlertRecord], now: float, tz: ZoneInfo) -> str:
         when = "Today's work"
     else:
         when = f"Work since {min(days):%-d %b}"
-    return f"{when}: {n} result{'s' if n != 1 else ''}, ${total:.2f}"
+    return f"{when}: {n} result{'s' if n != 1 else ''}, {usd(total)}"
 
 
 def _line(i: int, item: AlertRecord) -> str:
@@ -69,7 +70,7 @@ def _line(i: int, item: AlertRecord) -> str:
     why = item.data.get("unverified")
     if why:  # the run's answer did not hold against its record: said before the answer
         answer = f"⚠ unverified: {' '.join(str(why).split())[:LINE_LIMIT]} — {answer}"
-    return f"{i}. {routine} ({agent}, ${float(item.data.get('cost_usd') or 0.0):.2f}): {answer}"
+    return f"{i}. {routine} ({agent}, {run_cost(item.data.get('cost_usd') or 0.0)}): {answer}"
 
 
 def sent_to(records: Sequence[Mapping[str, Any]]) -> str:

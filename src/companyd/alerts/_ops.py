@@ -26,6 +26,7 @@ from companyd.admin import (
 )
 from companyd.alerts._outbox import AlertRecord
 from companyd.alerts._render_status import format_jobs, format_result, format_status
+from companyd.alerts._values import usd as say_usd
 
 __all__ = [
     "ADMIN_TIMEOUT",
@@ -236,7 +237,7 @@ async def act(admin: Admin, button: Mapping[str, Any], by: str = "") -> tuple[bo
             if action == "raise":
                 usd = float(button.get("usd") or 0)
                 await a.raise_budget(arg or None, usd, via=_VIA)
-                return True, f"raised {arg or 'the company'}'s budget for today by ${usd:.2f}"
+                return True, f"raised {arg or 'the company'}'s budget for today by {say_usd(usd)}"
             if action == "approve":
                 done = await a.approve(arg, by=by, via=_VIA)
                 if isinstance(done, DeskDecision):

@@ -60,6 +60,8 @@ from companyd.admin import (
     TaskRetried,
     Tasks,
     WebhookFired,
+    format_usd,
+    usd_places,
 )
 from companyd.agents import Staff
 from companyd.alerts import AlertService
@@ -285,14 +287,16 @@ class Operator:
             ),
             None,
         )
+        places = usd_places([usd, daily])  # one precision: "$0.004", never "$0.00"
         return BudgetRaised(
             agent=agent,
             raised_usd=usd,
             daily_limit_usd=daily,
             resumed=list(resumed),
-            message=f"raised today's budget of {who} by ${usd:.2f}"
+            message=f"raised today's budget of {who} by {format_usd(usd, places)}"
             + (
-                f" (today's limit is now ${daily:.2f}; back to company.yaml tomorrow)"
+                f" (today's limit is now {format_usd(daily, places)}; back to company.yaml "
+                "tomorrow)"
                 if daily is not None
                 else " (for today; back to company.yaml tomorrow)"
             )
