@@ -224,6 +224,20 @@ async def _message(bot: BotApiServer, needle: str) -> SentMessage:
     return _to_founder(bot, needle)[0]
 
 
+def _fails_then_stalls() -> tuple[dict[str, str], Callable[[Any], Any]]:
+    """A model whose calls fail (a 400: the routine fails, its alert offers "Run again")
+    while ``mode["now"] == "fail"``, then stall until released and answer the post.
+    """
+    mode = {"now": "fail"}
+
+    def model(request: Any) -> Any:
+        if mode["now"] == "fail":
+            return fault(400, "prompt is malformed (injected)")
+        return stall(None, then=reply_text("Flash sale today: every plan 20% off."))
+
+    return mode, model
+
+
 def _button(msg: SentMessage, label: str) -> str:
     rows = (msg.reply_markup or {}).get("inline_keyboard") or []
     for row in rows:
@@ -1011,12 +1025,7 @@ async def test_run_again_on_the_phone_says_a_long_run_goes_on(
     and goes on, and nothing runs twice.
     """
     monkeypatch.setattr("companyd.alerts._ops.ADMIN_TIMEOUT", 1.0)  # a long run, quickly
-    mode = {"now": "fail"}
-
-    def model(request: Any) -> Any:
-        if mode["now"] == "fail":
-            return fault(400, "prompt is malformed (injected)")
-        return stall(None, then=reply_text("Flash sale today: every plan 20% off."))
+    mode, model = _fails_then_stalls()
 
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
@@ -1620,12 +1629,7 @@ async def test_run_again_on_the_phone_while_the_daemon_stops_says_what_became_of
     stop refusing new fires: nothing was started, said as what it is — with what to do on
     the phone (tap again once the daemon is back), not the CLI's command.
     """
-    mode = {"now": "fail"}
-
-    def model(request: Any) -> Any:
-        if mode["now"] == "fail":
-            return fault(400, "prompt is malformed (injected)")
-        return stall(None, then=reply_text("Flash sale today: every plan 20% off."))
+    mode, model = _fails_then_stalls()
 
     async with BotApiServer(token=TOKEN) as bot:
         with MessagesAPIServer(responder=model) as srv:
