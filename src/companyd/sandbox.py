@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from companyd._frozen import Frozen
+from companyd._fs import write_atomic
 from companyd.config import CompanyConfig, McpServerSpec, SandboxSpec, ToolServerLimitsSpec
 from companyd.errors import CompanydError
 
@@ -385,10 +386,9 @@ class ToolSandbox:
         except FileNotFoundError:
             current = None
         if current != program:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(program)
-            tmp.chmod(0o600)
-            os.replace(tmp, path)
+            # Servers launch together (one thread each): a temporary name of its own per
+            # write, or one launch's replace takes the file from under another's (ENOENT).
+            write_atomic(path, program, sync_dir=False)
         at = argv.index("--die-with-parent")
         argv = [*argv[:at], "--seccomp", str(_FILTER_FD), *argv[at:]]
         return ["/bin/sh", "-c", f'exec "$@" {_FILTER_FD}<"$0"', str(path), *argv]

@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -569,3 +570,39 @@ async def test_a_backup_directory_added_by_a_reload_is_refused_at_the_next_start
             )
     reasons = [e.data["reason"] for e in failed]
     assert any(f"would show {shelf}" in r for r in reasons), reasons
+
+
+def test_servers_launched_together_all_start(tmp_path: Path) -> None:
+    # Every agent's servers launch at once at the daemon's start, each in its own thread,
+    # and the first launches write the seccomp filter file. They shared one temporary
+    # name, so one launch's replace took the file from under another's: "No such file or
+    # directory", and the agent ran without its tools (seen in CI).
+    spec = McpServerSpec(command=sys.executable, args=("-c", "pass"))
+    state = tmp_path / "state"
+    state.mkdir()
+    sandbox = ToolSandbox(state)
+    asyncio.run(sandbox.launch("agent", "probe", spec))  # probed once: launches are quick
+    tools = state / "tools"
+    failed: list[BaseException] = []
+    for _ in range(30):
+        for leftover in tools.glob("*.bpf"):
+            leftover.unlink()  # as on a fresh state directory
+        together = threading.Barrier(6)
+
+        def launch(i: int, together: threading.Barrier = together) -> None:
+            together.wait(timeout=30)
+            try:
+                asyncio.run(sandbox.launch(f"agent{i}", "probe", spec))
+            except BaseException as exc:  # collected, asserted below
+                failed.append(exc)
+
+        threads = [threading.Thread(target=launch, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert failed == []
+    assert sorted(p.name for p in tools.iterdir() if p.is_file()) in (
+        [],  # no seccomp on this machine: no filter file
+        ["no-user-namespaces.bpf"],  # and no temporary file left behind
+    )
