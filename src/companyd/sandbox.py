@@ -42,6 +42,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -567,18 +568,19 @@ def probe_sandbox(
         at = argv.index("--die-with-parent")
         argv[at:at] = ["--seccomp", str(read)]
     try:
-        proc = subprocess.run(
+        # Its own process group: where bubblewrap fails half-way (capset refused under a
+        # unit's SystemCallFilter=, seen under systemd 252), it exits but the sandbox's init
+        # it made waits forever, holding the pipes. At the timeout the group is killed,
+        # that init too, or every retry would leave one behind (TasksMax= runs out).
+        proc = subprocess.Popen(
             argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             pass_fds=fds,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired:
-        raise SandboxUnavailable(
-            f"creating a tool-server sandbox did not finish within {timeout:g} s ({tools['bwrap']})"
-        ) from None
     except OSError as exc:
         raise SandboxUnavailable(
             f"bubblewrap ({tools['bwrap']}) could not be run: {exc.strerror or exc}; reinstall "
@@ -587,8 +589,20 @@ def probe_sandbox(
     finally:
         for fd in fds:
             os.close(fd)
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # bwrap is not reaped yet (a zombie at worst): its group id is still its own
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()  # the group is gone: its pipes are closed
+        if proc.returncode == -signal.SIGKILL:  # bubblewrap itself did not finish
+            raise SandboxUnavailable(
+                f"creating a tool-server sandbox did not finish within {timeout:g} s "
+                f"({tools['bwrap']})"
+            ) from None
     if proc.returncode != 0:
-        err = (proc.stderr or "").strip().splitlines()
+        err = (stderr or "").strip().splitlines()
         detail = err[-1] if err else f"exit status {proc.returncode}"
         raise SandboxUnavailable(_refusal_fix(detail, os.environ if environ is None else environ))
 
@@ -597,16 +611,18 @@ def _refusal_fix(detail: str, environ: Mapping[str, str]) -> str:
     """Why bubblewrap could not build the sandbox, and what to do about it."""
     low = detail.lower()
     refused = "namespace" in low or "permission" in low or "operation not permitted" in low
-    if refused and environ.get("INVOCATION_ID"):
-        # a systemd service: its unit, not the kernel, is the likely refusal
+    if environ.get("INVOCATION_ID"):
+        # A systemd service: its unit, not the kernel, is the likely refusal — namespaces
+        # (RestrictNamespaces=), capset or mount (SystemCallFilter=), the loopback's netlink
+        # (RestrictAddressFamilies=) or /proc/sys (ProcSubset=), each seen under systemd.
         return (
             f"the tool-server sandbox cannot be created: {detail}. companyd runs as a "
-            "systemd service, whose sandboxing forbids the namespaces and mounts bubblewrap "
-            "needs (the shipped companyd.service sets RestrictNamespaces=yes, "
-            "PrivateUsers=yes and SystemCallFilter=~@privileged); no tool server can be "
-            "sandboxed under it (docs/tools.md, 'Where no sandbox can be made'): set "
-            "`sandbox: false` on the server to run it unsandboxed (not recommended), or run "
-            "companyd under a unit that allows them"
+            "systemd service whose unit forbids what bubblewrap needs — units installed by a "
+            "companyd before the sandboxes did (RestrictNamespaces=yes, ProcSubset=pid): "
+            "refresh the unit (`sudo companyd install-service`, then restart the service), "
+            "or undo the drop-in that tightened it; `companyd doctor` names the directive "
+            "(docs/tools.md, 'Under systemd'). Else set `sandbox: false` on the server to "
+            "run it unsandboxed (not recommended)"
         )
     if refused:
         return (

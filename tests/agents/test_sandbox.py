@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -34,7 +35,13 @@ from companyd.config import McpServerSpec, load_config
 from companyd.errors import ConfigError
 from companyd.events import Severity
 from companyd.ops._doctor import check_tool_sandbox
-from companyd.sandbox import ToolSandbox, interpreter_prefixes, server_dir
+from companyd.sandbox import (
+    SandboxUnavailable,
+    ToolSandbox,
+    interpreter_prefixes,
+    probe_sandbox,
+    server_dir,
+)
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
 
 PROBE_SERVER = Path(__file__).parent.parent / "mcp_probe_server.py"
@@ -222,7 +229,7 @@ REFUSED = (
     [
         (None, "install it (`apt-get install bubblewrap`)"),
         (REFUSED, "refuses unprivileged user namespaces: enable them"),
-        (REFUSED, "systemd service, whose sandboxing forbids the namespaces"),
+        (REFUSED, "systemd service whose unit forbids what bubblewrap needs"),
     ],
     ids=["no-bubblewrap", "no-user-namespaces", "under-systemd"],
 )
@@ -250,6 +257,29 @@ async def test_where_no_sandbox_can_be_made_the_server_does_not_start_and_the_re
     assert reason.startswith("was not started: ")
     assert fix in reason and "`sandbox: false`" in reason, reason
     assert not (tmp_path / "state" / "tools").exists()  # nothing was started
+
+
+def test_a_sandbox_bubblewrap_gave_up_on_half_way_leaves_nothing_behind(tmp_path: Path) -> None:
+    # Under a unit whose SystemCallFilter= refuses capset (systemd 252), bwrap exits with its
+    # reason while the sandbox's init it already made waits forever, holding the probe's
+    # pipes: the probe waited out its timeout, said "did not finish", and left that process
+    # behind at every retry. A stand-in bwrap does the same: exits, a child keeps the pipes.
+    holder = tmp_path / "holder.pid"
+    env = _fake_bin(
+        tmp_path,
+        f"sleep 600 & echo $! > {holder}\n"
+        'echo "bwrap: capset failed: Operation not permitted" >&2; exit 1',
+    )
+    env["INVOCATION_ID"] = "0123456789abcdef0123456789abcdef"
+    with pytest.raises(SandboxUnavailable) as caught:
+        probe_sandbox(as_root=False, environ=env, timeout=1.0)
+    reason = str(caught.value)
+    assert "capset failed" in reason and "systemd service whose unit forbids" in reason, reason
+    pid = int(holder.read_text())
+    with pytest.raises(ProcessLookupError):  # killed with bwrap's process group, and reaped
+        for _ in range(100):  # by init: gone within moments of the kill
+            os.kill(pid, 0)
+            time.sleep(0.05)
 
 
 @pytest.mark.anyio

@@ -197,49 +197,68 @@ def test_without_instances_only_the_single_unit_is_checked(
 
 # -- the unit's hardening against the tool servers' sandbox ------------------------------------
 
-SHIPPED_UNIT = Path(__file__).resolve().parents[2] / "src" / "companyd" / "daemon" / "unit_files"
+#: ``systemctl show companyd -p RestrictNamespaces -p ProcSubset -p RestrictAddressFamilies
+#: -p SystemCallFilter`` as systemd 252 (Debian 12) printed it for the unit shipped before
+#: the sandboxes were allowed, and for the one shipped now (booted in a PID namespace;
+#: docs/tools.md, "Under systemd").
+SHOWN = Path(__file__).with_name("systemd_show")
+BEFORE = (SHOWN / "companyd-before.txt").read_text()
+NOW = (SHOWN / "companyd-now.txt").read_text()
 
 
-def unit_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *texts: str) -> Path:
-    """A host whose ``systemctl cat UNIT`` prints ``texts`` (the unit, then drop-ins), as
-    systemd 252 prints them: each file under a ``# PATH`` line.
-    """
-    shown = "".join(f"# /etc/systemd/system/part{i}\n{t}\n" for i, t in enumerate(texts))
+def unit_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shown: str) -> Path:
+    """A host whose ``systemctl show UNIT -p …`` prints ``shown``."""
     return stand_ins(tmp_path, monkeypatch, systemctl=shown)
 
 
-@pytest.mark.parametrize("unit", ["companyd.service", "companyd@.service"])
-def test_the_shipped_units_forbid_the_namespaces_a_tool_sandbox_makes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unit: str
+def test_a_unit_shipped_before_forbids_what_a_tool_sandbox_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runtime = unit_host(tmp_path, monkeypatch, (SHIPPED_UNIT / unit).read_text())
-    assert unit_forbids_sandbox(unit, runtime) == "RestrictNamespaces=yes"
+    runtime = unit_host(tmp_path, monkeypatch, BEFORE)
+    assert unit_forbids_sandbox("companyd.service", runtime) == (
+        "RestrictNamespaces=yes; ProcSubset=pid; RestrictAddressFamilies= without AF_NETLINK; "
+        "SystemCallFilter= without capset mount pivot_root umount2"
+    )
+
+
+def test_the_unit_shipped_now_allows_a_tool_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = unit_host(tmp_path, monkeypatch, NOW)
+    assert unit_forbids_sandbox("companyd@acme.service", runtime) is None
 
 
 @pytest.mark.parametrize(
-    ("drop_in", "forbids"),
+    ("changed", "forbids"),
     [
+        ("RestrictNamespaces=yes", "RestrictNamespaces=yes"),
         ("RestrictNamespaces=user mnt pid ipc uts net cgroup", None),
-        ("RestrictNamespaces=user mnt pid ipc uts", None),
-        ("RestrictNamespaces=mnt pid ipc uts", "RestrictNamespaces=mnt pid ipc uts"),  # no user
-        ("RestrictNamespaces=~cgroup", None),
-        ("RestrictNamespaces=~user", "RestrictNamespaces=~user"),
-        ("RestrictNamespaces=no", None),
-        ("RestrictNamespaces=", None),  # an empty assignment resets it
+        ("RestrictNamespaces=cgroup ipc net mnt pid uts", "RestrictNamespaces= without user"),
+        ("ProcSubset=pid", "ProcSubset=pid"),
+        ("RestrictAddressFamilies=", None),  # no restriction
+        ("RestrictAddressFamilies=~AF_PACKET", None),
+        ("RestrictAddressFamilies=~AF_NETLINK", "RestrictAddressFamilies= without AF_NETLINK"),
+        ("SystemCallFilter=", None),  # no filter
+        ("SystemCallFilter=~@debug ptrace", None),
+        ("SystemCallFilter=~capset reboot", "SystemCallFilter= without capset"),
     ],
 )
-def test_a_drop_in_decides_with_the_last_assignment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drop_in: str, forbids: str | None
+def test_each_resolved_directive_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changed: str, forbids: str | None
 ) -> None:
-    shipped = (SHIPPED_UNIT / "companyd.service").read_text()
-    runtime = unit_host(tmp_path, monkeypatch, shipped, f"[Service]\n{drop_in}\n")
+    key = changed.partition("=")[0]
+    shown = "".join(
+        f"{changed}\n" if line.startswith(f"{key}=") else f"{line}\n" for line in NOW.splitlines()
+    )
+    assert shown != NOW
+    runtime = unit_host(tmp_path, monkeypatch, shown)
     assert unit_forbids_sandbox("companyd.service", runtime) == forbids
 
 
 def test_no_systemd_or_no_unit_forbids_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runtime = unit_host(tmp_path, monkeypatch, "[Service]\nRestrictNamespaces=yes\n")
+    runtime = unit_host(tmp_path, monkeypatch, BEFORE)
     assert unit_forbids_sandbox("companyd.service", tmp_path / "no-systemd") is None
     (tmp_path / "bin" / "systemctl").write_text("#!/bin/sh\necho 'No files found' >&2\nexit 1\n")
     assert unit_forbids_sandbox("companyd.service", runtime) is None
@@ -251,13 +270,16 @@ def test_doctor_says_tool_servers_cannot_start_under_the_unit_that_runs_the_comp
     cfg = load_config(
         write_company(tmp_path, {"marketing": {"mcp_servers": {"a": {"command": "x"}}}})
     )
-    runtime = unit_host(tmp_path, monkeypatch, (SHIPPED_UNIT / "companyd.service").read_text())
+    runtime = unit_host(tmp_path, monkeypatch, BEFORE)
     check = check_tool_sandbox(cfg, unit="companyd.service", systemd_runtime=runtime)
     assert check.status == "problem", check
     assert "1 tool server(s) will not start under companyd.service" in check.summary
     assert "agents.marketing.mcp_servers.a" in check.summary
     assert "RestrictNamespaces=yes" in check.summary
-    assert check.fix and "sandbox: false" in check.fix
+    assert check.fix and "sudo companyd install-service`" in check.fix, check.fix
+    assert "sandbox: false" in check.fix
+    instance = check_tool_sandbox(cfg, unit="companyd@acme.service", systemd_runtime=runtime)
+    assert instance.fix and "install-service --instance acme`" in instance.fix, instance.fix
     # no unit runs this company.yaml (a copy elsewhere): the probe from here decides
     elsewhere = check_tool_sandbox(cfg, systemd_runtime=runtime)
     assert "will not start under" not in elsewhere.summary

@@ -407,6 +407,13 @@ def _check_secrets(config: CompanyConfig, env: Mapping[str, str], *, offline: bo
     )
 
 
+def _instance_flag(unit: str) -> str:
+    """`` --instance NAME`` for ``companyd@NAME.service``, else nothing."""
+    if unit.startswith("companyd@") and unit.endswith(".service"):
+        return f" --instance {unit[len('companyd@') : -len('.service')]}"
+    return ""
+
+
 def check_tool_sandbox(
     config: CompanyConfig,
     *,
@@ -433,17 +440,18 @@ def check_tool_sandbox(
                 boxed.append(where)
                 users.add(spec.sandbox.run_as)
     forbids = unit_forbids_sandbox(unit, systemd_runtime) if unit and boxed else None
-    if forbids:
+    if unit and forbids:
         return Check(
             "tool-sandbox",
             "problem",
             f"{len(boxed)} tool server(s) will not start under {unit} ({', '.join(boxed)}): "
-            f"its {forbids} forbids the namespaces bubblewrap makes (and its "
-            "SystemCallFilter=@system-service has no @mount) — a probe run from this shell "
-            "would pass, the daemon under the unit cannot make a sandbox",
-            "set `sandbox: false` on those servers to run them unsandboxed (doctor then "
-            "warns about each), or run them outside the unit's hardening; docs/tools.md "
-            '"Where no sandbox can be made"',
+            f"its hardening forbids what bubblewrap needs ({forbids}) — a probe run from "
+            "this shell would pass, the daemon under the unit cannot make a sandbox",
+            "refresh the unit with the one this companyd ships, which allows the sandboxes "
+            f"(`sudo companyd install-service{_instance_flag(unit)}`, then `sudo systemctl "
+            f"restart {unit}`; units installed before it forbid them), or undo the drop-in that "
+            "tightened it; else set `sandbox: false` on those servers (not recommended); "
+            'docs/tools.md "Under systemd"',
         )
     try:
         probe_sandbox(as_root=as_root, network=False, environ=environ)

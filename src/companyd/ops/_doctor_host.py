@@ -152,37 +152,53 @@ def check_systemd_units(runtime: Path = SYSTEMD_RUNTIME) -> list[Check]:
     return checks
 
 
-#: The namespaces a tool server's bubblewrap sandbox makes as the shipped units run it (as
-#: their DynamicUser=, not root: through a user namespace; docs/tools.md).
-SANDBOX_NAMESPACES = frozenset({"user", "mnt", "pid", "ipc", "uts"})
+#: What a tool server's bubblewrap sandbox needs of the unit that runs the daemon (as its
+#: DynamicUser=, not root: through a user namespace), each seen needed under systemd 252
+#: (docs/tools.md, "Under systemd"): the namespaces of ``bwrap --unshare-all``, its mount
+#: calls and ``capset``, netlink for the loopback of its network namespace, and the
+#: ``/proc/sys`` files it reads.
+SANDBOX_NAMESPACES = ("user", "mnt", "pid", "ipc", "uts", "net", "cgroup")
+SANDBOX_SYSCALLS = ("capset", "mount", "pivot_root", "umount2")
+SANDBOX_FAMILIES = ("AF_NETLINK",)
 
 
 def unit_forbids_sandbox(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> str | None:
-    """The directive of ``unit`` as systemd has it installed (``systemctl cat``: the unit
-    and its drop-ins, the last assignment winning) that forbids the namespaces a tool
-    server's sandbox makes, e.g. ``RestrictNamespaces=yes`` as the shipped units have it;
-    None where it allows them, where the unit is not installed or no systemd runs here.
+    """What of ``unit`` as systemd has loaded it (``systemctl show``: the unit and its
+    drop-ins resolved) forbids a tool server's sandbox — e.g. ``RestrictNamespaces=yes;
+    ProcSubset=pid`` for a unit shipped before companyd allowed sandboxes; None where it
+    allows them, where the unit is not loaded or no systemd runs here.
     """
     if _no_systemd(runtime, "systemctl"):
         return None
-    rc, out = _run(["systemctl", "cat", unit, "--no-pager"])
+    props = ("RestrictNamespaces", "ProcSubset", "RestrictAddressFamilies", "SystemCallFilter")
+    rc, out = _run(["systemctl", "show", unit, *(f"--property={p}" for p in props)])
     if rc != 0:
         return None
-    value: str | None = None
-    for line in out.splitlines():
-        key, sep, rest = line.strip().partition("=")
-        if sep and key == "RestrictNamespaces":
-            value = rest.strip()
-    if value is None or value.lower() in ("", "no", "false", "0", "off"):
-        return None
-    listed = set(value.removeprefix("~").split())
-    if value.lower() in ("yes", "true", "1", "on"):
-        forbidden: frozenset[str] = SANDBOX_NAMESPACES
-    elif value.startswith("~"):  # a deny list
-        forbidden = SANDBOX_NAMESPACES & listed
-    else:  # an allow list
-        forbidden = SANDBOX_NAMESPACES - listed
-    return f"RestrictNamespaces={value}" if forbidden else None
+    shown = dict(line.partition("=")[::2] for line in out.splitlines() if "=" in line)
+    found: list[str] = []
+    # systemd shows these resolved: "yes", "no" or the namespaces allowed
+    namespaces = shown.get("RestrictNamespaces", "no").strip()
+    if namespaces == "yes":
+        found.append("RestrictNamespaces=yes")
+    elif namespaces != "no" and (
+        missing := [n for n in SANDBOX_NAMESPACES if n not in namespaces.split()]
+    ):
+        found.append(f"RestrictNamespaces= without {' '.join(missing)}")
+    if shown.get("ProcSubset", "all").strip() == "pid":
+        found.append("ProcSubset=pid")
+    # an allow list, or a deny list after "~"; empty: no filter
+    for key, needed in (
+        ("RestrictAddressFamilies", SANDBOX_FAMILIES),
+        ("SystemCallFilter", SANDBOX_SYSCALLS),
+    ):
+        value = shown.get(key, "").strip()
+        listed = set(value.removeprefix("~").split())
+        if not value:
+            continue
+        missing = [n for n in needed if (n in listed) == value.startswith("~")]
+        if missing:
+            found.append(f"{key}= without {' '.join(missing)}")
+    return "; ".join(found) or None
 
 
 def _unit_properties(unit: str) -> dict[str, str]:
