@@ -21,6 +21,7 @@ from companyd.ops._doctor_host import (
     check_systemd,
     check_systemd_units,
     unit_forbids_sandbox,
+    unit_runs_as_root,
 )
 
 SECURITY = (
@@ -288,3 +289,25 @@ def test_doctor_says_tool_servers_cannot_start_under_the_unit_that_runs_the_comp
     cfg = load_config(write_company(tmp_path, {"marketing": {"mcp_servers": {"a": bare}}}))
     warned = check_tool_sandbox(cfg, unit="companyd.service", systemd_runtime=runtime)
     assert warned.status == "warning" and "will not start" not in warned.summary, warned
+
+
+def test_doctor_says_whose_user_the_servers_run_as_under_a_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # doctor runs as root from a shell, the shipped unit as its DynamicUser=: its servers
+    # run as that user in a user namespace, not as sandbox.run_as ("nobody")
+    cfg = load_config(
+        write_company(tmp_path, {"marketing": {"mcp_servers": {"a": {"command": "x"}}}})
+    )
+    runtime = unit_host(tmp_path, monkeypatch, NOW + "User=\nDynamicUser=yes\n")
+    assert unit_runs_as_root("companyd.service", runtime) is False
+    under = check_tool_sandbox(cfg, unit="companyd.service", systemd_runtime=runtime)
+    assert under.status == "ok", under
+    assert under.summary.endswith("1 server(s) run in one, as the daemon's user"), under
+    as_root = check_tool_sandbox(
+        cfg, unit="companyd.service", systemd_runtime=runtime, as_root=True
+    )
+    assert as_root.summary.endswith("as nobody"), as_root
+    (tmp_path / "systemctl.out").write_text(NOW + "User=root\nDynamicUser=no\n")
+    assert unit_runs_as_root("companyd.service", runtime) is True
+    assert unit_runs_as_root("companyd.service", tmp_path / "no-systemd") is None

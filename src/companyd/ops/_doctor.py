@@ -87,6 +87,7 @@ from companyd.ops._doctor_host import (
     check_systemd_units,
     check_versions,
     unit_forbids_sandbox,
+    unit_runs_as_root,
 )
 from companyd.ops._upgrade import BACKUPS_DIR, UpgradeRefused, inspect_state
 from companyd.sandbox import SandboxUnavailable, probe_sandbox
@@ -425,8 +426,11 @@ def check_tool_sandbox(
     """Can the MCP servers' sandboxes be created (with ``environ``'s PATH), and which
     servers run without one? ``unit``: the systemd unit that runs this company.yaml, if
     one does — the probe runs as the caller, not under the unit's hardening, so what the
-    installed unit forbids is read from it (:func:`unit_forbids_sandbox`).
+    installed unit forbids is read from it (:func:`unit_forbids_sandbox`), and whether it
+    runs as root (else its servers run as its user, whatever ``sandbox.run_as`` says).
     """
+    if as_root is None and unit and unit_runs_as_root(unit, systemd_runtime) is False:
+        as_root = False  # probed as the daemon makes its sandboxes, in a user namespace
     as_root = os.geteuid() == 0 if as_root is None else as_root
     boxed: list[str] = []
     bare: list[str] = []

@@ -201,6 +201,21 @@ def unit_forbids_sandbox(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> str | No
     return "; ".join(found) or None
 
 
+def unit_runs_as_root(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> bool | None:
+    """Whether ``unit`` as systemd has loaded it runs its process as root (no ``User=`` or
+    ``User=root``, and no ``DynamicUser=``); None where the unit is not loaded or no systemd
+    runs here. The shipped units do not: their tool servers run as the unit's user, in a
+    user namespace, not as ``sandbox.run_as``.
+    """
+    if _no_systemd(runtime, "systemctl"):
+        return None
+    rc, out = _run(["systemctl", "show", unit, "--property=User", "--property=DynamicUser"])
+    shown = dict(line.partition("=")[::2] for line in out.splitlines() if "=" in line)
+    if rc != 0 or "DynamicUser" not in shown:
+        return None
+    return shown["DynamicUser"].strip() != "yes" and shown.get("User", "").strip() in ("", "root")
+
+
 def _unit_properties(unit: str) -> dict[str, str]:
     """LoadState, UnitFileState and ActiveState of ``unit`` (``{}`` when systemctl fails)."""
     rc, out = _run(
