@@ -339,9 +339,16 @@ async def test_reload_starts_only_what_was_added_and_keeps_the_old_tree_on_a_bro
             assert time.monotonic() < deadline, "cto did not crash"
             await asyncio.sleep(0.01)
         live = await daemon.call("status")
-        assert "cto" not in nodes(live["tree"])
+        # the tree shows it where it was, failed, with why (it was left out of the tree)
+        cto = nodes(live["tree"])["cto"]
+        assert (cto["state"], cto["restart"]) == ("failed", "temporary"), cto
+        assert "never restarted" in cto["reason"], cto
         assert (live["agents"]["total"], live["agents"]["running"]) == (3, 2)
         assert live["agents"]["failed"] == 1
+        shown = await daemon.cli("status")
+        assert shown.rc == 0
+        (line,) = [ln for ln in shown.out.splitlines() if ln.lstrip("│├└─ ").startswith("cto ")]
+        assert "failed" in line, shown.out
 
     # without a daemon, `jobs run` says one is needed (exit 69) instead of guessing
     offline = await daemon.cli("jobs", "run", "weekly-note")

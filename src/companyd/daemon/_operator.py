@@ -167,10 +167,11 @@ class Operator:
         running = self.staff.in_flight()
         # the agents that should run: a disabled one is not in the tree, nor down
         enabled = enabled_agents(self.config)
+        _mark_dropped(tree, self.config, enabled)
         agent_nodes = _agent_nodes(tree, enabled)
         # down: restarting, stopped or failed in the tree — or not in it at all once it is
-        # up (a temporary agent that crashed is dropped, OTP's rule; a department being
-        # restarted shows no children)
+        # up (a department being restarted shows no children; a temporary agent that
+        # crashed, dropped by OTP's rule, is put back in the tree above, failed)
         absent = len(enabled - {n.get("id") for n in agent_nodes}) if tree else 0
         down = ("restarting", "stopped", "failed")
         return partial(
@@ -999,6 +1000,48 @@ def enabled_agents(config: CompanyConfig) -> set[str]:
     enabled ones — a disabled agent is not started, so neither up nor down.
     """
     return {s for s, a in config.agents.items() if a.enabled}
+
+
+def _mark_dropped(tree: dict[str, Any], config: CompanyConfig, enabled: set[str]) -> None:
+    """Put back in ``tree`` the temporary agents their supervisor dropped when they exited
+    (OTP's rule for ``restart: temporary``): under their department, ``failed``, with why —
+    a record must not leave out an agent that is down. An agent whose department is not
+    running (being restarted) is left out: it comes back with its department.
+    """
+    present = {n.get("id") for n in _agent_nodes(tree, enabled)}
+    for slug in sorted(enabled - present):
+        agent = config.agents.get(slug)
+        if agent is None or agent.restart != "temporary":
+            continue
+        parent = _supervisor_node(tree, agent.department or "agents")
+        if parent is None or parent.get("state") != "running":
+            continue
+        parent.setdefault("children", []).append(
+            {
+                "id": slug,
+                "path": f"{parent.get('path')}/{slug}",
+                "kind": "worker",
+                "state": "failed",
+                "restarts": 0,
+                "started_at": None,
+                "uptime_s": None,
+                "last_exit": None,
+                "restart": "temporary",
+                "significant": False,
+                "children": [],
+                "reason": "exited, and restart: temporary is never restarted by its "
+                "supervisor; restarting companyd starts it again",
+            }
+        )
+
+
+def _supervisor_node(node: dict[str, Any], slug: str) -> dict[str, Any] | None:
+    if node.get("kind") == "supervisor" and node.get("id") == slug:
+        return node
+    for child in node.get("children", ()):
+        if (found := _supervisor_node(child, slug)) is not None:
+            return found
+    return None
 
 
 def _agent_nodes(node: dict[str, Any], agents: set[str]) -> list[dict[str, Any]]:
