@@ -126,6 +126,22 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(autouse=True)
+def _secrets_of_this_test_only() -> Iterator[None]:
+    """The process's one redactor (``companyd._secrets.SECRETS``) forgets, after each test,
+    the secrets the test registered: tests share a worker process, and a daemon started
+    in-process registers its keys for good — a test that set ANTHROPIC_API_KEY to "the
+    daemon's" then masked "the daemon's" in a later test's expected `validate` message.
+    """
+    from companyd._secrets import SECRETS
+
+    with SECRETS._lock:
+        saved = dict(SECRETS._secrets), list(SECRETS._order)
+    yield
+    with SECRETS._lock:
+        SECRETS._secrets, SECRETS._order = saved
+
+
 @pytest.fixture
 def no_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in _SCRUB:
