@@ -170,11 +170,11 @@ def unit_forbids_sandbox(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> str | No
     """
     if _no_systemd(runtime, "systemctl"):
         return None
-    props = ("RestrictNamespaces", "ProcSubset", "RestrictAddressFamilies", "SystemCallFilter")
-    rc, out = _run(["systemctl", "show", unit, *(f"--property={p}" for p in props)])
-    if rc != 0:
+    shown = _unit_properties(
+        unit, ("RestrictNamespaces", "ProcSubset", "RestrictAddressFamilies", "SystemCallFilter")
+    )
+    if not shown:
         return None
-    shown = dict(line.partition("=")[::2] for line in out.splitlines() if "=" in line)
     found: list[str] = []
     # systemd shows these resolved: "yes", "no" or the namespaces allowed
     namespaces = shown.get("RestrictNamespaces", "no").strip()
@@ -209,18 +209,19 @@ def unit_runs_as_root(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> bool | None
     """
     if _no_systemd(runtime, "systemctl"):
         return None
-    rc, out = _run(["systemctl", "show", unit, "--property=User", "--property=DynamicUser"])
-    shown = dict(line.partition("=")[::2] for line in out.splitlines() if "=" in line)
-    if rc != 0 or "DynamicUser" not in shown:
+    shown = _unit_properties(unit, ("User", "DynamicUser"))
+    if "DynamicUser" not in shown:
         return None
     return shown["DynamicUser"].strip() != "yes" and shown.get("User", "").strip() in ("", "root")
 
 
-def _unit_properties(unit: str) -> dict[str, str]:
-    """LoadState, UnitFileState and ActiveState of ``unit`` (``{}`` when systemctl fails)."""
-    rc, out = _run(
-        ["systemctl", "show", unit, "-p", "LoadState", "-p", "UnitFileState", "-p", "ActiveState"]
-    )
+def _unit_properties(
+    unit: str, names: Sequence[str] = ("LoadState", "UnitFileState", "ActiveState")
+) -> dict[str, str]:
+    """The properties ``names`` of ``unit`` as systemd has it loaded (``systemctl show``:
+    the unit and its drop-ins resolved); ``{}`` when systemctl fails.
+    """
+    rc, out = _run(["systemctl", "show", unit, *(f"--property={n}" for n in names)])
     if rc != 0:
         return {}
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
