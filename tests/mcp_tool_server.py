@@ -9,6 +9,8 @@ Tools:
 * ``read_inbox()`` — read-only (annotated), returns a fixed inbox.
 * ``crash()`` — the server process exits at once, mid-call.
 * ``hog(mb)`` — allocates ``mb`` MiB; past the server's memory limit it exits (out of memory).
+* ``big(chars)`` — read-only (annotated), returns ``chars`` characters (``0123456789``
+  repeated): a large answer, such as a whole file.
 * ``trace_context()`` (only with ``$TOOL_TRACE`` set) — the request's ``params._meta`` as
   JSON (the W3C trace context a traced client sends).
 
@@ -98,6 +100,14 @@ def hog(mb: int) -> str:
         # Out of memory, the server dies, as a Node server does; the limit is what hit it.
         os._exit(70)
     return f"allocated {len(block) // 2**20} MiB"
+
+
+@server.tool(
+    description="Return `chars` characters (a large answer).",
+    annotations=ToolAnnotations(read_only_hint=True),
+)
+def big(chars: int) -> str:
+    return ("0123456789" * (chars // 10 + 1))[:chars]
 
 
 if VARIANT == "2":

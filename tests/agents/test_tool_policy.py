@@ -17,6 +17,7 @@ from agentkit import PerAgent, running_company, tool_results, tool_server, write
 from companyd.admin._results import ToolsApproved
 from companyd.alerts._ops import act
 from companyd.alerts._render_kinds import render
+from companyd.config import load_config
 from companyd.desk import ItemState
 from companyd.testing.inprocess import InProcessDaemon
 from companyd.testing.messages_api import MessagesAPIServer, reply_text, reply_tool_use
@@ -269,3 +270,38 @@ async def test_the_quarantine_alert_carries_an_approve_button_that_releases_the_
     done, told = await act(admin, {"action": "approve_tools", "arg": "marketing/social"})  # type: ignore[arg-type]
     assert done and told == "approved delete_post of social for marketing; offered now"
     assert calls == [("social", "marketing")]
+
+
+async def test_a_result_longer_than_max_result_chars_reaches_the_model_cut_with_its_size(
+    tmp_path: Path,
+) -> None:
+    cfg = write_company(
+        tmp_path,
+        {
+            "marketing": {
+                "mcp_servers": {"social": tool_server()},
+                "tools": {"max_result_chars": 1000},
+                "reports_to": "ceo",
+            },
+            "ceo": {},
+        },
+    )
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("big", {"chars": 250_000}),
+            reply_tool_use("big", {"chars": 1000}),
+            reply_text("Read both."),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            assert (await d.ask("marketing", "Read the big file.")).status == "ok"
+    agents = load_config(cfg).agents
+    limits = {a: agents[a].max_result_chars for a in ("marketing", "ceo")}
+    cut, whole = tool_results(srv.requests[1])[0], tool_results(srv.requests[2])[0]
+    digits = ("0123456789" * 100)[:1000]
+    assert cut["content"] == digits + " … [cut: 250,000 chars in all]"
+    assert not cut.get("is_error")
+    assert whole["content"] == digits  # exactly at the limit: whole
+    # the agent's own value, else defaults.tools.max_result_chars (100,000)
+    assert limits == {"marketing": 1000, "ceo": 100_000}

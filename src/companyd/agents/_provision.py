@@ -148,7 +148,7 @@ class Provisions:
             )
         if agent.tools.ask_founder and self._desk is not None:
             tools.append(ask_founder_tool(self._desk, agent))
-        box = ToolBox.build(tools, agent.tools)
+        box = ToolBox.build(tools, agent.tools, max_result_chars=agent.max_result_chars)
         self._boxes[agent.slug] = (agent, box)
         for name, spec in agent.mcp_servers.items():
             # One bad server never stops the agent: it runs without that server's tools,

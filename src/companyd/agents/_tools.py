@@ -36,11 +36,13 @@ from companyd.config import McpServerSpec, ToolsSpec
 from companyd.errors import CompanydError
 from companyd.llm import ToolDef, ToolResultBlock, ToolUseBlock
 from companyd.memory import MemoryToolError, MemoryUnavailable, tool_definitions
+from companyd.runs import cut
 from companyd.sandbox import Launch, SandboxUnavailable
 
 __all__ = [
     "MCP_RETRY_MAX_SECONDS",
     "MCP_RETRY_MIN_SECONDS",
+    "MAX_RESULT_CHARS",
     "McpServerFailed",
     "McpToolServer",
     "Tool",
@@ -153,16 +155,30 @@ def unknown_outcome_result(tool_use_id: str, name: str) -> ToolResultBlock:
     }
 
 
+#: How much of one tool result the model reads unless company.yaml says otherwise
+#: (``defaults.tools.max_result_chars``): about 25,000 tokens.
+MAX_RESULT_CHARS = 100_000
+
+
 @dataclass
 class ToolBox:
-    """The tools one agent may use, filtered by its allow/deny lists."""
+    """The tools one agent may use, filtered by its allow/deny lists.
+
+    A result (or error) longer than ``max_result_chars`` reaches the model cut, with a note
+    of its full size: one large answer (a whole file, a long page) would otherwise fill
+    the context window — the API refuses the request, and the run fails — or be paid for
+    again at every later turn of the run.
+    """
 
     tools: dict[str, Tool] = field(default_factory=dict)
+    max_result_chars: int = MAX_RESULT_CHARS
 
     @classmethod
-    def build(cls, tools: Iterable[Tool], policy: ToolsSpec) -> ToolBox:
+    def build(
+        cls, tools: Iterable[Tool], policy: ToolsSpec, *, max_result_chars: int = MAX_RESULT_CHARS
+    ) -> ToolBox:
         """Keep the tools ``policy`` allows (``allow`` absent = all; ``deny`` wins)."""
-        box = cls()
+        box = cls(max_result_chars=max_result_chars)
         box.add(tools, policy)
         return box
 
@@ -238,15 +254,16 @@ class ToolBox:
         try:
             result = await tool.handler(args if isinstance(args, Mapping) else {}, ctx)
         except ToolError as exc:
-            return _tool_error(tool_id, exc)
-        return _tool_result(tool_id, result)
+            return self._bounded(name, _tool_error(tool_id, exc))
+        return self._bounded(name, _tool_result(tool_id, result))
 
     async def rejoin(self, tool_use: ToolUseBlock, ctx: ToolCallContext) -> ToolResultBlock | None:
         """The result of a call a stop interrupted, by its tool's ``rejoin`` (waiting for
         what the call started); None if the tool has none or there is nothing to wait for.
         Never raises for a tool's own failure; cancellation propagates.
         """
-        tool = self.tools.get(str(tool_use.get("name")))
+        name = str(tool_use.get("name"))
+        tool = self.tools.get(name)
         if tool is None or tool.rejoin is None:
             return None
         tool_id = str(tool_use.get("id"))
@@ -254,8 +271,22 @@ class ToolBox:
         try:
             result = await tool.rejoin(args if isinstance(args, Mapping) else {}, ctx)
         except ToolError as exc:
-            return _tool_error(tool_id, exc)
-        return None if result is None else _tool_result(tool_id, result)
+            return self._bounded(name, _tool_error(tool_id, exc))
+        return None if result is None else self._bounded(name, _tool_result(tool_id, result))
+
+    def _bounded(self, name: str, block: ToolResultBlock) -> ToolResultBlock:
+        text = block.get("content")
+        limit = self.max_result_chars
+        if not isinstance(text, str) or len(text) <= limit:
+            return block
+        log.info(
+            "tool %r returned %d characters; the model reads the first %d "
+            "(tools.max_result_chars)",
+            name,
+            len(text),
+            limit,
+        )
+        return {**block, "content": cut(text, limit)}
 
 
 def _tool_error(tool_id: str, exc: ToolError) -> ToolResultBlock:

@@ -52,6 +52,8 @@ class AgentConfig(Frozen):
     approval_timeout: float = 86_400.0
     #: how many of its ``ask_founder`` questions may wait for the founder at once
     max_open_questions: int = 3
+    #: how much of one tool result the model reads; the rest is cut, its size noted
+    max_result_chars: int = 100_000
     consult: tuple[str, ...]
     max_consult_depth: int
     colleague_timeout_seconds: float = 300.0
@@ -252,6 +254,7 @@ def resolve(
             require_approval=frozenset(a.tools.require_approval + d.tools.require_approval),
             approval_timeout=a.tools.approval_timeout or d.tools.approval_timeout,
             max_open_questions=a.tools.max_open_questions or d.tools.max_open_questions,
+            max_result_chars=a.tools.max_result_chars or d.tools.max_result_chars,
             consult=a.consult,
             max_consult_depth=a.max_consult_depth,
             colleague_timeout_seconds=a.colleague_timeout_seconds,

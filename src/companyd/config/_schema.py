@@ -169,6 +169,11 @@ DailyLimit = Annotated[int, BeforeValidator(_daily_limit), Field(ge=0)]
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+#: How many characters of one tool result the model reads: at least 1,000 (less would cut
+#: ordinary answers), at most 2,000,000 (about 500,000 tokens: more than any context window).
+ResultChars = Annotated[int, BeforeValidator(whole), Field(ge=1_000, le=2_000_000)]
+
+
 class ToolsSpec(Spec):
     """Which tools an agent may use. ``allow`` absent = every tool it is given.
 
@@ -183,6 +188,8 @@ class ToolsSpec(Spec):
     (default: ``defaults.tools.max_open_questions``, 3).
     ``rate_limit`` caps calls of a tool per day
     (``{post_update: 5/day}``), counted durably in the company's timezone.
+    ``max_result_chars`` is how much of one tool result the model reads (default:
+    ``defaults.tools.max_result_chars``); the rest is cut, with a note of its full size.
     """
 
     allow: tuple[str, ...] | None = None
@@ -193,14 +200,18 @@ class ToolsSpec(Spec):
     ask_founder: bool = False
     max_open_questions: Annotated[int, BeforeValidator(whole), Field(ge=1, le=100)] | None = None
     rate_limit: dict[str, DailyLimit] = {}
+    max_result_chars: ResultChars | None = None
 
 
 class DefaultToolsSpec(Spec):
-    """What every agent's tool calls wait for, unless it says more (docs/desk.md)."""
+    """What every agent's tool calls wait for, unless it says more (docs/desk.md), and how
+    much of a tool result the model reads (docs/tools.md, "Large results").
+    """
 
     require_approval: tuple[str, ...] = ()
     approval_timeout: Duration = 86_400.0
     max_open_questions: Annotated[int, BeforeValidator(whole), Field(ge=1, le=100)] = 3
+    max_result_chars: ResultChars = 100_000
 
 
 def _sandbox_switch(value: Any) -> Any:
