@@ -9,6 +9,8 @@ Tools:
 * ``read_inbox()`` — read-only (annotated), returns a fixed inbox.
 * ``crash()`` — the server process exits at once, mid-call.
 * ``hog(mb)`` — allocates ``mb`` MiB; past the server's memory limit it exits (out of memory).
+* ``refuse()`` — answers with a JSON-RPC error (-32602), as a server does for bad
+  arguments: the server is fine.
 * ``big(chars)`` — read-only (annotated), returns ``chars`` characters (``0123456789``
   repeated): a large answer, such as a whole file.
 * ``trace_context()`` (only with ``$TOOL_TRACE`` set) — the request's ``params._meta`` as
@@ -100,6 +102,13 @@ def hog(mb: int) -> str:
         # Out of memory, the server dies, as a Node server does; the limit is what hit it.
         os._exit(70)
     return f"allocated {len(block) // 2**20} MiB"
+
+
+@server.tool(description="Refuse with a JSON-RPC error (for tests).")
+def refuse() -> str:
+    from mcp.shared.exceptions import MCPError
+
+    raise MCPError(code=-32602, message="no such post: 'p-404'")
 
 
 @server.tool(

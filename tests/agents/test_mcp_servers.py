@@ -143,7 +143,7 @@ async def test_a_failed_server_is_retried_with_backoff_and_its_tools_arrive(
                 "agent": "marketing",
                 "server": "social",
                 "attempt": 3,
-                "tools": ["crash", "hog", "post_update", "read_inbox"],
+                "tools": ["big", "crash", "hog", "post_update", "read_inbox", "refuse"],
             }
             assert (await d.ask("marketing", "Second.")).status == "ok"
     names = [{t["name"] for t in r.body["tools"]} for r in srv.requests]
@@ -299,3 +299,39 @@ async def test_a_tool_servers_stderr_is_logged_as_its_own_and_a_flood_is_cut(
     assert max(len(m) for m in mine) < 5000  # a long line is cut, not logged whole
     summary = [r.getMessage() for r in caplog.records if "not logged" in r.getMessage()]
     assert summary and "MCP server 'noisy'" in summary[-1], summary
+
+
+async def test_an_answer_over_message_mb_or_an_error_answer_fails_the_call_the_server_runs_on(
+    tmp_path: Path,
+) -> None:
+    social = dict(tool_server(), limits={"message_mb": 1})
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"social": social}}})
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("big", {"chars": 3 * 2**20}),
+            reply_tool_use("refuse", {}),
+            reply_tool_use("read_inbox", {}),
+            reply_text("The file was too large; the inbox is fine."),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("marketing", "Read the big file.")
+            failed = d.bus.recent({"mcp_server_failed"}, limit=10)
+    assert out.status == "ok", out
+    too_large, refused, inbox = (tool_results(r)[0] for r in srv.requests[1:4])
+    assert too_large["is_error"]
+    # (the server sends the text twice: as content, and as structured content)
+    assert re.match(
+        r"MCP server 'social' refused 'big': the answer was 6\.0 MiB, more than the 1 MiB a "
+        r"message of this tool server may be \(limits\.message_mb in company\.yaml\); ask "
+        "for less",
+        too_large["content"],
+    ), too_large
+    # a JSON-RPC error answer is the server's refusal, the model reads it
+    assert refused["is_error"] and refused["content"] == (
+        "MCP server 'social' refused 'refuse': no such post: 'p-404' (JSON-RPC error -32602)"
+    )
+    # the same server answers the next call: it was neither stopped nor restarted
+    assert inbox["content"] == "1 new message: 'Can we move the launch to Friday?'"
+    assert failed == []

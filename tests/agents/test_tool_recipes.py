@@ -180,3 +180,52 @@ async def test_the_files_recipe_writes_and_reads_in_its_folder_only(tmp_path: Pa
     assert "Call Ada." in str(read["content"]) and not read.get("is_error")
     (denied,) = tool_results(mine[4])
     assert denied.get("is_error") and "not for the agent" not in str(denied["content"])
+
+
+@pytest.mark.node
+async def test_a_large_file_is_cut_for_the_model_and_a_huge_one_refused(tmp_path: Path) -> None:
+    # The official server (TypeScript: a message's id comes last) reading a file of 300,000
+    # characters (cut to tools.max_result_chars), one of 3 MiB (over limits.message_mb: the
+    # call fails, the server runs on), then listing its folder.
+    index = _official_filesystem_server()
+    agents = recipe("files")
+    (slug,) = agents
+    server = agents[slug]["mcp_servers"]["files"]
+    files = tmp_path / "files"
+    files.mkdir()
+    files.chmod(0o755)
+    (files / "big.log").write_text("0123456789" * 30_000)
+    (files / "huge.log").write_text("x" * 3 * 2**20)
+    server["command"] = shutil.which("node")
+    server["args"] = [server["args"][0], index, str(files)]
+    server["sandbox"] = {"read": [index.split("/node_modules/")[0], str(files)]}
+    server["limits"] = {"message_mb": 1}
+    cfg = write_company(tmp_path, agents)
+    model = PerAgent(
+        **{
+            slug: [
+                reply_tool_use("read_text_file", {"path": str(files / "big.log")}),
+                reply_tool_use("read_text_file", {"path": str(files / "huge.log")}),
+                reply_tool_use("list_directory", {"path": str(files)}),
+                reply_text("Read what I could."),
+            ]
+        }
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask(slug, "Read the logs.")
+            failed = d.bus.recent({"mcp_server_failed"}, limit=10)
+    assert out.status == "ok", out
+    mine = [r for r in srv.requests if agent_of(r) == slug]
+    (big,) = tool_results(mine[1])
+    assert not big.get("is_error")
+    assert big["content"] == ("0123456789" * 10_000) + " … [cut: 300,000 chars in all]"
+    (huge,) = tool_results(mine[2])
+    assert huge.get("is_error")
+    assert huge["content"].startswith(
+        "MCP server 'files' refused 'read_text_file': the answer was "
+    ), huge
+    assert "more than the 1 MiB a message of this tool server may be" in huge["content"]
+    (listing,) = tool_results(mine[3])
+    assert not listing.get("is_error") and "big.log" in str(listing["content"])
+    assert failed == []

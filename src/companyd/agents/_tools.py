@@ -40,9 +40,9 @@ from companyd.runs import cut
 from companyd.sandbox import Launch, SandboxUnavailable
 
 __all__ = [
+    "MAX_RESULT_CHARS",
     "MCP_RETRY_MAX_SECONDS",
     "MCP_RETRY_MIN_SECONDS",
-    "MAX_RESULT_CHARS",
     "McpServerFailed",
     "McpToolServer",
     "Tool",
@@ -280,8 +280,7 @@ class ToolBox:
         if not isinstance(text, str) or len(text) <= limit:
             return block
         log.info(
-            "tool %r returned %d characters; the model reads the first %d "
-            "(tools.max_result_chars)",
+            "tool %r returned %d characters; the model reads the first %d (tools.max_result_chars)",
             name,
             len(text),
             limit,
@@ -420,7 +419,8 @@ class McpToolServer:
             # the first tool server starts, in a thread: not on the event loop (issue 31)
             await asyncio.to_thread(importlib.import_module, "mcp.client.stdio")
         from mcp import ClientSession
-        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        from companyd.agents._stdio import stdio_link
 
         stack = contextlib.AsyncExitStack()
         limit = self.spec.handshake_timeout_seconds
@@ -430,16 +430,19 @@ class McpToolServer:
             async with asyncio.timeout(limit):
                 launch = await self._launch()
                 self._sandboxed = launch.sandboxed
-                params = StdioServerParameters(
-                    command=launch.command,
-                    args=launch.args,
-                    env=launch.env or None,
-                    cwd=launch.cwd,
-                )
                 stderr = _ServerStderr(self.name)
                 try:
                     read, write = await stack.enter_async_context(
-                        stdio_client(params, errlog=stderr.stream)
+                        stdio_link(
+                            launch.command,
+                            launch.args,
+                            env=launch.env,
+                            cwd=launch.cwd,
+                            errlog=stderr.stream,
+                            name=self.name,
+                            max_message_bytes=self.spec.limits.message_mb * 2**20,
+                            on_broken=self._broken,
+                        )
                     )
                 finally:
                     stderr.spawned()
@@ -528,6 +531,12 @@ class McpToolServer:
             f"(command {command!r})"
         )
 
+    def _broken(self, reason: str) -> None:
+        """The link to the server broke (companyd.agents._stdio): it counts as dead."""
+        if not self.dead.is_set():
+            self.death = reason
+            self.dead.set()
+
     async def __aexit__(self, *exc: object) -> None:
         if self._stack is not None:
             with contextlib.suppress(Exception):
@@ -556,6 +565,11 @@ class McpToolServer:
                 # the model sees, not the agent's: it must not crash the run.
                 while isinstance(exc, ExceptionGroup) and exc.exceptions:
                     exc = exc.exceptions[0]
+                refusal = _refusal(exc)
+                if refusal is not None:  # the server answered: it is alive
+                    raise ToolError(
+                        f"MCP server {self.name!r} refused {tool_name!r}: {refusal}"
+                    ) from None
                 log.warning("MCP server %r failed during %r: %r", self.name, tool_name, exc)
                 if not self.dead.is_set():
                     lim = self.spec.limits
@@ -584,6 +598,19 @@ class McpToolServer:
             return body
 
         return call
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """What a JSON-RPC error answer said (the server, or the link for an answer too large
+    to read, answered the request), or None when the call failed for want of an answer: the
+    connection closed (the server exited) or the SDK gave up.
+    """
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+    if not isinstance(exc, MCPError) or exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+        return None
+    return f"{exc.message[:500] or 'no detail'} (JSON-RPC error {exc.code})"
 
 
 def tool_risk(policy: str, annotations: Any) -> tuple[str, bool]:

@@ -70,6 +70,7 @@ def resolved_view(cfg: CompanyConfig) -> dict[str, Any]:
             "require_approval": sorted(a.require_approval),
             "approval_timeout": a.approval_timeout,
             "max_open_questions": a.max_open_questions,
+            "max_result_chars": a.max_result_chars,
             "consult": list(a.consult),
             "max_consult_depth": a.max_consult_depth,
             "colleague_timeout_seconds": a.colleague_timeout_seconds,

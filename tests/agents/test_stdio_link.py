@@ -1,0 +1,179 @@
+"""The stdio link to a tool server reads its stdout bounded (companyd.agents._stdio): real
+server processes (small Python scripts writing what a server could write), the real link.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import textwrap
+import tracemalloc
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+
+from companyd.agents._stdio import ANSWER_TOO_LARGE, MAX_JUNK_LINES, stdio_link
+
+pytestmark = pytest.mark.anyio
+
+MIB = 2**20
+
+
+def _server(body: str) -> list[str]:
+    """A "server" that waits for one line on stdin (the client's request), then runs
+    ``body`` (with ``out`` = its binary stdout), then waits for stdin to close.
+    """
+    script = (
+        "import sys\nout = sys.stdout.buffer\nsys.stdin.readline()\n"
+        + textwrap.dedent(body)
+        + "\nout.flush()\nsys.stdin.read()\n"
+    )
+    return ["-c", script]
+
+
+async def _exchange(body: str, limit: int = MIB, count: int = 10) -> tuple[list[Any], list[str]]:
+    """Send one request to the server running ``body``; what the session reads (up to
+    ``count`` messages, until the stream ends) and the reasons the link broke.
+    """
+    broken: list[str] = []
+    got: list[Any] = []
+    with anyio.fail_after(60):
+        async with stdio_link(
+            sys.executable,
+            _server(body),
+            env=None,
+            cwd=None,
+            errlog=sys.stderr,
+            name="test",
+            max_message_bytes=limit,
+            on_broken=broken.append,
+        ) as (read, write):
+            from mcp.shared.message import SessionMessage
+
+            ping = types.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")
+            await write.send(SessionMessage(ping))
+            async for item in read:
+                got.append(item.message)
+                if len(got) == count:
+                    break
+    return got, broken
+
+
+async def test_an_answer_over_the_bound_fails_its_request_and_the_link_goes_on() -> None:
+    got, broken = await _exchange(
+        """
+        pad = "a" * (3 * 2**20)
+        # the Python SDK's order (id first), then the TypeScript SDK's (id last)
+        out.write(b'{"jsonrpc":"2.0","id":1,"result":{"pad":"' + pad.encode() + b'"}}\\n')
+        out.write(b'{"result":{"pad":"' + pad.encode() + b'"},"jsonrpc":"2.0","id":"b-2"}\\n')
+        out.write(b'{"jsonrpc":"2.0","id":3,"result":{}}\\n')
+        out.flush()
+        sys.stdin.close()
+        """,
+        count=3,
+    )
+    assert broken == []
+    first, second, third = got
+    assert isinstance(first, types.JSONRPCError) and first.id == 1
+    assert second.id == "b-2" and isinstance(second, types.JSONRPCError)
+    assert first.error.data["reason"] == ANSWER_TOO_LARGE
+    size = len('{"jsonrpc":"2.0","id":1,"result":{"pad":""}}') + 3 * MIB
+    assert first.error.data == {"reason": ANSWER_TOO_LARGE, "bytes": size, "limit": MIB}
+    assert first.error.message.startswith(
+        "the answer was 3.0 MiB, more than the 1 MiB a message of this tool server may be "
+        "(limits.message_mb in company.yaml); ask for less"
+    )
+    assert isinstance(third, types.JSONRPCResponse) and third.id == 3  # the link goes on
+
+
+async def test_an_over_long_line_whose_request_cannot_be_told_breaks_the_link() -> None:
+    # "id" only inside the result: nested, so not the message's id
+    got, broken = await _exchange(
+        """
+        out.write(b'{"jsonrpc":"2.0","result":{"id":1,"pad":"' + b"a" * (2 * 2**20) + b'"}}\\n')
+        out.write(b'{"jsonrpc":"2.0","id":1,"result":{}}\\n')
+        """
+    )
+    assert got == []  # nothing after it is read: the link is broken
+    assert broken == [
+        "wrote a message of 2.0 MiB (more than its limits.message_mb, 1 MiB) whose request "
+        "could not be told"
+    ]
+
+
+async def test_an_endless_line_is_not_held() -> None:
+    # 48 MiB without a newline, then the stream ends: the link keeps at most the bound (the
+    # mcp SDK's stdio client holds the whole line, and copies it again at every read)
+    tracemalloc.start()
+    try:
+        got, broken = await _exchange(
+            """
+            block = b"x" * 2**20
+            for _ in range(48):
+                out.write(block)
+            out.flush()
+            out.close()
+            """
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got == [] and broken == []
+    assert peak < 8 * MIB, f"{peak / MIB:.1f} MiB held for a 48 MiB line"
+
+
+async def test_lines_that_are_not_mcp_are_skipped_then_a_flood_breaks_the_link(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="companyd.agents._stdio")
+    got, broken = await _exchange(
+        """
+        out.write(b"Server started on stdio\\n\\n")  # a banner, and an empty line
+        out.write(b'{"jsonrpc":"2.0","id":1,"result":{}}\\n')
+        """,
+        count=1,
+    )
+    assert [m.id for m in got] == [1] and broken == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "MCP server 'test' wrote a line to its stdout that is not an MCP message (skipped; "
+        "stdout carries MCP only, a server's own messages belong on stderr): "
+        "'Server started on stdio'"
+    ]
+    caplog.clear()
+    got, broken = await _exchange(
+        f"""
+        for i in range({MAX_JUNK_LINES + 5}):
+            out.write(b"junk %d\\n" % i)
+        out.write(b'{{"jsonrpc":"2.0","id":1,"result":{{}}}}\\n')
+        """
+    )
+    assert got == []
+    assert broken == [f"wrote {MAX_JUNK_LINES} lines to its stdout that are not MCP messages"]
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 4  # the first three, and the stop
+    assert logged[-1] == (
+        f"MCP server 'test': wrote {MAX_JUNK_LINES} lines to its stdout that are not MCP "
+        "messages; stopping it"
+    )
+
+
+def test_the_ids_are_read_only_at_the_top_level() -> None:
+    from companyd.agents._stdio import _HEAD_ID, _TAIL_ID
+
+    def head(text: bytes) -> Any:
+        m = _HEAD_ID.match(text)
+        return m and json.loads(m.group(1))
+
+    def tail(text: bytes) -> Any:
+        m = _TAIL_ID.search(text)
+        return m and json.loads(m.group(1))
+
+    assert head(b'{"jsonrpc": "2.0", "id": 12, "result"') == 12
+    assert head(b'{"id":"abc","jsonrpc":"2.0"') == "abc"
+    assert head(b'{"jsonrpc":"2.0","result":{"id":1,') is None  # nested
+    assert tail(b'xx"},"jsonrpc":"2.0","id":-4}') == -4
+    assert tail(b'xx","id":7}}') is None  # a nested object's last key
+    assert tail(b'x,"id":"r-1" }\n') == "r-1"
