@@ -191,6 +191,10 @@ async def running_company(
     backend = ClaudeBackend(
         api_key="test-key", base_url=server.base_url, max_retries=max_retries, timeout=30.0
     )
+    # The first call would build the SDK's client (~0.7 s of imports, seconds on a loaded
+    # machine) inside its run's heartbeat window, which some tests set to 0.5 s; whether a
+    # test in the same worker had already imported the SDK decided whether they passed.
+    await backend.warm()
     daemon = Daemon(cfg, state_dir, backend=backend, clock=clock, oneoff=oneoff)
     async with daemon:
         yield daemon

@@ -567,6 +567,12 @@ class ClaudeBackend:
                 self._client = client
         return self._client
 
+    async def warm(self) -> None:
+        """Build the SDK's client now rather than at the first call (which otherwise pays
+        for its imports: ~0.7 s here, more on a loaded or small machine).
+        """
+        await self._sdk_client()
+
     def _new_sdk_client(self) -> anthropic.AsyncAnthropic:
         """A new client of the SDK (imported here, once: see :meth:`_sdk_client`). It binds
         to no event loop until its first request, so it may be built in any thread.
