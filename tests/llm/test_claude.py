@@ -579,6 +579,33 @@ async def test_each_retry_goes_through_the_hook_with_the_failed_attempts_error()
 
 
 @pytest.mark.anyio
+async def test_a_gateway_timeout_may_have_been_billed_but_a_server_error_was_not() -> None:
+    # the API's 504 timeout_error ("timed out while processing") and a proxy's 524 answer a
+    # request that was taken in: like a timeout of our own, it may have been billed
+    with MessagesAPIServer(default_responder=False) as srv:
+        srv.enqueue(
+            fault(504, "Request timed out", error_type="timeout_error"),
+            fault(524, "A timeout occurred"),
+            fault(500, "Internal server error"),
+            fault(502, "Bad gateway"),
+            reply_text("fifth"),
+        )
+        llm, _ = backend(srv, max_retries=4)
+        seen: list[tuple[int | None, bool]] = []
+
+        async def hook(err: ModelError) -> None:
+            seen.append((err.status, err.maybe_billed))
+
+        try:
+            async with asyncio.timeout(30):
+                r = await llm.create(request(), before_retry=hook)
+        finally:
+            await llm.aclose()
+    assert r.text == "fifth"
+    assert seen == [(504, True), (524, True), (500, False), (502, False)]
+
+
+@pytest.mark.anyio
 async def test_a_hook_that_refuses_ends_the_call_without_the_retry() -> None:
     class Refused(Exception):
         pass

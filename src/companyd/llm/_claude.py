@@ -416,6 +416,10 @@ def map_sdk_error(exc: BaseException, *, model: str, now: float | None = None) -
                 model=model,
                 status=status,
                 request_id=rid,
+                # 504 (the API's timeout_error: "timed out while processing") and 524 (a
+                # proxy's origin timeout) come after the request was taken in: it may have
+                # been processed, and billed, as for a timeout of our own
+                maybe_billed=status in (504, 524),
             )
         if status == 408:
             return ModelTimeout(
