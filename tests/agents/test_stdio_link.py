@@ -144,6 +144,20 @@ async def test_lines_that_are_not_mcp_are_skipped_then_a_flood_breaks_the_link(
     ]
     caplog.clear()
     got, broken = await _exchange(
+        """
+        for i in range(10):
+            out.write(b"junk %d\\n" % i)
+        out.close()
+        """
+    )
+    assert got == [] and broken == []
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 4 and logged[2].endswith("'junk 2'")
+    assert logged[3] == (
+        "MCP server 'test' wrote 7 more line(s) to its stdout that are not MCP messages, not logged"
+    )
+    caplog.clear()
+    got, broken = await _exchange(
         f"""
         for i in range({MAX_JUNK_LINES + 5}):
             out.write(b"junk %d\\n" % i)

@@ -162,6 +162,13 @@ async def _read_messages(
         try:
             chunk = await stdout.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
+            if junk > LOGGED_JUNK_LINES:
+                log.warning(
+                    "MCP server %r wrote %d more line(s) to its stdout that are not MCP "
+                    "messages, not logged",
+                    name,
+                    junk - LOGGED_JUNK_LINES,
+                )
             return
         start = 0
         while True:
