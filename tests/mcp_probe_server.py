@@ -78,6 +78,7 @@ def probe() -> str:
     results["cwd"] = os.getcwd()
     results["home"] = env.get("HOME", "")
     results["uid"] = str(os.getuid())
+    results["niceness"] = str(os.getpriority(os.PRIO_PROCESS, 0))
     return json.dumps({"results": results, "listings": listings})
 
 

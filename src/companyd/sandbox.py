@@ -25,9 +25,10 @@ When the daemon runs as root the server runs as ``sandbox.run_as`` (``nobody``):
 builds the sandbox as root, then ``setpriv`` inside it drops to that user with no
 capabilities, no supplementary groups and ``no_new_privs`` before the server starts. The
 resource limits (``limits``: address space, processes, open files) are set with
-``prlimit`` around the whole chain. ``bwrap``, ``setpriv`` and ``prlimit`` each ``exec`` the
-next program, so the process the SDK starts (and stops) is the sandbox itself, and
-``--die-with-parent`` takes the server with it if the daemon dies.
+``prlimit`` around the whole chain, at niceness :data:`SERVER_NICENESS` (``nice``).
+``nice``, ``prlimit``, ``bwrap`` and ``setpriv`` each ``exec`` the next program, so the
+process the daemon starts (and stops) is the sandbox itself, and ``--die-with-parent``
+takes the server with it if the daemon dies.
 
 Where the sandbox cannot be created (no bubblewrap, user namespaces refused) the server is
 not started: :class:`SandboxUnavailable` says why and names the fix.
@@ -53,6 +54,7 @@ from companyd.config import CompanyConfig, McpServerSpec, SandboxSpec, ToolServe
 from companyd.errors import CompanydError
 
 __all__ = [
+    "SERVER_NICENESS",
     "Launch",
     "SandboxUnavailable",
     "ToolSandbox",
@@ -354,6 +356,10 @@ class ToolSandbox:
         limits = _limits_args(spec.limits)
         if limits:
             argv = [tools["prlimit"], *limits, "--", *argv]
+        # A server that spins (a bug, a runaway loop) must not take the CPU from the daemon,
+        # whose event loop answers the watchdog: on a busy machine the kernel gives a
+        # process of nice 10 about a tenth of the time it gives the daemon.
+        argv = [tools["nice"], "-n", str(SERVER_NICENESS), *argv]
         argv = self._with_filter(argv)
         bindir = os.path.dirname(command)
         path = _PATH if not prefixes else f"{bindir}:{_PATH}"
@@ -439,14 +445,19 @@ class ToolSandbox:
         self._probed.add(key)
 
 
+#: The niceness a sandboxed tool server runs at (``nice -n``): below the daemon's.
+SERVER_NICENESS = 10
+
+
 def _tool_paths(environ: Mapping[str, str]) -> dict[str, str]:
-    """bwrap, setpriv and prlimit, found on the daemon's PATH."""
+    """bwrap, setpriv, prlimit and nice, found on the daemon's PATH."""
     path = environ.get("PATH") or _PATH
     found: dict[str, str] = {}
     for program, package in (
         ("bwrap", "bubblewrap"),
         ("setpriv", "util-linux"),
         ("prlimit", "util-linux"),
+        ("nice", "coreutils"),
     ):
         where = _which(program, path)
         if where is None:

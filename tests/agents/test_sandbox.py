@@ -36,6 +36,7 @@ from companyd.errors import ConfigError
 from companyd.events import Severity
 from companyd.ops._doctor import check_tool_sandbox
 from companyd.sandbox import (
+    SERVER_NICENESS,
     SandboxUnavailable,
     ToolSandbox,
     interpreter_prefixes,
@@ -150,6 +151,8 @@ async def test_a_sandboxed_server_reaches_nothing_of_the_daemon_but_its_own_dire
     uid = found.pop("uid")
     if AS_ROOT:
         assert uid == "65534"  # nobody, not root
+    # below the daemon's priority: a spinning server does not starve the daemon's loop
+    assert found.pop("niceness") == str(os.getpriority(os.PRIO_PROCESS, 0) + SERVER_NICENESS)
     assert set(found) == {
         *(f"read {p}" for p in targets.values()),
         f"list {Path.home()}",
@@ -185,6 +188,8 @@ async def test_the_same_server_unsandboxed_reaches_all_of_it(
     # what stopped them above is the sandbox, not the probe.
     cfg, _ = _probe_company(tmp_path, listener, False)
     found, listings = await _run_probe(cfg, tmp_path / "state")
+    # unsandboxed, the server also runs at the daemon's own priority
+    assert found.pop("niceness") == str(os.getpriority(os.PRIO_PROCESS, 0))
     for key in ("cwd", "home", "uid"):
         found.pop(key)
     failed = {what: why for what, why in found.items() if why != "ok"}
@@ -204,10 +209,10 @@ async def test_network_true_keeps_the_hosts_network(
 
 
 def _fake_bin(tmp_path: Path, bwrap: str | None) -> dict[str, str]:
-    """A PATH with setpriv and prlimit, and ``bwrap`` (a script body) or none."""
+    """A PATH with setpriv, prlimit and nice, and ``bwrap`` (a script body) or none."""
     fake = tmp_path / "bin"
     fake.mkdir()
-    for tool in ("setpriv", "prlimit", "true"):
+    for tool in ("setpriv", "prlimit", "nice", "true"):
         (fake / tool).symlink_to(f"/usr/bin/{tool}")
     if bwrap is not None:
         (fake / "bwrap").write_text(f"#!/bin/sh\n{bwrap}\n")

@@ -125,7 +125,7 @@ def test_service_hardening(service: dict[str, dict[str, list[str]]]) -> None:
     assert s["SystemCallFilter"] == [
         "@system-service",
         "~@privileged @resources",
-        "@mount capset",
+        "@mount capset setpriority",
     ]
 
 
