@@ -9,6 +9,8 @@ Tools:
 * ``read_inbox()`` — read-only (annotated), returns a fixed inbox.
 * ``crash()`` — the server process exits at once, mid-call.
 * ``hog(mb)`` — allocates ``mb`` MiB; past the server's memory limit it exits (out of memory).
+* ``chart()`` — read-only: a text, an image, an embedded text resource and a link (a
+  result with more than text in it).
 * ``refuse()`` — answers with a JSON-RPC error (-32602), as a server does for bad
   arguments: the server is fine.
 * ``big(chars)`` — read-only (annotated), returns ``chars`` characters (``0123456789``
@@ -32,6 +34,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 # checked before the mcp SDK is imported (~0.6 s of CPU): a closed gate exits at once
 _gate = os.environ.get("TOOL_START_GATE") if __name__ == "__main__" else None
@@ -102,6 +105,27 @@ def hog(mb: int) -> str:
         # Out of memory, the server dies, as a Node server does; the limit is what hit it.
         os._exit(70)
     return f"allocated {len(block) // 2**20} MiB"
+
+
+@server.tool(description="Draw the sales chart.", annotations=ToolAnnotations(read_only_hint=True))
+def chart() -> list[Any]:
+    from mcp_types import (
+        EmbeddedResource,
+        ImageContent,
+        ResourceLink,
+        TextContent,
+        TextResourceContents,
+    )
+
+    return [
+        TextContent(type="text", text="Sales, by week:"),
+        ImageContent(type="image", data="iVBORw0KGgo=" * 100, mime_type="image/png"),
+        EmbeddedResource(
+            type="resource",
+            resource=TextResourceContents(uri="file:///data/sales.csv", text="week,sales\n1,3"),
+        ),
+        ResourceLink(type="resource_link", name="full report", uri="https://example.com/r/7"),
+    ]
 
 
 @server.tool(description="Refuse with a JSON-RPC error (for tests).")

@@ -143,7 +143,7 @@ async def test_a_failed_server_is_retried_with_backoff_and_its_tools_arrive(
                 "agent": "marketing",
                 "server": "social",
                 "attempt": 3,
-                "tools": ["big", "crash", "hog", "post_update", "read_inbox", "refuse"],
+                "tools": ["big", "chart", "crash", "hog", "post_update", "read_inbox", "refuse"],
             }
             assert (await d.ask("marketing", "Second.")).status == "ok"
     names = [{t["name"] for t in r.body["tools"]} for r in srv.requests]
@@ -335,3 +335,21 @@ async def test_an_answer_over_message_mb_or_an_error_answer_fails_the_call_the_s
     # the same server answers the next call: it was neither stopped nor restarted
     assert inbox["content"] == "1 new message: 'Can we move the launch to Friday?'"
     assert failed == []
+
+
+async def test_what_a_result_holds_besides_text_is_named_not_dropped(tmp_path: Path) -> None:
+    # An image, an embedded resource, a link: before, only the text items reached the
+    # model, and a result of one image read as an empty answer.
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"social": tool_server()}}})
+    model = PerAgent(marketing=[reply_tool_use("chart", {}), reply_text("Charted.")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            assert (await d.ask("marketing", "Chart the sales.")).status == "ok"
+    (result,) = tool_results(srv.requests[1])
+    assert not result.get("is_error")
+    assert result["content"] == (
+        "Sales, by week:\n"
+        "[image (image/png, ~900 bytes): not passed to the model]\n"
+        "[resource file:///data/sales.csv]\nweek,sales\n1,3\n"
+        "[resource link 'full report': https://example.com/r/7]"
+    )

@@ -587,17 +587,39 @@ class McpToolServer:
                     f"{type(exc).__name__}: {str(exc)[:200] or 'no detail'}; it may have "
                     "exited — do not rely on its tools in this run"
                 ) from None
-            texts = [
-                getattr(c, "text", "") for c in result.content if getattr(c, "type", "") == "text"
-            ]
-            body: Any = "\n".join(texts)
-            if not texts and result.structured_content is not None:
+            parts = [_content_text(c) for c in result.content]
+            body: Any = "\n".join(parts)
+            if not parts and result.structured_content is not None:
                 body = result.structured_content
             if result.is_error:
                 raise ToolError(str(body) or f"tool {tool_name!r} failed")
             return body
 
         return call
+
+
+def _content_text(item: Any) -> str:
+    """One item of an MCP tool result as the text the model reads. Text as it is, an
+    embedded text resource with its URI; what the model is not given (an image, audio, a
+    binary resource) is named with its type and size, so that it does not vanish without
+    a trace — a result of one image would otherwise read as an empty answer.
+    """
+    kind = getattr(item, "type", "")
+    if kind == "text":
+        return str(item.text)
+    if kind == "resource":
+        res = item.resource
+        if hasattr(res, "text"):
+            return f"[resource {res.uri}]\n{res.text}"
+        size = len(res.blob) * 3 // 4  # base64
+        what = f"{res.mime_type or 'no type'}, ~{size:,} bytes"
+        return f"[binary resource {res.uri} ({what}): not passed to the model]"
+    if kind == "resource_link":
+        return f"[resource link {item.name!r}: {item.uri}]"
+    if kind in ("image", "audio"):
+        size = len(item.data) * 3 // 4  # base64
+        return f"[{kind} ({item.mime_type}, ~{size:,} bytes): not passed to the model]"
+    return f"[{kind or 'unknown'} content: not passed to the model]"
 
 
 def _refusal(exc: BaseException) -> str | None:
