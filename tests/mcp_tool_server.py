@@ -11,6 +11,8 @@ Tools:
 * ``hog(mb)`` — allocates ``mb`` MiB; past the server's memory limit it exits (out of memory).
 * ``chart()`` — read-only: a text, an image, an embedded text resource and a link (a
   result with more than text in it).
+* ``garble()`` — writes a 2 MiB line that is not an answer to its stdout (a server bug),
+  then waits.
 * ``refuse()`` — answers with a JSON-RPC error (-32602), as a server does for bad
   arguments: the server is fine.
 * ``big(chars)`` — read-only (annotated), returns ``chars`` characters (``0123456789``
@@ -46,6 +48,7 @@ from mcp.server.mcpserver import Context  # noqa: E402
 from mcp_types import ToolAnnotations  # noqa: E402
 
 server = MCPServer("test-tools")
+_STDOUT = os.dup(1)  # the pipe to the client, for garble()
 
 
 def _log(line: str) -> None:
@@ -126,6 +129,17 @@ def chart() -> list[Any]:
         ),
         ResourceLink(type="resource_link", name="full report", uri="https://example.com/r/7"),
     ]
+
+
+@server.tool(description="Write a long line that is no message to stdout (for tests).")
+def garble() -> str:
+    # to a copy of the pipe made before the server started: while a tool runs, the SDK
+    # points sys.stdout and descriptor 1 at stderr
+    data = memoryview(b'{"garbage": "' + b"a" * 2**21 + b'"}\n')
+    while data:
+        data = data[os.write(_STDOUT, data) :]
+    time.sleep(30)
+    return "never read"
 
 
 @server.tool(description="Refuse with a JSON-RPC error (for tests).")

@@ -143,7 +143,16 @@ async def test_a_failed_server_is_retried_with_backoff_and_its_tools_arrive(
                 "agent": "marketing",
                 "server": "social",
                 "attempt": 3,
-                "tools": ["big", "chart", "crash", "hog", "post_update", "read_inbox", "refuse"],
+                "tools": [
+                    "big",
+                    "chart",
+                    "crash",
+                    "garble",
+                    "hog",
+                    "post_update",
+                    "read_inbox",
+                    "refuse",
+                ],
             }
             assert (await d.ask("marketing", "Second.")).status == "ok"
     names = [{t["name"] for t in r.body["tools"]} for r in srv.requests]
@@ -353,3 +362,28 @@ async def test_what_a_result_holds_besides_text_is_named_not_dropped(tmp_path: P
         "[resource file:///data/sales.csv]\nweek,sales\n1,3\n"
         "[resource link 'full report': https://example.com/r/7]"
     )
+
+
+async def test_a_server_whose_output_breaks_the_link_is_stopped_and_the_reason_told(
+    tmp_path: Path,
+) -> None:
+    social = dict(tool_server(), limits={"message_mb": 1})
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"social": social}}})
+    model = PerAgent(marketing=[reply_tool_use("garble", {}), reply_text("It broke.")])
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            out = await d.ask("marketing", "Garble.")
+            failed = await _wait_for(
+                lambda: d.bus.recent({"mcp_server_failed"}, limit=10), "the failure event"
+            )
+    assert out.status == "ok", out
+    (result,) = tool_results(srv.requests[1])
+    reason = (
+        "wrote a message of 2.0 MiB (more than its limits.message_mb, 1 MiB) whose request "
+        "could not be told"
+    )
+    assert result["is_error"] and result["content"] == (
+        f"MCP server 'social' failed during 'garble': it {reason}; it is being restarted — "
+        "do not rely on its tools in this run"
+    )
+    assert failed[0].data["reason"].endswith(reason), failed[0].data

@@ -571,17 +571,22 @@ class McpToolServer:
                         f"MCP server {self.name!r} refused {tool_name!r}: {refusal}"
                     ) from None
                 log.warning("MCP server %r failed during %r: %r", self.name, tool_name, exc)
-                if not self.dead.is_set():
-                    lim = self.spec.limits
-                    self.death = (
-                        f"failed during {tool_name!r} ({type(exc).__name__}: "
-                        f"{str(exc)[:200] or 'no detail'}); it exited or was killed — "
-                        "perhaps by one of its limits (memory_mb "
-                        f"{lim.memory_mb or 'unlimited'}, processes "
-                        f"{lim.processes or 'unlimited'}, open_files "
-                        f"{lim.open_files or 'unlimited'})"
-                    )
-                    self.dead.set()
+                if self.dead.is_set():  # its link broke first: that is the reason
+                    raise ToolError(
+                        f"MCP server {self.name!r} failed during {tool_name!r}: it "
+                        f"{self.death}; it is being restarted — do not rely on its tools in "
+                        "this run"
+                    ) from None
+                lim = self.spec.limits
+                self.death = (
+                    f"failed during {tool_name!r} ({type(exc).__name__}: "
+                    f"{str(exc)[:200] or 'no detail'}); it exited or was killed — "
+                    "perhaps by one of its limits (memory_mb "
+                    f"{lim.memory_mb or 'unlimited'}, processes "
+                    f"{lim.processes or 'unlimited'}, open_files "
+                    f"{lim.open_files or 'unlimited'})"
+                )
+                self.dead.set()
                 raise ToolError(
                     f"MCP server {self.name!r} failed during {tool_name!r}: "
                     f"{type(exc).__name__}: {str(exc)[:200] or 'no detail'}; it may have "
