@@ -250,7 +250,8 @@ class DiskAlarm:
             message=(
                 f"state disk full: writes failing ({what} {str(path)!r}: {exc}); runs fail "
                 "and their agents are paused, the daemon stays up and records what was "
-                "already paid for once writes succeed again. Free space on that disk, then "
+                "already paid for once writes succeed again. Free space on that disk (`companyd "
+                "doctor` names what takes the most room in the state directory), then "
                 "resume the paused agents (`companyd resume <agent>`)"
             ),
         )

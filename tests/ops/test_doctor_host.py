@@ -18,6 +18,7 @@ from companyd.config import load_config
 from companyd.ops._doctor import check_tool_sandbox
 from companyd.ops._doctor_host import (
     check_clock,
+    check_disk,
     check_systemd,
     check_systemd_units,
     unit_forbids_sandbox,
@@ -311,3 +312,42 @@ def test_doctor_says_whose_user_the_servers_run_as_under_a_unit(
     (tmp_path / "systemctl.out").write_text(NOW + "User=root\nDynamicUser=no\n")
     assert unit_runs_as_root("companyd.service", runtime) is True
     assert unit_runs_as_root("companyd.service", tmp_path / "no-systemd") is None
+
+
+def _state_on_a_small_disk(disk: Path) -> Path:
+    state = disk / "state"
+    scraper = state / "tools" / "marketing" / "scraper"
+    for i in range(4):  # a tool server's own files: 4 x 5 MiB in directories of their own
+        (scraper / f"page-{i}").mkdir(parents=True)
+        (scraper / f"page-{i}" / "dump.html").write_bytes(b"x" * 5 * 2**20)
+    (state / "tools" / "ceo" / "files").mkdir(parents=True)
+    (state / "tools" / "ceo" / "files" / "note.md").write_text("small")
+    (state / "runs.sqlite").write_bytes(b"r" * 3 * 2**20)
+    (state / "spend.sqlite").write_bytes(b"s" * 1024)
+    return state
+
+
+def test_a_disk_running_short_names_what_fills_the_state_directory(tmp_path: Path) -> None:
+    from companyd.testing.disk import DiskUnavailable, small_disk
+
+    try:
+        with small_disk(tmp_path / "disk", "48m") as disk:
+            state = _state_on_a_small_disk(disk)
+            check = check_disk(state)
+            ticks = iter(range(10_000))  # a clock that moves 1 s at each look
+            cut_short = check_disk(state, clock=lambda: float(next(ticks)))
+    except DiskUnavailable as exc:
+        pytest.skip(f"no small disk here: {exc}")
+    assert check.status == "problem"  # 48 MiB in all: below the 100 MiB of free space
+    scraper = state / "tools" / "marketing" / "scraper"
+    assert check.fix == (
+        "free space: below 100 MiB the run journal and the ledger start refusing writes "
+        "(agents pause); the largest in the state directory: tool server 'scraper' of "
+        f"marketing ({scraper}) 20 MiB, {state / 'runs.sqlite'} 3 MiB; delete old backups or "
+        "logs, or grow the disk"
+    )
+    # a walk that runs out of time says so, and what it counted is a lower bound
+    assert cut_short.fix is not None
+    assert "the largest in the state directory (counting stopped after 5 s: at least)" in (
+        cut_short.fix
+    )

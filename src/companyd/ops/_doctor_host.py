@@ -10,12 +10,15 @@ failure is words.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import platform
 import re
 import shutil
 import sqlite3
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -48,8 +51,11 @@ def _gib(n: float) -> str:
     return f"{n / 1024**3:.1f} GiB" if n >= 1024**3 else f"{n / 1024**2:.0f} MiB"
 
 
-def check_disk(state_dir: Path) -> Check:
-    """Free space where the state lives (its nearest existing directory)."""
+def check_disk(state_dir: Path, *, clock: Callable[[], float] = time.monotonic) -> Check:
+    """Free space where the state lives (its nearest existing directory). When it runs
+    short, what in the state directory takes the most room is named: a tool server's own
+    directory (which nothing bounds) or a store — the place to look at 3 a.m.
+    """
     where = state_dir
     while not where.exists() and where != where.parent:
         where = where.parent
@@ -65,11 +71,84 @@ def check_disk(state_dir: Path) -> Check:
             "problem",
             text,
             "free space: below 100 MiB the run journal and the ledger start refusing writes "
-            "(agents pause); delete old backups or logs, or grow the disk",
+            f"(agents pause); {_largest(state_dir, clock)}delete old backups or logs, or "
+            "grow the disk",
         )
     if usage.free < DISK_WARNING_BYTES or share < 0.05:
-        return Check("disk", "warning", text, "free some space before it runs out")
+        return Check(
+            "disk",
+            "warning",
+            text,
+            f"free some space before it runs out; {_largest(state_dir, clock)}".rstrip("; "),
+        )
     return Check("disk", "ok", text)
+
+
+#: How long the disk check may spend adding up the state directory (a server may have made
+#: millions of files): past it, what was counted so far is shown, marked as partial.
+DISK_WALK_SECONDS = 5.0
+
+
+def _largest(state_dir: Path, clock: Callable[[], float], most: int = 3) -> str:
+    """The largest parts of ``state_dir`` — each tool server's directory
+    (``tools/AGENT/SERVER``) and each other top-level entry — as a clause ending in "; ",
+    or "" when there is nothing to name.
+    """
+    deadline = clock() + DISK_WALK_SECONDS
+    sizes: dict[str, int] = {}
+    partial = False
+
+    def size_of(path: str) -> int:
+        nonlocal partial
+        total, stack = 0, [path]
+        while stack:
+            if clock() > deadline:
+                partial = True
+                break
+            try:
+                entries = os.scandir(stack.pop())
+            except OSError:
+                continue
+            with entries:
+                for e in entries:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                        else:
+                            total += e.stat(follow_symlinks=False).st_blocks * 512
+                    except OSError:
+                        continue
+        return total
+
+    try:
+        top = list(os.scandir(state_dir))
+    except OSError:
+        return ""
+    for e in top:
+        if e.name == "tools" and e.is_dir(follow_symlinks=False):
+            for agent in _subdirs(e.path):
+                for server in _subdirs(agent.path):
+                    what = f"tool server {server.name!r} of {agent.name} ({server.path})"
+                    sizes[what] = size_of(server.path)
+        elif e.is_dir(follow_symlinks=False):
+            sizes[e.path] = size_of(e.path)
+        else:
+            with contextlib.suppress(OSError):
+                sizes[e.path] = e.stat(follow_symlinks=False).st_blocks * 512
+    biggest = sorted(sizes.items(), key=lambda item: item[1], reverse=True)
+    shown = [f"{what} {_gib(n)}" for what, n in biggest[:most] if n >= 1024**2]
+    if not shown:
+        return ""
+    more = " (counting stopped after 5 s: at least)" if partial else ""
+    return f"the largest in the state directory{more}: {', '.join(shown)}; "
+
+
+def _subdirs(path: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as it:
+            return [e for e in it if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
 
 
 def _run(argv: Sequence[str], timeout: float = 15.0) -> tuple[int, str]:
