@@ -21,6 +21,7 @@ from companyd.ops._doctor_host import (
     check_disk,
     check_systemd,
     check_systemd_units,
+    unit_forbids_niceness,
     unit_forbids_sandbox,
     unit_runs_as_root,
 )
@@ -201,10 +202,12 @@ def test_without_instances_only_the_single_unit_is_checked(
 
 #: ``systemctl show companyd -p RestrictNamespaces -p ProcSubset -p RestrictAddressFamilies
 #: -p SystemCallFilter`` as systemd 252 (Debian 12) printed it for the unit shipped before
-#: the sandboxes were allowed, and for the one shipped now (booted in a PID namespace;
+#: the sandboxes were allowed, for the one of round 13 (sandboxes, no ``setpriority``), and
+#: for the one shipped now (booted in a PID namespace by .ci/manual/unit-sandbox;
 #: docs/tools.md, "Under systemd").
 SHOWN = Path(__file__).with_name("systemd_show")
 BEFORE = (SHOWN / "companyd-before.txt").read_text()
+ROUND13 = (SHOWN / "companyd-round13.txt").read_text()
 NOW = (SHOWN / "companyd-now.txt").read_text()
 
 
@@ -312,6 +315,36 @@ def test_doctor_says_whose_user_the_servers_run_as_under_a_unit(
     (tmp_path / "systemctl.out").write_text(NOW + "User=root\nDynamicUser=no\n")
     assert unit_runs_as_root("companyd.service", runtime) is True
     assert unit_runs_as_root("companyd.service", tmp_path / "no-systemd") is None
+
+
+def test_a_unit_that_refuses_setpriority_runs_the_servers_at_the_daemons_priority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # round 13's unit allowed the sandboxes but not setpriority: the servers start, at the
+    # daemon's priority (nice cannot lower theirs); doctor warns and names the refresh
+    cfg = load_config(
+        write_company(tmp_path, {"marketing": {"mcp_servers": {"a": {"command": "x"}}}})
+    )
+    runtime = unit_host(tmp_path, monkeypatch, ROUND13 + "User=\nDynamicUser=yes\n")
+    assert unit_forbids_sandbox("companyd.service", runtime) is None
+    assert unit_forbids_niceness("companyd.service", runtime)
+    warned = check_tool_sandbox(cfg, unit="companyd@acme.service", systemd_runtime=runtime)
+    assert warned.status == "warning", warned
+    assert warned.summary.startswith(
+        "1 tool server(s) run in a sandbox under companyd@acme.service, but at the daemon's "
+        "own priority: the unit refuses setpriority"
+    )
+    assert warned.fix and "`sudo companyd install-service --instance acme`" in warned.fix
+    (tmp_path / "systemctl.out").write_text(NOW + "User=\nDynamicUser=yes\n")
+    assert not unit_forbids_niceness("companyd.service", runtime)
+    ok = check_tool_sandbox(cfg, unit="companyd.service", systemd_runtime=runtime)
+    assert ok.status == "ok", ok
+    # a deny list naming it, or no filter at all
+    (tmp_path / "systemctl.out").write_text("SystemCallFilter=~setpriority reboot\n")
+    assert unit_forbids_niceness("companyd.service", runtime)
+    (tmp_path / "systemctl.out").write_text("SystemCallFilter=\n")
+    assert not unit_forbids_niceness("companyd.service", runtime)
+    assert not unit_forbids_niceness("companyd.service", tmp_path / "no-systemd")
 
 
 def _state_on_a_small_disk(disk: Path) -> Path:

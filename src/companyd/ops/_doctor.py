@@ -86,6 +86,7 @@ from companyd.ops._doctor_host import (
     check_disk,
     check_systemd_units,
     check_versions,
+    unit_forbids_niceness,
     unit_forbids_sandbox,
     unit_runs_as_root,
 )
@@ -494,6 +495,18 @@ def check_tool_sandbox(
             f"user, files and environment: {', '.join(bare)}",
             "remove `sandbox: false` (declare what the server needs with sandbox.read / "
             "sandbox.write / sandbox.network instead; docs/tools.md)",
+        )
+    if boxed and unit and unit_forbids_niceness(unit, systemd_runtime):
+        return Check(
+            "tool-sandbox",
+            "warning",
+            f"{len(boxed)} tool server(s) run in a sandbox under {unit}, but at the daemon's "
+            "own priority: the unit refuses setpriority (`SystemCallFilter=`), so a server "
+            "that spins competes with the daemon for the CPU (its log shows 'nice: cannot set "
+            "niceness' at each start)",
+            "refresh the unit with the one this companyd ships, which allows it "
+            f"(`sudo companyd install-service{_instance_flag(unit)}`, then `sudo systemctl "
+            f'restart {unit}`); docs/tools.md "Under systemd"',
         )
     return Check(
         "tool-sandbox",

@@ -33,7 +33,9 @@ __all__ = [
     "check_systemd",
     "check_systemd_units",
     "check_versions",
+    "unit_forbids_niceness",
     "unit_forbids_sandbox",
+    "unit_runs_as_root",
 ]
 
 #: The directory that exists when systemd is PID 1 (what ``sd_booted()`` tests).
@@ -278,6 +280,18 @@ def unit_forbids_sandbox(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> str | No
         if missing:
             found.append(f"{key}= without {' '.join(missing)}")
     return "; ".join(found) or None
+
+
+def unit_forbids_niceness(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> bool:
+    """Whether ``unit`` as systemd has loaded it refuses ``setpriority`` — a unit installed
+    before companyd started tool servers at niceness 10: they still start, at the daemon's
+    own priority. False where it allows it, where the unit is not loaded or no systemd runs.
+    """
+    if _no_systemd(runtime, "systemctl"):
+        return False
+    value = _unit_properties(unit, ("SystemCallFilter",)).get("SystemCallFilter", "").strip()
+    listed = set(value.removeprefix("~").split())
+    return bool(value) and ("setpriority" in listed) == value.startswith("~")
 
 
 def unit_runs_as_root(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> bool | None:
