@@ -12,8 +12,9 @@ Built-in tool families (each built where its state lives, registered here):
 * memory — the nine MCP memory operations and ``recall`` (companyd.memory);
 * colleagues — ``consult`` and ``delegate`` (companyd.agents._colleagues);
 * improver — ``read_agent`` and ``propose_change`` (companyd.desk._proposals);
-* external — every tool of the MCP servers declared under the agent's ``mcp_servers``,
-  attached over stdio with the ``mcp`` client SDK (:class:`McpToolServer`).
+* external — every tool of the MCP servers declared under the agent's ``mcp_servers``:
+  the ``mcp`` SDK's client session over companyd's bounded stdio link
+  (:class:`McpToolServer`, :mod:`companyd.agents._stdio`).
 """
 
 from __future__ import annotations
