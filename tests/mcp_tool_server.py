@@ -15,6 +15,8 @@ Tools:
   then waits.
 * ``refuse()`` — answers with a JSON-RPC error (-32602), as a server does for bad
   arguments: the server is fine.
+* ``scribble(mb)`` — writes ``mb`` MiB to ``scribble.bin`` in its home directory (a log that
+  is never rotated); returns the size written, or the error.
 * ``big(chars)`` — read-only (annotated), returns ``chars`` characters (``0123456789``
   repeated): a large answer, such as a whole file.
 * ``trace_context()`` (only with ``$TOOL_TRACE`` set) — the request's ``params._meta`` as
@@ -140,6 +142,15 @@ def garble() -> str:
         data = data[os.write(_STDOUT, data) :]
     time.sleep(30)
     return "never read"
+
+
+@server.tool(description="Write `mb` MiB to a file in the home directory (for tests).")
+def scribble(mb: int) -> str:
+    path = Path(os.environ["HOME"]) / "scribble.bin"
+    with open(path, "wb") as f:
+        for _ in range(mb):
+            f.write(b"\0" * 2**20)  # past RLIMIT_FSIZE: EFBIG (Python ignores SIGXFSZ)
+    return f"wrote {path.stat().st_size // 2**20} MiB"
 
 
 @server.tool(description="Refuse with a JSON-RPC error (for tests).")

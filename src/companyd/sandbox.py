@@ -24,7 +24,7 @@ directory the mcp SDK's stdio client starts (:class:`Launch`). A sandboxed serve
 When the daemon runs as root the server runs as ``sandbox.run_as`` (``nobody``): bubblewrap
 builds the sandbox as root, then ``setpriv`` inside it drops to that user with no
 capabilities, no supplementary groups and ``no_new_privs`` before the server starts. The
-resource limits (``limits``: address space, processes, open files) are set with
+resource limits (``limits``: address space, processes, open files, file size) are set with
 ``prlimit`` around the whole chain, at niceness :data:`SERVER_NICENESS` (``nice``).
 ``nice``, ``prlimit``, ``bwrap`` and ``setpriv`` each ``exec`` the next program, so the
 process the daemon starts (and stops) is the sandbox itself, and ``--die-with-parent``
@@ -257,6 +257,10 @@ def _limits_args(limits: ToolServerLimitsSpec) -> list[str]:
         args.append(f"--nproc={limits.processes}")
     if limits.open_files:
         args.append(f"--nofile={limits.open_files}")
+    if limits.file_mb:
+        # RLIMIT_FSIZE: one file (a log never rotated, a download) cannot fill the state's
+        # disk, where the server's own directory lives
+        args.append(f"--fsize={limits.file_mb * 1024 * 1024}")
     return args
 
 

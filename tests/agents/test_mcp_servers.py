@@ -152,6 +152,7 @@ async def test_a_failed_server_is_retried_with_backoff_and_its_tools_arrive(
                     "post_update",
                     "read_inbox",
                     "refuse",
+                    "scribble",
                 ],
             }
             assert (await d.ask("marketing", "Second.")).status == "ok"

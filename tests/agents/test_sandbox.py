@@ -472,6 +472,36 @@ async def test_a_server_killed_by_its_memory_limit_is_restarted_with_one_alert_n
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("file_mb", [2, 0], ids=["limited", "unlimited"])
+async def test_a_server_cannot_write_a_file_past_its_file_limit(
+    tmp_path: Path, file_mb: int
+) -> None:
+    social = dict(tool_server(), limits={"file_mb": file_mb})
+    cfg = write_company(tmp_path, {"marketing": {"mcp_servers": {"social": social}}})
+    model = PerAgent(
+        marketing=[
+            reply_tool_use("scribble", {"mb": 5}),
+            reply_tool_use("read_inbox", {}),
+            reply_text("Noted."),
+        ]
+    )
+    with MessagesAPIServer(responder=model) as srv:
+        async with running_company(cfg, tmp_path / "state", srv) as d:
+            assert (await d.ask("marketing", "Scribble.")).status == "ok"
+    written = server_dir((tmp_path / "state").resolve(), "marketing", "social") / "scribble.bin"
+    scribbled, inbox = tool_results(srv.requests[1])[0], tool_results(srv.requests[2])[0]
+    if not file_mb:  # the control: without the limit the same call writes it all
+        assert scribbled["content"] == "wrote 5 MiB", scribbled
+        assert written.stat().st_size == 5 * 2**20
+        return
+    # the write past the limit fails (a Python server gets EFBIG: the SDK reports "Error
+    # executing tool scribble"), the file stops at it, and the server runs on
+    assert scribbled["is_error"], scribbled
+    assert written.stat().st_size == file_mb * 2**20
+    assert "move the launch to Friday" in inbox["content"]
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("as_root", [None, False], ids=["as-the-daemon", "user-namespace"])
 async def test_a_server_cannot_fill_memory_past_its_limit_through_a_tmpfs(
     tmp_path: Path, as_root: bool | None

@@ -585,7 +585,7 @@ class McpToolServer:
                     "perhaps by one of its limits (memory_mb "
                     f"{lim.memory_mb or 'unlimited'}, processes "
                     f"{lim.processes or 'unlimited'}, open_files "
-                    f"{lim.open_files or 'unlimited'})"
+                    f"{lim.open_files or 'unlimited'}, file_mb {lim.file_mb or 'unlimited'})"
                 )
                 self.dead.set()
                 raise ToolError(

@@ -253,13 +253,15 @@ class SandboxSpec(Spec):
 
 class ToolServerLimitsSpec(Spec):
     """Resource limits of one tool server's process (setrlimit): address space in MiB,
-    processes (and threads) of its user, open files; ``0`` means no limit of that kind.
-    ``message_mb`` bounds one MCP message the server writes (what the daemon holds of it).
+    processes (and threads) of its user, open files, the size of one file it writes in MiB;
+    ``0`` means no limit of that kind. ``message_mb`` bounds one MCP message the server
+    writes (what the daemon holds of it).
     """
 
     memory_mb: Annotated[int, BeforeValidator(whole), Field(ge=0)] = 2048
     processes: Annotated[int, BeforeValidator(whole), Field(ge=0)] = 512
     open_files: Annotated[int, BeforeValidator(whole), Field(ge=0)] = 1024
+    file_mb: Annotated[int, BeforeValidator(whole), Field(ge=0)] = 1024
     message_mb: Annotated[int, BeforeValidator(whole), Field(ge=1, le=256)] = 8
 
 
