@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentkit import write_company
-from companyd.config import load_config
+from companyd.config import CompanyConfig, load_config
 from companyd.ops._doctor import check_tool_sandbox
 from companyd.ops._doctor_host import (
     check_clock,
@@ -211,6 +211,13 @@ ROUND13 = (SHOWN / "companyd-round13.txt").read_text()
 NOW = (SHOWN / "companyd-now.txt").read_text()
 
 
+def _one_sandboxed_server(tmp_path: Path) -> CompanyConfig:
+    """A company whose one agent has one sandboxed tool server, ``a``."""
+    return load_config(
+        write_company(tmp_path, {"marketing": {"mcp_servers": {"a": {"command": "x"}}}})
+    )
+
+
 def unit_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shown: str) -> Path:
     """A host whose ``systemctl show UNIT -p …`` prints ``shown``."""
     return stand_ins(tmp_path, monkeypatch, systemctl=shown)
@@ -272,9 +279,7 @@ def test_no_systemd_or_no_unit_forbids_nothing(
 def test_doctor_says_tool_servers_cannot_start_under_the_unit_that_runs_the_company(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cfg = load_config(
-        write_company(tmp_path, {"marketing": {"mcp_servers": {"a": {"command": "x"}}}})
-    )
+    cfg = _one_sandboxed_server(tmp_path)
     runtime = unit_host(tmp_path, monkeypatch, BEFORE)
     check = check_tool_sandbox(cfg, unit="companyd.service", systemd_runtime=runtime)
     assert check.status == "problem", check
@@ -300,9 +305,7 @@ def test_doctor_says_whose_user_the_servers_run_as_under_a_unit(
 ) -> None:
     # doctor runs as root from a shell, the shipped unit as its DynamicUser=: its servers
     # run as that user in a user namespace, not as sandbox.run_as ("nobody")
-    cfg = load_config(
-        write_company(tmp_path, {"marketing": {"mcp_servers": {"a": {"command": "x"}}}})
-    )
+    cfg = _one_sandboxed_server(tmp_path)
     runtime = unit_host(tmp_path, monkeypatch, NOW + "User=\nDynamicUser=yes\n")
     assert unit_runs_as_root("companyd.service", runtime) is False
     under = check_tool_sandbox(cfg, unit="companyd.service", systemd_runtime=runtime)
@@ -322,9 +325,7 @@ def test_a_unit_that_refuses_setpriority_runs_the_servers_at_the_daemons_priorit
 ) -> None:
     # round 13's unit allowed the sandboxes but not setpriority: the servers start, at the
     # daemon's priority (nice cannot lower theirs); doctor warns and names the refresh
-    cfg = load_config(
-        write_company(tmp_path, {"marketing": {"mcp_servers": {"a": {"command": "x"}}}})
-    )
+    cfg = _one_sandboxed_server(tmp_path)
     runtime = unit_host(tmp_path, monkeypatch, ROUND13 + "User=\nDynamicUser=yes\n")
     assert unit_forbids_sandbox("companyd.service", runtime) is None
     assert unit_forbids_niceness("companyd.service", runtime)

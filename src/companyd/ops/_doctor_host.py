@@ -267,19 +267,24 @@ def unit_forbids_sandbox(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> str | No
         found.append(f"RestrictNamespaces= without {' '.join(missing)}")
     if shown.get("ProcSubset", "all").strip() == "pid":
         found.append("ProcSubset=pid")
-    # an allow list, or a deny list after "~"; empty: no filter
     for key, needed in (
         ("RestrictAddressFamilies", SANDBOX_FAMILIES),
         ("SystemCallFilter", SANDBOX_SYSCALLS),
     ):
-        value = shown.get(key, "").strip()
-        listed = set(value.removeprefix("~").split())
-        if not value:
-            continue
-        missing = [n for n in needed if (n in listed) == value.startswith("~")]
-        if missing:
+        if missing := _refused(shown.get(key, ""), needed):
             found.append(f"{key}= without {' '.join(missing)}")
     return "; ".join(found) or None
+
+
+def _refused(value: str, names: Sequence[str]) -> list[str]:
+    """Which of ``names`` a resolved list property refuses: ``value`` is an allow list, or
+    a deny list after "~"; empty, no restriction.
+    """
+    value = value.strip()
+    if not value:
+        return []
+    listed = set(value.removeprefix("~").split())
+    return [n for n in names if (n in listed) == value.startswith("~")]
 
 
 def unit_forbids_niceness(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> bool:
@@ -289,9 +294,8 @@ def unit_forbids_niceness(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> bool:
     """
     if _no_systemd(runtime, "systemctl"):
         return False
-    value = _unit_properties(unit, ("SystemCallFilter",)).get("SystemCallFilter", "").strip()
-    listed = set(value.removeprefix("~").split())
-    return bool(value) and ("setpriority" in listed) == value.startswith("~")
+    shown = _unit_properties(unit, ("SystemCallFilter",))
+    return bool(_refused(shown.get("SystemCallFilter", ""), ("setpriority",)))
 
 
 def unit_runs_as_root(unit: str, runtime: Path = SYSTEMD_RUNTIME) -> bool | None:
