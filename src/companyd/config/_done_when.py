@@ -103,7 +103,7 @@ Regex = Annotated[str, AfterValidator(check_regex)]
 class DoneWhenSpec(BaseModel):
     """One condition of ``done_when:`` (exactly one of :data:`KINDS`, maybe refined)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     tool: Text | None = None
     result_matches: Regex | None = None

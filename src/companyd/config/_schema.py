@@ -50,7 +50,20 @@ SCHEMA_VERSION = 1
 class Spec(BaseModel):
     """Base of every schema node: unknown keys are errors, values are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # defer_build: pydantic would build each class's own validator and serializer when the
+    # class is created, work CompanyFile's validator repeats inline; deferred, only the
+    # specs validated on their own are built, at first use (~5 ms of every start, issue 31)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
+
+
+def nested(**values: Any) -> Any:
+    """The default of a field holding a nested spec: ``values`` validated by the enclosing
+    model's own validator when the key is absent (the same result as ``SomeSpec(**values)``).
+
+    A spec instance as a class-level default would be built when this module is imported,
+    each building its class's own validator (:class:`Spec`'s ``defer_build``).
+    """
+    return Field(default_factory=lambda: dict(values), validate_default=True)
 
 
 class BudgetSpec(Spec):
@@ -147,7 +160,7 @@ class DepartmentSpec(Spec):
 
     title: str | None = None
     description: str | None = None
-    supervisor: SupervisorSpec = SupervisorSpec()
+    supervisor: SupervisorSpec = nested()
     departments: dict[str, DepartmentSpec] = {}
 
 
@@ -284,10 +297,8 @@ class McpServerSpec(Spec):
     idempotent_tools: tuple[str, ...] = ()
     timeout_seconds: Duration = 60.0
     handshake_timeout_seconds: Duration = 30.0
-    sandbox: Annotated[SandboxSpec | Literal[False], BeforeValidator(_sandbox_switch)] = (
-        SandboxSpec()
-    )
-    limits: ToolServerLimitsSpec = ToolServerLimitsSpec()
+    sandbox: Annotated[SandboxSpec | Literal[False], BeforeValidator(_sandbox_switch)] = nested()
+    limits: ToolServerLimitsSpec = nested()
     risk: Literal["from_annotations", "always_ask", "trusted"] = "from_annotations"
 
     @field_validator("args")
@@ -330,7 +341,7 @@ class AgentSpec(Spec):
     budget: BudgetSpec | None = None
     limits: LimitsSpec | None = None
     restart: RestartType | None = None
-    tools: ToolsSpec = ToolsSpec()
+    tools: ToolsSpec = nested()
     consult: tuple[str, ...] = ()
     max_consult_depth: Annotated[int, BeforeValidator(whole), Field(ge=1, le=5)] = 2
     colleague_timeout_seconds: Duration = 300.0
@@ -339,7 +350,7 @@ class AgentSpec(Spec):
     can_modify: tuple[str, ...] = ()
     enabled: bool = True
     #: runaway guards of this agent's routines (unset keys: ``defaults.routines``)
-    routines: RoutineLimitsSpec = RoutineLimitsSpec()
+    routines: RoutineLimitsSpec = nested()
 
 
 class WebhookTriggerSpec(Spec):
@@ -434,7 +445,7 @@ class RoutineSpec(Spec):
     trigger: TriggerSpec | None = None
     backup: BackupSpec | None = None
     concurrency: Literal["skip_if_active", "queue"] = "skip_if_active"
-    catch_up: CatchUpSpec = CatchUpSpec()
+    catch_up: CatchUpSpec = nested()
     precondition: Literal["always", "memory_changed", "inbox_nonempty"] = "always"
     reviewer: str | None = None
     approval: Literal["none", "required"] = "none"
@@ -504,16 +515,16 @@ class CompanySpec(Spec):
 class DefaultsSpec(Spec):
     """Values every agent inherits unless it sets its own."""
 
-    model: ModelSpec = ModelSpec(primary="claude-sonnet-5-5", fallbacks=("claude-haiku-5-5",))
+    model: ModelSpec = nested(primary="claude-sonnet-5-5", fallbacks=("claude-haiku-5-5",))
     budget: BudgetSpec | None = None
     restart: RestartType = "permanent"
-    limits: LimitsSpec = LimitsSpec(max_cost_usd=1.0, max_steps=20, max_seconds=600.0)
+    limits: LimitsSpec = nested(max_cost_usd=1.0, max_steps=20, max_seconds=600.0)
     heartbeat_seconds: Duration = 300.0
-    tools: DefaultToolsSpec = DefaultToolsSpec()
+    tools: DefaultToolsSpec = nested()
     #: check every final answer's claims of tool use against the run (docs/agents.md)
     claim_check: bool = True
     #: runaway guards of every routine (docs/scheduler.md, "Runaway routines")
-    routines: RoutineLimitsSpec = RoutineLimitsSpec()
+    routines: RoutineLimitsSpec = nested()
 
 
 Severity = Literal["critical", "warning", "info", "off"]
@@ -821,19 +832,19 @@ class CompanyFile(Spec):
 
     schema_: Literal["companyd/v1"] = Field(default="companyd/v1", alias="schema")
     company: CompanySpec
-    defaults: DefaultsSpec = DefaultsSpec()
-    supervisor: SupervisorSpec = SupervisorSpec()
+    defaults: DefaultsSpec = nested()
+    supervisor: SupervisorSpec = nested()
     departments: dict[str, DepartmentSpec] = {}
     agents: dict[str, AgentSpec]
     routines: dict[str, RoutineSpec] = {}
-    alerts: AlertsSpec = AlertsSpec()
-    memory: MemorySpec = MemorySpec()
+    alerts: AlertsSpec = nested()
+    memory: MemorySpec = nested()
     state_dir: str | None = None
     pricing: dict[str, PriceSpec] = {}
-    spend: SpendSpec = SpendSpec()
-    anthropic: AnthropicSpec = AnthropicSpec()
-    metrics: MetricsSpec = MetricsSpec()
-    dashboard: DashboardSpec = DashboardSpec()
-    telemetry: TelemetrySpec = TelemetrySpec()
-    retention: RetentionSpec = RetentionSpec()
-    state: StateSpec = StateSpec()
+    spend: SpendSpec = nested()
+    anthropic: AnthropicSpec = nested()
+    metrics: MetricsSpec = nested()
+    dashboard: DashboardSpec = nested()
+    telemetry: TelemetrySpec = nested()
+    retention: RetentionSpec = nested()
+    state: StateSpec = nested()
