@@ -165,13 +165,34 @@ async def test_lines_that_are_not_mcp_are_skipped_then_a_flood_breaks_the_link(
         """
     )
     assert got == []
-    assert broken == [f"wrote {MAX_JUNK_LINES} lines to its stdout that are not MCP messages"]
+    assert broken == [
+        f"wrote {MAX_JUNK_LINES} lines in a row to its stdout that are not MCP messages"
+    ]
     logged = [r.getMessage() for r in caplog.records]
     assert len(logged) == 4  # the first three, and the stop
     assert logged[-1] == (
-        f"MCP server 'test': wrote {MAX_JUNK_LINES} lines to its stdout that are not MCP "
-        "messages; stopping it"
+        f"MCP server 'test': wrote {MAX_JUNK_LINES} lines in a row to its stdout that are not "
+        "MCP messages; stopping it"
     )
+
+
+async def test_stray_lines_between_messages_never_add_up_to_a_flood() -> None:
+    # a server printing a debug line to stdout with each of its messages: more such lines
+    # in all than a flood, never that many in a row — the link goes on
+    notification = (
+        b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}'
+    )
+    got, broken = await _exchange(
+        f"""
+        for i in range({MAX_JUNK_LINES + 5}):
+            out.write(b"debug: step %d\\n" % i)
+            out.write({notification!r} + b"\\n")
+        out.write(b'{{"jsonrpc":"2.0","id":1,"result":{{}}}}\\n')
+        """,
+        count=MAX_JUNK_LINES + 6,
+    )
+    assert broken == []
+    assert len(got) == MAX_JUNK_LINES + 6 and got[-1].id == 1
 
 
 def test_the_ids_are_read_only_at_the_top_level() -> None:

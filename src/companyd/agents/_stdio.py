@@ -15,9 +15,12 @@ a reader that keeps at most ``max_message_bytes`` of a line:
   Python and TypeScript SDKs put it), that request fails at once with a JSON-RPC error
   saying how large the answer was (:data:`ANSWER_TOO_LARGE` in its ``data``): the server
   keeps running and the model can ask for less. Otherwise the link is **broken**;
-* a line that is not a JSON-RPC message (a server printing a banner to stdout) is skipped
-  with a log line, the first few of them; after :data:`MAX_JUNK_LINES` the link is broken:
-  a server flooding its stdout would otherwise keep the event loop parsing.
+* a line that is not a JSON-RPC message (a server printing a banner, or a debug line per
+  call, to stdout) is skipped with a log line, the first few of them; after
+  :data:`MAX_JUNK_LINES` of them in a row, with no MCP message between, the link is broken:
+  a server flooding its stdout would otherwise keep the event loop parsing. (In a row, not
+  in all: one stray line per call would otherwise break a long-running server's link every
+  thousand calls.)
 
 A broken link stops reading (the session's pending requests fail) and calls ``on_broken``
 with the reason, so the server is stopped and restarted like one that died.
@@ -45,7 +48,8 @@ log = logging.getLogger(__name__)
 
 #: The ``data`` marker of the error a request gets when its answer was over the bound.
 ANSWER_TOO_LARGE = "companyd:answer_too_large"
-#: Lines that are not JSON-RPC a server may write to its stdout before its link is broken.
+#: Lines that are not JSON-RPC a server may write to its stdout in a row (no MCP message
+#: between them) before its link is broken.
 MAX_JUNK_LINES = 1000
 #: How many of them are logged (each with its first characters).
 LOGGED_JUNK_LINES = 3
@@ -157,7 +161,8 @@ async def _read_messages(
     line = bytearray()
     over: int | None = None  # bytes of the current line once it is past the limit
     head = tail = b""
-    junk = 0
+    junk = 0  # lines that are not MCP, in all (the first few are logged)
+    in_a_row = 0  # ... since the last MCP message
     while True:
         try:
             chunk = await stdout.receive()
@@ -199,6 +204,7 @@ async def _read_messages(
                 message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
             except ValueError:
                 junk += 1
+                in_a_row += 1
                 if junk <= LOGGED_JUNK_LINES:
                     log.warning(
                         "MCP server %r wrote a line to its stdout that is not an MCP message "
@@ -207,11 +213,12 @@ async def _read_messages(
                         name,
                         text[:200].decode("utf-8", "replace"),
                     )
-                if junk >= MAX_JUNK_LINES:
+                if in_a_row >= MAX_JUNK_LINES:
                     raise _Broken(
-                        f"wrote {junk} lines to its stdout that are not MCP messages"
+                        f"wrote {in_a_row} lines in a row to its stdout that are not MCP messages"
                     ) from None
                 continue
+            in_a_row = 0
             await send.send(SessionMessage(message))
 
 
