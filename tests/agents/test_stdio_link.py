@@ -104,6 +104,32 @@ async def test_an_over_long_line_whose_request_cannot_be_told_breaks_the_link() 
     ]
 
 
+@pytest.mark.parametrize(
+    "start",
+    [
+        b'{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{"pad":"',  # Python
+        b'{"method":"sampling/createMessage","params":{"pad":"',  # TypeScript: id last
+    ],
+)
+async def test_an_over_long_request_of_the_server_is_not_taken_for_an_answer(
+    start: bytes,
+) -> None:
+    # the server's own request, with the id of the session's pending request (1): failing
+    # that request with "the answer was too large" would blame the wrong message
+    end = b'"}}' if b'"id"' in start else b'"},"jsonrpc":"2.0","id":1}'
+    got, broken = await _exchange(
+        f"""
+        out.write({start!r} + b"a" * (2 * 2**20) + {end!r} + b"\\n")
+        out.write(b'{{"jsonrpc":"2.0","id":1,"result":{{}}}}\\n')
+        """,
+        count=2,
+    )
+    assert got == []  # nothing after it is read: the link is broken
+    assert broken == [
+        "sent a request or notification of 2.0 MiB (more than its limits.message_mb, 1 MiB)"
+    ]
+
+
 async def test_an_endless_line_is_not_held() -> None:
     # 48 MiB without a newline, then the stream ends: the link keeps at most the bound (the
     # mcp SDK's stdio client holds the whole line, and copies it again at every read)
@@ -212,3 +238,9 @@ def test_the_ids_are_read_only_at_the_top_level() -> None:
     assert tail(b'xx"},"jsonrpc":"2.0","id":-4}') == -4
     assert tail(b'xx","id":7}}') is None  # a nested object's last key
     assert tail(b'x,"id":"r-1" }\n') == "r-1"
+    from companyd.agents._stdio import _METHOD_HEAD
+
+    assert _METHOD_HEAD.match(b'{"jsonrpc": "2.0", "id": 3, "method": "roots/list"')
+    assert _METHOD_HEAD.match(b'{"method":"notifications/message","params"')
+    assert not _METHOD_HEAD.match(b'{"jsonrpc":"2.0","id":3,"result":{"method":"x"')  # nested
+    assert not _METHOD_HEAD.match(b'{"result":{"method":"x"')

@@ -14,7 +14,8 @@ a reader that keeps at most ``max_message_bytes`` of a line:
   If it answers a request whose id stands at the start or the end of the line (where the
   Python and TypeScript SDKs put it), that request fails at once with a JSON-RPC error
   saying how large the answer was (:data:`ANSWER_TOO_LARGE` in its ``data``): the server
-  keeps running and the model can ask for less. Otherwise the link is **broken**;
+  keeps running and the model can ask for less. Otherwise (no id to be read, or the message
+  is the server's own request or notification) the link is **broken**;
 * a line that is not a JSON-RPC message (a server printing a banner, or a debug line per
   call, to stdout) is skipped with a log line, the first few of them; after
   :data:`MAX_JUNK_LINES` of them in a row, with no MCP message between, the link is broken:
@@ -69,6 +70,12 @@ _EDGE = 512
 _ID = rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")'
 _HEAD_ID = re.compile(rb'\A\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?' + _ID + rb"\s*,")
 _TAIL_ID = re.compile(rb",\s*" + _ID + rb"\s*\}\s*\Z")
+# A request or a notification: a top-level "method" before any nested value (both SDKs write
+# "jsonrpc" and "id", when they come first, before it). Its id is the server's own, not one
+# of the session's requests: an over-long one must not fail the session's request of that id.
+_METHOD_HEAD = re.compile(
+    rb'\A\s*\{(?:\s*"(?:jsonrpc|id)"\s*:\s*(?:-?\d{1,18}|"[^"\\]{0,200}")\s*,)*\s*"method"\s*:'
+)
 
 
 class _Broken(Exception):
@@ -224,15 +231,16 @@ async def _read_messages(
 
 def _too_large(head: bytes, tail: bytes, size: int, limit: int, name: str) -> SessionMessage:
     """The error answer to the request an over-long message answered; :class:`_Broken` if
-    the message's id cannot be read (its request would otherwise wait until its timeout).
+    the message's id cannot be read (its request would otherwise wait until its timeout), or
+    if it is not an answer at all (a request or a notification of the server's).
     """
-    m = _HEAD_ID.match(head) or _TAIL_ID.search(tail)
     mib = f"{size / 2**20:.1f} MiB"
+    bound = f"more than its limits.message_mb, {limit // 2**20} MiB"
+    if _METHOD_HEAD.match(head):
+        raise _Broken(f"sent a request or notification of {mib} ({bound})")
+    m = _HEAD_ID.match(head) or _TAIL_ID.search(tail)
     if m is None:
-        raise _Broken(
-            f"wrote a message of {mib} (more than its limits.message_mb, {limit // 2**20} "
-            "MiB) whose request could not be told"
-        )
+        raise _Broken(f"wrote a message of {mib} ({bound}) whose request could not be told")
     request_id = json.loads(m.group(1))
     log.warning(
         "MCP server %r answered request %r with %s, more than its limits.message_mb (%d MiB); "
