@@ -4,6 +4,8 @@ bombs and deep nesting refused.
 
 from __future__ import annotations
 
+import pytest
+
 from .configkit import MINIMAL, errors, load
 
 # -- YAML corner cases -----------------------------------------------------------------
@@ -76,3 +78,83 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
     assert len(lines) == 1 and "levels of nesting" in lines[0]
     lines = errors("company: " + "{a: " * 60 + "1" + "}" * 60 + "\n")
     assert any("levels of nesting" in line for line in lines)
+
+
+# -- syntax errors in the operator's words -------------------------------------------------
+# (name: Acme is line 3 of MINIMAL; each case replaces it)
+
+SYNTAX = [
+    (
+        "name: *Acme* Inc",
+        "c.yaml:3:9: YAML syntax error: '*' starts an alias (a reference to an '&anchor') and "
+        "'&' an anchor; to write text that starts with either, put the value in quotes",
+    ),
+    (
+        "name: *acme",
+        "c.yaml:3:9: YAML syntax error: the alias *acme refers to no '&acme' above it; define "
+        "that anchor first, or put the value in quotes if it is text",
+    ),
+    (
+        "name: `acme`",
+        "c.yaml:3:9: YAML syntax error: a value cannot start with '`' (YAML reserves it); put "
+        "the value in quotes",
+    ),
+    (
+        "name: | Acme",
+        "c.yaml:3:9: YAML syntax error: '|' and '>' start a text on the lines below, indented; "
+        "move the text there, or put the value in quotes",
+    ),
+    (
+        "name: ? Acme",
+        "c.yaml:3:9: YAML syntax error: a value cannot start with '? '; put the value in quotes",
+    ),
+    (
+        'name: "Acme" Inc',
+        "c.yaml:3:16: YAML syntax error: text after a value's closing quote or bracket; put the "
+        "whole value in quotes (a quote inside it doubled: 'it''s')",
+    ),
+    (  # the would-be key runs into the next line's key (the scanner's "simple key" case)
+        "name:Acme\n  budget:",
+        "c.yaml:3:3: YAML syntax error: no space after the colon in 'name:Acme', so YAML reads "
+        "it as text, not as the key 'name'; write `name: Acme`",
+    ),
+    (
+        "name: Acme\n  tags:\n    - a\n    b: c",
+        "c.yaml:6:5: YAML syntax error: a 'key: value' line among the items of a list (the "
+        "block from line 5); start it with '- ' to make it an item, or indent it less to end "
+        "the list",
+    ),
+    (  # nothing matches: PyYAML's words, with where its context started
+        "name: Acme\n  tags: [a, b",
+        "c.yaml:5:9: YAML syntax error: expected ',' or ']', but got ':'; fix the syntax at "
+        "this position (is the '{' or '[' on line 4 left unclosed?)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), SYNTAX, ids=[s[0] for s in SYNTAX])
+def test_syntax_errors_say_what_to_change(line: str, message: str) -> None:
+    text = MINIMAL.replace("name: Acme", line, 1)
+    assert text != MINIMAL
+    assert errors(text) == [message]
+
+
+def test_a_quote_never_closed_is_shown_where_it_opens() -> None:
+    text = MINIMAL.replace("instructions: Count.", 'instructions: "Count.', 1)
+    assert errors(text) == [
+        "c.yaml:12:19: YAML syntax error: this quote is never closed; close it at the end of "
+        "its value"
+    ]
+
+
+def test_an_anchor_nothing_refers_to_is_a_warning() -> None:
+    # `&Co` makes an anchor, and YAML drops it from the value without a word
+    cfg = load(MINIMAL.replace("name: Acme", "name: &Co Acme", 1))
+    assert cfg.name == "Acme"
+    assert [str(w) for w in cfg.warnings] == [
+        "c.yaml:3:9: warning: the anchor &Co is never used (no *Co refers to it), so YAML "
+        "drops '&Co' from the value; if it is part of the text, put the whole value in "
+        "quotes, or else remove it"
+    ]
+    used = load(MINIMAL.replace("name: Acme", "name: &n Acme\n  context: *n", 1))
+    assert used.warnings == ()
