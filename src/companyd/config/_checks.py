@@ -436,6 +436,13 @@ def _check_models(data: dict[str, Any], rep: Report) -> None:
         for mid, mpath in ids:
             if not isinstance(mid, str) or not mid or rep.is_settled(mpath):
                 continue
+            if len(mid.split()) > 1:  # no model id has a space: two lines YAML joined
+                rep.add(
+                    mpath,
+                    f"expected a model id such as claude-sonnet-5-5 (no spaces), got {mid!r}; "
+                    "write a list of models one '- id' per line, each at the same indentation",
+                )
+                continue
             bare = bare_model_id(mid)
             if is_known_model(bare) or bare in pricing or mid in pricing:
                 continue
