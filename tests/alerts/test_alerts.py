@@ -774,6 +774,74 @@ async def test_fifty_crashes_in_a_minute_are_one_message_edited_to_the_count(
         assert "cfo crashed and was restarted" in h.bot_messages()[-1].text
 
 
+#: A department's supervisor giving up, as companyd/agents/finance publishes it.
+FINANCE_GAVE_UP: dict[str, Any] = {
+    "child": "cfo",
+    "reason": "error:KeyError('x')",
+    "restarts": 4,
+    "max_restarts": 3,
+    "max_seconds": 60,
+    "message": "4 restarts within 60 s exceed max_restarts=3; stopping every child and escalating",
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("restart_type", "action", "told"),
+    [
+        ("permanent", "restart", "its supervisor companyd/agents restarted it"),
+        (
+            "transient",
+            "none",
+            "its supervisor companyd/agents did not restart it (transient): its subtree stays "
+            "down until restarted by hand",
+        ),
+    ],
+)
+async def test_a_department_giving_up_and_its_parents_word_on_it_are_one_message(
+    tmp_path: Path, token_env: None, restart_type: str, action: str, told: str
+) -> None:
+    """The sub-supervisor's ``max_intensity`` and its parent's ``child_exited`` (gave up)
+    and ``restart`` of it are one incident: one (critical) message, edited to say what the
+    parent did — not three messages within a second.
+    """
+    async with harness(tmp_path) as h, h.service():
+        h.bus.emit("max_intensity", "companyd/agents/finance", **FINANCE_GAVE_UP)
+        h.bus.emit(
+            "child_exited",
+            "companyd/agents",
+            child="finance",
+            restart_type=restart_type,
+            action=action,
+            reason="error:SupervisorGaveUp('companyd/agents/finance')",
+            gave_up=True,
+        )
+        if action == "restart":
+            h.bus.emit(
+                "restart",
+                "companyd/agents",
+                child="finance",
+                strategy="one_for_one",
+                restarts=1,
+                max_restarts=3,
+                max_seconds=60,
+                group=["finance"],
+            )
+        await h.until(
+            lambda: bool(h.bot_messages()) and told in h.bot_messages()[-1].text,
+            step=EDIT_INTERVAL,
+        )
+        msgs = h.bot_messages()
+        assert len(msgs) == 1 and sends(h.server) == 1
+        text = msgs[0].text
+        assert text.startswith("🔴")  # critical: it reaches the founder in quiet hours too
+        assert "supervisor companyd/agents/finance gave up" in text
+        # the story keeps the supervisor's own figures, not the parent's restart counter
+        assert "4 restarts in 60 s — more than its limit of 3" in text
+        assert "last to fail: cfo: error:KeyError('x')" in text
+        assert "×" not in text  # one give-up, not a count of its three events
+
+
 @pytest.mark.anyio
 async def test_different_operator_actions_are_told_apart_and_repeats_fold(
     tmp_path: Path, token_env: None

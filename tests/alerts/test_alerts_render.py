@@ -658,3 +658,23 @@ def test_a_budget_alert_says_the_share_spent_not_the_level_crossed() -> None:
     assert "$0.71 of $0.50" in text, text
     # without the amounts, the level is all there is to say
     assert "has used 80%" in _text("budget_threshold", {**over, "level": 0.8, "used_usd": None})
+
+
+def test_a_sub_supervisor_giving_up_is_told_in_its_parents_story_of_it() -> None:
+    from companyd.alerts._render_kinds import joining_data, story_key
+
+    gave_up = story_key("max_intensity", "companyd/agents/finance", {"child": "cfo"})
+    assert gave_up == story_key("child_exited", "companyd/agents", {"child": "finance"})
+    assert gave_up == story_key("restart", "companyd/agents", {"child": "finance"})
+    assert gave_up != story_key("restart", "companyd/agents", {"child": "operations"})
+    # the root has no parent to tell it: its giving up is a story of its own
+    assert story_key("max_intensity", "companyd", {"child": "agents"}) == "max_intensity|companyd|"
+    # the parent's events add what it did, never its own figures over the supervisor's
+    restart = {"child": "finance", "restarts": 1, "max_restarts": 3, "group": ["finance"]}
+    assert joining_data("max_intensity", "restart", restart) == {}
+    exited = {"child": "finance", "action": "none", "restart_type": "transient", "reason": "x"}
+    assert joining_data("max_intensity", "child_exited", exited) == {
+        "parent_action": "none",
+        "restart_type": "transient",
+    }
+    assert joining_data("restart", "child_exited", exited) == exited  # any other story

@@ -53,7 +53,7 @@ from companyd.alerts._outbound import (
 )
 from companyd.alerts._policy import RANK, Policy, quiet_until, severity_of
 from companyd.alerts._render import ICONS, compose, digest_line
-from companyd.alerts._render_kinds import kind_spec, render, story_count
+from companyd.alerts._render_kinds import joining_data, render, story_count, story_key
 from companyd.alerts._values import run_cost
 from companyd.events import Event, RoutineResult
 
@@ -332,6 +332,8 @@ class _Story:
 
     id: str
     kind: str
+    #: the first event's source: the story is rendered as that event's kind tells it
+    source: str
     end: float
     held_until: float | None
     severity: str
@@ -370,9 +372,7 @@ class Fanout:
         to = [c for c in self.channels if RANK[severity] >= RANK[c.min_severity]]
         if not to:
             return []
-        spec = kind_spec(event.kind)
-        subject = "|".join(str(event.data.get(f, "")) for f in spec.subject)
-        key = f"{spec.group}|{event.source}|{subject}"
+        key = story_key(event.kind, event.source, event.data)
         until = self._quiet_until(severity, now)
         story = self._windows.get(key)
         if story is not None and story.end > now:
@@ -383,13 +383,14 @@ class Fanout:
             story.counts[event.kind] = story.counts.get(event.kind, 0) + 1
             severity = max(severity, story.severity, key=lambda s: RANK.get(s, 1))
             story.severity = severity
-            story.data = {**story.data, **event.data}
+            story.data = {**story.data, **joining_data(story.kind, event.kind, event.data)}
             story.last_ts = max(story.last_ts, event.ts)
         else:
             self._windows = {k: v for k, v in self._windows.items() if v.end > now}
             story = _Story(
                 id=f"{key}@{event.ts!r}",
                 kind=event.kind,
+                source=event.source,
                 end=now + self.policy.coalesce,
                 held_until=until,
                 severity=severity,
@@ -400,7 +401,7 @@ class Fanout:
             )
             self._windows[key] = story
         rendered, _ = render(
-            story.kind, story.data, event.source, story.counts, self.policy.agents, self.policy.tz
+            story.kind, story.data, story.source, story.counts, self.policy.agents, self.policy.tz
         )
         count = story_count(story.kind, story.counts)
         text = redact(

@@ -26,7 +26,7 @@ from companyd.alerts import _digest as results_digest
 from companyd.alerts._outbox import RESULT_KINDS, AlertRecord, AlertStore, Delivery
 from companyd.alerts._policy import RANK, Policy, quiet_until, severity_of
 from companyd.alerts._render import ICONS, Button, clip, compose, digest_line
-from companyd.alerts._render_kinds import kind_spec, render, story_count
+from companyd.alerts._render_kinds import joining_data, render, story_count, story_key
 from companyd.alerts._telegram import TelegramSettings, redact
 from companyd.clock import Clock
 from companyd.events import Event
@@ -98,9 +98,7 @@ class AlertBook:
                     d.state, d.error = "failed", "chat removed from alerts.telegram"
 
     def _key(self, event: Event) -> str:
-        spec = kind_spec(event.kind)
-        subject = "|".join(str(event.data.get(f, "")) for f in spec.subject)
-        return f"{spec.group}|{event.source}|{subject}"
+        return story_key(event.kind, event.source, event.data)
 
     def ingest(self, event: Event) -> AlertRecord | None:
         """The alert ``event`` creates or joins (not yet rendered or saved), or None."""
@@ -140,7 +138,7 @@ class AlertBook:
             self.open[key] = rec.id
         else:
             rec.counts[event.kind] = rec.counts.get(event.kind, 0) + 1
-            rec.data = {**rec.data, **event.data}
+            rec.data = {**rec.data, **joining_data(rec.kind, event.kind, event.data)}
             rec.last_ts = max(rec.last_ts, event.ts)
             if RANK[severity] > RANK.get(rec.severity, 1):
                 rec.severity = severity

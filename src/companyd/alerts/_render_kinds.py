@@ -173,11 +173,25 @@ def _max_intensity(data: Data, source: str, counts: Mapping[str, int]) -> Render
         lines.append(f"last to fail: {txt(data.get('child'))}: {txt(data.get('reason'))}")
     elif has(data, "reason"):
         lines.append(f"reason: {txt(data.get('reason'))}")
-    lines.append(
-        "it stopped its children and exited; its parent restarts it, or companyd stops "
-        "if it is the root"
-    )
-    return Rendered(title=f"supervisor {txt(source, 120)} gave up", lines=tuple(lines))
+    parent = source.rpartition("/")[0]
+    action = data.get("parent_action")
+    if counts.get("restart") or action == "restart":
+        lines.append(f"it stopped its children and exited; its supervisor {parent} restarted it")
+    elif action == "none":
+        kind = data.get("restart_type")
+        lines.append(
+            f"it stopped its children and exited; its supervisor {parent} did not restart it"
+            + (f" ({txt(kind, 20)})" if kind else "")
+            + ": its subtree stays down until restarted by hand"
+        )
+    else:
+        lines.append(
+            "it stopped its children and exited; its parent restarts it, or companyd stops "
+            "if it is the root"
+        )
+    n = counts.get("max_intensity", 1)
+    times = f" {n} times" if n > 1 else ""
+    return Rendered(title=f"supervisor {txt(source, 120)} gave up{times}", lines=tuple(lines))
 
 
 def _start_failed(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -1060,11 +1074,42 @@ _GENERIC_SUBJECT = ("agent", "child", "routine", "action", "target")
 
 def story_count(kind: str, counts: Mapping[str, int]) -> int:
     """How many events a story of ``kind`` tells, from its events' ``counts`` by kind (a
-    crash story counts restarts, not exits).
+    crash story counts restarts, not exits; a supervisor's giving up counts its give-ups,
+    not its parent's word on them).
     """
     if kind_spec(kind).group == "crash":
         return max(counts.get("restart", 0), counts.get("child_exited", 0), 1)
+    if kind == MaxIntensity.KIND:
+        return max(counts.get(kind, 0), 1)
     return max(sum(counts.values()), 1)
+
+
+def story_key(kind: str, source: str, data: Data) -> str:
+    """The coalescing key of an event: its kind's group, its source, its subject fields.
+
+    A sub-supervisor that gave up (``max_intensity`` from ``companyd/agents/finance``) is
+    told in its parent's crash story of that child (``companyd/agents``, ``finance``): the
+    parent's exit and restart of it follow at once, and are the same incident — one
+    message, not three.
+    """
+    spec = kind_spec(kind)
+    if kind == MaxIntensity.KIND and "/" in source:
+        parent, _, child = source.rpartition("/")
+        return f"{_CRASH.group}|{parent}|{child}"
+    subject = "|".join(str(data.get(f, "")) for f in spec.subject)
+    return f"{spec.group}|{source}|{subject}"
+
+
+def joining_data(story_kind: str, kind: str, data: Data) -> Data:
+    """What an event of ``kind`` adds to the data of the story (of ``story_kind``) it joins:
+    all of it, except that a parent's exit and restart of a supervisor that gave up keep the
+    story's own figures (its restarts, its last child to fail) and add only what the parent
+    did with it.
+    """
+    if story_kind == MaxIntensity.KIND and kind != MaxIntensity.KIND:
+        kept = {"action": "parent_action", "restart_type": "restart_type"}
+        return {kept[k]: v for k, v in data.items() if k in kept}
+    return data
 
 
 def render(
