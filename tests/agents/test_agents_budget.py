@@ -31,6 +31,7 @@ from companyd.daemon._main import Daemon
 from companyd.llm._claude import ClaudeBackend
 from companyd.llm._model import Usage
 from companyd.spend import SpendBook
+from companyd.testing.daemon import receiver
 from companyd.testing.messages_api import (
     MessagesAPIServer,
     RecordedRequest,
@@ -347,6 +348,49 @@ async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(
         unanswered = d.bus.recent({"spend_unanswered"}, limit=10)
         assert len(srv.requests) == 1  # no retry, no new call after the stop began
     assert [e.data["reason"] for e in unanswered] == ["cancelled while the request was in flight"]
+
+
+async def test_the_stop_tells_systemd_which_runs_it_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # during a stop the control socket answers only `stopping`: `systemctl status` (the
+    # STATUS= line) and the journal say what the stop waits for
+    cfg = load_config(write_company(tmp_path, {"ceo": {}}))
+    with receiver() as r, MessagesAPIServer(responder=Busy(), latency=60) as srv:
+        monkeypatch.setenv("NOTIFY_SOCKET", r.address)
+        backend = ClaudeBackend(
+            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0
+        )
+        clock = ManualClock()
+        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=clock)
+        await d.start()
+        asker = asyncio.ensure_future(d.ask("ceo", "Search."))
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.to_thread(srv.wait_for_requests, 1)
+            [run] = d.staff.in_flight()
+            await _stop_with_a_call_in_flight(d, clock)
+        finally:
+            asker.cancel()
+            with contextlib.suppress(BaseException):
+                await asker
+        said = [m for m in r.drain() if m.startswith("STOPPING=1")]
+    assert said == [
+        f"STOPPING=1\nSTATUS=stopping: bringing 1 run to a checkpoint: ceo ({run['run_id']})"
+    ]
+
+
+def test_the_stop_line_names_the_first_runs_and_counts_the_rest() -> None:
+    from companyd.daemon._main import stop_status
+
+    def run(agent: str) -> Any:
+        return {"agent": agent, "run_id": f"run-{agent}"}
+
+    assert stop_status([]) == "stopping: no run in flight"
+    assert stop_status([run(a) for a in ("cfo", "coo", "cto", "ceo", "lawyer")]) == (
+        "stopping: bringing 5 runs to a checkpoint: cfo (run-cfo), coo (run-coo), cto "
+        "(run-cto) and 2 more"
+    )
 
 
 async def test_a_stop_while_a_retry_waits_to_be_sent_keeps_nothing_as_spent(

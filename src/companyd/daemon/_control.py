@@ -86,7 +86,8 @@ _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.
 #: own stop (:meth:`ControlServer.hold_through_stop`).
 STOPPING = (
     "the daemon is stopping (its agents are bringing their runs to a checkpoint); nothing "
-    "was done — run the command again once the daemon has started"
+    "was done — run the command again once the daemon has started (`systemctl status "
+    "companyd` names the runs the stop waits for)"
 )
 #: ``sun_path`` holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH = 107

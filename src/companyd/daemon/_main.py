@@ -58,7 +58,7 @@ from companyd._aio import cancel_and_wait, race
 from companyd._fs import DiskAlarm, private_dir
 from companyd._heap import freeze_startup_heap, resume_collection
 from companyd._sqlite import SchemaTooNew
-from companyd.admin import LeaderBlock, SpendStatus, result_data, status_line
+from companyd.admin import LeaderBlock, RunInFlight, SpendStatus, result_data, status_line
 from companyd.agents import ResultApprovals, Staff
 from companyd.alerts import AlertService
 from companyd.clock import Clock, SystemClock
@@ -409,7 +409,11 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
         answering ``stopping``, until the stores are closed.
         """
         self.state = "stopping"
-        self.notifier.stopping("stopping: bringing runs to a checkpoint")
+        # what the stop waits for, where the operator looks (`systemctl status`, the journal):
+        # the control socket answers only `stopping` from here on
+        said = stop_status(self.staff.in_flight())
+        self.notifier.stopping(said)
+        log.info("%s", said)
         self.bus.publish(
             DaemonStopping(
                 source="daemon",
@@ -646,6 +650,18 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
             self._spend_seen = await self._spend_status()
         except Exception:  # the spend book is stopping or restarting: keep the last one
             log.debug("spend for STATUS= not refreshed", exc_info=True)
+
+
+def stop_status(runs: list[RunInFlight], shown: int = 3) -> str:
+    """The ``STATUS=`` line of a stop: the runs it brings to a checkpoint (agent and run id,
+    the first ``shown`` of them), or that none is in flight.
+    """
+    if not runs:
+        return "stopping: no run in flight"
+    named = ", ".join(f"{r['agent']} ({r['run_id']})" for r in runs[:shown])
+    more = f" and {len(runs) - shown} more" if len(runs) > shown else ""
+    noun = "run" if len(runs) == 1 else "runs"
+    return f"stopping: bringing {len(runs)} {noun} to a checkpoint: {named}{more}"
 
 
 def _written_by_newer(exc: BaseException | None) -> bool:
