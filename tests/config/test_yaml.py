@@ -124,6 +124,17 @@ SYNTAX = [
         "block from line 5); start it with '- ' to make it an item, or indent it less to end "
         "the list",
     ),
+    (  # a key indented deeper than the one above: more of that key's value
+        "name: Acme\n    timezone: UTC",
+        "c.yaml:4:5: YAML indentation: this line is indented more than the key on line 3, so "
+        "YAML reads it as more of that key's value, which cannot hold ': '; indent it like "
+        "that key (or, if it is text, put the whole value in quotes)",
+    ),
+    (  # ': ' in a one-line value: PyYAML's case, told as before
+        "name: Acme: Inc",
+        "c.yaml:3:13: YAML syntax error: a ': ' where a value was expected; put the value in "
+        "quotes if it contains ': ', or fix the indentation",
+    ),
     (  # nothing matches: PyYAML's words, with where its context started
         "name: Acme\n  tags: [a, b",
         "c.yaml:5:9: YAML syntax error: expected ',' or ']', but got ':'; fix the syntax at "

@@ -208,9 +208,10 @@ def _explain(exc: yaml.MarkedYAMLError, text: str) -> tuple[str, tuple[int, int]
         )
     # `name:Acme` is text to YAML (no space after the colon): it runs on into the next line,
     # and the parser fails there, on that line's own ': ' (or the scanner, in the would-be key)
-    glued = None
+    glued, start = None, None
     if "mapping values are not allowed" in problem and pm is not None:
-        glued = _glued_key(text, _plain_start(text, pm.line))
+        start = _plain_start(text, pm.line)
+        glued = _glued_key(text, start)
     elif problem == "could not find expected ':'" and cm is not None:
         glued = _glued_key(text, cm.line)
     if glued is not None:
@@ -219,6 +220,15 @@ def _explain(exc: yaml.MarkedYAMLError, text: str) -> tuple[str, tuple[int, int]
             f"YAML syntax error: no space after the colon in '{key}:{value}', so YAML reads "
             f"it as text, not as the key {key!r}; write `{key}: {value}`"
         ), (line, column)
+    if start is not None and pm is not None:
+        # a key indented deeper than the one above it continues that key's value
+        lines = text.splitlines()
+        here = lines[pm.line] if pm.line < len(lines) else ""
+        return (
+            f"YAML indentation: this line is indented more than the key on line {start + 1}, "
+            "so YAML reads it as more of that key's value, which cannot hold ': '; indent it "
+            "like that key (or, if it is text, put the whole value in quotes)"
+        ), (pm.line + 1, len(here) - len(here.lstrip(" ")) + 1)
     if "mapping values are not allowed" in problem:
         return (
             "YAML syntax error: a ': ' where a value was expected; put the value in quotes "
