@@ -472,6 +472,7 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
                 except TimeoutError:
                     await cancel_and_wait(self._holding)
             await self.leadership.close()
+        self.notifier.close()  # its last word, STOPPING=1, was said when the stop began
 
     async def __aenter__(self) -> Daemon:
         await self.start()
