@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -322,29 +323,41 @@ async def test_unanswered_attempts_count_against_the_runs_max_cost(tmp_path: Pat
     assert out.cost_usd == pytest.approx(float(spend.total["cost_usd_exact"]), abs=1e-9)
 
 
+@contextlib.asynccontextmanager
+async def _a_call_in_flight(
+    tmp_path: Path, srv: MessagesAPIServer, max_retries: int = 2
+) -> AsyncIterator[tuple[Daemon, ManualClock]]:
+    """A daemon (one agent, ``ceo``, on a manual clock) whose model call to ``srv`` hangs:
+    the call has reached the stand-in when the block starts; the ``ask`` behind it is
+    cancelled at its end.
+    """
+    cfg = load_config(write_company(tmp_path, {"ceo": {}}))
+    backend = ClaudeBackend(
+        api_key="test-key", base_url=srv.base_url, max_retries=max_retries, timeout=10.0
+    )
+    clock = ManualClock()
+    d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=clock)
+    await d.start()
+    asker = asyncio.ensure_future(d.ask("ceo", "Search."))
+    try:
+        async with asyncio.timeout(10):
+            await asyncio.to_thread(srv.wait_for_requests, 1)
+        yield d, clock
+    finally:
+        asker.cancel()
+        with contextlib.suppress(BaseException):
+            await asker
+
+
 async def test_a_stop_during_an_api_slowdown_makes_no_new_call_and_is_prompt(
     tmp_path: Path,
 ) -> None:
     # issue 15, item 2: once the stop has begun (STOPPING=1), the call in flight is given up
     # (its worst case kept as spent: it may have been billed) and nothing is retried, rather
     # than the stop waiting out the timeout and the retries (18 s before the fix).
-    cfg = load_config(write_company(tmp_path, {"ceo": {}}))
     with MessagesAPIServer(responder=Busy(), latency=60, bill_abandoned=True) as srv:
-        backend = ClaudeBackend(
-            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0
-        )
-        clock = ManualClock()
-        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=clock)
-        await d.start()
-        asker = asyncio.ensure_future(d.ask("ceo", "Search."))
-        try:
-            async with asyncio.timeout(10):
-                await asyncio.to_thread(srv.wait_for_requests, 1)
+        async with _a_call_in_flight(tmp_path, srv) as (d, clock):
             await _stop_with_a_call_in_flight(d, clock)
-        finally:
-            asker.cancel()
-            with contextlib.suppress(BaseException):
-                await asker
         unanswered = d.bus.recent({"spend_unanswered"}, limit=10)
         assert len(srv.requests) == 1  # no retry, no new call after the stop began
     assert [e.data["reason"] for e in unanswered] == ["cancelled while the request was in flight"]
@@ -355,25 +368,11 @@ async def test_the_stop_tells_systemd_which_runs_it_waits_for(
 ) -> None:
     # during a stop the control socket answers only `stopping`: `systemctl status` (the
     # STATUS= line) and the journal say what the stop waits for
-    cfg = load_config(write_company(tmp_path, {"ceo": {}}))
     with receiver() as r, MessagesAPIServer(responder=Busy(), latency=60) as srv:
         monkeypatch.setenv("NOTIFY_SOCKET", r.address)
-        backend = ClaudeBackend(
-            api_key="test-key", base_url=srv.base_url, max_retries=2, timeout=10.0
-        )
-        clock = ManualClock()
-        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=clock)
-        await d.start()
-        asker = asyncio.ensure_future(d.ask("ceo", "Search."))
-        try:
-            async with asyncio.timeout(10):
-                await asyncio.to_thread(srv.wait_for_requests, 1)
+        async with _a_call_in_flight(tmp_path, srv) as (d, clock):
             [run] = d.staff.in_flight()
             await _stop_with_a_call_in_flight(d, clock)
-        finally:
-            asker.cancel()
-            with contextlib.suppress(BaseException):
-                await asker
         said = [m for m in r.drain() if m.startswith("STOPPING=1")]
     assert said == [
         f"STOPPING=1\nSTATUS=stopping: bringing 1 run to a checkpoint: ceo ({run['run_id']})"
@@ -484,19 +483,10 @@ async def test_a_run_resumed_after_a_stop_keeps_the_cost_of_the_call_the_stop_cu
     cfg = load_config(write_company(tmp_path, {"ceo": {}}))
     model = PerAgent(ceo=[stall(None), reply_text("Done after the restart.")])
     with MessagesAPIServer(responder=model) as srv:
-        backend = ClaudeBackend(api_key="test-key", base_url=srv.base_url, max_retries=0)
-        clock = ManualClock()
-        d = Daemon(cfg, tmp_path / "state", backend=backend, oneoff=True, clock=clock)
-        await d.start()
-        asker = asyncio.ensure_future(d.ask("ceo", "Search."))
         try:
-            async with asyncio.timeout(10):
-                await asyncio.to_thread(srv.wait_for_requests, 1)
-            await _stop_with_a_call_in_flight(d, clock)
+            async with _a_call_in_flight(tmp_path, srv, max_retries=0) as (d, clock):
+                await _stop_with_a_call_in_flight(d, clock)
         finally:
-            asker.cancel()
-            with contextlib.suppress(BaseException):
-                await asker
             srv.release_stalls()
         (cut,) = d.bus.recent({"spend_unanswered"}, limit=10)
         backend = ClaudeBackend(api_key="test-key", base_url=srv.base_url, max_retries=0)
