@@ -547,3 +547,22 @@ async def test_a_stop_ends_a_wait_for_room_in_the_budget_without_pausing_anyone(
         paused = d.staff.paused()
         assert len(srv.requests) == 1
     assert paused == {}
+
+
+async def test_a_run_of_an_offline_daemon_is_offline_even_without_an_answer(
+    tmp_path: Path,
+) -> None:
+    # the run's offline label came from its answers only: one refused before its first call
+    # (here by its budget) was recorded as a run on Claude
+    from companyd.llm import OfflineModel
+
+    cfg = load_config(write_company(tmp_path, {"ceo": {"budget": {"daily_usd": 0.001}}}))
+    async with Daemon(
+        cfg, tmp_path / "state", backend=OfflineModel(), offline=True, oneoff=True
+    ) as d:
+        async with asyncio.timeout(30):
+            out = await d.ask("ceo", "Plan the week.")
+        failed = d.bus.recent({"run_failed"}, limit=10)
+    assert out.status == "budget_exhausted" and out.steps == 0, out
+    assert out.offline
+    assert [e.data["offline"] for e in failed] == [True]

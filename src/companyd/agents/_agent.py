@@ -236,6 +236,7 @@ class Agent:
             started_wall=self.deps.clock.time(),
             messages=[{"role": "user", "content": self._task_message(task)}],
             breaker=Breaker(self.config.limits, self.deps.clock.monotonic()),
+            offline=self.deps.offline,
         )
 
     # -- the guarded run: heartbeat, crash accounting, outcome ------------------------------

@@ -186,6 +186,8 @@ class AgentDeps:
             calls are refused.
         rate_limits: ``tools.rate_limit`` (durable day counts); None: not applied.
         tracer: where the run's spans go (docs/telemetry.md); by default nowhere.
+        offline: ``backend`` is the offline stand-in: every run is labelled offline from its
+            start, also one that ends before its first answer (a response says it too).
     """
 
     staff: StaffPort
@@ -199,3 +201,4 @@ class AgentDeps:
     desk: Desk | None = None
     rate_limits: RateLimits | None = None
     tracer: Tracer = NO_TRACING
+    offline: bool = False

@@ -71,6 +71,7 @@ class Staff:
             tools).
         desk: the founder's desk (approvals and ``ask_founder``), if any.
         tool_store: the tools store (rate-limit counts, MCP catalogues), if any.
+        offline: ``backend`` is the offline stand-in (:attr:`AgentDeps.offline`).
     """
 
     def __init__(
@@ -89,6 +90,7 @@ class Staff:
         desk: Desk | None = None,
         tool_store: ToolStore | None = None,
         tracer: Tracer = NO_TRACING,
+        offline: bool = False,
     ) -> None:
         self._config = config
         self.bus = bus
@@ -148,6 +150,7 @@ class Staff:
             desk=desk,
             rate_limits=rate_limits,
             tracer=tracer,
+            offline=offline,
         )
         self._agent_tasks: dict[str, asyncio.Task[Any]] = {}
         self._injected: set[str] = set()

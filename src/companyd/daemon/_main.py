@@ -230,6 +230,7 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
             desk=None if oneoff else self.desk,
             tool_store=self.tool_store,
             tracer=self.tracer,
+            offline=offline,
         )
         self.alerts = AlertService(
             config,
