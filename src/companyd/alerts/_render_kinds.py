@@ -1089,8 +1089,7 @@ def story_key(kind: str, source: str, data: Data) -> str:
 
     A sub-supervisor that gave up (``max_intensity`` from ``companyd/agents/finance``) is
     told in its parent's crash story of that child (``companyd/agents``, ``finance``): the
-    parent's exit and restart of it follow at once, and are the same incident — one
-    message, not three.
+    parent's exit and restart of it follow at once, and are the same incident: one message.
     """
     spec = kind_spec(kind)
     if kind == MaxIntensity.KIND and "/" in source:
