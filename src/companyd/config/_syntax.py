@@ -70,16 +70,17 @@ def explain(exc: yaml.MarkedYAMLError, text: str) -> tuple[str, tuple[int, int]]
         ), at
     if problem.startswith("expected <block end>, but found"):
         found = problem.rsplit("found ", 1)[1]
-        quote = _runaway_quote(text, pm.line if pm else 0)
-        if found == "'<scalar>'" and quote is not None:
-            (ql, qc), end_line = quote
-            return (
-                f"YAML syntax error: the quoted value that starts here runs on to line "
-                f"{end_line}, where its quote closes and the text after it is not YAML; close "
-                "the quote on this line (inside '…' a quote is written twice, inside \"…\" as "
-                '\\")'
-            ), (ql, qc)
         if found == "'<scalar>'":
+            # the file is scanned again only here: a quote left open runs on to the next one
+            quote = _runaway_quote(text, pm.line if pm else 0)
+            if quote is not None:
+                (ql, qc), end_line = quote
+                return (
+                    f"YAML syntax error: the quoted value that starts here runs on to line "
+                    f"{end_line}, where its quote closes and the text after it is not YAML; "
+                    "close the quote on this line (inside '…' a quote is written twice, "
+                    'inside "…" as \\")'
+                ), (ql, qc)
             return (
                 "YAML syntax error: text after a value's closing quote or bracket; put the "
                 "whole value in quotes (a quote inside it doubled: 'it''s')"
