@@ -267,10 +267,49 @@ def test_offline_reads_of_a_sqlite_company_load_no_config_machinery(tmp_path: Pa
         loaded = loaded_by(*argv, cwd=tmp_path, env=env)
         assert sorted(loaded.intersection(NOT_FOR_OFFLINE_READS)) == [], argv
         assert "companyd.runs._journal" in loaded, argv  # it did read (or look for) the journal
+    # spend: the ledger found the same way, today in company.yaml's zone read off its text
+    loaded = loaded_by("spend", cwd=tmp_path, env=env)
+    assert sorted(loaded.intersection(NOT_FOR_OFFLINE_READS)) == []
+    assert "companyd.spend._reports" in loaded  # it did build the (empty) report
+
+
+def test_runs_show_without_a_daemon_loads_no_config_machinery(tmp_path: Path) -> None:
+    # a run in the journal and the desk, as a daemon that stopped left them: `runs show`
+    # reads both (the founder's decisions on its result come from the desk) without the
+    # config schema the desk's proposals module needs
+    from companyd.clock import SystemClock
+    from companyd.desk import Desk
+    from companyd.events import EventBus
+    from companyd.runs import Journal, Task
+
+    shutil.copy(EXAMPLE, tmp_path / "company.yaml")
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+
+    async def a_run() -> None:
+        journal = Journal(state / "runs.sqlite")
+        desk = Desk(state / "desk.sqlite", bus=EventBus(), clock=SystemClock())
+        await journal.open()
+        try:
+            assert await desk.pending() == []  # the desk file, created by its first read
+            task = Task(
+                id="task-1", agent="ceo", prompt="the weekly plan", source="operator", created=1.0
+            )
+            await journal.add_task(task, 1.0)
+            await journal.start_run(task, "run-0123456789ab", 1, 1.0)
+        finally:
+            await journal.close()
+            await desk.close()
+
+    asyncio.run(a_run())
+    env = {**os.environ, "COMPANYD_CONFIG": str(tmp_path / "company.yaml")}
+    loaded = loaded_by("runs", "show", "run-0123456789ab", cwd=tmp_path, env=env)
+    assert sorted(loaded.intersection(NOT_FOR_OFFLINE_READS)) == []
+    assert "companyd.desk._store" in loaded  # it did read the desk
 
 
 def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
-    # status, runs, inbox and jobs of the running example company, found as a founder's
+    # status, runs, inbox, jobs, spend and budget of the running example company, found as a founder's
     # shell finds it: $COMPANYD_CONFIG only (the daemon's claim on its company.yaml), and
     # with --state-dir; then `status` once no daemon runs, which reads company.yaml's
     # state_dir to name the socket it tried
@@ -288,6 +327,8 @@ def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
                 ("runs", "--state-dir", str(state)),
                 ("inbox", "--state-dir", str(state)),
                 ("jobs", "--state-dir", str(state)),
+                ("spend",),
+                ("budget",),
             ]
             for argv in commands:
                 loaded, pings = await asyncio.to_thread(probed, *argv, cwd=work, env=env)

@@ -14,17 +14,28 @@ connection is dropped (:meth:`StoreWorker._drop`) and how errors name it
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["DatabaseClosed", "StoreWorker"]
 
 T = TypeVar("T")
 C = TypeVar("C")
+
+
+def _wrap(future: Future[T]) -> asyncio.Future[T]:
+    """``asyncio.wrap_future``, imported at the first call: only the daemon's event loop
+    awaits a store (the CLI's synchronous path does not import asyncio, issue 31).
+    """
+    import asyncio
+
+    return asyncio.wrap_future(future)
 
 
 class DatabaseClosed(RuntimeError):
@@ -43,6 +54,10 @@ class StoreWorker(Generic[C]):
     def __init__(self, *, what: str, thread_name: str, worker: bool) -> None:
         self.what = what
         self._worker: int | None = None  # the worker thread's ident, once it has started
+        if worker:
+            # imported here: the CLI's synchronous path (worker=False) reads a store without
+            # a thread, and without concurrent.futures' and asyncio's imports (issue 31)
+            from concurrent.futures import ThreadPoolExecutor
         self._executor_ = (
             ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix=thread_name, initializer=self._started
@@ -117,7 +132,7 @@ class StoreWorker(Generic[C]):
         ``loop.run_in_executor``, cancelling the caller cancels work not yet started; work
         already running finishes (its result is dropped).
         """
-        return await asyncio.wrap_future(self.submit(fn))
+        return await _wrap(self.submit(fn))
 
     async def call(self, fn: Callable[[], T]) -> T:
         """``fn()`` on the worker *without* opening the connection first: for a store that
@@ -125,7 +140,7 @@ class StoreWorker(Generic[C]):
         """
         if self._closed:
             raise DatabaseClosed(f"{self.what} {self._name()!r} is closed")
-        return await asyncio.wrap_future(self.executor.submit(fn))
+        return await _wrap(self.executor.submit(fn))
 
     def run_sync(self, fn: Callable[[C], T]) -> T:
         """``fn(conn)`` on the worker, waiting for it: from a thread with no event loop (the
@@ -166,7 +181,7 @@ class StoreWorker(Generic[C]):
             self.close_sync()
             return
         try:
-            await asyncio.wrap_future(self._executor_.submit(self._drop))
+            await _wrap(self._executor_.submit(self._drop))
         except RuntimeError:
             pass  # the executor is already shut down (interpreter exit)
         finally:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import sys
 import time
@@ -23,7 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from companyd.cli._daemon import add_daemon_arguments, call_daemon, company_zone, running_daemon
+from companyd.cli._daemon import (
+    add_daemon_arguments,
+    call_daemon,
+    company_zone,
+    running_daemon,
+    store_location,
+)
 from companyd.cli._main import print_json
 from companyd.errors import CompanydError, UnknownName, UsageError
 
@@ -214,45 +219,6 @@ def _config_and_state(args: argparse.Namespace) -> tuple[Any, Path]:
     return cfg, cfg.state_dir(args.state_dir)
 
 
-def _store_location(args: argparse.Namespace) -> tuple[Any, Path, Any]:
-    """(the config, or None; the state directory; the stores' backend) for a command that
-    reads the stores without a daemon.
-
-    A company.yaml of the usual shape with no ``state:`` section keeps its stores in SQLite
-    files: its top level, read line by line (:func:`companyd.config.peek_top_level`), says
-    where — no pydantic, schema or PostgreSQL driver, ~0.4 s of CPU less (issue 31; the
-    stores name their errors with :func:`companyd._sqlite.store_errors`, which needs no
-    driver that was not loaded). The file is
-    then not validated: a reader needs only to find the stores (as ``status`` finds the
-    daemon of a file being edited). Anything else loads the config as the daemon does.
-    """
-    from companyd.config import DEFAULT_STATE_DIR, UNUSUAL, default_config_path, peek_top_level
-
-    path = Path(args.config or default_config_path())
-    try:
-        from companyd._fs import read_regular_file
-
-        top = peek_top_level(
-            read_regular_file(path, 10 * 1024 * 1024).decode("utf-8"), ("state_dir", "state")
-        )
-    except (OSError, ValueError):
-        top = None  # unreadable, not UTF-8: the loader says what is wrong
-    value = top.get("state_dir") if top is not None else UNUSUAL
-    if top is None or "state" in top or value == UNUSUAL:
-        from companyd.config import state_backend
-
-        cfg, state_dir = _config_and_state(args)
-        return cfg, state_dir, state_backend(cfg)
-    from companyd.storage import SQLITE
-
-    if args.state_dir is not None:
-        return None, Path(args.state_dir).absolute(), SQLITE
-    if env := os.environ.get("STATE_DIRECTORY"):
-        return None, Path(env.split(":")[0]).absolute(), SQLITE
-    base = Path(os.path.realpath(path)).parent  # as CompanyConfig.state_dir
-    return None, (base / (value or DEFAULT_STATE_DIR)).absolute(), SQLITE
-
-
 def _journal_read(
     args: argparse.Namespace, fn: Callable[[Any, Any], Any], missing: Callable[[], Any]
 ) -> Any:
@@ -262,13 +228,16 @@ def _journal_read(
     """
     import sqlite3
 
-    cfg, state_dir, backend = _store_location(args)
+    cfg, state_dir, backend = store_location(args)
     from companyd._sqlite import store_errors
     from companyd.runs import Journal
 
     # on PostgreSQL a reader migrates nothing: the daemons of the company own the schema
     journal = Journal(
-        state_dir / "runs.sqlite", backend=backend, readonly=backend.kind == "postgres"
+        state_dir / "runs.sqlite",
+        backend=backend,
+        readonly=backend.kind == "postgres",
+        worker=False,  # a reader in this thread: no worker thread to start and join
     )
     try:
         if not journal.exists():
@@ -303,7 +272,7 @@ def _not_running(
     PostgreSQL another node may be running it: shown as stored.
     """
     out = dict(run)
-    if out.get(key) != "running" or _store_location(args)[2].kind != "sqlite":
+    if out.get(key) != "running" or store_location(args)[2].kind != "sqlite":
         return out
     out[key] = INTERRUPTED
     if key == "status":
@@ -431,9 +400,9 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _runs_show(args: argparse.Namespace, run_id: str) -> int:
-    import asyncio
-
     def offline() -> dict[str, Any]:
+        import asyncio  # here: a running daemon answers without an event loop in the CLI
+
         shown = _journal_read(args, lambda j, db: j.show_run(db, run_id), lambda: None)
         if shown is None:
             cfg, _ = _config_and_state(args)
@@ -458,7 +427,7 @@ async def _decisions_offline(args: argparse.Namespace, run_id: str) -> list[Resu
     """The founder's decisions on run ``run_id``'s result, from the desk file (none when
     there is no desk yet: reading must not create it).
     """
-    _, state, backend = _store_location(args)
+    _, state, backend = store_location(args)
     from companyd.clock import SystemClock
     from companyd.desk import Desk, decisions_of
     from companyd.events import EventBus

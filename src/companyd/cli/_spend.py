@@ -15,25 +15,18 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Mapping
-from datetime import date
 from pathlib import Path
-from typing import Any
-from zoneinfo import ZoneInfo
+from typing import TYPE_CHECKING, Any
 
-from companyd.cli._daemon import call_daemon
+from companyd.cli._daemon import call_daemon, company_zone, store_location
 from companyd.cli._main import print_json
-from companyd.config import CompanyConfig, default_config_path, load_config, state_backend
 from companyd.errors import CompanydError, ConfigError
-from companyd.spend import (
-    Ledger,
-    day_key,
-    format_budget_report,
-    format_spend_report,
-    parse_period,
-    read_budget_report,
-    spend_report,
-)
-from companyd.storage import Backend, StoreAbsent
+
+if TYPE_CHECKING:
+    from companyd.storage import Backend
+
+# The ledger, the config schema and the reports are imported by the path that needs them:
+# with a daemon running, `spend` and `budget` print its answer (issue 31: no pydantic).
 
 __all__ = ["register"]
 
@@ -82,19 +75,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _load(args: argparse.Namespace, *, need_config: bool) -> tuple[Any, Path]:
-    try:
-        cfg = load_config(args.config or default_config_path())
-    except ConfigError:
-        if need_config or args.state_dir is None:
-            raise
-        return None, Path(args.state_dir)
-    return cfg, cfg.state_dir(args.state_dir)
+def _open_ledger(backend: Backend, state_dir: Path) -> Any:
+    from companyd.spend import Ledger
+    from companyd.storage import StoreAbsent
 
-
-def _open_ledger(cfg: CompanyConfig | None, state_dir: Path) -> Any:
     path = state_dir / "spend.sqlite"
-    backend = state_backend(cfg) if cfg is not None else Backend()
     if backend.kind == "postgres":
         # the company's schema on its database (docs/storage.md); read-only: no migration
         try:
@@ -118,14 +103,33 @@ def _spend(args: argparse.Namespace) -> int:
 
 
 def _print_spend(result: Mapping[str, Any]) -> int:
+    from companyd.spend import format_spend_report
+
     print(format_spend_report(result))
     return 0
 
 
 def _spend_from_files(args: argparse.Namespace) -> int:
-    cfg, state_dir = _load(args, need_config=False)
-    ledger = _open_ledger(cfg, state_dir)
-    tzname = cfg.timezone if cfg is not None else None
+    """``spend`` with no daemon: the ledger read where company.yaml keeps it, the file found
+    without validating it where it has the usual shape (:func:`store_location`, as ``runs``:
+    a company.yaml being edited does not hide what was spent), today in its time zone.
+    """
+    from datetime import date
+    from zoneinfo import ZoneInfo
+
+    from companyd.spend import day_key, format_spend_report, parse_period, spend_report
+    from companyd.storage import SQLITE
+
+    tzname: str | None
+    try:
+        cfg, state_dir, backend = store_location(args)
+        tzname = cfg.timezone if cfg is not None else company_zone(args)
+    except ConfigError:
+        if args.state_dir is None:
+            raise
+        # an invalid company.yaml the line reader cannot place: the zone the daemon wrote
+        state_dir, backend, tzname = Path(args.state_dir), SQLITE, None
+    ledger = _open_ledger(backend, state_dir)
     try:
         if ledger is not None and tzname is None:
             tzname = ledger.get_meta("timezone")
@@ -141,8 +145,8 @@ def _spend_from_files(args: argparse.Namespace) -> int:
                 "rows": [],
                 "total": None,
                 "note": (
-                    f"no ledger in {state_backend(cfg).describe()} yet: nothing spent yet"
-                    if cfg is not None and cfg.spec.state.backend == "postgres"
+                    f"no ledger in {backend.describe()} yet: nothing spent yet"
+                    if backend.kind == "postgres"
                     else f"no ledger at {str(state_dir / 'spend.sqlite')!r}: nothing spent yet"
                 ),
             }
@@ -168,13 +172,20 @@ def _budget(args: argparse.Namespace) -> int:
 
 
 def _print_budget(result: Mapping[str, Any]) -> int:
+    from companyd.spend import format_budget_report
+
     print(format_budget_report(result))
     return 0
 
 
 def _budget_from_files(args: argparse.Namespace) -> int:
-    cfg, state_dir = _load(args, need_config=True)
-    ledger = _open_ledger(cfg, state_dir)
+    from companyd.config import default_config_path, load_config, state_backend
+    from companyd.spend import format_budget_report, read_budget_report
+
+    # the budgets are company.yaml's: this one needs the file valid
+    cfg = load_config(args.config or default_config_path())
+    state_dir = cfg.state_dir(args.state_dir)
+    ledger = _open_ledger(state_backend(cfg), state_dir)
     try:
         report = read_budget_report(cfg, ledger, now=time.time())
     finally:

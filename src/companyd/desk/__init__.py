@@ -17,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.desk._inbox import TOOLS_ITEM, decide, decisions_of, gather_inbox, on_desk
+    from companyd.desk._inbox import TOOLS_ITEM, decide, gather_inbox, on_desk
     from companyd.desk._proposals import Proposal, ProposalError, Proposals
     from companyd.desk._store import (
         DEFAULT_APPROVAL_TIMEOUT,
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         DeskItem,
         ItemKind,
         ItemState,
+        decisions_of,
     )
     from companyd.desk._toolstore import TOOL_STORE_STEPS, RateLimits, ToolStore
 
@@ -71,7 +72,7 @@ _HOMES: dict[str, str] = {
     "ProposalError": "companyd.desk._proposals",
     "Proposals": "companyd.desk._proposals",
     "decide": "companyd.desk._inbox",
-    "decisions_of": "companyd.desk._inbox",
+    "decisions_of": "companyd.desk._store",
     "gather_inbox": "companyd.desk._inbox",
     "on_desk": "companyd.desk._inbox",
 }

@@ -11,15 +11,19 @@ decision apart (:func:`on_desk`): the founder approves and rejects with one pair
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from companyd.admin import AdminError, DeskDecision, Inbox, InboxItem, ResultDecision
-from companyd.desk._proposals import Proposals
+from companyd.admin import AdminError, DeskDecision, Inbox, InboxItem
 from companyd.desk._store import Desk, DeskError, DeskItem, ItemKind, ItemState
-from companyd.desk._toolstore import ToolStore
-from companyd.runs import Journal
 
-__all__ = ["TOOLS_ITEM", "decide", "decisions_of", "gather_inbox", "on_desk"]
+if TYPE_CHECKING:
+    # the stores gather_inbox is handed, for their types only (issue 31: loading this
+    # module does not load the proposals' config schema)
+    from companyd.desk._proposals import Proposals
+    from companyd.desk._toolstore import ToolStore
+    from companyd.runs import Journal
+
+__all__ = ["TOOLS_ITEM", "decide", "gather_inbox", "on_desk"]
 
 
 #: The id prefix of an inbox item for the held-back tools of an MCP server:
@@ -74,26 +78,6 @@ async def decide(
         decided_by=item.decided_by,
         message=f"{verb} {item.id} ({what})",
     )
-
-
-def decisions_of(items: list[DeskItem]) -> list[ResultDecision]:
-    """The founder's decisions on a run's result (``runs show``): one per result item of
-    the run (a routine with ``approval: required``), pending ones included.
-    """
-    return [
-        {
-            "item_id": i.id,
-            "round": int(i.payload.get("round") or 1),
-            "decision": str(i.state),
-            "by": i.decided_by or None,
-            "via": i.via or None,
-            "asked": i.created,
-            "decided": i.decided,
-            "text": i.text,
-        }
-        for i in items
-        if i.kind is ItemKind.RESULT
-    ]
 
 
 async def gather_inbox(

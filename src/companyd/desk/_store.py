@@ -66,8 +66,9 @@ from companyd.storage import (
     store_present,
 )
 
-if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
-    from companyd.storage import StoreDatabase
+if TYPE_CHECKING:
+    from companyd.admin import ResultDecision  # a TypedDict: the type only
+    from companyd.storage import StoreDatabase  # imports PostgreSQL's driver (issue 31)
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
@@ -82,6 +83,7 @@ __all__ = [
     "DeskItem",
     "ItemKind",
     "ItemState",
+    "decisions_of",
 ]
 
 #: How long an approval waits for the founder when company.yaml does not say (24 h).
@@ -805,3 +807,24 @@ def _summary(item: DeskItem) -> str:
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def decisions_of(items: list[DeskItem]) -> list[ResultDecision]:
+    """The founder's decisions on a run's result (``runs show``), from the run's items
+    (:meth:`Desk.of_run`): one per result item of the run (a routine with ``approval:
+    required``), pending ones included.
+    """
+    return [
+        {
+            "item_id": i.id,
+            "round": int(i.payload.get("round") or 1),
+            "decision": str(i.state),
+            "by": i.decided_by or None,
+            "via": i.via or None,
+            "asked": i.created,
+            "decided": i.decided,
+            "text": i.text,
+        }
+        for i in items
+        if i.kind is ItemKind.RESULT
+    ]

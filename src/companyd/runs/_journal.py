@@ -117,6 +117,8 @@ class Journal:
         backend: where the journal lives: ``path`` (the default) or the ``runs`` tables of
             the company's PostgreSQL schema, shared by every daemon of the company.
         readonly: a reader (the CLI on PostgreSQL): no migration, no schema created.
+        worker: False for a reader in a thread with no event loop (the CLI): no worker
+            thread; only the synchronous calls (``run_sync``).
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class Journal:
         alarm: DiskAlarm | None = None,
         backend: Backend = SQLITE,
         readonly: bool = False,
+        worker: bool = True,
     ) -> None:
         self.path = path
         self.backend = backend
@@ -137,6 +140,7 @@ class Journal:
             what="run journal",
             readonly=readonly,
             thread_name="journal",
+            worker=worker,
         )
         # The daemon's disk alarm (None: a CLI reader): the journal reports its own disk
         # failures ("run journal") and its recovery, when a write succeeds with nothing held.

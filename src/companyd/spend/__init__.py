@@ -9,13 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from companyd.llm import Price, PriceTable
-from companyd.spend._book import BudgetExhausted, Reservation, SpendBook, SpendError
-from companyd.spend._ledger import LedgerError
-
 if TYPE_CHECKING:
+    from companyd.llm import Price, PriceTable
+    from companyd.spend._book import BudgetExhausted, Reservation, SpendBook, SpendError
     from companyd.spend._budgets import read_budget_report
-    from companyd.spend._ledger import Ledger
+    from companyd.spend._ledger import Ledger, LedgerError
     from companyd.spend._periods import day_key, parse_period
     from companyd.spend._reports import format_budget_report, format_spend_report, spend_report
 
@@ -39,7 +37,16 @@ __all__ = [
 ]
 
 
+# Every name is imported on first use: the daemon's book (asyncio, the config schema) is
+# not what `companyd spend` needs to read the ledger and print a report (issue 31).
 _HOMES: dict[str, str] = {
+    "BudgetExhausted": "companyd.spend._book",
+    "LedgerError": "companyd.spend._ledger",
+    "Price": "companyd.llm",
+    "PriceTable": "companyd.llm",
+    "Reservation": "companyd.spend._book",
+    "SpendBook": "companyd.spend._book",
+    "SpendError": "companyd.spend._book",
     "STORE_STEPS": "companyd.spend._ledger",
     "Ledger": "companyd.spend._ledger",
     "day_key": "companyd.spend._periods",

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from companyd._frozen import Frozen
 from companyd._sqlite import Database, Migration, SchemaTooNew, store_errors, transaction
-from companyd.admin import SpendTotals, format_usd, usd_places
+from companyd.admin import format_usd, usd_places
 from companyd.errors import CompanydError
 from companyd.llm import Usage
 from companyd.storage import (
@@ -55,8 +55,9 @@ from companyd.storage import (
     sqlite_migrations,
 )
 
-if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
-    from companyd.storage import StoreDatabase
+if TYPE_CHECKING:
+    from companyd.admin import SpendTotals  # a TypedDict: its module imports pydantic
+    from companyd.storage import StoreDatabase  # imports PostgreSQL's driver (issue 31)
 
 __all__ = [
     "DIMENSIONS",

@@ -9,11 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import date
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from companyd.admin import SpendReportData, SpendTotals, format_usd, usd_places
-from companyd.spend._ledger import Ledger, Totals, from_pusd
+from companyd.admin import format_usd, usd_places
 from companyd.spend._periods import parse_period
+
+if TYPE_CHECKING:  # TypedDicts: their module imports pydantic (`companyd spend`, issue 31)
+    from companyd.admin import SpendReportData, SpendTotals
+    from companyd.spend._ledger import Ledger
 
 __all__ = [
     "GROUPINGS",
@@ -37,6 +40,10 @@ def spend_report(
     Raises:
         ValueError: an unknown grouping or period, naming the valid ones.
     """
+    # here, not at the top: printing a report the daemon built (`companyd spend` beside a
+    # running daemon) needs only the formatters below, not the ledger (issue 31)
+    from companyd.spend._ledger import Totals, from_pusd
+
     if by not in GROUPINGS:
         raise ValueError(f"cannot group spend by {by!r}; expected one of {', '.join(GROUPINGS)}")
     first, last, label = parse_period(period, today)
