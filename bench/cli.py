@@ -10,9 +10,10 @@ spent waiting for a core.
 
 ``status``, ``inbox``, ``jobs`` and ``runs`` talk to a running daemon: the example company
 (company.yaml at the top of the repository, copied into a temporary directory) is started
-with ``companyd run --offline`` there and stopped at the end. ``validate`` reads the same
-copy. ``runs`` and ``tasks`` are also run against a second copy that no daemon runs, so
-they read the stores themselves (no target: shown), and ``memory serve-mcp --file`` is run
+with ``companyd run --offline`` there and stopped at the end; so do ``spend`` and
+``budget`` (no target: shown). ``validate`` reads the same copy. ``runs``, ``tasks`` and
+``spend`` are also run against a second copy that no daemon runs, so they read the stores
+themselves (no target: shown), and ``memory serve-mcp --file`` is run
 from start to its exit at the end of an empty standard input (no target: shown), and
 ``run`` refusing to start (no target: shown): exit 78 on an invalid company.yaml, exit 75
 on the company the daemon already runs (what systemd's retries of a second unit cost).
@@ -55,6 +56,8 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], float | None], ...] = (
     ("inbox", ("inbox",), 5.0),
     ("jobs", ("jobs",), 5.0),
     ("validate", ("validate",), 10.0),
+    ("spend", ("spend",), None),
+    ("budget", ("budget",), None),
 )
 
 #: Commands that read the stores themselves when no daemon runs (issue 31, no target): run
@@ -62,6 +65,7 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], float | None], ...] = (
 OFFLINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runs, no daemon", ("runs",)),
     ("tasks, no daemon", ("tasks",)),
+    ("spend, no daemon", ("spend",)),
 )
 
 #: ``companyd memory serve-mcp --file F`` from start to its exit at the end of an empty
