@@ -330,6 +330,13 @@ def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
                 ("spend",),
                 ("budget",),
             ]
+            # a name with runs is known from the journal: company.yaml is not loaded for it
+            ask = [sys.executable, "-m", "companyd", "ask", "ceo", "the weekly plan"]
+            done = await asyncio.to_thread(
+                subprocess.run, ask, capture_output=True, text=True, timeout=120, cwd=work, env=env
+            )
+            assert done.returncode == 0, done.stderr
+            commands.append(("runs", "--agent", "ceo"))
             for argv in commands:
                 loaded, pings = await asyncio.to_thread(probed, *argv, cwd=work, env=env)
                 # jobs included: its answer is printed from the rows as received, not

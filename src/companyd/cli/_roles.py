@@ -34,6 +34,7 @@ from companyd.errors import CompanydError, UnknownName, UsageError
 
 if TYPE_CHECKING:
     from companyd.admin import ResultDecision
+    from companyd.daemon import ControlClient
 
 __all__ = ["register"]
 
@@ -199,8 +200,11 @@ def _via_daemon_or_files(
     op_args: dict[str, Any],
     offline: Callable[[], dict[str, Any]],
     printer: Callable[[dict[str, Any]], int],
+    client: ControlClient | None = None,
 ) -> int:
-    """Ask the daemon if one runs, else compute the answer from the files."""
+    """Ask the daemon if one runs, else compute the answer from the files. ``client``: the
+    daemon :func:`_check_name` just found (not searched for again).
+    """
 
     def from_files() -> int:
         result = offline()
@@ -209,7 +213,7 @@ def _via_daemon_or_files(
             return 0
         return printer(result)
 
-    return call_daemon(args, op, printer, otherwise=from_files, **op_args)
+    return call_daemon(args, op, printer, client=client, otherwise=from_files, **op_args)
 
 
 def _config_and_state(args: argparse.Namespace) -> tuple[Any, Path]:
@@ -374,10 +378,11 @@ def _runs(args: argparse.Namespace) -> int:
         "routine": args.routine,
         "since": args.since,
     }
+    client = None
     if args.agent:
-        _check_name(args, "agent", args.agent)
+        client = _check_name(args, "agent", args.agent)
     if args.routine:
-        _check_name(args, "routine", args.routine)
+        client = _check_name(args, "routine", args.routine, client)
 
     def offline() -> dict[str, Any]:
         runs = _journal_read(
@@ -395,7 +400,12 @@ def _runs(args: argparse.Namespace) -> int:
         return {"runs": [_not_running(args, r) for r in runs]}
 
     return _via_daemon_or_files(
-        args, "runs", op_args, offline, lambda result: _print_runs(result, company_zone(args))
+        args,
+        "runs",
+        op_args,
+        offline,
+        lambda result: _print_runs(result, company_zone(args)),
+        client,
     )
 
 
@@ -444,7 +454,7 @@ async def _decisions_offline(args: argparse.Namespace, run_id: str) -> list[Resu
 def _runs_last(args: argparse.Namespace, routine: str) -> int:
     from companyd.cli._runs_text import last_lines
 
-    _check_name(args, "routine", routine)
+    client = _check_name(args, "routine", routine)
     op_args = {"routine": routine, "limit": 1, "finished": True}
 
     def offline() -> dict[str, Any]:
@@ -462,20 +472,23 @@ def _runs_last(args: argparse.Namespace, routine: str) -> int:
             print(line)
         return 0 if runs[0].get("status") == "ok" else 1
 
-    return _via_daemon_or_files(args, "runs", op_args, offline, printer)
+    return _via_daemon_or_files(args, "runs", op_args, offline, printer, client)
 
 
-def _check_name(args: argparse.Namespace, kind: str, name: str) -> None:
+def _check_name(
+    args: argparse.Namespace, kind: str, name: str, client: ControlClient | None = None
+) -> ControlClient | None:
     """``name`` is an agent (``kind="agent"``) or routine of company.yaml, or has runs in
     the journal (one since removed); otherwise UnknownName — exit 1, as an unknown name is
     in every command.
+
+    The journal is asked first: a name with runs is known whatever company.yaml now says,
+    and the question costs a read, where loading company.yaml costs its schema (~0.15 s,
+    issue 31). company.yaml is read only for a name with no run yet. Returns the running
+    daemon it asked (``client``, else the one it found), None when there is none.
     """
-    cfg, _ = _config_and_state(args)
-    known = cfg.agents if kind == "agent" else cfg.routines
-    if name in known:
-        return
     query = {"agent": None, "routine": None, kind: name}
-    if (client := running_daemon(args)) is not None:
+    if (client := client or running_daemon(args)) is not None:
         past = client.call("runs", status=None, limit=1, **query).get("runs")
     else:
         past = _journal_read(
@@ -483,11 +496,16 @@ def _check_name(args: argparse.Namespace, kind: str, name: str) -> None:
             lambda j, db: j.list_runs(db, query["agent"], None, 1, routine=query["routine"]),
             list,
         )
-    if not past:
+    if past:
+        return client
+    cfg, _ = _config_and_state(args)
+    known = cfg.agents if kind == "agent" else cfg.routines
+    if name not in known:
         raise UnknownName(
             f"unknown {kind} {name!r} (not in {cfg.path} and no runs in the journal); "
             f"{kind}s: {', '.join(known) or '(none)'}"
         )
+    return client
 
 
 def _print_runs(result: Mapping[str, Any], tz: str) -> int:
