@@ -309,10 +309,10 @@ def test_runs_show_without_a_daemon_loads_no_config_machinery(tmp_path: Path) ->
 
 
 def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
-    # status, runs, inbox, jobs, spend and budget of the running example company, found as a founder's
-    # shell finds it: $COMPANYD_CONFIG only (the daemon's claim on its company.yaml), and
-    # with --state-dir; then `status` once no daemon runs, which reads company.yaml's
-    # state_dir to name the socket it tried
+    # status, runs, inbox, jobs, spend and budget of the running example company, found as
+    # a founder's shell finds it: $COMPANYD_CONFIG only (the daemon's claim on its
+    # company.yaml), and with --state-dir; then `status` once no daemon runs, which reads
+    # company.yaml's state_dir to name the socket it tried
     async def scenario(work: Path) -> None:
         shutil.copy(EXAMPLE, work / "company.yaml")
         env = {**os.environ, "COMPANYD_CONFIG": str(work / "company.yaml")}
@@ -337,6 +337,12 @@ def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
             )
             assert done.returncode == 0, done.stderr
             commands.append(("runs", "--agent", "ceo"))
+            # the routine's heading is in the daemon's answer: company.yaml is not loaded
+            # (its fires are records: dataclasses, the one import beyond the reads' budget)
+            history = ("jobs", "history", "heartbeat")
+            loaded, _ = await asyncio.to_thread(probed, *history, cwd=work, env=env)
+            within = tuple(m for m in NOT_FOR_READS if m != "dataclasses")
+            assert sorted(loaded.intersection(within)) == []
             for argv in commands:
                 loaded, pings = await asyncio.to_thread(probed, *argv, cwd=work, env=env)
                 # jobs included: its answer is printed from the rows as received, not

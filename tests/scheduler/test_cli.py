@@ -188,7 +188,7 @@ def test_history_from_the_daemon_reads_the_company_s_clock_as_from_the_files(
     # company's clock whoever answers — the files (`jobs history` with no daemon) or the
     # running daemon's job_history, printed by format_history_result — as `runs`, the
     # alerts and the jobs table read it; the schedule alone keeps its own zone.
-    from companyd.scheduler import format_history, format_history_result
+    from companyd.scheduler import format_history, format_history_result, history_data
     from companyd.scheduler._records import FireRecord
 
     cfg = load_config(written[0])
@@ -208,7 +208,7 @@ def test_history_from_the_daemon_reads_the_company_s_clock_as_from_the_files(
     )
     offline = format_history(cfg.routines["later"], "later", [fire], cfg.timezone)
     live = format_history_result(
-        json.loads(json.dumps({"routine": "later", "fires": [fire.to_dict()]})), cfg
+        json.loads(json.dumps(history_data(cfg.routines, "later", [fire]))), cfg.timezone
     )
     assert live == offline
     assert live.splitlines()[0] == "later (marketing) — cron '0 9 1 1 *' UTC"

@@ -814,7 +814,7 @@ async def test_live_jobs_and_history_views(make_harness: MakeHarness) -> None:
     line = next(x for x in table.splitlines() if x.startswith("daily-post"))
     assert "75.0% (3/4)" in line and "2027-01-08 14:00 UTC (in 23.0h)" in line
     assert "ok " in line
-    text = format_history_result(json.loads(json.dumps(hist)), h.config)
+    text = format_history_result(json.loads(json.dumps(hist)), h.config.timezone)
     assert text.splitlines()[0] == "daily-post (marketing) — cron '0 14 * * *' UTC"
     assert "HTTP 500 (injected)" not in text  # only the two newest fires were asked for
     assert len(text.splitlines()) == 5

@@ -484,9 +484,13 @@ class JobsData(TypedDict):
 
 
 class HistoryData(TypedDict):
-    """``job_history`` as the scheduler reports it."""
+    """``job_history`` as the scheduler reports it: the routine as the daemon runs it (its
+    agent and schedule, None when company.yaml no longer has it), then its fires.
+    """
 
     routine: str
+    agent: str | None
+    schedule: str | None
     fires: list[FireRow]
 
 

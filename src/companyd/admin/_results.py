@@ -269,9 +269,13 @@ class Jobs(Frozen):
 
 
 class JobHistory(Frozen):
-    """``job_history``: the latest fires of one routine, newest first."""
+    """``job_history``: the latest fires of one routine, newest first; its agent and
+    schedule as the daemon runs it (None: no longer in the company.yaml it runs).
+    """
 
     routine: str
+    agent: str | None
+    schedule: str | None
     fires: AsBuilt[list[FireRow]]
 
 

@@ -200,15 +200,28 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _print_live_history(args: argparse.Namespace, result: dict[str, Any]) -> int:
+    """The daemon's answer: the routine as it runs it, its fires; times in company.yaml's zone
+    (read off the file's text, as ``jobs``: no schema loaded, issue 31).
+    """
+    from companyd.scheduler import format_history, format_history_result
+
+    if "schedule" in result:
+        print(format_history_result(result, company_zone(args)))
+        return 0
+    # a daemon started before its answer named the routine's agent and schedule (upgraded
+    # since, not yet restarted): the heading from company.yaml, as before
     from companyd.config import default_config_path, load_config
     from companyd.errors import ConfigError
-    from companyd.scheduler import format_history_result
+    from companyd.scheduler import FireRecord
 
-    try:  # the routine's schedule for the heading; the fires are the daemon's
+    try:
         cfg: CompanyConfig | None = load_config(args.config or default_config_path())
     except ConfigError:
         cfg = None
-    print(format_history_result(result, cfg))
+    routine = cfg.routines.get(result["routine"]) if cfg is not None else None
+    records = [FireRecord.from_dict(f) for f in result["fires"]]
+    tz = cfg.timezone if cfg is not None else None
+    print(format_history(routine, result["routine"], records, tz))
     return 0
 
 

@@ -319,7 +319,7 @@ class Operator:
             history = await self.scheduler.history(routine, limit)
         except RoutineNotFound as exc:
             raise AdminError(str(exc)) from None
-        return JobHistory(routine=history["routine"], fires=history["fires"])
+        return JobHistory(**history)
 
     async def run_job(self, routine: str, via: str = "cli") -> JobRun:
         """:meth:`Admin.run_job`: fire ``routine`` now and wait for the run's outcome — or

@@ -204,7 +204,8 @@ class StandbyAdmin:
 
     async def job_history(self, routine: str, limit: int = 20) -> JobHistory:
         """``job_history`` from the shared routine history."""
-        from companyd.scheduler import read_fires  # here: only a history needs it (issue 31)
+        # here: only a history needs them (issue 31)
+        from companyd.scheduler import history_data, read_fires
 
         d = self._d
         records = await asyncio.to_thread(
@@ -215,7 +216,7 @@ class StandbyAdmin:
                 f"no routine {routine!r} in company.yaml; routines: "
                 f"{', '.join(d.config.routines) or '(none)'}"
             )
-        return JobHistory(routine=routine, fires=[r.to_dict() for r in records])
+        return JobHistory(**history_data(d.config.routines, routine, records))
 
     def __getattr__(self, op: str) -> Callable[..., Awaitable[Any]]:
         if op not in OPERATIONS:

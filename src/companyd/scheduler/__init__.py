@@ -18,7 +18,12 @@ if TYPE_CHECKING:
     from companyd.scheduler._jobs_text import format_jobs_result
     from companyd.scheduler._offline import read_fires, read_fires_stopped, read_jobs
     from companyd.scheduler._outcomes import Outcome
-    from companyd.scheduler._report import format_history, format_history_result, format_jobs
+    from companyd.scheduler._report import (
+        format_history,
+        format_history_result,
+        format_jobs,
+        history_data,
+    )
     from companyd.scheduler._service import RoutineBusy, RoutineNotFound, RoutineScheduler
     from companyd.scheduler._sim import ModelCallGate, SimReport, simulate
     from companyd.scheduler._sink import TaskSink
@@ -41,6 +46,7 @@ __all__ = [
     "format_history_result",
     "format_jobs",
     "format_jobs_result",
+    "history_data",
     "read_fires",
     "read_fires_stopped",
     "read_jobs",
@@ -64,6 +70,7 @@ _HOMES: dict[str, str] = {
     "format_history_result": "companyd.scheduler._report",
     "format_jobs": "companyd.scheduler._report",
     "format_jobs_result": "companyd.scheduler._jobs_text",
+    "history_data": "companyd.scheduler._report",
     "read_fires": "companyd.scheduler._offline",
     "read_fires_stopped": "companyd.scheduler._offline",
     "read_jobs": "companyd.scheduler._offline",

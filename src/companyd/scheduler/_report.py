@@ -20,7 +20,7 @@ from companyd.scheduler._jobs_text import table as _table
 from companyd.scheduler._records import FireRecord, RoutineState, RoutineStats
 
 if TYPE_CHECKING:
-    from companyd.admin import RoutineRow
+    from companyd.admin import HistoryData, RoutineRow
     from companyd.config import CompanyConfig, RoutineConfig
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "format_history_result",
     "format_jobs",
     "format_jobs_result",
+    "history_data",
     "job_views",
     "offline_next_fires",
 ]
@@ -228,9 +229,45 @@ def format_history(
     from companyd.scheduler._triggers import describe_schedule
 
     tz = tz or (routine.timezone if routine else "UTC")
+    if routine is None:
+        return _history_text(slug, None, None, records, tz)
+    return _history_text(slug, routine.assignee, describe_schedule(routine), records, tz)
+
+
+def history_data(
+    routines: Mapping[str, RoutineConfig], slug: str, records: Sequence[FireRecord]
+) -> HistoryData:
+    """The ``job_history`` answer: routine ``slug`` as ``routines`` (the running
+    company.yaml's) has it — its agent and schedule, None for one no longer there — and its
+    fires as JSON.
+    """
+    from companyd.scheduler._triggers import describe_schedule
+
+    spec = routines.get(slug)
+    return {
+        "routine": slug,
+        "agent": spec.assignee if spec is not None else None,
+        "schedule": describe_schedule(spec) if spec is not None else None,
+        "fires": [r.to_dict() for r in records],
+    }
+
+
+def format_history_result(result: Mapping[str, Any], tz: str) -> str:
+    """:func:`format_history` for a ``history()`` result received as JSON (the daemon's
+    ``job_history``): its heading is the routine as the daemon runs it, its times are in
+    ``tz`` (the company's zone, as the offline command prints them — not the routine's own,
+    which only its schedule keeps).
+    """
+    records = [FireRecord.from_dict(f) for f in result["fires"]]
+    return _history_text(result["routine"], result["agent"], result["schedule"], records, tz)
+
+
+def _history_text(
+    slug: str, agent: str | None, schedule: str | None, records: Sequence[FireRecord], tz: str
+) -> str:
     head = f"{slug}"
-    if routine is not None:
-        head += f" ({routine.assignee}) — {describe_schedule(routine)}"
+    if agent is not None and schedule is not None:
+        head += f" ({agent}) — {schedule}"
     else:
         head += " (no longer in company.yaml)"
     if not records:
@@ -281,14 +318,3 @@ def _tally(records: Sequence[FireRecord]) -> str:
         f"shown: {total} due run(s): {ok} ok · {unverified} unverified · {other} failed, "
         "missed or skipped"
     )
-
-
-def format_history_result(result: Mapping[str, Any], config: CompanyConfig | None) -> str:
-    """:func:`format_history` for a ``history()`` result received as JSON, times on the
-    company's clock (``config``'s zone) as the offline command prints them — not the
-    routine's own, which only its schedule keeps.
-    """
-    slug = result["routine"]
-    routine = config.routines.get(slug) if config is not None else None
-    tz = config.timezone if config is not None else None
-    return format_history(routine, slug, [FireRecord.from_dict(f) for f in result["fires"]], tz)

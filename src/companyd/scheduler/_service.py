@@ -921,7 +921,9 @@ class RoutineScheduler:
         )
         if not records and routine not in self._config.routines:
             raise self._not_found(routine)
-        return {"routine": routine, "fires": [r.to_dict() for r in records]}
+        from companyd.scheduler._report import history_data  # as jobs(): the report's module
+
+        return history_data(self._config.routines, routine, records)
 
     async def resume_routine(self, routine: str, by: str = "operator") -> bool:
         """Resume ``routine`` after ``pause_after_failures`` paused it: its fires run again,
