@@ -343,6 +343,12 @@ def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
             loaded, _ = await asyncio.to_thread(probed, *history, cwd=work, env=env)
             within = tuple(m for m in NOT_FOR_READS if m != "dataclasses")
             assert sorted(loaded.intersection(within)) == []
+            # the memory file is the one the daemon claiming company.yaml names: the file's
+            # schema is not loaded to find it (the graph store is: asyncio and all)
+            search = ("memory", "search", "ceo")
+            loaded, _ = await asyncio.to_thread(probed, *search, cwd=work, env=env)
+            assert sorted(loaded.intersection(NOT_FOR_OFFLINE_READS)) == []
+            assert "companyd.memory._store" in loaded  # it did read the graph
             for argv in commands:
                 loaded, pings = await asyncio.to_thread(probed, *argv, cwd=work, env=env)
                 # jobs included: its answer is printed from the rows as received, not

@@ -132,7 +132,7 @@ def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
 
     Raises:
         CompanydError: none of them is available (the message lists the three ways).
-        ConfigError: ``config`` was given and is invalid.
+        ConfigError: no daemon claims company.yaml and the file is invalid.
     """
     if file is not None:
         return Path(os.path.expanduser(file)).absolute()
@@ -146,13 +146,18 @@ def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
             f"which memory file? {str(path)!r} does not exist; pass --file FILE, set "
             "MEMORY_FILE_PATH, or run where company.yaml is (or set COMPANYD_CONFIG)"
         )
+    # The daemon claiming company.yaml is asked first: its answer is the file its agents
+    # use, and asking costs a round trip where loading company.yaml costs its schema.
+    running = _running_memory_path(Path(path))
+    if running is not None:
+        return running
     # Imported here: the config machinery (pydantic, the schema, the cross-checks: ~0.1 s of
     # CPU) is for finding the file only; `serve-mcp --file F`, which the daemon and the
     # suite start dozens of times, does without it (issue 31).
     from companyd.config import load_config
 
     cfg = load_config(path)
-    return _running_memory_path(cfg.path) or cfg.memory_path(cfg.state_dir())
+    return cfg.memory_path(cfg.state_dir())
 
 
 def _running_memory_path(config: Path) -> Path | None:
