@@ -309,10 +309,10 @@ def test_runs_show_without_a_daemon_loads_no_config_machinery(tmp_path: Path) ->
 
 
 def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
-    # status, runs, inbox, jobs, spend and budget of the running example company, found as
-    # a founder's shell finds it: $COMPANYD_CONFIG only (the daemon's claim on its
-    # company.yaml), and with --state-dir; then `status` once no daemon runs, which reads
-    # company.yaml's state_dir to name the socket it tried
+    # status, runs, inbox, jobs, spend, budget, tools and proposals of the running example
+    # company, found as a founder's shell finds it: $COMPANYD_CONFIG only (the daemon's
+    # claim on its company.yaml), and with --state-dir; then `status` once no daemon runs,
+    # which reads company.yaml's state_dir to name the socket it tried
     async def scenario(work: Path) -> None:
         shutil.copy(EXAMPLE, work / "company.yaml")
         env = {**os.environ, "COMPANYD_CONFIG": str(work / "company.yaml")}
@@ -329,6 +329,8 @@ def test_the_commands_a_daemon_answers_stay_within_their_budget() -> None:
                 ("jobs", "--state-dir", str(state)),
                 ("spend",),
                 ("budget",),
+                ("tools",),
+                ("proposals",),
             ]
             # a name with runs is known from the journal: company.yaml is not loaded for it
             ask = [sys.executable, "-m", "companyd", "ask", "ceo", "the weekly plan"]

@@ -601,9 +601,9 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def _proposals(args: argparse.Namespace) -> int:
-    import asyncio
-
     def offline() -> dict[str, Any]:
+        import asyncio  # here: a running daemon answers without an event loop in the CLI
+
         async def go() -> dict[str, Any]:
             store = _store(args)
             try:

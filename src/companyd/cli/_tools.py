@@ -12,14 +12,11 @@ docs/tools.md.
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from companyd.cli._daemon import add_daemon_arguments, call_daemon, running_daemon
+from companyd.cli._daemon import add_daemon_arguments, call_daemon
 from companyd.cli._main import print_json
-from companyd.config import default_config_path, load_config, state_backend
-from companyd.desk import ToolStore
 from companyd.errors import CompanydError
 
 __all__ = ["register"]
@@ -53,24 +50,39 @@ def _tools(args: argparse.Namespace) -> int:
         )
     if words:
         server = words[1]
-        if running_daemon(args) is not None:
-            return call_daemon(
-                args, "tools_approve", _print_approved, server=server, agent=args.agent
-            )
-        result = asyncio.run(_approve_offline(args, server))
-        if args.json:
-            print_json(result)
-            return 0
-        return _print_approved(result)
-    if running_daemon(args) is None:
+
+        def offline() -> int:
+            import asyncio  # here: the daemon's answer needs no event loop in the CLI
+
+            result = asyncio.run(_approve_offline(args, server))
+            if args.json:
+                print_json(result)
+                return 0
+            return _print_approved(result)
+
+        return call_daemon(
+            args,
+            "tools_approve",
+            _print_approved,
+            otherwise=offline,
+            server=server,
+            agent=args.agent,
+        )
+
+    def no_daemon() -> int:
         raise CompanydError(
             "no daemon is running: the tools are those the running agents were given; start "
             "it (`companyd run`) and ask again"
         )
-    return call_daemon(args, "tools", _print_tools, agent=args.agent)
+
+    return call_daemon(args, "tools", _print_tools, otherwise=no_daemon, agent=args.agent)
 
 
 async def _approve_offline(args: argparse.Namespace, server: str) -> dict[str, Any]:
+    # the config machinery and the tools store: for this path only (issue 31)
+    from companyd.config import default_config_path, load_config, state_backend
+    from companyd.desk import ToolStore
+
     cfg = load_config(args.config or default_config_path())
     store = ToolStore(cfg.state_dir(args.state_dir) / "tools.sqlite", backend=state_backend(cfg))
     try:
