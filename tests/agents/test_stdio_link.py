@@ -244,3 +244,77 @@ def test_the_ids_are_read_only_at_the_top_level() -> None:
     assert _METHOD_HEAD.match(b'{"method":"notifications/message","params"')
     assert not _METHOD_HEAD.match(b'{"jsonrpc":"2.0","id":3,"result":{"method":"x"')  # nested
     assert not _METHOD_HEAD.match(b'{"result":{"method":"x"')
+
+
+async def test_a_flood_of_the_servers_own_notifications_breaks_the_link() -> None:
+    # notifications as fast as the server can write them (each is parsed and handled on the
+    # daemon's event loop): past the burst, far faster than the rate — the link breaks
+    from companyd.agents._stdio import OWN_MESSAGES_BURST
+
+    notification = b'{"jsonrpc":"2.0","method":"notifications/progress","params":'
+    got, broken = await _exchange(
+        f"""
+        for i in range({4 * OWN_MESSAGES_BURST}):
+            out.write({notification!r} + b'{{"progressToken":1,"progress":%d}}}}\\n' % i)
+        out.write(b'{{"jsonrpc":"2.0","id":1,"result":{{}}}}\\n')
+        """,
+        count=4 * OWN_MESSAGES_BURST + 1,
+    )
+    assert broken == [
+        "sent requests and notifications of its own faster than 500 a second for longer "
+        "than a burst of 5,000"
+    ]
+    assert OWN_MESSAGES_BURST <= len(got) < 4 * OWN_MESSAGES_BURST  # the burst went through
+    assert all(isinstance(m, types.JSONRPCNotification) for m in got)
+
+
+class _Lines:
+    """A server's stdout as the reader receives it: ``count`` copies of ``line``, one chunk
+    each, then its end.
+    """
+
+    def __init__(self, line: bytes, count: int) -> None:
+        self.line, self.left = line, count
+
+    async def receive(self) -> bytes:
+        if self.left == 0:
+            raise anyio.EndOfStream
+        self.left -= 1
+        return self.line
+
+
+class _Session:
+    """Where the reader hands the messages it read."""
+
+    def __init__(self) -> None:
+        self.got: list[Any] = []
+
+    async def send(self, item: Any) -> None:
+        self.got.append(item.message)
+
+
+@pytest.mark.parametrize(
+    ("per_second", "delivered"),
+    [
+        (400, 30_000),  # under the rate: every one, however many
+        (500, 30_000),  # at the rate: the bucket never empties
+        # twice the rate: half a token net a message, so the burst of 5,000 lasts ~10,000
+        # (9,998: the bucket starts full, so the first message's refill is lost to the cap)
+        (1_000, 9_998),
+    ],
+)
+async def test_the_servers_own_messages_are_metered_by_a_token_bucket(
+    per_second: int, delivered: int
+) -> None:
+    from companyd.agents._stdio import _Broken, _read_messages
+
+    ticks = iter(range(10**6))
+    clock = lambda: next(ticks) / per_second  # noqa: E731 (one tick per message read)
+    request = b'{"jsonrpc":"2.0","id":"s-1","method":"roots/list"}\n'
+    session = _Session()
+    if delivered < 30_000:
+        with pytest.raises(_Broken, match="faster than 500 a second"):
+            await _read_messages(_Lines(request, 30_000), session, "test", MIB, clock)
+    else:
+        await _read_messages(_Lines(request, 30_000), session, "test", MIB, clock)
+    assert len(session.got) == delivered

@@ -22,6 +22,11 @@ a reader that keeps at most ``max_message_bytes`` of a line:
   a server flooding its stdout would otherwise keep the event loop parsing. (In a row, not
   in all: one stray line per call would otherwise break a long-running server's link every
   thousand calls.)
+* requests and notifications of the server's own (progress, log messages, list changes)
+  are each parsed and handled on the event loop, ~0.1 ms apiece: a server sending them as
+  fast as it can write would keep the loop busy for as long as it runs. They are metered by
+  a token bucket: a burst of :data:`OWN_MESSAGES_BURST`, then :data:`OWN_MESSAGES_PER_SECOND`
+  a second for as long as the server likes; past that the link is broken.
 
 A broken link stops reading (the session's pending requests fail) and calls ``on_broken``
 with the reason, so the server is stopped and restarted like one that died.
@@ -54,6 +59,11 @@ ANSWER_TOO_LARGE = "companyd:answer_too_large"
 MAX_JUNK_LINES = 1000
 #: How many of them are logged (each with its first characters).
 LOGGED_JUNK_LINES = 3
+#: Requests and notifications of a server's own it may send at once (a burst of progress or
+#: log messages), and how many a second after that, before its link is broken: ~5 % of a core
+#: at the rate, where a flood takes all of it.
+OWN_MESSAGES_BURST = 5_000
+OWN_MESSAGES_PER_SECOND = 500.0
 
 # The SDK's own timings (mcp.client.stdio), for the same steps.
 _WRITER_FLUSH_SECONDS = 0.5
@@ -93,10 +103,12 @@ async def stdio_link(
     name: str,
     max_message_bytes: int,
     on_broken: Callable[[str], None],
+    clock: Callable[[], float] = anyio.current_time,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Start ``command`` and yield the session's ``(read_stream, write_stream)`` pair, as
     ``mcp.client.stdio.stdio_client`` does; stop the server when the block ends (bounded
     waits, shielded from cancellation). Raises ``OSError`` if it cannot be started.
+    ``clock``: seconds, for the rate of the server's own messages.
     """
     process = await anyio.open_process(
         [command, *args],
@@ -114,7 +126,7 @@ async def stdio_link(
         assert process.stdout is not None
         try:
             async with read_in:
-                await _read_messages(process.stdout, read_in, name, max_message_bytes)
+                await _read_messages(process.stdout, read_in, name, max_message_bytes, clock)
         except _Broken as exc:
             if not stopping:
                 log.warning("MCP server %r: %s; stopping it", name, exc.args[0])
@@ -161,10 +173,13 @@ async def _read_messages(
     send: Any,
     name: str,
     limit: int,
+    clock: Callable[[], float] = anyio.current_time,
 ) -> None:
     """Parse ``stdout`` line by line into ``send`` until the end of the stream, each line
-    kept to at most ``limit`` bytes (see the module's docstring for what happens past it).
+    kept to at most ``limit`` bytes, the server's own requests and notifications metered on
+    ``clock`` (see the module's docstring for what happens past either).
     """
+    own = _OwnMessages(clock)
     line = bytearray()
     over: int | None = None  # bytes of the current line once it is past the limit
     head = tail = b""
@@ -226,7 +241,34 @@ async def _read_messages(
                     ) from None
                 continue
             in_a_row = 0
+            if isinstance(message, types.JSONRPCRequest | types.JSONRPCNotification):
+                own.count()
             await send.send(SessionMessage(message))
+
+
+class _OwnMessages:
+    """The token bucket of a server's own requests and notifications: it holds
+    :data:`OWN_MESSAGES_BURST` tokens, refilled at :data:`OWN_MESSAGES_PER_SECOND` on
+    ``clock``; a message takes one, and one with none left breaks the link.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._tokens = float(OWN_MESSAGES_BURST)
+        self._at = clock()
+
+    def count(self) -> None:
+        now = self._clock()
+        refill = max(0.0, now - self._at) * OWN_MESSAGES_PER_SECOND
+        self._tokens = min(float(OWN_MESSAGES_BURST), self._tokens + refill)
+        self._at = now
+        if self._tokens < 1:
+            raise _Broken(
+                f"sent requests and notifications of its own faster than "
+                f"{OWN_MESSAGES_PER_SECOND:,.0f} a second for longer than a burst of "
+                f"{OWN_MESSAGES_BURST:,}"
+            )
+        self._tokens -= 1
 
 
 def _too_large(head: bytes, tail: bytes, size: int, limit: int, name: str) -> SessionMessage:
