@@ -268,7 +268,7 @@ async def test_a_flood_of_the_servers_own_notifications_breaks_the_link() -> Non
     assert all(isinstance(m, types.JSONRPCNotification) for m in got)
 
 
-class _Lines:
+class _Lines(anyio.abc.ByteReceiveStream):
     """A server's stdout as the reader receives it: ``count`` copies of ``line``, one chunk
     each, then its end.
     """
@@ -276,11 +276,14 @@ class _Lines:
     def __init__(self, line: bytes, count: int) -> None:
         self.line, self.left = line, count
 
-    async def receive(self) -> bytes:
+    async def receive(self, max_bytes: int = 65536) -> bytes:
         if self.left == 0:
             raise anyio.EndOfStream
         self.left -= 1
         return self.line
+
+    async def aclose(self) -> None:
+        self.left = 0
 
 
 class _Session:
