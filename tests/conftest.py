@@ -1,8 +1,9 @@
 """Test conventions shared by the whole suite.
 
-* No test touches the network: an audit hook fails any connection to a non-loopback
-  address, in this process and in any thread (subprocesses inherit ``COMPANYD_TEST_NO_NET``
-  and companyd checks it the same way).
+* No test touches the network: connecting a socket to a non-loopback address, or resolving
+  a name that is not loopback, fails the test, in this process and in any thread
+  (subprocesses inherit ``COMPANYD_TEST_NO_NET`` and companyd checks it the same way); see
+  :func:`_loopback_only` for why this is not an audit hook.
 * Environment variables that would point companyd or the SDKs at real services are cleared.
 * Async tests use anyio's pytest plugin on asyncio only: mark them ``@pytest.mark.anyio``.
 * Every wait has a deadline: use ``asyncio.timeout`` / ``anyio.fail_after`` in tests.
@@ -101,24 +102,53 @@ def _is_loopback(address: Any) -> bool:
         return False  # an unresolved host name: not loopback
 
 
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event == "socket.connect":
-        sock, address = args[0], args[1]
-        if getattr(sock, "family", None) in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(
-            address
-        ):
-            raise NonLoopbackConnection(
-                f"test tried to connect to {address!r}: tests are loopback only"
-            )
-    elif event == "socket.getaddrinfo":
-        host = args[0]
-        if host is not None and not _is_loopback(
-            (host if isinstance(host, str) else host.decode(),)
-        ):
-            raise NonLoopbackConnection(f"test tried to resolve {host!r}: tests are loopback only")
+def _check_connect(sock: socket.socket, address: Any) -> None:
+    if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address):
+        raise NonLoopbackConnection(
+            f"test tried to connect to {address!r}: tests are loopback only"
+        )
 
 
-sys.addaudithook(_audit)
+def _check_resolve(host: Any) -> None:
+    if host is not None and not _is_loopback((host if isinstance(host, str) else host.decode(),)):
+        raise NonLoopbackConnection(f"test tried to resolve {host!r}: tests are loopback only")
+
+
+def _loopback_only() -> None:
+    """Wrap the socket class's ``connect``/``connect_ex`` and ``socket.getaddrinfo`` (what
+    asyncio, anyio, httpx and the stdlib connect and resolve through) with the loopback check.
+
+    Not an audit hook, which would see C-level calls too: on CPython 3.11, ``sys.settrace``
+    runs the audit hooks inside a process-wide guard, so a Python audit hook can hand the GIL
+    to another thread there — and a thread starting meanwhile under coverage (whose
+    ``threading.settrace`` hook makes every new thread call ``sys.settrace``) dies before
+    its target runs with "Cannot install a trace function while another trace function is
+    being installed" (python/cpython#98257; one CI run in many failed on it, round 14).
+    """
+    connect, connect_ex, getaddrinfo = (
+        socket.socket.connect,
+        socket.socket.connect_ex,
+        socket.getaddrinfo,
+    )
+
+    def checked_connect(self: socket.socket, address: Any) -> None:
+        _check_connect(self, address)
+        connect(self, address)
+
+    def checked_connect_ex(self: socket.socket, address: Any) -> int:
+        _check_connect(self, address)
+        return connect_ex(self, address)
+
+    def checked_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        _check_resolve(host)
+        return getaddrinfo(host, *args, **kwargs)
+
+    socket.socket.connect = checked_connect  # type: ignore[method-assign,assignment]
+    socket.socket.connect_ex = checked_connect_ex  # type: ignore[method-assign,assignment]
+    socket.getaddrinfo = checked_getaddrinfo
+
+
+_loopback_only()
 
 
 @pytest.fixture

@@ -28,3 +28,25 @@ def test_loopback_is_allowed() -> None:
     c = socket.create_connection(srv.getsockname(), timeout=5)
     c.close()
     srv.close()
+
+
+def test_the_event_loops_connections_are_checked_too() -> None:
+    # asyncio (and anyio, httpx and the SDKs above it) connect through the socket class and
+    # resolve through socket.getaddrinfo: both are checked, from any thread
+    import asyncio
+
+    async def connect(host: str) -> None:
+        async with asyncio.timeout(10):
+            await asyncio.open_connection(host, 9)
+
+    with pytest.raises(AssertionError, match="loopback only"):
+        asyncio.run(connect("192.0.2.1"))
+    with pytest.raises(AssertionError, match="loopback only"):
+        asyncio.run(connect("api.anthropic.com"))  # resolved in the loop's executor thread
+
+
+def test_an_http_client_cannot_reach_a_public_name() -> None:
+    import httpx
+
+    with pytest.raises(AssertionError, match="loopback only"), httpx.Client(timeout=10) as c:
+        c.get("https://api.anthropic.com/v1/models")
