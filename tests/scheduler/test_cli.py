@@ -440,3 +440,33 @@ def test_history_without_a_daemon_never_says_running(
     assert "never fired" not in out, out
     assert " interrupted " in last["cut"] and " circuit_breaker " in last["ended"], out
     assert (state / "routines.sqlite").read_bytes() == before  # nothing written
+
+
+def test_a_daemons_table_counts_from_the_daemons_own_now(
+    written: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "in 33.2d" is counted from the daemon's now (the answer's `generated`), the clock its
+    # next fires are on — a time-scaled benchmark daemon runs days ahead of this process
+    import re
+    from datetime import datetime, timedelta
+
+    from companyd.cli._scheduler import _print_live_jobs
+
+    cfg, state = written
+    rc, out, err = jobs(capsys, "jobs", "--json", "--config", str(cfg), "--state-dir", str(state))
+    assert rc == 0, err
+    result = json.loads(out)
+
+    def days_to_later(generated: datetime) -> float:
+        _print_live_jobs({**result, "generated": generated.isoformat()}, "UTC")
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("later"))
+        found = re.search(r"\(in ([\d.]+)d\)", line)
+        assert found, line
+        return float(found.group(1))
+
+    # a daemon 10 and 20 days behind this process (so the yearly fire is days away in both,
+    # whatever today's date): ten days apart in its table too
+    now = datetime.fromisoformat(result["generated"])
+    assert days_to_later(now - timedelta(days=10)) == pytest.approx(
+        days_to_later(now - timedelta(days=20)) - 10, abs=0.11
+    )

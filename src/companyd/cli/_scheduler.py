@@ -152,9 +152,16 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _print_live_jobs(result: dict[str, Any], tz: str) -> int:
+    """The daemon's table; "in 3m", "4m ago" counted from the daemon's own now (``generated``),
+    the clock its next fires are on (a time-scaled benchmark daemon's too).
+    """
+    from datetime import datetime
+
     from companyd.scheduler import format_jobs_result
 
-    print(format_jobs_result(result, time.time(), tz))
+    generated = result.get("generated")
+    now = datetime.fromisoformat(generated).timestamp() if generated else time.time()
+    print(format_jobs_result(result, now, tz))
     return 0
 
 
