@@ -271,6 +271,12 @@ def test_offline_reads_of_a_sqlite_company_load_no_config_machinery(tmp_path: Pa
     loaded = loaded_by("spend", cwd=tmp_path, env=env)
     assert sorted(loaded.intersection(NOT_FOR_OFFLINE_READS)) == []
     assert "companyd.spend._reports" in loaded  # it did build the (empty) report
+    # the memory file too (memory.path, else the state directory's)
+    (tmp_path / "state").mkdir(mode=0o700)
+    (tmp_path / "state" / "memory.jsonl").write_bytes(b"")
+    loaded = loaded_by("memory", "search", "ceo", cwd=tmp_path, env=env)
+    assert sorted(loaded.intersection(NOT_FOR_OFFLINE_READS)) == []
+    assert "companyd.memory._store" in loaded  # it did read the graph
 
 
 def test_runs_show_without_a_daemon_loads_no_config_machinery(tmp_path: Path) -> None:

@@ -232,3 +232,33 @@ def test_import_of_broken_node_link_json_names_the_entry_and_imports_nothing(
     assert code != 0 and "Traceback" not in out + err
     assert "node-link JSON" in err and "{'id': 3}" in err and "Nothing was imported" in err
     assert not dest.exists() or b"Ann" not in dest.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        "memory:\n  path: data/graph.jsonl   # beside company.yaml\n",  # read line by line
+        "memory: {path: data/graph.jsonl}\n",  # a flow mapping: read by the loader
+    ],
+)
+def test_memory_path_of_company_yaml_is_relative_to_it(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    section: str,
+) -> None:
+    # company.yaml's memory.path, from another working directory: the file beside it, as the
+    # daemon opens it, whether company.yaml is read line by line or by the loader
+    company = tmp_path / "co"
+    (company / "data").mkdir(parents=True)
+    (company / "company.yaml").write_text(
+        (Path(__file__).resolve().parents[2] / "company.yaml").read_text() + section
+    )
+    (company / "data" / "graph.jsonl").write_bytes(GOOD)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("COMPANYD_CONFIG", str(company / "company.yaml"))
+    code, out, err = run(capsys, "memory", "search", "founder", "--json")
+    assert code == 0, err
+    assert [e["name"] for e in json.loads(out)["entities"]] == ["Ann"]

@@ -151,13 +151,31 @@ def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
     running = _running_memory_path(Path(path))
     if running is not None:
         return running
-    # Imported here: the config machinery (pydantic, the schema, the cross-checks: ~0.1 s of
-    # CPU) is for finding the file only; `serve-mcp --file F`, which the daemon and the
-    # suite start dozens of times, does without it (issue 31).
-    from companyd.config import load_config
+    # Where company.yaml says, read as the run journal's readers read it (store_location:
+    # the usual shape line by line, anything else by the loader, which validates it). The
+    # config machinery (pydantic, the schema, the cross-checks: ~0.1 s of CPU) is for
+    # finding the file only; `serve-mcp --file F`, which the daemon and the suite start
+    # dozens of times, does without it (issue 31).
+    from companyd.cli._daemon import store_location
+    from companyd.config import UNUSUAL, peek_nested
 
-    cfg = load_config(path)
-    return cfg.memory_path(cfg.state_dir())
+    cfg, state_dir, _ = store_location(argparse.Namespace(config=path, state_dir=None))
+    if cfg is None:
+        try:
+            text = read_regular_file(Path(path), 10 * 1024 * 1024).decode("utf-8")
+        except (OSError, ValueError):
+            text = ""  # changed under us: the loader below says what is wrong
+        memory = peek_nested(text.removeprefix("\ufeff"), "memory", "path") if text else UNUSUAL
+        if memory != UNUSUAL:
+            if memory:  # relative to company.yaml, as CompanyConfig.memory_path
+                return (Path(os.path.realpath(path)).parent / memory).absolute()
+            return state_dir / "memory.jsonl"
+        from companyd.config import load_config
+
+        cfg = load_config(path)
+        state_dir = cfg.state_dir()
+    where: Path = cfg.memory_path(state_dir)
+    return where
 
 
 def _running_memory_path(config: Path) -> Path | None:
