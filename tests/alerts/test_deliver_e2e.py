@@ -731,3 +731,27 @@ async def test_a_follow_up_cut_by_a_restart_is_answered_once_in_its_thread(
     assert len(to_operator(server, POST)) == 1
     assert _thread_links(state) == threaded
     assert "Traceback" not in first.log_text() + second.log_text()
+
+
+@pytest.mark.anyio
+async def test_a_result_of_the_offline_model_says_its_cost_is_simulated(work: Path) -> None:
+    # `companyd run --offline` prices its runs as Claude's would be, but no money is spent:
+    # the result's message says "(simulated)" after the cost, as `companyd runs` marks it,
+    # and so does its file (deliver: file) — not a bare "$0.0056" a founder reads as spent
+    clock = ManualClock()
+    async with BotApiServer(token=TOKEN) as server:
+        cfg = work / "company.yaml"
+        routine = daily_post(deliver=["telegram", "file"])
+        cfg.write_text(yaml.safe_dump(company(server.url, {"daily-post": routine})))
+        env = {"TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_CHAT_ID": str(OPERATOR)}
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env, offline=True) as daemon:
+            fired = await daemon.call("run_job", routine="daily-post")
+            assert fired["status"] == "ok", fired
+            assert fired["cost_usd"] > 0  # priced as Claude's would be
+            cost = run_cost(fired["cost_usd"])
+            post = await one(server, "📝 daily-post")
+            assert post.text.splitlines()[-1] == (
+                f"— {cost} (simulated) · {fired['run_id']} · reply to follow up"
+            )
+        (written,) = (work / "s" / "outputs" / "daily-post").glob("*.md")
+        assert f"marketing · {cost} (simulated) · {fired['run_id']}" in written.read_text()

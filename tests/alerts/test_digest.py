@@ -210,3 +210,22 @@ def test_a_result_over_three_messages_is_one_md_document_with_a_short_caption(
     data["answer"] = "x\n" * 5000
     parts = result_records(book, data, kind="result", now=clock.time(), chats=[1])
     assert len(parts) == 3 and all("document" not in p.data for p in parts)
+
+
+def test_an_offline_daemons_results_say_their_cost_is_simulated() -> None:
+    # `companyd run --offline` prices runs as Claude's would be: the digest says so per line,
+    # and in its total when every result is simulated; a run on Claude says nothing more
+    simulated = [item(1, "2026-11-24 14:00", "daily-post", 0.3, "Posted.")]
+    simulated[0].data["offline"] = True
+    d = fold(simulated, digest_id=9, now=at("2026-11-25 08:00"), tz=UTC, chats=[1])
+    assert d.text.splitlines()[0] == "📰 Yesterday's work: 1 result, $0.30 (simulated)"
+    assert d.text.splitlines()[2] == "1. daily-post (marketing, $0.3000 (simulated)): Posted."
+    mixed = [*simulated, item(2, "2026-11-24 09:00", "weekly-spend-review", 0.11, "Flat.")]
+    d = fold(mixed, digest_id=10, now=at("2026-11-25 08:00"), tz=UTC, chats=[1])
+    assert d.text.splitlines()[0] == "📰 Yesterday's work: 2 results, $0.41"
+    assert d.text.splitlines()[3] == "2. weekly-spend-review (marketing, $0.1100): Flat."
+    answer = {"agent": "ceo", "answer": "Yes.", "cost_usd": 0.0054, "run_id": "run-1"}
+    assert result_text({**answer, "offline": True}).endswith(
+        "— $0.0054 (simulated) · run-1 · reply to follow up"
+    )
+    assert result_text(answer).endswith("— $0.0054 · run-1 · reply to follow up")

@@ -54,7 +54,7 @@ from companyd.alerts._outbound import (
 from companyd.alerts._policy import RANK, Policy, quiet_until, severity_of
 from companyd.alerts._render import ICONS, compose, digest_line
 from companyd.alerts._render_kinds import joining_data, render, story_count, story_key
-from companyd.alerts._values import run_cost
+from companyd.alerts._values import result_cost
 from companyd.events import Event, RoutineResult
 
 if TYPE_CHECKING:
@@ -473,7 +473,7 @@ class Fanout:
         lines = []
         if event.unverified:
             lines.append(f"⚠ unverified: {event.unverified}")
-        lines += [answer, f"— {run_cost(event.cost_usd)} · {event.run_id}"]
+        lines += [answer, f"— {result_cost(event.data)} · {event.run_id}"]
         # the result's own facts too: a result no channel took is kept whole in the inbox
         facts = {k: v for k, v in event.data.items() if k != "deliver"}
         data = {

@@ -51,7 +51,7 @@ from companyd.alerts._outbox import AlertRecord, Delivery
 from companyd.alerts._policy import quiet_until
 from companyd.alerts._render import MAX_TEXT, split_text
 from companyd.alerts._telegram import redact
-from companyd.alerts._values import run_cost
+from companyd.alerts._values import result_cost
 from companyd.alerts._webhooks import Webhooks
 from companyd.events import EventBus, ResultDelivered, ResultUndelivered, RoutineResult
 
@@ -158,7 +158,7 @@ def result_text(data: Mapping[str, Any]) -> str:
     answer = str(data.get("answer") or "").strip() or "(no answer)"
     head = f"📝 {data['routine']} — {agent}" if data.get("routine") else f"💬 {agent}"
     head = _warned(head, data)
-    tail = f"{run_cost(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
+    tail = f"{result_cost(data)} · {data.get('run_id') or '?'} · reply to follow up"
     return redact(f"{head}\n\n{answer}\n\n— {tail}")
 
 
@@ -173,7 +173,7 @@ def document_body(data: Mapping[str, Any], when: float, tz: ZoneInfo) -> str:
     warning = unverified_line(data)
     head = (
         f"# {title} — {at}\n\n"
-        f"{data.get('agent')} · {run_cost(data.get('cost_usd'))} · {data.get('run_id')}\n\n"
+        f"{data.get('agent')} · {result_cost(data)} · {data.get('run_id')}\n\n"
         + (f"**{warning}**\n\n" if warning else "")
     )
     return redact(head + answer + "\n")
@@ -193,7 +193,7 @@ def document_of(data: Mapping[str, Any], when: float, tz: ZoneInfo) -> tuple[str
     head = f"📝 {data['routine']} — {agent}" if data.get("routine") else f"💬 {agent}"
     head = _warned(head, data)
     size = f"{len(answer):,} characters"
-    tail = f"— {run_cost(data.get('cost_usd'))} · {data.get('run_id') or '?'} · reply to follow up"
+    tail = f"— {result_cost(data)} · {data.get('run_id') or '?'} · reply to follow up"
     caption = f"{head}\n📎 the whole result ({size}): {name}\n\n{preview}…\n\n{tail}"
     if len(caption) > CAPTION_LIMIT:  # a long routine name or run id: the preview gives way
         room = max(0, len(preview) - (len(caption) - CAPTION_LIMIT))
@@ -225,7 +225,9 @@ def result_records(
     held = quiet_until(now, book.policy.quiet, book.policy.quiet_tz)
     run_id = str(data.get("run_id") or "")
     body: dict[str, Any] = {
-        k: data.get(k) for k in ("routine", "agent", "run_id", "cost_usd", "task") if k in data
+        k: data.get(k)
+        for k in ("routine", "agent", "run_id", "cost_usd", "task", "offline")
+        if k in data
     }
     if document is not None:
         body["document"] = document
@@ -535,7 +537,16 @@ class Results:
             source="alerts",
             data={
                 k: data.get(k)
-                for k in ("routine", "agent", "run_id", "cost_usd", "answer", "task", "unverified")
+                for k in (
+                    "routine",
+                    "agent",
+                    "run_id",
+                    "cost_usd",
+                    "answer",
+                    "task",
+                    "unverified",
+                    "offline",
+                )
             },
             counts={"digest_item": 1},
             first_ts=now,

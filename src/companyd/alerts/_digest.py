@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 from companyd.alerts._outbox import AlertRecord, Delivery
 from companyd.alerts._render import clip
 from companyd.alerts._telegram import redact
-from companyd.alerts._values import run_cost, usd
+from companyd.alerts._values import result_cost, usd
 
 __all__ = ["ICON", "LINE_LIMIT", "fold", "next_digest", "sent_to", "title"]
 
@@ -58,7 +58,10 @@ def title(items: Sequence[AlertRecord], now: float, tz: ZoneInfo) -> str:
         when = "Today's work"
     else:
         when = f"Work since {min(days):%-d %b}"
-    return f"{when}: {n} result{'s' if n != 1 else ''}, {usd(total)}"
+    simulated = all(r.data.get("offline") is True for r in items)  # an offline daemon's
+    return f"{when}: {n} result{'s' if n != 1 else ''}, {usd(total)}" + (
+        " (simulated)" if simulated and items else ""
+    )
 
 
 def _line(i: int, item: AlertRecord) -> str:
@@ -70,7 +73,8 @@ def _line(i: int, item: AlertRecord) -> str:
     why = item.data.get("unverified")
     if why:  # the run's answer did not hold against its record: said before the answer
         answer = f"⚠ unverified: {' '.join(str(why).split())[:LINE_LIMIT]} — {answer}"
-    return f"{i}. {routine} ({agent}, {run_cost(item.data.get('cost_usd') or 0.0)}): {answer}"
+    cost = result_cost({**item.data, "cost_usd": item.data.get("cost_usd") or 0.0})
+    return f"{i}. {routine} ({agent}, {cost}): {answer}"
 
 
 def sent_to(records: Sequence[Mapping[str, Any]]) -> str:

@@ -86,6 +86,15 @@ def run_cost(value: Any) -> str:
     return usd(value, minimum=RUN_COST_PLACES)
 
 
+def result_cost(data: Mapping[str, Any]) -> str:
+    """The cost of a result's run (``data``: a ``routine_result``'s, or an answer's) as its
+    messages show it: :func:`run_cost`, and ``(simulated)`` after it for a run on the
+    offline model, as ``companyd runs last`` prints it — no money was spent on it.
+    """
+    cost = run_cost(data.get("cost_usd"))
+    return f"{cost} (simulated)" if data.get("offline") is True else cost
+
+
 def pct(level: Any, used: Any = None, limit: Any = None) -> str:
     """A percentage (``80%``) of ``level`` (a fraction; a value over 1.5 is taken as already in
     percent), else of ``used / limit``; ``?%`` when neither is known.

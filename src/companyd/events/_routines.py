@@ -90,6 +90,9 @@ class RoutineResult(Event):
     approved: bool | None = optional()
     #: the run ended ``unverified``: why (each unmet condition); delivered with a warning
     unverified: str | None = optional()
+    #: the run was on the offline model (``companyd run --offline``): its cost is simulated,
+    #: and every message of the result says so
+    offline: bool | None = optional()
 
 
 class RoutineLimitReached(Event):

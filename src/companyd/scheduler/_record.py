@@ -248,6 +248,7 @@ class Recorder:
                 ended=outcome.ended,
                 approved=approved or None,
                 unverified=(outcome.reason or "unverified") if unverified else None,
+                offline=outcome.offline or None,
             )
         )
 
