@@ -267,3 +267,46 @@ def test_a_colleague_that_cannot_ask_the_founder_is_no_clash() -> None:
     server = "    mcp_servers:\n      crm: {command: crm-server, risk: always_ask}\n"
     [warning] = [str(w) for w in load(base + server).warnings]
     assert "of the crm server's tools (agents.cfo.mcp_servers.crm.risk: always_ask;" in warning
+
+
+def test_a_budget_smaller_than_one_call_is_a_warning() -> None:
+    """A budget below one call's output alone (max_output_tokens at the model's output
+    price): the call's worst case is set aside first, so every call would be refused with
+    nothing spent — the founder would read "reached its daily budget: $0.00 of $0.03".
+    """
+    own = load(
+        MINIMAL.replace(
+            "    instructions: Lead.",
+            "    instructions: Lead.\n    budget: {daily_usd: 0.03, monthly_usd: 10}",
+        )
+    )
+    assert [str(w) for w in own.warnings] == [
+        "c.yaml:9:25: warning: agents.ceo.budget.daily_usd: ceo's daily budget of $0.03 is less "
+        "than one call of ceo can cost (4,096 output tokens at claude-sonnet-5-5's $10/M: "
+        "$0.0410, before its input); a call's worst case is set aside before it is sent, so "
+        "every call of ceo would be refused with nothing spent; raise the budget, or lower "
+        "model.max_output_tokens"
+    ]
+    # the company's names the agents it cannot serve; the defaults' those that use them
+    shared = load(
+        MINIMAL.replace(
+            "  budget: {daily_usd: 5}",
+            "  budget: {daily_usd: 0.04}\ndefaults:\n  budget: {daily_usd: 1, monthly_usd: 0.02}"
+            "\n  model: {primary: claude-opus-5, max_output_tokens: 8000}",
+        )
+    )
+    assert [str(w) for w in shared.warnings] == [
+        "c.yaml:4:23: warning: company.budget.daily_usd: the company's daily budget of $0.04 "
+        "is less than one call can cost for ceo, cfo (at least $0.2000, before its input); a "
+        "call's worst case is set aside before it is sent, so their every call would be "
+        "refused with nothing spent; raise the budget, or lower model.max_output_tokens",
+        "c.yaml:6:39: warning: defaults.budget.monthly_usd: the default monthly budget of "
+        "$0.02 is less than one call can cost for ceo, cfo (at least $0.2000, before its "
+        "input: each one's model.max_output_tokens at its model's output price); a call's "
+        "worst case is set aside before it is sent, so their every call would be refused "
+        "with nothing spent; raise the budget, or lower model.max_output_tokens",
+    ]
+    # a budget that holds a call (and an unlimited one) says nothing
+    assert load(MINIMAL).warnings == ()
+    roomy = MINIMAL.replace("  budget: {daily_usd: 5}", "  budget: unlimited")
+    assert load(roomy.replace("Lead.", "Lead.\n    budget: {daily_usd: 0.05}")).warnings == ()

@@ -26,7 +26,7 @@ from companyd.llm import is_known_model
 if TYPE_CHECKING:
     from companyd.config._schema import AgentSpec, CompanyFile
 
-__all__ = ["SLUG_RE", "check_colleague_waits", "cross_check"]
+__all__ = ["SLUG_RE", "check_budgets_cover_a_call", "check_colleague_waits", "cross_check"]
 
 SLUG_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 
@@ -578,6 +578,85 @@ def check_colleague_waits(spec: CompanyFile, rep: Report) -> None:
                 "withdrawn and what was asked of you is closed unanswered; set "
                 f"{fix} to at least {_span(founder_waits)}, or "
                 f"agents.{owner}.tools.approval_timeout to at most {_span(waits)}",
+            )
+
+
+def check_budgets_cover_a_call(spec: CompanyFile, rep: Report) -> None:
+    """A daily or monthly budget smaller than the least one model call of an agent can cost
+    — its ``model.max_output_tokens`` at its primary model's output price, before a single
+    input token — is a warning at that budget (the agent's own, the defaults' naming the
+    agents that use them, or the company's naming the agents it cannot serve). The spend
+    book sets each call's worst case aside before sending it (docs/spend.md), so every call
+    of such an agent is refused with nothing spent, and the founder reads "reached its daily
+    budget: $0.00 of $0.05". A warning, not an error: a budget is the founder's to set, and
+    the file ran yesterday.
+    """
+    from decimal import Decimal
+
+    from companyd.llm import PriceTable
+
+    table = PriceTable.from_config(spec.pricing)
+    floors: dict[str, tuple[Decimal, str]] = {}  # agent → (least cost of a call, how)
+    for slug, agent in spec.agents.items():
+        if not agent.enabled:
+            continue
+        model = agent.model or spec.defaults.model
+        price, _ = table.lookup(model.primary)
+        floor = price.worst_case(0, model.max_output_tokens)
+        rate = floor * 1_000_000 / model.max_output_tokens
+        floors[slug] = (
+            floor,
+            f"{model.max_output_tokens:,} output tokens at {model.primary}'s "
+            f"${rate.normalize():f}/M",
+        )
+    periods = (("daily_usd", "daily"), ("monthly_usd", "monthly"))
+    by_defaults: dict[str, list[str]] = {}
+    for slug, (floor, how) in floors.items():
+        own = spec.agents[slug].budget
+        budget = own or spec.defaults.budget
+        if budget is None or budget.unlimited:
+            continue
+        for key, word in periods:
+            limit = getattr(budget, key)
+            if limit is None or Decimal(str(limit)) >= floor:
+                continue
+            if own is None:
+                by_defaults.setdefault(key, []).append(slug)
+                continue
+            rep.warn(
+                ("agents", slug, "budget", key),
+                f"{slug}'s {word} budget of ${limit:g} is less than one call of {slug} can "
+                f"cost ({how}: ${floor:.4f}, before its input); a call's worst case is set "
+                f"aside before it is sent, so every call of {slug} would be refused with "
+                "nothing spent; raise the budget, or lower model.max_output_tokens",
+            )
+    for key, slugs in by_defaults.items():
+        word = dict(periods)[key]
+        limit = getattr(spec.defaults.budget, key)  # not None: it was compared above
+        least = min(floors[s][0] for s in slugs)
+        rep.warn(
+            ("defaults", "budget", key),
+            f"the default {word} budget of ${limit:g} is less than one call can cost for "
+            f"{', '.join(slugs)} (at least ${least:.4f}, before its input: each one's "
+            "model.max_output_tokens at its model's output price); a call's worst case is "
+            "set aside before it is sent, so their every call would be refused with nothing "
+            "spent; raise the budget, or lower model.max_output_tokens",
+        )
+    company = spec.company.budget
+    for key, word in periods if not company.unlimited else ():
+        limit = getattr(company, key)
+        if limit is None:
+            continue
+        short = [s for s, (floor, _) in floors.items() if Decimal(str(limit)) < floor]
+        if short:
+            least = min(floors[s][0] for s in short)
+            rep.warn(
+                ("company", "budget", key),
+                f"the company's {word} budget of ${limit:g} is less than one call can cost "
+                f"for {', '.join(short)} (at least ${least:.4f}, before its input); a call's "
+                "worst case is set aside before it is sent, so their every call would be "
+                "refused with nothing spent; raise the budget, or lower "
+                "model.max_output_tokens",
             )
 
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from companyd import __version__
 from companyd._fs import FileTooLarge, NotRegularFile, read_regular_file
-from companyd.config._checks import check_colleague_waits, cross_check
+from companyd.config._checks import check_budgets_cover_a_call, check_colleague_waits, cross_check
 from companyd.config._default_path import default_config_path
 from companyd.config._model import CompanyConfig, resolve
 from companyd.config._report import Positions, Report
@@ -191,6 +191,7 @@ def load_config_text(
             rep.add((), "the file is invalid; fix the errors above")
         raise ConfigError(rep.errors())
     check_colleague_waits(spec, rep)
+    check_budgets_cover_a_call(spec, rep)
     return resolve(spec, base / Path(file).name, text, tuple(rep.warnings()), instructions)
 
 
