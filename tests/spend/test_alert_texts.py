@@ -10,6 +10,7 @@ import pytest
 
 from alertkit import alert_text
 from companyd.alerts._render_kinds import kind_spec
+from companyd.alerts._values import run_cost
 from companyd.clock import ManualClock
 from companyd.events import Event, EventBus
 from companyd.spend import BudgetExhausted, SpendBook
@@ -46,6 +47,9 @@ async def test_budget_exhausted_says_who_is_paused_and_when_it_resets(
     assert "paused: cfo" in text  # the runtime pauses the agent whose call was refused
     assert "resets: 2026-11-21 00:00 UTC" in text
     assert "▶ Resume cfo" in text
+    # why, with little spent: the call's worst case did not fit what was left
+    assert "the next call of cfo could cost up to $" in text
+    assert f"more than the {run_cost(agent_ev.data['remaining_usd'])} left" in text
     text = text_of(company_ev)
     assert "the company reached its daily budget" in text
     assert "paused: coo" in text

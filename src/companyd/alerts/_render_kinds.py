@@ -380,12 +380,27 @@ def _budget_exhausted(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     lines = []
     if has(data, "used_usd") or has(data, "limit_usd"):
         lines.append(f"{usd(data.get('used_usd'))} of {usd(data.get('limit_usd'))}")
+    needed, left = num(data.get("needed_usd")), num(data.get("remaining_usd"))
+    if needed is not None and left is not None:
+        # why, in the founder's terms: a call's worst case is set aside before it is sent,
+        # so a budget can refuse with little (or nothing) spent — "$0.00 of $0.02" alone
+        # reads as a contradiction
+        who = txt(data.get("asked_by"), 80) if has(data, "asked_by") else "an agent"
+        lines.append(
+            f"the next call of {who} could cost up to {_amount(needed)}, more than the "
+            f"{_amount(left)} left"
+        )
     # The spend book's event names the agent whose call was refused (``asked_by``); the
     # runtime pauses exactly that agent (roles.agent), so that is who the operator resumes.
     lines += _paused_list(data) or line("paused", data, "asked_by")
     lines += line("resets", data, "resets_at", when)
     lines.append("new runs wait until the budget resets or is raised")
     return Rendered(title=title, lines=tuple(lines))
+
+
+def _amount(value: float) -> str:
+    """Money as a run's cost reads under a dollar (``$0.0694``), else as a budget does."""
+    return run_cost(value) if value < 1 else usd(value)
 
 
 def _budget_exhausted_buttons(data: Data, agents: Collection[str]) -> list[Button]:
