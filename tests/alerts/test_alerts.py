@@ -86,11 +86,34 @@ class RecordingAdmin:
 
     async def spend(self, by: str = "agent", period: str = "today", per_day: bool = False) -> Any:
         self.calls.append(("spend", by, period))
-        return {"rows": [{"name": "cfo", "usd": 1.25}], "total_usd": 1.25}
+        row = {"calls": 3, "cost_usd": 1.25, "cost_usd_exact": "1.2468", "simulated_usd": 0.0}
+        return {
+            "by": by,
+            "period": {"label": period, "from": "2026-11-01", "to": "2026-11-30"},
+            "rows": [{"key": "claude-sonnet-5-5", **row}],
+            "total": {"key": None, **row},
+        }
 
     async def budget(self) -> Any:
         self.calls.append(("budget",))
-        return {"company": {"limit_usd": 10.0, "used_usd": 4.0}}
+        day = {"scope": "company", "agent": None, "reserved_usd": 0.0}
+        return {
+            "timezone": "UTC",
+            "budgets": [
+                {**day, "period": "day", "limit_usd": 10.0, "used_usd": 4.0},
+                {**day, "period": "month", "limit_usd": 200.0, "used_usd": 40.0},
+                {
+                    "scope": "agent:cfo",
+                    "agent": "cfo",
+                    "period": "day",
+                    "limit_usd": 2.5,
+                    "raised_today_usd": 0.5,
+                    "used_usd": 2.5,
+                    "reserved_usd": 0.0,
+                    "blocked": "the daily budget of $2.50 is exhausted",
+                },
+            ],
+        }
 
     async def raise_budget(self, agent: str | None, usd: float, via: str = "cli") -> Any:
         self.calls.append(("raise_budget", agent, usd))
@@ -1228,8 +1251,19 @@ async def test_commands_from_the_allowed_chat_call_admin(tmp_path: Path, token_e
         assert "cfo:" in status
         assert "restarts: 2" in status
         assert "spend_today_usd: $1.50" in status
-        assert "$1.25" in await _command(h, "/spend model month")
-        assert "limit_usd: $10.00" in await _command(h, "/budget")
+        # spend and budgets as a phone shows them: a line per model (agent, scope), not
+        # every field of every row
+        assert (await _command(h, "/spend model month")).splitlines() == [
+            "💵 spend by model, month (2026-11-01 – 2026-11-30)",
+            "• claude-sonnet-5-5 — $1.25 · 3 calls",  # cents above a dollar, as the CLI
+            "total $1.25 · 3 calls",
+        ]
+        assert (await _command(h, "/budget")).splitlines() == [
+            "💰 budgets (UTC)",
+            "• company: today $4.00 of $10.00 · month $40.00 of $200.00",
+            "• cfo: today $2.50 of $2.50 (+$0.50 raised)",
+            "⛔ cfo today: the daily budget of $2.50 is exhausted",
+        ]
         assert "weekly-report" in await _command(h, "/jobs")
         assert "⏸ paused cfo" in await _command(h, "/pause cfo")
         assert "▶ resumed cfo" in await _command(h, "/resume@companyd_test_bot cfo")
@@ -1288,7 +1322,9 @@ async def test_ask_runs_alongside_other_commands(tmp_path: Path, token_env: None
         await h.until(lambda: "runway is 14 months" in h.bot_messages()[-1].text)
         answer = h.bot_messages()[-1].text
         assert "(what is our runway?)" in answer
-        assert "cost_usd: $0.01" in answer
+        # as a follow-up's answer reads: the answer, then its cost and run
+        assert answer.splitlines()[0] == "💬 cfo"
+        assert answer.splitlines()[-1] == "— $0.0123 · run-1 · reply to follow up"
         assert ("ask", "cfo", "what is our runway?") in h.admin.calls
         assert "usage: /ask AGENT question" in await _command(h, "/ask cfo")
 

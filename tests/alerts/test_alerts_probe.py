@@ -137,7 +137,7 @@ async def test_a_long_answer_to_ask_is_split_not_cut(tmp_path: Path, token_env: 
         h.admin = LongAnswerAdmin()
         async with h.service():
             h.server.inject_command(CHAT, "/ask cfo the long story please")
-            await h.until(lambda: any("cost_usd: $0.50" in m.text for m in h.bot_messages()))
+            await h.until(lambda: any("— $0.5000 · run-1" in m.text for m in h.bot_messages()))
             parts = [m.text for m in h.bot_messages()[1:]]  # after "asking cfo…"
             assert len(parts) == 3
             assert all(len(p) <= 4096 for p in parts)

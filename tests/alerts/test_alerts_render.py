@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from companyd.alerts._render import MAX_TEXT, compose, split_text
 from companyd.alerts._render_kinds import KINDS, agent_of, is_abnormal_exit, render
-from companyd.alerts._render_status import format_jobs, format_result, format_status
+from companyd.alerts._render_status import (
+    format_budget,
+    format_jobs,
+    format_result,
+    format_spend,
+    format_status,
+)
 from companyd.alerts._service import quiet_until
 from companyd.config import QuietHoursSpec
 from untraced import drawn_untraced
@@ -379,6 +385,63 @@ def test_status_for_a_phone_renders_from_any_json(status: dict[str, Any], tree: 
 def test_jobs_for_a_phone_renders_from_any_json(routines: Any) -> None:
     text = format_jobs({"routines": routines})
     assert text.startswith("⏰ routines") and len(text) <= MAX_TEXT
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=drawn_untraced(
+        st.lists(st.dictionaries(st.text(max_size=12) | field_names, json_values), max_size=5)
+        | json_values
+    ),
+    other=drawn_untraced(json_values),
+)
+def test_spend_and_budgets_for_a_phone_render_from_any_json(rows: Any, other: Any) -> None:
+    for text in (
+        format_spend({"rows": rows, "total": other, "period": other, "by": other}),
+        format_spend(other),
+        format_budget({"budgets": rows, "timezone": other}),
+        format_budget(other),
+    ):
+        assert text.startswith(("💵", "💰")) and len(text) <= MAX_TEXT
+
+
+def test_spend_says_what_is_simulated_and_budgets_what_has_none_of_its_own() -> None:
+    # an offline daemon's spend (no money spent) in the CLI table's precision, the part an
+    # offline run makes of a mixed total; a scope with no budget says what it used, and why
+    simulated = {"calls": 2, "cost_usd": 0.01, "cost_usd_exact": "0.0053", "simulated_usd": 0.0053}
+    on_claude = {"calls": 1, "cost_usd": 0.02, "cost_usd_exact": "0.0204", "simulated_usd": 0.0}
+    total = {"calls": 3, "cost_usd": 0.03, "cost_usd_exact": "0.0257", "simulated_usd": 0.0053}
+    spend = {
+        "by": "agent",
+        "period": {"label": "today", "from": "2026-11-29", "to": "2026-11-29"},
+        "rows": [{"key": "ceo", **simulated}, {"key": "cfo", **on_claude}],
+        "total": {"key": None, **total},
+    }
+    assert format_spend(spend).splitlines() == [
+        "💵 spend by agent, today (2026-11-29)",
+        "• ceo — $0.0053 (simulated) · 2 calls",
+        "• cfo — $0.0204 · 1 call",
+        "total $0.0257 ($0.0053 simulated) · 3 calls",
+    ]
+    budgets = {
+        "timezone": "Europe/Berlin",
+        "budgets": [
+            {
+                "scope": "routine:digest",
+                "agent": None,
+                "period": None,
+                "limit_usd": None,
+                "used_today_usd": 0.25,
+                "used_month_usd": 3.0,
+                "reserved_usd": 0.0,
+                "note": "no budget of its own: its agent's applies",
+            }
+        ],
+    }
+    assert format_budget(budgets).splitlines() == [
+        "💰 budgets (Europe/Berlin)",
+        "• routine:digest: today $0.25 · month $3.00 (no budget of its own: its agent's applies)",
+    ]
 
 
 def _text(kind: str, data: dict[str, Any], source: str = "src", **counts: int) -> str:

@@ -30,6 +30,7 @@ __all__ = [
     "reload_lines",
     "render_status",
     "status_line",
+    "table_places",
     "telegram_health",
     "usd_places",
     "waiting_text",
@@ -99,6 +100,19 @@ def usd_places(values: Iterable[float | Decimal | None], *, minimum: int = 2) ->
         while d and places < MAX_USD_PLACES and d.quantize(Decimal(1).scaleb(-places)) == 0:
             places += 1
     return places
+
+
+def table_places(values: Iterable[float | str | None]) -> int:
+    """The decimals for the money of one table: four when any amount is under a dollar
+    (calls cost fractions of a cent), else two — and more where that is what it takes for
+    every amount that is not zero to show as not zero (:func:`usd_places`). The spend
+    CLI's tables and ``/spend`` on Telegram share it.
+    """
+    from decimal import Decimal  # here: see usd_places
+
+    amounts = [Decimal(str(v)) for v in values if v is not None]
+    minimum = 4 if any(0 < abs(a) < 1 for a in amounts) else 2
+    return usd_places(amounts, minimum=minimum)
 
 
 def format_duration(seconds: float | None) -> str:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from companyd.admin import Admin, AdminError, AdminStopping, result_data
 from companyd.alerts._coalesce import AlertBook
-from companyd.alerts._deliver import result_records
+from companyd.alerts._deliver import result_records, result_text
 from companyd.alerts._desk_messages import alert_of
 from companyd.alerts._link import SEND_TIMEOUT
 from companyd.alerts._ops import (
@@ -45,7 +45,6 @@ from companyd.alerts._ops import (
 )
 from companyd.alerts._outbox import AlertRecord, FollowUp
 from companyd.alerts._render import clip, split_text
-from companyd.alerts._render_status import format_result
 from companyd.alerts._telegram import redact
 from companyd.alerts._values import times_in
 from companyd.clock import Clock
@@ -207,13 +206,18 @@ class Commands:
             log.exception("alerts: /ask %s failed", agent)
             await self._reply(msg, f"⚠️ /ask failed inside companyd ({type(exc).__name__})")
             return
-        answer = result.answer.strip() or "(no answer)"
-        meta = {k: v for k, v in result_data("ask", result).items() if k != "answer"}
-        with times_in(self._book.policy.tz):
-            tail = format_result("", meta, max_lines=6) if meta else ""
+        unverified = result.status == "unverified"
+        if result.status != "ok" and not unverified:
+            why = f"⚠️ {agent} did not answer: {result.status}: {result.reason}"
+            await self._reply(msg, redact(why))
+            return
+        # as a follow-up's answer reads (and a routine's result): the answer, then its cost
+        # (simulated on the offline model) and run — not the result's every field
+        data = {**result_data("ask", result), "agent": agent}
+        if unverified:  # an answer, but one its run does not back: sent with the warning
+            data["unverified"] = result.reason or "unverified"
         # A model's answer may be longer than one message: send it in parts, not cut.
-        text = redact(f"💬 {agent}: {answer}" + (f"\n—\n{tail}" if tail else ""))
-        sent = [await self._reply(msg, part) for part in split_text(text)]
+        sent = [await self._reply(msg, part) for part in split_text(result_text(data))]
         run_id = result.run_id
         store = self._book.store
         ids = [m.message_id for m in sent if m is not None]

@@ -25,7 +25,13 @@ from companyd.admin import (
     waiting_text,
 )
 from companyd.alerts._outbox import AlertRecord
-from companyd.alerts._render_status import format_jobs, format_result, format_status
+from companyd.alerts._render_status import (
+    format_budget,
+    format_jobs,
+    format_result,
+    format_spend,
+    format_status,
+)
 from companyd.alerts._values import usd as say_usd
 
 __all__ = [
@@ -147,9 +153,9 @@ async def command_reply(
                     else:
                         period = w
                 spend = await a.spend(by, period)
-                return format_result(f"💵 spend by {by}, {period}", result_data("spend", spend))
+                return format_spend(result_data("spend", spend))
             if name == "budget":
-                return format_result("💰 budgets", result_data("budget", await a.budget()))
+                return format_budget(result_data("budget", await a.budget()))
             if name == "jobs":
                 return format_jobs(result_data("jobs", await a.jobs()))
             if name == "quarantine":

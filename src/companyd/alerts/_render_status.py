@@ -1,8 +1,10 @@
-"""Admin results for a phone screen: ``/status``, ``/jobs`` and any other result.
+"""Admin results for a phone screen: ``/status``, ``/jobs``, ``/spend``, ``/budget`` and any
+other result.
 
 Each takes a result's JSON form (:func:`companyd.admin._wire.result_data`), the data the CLI
-gets over the control socket. :func:`format_status` and :func:`format_jobs` pick the few
-lines that matter from the daemon's ``status()`` and ``jobs()``; :func:`format_result`
+gets over the control socket. :func:`format_status`, :func:`format_jobs`,
+:func:`format_spend` and :func:`format_budget` pick the few lines that matter from the
+daemon's ``status()``, ``jobs()``, ``spend()`` and ``budget()``; :func:`format_result`
 shows any other :class:`~companyd.admin.Admin` result as compact indented text. Total like the alert
 renderers: a result of another shape still reads, and every text fits one message.
 """
@@ -14,11 +16,18 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from companyd.admin import channels_health, reload_lines, status_line, telegram_health
+from companyd.admin import (
+    channels_health,
+    format_usd,
+    reload_lines,
+    status_line,
+    table_places,
+    telegram_health,
+)
 from companyd.alerts._render import clip
 from companyd.alerts._values import has, line, num, pct, secs, times_in, txt, usd, when
 
-__all__ = ["format_jobs", "format_result", "format_status"]
+__all__ = ["format_budget", "format_jobs", "format_result", "format_spend", "format_status"]
 
 
 def format_result(title: str, result: Any, max_lines: int = 80) -> str:
@@ -81,6 +90,100 @@ def format_jobs(result: Any) -> str:
     if len(lines) == 1:
         lines.append("no routines")
     return clip("\n".join(lines))
+
+
+def format_spend(result: Any) -> str:
+    """``Admin.spend()`` for a phone: one line per agent (model, routine or day) with its
+    cost and calls, most expensive first as the ledger reports them, then the total —
+    with ``(simulated)`` for what the offline model's calls make — instead of every token
+    count of every row. Falls back to :func:`format_result` for a result of another shape.
+    """
+    if not isinstance(result, Mapping) or not isinstance(result.get("rows"), list):
+        return format_result("💵 spend", result)
+    period: Mapping[str, Any] = (
+        result["period"] if isinstance(result.get("period"), Mapping) else {}
+    )
+    label, first, last = period.get("label"), period.get("from"), period.get("to")
+    dates = f"{first}" if first == last else f"{first} – {last}"
+    lines = [f"💵 spend by {txt(result.get('by'), 20)}, {txt(label, 40)} ({dates})"]
+    rows = [r for r in result["rows"] if isinstance(r, Mapping)]
+    total = result.get("total") if isinstance(result.get("total"), Mapping) else None
+    # one precision for the message, as the spend CLI's table: cents would show a
+    # $0.0053 call as $0.01
+    places = table_places([_cost(r) for r in [*rows, *([total] if total else [])]])
+    for row in rows:
+        key = row.get("key")
+        name = txt(key, 60) if key is not None else "(no routine)"
+        if has(row, "day"):
+            name = f"{txt(row.get('day'), 12)} {name}"
+        lines.append(f"• {name} — {_money(row, places)} · {_calls(row.get('calls'))}")
+    if total is not None:
+        lines.append(f"total {_money(total, places)} · {_calls(total.get('calls'))}")
+    else:
+        lines.append("nothing spent")
+    if has(result, "note"):
+        lines.append(txt(result.get("note"), 300))
+    return clip("\n".join(lines))
+
+
+def _cost(row: Mapping[str, Any]) -> float | None:
+    """A spend row's cost, exact where the report has it (``cost_usd`` is in cents)."""
+    exact = row.get("cost_usd_exact")
+    return num(exact) if exact is not None else num(row.get("cost_usd"))
+
+
+def _money(row: Mapping[str, Any], places: int) -> str:
+    """A spend row's cost, with the part the offline model's calls make (no money spent)."""
+    cost, simulated = _cost(row), num(row.get("simulated_usd")) or 0.0
+    if cost is None:
+        return "$?"
+    shown = format_usd(cost, places)
+    if simulated > 0:
+        part = format_usd(simulated, places)
+        shown += " (simulated)" if simulated >= cost else f" ({part} simulated)"
+    return shown
+
+
+def _calls(value: Any) -> str:
+    n = num(value)
+    return "? calls" if n is None else f"{n:,.0f} call{'s' if n != 1 else ''}"
+
+
+def format_budget(result: Any) -> str:
+    """``Admin.budget()`` for a phone: one line per scope (the company, then each agent,
+    department and routine with a budget of its own) with today's and this month's use of
+    its limit, a refusal (``⛔``) and a raise of today's limit where there is one — instead
+    of every field of every row. Falls back to :func:`format_result` for a result of another
+    shape.
+    """
+    rows = result.get("budgets") if isinstance(result, Mapping) else None
+    if not isinstance(rows, list):
+        return format_result("💰 budgets", result)
+    lines = [f"💰 budgets ({txt(result.get('timezone'), 40)})"]
+    scopes: dict[str, list[str]] = {}
+    notes: list[str] = []
+    for row in rows:
+        if not isinstance(row, Mapping):
+            continue
+        scope = str(row.get("agent") or row.get("scope") or "?")
+        if scope.startswith("agent:"):
+            scope = scope[len("agent:") :]
+        parts = scopes.setdefault(scope, [])
+        if row.get("limit_usd") is None:  # no budget of its own: what it used, and why
+            today, month = usd(row.get("used_today_usd")), usd(row.get("used_month_usd"))
+            used = f"today {today} · month {month}"
+            parts.append(used + (f" ({txt(row.get('note'), 120)})" if has(row, "note") else ""))
+            continue
+        period = {"day": "today", "month": "month"}.get(str(row.get("period")), "?")
+        part = f"{period} {usd(row.get('used_usd'))} of {usd(row.get('limit_usd'))}"
+        if num(row.get("raised_today_usd")):
+            part += f" (+{usd(row.get('raised_today_usd'))} raised)"
+        parts.append(part)
+        if has(row, "blocked"):
+            notes.append(f"⛔ {scope} {period}: {txt(row.get('blocked'), 200)}")
+    for scope, parts in scopes.items():
+        lines.append(f"• {scope}: {' · '.join(parts)}")
+    return clip("\n".join(lines + notes))
 
 
 def format_status(status: Any, max_routines: int = 5) -> str:

@@ -6,12 +6,12 @@ Shared by :meth:`companyd.spend._book.SpendBook.spend_report` (in the daemon) an
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import date
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from companyd.admin import format_usd, usd_places
+from companyd.admin import format_usd, table_places
 from companyd.spend._periods import parse_period
 
 if TYPE_CHECKING:  # TypedDicts: their module imports pydantic (`companyd spend`, issue 31)
@@ -97,16 +97,6 @@ def _simulated_per_day(
         for key, pusd in ledger.simulated_between(by, day, day).items():
             out[(day, key)] = pusd
     return out
-
-
-def table_places(values: Iterable[float | str | None]) -> int:
-    """The decimals for the money of one table: four when any amount is under a dollar
-    (calls cost fractions of a cent), else two — and more where that is what it takes for
-    every amount that is not zero to show as not zero (:func:`usd_places`).
-    """
-    amounts = [Decimal(str(v)) for v in values if v is not None]
-    minimum = 4 if any(0 < abs(a) < 1 for a in amounts) else 2
-    return usd_places(amounts, minimum=minimum)
 
 
 def _money(value: float | str | None, places: int = 2) -> str:
