@@ -741,3 +741,24 @@ def test_a_sub_supervisor_giving_up_is_told_in_its_parents_story_of_it() -> None
         "restart_type": "transient",
     }
     assert joining_data("restart", "child_exited", exited) == exited  # any other story
+
+
+def test_a_commands_answer_is_its_message_and_quarantine_a_line_per_task() -> None:
+    # as the CLI prints an answer: its message when it has one, not every field under it
+    from companyd.alerts._ops import _told, format_quarantine
+
+    paused = {"agent": "cfo", "paused": True, "message": "paused cfo: it finishes its run"}
+    assert _told("⏸", "paused cfo", paused) == "⏸ paused cfo: it finishes its run"
+    assert _told("⏸", "paused cfo", {"agent": "cfo", "paused": True}).splitlines() == [
+        "⏸ paused cfo",
+        "agent: cfo",
+        "paused: yes",
+    ]
+    assert format_quarantine({"tasks": []}) == "🧊 no quarantined tasks"
+    task = {"id": "task-1", "agent": "cfo", "prompt": "p", "source": "operator", "created": 0}
+    stuck = {**task, "state": "quarantined", "crashes": 3, "errors": ["a", "KeyError: 'x'"]}
+    assert format_quarantine({"tasks": [stuck]}).splitlines() == [
+        "🧊 quarantined tasks (a task whose runs crashed its agent again and again)",
+        "• task-1 — cfo, 3 crash(es): KeyError: 'x'",
+        "run one again: /retry TASK_ID",
+    ]

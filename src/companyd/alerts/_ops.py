@@ -25,6 +25,7 @@ from companyd.admin import (
     waiting_text,
 )
 from companyd.alerts._outbox import AlertRecord
+from companyd.alerts._render import clip
 from companyd.alerts._render_status import (
     format_budget,
     format_jobs,
@@ -32,6 +33,7 @@ from companyd.alerts._render_status import (
     format_spend,
     format_status,
 )
+from companyd.alerts._values import txt
 from companyd.alerts._values import usd as say_usd
 
 __all__ = [
@@ -127,6 +129,39 @@ def _agents_hint(agents: Collection[str]) -> str:
     return ", ".join(sorted(agents)) or "(none)"
 
 
+def _told(mark: str, title: str, data: Mapping[str, Any]) -> str:
+    """A command's answer as the CLI prints it: the result's own ``message`` when it has one
+    (``paused cfo: it finishes its current run, …``), else the title and its fields.
+    """
+    message = data.get("message")
+    if isinstance(message, str) and message.strip():
+        return f"{mark} {message.strip()}"
+    return format_result(f"{mark} {title}", data)
+
+
+def format_quarantine(data: Mapping[str, Any]) -> str:
+    """``/quarantine``: one line per quarantined task — its id, agent, crashes and last
+    error — and how to run it again; a result of another shape as its fields.
+    """
+    tasks = data.get("tasks")
+    if not isinstance(tasks, list):
+        return format_result("🧊 quarantined tasks", data)
+    if not tasks:
+        return "🧊 no quarantined tasks"
+    lines = ["🧊 quarantined tasks (a task whose runs crashed its agent again and again)"]
+    for t in tasks:
+        if not isinstance(t, Mapping):
+            continue
+        errors = t.get("errors")
+        last = errors[-1] if isinstance(errors, list) and errors else None
+        lines.append(
+            f"• {txt(t.get('id'), 40)} — {txt(t.get('agent'), 40)}, "
+            f"{txt(t.get('crashes'), 10)} crash(es)" + (f": {txt(last, 200)}" if last else "")
+        )
+    lines.append("run one again: /retry TASK_ID")
+    return clip("\n".join(lines))
+
+
 async def command_reply(
     admin: Admin,
     name: str,
@@ -160,21 +195,21 @@ async def command_reply(
                 return format_jobs(result_data("jobs", await a.jobs()))
             if name == "quarantine":
                 tasks = await a.tasks(quarantined=True)
-                return format_result("🧊 quarantined tasks", result_data("tasks", tasks))
+                return format_quarantine(result_data("tasks", tasks))
             if name in ("pause", "resume"):
                 if len(args) != 1:
                     return f"usage: /{name} AGENT (agents: {_agents_hint(agents)})"
                 if name == "pause":
                     paused = await a.pause(args[0], via=_VIA)
-                    return format_result(f"⏸ paused {args[0]}", result_data("pause", paused))
+                    return _told("⏸", f"paused {args[0]}", result_data("pause", paused))
                 if args[0] == "all" and "all" not in agents:
                     every = await a.resume_all(via=_VIA)
-                    return format_result("▶ resume all", result_data("resume_all", every))
+                    return _told("▶", "resume all", result_data("resume_all", every))
                 resumed = await a.resume(args[0], via=_VIA)
-                title = f"▶ resumed {args[0]}"
+                title = f"resumed {args[0]}"
                 if not resumed.resumed:
-                    title = f"▶ {args[0]} was not paused (nothing to resume)"
-                return format_result(title, result_data("resume", resumed))
+                    title = f"{args[0]} was not paused (nothing to resume)"
+                return _told("▶", title, result_data("resume", resumed))
             if name == "inbox":
                 return format_inbox(await a.inbox(), now)
             if name == "answer":
@@ -193,14 +228,14 @@ async def command_reply(
                     done = await a.approve(args[0], by=by, via=_VIA)
                     if isinstance(done, DeskDecision):
                         return f"✅ {done.message}"
-                    return format_result(f"✅ approved {args[0]}", result_data("approve", done))
+                    return _told("✅", f"approved {args[0]}", result_data("approve", done))
                 if name == "reject":
                     done = await a.reject(args[0], by=by, via=_VIA)
                     if isinstance(done, DeskDecision):
                         return f"✖ {done.message}"
-                    return format_result(f"✖ rejected {args[0]}", result_data("reject", done))
+                    return _told("✖", f"rejected {args[0]}", result_data("reject", done))
                 retried = result_data("retry", await a.retry(args[0], via=_VIA))
-                return format_result(f"🔁 retrying {args[0]}", retried)
+                return _told("🔁", f"retrying {args[0]}", retried)
     except AdminError as exc:
         return refusal_text(exc)
     except TimeoutError:
