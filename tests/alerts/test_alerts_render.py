@@ -672,6 +672,10 @@ def test_a_result_too_long_for_its_approval_message_says_so_and_where_to_read_it
     assert [b.label for b in buttons] == ["✅ Approve", "✏️ Request changes", "✖ Reject"]
     short, _ = render("founder_result_for_approval", {**data, "answer": "ok"}, "cfo", {}, AGENTS)
     assert not any("only the first" in line for line in short.lines)
+    # its cost as its result's messages show it: a run's precision, simulated when offline
+    assert "cost $0.0100 · run run-abc" in short.lines
+    offline, _ = render("founder_result_for_approval", {**data, "offline": True}, "cfo", {}, AGENTS)
+    assert "cost $0.0100 (simulated) · run run-abc" in offline.lines
 
 
 def test_a_finished_run_says_its_cost_as_money_and_no_routine_when_it_was_asked() -> None:

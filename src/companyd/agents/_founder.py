@@ -253,6 +253,7 @@ class ResultApprovals:
                     "unverified": (
                         outcome.reason if outcome.status is RunStatus.UNVERIFIED else None
                     ),
+                    "offline": outcome.offline or None,
                 },
                 timeout=self._timeout(task.agent),
             )

@@ -23,6 +23,7 @@ from companyd.alerts._values import (
     line,
     num,
     pct,
+    result_cost,
     run_cost,
     secs,
     times_in,
@@ -824,8 +825,8 @@ def _founder_result(data: Data, source: str, counts: Mapping[str, int]) -> Rende
             f"the whole result with `companyd runs show {txt(data.get('run_id'), 40)}` before "
             "you approve"
         )
-    if has(data, "cost_usd"):
-        lines.append(f"cost {usd(data.get('cost_usd'))} · run {txt(data.get('run_id'), 40)}")
+    if has(data, "cost_usd"):  # as the result's messages show it, simulated or not
+        lines.append(f"cost {result_cost(data)} · run {txt(data.get('run_id'), 40)}")
     lines.append(f"reply to this message with the changes you want, or /approve {item}")
     return Rendered(title=title, lines=tuple(lines))
 

@@ -497,6 +497,7 @@ class Desk:
                     round=int(p.get("round") or 1),
                     follows=p.get("follows") or None,
                     unverified=p.get("unverified") or None,
+                    offline=p.get("offline") is True or None,
                     **common,
                 )
             )

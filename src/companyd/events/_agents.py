@@ -196,6 +196,8 @@ class FounderResultForApproval(Event):
     follows: str | None = optional()
     #: the run ended ``unverified``: why (shown before the founder decides)
     unverified: str | None = optional()
+    #: the run was on the offline model: its cost is simulated (the message says so)
+    offline: bool | None = optional()
 
 
 class FounderDecided(Event):
