@@ -282,8 +282,8 @@ def test_a_budget_smaller_than_one_call_is_a_warning() -> None:
     )
     assert [str(w) for w in own.warnings] == [
         "c.yaml:9:25: warning: agents.ceo.budget.daily_usd: ceo's daily budget of $0.03 is less "
-        "than one call of ceo can cost (4,096 output tokens at claude-sonnet-5-5's $10/M: "
-        "$0.0410, before its input); a call's worst case is set aside before it is sent, so "
+        "than one call of ceo can cost ($0.0410: 4,096 output tokens at claude-sonnet-5-5's "
+        "$10/M, before its input); a call's worst case is set aside before it is sent, so "
         "every call of ceo would be refused with nothing spent; raise the budget, or lower "
         "model.max_output_tokens"
     ]
@@ -297,14 +297,14 @@ def test_a_budget_smaller_than_one_call_is_a_warning() -> None:
     )
     assert [str(w) for w in shared.warnings] == [
         "c.yaml:4:23: warning: company.budget.daily_usd: the company's daily budget of $0.04 "
-        "is less than one call can cost for ceo, cfo (at least $0.2000, before its input); a "
-        "call's worst case is set aside before it is sent, so their every call would be "
-        "refused with nothing spent; raise the budget, or lower model.max_output_tokens",
+        "is less than one call of ceo, cfo can cost (at least $0.2000, before its input); a "
+        "call's worst case is set aside before it is sent, so every call of ceo, cfo would "
+        "be refused with nothing spent; raise the budget, or lower model.max_output_tokens",
         "c.yaml:6:39: warning: defaults.budget.monthly_usd: the default monthly budget of "
-        "$0.02 is less than one call can cost for ceo, cfo (at least $0.2000, before its "
-        "input: each one's model.max_output_tokens at its model's output price); a call's "
-        "worst case is set aside before it is sent, so their every call would be refused "
-        "with nothing spent; raise the budget, or lower model.max_output_tokens",
+        "$0.02 is less than one call of ceo, cfo can cost (at least $0.2000, before its "
+        "input); a call's worst case is set aside before it is sent, so every call of ceo, "
+        "cfo would be refused with nothing spent; raise the budget, or lower "
+        "model.max_output_tokens",
     ]
     # a budget that holds a call (and an unlimited one) says nothing
     assert load(MINIMAL).warnings == ()

@@ -24,6 +24,8 @@ from companyd.config._wording import closest
 from companyd.llm import is_known_model
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from companyd.config._schema import AgentSpec, CompanyFile
 
 __all__ = ["SLUG_RE", "check_budgets_cover_a_call", "check_colleague_waits", "cross_check"]
@@ -611,7 +613,7 @@ def check_budgets_cover_a_call(spec: CompanyFile, rep: Report) -> None:
         )
     periods = (("daily_usd", "daily"), ("monthly_usd", "monthly"))
     by_defaults: dict[str, list[str]] = {}
-    for slug, (floor, how) in floors.items():
+    for slug, (floor, _) in floors.items():
         own = spec.agents[slug].budget
         budget = own or spec.defaults.budget
         if budget is None or budget.unlimited:
@@ -622,42 +624,43 @@ def check_budgets_cover_a_call(spec: CompanyFile, rep: Report) -> None:
                 continue
             if own is None:
                 by_defaults.setdefault(key, []).append(slug)
-                continue
-            rep.warn(
-                ("agents", slug, "budget", key),
-                f"{slug}'s {word} budget of ${limit:g} is less than one call of {slug} can "
-                f"cost ({how}: ${floor:.4f}, before its input); a call's worst case is set "
-                f"aside before it is sent, so every call of {slug} would be refused with "
-                "nothing spent; raise the budget, or lower model.max_output_tokens",
-            )
+            else:
+                path = ("agents", slug, "budget", key)
+                _budget_too_small(rep, path, f"{slug}'s {word} budget", limit, [slug], floors)
     for key, slugs in by_defaults.items():
-        word = dict(periods)[key]
         limit = getattr(spec.defaults.budget, key)  # not None: it was compared above
-        least = min(floors[s][0] for s in slugs)
-        rep.warn(
-            ("defaults", "budget", key),
-            f"the default {word} budget of ${limit:g} is less than one call can cost for "
-            f"{', '.join(slugs)} (at least ${least:.4f}, before its input: each one's "
-            "model.max_output_tokens at its model's output price); a call's worst case is "
-            "set aside before it is sent, so their every call would be refused with nothing "
-            "spent; raise the budget, or lower model.max_output_tokens",
-        )
+        name = f"the default {dict(periods)[key]} budget"
+        _budget_too_small(rep, ("defaults", "budget", key), name, limit, slugs, floors)
     company = spec.company.budget
     for key, word in periods if not company.unlimited else ():
         limit = getattr(company, key)
-        if limit is None:
-            continue
-        short = [s for s, (floor, _) in floors.items() if Decimal(str(limit)) < floor]
+        short = [s for s, (f, _) in floors.items() if limit is not None and Decimal(str(limit)) < f]
         if short:
-            least = min(floors[s][0] for s in short)
-            rep.warn(
-                ("company", "budget", key),
-                f"the company's {word} budget of ${limit:g} is less than one call can cost "
-                f"for {', '.join(short)} (at least ${least:.4f}, before its input); a call's "
-                "worst case is set aside before it is sent, so their every call would be "
-                "refused with nothing spent; raise the budget, or lower "
-                "model.max_output_tokens",
-            )
+            name = f"the company's {word} budget"
+            _budget_too_small(rep, ("company", "budget", key), name, limit, short, floors)
+
+
+def _budget_too_small(
+    rep: Report,
+    path: Path_,
+    name: str,
+    limit: float,
+    slugs: list[str],
+    floors: dict[str, tuple[Decimal, str]],
+) -> None:
+    """The warning of :func:`check_budgets_cover_a_call` at ``path``: budget ``name`` of
+    ``limit`` dollars holds no call of ``slugs`` (``floors``: each one's least call).
+    """
+    who = ", ".join(slugs)
+    least = min(floors[s][0] for s in slugs)
+    cost = f"${least:.4f}: {floors[slugs[0]][1]}" if len(slugs) == 1 else f"at least ${least:.4f}"
+    rep.warn(
+        path,
+        f"{name} of ${limit:g} is less than one call of {who} can cost ({cost}, before its "
+        "input); a call's worst case is set aside before it is sent, so every "
+        f"call of {who} would be refused with nothing spent; raise the budget, or lower "
+        "model.max_output_tokens",
+    )
 
 
 def _reachable(asker_slug: str, agents: dict[str, AgentSpec]) -> dict[str, tuple[Path_, str]]:
