@@ -755,3 +755,22 @@ async def test_a_result_of_the_offline_model_says_its_cost_is_simulated(work: Pa
             )
         (written,) = (work / "s" / "outputs" / "daily-post").glob("*.md")
         assert f"marketing · {cost} (simulated) · {fired['run_id']}" in written.read_text()
+
+
+@pytest.mark.anyio
+async def test_the_start_message_names_company_yaml_s_warnings(work: Path) -> None:
+    # a warning is the file saying something the founder likely did not mean (here a
+    # company budget no call fits in): the journal has it, and so does the start's message
+    clock = ManualClock()
+    async with BotApiServer(token=TOKEN) as server:
+        cfg = work / "company.yaml"
+        doc = company(server.url, {"daily-post": daily_post()})
+        doc["company"]["budget"] = {"daily_usd": 0.02, "monthly_usd": 200}
+        cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+        env = {"TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_CHAT_ID": str(OPERATOR)}
+        async with InProcessDaemon(cfg, work / "s", clock=clock, env=env, offline=True):
+            started = await one(server, "companyd started")
+            lines = started.text.splitlines()
+            assert "⚠ company.yaml has 1 warning:" in lines
+            (warning,) = [x for x in lines if x.startswith("• ")]
+            assert "company.budget.daily_usd: the company's daily budget of $0.02" in warning

@@ -230,6 +230,15 @@ def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rende
     lines += line("version", data, "version") + line("config", data, "config")
     if planned:
         lines.append(f"after a planned stop: {txt(planned, 200)}")
+    warnings = data.get("warnings")
+    if isinstance(warnings, list) and warnings:
+        # the file loaded, but something in it is likely not what the founder meant (a
+        # budget no call fits in, an anchor nothing uses…): said at start, not only logged
+        n = len(warnings)
+        lines.append(f"⚠ company.yaml has {n} warning{'s' if n != 1 else ''}:")
+        lines += [f"• {txt(w, 400)}" for w in warnings[:3]]
+        if n > 3:
+            lines.append(f"… and {n - 3} more: `companyd validate` lists them")
     return Rendered(title=title, lines=tuple(lines))
 
 

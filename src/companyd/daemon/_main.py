@@ -377,6 +377,7 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
                 company=self.config.name,
                 # a planned restart is not a restart loop (the alert tells them apart)
                 planned_stop=after[1] if (after := self.scheduler.started_after) else None,
+                warnings=[str(w) for w in self.config.warnings] or None,
             )
         )
         self._tasks = [

@@ -36,6 +36,9 @@ class DaemonStarted(Event):
     offline: bool
     company: str
     planned_stop: str | None = optional()
+    #: company.yaml's warnings as ``validate`` prints them (``file:line:col: warning: …``),
+    #: absent when it has none: the start's message tells the founder, not only the journal
+    warnings: list[str] | None = optional()
 
 
 class DaemonStopping(Event):
