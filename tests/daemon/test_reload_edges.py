@@ -363,3 +363,44 @@ async def test_a_reload_whose_caller_gave_up_still_holds_off_the_next_one(
         assert lifecycle(listener) == ["READY", "RELOADING", "READY", "RELOADING", "READY"]
         with contextlib.suppress(asyncio.CancelledError):
             await given_up
+
+
+async def test_a_reload_says_the_new_files_warnings(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the file loads, but says something likely not meant (a company budget no call fits
+    # in): the reload's answer carries the warnings, `companyd reload` prints them as
+    # `validate` does, and the reloaded message says them (a clean file: none)
+    import os
+    import sys
+
+    from companyd.alerts._render_kinds import render
+
+    cfg = work / "company.yaml"
+    async with edge_daemon(work, monkeypatch) as (daemon, _):
+        async with asyncio.timeout(DEADLINE):
+            await daemon.start()
+            clean = await daemon.reload()
+        assert "warnings" not in result_data("reload", clean)
+        doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
+        doc["company"]["budget"] = {"daily_usd": 0.02}
+        cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        async with asyncio.timeout(DEADLINE):
+            # the CLI, as a founder runs it, asking this daemon over its control socket
+            cli = await asyncio.create_subprocess_exec(
+                sys.executable,
+                *("-m", "companyd", "reload", "--state-dir", str(work / "s")),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "COMPANYD_CONFIG": str(cfg)},
+            )
+            out, err = await cli.communicate()
+        assert cli.returncode == 0, err
+        assert out.decode().startswith("reloaded company.yaml:")
+        (warning,) = err.decode().splitlines()
+        assert "warning: company.budget.daily_usd: the company's daily budget of $0.02" in warning
+        async with asyncio.timeout(DEADLINE):
+            result = await daemon.reload()  # the same file again: the same warning
+        assert isinstance(result, ReloadApplied) and result.warnings == [warning]
+        rendered, _ = render("daemon_reloaded", result_data("reload", result), "daemon", {}, ())
+        assert rendered.lines[-2:] == ("⚠ company.yaml has 1 warning:", f"• {warning}")

@@ -609,6 +609,8 @@ class ReloadApplied(Frozen):
     failures: list[str]
     resumed: list[str]
     restart_required: Omitted[list[str]] = None
+    #: the reloaded file's warnings, as ``validate`` prints them (absent when none)
+    warnings: Omitted[list[str]] = None
 
 
 class ReloadRejected(Frozen):

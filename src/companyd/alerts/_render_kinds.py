@@ -230,16 +230,24 @@ def _daemon_started(data: Data, source: str, counts: Mapping[str, int]) -> Rende
     lines += line("version", data, "version") + line("config", data, "config")
     if planned:
         lines.append(f"after a planned stop: {txt(planned, 200)}")
-    warnings = data.get("warnings")
-    if isinstance(warnings, list) and warnings:
-        # the file loaded, but something in it is likely not what the founder meant (a
-        # budget no call fits in, an anchor nothing uses…): said at start, not only logged
-        n = len(warnings)
-        lines.append(f"⚠ company.yaml has {n} warning{'s' if n != 1 else ''}:")
-        lines += [f"• {txt(w, 400)}" for w in warnings[:3]]
-        if n > 3:
-            lines.append(f"… and {n - 3} more: `companyd validate` lists them")
+    lines += _config_warnings(data)
     return Rendered(title=title, lines=tuple(lines))
+
+
+def _config_warnings(data: Data) -> list[str]:
+    """The first three of company.yaml's ``warnings`` (a start's, a reload's): the file
+    loaded, but something in it is likely not what the founder meant (a budget no call fits
+    in, an anchor nothing uses…) — said in the message, not only in the journal.
+    """
+    warnings = data.get("warnings")
+    if not isinstance(warnings, list) or not warnings:
+        return []
+    n = len(warnings)
+    lines = [f"⚠ company.yaml has {n} warning{'s' if n != 1 else ''}:"]
+    lines += [f"• {txt(w, 400)}" for w in warnings[:3]]
+    if n > 3:
+        lines.append(f"… and {n - 3} more: `companyd validate` lists them")
+    return lines
 
 
 def _leadership_taken(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
@@ -302,6 +310,7 @@ def _daemon_reloaded(data: Data, source: str, counts: Mapping[str, int]) -> Rend
         lines += [f"not applied: {txt(f, 300)}" for f in failures[:5]]
         if n > 5:
             lines.append(f"… and {n - 5} more — see `journalctl -u companyd`")
+    lines += _config_warnings(data)
     return Rendered(title=title, lines=tuple(lines))
 
 

@@ -424,6 +424,8 @@ def _reload(args: argparse.Namespace) -> int:
                 print(f"  {as_text(err) or repr(err)}", file=sys.stderr)
             return _reload_exit(result)
         print(_reload_summary(result))
+        for warning in as_list(result.get("warnings")):  # as `validate` shows them
+            print(as_text(warning) or repr(warning), file=sys.stderr)
         return _reload_exit(result)
 
     return call_daemon(args, "reload", show)

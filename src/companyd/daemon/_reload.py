@@ -219,6 +219,7 @@ class Reloader:
                 failures=list(diff.failures),
                 resumed=list(resumed),
                 restart_required=later or None,
+                warnings=[str(w) for w in new.warnings] or None,
             )
             for failure in diff.failures:
                 # the reload's answer, its alert and this line say it; status's tree shows
@@ -240,6 +241,7 @@ class Reloader:
                     routines=routines,
                     failures=list(result.failures),
                     restart_required=later or None,
+                    warnings=result.warnings,
                 )
             )
             return result

@@ -63,6 +63,8 @@ class DaemonReloaded(Event):
     routines: dict[str, list[str]]
     failures: list[Any]
     restart_required: list[str] | None = optional()
+    #: the reloaded file's warnings (``file:line:col: warning: …``), absent when none
+    warnings: list[str] | None = optional()
 
 
 class LeadershipTaken(Event):
