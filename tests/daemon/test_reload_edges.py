@@ -124,7 +124,9 @@ async def test_a_reload_names_the_settings_that_only_a_restart_applies(
         async with asyncio.timeout(DEADLINE):
             await daemon.start()
             same = await daemon.reload()
+        # a clean file that changed nothing: no settings waiting, no warnings
         assert same.applied is True and "restart_required" not in result_data("reload", same)
+        assert "warnings" not in result_data("reload", same)
         doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
         doc["memory"] = {"path": "elsewhere/memory.jsonl"}
         doc["anthropic"] = {"timeout_seconds": 30}
@@ -370,7 +372,7 @@ async def test_a_reload_says_the_new_files_warnings(
 ) -> None:
     # the file loads, but says something likely not meant (a company budget no call fits
     # in): the reload's answer carries the warnings, `companyd reload` prints them as
-    # `validate` does, and the reloaded message says them (a clean file: none)
+    # `validate` does, and the reloaded message says them (a clean file's: above)
     import os
     import sys
 
@@ -378,14 +380,11 @@ async def test_a_reload_says_the_new_files_warnings(
 
     cfg = work / "company.yaml"
     async with edge_daemon(work, monkeypatch) as (daemon, _):
-        async with asyncio.timeout(DEADLINE):
-            await daemon.start()
-            clean = await daemon.reload()
-        assert "warnings" not in result_data("reload", clean)
         doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
         doc["company"]["budget"] = {"daily_usd": 0.02}
         cfg.write_text(yaml.safe_dump(doc), encoding="utf-8")
         async with asyncio.timeout(DEADLINE):
+            await daemon.start()  # started on the clean file: the daemon has no warning yet
             # the CLI, as a founder runs it, asking this daemon over its control socket
             cli = await asyncio.create_subprocess_exec(
                 sys.executable,
