@@ -749,7 +749,8 @@ def test_a_sub_supervisor_giving_up_is_told_in_its_parents_story_of_it() -> None
 
 def test_a_commands_answer_is_its_message_and_quarantine_a_line_per_task() -> None:
     # as the CLI prints an answer: its message when it has one, not every field under it
-    from companyd.alerts._ops import _told, format_quarantine
+    from companyd.alerts._ops import _told
+    from companyd.alerts._render_status import format_quarantine
 
     paused = {"agent": "cfo", "paused": True, "message": "paused cfo: it finishes its run"}
     assert _told("⏸", "paused cfo", paused) == "⏸ paused cfo: it finishes its run"

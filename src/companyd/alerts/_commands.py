@@ -52,6 +52,8 @@ from companyd.clock import Clock
 if TYPE_CHECKING:
     from telegram import CallbackQuery, Message, Update, User
 
+    from companyd.admin import AskAnswer
+
 # python-telegram-bot is imported where it is used, not here: every `companyd` command loads
 # the pager's modules (for `notify-failure`), and the library takes most of a second to import.
 
@@ -206,16 +208,10 @@ class Commands:
             log.exception("alerts: /ask %s failed", agent)
             await self._reply(msg, f"⚠️ /ask failed inside companyd ({type(exc).__name__})")
             return
-        unverified = result.status == "unverified"
-        if result.status != "ok" and not unverified:
-            why = f"⚠️ {agent} did not answer: {result.status}: {result.reason}"
-            await self._reply(msg, redact(why))
+        data = _answer_data(agent, result)
+        if isinstance(data, str):
+            await self._reply(msg, redact(data))
             return
-        # as a follow-up's answer reads (and a routine's result): the answer, then its cost
-        # (simulated on the offline model) and run — not the result's every field
-        data = {**result_data("ask", result), "agent": agent}
-        if unverified:  # an answer, but one its run does not back: sent with the warning
-            data["unverified"] = result.reason or "unverified"
         # A model's answer may be longer than one message: send it in parts, not cut.
         sent = [await self._reply(msg, part) for part in split_text(result_text(data))]
         run_id = result.run_id
@@ -326,15 +322,11 @@ class Commands:
                 exc = AdminError(f"the follow-up failed inside companyd ({type(exc).__name__})")
             await self._fail(follow, msg, refusal_text(exc))
             return
-        unverified = result.status == "unverified"
-        if result.status != "ok" and not unverified:
-            why = f"⚠️ {follow.agent} did not answer: {result.status}: {result.reason}"
-            await self._fail(follow, msg, why)
+        data = _answer_data(follow.agent, result)
+        if isinstance(data, str):
+            await self._fail(follow, msg, data)
             return
         chat_id = follow.chat_id
-        data = {**result_data("ask", result), "agent": follow.agent}
-        if unverified:  # an answer, but one its run does not back: sent with the warning
-            data["unverified"] = result.reason or "unverified"
         recs = result_records(
             self._book,
             data,
@@ -474,6 +466,20 @@ class Commands:
             await query.answer(clip(redact(text), 200), show_alert=alert)
         except TelegramError as exc:
             log.warning("alerts: could not answer a button press: %s", redact(str(exc)))
+
+
+def _answer_data(agent: str, result: AskAnswer) -> dict[str, Any] | str:
+    """An answer (``/ask``'s, a follow-up's) as its message's data — read as a routine's
+    result reads: the answer, then its cost (simulated on the offline model) and run, with
+    the warning of an ``unverified`` run — or, when the run gave no answer, why.
+    """
+    unverified = result.status == "unverified"
+    if result.status != "ok" and not unverified:
+        return f"⚠️ {agent} did not answer: {result.status}: {result.reason}"
+    data = {**result_data("ask", result), "agent": agent}
+    if unverified:  # an answer, but one its run does not back: sent with the warning
+        data["unverified"] = result.reason or "unverified"
+    return data
 
 
 def _who(user: User | None) -> str:

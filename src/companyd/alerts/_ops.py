@@ -25,15 +25,14 @@ from companyd.admin import (
     waiting_text,
 )
 from companyd.alerts._outbox import AlertRecord
-from companyd.alerts._render import clip
 from companyd.alerts._render_status import (
     format_budget,
     format_jobs,
+    format_quarantine,
     format_result,
     format_spend,
     format_status,
 )
-from companyd.alerts._values import txt
 from companyd.alerts._values import usd as say_usd
 
 __all__ = [
@@ -137,29 +136,6 @@ def _told(mark: str, title: str, data: Mapping[str, Any]) -> str:
     if isinstance(message, str) and message.strip():
         return f"{mark} {message.strip()}"
     return format_result(f"{mark} {title}", data)
-
-
-def format_quarantine(data: Mapping[str, Any]) -> str:
-    """``/quarantine``: one line per quarantined task — its id, agent, crashes and last
-    error — and how to run it again; a result of another shape as its fields.
-    """
-    tasks = data.get("tasks")
-    if not isinstance(tasks, list):
-        return format_result("🧊 quarantined tasks", data)
-    if not tasks:
-        return "🧊 no quarantined tasks"
-    lines = ["🧊 quarantined tasks (a task whose runs crashed its agent again and again)"]
-    for t in tasks:
-        if not isinstance(t, Mapping):
-            continue
-        errors = t.get("errors")
-        last = errors[-1] if isinstance(errors, list) and errors else None
-        lines.append(
-            f"• {txt(t.get('id'), 40)} — {txt(t.get('agent'), 40)}, "
-            f"{txt(t.get('crashes'), 10)} crash(es)" + (f": {txt(last, 200)}" if last else "")
-        )
-    lines.append("run one again: /retry TASK_ID")
-    return clip("\n".join(lines))
 
 
 async def command_reply(

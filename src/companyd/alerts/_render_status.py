@@ -1,5 +1,5 @@
-"""Admin results for a phone screen: ``/status``, ``/jobs``, ``/spend``, ``/budget`` and any
-other result.
+"""Admin results for a phone screen: ``/status``, ``/jobs``, ``/spend``, ``/budget``,
+``/quarantine`` and any other result.
 
 Each takes a result's JSON form (:func:`companyd.admin._wire.result_data`), the data the CLI
 gets over the control socket. :func:`format_status`, :func:`format_jobs`,
@@ -27,7 +27,14 @@ from companyd.admin import (
 from companyd.alerts._render import clip
 from companyd.alerts._values import has, line, num, pct, secs, times_in, txt, usd, when
 
-__all__ = ["format_budget", "format_jobs", "format_result", "format_spend", "format_status"]
+__all__ = [
+    "format_budget",
+    "format_jobs",
+    "format_quarantine",
+    "format_result",
+    "format_spend",
+    "format_status",
+]
 
 
 def format_result(title: str, result: Any, max_lines: int = 80) -> str:
@@ -184,6 +191,29 @@ def format_budget(result: Any) -> str:
     for scope, parts in scopes.items():
         lines.append(f"• {scope}: {' · '.join(parts)}")
     return clip("\n".join(lines + notes))
+
+
+def format_quarantine(data: Mapping[str, Any]) -> str:
+    """``/quarantine``: one line per quarantined task — its id, agent, crashes and last
+    error — and how to run it again; a result of another shape as its fields.
+    """
+    tasks = data.get("tasks")
+    if not isinstance(tasks, list):
+        return format_result("🧊 quarantined tasks", data)
+    if not tasks:
+        return "🧊 no quarantined tasks"
+    lines = ["🧊 quarantined tasks (a task whose runs crashed its agent again and again)"]
+    for t in tasks:
+        if not isinstance(t, Mapping):
+            continue
+        errors = t.get("errors")
+        last = errors[-1] if isinstance(errors, list) and errors else None
+        lines.append(
+            f"• {txt(t.get('id'), 40)} — {txt(t.get('agent'), 40)}, "
+            f"{txt(t.get('crashes'), 10)} crash(es)" + (f": {txt(last, 200)}" if last else "")
+        )
+    lines.append("run one again: /retry TASK_ID")
+    return clip("\n".join(lines))
 
 
 def format_status(status: Any, max_routines: int = 5) -> str:
