@@ -169,3 +169,19 @@ def test_an_anchor_nothing_refers_to_is_a_warning() -> None:
     ]
     used = load(MINIMAL.replace("name: Acme", "name: &n Acme\n  context: *n", 1))
     assert used.warnings == ()
+
+
+def test_a_comment_that_reads_like_text_is_a_warning() -> None:
+    # ` #` starts a YAML comment: "Acme #1 bakery" is the name "Acme", the rest dropped
+    cfg = load(MINIMAL.replace("name: Acme", "name: Acme #1 bakery", 1))
+    assert cfg.name == "Acme"
+    assert [str(w) for w in cfg.warnings] == [
+        "c.yaml:3:14: warning: company.name: YAML reads '#1 bakery' as a comment, so this "
+        "value is 'Acme' without it; if the '#…' is part of the text, put the whole value in "
+        "quotes; if it is a comment, write '# ' with a space after the '#'"
+    ]
+    # a comment written as one, a quoted value, a number: nothing to say
+    for line in ("name: Acme  # the legal name", 'name: "Acme #1"', "name: Acme\n  #1 x"):
+        assert load(MINIMAL.replace("name: Acme", line, 1)).warnings == (), line
+    quoted = load(MINIMAL.replace("name: Acme", 'name: "Acme #1"', 1))
+    assert quoted.name == "Acme #1"

@@ -10,6 +10,7 @@ errors rather than hangs. Every syntax error becomes one issue in the operator's
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -23,6 +24,9 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _NULL_TAG = "tag:yaml.org,2002:null"
 _MAX_DEPTH = 40
 _MAX_NODES = 100_000
+#: A comment that starts right after a plain value and reads like text (``#42``,
+#: ``#launch``): the rest of the line, from the ``#``.
+_CUT_BY_COMMENT = re.compile(r"[ \t]+(#[^\W_][^\n\r\x85\u2028\u2029\0]*)")
 
 
 class _TooLarge(Exception):
@@ -73,7 +77,10 @@ class _Builder:
         pos.value.setdefault(path, _mark(node))
         if isinstance(node, yaml.ScalarNode):
             pos.scalar[path] = (str(node.value), node.style)
-            return self._scalar(node, path)
+            value = self._scalar(node, path)
+            if isinstance(value, str) and not node.style:
+                self._warn_cut_by_comment(node, path, value)
+            return value
         if id(node) in self.active:
             self.rep.add(
                 path,
@@ -100,6 +107,26 @@ class _Builder:
             return self._mapping(node, path, depth)
         finally:
             self.active.discard(id(node))
+
+    def _warn_cut_by_comment(self, node: yaml.ScalarNode, path: Path_, value: str) -> None:
+        """Warn when a comment YAML found right after a plain text value looks like part of
+        the text: ``description: Fix issue #42`` is "Fix issue" — a ``#`` after a space
+        starts a comment, and YAML drops the rest of the line without a word. A comment
+        written as one (``# keep it short``, a space after the ``#``) is left alone.
+        """
+        end = node.end_mark
+        rest = _CUT_BY_COMMENT.match(end.buffer, end.pointer) if end.buffer else None
+        if rest is None:
+            return
+        shown = rest.group(1) if len(rest.group(1)) <= 30 else rest.group(1)[:29] + "…"
+        self.rep.add(
+            path,
+            f"YAML reads {shown!r} as a comment, so this value is {value!r} without it; if "
+            "the '#…' is part of the text, put the whole value in quotes; if it is a "
+            "comment, write '# ' with a space after the '#'",
+            at=(end.line + 1, end.column + 1 + rest.start(1) - end.pointer),
+            severity="warning",
+        )
 
     def _mapping(self, node: yaml.MappingNode, path: Path_, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
