@@ -1093,6 +1093,32 @@ async def test_each_telegram_delivery_of_a_result_is_recorded_and_a_refused_one_
         assert records.kept[0][0] == "run-refused"
 
 
+@pytest.mark.anyio
+async def test_a_result_is_recorded_queued_only_once_its_message_is_in_the_outbox(
+    tmp_path: Path, token_env: None
+) -> None:
+    """A stop between the run's "queued for telegram" record and the outbox's write would
+    leave a record of a message that was never queued: the record comes after the write.
+    """
+    in_outbox_when_recorded: list[bool] = []
+
+    class Checking(DeliveryRecords):
+        async def record(self, run_id: str, entry: ResultDelivery) -> None:
+            if entry["outcome"] == "queued":
+                outbox = f"file:{tmp_path / 'state' / 'alerts.sqlite'}?mode=ro"
+                with contextlib.closing(sqlite3.connect(outbox, uri=True)) as db:
+                    bodies = [b for (b,) in db.execute("SELECT body FROM alerts")]
+                in_outbox_when_recorded.append(any(run_id in b for b in bodies))
+            await super().record(run_id, entry)
+
+    records = Checking()
+    async with harness(tmp_path) as h, h.service(deliveries=records):
+        h.bus.publish(a_result("run-ok", h.clock.time()))
+        await h.until(lambda: any(e["outcome"] == "delivered" for _, e in records.entries))
+    assert [e["outcome"] for _, e in records.entries] == ["queued", "delivered"]
+    assert in_outbox_when_recorded == [True]
+
+
 # ---------------------------------------------------------------------------------------
 # Outages: nothing lost, nothing resent
 

@@ -302,12 +302,16 @@ class Results:
         event: RoutineResult,
         made: list[str] | None = None,
         failed: list[str] | None = None,
+        after_save: list[Callable[[], Awaitable[None]]] | None = None,
     ) -> list[AlertRecord]:
         """Deliver one result: memory and file now; telegram and digest as outbox records
         (returned, not yet saved: the caller writes them with the rest of its batch). The
         deliveries done (or queued) are appended to ``made``, the others to ``failed``;
         each is recorded in the run's record, and a result with a delivery not made is kept
-        in the founder's inbox.
+        in the founder's inbox. With ``after_save``, those records are appended there for
+        the caller to write once it has saved the returned outbox records (else they are
+        written here, before the caller's save): a stop in between must not leave a record
+        of a message that was never queued.
         """
         data = event.data
         made = [] if made is None else made
@@ -315,7 +319,7 @@ class Results:
         records: list[AlertRecord] = []
         # The records are written after every delivery is made: a pager stopping meanwhile
         # may cut the records short, never a delivery (they come first, as before records).
-        notes: list[Callable[[], Awaitable[None]]] = []
+        notes: list[Callable[[], Awaitable[None]]] = [] if after_save is None else after_save
         for to in event.deliver:
             try:
                 if to in ("telegram", "digest"):
@@ -366,8 +370,9 @@ class Results:
                 failed.append(to)
                 why = f"{type(exc).__name__}: {exc}"
                 notes.append(partial(self._undelivered, data, to, why))
-        for note in notes:
-            await note()
+        if after_save is None:
+            for note in notes:
+                await note()
         return records
 
     async def sent(self, rec: AlertRecord, chat_id: int, message_id: int) -> None:

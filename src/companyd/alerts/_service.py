@@ -54,7 +54,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from companyd._aio import race
@@ -562,15 +562,19 @@ class AlertService:
             out.append(event)
         return out
 
-    async def _take(self, event: Event) -> list[AlertRecord]:
-        """The alerts one event creates or changes (not yet rendered or saved)."""
+    async def _take(
+        self, event: Event, after_save: list[Callable[[], Awaitable[None]]]
+    ) -> list[AlertRecord]:
+        """The alerts one event creates or changes (not yet rendered or saved); what is to
+        be written once they are saved is appended to ``after_save``.
+        """
         match event:
             case RoutineResult():
                 # never an alert: delivered as the routine's `deliver:` says, and once an
                 # approved result is delivered, the founder is told so in its thread
                 made: list[str] = []
                 failed: list[str] = []
-                recs = await self._results.take(event, made, failed)
+                recs = await self._results.take(event, made, failed, after_save)
                 if event.approved:
                     recs += await self._desk.approved(event, made, failed)
                 return recs
@@ -589,10 +593,13 @@ class AlertService:
         costs one commit, not one per event.
         """
         touched: dict[int, AlertRecord] = {}
+        after_save: list[Callable[[], Awaitable[None]]] = []
         for event in events:
             try:
-                for rec in await self._take(event):
+                notes: list[Callable[[], Awaitable[None]]] = []
+                for rec in await self._take(event, notes):
                     touched[rec.id] = rec
+                after_save += notes
             except Exception:  # one odd event must not stop the pager
                 log.exception(
                     "alerts: could not turn event %r from %r into an alert",
@@ -603,11 +610,15 @@ class AlertService:
         # (before any send)
         await self._webhooks.take(events)
         await self._fan_out(events)
-        if not touched:
-            return
-        for rec in touched.values():
-            self._book.rerender(rec)
-        await self._book.save(*touched.values())
-        for rec in touched.values():
-            rec.persisted = True
-        self._book.wake.set()
+        if touched:
+            for rec in touched.values():
+                self._book.rerender(rec)
+            await self._book.save(*touched.values())
+            for rec in touched.values():
+                rec.persisted = True
+        # the results' delivery records, now that what they call queued is (and before
+        # the sender can record one "delivered")
+        for note in after_save:
+            await note()
+        if touched:
+            self._book.wake.set()
