@@ -157,6 +157,34 @@ async def test_an_operator_who_may_not_enter_the_state_directory_is_told_how_to_
 
 
 @pytest.mark.anyio
+async def test_runs_of_a_name_is_checked_against_the_running_company(work: Path) -> None:
+    # the founder's shell is elsewhere (here: the repository, whose company.yaml has other
+    # agents) and names the daemon by its state directory: the daemon's company answers
+    doc = json.loads(json.dumps(COMPANY))
+    doc["agents"]["night-analyst"] = {
+        "title": "Analyst",
+        "instructions": "Count.",
+        "reports_to": "ceo",
+    }
+    cfg = work / "company.yaml"
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        state = ("--state-dir", str(work / "s"))
+        known = await asyncio.to_thread(companyd_here, "runs", "--agent", "night-analyst", *state)
+        assert (known.returncode, known.stdout.strip(), known.stderr) == (0, "no runs yet", "")
+        typo = await asyncio.to_thread(companyd_here, "runs", "--agent", "night-analist", *state)
+        assert typo.returncode == 1 and typo.stdout == ""
+        assert typo.stderr.strip() == (
+            "companyd: unknown agent 'night-analist' (not in the running company.yaml and no "
+            "runs); did you mean 'night-analyst'? agents: ceo, cfo, night-analyst"
+        )
+        routine = await asyncio.to_thread(companyd_here, "runs", "last", "nightly", *state)
+        assert routine.returncode == 1
+        assert "unknown routine 'nightly' (not in the running company.yaml" in routine.stderr
+        await daemon.stop()
+
+
+@pytest.mark.anyio
 async def test_jobs_run_of_a_routine_needing_approval_answers_once_the_result_waits(
     work: Path,
 ) -> None:

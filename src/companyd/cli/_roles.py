@@ -482,20 +482,22 @@ def _check_name(
     the journal (one since removed); otherwise UnknownName — exit 1, as an unknown name is
     in every command.
 
-    The journal is asked first: a name with runs is known whatever company.yaml now says,
-    and the question costs a read, where loading company.yaml costs its schema (~0.15 s,
-    issue 31). company.yaml is read only for a name with no run yet. Returns the running
-    daemon it asked (``client``, else the one it found), None when there is none.
+    A running daemon answers for its own company.yaml (it refuses a name neither there
+    nor in its journal). With none, the journal is asked first: a name with runs is known
+    whatever company.yaml now says, and the question costs a read, where loading
+    company.yaml costs its schema (~0.15 s, issue 31); company.yaml is read only for a
+    name with no run yet. Returns the running daemon it asked (``client``, else the one it
+    found), None when there is none.
     """
     query = {"agent": None, "routine": None, kind: name}
     if (client := client or running_daemon(args)) is not None:
-        past = client.call("runs", status=None, limit=1, **query).get("runs")
-    else:
-        past = _journal_read(
-            args,
-            lambda j, db: j.list_runs(db, query["agent"], None, 1, routine=query["routine"]),
-            list,
-        )
+        client.call("runs", status=None, limit=1, **query)
+        return client
+    past = _journal_read(
+        args,
+        lambda j, db: j.list_runs(db, query["agent"], None, 1, routine=query["routine"]),
+        list,
+    )
     if past:
         return client
     cfg, _ = _config_and_state(args)

@@ -16,7 +16,7 @@ import asyncio
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
@@ -707,8 +707,9 @@ class Operator:
         """:meth:`Admin.runs`, from the run journal.
 
         Raises:
-            AdminError: an unknown ``status`` (the message lists the valid ones), or a
-                ``limit`` under 1.
+            AdminError: an unknown ``status`` (the message lists the valid ones), a
+                ``limit`` under 1, or an ``agent`` or ``routine`` that is neither in the
+                running company.yaml nor in the journal (a misspelt name, not "no runs").
         """
         if status is not None and status not in {*(str(s) for s in RunStatus), "running"}:
             raise AdminError(
@@ -720,6 +721,8 @@ class Operator:
         runs = await self.journal.runs(
             agent=agent, status=status, limit=limit, routine=routine, since=since, finished=finished
         )
+        if not runs:
+            await self._check_named_runs(agent, routine)
         if deliveries:
             records = await self.journal.deliveries([r["run_id"] for r in runs])
             for r in runs:
@@ -903,13 +906,34 @@ class Operator:
 
     def _check_agent(self, agent: str) -> None:
         if agent not in self.config.agents:
-            import difflib  # here: only a misspelt name needs it (issue 31)
+            raise AdminError(_unknown("agent", agent, self.config.agents))
 
-            close = difflib.get_close_matches(agent, list(self.config.agents), n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise AdminError(
-                f"unknown agent {agent!r}; {hint}agents: {', '.join(self.config.agents)}"
-            )
+    async def _check_named_runs(self, agent: str | None, routine: str | None) -> None:
+        """An ``agent`` or ``routine`` filter that matched no run names one of the running
+        company, or one with runs in the journal (since removed from company.yaml).
+        """
+        for kind, name, known in (
+            ("agent", agent, self.config.agents),
+            ("routine", routine, self.config.routines),
+        ):
+            if name is None or name in known:
+                continue
+            query = {"agent": name} if kind == "agent" else {"routine": name}
+            if not await self.journal.runs(status=None, limit=1, **query):
+                raise AdminError(
+                    _unknown(kind, name, known, "not in the running company.yaml and no runs")
+                )
+
+
+def _unknown(kind: str, name: str, known: Iterable[str], why: str = "") -> str:
+    """``unknown agent 'cfoo' (why); did you mean 'cfo'? agents: ceo, cfo, …``."""
+    import difflib  # here: only a misspelt name needs it (issue 31)
+
+    names = list(known)
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    said = f" ({why})" if why else ""
+    return f"unknown {kind} {name!r}{said}; {hint}{kind}s: {', '.join(names) or '(none)'}"
 
 
 #: The runs between the one that asks the founder and a routine's run, as
