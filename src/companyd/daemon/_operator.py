@@ -918,8 +918,14 @@ class Operator:
         ):
             if name is None or name in known:
                 continue
-            query = {"agent": name} if kind == "agent" else {"routine": name}
-            if not await self.journal.runs(status=None, limit=1, **query):
+            by_agent = kind == "agent"
+            past = await self.journal.runs(
+                agent=name if by_agent else None,
+                routine=None if by_agent else name,
+                status=None,
+                limit=1,
+            )
+            if not past:
                 raise AdminError(
                     _unknown(kind, name, known, "not in the running company.yaml and no runs")
                 )
