@@ -289,3 +289,25 @@ def test_usd_places_without_decimal_arithmetic_answers_as_with_it() -> None:
     for _ in range(200):
         batch = rng.sample(amounts, 5)
         assert usd_places(batch) == reference(batch), batch
+
+
+def test_one_amount_in_a_sentence_is_exact_to_a_millionth() -> None:
+    # a refusal, a raise, an alert's line: never rounded into another figure (a budget of
+    # $0.0068 read "$0.01", a raise of $999,999.999 read "$1,000,000.00"), never a false zero
+    from companyd.admin import exact_places, one_usd
+
+    cases = [
+        (0.0068, 2, "$0.0068"),
+        (0.0148, 2, "$0.0148"),
+        (999_999.999, 2, "$999,999.999"),
+        (1_000_005.0001, 2, "$1,000,005.0001"),
+        (5, 2, "$5.00"),
+        (0.05, 4, "$0.0500"),
+        (0.00006, 4, "$0.00006"),
+        (0.0000004, 2, "<$0.000001"),
+        (0.0000006, 2, "$0.000001"),
+        (0, 2, "$0.00"),
+    ]
+    for value, minimum, said in cases:
+        assert one_usd(value, minimum) == said, value
+    assert exact_places(0.707) == 3 and exact_places(0.5) == 2 and exact_places(1.23456789) == 6

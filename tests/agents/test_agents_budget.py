@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agentkit import PerAgent, running_company, write_company
+from companyd.admin import one_usd
 from companyd.agents._calls import (
     STOP_CALL_GRACE,
 )
@@ -272,7 +273,7 @@ async def test_calls_the_client_gave_up_on_count_as_billed(tmp_path: Path) -> No
     last = unanswered[-1].data
     assert last["calls"] == attempts
     assert last["message"] == (
-        f"{attempts} calls timed out; up to ${Decimal(str(last['total_worst_case_usd'])):.4f} "
+        f"{attempts} calls timed out; up to {one_usd(last['total_worst_case_usd'], 4)} "
         "may have been billed"
     )
     rendered, _ = render("spend_unanswered", last, "spend", {}, ["ceo"])

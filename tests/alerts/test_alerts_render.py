@@ -697,7 +697,8 @@ def test_a_finished_run_says_its_cost_as_money_and_no_routine_when_it_was_asked(
     text = _text("run_finished", asked, "agent/cfo")
     assert "routine" not in text, text
     assert "e-05" not in text, text
-    assert "cost_usd: $0.0001\n" in text, text  # format_usd(usd_places): never "$0.00"
+    # exact to a millionth: never "$0.00", nor "$0.0001"
+    assert "cost_usd: $0.00006\n" in text, text
     scheduled = _text("run_finished", {**asked, "routine": "daily-post", "cost_usd": 0.7})
     assert "routine: daily-post" in scheduled
     assert "$0.70" in scheduled and "0.7\n" not in scheduled, scheduled
@@ -722,7 +723,7 @@ def test_a_budget_alert_says_the_share_spent_not_the_level_crossed() -> None:
     text = _text("budget_threshold", over, "spend")
     assert "141%" in text, text
     assert "100%" not in text, text
-    assert "$0.71 of $0.50" in text, text
+    assert "$0.707 of $0.500" in text, text  # one precision, each exact
     # without the amounts, the level is all there is to say
     assert "has used 80%" in _text("budget_threshold", {**over, "level": 0.8, "used_usd": None})
 

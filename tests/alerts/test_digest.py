@@ -71,7 +71,8 @@ def test_the_digest_has_one_line_per_result_and_a_button_each() -> None:
     assert lines[3] == "2. weekly-spend-review (marketing, $0.1100): Spend was flat."
     tiny = item(3, "2026-11-24 10:00", "heartbeat", 0.0035, "Alive.")
     small = fold([tiny], digest_id=10, now=at("2026-11-25 08:00"), tz=UTC, chats=[1])
-    assert small.text.splitlines()[0] == "📰 Yesterday's work: 1 result, $0.004"  # not $0.00
+    # exact: not $0.00, nor $0.004
+    assert small.text.splitlines()[0] == "📰 Yesterday's work: 1 result, $0.0035"
     assert small.text.splitlines()[2] == "1. heartbeat (marketing, $0.0035): Alive."
     assert [(b["label"], b["action"], b["arg"]) for b in d.buttons] == [
         ("📄 1", "open_result", 1),

@@ -616,3 +616,42 @@ async def test_small_sums_read_as_the_spend_cli_prints_them(tmp_path: Path, bus:
     assert warned.data["message"].endswith("daily budget ($0.0035 of $0.0040)")
     (unanswered,) = events(bus, "spend_unanswered")
     assert unanswered.data["message"] == "1 call timed out; up to $0.00002 may have been billed"
+
+
+@pytest.mark.anyio
+async def test_status_shows_each_agents_day_and_month_whichever_budgets_it_has(
+    tmp_path: Path, bus: EventBus
+) -> None:
+    # an agent with only a monthly budget showed $0 today, one with only a daily budget $0
+    # this month, and one with none was left out (status and the dashboard read these rows)
+    from companyd.daemon._operator import spend_for_status
+
+    agents = {"ceo": "{monthly_usd: 5}", "ops": "{daily_usd: 1}", "cfo": None}
+    book = book_for(tmp_path, bus, ManualClock(), agents=agents)
+    async with running(book):
+        for agent, tokens in (("ceo", 2_000), ("ops", 3_000), ("cfo", 4_000)):
+            await spend(book, agent, tokens)
+        status = spend_for_status(await book.budget_report(), {})
+    got = {a.agent: (a.today_usd, a.month_usd) for a in status.agents}
+    assert got == {"ceo": (0.002, 0.002), "ops": (0.003, 0.003), "cfo": (0.004, 0.004)}
+    assert status.today.used_usd == 0.009
+
+
+def test_the_budget_tables_note_says_a_small_spend_as_it_is() -> None:
+    # "ops: … (today $0.0000)" was a false zero: the note's figure is said on its own
+    from companyd.spend._reports import format_budget_report
+
+    row = {
+        "scope": "agent:ops",
+        "agent": "ops",
+        "period": None,
+        "limit_usd": None,
+        "used_today_usd": 0.000042,
+        "used_month_usd": 0.000042,
+        "reserved_usd": 0.0,
+        "note": "no budget of its own; only the company budget applies",
+    }
+    text = format_budget_report({"timezone": "UTC", "now": "2026-11-29T00:00", "budgets": [row]})
+    assert text.splitlines()[-1] == (
+        "ops: no budget of its own; only the company budget applies (today $0.000042)"
+    )

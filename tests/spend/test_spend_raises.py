@@ -53,6 +53,7 @@ async def _cfo_limit(book: SpendBook) -> float:
         (Decimal("NaN"), "positive amount"),
         (-5, "positive amount"),
         (0, "positive amount"),
+        (1e-9, "at least \\$0.000001"),
     ],
 )
 async def test_an_out_of_bounds_raise_is_refused_and_changes_nothing(

@@ -24,9 +24,11 @@ __all__ = [
     "as_number",
     "as_text",
     "channels_health",
+    "exact_places",
     "format_duration",
     "format_usd",
     "format_when",
+    "one_usd",
     "reload_lines",
     "render_status",
     "status_line",
@@ -66,6 +68,26 @@ def format_usd(value: float | Decimal | None, places: int = 2) -> str:
     if value is None:
         return "-"
     return f"${value:,.{places}f}"
+
+
+def exact_places(value: float | Decimal, minimum: int = 2) -> int:
+    """The decimals that print ``value`` exactly to a millionth of a dollar: at least
+    ``minimum``, as many more as it has (``0.0068`` → 4), at most :data:`MAX_USD_PLACES`.
+    """
+    frac = f"{abs(float(value)):.{MAX_USD_PLACES}f}".partition(".")[2].rstrip("0")
+    return max(minimum, len(frac))
+
+
+def one_usd(value: float | Decimal, minimum: int = 2) -> str:
+    """One amount in a sentence (a refusal, a raise, an alert's line): exact to a
+    millionth of a dollar — at least ``minimum`` decimals, and as many more as the amount
+    has (``$0.0068``, ``$1,000,005.0001``), never rounded into another figure; a non-zero
+    amount under half a millionth is ``<$0.000001``, never a false zero.
+    """
+    v = float(value)
+    if v and abs(v) < 5e-7:
+        return "<$0.000001"
+    return format_usd(v, exact_places(v, minimum))
 
 
 #: The most decimals money is printed with (a millionth of a dollar).
@@ -490,7 +512,11 @@ def _render_spend(spend: Mapping[str, Any]) -> list[str]:
     agents.sort(key=lambda a: -(as_number(a.get("today_usd")) or 0.0))
     shown = [a for a in agents if (as_number(a.get("today_usd")) or 0) > 0 or a.get("paused")][:8]
     places = usd_places(
-        [as_number(p.get(k)) for _, p in periods for k in ("used_usd", "reserved_usd", "limit_usd")]
+        [
+            as_number(p.get(k))
+            for _, p in periods
+            for k in ("used_usd", "reserved_usd", "limit_usd", "simulated_usd")
+        ]
         + [as_number(a.get(k)) for a in shown for k in ("today_usd", "daily_limit_usd")]
     )
     w = 9 + places

@@ -29,6 +29,7 @@ from companyd.alerts._values import (
     times_in,
     txt,
     usd,
+    usd_of,
     when,
 )
 from companyd.events import (
@@ -350,7 +351,7 @@ def _budget_threshold(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     spent = pct(None, used, limit)
     share = spent if spent != "?%" else pct(data.get("level"))
     title = f"{_budget_who(data)} has used {share} of its {_period(data)} budget"
-    lines = [f"{usd(used)} of {usd(limit)}"] if has(data, "used_usd") else []
+    lines = [usd_of(used, limit)] if has(data, "used_usd") else []
     return Rendered(title=title, lines=tuple(lines))
 
 
@@ -398,7 +399,7 @@ def _budget_exhausted(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     title = f"{_budget_who(data)} reached its {_period(data)} budget"
     lines = []
     if has(data, "used_usd") or has(data, "limit_usd"):
-        lines.append(f"{usd(data.get('used_usd'))} of {usd(data.get('limit_usd'))}")
+        lines.append(usd_of(data.get("used_usd"), data.get("limit_usd")))
     needed, left = num(data.get("needed_usd")), num(data.get("remaining_usd"))
     if needed is not None and left is not None:
         # why, in the founder's terms: a call's worst case is set aside before it is sent,

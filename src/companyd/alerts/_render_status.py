@@ -25,7 +25,7 @@ from companyd.admin import (
     telegram_health,
 )
 from companyd.alerts._render import clip
-from companyd.alerts._values import has, line, num, pct, secs, times_in, txt, usd, when
+from companyd.alerts._values import has, line, num, pct, secs, times_in, txt, usd, usd_of, when
 
 __all__ = [
     "format_budget",
@@ -182,7 +182,7 @@ def format_budget(result: Any) -> str:
             parts.append(used + (f" ({txt(row.get('note'), 120)})" if has(row, "note") else ""))
             continue
         period = {"day": "today", "month": "month"}.get(str(row.get("period")), "?")
-        part = f"{period} {usd(row.get('used_usd'))} of {usd(row.get('limit_usd'))}"
+        part = f"{period} {usd_of(row.get('used_usd'), row.get('limit_usd'))}"
         if num(row.get("raised_today_usd")):
             part += f" (+{usd(row.get('raised_today_usd'))} raised)"
         parts.append(part)

@@ -19,9 +19,16 @@ from contextvars import ContextVar
 from datetime import datetime, tzinfo
 from typing import Any
 
-from companyd.admin import RUN_COST_PLACES, format_usd, format_when, usd_places
+from companyd.admin import (
+    RUN_COST_PLACES,
+    exact_places,
+    format_usd,
+    format_when,
+    one_usd,
+    usd_places,
+)
 
-__all__ = ["Data", "has", "line", "num", "pct", "secs", "times_in", "txt", "usd", "when"]
+__all__ = ["Data", "has", "line", "num", "pct", "secs", "times_in", "txt", "usd", "usd_of", "when"]
 
 #: The zone :func:`when` shows times in (a context variable: each render sets its own).
 _SHOWN_IN: ContextVar[tzinfo | str] = ContextVar("companyd_alerts_shown_in", default="UTC")
@@ -69,21 +76,35 @@ def num(value: Any) -> float | None:
 
 
 def usd(value: Any, *, minimum: int = 2) -> str:
-    """Dollars as the spend CLI prints them (``$1.23``, ``$1,234.00``, ``$0.00006``: no
-    exponent, never a spend shown as ``$0.00``; :func:`companyd.admin.format_usd`), with at
-    least ``minimum`` decimals, or ``$?`` when ``value`` is not a number.
+    """Dollars as one amount is said (``$1.23``, ``$1,234.00``, ``$0.0068``: exact to a
+    millionth, no exponent, never a spend shown as ``$0.00``; :func:`companyd.admin.one_usd`),
+    with at least ``minimum`` decimals, or ``$?`` when ``value`` is not a number.
     """
     n = num(value)
     if n is None:
         return "$?"
-    return format_usd(n, usd_places([n], minimum=minimum))
+    return one_usd(n, minimum)
+
+
+def usd_of(used: Any, limit: Any) -> str:
+    """``$USED of $LIMIT`` with one precision, each exact to a millionth (``$0.707 of
+    $0.500``, ``$0.0484 of $0.0500``): the two read as a table's column, and tell apart.
+    """
+    a, b = num(used), num(limit)
+    if a is None or b is None:
+        return f"{usd(used)} of {usd(limit)}"
+    places = max(exact_places(a), exact_places(b))
+    return f"{format_usd(a, places)} of {format_usd(b, places)}"
 
 
 def run_cost(value: Any) -> str:
     """A run's cost as ``companyd runs`` prints it (``$0.0123``: at least
-    :data:`~companyd.admin.RUN_COST_PLACES` decimals).
+    :data:`~companyd.admin.RUN_COST_PLACES` decimals, more only so that it is not zero).
     """
-    return usd(value, minimum=RUN_COST_PLACES)
+    n = num(value)
+    if n is None:
+        return "$?"
+    return format_usd(n, usd_places([n], minimum=RUN_COST_PLACES))
 
 
 def result_cost(data: Mapping[str, Any]) -> str:

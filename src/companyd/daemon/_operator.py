@@ -1123,11 +1123,14 @@ def spend_for_status(
         entry = agents.setdefault(
             agent, {"agent": agent, "today_usd": 0.0, "month_usd": 0.0, "paused": agent in paused}
         )
+        # what it used today and this month, whichever budgets it has (or none)
+        entry["today_usd"] = r.get("used_today_usd", entry["today_usd"])
+        entry["month_usd"] = r.get("used_month_usd", entry["month_usd"])
         if r.get("period") == "day":
-            entry["today_usd"] = r.get("used_usd", 0.0)
+            entry["today_usd"] = r.get("used_usd", entry["today_usd"])
             entry["daily_limit_usd"] = r.get("limit_usd")
         elif r.get("period") == "month":
-            entry["month_usd"] = r.get("used_usd", 0.0)
+            entry["month_usd"] = r.get("used_usd", entry["month_usd"])
             entry["monthly_limit_usd"] = r.get("limit_usd")
     return SpendStatus(
         currency="USD",

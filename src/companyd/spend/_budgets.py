@@ -161,6 +161,10 @@ def budget_report(
                     "configured_usd": usd(lim.limit_pusd),
                     "raised_today_usd": usd(raised),
                     "used_usd": usd(u),
+                    # both periods on every row: what the scope used whichever budgets it
+                    # has (status shows an agent's day and month from one row)
+                    "used_today_usd": usd(used.get((lim.scope, day), 0)),
+                    "used_month_usd": usd(used.get((lim.scope, month), 0)),
                     "reserved_usd": usd(r),
                     "remaining_usd": usd(max(0, limit - u - r)),
                     "used_fraction": round(u / limit, 4) if limit else 1.0,

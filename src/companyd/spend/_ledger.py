@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from companyd._frozen import Frozen
 from companyd._sqlite import Database, Migration, SchemaTooNew, store_errors, transaction
-from companyd.admin import format_usd, usd_places
+from companyd.admin import one_usd
 from companyd.errors import CompanydError
 from companyd.llm import Usage
 from companyd.storage import (
@@ -265,11 +265,11 @@ def usd_str(usd: Decimal) -> str:
 
 
 def usd_said(usd: Decimal | float, minimum: int = 2) -> str:
-    """Dollars in a message the founder reads (a refusal, a pause's reason, an alert), as the
-    spend CLI prints them (:func:`companyd.admin.format_usd`): at least ``minimum`` decimals,
-    more when needed so a non-zero amount never reads as zero, thousands separated.
+    """Dollars in a message the founder reads (a refusal, a pause's reason, an alert):
+    exact to a millionth, at least ``minimum`` decimals, thousands separated
+    (:func:`companyd.admin.one_usd`) — a budget of $0.0068 is never "$0.01".
     """
-    return format_usd(usd, usd_places([usd], minimum=minimum))
+    return one_usd(usd, minimum)
 
 
 class CallRow(Frozen):

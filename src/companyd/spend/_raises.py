@@ -21,6 +21,10 @@ __all__ = ["MAX_RAISE_USD", "check_bound", "check_scope", "parse_amount"]
 MAX_RAISE_USD = Decimal(1_000_000)
 
 
+#: The smallest raise: a millionth of a dollar, the precision money is printed with.
+_LEAST = Decimal("0.000001")
+
+
 def parse_amount(usd: Decimal | float) -> Decimal:
     """The raise in USD.
 
@@ -34,6 +38,11 @@ def parse_amount(usd: Decimal | float) -> Decimal:
     if not amount.is_finite() or amount <= 0:
         raise SpendError(
             f"a budget raise must be a positive amount of USD such as 5 or 2.50, got {str(usd)!r}"
+        )
+    if amount < _LEAST:
+        # money is kept and printed to a millionth: a smaller raise would read "$0.000000"
+        raise SpendError(
+            f"a budget raise must be at least $0.000001 (a millionth of a dollar), got {str(usd)!r}"
         )
     return amount
 

@@ -11,7 +11,7 @@ from datetime import date
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from companyd.admin import format_usd, table_places
+from companyd.admin import format_usd, one_usd, table_places
 from companyd.spend._periods import parse_period
 
 if TYPE_CHECKING:  # TypedDicts: their module imports pydantic (`companyd spend`, issue 31)
@@ -191,7 +191,8 @@ def format_budget_report(report: Mapping[str, Any]) -> str:
     for b in report["budgets"]:
         who = "company" if b["agent"] is None else str(b["agent"])
         if b["period"] is None:
-            notes.append(f"{who}: {b['note']} (today {_money(b['used_today_usd'], places)})")
+            # said on its own, exact: never a false zero beside the table
+            notes.append(f"{who}: {b['note']} (today {one_usd(b['used_today_usd'], places)})")
             continue
         limit = _money(b["limit_usd"], places)
         if b.get("raised_today_usd"):
