@@ -24,10 +24,11 @@ import yaml
 from companyd.admin import AdminError, ResultDelivery
 from companyd.admin._results import AskAnswer, Resumed
 from companyd.alerts._deliver import DeliveryLog
+from companyd.alerts._desk_messages import DeskDecisions
 from companyd.alerts._service import EDIT_INTERVAL, AlertService
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config
-from companyd.events import EventBus, RoutineResult
+from companyd.events import EventBus, FounderDecided, RoutineResult
 from companyd.testing.bot_api import BotApiServer, DownMode, SentMessage
 
 TOKEN = "123456789:AAH-alerts-test-secret-0123456789abcdef"
@@ -346,6 +347,7 @@ class Harness:
         connected: bool = True,
         before_run: Callable[[], object] | None = None,
         deliveries: DeliveryLog | None = None,
+        desk: DeskDecisions | None = None,
     ) -> AsyncIterator[tuple[AlertService, Ctx]]:
         cfg = config or make_config(self.tmp_path, self.server.url)
         svc = AlertService(
@@ -355,6 +357,7 @@ class Harness:
             admin=self.admin,
             clock=self.clock,
             deliveries=deliveries,
+            desk=desk,
         )
         if before_run is not None:
             before_run()
@@ -749,6 +752,53 @@ async def test_an_item_decided_after_its_reminder_loses_its_buttons_in_both_mess
     for message in (asked, reminder):
         assert message.text.endswith("✔ expired: no answer in time at 09:00"), message.text
     assert len(h.bot_messages()) == 2  # edited, nothing new sent
+
+
+@pytest.mark.anyio
+async def test_an_item_decided_while_the_pager_was_down_loses_its_buttons_at_its_start(
+    tmp_path: Path, token_env: None
+) -> None:
+    """`companyd approve` with the daemon stopped publishes its decision to no pager: at
+    its next start the pager reads the desk and edits the item's message, which would
+    otherwise offer Approve / Reject for good (docs/desk.md, "Decided anywhere").
+    """
+
+    class Desk:
+        def __init__(self, decided: list[FounderDecided]) -> None:
+            self.items = {e.item_id: e for e in decided}
+            self.asked: list[list[str]] = []
+
+        async def decided(self, item_ids: Sequence[str]) -> list[FounderDecided]:
+            self.asked.append(list(item_ids))
+            return [self.items[i] for i in item_ids if i in self.items]
+
+    item: dict[str, Any] = {"item_id": "ap-1", "agent": "cfo", "run_id": "run-1"}
+    async with harness(tmp_path) as h:
+        async with h.service():
+            h.bus.emit("founder_approval_requested", "agent/cfo", **item, tool="pay_invoice")
+            h.bus.emit("founder_approval_requested", "agent/cfo", **{**item, "item_id": "ap-2"})
+            await h.until(lambda: len(h.bot_messages()) == 2)
+        asked, other = h.bot_messages()
+        assert asked.reply_markup and other.reply_markup
+        decided = FounderDecided(
+            source="agent/cfo",
+            ts=1_800_000_000.0 + 1_800,  # 08:30 UTC, while the pager was down
+            item_kind="approval",
+            state="approved",
+            by="root",
+            via="cli",
+            **item,
+        )
+        desk = Desk([decided])
+        async with h.service(desk=desk):
+            await h.until(lambda: not asked.reply_markup)
+        assert desk.asked == [["ap-1", "ap-2"]]  # one read of the desk, for both offers
+        assert asked.text.endswith("✔ approved by root via cli at 08:30"), asked.text
+        assert other.reply_markup  # still pending: still offered
+        assert len(h.bot_messages()) == 2  # edited, nothing new sent
+        async with h.service(desk=desk):  # a later start has nothing more to do
+            pass
+        assert desk.asked[-1] == ["ap-2"]
 
 
 # ---------------------------------------------------------------------------------------

@@ -516,3 +516,33 @@ async def test_one_reminder_at_three_quarters_of_the_time_not_repeated_after_a_r
         await reopened.close()
     assert len(bus.recent({"founder_reminder"})) == 1
     assert len(bus.recent({"founder_approval_requested"})) == 1
+
+
+@pytest.mark.anyio
+async def test_the_pager_reads_the_decisions_made_without_it_as_their_events(
+    tmp_path: Path,
+) -> None:
+    # the daemon's ResultRecords answers the pager's start: which offered items were
+    # decided (a `companyd approve` with no daemon published to no pager)
+    from companyd.daemon._deliveries import ResultRecords
+    from companyd.runs import Journal
+
+    clock = ManualClock(start=1_800_000_000.0)
+    desk = _desk(tmp_path, clock)
+    journal = Journal(tmp_path / "runs.sqlite")
+    try:
+        decided, pending = await _approval(desk), await _approval(desk, key="run-1/tu-2")
+        clock.advance(60.0)
+        await desk.decide(decided.id, ItemState.APPROVED, by="root", via="cli")
+        records = ResultRecords(journal, desk, clock, lambda: 30.0)
+        (event,) = await records.decided([decided.id, pending.id, "ap-gone"])
+        assert (event.item_id, event.state, event.by, event.via) == (
+            decided.id,
+            "approved",
+            "root",
+            "cli",
+        )
+        assert event.ts == 1_800_000_060.0 and event.item_kind == "approval"
+    finally:
+        await journal.close()
+        await desk.close()

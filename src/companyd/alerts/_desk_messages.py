@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Protocol
 
 from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._outbox import AlertRecord, Delivery
 from companyd.events import FounderDecided, RoutineResult
 
-__all__ = ["DECISION_ACTIONS", "DeskMessages", "alert_of"]
+__all__ = ["DECISION_ACTIONS", "DeskDecisions", "DeskMessages", "alert_of"]
 
 #: The buttons that decide an item: gone once it is decided.
 DECISION_ACTIONS = frozenset({"approve", "reject", "changes"})
@@ -72,6 +73,18 @@ async def alert_of(
     return rec
 
 
+class DeskDecisions(Protocol):
+    """The founder's desk as the pager reads it at start (the daemon's:
+    :class:`companyd.daemon._deliveries.ResultRecords`).
+    """
+
+    async def decided(self, item_ids: Sequence[str]) -> list[FounderDecided]:
+        """The items among ``item_ids`` no longer pending, each as the ``founder_decided``
+        event its decision published (stamped with the time of the decision).
+        """
+        ...
+
+
 class DeskMessages:
     """Keeps the desk's messages true to the founder's decisions (see module docstring).
 
@@ -104,6 +117,27 @@ class DeskMessages:
             self._book.rerender(rec)
             out.append(rec)
         return out
+
+    async def catch_up(self, desk: DeskDecisions) -> list[AlertRecord]:
+        """The items' messages that still offer decision buttons for an item decided while
+        the pager was not running (``companyd approve`` with the daemon stopped, or an
+        event lost to a kill): each edited as :meth:`decided` would have (rendered, not
+        saved). Reads the outbox and the desk once: for the start.
+        """
+        store = self._book.store
+        if store is None:
+            return []
+        offered: list[str] = []
+        for rec in await store.of_kinds(ITEM_KINDS):
+            item = rec.data.get("item_id")
+            buttons = any(b.get("action") in DECISION_ACTIONS for b in rec.buttons)
+            if buttons and isinstance(item, str) and item not in offered:
+                offered.append(item)
+        out: dict[int, AlertRecord] = {}
+        for event in await desk.decided(offered) if offered else []:
+            for rec in await self.decided(event):
+                out[rec.id] = rec
+        return list(out.values())
 
     async def next_round(self, rec: AlertRecord) -> None:
         """Make ``rec`` (a result's round 2…, naming the round it ``follows``) a reply to

@@ -44,7 +44,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -579,6 +579,12 @@ class AlertStore:
         row = conn.execute(f"{_ROW} WHERE {where} ORDER BY id DESC LIMIT 1", args).fetchone()
         return AlertRecord.from_row(row) if row else None
 
+    def _of_kinds_sync(self, conn: Connection, kinds: Sequence[str]) -> list[AlertRecord]:
+        marks = ", ".join("CAST(? AS TEXT)" if self.shared else "?" for _ in kinds)
+        kind = "CAST(body AS jsonb) ->> 'kind'" if self.shared else "json_extract(body, '$.kind')"
+        rows = conn.execute(f"{_ROW} WHERE {kind} IN ({marks}) ORDER BY id", tuple(kinds))
+        return [AlertRecord.from_row(row) for row in rows]
+
     def _claim_sync(self, conn: Connection, alert_id: int, chat_id: int, now: float) -> Claim:
         with transaction(conn):
             held = conn.execute(
@@ -744,6 +750,12 @@ class AlertStore:
         the rare lookups of the founder's decisions, not for each event.
         """
         return await self._run(self._find_sync, field, value, kind)
+
+    async def of_kinds(self, kinds: Sequence[str]) -> list[AlertRecord]:
+        """Every alert kept (settled or not) of one of ``kinds``, oldest first. Reads the
+        whole table: once at start, not for each event.
+        """
+        return await self._run(self._of_kinds_sync, kinds) if kinds else []
 
     async def prune_threads(self, before: float) -> int:
         """Forget which run a message showed, for messages sent before ``before``; returns

@@ -65,7 +65,7 @@ from companyd.alerts._channels import AppriseTarget, Fanout, channel_url
 from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._commands import Commands
 from companyd.alerts._deliver import DeliveryLog, MemoryPort, Results
-from companyd.alerts._desk_messages import DeskMessages
+from companyd.alerts._desk_messages import DeskDecisions, DeskMessages
 from companyd.alerts._link import FLUSH_TIMEOUT, Link
 from companyd.alerts._notify import notify_failure, unit_facts
 from companyd.alerts._outbound import OutboundQueue, Target
@@ -125,6 +125,8 @@ class AlertService:
             (docs/storage.md).
         deliveries: where each result's deliveries are recorded and an undelivered result
             kept (the run journal and the founder's desk; None: the log only).
+        desk: the founder's desk, read at each start for the items decided while the
+            pager was not running, so their messages lose their buttons (None: not read).
     """
 
     def __init__(
@@ -138,6 +140,7 @@ class AlertService:
         memory: MemoryPort | None = None,
         backend: Backend = SQLITE,
         deliveries: DeliveryLog | None = None,
+        desk: DeskDecisions | None = None,
     ) -> None:
         self._config = config
         #: the Telegram settings the current run of the pager started with (it reads them
@@ -160,6 +163,7 @@ class AlertService:
         self._sender.on_sent = self._results.sent
         self._sender.on_refused = self._results.refused
         self._desk = DeskMessages(self._book)
+        self._desk_read = desk
         # webhooks out (docs/webhooks.md): a reload applies their settings (update_config),
         # unlike Telegram's, which wait for the pager's next start
         self._webhooks = Webhooks(
@@ -455,6 +459,7 @@ class AlertService:
             records, next_id = await store.load_active(now)
             self._book.load(records, next_id, now)
             await store.prune(now - RETENTION)
+            await self._catch_up_decisions()
             link = Link(
                 settings,
                 clock=self._clock,
@@ -548,6 +553,24 @@ class AlertService:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(FLUSH_TIMEOUT):
                 await self._sender.deliver_pass()
+
+    async def _catch_up_decisions(self) -> None:
+        """Edit the messages of the items decided while the pager did not run (a
+        ``companyd approve`` with the daemon stopped): they would offer their buttons for
+        good. A desk that cannot be read leaves them as they are (logged).
+        """
+        if self._desk_read is None:
+            return
+        try:
+            caught = await self._desk.catch_up(self._desk_read)
+        except Exception:
+            log.exception("alerts: could not read the founder's decisions made meanwhile")
+            return
+        if caught:
+            await self._book.save(*caught)
+            for rec in caught:
+                rec.persisted = True
+            log.info("alerts: %d message(s) updated for decisions made meanwhile", len(caught))
 
     # -- events → alerts ----------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Any
 from companyd.admin import ResultDelivery
 from companyd.clock import Clock
 from companyd.desk import Desk, ItemKind
+from companyd.events import FounderDecided
 from companyd.runs import Journal
 
 __all__ = ["KEPT_DAYS", "ResultRecords"]
@@ -54,6 +55,34 @@ class ResultRecords:
     async def records(self, run_ids: Sequence[str]) -> Mapping[str, Sequence[ResultDelivery]]:
         """The delivery records of ``run_ids``, from the run journal."""
         return await self._journal.deliveries(run_ids)
+
+    async def decided(self, item_ids: Sequence[str]) -> list[FounderDecided]:
+        """The items among ``item_ids`` the founder decided (or that expired or were
+        withdrawn), as their ``founder_decided`` events, stamped when decided (the pager's
+        :class:`~companyd.alerts._desk_messages.DeskDecisions`).
+        """
+        if self._desk is None:
+            return []
+        out: list[FounderDecided] = []
+        for item_id in item_ids:
+            item = await self._desk.get(item_id)
+            if item is None or item.pending:
+                continue
+            out.append(
+                FounderDecided(
+                    source=f"agent/{item.agent}",
+                    ts=item.decided if item.decided is not None else self._clock.time(),
+                    item_id=item.id,
+                    item_kind=str(item.kind),
+                    agent=item.agent,
+                    run_id=item.run_id,
+                    state=str(item.state),
+                    by=item.decided_by,
+                    via=item.via,
+                    routine=item.routine,
+                )
+            )
+        return out
 
     async def keep(self, data: Mapping[str, Any], reason: str) -> str | None:
         """Keep the result ``data`` (a ``routine_result``'s) in the inbox; its item id."""

@@ -232,6 +232,12 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
             tracer=self.tracer,
             offline=offline,
         )
+        records = ResultRecords(
+            self.journal,
+            None if oneoff else self.desk,
+            self.clock,
+            lambda: float(self.config.spec.retention.runs_days),
+        )
         self.alerts = AlertService(
             config,
             state_dir,
@@ -240,12 +246,8 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
             clock=self.clock,
             memory=self.memory,
             backend=self.storage,
-            deliveries=ResultRecords(
-                self.journal,
-                None if oneoff else self.desk,
-                self.clock,
-                lambda: float(self.config.spec.retention.runs_days),
-            ),
+            deliveries=records,
+            desk=records,
         )
         self._backup_lock = asyncio.Lock()
         self.scheduler = RoutineScheduler(
