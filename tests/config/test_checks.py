@@ -270,8 +270,9 @@ def test_a_colleague_that_cannot_ask_the_founder_is_no_clash() -> None:
 
 
 def test_a_budget_smaller_than_one_call_is_a_warning() -> None:
-    """A budget below one call's output alone (max_output_tokens at the model's output
-    price): the call's worst case is set aside first, so every call would be refused with
+    """A budget below the least one call can cost (max_output_tokens at the model's output
+    price, and the input no call goes without: the agent's instructions and the memory
+    tools): the call's worst case is set aside first, so every call would be refused with
     nothing spent — the founder would read "reached its daily budget: $0.00 of $0.03".
     """
     own = load(
@@ -282,11 +283,19 @@ def test_a_budget_smaller_than_one_call_is_a_warning() -> None:
     )
     assert [str(w) for w in own.warnings] == [
         "c.yaml:9:25: warning: agents.ceo.budget.daily_usd: ceo's daily budget of $0.03 is less "
-        "than one call of ceo can cost ($0.0410: 4,096 output tokens at claude-sonnet-5-5's "
-        "$10/M, before its input); a call's worst case is set aside before it is sent, so "
-        "every call of ceo would be refused with nothing spent; raise the budget, or lower "
+        "than one call of ceo can cost ($0.0613: 4,096 output tokens, $0.0409, and at least "
+        "5,109 input tokens for its instructions and tools, $0.0204, at claude-sonnet-5-5's "
+        "prices); a call's worst case is set aside before it is sent, so every call of ceo "
+        "would be refused with nothing spent; raise the budget, or lower "
         "model.max_output_tokens"
     ]
+    # above the output alone ($0.041) but not the input too: every call was refused,
+    # "budget exhausted" at $0.00 spent, and validate said nothing
+    between = MINIMAL.replace("Lead.", "Lead.\n    budget: {daily_usd: 0.05}")
+    (warning,) = load(between).warnings
+    assert "ceo's daily budget of $0.05 is less than one call of ceo can cost ($0.0613" in str(
+        warning
+    )
     # the company's names the agents it cannot serve; the defaults' those that use them
     shared = load(
         MINIMAL.replace(
@@ -297,16 +306,31 @@ def test_a_budget_smaller_than_one_call_is_a_warning() -> None:
     )
     assert [str(w) for w in shared.warnings] == [
         "c.yaml:4:23: warning: company.budget.daily_usd: the company's daily budget of $0.04 "
-        "is less than one call of ceo, cfo can cost (at least $0.2000, before its input); a "
+        "is less than one call of ceo, cfo can cost (at least $0.2510); a "
         "call's worst case is set aside before it is sent, so every call of ceo, cfo would "
         "be refused with nothing spent; raise the budget, or lower model.max_output_tokens",
         "c.yaml:6:39: warning: defaults.budget.monthly_usd: the default monthly budget of "
-        "$0.02 is less than one call of ceo, cfo can cost (at least $0.2000, before its "
-        "input); a call's worst case is set aside before it is sent, so every call of ceo, "
-        "cfo would be refused with nothing spent; raise the budget, or lower "
-        "model.max_output_tokens",
+        "$0.02 is less than one call of ceo, cfo can cost (at least $0.2510); a call's worst "
+        "case is set aside before it is sent, so every call of ceo, cfo would be refused "
+        "with nothing spent; raise the budget, or lower model.max_output_tokens",
     ]
     # a budget that holds a call (and an unlimited one) says nothing
     assert load(MINIMAL).warnings == ()
     roomy = MINIMAL.replace("  budget: {daily_usd: 5}", "  budget: unlimited")
-    assert load(roomy.replace("Lead.", "Lead.\n    budget: {daily_usd: 0.05}")).warnings == ()
+    assert load(roomy.replace("Lead.", "Lead.\n    budget: {daily_usd: 0.07}")).warnings == ()
+
+
+def test_the_input_floor_of_a_budget_check_stays_under_the_real_tools() -> None:
+    # the warning's least input must never exceed what a call really reserves: the memory
+    # tools every agent is offered, as the API gets them, are at least TOOLS_FLOOR_BYTES
+    import json
+
+    from companyd.agents._tools import memory_tools
+    from companyd.config._checks import TOOLS_FLOOR_BYTES
+
+    api = [
+        {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
+        for t in memory_tools(None)  # type: ignore[arg-type]  # definitions only, no calls
+    ]
+    size = len(json.dumps(api, ensure_ascii=False).encode("utf-8"))
+    assert TOOLS_FLOOR_BYTES <= size < TOOLS_FLOOR_BYTES * 1.25, size

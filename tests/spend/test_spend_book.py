@@ -655,3 +655,26 @@ def test_the_budget_tables_note_says_a_small_spend_as_it_is() -> None:
     assert text.splitlines()[-1] == (
         "ops: no budget of its own; only the company budget applies (today $0.000042)"
     )
+
+
+@pytest.mark.anyio
+async def test_a_call_larger_than_the_whole_budget_is_refused_as_too_small_not_exhausted(
+    tmp_path: Path, bus: EventBus
+) -> None:
+    # nothing spent, and the reset changes nothing: "exhausted … resets at" misled
+    book = book_for(tmp_path, bus, ManualClock(), company="{daily_usd: 1.0}")
+    async with running(book):
+        with pytest.raises(BudgetExhausted) as refused:
+            await reserve(book, "cfo", 2_000_000)  # $2 of unit-model input
+        assert str(refused.value) == (
+            "the company's daily budget of $1.00 is too small for one call: this call could "
+            "cost up to $2.0000, more than the whole budget — raise today's budget, increase "
+            "it in company.yaml, or lower model.max_output_tokens"
+        )
+        await book.flush()
+    (event,) = events(bus, "budget_exhausted")
+    from companyd.alerts._render_kinds import render
+
+    rendered, _ = render("budget_exhausted", event.data, "spend", {}, ["cfo"])
+    assert rendered.title == "the company's daily budget is too small for one call"
+    assert rendered.lines[-1].startswith("no call fits until the budget is raised")

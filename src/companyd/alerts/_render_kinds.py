@@ -396,11 +396,17 @@ def _paused_list(data: Data) -> list[str]:
 
 
 def _budget_exhausted(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
-    title = f"{_budget_who(data)} reached its {_period(data)} budget"
+    needed, limit = num(data.get("needed_usd")), num(data.get("limit_usd"))
+    if needed is not None and limit is not None and needed > limit:
+        # not "reached": no call fits even in the whole budget, and waiting for the reset
+        # changes nothing ("$0.00 of $0.05 … reached" read as a contradiction)
+        title = f"{_budget_who(data)}'s {_period(data)} budget is too small for one call"
+    else:
+        title = f"{_budget_who(data)} reached its {_period(data)} budget"
     lines = []
     if has(data, "used_usd") or has(data, "limit_usd"):
         lines.append(usd_of(data.get("used_usd"), data.get("limit_usd")))
-    needed, left = num(data.get("needed_usd")), num(data.get("remaining_usd"))
+    left = num(data.get("remaining_usd"))
     if needed is not None and left is not None:
         # why, in the founder's terms: a call's worst case is set aside before it is sent,
         # so a budget can refuse with little (or nothing) spent — "$0.00 of $0.02" alone
@@ -414,7 +420,13 @@ def _budget_exhausted(data: Data, source: str, counts: Mapping[str, int]) -> Ren
     # runtime pauses exactly that agent (roles.agent), so that is who the operator resumes.
     lines += _paused_list(data) or line("paused", data, "asked_by")
     lines += line("resets", data, "resets_at", when)
-    lines.append("new runs wait until the budget resets or is raised")
+    if needed is not None and limit is not None and needed > limit:
+        lines.append(
+            "no call fits until the budget is raised (companyd raise-budget, or company.yaml) "
+            "or model.max_output_tokens is lowered"
+        )
+    else:
+        lines.append("new runs wait until the budget resets or is raised")
     return Rendered(title=title, lines=tuple(lines))
 
 

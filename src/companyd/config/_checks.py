@@ -604,12 +604,14 @@ def check_budgets_cover_a_call(spec: CompanyFile, rep: Report) -> None:
             continue
         model = agent.model or spec.defaults.model
         price, _ = table.lookup(model.primary)
-        floor = price.worst_case(0, model.max_output_tokens)
-        rate = floor * 1_000_000 / model.max_output_tokens
+        prompt = input_floor(agent.instructions, spec.company.context)
+        out_cost = price.worst_case(0, model.max_output_tokens)
+        floor = price.worst_case(prompt, model.max_output_tokens)
         floors[slug] = (
             floor,
-            f"{model.max_output_tokens:,} output tokens at {model.primary}'s "
-            f"${rate.normalize():f}/M",
+            f"{model.max_output_tokens:,} output tokens, {_down(out_cost)}, and at least "
+            f"{prompt:,} input tokens for its instructions and tools, "
+            f"{_down(floor - out_cost)}, at {model.primary}'s prices",
         )
     periods = (("daily_usd", "daily"), ("monthly_usd", "monthly"))
     by_defaults: dict[str, list[str]] = {}
@@ -640,6 +642,40 @@ def check_budgets_cover_a_call(spec: CompanyFile, rep: Report) -> None:
             _budget_too_small(rep, ("company", "budget", key), name, limit, short, floors)
 
 
+def _down(usd: Decimal) -> str:
+    """A least cost to four decimals, rounded down (``$0.0613``): what it says is a floor."""
+    from decimal import ROUND_FLOOR, Decimal
+
+    from companyd.admin import format_usd
+
+    return format_usd(usd.quantize(Decimal("0.0001"), rounding=ROUND_FLOOR), 4)
+
+
+#: The least the tools offered to every agent add to a call's input, in bytes of their
+#: definitions as the API gets them: the memory family (agents._tools.memory_tools,
+#: 4,275 bytes; tests/config/test_budget_checks.py keeps this at or under it, so the
+#: warning never fires for a call that would fit).
+TOOLS_FLOOR_BYTES = 4_000
+
+
+def input_floor(instructions: str | None, context: str | None) -> int:
+    """The fewest input tokens any call of an agent is reserved for before it is sent
+    (:func:`companyd.llm.estimate_input_tokens`, which counts a byte as a token): its
+    instructions and the company's context in the system prompt, the memory tools, one
+    message and the request's own overhead — less than the real prompt, never more.
+    """
+    from companyd.llm._model import MESSAGE_OVERHEAD, REQUEST_OVERHEAD, TOOLS_OVERHEAD
+
+    text = (instructions or "") + (context or "")
+    return (
+        len(text.encode("utf-8"))
+        + TOOLS_FLOOR_BYTES
+        + TOOLS_OVERHEAD
+        + MESSAGE_OVERHEAD
+        + REQUEST_OVERHEAD
+    )
+
+
 def _budget_too_small(
     rep: Report,
     path: Path_,
@@ -651,13 +687,17 @@ def _budget_too_small(
     """The warning of :func:`check_budgets_cover_a_call` at ``path``: budget ``name`` of
     ``limit`` dollars holds no call of ``slugs`` (``floors``: each one's least call).
     """
+    from companyd.admin import one_usd
+
     who = ", ".join(slugs)
     least = min(floors[s][0] for s in slugs)
-    cost = f"${least:.4f}: {floors[slugs[0]][1]}" if len(slugs) == 1 else f"at least ${least:.4f}"
+    cost = (
+        f"{_down(least)}: {floors[slugs[0]][1]}" if len(slugs) == 1 else f"at least {_down(least)}"
+    )
     rep.warn(
         path,
-        f"{name} of ${limit:g} is less than one call of {who} can cost ({cost}, before its "
-        "input); a call's worst case is set aside before it is sent, so every "
+        f"{name} of {one_usd(limit)} is less than one call of {who} can cost ({cost}); a "
+        "call's worst case is set aside before it is sent, so every "
         f"call of {who} would be refused with nothing spent; raise the budget, or lower "
         "model.max_output_tokens",
     )

@@ -277,9 +277,9 @@ class SpendLimitReached(ModelError):
 
 
 # Upper-bound estimate constants (see estimate_input_tokens).
-_REQUEST_OVERHEAD = 64
-_MESSAGE_OVERHEAD = 16
-_TOOLS_OVERHEAD = 1024
+REQUEST_OVERHEAD = 64
+MESSAGE_OVERHEAD = 16
+TOOLS_OVERHEAD = 1024
 _IMAGE_TOKENS = 2000
 
 
@@ -312,8 +312,8 @@ def estimate_input_tokens(request: ModelRequest) -> int:
     images = _count_images(payload["messages"])
     return (
         size
-        + _REQUEST_OVERHEAD
-        + _MESSAGE_OVERHEAD * len(request.messages)
-        + (_TOOLS_OVERHEAD if request.tools else 0)
+        + REQUEST_OVERHEAD
+        + MESSAGE_OVERHEAD * len(request.messages)
+        + (TOOLS_OVERHEAD if request.tools else 0)
         + _IMAGE_TOKENS * images
     )

@@ -65,6 +65,16 @@ class BudgetExhausted(CompanydError):
         places = usd_places([needed_usd, remaining_usd], minimum=RUN_COST_PLACES)
         said = resets_said or resets_at
         when = f"; it resets at {said}" if said else ""
+        if limit_usd is not None and needed_usd > limit_usd:
+            # no call fits even in the whole budget: "exhausted", and waiting for the
+            # reset, would mislead (nothing need have been spent)
+            super().__init__(
+                f"{whose} {which} budget{limit} is too small for one call: this call could "
+                f"cost up to {format_usd(needed_usd, places)}, more than the whole budget — "
+                "raise today's budget, increase it in company.yaml, or lower "
+                "model.max_output_tokens"
+            )
+            return
         super().__init__(
             f"{whose} {which} budget{limit} is exhausted: this call could cost up to "
             f"{format_usd(needed_usd, places)} but only {format_usd(remaining_usd, places)} "
