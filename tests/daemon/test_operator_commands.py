@@ -243,3 +243,17 @@ async def test_doctor_checks_the_state_directory_of_the_daemon_running_the_file(
         assert repr(str(work / "s")) in checks["state-dir"]["summary"], checks["state-dir"]
         assert not (work / "state").exists()
         await daemon.stop()
+
+
+def test_status_names_what_paused_an_agent_not_the_operator_for_every_pause() -> None:
+    # agents paused by the Anthropic organisation's spend limit read "paused (operator)"
+    from companyd.daemon._operator import pause_label
+
+    reasons = {
+        "operator": "operator",
+        "budget: the company's daily budget of $1.00 is exhausted: …": "budget",
+        "Anthropic API spend limit reached": "API spend limit",
+        "Anthropic API key refused (HTTP 401)": "API key refused",
+        "state disk full: writes failing (OSError: …); free space …": "disk full",
+    }
+    assert {reason: pause_label(reason) for reason in reasons} == reasons

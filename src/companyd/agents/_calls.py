@@ -181,10 +181,8 @@ class ModelCaller:
                 raise RunEnded(RunStatus.BUDGET_EXHAUSTED, str(exc)) from None
             except SpendLimitReached as exc:
                 staff.api_spend_limit(str(exc))
-                raise RunEnded(
-                    RunStatus.BUDGET_EXHAUSTED,
-                    f"the Anthropic organisation's API spend limit is reached: {exc}",
-                ) from None
+                # its message says it all: "the Anthropic organisation's API spend limit…"
+                raise RunEnded(RunStatus.BUDGET_EXHAUSTED, str(exc)) from None
             except ModelAuthFailed as exc:
                 # Not this task's fault and not worth another model: stop every agent once.
                 staff.api_key_refused(str(exc))

@@ -990,11 +990,29 @@ async def _asked_in(
             return event, chain
 
 
+def pause_label(reason: str) -> str:
+    """The short word status shows for a pause (``paused (budget)``) from its reason as the
+    staff keeps it: the operator's own, a budget's refusal, the Anthropic organisation's
+    spend limit, a refused API key, a full state disk — never "operator" for a pause no
+    operator made.
+    """
+    if reason == "operator":
+        return "operator"
+    if reason.startswith("budget"):
+        return "budget"
+    if "spend limit" in reason:
+        return "API spend limit"
+    if "key refused" in reason:
+        return "API key refused"
+    if reason.startswith("state disk full"):
+        return "disk full"
+    return reason.split(":", 1)[0][:40]
+
+
 def _mark_paused(node: dict[str, Any], paused: Mapping[str, str]) -> None:
     if node.get("kind") == "worker" and node.get("id") in paused and node.get("state") == "running":
         node["state"] = "paused"
-        reason = paused[node["id"]]
-        node["pause_reason"] = "budget" if reason.startswith("budget") else "operator"
+        node["pause_reason"] = pause_label(paused[node["id"]])
     for child in node.get("children", ()):
         _mark_paused(child, paused)
 
