@@ -101,6 +101,14 @@ async def test_cli_actions_that_change_state_are_recorded_via_cli(work: Path) ->
         assert ran["message"].startswith("ran routine weekly-numbers: ok (run-")
         asked = daemon.events("operator_action")[5]["data"]
         assert asked["message"].startswith("ask cfo: ok (run-")
+        # asked of a paused agent: nothing ran — recorded not done, and why
+        assert (await daemon.cli("pause", "cfo")).rc == 0
+        refused = await daemon.cli("ask", "cfo", "Still there?")
+        assert refused.rc == 1 and "paused" in refused.err, refused.err
+        assert actions(daemon)[-1] == ("ask", "cfo", "cli", False)
+        said = daemon.events("operator_action")[-1]["data"]["message"]
+        assert said.startswith("ask cfo: cancelled: agent 'cfo' is paused"), said
+        assert (await daemon.cli("resume", "cfo")).rc == 0
         # asked in the first instant of a stop (its agents told to drain, the socket still
         # up): nothing is started, the caller is told so with exit 75, recorded not done
         assert daemon.daemon is not None

@@ -43,10 +43,17 @@ async def recorded(bus: EventBus, action: str, target: str, via: str, work: Awai
         publish_action(bus, action, target, via, ok=False, message=str(exc))
         raise
     status, run_id = getattr(result, "status", None), getattr(result, "run_id", None)
-    message = getattr(result, "message", "") or f"{action} {target}: " + (
-        f"{status} ({run_id})" if status and run_id else "done"  # a run's outcome (``ask``)
-    )
+    reason = getattr(result, "reason", None)
     ok = getattr(result, "applied", True) is not False
+    if status and not run_id:
+        # a run's outcome (``ask``) with no run: refused before anything ran (a paused
+        # agent, a budget) — not done, and why
+        ok = False
+    said = "done"
+    if status:
+        said = f"{status} ({run_id})" if run_id else str(status)
+        said += f": {reason}" if reason and not run_id else ""
+    message = getattr(result, "message", "") or f"{action} {target}: {said}"
     publish_action(bus, action, target, via, ok=ok, message=message)
     return result
 
