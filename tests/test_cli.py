@@ -118,6 +118,13 @@ def test_init_reports_an_unwritable_target_without_a_traceback(tmp_path: Path) -
     rc, _, err = run("init", str(blocker / "sub"))
     assert rc == 1
     assert err.startswith(f"companyd: cannot write {blocker / 'sub' / 'company.yaml'}: ")
+    # a file named as DIR: said so ("File exists; check that the directory is writable")
+    rc, _, err = run("init", str(blocker))
+    assert (rc, blocker.read_text()) == (1, "x")
+    assert err == (
+        f"companyd: {blocker} is a file, not a directory; give `companyd init` the directory "
+        "to write company.yaml into (e.g. `companyd init .`)\n"
+    )
 
 
 # -- show-config ------------------------------------------------------------------------

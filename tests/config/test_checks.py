@@ -26,11 +26,12 @@ def test_instructions_file_is_loaded_relative_to_the_company_file(tmp_path: Path
 
 
 def test_instructions_file_that_is_not_utf8_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / "cfo.md").write_bytes(b"caf\xe9")
+    (tmp_path / "cfo.md").write_bytes(b"Cash first.\ncaf\xe9")
     lines = errors(MINIMAL.replace("instructions: Count.", "instructions_file: cfo.md"), tmp_path)
     assert lines == [
-        "c.yaml:12:24: agents.cfo.instructions_file: expected UTF-8 text in 'cfo.md', got the "
-        "byte at offset 3"
+        f"c.yaml:12:24: agents.cfo.instructions_file: expected UTF-8 text in 'cfo.md' "
+        f"({tmp_path / 'cfo.md'}), got the byte 0xe9 at line 2, column 4; save the file as "
+        "UTF-8 (in most editors: 'Save with encoding')"
     ]
 
 

@@ -185,3 +185,12 @@ def test_a_comment_that_reads_like_text_is_a_warning() -> None:
         assert load(MINIMAL.replace("name: Acme", line, 1)).warnings == (), line
     quoted = load(MINIMAL.replace("name: Acme", 'name: "Acme #1"', 1))
     assert quoted.name == "Acme #1"
+
+
+def test_a_bracket_left_open_at_the_end_is_named_on_its_own_line() -> None:
+    # PyYAML's context mark for "a flow node" is where the value was expected (the line
+    # after), not the bracket: the hint named the wrong line
+    text = MINIMAL + "notes: [\n"
+    line = text.count("\n")  # the bracket's line, 1-based
+    (message,) = errors(text)
+    assert message.endswith(f"(is the '{{' or '[' on line {line} left unclosed?)"), message

@@ -506,6 +506,11 @@ def _issue_dict(issue: Any) -> dict[str, Any]:
 def _init(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     target = directory / "company.yaml"
+    if directory.exists() and not directory.is_dir():
+        raise CompanydError(
+            f"{directory} is a file, not a directory; give `companyd init` the directory "
+            "to write company.yaml into (e.g. `companyd init .`)"
+        )
     if target.is_dir():
         raise CompanydError(f"{target} is a directory; move it away or choose another DIR")
     if target.exists() and not args.force:

@@ -498,7 +498,15 @@ def _read_instructions(ref: str, path: Path_, base: Path, rep: Report) -> str | 
             "instructions_file at a text file (relative to company.yaml)",
         )
     except UnicodeDecodeError as exc:
-        rep.add(path, f"expected UTF-8 text in {ref!r}, got the byte at offset {exc.start}")
+        data = exc.object[: exc.start]
+        line = data.count(b"\n") + 1
+        col = exc.start - (data.rfind(b"\n") + 1) + 1
+        rep.add(
+            path,
+            f"expected UTF-8 text in {ref!r} ({f}), got the byte 0x{exc.object[exc.start]:02x} "
+            f"at line {line}, column {col}; save the file as UTF-8 (in most editors: 'Save "
+            "with encoding')",
+        )
     except OSError as exc:
         rep.add(path, f"cannot read {ref!r} ({f}): {exc.strerror or exc}")
     except (ValueError, RuntimeError) as exc:  # a NUL byte; `~user` with no such user

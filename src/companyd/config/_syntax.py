@@ -136,10 +136,28 @@ def explain(exc: yaml.MarkedYAMLError, text: str) -> tuple[str, tuple[int, int]]
         ), (cm.line + 1, cm.column + 1)
     message = f"YAML syntax error: {problem}; fix the syntax at this position"
     if context.startswith("while parsing a flow") and cm:
-        message += f" (is the '{{' or '[' on line {cm.line + 1} left unclosed?)"
+        # "a flow node": the context mark is where the node was expected, not the bracket
+        line = _unclosed_bracket(text) if context == "while parsing a flow node" else None
+        line = cm.line if line is None else line
+        message += f" (is the '{{' or '[' on line {line + 1} left unclosed?)"
     elif context and cm and "single document" not in context:
         message += f" ({context} at line {cm.line + 1})"
     return message, at
+
+
+def _unclosed_bracket(text: str) -> int | None:
+    """The line (0-based) of the innermost ``[`` or ``{`` still open where the scanner
+    stops, if any.
+    """
+    opened: list[int] = []
+    with contextlib.suppress(yaml.YAMLError):
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if isinstance(token, yaml.FlowSequenceStartToken | yaml.FlowMappingStartToken):
+                opened.append(token.start_mark.line)
+            elif isinstance(token, yaml.FlowSequenceEndToken | yaml.FlowMappingEndToken):
+                if opened:
+                    opened.pop()
+    return opened[-1] if opened else None
 
 
 def _plain_start(text: str, line: int) -> int | None:
