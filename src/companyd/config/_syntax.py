@@ -154,9 +154,8 @@ def _unclosed_bracket(text: str) -> int | None:
         for token in yaml.scan(text, Loader=yaml.SafeLoader):
             if isinstance(token, yaml.FlowSequenceStartToken | yaml.FlowMappingStartToken):
                 opened.append(token.start_mark.line)
-            elif isinstance(token, yaml.FlowSequenceEndToken | yaml.FlowMappingEndToken):
-                if opened:
-                    opened.pop()
+            elif isinstance(token, yaml.FlowSequenceEndToken | yaml.FlowMappingEndToken) and opened:
+                opened.pop()
     return opened[-1] if opened else None
 
 
