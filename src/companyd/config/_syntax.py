@@ -137,9 +137,9 @@ def explain(exc: yaml.MarkedYAMLError, text: str) -> tuple[str, tuple[int, int]]
     message = f"YAML syntax error: {problem}; fix the syntax at this position"
     if context.startswith("while parsing a flow") and cm:
         # "a flow node": the context mark is where the node was expected, not the bracket
-        found = _unclosed_bracket(text) if context == "while parsing a flow node" else None
-        line = cm.line if found is None else found
-        message += f" (is the '{{' or '[' on line {line + 1} left unclosed?)"
+        bracket = _unclosed_bracket(text) if context == "while parsing a flow node" else None
+        opened_on = cm.line if bracket is None else bracket
+        message += f" (is the '{{' or '[' on line {opened_on + 1} left unclosed?)"
     elif context and cm and "single document" not in context:
         message += f" ({context} at line {cm.line + 1})"
     return message, at
