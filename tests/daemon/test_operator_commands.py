@@ -100,6 +100,8 @@ def test_read_commands_without_a_daemon_do_not_create_the_state_directory(
         ("approve", "prop-x"): (1, "no proposal 'prop-x'"),
         ("reject", "prop-x"): (1, "no proposal 'prop-x'"),
         ("revert", "prop-x"): (1, "no proposal 'prop-x'"),
+        # what the running agents were given: no daemon, exit 69 as every such command
+        ("tools",): (69, "no companyd daemon is running"),
     }
     for argv, (rc, said) in expected.items():
         done = companyd_here(*argv, *where)

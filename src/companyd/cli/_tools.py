@@ -69,13 +69,9 @@ def _tools(args: argparse.Namespace) -> int:
             agent=args.agent,
         )
 
-    def no_daemon() -> int:
-        raise CompanydError(
-            "no daemon is running: the tools are those the running agents were given; start "
-            "it (`companyd run`) and ask again"
-        )
-
-    return call_daemon(args, "tools", _print_tools, otherwise=no_daemon, agent=args.agent)
+    # the tools are those the running agents were given: with no daemon, exit 69 and where
+    # it was looked for, as every command that needs one (docs/daemon.md, "Exit codes")
+    return call_daemon(args, "tools", _print_tools, agent=args.agent)
 
 
 async def _approve_offline(args: argparse.Namespace, server: str) -> dict[str, Any]:
