@@ -262,3 +262,20 @@ def test_memory_path_of_company_yaml_is_relative_to_it(
     code, out, err = run(capsys, "memory", "search", "founder", "--json")
     assert code == 0, err
     assert [e["name"] for e in json.loads(out)["entities"]] == ["Ann"]
+
+
+def test_serve_mcp_refuses_a_file_that_is_not_a_graph_at_once(tmp_path: Path) -> None:
+    # no restart can make it a graph: one message, not five "crashed; restarting" first
+    other = tmp_path / "hostname"
+    other.write_text("myhost\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "companyd", "memory", "serve-mcp", "--file", str(other)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "restarting" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"companyd: memory file '{other}' is not a memory graph")
+    assert other.read_text(encoding="utf-8") == "myhost\n"

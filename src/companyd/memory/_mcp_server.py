@@ -48,7 +48,12 @@ from companyd._aio import race
 from companyd._heap import freeze_startup_heap
 from companyd.clock import Clock, SystemClock
 from companyd.events import Event, EventBus, MemoryRepaired
-from companyd.memory._errors import MemoryToolError, MemoryUnavailable
+from companyd.memory._errors import (
+    MemoryNotAGraph,
+    MemoryToolError,
+    MemoryUnavailable,
+    MemoryUnsafePath,
+)
 from companyd.memory._service import MemoryService
 from companyd.memory._tools import MUTATING_TOOLS, pretty, result_text, tool_definitions
 from companyd.supervision import StandaloneContext
@@ -189,13 +194,17 @@ async def _supervise(
     within: float = 60.0,
 ) -> None:
     """Run the owner, restarting it after a crash (the daemon's supervisor does this there):
-    at most ``max_restarts`` within ``within`` seconds, then give up (re-raise).
+    at most ``max_restarts`` within ``within`` seconds, then give up (re-raise). A file that
+    is not a graph, or an unsafe path, is raised at once: no restart can change it (the
+    daemon exits 78 on them).
     """
     crashes: list[float] = []
     while True:
         try:
             await service.run(ctx)
             return
+        except (MemoryNotAGraph, MemoryUnsafePath):
+            raise
         except Exception as exc:
             now = clock.monotonic()
             crashes = [t for t in crashes if now - t < within] + [now]
