@@ -259,3 +259,20 @@ def test_status_names_what_paused_an_agent_not_the_operator_for_every_pause() ->
         "state disk full: writes failing (OSError: …); free space …": "disk full",
     }
     assert {reason: pause_label(reason) for reason in reasons} == reasons
+
+
+@pytest.mark.anyio
+async def test_status_names_the_text_it_runs_so_a_touched_file_is_not_called_changed(
+    work: Path,
+) -> None:
+    import hashlib
+
+    cfg = write_company(work / "company.yaml")
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        said = (await daemon.call("status"))["daemon"]["config_sha256"]
+        assert said == hashlib.sha256(cfg.read_bytes()).hexdigest()
+        os.utime(cfg)  # touched: newer than the load, the same text
+        doctor = await daemon.cli("doctor", "--offline", "--json", timeout=120)
+        checks = {c["name"]: c for c in json.loads(doctor.out)["checks"]}
+        assert checks["config"]["status"] == "ok", checks["config"]
+        await daemon.stop()

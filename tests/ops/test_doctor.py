@@ -176,6 +176,25 @@ async def test_a_config_changed_after_the_daemon_loaded_it_is_a_warning(world: W
 
 
 @pytest.mark.anyio
+async def test_a_config_touched_but_not_changed_is_the_version_the_daemon_runs(
+    world: World,
+) -> None:
+    # a `touch`, or a copy restored as it was: newer, but the same text — the daemon says
+    # which text it runs, so it is not "an older version"
+    import hashlib
+
+    text = world.config.read_text(encoding="utf-8")
+    same = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    loaded = world.config.stat().st_mtime - 60  # the file's time is after the load
+    for digest, status in ((same, "ok"), (hashlib.sha256(b"before").hexdigest(), "warning")):
+        running = RunningDaemon(str(world.config), loaded, str(world.state), config_sha256=digest)
+        report = await run_doctor(
+            world.config, environ=world.env(), running=running, systemd_runtime=NO_SYSTEMD
+        )
+        assert by_name(report)["config"].status == status, by_name(report)["config"]
+
+
+@pytest.mark.anyio
 async def test_loose_state_permissions_are_a_problem(world: World) -> None:
     os.chmod(world.state, 0o755)
     report = await world.doctor()

@@ -488,6 +488,9 @@ class DaemonInfo(Frozen):
     socket: str
     offline: bool
     loop_lag: AsBuilt[LoopLagBlock]
+    #: the SHA-256 of the running company.yaml's text: `doctor` tells an edited file from
+    #: one merely touched or restored as it was
+    config_sha256: Omitted[str] = None
     #: where the web dashboard serves (``http://127.0.0.1:8470``); absent when off or not
     #: serving (``companyd dashboard`` says why)
     dashboard: Omitted[str] = None

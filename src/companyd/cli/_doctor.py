@@ -67,6 +67,7 @@ def _running(config: Path, state_dir: Path | None) -> RunningDaemon | None:
             config_loaded_at=float(d["config_loaded_at"]),
             state_dir=str(d["state_dir"]),
             restart_required=tuple(str(s) for s in d.get("restart_required") or ()),
+            config_sha256=str(d["config_sha256"]) if d.get("config_sha256") else None,
         )
     except (KeyError, TypeError, ValueError):
         return None

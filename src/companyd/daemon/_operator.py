@@ -13,6 +13,7 @@ with a message for the operator; results are the dataclasses of :mod:`companyd.a
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 import time
@@ -140,6 +141,7 @@ class Operator:
             uptime_s=now - self.started_at,
             config=str(self.config.path),
             config_loaded_at=self.config_loaded_at,
+            config_sha256=hashlib.sha256(self.config.text.encode("utf-8")).hexdigest(),
             reload=self.reloads.to_dict(),
             state_dir=str(self.state_dir),
             socket=str(self.socket),

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import os
 import pwd
 import stat
@@ -112,6 +113,8 @@ class RunningDaemon:
     state_dir: str
     #: the settings of the loaded file only a restart applies (status ``restart_required``)
     restart_required: tuple[str, ...] = ()
+    #: the SHA-256 of the text it runs (None: a daemon from before status said it)
+    config_sha256: str | None = None
 
 
 @dataclass
@@ -324,7 +327,12 @@ def _check_config(path: Path, running: RunningDaemon | None) -> tuple[Check, Com
     )
     if running is not None:
         same = os.path.realpath(running.config) == os.path.realpath(config.path)
-        changed_after = config.path.stat().st_mtime > running.config_loaded_at
+        if running.config_sha256 is not None:
+            # the text, not the time: a file touched, or restored as it was, is not changed
+            digest = hashlib.sha256(config.text.encode("utf-8")).hexdigest()
+            changed_after = digest != running.config_sha256
+        else:
+            changed_after = config.path.stat().st_mtime > running.config_loaded_at
         if not same:
             return (
                 Check(
