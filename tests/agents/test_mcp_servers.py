@@ -26,6 +26,7 @@ from agentkit import (
     write_company,
 )
 from companyd.agents import McpServerFailed, McpToolServer
+from companyd.agents._stdio import MAX_JUNK_LINES
 from companyd.alerts._render_kinds import render
 from companyd.clock import ManualClock
 from companyd.config import McpServerSpec, load_config
@@ -44,6 +45,11 @@ NEVER_ANSWERS = {
     "command": sys.executable,
     "args": ["-c", "import sys; sys.stdin.read()"],
     "handshake_timeout_seconds": 0.5,
+}
+# Prints junk on stdout, where MCP messages belong, until the daemon stops it.
+NOISY = {
+    "command": sys.executable,
+    "args": ["-c", "import sys\nfor i in range(5000): print('junk', i)\nsys.stdin.read()"],
 }
 # Never answers and ignores its stdin closing: the stop waits the mcp SDK's grace period
 # (2 s) and then kills it.
@@ -71,6 +77,7 @@ async def test_a_server_that_fails_or_never_answers_leaves_the_agent_running_wit
                     "broken": EXITS_AT_ONCE,
                     "mute": NEVER_ANSWERS,
                     "missing": {"command": str(tmp_path / "no-such-mcp-server")},
+                    "noisy": NOISY,
                 },
             },
             "ceo": {},
@@ -94,7 +101,7 @@ async def test_a_server_that_fails_or_never_answers_leaves_the_agent_running_wit
     # machine) only count attempts
     firsts = [e for e in failed if e.data["attempt"] == 1]
     by_server = {e.data["server"]: e for e in firsts}
-    assert set(by_server) == {"broken", "mute", "missing"} and len(firsts) == 3
+    assert set(by_server) == {"broken", "mute", "missing", "noisy"} and len(firsts) == 4
     for e in firsts:
         assert e.severity == Severity.WARNING and e.data["agent"] == "marketing"
         assert e.data["retry_in_s"] > 0
@@ -102,6 +109,15 @@ async def test_a_server_that_fails_or_never_answers_leaves_the_agent_running_wit
     assert "closed the connection during the MCP handshake" in by_server["broken"].data["reason"]
     assert "did not answer the MCP handshake within 0.5 s" in by_server["mute"].data["reason"]
     assert "could not be started: No such file" in by_server["missing"].data["reason"]
+    # stopped by the daemon for its junk: said so, not "it probably exited at once"
+    assert (
+        by_server["noisy"]
+        .data["reason"]
+        .startswith(
+            f"was stopped during the MCP handshake: it wrote {MAX_JUNK_LINES} lines in a row to "
+            "its stdout that are not MCP messages"
+        )
+    ), by_server["noisy"].data["reason"]
     rendered, _ = render("mcp_server_failed", by_server["mute"].data, "agent/marketing", {}, [])
     assert rendered.title == "MCP server 'mute' of marketing failed; running without its tools"
     assert any("did not answer the MCP handshake" in line for line in rendered.lines)

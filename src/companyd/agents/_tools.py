@@ -516,6 +516,13 @@ class McpToolServer:
             )
         from mcp.shared.exceptions import MCPError
 
+        if isinstance(exc, MCPError) and self.death:
+            # the daemon broke the link itself (junk on stdout, a flood of its own
+            # messages): that is why, not an exit
+            return (
+                f"was stopped during the MCP handshake: it {self.death} (command {command!r}); "
+                "a server's stdout carries MCP messages only — its own output belongs on stderr"
+            )
         if isinstance(exc, MCPError):
             where = (
                 "in its sandbox (its errors are in the daemon's log; docs/tools.md, "
