@@ -235,6 +235,16 @@ async def test_ask_shows_the_answer_and_is_recorded_via_dashboard(site: Site) ->
         "/agents/cfo/ask", data={"question": " ", "csrf_token": csrf}, timeout=60
     )
     assert empty.status_code == 200 and "the question is empty" in empty.text
+    # asked of a paused agent: why it did not run, and no link to a run that is not
+    await site.daemon.pause("cfo")
+    paused = await site.client.post(
+        "/agents/cfo/ask",
+        data={"question": "Still there?"},
+        headers={"X-CSRF-Token": csrf, "HX-Request": "true"},
+        timeout=60,
+    )
+    assert paused.status_code == 200 and 'href="/runs/"' not in paused.text, paused.text
+    assert "No run · cancelled" in paused.text and "is paused" in paused.text, paused.text
 
 
 @pytest.mark.anyio
