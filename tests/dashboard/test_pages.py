@@ -789,3 +789,34 @@ async def test_the_strip_says_what_waits_and_what_is_wrong_and_counts_move_live(
     assert 'data-key="inbox"' not in after and 'data-key="paused"' not in after
     assert (await badge.render(live_request(site, "inbox_badge"))).strip() == ""
     assert {"founder_decided", "operator_action", "agent_resumed"} <= strip.kinds
+
+
+def test_an_alert_names_the_server_and_the_repair_it_is_about() -> None:
+    # three MCP servers of one agent failing read alike; a memory repair said nothing
+    from companyd.dashboard._attention import alert_view
+    from companyd.events._catalog import event_from
+
+    failed = event_from(
+        "mcp_server_failed",
+        source="agent/ops",
+        data={
+            "agent": "ops",
+            "server": "probe",
+            "reason": "did not answer the MCP handshake within 30 s",
+        },
+    )
+    assert alert_view(failed)["reason"] == (
+        "server 'probe': did not answer the MCP handshake within 30 s"
+    )
+    repaired = event_from(
+        "memory_repaired",
+        source="memory",
+        data={
+            "path": "/s/memory.jsonl",
+            "summary": "2 damaged lines set aside",
+            "corrupt_file": "/s/memory.jsonl.corrupt",
+        },
+    )
+    assert alert_view(repaired)["reason"] == (
+        "2 damaged lines set aside (set aside in /s/memory.jsonl.corrupt)"
+    )

@@ -97,8 +97,9 @@ def _first(data: Mapping[str, Any], *names: str) -> str:
 
 def alert_view(event: Event) -> dict[str, Any]:
     """An alert as the dashboard shows it: ``kind``, ``severity``, ``ts``, ``source``,
-    ``routine`` and ``agent`` (when the event names them), ``reason`` (its reason, error or
-    message; empty when it has none) and ``href`` (its run, else its routine, else its
+    ``routine`` and ``agent`` (when the event names them), ``reason`` (its reason, error,
+    message or summary, after the MCP server it names and before where a repair set lines
+    aside; empty when it has none) and ``href`` (its run, else its routine, else its
     agent; None when it names none of them).
     """
     data = event.data
@@ -107,9 +108,15 @@ def alert_view(event: Event) -> dict[str, Any]:
     if agent is None and isinstance(data.get("child"), str) and "/agents/" in event.source:
         agent = data["child"]
     run_id = data.get("run_id") if isinstance(data.get("run_id"), str) else None
-    reason = _first(data, "reason", "error", "message", "errors", "first_error")
+    reason = _first(data, "reason", "error", "message", "errors", "first_error", "summary")
     if not reason and event.kind == "budget_threshold":
-        reason = f"{data.get('scope', 'budget')} at {data.get('fraction', '?')} of its limit"
+        reason = f"{data.get('scope', 'budget')} at {data.get('level', '?')} of its limit"
+    server = data.get("server")
+    if isinstance(server, str) and server and reason:
+        reason = f"server {server!r}: {reason}"  # an agent's MCP servers look alike otherwise
+    corrupt = data.get("corrupt_file")
+    if isinstance(corrupt, str) and corrupt:
+        reason += f" (set aside in {corrupt})"
     href = (
         f"/runs/{run_id}"
         if run_id
