@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import sqlite3
@@ -1167,6 +1168,31 @@ async def test_a_result_is_recorded_queued_only_once_its_message_is_in_the_outbo
         await h.until(lambda: any(e["outcome"] == "delivered" for _, e in records.entries))
     assert [e["outcome"] for _, e in records.entries] == ["queued", "delivered"]
     assert in_outbox_when_recorded == [True]
+
+
+@pytest.mark.anyio
+async def test_a_new_digest_time_takes_the_results_already_waiting(
+    tmp_path: Path, token_env: None
+) -> None:
+    """Results waiting for the digest when a reload moves ``alerts.digest_at`` go out with
+    the new digest, not at the old time apart from their day's other results.
+    """
+    async with harness(tmp_path) as h:  # 08:00 UTC
+        cfg = make_config(tmp_path, h.server.url, digest_at="09:00")
+        async with h.service(cfg) as (svc, _):
+            first = dataclasses.replace(a_result("run-a", h.clock.time()), deliver=["digest"])
+            h.bus.publish(first)
+            await asyncio.sleep(0.05)
+            svc.update_config(make_config(tmp_path, h.server.url, digest_at="10:00"))
+            h.bus.publish(dataclasses.replace(first, run_id="run-b", fire_id="fire-b"))
+            await asyncio.sleep(0.05)
+            h.clock.advance(3_600.0)  # 09:00, the old time: nothing
+            await asyncio.sleep(0.2)
+            assert [m for m in h.bot_messages() if "📰" in m.text] == []
+            h.clock.advance(3_600.0)  # 10:00
+            await h.until(lambda: any("📰" in m.text for m in h.bot_messages()))
+        (digest,) = [m for m in h.bot_messages() if "📰" in m.text]
+        assert "2 results" in digest.text.splitlines()[0], digest.text
 
 
 # ---------------------------------------------------------------------------------------

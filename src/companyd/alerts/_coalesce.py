@@ -207,6 +207,18 @@ class AlertBook:
         if not held:
             return
         items = [r for r in held if r.kind == "digest_item"]
+        if items:
+            # every result still waiting for a digest goes in this one: one held until
+            # another digest time (made before alerts.digest_at changed) is not left apart
+            ids = {r.id for r in items}
+            items += sorted(
+                (
+                    r
+                    for r in self.alerts.values()
+                    if r.kind == "digest_item" and r.status == "open" and r.id not in ids
+                ),
+                key=lambda r: r.id,
+            )
         results = [r for r in held if r.kind in RESULT_KINDS and r.kind != "digest_item"]
         due = [r for r in held if r.kind not in RESULT_KINDS]
         if items:

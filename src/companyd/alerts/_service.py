@@ -66,6 +66,7 @@ from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._commands import Commands
 from companyd.alerts._deliver import DeliveryLog, MemoryPort, Results
 from companyd.alerts._desk_messages import DeskDecisions, DeskMessages
+from companyd.alerts._digest import next_digest
 from companyd.alerts._link import FLUSH_TIMEOUT, Link
 from companyd.alerts._notify import notify_failure, unit_facts
 from companyd.alerts._outbound import OutboundQueue, Target
@@ -193,7 +194,10 @@ class AlertService:
         for the reload's ``restart_required``.
         """
         self._config = config
+        before = self._book.policy
         self._book.policy = Policy.of(config)
+        if (before.digest_at, before.tz) != (self._book.policy.digest_at, self._book.policy.tz):
+            self._retime_digest()
         self._fanout.channels = config.spec.alerts.channels
         self._fanout.policy = self._book.policy
         self._webhooks.reconfigure(
@@ -204,6 +208,19 @@ class AlertService:
             self._queue.set_targets(self._channel_targets())
         self._reconfigured.set()
         return self.restart_pending()
+
+    def _retime_digest(self) -> None:
+        """Results waiting for the digest wait for the new ``alerts.digest_at``: each was
+        held until the digest time it was made under, so after a change the earlier ones
+        would go out at the old time, apart from their day's digest. Saved with the next
+        write of the outbox (at the latest at the stop).
+        """
+        book = self._book
+        due = next_digest(self._clock.time(), book.policy.digest_at, book.policy.tz)
+        for rec in book.alerts.values():
+            if rec.kind == "digest_item" and rec.status == "open" and rec.held_until is not None:
+                rec.held_until = due
+                rec.persisted = False
 
     def restart_pending(self) -> list[str]:
         """``["alerts.telegram"]`` while the running file's Telegram settings differ from
