@@ -802,6 +802,50 @@ async def test_an_item_decided_while_the_pager_was_down_loses_its_buttons_at_its
         assert desk.asked[-1] == ["ap-2"]
 
 
+@pytest.mark.anyio
+async def test_an_item_decided_by_its_own_button_says_so_once(
+    tmp_path: Path, token_env: None
+) -> None:
+    """The desk publishes ``founder_decided`` while the press is acted on; when the pager
+    took it first, the message said the decision twice (its desk line and the press's)."""
+
+    async with harness(tmp_path) as h, h.service():
+        real_approve = h.admin.approve
+
+        async def approve(item_id: str, by: str = "", via: str = "cli") -> Any:
+            # as the daemon's desk does: the decision is published before the answer
+            h.bus.emit(
+                "founder_decided",
+                "agent/cfo",
+                item_id=item_id,
+                item_kind="approval",
+                agent="cfo",
+                run_id="run-1",
+                state="approved",
+                by=by,
+                via=via,
+            )
+            await asyncio.sleep(0.1)  # the pager's intake takes the event meanwhile
+            return await real_approve(item_id, by=by, via=via)
+
+        h.admin.approve = approve  # type: ignore[method-assign]
+        h.bus.emit(
+            "founder_approval_requested",
+            "agent/cfo",
+            item_id="ap-1",
+            agent="cfo",
+            run_id="run-1",
+            tool="pay_invoice",
+        )
+        await h.until(lambda: len(h.bot_messages()) == 1)
+        (msg,) = h.bot_messages()
+        h.server.press_button(CHAT, msg.message_id, msg.buttons()[0][1])
+        await h.until(lambda: not msg.reply_markup and "✔" in msg.text)
+        await asyncio.sleep(0.1)
+    (said,) = [ln for ln in msg.text.splitlines() if ln.startswith("✔")]
+    assert said.startswith("✔ approved") and " — by Op (@operator) at " in said, msg.text
+
+
 # ---------------------------------------------------------------------------------------
 # Noise control
 

@@ -70,6 +70,9 @@ class AlertBook:
         self.next_id = 1
         #: set when something may be due for delivery
         self.wake = asyncio.Event()
+        #: alerts whose button press is being acted on: the press words the decision's line
+        #: itself, so the desk's ``founder_decided`` (which may arrive first) leaves them
+        self.pressing: set[int] = set()
         self._store_failing = False
         # records a failed outbox write left out (a full disk), by id: the next save that
         # succeeds writes them too, in their state then — else a delivery recorded only in

@@ -416,13 +416,17 @@ class Commands:
             await self._open_result(query, message.chat.id, message.message_id, button)
             return
         who = _who(query.from_user)
-        done, text = await act(self._admin, button, by=who)
-        if not done:
-            await self._answer(query, text, alert=True)
-            return
-        when = datetime.fromtimestamp(self._clock.time(), self._book.policy.tz)
-        rec.footer.append(f"✔ {text} — by {who} at {when:%H:%M}")
-        buttons_after(rec, button)
+        self._book.pressing.add(rec.id)
+        try:
+            done, text = await act(self._admin, button, by=who)
+            if not done:
+                await self._answer(query, text, alert=True)
+                return
+            when = datetime.fromtimestamp(self._clock.time(), self._book.policy.tz)
+            rec.footer.append(f"✔ {text} — by {who} at {when:%H:%M}")
+            buttons_after(rec, button)
+        finally:
+            self._book.pressing.discard(rec.id)
         rec.version += 1
         rec.edit_after = 0.0  # show what was done now, not after the coalescing throttle
         self._book.rerender(rec)

@@ -110,6 +110,8 @@ class DeskMessages:
             rec = await alert_of(self._book, "item_id", event.item_id, kind)
             if rec is None or not any(b.get("action") in DECISION_ACTIONS for b in rec.buttons):
                 continue
+            if rec.id in self._book.pressing:
+                continue  # its button decided: the press words the line (one, not two)
             rec.buttons = [b for b in rec.buttons if b.get("action") not in DECISION_ACTIONS]
             rec.footer.append(f"✔ {said} at {when:%H:%M}")
             rec.version += 1
