@@ -807,8 +807,8 @@ async def test_an_item_decided_by_its_own_button_says_so_once(
     tmp_path: Path, token_env: None
 ) -> None:
     """The desk publishes ``founder_decided`` while the press is acted on; when the pager
-    took it first, the message said the decision twice (its desk line and the press's)."""
-
+    took it first, the message said the decision twice (its desk line and the press's).
+    """
     async with harness(tmp_path) as h, h.service():
         real_approve = h.admin.approve
 
