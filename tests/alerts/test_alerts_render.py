@@ -483,6 +483,14 @@ def test_the_shapes_the_supervisor_sends() -> None:
     assert "reason: error:RuntimeError('boom')" in text
     assert "restarts in the last 60 s: 2 (the supervisor gives up above 3)" in text
     assert "[⏸ Pause cfo]" in text
+    # five crashes in the story, the supervisor's count 1: its supervisor was restarted
+    # (it gave up) and counts again — said so, not a contradiction
+    looping = _text("child_exited", {**merged, "restarts": 1}, "companyd/agents/finance", restart=5)
+    assert "cfo is crash-looping: 5 crashes" in looping
+    assert (
+        "restarts in the last 60 s: 1 (counted again since its supervisor was restarted; it "
+        "gives up above 3)"
+    ) in looping
 
     temporary = {**exited, "restart_type": "temporary", "action": "none"}
     assert "cfo crashed and was not restarted (temporary)" in _text("child_exited", temporary)

@@ -139,9 +139,18 @@ def _crash(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     if has(data, "restarts"):
         if has(data, "max_restarts"):
             within = data.get("max_seconds", data.get("within_seconds"))
+            restarts = num(data.get("restarts"))
+            # the story counts every crash; the supervisor's count starts again when the
+            # supervisor itself is restarted (it gave up): said so, not "5 crashes … 1"
+            again = n > 1 and restarts is not None and restarts < n - 1
             lines.append(
                 f"restarts in the last {secs(within)}: {txt(data.get('restarts'))} "
-                f"(the supervisor gives up above {txt(data.get('max_restarts'))})"
+                + (
+                    f"(counted again since its supervisor was restarted; it gives up above "
+                    f"{txt(data.get('max_restarts'))})"
+                    if again
+                    else f"(the supervisor gives up above {txt(data.get('max_restarts'))})"
+                )
             )
         else:
             lines.append(f"restart count: {txt(data.get('restarts'))}")
