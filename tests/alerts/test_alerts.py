@@ -828,7 +828,7 @@ async def test_an_item_decided_by_its_own_button_says_so_once(
             await asyncio.sleep(0.1)  # the pager's intake takes the event meanwhile
             return await real_approve(item_id, by=by, via=via)
 
-        h.admin.approve = approve  # type: ignore[method-assign]
+        h.admin.approve = approve  # type: ignore[method-assign,assignment]
         h.bus.emit(
             "founder_approval_requested",
             "agent/cfo",
