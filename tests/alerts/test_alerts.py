@@ -24,6 +24,7 @@ import yaml
 
 from companyd.admin import AdminError, ResultDelivery
 from companyd.admin._results import AskAnswer, Resumed
+from companyd.alerts._commands import RAISE_AGAIN_AFTER
 from companyd.alerts._deliver import DeliveryLog
 from companyd.alerts._desk_messages import DeskDecisions
 from companyd.alerts._service import EDIT_INTERVAL, AlertService
@@ -1511,6 +1512,15 @@ async def test_buttons_act_through_admin_and_edit_the_alert(
             assert ("raise_budget", "cfo", 5.0) in h.admin.calls
             assert "raised cfo's budget for today by $5.00" in budget.text
             assert h.server.callback_answers[-1]["text"].startswith("raised cfo's budget")
+            # a double tap (the button stays: raising again is allowed) raises once
+            answers = len(h.server.callback_answers)
+            h.server.press_button(CHAT2, budget2.message_id, raise_data, user_id=7)
+            await h.until(lambda: len(h.server.callback_answers) > answers)
+            assert h.server.callback_answers[-1]["text"].startswith("raised a moment ago")
+            assert h.admin.calls.count(("raise_budget", "cfo", 5.0)) == 1
+            h.clock.advance(RAISE_AGAIN_AFTER)
+            h.server.press_button(CHAT2, budget2.message_id, raise_data, user_id=7)
+            await h.until(lambda: h.admin.calls.count(("raise_budget", "cfo", 5.0)) == 2)
             # Resume flips to Pause.
             h.server.press_button(CHAT, budget.message_id, budget.buttons()[1][1])
             await h.until(lambda: "resumed cfo" in budget.text)

@@ -82,6 +82,10 @@ def _desk_id(text: str) -> str | None:
     return found[-1] if found else None
 
 
+#: Seconds within which a second press of the same raise button is taken as a double tap.
+RAISE_AGAIN_AFTER = 10.0
+
+
 class Commands:
     """Answers commands and button presses from the allowed chats.
 
@@ -98,6 +102,8 @@ class Commands:
         self._strangers: set[int] = set()
         #: running /ask tasks (cancelled when the pager stops)
         self.tasks: set[asyncio.Task[None]] = set()
+        #: (alert id, button id) → when a raise button was last acted on (a double tap)
+        self._raised_at: dict[tuple[int, int], float] = {}
 
     def _allowed(self, chat_id: int | None) -> bool:
         return self._book.settings is not None and chat_id in self._book.settings.chat_ids
@@ -416,6 +422,20 @@ class Commands:
             await self._open_result(query, message.chat.id, message.message_id, button)
             return
         who = _who(query.from_user)
+        if button.get("action") == "raise":
+            # the button stays (raising again is allowed), so a double tap on a slow phone
+            # would raise twice: a second press within RAISE_AGAIN_AFTER is taken as the same
+            key = (rec.id, int(button_id))
+            last = self._raised_at.get(key)
+            now = self._clock.monotonic()
+            if last is not None and now - last < RAISE_AGAIN_AFTER:
+                await self._answer(
+                    query,
+                    f"raised a moment ago; press again after {RAISE_AGAIN_AFTER:g} s to raise "
+                    "once more",
+                )
+                return
+            self._raised_at[key] = now
         self._book.pressing.add(rec.id)
         try:
             done, text = await act(self._admin, button, by=who)
