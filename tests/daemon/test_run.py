@@ -577,6 +577,8 @@ async def test_a_second_daemon_of_the_same_company_yaml_is_refused_even_on_anoth
             assert second.returncode == 75, (extra, second.stderr)
             assert f"already running, pid {os.getpid()}" in second.stderr, second.stderr
             assert str(cfg) in second.stderr and "Traceback" not in second.stderr
+        # refused before anything was made: no state directory left behind
+        assert not (work / "b").exists()
         # and --config alone finds it, though its state is not where company.yaml says
         elsewhere = work / "elsewhere"
         elsewhere.mkdir()

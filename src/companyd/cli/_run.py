@@ -106,16 +106,6 @@ def _run_command(args: argparse.Namespace) -> int:
         # whatever umask it was started with (each store also sets its modes explicitly).
         os.umask(os.umask(0o077) | 0o077)
         try:
-            make_dirs(state_dir)
-        except OSError as exc:
-            print(
-                f"companyd: cannot use the state directory {str(state_dir)!r}: "
-                f"{exc.strerror or exc}; give a directory the daemon's user can create and "
-                "write with --state-dir (or company.yaml's state_dir) (exit 78)",
-                file=sys.stderr,
-            )
-            return EX_CONFIG
-        try:
             scaled = ScaledClock.from_env()
         except ValueError as exc:
             print(f"companyd: {exc}", file=sys.stderr)
@@ -149,6 +139,19 @@ def _run_command(args: argparse.Namespace) -> int:
         except StateLocked as exc:
             print(f"companyd: {exc}", file=sys.stderr)
             return EX_TEMPFAIL
+        # the state directory is made once the company is ours: a second `run` of a company
+        # already running (exit 75) leaves nothing behind
+        try:
+            make_dirs(state_dir)
+        except OSError as exc:
+            print(
+                f"companyd: cannot use the state directory {str(state_dir)!r}: "
+                f"{exc.strerror or exc}; give a directory the daemon's user can create and "
+                "write with --state-dir (or company.yaml's state_dir) (exit 78)",
+                file=sys.stderr,
+            )
+            claim.release()
+            return EX_CONFIG
         try:
             lock = StateLock.acquire(state_dir)
         except StateLocked as exc:
