@@ -158,7 +158,7 @@ def test_history(written: tuple[Path, Path], capsys: pytest.CaptureFixture[str])
     assert lines[0] == "report (coo) — every 6h"
     assert lines[1].split()[:3] == ["SCHEDULED", "KIND", "OUTCOME"]
     assert len(lines) == 6
-    assert lines[5] == "shown: 3 due run(s): 2 ok · 0 unverified · 1 failed, missed or skipped"
+    assert lines[5] == "shown: 3 due run(s): 2 ok · 0 unverified · 1 failed"
     assert " ok " in lines[2] and "$0.2500" in lines[2]
     assert " failed " in lines[3] and "HTTP 529 overloaded after 3 attempts" in lines[3]
     # Options may also come before the action.

@@ -124,6 +124,11 @@ class StartPlan(Frozen):
     retake: Retake | None = None
 
 
+def _at(ts: float) -> str:
+    """A moment in a fire's reason: ISO 8601 in UTC, to the second (no microseconds)."""
+    return utc_from_ts(ts).isoformat(timespec="seconds")
+
+
 def plan_start(
     routines: Iterable[RoutineConfig],
     states: Mapping[str, RoutineState],
@@ -240,7 +245,7 @@ def _plan_catch_up(
         planned = [t for t in missed if t.timestamp() > stop_at]
         stop_reason = (
             f"skipped because the daemon was stopped on purpose ({stop_why}, at "
-            f"{utc_from_ts(stop_at).isoformat()}); catch_up {r.catch_up.policy} did not serve "
+            f"{_at(stop_at)}); catch_up {r.catch_up.policy} did not serve "
             "this fire time — a planned stop is not a miss"
         )
         records = missed_records(r, down, reason, now) + missed_records(
@@ -251,8 +256,7 @@ def _plan_catch_up(
             records[0],
             reason=(
                 f"{records[0].reason}; the daemon was down since "
-                f"{utc_from_ts(st.cursor).isoformat()} — fire times before "
-                f"{utc_from_ts(since).isoformat()} were not counted"
+                f"{_at(st.cursor)} — fire times before {_at(since)} were not counted"
             ),
         )
     if missed:

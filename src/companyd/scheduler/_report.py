@@ -304,17 +304,17 @@ def _history_text(
 
 
 def _tally(records: Sequence[FireRecord]) -> str:
-    """One line under the history: its due runs by outcome — ``unverified`` apart from
-    ``ok`` and from the failures (the runs whose work did not demonstrably happen).
+    """One line under the history: its due runs by outcome — ``ok`` and ``unverified``
+    always (the runs whose work did not demonstrably happen, apart from both), then each
+    other outcome the history holds, by its own name (a cancelled run is not "failed").
     """
     from companyd.scheduler._outcomes import Outcome
 
     due = [r for r in records if r.outcome and r.outcome not in (Outcome.IDLE, Outcome.STOPPED)]
-    ok = sum(r.fires for r in due if r.outcome == Outcome.OK)
-    unverified = sum(r.fires for r in due if r.outcome == Outcome.UNVERIFIED)
-    total = sum(r.fires for r in due)
-    other = total - ok - unverified
-    return (
-        f"shown: {total} due run(s): {ok} ok · {unverified} unverified · {other} failed, "
-        "missed or skipped"
-    )
+    counts: dict[str, int] = {}
+    for r in due:
+        counts[str(r.outcome)] = counts.get(str(r.outcome), 0) + r.fires
+    shown = [Outcome.OK, Outcome.UNVERIFIED]
+    shown += [o for o in Outcome if o not in shown and counts.get(str(o))]
+    parts = " · ".join(f"{counts.get(str(o), 0)} {o}" for o in shown)
+    return f"shown: {sum(counts.values())} due run(s): {parts}"
