@@ -276,3 +276,25 @@ async def test_status_names_the_text_it_runs_so_a_touched_file_is_not_called_cha
         checks = {c["name"]: c for c in json.loads(doctor.out)["checks"]}
         assert checks["config"]["status"] == "ok", checks["config"]
         await daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_a_reload_names_the_settings_it_applied_beyond_agents_and_routines(
+    work: Path,
+) -> None:
+    # a new budget and name read "reloaded company.yaml: 2 unchanged", as if nothing was
+    cfg = write_company(work / "company.yaml")
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
+        doc["company"]["name"] = "Day Co"
+        doc["company"]["budget"]["daily_usd"] = 20
+        doc["alerts"] = {"min_severity": "info"}
+        cfg.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        done = await daemon.cli("reload")
+        assert done.rc == 0, done.err
+        assert done.out.strip() == (
+            "reloaded company.yaml: 2 unchanged; applied company.name, company.budget, alerts"
+        )
+        answer = await daemon.call("reload")  # the same file again: nothing more to say
+        assert "settings" not in answer
+        await daemon.stop()

@@ -614,6 +614,9 @@ class ReloadApplied(Frozen):
     restart_required: Omitted[list[str]] = None
     #: the reloaded file's warnings, as ``validate`` prints them (absent when none)
     warnings: Omitted[list[str]] = None
+    #: the other settings it changed and applied now (``company.budget``, ``alerts``, …;
+    #: absent when none)
+    settings: Omitted[list[str]] = None
 
 
 class ReloadRejected(Frozen):

@@ -468,6 +468,9 @@ def _reload_summary(result: Mapping[str, Any]) -> str:
             moves.append(f"{word} {', '.join(names)}")
     if moves:
         parts.append("routines " + ", ".join(moves))
+    settings = [str(n) for n in as_list(result.get("settings"))]
+    if settings:
+        parts.append(f"applied {', '.join(settings)}")
     later = [str(n) for n in as_list(result.get("restart_required"))]
     if later:
         parts.append(

@@ -672,16 +672,10 @@ def input_floor(instructions: str | None, context: str | None) -> int:
     instructions and the company's context in the system prompt, the memory tools, one
     message and the request's own overhead — less than the real prompt, never more.
     """
-    from companyd.llm._model import MESSAGE_OVERHEAD, REQUEST_OVERHEAD, TOOLS_OVERHEAD
+    from companyd.llm import least_input_tokens
 
     text = (instructions or "") + (context or "")
-    return (
-        len(text.encode("utf-8"))
-        + TOOLS_FLOOR_BYTES
-        + TOOLS_OVERHEAD
-        + MESSAGE_OVERHEAD
-        + REQUEST_OVERHEAD
-    )
+    return least_input_tokens(len(text.encode("utf-8")), TOOLS_FLOOR_BYTES)
 
 
 def _budget_too_small(

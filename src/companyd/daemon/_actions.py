@@ -14,7 +14,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from companyd._secrets import redact
-from companyd.admin import AdminError, AdminStopping
+from companyd.admin import AdminError, AdminStopping, RunEnded
 from companyd.events import EventBus, OperatorAction
 
 __all__ = ["publish_action", "recorded"]
@@ -45,14 +45,16 @@ async def recorded(bus: EventBus, action: str, target: str, via: str, work: Awai
     status, run_id = getattr(result, "status", None), getattr(result, "run_id", None)
     reason = getattr(result, "reason", None)
     ok = getattr(result, "applied", True) is not False
-    if status and not run_id:
+    refused = isinstance(result, RunEnded) and not run_id
+    if refused:
         # a run's outcome (``ask``) with no run: refused before anything ran (a paused
         # agent, a budget) — not done, and why
         ok = False
     said = "done"
-    if status:
-        said = f"{status} ({run_id})" if run_id else str(status)
-        said += f": {reason}" if reason and not run_id else ""
+    if status and run_id:
+        said = f"{status} ({run_id})"  # a run's outcome (``ask``)
+    elif refused:
+        said = f"{status}: {reason}" if reason else str(status)
     message = getattr(result, "message", "") or f"{action} {target}: {said}"
     publish_action(bus, action, target, via, ok=ok, message=message)
     return result

@@ -220,6 +220,7 @@ class Reloader:
                 resumed=list(resumed),
                 restart_required=later or None,
                 warnings=[str(w) for w in new.warnings] or None,
+                settings=applied_settings(old, new, later) or None,
             )
             for failure in diff.failures:
                 # the reload's answer, its alert and this line say it; status's tree shows
@@ -309,6 +310,40 @@ def in_force(started: CompanyConfig, current: CompanyConfig) -> CompanyConfig:
         }
     )
     return dataclasses.replace(current, spec=spec)
+
+
+#: company.yaml's sections whose changes the reload's answer lists apart (agents, routines
+#: and departments by name) or that only a restart applies (restart_only_changes).
+_REPORTED_APART = frozenset(
+    {"schema_", "agents", "routines", "departments", "state_dir", "state", "memory"}
+    | {"anthropic", "metrics", "dashboard", "telemetry"}
+)
+
+
+def applied_settings(old: CompanyConfig, new: CompanyConfig, later: list[str]) -> list[str]:
+    """The settings outside agents, routines and departments that ``new`` changed and the
+    reload applied now — ``company.budget``, ``company.name``, ``alerts``, ``defaults``,
+    ``retention``… (a reload of only those read "no agent changed"), less those in ``later``
+    (they wait for the restart).
+    """
+    changed: list[str] = []
+    for name in type(new.spec).model_fields:
+        if name in _REPORTED_APART:
+            continue
+        before, after = getattr(old.spec, name), getattr(new.spec, name)
+        if before == after:
+            continue
+        if name == "company":
+            changed += [
+                f"company.{f}"
+                for f in type(after).model_fields
+                if getattr(before, f) != getattr(after, f)
+            ]
+        else:
+            changed.append(name)
+    if old.spec.anthropic.quota_pause_after != new.spec.anthropic.quota_pause_after:
+        changed.append("anthropic.quota_pause_after")
+    return [c for c in changed if c not in later]
 
 
 def restart_only_changes(old: CompanyConfig, new: CompanyConfig, state_dir: Path) -> list[str]:

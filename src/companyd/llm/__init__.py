@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         ToolDef,
         Usage,
         estimate_input_tokens,
+        least_input_tokens,
     )
     from companyd.llm._offline import OfflineModel
     from companyd.llm._prices import BUILTIN_PRICES, Price, PriceTable, is_known_model
@@ -68,6 +69,7 @@ __all__ = [
     "Usage",
     "estimate_input_tokens",
     "is_known_model",
+    "least_input_tokens",
     "preload_sdk",
     "resolve_api_key",
     "resolve_base_url",
@@ -100,6 +102,7 @@ _HOMES: dict[str, str] = {
     "Usage": "companyd.llm._model",
     "estimate_input_tokens": "companyd.llm._model",
     "is_known_model": "companyd.llm._prices",
+    "least_input_tokens": "companyd.llm._model",
     "preload_sdk": "companyd.llm._claude",
     "resolve_api_key": "companyd.llm._claude",
     "resolve_base_url": "companyd.llm._claude",

@@ -277,9 +277,9 @@ class SpendLimitReached(ModelError):
 
 
 # Upper-bound estimate constants (see estimate_input_tokens).
-REQUEST_OVERHEAD = 64
-MESSAGE_OVERHEAD = 16
-TOOLS_OVERHEAD = 1024
+_REQUEST_OVERHEAD = 64
+_MESSAGE_OVERHEAD = 16
+_TOOLS_OVERHEAD = 1024
 _IMAGE_TOKENS = 2000
 
 
@@ -290,6 +290,15 @@ def _count_images(obj: Any) -> int:
     if isinstance(obj, list):
         return sum(_count_images(v) for v in obj)
     return 0
+
+
+def least_input_tokens(text_bytes: int, tools_bytes: int) -> int:
+    """What :func:`estimate_input_tokens` reserves at least for a one-message request whose
+    system prompt and message hold ``text_bytes`` of text and whose tools' definitions are
+    ``tools_bytes`` long (the JSON around them left out: a floor, never more).
+    """
+    tools = _TOOLS_OVERHEAD if tools_bytes else 0
+    return text_bytes + tools_bytes + tools + _MESSAGE_OVERHEAD + _REQUEST_OVERHEAD
 
 
 def estimate_input_tokens(request: ModelRequest) -> int:
@@ -312,8 +321,8 @@ def estimate_input_tokens(request: ModelRequest) -> int:
     images = _count_images(payload["messages"])
     return (
         size
-        + REQUEST_OVERHEAD
-        + MESSAGE_OVERHEAD * len(request.messages)
-        + (TOOLS_OVERHEAD if request.tools else 0)
+        + _REQUEST_OVERHEAD
+        + _MESSAGE_OVERHEAD * len(request.messages)
+        + (_TOOLS_OVERHEAD if request.tools else 0)
         + _IMAGE_TOKENS * images
     )
