@@ -168,7 +168,14 @@ class UnknownName(CompanydError):
 
 
 class StateLocked(CompanydError):
-    """Another companyd daemon holds the lock on this state directory."""
+    """Another companyd daemon holds the lock on this state directory: ``holder`` its pid
+    (None while it starts), ``directory`` the state directory.
+    """
+
+    def __init__(self, message: str, *, holder: int | None = None, directory: str = "") -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.directory = directory
 
 
 class DaemonNotRunning(CompanydError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import sqlite3
 import stat
 import tarfile
@@ -239,7 +240,12 @@ def test_restore_refuses_the_state_of_a_running_daemon(
     with StateLock.acquire(target):  # what a running daemon holds
         rc = main(["restore", str(archive), "--state-dir", str(target), "--force"])
     assert rc == EX_TEMPFAIL
-    assert "refusing to restore into the state of a running daemon" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == (
+        f"companyd: refusing to restore into the state of a running daemon (pid {os.getpid()}, "
+        f"on {str(target)!r}): stop it first (`systemctl stop companyd`), then restore again "
+        "— or restore into another --state-dir\n"
+    )  # not "start this one with a different --state-dir": this one is a restore
     assert sorted(p.name for p in target.iterdir()) == ["daemon.lock"]
 
 

@@ -183,8 +183,11 @@ def _restore(args: argparse.Namespace) -> int:
     try:
         lock = StateLock.acquire(state_dir)
     except StateLocked as exc:
+        who = f"pid {exc.holder}" if exc.holder is not None else "it is starting"
         print(
-            f"companyd: refusing to restore into the state of a running daemon: {exc}",
+            f"companyd: refusing to restore into the state of a running daemon ({who}, on "
+            f"{exc.directory or str(state_dir)!r}): stop it first (`systemctl stop companyd`), "
+            "then restore again — or restore into another --state-dir",
             file=sys.stderr,
         )
         return EX_TEMPFAIL

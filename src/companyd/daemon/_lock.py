@@ -115,7 +115,9 @@ class StateLock:
                 f"companyd is already running, {who}, on state directory "
                 f"{str(directory)!r}; stop it first (`systemctl stop companyd` or "
                 f"`kill {holder if holder is not None else '<pid>'}`), or start this one "
-                "with a different --state-dir"
+                "with a different --state-dir",
+                holder=holder,
+                directory=str(directory),
             ) from None
         # We own it now: replace whatever an earlier holder wrote with our pid.
         try:
