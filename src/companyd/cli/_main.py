@@ -226,7 +226,20 @@ def _build_parser(
             continue
         module.register(sub)
     _register_help(parser, sub)
+    _mark_usage(parser)
     return parser
+
+
+def _mark_usage(parser: argparse.ArgumentParser) -> None:
+    """Give each command's parser itself as the ``usage_parser`` default (the innermost
+    one parsed wins: a subcommand's defaults are applied after its parent's), so an error
+    found after parsing is said with that command's usage line.
+    """
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.set_defaults(usage_parser=child)
+                _mark_usage(child)
 
 
 def _register_help(parser: argparse.ArgumentParser, sub: Any) -> None:
@@ -347,7 +360,11 @@ def _main(argv: Sequence[str] | None) -> int:
         )
     if broken and debug:
         raise RuntimeError("; ".join(broken))
-    args = parser.parse_args(args_list)
+    args, extra = parser.parse_known_args(args_list)
+    if extra:
+        # said by the command's own parser (its usage line), not the top level's
+        usage: argparse.ArgumentParser = getattr(args, "usage_parser", None) or parser
+        usage.error(f"unrecognized arguments: {' '.join(extra)}")
     func: Handler | None = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
