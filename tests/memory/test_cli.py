@@ -279,3 +279,23 @@ def test_serve_mcp_refuses_a_file_that_is_not_a_graph_at_once(tmp_path: Path) ->
     assert "restarting" not in done.stderr, done.stderr
     assert done.stderr.startswith(f"companyd: memory file '{other}' is not a memory graph")
     assert other.read_text(encoding="utf-8") == "myhost\n"
+
+
+def test_state_dir_names_the_companys_memory_as_for_every_other_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `memory search x --state-dir D` was a usage error; every other command takes it
+    monkeypatch.delenv("MEMORY_FILE_PATH", raising=False)
+    monkeypatch.chdir(tmp_path)  # no company.yaml here: <state-dir>/memory.jsonl
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "memory.jsonl").write_bytes(GOOD)
+    code, out, err = run(capsys, "memory", "search", "late", "--state-dir", str(state), "--json")
+    assert code == 0, err
+    assert [e["name"] for e in json.loads(out)["entities"]] == ["Acme"]
+    # with a company.yaml naming memory.path, that file (relative to company.yaml)
+    (tmp_path / "graph.jsonl").write_bytes(GOOD.replace(b"pays late", b"pays early"))
+    (tmp_path / "company.yaml").write_text("memory:\n  path: graph.jsonl\n", encoding="utf-8")
+    code, out, err = run(capsys, "memory", "search", "early", "--state-dir", str(state), "--json")
+    assert code == 0, err
+    assert [e["name"] for e in json.loads(out)["entities"]] == ["Acme"]

@@ -60,6 +60,12 @@ def register(sub: Any) -> None:
             help="the graph file (default: $MEMORY_FILE_PATH, else company.yaml's memory path)",
         )
         c.add_argument("--config", type=Path, help="company.yaml to take the memory path from")
+        c.add_argument(
+            "--state-dir",
+            type=Path,
+            help="the state directory of the company (its daemon's memory file, else "
+            "company.yaml's memory.path, else <state-dir>/memory.jsonl)",
+        )
         if json_flag:
             c.add_argument("--json", action="store_true", help="machine-readable output")
         return c
@@ -125,13 +131,17 @@ def _depth(text: str) -> int:
     return value
 
 
-def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
+def resolve_memory_path(
+    file: Path | None, config: Path | None = None, state_dir: Path | None = None
+) -> Path:
     """``file``, else ``$MEMORY_FILE_PATH``, else the memory file of the daemon running
-    company.yaml (the one it opened at start: a reload that changed ``memory.path`` waits
-    for the restart), else company.yaml's memory path.
+    company.yaml (or on ``state_dir``: the one it opened at start — a reload that changed
+    ``memory.path`` waits for the restart), else company.yaml's memory path (with
+    ``state_dir`` as its state directory; with no company.yaml there,
+    ``<state_dir>/memory.jsonl``).
 
     Raises:
-        CompanydError: none of them is available (the message lists the three ways).
+        CompanydError: none of them is available (the message lists the ways).
         ConfigError: no daemon claims company.yaml and the file is invalid.
     """
     if file is not None:
@@ -139,6 +149,8 @@ def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
     env = os.environ.get("MEMORY_FILE_PATH")
     if env:
         return Path(os.path.expanduser(env)).absolute()
+    if state_dir is not None:
+        return _memory_of_state(state_dir, config)
 
     path = config or default_config_path()
     if config is None and not Path(path).exists():
@@ -151,31 +163,61 @@ def resolve_memory_path(file: Path | None, config: Path | None = None) -> Path:
     running = _running_memory_path(Path(path))
     if running is not None:
         return running
-    # Where company.yaml says, read as the run journal's readers read it (store_location:
-    # the usual shape line by line, anything else by the loader, which validates it). The
-    # config machinery (pydantic, the schema, the cross-checks: ~0.1 s of CPU) is for
-    # finding the file only; `serve-mcp --file F`, which the daemon and the suite start
-    # dozens of times, does without it (issue 31).
+    return _configured_memory(Path(path), None)
+
+
+def _configured_memory(path: Path, state_dir: Path | None) -> Path:
+    """The memory file company.yaml ``path`` names (``memory.path``, relative to it; else
+    ``memory.jsonl`` in its state directory, or in ``state_dir`` when given).
+
+    Read as the run journal's readers read it (store_location: the usual shape line by
+    line, anything else by the loader, which validates it). The config machinery
+    (pydantic, the schema, the cross-checks: ~0.1 s of CPU) is for finding the file only;
+    `serve-mcp --file F`, which the daemon and the suite start dozens of times, does
+    without it (issue 31).
+    """
     from companyd.cli._daemon import store_location
     from companyd.config import UNUSUAL, peek_nested
 
-    cfg, state_dir, _ = store_location(argparse.Namespace(config=path, state_dir=None))
+    cfg, where, _ = store_location(argparse.Namespace(config=path, state_dir=state_dir))
     if cfg is None:
         try:
-            text = read_regular_file(Path(path), 10 * 1024 * 1024).decode("utf-8")
+            text = read_regular_file(path, 10 * 1024 * 1024).decode("utf-8")
         except (OSError, ValueError):
             text = ""  # changed under us: the loader below says what is wrong
         memory = peek_nested(text.removeprefix("\ufeff"), "memory", "path") if text else UNUSUAL
         if memory != UNUSUAL:
             if memory:  # relative to company.yaml, as CompanyConfig.memory_path
                 return (Path(os.path.realpath(path)).parent / memory).absolute()
-            return state_dir / "memory.jsonl"
+            return where / "memory.jsonl"
         from companyd.config import load_config
 
         cfg = load_config(path)
-        state_dir = cfg.state_dir()
-    where: Path = cfg.memory_path(state_dir)
-    return where
+        where = cfg.state_dir(state_dir)
+    found: Path = cfg.memory_path(where)
+    return found
+
+
+def _memory_of_state(state_dir: Path, config: Path | None) -> Path:
+    """The memory file of the company whose state is ``state_dir``: its running daemon's,
+    else company.yaml's ``memory.path`` (``config``, or the usual one when it exists),
+    else ``<state_dir>/memory.jsonl``.
+    """
+    from companyd.cli._daemon import running_daemon
+
+    state_dir = Path(os.path.expanduser(state_dir)).absolute()
+    client = running_daemon(argparse.Namespace(config=config, state_dir=state_dir, socket=None))
+    if client is not None:
+        try:
+            where = client.ping().get("memory_path")
+        except CompanydError:
+            where = None
+        if isinstance(where, str):
+            return Path(where)
+    path = config or default_config_path()
+    if config is None and not Path(path).exists():
+        return state_dir / "memory.jsonl"
+    return _configured_memory(Path(path), state_dir)
 
 
 def _running_memory_path(config: Path) -> Path | None:
@@ -195,7 +237,7 @@ def _running_memory_path(config: Path) -> Path | None:
 
 
 def _store(args: argparse.Namespace, *, readonly: bool) -> Any:
-    path = resolve_memory_path(args.file, args.config)
+    path = resolve_memory_path(args.file, args.config, args.state_dir)
     if not path.parent.is_dir():
         raise CompanydError(
             f"memory file {str(path)!r}: directory {str(path.parent)!r} does not exist; "
@@ -465,7 +507,7 @@ def _serve_mcp(args: argparse.Namespace) -> int:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
-    path = resolve_memory_path(args.file, args.config)
+    path = resolve_memory_path(args.file, args.config, args.state_dir)
     if not path.parent.is_dir():
         raise CompanydError(
             f"memory file {str(path)!r}: directory {str(path.parent)!r} does not exist; "
