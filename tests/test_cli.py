@@ -394,3 +394,28 @@ def test_an_unknown_option_is_said_with_the_commands_own_usage() -> None:
     )
     rc, _, err = run("--bogus")
     assert rc == 2 and err.splitlines()[-1] == "companyd: error: unrecognized arguments: --bogus"
+
+
+def test_an_ask_whose_calls_went_unanswered_does_not_say_no_model_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the calls timed out and were charged at their worst case: "no model call · $0.0139"
+    # read as money spent on nothing
+    from companyd.cli._roles import _print_answer
+
+    result = {
+        "status": "failed",
+        "reason": "the model call timed out twice",
+        "answer": "",
+        "models": [],
+        "tokens": 0,
+        "cost_usd": 0.0139,
+        "steps": 0,
+        "run_id": "run-0123456789ab",
+    }
+    assert _print_answer(result) == 1
+    said = capsys.readouterr().err
+    assert said.startswith("— no model answer (calls unanswered, charged as sent) · 0 tokens")
+    assert "$0.0139" in said
+    _print_answer({**result, "cost_usd": 0.0})
+    assert capsys.readouterr().err.startswith("— no model call · 0 tokens · $0.0000")

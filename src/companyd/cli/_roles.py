@@ -340,9 +340,12 @@ def _print_answer(result: Mapping[str, Any]) -> int:
     answer = str(result.get("answer") or "").strip()
     if answer:
         print(answer)
-    models = ", ".join(str(m) for m in result.get("models") or []) or "no model call"
     tokens = int(result.get("tokens") or 0)
     cost = float(result.get("cost_usd") or 0.0)
+    # calls sent but never answered (timed out) are charged at their worst case: "no model
+    # call" beside a cost would say the money went nowhere
+    unanswered = "no model answer (calls unanswered, charged as sent)" if cost else ""
+    models = ", ".join(str(m) for m in result.get("models") or []) or unanswered or "no model call"
     # as `companyd runs` prints a run's cost: never a non-zero cost as "$0.0000"
     shown = format_usd(cost, usd_places([cost], minimum=RUN_COST_PLACES))
     line = (
