@@ -44,6 +44,9 @@ __all__ = ["PREFIX", "RATE_WINDOW_S", "HookLimiter", "routes"]
 
 log = logging.getLogger("companyd.dashboard.hooks")
 
+#: The longest ``webhook-id`` taken (each accepted one is stored for replays).
+MAX_WEBHOOK_ID = 256
+
 #: Where the hooks are served; :class:`~companyd.dashboard._security.SessionGuard` lets
 #: requests under it through without a session or a CSRF token.
 PREFIX = HOOKS_PREFIX
@@ -129,6 +132,10 @@ async def hook(request: Request) -> Response:
         return _text(401, f"refused: {exc}")
     except ValueError:  # a body that is not UTF-8, a malformed signature header
         return _text(401, "refused: the signature cannot be checked")
+    if len(headers.get("webhook-id", "")) > MAX_WEBHOOK_ID:
+        # it is stored (a replay of the same id runs nothing twice): a sender's ids are
+        # short (Standard Webhooks: msg_…); a huge one is refused, not kept
+        return _text(400, f"the webhook-id is longer than {MAX_WEBHOOK_ID} characters")
     try:
         payload = json.loads(body)
     except ValueError:
