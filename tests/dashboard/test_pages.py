@@ -264,6 +264,14 @@ async def test_memory_search_entity_graph_and_recent_changes(site: Site) -> None
     assert acme.text.count('class="node node-') == 2  # Acme and its neighbour Bob
     missing = await site.get("/memory/entity?name=Zeppelin", 404)
     assert "no entity &#39;Zeppelin&#39; in company memory" in missing.text
+    # a page pasted into an observation: its start, and where to read the whole of it
+    pasted = "x" * 100_000
+    await site.daemon.memory.call(
+        "add_observations", {"observations": [{"entityName": "Bob", "contents": [pasted]}]}
+    )
+    bob = await site.get("/memory/entity?name=Bob")
+    assert "x" * 4000 + "…" in bob.text and "x" * 4001 not in bob.text
+    assert "100000 characters; the whole of it: <code>companyd memory open</code>" in bob.text
 
 
 async def test_inbox_actions_are_admin_operations_recorded_via_dashboard(site: Site) -> None:

@@ -299,3 +299,14 @@ def test_state_dir_names_the_companys_memory_as_for_every_other_command(
     code, out, err = run(capsys, "memory", "search", "early", "--state-dir", str(state), "--json")
     assert code == 0, err
     assert [e["name"] for e in json.loads(out)["entities"]] == ["Acme"]
+
+
+def test_reading_a_memory_file_that_does_not_exist_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "0 entities, 0 relations" and exit 0 alone: a mistyped --file went unnoticed
+    missing = tmp_path / "nope.jsonl"
+    code, out, err = run(capsys, "memory", "read-graph", "--file", str(missing))
+    assert code == 0 and out.startswith("0 entities, 0 relations")
+    assert err.startswith(f"warning: no memory file at {str(missing)!r} yet")
+    assert not missing.exists()  # a read never creates the graph

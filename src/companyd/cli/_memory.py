@@ -248,6 +248,14 @@ def _store(args: argparse.Namespace, *, readonly: bool) -> Any:
 
 def _open_readonly(args: argparse.Namespace) -> Any:
     store = _store(args, readonly=True)
+    if not store.path.exists():
+        # an empty graph is the right answer for a company that has written nothing yet,
+        # but a mistyped --file reads the same: say which it is not sure of
+        print(
+            f"warning: no memory file at {str(store.path)!r} yet: nothing has been written "
+            "to this memory (or the path is not the company's); showing an empty graph",
+            file=sys.stderr,
+        )
     report = store.open()
     if report.needs_repair:
         print(
