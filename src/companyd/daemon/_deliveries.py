@@ -68,20 +68,8 @@ class ResultRecords:
             item = await self._desk.get(item_id)
             if item is None or item.pending:
                 continue
-            out.append(
-                FounderDecided(
-                    source=f"agent/{item.agent}",
-                    ts=item.decided if item.decided is not None else self._clock.time(),
-                    item_id=item.id,
-                    item_kind=str(item.kind),
-                    agent=item.agent,
-                    run_id=item.run_id,
-                    state=str(item.state),
-                    by=item.decided_by,
-                    via=item.via,
-                    routine=item.routine,
-                )
-            )
+            at = item.decided if item.decided is not None else self._clock.time()
+            out.append(item.decided_event(at))
         return out
 
     async def keep(self, data: Mapping[str, Any], reason: str) -> str | None:

@@ -49,6 +49,7 @@ from companyd._sqlite import Migration, transaction
 from companyd.clock import Clock, within
 from companyd.errors import CompanydError
 from companyd.events import (
+    UNSTAMPED,
     EventBus,
     FounderApprovalRequested,
     FounderDecided,
@@ -255,6 +256,23 @@ class DeskItem(Frozen):
     def pending(self) -> bool:
         """Whether the item still waits for the founder."""
         return self.state is ItemState.PENDING
+
+    def decided_event(self, ts: float | None = None) -> FounderDecided:
+        """The ``founder_decided`` event of this (decided) item; ``ts``: when it was
+        decided (unset: the bus stamps it when published).
+        """
+        return FounderDecided(
+            source=f"agent/{self.agent}",
+            item_id=self.id,
+            item_kind=str(self.kind),
+            agent=self.agent,
+            run_id=self.run_id,
+            state=str(self.state),
+            by=self.decided_by,
+            via=self.via,
+            routine=self.routine,
+            ts=UNSTAMPED if ts is None else ts,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The item as JSON (its payload's fields inline), for the operator's front ends."""
@@ -686,19 +704,7 @@ class Desk:
             raise DeskError(f"nothing on the founder's desk has id {item_id!r}")
         item = DeskItem._of(row)
         if changed:
-            self._bus.publish(
-                FounderDecided(
-                    source=f"agent/{item.agent}",
-                    item_id=item.id,
-                    item_kind=str(item.kind),
-                    agent=item.agent,
-                    run_id=item.run_id,
-                    state=str(item.state),
-                    by=item.decided_by,
-                    via=item.via,
-                    routine=item.routine,
-                )
-            )
+            self._bus.publish(item.decided_event())
             event = self._decided.pop(item_id, None)
             if event is not None:
                 event.set()
