@@ -386,11 +386,11 @@ def test_the_ask_footer_says_the_cost_as_companyd_runs_does(
 def test_an_unknown_option_is_said_with_the_commands_own_usage() -> None:
     # argparse says a subcommand's unknown option at the top level: "usage: companyd [-h]
     # [--version] [--debug] COMMAND ..." told the founder nothing about `memory search`
-    rc, _, err = run("memory", "search", "x", "--state-dir", "D")
+    rc, _, err = run("memory", "search", "x", "--bogus", "D")
     assert rc == 2
     assert err.startswith("usage: companyd memory search ")
-    assert err.splitlines()[-1] == (
-        "companyd memory search: error: unrecognized arguments: --state-dir D"
+    assert (
+        err.splitlines()[-1] == "companyd memory search: error: unrecognized arguments: --bogus D"
     )
     rc, _, err = run("--bogus")
     assert rc == 2 and err.splitlines()[-1] == "companyd: error: unrecognized arguments: --bogus"
