@@ -731,7 +731,7 @@ def test_a_budget_alert_says_the_share_spent_not_the_level_crossed() -> None:
     text = _text("budget_threshold", over, "spend")
     assert "141%" in text, text
     assert "100%" not in text, text
-    assert "$0.707 of $0.500" in text, text  # one precision, each exact
+    assert "$0.707 of $0.50" in text, text  # each exact: not "$0.71", nor padded
     # without the amounts, the level is all there is to say
     assert "has used 80%" in _text("budget_threshold", {**over, "level": 0.8, "used_usd": None})
 

@@ -19,14 +19,7 @@ from contextvars import ContextVar
 from datetime import datetime, tzinfo
 from typing import Any
 
-from companyd.admin import (
-    RUN_COST_PLACES,
-    exact_places,
-    format_usd,
-    format_when,
-    one_usd,
-    usd_places,
-)
+from companyd.admin import RUN_COST_PLACES, format_usd, format_when, one_usd, usd_places
 
 __all__ = ["Data", "has", "line", "num", "pct", "secs", "times_in", "txt", "usd", "usd_of", "when"]
 
@@ -87,14 +80,11 @@ def usd(value: Any, *, minimum: int = 2) -> str:
 
 
 def usd_of(used: Any, limit: Any) -> str:
-    """``$USED of $LIMIT`` with one precision, each exact to a millionth (``$0.707 of
-    $0.500``, ``$0.0484 of $0.0500``): the two read as a table's column, and tell apart.
+    """``$USED of $LIMIT``, each exact to a millionth (``$0.707 of $0.50``, ``$0.0035 of
+    $0.004``, ``$0.008224 of $10.00``): two different amounts never read alike, and a
+    small spend beside a large budget is not padded to ``$10.000000``.
     """
-    a, b = num(used), num(limit)
-    if a is None or b is None:
-        return f"{usd(used)} of {usd(limit)}"
-    places = max(exact_places(a), exact_places(b))
-    return f"{format_usd(a, places)} of {format_usd(b, places)}"
+    return f"{usd(used)} of {usd(limit)}"
 
 
 def run_cost(value: Any) -> str:
