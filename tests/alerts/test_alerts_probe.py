@@ -146,6 +146,41 @@ async def test_a_long_answer_to_ask_is_split_not_cut(tmp_path: Path, token_env: 
             # Cut at line ends: every line arrives whole.
             for i in range(150):
                 assert f"line {i}: " + "x" * 60 + "\n" in joined + "\n"
+            # each part is a reply to the question (a reply to any of them is a follow-up)
+            assert all(m.reply_to is not None for m in h.bot_messages()[1:])
+
+
+class EssayAdmin(RecordingAdmin):
+    async def ask(
+        self,
+        agent: str,
+        question: str,
+        timeout: float = 300.0,
+        reply_to: str | None = None,
+        task_id: str | None = None,
+        via: str = "cli",
+    ) -> AskAnswer:
+        self.calls.append(("ask", agent, question))
+        text = "\n".join(f"line {i:04d} of the essay" + "." * 30 for i in range(600))
+        return answer(agent, text + "\nTHE END", cost_usd=0.5)
+
+
+@pytest.mark.anyio
+async def test_an_answer_to_ask_past_three_messages_is_one_document_never_cut(
+    tmp_path: Path, token_env: None
+) -> None:
+    # it went out as four messages, the last one clipped: lines 313-599, THE END and the
+    # footer never arrived
+    async with harness(tmp_path) as h:
+        h.admin = EssayAdmin()
+        async with h.service():
+            h.server.inject_command(CHAT, "/ask cfo a very long essay")
+            await h.until(lambda: any(m.document is not None for m in h.bot_messages()))
+            (doc,) = [m for m in h.bot_messages() if m.document is not None]
+    assert doc.document is not None
+    whole = doc.document.data.decode("utf-8")
+    assert "line 0000 of the essay" in whole and "line 0599 of the essay" in whole
+    assert "THE END" in whole and doc.reply_to is not None
 
 
 @pytest.mark.anyio

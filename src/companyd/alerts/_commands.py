@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from companyd.admin import Admin, AdminError, AdminStopping, result_data
 from companyd.alerts._coalesce import AlertBook
-from companyd.alerts._deliver import result_records, result_text
+from companyd.alerts._deliver import result_records
 from companyd.alerts._desk_messages import alert_of
 from companyd.alerts._link import SEND_TIMEOUT
 from companyd.alerts._ops import (
@@ -44,7 +44,7 @@ from companyd.alerts._ops import (
     refusal_text,
 )
 from companyd.alerts._outbox import AlertRecord, FollowUp
-from companyd.alerts._render import clip, split_text
+from companyd.alerts._render import clip
 from companyd.alerts._telegram import redact
 from companyd.alerts._values import times_in
 from companyd.clock import Clock
@@ -218,16 +218,23 @@ class Commands:
         if isinstance(data, str):
             await self._reply(msg, redact(data))
             return
-        # A model's answer may be longer than one message: send it in parts, not cut.
-        sent = [await self._reply(msg, part) for part in split_text(result_text(data))]
-        run_id = result.run_id
-        store = self._book.store
-        ids = [m.message_id for m in sent if m is not None]
-        if run_id and ids and store is not None:
-            try:  # a reply to the answer is then a follow-up
-                await store.link(msg.chat_id, ids, str(run_id), agent, self._clock.time())
-            except Exception as exc:
-                log.error("alerts: cannot remember the /ask answer's run %s: %s", run_id, exc)
+        # As a follow-up's answer: through the outbox, as a reply to the question — in
+        # parts up to three messages, past that one .md document (never cut), and each
+        # message remembered as the run's, so a reply to it is a follow-up
+        recs = result_records(
+            self._book,
+            data,
+            kind="reply",
+            now=self._clock.time(),
+            chats=[msg.chat_id],
+            reply_to={msg.chat_id: msg.message_id},
+        )
+        for rec in recs:
+            rec.held_until = None  # the founder is there, waiting for it
+        await self._book.save(*recs)
+        for rec in recs:
+            rec.persisted = True
+        self._book.wake.set()
 
     async def on_reply(self, update: Update, context: Any) -> None:
         """A text reply from an allowed chat. To a delivered result or an answer (the
