@@ -847,6 +847,62 @@ async def test_an_item_decided_by_its_own_button_says_so_once(
     assert said.startswith("✔ approved") and " — by Op (@operator) at " in said, msg.text
 
 
+@pytest.mark.anyio
+async def test_a_question_a_proposal_and_a_task_decided_elsewhere_say_so_on_their_messages(
+    tmp_path: Path, token_env: None
+) -> None:
+    """docs/desk.md, "Decided anywhere, shown everywhere": a question answered on the
+    command line, a proposal rejected there and a task retried there kept their messages
+    as they were (a question has no buttons; the other two kept theirs, to be refused).
+    """
+    async with harness(tmp_path) as h, h.service():
+        h.bus.emit(
+            "founder_question",
+            "agent/cfo",
+            item_id="q-1",
+            agent="cfo",
+            run_id="run-1",
+            deadline=1_800_003_600.0,
+            question="Which bank?",
+        )
+        h.bus.emit("proposal_created", "improver", proposal_id="p-7", title="cheaper")
+        h.bus.emit("task_quarantined", "agent/cfo", task_id="task-1", agent="cfo", crashes=2)
+        await h.until(lambda: len(h.bot_messages()) == 3)
+        question, proposal, task = h.bot_messages()
+        assert proposal.buttons() and task.buttons()
+        h.bus.emit(
+            "founder_decided",
+            "agent/cfo",
+            item_id="q-1",
+            item_kind="question",
+            agent="cfo",
+            run_id="run-1",
+            state="answered",
+            by="root",
+            via="cli",
+        )
+        for action, target, said in (
+            ("reject", "p-7", "rejected proposal p-7"),
+            ("retry", "task-1", "retried task task-1"),
+        ):
+            h.bus.emit(
+                "operator_action",
+                "cli",
+                action=action,
+                target=target,
+                via="cli",
+                ok=True,
+                message=said,
+            )
+        await h.until(lambda: not proposal.buttons() and not task.buttons())
+        await h.until(lambda: "✔" in question.text)
+    assert question.text.endswith("✔ answered by root via cli at 08:00"), question.text
+    assert "✔ rejected proposal p-7 — via cli at 08:00" in proposal.text
+    assert "✔ retried task task-1 — via cli at 08:00" in task.text
+    # the actions' own info alerts aside, nothing new was sent for the three
+    assert len([m for m in h.bot_messages() if "✔" in m.text]) == 3
+
+
 # ---------------------------------------------------------------------------------------
 # Noise control
 

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._outbox import AlertRecord, Delivery
-from companyd.events import FounderDecided, RoutineResult
+from companyd.events import FounderDecided, OperatorAction, RoutineResult
 
 __all__ = ["DECISION_ACTIONS", "DeskDecisions", "DeskMessages", "alert_of"]
 
@@ -73,6 +73,35 @@ async def alert_of(
     return rec
 
 
+#: The ids of the founder's desk items (their decisions are ``founder_decided``'s).
+DESK_PREFIXES = ("ap-", "q-", "r-", "k-")
+
+#: An operator action → the alert it decides (its data field naming the target, its
+#: kind) and the buttons the decision makes moot.
+_ACTED_ON: dict[str, tuple[str, str, frozenset[str]]] = {
+    "approve": ("proposal_id", "proposal_created", frozenset({"approve", "reject"})),
+    "reject": ("proposal_id", "proposal_created", frozenset({"approve", "reject"})),
+    "retry": ("task_id", "task_quarantined", frozenset({"retry"})),
+}
+
+
+def _still_open(rec: AlertRecord) -> bool:
+    """Whether an item's message still reads as waiting: it offers decision buttons, or
+    (a question, answered by a reply) it has not said its decision yet.
+    """
+    if any(b.get("action") in DECISION_ACTIONS for b in rec.buttons):
+        return True
+    return rec.kind == "founder_question" and not rec.data.get("decided")
+
+
+def _said(book: AlertBook, rec: AlertRecord, line: str) -> None:
+    """Add ``line`` under ``rec`` and show it now, not after the coalescing throttle."""
+    rec.footer.append(line)
+    rec.version += 1
+    rec.edit_after = 0.0
+    book.rerender(rec)
+
+
 class DeskDecisions(Protocol):
     """The founder's desk as the pager reads it at start (the daemon's:
     :class:`companyd.daemon._deliveries.ResultRecords`).
@@ -108,17 +137,35 @@ class DeskMessages:
         out: list[AlertRecord] = []
         for kind in ITEM_KINDS:
             rec = await alert_of(self._book, "item_id", event.item_id, kind)
-            if rec is None or not any(b.get("action") in DECISION_ACTIONS for b in rec.buttons):
+            if rec is None or not _still_open(rec):
                 continue
             if rec.id in self._book.pressing:
                 continue  # its button decided: the press words the line (one, not two)
             rec.buttons = [b for b in rec.buttons if b.get("action") not in DECISION_ACTIONS]
-            rec.footer.append(f"✔ {said} at {when:%H:%M}")
-            rec.version += 1
-            rec.edit_after = 0.0  # show it now, not after the coalescing throttle
-            self._book.rerender(rec)
+            rec.data["decided"] = event.state
+            _said(self._book, rec, f"✔ {said} at {when:%H:%M}")
             out.append(rec)
         return out
+
+    async def acted(self, event: OperatorAction) -> list[AlertRecord]:
+        """The message of a proposal or a quarantined task the founder decided elsewhere (the
+        CLI, the dashboard, a typed ``/approve``): it loses the buttons of that decision and
+        gets the action's line (rendered, not saved). Desk items are :meth:`decided`'s.
+        """
+        found = _ACTED_ON.get(event.action)
+        if not event.ok or found is None or event.target.startswith(DESK_PREFIXES):
+            return []
+        field, kind, actions = found
+        rec = await alert_of(self._book, field, event.target, kind)
+        if rec is None or rec.id in self._book.pressing:
+            return []
+        offered = [b for b in rec.buttons if b.get("action") in actions]
+        if not offered:
+            return []
+        rec.buttons = [b for b in rec.buttons if b.get("action") not in actions]
+        when = datetime.fromtimestamp(event.ts, self._book.policy.tz)
+        _said(self._book, rec, f"✔ {event.message} — via {event.via} at {when:%H:%M}")
+        return [rec]
 
     async def catch_up(self, desk: DeskDecisions) -> list[AlertRecord]:
         """The items' messages that still offer decision buttons for an item decided while
@@ -132,8 +179,7 @@ class DeskMessages:
         offered: list[str] = []
         for rec in await store.of_kinds(ITEM_KINDS):
             item = rec.data.get("item_id")
-            buttons = any(b.get("action") in DECISION_ACTIONS for b in rec.buttons)
-            if buttons and isinstance(item, str) and item not in offered:
+            if _still_open(rec) and isinstance(item, str) and item not in offered:
                 offered.append(item)
         out: dict[int, AlertRecord] = {}
         for event in await desk.decided(offered) if offered else []:

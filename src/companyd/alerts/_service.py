@@ -88,6 +88,7 @@ from companyd.events import (
     EventBus,
     FounderDecided,
     FounderResultForApproval,
+    OperatorAction,
     RoutineResult,
     Subscription,
 )
@@ -620,9 +621,13 @@ class AlertService:
                 return recs
             case FounderDecided():  # never an alert: the item's message says it
                 return await self._desk.decided(event)
+        # a proposal or a task decided elsewhere: its message loses those buttons too
+        acted = await self._desk.acted(event) if isinstance(event, OperatorAction) else []
         rec = self._book.ingest(event)
         if rec is None:
-            return []
+            return acted
+        if acted:
+            return [*acted, rec]
         if isinstance(event, FounderResultForApproval) and event.follows:
             await self._desk.next_round(rec)
         return [rec]
