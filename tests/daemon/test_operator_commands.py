@@ -298,3 +298,17 @@ async def test_a_reload_names_the_settings_it_applied_beyond_agents_and_routines
         answer = await daemon.call("reload")  # the same file again: nothing more to say
         assert "settings" not in answer
         await daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_an_id_that_is_no_inbox_items_says_what_ids_look_like(work: Path) -> None:
+    # it fell through to the proposals: "no proposal 'nope'; pending: (none)", with
+    # approvals waiting; a task's id pointed nowhere
+    cfg = write_company(work / "company.yaml")
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        nope = await daemon.cli("approve", "nope")
+        assert nope.rc == 1 and "nothing in the inbox has id 'nope'" in nope.err, nope.err
+        assert "`companyd inbox` lists what waits" in nope.err
+        task = await daemon.cli("reject", "task-0123456789ab")
+        assert task.rc == 1 and "companyd retry task-0123456789ab" in task.err, task.err
+        await daemon.stop()
