@@ -312,3 +312,16 @@ async def test_an_id_that_is_no_inbox_items_says_what_ids_look_like(work: Path) 
         task = await daemon.cli("reject", "task-0123456789ab")
         assert task.rc == 1 and "companyd retry task-0123456789ab" in task.err, task.err
         await daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_pausing_a_paused_agent_says_it_already_is(work: Path) -> None:
+    # "paused cfo: it finishes its current run…" twice, where resume says "was not paused"
+    cfg = write_company(work / "company.yaml")
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        first = await daemon.cli("pause", "cfo")
+        assert first.rc == 0 and first.out.startswith("paused cfo: "), first.out
+        again = await daemon.cli("pause", "cfo")
+        assert again.rc == 0
+        assert again.out.strip() == "cfo is already paused; `companyd resume cfo` resumes it"
+        await daemon.stop()

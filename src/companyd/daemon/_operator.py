@@ -543,6 +543,13 @@ class Operator:
 
     async def _pause(self, agent: str) -> Paused:
         self._check_agent(agent)
+        if self.staff.paused().get(agent) == "operator":
+            # as resume says "was not paused": nothing changed, and said so
+            return Paused(
+                agent=agent,
+                paused=True,
+                message=f"{agent} is already paused; `companyd resume {agent}` resumes it",
+            )
         self.staff.pause(agent, "operator")
         return Paused(
             agent=agent,
