@@ -168,6 +168,12 @@ async def test_without_telegram_settings_exits_1_with_the_reason(tmp_path: Path)
     code, _, err = await _notify_here(_config(tmp_path, "http://127.0.0.1:9"), env)
     assert code == 1
     assert "$TELEGRAM_BOT_TOKEN is unset" in err
+    # a file that does not parse far enough to show its alerts: not "it has no section"
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("schema: companyd/v1\ncompany:\n    name: x\n  budget: 1\n")
+    code, _, err = await _notify_here(broken, _env(tmp_path))
+    assert code == 1 and "no 'alerts.telegram' section" not in err, err
+    assert "its alerts.telegram settings cannot be read from the invalid file" in err
 
 
 def test_the_command_is_registered(capsys: pytest.CaptureFixture[str]) -> None:

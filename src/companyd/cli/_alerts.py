@@ -72,6 +72,12 @@ def _notify_failure_cmd(args: argparse.Namespace) -> int:
     if sent:
         print(f"companyd notify-failure: {why}")
         return 0
+    if note is not None and config.spec.alerts.telegram is None:
+        # the file did not parse far enough to show its alert settings: not "it has none"
+        why = (
+            "its alerts.telegram settings cannot be read from the invalid file (above); the "
+            "failure is in the journal (`journalctl -u " + args.unit + "`)"
+        )
     print(f"companyd notify-failure: alert about {args.unit} not sent: {why}", file=sys.stderr)
     if isinstance(resolve_settings(config.spec.alerts), str):
         return 1
