@@ -378,3 +378,18 @@ async def test_held_alerts_survive_a_restart_and_go_out_once(
             await asyncio.sleep(0.2)
         assert len(h.bot_messages()) == 1
         assert "2 alerts" in h.bot_messages()[0].text
+
+
+@pytest.mark.anyio
+async def test_plain_text_gets_a_hint_and_an_unknown_agent_is_said_first(
+    tmp_path: Path, token_env: None
+) -> None:
+    # "hello again" got no answer at all; "/ask nobody hi" said "asking nobody…" first
+    async with harness(tmp_path) as h, h.service():
+        h.server.inject_command(CHAT, "hello again")
+        await h.until(lambda: len(h.bot_messages()) == 1)
+        assert h.bot_messages()[0].text.startswith("I answer commands (/help lists them)")
+        h.server.inject_command(CHAT, "/ask nobody hi")
+        await h.until(lambda: len(h.bot_messages()) == 2)
+        assert h.bot_messages()[1].text == "⚠️ unknown agent 'nobody'; agents: ceo, cfo"
+        assert not any(c[0] == "ask" for c in h.admin.calls)

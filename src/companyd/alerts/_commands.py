@@ -185,6 +185,20 @@ class Commands:
             return
         await self._reply(msg, f"💬 {done.message}")
 
+    async def on_text(self, update: Update, context: Any) -> None:
+        """A plain message to the bot (neither a command nor a reply): say what it answers,
+        rather than nothing at all.
+        """
+        msg = update.effective_message
+        if msg is None:
+            return
+        await self._reply(
+            msg,
+            "I answer commands (/help lists them) and replies to my messages: reply to a "
+            "result or an answer to follow it up, to a question to answer it. To ask an "
+            "agent something new: /ask AGENT question",
+        )
+
     async def on_unknown(self, update: Update, context: Any) -> None:
         """Answer an unknown command with the list of commands, unless it is addressed to another
         bot.
@@ -204,6 +218,11 @@ class Commands:
             await self._reply(msg, f"usage: /ask AGENT question (agents: {agents})")
             return
         agent, question = args[0], " ".join(args[1:])
+        known = self._book.policy.agents
+        if known and agent not in known:
+            # said before "asking …", not after it
+            await self._reply(msg, f"⚠️ unknown agent {agent!r}; agents: {', '.join(sorted(known))}")
+            return
         await self._reply(msg, f"🤔 asking {agent}…")
         try:
             result = await self._admin.ask(agent, question, timeout=ASK_TIMEOUT, via="telegram")

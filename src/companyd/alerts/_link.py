@@ -107,6 +107,9 @@ class Handlers(Protocol):
     async def on_reply(self, update: Update, context: Any) -> None:
         """A text reply (not a command) from an allowed chat to one of the bot's messages."""
 
+    async def on_text(self, update: Update, context: Any) -> None:
+        """Plain text (no command, no reply) in an allowed private chat."""
+
     async def on_button(self, update: Update, context: Any) -> None:
         """A button press."""
 
@@ -159,6 +162,17 @@ class Link:
         app.add_handler(
             MessageHandler(
                 allowed & filters.REPLY & filters.TEXT & ~filters.COMMAND, handlers.on_reply
+            )
+        )
+        # plain text in the founder's private chat (not in a group: people talk there)
+        app.add_handler(
+            MessageHandler(
+                allowed
+                & filters.ChatType.PRIVATE
+                & filters.TEXT
+                & ~filters.COMMAND
+                & ~filters.REPLY,
+                handlers.on_text,
             )
         )
         app.add_handler(MessageHandler(~allowed, handlers.on_stranger))
