@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sqlite3
 import subprocess
 import sys
@@ -115,6 +117,13 @@ def test_write_refuses_a_result_that_would_not_load(tmp_path: Path) -> None:
         write_migration(plan_migration(path))
     assert path.read_text(encoding="utf-8") == broken
     assert not path.with_name("company.yaml.bak").exists()
+    # --check says so before the founder runs --write, and still exits 1 (needed)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["migrate", "--check", "--config", str(path)])
+    assert rc == 1, err.getvalue()
+    assert "but the file has other problems, which --write would refuse over" in out.getvalue()
+    assert "colour" in out.getvalue() and "would migrate" in out.getvalue()
 
 
 def _v1_to_v2(text: str) -> str:

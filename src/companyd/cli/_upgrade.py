@@ -17,6 +17,7 @@ from companyd.cli._main import print_json
 from companyd.config import (
     MigrationRefused,
     default_config_path,
+    migration_problems,
     plan_migration,
     write_migration,
 )
@@ -71,8 +72,15 @@ def _migrate(args: argparse.Namespace) -> int:
         print(f"{path}: {verb} ({what}):")
         for change in plan.changes:
             print(f"  {change}")
+        problems = None if bak is not None else migration_problems(plan)
         if bak is not None:
             print(f"the original is kept as {bak}")
+        elif problems is not None:
+            # --write would refuse: say so now, not after the founder runs it
+            print(
+                "but the file has other problems, which --write would refuse over (fix them "
+                f"first; they are not migration problems):\n{problems}"
+            )
         else:
             print(f"run `companyd migrate --write --config {path}` to rewrite it (keeps a .bak)")
     if plan.needed and bak is None:

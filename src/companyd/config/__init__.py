@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from companyd.config._migrate import (
         ConfigMigration,
         MigrationRefused,
+        migration_problems,
         plan_migration,
         write_migration,
     )
@@ -148,6 +149,7 @@ __all__ = [
     "listen_address",
     "load_config",
     "load_config_text",
+    "migration_problems",
     "parse_duration",
     "peek_nested",
     "peek_or_load",
@@ -212,6 +214,7 @@ _HOMES: dict[str, str] = {
     "load_config": "companyd.config._load",
     "load_config_text": "companyd.config._load",
     "parse_duration": "companyd.config._scalars",
+    "migration_problems": "companyd.config._migrate",
     "plan_migration": "companyd.config._migrate",
     "resolved_view": "companyd.config._view",
     "secret_references": "companyd.config._secrets",

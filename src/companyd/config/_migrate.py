@@ -44,6 +44,7 @@ __all__ = [
     "ConfigMigration",
     "MigrationRefused",
     "file_version",
+    "migration_problems",
     "plan_migration",
     "write_migration",
 ]
@@ -246,6 +247,17 @@ def plan_migration(
     return plan
 
 
+def migration_problems(plan: ConfigMigration) -> str | None:
+    """What stops the migrated text from loading (its issues, one per line), or None: the
+    problems ``--write`` would refuse over, which ``--check`` says too.
+    """
+    try:
+        load_config_text(plan.new_text, file=str(plan.path), base_dir=plan.path.parent)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
 def write_migration(plan: ConfigMigration) -> Path | None:
     """Write ``plan`` (if anything changes): the original to ``<file>.bak``, then the new
     text atomically. The new text must load first. Returns the ``.bak`` path, or None.
@@ -255,13 +267,13 @@ def write_migration(plan: ConfigMigration) -> Path | None:
     """
     if not plan.needed:
         return None
-    try:
-        load_config_text(plan.new_text, file=str(plan.path), base_dir=plan.path.parent)
-    except ConfigError as exc:
+    problems = migration_problems(plan)
+    if problems is not None:
         raise MigrationRefused(
-            f"the migrated {str(plan.path)!r} would not load, so nothing was written:\n{exc}\n"
+            f"the migrated {str(plan.path)!r} would not load, so nothing was written:\n"
+            f"{problems}\n"
             "fix these in the file (they are not migration problems), then run migrate again"
-        ) from exc
+        )
     bak = plan.path.with_name(plan.path.name + ".bak")
     write_atomic(bak, plan.text.encode("utf-8"))  # 0600: a copy nobody else needs
     write_atomic(plan.path, plan.new_text.encode("utf-8"), like_existing=True)
