@@ -280,6 +280,22 @@ async def test_an_instructions_file_proposal_is_written_atomically_and_reloaded(
             await d.revert(p.id)
             assert (tmp_path / "marketing.md").read_text() == "Write posts.\n"
             assert d.config.agents["marketing"].instructions.strip() == "Write posts."
+            # a rejection keeps who rejected it, through what, and why (the reason was
+            # dropped: `proposals --json` had none of the three)
+            q = await d.proposal_store.propose("improver", "marketing", NEW, "again")
+            said = await d.reject(q.id, "not before the launch", by="root", via="cli")
+            assert isinstance(said, ProposalDecision)
+            assert (said.decided_by, said.via, said.note) == (
+                "root",
+                "cli",
+                "not before the launch",
+            )
+            (listed,) = [x for x in (await d.proposals()).proposals if x["id"] == q.id]
+            assert (listed["decided_by"], listed["via"], listed["note"]) == (
+                "root",
+                "cli",
+                "not before the launch",
+            )
             assert sorted(x.name for x in tmp_path.iterdir()) == [
                 "company.yaml",
                 "marketing.md",
@@ -496,12 +512,19 @@ async def test_a_proposal_store_written_by_the_old_code_opens_unchanged(tmp_path
     store = _store(cfg, state)
     async with asyncio.timeout(10):
         assert [p.id for p in await store.list()] == ["prop-1"]
-        rejected = await store.reject("prop-1")
+        rejected = await store.reject("prop-1", "stale", by="root", via="cli")
         await store.close()
     assert rejected.status == "rejected"
+    # version 2 keeps who decided and why: the old rows stay, the three columns are added
+    assert (rejected.decided_by, rejected.via, rejected.note) == ("root", "cli", "stale")
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
-    assert conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall() == before
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    after = dict(conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall())
+    assert {name: after[name] for name, _ in before if name != "proposals"} == {
+        name: sql for name, sql in before if name != "proposals"
+    }
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(proposals)")]
+    assert columns[-3:] == ["decided_by", "via", "note"] and len(columns) == 16
     conn.close()
 
 

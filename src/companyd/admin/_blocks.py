@@ -509,6 +509,11 @@ class ProposalRow(TypedDict):
     status: str
     created: float
     decided: float | None
+    #: who made the last decision, through what, and the words with it (a rejection's
+    #: reason); empty for a pending one, and for one decided before they were kept
+    decided_by: NotRequired[str]
+    via: NotRequired[str]
+    note: NotRequired[str]
 
 
 # -- the daemon ----------------------------------------------------------------------------

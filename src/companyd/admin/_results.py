@@ -344,6 +344,10 @@ class ProposalDecision(Frozen):
     created: float
     decided: float | None
     message: str
+    #: who decided, through what, and the words with it (a rejection's reason)
+    decided_by: str = ""
+    via: str = ""
+    note: str = ""
 
 
 # -- the founder's desk ------------------------------------------------------------------------

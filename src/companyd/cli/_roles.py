@@ -630,6 +630,10 @@ def _print_proposals(result: Mapping[str, Any]) -> int:
         return 0
     for p in items:
         print(f"{p.get('id')}  {p.get('status'):9} {p.get('agent')}: {p.get('reason')}")
+        if p.get("decided_by"):  # who decided, through what, and why (a rejection's reason)
+            said = f"    {p.get('status')} by {p.get('decided_by')}"
+            said += f" via {p.get('via')}" if p.get("via") else ""
+            print(said + (f": {p.get('note')}" if p.get("note") else ""))
         if p.get("status") == "pending":
             for line in str(p.get("diff", "")).splitlines()[:40]:
                 print(f"    {line}")
@@ -675,7 +679,11 @@ def _decide(args: argparse.Namespace) -> int:
             try:
                 if not await store.present():
                     raise CompanydError(f"no proposal {args.proposal_id!r}; pending: (none)")
-                p = await getattr(store, args.decision)(args.proposal_id)
+                who = {"by": login(), "via": "cli"}
+                if args.decision == "reject":
+                    p = await store.reject(args.proposal_id, reason, **who)
+                else:
+                    p = await getattr(store, args.decision)(args.proposal_id, **who)
             except ProposalError as exc:
                 raise CompanydError(str(exc)) from None
             finally:
@@ -685,10 +693,13 @@ def _decide(args: argparse.Namespace) -> int:
 
         return asyncio.run(go())
 
-    key = "proposal_id" if args.decision == "revert" else "item_id"
-    return _via_daemon_or_files(
-        args, args.decision, {key: args.proposal_id}, offline, _print_message
-    )
+    asked: dict[str, Any] = {"proposal_id": args.proposal_id}
+    if args.decision != "revert":
+        # who decided and why, kept with the proposal (`proposals --json`)
+        asked = {"item_id": args.proposal_id, "by": login(), "via": "cli"}
+        if args.decision == "reject":
+            asked["reason"] = reason
+    return _via_daemon_or_files(args, args.decision, asked, offline, _print_message)
 
 
 async def _approve_tools_offline(

@@ -806,7 +806,7 @@ class Operator:
                 return await approve_tools_item(self.staff, self.config, item_id, by or "founder")
             _check_inbox_id(item_id)
             try:
-                p = await self.proposal_store.approve(item_id)
+                p = await self.proposal_store.approve(item_id, by=by or "founder", via=via)
             except ProposalError as exc:
                 raise AdminError(str(exc)) from None
             return ProposalDecision(
@@ -835,7 +835,7 @@ class Operator:
                 )
             _check_inbox_id(item_id)
             try:
-                p = await self.proposal_store.reject(item_id)
+                p = await self.proposal_store.reject(item_id, reason, by=by or "founder", via=via)
             except ProposalError as exc:
                 raise AdminError(str(exc)) from None
             return ProposalDecision(**p.to_dict(), message=f"rejected {p.id}")
@@ -877,12 +877,12 @@ class Operator:
                 applied.
         """
         return await asyncio.shield(
-            self._recorded("revert", proposal_id, via, self._revert(proposal_id))
+            self._recorded("revert", proposal_id, via, self._revert(proposal_id, via))
         )
 
-    async def _revert(self, proposal_id: str) -> ProposalDecision:
+    async def _revert(self, proposal_id: str, via: str) -> ProposalDecision:
         try:
-            p = await self.proposal_store.revert(proposal_id)
+            p = await self.proposal_store.revert(proposal_id, by="founder", via=via)
         except ProposalError as exc:
             raise AdminError(str(exc)) from None
         return ProposalDecision(**p.to_dict(), message=f"reverted {p.id} and reloaded")

@@ -38,7 +38,7 @@ import contextlib
 import hashlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import yaml
 
@@ -108,6 +108,11 @@ class Proposal(Frozen):
     status: str  # pending | applied | rejected | reverted
     created: float
     decided: float | None
+    #: who made the last decision (a login, a Telegram name), through what (``cli``,
+    #: ``telegram``, ``dashboard``), and the words with it (a rejection's reason)
+    decided_by: str = ""
+    via: str = ""
+    note: str = ""
 
     def to_dict(self) -> ProposalRow:
         """The proposal as a JSON-serialisable dict (without the two hashes)."""
@@ -121,6 +126,9 @@ class Proposal(Frozen):
             "status": self.status,
             "created": self.created,
             "decided": self.decided,
+            "decided_by": self.decided_by,
+            "via": self.via,
+            "note": self.note,
         }
 
 
@@ -161,8 +169,16 @@ CREATE TABLE IF NOT EXISTS proposals (
 );
 """
 
+#: Version 2: who made the last decision, through what, and the founder's words with it (a
+#: rejection's reason), as the founder's desk keeps them for its items.
+_DECIDERS = """
+ALTER TABLE proposals ADD COLUMN decided_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE proposals ADD COLUMN via TEXT NOT NULL DEFAULT '';
+ALTER TABLE proposals ADD COLUMN note TEXT NOT NULL DEFAULT '';
+"""
+
 #: The store's schema on both backends, one entry per version (companyd.storage).
-STEPS: tuple[Dialects, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA),)
+STEPS: tuple[Dialects | str, ...] = (Dialects(sqlite=_SCHEMA, postgres=_PG_SCHEMA), _DECIDERS)
 
 
 #: This store's file in the state directory → the schema steps this code knows (what
@@ -310,7 +326,9 @@ class Proposals:
             decided=None,
         )
         await self._q(
-            "INSERT INTO proposals VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO proposals (id, agent, proposer, reason, file, diff, old_text, "
+            "new_text, base_sha, new_sha, status, created, decided) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 p.id,
                 p.agent,
@@ -345,8 +363,7 @@ class Proposals:
         """The latest 100 proposals, newest first; only the pending ones with
         ``include_decided=False``.
         """
-        sql = "SELECT id, agent, proposer, reason, file, diff, base_sha, new_sha, status, "
-        sql += "created, decided FROM proposals"
+        sql = f"SELECT {_COLUMNS} FROM proposals"
         if not include_decided:
             sql += " WHERE status = 'pending'"
         sql += " ORDER BY created DESC LIMIT 100"
@@ -359,9 +376,7 @@ class Proposals:
             ProposalError: there is no such proposal (the message lists the pending ones).
         """
         rows = await self._q(
-            "SELECT id, agent, proposer, reason, file, diff, base_sha, new_sha, status, "
-            "created, decided, old_text, new_text FROM proposals WHERE id = ?",
-            (proposal_id,),
+            f"SELECT {_COLUMNS}, old_text, new_text FROM proposals WHERE id = ?", (proposal_id,)
         )
         if not rows:
             known = [p.id for p in await self.list(include_decided=False)]
@@ -369,18 +384,18 @@ class Proposals:
                 f"no proposal {proposal_id!r}; pending: {', '.join(known) or '(none)'}"
             )
         r = rows[0]
-        return _row(r[:11]), r[11], r[12]
+        return _row(r[:-2]), r[-2], r[-1]
 
-    async def approve(self, proposal_id: str) -> Proposal:
-        """Apply a pending proposal and reload.
+    async def approve(self, proposal_id: str, *, by: str = "", via: str = "") -> Proposal:
+        """Apply a pending proposal and reload (``by`` whom, ``via`` what: kept with it).
 
         Once begun it runs to the end even if the caller is cancelled (a control deadline,
         the Telegram button's timeout): a file written but not marked applied, or applied
         but not reloaded, would be a half-made decision.
         """
-        return await asyncio.shield(self._approve(proposal_id))
+        return await asyncio.shield(self._approve(proposal_id, Decider(by, via)))
 
-    async def _approve(self, proposal_id: str) -> Proposal:
+    async def _approve(self, proposal_id: str, decider: Decider) -> Proposal:
         async with self._lock:
             p, old, new = await self.get(proposal_id)
             if p.status != "pending":
@@ -393,7 +408,7 @@ class Proposals:
                 stale=f"{p.file} changed since proposal {p.id} was made; it was not applied. "
                 "Reject it and ask for a new proposal against the current file",
             )
-            await self._decide(p.id, "pending", "applied", swap)
+            await self._decide(p.id, "pending", "applied", decider, swap)
         self.bus.publish(
             ProposalApplied(
                 source="improver",
@@ -405,8 +420,11 @@ class Proposals:
             await self._reload()
         return (await self.get(p.id))[0]
 
-    async def reject(self, proposal_id: str) -> Proposal:
-        """Mark a pending proposal rejected (nothing is written) and return it as stored now.
+    async def reject(
+        self, proposal_id: str, reason: str = "", *, by: str = "", via: str = ""
+    ) -> Proposal:
+        """Mark a pending proposal rejected (nothing is written) and return it as stored now,
+        with ``reason``, ``by`` whom and ``via`` what.
 
         Raises:
             ProposalError: there is no such proposal, or it is not pending.
@@ -415,14 +433,14 @@ class Proposals:
             p, _, _ = await self.get(proposal_id)
             if p.status != "pending":
                 raise ProposalError(f"proposal {p.id} is {p.status}, not pending")
-            await self._decide(p.id, "pending", "rejected")
+            await self._decide(p.id, "pending", "rejected", Decider(by, via, reason.strip()))
         return (await self.get(p.id))[0]
 
-    async def revert(self, proposal_id: str) -> Proposal:
+    async def revert(self, proposal_id: str, *, by: str = "", via: str = "") -> Proposal:
         """Undo an applied proposal and reload (to the end, like :meth:`approve`)."""
-        return await asyncio.shield(self._revert(proposal_id))
+        return await asyncio.shield(self._revert(proposal_id, Decider(by, via)))
 
-    async def _revert(self, proposal_id: str) -> Proposal:
+    async def _revert(self, proposal_id: str, decider: Decider) -> Proposal:
         async with self._lock:
             p, old, new = await self.get(proposal_id)
             if p.status != "applied":
@@ -438,13 +456,18 @@ class Proposals:
                     "restore the file as the proposal left it and revert again"
                 ),
             )
-            await self._decide(p.id, "applied", "reverted", swap)
+            await self._decide(p.id, "applied", "reverted", decider, swap)
         if self._reload is not None:
             await self._reload()
         return (await self.get(p.id))[0]
 
     async def _decide(
-        self, proposal_id: str, expect: str, status: str, swap: _Swap | None = None
+        self,
+        proposal_id: str,
+        expect: str,
+        status: str,
+        decider: Decider,
+        swap: _Swap | None = None,
     ) -> None:
         """Move ``proposal_id`` from ``expect`` to ``status`` and make ``swap`` (the file's
         change) in one ``BEGIN IMMEDIATE`` transaction on the store's thread.
@@ -471,8 +494,9 @@ class Proposals:
                             f"{expect} ones revert"
                         )
                     db.execute(
-                        "UPDATE proposals SET status = ?, decided = ? WHERE id = ?",
-                        (status, now, proposal_id),
+                        "UPDATE proposals SET status = ?, decided = ?, decided_by = ?, via = ?, "
+                        "note = ? WHERE id = ?",
+                        (status, now, decider.by, decider.via, decider.note, proposal_id),
                     )
                     if swap is not None:
                         swap.make()
@@ -525,6 +549,23 @@ class _Swap(Frozen):
             write_atomic(self.path, self.undo)
 
 
+class Decider(NamedTuple):
+    """Who decides a proposal (a login, a Telegram name), through what (``cli``,
+    ``telegram``, ``dashboard``), and the words with it (a rejection's reason).
+    """
+
+    by: str = ""
+    via: str = ""
+    note: str = ""
+
+
+#: A proposal's columns as :func:`_row` reads them.
+_COLUMNS = (
+    "id, agent, proposer, reason, file, diff, base_sha, new_sha, status, created, decided, "
+    "decided_by, via, note"
+)
+
+
 def _row(r: tuple[Any, ...]) -> Proposal:
     return Proposal(
         id=r[0],
@@ -538,6 +579,9 @@ def _row(r: tuple[Any, ...]) -> Proposal:
         status=r[8],
         created=r[9],
         decided=r[10],
+        decided_by=r[11] or "",
+        via=r[12] or "",
+        note=r[13] or "",
     )
 
 
