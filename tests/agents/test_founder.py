@@ -245,3 +245,37 @@ async def test_an_unanswered_result_is_denied_never_delivered(tmp_path: Path) ->
     )
     assert [e.data["state"] for e in bus.recent({"founder_decided"})] == ["expired"]
     assert len(bus.recent({"founder_reminder"})) == 1  # at 45 minutes, once
+
+
+@pytest.mark.anyio
+async def test_a_queued_question_that_expires_unshown_is_not_called_unanswered(
+    tmp_path: Path,
+) -> None:
+    # two questions at once: the second waits behind the first, never shown; at the
+    # deadline the agent read "the founder did not answer" of one the founder never saw
+    clock = ManualClock()
+    desk = Desk(tmp_path / "desk.sqlite", bus=EventBus(clock), clock=clock)
+    marketing = _config(tmp_path).agents["marketing"]
+    tool = ask_founder_tool(desk, marketing)
+
+    def ctx(n: int) -> ToolCallContext:
+        return ToolCallContext(
+            agent="marketing", run_id="run-1", task_id="t-1", tool_use_id=f"tu-{n}"
+        )
+
+    try:
+        shown = asyncio.ensure_future(tool.handler({"question": "Shown?"}, ctx(1)))
+        await asyncio.sleep(0.05)
+        queued = asyncio.ensure_future(tool.handler({"question": "Queued?"}, ctx(2)))
+        async with asyncio.timeout(10):
+            while len(await desk.pending()) < 2:
+                await asyncio.sleep(0.01)
+            clock.advance(marketing.approval_timeout + 1)
+            await asyncio.wait({shown, queued})
+        with pytest.raises(ToolError, match="the founder did not answer within"):
+            shown.result()
+        with pytest.raises(ToolError) as info:
+            queued.result()
+        assert str(info.value).startswith("not asked: the question waited behind your other")
+    finally:
+        await desk.close()

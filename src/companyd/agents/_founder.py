@@ -134,6 +134,15 @@ def ask_founder_tool(desk: Desk, agent: AgentConfig) -> Tool:
         item = await desk.wait(item)
         if item.state is ItemState.ANSWERED:
             return f"The founder answered: {item.text}"
+        if item.announced is None:
+            # queued behind this agent's other questions (one is shown at a time): the
+            # founder never saw it — not "did not answer"
+            raise ToolError(
+                "not asked: the question waited behind your other questions to the founder "
+                "(one is shown at a time) and its time ran out before it was shown; carry on "
+                "with your best judgement and say what you assumed, or ask again once your "
+                "other questions are answered"
+            )
         raise ToolError(
             f"the founder did not answer within {wait_text(item.deadline - item.created)}; "
             "carry on with your best judgement and say what you assumed"
