@@ -200,6 +200,12 @@ async def test_a_burst_of_questions_is_announced_one_at_a_time_in_order(
         other = await _question(desk, 0, agent="cfo")
         assert _asked(bus) == [q[0].id, other.id]
         assert {i.id for i in await desk.pending()} == {*(x.id for x in q), other.id}
+        # the inbox says which are queued (their deadlines run, and nobody was shown them)
+        from companyd.desk import gather_inbox
+
+        rows = {i.id: i.summary for i in (await gather_inbox(desk, None, None)).items}
+        queued = [i for i, summary in rows.items() if "(queued: not sent to Telegram" in summary]
+        assert sorted(queued) == sorted([q[1].id, q[2].id])
         await desk.decide(q[0].id, ItemState.ANSWERED, "yes")
         assert _asked(bus) == [q[0].id, other.id, q[1].id]
         # a queued question answered on the command line before its turn is not announced

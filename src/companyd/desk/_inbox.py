@@ -159,6 +159,13 @@ def _desk_entry(item: DeskItem) -> InboxItem:
         actions = ["approve"]  # marks it read
     else:
         summary = f"{item.agent} asks: {_short(p.get('question'), 300)}"
+        if item.announced is None:
+            # one question of an agent is on screen at a time (docs/desk.md): say this one
+            # is not, so its deadline does not read as ignored
+            summary += (
+                " (queued: not sent to Telegram yet; it follows the answer to the agent's "
+                "question before it)"
+            )
         actions = ["answer"]
     return InboxItem(
         id=item.id,
