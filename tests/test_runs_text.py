@@ -77,3 +77,27 @@ def test_offline_costs_are_labelled_simulated_in_runs_and_runs_last() -> None:
     assert head.index("cost") + len("cost") == offline.index("*") + 1  # still aligned
     assert " · $0.0052 (simulated) · " in last_lines(runs[0])[0]
     assert "(simulated)" not in last_lines(runs[1])[0]
+
+
+def test_runs_show_says_who_answered_a_question_of_the_run() -> None:
+    # an approval's step said "approved by Op via telegram"; an ask_founder answer said
+    # only "The founder answered: …" — the desk's question now has its founder line
+    from companyd.cli._runs_text import _decision
+
+    answered = {
+        "item_id": "q-8f8eb0d258",
+        "round": 1,
+        "decision": "answered",
+        "by": "root",
+        "via": "cli",
+        "asked": 1_800_000_000.0,
+        "decided": 1_800_000_060.0,
+        "text": "the blue one",
+    }
+    assert _decision(answered, "UTC") == (
+        "answered by root via cli at 2027-01-15 08:01:00 UTC (q-8f8eb0d258): the blue one"
+    )
+    waiting = {**answered, "decision": "pending", "decided": None, "text": ""}
+    assert _decision(waiting, "UTC") == (
+        "a question awaits an answer since 2027-01-15 08:00:00 UTC (q-8f8eb0d258)"
+    )

@@ -552,3 +552,25 @@ async def test_the_pager_reads_the_decisions_made_without_it_as_their_events(
     finally:
         await journal.close()
         await desk.close()
+
+
+@pytest.mark.anyio
+async def test_a_runs_questions_are_among_its_founder_decisions(tmp_path: Path) -> None:
+    # `runs show` lists them: who answered, through what, and the answer
+    from companyd.desk import decisions_of
+
+    clock = ManualClock(start=1_800_000_000.0)
+    desk = _desk(tmp_path, clock)
+    try:
+        q = await _question(desk, 0)
+        await desk.decide(q.id, ItemState.ANSWERED, "the blue one", by="root", via="cli")
+        (said,) = decisions_of(await desk.of_run("run-ceo"))
+        assert (said["item_id"], said["decision"], said["by"], said["via"], said["text"]) == (
+            q.id,
+            "answered",
+            "root",
+            "cli",
+            "the blue one",
+        )
+    finally:
+        await desk.close()

@@ -260,6 +260,8 @@ class ResultDelivery(TypedDict):
 class ResultDecision(TypedDict):
     """The founder's decision on a run's result (a routine with ``approval: required``):
     one per round; ``decision`` is pending, approved, rejected, changes_requested or expired.
+    Or on a question the run asked (``q-…``, round 1): pending, answered (``text``: the
+    answer), expired or withdrawn.
     """
 
     item_id: str

@@ -187,16 +187,23 @@ def _approval(a: Mapping[str, Any], tz: str) -> str:
 
 
 def _decision(d: Mapping[str, Any], tz: str) -> str:
-    """The founder's decision on a run's result (``approval: required``), as one line:
-    what, who, via what, when, the item and round, the reason or change asked for.
+    """The founder's decision on a run's result (``approval: required``) or on a question
+    it asked, as one line: what, who, via what, when, the item (and round), the reason,
+    the change asked for or the answer.
     """
     decision = str(d.get("decision"))
-    tail = f"({d.get('item_id')}, round {d.get('round')})"
+    question = str(d.get("item_id") or "").startswith("q-")  # an ask_founder question
+    tail = f"({d.get('item_id')})" if question else f"({d.get('item_id')}, round {d.get('round')})"
     if decision == "pending":
-        return f"awaits approval since {when(d.get('asked'), tz, seconds=True)} {tail}"
+        waits = "a question awaits an answer" if question else "awaits approval"
+        return f"{waits} since {when(d.get('asked'), tz, seconds=True)} {tail}"
     said = decision.replace("changes_requested", "changes requested").replace("_", " ")
     if decision == "expired":
-        said = "unanswered: expired (counts as rejected)"
+        said = (
+            "a question unanswered: expired"
+            if question
+            else "unanswered: expired (counts as rejected)"
+        )
     else:
         said += f" by {d.get('by') or 'the founder'}" + (f" via {d['via']}" if d.get("via") else "")
     said += f" at {when(d.get('decided'), tz, seconds=True)} {tail}"

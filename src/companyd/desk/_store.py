@@ -817,9 +817,10 @@ def _clip(text: str, limit: int) -> str:
 
 
 def decisions_of(items: list[DeskItem]) -> list[ResultDecision]:
-    """The founder's decisions on a run's result (``runs show``), from the run's items
+    """The founder's decisions on a run (``runs show``), from the run's items
     (:meth:`Desk.of_run`): one per result item of the run (a routine with ``approval:
-    required``), pending ones included.
+    required``) and one per question it asked (``ask_founder``: who answered, through
+    what, and the answer as ``text``), pending ones included.
     """
     return [
         {
@@ -833,5 +834,5 @@ def decisions_of(items: list[DeskItem]) -> list[ResultDecision]:
             "text": i.text,
         }
         for i in items
-        if i.kind is ItemKind.RESULT
+        if i.kind in (ItemKind.RESULT, ItemKind.QUESTION)
     ]
