@@ -678,3 +678,26 @@ async def test_a_call_larger_than_the_whole_budget_is_refused_as_too_small_not_e
     rendered, _ = render("budget_exhausted", event.data, "spend", {}, ["cfo"])
     assert rendered.title == "the company's daily budget is too small for one call"
     assert rendered.lines[-1].startswith("no call fits until the budget is raised")
+
+
+@pytest.mark.anyio
+async def test_a_raise_does_not_come_back_on_the_same_date_in_a_new_time_zone(
+    tmp_path: Path, bus: EventBus
+) -> None:
+    # raised on 2026-11-29 in Kiritimati (UTC+14); company.timezone then moved to Chicago
+    # (UTC-6), whose 2026-11-29 begins after that raise: the raise applied a second day
+    agents = {"ceo": None, "cfo": "{daily_usd: 0.2}"}
+    clock = ManualClock(start=local_ts("Pacific/Kiritimati", 2026, 11, 29, 9, 0))
+    book = book_for(tmp_path, bus, clock, tz="Pacific/Kiritimati", agents=agents)
+    async with running(book):
+        await book.raise_today("cfo", Decimal("5"))
+        report = await book.budget_report()
+        cfo = next(b for b in report["budgets"] if b["agent"] == "cfo")
+        assert cfo["raised_today_usd"] == 5.0
+        book.reconfigure(make_config(tmp_path, tz="America/Chicago", agents=agents))
+        # Chicago's own 29th, 9:00: a day and five hours of the clock on
+        clock.advance(local_ts("America/Chicago", 2026, 11, 29, 9, 0) - clock.time())
+        report = await book.budget_report()
+        cfo = next(b for b in report["budgets"] if b["agent"] == "cfo")
+        assert report["budgets"] and cfo["key"] == "2026-11-29"
+        assert cfo["raised_today_usd"] == 0.0 and cfo["limit_usd"] == 0.2

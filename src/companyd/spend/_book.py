@@ -101,7 +101,7 @@ from companyd.spend._ledger import (
     usd_said,
 )
 from companyd.spend._ledger_thread import LedgerThread
-from companyd.spend._periods import next_day_start, parse_period, period_keys
+from companyd.spend._periods import day_start, next_day_start, parse_period, period_keys
 from companyd.spend._pricing import Pricing
 from companyd.spend._reservations import BudgetExhausted, Reservation, SpendError
 from companyd.spend._runaway import HISTORY_SECONDS, RunawayDetector
@@ -314,7 +314,12 @@ class SpendBook:
         cleared (a raised budget lets agents go on; an unchanged one refuses again).
         """
         self._config = config
-        self._tz = ZoneInfo(config.timezone)
+        tz = ZoneInfo(config.timezone)
+        if tz != self._tz:
+            # the same date can begin at another instant in the new zone: today's spend and
+            # raises are read again at the next look (_ensure_period), not kept by date
+            self._st.day = ""
+        self._tz = tz
         self._pricing.table = PriceTable.from_config(config.spec.pricing)
         self._st.configure(config, self._tz)
         self._runaway.reconfigure(
@@ -789,7 +794,7 @@ class SpendBook:
                 return (
                     led.used(day),
                     led.used(month),
-                    led.raises(day),
+                    led.raises(day, day_start(day, self._tz)),
                     led.markers([day, month]),
                 )
 

@@ -17,7 +17,7 @@ from companyd._frozen import Frozen
 from companyd.admin import BudgetRow, BudgetsData
 from companyd.config import BudgetSpec, CompanyConfig
 from companyd.spend._ledger import Ledger, from_pusd, to_pusd
-from companyd.spend._periods import next_day_start, next_month_start, period_keys
+from companyd.spend._periods import day_start, next_day_start, next_month_start, period_keys
 
 __all__ = [
     "BudgetLimit",
@@ -189,14 +189,15 @@ def read_budget_report(config: CompanyConfig, ledger: Ledger | None, *, now: flo
     process's rows are dropped by the daemon on its next start), every row of a shared
     PostgreSQL ledger (the leader may run elsewhere). ``ledger`` None: nothing spent yet.
     """
-    day, month = period_keys(now, ZoneInfo(config.timezone))
+    tz = ZoneInfo(config.timezone)
+    day, month = period_keys(now, tz)
     used: dict[tuple[str, str], int] = {}
     reserved: dict[str, int] = {}
     raises: dict[str, int] = {}
     if ledger is not None:
         for key in (day, month):
             used.update({(s, key): v for s, v in ledger.used(key).items()})
-        raises = ledger.raises(day)
+        raises = ledger.raises(day, day_start(day, tz))
         for r in ledger.inflight(alive_only=True):
             for scope in ("company", agent_scope(r.agent)):
                 reserved[scope] = reserved.get(scope, 0) + r.amount_pusd

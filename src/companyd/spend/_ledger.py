@@ -659,12 +659,16 @@ class Ledger:
         }
 
     @_on_worker
-    def raises(self, day: str) -> dict[str, int]:
-        """Scope → picodollars of one-off raises for ``day``."""
+    def raises(self, day: str, since: float = 0.0) -> dict[str, int]:
+        """Scope → picodollars of one-off raises for ``day`` made at or after ``since``
+        (the day's start in the company's zone: a raise made for the same date in another
+        zone, before ``company.timezone`` changed, is not today's).
+        """
         return {
             str(s): int(a)
             for s, a in self._db.execute(
-                "SELECT scope, SUM(amount_pusd) FROM raises WHERE day=? GROUP BY scope", (day,)
+                "SELECT scope, SUM(amount_pusd) FROM raises WHERE day=? AND ts >= ? GROUP BY scope",
+                (day, since),
             )
         }
 

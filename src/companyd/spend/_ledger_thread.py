@@ -25,11 +25,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from zoneinfo import ZoneInfo
 
 from companyd._frozen import Frozen
 from companyd._fs import is_disk_failure
 from companyd._sqlite import store_errors
 from companyd.spend._ledger import InflightRow, Ledger, LedgerError
+from companyd.spend._periods import day_start
 from companyd.storage import SQLITE, Backend
 
 if TYPE_CHECKING:  # types only: they import PostgreSQL's driver (issue 31)
@@ -131,7 +133,7 @@ class LedgerThread:
                     last=last,
                     used_day=led.used(day),
                     used_month=led.used(month),
-                    raises=led.raises(day),
+                    raises=led.raises(day, day_start(day, ZoneInfo(timezone))),
                     markers=led.markers([day, month]),
                     history=led.spend_since(since),
                     write_failure=failed,

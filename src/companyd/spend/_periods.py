@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 
 __all__ = [
     "day_key",
+    "day_start",
     "month_key",
     "next_day_start",
     "next_month_start",
@@ -46,6 +47,11 @@ def _start_of(d: date, tz: ZoneInfo) -> float:
     # fold=0 on a nonexistent local midnight resolves to the instant the gap ends, which
     # is the first moment of the new day; on an ambiguous one, to its first occurrence.
     return datetime(d.year, d.month, d.day, tzinfo=tz).timestamp()
+
+
+def day_start(day: str, tz: ZoneInfo) -> float:
+    """Epoch seconds of local midnight starting ``day`` (``2026-11-29``) in ``tz``."""
+    return _start_of(date.fromisoformat(day), tz)
 
 
 def next_day_start(ts: float, tz: ZoneInfo) -> float:
