@@ -325,3 +325,23 @@ async def test_pausing_a_paused_agent_says_it_already_is(work: Path) -> None:
         assert again.rc == 0
         assert again.out.strip() == "cfo is already paused; `companyd resume cfo` resumes it"
         await daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_a_refused_raise_is_an_admin_refusal_and_the_raise_is_said_exactly(
+    work: Path,
+) -> None:
+    # the day's cap refused "➕ $5 today" as SpendError: Telegram's button said "failed
+    # inside companyd"; and a raise of $0.1234567 read "$0.12"
+    from companyd.admin import AdminError
+
+    cfg = write_company(work / "company.yaml")
+    async with InProcessDaemon(cfg, work / "s") as daemon:
+        assert daemon.daemon is not None
+        done = await daemon.daemon.raise_budget(None, 0.1234567)
+        assert done.message.startswith("raised today's budget of the company by $0.123457 ")
+        assert "(today's limit is now $10.123457;" in done.message
+        await daemon.daemon.raise_budget(None, 999_999.0)
+        with pytest.raises(AdminError, match="at most \\$1,000,000"):
+            await daemon.daemon.raise_budget(None, 5.0)
+        await daemon.stop()

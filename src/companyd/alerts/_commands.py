@@ -461,13 +461,14 @@ class Commands:
                     "once more",
                 )
                 return
-            self._raised_at[key] = now
         self._book.pressing.add(rec.id)
         try:
             done, text = await act(self._admin, button, by=who)
             if not done:
                 await self._answer(query, text, alert=True)
                 return
+            if button.get("action") == "raise":
+                self._raised_at[(rec.id, int(button_id))] = self._clock.monotonic()
             when = datetime.fromtimestamp(self._clock.time(), self._book.policy.tz)
             rec.footer.append(f"✔ {text} — by {who} at {when:%H:%M}")
             buttons_after(rec, button)

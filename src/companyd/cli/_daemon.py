@@ -488,7 +488,7 @@ def _reload_summary(result: Mapping[str, Any]) -> str:
 
 
 def _raise_budget(args: argparse.Namespace) -> int:
-    from companyd.admin import as_number, as_text, format_usd, usd_places
+    from companyd.admin import as_number, as_text, one_usd
 
     target: list[str] = args.target
     if len(target) > 2:
@@ -517,10 +517,10 @@ def _raise_budget(args: argparse.Namespace) -> int:
             print(message)
             return 0
         who = agent if agent else "the company"
-        line = f"raised today's budget of {who} by {format_usd(usd, usd_places([usd]))}"
+        line = f"raised today's budget of {who} by {one_usd(usd)}"
         limit = as_number(result.get("daily_limit_usd"))
         if limit is not None:
-            now_at = format_usd(limit, usd_places([limit]))
+            now_at = one_usd(limit)
             line += f" (today's limit is now {now_at}; back to company.yaml tomorrow)"
         print(line)
         return 0

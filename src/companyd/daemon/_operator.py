@@ -61,8 +61,7 @@ from companyd.admin import (
     TaskRetried,
     Tasks,
     WebhookFired,
-    format_usd,
-    usd_places,
+    one_usd,
 )
 from companyd.agents import Staff
 from companyd.alerts import AlertService
@@ -270,7 +269,10 @@ class Operator:
             self._check_agent(agent)
         if not usd > 0:
             raise AdminError(f"the raise must be a positive amount of dollars, got {usd!r}")
-        await self.spend_book.raise_today(agent, Decimal(str(usd)))
+        try:
+            await self.spend_book.raise_today(agent, Decimal(str(usd)))
+        except SpendError as exc:  # refused (the day's cap, no budget to raise): said as is
+            raise AdminError(str(exc)) from None
         resumed = []
         for a, reason in self.staff.paused().items():
             mine = reason.startswith("budget") and (agent is None or a == agent)
@@ -290,16 +292,16 @@ class Operator:
             ),
             None,
         )
-        places = usd_places([usd, daily])  # one precision: "$0.004", never "$0.00"
+        # each amount exact to a millionth (docs/spend.md): "$0.1234567" stored as $0.123457
+        # read "$0.12", and a limit of $5.010001 "$5.01"
         return BudgetRaised(
             agent=agent,
             raised_usd=usd,
             daily_limit_usd=daily,
             resumed=list(resumed),
-            message=f"raised today's budget of {who} by {format_usd(usd, places)}"
+            message=f"raised today's budget of {who} by {one_usd(round(usd, 6))}"
             + (
-                f" (today's limit is now {format_usd(daily, places)}; back to company.yaml "
-                "tomorrow)"
+                f" (today's limit is now {one_usd(daily)}; back to company.yaml tomorrow)"
                 if daily is not None
                 else " (for today; back to company.yaml tomorrow)"
             )
