@@ -1403,7 +1403,7 @@ def test_money_shows_non_zero_amounts_as_non_zero_with_one_precision_per_table()
     money = [w for ln in lines for w in ln.split() if w.startswith("$")]
     assert "$0.004" in money and "$0.00" not in money, money
     assert {len(m.split(".")[1]) for m in money} == {3}, money  # one precision
-    assert "$0.001 of $0.004 today" in status_line(status)
+    assert "$0.0012 of $0.004 today" in status_line(status)  # each exact, not "$0.001"
 
     row = {
         "calls": 1,

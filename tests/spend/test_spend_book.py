@@ -607,7 +607,7 @@ async def test_small_sums_read_as_the_spend_cli_prints_them(tmp_path: Path, bus:
             await reserve(book, "cfo", 10)
         assert str(ei.value).startswith(
             "agent cfo's daily budget of $0.004 is exhausted: this call could cost up to "
-            "$0.00001 but only $0.00000 is left"
+            "$0.00001 but only $0.0000 is left"  # each exact: $0.00001 needed, nothing left
         )
         res = await reserve(book, "ceo", 20)
         await book.forfeit(res, reason="ModelTimeout: no answer")
@@ -701,3 +701,16 @@ async def test_a_raise_does_not_come_back_on_the_same_date_in_a_new_time_zone(
         cfo = next(b for b in report["budgets"] if b["agent"] == "cfo")
         assert report["budgets"] and cfo["key"] == "2026-11-29"
         assert cfo["raised_today_usd"] == 0.0 and cfo["limit_usd"] == 0.2
+
+
+@pytest.mark.anyio
+async def test_status_shows_an_unlimited_companys_spend(tmp_path: Path, bus: EventBus) -> None:
+    # `budget: unlimited` has no company row per period: status read $0 today and this month
+    from companyd.daemon._operator import spend_for_status
+
+    book = book_for(tmp_path, bus, ManualClock(), company="unlimited")
+    async with running(book):
+        await spend(book, "cfo", 4_000)
+        status = spend_for_status(await book.budget_report(), {})
+    assert status.today.used_usd == 0.004 and status.month.used_usd == 0.004
+    assert status.today.limit_usd is None

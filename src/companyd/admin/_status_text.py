@@ -233,12 +233,8 @@ def status_line(status: Mapping[str, Any]) -> str:
     today = as_mapping(as_mapping(status.get("spend")).get("today"))
     used, limit = as_number(today.get("used_usd")), as_number(today.get("limit_usd"))
     if used is not None:
-        places = usd_places([used, limit])
-        text = (
-            f"{format_usd(used, places)} of {format_usd(limit, places)} today"
-            if limit
-            else f"{format_usd(used, places)} today"
-        )
+        # each amount exact, as a sentence says money ("$0.000966 of $10.00 today")
+        text = f"{one_usd(used)} of {one_usd(limit)} today" if limit else f"{one_usd(used)} today"
         if as_number(today.get("simulated_usd")):
             text += " (simulated)"
         parts.append(text)

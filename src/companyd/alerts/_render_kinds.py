@@ -24,7 +24,6 @@ from companyd.alerts._values import (
     num,
     pct,
     result_cost,
-    run_cost,
     secs,
     times_in,
     txt,
@@ -440,8 +439,10 @@ def _budget_exhausted(data: Data, source: str, counts: Mapping[str, int]) -> Ren
 
 
 def _amount(value: float) -> str:
-    """Money as a run's cost reads under a dollar (``$0.0694``), else as a budget does."""
-    return run_cost(value) if value < 1 else usd(value)
+    """Money in a sentence: exact, four decimals at least under a dollar (``$0.0694``,
+    ``$0.016011``), else two, as a budget reads.
+    """
+    return usd(value, minimum=4 if value < 1 else 2)
 
 
 def _budget_exhausted_buttons(data: Data, agents: Collection[str]) -> list[Button]:
@@ -540,9 +541,9 @@ def _api_key_refused(data: Data, source: str, counts: Mapping[str, int]) -> Rend
 def _spend_unanswered(data: Data, source: str, counts: Mapping[str, int]) -> Rendered:
     n = num(data.get("calls")) or counts.get("spend_unanswered", 1)
     total = num(data.get("total_worst_case_usd"))
-    # small sums matter here (a call's worst case is often cents): at least four decimals,
-    # as a run's cost, and never a non-zero sum as "$0.0000"
-    amount = run_cost(total) if total is not None and total < 1 else usd(total)
+    # small sums matter here (a call's worst case is often cents): exact, at least four
+    # decimals under a dollar — as the event's own message says it
+    amount = _amount(total) if total is not None else usd(total)
     title = f"{n:.0f} call{'s' if n != 1 else ''} timed out; up to {amount} may have been billed"
     lines = [
         "today, company-wide; counted against the budgets at their worst case",
@@ -944,7 +945,8 @@ def _generic_line(key: str, value: Any) -> str | None:
         return None
     if value is True:
         return _FLAGS.get(key, key.replace("_", " "))
-    return f"{key}: {usd(value) if key.endswith('_usd') else txt(value, 200)}"
+    money = key.endswith("_usd") or key == "usd"  # budget_raised's "usd": the raise
+    return f"{key}: {usd(value) if money else txt(value, 200)}"
 
 
 def _generic(kind: str) -> Renderer:

@@ -1156,12 +1156,17 @@ def spend_for_status(
     """
     rows = [r for r in report.get("budgets", []) if isinstance(r, Mapping)]
     periods: dict[str, SpendPeriodLine] = {}
+    company = [r for r in rows if r.get("scope") == "company"]
     for name, period in (("today", "day"), ("month", "month")):
-        row: Mapping[str, Any] = next(
-            (r for r in rows if r.get("scope") == "company" and r.get("period") == period), {}
+        row: Mapping[str, Any] = next((r for r in company if r.get("period") == period), {})
+        # an unlimited company, or one without a budget for this period, has no row for it:
+        # every company row says what it used today and this month
+        spent = next(
+            (r[f"used_{name}_usd"] for r in company if r.get(f"used_{name}_usd") is not None),
+            0.0,
         )
         periods[name] = SpendPeriodLine(
-            used_usd=row.get("used_usd", 0.0),
+            used_usd=row.get("used_usd", spent),
             reserved_usd=row.get("reserved_usd", 0.0),
             limit_usd=row.get("limit_usd"),
             resets_at=_epoch(row.get("resets_at")),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from companyd.admin import RUN_COST_PLACES, format_usd, usd_places
+from companyd.admin import RUN_COST_PLACES, one_usd
 from companyd.errors import CompanydError
 from companyd.spend._ledger import usd_said
 
@@ -61,8 +61,8 @@ class BudgetExhausted(CompanydError):
         whose = "the company's" if scope == "company" else f"agent {agent}'s"
         which = "daily" if period == "day" else "monthly"
         limit = f" of {usd_said(limit_usd)}" if limit_usd is not None else ""
-        # the two amounts with one precision, at least a run cost's four decimals
-        places = usd_places([needed_usd, remaining_usd], minimum=RUN_COST_PLACES)
+        # each amount exact to a millionth, at least a run cost's four decimals
+        needed, remaining = (one_usd(a, RUN_COST_PLACES) for a in (needed_usd, remaining_usd))
         said = resets_said or resets_at
         when = f"; it resets at {said}" if said else ""
         if limit_usd is not None and needed_usd > limit_usd:
@@ -70,14 +70,14 @@ class BudgetExhausted(CompanydError):
             # reset, would mislead (nothing need have been spent)
             super().__init__(
                 f"{whose} {which} budget{limit} is too small for one call: this call could "
-                f"cost up to {format_usd(needed_usd, places)}, more than the whole budget — "
+                f"cost up to {needed}, more than the whole budget — "
                 "raise today's budget, increase it in company.yaml, or lower "
                 "model.max_output_tokens"
             )
             return
         super().__init__(
             f"{whose} {which} budget{limit} is exhausted: this call could cost up to "
-            f"{format_usd(needed_usd, places)} but only {format_usd(remaining_usd, places)} "
+            f"{needed} but only {remaining} "
             f"is left{when} — or raise "
             "today's budget, or increase it in company.yaml"
         )
