@@ -644,9 +644,10 @@ def webhook_prompt(description: str, event: str) -> str:
     """The task of a webhook fire: the routine's description, then the request's body as
     quoted data the agent reads (never instructions it obeys; nothing in it is executed).
     """
-    # The markers cannot be forged from inside: in the JSON text a "<<<" or ">>>" can only
-    # be in a string, where the escape \u003c / \u003e is the same data
-    event = event.replace("<<<", "<\\u003c<").replace(">>>", ">\\u003e>")
+    # The markers cannot be forged from inside: in the JSON text a "<" or ">" can only be
+    # in a string, where the escape \u003c / \u003e is the same data — every one, so no run
+    # of them ("<<<<<EVENT") can leave a marker behind
+    event = event.replace("<", "\\u003c").replace(">", "\\u003e")
     shown = event[:EVENT_LIMIT]
     cut = len(event) - len(shown)
     note = f"\n[… {cut} more characters of the event not shown]" if cut else ""
