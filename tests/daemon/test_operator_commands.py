@@ -100,6 +100,9 @@ def test_read_commands_without_a_daemon_do_not_create_the_state_directory(
         ("approve", "prop-x"): (1, "no proposal 'prop-x'"),
         ("reject", "prop-x"): (1, "no proposal 'prop-x'"),
         ("revert", "prop-x"): (1, "no proposal 'prop-x'"),
+        # an id no inbox item has: said as the running daemon says it
+        ("approve", "nope"): (1, "nothing in the inbox has id 'nope'"),
+        ("reject", "task-1"): (1, "companyd retry task-1"),
         # what the running agents were given: no daemon, exit 69 as every such command
         ("tools",): (69, "no companyd daemon is running"),
     }

@@ -644,7 +644,7 @@ def _decide(args: argparse.Namespace) -> int:
     import asyncio
 
     from companyd.cli._desk import decide_offline, login
-    from companyd.desk import TOOLS_ITEM, ItemState, ProposalError, on_desk
+    from companyd.desk import TOOLS_ITEM, ItemState, ProposalError, not_an_inbox_id, on_desk
 
     reason = " ".join(getattr(args, "reason", None) or [])
     if args.decision != "revert" and on_desk(args.proposal_id):
@@ -675,6 +675,8 @@ def _decide(args: argparse.Namespace) -> int:
             }
 
         async def go() -> dict[str, Any]:
+            if (why := not_an_inbox_id(args.proposal_id)) is not None:
+                raise CompanydError(why)  # as the daemon says it
             store = _store(args)
             try:
                 if not await store.present():

@@ -80,6 +80,7 @@ from companyd.desk import (
     decide,
     decisions_of,
     gather_inbox,
+    not_an_inbox_id,
     on_desk,
 )
 from companyd.desk import Proposals as ProposalStore
@@ -806,7 +807,8 @@ class Operator:
                 )
             if item_id.startswith(TOOLS_ITEM):
                 return await approve_tools_item(self.staff, self.config, item_id, by or "founder")
-            _check_inbox_id(item_id)
+            if (why := not_an_inbox_id(item_id)) is not None:
+                raise AdminError(why)
             try:
                 p = await self.proposal_store.approve(item_id, by=by or "founder", via=via)
             except ProposalError as exc:
@@ -835,7 +837,8 @@ class Operator:
                 return await decide(
                     self.desk, item_id, ItemState.REJECTED, reason, by=by or "founder", via=via
                 )
-            _check_inbox_id(item_id)
+            if (why := not_an_inbox_id(item_id)) is not None:
+                raise AdminError(why)
             try:
                 p = await self.proposal_store.reject(item_id, reason, by=by or "founder", via=via)
             except ProposalError as exc:
@@ -942,27 +945,6 @@ class Operator:
                 raise AdminError(
                     _unknown(kind, name, known, "not in the running company.yaml and no runs")
                 )
-
-
-def _check_inbox_id(item_id: str) -> None:
-    """Refuse, saying what ids look like, an id that is neither a desk item's nor a
-    proposal's (it fell through to the proposals: "no proposal 'nope'; pending: (none)"
-    read as if nothing waited, with approvals pending).
-
-    Raises:
-        AdminError: ``item_id`` is no inbox id (a task's says to retry it).
-    """
-    if item_id.startswith("prop-"):
-        return
-    if item_id.startswith("task-"):
-        raise AdminError(
-            f"{item_id!r} is a task, not an inbox item: a quarantined task runs again with "
-            f"`companyd retry {item_id}`"
-        )
-    raise AdminError(
-        f"nothing in the inbox has id {item_id!r}: approvals are ap-…, results r-…, "
-        "questions q-…, kept results k-…, proposals prop-…; `companyd inbox` lists what waits"
-    )
 
 
 def _unknown(kind: str, name: str, known: Iterable[str], why: str = "") -> str:

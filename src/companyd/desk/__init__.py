@@ -17,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from companyd.desk._inbox import TOOLS_ITEM, decide, gather_inbox, on_desk
+    from companyd.desk._inbox import TOOLS_ITEM, decide, gather_inbox, not_an_inbox_id, on_desk
     from companyd.desk._proposals import Proposal, ProposalError, Proposals
     from companyd.desk._store import (
         DEFAULT_APPROVAL_TIMEOUT,
@@ -51,6 +51,7 @@ __all__ = [
     "decide",
     "decisions_of",
     "gather_inbox",
+    "not_an_inbox_id",
     "on_desk",
 ]
 
@@ -74,6 +75,7 @@ _HOMES: dict[str, str] = {
     "decide": "companyd.desk._inbox",
     "decisions_of": "companyd.desk._store",
     "gather_inbox": "companyd.desk._inbox",
+    "not_an_inbox_id": "companyd.desk._inbox",
     "on_desk": "companyd.desk._inbox",
 }
 

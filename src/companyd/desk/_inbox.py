@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from companyd.desk._toolstore import ToolStore
     from companyd.runs import Journal
 
-__all__ = ["TOOLS_ITEM", "decide", "gather_inbox", "on_desk"]
+__all__ = ["TOOLS_ITEM", "decide", "gather_inbox", "not_an_inbox_id", "on_desk"]
 
 
 #: The id prefix of an inbox item for the held-back tools of an MCP server:
@@ -176,6 +176,25 @@ def _desk_entry(item: DeskItem) -> InboxItem:
         actions=actions,
         deadline=item.deadline,
         run_id=item.run_id,
+    )
+
+
+def not_an_inbox_id(item_id: str) -> str | None:
+    """Why ``item_id`` names nothing ``approve`` or ``reject`` could decide — neither a desk
+    item's id nor a proposal's (a task's says to retry it) — or None when it may. Such an id
+    fell through to the proposals: "no proposal 'nope'; pending: (none)" read as if nothing
+    waited, with approvals waiting.
+    """
+    if item_id.startswith(("prop-", TOOLS_ITEM)) or on_desk(item_id):
+        return None
+    if item_id.startswith("task-"):
+        return (
+            f"{item_id!r} is a task, not an inbox item: a quarantined task runs again with "
+            f"`companyd retry {item_id}`"
+        )
+    return (
+        f"nothing in the inbox has id {item_id!r}: approvals are ap-…, results r-…, "
+        "questions q-…, kept results k-…, proposals prop-…; `companyd inbox` lists what waits"
     )
 
 
