@@ -30,7 +30,7 @@ from companyd.alerts._desk_messages import DeskDecisions
 from companyd.alerts._service import EDIT_INTERVAL, AlertService
 from companyd.clock import ManualClock
 from companyd.config import CompanyConfig, load_config
-from companyd.events import EventBus, FounderDecided, RoutineResult
+from companyd.events import EventBus, FounderDecided, OperatorAction, RoutineResult
 from companyd.testing.bot_api import BotApiServer, DownMode, SentMessage
 
 TOKEN = "123456789:AAH-alerts-test-secret-0123456789abcdef"
@@ -774,13 +774,30 @@ async def test_an_item_decided_while_the_pager_was_down_loses_its_buttons_at_its
             self.asked.append(list(item_ids))
             return [self.items[i] for i in item_ids if i in self.items]
 
+        async def proposals_decided(self, proposal_ids: Sequence[str]) -> list[OperatorAction]:
+            return [
+                OperatorAction(
+                    source="cli",
+                    ts=1_800_000_000.0 + 1_800,
+                    action="reject",
+                    target=pid,
+                    via="cli",
+                    ok=True,
+                    message=f"rejected {pid} by root: too soon",
+                )
+                for pid in proposal_ids
+                if pid == "p-9"
+            ]
+
     item: dict[str, Any] = {"item_id": "ap-1", "agent": "cfo", "run_id": "run-1"}
     async with harness(tmp_path) as h:
         async with h.service():
             h.bus.emit("founder_approval_requested", "agent/cfo", **item, tool="pay_invoice")
             h.bus.emit("founder_approval_requested", "agent/cfo", **{**item, "item_id": "ap-2"})
-            await h.until(lambda: len(h.bot_messages()) == 2)
-        asked, other = h.bot_messages()
+            h.bus.emit("proposal_created", "improver", proposal_id="p-9", title="shorter")
+            await h.until(lambda: len(h.bot_messages()) == 3)
+        asked, other, proposal = h.bot_messages()
+        assert proposal.buttons()
         assert asked.reply_markup and other.reply_markup
         decided = FounderDecided(
             source="agent/cfo",
@@ -797,7 +814,10 @@ async def test_an_item_decided_while_the_pager_was_down_loses_its_buttons_at_its
         assert desk.asked == [["ap-1", "ap-2"]]  # one read of the desk, for both offers
         assert asked.text.endswith("✔ approved by root via cli at 08:30"), asked.text
         assert other.reply_markup  # still pending: still offered
-        assert len(h.bot_messages()) == 2  # edited, nothing new sent
+        # a proposal rejected with the daemon stopped: its buttons go too
+        await h.until(lambda: not proposal.buttons())
+        assert "✔ rejected p-9 by root: too soon — via cli at 08:30" in proposal.text
+        assert len(h.bot_messages()) == 3  # edited, nothing new sent
         async with h.service(desk=desk):  # a later start has nothing more to do
             pass
         assert desk.asked[-1] == ["ap-2"]

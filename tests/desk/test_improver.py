@@ -619,3 +619,33 @@ async def test_a_file_written_before_a_failed_commit_is_put_back(
         assert "Post daily." in cfg.read_text(encoding="utf-8")
     finally:
         await store.close()
+
+
+@pytest.mark.anyio
+async def test_the_pager_reads_the_proposals_decided_without_it(tmp_path: Path) -> None:
+    # `companyd reject prop-…` with the daemon stopped: at the next start the proposal's
+    # message loses its buttons (ResultRecords.proposals_decided answers the pager)
+    from companyd.clock import ManualClock
+    from companyd.daemon._deliveries import ResultRecords
+    from companyd.runs import Journal
+
+    cfg = tmp_path / "company.yaml"
+    cfg.write_text(HAND_WRITTEN, encoding="utf-8")
+    store = _store(cfg, tmp_path / "state")
+    journal = Journal(tmp_path / "runs.sqlite")
+    try:
+        rejected = await store.propose("improver", "ceo", "Be brief.", "shorter")
+        waiting = await store.propose("improver", "ceo", "Be kind.", "kinder")
+        await store.reject(rejected.id, "too soon", by="root", via="cli")
+        records = ResultRecords(journal, None, ManualClock(), lambda: 30.0, proposals=store)
+        (action,) = await records.proposals_decided([rejected.id, waiting.id, "prop-gone"])
+        assert (action.action, action.target, action.via, action.ok) == (
+            "reject",
+            rejected.id,
+            "cli",
+            True,
+        )
+        assert action.message == f"rejected {rejected.id} by root: too soon"
+    finally:
+        await journal.close()
+        await store.close()

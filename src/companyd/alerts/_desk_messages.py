@@ -113,6 +113,12 @@ class DeskDecisions(Protocol):
         """
         ...
 
+    async def proposals_decided(self, proposal_ids: Sequence[str]) -> list[OperatorAction]:
+        """The proposals among ``proposal_ids`` no longer pending, each as the operator's
+        action that decided it (stamped with the time of the decision).
+        """
+        ...
+
 
 class DeskMessages:
     """Keeps the desk's messages true to the founder's decisions (see module docstring).
@@ -184,6 +190,16 @@ class DeskMessages:
         out: dict[int, AlertRecord] = {}
         for event in await desk.decided(offered) if offered else []:
             for rec in await self.decided(event):
+                out[rec.id] = rec
+        # proposals decided meanwhile (`companyd reject prop-…` with the daemon stopped)
+        proposals: list[str] = []
+        for rec in await store.of_kinds(["proposal_created"]):
+            pid = rec.data.get("proposal_id")
+            offers = any(b.get("action") in ("approve", "reject") for b in rec.buttons)
+            if offers and isinstance(pid, str) and pid not in proposals:
+                proposals.append(pid)
+        for action in await desk.proposals_decided(proposals) if proposals else []:
+            for rec in await self.acted(action):
                 out[rec.id] = rec
         return list(out.values())
 

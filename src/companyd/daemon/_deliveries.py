@@ -15,8 +15,8 @@ from typing import Any
 
 from companyd.admin import ResultDelivery
 from companyd.clock import Clock
-from companyd.desk import Desk, ItemKind
-from companyd.events import FounderDecided
+from companyd.desk import Desk, ItemKind, ProposalError, Proposals
+from companyd.events import FounderDecided, OperatorAction
 from companyd.runs import Journal
 
 __all__ = ["KEPT_DAYS", "ResultRecords"]
@@ -42,11 +42,13 @@ class ResultRecords:
         desk: Desk | None,
         clock: Clock,
         keep_days: Callable[[], float],
+        proposals: Proposals | None = None,
     ) -> None:
         self._journal = journal
         self._desk = desk
         self._clock = clock
         self._keep_days = keep_days
+        self._proposals = proposals
 
     async def record(self, run_id: str, entry: ResultDelivery) -> None:
         """Add ``entry`` to run ``run_id``'s record (nothing if the run was pruned)."""
@@ -70,6 +72,34 @@ class ResultRecords:
                 continue
             at = item.decided if item.decided is not None else self._clock.time()
             out.append(item.decided_event(at))
+        return out
+
+    async def proposals_decided(self, proposal_ids: Sequence[str]) -> list[OperatorAction]:
+        """The proposals among ``proposal_ids`` no longer pending, as the operator actions
+        that decided them, stamped when decided (the pager's start-up read).
+        """
+        if self._proposals is None:
+            return []
+        out: list[OperatorAction] = []
+        for pid in proposal_ids:
+            try:
+                p, _, _ = await self._proposals.get(pid)
+            except ProposalError:  # pruned, or never here: nothing to say on its message
+                continue
+            if p.status == "pending":
+                continue
+            said = f"{p.status} {p.id}" + (f" by {p.decided_by}" if p.decided_by else "")
+            out.append(
+                OperatorAction(
+                    source=p.via or "cli",
+                    ts=p.decided if p.decided is not None else self._clock.time(),
+                    action="reject" if p.status == "rejected" else "approve",
+                    target=p.id,
+                    via=p.via or "cli",
+                    ok=True,
+                    message=said + (f": {p.note}" if p.note else ""),
+                )
+            )
         return out
 
     async def keep(self, data: Mapping[str, Any], reason: str) -> str | None:

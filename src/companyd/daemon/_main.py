@@ -237,6 +237,7 @@ class Daemon(Operator, Views, Reloader, Backups, ToolsOps):
             None if oneoff else self.desk,
             self.clock,
             lambda: float(self.config.spec.retention.runs_days),
+            proposals=None if oneoff else self.proposal_store,
         )
         self.alerts = AlertService(
             config,
