@@ -311,3 +311,28 @@ def test_one_amount_in_a_sentence_is_exact_to_a_millionth() -> None:
     for value, minimum, said in cases:
         assert one_usd(value, minimum) == said, value
     assert exact_places(0.707) == 3 and exact_places(0.5) == 2 and exact_places(1.23456789) == 6
+
+
+def test_status_shows_each_agents_day_and_month() -> None:
+    # "by agent today" left out an agent with a monthly budget only that spent this month,
+    # and said no month at all
+    from companyd.admin import render_status
+
+    status = {
+        "spend": {
+            "today": {"used_usd": 0.9, "reserved_usd": 0.0, "limit_usd": 10.0},
+            "month": {"used_usd": 7.0, "reserved_usd": 0.0, "limit_usd": 200.0},
+            "agents": [
+                {"agent": "ceo", "today_usd": 0.9, "month_usd": 5.1, "daily_limit_usd": 3.0},
+                {"agent": "cfo", "today_usd": 0.0, "month_usd": 1.9, "monthly_limit_usd": 50.0},
+                {"agent": "coo", "today_usd": 0.0, "month_usd": 0.0},
+            ],
+        }
+    }
+    lines = render_status(status, now=1_800_000_000.0).splitlines()
+    start = lines.index("  by agent (today · this month):")
+    assert [ln.split() for ln in lines[start + 1 : start + 3]] == [
+        ["ceo", "$0.90", "of", "$3.00", "·", "$5.10"],
+        ["cfo", "$0.00", "·", "$1.90", "of", "$50.00"],
+    ]
+    assert not any("coo" in ln for ln in lines)  # nothing spent, not paused: not listed

@@ -505,15 +505,32 @@ def _render_spend(spend: Mapping[str, Any]) -> list[str]:
     ]
     periods = [(label, p) for label, p in periods if p]
     agents = [a for a in as_list(spend.get("agents")) if isinstance(a, Mapping)]
-    agents.sort(key=lambda a: -(as_number(a.get("today_usd")) or 0.0))
-    shown = [a for a in agents if (as_number(a.get("today_usd")) or 0) > 0 or a.get("paused")][:8]
+    agents.sort(
+        key=lambda a: (
+            -(as_number(a.get("today_usd")) or 0.0),
+            -(as_number(a.get("month_usd")) or 0.0),
+        )
+    )
+    # an agent that spent this month but not today is shown too (with a monthly budget only,
+    # its month is what counts)
+    shown = [
+        a
+        for a in agents
+        if (as_number(a.get("today_usd")) or 0) > 0
+        or (as_number(a.get("month_usd")) or 0) > 0
+        or a.get("paused")
+    ][:8]
     places = usd_places(
         [
             as_number(p.get(k))
             for _, p in periods
             for k in ("used_usd", "reserved_usd", "limit_usd", "simulated_usd")
         ]
-        + [as_number(a.get(k)) for a in shown for k in ("today_usd", "daily_limit_usd")]
+        + [
+            as_number(a.get(k))
+            for a in shown
+            for k in ("today_usd", "daily_limit_usd", "month_usd", "monthly_limit_usd")
+        ]
     )
     w = 9 + places
     lines = [f"{'Spend':<14}{'used':>{w}}{'reserved':>{w}}{'budget':>{w}}{'used %':>9}"]
@@ -536,13 +553,17 @@ def _render_spend(spend: Mapping[str, Any]) -> list[str]:
     if any(as_number(p.get("simulated_usd")) for _, p in periods):
         lines.append("  simulated: the offline model's calls, priced as Claude's — no money spent")
     if shown:
-        lines.append("  by agent today:")
+        lines.append("  by agent (today · this month):")
         for a in shown:
             used = as_number(a.get("today_usd"))
             limit = as_number(a.get("daily_limit_usd"))
             text = f"    {as_text(a.get('agent')) or '?':<16}{format_usd(used, places):>{w - 1}}"
             if limit is not None:
                 text += f" of {format_usd(limit, places)}"
+            month, monthly = as_number(a.get("month_usd")), as_number(a.get("monthly_limit_usd"))
+            text += f" · {format_usd(month, places)}"
+            if monthly is not None:
+                text += f" of {format_usd(monthly, places)}"
             if a.get("paused"):
                 text += "  (paused)"
             lines.append(text)
