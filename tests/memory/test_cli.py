@@ -293,9 +293,15 @@ def test_state_dir_names_the_companys_memory_as_for_every_other_command(
     code, out, err = run(capsys, "memory", "search", "late", "--state-dir", str(state), "--json")
     assert code == 0, err
     assert [e["name"] for e in json.loads(out)["entities"]] == ["Acme"]
-    # with a company.yaml naming memory.path, that file (relative to company.yaml)
+    # a company.yaml here naming memory.path elsewhere (maybe another company's): the
+    # state directory's own graph still wins
     (tmp_path / "graph.jsonl").write_bytes(GOOD.replace(b"pays late", b"pays early"))
     (tmp_path / "company.yaml").write_text("memory:\n  path: graph.jsonl\n", encoding="utf-8")
+    code, out, err = run(capsys, "memory", "search", "late", "--state-dir", str(state), "--json")
+    assert code == 0, err
+    assert [e["name"] for e in json.loads(out)["entities"]] == ["Acme"]
+    # with no graph of its own there, company.yaml's memory.path (relative to it)
+    (state / "memory.jsonl").unlink()
     code, out, err = run(capsys, "memory", "search", "early", "--state-dir", str(state), "--json")
     assert code == 0, err
     assert [e["name"] for e in json.loads(out)["entities"]] == ["Acme"]

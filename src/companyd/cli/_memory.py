@@ -200,8 +200,9 @@ def _configured_memory(path: Path, state_dir: Path | None) -> Path:
 
 def _memory_of_state(state_dir: Path, config: Path | None) -> Path:
     """The memory file of the company whose state is ``state_dir``: its running daemon's,
-    else company.yaml's ``memory.path`` (``config``, or the usual one when it exists),
-    else ``<state_dir>/memory.jsonl``.
+    else (no ``config`` given) ``<state_dir>/memory.jsonl`` when it exists, else
+    company.yaml's ``memory.path`` (``config``, or the usual one when it exists), else
+    ``<state_dir>/memory.jsonl``.
     """
     from companyd.cli._daemon import running_daemon
 
@@ -215,8 +216,11 @@ def _memory_of_state(state_dir: Path, config: Path | None) -> Path:
         if isinstance(where, str):
             return Path(where)
     path = config or default_config_path()
-    if config is None and not Path(path).exists():
-        return state_dir / "memory.jsonl"
+    own = state_dir / "memory.jsonl"
+    if config is None and (own.exists() or not Path(path).exists()):
+        # the state directory's own graph before the company.yaml of the current directory,
+        # which may be another company's (its memory.path somewhere else)
+        return own
     return _configured_memory(Path(path), state_dir)
 
 
