@@ -162,6 +162,8 @@ def waiting_text(created: Any, deadline: Any, now: float, kind: Any = None) -> s
     """
     if kind == "kept":
         then, gone = "then it leaves the inbox", "expired: left the inbox unread"
+    elif kind == "question":  # a question is not denied: its agent goes on without it
+        then, gone = "then the agent goes on without an answer", "expired: unanswered"
     else:
         then, gone = "then denied", "expired: denied"
     made = as_number(created)
