@@ -613,13 +613,16 @@ def check_budgets_cover_a_call(spec: CompanyFile, rep: Report) -> None:
         model = agent.model or spec.defaults.model
         price, _ = table.lookup(model.primary)
         prompt = input_floor(agent.instructions, spec.company.context)
-        out_cost = price.worst_case(0, model.max_output_tokens)
-        floor = price.worst_case(prompt, model.max_output_tokens)
+        # each part to four decimals, rounded down: still a floor, and the parts said add
+        # up to the total said
+        out_cost = _floor4(price.worst_case(0, model.max_output_tokens))
+        in_cost = _floor4(price.worst_case(prompt, model.max_output_tokens)) - out_cost
+        in_cost = max(in_cost, Decimal(0))
         floors[slug] = (
-            floor,
+            out_cost + in_cost,
             f"{model.max_output_tokens:,} output tokens, {_down(out_cost)}, and at least "
             f"{prompt:,} input tokens for its instructions and tools, "
-            f"{_down(floor - out_cost)}, at {model.primary}'s prices",
+            f"{_down(in_cost)}, at {model.primary}'s prices",
         )
     periods = (("daily_usd", "daily"), ("monthly_usd", "monthly"))
     by_defaults: dict[str, list[str]] = {}
@@ -650,13 +653,18 @@ def check_budgets_cover_a_call(spec: CompanyFile, rep: Report) -> None:
             _budget_too_small(rep, ("company", "budget", key), name, limit, short, floors)
 
 
-def _down(usd: Decimal) -> str:
-    """A least cost to four decimals, rounded down (``$0.0613``): what it says is a floor."""
+def _floor4(usd: Decimal) -> Decimal:
+    """``usd`` to four decimals, rounded down: what a floor may say."""
     from decimal import ROUND_FLOOR, Decimal
 
+    return usd.quantize(Decimal("0.0001"), rounding=ROUND_FLOOR)
+
+
+def _down(usd: Decimal) -> str:
+    """A least cost to four decimals, rounded down (``$0.0613``): what it says is a floor."""
     from companyd.admin import format_usd
 
-    return format_usd(usd.quantize(Decimal("0.0001"), rounding=ROUND_FLOOR), 4)
+    return format_usd(_floor4(usd), 4)
 
 
 #: The least the tools offered to every agent add to a call's input, in bytes of their
