@@ -1552,6 +1552,22 @@ async def test_ask_runs_alongside_other_commands(tmp_path: Path, token_env: None
         assert "usage: /ask AGENT question" in await _command(h, "/ask cfo")
 
 
+def _cfo_out_of_budget(h: Harness) -> None:
+    """Publish that the daily budget of cfo is exhausted (cfo paused): its alert offers
+    "➕ $5 today" and Resume.
+    """
+    h.bus.emit(
+        "budget_exhausted",
+        "spend",
+        scope="agent",
+        agent="cfo",
+        period="day",
+        used_usd=2.0,
+        limit_usd=2.0,
+        paused=["cfo"],
+    )
+
+
 @pytest.mark.anyio
 async def test_buttons_act_through_admin_and_edit_the_alert(
     tmp_path: Path, token_env: None
@@ -1561,16 +1577,7 @@ async def test_buttons_act_through_admin_and_edit_the_alert(
             tmp_path, h.server.url, telegram={"chat_ids": [CHAT, CHAT2], "api_url": h.server.url}
         )
         async with h.service(cfg):
-            h.bus.emit(
-                "budget_exhausted",
-                "spend",
-                scope="agent",
-                agent="cfo",
-                period="day",
-                used_usd=2.0,
-                limit_usd=2.0,
-                paused=["cfo"],
-            )
+            _cfo_out_of_budget(h)
             h.bus.emit("proposal_created", "improver", proposal_id="p-7", title="cheaper")
             await h.until(lambda: len(h.server.messages) == 4)
             budget, proposal = h.bot_messages(CHAT)
@@ -1613,16 +1620,7 @@ async def test_a_double_tap_on_a_raise_button_raises_once(tmp_path: Path, token_
     raised twice: a second press within RAISE_AGAIN_AFTER is answered, not acted on.
     """
     async with harness(tmp_path) as h, h.service():
-        h.bus.emit(
-            "budget_exhausted",
-            "spend",
-            scope="agent",
-            agent="cfo",
-            period="day",
-            used_usd=2.0,
-            limit_usd=2.0,
-            paused=["cfo"],
-        )
+        _cfo_out_of_budget(h)
         await h.until(lambda: len(h.bot_messages()) == 1)
         (budget,) = h.bot_messages()
         raise_data = budget.buttons()[0][1]

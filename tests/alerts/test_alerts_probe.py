@@ -117,6 +117,12 @@ async def test_ask_keeps_the_lines_of_the_question(tmp_path: Path, token_env: No
 
 
 class LongAnswerAdmin(RecordingAdmin):
+    """Answers every ask with ``text`` ($0.50)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
     async def ask(
         self,
         agent: str,
@@ -127,14 +133,15 @@ class LongAnswerAdmin(RecordingAdmin):
         via: str = "cli",
     ) -> AskAnswer:
         self.calls.append(("ask", agent, question))
-        text = "\n".join(f"line {i}: " + "x" * 60 for i in range(150)) + "\nTHE END"
-        return answer(agent, text, cost_usd=0.5)
+        return answer(agent, self.text, cost_usd=0.5)
 
 
 @pytest.mark.anyio
 async def test_a_long_answer_to_ask_is_split_not_cut(tmp_path: Path, token_env: None) -> None:
     async with harness(tmp_path) as h:
-        h.admin = LongAnswerAdmin()
+        h.admin = LongAnswerAdmin(
+            "\n".join(f"line {i}: " + "x" * 60 for i in range(150)) + "\nTHE END"
+        )
         async with h.service():
             h.server.inject_command(CHAT, "/ask cfo the long story please")
             await h.until(lambda: any("— $0.5000 · run-1" in m.text for m in h.bot_messages()))
@@ -150,21 +157,6 @@ async def test_a_long_answer_to_ask_is_split_not_cut(tmp_path: Path, token_env: 
             assert all(m.reply_to is not None for m in h.bot_messages()[1:])
 
 
-class EssayAdmin(RecordingAdmin):
-    async def ask(
-        self,
-        agent: str,
-        question: str,
-        timeout: float = 300.0,
-        reply_to: str | None = None,
-        task_id: str | None = None,
-        via: str = "cli",
-    ) -> AskAnswer:
-        self.calls.append(("ask", agent, question))
-        text = "\n".join(f"line {i:04d} of the essay" + "." * 30 for i in range(600))
-        return answer(agent, text + "\nTHE END", cost_usd=0.5)
-
-
 @pytest.mark.anyio
 async def test_an_answer_to_ask_past_three_messages_is_one_document_never_cut(
     tmp_path: Path, token_env: None
@@ -172,7 +164,8 @@ async def test_an_answer_to_ask_past_three_messages_is_one_document_never_cut(
     # it went out as four messages, the last one clipped: lines 313-599, THE END and the
     # footer never arrived
     async with harness(tmp_path) as h:
-        h.admin = EssayAdmin()
+        essay = "\n".join(f"line {i:04d} of the essay" + "." * 30 for i in range(600))
+        h.admin = LongAnswerAdmin(essay + "\nTHE END")
         async with h.service():
             h.server.inject_command(CHAT, "/ask cfo a very long essay")
             await h.until(lambda: any(m.document is not None for m in h.bot_messages()))
