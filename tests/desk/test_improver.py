@@ -290,6 +290,7 @@ async def test_an_instructions_file_proposal_is_written_atomically_and_reloaded(
                 "cli",
                 "not before the launch",
             )
+            assert said.message == f"rejected {q.id} by root: not before the launch"
             (listed,) = [x for x in (await d.proposals()).proposals if x["id"] == q.id]
             assert (listed["decided_by"], listed["via"], listed["note"]) == (
                 "root",

@@ -130,3 +130,15 @@ async def test_concurrent_raises_cannot_pass_the_bound_together(
         assert await _cfo_limit(book) == 600_000.2
         await book.flush()
         assert len(_ledger_raises(state)) == 1
+
+
+def test_a_refused_raise_says_its_amount_as_money() -> None:
+    # "a budget raise of $1000000000000.0" and "got '1E-7'": a float's repr, a Decimal's
+    from companyd.spend._raises import check_bound, parse_amount
+
+    with pytest.raises(SpendError) as big:
+        check_bound("company", Decimal(10**12), 1e12, 0)
+    assert str(big.value).startswith("a budget raise of $1,000,000,000,000.00 is refused")
+    with pytest.raises(SpendError) as tiny:
+        parse_amount(Decimal("1E-7"))
+    assert str(tiny.value).endswith("got $0.0000001")

@@ -843,7 +843,8 @@ class Operator:
                 p = await self.proposal_store.reject(item_id, reason, by=by or "founder", via=via)
             except ProposalError as exc:
                 raise AdminError(str(exc)) from None
-            return ProposalDecision(**p.to_dict(), message=f"rejected {p.id}")
+            said = f"rejected {p.id}" + (f" by {p.decided_by}" if p.decided_by else "")
+            return ProposalDecision(**p.to_dict(), message=said + (f": {p.note}" if p.note else ""))
 
         # shielded with its record, as approve is: a desk write in its thread is never
         # left to finish without its event while the socket answers "cancelled"

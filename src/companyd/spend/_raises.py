@@ -42,7 +42,7 @@ def parse_amount(usd: Decimal | float) -> Decimal:
     if amount < _LEAST:
         # money is kept and printed to a millionth: a smaller raise would read "$0.000000"
         raise SpendError(
-            f"a budget raise must be at least $0.000001 (a millionth of a dollar), got {str(usd)!r}"
+            f"a budget raise must be at least $0.000001 (a millionth of a dollar), got ${amount:f}"
         )
     return amount
 
@@ -77,7 +77,8 @@ def check_bound(scope: str, amount: Decimal, usd: Decimal | float, already: int)
         SpendError: the bound, and what to do for a lasting change.
     """
     if amount > MAX_RAISE_USD or to_pusd(amount) + already > to_pusd(MAX_RAISE_USD):
-        shown = usd_said(amount) if amount <= MAX_RAISE_USD else f"${usd}"
+        # said as money, not a float's repr ("$1000000000000.0"); absurd ones by their size
+        shown = usd_said(amount) if amount < 10**15 else "more than $1,000,000,000,000,000"
         raise SpendError(
             f"a budget raise of {shown:.40} is refused: {scope_label(scope)} may be "
             f"raised by at most ${MAX_RAISE_USD:,} a day in total (already raised today: "
