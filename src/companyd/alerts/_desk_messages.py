@@ -28,6 +28,7 @@ from typing import Protocol
 
 from companyd.alerts._coalesce import AlertBook
 from companyd.alerts._outbox import AlertRecord, Delivery
+from companyd.desk import on_desk
 from companyd.events import FounderDecided, OperatorAction, RoutineResult
 
 __all__ = ["DECISION_ACTIONS", "DeskDecisions", "DeskMessages", "alert_of"]
@@ -72,9 +73,6 @@ async def alert_of(
         rec = book.alerts.setdefault(rec.id, rec)
     return rec
 
-
-#: The ids of the founder's desk items (their decisions are ``founder_decided``'s).
-DESK_PREFIXES = ("ap-", "q-", "r-", "k-")
 
 #: An operator action → the alert it decides (its data field naming the target, its
 #: kind) and the buttons the decision makes moot.
@@ -159,7 +157,7 @@ class DeskMessages:
         gets the action's line (rendered, not saved). Desk items are :meth:`decided`'s.
         """
         found = _ACTED_ON.get(event.action)
-        if not event.ok or found is None or event.target.startswith(DESK_PREFIXES):
+        if not event.ok or found is None or on_desk(event.target):  # founder_decided's
             return []
         field, kind, actions = found
         rec = await alert_of(self._book, field, event.target, kind)
