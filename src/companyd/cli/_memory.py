@@ -207,14 +207,11 @@ def _memory_of_state(state_dir: Path, config: Path | None) -> Path:
     from companyd.cli._daemon import running_daemon
 
     state_dir = Path(os.path.expanduser(state_dir)).absolute()
-    client = running_daemon(argparse.Namespace(config=config, state_dir=state_dir, socket=None))
-    if client is not None:
-        try:
-            where = client.ping().get("memory_path")
-        except CompanydError:
-            where = None
-        if isinstance(where, str):
-            return Path(where)
+    running = _memory_of_daemon(
+        running_daemon(argparse.Namespace(config=config, state_dir=state_dir, socket=None))
+    )
+    if running is not None:
+        return running
     path = config or default_config_path()
     own = state_dir / "memory.jsonl"
     if config is None and (own.exists() or not Path(path).exists()):
@@ -230,12 +227,18 @@ def _running_memory_path(config: Path) -> Path | None:
     """
     from companyd.daemon import claimed_daemon
 
-    client = claimed_daemon(config)
+    return _memory_of_daemon(claimed_daemon(config))
+
+
+def _memory_of_daemon(client: Any) -> Path | None:
+    """The memory file ``client``'s daemon opened (its ``ping``), or None: no daemon, one
+    not answering (starting, stopping: the file's is all we know), or too old to say.
+    """
     if client is None:
         return None
     try:
         where = client.ping().get("memory_path")
-    except CompanydError:  # not answering (starting, stopping): the file's is all we know
+    except CompanydError:
         return None
     return Path(where) if isinstance(where, str) else None
 
