@@ -304,9 +304,15 @@ async def test_a_reload_names_the_settings_it_applied_beyond_agents_and_routines
 
 
 @pytest.mark.anyio
-async def test_an_id_that_is_no_inbox_items_says_what_ids_look_like(work: Path) -> None:
-    # it fell through to the proposals: "no proposal 'nope'; pending: (none)", with
-    # approvals waiting; a task's id pointed nowhere
+async def test_refusals_and_no_ops_say_what_happened(work: Path) -> None:
+    """Answers that said something else: an id no inbox item has fell through to the
+    proposals ("no proposal 'nope'; pending: (none)", with approvals waiting) and a task's
+    id pointed nowhere; a second pause said "paused" again (resume says "was not paused");
+    the day's cap refused "➕ $5 today" as SpendError (Telegram's button: "failed inside
+    companyd"); a raise of $0.1234567 read "$0.12".
+    """
+    from companyd.admin import AdminError
+
     cfg = write_company(work / "company.yaml")
     async with InProcessDaemon(cfg, work / "s") as daemon:
         nope = await daemon.cli("approve", "nope")
@@ -314,32 +320,13 @@ async def test_an_id_that_is_no_inbox_items_says_what_ids_look_like(work: Path) 
         assert "`companyd inbox` lists what waits" in nope.err
         task = await daemon.cli("reject", "task-0123456789ab")
         assert task.rc == 1 and "companyd retry task-0123456789ab" in task.err, task.err
-        await daemon.stop()
 
-
-@pytest.mark.anyio
-async def test_pausing_a_paused_agent_says_it_already_is(work: Path) -> None:
-    # "paused cfo: it finishes its current run…" twice, where resume says "was not paused"
-    cfg = write_company(work / "company.yaml")
-    async with InProcessDaemon(cfg, work / "s") as daemon:
         first = await daemon.cli("pause", "cfo")
         assert first.rc == 0 and first.out.startswith("paused cfo: "), first.out
         again = await daemon.cli("pause", "cfo")
         assert again.rc == 0
         assert again.out.strip() == "cfo is already paused; `companyd resume cfo` resumes it"
-        await daemon.stop()
 
-
-@pytest.mark.anyio
-async def test_a_refused_raise_is_an_admin_refusal_and_the_raise_is_said_exactly(
-    work: Path,
-) -> None:
-    # the day's cap refused "➕ $5 today" as SpendError: Telegram's button said "failed
-    # inside companyd"; and a raise of $0.1234567 read "$0.12"
-    from companyd.admin import AdminError
-
-    cfg = write_company(work / "company.yaml")
-    async with InProcessDaemon(cfg, work / "s") as daemon:
         assert daemon.daemon is not None
         done = await daemon.daemon.raise_budget(None, 0.1234567)
         assert done.message.startswith("raised today's budget of the company by $0.123457 ")
