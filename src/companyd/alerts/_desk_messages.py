@@ -181,7 +181,15 @@ class DeskMessages:
         if store is None:
             return []
         offered: list[str] = []
-        for rec in await store.of_kinds(ITEM_KINDS):
+        # and proposals decided meanwhile (`companyd reject prop-…` with the daemon stopped)
+        proposals: list[str] = []
+        for rec in await store.of_kinds([*ITEM_KINDS, "proposal_created"]):  # one read
+            if rec.kind == "proposal_created":
+                pid = rec.data.get("proposal_id")
+                offers = any(b.get("action") in ("approve", "reject") for b in rec.buttons)
+                if offers and isinstance(pid, str) and pid not in proposals:
+                    proposals.append(pid)
+                continue
             item = rec.data.get("item_id")
             if _still_open(rec) and isinstance(item, str) and item not in offered:
                 offered.append(item)
@@ -189,13 +197,6 @@ class DeskMessages:
         for event in await desk.decided(offered) if offered else []:
             for rec in await self.decided(event):
                 out[rec.id] = rec
-        # proposals decided meanwhile (`companyd reject prop-…` with the daemon stopped)
-        proposals: list[str] = []
-        for rec in await store.of_kinds(["proposal_created"]):
-            pid = rec.data.get("proposal_id")
-            offers = any(b.get("action") in ("approve", "reject") for b in rec.buttons)
-            if offers and isinstance(pid, str) and pid not in proposals:
-                proposals.append(pid)
         for action in await desk.proposals_decided(proposals) if proposals else []:
             for rec in await self.acted(action):
                 out[rec.id] = rec

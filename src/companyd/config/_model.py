@@ -8,6 +8,7 @@ every check; it never fails.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import field
@@ -127,6 +128,15 @@ class DepartmentConfig(Frozen):
     agents: tuple[str, ...]
 
 
+@functools.lru_cache(maxsize=4)
+def _sha256(text: str) -> str:
+    # once per text: status is built every few seconds (the STATUS= line); hashlib here,
+    # not at import: loading company.yaml (validate, the daemon's start) does not need it
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 class CompanyConfig(Frozen):
     """A validated company.yaml, resolved.
 
@@ -147,6 +157,12 @@ class CompanyConfig(Frozen):
     departments: Mapping[str, DepartmentConfig]
     warnings: tuple[ConfigIssue, ...] = ()
     text: str = field(default="", repr=False)
+
+    def text_sha256(self) -> str:
+        """The SHA-256 of :attr:`text` (hex): what status says the daemon runs, and what
+        ``doctor`` compares the file on disk with.
+        """
+        return _sha256(self.text)
 
     @property
     def name(self) -> str:

@@ -13,7 +13,6 @@ with a message for the operator; results are the dataclasses of :mod:`companyd.a
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import re
 import time
@@ -141,7 +140,7 @@ class Operator:
             uptime_s=now - self.started_at,
             config=str(self.config.path),
             config_loaded_at=self.config_loaded_at,
-            config_sha256=hashlib.sha256(self.config.text.encode("utf-8")).hexdigest(),
+            config_sha256=self.config.text_sha256(),
             reload=self.reloads.to_dict(),
             state_dir=str(self.state_dir),
             socket=str(self.socket),

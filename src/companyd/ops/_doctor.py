@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import hashlib
 import os
 import pwd
 import stat
@@ -329,8 +328,7 @@ def _check_config(path: Path, running: RunningDaemon | None) -> tuple[Check, Com
         same = os.path.realpath(running.config) == os.path.realpath(config.path)
         if running.config_sha256 is not None:
             # the text, not the time: a file touched, or restored as it was, is not changed
-            digest = hashlib.sha256(config.text.encode("utf-8")).hexdigest()
-            changed_after = digest != running.config_sha256
+            changed_after = config.text_sha256() != running.config_sha256
         else:
             changed_after = config.path.stat().st_mtime > running.config_loaded_at
         if not same:
