@@ -901,19 +901,8 @@ async def test_a_question_a_proposal_and_a_task_decided_elsewhere_say_so_on_thei
             by="root",
             via="cli",
         )
-        for action, target, said in (
-            ("reject", "p-7", "rejected proposal p-7"),
-            ("retry", "task-1", "retried task task-1"),
-        ):
-            h.bus.emit(
-                "operator_action",
-                "cli",
-                action=action,
-                target=target,
-                via="cli",
-                ok=True,
-                message=said,
-            )
+        _acted(h, "reject", "p-7", "rejected proposal p-7")
+        _acted(h, "retry", "task-1", "retried task task-1")
         await h.until(lambda: not proposal.buttons() and not task.buttons())
         await h.until(lambda: "✔" in question.text)
     assert question.text.endswith("✔ answered by root via cli at 08:00"), question.text
@@ -1047,15 +1036,7 @@ async def test_different_operator_actions_are_told_apart_and_repeats_fold(
     """
 
     def act(action: str, target: str) -> None:
-        h.bus.emit(
-            "operator_action",
-            "cli",
-            action=action,
-            target=target,
-            via="cli",
-            ok=True,
-            message=f"{action} {target}: ok",
-        )
+        _acted(h, action, target, f"{action} {target}: ok")
 
     async with harness(tmp_path) as h, h.service():
         act("run_job", "daily-post")
@@ -1550,6 +1531,13 @@ async def test_ask_runs_alongside_other_commands(tmp_path: Path, token_env: None
         assert answer.splitlines()[-1] == "— $0.0123 · run-1 · reply to follow up"
         assert ("ask", "cfo", "what is our runway?") in h.admin.calls
         assert "usage: /ask AGENT question" in await _command(h, "/ask cfo")
+
+
+def _acted(h: Harness, action: str, target: str, message: str) -> None:
+    """Publish the founder's ``action`` on ``target`` done on the command line."""
+    h.bus.emit(
+        "operator_action", "cli", action=action, target=target, via="cli", ok=True, message=message
+    )
 
 
 def _cfo_out_of_budget(h: Harness) -> None:
